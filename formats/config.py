@@ -1,0 +1,103 @@
+"""The broker's config/*.json files, written by fastjson 1.x (STORE_FORMAT.md §18).
+
+fastjson writes maps with Integer keys with *unquoted* numeric keys (``{0:250,1:250}``),
+pretty-printed with tabs: not strict JSON. :func:`loads` quotes such keys outside strings
+and then parses with the standard library. The top-level keys of each file are listed in
+``KNOWN_FILES``; the rest of the content is passed through as parsed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import FormatError
+
+KNOWN_FILES = {
+    "topics.json": ("topicConfigTable", "dataVersion"),
+    "consumerOffset.json": ("offsetTable",),
+    "delayOffset.json": ("offsetTable",),
+    "subscriptionGroup.json": ("subscriptionGroupTable", "dataVersion"),
+}
+
+
+def quote_numeric_keys(text: str) -> str:
+    """Quote bare integer object keys that appear outside strings."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    in_str = False
+    expect_key = False
+    while i < n:
+        ch = text[i]
+        if in_str:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if ch == '"':
+                in_str = False
+            i += 1
+            continue
+        if ch == '"':
+            in_str = True
+            expect_key = False
+            out.append(ch)
+            i += 1
+            continue
+        if ch in "{,":
+            expect_key = True
+            out.append(ch)
+            i += 1
+            continue
+        if expect_key and (ch == "-" or ch.isdigit()):
+            j = i + 1
+            while j < n and text[j].isdigit():
+                j += 1
+            k = j
+            while k < n and text[k] in " \t\r\n":
+                k += 1
+            if k < n and text[k] == ":":
+                out.append('"' + text[i:j] + '"')
+                i = j
+                expect_key = False
+                continue
+        if not ch.isspace():
+            expect_key = False
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def loads(text: str, path: str | None = None) -> Any:
+    """Parse fastjson output (lenient about unquoted integer keys)."""
+    try:
+        return json.loads(quote_numeric_keys(text))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        offset = getattr(exc, "pos", None)
+        raise FormatError(f"not a fastjson config file ({getattr(exc, 'msg', exc)})", path, offset) from None
+
+
+def load_config_file(path: Path) -> Any:
+    """Read and parse one config file; the broker falls back to ``<f>.bak`` when ``<f>``
+    is missing, empty or unparsable, and so does this."""
+    candidates = [path, path.with_name(path.name + ".bak")]
+    last: FormatError | None = None
+    for p in candidates:
+        try:
+            raw = p.read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise FormatError(f"cannot read ({exc.strerror})", str(p)) from None
+        text = raw.decode("utf-8", "replace")
+        if not text.strip():
+            continue
+        try:
+            return loads(text, str(p))
+        except FormatError as exc:
+            last = exc
+    if last is not None:
+        raise last
+    raise FormatError("missing or empty (and no usable .bak)", str(path))

@@ -1,0 +1,80 @@
+"""File names, hosts and message ids.
+
+Sources: ``UtilAll.offset2FileName``, ``UtilAll.timeMillisToHumanString`` (STORE_FORMAT §2);
+``MessageExt.socketAddress2ByteBuffer`` (§5); ``MessageDecoder.createMessageId`` (§11.1);
+``MessageClientIDSetter`` (§11.2).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import ipaddress
+import struct
+
+_PORT = struct.Struct(">i")
+
+
+def offset_to_file_name(offset: int) -> str:
+    """``UtilAll.offset2FileName``: decimal, zero-padded to at least 20 digits."""
+    return f"{offset:020d}"
+
+
+def parse_offset_file_name(name: str) -> int | None:
+    """The start offset of an offset-named file, or None when the name is not a Java long
+    the broker would parse (it fails to load such a store)."""
+    if not name or not name.isascii() or not name.isdigit():
+        return None
+    value = int(name)
+    return value if value < (1 << 63) else None
+
+
+def index_file_name(millis: int, tz: _dt.tzinfo | None = None) -> str:
+    """``timeMillisToHumanString``: yyyyMMddHHmmssSSS in the given zone (default UTC)."""
+    t = _dt.datetime.fromtimestamp(millis / 1000.0, tz or _dt.timezone.utc)
+    ms = millis % 1000
+    return f"{t.year:04d}{t.month:02d}{t.day:02d}{t.hour:02d}{t.minute:02d}{t.second:02d}{ms:03d}"
+
+
+def host_to_str(address: bytes, port: int) -> str:
+    """"ip:port", IPv6 in brackets (4 or 16 address bytes)."""
+    if len(address) == 4:
+        return f"{address[0]}.{address[1]}.{address[2]}.{address[3]}:{port}"
+    return f"[{ipaddress.IPv6Address(bytes(address))}]:{port}"
+
+
+def parse_host(text: str) -> tuple[bytes, int]:
+    """Inverse of :func:`host_to_str`."""
+    if text.startswith("["):
+        addr, _, port = text[1:].partition("]:")
+        return ipaddress.IPv6Address(addr).packed, int(port)
+    addr, _, port = text.rpartition(":")
+    return ipaddress.IPv4Address(addr).packed, int(port)
+
+
+def offset_msg_id(store_address: bytes, store_port: int, physical_offset: int) -> str:
+    """Offset message id: store host address, i32 port, i64 physical offset, upper hex."""
+    return (bytes(store_address) + _PORT.pack(store_port) + struct.pack(">q", physical_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[bytes, int, int]:
+    """(address, port, physical offset) of an offset msg id. 32 chars => IPv4, else IPv6.
+    Raises ValueError when the text is not such an id."""
+    raw = bytes.fromhex(msg_id.strip())
+    alen = 4 if len(msg_id.strip()) == 32 else 16
+    if len(raw) != alen + 12:
+        raise ValueError(f"not an offset message id: {msg_id!r}")
+    (port,) = _PORT.unpack_from(raw, alen)
+    (offset,) = struct.unpack_from(">q", raw, alen + 4)
+    return raw[:alen], port, offset
+
+
+def decode_uniq_key(uniq_key: str) -> dict[str, object]:
+    """Fields of a client-generated UNIQ_KEY (STORE_FORMAT §11.2). The month is not in the
+    key: ``millis_since_month_start`` must be anchored by the caller."""
+    raw = bytes.fromhex(uniq_key)
+    alen = 16 if len(uniq_key) == 56 else 4
+    if len(raw) != alen + 12:
+        raise ValueError(f"not a unique key: {uniq_key!r}")
+    ip = ipaddress.ip_address(raw[:alen])
+    pid, loader, millis, counter = struct.unpack_from(">HiiH", raw, alen)
+    return {"ip": str(ip), "pid": pid, "class_loader_hash": loader, "millis_since_month_start": millis, "counter": counter}

@@ -1,0 +1,262 @@
+"""Walking the commitlog: the broker's per-file record walk, a tolerant forensic walk
+that resyncs past damage, and the record -> plain-fields conversion shared by ``dump``
+and ``export`` (one parser for both paths).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any, Callable, Iterator, NamedTuple
+
+from ..formats import commitlog as cl
+from ..formats.crc import crc32_fast
+from ..formats.properties import KEYS, TAGS, UNIQ_KEY, split_keys
+from . import check as ck
+from .store import Store, StoreFile
+from .versions import BrokerProfile
+
+Progress = Callable[[int], None]
+
+
+class WalkStep(NamedTuple):
+    """A record (or the stop) found by :func:`walk_file`; ``pos`` is the file position."""
+
+    pos: int
+    checked: ck.Checked
+
+
+def walk_file(
+    buf: Any,
+    end: int,
+    profile: BrokerProfile,
+    *,
+    start: int = 0,
+    check_crc: bool = True,
+    read_body: bool = True,
+    max_delay_level: int | None = None,
+) -> Iterator[WalkStep]:
+    """The broker's recovery walk inside one file: yield every valid message; the last
+    step yielded is the BLANK or the failure that stops the walk (none when the walk runs
+    exactly to ``end``)."""
+    pos = start
+    while pos < end:
+        c = ck.check_record(buf, pos, end, profile, check_crc=check_crc, read_body=read_body, max_delay_level=max_delay_level)
+        yield WalkStep(pos, c)
+        if not c.is_message:
+            return
+        pos += c.size
+    if pos == end:
+        return
+
+
+def boundary_walk(buf: Any, end: int, start: int = 0) -> Iterator[tuple[int, int, int]]:
+    """Fastest walk: (pos, total_size, magic) per record, trusting TOTALSIZE; stops at a
+    BLANK (yielded), a non-message magic or a size that does not fit."""
+    unpack = cl.PREFIX.unpack_from
+    v1, v2, blank = cl.MAGIC_V1, cl.MAGIC_V2, cl.BLANK_MAGIC
+    pos = start
+    while pos + 8 <= end:
+        total, magic = unpack(buf, pos)
+        if magic == blank:
+            yield pos, total, magic
+            return
+        if (magic != v1 and magic != v2) or total <= 0 or pos + total > end:
+            return
+        yield pos, total, magic
+        pos += total
+
+
+def resync(buf: Any, start: int, end: int, file_base: int, profile: BrokerProfile, check_crc: bool = True) -> int | None:
+    """The next position >= ``start`` holding an intact record: a V1/V2 magic at +4, a
+    record that validates (CRC too when ``check_crc``), and a stored PHYSICALOFFSET equal
+    to file_base + position. Records are not aligned, so every byte is a candidate; the
+    magic is found with ``bytes.find``. Returns None when nothing is found."""
+    mv = buf
+    magics = (b"\xda\xa3\x20\xa7", b"\xda\xa3\x20\xab") if profile.accepts_v2 else (b"\xda\xa3\x20\xa7",)
+    pos = start
+    while pos < end:
+        best = -1
+        for m in magics:
+            i = mv.find(m, pos + 4, end)
+            if i != -1 and (best == -1 or i < best):
+                best = i
+        if best == -1:
+            return None
+        cand = best - 4
+        if cand >= start:
+            c = ck.check_record(mv, cand, end, profile, check_crc=check_crc, read_body=True)
+            if c.is_message and c.rec is not None and c.rec.physical_offset == file_base + cand:
+                return cand
+        pos = cand + 1
+    return None
+
+
+class FileWalk(NamedTuple):
+    """Summary of the broker's walk of one file plus the forensic salvage beyond it."""
+
+    file: StoreFile
+    records: int
+    stop_pos: int  # where the broker's walk stopped (the BLANK position or the failure)
+    stop: ck.Checked | None  # what stopped it (None: ran to the end of the file)
+    salvaged: list[tuple[int, ck.Checked]]  # intact records found after a failure
+
+
+def salvage_after(buf: Any, pos: int, end: int, file_base: int, profile: BrokerProfile, check_crc: bool = True) -> list[tuple[int, ck.Checked]]:
+    """Every intact record after ``pos`` found by resyncing past damage (and walking on
+    from each resync point). Zero-filled regions are skipped quickly by ``find``."""
+    out: list[tuple[int, ck.Checked]] = []
+    p = pos
+    while p < end:
+        q = resync(buf, p, end, file_base, profile, check_crc)
+        if q is None:
+            break
+        while q < end:
+            c = ck.check_record(buf, q, end, profile, check_crc=check_crc)
+            if not c.is_message or c.rec is None or c.rec.physical_offset != file_base + q:
+                break
+            out.append((q, c))
+            q += c.size
+        p = q + 1
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Plain fields for dump / export (the JSON lines contract of man/rmqtool-dump.1).
+
+
+def message_fields(
+    file_name: str,
+    c: ck.Checked,
+    buf: Any,
+    *,
+    with_body: bool = False,
+    body_hash: bool = False,
+) -> dict[str, Any]:
+    """The stable JSON-lines fields of a message record (snake_case of RocketMQ's names)."""
+    rec = c.rec
+    assert rec is not None
+    props = c.props if c.props is not None else {}
+    body_len = rec.body_length
+    crc_ok = True if body_len <= 0 else crc32_fast(buf[rec.body_pos : rec.body_pos + body_len]) == rec.body_crc
+    out: dict[str, Any] = {
+        "type": "message",
+        "file": file_name,
+        "pos": rec.pos,
+        "physical_offset": rec.physical_offset,
+        "total_size": rec.total_size,
+        "magic": "V2" if rec.magic == cl.MAGIC_V2 else "V1",
+        "body_crc": rec.body_crc,
+        "crc_ok": crc_ok,
+        "queue_id": rec.queue_id,
+        "flag": rec.flag,
+        "queue_offset": rec.queue_offset,
+        "sys_flag": rec.sys_flag,
+        "born_timestamp": rec.born_timestamp,
+        "born_host": rec.born_host,
+        "store_timestamp": rec.store_timestamp,
+        "store_host": rec.store_host,
+        "reconsume_times": rec.reconsume_times,
+        "prepared_transaction_offset": rec.prepared_transaction_offset,
+        "body_length": body_len,
+        "topic": rec.topic,
+        "properties": props,
+        "tags": props.get(TAGS),
+        "keys": split_keys(props.get(KEYS)),
+        "uniq_key": props.get(UNIQ_KEY),
+        "msg_id": rec.msg_id,
+        "transaction_type": rec.transaction_type,
+        "tags_code": c.tags_code,
+        "status": c.reason,
+    }
+    if body_hash or with_body:
+        body = rec.body(buf)
+        if body_hash:
+            out["body_sha256"] = hashlib.sha256(body).hexdigest()
+        if with_body:
+            try:
+                out["body"] = body.decode("utf-8")
+                out["body_encoding"] = "utf-8"
+            except UnicodeDecodeError:
+                out["body"] = base64.b64encode(body).decode("ascii")
+                out["body_encoding"] = "base64"
+    return out
+
+
+def blank_fields(file_name: str, pos: int, buf: Any, file_base: int) -> dict[str, Any]:
+    total, _magic = cl.PREFIX.unpack_from(buf, pos)
+    return {
+        "type": "blank",
+        "file": file_name,
+        "pos": pos,
+        "physical_offset": file_base + pos,
+        "total_size": total,
+        "magic": "BLANK",
+        "status": ck.BLANK,
+    }
+
+
+def iter_store_records(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+    salvage: bool = True,
+    check_crc: bool = False,
+    progress: Progress | None = None,
+) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]]:
+    """Every record of the commitlog in order: (file, buffer, position, outcome).
+
+    Unlike the broker's recovery walk this never stops at damage: a CRC mismatch is
+    reported in ``crc_ok``; after a record that cannot be read, it resyncs (``salvage``)
+    and carries on. BLANK records are yielded too. The buffer stays valid until the next
+    file starts."""
+    size = store.geometry.commitlog_file_size
+    for f in store.commitlog:
+        if f.size == 0:
+            continue
+        if to_offset is not None and f.base >= to_offset:
+            break
+        if from_offset is not None and f.base + max(f.size, size) <= from_offset:
+            if progress:
+                progress(f.size)
+            continue
+        with store.map(f) as mf:
+            buf = mf.buf
+            end = mf.size
+            pos = 0
+            while pos < end:
+                c = ck.check_record(buf, pos, end, profile, check_crc=check_crc, read_body=True)
+                if c.is_blank:
+                    if _in_range(f.base + pos, from_offset, to_offset):
+                        yield f, buf, pos, c
+                    break
+                if c.is_message or (c.rec is not None and c.reason == ck.CRC):
+                    assert c.rec is not None
+                    if c.reason == ck.CRC:  # keep the record, report crc_ok = false
+                        c = ck.check_record(buf, pos, end, profile, check_crc=False, read_body=True)
+                    if c.is_message:
+                        if _in_range(f.base + pos, from_offset, to_offset):
+                            yield f, buf, pos, c
+                        pos += c.size
+                        continue
+                if c.reason == ck.END_OF_DATA and not salvage:
+                    break
+                if not salvage:
+                    if _in_range(f.base + pos, from_offset, to_offset):
+                        yield f, buf, pos, c
+                    break
+                nxt = resync(buf, pos + 1, end, f.base, profile, check_crc=False)
+                if c.reason != ck.END_OF_DATA and _in_range(f.base + pos, from_offset, to_offset):
+                    yield f, buf, pos, c  # the damaged spot itself, as a non-message outcome
+                if nxt is None:
+                    break
+                pos = nxt
+            del buf
+        if progress:
+            progress(f.size)
+
+
+def _in_range(off: int, lo: int | None, hi: int | None) -> bool:
+    return (lo is None or off >= lo) and (hi is None or off < hi)

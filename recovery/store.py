@@ -1,0 +1,307 @@
+"""The store model: a stopped broker's store directory, opened read-only.
+
+Discovers the commitlog, consume queue and index files in the broker's order
+(RECOVERY.md §1.2, §1.3, §8), infers each kind's mapped file size from the files
+themselves, and reports layout anomalies (stray, zero-length, misnamed, wrongly sized
+files) as records instead of failing. Files are read through read-only memory maps.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..formats import indexfile
+from ..formats.checkpoint import Checkpoint, decode_checkpoint
+from ..formats.errors import StoreLayoutError
+from ..formats.names import parse_offset_file_name
+
+DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
+DEFAULT_CQ_FILE_SIZE = 6_000_000
+CQ_UNIT = 20
+
+
+@dataclass(frozen=True)
+class StoreFile:
+    """One offset-named file: ``base`` is the offset parsed from its name."""
+
+    path: Path
+    base: int
+    size: int
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass(frozen=True)
+class LayoutIssue:
+    """A file the broker would trip over or ignore."""
+
+    code: str
+    path: str
+    message: str
+    severity: str = "error"
+    size: int | None = None
+
+
+@dataclass
+class Geometry:
+    commitlog_file_size: int = DEFAULT_COMMITLOG_FILE_SIZE
+    cq_file_size: int = DEFAULT_CQ_FILE_SIZE
+    index_slot_num: int = indexfile.DEFAULT_SLOT_NUM
+    index_num: int = indexfile.DEFAULT_INDEX_NUM
+
+    @property
+    def index_file_size(self) -> int:
+        return indexfile.index_file_size(self.index_slot_num, self.index_num)
+
+
+def _round_cq(size: int) -> int:
+    """``getMappedFileSizeConsumeQueue`` rounds up to a multiple of 20."""
+    return -(-size // CQ_UNIT) * CQ_UNIT
+
+
+def _most_common(sizes: list[int]) -> int | None:
+    sizes = [s for s in sizes if s > 0]
+    if not sizes:
+        return None
+    return Counter(sizes).most_common(1)[0][0]
+
+
+class MappedFile:
+    """A read-only view of a file: an mmap (or empty bytes for a zero-length file)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(self._fd).st_size
+            self.buf: Any = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else b""
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self.size = size
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap):
+            try:
+                self.buf.close()
+            except BufferError:
+                pass  # views still exported; the map is released when they are
+        os.close(self._fd)
+
+    def __enter__(self) -> "MappedFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Store:
+    """Everything discovered about a store root."""
+
+    root: Path
+    geometry: Geometry
+    commitlog: list[StoreFile] = field(default_factory=list)
+    consume_queues: dict[tuple[str, int], list[StoreFile]] = field(default_factory=dict)
+    index_files: list[StoreFile] = field(default_factory=list)
+    issues: list[LayoutIssue] = field(default_factory=list)
+    checkpoint_present: bool = False
+    checkpoint_size: int = 0
+    abort_present: bool = False
+    lock_present: bool = False
+
+    # ----------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        root: str | Path,
+        commitlog_file_size: int | None = None,
+        cq_file_size: int | None = None,
+        index_slot_num: int | None = None,
+        index_num: int | None = None,
+        commitlog_dir: str | Path | None = None,
+    ) -> "Store":
+        root = Path(root)
+        if not root.exists():
+            raise StoreLayoutError("no such directory", root)
+        if not root.is_dir():
+            raise StoreLayoutError("not a directory", root)
+        cl_dir = Path(commitlog_dir) if commitlog_dir else root / "commitlog"
+        markers = [cl_dir, root / "consumequeue", root / "index", root / "checkpoint"]
+        if not any(m.exists() for m in markers):
+            raise StoreLayoutError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)", root)
+        store = cls(root=root, geometry=Geometry())
+        try:
+            store._discover(cl_dir, commitlog_file_size, cq_file_size, index_slot_num, index_num)
+        except PermissionError as exc:
+            raise StoreLayoutError(f"permission denied ({exc.filename})", root) from None
+        return store
+
+    def _discover(
+        self,
+        cl_dir: Path,
+        commitlog_file_size: int | None,
+        cq_file_size: int | None,
+        index_slot_num: int | None,
+        index_num: int | None,
+    ) -> None:
+        g = self.geometry
+        # -- commitlog ------------------------------------------------------------------
+        cl_files = self._offset_dir(cl_dir, "commitlog")
+        g.commitlog_file_size = commitlog_file_size or _most_common([f.size for f in cl_files]) or DEFAULT_COMMITLOG_FILE_SIZE
+        self.commitlog = cl_files
+        self._check_sizes(cl_files, g.commitlog_file_size, "commitlog")
+        self._check_sequence(cl_files, g.commitlog_file_size, "commitlog")
+        # -- consume queues -------------------------------------------------------------
+        cq_root = self.root / "consumequeue"
+        all_cq: list[StoreFile] = []
+        if cq_root.is_dir():
+            for topic_dir in sorted(cq_root.iterdir(), key=lambda p: p.name):
+                if not topic_dir.is_dir():
+                    self.issues.append(LayoutIssue("STRAY_FILE", self._rel(topic_dir), "a file where a topic directory belongs (ignored by the broker)", "warning"))
+                    continue
+                for q_dir in sorted(topic_dir.iterdir(), key=lambda p: p.name):
+                    qid = _java_int(q_dir.name)
+                    if qid is None or not q_dir.is_dir():
+                        self.issues.append(LayoutIssue("STRAY_FILE", self._rel(q_dir), "not a queue directory (name is not an int; ignored by the broker)", "warning"))
+                        continue
+                    files = self._offset_dir(q_dir, "consumequeue")
+                    self.consume_queues[(topic_dir.name, qid)] = files
+                    all_cq.extend(files)
+        g.cq_file_size = _round_cq(cq_file_size) if cq_file_size else (_most_common([f.size for f in all_cq]) or DEFAULT_CQ_FILE_SIZE)
+        for files in self.consume_queues.values():
+            self._check_sizes(files, g.cq_file_size, "consumequeue")
+            self._check_sequence(files, g.cq_file_size, "consumequeue")
+        # -- index ----------------------------------------------------------------------
+        idx_dir = self.root / "index"
+        idx_files: list[StoreFile] = []
+        if idx_dir.is_dir():
+            for p in sorted(idx_dir.iterdir(), key=lambda p: str(p)):
+                if p.is_dir():
+                    self.issues.append(LayoutIssue("STRAY_FILE", self._rel(p), "a directory inside index/", "warning"))
+                    continue
+                size = p.stat().st_size
+                if not (p.name.isascii() and p.name.isdigit() and len(p.name) <= 18):
+                    self.issues.append(LayoutIssue("MISNAMED_FILE", self._rel(p), "index file name is not a yyyyMMddHHmmssSSS number (the broker skips it)", "warning", size))
+                    continue
+                idx_files.append(StoreFile(p, int(p.name), size))
+        if index_slot_num and index_num:
+            g.index_slot_num, g.index_num = index_slot_num, index_num
+        else:
+            size = _most_common([f.size for f in idx_files])
+            cands = indexfile.geometry_from_size(size) if size else []
+            if cands:
+                g.index_slot_num, g.index_num = cands[0]
+        for f in idx_files:
+            if f.size == 0:
+                self.issues.append(LayoutIssue("ZERO_LENGTH_FILE", self._rel(f.path), "zero-length index file", "error", 0))
+            elif f.size != g.index_file_size:
+                self.issues.append(LayoutIssue("WRONG_FILE_SIZE", self._rel(f.path), f"index file is {f.size} bytes, expected {g.index_file_size}", "error", f.size))
+        self.index_files = idx_files
+        # -- checkpoint, abort, lock ----------------------------------------------------
+        cp = self.root / "checkpoint"
+        self.checkpoint_present = cp.is_file()
+        self.checkpoint_size = cp.stat().st_size if self.checkpoint_present else 0
+        self.abort_present = (self.root / "abort").exists()
+        self.lock_present = (self.root / "lock").exists()
+
+    def _rel(self, p: Path) -> str:
+        try:
+            return str(p.relative_to(self.root))
+        except ValueError:
+            return str(p)
+
+    def _offset_dir(self, d: Path, kind: str) -> list[StoreFile]:
+        out: list[StoreFile] = []
+        if not d.is_dir():
+            return out
+        for p in sorted(d.iterdir(), key=lambda p: p.name):
+            if p.is_dir():
+                self.issues.append(LayoutIssue("STRAY_FILE", self._rel(p), f"a directory inside {kind}/ (4.x fails to load it, 5.1+ skips it)", "error"))
+                continue
+            base = parse_offset_file_name(p.name)
+            size = p.stat().st_size
+            if base is None:
+                self.issues.append(LayoutIssue("MISNAMED_FILE", self._rel(p), f"{kind} file name is not a decimal offset (the broker fails to load the store)", "error", size))
+                continue
+            if len(p.name) != 20:
+                self.issues.append(LayoutIssue("MISNAMED_FILE", self._rel(p), f"{kind} file name is not 20 digits", "warning", size))
+            out.append(StoreFile(p, base, size))
+        out.sort(key=lambda f: f.name)
+        return out
+
+    def _check_sizes(self, files: list[StoreFile], expected: int, kind: str) -> None:
+        for i, f in enumerate(files):
+            if f.size == 0:
+                last = i == len(files) - 1
+                self.issues.append(LayoutIssue(
+                    "ZERO_LENGTH_FILE", self._rel(f.path),
+                    f"zero-length {kind} file" + (" (5.1.3+ deletes it when it is the last one; older brokers fail to load)" if last else " (the broker fails to load the store)"),
+                    "error", 0))
+            elif f.size != expected:
+                self.issues.append(LayoutIssue("WRONG_FILE_SIZE", self._rel(f.path), f"{kind} file is {f.size} bytes, mapped size is {expected} (the broker fails to load the store)", "error", f.size))
+
+    def _check_sequence(self, files: list[StoreFile], size: int, kind: str) -> None:
+        for prev, cur in zip(files, files[1:]):
+            if cur.base - prev.base != size:
+                gap = cur.base - prev.base - size
+                self.issues.append(LayoutIssue(
+                    "FILE_GAP" if gap > 0 else "FILE_OVERLAP", self._rel(cur.path),
+                    f"{kind} file starts at {cur.base}, previous ends at {prev.base + size} ({'missing' if gap > 0 else 'overlapping'} {abs(gap)} bytes)",
+                    "error"))
+            if cur.base % size:
+                self.issues.append(LayoutIssue("MISALIGNED_FILE", self._rel(cur.path), f"{kind} file offset {cur.base} is not a multiple of the mapped size {size}", "warning"))
+
+    # ----------------------------------------------------------------------------------
+    @property
+    def usable_commitlog(self) -> list[StoreFile]:
+        """Commitlog files of the mapped size (the ones a reader can walk)."""
+        return [f for f in self.commitlog if f.size == self.geometry.commitlog_file_size]
+
+    def commitlog_min_offset(self) -> int:
+        return self.commitlog[0].base if self.commitlog else -1
+
+    def read_checkpoint(self) -> Checkpoint:
+        p = self.root / "checkpoint"
+        try:
+            return decode_checkpoint(p.read_bytes()[:40])
+        except FileNotFoundError:
+            return decode_checkpoint(b"")
+
+    def map(self, f: StoreFile | Path) -> MappedFile:
+        return MappedFile(f.path if isinstance(f, StoreFile) else f)
+
+    def commitlog_file_for(self, offset: int) -> StoreFile | None:
+        """``findMappedFileByOffset``."""
+        size = self.geometry.commitlog_file_size
+        for f in self.commitlog:
+            if f.base <= offset < f.base + size:
+                return f
+        return None
+
+    def topics(self) -> list[str]:
+        return sorted({t for t, _ in self.consume_queues})
+
+    def iter_queues(self, topic: str | None = None, queue_id: int | None = None) -> Iterator[tuple[str, int, list[StoreFile]]]:
+        for (t, q), files in sorted(self.consume_queues.items()):
+            if topic is not None and t != topic:
+                continue
+            if queue_id is not None and q != queue_id:
+                continue
+            yield t, q, files
+
+
+def _java_int(name: str) -> int | None:
+    """``Integer.parseInt`` rules: optional sign, ASCII digits, fits in int32."""
+    s = name[1:] if name[:1] in "+-" else name
+    if not s or not s.isascii() or not s.isdigit():
+        return None
+    v = int(name)
+    return v if -(1 << 31) <= v < (1 << 31) else None

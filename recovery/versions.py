@@ -1,0 +1,122 @@
+"""Broker-version profiles: every version-dependent branch of the spec, in one place.
+
+RECOVERY.md §14.1 lists the branches; STORE_FORMAT.md gives the versions. A profile is
+built from a RocketMQ release string such as ``4.9.4``, ``5.1.4`` or ``5.3.3``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_VERSION = "4.9.4"
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    m = re.fullmatch(r"(?:rocketmq-all-)?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not m:
+        raise ValueError(f"not a RocketMQ version: {text!r} (expected e.g. 4.9.4 or 5.3.3)")
+    v = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    if not ((4, 6, 0) <= v <= (5, 3, 99)):
+        raise ValueError(f"unsupported RocketMQ version {text} (supported: 4.6.0 to 5.3.x)")
+    return v
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """``messageDelayLevel`` -> delay in ms per level (level i is index i-1)."""
+    out = []
+    for part in text.split(" "):
+        if not part:
+            continue
+        unit = _UNITS.get(part[-1])
+        if unit is None:
+            raise ValueError(f"bad delay level {part!r}")
+        out.append(int(part[:-1]) * unit)
+    return out
+
+
+@dataclass(frozen=True)
+class BrokerProfile:
+    """What the emulated broker version does at each version-dependent point."""
+
+    version: tuple[int, int, int]
+    delay_levels: tuple[int, ...] = tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
+
+    @classmethod
+    def for_version(cls, text: str = DEFAULT_VERSION, delay_levels: str | None = None) -> "BrokerProfile":
+        levels = tuple(parse_delay_levels(delay_levels)) if delay_levels else tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
+        return cls(parse_version(text), levels)
+
+    @property
+    def label(self) -> str:
+        return ".".join(map(str, self.version))
+
+    @property
+    def is_5x(self) -> bool:
+        return self.version >= (5, 0, 0)
+
+    @property
+    def accepts_v2(self) -> bool:
+        """MESSAGE_MAGIC_CODE_V2 exists from 5.1.0."""
+        return self.version >= (5, 1, 0)
+
+    @property
+    def remaining_checks(self) -> bool:
+        """5.3.2+: checkMessageAndReturnSize refuses records that cannot fit the buffer."""
+        return self.version >= (5, 3, 2)
+
+    @property
+    def new_properties_parser(self) -> bool:
+        """4.9.1+ scanner parser; the 4.6.0-4.9.0 split parser before."""
+        return self.version >= (4, 9, 1)
+
+    @property
+    def properties_trailing_separator(self) -> bool:
+        return self.version < (4, 9, 1) or self.version >= (5, 2, 0)
+
+    @property
+    def has_prop_crc(self) -> bool:
+        return self.version >= (5, 2, 0)
+
+    @property
+    def prop_crc_zero_accepted(self) -> bool:
+        return self.version >= (5, 3, 2)
+
+    @property
+    def delay_table_in_abnormal_recovery(self) -> bool:
+        """Quirk Q1: 4.9.2-4.9.8 parse the delay table after recover(), so maxDelayLevel is 0
+        while abnormal recovery dispatches."""
+        return not ((4, 9, 2) <= self.version < (5, 0, 0))
+
+    @property
+    def normal_recovery_walkback(self) -> bool:
+        """5.3.2+: normal recovery starts at the last file with from <= maxPhyOffsetOfCQ and
+        dispatches records beyond it (RECOVERY §4.2)."""
+        return self.version >= (5, 3, 2)
+
+    @property
+    def startup_reput_from_cq(self) -> bool:
+        """4.x catches up from the consume queues' max offset at start-up; 5.x does not
+        (unless recheckReputOffsetFromCq)."""
+        return not self.is_5x
+
+    @property
+    def hash_slot_count_every_put(self) -> bool:
+        """Quirk Q8: 4.6.0-4.7.0 counted every put in hashSlotCount."""
+        return self.version <= (4, 7, 0)
+
+    @property
+    def index_flushed_at_shutdown(self) -> bool:
+        """5.x flushes every index file at shutdown (indexCount 0 -> 1 on disk)."""
+        return self.is_5x
+
+    @property
+    def max_delay_level(self) -> int:
+        return len(self.delay_levels)
+
+    def delay_millis(self, level: int) -> int:
+        if 1 <= level <= len(self.delay_levels):
+            return self.delay_levels[level - 1]
+        return 1000

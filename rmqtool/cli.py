@@ -1,0 +1,97 @@
+"""The ``rmqtool`` command line: a click group whose commands live in ``cmd_*.py`` modules
+and are imported only when invoked (so ``export`` alone pays for pyspark).
+
+Errors are mapped to one-line messages and exit codes here, in one place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import click
+
+from . import __version__
+from .exitcodes import Exit
+
+# command name -> module (each module defines ``command``)
+COMMANDS = {
+    "dump": "rmqtool.cmd_dump",
+    "verify": "rmqtool.cmd_verify",
+    "rebuild-index": "rmqtool.cmd_rebuild",
+    "restore": "rmqtool.cmd_restore",
+    "recover": "rmqtool.cmd_recover",
+    "export": "rmqtool.cmd_export",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name, mod in COMMANDS.items() if _module_exists(mod))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        mod = COMMANDS.get(name)
+        if mod is None or not _module_exists(mod):
+            return None
+        return importlib.import_module(mod).command  # type: ignore[no-any-return]
+
+
+def _module_exists(mod: str) -> bool:
+    here = os.path.dirname(__file__)
+    return os.path.exists(os.path.join(here, mod.rsplit(".", 1)[1] + ".py"))
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="rmqtool")
+def cli() -> None:
+    """Forensic and recovery toolkit for Apache RocketMQ broker stores.
+
+    Works offline on a stopped broker's store directory. Read-only commands (dump,
+    verify, export) never write to the store; destructive ones (rebuild-index, recover,
+    restore) print their plan, back up every byte they cut or replace, and refuse to run
+    while a broker holds store/lock.
+
+    Exit status: 0 sound/nothing to do, 1 repaired (recover), 2 usage error, 4 problems
+    found and left uncorrected, 8 operational error, 130 interrupted.
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run(argv))
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return the exit code (never raises, never prints a traceback)."""
+    from .errors import report_exception
+
+    try:
+        rv = cli.main(args=argv, prog_name="rmqtool", standalone_mode=False)
+    except SystemExit as exc:  # click's own exits (e.g. --help) and ctx.exit
+        return int(exc.code or 0) if not isinstance(exc.code, str) else Exit.USAGE
+    except BaseException as exc:  # noqa: BLE001 - the single place exceptions become exit codes
+        return report_exception(exc)
+    finally:
+        _flush_quietly()
+    return int(rv) if isinstance(rv, int) else 0
+
+
+def _flush_quietly() -> None:
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def exit_with(code: int) -> Any:
+    """Commands return their exit code through this (click's standalone_mode=False)."""
+    return int(code)

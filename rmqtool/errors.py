@@ -1,0 +1,68 @@
+"""Mapping exceptions to one-line messages and exit codes (the only place that does)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+
+import click
+
+from .exitcodes import Exit
+from .formats.errors import RmqToolError
+
+
+def report_exception(exc: BaseException) -> int:
+    """Print one line on stderr for ``exc`` and return the exit code."""
+    if isinstance(exc, KeyboardInterrupt):
+        _err("interrupted")
+        return Exit.INTERRUPTED
+    if isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE):
+        _silence_stdout()
+        return Exit.OK
+    if isinstance(exc, click.exceptions.Abort):
+        _err("aborted")
+        return Exit.INTERRUPTED
+    if isinstance(exc, click.UsageError):
+        try:
+            exc.show()
+        except (BrokenPipeError, OSError):
+            pass
+        return Exit.USAGE
+    if isinstance(exc, click.ClickException):
+        _err(exc.format_message())
+        return exc.exit_code if exc.exit_code not in (0, 1) else Exit.OPERATIONAL
+    if isinstance(exc, RmqToolError):
+        _err(exc.one_line())
+        return getattr(exc, "exit_code", Exit.OPERATIONAL)
+    if isinstance(exc, MemoryError):
+        _err("out of memory")
+        return Exit.OPERATIONAL
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        _err(f"{where}{exc.strerror or exc}")
+        return Exit.OPERATIONAL
+    if isinstance(exc, SystemExit):
+        return int(exc.code or 0) if not isinstance(exc.code, str) else Exit.USAGE
+    # A bug: still one line (the traceback only with RMQTOOL_TRACEBACK=1).
+    if os.environ.get("RMQTOOL_TRACEBACK"):
+        import traceback
+
+        traceback.print_exception(exc)
+    _err(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    return Exit.OPERATIONAL
+
+
+def _err(msg: str) -> None:
+    try:
+        click.echo(f"rmqtool: {msg}", err=True)
+    except (BrokenPipeError, OSError, ValueError):
+        pass
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass

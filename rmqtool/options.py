@@ -1,0 +1,83 @@
+"""Options shared by several commands, declared once."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from .formats.errors import StoreLayoutError
+from .recovery.store import Store
+from .recovery.versions import DEFAULT_VERSION, BrokerProfile
+
+F = Callable[..., Any]
+
+
+def store_argument(f: F) -> F:
+    """STORE plus the geometry overrides (inferred from the files by default)."""
+    f = click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file (maxIndexNum; default: inferred, else 20000000).")(f)
+    f = click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file (maxHashSlotNum; default: inferred, else 5000000).")(f)
+    f = click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes (default: inferred, else 6000000).")(f)
+    f = click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes (default: inferred, else 1 GiB).")(f)
+    f = click.argument("store", type=click.Path(path_type=Path))(f)
+    return f
+
+
+def open_store(store: Path, commitlog_file_size: int | None = None, cq_file_size: int | None = None,
+               index_slot_num: int | None = None, index_num: int | None = None, **_: Any) -> Store:
+    if (index_slot_num is None) != (index_num is None):
+        raise click.UsageError("--index-slots and --index-entries go together")
+    return Store.open(store, commitlog_file_size, cq_file_size, index_slot_num, index_num)
+
+
+def broker_version_option(f: F) -> F:
+    return click.option(
+        "--broker-version", default=DEFAULT_VERSION, show_default=True, metavar="VERSION",
+        help="RocketMQ release whose behaviour to emulate (4.6.0 to 5.3.x, e.g. 4.9.4, 5.1.4, 5.3.3).",
+    )(f)
+
+
+def make_profile(version: str, delay_levels: str | None = None) -> BrokerProfile:
+    try:
+        return BrokerProfile.for_version(version, delay_levels)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--broker-version") from None
+
+
+def format_option(choices: tuple[str, ...] = ("table", "jsonl", "json", "text")) -> Callable[[F], F]:
+    def deco(f: F) -> F:
+        return click.option(
+            "--format", "fmt", type=click.Choice(choices), default=None,
+            help=f"Output format (default: {choices[0]} on a terminal, "
+                 f"{'jsonl' if 'jsonl' in choices else choices[-1]} when piped).",
+        )(f)
+    return deco
+
+
+def resolve_format(fmt: str | None, choices: tuple[str, ...] = ("table", "jsonl", "json", "text")) -> str:
+    if fmt:
+        return fmt
+    if sys.stdout.isatty():
+        return choices[0]
+    return "jsonl" if "jsonl" in choices else choices[-1]
+
+
+def common_store_options(f: F) -> F:
+    """STORE + geometry + --broker-version."""
+    return store_argument(broker_version_option(f))
+
+
+def pass_through(f: F) -> F:
+    @functools.wraps(f)
+    def wrapper(*a: Any, **k: Any) -> Any:
+        return f(*a, **k)
+    return wrapper
+
+
+__all__ = [
+    "store_argument", "open_store", "broker_version_option", "make_profile", "format_option",
+    "resolve_format", "common_store_options", "StoreLayoutError",
+]
