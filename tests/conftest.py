@@ -1,0 +1,54 @@
+"""Shared test helpers: the real fixture stores (read-only originals and writable copies)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT / "fixtures" / "real"
+REAL_NAMES = ["clean", "delay", "crash_midwrite", "many_files"]
+CLEAN_NAMES = ["clean", "delay", "many_files"]
+
+
+def real_store(name: str) -> Path:
+    """The original (never written to) store of a real fixture."""
+    p = REAL / name / "store"
+    if not p.is_dir():
+        raise RuntimeError(f"missing fixture {p}: fixtures/real must be present")
+    return p
+
+
+def scenario(name: str) -> dict[str, Any]:
+    return json.loads((REAL / name / "scenario.json").read_text(encoding="utf-8"))
+
+
+def broker_view(name: str) -> dict[str, Any]:
+    """verify_after_rocketmq_recovery.json: RocketMQ's own view after its recovery."""
+    return json.loads((REAL / name / "verify_after_rocketmq_recovery.json").read_text(encoding="utf-8"))
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """relative path -> sha256 of every file under root (to prove nothing changed)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def copy_store(name: str, dest: Path) -> Path:
+    """A writable copy of a real fixture store at dest/<name>/store."""
+    target = dest / name / "store"
+    shutil.copytree(real_store(name), target)
+    return target
+
+
+@pytest.fixture
+def store_copy(tmp_path: Path) -> Callable[[str], Path]:
+    return lambda name: copy_store(name, tmp_path)
