@@ -168,3 +168,121 @@ def _java_long(text: str) -> bool:
     if not body or not all(ch.isdecimal() for ch in body):
         return False
     return -(1 << 63) <= int(text) < (1 << 63)
+
+
+# ---------------------------------------------------------------------------------------
+# Fast validating walk for hot loops (recovery planning, verify, reput).
+
+
+class FastWalk(NamedTuple):
+    """Result of :func:`fast_walk` over one file region."""
+
+    stop_pos: int  # where the walk stopped: BLANK position, failure position, or end
+    stop: Checked | None  # the BLANK/failure outcome there (None: ran exactly to ``end``)
+    count: int  # valid messages walked
+    starts: Any  # array('q') of message start positions when collect=True, else None
+
+
+def fast_walk(
+    buf: Any,
+    end: int,
+    profile: BrokerProfile,
+    *,
+    start: int = 0,
+    check_crc: bool = True,
+    read_body: bool = True,
+    max_delay_level: int | None = None,
+    force_verify_prop_crc: bool = False,
+    collect: bool = False,
+) -> FastWalk:
+    """The broker's per-file walk (:func:`recovery.scan.walk_file`) without building a
+    record per message: header fields are unpacked with the schema-derived structs, the
+    body CRC with zlib, and no string is decoded. Whenever a record is not plainly valid
+    (any doubt: a failure, a SCHEDULE_TOPIC_XXXX record whose DELAY must be parsed, a 5.x
+    inner batch, property-CRC mode) the full :func:`check_record` decides, so the outcome
+    is the same as :func:`walk_file`'s; a test asserts it."""
+    import zlib
+    from array import array
+
+    starts = array("q") if collect else None
+    mv = memoryview(buf) if not isinstance(buf, (bytes, bytearray)) else buf
+    try:
+        prefix = cl.PREFIX.unpack_from
+        i32 = cl.SYSFLAG.unpack_from
+        i16 = cl._I16.unpack_from
+        layouts = {}
+        for (magic, hosts), lay in cl.LAYOUTS.items():
+            if magic == cl.MAGIC_V2 and not profile.accepts_v2:
+                continue
+            fixed = cl.cal_msg_length(lay.v2, hosts, 0, 0, 0)
+            layouts[(magic, hosts)] = (lay.header.size, lay.v2, fixed)
+        remaining_checks = profile.remaining_checks
+        crc_on = check_crc and read_body and not (profile.has_prop_crc and force_verify_prop_crc)
+        slow_always = profile.has_prop_crc and force_verify_prop_crc
+        is5 = profile.is_5x
+        sched = SCHEDULE_TOPIC.encode()
+        count = 0
+        pos = start
+        while pos < end:
+            ok = False
+            rem = end - pos
+            if rem >= 40 and not slow_always:
+                total, magic = prefix(buf, pos)
+                (sys_flag,) = i32(buf, pos + 36)
+                lay = layouts.get((magic, sys_flag & 0x30))
+                if lay is not None and total > 0 and (not remaining_checks or rem - 4 >= total - 4):
+                    hsize, v2, fixed = lay
+                    p = pos + hsize
+                    if p <= end:
+                        (body_len,) = i32(buf, p - 4)
+                        good = True
+                        if body_len > 0:
+                            if (read_body and body_len > total) or p + body_len > end:
+                                good = False
+                            elif crc_on:
+                                (stored,) = i32(buf, pos + 8)
+                                if (zlib.crc32(mv[p : p + body_len]) & 0x7FFFFFFF) != stored:
+                                    good = False
+                            p += body_len
+                        if good:
+                            if v2:
+                                if p + 2 <= end:
+                                    (tl,) = i16(buf, p)
+                                    p += 2
+                                else:
+                                    good = False
+                            elif p + 1 <= end:
+                                tl = buf[p]
+                                if tl > 127:
+                                    tl -= 256
+                                p += 1
+                            else:
+                                good = False
+                        if good and 0 <= tl <= total and p + tl + 2 <= end:
+                            tstart = p
+                            p += tl
+                            (pl,) = i16(buf, p)
+                            p += 2
+                            if pl <= total and (pl <= 0 or p + pl <= end):
+                                if fixed + max(body_len, 0) + tl + max(pl, 0) == total:
+                                    ok = not (tl == 19 and mv[tstart : tstart + 19] == sched)
+                                    if ok and is5 and pl > 0 and b"INNER_" in mv[p : p + pl]:
+                                        ok = False
+            if ok:
+                if starts is not None:
+                    starts.append(pos)
+                count += 1
+                pos += total
+                continue
+            c = check_record(buf, pos, end, profile, check_crc=check_crc, read_body=read_body,
+                             max_delay_level=max_delay_level, force_verify_prop_crc=force_verify_prop_crc)
+            if not c.is_message:
+                return FastWalk(pos, c, count, starts)
+            if starts is not None:
+                starts.append(pos)
+            count += 1
+            pos += c.size
+        return FastWalk(pos, None, count, starts)
+    finally:
+        if isinstance(mv, memoryview):
+            mv.release()

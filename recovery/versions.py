@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 DEFAULT_VERSION = "4.9.4"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -49,70 +50,70 @@ class BrokerProfile:
         levels = tuple(parse_delay_levels(delay_levels)) if delay_levels else tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
         return cls(parse_version(text), levels)
 
-    @property
+    @cached_property
     def label(self) -> str:
         return ".".join(map(str, self.version))
 
-    @property
+    @cached_property
     def is_5x(self) -> bool:
         return self.version >= (5, 0, 0)
 
-    @property
+    @cached_property
     def accepts_v2(self) -> bool:
         """MESSAGE_MAGIC_CODE_V2 exists from 5.1.0."""
         return self.version >= (5, 1, 0)
 
-    @property
+    @cached_property
     def remaining_checks(self) -> bool:
         """5.3.2+: checkMessageAndReturnSize refuses records that cannot fit the buffer."""
         return self.version >= (5, 3, 2)
 
-    @property
+    @cached_property
     def new_properties_parser(self) -> bool:
         """4.9.1+ scanner parser; the 4.6.0-4.9.0 split parser before."""
         return self.version >= (4, 9, 1)
 
-    @property
+    @cached_property
     def properties_trailing_separator(self) -> bool:
         return self.version < (4, 9, 1) or self.version >= (5, 2, 0)
 
-    @property
+    @cached_property
     def has_prop_crc(self) -> bool:
         return self.version >= (5, 2, 0)
 
-    @property
+    @cached_property
     def prop_crc_zero_accepted(self) -> bool:
         return self.version >= (5, 3, 2)
 
-    @property
+    @cached_property
     def delay_table_in_abnormal_recovery(self) -> bool:
         """Quirk Q1: 4.9.2-4.9.8 parse the delay table after recover(), so maxDelayLevel is 0
         while abnormal recovery dispatches."""
         return not ((4, 9, 2) <= self.version < (5, 0, 0))
 
-    @property
+    @cached_property
     def normal_recovery_walkback(self) -> bool:
         """5.3.2+: normal recovery starts at the last file with from <= maxPhyOffsetOfCQ and
         dispatches records beyond it (RECOVERY §4.2)."""
         return self.version >= (5, 3, 2)
 
-    @property
+    @cached_property
     def startup_reput_from_cq(self) -> bool:
         """4.x catches up from the consume queues' max offset at start-up; 5.x does not
         (unless recheckReputOffsetFromCq)."""
         return not self.is_5x
 
-    @property
+    @cached_property
     def hash_slot_count_every_put(self) -> bool:
         """Quirk Q8: 4.6.0-4.7.0 counted every put in hashSlotCount."""
         return self.version <= (4, 7, 0)
 
-    @property
+    @cached_property
     def index_flushed_at_shutdown(self) -> bool:
         """5.x flushes every index file at shutdown (indexCount 0 -> 1 on disk)."""
         return self.is_5x
 
-    @property
+    @cached_property
     def max_delay_level(self) -> int:
         return len(self.delay_levels)
 
