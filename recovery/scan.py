@@ -224,38 +224,52 @@ def iter_store_records(
             continue
         with store.map(f) as mf:
             buf = mf.buf
-            end = mf.size
-            pos = 0
-            while pos < end:
-                c = ck.check_record(buf, pos, end, profile, check_crc=check_crc, read_body=True)
-                if c.is_blank:
-                    if _in_range(f.base + pos, from_offset, to_offset):
-                        yield f, buf, pos, c
-                    break
-                if c.is_message or (c.rec is not None and c.reason == ck.CRC):
-                    assert c.rec is not None
-                    if c.reason == ck.CRC:  # keep the record, report crc_ok = false
-                        c = ck.check_record(buf, pos, end, profile, check_crc=False, read_body=True)
-                    if c.is_message:
-                        if _in_range(f.base + pos, from_offset, to_offset):
-                            yield f, buf, pos, c
-                        pos += c.size
-                        continue
-                if c.reason == ck.END_OF_DATA and not salvage:
-                    break
-                if not salvage:
-                    if _in_range(f.base + pos, from_offset, to_offset):
-                        yield f, buf, pos, c
-                    break
-                nxt = resync(buf, pos + 1, end, f.base, profile, check_crc=False)
-                if c.reason != ck.END_OF_DATA and _in_range(f.base + pos, from_offset, to_offset):
-                    yield f, buf, pos, c  # the damaged spot itself, as a non-message outcome
-                if nxt is None:
-                    break
-                pos = nxt
+            for pos, c in walk_records(buf, mf.size, f.base, profile, salvage=salvage, check_crc=check_crc):
+                if _in_range(f.base + pos, from_offset, to_offset):
+                    yield f, buf, pos, c
             del buf
         if progress:
             progress(f.size)
+
+
+def walk_records(
+    buf: Any,
+    end: int,
+    file_base: int,
+    profile: BrokerProfile,
+    *,
+    start: int = 0,
+    salvage: bool = True,
+    check_crc: bool = False,
+) -> Iterator[tuple[int, ck.Checked]]:
+    """The forensic walk of one file from ``start``: (position, outcome) for every record
+    :func:`iter_store_records` reports there (messages, the BLANK, damaged spots), resyncing
+    past damage when ``salvage``. Shared by :func:`iter_store_records` and the sub-file
+    splits of ``recovery.splits`` (one walk for dump and export)."""
+    pos = start
+    while pos < end:
+        c = ck.check_record(buf, pos, end, profile, check_crc=check_crc, read_body=True)
+        if c.is_blank:
+            yield pos, c
+            return
+        if c.is_message or (c.rec is not None and c.reason == ck.CRC):
+            if c.reason == ck.CRC:  # keep the record, report crc_ok = false
+                c = ck.check_record(buf, pos, end, profile, check_crc=False, read_body=True)
+            if c.is_message:
+                yield pos, c
+                pos += c.size
+                continue
+        if c.reason == ck.END_OF_DATA and not salvage:
+            return
+        if not salvage:
+            yield pos, c
+            return
+        nxt = resync(buf, pos + 1, end, file_base, profile, check_crc=False)
+        if c.reason != ck.END_OF_DATA:
+            yield pos, c  # the damaged spot itself, as a non-message outcome
+        if nxt is None:
+            return
+        pos = nxt
 
 
 def _in_range(off: int, lo: int | None, hi: int | None) -> bool:
