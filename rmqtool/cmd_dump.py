@@ -1,0 +1,473 @@
+"""``rmqtool dump commitlog|consumequeue|index|checkpoint|config STORE``: print the records
+of a store's files, read-only, as a table, JSON lines, one JSON document or text.
+
+The field contract is documented in man/rmqtool-dump.1. Records come from
+``recovery.scan`` / ``recovery.query``; this module only selects, filters and renders.
+Exit status: 0 every record read cleanly, 4 damage was met (a record whose ``status`` is
+not OK), 8 operational error.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import click
+
+from .exitcodes import Exit
+from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
+from .render import dumps, render
+from .recovery import check as ck
+from .recovery import query as qy
+from .recovery.scan import blank_fields, iter_store_records, message_fields
+from .recovery.store import Store
+
+Record = dict[str, Any]
+
+# statuses that are not damage
+CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK"})
+
+COMMITLOG_COLUMNS = [
+    ("physical_offset", "OFFSET"), ("total_size", "SIZE"), ("topic", "TOPIC"), ("queue_id", "QID"),
+    ("queue_offset", "QOFFSET"), ("store_timestamp", "STORED"), ("tags", "TAGS"), ("keys", "KEYS"),
+    ("msg_id", "MSG ID"), ("status", "STATUS"),
+]
+CQ_COLUMNS = [
+    ("topic", "TOPIC"), ("queue_id", "QID"), ("queue_offset", "QOFFSET"), ("file", "FILE"), ("pos", "POS"),
+    ("commitlog_offset", "COMMITLOG OFFSET"), ("size", "SIZE"), ("tags_code", "TAGS CODE"), ("status", "STATUS"),
+]
+INDEX_COLUMNS = [
+    ("type", "TYPE"), ("file", "FILE"), ("slot", "SLOT"), ("entry", "ENTRY"), ("key_hash", "KEY HASH"),
+    ("commitlog_offset", "COMMITLOG OFFSET"), ("time_diff", "TIME DIFF"), ("prev_index", "PREV"),
+    ("index_count", "INDEX COUNT"), ("status", "STATUS"),
+]
+INDEX_HIT_COLUMNS = [
+    ("file", "FILE"), ("slot", "SLOT"), ("entry", "ENTRY"), ("key_hash", "KEY HASH"),
+    ("commitlog_offset", "COMMITLOG OFFSET"), ("time_diff", "TIME DIFF"), ("prev_index", "PREV"),
+    ("topic", "TOPIC"), ("key", "KEY"), ("status", "STATUS"),
+]
+CHECKPOINT_COLUMNS = [
+    ("physic_msg_timestamp", "PHYSIC"), ("logics_msg_timestamp", "LOGICS"), ("index_msg_timestamp", "INDEX"),
+    ("master_flushed_offset", "MASTER FLUSHED"), ("confirm_phy_offset", "CONFIRM"),
+    ("min_timestamp", "MIN TS"), ("min_timestamp_index", "MIN TS INDEX"), ("status", "STATUS"),
+]
+CONFIG_COLUMNS = [("file", "FILE"), ("source", "SOURCE"), ("status", "STATUS"), ("content", "CONTENT")]
+
+
+class StatusTracker:
+    """Passes records through and remembers whether any had a damage status."""
+
+    def __init__(self) -> None:
+        self.damaged = 0
+
+    def watch(self, records: Iterable[Record]) -> Iterator[Record]:
+        for r in records:
+            if r.get("status", "OK") not in CLEAN_STATUSES:
+                self.damaged += 1
+            yield r
+
+    @property
+    def exit_code(self) -> int:
+        return Exit.PROBLEMS if self.damaged else Exit.OK
+
+
+def output(records: Iterable[Record], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str) -> int:
+    """Render (at most ``limit``) records; return the exit code."""
+    tracker = StatusTracker()
+    recs = tracker.watch(records)
+    if limit is not None:
+        recs = itertools.islice(recs, limit)
+    fmt = resolve_format(fmt)
+    try:
+        if fmt == "jsonl":
+            write_jsonl(recs, sys.stdout)
+        else:
+            render(recs, fmt, columns, title=title)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (``| head``): stop quietly. click would turn EPIPE into
+        # exit status 1, so it is handled here, before click sees it.
+        _silence_stdout()
+        return Exit.OK
+    except SystemExit:
+        # rich's Console handles EPIPE itself (stdout -> /dev/null, then SystemExit(1));
+        # nothing else in rendering raises SystemExit
+        _silence_stdout()
+        return Exit.OK
+    return tracker.exit_code
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null so the interpreter's final flush cannot fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+# ---------------------------------------------------------------------------------------
+# Fast JSON lines for message records: the same bytes as render.dumps, without the generic
+# encoder's per-key work. The field order is the sorted key order, computed once.
+
+def _json_str_encoder() -> Callable[[str], str]:
+    try:
+        from _json import encode_basestring  # type: ignore[import-not-found]  # C accelerator
+    except ImportError:  # pragma: no cover - CPython always has it
+        from json.encoder import encode_basestring
+    return encode_basestring  # type: ignore[no-any-return]
+
+
+_enc = _json_str_encoder()
+MESSAGE_KEYS = frozenset({
+    "type", "file", "pos", "physical_offset", "total_size", "magic", "body_crc", "crc_ok", "queue_id",
+    "flag", "queue_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
+    "reconsume_times", "prepared_transaction_offset", "body_length", "topic", "properties", "tags",
+    "keys", "uniq_key", "msg_id", "transaction_type", "tags_code", "status",
+})
+_INT_KEYS = frozenset({
+    "pos", "physical_offset", "total_size", "body_crc", "queue_id", "flag", "queue_offset", "sys_flag",
+    "born_timestamp", "store_timestamp", "reconsume_times", "prepared_transaction_offset", "body_length", "tags_code",
+})
+
+
+def _value_json(key: str, v: Any) -> str:
+    if v is None:
+        return "null"
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, str):
+        return _enc(v)
+    if isinstance(v, int):
+        return int.__repr__(v)
+    if isinstance(v, list):
+        return "[" + ",".join(_enc(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(_enc(k) + ":" + _enc(x) for k, x in sorted(v.items())) + "}"
+    return dumps(v)
+
+
+def message_line(r: Record) -> str:
+    """One JSON line for a record; identical to ``render.dumps(r)`` (a test asserts it)."""
+    if r.keys() - MESSAGE_KEYS - {"body", "body_encoding", "body_sha256"} or not _plain(r):
+        return dumps(r)
+    return "{" + ",".join(_enc(k) + ":" + _value_json(k, r[k]) for k in sorted(r)) + "}"
+
+
+def _plain(r: Record) -> bool:
+    props = r.get("properties")
+    if props is not None and not (isinstance(props, dict) and all(isinstance(v, str) for v in props.values())):
+        return False
+    keys = r.get("keys")
+    return keys is None or (isinstance(keys, list) and all(isinstance(k, str) for k in keys))
+
+
+def write_jsonl(records: Iterable[Record], out: Any) -> int:
+    n = 0
+    buf: list[str] = []
+    write = out.write
+    for r in records:
+        buf.append(message_line(r) if r.get("type") == "message" else dumps(r))
+        n += 1
+        if len(buf) >= 256:
+            buf.append("")
+            write("\n".join(buf))
+            buf = []
+    if buf:
+        buf.append("")
+        write("\n".join(buf))
+    out.flush()
+    return n
+
+
+# ---------------------------------------------------------------------------------------
+# Option parsing helpers
+
+def parse_time(text: str | None, name: str) -> int | None:
+    """Milliseconds since the epoch, or an ISO 8601 date/time (UTC unless it has an offset)."""
+    if text is None:
+        return None
+    t = text.strip()
+    if t.lstrip("-").isdigit():
+        return int(t)
+    try:
+        d = _dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time", param_hint=name) from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=_dt.timezone.utc)
+    return int(d.timestamp() * 1000)
+
+
+def limit_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--limit", type=click.IntRange(0), default=None, help="Print at most N records.")(f)
+
+
+# ---------------------------------------------------------------------------------------
+# Records
+
+def damaged_fields(file_name: str, buf: Any, pos: int, file_base: int, c: ck.Checked, with_body: bool, body_hash: bool) -> Record:
+    """A spot the broker's check refused: the message fields when the record decodes
+    (status = the reason), else the position, the reason and the readable prefix."""
+    if c.rec is not None:
+        r = message_fields(file_name, c, buf, with_body=with_body, body_hash=body_hash)
+        r["status"] = c.reason
+        return r
+    r: Record = {"type": "damaged", "file": file_name, "pos": pos, "physical_offset": file_base + pos, "status": c.reason, "field": c.field}
+    if pos + 8 <= len(buf):
+        from .formats.commitlog import PREFIX
+
+        total, magic = PREFIX.unpack_from(buf, pos)
+        r["total_size"] = total
+        r["magic"] = f"0x{magic & 0xFFFFFFFF:08X}"
+    return r
+
+
+def _crc_status(r: Record) -> Record:
+    """A message whose body CRC does not match is damage: the broker's recovery (with
+    checkCRCOnRecover) refuses it. ``crc_ok`` says so and ``status`` too."""
+    if r["status"] == ck.OK and r["crc_ok"] is False:
+        r["status"] = ck.CRC
+    return r
+
+
+def commitlog_records(
+    store: Store,
+    profile: Any,
+    *,
+    topic: str | None = None,
+    queue_id: int | None = None,
+    key: str | None = None,
+    msg_id: str | None = None,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    with_body: bool = False,
+    body_hash: bool = False,
+    scan: bool = False,
+) -> Iterator[Record]:
+    """The records ``dump commitlog`` prints, in commitlog order (the core of the command;
+    the benchmark calls it too)."""
+
+    def keep(c: ck.Checked, pos_off: int) -> bool:
+        rec = c.rec
+        assert rec is not None
+        if topic is not None and rec.topic != topic:
+            return False
+        if queue_id is not None and rec.queue_id != queue_id:
+            return False
+        if since is not None and rec.store_timestamp < since:
+            return False
+        if until is not None and rec.store_timestamp > until:
+            return False
+        if from_offset is not None and pos_off < from_offset:
+            return False
+        if to_offset is not None and pos_off >= to_offset:
+            return False
+        return True
+
+    if key is not None or msg_id is not None:
+        if msg_id is not None:
+            located = (loc for _how, loc in qy.find_by_msg_id(store, profile, msg_id, topic=topic, use_index=not scan))
+        else:
+            assert key is not None
+            located = (loc for _hit, loc in qy.find_by_key(store, profile, topic, key, use_index=not scan,
+                                                            begin=since or 0, end=until if until is not None else qy.LONG_MAX))
+        for loc in located:
+            if keep(loc.checked, loc.file.base + loc.pos):
+                yield _crc_status(message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body, body_hash=body_hash))
+        return
+
+    content_filter = topic is not None or queue_id is not None or since is not None or until is not None
+    for f, buf, pos, c in iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset):
+        if c.is_blank:
+            if not content_filter:
+                yield blank_fields(f.name, pos, buf, f.base)
+        elif c.is_message:
+            if keep(c, f.base + pos):
+                yield _crc_status(message_fields(f.name, c, buf, with_body=with_body, body_hash=body_hash))
+        else:
+            yield damaged_fields(f.name, buf, pos, f.base, c, with_body, body_hash)
+
+
+def index_hit_records(store: Store, profile: Any, topic: str | None, key: str, since: int | None, until: int | None, with_body: bool) -> Iterator[Record]:
+    for hit, loc in qy.find_by_key(store, profile, topic, key, use_index=True, begin=since or 0,
+                                   end=until if until is not None else qy.LONG_MAX):
+        assert hit is not None and loc.checked.rec is not None
+        yield {
+            "file": f"index/{hit.file.name}", "slot": hit.slot, "entry": hit.entry, "key_hash": hit.key_hash,
+            "commitlog_offset": hit.commitlog_offset, "time_diff": hit.time_diff, "prev_index": hit.prev_index,
+            "topic": loc.checked.rec.topic, "key": key, "status": "OK",
+            "message": message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body),
+        }
+
+
+def checkpoint_record(store: Store) -> Record:
+    from .formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
+    from .formats.errors import StoreLayoutError
+
+    p = store.root / "checkpoint"
+    if not p.is_file():
+        raise StoreLayoutError("no checkpoint file", p)
+    raw = p.read_bytes()
+    cp = decode_checkpoint(raw[:40])
+    status = "OK"
+    if len(raw) < 24:
+        status = "TRUNCATED"
+    elif len(raw) != CHECKPOINT_FILE_SIZE:
+        status = "WRONG_SIZE"
+    r: Record = {"file": "checkpoint", "size": len(raw), "status": status}
+    r.update(cp._asdict())
+    r["min_timestamp"] = cp.min_timestamp
+    r["min_timestamp_index"] = cp.min_timestamp_index
+    return r
+
+
+def config_records(store: Store, name: str | None) -> Iterator[Record]:
+    from .formats.config import KNOWN_FILES, loads
+    from .formats.errors import FormatError, StoreLayoutError
+
+    cdir = store.root / "config"
+    if name is not None:
+        names = [name]
+        if not (cdir / name).exists() and not (cdir / (name + ".bak")).exists():
+            raise StoreLayoutError("no such config file (nor a .bak)", cdir / name)
+    else:
+        names = [n for n in KNOWN_FILES if (cdir / n).exists() or (cdir / (n + ".bak")).exists()]
+    for n in names:
+        rec: Record = {"file": f"config/{n}", "source": None, "status": "MISSING", "content": None}
+        problems: list[str] = []
+        for cand in (cdir / n, cdir / (n + ".bak")):
+            try:
+                text = cand.read_bytes().decode("utf-8", "replace")
+            except FileNotFoundError:
+                problems.append(f"{cand.name}: missing")
+                continue
+            if not text.strip():
+                problems.append(f"{cand.name}: empty")
+                continue
+            try:
+                rec["content"] = loads(text, str(cand))
+            except FormatError as exc:
+                problems.append(exc.one_line())
+                continue
+            rec["source"] = f"config/{cand.name}"
+            rec["status"] = "OK" if cand.name == n else "FALLBACK_TO_BAK"
+            break
+        else:
+            rec["status"] = "UNPARSABLE" if any("not a fastjson" in p for p in problems) else "MISSING"
+        if problems:
+            rec["problems"] = problems
+        yield rec
+
+
+# ---------------------------------------------------------------------------------------
+# Commands
+
+@click.group("dump", context_settings={"help_option_names": ["-h", "--help"]})
+def command() -> None:
+    """Print the records of a store's files (read-only).
+
+    Output is a table on a terminal and JSON lines when piped (see --format); the JSON
+    fields are documented in rmqtool-dump(1). Exit status 0 when every record read
+    cleanly, 4 when damage was met (records with a status other than OK), 8 on an
+    operational error.
+    """
+
+
+@command.command("commitlog")
+@store_argument
+@broker_version_option
+@click.option("--topic", default=None, help="Only messages of this topic.")
+@click.option("--queue-id", type=int, default=None, help="Only messages of this queue id.")
+@click.option("--key", default=None, help="Only messages with this key (KEYS or UNIQ_KEY): through the Index when present, else a scan.")
+@click.option("--msg-id", default=None, help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan).")
+@click.option("--scan", is_flag=True, help="For --key/--msg-id: scan the commitlog instead of using the Index.")
+@click.option("--from-offset", type=click.IntRange(0), default=None, help="Start at this physical offset (inclusive).")
+@click.option("--to-offset", type=click.IntRange(0), default=None, help="Stop before this physical offset.")
+@click.option("--since", default=None, help="Only messages stored at or after this time (epoch ms or ISO 8601, UTC unless an offset is given).")
+@click.option("--until", default=None, help="Only messages stored at or before this time (epoch ms or ISO 8601).")
+@click.option("--body", "with_body", is_flag=True, help="Include message bodies (UTF-8 when valid, else base64; see body_encoding).")
+@click.option("--body-hash", is_flag=True, help="Include body_sha256, the SHA-256 of the stored body.")
+@limit_option
+@format_option()
+def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topic: str | None, queue_id: int | None,
+                   key: str | None, msg_id: str | None, scan: bool, from_offset: int | None, to_offset: int | None,
+                   since: str | None, until: str | None, with_body: bool, body_hash: bool, **store_opts: Any) -> int:
+    """Commitlog records (messages, BLANK end-of-file records, damaged spots)."""
+    if key is not None and msg_id is not None:
+        raise click.UsageError("--key and --msg-id are exclusive")
+    store = open_store(**store_opts)
+    profile = make_profile(broker_version)
+    records = commitlog_records(
+        store, profile, topic=topic, queue_id=queue_id, key=key, msg_id=msg_id, from_offset=from_offset,
+        to_offset=to_offset, since=parse_time(since, "--since"), until=parse_time(until, "--until"),
+        with_body=with_body, body_hash=body_hash, scan=scan)
+    return output(records, fmt, COMMITLOG_COLUMNS, limit, "commitlog")
+
+
+@command.command("consumequeue")
+@store_argument
+@click.option("--topic", default=None, help="Only this topic's queues.")
+@click.option("--queue-id", type=int, default=None, help="Only this queue id.")
+@limit_option
+@format_option()
+def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, queue_id: int | None, **store_opts: Any) -> int:
+    """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped)."""
+    store = open_store(**store_opts)
+    return output(qy.iter_cq_entries(store, topic, queue_id), fmt, CQ_COLUMNS, limit, "consumequeue")
+
+
+@command.command("index")
+@store_argument
+@broker_version_option
+@click.option("--entries", is_flag=True, help="Also print every non-empty hash slot and every entry.")
+@click.option("--topic", default=None, help="With --key: the topic (default: every topic with a consume queue).")
+@click.option("--key", default=None, help="Walk the hash chain of TOPIC#KEY like the broker's index lookup; print the entries whose message has the key.")
+@click.option("--since", default=None, help="With --key: only entries stored at or after this time (epoch ms or ISO 8601).")
+@click.option("--until", default=None, help="With --key: only entries stored at or before this time.")
+@click.option("--body", "with_body", is_flag=True, help="With --key: include the message bodies.")
+@limit_option
+@format_option()
+def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries: bool, topic: str | None, key: str | None,
+               since: str | None, until: str | None, with_body: bool, **store_opts: Any) -> int:
+    """Index files: headers, optionally slots and entries, or a key lookup."""
+    store = open_store(**store_opts)
+    if key is not None:
+        profile = make_profile(broker_version)
+        recs = index_hit_records(store, profile, topic, key, parse_time(since, "--since"), parse_time(until, "--until"), with_body)
+        return output(recs, fmt, INDEX_HIT_COLUMNS, limit, "index lookup")
+    if topic is not None:
+        raise click.UsageError("--topic needs --key")
+    return output(qy.iter_index(store, entries=entries), fmt, INDEX_COLUMNS, limit, "index")
+
+
+@command.command("checkpoint")
+@store_argument
+@format_option()
+def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
+    """The checkpoint file, with the derived min_timestamp and min_timestamp_index."""
+    store = open_store(**store_opts)
+    return output([checkpoint_record(store)], fmt, CHECKPOINT_COLUMNS, None, "checkpoint")
+
+
+@command.command("config")
+@store_argument
+@click.option("--file", "name", default=None, metavar="NAME", help="Only config/NAME (default: every known config file present).")
+@format_option()
+def dump_config(fmt: str | None, name: str | None, **store_opts: Any) -> int:
+    """The fastjson config files (unquoted integer keys accepted), with .bak fallback."""
+    store = open_store(**store_opts)
+    return output(config_records(store, name), fmt, CONFIG_COLUMNS, None, "config")
+
+
+__all__ = ["command", "commitlog_records", "message_line", "write_jsonl", "Path"]
