@@ -74,8 +74,9 @@ class StatusTracker:
         return Exit.PROBLEMS if self.damaged else Exit.OK
 
 
-def output(records: Iterable[Record], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str) -> int:
-    """Render (at most ``limit``) records; return the exit code."""
+def output(records: Iterable[Record], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str, out: Any = None) -> int:
+    """Render (at most ``limit``) records on ``out`` (default stdout); return the exit code."""
+    out = out or sys.stdout
     tracker = StatusTracker()
     recs = tracker.watch(records)
     if limit is not None:
@@ -83,10 +84,10 @@ def output(records: Iterable[Record], fmt: str | None, columns: list[tuple[str, 
     fmt = resolve_format(fmt)
     try:
         if fmt == "jsonl":
-            write_jsonl(recs, sys.stdout)
+            write_jsonl(recs, out)
         else:
-            render(recs, fmt, columns, title=title)
-            sys.stdout.flush()
+            render(recs, fmt, columns, title=title, out=out)
+            out.flush()
     except BrokenPipeError:
         # the reader went away (``| head``): stop quietly. click would turn EPIPE into
         # exit status 1, so it is handled here, before click sees it.

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Decode benchmark (a script, not a test).
+
+Builds (or reuses) a synthetic store with ``recovery.synth`` (~1 KiB messages, 1 GiB of
+commitlog by default) and prints, for one process on one core:
+
+* the record-boundary walk (``recovery.scan.boundary_walk``): records/s and MB/s;
+* the full decode to JSON lines on /dev/null, through exactly the code path of
+  ``rmqtool dump commitlog --format jsonl`` (``rmqtool.cmd_dump.commitlog_records`` +
+  ``rmqtool.cmd_dump.output``): messages/s and MB/s;
+* peak RSS (``resource.getrusage``; it includes the file pages of the memory maps, which
+  are page cache, not allocations) and the peak anonymous RSS sampled from /proc.
+
+Usage: bench/bench_decode.py [STORE_DIR] [--size BYTES] [--body-size N] [--skip-walk]
+       [--skip-decode] [--profile]
+Targets (issue 2): full decode >= 200,000 msg/s, boundary walk >= 1,000,000 records/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def rss_anon_kib() -> int:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+class AnonSampler:
+    """Samples RssAnon every 50 ms in a thread (the GIL makes it cheap: it mostly sleeps)."""
+
+    def __init__(self) -> None:
+        self.peak = rss_anon_kib()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, rss_anon_kib())
+
+    def __enter__(self) -> "AnonSampler":
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+        self.peak = max(self.peak, rss_anon_kib())
+
+
+def ensure_store(root: Path, size: int, body_size: int) -> dict:
+    from rmqtool.recovery.synth import write_synthetic_store
+
+    cl = root / "commitlog"
+    if cl.is_dir() and any(cl.iterdir()):
+        total = sum(p.stat().st_size for p in cl.iterdir())
+        print(f"reusing {root} ({total / 2**20:.0f} MiB of commitlog files)")
+        return {}
+    t0 = time.perf_counter()
+    file_size = 1 << 30 if size >= (1 << 30) else max(1 << 20, size)
+    s = write_synthetic_store(root, total_bytes=size, file_size=file_size, body_size=body_size)
+    dt = time.perf_counter() - t0
+    print(f"built {root}: {s['messages']:,} messages, {s['files']} file(s), {s['bytes'] / 2**20:.0f} MiB in {dt:.1f} s")
+    return s
+
+
+def bench_walk(store_root: Path) -> tuple[int, int, float]:
+    from rmqtool.recovery.scan import boundary_walk
+    from rmqtool.recovery.store import Store
+
+    store = Store.open(store_root)
+    n = 0
+    nbytes = 0
+    t0 = time.perf_counter()
+    for f in store.commitlog:
+        with store.map(f) as mf:
+            last = 0
+            for pos, total, _magic in boundary_walk(mf.buf, mf.size):
+                n += 1
+                last = pos + total
+            nbytes += last
+    return n, nbytes, time.perf_counter() - t0
+
+
+def bench_decode(store_root: Path, profile_run: bool) -> tuple[int, int, float]:
+    from rmqtool import cmd_dump
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.versions import BrokerProfile
+
+    store = Store.open(store_root)
+    prof = BrokerProfile.for_version("4.9.4")
+    counted = {"n": 0, "bytes": 0}
+
+    def counting(records):  # type: ignore[no-untyped-def]
+        for r in records:
+            if r.get("type") == "message":
+                counted["n"] += 1
+                counted["bytes"] += r["total_size"]
+            yield r
+
+    with open(os.devnull, "w", encoding="utf-8") as out:
+        t0 = time.perf_counter()
+        records = counting(cmd_dump.commitlog_records(store, prof))
+        if profile_run:
+            import cProfile
+            import pstats
+
+            pr = cProfile.Profile()
+            pr.enable()
+            cmd_dump.output(records, "jsonl", cmd_dump.COMMITLOG_COLUMNS, None, "commitlog", out=out)
+            pr.disable()
+            pstats.Stats(pr, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+        else:
+            cmd_dump.output(records, "jsonl", cmd_dump.COMMITLOG_COLUMNS, None, "commitlog", out=out)
+        dt = time.perf_counter() - t0
+    return counted["n"], counted["bytes"], dt
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("store", nargs="?", help="store directory to build or reuse (default: a temporary one)")
+    ap.add_argument("--size", type=int, default=1 << 30, help="commitlog bytes to build (default 1 GiB)")
+    ap.add_argument("--body-size", type=int, default=1024)
+    ap.add_argument("--skip-walk", action="store_true")
+    ap.add_argument("--skip-decode", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="cProfile the decode (slower; top 25 to stderr)")
+    args = ap.parse_args()
+
+    tmp = None
+    if args.store:
+        root = Path(args.store)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="rmqtool-bench-")
+        root = Path(tmp.name)
+    try:
+        ensure_store(root, args.size, args.body_size)
+        with AnonSampler() as sampler:
+            if not args.skip_walk:
+                n, b, dt = bench_walk(root)
+                print(f"boundary walk: {n:,} records in {dt:.2f} s = {n / dt:,.0f} records/s, {b / dt / 1e6:,.0f} MB/s")
+            if not args.skip_decode:
+                n, b, dt = bench_decode(root, args.profile)
+                print(f"full decode to jsonl (/dev/null): {n:,} messages in {dt:.2f} s = {n / dt:,.0f} msg/s, {b / dt / 1e6:,.0f} MB/s")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(f"peak RSS: {peak / 1024:,.0f} MiB (includes mapped file pages); peak anonymous RSS: {sampler.peak / 1024:,.0f} MiB")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
