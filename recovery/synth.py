@@ -265,8 +265,8 @@ def write_synthetic_store(
                 chunk += build_blank(file_size - pos)
                 blanks += 1
                 f.write(chunk)
-                if progress:
-                    progress(len(chunk))
+                if progress:  # the whole rest of the file is consumed
+                    progress(len(chunk) + file_size - pos - 8)
                 chunk = bytearray()
                 f.truncate(file_size)
                 f.close()
