@@ -1,0 +1,95 @@
+"""Man pages and help: every registered command has man/rmqtool-<name>.1 naming every
+click option of the command and its subcommands, and every --help exits 0."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from typing import Iterator
+
+import click
+import pytest
+
+from rmqtool.cli import COMMANDS, _module_exists, run
+
+MAN = Path(__file__).resolve().parent.parent / "man"
+SECTIONS = ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "EXIT STATUS", "FILES", "EXAMPLES")
+AVAILABLE = sorted(name for name, mod in COMMANDS.items() if _module_exists(mod))
+
+
+def roff_text(path: Path) -> str:
+    """The page with roff escapes for hyphens and fonts removed."""
+    text = path.read_text(encoding="utf-8")
+    text = text.replace("\\-", "-").replace("\\(dq", '"')
+    return re.sub(r"\\f[BIRP]", "", text)
+
+
+def walk(cmd: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            yield from walk(sub, path + (name,))
+
+
+def option_names(cmd: click.Command) -> list[str]:
+    out = []
+    for p in cmd.params:
+        if isinstance(p, click.Option):
+            out += [o for o in p.opts + p.secondary_opts if o.startswith("--")]
+    return out
+
+
+def test_dump_is_registered() -> None:
+    assert "dump" in AVAILABLE
+
+
+@pytest.mark.parametrize("name", AVAILABLE)
+def test_man_page_lists_every_option(name: str) -> None:
+    page = MAN / f"rmqtool-{name}.1"
+    assert page.is_file(), f"missing {page}"
+    text = roff_text(page)
+    for section in SECTIONS:
+        assert re.search(rf"^\.SH {section}\b", text, re.M), f"{page.name}: no {section} section"
+    command = importlib.import_module(COMMANDS[name]).command
+    missing = []
+    for path, cmd in walk(command):
+        for opt in option_names(cmd):
+            if not re.search(re.escape(opt) + r"(?![\w-])", text):
+                missing.append((" ".join(path) or name, opt))
+        for path_part in path:
+            assert path_part in text
+    assert not missing, f"{page.name} does not document {missing}"
+
+
+@pytest.mark.parametrize("name", AVAILABLE)
+def test_man_exit_status_table(name: str) -> None:
+    text = roff_text(MAN / f"rmqtool-{name}.1")
+    block = text[text.index(".SH EXIT STATUS") :]
+    block = block[: block.index(".SH", 3)]
+    for code in ("0", "1", "2", "4", "8", "130"):
+        assert re.search(rf"^\.B {code}$", block, re.M), f"exit code {code} missing"
+
+
+def test_overview_page() -> None:
+    text = roff_text(MAN / "rmqtool.1")
+    for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "COMMANDS", "EXIT STATUS", "FILES"):
+        assert f".SH {section}" in text
+    for name in COMMANDS:
+        assert f".B {name}" in text, name
+    for code in ("0", "1", "2", "4", "8", "130"):
+        assert f".B {code}\n" in text
+    for opt in ("--version", "--help"):
+        assert opt in text
+
+
+def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["--help"]) == 0
+    assert "dump" in capsys.readouterr().out
+    for name in AVAILABLE:
+        command = importlib.import_module(COMMANDS[name]).command
+        for path, _cmd in walk(command):
+            argv = [name, *path, "--help"]
+            assert run(argv) == 0, argv
+            out = capsys.readouterr().out
+            assert "Usage:" in out, argv
