@@ -1,0 +1,2163 @@
+"""Offline, read-only integrity check of a whole store (``rmqtool verify``).
+
+Every problem becomes a :class:`Finding` with a stable code from :data:`CODES`; nothing
+here prints. The checks, in order:
+
+* **layout** - the file name/size sequence of every directory (``Store.issues``).
+* **commitlog** - each file is walked like the broker's recovery walk
+  (``CommitLog.checkMessageAndReturnSize`` per record, CRC on, RECOVERY.md §2, §4): where the
+  walk stops, and what lies after (zeros, garbage, intact records). After a stop the walk
+  goes on in *salvage* mode (resync: magic, the record validates, PHYSICALOFFSET equals
+  file base + position) and every intact record beyond the damage is counted. Per record:
+  the stored PHYSICALOFFSET, SYSFLAG bits, the properties' encoding and the 5.2+
+  ``__CRC32#`` whole-record CRC when present.
+* **consumequeue** - every unit against the record it points to (numpy, gathered at the
+  units' offsets with ``searchsorted``), holes, fill-blank units, and commitlog messages
+  missing from their queue (dispatch lag when the broker's own start-up would dispatch
+  them, RECOVERY.md §4, §5, §9.5).
+* **index** - header, slots and hash chains (vectorised pointer jumping), every entry
+  against the keys of the record it points to (``formats.javahash`` in batches), and
+  messages missing from the index.
+* **checkpoint** - decoded and compared with the data; the recovery outlook says where
+  normal and abnormal recovery would start and how much they would scan (RECOVERY.md §4,
+  §5.1, STORE_FORMAT §16).
+* **lock/abort** - a broker holding the lock, an abort file, an unfinished rmqtool
+  transaction.
+
+The commitlog walk is the hot loop. It runs per *part* (a range of one file, 64 MiB by
+default) so that ``jobs`` processes share big files too; a part other than the first of a
+file starts by resyncing, and the parts are stitched back into exactly the sequential walk
+(a part whose start does not continue the chain of the part before is recomputed). Inside a
+part, record boundaries are found with one ``struct`` unpack per record, every header field
+is then gathered with numpy, bodies are checked with ``zlib.crc32``, and only TAGS, KEYS,
+UNIQ_KEY (and DELAY on the schedule topic) are looked up, with ``bytes.rfind``. Any record
+this fast path does not accept is decided by :func:`recovery.check.check_record`, so the
+outcome is the broker's.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..formats import commitlog as cl
+from ..formats import consumequeue as cqf
+from ..formats import indexfile as ixf
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
+from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
+from ..formats.properties import parse_properties, parse_properties_legacy, decode_crc32_digits
+from ..formats.schema import fixed_struct
+from . import check as ck
+from .store import Store, StoreFile
+from .versions import BrokerProfile
+
+Progress = Callable[[int], None]
+
+ERROR = "error"
+WARNING = "warning"
+
+# ---------------------------------------------------------------------------------------
+# The finding codes: code -> (severity, meaning). man/rmqtool-verify.1 lists exactly these.
+
+CODES: dict[str, tuple[str, str]] = {
+    # layout (recovery.store.Store.issues)
+    "FILE_STRAY": (ERROR, "an entry in commitlog/ or in a queue directory that is not an offset-named file (a directory, or a name that is not a decimal offset): the broker fails to load the store"),
+    "FILE_IGNORED": (WARNING, "an entry the broker ignores: a queue directory whose name is not an int, a file where a topic directory belongs, a directory or non-numeric name in index/"),
+    "FILE_MISNAMED": (WARNING, "an offset-named file whose name is not 20 digits"),
+    "FILE_ZERO_LENGTH": (ERROR, "a zero-length commitlog, consume queue or index file: the broker fails to load the store, and its range holds no data"),
+    "FILE_ZERO_LENGTH_LAST": (WARNING, "a zero-length last file of its directory, which 5.1.3 and later delete at load"),
+    "FILE_WRONG_SIZE": (ERROR, "a file whose length is not the mapped file size (a truncated or extended file): the broker fails to load the store"),
+    "FILE_GAP": (ERROR, "a missing range between two files of a directory (a missing file)"),
+    "FILE_OVERLAP": (ERROR, "two files of a directory whose ranges overlap"),
+    "FILE_MISALIGNED": (WARNING, "a file whose start offset is not a multiple of the mapped file size"),
+    # commitlog records
+    "CL_BAD_MAGIC": (ERROR, "the record walk stops at a record whose magic is neither a message nor BLANK"),
+    "CL_V2_UNSUPPORTED": (ERROR, "a V2 record (5.1.0+ magic), which the emulated broker version cannot read: its walk stops there"),
+    "CL_TRUNCATED_RECORD": (ERROR, "a record that runs past the end of its file"),
+    "CL_BAD_LENGTH": (ERROR, "a negative TOTALSIZE or topic length, or a field longer than the whole record"),
+    "CL_SIZE_MISMATCH": (ERROR, "TOTALSIZE differs from the length computed from the record's fields"),
+    "CL_BODY_CRC": (ERROR, "the body CRC (crc32 & 0x7FFFFFFF) does not match the body"),
+    "CL_BAD_DELAY_LEVEL": (ERROR, "a SCHEDULE_TOPIC_XXXX record whose DELAY property is not an int: the broker rejects the record"),
+    "CL_BAD_INNER_BATCH": (ERROR, "a 5.x inner-batch record whose INNER_NUM/INNER_BASE are not numbers"),
+    "CL_PROP_CRC": (ERROR, "the 5.2+ __CRC32# property does not match the record bytes"),
+    "CL_PHYS_OFFSET_MISMATCH": (ERROR, "a record's stored PHYSICALOFFSET differs from file base + position (queues and index point at the stored value)"),
+    "CL_DATA_AFTER_END": (ERROR, "the record walk ends (all-zero header, or end of a file without BLANK) but intact records follow: a zeroed or lost region inside the data; recovery cuts everything after it"),
+    "CL_TORN_TAIL": (WARNING, "after a crash (abort present), the last record of the data is incomplete or garbled; recovery cuts it"),
+    "CL_GARBAGE_AFTER_END": (WARNING, "non-zero bytes after the end of the data that hold no intact record"),
+    "CL_SALVAGEABLE_RECORDS": (WARNING, "intact records found beyond a point where the record walk stops (how many, where, and how many the broker's recovery throws away)"),
+    "CL_BAD_BLANK": (WARNING, "a BLANK end-of-file record whose TOTALSIZE is not the rest of the file"),
+    "CL_SYSFLAG": (WARNING, "SYSFLAG with unknown bits, an invalid compression type, or inner-batch bits on a 4.x store"),
+    "CL_PROPERTIES": (WARNING, "a properties string that is not valid UTF-8 or has entries the broker's parser drops"),
+    "CL_QUEUE_OFFSET": (WARNING, "QUEUEOFFSET values of a queue that do not advance by one in commitlog order"),
+    # consume queues
+    "CQ_HOLE": (ERROR, "an all-zero unit before the queue's last valid unit: the broker's queue recovery truncates the queue there"),
+    "CQ_BAD_UNIT": (ERROR, "an invalid unit (negative offset or non-positive size) that is not the end marker, or a fill-blank unit after real units"),
+    "CQ_BAD_POINTER": (ERROR, "a unit whose commitlog offset is not the start of any record"),
+    "CQ_WRONG_RECORD": (ERROR, "a unit pointing at a record of another topic/queue, or with another size or queue offset"),
+    "CQ_TAGS_CODE": (ERROR, "a unit whose tagsCode is not the hash of the record's TAGS (or the delivery time on SCHEDULE_TOPIC_XXXX)"),
+    "CQ_TAGS_CODE_Q1": (WARNING, "a SCHEDULE_TOPIC_XXXX unit with the TAGS-hash tagsCode that 4.9.2-4.9.8 write during abnormal recovery (quirk Q1)"),
+    "CQ_PAST_END": (ERROR, "a unit pointing past the end of the commitlog data (the message is gone)"),
+    "CQ_BEFORE_MIN": (ERROR, "a unit pointing below the commitlog's first file after units that point at live data"),
+    "CQ_INTO_DAMAGE": (WARNING, "a unit pointing into a damaged or missing commitlog region reported by another finding (the message is lost)"),
+    "CQ_DISPATCH_LAG": (WARNING, "messages missing from their queue that the broker dispatches itself at its next start (a crash left the queue behind the commitlog)"),
+    "CQ_MISSING_MESSAGE": (ERROR, "messages missing from their queue that the broker will not dispatch again"),
+    # index
+    "IDX_HEADER": (ERROR, "an index header inconsistent with its entries (counts, begin/end timestamps or offsets, entries after indexCount)"),
+    "IDX_SLOT_RANGE": (ERROR, "a hash slot or a chain link pointing outside [0, indexCount)"),
+    "IDX_CHAIN_CYCLE": (ERROR, "a chain link that does not point to an older entry (a possible cycle)"),
+    "IDX_CHAIN_BROKEN": (ERROR, "an entry not reachable from the hash slot of its key, or a chain shared or orphaned"),
+    "IDX_BAD_ENTRY": (ERROR, "an entry pointing to no record start, or with a negative key hash"),
+    "IDX_PAST_END": (ERROR, "an entry pointing past the end of the commitlog data"),
+    "IDX_INTO_DAMAGE": (WARNING, "an entry pointing into a damaged or missing commitlog region reported by another finding"),
+    "IDX_WRONG_HASH": (ERROR, "an entry whose key hash matches none of the keys (topic#UNIQ_KEY, topic#KEYS) of the record it points to"),
+    "IDX_TIME_DIFF": (WARNING, "an entry whose timeDiff does not match the record's store timestamp"),
+    "IDX_DISPATCH_LAG": (WARNING, "messages missing from the index that the broker indexes itself at its next start"),
+    "IDX_MISSING_KEYS": (ERROR, "messages (or some of their keys) missing from the index that the broker will not index again"),
+    # checkpoint
+    "CKPT_MISSING": (WARNING, "no checkpoint file (the broker creates a zero one; an abnormal recovery then scans every commitlog file)"),
+    "CKPT_SIZE": (WARNING, "a checkpoint file whose size is not 4096 bytes"),
+    "CKPT_ZERO": (ERROR, "an all-zero checkpoint on a store with data that was shut down cleanly: it was lost or overwritten"),
+    "CKPT_AHEAD": (WARNING, "checkpoint values beyond the data (a timestamp newer than every record, or a confirm offset past the end): flushed data is missing"),
+    # store state
+    "STORE_LOCKED": (WARNING, "a process holds store/lock: a broker seems to be running (results may be inconsistent)"),
+    "STORE_ABORT": (WARNING, "the abort file is present: the broker did not shut down cleanly and runs abnormal recovery at its next start"),
+    "STORE_PENDING_JOURNAL": (WARNING, "an unfinished rmqtool transaction journal (run rmqtool recover to finish or roll it back)"),
+}
+
+
+def severity_of(code: str) -> str:
+    return CODES[code][0]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: a stable code, its severity, where, and a one-line explanation."""
+
+    code: str
+    severity: str
+    file: str | None
+    pos: int | None
+    physical_offset: int | None
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code, "severity": self.severity, "file": self.file, "pos": self.pos,
+            "physical_offset": self.physical_offset, "message": self.message, "details": dict(self.details),
+        }
+
+
+def finding(code: str, file: str | None, pos: int | None, physical_offset: int | None, message: str, **details: Any) -> Finding:
+    return Finding(code, CODES[code][0], file, _int_or_none(pos), _int_or_none(physical_offset), message.replace("\n", " "), details)
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+@dataclass
+class CheckSummary:
+    """Counts for one check (one row of the summary table)."""
+
+    name: str
+    items: int = 0
+    errors: int = 0
+    warnings: int = 0
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return "error" if self.errors else "warning" if self.warnings else "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "items": self.items, "errors": self.errors,
+                "warnings": self.warnings, "stats": self.stats}
+
+
+@dataclass
+class VerifyReport:
+    store: str
+    broker_version: str
+    checks: list[CheckSummary]
+    findings: list[Finding]
+    summary: dict[str, Any]
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for f in self.findings if f.severity == ERROR)
+
+    @property
+    def warnings(self) -> int:
+        return sum(1 for f in self.findings if f.severity == WARNING)
+
+    def problems(self, strict: bool = False) -> bool:
+        """True when the report means "problems found": any error, or any warning with strict."""
+        return self.errors > 0 or (strict and self.warnings > 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"store": self.store, "broker_version": self.broker_version,
+                "checks": [c.to_dict() for c in self.checks],
+                "findings": [f.to_dict() for f in self.findings], "summary": self.summary}
+
+
+# ---------------------------------------------------------------------------------------
+# Commitlog scanning core (runs in worker processes too: module-level, picklable results).
+
+MAIN, SALVAGED, DAMAGED = 1, 2, 4
+PHYS = "PHYSICAL_OFFSET_MISMATCH"  # salvage-mode stop: a record whose PHYSICALOFFSET is not its position
+# outcomes of check_record where the record itself is readable and its size trustworthy
+_INTACT_FAILURES = frozenset({ck.CRC, ck.DELAY_PARSE, ck.INNER_BATCH, ck.PROP_CRC})
+DEFAULT_PART_SIZE = 64 << 20
+_SCHEDULE = ck.SCHEDULE_TOPIC.encode()
+_CRC_TAG = b"__CRC32#\x01"
+_MASK31 = 0x7FFFFFFF
+_ZBLOCK = 1 << 20
+
+_STRUCT_CODES = {"b": "i1", "B": "u1", "h": ">i2", "H": ">u2", "i": ">i4", "I": ">u4", "l": ">i4", "L": ">u4", "q": ">i8", "Q": ">u8"}
+
+
+def _header_dtype(hosts: int) -> tuple[np.dtype, int]:
+    """numpy dtype of the fixed message header (up to BODYLENGTH) for a host layout,
+    derived from the MESSAGE_V1 schema (V2 has the same header)."""
+    st, names = fixed_struct(cl.MESSAGE_V1, {"sys_flag": hosts})
+    fmt = st.format[1:] if st.format[:1] in "<>!=@" else st.format
+    fields = []
+    num = ""
+    it = iter(names)
+    for ch in fmt:
+        if ch.isdigit():
+            num += ch
+            continue
+        name = next(it).replace(".", "_")
+        fields.append((name, f"S{num}" if ch == "s" else _STRUCT_CODES[ch]))
+        num = ""
+    dt = np.dtype(fields)
+    if dt.itemsize != st.size:
+        raise RuntimeError("header dtype does not match the schema")
+    return dt, st.size
+
+
+_HDR = {hosts: _header_dtype(hosts) for hosts in (0x00, 0x10, 0x20, 0x30)}
+_HDR_MAX = max(size for _dt, size in _HDR.values())
+_AR = {n: np.arange(n, dtype=np.int64) for n in (1, 2, 4, 8, 9, _HDR_MAX)}
+
+
+class _Rec:
+    """Per-record column builders of one part (lists of numpy arrays, concatenated once)."""
+
+    __slots__ = ("cols", "topics", "topic_ids", "key_idx", "key_hash", "anomalies", "count")
+
+    NAMES = ("pos", "total", "queue_id", "queue_offset", "phys", "sys_flag", "store_ts", "tid", "tags", "flags")
+    DTYPES = (np.int64, np.int32, np.int32, np.int64, np.int64, np.int32, np.int64, np.int32, np.int64, np.uint8)
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[np.ndarray]] = {n: [] for n in self.NAMES}
+        self.topics: list[str] = []
+        self.topic_ids: dict[bytes, int] = {}
+        self.key_idx: list[np.ndarray] = []
+        self.key_hash: list[np.ndarray] = []
+        self.anomalies: list[tuple[str, int, str, dict[str, Any]]] = []  # (code, pos, message, details)
+        self.count = 0
+
+    def tid(self, raw: bytes) -> int:
+        t = self.topic_ids.get(raw)
+        if t is None:
+            t = self.topic_ids[raw] = len(self.topics)
+            self.topics.append(raw.decode("utf-8", "replace"))
+        return t
+
+    def add(self, **cols: np.ndarray) -> None:
+        n = len(cols["pos"])
+        for name, dt in zip(self.NAMES, self.DTYPES):
+            self.cols[name].append(np.asarray(cols[name], dtype=dt))
+        self.count += n
+
+    def add_keys(self, local_idx: np.ndarray, hashes: np.ndarray) -> None:
+        if len(local_idx):
+            self.key_idx.append(local_idx.astype(np.int64))
+            self.key_hash.append(hashes.astype(np.int32))
+
+    def freeze(self) -> dict[str, np.ndarray]:
+        out = {}
+        for name, dt in zip(self.NAMES, self.DTYPES):
+            parts = self.cols[name]
+            out[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dt)
+        out["key_idx"] = np.concatenate(self.key_idx) if self.key_idx else np.zeros(0, dtype=np.int64)
+        out["key_hash"] = np.concatenate(self.key_hash) if self.key_hash else np.zeros(0, dtype=np.int32)
+        return out
+
+
+@dataclass
+class Gap:
+    """A region of a file holding no intact record: from a stop/failure (``reason``) up to
+    the next intact record (``closed``) or the end of the part/file."""
+
+    start: int
+    end: int
+    reason: str
+    field: str
+    first_nonzero: int  # -1: all zeros
+    closed: bool
+
+
+@dataclass
+class Event:
+    """A point where a record fails a check: the broker's stop (``main``) or a later one."""
+
+    pos: int
+    reason: str
+    field: str
+    size: int
+    kind: str  # "damaged" (record readable, kept) | "gap" (region to the next intact record)
+    main: bool
+    info: dict[str, Any]
+
+
+@dataclass
+class Part:
+    """What one worker found in [start, stop) of a file."""
+
+    file_idx: int
+    start: int
+    stop: int
+    mode_in: str
+    first_pos: int | None = None
+    end: int = 0
+    end_mode: str = "B"  # B: broker chain continues at end | S: salvage at a record boundary | SS: inside a gap | done
+    blank: tuple[int, int] | None = None  # (pos, total_size) of the BLANK that ends the file
+    events: list[Event] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+    rec: dict[str, np.ndarray] = field(default_factory=dict)
+    topics: list[str] = field(default_factory=list)
+    anomalies: list[tuple[str, int, str, dict[str, Any]]] = field(default_factory=list)
+    main_phys_ok: bool = True
+
+
+@dataclass
+class ScanOptions:
+    want_keys: bool = True
+    check_props: bool = True
+
+
+class _Ctx:
+    """One mapped file inside a worker."""
+
+    def __init__(self, buf: Any, end: int, base: int, profile: BrokerProfile, opts: ScanOptions) -> None:
+        self.buf = buf
+        self.end = end
+        self.base = base
+        self.profile = profile
+        self.opts = opts
+        self.u8 = np.frombuffer(buf, dtype=np.uint8, count=end) if end else np.zeros(0, dtype=np.uint8)
+        self.mv = memoryview(buf)
+        self.magics = (cl.MAGIC_V1, cl.MAGIC_V2) if profile.accepts_v2 else (cl.MAGIC_V1,)
+        self.tag_codes: dict[bytes, int] = {}
+
+    def release(self) -> None:
+        self.mv.release()
+
+
+def _gather(u8: np.ndarray, idx: np.ndarray, dt: str) -> np.ndarray:
+    """Big-endian integers of dtype ``dt`` read at byte positions ``idx`` (clipped into the
+    buffer, so garbage positions read garbage instead of failing)."""
+    d = np.dtype(dt)
+    n = d.itemsize
+    hi = len(u8) - n
+    if hi < 0:
+        return np.zeros(len(idx), dtype=d.newbyteorder("="))
+    i = np.clip(idx, 0, hi)
+    return u8[i[:, None] + _AR[n]].view(d).reshape(len(idx)).astype(d.newbyteorder("="))
+
+
+def _first_nonzero(u8: np.ndarray, a: int, b: int) -> int:
+    """Position of the first non-zero byte in [a, b), or -1."""
+    while a < b:
+        e = min(b, a + _ZBLOCK)
+        blk = u8[a:e]
+        if blk.any():
+            return a + int(np.argmax(blk != 0))
+        a = e
+    return -1
+
+
+def _resync(ctx: _Ctx, start: int, limit: int) -> int | None:
+    """The first position in [start, limit) holding an intact record: a message magic at
+    +4, a record that validates (CRC on) and whose PHYSICALOFFSET is file base + position.
+    Records are not aligned: every byte is a candidate, found with ``bytes.find``."""
+    buf, end = ctx.buf, ctx.end
+    pats = [struct.pack(">i", m) for m in ctx.magics]
+    pos = start
+    while pos < limit:
+        best = -1
+        for pat in pats:
+            i = buf.find(pat, pos + 4, min(limit + 4, end))
+            if i != -1 and (best == -1 or i < best):
+                best = i
+        if best == -1:
+            return None
+        cand = best - 4
+        if cand >= limit:
+            return None
+        if cand >= start:
+            c = ck.check_record(buf, cand, end, ctx.profile, check_crc=True, read_body=True)
+            if c.is_message and c.rec is not None and c.rec.physical_offset == ctx.base + cand:
+                return cand
+        pos = cand + 1
+    return None
+
+
+def _fast_run(ctx: _Ctx, pos: int, stop: int, salvage: bool, out: _Rec, flag: int) -> tuple[int, ck.Checked | None]:
+    """Walk records from ``pos`` while they start before ``stop``; append every record the
+    broker accepts (in salvage mode also requiring PHYSICALOFFSET == base + position).
+    Returns (position, None) after running past ``stop``, or (position, outcome) of the
+    record where the walk stops (BLANK, END_OF_DATA or a failure)."""
+    buf, end = ctx.buf, ctx.end
+    unpack = cl.PREFIX.unpack_from
+    magics = ctx.magics
+    m1 = magics[0]
+    m2 = magics[-1]
+    poss: list[int] = []
+    sizes: list[int] = []
+    ap = poss.append
+    asz = sizes.append
+    p = pos
+    while p < stop:
+        if p + 8 > end:
+            break
+        total, magic = unpack(buf, p)
+        if (magic != m1 and magic != m2) or total <= 0 or p + total > end:
+            break
+        ap(p)
+        asz(total)
+        p += total
+    n = len(poss)
+    if n == 0:
+        return p, (_event_at(ctx, p) if p < stop else None)
+    P = np.array(poss, dtype=np.int64)
+    T = np.array(sizes, dtype=np.int64)
+    f, cols = _validate(ctx, P, T, salvage)
+    f = _keep(ctx, out, P, T, cols, f, flag)
+    if f < n:
+        return int(P[f]), _event_at(ctx, int(P[f]), salvage)
+    if p < stop:
+        return p, _event_at(ctx, p, salvage)
+    return p, None
+
+
+def _event_at(ctx: _Ctx, pos: int, salvage: bool = False) -> ck.Checked:
+    c = ck.check_record(ctx.buf, pos, ctx.end, ctx.profile, check_crc=True, read_body=True)
+    if c.is_message:
+        # only reachable in salvage mode: a valid record whose PHYSICALOFFSET is elsewhere
+        return ck.Checked(-1, False, PHYS, c.rec, c.props, field="physical_offset")
+    return c
+
+
+def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool) -> tuple[int, dict[str, np.ndarray]]:
+    """Vectorised structure and CRC checks; returns (index of the first record the broker
+    would refuse or len(P), gathered columns)."""
+    u8 = ctx.u8
+    n = len(P)
+    sysf = _gather(u8, P + 36, ">i4")
+    hosts = sysf & 0x30
+    cols: dict[str, np.ndarray] = {}
+    names = ("body_crc", "queue_id", "flag", "queue_offset", "physical_offset", "sys_flag", "store_timestamp", "body_length")
+    for nm in names:
+        cols[nm] = np.zeros(n, dtype=np.int64)
+    hsize = np.zeros(n, dtype=np.int64)
+    L = len(u8)
+    for h in np.unique(hosts):
+        sel = np.flatnonzero(hosts == h)
+        dt, size = _HDR[int(h)]
+        idx = np.minimum(P[sel][:, None] + _AR[_HDR_MAX][:size], L - 1)
+        rows = u8[idx].view(dt).reshape(len(sel))
+        for nm in names:
+            cols[nm][sel] = rows[nm]
+        hsize[sel] = size
+    bl = cols["body_length"]
+    blp = np.maximum(bl, 0)
+    body_pos = P + hsize
+    tl_pos = body_pos + blp
+    magic = _gather(u8, P + 4, ">i4")
+    v2 = magic == cl.MAGIC_V2
+    if v2.any():
+        tl = np.where(v2, _gather(u8, tl_pos, ">i2"), _gather(u8, tl_pos, "i1")).astype(np.int64)
+    else:
+        tl = _gather(u8, tl_pos, "i1").astype(np.int64)
+    tlw = np.where(v2, 2, 1)
+    topic_pos = tl_pos + tlw
+    pl_pos = topic_pos + np.maximum(tl, 0)
+    pl = _gather(u8, pl_pos, ">i2").astype(np.int64)
+    b = np.where(sysf & 0x10, 20, 8)
+    s = np.where(sysf & 0x20, 20, 8)
+    computed = 48 + b + 8 + s + 12 + 4 + blp + tlw + tl + 2 + np.maximum(pl, 0)
+    bad = (computed != T) | (tl < 0)
+    if salvage:
+        bad |= cols["physical_offset"] != ctx.base + P
+    f = int(np.argmax(bad)) if bad.any() else n
+    # body CRC of the records before the first structural failure
+    crc_sel = np.flatnonzero(bl[:f] > 0)
+    if len(crc_sel):
+        mv = ctx.mv
+        crc32 = zlib.crc32
+        starts = body_pos[crc_sel].tolist()
+        lens = bl[crc_sel].tolist()
+        got = np.fromiter((crc32(mv[a : a + ln]) for a, ln in zip(starts, lens)), dtype=np.int64, count=len(starts))
+        crc_bad = (got & _MASK31) != cols["body_crc"][crc_sel]
+        if crc_bad.any():
+            f = int(crc_sel[int(np.argmax(crc_bad))])
+    cols["topic_pos"] = topic_pos
+    cols["topic_len"] = tl
+    cols["props_pos"] = pl_pos + 2
+    cols["props_len"] = pl
+    return f, cols
+
+
+def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np.ndarray], n: int, flag: int) -> int:
+    """Topics, TAGS/KEYS/UNIQ_KEY and the property checks of the first ``n`` validated
+    records; append them to ``out``. Returns n, or the index of the first record the
+    broker refuses for its properties (DELAY on the schedule topic, 5.x inner batch)."""
+    if n == 0:
+        return 0
+    buf = ctx.buf
+    prof = ctx.profile
+    opts = ctx.opts
+    want_keys = opts.want_keys
+    check_props = opts.check_props
+    new_parser = prof.new_properties_parser
+    is5 = prof.is_5x
+    tpos = cols["topic_pos"][:n].tolist()
+    tlen = cols["topic_len"][:n].tolist()
+    ppos = cols["props_pos"][:n].tolist()
+    plen = cols["props_len"][:n].tolist()
+    sts = cols["store_timestamp"]
+    tid_of = out.tid
+    topic_ids = out.topic_ids
+    tag_codes = ctx.tag_codes
+    tids = np.empty(n, dtype=np.int32)
+    tags = np.zeros(n, dtype=np.int64)
+    key_i: list[int] = []
+    key_s: list[str] = []
+    topic_strs = out.topics
+    stop_at = n
+    base = ctx.base
+    for i in range(n):
+        a = tpos[i]
+        tb = buf[a : a + tlen[i]]
+        t = topic_ids.get(tb)
+        if t is None:
+            t = tid_of(tb)
+        tids[i] = t
+        ln = plen[i]
+        if ln <= 0:
+            continue
+        a = ppos[i]
+        pb = buf[a : a + ln]
+        if not new_parser or (is5 and b"INNER_" in pb):
+            r = _slow_props(ctx, pb, tb, int(sts[i]), int(P[i]))
+            if r is None:
+                stop_at = i
+                break
+            tags[i], keys = r
+            if want_keys:
+                for k in keys:
+                    key_i.append(i)
+                    key_s.append(topic_strs[t] + "#" + k)
+            continue
+        if check_props:
+            _check_props(out, pb, base + int(P[i]), int(P[i]))
+        # TAGS (later duplicates win: rfind; an empty value is dropped by the parser)
+        j = pb.rfind(b"\x02TAGS\x01")
+        if j >= 0:
+            j += 6
+        elif pb[:5] == b"TAGS\x01":
+            j = 5
+        if j >= 0:
+            e = pb.find(b"\x02", j)
+            tv = pb[j:] if e < 0 else pb[j:e]
+            if not tv:
+                r = _slow_props(ctx, pb, tb, int(sts[i]), int(P[i]))
+                if r is None:
+                    stop_at = i
+                    break
+                tags[i], keys = r
+                if want_keys:
+                    for k in keys:
+                        key_i.append(i)
+                        key_s.append(topic_strs[t] + "#" + k)
+                continue
+            c = tag_codes.get(tv)
+            if c is None:
+                c = tag_codes[tv] = java_hash(tv.decode("utf-8", "replace"))
+            tags[i] = c
+        if tb == _SCHEDULE:
+            r = _slow_props(ctx, pb, tb, int(sts[i]), int(P[i]))
+            if r is None:
+                stop_at = i
+                break
+            tags[i] = r[0]
+        if want_keys:
+            tp = topic_strs[t] + "#"
+            j = pb.rfind(b"\x02UNIQ_KEY\x01")
+            if j >= 0:
+                j += 10
+            elif pb[:9] == b"UNIQ_KEY\x01":
+                j = 9
+            if j >= 0:
+                e = pb.find(b"\x02", j)
+                v = pb[j:] if e < 0 else pb[j:e]
+                if v:
+                    key_i.append(i)
+                    key_s.append(tp + v.decode("utf-8", "replace"))
+                else:
+                    key_i, key_s = _slow_keys(pb, i, tp, key_i, key_s, new_parser)
+                    continue
+            j = pb.rfind(b"\x02KEYS\x01")
+            if j >= 0:
+                j += 6
+            elif pb[:5] == b"KEYS\x01":
+                j = 5
+            if j >= 0:
+                e = pb.find(b"\x02", j)
+                v = pb[j:] if e < 0 else pb[j:e]
+                if v:
+                    for k in v.decode("utf-8", "replace").split(" "):
+                        if k:
+                            key_i.append(i)
+                            key_s.append(tp + k)
+                else:
+                    key_i, key_s = _slow_keys(pb, i, tp, key_i, key_s, new_parser)
+    n = stop_at
+    if n == 0:
+        return 0
+    flags = np.full(n, flag, dtype=np.uint8)
+    out.add(pos=P[:n], total=T[:n], queue_id=cols["queue_id"][:n], queue_offset=cols["queue_offset"][:n],
+            phys=cols["physical_offset"][:n], sys_flag=cols["sys_flag"][:n], store_ts=cols["store_timestamp"][:n],
+            tid=tids[:n], tags=tags[:n], flags=flags)
+    base_idx = out.count - n
+    if want_keys and key_i:
+        ki = np.array(key_i, dtype=np.int64)
+        keep = ki < n
+        if not keep.all():
+            ki = ki[keep]
+            key_s = [k for k, m in zip(key_s, keep.tolist()) if m]
+        out.add_keys(ki + base_idx, index_hash_batch(java_hash_batch(key_s)))
+    _prop_crc_scan(ctx, out, P[:n], T[:n], cols["props_len"][:n])
+    return n
+
+
+def _slow_props(ctx: _Ctx, pb: bytes, tb: bytes, store_ts: int, pos: int) -> tuple[int, list[str]] | None:
+    """The full property parse for records the fast path does not handle: returns
+    (tagsCode, index keys) or None when the broker refuses the record."""
+    prof = ctx.profile
+    text = pb.decode("utf-8", "replace")
+    props = parse_properties(text) if prof.new_properties_parser else parse_properties_legacy(text)
+    code = 0
+    t = props.get("TAGS")
+    if t:
+        code = java_hash(t)
+    if tb == _SCHEDULE and "DELAY" in props:
+        level = ck.java_parse_int(props["DELAY"])
+        if level is None:
+            return None
+        level = min(level, prof.max_delay_level)
+        if level > 0:
+            code = store_ts + prof.delay_millis(level)
+    if prof.is_5x and "INNER_NUM" in props and "INNER_BASE" in props:
+        if ck.java_parse_int(props["INNER_NUM"]) is None or not ck._java_long(props["INNER_BASE"]):
+            return None
+    keys: list[str] = []
+    u = props.get("UNIQ_KEY")
+    if u is not None:
+        keys.append(u)
+    k = props.get("KEYS")
+    if k:
+        keys.extend(x for x in k.split(" ") if x)
+    return code, keys
+
+
+def _slow_keys(pb: bytes, i: int, tp: str, key_i: list[int], key_s: list[str], new_parser: bool) -> tuple[list[int], list[str]]:
+    """Index keys of a record whose UNIQ_KEY/KEYS need the full parser (empty values);
+    replaces whatever the fast path appended for record ``i``."""
+    while key_i and key_i[-1] == i:
+        key_i.pop()
+        key_s.pop()
+    text = pb.decode("utf-8", "replace")
+    props = parse_properties(text) if new_parser else parse_properties_legacy(text)
+    u = props.get("UNIQ_KEY")
+    if u is not None:
+        key_i.append(i)
+        key_s.append(tp + u)
+    k = props.get("KEYS")
+    if k:
+        for x in k.split(" "):
+            if x:
+                key_i.append(i)
+                key_s.append(tp + x)
+    return key_i, key_s
+
+
+_NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
+_ALTERNATING = b"\x01\x02" * 4096
+
+
+def _check_props(out: _Rec, pb: bytes, phys: int, pos: int) -> None:
+    """Properties encoding: valid UTF-8, and no entry the broker's parser drops (an entry
+    with an empty name or value, or without a name/value separator). Fast test: the
+    separators alone must alternate 01 02 01 02 ... with no empty name or value; anything
+    else is parsed."""
+    if not pb.isascii():
+        try:
+            pb.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            out.anomalies.append(("CL_PROPERTIES", pos, f"properties are not valid UTF-8 (byte {exc.start} of the properties)", {"reason": "utf8"}))
+            return
+    seps = pb.translate(None, _NOT_SEPARATORS)
+    if (seps == _ALTERNATING[: len(seps)] and b"\x01\x02" not in pb and b"\x02\x01" not in pb
+            and pb[:1] != b"\x01" and pb[-1:] != b"\x01"):
+        return
+    dropped = 0
+    for seg in pb.decode("utf-8", "replace").split("\x02"):
+        k = seg.find("\x01")
+        if seg and not (0 < k < len(seg) - 1):
+            dropped += 1
+    if dropped:
+        out.anomalies.append(("CL_PROPERTIES", pos, f"{dropped} propert{'y' if dropped == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": dropped}))
+
+
+def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.ndarray) -> None:
+    """The 5.2+ ``__CRC32#`` tail: crc32(record[0 : TOTALSIZE-20]) & 0x7FFFFFFF, its digits
+    stored least significant first (STORE_FORMAT §7.1). Checked wherever present."""
+    cand = np.flatnonzero(pl >= cl.CRC32_RESERVED_LEN)
+    if not len(cand):
+        return
+    u8 = ctx.u8
+    tail = P[cand] + T[cand] - cl.CRC32_RESERVED_LEN
+    head = u8[np.clip(tail, 0, len(u8) - 9)[:, None] + _AR[9]]
+    last = u8[np.clip(P[cand] + T[cand] - 1, 0, len(u8) - 1)]
+    tag = np.frombuffer(_CRC_TAG, dtype=np.uint8)
+    hit = cand[(head == tag).all(axis=1) & (last == 2)]
+    buf = ctx.buf
+    for i in hit.tolist():
+        p = int(P[i])
+        t = int(T[i])
+        at = p + t - cl.CRC32_RESERVED_LEN
+        stored = decode_crc32_digits(buf[at + 9 : at + 19].decode("latin-1"))
+        computed = zlib.crc32(ctx.mv[p:at]) & _MASK31
+        if stored != computed:
+            out.anomalies.append(("CL_PROP_CRC", p, f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}", {"stored": stored, "computed": computed}))
+
+
+@dataclass(frozen=True)
+class PartTask:
+    """The work of one part: a byte range of one commitlog file and how to enter it."""
+
+    path: str
+    file_idx: int
+    base: int
+    end: int  # readable bytes: min(file length, mapped size)
+    start: int
+    stop: int
+    mode: str  # B: the broker chain starts at ``start`` | BS: search the chain from ``start`` | S/SS: salvage (at a record / inside a gap)
+    profile: BrokerProfile
+    opts: ScanOptions
+
+
+def scan_part(task: PartTask) -> Part:
+    """Worker entry: open the file read-only and scan one part."""
+    import mmap
+
+    part = Part(task.file_idx, task.start, task.stop, task.mode)
+    if task.end <= 0:
+        part.end, part.end_mode = task.stop, "done"
+        return part
+    fd = os.open(task.path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        end = min(task.end, size)
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    ctx = _Ctx(mm, end, task.base, task.profile, task.opts)
+    try:
+        _scan(ctx, task, part)
+    finally:
+        ctx.release()
+        del ctx
+        try:
+            mm.close()
+        except BufferError:
+            pass
+    return part
+
+
+def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
+    out = _Rec()
+    pos = task.start
+    stop = min(task.stop, ctx.end)
+    mode = task.mode
+    if mode in ("BS", "SS"):
+        q = _resync(ctx, pos, stop)
+        part.first_pos = q
+        gap_end = stop if q is None else q
+        if gap_end > pos:
+            part.gaps.append(Gap(pos, gap_end, "", "", _first_nonzero(ctx.u8, pos, gap_end), q is not None))
+        if q is None:
+            _finish(part, out, max(stop, task.stop), "SS")
+            return
+        pos = q
+        mode = "B" if mode == "BS" else "S"
+    elif mode == "S":
+        pass
+    while pos < stop:
+        main = mode == "B"
+        pos, c = _fast_run(ctx, pos, stop, not main, out, MAIN if main else SALVAGED)
+        if c is None:
+            break
+        mode = "S"
+        if c.is_blank:
+            total, _m = cl.PREFIX.unpack_from(ctx.buf, pos)
+            part.blank = (pos, int(total))
+            part.events.append(Event(pos, ck.BLANK, "", int(total), "blank", main, {"total_size": int(total)}))
+            _finish(part, out, ctx.end, "done")
+            return
+        if c.reason in _INTACT_FAILURES and c.rec is not None:
+            part.events.append(Event(pos, c.reason, c.field, c.rec.total_size, "damaged", main, _rec_info(c)))
+            _add_damaged(ctx, out, pos, c)
+            pos += c.rec.total_size
+            continue
+        q = _resync(ctx, pos + 1, stop)
+        gap_end = stop if q is None else q
+        part.events.append(Event(pos, c.reason, c.field, c.size, "gap", main, _rec_info(c)))
+        part.gaps.append(Gap(pos, gap_end, c.reason, c.field, _first_nonzero(ctx.u8, pos, gap_end), q is not None))
+        if q is None:
+            _finish(part, out, max(stop, task.stop), "SS")
+            return
+        pos = q
+    _finish(part, out, pos if pos >= stop else stop, mode)
+
+
+def _finish(part: Part, out: _Rec, end: int, end_mode: str) -> None:
+    part.end = end
+    part.end_mode = end_mode
+    part.rec = out.freeze()
+    part.topics = out.topics
+    part.anomalies = out.anomalies
+
+
+def _rec_info(c: ck.Checked) -> dict[str, Any]:
+    r = c.rec
+    if r is None:
+        return {}
+    return {"topic": r.topic, "queue_id": r.queue_id, "queue_offset": r.queue_offset, "total_size": r.total_size,
+            "physical_offset_field": r.physical_offset, "store_timestamp": r.store_timestamp}
+
+
+def _add_damaged(ctx: _Ctx, out: _Rec, pos: int, c: ck.Checked) -> None:
+    """A record that fails a content check (CRC, DELAY, inner batch) but is readable: keep
+    it in the record table (queues and index legitimately point at it)."""
+    c2 = ck.check_record(ctx.buf, pos, ctx.end, ctx.profile, check_crc=False, read_body=True)
+    r = c.rec if c2.rec is None else c2.rec
+    assert r is not None
+    at = r.body_pos + max(r.body_length, 0) + (2 if r.magic == cl.MAGIC_V2 else 1)
+    tid = out.tid(bytes(ctx.buf[at : at + r.topic_length]))
+    props = c2.props if c2.props is not None else (c.props or {})
+    code = java_hash(props["TAGS"]) if props.get("TAGS") else 0
+    if c2.is_message:
+        code = c2.tags_code
+    out.add(pos=np.array([pos]), total=np.array([r.total_size]), queue_id=np.array([r.queue_id]),
+            queue_offset=np.array([r.queue_offset]), phys=np.array([r.physical_offset]), sys_flag=np.array([r.sys_flag]),
+            store_ts=np.array([r.store_timestamp]), tid=np.array([tid]), tags=np.array([code]), flags=np.array([DAMAGED]))
+    if ctx.opts.want_keys:
+        keys = []
+        u = props.get("UNIQ_KEY")
+        if u is not None:
+            keys.append(u)
+        if props.get("KEYS"):
+            keys.extend(k for k in props["KEYS"].split(" ") if k)
+        if keys:
+            topic = out.topics[tid]
+            out.add_keys(np.full(len(keys), out.count - 1), index_hash_batch(java_hash_batch([topic + "#" + k for k in keys])))
+
+
+# ---------------------------------------------------------------------------------------
+# Parent side: run the parts (in-process or in a process pool) and stitch them per file.
+
+
+@dataclass
+class FileScan:
+    """One commitlog file after stitching its parts: the broker's walk and what follows."""
+
+    file: StoreFile
+    idx: int
+    rel: str
+    end: int  # readable bytes (min of length and mapped size)
+    mapped: int
+    main_count: int = 0
+    stop: Event | None = None  # the event that ends the broker's walk (BLANK or failure); None: ran to ``end``
+    events: list[Event] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+    rec_lo: int = 0  # this file's records in the record table: [rec_lo, rec_hi)
+    rec_hi: int = 0
+
+    @property
+    def blank(self) -> bool:
+        return self.stop is not None and self.stop.reason == ck.BLANK
+
+
+def _relabel_ok(part: Part, base: int) -> bool:
+    r = part.rec
+    main = (r["flags"] & MAIN) != 0
+    return bool(np.all(r["phys"][main] == base + r["pos"][main]))
+
+
+def _relabel(part: Part) -> None:
+    """A part computed as a broker-chain continuation, reused as salvage (same records:
+    its chain records all have PHYSICALOFFSET == position)."""
+    f = part.rec["flags"]
+    main = (f & MAIN) != 0
+    f[main] = (f[main] & ~np.uint8(MAIN)) | np.uint8(SALVAGED)
+    for e in part.events:
+        e.main = False
+
+
+def _stitch(parts: list[Part], f: StoreFile, end: int, run: Callable[[int, int, str], Part]) -> list[Part]:
+    """Accept the parts of one file in order when each continues exactly where the one
+    before ended (the sequential walk); recompute a part otherwise."""
+    out: list[Part] = []
+    cursor, state = 0, "B"
+    for part in parts:
+        if state == "done":
+            break
+        if cursor >= part.stop:
+            continue  # covered by a record of the previous part
+        ok = False
+        if part.mode_in == "B" and part.start == cursor and state == "B":
+            ok = True
+        elif part.mode_in == "BS":
+            if part.first_pos is not None and part.first_pos == cursor and state in ("B", "S"):
+                if state == "B" or _relabel_ok(part, f.base):
+                    if state == "S":
+                        _relabel(part)
+                    part.gaps = [g for g in part.gaps if g.start >= cursor]
+                    ok = True
+            elif state == "SS" and cursor == part.start and _relabel_ok(part, f.base):
+                _relabel(part)
+                ok = True
+        if not ok:
+            part = run(cursor, part.stop, state)
+        out.append(part)
+        cursor, state = part.end, part.end_mode
+    return out
+
+
+def _plan_parts(store: Store, part_size: int) -> list[tuple[int, StoreFile, int, int, int]]:
+    """(file index, file, readable end, start, stop) of every part."""
+    mapped = store.geometry.commitlog_file_size
+    plan = []
+    for i, f in enumerate(store.commitlog):
+        end = min(f.size, mapped)
+        if end <= 0:
+            continue
+        s = 0
+        while s < end:
+            plan.append((i, f, end, s, min(s + part_size, end)))
+            s += part_size
+    return plan
+
+
+def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None) -> list[Part]:
+    if jobs <= 1 or len(tasks) <= 1:
+        out = []
+        for t in tasks:
+            out.append(scan_part(t))
+            if progress:
+                progress(t.stop - t.start)
+        return out
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    ctx = mp.get_context(method)
+    results: list[Part | None] = [None] * len(tasks)
+    ex = cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx)
+    try:
+        futs = {ex.submit(scan_part, t): i for i, t in enumerate(tasks)}
+        for fut in cf.as_completed(futs):
+            i = futs[fut]
+            results[i] = fut.result()
+            if progress:
+                progress(tasks[i].stop - tasks[i].start)
+    except BaseException:
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
+    return [r for r in results if r is not None]
+
+
+@dataclass
+class Records:
+    """Every intact record of the commitlog (the broker's walk, salvaged and damaged
+    records), sorted by physical offset."""
+
+    off: np.ndarray
+    size: np.ndarray
+    qkey: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    phys: np.ndarray
+    sys_flag: np.ndarray
+    store_ts: np.ndarray
+    tags: np.ndarray
+    flags: np.ndarray
+    file_idx: np.ndarray
+    queues: list[tuple[str, int]]
+    key_rec: np.ndarray
+    key_hash: np.ndarray
+    anomalies: list[tuple[int, str, int, str, dict[str, Any]]]  # (file idx, code, pos, message, details)
+
+    def __len__(self) -> int:
+        return len(self.off)
+
+    def qkey_of(self, topic: str, qid: int) -> int | None:
+        return self._qmap.get((topic, qid))
+
+    def __post_init__(self) -> None:
+        self._qmap = {q: i for i, q in enumerate(self.queues)}
+
+    def find(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(record index, found) for each offset: found where a record starts exactly there."""
+        if len(self.off) == 0:
+            return np.zeros(len(offsets), dtype=np.int64), np.zeros(len(offsets), dtype=bool)
+        i = np.searchsorted(self.off, offsets)
+        i = np.minimum(i, len(self.off) - 1)
+        return i, self.off[i] == offsets
+
+
+def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_size: int = DEFAULT_PART_SIZE,
+                   opts: ScanOptions | None = None, progress: Progress | None = None) -> tuple[list[FileScan | None], Records]:
+    """Walk every commitlog file (in parts, possibly in parallel) and stitch the parts back
+    into the per-file broker walk. Returns one FileScan per commitlog file (None for an
+    empty file) and the record table."""
+    opts = opts or ScanOptions()
+    mapped = store.geometry.commitlog_file_size
+    plan = _plan_parts(store, max(part_size, 1 << 12))
+    tasks = [PartTask(str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts) for i, f, end, s, e in plan]
+    parts = _run_parts(tasks, jobs, progress)
+    by_file: dict[int, list[Part]] = {}
+    for p in parts:
+        by_file.setdefault(p.file_idx, []).append(p)
+    scans: list[FileScan | None] = []
+    gids: dict[str, int] = {}
+    topic_names: list[str] = []
+    cols: dict[str, list[np.ndarray]] = {n: [] for n in _Rec.NAMES}
+    file_col: list[np.ndarray] = []
+    key_rec: list[np.ndarray] = []
+    key_hash: list[np.ndarray] = []
+    anomalies: list[tuple[int, str, int, str, dict[str, Any]]] = []
+    count = 0
+    for i, f in enumerate(store.commitlog):
+        end = min(f.size, mapped)
+        if end <= 0:
+            scans.append(None)
+            continue
+
+        def run(start: int, stop: int, mode: str, _f: StoreFile = f, _i: int = i, _end: int = end) -> Part:
+            return scan_part(PartTask(str(_f.path), _i, _f.base, _end, start, stop, mode, profile, opts))
+
+        fparts = _stitch(sorted(by_file.get(i, []), key=lambda p: p.start), f, end, run)
+        fs = FileScan(f, i, _rel(store, f.path), end, mapped, rec_lo=count)
+        for p in fparts:
+            gmap = np.array([gids.setdefault(t, len(gids)) for t in p.topics] or [0], dtype=np.int32)
+            for t in p.topics:
+                if gids[t] == len(topic_names):
+                    topic_names.append(t)
+            r = p.rec
+            n = len(r["pos"])
+            for name in _Rec.NAMES:
+                cols[name].append(gmap[r["tid"]] if name == "tid" and n else r[name])
+            file_col.append(np.full(n, i, dtype=np.int32))
+            if len(r["key_idx"]):
+                key_rec.append(r["key_idx"] + count)
+                key_hash.append(r["key_hash"])
+            count += n
+            fs.main_count += int(np.count_nonzero(r["flags"] & MAIN))
+            for e in p.events:
+                fs.events.append(e)
+                if e.main and fs.stop is None:
+                    fs.stop = e
+            for g in p.gaps:
+                if fs.gaps and fs.gaps[-1].end == g.start and not fs.gaps[-1].closed:
+                    prev = fs.gaps[-1]
+                    fnz = prev.first_nonzero if prev.first_nonzero >= 0 else g.first_nonzero
+                    fs.gaps[-1] = Gap(prev.start, g.end, prev.reason or g.reason, prev.field or g.field, fnz, g.closed)
+                else:
+                    fs.gaps.append(g)
+            anomalies.extend((i, code, pos, msg, det) for code, pos, msg, det in p.anomalies)
+        fs.rec_hi = count
+        scans.append(fs)
+    cat = {n: (np.concatenate(cols[n]) if cols[n] else np.zeros(0, dtype=dt)) for n, dt in zip(_Rec.NAMES, _Rec.DTYPES)}
+    fidx = np.concatenate(file_col) if file_col else np.zeros(0, dtype=np.int32)
+    base_of = np.array([f.base for f in store.commitlog] or [0], dtype=np.int64)
+    off = base_of[fidx] + cat["pos"] if len(fidx) else np.zeros(0, dtype=np.int64)
+    krec = np.concatenate(key_rec) if key_rec else np.zeros(0, dtype=np.int64)
+    khash = np.concatenate(key_hash) if key_hash else np.zeros(0, dtype=np.int32)
+    if len(off) > 1 and not np.all(off[1:] > off[:-1]):
+        # overlapping files: sort, keep the first record at each offset
+        order = np.argsort(off, kind="stable")
+        inv = np.empty_like(order)
+        inv[order] = np.arange(len(order))
+        off = off[order]
+        cat = {k: v[order] for k, v in cat.items()}
+        fidx = fidx[order]
+        krec = inv[krec]
+        for fs in scans:
+            if fs is not None:
+                fs.rec_lo = fs.rec_hi = 0
+    # (topic, queue id) -> queue key
+    tq = (cat["tid"].astype(np.int64) << 32) | (cat["queue_id"].astype(np.int64) & 0xFFFFFFFF)
+    uq, qkey = np.unique(tq, return_inverse=True)
+    queues = [(topic_names[int(u) >> 32], _i32(int(u) & 0xFFFFFFFF)) for u in uq.tolist()]
+    recs = Records(off=off, size=cat["total"].astype(np.int64), qkey=qkey.astype(np.int64), queue_id=cat["queue_id"],
+                   queue_offset=cat["queue_offset"], phys=cat["phys"], sys_flag=cat["sys_flag"], store_ts=cat["store_ts"],
+                   tags=cat["tags"], flags=cat["flags"], file_idx=fidx, queues=queues, key_rec=krec, key_hash=khash,
+                   anomalies=anomalies)
+    return scans, recs
+
+
+def _i32(v: int) -> int:
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _rel(store: Store, p: Path) -> str:
+    try:
+        return str(Path(p).relative_to(store.root))
+    except ValueError:
+        return str(p)
+
+
+# ---------------------------------------------------------------------------------------
+# Consume queues: loading, and the broker's own queue recovery (for maxPhyOffsetOfCQ).
+
+
+@dataclass
+class Queue:
+    topic: str
+    queue_id: int
+    files: list[StoreFile]
+    rels: list[str]
+    off: np.ndarray
+    size: np.ndarray
+    tags: np.ndarray
+    logical: np.ndarray  # unit number (logical queue offset) of each unit
+    file_no: np.ndarray  # index into files
+    pos: np.ndarray  # byte position inside its file
+    missing: list[tuple[int, int]]  # logical unit ranges [a, b) with no file bytes (gaps, short files)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}/{self.queue_id}"
+
+
+def load_queues(store: Store) -> list[Queue]:
+    out = []
+    fsize = store.geometry.cq_file_size
+    per_file = fsize // cqf.CQ_UNIT_SIZE
+    for topic, qid, files in store.iter_queues():
+        offs, sizes, tags, logical, fno, poss = [], [], [], [], [], []
+        missing: list[tuple[int, int]] = []
+        expect = None
+        for k, f in enumerate(files):
+            first = f.base // cqf.CQ_UNIT_SIZE
+            if expect is not None and first > expect:
+                missing.append((expect, first))
+            try:
+                data = np.fromfile(f.path, dtype=np.uint8, count=fsize)
+            except OSError:
+                data = np.zeros(0, dtype=np.uint8)
+            n = len(data) // cqf.CQ_UNIT_SIZE
+            if n < per_file:
+                missing.append((first + n, first + per_file))
+            u = cqf.read_units(data[: n * cqf.CQ_UNIT_SIZE].tobytes())
+            offs.append(u["commitlog_offset"].astype(np.int64))
+            sizes.append(u["size"].astype(np.int64))
+            tags.append(u["tags_code"].astype(np.int64))
+            logical.append(first + np.arange(n, dtype=np.int64))
+            fno.append(np.full(n, k, dtype=np.int32))
+            poss.append(np.arange(n, dtype=np.int64) * cqf.CQ_UNIT_SIZE)
+            expect = first + per_file
+        cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt))
+        out.append(Queue(topic, qid, files, [_rel(store, f.path) for f in files], cat(offs, np.int64), cat(sizes, np.int64),
+                         cat(tags, np.int64), cat(logical, np.int64), cat(fno, np.int32), cat(poss, np.int64), missing))
+    return out
+
+
+def cq_recover_max_phy(q: Queue, files_per_queue: int) -> int:
+    """``ConsumeQueue.recover`` (RECOVERY §3): scan from the third-last file, stop at the
+    first invalid unit; maxPhysicOffset = end of the last valid unit (-1 if none)."""
+    if not q.files:
+        return -1
+    first_k = max(0, len(q.files) - 3)
+    max_phy = -1
+    for k in range(first_k, len(q.files)):
+        sel = q.file_no == k
+        off, size = q.off[sel], q.size[sel]
+        valid = (off >= 0) & (size > 0)
+        nvalid = int(np.argmin(valid)) if not valid.all() else len(valid)
+        if nvalid:
+            max_phy = int(off[nvalid - 1] + size[nvalid - 1])
+        if nvalid < files_per_queue:
+            break
+    return max_phy
+
+
+# ---------------------------------------------------------------------------------------
+# Recovery outlook: where normal and abnormal recovery start, and where they stop.
+
+
+def _first_record_ts(store: Store, f: StoreFile, profile: BrokerProfile) -> int | None:
+    """``isMappedFileMatchedRecover``'s view of a file: the store timestamp of its first
+    record, or None when its magic is not a message magic (RECOVERY §5.1)."""
+    if f.size < 80:
+        return None
+    with open(f.path, "rb") as fh:
+        head = fh.read(80)
+    if len(head) < 80:
+        return None
+    (magic,) = struct.unpack_from(">i", head, 4)
+    if magic != cl.MAGIC_V1 and not (profile.is_5x and magic == cl.MAGIC_V2):
+        return None
+    (sys_flag,) = struct.unpack_from(">i", head, 36)
+    (ts,) = struct.unpack_from(">q", head, 48 + (20 if sys_flag & 0x10 else 8))
+    return int(ts)
+
+
+def _process_offset(store: Store, scans: Sequence[FileScan | None], i0: int) -> tuple[int, int]:
+    """Where the broker's recovery walk, started at file ``i0``, stops: (processOffset,
+    index of the file it stops in)."""
+    files = store.commitlog
+    for i in range(i0, len(files)):
+        fs = scans[i]
+        if fs is None:
+            return files[i].base, i
+        if fs.blank:
+            if i == len(files) - 1:
+                assert fs.stop is not None
+                return files[i].base + fs.stop.pos, i
+            continue
+        if fs.stop is not None:
+            return files[i].base + fs.stop.pos, i
+        return files[i].base + fs.end, i
+    return (files[-1].base if files else 0), max(len(files) - 1, 0)
+
+
+def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
+                     max_phy_cq: int, ckpt: Checkpoint, load_blockers: list[str], index_headers: list[tuple[str, Any]]) -> dict[str, Any]:
+    files = store.commitlog
+    out: dict[str, Any] = {
+        "mode": "abnormal" if store.abort_present else "normal",
+        "loads": not load_blockers,
+        "load_blockers": load_blockers,
+        "max_phy_offset_of_cq": max_phy_cq,
+        "commitlog_min_offset": store.commitlog_min_offset(),
+        "data_end": int(recs.off[-1] + recs.size[-1]) if len(recs) else (files[0].base if files else 0),
+    }
+    if not files:
+        out["normal"] = out["abnormal"] = None
+        return out
+    # normal recovery start (RECOVERY §4.1, §4.2)
+    if profile.normal_recovery_walkback:
+        i_norm = len(files) - 1
+        while i_norm > 0 and files[i_norm].base > max_phy_cq:
+            i_norm -= 1
+        rule = "last file starting at or below maxPhyOffsetOfCQ (5.3.2+)"
+    else:
+        i_norm = max(0, len(files) - 3)
+        rule = "third-last file"
+    # abnormal recovery start (RECOVERY §5.1): last file whose first message is old enough
+    threshold = ckpt.min_timestamp
+    i_abn = 0
+    for i in range(len(files) - 1, -1, -1):
+        ts = _first_record_ts(store, files[i], profile)
+        if ts is not None and ts != 0 and ts <= threshold:
+            i_abn = i
+            break
+    for key, i0, why in (("normal", i_norm, rule),
+                         ("abnormal", i_abn, f"last file whose first message is stored at or before min(physic, logics) - 3 s = {threshold}")):
+        po, istop = _process_offset(store, scans, i0)
+        cut = int(len(recs) - np.searchsorted(recs.off, po)) if len(recs) else 0
+        out[key] = {
+            "start_file": _rel(store, files[i0].path), "start_offset": files[i0].base, "rule": why,
+            "stop_offset": po, "stop_file": _rel(store, files[istop].path), "bytes_scanned": po - files[i0].base,
+            "records_cut": cut,
+            "files_deleted": [_rel(store, f.path) for f in files if f.base > po and f.base >= files[istop].base and f is not files[istop]],
+        }
+    out["abnormal"]["threshold_timestamp"] = threshold
+    out["abnormal"]["index_files_deleted"] = [name for name, h in index_headers if h is not None and int(h["end_timestamp"]) > ckpt.index_msg_timestamp]
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Findings: layout and commitlog.
+
+_REASON_CODES = {
+    ck.BAD_MAGIC: "CL_BAD_MAGIC",
+    ck.V2_NOT_SUPPORTED: "CL_V2_UNSUPPORTED",
+    ck.SHORT: "CL_TRUNCATED_RECORD",
+    ck.NEGATIVE_TOTAL: "CL_BAD_LENGTH",
+    ck.TOO_LONG: "CL_BAD_LENGTH",
+    ck.NEGATIVE_TOPIC: "CL_BAD_LENGTH",
+    ck.CRC: "CL_BODY_CRC",
+    ck.DELAY_PARSE: "CL_BAD_DELAY_LEVEL",
+    ck.PROP_CRC: "CL_PROP_CRC",
+    ck.SIZE_MISMATCH: "CL_SIZE_MISMATCH",
+    ck.INNER_BATCH: "CL_BAD_INNER_BATCH",
+    PHYS: "CL_PHYS_OFFSET_MISMATCH",
+}
+
+_REASON_TEXT = {
+    ck.BAD_MAGIC: "bad magic",
+    ck.V2_NOT_SUPPORTED: "V2 magic, unreadable for this broker version",
+    ck.SHORT: "the record runs past the end of the file",
+    ck.NEGATIVE_TOTAL: "negative TOTALSIZE",
+    ck.TOO_LONG: "a field is longer than the whole record",
+    ck.NEGATIVE_TOPIC: "negative topic length",
+    ck.CRC: "body CRC mismatch",
+    ck.DELAY_PARSE: "DELAY property is not an int",
+    ck.PROP_CRC: "__CRC32# property mismatch",
+    ck.SIZE_MISMATCH: "TOTALSIZE differs from the computed length",
+    ck.INNER_BATCH: "bad INNER_NUM/INNER_BASE",
+    PHYS: "stored PHYSICALOFFSET differs from the position",
+    ck.END_OF_DATA: "all-zero header",
+}
+
+
+def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding], list[str]]:
+    """Store.issues as findings; also the files that make the broker refuse to load."""
+    last = {_rel(store, store.commitlog[-1].path)} if store.commitlog else set()
+    for files in store.consume_queues.values():
+        if files:
+            last.add(_rel(store, files[-1].path))
+    out: list[Finding] = []
+    blockers: list[str] = []
+    for iss in store.issues:
+        sev = iss.severity
+        if iss.code == "STRAY_FILE":
+            code = "FILE_STRAY" if sev == "error" else "FILE_IGNORED"
+        elif iss.code == "MISNAMED_FILE":
+            code = "FILE_STRAY" if sev == "error" else ("FILE_IGNORED" if iss.path.startswith("index") else "FILE_MISNAMED")
+        elif iss.code == "ZERO_LENGTH_FILE":
+            lastfile = iss.path in last
+            code = "FILE_ZERO_LENGTH_LAST" if lastfile and profile.version >= (5, 1, 3) else "FILE_ZERO_LENGTH"
+        elif iss.code == "WRONG_FILE_SIZE":
+            code = "FILE_WRONG_SIZE"
+        elif iss.code in ("FILE_GAP", "FILE_OVERLAP"):
+            code = iss.code
+        elif iss.code == "MISALIGNED_FILE":
+            code = "FILE_MISALIGNED"
+        else:
+            code = "FILE_STRAY" if sev == "error" else "FILE_IGNORED"
+        out.append(finding(code, iss.path, None, None, iss.message, layout_code=iss.code, size=iss.size))
+        if code in ("FILE_STRAY", "FILE_ZERO_LENGTH", "FILE_WRONG_SIZE") and not iss.path.startswith("index"):
+            blockers.append(iss.path)
+    return out, blockers
+
+
+def _commitlog_spans(store: Store, scans: Sequence[FileScan | None], recs: Records) -> list[tuple[int, int, str]]:
+    """Commitlog regions whose data is lost or unreadable, with intact data after them or
+    explained by a layout finding: missing files, zero-length files, truncated tails, and
+    every non-record region followed by an intact record. (start, end, what)."""
+    mapped = store.geometry.commitlog_file_size
+    last_rec = int(recs.off[-1]) if len(recs) else -1
+    spans: list[tuple[int, int, str]] = []
+    files = store.commitlog
+    for k, f in enumerate(files):
+        if k and f.base > files[k - 1].base + mapped:
+            spans.append((files[k - 1].base + mapped, f.base, "missing file"))
+        if f.size < mapped:
+            spans.append((f.base + f.size, f.base + mapped, "zero-length file" if f.size == 0 else "truncated file"))
+        fs = scans[k]
+        if fs is None:
+            continue
+        for g in fs.gaps:
+            if f.base + g.start < last_rec or (f.size < mapped and g.end >= fs.end):
+                spans.append((f.base + g.start, f.base + g.end, _REASON_TEXT.get(g.reason, "unreadable region") if g.reason else "unreadable region"))
+    spans.sort()
+    return spans
+
+
+def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
+                        outlook: dict[str, Any]) -> list[Finding]:
+    mapped = store.geometry.commitlog_file_size
+    abort = store.abort_present
+    out: list[Finding] = []
+    mode = outlook.get("mode", "normal")
+    po = (outlook.get(mode) or {}).get("stop_offset")
+    n_rec = len(recs)
+    offs = recs.off
+
+    def after(g_off: int) -> int:
+        return int(n_rec - np.searchsorted(offs, g_off, side="right")) if n_rec else 0
+
+    def in_file_after(fs: FileScan, pos: int) -> np.ndarray:
+        sel = recs.file_idx == fs.idx
+        o = offs[sel] - fs.file.base
+        return o[o > pos]
+
+    for fs in scans:
+        if fs is None:
+            continue
+        base, rel = fs.file.base, fs.rel
+        short = fs.file.size < mapped
+        gap_at = {g.start: g for g in fs.gaps}
+        for e in fs.events:
+            g_off = base + e.pos
+            info = dict(e.info)
+            if e.reason == ck.BLANK:
+                total = int(e.info.get("total_size", 0))
+                if total != mapped - e.pos:
+                    out.append(finding("CL_BAD_BLANK", rel, e.pos, g_off, f"BLANK record says {total} bytes remain, the file has {mapped - e.pos} after it", total_size=total))
+                continue
+            n_after = after(g_off if e.kind == "gap" else g_off)
+            if e.reason == ck.END_OF_DATA:
+                if n_after:
+                    nxt = int(offs[np.searchsorted(offs, g_off, side="right")])
+                    out.append(finding("CL_DATA_AFTER_END", rel, e.pos, g_off,
+                                       f"the record walk ends at an all-zero header, but {n_after} intact records follow (next at offset {nxt})",
+                                       records_after=n_after, next_record_offset=nxt, broker_stop=e.main))
+                else:
+                    g = gap_at.get(e.pos)
+                    if g is not None and g.first_nonzero >= 0:
+                        out.append(finding("CL_GARBAGE_AFTER_END", rel, g.first_nonzero, base + g.first_nonzero,
+                                           f"non-zero bytes after the end of the data (from {g.first_nonzero} to {g.end}) hold no intact record",
+                                           region_end=g.end))
+                continue
+            g = gap_at.get(e.pos)
+            if short and e.reason == ck.SHORT and g is not None and g.end >= fs.end:
+                continue  # the file is truncated: FILE_WRONG_SIZE says so
+            code = _REASON_CODES.get(e.reason, "CL_BAD_LENGTH")
+            what = _REASON_TEXT.get(e.reason, e.reason)
+            where = f" ({info['topic']}/{info['queue_id']} queue offset {info['queue_offset']})" if "topic" in info else ""
+            if n_after == 0 and abort and e.kind in ("gap", "damaged") and not short:
+                out.append(finding("CL_TORN_TAIL", rel, e.pos, g_off, f"the last record of the data is unreadable ({what}){where}: recovery cuts it",
+                                   reason=e.reason, field=e.field, **info))
+                continue
+            stops = "the broker's record walk stops here" if e.main else "after earlier damage"
+            cut = ""
+            if e.main and po == g_off:
+                cut = f"; recovery cuts {outlook[mode]['records_cut']} intact records"
+            out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: {stops}{cut}", reason=e.reason, field=e.field,
+                               broker_stop=e.main, **info))
+        if fs.stop is None and not short and fs.end == mapped:
+            n_after = after(base + fs.end - 1)
+            if n_after:
+                out.append(finding("CL_DATA_AFTER_END", rel, fs.end, base + fs.end,
+                                   f"the file has no BLANK record at its end: the record walk stops there, {n_after} intact records follow in later files",
+                                   records_after=n_after))
+        # salvage: intact records beyond the broker's stop
+        if fs.stop is not None and fs.stop.reason != ck.BLANK:
+            sp = fs.stop.pos
+            inside = in_file_after(fs, sp)
+            later = int(np.count_nonzero(recs.file_idx > fs.idx)) if n_rec else 0
+            if len(inside) or later:
+                g_stop = base + sp
+                thrown = 0
+                if po is not None and po == g_stop:
+                    thrown = after(g_stop)
+                sample = [int(x) for x in inside[:50]]
+                out.append(finding(
+                    "CL_SALVAGEABLE_RECORDS", rel, sp, g_stop,
+                    f"{len(inside)} intact records in this file after the stop at {sp}"
+                    + (f" and {later} in later files" if later else "")
+                    + f"; {'the broker' + chr(39) + 's ' + mode + ' recovery throws away ' + str(thrown) if thrown else 'the broker' + chr(39) + 's ' + mode + ' recovery does not stop here'}",
+                    in_file=len(inside), in_later_files=later, positions=sample, positions_truncated=len(inside) > len(sample),
+                    broker_discards=thrown, recovery_mode=mode))
+    out.extend(_record_anomalies(store, profile, scans, recs))
+    return out
+
+
+def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records) -> list[Finding]:
+    out: list[Finding] = []
+    files = store.commitlog
+    rels = [_rel(store, f.path) for f in files]
+    bases = np.array([f.base for f in files] or [0], dtype=np.int64)
+    for fidx, code, pos, msg, det in recs.anomalies:
+        out.append(finding(code, rels[fidx], pos, int(bases[fidx]) + pos, msg, **det))
+    n = len(recs)
+    if not n:
+        return out
+    # stored PHYSICALOFFSET vs position
+    bad = np.flatnonzero(recs.phys != recs.off)
+    for i in bad.tolist():
+        fi = int(recs.file_idx[i])
+        out.append(finding("CL_PHYS_OFFSET_MISMATCH", rels[fi], int(recs.off[i] - bases[fi]), int(recs.off[i]),
+                           f"stored PHYSICALOFFSET is {int(recs.phys[i])}, the record is at {int(recs.off[i])}: its queue and index entries point elsewhere",
+                           stored=int(recs.phys[i])))
+    # SYSFLAG sanity
+    sf = recs.sys_flag.astype(np.int64)
+    unknown = (sf & ~0x7FF) != 0
+    ctype = (sf & 0x700) >> 8
+    bad_ctype = ((sf & 0x1) != 0) & (ctype > 3)
+    inner4 = ((sf & 0xC0) != 0) & (not profile.is_5x)
+    for mask, why in ((unknown, "unknown SYSFLAG bits"), (bad_ctype, "invalid compression type"), (inner4, "inner-batch bits on a 4.x store")):
+        idx = np.flatnonzero(mask)
+        if len(idx):
+            i = int(idx[0])
+            fi = int(recs.file_idx[i])
+            out.append(finding("CL_SYSFLAG", rels[fi], int(recs.off[i] - bases[fi]), int(recs.off[i]),
+                               f"{why} in {len(idx)} record(s), first SYSFLAG 0x{int(sf[i]) & 0xFFFFFFFF:X}", count=int(len(idx)), reason=why))
+    # QUEUEOFFSET continuity per queue (records that go to a consume queue, not inner batches)
+    tx = sf & 0xC
+    sel = np.flatnonzero(((tx == 0) | (tx == 8)) & ((sf & 0x80) == 0))
+    if len(sel) > 1:
+        order = sel[np.lexsort((recs.off[sel], recs.qkey[sel]))]
+        qk = recs.qkey[order]
+        qo = recs.queue_offset[order]
+        same = qk[1:] == qk[:-1]
+        brk = np.flatnonzero(same & (qo[1:] != qo[:-1] + 1))
+        if len(brk):
+            first_by_q: dict[int, list[int]] = {}
+            for b in brk.tolist():
+                first_by_q.setdefault(int(qk[b + 1]), []).append(b)
+            for q, bl in first_by_q.items():
+                b = bl[0]
+                i = int(order[b + 1])
+                fi = int(recs.file_idx[i])
+                t, qid = recs.queues[q]
+                out.append(finding("CL_QUEUE_OFFSET", rels[fi], int(recs.off[i] - bases[fi]), int(recs.off[i]),
+                                   f"{t}/{qid}: QUEUEOFFSET goes from {int(qo[b])} to {int(qo[b + 1])} ({len(bl)} break(s) in this queue)",
+                                   topic=t, queue_id=qid, breaks=len(bl), previous=int(qo[b]), value=int(qo[b + 1])))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Consume queue cross-check.
+
+MAX_RUNS = 20  # findings per (code, queue or file) before a summary finding
+
+
+def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
+    """(start, length) of the runs of consecutive values in a sorted int array."""
+    if not len(idx):
+        return []
+    brk = np.flatnonzero(np.diff(idx) != 1) + 1
+    starts = np.concatenate(([0], brk))
+    ends = np.concatenate((brk, [len(idx)]))
+    return list(zip(starts.tolist(), (ends - starts).tolist()))
+
+
+class _Spans:
+    def __init__(self, spans: list[tuple[int, int, str]]) -> None:
+        self.spans = spans
+        self.starts = np.array([s for s, _e, _w in spans], dtype=np.int64)
+        self.ends = np.array([e for _s, e, _w in spans], dtype=np.int64)
+
+    def contains(self, offs: np.ndarray) -> np.ndarray:
+        if not len(self.starts) or not len(offs):
+            return np.zeros(len(offs), dtype=bool)
+        i = np.searchsorted(self.starts, offs, side="right") - 1
+        ok = i >= 0
+        ic = np.maximum(i, 0)
+        return ok & (offs < self.ends[ic]) & (offs >= self.starts[ic])
+
+    def what(self, off: int) -> str:
+        i = int(np.searchsorted(self.starts, off, side="right")) - 1
+        if i < 0:
+            return ""
+        s, e, w = self.spans[i]
+        return f"{w} [{s}, {e})"
+
+
+class _Broker:
+    """Which missing queue/index entries the broker's next start creates by itself
+    (RECOVERY §4, §5.2, §8, §9.5)."""
+
+    def __init__(self, store: Store, profile: BrokerProfile, outlook: dict[str, Any]) -> None:
+        self.abort = store.abort_present
+        self.profile = profile
+        self.g = int(outlook.get("max_phy_offset_of_cq", -1))
+        mode = outlook.get("mode", "normal")
+        o = outlook.get(mode) or {}
+        self.po = int(o.get("stop_offset", 0)) if o else 0
+        self.start = int(o.get("start_offset", 0)) if o else 0
+
+    def cq_fixed(self, off: np.ndarray) -> np.ndarray:
+        if self.abort:
+            return (off >= self.start) & (off < self.po)
+        if self.profile.normal_recovery_walkback:
+            return off > self.g
+        if self.profile.startup_reput_from_cq:
+            return off >= self.g
+        return np.zeros(len(off), dtype=bool)
+
+    def index_fixed(self, off: np.ndarray, last_end_phy: int, remaining_end_phy: int) -> np.ndarray:
+        if self.abort:
+            return (off >= max(self.start, remaining_end_phy)) & (off < self.po)
+        if self.profile.normal_recovery_walkback:
+            return (off > self.g) & (off >= last_end_phy)
+        if self.profile.startup_reput_from_cq:
+            return (off >= self.g) & (off >= last_end_phy)
+        return np.zeros(len(off), dtype=bool)
+
+
+def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs: Records, spans: _Spans,
+                 outlook: dict[str, Any], broker: _Broker) -> tuple[list[Finding], dict[str, Any]]:
+    out: list[Finding] = []
+    n_rec = len(recs)
+    cl_min = store.commitlog_min_offset()
+    data_end = int(outlook.get("data_end", 0))
+    referenced = np.zeros(n_rec, dtype=bool)
+    explained: dict[int, list[np.ndarray]] = {}
+    missing_ranges: dict[int, list[tuple[int, int]]] = {}
+    stats = {"queues": len(queues), "units": 0, "fill_blank_units": 0, "expired_units": 0, "ext_address_units": 0}
+    sched_q1 = not profile.delay_table_in_abnormal_recovery
+    for q in queues:
+        nU = len(q.off)
+        stats["units"] += nU
+        qk = recs.qkey_of(q.topic, q.queue_id)
+        if q.missing and qk is not None:
+            missing_ranges.setdefault(qk, []).extend(q.missing)
+        if not nU:
+            continue
+        off, size, tag, logical = q.off, q.size, q.tags, q.logical
+        ar = np.arange(nU)
+        valid = (off >= 0) & (size > 0)
+        fill = (off == 0) & (size == cqf.FILL_BLANK_SIZE) & (tag == 0)
+        zero = (off == 0) & (size == 0) & (tag == 0)
+        vi = np.flatnonzero(valid)
+        lastv = int(vi[-1]) if len(vi) else -1
+        real = valid & ~fill
+        ri = np.flatnonzero(real)
+        first_real = int(ri[0]) if len(ri) else nU
+        stats["fill_blank_units"] += int(np.count_nonzero(fill))
+        flagged: list[np.ndarray] = []
+
+        def emit(code: str, idx: np.ndarray, text: Callable[[int, int], str], **extra: Any) -> None:
+            if not len(idx):
+                return
+            flagged.append(logical[idx])
+            runs = _runs(idx)
+            for r, (s, ln) in enumerate(runs):
+                if r == MAX_RUNS:
+                    rest = sum(l2 for _s2, l2 in runs[r:])
+                    out.append(finding(code, q.rels[int(q.file_no[idx[s]])], None, None,
+                                       f"{q.name}: {len(runs) - r} more runs ({rest} units) like the above", queue=q.name, omitted_units=rest))
+                    break
+                u = int(idx[s])
+                out.append(finding(code, q.rels[int(q.file_no[u])], int(q.pos[u]), int(off[u]) if valid[u] else None,
+                                   f"{q.name} queue offset {int(logical[u])}" + (f"-{int(logical[u]) + ln - 1}" if ln > 1 else "") + ": " + text(u, ln),
+                                   topic=q.topic, queue_id=q.queue_id, queue_offset=int(logical[u]), units=ln, **extra))
+
+        emit("CQ_HOLE", np.flatnonzero(zero & (ar < lastv)),
+             lambda u, ln: f"{'an all-zero unit' if ln == 1 else f'{ln} all-zero units'} before the last valid unit (queue offset {int(logical[lastv])}): the broker's queue recovery stops there")
+        emit("CQ_BAD_UNIT", np.flatnonzero(~valid & ~zero),
+             lambda u, ln: f"invalid unit (offset {int(off[u])}, size {int(size[u])})" + (f" and {ln - 1} more" if ln > 1 else ""))
+        emit("CQ_BAD_UNIT", np.flatnonzero(fill & (ar > first_real)), lambda u, ln: "fill-blank unit after real units")
+        if len(ri):
+            ro, rs, rt = off[ri], size[ri], tag[ri]
+            rec_i, found = recs.find(ro)
+            expired = (ro < cl_min) & ~found
+            live = np.flatnonzero(~expired)
+            first_live = int(live[0]) if len(live) else len(ri)
+            expired_prefix = expired & (np.arange(len(ri)) < first_live)
+            stats["expired_units"] += int(np.count_nonzero(expired_prefix))
+            before_min = expired & ~expired_prefix
+            in_span = ~found & ~expired & spans.contains(ro)
+            past = ~found & ~expired & ~in_span & (ro >= data_end)
+            bad_ptr = ~found & ~expired & ~in_span & ~past
+            emit("CQ_BEFORE_MIN", ri[before_min], lambda u, ln: f"points to {int(off[u])}, below the commitlog's first file ({cl_min}), after units pointing at live data")
+            emit("CQ_INTO_DAMAGE", ri[in_span], lambda u, ln: f"points into a damaged commitlog region ({spans.what(int(off[u]))}): the message is lost" + (f" ({ln} units)" if ln > 1 else ""))
+            emit("CQ_PAST_END", ri[past], lambda u, ln: f"points to {int(off[u])}, past the end of the commitlog data ({data_end})" + (f" ({ln} units)" if ln > 1 else ""))
+            emit("CQ_BAD_POINTER", ri[bad_ptr], lambda u, ln: f"points to {int(off[u])}, where no record starts")
+            fi = np.flatnonzero(found)
+            if len(fi):
+                rj = rec_i[fi]
+                same_q = recs.qkey[rj] == (qk if qk is not None else -1)
+                referenced[rj[same_q]] = True
+                wrong = ~same_q | (recs.size[rj] != rs[fi]) | (recs.queue_offset[rj] != logical[ri[fi]])
+                wi = fi[wrong]
+                if len(wi):
+                    def wtext(u: int, ln: int, _ri: np.ndarray = ri, _rec: np.ndarray = rec_i) -> str:
+                        k = int(np.searchsorted(_ri, u))
+                        j = int(_rec[k])
+                        t, qid = recs.queues[int(recs.qkey[j])]
+                        return (f"points to a record of {t}/{qid} queue offset {int(recs.queue_offset[j])} size {int(recs.size[j])}"
+                                f" (the unit says size {int(size[u])})")
+                    emit("CQ_WRONG_RECORD", ri[wi], wtext)
+                ok = fi[~wrong]
+                if len(ok):
+                    ut = rt[ok]
+                    et = recs.tags[rec_i[ok]]
+                    ext = ut <= cqf.EXT_MAX_ADDR
+                    stats["ext_address_units"] += int(np.count_nonzero(ext))
+                    mism = ok[(ut != et) & ~ext]
+                    if len(mism):
+                        q1 = np.zeros(len(mism), dtype=bool)
+                        if sched_q1 and q.topic == ck.SCHEDULE_TOPIC:
+                            for m_i, k in enumerate(mism.tolist()):
+                                q1[m_i] = _q1_tags(store, profile, recs, int(rec_i[k])) == int(rt[k])
+                        emit("CQ_TAGS_CODE_Q1", ri[mism[q1]], lambda u, ln: f"tagsCode {int(tag[u])} is the TAGS hash, not the delivery time (quirk Q1 of 4.9.2-4.9.8 abnormal recovery)")
+
+                        def ttext(u: int, ln: int, _ri: np.ndarray = ri, _rec: np.ndarray = rec_i) -> str:
+                            j = int(_rec[int(np.searchsorted(_ri, u))])
+                            return f"tagsCode {int(tag[u])}, the record's TAGS give {int(recs.tags[j])}" + (f" ({ln} units)" if ln > 1 else "")
+                        emit("CQ_TAGS_CODE", ri[mism[~q1]], ttext)
+        if qk is not None and flagged:
+            explained.setdefault(qk, []).extend(flagged)
+    # commitlog messages missing from their queue
+    if n_rec:
+        tx = recs.sys_flag & 0xC
+        expected = ((tx == 0) | (tx == 8)) & (recs.off < broker.po)
+        missing = np.flatnonzero(expected & ~referenced)
+        if len(missing):
+            fixed = broker.cq_fixed(recs.off[missing])
+            qks = recs.qkey[missing]
+            expl = np.zeros(len(missing), dtype=bool)
+            for k in np.unique(qks).tolist():
+                sel = qks == k
+                qo = recs.queue_offset[missing[sel]]
+                e = np.zeros(len(qo), dtype=bool)
+                if k in explained:
+                    e |= np.isin(qo, np.concatenate(explained[k]))
+                for a, b in missing_ranges.get(k, []):
+                    e |= (qo >= a) & (qo < b)
+                expl[sel] = e
+            for k in np.unique(qks).tolist():
+                t, qid = recs.queues[k]
+                qdir = f"consumequeue/{t}/{qid}"
+                sel = qks == k
+                lag = missing[sel & fixed & ~expl]
+                if len(lag):
+                    out.append(finding("CQ_DISPATCH_LAG", qdir, None, int(recs.off[lag[0]]),
+                                       f"{t}/{qid}: {len(lag)} message(s) not yet in the queue (queue offsets {int(recs.queue_offset[lag[0]])}-{int(recs.queue_offset[lag[-1]])}); the broker dispatches them at its next start",
+                                       topic=t, queue_id=qid, count=int(len(lag)), first_offset=int(recs.off[lag[0]]),
+                                       first_queue_offset=int(recs.queue_offset[lag[0]]), last_queue_offset=int(recs.queue_offset[lag[-1]])))
+                lost = missing[sel & ~fixed & ~expl]
+                if len(lost):
+                    for r, (s, ln) in enumerate(_runs(lost)):
+                        if r == MAX_RUNS:
+                            out.append(finding("CQ_MISSING_MESSAGE", qdir, None, None, f"{t}/{qid}: more runs of missing messages", topic=t, queue_id=qid))
+                            break
+                        j = int(lost[s])
+                        out.append(finding("CQ_MISSING_MESSAGE", qdir, None, int(recs.off[j]),
+                                           f"{t}/{qid}: {ln} message(s) from offset {int(recs.off[j])} (queue offset {int(recs.queue_offset[j])}) missing from the queue; the broker will not dispatch them again",
+                                           topic=t, queue_id=qid, count=ln, queue_offset=int(recs.queue_offset[j])))
+        stats["messages_missing"] = int(len(missing))
+    return out, stats
+
+
+def _q1_tags(store: Store, profile: BrokerProfile, recs: Records, j: int) -> int:
+    """tagsCode of record j as 4.9.2-4.9.8 abnormal recovery computes it (maxDelayLevel 0)."""
+    f = store.commitlog[int(recs.file_idx[j])]
+    with store.map(f) as mf:
+        c = ck.check_record(mf.buf, int(recs.off[j] - f.base), mf.size, profile, check_crc=False, max_delay_level=0)
+        return c.tags_code if c.is_message else 0
+
+
+# ---------------------------------------------------------------------------------------
+# Index cross-check.
+
+_INT_MAX = 0x7FFFFFFF
+
+
+def _read_index_header(f: StoreFile) -> Any:
+    if f.size < ixf.HEADER_SIZE:
+        return None
+    with open(f.path, "rb") as fh:
+        raw = fh.read(ixf.HEADER_SIZE)
+    if len(raw) < ixf.HEADER_SIZE:
+        return None
+    return np.frombuffer(raw, dtype=ixf.HEADER_DTYPE, count=1)[0]
+
+
+def _java_div1000(d: np.ndarray) -> np.ndarray:
+    """Java long division by 1000 (truncates toward zero)."""
+    return np.sign(d) * (np.abs(d) // 1000)
+
+
+def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any],
+                    broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
+    import mmap
+
+    out: list[Finding] = []
+    g = store.geometry
+    S, N = g.index_slot_num, g.index_num
+    cl_min = store.commitlog_min_offset()
+    data_end = int(outlook.get("data_end", 0))
+    n_rec = len(recs)
+    rec_pairs = np.unique((recs.key_rec << 32) | (recs.key_hash.astype(np.int64) & 0xFFFFFFFF)) if len(recs.key_rec) else np.zeros(0, dtype=np.int64)
+    present: list[np.ndarray] = []
+    wrong_recs: list[np.ndarray] = []
+    stats: dict[str, Any] = {"files": len(store.index_files), "entries": 0, "expired_entries": 0}
+    prev_end_ts = 0
+    entries_at = ixf.HEADER_SIZE + S * ixf.SLOT_SIZE
+
+    def emit(code: str, rel: str, ks: np.ndarray, eoff: np.ndarray | None, text: Callable[[int, int], str], **extra: Any) -> None:
+        runs = _runs(ks)
+        for r, (s, ln) in enumerate(runs):
+            if r == MAX_RUNS:
+                out.append(finding(code, rel, None, None, f"{len(runs) - r} more runs like the above", omitted_entries=sum(l2 for _s2, l2 in runs[r:])))
+                break
+            k = int(ks[s])
+            out.append(finding(code, rel, entries_at + k * ixf.ENTRY_SIZE, None if eoff is None else int(eoff[s]),
+                               f"entry {k}" + (f"-{k + ln - 1}" if ln > 1 else "") + ": " + text(k, s), entry=k, entries=ln, **extra))
+
+    for (name, h), f in zip(headers, store.index_files):
+        rel = _rel(store, f.path)
+        if h is None:
+            continue
+        count = int(h["index_count"])
+        eff = max(count, 1)
+        hdr_problems: list[str] = []
+        if count > N:
+            hdr_problems.append(f"indexCount {count} exceeds maxIndexNum {N}")
+            eff = N
+        fd = os.open(f.path, os.O_RDONLY)
+        try:
+            mm = mmap.mmap(fd, f.size, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        try:
+            u8 = np.frombuffer(mm, dtype=np.uint8)
+            avail_slots = max(0, min(S, (f.size - ixf.HEADER_SIZE) // ixf.SLOT_SIZE))
+            slots = np.frombuffer(mm, dtype=">i4", count=avail_slots, offset=ixf.HEADER_SIZE).astype(np.int64) if avail_slots else np.zeros(0, dtype=np.int64)
+            avail = max(0, (f.size - entries_at) // ixf.ENTRY_SIZE) if f.size > entries_at else 0
+            ne = min(eff, avail)
+            E = np.frombuffer(mm, dtype=ixf.ENTRY_DTYPE, count=ne, offset=entries_at) if ne else np.zeros(0, dtype=ixf.ENTRY_DTYPE)
+            kh = E["key_hash"][1:].astype(np.int64)
+            eoff = E["commitlog_offset"][1:].astype(np.int64)
+            td = E["time_diff"][1:].astype(np.int64)
+            prev = E["prev_index"][1:].astype(np.int64)
+            ks = np.arange(1, ne, dtype=np.int64)
+            stats["entries"] += len(ks)
+            # entries after indexCount must be empty
+            tail_from = entries_at + eff * ixf.ENTRY_SIZE
+            tail_to = min(f.size, entries_at + N * ixf.ENTRY_SIZE)
+            if tail_from < tail_to:
+                nz = _first_nonzero(u8, tail_from, tail_to)
+                if nz >= 0:
+                    hdr_problems.append(f"non-zero entry bytes at {nz}, after indexCount {count}")
+            # ---- slots
+            bad_slot = np.flatnonzero((slots != 0) & ((slots < 0) | (slots >= eff)))
+            for s_i in bad_slot[:MAX_RUNS].tolist():
+                out.append(finding("IDX_SLOT_RANGE", rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
+                                   f"hash slot {s_i} holds {int(slots[s_i])}, outside [0, indexCount {eff})", slot=s_i, value=int(slots[s_i])))
+            if len(bad_slot) > MAX_RUNS:
+                out.append(finding("IDX_SLOT_RANGE", rel, None, None, f"{len(bad_slot) - MAX_RUNS} more slots out of range", omitted=int(len(bad_slot) - MAX_RUNS)))
+            # ---- header
+            nonempty = int(np.count_nonzero((slots > 0) & (slots < eff)))
+            hsc = int(h["hash_slot_count"])
+            if count >= 2 and ne == eff:
+                want_hsc = count - 1 if profile.hash_slot_count_every_put else nonempty
+                if hsc != want_hsc:
+                    hdr_problems.append(f"hashSlotCount {hsc}, expected {want_hsc}")
+                if int(h["begin_phy_offset"]) != int(eoff[0]):
+                    hdr_problems.append(f"beginPhyOffset {int(h['begin_phy_offset'])}, entry 1 points to {int(eoff[0])}")
+                if int(h["end_phy_offset"]) != int(eoff[-1]):
+                    hdr_problems.append(f"endPhyOffset {int(h['end_phy_offset'])}, the last entry points to {int(eoff[-1])}")
+                for which, k_e, field_name in (("begin", 0, "begin_timestamp"), ("end", len(eoff) - 1, "end_timestamp")):
+                    j, hit = recs.find(eoff[k_e : k_e + 1])
+                    if hit[0] and int(recs.store_ts[j[0]]) != int(h[field_name]):
+                        hdr_problems.append(f"{which}Timestamp {int(h[field_name])}, its entry's record was stored at {int(recs.store_ts[j[0]])}")
+            if int(h["begin_timestamp"]) > int(h["end_timestamp"]) or int(h["begin_phy_offset"]) > int(h["end_phy_offset"]):
+                hdr_problems.append("begin values after end values")
+            if hdr_problems:
+                out.append(finding("IDX_HEADER", rel, 0, None, "; ".join(hdr_problems), index_count=count, hash_slot_count=hsc))
+            if not len(ks):
+                prev_end_ts = int(h["end_timestamp"])
+                continue
+            # ---- chains
+            prev_range = (prev < 0) | (prev >= eff)
+            cycle = ~prev_range & (prev >= ks)
+            emit("IDX_SLOT_RANGE", rel, ks[prev_range], eoff[prev_range], lambda k, s: f"chain link {int(prev[k - 1])} outside [0, indexCount {eff})")
+            emit("IDX_CHAIN_CYCLE", rel, ks[cycle], eoff[cycle], lambda k, s: f"chain link {int(prev[k - 1])} does not point to an older entry")
+            pv = np.where(prev_range | cycle, 0, prev)
+            up = np.zeros(eff, dtype=np.int64)
+            linked = pv > 0
+            shared = np.flatnonzero(np.bincount(pv[linked], minlength=eff) > 1)
+            up[pv[linked]] = ks[linked]
+            head_slot = np.full(eff, -1, dtype=np.int64)
+            sv = np.flatnonzero((slots > 0) & (slots < eff))
+            sv_val = slots[sv]
+            dup_target = np.flatnonzero(np.bincount(sv_val, minlength=eff) > 1)
+            head_slot[sv_val] = sv
+            root = np.arange(eff, dtype=np.int64)
+            root[ks] = np.where(up[ks] == 0, ks, up[ks])
+            for _ in range(64):
+                nxt = root[root]
+                if np.array_equal(nxt, root):
+                    break
+                root = nxt
+            chain_slot = head_slot[root[ks]]
+            into_middle = sv[up[sv_val] != 0]
+            for s_i in into_middle[:MAX_RUNS].tolist():
+                out.append(finding("IDX_CHAIN_BROKEN", rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
+                                   f"hash slot {s_i} points to entry {int(slots[s_i])}, which a newer entry links to", slot=s_i))
+            for t_k in list(shared[:MAX_RUNS]) + list(dup_target[:MAX_RUNS]):
+                t_k = int(t_k)
+                if t_k >= 1:
+                    out.append(finding("IDX_CHAIN_BROKEN", rel, entries_at + t_k * ixf.ENTRY_SIZE, None,
+                                       f"entry {t_k} is reached from two places (two links or two slots)", entry=t_k))
+            orphan = chain_slot < 0
+            emit("IDX_CHAIN_BROKEN", rel, ks[orphan], eoff[orphan], lambda k, s: "not reachable from any hash slot")
+            # ---- records
+            rj, found = recs.find(eoff)
+            neg = kh < 0
+            emit("IDX_BAD_ENTRY", rel, ks[neg], eoff[neg], lambda k, s: f"negative key hash {int(kh[k - 1])}")
+            expired = ~found & (eoff < cl_min)
+            stats["expired_entries"] += int(np.count_nonzero(expired))
+            in_span = ~found & ~expired & spans.contains(eoff)
+            past = ~found & ~expired & ~in_span & (eoff >= data_end)
+            bad = ~found & ~expired & ~in_span & ~past
+            emit("IDX_INTO_DAMAGE", rel, ks[in_span], eoff[in_span], lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})")
+            emit("IDX_PAST_END", rel, ks[past], eoff[past], lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})")
+            emit("IDX_BAD_ENTRY", rel, ks[bad & ~neg], eoff[bad & ~neg], lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
+            pairs = (rj << 32) | (kh & 0xFFFFFFFF)
+            hash_ok = found & np.isin(pairs, rec_pairs)
+            wrong = found & ~hash_ok & ~neg
+            emit("IDX_WRONG_HASH", rel, ks[wrong], eoff[wrong],
+                 lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}")
+            present.append(pairs[hash_ok])
+            wrong_recs.append(rj[wrong])
+            slot_of = np.where(kh >= 0, kh % S, -1)
+            misplaced = ~orphan & ~wrong & ~neg & (chain_slot != slot_of)
+            emit("IDX_CHAIN_BROKEN", rel, ks[misplaced], eoff[misplaced],
+                 lambda k, s: f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}")
+            # ---- timeDiff
+            fk = np.flatnonzero(found)
+            if len(fk):
+                st = recs.store_ts[rj[fk]]
+                begin = np.where(ks[fk] == 1, prev_end_ts, int(h["begin_timestamp"]))
+                exp = np.clip(_java_div1000(st - begin), 0, _INT_MAX)
+                exp = np.where(begin <= 0, 0, exp)
+                bad_td = fk[exp != td[fk]]
+                if len(bad_td):
+                    emit("IDX_TIME_DIFF", rel, ks[bad_td], eoff[bad_td], lambda k, s: f"timeDiff {int(td[k - 1])} does not match the record's store timestamp")
+            prev_end_ts = int(h["end_timestamp"])
+            del E, slots, u8
+        finally:
+            try:
+                mm.close()
+            except BufferError:
+                pass
+    # ---- messages missing from the index
+    if store.index_files and len(rec_pairs):
+        pres = np.unique(np.concatenate(present)) if present else np.zeros(0, dtype=np.int64)
+        miss_pairs = rec_pairs[~np.isin(rec_pairs, pres)]
+        miss_rec = np.unique(miss_pairs >> 32)
+        tx = recs.sys_flag[miss_rec] & 0xC
+        keep = (tx != 0xC) & (recs.off[miss_rec] < broker.po)
+        if wrong_recs:
+            keep &= ~np.isin(miss_rec, np.concatenate(wrong_recs))
+        miss_rec = miss_rec[keep]
+        stats["messages_missing"] = int(len(miss_rec))
+        if len(miss_rec):
+            valid_h = [(n, h) for n, h in headers if h is not None]
+            last_end = int(valid_h[-1][1]["end_phy_offset"]) if valid_h else 0
+            remaining = [h for n, h in valid_h if int(h["end_timestamp"]) <= ckpt.index_msg_timestamp]
+            rem_end = int(remaining[-1]["end_phy_offset"]) if remaining else 0
+            fixed = broker.index_fixed(recs.off[miss_rec], last_end, rem_end)
+            lag = miss_rec[fixed]
+            if len(lag):
+                out.append(finding("IDX_DISPATCH_LAG", "index", None, int(recs.off[lag[0]]),
+                                   f"{len(lag)} message(s) from offset {int(recs.off[lag[0]])} not yet indexed; the broker indexes them at its next start",
+                                   count=int(len(lag)), first_offset=int(recs.off[lag[0]]), last_offset=int(recs.off[lag[-1]])))
+            lost = miss_rec[~fixed]
+            for r, (s, ln) in enumerate(_runs(lost)):
+                if r == MAX_RUNS:
+                    out.append(finding("IDX_MISSING_KEYS", "index", None, None, "more runs of messages missing from the index", omitted=int(len(lost))))
+                    break
+                j = int(lost[s])
+                out.append(finding("IDX_MISSING_KEYS", "index", None, int(recs.off[j]),
+                                   f"{ln} message(s) from offset {int(recs.off[j])} have keys missing from the index; the broker will not index them again",
+                                   count=ln))
+    elif not store.index_files:
+        stats["note"] = "no index files (messageIndexEnable=false?): messages are not checked against an index"
+    return out, stats
+
+
+# ---------------------------------------------------------------------------------------
+# Checkpoint, lock, abort.
+
+
+def _checkpoint_findings(store: Store, profile: BrokerProfile, recs: Records, ckpt: Checkpoint, outlook: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    has_data = len(recs) > 0
+    if not store.checkpoint_present:
+        if has_data:
+            out.append(finding("CKPT_MISSING", "checkpoint", None, None, "no checkpoint file: the broker creates a zero one (an abnormal recovery would then scan every commitlog file)"))
+        return out
+    if store.checkpoint_size != CHECKPOINT_FILE_SIZE:
+        out.append(finding("CKPT_SIZE", "checkpoint", None, None, f"checkpoint is {store.checkpoint_size} bytes, not {CHECKPOINT_FILE_SIZE}", size=store.checkpoint_size))
+    zero = ckpt.physic_msg_timestamp == 0 and ckpt.logics_msg_timestamp == 0 and ckpt.index_msg_timestamp == 0
+    if zero and has_data and not store.abort_present:
+        out.append(finding("CKPT_ZERO", "checkpoint", 0, None,
+                           "physicMsgTimestamp, logicsMsgTimestamp and indexMsgTimestamp are all 0 on a cleanly shut down store with data; "
+                           "an abnormal recovery would scan every commitlog file and delete every non-empty index file"))
+    if has_data:
+        newest = int(recs.store_ts.max())
+        for name, pos, v in (("physicMsgTimestamp", 0, ckpt.physic_msg_timestamp), ("logicsMsgTimestamp", 8, ckpt.logics_msg_timestamp),
+                             ("indexMsgTimestamp", 16, ckpt.index_msg_timestamp)):
+            if v > newest:
+                out.append(finding("CKPT_AHEAD", "checkpoint", pos, None,
+                                   f"{name} {v} is newer than every record (newest store timestamp {newest}): flushed data is missing",
+                                   field=name, value=v, newest_record=newest))
+        if profile.version >= (5, 1, 1) and ckpt.confirm_phy_offset > int(outlook.get("data_end", 0)):
+            out.append(finding("CKPT_AHEAD", "checkpoint", 32, ckpt.confirm_phy_offset,
+                               f"confirmPhyOffset {ckpt.confirm_phy_offset} is past the end of the data ({outlook.get('data_end')})",
+                               field="confirmPhyOffset", value=ckpt.confirm_phy_offset))
+    return out
+
+
+def lock_held(root: Path) -> bool | None:
+    """Whether another process holds the broker's lock (``[0, 1)`` of ``<root>/lock``).
+    Read-only probe: a shared ``lockf`` on a read-only descriptor, which a broker's
+    exclusive lock refuses. None when it cannot be told."""
+    import errno
+    import fcntl
+
+    path = root / "lock"
+    if not path.exists():
+        return False
+    try:  # this process holding the lock (a destructive command): closing an fd would drop it
+        from . import safety
+
+        if safety._held_key(path) is not None:  # noqa: SLF001 - the registry has no public accessor
+            return False
+    except Exception:  # noqa: BLE001 - safety is optional here
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, 0)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                return True
+            return None
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _state_findings(store: Store) -> list[Finding]:
+    out: list[Finding] = []
+    held = lock_held(store.root)
+    if held:
+        out.append(finding("STORE_LOCKED", "lock", None, None, "a process holds store/lock: a broker seems to be running; the store may change while it is read"))
+    if store.abort_present:
+        out.append(finding("STORE_ABORT", "abort", None, None, "abort file present: the broker did not shut down cleanly; its next start runs abnormal recovery"))
+    jdir = store.root / ".rmqtool-journal"
+    if jdir.is_dir():
+        pending = sorted(p.name for p in jdir.iterdir() if p.is_dir())
+        if pending:
+            out.append(finding("STORE_PENDING_JOURNAL", ".rmqtool-journal", None, None,
+                               f"{len(pending)} unfinished rmqtool transaction(s): run rmqtool recover to finish or roll back", journals=pending))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The whole check.
+
+
+def _cap(findings: list[Finding], limit: int = 200) -> list[Finding]:
+    """At most ``limit`` findings per (code, file); the rest become one summary finding."""
+    seen: dict[tuple[str, str | None], int] = {}
+    out: list[Finding] = []
+    dropped: dict[tuple[str, str | None], int] = {}
+    for f in findings:
+        k = (f.code, f.file)
+        n = seen.get(k, 0)
+        seen[k] = n + 1
+        if n < limit:
+            out.append(f)
+        else:
+            dropped[k] = dropped.get(k, 0) + 1
+    for (code, file), n in dropped.items():
+        out.append(finding(code, file, None, None, f"{n} more {code} findings in this file not listed", omitted=n))
+    return out
+
+
+def verify_store(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    part_size: int = DEFAULT_PART_SIZE,
+) -> VerifyReport:
+    """Check everything; return the report (findings, per-check counts, recovery outlook).
+    Never writes; every file is opened read-only."""
+    # layout
+    layout, blockers = _layout_findings(store, profile)
+    ckpt = store.read_checkpoint()
+    headers = [(f.name, _read_index_header(f)) for f in store.index_files]
+    opts = ScanOptions(want_keys=bool(store.index_files))
+    scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress)
+    queues = load_queues(store)
+    per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
+    max_phy_cq = max((cq_recover_max_phy(q, per_file) for q in queues), default=-1)
+    outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
+    spans = _Spans(_commitlog_spans(store, scans, recs))
+    broker = _Broker(store, profile, outlook)
+    cl_f = _commitlog_findings(store, profile, scans, recs, outlook)
+    cq_f, cq_stats = _cq_findings(store, profile, queues, recs, spans, outlook, broker)
+    ix_f, ix_stats = _index_findings(store, profile, recs, spans, outlook, broker, headers, ckpt)
+    cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
+    st_f = _state_findings(store)
+    groups = [("layout", layout), ("commitlog", cl_f), ("consumequeue", cq_f), ("index", ix_f), ("checkpoint", cp_f), ("store", st_f)]
+    checks: list[CheckSummary] = []
+    findings: list[Finding] = []
+    n_files = sum(1 for _ in store.commitlog) + sum(len(v) for v in store.consume_queues.values()) + len(store.index_files)
+    salvaged = int(np.count_nonzero(recs.flags & SALVAGED)) if len(recs) else 0
+    damaged = int(np.count_nonzero(recs.flags & DAMAGED)) if len(recs) else 0
+    items = {
+        "layout": (n_files, {"commitlog_files": len(store.commitlog), "consumequeue_files": sum(len(v) for v in store.consume_queues.values()),
+                             "index_files": len(store.index_files)}),
+        "commitlog": (len(recs), {"bytes": sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog),
+                                  "records_in_broker_walk": sum(fs.main_count for fs in scans if fs is not None),
+                                  "salvaged_records": salvaged, "damaged_records": damaged, "damaged_regions": len(spans.spans)}),
+        "consumequeue": (cq_stats.get("units", 0), cq_stats),
+        "index": (ix_stats.get("entries", 0), ix_stats),
+        "checkpoint": (1 if store.checkpoint_present else 0, {"physic_msg_timestamp": ckpt.physic_msg_timestamp,
+                                                              "logics_msg_timestamp": ckpt.logics_msg_timestamp,
+                                                              "index_msg_timestamp": ckpt.index_msg_timestamp,
+                                                              "min_timestamp": ckpt.min_timestamp}),
+        "store": (1, {"abort": store.abort_present, "lock_file": store.lock_present}),
+    }
+    for name, fl in groups:
+        fl = _cap(fl)
+        findings.extend(fl)
+        n, st = items[name]
+        checks.append(CheckSummary(name, int(n), sum(1 for f in fl if f.severity == ERROR), sum(1 for f in fl if f.severity == WARNING), st))
+    summary = {
+        "errors": sum(c.errors for c in checks),
+        "warnings": sum(c.warnings for c in checks),
+        "messages": len(recs),
+        "codes": _code_counts(findings),
+        "recovery": outlook,
+    }
+    return VerifyReport(str(store.root), profile.label, checks, findings, summary)
+
+
+def _code_counts(findings: Iterable[Finding]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in findings:
+        out[f.code] = out.get(f.code, 0) + 1
+    return dict(sorted(out.items()))
+
+
+__all__ = [
+    "CODES", "ERROR", "WARNING", "Finding", "CheckSummary", "VerifyReport", "verify_store", "scan_commitlog",
+    "scan_part", "PartTask", "ScanOptions", "Records", "FileScan", "recovery_outlook", "lock_held", "severity_of",
+    "DEFAULT_PART_SIZE",
+]
