@@ -297,7 +297,7 @@ def find_by_key(
     if use_index and store.index_files:
         topics = [topic] if topic is not None else store.topics()
         with CommitlogReader(store, profile) as reader:
-            seen: dict[int, tuple[IndexHit, Located]] = {}
+            seen: dict[int, IndexHit] = {}
             for t in topics:
                 for hit in index_query(store, t, key, max_num=max_num, begin=begin, end=end):
                     if hit.commitlog_offset in seen:
@@ -307,9 +307,13 @@ def find_by_key(
                         continue
                     if loc.checked.rec.topic != t or not message_has_key(loc.checked, key):
                         continue
-                    seen[hit.commitlog_offset] = (hit, loc)
+                    seen[hit.commitlog_offset] = hit
+            # read again in offset order: a Located's buffer is only valid while its file
+            # stays mapped, and the reader keeps just a few files mapped
             for off in sorted(seen):
-                yield seen[off]
+                loc = reader.record_at(off)
+                assert loc is not None
+                yield seen[off], loc
         return
     for loc in scan_messages(store, profile):
         c = loc.checked

@@ -32,8 +32,8 @@ CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK"})
 
 COMMITLOG_COLUMNS = [
     ("physical_offset", "OFFSET"), ("total_size", "SIZE"), ("topic", "TOPIC"), ("queue_id", "QID"),
-    ("queue_offset", "QOFFSET"), ("store_timestamp", "STORED"), ("tags", "TAGS"), ("keys", "KEYS"),
-    ("msg_id", "MSG ID"), ("status", "STATUS"),
+    ("queue_offset", "QOFF"), ("store_timestamp", "STORED"), ("tags", "TAGS"), ("keys", "KEYS"),
+    ("status", "STATUS"),
 ]
 CQ_COLUMNS = [
     ("topic", "TOPIC"), ("queue_id", "QID"), ("queue_offset", "QOFFSET"), ("file", "FILE"), ("pos", "POS"),
