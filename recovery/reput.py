@@ -35,7 +35,7 @@ import datetime as _dt
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -55,6 +55,10 @@ Progress = Callable[[int], None]
 
 __all__ = [
     "DispatchColumns",
+    "IndexKeys",
+    "LazyValues",
+    "feed_cq",
+    "feed_index",
     "ReputProblem",
     "ReputStats",
     "QueueState",
@@ -81,11 +85,72 @@ STOPPED = "REPUT_STOPPED"  # 5.x: a record crosses the end of the confirmed rang
 # Dispatch requests in column form
 
 
+class IndexKeys(NamedTuple):
+    """The index keys of a run of records, without the topic prefix, in put order (per
+    record: UNIQ_KEY first, then the non-empty pieces of KEYS split on " "): the record
+    (row) of each key, its Java hashCode as uint32 and its length in UTF-16 units. The fast
+    decoder computes them from the bytes, so no key string is built for the index."""
+
+    rec: np.ndarray
+    hash: np.ndarray
+    units: np.ndarray
+
+
+class LazyValues(Sequence[Optional[str]]):
+    """Per-record property values (str or None), decoded on first use from the joined
+    properties of a run (Java ``new String(bytes, UTF_8)``: replacement, never fails)."""
+
+    __slots__ = ("_n", "_src", "_list")
+
+    def __init__(self, n: int, joined: bytes, rec: np.ndarray, va: np.ndarray, vb: np.ndarray) -> None:
+        self._n = n
+        self._src: tuple[bytes, np.ndarray, np.ndarray, np.ndarray] | None = (joined, rec, va, vb)
+        self._list: list[str | None] | None = None
+
+    def materialize(self) -> list[str | None]:
+        if self._list is None:
+            assert self._src is not None
+            joined, rec, va, vb = self._src
+            out: list[str | None] = [None] * self._n
+            a_l, b_l = va.tolist(), vb.tolist()
+            if joined.isascii():
+                text = joined.decode("ascii")
+                vals = [text[x:y] for x, y in zip(a_l, b_l)]
+            else:
+                vals = [joined[x:y].decode("utf-8", "replace") for x, y in zip(a_l, b_l)]
+            if len(vals) == self._n:
+                out = vals  # type: ignore[assignment]
+            else:
+                for r, v in zip(rec.tolist(), vals):
+                    out[r] = v
+            self._list = out
+            self._src = None
+        return self._list
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.materialize()[i]
+
+    def __iter__(self) -> Iterator[str | None]:
+        return iter(self.materialize())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, LazyValues)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"LazyValues({self.materialize()!r})"
+
+
 class DispatchColumns(NamedTuple):
     """A run of dispatch requests (the broker's ``DispatchRequest``), one row per valid
     record, in commitlog order. ``position`` is where the record was read (file base +
     position in the file); ``commitlog_offset`` is its PHYSICALOFFSET *field*, which the
-    broker uses for the CQ and index entries (RECOVERY §2 notes)."""
+    broker uses for the CQ and index entries (RECOVERY §2 notes). ``keys`` and
+    ``uniq_key`` are sequences of str or None (decoded lazily on the fast path);
+    ``index_keys``, when present, are the index keys already hashed (:func:`feed_index`
+    uses them)."""
 
     position: np.ndarray
     topic: list[str]
@@ -95,9 +160,10 @@ class DispatchColumns(NamedTuple):
     tags_code: np.ndarray
     store_timestamp: np.ndarray
     consume_queue_offset: np.ndarray
-    keys: list[str | None]
-    uniq_key: list[str | None]
+    keys: Sequence[str | None]
+    uniq_key: Sequence[str | None]
     sys_flag: np.ndarray
+    index_keys: IndexKeys | None = None
 
     @property
     def count(self) -> int:
@@ -105,21 +171,31 @@ class DispatchColumns(NamedTuple):
 
     def select(self, mask: np.ndarray) -> "DispatchColumns":
         """The rows where ``mask`` is True."""
+        mask = np.asarray(mask, dtype=bool)
         idx = np.flatnonzero(mask).tolist()
+        keys = list(self.keys)
+        uniq = list(self.uniq_key)
+        ik = None
+        if self.index_keys is not None:
+            new_row = np.cumsum(mask) - 1
+            kk = mask[self.index_keys.rec]
+            ik = IndexKeys(new_row[self.index_keys.rec[kk]], self.index_keys.hash[kk], self.index_keys.units[kk])
         return DispatchColumns(
             self.position[mask], [self.topic[i] for i in idx], self.queue_id[mask],
             self.commitlog_offset[mask], self.msg_size[mask], self.tags_code[mask],
             self.store_timestamp[mask], self.consume_queue_offset[mask],
-            [self.keys[i] for i in idx], [self.uniq_key[i] for i in idx], self.sys_flag[mask],
+            [keys[i] for i in idx], [uniq[i] for i in idx], self.sys_flag[mask], ik,
         )
 
     def requests(self) -> Iterator[DispatchRequest]:
         """The rows as :class:`recovery.indexbuild.DispatchRequest` objects."""
+        keys = list(self.keys)
+        uniq = list(self.uniq_key)
         for i in range(self.count):
             yield DispatchRequest(
                 self.topic[i], int(self.queue_id[i]), int(self.commitlog_offset[i]), int(self.msg_size[i]),
                 int(self.tags_code[i]), int(self.store_timestamp[i]), int(self.consume_queue_offset[i]),
-                self.keys[i], self.uniq_key[i], int(self.sys_flag[i]),
+                keys[i], uniq[i], int(self.sys_flag[i]),
             )
 
     @staticmethod
@@ -135,16 +211,44 @@ class DispatchColumns(NamedTuple):
 
     @staticmethod
     def concat(parts: Sequence["DispatchColumns"]) -> "DispatchColumns":
+        """One run of all the rows (``index_keys`` is dropped)."""
         if not parts:
             return DispatchColumns.from_rows([], [])
         out: list[Any] = []
         for i, name in enumerate(DispatchColumns._fields):
+            if name == "index_keys":
+                out.append(None)
+                continue
             vals = [p[i] for p in parts]
-            if isinstance(vals[0], list):
-                out.append([x for v in vals for x in v])
-            else:
+            if isinstance(vals[0], np.ndarray):
                 out.append(np.concatenate(vals))
+            else:
+                out.append([x for v in vals for x in v])
         return DispatchColumns(*out)
+
+
+def feed_cq(cqset: ConsumeQueueSet, cols: DispatchColumns) -> None:
+    """Dispatch a run to the consume queues (``CommitLogDispatcherBuildConsumeQueue``)."""
+    cqset.add_columns(cols.topic, cols.queue_id, cols.commitlog_offset, cols.msg_size,
+                      cols.tags_code, cols.consume_queue_offset, cols.sys_flag, cols.store_timestamp)
+
+
+def feed_index(ib: IndexBuilder, cols: DispatchColumns) -> None:
+    """Dispatch a run to the index (``CommitLogDispatcherBuildIndex``). With precomputed
+    ``cols.index_keys`` the builder's per-batch key extraction (``_record_keys``, which
+    splits and hashes the key strings) is replaced by them for this call; the result is the
+    same (a test compares both)."""
+    ik = cols.index_keys
+    if ik is not None and hasattr(type(ib), "_record_keys"):
+        ib._record_keys = lambda keys, uniq, n: (ik.rec, ik.hash, ik.units)  # type: ignore[method-assign]
+        try:
+            ib.add_columns(cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys,
+                           cols.uniq_key, cols.sys_flag)
+        finally:
+            del ib._record_keys
+        return
+    ib.add_columns(cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys,
+                   cols.uniq_key, cols.sys_flag)
 
 
 def _request_of(c: ck.Checked) -> DispatchRequest:
@@ -202,45 +306,104 @@ class ReputStats:
 
 # ---------------------------------------------------------------------------------------
 # The fast decoder: numpy over the memory map
+#
+# Fields are read with two aligned 8-byte gathers per field from a big-endian uint64 view
+# of the buffer, shifted into place: reading arbitrary (unaligned) positions costs two
+# element gathers per record instead of a gather per byte.
+
+_U64 = np.uint64
+_SH1 = _U64(1)
+_SH63 = _U64(63)
 
 
-def _np_dtype_of(fmt: str, names: list[str]) -> np.dtype:
-    codes = re.findall(r"(\d*)([a-zA-Z])", fmt.lstrip("<>!=@"))
-    fields = []
-    for (count, code), name in zip(codes, names):
-        if code == "s":
-            fields.append((name, f"S{int(count or 1)}"))
-        elif code in "lq":
-            fields.append((name, {"l": ">i4", "q": ">i8"}[code]))
-        elif code == "h":
-            fields.append((name, ">i2"))
-        elif code == "b":
-            fields.append((name, "i1"))
-        else:  # pragma: no cover - the schema uses only the codes above
-            raise RuntimeError(f"unexpected struct code {code!r} in {fmt}")
-    dt = np.dtype(fields)
-    if dt.itemsize != cl.LAYOUTS[(cl.MAGIC_V1, 0)].header.size:  # pragma: no cover
-        raise RuntimeError("derived header dtype does not match the struct layout")
-    return dt
+class _Words:
+    """Big-endian reads at arbitrary positions of a byte buffer, vectorised."""
+
+    def __init__(self, buf: Any, nbytes: int) -> None:
+        self.nwords = nbytes // 8
+        # native order: np.take on it is fast (fancy indexing a non-native array is not);
+        # the gathered words are byte-swapped afterwards when the machine is little-endian
+        self.U = np.frombuffer(buf, dtype=np.uint64, count=self.nwords)
+        self.swap = np.little_endian
+        self.limit = self.nwords * 8 - 8  # last position whose 8 bytes can be read
+
+    def _take(self, i: np.ndarray) -> np.ndarray:
+        w = np.take(self.U, i)
+        return w.byteswap() if self.swap else w
+
+    def u64(self, pos: np.ndarray) -> np.ndarray:
+        """The 8 bytes at each position as a big-endian uint64 (positions must be in
+        ``[0, limit]``; callers clip and treat clipped records as unsure)."""
+        i = pos >> 3
+        s = (pos & 7).astype(_U64) << _U64(3)
+        w0 = self._take(i)
+        w1 = self._take(np.minimum(i + 1, self.nwords - 1))
+        return (w0 << s) | ((w1 >> _SH1) >> (_SH63 - s))
 
 
-# The IPv4/IPv4 V1 header up to BODYLENGTH, derived from the schema like formats.commitlog.LAYOUTS.
-_HDR_FMT, _HDR_NAMES = fixed_prefix_format(cl.MESSAGE_V1, {"sys_flag": 0})
-_HDR_DTYPE = _np_dtype_of(_HDR_FMT, _HDR_NAMES)
-_HDR_SIZE = _HDR_DTYPE.itemsize  # 88
-_HDR_AR = np.arange(_HDR_SIZE, dtype=np.int64)
+def _i64(v: np.ndarray) -> np.ndarray:
+    return v.view(np.int64)
+
+
+def _i32(v: np.ndarray) -> np.ndarray:
+    return (v >> _U64(32)).astype(np.uint32).view(np.int32).astype(np.int64)
+
+
+def _i16(v: np.ndarray) -> np.ndarray:
+    return (v >> _U64(48)).astype(np.uint16).view(np.int16).astype(np.int64)
+
+
+def _i8(v: np.ndarray) -> np.ndarray:
+    return (v >> _U64(56)).astype(np.uint8).view(np.int8).astype(np.int64)
+
+
+def _field_offsets() -> dict[str, int]:
+    """Byte offsets of the header fields in the IPv4/IPv4 V1 layout, from the schema."""
+    import struct as _struct
+
+    fmt, names = fixed_prefix_format(cl.MESSAGE_V1, {"sys_flag": 0})
+    out: dict[str, int] = {}
+    pos = 0
+    for code, name in zip(re.findall(r"\d*[a-zA-Z]", fmt.lstrip("<>!=@")), names):
+        out[name] = pos
+        pos += _struct.calcsize(">" + code)
+    out["_end"] = pos
+    return out
+
+
+_OFF = _field_offsets()
+_HDR_SIZE = _OFF["_end"]  # 88: the header up to and including BODYLENGTH
 _FIXED_V1_V4 = cl.cal_msg_length(False, 0, 0, 0, 0)  # 91: everything but body, topic, properties
-_AR2 = np.arange(2, dtype=np.int64)
+_MAX_RUN = 1 << 16  # records decoded per numpy run (bounds temporary memory)
+_POW31 = np.ones(1, dtype=np.uint32)
 
-# Properties of interest, matched at the start of a 0x02-delimited segment; a run's
-# properties are joined with 0x02 (and one leading 0x02), so every segment, the first of a
-# record included, starts right after a 0x02. Empty values are not accepted by either parser.
-_PROPS_RX = re.compile(rb"\x02(TAGS|KEYS|UNIQ_KEY|DELAY|INNER_NUM|INNER_BASE)\x01([^\x02]+)")
-_MAX_RUN = 1 << 15  # records decoded per numpy run (bounds temporary memory)
+
+def _pow31(n: int) -> np.ndarray:
+    global _POW31
+    if len(_POW31) < n:
+        p = np.ones(max(n, 2 * len(_POW31)), dtype=np.uint32)
+        p[1:] = np.cumprod(np.full(len(p) - 1, 31, dtype=np.uint32), dtype=np.uint32)
+        _POW31 = p
+    return _POW31
+
+
+def _ragged_index(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flat positions of the ranges [starts[i], starts[i] + lens[i]) and each range's first
+    slot in the flat array (all lens > 0)."""
+    first = np.zeros(len(lens), dtype=np.int64)
+    np.cumsum(lens[:-1], out=first[1:])
+    flat = np.arange(int(lens.sum()), dtype=np.int64)
+    flat += np.repeat(starts - first, lens)
+    return flat, first
+
+
+# the properties the dispatch needs; a segment "NAME\x01value" starts the 0x02-delimited
+# segment (both parsers), and an empty value is never accepted
+_PROP_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"INNER_NUM", b"INNER_BASE")
 
 
 class _FastDecoder:
-    """Per-walk caches for the fast path."""
+    """Per-walk state and caches of the fast path."""
 
     def __init__(self, profile: BrokerProfile, max_delay_level: int) -> None:
         self.profile = profile
@@ -249,8 +412,18 @@ class _FastDecoder:
         self.tags: dict[bytes, int] = {}
         self.legacy = not profile.new_properties_parser
         self.is5 = profile.is_5x
+        self._seps = []
+        for name in _PROP_NAMES:
+            sep = name + b"\x01"
+            words = []
+            for k in range(0, len(sep), 8):
+                part = sep[k : k + 8]
+                mask = ((1 << (8 * len(part))) - 1) << (8 * (8 - len(part)))
+                words.append((k, int.from_bytes(part.ljust(8, b"\0"), "big"), mask))
+            self._seps.append((name, len(sep), words))
 
-    def boundaries(self, buf: Any, start: int, end: int) -> list[int]:
+    @staticmethod
+    def boundaries(buf: Any, start: int, end: int) -> list[int]:
         """Positions of consecutive V1 records from ``start`` trusting TOTALSIZE; stops at
         anything else (that spot is then checked by ``check_record``)."""
         unpack = cl.PREFIX.unpack_from
@@ -272,120 +445,312 @@ class _FastDecoder:
             n += 1
         return out
 
-    def decode(self, buf: Any, arr: np.ndarray, starts: list[int], end: int, base: int) -> tuple[DispatchColumns, np.ndarray]:
-        """Decode the records at ``starts`` (all with V1 magic and a TOTALSIZE that fits).
-        Returns (cols, sure): ``cols`` holds every record's fields as the fast path
-        read them, ``sure[i]`` says whether record i is certainly ``(N, True)`` with exactly
+    def decode(self, buf: Any, W: _Words, starts: list[int], end: int, base: int) -> tuple[DispatchColumns, np.ndarray]:
+        """Decode the records at ``starts`` (consecutive, V1 magic, TOTALSIZE fits).
+        Returns (cols, sure): ``cols`` holds every record's fields as the fast path read
+        them, ``sure[i]`` says whether record i is certainly ``(N, True)`` with exactly
         those fields; the caller asks ``check_record`` about the others."""
         n = len(starts)
         P = np.fromiter(starts, dtype=np.int64, count=n)
-        last = len(arr) - 1
-        idx = P[:, None] + _HDR_AR
-        if int(P[-1]) + _HDR_SIZE > len(arr):
-            np.minimum(idx, last, out=idx)
-        H = arr[idx].view(_HDR_DTYPE).reshape(n)
-        total = H["total_size"].astype(np.int64)
-        sys_flag = H["sys_flag"].astype(np.int64)
-        body_len = H["body_length"].astype(np.int64)
-        sure = ((sys_flag & 0x30) == 0) & (P + _HDR_SIZE <= end)
+        lim = W.limit
+        # every header read is at most P + 88 + 8; records that close to the end of the
+        # buffer are left to check_record
+        sure = (P + _HDR_SIZE + 8 <= lim) & (P + _HDR_SIZE <= end)
+        Pc = np.minimum(P, max(lim - _HDR_SIZE - 8, 0))
+        O = _OFF
+        total = _i32(W.u64(Pc + O["total_size"]))
+        queue_id = _i32(W.u64(Pc + O["queue_id"]))
+        queue_offset = _i64(W.u64(Pc + O["queue_offset"]))
+        phys = _i64(W.u64(Pc + O["physical_offset"]))
+        sys_flag = _i32(W.u64(Pc + O["sys_flag"]))
+        store_ts = _i64(W.u64(Pc + O["store_timestamp"]))
+        body_len = _i32(W.u64(Pc + O["body_length"]))
+        sure &= (sys_flag & 0x30) == 0
         p1 = P + _HDR_SIZE + np.maximum(body_len, 0)  # TOPICLENGTH
-        sure &= p1 + 1 <= end
-        tl = arr[np.minimum(p1, last)].view(np.int8).astype(np.int64)
+        sure &= (p1 + 1 <= end) & (p1 <= lim)
+        tl = _i8(W.u64(np.minimum(p1, lim)))
         sure &= tl >= 0
         p2 = p1 + 1 + tl  # PROPERTIESLENGTH
-        sure &= p2 + 2 <= end
-        pidx = np.minimum(p2[:, None] + _AR2, last)
-        pl = arr[pidx].view(">i2").reshape(n).astype(np.int64)
+        sure &= (p2 + 2 <= end) & (p2 <= lim)
+        pl = _i16(W.u64(np.clip(p2, 0, lim)))
         sure &= _FIXED_V1_V4 + np.maximum(body_len, 0) + tl + np.maximum(pl, 0) == total
-        # where the fields are not sure, keep the slices in range (check_record decides)
+        # where the fields are not sure, keep the slices empty (check_record decides)
         tl = np.where(sure, tl, 0)
-        p2 = np.where(sure, p2, p1)
         pl = np.where(sure, np.maximum(pl, 0), 0)
-        t_a = (p1 + 1).tolist()
-        t_b = (p1 + 1 + tl).tolist()
-        p_a = (p2 + 2).tolist()
-        p_b = (p2 + 2 + pl).tolist()
+        p_a = np.where(sure, p2 + 2, 0)
+        t_a = p1 + 1
 
-        # topics
-        tbytes = [buf[a:b] for a, b in zip(t_a, t_b)]
+        topics = self._topics(buf, W, t_a, tl, n)
+        tags_code = np.zeros(n, dtype=np.int64)
+        keys, uniq, ikeys, odd = self._properties(buf, p_a, pl, n, topics, store_ts, tags_code)
+        if odd:
+            sure[odd] = False
+        cols = DispatchColumns(P + base, topics, queue_id, phys, total, tags_code, store_ts,
+                               queue_offset, keys, uniq, sys_flag, ikeys)
+        return cols, sure
+
+    # -- topics ----------------------------------------------------------------------------
+    def _topics(self, buf: Any, W: _Words, t_a: np.ndarray, tl: np.ndarray, n: int) -> list[str]:
+        """Topic names, found by comparing the topics' 8-byte words (no per-record slice
+        unless two different topics share a word hash, or a topic is near the buffer end)."""
+        maxw = int((int(tl.max()) + 7) // 8) if n else 0
+        if maxw == 0:
+            name = self.topics.setdefault(b"", "")
+            return [name] * n
+        if int(t_a.max()) + 8 * maxw > W.limit + 8:
+            return self._topics_slow(buf, t_a, tl)
+        words = np.empty((n, maxw), dtype=_U64)
+        for k in range(maxw):
+            w = W.u64(t_a + 8 * k)
+            rem = np.clip(tl - 8 * k, 0, 8)  # bytes of this word inside the topic
+            mask = np.where(rem >= 8, _U64(0xFFFFFFFFFFFFFFFF),
+                            ~(_U64(0xFFFFFFFFFFFFFFFF) >> (rem.astype(_U64) << _U64(3)) >> _U64(0)))
+            mask[rem == 0] = _U64(0)
+            words[:, k] = w & mask
+        h = tl.astype(_U64) * _U64(0x9E3779B97F4A7C15)
+        for k in range(maxw):
+            h = (h ^ words[:, k]) * _U64(0xBF58476D1CE4E5B9)
+            h ^= h >> _U64(29)
+        _u, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        if not ((words == words[first][inv]).all() and (tl == tl[first][inv]).all()):
+            return self._topics_slow(buf, t_a, tl)
+        names = []
         tcache = self.topics
+        for i in first.tolist():
+            a = int(t_a[i])
+            tb = bytes(buf[a : a + int(tl[i])])
+            name = tcache.get(tb)
+            if name is None:
+                name = tcache[tb] = tb.decode("utf-8", "replace")
+            names.append(name)
+        return list(map(names.__getitem__, inv.tolist()))
+
+    def _topics_slow(self, buf: Any, t_a: np.ndarray, tl: np.ndarray) -> list[str]:
+        tcache = self.topics
+        tbytes = [buf[a:b] for a, b in zip(t_a.tolist(), (t_a + tl).tolist())]
         for tb in set(tbytes):
             if tb not in tcache:
-                tcache[tb] = tb.decode("utf-8", "replace")
-        topics = list(map(tcache.__getitem__, tbytes))
+                tcache[tb] = bytes(tb).decode("utf-8", "replace")
+        return list(map(tcache.__getitem__, tbytes))
 
-        # properties: one regex pass over the run
-        pieces = [buf[a:b] for a, b in zip(p_a, p_b)]
-        joined = b"\x02" + b"\x02".join(pieces)
-        seg_start = np.empty(n, dtype=np.int64)
-        seg_start[0] = 1
-        if n > 1:
-            np.cumsum(pl[:-1] + 1, out=seg_start[1:])
-            seg_start[1:] += 1
-        tags_v: dict[int, bytes] = {}
-        keys_v: dict[int, bytes] = {}
-        uniq_v: dict[int, bytes] = {}
-        delay_v: dict[int, bytes] = {}
-        odd: set[int] = set()
-        matches = list(_PROPS_RX.finditer(joined))
-        if matches:
-            mstart = np.fromiter((m.start() for m in matches), dtype=np.int64, count=len(matches))
-            rec_of = (np.searchsorted(seg_start, mstart + 1, side="right") - 1).tolist()
-            legacy = self.legacy
-            is5 = self.is5
-            for m, r in zip(matches, rec_of):
-                k, v = m.groups()
-                if legacy and b"\x01" in v:
-                    odd.add(r)  # the split parser treats extra 0x01 differently
-                if k == b"TAGS":
-                    tags_v[r] = v
-                elif k == b"KEYS":
-                    keys_v[r] = v
-                elif k == b"UNIQ_KEY":
-                    uniq_v[r] = v
-                elif k == b"DELAY":
-                    delay_v[r] = v
-                elif is5:  # INNER_NUM / INNER_BASE: 5.x validates them (check_record)
-                    odd.add(r)
-
-        tags_code = np.zeros(n, dtype=np.int64)
-        if tags_v:
-            tc = self.tags
-            ridx = list(tags_v)
-            codes = []
-            for r in ridx:
-                v = tags_v[r]
-                c = tc.get(v)
-                if c is None:
-                    c = tc[v] = _tags_code(v.decode("utf-8", "replace"))
-                codes.append(c)
-            tags_code[ridx] = codes
-        store_ts = H["store_timestamp"].astype(np.int64)
-        if delay_v:
-            for r, v in delay_v.items():
+    # -- properties ------------------------------------------------------------------------
+    def _properties(
+        self, buf: Any, p_a: np.ndarray, pl: np.ndarray, n: int, topics: list[str], store_ts: np.ndarray,
+        tags_code: np.ndarray,
+    ) -> tuple[Sequence[str | None], Sequence[str | None], IndexKeys | None, list[int]]:
+        """Find TAGS, KEYS, UNIQ_KEY, DELAY (and the 5.x INNER_* pair) in every record's
+        properties. Fills tags_code in place; returns the KEYS and UNIQ_KEY values (lazy),
+        the index keys hashed, and the records to leave to check_record (a DELAY that does
+        not parse, a 5.x inner batch, a value the legacy split parser reads differently)."""
+        p_b = p_a + pl
+        pieces = [buf[a:b] for a, b in zip(p_a.tolist(), p_b.tolist())]
+        joined = b"\x02".join(pieces)
+        size = len(joined)
+        # record r's properties start at rs[r] in ``joined``
+        rs = np.zeros(n, dtype=np.int64)
+        np.cumsum(pl[:-1] + 1, out=rs[1:])
+        J = np.frombuffer(joined, dtype=np.uint8)
+        sep_at = np.flatnonzero(J == 2)
+        seg_a = np.empty(len(sep_at) + 1, dtype=np.int64)
+        seg_a[0] = 0
+        seg_a[1:] = sep_at + 1
+        seg_b = np.empty(len(sep_at) + 1, dtype=np.int64)
+        seg_b[:-1] = sep_at
+        seg_b[-1] = size
+        JW = _Words(joined + bytes(24), size + 24)
+        first = J[np.minimum(seg_a, max(size - 1, 0))] if size else np.zeros(len(seg_a), dtype=np.uint8)
+        odd: list[int] = []
+        found: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        want_delay = SCHEDULE_TOPIC in self.topics.values() and any(t == SCHEDULE_TOPIC for t in set(topics))
+        for name, slen, words in self._seps:
+            if name == b"DELAY" and not want_delay:
+                continue
+            if name.startswith(b"INNER_") and not self.is5:
+                continue
+            cand = np.flatnonzero((first == name[0]) & (seg_b - seg_a > slen))
+            if not len(cand):
+                continue
+            ok = np.ones(len(cand), dtype=bool)
+            for k, word, mask in words:
+                ok &= (JW.u64(seg_a[cand] + k) & _U64(mask)) == _U64(word)
+            cand = cand[ok]
+            if not len(cand):
+                continue
+            rec = np.searchsorted(rs, seg_a[cand], side="right") - 1
+            if len(rec) > 1 and (rec[1:] == rec[:-1]).any():  # later duplicates win
+                keep = np.ones(len(rec), dtype=bool)
+                keep[:-1] = rec[1:] != rec[:-1]
+                cand, rec = cand[keep], rec[keep]
+            found[name] = (rec, seg_a[cand] + slen, seg_b[cand])
+        if self.legacy and found:
+            ones = np.flatnonzero(J == 1)
+            for rec, va, vb in found.values():
+                # a value holding 0x01: the split parser rejects it (or trims a trailing one)
+                bad = np.searchsorted(ones, vb, side="left") - np.searchsorted(ones, va, side="left") > 0
+                odd.extend(rec[bad].tolist())
+        for nm in (b"INNER_NUM", b"INNER_BASE"):
+            if nm in found:
+                odd.extend(found[nm][0].tolist())
+        if b"TAGS" in found:
+            rec, va, vb = found[b"TAGS"]
+            h, _units, nonascii = _hash_spans(J, va, vb, JW)
+            codes = h.view(np.int32).astype(np.int64)
+            if nonascii.any():
+                tc = self.tags
+                for i in np.flatnonzero(nonascii).tolist():
+                    v = joined[int(va[i]) : int(vb[i])]
+                    c = tc.get(v)
+                    if c is None:
+                        c = tc[v] = _tags_code(v.decode("utf-8", "replace"))
+                    codes[i] = c
+            tags_code[rec] = codes
+        if b"DELAY" in found:
+            rec, va, vb = found[b"DELAY"]
+            for r, a, b in zip(rec.tolist(), va.tolist(), vb.tolist()):
                 if topics[r] != SCHEDULE_TOPIC:
                     continue
-                level = ck.java_parse_int(v.decode("utf-8", "replace"))
+                level = ck.java_parse_int(joined[a:b].decode("utf-8", "replace"))
                 if level is None:
-                    odd.add(r)  # the record is invalid: check_record says so
+                    odd.append(r)  # the record is invalid: check_record says so
                     continue
                 if level > self.max_delay_level:
                     level = self.max_delay_level
                 if level > 0:
                     tags_code[r] = int(store_ts[r]) + self.profile.delay_millis(level)
-        keys: list[str | None] = [None] * n
-        for r, v in keys_v.items():
-            keys[r] = v.decode("utf-8", "replace")
-        uniq: list[str | None] = [None] * n
-        for r, v in uniq_v.items():
-            uniq[r] = v.decode("utf-8", "replace")
-        if odd:
-            sure[list(odd)] = False
-        cols = DispatchColumns(
-            P + base, topics, H["queue_id"].astype(np.int64), H["physical_offset"].astype(np.int64),
-            total, tags_code, store_ts, H["queue_offset"].astype(np.int64), keys, uniq, sys_flag,
-        )
-        return cols, sure
+        empty = (np.zeros(0, dtype=np.int64),) * 3
+        fk = found.get(b"KEYS", empty)
+        fu = found.get(b"UNIQ_KEY", empty)
+        keys = LazyValues(n, joined, *fk)
+        uniq = LazyValues(n, joined, *fu)
+        ikeys = _index_keys(joined, J, JW, fu, fk, uniq, keys)
+        return keys, uniq, ikeys, odd
+
+
+_ALL = _U64(0xFFFFFFFFFFFFFFFF)
+_M32 = _U64(0xFFFFFFFF)
+_HIBITS = _U64(0x8080808080808080)
+_P8 = _U64(pow(31, 8, 1 << 32))
+_L16 = _U64(0x00FF00FF00FF00FF)
+_L32 = _U64(0x0000FFFF0000FFFF)
+_S8, _S16, _S32 = _U64(8), _U64(16), _U64(32)
+_P1, _P2, _P4 = _U64(31), _U64(31**2), _U64(31**4)
+
+
+def _word_poly(x: np.ndarray) -> np.ndarray:
+    """sum(b_j * 31^(7-j)) mod 2^32 of each big-endian word's bytes b_0..b_7, by SWAR:
+    byte pairs in 16-bit lanes (<= 8160), then 32-bit lanes (< 2^23), then the two halves
+    (< 2^43): no lane ever overflows into its neighbour."""
+    p = ((x >> _S8) & _L16) * _P1 + (x & _L16)
+    q = ((p >> _S16) & _L32) * _P2 + (p & _L32)
+    return ((q >> _S32) * _P4 + (q & _M32)) & _M32
+_INV31 = pow(31, -1, 1 << 32)
+_INVPOW = np.array([pow(_INV31, k, 1 << 32) for k in range(8)], dtype=np.uint64)
+
+
+def _top_bytes_mask(rem: np.ndarray) -> np.ndarray:
+    """uint64 masks keeping the first ``rem`` (0..8) bytes of a big-endian word."""
+    r = rem.astype(_U64) << _U64(3)
+    m = ~(_ALL >> np.minimum(r, _U64(63)))
+    m[rem >= 8] = _ALL
+    m[rem <= 0] = _U64(0)
+    return m
+
+
+def _hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: "_Words | None" = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Java ``String.hashCode`` of byte spans of ``J`` read as ASCII (a byte is then one
+    UTF-16 unit): (hash as uint32, length, True where a byte >= 0x80 makes that reading
+    wrong). Spans must be non-empty and ``JW`` must read 8 bytes past the last span.
+
+    Eight bytes at a time: each word's polynomial sum(byte_j * 31^(7-j)) is a float64
+    matrix product (exact: below 2^53), words are combined by Horner's rule mod 2^32 over
+    the span zero-padded to whole words, and the padding is divided out with powers of the
+    inverse of 31 mod 2^32."""
+    lens = vb - va
+    m = len(lens)
+    h = np.zeros(m, dtype=np.uint32)
+    nonascii = np.zeros(m, dtype=bool)
+    if not m:
+        return h, lens, nonascii
+    if JW is None:
+        JW = _Words(J.tobytes() + bytes(16), len(J) + 16)
+    nw = (lens + 7) >> 3
+    groups = np.unique(nw).tolist()
+    for w in groups:
+        sel = np.arange(m) if len(groups) == 1 else np.flatnonzero(nw == w)
+        a = va[sel]
+        L = lens[sel]
+        acc = np.zeros(len(sel), dtype=_U64)
+        bad = np.zeros(len(sel), dtype=bool)
+        for k in range(w):
+            word = JW.u64(a + 8 * k) & _top_bytes_mask(L - 8 * k)
+            bad |= (word & _HIBITS) != 0
+            acc = (acc * _P8 + _word_poly(word)) & _M32
+        pad = (8 * w - L).astype(np.int64)
+        h[sel] = ((acc * _INVPOW[pad]) & _M32).astype(np.uint32)
+        nonascii[sel] = bad
+    return h, lens, nonascii
+
+
+def _index_keys(
+    joined: bytes, J: np.ndarray, JW: _Words, fu: tuple[np.ndarray, np.ndarray, np.ndarray],
+    fk: tuple[np.ndarray, np.ndarray, np.ndarray], uniq: LazyValues, keys: LazyValues,
+) -> IndexKeys:
+    """The index keys (``IndexService.buildIndex``: UNIQ_KEY, then each non-empty piece of
+    KEYS split on a single space, duplicates kept) hashed from the bytes. Records with a
+    non-ASCII key are hashed from their decoded strings instead."""
+    rec_u, ua, ub = fu
+    rec_k, ka, kb = fk
+    # KEYS split on b" ": piece t of a value runs from (t == 0 ? start : space[t-1] + 1)
+    # to (t == last ? end : space[t])
+    sp = np.flatnonzero(J == 0x20)
+    lo = np.searchsorted(sp, ka, side="left")
+    hi = np.searchsorted(sp, kb, side="left")
+    cnt = hi - lo  # spaces inside each KEYS value
+    npieces = cnt + 1
+    prec = np.repeat(rec_k, npieces)
+    t = np.arange(int(npieces.sum()), dtype=np.int64)
+    pfirst = np.zeros(len(npieces), dtype=np.int64)
+    np.cumsum(npieces[:-1], out=pfirst[1:])
+    t -= np.repeat(pfirst, npieces)  # piece number inside its value
+    lo_r = np.repeat(lo, npieces)
+    last_r = np.repeat(cnt, npieces)
+    sp_pad = np.append(sp, 0)
+    pa = np.where(t == 0, np.repeat(ka, npieces), sp_pad[np.minimum(lo_r + t - 1, len(sp))] + 1)
+    pb = np.where(t == last_r, np.repeat(kb, npieces), sp_pad[np.minimum(lo_r + t, len(sp))])
+    keep = pb > pa  # empty pieces are skipped by buildIndex
+    prec, pa, pb, t = prec[keep], pa[keep], pb[keep], t[keep]
+    rec = np.concatenate((rec_u, prec))
+    seq = np.concatenate((np.zeros(len(rec_u), dtype=np.int64), t + 1))
+    h, units, nonascii = _hash_spans(J, np.concatenate((ua, pa)), np.concatenate((ub, pb)), JW)
+    order = np.lexsort((seq, rec))
+    rec, h, units, nonascii = rec[order], h[order], units[order], nonascii[order]
+    if nonascii.any():
+        from ..formats.javahash import java_hash_units_batch
+
+        bad = np.unique(rec[nonascii])
+        keep2 = ~np.isin(rec, bad)
+        fix_rec: list[int] = []
+        fix_str: list[str] = []
+        for r in bad.tolist():
+            u = uniq[r]
+            if u is not None:
+                fix_rec.append(r)
+                fix_str.append(u)
+            k = keys[r]
+            if k:
+                for piece in k.split(" "):
+                    if piece:
+                        fix_rec.append(r)
+                        fix_str.append(piece)
+        fh, fl = java_hash_units_batch(fix_str)
+        rec = np.concatenate((rec[keep2], np.asarray(fix_rec, dtype=np.int64)))
+        h = np.concatenate((h[keep2], fh.astype(np.uint32)))
+        units = np.concatenate((units[keep2], fl.astype(np.int64)))
+        pos = np.arange(len(rec))
+        order = np.lexsort((pos, rec))  # stable by record; the fixed keys are in put order
+        rec, h, units = rec[order], h[order], units[order]
+    return IndexKeys(rec.astype(np.int64), h.astype(np.uint32), units.astype(np.int64))
 
 
 # ---------------------------------------------------------------------------------------
@@ -505,16 +870,16 @@ class _Walker:
         rows: list[DispatchRequest] = []
         row_pos: list[int] = []
         fast = self.fast
-        arr = np.frombuffer(buf, dtype=np.uint8) if fast is not None and len(buf) else None
+        words = _Words(buf, len(buf)) if fast is not None and len(buf) >= 16 else None
         try:
             while read < size:
-                if fast is not None and arr is not None and reput_from == f.base + cursor:
+                if fast is not None and words is not None and reput_from == f.base + cursor:
                     starts = fast.boundaries(buf, cursor, end)
                     if starts:
                         if rows:
                             yield DispatchColumns.from_rows(row_pos, rows)
                             rows, row_pos = [], []
-                        cols, sure = fast.decode(buf, arr, starts, end, f.base)
+                        cols, sure = fast.decode(buf, words, starts, end, f.base)
                         k = len(starts)
                         if not sure.all():
                             cols, k = self._settle(buf, starts, end, cols, sure)
@@ -572,7 +937,7 @@ class _Walker:
                 yield DispatchColumns.from_rows(row_pos, rows)
             return reput_from, False
         finally:
-            del arr
+            del words
 
     def _settle(self, buf: Any, starts: list[int], end: int, cols: DispatchColumns, sure: np.ndarray) -> tuple[DispatchColumns, int]:
         """Ask ``check_record`` about the records the fast decoder was unsure of. Returns the
@@ -923,14 +1288,12 @@ def reput(
             t0 = time.perf_counter()
             tt = cols.sys_flag & 0xC
             stats.cq_records += int(((tt == 0) | (tt == 8)).sum())
-            cqset.add_columns(cols.topic, cols.queue_id, cols.commitlog_offset, cols.msg_size,
-                              cols.tags_code, cols.consume_queue_offset, cols.sys_flag, cols.store_timestamp)
+            feed_cq(cqset, cols)
             t_cq += time.perf_counter() - t0
         if ib is not None:
             t0 = time.perf_counter()
             stats.index_records += cols.count
-            ib.add_columns(cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys,
-                           cols.uniq_key, cols.sys_flag)
+            feed_index(ib, cols)
             t_idx += time.perf_counter() - t0
     stats.seconds_cq = t_cq
     stats.seconds_index = t_idx
