@@ -1,0 +1,310 @@
+"""Offline rebuild of ConsumeQueue and Index files (``rmqtool rebuild-index``).
+
+:func:`plan_rebuild` runs a reput pass (:mod:`recovery.reput`) and compares what it
+produced with the store: every file to create, replace or remove, the files already
+identical, and the checkpoint fields that change. :func:`apply_rebuild` carries the plan
+out through :class:`recovery.safety.StoreTransaction` (staging inside the store, fsync,
+backup with a manifest, renames; an interrupted run is finished or undone by
+``recover_pending``). Nothing here prints.
+
+Modes:
+
+* **full** (no ``from_offset``): the consume queues in scope (all, or those of ``topics``)
+  and the index are rebuilt from nothing, as the broker's reput would build them into an
+  empty ``consumequeue/`` and ``index/``. Files of those queues that the rebuild does not
+  produce are removed; index files are replaced by the rebuilt set.
+* **continue** (``from_offset`` given): the reput starts there and continues the files the
+  broker would continue (each queue after ``ConsumeQueue.recover``, the index after
+  ``IndexService.load``), filling a gap. Records already present are skipped by the
+  broker's own rules (CQ: ``offset + size <= maxPhysicOffset``; index: ``< endPhyOffset``).
+* With ``topics``, only those topics' records are dispatched; the index is then always
+  continued (it is shared by every topic and cannot be rebuilt for some of them only).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
+from . import check as ck
+from .reput import CqFileOut, IndexFileOut, ReputResult, load_state, reput, updated_checkpoint
+from .store import Store
+from .versions import BrokerProfile
+
+Progress = Callable[[int], None]
+
+__all__ = ["FileChange", "RebuildPlan", "plan_rebuild", "apply_rebuild", "check_from_offset"]
+
+CREATE = "create"
+REPLACE = "replace"
+REMOVE = "remove"
+UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file of the plan. ``content``: a :class:`recovery.reput.CqFileOut`, an
+    :class:`recovery.reput.IndexFileOut` or bytes (checkpoint); None for a removal."""
+
+    action: str  # create | replace | remove | unchanged
+    relpath: str
+    kind: str  # consumequeue | index | checkpoint
+    size: int | None
+    note: str = ""
+    content: Any = None
+
+
+@dataclass
+class RebuildPlan:
+    """What a rebuild would do (and, after :func:`apply_rebuild`, did)."""
+
+    root: Path
+    mode: str  # full | continue
+    cq: bool
+    index: bool
+    topics: tuple[str, ...] | None
+    from_offset: int | None
+    result: ReputResult
+    changes: list[FileChange]
+    checkpoint_before: Checkpoint | None
+    checkpoint_after: Checkpoint | None
+    warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        out = {CREATE: 0, REPLACE: 0, REMOVE: 0, UNCHANGED: 0}
+        for c in self.changes:
+            out[c.action] += 1
+        return out
+
+    @property
+    def effective(self) -> list[FileChange]:
+        """The changes that touch the store (everything but ``unchanged``)."""
+        return [c for c in self.changes if c.action != UNCHANGED]
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def check_from_offset(store: Store, profile: BrokerProfile, offset: int) -> str | None:
+    """None if ``offset`` is where a reput can start (a record or BLANK start, a file's
+    start, or the end of the commitlog); else why not."""
+    F = store.geometry.commitlog_file_size
+    files = [f for f in store.commitlog if f.size > 0]
+    if not files:
+        return None
+    if offset < files[0].base or offset >= files[-1].base + F:
+        return None  # clamped to the min offset / nothing to dispatch
+    f = store.commitlog_file_for(offset)
+    if f is None:
+        return f"no commitlog file holds offset {offset}"
+    pos = offset - f.base
+    if pos == 0:
+        return None
+    with store.map(f) as mf:
+        c = ck.check_record(mf.buf, pos, min(mf.size, F), profile, check_crc=False, read_body=False)
+        if c.ok:
+            return None
+        if c.reason == ck.END_OF_DATA:
+            return None
+        return f"offset {offset} is not the start of a record ({c.reason} in {f.name} at {pos})"
+
+
+def _hash_writer(writer: Callable[[Any], None]) -> tuple[int, str]:
+    class _Sink:
+        def __init__(self) -> None:
+            self.h = hashlib.sha256()
+            self.n = 0
+            self.pos = 0
+
+        def write(self, b: Any) -> int:
+            self.h.update(b)
+            self.n += len(b)
+            return len(b)
+
+    s = _Sink()
+    writer(s)
+    return s.n, s.h.hexdigest()
+
+
+def _file_sha(path: Path) -> tuple[int, str]:
+    h = hashlib.sha256()
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+            n += len(chunk)
+    return n, h.hexdigest()
+
+
+def _same_content(path: Path, content: Any) -> bool:
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return False
+    if isinstance(content, (bytes, bytearray)):
+        return size == len(content) and path.read_bytes() == content
+    if isinstance(content, CqFileOut):
+        return size == content.size and path.read_bytes() == content.data()
+    if isinstance(content, IndexFileOut):
+        if size != content.size:
+            return False
+        return _hash_writer(content.write_to) == _file_sha(path)
+    raise TypeError(type(content).__name__)
+
+
+def _change(root: Path, relpath: str, kind: str, content: Any, size: int, note: str = "") -> FileChange:
+    p = root / relpath
+    if os.path.lexists(p):
+        action = UNCHANGED if _same_content(p, content) else REPLACE
+    else:
+        action = CREATE
+    return FileChange(action, relpath, kind, size, note, content)
+
+
+def _rel(store: Store, p: Path) -> str:
+    return p.relative_to(store.root).as_posix()
+
+
+def plan_rebuild(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    cq: bool = True,
+    index: bool = True,
+    topics: Iterable[str] | None = None,
+    from_offset: int | None = None,
+    index_tz: _dt.tzinfo | None = None,
+    progress: Progress | None = None,
+) -> RebuildPlan:
+    """Run the reput pass and list the file changes a rebuild makes (nothing is written)."""
+    t0 = time.perf_counter()
+    tset = tuple(sorted(set(topics))) if topics is not None else None
+    wanted = set(tset) if tset is not None else None
+    continue_cq = from_offset is not None
+    continue_index = from_offset is not None or tset is not None
+    state = load_state(store, profile, topics=tset, cq=cq and continue_cq, index=index and continue_index)
+    if not continue_index:
+        state.index = None
+    result = reput(store, profile, from_offset=from_offset, topics=tset, cq=cq, index=index,
+                   state=state, index_tz=index_tz, progress=progress)
+    root = store.root
+    changes: list[FileChange] = []
+    warnings: list[str] = []
+    problems: list[str] = []
+
+    # -- consume queues
+    if cq:
+        by_queue: dict[tuple[str, int], list[CqFileOut]] = {}
+        for out in result.cq_files.values():
+            by_queue.setdefault(out.queue, []).append(out)
+        if continue_cq:
+            for out in sorted(result.cq_files.values(), key=lambda o: o.relpath):
+                changes.append(_change(root, out.relpath, "consumequeue", out, out.size,
+                                       "continued" if out.existed else "new file"))
+            produced = set(result.cq_files)
+            for key, qs in sorted(state.queues.items()):
+                for f in qs.dirty:
+                    rel = _rel(store, f.path)
+                    if rel not in produced:
+                        changes.append(FileChange(REMOVE, rel, "consumequeue", None,
+                                                  "after the queue's write position (ConsumeQueue.recover deletes it)"))
+        else:
+            scope = {k for k in store.consume_queues if wanted is None or k[0] in wanted} | set(by_queue)
+            for key in sorted(scope):
+                new = {o.relpath: o for o in by_queue.get(key, [])}
+                old = {_rel(store, f.path): f for f in store.consume_queues.get(key, [])}
+                for rel in sorted(set(new) | set(old)):
+                    if rel in new:
+                        o = new[rel]
+                        changes.append(_change(root, rel, "consumequeue", o, o.size))
+                    else:
+                        changes.append(FileChange(REMOVE, rel, "consumequeue", None, "not produced by the rebuild"))
+
+    # -- index
+    if index:
+        new_names = {o.relpath: o for o in result.index_files}
+        if continue_index:
+            for o in result.index_files:
+                changes.append(_change(root, o.relpath, "index", o, o.size, "continued" if o.existed else "new file"))
+            assert state.index is not None
+            for f in state.index.dirty:
+                rel = _rel(store, f.path)
+                if rel not in new_names:
+                    changes.append(FileChange(REMOVE, rel, "index", None,
+                                              "end timestamp after the checkpoint's indexMsgTimestamp (IndexService.load deletes it after a crash)"))
+        else:
+            old = {_rel(store, f.path) for f in store.index_files}
+            for o in result.index_files:
+                changes.append(_change(root, o.relpath, "index", o, o.size))
+            for rel in sorted(old - set(new_names)):
+                changes.append(FileChange(REMOVE, rel, "index", None, "replaced by the rebuilt index"))
+
+    # -- checkpoint
+    cp_path = root / "checkpoint"
+    raw = cp_path.read_bytes() if cp_path.is_file() else None
+    before = decode_checkpoint(raw) if raw is not None else None
+    after = updated_checkpoint(before or decode_checkpoint(b""), result)
+    if (result.logics_msg_timestamp is not None and cq) or (result.index_msg_timestamp is not None and index):
+        buf = bytearray((raw or b"").ljust(CHECKPOINT_FILE_SIZE, b"\0"))
+        struct.pack_into(">qq", buf, 8, after.logics_msg_timestamp, after.index_msg_timestamp)
+        changes.append(_change(root, "checkpoint", "checkpoint", bytes(buf), len(buf),
+                               f"logicsMsgTimestamp {after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}"))
+    else:
+        after = before
+
+    # -- findings
+    for p in result.problems:
+        problems.append(p.one_line())
+    for t, q, w in result.cq_warnings:
+        problems.append(
+            f"consumequeue/{t}/{q}: the record at commitlog offset {w.commitlog_offset} has QUEUEOFFSET "
+            f"{w.expected_logic_offset // 20} but the queue is at {w.current_logic_offset // 20} "
+            "(a gap; appended at the write position like the broker does)")
+    for issue in store.issues:
+        if issue.path.startswith("commitlog") and issue.severity == "error":
+            problems.append(f"{issue.path}: {issue.message}")
+    if store.abort_present:
+        warnings.append("store/abort is present: the broker did not shut down cleanly; it will run its abnormal "
+                        "recovery at the next start (rmqtool recover does that offline)")
+    mode = "continue" if from_offset is not None else "full"
+    return RebuildPlan(root, mode, cq, index, tset, from_offset, result, changes, before, after,
+                       warnings, problems, time.perf_counter() - t0)
+
+
+def apply_rebuild(plan: RebuildPlan, *, backup_dir: str | Path | None = None) -> Any:
+    """Carry out the plan in one :class:`recovery.safety.StoreTransaction` (locks the store,
+    stages every new file inside it, backs up every file replaced or removed with a
+    manifest, renames into place). Returns the ``CommitResult`` (``backup_dir``)."""
+    from .safety import StoreTransaction
+
+    what = ("consume queues and index" if plan.cq and plan.index else "consume queues" if plan.cq else "index")
+    desc = f"rebuild-index ({what}, {plan.mode}" + (f", from offset {plan.from_offset}" if plan.from_offset is not None else "") \
+        + (f", topics {', '.join(plan.topics)}" if plan.topics else "") + ")"
+    with StoreTransaction(plan.root, backup_dir=backup_dir, description=desc) as tx:
+        for ch in plan.changes:
+            if ch.action == UNCHANGED:
+                continue
+            if ch.action == REMOVE:
+                tx.remove_file(ch.relpath)
+                continue
+            data: Any
+            if isinstance(ch.content, IndexFileOut):
+                data = ch.content.write_to
+            elif isinstance(ch.content, CqFileOut):
+                data = ch.content.data()
+            else:
+                data = ch.content
+            if ch.action == CREATE:
+                tx.create_file(ch.relpath, data)
+            else:
+                tx.replace_file(ch.relpath, data)
+        return tx.commit()
