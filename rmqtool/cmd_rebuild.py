@@ -1,0 +1,166 @@
+"""``rmqtool rebuild-index STORE``: rebuild ConsumeQueue and Index files offline with a
+reput pass, byte-identical to the broker's.
+
+The work is in ``recovery.reput`` (the pass) and ``recovery.rebuild`` (plan and apply
+through ``recovery.safety``); this module checks the options, takes the store lock,
+prints the plan and the summary on stdout (warnings and problems on stderr, progress on
+stderr) and maps the outcome to the shared exit codes: 0 done or dry run, 4 problems
+remain (damage the reput could not dispatch), 8 operational error.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .exitcodes import Exit
+from .options import broker_version_option, make_profile, open_store, store_argument
+from .progress import progress_bar
+from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, plan_rebuild
+from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, pending_journals, recover_pending
+from .recovery.store import Store
+
+
+def parse_tz(text: str) -> _dt.tzinfo:
+    """``UTC``, ``local`` or an IANA zone name such as ``Asia/Shanghai``."""
+    if text.upper() == "UTC":
+        return _dt.timezone.utc
+    if text == "local":
+        tz = _dt.datetime.now().astimezone().tzinfo
+        assert tz is not None
+        return tz
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(f"unknown time zone {text!r} (use UTC, local or an IANA name such as Asia/Shanghai)",
+                                 param_hint="--index-tz") from None
+
+
+@click.command("rebuild-index", context_settings={"help_option_names": ["-h", "--help"]})
+@store_argument
+@broker_version_option
+@click.option("--cq-only", is_flag=True, help="Rebuild the consume queues only (the index is left alone).")
+@click.option("--index-only", is_flag=True, help="Rebuild the index only (the consume queues are left alone).")
+@click.option("--topic", "topics", multiple=True, metavar="TOPIC",
+              help="Only this topic's records, queues and keys (repeatable). The index is then continued, not rebuilt.")
+@click.option("--from-offset", type=click.IntRange(0), default=None, metavar="OFFSET",
+              help="Dispatch only from this commitlog offset (a record start), continuing the existing files: fills a gap.")
+@click.option("--dry-run", is_flag=True, help="Print what would be written, replaced and removed; change nothing.")
+@click.option("--backup-dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Where replaced and removed files go (default: a new STORE.rmqtool-backup-<time> beside the store).")
+@click.option("--index-tz", default="UTC", show_default=True, metavar="ZONE",
+              help="Time zone of new index file names (UTC, local or an IANA name).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
+            dry_run: bool, backup_dir: Path | None, index_tz: str, quiet: bool, **store_opts: Any) -> int:
+    """Rebuild the consume queues and the index of a stopped broker's STORE from its
+    commitlog, as the broker's reput writes them (byte for byte). Prints the plan, backs
+    up every file it replaces or removes, applies the change atomically; restore it with
+    rmqtool restore.
+
+    Exit status: 0 done (or dry run), 4 problems remain (commitlog damage that could not
+    be dispatched), 8 operational error (store locked by a broker, not a store, I/O),
+    2 usage error, 130 interrupted."""
+    if cq_only and index_only:
+        raise click.UsageError("--cq-only and --index-only exclude each other")
+    profile = make_profile(broker_version)
+    tz = parse_tz(index_tz)
+    root = Path(store_opts["store"])
+    store = open_store(**store_opts)
+    if broker_holds_lock(root):
+        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+    if dry_run:
+        for j in pending_journals(root):
+            _warn(f"an interrupted rmqtool transaction is pending ({j.name}); a real run finishes or undoes it first")
+        return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, quiet, store_opts)
+    for outcome in recover_pending(root):
+        _warn(outcome.describe())
+    with StoreLock(root):
+        store = open_store(**store_opts)  # as left by the recovery of an interrupted run
+        return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, quiet, store_opts)
+
+
+def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
+         dry_run: bool, backup_dir: Path | None, tz: _dt.tzinfo, quiet: bool, store_opts: dict[str, Any]) -> int:
+    t0 = time.perf_counter()
+    if from_offset is not None:
+        why = check_from_offset(store, profile, from_offset)
+        if why:
+            raise click.BadParameter(why, param_hint="--from-offset")
+    total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
+    with progress_bar(total, "rebuild-index", quiet) as advance:
+        plan = plan_rebuild(store, profile, cq=not index_only, index=not cq_only, topics=topics or None,
+                            from_offset=from_offset, index_tz=tz, progress=advance)
+    print_plan(store, plan, profile.label, store_opts)
+    for w in plan.warnings:
+        _warn(w)
+    for p in plan.problems:
+        _warn(p, "problem")
+    code = int(Exit.PROBLEMS if plan.problems else Exit.OK)
+    if dry_run:
+        click.echo("dry run: nothing was changed")
+        return code
+    if not plan.effective:
+        click.echo("nothing to do: every file is already as the rebuild makes it")
+        return code
+    result = apply_rebuild(plan, backup_dir=backup_dir)
+    print_summary(plan, time.perf_counter() - t0, result.backup_dir)
+    return code
+
+
+def _warn(msg: str, kind: str = "warning") -> None:
+    click.echo(f"rmqtool: {kind}: {msg}", err=True)
+
+
+def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[str, Any]) -> None:
+    g = store.geometry
+    what = "consume queues and index" if plan.cq and plan.index else "consume queues" if plan.cq else "index"
+    scope = f"topics {', '.join(plan.topics)}" if plan.topics else "all topics"
+    mode = f"continuing from commitlog offset {plan.from_offset}" if plan.from_offset is not None else "full rebuild"
+    click.echo(f"rebuild-index {store.root} (broker {version}): {what}, {scope}, {mode}")
+    notes = []
+    if plan.cq and not any(store.consume_queues.values()) and store_opts.get("cq_file_size") is None:
+        notes.append("no consume queue file to infer the size from: default; give --cq-file-size if the broker used another")
+    if plan.index and not store.index_files and store_opts.get("index_slot_num") is None:
+        notes.append("no index file to infer the geometry from: default; give --index-slots/--index-entries if the broker used others")
+    click.echo(f"geometry: commitlog file {g.commitlog_file_size} B, consume queue file {g.cq_file_size} B, "
+               f"index {g.index_slot_num} slots / {g.index_num} entries ({g.index_file_size} B)")
+    for n in notes:
+        click.echo(f"  note: {n}")
+    s = plan.result.stats
+    click.echo(f"reput: commitlog offsets [{s.from_offset}, {s.end_offset}): {s.records} records, "
+               f"{s.dispatched} dispatched ({s.cq_records} to consume queues, {s.index_keys} index keys"
+               f"{f', {s.index_skipped} already indexed' if s.index_skipped else ''}), {s.blanks} BLANK, "
+               f"{len(plan.result.problems)} problem(s)")
+    cp = plan.checkpoint_after
+    for ch in plan.changes:
+        if ch.action == UNCHANGED:
+            continue
+        size = f" ({ch.size} bytes)" if ch.size is not None else ""
+        note = f": {ch.note}" if ch.note and (ch.action == REMOVE or ch.kind == "checkpoint") else ""
+        click.echo(f"  {ch.action:<8}{ch.relpath}{size}{note}")
+    c = plan.counts()
+    click.echo(f"files: {c['create']} to create, {c['replace']} to replace, {c['remove']} to remove, "
+               f"{c['unchanged']} unchanged")
+    if cp is not None and plan.checkpoint_before is not None and cp == plan.checkpoint_before:
+        click.echo("checkpoint: unchanged")
+
+
+def print_summary(plan: RebuildPlan, seconds: float, backup: Path | None) -> None:
+    s = plan.result.stats
+    c = plan.counts()
+    rate = s.dispatched / s.seconds if s.seconds > 0 else 0.0
+    click.echo(f"done: {s.dispatched} records dispatched, {c['create'] + c['replace']} files written "
+               f"({c['create']} created, {c['replace']} replaced), {c['remove']} removed, in {seconds:.2f} s "
+               f"(reput {s.seconds:.2f} s, {rate:,.0f} messages/s)")
+    if backup is not None:
+        click.echo(f"backup: {backup} (rmqtool restore {backup} {plan.root})")
+
+
+__all__ = ["command", "parse_tz", "print_plan", "print_summary"]

@@ -1,0 +1,76 @@
+"""``rmqtool restore BACKUP_DIR STORE``: put a store back byte for byte as it was before
+the rmqtool transaction (rebuild-index, recover) that wrote BACKUP_DIR.
+
+The work is ``recovery.safety.restore`` (itself a locked, journaled, staged transaction
+with its own backup); this module prints the plan first, then applies it, and maps the
+outcome to the shared exit codes: 0 restored (or nothing to do, or dry run), 4 a file
+changed since the backup (nothing restored), 8 operational error (bad or damaged backup,
+store locked by a broker, I/O).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .exitcodes import Exit
+from .recovery.safety import (
+    RestoreConflictError,
+    StoreLockedError,
+    broker_holds_lock,
+    format_plan,
+    load_manifest,
+    pending_journals,
+    recover_pending,
+    restore,
+)
+
+
+@click.command("restore", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("backup_dir", type=click.Path(path_type=Path))
+@click.argument("store", type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Print what would be restored; change nothing.")
+@click.option("--backup-dir", "new_backup_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Where the restore's own backup of the files it replaces goes (default: a new STORE.rmqtool-backup-<time>).")
+def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None) -> int:
+    """Put STORE back as it was before the rmqtool run that wrote BACKUP_DIR: removed
+    files come back, replaced files get their old bytes, created files go. Every backup
+    copy is checked against the manifest's sha256 first and every restored file after.
+
+    Exit status: 0 restored (or nothing to do, or dry run), 4 a file changed since the
+    backup (nothing restored), 8 operational error (bad backup, store locked, I/O),
+    2 usage error, 130 interrupted."""
+    doc = load_manifest(backup_dir)
+    if not store.is_dir():
+        raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
+    if broker_holds_lock(store):
+        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", store / "lock")
+    click.echo(f"restore {store} from {backup_dir} (transaction {doc.get('txid')}: {doc.get('description') or '-'}, "
+               f"{doc.get('created_utc')})")
+    if dry_run:
+        for j in pending_journals(store):
+            click.echo(f"rmqtool: warning: an interrupted rmqtool transaction is pending ({j.name}); "
+                       "a real run finishes or undoes it first", err=True)
+    else:
+        for outcome in recover_pending(store):
+            click.echo(f"rmqtool: warning: {outcome.describe()}", err=True)
+    try:
+        planned = restore(backup_dir, store, dry_run=True, new_backup_dir=new_backup_dir)
+        click.echo(format_plan(planned))
+        if dry_run:
+            click.echo("dry run: nothing was changed")
+            return int(Exit.OK)
+        if not planned:
+            click.echo("nothing to do: the store already holds the backed-up bytes")
+            return int(Exit.OK)
+        restore(backup_dir, store, new_backup_dir=new_backup_dir)
+    except RestoreConflictError as exc:
+        click.echo(f"rmqtool: {exc.one_line()}", err=True)
+        return int(Exit.PROBLEMS)
+    click.echo(f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
+               + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else ""))
+    return int(Exit.OK)
+
+
+__all__ = ["command"]
