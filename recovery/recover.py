@@ -1,0 +1,1391 @@
+"""``rmqtool recover``: the broker's start-up recovery, run offline, planned first.
+
+The plan (:func:`plan_recovery`) is a pure computation from the store's bytes, in the
+broker's order (RECOVERY.md §1.1, §1.5):
+
+1. ConsumeQueue recovery per queue (§3): from the third-last file, the unit validity rule
+   ``offset >= 0 and size > 0``, the queue's write position and maxPhysicOffset; later
+   files are deleted (here: moved to the backup).
+2. ``maxPhyOffsetOfCQ`` over all queues.
+3. CommitLog recovery, normal (§4.1: the third-last file; §4.2 5.3.2+: the walk-back start)
+   or abnormal (§5.1: the checkpoint-timestamp start rule with its 3 s margin, or the
+   messageIndexSafe variant; §5.2 scan). Records are checked as
+   ``checkMessageAndReturnSize(checkCRC=checkCRCOnRecover, readBody=true)`` does
+   (:func:`recovery.check.check_record`); the walk is split over worker processes (each
+   file, or each slice of a big file, is walked independently and the pieces are joined).
+4. ``truncate_dirty_files`` for the commitlog (§6) and ``truncate_dirty_logic_files`` for
+   every queue (§7.1, only when ``maxPhyOffsetOfCQ >= processOffset``), quirks included.
+5. Index files after an abnormal exit (§8): the broker's rule picks the files it deletes.
+6. The dispatch: abnormal recovery's own dispatch from the start file (quirk Q1: 4.9.2-4.9.8
+   dispatch SCHEDULE_TOPIC_XXXX records with maxDelayLevel 0), then the 4.x start-up reput
+   from the consume queues' max physical offset (§9.5).
+7. The checkpoint as the broker leaves it after that start and a clean shutdown (§12), and
+   no abort file.
+
+Applying (:func:`apply_recovery`) goes through :class:`recovery.safety.StoreTransaction`:
+a backup with a manifest, staging, renames, fsync and a journal in the store, so a kill at
+any point followed by a rerun completes the recovery and ``rmqtool restore`` gives the
+original bytes back.
+
+Deviations from the broker, by design (each reported in the plan):
+
+* The commitlog bytes after the end offset are zero-filled in place (after being copied to
+  the backup), so the file keeps its mapped size and the cut records can never come back
+  (the broker only moves its write position, quirk Q5). ConsumeQueue units past a queue's
+  end are zero-filled the same way.
+* Deleted files (commitlog files after the end, consume queue files after a queue's end,
+  the index files the broker discards) are moved to the backup, not deleted.
+* The broker loses the index entries of the records between the last index file it keeps
+  and the recovery start file (RocketMQ issues #3868, #8007; RECOVERY §8). Unless
+  ``reindex=False``, those records are re-indexed, so every message stays findable by key.
+* New index files are named after the store timestamp of the record that created them
+  (the broker uses its wall clock; RECOVERY §14.4), in the time zone inferred from the
+  existing index file names.
+* Quirk Q1 is reproduced by default (byte-identical CQ files); ``correct_delay_tags=True``
+  writes the real delivery time instead. Either way, the units whose tagsCode differs
+  from the real delivery time are counted.
+
+Only ``formats``, the stdlib and numpy are imported here; the CLI lives in
+``rmqtool/cmd_recover.py``. Progress is a plain callback ``progress(n_bytes)``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as _cf
+import datetime as _dt
+import hashlib
+import json
+import mmap
+import os
+import struct
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, NamedTuple
+
+import numpy as np
+
+from ..formats import commitlog as cl
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint, encode_checkpoint
+from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
+from ..formats.crc import crc32_fast
+from ..formats.errors import RecoveryError
+from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
+from ..formats.names import index_file_name, offset_to_file_name
+from . import check as ck
+from .scan import message_fields, resync
+from .store import Store, StoreFile
+from .versions import BrokerProfile
+
+Progress = Callable[[int], None]
+
+__all__ = [
+    "Problem",
+    "FileScan",
+    "CommitlogCut",
+    "QueuePlan",
+    "IndexDiscard",
+    "DispatchRange",
+    "RecoveryPlan",
+    "ApplyResult",
+    "plan_recovery",
+    "apply_recovery",
+    "write_salvage",
+    "scan_files",
+    "recover_queue",
+    "infer_index_tz",
+]
+
+MODE_NORMAL = "normal"
+MODE_ABNORMAL = "abnormal"
+
+# problem codes
+UNREAD_DAMAGE = "UNREAD_FILE_DAMAGE"  # damage in a commitlog file the recovery never reads
+LAYOUT = "LAYOUT"  # a store layout issue the broker trips over
+Q1_TAGS = "DELAY_TAGS_CODE"  # quirk Q1 units (a note, not a problem)
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_SPAN = 128 << 20  # bytes of commitlog per walk task (big files are split)
+_PARALLEL_MIN_BYTES = 48 << 20  # below this the walk runs in-process
+_ZERO_CHUNK = 16 << 20
+
+
+# ======================================================================================
+# Plan records
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong that recovery does not correct (exit status 4)."""
+
+    code: str
+    path: str
+    offset: int | None
+    message: str
+
+    def one_line(self) -> str:
+        where = self.path + (f" at offset {self.offset}" if self.offset is not None else "")
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class FileScan:
+    """The broker's walk of one commitlog file: valid records, and where and why it
+    stopped (``stop_pos`` is the position in the file)."""
+
+    name: str
+    base: int
+    records: int
+    stop_pos: int
+    stop_reason: str  # BLANK, END_OF_DATA, BODY_CRC_MISMATCH, ... (check.py reason codes)
+    stop_field: str = ""
+
+    @property
+    def blank(self) -> bool:
+        return self.stop_reason == ck.BLANK
+
+
+@dataclass(frozen=True)
+class CommitlogCut:
+    """Bytes of one commitlog file after the end offset: copied to the backup, then
+    zero-filled in place. ``messages`` records found there by the salvage scan, of which
+    ``intact`` pass every check (CRC included)."""
+
+    file: str
+    pos: int
+    length: int
+    offset: int  # global offset of pos
+    messages: int = 0
+    intact: int = 0
+
+
+@dataclass(frozen=True)
+class RemovedFile:
+    path: str  # relative to the store
+    size: int
+    reason: str
+    messages: int = 0
+    intact: int = 0
+
+
+@dataclass
+class QueuePlan:
+    """One consume queue: what CQ recovery (§3) keeps and deletes, and where the
+    truncation to the commitlog end (§7.1) cuts it."""
+
+    topic: str
+    queue_id: int
+    files: int
+    write_offset: int | None  # logical byte offset after §3 (None: no files)
+    max_physic_offset: int
+    recover_removed: list[str] = field(default_factory=list)
+    truncate_to: int | None = None  # logical byte offset after §7.1 (None: not truncated)
+    truncate_removed: list[str] = field(default_factory=list)
+    units_cut: int = 0  # units at or after truncate_to that §7.1 removes
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.queue_id)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.recover_removed or self.truncate_removed or self.units_cut)
+
+
+@dataclass(frozen=True)
+class IndexDiscard:
+    """An index file the broker deletes at load after an abnormal exit (§8):
+    ``endTimestamp > indexMsgTimestamp``. ``entries_below_end``: its entries that point
+    below the commitlog end (what re-indexing restores)."""
+
+    file: str
+    end_timestamp: int
+    end_phy_offset: int
+    entries: int
+    entries_below_end: int
+
+
+@dataclass(frozen=True)
+class DispatchRange:
+    """Records dispatched by one pass: ``[from_offset, to_offset)``."""
+
+    name: str  # abnormal_recovery | reindex | startup_reput | walkback_dispatch
+    from_offset: int
+    to_offset: int
+    records: int | None  # known from the walk (None: decided while applying)
+    cq: bool = True
+    index: bool = True
+    note: str = ""
+
+
+@dataclass
+class RecoveryPlan:
+    """Everything :func:`apply_recovery` will do, computed without writing anything."""
+
+    store: str
+    broker_version: str
+    mode: str
+    mode_reason: str
+    check_crc: bool
+    message_index_safe: bool
+    correct_delay_tags: bool
+    reindex: bool
+    checkpoint: dict[str, int]
+    abort_present: bool
+    start_file: str | None
+    start_offset: int
+    bytes_to_scan: int
+    end_offset: int  # processOffset: where the commitlog ends after recovery
+    stop_file: str | None
+    stop_pos: int | None
+    stop_reason: str | None
+    records_valid: int  # valid records walked from the start file
+    max_phy_offset_of_cq: int
+    commitlog_min_offset: int
+    files: list[FileScan] = field(default_factory=list)
+    cuts: list[CommitlogCut] = field(default_factory=list)
+    removed_files: list[RemovedFile] = field(default_factory=list)
+    queues: list[QueuePlan] = field(default_factory=list)
+    cq_truncation: bool = False
+    index_discarded: list[IndexDiscard] = field(default_factory=list)
+    index_kept_last: str | None = None
+    index_kept_end_phy_offset: int = 0
+    dispatch: list[DispatchRange] = field(default_factory=list)
+    messages_cut: int = 0
+    intact_cut: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    checkpoint_missing: bool = False
+    destroy_consume_queues: bool = False  # empty commitlog: the broker destroys every queue
+
+    # -- derived ------------------------------------------------------------------------
+    @property
+    def changed_queues(self) -> list[QueuePlan]:
+        return [q for q in self.queues if q.changed]
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """True when the store is already what the broker's recovery would leave and there
+        is nothing to dispatch: no cut, no removal, no abort file, and every consume queue
+        and the index reach the commitlog end."""
+        if self.abort_present or self.cuts or self.removed_files or self.index_discarded:
+            return False
+        if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing:
+            return False
+        return not any(d.records is None or d.records > 0 for d in self.dispatch)
+
+    @property
+    def bytes_cut(self) -> int:
+        return sum(c.length for c in self.cuts) + sum(r.size for r in self.removed_files if r.path.startswith("commitlog/"))
+
+    def summary(self) -> dict[str, Any]:
+        """The headline numbers (one flat dict, for tables and tests)."""
+        return {
+            "mode": self.mode,
+            "mode_reason": self.mode_reason,
+            "broker_version": self.broker_version,
+            "check_crc": self.check_crc,
+            "start_file": self.start_file,
+            "start_offset": self.start_offset,
+            "bytes_to_scan": self.bytes_to_scan,
+            "end_offset": self.end_offset,
+            "stop": f"{self.stop_file}@{self.stop_pos} {self.stop_reason}" if self.stop_file else None,
+            "records_valid": self.records_valid,
+            "max_phy_offset_of_cq": self.max_phy_offset_of_cq,
+            "commitlog_bytes_cut": self.bytes_cut,
+            "commitlog_files_removed": [r.path for r in self.removed_files if r.path.startswith("commitlog/")],
+            "messages_cut": self.messages_cut,
+            "intact_messages_cut": self.intact_cut,
+            "consume_queues_changed": len(self.changed_queues),
+            "index_files_discarded": [d.file for d in self.index_discarded],
+            "index_entries_rebuilt": sum(d.entries_below_end for d in self.index_discarded) if self.reindex else 0,
+            "abort_present": self.abort_present,
+            "problems": len(self.problems),
+            "nothing_to_do": self.nothing_to_do,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["summary"] = self.summary()
+        return d
+
+
+# ======================================================================================
+# Step 1: ConsumeQueue recovery (RECOVERY §3)
+
+
+class _QueueState(NamedTuple):
+    kept: list[StoreFile]
+    removed: list[StoreFile]
+    write_offset: int | None  # logical byte offset (None: no files)
+    max_physic_offset: int
+
+
+def _read_cq(f: StoreFile, F: int) -> bytes:
+    with open(f.path, "rb") as fh:
+        data = fh.read(F)
+    return data.ljust(F, b"\0")
+
+
+def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
+    """``ConsumeQueue.recover``: scan from the third-last file; the first invalid unit
+    (offset < 0 or size <= 0) ends the queue; a file that is not entirely valid ends the
+    recovery; files after the write position are deleted (``truncateDirtyFiles``)."""
+    if not files:
+        return _QueueState([], [], None, -1)
+    i = max(0, len(files) - 3)
+    max_phy = -1
+    process = files[i].base
+    in_file = 0
+    while True:
+        f = files[i]
+        units = read_units(_read_cq(f, F))
+        bad = np.flatnonzero((units["commitlog_offset"] < 0) | (units["size"] <= 0))
+        n = int(bad[0]) if len(bad) else len(units)
+        in_file = n * CQ_UNIT_SIZE
+        if n:
+            max_phy = int(units["commitlog_offset"][n - 1]) + int(units["size"][n - 1])
+        process = f.base
+        if in_file == F:
+            i += 1
+            if i >= len(files):
+                break
+            continue
+        break
+    offset = process + in_file
+    kept: list[StoreFile] = []
+    removed: list[StoreFile] = []
+    for f in files:
+        if f.base + F > offset and offset < f.base:
+            removed.append(f)
+        else:
+            kept.append(f)
+    return _QueueState(kept, removed, offset if kept else None, max_phy)
+
+
+def _truncate_units(units_of: Callable[[int], np.ndarray], bases: list[int], F: int, phy: int) -> tuple[int, int | None, int]:
+    """``ConsumeQueue.truncateDirtyLogicFiles(phy)`` on a queue whose files start at
+    ``bases`` (ascending). Returns (files kept, write offset or None, maxPhysicOffset).
+
+    Quirks kept: the first unit of the last file is not validated (an all-zero first unit
+    is kept when phy > 0); the scan returns at the first invalid unit."""
+    max_phy = phy
+    n = len(bases)
+    while n:
+        base = bases[n - 1]
+        u = units_of(base)
+        off = u["commitlog_offset"]
+        size = u["size"]
+        if int(off[0]) >= phy:
+            n -= 1  # the whole file goes
+            continue
+        max_phy = int(off[0]) + int(size[0])
+        rest_ok = (off[1:] >= 0) & (size[1:] > 0) & (off[1:] < phy)
+        bad = np.flatnonzero(~rest_ok)
+        k = 1 + (int(bad[0]) if len(bad) else len(rest_ok))  # units kept in this file
+        if k > 1:
+            max_phy = int(off[k - 1]) + int(size[k - 1])
+        return n, base + k * CQ_UNIT_SIZE, max_phy
+    return 0, None, max_phy
+
+
+# ======================================================================================
+# Step 3: the commitlog walk, in parallel
+
+
+class _SpanResult(NamedTuple):
+    file_index: int
+    lo: int
+    first_start: int | None  # None: no record start found in [lo, hi)
+    count: int
+    arrival: int  # first record start >= hi (or the stop position)
+    stop_pos: int | None
+    stop_reason: str | None
+    stop_field: str
+
+
+def _gather(arr: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    """``width`` bytes at each position as ``dtype`` (positions clipped into the buffer: a
+    value read at a clipped position is garbage and must be masked by the caller)."""
+    pos = np.minimum(np.maximum(pos, 0), len(arr) - width)
+    idx = pos[:, None] + np.arange(width, dtype=np.int64)
+    return arr[idx].copy().view(dtype).ravel()
+
+
+_SCHED = np.frombuffer(ck.SCHEDULE_TOPIC.encode(), dtype=np.uint8)
+
+
+def _plain_valid(buf: Any, mv: memoryview, arr: np.ndarray, starts: list[int], profile: BrokerProfile, check_crc: bool) -> int:
+    """How many leading records of ``starts`` (a chain whose TOTALSIZEs fit the buffer) are
+    plainly valid: V1, IPv4 hosts, lengths that add up to TOTALSIZE, not a record whose
+    DELAY must be parsed, not a 5.x inner batch, and (with ``check_crc``) a body CRC that
+    matches. The first record that is not is left to ``check_record``."""
+    s = np.asarray(starts, dtype=np.int64)
+    tot = _gather(arr, s, 4, ">i4").astype(np.int64)
+    magic = _gather(arr, s + 4, 4, ">i4")
+    sf = _gather(arr, s + 36, 4, ">i4")
+    ok = (magic == cl.MAGIC_V1) & ((sf & 0x30) == 0) & (tot >= 91)
+    # gather only inside records that are long enough (others are already not ok)
+    safe = np.where(ok, s, 0)
+    bl = _gather(arr, safe + 84, 4, ">i4").astype(np.int64)
+    ok &= (bl >= 0) & (bl <= tot - 91)
+    safe_bl = np.where(ok, bl, 0)
+    tpos = safe + 88 + safe_bl
+    tpos = np.minimum(tpos, len(arr) - 1)
+    tl = arr[tpos].view(np.int8).astype(np.int64)
+    ok &= (tl >= 0) & (88 + safe_bl + 1 + tl + 2 <= tot)
+    safe_tl = np.where(ok, tl, 0)
+    ppos = tpos + 1 + safe_tl
+    pl = _gather(arr, ppos, 2, ">i2").astype(np.int64)
+    ok &= 91 + safe_bl + safe_tl + np.maximum(pl, 0) == tot
+    sched = ok & (tl == 19)
+    if sched.any():
+        idx = np.flatnonzero(sched)
+        same = (_gather(arr, tpos[idx] + 1, 19, "u1").reshape(-1, 19) == _SCHED).all(axis=1)
+        ok[idx[same]] = False
+    n = len(starts)
+    bad = np.flatnonzero(~ok)
+    d = int(bad[0]) if len(bad) else n
+    if profile.is_5x and d:
+        for j in range(d):
+            p0 = int(ppos[j]) + 2
+            if pl[j] > 0 and b"INNER_" in mv[p0 : p0 + int(pl[j])]:
+                d = j
+                break
+    if check_crc and d:
+        b0 = (s[:d] + 88).tolist()
+        b1 = (s[:d] + 88 + bl[:d]).tolist()
+        crcs = np.fromiter(map(crc32_fast, map(mv.__getitem__, map(slice, b0, b1))), dtype=np.int64, count=d)
+        stored = _gather(arr, s[:d] + 8, 4, ">i4").astype(np.int64)
+        good = (crcs == stored) | (bl[:d] == 0)
+        bad = np.flatnonzero(~good)
+        if len(bad):
+            d = int(bad[0])
+    return d
+
+
+def _walk_span(
+    buf: Any, mv: memoryview, arr: np.ndarray, start: int, limit: int, end: int,
+    profile: BrokerProfile, check_crc: bool, max_delay_level: int | None,
+) -> tuple[int, int, ck.Checked | None]:
+    """The broker's recovery walk from ``start`` until the next record would start at or
+    after ``limit`` (or the walk stops). Returns (records, position, outcome): the outcome
+    is None when the walk reached ``limit`` (position = the first record start >= limit),
+    else the BLANK or failure at position."""
+    fb = int.from_bytes
+    count = 0
+    pos = start
+    batch = 1 << 16
+    while True:
+        starts: list[int] = []
+        ap = starts.append
+        p = pos
+        while p < limit and p + 8 <= end and len(starts) < batch:
+            total = fb(mv[p : p + 4], "big", signed=True)
+            if total <= 0 or p + total > end:
+                break
+            ap(p)
+            p += total
+        d = _plain_valid(buf, mv, arr, starts, profile, check_crc) if starts else 0
+        count += d
+        if d == len(starts):
+            if p >= limit:
+                return count, p, None
+            if len(starts) >= batch:
+                pos = p
+                continue
+            q = p
+        else:
+            q = starts[d]
+        c = ck.check_record(buf, q, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level)
+        if c.is_message:
+            count += 1
+            pos = q + c.size
+            if pos >= limit:
+                return count, pos, None
+            continue
+        return count, q, c
+
+
+def _span_task(args: tuple[Any, ...]) -> _SpanResult:
+    """One walk task (runs in a worker process): file ``path``, slice ``[lo, hi)``."""
+    file_index, path, base, lo, hi, end, version, delay_levels, check_crc, mdl = args
+    profile = BrokerProfile(version, delay_levels)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        end = min(end, size)
+        if end <= 0:
+            return _SpanResult(file_index, lo, lo, 0, lo, lo, ck.SHORT, "total_size")
+        buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    mv = memoryview(buf)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        first: int | None = lo
+        if lo > 0:
+            first = resync(buf, lo, end, base, profile, check_crc)
+            if first is not None and first >= hi:
+                first = None
+        if first is None:
+            return _SpanResult(file_index, lo, None, 0, hi, None, None, "")
+        count, pos, c = _walk_span(buf, mv, arr, first, hi, end, profile, check_crc, mdl)
+        if c is None:
+            return _SpanResult(file_index, lo, first, count, pos, None, None, "")
+        return _SpanResult(file_index, lo, first, count, pos, pos, c.reason, c.field)
+    finally:
+        del arr
+        _close(mv, buf)
+
+
+def _close(mv: memoryview, buf: mmap.mmap) -> None:
+    try:
+        mv.release()
+        buf.close()
+    except BufferError:
+        pass  # still referenced (an exception's frames): released with them
+
+
+def _pool(jobs: int) -> _cf.Executor:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    return _cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+
+
+def scan_files(
+    store: Store,
+    profile: BrokerProfile,
+    files: list[StoreFile],
+    *,
+    check_crc: bool | list[bool] = True,
+    max_delay_level: int | None = None,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    span: int = _SPAN,
+) -> list[FileScan]:
+    """The broker's recovery walk of each file, independently (a file's walk never depends
+    on another file). Files, or slices of ``span`` bytes of big files, are walked by
+    ``jobs`` worker processes; each slice after the first starts at the first intact record
+    found by :func:`recovery.scan.resync` and the slices are chained (a slice is used only
+    if it starts exactly where the previous one arrived; otherwise that part is walked again
+    in order), so the result is the sequential walk's."""
+    F = store.geometry.commitlog_file_size
+    crc_of = check_crc if isinstance(check_crc, list) else [check_crc] * len(files)
+    tasks = []
+    for i, f in enumerate(files):
+        end = min(f.size, F)
+        lo = 0
+        while True:
+            hi = min(end, lo + span) if end - lo > span + span // 4 else end
+            tasks.append((i, str(f.path), f.base, lo, hi, end, profile.version, profile.delay_levels, crc_of[i], max_delay_level))
+            if hi >= end:
+                break
+            lo = hi
+    total = sum(min(f.size, F) for f in files)
+    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    results: list[_SpanResult] = []
+    if jobs > 1 and len(tasks) > 1 and total >= _PARALLEL_MIN_BYTES:
+        with _pool(min(jobs, len(tasks))) as ex:
+            futs = [ex.submit(_span_task, t) for t in tasks]
+            for fut, t in zip(futs, tasks):
+                r = fut.result()
+                results.append(r)
+                if progress:
+                    progress(t[4] - t[3])
+    else:
+        for t in tasks:
+            results.append(_span_task(t))
+            if progress:
+                progress(t[4] - t[3])
+    by_file: dict[int, list[_SpanResult]] = {}
+    for r in results:
+        by_file.setdefault(r.file_index, []).append(r)
+    out: list[FileScan] = []
+    for i, f in enumerate(files):
+        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level))
+    return out
+
+
+def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile, check_crc: bool, mdl: int | None) -> FileScan:
+    """Chain the slices of one file into the file's walk."""
+    end = min(f.size, F)
+    starts = {r.first_start: r for r in spans if r.first_start is not None}
+    pos = 0
+    count = 0
+    while True:
+        r = starts.get(pos)
+        if r is None:
+            # no slice starts where the walk arrived: walk the rest of the file in order
+            r = _walk_from(f, pos, end, profile, check_crc, mdl)
+        count += r.count
+        if r.stop_pos is not None:
+            return FileScan(f.name, f.base, count, r.stop_pos, r.stop_reason or ck.SHORT, r.stop_field)
+        pos = r.arrival
+        if pos >= end:
+            # ran exactly to the end of the file without a BLANK: the broker's next read
+            # fails (nothing left), so the walk stops there
+            return FileScan(f.name, f.base, count, end, ck.SHORT, "total_size")
+
+
+def _walk_from(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool, mdl: int | None) -> _SpanResult:
+    with open(f.path, "rb") as fh:
+        buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    mv = memoryview(buf)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        count, p, c = _walk_span(buf, mv, arr, pos, end, end, profile, check_crc, mdl)
+        if c is None:
+            return _SpanResult(0, pos, pos, count, p, None, None, "")
+        return _SpanResult(0, pos, pos, count, p, p, c.reason, c.field)
+    finally:
+        del arr
+        _close(mv, buf)
+
+
+# ======================================================================================
+# Step 3a: the abnormal-recovery start file (RECOVERY §5.1)
+
+
+def _file_matches(f: StoreFile, profile: BrokerProfile, threshold: int) -> bool:
+    """``isMappedFileMatchedRecover``: only the first record's magic and store timestamp."""
+    with open(f.path, "rb") as fh:
+        head = fh.read(80)
+    if len(head) < 48:
+        return False
+    magic = _I32.unpack_from(head, 4)[0]
+    if magic != cl.MAGIC_V1 and not (profile.accepts_v2 and magic == cl.MAGIC_V2):
+        return False
+    sys_flag = _I32.unpack_from(head, 36)[0]
+    at = 48 + (8 if sys_flag & 0x10 == 0 else 20)
+    if len(head) < at + 8:
+        return False
+    store_ts = _I64.unpack_from(head, at)[0]
+    if store_ts == 0:
+        return False
+    return store_ts <= threshold
+
+
+def abnormal_start_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, message_index_safe: bool) -> int:
+    threshold = ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp
+    for i in range(len(files) - 1, -1, -1):
+        if _file_matches(files[i], profile, threshold):
+            return i
+    return 0
+
+
+# ======================================================================================
+# Index files (RECOVERY §8)
+
+
+def _index_header(f: StoreFile) -> tuple[int, int, int, int, int, int]:
+    with open(f.path, "rb") as fh:
+        raw = fh.read(HEADER_SIZE)
+    return HEADER_STRUCT.unpack(raw.ljust(HEADER_SIZE, b"\0"))  # type: ignore[return-value]
+
+
+def _entries_below(f: StoreFile, slot_num: int, count: int, end: int) -> int:
+    if count <= 1:
+        return 0
+    first = HEADER_SIZE + slot_num * SLOT_SIZE
+    with open(f.path, "rb") as fh:
+        fh.seek(first + ENTRY_SIZE)
+        raw = fh.read((count - 1) * ENTRY_SIZE)
+    n = len(raw) // ENTRY_SIZE
+    e = np.frombuffer(raw, dtype=np.dtype([("h", ">i4"), ("phy", ">i8"), ("td", ">i4"), ("prev", ">i4")]), count=n)
+    return int((e["phy"] < end).sum())
+
+
+def infer_index_tz(store: Store) -> _dt.tzinfo:
+    """The broker's time zone, from its index file names (creation time, local clock) and
+    the headers' begin timestamps (the first record indexed, a few ms earlier): the most
+    common difference rounded to 15 minutes. UTC when nothing tells."""
+    from collections import Counter
+
+    diffs: Counter[int] = Counter()
+    for f in store.index_files:
+        name = f.name
+        if len(name) != 17 or not name.isdigit():
+            continue
+        try:
+            naive = _dt.datetime(int(name[0:4]), int(name[4:6]), int(name[6:8]), int(name[8:10]), int(name[10:12]), int(name[12:14]), int(name[14:17]) * 1000, tzinfo=_dt.timezone.utc)
+        except ValueError:
+            continue
+        begin = _index_header(f)[0]
+        if begin <= 0:
+            continue
+        d = naive.timestamp() * 1000 - begin
+        q = round(d / 900_000)
+        if abs(d - q * 900_000) < 120_000 and abs(q) <= 14 * 4:
+            diffs[q] += 1
+    if not diffs:
+        return _dt.timezone.utc
+    q = diffs.most_common(1)[0][0]
+    return _dt.timezone(_dt.timedelta(minutes=15 * q))
+
+
+# ======================================================================================
+# Salvage of the cut region
+
+
+def _salvage_positions(buf: Any, pos: int, end: int, base: int, profile: BrokerProfile) -> list[tuple[int, int, bool]]:
+    """Records found after ``pos`` by resyncing past damage: (position, size, intact)
+    where intact means the record also passes the CRC check. Structure is checked without
+    the CRC, so a record whose body was damaged is found (and reported not intact)."""
+    out: list[tuple[int, int, bool]] = []
+    p = pos
+    while p < end:
+        q = resync(buf, p, end, base, profile, check_crc=False)
+        if q is None:
+            break
+        while q < end:
+            c = ck.check_record(buf, q, end, profile, check_crc=False, read_body=True)
+            if not c.is_message or c.rec is None or c.rec.physical_offset != base + q:
+                break
+            intact = c.rec.body_crc_ok(buf)
+            out.append((q, c.size, intact))
+            q += c.size
+        p = q + 1
+    return out
+
+
+def _has_nonzero(path: Path, pos: int, end: int) -> bool:
+    if pos >= end:
+        return False
+    with open(path, "rb") as fh:
+        fh.seek(pos)
+        left = end - pos
+        while left > 0:
+            chunk = fh.read(min(left, _ZERO_CHUNK))
+            if not chunk:
+                return False
+            if chunk.count(0) != len(chunk):
+                return True
+            left -= len(chunk)
+    return False
+
+
+# ======================================================================================
+# The plan
+
+
+def _rel(store: Store, p: Path) -> str:
+    try:
+        return p.relative_to(store.root).as_posix()
+    except ValueError:
+        return str(p)
+
+
+def plan_recovery(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    mode: str | None = None,
+    check_crc: bool = True,
+    message_index_safe: bool = False,
+    correct_delay_tags: bool = False,
+    reindex: bool = True,
+    check_unread: bool = True,
+    salvage: bool = True,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+) -> RecoveryPlan:
+    """Compute what the broker's recovery does to ``store`` (nothing is written).
+
+    ``mode``: ``"normal"``, ``"abnormal"`` or None (the broker's choice: abort file present
+    -> abnormal). ``check_crc``: checkCRCOnRecover. ``message_index_safe``: the
+    messageIndexSafe start-file variant. ``check_unread``: also walk (without the CRC) the
+    commitlog files before the start file, which recovery never reads, and report damage
+    there as problems. ``salvage``: count the records found in the bytes that will be cut.
+    """
+    g = store.geometry
+    F = g.commitlog_file_size
+    ckpt = store.read_checkpoint()
+    if mode is None:
+        mode = MODE_ABNORMAL if store.abort_present else MODE_NORMAL
+        reason = "abort file present (the broker did not shut down cleanly)" if store.abort_present else "no abort file (clean shutdown)"
+    else:
+        reason = f"--{mode} given" + (" (abort file present)" if store.abort_present else " (no abort file)")
+    if mode not in (MODE_NORMAL, MODE_ABNORMAL):
+        raise ValueError(f"mode must be normal or abnormal, not {mode!r}")
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for issue in store.issues:
+        if issue.severity == "error" and issue.path.startswith("commitlog"):
+            problems.append(Problem(LAYOUT, issue.path, None, issue.message))
+
+    # -- 1. ConsumeQueue recovery, 2. maxPhyOffsetOfCQ
+    Fcq = g.cq_file_size
+    queue_states: dict[tuple[str, int], _QueueState] = {}
+    queues: list[QueuePlan] = []
+    max_cq = -1
+    for (t, q), qfiles in sorted(store.consume_queues.items()):
+        st = recover_queue([f for f in qfiles if f.size > 0], Fcq)
+        queue_states[(t, q)] = st
+        max_cq = max(max_cq, st.max_physic_offset)
+        queues.append(QueuePlan(t, q, len(qfiles), st.write_offset, st.max_physic_offset,
+                                [_rel(store, f.path) for f in st.removed]))
+
+    files = [f for f in store.commitlog if f.size > 0]
+    min_offset = files[0].base if files else -1
+    plan = RecoveryPlan(
+        store=str(store.root), broker_version=profile.label, mode=mode, mode_reason=reason,
+        check_crc=check_crc, message_index_safe=message_index_safe,
+        correct_delay_tags=correct_delay_tags, reindex=reindex, checkpoint=ckpt._asdict(),
+        abort_present=store.abort_present, start_file=None, start_offset=0, bytes_to_scan=0,
+        end_offset=0, stop_file=None, stop_pos=None, stop_reason=None, records_valid=0,
+        max_phy_offset_of_cq=max_cq, commitlog_min_offset=min_offset, queues=queues,
+        problems=problems, notes=notes, checkpoint_missing=not store.checkpoint_present,
+    )
+    if not files:
+        plan.destroy_consume_queues = bool(store.consume_queues)
+        for qp in queues:
+            st = queue_states[qp.key]
+            qp.truncate_removed = [_rel(store, f.path) for f in st.kept]
+        notes.append("no commitlog file: the broker destroys every consume queue")
+        return plan
+
+    # -- 3. commitlog recovery: start file
+    if mode == MODE_NORMAL:
+        if profile.normal_recovery_walkback:
+            i = len(files) - 1
+            while i > 0 and files[i].base > max_cq:
+                i -= 1
+            start = i
+        else:
+            start = max(0, len(files) - 3)
+    else:
+        start = abnormal_start_index(files, profile, ckpt, message_index_safe)
+    plan.start_file = files[start].name
+    plan.start_offset = files[start].base
+    plan.bytes_to_scan = sum(min(f.size, F) for f in files[start:])
+
+    # Q1: 4.9.2-4.9.8 abnormal recovery runs with maxDelayLevel 0 (the validation is
+    # affected too: a DELAY that does not parse fails either way, the level is only clamped)
+    q1 = mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
+    walk_mdl = 0 if q1 else None
+
+    # -- the walks (recovery files with the CRC, earlier files cheaply), all in one go
+    todo = files[start:] + (files[:start] if check_unread else [])
+    crcs = [check_crc] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
+    walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=jobs, progress=progress)
+    scans = walked[: len(files) - start]
+    unread = walked[len(files) - start :]
+    for s in unread:
+        if not s.blank:
+            problems.append(Problem(
+                UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
+                f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records: "
+                "this file comes before the recovery start file, so recovery neither reads nor repairs it"))
+
+    # processOffset
+    records = 0
+    process = files[start].base
+    stop_idx = start
+    for k, s in enumerate(scans):
+        records += s.records
+        stop_idx = start + k
+        if s.blank and start + k + 1 < len(files):
+            continue
+        process = s.base + s.stop_pos
+        break
+    last = scans[stop_idx - start]
+    plan.files = unread + scans
+    plan.records_valid = records
+    plan.end_offset = process
+    plan.stop_file = last.name
+    plan.stop_pos = last.stop_pos
+    plan.stop_reason = last.stop_reason
+    if last.stop_reason not in (ck.BLANK, ck.END_OF_DATA):
+        notes.append(f"the walk stopped at commitlog offset {process} ({last.stop_reason}"
+                     f"{', ' + last.stop_field if last.stop_field else ''}): everything after it is cut")
+
+    # -- 4. truncate_dirty_files (commitlog): cut tails, later files removed
+    for f in files:
+        if f.base + F > process:
+            if process >= f.base:
+                pos = process - f.base
+                end = min(f.size, F)
+                if _has_nonzero(f.path, pos, f.size):
+                    msgs = intact = 0
+                    if salvage:
+                        with store.map(f) as mf:
+                            found = _salvage_positions(mf.buf, pos, end, f.base, profile)
+                        msgs, intact = len(found), sum(1 for x in found if x[2])
+                    plan.cuts.append(CommitlogCut(f"commitlog/{f.name}", pos, f.size - pos, process, msgs, intact))
+            else:
+                msgs = intact = 0
+                if salvage:
+                    with store.map(f) as mf:
+                        found = _salvage_positions(mf.buf, 0, min(mf.size, F), f.base, profile)
+                    msgs, intact = len(found), sum(1 for x in found if x[2])
+                plan.removed_files.append(RemovedFile(f"commitlog/{f.name}", f.size, "starts after the end offset", msgs, intact))
+    plan.messages_cut = sum(c.messages for c in plan.cuts) + sum(r.messages for r in plan.removed_files)
+    plan.intact_cut = sum(c.intact for c in plan.cuts) + sum(r.intact for r in plan.removed_files)
+
+    # -- 4b. truncate_dirty_logic_files (every queue), when maxPhyOffsetOfCQ >= processOffset
+    plan.cq_truncation = max_cq >= process
+    post_trunc_max = [st.max_physic_offset for st in queue_states.values()]
+    if plan.cq_truncation:
+        post_trunc_max = []
+        for qp in queues:
+            st = queue_states[qp.key]
+            if not st.kept:
+                post_trunc_max.append(process)  # cq_truncate sets maxPhysicOffset := phyOffset first
+                continue
+            bases = [f.base for f in st.kept]
+            by_base = {f.base: f for f in st.kept}
+            n, write, mp_after = _truncate_units(lambda b: read_units(_read_cq(by_base[b], Fcq)), bases, Fcq, process)
+            post_trunc_max.append(mp_after)
+            qp.truncate_to = write
+            qp.truncate_removed = [_rel(store, f.path) for f in st.kept[n:]]
+            before = st.write_offset if st.write_offset is not None else 0
+            after = write if write is not None else 0
+            qp.units_cut = max(0, (before - after) // CQ_UNIT_SIZE) if write is not None else (before - st.kept[0].base) // CQ_UNIT_SIZE
+
+    # -- 5. index files after an abnormal exit
+    kept_index: list[StoreFile] = []
+    for f in store.index_files:
+        if f.size == 0:
+            continue
+        h = _index_header(f)
+        if mode == MODE_ABNORMAL and h[1] > ckpt.index_msg_timestamp:
+            count = max(h[5], 1)
+            plan.index_discarded.append(IndexDiscard(
+                f"index/{f.name}", h[1], h[3], count - 1, _entries_below(f, g.index_slot_num, count, process)))
+        else:
+            kept_index.append(f)
+    if kept_index:
+        plan.index_kept_last = f"index/{kept_index[-1].name}"
+        plan.index_kept_end_phy_offset = _index_header(kept_index[-1])[3]
+
+    # -- 6. dispatch passes
+    if mode == MODE_ABNORMAL:
+        if reindex and plan.index_discarded:
+            kept_end = plan.index_kept_end_phy_offset if kept_index else min_offset
+            if kept_end < plan.start_offset:
+                plan.dispatch.append(DispatchRange(
+                    "reindex", kept_end, plan.start_offset, None, cq=False, index=True,
+                    note="records the discarded index files held that the broker's recovery does not re-index (RocketMQ #3868, #8007)"))
+        plan.dispatch.append(DispatchRange(
+            "abnormal_recovery", plan.start_offset, process, records,
+            note="every valid record from the start file (already-built CQ units are skipped)"
+            + ("; SCHEDULE_TOPIC_XXXX with maxDelayLevel 0 (quirk Q1)" if q1 and not correct_delay_tags else "")))
+    elif profile.normal_recovery_walkback:
+        plan.dispatch.append(DispatchRange(
+            "walkback_dispatch", max(max_cq + 1, plan.start_offset), process, None,
+            note="5.3.2+: records with commitLogOffset > maxPhyOffsetOfCQ (quirk Q2)"))
+    if profile.startup_reput_from_cq:
+        # reputFrom = max over the queues' maxPhysicOffset after the truncation; the
+        # abnormal dispatch raises it further, so there it is decided while applying
+        after = max([min_offset] + post_trunc_max)
+        known = mode == MODE_NORMAL or after >= process
+        plan.dispatch.append(DispatchRange(
+            "startup_reput", max(after, 0), process,
+            0 if after >= process else None,
+            note="4.x start-up reput from the consume queues' max physical offset"
+            + ("" if known else " (at least; the abnormal dispatch moves it)")))
+    if q1:
+        notes.append("quirk Q1 (4.9.2-4.9.8): SCHEDULE_TOPIC_XXXX units written by the abnormal dispatch get the "
+                     "TAGS hash (or 0) as tagsCode, not the delivery time"
+                     + ("; --correct-delay-tags: the real delivery time is written instead" if correct_delay_tags else ""))
+    if plan.cuts or plan.removed_files:
+        notes.append("deviation: the cut bytes are copied to the backup and zero-filled (the broker only moves its write position)")
+    if plan.index_discarded:
+        notes.append("deviation: discarded index files move to the backup instead of being deleted")
+    return plan
+
+
+# ======================================================================================
+# Applying
+
+
+@dataclass
+class ApplyResult:
+    """What :func:`apply_recovery` did."""
+
+    changed: bool
+    backup_dir: str | None
+    actions: list[dict[str, Any]]
+    end_offset: int
+    dispatched: dict[str, int]
+    cq_units_appended: int
+    index_entries_added: int
+    index_files_created: list[str]
+    checkpoint_before: dict[str, int]
+    checkpoint_after: dict[str, int]
+    delay_tags_mismatch: int  # SCHEDULE_TOPIC_XXXX units whose tagsCode is not the delivery time
+    salvage: dict[str, Any] | None
+    problems: list[Problem]
+    cq_warnings: int
+
+
+class _Queue:
+    """A consume queue while applying: its files on disk, the new contents, the write
+    offset and maxPhysicOffset, as the broker holds them in memory."""
+
+    def __init__(self, key: tuple[str, int], F: int, st: _QueueState | None) -> None:
+        self.key = key
+        self.F = F
+        self.disk: dict[int, StoreFile] = {f.base: f for f in st.kept} if st else {}
+        self.removed: list[StoreFile] = list(st.removed) if st else []
+        self.content: dict[int, bytes] = {}  # changed or new files: full content
+        self.bases: list[int] = sorted(self.disk)
+        self.write: int | None = st.write_offset if st else None
+        self.max_phy: int = st.max_physic_offset if st else -1
+
+    def data(self, base: int) -> bytes:
+        if base in self.content:
+            return self.content[base]
+        return _read_cq(self.disk[base], self.F)
+
+    def writer(self) -> Any:
+        from .indexbuild import ConsumeQueueWriter
+
+        if not self.bases or self.write is None:
+            return ConsumeQueueWriter(self.F, None, self.max_phy)
+        last = self.bases[-1]
+        return ConsumeQueueWriter(self.F, [(last, self.data(last), self.write - last)], self.max_phy)
+
+    def absorb(self, w: Any) -> None:
+        if w.appended_units == 0:
+            return
+        for name, data in w.files(changed_only=True).items():
+            base = int(name)
+            self.content[base] = data
+            if base not in self.bases:
+                self.bases.append(base)
+        self.bases.sort()
+        self.write = w.write_offset
+        self.max_phy = w.max_physic_offset
+
+    def truncate(self, phy: int) -> None:
+        n, write, max_phy = _truncate_units(lambda b: read_units(self.data(b)), self.bases, self.F, phy)
+        for b in self.bases[n:]:
+            if b in self.disk:
+                self.removed.append(self.disk.pop(b))
+            self.content.pop(b, None)
+        self.bases = self.bases[:n]
+        self.write = write
+        self.max_phy = max_phy
+
+
+def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None, progress: Progress | None) -> Iterable[Any]:
+    """The dispatch requests of ``[lo, hi)`` in column form, from the reput pass."""
+    from .reput import iter_dispatch
+
+    if hi <= lo:
+        return iter(())
+    return iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl, progress=progress)
+
+
+def apply_recovery(
+    store: Store,
+    plan: RecoveryPlan,
+    profile: BrokerProfile,
+    *,
+    backup_dir: str | Path | None = None,
+    salvage_to: str | Path | None = None,
+    index_tz: _dt.tzinfo | None = None,
+    progress: Progress | None = None,
+) -> ApplyResult:
+    """Carry out ``plan`` (made by :func:`plan_recovery` on the same, unchanged store)
+    through a :class:`recovery.safety.StoreTransaction`. The caller must have run
+    :func:`recovery.safety.recover_pending` before planning."""
+    from .indexbuild import ConsumeQueueSet, IndexBuilder
+    from .safety import StoreTransaction
+
+    g = store.geometry
+    Fcq = g.cq_file_size
+    F = g.commitlog_file_size
+    process = plan.end_offset
+    ckpt_before = store.read_checkpoint()
+    cp_path = store.root / "checkpoint"
+    cp_bytes = cp_path.read_bytes() if cp_path.is_file() else b""
+
+    # -- salvage first: nothing is cut before the intact records are saved
+    salvage_info = None
+    if salvage_to is not None and (plan.cuts or plan.removed_files):
+        salvage_info = write_salvage(store, plan, profile, salvage_to)
+
+    # -- consume queues as CQ recovery leaves them
+    queues: dict[tuple[str, int], _Queue] = {}
+    for key, qfiles in store.consume_queues.items():
+        queues[key] = _Queue(key, Fcq, recover_queue([f for f in qfiles if f.size > 0], Fcq))
+
+    # -- index files as IndexService.load leaves them
+    discarded = {d.file for d in plan.index_discarded}
+    kept_index = [f for f in store.index_files if f.size > 0 and f"index/{f.name}" not in discarded]
+    last_bytes = kept_index[-1].path.read_bytes() if kept_index else None
+    ib = IndexBuilder(g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put)
+
+    q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
+    mdl_a = None if (plan.correct_delay_tags or not q1) else 0
+    dispatched: dict[str, int] = {}
+    logics: int | None = None
+    sched_rows: list[int] = []  # positions of SCHEDULE_TOPIC_XXXX records dispatched with mdl 0
+
+    def run_pass(name: str, lo: int, hi: int, mdl: int | None, cq: bool, index: bool,
+                 cqset: Any, skip_upto: int | None = None) -> None:
+        nonlocal logics
+        n = 0
+        for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress):
+            if skip_upto is not None:
+                mask = cols.position > skip_upto
+                if not mask.all():
+                    cols = cols.select(mask)
+            if cols.count == 0:
+                continue
+            n += cols.count
+            if cq and cqset is not None:
+                cqset.add_columns(cols.topic, cols.queue_id, cols.commitlog_offset, cols.msg_size, cols.tags_code,
+                                  cols.consume_queue_offset, cols.sys_flag, cols.store_timestamp)
+                if mdl == 0:
+                    sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
+            if index:
+                ib.add_columns(cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys, cols.uniq_key, cols.sys_flag)
+        dispatched[name] = dispatched.get(name, 0) + n
+        if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
+            logics = cqset.logics_msg_timestamp
+
+    def cqset_of() -> Any:
+        return ConsumeQueueSet(Fcq, {k: q.writer() for k, q in queues.items()})
+
+    def absorb(cqset: Any) -> None:
+        for key, w in cqset.writers.items():
+            if key not in queues:
+                queues[key] = _Queue(key, Fcq, None)
+            queues[key].absorb(w)
+
+    cq_warnings = 0
+    appended_units = 0
+    delay_mismatch = 0
+    if plan.destroy_consume_queues:
+        for q in queues.values():
+            q.truncate(0)  # every file goes
+            q.removed = list(store.consume_queues.get(q.key, []))
+            q.disk.clear()
+    else:
+        # our improvement: re-index what the discarded index files held before the start file
+        for d in plan.dispatch:
+            if d.name == "reindex":
+                skip = plan.index_kept_end_phy_offset if kept_index and plan.index_kept_end_phy_offset > 0 else None
+                run_pass("reindex", d.from_offset, d.to_offset, None, False, True, None, skip)
+        # the recovery's own dispatch (abnormal, or 5.3.2+ normal walk-back)
+        cqset = cqset_of()
+        for d in plan.dispatch:
+            if d.name == "abnormal_recovery":
+                run_pass(d.name, d.from_offset, d.to_offset, mdl_a, True, True, cqset)
+            elif d.name == "walkback_dispatch":
+                run_pass(d.name, d.from_offset, d.to_offset, None, True, True, cqset,
+                         skip_upto=plan.max_phy_offset_of_cq)
+        cq_warnings += len(cqset.warnings)
+        appended_units += sum(w.appended_units for w in cqset.writers.values())
+        if sched_rows and q1:
+            delay_mismatch = _count_delay_mismatch(store, profile, cqset, sched_rows, plan.correct_delay_tags)
+        absorb(cqset)
+        # truncate_dirty_logic_files
+        if plan.cq_truncation:
+            for q in queues.values():
+                q.truncate(process)
+        # the 4.x start-up reput from the consume queues' max physical offset
+        if profile.startup_reput_from_cq:
+            reput_from = max([plan.commitlog_min_offset] + [q.max_phy for q in queues.values()])
+            reput_from = max(reput_from, 0, plan.commitlog_min_offset)
+            cqset = cqset_of()
+            if reput_from < process:
+                run_pass("startup_reput", reput_from, process, None, True, True, cqset)
+            cq_warnings += len(cqset.warnings)
+            appended_units += sum(w.appended_units for w in cqset.writers.values())
+            absorb(cqset)
+
+    # -- the transaction
+    tz = index_tz if index_tz is not None else infer_index_tz(store)
+    with StoreTransaction(store.root, backup_dir=backup_dir, description=f"rmqtool recover ({plan.mode})") as tx:
+        # commitlog
+        for c in plan.cuts:
+            tx.truncate_tail(c.file, c.pos, zero_fill=True)
+        for r in plan.removed_files:
+            tx.remove_file(r.path)
+        # consume queues
+        for key, q in sorted(queues.items()):
+            topic, qid = key
+            for f in q.removed:
+                tx.remove_file(f.path)
+            if not q.bases:
+                continue
+            last = q.bases[-1]
+            for b in q.bases:
+                rel = f"consumequeue/{topic}/{qid}/{offset_to_file_name(b)}"
+                pos = (q.write - b) if (b == last and q.write is not None) else Fcq
+                if b in q.content:
+                    data = bytearray(q.content[b][:pos].ljust(Fcq, b"\0"))
+                    if b in q.disk:
+                        if data != _read_cq(q.disk[b], Fcq) or q.disk[b].size != Fcq:
+                            tx.replace_file(rel, bytes(data))
+                    else:
+                        tx.create_file(rel, bytes(data), mode=0o644)
+                elif b == last and b in q.disk and _has_nonzero(q.disk[b].path, pos, q.disk[b].size):
+                    tx.truncate_tail(rel, pos, zero_fill=True)
+        # index
+        for d in plan.index_discarded:
+            tx.remove_file(d.file)
+        created_names: list[str] = []
+        taken = {f.name for f in store.index_files}
+        floor = kept_index[-1].name if kept_index else None
+        for img in ib.files:
+            if not img.created:
+                if img.puts and floor is not None:
+                    tx.replace_file(f"index/{floor}", _index_writer(img))
+                continue
+            name = _new_index_name(img.first_store_timestamp or 0, tz, floor, taken)
+            taken.add(name)
+            floor = name
+            created_names.append(name)
+            tx.create_file(f"index/{name}", _index_writer(img), mode=0o644)
+        # checkpoint
+        cp = ckpt_before
+        if logics is not None:
+            cp = cp._replace(logics_msg_timestamp=logics)
+        if ib.index_msg_timestamp is not None:
+            cp = cp._replace(index_msg_timestamp=ib.index_msg_timestamp)
+        new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
+        if new_cp != cp_bytes:
+            tx.replace_file("checkpoint", new_cp)
+        # the abort file goes last
+        if store.abort_present:
+            tx.remove_file("abort")
+        actions = [asdict(a) for a in tx.plan()]
+        result = tx.commit() if actions else None
+    return ApplyResult(
+        changed=bool(actions),
+        backup_dir=str(result.backup_dir) if result is not None and result.backup_dir else None,
+        actions=actions,
+        end_offset=process,
+        dispatched=dispatched,
+        cq_units_appended=appended_units,
+        index_entries_added=ib.keys_put,
+        index_files_created=[f"index/{n}" for n in created_names],
+        checkpoint_before=ckpt_before._asdict(),
+        checkpoint_after=cp._asdict(),
+        delay_tags_mismatch=delay_mismatch,
+        salvage=salvage_info,
+        problems=list(plan.problems),
+        cq_warnings=cq_warnings,
+    )
+
+
+def _index_writer(img: Any) -> Callable[[Any], None]:
+    def write(fobj: Any) -> None:
+        img.write_to(fobj)
+
+    return write
+
+
+def _new_index_name(ms: int, tz: _dt.tzinfo, floor: str | None, taken: set[str]) -> str:
+    """A deterministic name: the store timestamp of the record that created the file, in
+    the broker's zone, bumped by 1 ms until it sorts after ``floor`` and is unused."""
+    name = index_file_name(ms, tz)
+    while (floor is not None and name <= floor) or name in taken:
+        ms += 1
+        name = index_file_name(ms, tz)
+    return name
+
+
+def _checkpoint_bytes(old: bytes, cp: Checkpoint, profile: BrokerProfile) -> bytes:
+    """The checkpoint file as the broker flushes it: the fields this version writes, the
+    rest of the page as it was (a missing file is created zero-filled, 4096 bytes)."""
+    base = bytearray(old.ljust(CHECKPOINT_FILE_SIZE, b"\0")) if old else bytearray(CHECKPOINT_FILE_SIZE)
+    full = encode_checkpoint(cp)
+    n = 24
+    if profile.version >= (5, 0, 0):
+        n = 32
+    if profile.version >= (5, 1, 1):
+        n = 40
+    base[:n] = full[:n]
+    return bytes(base)
+
+
+def _count_delay_mismatch(store: Store, profile: BrokerProfile, cqset: Any, positions: list[int], corrected: bool) -> int:
+    """Quirk Q1: how many SCHEDULE_TOPIC_XXXX units appended by the abnormal dispatch carry
+    a tagsCode other than the real delivery time (0 when ``corrected``)."""
+    if corrected:
+        return 0
+    want: dict[int, int] = {}
+    from .query import CommitlogReader
+
+    with CommitlogReader(store, profile) as reader:
+        for off in positions:
+            loc = reader.record_at(off)
+            if loc is not None and loc.checked.is_message:
+                want[off] = loc.checked.tags_code
+    n = 0
+    for (topic, _q), w in cqset.writers.items():
+        if topic != ck.SCHEDULE_TOPIC or w.appended_units == 0:
+            continue
+        u = w.units()
+        for off, tag in zip(u["commitlog_offset"].tolist(), u["tags_code"].tolist()):
+            if off in want and want[off] != tag:
+                n += 1
+    return n
+
+
+# ======================================================================================
+# --salvage-to
+
+
+def write_salvage(store: Store, plan: RecoveryPlan, profile: BrokerProfile, out_dir: str | Path) -> dict[str, Any]:
+    """Write the intact records of the bytes that will be cut: ``salvaged.jsonl`` (one
+    ``recovery.scan.message_fields`` record per message, with ``body_sha256``, and where
+    its bytes are in ``salvaged.bin``: ``raw_offset``, ``raw_length``) and ``salvaged.bin``
+    (the records' raw bytes, back to back). Files are written beside, fsynced and renamed
+    into place."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for sub in ("commitlog", "consumequeue", "index"):
+        if out.resolve().is_relative_to((store.root / sub).resolve()):
+            raise RecoveryError(f"--salvage-to must not be inside the store's {sub}/", out)
+    F = store.geometry.commitlog_file_size
+    targets: list[tuple[StoreFile, int]] = []
+    by_name = {f"commitlog/{f.name}": f for f in store.commitlog}
+    for c in plan.cuts:
+        targets.append((by_name[c.file], c.pos))
+    for r in plan.removed_files:
+        if r.path in by_name:
+            targets.append((by_name[r.path], 0))
+    jl_tmp = out / ".salvaged.jsonl.tmp"
+    bin_tmp = out / ".salvaged.bin.tmp"
+    n = 0
+    raw_at = 0
+    with open(jl_tmp, "w", encoding="utf-8") as jl, open(bin_tmp, "wb") as raw:
+        for f, pos in targets:
+            with store.map(f) as mf:
+                buf = mf.buf
+                for q, size, intact in _salvage_positions(buf, pos, min(mf.size, F), f.base, profile):
+                    if not intact:
+                        continue
+                    c = ck.check_record(buf, q, min(mf.size, F), profile, check_crc=True, read_body=True)
+                    if not c.is_message:
+                        continue
+                    rec = message_fields(f.name, c, buf, body_hash=True)
+                    rec["raw_offset"] = raw_at
+                    rec["raw_length"] = size
+                    raw.write(bytes(buf[q : q + size]))
+                    raw_at += size
+                    jl.write(json.dumps(rec, sort_keys=True, ensure_ascii=False) + "\n")
+                    n += 1
+                del buf
+        jl.flush()
+        os.fsync(jl.fileno())
+        raw.flush()
+        os.fsync(raw.fileno())
+    os.replace(bin_tmp, out / "salvaged.bin")
+    os.replace(jl_tmp, out / "salvaged.jsonl")
+    dfd = os.open(out, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    digest = hashlib.sha256((out / "salvaged.bin").read_bytes()).hexdigest()
+    return {"dir": str(out), "records": n, "bytes": raw_at, "sha256": digest}
