@@ -1094,6 +1094,7 @@ def apply_recovery(
     through a :class:`recovery.safety.StoreTransaction`. The caller must have run
     :func:`recovery.safety.recover_pending` before planning."""
     from .indexbuild import ConsumeQueueSet, IndexBuilder
+    from .reput import feed_cq, feed_index
     from .safety import StoreTransaction
 
     g = store.geometry
@@ -1139,12 +1140,11 @@ def apply_recovery(
                 continue
             n += cols.count
             if cq and cqset is not None:
-                cqset.add_columns(cols.topic, cols.queue_id, cols.commitlog_offset, cols.msg_size, cols.tags_code,
-                                  cols.consume_queue_offset, cols.sys_flag, cols.store_timestamp)
+                feed_cq(cqset, cols)
                 if mdl == 0:
                     sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
             if index:
-                ib.add_columns(cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys, cols.uniq_key, cols.sys_flag)
+                feed_index(ib, cols)
         dispatched[name] = dispatched.get(name, 0) + n
         if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
             logics = cqset.logics_msg_timestamp

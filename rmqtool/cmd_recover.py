@@ -1,0 +1,196 @@
+"""``rmqtool recover STORE``: the broker's start-up recovery, offline, shown first.
+
+The work is in ``recovery.recover`` (plan and apply through ``recovery.safety``); this
+module checks the options, refuses a store locked by a broker, prints the plan (table or
+JSON on stdout; warnings and problems on stderr, progress on stderr) and maps the outcome
+to the shared exit codes: 0 nothing to do, 1 repaired, 4 problems remain that recovery
+does not touch (or, with --dry-run, a recovery is needed), 8 operational error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .exitcodes import Exit
+from .options import broker_version_option, make_profile, open_store, store_argument
+from .progress import progress_bar
+from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
+from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, pending_journals, recover_pending
+from .render import dumps, render
+
+
+@click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
+@store_argument
+@broker_version_option
+@click.option("--normal/--abnormal", "normal", default=None,
+              help="Force normal recovery (the last three commitlog files; 5.3.2+: the walk-back) or abnormal "
+                   "recovery (start file from the checkpoint). Default: what the broker does (abort file -> abnormal).")
+@click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
+@click.option("--no-crc", is_flag=True, help="Do not check body CRCs while walking (checkCRCOnRecover=false).")
+@click.option("--salvage-to", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Before cutting, write the intact records found in the cut bytes to DIR (salvaged.jsonl, salvaged.bin).")
+@click.option("--backup-dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Where cut bytes and removed or replaced files go (default: a new STORE.rmqtool-backup-<time> beside the store).")
+@click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True,
+              help="Output format of the plan and the result.")
+@click.option("--message-index-safe", is_flag=True,
+              help="Abnormal start file by the messageIndexSafe rule (min of the checkpoint timestamps and indexMsgTimestamp).")
+@click.option("--correct-delay-tags", is_flag=True,
+              help="Write the real delivery time as tagsCode of SCHEDULE_TOPIC_XXXX units dispatched by abnormal recovery "
+                   "(4.9.2-4.9.8 write the TAGS hash or 0: quirk Q1, reproduced by default).")
+@click.option("--no-reindex", is_flag=True,
+              help="Like the broker, do not re-index the records that the discarded index files held before the start file.")
+@click.option("--no-check-unread", is_flag=True,
+              help="Do not walk the commitlog files before the start file (which recovery never reads) looking for damage.")
+@click.option("--index-tz", default=None, metavar="ZONE",
+              help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the existing names).")
+@click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
+              help="Worker processes for the commitlog walk (default: one per CPU).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: bool, salvage_to: Path | None,
+            backup_dir: Path | None, fmt: str, message_index_safe: bool, correct_delay_tags: bool, no_reindex: bool,
+            no_check_unread: bool, index_tz: str | None, jobs: int | None, quiet: bool, **store_opts: Any) -> int:
+    """Run the broker's start-up recovery on a stopped broker's STORE, offline: ConsumeQueue
+    recovery, the commitlog walk (normal or abnormal, CRC on), truncation of everything
+    after the valid end, the index files a crash invalidates, the catch-up dispatch, the
+    checkpoint, and the abort file removed last. Prints the plan first; keeps every byte it
+    cuts in the backup; rmqtool restore puts it back.
+
+    Exit status: 0 nothing to do, 1 repaired, 4 problems remain that recovery does not touch
+    (with --dry-run: a recovery is needed), 8 operational error (store locked by a broker,
+    not a store, I/O), 2 usage error, 130 interrupted."""
+    profile = make_profile(broker_version)
+    tz = None
+    if index_tz is not None:
+        from .cmd_rebuild import parse_tz
+
+        tz = parse_tz(index_tz)
+    root = Path(store_opts["store"])
+    open_store(**store_opts)  # not a store -> exit 8 before anything else
+    if broker_holds_lock(root):
+        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+    mode = None if normal is None else ("normal" if normal else "abnormal")
+    opts = dict(mode=mode, check_crc=not no_crc, message_index_safe=message_index_safe,
+                correct_delay_tags=correct_delay_tags, reindex=not no_reindex, check_unread=not no_check_unread,
+                jobs=jobs)
+    if dry_run:
+        for j in pending_journals(root):
+            _warn(f"an interrupted rmqtool transaction is pending ({j.name}); a real run finishes or undoes it first")
+        store = open_store(**store_opts)
+        plan = _plan(store, profile, opts, quiet)
+        _print(plan, None, fmt, dry_run=True)
+        _warn_problems(plan)
+        if plan.problems or not plan.nothing_to_do:
+            return int(Exit.PROBLEMS)
+        return int(Exit.OK)
+    finished = False
+    for outcome in recover_pending(root):
+        _warn(outcome.describe())
+        finished = finished or outcome.outcome == "completed"
+    with StoreLock(root):
+        store = open_store(**store_opts)  # as the interrupted run (if any) left it
+        t0 = time.perf_counter()
+        plan = _plan(store, profile, opts, quiet)
+        result: ApplyResult | None = None
+        if not plan.nothing_to_do:
+            with progress_bar(plan.bytes_to_scan, "dispatch", quiet) as advance:
+                result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
+                                        index_tz=tz if tz is not None else infer_index_tz(store), progress=advance)
+        _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished)
+    _warn_problems(plan)
+    if plan.problems:
+        return int(Exit.PROBLEMS)
+    if (result is not None and result.changed) or finished:
+        return int(Exit.REPAIRED)
+    return int(Exit.OK)
+
+
+def _plan(store: Any, profile: Any, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
+    total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
+    with progress_bar(total, "recover: walk", quiet) as advance:
+        return plan_recovery(store, profile, progress=advance, **opts)
+
+
+def _warn(msg: str, kind: str = "warning") -> None:
+    click.echo(f"rmqtool: {kind}: {msg}", err=True)
+
+
+def _warn_problems(plan: RecoveryPlan) -> None:
+    for p in plan.problems:
+        _warn(p.one_line(), "problem")
+
+
+def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
+           finished: bool = False) -> None:
+    if fmt == "json":
+        doc: dict[str, Any] = {"dry_run": dry_run, "plan": plan.to_dict()}
+        if result is not None:
+            doc["result"] = json.loads(dumps(result))
+        if seconds is not None:
+            doc["seconds"] = round(seconds, 3)
+        doc["finished_interrupted_run"] = finished
+        click.echo(dumps(doc))
+        return
+    s = plan.summary()
+    title = f"rmqtool recover {plan.store} (broker {plan.broker_version})" + (" -- dry run" if dry_run else "")
+    rows = [
+        ("mode", f"{plan.mode}: {plan.mode_reason}"),
+        ("start file", f"{plan.start_file} (offset {plan.start_offset})" if plan.start_file else "-"),
+        ("bytes to scan", f"{plan.bytes_to_scan} (CRC {'on' if plan.check_crc else 'off'})"),
+        ("valid records", str(plan.records_valid)),
+        ("stopped at", s["stop"] or "-"),
+        ("end offset", str(plan.end_offset)),
+        ("maxPhyOffsetOfCQ", str(plan.max_phy_offset_of_cq)),
+        ("bytes cut", str(plan.bytes_cut)),
+        ("messages cut", f"{plan.messages_cut} ({plan.intact_cut} intact, found by the salvage scan)"),
+        ("queues changed", str(len(plan.changed_queues))),
+        ("index files discarded", f"{len(plan.index_discarded)} ({s['index_entries_rebuilt']} entries rebuilt)"),
+        ("abort file", "present (removed last)" if plan.abort_present else "absent"),
+    ]
+    render(({"what": k, "value": v} for k, v in rows), "table", [("what", "step"), ("value", "plan")], title=title)
+    changes: list[dict[str, Any]] = []
+    for c in plan.cuts:
+        changes.append({"action": "cut", "path": c.file, "detail": f"bytes [{c.pos}, {c.pos + c.length}) zero-filled "
+                        f"after backup; {c.messages} messages ({c.intact} intact)"})
+    for r in plan.removed_files:
+        changes.append({"action": "remove", "path": r.path, "detail": f"{r.reason}; {r.messages} messages ({r.intact} intact)"})
+    for q in plan.changed_queues:
+        detail = []
+        if q.recover_removed:
+            detail.append(f"CQ recovery drops {len(q.recover_removed)} file(s) after offset {q.write_offset}")
+        if q.truncate_to is not None and (q.units_cut or q.truncate_removed):
+            detail.append(f"truncated to logical offset {q.truncate_to // 20} ({q.units_cut} units, {len(q.truncate_removed)} files)")
+        changes.append({"action": "queue", "path": f"consumequeue/{q.topic}/{q.queue_id}", "detail": "; ".join(detail)})
+    for d in plan.index_discarded:
+        changes.append({"action": "discard", "path": d.file, "detail": f"endTimestamp {d.end_timestamp} > indexMsgTimestamp; "
+                        f"{d.entries} entries ({d.entries_below_end} below the end) moved to the backup"})
+    for d in plan.dispatch:
+        n = "?" if d.records is None else str(d.records)
+        changes.append({"action": "dispatch", "path": d.name, "detail": f"[{d.from_offset}, {d.to_offset}): {n} records; {d.note}"})
+    if changes:
+        render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
+    for n in plan.notes:
+        click.echo(f"note: {n}")
+    if result is not None:
+        click.echo(f"done: {len(result.actions)} changes, dispatched {result.dispatched}, {result.cq_units_appended} CQ units "
+                   f"appended, {result.index_entries_added} index entries, new index files {result.index_files_created or '-'}"
+                   + (f", in {seconds:.2f} s" if seconds is not None else ""))
+        if result.delay_tags_mismatch:
+            click.echo(f"quirk Q1: {result.delay_tags_mismatch} SCHEDULE_TOPIC_XXXX units carry the TAGS hash, not the delivery time")
+        if result.salvage:
+            click.echo(f"salvaged: {result.salvage['records']} intact records to {result.salvage['dir']}")
+        if result.backup_dir:
+            click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
+    elif dry_run:
+        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
+    else:
+        click.echo("nothing to do: the store is as the broker's recovery leaves it" if not finished
+                   else "the interrupted recovery was finished; nothing else to do")
+
+
+__all__ = ["command"]
