@@ -66,6 +66,7 @@ def render(records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[Column
     else:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text  # cells are data, never rich markup ("[/x]" in a topic)
 
         console = Console(file=out)
         table = Table(title=title, show_lines=False)
@@ -73,7 +74,7 @@ def render(records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[Column
             table.add_column(h, overflow="fold")
         batch = 0
         for r in records:
-            table.add_row(*(_cell(r.get(k)) for k, _h in columns))
+            table.add_row(*(Text(_cell(r.get(k))) for k, _h in columns))
             n += 1
             batch += 1
             if batch >= 1000:  # keep memory bounded: print in chunks of 1000 rows
