@@ -252,8 +252,14 @@ def plan_rebuild(
     cp_path = root / "checkpoint"
     raw = cp_path.read_bytes() if cp_path.is_file() else None
     before = decode_checkpoint(raw) if raw is not None else None
-    after = updated_checkpoint(before or decode_checkpoint(b""), result)
-    if (result.logics_msg_timestamp is not None and cq) or (result.index_msg_timestamp is not None and index):
+    base = before or decode_checkpoint(b"")
+    after = updated_checkpoint(base, result)
+    if tset is not None:
+        # only some topics were dispatched: the other queues hold later messages, so
+        # logicsMsgTimestamp stays, and indexMsgTimestamp never goes back
+        after = after._replace(logics_msg_timestamp=base.logics_msg_timestamp,
+                               index_msg_timestamp=max(base.index_msg_timestamp, after.index_msg_timestamp))
+    if after != base:
         buf = bytearray((raw or b"").ljust(CHECKPOINT_FILE_SIZE, b"\0"))
         struct.pack_into(">qq", buf, 8, after.logics_msg_timestamp, after.index_msg_timestamp)
         changes.append(_change(root, "checkpoint", "checkpoint", bytes(buf), len(buf),

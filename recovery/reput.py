@@ -692,6 +692,34 @@ def _hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: "_Words | Non
     return h, lens, nonascii
 
 
+def _add_index_keys(ik: IndexKeys, rows: list[tuple[int, str | None, str | None]]) -> IndexKeys:
+    """``ik`` with the keys of ``rows`` (row, UNIQ_KEY, KEYS) replaced by keys hashed from
+    those strings."""
+    from ..formats.javahash import java_hash_units_batch
+
+    drop = np.isin(ik.rec, np.asarray([j for j, _u, _k in rows], dtype=np.int64))
+    if drop.any():
+        ik = IndexKeys(ik.rec[~drop], ik.hash[~drop], ik.units[~drop])
+    rec: list[int] = []
+    strs: list[str] = []
+    for j, u, k in rows:
+        if u is not None:
+            rec.append(j)
+            strs.append(u)
+        if k:
+            for piece in k.split(" "):
+                if piece:
+                    rec.append(j)
+                    strs.append(piece)
+    if not rec:
+        return ik
+    h, units = java_hash_units_batch(strs)
+    r = np.concatenate((ik.rec, np.asarray(rec, dtype=np.int64)))
+    order = np.argsort(r, kind="stable")  # rows' keys were appended in put order
+    return IndexKeys(r[order], np.concatenate((ik.hash, h.astype(np.uint32)))[order],
+                     np.concatenate((ik.units, units.astype(np.int64)))[order])
+
+
 def _index_keys(
     joined: bytes, J: np.ndarray, JW: _Words, fu: tuple[np.ndarray, np.ndarray, np.ndarray],
     fk: tuple[np.ndarray, np.ndarray, np.ndarray], uniq: LazyValues, keys: LazyValues,
@@ -953,6 +981,10 @@ class _Walker:
             else:
                 k = j
                 break
+        if not fixes:
+            return cols, k
+        keys = list(cols.keys)
+        uniq = list(cols.uniq_key)
         for j, r in fixes:
             cols.topic[j] = r.topic
             cols.queue_id[j] = r.queue_id
@@ -961,10 +993,13 @@ class _Walker:
             cols.tags_code[j] = r.tags_code
             cols.store_timestamp[j] = r.store_timestamp
             cols.consume_queue_offset[j] = r.consume_queue_offset
-            cols.keys[j] = r.keys
-            cols.uniq_key[j] = r.uniq_key
+            keys[j] = r.keys
+            uniq[j] = r.uniq_key
             cols.sys_flag[j] = r.sys_flag
-        return cols, k
+        ik = cols.index_keys
+        if ik is not None:
+            ik = _add_index_keys(ik, [(j, r.uniq_key, r.keys) for j, r in fixes])
+        return cols._replace(keys=keys, uniq_key=uniq, index_keys=ik), k
 
 
 def iter_dispatch(
