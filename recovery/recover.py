@@ -1168,10 +1168,12 @@ def apply_recovery(
             q.disk.clear()
     else:
         # our improvement: re-index what the discarded index files held before the start file
+        # (from the last kept file's endPhyOffset: that record may have been indexed only
+        # in part before the file filled up, and the builder re-indexes it as the broker
+        # would, quirk Q6)
         for d in plan.dispatch:
             if d.name == "reindex":
-                skip = plan.index_kept_end_phy_offset if kept_index and plan.index_kept_end_phy_offset > 0 else None
-                run_pass("reindex", d.from_offset, d.to_offset, None, False, True, None, skip)
+                run_pass("reindex", d.from_offset, d.to_offset, None, False, True, None)
         # the recovery's own dispatch (abnormal, or 5.3.2+ normal walk-back)
         cqset = cqset_of()
         for d in plan.dispatch:

@@ -1,0 +1,490 @@
+"""rmqtool recover: the broker's recovery offline, checked against RocketMQ 4.9.4's own.
+
+Ground truth: fixtures/real/crash_midwrite (a real kill -9 of a 4.9.4 broker) and what
+RocketMQ itself made of a copy of it (verify_after_rocketmq_recovery.json). Damaged
+variants are built from it and from the clean fixtures; their expected outcome is the
+broker's algorithm applied by hand (the offset of the record we damaged) and the broker's
+own view cut at that offset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import CLEAN_NAMES, broker_view, copy_store, real_store, tree_digest
+from rmqtool.cli import run
+from rmqtool.formats.consumequeue import read_units
+from rmqtool.recovery import recover as rc
+from rmqtool.recovery.query import index_query
+from rmqtool.recovery.scan import walk_file
+from rmqtool.recovery.store import Store
+from rmqtool.recovery.versions import BrokerProfile
+
+P494 = BrokerProfile.for_version("4.9.4")
+CRASH = "crash_midwrite"
+LAST_FILE = 720896  # the crash store's last commitlog file holding data
+F_CQ = 640
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    root = copy_store(name, tmp_path)
+    for p in [root, *root.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    return root
+
+
+def _records(root: Path) -> list[tuple[Any, ...]]:
+    """The recovered commitlog as the broker's record parser sees it: every record from
+    the first file to the end (the first record that does not check out, CRC off)."""
+    store = Store.open(root)
+    out: list[tuple[Any, ...]] = []
+    for f in store.commitlog:
+        with store.map(f) as mf:
+            last = None
+            for step in walk_file(mf.buf, mf.size, P494, check_crc=False):
+                c = step.checked
+                last = c
+                if c.is_message:
+                    r = c.rec
+                    body = r.body(mf.buf)
+                    out.append((f.base + step.pos, r.total_size, r.topic, r.queue_id, r.queue_offset, r.store_timestamp,
+                                r.msg_id, hashlib.sha256(body).hexdigest(), c.keys, c.uniq_key))
+                elif c.is_blank:
+                    total = struct.unpack_from(">i", mf.buf, step.pos)[0]
+                    out.append((f.base + step.pos, "blank", total))
+            if last is None or not last.is_blank:
+                break
+    return out
+
+
+def _broker_records(view: dict[str, Any], cut: int | None = None) -> list[tuple[Any, ...]]:
+    out = []
+    for r in view["commitlog_records"]:
+        if cut is not None and r["phys_offset"] >= cut:
+            continue
+        if "blank_end_of_file_record" in r:
+            out.append((r["phys_offset"], "blank", r["blank_total_size_field"]))
+        else:
+            out.append((r["phys_offset"], r["size"], r["topic"], r["queue_id"], r["queue_offset"], r["store_timestamp"],
+                        r["msg_id"], r["body_sha256"], r["keys"], r["uniq_key"]))
+    return out
+
+
+def _cq_view(root: Path) -> dict[str, dict[str, Any]]:
+    """Every queue as the broker serves it after loading: ConsumeQueue.recover's write
+    position is the max offset, the first unit with an offset >= the commitlog's min
+    offset (0 here) the min offset, and every unit in between."""
+    store = Store.open(root)
+    out = {}
+    for (t, q), files in store.consume_queues.items():
+        st = rc.recover_queue(files, F_CQ)
+        if st.write_offset is None:
+            out[f"{t}/{q}"] = {"min_offset": 0, "max_offset": 0, "entries": []}
+            continue
+        units = np.concatenate([read_units(rc._read_cq(f, F_CQ)) for f in st.kept])
+        base = st.kept[0].base // 20
+        n = st.write_offset // 20 - base
+        units = units[:n]
+        valid = np.flatnonzero(units["commitlog_offset"] >= 0)
+        lo = int(valid[0]) if len(valid) else n
+        out[f"{t}/{q}"] = {
+            "min_offset": base + lo, "max_offset": base + n,
+            "entries": [(base + i, int(u["commitlog_offset"]), int(u["size"]), int(u["tags_code"])) for i, u in enumerate(units[lo:], lo)],
+        }
+    return out
+
+
+def _broker_cq(view: dict[str, Any], cut: int | None = None) -> dict[str, dict[str, Any]]:
+    out = {}
+    for k, v in view["consume_queues"].items():
+        if not v["entries"] and v["max_offset"] == 0:
+            continue  # a queue the broker only has in memory (no file)
+        entries = [(e["cq_offset"], e["phys_offset"], e["size"], e["tags_code"]) for e in v["entries"]
+                   if cut is None or e["phys_offset"] < cut]
+        mx = entries[-1][0] + 1 if cut is not None and entries else v["max_offset"]
+        out[k] = {"min_offset": v["min_offset"], "max_offset": mx, "entries": entries}
+    return out
+
+
+def _lookups(root: Path, view: dict[str, Any]) -> dict[tuple[str, str], list[int]]:
+    store = Store.open(root)
+    return {(q["topic"], q["key"]): sorted({h.commitlog_offset for h in index_query(store, q["topic"], q["key"], max_num=64)})
+            for q in view["query_message_by_key"]}
+
+
+def _broker_lookups(view: dict[str, Any], cut: int | None = None) -> dict[tuple[str, str], list[int]]:
+    return {(q["topic"], q["key"]): [o for o in q["phys_offsets"] if cut is None or o < cut] for q in view["query_message_by_key"]}
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {k: v for k, v in tree_digest(root).items() if not k.startswith(".rmqtool-journal")}
+
+
+def _recover(root: Path, *args: str) -> int:
+    return run(["recover", str(root), "--quiet", *args])
+
+
+def _plan_json(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    code = _recover(root, "--dry-run", "--format", "json", *args)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def _last_file_records(view: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in view["commitlog_records"] if r["phys_offset"] >= LAST_FILE and "blank_end_of_file_record" not in r]
+
+
+# ------------------------------------------------------------------------------ ground truth
+
+
+def test_crash_midwrite_equals_rocketmq(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _copy(tmp_path, CRASH)
+    view = broker_view(CRASH)
+    before = set(_digest(root))
+    code, doc = _plan_json(root, capsys)
+    assert code == 4  # a recovery is needed
+    plan = doc["plan"]
+    assert plan["mode"] == "abnormal" and plan["start_file"] == "00000000000000000000"  # physicMsgTimestamp 0
+    assert plan["end_offset"] == view["commitlog_max_offset"] == 771428
+    assert plan["stop_reason"] == "END_OF_DATA"
+    assert [r["path"] for r in plan["removed_files"]] == ["commitlog/00000000000000786432"]
+    assert plan["cuts"] == []  # the tail after 771428 is already zeros
+    assert [d["file"] for d in plan["index_discarded"]] == ["index/20261121230240406", "index/20261121230240656"]
+    assert plan["messages_cut"] == 0 and not plan["problems"]
+    assert _digest(root).keys() == before  # the dry run wrote nothing
+
+    assert _recover(root) == 1
+    after = set(_digest(root))
+    # the dry run predicted every file that went away
+    gone = before - after
+    assert gone == {"abort", "commitlog/00000000000000786432", "index/20261121230240406", "index/20261121230240656"}
+    assert not (root / "abort").exists()
+
+    # commitlog records, consume queues, key lookups: RocketMQ's own view
+    assert _records(root) == _broker_records(view)
+    assert _cq_view(root) == _broker_cq(view)
+    assert _lookups(root, view) == _broker_lookups(view)
+    # bytes: commitlog, every consume queue file and the checkpoint as RocketMQ left them
+    # after its recovery and a clean shutdown; index files: same content (names differ)
+    for rel, want in view["files_after_rocketmq_shutdown"].items():
+        if rel.startswith("config/"):
+            continue  # written by the broker's schedule service, not by recovery
+        assert _sha(root / rel) == want["sha256"], rel
+    assert sorted(p.relative_to(root).as_posix() for p in (root / "consumequeue").rglob("*") if p.is_file()) == \
+        sorted(k for k in view["files_after_rocketmq_shutdown"] if k.startswith("consumequeue/"))
+    idx = sorted((root / "index").iterdir())
+    assert [_sha(p) for p in idx] == [x["sha256"] for x in view["index_files_after_rocketmq_shutdown_in_name_order"]]
+    # deterministic names: the store timestamp of the creating record, in the broker's zone
+    # (UTC+1, inferred from the kept names), after the last kept file
+    assert [p.name for p in idx][5:] == ["20261121230238995", "20261121230240655"]
+    # rmqtool verify finds nothing wrong, and the store is a fixed point
+    assert run(["verify", str(root)]) == 0
+    snap = _digest(root)
+    assert _recover(root) == 0
+    assert _digest(root) == snap
+
+
+@pytest.mark.parametrize("name", CLEAN_NAMES)
+def test_clean_store_is_a_noop(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _copy(tmp_path, name)
+    snap = tree_digest(root)
+    code, doc = _plan_json(root, capsys)
+    assert code == 0 and doc["plan"]["summary"]["nothing_to_do"]
+    assert doc["plan"]["mode"] == "normal" and doc["plan"]["end_offset"] == broker_view(name)["commitlog_max_offset"]
+    assert _recover(root) == 0
+    assert tree_digest(root) == snap
+    assert sorted(p.name for p in root.parent.iterdir()) == ["store"]  # no backup either
+
+
+def test_original_fixture_is_never_written(capsys: pytest.CaptureFixture[str]) -> None:
+    snap = tree_digest(real_store(CRASH))
+    code, _doc = _plan_json(real_store(CRASH), capsys)
+    assert code == 4
+    assert tree_digest(real_store(CRASH)) == snap
+
+
+# ------------------------------------------------------------------------------ damaged variants
+
+
+def _damage(root: Path, rec: dict[str, Any], how: str) -> None:
+    base = rec["phys_offset"] // 65536 * 65536
+    path = root / "commitlog" / f"{base:020d}"
+    pos = rec["phys_offset"] - base
+    data = bytearray(path.read_bytes())
+    if how == "flip_body":
+        at = pos + 88 + rec["body_len"] // 2
+        data[at] ^= 0x40
+    elif how == "zero_region":
+        data[pos : pos + 3000] = bytes(3000)
+    elif how == "bad_magic":
+        data[pos + 4 : pos + 8] = b"\x12\x34\x56\x78"
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how,reason", [("flip_body", "BODY_CRC_MISMATCH"), ("zero_region", "END_OF_DATA"), ("bad_magic", "BAD_MAGIC")])
+def test_damage_in_the_last_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str, reason: str) -> None:
+    view = broker_view(CRASH)
+    last = _last_file_records(view)
+    victim = last[len(last) // 3]
+    cut = victim["phys_offset"]
+    root = _copy(tmp_path, CRASH)
+    _damage(root, victim, how)
+    code, doc = _plan_json(root, capsys)
+    plan = doc["plan"]
+    # the broker's algorithm: every record before the damaged one is valid, so the walk
+    # (abnormal, from file 0, CRC on) stops exactly there
+    assert plan["end_offset"] == cut and plan["stop_reason"] == reason
+    after = [r for r in last if r["phys_offset"] > cut]
+    zeroed = {r["phys_offset"] for r in after if r["phys_offset"] < cut + 3000} if how == "zero_region" else set()
+    intact = [r for r in after if r["phys_offset"] not in zeroed and r["phys_offset"] + r["size"] > cut + (3000 if how == "zero_region" else 0)]
+    assert plan["cuts"][0]["offset"] == cut and plan["cuts"][0]["file"] == f"commitlog/{LAST_FILE:020d}"
+    assert plan["intact_cut"] == len(intact)
+    assert plan["messages_cut"] == len(intact) + (1 if how == "flip_body" else 0)
+    # the consume queues pointed past the damage: every queue is truncated
+    assert plan["cq_truncation"]
+
+    salvage = tmp_path / "salvage"
+    assert _recover(root, "--salvage-to", str(salvage), "--backup-dir", str(tmp_path / "bk")) == 1
+    got = [json.loads(line) for line in (salvage / "salvaged.jsonl").read_text().splitlines()]
+    assert [g["physical_offset"] for g in got] == [r["phys_offset"] for r in intact]
+    assert [g["msg_id"] for g in got] == [r["msg_id"] for r in intact]
+    assert [g["body_sha256"] for g in got] == [r["body_sha256"] for r in intact]
+    raw = (salvage / "salvaged.bin").read_bytes()
+    orig = (real_store(CRASH) / "commitlog" / f"{LAST_FILE:020d}").read_bytes()
+    for g in got:
+        pos = g["physical_offset"] - LAST_FILE
+        assert raw[g["raw_offset"] : g["raw_offset"] + g["raw_length"]] == orig[pos : pos + g["raw_length"]]
+
+    # what RocketMQ's recovery produced, cut at the damaged record
+    assert _records(root) == _broker_records(view, cut)
+    assert _cq_view(root) == _broker_cq(view, cut)
+    assert _lookups(root, view) == _broker_lookups(view, cut)
+    data = (root / "commitlog" / f"{LAST_FILE:020d}").read_bytes()
+    assert data[cut - LAST_FILE :] == bytes(len(data) - (cut - LAST_FILE))  # zero-filled, size kept
+    assert not (root / "abort").exists()
+    assert run(["verify", str(root)]) == 0
+    # the backup holds every cut byte: restore gives back the damaged store exactly
+    damaged = _copy(tmp_path / "again", CRASH)
+    _damage(damaged, victim, how)
+    assert run(["restore", str(tmp_path / "bk"), str(root)]) == 0
+    assert _digest(root) == _digest(damaged)
+
+
+def test_normal_recovery_cuts_a_flipped_byte_in_the_last_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    view = broker_view("clean")
+    recs = [r for r in view["commitlog_records"] if "blank_end_of_file_record" not in r and r["body_len"] > 10]
+    victim = recs[-20]
+    root = _copy(tmp_path, "clean")
+    _damage(root, victim, "flip_body")
+    code, doc = _plan_json(root, capsys)
+    assert doc["plan"]["mode"] == "normal" and doc["plan"]["end_offset"] == victim["phys_offset"]
+    after = [r for r in view["commitlog_records"] if "blank_end_of_file_record" not in r and r["phys_offset"] > victim["phys_offset"]]
+    assert doc["plan"]["intact_cut"] == len(after) and doc["plan"]["messages_cut"] == len(after) + 1
+    # --no-crc mirrors checkCRCOnRecover=false: nothing to cut then
+    code, doc = _plan_json(root, capsys, "--no-crc")
+    assert code == 0 and doc["plan"]["end_offset"] == view["commitlog_max_offset"]
+    assert _recover(root) == 1
+    assert _records(root) == _broker_records(view, victim["phys_offset"])
+    assert _cq_view(root) == _broker_cq(view, victim["phys_offset"])
+
+
+def test_damage_normal_recovery_never_reads_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _copy(tmp_path, "many_files")
+    view = broker_view("many_files")
+    victim = [r for r in view["commitlog_records"] if "blank_end_of_file_record" not in r][5]  # in the first file
+    _damage(root, victim, "bad_magic")
+    snap = tree_digest(root)
+    code, doc = _plan_json(root, capsys)
+    assert code == 4
+    probs = doc["plan"]["problems"]
+    assert [(p["code"], p["path"], p["offset"]) for p in probs] == [("UNREAD_FILE_DAMAGE", "commitlog/00000000000000000000", victim["phys_offset"])]
+    assert doc["plan"]["summary"]["nothing_to_do"]
+    assert _recover(root) == 4
+    assert tree_digest(root) == snap
+    capsys.readouterr()
+    assert _recover(root, "--no-check-unread") == 0
+
+
+# ------------------------------------------------------------------------------ the index stays complete
+
+
+def _set_checkpoint(root: Path, physic: int, logics: int, index: int) -> None:
+    p = root / "checkpoint"
+    data = bytearray(p.read_bytes())
+    data[:24] = struct.pack(">qqq", physic, logics, index)
+    p.write_bytes(bytes(data))
+
+
+def test_reindex_keeps_every_key_findable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint that starts abnormal recovery at file 10: the broker discards the two
+    newest index files (they cover records from 588299 on) but re-indexes only from file
+    10 (655360): the keys of the records in between are lost. recover keeps them."""
+    view = broker_view(CRASH)
+    first_of_10 = next(r for r in view["commitlog_records"] if r["phys_offset"] >= 655360 and "store_timestamp" in r)
+    ts = first_of_10["store_timestamp"] + 3000
+    want = _broker_lookups(view)
+    lost = {k for k, offs in want.items() if any(588299 < o < 655360 for o in offs)}
+    assert len(lost) > 100
+    for reindex, name in ((True, "a"), (False, "b")):
+        root = _copy(tmp_path / name, CRASH)
+        _set_checkpoint(root, ts, ts, 1795302160404)
+        code, doc = _plan_json(root, capsys, *([] if reindex else ["--no-reindex"]))
+        plan = doc["plan"]
+        assert plan["start_file"] == "00000000000000655360"
+        assert [d["name"] for d in plan["dispatch"]][:1] == (["reindex"] if reindex else ["abnormal_recovery"])
+        assert _recover(root, *([] if reindex else ["--no-reindex"])) == 1
+        got = _lookups(root, view)
+        if reindex:
+            assert got == want
+        else:  # the broker's behaviour: those keys are gone
+            assert {k for k in lost if got[k] != want[k]} == lost
+        assert _records(root) == _broker_records(view)
+        assert _cq_view(root) == _broker_cq(view)
+
+
+# ------------------------------------------------------------------------------ quirk Q1
+
+
+def test_quirk_q1_delay_tags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The delay store after a crash that lost its SCHEDULE_TOPIC_XXXX queues: 4.9.4's
+    abnormal recovery rebuilds them with the TAGS hash (0 here) as tagsCode; the start-up
+    reput of a clean store writes the delivery time. --correct-delay-tags writes that."""
+    orig = real_store("delay")
+    sched = {p.relative_to(orig).as_posix(): read_units(p.read_bytes()) for p in (orig / "consumequeue" / "SCHEDULE_TOPIC_XXXX").rglob("*") if p.is_file()}
+    assert sched
+    outs = {}
+    for correct in (False, True):
+        root = _copy(tmp_path / str(correct), "delay")
+        shutil.rmtree(root / "consumequeue" / "SCHEDULE_TOPIC_XXXX")
+        (root / "abort").write_bytes(b"")
+        _set_checkpoint(root, 0, 0, 0)
+        assert _recover(root, *(["--correct-delay-tags"] if correct else []), "--format", "json") == 1
+        res = json.loads(capsys.readouterr().out)["result"]
+        outs[correct] = res["delay_tags_mismatch"]
+        for rel, units in sched.items():
+            got = read_units((root / rel).read_bytes())
+            n = int((units["size"] > 0).sum())
+            assert (got["commitlog_offset"][:n] == units["commitlog_offset"][:n]).all()
+            if correct:
+                assert (got["tags_code"][:n] == units["tags_code"][:n]).all(), rel
+            else:
+                assert not (got["tags_code"][:n] == units["tags_code"][:n]).any(), rel
+    assert outs[False] == sum(int((u["size"] > 0).sum()) for u in sched.values()) and outs[True] == 0
+
+
+# ------------------------------------------------------------------------------ the parallel walk
+
+
+@pytest.mark.parametrize("name", ["crash_midwrite", "clean", "delay"])
+def test_parallel_sliced_walk_equals_the_broker_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    root = _copy(tmp_path, name)
+    view = broker_view(name)
+    recs = [r for r in view["commitlog_records"] if "blank_end_of_file_record" not in r]
+    _damage(root, recs[len(recs) // 2], "flip_body")
+    store = Store.open(root)
+    files = [f for f in store.commitlog if f.size > 0]
+    want = []
+    for f in files:
+        with store.map(f) as mf:
+            steps = list(walk_file(mf.buf, mf.size, P494, check_crc=True))
+            stop = steps[-1]
+            want.append((f.name, len(steps) - 1, stop.pos, stop.checked.reason))
+    monkeypatch.setattr(rc, "_PARALLEL_MIN_BYTES", 0)
+    for span, jobs in ((1 << 20, 1), (3000, 2), (777, 1)):
+        got = rc.scan_files(store, P494, files, check_crc=True, jobs=jobs, span=span)
+        assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want, (span, jobs)
+
+
+# ------------------------------------------------------------------------------ safety
+
+
+def _run_cli(root: Path, env: dict[str, str] | None = None) -> int:
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "rmqtool", "recover", str(root), "--quiet", "--format", "json"],
+                          env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120).returncode
+
+
+def test_killed_at_random_points_then_rerun(tmp_path: Path) -> None:
+    ref = _copy(tmp_path / "ref", CRASH)
+    assert _recover(ref) == 1
+    want = _digest(ref)
+    points = sorted(random.Random(20261122).sample(range(1, 28), 4)) + [0]
+    for n in points:
+        root = _copy(tmp_path / f"k{n}", CRASH)
+        assert _run_cli(root, {"RMQTOOL_TEST_CRASH_AFTER": str(n)}) == 137, n
+        code = _recover(root)
+        assert code == 1, n
+        assert _digest(root) == want, n
+        assert not (root / ".rmqtool-journal").exists()
+
+
+def test_restore_gives_back_the_original_bytes(tmp_path: Path) -> None:
+    root = _copy(tmp_path, CRASH)
+    snap = _digest(root)
+    assert _recover(root, "--backup-dir", str(tmp_path / "bk")) == 1
+    assert _digest(root) != snap
+    assert run(["restore", str(tmp_path / "bk"), str(root)]) == 0
+    assert _digest(root) == snap
+
+
+def test_refuses_a_store_locked_by_a_broker(tmp_path: Path) -> None:
+    root = _copy(tmp_path, CRASH)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); "
+         "fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0); print('locked', flush=True); time.sleep(60)", str(root / "lock")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        snap = tree_digest(root)
+        assert _recover(root) == 8
+        assert _recover(root, "--dry-run") == 8
+        assert tree_digest(root) == snap
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_not_a_store_and_usage(tmp_path: Path) -> None:
+    assert _recover(tmp_path) == 8
+    assert _recover(tmp_path / "missing") == 8
+    root = _copy(tmp_path, "clean")
+    assert run(["recover", str(root), "--format", "xml"]) == 2
+    assert run(["recover", str(root), "--broker-version", "3.2.6"]) == 2
+
+
+def test_empty_checkpoint_rescans_from_the_first_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _copy(tmp_path, "many_files")
+    (root / "abort").write_bytes(b"")
+    (root / "checkpoint").unlink()
+    code, doc = _plan_json(root, capsys)
+    plan = doc["plan"]
+    assert plan["mode"] == "abnormal" and plan["start_file"] == "00000000000000000000"
+    assert plan["checkpoint_missing"]
+    # every non-empty index file has endTimestamp > 0 = indexMsgTimestamp: all discarded
+    assert len(plan["index_discarded"]) == len(list((root / "index").iterdir()))
+    view = broker_view("many_files")
+    assert _recover(root) == 1
+    assert _records(root) == _broker_records(view)
+    assert _cq_view(root) == _broker_cq(view)
+    assert _lookups(root, view) == _broker_lookups(view)
+    assert (root / "checkpoint").stat().st_size == 4096
