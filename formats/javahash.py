@@ -52,6 +52,8 @@ _U2_NATIVE = np.dtype("=u2")
 # upper bound of code units hashed in one numpy pass (bounds temporary memory and the
 # power tables, 4 bytes per unit each)
 _CHUNK_UNITS = 1 << 20
+# power tables longer than this (only for a single string longer than a chunk) are not cached
+_CACHE_MAX = 4 * _CHUNK_UNITS
 
 
 def _to_int32(h: int) -> int:
@@ -94,6 +96,8 @@ def _powers(base: int, size: int) -> np.ndarray:
 def _pow31(n: int) -> np.ndarray:
     """``31**k mod 2**32`` for k in [0, n) (at least) as uint32; cached, grown on demand."""
     global _POW31
+    if n > _CACHE_MAX:
+        return _powers(31, n)
     if len(_POW31) < n:
         _POW31 = _powers(31, max(n, 2 * len(_POW31), 256))
     return _POW31
@@ -102,6 +106,8 @@ def _pow31(n: int) -> np.ndarray:
 def _invpow31(n: int) -> np.ndarray:
     """``31**-k mod 2**32`` for k in [0, n) (at least) as uint32."""
     global _INVPOW31
+    if n > _CACHE_MAX:
+        return _powers(_INV31, n)
     if len(_INVPOW31) < n:
         _INVPOW31 = _powers(_INV31, max(n, 2 * len(_INVPOW31), 256))
     return _INVPOW31

@@ -1,0 +1,1089 @@
+"""Reput writers: turn a stream of dispatch requests into ConsumeQueue and Index file bytes.
+
+This is the dispatch half of RocketMQ's reput (RECOVERY.md §9), reproduced so that the rebuilt
+files are byte-identical to what RocketMQ 4.9.4 writes:
+
+* :class:`ConsumeQueueWriter` - one ``consumequeue/<topic>/<queueId>`` queue, ``cq_put`` of
+  RECOVERY §9.2 (dedup on ``offset + size <= maxPhysicOffset``, expected position
+  ``cqOffset * 20``, file creation and naming, fill-blank units, the "[BUG]" append-anyway case).
+* :class:`ConsumeQueueSet` - all queues, routing by ``(topic, queue_id)`` and applying the
+  dispatcher filter of RECOVERY §9.1 (``sys_flag & 0xC`` in {NOT_TYPE, COMMIT}).
+* :class:`IndexBuilder` - ``IndexService.buildIndex`` / ``IndexFile.putKey`` of RECOVERY §9.3 and
+  STORE_FORMAT §15, producing :class:`IndexFileImage` objects (header, slots, entries) that
+  can be turned into file bytes.
+* :class:`ReputWriters` - both, fed from one stream.
+
+Everything is vectorised with numpy for the common case; every sequential rule of the broker
+is either shown to be a prefix scan (see :meth:`IndexBuilder.add_columns`) or checked on the
+fly, with an exact scalar path for the records where the fast path's assumptions do not hold.
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+from itertools import compress, islice, repeat
+from operator import is_not
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+from ..formats.javahash import combine_hash, index_hash, index_hash_batch, java_hash, java_hash_units_batch
+
+__all__ = [
+    "DispatchRequest",
+    "cq_unit_dtype",
+    "index_entry_dtype",
+    "index_header_dtype",
+    "CQ_UNIT_SIZE",
+    "FILL_BLANK_SIZE",
+    "INDEX_HEADER_SIZE",
+    "INDEX_ENTRY_SIZE",
+    "goes_to_consume_queue",
+    "goes_to_index",
+    "cq_file_name",
+    "index_file_size",
+    "CqWarning",
+    "ConsumeQueueWriter",
+    "ConsumeQueueSet",
+    "IndexFileImage",
+    "IndexBuilder",
+    "ReputWriters",
+]
+
+# ---------------------------------------------------------------------------------------------
+# numpy layouts.  TEMPORARY: defined locally until formats/consumequeue.py and
+# formats/indexfile.py export dtypes derived from their Construct schemas; switch to those then.
+# Field names follow those schemas.  All big-endian and packed (no alignment padding).
+# ---------------------------------------------------------------------------------------------
+cq_unit_dtype = np.dtype([("commitlog_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+index_entry_dtype = np.dtype(
+    [("key_hash", ">i4"), ("commitlog_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
+)
+index_header_dtype = np.dtype(
+    [
+        ("begin_timestamp", ">i8"),
+        ("end_timestamp", ">i8"),
+        ("begin_phy_offset", ">i8"),
+        ("end_phy_offset", ">i8"),
+        ("hash_slot_count", ">i4"),
+        ("index_count", ">i4"),
+    ]
+)
+assert cq_unit_dtype.itemsize == 20 and index_entry_dtype.itemsize == 20 and index_header_dtype.itemsize == 40
+
+CQ_UNIT_SIZE = 20
+FILL_BLANK_SIZE = 0x7FFFFFFF
+INDEX_HEADER_SIZE = 40
+INDEX_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+INT_MAX = 0x7FFFFFFF
+_I64_MIN = np.iinfo(np.int64).min
+
+TRANSACTION_MASK = 0xC
+TRANSACTION_PREPARED = 0x4
+TRANSACTION_ROLLBACK = 0xC
+
+
+class DispatchRequest(NamedTuple):
+    """What the dispatchers need from one commitlog record (DispatchRequest in the broker)."""
+
+    topic: str
+    queue_id: int
+    commitlog_offset: int  # the record's PHYSICALOFFSET field
+    msg_size: int  # TOTALSIZE
+    tags_code: int  # already final (delay rule applied by the caller)
+    store_timestamp: int  # ms
+    consume_queue_offset: int  # the record's QUEUEOFFSET field
+    keys: str | None  # raw KEYS property value
+    uniq_key: str | None  # UNIQ_KEY property value
+    sys_flag: int
+
+
+def goes_to_consume_queue(sys_flag: int) -> bool:
+    """RECOVERY §9.1: NOT_TYPE and COMMIT records are put into the CQ."""
+    return (sys_flag & TRANSACTION_MASK) in (0x0, 0x8)
+
+
+def goes_to_index(sys_flag: int) -> bool:
+    """RECOVERY §9.1/§9.3: everything but ROLLBACK is indexed."""
+    return (sys_flag & TRANSACTION_MASK) != TRANSACTION_ROLLBACK
+
+
+def cq_file_name(offset: int) -> str:
+    """``UtilAll.offset2FileName``: at least 20 digits, zero padded (sign first if negative)."""
+    return f"{offset:020d}" if offset >= 0 else "-" + f"{-offset:020d}"
+
+
+def index_file_size(slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+def _java_rem(a: int, b: int) -> int:
+    """Java's ``%`` on longs (remainder truncated toward zero)."""
+    r = abs(a) % abs(b)
+    return -r if a < 0 else r
+
+
+def _first_false(mask: np.ndarray) -> int:
+    """Index of the first False in a bool array, or its length."""
+    bad = np.flatnonzero(~mask)
+    return int(bad[0]) if len(bad) else len(mask)
+
+
+def _concat(chunks: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """Concatenate structured arrays keeping ``dtype`` exactly (np.concatenate would promote
+    big-endian structured dtypes to native byte order)."""
+    out = np.empty(sum(len(c) for c in chunks), dtype=dtype)
+    p = 0
+    for c in chunks:
+        out[p : p + len(c)] = c
+        p += len(c)
+    return out
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while converting a batch: the batch allocates many small
+    acyclic objects, and with millions of live requests every collection is expensive."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _ids(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
+    """Distinct values in first-seen order, and the id of every element (C-speed maps)."""
+    distinct = list(dict.fromkeys(values))
+    ids = {v: i for i, v in enumerate(distinct)}
+    return distinct, np.fromiter(map(ids.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def _transpose(chunk: Sequence[DispatchRequest]) -> list[tuple[Any, ...]]:
+    cols = list(zip(*chunk))
+    if len(cols) != len(DispatchRequest._fields):
+        raise ValueError("dispatch requests must have the DispatchRequest fields")
+    return cols
+
+
+def _batches(requests: Iterable[DispatchRequest], batch: int) -> Iterator[list[tuple[Any, ...]]]:
+    it = iter(requests)
+    while True:
+        with _gc_paused():
+            chunk = list(islice(it, batch))
+            if not chunk:
+                return
+            cols = _transpose(chunk)
+            del chunk
+        yield cols
+
+
+def _i64(values: Any) -> np.ndarray:
+    if isinstance(values, np.ndarray) and values.dtype == np.int64:
+        return values
+    if isinstance(values, np.ndarray):
+        return values.astype(np.int64)
+    if not isinstance(values, (list, tuple)):
+        values = list(values)
+    return np.fromiter(values, dtype=np.int64, count=len(values))
+
+
+# =============================================================================================
+# ConsumeQueue
+# =============================================================================================
+
+
+class CqWarning(NamedTuple):
+    """A unit appended although its QUEUEOFFSET disagreed with the write position
+    (broker log ``[BUG]logic queue order maybe wrong``, quirk Q12)."""
+
+    commitlog_offset: int
+    expected_logic_offset: int  # cqOffset * 20 (bytes)
+    current_logic_offset: int  # where the unit was actually written (bytes)
+
+
+# results of ConsumeQueueWriter.put
+CQ_APPENDED = 0
+CQ_SKIPPED_DEDUP = 1  # offset + size <= maxPhysicOffset
+CQ_SKIPPED_BEHIND = 2  # expected logical offset < write position
+
+
+class ConsumeQueueWriter:
+    """One consume queue, ``ConsumeQueue.putMessagePositionInfo`` of 4.9.4 (RECOVERY §9.2).
+
+    ``existing``: the queue's files as left by CQ recovery, ascending, each
+    ``(file_from, file_bytes, write_position)``; only the last one is appended to.  Bytes after
+    a write position are kept as given (the broker never zeroes them, RECOVERY §6).
+    ``max_physic_offset``: the queue's in-memory maxPhysicOffset after recovery; if omitted it
+    is derived like ``ConsumeQueue.recover`` (end of the last unit before the write position
+    among the last three files, else -1).
+    ``file_size``: ``mappedFileSizeConsumeQueue``; rounded up to a multiple of 20 like the
+    broker's getter.
+
+    State after puts: ``max_physic_offset`` (end of the last appended message),
+    ``min_logic_offset`` (bytes; set only when the first file of an empty queue is created at
+    a non-zero offset, the fill-blank case), ``warnings`` (:class:`CqWarning`, Q12),
+    ``max_offset_in_queue``.  :meth:`files` gives the file bytes.
+    """
+
+    _SCALAR_RUN = 8  # groups shorter than this take the scalar path
+    _MIN_WINDOW = 64
+    _MAX_WINDOW = 1 << 20
+
+    def __init__(
+        self,
+        file_size: int = 6_000_000,
+        existing: Sequence[tuple[int, bytes, int]] | None = None,
+        max_physic_offset: int | None = None,
+    ) -> None:
+        if file_size <= 0:
+            raise ValueError("file_size must be positive")
+        self.file_size = -(-file_size // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
+        F = self.file_size
+        self._existing: list[tuple[int, bytes, int]] = []
+        for frm, data, pos in existing or ():
+            if not 0 <= pos <= F or pos % CQ_UNIT_SIZE:
+                raise ValueError(f"bad write position {pos} for file {frm}")
+            self._existing.append((int(frm), bytes(data), int(pos)))
+        self._new_files: list[int] = []  # froms of files this writer created
+        self._chunks: list[np.ndarray] = []  # appended units, contiguous from _seg_start
+        self._pending: list[tuple[int, int, int]] = []  # scalar appends not yet in _chunks
+        self._appended = 0  # units in _chunks + _pending
+        self.warnings: list[CqWarning] = []
+        self.min_logic_offset = 0
+        if self._existing:
+            frm, _, pos = self._existing[-1]
+            self._last_from: int | None = frm
+            self._write: int | None = frm + pos
+            self._seg_start: int | None = frm + pos
+            self._first_create = False
+        else:
+            self._last_from = None
+            self._write = None
+            self._seg_start = None
+            self._first_create = False
+        if max_physic_offset is None:
+            max_physic_offset = -1
+            for frm, data, pos in reversed(self._existing[-3:]):
+                if pos >= CQ_UNIT_SIZE:
+                    u = np.frombuffer(data, dtype=cq_unit_dtype, count=1, offset=pos - CQ_UNIT_SIZE)[0]
+                    max_physic_offset = int(u["commitlog_offset"]) + int(u["size"])
+                    break
+        self.max_physic_offset = int(max_physic_offset)
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def write_offset(self) -> int | None:
+        """Logical byte offset of the write position (None while the queue has no file)."""
+        return self._write
+
+    @property
+    def max_offset_in_queue(self) -> int:
+        """``getMaxOffsetInQueue``: write position / 20 (0 without files)."""
+        return 0 if self._write is None else self._write // CQ_UNIT_SIZE
+
+    @property
+    def appended_units(self) -> int:
+        """Units (fill-blank ones included) written by this writer."""
+        return self._appended
+
+    def file_froms(self) -> list[int]:
+        return [f for f, _, _ in self._existing] + list(self._new_files)
+
+    # -- internals -----------------------------------------------------------------------------
+    def _create_file(self, frm: int, first: bool) -> None:
+        self._new_files.append(frm)
+        self._last_from = frm
+        self._first_create = first
+        if self._write is None:
+            self._write = frm
+            self._seg_start = frm
+
+    def _flush_pending(self) -> None:
+        if self._pending:
+            a = np.array(self._pending, dtype=np.int64).reshape(-1, 3)
+            u = np.empty(len(a), dtype=cq_unit_dtype)
+            u["commitlog_offset"] = a[:, 0]
+            u["size"] = a[:, 1]
+            u["tags_code"] = a[:, 2]
+            self._chunks.append(u)
+            self._pending = []
+
+    # -- the put -------------------------------------------------------------------------------
+    def put(self, commitlog_offset: int, msg_size: int, tags_code: int, cq_offset: int) -> int:
+        """Scalar ``putMessagePositionInfo``. Returns CQ_APPENDED / CQ_SKIPPED_DEDUP /
+        CQ_SKIPPED_BEHIND.  (The broker returns success in all three cases.)"""
+        if commitlog_offset + msg_size <= self.max_physic_offset:
+            return CQ_SKIPPED_DEDUP
+        F = self.file_size
+        expect = cq_offset * CQ_UNIT_SIZE
+        if self._write is None:
+            self._create_file(expect - _java_rem(expect, F), first=True)
+        elif self._write - self._last_from >= F:  # type: ignore[operator]
+            self._create_file(self._last_from + F, first=False)  # type: ignore[operator]
+        assert self._write is not None and self._last_from is not None
+        if self._first_create and cq_offset != 0 and self._write == self._last_from:
+            self.min_logic_offset = expect
+            until = _java_rem(expect, F)
+            nblank = max(0, -(-until // CQ_UNIT_SIZE))
+            if nblank:
+                self._pending.extend([(0, FILL_BLANK_SIZE, 0)] * nblank)
+                self._appended += nblank
+                self._write += nblank * CQ_UNIT_SIZE
+        if cq_offset != 0:
+            current = self._write
+            if expect < current:
+                return CQ_SKIPPED_BEHIND
+            if expect != current:
+                self.warnings.append(CqWarning(commitlog_offset, expect, current))
+        self.max_physic_offset = commitlog_offset + msg_size
+        self._pending.append((commitlog_offset, msg_size, tags_code))
+        self._appended += 1
+        self._write += CQ_UNIT_SIZE
+        return CQ_APPENDED
+
+    def put_batch(self, commitlog_offsets: Any, msg_sizes: Any, tags_codes: Any, cq_offsets: Any) -> None:
+        """Vectorised :meth:`put` over a run of records of this queue, in order.
+
+        Fast path: a run of records that are all dedup-skipped, or a run that appends in order
+        (QUEUEOFFSET*20 equal to the write position, message ends strictly increasing so no
+        dedup).  Anything else goes through :meth:`put` one record at a time."""
+        off = _i64(commitlog_offsets)
+        size = _i64(msg_sizes)
+        tag = _i64(tags_codes)
+        cq = _i64(cq_offsets)
+        n = len(off)
+        if not (len(size) == len(tag) == len(cq) == n):
+            raise ValueError("column lengths differ")
+        if n < self._SCALAR_RUN:
+            for i in range(n):
+                self.put(int(off[i]), int(size[i]), int(tag[i]), int(cq[i]))
+            return
+        end = off + size
+        i = 0
+        win = self._MIN_WINDOW
+        F = self.file_size
+        while i < n:
+            if self._write is None or (self._first_create and self._write == self._last_from) or n - i < 2:
+                # no file yet / a first-created empty file (fill-blank rule): scalar
+                self.put(int(off[i]), int(size[i]), int(tag[i]), int(cq[i]))
+                i += 1
+                continue
+            j = min(n, i + win)
+            span = j - i
+            e = end[i:j]
+            M = self.max_physic_offset
+            if e[0] <= M:
+                # a run of already-built records: maxPhysicOffset does not move while skipping
+                k = _first_false(e <= M)
+            else:
+                # a run that appends in order: QUEUEOFFSET*20 == write position, and each end
+                # beyond the previous one (so no dedup skip inside the run)
+                W = self._write
+                ok = cq[i:j] * CQ_UNIT_SIZE == W + CQ_UNIT_SIZE * np.arange(span, dtype=np.int64)
+                ok[1:] &= e[1:] > e[:-1]
+                k = _first_false(ok)
+                if k:
+                    self._flush_pending()
+                    u = np.empty(k, dtype=cq_unit_dtype)
+                    u["commitlog_offset"] = off[i : i + k]
+                    u["size"] = size[i : i + k]
+                    u["tags_code"] = tag[i : i + k]
+                    self._chunks.append(u)
+                    self._appended += k
+                    new_write = W + k * CQ_UNIT_SIZE
+                    # a file is created when a unit is put while the last file is full
+                    while new_write > self._last_from + F:  # type: ignore[operator]
+                        self._create_file(self._last_from + F, first=False)  # type: ignore[operator]
+                    self._write = new_write
+                    self.max_physic_offset = int(e[k - 1])
+                else:
+                    self.put(int(off[i]), int(size[i]), int(tag[i]), int(cq[i]))
+                    k = 1
+            i += k
+            win = min(win * 2, self._MAX_WINDOW) if k == span else self._MIN_WINDOW
+
+    # -- output --------------------------------------------------------------------------------
+    def units(self) -> np.ndarray:
+        """All units written by this writer (fill-blank included), as cq_unit_dtype."""
+        self._flush_pending()
+        if not self._chunks:
+            return np.zeros(0, dtype=cq_unit_dtype)
+        if len(self._chunks) > 1:
+            self._chunks = [_concat(self._chunks, cq_unit_dtype)]
+        return self._chunks[0]
+
+    def files(self, changed_only: bool = False) -> dict[str, bytes]:
+        """``{20-digit file name: full file bytes}`` for every file of the queue (or only for
+        files this writer created or appended to).  New files are zero after the write
+        position; existing files keep their bytes outside the appended range."""
+        F = self.file_size
+        stream = self.units().tobytes()
+        seg_start = self._seg_start
+        seg_end = None if seg_start is None else seg_start + len(stream)
+        out: dict[str, bytes] = {}
+        n_exist = len(self._existing)
+        for idx, (frm, data, _pos) in enumerate(self._existing):
+            touched = idx == n_exist - 1 and stream
+            if changed_only and not touched:
+                continue
+            if len(data) != F:
+                data = data[:F].ljust(F, b"\0")
+            if touched:
+                buf = bytearray(data)
+                self._overlay(buf, frm, stream, seg_start, seg_end)  # type: ignore[arg-type]
+                data = bytes(buf)
+            out[cq_file_name(frm)] = data
+        for frm in self._new_files:
+            buf = bytearray(F)
+            if stream:
+                self._overlay(buf, frm, stream, seg_start, seg_end)  # type: ignore[arg-type]
+            out[cq_file_name(frm)] = bytes(buf)
+        return out
+
+    def _overlay(self, buf: bytearray, frm: int, stream: bytes, seg_start: int, seg_end: int) -> None:
+        lo = max(frm, seg_start)
+        hi = min(frm + self.file_size, seg_end)
+        if lo < hi:
+            buf[lo - frm : hi - frm] = stream[lo - seg_start : hi - seg_start]
+
+
+class ConsumeQueueSet:
+    """All consume queues, keyed by ``(topic, queue_id)``.
+
+    ``existing``: ``{(topic, queue_id): [(file_from, bytes, write_position), ...]}`` as left by
+    CQ recovery, or ready-made :class:`ConsumeQueueWriter` objects."""
+
+    def __init__(self, file_size: int = 6_000_000, existing: dict[tuple[str, int], Any] | None = None) -> None:
+        self.file_size = file_size
+        self.writers: dict[tuple[str, int], ConsumeQueueWriter] = {}
+        for key, v in (existing or {}).items():
+            self.writers[key] = v if isinstance(v, ConsumeQueueWriter) else ConsumeQueueWriter(file_size, v)
+        self.logics_msg_timestamp: int | None = None  # ckpt.logicsMsgTimestamp (in memory)
+
+    def writer(self, topic: str, queue_id: int) -> ConsumeQueueWriter:
+        w = self.writers.get((topic, queue_id))
+        if w is None:
+            w = self.writers[(topic, queue_id)] = ConsumeQueueWriter(self.file_size)
+        return w
+
+    def add(self, requests: Iterable[DispatchRequest], batch: int = 1 << 16) -> None:
+        """Dispatch requests in stream order (the CQ filter of RECOVERY §9.1 is applied)."""
+        for c in _batches(requests, batch):
+            self.add_columns(c[0], c[1], c[2], c[3], c[4], c[6], c[9], c[5])
+
+    def add_columns(
+        self,
+        topics: Sequence[str],
+        queue_ids: Any,
+        commitlog_offsets: Any,
+        msg_sizes: Any,
+        tags_codes: Any,
+        cq_offsets: Any,
+        sys_flags: Any,
+        store_timestamps: Any = None,
+    ) -> None:
+        """Column form of :meth:`add` (sequences/arrays of equal length, stream order)."""
+        with _gc_paused():
+            self._add_columns(
+                topics, queue_ids, commitlog_offsets, msg_sizes, tags_codes, cq_offsets, sys_flags, store_timestamps
+            )
+
+    def _add_columns(
+        self,
+        topics: Sequence[str],
+        queue_ids: Any,
+        commitlog_offsets: Any,
+        msg_sizes: Any,
+        tags_codes: Any,
+        cq_offsets: Any,
+        sys_flags: Any,
+        store_timestamps: Any,
+    ) -> None:
+        qids = _i64(queue_ids)
+        n = len(qids)
+        if n == 0:
+            return
+        if len(topics) != n:
+            raise ValueError("column lengths differ")
+        flags = _i64(sys_flags)
+        tt = flags & TRANSACTION_MASK
+        sel = (tt == 0x0) | (tt == 0x8)
+        if not sel.any():
+            return
+        sel_idx = np.flatnonzero(sel) if not sel.all() else None
+        off = _i64(commitlog_offsets)
+        size = _i64(msg_sizes)
+        tag = _i64(tags_codes)
+        cq = _i64(cq_offsets)
+        tnames, tid = _ids(topics)
+        if sel_idx is not None:
+            off, size, tag, cq, qids, tid = (a[sel_idx] for a in (off, size, tag, cq, qids, tid))
+        if store_timestamps is not None:
+            ts = _i64(store_timestamps)
+            self.logics_msg_timestamp = int(ts[-1] if sel_idx is None else ts[sel_idx[-1]])
+        # group by (topic, queue id), keeping stream order inside each group
+        gkey = tid * (1 << 32) + (qids & 0xFFFFFFFF)
+        uniq, inv = np.unique(gkey, return_inverse=True)
+        if len(uniq) == 1:
+            self.writer(tnames[int(tid[0])], int(qids[0])).put_batch(off, size, tag, cq)
+            return
+        order = np.argsort(inv, kind="stable")
+        counts = np.bincount(inv, minlength=len(uniq))
+        bounds = np.concatenate(([0], np.cumsum(counts)))
+        for g in range(len(uniq)):
+            idx = order[bounds[g] : bounds[g + 1]]
+            i0 = int(idx[0])
+            self.writer(tnames[int(tid[i0])], int(qids[i0])).put_batch(off[idx], size[idx], tag[idx], cq[idx])
+
+    @property
+    def warnings(self) -> list[tuple[str, int, CqWarning]]:
+        return [(t, q, w) for (t, q), wr in self.writers.items() for w in wr.warnings]
+
+    def files(self, changed_only: bool = False) -> dict[str, bytes]:
+        """``{"<topic>/<queue_id>/<20-digit name>": bytes}`` (paths relative to consumequeue/)."""
+        out: dict[str, bytes] = {}
+        for (t, q), w in self.writers.items():
+            for name, data in w.files(changed_only).items():
+                out[f"{t}/{q}/{name}"] = data
+        return out
+
+
+# =============================================================================================
+# Index
+# =============================================================================================
+
+
+class IndexFileImage:
+    """One index file: header fields, the hash-slot table and the entries written.
+
+    Holds the slot table as an int32 array and the entries as chunks, so a default-geometry
+    file (420 MB) need not be materialised: use :meth:`header_bytes`, :meth:`slot_value`,
+    :meth:`entry_bytes`, :meth:`slot_writes` or :meth:`write_to`; :meth:`to_bytes` builds the
+    full file."""
+
+    def __init__(self, slot_num: int, index_num: int, data: bytes | None = None) -> None:
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.size = index_file_size(slot_num, index_num)
+        self._base = data  # existing file content (None for a new file)
+        self.first_store_timestamp: int | None = None  # store ts of the record that created it
+        self.created = data is None
+        self.puts = 0  # puts made through this object
+        self._chunks: list[tuple[int, np.ndarray]] = []  # (first entry number, entries)
+        self._pending: list[tuple[int, int, int, int]] = []  # scalar puts not yet in _chunks
+        self._pending_first = 0
+        if data is None:
+            self.begin_timestamp = self.end_timestamp = 0
+            self.begin_phy_offset = self.end_phy_offset = 0
+            self.hash_slot_count = 0
+            self._disk_index_count = 0
+            self.index_count = 1
+            self.slots = np.zeros(slot_num, dtype=np.int32)
+        else:
+            if len(data) < INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE:
+                data = bytes(data).ljust(INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE, b"\0")
+                self._base = data
+            h = np.frombuffer(data, dtype=index_header_dtype, count=1)[0]
+            self.begin_timestamp = int(h["begin_timestamp"])
+            self.end_timestamp = int(h["end_timestamp"])
+            self.begin_phy_offset = int(h["begin_phy_offset"])
+            self.end_phy_offset = int(h["end_phy_offset"])
+            self.hash_slot_count = int(h["hash_slot_count"])
+            self._disk_index_count = int(h["index_count"])
+            self.index_count = max(1, self._disk_index_count)  # IndexHeader.load
+            self.slots = np.frombuffer(data, dtype=">i4", count=slot_num, offset=INDEX_HEADER_SIZE).astype(np.int32)
+
+    # -- state ---------------------------------------------------------------------------------
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    @property
+    def disk_index_count(self) -> int:
+        """The indexCount field as it is on disk: only a put writes it (a fresh file reads 0)."""
+        return self.index_count if self.puts else self._disk_index_count
+
+    def header(self) -> dict[str, int]:
+        return {
+            "begin_timestamp": self.begin_timestamp,
+            "end_timestamp": self.end_timestamp,
+            "begin_phy_offset": self.begin_phy_offset,
+            "end_phy_offset": self.end_phy_offset,
+            "hash_slot_count": self.hash_slot_count,
+            "index_count": self.disk_index_count,
+        }
+
+    def header_bytes(self) -> bytes:
+        h = np.zeros(1, dtype=index_header_dtype)
+        for k, v in self.header().items():
+            h[k] = v
+        return h.tobytes()
+
+    def _flush_pending(self) -> None:
+        if self._pending:
+            a = np.array(self._pending, dtype=np.int64).reshape(-1, 4)
+            e = np.empty(len(a), dtype=index_entry_dtype)
+            e["key_hash"] = a[:, 0]
+            e["commitlog_offset"] = a[:, 1]
+            e["time_diff"] = a[:, 2]
+            e["prev_index"] = a[:, 3]
+            self._chunks.append((self._pending_first, e))
+            self._pending = []
+
+    def new_entries(self) -> tuple[int, np.ndarray]:
+        """``(first entry number, entries)`` written through this object."""
+        self._flush_pending()
+        if not self._chunks:
+            return self.index_count, np.zeros(0, dtype=index_entry_dtype)
+        if len(self._chunks) > 1:
+            self._chunks = [(self._chunks[0][0], _concat([c for _, c in self._chunks], index_entry_dtype))]
+        return self._chunks[0]
+
+    def slot_value(self, slot: int) -> int:
+        return int(self.slots[slot])
+
+    def slot_writes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Non-zero slots: ``(slot indices, values)``."""
+        nz = np.flatnonzero(self.slots)
+        return nz, self.slots[nz]
+
+    def entry_bytes(self, n: int) -> bytes:
+        """The 20 bytes of entry number ``n`` (at ``40 + slot_num*4 + n*20``)."""
+        if not 0 <= n < self.index_num:
+            raise IndexError(n)
+        first, ents = self.new_entries()
+        if first <= n < first + len(ents):
+            return ents[n - first].tobytes()
+        if self._base is not None:
+            pos = INDEX_HEADER_SIZE + self.slot_num * INDEX_SLOT_SIZE + n * INDEX_ENTRY_SIZE
+            return bytes(self._base[pos : pos + INDEX_ENTRY_SIZE]).ljust(INDEX_ENTRY_SIZE, b"\0")
+        return bytes(INDEX_ENTRY_SIZE)
+
+    def entry(self, n: int) -> tuple[int, int, int, int]:
+        """Entry ``n`` as ``(key_hash, commitlog_offset, time_diff, prev_index)``."""
+        e = np.frombuffer(self.entry_bytes(n), dtype=index_entry_dtype)[0]
+        return int(e["key_hash"]), int(e["commitlog_offset"]), int(e["time_diff"]), int(e["prev_index"])
+
+    def to_bytes(self) -> bytes:
+        buf = bytearray(self.size)
+        if self._base is not None:
+            b = self._base[: self.size]
+            buf[: len(b)] = b
+        buf[:INDEX_HEADER_SIZE] = self.header_bytes()
+        s_end = INDEX_HEADER_SIZE + self.slot_num * INDEX_SLOT_SIZE
+        buf[INDEX_HEADER_SIZE:s_end] = self.slots.astype(">i4").tobytes()
+        first, ents = self.new_entries()
+        if len(ents):
+            p = s_end + first * INDEX_ENTRY_SIZE
+            buf[p : p + len(ents) * INDEX_ENTRY_SIZE] = ents.tobytes()
+        return bytes(buf)
+
+    def write_to(self, fileobj: Any, block: int = 1 << 24) -> None:
+        """Stream the full file to a binary file object without building it in memory."""
+        if self._base is not None:  # rare (continuing an existing file): simple path
+            fileobj.write(self.to_bytes())
+            return
+        fileobj.write(self.header_bytes())
+        fileobj.write(self.slots.astype(">i4").tobytes())
+        first, ents = self.new_entries()
+        fileobj.write(bytes(first * INDEX_ENTRY_SIZE))
+        fileobj.write(ents.tobytes())
+        rest = (self.index_num - first - len(ents)) * INDEX_ENTRY_SIZE
+        zero = bytes(min(rest, block))
+        while rest > 0:
+            k = min(rest, block)
+            fileobj.write(zero[:k])
+            rest -= k
+
+
+class IndexBuilder:
+    """``IndexService.buildIndex`` (4.9.4) over a stream of dispatch requests.
+
+    ``existing_last``: bytes of the last index file kept after index load (it is continued);
+    ``None`` to start without index files.  ``count_every_put``: hashSlotCount semantics of
+    4.6.0-4.7.0 (Q8).  ``on_sealed(image)``: called when a file is full and its successor has
+    been created (the broker flushes it then); with ``keep_sealed=False`` the image is then
+    dropped from :attr:`files` to bound memory.
+
+    :attr:`files` lists the images in creation order (the continued existing file first);
+    new ones carry ``first_store_timestamp`` (store timestamp of the record during which the
+    broker created it) for the caller to name them.  :attr:`index_msg_timestamp` is what the
+    checkpoint's indexMsgTimestamp becomes (endTimestamp of the last file that filled up and
+    was rolled over, RECOVERY §12), or None if no rollover happened.
+    """
+
+    def __init__(
+        self,
+        slot_num: int = 5_000_000,
+        index_num: int = 20_000_000,
+        existing_last: bytes | None = None,
+        count_every_put: bool = False,
+        on_sealed: Callable[[IndexFileImage], None] | None = None,
+        keep_sealed: bool = True,
+    ) -> None:
+        if slot_num <= 0:
+            raise ValueError("slot_num must be positive")
+        if index_num < 2:
+            raise ValueError("index_num must be >= 2 (a file holds index_num - 1 entries)")
+        self.slot_num = slot_num
+        self.index_num = index_num
+        self.count_every_put = count_every_put
+        self.on_sealed = on_sealed
+        self.keep_sealed = keep_sealed
+        self.files: list[IndexFileImage] = []
+        self._current: IndexFileImage | None = None
+        if existing_last is not None:
+            self._current = IndexFileImage(slot_num, index_num, existing_last)
+            self.files.append(self._current)
+        self.index_msg_timestamp: int | None = None
+        self.keys_put = 0
+        self.records_skipped = 0  # records skipped by the endPhyOffset test
+        self._prefix_hash: dict[str, int] = {}
+
+    @property
+    def current(self) -> IndexFileImage | None:
+        return self._current
+
+    def new_files(self) -> list[IndexFileImage]:
+        return [f for f in self.files if f.created]
+
+    def outputs(self) -> list[tuple[bytes, int | None]]:
+        """``[(file bytes, first_store_timestamp)]`` in creation order (None for a continued
+        existing file).  Builds full files: use the images for default geometry."""
+        return [(f.to_bytes(), f.first_store_timestamp) for f in self.files]
+
+    # -- file management (IndexService.getAndCreateLastIndexFile) ------------------------------
+    def _get_or_create(self, store_timestamp: int) -> IndexFileImage:
+        last = self._current
+        if last is not None and not last.is_full:
+            return last
+        f = IndexFileImage(self.slot_num, self.index_num)
+        f.first_store_timestamp = store_timestamp
+        if last is not None:
+            if last.end_phy_offset > 0:
+                f.begin_phy_offset = f.end_phy_offset = last.end_phy_offset
+            if last.end_timestamp > 0:
+                f.begin_timestamp = f.end_timestamp = last.end_timestamp
+            # the flush thread: msync(last); if full, ckpt.indexMsgTimestamp := its end time
+            if last.is_full and last.end_timestamp > 0:
+                self.index_msg_timestamp = last.end_timestamp
+            last._flush_pending()
+            if self.on_sealed is not None:
+                self.on_sealed(last)
+            if not self.keep_sealed:
+                self.files.remove(last)
+        self.files.append(f)
+        self._current = f
+        return f
+
+    # -- scalar path (exact Java port) ---------------------------------------------------------
+    def _key_hash(self, topic: str, key: str) -> int:
+        return index_hash(java_hash(topic + "#" + key))
+
+    def _put_one(self, f: IndexFileImage, ih: int, phy: int, ts: int) -> bool:
+        """``IndexFile.putKey``."""
+        if f.index_count >= self.index_num:
+            return False
+        n = f.index_count
+        slot = ih % self.slot_num
+        v = int(f.slots[slot])
+        if v <= 0 or v > n:
+            v = 0
+        begin = f.begin_timestamp
+        if begin <= 0:
+            td = 0
+        else:
+            d = ts - begin
+            td = abs(d) // 1000 * (1 if d >= 0 else -1)  # Java long division
+            td = min(max(td, 0), INT_MAX)
+        if not f._pending:
+            f._pending_first = n
+        f._pending.append((ih, phy, td, v))
+        f.slots[slot] = n
+        if n <= 1:
+            f.begin_phy_offset = phy
+            f.begin_timestamp = ts
+        if v == 0 or self.count_every_put:
+            f.hash_slot_count += 1
+        f.index_count = n + 1
+        f.end_phy_offset = phy
+        f.end_timestamp = ts
+        f.puts += 1
+        self.keys_put += 1
+        return True
+
+    def add_one(self, r: DispatchRequest) -> None:
+        """``buildIndex`` for one record (scalar)."""
+        self._build_scalar(r.topic, r.commitlog_offset, r.store_timestamp, r.keys, r.uniq_key, r.sys_flag)
+
+    def _build_scalar(
+        self, topic: str, phy: int, ts: int, keys: str | None, uniq: str | None, sys_flag: int
+    ) -> None:
+        f = self._get_or_create(ts)
+        if phy < f.end_phy_offset:
+            self.records_skipped += 1
+            return
+        if (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
+            return
+        todo = []
+        if uniq is not None:
+            todo.append(uniq)
+        if keys:
+            todo.extend(k for k in keys.split(" ") if k)
+        for k in todo:
+            ih = self._key_hash(topic, k)
+            while not self._put_one(f, ih, phy, ts):
+                f = self._get_or_create(ts)
+
+    # -- vectorised path -----------------------------------------------------------------------
+    def add(self, requests: Iterable[DispatchRequest], batch: int = 1 << 16) -> None:
+        """Index requests in stream order (ROLLBACK records are skipped, RECOVERY §9.3)."""
+        for c in _batches(requests, batch):
+            self.add_columns(c[0], c[2], c[5], c[7], c[8], c[9])
+
+    def _prefix_hashes(self, tnames: Sequence[str]) -> np.ndarray:
+        """hashCode of ``topic + "#"`` as uint32 for each distinct topic (cached)."""
+        cache = self._prefix_hash
+        out = np.empty(len(tnames), dtype=np.uint32)
+        for i, t in enumerate(tnames):
+            h = cache.get(t)
+            if h is None:
+                h = cache[t] = java_hash(t + "#") & 0xFFFFFFFF
+            out[i] = h
+        return out
+
+    @staticmethod
+    def _record_keys(
+        keys: Sequence[str | None], uniq_keys: Sequence[str | None], n: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All index keys of a batch, without the topic prefix: ``(record index, hashCode as
+        uint32, length in UTF-16 units)`` in put order (per record: UNIQ_KEY first, then the
+        non-empty pieces of KEYS split on " ", duplicates kept)."""
+        has_u = np.fromiter(map(is_not, uniq_keys, repeat(None)), dtype=bool, count=n)
+        u_list = list(compress(uniq_keys, has_u.tolist()))
+        has_k = np.fromiter(map(bool, keys), dtype=bool, count=n)
+        k_list = list(compress(keys, has_k.tolist()))
+        # one join + one split for the whole batch: record r contributes count(" ")+1 pieces,
+        # consecutive and in order (the joining spaces fall exactly between records)
+        flat = " ".join(k_list).split(" ") if k_list else []
+        k_counts = np.fromiter(map(str.count, k_list, repeat(" ")), dtype=np.int64, count=len(k_list))
+        k_counts += 1
+        hu, lu = java_hash_units_batch(u_list)
+        hp, lp = java_hash_units_batch(flat)
+        rec_u = np.flatnonzero(has_u)
+        rec_p = np.repeat(np.flatnonzero(has_k), k_counts)
+        if len(rec_u) and len(rec_p):
+            # merge the two record-ordered streams, UNIQ_KEY first within a record, by
+            # computing every item's final position (no sort)
+            per_rec_p = np.zeros(n, dtype=np.int64)
+            per_rec_p[has_k] = k_counts
+            pieces_before = np.cumsum(per_rec_p) - per_rec_p  # pieces of earlier records
+            uniq_upto = np.cumsum(has_u)  # UNIQ_KEYs of records <= r
+            pos_u = np.arange(len(rec_u), dtype=np.int64) + pieces_before[rec_u]
+            pos_p = np.arange(len(rec_p), dtype=np.int64) + uniq_upto[rec_p]
+            total = len(rec_u) + len(rec_p)
+            rec = np.empty(total, dtype=np.int64)
+            h = np.empty(total, dtype=np.uint32)
+            ln = np.empty(total, dtype=np.int64)
+            rec[pos_u], h[pos_u], ln[pos_u] = rec_u, hu, lu
+            rec[pos_p], h[pos_p], ln[pos_p] = rec_p, hp, lp
+            keep = np.ones(total, dtype=bool)
+            keep[pos_p] = lp > 0  # Java split keeps inner empty pieces; buildIndex skips them
+        elif len(rec_u):
+            return rec_u, hu, lu
+        else:
+            rec, h, ln = rec_p, hp, lp
+            keep = lp > 0
+        if not keep.all():
+            rec, h, ln = rec[keep], h[keep], ln[keep]
+        return rec, h, ln
+
+    def add_columns(
+        self,
+        topics: Sequence[str],
+        commitlog_offsets: Any,
+        store_timestamps: Any,
+        keys: Sequence[str | None],
+        uniq_keys: Sequence[str | None],
+        sys_flags: Any,
+        index_keys: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """Column form of :meth:`add`.
+
+        ``index_keys``: optionally the batch's keys already extracted and hashed, in the form
+        :meth:`_record_keys` returns (record index ascending, hashCode of the key without the
+        ``topic#`` prefix as uint32, its length in UTF-16 units; per record UNIQ_KEY first,
+        then the non-empty KEYS pieces).  ``keys``/``uniq_keys`` are then only read on the
+        scalar fallback path (negative offsets).
+
+        The broker's per-record skip test ``phy < endPhyOffset(current file)`` is a prefix
+        scan: the end offset only changes when a record puts a key, and a record that can put
+        (not ROLLBACK, at least one key) either is skipped (phy < E, E unchanged) or puts and
+        sets E := phy >= E.  Either way E becomes max(E, phy); so E before record r is the
+        running maximum of the PHYSICALOFFSETs of the earlier key-bearing records (and of the
+        initial endPhyOffset).  That holds while offsets are >= 0 (a successor file inherits
+        the end offset only if > 0); negative values take the scalar path.
+        """
+        with _gc_paused():
+            self._add_columns(topics, commitlog_offsets, store_timestamps, keys, uniq_keys, sys_flags, index_keys)
+
+    def _add_columns(
+        self,
+        topics: Sequence[str],
+        commitlog_offsets: Any,
+        store_timestamps: Any,
+        keys: Sequence[str | None],
+        uniq_keys: Sequence[str | None],
+        sys_flags: Any,
+        index_keys: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+    ) -> None:
+        n = len(topics)
+        if n == 0:
+            return
+        off = _i64(commitlog_offsets)
+        ts = _i64(store_timestamps)
+        flags = _i64(sys_flags)
+        if len(off) != n or len(ts) != n or len(flags) != n or len(keys) != n or len(uniq_keys) != n:
+            raise ValueError("column lengths differ")
+        cur = self._current
+        if int(off.min()) < 0 or (cur is not None and cur.end_phy_offset < 0):
+            for i in range(n):
+                self._build_scalar(topics[i], int(off[i]), int(ts[i]), keys[i], uniq_keys[i], int(flags[i]))
+            return
+
+        rollback = (flags & TRANSACTION_MASK) == TRANSACTION_ROLLBACK
+        if index_keys is not None:
+            key_rec, h_suf, l_suf = (np.asarray(a) for a in index_keys)
+            key_rec = key_rec.astype(np.int64, copy=False)
+            h_suf = h_suf.astype(np.uint32, copy=False)
+            l_suf = l_suf.astype(np.int64, copy=False)
+        else:
+            key_rec, h_suf, l_suf = self._record_keys(keys, uniq_keys, n)
+        counts = np.bincount(key_rec, minlength=n)
+        counts[rollback] = 0
+
+        # the file current at record 0 (created now if missing or full)
+        f = self._get_or_create(int(ts[0]))
+        E0 = f.end_phy_offset
+        capable = counts > 0
+        cap_off = np.where(capable, off, _I64_MIN)
+        run = np.maximum.accumulate(cap_off)
+        E = np.empty(n, dtype=np.int64)
+        E[0] = E0
+        np.maximum(run[:-1], E0, out=E[1:])
+        skipped = off < E
+        self.records_skipped += int(skipped.sum())
+        put_rec = capable & ~skipped
+
+        kmask = put_rec[key_rec]
+        if not kmask.all():
+            key_rec, h_suf, l_suf = key_rec[kmask], h_suf[kmask], l_suf[kmask]
+        K = len(key_rec)
+        if K == 0:
+            return
+        tnames, tid = _ids(topics)
+        ph = self._prefix_hashes(tnames)
+        full = combine_hash(ph[tid[key_rec]], h_suf, l_suf)
+        ih = index_hash_batch(full)
+        slots = ih.astype(np.int64) % self.slot_num
+        k_off = off[key_rec]
+        k_ts = ts[key_rec]
+
+        j = 0
+        while j < K:
+            if f.is_full:
+                # successor: created mid-record by the put loop, or at the start of the next
+                # record (getAndCreateLastIndexFile runs for every record)
+                r_prev = int(key_rec[j - 1])
+                r_new = r_prev if int(key_rec[j]) == r_prev else r_prev + 1
+                f = self._get_or_create(int(ts[r_new]))
+            m = min(self.index_num - f.index_count, K - j)
+            self._put_block(f, ih[j : j + m], slots[j : j + m], k_off[j : j + m], k_ts[j : j + m])
+            j += m
+        if f.is_full:
+            r_last = int(key_rec[K - 1])
+            if r_last + 1 < n:
+                self._get_or_create(int(ts[r_last + 1]))
+
+    def _put_block(
+        self, f: IndexFileImage, ih: np.ndarray, slots: np.ndarray, offs: np.ndarray, tss: np.ndarray
+    ) -> None:
+        """Put m keys into f, which has room for all of them (vectorised ``putKey``)."""
+        m = len(ih)
+        n0 = f.index_count
+        f._flush_pending()
+        nums = np.arange(n0, n0 + m, dtype=np.int64)
+        # timeDiff against beginTimestamp as it is at each put: the first put of a file
+        # (indexCount <= 1) still sees the old value, then begin := its store timestamp
+        begin = np.full(m, tss[0] if n0 <= 1 else f.begin_timestamp, dtype=np.int64)
+        if n0 <= 1:
+            begin[0] = f.begin_timestamp
+        d = tss - begin
+        td = np.abs(d) // 1000
+        td = np.where(d < 0, 0, np.minimum(td, INT_MAX))
+        td[begin <= 0] = 0
+        # hash chains: previous entry with the same slot, or the slot's value before the block
+        order = np.argsort(slots, kind="stable")
+        ss = slots[order]
+        ns = nums[order]
+        first = np.ones(m, dtype=bool)
+        first[1:] = ss[1:] != ss[:-1]
+        last = np.ones(m, dtype=bool)
+        last[:-1] = first[1:]
+        prev_sorted = np.empty(m, dtype=np.int64)
+        prev_sorted[1:] = ns[:-1]
+        pre = f.slots[ss[first]].astype(np.int64)
+        pre[(pre <= 0) | (pre > ns[first])] = 0  # slot value > indexCount counts as empty
+        prev_sorted[first] = pre
+        prev = np.empty(m, dtype=np.int64)
+        prev[order] = prev_sorted
+        f.slots[ss[last]] = ns[last]
+        f.hash_slot_count += m if self.count_every_put else int((pre == 0).sum())
+        e = np.empty(m, dtype=index_entry_dtype)
+        e["key_hash"] = ih
+        e["commitlog_offset"] = offs
+        e["time_diff"] = td
+        e["prev_index"] = prev
+        f._chunks.append((n0, e))
+        if n0 <= 1:
+            f.begin_phy_offset = int(offs[0])
+            f.begin_timestamp = int(tss[0])
+        f.index_count = n0 + m
+        f.end_phy_offset = int(offs[-1])
+        f.end_timestamp = int(tss[-1])
+        f.puts += m
+        self.keys_put += m
+
+
+# =============================================================================================
+# Both
+# =============================================================================================
+
+
+class ReputWriters:
+    """The CQ and Index dispatchers fed from one request stream (RECOVERY §9.1)."""
+
+    def __init__(
+        self,
+        cq: ConsumeQueueSet | None = None,
+        index: IndexBuilder | None = None,
+        message_index_enable: bool = True,
+    ) -> None:
+        self.cq = cq if cq is not None else ConsumeQueueSet()
+        self.index = index if index is not None else IndexBuilder()
+        self.message_index_enable = message_index_enable
+
+    def add(self, requests: Iterable[DispatchRequest], batch: int = 1 << 16) -> None:
+        """Dispatch requests in stream order to the CQ and Index writers."""
+        for c in _batches(requests, batch):
+            with _gc_paused():
+                flags = _i64(c[9])
+                off = _i64(c[2])
+                ts = _i64(c[5])
+            self.cq.add_columns(c[0], c[1], off, c[3], c[4], c[6], flags, ts)
+            if self.message_index_enable:
+                self.index.add_columns(c[0], off, ts, c[7], c[8], flags)
