@@ -108,6 +108,7 @@ _I64 = struct.Struct(">q")
 _SPAN = 128 << 20  # bytes of commitlog per walk task (big files are split)
 _PARALLEL_MIN_BYTES = 48 << 20  # below this the walk runs in-process
 _ZERO_CHUNK = 16 << 20
+_ZEROS = bytes(_ZERO_CHUNK)
 
 
 # ======================================================================================
@@ -760,7 +761,7 @@ def _has_nonzero(path: Path, pos: int, end: int) -> bool:
             chunk = fh.read(min(left, _ZERO_CHUNK))
             if not chunk:
                 return False
-            if chunk.count(0) != len(chunk):
+            if chunk != (_ZEROS if len(chunk) == _ZERO_CHUNK else bytes(len(chunk))):
                 return True
             left -= len(chunk)
     return False
@@ -838,6 +839,7 @@ def plan_recovery(
         max_phy_offset_of_cq=max_cq, commitlog_min_offset=min_offset, queues=queues,
         problems=problems, notes=notes, checkpoint_missing=not store.checkpoint_present,
     )
+    plan._queue_states = queue_states  # type: ignore[attr-defined]  # reused by apply (not part of the plan's data)
     if not files:
         plan.destroy_consume_queues = bool(store.consume_queues)
         for qp in queues:
@@ -1034,11 +1036,16 @@ class _Queue:
         self.bases: list[int] = sorted(self.disk)
         self.write: int | None = st.write_offset if st else None
         self.max_phy: int = st.max_physic_offset if st else -1
+        self._cached: tuple[int, bytes] | None = None
 
     def data(self, base: int) -> bytes:
         if base in self.content:
             return self.content[base]
-        return _read_cq(self.disk[base], self.F)
+        if self._cached is not None and self._cached[0] == base:
+            return self._cached[1]
+        data = _read_cq(self.disk[base], self.F)
+        self._cached = (base, data)
+        return data
 
     def writer(self) -> Any:
         from .indexbuild import ConsumeQueueWriter
@@ -1071,13 +1078,55 @@ class _Queue:
         self.max_phy = max_phy
 
 
-def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None, progress: Progress | None) -> Iterable[Any]:
-    """The dispatch requests of ``[lo, hi)`` in column form, from the reput pass."""
+def _dispatch_task(args: tuple[Any, ...]) -> list[Any]:
+    """One file's dispatch requests (runs in a worker process)."""
+    from .reput import iter_dispatch
+
+    store, version, delay_levels, lo, hi, mdl = args
+    profile = BrokerProfile(version, delay_levels)
+    return list(iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl))
+
+
+def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None,
+                   progress: Progress | None, jobs: int | None = None) -> Iterable[Any]:
+    """The dispatch requests of ``[lo, hi)`` in column form, in commitlog order, from the
+    reput pass (``recovery.reput.iter_dispatch``). A big range is decoded file by file by
+    worker processes (the reput walks a file region by region, so a file's requests do not
+    depend on the files before it when every record in the range is valid, which recovery
+    has checked), and handed on in order."""
     from .reput import iter_dispatch
 
     if hi <= lo:
-        return iter(())
-    return iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl, progress=progress)
+        return
+    F = store.geometry.commitlog_file_size
+    segs = []
+    for f in store.commitlog:
+        if f.size == 0:
+            continue
+        a, b = max(lo, f.base), min(hi, f.base + F)
+        if a < b:
+            segs.append((a, b))
+    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    if jobs <= 1 or len(segs) < 2 or hi - lo < _PARALLEL_MIN_BYTES:
+        yield from iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl, progress=progress)
+        return
+    with _pool(min(jobs, len(segs))) as ex:
+        pending: list[tuple[Any, int]] = []
+        it = iter(segs)
+        for a, b in it:
+            pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, a, b, mdl)), b - a))
+            if len(pending) > jobs:
+                break
+        while pending:
+            fut, n = pending.pop(0)
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, nxt[0], nxt[1], mdl)), nxt[1] - nxt[0]))
+            cols_list = fut.result()
+            yield from cols_list
+            del cols_list
+            if progress:
+                progress(n)
 
 
 def apply_recovery(
@@ -1089,6 +1138,7 @@ def apply_recovery(
     salvage_to: str | Path | None = None,
     index_tz: _dt.tzinfo | None = None,
     progress: Progress | None = None,
+    jobs: int | None = None,
 ) -> ApplyResult:
     """Carry out ``plan`` (made by :func:`plan_recovery` on the same, unchanged store)
     through a :class:`recovery.safety.StoreTransaction`. The caller must have run
@@ -1112,8 +1162,12 @@ def apply_recovery(
 
     # -- consume queues as CQ recovery leaves them
     queues: dict[tuple[str, int], _Queue] = {}
+    known: dict[tuple[str, int], _QueueState] = getattr(plan, "_queue_states", {})
     for key, qfiles in store.consume_queues.items():
-        queues[key] = _Queue(key, Fcq, recover_queue([f for f in qfiles if f.size > 0], Fcq))
+        st = known.get(key)
+        if st is None:
+            st = recover_queue([f for f in qfiles if f.size > 0], Fcq)
+        queues[key] = _Queue(key, Fcq, st)
 
     # -- index files as IndexService.load leaves them
     discarded = {d.file for d in plan.index_discarded}
@@ -1131,7 +1185,7 @@ def apply_recovery(
                  cqset: Any, skip_upto: int | None = None) -> None:
         nonlocal logics
         n = 0
-        for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress):
+        for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs):
             if skip_upto is not None:
                 mask = cols.position > skip_upto
                 if not mask.all():

@@ -50,7 +50,7 @@ from .render import dumps, render
 @click.option("--index-tz", default=None, metavar="ZONE",
               help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the existing names).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
-              help="Worker processes for the commitlog walk (default: one per CPU).")
+              help="Worker processes for the commitlog walk and the dispatch (default: one per CPU).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: bool, salvage_to: Path | None,
             backup_dir: Path | None, fmt: str, message_index_safe: bool, correct_delay_tags: bool, no_reindex: bool,
@@ -100,7 +100,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         if not plan.nothing_to_do:
             with progress_bar(plan.bytes_to_scan, "dispatch", quiet) as advance:
                 result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
-                                        index_tz=tz if tz is not None else infer_index_tz(store), progress=advance)
+                                        index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
+                                        jobs=jobs)
         _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished)
     _warn_problems(plan)
     if plan.problems:

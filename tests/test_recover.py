@@ -414,6 +414,15 @@ def test_parallel_sliced_walk_equals_the_broker_walk(tmp_path: Path, monkeypatch
         assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want, (span, jobs)
 
 
+def test_dispatch_in_worker_processes_gives_the_same_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ref = _copy(tmp_path / "ref", CRASH)
+    assert _recover(ref, "--jobs", "1") == 1
+    monkeypatch.setattr(rc, "_PARALLEL_MIN_BYTES", 0)
+    root = _copy(tmp_path / "par", CRASH)
+    assert _recover(root, "--jobs", "2") == 1
+    assert _digest(root) == _digest(ref)
+
+
 # ------------------------------------------------------------------------------ safety
 
 
