@@ -140,6 +140,7 @@ class FileScan:
     stop_pos: int
     stop_reason: str  # BLANK, END_OF_DATA, BODY_CRC_MISMATCH, ... (check.py reason codes)
     stop_field: str = ""
+    last_record_pos: int = -1  # position of the last valid record (-1: none)
 
     @property
     def blank(self) -> bool:
@@ -257,6 +258,7 @@ class RecoveryPlan:
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     checkpoint_missing: bool = False
+    last_valid_offset: int = -1  # start of the last valid record (5.x confirmOffset)
     destroy_consume_queues: bool = False  # empty commitlog: the broker destroys every queue
 
     # -- derived ------------------------------------------------------------------------
@@ -403,6 +405,7 @@ class _SpanResult(NamedTuple):
     stop_pos: int | None
     stop_reason: str | None
     stop_field: str
+    last_start: int = -1  # start of the last valid record walked (-1: none)
 
 
 def _gather(arr: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
@@ -470,13 +473,15 @@ def _walk_span(
     profile: BrokerProfile, check_crc: bool, max_delay_level: int | None,
 ) -> tuple[int, int, ck.Checked | None]:
     """The broker's recovery walk from ``start`` until the next record would start at or
-    after ``limit`` (or the walk stops). Returns (records, position, outcome): the outcome
-    is None when the walk reached ``limit`` (position = the first record start >= limit),
-    else the BLANK or failure at position."""
+    after ``limit`` (or the walk stops). Returns (records, position, outcome, last): the
+    outcome is None when the walk reached ``limit`` (position = the first record start >=
+    limit), else the BLANK or failure at position; ``last`` is the start of the last valid
+    record (-1: none)."""
     fb = int.from_bytes
     count = 0
     pos = start
     batch = 1 << 16
+    last = -1
     while True:
         starts: list[int] = []
         ap = starts.append
@@ -489,9 +494,11 @@ def _walk_span(
             p += total
         d = _plain_valid(buf, mv, arr, starts, profile, check_crc) if starts else 0
         count += d
+        if d:
+            last = starts[d - 1]
         if d == len(starts):
             if p >= limit:
-                return count, p, None
+                return count, p, None, last
             if len(starts) >= batch:
                 pos = p
                 continue
@@ -501,11 +508,12 @@ def _walk_span(
         c = ck.check_record(buf, q, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level)
         if c.is_message:
             count += 1
+            last = q
             pos = q + c.size
             if pos >= limit:
-                return count, pos, None
+                return count, pos, None, last
             continue
-        return count, q, c
+        return count, q, c, last
 
 
 def _span_task(args: tuple[Any, ...]) -> _SpanResult:
@@ -531,10 +539,10 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
                 first = None
         if first is None:
             return _SpanResult(file_index, lo, None, 0, hi, None, None, "")
-        count, pos, c = _walk_span(buf, mv, arr, first, hi, end, profile, check_crc, mdl)
+        count, pos, c, last = _walk_span(buf, mv, arr, first, hi, end, profile, check_crc, mdl)
         if c is None:
-            return _SpanResult(file_index, lo, first, count, pos, None, None, "")
-        return _SpanResult(file_index, lo, first, count, pos, pos, c.reason, c.field)
+            return _SpanResult(file_index, lo, first, count, pos, None, None, "", last)
+        return _SpanResult(file_index, lo, first, count, pos, pos, c.reason, c.field, last)
     finally:
         del arr
         _close(mv, buf)
@@ -615,19 +623,22 @@ def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile
     starts = {r.first_start: r for r in spans if r.first_start is not None}
     pos = 0
     count = 0
+    last = -1
     while True:
         r = starts.get(pos)
         if r is None:
             # no slice starts where the walk arrived: walk the rest of the file in order
             r = _walk_from(f, pos, end, profile, check_crc, mdl)
         count += r.count
+        if r.last_start >= 0:
+            last = r.last_start
         if r.stop_pos is not None:
-            return FileScan(f.name, f.base, count, r.stop_pos, r.stop_reason or ck.SHORT, r.stop_field)
+            return FileScan(f.name, f.base, count, r.stop_pos, r.stop_reason or ck.SHORT, r.stop_field, last)
         pos = r.arrival
         if pos >= end:
             # ran exactly to the end of the file without a BLANK: the broker's next read
             # fails (nothing left), so the walk stops there
-            return FileScan(f.name, f.base, count, end, ck.SHORT, "total_size")
+            return FileScan(f.name, f.base, count, end, ck.SHORT, "total_size", last)
 
 
 def _walk_from(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool, mdl: int | None) -> _SpanResult:
@@ -636,10 +647,10 @@ def _walk_from(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_c
     mv = memoryview(buf)
     arr = np.frombuffer(buf, dtype=np.uint8)
     try:
-        count, p, c = _walk_span(buf, mv, arr, pos, end, end, profile, check_crc, mdl)
+        count, p, c, last = _walk_span(buf, mv, arr, pos, end, end, profile, check_crc, mdl)
         if c is None:
-            return _SpanResult(0, pos, pos, count, p, None, None, "")
-        return _SpanResult(0, pos, pos, count, p, p, c.reason, c.field)
+            return _SpanResult(0, pos, pos, count, p, None, None, "", last)
+        return _SpanResult(0, pos, pos, count, p, p, c.reason, c.field, last)
     finally:
         del arr
         _close(mv, buf)
@@ -893,6 +904,10 @@ def plan_recovery(
         process = s.base + s.stop_pos
         break
     last = scans[stop_idx - start]
+    for s in reversed(scans[: stop_idx - start + 1]):
+        if s.last_record_pos >= 0:
+            plan.last_valid_offset = s.base + s.last_record_pos
+            break
     plan.files = unread + scans
     plan.records_valid = records
     plan.end_offset = process
@@ -976,7 +991,7 @@ def plan_recovery(
             + ("; SCHEDULE_TOPIC_XXXX with maxDelayLevel 0 (quirk Q1)" if q1 and not correct_delay_tags else "")))
     elif profile.normal_recovery_walkback:
         plan.dispatch.append(DispatchRange(
-            "walkback_dispatch", max(max_cq + 1, plan.start_offset), process, None,
+            "walkback_dispatch", plan.start_offset, process, 0 if max_cq >= process else None,
             note="5.3.2+: records with commitLogOffset > maxPhyOffsetOfCQ (quirk Q2)"))
     if profile.startup_reput_from_cq:
         # reputFrom = max over the queues' maxPhysicOffset after the truncation; the
@@ -1187,7 +1202,7 @@ def apply_recovery(
         n = 0
         for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs):
             if skip_upto is not None:
-                mask = cols.position > skip_upto
+                mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
                 if not mask.all():
                     cols = cols.select(mask)
             if cols.count == 0:
@@ -1306,6 +1321,10 @@ def apply_recovery(
             cp = cp._replace(logics_msg_timestamp=logics)
         if ib.index_msg_timestamp is not None:
             cp = cp._replace(index_msg_timestamp=ib.index_msg_timestamp)
+        if profile.version >= (5, 1, 1) and plan.last_valid_offset >= 0:
+            # 5.x recovery sets the confirm offset to the last valid record's start; the
+            # 5.1.1+ checkpoint persists it (RECOVERY §4.1, §5.2; STORE_FORMAT §16)
+            cp = cp._replace(confirm_phy_offset=plan.last_valid_offset)
         new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
         if new_cp != cp_bytes:
             tx.replace_file("checkpoint", new_cp)

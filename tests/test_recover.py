@@ -324,6 +324,31 @@ def test_damage_normal_recovery_never_reads_is_reported(tmp_path: Path, capsys: 
     assert _recover(root, "--no-check-unread") == 0
 
 
+def test_broker_version_start_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _copy(tmp_path, "many_files")
+    _code, doc = _plan_json(root, capsys)
+    assert doc["plan"]["start_file"] == "00000000000000458752"  # 4.x: the third-last file
+    # 5.3.2+: the last file starting at or before maxPhyOffsetOfCQ (639724), and the
+    # dispatch of records beyond it (none: the queues are in sync)
+    code, doc = _plan_json(root, capsys, "--broker-version", "5.3.3")
+    assert code == 0 and doc["plan"]["start_file"] == "00000000000000589824"
+    assert [(d["name"], d["records"]) for d in doc["plan"]["dispatch"]] == [("walkback_dispatch", 0)]
+    # abnormal, messageIndexSafe: the index timestamp bounds the start file
+    (root / "abort").write_bytes(b"")
+    files = sorted((root / "commitlog").iterdir())
+    firsts = [struct.unpack_from(">q", f.read_bytes(), 56)[0] for f in files]
+    # minTimestamp = min(physic, logics) - 3 s reaches the last file; indexMsgTimestamp
+    # (no margin) only file 3
+    _set_checkpoint(root, firsts[-1] + 3000, firsts[-1] + 4000, firsts[3])
+    _code, plain = _plan_json(root, capsys)
+    _code, safe = _plan_json(root, capsys, "--message-index-safe")
+    assert plain["plan"]["start_file"] == files[-1].name
+    assert safe["plan"]["start_file"] == files[3].name
+    _set_checkpoint(root, firsts[-1] + 2999, firsts[-1] + 4000, firsts[3])  # the 3 s margin
+    _code, plain = _plan_json(root, capsys)
+    assert plain["plan"]["start_file"] == files[-2].name
+
+
 # ------------------------------------------------------------------------------ the index stays complete
 
 
