@@ -359,6 +359,7 @@ class _Ctx:
         self.mv = memoryview(buf)
         self.magics = (cl.MAGIC_V1, cl.MAGIC_V2) if profile.accepts_v2 else (cl.MAGIC_V1,)
         self.tag_codes: dict[bytes, int] = {}
+        self.words = _Words(self)
 
     def release(self) -> None:
         self.mv.release()
@@ -413,36 +414,51 @@ def _resync(ctx: _Ctx, start: int, limit: int) -> int | None:
     return None
 
 
+_V4_BODY_LEN_AT = 84  # BODYLENGTH with IPv4 born/store hosts (STORE_FORMAT §4)
+_V4_BODY_AT = 88
+# TOTALSIZE, MAGICCODE, BODYCRC, then BODYLENGTH at its IPv4 position, in one unpack
+_HEAD = struct.Struct(f">iii{_V4_BODY_LEN_AT - 12}xi")
+
+
 def _fast_run(ctx: _Ctx, pos: int, stop: int, salvage: bool, out: _Rec, flag: int) -> tuple[int, ck.Checked | None]:
     """Walk records from ``pos`` while they start before ``stop``; append every record the
     broker accepts (in salvage mode also requiring PHYSICALOFFSET == base + position).
     Returns (position, None) after running past ``stop``, or (position, outcome) of the
-    record where the walk stops (BLANK, END_OF_DATA or a failure)."""
+    record where the walk stops (BLANK, END_OF_DATA or a failure).
+
+    The loop does what the broker's walk does per record at the least cost: TOTALSIZE,
+    magic, and the body CRC (at the IPv4 body position; records with IPv6 hosts are
+    re-checked at their real position afterwards). Everything else is checked with numpy
+    over the whole run (:func:`_validate`)."""
     buf, end = ctx.buf, ctx.end
-    unpack = cl.PREFIX.unpack_from
+    hdr = _HEAD.unpack_from
+    crc32 = zlib.crc32
+    mv = ctx.mv
     magics = ctx.magics
     m1 = magics[0]
     m2 = magics[-1]
     poss: list[int] = []
-    sizes: list[int] = []
+    bad_crc: list[int] = []
     ap = poss.append
-    asz = sizes.append
     p = pos
     while p < stop:
-        if p + 8 > end:
+        if p + _V4_BODY_AT > end:  # no message fits: BLANK, END_OF_DATA or a short read
             break
-        total, magic = unpack(buf, p)
+        total, magic, crc, bl = hdr(buf, p)
         if (magic != m1 and magic != m2) or total <= 0 or p + total > end:
             break
+        if bl > 0 and (crc32(mv[p + _V4_BODY_AT : p + _V4_BODY_AT + bl]) & _MASK31) != crc:
+            bad_crc.append(len(poss))
         ap(p)
-        asz(total)
         p += total
     n = len(poss)
     if n == 0:
-        return p, (_event_at(ctx, p) if p < stop else None)
+        return p, (_event_at(ctx, p, salvage) if p < stop else None)
     P = np.array(poss, dtype=np.int64)
-    T = np.array(sizes, dtype=np.int64)
-    f, cols = _validate(ctx, P, T, salvage)
+    T = np.empty(n, dtype=np.int64)
+    T[:-1] = P[1:] - P[:-1]
+    T[-1] = p - P[-1]
+    f, cols = _validate(ctx, P, T, salvage, bad_crc)
     f = _keep(ctx, out, P, T, cols, f, flag)
     if f < n:
         return int(P[f]), _event_at(ctx, int(P[f]), salvage)
@@ -459,180 +475,173 @@ def _event_at(ctx: _Ctx, pos: int, salvage: bool = False) -> ck.Checked:
     return c
 
 
-def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool) -> tuple[int, dict[str, np.ndarray]]:
-    """Vectorised structure and CRC checks; returns (index of the first record the broker
-    would refuse or len(P), gathered columns)."""
+class _Words:
+    """Big-endian 8-byte words at arbitrary byte positions of a file: eight native uint64
+    views of the map shifted by 0..7 bytes, one gather per residue class of the position,
+    one byte swap at the end."""
+
+    def __init__(self, ctx: _Ctx) -> None:
+        end = ctx.end
+        self.end = end
+        self.views = [np.frombuffer(ctx.buf, dtype="<u8", count=(end - k) // 8, offset=k) if end - k >= 8 else None for k in range(8)]
+
+    def at(self, pos: np.ndarray) -> np.ndarray:
+        return self.grouped(pos).at(0)
+
+    def grouped(self, pos: np.ndarray) -> "_Grouped":
+        return _Grouped(self, pos)
+
+
+class _Grouped:
+    """Positions split by residue once, so that words at ``pos + c`` (constant c) need one
+    gather per residue class and no new masks."""
+
+    def __init__(self, words: _Words, pos: np.ndarray) -> None:
+        self.w = words
+        self.pos = pos
+        hi = max(words.end - 8, 0)
+        self.safe = bool(len(pos) == 0 or (pos.min() >= 0 and pos.max() <= hi - 128))
+        if self.safe:
+            r = pos & 7
+            q = pos >> 3
+            self.groups = [(k, g, q[g]) for k in range(8) for g in (np.flatnonzero(r == k),) if len(g)]
+
+    def at(self, c: int) -> np.ndarray:
+        n = len(self.pos)
+        out = np.zeros(n, dtype="<u8")
+        if not self.safe:
+            p = np.clip(self.pos + c, 0, max(self.w.end - 8, 0))
+            r = p & 7
+            q = p >> 3
+            for k in range(8):
+                v = self.w.views[k]
+                m = np.flatnonzero(r == k)
+                if v is not None and len(m):
+                    out[m] = v[q[m]]
+        else:
+            for k, g, qg in self.groups:
+                # pos + c has residue (k + c) & 7 and word index q + (k + c) >> 3
+                v = self.w.views[(k + c) & 7]
+                if v is not None:
+                    out[g] = v[qg + ((k + c) >> 3)]
+        out.byteswap(inplace=True)
+        return out.view(np.uint64)
+
+
+def _hi32(w: np.ndarray) -> np.ndarray:
+    return (w >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64)
+
+
+def _lo32(w: np.ndarray) -> np.ndarray:
+    return (w & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+
+
+def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: list[int]) -> tuple[int, dict[str, np.ndarray]]:
+    """Vectorised structure checks (the length computed from the fields must be
+    TOTALSIZE, topic length >= 0; in salvage mode PHYSICALOFFSET == base + position) and
+    the CRC results of the walk; returns (index of the first record the broker would
+    refuse or len(P), gathered columns)."""
     u8 = ctx.u8
     n = len(P)
-    sysf = _gather(u8, P + 36, ">i4")
+    words = ctx.words
+    G = words.grouped(P)
+    magic = _lo32(G.at(0)) if ctx.profile.accepts_v2 else np.full(n, cl.MAGIC_V1, dtype=np.int64)
+    crc_q = G.at(8)
+    body_crc = _hi32(crc_q)
+    queue_id = _lo32(crc_q)
+    queue_offset = G.at(20).view(np.int64)
+    phys = G.at(28).view(np.int64)
+    sysf = _hi32(G.at(36))
     hosts = sysf & 0x30
-    cols: dict[str, np.ndarray] = {}
-    names = ("body_crc", "queue_id", "flag", "queue_offset", "physical_offset", "sys_flag", "store_timestamp", "body_length")
-    for nm in names:
-        cols[nm] = np.zeros(n, dtype=np.int64)
-    hsize = np.zeros(n, dtype=np.int64)
-    L = len(u8)
-    for h in np.unique(hosts):
-        sel = np.flatnonzero(hosts == h)
-        dt, size = _HDR[int(h)]
-        idx = np.minimum(P[sel][:, None] + _AR[_HDR_MAX][:size], L - 1)
-        rows = u8[idx].view(dt).reshape(len(sel))
-        for nm in names:
-            cols[nm][sel] = rows[nm]
-        hsize[sel] = size
-    bl = cols["body_length"]
-    blp = np.maximum(bl, 0)
-    body_pos = P + hsize
-    tl_pos = body_pos + blp
-    magic = _gather(u8, P + 4, ">i4")
-    v2 = magic == cl.MAGIC_V2
-    if v2.any():
-        tl = np.where(v2, _gather(u8, tl_pos, ">i2"), _gather(u8, tl_pos, "i1")).astype(np.int64)
+    if not hosts.any():  # IPv4 born and store hosts: fixed positions
+        b = s = 8
+        store_ts = G.at(56).view(np.int64)
+        bl = _lo32(G.at(80))
     else:
-        tl = _gather(u8, tl_pos, "i1").astype(np.int64)
+        b = np.where(sysf & 0x10, 20, 8)
+        s = np.where(sysf & 0x20, 20, 8)
+        store_ts = words.at(P + 48 + b).view(np.int64)
+        bl = _lo32(words.at(P + 64 + b + s))
+    blp = np.maximum(bl, 0)
+    body_pos = P + 72 + b + s
+    tl_pos = body_pos + blp
+    L = len(u8)
+    v2 = magic == cl.MAGIC_V2
+    tl = u8[np.minimum(tl_pos, L - 1)].astype(np.int8).astype(np.int64)
+    if v2.any():
+        hi = u8[np.minimum(tl_pos, L - 1)].astype(np.int64)
+        lo = u8[np.minimum(tl_pos + 1, L - 1)].astype(np.int64)
+        tl = np.where(v2, ((hi << 8) | lo) - ((hi & 0x80) << 9), tl)
     tlw = np.where(v2, 2, 1)
     topic_pos = tl_pos + tlw
     pl_pos = topic_pos + np.maximum(tl, 0)
-    pl = _gather(u8, pl_pos, ">i2").astype(np.int64)
-    b = np.where(sysf & 0x10, 20, 8)
-    s = np.where(sysf & 0x20, 20, 8)
+    hi = u8[np.minimum(pl_pos, L - 1)].astype(np.int64)
+    lo = u8[np.minimum(pl_pos + 1, L - 1)].astype(np.int64)
+    pl = ((hi << 8) | lo) - ((hi & 0x80) << 9)
     computed = 48 + b + 8 + s + 12 + 4 + blp + tlw + tl + 2 + np.maximum(pl, 0)
     bad = (computed != T) | (tl < 0)
     if salvage:
-        bad |= cols["physical_offset"] != ctx.base + P
-    f = int(np.argmax(bad)) if bad.any() else n
-    # body CRC of the records before the first structural failure
-    crc_sel = np.flatnonzero(bl[:f] > 0)
-    if len(crc_sel):
+        bad |= phys != ctx.base + P
+    crc_bad = np.zeros(n, dtype=bool)
+    if bad_crc:
+        crc_bad[np.array(bad_crc, dtype=np.int64)] = True
+    v6 = np.flatnonzero((sysf & 0x30) != 0)
+    if len(v6):  # the walk checked these bodies at the IPv4 position: check them where they are
         mv = ctx.mv
-        crc32 = zlib.crc32
-        starts = body_pos[crc_sel].tolist()
-        lens = bl[crc_sel].tolist()
-        got = np.fromiter((crc32(mv[a : a + ln]) for a, ln in zip(starts, lens)), dtype=np.int64, count=len(starts))
-        crc_bad = (got & _MASK31) != cols["body_crc"][crc_sel]
-        if crc_bad.any():
-            f = int(crc_sel[int(np.argmax(crc_bad))])
-    cols["topic_pos"] = topic_pos
-    cols["topic_len"] = tl
-    cols["props_pos"] = pl_pos + 2
-    cols["props_len"] = pl
+        for i in v6.tolist():
+            ln = int(bl[i])
+            a = int(body_pos[i])
+            crc_bad[i] = ln > 0 and (zlib.crc32(mv[a : a + ln]) & _MASK31) != int(body_crc[i])
+    bad |= crc_bad
+    f = int(np.argmax(bad)) if bad.any() else n
+    cols = {"queue_id": queue_id, "queue_offset": queue_offset, "physical_offset": phys, "sys_flag": sysf,
+            "store_timestamp": store_ts, "topic_pos": topic_pos, "topic_len": tl, "props_pos": pl_pos + 2, "props_len": pl}
     return f, cols
 
 
 def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np.ndarray], n: int, flag: int) -> int:
     """Topics, TAGS/KEYS/UNIQ_KEY and the property checks of the first ``n`` validated
     records; append them to ``out``. Returns n, or the index of the first record the
-    broker refuses for its properties (DELAY on the schedule topic, 5.x inner batch)."""
+    broker refuses for its properties (DELAY on the schedule topic, 5.x inner batch).
+
+    Vectorised: the properties of all records are joined into one buffer and parsed with
+    numpy (:func:`_props_vec`); only records the vectorised parse does not cover (legacy
+    parser, non-ASCII properties, the schedule topic, 5.x inner batches) go through the
+    full parser one by one."""
     if n == 0:
         return 0
-    buf = ctx.buf
-    prof = ctx.profile
-    opts = ctx.opts
-    want_keys = opts.want_keys
-    check_props = opts.check_props
-    new_parser = prof.new_properties_parser
-    is5 = prof.is_5x
-    tpos = cols["topic_pos"][:n].tolist()
-    tlen = cols["topic_len"][:n].tolist()
-    ppos = cols["props_pos"][:n].tolist()
-    plen = cols["props_len"][:n].tolist()
-    sts = cols["store_timestamp"]
-    tid_of = out.tid
-    topic_ids = out.topic_ids
-    tag_codes = ctx.tag_codes
-    tids = np.empty(n, dtype=np.int32)
-    tags = np.zeros(n, dtype=np.int64)
-    key_i: list[int] = []
-    key_s: list[str] = []
-    topic_strs = out.topics
+    P = P[:n]
+    T = T[:n]
+    tids = _topic_ids(ctx, out, cols["topic_pos"][:n], cols["topic_len"][:n])
+    pp = cols["props_pos"][:n]
+    pl = cols["props_len"][:n]
+    sched = out.topic_ids.get(_SCHEDULE)
+    tags, slow, key_i, key_h = _props_vec(ctx, out, P, pp, pl, tids, sched)
     stop_at = n
-    base = ctx.base
-    for i in range(n):
-        a = tpos[i]
-        tb = buf[a : a + tlen[i]]
-        t = topic_ids.get(tb)
-        if t is None:
-            t = tid_of(tb)
-        tids[i] = t
-        ln = plen[i]
-        if ln <= 0:
-            continue
-        a = ppos[i]
-        pb = buf[a : a + ln]
-        if not new_parser or (is5 and b"INNER_" in pb):
-            r = _slow_props(ctx, pb, tb, int(sts[i]), int(P[i]))
-            if r is None:
-                stop_at = i
-                break
-            tags[i], keys = r
-            if want_keys:
-                for k in keys:
-                    key_i.append(i)
-                    key_s.append(topic_strs[t] + "#" + k)
-            continue
-        if check_props:
-            _check_props(out, pb, base + int(P[i]), int(P[i]))
-        # TAGS (later duplicates win: rfind; an empty value is dropped by the parser)
-        j = pb.rfind(b"\x02TAGS\x01")
-        if j >= 0:
-            j += 6
-        elif pb[:5] == b"TAGS\x01":
-            j = 5
-        if j >= 0:
-            e = pb.find(b"\x02", j)
-            tv = pb[j:] if e < 0 else pb[j:e]
-            if not tv:
-                r = _slow_props(ctx, pb, tb, int(sts[i]), int(P[i]))
-                if r is None:
-                    stop_at = i
-                    break
-                tags[i], keys = r
-                if want_keys:
-                    for k in keys:
-                        key_i.append(i)
-                        key_s.append(topic_strs[t] + "#" + k)
-                continue
-            c = tag_codes.get(tv)
-            if c is None:
-                c = tag_codes[tv] = java_hash(tv.decode("utf-8", "replace"))
-            tags[i] = c
-        if tb == _SCHEDULE:
-            r = _slow_props(ctx, pb, tb, int(sts[i]), int(P[i]))
+    if len(slow):
+        buf = ctx.buf
+        sts = cols["store_timestamp"]
+        want_keys = ctx.opts.want_keys
+        extra_i: list[int] = []
+        extra_s: list[str] = []
+        for i in slow.tolist():
+            a, ln = int(pp[i]), int(pl[i])
+            pb = buf[a : a + ln] if ln > 0 else b""
+            t = int(tids[i])
+            if ctx.opts.check_props and ln > 0:
+                _check_props(out, pb, int(P[i]))
+            r = _slow_props(ctx, pb, out.topics[t].encode() if t != sched else _SCHEDULE, int(sts[i]))
             if r is None:
                 stop_at = i
                 break
             tags[i] = r[0]
-        if want_keys:
-            tp = topic_strs[t] + "#"
-            j = pb.rfind(b"\x02UNIQ_KEY\x01")
-            if j >= 0:
-                j += 10
-            elif pb[:9] == b"UNIQ_KEY\x01":
-                j = 9
-            if j >= 0:
-                e = pb.find(b"\x02", j)
-                v = pb[j:] if e < 0 else pb[j:e]
-                if v:
-                    key_i.append(i)
-                    key_s.append(tp + v.decode("utf-8", "replace"))
-                else:
-                    key_i, key_s = _slow_keys(pb, i, tp, key_i, key_s, new_parser)
-                    continue
-            j = pb.rfind(b"\x02KEYS\x01")
-            if j >= 0:
-                j += 6
-            elif pb[:5] == b"KEYS\x01":
-                j = 5
-            if j >= 0:
-                e = pb.find(b"\x02", j)
-                v = pb[j:] if e < 0 else pb[j:e]
-                if v:
-                    for k in v.decode("utf-8", "replace").split(" "):
-                        if k:
-                            key_i.append(i)
-                            key_s.append(tp + k)
-                else:
-                    key_i, key_s = _slow_keys(pb, i, tp, key_i, key_s, new_parser)
+            if want_keys:
+                for k in r[1]:
+                    extra_i.append(i)
+                    extra_s.append(out.topics[t] + "#" + k)
+        if extra_i:
+            key_i = np.concatenate((key_i, np.array(extra_i, dtype=np.int64)))
+            key_h = np.concatenate((key_h, index_hash_batch(java_hash_batch(extra_s))))
     n = stop_at
     if n == 0:
         return 0
@@ -641,18 +650,283 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np
             phys=cols["physical_offset"][:n], sys_flag=cols["sys_flag"][:n], store_ts=cols["store_timestamp"][:n],
             tid=tids[:n], tags=tags[:n], flags=flags)
     base_idx = out.count - n
-    if want_keys and key_i:
-        ki = np.array(key_i, dtype=np.int64)
-        keep = ki < n
-        if not keep.all():
-            ki = ki[keep]
-            key_s = [k for k, m in zip(key_s, keep.tolist()) if m]
-        out.add_keys(ki + base_idx, index_hash_batch(java_hash_batch(key_s)))
-    _prop_crc_scan(ctx, out, P[:n], T[:n], cols["props_len"][:n])
+    if ctx.opts.want_keys and len(key_i):
+        keep = key_i < n
+        order = np.argsort(key_i[keep], kind="stable")
+        out.add_keys(key_i[keep][order] + base_idx, key_h[keep][order])
+    _prop_crc_scan(ctx, out, P[:n], T[:n], pl[:n])
     return n
 
 
-def _slow_props(ctx: _Ctx, pb: bytes, tb: bytes, store_ts: int, pos: int) -> tuple[int, list[str]] | None:
+_ARANGE = np.arange(1 << 16, dtype=np.int64)
+
+
+def _arange(n: int) -> np.ndarray:
+    return _ARANGE[:n] if n <= len(_ARANGE) else np.arange(n, dtype=np.int64)
+
+
+class _Pow31:
+    """31**k and 31**-k modulo 2**32 (uint32), grown on demand."""
+
+    inv31 = pow(31, -1, 1 << 32)
+
+    def __init__(self) -> None:
+        self.pow = np.ones(1, dtype=np.uint32)
+        self.inv = np.ones(1, dtype=np.uint32)
+
+    def ensure(self, n: int) -> None:
+        if len(self.pow) < n:
+            m = max(n, 2 * len(self.pow), 1 << 16)
+            for name, base in (("pow", 31), ("inv", self.inv31)):
+                a = np.empty(m, dtype=np.uint32)
+                a[0] = 1
+                a[1:] = np.cumprod(np.full(m - 1, base, dtype=np.uint32), dtype=np.uint32)
+                setattr(self, name, a)
+
+
+_POW = _Pow31()
+_PROPS_BATCH = 8 << 20  # bytes of properties parsed per numpy pass
+
+
+def _last_per_record(rec: np.ndarray) -> np.ndarray:
+    """Indexes of the last entry of each run of equal values in a non-decreasing array."""
+    if not len(rec):
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.append(rec[1:] != rec[:-1], True))
+
+
+_NAMES = {name: np.frombuffer(name.encode(), dtype=np.uint8) for name in ("TAGS", "KEYS", "UNIQ_KEY", "DELAY", "INNER_NUM", "INNER_BASE")}
+
+
+def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarray, tids: np.ndarray,
+               sched: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised properties parse (4.9.1+/5.x rules, STORE_FORMAT §8.2) of records with
+    ASCII properties: tagsCode, index key hashes (record index, hash), dropped entries.
+    Returns (tags, indexes of records needing the full parser, key record indexes, key hashes)."""
+    n = len(P)
+    tags = np.zeros(n, dtype=np.int64)
+    prof = ctx.profile
+    slow_mask = np.zeros(n, dtype=bool)
+    if not prof.new_properties_parser:
+        slow_mask[pl > 0] = True
+        return tags, np.flatnonzero(slow_mask), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+    if sched is not None:
+        slow_mask |= (tids == sched) & (pl > 0)
+    key_i: list[np.ndarray] = []
+    key_h: list[np.ndarray] = []
+    want_keys = ctx.opts.want_keys
+    plp = np.maximum(pl, 0)
+    # batches of records holding at most _PROPS_BATCH property bytes
+    csum = np.cumsum(plp + 1)
+    lo = 0
+    while lo < n:
+        hi = int(np.searchsorted(csum, (csum[lo - 1] if lo else 0) + _PROPS_BATCH, side="right"))
+        hi = max(hi, lo + 1)
+        _props_batch(ctx, out, lo, hi, P, pp, plp, tids, tags, slow_mask, key_i, key_h, want_keys)
+        lo = hi
+    slow = np.flatnonzero(slow_mask)
+    if len(slow) and key_i:
+        ki = np.concatenate(key_i)
+        kh = np.concatenate(key_h)
+        keep = ~slow_mask[ki]
+        return tags, slow, ki[keep], kh[keep]
+    if key_i:
+        return tags, slow, np.concatenate(key_i), np.concatenate(key_h)
+    return tags, slow, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+
+
+def _hash_ranges(a8: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Java ``String.hashCode`` (uint32 bit pattern) of the ASCII byte ranges [s, e) of
+    ``a8``: the bytes are gathered into one compact buffer with prefix sums
+    ``pre[q] = sum(b[r] * 31**-r, r < q)``, so hash = (pre[end] - pre[start]) * 31**(end-1)
+    (mod 2**32; 31 is odd, hence invertible)."""
+    L = e - s
+    tot = int(L.sum())
+    out = np.zeros(len(s), dtype=np.uint32)
+    if tot == 0:
+        return out
+    longest = int(L.max())
+    if longest <= 16:  # short values (tags): Horner's rule, one gather per character
+        h = np.zeros(len(s), dtype=np.uint32)
+        for j in range(longest):
+            more = L > j
+            h = np.where(more, h * np.uint32(31) + a8[np.minimum(s + j, len(a8) - 1)].astype(np.uint32), h)
+        return h
+    ce = np.cumsum(L)
+    cs = ce - L
+    idx = np.repeat(s - cs, L) + _arange(tot)
+    _POW.ensure(tot + 1)
+    pre = np.zeros(tot + 1, dtype=np.uint32)
+    np.cumsum(a8[idx].astype(np.uint32) * _POW.inv[:tot], dtype=np.uint32, out=pre[1:])
+    nz = L > 0
+    out[nz] = (pre[ce[nz]] - pre[cs[nz]]) * _POW.pow[ce[nz] - 1]
+    return out
+
+
+def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.ndarray, plp: np.ndarray,
+                 tids: np.ndarray, tags: np.ndarray, slow_mask: np.ndarray, key_i: list[np.ndarray],
+                 key_h: list[np.ndarray], want_keys: bool) -> None:
+    buf = ctx.buf
+    starts = pp[lo:hi].tolist()
+    ends = (pp[lo:hi] + plp[lo:hi]).tolist()
+    # one buffer: props of each record followed by 0x02 (a record boundary ends a segment)
+    joined = b"\x02".join(map(buf.__getitem__, map(slice, starts, ends))) + b"\x02"
+    a8 = np.frombuffer(joined, dtype=np.uint8)
+    rec_start = np.cumsum(plp[lo:hi] + 1) - (plp[lo:hi] + 1)  # start of each record's props in joined
+    if not joined.isascii():  # UTF-16 units are not bytes: those records take the full parser
+        high = np.flatnonzero(a8 >= 0x80)
+        slow_mask[lo + np.unique(np.searchsorted(rec_start, high, side="right") - 1)] = True
+    sep = np.flatnonzero(a8 < 3)
+    sv = a8[sep]
+    keep12 = sv != 0
+    sep = sep[keep12]
+    sv = sv[keep12]
+    two = np.flatnonzero(sv == 2)  # indexes into sep of the segment ends
+    seg_e = sep[two]
+    seg_s = np.empty(len(two), dtype=np.int64)
+    seg_s[0] = 0
+    seg_s[1:] = seg_e[:-1] + 1
+    # segments per record: the inserted 0x02 after record r is at rec_start[r+1] - 1
+    rec_end_seg = np.searchsorted(seg_e, rec_start + plp[lo:hi])
+    counts = np.diff(np.concatenate(([-1], rec_end_seg)))
+    seg_rec = np.repeat(np.arange(hi - lo, dtype=np.int64), counts)
+    # the first 0x01 of a segment is the separator right after the previous 0x02
+    fi = np.empty(len(two), dtype=np.int64)
+    fi[0] = 0
+    fi[1:] = two[:-1] + 1
+    has = fi < two
+    k = sep[np.minimum(fi, len(sep) - 1)]
+    # the 4.9.1+ parser's rule: key and value non-empty (STORE_FORMAT §8.2)
+    valid = has & (k > seg_s) & (k < seg_e - 1)
+    if ctx.opts.check_props:
+        dropped = (seg_e > seg_s) & ~valid
+        if dropped.any():
+            cnt = np.bincount(seg_rec[dropped], minlength=hi - lo)
+            for r in np.flatnonzero(cnt).tolist():
+                if not slow_mask[lo + r]:
+                    c = int(cnt[r])
+                    out.anomalies.append(("CL_PROPERTIES", int(P[lo + r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c}))
+    klen = k - seg_s
+
+    def named(name: str) -> np.ndarray:
+        want = _NAMES[name]
+        cand = np.flatnonzero(valid & (klen == len(want)))
+        st = seg_s[cand]
+        for j, ch in enumerate(want.tolist()):
+            if not len(cand):
+                break
+            hit = a8[st + j] == ch
+            cand, st = cand[hit], st[hit]
+        return cand
+
+    t = named("TAGS")
+    if len(t):
+        t = t[_last_per_record(seg_rec[t])]
+        tags[lo + seg_rec[t]] = _hash_ranges(a8, k[t] + 1, seg_e[t]).view(np.int32).astype(np.int64)
+    if ctx.profile.is_5x:
+        for nm in ("INNER_NUM", "INNER_BASE"):
+            x = named(nm)
+            if len(x):
+                slow_mask[lo + seg_rec[x]] = True
+    if not want_keys:
+        return
+    topic_prefix: dict[int, int] = {}
+    for name in ("UNIQ_KEY", "KEYS"):
+        x = named(name)
+        if not len(x):
+            continue
+        x = x[_last_per_record(seg_rec[x])]
+        vs, ve = k[x] + 1, seg_e[x]
+        owner = seg_rec[x]
+        if name == "KEYS":  # split on single spaces, empty pieces dropped
+            sp = np.flatnonzero(a8 == 0x20)
+            if len(sp):
+                w = np.searchsorted(vs, sp, side="right") - 1
+                inside = (w >= 0) & (sp < ve[np.maximum(w, 0)])
+                sp = sp[inside]
+                ps = np.sort(np.concatenate((vs, sp + 1)))
+                pe = np.sort(np.concatenate((sp, ve)))
+                owner = np.searchsorted(rec_start, ps, side="right") - 1
+                vs, ve = ps, pe
+            keep = ve > vs
+            vs, ve, owner = vs[keep], ve[keep], owner[keep]
+        if not len(vs):
+            continue
+        h = _hash_ranges(a8, vs, ve)
+        rec_tid = tids[lo + owner]
+        utid = np.unique(rec_tid)
+        for tid in utid.tolist():
+            if tid not in topic_prefix:
+                topic_prefix[tid] = java_hash(out.topics[tid] + "#") & 0xFFFFFFFF
+        if len(utid) == 1:
+            pref = np.full(len(vs), topic_prefix[int(utid[0])], dtype=np.uint32)
+        else:
+            lut = np.zeros(int(utid.max()) + 1, dtype=np.uint32)
+            for tid in utid.tolist():
+                lut[tid] = topic_prefix[tid]
+            pref = lut[rec_tid]
+        _POW.ensure(int((ve - vs).max()) + 1)
+        full = pref * _POW.pow[ve - vs] + h  # hashCode(prefix + key), STORE_FORMAT §15.4
+        key_i.append(lo + owner.astype(np.int64))
+        key_h.append(index_hash_batch(full.view(np.int32)))
+
+
+_FP_MUL = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
+                    0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9], dtype=np.uint64)
+
+
+def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.ndarray:
+    """Topic id of every record. A topic of at most 8*m bytes is exactly described by its
+    length and m big-endian words (the last one ending at the topic's end, bytes before
+    its start masked): the words are fingerprinted, grouped with ``np.unique`` and every
+    record's words compared with its group's first record. One Python step per distinct
+    topic; topics longer than 64 bytes or near the file end go one by one."""
+    n = len(tpos)
+    tids = np.empty(n, dtype=np.int32)
+    if n == 0:
+        return tids
+    width = int(tlen.max())
+    words = ctx.words
+    if width > 64 or int(tpos.max()) + width + 8 > words.end:
+        buf = ctx.buf
+        for i in range(n):
+            tids[i] = out.tid(bytes(buf[int(tpos[i]) : int(tpos[i]) + int(tlen[i])]))
+        return tids
+    m = max(1, (width + 7) // 8)
+    tl = tlen.astype(np.int64)
+    parts = []
+    for j in range(m):
+        # word j covers [tpos + 8j, +8) clamped to end at the topic's end
+        start = np.minimum(tpos + 8 * j, tpos + tl - 8)
+        wv = words.at(np.maximum(start, 0))
+        short = tl < 8  # whole topic inside one word: keep its first tl bytes
+        if short.any():
+            keep_bits = (tl * 8).astype(np.uint64)
+            mask = np.where(short, ~((np.uint64(1) << (np.uint64(64) - keep_bits)) - np.uint64(1)), np.uint64(0xFFFFFFFFFFFFFFFF))
+            mask = np.where(tl == 0, np.uint64(0), mask)
+            wv = np.where(short, words.at(tpos) & mask, wv)
+        parts.append(wv)
+    fp = tl.astype(np.uint64)
+    for j, wv in enumerate(parts):
+        fp = fp * _FP_MUL[j % 8] + wv
+        fp ^= fp >> np.uint64(29)
+    _u, first, inv = np.unique(fp, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    rep = first[inv]
+    same = tl == tl[rep]
+    for wv in parts:
+        same &= wv == wv[rep]
+    if not same.all():  # a fingerprint collision: exact grouping on all words
+        stacked = np.ascontiguousarray(np.stack([tl.astype(np.uint64), *parts], axis=1))
+        _u, first, inv = np.unique(stacked.view(np.dtype((np.void, 8 * (m + 1)))).ravel(), return_index=True, return_inverse=True)
+        inv = inv.ravel()
+    buf = ctx.buf
+    ids = np.array([out.tid(bytes(buf[int(tpos[j]) : int(tpos[j]) + int(tl[j])])) for j in first.tolist()], dtype=np.int32)
+    tids[:] = ids[inv]
+    return tids
+
+
+def _slow_props(ctx: _Ctx, pb: bytes, tb: bytes, store_ts: int) -> tuple[int, list[str]] | None:
     """The full property parse for records the fast path does not handle: returns
     (tagsCode, index keys) or None when the broker refuses the record."""
     prof = ctx.profile
@@ -682,32 +956,11 @@ def _slow_props(ctx: _Ctx, pb: bytes, tb: bytes, store_ts: int, pos: int) -> tup
     return code, keys
 
 
-def _slow_keys(pb: bytes, i: int, tp: str, key_i: list[int], key_s: list[str], new_parser: bool) -> tuple[list[int], list[str]]:
-    """Index keys of a record whose UNIQ_KEY/KEYS need the full parser (empty values);
-    replaces whatever the fast path appended for record ``i``."""
-    while key_i and key_i[-1] == i:
-        key_i.pop()
-        key_s.pop()
-    text = pb.decode("utf-8", "replace")
-    props = parse_properties(text) if new_parser else parse_properties_legacy(text)
-    u = props.get("UNIQ_KEY")
-    if u is not None:
-        key_i.append(i)
-        key_s.append(tp + u)
-    k = props.get("KEYS")
-    if k:
-        for x in k.split(" "):
-            if x:
-                key_i.append(i)
-                key_s.append(tp + x)
-    return key_i, key_s
-
-
 _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
 _ALTERNATING = b"\x01\x02" * 4096
 
 
-def _check_props(out: _Rec, pb: bytes, phys: int, pos: int) -> None:
+def _check_props(out: _Rec, pb: bytes, pos: int) -> None:
     """Properties encoding: valid UTF-8, and no entry the broker's parser drops (an entry
     with an empty name or value, or without a name/value separator). Fast test: the
     separators alone must alternate 01 02 01 02 ... with no empty name or value; anything
@@ -734,10 +987,11 @@ def _check_props(out: _Rec, pb: bytes, phys: int, pos: int) -> None:
 def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.ndarray) -> None:
     """The 5.2+ ``__CRC32#`` tail: crc32(record[0 : TOTALSIZE-20]) & 0x7FFFFFFF, its digits
     stored least significant first (STORE_FORMAT §7.1). Checked wherever present."""
-    cand = np.flatnonzero(pl >= cl.CRC32_RESERVED_LEN)
+    u8 = ctx.u8
+    last = u8[np.clip(P + T - 1, 0, len(u8) - 1)]
+    cand = np.flatnonzero((pl >= cl.CRC32_RESERVED_LEN) & (last == 2))
     if not len(cand):
         return
-    u8 = ctx.u8
     tail = P[cand] + T[cand] - cl.CRC32_RESERVED_LEN
     head = u8[np.clip(tail, 0, len(u8) - 9)[:, None] + _AR[9]]
     last = u8[np.clip(P[cand] + T[cand] - 1, 0, len(u8) - 1)]
@@ -972,23 +1226,29 @@ def _plan_parts(store: Store, part_size: int) -> list[tuple[int, StoreFile, int,
     return plan
 
 
-def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None) -> list[Part]:
+def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
+               meanwhile: Callable[[], None] | None = None) -> list[Part]:
+    """Run the parts in this process or in a pool of ``jobs`` processes; ``meanwhile``
+    runs in this process while the workers scan (after the scan when there is no pool)."""
     if jobs <= 1 or len(tasks) <= 1:
         out = []
         for t in tasks:
             out.append(scan_part(t))
             if progress:
                 progress(t.stop - t.start)
+        if meanwhile:
+            meanwhile()
         return out
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-    ctx = mp.get_context(method)
+    ctx = _mp_context()
     results: list[Part | None] = [None] * len(tasks)
     ex = cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx)
     try:
         futs = {ex.submit(scan_part, t): i for i, t in enumerate(tasks)}
+        if meanwhile:
+            meanwhile()
         for fut in cf.as_completed(futs):
             i = futs[fut]
             results[i] = fut.result()
@@ -999,6 +1259,23 @@ def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None) -> l
         raise
     ex.shutdown(wait=True)
     return [r for r in results if r is not None]
+
+
+def _mp_context() -> Any:
+    """fork when this process has no other thread (fast, and no re-import of the caller's
+    main module); otherwise forkserver (a fork with threads alive, e.g. a progress-bar
+    monitor, could inherit a held lock), preloading only this module."""
+    import multiprocessing as mp
+    import threading
+
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return mp.get_context("fork")
+    if "forkserver" in methods:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        return ctx
+    return mp.get_context("spawn")
 
 
 @dataclass
@@ -1041,7 +1318,8 @@ class Records:
 
 
 def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_size: int = DEFAULT_PART_SIZE,
-                   opts: ScanOptions | None = None, progress: Progress | None = None) -> tuple[list[FileScan | None], Records]:
+                   opts: ScanOptions | None = None, progress: Progress | None = None,
+                   meanwhile: Callable[[], None] | None = None) -> tuple[list[FileScan | None], Records]:
     """Walk every commitlog file (in parts, possibly in parallel) and stitch the parts back
     into the per-file broker walk. Returns one FileScan per commitlog file (None for an
     empty file) and the record table."""
@@ -1049,7 +1327,7 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
     mapped = store.geometry.commitlog_file_size
     plan = _plan_parts(store, max(part_size, 1 << 12))
     tasks = [PartTask(str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts) for i, f, end, s, e in plan]
-    parts = _run_parts(tasks, jobs, progress)
+    parts = _run_parts(tasks, jobs, progress, meanwhile)
     by_file: dict[int, list[Part]] = {}
     for p in parts:
         by_file.setdefault(p.file_idx, []).append(p)
@@ -1120,10 +1398,20 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
         for fs in scans:
             if fs is not None:
                 fs.rec_lo = fs.rec_hi = 0
-    # (topic, queue id) -> queue key
-    tq = (cat["tid"].astype(np.int64) << 32) | (cat["queue_id"].astype(np.int64) & 0xFFFFFFFF)
-    uq, qkey = np.unique(tq, return_inverse=True)
-    queues = [(topic_names[int(u) >> 32], _i32(int(u) & 0xFFFFFFFF)) for u in uq.tolist()]
+    # (topic, queue id) -> queue key, ordered by (topic id, queue id)
+    tid = cat["tid"].astype(np.int64)
+    qid = cat["queue_id"].astype(np.int64)
+    qmax = int(qid.max()) + 1 if len(qid) else 1
+    if len(qid) and int(qid.min()) >= 0 and len(topic_names) * qmax <= 1 << 22:
+        code = tid * qmax + qid
+        used = np.bincount(code, minlength=len(topic_names) * qmax) > 0
+        lut = np.cumsum(used) - 1
+        qkey = lut[code]
+        queues = [(topic_names[c // qmax], c % qmax) for c in np.flatnonzero(used).tolist()]
+    else:
+        tq = (tid << 32) | (qid & 0xFFFFFFFF)
+        uq, qkey = np.unique(tq, return_inverse=True)
+        queues = [(topic_names[int(u) >> 32], _i32(int(u) & 0xFFFFFFFF)) for u in uq.tolist()]
     recs = Records(off=off, size=cat["total"].astype(np.int64), qkey=qkey.astype(np.int64), queue_id=cat["queue_id"],
                    queue_offset=cat["queue_offset"], phys=cat["phys"], sys_flag=cat["sys_flag"], store_ts=cat["store_ts"],
                    tags=cat["tags"], flags=cat["flags"], file_idx=fidx, queues=queues, key_rec=krec, key_hash=khash,
@@ -1184,7 +1472,7 @@ def load_queues(store: Store) -> list[Queue]:
             n = len(data) // cqf.CQ_UNIT_SIZE
             if n < per_file:
                 missing.append((first + n, first + per_file))
-            u = cqf.read_units(data[: n * cqf.CQ_UNIT_SIZE].tobytes())
+            u = data[: n * cqf.CQ_UNIT_SIZE].view(cqf.CQ_DTYPE)
             offs.append(u["commitlog_offset"].astype(np.int64))
             sizes.append(u["size"].astype(np.int64))
             tags.append(u["tags_code"].astype(np.int64))
@@ -1393,7 +1681,7 @@ def _commitlog_spans(store: Store, scans: Sequence[FileScan | None], recs: Recor
 
 
 def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
-                        outlook: dict[str, Any]) -> list[Finding]:
+                        outlook: dict[str, Any], spans: _Spans | None = None) -> list[Finding]:
     mapped = store.geometry.commitlog_file_size
     abort = store.abort_present
     out: list[Finding] = []
@@ -1478,11 +1766,12 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                     + f"; {'the broker' + chr(39) + 's ' + mode + ' recovery throws away ' + str(thrown) if thrown else 'the broker' + chr(39) + 's ' + mode + ' recovery does not stop here'}",
                     in_file=len(inside), in_later_files=later, positions=sample, positions_truncated=len(inside) > len(sample),
                     broker_discards=thrown, recovery_mode=mode))
-    out.extend(_record_anomalies(store, profile, scans, recs))
+    out.extend(_record_anomalies(store, profile, scans, recs, spans))
     return out
 
 
-def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records) -> list[Finding]:
+def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
+                      spans: _Spans | None = None) -> list[Finding]:
     out: list[Finding] = []
     files = store.commitlog
     rels = [_rel(store, f.path) for f in files]
@@ -1516,11 +1805,19 @@ def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[File
     tx = sf & 0xC
     sel = np.flatnonzero(((tx == 0) | (tx == 8)) & ((sf & 0x80) == 0))
     if len(sel) > 1:
-        order = sel[np.lexsort((recs.off[sel], recs.qkey[sel]))]
+        qk_sel = recs.qkey[sel]
+        order = sel[np.argsort(qk_sel.astype(np.int16) if len(recs.queues) < 32768 else qk_sel, kind="stable")]
         qk = recs.qkey[order]
         qo = recs.queue_offset[order]
         same = qk[1:] == qk[:-1]
         brk = np.flatnonzero(same & (qo[1:] != qo[:-1] + 1))
+        if len(brk) and spans is not None and len(spans.starts):
+            # a jump over a damaged region is explained by the finding about that region
+            a = recs.off[order[brk]]
+            b = recs.off[order[brk + 1]]
+            k = np.searchsorted(spans.starts, a, side="right")
+            over = (k < len(spans.starts)) & (spans.starts[np.minimum(k, len(spans.starts) - 1)] < b)
+            brk = brk[~over]
         if len(brk):
             first_by_q: dict[int, list[int]] = {}
             for b in brk.tolist():
@@ -1619,7 +1916,7 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
     sched_q1 = not profile.delay_table_in_abnormal_recovery
     for q in queues:
         nU = len(q.off)
-        stats["units"] += nU
+        stats["units"] += int(np.count_nonzero((q.off >= 0) & (q.size > 0)))
         qk = recs.qkey_of(q.topic, q.queue_id)
         if q.missing and qk is not None:
             missing_ranges.setdefault(qk, []).extend(q.missing)
@@ -1662,6 +1959,15 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
         if len(ri):
             ro, rs, rt = off[ri], size[ri], tag[ri]
             rec_i, found = recs.find(ro)
+            if qk is not None and found.all():  # the common case: every unit matches its record
+                good = ((recs.qkey[rec_i] == qk) & (recs.size[rec_i] == rs) & (recs.queue_offset[rec_i] == logical[ri])
+                        & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR)))
+                if good.all():
+                    referenced[rec_i] = True
+                    stats["ext_address_units"] += int(np.count_nonzero(rt <= cqf.EXT_MAX_ADDR))
+                    if flagged:
+                        explained.setdefault(qk, []).extend(flagged)
+                    continue
             expired = (ro < cl_min) & ~found
             live = np.flatnonzero(~expired)
             first_live = int(live[0]) if len(live) else len(ri)
@@ -2102,14 +2408,19 @@ def verify_store(
     ckpt = store.read_checkpoint()
     headers = [(f.name, _read_index_header(f)) for f in store.index_files]
     opts = ScanOptions(want_keys=bool(store.index_files))
-    scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress)
-    queues = load_queues(store)
-    per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
-    max_phy_cq = max((cq_recover_max_phy(q, per_file) for q in queues), default=-1)
+    pre: dict[str, Any] = {}
+
+    def meanwhile() -> None:  # runs while the workers scan the commitlog
+        pre["queues"] = load_queues(store)
+        per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
+        pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
+
+    scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress, meanwhile=meanwhile)
+    queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
     outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
     spans = _Spans(_commitlog_spans(store, scans, recs))
     broker = _Broker(store, profile, outlook)
-    cl_f = _commitlog_findings(store, profile, scans, recs, outlook)
+    cl_f = _commitlog_findings(store, profile, scans, recs, outlook, spans)
     cq_f, cq_stats = _cq_findings(store, profile, queues, recs, spans, outlook, broker)
     ix_f, ix_stats = _index_findings(store, profile, recs, spans, outlook, broker, headers, ckpt)
     cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
