@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
+import struct
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -22,8 +23,10 @@ from .options import broker_version_option, format_option, make_profile, open_st
 from .render import dumps, render
 from .recovery import check as ck
 from .recovery import query as qy
+from .formats import commitlog as cl
+from .formats.properties import split_keys
 from .recovery.scan import blank_fields, iter_store_records, message_fields
-from .recovery.store import Store
+from .recovery.store import Store, StoreFile
 
 Record = dict[str, Any]
 
@@ -63,9 +66,9 @@ class StatusTracker:
     def __init__(self) -> None:
         self.damaged = 0
 
-    def watch(self, records: Iterable[Record]) -> Iterator[Record]:
-        for r in records:
-            if r.get("status", "OK") not in CLEAN_STATUSES:
+    def watch(self, records: Iterable[Record | str]) -> Iterator[Record | str]:
+        for r in records:  # a str is a finished JSON line of a plain (OK) message
+            if not isinstance(r, str) and r.get("status", "OK") not in CLEAN_STATUSES:
                 self.damaged += 1
             yield r
 
@@ -74,19 +77,19 @@ class StatusTracker:
         return Exit.PROBLEMS if self.damaged else Exit.OK
 
 
-def output(records: Iterable[Record], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str, out: Any = None) -> int:
+def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str, out: Any = None) -> int:
     """Render (at most ``limit``) records on ``out`` (default stdout); return the exit code."""
     out = out or sys.stdout
     tracker = StatusTracker()
-    recs = tracker.watch(records)
+    recs: Iterable[Record | str] = records
     if limit is not None:
         recs = itertools.islice(recs, limit)
     fmt = resolve_format(fmt)
     try:
         if fmt == "jsonl":
-            write_jsonl(recs, out)
+            write_jsonl(recs, out, tracker)
         else:
-            render(recs, fmt, columns, title=title, out=out)
+            render(tracker.watch(recs), fmt, columns, title=title, out=out)  # type: ignore[arg-type]
             out.flush()
     except BrokenPipeError:
         # the reader went away (``| head``): stop quietly. click would turn EPIPE into
@@ -171,19 +174,28 @@ def _plain(r: Record) -> bool:
     return keys is None or (isinstance(keys, list) and all(isinstance(k, str) for k in keys))
 
 
-def write_jsonl(records: Iterable[Record], out: Any) -> int:
+def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracker | None = None) -> int:
+    """Write records (or already rendered lines of plain OK messages) as JSON lines, a few
+    hundred per write; damage statuses are counted in ``tracker``."""
     n = 0
     buf: list[str] = []
+    append = buf.append
     write = out.write
+    clean = CLEAN_STATUSES
     for r in records:
-        buf.append(message_line(r) if r.get("type") == "message" else dumps(r))
+        if r.__class__ is str:
+            append(r)  # type: ignore[arg-type]
+        else:
+            if tracker is not None and r.get("status", "OK") not in clean:  # type: ignore[union-attr]
+                tracker.damaged += 1
+            append(message_line(r) if r.get("type") == "message" else dumps(r))  # type: ignore[union-attr,arg-type]
         n += 1
-        if len(buf) >= 256:
-            buf.append("")
+        if len(buf) >= 512:
+            append("")
             write("\n".join(buf))
-            buf = []
+            buf.clear()
     if buf:
-        buf.append("")
+        append("")
         write("\n".join(buf))
     out.flush()
     return n
@@ -300,6 +312,206 @@ def commitlog_records(
             yield damaged_fields(f.name, buf, pos, f.base, c, with_body, body_hash)
 
 
+# ---------------------------------------------------------------------------------------
+# Fast path of ``dump commitlog --format jsonl`` (no --key/--msg-id/--body/--body-hash):
+# the same lines as ``message_line(message_fields(...))`` for every plainly valid record,
+# built without the per-record Checked/dict objects. "Plainly valid" = a V1 record with
+# IPv4 hosts whose lengths add up, whose body CRC matches, whose topic is not
+# SCHEDULE_TOPIC_XXXX, whose properties are "simple" (every segment key\x01value with
+# both non-empty, no duplicate keys, no character JSON must escape) and, on 5.x, no
+# INNER_ property. Anything else (and every BLANK or damaged spot) goes through the generic
+# walk (``recovery.scan.walk_records`` + ``message_fields``), so the output is identical;
+# tests/test_dump_cli.py asserts it on every fixture, synthetic and damaged store.
+
+_V1_HEADER = cl.LAYOUTS[(cl.MAGIC_V1, 0)].header  # derived from MESSAGE_V1 (formats.schema)
+_HSIZE = _V1_HEADER.size
+_BAD_JSON_BYTES = bytes(range(0, 1)) + bytes(range(3, 32)) + b'"\\'
+_SCHEDULE = ck.SCHEDULE_TOPIC.encode()
+_TX = ('"NOT_TYPE"', '"PREPARED"', '"COMMIT"', '"ROLLBACK"')
+def commitlog_lines(
+    store: Store,
+    profile: Any,
+    *,
+    topic: str | None = None,
+    queue_id: int | None = None,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+    since: int | None = None,
+    until: int | None = None,
+) -> Iterator[str | Record]:
+    """``commitlog_records`` for the jsonl output: plain messages come as finished JSON
+    lines (str), everything else as records (dict); same order, same filters, and the
+    same text once rendered."""
+    if not profile.new_properties_parser:  # the 4.6.0-4.9.0 parser differs on edge cases
+        yield from commitlog_records(store, profile, topic=topic, queue_id=queue_id, from_offset=from_offset,
+                                     to_offset=to_offset, since=since, until=until)
+        return
+    content_filter = topic is not None or queue_id is not None or since is not None or until is not None
+    size = store.geometry.commitlog_file_size
+    for f in store.commitlog:
+        if f.size == 0:
+            continue
+        if to_offset is not None and f.base >= to_offset:
+            break
+        if from_offset is not None and f.base + max(f.size, size) <= from_offset:
+            continue
+        with store.map(f) as mf:
+            yield from _file_lines(f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until, content_filter)
+
+
+def _generic_record(f: StoreFile, buf: Any, pos: int, c: ck.Checked, topic: str | None, queue_id: int | None,
+                    since: int | None, until: int | None, content_filter: bool) -> Record | None:
+    """What ``commitlog_records`` prints for one step of the generic walk (None: filtered)."""
+    if c.is_blank:
+        return None if content_filter else blank_fields(f.name, pos, buf, f.base)
+    if c.is_message:
+        rec = c.rec
+        assert rec is not None
+        if (topic is not None and rec.topic != topic) or (queue_id is not None and rec.queue_id != queue_id) \
+                or (since is not None and rec.store_timestamp < since) or (until is not None and rec.store_timestamp > until):
+            return None
+        return _crc_status(message_fields(f.name, c, buf))
+    return damaged_fields(f.name, buf, pos, f.base, c, False, False)
+
+
+def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | None, queue_id: int | None,
+                from_offset: int | None, to_offset: int | None, since: int | None, until: int | None,
+                content_filter: bool) -> Iterator[str | Record]:
+    import zlib
+    from itertools import repeat
+
+    from .formats.javahash import tags_code
+    from .formats.names import host_to_str
+    from .recovery.scan import walk_records
+
+    base = f.base
+    lo = -1 if from_offset is None else from_offset - base  # position range [lo, hi) of this file
+    hi = end + 1 if to_offset is None else to_offset - base
+    unpack = _V1_HEADER.unpack_from
+    prefix = cl.PREFIX.unpack_from
+    v1 = cl.MAGIC_V1
+    is5 = profile.is_5x
+    fname = _enc(f.name)
+    enc = _enc
+    tx = _TX
+    hosts: dict[tuple[bytes, int, bytes, int], tuple[str, str, str]] = {}  # -> born, store, msg id prefix
+    topics: dict[bytes, tuple[str, str]] = {}
+    tcodes: dict[str, int] = {}
+    unfiltered = lo < 0 and hi > end and not content_filter
+    split = str.split
+    sep1 = repeat("\x01")
+    bad = _BAD_JSON_BYTES
+    sched = _SCHEDULE
+    mv = memoryview(buf)
+    try:
+        pos = 0
+        while pos < end:
+            # ---- fast run: plain records from pos ---------------------------------------
+            while pos + _HSIZE <= end:
+                (total, magic, crc, qid, flag, qo, po, sf, bt, ba, bp, stt, sa, sp, rt, pt, bl) = unpack(buf, pos)
+                if magic != v1 or sf & 0x30 or total <= 0 or bl < 0 or pos + total > end:
+                    break
+                p = pos + _HSIZE + bl
+                if p >= pos + total:
+                    break
+                tl = buf[p]
+                if tl > 127:
+                    break
+                tb = buf[p + 1 : p + 1 + tl]
+                q = p + 1 + tl
+                if q + 2 > pos + total:
+                    break
+                pl = (buf[q] << 8) | buf[q + 1]
+                if pl > 0x7FFF or pl == 0 or _HSIZE + bl + 3 + tl + pl != total:
+                    break
+                if bl and (zlib.crc32(mv[pos + _HSIZE : p]) & 0x7FFFFFFF) != crc:
+                    break
+                if tb == sched:
+                    break
+                pb = buf[q + 2 : q + 2 + pl]
+                if len(pb.translate(None, bad)) != pl or (is5 and b"INNER_" in pb):
+                    break
+                props = pb.decode("utf-8", "replace")
+                body = props[:-1] if props[-1] == "\x02" else props
+                segs = body.split("\x02")
+                try:
+                    d = dict(map(split, segs, sep1))
+                except ValueError:  # a segment without exactly one \x01
+                    break
+                if len(d) != len(segs) or "" in d or "\x01\x02" in props or body[-1] == "\x01":
+                    break
+                # ---- plain: filters, then the line --------------------------------------
+                t = topics.get(tb)
+                if t is None:
+                    name = tb.decode("utf-8", "replace")
+                    t = topics[tb] = (name, enc(name))
+                if unfiltered or (lo <= pos < hi and (topic is None or t[0] == topic) and (queue_id is None or qid == queue_id)
+                                  and (since is None or stt >= since) and (until is None or stt <= until)):
+                    h = hosts.get((ba, bp, sa, sp))
+                    if h is None:
+                        h = hosts[(ba, bp, sa, sp)] = (
+                            enc(host_to_str(ba, bp)), enc(host_to_str(sa, sp)), '"' + (bytes(sa) + struct.pack(">i", sp)).hex().upper())
+                    tags = d.get("TAGS")
+                    keys = d.get("KEYS")
+                    uniq = d.get("UNIQ_KEY")
+                    if keys is None:
+                        kj = "[]"
+                    elif keys[0] != " " and keys[-1] != " " and "  " not in keys:
+                        kj = '["' + keys.replace(" ", '","') + '"]'
+                    else:
+                        kj = _value_json("keys", split_keys(keys))
+                    if tags is None:
+                        tj, tc = "null", 0
+                    else:
+                        tj = '"' + tags + '"'
+                        tc = tcodes.get(tags)
+                        if tc is None:
+                            tc = tcodes[tags] = tags_code(tags)
+                    segs.sort()
+                    # keys in sorted order, as render.dumps writes them (a test compares both)
+                    yield (
+                        f'{{"body_crc":{crc},"body_length":{bl},"born_host":{h[0]},"born_timestamp":{bt},'
+                        f'"crc_ok":true,"file":{fname},"flag":{flag},"keys":{kj},"magic":"V1",'
+                        f'"msg_id":{h[2]}{po & 0xFFFFFFFFFFFFFFFF:016X}","physical_offset":{po},"pos":{pos},'
+                        f'"prepared_transaction_offset":{pt},"properties":{{"'
+                        + '","'.join(segs).replace("\x01", '":"')
+                        + f'"}},"queue_id":{qid},"queue_offset":{qo},"reconsume_times":{rt},"status":"OK",'
+                        f'"store_host":{h[1]},"store_timestamp":{stt},"sys_flag":{sf},"tags":{tj},"tags_code":{tc},'
+                        f'"topic":{t[1]},"total_size":{total},"transaction_type":{tx[(sf >> 2) & 3]},"type":"message",'
+                        f'"uniq_key":{"null" if uniq is None else chr(34) + uniq + chr(34)}}}'
+                    )
+                pos += total
+            if pos >= end:
+                break
+            # ---- generic walk from pos until the next message after it --------------------
+            resume = None
+            for p2, c in walk_records(buf, end, base, profile, start=pos):
+                if p2 > pos and c.is_message:
+                    resume = p2
+                    break
+                if lo <= p2 < hi:
+                    r = _generic_record(f, buf, p2, c, topic, queue_id, since, until, content_filter)
+                    if r is not None:
+                        yield r
+                if c.is_blank:
+                    break
+            if resume is None:
+                break
+            pos = resume
+    finally:
+        mv.release()
+
+
+def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterator[Record | str]:
+    """What ``dump commitlog`` prints: for jsonl without --key/--msg-id/--body/--body-hash
+    the fast :func:`commitlog_lines`, else :func:`commitlog_records` (the benchmark calls
+    this, with the same arguments as the command)."""
+    if fmt == "jsonl" and kw.get("key") is None and kw.get("msg_id") is None and not kw.get("with_body") and not kw.get("body_hash"):
+        lines_kw = {k: kw.get(k) for k in ("topic", "queue_id", "from_offset", "to_offset", "since", "until")}
+        return commitlog_lines(store, profile, **lines_kw)
+    return commitlog_records(store, profile, **kw)
+
+
 def index_hit_records(store: Store, profile: Any, topic: str | None, key: str, since: int | None, until: int | None, with_body: bool) -> Iterator[Record]:
     for hit, loc in qy.find_by_key(store, profile, topic, key, use_index=True, begin=since or 0,
                                    end=until if until is not None else qy.LONG_MAX):
@@ -409,8 +621,9 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
         raise click.UsageError("--key and --msg-id are exclusive")
     store = open_store(**store_opts)
     profile = make_profile(broker_version)
-    records = commitlog_records(
-        store, profile, topic=topic, queue_id=queue_id, key=key, msg_id=msg_id, from_offset=from_offset,
+    fmt = resolve_format(fmt)
+    records = commitlog_stream(
+        store, profile, fmt, topic=topic, queue_id=queue_id, key=key, msg_id=msg_id, from_offset=from_offset,
         to_offset=to_offset, since=parse_time(since, "--since"), until=parse_time(until, "--until"),
         with_body=with_body, body_hash=body_hash, scan=scan)
     return output(records, fmt, COMMITLOG_COLUMNS, limit, "commitlog")
