@@ -426,3 +426,19 @@ def test_fast_lines_equal_generic_on_synthetic(tmp_path: Path) -> None:
     fast = list(commitlog_lines(store, P494))
     assert _rendered(fast) == _rendered(commitlog_records(store, P494))
     assert sum(isinstance(r, str) for r in fast) == sum(1 for r in fast if isinstance(r, str) or r["type"] == "message")
+
+
+@pytest.mark.parametrize("fmt", ["table", "text", "json", "jsonl"])
+def test_every_format_on_edge_cases(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # a wide table: no cell is folded
+    root = _edge_store(tmp_path)
+    f = root / "commitlog" / "00000000000000000000"
+    raw = bytearray(f.read_bytes())
+    at = raw.index(b'q"t')
+    raw[at : at + 3] = b"[/]"  # a topic that is rich markup must print as text
+    f.write_bytes(bytes(raw))
+    code = run(["dump", "commitlog", str(root), "--format", fmt, "--commitlog-file-size", "65536"])
+    out, err = capsys.readouterr()
+    assert code == 4 and err == ""
+    assert "[/]" in out and "BODY_CRC_MISMATCH" in out
