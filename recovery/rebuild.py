@@ -224,8 +224,8 @@ def plan_rebuild(
                 old = {_rel(store, f.path): f for f in store.consume_queues.get(key, [])}
                 for rel in sorted(set(new) | set(old)):
                     if rel in new:
-                        o = new[rel]
-                        changes.append(_change(root, rel, "consumequeue", o, o.size))
+                        cqo = new[rel]
+                        changes.append(_change(root, rel, "consumequeue", cqo, cqo.size))
                     else:
                         changes.append(FileChange(REMOVE, rel, "consumequeue", None, "not produced by the rebuild"))
 
@@ -233,8 +233,8 @@ def plan_rebuild(
     if index:
         new_names = {o.relpath: o for o in result.index_files}
         if continue_index:
-            for o in result.index_files:
-                changes.append(_change(root, o.relpath, "index", o, o.size, "continued" if o.existed else "new file"))
+            for io in result.index_files:
+                changes.append(_change(root, io.relpath, "index", io, io.size, "continued" if io.existed else "new file"))
             assert state.index is not None
             for f in state.index.dirty:
                 rel = _rel(store, f.path)
@@ -242,10 +242,10 @@ def plan_rebuild(
                     changes.append(FileChange(REMOVE, rel, "index", None,
                                               "end timestamp after the checkpoint's indexMsgTimestamp (IndexService.load deletes it after a crash)"))
         else:
-            old = {_rel(store, f.path) for f in store.index_files}
-            for o in result.index_files:
-                changes.append(_change(root, o.relpath, "index", o, o.size))
-            for rel in sorted(old - set(new_names)):
+            old_index = {_rel(store, f.path) for f in store.index_files}
+            for io in result.index_files:
+                changes.append(_change(root, io.relpath, "index", io, io.size))
+            for rel in sorted(old_index - set(new_names)):
                 changes.append(FileChange(REMOVE, rel, "index", None, "replaced by the rebuilt index"))
 
     # -- checkpoint

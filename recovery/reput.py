@@ -36,7 +36,7 @@ import mmap
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Generator, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -167,7 +167,8 @@ class DispatchColumns(NamedTuple):
     index_keys: IndexKeys | None = None
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]  # (tuple.count is not used on a run)
+        """The number of rows."""
         return len(self.topic)
 
     def select(self, mask: np.ndarray) -> "DispatchColumns":
@@ -220,7 +221,7 @@ class DispatchColumns(NamedTuple):
             if name == "index_keys":
                 out.append(None)
                 continue
-            vals = [p[i] for p in parts]
+            vals: list[Any] = [p[i] for p in parts]
             if isinstance(vals[0], np.ndarray):
                 out.append(np.concatenate(vals))
             else:
@@ -241,7 +242,7 @@ def feed_index(ib: IndexBuilder, cols: DispatchColumns) -> None:
     same (a test compares both)."""
     ik = cols.index_keys
     if ik is not None and hasattr(type(ib), "_record_keys"):
-        ib._record_keys = lambda keys, uniq, n: (ik.rec, ik.hash, ik.units)  # type: ignore[method-assign]
+        ib._record_keys = lambda keys, uniq_keys, n: (ik.rec, ik.hash, ik.units)  # type: ignore[method-assign,assignment]
         try:
             ib.add_columns(cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys,
                            cols.uniq_key, cols.sys_flag)
@@ -518,15 +519,15 @@ class _FastDecoder:
         inv = inv.reshape(-1)
         if not ((words == words[first][inv]).all() and (tl == tl[first][inv]).all()):
             return self._topics_slow(buf, t_a, tl)
-        names = []
+        names: list[str] = []
         tcache = self.topics
         for i in first.tolist():
             a = int(t_a[i])
             tb = bytes(buf[a : a + int(tl[i])])
-            name = tcache.get(tb)
-            if name is None:
-                name = tcache[tb] = tb.decode("utf-8", "replace")
-            names.append(name)
+            got = tcache.get(tb)
+            if got is None:
+                got = tcache[tb] = tb.decode("utf-8", "replace")
+            names.append(got)
         return list(map(names.__getitem__, inv.tolist()))
 
     def _topics_slow(self, buf: Any, t_a: np.ndarray, tl: np.ndarray) -> list[str]:
@@ -895,7 +896,8 @@ class _Walker:
                 break
         self.stats.end_offset = reput_from
 
-    def _region(self, i: int, f: StoreFile, buf: Any, start: int, end: int, reput_from: int, END: int) -> Iterator[DispatchColumns]:
+    def _region(self, i: int, f: StoreFile, buf: Any, start: int, end: int, reput_from: int, END: int
+                ) -> Generator[DispatchColumns, None, tuple[int, bool]]:
         """One ``getData`` region: returns (new reput offset, stop-for-good)."""
         profile = self.profile
         size = end - start
@@ -1400,10 +1402,10 @@ def reput(
         kept_files = state.index.kept if state.index is not None else []
         floor = kept_files[-1].name if kept_files else None
         created = [img for img in ib.files if img.created]
-        names = iter(_name_new_index_files(created, floor, index_tz))
+        new_names = iter(_name_new_index_files(created, floor, index_tz))
         for img in ib.files:
             if img.created:
-                index_files.append(IndexFileOut(next(names), img, False))
+                index_files.append(IndexFileOut(next(new_names), img, False))
             elif img.puts and floor is not None:
                 index_files.append(IndexFileOut(floor, img, True))
 

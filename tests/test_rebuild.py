@@ -5,7 +5,6 @@ damage, and the fast dispatch path against the check_record path."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import os
 import random
