@@ -1,0 +1,162 @@
+"""Splits for a distributed scan of the commitlog (``rmqtool export``), without Spark.
+
+The driver plans ``(file, start, length)`` splits: whole files, or sub-file splits of a
+fixed size. Each split is read on its own, by path, with the walk ``dump`` uses
+(:func:`recovery.scan.walk_records` over :func:`recovery.check.check_record`), and its
+records become fields through the same functions as ``dump``'s
+(:func:`recovery.scan.message_fields` and friends): one parser, no second copy.
+
+Boundaries. Records are not aligned, so a sub-file split cannot start at its nominal
+``start``. The rule:
+
+* the first split of a file starts at position 0, as the sequential walk does;
+* any other split starts at its *first record*: the first position >= ``start`` that the
+  resync rule accepts (:func:`recovery.scan.resync`: a V1/V2 magic, a record that
+  validates, and a stored PHYSICALOFFSET equal to file base + position);
+* a split ends at the first record starting at or after ``start + length`` found by the
+  same rule, which is where the next split begins: it yields the records the walk visits
+  from its first record up to, not including, that one (a record that starts before
+  ``start + length`` and runs past it belongs to the split it starts in). The last split
+  of a file ends at the end of the file.
+
+The sequential walk visits every position the resync rule accepts unless that position
+lies inside a record the walk accepted (a record image, with a matching physical offset,
+embedded in another record's body) or after a BLANK record followed by intact records.
+Neither happens in a store written by a broker; when it happens the split that reaches
+the boundary notices that its walk did not land on the next split's first record and
+reports a :class:`Handoff` conflict (the export then says so and exits 4). Whole-file
+splits never have one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, NamedTuple
+
+from . import check as ck
+from .scan import resync, walk_records
+from .store import MappedFile, Store, StoreFile
+from .versions import BrokerProfile
+
+MiB = 1 << 20
+DEFAULT_SPLIT_SIZE = 64 * MiB
+
+
+class Split(NamedTuple):
+    """One unit of work: bytes ``[start, start + length)`` of one commitlog file. Plain
+    values only, so it pickles cheaply to executors, which open the file by path."""
+
+    store: str  # the store's label, carried into every row
+    path: str  # absolute path of the file (read by path on the executor)
+    base: int  # file base offset, from its name
+    start: int  # nominal start inside the file
+    length: int  # nominal length
+    file_size: int  # the file's size when planned
+    index: int = 0  # ordinal of the split in the plan
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+    @property
+    def file_name(self) -> str:
+        return Path(self.path).name
+
+    @property
+    def is_last_of_file(self) -> bool:
+        return self.end >= self.file_size
+
+
+def plan_splits(store: Store, split_size: int | None = DEFAULT_SPLIT_SIZE, *, label: str | None = None, first_index: int = 0) -> list[Split]:
+    """The splits of a store's commitlog, in offset order. ``split_size`` None or 0 (or
+    not smaller than a file) gives one split per file. Zero-length files are skipped, as
+    the sequential walk skips them."""
+    if split_size is not None and split_size < 0:
+        raise ValueError("split size must be >= 0")
+    name = label if label is not None else str(store.root)
+    out: list[Split] = []
+    for f in store.commitlog:
+        out.extend(_file_splits(f, split_size, name, first_index + len(out)))
+    return out
+
+
+def _file_splits(f: StoreFile, split_size: int | None, label: str, index: int) -> list[Split]:
+    if f.size <= 0:
+        return []
+    path = str(Path(f.path).resolve())
+    if not split_size or split_size >= f.size:
+        return [Split(label, path, f.base, 0, f.size, f.size, index)]
+    out = []
+    for start in range(0, f.size, split_size):
+        out.append(Split(label, path, f.base, start, min(split_size, f.size - start), f.size, index + len(out)))
+    return out
+
+
+def first_record(buf: Any, end: int, base: int, start: int, profile: BrokerProfile) -> int | None:
+    """Where a split starting at ``start`` begins: 0 for the start of a file, else the
+    first position >= ``start`` accepted by the resync rule (None: no record there)."""
+    if start == 0:
+        return 0
+    if start >= end:
+        return None
+    return resync(buf, start, end, base, profile, check_crc=False)
+
+
+@dataclass
+class Handoff:
+    """What happened at a split's end: ``stop`` is the next split's first record (the file
+    end for the last split), ``landed`` where the walk actually arrived (None: the walk
+    ended inside the split, at a BLANK or at the end of what it could read)."""
+
+    stop: int
+    landed: int | None = None
+
+    @property
+    def conflict(self) -> bool:
+        """The walk did not arrive on the next split's first record, so the next split's
+        rows differ from the sequential walk's (see the module docstring)."""
+        if self.landed is None:
+            return False
+        return self.landed != self.stop
+
+
+def iter_split(split: Split, profile: BrokerProfile, *, handoff: Handoff | None = None) -> Iterator[tuple[Any, int, ck.Checked]]:
+    """(buffer, position, outcome) for every record of ``split``, exactly as
+    :func:`recovery.scan.iter_store_records` yields them for those positions. The buffer
+    is valid until the generator is exhausted or closed. ``handoff`` (optional) is filled
+    with where the walk stopped."""
+    with MappedFile(Path(split.path)) as mf:
+        buf = mf.buf
+        end = mf.size
+        first = first_record(buf, end, split.base, split.start, profile)
+        if split.end >= end:
+            stop = end
+        else:
+            nxt = first_record(buf, end, split.base, split.end, profile)
+            stop = end if nxt is None else nxt
+        if handoff is not None:
+            handoff.stop = stop
+        if first is None or first >= stop:
+            del buf
+            return
+        landed: int | None = None
+        walker = walk_records(buf, end, split.base, profile, start=first)
+        try:
+            for pos, c in walker:
+                if pos >= stop:
+                    landed = pos
+                    break
+                yield buf, pos, c
+            else:
+                # the walk ended before the next split's first record: fine when that is
+                # the end of the file, a conflict when a later split has records the walk
+                # never reaches (intact records after a BLANK)
+                if stop < end:
+                    landed = end
+        finally:
+            walker.close()
+        if handoff is not None:
+            handoff.landed = landed
+        del buf
+
