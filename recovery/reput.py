@@ -34,6 +34,7 @@ import bisect
 import datetime as _dt
 import mmap
 import re
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterable, Iterator, NamedTuple, Optional, Sequence
@@ -1209,13 +1210,18 @@ class CqFileOut:
 class IndexFileOut:
     """One index file the reput created or continued: ``name`` (new files: named after the
     store timestamp of the record whose dispatch created them), the image
-    (``recovery.indexbuild.IndexFileImage``; ``write_to(fileobj)`` streams the full file,
-    ``to_bytes()`` builds it)."""
+    (``recovery.indexbuild.IndexFileImage``); ``write_to(fileobj)`` streams the full file,
+    ``data()`` builds it.
 
-    def __init__(self, name: str, image: IndexFileImage, existed: bool) -> None:
+    ``flushed``: the emulated broker flushes every index file at shutdown (5.x), which
+    rewrites the header from memory: a file that never got a put then reads indexCount 1
+    on disk, not 0 (STORE_FORMAT §15.1)."""
+
+    def __init__(self, name: str, image: IndexFileImage, existed: bool, flushed: bool = False) -> None:
         self.name = name
         self.image = image
         self.existed = existed
+        self._patch = flushed and image.puts == 0 and image.created
 
     @property
     def relpath(self) -> str:
@@ -1226,13 +1232,38 @@ class IndexFileOut:
         return self.image.size
 
     def write_to(self, fileobj: Any) -> None:
-        self.image.write_to(fileobj)
+        self.image.write_to(_HeaderPatch(fileobj) if self._patch else fileobj)
 
     def data(self) -> bytes:
-        return self.image.to_bytes()
+        b = self.image.to_bytes()
+        return b[:36] + _INDEX_COUNT_ONE + b[40:] if self._patch else b
 
     def __repr__(self) -> str:
         return f"IndexFileOut({self.name!r}, existed={self.existed}, entries={self.image.index_count - 1})"
+
+
+_INDEX_COUNT_ONE = struct.pack(">i", 1)
+
+
+class _HeaderPatch:
+    """A write-through file object that replaces header bytes 36..40 (indexCount) by 1."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.pos = 0
+
+    def write(self, b: Any) -> int:
+        b = bytes(b)
+        if self.pos < 40 and self.pos + len(b) > 36:
+            buf = bytearray(b)
+            for k in range(4):
+                at = 36 + k - self.pos
+                if 0 <= at < len(buf):
+                    buf[at] = _INDEX_COUNT_ONE[k]
+            b = bytes(buf)
+        self.pos += len(b)
+        self.f.write(b)
+        return len(b)
 
 
 @dataclass
@@ -1403,9 +1434,10 @@ def reput(
         floor = kept_files[-1].name if kept_files else None
         created = [img for img in ib.files if img.created]
         new_names = iter(_name_new_index_files(created, floor, index_tz))
+        flushed = profile.index_flushed_at_shutdown
         for img in ib.files:
             if img.created:
-                index_files.append(IndexFileOut(next(new_names), img, False))
+                index_files.append(IndexFileOut(next(new_names), img, False, flushed))
             elif img.puts and floor is not None:
                 index_files.append(IndexFileOut(floor, img, True))
 

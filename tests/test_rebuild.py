@@ -552,3 +552,31 @@ def test_reput_result_api(tmp_path: Path) -> None:
     assert mid.stats.index_keys == 0 and not mid.index_files
     cp = rp.updated_checkpoint(store.read_checkpoint(), full)
     assert cp == store.read_checkpoint()  # the broker's own values
+
+
+@pytest.mark.parametrize("version,count", [("4.9.4", 0), ("5.3.3", 1)])
+def test_unwritten_successor_index_file_header(tmp_path: Path, version: str, count: int) -> None:
+    """A successor created for a record without keys (the last file was full) is never
+    written: 4.x leaves indexCount 0 on disk, 5.x flushes it at shutdown (1)."""
+    base = {"queue_id": 0, "flag": 0, "sys_flag": 0, "born_timestamp": 1700000000000,
+            "born_host": {"address": b"\x0a\x00\x00\x01", "port": 1}, "store_host": {"address": b"\x0a\x00\x00\x02", "port": 2},
+            "reconsume_times": 0, "prepared_transaction_offset": 0, "body": b"x", "topic": "T"}
+    items: list[tuple[str, Any]] = []
+    for i in range(15):  # 29 keys fill the 30-entry file (29 puts)
+        props = "KEYS\x01A B" if i < 14 else "KEYS\x01C"
+        items.append(("msg", ({**base, "queue_offset": i, "store_timestamp": 1700000000000 + i, "properties": props}, 0)))
+    items.append(("msg", ({**base, "queue_offset": 15, "store_timestamp": 1700000009000, "properties": "TAGS\x01t"}, 0)))
+    store = _write_store(tmp_path / "s", items)
+    res = rp.reput(store, BrokerProfile.for_version(version))
+    assert len(res.index_files) == 2
+    full, empty = (f.data() for f in res.index_files)
+    assert struct.unpack_from(">i", full, 36)[0] == 30
+    hdr = struct.unpack_from(">qqqqii", empty, 0)
+    assert hdr[:4] == struct.unpack_from(">qqqq", full, 0)[1:2] * 2 + struct.unpack_from(">qqqq", full, 0)[3:4] * 2
+    assert hdr[4:] == (0, count)
+    import io
+
+    buf = io.BytesIO()
+    res.index_files[1].write_to(buf)
+    assert buf.getvalue() == empty
+    assert res.index_msg_timestamp == 1700000000014
