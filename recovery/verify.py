@@ -1179,6 +1179,8 @@ def _relabel(part: Part) -> None:
     f[main] = (f[main] & ~np.uint8(MAIN)) | np.uint8(SALVAGED)
     for e in part.events:
         e.main = False
+    if part.end_mode == "B":
+        part.end_mode = "S"  # the chain it continues is a salvage chain
 
 
 def _stitch(parts: list[Part], f: StoreFile, end: int, run: Callable[[int, int, str], Part]) -> list[Part]:

@@ -1,0 +1,636 @@
+"""rmqtool verify: the real fixtures, damaged variants of them (each yields exactly the
+expected error finding at the expected place, exit 4, and the store's bytes unchanged),
+the recovery outlook against RocketMQ's own recovery, the fast walk against the broker's
+record check, part/jobs invariance, and the CLI contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from conftest import REAL_NAMES, CLEAN_NAMES, broker_view, copy_store, real_store, tree_digest
+from rmqtool.cli import run
+from rmqtool.formats import commitlog as cl
+from rmqtool.formats.checkpoint import Checkpoint, encode_checkpoint
+from rmqtool.formats.javahash import index_hash, java_hash
+from rmqtool.formats.properties import split_keys
+from rmqtool.recovery import scan
+from rmqtool.recovery import verify as v
+from rmqtool.recovery.store import Store
+from rmqtool.recovery.versions import BrokerProfile
+
+MAN = Path(__file__).resolve().parent.parent / "man" / "rmqtool-verify.1"
+P494 = BrokerProfile.for_version("4.9.4")
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+
+
+def writable(path: Path) -> Path:
+    os.chmod(path, 0o644)
+    return path
+
+
+def patch(path: Path, pos: int, data: bytes) -> None:
+    writable(path)
+    with open(path, "r+b") as fh:
+        fh.seek(pos)
+        fh.write(data)
+
+
+def records_of(root: Path, name: str) -> list[cl.MessageRecord]:
+    """The messages of one commitlog file, by the broker's walk (recovery.scan)."""
+    s = Store.open(root)
+    f = next(x for x in s.commitlog if x.name == name)
+    with s.map(f) as m:
+        return [st.checked.rec for st in scan.walk_file(m.buf, m.size, P494) if st.checked.is_message]
+
+
+def verify_cli(root: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, list[dict[str, Any]]]:
+    """Run ``rmqtool verify --format jsonl`` and check the store's bytes did not change."""
+    before = tree_digest(root)
+    capsys.readouterr()
+    rc = run(["verify", str(root), "--format", "jsonl", "--quiet", *extra])
+    out = capsys.readouterr().out
+    assert tree_digest(root) == before, "verify changed the store"
+    return rc, [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def errors(findings: list[dict[str, Any]]) -> list[tuple[str, str | None, int | None]]:
+    return sorted((f["code"], f["file"], f["pos"]) for f in findings if f["severity"] == "error")
+
+
+def warning_codes(findings: list[dict[str, Any]]) -> set[str]:
+    return {f["code"] for f in findings if f["severity"] == "warning"}
+
+
+def report(root: Path, version: str = "4.9.4", **kw: Any) -> v.VerifyReport:
+    return v.verify_store(Store.open(root), BrokerProfile.for_version(version), **kw)
+
+
+def key(r: v.VerifyReport) -> list[tuple[Any, ...]]:
+    return [(f.code, f.severity, f.file, f.pos, f.physical_offset, f.message) for f in r.findings]
+
+
+F0 = "00000000000000000000"
+F1 = "00000000000000065536"
+F2 = "00000000000000131072"
+F5 = "00000000000000327680"
+
+
+# ---------------------------------------------------------------------------------------
+# registry and man page
+
+
+def test_man_page_lists_exactly_the_codes() -> None:
+    text = MAN.read_text(encoding="utf-8").replace("\\-", "-")
+    section = text[text.index(".SH FINDING CODES") : text.index(".SH EXIT STATUS")]
+    listed = dict(re.findall(r'^\.BR (\w+) " \((error|warning)\)"', section, re.M))
+    assert listed == {c: sev for c, (sev, _d) in v.CODES.items()}
+    for code, (sev, desc) in v.CODES.items():
+        assert sev in (v.ERROR, v.WARNING) and desc and code == code.upper()
+
+
+def test_findings_use_registry_severity() -> None:
+    f = v.finding("CL_BODY_CRC", "commitlog/x", 1, 2, "m")
+    assert f.severity == "error" and v.finding("STORE_ABORT", "abort", None, None, "m").severity == "warning"
+    with pytest.raises(KeyError):
+        v.finding("NO_SUCH_CODE", None, None, None, "m")
+
+
+# ---------------------------------------------------------------------------------------
+# the real fixtures
+
+
+@pytest.mark.parametrize("name", CLEAN_NAMES)
+def test_clean_fixtures_are_sound(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    root = real_store(name)
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 0
+    assert findings == [], findings
+    r = report(root)
+    view = broker_view(name)
+    msgs = [x for x in view["commitlog_records"] if x.get("type", "message") != "blank" and "topic" in x]
+    assert r.summary["messages"] == len(msgs)
+    rec = r.summary["recovery"]
+    assert rec["mode"] == "normal" and view["recovery_mode"].startswith("normal")
+    assert rec["normal"]["stop_offset"] == view["commitlog_max_offset"] == rec["data_end"]
+    assert rec["normal"]["records_cut"] == 0 and rec["loads"]
+
+
+def test_crash_midwrite_warns_abort_and_lag_only(capsys: pytest.CaptureFixture[str]) -> None:
+    root = real_store("crash_midwrite")
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 0
+    assert errors(findings) == []
+    assert warning_codes(findings) == {"STORE_ABORT", "CQ_DISPATCH_LAG", "IDX_DISPATCH_LAG"}
+    view = broker_view("crash_midwrite")
+    # the dispatch lag per queue is what RocketMQ's recovery added to each queue
+    lag = {f"{f['details']['topic']}/{f['details']['queue_id']}": f["details"]["count"] for f in findings if f["code"] == "CQ_DISPATCH_LAG"}
+    s = Store.open(root)
+    on_disk = {f"{t}/{q}": sum(1 for x in v.load_queues(s) if x.topic == t and x.queue_id == q for _ in [0]) for t, q in s.consume_queues}
+    expected = {}
+    for q in v.load_queues(s):
+        name = f"{q.topic}/{q.queue_id}"
+        units = int(np.count_nonzero((q.off >= 0) & (q.size > 0)))
+        after = len(view["consume_queues"][name]["entries"])
+        if after != units:
+            expected[name] = after - units
+    assert on_disk and lag == expected and sum(lag.values()) >= 1
+    rc, _ = verify_cli(root, capsys, "--strict")
+    assert rc == 4
+
+
+def test_crash_outlook_matches_rocketmq() -> None:
+    view = broker_view("crash_midwrite")
+    r = report(real_store("crash_midwrite"))
+    rec = r.summary["recovery"]
+    assert rec["mode"] == "abnormal" and view["recovery_mode"].startswith("abnormal")
+    ab = rec["abnormal"]
+    # physicMsgTimestamp 0: nothing matches, so recovery scans from the first file (README)
+    assert ab["start_file"] == "commitlog/" + F0 and ab["threshold_timestamp"] == 0
+    assert ab["stop_offset"] == view["commitlog_max_offset"] == 771428
+    assert ab["records_cut"] == 0
+    assert ab["files_deleted"] == ["commitlog/00000000000000786432"]
+    after = set(view["files_after_recovery_except_index"])
+    assert "commitlog/00000000000000786432" not in after
+    # the index files RocketMQ deleted on its abnormal load (end timestamp > indexMsgTimestamp)
+    assert len(ab["index_files_deleted"]) == 2
+
+
+def test_many_files_normal_start_is_third_last() -> None:
+    rec = report(real_store("many_files")).summary["recovery"]
+    assert rec["normal"]["start_file"] == "commitlog/00000000000000458752"
+    assert rec["normal"]["bytes_scanned"] == 639724 - 458752
+
+
+# ---------------------------------------------------------------------------------------
+# the fast walk is the broker's walk
+
+
+@pytest.mark.parametrize("name", REAL_NAMES)
+def test_scan_equals_broker_walk_and_key_hashes(name: str) -> None:
+    s = Store.open(real_store(name))
+    scans, recs = v.scan_commitlog(s, P494, part_size=4096)
+    by_off = {int(o): i for i, o in enumerate(recs.off.tolist())}
+    pairs = set()
+    for f, fs in zip(s.commitlog, scans):
+        with s.map(f) as m:
+            steps = list(scan.walk_file(m.buf, m.size, P494))
+        msgs = [st for st in steps if st.checked.is_message]
+        assert fs is not None and fs.main_count == len(msgs)
+        assert fs.stop is not None and (fs.stop.pos, fs.stop.reason) == (steps[-1].pos, steps[-1].checked.reason)
+        for st in msgs:
+            c = st.checked
+            i = by_off[f.base + st.pos]
+            assert int(recs.tags[i]) == c.tags_code
+            assert recs.queues[int(recs.qkey[i])] == (c.rec.topic, c.rec.queue_id)
+            for k in ([c.uniq_key] if c.uniq_key is not None else []) + split_keys(c.keys):
+                pairs.add((i, index_hash(java_hash(c.rec.topic + "#" + k))))
+    assert set(zip(recs.key_rec.tolist(), recs.key_hash.tolist())) == pairs
+
+
+def corrupt_randomly(root: Path, rng: random.Random, n: int) -> None:
+    files = sorted((root / "commitlog").iterdir())
+    for _ in range(n):
+        f = rng.choice(files)
+        size = f.stat().st_size
+        pos = rng.randrange(size)
+        mode = rng.randrange(3)
+        data = bytes([rng.randrange(256)]) if mode == 0 else (b"\0" * rng.randrange(1, 600) if mode == 1 else rng.randbytes(rng.randrange(1, 40)))
+        patch(f, pos, data[: size - pos])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_damaged_walk_stops_where_the_broker_stops(tmp_path: Path, seed: int) -> None:
+    """Random corruption: the per-file walk stops exactly where check_record says the
+    broker's walk stops, salvaged records are intact records at their own position, and
+    the result does not depend on the part size."""
+    root = copy_store("clean", tmp_path)
+    rng = random.Random(seed)
+    corrupt_randomly(root, rng, rng.randrange(1, 5))
+    s = Store.open(root)
+    scans, recs = v.scan_commitlog(s, P494)
+    for f, fs in zip(s.commitlog, scans):
+        with s.map(f) as m:
+            steps = list(scan.walk_file(m.buf, m.size, P494))
+            assert fs is not None and fs.main_count == sum(1 for st in steps if st.checked.is_message)
+            last = steps[-1]
+            assert fs.stop is not None and (fs.stop.pos, fs.stop.reason) == (last.pos, last.checked.reason)
+            sel = np.flatnonzero(recs.file_idx == s.commitlog.index(f))
+            for i in sel.tolist():
+                if recs.flags[i] & v.SALVAGED:
+                    pos = int(recs.off[i]) - f.base
+                    c = scan.ck.check_record(m.buf, pos, m.size, P494)
+                    assert c.is_message and c.rec.physical_offset == int(recs.off[i])
+    ref = report(root)
+    assert key(report(root, part_size=1500)) == key(ref)
+
+
+@pytest.mark.parametrize("name", REAL_NAMES)
+def test_parts_and_jobs_do_not_change_the_report(name: str) -> None:
+    ref = report(real_store(name))
+    for part_size, jobs in ((4096, 1), (2000, 2)):
+        r = report(real_store(name), part_size=part_size, jobs=jobs)
+        assert key(r) == key(ref) and r.summary == ref.summary
+
+
+# ---------------------------------------------------------------------------------------
+# damaged variants of the real fixtures: exactly the expected error, exit 4, bytes unchanged
+
+
+def test_flipped_body_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    recs = records_of(root, F0)
+    r = recs[10]
+    path = root / "commitlog" / F0
+    old = path.read_bytes()[r.body_pos + 3]
+    patch(path, r.body_pos + 3, bytes([old ^ 0x40]))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("CL_BODY_CRC", "commitlog/" + F0, r.pos)]
+    assert warning_codes(findings) <= {"CL_SALVAGEABLE_RECORDS"}
+    salv = next(f for f in findings if f["code"] == "CL_SALVAGEABLE_RECORDS")
+    d = salv["details"]
+    assert d["in_file"] == len(recs) - 11 and d["positions"][0] == recs[11].pos
+    assert d["broker_discards"] == 0  # normal recovery starts at the third-last file
+
+
+def test_flipped_byte_in_recovery_range_counts_what_recovery_cuts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    recs = records_of(root, F5)
+    r = recs[3]
+    patch(root / "commitlog" / F5, r.body_pos, bytes([(Path(root / "commitlog" / F5).read_bytes()[r.body_pos] + 1) & 0xFF]))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("CL_BODY_CRC", "commitlog/" + F5, r.pos)]
+    d = next(f for f in findings if f["code"] == "CL_SALVAGEABLE_RECORDS")["details"]
+    assert d["broker_discards"] == len(recs) - 4 == d["in_file"]
+    rep = report(root)
+    assert rep.summary["recovery"]["normal"]["stop_offset"] == int(F5) + r.pos
+    assert rep.summary["recovery"]["normal"]["records_cut"] == len(recs) - 3  # the bad record too
+
+
+def test_zero_filled_tail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    r = records_of(root, F0)[20]
+    patch(root / "commitlog" / F0, r.pos, b"\0" * (65536 - r.pos))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("CL_DATA_AFTER_END", "commitlog/" + F0, r.pos)]
+    assert warning_codes(findings) <= {"CL_SALVAGEABLE_RECORDS", "CQ_INTO_DAMAGE", "IDX_INTO_DAMAGE"}
+    # the lost messages are still visible through their queue units
+    lost = sum(f["details"]["units"] for f in findings if f["code"] == "CQ_INTO_DAMAGE")
+    assert lost == len(records_of(real_store("clean"), F0)) - 20
+
+
+def test_zero_filled_region_between_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    recs = records_of(root, F0)
+    patch(root / "commitlog" / F0, recs[20].pos, b"\0" * (recs[25].pos - recs[20].pos))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("CL_DATA_AFTER_END", "commitlog/" + F0, recs[20].pos)]
+    salv = next(f for f in findings if f["code"] == "CL_SALVAGEABLE_RECORDS")
+    assert salv["details"]["positions"][0] == recs[25].pos and salv["details"]["in_file"] == len(recs) - 25
+
+
+def test_bad_magic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    r = records_of(root, F1)[7]
+    patch(root / "commitlog" / F1, r.pos + 4, b"\x12\x34\x56\x78")
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("CL_BAD_MAGIC", "commitlog/" + F1, r.pos)]
+    assert warning_codes(findings) <= {"CL_SALVAGEABLE_RECORDS", "CQ_INTO_DAMAGE", "IDX_INTO_DAMAGE"}
+    f = next(x for x in findings if x["code"] == "CL_BAD_MAGIC")
+    assert f["physical_offset"] == int(F1) + r.pos
+
+
+def test_truncated_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    writable(root / "commitlog" / F5)
+    os.truncate(root / "commitlog" / F5, 30000)
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("FILE_WRONG_SIZE", "commitlog/" + F5, None)]
+    assert warning_codes(findings) <= {"CQ_INTO_DAMAGE", "IDX_INTO_DAMAGE", "CKPT_AHEAD"}
+    rec = report(root).summary["recovery"]
+    assert not rec["loads"] and rec["load_blockers"] == ["commitlog/" + F5]
+
+
+def test_truncated_at_end_of_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    writable(root / "commitlog" / F5)
+    os.truncate(root / "commitlog" / F5, 378262 - int(F5))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4 and errors(findings) == [("FILE_WRONG_SIZE", "commitlog/" + F5, None)]
+    assert warning_codes(findings) == set()
+
+
+def test_zero_length_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    writable(root / "commitlog")
+    (root / "commitlog" / "00000000000000393216").write_bytes(b"")
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("FILE_ZERO_LENGTH", "commitlog/00000000000000393216", None)]
+    assert warning_codes(findings) == set()
+    # 5.1.3+ deletes a zero-length last file at load: a warning only
+    rc, findings = verify_cli(root, capsys, "--broker-version", "5.3.3")
+    assert rc == 0 and [f["code"] for f in findings] == ["FILE_ZERO_LENGTH_LAST"]
+
+
+def test_zero_length_middle_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    writable(root / "commitlog" / F2)
+    os.truncate(root / "commitlog" / F2, 0)
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("FILE_ZERO_LENGTH", "commitlog/" + F2, None)]
+    assert warning_codes(findings) <= {"CQ_INTO_DAMAGE", "IDX_INTO_DAMAGE"}
+
+
+def test_missing_middle_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    n_lost = len(records_of(root, F2))
+    writable(root / "commitlog")
+    (root / "commitlog" / F2).unlink()
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("FILE_GAP", "commitlog/00000000000000196608", None)]
+    assert warning_codes(findings) <= {"CQ_INTO_DAMAGE", "IDX_INTO_DAMAGE"}
+    lost = [f for f in findings if f["code"] == "CQ_INTO_DAMAGE"]
+    assert all("missing file [131072, 196608)" in f["message"] for f in lost)
+    # every message of the missing file (none spans files) is lost: queue units count them
+    assert sum(f["details"]["units"] for f in lost) == n_lost
+
+
+def test_stray_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    writable(root / "commitlog")
+    (root / "commitlog" / "notes.txt").write_text("copied by hand\n")
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("FILE_STRAY", "commitlog/notes.txt", None)]
+    assert warning_codes(findings) == set()
+
+
+def test_cq_unit_pointing_at_the_wrong_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    a = root / "consumequeue/TopicA/0" / F0
+    b = root / "consumequeue/TopicA/1" / F0
+    patch(a, 5 * 20, b.read_bytes()[5 * 20 : 6 * 20])
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("CQ_WRONG_RECORD", "consumequeue/TopicA/0/" + F0, 100)]
+    assert warning_codes(findings) == set()
+
+
+def test_index_entry_with_wrong_hash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    f = sorted((root / "index").iterdir())[0]
+    at = 40 + 100 * 4 + 7 * 20
+    (h,) = struct.unpack(">i", f.read_bytes()[at : at + 4])
+    patch(f, at, struct.pack(">i", h ^ 0x1000))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("IDX_WRONG_HASH", "index/" + f.name, at)]
+    assert warning_codes(findings) == set()
+
+
+def test_zeroed_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    patch(root / "checkpoint", 0, b"\0" * 4096)
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("CKPT_ZERO", "checkpoint", 0)]
+    assert warning_codes(findings) == set()
+    ab = report(root).summary["recovery"]["abnormal"]
+    assert ab["start_file"] == "commitlog/" + F0 and ab["threshold_timestamp"] == 0
+
+
+# ---------------------------------------------------------------------------------------
+# a 5.2+ store with the __CRC32# property (synthetic, built through the schema)
+
+
+def build_crc_store(root: Path, n: int = 6) -> list[tuple[int, int]]:
+    """A tiny 5.3.3-style store: one commitlog file of 8192 bytes whose records carry the
+    __CRC32# property, their consume queue, a checkpoint; no index (indexing off)."""
+    (root / "commitlog").mkdir(parents=True)
+    qdir = root / "consumequeue" / "TopicP" / "0"
+    qdir.mkdir(parents=True)
+    data = bytearray()
+    units = bytearray()
+    spans = []
+    ts = 1_790_000_000_000
+    for i in range(n):
+        props = f"KEYS\x01k{i}\x02UNIQ_KEY\x01{i:032X}\x02CLUSTER\x01DefaultCluster\x02color\x01red\x02TAGS\x01TagA\x02"
+        rec = cl.build_message({
+            "queue_id": 0, "flag": 0, "queue_offset": i, "physical_offset": len(data), "sys_flag": 0,
+            "born_timestamp": ts + i - 1, "born_host": {"address": bytes([10, 0, 0, 1]), "port": 40000},
+            "store_timestamp": ts + i, "store_host": {"address": bytes([192, 168, 0, 10]), "port": 10911},
+            "reconsume_times": 0, "prepared_transaction_offset": 0, "body": f"body {i}".encode() * 7,
+            "topic": "TopicP", "properties": props,
+        }, append_crc32=True)
+        spans.append((len(data), len(rec)))
+        units += struct.pack(">qiq", len(data), len(rec), java_hash("TagA"))
+        data += rec
+    (root / "commitlog" / F0).write_bytes(bytes(data).ljust(8192, b"\0"))
+    (qdir / F0).write_bytes(bytes(units).ljust(600, b"\0"))
+    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(ts + n - 1, ts + n - 1, 0, 0, len(data) - spans[-1][1])))
+    (root / "lock").write_bytes(b"lock")
+    return spans
+
+
+def test_property_crc_store_is_sound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "store"
+    build_crc_store(root)
+    rc, findings = verify_cli(root, capsys, "--broker-version", "5.3.3")
+    assert rc == 0 and findings == []
+
+
+def test_changed_byte_under_crc32_property(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "store"
+    spans = build_crc_store(root)
+    pos, size = spans[2]
+    raw = (root / "commitlog" / F0).read_bytes()
+    at = raw.index(b"color\x01red", pos) + 6
+    assert at < pos + size
+    patch(root / "commitlog" / F0, at, b"R")
+    rc, findings = verify_cli(root, capsys, "--broker-version", "5.3.3")
+    assert rc == 4
+    assert errors(findings) == [("CL_PROP_CRC", "commitlog/" + F0, pos)]
+    assert warning_codes(findings) == set()
+    f = next(x for x in findings if x["code"] == "CL_PROP_CRC")
+    assert f["details"]["stored"] != f["details"]["computed"]
+
+
+# ---------------------------------------------------------------------------------------
+# consume queue and index rules
+
+
+def test_cq_hole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    patch(root / "consumequeue/TopicB/0" / F0, 3 * 20, b"\0" * 20)
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4 and errors(findings) == [("CQ_HOLE", "consumequeue/TopicB/0/" + F0, 60)]
+
+
+def zero_unit_of(root: Path, offset: int) -> tuple[str, int]:
+    """Zero the consume queue unit pointing at commitlog ``offset`` (a lost dispatch)."""
+    for qdir in sorted((root / "consumequeue").glob("*/*")):
+        for f in sorted(qdir.iterdir()):
+            raw = f.read_bytes()
+            for p in range(0, len(raw), 20):
+                (o,) = struct.unpack(">q", raw[p : p + 8])
+                if o == offset and raw[p + 8 : p + 12] != b"\0\0\0\0":
+                    patch(f, p, b"\0" * 20)
+                    return f"{qdir.parent.name}/{qdir.name}", p
+    raise AssertionError("no unit")
+
+
+def test_lost_last_dispatch_is_lag_but_an_older_one_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the last dispatched message: a 4.x broker's start-up reput dispatches it again
+    root = copy_store("clean", tmp_path / "a")
+    last = records_of(root, F5)[-1]
+    q, _p = zero_unit_of(root, int(F5) + last.pos)
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 0 and [f["code"] for f in findings] == ["CQ_DISPATCH_LAG"]
+    assert findings[0]["file"] == "consumequeue/" + q and findings[0]["details"]["count"] == 1
+    # 5.0-5.3.1 do not catch up after a clean shutdown (RECOVERY Q3): missing for good
+    rc, findings = verify_cli(root, capsys, "--broker-version", "5.1.4")
+    assert rc == 4 and [f["code"] for f in findings] == ["CQ_MISSING_MESSAGE"]
+    # an older message below the queues' maximum: the reput starts after it
+    root = copy_store("clean", tmp_path / "b")
+    rec = records_of(root, F5)[-5]
+    zero_unit_of(root, int(F5) + rec.pos)
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4 and "CQ_MISSING_MESSAGE" in {f["code"] for f in findings}
+
+
+def test_index_chain_cycle_and_slot_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    f = sorted((root / "index").iterdir())[1]
+    entry = 40 + 100 * 4 + 9 * 20
+    patch(f, entry + 16, struct.pack(">i", 9))  # entry 9 links to itself
+    patch(f, 40 + 3 * 4, struct.pack(">i", 5000))  # slot 3 beyond indexCount
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    codes = {c for c, _f, _p in errors(findings)}
+    assert {"IDX_CHAIN_CYCLE", "IDX_SLOT_RANGE"} <= codes
+    assert ("IDX_CHAIN_CYCLE", "index/" + f.name, entry) in errors(findings)
+
+
+# ---------------------------------------------------------------------------------------
+# crash pattern, lock, read-only guarantee, hostile input
+
+
+def test_torn_last_record_after_crash_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("crash_midwrite", tmp_path)
+    name = "00000000000000720896"
+    r = records_of(root, name)[-1]
+    patch(root / "commitlog" / name, r.body_pos + 1, b"\xff\xff")
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 0 and errors(findings) == []
+    torn = [f for f in findings if f["code"] == "CL_TORN_TAIL"]
+    assert len(torn) == 1 and torn[0]["pos"] == r.pos
+
+
+def test_lock_held_by_another_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("delay", tmp_path)
+    writable(root / "lock")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl,sys,time;f=open(sys.argv[1],'r+');fcntl.lockf(f,fcntl.LOCK_EX|fcntl.LOCK_NB,1,0);print('ok',flush=True);time.sleep(60)", str(root / "lock")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
+        rc, findings = verify_cli(root, capsys)
+        assert rc == 0 and [f["code"] for f in findings] == ["STORE_LOCKED"]
+        rc, _ = verify_cli(root, capsys, "--strict")
+        assert rc == 4
+    finally:
+        holder.kill()
+        holder.wait()
+    assert v.lock_held(root) is False
+
+
+def test_verify_opens_nothing_for_writing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    seen: list[str] = []
+    real_os_open = os.open
+    real_open = builtins.open
+
+    def os_open(path: Any, flags: int, *a: Any, **k: Any) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND):
+            seen.append(f"os.open {path} {flags}")
+        return real_os_open(path, flags, *a, **k)
+
+    def b_open(file: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
+        if any(c in mode for c in "wax+"):
+            seen.append(f"open {file} {mode}")
+        return real_open(file, mode, *a, **k)
+
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(builtins, "open", b_open)
+    for name in REAL_NAMES:
+        report(real_store(name))
+    assert seen == []
+
+
+def test_absurd_total_size_is_one_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    r = records_of(root, F1)[3]
+    patch(root / "commitlog" / F1, r.pos, struct.pack(">i", 0x7FFFFFF0))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    errs = errors(findings)
+    assert len(errs) == 1 and errs[0][1:] == ("commitlog/" + F1, r.pos)
+    assert errs[0][0] in ("CL_TRUNCATED_RECORD", "CL_SIZE_MISMATCH")
+
+
+# ---------------------------------------------------------------------------------------
+# CLI contract
+
+
+def test_json_report_object(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = run(["verify", str(real_store("crash_midwrite")), "--format", "json", "--quiet"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert set(doc) == {"store", "broker_version", "checks", "findings", "summary"}
+    assert [c["name"] for c in doc["checks"]] == ["layout", "commitlog", "consumequeue", "index", "checkpoint", "store"]
+    assert doc["summary"]["warnings"] == 3 and doc["summary"]["errors"] == 0
+    assert doc["summary"]["recovery"]["abnormal"]["stop_offset"] == 771428
+    for f in doc["findings"]:
+        assert set(f) == {"code", "severity", "file", "pos", "physical_offset", "message", "details"}
+
+
+def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = run(["verify", str(real_store("crash_midwrite")), "--format", "table", "--quiet", "-j", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    for word in ("CHECK", "consumequeue", "STORE_ABORT", "abnormal recovery: starts at commitlog/00000000000000000000"):
+        assert word in out
+
+
+def test_exit_codes_for_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["verify", str(tmp_path / "nope"), "--quiet"]) == 8
+    (tmp_path / "empty").mkdir()
+    assert run(["verify", str(tmp_path / "empty"), "--quiet"]) == 8
+    assert run(["verify", str(real_store("clean")), "--jobs", "0"]) == 2
+    assert run(["verify", str(real_store("clean")), "--broker-version", "3.0"]) == 2
+    err = capsys.readouterr().err
+    assert "rmqtool:" in err and "Traceback" not in err
