@@ -58,6 +58,7 @@ import json
 import mmap
 import os
 import struct
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple
@@ -67,7 +68,6 @@ import numpy as np
 from ..formats import commitlog as cl
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint, encode_checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
-from ..formats.crc import crc32_fast
 from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
@@ -408,45 +408,58 @@ class _SpanResult(NamedTuple):
     last_start: int = -1  # start of the last valid record walked (-1: none)
 
 
-def _gather(arr: np.ndarray, pos: np.ndarray, width: int, dtype: str) -> np.ndarray:
-    """``width`` bytes at each position as ``dtype`` (positions clipped into the buffer: a
-    value read at a clipped position is garbage and must be masked by the caller)."""
-    pos = np.minimum(np.maximum(pos, 0), len(arr) - width)
-    idx = pos[:, None] + np.arange(width, dtype=np.int64)
-    return arr[idx].copy().view(dtype).ravel()
+class _Views(NamedTuple):
+    """Big-endian integers at any byte position of a buffer (strided views, no copy)."""
+
+    u1: np.ndarray
+    i1: np.ndarray
+    i2: np.ndarray
+    i4: np.ndarray
+    n: int
+
+
+def _views(buf: Any) -> _Views:
+    n = len(buf)
+    u1 = np.frombuffer(buf, dtype=np.uint8)
+    i2 = np.ndarray((max(n - 1, 0),), dtype=">i2", buffer=buf, strides=(1,))
+    i4 = np.ndarray((max(n - 3, 0),), dtype=">i4", buffer=buf, strides=(1,))
+    return _Views(u1, u1.view(np.int8), i2, i4, n)
+
+
+def _at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``view[pos]`` with positions clipped into the buffer (a value read at a clipped
+    position is garbage and must be masked by the caller)."""
+    return view[np.clip(pos, 0, len(view) - 1)]
 
 
 _SCHED = np.frombuffer(ck.SCHEDULE_TOPIC.encode(), dtype=np.uint8)
 
 
-def _plain_valid(buf: Any, mv: memoryview, arr: np.ndarray, starts: list[int], profile: BrokerProfile, check_crc: bool) -> int:
+def _plain_valid(buf: Any, mv: memoryview, v: _Views, starts: list[int], profile: BrokerProfile, check_crc: bool) -> int:
     """How many leading records of ``starts`` (a chain whose TOTALSIZEs fit the buffer) are
     plainly valid: V1, IPv4 hosts, lengths that add up to TOTALSIZE, not a record whose
     DELAY must be parsed, not a 5.x inner batch, and (with ``check_crc``) a body CRC that
     matches. The first record that is not is left to ``check_record``."""
     s = np.asarray(starts, dtype=np.int64)
-    tot = _gather(arr, s, 4, ">i4").astype(np.int64)
-    magic = _gather(arr, s + 4, 4, ">i4")
-    sf = _gather(arr, s + 36, 4, ">i4")
+    tot = _at(v.i4, s).astype(np.int64)
+    magic = _at(v.i4, s + 4)
+    sf = _at(v.i4, s + 36)
     ok = (magic == cl.MAGIC_V1) & ((sf & 0x30) == 0) & (tot >= 91)
-    # gather only inside records that are long enough (others are already not ok)
-    safe = np.where(ok, s, 0)
-    bl = _gather(arr, safe + 84, 4, ">i4").astype(np.int64)
+    bl = _at(v.i4, s + 84).astype(np.int64)
     ok &= (bl >= 0) & (bl <= tot - 91)
-    safe_bl = np.where(ok, bl, 0)
-    tpos = safe + 88 + safe_bl
-    tpos = np.minimum(tpos, len(arr) - 1)
-    tl = arr[tpos].view(np.int8).astype(np.int64)
-    ok &= (tl >= 0) & (88 + safe_bl + 1 + tl + 2 <= tot)
-    safe_tl = np.where(ok, tl, 0)
-    ppos = tpos + 1 + safe_tl
-    pl = _gather(arr, ppos, 2, ">i2").astype(np.int64)
-    ok &= 91 + safe_bl + safe_tl + np.maximum(pl, 0) == tot
+    bl = np.where(ok, bl, 0)
+    tpos = s + 88 + bl
+    tl = _at(v.i1, tpos).astype(np.int64)
+    ok &= (tl >= 0) & (88 + bl + 1 + tl + 2 <= tot)
+    tl = np.where(ok, tl, 0)
+    ppos = tpos + 1 + tl
+    pl = _at(v.i2, ppos).astype(np.int64)
+    ok &= 91 + bl + tl + np.maximum(pl, 0) == tot
     sched = ok & (tl == 19)
     if sched.any():
         idx = np.flatnonzero(sched)
-        same = (_gather(arr, tpos[idx] + 1, 19, "u1").reshape(-1, 19) == _SCHED).all(axis=1)
-        ok[idx[same]] = False
+        tb = _at(v.u1, (tpos[idx] + 1)[:, None] + np.arange(19))
+        ok[idx[(tb == _SCHED).all(axis=1)]] = False
     n = len(starts)
     bad = np.flatnonzero(~ok)
     d = int(bad[0]) if len(bad) else n
@@ -457,68 +470,129 @@ def _plain_valid(buf: Any, mv: memoryview, arr: np.ndarray, starts: list[int], p
                 d = j
                 break
     if check_crc and d:
-        b0 = (s[:d] + 88).tolist()
-        b1 = (s[:d] + 88 + bl[:d]).tolist()
-        crcs = np.fromiter(map(crc32_fast, map(mv.__getitem__, map(slice, b0, b1))), dtype=np.int64, count=d)
-        stored = _gather(arr, s[:d] + 8, 4, ">i4").astype(np.int64)
-        good = (crcs == stored) | (bl[:d] == 0)
-        bad = np.flatnonzero(~good)
+        b0 = s[:d] + 88
+        crcs = np.fromiter(map(zlib.crc32, map(mv.__getitem__, map(slice, b0.tolist(), (b0 + bl[:d]).tolist()))),
+                           dtype=np.int64, count=d) & 0x7FFFFFFF
+        stored = _at(v.i4, s[:d] + 8).astype(np.int64)
+        bad = np.flatnonzero((crcs != stored) & (bl[:d] != 0))
         if len(bad):
             d = int(bad[0])
     return d
 
 
+_BATCH = 1 << 16
+
+
+def _chase(mv: memoryview, v: _Views, pos: int, lim: int, end: int, hints: np.ndarray | None) -> tuple[list[int] | np.ndarray, int, bool]:
+    """Record starts from ``pos`` by following TOTALSIZE, as the broker's walk moves:
+    a start is taken while it is < ``lim`` and its TOTALSIZE is > 0 and fits before
+    ``end``. Returns (starts, next position, capped): ``capped`` when the batch limit
+    stopped it (next position = the following start).
+
+    ``hints`` (sorted positions, e.g. the consume queues' offsets) only speed it up: where
+    the position is a hint, the run of hints chained by their own TOTALSIZEs is taken at
+    once (vectorised), exactly what following them one by one gives."""
+    if hints is not None and len(hints):
+        out: list[np.ndarray] = []
+        taken = 0
+        while pos < lim and taken < _BATCH * 16:
+            i = int(np.searchsorted(hints, pos))
+            if i < len(hints) and hints[i] == pos:
+                h = hints[i : i + _BATCH * 4]
+                tot = _at(v.i4, h).astype(np.int64)
+                nxt = h + tot
+                ok = (tot > 0) & (nxt <= end) & (h < lim)
+                cont = ok.copy()
+                cont[:-1] &= nxt[:-1] == h[1:]
+                brk = np.flatnonzero(~cont)
+                j = int(brk[0]) if len(brk) else len(h) - 1  # h[:j] chained and taken
+                if ok[j]:
+                    out.append(h[: j + 1])
+                    taken += j + 1
+                    pos = int(nxt[j])
+                    continue
+                out.append(h[:j])
+                taken += j
+                pos = int(h[j])
+                break  # h[j] is >= lim or its TOTALSIZE stops the walk
+            total = int.from_bytes(mv[pos : pos + 4], "big", signed=True)
+            if total <= 0 or pos + total > end:
+                break
+            out.append(np.array([pos], dtype=np.int64))
+            taken += 1
+            pos += total
+        starts = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+        return starts, pos, pos < lim and taken >= _BATCH * 16
+    fb = int.from_bytes
+    lst: list[int] = []
+    ap = lst.append
+    k = 0
+    while pos < lim:
+        total = fb(mv[pos : pos + 4], "big", signed=True)
+        if total <= 0 or pos + total > end:
+            break
+        ap(pos)
+        pos += total
+        k += 1
+        if k == _BATCH:
+            return lst, pos, True
+    return lst, pos, False
+
+
 def _walk_span(
-    buf: Any, mv: memoryview, arr: np.ndarray, start: int, limit: int, end: int,
-    profile: BrokerProfile, check_crc: bool, max_delay_level: int | None,
-) -> tuple[int, int, ck.Checked | None]:
+    buf: Any, mv: memoryview, arr: _Views, start: int, limit: int, end: int,
+    profile: BrokerProfile, check_crc: bool, max_delay_level: int | None, hints: np.ndarray | None = None,
+) -> tuple[int, int, ck.Checked | None, int]:
     """The broker's recovery walk from ``start`` until the next record would start at or
     after ``limit`` (or the walk stops). Returns (records, position, outcome, last): the
     outcome is None when the walk reached ``limit`` (position = the first record start >=
     limit), else the BLANK or failure at position; ``last`` is the start of the last valid
     record (-1: none)."""
-    fb = int.from_bytes
     count = 0
     pos = start
-    batch = 1 << 16
     last = -1
+    lim = min(limit, end - 7)
     while True:
-        starts: list[int] = []
-        ap = starts.append
-        p = pos
-        while p < limit and p + 8 <= end and len(starts) < batch:
-            total = fb(mv[p : p + 4], "big", signed=True)
-            if total <= 0 or p + total > end:
-                break
-            ap(p)
-            p += total
-        d = _plain_valid(buf, mv, arr, starts, profile, check_crc) if starts else 0
-        count += d
-        if d:
-            last = starts[d - 1]
-        if d == len(starts):
-            if p >= limit:
-                return count, p, None, last
-            if len(starts) >= batch:
-                pos = p
+        starts, p, capped = _chase(mv, arr, pos, lim, end, hints)
+        n = len(starts)
+        j = 0
+        q = -1
+        while j < n:
+            chunk = starts[j : j + _BATCH]
+            d = _plain_valid(buf, mv, arr, chunk, profile, check_crc)
+            count += d
+            if d:
+                last = int(chunk[d - 1])
+            if d == len(chunk):
+                j += d
                 continue
-            q = p
-        else:
-            q = starts[d]
-        c = ck.check_record(buf, q, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level)
+            q = int(chunk[d])
+            c = ck.check_record(buf, q, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level)
+            if not c.is_message:
+                return count, q, c, last
+            count += 1  # (a valid record's size is its TOTALSIZE: the chain goes on)
+            last = q
+            j += d + 1
+        if p >= limit:
+            return count, p, None, last
+        if capped:
+            pos = p
+            continue
+        c = ck.check_record(buf, p, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level)
         if c.is_message:
             count += 1
-            last = q
-            pos = q + c.size
+            last = p
+            pos = p + c.size
             if pos >= limit:
                 return count, pos, None, last
             continue
-        return count, q, c, last
+        return count, p, c, last
 
 
 def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     """One walk task (runs in a worker process): file ``path``, slice ``[lo, hi)``."""
-    file_index, path, base, lo, hi, end, version, delay_levels, check_crc, mdl = args
+    file_index, path, base, lo, hi, end, version, delay_levels, check_crc, mdl = args[:10]
+    hints = args[10] if len(args) > 10 else None
     profile = BrokerProfile(version, delay_levels)
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -530,7 +604,7 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     finally:
         os.close(fd)
     mv = memoryview(buf)
-    arr = np.frombuffer(buf, dtype=np.uint8)
+    arr = _views(buf)
     try:
         first: int | None = lo
         if lo > 0:
@@ -539,7 +613,7 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
                 first = None
         if first is None:
             return _SpanResult(file_index, lo, None, 0, hi, None, None, "")
-        count, pos, c, last = _walk_span(buf, mv, arr, first, hi, end, profile, check_crc, mdl)
+        count, pos, c, last = _walk_span(buf, mv, arr, first, hi, end, profile, check_crc, mdl, hints)
         if c is None:
             return _SpanResult(file_index, lo, first, count, pos, None, None, "", last)
         return _SpanResult(file_index, lo, first, count, pos, pos, c.reason, c.field, last)
@@ -573,6 +647,7 @@ def scan_files(
     jobs: int | None = None,
     progress: Progress | None = None,
     span: int = _SPAN,
+    hints: np.ndarray | None = None,
 ) -> list[FileScan]:
     """The broker's recovery walk of each file, independently (a file's walk never depends
     on another file). Files, or slices of ``span`` bytes of big files, are walked by
@@ -588,7 +663,11 @@ def scan_files(
         lo = 0
         while True:
             hi = min(end, lo + span) if end - lo > span + span // 4 else end
-            tasks.append((i, str(f.path), f.base, lo, hi, end, profile.version, profile.delay_levels, crc_of[i], max_delay_level))
+            h = None
+            if hints is not None:
+                a, b = np.searchsorted(hints, [f.base + lo, f.base + hi])
+                h = hints[a:b] - f.base if b > a else None
+            tasks.append((i, str(f.path), f.base, lo, hi, end, profile.version, profile.delay_levels, crc_of[i], max_delay_level, h))
             if hi >= end:
                 break
             lo = hi
@@ -603,7 +682,7 @@ def scan_files(
                 results.append(r)
                 if progress:
                     progress(t[4] - t[3])
-    else:
+    else:  # in this process
         for t in tasks:
             results.append(_span_task(t))
             if progress:
@@ -613,11 +692,16 @@ def scan_files(
         by_file.setdefault(r.file_index, []).append(r)
     out: list[FileScan] = []
     for i, f in enumerate(files):
-        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level))
+        fh = None
+        if hints is not None:
+            a, b = np.searchsorted(hints, [f.base, f.base + F])
+            fh = hints[a:b] - f.base if b > a else None
+        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level, fh))
     return out
 
 
-def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile, check_crc: bool, mdl: int | None) -> FileScan:
+def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile, check_crc: bool, mdl: int | None,
+          hints: np.ndarray | None = None) -> FileScan:
     """Chain the slices of one file into the file's walk."""
     end = min(f.size, F)
     starts = {r.first_start: r for r in spans if r.first_start is not None}
@@ -628,7 +712,7 @@ def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile
         r = starts.get(pos)
         if r is None:
             # no slice starts where the walk arrived: walk the rest of the file in order
-            r = _walk_from(f, pos, end, profile, check_crc, mdl)
+            r = _walk_from(f, pos, end, profile, check_crc, mdl, hints)
         count += r.count
         if r.last_start >= 0:
             last = r.last_start
@@ -641,19 +725,39 @@ def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile
             return FileScan(f.name, f.base, count, end, ck.SHORT, "total_size", last)
 
 
-def _walk_from(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool, mdl: int | None) -> _SpanResult:
+def _walk_from(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool, mdl: int | None,
+               hints: np.ndarray | None = None) -> _SpanResult:
     with open(f.path, "rb") as fh:
         buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     mv = memoryview(buf)
-    arr = np.frombuffer(buf, dtype=np.uint8)
+    arr = _views(buf)
     try:
-        count, p, c, last = _walk_span(buf, mv, arr, pos, end, end, profile, check_crc, mdl)
+        count, p, c, last = _walk_span(buf, mv, arr, pos, end, end, profile, check_crc, mdl, hints)
         if c is None:
             return _SpanResult(0, pos, pos, count, p, None, None, "", last)
         return _SpanResult(0, pos, pos, count, p, p, c.reason, c.field, last)
     finally:
         del arr
         _close(mv, buf)
+
+
+def _cq_hints(store: Store) -> np.ndarray | None:
+    """Every commitlog offset the consume queues point at, sorted: likely record starts
+    for :func:`_chase` (which checks every one it uses against the TOTALSIZE chain)."""
+    F = store.geometry.cq_file_size
+    parts = []
+    for files in store.consume_queues.values():
+        for f in files:
+            if f.size <= 0:
+                continue
+            u = read_units(_read_cq(f, F))
+            off = u["commitlog_offset"]
+            size = u["size"]
+            parts.append(off[(off >= 0) & (size > 0) & (size != 0x7FFFFFFF)].astype(np.int64))
+    if not parts:
+        return None
+    h = np.unique(np.concatenate(parts))
+    return h if len(h) else None
 
 
 # ======================================================================================
@@ -802,6 +906,7 @@ def plan_recovery(
     salvage: bool = True,
     jobs: int | None = None,
     progress: Progress | None = None,
+    use_hints: bool = True,
 ) -> RecoveryPlan:
     """Compute what the broker's recovery does to ``store`` (nothing is written).
 
@@ -882,7 +987,8 @@ def plan_recovery(
     # -- the walks (recovery files with the CRC, earlier files cheaply), all in one go
     todo = files[start:] + (files[:start] if check_unread else [])
     crcs = [check_crc] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
-    walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=jobs, progress=progress)
+    walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=jobs, progress=progress,
+                        hints=_cq_hints(store) if use_hints else None)
     scans = walked[: len(files) - start]
     unread = walked[len(files) - start :]
     for s in unread:

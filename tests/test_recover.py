@@ -434,8 +434,15 @@ def test_parallel_sliced_walk_equals_the_broker_walk(tmp_path: Path, monkeypatch
             stop = steps[-1]
             want.append((f.name, len(steps) - 1, stop.pos, stop.checked.reason))
     monkeypatch.setattr(rc, "_PARALLEL_MIN_BYTES", 0)
-    for span, jobs in ((1 << 20, 1), (3000, 2), (777, 1)):
-        got = rc.scan_files(store, P494, files, check_crc=True, jobs=jobs, span=span)
+    # hints (likely record starts) only speed the walk up: true starts, the consume queues'
+    # offsets, and garbage (positions inside records, past the data, another chain) alike
+    true_starts = np.array([r["phys_offset"] for r in view["commitlog_records"]], dtype=np.int64)
+    rng = np.random.default_rng(7)
+    garbage = np.concatenate([true_starts + rng.integers(1, 90, len(true_starts)), rng.integers(0, files[-1].base + 65536, 500)])
+    cq = rc._cq_hints(store)
+    for span, jobs, hints in ((1 << 20, 1, None), (3000, 2, None), (777, 1, None), (1 << 20, 1, cq),
+                              (5000, 2, np.unique(np.concatenate([true_starts, garbage]))), (1 << 20, 1, np.unique(garbage))):
+        got = rc.scan_files(store, P494, files, check_crc=True, jobs=jobs, span=span, hints=hints)
         assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want, (span, jobs)
 
 
