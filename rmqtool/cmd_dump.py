@@ -467,18 +467,20 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
                         tc = tcodes.get(tags)
                         if tc is None:
                             tc = tcodes[tags] = tags_code(tags)
+                    uj = "null" if uniq is None else '"' + uniq + '"'
                     segs.sort()
+                    # msg id = store host bytes + the record's own PHYSICALOFFSET bytes (28..36)
                     # keys in sorted order, as render.dumps writes them (a test compares both)
                     yield (
                         f'{{"body_crc":{crc},"body_length":{bl},"born_host":{h[0]},"born_timestamp":{bt},'
                         f'"crc_ok":true,"file":{fname},"flag":{flag},"keys":{kj},"magic":"V1",'
-                        f'"msg_id":{h[2]}{po & 0xFFFFFFFFFFFFFFFF:016X}","physical_offset":{po},"pos":{pos},'
+                        f'"msg_id":{h[2]}{buf[pos + 28 : pos + 36].hex().upper()}","physical_offset":{po},"pos":{pos},'
                         f'"prepared_transaction_offset":{pt},"properties":{{"'
                         + '","'.join(segs).replace("\x01", '":"')
                         + f'"}},"queue_id":{qid},"queue_offset":{qo},"reconsume_times":{rt},"status":"OK",'
                         f'"store_host":{h[1]},"store_timestamp":{stt},"sys_flag":{sf},"tags":{tj},"tags_code":{tc},'
                         f'"topic":{t[1]},"total_size":{total},"transaction_type":{tx[(sf >> 2) & 3]},"type":"message",'
-                        f'"uniq_key":{"null" if uniq is None else chr(34) + uniq + chr(34)}}}'
+                        f'"uniq_key":{uj}}}'
                     )
                 pos += total
             if pos >= end:
