@@ -270,11 +270,15 @@ def plan_rebuild(
     # -- findings
     for p in result.problems:
         problems.append(p.one_line())
+    gaps: dict[tuple[str, int], list[Any]] = {}
     for t, q, w in result.cq_warnings:
+        gaps.setdefault((t, q), []).append(w)
+    for (t, q), ws in sorted(gaps.items()):
+        w = ws[0]
         problems.append(
-            f"consumequeue/{t}/{q}: the record at commitlog offset {w.commitlog_offset} has QUEUEOFFSET "
-            f"{w.expected_logic_offset // 20} but the queue is at {w.current_logic_offset // 20} "
-            "(a gap; appended at the write position like the broker does)")
+            f"consumequeue/{t}/{q}: {len(ws)} record(s) with a QUEUEOFFSET other than the queue's write position, "
+            f"appended at the write position like the broker does (first: commitlog offset {w.commitlog_offset}, "
+            f"QUEUEOFFSET {w.expected_logic_offset // 20}, queue at {w.current_logic_offset // 20}): a gap in the queue")
     for issue in store.issues:
         if issue.path.startswith("commitlog") and issue.severity == "error":
             problems.append(f"{issue.path}: {issue.message}")

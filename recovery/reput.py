@@ -81,6 +81,7 @@ SCHEDULE_TOPIC = ck.SCHEDULE_TOPIC
 # problem codes beyond check.py's reason codes
 FILE_GAP = "COMMITLOG_FILE_GAP"  # no commitlog file holds the reput offset
 STOPPED = "REPUT_STOPPED"  # 5.x: a record crosses the end of the confirmed range
+SIZE_ACCOUNTING = "REPUT_OFFSET_DIVERGED"  # Q13: where the broker's reput offset would go instead
 
 
 # ---------------------------------------------------------------------------------------
@@ -904,6 +905,7 @@ class _Walker:
         size = end - start
         cursor = start
         read = 0
+        diverged = False
         rows: list[DispatchRequest] = []
         row_pos: list[int] = []
         fast = self.fast
@@ -960,18 +962,30 @@ class _Walker:
                         f"TOTALSIZE {c.size} does not match the record's fields ({c.rec.computed_size} bytes): not dispatched"))
                     reput_from += c.size
                     cursor += c.rec.computed_size
+                    diverged = True
                 else:
-                    skipped = size - read
+                    lost = end - cursor
                     clean = c.reason == ck.END_OF_DATA and self._nothing_after(i)
-                    if not clean and skipped > 0:
+                    if not clean and lost > 0:
                         what = c.reason + (f" ({c.field})" if c.field else "")
                         self.problems.append(ReputProblem(
-                            c.reason, self._rel(f), f.base + cursor, skipped,
-                            f"unreadable record ({what}): the rest of this file, {skipped} bytes, is not dispatched"))
-                    reput_from += skipped  # what a master broker does: skip the rest of the region
+                            c.reason, self._rel(f), f.base + cursor, lost,
+                            f"unreadable record ({what}): the rest of this file, {lost} bytes, is not dispatched"))
+                    reput_from += size - read  # what a master broker does: skip the rest of the region
                     break
             if rows:
                 yield DispatchColumns.from_rows(row_pos, rows)
+            if diverged:
+                # Deviation: after a TOTALSIZE mismatch the broker's reput offset no longer
+                # follows the records (Q13) and would land at an arbitrary place, possibly
+                # beyond every later file; rmqtool goes on at the next file instead.
+                nxt = f.base + (end if end < min(f.size, self.F) else self.F)
+                if reput_from != nxt:
+                    self.problems.append(ReputProblem(
+                        SIZE_ACCOUNTING, self._rel(f), f.base + cursor, 0,
+                        f"after the TOTALSIZE mismatch in this file the broker's reput would go on at offset "
+                        f"{reput_from}; rmqtool goes on at {nxt}"))
+                reput_from = nxt
             return reput_from, False
         finally:
             del words
@@ -1201,6 +1215,11 @@ class CqFileOut:
         hi = min(self.base + self.size, self._seg_start + len(stream))
         if lo < hi:
             buf[lo - self.base : hi - self.base] = stream[lo - self._seg_start : hi - self._seg_start]
+        if self._template is not None and hi < self.base + self.size:
+            # Deviation (RECOVERY §6): the broker leaves stale bytes after a queue's write
+            # position, which its next CQ recovery may read as units; a continued file is
+            # zero after its last unit.
+            buf[max(hi, self.base) - self.base :] = bytes(self.base + self.size - max(hi, self.base))
         return bytes(buf)
 
     def __repr__(self) -> str:

@@ -580,3 +580,22 @@ def test_unwritten_successor_index_file_header(tmp_path: Path, version: str, cou
     res.index_files[1].write_to(buf)
     assert buf.getvalue() == empty
     assert res.index_msg_timestamp == 1700000000014
+
+
+def test_a_bogus_totalsize_does_not_lose_the_later_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """(TOTALSIZE, False): the broker's reput offset jumps by the bogus TOTALSIZE (Q13) while
+    its cursor goes on; rmqtool dispatches what the cursor reads in that file, reports where
+    the broker's offset would have gone, and goes on with the next file."""
+    root = writable_copy("clean", tmp_path)
+    delete_queues_and_index(root)
+    f = root / "commitlog" / "00000000000000000000"
+    data = bytearray(f.read_bytes())
+    struct.pack_into(">i", data, 0, 2**31 - 1)
+    f.write_bytes(bytes(data))
+    code, _out, err = cli(capsys, "rebuild-index", str(root), *GEOM, "-q")
+    assert code == 4
+    assert "commitlog/00000000000000000000 at offset 0: TOTALSIZE 2147483647" in err
+    assert "REPUT" not in err and "rmqtool goes on at 65536" in err
+    units = sum(1 for p in (root / "consumequeue").rglob("*") if p.is_file()
+                for k in range(0, 640, 20) if 0 < struct.unpack_from(">i", p.read_bytes(), k + 8)[0] < 0x7FFFFFFF)
+    assert units == 419  # every record but the damaged one (its queue starts with a fill-blank unit)
