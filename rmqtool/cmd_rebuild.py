@@ -93,7 +93,9 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
         why = check_from_offset(store, profile, from_offset)
         if why:
             raise click.BadParameter(why, param_hint="--from-offset")
-    total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
+    F = store.geometry.commitlog_file_size
+    lo = from_offset or 0
+    total = sum(min(f.size, F) - max(0, min(lo - f.base, min(f.size, F))) for f in store.commitlog)
     with progress_bar(total, "rebuild-index", quiet) as advance:
         plan = plan_rebuild(store, profile, cq=not index_only, index=not cq_only, topics=topics or None,
                             from_offset=from_offset, index_tz=tz, progress=advance)
