@@ -65,10 +65,18 @@ def drop_backups(root: Path) -> None:
             shutil.rmtree(p)
 
 
+CPU: list[float] = [0.0]
+
+
 def timed(fn, *a, **k):  # type: ignore[no-untyped-def]
+    """Wall seconds (and, in CPU[0], CPU seconds of this process and its workers)."""
+    c0 = os.times()
     t = time.perf_counter()
     r = fn(*a, **k)
-    return time.perf_counter() - t, r
+    wall = time.perf_counter() - t
+    c1 = os.times()
+    CPU[0] = (c1.user + c1.system + c1.children_user + c1.children_system) - (c0.user + c0.system + c0.children_user + c0.children_system)
+    return wall, r
 
 
 def main() -> int:
@@ -122,16 +130,19 @@ def main() -> int:
 
     results: dict[str, tuple[float, float]] = {}
     for case in args.cases.split(","):
-        plans, applies = [], []
+        plans, applies, cpus = [], [], []
         reindex = case != "abnormal-noreindex"
         for _ in range(args.runs):
             scenario(case)
             st = Store.open(root)
             t_plan, plan = timed(plan_recovery, st, profile, jobs=args.jobs, reindex=reindex)
+            cpu = CPU[0]
             if plan.nothing_to_do:  # what the CLI does: nothing to apply
                 t_apply, res = 0.0, None
             else:
                 t_apply, res = timed(apply_recovery, st, plan, profile, jobs=args.jobs)
+                cpu += CPU[0]
+            cpus.append(cpu)
             plans.append(t_plan)
             applies.append(t_plan + t_apply)
             drop_backups(root)
@@ -139,7 +150,8 @@ def main() -> int:
         print(f"{case:>20}: start {plan.start_file}, scanned {plan.bytes_to_scan / 1e9:.2f} GB, end {plan.end_offset}, "
               f"dispatched {sum(res.dispatched.values()) if res else 0} records, {res.index_entries_added if res else 0} index entries | "
               f"dry-run plan {results[case][0]:.2f} s, full recovery {results[case][1]:.2f} s "
-              f"(broker: {BROKER.get(case.split('-')[0], float('nan'))} s) [runs: {', '.join(f'{x:.2f}' for x in applies)}]")
+              f"(broker: {BROKER.get(case.split('-')[0], float('nan'))} s) [runs: {', '.join(f'{x:.2f}' for x in applies)}; "
+              f"CPU s: {', '.join(f'{x:.1f}' for x in cpus)}; load {os.getloadavg()[0]:.1f}]")
     (root / "abort").unlink(missing_ok=True)
     return 0
 

@@ -66,7 +66,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 import numpy as np
 
 from ..formats import commitlog as cl
-from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint, encode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
