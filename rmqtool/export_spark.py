@@ -1,0 +1,598 @@
+"""The Spark side of ``rmqtool export``: stores -> Parquet through PySpark.
+
+The only module of rmqtool that imports pyspark, and only inside functions, so nothing
+else pays the 6-15 s session start. The driver opens each store, plans the splits
+(:mod:`recovery.splits`) and hands them to Spark as an RDD with one split per partition;
+executors open the files *by path* (the store must be readable at the same path on every
+executor) and read them with the decoder ``dump`` uses. Rows travel as tuples in column
+order into ``createDataFrame`` with an explicit schema, then Spark's Parquet writer.
+``binaryFile`` is not used: it loads whole files into JVM memory.
+
+Also a ``spark-submit`` entry point: ``spark-submit --py-files rmqtool.zip
+rmqtool/spark_job.py STORE... --to OUT`` (see ``man rmqtool-export``), and
+``python -m rmqtool.export_spark STORE... --to OUT`` (same as ``rmqtool export``).
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from .formats.errors import RmqToolError
+from .recovery.scan import blank_fields, message_fields
+from .recovery.splits import DEFAULT_SPLIT_SIZE, Handoff, Split, iter_split, plan_splits
+from .recovery.store import MappedFile, Store
+from .recovery.versions import BrokerProfile
+
+WHAT = ("commitlog", "consumequeue", "index")
+
+# (column, Spark SQL type). The commitlog columns are the fields of ``dump commitlog``
+# (recovery.scan.message_fields / blank_fields, recovery.splits.damaged_fields) plus
+# ``store``; ``body`` (binary) only with --with-body.
+COMMITLOG_COLUMNS: list[tuple[str, str]] = [
+    ("store", "string"),
+    ("file", "string"),
+    ("pos", "bigint"),
+    ("physical_offset", "bigint"),
+    ("type", "string"),
+    ("status", "string"),
+    ("total_size", "int"),
+    ("magic", "string"),
+    ("topic", "string"),
+    ("queue_id", "int"),
+    ("queue_offset", "bigint"),
+    ("tags", "string"),
+    ("keys", "array<string>"),
+    ("uniq_key", "string"),
+    ("msg_id", "string"),
+    ("born_timestamp", "bigint"),
+    ("store_timestamp", "bigint"),
+    ("born_host", "string"),
+    ("store_host", "string"),
+    ("sys_flag", "int"),
+    ("transaction_type", "string"),
+    ("reconsume_times", "int"),
+    ("flag", "int"),
+    ("prepared_transaction_offset", "bigint"),
+    ("body_length", "int"),
+    ("body_crc", "int"),
+    ("crc_ok", "boolean"),
+    ("tags_code", "bigint"),
+    ("properties", "map<string,string>"),
+    ("field", "string"),  # the field where a damaged spot failed (null for messages)
+]
+BODY_COLUMN = ("body", "binary")
+
+CONSUMEQUEUE_COLUMNS: list[tuple[str, str]] = [
+    ("store", "string"),
+    ("topic", "string"),
+    ("queue_id", "int"),
+    ("queue_offset", "bigint"),
+    ("file", "string"),
+    ("pos", "bigint"),
+    ("commitlog_offset", "bigint"),
+    ("size", "int"),
+    ("tags_code", "bigint"),
+    ("status", "string"),
+]
+
+# dump index --entries: one header row per file, then its non-empty slots and its entries
+INDEX_COLUMNS: list[tuple[str, str]] = [
+    ("store", "string"),
+    ("type", "string"),
+    ("file", "string"),
+    ("status", "string"),
+    ("size", "bigint"),
+    ("begin_timestamp", "bigint"),
+    ("end_timestamp", "bigint"),
+    ("begin_phy_offset", "bigint"),
+    ("end_phy_offset", "bigint"),
+    ("hash_slot_count", "int"),
+    ("index_count", "int"),
+    ("slot", "int"),
+    ("entry", "int"),
+    ("key_hash", "int"),
+    ("commitlog_offset", "bigint"),
+    ("time_diff", "int"),
+    ("prev_index", "int"),
+]
+
+
+def columns_for(what: str, with_body: bool = False) -> list[tuple[str, str]]:
+    if what == "commitlog":
+        return COMMITLOG_COLUMNS + ([BODY_COLUMN] if with_body else [])
+    if what == "consumequeue":
+        return list(CONSUMEQUEUE_COLUMNS)
+    if what == "index":
+        return list(INDEX_COLUMNS)
+    raise ValueError(f"unknown export {what!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# Executor side: plain functions of plain values (pickled by reference, the module is
+# imported on the executor from the installed package or --py-files).
+
+
+def commitlog_rows(split: Split, version: str, with_body: bool, counts: list[int] | None = None,
+                   handoff: Handoff | None = None) -> Iterator[tuple[Any, ...]]:
+    """Row tuples (column order of :data:`COMMITLOG_COLUMNS`) of one split: the records of
+    ``dump commitlog`` (same walk, same field functions), plus ``store`` first and, with
+    ``with_body``, the raw body bytes last. ``counts`` (rows, messages, blanks,
+    problems) is updated in place."""
+    from .cmd_dump import CLEAN_STATUSES, _crc_status, damaged_fields
+
+    profile = BrokerProfile.for_version(version)
+    keys = [c for c, _t in COMMITLOG_COLUMNS[1:]]
+    message_row = operator.itemgetter(*keys[:-1])  # every column but "field" (last)
+    label = (split.store,)
+    no_field = (None,)
+    name = split.file_name
+    base = split.base
+    n = [0, 0, 0, 0] if counts is None else counts
+    for buf, pos, c in iter_split(split, profile, handoff=handoff):
+        n[0] += 1
+        if c.is_message:
+            d = _crc_status(message_fields(name, c, buf))
+            n[1] += 1
+        elif c.is_blank:
+            d = blank_fields(name, pos, buf, base)
+            n[2] += 1
+        else:
+            d = damaged_fields(name, buf, pos, base, c, False, False)
+        if d["status"] not in CLEAN_STATUSES:
+            n[3] += 1
+        if d["type"] == "message" and "field" not in d:
+            row = label + message_row(d) + no_field
+        else:
+            row = label + tuple(map(d.get, keys))
+        if with_body:
+            rec = c.rec
+            yield row + ((rec.body(buf) if rec is not None and d["type"] == "message" else None),)
+        else:
+            yield row
+
+
+def _restricted(store: Store, **parts: Any) -> Store:
+    """A Store holding only some of a store's files (one queue, one index file): what an
+    executor needs to run the dump's own reader on its task."""
+    return Store(root=store.root, geometry=store.geometry, **parts)
+
+
+def consumequeue_rows(label: str, store: Store, counts: list[int] | None = None) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``dump consumequeue`` for the queues in ``store``, plus ``store``."""
+    from .cmd_dump import CLEAN_STATUSES
+    from .recovery.query import iter_cq_entries
+
+    keys = [c for c, _t in CONSUMEQUEUE_COLUMNS[1:]]
+    get = operator.itemgetter(*keys)
+    n = [0, 0, 0, 0] if counts is None else counts
+    for d in iter_cq_entries(store):
+        n[0] += 1
+        if d["status"] not in CLEAN_STATUSES:
+            n[3] += 1
+        yield (label,) + get(d)
+
+
+def index_rows(label: str, store: Store, counts: list[int] | None = None) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``dump index --entries`` for the index files in ``store``, plus ``store``."""
+    from .cmd_dump import CLEAN_STATUSES
+    from .recovery.query import iter_index
+
+    keys = [c for c, _t in INDEX_COLUMNS[1:]]
+    n = [0, 0, 0, 0] if counts is None else counts
+    for d in iter_index(store, entries=True):
+        n[0] += 1
+        if d.get("status", "OK") not in CLEAN_STATUSES:
+            n[3] += 1
+        yield (label,) + tuple(map(d.get, keys))
+
+
+@dataclass(frozen=True)
+class FileTask:
+    """A ConsumeQueue or index task: the dump reader run on a store restricted to some
+    files (``kind`` consumequeue or index)."""
+
+    kind: str
+    store: str  # label
+    part: Store
+    weight: int  # bytes, for balancing
+
+
+def _partition(kind: str, version: str, with_body: bool, accs: Any, groups: Iterable[list[Any]]) -> Iterator[tuple[Any, ...]]:
+    """mapPartitions body: the rows of every task of the partition (a partition holds one
+    group of tasks), bumping the counters after each task."""
+    for task in (t for g in groups for t in g):
+        n = [0, 0, 0, 0]
+        handoff = None
+        if kind == "commitlog":
+            handoff = Handoff(task.end)
+            yield from commitlog_rows(task, version, with_body, n, handoff)
+        elif kind == "consumequeue":
+            yield from consumequeue_rows(task.store, task.part, n)
+        else:
+            yield from index_rows(task.store, task.part, n)
+        if accs is not None:
+            done, counts, where = accs
+            conflict = handoff is not None and handoff.conflict
+            counts.add((n[0], n[1], n[2], n[3], int(conflict)))
+            if conflict:
+                where.add([f"{task.path} at offset {handoff.stop}"])
+            done.add(1)
+
+
+# ---------------------------------------------------------------------------------------
+# Driver side.
+
+
+@dataclass
+class ExportResult:
+    what: str
+    out: str
+    tasks: int
+    partitions: int = 0
+    rows: int = 0
+    messages: int = 0
+    blanks: int = 0
+    problems: int = 0  # rows with a status other than OK/BLANK/FILL_BLANK (dump's rule)
+    conflicts: int = 0
+    conflict_at: list[str] = field(default_factory=list)
+    seconds_total: float = 0.0
+    seconds_after_start: float = 0.0
+    session_start: float = 0.0
+
+    @property
+    def exit_problems(self) -> bool:
+        return bool(self.problems or self.conflicts)
+
+
+class SparkUnavailable(RmqToolError):
+    """No Java, no pyspark, or the JVM would not start (exit 8)."""
+
+
+def store_label(arg: str | Path) -> str:
+    """How a store is named in the rows: the path as given, normalised."""
+    return os.path.normpath(str(arg))
+
+
+def plan_tasks(stores: Sequence[tuple[str, Store]], what: str, split_size: int | None) -> list[Any]:
+    """All tasks of an export, in store then offset order: commitlog :class:`Split`s, or
+    :class:`FileTask`s (ConsumeQueue: whole queues grouped up to ``split_size`` bytes;
+    index: one per file)."""
+    tasks: list[Any] = []
+    for label, store in stores:
+        if what == "commitlog":
+            tasks.extend(plan_splits(store, split_size, label=label, first_index=len(tasks)))
+        elif what == "consumequeue":
+            group: dict[tuple[str, int], list[Any]] = {}
+            weight = 0
+            for topic, qid, files in store.iter_queues():
+                group[(topic, qid)] = files
+                weight += sum(f.size for f in files)
+                if split_size and weight >= split_size:
+                    tasks.append(FileTask("consumequeue", label, _restricted(store, consume_queues=group), weight))
+                    group, weight = {}, 0
+            if group:
+                tasks.append(FileTask("consumequeue", label, _restricted(store, consume_queues=group), weight))
+        elif what == "index":
+            for f in store.index_files:
+                tasks.append(FileTask("index", label, _restricted(store, index_files=[f]), f.size))
+        else:
+            raise ValueError(f"unknown export {what!r}")
+    return tasks
+
+
+def task_weight(task: Any) -> int:
+    return int(task.length if isinstance(task, Split) else task.weight)
+
+
+def pack_tasks(tasks: Sequence[Any], target: int | None) -> list[list[Any]]:
+    """Consecutive tasks grouped into Spark partitions of about ``target`` bytes: a big
+    split is a partition of its own, small files (or small queues) share one, so a store of
+    many small files is not thousands of Spark tasks. ``target`` None: one task each."""
+    groups: list[list[Any]] = []
+    cur: list[Any] = []
+    weight = 0
+    for t in tasks:
+        w = task_weight(t)
+        if cur and (not target or weight + w > target):
+            groups.append(cur)
+            cur, weight = [], 0
+        cur.append(t)
+        weight += w
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def find_java() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        cand = Path(home) / "bin" / "java"
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return shutil.which("java")
+
+
+_LOG4J2 = """\
+status = error
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+@dataclass
+class SessionHandle:
+    spark: Any
+    log_path: str | None
+    owned: bool  # we created it (stop it at the end)
+    started_in: float
+
+
+def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf: dict[str, str] | None = None,
+                  log_path: str | None = None, java_options: str = "") -> SessionHandle:
+    """Start (or join, under spark-submit) a Spark session with the quiet defaults: no UI,
+    no console progress, log level ERROR, executors on this interpreter. The JVM's stderr
+    goes to ``log_path`` (a temp file by default), so py4j/JVM noise never reaches the
+    terminal; errors are reported as one line by the caller."""
+    t0 = time.perf_counter()
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkUnavailable("pyspark is not installed: install it with pip install 'rmqtool[spark]'") from None
+    active = SparkSession.getActiveSession()
+    if active is not None:  # a session already runs in this process (pyspark shell, tests)
+        return SessionHandle(active, None, False, time.perf_counter() - t0)
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this interpreter
+    if not under_submit and find_java() is None:
+        raise SparkUnavailable("Java not found: export runs on Spark, which needs a Java 17+ runtime (set JAVA_HOME or put java on PATH)")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if not under_submit:
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    log4j = tempfile.NamedTemporaryFile("w", prefix="rmqtool-log4j2-", suffix=".properties", delete=False)
+    with log4j:
+        log4j.write(_LOG4J2)
+    b = SparkSession.builder.appName(app_name)
+    if not under_submit:
+        b = b.master(master or "local[*]")
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.parquet.compression.codec": "snappy",
+        "spark.python.worker.reuse": "true",
+    }
+    settings.update(conf or {})
+    quiet_log = f"-Dlog4j2.configurationFile=file:{log4j.name}"
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        settings[key] = " ".join(x for x in (settings.get(key, ""), java_options, quiet_log) if x)
+    for k, v in settings.items():
+        b = b.config(k, v)
+    if under_submit:
+        spark = b.getOrCreate()
+        return SessionHandle(spark, None, False, time.perf_counter() - t0)
+    if log_path is None:
+        fd, log_path = tempfile.mkstemp(prefix="rmqtool-spark-", suffix=".log")
+        os.close(fd)
+    spark = _with_stderr_to(log_path, b.getOrCreate)
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+    except Exception:  # noqa: BLE001 - cosmetic
+        pass
+    return SessionHandle(spark, log_path, True, time.perf_counter() - t0)
+
+
+def _with_stderr_to(path: str, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` (which starts the JVM) with fd 2 pointing at ``path``: the JVM keeps it
+    as its stderr for good, this process gets its own stderr back."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(log, 2)
+        try:
+            return fn()
+        except Exception as exc:
+            raise SparkUnavailable(f"Spark did not start: {_one_line(exc)} (JVM log: {path})") from None
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("at ", "JVM stacktrace", "----")):
+            return line[:300]
+    return type(exc).__name__
+
+
+def spark_schema(columns: Sequence[tuple[str, str]]) -> Any:
+    from pyspark.sql import types as T
+
+    simple = {
+        "string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(),
+        "boolean": T.BooleanType(), "binary": T.BinaryType(),
+        "array<string>": T.ArrayType(T.StringType(), containsNull=False),
+        "map<string,string>": T.MapType(T.StringType(), T.StringType(), valueContainsNull=False),
+    }
+    return T.StructType([T.StructField(name, simple[t], nullable=True) for name, t in columns])
+
+
+class _Progress:
+    """Splits done / total on stderr, from an accumulator the tasks bump (the driver
+    sees it as each task finishes)."""
+
+    def __init__(self, acc: Any, total: int, desc: str, enabled: bool) -> None:
+        self.acc = acc
+        self.total = total
+        self.desc = desc
+        self.enabled = enabled and total > 0
+        self.tty = sys.stderr.isatty()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rmqtool-export-progress", daemon=True)
+        self._last = -1
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            self._show(0)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._stop.set()
+            self._thread.join(timeout=2)
+            self._show(self._value(), final=exc[0] is None)
+
+    def _value(self) -> int:
+        try:
+            return int(self.acc.value)
+        except Exception:  # noqa: BLE001
+            return self._last
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5 if self.tty else 2.0):
+            v = self._value()
+            if v != self._last:
+                self._show(v)
+
+    def _show(self, v: int, final: bool = False) -> None:
+        self._last = v
+        msg = f"{self.desc}: {v}/{self.total} splits done"
+        try:
+            if self.tty:
+                sys.stderr.write("\r" + msg + ("\n" if final else ""))
+            elif final or v != self.total:
+                sys.stderr.write(msg + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _spark_error(exc: BaseException, log_path: str | None) -> RmqToolError:
+    msg = _one_line(exc)
+    # the Python worker's own error travels inside the Java exception text: keep its last line
+    text = str(exc)
+    if "Traceback (most recent call last)" in text:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        for ln in reversed(lines):
+            if not ln.startswith(("at ", "...", "File ")) and ("Error" in ln or "Exception" in ln):
+                msg = ln[:300]
+                break
+    where = f" (JVM log: {log_path})" if log_path else ""
+    return RmqToolError(f"Spark job failed: {msg}{where}")
+
+
+def run_export(
+    stores: Sequence[tuple[str, Store]],
+    out: str | Path,
+    *,
+    what: str = "commitlog",
+    master: str | None = None,
+    split_size: int | None = DEFAULT_SPLIT_SIZE,
+    with_body: bool = False,
+    partition_by: Sequence[str] = (),
+    version: str = "4.9.4",
+    overwrite: bool = False,
+    quiet: bool = False,
+    conf: dict[str, str] | None = None,
+    session: Any = None,
+    log_path: str | None = None,
+    group_bytes: int | None = None,
+) -> ExportResult:
+    """Export ``stores`` (label, opened Store) to Parquet at ``out``. With ``session`` an
+    existing SparkSession is used (tests share one) and left running. Tasks are packed
+    into Spark partitions of about ``group_bytes`` (default: the split size)."""
+    BrokerProfile.for_version(version)  # fail on the driver, not on every executor
+    tasks = plan_tasks(stores, what, split_size)
+    columns = columns_for(what, with_body)
+    names = {c for c, _ in columns}
+    for p in partition_by:
+        if p not in names:
+            raise ValueError(f"cannot partition by {p!r}: not a column of the {what} export")
+    t0 = time.perf_counter()
+    handle = SessionHandle(session, None, False, 0.0) if session is not None else spark_session(master, conf=conf, log_path=log_path)
+    spark = handle.spark
+    result = ExportResult(what, str(out), len(tasks), session_start=handle.started_in)
+    try:
+        sc = spark.sparkContext
+        done = sc.accumulator(0)
+        counts = sc.accumulator((0, 0, 0, 0, 0), _TupleSum())
+        where = sc.accumulator([], _ListAdd())
+        t1 = time.perf_counter()
+        groups = pack_tasks(tasks, group_bytes or split_size or DEFAULT_SPLIT_SIZE)
+        result.partitions = len(groups)
+        rdd = sc.parallelize(groups, len(groups)) if groups else sc.emptyRDD()
+        rows = rdd.mapPartitions(partial(_partition, what, version, with_body, (done, counts, where)), preservesPartitioning=True)
+        df = spark.createDataFrame(rows, spark_schema(columns), verifySchema=False)
+        writer = df.write.mode("overwrite" if overwrite else "errorifexists")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        try:
+            with _Progress(done, len(tasks), f"export {what}", not quiet):
+                writer.parquet(str(out))
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            raise _spark_error(exc, handle.log_path) from None
+        (result.rows, result.messages, result.blanks, result.problems, result.conflicts) = counts.value
+        result.conflict_at = sorted(where.value)
+        result.seconds_after_start = time.perf_counter() - t1
+        result.seconds_total = time.perf_counter() - t0
+    finally:
+        if handle.owned:
+            try:
+                spark.stop()
+            except Exception:  # noqa: BLE001
+                pass
+            if handle.log_path and result.seconds_total and not os.environ.get("RMQTOOL_KEEP_SPARK_LOG"):
+                try:
+                    os.unlink(handle.log_path)
+                except OSError:
+                    pass
+    return result
+
+
+class _TupleSum:
+    """AccumulatorParam for tuples of counters (duck-typed: pyspark only calls these)."""
+
+    def zero(self, value: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(0 for _ in value)
+
+    def addInPlace(self, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:  # noqa: N802 - pyspark's name
+        return tuple(x + y for x, y in zip(a, b))
+
+
+class _ListAdd:
+    def zero(self, value: list[str]) -> list[str]:
+        return []
+
+    def addInPlace(self, a: list[str], b: list[str]) -> list[str]:  # noqa: N802
+        return a + b
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rmqtool.export_spark STORE... --to OUT`` == ``rmqtool export ...``."""
+    from .cli import run
+
+    return run(["export", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""``rmqtool export`` on Spark (local[2], one session for the whole module): the exported
+rows equal ``rmqtool dump`` field by field on every real store (commitlog with sub-file
+splits, consumequeue, index), bodies and topic partitioning, damaged input (exit 4), and
+the operational failures (exit 2/8, one line, no Java trace)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from conftest import REAL_NAMES, real_store, scenario
+from rmqtool.cli import run
+from rmqtool.recovery.store import Store
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark")
+    from rmqtool.export_spark import find_java, spark_session
+
+    if find_java() is None:
+        pytest.skip("no Java runtime")
+    # C1 only and the serial collector: a short-lived JVM on a small machine spends less
+    # time compiling and collecting
+    handle = spark_session("local[2]", java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    yield handle.spark
+    handle.spark.stop()
+
+
+def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict[str, Any]]]:
+    capsys.readouterr()
+    code = run(["dump", *argv, "--format", "jsonl"])
+    out = capsys.readouterr().out
+    return code, [json.loads(line) for line in out.splitlines() if line]
+
+
+def read_rows(spark: Any, out: Path) -> list[dict[str, Any]]:
+    rows = []
+    for r in spark.read.parquet(str(out)).collect():
+        d = r.asDict()
+        if d.get("body") is not None:
+            d["body"] = bytes(d["body"])
+        rows.append(d)
+    return rows
+
+
+def assert_rows_equal_dump(rows: list[dict[str, Any]], records: list[dict[str, Any]], label: str, key: Any) -> None:
+    """Every dump field equal, every other column (but store/body) null, same order."""
+    mine = sorted((r for r in rows if r["store"] == label), key=key)
+    assert len(mine) == len(records), label
+    assert sorted(records, key=key) == records  # dump's own order is the key order
+    for r, d in zip(mine, records):
+        for k, v in d.items():
+            assert r[k] == v, (label, k, r[k], v, d)
+        for k, v in r.items():
+            if k not in d and k not in ("store", "body"):
+                assert v is None, (label, k, v, d)
+
+
+def export(spark: Any, out: Path, names: list[str], **kw: Any) -> Any:
+    from rmqtool.export_spark import run_export
+
+    stores = [(n, Store.open(real_store(n).resolve())) for n in names]
+    return run_export(stores, str(out), session=spark, quiet=True, **kw)
+
+
+def test_commitlog_rows_equal_dump_on_every_real_store(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # sub-file splits (20000 bytes: several per 64 KiB file), packed into ~1 MiB partitions
+    res = export(spark, tmp_path / "cl", REAL_NAMES, split_size=20000, group_bytes=1 << 20)
+    assert res.tasks == sum(len(Store.open(real_store(n)).commitlog) for n in REAL_NAMES) * 4
+    assert 1 < res.partitions < res.tasks
+    assert res.problems == 0 and res.conflicts == 0 and not res.exit_problems
+    rows = read_rows(spark, tmp_path / "cl")
+    assert res.rows == len(rows)
+    assert set(rows[0]) >= {"store", "file", "pos", "physical_offset", "topic", "queue_id", "queue_offset", "tags", "keys",
+                            "uniq_key", "msg_id", "born_timestamp", "store_timestamp", "born_host", "store_host",
+                            "sys_flag", "transaction_type", "reconsume_times", "body_length", "body_crc", "crc_ok",
+                            "properties"}
+    assert "body" not in rows[0]
+    total_messages = 0
+    for name in REAL_NAMES:
+        code, records = dump(capsys, "commitlog", str(real_store(name)))
+        assert code == 0
+        total_messages += sum(r["type"] == "message" for r in records)
+        assert_rows_equal_dump(rows, records, name, key=lambda r: (r["file"], r["pos"]))
+    assert res.messages == total_messages
+    # a multi-key message keeps its keys as an array and its properties as a map
+    multi = [r for r in rows if r["store"] == "clean" and r["keys"] and len(r["keys"]) == 3]
+    assert multi and all(" ".join(r["keys"]) == r["properties"]["KEYS"] for r in multi)
+
+
+def test_consumequeue_rows_equal_dump(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = export(spark, tmp_path / "cq", REAL_NAMES, what="consumequeue", split_size=2000)
+    assert res.partitions > 1
+    rows = read_rows(spark, tmp_path / "cq")
+    bad = 0
+    for name in REAL_NAMES:
+        code, records = dump(capsys, "consumequeue", str(real_store(name)))
+        assert records
+        assert_rows_equal_dump(rows, records, name, key=lambda r: (r["topic"], r["queue_id"], r["queue_offset"]))
+        n_bad = sum(r["status"] not in ("OK", "FILL_BLANK") for r in records)
+        assert code == (4 if n_bad else 0)
+        bad += n_bad
+    assert res.problems == bad and res.rows == len(rows)
+
+
+def test_index_rows_equal_dump(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    res = export(spark, tmp_path / "ix", ["clean", "crash_midwrite"], what="index")
+    rows = read_rows(spark, tmp_path / "ix")
+    order = {"header": 0, "slot": 1, "entry": 2}
+    for name in ["clean", "crash_midwrite"]:
+        code, records = dump(capsys, "index", str(real_store(name)), "--entries")
+        assert any(r["type"] == "entry" for r in records)
+        assert_rows_equal_dump(rows, records, name,
+                               key=lambda r: (r["file"], order[r["type"]], r.get("slot") if r["type"] == "slot" else r.get("entry")))
+    assert res.rows == len(rows)
+
+
+def test_cli_with_body_and_partition_by_topic(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = real_store("clean")
+    out = tmp_path / "body"
+    capsys.readouterr()
+    code = run(["export", str(store), "--to", str(out), "--with-body", "--partition-by", "topic", "--split-size", "30000"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "splits done" in err and "exported 425 commitlog rows" in err
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [
+        "topic=TopicA", "topic=TopicB", "topic=TopicC", "topic=__HIVE_DEFAULT_PARTITION__"]  # BLANKs have no topic
+    rows = read_rows(spark, out)
+    assert {r["store"] for r in rows} == {os.path.normpath(str(store))}
+    by_offset = {r["physical_offset"]: r for r in rows if r["type"] == "message"}
+    msgs = scenario("clean")["messages"]
+    assert len(by_offset) == len(msgs)
+    for m in msgs:
+        r = by_offset[m["phys_offset"]]
+        assert r["topic"] == m["topic"]
+        assert hashlib.sha256(r["body"]).hexdigest() == m["body_sha256"]
+        assert len(r["body"]) == r["body_length"] == m["body_len"]
+    assert all(r["body"] is None for r in rows if r["type"] != "message")
+    # the same OUT again is refused (usage error), --overwrite replaces it
+    assert run(["export", str(store), "--to", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert run(["export", str(store), "--to", str(out), "--overwrite", "-q", "--what", "index"]) == 0
+    assert capsys.readouterr().err == ""
+    assert all(r["type"] in ("header", "slot", "entry") for r in read_rows(spark, out))
+
+
+def _damaged_store(root: Path) -> Path:
+    from rmqtool.formats import commitlog as cl
+    from rmqtool.recovery.synth import write_synthetic_store
+
+    write_synthetic_store(root, total_bytes=150_000, file_size=65536, body_size=300)
+    p = root / "commitlog" / "00000000000000000000"
+    data = bytearray(p.read_bytes())
+    pos = 0
+    starts = []
+    while len(starts) < 40:
+        total, _magic = cl.PREFIX.unpack_from(data, pos)
+        starts.append(pos)
+        pos += total
+    data[starts[5] + 200] ^= 0x55  # a body byte: BODY_CRC_MISMATCH
+    data[starts[20] + 4] ^= 0xFF  # a magic: a damaged spot, then resync
+    p.write_bytes(bytes(data))
+    return root
+
+
+def test_damaged_store_exits_4_and_still_equals_dump(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = _damaged_store(tmp_path / "store")
+    code_dump, records = dump(capsys, "commitlog", str(store))
+    assert code_dump == 4
+    statuses = {r["status"] for r in records}
+    assert {"OK", "BODY_CRC_MISMATCH", "BAD_MAGIC"} <= statuses
+    out = tmp_path / "out"
+    code = run(["export", str(store), "--to", str(out), "--split-size", "7KiB"])
+    err = capsys.readouterr().err
+    assert code == 4, err
+    assert "2 rows with a damage status" in err
+    rows = read_rows(spark, out)
+    assert_rows_equal_dump(rows, records, os.path.normpath(str(store)), key=lambda r: (r["file"], r["pos"]))
+
+
+def test_bad_arguments_and_not_a_store(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    assert run(["export", str(tmp_path / "empty"), "--to", str(tmp_path / "o")]) == 8  # not a store
+    assert "not a RocketMQ store" in capsys.readouterr().err
+    store = real_store("delay")
+    assert run(["export", str(store), "--to", str(store / "out")]) == 2  # never inside the evidence
+    assert run(["export", str(store), "--to", str(tmp_path / "o"), "--what", "index", "--with-body"]) == 2
+    assert run(["export", str(store), "--to", str(tmp_path / "o"), "--split-size", "lots"]) == 2
+    assert not (tmp_path / "o").exists()
+
+
+def _subprocess(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+
+
+def test_help_never_imports_pyspark() -> None:
+    code = (
+        "import sys\n"
+        "from rmqtool.cli import run\n"
+        "assert run(['--help']) == 0 and run(['export', '--help']) == 0 and run(['dump', '--help']) == 0\n"
+        "print('pyspark' in sys.modules, file=sys.stderr)\n"
+    )
+    p = _subprocess(code)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == "False"
+    assert "--split-size" in p.stdout and "--partition-by" in p.stdout
+
+
+def test_java_missing_is_one_line_exit_8(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "SPARK_HOME", "PYSPARK_GATEWAY_PORT")}
+    env["PATH"] = str(tmp_path)  # no java anywhere
+    code = (
+        "import sys\n"
+        "from rmqtool.cli import run\n"
+        f"sys.exit(run(['export', {str(real_store('delay'))!r}, '--to', {str(tmp_path / 'o')!r}]))\n"
+    )
+    p = _subprocess(code, env)
+    assert p.returncode == 8, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Java not found" in lines[0], p.stderr
+    assert not (tmp_path / "o").exists()
