@@ -13,18 +13,17 @@ import datetime as _dt
 import itertools
 import struct
 import sys
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import click
 
 from .exitcodes import Exit
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
-from .render import dumps, render
-from .recovery import check as ck
-from .recovery import query as qy
 from .formats import commitlog as cl
 from .formats.properties import split_keys
+from .recovery import check as ck
+from .recovery import query as qy
+from .render import dumps, render
 from .recovery.scan import blank_fields, iter_store_records, message_fields
 from .recovery.store import Store, StoreFile
 
@@ -134,10 +133,6 @@ MESSAGE_KEYS = frozenset({
     "flag", "queue_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
     "reconsume_times", "prepared_transaction_offset", "body_length", "topic", "properties", "tags",
     "keys", "uniq_key", "msg_id", "transaction_type", "tags_code", "status",
-})
-_INT_KEYS = frozenset({
-    "pos", "physical_offset", "total_size", "body_crc", "queue_id", "flag", "queue_offset", "sys_flag",
-    "born_timestamp", "store_timestamp", "reconsume_times", "prepared_transaction_offset", "body_length", "tags_code",
 })
 
 
@@ -388,7 +383,6 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
     lo = -1 if from_offset is None else from_offset - base  # position range [lo, hi) of this file
     hi = end + 1 if to_offset is None else to_offset - base
     unpack = _V1_HEADER.unpack_from
-    prefix = cl.PREFIX.unpack_from
     v1 = cl.MAGIC_V1
     is5 = profile.is_5x
     fname = _enc(f.name)
@@ -686,4 +680,4 @@ def dump_config(fmt: str | None, name: str | None, **store_opts: Any) -> int:
     return output(config_records(store, name), fmt, CONFIG_COLUMNS, None, "config")
 
 
-__all__ = ["command", "commitlog_records", "message_line", "write_jsonl", "Path"]
+__all__ = ["command", "commitlog_records", "commitlog_lines", "commitlog_stream", "message_line", "write_jsonl", "output"]
