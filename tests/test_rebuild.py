@@ -599,3 +599,30 @@ def test_a_bogus_totalsize_does_not_lose_the_later_files(tmp_path: Path, capsys:
     units = sum(1 for p in (root / "consumequeue").rglob("*") if p.is_file()
                 for k in range(0, 640, 20) if 0 < struct.unpack_from(">i", p.read_bytes(), k + 8)[0] < 0x7FFFFFFF)
     assert units == 419  # every record but the damaged one (its queue starts with a fill-blank unit)
+
+
+def test_topic_index_rebuild_holds_only_that_topics_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = writable_copy("clean", tmp_path)
+    shutil.rmtree(root / "index")
+    code, out, err = cli(capsys, "rebuild-index", str(root), "--index-only", "--topic", "TopicC",
+                         "--index-slots", "100", "--index-entries", "400", "-q")
+    assert code == 0, err
+    files = index_names(root)
+    assert files
+    for q in broker_view("clean")["query_message_by_key"]:
+        got = query_by_key(files, q["topic"], q["key"])
+        if q["topic"] == "TopicC":
+            assert sorted(got) == sorted(q["phys_offsets"])
+        else:
+            assert got == []
+    # the checkpoint's logicsMsgTimestamp is not touched by a topic-limited run
+    assert (root / "checkpoint").read_bytes()[8:16] == (real_store("clean") / "checkpoint").read_bytes()[8:16]
+
+
+@pytest.mark.parametrize("version", ["5.1.4", "5.3.3", "4.6.0"])
+def test_other_broker_versions_rebuild_the_same_queues(version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = writable_copy("delay", tmp_path)
+    delete_queues_and_index(root)
+    code, _out, err = cli(capsys, "rebuild-index", str(root), *GEOM, "--broker-version", version, "-q")
+    assert code == 0, err
+    assert cq_files(root) == broker_cq("delay")  # the CQ rules are the same in every version
