@@ -668,10 +668,10 @@ def _hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: "_Words | Non
     UTF-16 unit): (hash as uint32, length, True where a byte >= 0x80 makes that reading
     wrong). Spans must be non-empty and ``JW`` must read 8 bytes past the last span.
 
-    Eight bytes at a time: each word's polynomial sum(byte_j * 31^(7-j)) is a float64
-    matrix product (exact: below 2^53), words are combined by Horner's rule mod 2^32 over
-    the span zero-padded to whole words, and the padding is divided out with powers of the
-    inverse of 31 mod 2^32."""
+    Eight bytes at a time: each word's polynomial sum(byte_j * 31^(7-j)) mod 2^32 is
+    computed in SWAR lanes (:func:`_word_poly`), words are combined by Horner's rule mod
+    2^32 over the span zero-padded to whole words, and the padding is divided out with
+    powers of the inverse of 31 mod 2^32."""
     lens = vb - va
     m = len(lens)
     h = np.zeros(m, dtype=np.uint32)
@@ -687,14 +687,20 @@ def _hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: "_Words | Non
         a = va[sel]
         L = lens[sel]
         acc = np.zeros(len(sel), dtype=_U64)
-        bad = np.zeros(len(sel), dtype=bool)
+        hib = np.zeros(len(sel), dtype=_U64)
         for k in range(w):
-            word = JW.u64(a + 8 * k) & _top_bytes_mask(L - 8 * k)
-            bad |= (word & _HIBITS) != 0
-            acc = (acc * _P8 + _word_poly(word)) & _M32
+            word = JW.u64(a + 8 * k)
+            if k == w - 1:  # only the last word holds bytes past the span
+                word &= _top_bytes_mask(L - 8 * k)
+            hib |= word
+            acc *= _P8
+            acc += _word_poly(word)
+            acc &= _M32
         pad = (8 * w - L).astype(np.int64)
-        h[sel] = ((acc * _INVPOW[pad]) & _M32).astype(np.uint32)
-        nonascii[sel] = bad
+        acc *= _INVPOW[pad]
+        acc &= _M32
+        h[sel] = acc.astype(np.uint32)
+        nonascii[sel] = (hib & _HIBITS) != 0
     return h, lens, nonascii
 
 
