@@ -1,0 +1,238 @@
+"""Benchmark of ``rmqtool export`` (commitlog -> Parquet on Spark) against one core.
+
+Not a test: run it by hand, e.g.::
+
+    /work/venv/bin/python bench/bench_export.py --dir /tmp/rmq-bench-export
+
+It writes (once, reused afterwards) a synthetic store of >= 1 GiB (default: 1 GiB of
+records in 256 MiB commitlog files, 1 KiB bodies, 4 topics x 4 queues, two keys, tags and
+a UNIQ_KEY per message), then, each in a fresh process:
+
+* ``baseline``: the sequential walk ``dump`` runs (recovery.scan.iter_store_records +
+  message_fields, no output), on one core, without Spark;
+* ``local[1]`` and ``local[2]``: the Spark export to Parquet (64 MiB splits). Timed from
+  the moment the session is up to the end of the write (the session start is printed
+  apart). Records/s per core = records / seconds / cores.
+
+Also printed: the CPU seconds of the process tree during the job (driver, JVM, Python
+workers), the machine's load average (other processes share the cores: compare CPU
+seconds when it is high) and the peak resident memory of the whole process tree (driver
+Python + JVM + Python workers), sampled every 0.1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(HERE))
+
+GIB = 1 << 30
+MIB = 1 << 20
+TARGET_PER_CORE = 150_000
+TARGET_SPEEDUP = 1.7
+TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# ---------------------------------------------------------------------------------------
+# Process tree accounting (Linux /proc)
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = _stat(int(d))
+            if st is not None:
+                children.setdefault(int(st[1]), []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for p in pids:
+        st = _stat(p)
+        if st is not None:
+            total += (int(st[11]) + int(st[12])) / TCK
+    return total
+
+
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/statm") as fh:
+                total += int(fh.read().split()[1]) * PAGE
+        except OSError:
+            pass
+    return total
+
+
+class PeakRss:
+    """Samples the RSS of a process tree every 0.1 s."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.peak = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_bytes(tree(self.root)))
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> "PeakRss":
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+# ---------------------------------------------------------------------------------------
+# Children (one fresh process per measurement)
+
+
+def child_baseline(store_dir: str) -> dict[str, Any]:
+    from rmqtool.recovery.scan import iter_store_records, message_fields
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.versions import BrokerProfile
+
+    store = Store.open(store_dir)
+    profile = BrokerProfile.for_version("4.9.4")
+    me = [os.getpid()]
+    c0, t0 = cpu_seconds(me), time.perf_counter()
+    n = 0
+    for f, buf, _pos, c in iter_store_records(store, profile):
+        if c.is_message:
+            message_fields(f.name, c, buf)
+        n += 1
+    return {"records": n, "seconds": time.perf_counter() - t0, "cpu": cpu_seconds(me) - c0}
+
+
+def child_spark(store_dir: str, out: str, cores: int, split_size: int) -> dict[str, Any]:
+    from rmqtool.export_spark import run_export, spark_session, store_label
+    from rmqtool.recovery.store import Store
+
+    t0 = time.perf_counter()
+    handle = spark_session(f"local[{cores}]")
+    start = time.perf_counter() - t0
+    store = Store.open(Path(store_dir).resolve())
+    pids = tree(os.getpid())
+    c0 = cpu_seconds(pids)
+    res = run_export([(store_label(store_dir), store)], out, session=handle.spark, split_size=split_size,
+                     overwrite=True, quiet=True)
+    pids = tree(os.getpid())
+    cpu = cpu_seconds(pids) - c0  # workers that exited during the job are not counted
+    handle.spark.stop()
+    return {"records": res.rows, "seconds": res.seconds_after_start, "session_start": start, "cpu": cpu,
+            "tasks": res.tasks, "problems": res.problems}
+
+
+def run_child(args: list[str]) -> dict[str, Any]:
+    """Run this script as a child; return its JSON result and the tree's peak RSS."""
+    proc = subprocess.Popen([sys.executable, __file__, "--child", *args], stdout=subprocess.PIPE, text=True)
+    load0 = os.getloadavg()[0]
+    with PeakRss(proc.pid) as peak:
+        out, _ = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"child {args} failed with {proc.returncode}")
+    res = json.loads(out.strip().splitlines()[-1])
+    res["peak_rss"] = peak.peak
+    res["load"] = (load0, os.getloadavg()[0])
+    return res
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def ensure_store(root: Path, total: int, file_size: int) -> dict[str, Any]:
+    marker = root / "bench-export.json"
+    if marker.exists():
+        info = json.loads(marker.read_text())
+        if info.get("total") == total and info.get("file_size") == file_size:
+            return info  # type: ignore[no-any-return]
+        shutil.rmtree(root)
+    from rmqtool.recovery.synth import write_synthetic_store
+
+    t = time.perf_counter()
+    summary = write_synthetic_store(root, total_bytes=total, file_size=file_size, body_size=1024)
+    info = {"total": total, "file_size": file_size, "messages": summary["messages"], "files": summary["files"],
+            "write_seconds": time.perf_counter() - t}
+    marker.write_text(json.dumps(info))
+    return info
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        kind = sys.argv[2]
+        if kind == "baseline":
+            res = child_baseline(sys.argv[3])
+        else:
+            res = child_spark(sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
+        print(json.dumps(res))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "rmq-bench-export")
+    ap.add_argument("--size", type=float, default=1.0, help="GiB of commitlog records (>= 1)")
+    ap.add_argument("--file-size", type=int, default=256, help="commitlog file size, MiB")
+    ap.add_argument("--split-size", type=int, default=64, help="split size, MiB")
+    ap.add_argument("--cores", default="1,2", help="local[N] runs, comma separated")
+    ap.add_argument("--no-baseline", action="store_true")
+    a = ap.parse_args()
+    store = a.dir / "store"
+    info = ensure_store(store, int(a.size * GIB), a.file_size * MIB)
+    print(f"store: {store} ({info['files']} files of {a.file_size} MiB, {info['messages']} messages, "
+          f"{a.size:g} GiB of records); machine: {os.cpu_count()} cores")
+    results: dict[str, Any] = {}
+    if not a.no_baseline:
+        b = run_child(["baseline", str(store)])
+        results["baseline"] = b
+        print(f"baseline (dump's walk + message_fields, 1 core, no Spark): {b['records']} records in {b['seconds']:.1f} s "
+              f"= {b['records'] / b['seconds']:,.0f} records/s (CPU {b['cpu']:.1f} s: {b['records'] / max(b['cpu'], 1e-9):,.0f} "
+              f"records per CPU-second); peak RSS {b['peak_rss'] / MIB:.0f} MiB; load {b['load'][0]:.1f}->{b['load'][1]:.1f}")
+    for cores in [int(x) for x in a.cores.split(",")]:
+        out = a.dir / f"out-local{cores}"
+        r = run_child(["spark", str(store), str(out), str(cores), str(a.split_size * MIB)])
+        rate = r["records"] / r["seconds"]
+        results[cores] = r
+        print(f"local[{cores}]: session start {r['session_start']:.1f} s; {r['records']} rows in {r['tasks']} tasks, "
+              f"{r['seconds']:.1f} s after start = {rate:,.0f} records/s = {rate / cores:,.0f} records/s per core "
+              f"(target {TARGET_PER_CORE:,}); CPU {r['cpu']:.1f} s = {r['records'] / max(r['cpu'], 1e-9):,.0f} records per "
+              f"CPU-second; peak RSS (driver + JVM + workers) {r['peak_rss'] / MIB:.0f} MiB; "
+              f"load {r['load'][0]:.1f}->{r['load'][1]:.1f}")
+        shutil.rmtree(out, ignore_errors=True)
+    if 1 in results and 2 in results:
+        s = (results[2]["records"] / results[2]["seconds"]) / (results[1]["records"] / results[1]["seconds"])
+        print(f"speed-up local[1] -> local[2]: {s:.2f}x (target {TARGET_SPEEDUP}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
