@@ -75,14 +75,18 @@ def build_store(root: Path, size: int, file_size: int, body_size: int, with_inde
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(data)
     if with_index:
+        from rmqtool.formats.names import index_file_name
         from rmqtool.recovery.indexbuild import DispatchRequest, IndexBuilder
 
-        ib = IndexBuilder(root / "index")
+        t0 = time.perf_counter()
+        ib = IndexBuilder()  # default geometry: 5,000,000 slots, 20,000,000 entries
         ib.add(DispatchRequest(topics[i], int(qids[i]), int(off[i]), int(size_a[i]), int(tags[i]), plan.start_timestamp + i,
                                i // plan.queue_count, plan.keys(i), plan.uniq_key(i), 0) for i in range(len(n)))
         (root / "index").mkdir(exist_ok=True)
-        for data, name in ib.outputs():
-            (root / "index" / str(name)).write_bytes(data)
+        for img in ib.files:
+            with open(root / "index" / index_file_name(img.first_store_timestamp), "wb") as fh:
+                img.write_to(fh)
+        print(f"index: {len(ib.files)} file(s), {ib.keys_put} keys ({time.perf_counter() - t0:.1f} s)", flush=True)
     return summary
 
 

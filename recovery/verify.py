@@ -150,8 +150,19 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         return {
             "code": self.code, "severity": self.severity, "file": self.file, "pos": self.pos,
-            "physical_offset": self.physical_offset, "message": self.message, "details": dict(self.details),
+            "physical_offset": self.physical_offset, "message": self.message, "details": _plain(dict(self.details)),
         }
+
+
+def _plain(v: Any) -> Any:
+    """JSON-ready values: numpy scalars become Python ones."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
 
 
 def finding(code: str, file: str | None, pos: int | None, physical_offset: int | None, message: str, **details: Any) -> Finding:
@@ -211,6 +222,21 @@ class VerifyReport:
 # Commitlog scanning core (runs in worker processes too: module-level, picklable results).
 
 MAIN, SALVAGED, DAMAGED = 1, 2, 4
+# the record's SYSFLAG transaction type ((sys_flag & 0xC) << 1) and inner-batch bit, in the
+# same flags byte
+TX_SHIFT = 1
+TX_BITS = 0xC << TX_SHIFT
+INNER_BATCH = 0x20
+
+
+def _tx_flags(sys_flag: np.ndarray) -> np.ndarray:
+    sf = sys_flag.astype(np.int64)
+    return (((sf & 0xC) << TX_SHIFT) | np.where(sf & 0x80, INNER_BATCH, 0)).astype(np.uint8)
+
+
+def tx_type(flags: np.ndarray) -> np.ndarray:
+    """SYSFLAG & 0xC of records from their flags byte."""
+    return (flags.astype(np.int64) & TX_BITS) >> TX_SHIFT
 PHYS = "PHYSICAL_OFFSET_MISMATCH"  # salvage-mode stop: a record whose PHYSICALOFFSET is not its position
 # outcomes of check_record where the record itself is readable and its size trustworthy
 _INTACT_FAILURES = frozenset({ck.CRC, ck.DELAY_PARSE, ck.INNER_BATCH, ck.PROP_CRC})
@@ -252,10 +278,10 @@ _AR = {n: np.arange(n, dtype=np.int64) for n in (1, 2, 4, 8, 9, _HDR_MAX)}
 class _Rec:
     """Per-record column builders of one part (lists of numpy arrays, concatenated once)."""
 
-    __slots__ = ("cols", "topics", "topic_ids", "key_idx", "key_hash", "anomalies", "count")
+    __slots__ = ("cols", "topics", "topic_ids", "key_idx", "key_hash", "anomalies", "count", "main_phys_ok")
 
-    NAMES = ("pos", "total", "queue_id", "queue_offset", "phys", "sys_flag", "store_ts", "tid", "tags", "flags")
-    DTYPES = (np.int64, np.int32, np.int32, np.int64, np.int64, np.int32, np.int64, np.int32, np.int64, np.uint8)
+    NAMES = ("pos", "total", "queue_id", "queue_offset", "store_ts", "tid", "tags", "flags")
+    DTYPES = (np.int64, np.int32, np.int32, np.int64, np.int64, np.int32, np.int64, np.uint8)
 
     def __init__(self) -> None:
         self.cols: dict[str, list[np.ndarray]] = {n: [] for n in self.NAMES}
@@ -265,6 +291,7 @@ class _Rec:
         self.key_hash: list[np.ndarray] = []
         self.anomalies: list[tuple[str, int, str, dict[str, Any]]] = []  # (code, pos, message, details)
         self.count = 0
+        self.main_phys_ok = True  # every MAIN record has PHYSICALOFFSET == its position
 
     def tid(self, raw: bytes) -> int:
         t = self.topic_ids.get(raw)
@@ -610,6 +637,7 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np
     full parser one by one."""
     if n == 0:
         return 0
+    n_anom = len(out.anomalies)
     P = P[:n]
     T = T[:n]
     tids = _topic_ids(ctx, out, cols["topic_pos"][:n], cols["topic_len"][:n])
@@ -629,7 +657,7 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np
             pb = buf[a : a + ln] if ln > 0 else b""
             t = int(tids[i])
             if ctx.opts.check_props and ln > 0:
-                _check_props(out, pb, int(P[i]))
+                _check_props(out, pb, int(P[i]), structure=ctx.profile.new_properties_parser)
             r = _slow_props(ctx, pb, out.topics[t].encode() if t != sched else _SCHEDULE, int(sts[i]))
             if r is None:
                 stop_at = i
@@ -645,10 +673,14 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np
     n = stop_at
     if n == 0:
         return 0
-    flags = np.full(n, flag, dtype=np.uint8)
+    if stop_at < len(P) and len(out.anomalies) > n_anom:  # records after the stop are walked again later
+        cut = int(P[stop_at])
+        out.anomalies[n_anom:] = [a for a in out.anomalies[n_anom:] if a[1] < cut]
+    sysf = cols["sys_flag"][:n]
+    flags = _tx_flags(sysf) | np.uint8(flag)
+    _record_checks(ctx, out, P[:n], cols["physical_offset"][:n], sysf, flag)
     out.add(pos=P[:n], total=T[:n], queue_id=cols["queue_id"][:n], queue_offset=cols["queue_offset"][:n],
-            phys=cols["physical_offset"][:n], sys_flag=cols["sys_flag"][:n], store_ts=cols["store_timestamp"][:n],
-            tid=tids[:n], tags=tags[:n], flags=flags)
+            store_ts=cols["store_timestamp"][:n], tid=tids[:n], tags=tags[:n], flags=flags)
     base_idx = out.count - n
     if ctx.opts.want_keys and len(key_i):
         keep = key_i < n
@@ -926,6 +958,31 @@ def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.n
     return tids
 
 
+_KNOWN_SYSFLAG_BITS = 0x7FF  # STORE_FORMAT §6: bits 0-10
+MAX_PER_PART = 200  # per-record findings a part reports (the report caps per file anyway)
+
+
+def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: np.ndarray, flag: int) -> None:
+    """Per-record checks that do not stop the broker's walk: the stored PHYSICALOFFSET
+    against the position, and SYSFLAG sanity (counted per part)."""
+    bad = np.flatnonzero(phys != ctx.base + P)
+    if len(bad) and flag == MAIN:
+        out.main_phys_ok = False
+    for i in bad[:MAX_PER_PART].tolist():
+        out.anomalies.append(("CL_PHYS_OFFSET_MISMATCH", int(P[i]),
+                              f"stored PHYSICALOFFSET is {int(phys[i])}, the record is at {ctx.base + int(P[i])}: its queue and index entries point elsewhere",
+                              {"stored": int(phys[i])}))
+    sf = sysf.astype(np.int64)
+    unknown = (sf & ~_KNOWN_SYSFLAG_BITS) != 0
+    bad_ctype = ((sf & 0x1) != 0) & (((sf & 0x700) >> 8) > 3)
+    inner4 = ((sf & 0xC0) != 0) & (not ctx.profile.is_5x)
+    for mask, why in ((unknown, "unknown SYSFLAG bits"), (bad_ctype, "invalid compression type"), (inner4, "inner-batch bits on a 4.x store")):
+        idx = np.flatnonzero(mask)
+        if len(idx):
+            i = int(idx[0])
+            out.anomalies.append(("CL_SYSFLAG", int(P[i]), why, {"count": int(len(idx)), "reason": why, "sys_flag": int(sf[i]) & 0xFFFFFFFF}))
+
+
 def _slow_props(ctx: _Ctx, pb: bytes, tb: bytes, store_ts: int) -> tuple[int, list[str]] | None:
     """The full property parse for records the fast path does not handle: returns
     (tagsCode, index keys) or None when the broker refuses the record."""
@@ -960,7 +1017,7 @@ _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
 _ALTERNATING = b"\x01\x02" * 4096
 
 
-def _check_props(out: _Rec, pb: bytes, pos: int) -> None:
+def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None:
     """Properties encoding: valid UTF-8, and no entry the broker's parser drops (an entry
     with an empty name or value, or without a name/value separator). Fast test: the
     separators alone must alternate 01 02 01 02 ... with no empty name or value; anything
@@ -971,6 +1028,8 @@ def _check_props(out: _Rec, pb: bytes, pos: int) -> None:
         except UnicodeDecodeError as exc:
             out.anomalies.append(("CL_PROPERTIES", pos, f"properties are not valid UTF-8 (byte {exc.start} of the properties)", {"reason": "utf8"}))
             return
+    if not structure:  # the 4.6.0-4.9.0 split parser has other rules; only UTF-8 is checked
+        return
     seps = pb.translate(None, _NOT_SEPARATORS)
     if (seps == _ALTERNATING[: len(seps)] and b"\x01\x02" not in pb and b"\x02\x01" not in pb
             and pb[:1] != b"\x01" and pb[-1:] != b"\x01"):
@@ -1100,6 +1159,7 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
 def _finish(part: Part, out: _Rec, end: int, end_mode: str) -> None:
     part.end = end
     part.end_mode = end_mode
+    part.main_phys_ok = out.main_phys_ok
     part.rec = out.freeze()
     part.topics = out.topics
     part.anomalies = out.anomalies
@@ -1125,9 +1185,10 @@ def _add_damaged(ctx: _Ctx, out: _Rec, pos: int, c: ck.Checked) -> None:
     code = java_hash(props["TAGS"]) if props.get("TAGS") else 0
     if c2.is_message:
         code = c2.tags_code
+    _record_checks(ctx, out, np.array([pos]), np.array([r.physical_offset]), np.array([r.sys_flag]), DAMAGED)
     out.add(pos=np.array([pos]), total=np.array([r.total_size]), queue_id=np.array([r.queue_id]),
-            queue_offset=np.array([r.queue_offset]), phys=np.array([r.physical_offset]), sys_flag=np.array([r.sys_flag]),
-            store_ts=np.array([r.store_timestamp]), tid=np.array([tid]), tags=np.array([code]), flags=np.array([DAMAGED]))
+            queue_offset=np.array([r.queue_offset]), store_ts=np.array([r.store_timestamp]), tid=np.array([tid]),
+            tags=np.array([code]), flags=_tx_flags(np.array([r.sys_flag])) | np.uint8(DAMAGED))
     if ctx.opts.want_keys:
         keys = []
         u = props.get("UNIQ_KEY")
@@ -1166,9 +1227,7 @@ class FileScan:
 
 
 def _relabel_ok(part: Part, base: int) -> bool:
-    r = part.rec
-    main = (r["flags"] & MAIN) != 0
-    return bool(np.all(r["phys"][main] == base + r["pos"][main]))
+    return part.main_phys_ok
 
 
 def _relabel(part: Part) -> None:
@@ -1246,7 +1305,7 @@ def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
 
     ctx = _mp_context()
     results: list[Part | None] = [None] * len(tasks)
-    ex = cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx)
+    ex = cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx, initializer=_worker_init)
     try:
         futs = {ex.submit(scan_part, t): i for i, t in enumerate(tasks)}
         if meanwhile:
@@ -1257,10 +1316,20 @@ def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
             if progress:
                 progress(tasks[i].stop - tasks[i].start)
     except BaseException:
+        # Ctrl-C or a failure: stop the workers now (they ignore SIGINT, the parent decides)
+        procs = list(getattr(ex, "_processes", {}).values())
         ex.shutdown(wait=False, cancel_futures=True)
+        for pr in procs:
+            pr.terminate()
         raise
     ex.shutdown(wait=True)
     return [r for r in results if r is not None]
+
+
+def _worker_init() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _mp_context() -> Any:
@@ -1288,10 +1357,7 @@ class Records:
     off: np.ndarray
     size: np.ndarray
     qkey: np.ndarray
-    queue_id: np.ndarray
     queue_offset: np.ndarray
-    phys: np.ndarray
-    sys_flag: np.ndarray
     store_ts: np.ndarray
     tags: np.ndarray
     flags: np.ndarray
@@ -1414,8 +1480,8 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
         tq = (tid << 32) | (qid & 0xFFFFFFFF)
         uq, qkey = np.unique(tq, return_inverse=True)
         queues = [(topic_names[int(u) >> 32], _i32(int(u) & 0xFFFFFFFF)) for u in uq.tolist()]
-    recs = Records(off=off, size=cat["total"].astype(np.int64), qkey=qkey.astype(np.int64), queue_id=cat["queue_id"],
-                   queue_offset=cat["queue_offset"], phys=cat["phys"], sys_flag=cat["sys_flag"], store_ts=cat["store_ts"],
+    recs = Records(off=off, size=cat["total"].astype(np.int32), qkey=qkey.astype(np.int32),
+                   queue_offset=cat["queue_offset"], store_ts=cat["store_ts"],
                    tags=cat["tags"], flags=cat["flags"], file_idx=fidx, queues=queues, key_rec=krec, key_hash=khash,
                    anomalies=anomalies)
     return scans, recs
@@ -1436,55 +1502,93 @@ def _rel(store: Store, p: Path) -> str:
 # Consume queues: loading, and the broker's own queue recovery (for maxPhyOffsetOfCQ).
 
 
-@dataclass
 class Queue:
-    topic: str
-    queue_id: int
-    files: list[StoreFile]
-    rels: list[str]
-    off: np.ndarray
-    size: np.ndarray
-    tags: np.ndarray
-    logical: np.ndarray  # unit number (logical queue offset) of each unit
-    file_no: np.ndarray  # index into files
-    pos: np.ndarray  # byte position inside its file
-    missing: list[tuple[int, int]]  # logical unit ranges [a, b) with no file bytes (gaps, short files)
+    """One consume queue; its units are read on demand (:meth:`load`) and can be dropped
+    again (:meth:`release`), so a big store's queues need not all be in memory at once."""
+
+    def __init__(self, store: Store, topic: str, queue_id: int, files: list[StoreFile]) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.files = files
+        self.rels = [_rel(store, f.path) for f in files]
+        self.fsize = store.geometry.cq_file_size
+        per_file = self.fsize // cqf.CQ_UNIT_SIZE
+        self.per_file = per_file
+        self.first = np.array([f.base // cqf.CQ_UNIT_SIZE for f in files], dtype=np.int64)
+        # logical unit ranges [a, b) with no file bytes (missing files, short files)
+        self.missing: list[tuple[int, int]] = []
+        for k, f in enumerate(files):
+            first = int(self.first[k])
+            if k and first > int(self.first[k - 1]) + per_file:
+                self.missing.append((int(self.first[k - 1]) + per_file, first))
+            n = min(f.size, self.fsize) // cqf.CQ_UNIT_SIZE
+            if n < per_file:
+                self.missing.append((first + n, first + per_file))
+        self.n_units = sum(min(f.size, self.fsize) // cqf.CQ_UNIT_SIZE for f in files)
+        self._units: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def name(self) -> str:
         return f"{self.topic}/{self.queue_id}"
 
+    def _read(self, ks: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        ks = list(ks)
+        counts = [min(self.files[k].size, self.fsize) // cqf.CQ_UNIT_SIZE for k in ks]
+        total = sum(counts)
+        raw = np.empty(total * cqf.CQ_UNIT_SIZE, dtype=np.uint8)
+        at = 0
+        for k, c in zip(ks, counts):
+            with open(self.files[k].path, "rb") as fh:
+                got = fh.readinto(memoryview(raw)[at : at + c * cqf.CQ_UNIT_SIZE])
+            if got < c * cqf.CQ_UNIT_SIZE:  # shrank while we read: zeros
+                raw[at + got : at + c * cqf.CQ_UNIT_SIZE] = 0
+            at += c * cqf.CQ_UNIT_SIZE
+        u = raw.view(cqf.CQ_DTYPE)
+        fno = np.repeat(np.array(ks, dtype=np.int32), counts)
+        logical = self.first[fno] + (np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts))
+        return (u["commitlog_offset"].astype(np.int64), u["size"].astype(np.int64), u["tags_code"].astype(np.int64),
+                logical, fno)
 
-def load_queues(store: Store) -> list[Queue]:
+    def load(self) -> "Queue":
+        if self._units is None:
+            self._units = self._read(range(len(self.files)))
+        return self
+
+    def release(self) -> None:
+        self._units = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._units is not None
+
+    def _u(self, i: int) -> np.ndarray:
+        self.load()
+        assert self._units is not None
+        return self._units[i]
+
+    off = property(lambda self: self._u(0))
+    size = property(lambda self: self._u(1))
+    tags = property(lambda self: self._u(2))
+    logical = property(lambda self: self._u(3))
+    file_no = property(lambda self: self._u(4))
+
+    @property
+    def pos(self) -> np.ndarray:
+        """Byte position of each unit inside its file."""
+        return (self.logical - self.first[self.file_no]) * cqf.CQ_UNIT_SIZE
+
+
+def load_queues(store: Store, budget_units: int = 64 << 20) -> list[Queue]:
+    """Every consume queue; the units of the first ones are read now, up to ``budget_units``
+    units (about 40 bytes each in memory), the rest when they are checked."""
     out = []
-    fsize = store.geometry.cq_file_size
-    per_file = fsize // cqf.CQ_UNIT_SIZE
+    used = 0
     for topic, qid, files in store.iter_queues():
-        offs, sizes, tags, logical, fno, poss = [], [], [], [], [], []
-        missing: list[tuple[int, int]] = []
-        expect = None
-        for k, f in enumerate(files):
-            first = f.base // cqf.CQ_UNIT_SIZE
-            if expect is not None and first > expect:
-                missing.append((expect, first))
-            try:
-                data = np.fromfile(f.path, dtype=np.uint8, count=fsize)
-            except OSError:
-                data = np.zeros(0, dtype=np.uint8)
-            n = len(data) // cqf.CQ_UNIT_SIZE
-            if n < per_file:
-                missing.append((first + n, first + per_file))
-            u = data[: n * cqf.CQ_UNIT_SIZE].view(cqf.CQ_DTYPE)
-            offs.append(u["commitlog_offset"].astype(np.int64))
-            sizes.append(u["size"].astype(np.int64))
-            tags.append(u["tags_code"].astype(np.int64))
-            logical.append(first + np.arange(n, dtype=np.int64))
-            fno.append(np.full(n, k, dtype=np.int32))
-            poss.append(np.arange(n, dtype=np.int64) * cqf.CQ_UNIT_SIZE)
-            expect = first + per_file
-        cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dtype=dt))
-        out.append(Queue(topic, qid, files, [_rel(store, f.path) for f in files], cat(offs, np.int64), cat(sizes, np.int64),
-                         cat(tags, np.int64), cat(logical, np.int64), cat(fno, np.int32), cat(poss, np.int64), missing))
+        q = Queue(store, topic, qid, files)
+        if used + q.n_units <= budget_units:
+            q.load()
+            used += q.n_units
+        out.append(q)
     return out
 
 
@@ -1494,10 +1598,14 @@ def cq_recover_max_phy(q: Queue, files_per_queue: int) -> int:
     if not q.files:
         return -1
     first_k = max(0, len(q.files) - 3)
+    if q.loaded:
+        off_all, size_all, fno_all = q.off, q.size, q.file_no
+    else:
+        off_all, size_all, _t, _l, fno_all = q._read(range(first_k, len(q.files)))
     max_phy = -1
     for k in range(first_k, len(q.files)):
-        sel = q.file_no == k
-        off, size = q.off[sel], q.size[sel]
+        sel = fno_all == k
+        off, size = off_all[sel], size_all[sel]
         valid = (off >= 0) & (size > 0)
         nvalid = int(np.argmin(valid)) if not valid.all() else len(valid)
         if nvalid:
@@ -1714,7 +1822,7 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                 if total != mapped - e.pos:
                     out.append(finding("CL_BAD_BLANK", rel, e.pos, g_off, f"BLANK record says {total} bytes remain, the file has {mapped - e.pos} after it", total_size=total))
                 continue
-            n_after = after(g_off if e.kind == "gap" else g_off)
+            n_after = after(g_off)
             if e.reason == ck.END_OF_DATA:
                 if n_after:
                     nxt = int(offs[np.searchsorted(offs, g_off, side="right")])
@@ -1761,11 +1869,12 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                 if po is not None and po == g_stop:
                     thrown = after(g_stop)
                 sample = [int(x) for x in inside[:50]]
+                fate = (f"the broker's {mode} recovery stops here and throws away {thrown} of them" if thrown
+                        else f"the broker's {mode} recovery does not stop here")
                 out.append(finding(
                     "CL_SALVAGEABLE_RECORDS", rel, sp, g_stop,
                     f"{len(inside)} intact records in this file after the stop at {sp}"
-                    + (f" and {later} in later files" if later else "")
-                    + f"; {'the broker' + chr(39) + 's ' + mode + ' recovery throws away ' + str(thrown) if thrown else 'the broker' + chr(39) + 's ' + mode + ' recovery does not stop here'}",
+                    + (f" and {later} in later files" if later else "") + f"; {fate}",
                     in_file=len(inside), in_later_files=later, positions=sample, positions_truncated=len(inside) > len(sample),
                     broker_discards=thrown, recovery_mode=mode))
     out.extend(_record_anomalies(store, profile, scans, recs, spans))
@@ -1778,34 +1887,25 @@ def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[File
     files = store.commitlog
     rels = [_rel(store, f.path) for f in files]
     bases = np.array([f.base for f in files] or [0], dtype=np.int64)
+    sysflag: dict[tuple[int, str], list[Any]] = {}
     for fidx, code, pos, msg, det in recs.anomalies:
+        if code == "CL_SYSFLAG":  # counted per part: one finding per file and kind
+            k = (fidx, det["reason"])
+            if k in sysflag:
+                sysflag[k][1] += det["count"]
+            else:
+                sysflag[k] = [pos, det["count"], det["sys_flag"]]
+            continue
         out.append(finding(code, rels[fidx], pos, int(bases[fidx]) + pos, msg, **det))
+    for (fidx, why), (pos, count, sf0) in sysflag.items():
+        out.append(finding("CL_SYSFLAG", rels[fidx], pos, int(bases[fidx]) + pos,
+                           f"{why} in {count} record(s), first SYSFLAG 0x{sf0:X}", count=count, reason=why))
     n = len(recs)
     if not n:
         return out
-    # stored PHYSICALOFFSET vs position
-    bad = np.flatnonzero(recs.phys != recs.off)
-    for i in bad.tolist():
-        fi = int(recs.file_idx[i])
-        out.append(finding("CL_PHYS_OFFSET_MISMATCH", rels[fi], int(recs.off[i] - bases[fi]), int(recs.off[i]),
-                           f"stored PHYSICALOFFSET is {int(recs.phys[i])}, the record is at {int(recs.off[i])}: its queue and index entries point elsewhere",
-                           stored=int(recs.phys[i])))
-    # SYSFLAG sanity
-    sf = recs.sys_flag.astype(np.int64)
-    unknown = (sf & ~0x7FF) != 0
-    ctype = (sf & 0x700) >> 8
-    bad_ctype = ((sf & 0x1) != 0) & (ctype > 3)
-    inner4 = ((sf & 0xC0) != 0) & (not profile.is_5x)
-    for mask, why in ((unknown, "unknown SYSFLAG bits"), (bad_ctype, "invalid compression type"), (inner4, "inner-batch bits on a 4.x store")):
-        idx = np.flatnonzero(mask)
-        if len(idx):
-            i = int(idx[0])
-            fi = int(recs.file_idx[i])
-            out.append(finding("CL_SYSFLAG", rels[fi], int(recs.off[i] - bases[fi]), int(recs.off[i]),
-                               f"{why} in {len(idx)} record(s), first SYSFLAG 0x{int(sf[i]) & 0xFFFFFFFF:X}", count=int(len(idx)), reason=why))
     # QUEUEOFFSET continuity per queue (records that go to a consume queue, not inner batches)
-    tx = sf & 0xC
-    sel = np.flatnonzero(((tx == 0) | (tx == 8)) & ((sf & 0x80) == 0))
+    tx = tx_type(recs.flags)
+    sel = np.flatnonzero(((tx == 0) | (tx == 8)) & ((recs.flags & INNER_BATCH) == 0))
     if len(sel) > 1:
         qk_sel = recs.qkey[sel]
         order = sel[np.argsort(qk_sel.astype(np.int16) if len(recs.queues) < 32768 else qk_sel, kind="stable")]
@@ -1917,110 +2017,114 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
     stats = {"queues": len(queues), "units": 0, "fill_blank_units": 0, "expired_units": 0, "ext_address_units": 0}
     sched_q1 = not profile.delay_table_in_abnormal_recovery
     for q in queues:
-        nU = len(q.off)
-        stats["units"] += int(np.count_nonzero((q.off >= 0) & (q.size > 0)))
-        qk = recs.qkey_of(q.topic, q.queue_id)
-        if q.missing and qk is not None:
-            missing_ranges.setdefault(qk, []).extend(q.missing)
-        if not nU:
-            continue
-        off, size, tag, logical = q.off, q.size, q.tags, q.logical
-        ar = np.arange(nU)
-        valid = (off >= 0) & (size > 0)
-        fill = (off == 0) & (size == cqf.FILL_BLANK_SIZE) & (tag == 0)
-        zero = (off == 0) & (size == 0) & (tag == 0)
-        vi = np.flatnonzero(valid)
-        lastv = int(vi[-1]) if len(vi) else -1
-        real = valid & ~fill
-        ri = np.flatnonzero(real)
-        first_real = int(ri[0]) if len(ri) else nU
-        stats["fill_blank_units"] += int(np.count_nonzero(fill))
-        flagged: list[np.ndarray] = []
+        try:
+            nU = len(q.off)
+            stats["units"] += int(np.count_nonzero((q.off >= 0) & (q.size > 0)))
+            qk = recs.qkey_of(q.topic, q.queue_id)
+            if q.missing and qk is not None:
+                missing_ranges.setdefault(qk, []).extend(q.missing)
+            if not nU:
+                continue
+            off, size, tag, logical = q.off, q.size, q.tags, q.logical
+            ar = np.arange(nU)
+            valid = (off >= 0) & (size > 0)
+            fill = (off == 0) & (size == cqf.FILL_BLANK_SIZE) & (tag == 0)
+            zero = (off == 0) & (size == 0) & (tag == 0)
+            vi = np.flatnonzero(valid)
+            lastv = int(vi[-1]) if len(vi) else -1
+            real = valid & ~fill
+            ri = np.flatnonzero(real)
+            first_real = int(ri[0]) if len(ri) else nU
+            stats["fill_blank_units"] += int(np.count_nonzero(fill))
+            flagged: list[np.ndarray] = []
 
-        def emit(code: str, idx: np.ndarray, text: Callable[[int, int], str], **extra: Any) -> None:
-            if not len(idx):
-                return
-            flagged.append(logical[idx])
-            runs = _runs(idx)
-            for r, (s, ln) in enumerate(runs):
-                if r == MAX_RUNS:
-                    rest = sum(l2 for _s2, l2 in runs[r:])
-                    out.append(finding(code, q.rels[int(q.file_no[idx[s]])], None, None,
-                                       f"{q.name}: {len(runs) - r} more runs ({rest} units) like the above", queue=q.name, omitted_units=rest))
-                    break
-                u = int(idx[s])
-                out.append(finding(code, q.rels[int(q.file_no[u])], int(q.pos[u]), int(off[u]) if valid[u] else None,
-                                   f"{q.name} queue offset {int(logical[u])}" + (f"-{int(logical[u]) + ln - 1}" if ln > 1 else "") + ": " + text(u, ln),
-                                   topic=q.topic, queue_id=q.queue_id, queue_offset=int(logical[u]), units=ln, **extra))
+            def emit(code: str, idx: np.ndarray, text: Callable[[int, int], str], **extra: Any) -> None:
+                if not len(idx):
+                    return
+                flagged.append(logical[idx])
+                runs = _runs(idx)
+                for r, (s, ln) in enumerate(runs):
+                    if r == MAX_RUNS:
+                        rest = sum(l2 for _s2, l2 in runs[r:])
+                        out.append(finding(code, q.rels[int(q.file_no[idx[s]])], None, None,
+                                           f"{q.name}: {len(runs) - r} more runs ({rest} units) like the above", queue=q.name, omitted_units=rest))
+                        break
+                    u = int(idx[s])
+                    out.append(finding(code, q.rels[int(q.file_no[u])], int(q.pos[u]), int(off[u]) if valid[u] else None,
+                                       f"{q.name} queue offset {int(logical[u])}" + (f"-{int(logical[u]) + ln - 1}" if ln > 1 else "") + ": " + text(u, ln),
+                                       topic=q.topic, queue_id=q.queue_id, queue_offset=int(logical[u]), units=ln, **extra))
 
-        emit("CQ_HOLE", np.flatnonzero(zero & (ar < lastv)),
-             lambda u, ln: f"{'an all-zero unit' if ln == 1 else f'{ln} all-zero units'} before the last valid unit (queue offset {int(logical[lastv])}): the broker's queue recovery stops there")
-        emit("CQ_BAD_UNIT", np.flatnonzero(~valid & ~zero),
-             lambda u, ln: f"invalid unit (offset {int(off[u])}, size {int(size[u])})" + (f" and {ln - 1} more" if ln > 1 else ""))
-        emit("CQ_BAD_UNIT", np.flatnonzero(fill & (ar > first_real)), lambda u, ln: "fill-blank unit after real units")
-        if len(ri):
-            ro, rs, rt = off[ri], size[ri], tag[ri]
-            rec_i, found = recs.find(ro)
-            if qk is not None and found.all():  # the common case: every unit matches its record
-                good = ((recs.qkey[rec_i] == qk) & (recs.size[rec_i] == rs) & (recs.queue_offset[rec_i] == logical[ri])
-                        & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR)))
-                if good.all():
-                    referenced[rec_i] = True
-                    stats["ext_address_units"] += int(np.count_nonzero(rt <= cqf.EXT_MAX_ADDR))
-                    if flagged:
-                        explained.setdefault(qk, []).extend(flagged)
-                    continue
-            expired = (ro < cl_min) & ~found
-            live = np.flatnonzero(~expired)
-            first_live = int(live[0]) if len(live) else len(ri)
-            expired_prefix = expired & (np.arange(len(ri)) < first_live)
-            stats["expired_units"] += int(np.count_nonzero(expired_prefix))
-            before_min = expired & ~expired_prefix
-            in_span = ~found & ~expired & spans.contains(ro)
-            past = ~found & ~expired & ~in_span & (ro >= data_end)
-            bad_ptr = ~found & ~expired & ~in_span & ~past
-            emit("CQ_BEFORE_MIN", ri[before_min], lambda u, ln: f"points to {int(off[u])}, below the commitlog's first file ({cl_min}), after units pointing at live data")
-            emit("CQ_INTO_DAMAGE", ri[in_span], lambda u, ln: f"points into a damaged commitlog region ({spans.what(int(off[u]))}): the message is lost" + (f" ({ln} units)" if ln > 1 else ""))
-            emit("CQ_PAST_END", ri[past], lambda u, ln: f"points to {int(off[u])}, past the end of the commitlog data ({data_end})" + (f" ({ln} units)" if ln > 1 else ""))
-            emit("CQ_BAD_POINTER", ri[bad_ptr], lambda u, ln: f"points to {int(off[u])}, where no record starts")
-            fi = np.flatnonzero(found)
-            if len(fi):
-                rj = rec_i[fi]
-                same_q = recs.qkey[rj] == (qk if qk is not None else -1)
-                referenced[rj[same_q]] = True
-                wrong = ~same_q | (recs.size[rj] != rs[fi]) | (recs.queue_offset[rj] != logical[ri[fi]])
-                wi = fi[wrong]
-                if len(wi):
-                    def wtext(u: int, ln: int, _ri: np.ndarray = ri, _rec: np.ndarray = rec_i) -> str:
-                        k = int(np.searchsorted(_ri, u))
-                        j = int(_rec[k])
-                        t, qid = recs.queues[int(recs.qkey[j])]
-                        return (f"points to a record of {t}/{qid} queue offset {int(recs.queue_offset[j])} size {int(recs.size[j])}"
-                                f" (the unit says size {int(size[u])})")
-                    emit("CQ_WRONG_RECORD", ri[wi], wtext)
-                ok = fi[~wrong]
-                if len(ok):
-                    ut = rt[ok]
-                    et = recs.tags[rec_i[ok]]
-                    ext = ut <= cqf.EXT_MAX_ADDR
-                    stats["ext_address_units"] += int(np.count_nonzero(ext))
-                    mism = ok[(ut != et) & ~ext]
-                    if len(mism):
-                        q1 = np.zeros(len(mism), dtype=bool)
-                        if sched_q1 and q.topic == ck.SCHEDULE_TOPIC:
-                            for m_i, k in enumerate(mism.tolist()):
-                                q1[m_i] = _q1_tags(store, profile, recs, int(rec_i[k])) == int(rt[k])
-                        emit("CQ_TAGS_CODE_Q1", ri[mism[q1]], lambda u, ln: f"tagsCode {int(tag[u])} is the TAGS hash, not the delivery time (quirk Q1 of 4.9.2-4.9.8 abnormal recovery)")
+            emit("CQ_HOLE", np.flatnonzero(zero & (ar < lastv)),
+                 lambda u, ln: f"{'an all-zero unit' if ln == 1 else f'{ln} all-zero units'} before the last valid unit (queue offset {int(logical[lastv])}): the broker's queue recovery stops there")
+            emit("CQ_BAD_UNIT", np.flatnonzero(~valid & ~zero),
+                 lambda u, ln: f"invalid unit (offset {int(off[u])}, size {int(size[u])})" + (f" and {ln - 1} more" if ln > 1 else ""))
+            emit("CQ_BAD_UNIT", np.flatnonzero(fill & (ar > first_real)), lambda u, ln: "fill-blank unit after real units")
+            if len(ri):
+                ro, rs, rt = off[ri], size[ri], tag[ri]
+                rec_i, found = recs.find(ro)
+                if qk is not None and found.all():  # the common case: every unit matches its record
+                    good = ((recs.qkey[rec_i] == qk) & (recs.size[rec_i] == rs) & (recs.queue_offset[rec_i] == logical[ri])
+                            & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR)))
+                    if good.all():
+                        referenced[rec_i] = True
+                        stats["ext_address_units"] += int(np.count_nonzero(rt <= cqf.EXT_MAX_ADDR))
+                        if flagged:
+                            explained.setdefault(qk, []).extend(flagged)
+                        continue
+                expired = (ro < cl_min) & ~found
+                live = np.flatnonzero(~expired)
+                first_live = int(live[0]) if len(live) else len(ri)
+                expired_prefix = expired & (np.arange(len(ri)) < first_live)
+                stats["expired_units"] += int(np.count_nonzero(expired_prefix))
+                before_min = expired & ~expired_prefix
+                in_span = ~found & ~expired & spans.contains(ro)
+                past = ~found & ~expired & ~in_span & (ro >= data_end)
+                bad_ptr = ~found & ~expired & ~in_span & ~past
+                emit("CQ_BEFORE_MIN", ri[before_min], lambda u, ln: f"points to {int(off[u])}, below the commitlog's first file ({cl_min}), after units pointing at live data")
+                emit("CQ_INTO_DAMAGE", ri[in_span], lambda u, ln: f"points into a damaged commitlog region ({spans.what(int(off[u]))}): the message is lost" + (f" ({ln} units)" if ln > 1 else ""))
+                emit("CQ_PAST_END", ri[past], lambda u, ln: f"points to {int(off[u])}, past the end of the commitlog data ({data_end})" + (f" ({ln} units)" if ln > 1 else ""))
+                emit("CQ_BAD_POINTER", ri[bad_ptr], lambda u, ln: f"points to {int(off[u])}, where no record starts")
+                fi = np.flatnonzero(found)
+                if len(fi):
+                    rj = rec_i[fi]
+                    same_q = recs.qkey[rj] == (qk if qk is not None else -1)
+                    referenced[rj[same_q]] = True
+                    wrong = ~same_q | (recs.size[rj] != rs[fi]) | (recs.queue_offset[rj] != logical[ri[fi]])
+                    wi = fi[wrong]
+                    if len(wi):
+                        def wtext(u: int, ln: int, _ri: np.ndarray = ri, _rec: np.ndarray = rec_i) -> str:
+                            k = int(np.searchsorted(_ri, u))
+                            j = int(_rec[k])
+                            t, qid = recs.queues[int(recs.qkey[j])]
+                            return (f"points to a record of {t}/{qid} queue offset {int(recs.queue_offset[j])} size {int(recs.size[j])}"
+                                    f" (the unit says size {int(size[u])})")
+                        emit("CQ_WRONG_RECORD", ri[wi], wtext)
+                    ok = fi[~wrong]
+                    if len(ok):
+                        ut = rt[ok]
+                        et = recs.tags[rec_i[ok]]
+                        ext = ut <= cqf.EXT_MAX_ADDR
+                        stats["ext_address_units"] += int(np.count_nonzero(ext))
+                        mism = ok[(ut != et) & ~ext]
+                        if len(mism):
+                            q1 = np.zeros(len(mism), dtype=bool)
+                            if sched_q1 and q.topic == ck.SCHEDULE_TOPIC:
+                                for m_i, k in enumerate(mism.tolist()):
+                                    q1[m_i] = _q1_tags(store, profile, recs, int(rec_i[k])) == int(rt[k])
+                            emit("CQ_TAGS_CODE_Q1", ri[mism[q1]], lambda u, ln: f"tagsCode {int(tag[u])} is the TAGS hash, not the delivery time (quirk Q1 of 4.9.2-4.9.8 abnormal recovery)")
 
-                        def ttext(u: int, ln: int, _ri: np.ndarray = ri, _rec: np.ndarray = rec_i) -> str:
-                            j = int(_rec[int(np.searchsorted(_ri, u))])
-                            return f"tagsCode {int(tag[u])}, the record's TAGS give {int(recs.tags[j])}" + (f" ({ln} units)" if ln > 1 else "")
-                        emit("CQ_TAGS_CODE", ri[mism[~q1]], ttext)
-        if qk is not None and flagged:
-            explained.setdefault(qk, []).extend(flagged)
+                            def ttext(u: int, ln: int, _ri: np.ndarray = ri, _rec: np.ndarray = rec_i) -> str:
+                                j = int(_rec[int(np.searchsorted(_ri, u))])
+                                return f"tagsCode {int(tag[u])}, the record's TAGS give {int(recs.tags[j])}" + (f" ({ln} units)" if ln > 1 else "")
+                            emit("CQ_TAGS_CODE", ri[mism[~q1]], ttext)
+            if qk is not None and flagged:
+                explained.setdefault(qk, []).extend(flagged)
+        finally:
+            q.release()  # checked: its units are not needed any more
+
     # commitlog messages missing from their queue
     if n_rec:
-        tx = recs.sys_flag & 0xC
+        tx = tx_type(recs.flags)
         expected = ((tx == 0) | (tx == 8)) & (recs.off < broker.po)
         missing = np.flatnonzero(expected & ~referenced)
         if len(missing):
@@ -2259,7 +2363,7 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
         pres = np.unique(np.concatenate(present)) if present else np.zeros(0, dtype=np.int64)
         miss_pairs = rec_pairs[~np.isin(rec_pairs, pres)]
         miss_rec = np.unique(miss_pairs >> 32)
-        tx = recs.sys_flag[miss_rec] & 0xC
+        tx = tx_type(recs.flags[miss_rec])
         keep = (tx != 0xC) & (recs.off[miss_rec] < broker.po)
         if wrong_recs:
             keep &= ~np.isin(miss_rec, np.concatenate(wrong_recs))

@@ -69,10 +69,9 @@ def _summary(report: VerifyReport, out: Any) -> None:
     console = Console(file=out)
     render((c.to_dict() for c in report.checks), "table", CHECK_COLUMNS,
            title=f"rmqtool verify {report.store} (broker {report.broker_version})", out=out)
-    shown = report.findings[:FIRST_FINDINGS]
+    shown = sorted(report.findings, key=lambda f: f.severity != "error")[:FIRST_FINDINGS]  # errors first
     if shown:
-        ordered = sorted(shown, key=lambda f: f.severity != "error")
-        render((f.to_dict() for f in ordered), "table", FINDING_COLUMNS,
+        render((f.to_dict() for f in shown), "table", FINDING_COLUMNS,
                title=f"findings ({len(report.findings)}; first {len(shown)} shown)" if len(report.findings) > len(shown) else "findings", out=out)
     rec = report.summary.get("recovery") or {}
     lines = [f"messages: {report.summary.get('messages', 0)}, errors: {report.errors}, warnings: {report.warnings}"]
