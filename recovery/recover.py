@@ -756,7 +756,9 @@ def _cq_hints(store: Store) -> np.ndarray | None:
             parts.append(off[(off >= 0) & (size > 0) & (size != 0x7FFFFFFF)].astype(np.int64))
     if not parts:
         return None
-    h = np.unique(np.concatenate(parts))
+    h = np.sort(np.concatenate(parts))  # (np.unique is far slower here than sort + mask)
+    if len(h) > 1:
+        h = h[np.concatenate(([True], h[1:] != h[:-1]))]
     return h if len(h) else None
 
 
