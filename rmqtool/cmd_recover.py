@@ -102,7 +102,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
                 result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
                                         index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
                                         jobs=jobs)
-        _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished)
+        _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished, salvage_to=salvage_to)
     _warn_problems(plan)
     if plan.problems:
         return int(Exit.PROBLEMS)
@@ -127,7 +127,7 @@ def _warn_problems(plan: RecoveryPlan) -> None:
 
 
 def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False) -> None:
+           finished: bool = False, salvage_to: Path | None = None) -> None:
     if fmt == "json":
         doc: dict[str, Any] = {"dry_run": dry_run, "plan": plan.to_dict()}
         if result is not None:
@@ -185,6 +185,8 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
             click.echo(f"quirk Q1: {result.delay_tags_mismatch} SCHEDULE_TOPIC_XXXX units carry the TAGS hash, not the delivery time")
         if result.salvage:
             click.echo(f"salvaged: {result.salvage['records']} intact records to {result.salvage['dir']}")
+        elif salvage_to is not None:
+            click.echo("salvage: nothing is cut, nothing to salvage")
         if result.backup_dir:
             click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
