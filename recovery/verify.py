@@ -769,29 +769,29 @@ def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarr
 
 def _hash_ranges(a8: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Java ``String.hashCode`` (uint32 bit pattern) of the ASCII byte ranges [s, e) of
-    ``a8``: the bytes are gathered into one compact buffer with prefix sums
-    ``pre[q] = sum(b[r] * 31**-r, r < q)``, so hash = (pre[end] - pre[start]) * 31**(end-1)
-    (mod 2**32; 31 is odd, hence invertible)."""
+    ``a8``: ranges of equal length L are taken as rows of a sliding-window view (one row
+    gather, no index matrix) and hashed column by column with Horner's rule in uint32
+    (wrap-around is Java's int overflow)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
     L = e - s
-    tot = int(L.sum())
     out = np.zeros(len(s), dtype=np.uint32)
-    if tot == 0:
+    if not len(s) or int(L.max()) == 0:
         return out
-    longest = int(L.max())
-    if longest <= 16:  # short values (tags): Horner's rule, one gather per character
-        h = np.zeros(len(s), dtype=np.uint32)
-        for j in range(longest):
-            more = L > j
-            h = np.where(more, h * np.uint32(31) + a8[np.minimum(s + j, len(a8) - 1)].astype(np.uint32), h)
-        return h
-    ce = np.cumsum(L)
-    cs = ce - L
-    idx = np.repeat(s - cs, L) + _arange(tot)
-    _POW.ensure(tot + 1)
-    pre = np.zeros(tot + 1, dtype=np.uint32)
-    np.cumsum(a8[idx].astype(np.uint32) * _POW.inv[:tot], dtype=np.uint32, out=pre[1:])
-    nz = L > 0
-    out[nz] = (pre[ce[nz]] - pre[cs[nz]]) * _POW.pow[ce[nz] - 1]
+    lengths = np.bincount(L)
+    for ln in np.flatnonzero(lengths).tolist():
+        if ln == 0 or ln > len(a8):
+            continue
+        sel = np.flatnonzero(L == ln) if lengths[ln] != len(L) else None
+        st = s if sel is None else s[sel]
+        rows = sliding_window_view(a8, ln)[st]
+        h = np.zeros(len(st), dtype=np.uint32)
+        for j in range(ln):
+            h = h * np.uint32(31) + rows[:, j]
+        if sel is None:
+            out[:] = h
+        else:
+            out[sel] = h
     return out
 
 
@@ -807,7 +807,7 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
     rec_start = np.cumsum(plp[lo:hi] + 1) - (plp[lo:hi] + 1)  # start of each record's props in joined
     if not joined.isascii():  # UTF-16 units are not bytes: those records take the full parser
         high = np.flatnonzero(a8 >= 0x80)
-        slow_mask[lo + np.unique(np.searchsorted(rec_start, high, side="right") - 1)] = True
+        slow_mask[lo + np.searchsorted(rec_start, high, side="right") - 1] = True
     sep = np.flatnonzero(a8 < 3)
     sv = a8[sep]
     keep12 = sv != 0
@@ -886,7 +886,7 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
             continue
         h = _hash_ranges(a8, vs, ve)
         rec_tid = tids[lo + owner]
-        utid = np.unique(rec_tid)
+        utid = sorted_unique(rec_tid)
         for tid in utid.tolist():
             if tid not in topic_prefix:
                 topic_prefix[tid] = java_hash(out.topics[tid] + "#") & 0xFFFFFFFF
@@ -1478,7 +1478,8 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
         queues = [(topic_names[c // qmax], c % qmax) for c in np.flatnonzero(used).tolist()]
     else:
         tq = (tid << 32) | (qid & 0xFFFFFFFF)
-        uq, qkey = np.unique(tq, return_inverse=True)
+        uq = sorted_unique(tq)
+        qkey = np.searchsorted(uq, tq)
         queues = [(topic_names[int(u) >> 32], _i32(int(u) & 0xFFFFFFFF)) for u in uq.tolist()]
     recs = Records(off=off, size=cat["total"].astype(np.int32), qkey=qkey.astype(np.int32),
                    queue_offset=cat["queue_offset"], store_ts=cat["store_ts"],
@@ -1869,6 +1870,7 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                 if po is not None and po == g_stop:
                     thrown = after(g_stop)
                 sample = [int(x) for x in inside[:50]]
+                runs = _record_runs(recs, fs, sp)
                 fate = (f"the broker's {mode} recovery stops here and throws away {thrown} of them" if thrown
                         else f"the broker's {mode} recovery does not stop here")
                 out.append(finding(
@@ -1876,8 +1878,51 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                     f"{len(inside)} intact records in this file after the stop at {sp}"
                     + (f" and {later} in later files" if later else "") + f"; {fate}",
                     in_file=len(inside), in_later_files=later, positions=sample, positions_truncated=len(inside) > len(sample),
-                    broker_discards=thrown, recovery_mode=mode))
+                    runs=runs, broker_discards=thrown, recovery_mode=mode))
     out.extend(_record_anomalies(store, profile, scans, recs, spans))
+    return out
+
+
+def _record_runs(recs: Records, fs: FileScan, after: int, limit: int = 100) -> list[list[int]]:
+    """Intact records of a file after position ``after`` as runs of back-to-back records:
+    [first position, end position, count] (every record's offset, compactly)."""
+    sel = np.flatnonzero(recs.file_idx == fs.idx)
+    pos = recs.off[sel] - fs.file.base
+    keep = pos > after
+    pos, size = pos[keep], recs.size[sel][keep].astype(np.int64)
+    if not len(pos):
+        return []
+    brk = np.flatnonzero(pos[1:] != pos[:-1] + size[:-1]) + 1
+    starts = np.concatenate(([0], brk))
+    ends = np.concatenate((brk, [len(pos)]))
+    return [[int(pos[a]), int(pos[b - 1] + size[b - 1]), int(b - a)] for a, b in zip(starts[:limit].tolist(), ends[:limit].tolist())]
+
+
+def walk_summary(store: Store, scans: Sequence[FileScan | None], recs: Records) -> list[dict[str, Any]]:
+    """Per commitlog file: where the broker's record walk stops and what lies after."""
+    out = []
+    counts = np.bincount(recs.file_idx, minlength=len(store.commitlog)) if len(recs) else np.zeros(len(store.commitlog), dtype=np.int64)
+    for k, f in enumerate(store.commitlog):
+        fs = scans[k] if k < len(scans) else None
+        row: dict[str, Any] = {"file": _rel(store, f.path), "size": f.size}
+        if fs is None:
+            row.update(records=0, stop=None, stop_reason="EMPTY_FILE", after="nothing")
+            out.append(row)
+            continue
+        stop = fs.stop
+        row["records"] = fs.main_count
+        row["stop"] = stop.pos if stop is not None else fs.end
+        row["stop_reason"] = stop.reason if stop is not None else "END_OF_FILE"
+        intact_after = int(counts[k]) - fs.main_count
+        if stop is not None and stop.reason == ck.BLANK:
+            row["after"] = "end of file (BLANK)"
+        elif intact_after:
+            row["after"] = f"{intact_after} intact record(s)"
+        elif any(g.first_nonzero >= 0 for g in fs.gaps):
+            row["after"] = "non-zero bytes, no intact record"
+        else:
+            row["after"] = "zeros"
+        out.append(row)
     return out
 
 
@@ -1939,6 +1984,23 @@ def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[File
 # Consume queue cross-check.
 
 MAX_RUNS = 20  # findings per (code, queue or file) before a summary finding
+
+
+def sorted_unique(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (sort-based: numpy 2.x's hash-based ``np.unique`` is very slow
+    on millions of distinct int64 values)."""
+    if len(a) == 0:
+        return np.asarray(a).copy()
+    x = np.sort(a)
+    return x[np.concatenate(([True], x[1:] != x[:-1]))]
+
+
+def in_sorted(a: np.ndarray, sorted_b: np.ndarray) -> np.ndarray:
+    """``np.isin(a, b)`` for a sorted ``b``, by binary search."""
+    if len(sorted_b) == 0 or len(a) == 0:
+        return np.zeros(len(a), dtype=bool)
+    i = np.minimum(np.searchsorted(sorted_b, a), len(sorted_b) - 1)
+    return sorted_b[i] == a
 
 
 def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
@@ -2131,16 +2193,16 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
             fixed = broker.cq_fixed(recs.off[missing])
             qks = recs.qkey[missing]
             expl = np.zeros(len(missing), dtype=bool)
-            for k in np.unique(qks).tolist():
+            for k in sorted_unique(qks).tolist():
                 sel = qks == k
                 qo = recs.queue_offset[missing[sel]]
                 e = np.zeros(len(qo), dtype=bool)
                 if k in explained:
-                    e |= np.isin(qo, np.concatenate(explained[k]))
+                    e |= in_sorted(qo, sorted_unique(np.concatenate(explained[k])))
                 for a, b in missing_ranges.get(k, []):
                     e |= (qo >= a) & (qo < b)
                 expl[sel] = e
-            for k in np.unique(qks).tolist():
+            for k in sorted_unique(qks).tolist():
                 t, qid = recs.queues[k]
                 qdir = f"consumequeue/{t}/{qid}"
                 sel = qks == k
@@ -2188,11 +2250,6 @@ def _read_index_header(f: StoreFile) -> Any:
     return np.frombuffer(raw, dtype=ixf.HEADER_DTYPE, count=1)[0]
 
 
-def _java_div1000(d: np.ndarray) -> np.ndarray:
-    """Java long division by 1000 (truncates toward zero)."""
-    return np.sign(d) * (np.abs(d) // 1000)
-
-
 def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any],
                     broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
     import mmap
@@ -2203,7 +2260,7 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
     cl_min = store.commitlog_min_offset()
     data_end = int(outlook.get("data_end", 0))
     n_rec = len(recs)
-    rec_pairs = np.unique((recs.key_rec << 32) | (recs.key_hash.astype(np.int64) & 0xFFFFFFFF)) if len(recs.key_rec) else np.zeros(0, dtype=np.int64)
+    rec_pairs = sorted_unique((recs.key_rec << 32) | (recs.key_hash.astype(np.int64) & 0xFFFFFFFF)) if len(recs.key_rec) else np.zeros(0, dtype=np.int64)
     present: list[np.ndarray] = []
     wrong_recs: list[np.ndarray] = []
     stats: dict[str, Any] = {"files": len(store.index_files), "entries": 0, "expired_entries": 0}
@@ -2242,9 +2299,9 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             avail = max(0, (f.size - entries_at) // ixf.ENTRY_SIZE) if f.size > entries_at else 0
             ne = min(eff, avail)
             E = np.frombuffer(mm, dtype=ixf.ENTRY_DTYPE, count=ne, offset=entries_at) if ne else np.zeros(0, dtype=ixf.ENTRY_DTYPE)
-            kh = E["key_hash"][1:].astype(np.int64)
+            kh = E["key_hash"][1:].astype(np.int32)
             eoff = E["commitlog_offset"][1:].astype(np.int64)
-            td = E["time_diff"][1:].astype(np.int64)
+            td = E["time_diff"][1:].astype(np.int32)
             prev = E["prev_index"][1:].astype(np.int64)
             ks = np.arange(1, ne, dtype=np.int64)
             stats["entries"] += len(ks)
@@ -2330,14 +2387,14 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             emit("IDX_INTO_DAMAGE", rel, ks[in_span], eoff[in_span], lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})")
             emit("IDX_PAST_END", rel, ks[past], eoff[past], lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})")
             emit("IDX_BAD_ENTRY", rel, ks[bad & ~neg], eoff[bad & ~neg], lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
-            pairs = (rj << 32) | (kh & 0xFFFFFFFF)
-            hash_ok = found & np.isin(pairs, rec_pairs)
+            pairs = (rj << 32) | kh.view(np.uint32).astype(np.int64)
+            hash_ok = found & in_sorted(pairs, rec_pairs)
             wrong = found & ~hash_ok & ~neg
             emit("IDX_WRONG_HASH", rel, ks[wrong], eoff[wrong],
                  lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}")
             present.append(pairs[hash_ok])
             wrong_recs.append(rj[wrong])
-            slot_of = np.where(kh >= 0, kh % S, -1)
+            slot_of = np.where(kh >= 0, kh % np.int32(S), -1)
             misplaced = ~orphan & ~wrong & ~neg & (chain_slot != slot_of)
             emit("IDX_CHAIN_BROKEN", rel, ks[misplaced], eoff[misplaced],
                  lambda k, s: f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}")
@@ -2346,7 +2403,9 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             if len(fk):
                 st = recs.store_ts[rj[fk]]
                 begin = np.where(ks[fk] == 1, prev_end_ts, int(h["begin_timestamp"]))
-                exp = np.clip(_java_div1000(st - begin), 0, _INT_MAX)
+                # Java truncates toward zero, then clamps to [0, MAX]: for a negative
+                # difference floor division clamps to the same 0
+                exp = np.clip((st - begin) // 1000, 0, _INT_MAX)
                 exp = np.where(begin <= 0, 0, exp)
                 bad_td = fk[exp != td[fk]]
                 if len(bad_td):
@@ -2360,13 +2419,13 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
                 pass
     # ---- messages missing from the index
     if store.index_files and len(rec_pairs):
-        pres = np.unique(np.concatenate(present)) if present else np.zeros(0, dtype=np.int64)
-        miss_pairs = rec_pairs[~np.isin(rec_pairs, pres)]
-        miss_rec = np.unique(miss_pairs >> 32)
+        pres = sorted_unique(np.concatenate(present)) if present else np.zeros(0, dtype=np.int64)
+        miss_pairs = rec_pairs[~in_sorted(rec_pairs, pres)]
+        miss_rec = sorted_unique(miss_pairs >> 32)
         tx = tx_type(recs.flags[miss_rec])
         keep = (tx != 0xC) & (recs.off[miss_rec] < broker.po)
         if wrong_recs:
-            keep &= ~np.isin(miss_rec, np.concatenate(wrong_recs))
+            keep &= ~in_sorted(miss_rec, sorted_unique(np.concatenate(wrong_recs)))
         miss_rec = miss_rec[keep]
         stats["messages_missing"] = int(len(miss_rec))
         if len(miss_rec):
@@ -2562,6 +2621,7 @@ def verify_store(
         "messages": len(recs),
         "codes": _code_counts(findings),
         "recovery": outlook,
+        "commitlog_walk": walk_summary(store, scans, recs),
     }
     return VerifyReport(str(store.root), profile.label, checks, findings, summary)
 
