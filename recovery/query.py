@@ -292,10 +292,11 @@ def find_by_key(
 
     Through the Index when ``use_index`` and index files exist: the hash-chain walk of
     :func:`index_query` (for every topic with a consume queue when ``topic`` is None),
-    then hash collisions are dropped by checking the message. Otherwise a commitlog scan.
+    then hash collisions are dropped by checking the message. Otherwise (no index files,
+    or no topic given and no consume queue to name one) a commitlog scan.
     ``max_num`` caps the raw index hits per topic like the broker's maxNum."""
-    if use_index and store.index_files:
-        topics = [topic] if topic is not None else store.topics()
+    topics = [topic] if topic is not None else store.topics()
+    if use_index and store.index_files and topics:  # no topic known (no consume queue): scan
         with CommitlogReader(store, profile) as reader:
             seen: dict[int, IndexHit] = {}
             for t in topics:

@@ -442,3 +442,14 @@ def test_every_format_on_edge_cases(tmp_path: Path, fmt: str, capsys: pytest.Cap
     out, err = capsys.readouterr()
     assert code == 4 and err == ""
     assert "[/]" in out and "BODY_CRC_MISMATCH" in out
+
+
+def test_key_lookup_without_consume_queues_scans(store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """No --topic and no consume queue to name the topics of the index keys: a scan."""
+    import shutil
+
+    root = store_copy("clean")
+    shutil.rmtree(root / "consumequeue")
+    q = next(q for q in broker_view("clean")["query_message_by_key"] if q["topic"] == "TopicC")
+    code, recs, _ = dump(capsys, "commitlog", str(root), "--key", q["key"])
+    assert code == 0 and [r["physical_offset"] for r in recs] == sorted(q["phys_offsets_whose_message_has_this_key"])
