@@ -246,33 +246,32 @@ _CRC_TAG = b"__CRC32#\x01"
 _MASK31 = 0x7FFFFFFF
 _ZBLOCK = 1 << 20
 
-_STRUCT_CODES = {"b": "i1", "B": "u1", "h": ">i2", "H": ">u2", "i": ">i4", "I": ">u4", "l": ">i4", "L": ">u4", "q": ">i8", "Q": ">u8"}
-
-
-def _header_dtype(hosts: int) -> tuple[np.dtype, int]:
-    """numpy dtype of the fixed message header (up to BODYLENGTH) for a host layout,
-    derived from the MESSAGE_V1 schema (V2 has the same header)."""
+def _header_layout(hosts: int) -> dict[str, int]:
+    """Byte offset of every fixed header field (up to BODYLENGTH) for a host layout,
+    derived from the MESSAGE_V1 schema through its ``struct`` (V2 has the same header).
+    The offset of the body is under ``"body"``."""
     st, names = fixed_struct(cl.MESSAGE_V1, {"sys_flag": hosts})
-    fmt = st.format[1:] if st.format[:1] in "<>!=@" else st.format
-    fields = []
+    out: dict[str, int] = {}
+    at = 0
     num = ""
     it = iter(names)
-    for ch in fmt:
+    for ch in st.format.lstrip("<>!=@"):
         if ch.isdigit():
             num += ch
             continue
-        name = next(it).replace(".", "_")
-        fields.append((name, f"S{num}" if ch == "s" else _STRUCT_CODES[ch]))
+        out[next(it)] = at
+        at += struct.calcsize(">" + (num if ch == "s" else "") + ch)
         num = ""
-    dt = np.dtype(fields)
-    if dt.itemsize != st.size:
-        raise RuntimeError("header dtype does not match the schema")
-    return dt, st.size
+    if at != st.size:
+        raise RuntimeError("header layout does not match the schema")
+    out["body"] = at
+    return out
 
 
-_HDR = {hosts: _header_dtype(hosts) for hosts in (0x00, 0x10, 0x20, 0x30)}
-_HDR_MAX = max(size for _dt, size in _HDR.values())
-_AR = {n: np.arange(n, dtype=np.int64) for n in (1, 2, 4, 8, 9, _HDR_MAX)}
+# host layouts (SYSFLAG & 0x30) -> field offsets; index = (SYSFLAG & 0x30) >> 4
+_LAYOUT = [_header_layout(h) for h in (0x00, 0x10, 0x20, 0x30)]
+_V4 = _LAYOUT[0]
+_AR9 = np.arange(9, dtype=np.int64)
 
 
 class _Rec:
@@ -392,18 +391,6 @@ class _Ctx:
         self.mv.release()
 
 
-def _gather(u8: np.ndarray, idx: np.ndarray, dt: str) -> np.ndarray:
-    """Big-endian integers of dtype ``dt`` read at byte positions ``idx`` (clipped into the
-    buffer, so garbage positions read garbage instead of failing)."""
-    d = np.dtype(dt)
-    n = d.itemsize
-    hi = len(u8) - n
-    if hi < 0:
-        return np.zeros(len(idx), dtype=d.newbyteorder("="))
-    i = np.clip(idx, 0, hi)
-    return u8[i[:, None] + _AR[n]].view(d).reshape(len(idx)).astype(d.newbyteorder("="))
-
-
 def _first_nonzero(u8: np.ndarray, a: int, b: int) -> int:
     """Position of the first non-zero byte in [a, b), or -1."""
     while a < b:
@@ -441,9 +428,11 @@ def _resync(ctx: _Ctx, start: int, limit: int) -> int | None:
     return None
 
 
-_V4_BODY_LEN_AT = 84  # BODYLENGTH with IPv4 born/store hosts (STORE_FORMAT §4)
-_V4_BODY_AT = 88
+_V4_BODY_LEN_AT = _V4["body_length"]  # BODYLENGTH with IPv4 born/store hosts (STORE_FORMAT §4)
+_V4_BODY_AT = _V4["body"]
 # TOTALSIZE, MAGICCODE, BODYCRC, then BODYLENGTH at its IPv4 position, in one unpack
+if (_V4["total_size"], _V4["magic"], _V4["body_crc"]) != (0, 4, 8):
+    raise RuntimeError("message schema changed: the walk's header unpack is derived from it")
 _HEAD = struct.Struct(f">iii{_V4_BODY_LEN_AT - 12}xi")
 
 
@@ -559,10 +548,6 @@ def _hi32(w: np.ndarray) -> np.ndarray:
     return (w >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64)
 
 
-def _lo32(w: np.ndarray) -> np.ndarray:
-    return (w & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
-
-
 def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: list[int]) -> tuple[int, dict[str, np.ndarray]]:
     """Vectorised structure checks (the length computed from the fields must be
     TOTALSIZE, topic length >= 0; in salvage mode PHYSICALOFFSET == base + position) and
@@ -572,25 +557,25 @@ def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: l
     n = len(P)
     words = ctx.words
     G = words.grouped(P)
-    magic = _lo32(G.at(0)) if ctx.profile.accepts_v2 else np.full(n, cl.MAGIC_V1, dtype=np.int64)
-    crc_q = G.at(8)
-    body_crc = _hi32(crc_q)
-    queue_id = _lo32(crc_q)
-    queue_offset = G.at(20).view(np.int64)
-    phys = G.at(28).view(np.int64)
-    sysf = _hi32(G.at(36))
+    # every field is the high half (4 bytes) or the whole (8 bytes) of the big-endian word
+    # at its offset in the schema
+    magic = _hi32(G.at(_V4["magic"])) if ctx.profile.accepts_v2 else np.full(n, cl.MAGIC_V1, dtype=np.int64)
+    queue_id = _hi32(G.at(_V4["queue_id"]))
+    queue_offset = G.at(_V4["queue_offset"]).view(np.int64)
+    phys = G.at(_V4["physical_offset"]).view(np.int64)
+    sysf = _hi32(G.at(_V4["sys_flag"]))
     hosts = sysf & 0x30
     if not hosts.any():  # IPv4 born and store hosts: fixed positions
-        b = s = 8
-        store_ts = G.at(56).view(np.int64)
-        bl = _lo32(G.at(80))
+        store_ts = G.at(_V4["store_timestamp"]).view(np.int64)
+        bl = _hi32(G.at(_V4["body_length"]))
+        body_pos = P + _V4["body"]
     else:
-        b = np.where(sysf & 0x10, 20, 8)
-        s = np.where(sysf & 0x20, 20, 8)
-        store_ts = words.at(P + 48 + b).view(np.int64)
-        bl = _lo32(words.at(P + 64 + b + s))
+        lay = hosts >> 4
+        off_of = {k: np.array([lt[k] for lt in _LAYOUT], dtype=np.int64) for k in ("store_timestamp", "body_length", "body")}
+        store_ts = words.at(P + off_of["store_timestamp"][lay]).view(np.int64)
+        bl = _hi32(words.at(P + off_of["body_length"][lay]))
+        body_pos = P + off_of["body"][lay]
     blp = np.maximum(bl, 0)
-    body_pos = P + 72 + b + s
     tl_pos = body_pos + blp
     L = len(u8)
     v2 = magic == cl.MAGIC_V2
@@ -605,16 +590,18 @@ def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: l
     hi = u8[np.minimum(pl_pos, L - 1)].astype(np.int64)
     lo = u8[np.minimum(pl_pos + 1, L - 1)].astype(np.int64)
     pl = ((hi << 8) | lo) - ((hi & 0x80) << 9)
-    computed = 48 + b + 8 + s + 12 + 4 + blp + tlw + tl + 2 + np.maximum(pl, 0)
+    # calMsgLength (STORE_FORMAT §9): header up to the body, body, topic, properties
+    computed = (body_pos - P) + blp + tlw + tl + 2 + np.maximum(pl, 0)
     bad = (computed != T) | (tl < 0)
     if salvage:
         bad |= phys != ctx.base + P
     crc_bad = np.zeros(n, dtype=bool)
     if bad_crc:
         crc_bad[np.array(bad_crc, dtype=np.int64)] = True
-    v6 = np.flatnonzero((sysf & 0x30) != 0)
+    v6 = np.flatnonzero(hosts != 0)
     if len(v6):  # the walk checked these bodies at the IPv4 position: check them where they are
         mv = ctx.mv
+        body_crc = _hi32(G.at(_V4["body_crc"]))
         for i in v6.tolist():
             ln = int(bl[i])
             a = int(body_pos[i])
@@ -688,13 +675,6 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np
         out.add_keys(key_i[keep][order] + base_idx, key_h[keep][order])
     _prop_crc_scan(ctx, out, P[:n], T[:n], pl[:n])
     return n
-
-
-_ARANGE = np.arange(1 << 16, dtype=np.int64)
-
-
-def _arange(n: int) -> np.ndarray:
-    return _ARANGE[:n] if n <= len(_ARANGE) else np.arange(n, dtype=np.int64)
 
 
 class _Pow31:
@@ -1052,7 +1032,7 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
     if not len(cand):
         return
     tail = P[cand] + T[cand] - cl.CRC32_RESERVED_LEN
-    head = u8[np.clip(tail, 0, len(u8) - 9)[:, None] + _AR[9]]
+    head = u8[np.clip(tail, 0, len(u8) - 9)[:, None] + _AR9]
     last = u8[np.clip(P[cand] + T[cand] - 1, 0, len(u8) - 1)]
     tag = np.frombuffer(_CRC_TAG, dtype=np.uint8)
     hit = cand[(head == tag).all(axis=1) & (last == 2)]

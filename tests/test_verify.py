@@ -475,6 +475,65 @@ def test_changed_byte_under_crc32_property(tmp_path: Path, capsys: pytest.Captur
     assert f["details"]["stored"] != f["details"]["computed"]
 
 
+def build_mixed_store(root: Path) -> list[int]:
+    """Records with IPv4 and IPv6 hosts and a 128-char (V2) topic, one file, queues."""
+    (root / "commitlog").mkdir(parents=True)
+    data = bytearray()
+    queues: dict[tuple[str, int], bytearray] = {}
+    starts = []
+    ts = 1_790_000_000_000
+    v6 = {"address": bytes(range(16)), "port": 10911}
+    v4 = {"address": bytes([10, 0, 0, 9]), "port": 40000}
+    for i in range(12):
+        topic = "T" * 128 if i % 4 == 3 else "TopicM"
+        sys_flag = (0x10 if i % 3 == 1 else 0) | (0x20 if i % 3 == 2 else 0)
+        key = (topic, 0)
+        qoff = len(queues.get(key, b"")) // 20
+        rec = cl.build_message({
+            "queue_id": 0, "flag": 0, "queue_offset": qoff, "physical_offset": len(data), "sys_flag": sys_flag,
+            "born_timestamp": ts + i, "born_host": v6 if sys_flag & 0x10 else v4, "store_timestamp": ts + i,
+            "store_host": v6 if sys_flag & 0x20 else v4, "reconsume_times": 0, "prepared_transaction_offset": 0,
+            "body": bytes([i]) * (50 + i), "topic": topic, "properties": f"KEYS\x01m{i}\x02TAGS\x01T{i % 2}",
+        }, v2=len(topic) > 127)
+        starts.append(len(data))
+        queues.setdefault(key, bytearray()).extend(struct.pack(">qiq", len(data), len(rec), java_hash(f"T{i % 2}")))
+        data += rec
+    (root / "commitlog" / F0).write_bytes(bytes(data).ljust(8192, b"\0"))
+    for (topic, qid), units in queues.items():
+        d = root / "consumequeue" / topic / str(qid)
+        d.mkdir(parents=True)
+        (d / F0).write_bytes(bytes(units).ljust(600, b"\0"))
+    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(ts + 11, ts + 11, 0, 0, 0)))
+    return starts
+
+
+def test_ipv6_hosts_and_v2_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "store"
+    starts = build_mixed_store(root)
+    rc, findings = verify_cli(root, capsys, "--broker-version", "5.1.4")
+    assert rc == 0 and findings == []
+    s = Store.open(root)
+    scans, recs = v.scan_commitlog(s, BrokerProfile.for_version("5.1.4"))
+    assert recs.off.tolist() == starts and scans[0] is not None and scans[0].stop.reason == "END_OF_DATA"
+    # a 4.x broker cannot read the V2 record: its walk stops at the first one
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    errs = errors(findings)
+    assert errs[0] == ("CL_V2_UNSUPPORTED", "commitlog/" + F0, starts[3])
+    # a flipped body byte in an IPv6 record is found at its own body position
+    r = next(x for x in records_of_v(root, "5.1.4") if x.sys_flag == 0x20)
+    patch(root / "commitlog" / F0, r.body_pos + 2, b"\xee")
+    rc, findings = verify_cli(root, capsys, "--broker-version", "5.1.4")
+    assert rc == 4 and errors(findings) == [("CL_BODY_CRC", "commitlog/" + F0, r.pos)]
+
+
+def records_of_v(root: Path, version: str) -> list[cl.MessageRecord]:
+    s = Store.open(root)
+    p = BrokerProfile.for_version(version)
+    with s.map(s.commitlog[0]) as m:
+        return [st.checked.rec for st in scan.walk_file(m.buf, m.size, p) if st.checked.is_message]
+
+
 # ---------------------------------------------------------------------------------------
 # consume queue and index rules
 
