@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -516,11 +517,25 @@ class _Grouped:
         self.w = words
         self.pos = pos
         hi = max(words.end - 8, 0)
-        self.safe = bool(len(pos) == 0 or (pos.min() >= 0 and pos.max() <= hi - 128))
+        self.safe = bool(len(pos) == 0 or (pos.min() >= 0 and pos.max() <= hi - 160))
         if self.safe:
             r = pos & 7
             q = pos >> 3
             self.groups = [(k, g, q[g]) for k in range(8) for g in (np.flatnonzero(r == k),) if len(g)]
+
+    def words(self, c: int, count: int) -> np.ndarray:
+        """``count`` consecutive words starting at ``pos + c``: an (n, count) array."""
+        if not self.safe or count == 1:
+            return np.stack([self.at(c + 8 * j) for j in range(count)], axis=1)
+        from numpy.lib.stride_tricks import sliding_window_view
+
+        out = np.zeros((len(self.pos), count), dtype="<u8")
+        for k, g, qg in self.groups:
+            v = self.w.views[(k + c) & 7]
+            if v is not None:
+                out[g] = sliding_window_view(v, count)[qg + ((k + c) >> 3)]
+        out.byteswap(inplace=True)
+        return out.view(np.uint64)
 
     def at(self, c: int) -> np.ndarray:
         n = len(self.pos)
@@ -560,14 +575,23 @@ def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: l
     # every field is the high half (4 bytes) or the whole (8 bytes) of the big-endian word
     # at its offset in the schema
     magic = _hi32(G.at(_V4["magic"])) if ctx.profile.accepts_v2 else np.full(n, cl.MAGIC_V1, dtype=np.int64)
-    queue_id = _hi32(G.at(_V4["queue_id"]))
-    queue_offset = G.at(_V4["queue_offset"]).view(np.int64)
-    phys = G.at(_V4["physical_offset"]).view(np.int64)
-    sysf = _hi32(G.at(_V4["sys_flag"]))
+    # QUEUEID .. SYSFLAG lie in the four words from QUEUEID (fixed positions for every host layout)
+    qi = _V4["queue_id"]
+    w4 = G.words(qi, 4)
+    if (_V4["queue_offset"] - qi, _V4["physical_offset"] - qi, _V4["sys_flag"] - qi) != (8, 16, 24):
+        raise RuntimeError("message schema changed: header word offsets")
+    queue_id = _hi32(w4[:, 0])
+    queue_offset = w4[:, 1].view(np.int64)
+    phys = w4[:, 2].view(np.int64)
+    sysf = _hi32(w4[:, 3])
     hosts = sysf & 0x30
-    if not hosts.any():  # IPv4 born and store hosts: fixed positions
-        store_ts = G.at(_V4["store_timestamp"]).view(np.int64)
-        bl = _hi32(G.at(_V4["body_length"]))
+    if not hosts.any():  # IPv4 born and store hosts: STORETIMESTAMP .. BODYLENGTH in four words
+        st0 = _V4["store_timestamp"]
+        w4 = G.words(st0, 4)
+        if _V4["body_length"] - st0 != 28:
+            raise RuntimeError("message schema changed: header word offsets")
+        store_ts = w4[:, 0].view(np.int64)
+        bl = (w4[:, 3] & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
         body_pos = P + _V4["body"]
     else:
         lay = hosts >> 4
@@ -775,19 +799,54 @@ def _hash_ranges(a8: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return out
 
 
+def _gather_props(ctx: _Ctx, pp: np.ndarray, plp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The properties of the given records in one uint8 buffer, each followed by 0x02.
+    Records are grouped by properties length L and each group is copied with one fancy
+    index on a sliding-window view of the map (rows of L+1 bytes: the byte after the
+    properties is overwritten with 0x02). Returns (buffer, start of each record in it,
+    batch index of each buffer record, length of each buffer record)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    u8 = ctx.u8
+    n = len(pp)
+    order = np.argsort(plp.astype(np.int16) if n and int(plp.max()) < 32768 else plp, kind="stable")
+    sl = plp[order]
+    cuts = np.flatnonzero(sl[1:] != sl[:-1]) + 1
+    g0s = np.concatenate(([0], cuts)).tolist()
+    g1s = np.concatenate((cuts, [n])).tolist()
+    total = int((plp + 1).sum())
+    a8 = np.empty(total + 8, dtype=np.uint8)  # 8 spare bytes: 8-byte reads at any segment start
+    a8[total:] = 2
+    rec_start = np.empty(n, dtype=np.int64)
+    at = 0
+    for g0, g1 in zip(g0s, g1s):
+        L = int(sl[g0])
+        m = g1 - g0
+        st = pp[order[g0:g1]]
+        if L == 0:
+            rows = np.full((m, 1), 2, dtype=np.uint8)
+        elif int(st.max()) + L + 1 <= len(u8):
+            rows = sliding_window_view(u8, L + 1)[st]
+            rows[:, L] = 2
+        else:  # the properties end at the end of the readable bytes
+            rows = np.full((m, L + 1), 2, dtype=np.uint8)
+            rows[:, :L] = sliding_window_view(u8, L)[st]
+        a8[at : at + m * (L + 1)] = rows.ravel()
+        rec_start[g0:g1] = at + np.arange(m, dtype=np.int64) * (L + 1)
+        at += m * (L + 1)
+    return a8[:total + 8], rec_start, order, sl
+
+
 def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.ndarray, plp: np.ndarray,
                  tids: np.ndarray, tags: np.ndarray, slow_mask: np.ndarray, key_i: list[np.ndarray],
                  key_h: list[np.ndarray], want_keys: bool) -> None:
-    buf = ctx.buf
-    starts = pp[lo:hi].tolist()
-    ends = (pp[lo:hi] + plp[lo:hi]).tolist()
-    # one buffer: props of each record followed by 0x02 (a record boundary ends a segment)
-    joined = b"\x02".join(map(buf.__getitem__, map(slice, starts, ends))) + b"\x02"
-    a8 = np.frombuffer(joined, dtype=np.uint8)
-    rec_start = np.cumsum(plp[lo:hi] + 1) - (plp[lo:hi] + 1)  # start of each record's props in joined
-    if not joined.isascii():  # UTF-16 units are not bytes: those records take the full parser
+    # one buffer: the props of each record followed by 0x02 (a record boundary ends a
+    # segment), records grouped by props length so that each group is one row gather
+    a8, rec_start, order, rec_len = _gather_props(ctx, pp[lo:hi], plp[lo:hi])
+    # below, "record j" is the j-th record of the buffer; order[j] is its index in the batch
+    if len(a8) and int(a8.max()) >= 0x80:  # UTF-16 units are not bytes: those records take the full parser
         high = np.flatnonzero(a8 >= 0x80)
-        slow_mask[lo + np.searchsorted(rec_start, high, side="right") - 1] = True
+        slow_mask[lo + order[np.searchsorted(rec_start, high, side="right") - 1]] = True
     sep = np.flatnonzero(a8 < 3)
     sv = a8[sep]
     keep12 = sv != 0
@@ -798,10 +857,10 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
     seg_s = np.empty(len(two), dtype=np.int64)
     seg_s[0] = 0
     seg_s[1:] = seg_e[:-1] + 1
-    # segments per record: the inserted 0x02 after record r is at rec_start[r+1] - 1
-    rec_end_seg = np.searchsorted(seg_e, rec_start + plp[lo:hi])
-    counts = np.diff(np.concatenate(([-1], rec_end_seg)))
-    seg_rec = np.repeat(np.arange(hi - lo, dtype=np.int64), counts)
+
+    def rec_of(segs: np.ndarray) -> np.ndarray:
+        """Buffer record of the given segments (non-decreasing for sorted segments)."""
+        return np.searchsorted(rec_start, seg_s[segs], side="right") - 1
     # the first 0x01 of a segment is the separator right after the previous 0x02
     fi = np.empty(len(two), dtype=np.int64)
     fi[0] = 0
@@ -813,15 +872,26 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
     if ctx.opts.check_props:
         dropped = (seg_e > seg_s) & ~valid
         if dropped.any():
-            cnt = np.bincount(seg_rec[dropped], minlength=hi - lo)
+            cnt = np.bincount(order[rec_of(np.flatnonzero(dropped))], minlength=hi - lo)
             for r in np.flatnonzero(cnt).tolist():
                 if not slow_mask[lo + r]:
                     c = int(cnt[r])
                     out.anomalies.append(("CL_PROPERTIES", int(P[lo + r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c}))
     klen = k - seg_s
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    # the first 8 bytes of every segment with a key of 4 or 8 bytes, as big-endian words
+    # (the buffer has 8 spare bytes at its end)
+    short = np.flatnonzero(valid & ((klen == 4) | (klen == 8)))
+    head = sliding_window_view(a8, 8)[seg_s[short]].copy().view(">u8").ravel() if len(short) else np.zeros(0, dtype=">u8")
+    head4 = head >> np.uint64(32)
 
     def named(name: str) -> np.ndarray:
         want = _NAMES[name]
+        if len(want) == 4:
+            return short[(klen[short] == 4) & (head4 == np.uint64(int.from_bytes(want.tobytes(), "big")))]
+        if len(want) == 8:
+            return short[(klen[short] == 8) & (head == np.uint64(int.from_bytes(want.tobytes(), "big")))]
         cand = np.flatnonzero(valid & (klen == len(want)))
         st = seg_s[cand]
         for j, ch in enumerate(want.tolist()):
@@ -833,13 +903,15 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
 
     t = named("TAGS")
     if len(t):
-        t = t[_last_per_record(seg_rec[t])]
-        tags[lo + seg_rec[t]] = _hash_ranges(a8, k[t] + 1, seg_e[t]).view(np.int32).astype(np.int64)
+        rt = rec_of(t)
+        last = _last_per_record(rt)
+        t, rt = t[last], rt[last]
+        tags[lo + order[rt]] = _hash_ranges(a8, k[t] + 1, seg_e[t]).view(np.int32).astype(np.int64)
     if ctx.profile.is_5x:
         for nm in ("INNER_NUM", "INNER_BASE"):
             x = named(nm)
             if len(x):
-                slow_mask[lo + seg_rec[x]] = True
+                slow_mask[lo + order[rec_of(x)]] = True
     if not want_keys:
         return
     topic_prefix: dict[int, int] = {}
@@ -847,9 +919,10 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
         x = named(name)
         if not len(x):
             continue
-        x = x[_last_per_record(seg_rec[x])]
+        rx = rec_of(x)
+        last = _last_per_record(rx)
+        x, owner = x[last], rx[last]
         vs, ve = k[x] + 1, seg_e[x]
-        owner = seg_rec[x]
         if name == "KEYS":  # split on single spaces, empty pieces dropped
             sp = np.flatnonzero(a8 == 0x20)
             if len(sp):
@@ -865,6 +938,7 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
         if not len(vs):
             continue
         h = _hash_ranges(a8, vs, ve)
+        owner = order[owner]
         rec_tid = tids[lo + owner]
         utid = sorted_unique(rec_tid)
         for tid in utid.tolist():
@@ -1525,9 +1599,15 @@ class Queue:
                 raw[at + got : at + c * cqf.CQ_UNIT_SIZE] = 0
             at += c * cqf.CQ_UNIT_SIZE
         u = raw.view(cqf.CQ_DTYPE)
-        fno = np.repeat(np.array(ks, dtype=np.int32), counts)
-        logical = self.first[fno] + (np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts))
-        return (u["commitlog_offset"].astype(np.int64), u["size"].astype(np.int64), u["tags_code"].astype(np.int64),
+        firsts = self.first[ks] if ks else np.zeros(0, dtype=np.int64)
+        if len(ks) and all(int(firsts[i]) + counts[i] == int(firsts[i + 1]) for i in range(len(ks) - 1)):
+            # contiguous files: unit j of the read is logical offset first + j
+            logical = int(firsts[0]) + np.arange(total, dtype=np.int64)
+            fno = np.searchsorted(firsts, logical, side="right").astype(np.int32) - 1 + (ks[0] if ks else 0)
+        else:
+            fno = np.repeat(np.array(ks, dtype=np.int32), counts)
+            logical = self.first[fno] + (np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts))
+        return (u["commitlog_offset"].astype(np.int64), u["size"].astype(np.int32), u["tags_code"].astype(np.int64),
                 logical, fno)
 
     def load(self) -> "Queue":
@@ -2476,13 +2556,15 @@ def lock_held(root: Path) -> bool | None:
     path = root / "lock"
     if not path.exists():
         return False
-    try:  # this process holding the lock (a destructive command): closing an fd would drop it
-        from . import safety
-
-        if safety._held_key(path) is not None:  # noqa: SLF001 - the registry has no public accessor
-            return False
-    except Exception:  # noqa: BLE001 - safety is optional here
-        pass
+    # this process holding the lock (a destructive command): closing an fd would drop it.
+    # Only a process that imported recovery.safety can hold it.
+    safety = sys.modules.get(__name__.rsplit(".", 1)[0] + ".safety")
+    if safety is not None:
+        try:
+            if safety._held_key(path) is not None:  # noqa: SLF001 - the registry has no public accessor
+                return False
+        except Exception:  # noqa: BLE001 - an older safety module: probe anyway
+            pass
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
