@@ -28,10 +28,15 @@ The commitlog walk is the hot loop. It runs per *part* (a range of one file, 64 
 default) so that ``jobs`` processes share big files too; a part other than the first of a
 file starts by resyncing, and the parts are stitched back into exactly the sequential walk
 (a part whose start does not continue the chain of the part before is recomputed). Inside a
-part, record boundaries are found with one ``struct`` unpack per record, every header field
-is then gathered with numpy, bodies are checked with ``zlib.crc32``, and only TAGS, KEYS,
-UNIQ_KEY (and DELAY on the schedule topic) are looked up, with ``bytes.rfind``. Any record
-this fast path does not accept is decided by :func:`recovery.check.check_record`, so the
+part, one ``struct`` unpack per record gives TOTALSIZE, magic, BODYCRC and BODYLENGTH and
+``zlib.crc32`` checks the body; everything else is numpy over the whole run: header fields
+are gathered as big-endian words at their schema offsets, the length computed from the
+fields is compared with TOTALSIZE, and the properties of all records are copied into one
+buffer (grouped by length, one row gather per group) and parsed there with the broker's
+segment rule to get TAGS (tagsCode), UNIQ_KEY and KEYS (index key hashes, Java
+``String.hashCode`` evaluated with numpy). Any record this fast path does not accept, or
+cannot decide (legacy parser, non-ASCII properties, the schedule topic's DELAY, 5.x inner
+batches), goes to :func:`recovery.check.check_record` or the full property parser, so the
 outcome is the broker's.
 """
 
