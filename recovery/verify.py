@@ -397,6 +397,18 @@ class _Ctx:
         self.mv.release()
 
 
+def _last_nonzero(u8: np.ndarray) -> int:
+    """Position of the last non-zero byte, or -1 (scans backwards in blocks)."""
+    b = len(u8)
+    while b > 0:
+        a = max(0, b - _ZBLOCK)
+        blk = u8[a:b]
+        if blk.any():
+            return a + int(np.flatnonzero(blk)[-1])
+        b = a
+    return -1
+
+
 def _first_nonzero(u8: np.ndarray, a: int, b: int) -> int:
     """Position of the first non-zero byte in [a, b), or -1."""
     while a < b:
@@ -1592,26 +1604,40 @@ class Queue:
         return f"{self.topic}/{self.queue_id}"
 
     def _read(self, ks: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Units of the given files. The all-zero tail of a file (unwritten units after
+        its last non-zero byte) is not read: such units end the queue and say nothing."""
+        import mmap
+
         ks = list(ks)
-        counts = [min(self.files[k].size, self.fsize) // cqf.CQ_UNIT_SIZE for k in ks]
+        blocks: list[np.ndarray] = []
+        counts: list[int] = []
+        for k in ks:
+            f = self.files[k]
+            size = min(f.size, self.fsize)
+            n = size // cqf.CQ_UNIT_SIZE
+            used = 0
+            if n:
+                with open(f.path, "rb") as fh:
+                    try:
+                        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                    except ValueError:  # shrank to zero meanwhile
+                        mm = None
+                    if mm is not None:
+                        view = np.frombuffer(mm, dtype=np.uint8, count=min(n * cqf.CQ_UNIT_SIZE, len(mm)))
+                        last = _last_nonzero(view)
+                        used = (last // cqf.CQ_UNIT_SIZE + 1) if last >= 0 else 0
+                        blocks.append(view[: used * cqf.CQ_UNIT_SIZE].copy())
+                        del view
+                        try:
+                            mm.close()
+                        except BufferError:
+                            pass
+            counts.append(used)
+        raw = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.uint8)
         total = sum(counts)
-        raw = np.empty(total * cqf.CQ_UNIT_SIZE, dtype=np.uint8)
-        at = 0
-        for k, c in zip(ks, counts):
-            with open(self.files[k].path, "rb") as fh:
-                got = fh.readinto(memoryview(raw)[at : at + c * cqf.CQ_UNIT_SIZE])
-            if got < c * cqf.CQ_UNIT_SIZE:  # shrank while we read: zeros
-                raw[at + got : at + c * cqf.CQ_UNIT_SIZE] = 0
-            at += c * cqf.CQ_UNIT_SIZE
         u = raw.view(cqf.CQ_DTYPE)
-        firsts = self.first[ks] if ks else np.zeros(0, dtype=np.int64)
-        if len(ks) and all(int(firsts[i]) + counts[i] == int(firsts[i + 1]) for i in range(len(ks) - 1)):
-            # contiguous files: unit j of the read is logical offset first + j
-            logical = int(firsts[0]) + np.arange(total, dtype=np.int64)
-            fno = np.searchsorted(firsts, logical, side="right").astype(np.int32) - 1 + (ks[0] if ks else 0)
-        else:
-            fno = np.repeat(np.array(ks, dtype=np.int32), counts)
-            logical = self.first[fno] + (np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts))
+        fno = np.repeat(np.array(ks, dtype=np.int32), counts)
+        logical = self.first[fno] + (np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts))
         return (u["commitlog_offset"].astype(np.int64), u["size"].astype(np.int32), u["tags_code"].astype(np.int64),
                 logical, fno)
 
