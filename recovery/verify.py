@@ -1209,8 +1209,17 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
             total, _m = cl.PREFIX.unpack_from(ctx.buf, pos)
             part.blank = (pos, int(total))
             part.events.append(Event(pos, ck.BLANK, "", int(total), "blank", main, {"total_size": int(total)}))
-            _finish(part, out, ctx.end, "done")
-            return
+            # The bytes after a BLANK header are undefined (stale copies up to 4.9.0) and the
+            # broker never reads them. A genuine BLANK leaves less than one message; an
+            # intact record there (its own position in PHYSICALOFFSET, CRC good) means a
+            # damaged header read as BLANK hid the rest of the file: look, in salvage mode.
+            q = _resync(ctx, pos + 8, stop)
+            if q is None:
+                _finish(part, out, max(stop, task.stop), "SS")
+                return
+            part.gaps.append(Gap(pos + 8, q, "", "", -1, True))
+            pos = q
+            continue
         if c.reason in _INTACT_FAILURES and c.rec is not None:
             part.events.append(Event(pos, c.reason, c.field, c.rec.total_size, "damaged", main, _rec_info(c)))
             _add_damaged(ctx, out, pos, c)
@@ -1875,7 +1884,15 @@ def _commitlog_spans(store: Store, scans: Sequence[FileScan | None], recs: Recor
         fs = scans[k]
         if fs is None:
             continue
+        blank_at = fs.stop.pos if fs.blank and fs.stop is not None else None
+        if blank_at is not None:
+            sel = recs.off[recs.file_idx == k] if len(recs) else np.zeros(0, dtype=np.int64)
+            hidden = sel[sel > f.base + blank_at]
+            if len(hidden):  # a damaged header read as BLANK: the region up to the next intact record
+                spans.append((f.base + blank_at, int(hidden[0]), "record read as BLANK"))
         for g in fs.gaps:
+            if blank_at is not None and g.start > blank_at:
+                continue  # after a BLANK the bytes are undefined (or covered just above)
             if f.base + g.start < last_rec or (f.size < mapped and g.end >= fs.end):
                 spans.append((f.base + g.start, f.base + g.end, _REASON_TEXT.get(g.reason, "unreadable region") if g.reason else "unreadable region"))
     spans.sort()
@@ -1913,6 +1930,11 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                 total = int(e.info.get("total_size", 0))
                 if total != mapped - e.pos:
                     out.append(finding("CL_BAD_BLANK", rel, e.pos, g_off, f"BLANK record says {total} bytes remain, the file has {mapped - e.pos} after it", total_size=total))
+                hidden = in_file_after(fs, e.pos)
+                if len(hidden):
+                    out.append(finding("CL_DATA_AFTER_END", rel, e.pos, g_off,
+                                       f"the record walk ends at a BLANK record (the broker goes on at the next file), but {len(hidden)} intact records follow in this file (next at {int(hidden[0])})",
+                                       records_after=int(len(hidden)), next_record_offset=base + int(hidden[0]), broker_stop=e.main))
                 continue
             n_after = after(g_off)
             if e.reason == ck.END_OF_DATA:
@@ -1951,10 +1973,10 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                                    f"the file has no BLANK record at its end: the record walk stops there, {n_after} intact records follow in later files",
                                    records_after=n_after))
         # salvage: intact records beyond the broker's stop
-        if fs.stop is not None and fs.stop.reason != ck.BLANK:
+        if fs.stop is not None:
             sp = fs.stop.pos
             inside = in_file_after(fs, sp)
-            later = int(np.count_nonzero(recs.file_idx > fs.idx)) if n_rec else 0
+            later = int(np.count_nonzero(recs.file_idx > fs.idx)) if n_rec and fs.stop.reason != ck.BLANK else 0
             if len(inside) or later:
                 g_stop = base + sp
                 thrown = 0
@@ -1963,6 +1985,7 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                 sample = [int(x) for x in inside[:50]]
                 runs = _record_runs(recs, fs, sp)
                 fate = (f"the broker's {mode} recovery stops here and throws away {thrown} of them" if thrown
+                        else "the broker skips them (it goes on at the next file)" if fs.stop.reason == ck.BLANK
                         else f"the broker's {mode} recovery does not stop here")
                 out.append(finding(
                     "CL_SALVAGEABLE_RECORDS", rel, sp, g_stop,
@@ -2005,7 +2028,7 @@ def walk_summary(store: Store, scans: Sequence[FileScan | None], recs: Records) 
         row["stop"] = stop.pos if stop is not None else fs.end
         row["stop_reason"] = stop.reason if stop is not None else "END_OF_FILE"
         intact_after = int(counts[k]) - fs.main_count
-        if stop is not None and stop.reason == ck.BLANK:
+        if stop is not None and stop.reason == ck.BLANK and not intact_after:
             row["after"] = "end of file (BLANK)"
         elif intact_after:
             row["after"] = f"{intact_after} intact record(s)"

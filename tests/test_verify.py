@@ -690,3 +690,18 @@ def test_exit_codes_for_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert run(["verify", str(real_store("clean")), "--broker-version", "3.0"]) == 2
     err = capsys.readouterr().err
     assert "rmqtool:" in err and "Traceback" not in err
+
+
+def test_header_read_as_blank_hides_the_rest_of_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("clean", tmp_path)
+    recs = records_of(root, F0)
+    r = recs[30]
+    patch(root / "commitlog" / F0, r.pos + 4, struct.pack(">i", cl.BLANK_MAGIC))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert errors(findings) == [("CL_DATA_AFTER_END", "commitlog/" + F0, r.pos)]
+    assert warning_codes(findings) <= {"CL_SALVAGEABLE_RECORDS", "CL_BAD_BLANK", "CQ_INTO_DAMAGE", "IDX_INTO_DAMAGE"}
+    d = next(f for f in findings if f["code"] == "CL_SALVAGEABLE_RECORDS")["details"]
+    assert d["in_file"] == len(recs) - 31 and d["in_later_files"] == 0
+    lost = [f for f in findings if f["code"] == "CQ_INTO_DAMAGE"]
+    assert sum(f["details"]["units"] for f in lost) == 1
