@@ -705,3 +705,20 @@ def test_header_read_as_blank_hides_the_rest_of_the_file(tmp_path: Path, capsys:
     assert d["in_file"] == len(recs) - 31 and d["in_later_files"] == 0
     lost = [f for f in findings if f["code"] == "CQ_INTO_DAMAGE"]
     assert sum(f["details"]["units"] for f in lost) == 1
+
+
+def test_jobs_with_another_thread_alive_uses_forkserver() -> None:
+    """With a thread alive (a progress-bar monitor), workers are not forked from this
+    process but from a fork server; the report is the same."""
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    try:
+        assert v._mp_context().get_start_method() == "forkserver"
+        r = report(real_store("crash_midwrite"), jobs=2, part_size=8192)
+    finally:
+        stop.set()
+        t.join()
+    assert key(r) == key(report(real_store("crash_midwrite")))
