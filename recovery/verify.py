@@ -2419,9 +2419,11 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             prev = E["prev_index"][1:].astype(np.int64)
             ks = np.arange(1, ne, dtype=np.int64)
             stats["entries"] += len(ks)
-            # entries after indexCount must be empty
+            # entries after indexCount must be empty. Entries a stale header hides (its page
+            # lost while the entries' pages were written) come right after indexCount, so
+            # the first MiB is looked at, not the whole (mostly sparse) entry area.
             tail_from = entries_at + eff * ixf.ENTRY_SIZE
-            tail_to = min(f.size, entries_at + N * ixf.ENTRY_SIZE)
+            tail_to = min(f.size, entries_at + N * ixf.ENTRY_SIZE, tail_from + (1 << 20))
             if tail_from < tail_to:
                 nz = _first_nonzero(u8, tail_from, tail_to)
                 if nz >= 0:
