@@ -8,8 +8,10 @@ It writes (once, reused afterwards) a synthetic store of >= 1 GiB (default: 1 Gi
 records in 256 MiB commitlog files, 1 KiB bodies, 4 topics x 4 queues, two keys, tags and
 a UNIQ_KEY per message), then, each in a fresh process:
 
-* ``baseline``: the sequential walk ``dump`` runs (recovery.scan.iter_store_records +
-  message_fields, no output), on one core, without Spark;
+* ``baseline``: the sequential walk and field functions the export shares with ``dump``
+  (recovery.scan.iter_store_records + message_fields, no output), on one core;
+* ``dump``: ``rmqtool dump commitlog --format jsonl > /dev/null`` on one core (dump has a
+  fast path of its own for plainly valid records);
 * ``local[1]`` and ``local[2]``: the Spark export to Parquet (64 MiB splits). Timed from
   the moment the session is up to the end of the write (the session start is printed
   apart). Records/s per core = records / seconds / cores.
@@ -42,7 +44,6 @@ MIB = 1 << 20
 TARGET_PER_CORE = 150_000
 TARGET_SPEEDUP = 1.7
 TCK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 # ---------------------------------------------------------------------------------------
@@ -81,15 +82,21 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def rss_bytes(pids: list[int]) -> int:
-    total = 0
+def rss_bytes(pids: list[int]) -> tuple[int, int]:
+    """(resident, resident anonymous): the second leaves out the mapped store files,
+    whose pages are the page cache's, shared and dropped under pressure."""
+    total = anon = 0
     for p in pids:
         try:
-            with open(f"/proc/{p}/statm") as fh:
-                total += int(fh.read().split()[1]) * PAGE
+            with open(f"/proc/{p}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                    elif line.startswith("RssAnon:"):
+                        anon += int(line.split()[1]) * 1024
         except OSError:
             pass
-    return total
+    return total, anon
 
 
 class PeakRss:
@@ -98,12 +105,15 @@ class PeakRss:
     def __init__(self, root: int) -> None:
         self.root = root
         self.peak = 0
+        self.peak_anon = 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, rss_bytes(tree(self.root)))
+            total, anon = rss_bytes(tree(self.root))
+            self.peak = max(self.peak, total)
+            self.peak_anon = max(self.peak_anon, anon)
             self._stop.wait(0.1)
 
     def __enter__(self) -> "PeakRss":
@@ -136,6 +146,23 @@ def child_baseline(store_dir: str) -> dict[str, Any]:
     return {"records": n, "seconds": time.perf_counter() - t0, "cpu": cpu_seconds(me) - c0}
 
 
+def child_dump(store_dir: str) -> dict[str, Any]:
+    """``rmqtool dump commitlog STORE --format jsonl > /dev/null`` in this process."""
+    from rmqtool.cli import run
+
+    me = [os.getpid()]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    saved = os.dup(1)
+    os.dup2(devnull, 1)
+    c0, t0 = cpu_seconds(me), time.perf_counter()
+    try:
+        code = run(["dump", "commitlog", store_dir, "--format", "jsonl"])
+        sys.stdout.flush()
+    finally:
+        os.dup2(saved, 1)
+    return {"seconds": time.perf_counter() - t0, "cpu": cpu_seconds(me) - c0, "exit": int(code)}
+
+
 def child_spark(store_dir: str, out: str, cores: int, split_size: int) -> dict[str, Any]:
     from rmqtool.export_spark import run_export, spark_session, store_label
     from rmqtool.recovery.store import Store
@@ -150,7 +177,7 @@ def child_spark(store_dir: str, out: str, cores: int, split_size: int) -> dict[s
                      overwrite=True, quiet=True)
     pids = tree(os.getpid())
     cpu = cpu_seconds(pids) - c0  # workers that exited during the job are not counted
-    handle.spark.stop()
+    handle.stop(keep_log=False)
     return {"records": res.rows, "seconds": res.seconds_after_start, "session_start": start, "cpu": cpu,
             "tasks": res.tasks, "problems": res.problems}
 
@@ -165,6 +192,7 @@ def run_child(args: list[str]) -> dict[str, Any]:
         raise SystemExit(f"child {args} failed with {proc.returncode}")
     res = json.loads(out.strip().splitlines()[-1])
     res["peak_rss"] = peak.peak
+    res["peak_anon"] = peak.peak_anon
     res["load"] = (load0, os.getloadavg()[0])
     return res
 
@@ -194,6 +222,8 @@ def main() -> int:
         kind = sys.argv[2]
         if kind == "baseline":
             res = child_baseline(sys.argv[3])
+        elif kind == "dump":
+            res = child_dump(sys.argv[3])
         else:
             res = child_spark(sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
         print(json.dumps(res))
@@ -216,7 +246,12 @@ def main() -> int:
         results["baseline"] = b
         print(f"baseline (dump's walk + message_fields, 1 core, no Spark): {b['records']} records in {b['seconds']:.1f} s "
               f"= {b['records'] / b['seconds']:,.0f} records/s (CPU {b['cpu']:.1f} s: {b['records'] / max(b['cpu'], 1e-9):,.0f} "
-              f"records per CPU-second); peak RSS {b['peak_rss'] / MIB:.0f} MiB; load {b['load'][0]:.1f}->{b['load'][1]:.1f}")
+              f"records per CPU-second); peak RSS {b['peak_rss'] / MIB:.0f} MiB ({b['peak_anon'] / MIB:.0f} MiB anonymous); load {b['load'][0]:.1f}->{b['load'][1]:.1f}")
+        d = run_child(["dump", str(store)])
+        results["dump"] = d
+        print(f"rmqtool dump commitlog --format jsonl > /dev/null (1 core, no Spark; its own fast path for plain records): "
+              f"{b['records']} records in {d['seconds']:.1f} s = {b['records'] / d['seconds']:,.0f} records/s "
+              f"(CPU {d['cpu']:.1f} s); exit {d['exit']}; peak RSS {d['peak_rss'] / MIB:.0f} MiB")
     for cores in [int(x) for x in a.cores.split(",")]:
         out = a.dir / f"out-local{cores}"
         r = run_child(["spark", str(store), str(out), str(cores), str(a.split_size * MIB)])
@@ -225,7 +260,8 @@ def main() -> int:
         print(f"local[{cores}]: session start {r['session_start']:.1f} s; {r['records']} rows in {r['tasks']} tasks, "
               f"{r['seconds']:.1f} s after start = {rate:,.0f} records/s = {rate / cores:,.0f} records/s per core "
               f"(target {TARGET_PER_CORE:,}); CPU {r['cpu']:.1f} s = {r['records'] / max(r['cpu'], 1e-9):,.0f} records per "
-              f"CPU-second; peak RSS (driver + JVM + workers) {r['peak_rss'] / MIB:.0f} MiB; "
+              f"CPU-second; peak RSS (driver + JVM + workers) {r['peak_rss'] / MIB:.0f} MiB "
+              f"({r['peak_anon'] / MIB:.0f} MiB anonymous, i.e. without the mapped store files); "
               f"load {r['load'][0]:.1f}->{r['load'][1]:.1f}")
         shutil.rmtree(out, ignore_errors=True)
     if 1 in results and 2 in results:

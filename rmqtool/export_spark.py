@@ -340,6 +340,20 @@ class SessionHandle:
     log_path: str | None
     owned: bool  # we created it (stop it at the end)
     started_in: float
+    temp_files: tuple[str, ...] = ()  # removed when the session is stopped
+
+    def stop(self, keep_log: bool) -> None:
+        if not self.owned:
+            return
+        try:
+            self.spark.stop()
+        except Exception:  # noqa: BLE001 - stopping is best effort
+            pass
+        for p in self.temp_files + (() if keep_log or not self.log_path else (self.log_path,)):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
 
 
 def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf: dict[str, str] | None = None,
@@ -359,7 +373,11 @@ def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf:
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this interpreter
     if not under_submit and find_java() is None:
         raise SparkUnavailable("Java not found: export runs on Spark, which needs a Java 17+ runtime (set JAVA_HOME or put java on PATH)")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if not under_submit and (master or "local[*]").startswith("local"):
+        # local executors must run this very interpreter (the one rmqtool is installed in)
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if not under_submit:
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     log4j = tempfile.NamedTemporaryFile("w", prefix="rmqtool-log4j2-", suffix=".properties", delete=False)
@@ -377,22 +395,27 @@ def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf:
     }
     settings.update(conf or {})
     quiet_log = f"-Dlog4j2.configurationFile=file:{log4j.name}"
-    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-        settings[key] = " ".join(x for x in (settings.get(key, ""), java_options, quiet_log) if x)
+    key = "spark.driver.extraJavaOptions"  # local executors live in the driver's JVM
+    settings[key] = " ".join(x for x in (settings.get(key, ""), java_options, quiet_log) if x)
     for k, v in settings.items():
         b = b.config(k, v)
     if under_submit:
         spark = b.getOrCreate()
+        os.unlink(log4j.name)
         return SessionHandle(spark, None, False, time.perf_counter() - t0)
     if log_path is None:
         fd, log_path = tempfile.mkstemp(prefix="rmqtool-spark-", suffix=".log")
         os.close(fd)
-    spark = _with_stderr_to(log_path, b.getOrCreate)
+    try:
+        spark = _with_stderr_to(log_path, b.getOrCreate)
+    except BaseException:
+        os.unlink(log4j.name)
+        raise
     try:
         spark.sparkContext.setLogLevel("ERROR")
     except Exception:  # noqa: BLE001 - cosmetic
         pass
-    return SessionHandle(spark, log_path, True, time.perf_counter() - t0)
+    return SessionHandle(spark, log_path, True, time.perf_counter() - t0, (log4j.name,))
 
 
 def _with_stderr_to(path: str, fn: Callable[[], Any]) -> Any:
@@ -556,16 +579,7 @@ def run_export(
         result.seconds_after_start = time.perf_counter() - t1
         result.seconds_total = time.perf_counter() - t0
     finally:
-        if handle.owned:
-            try:
-                spark.stop()
-            except Exception:  # noqa: BLE001
-                pass
-            if handle.log_path and result.seconds_total and not os.environ.get("RMQTOOL_KEEP_SPARK_LOG"):
-                try:
-                    os.unlink(handle.log_path)
-                except OSError:
-                    pass
+        handle.stop(keep_log=not result.seconds_total or bool(os.environ.get("RMQTOOL_KEEP_SPARK_LOG")))
     return result
 
 

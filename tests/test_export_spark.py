@@ -35,7 +35,7 @@ def spark() -> Iterator[Any]:
     # time compiling and collecting
     handle = spark_session("local[2]", java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     yield handle.spark
-    handle.spark.stop()
+    handle.stop(keep_log=False)
 
 
 def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict[str, Any]]]:
@@ -237,6 +237,23 @@ def test_bad_arguments_and_not_a_store(spark: Any, tmp_path: Path, capsys: pytes
     assert run(["export", str(store), "--to", str(tmp_path / "o"), "--what", "index", "--with-body"]) == 2
     assert run(["export", str(store), "--to", str(tmp_path / "o"), "--split-size", "lots"]) == 2
     assert not (tmp_path / "o").exists()
+
+
+def test_file_vanishing_under_the_job_is_one_line(spark: Any, tmp_path: Path) -> None:
+    """An executor that cannot read its split fails the job: one line naming the file."""
+    import shutil
+
+    from rmqtool.export_spark import run_export
+    from rmqtool.formats.errors import RmqToolError
+
+    shutil.copytree(real_store("delay"), tmp_path / "store")
+    store = Store.open(tmp_path / "store")
+    for f in store.commitlog:
+        f.path.unlink()
+    with pytest.raises(RmqToolError) as info:
+        run_export([("d", store)], str(tmp_path / "out"), session=spark, quiet=True)
+    msg = info.value.one_line()
+    assert "\n" not in msg and "No such file" in msg and "00000000000000000000" in msg
 
 
 def _subprocess(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
