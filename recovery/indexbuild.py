@@ -693,6 +693,10 @@ class IndexFileImage:
         fileobj.write(bytes(first * INDEX_ENTRY_SIZE))
         fileobj.write(ents.tobytes())
         rest = (self.index_num - first - len(ents)) * INDEX_ENTRY_SIZE
+        write_zeros = getattr(fileobj, "write_zeros", None)
+        if write_zeros is not None and rest > 0:  # e.g. recovery.safety's staging file: a hole
+            write_zeros(rest)
+            return
         zero = bytes(min(rest, block))
         while rest > 0:
             k = min(rest, block)

@@ -233,9 +233,125 @@ def sha256_file(path: str | Path) -> str:
     """Hex sha256 of a file's whole content."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
+        while chunk := f.read(_BIG_CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+_BIG_CHUNK = 1 << 23  # reads for hashing and copying: fewer calls, hashlib drops the GIL
+_BG_HASH_MIN = 1 << 16  # smaller pieces are hashed on the spot
+
+
+class _Hasher:
+    """sha256 fed in order, the large immutable pieces hashed by a background thread
+    (``hashlib`` releases the GIL on large updates), so hashing overlaps the writes,
+    reads and fsyncs of the caller on another core. ``hexdigest()`` waits for it."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.h = hashlib.sha256()
+        self._q: Any = queue.Queue(maxsize=8)  # bounds the bytes held for hashing
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        while True:
+            b = self._q.get()
+            if b is None:
+                return
+            try:
+                if self._error is None:
+                    self.h.update(b)
+            except BaseException as exc:  # pragma: no cover - hashlib does not fail on bytes
+                self._error = exc
+
+    def update(self, b: Any) -> None:
+        if isinstance(b, bytes) and len(b) >= _BG_HASH_MIN:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rmqtool-sha256", daemon=True)
+                self._thread.start()
+            self._q.put(b)
+            return
+        self._drain()
+        self.h.update(b)
+
+    def _drain(self) -> None:
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        """Stop the thread (also after an error; the digest is then not used)."""
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def hexdigest(self) -> str:
+        self._drain()
+        return self.h.hexdigest()
+
+
+class _HashingFile:
+    """The file object a :data:`Writer` gets: every byte written goes to the hash on the
+    way (no read-back), and ``write_zeros(n)`` (used by writers that end in long runs of
+    zeros, e.g. index files) leaves a hole instead of writing zeros: the content is the
+    same, the zeros are not written nor fsynced. If the writer seeks, reads or truncates,
+    ``sequential`` turns False and the caller hashes the file from disk instead."""
+
+    def __init__(self, f: BinaryIO, h: _Hasher) -> None:
+        self._f = f
+        self._h = h
+        self.pos = 0
+        self.sequential = True
+        self.hole_at_end = False
+
+    def write(self, b: Any) -> int:
+        n = self._f.write(b)
+        if self.sequential:
+            if isinstance(b, (bytes, bytearray)) and n == len(b):
+                self._h.update(b if isinstance(b, bytes) else bytes(b))
+            else:
+                mv = memoryview(b).cast("B")
+                self._h.update(bytes(mv[:n]))
+            self.pos += n
+            self.hole_at_end = False
+        return n
+
+    def write_zeros(self, n: int) -> None:
+        if n <= 0:
+            return
+        if not self.sequential:
+            while n > 0:
+                k = min(n, _CHUNK)
+                self._f.write(_ZEROS[:k])
+                n -= k
+            return
+        self._f.seek(n, os.SEEK_CUR)
+        self.pos += n
+        self.hole_at_end = True
+        while n > 0:
+            k = min(n, len(_ZEROS_BIG))
+            self._h.update(_ZEROS_BIG if k == len(_ZEROS_BIG) else _ZEROS_BIG[:k])
+            n -= k
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        # seek, read, truncate, ...: the hash can no longer follow the writes
+        self.sequential = False
+        return getattr(self._f, name)
+
+
+_ZEROS_BIG = bytes(_BIG_CHUNK)
 
 
 def _makedirs_synced(path: Path) -> list[Path]:
@@ -970,10 +1086,11 @@ class StoreTransaction:
         self._stage_seq += 1
         name = f"{self._stage_seq:06d}"
         dst = jdir / STAGING_DIR / name
-        h = hashlib.sha256()
+        h = _Hasher()
         try:
             size = self._write_staged(dst, data, mode, h)
         except BaseException:
+            h.close()
             try:
                 os.unlink(dst)
             except OSError:
@@ -991,19 +1108,26 @@ class StoreTransaction:
     def _write_staged(dst: Path, data: Data, mode: int, h: Any) -> int:
         with open(dst, "x+b") as f:
             if isinstance(data, (bytes, bytearray, memoryview)):
+                h.update(data if isinstance(data, bytes) else bytes(data))
                 f.write(data)
-                h.update(data)
             elif isinstance(data, os.PathLike):
                 with open(data, "rb") as src:
-                    while chunk := src.read(_CHUNK):
-                        f.write(chunk)
+                    while chunk := src.read(_BIG_CHUNK):
                         h.update(chunk)
+                        f.write(chunk)
             elif callable(data):
-                data(f)
+                hf = _HashingFile(f, h)
+                data(hf)  # type: ignore[arg-type]
                 f.flush()
-                f.seek(0)
-                while chunk := f.read(_CHUNK):
-                    h.update(chunk)
+                if hf.sequential:
+                    if hf.hole_at_end and f.tell() > os.fstat(f.fileno()).st_size:
+                        f.truncate(f.tell())  # the file ends in a hole: give it its length
+                else:
+                    h.close()
+                    h.h = hashlib.sha256()
+                    f.seek(0)
+                    while chunk := f.read(_BIG_CHUNK):
+                        h.update(chunk)
             else:
                 raise TypeError(f"new content must be bytes, a path or a writer, not {type(data).__name__}")
             f.flush()
@@ -1300,12 +1424,15 @@ class StoreTransaction:
     @staticmethod
     def _copy_to_backup(src: Path, dst: Path) -> str:
         """Copy the whole file ``src`` to the new backup file ``dst``; returns its sha256."""
-        h = hashlib.sha256()
-        with open(src, "rb") as f, _BackupFile(dst) as out:
-            while chunk := f.read(_CHUNK):
-                out.write(chunk)
-                h.update(chunk)
-        return h.hexdigest()
+        h = _Hasher()
+        try:
+            with open(src, "rb") as f, _BackupFile(dst) as out:
+                while chunk := f.read(_BIG_CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+            return h.hexdigest()
+        finally:
+            h.close()
 
 
 class _BackupFile:
