@@ -139,6 +139,20 @@ def parallel_capacity() -> float:
     return 2 * one / two
 
 
+def amdahl(root: Path) -> tuple[float, float]:
+    """(time of the commitlog parts, total) of one --jobs 1 run: the parts are what the
+    workers run in parallel, the rest is serial."""
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.verify import verify_store
+    from rmqtool.recovery.versions import BrokerProfile
+
+    last = [0.0]
+    t0 = time.perf_counter()
+    verify_store(Store.open(root), BrokerProfile.for_version("4.9.4"), jobs=1,
+                 progress=lambda n: last.__setitem__(0, time.perf_counter()))
+    return last[0] - t0, time.perf_counter() - t0
+
+
 def run_verify(root: Path, jobs: int, profile_run: bool = False) -> tuple[object, float, float]:
     from rmqtool.recovery.store import Store
     from rmqtool.recovery.verify import verify_store
@@ -215,6 +229,10 @@ def main() -> None:
         cap = parallel_capacity()
         print(f"jobs 2 speed-up over jobs 1: {sp:.2f}x (target >= 1.6x: {'met' if sp >= 1.6 else 'MISSED'}); "
               f"this machine's parallel capacity right now: {cap:.2f}x (two busy-loop processes vs one)")
+        parts, total = min((amdahl(root) for _ in range(a.repeat)), key=lambda r: r[1])
+        est = total / (total - parts + parts / 2)
+        print(f"Amdahl estimate for 2 free cores (not a measurement): parallel commitlog parts {parts:.2f} s "
+              f"of {total:.2f} s -> {est:.2f}x")
     sys.stdout.flush()
 
 
