@@ -72,6 +72,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import mmap
 import os
 import secrets
 import shutil
@@ -1351,7 +1352,9 @@ class StoreTransaction:
             "size": st.st_size, "sha256": "", "mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns}
         if step.action in ("replace", "remove"):
             rel_backup = f"files/{step.path}"
-            original["sha256"] = self._copy_to_backup(target, bdir / rel_backup)
+            # the store's file is renamed over or unlinked, never written in place, by these
+            # steps: the backup can share its inode (a hard link) instead of copying it
+            original["sha256"] = self._link_to_backup(target, bdir / rel_backup)
             step.orig_sha256, step.backup = original["sha256"], rel_backup
             if step.action == "replace":
                 result: dict[str, Any] | None = {"size": step.new_size, "sha256": step.new_sha256}
@@ -1420,6 +1423,34 @@ class StoreTransaction:
         else:
             entry.update(written=new_len, truncate=step.truncate)
         return entry
+
+    @classmethod
+    def _link_to_backup(cls, src: Path, dst: Path) -> str:
+        """Back up the whole file ``src`` as ``dst`` by a hard link when the backup is on the
+        same file system (no bytes copied; only for files the transaction replaces by rename
+        or unlinks, so the shared inode is never written again through the store), else by a
+        copy. The inode's data and the new directory entry are fsynced. Returns the sha256."""
+        try:
+            _makedirs_synced(dst.parent)
+            os.link(src, dst, follow_symlinks=False)
+        except OSError:  # other file system, no hard links, dst exists: copy (its errors are reported)
+            return cls._copy_to_backup(src, dst)
+        try:
+            fd = os.open(dst, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                os.fsync(fd)
+                h = hashlib.sha256()
+                size = os.fstat(fd).st_size
+                if size:
+                    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as m:
+                        for a in range(0, size, _BIG_CHUNK):  # hashlib drops the GIL on large updates
+                            h.update(m[a : a + _BIG_CHUNK])
+            finally:
+                os.close(fd)
+            fsync_dir(dst.parent)
+        except OSError as exc:
+            raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", dst) from exc
+        return h.hexdigest()
 
     @staticmethod
     def _copy_to_backup(src: Path, dst: Path) -> str:
