@@ -2,9 +2,10 @@
 
 The only module of rmqtool that imports pyspark, and only inside functions, so nothing
 else pays the 6-15 s session start. The driver opens each store, plans the splits
-(:mod:`recovery.splits`) and hands them to Spark as an RDD with one split per partition;
-executors open the files *by path* (the store must be readable at the same path on every
-executor) and read them with the decoder ``dump`` uses. Rows travel as tuples in column
+(:mod:`recovery.splits`) and hands them to Spark as an RDD (consecutive small splits
+packed into one partition); executors open the files *by path* (the store must be
+readable at the same path on every executor) and read them with the walk and the field
+functions ``dump`` uses. Rows travel as tuples in column
 order into ``createDataFrame`` with an explicit schema, then Spark's Parquet writer.
 ``binaryFile`` is not used: it loads whole files into JVM memory.
 
@@ -30,13 +31,11 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from .formats.errors import RmqToolError
 from .recovery.scan import blank_fields, message_fields
 from .recovery.splits import DEFAULT_SPLIT_SIZE, Handoff, Split, iter_split, plan_splits
-from .recovery.store import MappedFile, Store
+from .recovery.store import Store
 from .recovery.versions import BrokerProfile
 
-WHAT = ("commitlog", "consumequeue", "index")
-
 # (column, Spark SQL type). The commitlog columns are the fields of ``dump commitlog``
-# (recovery.scan.message_fields / blank_fields, recovery.splits.damaged_fields) plus
+# (recovery.scan.message_fields / blank_fields, rmqtool.cmd_dump.damaged_fields) plus
 # ``store``; ``body`` (binary) only with --with-body.
 COMMITLOG_COLUMNS: list[tuple[str, str]] = [
     ("store", "string"),
