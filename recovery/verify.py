@@ -474,15 +474,18 @@ def _fast_run(ctx: _Ctx, pos: int, stop: int, salvage: bool, out: _Rec, flag: in
     poss: list[int] = []
     bad_crc: list[int] = []
     ap = poss.append
+    body_at = _V4_BODY_AT
+    mask = _MASK31
+    last = end - body_at  # beyond it no message fits: BLANK, END_OF_DATA or a short read
     p = pos
-    while p < stop:
-        if p + _V4_BODY_AT > end:  # no message fits: BLANK, END_OF_DATA or a short read
-            break
+    while p < stop and p <= last:
         total, magic, crc, bl = hdr(buf, p)
-        if (magic != m1 and magic != m2) or total <= 0 or p + total > end:
+        if (magic != m1 and magic != m2) or not 0 < total <= end - p:
             break
-        if bl > 0 and (crc32(mv[p + _V4_BODY_AT : p + _V4_BODY_AT + bl]) & _MASK31) != crc:
-            bad_crc.append(len(poss))
+        if bl > 0:
+            q = p + body_at
+            if crc32(mv[q : q + bl]) & mask != crc:
+                bad_crc.append(len(poss))
         ap(p)
         p += total
     n = len(poss)
