@@ -133,13 +133,34 @@ def _first_false(mask: np.ndarray) -> int:
 
 def _concat(chunks: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
     """Concatenate structured arrays keeping ``dtype`` exactly (np.concatenate would promote
-    big-endian structured dtypes to native byte order)."""
+    big-endian structured dtypes to native byte order). Chunks of exactly ``dtype`` are
+    copied as raw bytes (a structured element-wise copy is several times slower)."""
     out = np.empty(sum(len(c) for c in chunks), dtype=dtype)
+    raw = out.view(np.uint8)
+    w = dtype.itemsize
     p = 0
     for c in chunks:
-        out[p : p + len(c)] = c
+        if c.dtype == dtype:
+            raw[p * w : (p + len(c)) * w] = np.ascontiguousarray(c).view(np.uint8)
+        else:
+            out[p : p + len(c)] = c
         p += len(c)
     return out
+
+
+def _stable_order(slots: np.ndarray, slot_num: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, slots[order])`` with ``order = argsort(slots, kind="stable")`` for slots in
+    ``[0, slot_num)``: one plain sort of ``slot << b | position`` (unique keys, so any sort
+    is stable; several times faster than numpy's stable argsort) when the bits fit."""
+    m = len(slots)
+    b = max(1, (m - 1).bit_length())
+    if m == 0 or int(slot_num).bit_length() + b > 62:
+        order = np.argsort(slots, kind="stable")
+        return order, slots[order]
+    k = slots.astype(np.int64) << b
+    k |= np.arange(m, dtype=np.int64)
+    k.sort()
+    return k & ((1 << b) - 1), k >> b
 
 
 @contextmanager
@@ -689,10 +710,20 @@ class IndexFileImage:
             return
         fileobj.write(self.header_bytes())
         fileobj.write(self.slots.astype(">i4").tobytes())
-        first, ents = self.new_entries()
-        fileobj.write(bytes(first * INDEX_ENTRY_SIZE))
-        fileobj.write(ents.tobytes())
-        rest = (self.index_num - first - len(ents)) * INDEX_ENTRY_SIZE
+        self._flush_pending()
+        chunks = self._chunks
+        if len(chunks) > 1 and all(chunks[i][0] + len(chunks[i][1]) == chunks[i + 1][0] for i in range(len(chunks) - 1)):
+            # consecutive chunks: streamed one by one, never concatenated
+            first, count = chunks[0][0], sum(len(c) for _, c in chunks)
+            fileobj.write(bytes(first * INDEX_ENTRY_SIZE))
+            for _, c in chunks:
+                fileobj.write(c.tobytes())
+        else:
+            first, ents = self.new_entries()
+            count = len(ents)
+            fileobj.write(bytes(first * INDEX_ENTRY_SIZE))
+            fileobj.write(ents.tobytes())
+        rest = (self.index_num - first - count) * INDEX_ENTRY_SIZE
         write_zeros = getattr(fileobj, "write_zeros", None)
         if write_zeros is not None and rest > 0:  # e.g. recovery.safety's staging file: a hole
             write_zeros(rest)
@@ -1031,8 +1062,7 @@ class IndexBuilder:
         td = np.where(d < 0, 0, np.minimum(td, INT_MAX))
         td[begin <= 0] = 0
         # hash chains: previous entry with the same slot, or the slot's value before the block
-        order = np.argsort(slots, kind="stable")
-        ss = slots[order]
+        order, ss = _stable_order(slots, f.slot_num)
         ns = nums[order]
         first = np.ones(m, dtype=bool)
         first[1:] = ss[1:] != ss[:-1]
