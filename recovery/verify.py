@@ -744,11 +744,15 @@ _POW = _Pow31()
 _PROPS_BATCH = 8 << 20  # bytes of properties parsed per numpy pass
 
 
-def _last_per_record(rec: np.ndarray) -> np.ndarray:
-    """Indexes of the last entry of each run of equal values in a non-decreasing array."""
+def _last_per_record(rec: np.ndarray) -> np.ndarray | slice:
+    """Indexes of the last entry of each run of equal values in a non-decreasing array
+    (a slice selecting everything when the values are all distinct)."""
     if not len(rec):
         return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(np.append(rec[1:] != rec[:-1], True))
+    new = rec[1:] != rec[:-1]
+    if new.all():
+        return slice(None)
+    return np.flatnonzero(np.append(new, True))
 
 
 _NAMES = {name: np.frombuffer(name.encode(), dtype=np.uint8) for name in ("TAGS", "KEYS", "UNIQ_KEY", "DELAY", "INNER_NUM", "INNER_BASE")}
@@ -808,10 +812,14 @@ def _hash_ranges(a8: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
             continue
         sel = np.flatnonzero(L == ln) if lengths[ln] != len(L) else None
         st = s if sel is None else s[sel]
-        rows = sliding_window_view(a8, ln)[st]
         h = np.zeros(len(st), dtype=np.uint32)
-        for j in range(ln):
-            h = h * np.uint32(31) + rows[:, j]
+        if ln <= 16:
+            for j in range(ln):
+                h = h * np.uint32(31) + a8[st + j]
+        else:
+            rows = sliding_window_view(a8, ln)[st]
+            for j in range(ln):
+                h = h * np.uint32(31) + rows[:, j]
         if sel is None:
             out[:] = h
         else:
@@ -869,9 +877,10 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
         slow_mask[lo + order[np.searchsorted(rec_start, high, side="right") - 1]] = True
     sep = np.flatnonzero(a8 < 3)
     sv = a8[sep]
-    keep12 = sv != 0
-    sep = sep[keep12]
-    sv = sv[keep12]
+    if not sv.all():  # NUL bytes inside properties: not separators
+        keep12 = sv != 0
+        sep = sep[keep12]
+        sv = sv[keep12]
     two = np.flatnonzero(sv == 2)  # indexes into sep of the segment ends
     seg_e = sep[two]
     seg_s = np.empty(len(two), dtype=np.int64)
@@ -900,18 +909,27 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
     klen = k - seg_s
     from numpy.lib.stride_tricks import sliding_window_view
 
-    # the first 8 bytes of every segment with a key of 4 or 8 bytes, as big-endian words
-    # (the buffer has 8 spare bytes at its end)
-    short = np.flatnonzero(valid & ((klen == 4) | (klen == 8)))
-    head = sliding_window_view(a8, 8)[seg_s[short]].copy().view(">u8").ravel() if len(short) else np.zeros(0, dtype=">u8")
-    head4 = head >> np.uint64(32)
+    # segments with a 4-byte key (TAGS, KEYS) and their key as a big-endian uint32; for
+    # 8-byte keys (UNIQ_KEY) the first 8 bytes as a word (the buffer has 8 spare bytes)
+    four = np.flatnonzero(valid & (klen == 4))
+    s4 = seg_s[four]
+    key4 = ((a8[s4].astype(np.uint32) << 24) | (a8[s4 + 1].astype(np.uint32) << 16)
+            | (a8[s4 + 2].astype(np.uint32) << 8) | a8[s4 + 3].astype(np.uint32))
+    eight: np.ndarray | None = None
+    key8: np.ndarray | None = None
 
     def named(name: str) -> np.ndarray:
+        nonlocal eight, key8
         want = _NAMES[name]
         if len(want) == 4:
-            return short[(klen[short] == 4) & (head4 == np.uint64(int.from_bytes(want.tobytes(), "big")))]
+            return four[key4 == np.uint32(int.from_bytes(want.tobytes(), "big"))]
         if len(want) == 8:
-            return short[(klen[short] == 8) & (head == np.uint64(int.from_bytes(want.tobytes(), "big")))]
+            if eight is None:
+                eight = np.flatnonzero(valid & (klen == 8))
+                key8 = (sliding_window_view(a8, 8)[seg_s[eight]].copy().view(">u8").ravel() if len(eight)
+                        else np.zeros(0, dtype=">u8"))
+            assert key8 is not None
+            return eight[key8 == np.uint64(int.from_bytes(want.tobytes(), "big"))]
         cand = np.flatnonzero(valid & (klen == len(want)))
         st = seg_s[cand]
         for j, ch in enumerate(want.tolist()):
