@@ -1318,7 +1318,7 @@ def apply_recovery(
             n += cols.count
             if cq and cqset is not None:
                 feed_cq(cqset, cols)
-                if mdl == 0:
+                if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
                     sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
             if index:
                 feed_index(ib, cols)

@@ -49,7 +49,7 @@ from ..formats.javahash import tags_code as _tags_code
 from ..formats.names import index_file_name, offset_to_file_name
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
-from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage
+from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -530,7 +530,15 @@ class _FastDecoder:
             if got is None:
                 got = tcache[tb] = tb.decode("utf-8", "replace")
             names.append(got)
-        return list(map(names.__getitem__, inv.tolist()))
+        out = TopicList(map(names.__getitem__, inv.tolist()))
+        if len(set(names)) == len(names):  # (two byte strings can decode to one name)
+            # the ids the dispatchers would compute: distinct names in first-seen order
+            rank = np.argsort(first, kind="stable")
+            remap = np.empty(len(rank), dtype=np.int64)
+            remap[rank] = np.arange(len(rank), dtype=np.int64)
+            out.distinct = [names[k] for k in rank.tolist()]
+            out.ids = remap[inv]
+        return out
 
     def _topics_slow(self, buf: Any, t_a: np.ndarray, tl: np.ndarray) -> list[str]:
         tcache = self.topics
@@ -1014,8 +1022,9 @@ class _Walker:
             return cols, k
         keys = list(cols.keys)
         uniq = list(cols.uniq_key)
+        topics = list(cols.topic)  # a plain list: the decoder's topic ids no longer hold
         for j, r in fixes:
-            cols.topic[j] = r.topic
+            topics[j] = r.topic
             cols.queue_id[j] = r.queue_id
             cols.commitlog_offset[j] = r.commitlog_offset
             cols.msg_size[j] = r.msg_size
@@ -1028,7 +1037,7 @@ class _Walker:
         ik = cols.index_keys
         if ik is not None:
             ik = _add_index_keys(ik, [(j, r.uniq_key, r.keys) for j, r in fixes])
-        return cols._replace(keys=keys, uniq_key=uniq, index_keys=ik), k
+        return cols._replace(topic=topics, keys=keys, uniq_key=uniq, index_keys=ik), k
 
 
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux 5.14+
