@@ -194,29 +194,30 @@ def main() -> None:
     size = sum(p.stat().st_size for p in (root / "commitlog").iterdir())
     print(f"store: {root} ({size / 2**30:.2f} GiB commitlog, index: {'yes' if (root / 'index').is_dir() else 'no'}), cpus: {os.cpu_count()}")
 
-    bare = [bare_loop(root) for _ in range(a.repeat)]
-    n = bare[0][0]
-    t_bare = min(b[1] for b in bare)
-    c_bare = min(b[2] for b in bare)
     print(f"load average: {os.getloadavg()[0]:.2f} (other processes share the cores: wall times are noisy, CPU times less so)")
-    print(f"bare loop (walk + zlib CRC per body): {n} messages in {t_bare:.2f} s wall, {c_bare:.2f} s CPU = {n / t_bare:,.0f} msg/s")
     if a.profile:
         run_verify(root, 1, profile_run=True)
+    jobs_list = [int(x) for x in a.jobs.split(",")]
+    bare: list[tuple[int, float, float]] = []
     times: dict[int, float] = {}
     cpu: dict[int, float] = {}
-    for jobs in (int(x) for x in a.jobs.split(",")):
-        best = None
-        for _ in range(a.repeat):
+    n = 0
+    for _ in range(a.repeat):  # interleaved, so that every measurement sees similar load
+        bare.append(bare_loop(root))
+        n = bare[-1][0]
+        for jobs in jobs_list:
             report, dt, dc = run_verify(root, jobs)
+            times[jobs] = min(times.get(jobs, dt), dt)
             cpu[jobs] = min(cpu.get(jobs, dc), dc)
-            if best is None or dt < best:
-                best = dt
             msgs = report.summary["messages"]
             if msgs != n or report.errors or report.warnings:
                 raise SystemExit(f"unexpected report: {msgs} messages, {report.errors} errors, {report.warnings} warnings: "
                                  + "; ".join(f.code for f in report.findings[:5]))
-        assert best is not None
-        times[jobs] = best
+    t_bare = min(b[1] for b in bare)
+    c_bare = min(b[2] for b in bare)
+    print(f"bare loop (walk + zlib CRC per body): {n} messages in {t_bare:.2f} s wall, {c_bare:.2f} s CPU = {n / t_bare:,.0f} msg/s")
+    for jobs in jobs_list:
+        best = times[jobs]
         print(f"verify --jobs {jobs}: {n} messages in {best:.2f} s wall = {n / best:,.0f} msg/s "
               f"({best / t_bare:.2f}x the bare loop's wall time)"
               + (f"; {cpu[jobs]:.2f} s CPU = {cpu[jobs] / c_bare:.2f}x the bare loop's CPU time" if jobs == 1 else ""))
