@@ -722,3 +722,26 @@ def test_jobs_with_another_thread_alive_uses_forkserver() -> None:
         stop.set()
         t.join()
     assert key(r) == key(report(real_store("crash_midwrite")))
+
+
+def test_schedule_tags_code_quirk_q1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A SCHEDULE_TOPIC_XXXX unit whose tagsCode is the TAGS hash instead of the delivery
+    time: what 4.9.2-4.9.8 abnormal recovery writes (Q1) is a warning for those versions,
+    an error for a version without the quirk; any other value is an error."""
+    root = copy_store("delay", tmp_path)
+    qdir = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "3"
+    f = sorted(qdir.iterdir())[0]
+    off, size, _tag = struct.unpack(">qiq", f.read_bytes()[20:40])
+    s = Store.open(root)
+    with s.map(s.commitlog[0]) as m:
+        c = scan.ck.check_record(m.buf, off, m.size, P494)
+    assert c.is_message and c.rec.topic == "SCHEDULE_TOPIC_XXXX"
+    tags_hash = java_hash(c.props["TAGS"])
+    patch(f, 20, struct.pack(">qiq", off, size, tags_hash))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 0 and [(x["code"], x["pos"]) for x in findings] == [("CQ_TAGS_CODE_Q1", 20)]
+    rc, findings = verify_cli(root, capsys, "--broker-version", "5.1.4")
+    assert rc == 4 and errors(findings) == [("CQ_TAGS_CODE", "consumequeue/SCHEDULE_TOPIC_XXXX/3/" + f.name, 20)]
+    patch(f, 20, struct.pack(">qiq", off, size, 12345))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4 and errors(findings) == [("CQ_TAGS_CODE", "consumequeue/SCHEDULE_TOPIC_XXXX/3/" + f.name, 20)]
