@@ -1866,6 +1866,7 @@ def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding
             last.add(_rel(store, files[-1].path))
     out: list[Finding] = []
     blockers: list[str] = []
+    cl_index = {_rel(store, f.path): k for k, f in enumerate(store.commitlog)}
     for iss in store.issues:
         sev = iss.severity
         if iss.code == "STRAY_FILE":
@@ -1883,7 +1884,12 @@ def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding
             code = "FILE_MISALIGNED"
         else:
             code = "FILE_STRAY" if sev == "error" else "FILE_IGNORED"
-        out.append(finding(code, iss.path, None, None, iss.message, layout_code=iss.code, size=iss.size))
+        phys = None
+        if code in ("FILE_GAP", "FILE_OVERLAP") and iss.path in cl_index:
+            k = cl_index[iss.path]
+            if k:  # the missing/overlapping range starts where the previous file ends
+                phys = store.commitlog[k - 1].base + store.geometry.commitlog_file_size
+        out.append(finding(code, iss.path, None, phys, iss.message, layout_code=iss.code, size=iss.size))
         if code in ("FILE_STRAY", "FILE_ZERO_LENGTH", "FILE_WRONG_SIZE") and not iss.path.startswith("index"):
             blockers.append(iss.path)
     return out, blockers

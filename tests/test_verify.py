@@ -368,6 +368,7 @@ def test_missing_middle_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     rc, findings = verify_cli(root, capsys)
     assert rc == 4
     assert errors(findings) == [("FILE_GAP", "commitlog/00000000000000196608", None)]
+    assert next(f for f in findings if f["code"] == "FILE_GAP")["physical_offset"] == 131072
     assert warning_codes(findings) <= {"CQ_INTO_DAMAGE", "IDX_INTO_DAMAGE"}
     lost = [f for f in findings if f["code"] == "CQ_INTO_DAMAGE"]
     assert all("missing file [131072, 196608)" in f["message"] for f in lost)
