@@ -1205,18 +1205,20 @@ def _dispatch_task(args: tuple[Any, ...]) -> list[Any]:
     """One file's dispatch requests (runs in a worker process)."""
     from .reput import iter_dispatch
 
-    store, version, delay_levels, lo, hi, mdl = args
+    store, version, delay_levels, lo, hi, mdl = args[:6]
+    tags = args[6] if len(args) > 6 else True
     profile = BrokerProfile(version, delay_levels)
-    return list(iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl))
+    return list(iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl, tags=tags))
 
 
 def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None,
-                   progress: Progress | None, jobs: int | None = None) -> Iterable[Any]:
+                   progress: Progress | None, jobs: int | None = None, tags: bool = True) -> Iterable[Any]:
     """The dispatch requests of ``[lo, hi)`` in column form, in commitlog order, from the
     reput pass (``recovery.reput.iter_dispatch``). A big range is decoded file by file by
     worker processes (the reput walks a file region by region, so a file's requests do not
     depend on the files before it when every record in the range is valid, which recovery
-    has checked), and handed on in order."""
+    has checked), and handed on in order. ``tags=False`` (a pass that feeds only the
+    index) leaves tags_code unset on the fast path."""
     from .reput import iter_dispatch
 
     if hi <= lo:
@@ -1231,20 +1233,22 @@ def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: 
             segs.append((a, b))
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     if jobs <= 1 or len(segs) < 2 or hi - lo < _PARALLEL_MIN_BYTES:
-        yield from iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl, progress=progress)
+        yield from iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl, progress=progress,
+                                 tags=tags)
         return
     with _pool(min(jobs, len(segs))) as ex:
         pending: list[tuple[Any, int]] = []
         it = iter(segs)
         for a, b in it:
-            pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, a, b, mdl)), b - a))
+            pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, a, b, mdl, tags)), b - a))
             if len(pending) > jobs:
                 break
         while pending:
             fut, n = pending.pop(0)
             nxt = next(it, None)
             if nxt is not None:
-                pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, nxt[0], nxt[1], mdl)), nxt[1] - nxt[0]))
+                pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, nxt[0], nxt[1], mdl, tags)),
+                                nxt[1] - nxt[0]))
             cols_list = fut.result()
             yield from cols_list
             del cols_list
@@ -1308,7 +1312,7 @@ def apply_recovery(
                  cqset: Any, skip_upto: int | None = None) -> None:
         nonlocal logics
         n = 0
-        for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs):
+        for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs, tags=bool(cq and cqset is not None)):
             if skip_upto is not None:
                 mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
                 if not mask.all():
