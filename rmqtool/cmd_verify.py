@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from .exitcodes import Exit
-from .options import broker_version_option, make_profile, open_store, store_argument
+from .options import broker_version_option, make_profile, open_store, resolve_format, store_argument
 from .progress import progress_bar
 from .recovery.verify import VerifyReport, verify_store
 from .render import dumps, render
@@ -44,7 +44,7 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
     8 operational error, 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
     store = open_store(**store_opts)
-    fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
+    fmt = resolve_format(fmt, FORMATS)  # table on a terminal, jsonl when piped
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "verify", quiet) as advance:
         report = verify_store(store, profile, jobs=jobs, progress=advance)
