@@ -24,7 +24,6 @@ Modes:
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import os
 import struct
 import time
@@ -118,31 +117,39 @@ def check_from_offset(store: Store, profile: BrokerProfile, offset: int) -> str 
         return f"offset {offset} is not the start of a record ({c.reason} in {f.name} at {pos})"
 
 
-def _hash_writer(writer: Callable[[Any], None]) -> tuple[int, str]:
-    class _Sink:
-        def __init__(self) -> None:
-            self.h = hashlib.sha256()
-            self.n = 0
-            self.pos = 0
+class _Mismatch(Exception):
+    pass
+
+
+def _writer_matches_file(writer: Callable[[Any], None], path: Path) -> bool:
+    """Whether the bytes ``writer`` streams are exactly the file's: compared piece by piece
+    as they come (no hashing; stops at the first difference)."""
+
+    class _Compare:
+        def __init__(self, f: Any) -> None:
+            self.f = f
 
         def write(self, b: Any) -> int:
-            self.h.update(b)
-            self.n += len(b)
-            return len(b)
+            b = memoryview(b).cast("B")
+            n = len(b)
+            if n and self.f.read(n) != b:
+                raise _Mismatch
+            return n
 
-    s = _Sink()
-    writer(s)
-    return s.n, s.h.hexdigest()
+        def write_zeros(self, n: int) -> None:
+            zero = bytes(min(n, 1 << 22))
+            while n > 0:
+                k = min(n, len(zero))
+                if self.f.read(k) != (zero if k == len(zero) else zero[:k]):
+                    raise _Mismatch
+                n -= k
 
-
-def _file_sha(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    n = 0
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-            n += len(chunk)
-    return n, h.hexdigest()
+        try:
+            writer(_Compare(f))
+        except _Mismatch:
+            return False
+        return f.read(1) == b""
 
 
 def _same_content(path: Path, content: Any) -> bool:
@@ -157,7 +164,7 @@ def _same_content(path: Path, content: Any) -> bool:
     if isinstance(content, IndexFileOut):
         if size != content.size:
             return False
-        return _hash_writer(content.write_to) == _file_sha(path)
+        return _writer_matches_file(content.write_to, path)
     raise TypeError(type(content).__name__)
 
 
