@@ -93,7 +93,7 @@ CODES: dict[str, tuple[str, str]] = {
     "CL_BAD_INNER_BATCH": (ERROR, "a 5.x inner-batch record whose INNER_NUM/INNER_BASE are not numbers"),
     "CL_PROP_CRC": (ERROR, "the 5.2+ __CRC32# property does not match the record bytes"),
     "CL_PHYS_OFFSET_MISMATCH": (ERROR, "a record's stored PHYSICALOFFSET differs from file base + position (queues and index point at the stored value)"),
-    "CL_DATA_AFTER_END": (ERROR, "the record walk ends (all-zero header, or end of a file without BLANK) but intact records follow: a zeroed or lost region inside the data; recovery cuts everything after it"),
+    "CL_DATA_AFTER_END": (ERROR, "the record walk ends (an all-zero header, a file end without BLANK, or a damaged header read as BLANK) but intact records follow: a zeroed or lost region inside the data, which recovery cuts or skips"),
     "CL_TORN_TAIL": (WARNING, "after a crash (abort present), the last record of the data is incomplete or garbled; recovery cuts it"),
     "CL_GARBAGE_AFTER_END": (WARNING, "non-zero bytes after the end of the data that hold no intact record"),
     "CL_SALVAGEABLE_RECORDS": (WARNING, "intact records found beyond a point where the record walk stops (how many, where, and how many the broker's recovery throws away)"),
