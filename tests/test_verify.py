@@ -99,6 +99,10 @@ def test_man_page_lists_exactly_the_codes() -> None:
     section = text[text.index(".SH FINDING CODES") : text.index(".SH EXIT STATUS")]
     listed = dict(re.findall(r'^\.BR (\w+) " \((error|warning)\)"', section, re.M))
     assert listed == {c: sev for c, (sev, _d) in v.CODES.items()}
+    # each code's text is the registry's description
+    texts = dict(re.findall(r'^\.BR (\w+) " \(\w+\)"\n(.*?)(?=^\.TP|^\.SS|\Z)', section, re.M | re.S))
+    for code, (_sev, desc) in v.CODES.items():
+        assert " ".join(texts[code].split()) == desc[0].upper() + desc[1:] + ".", code
     for code, (sev, desc) in v.CODES.items():
         assert sev in (v.ERROR, v.WARNING) and desc and code == code.upper()
 
