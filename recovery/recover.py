@@ -608,7 +608,11 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     try:
         first: int | None = lo
         if lo > 0:
-            first = resync(buf, lo, end, base, profile, check_crc)
+            # resync's 4-byte search crawls through zeros (e.g. a last file's unused tail);
+            # no magic starts inside an all-zero block, so whole zero blocks are skipped first
+            # (a candidate starting up to 8 bytes before the first non-zero block stays in view)
+            nz = _first_nonzero_block(buf, lo, end)
+            first = None if nz is None else resync(buf, max(lo, nz - 8), end, base, profile, check_crc)
             if first is not None and first >= hi:
                 first = None
         if first is None:
@@ -866,6 +870,18 @@ def _salvage_positions(buf: Any, pos: int, end: int, base: int, profile: BrokerP
             q += c.size
         p = q + 1
     return out
+
+
+def _first_nonzero_block(buf: Any, pos: int, end: int, block: int = 1 << 20) -> int | None:
+    """Start of the first ``block``-aligned block (clipped to ``[pos, end)``) holding a
+    non-zero byte, or None when ``[pos, end)`` is all zeros."""
+    a = pos
+    while a < end:
+        b = min(end, (a // block + 1) * block)
+        if np.frombuffer(buf, dtype=np.uint8, count=b - a, offset=a).any():
+            return a
+        a = b
+    return None
 
 
 def _has_nonzero(path: Path, pos: int, end: int) -> bool:
