@@ -2749,10 +2749,9 @@ def verify_store(
                                   "salvaged_records": salvaged, "damaged_records": damaged, "damaged_regions": len(spans.spans)}),
         "consumequeue": (cq_stats.get("units", 0), cq_stats),
         "index": (ix_stats.get("entries", 0), ix_stats),
-        "checkpoint": (1 if store.checkpoint_present else 0, {"physic_msg_timestamp": ckpt.physic_msg_timestamp,
-                                                              "logics_msg_timestamp": ckpt.logics_msg_timestamp,
-                                                              "index_msg_timestamp": ckpt.index_msg_timestamp,
-                                                              "min_timestamp": ckpt.min_timestamp}),
+        "checkpoint": (1 if store.checkpoint_present else 0, {**ckpt._asdict(), "min_timestamp": ckpt.min_timestamp,
+                                                              "min_timestamp_index": ckpt.min_timestamp_index,
+                                                              "newest_record_store_timestamp": int(recs.store_ts.max()) if len(recs) else None}),
         "store": (1, {"abort": store.abort_present, "lock_file": store.lock_present}),
     }
     for name, fl in groups:
