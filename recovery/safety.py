@@ -309,7 +309,6 @@ class _HashingFile:
         self._h = h
         self.pos = 0
         self.sequential = True
-        self.hole_at_end = False
 
     def write(self, b: Any) -> int:
         n = self._f.write(b)
@@ -320,7 +319,6 @@ class _HashingFile:
                 mv = memoryview(b).cast("B")
                 self._h.update(bytes(mv[:n]))
             self.pos += n
-            self.hole_at_end = False
         return n
 
     def write_zeros(self, n: int) -> None:
@@ -333,8 +331,8 @@ class _HashingFile:
                 n -= k
             return
         self._f.seek(n, os.SEEK_CUR)
+        self._f.truncate()  # the file now ends here (a hole), whatever the writer does next
         self.pos += n
-        self.hole_at_end = True
         while n > 0:
             k = min(n, len(_ZEROS_BIG))
             self._h.update(_ZEROS_BIG if k == len(_ZEROS_BIG) else _ZEROS_BIG[:k])
@@ -1120,10 +1118,7 @@ class StoreTransaction:
                 hf = _HashingFile(f, h)
                 data(hf)  # type: ignore[arg-type]
                 f.flush()
-                if hf.sequential:
-                    if hf.hole_at_end and f.tell() > os.fstat(f.fileno()).st_size:
-                        f.truncate(f.tell())  # the file ends in a hole: give it its length
-                else:
+                if not hf.sequential:
                     h.close()
                     h.h = hashlib.sha256()
                     f.seek(0)

@@ -1,0 +1,98 @@
+"""The fast paths of recovery.safety: writers hashed on the way (holes for write_zeros,
+read-back when the writer seeks), backups by hard link, and restore from such a backup."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rmqtool.recovery.safety import StoreTransaction, load_manifest, restore, verify_backup
+
+
+def _store(tmp_path: Path) -> Path:
+    root = tmp_path / "store"
+    (root / "index").mkdir(parents=True)
+    (root / "commitlog").mkdir()
+    (root / "checkpoint").write_bytes(bytes(4096))
+    return root
+
+
+def _seq_writer(parts: list[Any]) -> Any:
+    def write(f: Any) -> None:
+        for p in parts:
+            if isinstance(p, int):
+                zeros = getattr(f, "write_zeros", None)
+                if zeros is not None:
+                    zeros(p)
+                else:
+                    f.write(bytes(p))
+            else:
+                f.write(p)
+
+    return write
+
+
+@pytest.mark.parametrize("parts", [
+    [b"head", 1 << 20, b"tail"],            # a hole in the middle
+    [b"x" * 100_000, 3 * (1 << 23) + 5],    # ends in a hole longer than the hash chunk
+    [bytearray(b"abc") * 50_000, memoryview(b"defg" * 40_000), 7],
+    [],
+])
+def test_sequential_writer_content_and_sha_match(tmp_path: Path, parts: list[Any]) -> None:
+    root = _store(tmp_path)
+    want = b"".join(bytes(p) if isinstance(p, int) else bytes(p) for p in parts)
+    with StoreTransaction(root, backup_dir=tmp_path / "bk") as tx:
+        tx.create_file("index/new", _seq_writer(parts))
+        tx.commit()
+    got = (root / "index" / "new").read_bytes()
+    assert got == want
+    m = load_manifest(tmp_path / "bk")
+    assert m["entries"][0]["result"] == {"size": len(want), "sha256": hashlib.sha256(want).hexdigest()}
+
+
+def test_writer_that_seeks_after_a_hole_is_hashed_from_disk(tmp_path: Path) -> None:
+    root = _store(tmp_path)
+
+    def write(f: Any) -> None:
+        f.write(b"A" * 10)
+        f.write_zeros(70_000)
+        f.seek(2)  # patch the header afterwards
+        f.write(b"ZZ")
+
+    with StoreTransaction(root, backup_dir=tmp_path / "bk") as tx:
+        tx.create_file("index/new", write)
+        tx.commit()
+    want = b"AAZZ" + b"A" * 6 + bytes(70_000)
+    assert (root / "index" / "new").read_bytes() == want
+    m = load_manifest(tmp_path / "bk")
+    assert m["entries"][0]["result"]["sha256"] == hashlib.sha256(want).hexdigest()
+
+
+def test_replaced_and_removed_files_backed_up_by_link_survive_and_restore(tmp_path: Path) -> None:
+    root = _store(tmp_path)
+    old_a = os.urandom(300_000)
+    old_b = os.urandom(5000)
+    (root / "index" / "a").write_bytes(old_a)
+    (root / "commitlog" / "b").write_bytes(old_b)
+    bk = tmp_path / "bk"
+    with StoreTransaction(root, backup_dir=bk) as tx:
+        tx.replace_file("index/a", b"new content")
+        tx.remove_file("commitlog/b")
+        tx.commit()
+    assert (root / "index" / "a").read_bytes() == b"new content"
+    assert not (root / "commitlog" / "b").exists()
+    assert (bk / "files" / "index" / "a").read_bytes() == old_a
+    assert (bk / "files" / "commitlog" / "b").read_bytes() == old_b
+    verify_backup(bk)
+    # the new file in the store is not the backup's inode
+    assert os.stat(root / "index" / "a").st_ino != os.stat(bk / "files" / "index" / "a").st_ino
+    restore(bk, root)
+    assert (root / "index" / "a").read_bytes() == old_a
+    assert (root / "commitlog" / "b").read_bytes() == old_b
+    # a restored file is a copy: writing it in place leaves the backup intact
+    with open(root / "index" / "a", "r+b") as f:
+        f.write(b"\xff" * 16)
+    assert (bk / "files" / "index" / "a").read_bytes() == old_a
