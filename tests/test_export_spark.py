@@ -286,3 +286,29 @@ def test_java_missing_is_one_line_exit_8(tmp_path: Path) -> None:
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "Java not found" in lines[0], p.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_spark_submit_zip_and_entry_point(tmp_path: Path) -> None:
+    """--make-zip writes a package tree that imports on its own (what --py-files ships),
+    and the spark_job entry point runs the export command from it."""
+    import zipfile
+
+    from rmqtool.spark_job import main
+
+    z = tmp_path / "rmqtool.zip"
+    assert main(["--make-zip", str(z)]) == 0
+    names = set(zipfile.ZipFile(z).namelist())
+    for n in ("rmqtool/__init__.py", "rmqtool/export_spark.py", "rmqtool/cmd_export.py", "rmqtool/cmd_dump.py",
+              "rmqtool/recovery/splits.py", "rmqtool/recovery/scan.py", "rmqtool/formats/commitlog.py"):
+        assert n in names, n
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(z)!r})\n"
+        "import rmqtool.recovery.splits, rmqtool.export_spark\n"
+        "from rmqtool.spark_job import main\n"
+        "assert rmqtool.export_spark.__file__.startswith(sys.path[0]), rmqtool.export_spark.__file__\n"
+        "sys.exit(main(['--help']))\n"
+    )
+    p = _subprocess(code)
+    assert p.returncode == 0, p.stderr
+    assert "--split-size" in p.stdout and "--to OUT" in p.stdout
