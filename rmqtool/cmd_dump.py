@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import itertools
+import os
 import struct
 import sys
 from typing import Any, Callable, Iterable, Iterator
@@ -171,6 +172,21 @@ def _plain(r: Record) -> bool:
     return keys is None or (isinstance(keys, list) and all(isinstance(k, str) for k in keys))
 
 
+def _raw_utf8(out: Any) -> Any:
+    """The binary stream under a UTF-8 text stream (sys.stdout, a file opened in text mode;
+    on POSIX they write "\\n" as is), else None."""
+    import codecs
+
+    raw = getattr(out, "buffer", None)
+    try:
+        utf8 = codecs.lookup(out.encoding).name == "utf-8"
+    except (AttributeError, LookupError, TypeError):
+        return None
+    if raw is None or not utf8 or os.linesep != "\n":
+        return None
+    return raw
+
+
 def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracker | None = None) -> int:
     """Write records (or already rendered lines of plain OK messages) as JSON lines, a few
     hundred per write; damage statuses are counted in ``tracker``."""
@@ -179,6 +195,7 @@ def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracke
     append = buf.append
     write = out.write
     clean = CLEAN_STATUSES
+    raw = _raw_utf8(out)  # blocks (UTF-8 bytes) go there, after a flush of the text layer
     for r in records:
         if r.__class__ is str:
             append(r)  # type: ignore[arg-type]
@@ -187,7 +204,11 @@ def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracke
                 append("")
                 write("\n".join(buf))
                 buf.clear()
-            write(r.text)  # type: ignore[union-attr]
+            if raw is not None:
+                out.flush()
+                raw.write(r.data)  # type: ignore[union-attr]
+            else:
+                write(r.data.decode("utf-8"))  # type: ignore[union-attr]
             n += r.lines  # type: ignore[union-attr]
             continue
         else:
@@ -348,7 +369,7 @@ def _expand(records: Iterable[Record | str]) -> Iterator[Record | str]:
     """Records with every block of lines split into its lines."""
     for r in records:
         if r.__class__ is _Block:
-            yield from r.text[:-1].split("\n")  # type: ignore[union-attr]
+            yield from r.data[:-1].decode("utf-8").split("\n")  # type: ignore[union-attr]
         else:
             yield r
 
@@ -584,10 +605,10 @@ def _header_offsets() -> dict[str, tuple[int, str]]:
 class _Block:
     """Several finished JSON lines of plain messages, each ending with a newline."""
 
-    __slots__ = ("text", "lines")
+    __slots__ = ("data", "lines")
 
-    def __init__(self, text: str, lines: int) -> None:
-        self.text = text
+    def __init__(self, data: bytes, lines: int) -> None:
+        self.data = data  # UTF-8
         self.lines = lines
 
 
@@ -693,7 +714,7 @@ def _groups(np: Any, mat: Any) -> tuple[Any, Any]:
     return inv.reshape(-1), first
 
 
-def _vector_block(vec: _Vec, pos: int) -> tuple[int, str, int] | None:
+def _vector_block(vec: _Vec, pos: int) -> tuple[int, bytes, int] | None:
     """(position after the block, the block's lines, their count) for the plain records from ``pos``,
     or None when fewer than _MIN_BLOCK records qualify."""
     from .formats.javahash import tags_code
@@ -870,18 +891,26 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, str, int] | None:
         kvm = value("KEYS")
         vl = vals["KEYS"][1][:n]
         sp = kvm == 32
-        bad = sp[:, 0] | sp[ar[:n], vl - 1] | (sp[:, 1:] & sp[:, :-1]).any(axis=1)
+        nsp = sp.sum(axis=1)
+        # one key count per block: each key is a column of its own
+        bad = sp[:, 0] | sp[ar[:n], vl - 1] | (sp[:, 1:] & sp[:, :-1]).any(axis=1) | (nsp != nsp[0])
         if bad[0]:
             return None
         if bad.any():
             n = int(bad.argmax())
             if n < _MIN_BLOCK:
                 return None
-            kvm, sp = kvm[:n], sp[:n]
-        kj = np.zeros(kvm.shape + (3,), dtype=np.uint8)
-        kj[:, :, 0] = kvm
-        kj[sp] = (34, 44, 34)
-        keys_piece = [b'["', kj.reshape(len(kvm), -1), b'"]']
+            sp, vl = sp[:n], vl[:n]
+        nk = int(nsp[0]) + 1
+        cuts = np.nonzero(sp)[1].reshape(n, nk - 1)
+        kstart = pstart[:n] + vals["KEYS"][0][:n]
+        keys_piece = [b'["']
+        for i in range(nk):
+            a = cuts[:, i - 1] + 1 if i else np.zeros(n, dtype=np.int64)
+            b = cuts[:, i] if i < nk - 1 else vl
+            keys_piece += [b'","'] if i else []
+            keys_piece.append(_gather(np, A, kstart + a, b - a, int((b - a).max())))
+        keys_piece.append(b'"]')
     else:
         keys_piece = [b"[]"]
     # TAGS (+ tags code) and UNIQ_KEY
@@ -974,7 +1003,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, str, int] | None:
             w = pc.shape[1]
             M[:, c : c + w] = pc
             c += w
-    text = M.tobytes().translate(None, b"\0").decode("utf-8")
+    text = M.tobytes().replace(b"\0", b"")  # few NULs: memchr runs
     return int(P[n - 1] + total[n - 1]), text, n
 
 
