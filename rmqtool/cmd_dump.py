@@ -577,7 +577,8 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
 # does not take (first one of another shape, non-ASCII properties, a CRC mismatch, ...)
 # ends the block; the per-record fast path or the generic walk takes it, as before.
 
-_BLOCK = 4096
+_BLOCK = 16384  # most records per block (~13 MB of layout for 1 KiB messages)
+_FIRST_BLOCK = 512  # a block grows to _BLOCK while blocks run to their end, and shrinks when cut
 _MIN_BLOCK = 8
 
 
@@ -629,6 +630,7 @@ class _Vec:
         self.topics: dict[bytes, bytes | None] = {}
         self.tags: dict[bytes, bytes] = {}
         self.fail_budget = 256
+        self.block = _FIRST_BLOCK
         self.layout: tuple[tuple[Any, ...], Any] | None = None
 
     def release(self) -> None:
@@ -694,7 +696,8 @@ def _rows(np: Any, A: Any, start: Any, width: int) -> Any:
 def _gather(np: Any, A: Any, start: Any, length: Any, width: int) -> Any:
     """Rows of ``width`` bytes from ``start``, NUL beyond ``length``."""
     m = _rows(np, A, start, width)
-    m[np.arange(width)[None, :] >= length[:, None]] = 0
+    if int(length.min()) < width:
+        m[np.arange(width)[None, :] >= length[:, None]] = 0
     return m
 
 
@@ -732,11 +735,13 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, bytes, int] | None:
     hs = _HSIZE
     if pos + hs > end:
         return None
+    limit = vec.block
+    vec.block = _FIRST_BLOCK  # unless this block runs to its end (below)
     size0, magic0 = unpack(buf, pos)
     P = None
     if magic0 == v1 and size0 > hs and (end - pos) // size0 >= _MIN_BLOCK:
         # a run of records of one size (common): checked at once
-        cand = pos + size0 * np.arange(min(_BLOCK, (end - pos) // size0), dtype=np.int64)
+        cand = pos + size0 * np.arange(min(limit, (end - pos) // size0), dtype=np.int64)
         pre = np.ascontiguousarray(_rows(np, A, cand, 8)).view(">i4")
         same = (pre[:, 0] == size0) & (pre[:, 1] == v1)
         m = len(cand) if same.all() else int(same.argmin())
@@ -746,7 +751,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, bytes, int] | None:
         starts: list[int] = []
         append = starts.append
         p = pos
-        for _ in range(_BLOCK):
+        for _ in range(limit):
             if p + hs > end:
                 break
             total, magic = unpack(buf, p)
@@ -827,8 +832,10 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, bytes, int] | None:
     pstart = q + 2
     pw = int(pl.max())
     PM = _gather(np, A, pstart, pl, pw)
-    inside = np.arange(pw)[None, :] < pl[:, None]
-    ok &= ~(inside & ~allowed[PM]).any(axis=1)
+    if int(pl.min()) == pw:
+        ok &= allowed[PM].all(axis=1)
+    else:
+        ok &= ~((np.arange(pw)[None, :] < pl[:, None]) & ~allowed[PM]).any(axis=1)
     if vec.is5:
         pstl, pendl = pstart.tolist(), (pstart + pl).tolist()
         ok &= np.fromiter(map(buf.find, itertools.repeat(b"INNER_", n), pstl, pendl), dtype=np.int64, count=n) < 0
@@ -1004,6 +1011,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, bytes, int] | None:
             M[:, c : c + w] = pc
             c += w
     text = M.tobytes().replace(b"\0", b"")  # few NULs: memchr runs
+    vec.block = min(2 * limit, _BLOCK) if n == limit else max(_FIRST_BLOCK, min(2 * n, _BLOCK))
     return int(P[n - 1] + total[n - 1]), text, n
 
 
