@@ -2132,7 +2132,7 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
     on millions of distinct int64 values)."""
     if len(a) == 0:
         return np.asarray(a).copy()
-    x = np.sort(a)
+    x = np.sort(a, kind="stable")  # adaptive: the arrays here are nearly sorted already
     return x[np.concatenate(([True], x[1:] != x[:-1]))]
 
 
@@ -2499,13 +2499,17 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             sv_val = slots[sv]
             dup_target = np.flatnonzero(np.bincount(sv_val, minlength=eff) > 1)
             head_slot[sv_val] = sv
+            # chain heads by pointer jumping, only over the entries not yet at their head
+            # (up[k] > k, so every chain converges; log2(chain length) rounds)
             root = np.arange(eff, dtype=np.int64)
-            root[ks] = np.where(up[ks] == 0, ks, up[ks])
-            for _ in range(64):
-                nxt = root[root]
-                if np.array_equal(nxt, root):
-                    break
-                root = nxt
+            upk = up[ks]
+            root[ks] = np.where(upk == 0, ks, upk)
+            pend = ks[upk != 0]
+            while len(pend):
+                r = root[pend]
+                rr = root[r]
+                root[pend] = rr
+                pend = pend[rr != r]
             chain_slot = head_slot[root[ks]]
             into_middle = sv[up[sv_val] != 0]
             for s_i in into_middle[:MAX_RUNS].tolist():
