@@ -78,18 +78,12 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _flush_quietly() -> None:
+    from .errors import _silence_stdout
+
     try:
         sys.stdout.flush()
     except (BrokenPipeError, ValueError, OSError):
         _silence_stdout()
-
-
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def exit_with(code: int) -> Any:
