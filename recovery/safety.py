@@ -351,6 +351,40 @@ class _HashingFile:
 
 
 _ZEROS_BIG = bytes(_BIG_CHUNK)
+_PREHASH_MIN = 16 << 20
+
+
+class _PreHash:
+    """sha256 of a file computed by a background thread, with the identity (inode, size,
+    mtime) the file had when it started; :meth:`result` gives the digest only if the file
+    it is asked about still has that identity (else None: the caller hashes it itself)."""
+
+    def __init__(self, path: Path, st: os.stat_result) -> None:
+        self.key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        self.digest: str | None = None
+        self.thread = threading.Thread(target=self._run, args=(path,), name="rmqtool-prehash", daemon=True)
+        self.thread.start()
+
+    def _run(self, path: Path) -> None:
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.key:
+                    return
+                h = hashlib.sha256()
+                while chunk := f.read(_BIG_CHUNK):
+                    h.update(chunk)
+                st = os.fstat(f.fileno())
+                if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == self.key:
+                    self.digest = h.hexdigest()
+        except (OSError, ValueError):
+            pass
+
+    def result(self, st: os.stat_result) -> str | None:
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.key:
+            return None
+        self.thread.join()
+        return self.digest
 
 
 def _makedirs_synced(path: Path) -> list[Path]:
@@ -980,6 +1014,7 @@ class StoreTransaction:
         self._state: str | None = None  # None until the journal exists
         self._backup_dir: Path | None = None
         self._backup_preexisted = False
+        self._prehash: dict[str, _PreHash] = {}  # relpath -> digest computed ahead (big files)
 
     # -- context management
 
@@ -1150,6 +1185,7 @@ class StoreTransaction:
             return self.create_file(rel, data, mode=0o644 if mode is None else mode, mtime_ns=mtime_ns)
         st = _regular_stat(target)
         new_mode = stat.S_IMODE(st.st_mode) if mode is None else mode
+        self._start_prehash(rel, st)
         name, size, sha = self._stage(data, new_mode, target, mtime_ns)
         return self._add(
             _Step("replace", rel, staged=name, mode=new_mode, mtime_ns=mtime_ns, orig_size=st.st_size,
@@ -1182,7 +1218,16 @@ class StoreTransaction:
         """Remove a file; at commit it is copied into the backup first."""
         rel = self._claim(relpath)
         st = _regular_stat(self.store / rel)
+        self._start_prehash(rel, st)
         return self._add(_Step("remove", rel, orig_size=st.st_size))
+
+    def _start_prehash(self, rel: str, st: os.stat_result) -> None:
+        """Start hashing a big file this transaction replaces or removes on a background
+        thread now, so the digest its backup needs at commit is computed while the caller
+        prepares the other changes (used only if the file is then still the same inode,
+        size and mtime)."""
+        if not self.dry_run and st.st_size >= _PREHASH_MIN and rel not in self._prehash:
+            self._prehash[rel] = _PreHash(self.store / rel, st)
 
     def truncate_tail(self, relpath: str | os.PathLike[str], offset: int, *, zero_fill: bool = True) -> PlannedAction:
         """Cut bytes ``[offset, EOF)`` of a file: they are copied into the backup as a piece,
@@ -1349,7 +1394,7 @@ class StoreTransaction:
             rel_backup = f"files/{step.path}"
             # the store's file is renamed over or unlinked, never written in place, by these
             # steps: the backup can share its inode (a hard link) instead of copying it
-            original["sha256"] = self._link_to_backup(target, bdir / rel_backup)
+            original["sha256"] = self._link_to_backup(target, bdir / rel_backup, self._prehash.pop(step.path, None))
             step.orig_sha256, step.backup = original["sha256"], rel_backup
             if step.action == "replace":
                 result: dict[str, Any] | None = {"size": step.new_size, "sha256": step.new_sha256}
@@ -1420,7 +1465,7 @@ class StoreTransaction:
         return entry
 
     @classmethod
-    def _link_to_backup(cls, src: Path, dst: Path) -> str:
+    def _link_to_backup(cls, src: Path, dst: Path, pre: _PreHash | None = None) -> str:
         """Back up the whole file ``src`` as ``dst`` by a hard link when the backup is on the
         same file system (no bytes copied; only for files the transaction replaces by rename
         or unlinks, so the shared inode is never written again through the store), else by a
@@ -1435,13 +1480,21 @@ class StoreTransaction:
             try:
                 os.fsync(fd)
                 h = hashlib.sha256()
-                size = os.fstat(fd).st_size
+                fst = os.fstat(fd)
+                size = fst.st_size
+                digest = pre.result(fst) if pre is not None else None
+                if digest is not None:
+                    os.close(fd)
+                    fd = -1
+                    fsync_dir(dst.parent)
+                    return digest
                 if size:
                     with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as m:
                         for a in range(0, size, _BIG_CHUNK):  # hashlib drops the GIL on large updates
                             h.update(m[a : a + _BIG_CHUNK])
             finally:
-                os.close(fd)
+                if fd >= 0:
+                    os.close(fd)
             fsync_dir(dst.parent)
         except OSError as exc:
             raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", dst) from exc

@@ -96,3 +96,24 @@ def test_replaced_and_removed_files_backed_up_by_link_survive_and_restore(tmp_pa
     with open(root / "index" / "a", "r+b") as f:
         f.write(b"\xff" * 16)
     assert (bk / "files" / "index" / "a").read_bytes() == old_a
+
+
+@pytest.mark.parametrize("touch", [False, True])
+def test_big_file_hashed_ahead_gives_the_backup_digest(tmp_path: Path, touch: bool) -> None:
+    root = _store(tmp_path)
+    old = os.urandom(1 << 16) * 300  # 19.7 MB: hashed on a background thread at planning
+    (root / "index" / "big").write_bytes(old)
+    bk = tmp_path / "bk"
+    with StoreTransaction(root, backup_dir=bk) as tx:
+        tx.replace_file("index/big", b"small")
+        if touch:  # changed after planning, same size: the early digest must not be used
+            with open(root / "index" / "big", "r+b") as f:
+                f.write(b"\0" * 8)
+            st = os.stat(root / "index" / "big")
+            os.utime(root / "index" / "big", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        tx.commit()
+    want = (b"\0" * 8 + old[8:]) if touch else old
+    m = load_manifest(bk)
+    assert m["entries"][0]["original"]["sha256"] == hashlib.sha256(want).hexdigest()
+    assert (bk / "files" / "index" / "big").read_bytes() == want
+    verify_backup(bk)
