@@ -206,9 +206,10 @@ def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracke
                 buf.clear()
             if raw is not None:
                 out.flush()
-                raw.write(r.data)  # type: ignore[union-attr]
+                for part in r.parts:  # type: ignore[union-attr]
+                    raw.write(part)
             else:
-                write(r.data.decode("utf-8"))  # type: ignore[union-attr]
+                write(b"".join(r.parts).decode("utf-8"))  # type: ignore[union-attr]
             n += r.lines  # type: ignore[union-attr]
             continue
         else:
@@ -369,7 +370,7 @@ def _expand(records: Iterable[Record | str]) -> Iterator[Record | str]:
     """Records with every block of lines split into its lines."""
     for r in records:
         if r.__class__ is _Block:
-            yield from r.data[:-1].decode("utf-8").split("\n")  # type: ignore[union-attr]
+            yield from b"".join(r.parts)[:-1].decode("utf-8").split("\n")  # type: ignore[union-attr]
         else:
             yield r
 
@@ -580,6 +581,7 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
 _BLOCK = 8192  # most records per block (~6 MB of layout for 1 KiB messages)
 _FIRST_BLOCK = 512  # a block grows to _BLOCK while blocks run to their end, and shrinks when cut
 _MIN_BLOCK = 8
+_SUB = 1024  # lines laid out at once
 
 
 def _header_offsets() -> dict[str, tuple[int, str]]:
@@ -606,10 +608,10 @@ def _header_offsets() -> dict[str, tuple[int, str]]:
 class _Block:
     """Several finished JSON lines of plain messages, each ending with a newline."""
 
-    __slots__ = ("data", "lines")
+    __slots__ = ("parts", "lines")
 
-    def __init__(self, data: bytes, lines: int) -> None:
-        self.data = data  # UTF-8
+    def __init__(self, parts: list[bytes], lines: int) -> None:
+        self.parts = parts  # UTF-8, whole lines each
         self.lines = lines
 
 
@@ -717,7 +719,7 @@ def _groups(np: Any, mat: Any) -> tuple[Any, Any]:
     return inv.reshape(-1), first
 
 
-def _vector_block(vec: _Vec, pos: int) -> tuple[int, bytes, int] | None:
+def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     """(position after the block, the block's lines, their count) for the plain records from ``pos``,
     or None when fewer than _MIN_BLOCK records qualify."""
     from .formats.javahash import tags_code
@@ -1001,28 +1003,36 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, bytes, int] | None:
                 merged.append(pc)
         else:
             merged.append(pc[:n])
-    layout = tuple(pc if isinstance(pc, bytes) else pc.shape[1] for pc in merged) + (n,)
+    # rows of _SUB lines at a time, in one reused matrix (it stays in the CPU cache)
+    layout = tuple(pc if isinstance(pc, bytes) else pc.shape[1] for pc in merged)
     if vec.layout is not None and vec.layout[0] == layout:
         M = vec.layout[1]  # the constants are in place from the previous block
-        fill_constants = False
     else:
         width = sum(len(pc) if isinstance(pc, bytes) else pc.shape[1] for pc in merged)
-        M = np.empty((n, width), dtype=np.uint8)
+        M = np.empty((_SUB, width), dtype=np.uint8)
         vec.layout = (layout, M)
-        fill_constants = True
-    c = 0
-    for pc in merged:
-        if isinstance(pc, bytes):
-            if fill_constants:
+        c = 0
+        for pc in merged:
+            if isinstance(pc, bytes):
                 M[:, c : c + len(pc)] = np.frombuffer(pc, dtype=np.uint8)
-            c += len(pc)
-        else:
-            w = pc.shape[1]
-            M[:, c : c + w] = pc
-            c += w
-    text = M.tobytes().replace(b"\0", b"")  # few NULs: memchr runs
+                c += len(pc)
+            else:
+                c += pc.shape[1]
+    parts: list[bytes] = []
+    for r0 in range(0, n, _SUB):
+        r1 = min(n, r0 + _SUB)
+        Mv = M[: r1 - r0]
+        c = 0
+        for pc in merged:
+            if isinstance(pc, bytes):
+                c += len(pc)
+            else:
+                w = pc.shape[1]
+                Mv[:, c : c + w] = pc[r0:r1]
+                c += w
+        parts.append(Mv.tobytes().replace(b"\0", b""))  # few NULs: memchr runs
     vec.block = min(2 * limit, _BLOCK) if n == limit else max(_FIRST_BLOCK, min(2 * n, _BLOCK))
-    return int(P[n - 1] + total[n - 1]), text, n
+    return int(P[n - 1] + total[n - 1]), parts, n
 
 
 def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterator[Record | str]:
