@@ -582,6 +582,7 @@ _BLOCK = 8192  # most records per block (~6 MB of layout for 1 KiB messages)
 _FIRST_BLOCK = 512  # a block grows to _BLOCK while blocks run to their end, and shrinks when cut
 _MIN_BLOCK = 8
 _SUB = 1024  # lines laid out at once
+_BLOCK_BYTES = 32 << 20  # and at most about this much of the file per block (bounded memory)
 
 
 def _header_offsets() -> dict[str, tuple[int, str]]:
@@ -690,9 +691,19 @@ def _rows(np: Any, A: Any, start: Any, width: int) -> Any:
     """A copy of the ``width`` bytes at each of ``start`` (one row each)."""
     if width <= 0:
         return np.zeros((len(start), 0), dtype=np.uint8)
-    if int(start.max()) <= len(A) - width and int(start.min()) >= 0:
-        return np.lib.stride_tricks.sliding_window_view(A, width)[start]
-    return A[np.clip(start[:, None] + np.arange(width), 0, len(A) - 1)]
+    lim = len(A) - width
+    if lim < 0:
+        out = np.zeros((len(start), width), dtype=np.uint8)
+        for i, s in enumerate(start.tolist()):
+            out[i, : len(A) - s] = A[s:]
+        return out
+    out = np.lib.stride_tricks.sliding_window_view(A, width)[np.minimum(start, lim)]
+    if int(start.max()) > lim:  # rows within ``width`` bytes of the end: NUL past it
+        for i in np.flatnonzero(start > lim).tolist():
+            s = int(start[i])
+            out[i] = 0
+            out[i, : len(A) - s] = A[s:]
+    return out
 
 
 def _gather(np: Any, A: Any, start: Any, length: Any, width: int) -> Any:
@@ -743,7 +754,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     P = None
     if magic0 == v1 and size0 > hs and (end - pos) // size0 >= _MIN_BLOCK:
         # a run of records of one size (common): checked at once
-        cand = pos + size0 * np.arange(min(limit, (end - pos) // size0), dtype=np.int64)
+        cand = pos + size0 * np.arange(min(limit, (end - pos) // size0, max(_MIN_BLOCK, _BLOCK_BYTES // size0)), dtype=np.int64)
         pre = np.ascontiguousarray(_rows(np, A, cand, 8)).view(">i4")
         same = (pre[:, 0] == size0) & (pre[:, 1] == v1)
         m = len(cand) if same.all() else int(same.argmin())
@@ -753,8 +764,9 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
         starts: list[int] = []
         append = starts.append
         p = pos
+        stop = min(end, pos + _BLOCK_BYTES)
         for _ in range(limit):
-            if p + hs > end:
+            if p + hs > stop:
                 break
             total, magic = unpack(buf, p)
             if magic != v1 or total <= hs or p + total > end:
