@@ -1248,28 +1248,90 @@ def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: 
         if a < b:
             segs.append((a, b))
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    if jobs <= 1 or len(segs) < 2 or hi - lo < _PARALLEL_MIN_BYTES:
+    pieces = [(a, b, b) for a, b in segs]
+    if jobs > 1 and len(segs) < jobs and hi - lo >= _PARALLEL_MIN_BYTES:
+        pieces = _split_segments(store, profile, segs, jobs)
+    if jobs <= 1 or len(pieces) < 2 or hi - lo < _PARALLEL_MIN_BYTES:
         yield from iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl, progress=progress,
                                  tags=tags)
         return
-    with _pool(min(jobs, len(segs))) as ex:
-        pending: list[tuple[Any, int]] = []
-        it = iter(segs)
-        for a, b in it:
-            pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, a, b, mdl, tags)), b - a))
+    seg_end = {}  # piece start -> end of the segment (file region) it was cut from
+    for a, b, whole_end in pieces:
+        seg_end[a] = whole_end
+    with _pool(min(jobs, len(pieces))) as ex:
+        pending: list[tuple[Any, int, int, int]] = []
+        it = iter(pieces)
+        for a, b, _w in it:
+            pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, a, b, mdl, tags)), a, b, b - a))
             if len(pending) > jobs:
                 break
+        redo_to = -1  # a piece did not chain: the rest of its segment was decoded here, in order
         while pending:
-            fut, n = pending.pop(0)
+            fut, a, b, n = pending.pop(0)
             nxt = next(it, None)
             if nxt is not None:
                 pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, nxt[0], nxt[1], mdl, tags)),
-                                nxt[1] - nxt[0]))
+                                nxt[0], nxt[1], nxt[1] - nxt[0]))
             cols_list = fut.result()
+            if b <= redo_to:
+                del cols_list
+                continue
+            if b != seg_end[a] and not _chains(cols_list, a, b):
+                # a piece cut inside a file must hold records from exactly its start to exactly its
+                # end (the next piece's start); otherwise decode the rest of the file in order
+                del cols_list
+                redo_to = seg_end[a]
+                yield from iter_dispatch(store, profile, from_offset=a, to_offset=redo_to, max_delay_level=mdl,
+                                         progress=progress, tags=tags)
+                continue
             yield from cols_list
             del cols_list
             if progress:
                 progress(n)
+
+
+def _chains(cols_list: list[Any], a: int, b: int) -> bool:
+    """Whether the runs decoded from piece ``[a, b)`` are records laid end to end from
+    exactly ``a`` to exactly ``b``."""
+    pos = a
+    for c in cols_list:
+        if c.count == 0:
+            continue
+        p = c.position
+        if int(p[0]) != pos:
+            return False
+        ends = p + c.msg_size
+        if len(p) > 1 and not np.array_equal(ends[:-1], p[1:]):
+            return False
+        pos = int(ends[-1])
+    return pos == b
+
+
+def _split_segments(store: Store, profile: BrokerProfile, segs: list[tuple[int, int]], jobs: int
+                    ) -> list[tuple[int, int, int]]:
+    """Cut file regions into ``jobs`` pieces each, at record starts found by ``resync``
+    (an intact record whose PHYSICALOFFSET is its own offset), so that one big region is
+    still decoded by several workers. Returns (start, end, end of the whole region); the
+    caller checks that each piece's records chain to the next piece's start."""
+    out: list[tuple[int, int, int]] = []
+    for a, b in segs:
+        f = store.commitlog_file_for(a)
+        cuts = [a]
+        if f is not None and b - a >= _SPAN:
+            with store.map(f) as mf:
+                end = min(mf.size, b - f.base)
+                for k in range(1, jobs):
+                    target = a + (b - a) * k // jobs
+                    if target <= cuts[-1]:
+                        continue
+                    q = resync(mf.buf, target - f.base, end, f.base, profile, True)
+                    if q is None:
+                        break
+                    if f.base + q > cuts[-1] and f.base + q < b:
+                        cuts.append(f.base + q)
+        cuts.append(b)
+        out.extend((cuts[i], cuts[i + 1], b) for i in range(len(cuts) - 1))
+    return out
 
 
 def apply_recovery(
