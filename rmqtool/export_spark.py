@@ -121,43 +121,50 @@ def columns_for(what: str, with_body: bool = False) -> list[tuple[str, str]]:
 # imported on the executor from the installed package or --py-files).
 
 
+def record_row(label: str, name: str, base: int, buf: Any, pos: int, c: Any, with_body: bool, n: list[int]) -> tuple[Any, ...]:
+    """The row tuple (column order of :data:`COMMITLOG_COLUMNS`, plus the body with
+    ``with_body``) of one step of the walk: the record of ``dump commitlog`` (same field
+    functions) with ``store`` first. ``n`` (rows, messages, blanks, problems) is bumped."""
+    from .cmd_dump import CLEAN_STATUSES, _crc_status, damaged_fields
+
+    n[0] += 1
+    if c.is_message:
+        d = _crc_status(message_fields(name, c, buf))
+        n[1] += 1
+    elif c.is_blank:
+        d = blank_fields(name, pos, buf, base)
+        n[2] += 1
+    else:
+        d = damaged_fields(name, buf, pos, base, c, False, False)
+    if d["status"] not in CLEAN_STATUSES:
+        n[3] += 1
+    if d["type"] == "message" and "field" not in d:
+        row = (label,) + _MESSAGE_ROW(d) + (None,)
+    else:
+        row = (label,) + tuple(map(d.get, _ROW_KEYS))
+    if with_body:
+        rec = c.rec
+        return row + ((rec.body(buf) if rec is not None and d["type"] == "message" else None),)
+    return row
+
+
+_ROW_KEYS = [c for c, _t in COMMITLOG_COLUMNS[1:]]
+_MESSAGE_ROW = operator.itemgetter(*_ROW_KEYS[:-1])  # every column but "field" (last)
+
+
 def commitlog_rows(split: Split, version: str, with_body: bool, counts: list[int] | None = None,
                    handoff: Handoff | None = None) -> Iterator[tuple[Any, ...]]:
     """Row tuples (column order of :data:`COMMITLOG_COLUMNS`) of one split: the records of
     ``dump commitlog`` (same walk, same field functions), plus ``store`` first and, with
     ``with_body``, the raw body bytes last. ``counts`` (rows, messages, blanks,
-    problems) is updated in place."""
-    from .cmd_dump import CLEAN_STATUSES, _crc_status, damaged_fields
-
+    problems) is updated in place. (The row path; the default is the columnar one of
+    :mod:`rmqtool.export_arrow`, which yields the same rows.)"""
     profile = BrokerProfile.for_version(version)
-    keys = [c for c, _t in COMMITLOG_COLUMNS[1:]]
-    message_row = operator.itemgetter(*keys[:-1])  # every column but "field" (last)
-    label = (split.store,)
-    no_field = (None,)
     name = split.file_name
     base = split.base
     n = [0, 0, 0, 0] if counts is None else counts
     for buf, pos, c in iter_split(split, profile, handoff=handoff):
-        n[0] += 1
-        if c.is_message:
-            d = _crc_status(message_fields(name, c, buf))
-            n[1] += 1
-        elif c.is_blank:
-            d = blank_fields(name, pos, buf, base)
-            n[2] += 1
-        else:
-            d = damaged_fields(name, buf, pos, base, c, False, False)
-        if d["status"] not in CLEAN_STATUSES:
-            n[3] += 1
-        if d["type"] == "message" and "field" not in d:
-            row = label + message_row(d) + no_field
-        else:
-            row = label + tuple(map(d.get, keys))
-        if with_body:
-            rec = c.rec
-            yield row + ((rec.body(buf) if rec is not None and d["type"] == "message" else None),)
-        else:
-            yield row
+        yield record_row(split.store, name, base, buf, pos, c, with_body, n)
 
 
 def _restricted(store: Store, **parts: Any) -> Store:
@@ -226,6 +233,40 @@ def _partition(kind: str, version: str, with_body: bool, accs: Any, groups: Iter
             if conflict:
                 where.add([f"{task.path} at offset {handoff.stop}"])
             done.add(1)
+
+
+def _arrow_partition(version: str, with_body: bool, accs: Any, batches: Iterable[Any]) -> Iterator[Any]:
+    """mapInArrow body of the columnar commitlog path: the input rows carry pickled groups
+    of splits (column ``g``); yields the RecordBatches of every split, bumping the
+    counters after each split as :func:`_partition` does."""
+    import pickle
+
+    from .export_arrow import arrow_schema, split_batches
+
+    schema = arrow_schema(columns_for("commitlog", with_body))
+    for b in batches:
+        for blob in b.column("g").to_pylist():
+            for task in pickle.loads(blob):
+                n = [0, 0, 0, 0]
+                handoff = Handoff(task.end)
+                yield from split_batches(task, version, with_body, schema, n, handoff)
+                if accs is not None:
+                    done, counts, where = accs
+                    conflict = handoff.conflict
+                    counts.add((n[0], n[1], n[2], n[3], int(conflict)))
+                    if conflict:
+                        where.add([f"{task.path} at offset {handoff.stop}"])
+                    done.add(1)
+
+
+def arrow_available() -> bool:
+    """pyarrow and pandas (pyspark's mapInArrow requires both) import."""
+    try:
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -537,10 +578,14 @@ def run_export(
     session: Any = None,
     log_path: str | None = None,
     group_bytes: int | None = None,
+    columnar: bool | None = None,
 ) -> ExportResult:
     """Export ``stores`` (label, opened Store) to Parquet at ``out``. With ``session`` an
     existing SparkSession is used (tests share one) and left running. Tasks are packed
-    into Spark partitions of about ``group_bytes`` (default: the split size)."""
+    into Spark partitions of about ``group_bytes`` (default: the split size). The
+    commitlog goes through the columnar path (Arrow batches, :mod:`rmqtool.export_arrow`)
+    when pyarrow and pandas are installed, unless ``columnar`` is False (the row path:
+    one pickled tuple per record)."""
     BrokerProfile.for_version(version)  # fail on the driver, not on every executor
     tasks = plan_tasks(stores, what, split_size)
     columns = columns_for(what, with_body)
@@ -561,8 +606,21 @@ def run_export(
         groups = pack_tasks(tasks, group_bytes or split_size or DEFAULT_SPLIT_SIZE)
         result.partitions = len(groups)
         rdd = sc.parallelize(groups, len(groups)) if groups else sc.emptyRDD()
-        rows = rdd.mapPartitions(partial(_partition, what, version, with_body, (done, counts, where)), preservesPartitioning=True)
-        df = spark.createDataFrame(rows, spark_schema(columns), verifySchema=False)
+        accs = (done, counts, where)
+        if what == "commitlog" and (columnar if columnar is not None else arrow_available()):
+            # columnar path: one input row per partition (its pickled group of splits),
+            # Arrow RecordBatches out (rmqtool.export_arrow)
+            import pickle
+
+            from pyspark.sql import types as T
+
+            blobs = sc.parallelize([(i, pickle.dumps(g)) for i, g in enumerate(groups)], max(len(groups), 1))
+            gschema = T.StructType([T.StructField("i", T.IntegerType()), T.StructField("g", T.BinaryType())])
+            df = spark.createDataFrame(blobs, gschema, verifySchema=False).mapInArrow(
+                partial(_arrow_partition, version, with_body, accs), spark_schema(columns))
+        else:
+            rows = rdd.mapPartitions(partial(_partition, what, version, with_body, accs), preservesPartitioning=True)
+            df = spark.createDataFrame(rows, spark_schema(columns), verifySchema=False)
         writer = df.write.mode("overwrite" if overwrite else "errorifexists")
         if partition_by:
             writer = writer.partitionBy(*partition_by)

@@ -1,0 +1,550 @@
+"""Columnar commitlog rows for ``rmqtool export``: one split -> pyarrow RecordBatches.
+
+The default path of the commitlog export (:func:`rmqtool.export_spark.run_export` hands
+the batches to Spark with ``mapInArrow``, so the JVM reads Arrow columns instead of
+unpickling one row tuple per record). Runs of *plain* records (the definition of
+``dump``'s fast path in :mod:`rmqtool.cmd_dump`: a V1 record with IPv4 hosts whose lengths
+add up, whose body CRC matches, whose topic is not SCHEDULE_TOPIC_XXXX, whose properties
+are printable ASCII ``key\\x01value`` segments, the same keys in the same order for the
+whole run, no duplicate key, on 5.x no INNER_ property) are decoded with numpy: the header
+fields are gathered at the offsets of the schema-derived V1 header struct for every
+record of the run at once, strings that take few distinct values (topic, hosts, TAGS,
+transaction type) come from small tables built with the same Python functions as
+:func:`recovery.scan.message_fields`, the variable strings (property values, keys,
+UNIQ_KEY, bodies) are gathered into Arrow string buffers directly. Every other record
+(BLANKs, damage, CRC mismatches, other shapes) goes through the per-record path of
+:func:`rmqtool.export_spark.record_row` (the walk and field functions of ``dump``), in
+order. The rows are the same either way; tests/test_export_spark.py compares them with
+``dump commitlog`` field by field on every real fixture and tests/test_export_arrow.py
+compares both paths on synthetic and damaged stores.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import zlib
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+try:  # the same CRC-32 as zlib's, several times faster (SIMD); optional
+    from zlib_ng.zlib_ng import crc32 as _crc32
+except ImportError:  # pragma: no cover - depends on the environment
+    _crc32 = zlib.crc32
+
+from .formats import commitlog as cl
+from .formats.javahash import tags_code
+from .formats.names import host_to_str
+from .recovery import check as ck
+from .recovery.scan import walk_records
+from .recovery.splits import Handoff, Split, first_record
+from .recovery.store import MappedFile
+from .recovery.versions import BrokerProfile
+
+_V1_HEADER = cl.LAYOUTS[(cl.MAGIC_V1, 0)].header
+_HSIZE = _V1_HEADER.size
+_SCHEDULE = ck.SCHEDULE_TOPIC.encode()
+BLOCK = 8192  # records per vectorised block (one RecordBatch)
+MIN_BLOCK = 16  # fewer plain records than this: the per-record path
+PENDING = 4096  # per-record rows per RecordBatch
+
+_ARROW_TYPES = {
+    "string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "boolean": pa.bool_(), "binary": pa.binary(),
+    "array<string>": pa.list_(pa.string()),
+    "map<string,string>": pa.map_(pa.string(), pa.string()),
+}
+
+
+def arrow_schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
+    return pa.schema([pa.field(name, _ARROW_TYPES[t]) for name, t in columns])
+
+
+# ---------------------------------------------------------------------------------------
+# numpy helpers
+
+
+def _header_dtype() -> np.dtype:
+    """Structured big-endian dtype of the V1 header, from the schema's struct format."""
+    from .formats.schema import fixed_prefix_format
+
+    fmt, names = fixed_prefix_format(cl.MESSAGE_V1, {"sys_flag": 0})
+    if struct.Struct(fmt).size != _HSIZE:
+        raise RuntimeError("V1 header layout changed")
+    codes: list[str] = []
+    num = ""
+    for ch in fmt[1:]:
+        if ch.isdigit():
+            num += ch
+            continue
+        codes.append(num + ch)
+        num = ""
+    np_code = {"l": ">i4", "i": ">i4", "q": ">i8", "h": ">i2", "b": "i1", "B": "u1"}
+    fields: dict[str, Any] = {"names": [], "formats": [], "offsets": [], "itemsize": _HSIZE}
+    for i, (code, name) in enumerate(zip(codes, names)):
+        off = struct.calcsize(">" + "".join(codes[:i]))
+        fields["names"].append(name.replace(".", "_"))
+        fields["formats"].append(f"S{code[:-1]}" if code.endswith("s") else np_code[code])
+        fields["offsets"].append(off)
+    return np.dtype(fields)
+
+
+_HDT: Any = None
+_HEX = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
+
+
+def _rows(A: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
+    """A copy of the ``width`` bytes at each of ``start`` (one row each; past the end: clipped)."""
+    if width <= 0:
+        return np.zeros((len(start), 0), dtype=np.uint8)
+    if int(start.max()) <= len(A) - width and int(start.min()) >= 0:
+        return np.lib.stride_tricks.sliding_window_view(A, width)[start]
+    return A[np.clip(start[:, None] + np.arange(width), 0, len(A) - 1)]
+
+
+def _gather(A: np.ndarray, start: np.ndarray, length: np.ndarray, width: int) -> np.ndarray:
+    m = _rows(A, start, width)
+    m[np.arange(width)[None, :] >= length[:, None]] = 0
+    return m
+
+
+def _spans(A: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 offsets, concatenated bytes) of the byte spans ``[start, start + length)``."""
+    offs = np.zeros(len(length) + 1, dtype=np.int64)
+    np.cumsum(length, out=offs[1:])
+    total = int(offs[-1])
+    if total == 0:
+        return offs.astype(np.int32), np.zeros(0, dtype=np.uint8)
+    w = int(length.max())
+    if w * len(length) <= 2 * total + 4096:  # similar lengths: rows, then the bytes inside
+        m = _rows(A, start, w)
+        return offs.astype(np.int32), m[np.arange(w)[None, :] < length[:, None]]
+    idx = np.arange(total, dtype=np.int64) + np.repeat(start - offs[:-1], length)
+    return offs.astype(np.int32), A[idx]
+
+
+def _str_array(offs: np.ndarray, data: np.ndarray, binary: bool = False) -> pa.Array:
+    typ = pa.binary() if binary else pa.string()
+    return pa.Array.from_buffers(typ, len(offs) - 1, [None, pa.py_buffer(offs), pa.py_buffer(data)])
+
+
+def _distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 inverse, first index of each distinct value) of a 1-D array, in order of
+    first appearance; a loop of comparisons for the few distinct values this path meets,
+    np.unique beyond 16."""
+    n = len(key)
+    inv = np.full(n, -1, dtype=np.int32)
+    firsts: list[int] = []
+    todo = 0
+    for d in range(16):
+        firsts.append(todo)
+        inv[key == key[todo]] = d
+        rest = np.flatnonzero(inv < 0)
+        if not len(rest):
+            return inv, np.array(firsts, dtype=np.intp)
+        todo = int(rest[0])
+    _u, first, uinv = np.unique(key, return_index=True, return_inverse=True)
+    return uinv.reshape(-1).astype(np.int32), first
+
+
+def _groups(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(inverse, representative row indices) of the distinct rows of a uint8 matrix."""
+    n = len(mat)
+    if n == 0 or (mat == mat[0]).all():
+        return np.zeros(n, dtype=np.int32), np.zeros(min(n, 1), dtype=np.intp)
+    w = mat.shape[1]
+    weights = (np.uint64(1099511628211) ** np.arange(w, dtype=np.uint64)).astype(np.uint64)
+    key = (mat.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+    inv, first = _distinct(key)
+    if (mat == mat[first[inv]]).all():
+        return inv, first
+    _u, first, inv = np.unique(np.ascontiguousarray(mat), axis=0, return_index=True, return_inverse=True)  # a collision
+    return inv.reshape(-1).astype(np.int32), first
+
+
+def _table(values: list[Any], inv: np.ndarray, typ: pa.DataType) -> pa.Array:
+    return pa.array(values, type=typ).take(pa.array(inv, type=pa.int32()))
+
+
+def _const_str(value: str | None, n: int) -> pa.Array:
+    if value is None:
+        return pa.nulls(n, pa.string())
+    b = value.encode()
+    return _str_array((np.arange(n + 1, dtype=np.int32) * len(b)), np.frombuffer(b * n, dtype=np.uint8))
+
+
+# ---------------------------------------------------------------------------------------
+# The vectorised block
+
+
+class _State:
+    """Per-file state: the mapped bytes and tables cached across blocks."""
+
+    def __init__(self, split: Split, buf: Any, end: int, profile: BrokerProfile, with_body: bool) -> None:
+        global _HDT
+        if _HDT is None:
+            _HDT = _header_dtype()
+        self.buf = buf
+        self.end = end
+        self.A = np.frombuffer(buf, dtype=np.uint8, count=end)
+        self.is5 = profile.is_5x
+        self.with_body = with_body
+        self.store = split.store
+        self.file = split.file_name
+        self.topics: dict[bytes, str | None] = {}
+        self.hosts: dict[int, tuple[str, bytes]] = {}  # key -> ("ip:port", msg id prefix hex)
+        self.tags: dict[bytes, tuple[str, int]] = {}
+
+
+def _starts(st: _State, pos: int, stop: int) -> np.ndarray | None:
+    """Record starts from ``pos`` (V1 records that fit the file, starting before ``stop``)."""
+    buf, end, hs = st.buf, st.end, _HSIZE
+    unpack = cl.PREFIX.unpack_from
+    v1 = cl.MAGIC_V1
+    if pos + hs > end:
+        return None
+    size0, magic0 = unpack(buf, pos)
+    if magic0 == v1 and size0 > hs:
+        cnt = min(BLOCK, (end - pos) // size0, -(-(stop - pos) // size0))
+        if cnt >= MIN_BLOCK:
+            cand = pos + size0 * np.arange(cnt, dtype=np.int64)
+            pre = np.ascontiguousarray(_rows(st.A, cand, 8)).view(">i4")
+            same = (pre[:, 0] == size0) & (pre[:, 1] == v1)
+            m = cnt if same.all() else int(same.argmin())
+            if m >= MIN_BLOCK:
+                return cand[:m]
+    starts: list[int] = []
+    append = starts.append
+    p = pos
+    for _ in range(BLOCK):
+        if p >= stop or p + hs > end:
+            break
+        total, magic = unpack(buf, p)
+        if magic != v1 or total <= hs or p + total > end:
+            break
+        append(p)
+        p += total
+    if len(starts) < MIN_BLOCK:
+        return None
+    return np.array(starts, dtype=np.int64)
+
+
+def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int, int, pa.RecordBatch] | None:
+    """(position after the block, records, batch) for the plain records from ``pos`` that
+    start before ``stop``; None when fewer than MIN_BLOCK qualify."""
+    P = _starts(st, pos, stop)
+    if P is None:
+        return None
+    A, buf = st.A, st.buf
+    hs = _HSIZE
+    last = st.end - 1
+    n = len(P)
+    H = np.ascontiguousarray(_rows(A, P, hs)).view(_HDT).reshape(n)
+    total = H["total_size"].astype(np.int64)
+    sf = H["sys_flag"].astype(np.int64)
+    bl = H["body_length"].astype(np.int64)
+    ok = ((sf & 0x30) == 0) & (bl >= 0) & (hs + bl + 3 <= total)
+    tpos = P + hs + np.maximum(bl, 0)
+    tl = A[np.minimum(tpos, last)].astype(np.int64)
+    q = tpos + 1 + tl
+    ok &= (tl <= 127) & (q + 2 <= P + total)
+    pl = (A[np.minimum(q, last)].astype(np.int64) << 8) | A[np.minimum(q + 1, last)]
+    ok &= (pl > 0) & (pl <= 0x7FFF) & (hs + bl + 3 + tl + pl == total)
+    if not ok[0]:
+        return None
+    n = n if ok.all() else int(ok.argmin())
+    if n < MIN_BLOCK:
+        return None
+    P, H, total, sf, bl, tpos, tl, q, pl, ok = P[:n], H[:n], total[:n], sf[:n], bl[:n], tpos[:n], tl[:n], q[:n], pl[:n], ok[:n]
+    # ---- body CRC ---------------------------------------------------------------------
+    crc = H["body_crc"].astype(np.int64)
+    bs = P + hs
+    bodies = map(buf.__getitem__, map(slice, bs.tolist(), (bs + bl).tolist()))
+    crcs = np.fromiter(map(_crc32, bodies), dtype=np.int64, count=n)
+    ok &= (bl == 0) | ((crcs & 0x7FFFFFFF) == crc)
+    # ---- topic ------------------------------------------------------------------------
+    tw = int(tl.max())
+    tk = np.empty((n, tw + 1), dtype=np.uint8)
+    tk[:, 0] = tl
+    tk[:, 1:] = _gather(A, tpos + 1, tl, tw)
+    tinv, tfirst = _groups(tk)
+    tnames: list[str | None] = []
+    for i, row in enumerate(tk[tfirst]):
+        raw = row[1 : 1 + int(row[0])].tobytes()
+        name = st.topics.get(raw, False)
+        if name is False:
+            name = st.topics[raw] = None if raw == _SCHEDULE else raw.decode("utf-8", "replace")
+        if name is None:
+            ok &= tinv != i
+        tnames.append(name)
+    # ---- properties: the shape of the first record ------------------------------------
+    pstart = q + 2
+    pw = int(pl.max())
+    PM = _gather(A, pstart, pl, pw)
+    # printable ASCII but " and \\, plus the separators \x01 \x02 (the NUL padding past
+    # the end of each record's properties is counted apart: a NUL inside is refused)
+    badc = ((PM < 0x20) & (PM > 2)) | (PM > 0x7F) | (PM == 0x22) | (PM == 0x5C)
+    ok &= ~badc.any(axis=1) & ((PM == 0).sum(axis=1) == pw - pl)
+    if st.is5:
+        ok &= np.fromiter(map(buf.find, itertools.repeat(b"INNER_", n), pstart.tolist(), (pstart + pl).tolist()),
+                          dtype=np.int64, count=n) < 0
+    if not ok[0]:
+        return None
+    first = PM[0, : int(pl[0])].tobytes().decode("ascii")
+    trailing = first.endswith("\x02")
+    kv = [s.split("\x01") for s in (first[:-1] if trailing else first).split("\x02")]
+    keys = [x[0] for x in kv]
+    k = len(keys)
+    if any(len(x) != 2 or not x[0] or not x[1] for x in kv) or len(set(keys)) != k:
+        return None
+    is2 = PM == 2
+    m2 = k - 1 + trailing
+    ok &= ((PM == 1).sum(axis=1) == k) & (is2.sum(axis=1) == m2)
+    D = np.zeros((n, max(m2, 1)), dtype=np.int64)
+    if m2 and ok.all():
+        D[:] = np.nonzero(is2)[1].reshape(-1, m2)
+    elif m2:
+        good = np.flatnonzero(ok)
+        D[good] = np.nonzero(is2[good])[1].reshape(-1, m2)
+    ks = np.zeros(n, dtype=np.int64)
+    vstart = np.empty((n, k), dtype=np.int64)
+    vlen = np.empty((n, k), dtype=np.int64)
+    for i, key in enumerate(keys):
+        kb = np.frombuffer(key.encode(), dtype=np.uint8)
+        kl = len(kb)
+        got = _rows(A, pstart + np.minimum(ks, pw - 1), kl + 1)
+        ok &= (got[:, :kl] == kb).all(axis=1) & (got[:, kl] == 1)
+        vs = ks + kl + 1
+        ve = D[:, i] if (i < k - 1 or trailing) else pl
+        ok &= ve > vs
+        if i < k - 1:
+            ks = D[:, i] + 1
+        vstart[:, i] = pstart + vs
+        vlen[:, i] = ve - vs
+    if trailing:
+        ok &= D[:, k - 1] == pl - 1
+    # ---- KEYS: split on single spaces (a leading, trailing or double space: per record) --
+    kidx = keys.index("KEYS") if "KEYS" in keys else -1
+    if kidx >= 0:
+        ko, kd = _spans(A, np.where(ok, vstart[:, kidx], 0), np.where(ok, vlen[:, kidx], 0))
+        sp = kd == 32
+        ends = ko[1:].astype(np.int64) - 1
+        begins = ko[:-1].astype(np.int64)
+        okk = vlen[:, kidx] > 0
+        okk &= ~sp[np.clip(begins, 0, max(len(kd) - 1, 0))] & ~sp[np.clip(ends, 0, max(len(kd) - 1, 0))]
+        dbl = np.flatnonzero(sp[1:] & sp[:-1])  # index i: spaces at i and i + 1 (same record unless at a border)
+        if len(dbl):
+            rec_of = np.searchsorted(ko[1:], dbl, side="right")
+            okk[rec_of] = False
+        ok &= okk
+    if not ok[0]:
+        return None
+    n = n if ok.all() else int(ok.argmin())
+    if st.with_body:  # int32 offsets of the body column: at most 1 GiB of bodies per batch
+        n = min(n, max(int(np.searchsorted(np.cumsum(bl[:n]), 1 << 30, side="right")), 1))
+    if n < MIN_BLOCK:
+        return None
+    # ---- columns ------------------------------------------------------------------------
+    cols: dict[str, pa.Array] = {}
+    cols["store"] = _const_str(st.store, n)
+    cols["file"] = _const_str(st.file, n)
+    cols["pos"] = pa.array(P[:n])
+    po = H["physical_offset"][:n].astype(np.int64)
+    cols["physical_offset"] = pa.array(po)
+    cols["type"] = _const_str("message", n)
+    cols["status"] = _const_str(ck.OK, n)
+    cols["total_size"] = pa.array(total[:n].astype(np.int32))
+    cols["magic"] = _const_str("V1", n)
+    cols["topic"] = _table(tnames, tinv[:n], pa.string())
+    cols["queue_id"] = pa.array(H["queue_id"][:n].astype(np.int32))
+    cols["queue_offset"] = pa.array(H["queue_offset"][:n].astype(np.int64))
+    vidx = {key: i for i, key in enumerate(keys)}
+    if "TAGS" in vidx:
+        i = vidx["TAGS"]
+        tgm = _gather(A, vstart[:n, i], vlen[:n, i], int(vlen[:n, i].max()))
+        tginv, tgfirst = _groups(tgm)
+        tnames2, tcodes = [], []
+        for row in tgm[tgfirst]:
+            raw = row.tobytes().rstrip(b"\0")
+            e = st.tags.get(raw)
+            if e is None:
+                t = raw.decode("ascii")
+                e = st.tags[raw] = (t, tags_code(t))
+            tnames2.append(e[0])
+            tcodes.append(e[1])
+        cols["tags"] = _table(tnames2, tginv, pa.string())
+        tags_codes = np.array(tcodes, dtype=np.int64)[tginv]
+    else:
+        cols["tags"] = pa.nulls(n, pa.string())
+        tags_codes = np.zeros(n, dtype=np.int64)
+    if kidx >= 0:
+        ko, kd = _spans(A, vstart[:n, kidx], vlen[:n, kidx])
+        sp = kd == 32
+        nsp = np.add.reduceat(sp.astype(np.int64), ko[:-1]) if len(kd) else np.zeros(n, dtype=np.int64)
+        lst = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(nsp + 1, out=lst[1:])
+        cut = np.flatnonzero(sp)
+        kend = np.sort(np.concatenate([cut, ko[1:].astype(np.int64)]))  # end (exclusive) of every key in kd
+        before = np.cumsum(sp)  # spaces up to and including each byte
+        vo = np.zeros(len(kend) + 1, dtype=np.int32)
+        vo[1:] = kend - np.concatenate([[0], before])[kend]
+        values = _str_array(vo, kd[~sp])
+        cols["keys"] = pa.ListArray.from_arrays(pa.array(lst), values)
+    else:
+        cols["keys"] = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()))
+    if "UNIQ_KEY" in vidx:
+        i = vidx["UNIQ_KEY"]
+        cols["uniq_key"] = _str_array(*_spans(A, vstart[:n, i], vlen[:n, i]))
+    else:
+        cols["uniq_key"] = pa.nulls(n, pa.string())
+
+    def host_key(addr: np.ndarray, port: np.ndarray) -> np.ndarray:
+        a = np.frombuffer(addr.tobytes(), dtype=">u4").astype(np.uint64)
+        return (a << np.uint64(32)) | (port.astype(np.int64) & 0xFFFFFFFF).astype(np.uint64)
+
+    def host_info(key: int) -> tuple[str, bytes]:
+        h = st.hosts.get(key)
+        if h is None:
+            addr = (key >> 32).to_bytes(4, "big")
+            port = key & 0xFFFFFFFF
+            port = port - (1 << 32) if port >= 1 << 31 else port
+            h = st.hosts[key] = (host_to_str(addr, port), (addr + struct.pack(">i", port)).hex().upper().encode())
+        return h
+
+    bk = host_key(H["born_host_address"][:n], H["born_host_port"][:n])
+    sk = host_key(H["store_host_address"][:n], H["store_host_port"][:n])
+    binv, bfirst = _distinct(bk)
+    sinv, sfirst = _distinct(sk)
+    bu, su = bk[bfirst], sk[sfirst]
+    sinfo = [host_info(int(x)) for x in su.tolist()]
+    mid = np.empty((n, 32), dtype=np.uint8)
+    mid[:, :16] = np.array([np.frombuffer(h[1], dtype=np.uint8) for h in sinfo])[sinv]
+    mid[:, 16:] = _HEX[np.ascontiguousarray(H["physical_offset"][:n]).view(np.uint8).reshape(n, 8)].reshape(n, 16)
+    cols["msg_id"] = _str_array(np.arange(n + 1, dtype=np.int32) * 32, mid.reshape(-1))
+    cols["born_timestamp"] = pa.array(H["born_timestamp"][:n].astype(np.int64))
+    cols["store_timestamp"] = pa.array(H["store_timestamp"][:n].astype(np.int64))
+    cols["born_host"] = _table([host_info(int(x))[0] for x in bu.tolist()], binv, pa.string())
+    cols["store_host"] = _table([h[0] for h in sinfo], sinv, pa.string())
+    cols["sys_flag"] = pa.array(sf[:n].astype(np.int32))
+    txc = sf[:n] & cl.TRANSACTION_MASK
+    txinv, txfirst = _distinct(txc)
+    cols["transaction_type"] = _table([cl.TRANSACTION_TYPES[int(c)] for c in txc[txfirst].tolist()], txinv, pa.string())
+    cols["reconsume_times"] = pa.array(H["reconsume_times"][:n].astype(np.int32))
+    cols["flag"] = pa.array(H["flag"][:n].astype(np.int32))
+    cols["prepared_transaction_offset"] = pa.array(H["prepared_transaction_offset"][:n].astype(np.int64))
+    cols["body_length"] = pa.array(bl[:n].astype(np.int32))
+    cols["body_crc"] = pa.array(crc[:n].astype(np.int32))
+    cols["crc_ok"] = pa.array(np.ones(n, dtype=bool))
+    cols["tags_code"] = pa.array(tags_codes)
+    mo = np.arange(n + 1, dtype=np.int32) * k
+    mkeys = _str_array(*(lambda kk: (np.concatenate([[0], np.cumsum(np.tile([len(x) for x in kk], n))]).astype(np.int32),
+                                     np.frombuffer("".join(kk).encode() * n, dtype=np.uint8)))(keys))
+    mvals = _str_array(*_spans(A, vstart[:n].reshape(-1), vlen[:n].reshape(-1)))
+    cols["properties"] = pa.MapArray.from_arrays(pa.array(mo), mkeys, mvals)
+    cols["field"] = pa.nulls(n, pa.string())
+    if st.with_body:
+        cols["body"] = _str_array(*_spans(A, P[:n] + hs, bl[:n]), binary=True)
+    batch = pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
+    return int(P[n - 1] + total[n - 1]), n, batch
+
+
+# ---------------------------------------------------------------------------------------
+# A split -> batches
+
+
+def rows_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    """A RecordBatch of row tuples (column order of ``schema``)."""
+    cols = []
+    for i, f in enumerate(schema):
+        vals = [r[i] for r in rows]
+        if pa.types.is_map(f.type):
+            vals = [None if v is None else list(v.items()) for v in vals]
+        cols.append(pa.array(vals, type=f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def split_batches(split: Split, version: str, with_body: bool, schema: pa.Schema, counts: list[int] | None = None,
+                  handoff: Handoff | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of :func:`rmqtool.export_spark.commitlog_rows` for ``split`` as
+    RecordBatches (same rows, same order). ``counts`` (rows, messages, blanks, problems)
+    is updated in place; ``handoff`` filled as :func:`recovery.splits.iter_split` does."""
+    from .export_spark import record_row
+
+    profile = BrokerProfile.for_version(version)
+    n = [0, 0, 0, 0] if counts is None else counts
+    name, base = split.file_name, split.base
+    pending: list[tuple[Any, ...]] = []
+    with MappedFile(Path(split.path)) as mf:
+        buf = mf.buf
+        end = mf.size
+        first = first_record(buf, end, split.base, split.start, profile)
+        if split.end >= end:
+            stop = end
+        else:
+            nxt = first_record(buf, end, split.base, split.end, profile)
+            stop = end if nxt is None else nxt
+        if handoff is not None:
+            handoff.stop = stop
+        if first is None or first >= stop:
+            del buf
+            return
+        st = _State(split, buf, end, profile, with_body) if profile.new_properties_parser else None
+        landed: int | None = None
+        pos = first
+        budget_next = 256
+        try:
+            while True:
+                if pos >= stop:
+                    landed = pos
+                    break
+                blk = plain_block(st, pos, stop, schema) if st is not None else None
+                if blk is not None:
+                    if pending:
+                        yield rows_batch(pending, schema)
+                        pending = []
+                    pos, m, batch = blk
+                    n[0] += m
+                    n[1] += m
+                    budget_next = 256
+                    yield batch
+                    continue
+                budget = budget_next  # messages for the per-record path before trying again
+                budget_next = min(budget_next * 2, 1 << 16)
+                resume: int | None = None
+                reached = False
+                walker = walk_records(buf, end, base, profile, start=pos)
+                try:
+                    for p2, c in walker:
+                        if p2 >= stop:
+                            landed, reached = p2, True
+                            break
+                        if p2 > pos and c.is_message and st is not None:
+                            budget -= 1
+                            if budget <= 0:
+                                resume = p2
+                                break
+                        pending.append(record_row(split.store, name, base, buf, p2, c, with_body, n))
+                        if len(pending) >= PENDING:
+                            yield rows_batch(pending, schema)
+                            pending = []
+                finally:
+                    walker.close()
+                if reached:
+                    break
+                if resume is None:  # the walk ended before the next split's first record
+                    if stop < end:
+                        landed = end
+                    break
+                pos = resume
+            if pending:
+                yield rows_batch(pending, schema)
+                pending = []
+        finally:
+            if st is not None:
+                del st.A
+                del st
+        if handoff is not None:
+            handoff.landed = landed
+        del buf
