@@ -647,22 +647,36 @@ def _np_tables() -> tuple[Any, Any, dict[str, tuple[int, str]], Any]:
     allowed = np.zeros(256, dtype=bool)
     allowed[0x20:0x80] = True
     allowed[[0x22, 0x5C]] = False
-    allowed[[1, 2]] = True
+    classes = np.where(allowed, 0, 3).astype(np.uint8)  # 0 plain, 1 and 2 the separators, 3 refused
+    classes[[1, 2]] = (1, 2)
     dtypes = {"l": ">i4", "i": ">i4", "q": ">i8"}
-    return hexd, allowed, _header_offsets(), dtypes
+    return hexd, classes, _header_offsets(), dtypes
 
 
 _TABLES: Any = None
 
 
-def _digits(np: Any, v: Any) -> Any:
-    """Decimal digits of non-negative int64 values, right-aligned, NUL-padded (or bytes when
-    all values are equal)."""
+def _digits(np: Any, v: Any) -> list[Any]:
+    """Decimal digits of non-negative int64 values as pieces: bytes when all values are
+    equal; when they all have the same number of digits, the leading digits they share
+    (bytes) and a matrix of the others; else right-aligned digits, NUL-padded."""
     lo = int(v.min())
     hi = int(v.max())
     if lo == hi:
-        return str(lo).encode()
+        return [str(lo).encode()]
     w = len(str(hi))
+    if lo >= 10 ** (w - 1):
+        k = 1
+        while lo // 10**k != hi // 10**k:
+            k += 1
+        head = hi // 10**k
+        low = v - head * 10**k if head else v.copy()
+        out = np.empty((len(v), k), dtype=np.uint8)
+        for j in range(k - 1, -1, -1):
+            low, d = np.divmod(low, 10)
+            out[:, j] = d
+        out += 48
+        return [str(head).encode(), out] if head else [out]
     out = np.empty((len(v), w), dtype=np.uint8)
     t = v.copy()
     for j in range(w - 1, -1, -1):
@@ -674,7 +688,7 @@ def _digits(np: Any, v: Any) -> Any:
         for k in range(1, w):
             nd += v >= 10**k
         out[np.arange(w)[None, :] < (w - nd)[:, None]] = 0
-    return out
+    return [out]
 
 
 def _table_piece(np: Any, inv: Any, entries: list[bytes]) -> Any:
@@ -739,7 +753,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     global _TABLES
     if _TABLES is None:
         _TABLES = _np_tables()
-    hexd, allowed, offs, dtypes = _TABLES
+    hexd, classes, offs, dtypes = _TABLES
     np = vec.np
     buf, A, end = vec.buf, vec.A, vec.end
     # ---- record starts: the boundary walk (V1 records that fit) -------------------------
@@ -846,10 +860,16 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     pstart = q + 2
     pw = int(pl.max())
     PM = _gather(np, A, pstart, pl, pw)
+    uniform = False  # every record: no refused byte, the separators where the first has them
     if int(pl.min()) == pw:
-        ok &= allowed[PM].all(axis=1)
+        C = classes[PM]
+        crow = C[0]
+        if int(crow.max()) < 3 and bool((C == crow).all()):
+            uniform = True
+        else:
+            ok &= (C < 3).all(axis=1)
     else:
-        ok &= ~((np.arange(pw)[None, :] < pl[:, None]) & ~allowed[PM]).any(axis=1)
+        ok &= ~((np.arange(pw)[None, :] < pl[:, None]) & (classes[PM] == 3)).any(axis=1)
     if vec.is5:
         pstl, pendl = pstart.tolist(), (pstart + pl).tolist()
         ok &= np.fromiter(map(buf.find, itertools.repeat(b"INNER_", n), pstl, pendl), dtype=np.int64, count=n) < 0
@@ -863,16 +883,20 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     k = len(keys)
     if any(len(x) != 2 or not x[0] or not x[1] for x in kv) or len(set(keys)) != k:
         return None
-    is1 = PM == 1
-    is2 = PM == 2
     m2 = k - 1 + trailing
-    ok &= (is1.sum(axis=1) == k) & (is2.sum(axis=1) == m2)
-    D = np.zeros((n, max(m2, 1)), dtype=np.int64)
-    if m2 and ok.all():
-        D[:] = np.nonzero(is2)[1].reshape(-1, m2)
-    elif m2:
-        rows = np.flatnonzero(ok)
-        D[rows] = np.nonzero(is2[rows])[1].reshape(-1, m2)
+    if uniform:
+        if int((crow == 1).sum()) != k or int((crow == 2).sum()) != m2:
+            return None
+        D = np.broadcast_to(np.flatnonzero(crow == 2), (n, m2)) if m2 else np.zeros((n, 1), dtype=np.int64)
+    else:
+        is2 = PM == 2
+        ok &= ((PM == 1).sum(axis=1) == k) & (is2.sum(axis=1) == m2)
+        D = np.zeros((n, max(m2, 1)), dtype=np.int64)
+        if m2 and ok.all():
+            D[:] = np.nonzero(is2)[1].reshape(-1, m2)
+        elif m2:
+            rows = np.flatnonzero(ok)
+            D[rows] = np.nonzero(is2[rows])[1].reshape(-1, m2)
     ar = np.arange(n)
     pcol = pw - 1
     # one layout for every record (same value lengths): keys and values are columns of PM
@@ -996,14 +1020,14 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     props_piece.append(b'"}')
 
     d = lambda v: _digits(np, v[:n])  # noqa: E731
-    add(b'{"body_crc":'); add(d(crc)); add(b',"body_length":'); add(d(bl)); add(b',"born_host":'); add(born_piece)
-    add(b',"born_timestamp":'); add(d(bt)); add(b',"crc_ok":true,"file":' + vec.fname + b',"flag":'); add(d(flag))
+    add(b'{"body_crc":'); pieces.extend(d(crc)); add(b',"body_length":'); pieces.extend(d(bl)); add(b',"born_host":'); add(born_piece)
+    add(b',"born_timestamp":'); pieces.extend(d(bt)); add(b',"crc_ok":true,"file":' + vec.fname + b',"flag":'); pieces.extend(d(flag))
     add(b',"keys":'); pieces.extend(keys_piece); add(b',"magic":"V1","msg_id":'); add(mid_piece); add(mid_hex)
-    add(b'","physical_offset":'); add(d(po)); add(b',"pos":'); add(d(P)); add(b',"prepared_transaction_offset":'); add(d(pt))
-    add(b',"properties":'); pieces.extend(props_piece); add(b',"queue_id":'); add(d(qid)); add(b',"queue_offset":'); add(d(qo))
-    add(b',"reconsume_times":'); add(d(rt)); add(b',"status":"OK","store_host":'); add(store_piece)
-    add(b',"store_timestamp":'); add(d(stt)); add(b',"sys_flag":'); add(d(sf)); add(b","); add(tags_piece)
-    add(b',"topic":'); add(topic_piece); add(b',"total_size":'); add(d(total)); add(b',"transaction_type":'); add(tx_piece)
+    add(b'","physical_offset":'); pieces.extend(d(po)); add(b',"pos":'); pieces.extend(d(P)); add(b',"prepared_transaction_offset":'); pieces.extend(d(pt))
+    add(b',"properties":'); pieces.extend(props_piece); add(b',"queue_id":'); pieces.extend(d(qid)); add(b',"queue_offset":'); pieces.extend(d(qo))
+    add(b',"reconsume_times":'); pieces.extend(d(rt)); add(b',"status":"OK","store_host":'); add(store_piece)
+    add(b',"store_timestamp":'); pieces.extend(d(stt)); add(b',"sys_flag":'); pieces.extend(d(sf)); add(b","); add(tags_piece)
+    add(b',"topic":'); add(topic_piece); add(b',"total_size":'); pieces.extend(d(total)); add(b',"transaction_type":'); add(tx_piece)
     add(b',"type":"message","uniq_key":'); pieces.extend(uniq_piece); add(b"}\n")
     # ---- lay out and squeeze -------------------------------------------------------------
     merged: list[Any] = []
