@@ -70,6 +70,10 @@ COMMITLOG_COLUMNS: list[tuple[str, str]] = [
     ("field", "string"),  # the field where a damaged spot failed (null for messages)
 ]
 BODY_COLUMN = ("body", "binary")
+# commitlog columns of few distinct values: the Parquet writer keeps dictionary encoding for
+# these only (Parquet column paths; a map's keys are properties.key_value.key)
+DICTIONARY_COLUMNS = ("store", "file", "type", "status", "magic", "topic", "tags", "born_host", "store_host",
+                      "transaction_type", "field", "properties.key_value.key")
 
 CONSUMEQUEUE_COLUMNS: list[tuple[str, str]] = [
     ("store", "string"),
@@ -622,6 +626,14 @@ def run_export(
             rows = rdd.mapPartitions(partial(_partition, what, version, with_body, accs), preservesPartitioning=True)
             df = spark.createDataFrame(rows, spark_schema(columns), verifySchema=False)
         writer = df.write.mode("overwrite" if overwrite else "errorifexists")
+        if what == "commitlog" and not any(k.startswith(("spark.hadoop.parquet.enable.dictionary", "parquet.enable.dictionary"))
+                                           for k in (conf or {})):
+            # dictionary pages only for the columns of few distinct values: the writer's
+            # dictionary attempt on unique columns (offsets, ids, timestamps) costs JVM time
+            # and is thrown away (same file size on the benchmark store, less CPU)
+            writer = writer.option("parquet.enable.dictionary", "false")
+            for col in DICTIONARY_COLUMNS:
+                writer = writer.option(f"parquet.enable.dictionary#{col}", "true")
         if partition_by:
             writer = writer.partitionBy(*partition_by)
         try:
