@@ -73,6 +73,19 @@ def fixed_struct(schema: cs.Construct, ctx: Mapping[str, Any] | None = None) -> 
     return struct.Struct(fmt), names
 
 
+def field_layout(schema: cs.Construct, ctx: Mapping[str, Any] | None = None) -> list[tuple[str, int, str]]:
+    """(dotted name, byte offset, struct code) of each fixed-size leading field of
+    ``schema``, derived from :func:`fixed_prefix_format` (conditional fields resolved with
+    ``ctx``). Hot loops that gather single fields at computed offsets use this."""
+    fmt, names = fixed_prefix_format(schema, ctx)
+    out: list[tuple[str, int, str]] = []
+    offset = 0
+    for code, name in zip(_split_codes(fmt[1:]), names):
+        out.append((name, offset, code))
+        offset += struct.calcsize(">" + code)
+    return out
+
+
 def numpy_dtype(schema: cs.Construct) -> Any:
     """A packed big-endian numpy structured dtype for a fixed-size schema."""
     import numpy as np

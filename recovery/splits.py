@@ -121,6 +121,17 @@ class Handoff:
         return self.landed != self.stop
 
 
+def split_bounds(buf: Any, end: int, split: Split, profile: BrokerProfile) -> tuple[int | None, int]:
+    """(first record position or None, stop position) of ``split`` in its file's buffer:
+    it starts at its first record (the resync rule) and stops where the next split's
+    first record starts (or at the end of the file)."""
+    first = first_record(buf, end, split.base, split.start, profile)
+    if split.end >= end:
+        return first, end
+    nxt = first_record(buf, end, split.base, split.end, profile)
+    return first, end if nxt is None else nxt
+
+
 def iter_split(split: Split, profile: BrokerProfile, *, handoff: Handoff | None = None) -> Iterator[tuple[Any, int, ck.Checked]]:
     """(buffer, position, outcome) for every record of ``split``, exactly as
     :func:`recovery.scan.iter_store_records` yields them for those positions. The buffer
@@ -129,12 +140,7 @@ def iter_split(split: Split, profile: BrokerProfile, *, handoff: Handoff | None 
     with MappedFile(Path(split.path)) as mf:
         buf = mf.buf
         end = mf.size
-        first = first_record(buf, end, split.base, split.start, profile)
-        if split.end >= end:
-            stop = end
-        else:
-            nxt = first_record(buf, end, split.base, split.end, profile)
-            stop = end if nxt is None else nxt
+        first, stop = split_bounds(buf, end, split, profile)
         if handoff is not None:
             handoff.stop = stop
         if first is None or first >= stop:

@@ -586,24 +586,13 @@ _BLOCK_BYTES = 32 << 20  # and at most about this much of the file per block (bo
 
 
 def _header_offsets() -> dict[str, tuple[int, str]]:
-    """name -> (offset, struct code) of the V1 header fields, from the schema's format."""
-    from .formats.schema import fixed_prefix_format
+    """name -> (offset, struct code) of the V1 header fields, from the schema."""
+    from .formats.schema import field_layout
 
-    fmt, names = fixed_prefix_format(cl.MESSAGE_V1, {"sys_flag": 0})
-    if struct.Struct(fmt).size != _HSIZE:
+    layout = field_layout(cl.MESSAGE_V1, {"sys_flag": 0})
+    if sum(struct.calcsize(">" + code) for _n, _o, code in layout) != _HSIZE:
         raise RuntimeError("V1 header layout changed")
-    out: dict[str, tuple[int, str]] = {}
-    codes: list[str] = []
-    num = ""
-    for ch in fmt[1:]:
-        if ch.isdigit():
-            num += ch
-            continue
-        codes.append(num + ch)
-        num = ""
-    for code, name in zip(codes, names):
-        out[name] = (struct.calcsize(">" + "".join(codes[: len(out)])), code)
-    return out
+    return {name: (offset, code) for name, offset, code in layout}
 
 
 class _Block:

@@ -40,7 +40,7 @@ from .formats.javahash import tags_code
 from .formats.names import host_to_str
 from .recovery import check as ck
 from .recovery.scan import walk_records
-from .recovery.splits import Handoff, Split, first_record
+from .recovery.splits import Handoff, Split, split_bounds
 from .recovery.store import MappedFile
 from .recovery.versions import BrokerProfile
 
@@ -67,24 +67,15 @@ def arrow_schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
 
 
 def _header_dtype() -> np.dtype:
-    """Structured big-endian dtype of the V1 header, from the schema's struct format."""
-    from .formats.schema import fixed_prefix_format
+    """Structured big-endian dtype of the V1 header, from the schema's field layout."""
+    from .formats.schema import field_layout
 
-    fmt, names = fixed_prefix_format(cl.MESSAGE_V1, {"sys_flag": 0})
-    if struct.Struct(fmt).size != _HSIZE:
+    layout = field_layout(cl.MESSAGE_V1, {"sys_flag": 0})
+    if sum(struct.calcsize(">" + code) for _n, _o, code in layout) != _HSIZE:
         raise RuntimeError("V1 header layout changed")
-    codes: list[str] = []
-    num = ""
-    for ch in fmt[1:]:
-        if ch.isdigit():
-            num += ch
-            continue
-        codes.append(num + ch)
-        num = ""
     np_code = {"l": ">i4", "i": ">i4", "q": ">i8", "h": ">i2", "b": "i1", "B": "u1"}
     fields: dict[str, Any] = {"names": [], "formats": [], "offsets": [], "itemsize": _HSIZE}
-    for i, (code, name) in enumerate(zip(codes, names)):
-        off = struct.calcsize(">" + "".join(codes[:i]))
+    for name, off, code in layout:
         fields["names"].append(name.replace(".", "_"))
         fields["formats"].append(f"S{code[:-1]}" if code.endswith("s") else np_code[code])
         fields["offsets"].append(off)
@@ -479,12 +470,7 @@ def split_batches(split: Split, version: str, with_body: bool, schema: pa.Schema
     with MappedFile(Path(split.path)) as mf:
         buf = mf.buf
         end = mf.size
-        first = first_record(buf, end, split.base, split.start, profile)
-        if split.end >= end:
-            stop = end
-        else:
-            nxt = first_record(buf, end, split.base, split.end, profile)
-            stop = end if nxt is None else nxt
+        first, stop = split_bounds(buf, end, split, profile)
         if handoff is not None:
             handoff.stop = stop
         if first is None or first >= stop:
