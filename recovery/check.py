@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ..formats import commitlog as cl
-from ..formats.crc import crc32_fast
+from ..formats.crc import crc32_fast, crc32_raw
 from ..formats.javahash import tags_code as _tags_code
 from ..formats.properties import (
     CRC32,
@@ -201,7 +201,6 @@ def fast_walk(
     (any doubt: a failure, a SCHEDULE_TOPIC_XXXX record whose DELAY must be parsed, a 5.x
     inner batch, property-CRC mode) the full :func:`check_record` decides, so the outcome
     is the same as :func:`walk_file`'s; a test asserts it."""
-    import zlib
     from array import array
 
     starts = array("q") if collect else None
@@ -241,7 +240,7 @@ def fast_walk(
                                 good = False
                             elif crc_on:
                                 (stored,) = i32(buf, pos + 8)
-                                if (zlib.crc32(mv[p : p + body_len]) & 0x7FFFFFFF) != stored:
+                                if (crc32_raw(mv[p : p + body_len]) & 0x7FFFFFFF) != stored:
                                     good = False
                             p += body_len
                         if good:

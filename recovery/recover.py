@@ -58,7 +58,6 @@ import json
 import mmap
 import os
 import struct
-import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple
@@ -67,6 +66,7 @@ import numpy as np
 
 from ..formats import commitlog as cl
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_checkpoint
+from ..formats.crc import crc32_raw
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
@@ -471,7 +471,7 @@ def _plain_valid(buf: Any, mv: memoryview, v: _Views, starts: list[int], profile
                 break
     if check_crc and d:
         b0 = s[:d] + 88
-        crcs = np.fromiter(map(zlib.crc32, map(mv.__getitem__, map(slice, b0.tolist(), (b0 + bl[:d]).tolist()))),
+        crcs = np.fromiter(map(crc32_raw, map(mv.__getitem__, map(slice, b0.tolist(), (b0 + bl[:d]).tolist()))),
                            dtype=np.int64, count=d) & 0x7FFFFFFF
         stored = _at(v.i4, s[:d] + 8).astype(np.int64)
         bad = np.flatnonzero((crcs != stored) & (bl[:d] != 0))

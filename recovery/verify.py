@@ -29,7 +29,7 @@ default) so that ``jobs`` processes share big files too; a part other than the f
 file starts by resyncing, and the parts are stitched back into exactly the sequential walk
 (a part whose start does not continue the chain of the part before is recomputed). Inside a
 part, one ``struct`` unpack per record gives TOTALSIZE, magic, BODYCRC and BODYLENGTH and
-``zlib.crc32`` checks the body; everything else is numpy over the whole run: header fields
+``formats.crc.crc32_raw`` (zlib-ng or zlib) checks the body; everything else is numpy over the whole run: header fields
 are gathered as big-endian words at their schema offsets, the length computed from the
 fields is compared with TOTALSIZE, and the properties of all records are copied into one
 buffer (grouped by length, one row gather per group) and parsed there with the broker's
@@ -45,7 +45,6 @@ from __future__ import annotations
 import os
 import struct
 import sys
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -53,6 +52,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..formats import commitlog as cl
+from ..formats.crc import crc32_raw
 from ..formats import consumequeue as cqf
 from ..formats import indexfile as ixf
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
@@ -466,7 +466,7 @@ def _fast_run(ctx: _Ctx, pos: int, stop: int, salvage: bool, out: _Rec, flag: in
     over the whole run (:func:`_validate`)."""
     buf, end = ctx.buf, ctx.end
     hdr = _HEAD.unpack_from
-    crc32 = zlib.crc32
+    crc32 = crc32_raw
     mv = ctx.mv
     magics = ctx.magics
     m1 = magics[0]
@@ -649,7 +649,7 @@ def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: l
         for i in v6.tolist():
             ln = int(bl[i])
             a = int(body_pos[i])
-            crc_bad[i] = ln > 0 and (zlib.crc32(mv[a : a + ln]) & _MASK31) != int(body_crc[i])
+            crc_bad[i] = ln > 0 and (crc32_raw(mv[a : a + ln]) & _MASK31) != int(body_crc[i])
     bad |= crc_bad
     f = int(np.argmax(bad)) if bad.any() else n
     cols = {"queue_id": queue_id, "queue_offset": queue_offset, "physical_offset": phys, "sys_flag": sysf,
@@ -1154,7 +1154,7 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
         t = int(T[i])
         at = p + t - cl.CRC32_RESERVED_LEN
         stored = decode_crc32_digits(buf[at + 9 : at + 19].decode("latin-1"))
-        computed = zlib.crc32(ctx.mv[p:at]) & _MASK31
+        computed = crc32_raw(ctx.mv[p:at]) & _MASK31
         if stored != computed:
             out.anomalies.append(("CL_PROP_CRC", p, f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}", {"stored": stored, "computed": computed}))
 

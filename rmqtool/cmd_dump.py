@@ -21,6 +21,7 @@ import click
 from .exitcodes import Exit
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from .formats import commitlog as cl
+from .formats.crc import crc32_raw
 from .formats.properties import split_keys
 from .recovery import check as ck
 from .recovery import query as qy
@@ -422,7 +423,6 @@ def _generic_record(f: StoreFile, buf: Any, pos: int, c: ck.Checked, topic: str 
 def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | None, queue_id: int | None,
                 from_offset: int | None, to_offset: int | None, since: int | None, until: int | None,
                 content_filter: bool) -> Iterator[str | Record]:
-    import zlib
     from itertools import repeat
 
     from .formats.javahash import tags_code
@@ -481,7 +481,7 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
                 pl = (buf[q] << 8) | buf[q + 1]
                 if pl > 0x7FFF or pl == 0 or _HSIZE + bl + 3 + tl + pl != total:
                     break
-                if bl and (zlib.crc32(mv[pos + _HSIZE : p]) & 0x7FFFFFFF) != crc:
+                if bl and (crc32_raw(mv[pos + _HSIZE : p]) & 0x7FFFFFFF) != crc:
                     break
                 if tb == sched:
                     break
@@ -822,11 +822,10 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     if n < _MIN_BLOCK:
         return None
     # ---- body CRC (zlib, one call per body, no Python loop) ------------------------------
-    import zlib
 
     bs = P[:n] + hs
     bodies = map(vec.mv.__getitem__, map(slice, bs.tolist(), (bs + bl[:n]).tolist()))
-    crcs = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=n)
+    crcs = np.fromiter(map(crc32_raw, bodies), dtype=np.int64, count=n)
     ok = ok[:n] & ((bl[:n] == 0) | ((crcs & 0x7FFFFFFF) == crc[:n]))
     # ---- topic (table of distinct names; SCHEDULE_TOPIC_XXXX is not plain) --------------
     tl, q, pl = tl[:n], q[:n], pl[:n]
