@@ -521,6 +521,7 @@ def test_fast_dispatch_equals_check_record_dispatch_on_generated_stores(tmp_path
     assert (a.logics_msg_timestamp, a.index_msg_timestamp) == (b.logics_msg_timestamp, b.index_msg_timestamp)
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=70), min_size=1, max_size=50))
 def test_vectorised_span_hash_is_java_hashcode(strings: list[str]) -> None:
     raw = [s.encode("utf-8") for s in strings]
