@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from contextlib import contextmanager
 from typing import Any, Iterator, NamedTuple
 
 from . import check as ck
@@ -132,20 +133,36 @@ def split_bounds(buf: Any, end: int, split: Split, profile: BrokerProfile) -> tu
     return first, end if nxt is None else nxt
 
 
+class SplitView(NamedTuple):
+    """A split's file buffer, its size, and the split's first record and stop positions."""
+
+    buf: Any
+    end: int
+    first: int
+    stop: int
+
+
+@contextmanager
+def open_split(split: Split, profile: BrokerProfile, handoff: Handoff | None = None) -> Iterator[SplitView | None]:
+    """Map the split's file and find its bounds (:func:`split_bounds`); ``handoff.stop`` is
+    set. Yields None when no record starts inside the split. Every per-split walk opens
+    its split through this."""
+    with MappedFile(Path(split.path)) as mf:
+        first, stop = split_bounds(mf.buf, mf.size, split, profile)
+        if handoff is not None:
+            handoff.stop = stop
+        yield None if first is None or first >= stop else SplitView(mf.buf, mf.size, first, stop)
+
+
 def iter_split(split: Split, profile: BrokerProfile, *, handoff: Handoff | None = None) -> Iterator[tuple[Any, int, ck.Checked]]:
     """(buffer, position, outcome) for every record of ``split``, exactly as
     :func:`recovery.scan.iter_store_records` yields them for those positions. The buffer
     is valid until the generator is exhausted or closed. ``handoff`` (optional) is filled
     with where the walk stopped."""
-    with MappedFile(Path(split.path)) as mf:
-        buf = mf.buf
-        end = mf.size
-        first, stop = split_bounds(buf, end, split, profile)
-        if handoff is not None:
-            handoff.stop = stop
-        if first is None or first >= stop:
-            del buf
+    with open_split(split, profile, handoff) as view:
+        if view is None:
             return
+        buf, end, first, stop = view
         landed: int | None = None
         walker = walk_records(buf, end, split.base, profile, start=first)
         try:

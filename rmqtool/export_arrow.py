@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import struct
 import zlib
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -40,8 +39,7 @@ from .formats.javahash import tags_code
 from .formats.names import host_to_str
 from .recovery import check as ck
 from .recovery.scan import walk_records
-from .recovery.splits import Handoff, Split, split_bounds
-from .recovery.store import MappedFile
+from .recovery.splits import Handoff, Split, open_split
 from .recovery.versions import BrokerProfile
 
 _V1_HEADER = cl.LAYOUTS[(cl.MAGIC_V1, 0)].header
@@ -467,15 +465,10 @@ def split_batches(split: Split, version: str, with_body: bool, schema: pa.Schema
     n = [0, 0, 0, 0] if counts is None else counts
     name, base = split.file_name, split.base
     pending: list[tuple[Any, ...]] = []
-    with MappedFile(Path(split.path)) as mf:
-        buf = mf.buf
-        end = mf.size
-        first, stop = split_bounds(buf, end, split, profile)
-        if handoff is not None:
-            handoff.stop = stop
-        if first is None or first >= stop:
-            del buf
+    with open_split(split, profile, handoff) as view:
+        if view is None:
             return
+        buf, end, first, stop = view
         st = _State(split, buf, end, profile, with_body) if profile.new_properties_parser else None
         landed: int | None = None
         pos = first
