@@ -191,8 +191,10 @@ def plan_rebuild(
     from_offset: int | None = None,
     index_tz: _dt.tzinfo | None = None,
     progress: Progress | None = None,
+    jobs: int | None = 1,
 ) -> RebuildPlan:
-    """Run the reput pass and list the file changes a rebuild makes (nothing is written)."""
+    """Run the reput pass and list the file changes a rebuild makes (nothing is written).
+    ``jobs``: worker processes decoding the commitlog (None: one per CPU)."""
     t0 = time.perf_counter()
     tset = tuple(sorted(set(topics))) if topics is not None else None
     wanted = set(tset) if tset is not None else None
@@ -202,7 +204,7 @@ def plan_rebuild(
     if not continue_index:
         state.index = None
     result = reput(store, profile, from_offset=from_offset, topics=tset, cq=cq, index=index,
-                   state=state, index_tz=index_tz, progress=progress)
+                   state=state, index_tz=index_tz, progress=progress, jobs=jobs)
     root = store.root
     changes: list[FileChange] = []
     warnings: list[str] = []

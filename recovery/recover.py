@@ -608,11 +608,7 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     try:
         first: int | None = lo
         if lo > 0:
-            # resync's 4-byte search crawls through zeros (e.g. a last file's unused tail);
-            # no magic starts inside an all-zero block, so whole zero blocks are skipped first
-            # (a candidate starting up to 8 bytes before the first non-zero block stays in view)
-            nz = _first_nonzero_block(buf, lo, end)
-            first = None if nz is None else resync(buf, max(lo, nz - 8), end, base, profile, check_crc)
+            first = resync(buf, lo, end, base, profile, check_crc)  # (skips zero blocks first)
             if first is not None and first >= hi:
                 first = None
         if first is None:
@@ -870,18 +866,6 @@ def _salvage_positions(buf: Any, pos: int, end: int, base: int, profile: BrokerP
             q += c.size
         p = q + 1
     return out
-
-
-def _first_nonzero_block(buf: Any, pos: int, end: int, block: int = 1 << 20) -> int | None:
-    """Start of the first ``block``-aligned block (clipped to ``[pos, end)``) holding a
-    non-zero byte, or None when ``[pos, end)`` is all zeros."""
-    a = pos
-    while a < end:
-        b = min(end, (a // block + 1) * block)
-        if np.frombuffer(buf, dtype=np.uint8, count=b - a, offset=a).any():
-            return a
-        a = b
-    return None
 
 
 def _has_nonzero(path: Path, pos: int, end: int) -> bool:
@@ -1217,121 +1201,18 @@ class _Queue:
         self.max_phy = max_phy
 
 
-def _dispatch_task(args: tuple[Any, ...]) -> list[Any]:
-    """One file's dispatch requests (runs in a worker process)."""
-    from .reput import iter_dispatch
-
-    store, version, delay_levels, lo, hi, mdl = args[:6]
-    tags = args[6] if len(args) > 6 else True
-    profile = BrokerProfile(version, delay_levels)
-    return list(iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl, tags=tags))
-
-
 def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None,
                    progress: Progress | None, jobs: int | None = None, tags: bool = True) -> Iterable[Any]:
-    """The dispatch requests of ``[lo, hi)`` in column form, in commitlog order, from the
-    reput pass (``recovery.reput.iter_dispatch``). A big range is decoded file by file by
-    worker processes (the reput walks a file region by region, so a file's requests do not
-    depend on the files before it when every record in the range is valid, which recovery
-    has checked), and handed on in order. ``tags=False`` (a pass that feeds only the
-    index) leaves tags_code unset on the fast path."""
-    from .reput import iter_dispatch
+    """The dispatch requests of ``[lo, hi)`` in column form, in commitlog order: the reput
+    pass (``recovery.reput.iter_dispatch_parallel``, decoded on ``jobs`` cores).
+    ``tags=False`` (a pass that feeds only the index) leaves tags_code unset on the fast
+    path."""
+    from .reput import iter_dispatch_parallel
 
     if hi <= lo:
-        return
-    F = store.geometry.commitlog_file_size
-    segs = []
-    for f in store.commitlog:
-        if f.size == 0:
-            continue
-        a, b = max(lo, f.base), min(hi, f.base + F)
-        if a < b:
-            segs.append((a, b))
-    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    pieces = [(a, b, b) for a, b in segs]
-    if jobs > 1 and len(segs) < jobs and hi - lo >= _PARALLEL_MIN_BYTES:
-        pieces = _split_segments(store, profile, segs, jobs)
-    if jobs <= 1 or len(pieces) < 2 or hi - lo < _PARALLEL_MIN_BYTES:
-        yield from iter_dispatch(store, profile, from_offset=lo, to_offset=hi, max_delay_level=mdl, progress=progress,
-                                 tags=tags)
-        return
-    seg_end = {}  # piece start -> end of the segment (file region) it was cut from
-    for a, b, whole_end in pieces:
-        seg_end[a] = whole_end
-    with _pool(min(jobs, len(pieces))) as ex:
-        pending: list[tuple[Any, int, int, int]] = []
-        it = iter(pieces)
-        for a, b, _w in it:
-            pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, a, b, mdl, tags)), a, b, b - a))
-            if len(pending) > jobs:
-                break
-        redo_to = -1  # a piece did not chain: the rest of its segment was decoded here, in order
-        while pending:
-            fut, a, b, n = pending.pop(0)
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append((ex.submit(_dispatch_task, (store, profile.version, profile.delay_levels, nxt[0], nxt[1], mdl, tags)),
-                                nxt[0], nxt[1], nxt[1] - nxt[0]))
-            cols_list = fut.result()
-            if b <= redo_to:
-                del cols_list
-                continue
-            if b != seg_end[a] and not _chains(cols_list, a, b):
-                # a piece cut inside a file must hold records from exactly its start to exactly its
-                # end (the next piece's start); otherwise decode the rest of the file in order
-                del cols_list
-                redo_to = seg_end[a]
-                yield from iter_dispatch(store, profile, from_offset=a, to_offset=redo_to, max_delay_level=mdl,
-                                         progress=progress, tags=tags)
-                continue
-            yield from cols_list
-            del cols_list
-            if progress:
-                progress(n)
-
-
-def _chains(cols_list: list[Any], a: int, b: int) -> bool:
-    """Whether the runs decoded from piece ``[a, b)`` are records laid end to end from
-    exactly ``a`` to exactly ``b``."""
-    pos = a
-    for c in cols_list:
-        if c.count == 0:
-            continue
-        p = c.position
-        if int(p[0]) != pos:
-            return False
-        ends = p + c.msg_size
-        if len(p) > 1 and not np.array_equal(ends[:-1], p[1:]):
-            return False
-        pos = int(ends[-1])
-    return pos == b
-
-
-def _split_segments(store: Store, profile: BrokerProfile, segs: list[tuple[int, int]], jobs: int
-                    ) -> list[tuple[int, int, int]]:
-    """Cut file regions into ``jobs`` pieces each, at record starts found by ``resync``
-    (an intact record whose PHYSICALOFFSET is its own offset), so that one big region is
-    still decoded by several workers. Returns (start, end, end of the whole region); the
-    caller checks that each piece's records chain to the next piece's start."""
-    out: list[tuple[int, int, int]] = []
-    for a, b in segs:
-        f = store.commitlog_file_for(a)
-        cuts = [a]
-        if f is not None and b - a >= _SPAN:
-            with store.map(f) as mf:
-                end = min(mf.size, b - f.base)
-                for k in range(1, jobs):
-                    target = a + (b - a) * k // jobs
-                    if target <= cuts[-1]:
-                        continue
-                    q = resync(mf.buf, target - f.base, end, f.base, profile, True)
-                    if q is None:
-                        break
-                    if f.base + q > cuts[-1] and f.base + q < b:
-                        cuts.append(f.base + q)
-        cuts.append(b)
-        out.extend((cuts[i], cuts[i + 1], b) for i in range(len(cuts) - 1))
-    return out
+        return iter(())
+    return iter_dispatch_parallel(store, profile, jobs=jobs, from_offset=lo, to_offset=hi, max_delay_level=mdl,
+                                  progress=progress, tags=tags)
 
 
 def apply_recovery(

@@ -70,6 +70,7 @@ __all__ = [
     "IndexFileOut",
     "ReputResult",
     "iter_dispatch",
+    "iter_dispatch_parallel",
     "load_state",
     "reput",
     "parse_index_file_name",
@@ -299,6 +300,7 @@ class ReputStats:
     blanks: int = 0
     commitlog_bytes: int = 0  # bytes of commitlog regions walked
     files: int = 0  # commitlog regions walked
+    pieces: int = 0  # pieces decoded by worker processes (iter_dispatch_parallel)
     seconds_walk: float = 0.0
     seconds_cq: float = 0.0
     seconds_index: float = 0.0
@@ -1084,6 +1086,198 @@ def iter_dispatch(
 
 
 # ---------------------------------------------------------------------------------------
+# The same pass on several cores
+
+PIECE_SIZE = 64 << 20  # nominal bytes of commitlog per worker task
+PARALLEL_MIN_BYTES = 48 << 20  # below this the pass runs in this process
+
+
+class _PieceResult(NamedTuple):
+    start: int  # physical offset where the piece's walk began (None-free: empty pieces have start == stop)
+    stop: int  # physical offset of the next piece's first record (or the end of the file's range)
+    runs: list[DispatchColumns]
+    problems: list[ReputProblem]
+    stats: ReputStats
+
+
+def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
+    """One piece of one commitlog file, walked by :func:`iter_dispatch` in a worker. The
+    first piece of a file starts exactly at ``lo``; any other piece at its first record
+    (the resync rule of :mod:`recovery.splits`), and every piece stops at the next piece's
+    first record, so consecutive pieces meet where the sequential walk passes."""
+    from .scan import resync
+
+    store, version, delay_levels, path, base, lo, a, b, hi, mdl, tags, index_keys = args
+    profile = BrokerProfile(version, delay_levels)
+
+    def first(nominal: int) -> int:
+        if nominal <= lo:
+            return lo
+        if nominal >= hi:
+            return hi
+        with store.map(store.commitlog_file_for(base)) as mf:
+            q = resync(mf.buf, nominal - base, min(mf.size, hi - base), base, profile, False)
+        return hi if q is None else base + q
+
+    start, stop = first(a), first(b)
+    problems: list[ReputProblem] = []
+    stats = ReputStats()
+    runs: list[DispatchColumns] = []
+    if start < stop:
+        runs = list(iter_dispatch(store, profile, from_offset=start, to_offset=stop, max_delay_level=mdl,
+                                  problems=problems, stats=stats, tags=tags, index_keys=index_keys))
+    return _PieceResult(start, stop, runs, problems, stats)
+
+
+def _laid_end_to_end(runs: list[DispatchColumns], a: int, b: int) -> bool:
+    """Whether the runs hold records laid end to end from exactly ``a`` to exactly ``b``."""
+    pos = a
+    for c in runs:
+        if c.count == 0:
+            continue
+        p = c.position
+        if int(p[0]) != pos:
+            return False
+        ends = p + c.msg_size
+        if len(p) > 1 and not np.array_equal(ends[:-1], p[1:]):
+            return False
+        pos = int(ends[-1])
+    return pos == b
+
+
+def iter_dispatch_parallel(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    jobs: int | None = None,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+    max_delay_level: int | None = None,
+    progress: Progress | None = None,
+    problems: list[ReputProblem] | None = None,
+    stats: ReputStats | None = None,
+    tags: bool = True,
+    index_keys: bool = True,
+    piece_size: int | None = None,
+    min_bytes: int | None = None,
+) -> Iterator[DispatchColumns]:
+    """:func:`iter_dispatch`'s requests, the same ones in the same order, decoded by
+    ``jobs`` worker processes (default: one per CPU) in pieces of about ``piece_size``
+    bytes (default :data:`PIECE_SIZE`); ``stats.pieces`` counts the pieces taken from them.
+
+    Pieces are cut inside files at record starts (the resync rule: an intact record whose
+    PHYSICALOFFSET is its own offset) and are handed on in commitlog order. A piece is
+    taken only if the walk could not have gone differently: no problem in it and, unless
+    it ends its file's range, records laid end to end from its first record to the next
+    piece's. At the first piece that fails this (damage, or a record image embedded in a
+    body fooling the resync) the rest of the range is walked here, in order, by
+    :func:`iter_dispatch` itself, which also records the problems. Stores whose files are
+    not all of the mapped size, or ranges under ``min_bytes``, are walked in order too."""
+    problems = problems if problems is not None else []
+    stats = stats if stats is not None else ReputStats()
+    seq = dict(from_offset=from_offset, to_offset=to_offset, max_delay_level=max_delay_level, progress=progress,
+               problems=problems, stats=stats, tags=tags, index_keys=index_keys)
+    import os
+
+    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    piece_size = PIECE_SIZE if piece_size is None else piece_size
+    min_bytes = PARALLEL_MIN_BYTES if min_bytes is None else min_bytes
+    F = store.geometry.commitlog_file_size
+    files = [f for f in store.commitlog if f.size > 0]
+    if jobs <= 1 or not files:
+        return (yield from iter_dispatch(store, profile, **seq))
+    lo = files[0].base if from_offset is None else max(from_offset, files[0].base)
+    END = files[-1].base + F if to_offset is None else min(to_offset, files[-1].base + F)
+    regular = all(f.size == F for f in files) and all(
+        files[k + 1].base == files[k].base + F for k in range(len(files) - 1))
+    if not regular or END - lo < min_bytes or lo < files[0].base:
+        return (yield from iter_dispatch(store, profile, **seq))
+    mdl = max_delay_level
+    tasks: list[tuple[Any, ...]] = []
+    for f in files:
+        a, b = max(lo, f.base), min(END, f.base + F)
+        if a >= b:
+            continue
+        # no piece starts in the file's zero tail (a last file's unused space): the piece
+        # before it walks to the end of the data, as the sequential pass does
+        cuts = list(range(a, max(_data_end(store, f, a, b), a + 1), max(piece_size, 1))) + [b]
+        for k in range(len(cuts) - 1):
+            last = k == len(cuts) - 2
+            tasks.append((store, profile.version, profile.delay_levels, str(f.path), f.base, a,
+                          cuts[k], cuts[k + 1], b, mdl, tags, index_keys, last))
+    if len(tasks) < 2:
+        return (yield from iter_dispatch(store, profile, **seq))
+
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    stats.from_offset = lo
+    stats.end_offset = lo
+    files_seen: set[int] = set()
+    ex = cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx)
+    try:
+        pending: list[tuple[cf.Future[_PieceResult], tuple[Any, ...]]] = []
+        todo = iter(tasks)
+        for t in todo:  # keep every worker busy, and one more piece queued each
+            pending.append((ex.submit(_piece_task, t[:-1]), t))
+            if len(pending) >= 2 * jobs:
+                break
+        while pending:
+            fut, t = pending.pop(0)
+            nxt = next(todo, None)
+            if nxt is not None:
+                pending.append((ex.submit(_piece_task, nxt[:-1]), nxt))
+            r = fut.result()
+            last_of_file = t[-1]
+            # a piece that reaches its file's range end (no later piece of the file has a
+            # record) may end in a BLANK or the data's end, like the sequential walk
+            ok = not r.problems and (last_of_file or r.stop >= t[8] or _laid_end_to_end(r.runs, r.start, r.stop))
+            if not ok:
+                # walk the rest here, in order: exactly the sequential pass from this point
+                for f2, _t in pending:
+                    f2.cancel()
+                seq["from_offset"] = r.start
+                sub = ReputStats()
+                seq["stats"] = sub
+                yield from iter_dispatch(store, profile, **seq)
+                _add_stats(stats, sub)
+                stats.files = len(files_seen - {t[4]}) + sub.files
+                stats.end_offset = sub.end_offset
+                return
+            files_seen.add(t[4])
+            stats.pieces += 1
+            _add_stats(stats, r.stats)
+            if r.start < r.stop:
+                stats.end_offset = r.stats.end_offset
+            yield from r.runs
+            if progress:
+                progress(t[7] - t[6])
+        stats.files = len(files_seen)
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _data_end(store: Store, f: StoreFile, a: int, b: int, block: int = 1 << 20) -> int:
+    """End of the last ``block`` of ``[a, b)`` (physical offsets in file ``f``) holding a
+    non-zero byte; ``a`` when all of it is zeros."""
+    with store.map(f) as mf:
+        lo, hi = a - f.base, min(b - f.base, mf.size)
+        e = hi
+        while e > lo:
+            s = max(lo, e - block)
+            if np.frombuffer(mf.buf, dtype=np.uint8, count=e - s, offset=s).any():
+                return f.base + e
+            e = s
+    return a
+
+
+def _add_stats(into: ReputStats, s: ReputStats) -> None:
+    for name in ("records", "blanks", "commitlog_bytes"):
+        setattr(into, name, getattr(into, name) + getattr(s, name))
+
+
+# ---------------------------------------------------------------------------------------
 # What the broker continues from (ConsumeQueue.recover, IndexService.load)
 
 
@@ -1369,6 +1563,7 @@ def reput(
     index_tz: _dt.tzinfo | None = None,
     progress: Progress | None = None,
     fast: bool = True,
+    jobs: int | None = 1,
 ) -> ReputResult:
     """Run a reput pass and return the files it produced (nothing is written).
 
@@ -1376,7 +1571,8 @@ def reput(
     rebuild: queues and index files are built from nothing). ``topics``: only records of
     these topics are dispatched. ``cq`` / ``index``: which dispatchers run.
     ``max_delay_level``: overrides the profile's (quirk Q1). ``index_tz``: time zone of new
-    index file names (default UTC)."""
+    index file names (default UTC). ``jobs``: worker processes decoding the commitlog
+    (:func:`iter_dispatch_parallel`; None: one per CPU); the files produced are the same."""
     stats = ReputStats()
     problems: list[ReputProblem] = []
     state = state if state is not None else ReputState()
@@ -1402,9 +1598,15 @@ def reput(
 
     t_walk = time.perf_counter()
     t_cq = t_idx = 0.0
-    for cols in iter_dispatch(store, profile, from_offset=from_offset, to_offset=to_offset,
-                              max_delay_level=max_delay_level, fast=fast, progress=progress,
-                              problems=problems, stats=stats, tags=cq, index_keys=index):
+    if fast and jobs != 1:
+        runs = iter_dispatch_parallel(store, profile, jobs=jobs, from_offset=from_offset, to_offset=to_offset,
+                                      max_delay_level=max_delay_level, progress=progress, problems=problems,
+                                      stats=stats, tags=cq, index_keys=index)
+    else:
+        runs = iter_dispatch(store, profile, from_offset=from_offset, to_offset=to_offset,
+                             max_delay_level=max_delay_level, fast=fast, progress=progress,
+                             problems=problems, stats=stats, tags=cq, index_keys=index)
+    for cols in runs:
         if wanted is not None:
             mask = np.fromiter((t in wanted for t in cols.topic), dtype=bool, count=cols.count)
             if not mask.all():

@@ -56,9 +56,11 @@ def parse_tz(text: str) -> _dt.tzinfo:
               help="Where replaced and removed files go (default: a new STORE.rmqtool-backup-<time> beside the store).")
 @click.option("--index-tz", default="UTC", show_default=True, metavar="ZONE",
               help="Time zone of new index file names (UTC, local or an IANA name).")
+@click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
+              help="Worker processes decoding the commitlog (default: one per CPU); the files written are the same.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
-            dry_run: bool, backup_dir: Path | None, index_tz: str, quiet: bool, **store_opts: Any) -> int:
+            dry_run: bool, backup_dir: Path | None, index_tz: str, jobs: int | None, quiet: bool, **store_opts: Any) -> int:
     """Rebuild the consume queues and the index of a stopped broker's STORE from its
     commitlog, as the broker's reput writes them (byte for byte). Prints the plan, backs
     up every file it replaces or removes, applies the change atomically; restore it with
@@ -78,16 +80,17 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     if dry_run:
         for j in pending_journals(root):
             _warn(f"an interrupted rmqtool transaction is pending ({j.name}); a real run finishes or undoes it first")
-        return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, quiet, store_opts)
+        return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts)
     for outcome in recover_pending(root):
         _warn(outcome.describe())
     with StoreLock(root):
         store = open_store(**store_opts)  # as left by the recovery of an interrupted run
-        return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, quiet, store_opts)
+        return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, jobs, quiet, store_opts)
 
 
 def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
-         dry_run: bool, backup_dir: Path | None, tz: _dt.tzinfo, quiet: bool, store_opts: dict[str, Any]) -> int:
+         dry_run: bool, backup_dir: Path | None, tz: _dt.tzinfo, jobs: int | None, quiet: bool,
+         store_opts: dict[str, Any]) -> int:
     t0 = time.perf_counter()
     if from_offset is not None:
         why = check_from_offset(store, profile, from_offset)
@@ -98,7 +101,7 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
     total = sum(min(f.size, F) - max(0, min(lo - f.base, min(f.size, F))) for f in store.commitlog)
     with progress_bar(total, "rebuild-index", quiet) as advance:
         plan = plan_rebuild(store, profile, cq=not index_only, index=not cq_only, topics=topics or None,
-                            from_offset=from_offset, index_tz=tz, progress=advance)
+                            from_offset=from_offset, index_tz=tz, progress=advance, jobs=jobs)
     print_plan(store, plan, profile.label, store_opts)
     for w in plan.warnings:
         _warn(w)

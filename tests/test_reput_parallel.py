@@ -1,0 +1,111 @@
+"""The reput pass decoded on several cores (``reput.iter_dispatch_parallel``, used by
+rebuild-index and recover): files cut into pieces at record starts found by resync, the
+pieces walked by worker processes and handed on in order. It must give exactly the
+sequential pass's requests, problems and counters, also when a cut does not chain (damage:
+the rest is then walked in order here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import copy_store
+from rmqtool.recovery import reput as rp
+from rmqtool.recovery.reput import DispatchColumns, ReputStats, iter_dispatch, iter_dispatch_parallel
+from rmqtool.recovery.store import Store
+from rmqtool.recovery.versions import BrokerProfile
+
+P494 = BrokerProfile.for_version("4.9.4")
+
+
+def _rows(parts: list[DispatchColumns]) -> list[tuple]:
+    out = []
+    for c in parts:
+        for i, r in enumerate(c.requests()):
+            out.append((int(c.position[i]),) + tuple(r))
+    return out
+
+
+def _ranges(store: Store) -> list[tuple[int | None, int | None]]:
+    files = [f for f in store.commitlog if f.size > 0]
+    F = store.geometry.commitlog_file_size
+    f = files[0]
+    return [(None, None), (f.base, f.base + min(f.size, F) // 2 + 7),  # ends inside a record
+            (f.base + 3, None)]  # starts inside one
+
+
+def _damage_first_file(root: Path) -> None:
+    """A TOTALSIZE of 7 at the 40th record of the first file: the chain breaks there."""
+    store = Store.open(root)
+    f = [f for f in store.commitlog if f.size > 0][0]
+    with store.map(f) as mf:
+        buf = bytes(mf.buf[: mf.size])
+    pos, k = 0, 0
+    while pos + 4 <= len(buf) and k < 40:
+        total = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+        if total <= 0:
+            break
+        pos += total
+        k += 1
+    assert k == 40
+    with open(f.path, "r+b") as fh:
+        fh.seek(pos)
+        fh.write((7).to_bytes(4, "big"))
+
+
+@pytest.mark.parametrize("name", ["clean", "crash_midwrite", "delay", "many_files"])
+@pytest.mark.parametrize("damage", [False, True])
+def test_parallel_dispatch_equals_sequential(tmp_path: Path, name: str, damage: bool) -> None:
+    root = copy_store(name, tmp_path)
+    if damage:
+        _damage_first_file(root)
+    store = Store.open(root)
+    used_pieces = False
+    for lo, hi in _ranges(store):
+        probs: list = []
+        st = ReputStats()
+        want = _rows(list(iter_dispatch(store, P494, from_offset=lo, to_offset=hi, problems=probs, stats=st)))
+        for jobs, piece in ((2, 4096), (3, 777)):
+            probs2: list = []
+            st2 = ReputStats()
+            got = _rows(list(iter_dispatch_parallel(store, P494, jobs=jobs, from_offset=lo, to_offset=hi,
+                                                    problems=probs2, stats=st2, piece_size=piece, min_bytes=0)))
+            assert got == want, (lo, hi, jobs, piece)
+            assert st2.pieces > 1 or probs  # pieces were used unless the walk met damage
+            assert probs2 == probs
+            assert (st2.records, st2.blanks, st2.commitlog_bytes, st2.from_offset, st2.end_offset) == \
+                (st.records, st.blanks, st.commitlog_bytes, st.from_offset, st.end_offset)
+            used_pieces = True
+    assert used_pieces
+    if damage:
+        assert probs, "the damaged store must report a problem"
+
+
+@pytest.mark.parametrize("name", ["clean", "crash_midwrite", "delay", "many_files"])
+def test_reput_files_same_on_two_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    store = Store.open(copy_store(name, tmp_path))
+    one = rp.reput(store, P494, jobs=1)
+    monkeypatch.setattr(rp, "PIECE_SIZE", 2048)
+    monkeypatch.setattr(rp, "PARALLEL_MIN_BYTES", 0)
+    two = rp.reput(store, P494, jobs=2)
+    assert two.stats.pieces > 1
+    assert sorted(one.cq_files) == sorted(two.cq_files)
+    for k in one.cq_files:
+        assert one.cq_files[k].data() == two.cq_files[k].data(), k
+    assert [f.data() for f in one.index_files] == [f.data() for f in two.index_files]
+    assert (one.logics_msg_timestamp, one.index_msg_timestamp) == (two.logics_msg_timestamp, two.index_msg_timestamp)
+    assert one.stats.dispatched == two.stats.dispatched > 0
+
+
+def test_laid_end_to_end_detects_gaps() -> None:
+    def cols(pos: list[int], size: list[int]) -> DispatchColumns:
+        n = len(pos)
+        z = np.zeros(n, dtype=np.int64)
+        return DispatchColumns(np.array(pos, dtype=np.int64), ["T"] * n, z, z, np.array(size, dtype=np.int64), z, z, z,
+                               [None] * n, [None] * n, z)
+
+    assert rp._laid_end_to_end([cols([10, 20], [10, 5]), cols([25], [5])], 10, 30)
+    assert not rp._laid_end_to_end([cols([10, 20], [10, 5]), cols([26], [4])], 10, 30)
+    assert not rp._laid_end_to_end([cols([10, 20], [10, 5])], 10, 30)
+    assert not rp._laid_end_to_end([cols([11], [19])], 10, 30)
