@@ -12,7 +12,8 @@ a UNIQ_KEY per message), then, each in a fresh process:
   (recovery.scan.iter_store_records + message_fields, no output), on one core;
 * ``dump``: ``rmqtool dump commitlog --format jsonl > /dev/null`` on one core (dump has a
   fast path of its own for plainly valid records);
-* ``local[1]`` and ``local[2]``: the Spark export to Parquet (64 MiB splits). Timed from
+* ``local[1]`` and ``local[2]``, for each ``--writer`` (arrow: the tasks write Parquet with
+  pyarrow; spark: Spark's own writer): the Spark export to Parquet (64 MiB splits). Timed from
   the moment the session is up to the end of the write (the session start is printed
   apart). Records/s per core = records / seconds / cores.
 
@@ -163,7 +164,7 @@ def child_dump(store_dir: str) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t0, "cpu": cpu_seconds(me) - c0, "exit": int(code)}
 
 
-def child_spark(store_dir: str, out: str, cores: int, split_size: int) -> dict[str, Any]:
+def child_spark(store_dir: str, out: str, cores: int, split_size: int, writer: str) -> dict[str, Any]:
     from rmqtool.export_spark import run_export, spark_session, store_label
     from rmqtool.recovery.store import Store
 
@@ -174,7 +175,7 @@ def child_spark(store_dir: str, out: str, cores: int, split_size: int) -> dict[s
     pids = tree(os.getpid())
     c0 = cpu_seconds(pids)
     res = run_export([(store_label(store_dir), store)], out, session=handle.spark, split_size=split_size,
-                     overwrite=True, quiet=True)
+                     overwrite=True, quiet=True, writer=writer)
     pids = tree(os.getpid())
     cpu = cpu_seconds(pids) - c0  # workers that exited during the job are not counted
     handle.stop(keep_log=False)
@@ -225,7 +226,7 @@ def main() -> int:
         elif kind == "dump":
             res = child_dump(sys.argv[3])
         else:
-            res = child_spark(sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
+            res = child_spark(sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7])
         print(json.dumps(res))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -234,6 +235,7 @@ def main() -> int:
     ap.add_argument("--file-size", type=int, default=256, help="commitlog file size, MiB")
     ap.add_argument("--split-size", type=int, default=64, help="split size, MiB")
     ap.add_argument("--cores", default="1,2", help="local[N] runs, comma separated")
+    ap.add_argument("--writers", default="arrow,spark", help="--writer values to run, comma separated")
     ap.add_argument("--no-baseline", action="store_true")
     a = ap.parse_args()
     store = a.dir / "store"
@@ -252,21 +254,23 @@ def main() -> int:
         print(f"rmqtool dump commitlog --format jsonl > /dev/null (1 core, no Spark; its own fast path for plain records): "
               f"{b['records']} records in {d['seconds']:.1f} s = {b['records'] / d['seconds']:,.0f} records/s "
               f"(CPU {d['cpu']:.1f} s); exit {d['exit']}; peak RSS {d['peak_rss'] / MIB:.0f} MiB")
-    for cores in [int(x) for x in a.cores.split(",")]:
-        out = a.dir / f"out-local{cores}"
-        r = run_child(["spark", str(store), str(out), str(cores), str(a.split_size * MIB)])
-        rate = r["records"] / r["seconds"]
-        results[cores] = r
-        print(f"local[{cores}]: session start {r['session_start']:.1f} s; {r['records']} rows in {r['tasks']} tasks, "
-              f"{r['seconds']:.1f} s after start = {rate:,.0f} records/s = {rate / cores:,.0f} records/s per core "
-              f"(target {TARGET_PER_CORE:,}); CPU {r['cpu']:.1f} s = {r['records'] / max(r['cpu'], 1e-9):,.0f} records per "
-              f"CPU-second; peak RSS (driver + JVM + workers) {r['peak_rss'] / MIB:.0f} MiB "
-              f"({r['peak_anon'] / MIB:.0f} MiB anonymous, i.e. without the mapped store files); "
-              f"load {r['load'][0]:.1f}->{r['load'][1]:.1f}")
-        shutil.rmtree(out, ignore_errors=True)
-    if 1 in results and 2 in results:
-        s = (results[2]["records"] / results[2]["seconds"]) / (results[1]["records"] / results[1]["seconds"])
-        print(f"speed-up local[1] -> local[2]: {s:.2f}x (target {TARGET_SPEEDUP}x)")
+    for writer in a.writers.split(","):
+        runs: dict[int, Any] = {}
+        for cores in [int(x) for x in a.cores.split(",")]:
+            out = a.dir / f"out-local{cores}"
+            r = run_child(["spark", str(store), str(out), str(cores), str(a.split_size * MIB), writer])
+            rate = r["records"] / r["seconds"]
+            runs[cores] = results[f"{writer}-{cores}"] = r
+            print(f"--writer {writer} local[{cores}]: session start {r['session_start']:.1f} s; {r['records']} rows in "
+                  f"{r['tasks']} tasks, {r['seconds']:.1f} s after start = {rate:,.0f} records/s = {rate / cores:,.0f} "
+                  f"records/s per core (target {TARGET_PER_CORE:,}); CPU {r['cpu']:.1f} s = "
+                  f"{r['records'] / max(r['cpu'], 1e-9):,.0f} records per CPU-second; peak RSS (driver + JVM + workers) "
+                  f"{r['peak_rss'] / MIB:.0f} MiB ({r['peak_anon'] / MIB:.0f} MiB anonymous, i.e. without the mapped "
+                  f"store files); load {r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
+            shutil.rmtree(out, ignore_errors=True)
+        if 1 in runs and 2 in runs:
+            s = (runs[2]["records"] / runs[2]["seconds"]) / (runs[1]["records"] / runs[1]["seconds"])
+            print(f"--writer {writer}: speed-up local[1] -> local[2]: {s:.2f}x (target {TARGET_SPEEDUP}x)", flush=True)
     return 0
 
 

@@ -66,6 +66,9 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--with-body", is_flag=True, help="Add the message body as a binary column (commitlog only).")
 @click.option("--partition-by", type=click.Choice(["topic", "store"]), multiple=True,
               help="Partition the Parquet output by this column (repeatable; Hive-style directories).")
+@click.option("--writer", type=click.Choice(["arrow", "spark"]), default="arrow", show_default=True,
+              help="Who writes the Parquet files: each task with pyarrow (fast; OUT must be a path every executor sees) "
+                   "or Spark's writer (any Hadoop file system: hdfs://, s3a://).")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (default: refuse).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr.")
@@ -75,7 +78,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file (default: inferred, else 20000000).")
 @broker_version_option
 def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, split_size: int, with_body: bool,
-            partition_by: tuple[str, ...], overwrite: bool, confs: tuple[str, ...], quiet: bool,
+            partition_by: tuple[str, ...], writer: str, overwrite: bool, confs: tuple[str, ...], quiet: bool,
             commitlog_file_size: int | None, cq_file_size: int | None, index_slot_num: int | None,
             index_num: int | None, broker_version: str) -> int:
     """Export stores to Parquet through Spark (local[*] by default), one row per record.
@@ -96,6 +99,9 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
         raise click.UsageError("--index-slots and --index-entries go together")
     make_profile(broker_version)
     conf = _conf_pairs(confs)
+    if writer == "arrow" and "://" in str(out) and not str(out).startswith("file:"):
+        raise click.BadParameter(f"{out}: --writer arrow writes to a file system path every executor sees; "
+                                 "use --writer spark for hdfs://, s3a:// and other Hadoop file systems", param_hint="--to")
     if "://" not in str(out):
         _check_output(out, stores, overwrite)
     opened = []
@@ -106,7 +112,8 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     from .export_spark import run_export  # pyspark is imported only from here on
 
     res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
-                     partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=quiet, conf=conf)
+                     partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=quiet, conf=conf,
+                     writer=writer)
     if not quiet:
         extra = f", {res.messages} messages, {res.blanks} blanks" if what == "commitlog" else ""
         click.echo(

@@ -110,6 +110,9 @@ INDEX_COLUMNS: list[tuple[str, str]] = [
 ]
 
 
+WRITERS = ("arrow", "spark")
+
+
 def columns_for(what: str, with_body: bool = False) -> list[tuple[str, str]]:
     if what == "commitlog":
         return COMMITLOG_COLUMNS + ([BODY_COLUMN] if with_body else [])
@@ -263,6 +266,50 @@ def _arrow_partition(version: str, with_body: bool, accs: Any, batches: Iterable
                     done.add(1)
 
 
+def _write_partition(kind: str, version: str, with_body: bool, partition_by: Sequence[str], staging: str,
+                     done: Any, items: Iterable[tuple[int, list[Any]]]) -> Iterator[tuple[Any, ...]]:
+    """mapPartitions body of ``--writer arrow``: every task of the partition decoded (the
+    commitlog through the columnar path, queues and index through the row functions) and
+    written to Parquet by this executor (:mod:`rmqtool.export_parquet`). Yields one tuple
+    of counters per partition: (rows, messages, blanks, problems, conflicts, [where])."""
+    from .export_arrow import arrow_schema, split_batches
+    from .export_parquet import TaskWriter, rows_to_batches
+
+    schema = arrow_schema(columns_for(kind, with_body))
+    dictionary: Sequence[str] | bool = DICTIONARY_COLUMNS if kind == "commitlog" else True
+    for i, group in items:
+        tw = TaskWriter(staging, i, schema, partition_by, dictionary)
+        total = [0, 0, 0, 0, 0]
+        where: list[str] = []
+        try:
+            for task in group:
+                n = [0, 0, 0, 0]
+                handoff = None
+                if kind == "commitlog":
+                    handoff = Handoff(task.end)
+                    batches: Iterable[Any] = split_batches(task, version, with_body, schema, n, handoff)
+                elif kind == "consumequeue":
+                    batches = rows_to_batches(consumequeue_rows(task.store, task.part, n), schema)
+                else:
+                    batches = rows_to_batches(index_rows(task.store, task.part, n), schema)
+                for b in batches:
+                    tw.write(b)
+                conflict = handoff is not None and handoff.conflict
+                for k in range(4):
+                    total[k] += n[k]
+                total[4] += int(conflict)
+                if conflict:
+                    assert handoff is not None
+                    where.append(f"{task.path} at offset {handoff.stop}")
+                if done is not None:
+                    done.add(1)
+            tw.commit()
+        except BaseException:
+            tw.abort()
+            raise
+        yield (*total, where)
+
+
 def arrow_available() -> bool:
     """pyarrow and pandas (pyspark's mapInArrow requires both) import."""
     try:
@@ -401,11 +448,12 @@ class SessionHandle:
 
 
 def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf: dict[str, str] | None = None,
-                  log_path: str | None = None, java_options: str = "") -> SessionHandle:
+                  log_path: str | None = None, java_options: str = "", warm_up: bool = True) -> SessionHandle:
     """Start (or join, under spark-submit) a Spark session with the quiet defaults: no UI,
     no console progress, log level ERROR, executors on this interpreter. The JVM's stderr
     goes to ``log_path`` (a temp file by default), so py4j/JVM noise never reaches the
-    terminal; errors are reported as one line by the caller."""
+    terminal; errors are reported as one line by the caller. A session started here is
+    warmed up (:func:`warm_up`) unless ``warm_up`` is False; that time counts as start-up."""
     t0 = time.perf_counter()
     try:
         from pyspark.sql import SparkSession
@@ -459,7 +507,31 @@ def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf:
         spark.sparkContext.setLogLevel("ERROR")
     except Exception:  # noqa: BLE001 - cosmetic
         pass
+    if warm_up:
+        _warm_up(spark)
     return SessionHandle(spark, log_path, True, time.perf_counter() - t0, (log4j.name,))
+
+
+def _executor_imports(it: Iterable[Any]) -> Iterator[int]:
+    import pyarrow.parquet  # noqa: F401
+
+    from . import export_arrow, export_parquet  # noqa: F401
+
+    yield 0
+
+
+def _warm_up(spark: Any) -> None:
+    """Run one trivial job over every local core: the first job of a session pays for the
+    JVM's class loading and the Python workers' start (and here, their imports of numpy,
+    pyarrow and the decoder): 2-4 s on a small machine, whatever the data size. Paying it
+    with the session start keeps the export's own time about the data. Best effort: a
+    failure here is left to the real job to report."""
+    try:
+        sc = spark.sparkContext
+        n = max(int(sc.defaultParallelism), 1)
+        sc.parallelize(range(n), n).mapPartitions(_executor_imports).collect()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _with_stderr_to(path: str, fn: Callable[[], Any]) -> Any:
@@ -583,14 +655,28 @@ def run_export(
     log_path: str | None = None,
     group_bytes: int | None = None,
     columnar: bool | None = None,
+    writer: str = "arrow",
 ) -> ExportResult:
     """Export ``stores`` (label, opened Store) to Parquet at ``out``. With ``session`` an
     existing SparkSession is used (tests share one) and left running. Tasks are packed
     into Spark partitions of about ``group_bytes`` (default: the split size). The
     commitlog goes through the columnar path (Arrow batches, :mod:`rmqtool.export_arrow`)
     when pyarrow and pandas are installed, unless ``columnar`` is False (the row path:
-    one pickled tuple per record)."""
+    one pickled tuple per record). ``writer``: "arrow" (default) has every task write its
+    own Parquet files with pyarrow (:mod:`rmqtool.export_parquet`; ``out`` must be a path
+    every executor sees), "spark" hands the rows to Spark's writer (any Hadoop file system:
+    hdfs://, s3a://)."""
     BrokerProfile.for_version(version)  # fail on the driver, not on every executor
+    if writer not in WRITERS:
+        raise ValueError(f"unknown writer {writer!r} (one of {', '.join(WRITERS)})")
+    if writer == "arrow":
+        from .export_parquet import local_path
+
+        if local_path(str(out)) is None:
+            raise ValueError(f"--writer arrow writes to a file system path every executor sees, not {out}; "
+                             "use --writer spark for hdfs://, s3a:// and other Hadoop file systems")
+        if not arrow_available():
+            raise ValueError("--writer arrow needs pyarrow (pip install 'rmqtool[spark]'); or use --writer spark")
     tasks = plan_tasks(stores, what, split_size)
     columns = columns_for(what, with_body)
     names = {c for c, _ in columns}
@@ -609,6 +695,12 @@ def run_export(
         t1 = time.perf_counter()
         groups = pack_tasks(tasks, group_bytes or split_size or DEFAULT_SPLIT_SIZE)
         result.partitions = len(groups)
+        if writer == "arrow":
+            _arrow_write(sc, handle, result, groups, what, version, with_body, partition_by, str(out), overwrite,
+                         columns, done, len(tasks), quiet)
+            result.seconds_after_start = time.perf_counter() - t1
+            result.seconds_total = time.perf_counter() - t0
+            return result
         rdd = sc.parallelize(groups, len(groups)) if groups else sc.emptyRDD()
         accs = (done, counts, where)
         if what == "commitlog" and (columnar if columnar is not None else arrow_available()):
@@ -650,6 +742,39 @@ def run_export(
     finally:
         handle.stop(keep_log=not result.seconds_total or bool(os.environ.get("RMQTOOL_KEEP_SPARK_LOG")))
     return result
+
+
+def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[Any]], what: str, version: str,
+                 with_body: bool, partition_by: Sequence[str], out: str, overwrite: bool,
+                 columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool) -> None:
+    """The job of ``--writer arrow``: the executors write, the driver publishes."""
+    from .export_arrow import arrow_schema
+    from .export_parquet import local_path, prepare, publish
+
+    path = local_path(out)
+    assert path is not None
+    try:
+        staging = str(prepare(path, overwrite).resolve())
+    except OSError as exc:
+        raise RmqToolError(f"cannot create the output {out}: {exc.strerror or exc}") from None
+    items = sc.parallelize(list(enumerate(groups)), max(len(groups), 1))
+    body = partial(_write_partition, what, version, with_body, tuple(partition_by), staging, done)
+    try:
+        with _Progress(done, ntasks, f"export {what}", not quiet):
+            parts = items.mapPartitions(body).collect()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        raise _spark_error(exc, handle.log_path) from None
+    for p in parts:
+        result.rows += p[0]
+        result.messages += p[1]
+        result.blanks += p[2]
+        result.problems += p[3]
+        result.conflicts += p[4]
+        result.conflict_at.extend(p[5])
+    result.conflict_at.sort()
+    publish(path, arrow_schema(columns), partition_by)
 
 
 class _TupleSum:
