@@ -1235,7 +1235,6 @@ def apply_recovery(
 
     g = store.geometry
     Fcq = g.cq_file_size
-    F = g.commitlog_file_size
     process = plan.end_offset
     ckpt_before = store.read_checkpoint()
     cp_path = store.root / "checkpoint"

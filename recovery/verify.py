@@ -1402,7 +1402,6 @@ def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
             meanwhile()
         return out
     import concurrent.futures as cf
-    import multiprocessing as mp
 
     ctx = _mp_context()
     results: list[Part | None] = [None] * len(tasks)
@@ -2400,7 +2399,6 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
     S, N = g.index_slot_num, g.index_num
     cl_min = store.commitlog_min_offset()
     data_end = int(outlook.get("data_end", 0))
-    n_rec = len(recs)
     rec_pairs = sorted_unique((recs.key_rec << 32) | (recs.key_hash.astype(np.int64) & 0xFFFFFFFF)) if len(recs.key_rec) else np.zeros(0, dtype=np.int64)
     present: list[np.ndarray] = []
     wrong_recs: list[np.ndarray] = []

@@ -9,12 +9,11 @@ import json
 import os
 import random
 import re
-import shutil
 import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
