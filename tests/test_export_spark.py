@@ -394,3 +394,27 @@ def test_arrow_writer_commit_protocol(tmp_path: Path) -> None:
     staging = prepare(out, overwrite=True)
     assert publish(out, schema, []) == 1
     assert pq.read_table(str(out)).schema.names == ["n"] and pq.read_table(str(out)).num_rows == 0
+
+
+def test_arrow_writer_refuses_hadoop_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--writer arrow (the default) writes with the executors' own file system calls: an
+    hdfs:// or s3a:// OUT is a usage error naming --writer spark, before any Spark start."""
+    store = real_store("clean")
+    capsys.readouterr()
+    assert run(["export", str(store), "--to", "hdfs:///incident/cl"]) == 2
+    err = capsys.readouterr().err
+    assert "--writer spark" in err and "Traceback" not in err  # click's usage error, like every command's
+    from rmqtool.export_spark import run_export
+
+    with pytest.raises(ValueError, match="--writer spark"):
+        run_export([("c", Store.open(store.resolve()))], "s3a://bucket/cl", session=object())
+
+
+def test_output_url_schemes() -> None:
+    from rmqtool.export_parquet import local_path, url_scheme
+
+    assert url_scheme("hdfs:/x") == url_scheme("hdfs:///x") == "hdfs"  # what click's Path makes of hdfs:///x
+    assert url_scheme("s3a://b/k") == "s3a" and url_scheme("/tmp/out") is None and url_scheme("out/cl") is None
+    assert local_path("/tmp/out") == "/tmp/out" and local_path("rel/out") == "rel/out"
+    assert local_path("file:///tmp/out") == "/tmp/out" == local_path("file:/tmp/out") == local_path("file://localhost/tmp/out")
+    assert local_path("hdfs:/x") is None and local_path("s3a://b/k") is None
