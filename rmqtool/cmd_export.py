@@ -99,7 +99,9 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
         raise click.UsageError("--index-slots and --index-entries go together")
     make_profile(broker_version)
     conf = _conf_pairs(confs)
-    scheme = _scheme(str(out))
+    from .outpath import url_scheme
+
+    scheme = url_scheme(str(out))
     if writer == "arrow" and scheme not in (None, "file"):
         raise click.BadParameter(f"{out}: --writer arrow writes to a file system path every executor sees; "
                                  "use --writer spark for hdfs://, s3a:// and other Hadoop file systems", param_hint="--to")
@@ -125,13 +127,6 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
             click.echo(f"rmqtool: warning: {where}: the split boundary falls inside a record the walk accepted; "
                        "rows after it may differ from dump (rerun with --split-size 0)", err=True)
     return Exit.PROBLEMS if res.exit_problems else Exit.OK
-
-
-def _scheme(out: str) -> str | None:
-    import re
-
-    m = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):", out)  # as rmqtool.export_parquet.url_scheme (no pyarrow here)
-    return m.group(1).lower() if m else None
 
 
 def _label(store: Path) -> str:

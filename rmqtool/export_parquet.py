@@ -25,7 +25,6 @@ path; a cluster: a shared file system). For HDFS or S3 use ``--writer spark``.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import uuid
 from pathlib import Path
@@ -178,28 +177,4 @@ def prepare(out: str | Path, overwrite: bool) -> Path:
     return out / TEMPORARY
 
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
-
-
-def url_scheme(out: str) -> str | None:
-    """The URI scheme of ``out`` ("hdfs", "s3a", "file"), None for a plain path. Also
-    ``hdfs:/x``, which is what a path argument makes of ``hdfs:///x``."""
-    m = _SCHEME.match(out)
-    return m.group(1).lower() if m else None
-
-
-def local_path(out: str) -> str | None:
-    """The local path of ``out`` (a plain path or a file: URI), None for other schemes."""
-    scheme = url_scheme(out)
-    if scheme is None:
-        return out
-    if scheme != "file":
-        return None
-    rest = out[len("file:"):]
-    if rest.startswith("//"):  # file://host/path or file:///path
-        rest = rest[2:]
-        rest = rest[rest.index("/"):] if "/" in rest else "/"
-    return rest
-
-
-__all__ = ["TaskWriter", "escape_path_name", "partition_dir", "prepare", "publish", "rows_to_batches", "local_path", "url_scheme"]
+__all__ = ["TaskWriter", "escape_path_name", "partition_dir", "prepare", "publish", "rows_to_batches"]

@@ -670,7 +670,7 @@ def run_export(
     if writer not in WRITERS:
         raise ValueError(f"unknown writer {writer!r} (one of {', '.join(WRITERS)})")
     if writer == "arrow":
-        from .export_parquet import local_path
+        from .outpath import local_path
 
         if local_path(str(out)) is None:
             raise ValueError(f"--writer arrow writes to a file system path every executor sees, not {out}; "
@@ -749,7 +749,8 @@ def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[A
                  columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool) -> None:
     """The job of ``--writer arrow``: the executors write, the driver publishes."""
     from .export_arrow import arrow_schema
-    from .export_parquet import local_path, prepare, publish
+    from .export_parquet import prepare, publish
+    from .outpath import local_path
 
     path = local_path(out)
     assert path is not None

@@ -411,7 +411,7 @@ def test_arrow_writer_refuses_hadoop_paths(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_output_url_schemes() -> None:
-    from rmqtool.export_parquet import local_path, url_scheme
+    from rmqtool.outpath import local_path, url_scheme
 
     assert url_scheme("hdfs:/x") == url_scheme("hdfs:///x") == "hdfs"  # what click's Path makes of hdfs:///x
     assert url_scheme("s3a://b/k") == "s3a" and url_scheme("/tmp/out") is None and url_scheme("out/cl") is None
