@@ -232,16 +232,8 @@ def iter_store_records(
     reported in ``crc_ok``; after a record that cannot be read, it resyncs (``salvage``)
     and carries on. BLANK records are yielded too. The buffer stays valid until the next
     file starts."""
-    size = store.geometry.commitlog_file_size
-    for f in store.commitlog:
-        if f.size == 0:
-            continue
-        if to_offset is not None and f.base >= to_offset:
-            break
-        if from_offset is not None and f.base + max(f.size, size) <= from_offset:
-            if progress:
-                progress(f.size)
-            continue
+    skipped = (lambda f: progress(f.size)) if progress else None
+    for f in store.commitlog_in_range(from_offset, to_offset, skipped):
         with store.map(f) as mf:
             buf = mf.buf
             for pos, c in walk_records(buf, mf.size, f.base, profile, salvage=salvage, check_crc=check_crc):

@@ -13,7 +13,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..formats import indexfile
 from ..formats.checkpoint import Checkpoint, decode_checkpoint
@@ -285,6 +285,23 @@ class Store:
             if f.base <= offset < f.base + size:
                 return f
         return None
+
+    def commitlog_in_range(self, from_offset: int | None = None, to_offset: int | None = None,
+                           skipped: Callable[[StoreFile], None] | None = None) -> Iterator[StoreFile]:
+        """The non-empty commitlog files, in order, that may hold records in
+        ``[from_offset, to_offset)`` (None: unbounded); ``skipped(f)`` is called for each
+        file passed over because it lies wholly before ``from_offset``."""
+        size = self.geometry.commitlog_file_size
+        for f in self.commitlog:
+            if f.size == 0:
+                continue
+            if to_offset is not None and f.base >= to_offset:
+                break
+            if from_offset is not None and f.base + max(f.size, size) <= from_offset:
+                if skipped is not None:
+                    skipped(f)
+                continue
+            yield f
 
     def topics(self) -> list[str]:
         return sorted({t for t, _ in self.consume_queues})

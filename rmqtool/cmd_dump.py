@@ -393,14 +393,7 @@ def _commitlog_blocks(
                                      to_offset=to_offset, since=since, until=until)
         return
     content_filter = topic is not None or queue_id is not None or since is not None or until is not None
-    size = store.geometry.commitlog_file_size
-    for f in store.commitlog:
-        if f.size == 0:
-            continue
-        if to_offset is not None and f.base >= to_offset:
-            break
-        if from_offset is not None and f.base + max(f.size, size) <= from_offset:
-            continue
+    for f in store.commitlog_in_range(from_offset, to_offset):
         with store.map(f) as mf:
             yield from _file_lines(f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until, content_filter)
 
