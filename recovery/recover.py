@@ -72,7 +72,7 @@ from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
-from .scan import message_fields, resync
+from .scan import CHASE_BATCH as _BATCH, ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, message_fields, resync
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -408,30 +408,6 @@ class _SpanResult(NamedTuple):
     last_start: int = -1  # start of the last valid record walked (-1: none)
 
 
-class _Views(NamedTuple):
-    """Big-endian integers at any byte position of a buffer (strided views, no copy)."""
-
-    u1: np.ndarray
-    i1: np.ndarray
-    i2: np.ndarray
-    i4: np.ndarray
-    n: int
-
-
-def _views(buf: Any) -> _Views:
-    n = len(buf)
-    u1 = np.frombuffer(buf, dtype=np.uint8)
-    i2 = np.ndarray((max(n - 1, 0),), dtype=">i2", buffer=buf, strides=(1,))
-    i4 = np.ndarray((max(n - 3, 0),), dtype=">i4", buffer=buf, strides=(1,))
-    return _Views(u1, u1.view(np.int8), i2, i4, n)
-
-
-def _at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """``view[pos]`` with positions clipped into the buffer (a value read at a clipped
-    position is garbage and must be masked by the caller)."""
-    return view[np.clip(pos, 0, len(view) - 1)]
-
-
 _SCHED = np.frombuffer(ck.SCHEDULE_TOPIC.encode(), dtype=np.uint8)
 
 
@@ -478,65 +454,6 @@ def _plain_valid(buf: Any, mv: memoryview, v: _Views, starts: list[int], profile
         if len(bad):
             d = int(bad[0])
     return d
-
-
-_BATCH = 1 << 16
-
-
-def _chase(mv: memoryview, v: _Views, pos: int, lim: int, end: int, hints: np.ndarray | None) -> tuple[list[int] | np.ndarray, int, bool]:
-    """Record starts from ``pos`` by following TOTALSIZE, as the broker's walk moves:
-    a start is taken while it is < ``lim`` and its TOTALSIZE is > 0 and fits before
-    ``end``. Returns (starts, next position, capped): ``capped`` when the batch limit
-    stopped it (next position = the following start).
-
-    ``hints`` (sorted positions, e.g. the consume queues' offsets) only speed it up: where
-    the position is a hint, the run of hints chained by their own TOTALSIZEs is taken at
-    once (vectorised), exactly what following them one by one gives."""
-    if hints is not None and len(hints):
-        out: list[np.ndarray] = []
-        taken = 0
-        while pos < lim and taken < _BATCH * 16:
-            i = int(np.searchsorted(hints, pos))
-            if i < len(hints) and hints[i] == pos:
-                h = hints[i : i + _BATCH * 4]
-                tot = _at(v.i4, h).astype(np.int64)
-                nxt = h + tot
-                ok = (tot > 0) & (nxt <= end) & (h < lim)
-                cont = ok.copy()
-                cont[:-1] &= nxt[:-1] == h[1:]
-                brk = np.flatnonzero(~cont)
-                j = int(brk[0]) if len(brk) else len(h) - 1  # h[:j] chained and taken
-                if ok[j]:
-                    out.append(h[: j + 1])
-                    taken += j + 1
-                    pos = int(nxt[j])
-                    continue
-                out.append(h[:j])
-                taken += j
-                pos = int(h[j])
-                break  # h[j] is >= lim or its TOTALSIZE stops the walk
-            total = int.from_bytes(mv[pos : pos + 4], "big", signed=True)
-            if total <= 0 or pos + total > end:
-                break
-            out.append(np.array([pos], dtype=np.int64))
-            taken += 1
-            pos += total
-        starts = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-        return starts, pos, pos < lim and taken >= _BATCH * 16
-    fb = int.from_bytes
-    lst: list[int] = []
-    ap = lst.append
-    k = 0
-    while pos < lim:
-        total = fb(mv[pos : pos + 4], "big", signed=True)
-        if total <= 0 or pos + total > end:
-            break
-        ap(pos)
-        pos += total
-        k += 1
-        if k == _BATCH:
-            return lst, pos, True
-    return lst, pos, False
 
 
 def _walk_span(

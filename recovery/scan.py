@@ -286,3 +286,90 @@ def walk_records(
 
 def _in_range(off: int, lo: int | None, hi: int | None) -> bool:
     return (lo is None or off >= lo) and (hi is None or off < hi)
+
+
+# ---------------------------------------------------------------------------------------
+# Record starts by TOTALSIZE, vectorised where the consume queues give hints
+
+
+class ByteViews(NamedTuple):
+    """Big-endian integers at any byte position of a buffer (strided views, no copy)."""
+
+    u1: np.ndarray
+    i1: np.ndarray
+    i2: np.ndarray
+    i4: np.ndarray
+    n: int
+
+
+def byte_views(buf: Any) -> ByteViews:
+    n = len(buf)
+    u1 = np.frombuffer(buf, dtype=np.uint8)
+    i2 = np.ndarray((max(n - 1, 0),), dtype=">i2", buffer=buf, strides=(1,))
+    i4 = np.ndarray((max(n - 3, 0),), dtype=">i4", buffer=buf, strides=(1,))
+    return ByteViews(u1, u1.view(np.int8), i2, i4, n)
+
+
+def byte_at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``view[pos]`` with positions clipped into the buffer (a value read at a clipped
+    position is garbage and must be masked by the caller)."""
+    return view[np.clip(pos, 0, len(view) - 1)]
+
+
+CHASE_BATCH = 1 << 16
+
+
+def chase_starts(mv: memoryview, v: ByteViews, pos: int, lim: int, end: int, hints: np.ndarray | None) -> tuple[list[int] | np.ndarray, int, bool]:
+    """Record starts from ``pos`` by following TOTALSIZE, as the broker's walk moves:
+    a start is taken while it is < ``lim`` and its TOTALSIZE is > 0 and fits before
+    ``end``. Returns (starts, next position, capped): ``capped`` when the batch limit
+    stopped it (next position = the following start).
+
+    ``hints`` (sorted positions, e.g. the consume queues' offsets) only speed it up: where
+    the position is a hint, the run of hints chained by their own TOTALSIZEs is taken at
+    once (vectorised), exactly what following them one by one gives."""
+    if hints is not None and len(hints):
+        out: list[np.ndarray] = []
+        taken = 0
+        while pos < lim and taken < CHASE_BATCH * 16:
+            i = int(np.searchsorted(hints, pos))
+            if i < len(hints) and hints[i] == pos:
+                h = hints[i : i + CHASE_BATCH * 4]
+                tot = byte_at(v.i4, h).astype(np.int64)
+                nxt = h + tot
+                ok = (tot > 0) & (nxt <= end) & (h < lim)
+                cont = ok.copy()
+                cont[:-1] &= nxt[:-1] == h[1:]
+                brk = np.flatnonzero(~cont)
+                j = int(brk[0]) if len(brk) else len(h) - 1  # h[:j] chained and taken
+                if ok[j]:
+                    out.append(h[: j + 1])
+                    taken += j + 1
+                    pos = int(nxt[j])
+                    continue
+                out.append(h[:j])
+                taken += j
+                pos = int(h[j])
+                break  # h[j] is >= lim or its TOTALSIZE stops the walk
+            total = int.from_bytes(mv[pos : pos + 4], "big", signed=True)
+            if total <= 0 or pos + total > end:
+                break
+            out.append(np.array([pos], dtype=np.int64))
+            taken += 1
+            pos += total
+        starts = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+        return starts, pos, pos < lim and taken >= CHASE_BATCH * 16
+    fb = int.from_bytes
+    lst: list[int] = []
+    ap = lst.append
+    k = 0
+    while pos < lim:
+        total = fb(mv[pos : pos + 4], "big", signed=True)
+        if total <= 0 or pos + total > end:
+            break
+        ap(pos)
+        pos += total
+        k += 1
+        if k == CHASE_BATCH:
+            return lst, pos, True
+    return lst, pos, False

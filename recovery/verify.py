@@ -45,6 +45,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -60,6 +61,7 @@ from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.properties import parse_properties, parse_properties_legacy, decode_crc32_digits
 from ..formats.schema import fixed_struct
 from . import check as ck
+from .scan import byte_views, chase_starts
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -392,31 +394,58 @@ class _Ctx:
         self.magics = (cl.MAGIC_V1, cl.MAGIC_V2) if profile.accepts_v2 else (cl.MAGIC_V1,)
         self.tag_codes: dict[bytes, int] = {}
         self.words = _Words(self)
+        self.views = byte_views(buf)
+        self.hints: np.ndarray | None = None  # sorted record starts the consume queues point at (file positions)
 
     def release(self) -> None:
+        self.views = None  # type: ignore[assignment]
+        self.hints = None
         self.mv.release()
 
 
+def _words_of(u8: np.ndarray) -> np.ndarray:
+    """A contiguous uint8 array of a length divisible by 8 as uint64 words (no copy):
+    a test for non-zero bytes is several times faster on words."""
+    return np.ascontiguousarray(u8).view(np.uint64)
+
+
 def _last_nonzero(u8: np.ndarray) -> int:
-    """Position of the last non-zero byte, or -1 (scans backwards in blocks)."""
-    b = len(u8)
+    """Position of the last non-zero byte, or -1 (scans backwards in blocks of words)."""
+    n = len(u8)
+    cut = n - n % 8
+    if cut < n and u8[cut:].any():
+        return cut + int(np.flatnonzero(u8[cut:])[-1])
+    w = _words_of(u8[:cut])
+    b = len(w)
+    step = _ZBLOCK // 8
     while b > 0:
-        a = max(0, b - _ZBLOCK)
-        blk = u8[a:b]
+        a = max(0, b - step)
+        blk = w[a:b]
         if blk.any():
-            return a + int(np.flatnonzero(blk)[-1])
+            k = a + int(np.flatnonzero(blk)[-1])
+            return 8 * k + int(np.flatnonzero(u8[8 * k : 8 * k + 8])[-1])
         b = a
     return -1
 
 
 def _first_nonzero(u8: np.ndarray, a: int, b: int) -> int:
     """Position of the first non-zero byte in [a, b), or -1."""
-    while a < b:
-        e = min(b, a + _ZBLOCK)
-        blk = u8[a:e]
+    head = min(b, (a + 7) & ~7)
+    if a < head and u8[a:head].any():
+        return a + int(np.argmax(u8[a:head] != 0))
+    a = head
+    cut = b - (b - a) % 8 if b > a else a
+    w = _words_of(u8[a:cut]) if cut > a else np.zeros(0, dtype=np.uint64)
+    step = _ZBLOCK // 8
+    i = 0
+    while i < len(w):
+        blk = w[i : i + step]
         if blk.any():
-            return a + int(np.argmax(blk != 0))
-        a = e
+            k = i + int(np.argmax(blk != 0))
+            return a + 8 * k + int(np.argmax(u8[a + 8 * k : a + 8 * k + 8] != 0))
+        i += step
+    if cut < b and u8[cut:b].any():
+        return cut + int(np.argmax(u8[cut:b] != 0))
     return -1
 
 
@@ -464,6 +493,28 @@ def _fast_run(ctx: _Ctx, pos: int, stop: int, salvage: bool, out: _Rec, flag: in
     magic, and the body CRC (at the IPv4 body position; records with IPv6 hosts are
     re-checked at their real position afterwards). Everything else is checked with numpy
     over the whole run (:func:`_validate`)."""
+    if ctx.hints is not None:
+        P, p, bad_crc = _hinted_walk(ctx, pos, stop)
+    else:
+        P, p, bad_crc = _plain_walk(ctx, pos, stop)
+    n = len(P)
+    if n == 0:
+        return p, (_event_at(ctx, p, salvage) if p < stop else None)
+    T = np.empty(n, dtype=np.int64)
+    T[:-1] = P[1:] - P[:-1]
+    T[-1] = p - P[-1]
+    f, cols = _validate(ctx, P, T, salvage, bad_crc)
+    f = _keep(ctx, out, P, T, cols, f, flag)
+    if f < n:
+        return int(P[f]), _event_at(ctx, int(P[f]), salvage)
+    if p < stop:
+        return p, _event_at(ctx, p, salvage)
+    return p, None
+
+
+def _plain_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[int]]:
+    """The walk of :func:`_fast_run`, one record per step: (starts, position where it
+    stopped, indexes of the starts whose body CRC does not match)."""
     buf, end = ctx.buf, ctx.end
     hdr = _HEAD.unpack_from
     crc32 = crc32_raw
@@ -488,20 +539,43 @@ def _fast_run(ctx: _Ctx, pos: int, stop: int, salvage: bool, out: _Rec, flag: in
                 bad_crc.append(len(poss))
         ap(p)
         p += total
-    n = len(poss)
-    if n == 0:
-        return p, (_event_at(ctx, p, salvage) if p < stop else None)
-    P = np.array(poss, dtype=np.int64)
-    T = np.empty(n, dtype=np.int64)
-    T[:-1] = P[1:] - P[:-1]
-    T[-1] = p - P[-1]
-    f, cols = _validate(ctx, P, T, salvage, bad_crc)
-    f = _keep(ctx, out, P, T, cols, f, flag)
-    if f < n:
-        return int(P[f]), _event_at(ctx, int(P[f]), salvage)
-    if p < stop:
-        return p, _event_at(ctx, p, salvage)
-    return p, None
+    return np.array(poss, dtype=np.int64), p, bad_crc
+
+
+def _hinted_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[int]]:
+    """The same walk with the record starts the consume queues point at (``ctx.hints``):
+    runs of hints chained by their own TOTALSIZEs are taken at once
+    (:func:`recovery.scan.chase_starts`, which follows TOTALSIZE one record at a time
+    where no hint is), the magic and TOTALSIZE rules are checked with numpy and the
+    body CRCs computed in one ``map``; the result is :func:`_plain_walk`'s."""
+    v = ctx.views
+    end = ctx.end
+    lim = min(stop, end - _V4_BODY_AT + 1)
+    chunks: list[np.ndarray] = []
+    p = pos
+    while p < lim:
+        s, p, capped = chase_starts(ctx.mv, v, p, lim, end, ctx.hints)
+        if len(s):
+            chunks.append(np.asarray(s, dtype=np.int64))
+        if not capped:
+            break
+    P = np.concatenate(chunks) if len(chunks) > 1 else (chunks[0] if chunks else np.zeros(0, dtype=np.int64))
+    if not len(P):
+        return P, p, []
+    magic = v.i4[P + 4]
+    bad = magic != ctx.magics[0]
+    if len(ctx.magics) > 1:
+        bad &= magic != ctx.magics[-1]
+    if bad.any():  # the walk stops at a record with another magic
+        k = int(np.argmax(bad))
+        p = int(P[k])
+        P = P[:k]
+    bl = v.i4[P + _V4_BODY_LEN_AT].astype(np.int64)
+    b0 = P + _V4_BODY_AT
+    crcs = np.fromiter(map(crc32_raw, map(ctx.mv.__getitem__, map(slice, b0.tolist(), (b0 + np.maximum(bl, 0)).tolist()))),
+                       dtype=np.int64, count=len(P))
+    bad_crc = np.flatnonzero((bl > 0) & ((crcs & _MASK31) != v.i4[P + 8]))
+    return P, p, bad_crc.tolist()
 
 
 def _event_at(ctx: _Ctx, pos: int, salvage: bool = False) -> ck.Checked:
@@ -1172,6 +1246,28 @@ class PartTask:
     mode: str  # B: the broker chain starts at ``start`` | BS: search the chain from ``start`` | S/SS: salvage (at a record / inside a gap)
     profile: BrokerProfile
     opts: ScanOptions
+    hints: np.ndarray | None = None  # sorted file positions in [start, stop) that consume queue units point at
+
+    def with_hints(self, hints: np.ndarray | None) -> "PartTask":
+        """This task with the ``hints`` (sorted commitlog offsets) that fall in its range."""
+        if hints is None:
+            return self
+        a, b = np.searchsorted(hints, [self.base + self.start, self.base + self.stop])
+        return dataclasses.replace(self, hints=hints[a:b] - self.base if b > a else None)
+
+
+def queue_hints(queues: Sequence["Queue"]) -> np.ndarray | None:
+    """Sorted distinct commitlog offsets the loaded consume queues point at: likely record
+    starts, which only speed the walk up (:func:`_hinted_walk` uses a hint only where the
+    TOTALSIZE chain arrives exactly at it)."""
+    offs = [q.off for q in queues if q.loaded and len(q.off)]
+    if not offs:
+        return None
+    a = np.concatenate(offs).astype(np.int64)
+    a.sort()
+    if len(a) > 1:
+        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
+    return a
 
 
 def scan_part(task: PartTask) -> Part:
@@ -1190,6 +1286,8 @@ def scan_part(task: PartTask) -> Part:
     finally:
         os.close(fd)
     ctx = _Ctx(mm, end, task.base, task.profile, task.opts)
+    if task.hints is not None and len(task.hints):
+        ctx.hints = task.hints
     try:
         _scan(ctx, task, part)
     finally:
@@ -1487,14 +1585,16 @@ class Records:
 
 def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_size: int = DEFAULT_PART_SIZE,
                    opts: ScanOptions | None = None, progress: Progress | None = None,
-                   meanwhile: Callable[[], None] | None = None) -> tuple[list[FileScan | None], Records]:
+                   meanwhile: Callable[[], None] | None = None, hints: np.ndarray | None = None) -> tuple[list[FileScan | None], Records]:
     """Walk every commitlog file (in parts, possibly in parallel) and stitch the parts back
     into the per-file broker walk. Returns one FileScan per commitlog file (None for an
-    empty file) and the record table."""
+    empty file) and the record table. ``hints``: sorted commitlog offsets (e.g.
+    :func:`queue_hints`) that speed the walk up without changing it."""
     opts = opts or ScanOptions()
     mapped = store.geometry.commitlog_file_size
     plan = _plan_parts(store, max(part_size, 1 << 12))
-    tasks = [PartTask(str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts) for i, f, end, s, e in plan]
+    tasks = [PartTask(str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts).with_hints(hints)
+             for i, f, end, s, e in plan]
     parts = _run_parts(tasks, jobs, progress, meanwhile)
     by_file: dict[int, list[Part]] = {}
     for p in parts:
@@ -1515,7 +1615,7 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
             continue
 
         def run(start: int, stop: int, mode: str, _f: StoreFile = f, _i: int = i, _end: int = end) -> Part:
-            return scan_part(PartTask(str(_f.path), _i, _f.base, _end, start, stop, mode, profile, opts))
+            return scan_part(PartTask(str(_f.path), _i, _f.base, _end, start, stop, mode, profile, opts).with_hints(hints))
 
         fparts = _stitch(sorted(by_file.get(i, []), key=lambda p: p.start), f, end, run)
         fs = FileScan(f, i, _rel(store, f.path), end, mapped, rec_lo=count)
@@ -2721,14 +2821,16 @@ def verify_store(
     headers = [(f.name, _read_index_header(f)) for f in store.index_files]
     opts = ScanOptions(want_keys=bool(store.index_files))
     pre: dict[str, Any] = {}
+    # the consume queues first: the offsets they point at speed the commitlog walk up
+    queues = load_queues(store)
 
     def meanwhile() -> None:  # runs while the workers scan the commitlog
-        pre["queues"] = load_queues(store)
         per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
-        pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
+        pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in queues), default=-1)
 
-    scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress, meanwhile=meanwhile)
-    queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
+    scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress, meanwhile=meanwhile,
+                                 hints=queue_hints(queues))
+    max_phy_cq = pre["max_phy_cq"]
     outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
     spans = _Spans(_commitlog_spans(store, scans, recs))
     broker = _Broker(store, profile, outlook)

@@ -749,3 +749,60 @@ def test_schedule_tags_code_quirk_q1(tmp_path: Path, capsys: pytest.CaptureFixtu
     patch(f, 20, struct.pack(">qiq", off, size, 12345))
     rc, findings = verify_cli(root, capsys)
     assert rc == 4 and errors(findings) == [("CQ_TAGS_CODE", "consumequeue/SCHEDULE_TOPIC_XXXX/3/" + f.name, 20)]
+
+
+# ---------------------------------------------------------------------------------------
+# the consume queues' offsets as hints speed the walk up and change nothing
+
+
+def scan_key(scans: list[Any], recs: v.Records) -> Any:
+    walk = [None if fs is None else (fs.main_count, fs.stop, fs.events, fs.gaps) for fs in scans]
+    cols = {n: getattr(recs, n).tolist() for n in ("off", "size", "qkey", "queue_offset", "store_ts", "tags", "flags",
+                                                   "file_idx", "key_rec", "key_hash")}
+    return walk, cols, recs.queues, recs.anomalies
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_hinted_walk_equals_plain_walk(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk with hints (right ones, damaged ones, random ones, hints inside records)
+    gives exactly the walk without them, on damaged copies of every real store."""
+    calls = [0]
+    real = v._hinted_walk
+
+    def counted(*a: Any) -> Any:
+        calls[0] += 1
+        return real(*a)
+
+    monkeypatch.setattr(v, "_hinted_walk", counted)
+    rng = random.Random(seed)
+    root = copy_store(REAL_NAMES[seed % len(REAL_NAMES)], tmp_path)
+    if seed % 5:
+        corrupt_randomly(root, rng, rng.randrange(1, 4))
+    s = Store.open(root)
+    hints = v.queue_hints(v.load_queues(s))
+    assert hints is not None and len(hints) > 10
+    total = sum(f.size for f in s.commitlog)
+    noise = np.array([rng.randrange(total) for _ in range(200)], dtype=np.int64)
+    inside = hints[:-1] + rng.randrange(1, 90)  # positions inside records
+    mixed = np.unique(np.concatenate([hints[rng.randrange(2):: rng.randrange(1, 3)], noise, inside]))
+    for part_size in (4096, 1 << 20):
+        ref = scan_key(*v.scan_commitlog(s, P494, part_size=part_size))
+        for h in (hints, mixed, noise):
+            assert scan_key(*v.scan_commitlog(s, P494, part_size=part_size, hints=np.sort(h))) == ref
+    assert calls[0] > 0
+
+
+def test_nonzero_search_on_words() -> None:
+    rng = random.Random(5)
+    for _ in range(2000):
+        n = rng.randrange(0, 2500)
+        u = np.zeros(n + 3, dtype=np.uint8)
+        for _k in range(rng.randrange(0, 3)):
+            u[rng.randrange(n + 3)] = rng.randrange(1, 256)
+        w = u[3:]  # a base that is not 8-aligned
+        nz = np.flatnonzero(w)
+        assert v._last_nonzero(w) == (int(nz[-1]) if len(nz) else -1)
+        a = rng.randrange(0, n + 1)
+        b = rng.randrange(a, n + 1)
+        nz = np.flatnonzero(w[a:b])
+        assert v._first_nonzero(w, a, b) == (a + int(nz[0]) if len(nz) else -1)
