@@ -72,7 +72,7 @@ from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
-from .scan import CHASE_BATCH as _BATCH, ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, message_fields, resync
+from .scan import CHASE_BATCH as _BATCH, ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, last_nonzero, message_fields, resync
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -107,8 +107,6 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _SPAN = 128 << 20  # bytes of commitlog per walk task (big files are split)
 _PARALLEL_MIN_BYTES = 48 << 20  # below this the walk runs in-process
-_ZERO_CHUNK = 16 << 20
-_ZEROS = bytes(_ZERO_CHUNK)
 
 
 # ======================================================================================
@@ -658,22 +656,43 @@ def _walk_from(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_c
         _close(mv, buf)
 
 
+def _cq_offsets(f: StoreFile, F: int) -> np.ndarray:
+    """Commitlog offsets of the units of one consume queue file that could be valid
+    (offset >= 0, 0 < size, not a fill-blank unit); the all-zero tail is not read."""
+    size = min(f.size, F) // CQ_UNIT_SIZE * CQ_UNIT_SIZE
+    if size <= 0:
+        return np.zeros(0, dtype=np.int64)
+    with open(f.path, "rb") as fh:
+        try:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # shrank to zero meanwhile
+            return np.zeros(0, dtype=np.int64)
+    try:
+        u8 = np.frombuffer(mm, dtype=np.uint8, count=min(size, len(mm) // CQ_UNIT_SIZE * CQ_UNIT_SIZE))
+        used = (last_nonzero(u8) // CQ_UNIT_SIZE + 1) * CQ_UNIT_SIZE
+        u = read_units(u8[:max(used, 0)])
+        off = u["commitlog_offset"]
+        n = u["size"]
+        out = off[(off >= 0) & (n > 0) & (n != 0x7FFFFFFF)].astype(np.int64)
+        del u, off, n, u8
+        return out
+    finally:
+        try:
+            mm.close()
+        except BufferError:  # pragma: no cover - a view still alive
+            pass
+
+
 def _cq_hints(store: Store) -> np.ndarray | None:
     """Every commitlog offset the consume queues point at, sorted: likely record starts
     for :func:`_chase` (which checks every one it uses against the TOTALSIZE chain)."""
     F = store.geometry.cq_file_size
-    parts = []
-    for files in store.consume_queues.values():
-        for f in files:
-            if f.size <= 0:
-                continue
-            u = read_units(_read_cq(f, F))
-            off = u["commitlog_offset"]
-            size = u["size"]
-            parts.append(off[(off >= 0) & (size > 0) & (size != 0x7FFFFFFF)].astype(np.int64))
+    parts = [_cq_offsets(f, F) for files in store.consume_queues.values() for f in files if f.size > 0]
+    parts = [p for p in parts if len(p)]
     if not parts:
         return None
-    h = np.sort(np.concatenate(parts))  # (np.unique is far slower here than sort + mask)
+    # each queue's offsets ascend: a stable sort (a merge of runs) is faster than quicksort
+    h = np.sort(np.concatenate(parts), kind="stable")
     if len(h) > 1:
         h = h[np.concatenate(([True], h[1:] != h[:-1]))]
     return h if len(h) else None
@@ -783,22 +802,6 @@ def _salvage_positions(buf: Any, pos: int, end: int, base: int, profile: BrokerP
             q += c.size
         p = q + 1
     return out
-
-
-def _has_nonzero(path: Path, pos: int, end: int) -> bool:
-    if pos >= end:
-        return False
-    with open(path, "rb") as fh:
-        fh.seek(pos)
-        left = end - pos
-        while left > 0:
-            chunk = fh.read(min(left, _ZERO_CHUNK))
-            if not chunk:
-                return False
-            if chunk != (_ZEROS if len(chunk) == _ZERO_CHUNK else bytes(len(chunk))):
-                return True
-            left -= len(chunk)
-    return False
 
 
 # ======================================================================================
@@ -949,7 +952,7 @@ def plan_recovery(
             if process >= f.base:
                 pos = process - f.base
                 end = min(f.size, F)
-                if _has_nonzero(f.path, pos, f.size):
+                if file_has_nonzero(f.path, pos, f.size):
                     msgs = intact = 0
                     if salvage:
                         with store.map(f) as mf:
@@ -1284,7 +1287,7 @@ def apply_recovery(
                             tx.replace_file(rel, bytes(data))
                     else:
                         tx.create_file(rel, bytes(data), mode=0o644)
-                elif b == last and b in q.disk and _has_nonzero(q.disk[b].path, pos, q.disk[b].size):
+                elif b == last and b in q.disk and file_has_nonzero(q.disk[b].path, pos, q.disk[b].size):
                     tx.truncate_tail(rel, pos, zero_fill=True)
         # index
         for d in plan.index_discarded:

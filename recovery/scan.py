@@ -69,13 +69,104 @@ def boundary_walk(buf: Any, end: int, start: int = 0) -> Iterator[tuple[int, int
         pos += total
 
 
+def _words_of(u8: np.ndarray) -> np.ndarray:
+    """A contiguous uint8 array of a length divisible by 8 as uint64 words (no copy):
+    a test for non-zero bytes is several times faster on words."""
+    return np.ascontiguousarray(u8).view(np.uint64)
+
+
+def last_nonzero(u8: np.ndarray, block: int = 1 << 20) -> int:
+    """Position of the last non-zero byte, or -1 (scans backwards in blocks of words)."""
+    n = len(u8)
+    cut = n - n % 8
+    if cut < n and u8[cut:].any():
+        return cut + int(np.flatnonzero(u8[cut:])[-1])
+    w = _words_of(u8[:cut])
+    b = len(w)
+    step = block // 8
+    while b > 0:
+        a = max(0, b - step)
+        blk = w[a:b]
+        if blk.any():
+            k = a + int(np.flatnonzero(blk)[-1])
+            return 8 * k + int(np.flatnonzero(u8[8 * k : 8 * k + 8])[-1])
+        b = a
+    return -1
+
+
+def first_nonzero(u8: np.ndarray, a: int, b: int, block: int = 1 << 20) -> int:
+    """Position of the first non-zero byte in [a, b), or -1."""
+    head = min(b, (a + 7) & ~7)
+    if a < head and u8[a:head].any():
+        return a + int(np.argmax(u8[a:head] != 0))
+    a = head
+    cut = b - (b - a) % 8 if b > a else a
+    w = _words_of(u8[a:cut]) if cut > a else np.zeros(0, dtype=np.uint64)
+    step = block // 8
+    i = 0
+    while i < len(w):
+        blk = w[i : i + step]
+        if blk.any():
+            k = i + int(np.argmax(blk != 0))
+            return a + 8 * k + int(np.argmax(u8[a + 8 * k : a + 8 * k + 8] != 0))
+        i += step
+    if cut < b and u8[cut:b].any():
+        return cut + int(np.argmax(u8[cut:b] != 0))
+    return -1
+
+def file_has_nonzero(path: Any, pos: int, end: int) -> bool:
+    """Whether bytes [pos, end) of a file hold a non-zero byte. Holes of a sparse file (a
+    pre-allocated commitlog or consume queue file: RocketMQ maps them with setLength) are
+    skipped with SEEK_DATA/SEEK_HOLE; the data extents are searched through a map, on
+    words."""
+    import errno
+    import mmap
+    import os
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        end = min(end, size)
+        if pos >= end:
+            return False
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        u8 = np.frombuffer(mm, dtype=np.uint8, count=end)
+        try:
+            seek_data = getattr(os, "SEEK_DATA", None)
+            seek_hole = getattr(os, "SEEK_HOLE", None)
+            while pos < end:
+                stop = end
+                if seek_data is not None and seek_hole is not None:
+                    try:
+                        pos = os.lseek(fd, pos, seek_data)
+                        stop = min(end, os.lseek(fd, pos, seek_hole))
+                    except OSError as exc:  # ENXIO: nothing but a hole after pos
+                        if exc.errno == errno.ENXIO:
+                            return False
+                        stop = end  # no extent information: search it all
+                if pos >= end:
+                    return False
+                if first_nonzero(u8, pos, stop) >= 0:
+                    return True
+                pos = stop
+            return False
+        finally:
+            del u8
+            try:
+                mm.close()
+            except BufferError:  # pragma: no cover - a view still alive
+                pass
+    finally:
+        os.close(fd)
+
+
 def first_nonzero_block(buf: Any, pos: int, end: int, block: int = 1 << 20) -> int | None:
     """Start of the first ``block``-aligned block (clipped to ``[pos, end)``) of ``buf``
     holding a non-zero byte, or None when ``[pos, end)`` is all zeros (numpy, ~10 GB/s)."""
     a = pos
     while a < end:
         b = min(end, (a // block + 1) * block)
-        if np.frombuffer(buf, dtype=np.uint8, count=b - a, offset=a).any():
+        if first_nonzero(np.frombuffer(buf, dtype=np.uint8, count=b - a, offset=a), 0, b - a, block) >= 0:
             return a
         a = b
     return None

@@ -61,7 +61,7 @@ from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.properties import parse_properties, parse_properties_legacy, decode_crc32_digits
 from ..formats.schema import fixed_struct
 from . import check as ck
-from .scan import byte_views, chase_starts
+from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, last_nonzero as _last_nonzero
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -252,7 +252,6 @@ DEFAULT_PART_SIZE = 64 << 20
 _SCHEDULE = ck.SCHEDULE_TOPIC.encode()
 _CRC_TAG = b"__CRC32#\x01"
 _MASK31 = 0x7FFFFFFF
-_ZBLOCK = 1 << 20
 
 def _header_layout(hosts: int) -> dict[str, int]:
     """Byte offset of every fixed header field (up to BODYLENGTH) for a host layout,
@@ -401,52 +400,6 @@ class _Ctx:
         self.views = None  # type: ignore[assignment]
         self.hints = None
         self.mv.release()
-
-
-def _words_of(u8: np.ndarray) -> np.ndarray:
-    """A contiguous uint8 array of a length divisible by 8 as uint64 words (no copy):
-    a test for non-zero bytes is several times faster on words."""
-    return np.ascontiguousarray(u8).view(np.uint64)
-
-
-def _last_nonzero(u8: np.ndarray) -> int:
-    """Position of the last non-zero byte, or -1 (scans backwards in blocks of words)."""
-    n = len(u8)
-    cut = n - n % 8
-    if cut < n and u8[cut:].any():
-        return cut + int(np.flatnonzero(u8[cut:])[-1])
-    w = _words_of(u8[:cut])
-    b = len(w)
-    step = _ZBLOCK // 8
-    while b > 0:
-        a = max(0, b - step)
-        blk = w[a:b]
-        if blk.any():
-            k = a + int(np.flatnonzero(blk)[-1])
-            return 8 * k + int(np.flatnonzero(u8[8 * k : 8 * k + 8])[-1])
-        b = a
-    return -1
-
-
-def _first_nonzero(u8: np.ndarray, a: int, b: int) -> int:
-    """Position of the first non-zero byte in [a, b), or -1."""
-    head = min(b, (a + 7) & ~7)
-    if a < head and u8[a:head].any():
-        return a + int(np.argmax(u8[a:head] != 0))
-    a = head
-    cut = b - (b - a) % 8 if b > a else a
-    w = _words_of(u8[a:cut]) if cut > a else np.zeros(0, dtype=np.uint64)
-    step = _ZBLOCK // 8
-    i = 0
-    while i < len(w):
-        blk = w[i : i + step]
-        if blk.any():
-            k = i + int(np.argmax(blk != 0))
-            return a + 8 * k + int(np.argmax(u8[a + 8 * k : a + 8 * k + 8] != 0))
-        i += step
-    if cut < b and u8[cut:b].any():
-        return cut + int(np.argmax(u8[cut:b] != 0))
-    return -1
 
 
 def _resync(ctx: _Ctx, start: int, limit: int) -> int | None:

@@ -791,18 +791,3 @@ def test_hinted_walk_equals_plain_walk(tmp_path: Path, seed: int, monkeypatch: p
             assert scan_key(*v.scan_commitlog(s, P494, part_size=part_size, hints=np.sort(h))) == ref
     assert calls[0] > 0
 
-
-def test_nonzero_search_on_words() -> None:
-    rng = random.Random(5)
-    for _ in range(2000):
-        n = rng.randrange(0, 2500)
-        u = np.zeros(n + 3, dtype=np.uint8)
-        for _k in range(rng.randrange(0, 3)):
-            u[rng.randrange(n + 3)] = rng.randrange(1, 256)
-        w = u[3:]  # a base that is not 8-aligned
-        nz = np.flatnonzero(w)
-        assert v._last_nonzero(w) == (int(nz[-1]) if len(nz) else -1)
-        a = rng.randrange(0, n + 1)
-        b = rng.randrange(a, n + 1)
-        nz = np.flatnonzero(w[a:b])
-        assert v._first_nonzero(w, a, b) == (a + int(nz[0]) if len(nz) else -1)
