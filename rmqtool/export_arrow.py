@@ -28,6 +28,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 try:  # the same CRC-32 as zlib's, several times faster (SIMD); optional
     from zlib_ng.zlib_ng import crc32 as _crc32
@@ -114,6 +115,11 @@ def _spans(A: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.nda
     return offs.astype(np.int32), A[idx]
 
 
+def _lead(ok: np.ndarray) -> int:
+    """How many leading entries of a boolean array are True."""
+    return len(ok) if ok.all() else int(ok.argmin())
+
+
 def _str_array(offs: np.ndarray, data: np.ndarray, binary: bool = False) -> pa.Array:
     typ = pa.binary() if binary else pa.string()
     return pa.Array.from_buffers(typ, len(offs) - 1, [None, pa.py_buffer(offs), pa.py_buffer(data)])
@@ -178,6 +184,7 @@ class _State:
         self.buf = buf
         self.end = end
         self.A = np.frombuffer(buf, dtype=np.uint8, count=end)
+        self.mv = memoryview(buf)
         self.is5 = profile.is_5x
         self.with_body = with_body
         self.store = split.store
@@ -250,7 +257,7 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     # ---- body CRC ---------------------------------------------------------------------
     crc = H["body_crc"].astype(np.int64)
     bs = P + hs
-    bodies = map(buf.__getitem__, map(slice, bs.tolist(), (bs + bl).tolist()))
+    bodies = map(st.mv.__getitem__, map(slice, bs.tolist(), (bs + bl).tolist()))
     crcs = np.fromiter(map(_crc32, bodies), dtype=np.int64, count=n)
     ok &= (bl == 0) | ((crcs & 0x7FFFFFFF) == crc)
     # ---- topic ------------------------------------------------------------------------
@@ -275,7 +282,7 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     # printable ASCII but " and \\, plus the separators \x01 \x02 (the NUL padding past
     # the end of each record's properties is counted apart: a NUL inside is refused)
     badc = ((PM < 0x20) & (PM > 2)) | (PM > 0x7F) | (PM == 0x22) | (PM == 0x5C)
-    ok &= ~badc.any(axis=1) & ((PM == 0).sum(axis=1) == pw - pl)
+    ok &= ~badc.any(axis=1) & ((PM == 0).view(np.uint8).sum(axis=1, dtype=np.int32) == pw - pl)
     if st.is5:
         ok &= np.fromiter(map(buf.find, itertools.repeat(b"INNER_", n), pstart.tolist(), (pstart + pl).tolist()),
                           dtype=np.int64, count=n) < 0
@@ -288,53 +295,78 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     k = len(keys)
     if any(len(x) != 2 or not x[0] or not x[1] for x in kv) or len(set(keys)) != k:
         return None
+    # every record of the block has the first one's shape: k segments NAME\x01value with the
+    # same names in the same order (checked below); from here on, each check keeps the
+    # leading records that pass it (the block ends at the first that does not)
+    is1 = PM == 1
     is2 = PM == 2
     m2 = k - 1 + trailing
-    ok &= ((PM == 1).sum(axis=1) == k) & (is2.sum(axis=1) == m2)
-    D = np.zeros((n, max(m2, 1)), dtype=np.int64)
-    if m2 and ok.all():
-        D[:] = np.nonzero(is2)[1].reshape(-1, m2)
-    elif m2:
-        good = np.flatnonzero(ok)
-        D[good] = np.nonzero(is2[good])[1].reshape(-1, m2)
-    ks = np.zeros(n, dtype=np.int64)
-    vstart = np.empty((n, k), dtype=np.int64)
-    vlen = np.empty((n, k), dtype=np.int64)
-    for i, key in enumerate(keys):
-        kb = np.frombuffer(key.encode(), dtype=np.uint8)
-        kl = len(kb)
-        got = _rows(A, pstart + np.minimum(ks, pw - 1), kl + 1)
-        ok &= (got[:, :kl] == kb).all(axis=1) & (got[:, kl] == 1)
-        vs = ks + kl + 1
-        ve = D[:, i] if (i < k - 1 or trailing) else pl
-        ok &= ve > vs
-        if i < k - 1:
-            ks = D[:, i] + 1
-        vstart[:, i] = pstart + vs
-        vlen[:, i] = ve - vs
+    ok &= (is1.view(np.uint8).sum(axis=1, dtype=np.int32) == k) & (is2.view(np.uint8).sum(axis=1, dtype=np.int32) == m2)
+    n = _lead(ok)
+    if n < MIN_BLOCK:
+        return None
+    PM, is1, is2, pl = PM[:n], is1[:n], is2[:n], pl[:n]
+    rowbase = (np.arange(n, dtype=np.int64) * pw)[:, None]
+    p1 = np.flatnonzero(is1.ravel()).reshape(n, k) - rowbase  # the \x01 of each segment (if in order)
+    p2 = np.flatnonzero(is2.ravel()).reshape(n, m2) - rowbase if m2 else np.zeros((n, 0), dtype=np.int64)
+    ks = np.zeros((n, k), dtype=np.int64)  # segment starts
+    ks[:, 1:] = p2[:, : k - 1] + 1
+    ve = np.empty((n, k), dtype=np.int64)  # value ends (the next \x02, or the end)
+    ve[:, : k - 1] = p2[:, : k - 1]
+    ve[:, k - 1] = p2[:, k - 1] if trailing else pl
+    klen = np.array([len(x) for x in keys], dtype=np.int64)
+    # each segment holds its own \x01 right after a name of the expected length, and a
+    # non-empty value after it
+    good = ((p1 - ks) == klen).all(axis=1) & (ve > p1 + 1).all(axis=1)
     if trailing:
-        ok &= D[:, k - 1] == pl - 1
+        good &= p2[:, k - 1] == pl - 1
+    # the names themselves, compared as big-endian words read at the segment starts
+    flat = np.zeros(n * pw + 8, dtype=np.uint8)
+    flat[: n * pw] = PM.ravel()
+    words = np.ndarray((n * pw + 1,), dtype=">u8", buffer=flat, strides=(1,))
+    for i, key in enumerate(keys):
+        kb = key.encode()
+        for c in range(0, len(kb), 8):
+            part = kb[c : c + 8]
+            shift = 8 * (8 - len(part))
+            want = int.from_bytes(part, "big") << shift
+            mask = ((1 << (8 * len(part))) - 1) << shift
+            got = words[np.minimum(rowbase[:, 0] + ks[:, i] + c, n * pw)]
+            good &= (got & np.uint64(mask)) == np.uint64(want)
+    vstart = p1 + 1
+    vlen = ve - vstart
     # ---- KEYS: split on single spaces (a leading, trailing or double space: per record) --
     kidx = keys.index("KEYS") if "KEYS" in keys else -1
     if kidx >= 0:
-        ko, kd = _spans(A, np.where(ok, vstart[:, kidx], 0), np.where(ok, vlen[:, kidx], 0))
-        sp = kd == 32
-        ends = ko[1:].astype(np.int64) - 1
-        begins = ko[:-1].astype(np.int64)
-        okk = vlen[:, kidx] > 0
-        okk &= ~sp[np.clip(begins, 0, max(len(kd) - 1, 0))] & ~sp[np.clip(ends, 0, max(len(kd) - 1, 0))]
-        dbl = np.flatnonzero(sp[1:] & sp[:-1])  # index i: spaces at i and i + 1 (same record unless at a border)
+        rows = np.flatnonzero(good)
+        kpos = rowbase[rows, 0]
+        fa = flat[kpos + vstart[rows, kidx]] == 32
+        fb = flat[kpos + ve[rows, kidx] - 1] == 32
+        good[rows[fa | fb]] = False
+        dbl = np.flatnonzero((flat[:-9] == 32) & (flat[1:-8] == 32))  # a double space somewhere
         if len(dbl):
-            rec_of = np.searchsorted(ko[1:], dbl, side="right")
-            okk[rec_of] = False
-        ok &= okk
-    if not ok[0]:
-        return None
-    n = n if ok.all() else int(ok.argmin())
+            r = dbl // pw
+            c = dbl % pw
+            inside = (c >= vstart[r, kidx]) & (c + 1 < ve[r, kidx])
+            good[r[inside]] = False
+    n = _lead(good)
     if st.with_body:  # int32 offsets of the body column: at most 1 GiB of bodies per batch
         n = min(n, max(int(np.searchsorted(np.cumsum(bl[:n]), 1 << 30, side="right")), 1))
     if n < MIN_BLOCK:
         return None
+    # the value bytes of every record, in order: the properties minus each segment's
+    # NAME\x01 and the \x02 separators
+    inval = np.arange(pw)[None, :] < pl[:n, None]
+    iv = inval.reshape(-1)
+    base = rowbase[:n, 0]
+    for i, key in enumerate(keys):
+        iv[((base + ks[:n, i])[:, None] + np.arange(len(key) + 1)).reshape(-1)] = False
+    if m2:
+        iv[(base[:, None] + p2[:n]).reshape(-1)] = False
+    vo = np.zeros(n * k + 1, dtype=np.int32)
+    np.cumsum(vlen[:n].reshape(-1), out=vo[1:])
+    mvals = _str_array(vo, PM[:n].reshape(-1)[iv])
+    del PM, is1, is2, flat, words, inval, iv
     # ---- columns ------------------------------------------------------------------------
     cols: dict[str, pa.Array] = {}
     cols["store"] = _const_str(st.store, n)
@@ -350,44 +382,30 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     cols["queue_id"] = pa.array(H["queue_id"][:n].astype(np.int32))
     cols["queue_offset"] = pa.array(H["queue_offset"][:n].astype(np.int64))
     vidx = {key: i for i, key in enumerate(keys)}
+    rec = np.arange(n, dtype=np.int32) * k
+
+    def values_of(name: str) -> pa.Array:
+        return mvals.take(pa.array(rec + vidx[name], type=pa.int32()))
+
     if "TAGS" in vidx:
-        i = vidx["TAGS"]
-        tgm = _gather(A, vstart[:n, i], vlen[:n, i], int(vlen[:n, i].max()))
-        tginv, tgfirst = _groups(tgm)
-        tnames2, tcodes = [], []
-        for row in tgm[tgfirst]:
-            raw = row.tobytes().rstrip(b"\0")
-            e = st.tags.get(raw)
-            if e is None:
-                t = raw.decode("ascii")
-                e = st.tags[raw] = (t, tags_code(t))
-            tnames2.append(e[0])
-            tcodes.append(e[1])
-        cols["tags"] = _table(tnames2, tginv, pa.string())
-        tags_codes = np.array(tcodes, dtype=np.int64)[tginv]
+        tg = values_of("TAGS")
+        enc = pc.dictionary_encode(tg)
+        tcodes = []
+        for t in enc.dictionary.to_pylist():
+            code = st.tags.get(t)
+            if code is None:
+                code = st.tags[t] = tags_code(t)
+            tcodes.append(code)
+        cols["tags"] = tg
+        tags_codes = np.array(tcodes, dtype=np.int64)[enc.indices.to_numpy(zero_copy_only=False)]
     else:
         cols["tags"] = pa.nulls(n, pa.string())
         tags_codes = np.zeros(n, dtype=np.int64)
     if kidx >= 0:
-        ko, kd = _spans(A, vstart[:n, kidx], vlen[:n, kidx])
-        sp = kd == 32
-        nsp = np.add.reduceat(sp.astype(np.int64), ko[:-1]) if len(kd) else np.zeros(n, dtype=np.int64)
-        lst = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(nsp + 1, out=lst[1:])
-        cut = np.flatnonzero(sp)
-        kend = np.sort(np.concatenate([cut, ko[1:].astype(np.int64)]))  # end (exclusive) of every key in kd
-        before = np.cumsum(sp)  # spaces up to and including each byte
-        vo = np.zeros(len(kend) + 1, dtype=np.int32)
-        vo[1:] = kend - np.concatenate([[0], before])[kend]
-        values = _str_array(vo, kd[~sp])
-        cols["keys"] = pa.ListArray.from_arrays(pa.array(lst), values)
+        cols["keys"] = pc.split_pattern(values_of("KEYS"), " ")
     else:
         cols["keys"] = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()))
-    if "UNIQ_KEY" in vidx:
-        i = vidx["UNIQ_KEY"]
-        cols["uniq_key"] = _str_array(*_spans(A, vstart[:n, i], vlen[:n, i]))
-    else:
-        cols["uniq_key"] = pa.nulls(n, pa.string())
+    cols["uniq_key"] = values_of("UNIQ_KEY") if "UNIQ_KEY" in vidx else pa.nulls(n, pa.string())
 
     def host_key(addr: np.ndarray, port: np.ndarray) -> np.ndarray:
         a = np.frombuffer(addr.tobytes(), dtype=">u4").astype(np.uint64)
@@ -430,7 +448,6 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     mo = np.arange(n + 1, dtype=np.int32) * k
     mkeys = _str_array(*(lambda kk: (np.concatenate([[0], np.cumsum(np.tile([len(x) for x in kk], n))]).astype(np.int32),
                                      np.frombuffer("".join(kk).encode() * n, dtype=np.uint8)))(keys))
-    mvals = _str_array(*_spans(A, vstart[:n].reshape(-1), vlen[:n].reshape(-1)))
     cols["properties"] = pa.MapArray.from_arrays(pa.array(mo), mkeys, mvals)
     cols["field"] = pa.nulls(n, pa.string())
     if st.with_body:
@@ -523,6 +540,7 @@ def split_batches(split: Split, version: str, with_body: bool, schema: pa.Schema
         finally:
             if st is not None:
                 del st.A
+                st.mv.release()
                 del st
         if handoff is not None:
             handoff.landed = landed

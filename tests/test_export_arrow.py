@@ -125,3 +125,87 @@ def test_block_refuses_a_crc_mismatch_and_stops_before_it(tmp_path: Path) -> Non
         assert (nxt, n, batch.num_rows) == (starts[30], 30, 30)
         assert plain_block(st, starts[30], mf.size, schema) is None
         del st, batch
+
+
+# ---------------------------------------------------------------------------------------
+# properties of every shape: the block path takes the plain ones and leaves the rest
+
+
+_SHAPES = [
+    [("KEYS", "k1 k2"), ("UNIQ_KEY", "AC11000100002A9F0000000000000001"), ("CLUSTER", "DefaultCluster"), ("TAGS", "TagA")],
+    [("TAGS", "t"), ("KEYS", "only")],
+    [("UNIQ_KEY", "U1"), ("WAIT", "true")],
+    [("KEYS", "a b c d"), ("TAGS", "x y")],
+    [("MIN_OFFSET", "0"), ("MAX_OFFSET", "12"), ("KEYS", "z")],
+    [("TAGS", "TagB")],
+    [("A", "1"), ("BB", "22"), ("CCC", "333"), ("DDDDDDDDDD", "4444"), ("UNIQ_KEY", "U2")],
+]
+
+
+def _random_props(rng: Any, shape: list[tuple[str, str]]) -> bytes:
+    """The shape with random values; sometimes a twist the block path must refuse or
+    handle exactly as the row path does."""
+    pairs = [(k, v + (str(rng.randrange(10**rng.randrange(1, 12))) if k in ("KEYS", "UNIQ_KEY", "TAGS", "A") else ""))
+             for k, v in shape]
+    twist = rng.randrange(40)
+    if twist == 0:
+        pairs = list(reversed(pairs))  # another key order
+    elif twist == 1 and any(k == "KEYS" for k, _ in pairs):
+        pairs = [(k, rng.choice([" lead", "trail ", "dou  ble", " ", "a b"]) if k == "KEYS" else v) for k, v in pairs]
+    elif twist == 2:
+        pairs = pairs + [pairs[0]]  # a duplicate key
+    elif twist == 3:
+        pairs = pairs + [("E", "")]  # an empty value
+    elif twist == 4:
+        pairs = [(k, v + "\u00e9") for k, v in pairs]  # not ASCII
+    elif twist == 5:
+        pairs = pairs + [("Q", 'a"b\\c')]  # characters JSON escapes
+    elif twist == 6:
+        pairs = pairs + [("", "noname")]
+    elif twist == 7:
+        pairs = pairs + [("KEYS2", "x\ty")]  # a control character
+    raw = "\x02".join(f"{k}\x01{v}" for k, v in pairs).encode("utf-8")
+    if rng.randrange(3) == 0:
+        raw += b"\x02"  # 4.9.x writes a trailing separator
+    if rng.randrange(60) == 0:
+        raw = raw.replace(b"\x01", b"", 1)  # a segment without its name/value separator
+    return raw
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_property_shapes_same_rows(tmp_path: Path, seed: int) -> None:
+    import random
+
+    from rmqtool.formats.commitlog import build_message
+    from rmqtool.recovery.synth import BORN_HOST, STORE_HOST
+
+    rng = random.Random(seed)
+    F = 1 << 20
+    root = tmp_path / "p"
+    (root / "commitlog").mkdir(parents=True)
+    out = bytearray()
+    qo: dict[tuple[str, int], int] = {}
+    shape = rng.choice(_SHAPES)
+    while True:
+        if rng.randrange(300) == 0:
+            shape = rng.choice(_SHAPES)  # long runs of one shape, then another
+        topic = rng.choice(["T1", "TopicTwo", "%RETRY%g1"] if rng.randrange(50) else ["SCHEDULE_TOPIC_XXXX", "T\u00e9"])
+        qid = rng.randrange(3)
+        k = (topic, qid)
+        born = dict(BORN_HOST, port=BORN_HOST["port"] + rng.randrange(2))
+        rec = build_message({
+            "queue_id": qid, "flag": rng.choice([0, 0, 0, 7]), "queue_offset": qo.get(k, 0), "physical_offset": len(out),
+            "sys_flag": rng.choice([0] * 20 + [4, 8, 12]), "born_timestamp": 1_700_000_000_000 + len(out),
+            "born_host": born, "store_timestamp": 1_700_000_000_100 + len(out), "store_host": STORE_HOST,
+            "reconsume_times": rng.choice([0, 0, 1]), "prepared_transaction_offset": 0,
+            "body": rng.randbytes(rng.randrange(0, 300)), "topic": topic, "properties": _random_props(rng, shape),
+        })
+        if len(out) + len(rec) > F - 8:
+            break
+        qo[k] = qo.get(k, 0) + 1
+        out += rec
+    out += bytes(F - len(out))
+    (root / "commitlog" / "00000000000000000000").write_bytes(bytes(out))
+    seen = compare(root, None)
+    assert seen["rows"] > 1000 and seen["batches"] < seen["rows"] // 20
+    compare(root, 100_000)
