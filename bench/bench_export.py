@@ -169,7 +169,7 @@ def child_spark(store_dir: str, out: str, cores: int, split_size: int, writer: s
     from rmqtool.recovery.store import Store
 
     t0 = time.perf_counter()
-    handle = spark_session(f"local[{cores}]")
+    handle = spark_session(f"local[{cores}]", light_jvm=writer == "arrow")  # as run_export starts it
     start = time.perf_counter() - t0
     store = Store.open(Path(store_dir).resolve())
     pids = tree(os.getpid())

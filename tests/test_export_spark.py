@@ -418,3 +418,29 @@ def test_output_url_schemes() -> None:
     assert local_path("/tmp/out") == "/tmp/out" and local_path("rel/out") == "rel/out"
     assert local_path("file:///tmp/out") == "/tmp/out" == local_path("file:/tmp/out") == local_path("file://localhost/tmp/out")
     assert local_path("hdfs:/x") is None and local_path("s3a://b/k") is None
+
+
+def test_session_settings_light_jvm_only_for_the_arrow_writer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from rmqtool import export_spark as es
+
+    heavy = es.session_settings({"spark.driver.extraJavaOptions": "-Xss4m"}, "-Dq=1")
+    light = es.session_settings(None, "-Dq=1", "-Dx=2", light_jvm=True)
+    assert heavy["spark.driver.extraJavaOptions"] == "-Xss4m -Dq=1"
+    assert light["spark.driver.extraJavaOptions"] == f"{es.LIGHT_JVM_OPTIONS} -Dx=2 -Dq=1"
+    assert heavy["spark.ui.enabled"] == "false" and heavy["spark.python.worker.reuse"] == "true"
+    # run_export starts its session light for --writer arrow, with the defaults for --writer spark
+    asked: list[bool] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_session(master: Any, **kw: Any) -> Any:
+        asked.append(kw.get("light_jvm", False))
+        raise Stop
+
+    monkeypatch.setattr(es, "spark_session", fake_session)
+    store = Store.open(real_store("clean"))
+    for writer in ("arrow", "spark"):
+        with pytest.raises(Stop):
+            es.run_export([("clean", store)], str(tmp_path / writer), writer=writer)
+    assert asked == [True, False]
