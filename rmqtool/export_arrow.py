@@ -83,6 +83,8 @@ def _header_dtype() -> np.dtype:
 
 _HDT: Any = None
 _HEX = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
+# four hex digits of every 16-bit value: a msg id's offset part is 4 lookups per record
+_HEX16 = np.concatenate([np.repeat(_HEX, 256, axis=0), np.tile(_HEX, (256, 1))], axis=1)
 
 
 def _rows(A: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
@@ -150,8 +152,12 @@ def _groups(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if n == 0 or (mat == mat[0]).all():
         return np.zeros(n, dtype=np.int32), np.zeros(min(n, 1), dtype=np.intp)
     w = mat.shape[1]
-    weights = (np.uint64(1099511628211) ** np.arange(w, dtype=np.uint64)).astype(np.uint64)
-    key = (mat.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+    words = np.zeros((n, -(-w // 8) * 8), dtype=np.uint8)
+    words[:, :w] = mat
+    u = words.view(np.uint64)  # each row as whole 8-byte words, mixed into one key
+    key = u[:, 0] * np.uint64(0x9E3779B97F4A7C15)
+    for j in range(1, u.shape[1]):
+        key = (key ^ (key >> np.uint64(29))) + u[:, j] * np.uint64(0xC2B2AE3D27D4EB4F)
     inv, first = _distinct(key)
     if (mat == mat[first[inv]]).all():
         return inv, first
@@ -335,38 +341,39 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
             good &= (got & np.uint64(mask)) == np.uint64(want)
     vstart = p1 + 1
     vlen = ve - vstart
-    # ---- KEYS: split on single spaces (a leading, trailing or double space: per record) --
-    kidx = keys.index("KEYS") if "KEYS" in keys else -1
-    if kidx >= 0:
-        rows = np.flatnonzero(good)
-        kpos = rowbase[rows, 0]
-        fa = flat[kpos + vstart[rows, kidx]] == 32
-        fb = flat[kpos + ve[rows, kidx] - 1] == 32
-        good[rows[fa | fb]] = False
-        dbl = np.flatnonzero((flat[:-9] == 32) & (flat[1:-8] == 32))  # a double space somewhere
-        if len(dbl):
-            r = dbl // pw
-            c = dbl % pw
-            inside = (c >= vstart[r, kidx]) & (c + 1 < ve[r, kidx])
-            good[r[inside]] = False
     n = _lead(good)
+    if n < MIN_BLOCK:
+        return None
+    # the value bytes of every record, in order: the properties without the padding, the
+    # \x01/\x02 separators and each segment's NAME
+    iv = (PM[:n] > 2).reshape(-1)
+    base = rowbase[:n, 0]
+    for i, key in enumerate(keys):
+        iv[((base + ks[:n, i])[:, None] + np.arange(len(key))).reshape(-1)] = False
+    vo = np.zeros(n * k + 1, dtype=np.int32)
+    np.cumsum(vlen[:n].reshape(-1), out=vo[1:])
+    mvals = _str_array(vo, PM[:n].reshape(-1)[iv])
+    del PM, is1, is2, flat, words, iv
+    vidx = {key: i for i, key in enumerate(keys)}
+    rec = np.arange(n, dtype=np.int32) * k
+
+    def values_of(name: str) -> pa.Array:
+        return mvals.take(pa.array(rec[:n] + vidx[name], type=pa.int32()))
+
+    # ---- KEYS: split on single spaces (a leading, trailing or double space: per record) --
+    kv = None
+    if "KEYS" in vidx:
+        kv = values_of("KEYS")
+        odd = pc.or_(pc.or_(pc.starts_with(kv, " "), pc.ends_with(kv, " ")), pc.match_substring(kv, "  "))
+        if pc.any(odd).as_py():
+            n = _lead(~odd.to_numpy(zero_copy_only=False))
     if st.with_body:  # int32 offsets of the body column: at most 1 GiB of bodies per batch
         n = min(n, max(int(np.searchsorted(np.cumsum(bl[:n]), 1 << 30, side="right")), 1))
     if n < MIN_BLOCK:
         return None
-    # the value bytes of every record, in order: the properties minus each segment's
-    # NAME\x01 and the \x02 separators
-    inval = np.arange(pw)[None, :] < pl[:n, None]
-    iv = inval.reshape(-1)
-    base = rowbase[:n, 0]
-    for i, key in enumerate(keys):
-        iv[((base + ks[:n, i])[:, None] + np.arange(len(key) + 1)).reshape(-1)] = False
-    if m2:
-        iv[(base[:, None] + p2[:n]).reshape(-1)] = False
-    vo = np.zeros(n * k + 1, dtype=np.int32)
-    np.cumsum(vlen[:n].reshape(-1), out=vo[1:])
-    mvals = _str_array(vo, PM[:n].reshape(-1)[iv])
-    del PM, is1, is2, flat, words, inval, iv
+    if n < len(rec):
+        mvals = mvals.slice(0, n * k)
+        kv = kv.slice(0, n) if kv is not None else None
     # ---- columns ------------------------------------------------------------------------
     cols: dict[str, pa.Array] = {}
     cols["store"] = _const_str(st.store, n)
@@ -381,12 +388,6 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     cols["topic"] = _table(tnames, tinv[:n], pa.string())
     cols["queue_id"] = pa.array(H["queue_id"][:n].astype(np.int32))
     cols["queue_offset"] = pa.array(H["queue_offset"][:n].astype(np.int64))
-    vidx = {key: i for i, key in enumerate(keys)}
-    rec = np.arange(n, dtype=np.int32) * k
-
-    def values_of(name: str) -> pa.Array:
-        return mvals.take(pa.array(rec + vidx[name], type=pa.int32()))
-
     if "TAGS" in vidx:
         tg = values_of("TAGS")
         enc = pc.dictionary_encode(tg)
@@ -401,8 +402,8 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     else:
         cols["tags"] = pa.nulls(n, pa.string())
         tags_codes = np.zeros(n, dtype=np.int64)
-    if kidx >= 0:
-        cols["keys"] = pc.split_pattern(values_of("KEYS"), " ")
+    if kv is not None:
+        cols["keys"] = pc.split_pattern(kv, " ")
     else:
         cols["keys"] = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()))
     cols["uniq_key"] = values_of("UNIQ_KEY") if "UNIQ_KEY" in vidx else pa.nulls(n, pa.string())
@@ -428,7 +429,7 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     sinfo = [host_info(int(x)) for x in su.tolist()]
     mid = np.empty((n, 32), dtype=np.uint8)
     mid[:, :16] = np.array([np.frombuffer(h[1], dtype=np.uint8) for h in sinfo])[sinv]
-    mid[:, 16:] = _HEX[np.ascontiguousarray(H["physical_offset"][:n]).view(np.uint8).reshape(n, 8)].reshape(n, 16)
+    mid[:, 16:] = _HEX16[np.ascontiguousarray(H["physical_offset"][:n]).view(">u2").reshape(n, 4)].reshape(n, 16)
     cols["msg_id"] = _str_array(np.arange(n + 1, dtype=np.int32) * 32, mid.reshape(-1))
     cols["born_timestamp"] = pa.array(H["born_timestamp"][:n].astype(np.int64))
     cols["store_timestamp"] = pa.array(H["store_timestamp"][:n].astype(np.int64))
