@@ -791,3 +791,21 @@ def test_hinted_walk_equals_plain_walk(tmp_path: Path, seed: int, monkeypatch: p
             assert scan_key(*v.scan_commitlog(s, P494, part_size=part_size, hints=np.sort(h))) == ref
     assert calls[0] > 0
 
+
+
+@pytest.mark.parametrize("version", ["4.9.4", "5.1.4"])
+def test_hinted_walk_on_ipv6_and_v2_records(tmp_path: Path, version: str) -> None:
+    root = tmp_path / "store"
+    starts = build_mixed_store(root)
+    p = BrokerProfile.for_version(version)
+    s = Store.open(root)
+    hints = v.queue_hints(v.load_queues(s))
+    assert hints is not None and hints.tolist() == starts
+    for part_size in (4096, 1 << 20):
+        ref = scan_key(*v.scan_commitlog(s, p, part_size=part_size))
+        assert scan_key(*v.scan_commitlog(s, p, part_size=part_size, hints=hints)) == ref
+    r = next(x for x in records_of_v(root, "5.1.4") if x.sys_flag == 0x20)
+    patch(root / "commitlog" / F0, r.body_pos + 2, b"\xee")  # an IPv6 record's body CRC
+    s = Store.open(root)
+    ref = scan_key(*v.scan_commitlog(s, p))
+    assert scan_key(*v.scan_commitlog(s, p, hints=hints)) == ref
