@@ -72,7 +72,7 @@ from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
-from .scan import CHASE_BATCH as _BATCH, ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, last_nonzero, message_fields, resync
+from .scan import CHASE_BATCH as _BATCH, ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, last_nonzero, message_fields, resync, sorted_unique
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -691,10 +691,7 @@ def _cq_hints(store: Store) -> np.ndarray | None:
     parts = [p for p in parts if len(p)]
     if not parts:
         return None
-    # each queue's offsets ascend: a stable sort (a merge of runs) is faster than quicksort
-    h = np.sort(np.concatenate(parts), kind="stable")
-    if len(h) > 1:
-        h = h[np.concatenate(([True], h[1:] != h[:-1]))]
+    h = sorted_unique(np.concatenate(parts))  # (each queue's offsets ascend: the stable sort merges runs)
     return h if len(h) else None
 
 

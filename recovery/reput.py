@@ -50,6 +50,7 @@ from ..formats.names import index_file_name, offset_to_file_name
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
 from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList
+from .scan import sorted_unique
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -403,6 +404,28 @@ def _ragged_index(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.
     return flat, first
 
 
+def _join_spans(buf: Any, a: np.ndarray, ln: np.ndarray) -> bytes:
+    """``b"\\x02".join(buf[a:a + ln] for each span)``: spans of similar lengths are copied
+    as rows of a sliding-window view of the buffer (one gather, one mask), others one by
+    one."""
+    n = len(a)
+    if n == 0:
+        return b""
+    w = int(ln.max())
+    total = int(ln.sum()) + n
+    if w <= 0 or w * n > 3 * total + 4096 or int(a.min()) < 0 or int(a.max()) + w > len(buf):
+        return b"\x02".join([buf[x:y] for x, y in zip(a.tolist(), (a + ln).tolist())])
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    A = np.frombuffer(buf, dtype=np.uint8)
+    M = np.empty((n, w + 1), dtype=np.uint8)
+    M[:, :w] = sliding_window_view(A, w)[a]
+    del A
+    M[np.arange(n), ln] = 2
+    out = M[np.arange(w + 1)[None, :] <= ln[:, None]]
+    return out[:-1].tobytes()
+
+
 # the properties the dispatch needs; a segment "NAME\x01value" starts the 0x02-delimited
 # segment (both parsers), and an empty value is never accepted
 _PROP_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"INNER_NUM", b"INNER_BASE")
@@ -559,9 +582,7 @@ class _FastDecoder:
         properties. Fills tags_code in place; returns the KEYS and UNIQ_KEY values (lazy),
         the index keys hashed, and the records to leave to check_record (a DELAY that does
         not parse, a 5.x inner batch, a value the legacy split parser reads differently)."""
-        p_b = p_a + pl
-        pieces = [buf[a:b] for a, b in zip(p_a.tolist(), p_b.tolist())]
-        joined = b"\x02".join(pieces)
+        joined = _join_spans(buf, p_a, pl)
         size = len(joined)
         # record r's properties start at rs[r] in ``joined``
         rs = np.zeros(n, dtype=np.int64)
@@ -691,7 +712,7 @@ def _hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: "_Words | Non
     if JW is None:
         JW = _Words(J.tobytes() + bytes(16), len(J) + 16)
     nw = (lens + 7) >> 3
-    groups = np.unique(nw).tolist()
+    groups = np.flatnonzero(np.bincount(nw)).tolist()  # (np.unique is hash-based and slow here)
     for w in groups:
         sel = np.arange(m) if len(groups) == 1 else np.flatnonzero(nw == w)
         a = va[sel]
@@ -778,7 +799,7 @@ def _index_keys(
     if nonascii.any():
         from ..formats.javahash import java_hash_units_batch
 
-        bad = np.unique(rec[nonascii])
+        bad = sorted_unique(rec[nonascii])
         keep2 = ~np.isin(rec, bad)
         fix_rec: list[int] = []
         fix_str: list[str] = []

@@ -160,6 +160,15 @@ def file_has_nonzero(path: Any, pos: int, end: int) -> bool:
         os.close(fd)
 
 
+def sorted_unique(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (sort-based: numpy 2.x's hash-based ``np.unique`` is very slow
+    on millions of distinct int64 values)."""
+    if len(a) == 0:
+        return np.asarray(a).copy()
+    x = np.sort(a, kind="stable")  # adaptive: the arrays here are nearly sorted already
+    return x[np.concatenate(([True], x[1:] != x[:-1]))]
+
+
 def first_nonzero_block(buf: Any, pos: int, end: int, block: int = 1 << 20) -> int | None:
     """Start of the first ``block``-aligned block (clipped to ``[pos, end)``) of ``buf``
     holding a non-zero byte, or None when ``[pos, end)`` is all zeros (numpy, ~10 GB/s)."""

@@ -61,7 +61,7 @@ from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.properties import parse_properties, parse_properties_legacy, decode_crc32_digits
 from ..formats.schema import fixed_struct
 from . import check as ck
-from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, last_nonzero as _last_nonzero
+from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, last_nonzero as _last_nonzero, sorted_unique
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -1216,11 +1216,7 @@ def queue_hints(queues: Sequence["Queue"]) -> np.ndarray | None:
     offs = [q.off for q in queues if q.loaded and len(q.off)]
     if not offs:
         return None
-    a = np.concatenate(offs).astype(np.int64)
-    a.sort()
-    if len(a) > 1:
-        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
-    return a
+    return sorted_unique(np.concatenate(offs).astype(np.int64))
 
 
 def scan_part(task: PartTask) -> Part:
@@ -2177,15 +2173,6 @@ def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[File
 # Consume queue cross-check.
 
 MAX_RUNS = 20  # findings per (code, queue or file) before a summary finding
-
-
-def sorted_unique(a: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (sort-based: numpy 2.x's hash-based ``np.unique`` is very slow
-    on millions of distinct int64 values)."""
-    if len(a) == 0:
-        return np.asarray(a).copy()
-    x = np.sort(a, kind="stable")  # adaptive: the arrays here are nearly sorted already
-    return x[np.concatenate(([True], x[1:] != x[:-1]))]
 
 
 def in_sorted(a: np.ndarray, sorted_b: np.ndarray) -> np.ndarray:
