@@ -875,6 +875,7 @@ def plan_recovery(
         problems=problems, notes=notes, checkpoint_missing=not store.checkpoint_present,
     )
     plan._queue_states = queue_states  # type: ignore[attr-defined]  # reused by apply (not part of the plan's data)
+    plan._hints = None  # type: ignore[attr-defined]  # the consume queues' offsets, reused by apply's dispatch
     if not files:
         plan.destroy_consume_queues = bool(store.consume_queues)
         for qp in queues:
@@ -906,8 +907,10 @@ def plan_recovery(
     # -- the walks (recovery files with the CRC, earlier files cheaply), all in one go
     todo = files[start:] + (files[:start] if check_unread else [])
     crcs = [check_crc] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
+    hints = _cq_hints(store) if use_hints else None
     walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=jobs, progress=progress,
-                        hints=_cq_hints(store) if use_hints else None)
+                        hints=hints)
+    plan._hints = hints  # type: ignore[attr-defined]
     scans = walked[: len(files) - start]
     unread = walked[len(files) - start :]
     for s in unread:
@@ -1119,17 +1122,18 @@ class _Queue:
 
 
 def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None,
-                   progress: Progress | None, jobs: int | None = None, tags: bool = True) -> Iterable[Any]:
+                   progress: Progress | None, jobs: int | None = None, tags: bool = True,
+                   hints: np.ndarray | None = None) -> Iterable[Any]:
     """The dispatch requests of ``[lo, hi)`` in column form, in commitlog order: the reput
     pass (``recovery.reput.iter_dispatch_parallel``, decoded on ``jobs`` cores).
     ``tags=False`` (a pass that feeds only the index) leaves tags_code unset on the fast
-    path."""
+    path; ``hints`` (the consume queues' offsets) only speed it up."""
     from .reput import iter_dispatch_parallel
 
     if hi <= lo:
         return iter(())
     return iter_dispatch_parallel(store, profile, jobs=jobs, from_offset=lo, to_offset=hi, max_delay_level=mdl,
-                                  progress=progress, tags=tags)
+                                  progress=progress, tags=tags, hints=hints)
 
 
 def apply_recovery(
@@ -1187,7 +1191,8 @@ def apply_recovery(
                  cqset: Any, skip_upto: int | None = None) -> None:
         nonlocal logics
         n = 0
-        for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs, tags=bool(cq and cqset is not None)):
+        for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs, tags=bool(cq and cqset is not None),
+                                   hints=getattr(plan, "_hints", None)):
             if skip_upto is not None:
                 mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
                 if not mask.all():

@@ -50,7 +50,7 @@ from ..formats.names import index_file_name, offset_to_file_name
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
 from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList
-from .scan import sorted_unique
+from .scan import ByteViews, byte_views, chase_starts, sorted_unique
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -454,6 +454,20 @@ class _FastDecoder:
             self._seps.append((name, len(sep), words))
 
     @staticmethod
+    def hinted_boundaries(buf: Any, views: ByteViews, hints: np.ndarray, start: int, end: int) -> list[int] | np.ndarray:
+        """:meth:`boundaries` with ``hints`` (sorted file positions the consume queues point
+        at): runs of hints chained by their TOTALSIZEs are taken at once
+        (:func:`recovery.scan.chase_starts`), the V1 magic checked with numpy; the same
+        positions as the one-record loop."""
+        starts, _p, _capped = chase_starts(buf, views, start, end - 7, end, hints)
+        s = np.asarray(starts, dtype=np.int64)[:_MAX_RUN]
+        if len(s):
+            bad = views.i4[s + 4] != cl.MAGIC_V1
+            if bad.any():
+                s = s[: int(np.argmax(bad))]
+        return s
+
+    @staticmethod
     def boundaries(buf: Any, start: int, end: int) -> list[int]:
         """Positions of consecutive V1 records from ``start`` trusting TOTALSIZE; stops at
         anything else (that spot is then checked by ``check_record``)."""
@@ -482,7 +496,7 @@ class _FastDecoder:
         them, ``sure[i]`` says whether record i is certainly ``(N, True)`` with exactly
         those fields; the caller asks ``check_record`` about the others."""
         n = len(starts)
-        P = np.fromiter(starts, dtype=np.int64, count=n)
+        P = starts.astype(np.int64) if isinstance(starts, np.ndarray) else np.fromiter(starts, dtype=np.int64, count=n)
         lim = W.limit
         # every header read is at most P + 88 + 8; records that close to the end of the
         # buffer are left to check_record
@@ -842,6 +856,7 @@ class _Walker:
         stats: ReputStats,
         tags: bool = True,
         index_keys: bool = True,
+        hints: np.ndarray | None = None,
     ) -> None:
         self.store = store
         self.profile = profile
@@ -856,6 +871,7 @@ class _Walker:
         self.problems = problems
         self.stats = stats
         self._empty_after: dict[int, bool] = {}
+        self.hints: np.ndarray | None = hints if hints is not None and len(hints) else None
 
     # -- helpers ------------------------------------------------------------------------
     def _rel(self, f: StoreFile) -> str:
@@ -947,11 +963,21 @@ class _Walker:
         row_pos: list[int] = []
         fast = self.fast
         words = _Words(buf, len(buf)) if fast is not None and len(buf) >= 16 else None
+        hints = None
+        views = None
+        if self.hints is not None and words is not None:
+            a, b = np.searchsorted(self.hints, [f.base + start, f.base + end])
+            if b > a:
+                hints = self.hints[a:b] - f.base
+                views = byte_views(buf)
         try:
             while read < size:
                 if fast is not None and words is not None and reput_from == f.base + cursor:
-                    starts = fast.boundaries(buf, cursor, end)
-                    if starts:
+                    if hints is not None and views is not None:
+                        starts = fast.hinted_boundaries(buf, views, hints, cursor, end)
+                    else:
+                        starts = fast.boundaries(buf, cursor, end)
+                    if len(starts):
                         if rows:
                             yield DispatchColumns.from_rows(row_pos, rows)
                             rows, row_pos = [], []
@@ -1025,7 +1051,7 @@ class _Walker:
                 reput_from = nxt
             return reput_from, False
         finally:
-            del words
+            del words, views
 
     def _settle(self, buf: Any, starts: list[int], end: int, cols: DispatchColumns, sure: np.ndarray) -> tuple[DispatchColumns, int]:
         """Ask ``check_record`` about the records the fast decoder was unsure of. Returns the
@@ -1091,6 +1117,7 @@ def iter_dispatch(
     stats: ReputStats | None = None,
     tags: bool = True,
     index_keys: bool = True,
+    hints: np.ndarray | None = None,
 ) -> Iterator[DispatchColumns]:
     """Every dispatch request of a reput pass from ``from_offset`` (default: the commitlog's
     min offset) to ``to_offset`` (default: the end of the last file; ``recover`` passes its
@@ -1099,10 +1126,12 @@ def iter_dispatch(
     the commitlog bytes of each region walked. ``fast=False`` uses ``check_record`` for
     every record (the reference path). Knobs for a pass that needs only one dispatcher:
     ``tags=False`` leaves tags_code 0 on the fast path's rows (the index does not need it),
-    ``index_keys=False`` skips hashing the index keys (the queues do not need them)."""
+    ``index_keys=False`` skips hashing the index keys (the queues do not need them).
+    ``hints``: sorted commitlog offsets where records likely start (the consume queues'
+    units): they speed the walk up and never change it."""
     w = _Walker(store, profile, from_offset, to_offset, max_delay_level, fast, progress,
                 problems if problems is not None else [], stats if stats is not None else ReputStats(),
-                tags, index_keys)
+                tags, index_keys, hints)
     return w.run()
 
 
@@ -1128,7 +1157,7 @@ def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
     first record, so consecutive pieces meet where the sequential walk passes."""
     from .scan import resync
 
-    store, version, delay_levels, path, base, lo, a, b, hi, mdl, tags, index_keys = args
+    store, version, delay_levels, path, base, lo, a, b, hi, mdl, tags, index_keys, hints = args
     profile = BrokerProfile(version, delay_levels)
 
     def first(nominal: int) -> int:
@@ -1146,7 +1175,7 @@ def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
     runs: list[DispatchColumns] = []
     if start < stop:
         runs = list(iter_dispatch(store, profile, from_offset=start, to_offset=stop, max_delay_level=mdl,
-                                  problems=problems, stats=stats, tags=tags, index_keys=index_keys))
+                                  problems=problems, stats=stats, tags=tags, index_keys=index_keys, hints=hints))
     return _PieceResult(start, stop, runs, problems, stats)
 
 
@@ -1181,6 +1210,7 @@ def iter_dispatch_parallel(
     index_keys: bool = True,
     piece_size: int | None = None,
     min_bytes: int | None = None,
+    hints: np.ndarray | None = None,
 ) -> Iterator[DispatchColumns]:
     """:func:`iter_dispatch`'s requests, the same ones in the same order, decoded by
     ``jobs`` worker processes (default: one per CPU) in pieces of about ``piece_size``
@@ -1197,7 +1227,7 @@ def iter_dispatch_parallel(
     problems = problems if problems is not None else []
     stats = stats if stats is not None else ReputStats()
     seq = dict(from_offset=from_offset, to_offset=to_offset, max_delay_level=max_delay_level, progress=progress,
-               problems=problems, stats=stats, tags=tags, index_keys=index_keys)
+               problems=problems, stats=stats, tags=tags, index_keys=index_keys, hints=hints)
     import os
 
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
@@ -1224,8 +1254,12 @@ def iter_dispatch_parallel(
         cuts = list(range(a, max(_data_end(store, f, a, b), a + 1), max(piece_size, 1))) + [b]
         for k in range(len(cuts) - 1):
             last = k == len(cuts) - 2
+            ph = None  # the hints of the piece's nominal range (past it the walk goes on without)
+            if hints is not None:
+                i0, i1 = np.searchsorted(hints, [cuts[k], cuts[k + 1]])
+                ph = hints[i0:i1] if i1 > i0 else None
             tasks.append((store, profile.version, profile.delay_levels, str(f.path), f.base, a,
-                          cuts[k], cuts[k + 1], b, mdl, tags, index_keys, last))
+                          cuts[k], cuts[k + 1], b, mdl, tags, index_keys, ph, last))
     if len(tasks) < 2:
         return (yield from iter_dispatch(store, profile, **seq))
 

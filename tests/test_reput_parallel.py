@@ -109,3 +109,53 @@ def test_laid_end_to_end_detects_gaps() -> None:
     assert not rp._laid_end_to_end([cols([10, 20], [10, 5]), cols([26], [4])], 10, 30)
     assert not rp._laid_end_to_end([cols([10, 20], [10, 5])], 10, 30)
     assert not rp._laid_end_to_end([cols([11], [19])], 10, 30)
+
+
+@pytest.mark.parametrize("name", ["clean", "crash_midwrite", "delay", "many_files"])
+@pytest.mark.parametrize("damage", [False, True])
+def test_hints_change_nothing(tmp_path: Path, name: str, damage: bool) -> None:
+    """The consume queues' offsets as hints (right, thinned, mixed with garbage and with
+    positions inside records) give exactly the pass without them, sequential and parallel."""
+    import random
+
+    from rmqtool.recovery.recover import _cq_hints
+
+    root = copy_store(name, tmp_path)
+    if damage:
+        _damage_first_file(root)
+    store = Store.open(root)
+    right = _cq_hints(store)
+    assert right is not None and len(right) > 5
+    rng = random.Random(len(name) + damage)
+    end = max(f.base + f.size for f in store.commitlog)
+    junk = np.array([rng.randrange(end) for _ in range(100)], dtype=np.int64)
+    mixed = np.unique(np.concatenate([right[::2], junk, right[:-1] + 3]))
+    for lo, hi in _ranges(store):
+        probs: list = []
+        st = ReputStats()
+        want = _rows(list(iter_dispatch(store, P494, from_offset=lo, to_offset=hi, problems=probs, stats=st)))
+        for hints in (right, mixed, np.sort(junk)):
+            probs2: list = []
+            st2 = ReputStats()
+            got = _rows(list(iter_dispatch(store, P494, from_offset=lo, to_offset=hi, problems=probs2, stats=st2,
+                                           hints=hints)))
+            assert got == want and probs2 == probs
+            assert (st2.records, st2.blanks, st2.end_offset) == (st.records, st.blanks, st.end_offset)
+            got = _rows(list(iter_dispatch_parallel(store, P494, jobs=2, from_offset=lo, to_offset=hi, piece_size=4096,
+                                                    min_bytes=0, hints=hints)))
+            assert got == want
+
+
+def test_hinted_boundaries_stop_where_the_loop_stops() -> None:
+    from rmqtool.formats import commitlog as cl
+    from rmqtool.recovery.scan import byte_views
+
+    rec = lambda total, magic=cl.MAGIC_V1: total.to_bytes(4, "big", signed=True) + magic.to_bytes(4, "big", signed=True) + bytes(total - 8)  # noqa: E731
+    buf = rec(100) + rec(120) + rec(90, cl.MAGIC_V2) + rec(100) + rec(-5 & 0xFF) + bytes(64)
+    views = byte_views(buf)
+    fast = rp._FastDecoder
+    for start in (0, 100):
+        want = fast.boundaries(buf, start, len(buf))
+        for hints in (np.array([0, 100, 220, 310], dtype=np.int64), np.array([100], dtype=np.int64), np.zeros(0, dtype=np.int64)):
+            assert list(fast.hinted_boundaries(buf, views, hints, start, len(buf))) == want
+    del views
