@@ -72,7 +72,7 @@ from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
-from .scan import CHASE_BATCH as _BATCH, ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, last_nonzero, message_fields, resync, sorted_unique
+from .scan import CHASE_BATCH as _BATCH, ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, message_fields, queue_hints, resync
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -656,45 +656,6 @@ def _walk_from(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_c
         _close(mv, buf)
 
 
-def _cq_offsets(f: StoreFile, F: int) -> np.ndarray:
-    """Commitlog offsets of the units of one consume queue file that could be valid
-    (offset >= 0, 0 < size, not a fill-blank unit); the all-zero tail is not read."""
-    size = min(f.size, F) // CQ_UNIT_SIZE * CQ_UNIT_SIZE
-    if size <= 0:
-        return np.zeros(0, dtype=np.int64)
-    with open(f.path, "rb") as fh:
-        try:
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except ValueError:  # shrank to zero meanwhile
-            return np.zeros(0, dtype=np.int64)
-    try:
-        u8 = np.frombuffer(mm, dtype=np.uint8, count=min(size, len(mm) // CQ_UNIT_SIZE * CQ_UNIT_SIZE))
-        used = (last_nonzero(u8) // CQ_UNIT_SIZE + 1) * CQ_UNIT_SIZE
-        u = read_units(u8[:max(used, 0)])
-        off = u["commitlog_offset"]
-        n = u["size"]
-        out = off[(off >= 0) & (n > 0) & (n != 0x7FFFFFFF)].astype(np.int64)
-        del u, off, n, u8
-        return out
-    finally:
-        try:
-            mm.close()
-        except BufferError:  # pragma: no cover - a view still alive
-            pass
-
-
-def _cq_hints(store: Store) -> np.ndarray | None:
-    """Every commitlog offset the consume queues point at, sorted: likely record starts
-    for :func:`_chase` (which checks every one it uses against the TOTALSIZE chain)."""
-    F = store.geometry.cq_file_size
-    parts = [_cq_offsets(f, F) for files in store.consume_queues.values() for f in files if f.size > 0]
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return None
-    h = sorted_unique(np.concatenate(parts))  # (each queue's offsets ascend: the stable sort merges runs)
-    return h if len(h) else None
-
-
 # ======================================================================================
 # Step 3a: the abnormal-recovery start file (RECOVERY §5.1)
 
@@ -907,7 +868,7 @@ def plan_recovery(
     # -- the walks (recovery files with the CRC, earlier files cheaply), all in one go
     todo = files[start:] + (files[:start] if check_unread else [])
     crcs = [check_crc] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
-    hints = _cq_hints(store) if use_hints else None
+    hints = queue_hints(store) if use_hints else None
     walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=jobs, progress=progress,
                         hints=hints)
     plan._hints = hints  # type: ignore[attr-defined]

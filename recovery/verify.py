@@ -61,7 +61,7 @@ from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.properties import parse_properties, parse_properties_legacy, decode_crc32_digits
 from ..formats.schema import fixed_struct
 from . import check as ck
-from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, last_nonzero as _last_nonzero, sorted_unique
+from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, last_nonzero as _last_nonzero, queue_hints, sorted_unique
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -1207,16 +1207,6 @@ class PartTask:
             return self
         a, b = np.searchsorted(hints, [self.base + self.start, self.base + self.stop])
         return dataclasses.replace(self, hints=hints[a:b] - self.base if b > a else None)
-
-
-def queue_hints(queues: Sequence["Queue"]) -> np.ndarray | None:
-    """Sorted distinct commitlog offsets the loaded consume queues point at: likely record
-    starts, which only speed the walk up (:func:`_hinted_walk` uses a hint only where the
-    TOTALSIZE chain arrives exactly at it)."""
-    offs = [q.off for q in queues if q.loaded and len(q.off)]
-    if not offs:
-        return None
-    return sorted_unique(np.concatenate(offs).astype(np.int64))
 
 
 def scan_part(task: PartTask) -> Part:
@@ -2761,16 +2751,16 @@ def verify_store(
     headers = [(f.name, _read_index_header(f)) for f in store.index_files]
     opts = ScanOptions(want_keys=bool(store.index_files))
     pre: dict[str, Any] = {}
-    # the consume queues first: the offsets they point at speed the commitlog walk up
-    queues = load_queues(store)
 
     def meanwhile() -> None:  # runs while the workers scan the commitlog
+        pre["queues"] = load_queues(store)
         per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
-        pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in queues), default=-1)
+        pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
 
-    scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress, meanwhile=meanwhile,
-                                 hints=queue_hints(queues))
-    max_phy_cq = pre["max_phy_cq"]
+    # the offsets the consume queues point at speed the commitlog walk up
+    scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress,
+                                 meanwhile=meanwhile, hints=queue_hints(store))
+    queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
     outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
     spans = _Spans(_commitlog_spans(store, scans, recs))
     broker = _Broker(store, profile, outlook)

@@ -439,7 +439,7 @@ def test_parallel_sliced_walk_equals_the_broker_walk(tmp_path: Path, monkeypatch
     true_starts = np.array([r["phys_offset"] for r in view["commitlog_records"]], dtype=np.int64)
     rng = np.random.default_rng(7)
     garbage = np.concatenate([true_starts + rng.integers(1, 90, len(true_starts)), rng.integers(0, files[-1].base + 65536, 500)])
-    cq = rc._cq_hints(store)
+    cq = rc.queue_hints(store)
     for span, jobs, hints in ((1 << 20, 1, None), (3000, 2, None), (777, 1, None), (1 << 20, 1, cq),
                               (5000, 2, np.unique(np.concatenate([true_starts, garbage]))), (1 << 20, 1, np.unique(garbage))):
         got = rc.scan_files(store, P494, files, check_crc=True, jobs=jobs, span=span, hints=hints)

@@ -118,13 +118,13 @@ def test_hints_change_nothing(tmp_path: Path, name: str, damage: bool) -> None:
     positions inside records) give exactly the pass without them, sequential and parallel."""
     import random
 
-    from rmqtool.recovery.recover import _cq_hints
+    from rmqtool.recovery.scan import queue_hints
 
     root = copy_store(name, tmp_path)
     if damage:
         _damage_first_file(root)
     store = Store.open(root)
-    right = _cq_hints(store)
+    right = queue_hints(store)
     assert right is not None and len(right) > 5
     rng = random.Random(len(name) + damage)
     end = max(f.base + f.size for f in store.commitlog)
