@@ -2237,6 +2237,38 @@ class _Broker:
         return np.zeros(len(off), dtype=bool)
 
 
+def _units_records(recs: Records, qk: int | None, ro: np.ndarray,
+                   by_queue: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...] | None]:
+    """:meth:`Records.find` for the offsets ``ro`` of one queue's units, plus, when the
+    common case holds, the records' (size, queue offset, tags) columns. The common case:
+    the units point, in order, at consecutive records of the queue's own (the records of
+    every queue are grouped once, in commitlog order, with their columns); otherwise the
+    search, and None."""
+    if not by_queue:
+        q = recs.qkey
+        by_queue["ok"] = bool(len(recs)) and int(q.min()) >= 0
+        if by_queue["ok"]:
+            key = q.astype(np.int16) if len(recs.queues) < 32768 else q
+            order = np.argsort(key, kind="stable")  # (a radix sort for 16-bit keys)
+            bounds = np.zeros(len(recs.queues) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(q, minlength=len(recs.queues)), out=bounds[1:])
+            by_queue.update(order=order, bounds=bounds, off=recs.off[order], size=recs.size[order],
+                            qoff=recs.queue_offset[order], tags=recs.tags[order])
+    if qk is not None and len(ro) and by_queue["ok"]:
+        bounds = by_queue["bounds"]
+        if 0 <= qk < len(bounds) - 1:
+            a, b = int(bounds[qk]), int(bounds[qk + 1])
+            co = by_queue["off"][a:b]
+            k0 = int(np.searchsorted(co, ro[0]))
+            k1 = k0 + len(ro)
+            if k1 <= len(co) and np.array_equal(co[k0:k1], ro):
+                g = slice(a + k0, a + k1)
+                return (by_queue["order"][g], np.ones(len(ro), dtype=bool),
+                        (by_queue["size"][g], by_queue["qoff"][g], by_queue["tags"][g]))
+    i, found = recs.find(ro)
+    return i, found, None
+
+
 def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs: Records, spans: _Spans,
                  outlook: dict[str, Any], broker: _Broker) -> tuple[list[Finding], dict[str, Any]]:
     out: list[Finding] = []
@@ -2248,6 +2280,7 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
     missing_ranges: dict[int, list[tuple[int, int]]] = {}
     stats = {"queues": len(queues), "units": 0, "fill_blank_units": 0, "expired_units": 0, "ext_address_units": 0}
     sched_q1 = not profile.delay_table_in_abnormal_recovery
+    by_queue: dict[str, Any] = {}  # filled on first use: the records of each queue, in commitlog order
     for q in queues:
         try:
             nU = len(q.off)
@@ -2293,10 +2326,13 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
             emit("CQ_BAD_UNIT", np.flatnonzero(fill & (ar > first_real)), lambda u, ln: "fill-blank unit after real units")
             if len(ri):
                 ro, rs, rt = off[ri], size[ri], tag[ri]
-                rec_i, found = recs.find(ro)
+                rec_i, found, own = _units_records(recs, qk, ro, by_queue)
                 if qk is not None and found.all():  # the common case: every unit matches its record
-                    good = ((recs.qkey[rec_i] == qk) & (recs.size[rec_i] == rs) & (recs.queue_offset[rec_i] == logical[ri])
-                            & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR)))
+                    if own is not None:  # (records of this very queue, their columns at hand)
+                        good = (own[0] == rs) & (own[1] == logical[ri]) & ((own[2] == rt) | (rt <= cqf.EXT_MAX_ADDR))
+                    else:
+                        good = ((recs.qkey[rec_i] == qk) & (recs.size[rec_i] == rs) & (recs.queue_offset[rec_i] == logical[ri])
+                                & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR)))
                     if good.all():
                         referenced[rec_i] = True
                         stats["ext_address_units"] += int(np.count_nonzero(rt <= cqf.EXT_MAX_ADDR))
