@@ -50,7 +50,7 @@ from ..formats.names import index_file_name, offset_to_file_name
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
 from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList
-from .scan import ByteViews, byte_views, chase_starts, sorted_unique
+from .scan import ByteViews, byte_views, chase_starts, last_nonzero_in_file, sorted_unique
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -1314,17 +1314,14 @@ def iter_dispatch_parallel(
 
 
 def _data_end(store: Store, f: StoreFile, a: int, b: int, block: int = 1 << 20) -> int:
-    """End of the last ``block`` of ``[a, b)`` (physical offsets in file ``f``) holding a
-    non-zero byte; ``a`` when all of it is zeros."""
-    with store.map(f) as mf:
-        lo, hi = a - f.base, min(b - f.base, mf.size)
-        e = hi
-        while e > lo:
-            s = max(lo, e - block)
-            if np.frombuffer(mf.buf, dtype=np.uint8, count=e - s, offset=s).any():
-                return f.base + e
-            e = s
-    return a
+    """End of the last ``block`` (counted back from ``b``) of ``[a, b)`` (physical offsets
+    in file ``f``) holding a non-zero byte; ``a`` when all of it is zeros. Holes are
+    skipped and zeros searched on words (:func:`recovery.scan.last_nonzero_in_file`)."""
+    lo, hi = a - f.base, min(b - f.base, f.size)
+    p = last_nonzero_in_file(f.path, lo, hi) if hi > lo else -1
+    if p < 0:
+        return a
+    return f.base + hi - ((hi - 1 - p) // block) * block
 
 
 def _add_stats(into: ReputStats, s: ReputStats) -> None:

@@ -169,6 +169,66 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
     return x[np.concatenate(([True], x[1:] != x[:-1]))]
 
 
+def _data_extents(fd: int, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The data extents of ``[lo, hi)`` of an open file (SEEK_DATA/SEEK_HOLE; where the
+    file system cannot tell, the whole range)."""
+    import errno
+    import os
+
+    seek_data = getattr(os, "SEEK_DATA", None)
+    seek_hole = getattr(os, "SEEK_HOLE", None)
+    if seek_data is None or seek_hole is None:
+        return [(lo, hi)] if lo < hi else []
+    out: list[tuple[int, int]] = []
+    pos = lo
+    while pos < hi:
+        try:
+            a = os.lseek(fd, pos, seek_data)
+            b = os.lseek(fd, a, seek_hole)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole after pos
+                break
+            return [(lo, hi)]
+        if a >= hi:
+            break
+        out.append((a, min(b, hi)))
+        pos = b
+    return out
+
+
+def last_nonzero_in_file(path: Any, lo: int, hi: int) -> int:
+    """Position of the last non-zero byte of a file in ``[lo, hi)``, or -1: holes are
+    skipped (SEEK_DATA/SEEK_HOLE), data extents searched backwards on words."""
+    import mmap
+    import os
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        hi = min(hi, size)
+        if lo >= hi:
+            return -1
+        extents = _data_extents(fd, lo, hi)
+        if not extents:
+            return -1
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    try:
+        for a, b in reversed(extents):
+            u8 = np.frombuffer(mm, dtype=np.uint8, count=b - a, offset=a)
+            p = last_nonzero(u8)
+            del u8
+            if p >= 0:
+                return a + p
+        return -1
+    finally:
+        try:
+            mm.close()
+        except BufferError:  # pragma: no cover - a view still alive
+            pass
+
+
 def first_nonzero_block(buf: Any, pos: int, end: int, block: int = 1 << 20) -> int | None:
     """Start of the first ``block``-aligned block (clipped to ``[pos, end)``) of ``buf``
     holding a non-zero byte, or None when ``[pos, end)`` is all zeros (numpy, ~10 GB/s)."""
