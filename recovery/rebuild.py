@@ -308,8 +308,11 @@ def apply_rebuild(plan: RebuildPlan, *, backup_dir: str | Path | None = None) ->
     what = ("consume queues and index" if plan.cq and plan.index else "consume queues" if plan.cq else "index")
     desc = f"rebuild-index ({what}, {plan.mode}" + (f", from offset {plan.from_offset}" if plan.from_offset is not None else "") \
         + (f", topics {', '.join(plan.topics)}" if plan.topics else "") + ")"
+    # index files first: their hashing (mostly the unused tail) goes on in the background
+    # while the consume queue files are staged
+    changes = sorted(plan.changes, key=lambda ch: not isinstance(ch.content, IndexFileOut))
     with StoreTransaction(plan.root, backup_dir=backup_dir, description=desc) as tx:
-        for ch in plan.changes:
+        for ch in changes:
             if ch.action == UNCHANGED:
                 continue
             if ch.action == REMOVE:

@@ -263,15 +263,35 @@ class _Hasher:
                 return
             try:
                 if self._error is None:
-                    self.h.update(b)
+                    if isinstance(b, int):  # a run of b zero bytes (update_zeros)
+                        while b > 0:
+                            k = min(b, len(_ZEROS_BIG))
+                            self.h.update(_ZEROS_BIG if k == len(_ZEROS_BIG) else _ZEROS_BIG[:k])
+                            b -= k
+                    else:
+                        self.h.update(b)
             except BaseException as exc:  # pragma: no cover - hashlib does not fail on bytes
                 self._error = exc
 
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="rmqtool-sha256", daemon=True)
+            self._thread.start()
+
+    def update_zeros(self, n: int) -> None:
+        """Feed ``n`` zero bytes; the background thread hashes them (the caller does not
+        wait: a long zero tail, e.g. an index file's unused entries, costs it nothing)."""
+        if n <= 0:
+            return
+        if n < _BG_HASH_MIN:
+            self.update(bytes(n))
+            return
+        self._start()
+        self._q.put(n)
+
     def update(self, b: Any) -> None:
         if isinstance(b, bytes) and len(b) >= _BG_HASH_MIN:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="rmqtool-sha256", daemon=True)
-                self._thread.start()
+            self._start()
             self._q.put(b)
             return
         self._drain()
@@ -295,6 +315,25 @@ class _Hasher:
     def hexdigest(self) -> str:
         self._drain()
         return self.h.hexdigest()
+
+
+class _PendingDigest:
+    """The sha256 of staged data whose hashing thread may still run; :meth:`result` waits
+    for it (and raises what the hashing raised)."""
+
+    __slots__ = ("_h", "_value")
+
+    def __init__(self, h: _Hasher) -> None:
+        self._h = h
+        self._value: str | None = None
+
+    def result(self) -> str:
+        if self._value is None:
+            self._value = self._h.hexdigest()
+        return self._value
+
+    def close(self) -> None:
+        self._h.close()
 
 
 class _HashingFile:
@@ -333,10 +372,7 @@ class _HashingFile:
         self._f.seek(n, os.SEEK_CUR)
         self._f.truncate()  # the file now ends here (a hole), whatever the writer does next
         self.pos += n
-        while n > 0:
-            k = min(n, len(_ZEROS_BIG))
-            self._h.update(_ZEROS_BIG if k == len(_ZEROS_BIG) else _ZEROS_BIG[:k])
-            n -= k
+        self._h.update_zeros(n)
 
     def tell(self) -> int:
         return self._f.tell()
@@ -1050,6 +1086,7 @@ class StoreTransaction:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
+            self._drop_pending_digests()
             if not self.dry_run and not self._finished and self._state in _ROLLBACK_STATES:
                 self._rollback()
             # State "applying"/"done" after an error: the journal stays for recover_pending.
@@ -1085,7 +1122,23 @@ class StoreTransaction:
             self._write_journal()
         return jdir
 
+    def _resolve_digests(self) -> None:
+        """Wait for the staged files' digests (see :meth:`_stage`)."""
+        for st in self._steps:
+            for name in ("new_sha256", "result_sha256"):
+                v = getattr(st, name)
+                if isinstance(v, _PendingDigest):
+                    setattr(st, name, v.result())
+
+    def _drop_pending_digests(self) -> None:
+        for st in self._steps:
+            for name in ("new_sha256", "result_sha256"):
+                v = getattr(st, name)
+                if isinstance(v, _PendingDigest):
+                    v.close()
+
     def _write_journal(self) -> None:
+        self._resolve_digests()
         doc = {
             "format": JOURNAL_FORMAT,
             "version": FORMAT_VERSION,
@@ -1136,7 +1189,9 @@ class StoreTransaction:
         fsync_file(dst)
         fsync_dir(dst.parent)
         _checkpoint()
-        return name, size, h.hexdigest()
+        # the digest is taken at commit (or when the journal is written): meanwhile the
+        # hasher's thread goes on while the caller stages the next files
+        return name, size, _PendingDigest(h)  # type: ignore[return-value]
 
     @staticmethod
     def _write_staged(dst: Path, data: Data, mode: int, h: Any) -> int:
@@ -1303,6 +1358,7 @@ class StoreTransaction:
         if self.dry_run:
             raise SafetyError("dry run: nothing is committed", self.store)
         actions = self.plan()
+        self._resolve_digests()
         if not self._steps:
             if self._state is not None:
                 _remove_journal_dir(self.store, self.journal_dir)
