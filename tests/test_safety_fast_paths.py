@@ -117,3 +117,30 @@ def test_big_file_hashed_ahead_gives_the_backup_digest(tmp_path: Path, touch: bo
     assert m["entries"][0]["original"]["sha256"] == hashlib.sha256(want).hexdigest()
     assert (bk / "files" / "index" / "big").read_bytes() == want
     verify_backup(bk)
+
+
+def test_several_files_hashed_behind_the_staging(tmp_path: Path) -> None:
+    """Digests are taken at commit while the hashing of earlier files goes on: every file's
+    manifest digest is its content's; a transaction that fails before commit leaves the
+    store as it was."""
+    import threading
+
+    root = _store(tmp_path)
+    parts = {f"index/f{i}": [os.urandom(70_000 + i), (1 << 23) + 17 * i, b"end%d" % i] for i in range(4)}
+    with pytest.raises(RuntimeError):
+        with StoreTransaction(root, backup_dir=tmp_path / "bk0") as tx:
+            for rel, p in parts.items():
+                tx.create_file(rel, _seq_writer(p))
+            raise RuntimeError("before commit")
+    assert sorted(p.name for p in (root / "index").iterdir()) == []
+    assert not any(t.name == "rmqtool-sha256" and t.is_alive() for t in threading.enumerate())
+    with StoreTransaction(root, backup_dir=tmp_path / "bk") as tx:
+        for rel, p in parts.items():
+            tx.create_file(rel, _seq_writer(p))
+        tx.commit()
+    m = load_manifest(tmp_path / "bk")
+    got = {e["path"]: e["result"]["sha256"] for e in m["entries"]}
+    for rel, p in parts.items():
+        want = b"".join(bytes(x) if isinstance(x, int) else x for x in p)
+        assert (root / rel).read_bytes() == want
+        assert got[rel] == hashlib.sha256(want).hexdigest()
