@@ -479,10 +479,19 @@ def byte_at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
 def queue_hints(store: Store) -> np.ndarray | None:
     """Sorted distinct commitlog offsets the consume queue units point at: likely record
     starts for :func:`chase_starts`, which checks every one it uses against the TOTALSIZE
-    chain, so they only ever speed a walk up. Cheap on purpose: in each file the units in
-    use are found by a binary search for the first unit of size 0 (a queue file is written
-    from its start; a damaged one only yields fewer or wrong hints), and only their offset
-    column is read."""
+    chain, so they only ever speed a walk up (:func:`queue_hint_runs`, merged)."""
+    parts = queue_hint_runs(store)
+    if not parts:
+        return None
+    return sorted_unique(np.concatenate(parts))  # (each queue's offsets ascend: the stable sort merges runs)
+
+
+def queue_hint_runs(store: Store) -> list[np.ndarray]:
+    """The commitlog offsets each consume queue file's units point at (one array per file,
+    ascending in a sound file). Cheap on purpose: in each file the units in use are found
+    by a binary search for the first unit of size 0 (a queue file is written from its
+    start; a damaged one only yields fewer or odd hints), and only their offset column is
+    read."""
     import mmap
     import os
 
@@ -526,10 +535,7 @@ def queue_hints(store: Store) -> np.ndarray | None:
                     mm.close()
                 except BufferError:  # pragma: no cover - a view still alive
                     pass
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return None
-    return sorted_unique(np.concatenate(parts))  # (each queue's offsets ascend: the stable sort merges runs)
+    return [p for p in parts if len(p)]
 
 
 CHASE_BATCH = 1 << 16

@@ -61,7 +61,7 @@ from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.properties import parse_properties, parse_properties_legacy, decode_crc32_digits
 from ..formats.schema import fixed_struct
 from . import check as ck
-from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, last_nonzero as _last_nonzero, queue_hints, sorted_unique
+from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, last_nonzero as _last_nonzero, queue_hint_runs, sorted_unique
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -1199,14 +1199,25 @@ class PartTask:
     mode: str  # B: the broker chain starts at ``start`` | BS: search the chain from ``start`` | S/SS: salvage (at a record / inside a gap)
     profile: BrokerProfile
     opts: ScanOptions
-    hints: np.ndarray | None = None  # sorted file positions in [start, stop) that consume queue units point at
+    hints: np.ndarray | None = None  # file positions in [start, stop) that consume queue units point at
+    hints_sorted: bool = True  # False: scan_part sorts them first
 
-    def with_hints(self, hints: np.ndarray | None) -> "PartTask":
-        """This task with the ``hints`` (sorted commitlog offsets) that fall in its range."""
+    def with_hints(self, hints: np.ndarray | list[np.ndarray] | None) -> "PartTask":
+        """This task with the ``hints`` that fall in its range: sorted commitlog offsets,
+        or runs of them (:func:`recovery.scan.queue_hint_runs`, each ascending; the
+        worker sorts its share)."""
         if hints is None:
             return self
-        a, b = np.searchsorted(hints, [self.base + self.start, self.base + self.stop])
-        return dataclasses.replace(self, hints=hints[a:b] - self.base if b > a else None)
+        lo, hi = self.base + self.start, self.base + self.stop
+        if isinstance(hints, np.ndarray):
+            a, b = np.searchsorted(hints, [lo, hi])
+            return dataclasses.replace(self, hints=hints[a:b] - self.base if b > a else None)
+        pieces = []
+        for r in hints:
+            a, b = np.searchsorted(r, [lo, hi])
+            if b > a:
+                pieces.append(r[a:b])
+        return dataclasses.replace(self, hints=np.concatenate(pieces) - self.base if pieces else None, hints_sorted=False)
 
 
 def scan_part(task: PartTask) -> Part:
@@ -1226,7 +1237,7 @@ def scan_part(task: PartTask) -> Part:
         os.close(fd)
     ctx = _Ctx(mm, end, task.base, task.profile, task.opts)
     if task.hints is not None and len(task.hints):
-        ctx.hints = task.hints
+        ctx.hints = task.hints if task.hints_sorted else sorted_unique(task.hints)
     try:
         _scan(ctx, task, part)
     finally:
@@ -1524,7 +1535,8 @@ class Records:
 
 def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_size: int = DEFAULT_PART_SIZE,
                    opts: ScanOptions | None = None, progress: Progress | None = None,
-                   meanwhile: Callable[[], None] | None = None, hints: np.ndarray | None = None) -> tuple[list[FileScan | None], Records]:
+                   meanwhile: Callable[[], None] | None = None,
+                   hints: np.ndarray | list[np.ndarray] | None = None) -> tuple[list[FileScan | None], Records]:
     """Walk every commitlog file (in parts, possibly in parallel) and stitch the parts back
     into the per-file broker walk. Returns one FileScan per commitlog file (None for an
     empty file) and the record table. ``hints``: sorted commitlog offsets (e.g.
@@ -2795,7 +2807,7 @@ def verify_store(
 
     # the offsets the consume queues point at speed the commitlog walk up
     scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress,
-                                 meanwhile=meanwhile, hints=queue_hints(store))
+                                 meanwhile=meanwhile, hints=queue_hint_runs(store))
     queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
     outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
     spans = _Spans(_commitlog_spans(store, scans, recs))

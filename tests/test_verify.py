@@ -779,7 +779,7 @@ def test_hinted_walk_equals_plain_walk(tmp_path: Path, seed: int, monkeypatch: p
     if seed % 5:
         corrupt_randomly(root, rng, rng.randrange(1, 4))
     s = Store.open(root)
-    hints = v.queue_hints(s)
+    hints = scan.queue_hints(s)
     assert hints is not None and len(hints) > 10
     total = sum(f.size for f in s.commitlog)
     noise = np.array([rng.randrange(total) for _ in range(200)], dtype=np.int64)
@@ -789,6 +789,9 @@ def test_hinted_walk_equals_plain_walk(tmp_path: Path, seed: int, monkeypatch: p
         ref = scan_key(*v.scan_commitlog(s, P494, part_size=part_size))
         for h in (hints, mixed, noise):
             assert scan_key(*v.scan_commitlog(s, P494, part_size=part_size, hints=np.sort(h))) == ref
+        # runs (one per queue file, each ascending; each part sorts its share)
+        runs = scan.queue_hint_runs(s) + [np.sort(noise), np.sort(inside)]
+        assert scan_key(*v.scan_commitlog(s, P494, part_size=part_size, hints=runs)) == ref
     assert calls[0] > 0
 
 
@@ -799,7 +802,7 @@ def test_hinted_walk_on_ipv6_and_v2_records(tmp_path: Path, version: str) -> Non
     starts = build_mixed_store(root)
     p = BrokerProfile.for_version(version)
     s = Store.open(root)
-    hints = v.queue_hints(s)
+    hints = scan.queue_hints(s)
     assert hints is not None and hints.tolist() == starts
     for part_size in (4096, 1 << 20):
         ref = scan_key(*v.scan_commitlog(s, p, part_size=part_size))
@@ -821,7 +824,7 @@ def test_queue_hints_are_the_units_offsets(tmp_path: Path, name: str) -> None:
         q.load()
         ok = (q.off >= 0) & (q.size > 0) & (q.size != FILL_BLANK_SIZE)
         want |= set(q.off[ok].tolist())
-    h = v.queue_hints(s)
+    h = scan.queue_hints(s)
     assert h is not None and h.tolist() == sorted(want)
     # damaged queue files only give fewer or odd hints, never an error
     root = copy_store(name, tmp_path)
@@ -829,4 +832,4 @@ def test_queue_hints_are_the_units_offsets(tmp_path: Path, name: str) -> None:
     patch(files[0], 0, os.urandom(200))
     if len(files) > 1:
         patch(files[1], 40, b"\0" * 20)
-    assert v.queue_hints(Store.open(root)) is not None or len(files) == 1
+    assert scan.queue_hints(Store.open(root)) is not None or len(files) == 1
