@@ -486,12 +486,16 @@ def queue_hints(store: Store) -> np.ndarray | None:
     return sorted_unique(np.concatenate(parts))  # (each queue's offsets ascend: the stable sort merges runs)
 
 
-def queue_hint_runs(store: Store) -> list[np.ndarray]:
+HINTS_BUDGET = 32 << 20  # offsets (8 bytes each) collected at most: hints are optional
+
+
+def queue_hint_runs(store: Store, budget: int = HINTS_BUDGET) -> list[np.ndarray]:
     """The commitlog offsets each consume queue file's units point at (one array per file,
     ascending in a sound file). Cheap on purpose: in each file the units in use are found
     by a binary search for the first unit of size 0 (a queue file is written from its
     start; a damaged one only yields fewer or odd hints), and only their offset column is
-    read."""
+    read. At most ``budget`` offsets are collected (bounded memory on a huge store; the
+    walks go on without hints where there are none)."""
     import mmap
     import os
 
@@ -499,10 +503,11 @@ def queue_hint_runs(store: Store) -> list[np.ndarray]:
 
     F = store.geometry.cq_file_size
     parts: list[np.ndarray] = []
+    left = budget
     for files in store.consume_queues.values():
         for f in files:
             n = min(f.size, F) // CQ_UNIT_SIZE
-            if n <= 0:
+            if n <= 0 or left <= 0:
                 continue
             try:
                 fd = os.open(f.path, os.O_RDONLY)
@@ -524,7 +529,9 @@ def queue_hint_runs(store: Store) -> list[np.ndarray]:
                         lo = mid + 1
                     else:
                         hi = mid
+                lo = min(lo, left)
                 if lo:
+                    left -= lo
                     u = np.frombuffer(mm, dtype=CQ_DTYPE, count=lo)
                     off = u["commitlog_offset"].astype(np.int64)
                     sz = u["size"]

@@ -833,3 +833,14 @@ def test_queue_hints_are_the_units_offsets(tmp_path: Path, name: str) -> None:
     if len(files) > 1:
         patch(files[1], 40, b"\0" * 20)
     assert scan.queue_hints(Store.open(root)) is not None or len(files) == 1
+
+
+def test_queue_hints_budget_bounds_memory_and_changes_nothing() -> None:
+    s = Store.open(real_store("many_files"))
+    full = scan.queue_hint_runs(s)
+    assert sum(len(r) for r in full) > 20
+    few = scan.queue_hint_runs(s, budget=7)
+    assert sum(len(r) for r in few) == 7
+    ref = scan_key(*v.scan_commitlog(s, P494, part_size=4096))
+    assert scan_key(*v.scan_commitlog(s, P494, part_size=4096, hints=few)) == ref
+    assert scan.queue_hint_runs(s, budget=0) == []
