@@ -8,10 +8,12 @@ add up, whose body CRC matches, whose topic is not SCHEDULE_TOPIC_XXXX, whose pr
 are printable ASCII ``key\\x01value`` segments, the same keys in the same order for the
 whole run, no duplicate key, on 5.x no INNER_ property) are decoded with numpy: the header
 fields are gathered at the offsets of the schema-derived V1 header struct for every
-record of the run at once, strings that take few distinct values (topic, hosts, TAGS,
-transaction type) come from small tables built with the same Python functions as
-:func:`recovery.scan.message_fields`, the variable strings (property values, keys,
-UNIQ_KEY, bodies) are gathered into Arrow string buffers directly. Every other record
+record of the run at once, strings that take few distinct values (topic, hosts,
+transaction type, the TAGS codes) come from small tables built with the same Python
+functions as :func:`recovery.scan.message_fields`, the property values are cut out of
+the properties bytes with one mask (separator positions from flat searches, names
+compared as words) into one Arrow string buffer, from which TAGS, KEYS (split on spaces)
+and UNIQ_KEY are taken with Arrow's kernels, and bodies are gathered directly. Every other record
 (BLANKs, damage, CRC mismatches, other shapes) goes through the per-record path of
 :func:`rmqtool.export_spark.record_row` (the walk and field functions of ``dump``), in
 order. The rows are the same either way; tests/test_export_spark.py compares them with
