@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import click
 
+from .blocks import gather, row_groups, rows as byte_rows, v1_run_starts
 from .exitcodes import Exit
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from .formats import commitlog as cl
@@ -683,49 +684,6 @@ def _table_piece(np: Any, inv: Any, entries: list[bytes]) -> Any:
     return t[inv]
 
 
-def _rows(np: Any, A: Any, start: Any, width: int) -> Any:
-    """A copy of the ``width`` bytes at each of ``start`` (one row each)."""
-    if width <= 0:
-        return np.zeros((len(start), 0), dtype=np.uint8)
-    lim = len(A) - width
-    if lim < 0:
-        out = np.zeros((len(start), width), dtype=np.uint8)
-        for i, s in enumerate(start.tolist()):
-            out[i, : len(A) - s] = A[s:]
-        return out
-    out = np.lib.stride_tricks.sliding_window_view(A, width)[np.minimum(start, lim)]
-    if int(start.max()) > lim:  # rows within ``width`` bytes of the end: NUL past it
-        for i in np.flatnonzero(start > lim).tolist():
-            s = int(start[i])
-            out[i] = 0
-            out[i, : len(A) - s] = A[s:]
-    return out
-
-
-def _gather(np: Any, A: Any, start: Any, length: Any, width: int) -> Any:
-    """Rows of ``width`` bytes from ``start``, NUL beyond ``length``."""
-    m = _rows(np, A, start, width)
-    if int(length.min()) < width:
-        m[np.arange(width)[None, :] >= length[:, None]] = 0
-    return m
-
-
-def _groups(np: Any, mat: Any) -> tuple[Any, Any]:
-    """(inverse, representative row indices) of the distinct rows of a uint8 matrix."""
-    n = len(mat)
-    if (mat == mat[0]).all():
-        return np.zeros(n, dtype=np.intp), np.zeros(1, dtype=np.intp)
-    w = mat.shape[1]
-    weights = (np.uint64(1099511628211) ** np.arange(w, dtype=np.uint64)).astype(np.uint64)
-    key = (mat.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
-    _u, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    inv = inv.reshape(-1)
-    if (mat == mat[first[inv]]).all():
-        return inv, first
-    _u, first, inv = np.unique(mat, axis=0, return_index=True, return_inverse=True)  # a hash collision
-    return inv.reshape(-1), first
-
-
 def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     """(position after the block, the block's lines, their count) for the plain records from ``pos``,
     or None when fewer than _MIN_BLOCK records qualify."""
@@ -739,41 +697,15 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     np = vec.np
     buf, A, end = vec.buf, vec.A, vec.end
     # ---- record starts: the boundary walk (V1 records that fit) -------------------------
-    unpack = cl.PREFIX.unpack_from
-    v1 = cl.MAGIC_V1
     hs = _HSIZE
-    if pos + hs > end:
-        return None
     limit = vec.block
     vec.block = _FIRST_BLOCK  # unless this block runs to its end (below)
-    size0, magic0 = unpack(buf, pos)
-    P = None
-    if magic0 == v1 and size0 > hs and (end - pos) // size0 >= _MIN_BLOCK:
-        # a run of records of one size (common): checked at once
-        cand = pos + size0 * np.arange(min(limit, (end - pos) // size0, max(_MIN_BLOCK, _BLOCK_BYTES // size0)), dtype=np.int64)
-        pre = np.ascontiguousarray(_rows(np, A, cand, 8)).view(">i4")
-        same = (pre[:, 0] == size0) & (pre[:, 1] == v1)
-        m = len(cand) if same.all() else int(same.argmin())
-        if m >= _MIN_BLOCK:
-            P = cand[:m]
+    # at most about _BLOCK_BYTES of the file per block (bounded memory)
+    P = v1_run_starts(buf, A, pos, end, min(end, pos + _BLOCK_BYTES) - hs + 1, limit, _MIN_BLOCK, hs)
     if P is None:
-        starts: list[int] = []
-        append = starts.append
-        p = pos
-        stop = min(end, pos + _BLOCK_BYTES)
-        for _ in range(limit):
-            if p + hs > stop:
-                break
-            total, magic = unpack(buf, p)
-            if magic != v1 or total <= hs or p + total > end:
-                break
-            append(p)
-            p += total
-        if len(starts) < _MIN_BLOCK:
-            return None
-        P = np.array(starts, dtype=np.int64)
+        return None
     n = len(P)
-    H = _rows(np, A, P, hs)  # [n, header]
+    H = byte_rows(A, P, hs)  # [n, header]
 
     def field(name: str) -> Any:
         o, code = offs[name]
@@ -825,8 +757,8 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     tw = int(tl.max())
     tk = np.empty((n, tw + 1), dtype=np.uint8)
     tk[:, 0] = tl
-    tk[:, 1:] = _gather(np, A, tpos[:n] + 1, tl, tw)
-    tinv, tfirst = _groups(np, tk)
+    tk[:, 1:] = gather(A, tpos[:n] + 1, tl, tw)
+    tinv, tfirst = row_groups(tk)
     tentries: list[bytes] = []
     for i, row in enumerate(tk[tfirst]):
         raw = row[1 : 1 + int(row[0])].tobytes()
@@ -840,7 +772,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     # ---- properties: the shape of the first record ------------------------------------
     pstart = q + 2
     pw = int(pl.max())
-    PM = _gather(np, A, pstart, pl, pw)
+    PM = gather(A, pstart, pl, pw)
     uniform = False  # every record: no refused byte, the separators where the first has them
     if int(pl.min()) == pw:
         C = classes[PM]
@@ -891,7 +823,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
         if fixed and c0 + kl + 1 <= pw:
             got = PM[:, c0 : c0 + kl + 1]
         else:
-            got = _rows(np, A, pstart + np.minimum(ks, pcol), kl + 1)
+            got = byte_rows(A, pstart + np.minimum(ks, pcol), kl + 1)
         ok &= (got[:, :kl] == kb).all(axis=1) & (got[:, kl] == 1)
         vs = ks + kl + 1
         ve = D[:, i] if i < k - 1 else (D[:, i] if trailing else pl)
@@ -916,7 +848,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
             if fixed:
                 m = PM[:n, int(vs[0]) : int(vs[0] + vl[0])]
             else:
-                m = _gather(np, A, pstart[:n] + vs[:n], vl[:n], int(vl[:n].max()))
+                m = gather(A, pstart[:n] + vs[:n], vl[:n], int(vl[:n].max()))
             got_values[(key, n)] = m
         return m
 
@@ -945,14 +877,14 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
             a = cuts[:, i - 1] + 1 if i else np.zeros(n, dtype=np.int64)
             b = cuts[:, i] if i < nk - 1 else vl
             keys_piece += [b'","'] if i else []
-            keys_piece.append(_gather(np, A, kstart + a, b - a, int((b - a).max())))
+            keys_piece.append(gather(A, kstart + a, b - a, int((b - a).max())))
         keys_piece.append(b'"]')
     else:
         keys_piece = [b"[]"]
     # TAGS (+ tags code) and UNIQ_KEY
     if "TAGS" in vals:
         tgm = value("TAGS")
-        tginv, tgfirst = _groups(np, tgm)
+        tginv, tgfirst = row_groups(tgm)
         entries = []
         for row in tgm[tgfirst]:
             raw = row.tobytes().rstrip(b"\0")

@@ -37,6 +37,7 @@ try:  # the same CRC-32 as zlib's, several times faster (SIMD); optional
 except ImportError:  # pragma: no cover - depends on the environment
     _crc32 = zlib.crc32
 
+from .blocks import distinct, gather, row_groups, rows as byte_rows, v1_run_starts
 from .formats import commitlog as cl
 from .formats.javahash import tags_code
 from .formats.names import host_to_str
@@ -89,21 +90,6 @@ _HEX = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshap
 _HEX16 = np.concatenate([np.repeat(_HEX, 256, axis=0), np.tile(_HEX, (256, 1))], axis=1)
 
 
-def _rows(A: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
-    """A copy of the ``width`` bytes at each of ``start`` (one row each; past the end: clipped)."""
-    if width <= 0:
-        return np.zeros((len(start), 0), dtype=np.uint8)
-    if int(start.max()) <= len(A) - width and int(start.min()) >= 0:
-        return np.lib.stride_tricks.sliding_window_view(A, width)[start]
-    return A[np.clip(start[:, None] + np.arange(width), 0, len(A) - 1)]
-
-
-def _gather(A: np.ndarray, start: np.ndarray, length: np.ndarray, width: int) -> np.ndarray:
-    m = _rows(A, start, width)
-    m[np.arange(width)[None, :] >= length[:, None]] = 0
-    return m
-
-
 def _spans(A: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 offsets, concatenated bytes) of the byte spans ``[start, start + length)``."""
     offs = np.zeros(len(length) + 1, dtype=np.int64)
@@ -113,7 +99,7 @@ def _spans(A: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.nda
         return offs.astype(np.int32), np.zeros(0, dtype=np.uint8)
     w = int(length.max())
     if w * len(length) <= 2 * total + 4096:  # similar lengths: rows, then the bytes inside
-        m = _rows(A, start, w)
+        m = byte_rows(A, start, w)
         return offs.astype(np.int32), m[np.arange(w)[None, :] < length[:, None]]
     idx = np.arange(total, dtype=np.int64) + np.repeat(start - offs[:-1], length)
     return offs.astype(np.int32), A[idx]
@@ -127,44 +113,6 @@ def _lead(ok: np.ndarray) -> int:
 def _str_array(offs: np.ndarray, data: np.ndarray, binary: bool = False) -> pa.Array:
     typ = pa.binary() if binary else pa.string()
     return pa.Array.from_buffers(typ, len(offs) - 1, [None, pa.py_buffer(offs), pa.py_buffer(data)])
-
-
-def _distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(int32 inverse, first index of each distinct value) of a 1-D array, in order of
-    first appearance; a loop of comparisons for the few distinct values this path meets,
-    np.unique beyond 16."""
-    n = len(key)
-    inv = np.full(n, -1, dtype=np.int32)
-    firsts: list[int] = []
-    todo = 0
-    for d in range(16):
-        firsts.append(todo)
-        inv[key == key[todo]] = d
-        rest = np.flatnonzero(inv < 0)
-        if not len(rest):
-            return inv, np.array(firsts, dtype=np.intp)
-        todo = int(rest[0])
-    _u, first, uinv = np.unique(key, return_index=True, return_inverse=True)
-    return uinv.reshape(-1).astype(np.int32), first
-
-
-def _groups(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(inverse, representative row indices) of the distinct rows of a uint8 matrix."""
-    n = len(mat)
-    if n == 0 or (mat == mat[0]).all():
-        return np.zeros(n, dtype=np.int32), np.zeros(min(n, 1), dtype=np.intp)
-    w = mat.shape[1]
-    words = np.zeros((n, -(-w // 8) * 8), dtype=np.uint8)
-    words[:, :w] = mat
-    u = words.view(np.uint64)  # each row as whole 8-byte words, mixed into one key
-    key = u[:, 0] * np.uint64(0x9E3779B97F4A7C15)
-    for j in range(1, u.shape[1]):
-        key = (key ^ (key >> np.uint64(29))) + u[:, j] * np.uint64(0xC2B2AE3D27D4EB4F)
-    inv, first = _distinct(key)
-    if (mat == mat[first[inv]]).all():
-        return inv, first
-    _u, first, inv = np.unique(np.ascontiguousarray(mat), axis=0, return_index=True, return_inverse=True)  # a collision
-    return inv.reshape(-1).astype(np.int32), first
 
 
 def _table(values: list[Any], inv: np.ndarray, typ: pa.DataType) -> pa.Array:
@@ -202,50 +150,17 @@ class _State:
         self.tags: dict[bytes, tuple[str, int]] = {}
 
 
-def _starts(st: _State, pos: int, stop: int) -> np.ndarray | None:
-    """Record starts from ``pos`` (V1 records that fit the file, starting before ``stop``)."""
-    buf, end, hs = st.buf, st.end, _HSIZE
-    unpack = cl.PREFIX.unpack_from
-    v1 = cl.MAGIC_V1
-    if pos + hs > end:
-        return None
-    size0, magic0 = unpack(buf, pos)
-    if magic0 == v1 and size0 > hs:
-        cnt = min(BLOCK, (end - pos) // size0, -(-(stop - pos) // size0))
-        if cnt >= MIN_BLOCK:
-            cand = pos + size0 * np.arange(cnt, dtype=np.int64)
-            pre = np.ascontiguousarray(_rows(st.A, cand, 8)).view(">i4")
-            same = (pre[:, 0] == size0) & (pre[:, 1] == v1)
-            m = cnt if same.all() else int(same.argmin())
-            if m >= MIN_BLOCK:
-                return cand[:m]
-    starts: list[int] = []
-    append = starts.append
-    p = pos
-    for _ in range(BLOCK):
-        if p >= stop or p + hs > end:
-            break
-        total, magic = unpack(buf, p)
-        if magic != v1 or total <= hs or p + total > end:
-            break
-        append(p)
-        p += total
-    if len(starts) < MIN_BLOCK:
-        return None
-    return np.array(starts, dtype=np.int64)
-
-
 def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int, int, pa.RecordBatch] | None:
     """(position after the block, records, batch) for the plain records from ``pos`` that
     start before ``stop``; None when fewer than MIN_BLOCK qualify."""
-    P = _starts(st, pos, stop)
+    P = v1_run_starts(st.buf, st.A, pos, st.end, stop, BLOCK, MIN_BLOCK, _HSIZE)
     if P is None:
         return None
     A, buf = st.A, st.buf
     hs = _HSIZE
     last = st.end - 1
     n = len(P)
-    H = np.ascontiguousarray(_rows(A, P, hs)).view(_HDT).reshape(n)
+    H = np.ascontiguousarray(byte_rows(A, P, hs)).view(_HDT).reshape(n)
     total = H["total_size"].astype(np.int64)
     sf = H["sys_flag"].astype(np.int64)
     bl = H["body_length"].astype(np.int64)
@@ -272,8 +187,8 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     tw = int(tl.max())
     tk = np.empty((n, tw + 1), dtype=np.uint8)
     tk[:, 0] = tl
-    tk[:, 1:] = _gather(A, tpos + 1, tl, tw)
-    tinv, tfirst = _groups(tk)
+    tk[:, 1:] = gather(A, tpos + 1, tl, tw)
+    tinv, tfirst = row_groups(tk)
     tnames: list[str | None] = []
     for i, row in enumerate(tk[tfirst]):
         raw = row[1 : 1 + int(row[0])].tobytes()
@@ -286,7 +201,7 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     # ---- properties: the shape of the first record ------------------------------------
     pstart = q + 2
     pw = int(pl.max())
-    PM = _gather(A, pstart, pl, pw)
+    PM = gather(A, pstart, pl, pw)
     # printable ASCII but " and \\, plus the separators \x01 \x02 (the NUL padding past
     # the end of each record's properties is counted apart: a NUL inside is refused)
     badc = ((PM < 0x20) & (PM > 2)) | (PM > 0x7F) | (PM == 0x22) | (PM == 0x5C)
@@ -425,8 +340,8 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
 
     bk = host_key(H["born_host_address"][:n], H["born_host_port"][:n])
     sk = host_key(H["store_host_address"][:n], H["store_host_port"][:n])
-    binv, bfirst = _distinct(bk)
-    sinv, sfirst = _distinct(sk)
+    binv, bfirst = distinct(bk)
+    sinv, sfirst = distinct(sk)
     bu, su = bk[bfirst], sk[sfirst]
     sinfo = [host_info(int(x)) for x in su.tolist()]
     mid = np.empty((n, 32), dtype=np.uint8)
@@ -439,7 +354,7 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     cols["store_host"] = _table([h[0] for h in sinfo], sinv, pa.string())
     cols["sys_flag"] = pa.array(sf[:n].astype(np.int32))
     txc = sf[:n] & cl.TRANSACTION_MASK
-    txinv, txfirst = _distinct(txc)
+    txinv, txfirst = distinct(txc)
     cols["transaction_type"] = _table([cl.TRANSACTION_TYPES[int(c)] for c in txc[txfirst].tolist()], txinv, pa.string())
     cols["reconsume_times"] = pa.array(H["reconsume_times"][:n].astype(np.int32))
     cols["flag"] = pa.array(H["flag"][:n].astype(np.int32))

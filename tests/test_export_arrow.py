@@ -215,13 +215,13 @@ def test_random_property_shapes_same_rows(tmp_path: Path, seed: int, version: st
 def test_row_groups_exact_even_when_keys_collide(monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
-    from rmqtool import export_arrow as ea
+    from rmqtool import blocks
 
     rng = np.random.default_rng(7)
     mat = rng.integers(0, 3, size=(500, 13), dtype=np.uint8)
     for forced in (False, True):
         if forced:  # every key the same: the check must catch it and group exactly
-            monkeypatch.setattr(ea, "_distinct", lambda key: (np.zeros(len(key), dtype=np.int32), np.zeros(1, dtype=np.intp)))
-        inv, first = ea._groups(mat)
+            monkeypatch.setattr(blocks, "distinct", lambda key: (np.zeros(len(key), dtype=np.int32), np.zeros(1, dtype=np.intp)))
+        inv, first = blocks.row_groups(mat)
         assert (mat == mat[first[inv]]).all()
         assert len({mat[i].tobytes() for i in first.tolist()}) == len(first) == len({r.tobytes() for r in mat})

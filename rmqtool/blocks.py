@@ -1,0 +1,117 @@
+"""numpy helpers shared by the two block decoders of plainly valid commitlog records:
+``dump``'s fast path (:mod:`rmqtool.cmd_dump`, JSON lines) and ``export``'s columnar
+path (:mod:`rmqtool.export_arrow`, Arrow batches). Only numpy: ``dump`` must not need
+pyarrow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .formats import commitlog as cl
+
+
+def rows(A: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
+    """A copy of the ``width`` bytes at each of ``start`` (one row each; NUL past the end
+    of ``A``)."""
+    if width <= 0:
+        return np.zeros((len(start), 0), dtype=np.uint8)
+    lim = len(A) - width
+    if lim < 0:
+        out = np.zeros((len(start), width), dtype=np.uint8)
+        for i, s in enumerate(start.tolist()):
+            out[i, : len(A) - s] = A[s:]
+        return out
+    out = np.lib.stride_tricks.sliding_window_view(A, width)[np.minimum(start, lim)]
+    if len(start) and int(start.max()) > lim:  # rows within ``width`` bytes of the end
+        for i in np.flatnonzero(start > lim).tolist():
+            s = int(start[i])
+            out[i] = 0
+            out[i, : len(A) - s] = A[s:]
+    return out
+
+
+def gather(A: np.ndarray, start: np.ndarray, length: np.ndarray, width: int) -> np.ndarray:
+    """Rows of ``width`` bytes from ``start``, NUL from ``length`` on."""
+    m = rows(A, start, width)
+    if len(length) and int(length.min()) < width:
+        m[np.arange(width)[None, :] >= length[:, None]] = 0
+    return m
+
+
+def distinct(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 inverse, first index of each distinct value) of a 1-D array, in order of
+    first appearance; a loop of comparisons for the few distinct values these paths meet,
+    np.unique beyond 16."""
+    n = len(key)
+    inv = np.full(n, -1, dtype=np.int32)
+    firsts: list[int] = []
+    todo = 0
+    for d in range(16):
+        firsts.append(todo)
+        inv[key == key[todo]] = d
+        rest = np.flatnonzero(inv < 0)
+        if not len(rest):
+            return inv, np.array(firsts, dtype=np.intp)
+        todo = int(rest[0])
+    _u, first, uinv = np.unique(key, return_index=True, return_inverse=True)
+    return uinv.reshape(-1).astype(np.int32), first
+
+
+def row_groups(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(inverse, representative row indices) of the distinct rows of a uint8 matrix: rows
+    hashed on 8-byte words, then every row compared with its group's representative (a
+    hash collision falls back to ``np.unique`` on the rows)."""
+    n = len(mat)
+    if n == 0 or (mat == mat[0]).all():
+        return np.zeros(n, dtype=np.int32), np.zeros(min(n, 1), dtype=np.intp)
+    w = mat.shape[1]
+    words = np.zeros((n, -(-w // 8) * 8), dtype=np.uint8)
+    words[:, :w] = mat
+    u = words.view(np.uint64)  # each row as whole 8-byte words, mixed into one key
+    key = u[:, 0] * np.uint64(0x9E3779B97F4A7C15)
+    for j in range(1, u.shape[1]):
+        key = (key ^ (key >> np.uint64(29))) + u[:, j] * np.uint64(0xC2B2AE3D27D4EB4F)
+    inv, first = distinct(key)
+    if (mat == mat[first[inv]]).all():
+        return inv, first
+    _u, first, inv = np.unique(np.ascontiguousarray(mat), axis=0, return_index=True, return_inverse=True)  # a collision
+    return inv.reshape(-1).astype(np.int32), first
+
+
+def v1_run_starts(buf: Any, A: np.ndarray, pos: int, end: int, start_before: int, max_count: int,
+                  min_count: int, header: int) -> np.ndarray | None:
+    """Starts of consecutive V1 records from ``pos``, trusting TOTALSIZE: each one's
+    TOTALSIZE exceeds ``header``, it fits before ``end``, it starts before
+    ``start_before`` with its ``header`` bytes before ``end``; at most ``max_count``.
+    None when fewer than ``min_count`` qualify. A run of records of one size (common) is
+    checked at once with numpy, anything else one record at a time."""
+    unpack = cl.PREFIX.unpack_from
+    v1 = cl.MAGIC_V1
+    if pos + header > end:
+        return None
+    size0, magic0 = unpack(buf, pos)
+    if magic0 == v1 and size0 > header:
+        cnt = min(max_count, (end - pos) // size0, -(-(start_before - pos) // size0))
+        if cnt >= min_count:
+            cand = pos + size0 * np.arange(cnt, dtype=np.int64)
+            pre = np.ascontiguousarray(rows(A, cand, 8)).view(">i4")
+            same = (pre[:, 0] == size0) & (pre[:, 1] == v1)
+            m = cnt if same.all() else int(same.argmin())
+            if m >= min_count:
+                return cand[:m]
+    starts: list[int] = []
+    append = starts.append
+    p = pos
+    for _ in range(max_count):
+        if p >= start_before or p + header > end:
+            break
+        total, magic = unpack(buf, p)
+        if magic != v1 or total <= header or p + total > end:
+            break
+        append(p)
+        p += total
+    if len(starts) < min_count:
+        return None
+    return np.array(starts, dtype=np.int64)
