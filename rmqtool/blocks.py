@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .formats import commitlog as cl
+from .formats.crc import crc32_raw
 
 
 def rows(A: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
@@ -115,3 +116,32 @@ def v1_run_starts(buf: Any, A: np.ndarray, pos: int, end: int, start_before: int
     if len(starts) < min_count:
         return None
     return np.array(starts, dtype=np.int64)
+
+
+def v1_lengths(A: np.ndarray, P: np.ndarray, total: np.ndarray, sys_flag: np.ndarray, body_length: np.ndarray,
+               header: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The lengths rule of a plain V1 record at each of ``P`` (``header`` = the IPv4 V1
+    header size): IPv4 hosts, BODYLENGTH >= 0, a one-byte topic length <= 127, a two-byte
+    properties length in (0, 0x7FFF], and all of them adding up to TOTALSIZE. Returns
+    (ok, topic length position, topic length, properties length position, properties
+    length); values read for records that fail are garbage."""
+    last = len(A) - 1
+    ok = ((sys_flag & 0x30) == 0) & (body_length >= 0) & (header + body_length + 3 <= total)
+    tpos = P + header + np.maximum(body_length, 0)
+    tl = A[np.minimum(tpos, last)].astype(np.int64)
+    q = tpos + 1 + tl
+    ok &= (tl <= 127) & (q + 2 <= P + total)
+    pl = (A[np.minimum(q, last)].astype(np.int64) << 8) | A[np.minimum(q + 1, last)]
+    ok &= (pl > 0) & (pl <= 0x7FFF) & (header + body_length + 3 + tl + pl == total)
+    return ok, tpos, tl, q, pl
+
+
+def body_crcs_match(mv: memoryview, P: np.ndarray, body_length: np.ndarray, body_crc: np.ndarray,
+                    header: int) -> np.ndarray:
+    """Whether each record's body (at ``P + header``) has its stored BODYCRC (masked CRC-32,
+    STORE_FORMAT §5; an empty body's stored value is not checked): one CRC call per body
+    through ``map``, no Python loop."""
+    bs = P + header
+    bodies = map(mv.__getitem__, map(slice, bs.tolist(), (bs + body_length).tolist()))
+    crcs = np.fromiter(map(crc32_raw, bodies), dtype=np.int64, count=len(P))
+    return (body_length == 0) | ((crcs & 0x7FFFFFFF) == body_crc)

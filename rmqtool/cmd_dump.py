@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import click
 
-from .blocks import gather, row_groups, rows as byte_rows, v1_run_starts
+from .blocks import body_crcs_match, gather, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
 from .exitcodes import Exit
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from .formats import commitlog as cl
@@ -731,14 +731,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     baddr = field("born_host.address")
     saddr = field("store_host.address")
     # ---- sizes (the fast path's checks) -------------------------------------------------
-    last = end - 1
-    ok = ((sf & 0x30) == 0) & (bl >= 0) & (hs + bl + 3 <= total)
-    tpos = P + hs + np.maximum(bl, 0)
-    tl = A[np.minimum(tpos, last)].astype(np.int64)
-    q = tpos + 1 + tl
-    ok &= (tl <= 127) & (q + 2 <= P + total)
-    pl = (A[np.minimum(q, last)].astype(np.int64) << 8) | A[np.minimum(q + 1, last)]
-    ok &= (pl > 0) & (pl <= 0x7FFF) & (hs + bl + 3 + tl + pl == total)
+    ok, tpos, tl, q, pl = v1_lengths(A, P, total, sf, bl, hs)
     for v in (crc, qid, flag, qo, po, sf, bt, stt, rt, pt):
         ok &= v >= 0
     if not ok[0]:
@@ -747,11 +740,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     if n < _MIN_BLOCK:
         return None
     # ---- body CRC (zlib, one call per body, no Python loop) ------------------------------
-
-    bs = P[:n] + hs
-    bodies = map(vec.mv.__getitem__, map(slice, bs.tolist(), (bs + bl[:n]).tolist()))
-    crcs = np.fromiter(map(crc32_raw, bodies), dtype=np.int64, count=n)
-    ok = ok[:n] & ((bl[:n] == 0) | ((crcs & 0x7FFFFFFF) == crc[:n]))
+    ok = ok[:n] & body_crcs_match(vec.mv, P[:n], bl[:n], crc[:n], hs)
     # ---- topic (table of distinct names; SCHEDULE_TOPIC_XXXX is not plain) --------------
     tl, q, pl = tl[:n], q[:n], pl[:n]
     tw = int(tl.max())

@@ -25,19 +25,14 @@ from __future__ import annotations
 
 import itertools
 import struct
-import zlib
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-try:  # the same CRC-32 as zlib's, several times faster (SIMD); optional
-    from zlib_ng.zlib_ng import crc32 as _crc32
-except ImportError:  # pragma: no cover - depends on the environment
-    _crc32 = zlib.crc32
 
-from .blocks import distinct, gather, row_groups, rows as byte_rows, v1_run_starts
+from .blocks import body_crcs_match, distinct, gather, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
 from .formats import commitlog as cl
 from .formats.javahash import tags_code
 from .formats.names import host_to_str
@@ -158,19 +153,12 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
         return None
     A, buf = st.A, st.buf
     hs = _HSIZE
-    last = st.end - 1
     n = len(P)
     H = np.ascontiguousarray(byte_rows(A, P, hs)).view(_HDT).reshape(n)
     total = H["total_size"].astype(np.int64)
     sf = H["sys_flag"].astype(np.int64)
     bl = H["body_length"].astype(np.int64)
-    ok = ((sf & 0x30) == 0) & (bl >= 0) & (hs + bl + 3 <= total)
-    tpos = P + hs + np.maximum(bl, 0)
-    tl = A[np.minimum(tpos, last)].astype(np.int64)
-    q = tpos + 1 + tl
-    ok &= (tl <= 127) & (q + 2 <= P + total)
-    pl = (A[np.minimum(q, last)].astype(np.int64) << 8) | A[np.minimum(q + 1, last)]
-    ok &= (pl > 0) & (pl <= 0x7FFF) & (hs + bl + 3 + tl + pl == total)
+    ok, tpos, tl, q, pl = v1_lengths(A, P, total, sf, bl, hs)
     if not ok[0]:
         return None
     n = n if ok.all() else int(ok.argmin())
@@ -179,10 +167,7 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     P, H, total, sf, bl, tpos, tl, q, pl, ok = P[:n], H[:n], total[:n], sf[:n], bl[:n], tpos[:n], tl[:n], q[:n], pl[:n], ok[:n]
     # ---- body CRC ---------------------------------------------------------------------
     crc = H["body_crc"].astype(np.int64)
-    bs = P + hs
-    bodies = map(st.mv.__getitem__, map(slice, bs.tolist(), (bs + bl).tolist()))
-    crcs = np.fromiter(map(_crc32, bodies), dtype=np.int64, count=n)
-    ok &= (bl == 0) | ((crcs & 0x7FFFFFFF) == crc)
+    ok &= body_crcs_match(st.mv, P, bl, crc, hs)
     # ---- topic ------------------------------------------------------------------------
     tw = int(tl.max())
     tk = np.empty((n, tw + 1), dtype=np.uint8)
