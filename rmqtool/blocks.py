@@ -145,3 +145,16 @@ def body_crcs_match(mv: memoryview, P: np.ndarray, body_length: np.ndarray, body
     bodies = map(mv.__getitem__, map(slice, bs.tolist(), (bs + body_length).tolist()))
     crcs = np.fromiter(map(crc32_raw, bodies), dtype=np.int64, count=len(P))
     return (body_length == 0) | ((crcs & 0x7FFFFFFF) == body_crc)
+
+
+def host_keys(address: np.ndarray, port: np.ndarray) -> np.ndarray:
+    """One uint64 per IPv4 host: the 4 address bytes (an (n, 4) uint8 array, or n 4-byte
+    strings) in the high half, the port's 32 bits in the low half (:func:`host_of_key`)."""
+    a = np.frombuffer(np.ascontiguousarray(address).tobytes(), dtype=">u4").astype(np.uint64)
+    return (a << np.uint64(32)) | (port.astype(np.int64) & 0xFFFFFFFF).astype(np.uint64)
+
+
+def host_of_key(key: int) -> tuple[bytes, int]:
+    """(address bytes, signed port) of a :func:`host_keys` value."""
+    port = key & 0xFFFFFFFF
+    return (key >> 32).to_bytes(4, "big"), port - (1 << 32) if port >= 1 << 31 else port

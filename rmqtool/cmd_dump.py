@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import click
 
-from .blocks import body_crcs_match, gather, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
+from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
 from .exitcodes import Exit
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from .formats import commitlog as cl
@@ -887,10 +887,6 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
         tags_piece = b'"tags":null,"tags_code":0'
     uniq_piece = [b'"', value("UNIQ_KEY"), b'"'] if "UNIQ_KEY" in vals else [b"null"]
     # hosts (born, store + msg id prefix)
-    def host_key(addr: Any, port: Any) -> Any:
-        a = np.ascontiguousarray(addr[:n]).view(">u4").reshape(n).astype(np.uint64)
-        return (a << np.uint64(32)) | (port[:n] & 0xFFFFFFFF).astype(np.uint64)
-
     def host_entries(keyarr: Any) -> tuple[Any, list[int]]:
         u, inv = np.unique(keyarr, return_inverse=True)
         return inv.reshape(-1), u.tolist()
@@ -898,15 +894,13 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     def host_info(key: int) -> tuple[bytes, bytes]:
         h = vec.hosts.get(key)
         if h is None:
-            addr = (key >> 32).to_bytes(4, "big")
-            port = key & 0xFFFFFFFF
-            port = port - (1 << 32) if port >= 1 << 31 else port
+            addr, port = host_of_key(key)
             h = vec.hosts[key] = (_enc(host_to_str(addr, port)).encode(), b'"' + (addr + struct.pack(">i", port)).hex().upper().encode())
         return h
 
-    binv, bkeys = host_entries(host_key(baddr, bport))
+    binv, bkeys = host_entries(host_keys(baddr[:n], bport[:n]))
     born_piece = _table_piece(np, binv, [host_info(x)[0] for x in bkeys])
-    sinv, skeys = host_entries(host_key(saddr, sport))
+    sinv, skeys = host_entries(host_keys(saddr[:n], sport[:n]))
     store_piece = _table_piece(np, sinv, [host_info(x)[0] for x in skeys])
     mid_piece = _table_piece(np, sinv, [host_info(x)[1] for x in skeys])
     o_po = offs["physical_offset"][0]

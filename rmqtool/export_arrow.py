@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-from .blocks import body_crcs_match, distinct, gather, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
+from .blocks import body_crcs_match, distinct, gather, host_keys, host_of_key, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
 from .formats import commitlog as cl
 from .formats.javahash import tags_code
 from .formats.names import host_to_str
@@ -310,21 +310,15 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
         cols["keys"] = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()))
     cols["uniq_key"] = values_of("UNIQ_KEY") if "UNIQ_KEY" in vidx else pa.nulls(n, pa.string())
 
-    def host_key(addr: np.ndarray, port: np.ndarray) -> np.ndarray:
-        a = np.frombuffer(addr.tobytes(), dtype=">u4").astype(np.uint64)
-        return (a << np.uint64(32)) | (port.astype(np.int64) & 0xFFFFFFFF).astype(np.uint64)
-
     def host_info(key: int) -> tuple[str, bytes]:
         h = st.hosts.get(key)
         if h is None:
-            addr = (key >> 32).to_bytes(4, "big")
-            port = key & 0xFFFFFFFF
-            port = port - (1 << 32) if port >= 1 << 31 else port
+            addr, port = host_of_key(key)
             h = st.hosts[key] = (host_to_str(addr, port), (addr + struct.pack(">i", port)).hex().upper().encode())
         return h
 
-    bk = host_key(H["born_host_address"][:n], H["born_host_port"][:n])
-    sk = host_key(H["store_host_address"][:n], H["store_host_port"][:n])
+    bk = host_keys(H["born_host_address"][:n], H["born_host_port"][:n])
+    sk = host_keys(H["store_host_address"][:n], H["store_host_port"][:n])
     binv, bfirst = distinct(bk)
     sinv, sfirst = distinct(sk)
     bu, su = bk[bfirst], sk[sfirst]

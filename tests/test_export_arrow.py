@@ -76,19 +76,26 @@ def test_shapes_without_keys_tags_or_uniq_key(tmp_path: Path) -> None:
     compare(tmp_path / "b", 10_000)
 
 
-def test_damaged_store_same_rows(tmp_path: Path) -> None:
+def _first_starts(data: bytes | bytearray, count: int) -> list[int]:
+    """The positions of the first ``count`` records of a commitlog file (by TOTALSIZE)."""
     from rmqtool.formats import commitlog as cl
+
+    pos, starts = 0, []
+    while len(starts) < count:
+        total, _magic = cl.PREFIX.unpack_from(data, pos)
+        starts.append(pos)
+        pos += total
+    return starts
+
+
+def test_damaged_store_same_rows(tmp_path: Path) -> None:
     from rmqtool.recovery.synth import write_synthetic_store
 
     root = tmp_path / "d"
     write_synthetic_store(root, total_bytes=150_000, file_size=65536, body_size=300)
     p = root / "commitlog" / "00000000000000000000"
     data = bytearray(p.read_bytes())
-    pos, starts = 0, []
-    while len(starts) < 120:
-        total, _magic = cl.PREFIX.unpack_from(data, pos)
-        starts.append(pos)
-        pos += total
+    starts = _first_starts(data, 120)
     data[starts[5] + 200] ^= 0x55  # body byte: CRC mismatch inside a run of plain records
     data[starts[40] + 4] ^= 0xFF  # magic: a damaged spot, then resync
     data[starts[80] + 120] = 0x22  # a '"' in the properties: not plain, the row path takes it
@@ -108,11 +115,7 @@ def test_block_refuses_a_crc_mismatch_and_stops_before_it(tmp_path: Path) -> Non
     write_synthetic_store(root, total_bytes=60_000, file_size=65536, body_size=100)
     p = root / "commitlog" / "00000000000000000000"
     data = bytearray(p.read_bytes())
-    pos, starts = 0, []
-    while len(starts) < 40:
-        total, _magic = cl.PREFIX.unpack_from(data, pos)
-        starts.append(pos)
-        pos += total
+    starts = _first_starts(data, 40)
     data[starts[30] + cl.LAYOUTS[(cl.MAGIC_V1, 0)].header.size + 3] ^= 1
     p.write_bytes(bytes(data))
     split = plan_splits(Store.open(root), None, label="c")[0]
