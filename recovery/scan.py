@@ -119,45 +119,7 @@ def file_has_nonzero(path: Any, pos: int, end: int) -> bool:
     pre-allocated commitlog or consume queue file: RocketMQ maps them with setLength) are
     skipped with SEEK_DATA/SEEK_HOLE; the data extents are searched through a map, on
     words."""
-    import errno
-    import mmap
-    import os
-
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        end = min(end, size)
-        if pos >= end:
-            return False
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-        u8 = np.frombuffer(mm, dtype=np.uint8, count=end)
-        try:
-            seek_data = getattr(os, "SEEK_DATA", None)
-            seek_hole = getattr(os, "SEEK_HOLE", None)
-            while pos < end:
-                stop = end
-                if seek_data is not None and seek_hole is not None:
-                    try:
-                        pos = os.lseek(fd, pos, seek_data)
-                        stop = min(end, os.lseek(fd, pos, seek_hole))
-                    except OSError as exc:  # ENXIO: nothing but a hole after pos
-                        if exc.errno == errno.ENXIO:
-                            return False
-                        stop = end  # no extent information: search it all
-                if pos >= end:
-                    return False
-                if first_nonzero(u8, pos, stop) >= 0:
-                    return True
-                pos = stop
-            return False
-        finally:
-            del u8
-            try:
-                mm.close()
-            except BufferError:  # pragma: no cover - a view still alive
-                pass
-    finally:
-        os.close(fd)
+    return _search_file(path, pos, end, last=False) >= 0
 
 
 def sorted_unique(a: np.ndarray) -> np.ndarray:
@@ -199,6 +161,12 @@ def _data_extents(fd: int, lo: int, hi: int) -> list[tuple[int, int]]:
 def last_nonzero_in_file(path: Any, lo: int, hi: int) -> int:
     """Position of the last non-zero byte of a file in ``[lo, hi)``, or -1: holes are
     skipped (SEEK_DATA/SEEK_HOLE), data extents searched backwards on words."""
+    return _search_file(path, lo, hi, last=True)
+
+
+def _search_file(path: Any, lo: int, hi: int, last: bool) -> int:
+    """The first (or ``last``) non-zero byte of a file in ``[lo, hi)``, or -1, searching
+    only its data extents (:func:`_data_extents`) through a map."""
     import mmap
     import os
 
@@ -215,9 +183,9 @@ def last_nonzero_in_file(path: Any, lo: int, hi: int) -> int:
     finally:
         os.close(fd)
     try:
-        for a, b in reversed(extents):
+        for a, b in reversed(extents) if last else extents:
             u8 = np.frombuffer(mm, dtype=np.uint8, count=b - a, offset=a)
-            p = last_nonzero(u8)
+            p = last_nonzero(u8) if last else first_nonzero(u8, 0, b - a)
             del u8
             if p >= 0:
                 return a + p
