@@ -431,7 +431,6 @@ class SessionHandle:
     log_path: str | None
     owned: bool  # we created it (stop it at the end)
     started_in: float
-    temp_files: tuple[str, ...] = ()  # removed when the session is stopped
 
     def stop(self, keep_log: bool) -> None:
         if not self.owned:
@@ -440,9 +439,9 @@ class SessionHandle:
             self.spark.stop()
         except Exception:  # noqa: BLE001 - stopping is best effort
             pass
-        for p in self.temp_files + (() if keep_log or not self.log_path else (self.log_path,)):
+        if self.log_path and not keep_log:
             try:
-                os.unlink(p)
+                os.unlink(self.log_path)
             except OSError:
                 pass
 
@@ -519,16 +518,17 @@ def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf:
         os.close(fd)
     try:
         spark = _with_stderr_to(log_path, b.getOrCreate)
-    except BaseException:
+    finally:
+        # log4j2 read its configuration while the JVM started: the file is not needed
+        # any more, and removing it now leaves nothing behind if this process is killed
         os.unlink(log4j.name)
-        raise
     try:
         spark.sparkContext.setLogLevel("ERROR")
     except Exception:  # noqa: BLE001 - cosmetic
         pass
     if warm_up:
         _warm_up(spark)
-    return SessionHandle(spark, log_path, True, time.perf_counter() - t0, (log4j.name,))
+    return SessionHandle(spark, log_path, True, time.perf_counter() - t0)
 
 
 def _executor_imports(it: Iterable[Any]) -> Iterator[int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -444,3 +445,13 @@ def test_session_settings_light_jvm_only_for_the_arrow_writer(monkeypatch: pytes
         with pytest.raises(Stop):
             es.run_export([("clean", store)], str(tmp_path / writer), writer=writer)
     assert asked == [True, False]
+
+
+def test_session_leaves_no_log4j_file_behind(spark: Any) -> None:
+    # the quiet log4j2 configuration is read when the JVM starts; the file is removed at
+    # once, so a session killed later leaves nothing in the temp directory
+    opts = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    found = re.search(r"-Dlog4j2\.configurationFile=file:(\S+)", opts)
+    assert found, opts
+    assert "rmqtool-log4j2-" in found.group(1)
+    assert not os.path.exists(found.group(1))
