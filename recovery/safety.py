@@ -24,7 +24,7 @@ Guarantees, in the order a destructive command (rebuild-index, recover, restore)
 
 Journal format (``<store>/.rmqtool-journal/<txid>/journal.json``, replaced atomically)::
 
-    {"format": "rmqtool-journal", "version": 1, "txid": "...", "state": "staging",
+    {"format": "rmqtool-journal", "version": 2, "txid": "...", "state": "staging",
      "description": "...", "created_utc": "...", "pid": 1234,
      "backup_dir": "/abs/path" | null, "backup_dir_preexisted": false,
      "steps": [{"action": "replace", "path": "consumequeue/T/0/000...", "staged": "000000",
@@ -50,7 +50,7 @@ ignored by the broker, which reads only ``commitlog/``, ``consumequeue/``, ``ind
 Backup format (``<backup_dir>/manifest.json``, written last, atomically; whole original
 files under ``files/<path>``, cut ranges under ``pieces/<path>@<offset>``)::
 
-    {"format": "rmqtool-backup", "version": 1, "txid": "...", "created_utc": "...",
+    {"format": "rmqtool-backup", "version": 2, "txid": "...", "created_utc": "...",
      "store": "/abs/store", "description": "...",
      "entries": [{"action": "replace" | "create" | "remove" | "truncate_tail" | "write_at",
                   "path": "relative/to/store",
@@ -59,6 +59,12 @@ files under ``files/<path>``, cut ranges under ``pieces/<path>@<offset>``)::
                   "backup": "files/..." | "pieces/...@OFFSET",      # absent for "create"
                   "offset": O, "length": L, "piece_sha256": "...",   # in-place actions only
                   "created_dirs": ["consumequeue/T/9"]}, ...]}     # "create" only
+
+Digests (``*sha256`` fields of journal and manifest): 64 hex digits, the sha256 of the
+whole content; or ``<64 hex>+<N>z``, the sha256 of all but the last N bytes, which are
+zeros (written for zero tails of 1 MiB or more: index files, consume queues and cut
+commitlog tails end in long runs of zeros, which are then checked byte by byte instead of
+hashed). Version 1 wrote only the first form; both versions are read.
 
 The test hook: when the environment variable ``RMQTOOL_TEST_CRASH_AFTER=N`` is set, the
 process calls ``os._exit(137)`` once N durable steps of a transaction (or of a recovery)
@@ -72,8 +78,8 @@ import errno
 import fcntl
 import hashlib
 import json
-import mmap
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -113,6 +119,8 @@ __all__ = [
     "pending_journals",
     "recover_pending",
     "restore",
+    "digest_matches",
+    "file_digest",
     "sha256_file",
     "verify_backup",
 ]
@@ -125,7 +133,8 @@ MANIFEST_FILE = "manifest.json"
 CRASH_ENV = "RMQTOOL_TEST_CRASH_AFTER"
 JOURNAL_FORMAT = "rmqtool-journal"
 MANIFEST_FORMAT = "rmqtool-backup"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: digests may describe a zero tail instead of hashing it (see file_digest)
+_READABLE_VERSIONS = (1, 2)
 # Store subdirectories the broker scans; a backup must never live inside them.
 BROKER_DIRS = ("commitlog", "consumequeue", "index")
 
@@ -232,11 +241,69 @@ def atomic_write(path: str | Path, data: bytes, mode: int = 0o644) -> None:
 
 def sha256_file(path: str | Path) -> str:
     """Hex sha256 of a file's whole content."""
+    return _sha256_head(path, None)
+
+
+def _sha256_head(path: str | Path, n: int | None) -> str:
+    """Hex sha256 of a file's first ``n`` bytes (None: all of them)."""
     h = hashlib.sha256()
+    left = -1 if n is None else n
     with open(path, "rb") as f:
-        while chunk := f.read(_BIG_CHUNK):
+        while left and (chunk := f.read(_BIG_CHUNK if left < 0 else min(_BIG_CHUNK, left))):
             h.update(chunk)
+            if left > 0:
+                left -= len(chunk)
     return h.hexdigest()
+
+
+# A digest in a journal or manifest is either 64 hex digits, the sha256 of the whole
+# content, or ``<64 hex>+<N>z``: the sha256 of all but the last N bytes, which are zeros.
+# Index files (420 MB, mostly an unused zero tail), consume queues and cut commitlog tails
+# end in long runs of zeros; describing a run of at least _SPARSE_MIN bytes instead of
+# hashing it (sha256 runs at about 1 GB/s here) takes their hashing off the commit's path
+# and loses nothing: a check still reads every byte (the tail must be zeros).
+_SPARSE_MIN = 1 << 20
+_DIGEST_RE = re.compile(r"([0-9a-f]{64})(?:\+([0-9]+)z)?")
+
+
+def _digest(hexdigest: str, zeros: int) -> str:
+    return f"{hexdigest}+{zeros}z" if zeros else hexdigest
+
+
+def _trailing_zeros(path: str | Path, size: int) -> int:
+    """Length of the run of zero bytes a file ends with, if at least ``_SPARSE_MIN`` (else
+    0); holes are skipped, data searched on words (``recovery.scan``)."""
+    if size < _SPARSE_MIN:
+        return 0
+    from .scan import last_nonzero_in_file
+
+    z = size - 1 - last_nonzero_in_file(path, 0, size)
+    return z if z >= _SPARSE_MIN else 0
+
+
+def file_digest(path: str | Path) -> str:
+    """The digest of a file as journals and manifests record it (a zero tail of at least
+    1 MiB described, not hashed)."""
+    size = os.stat(path).st_size
+    z = _trailing_zeros(path, size)
+    return _digest(_sha256_head(path, size - z), z)
+
+
+def digest_matches(path: str | Path, want: Any) -> bool:
+    """Whether the file at ``path`` has the content the digest ``want`` describes."""
+    m = _DIGEST_RE.fullmatch(want) if isinstance(want, str) else None
+    if m is None:
+        return False
+    zeros = int(m.group(2) or 0)
+    size = os.stat(path).st_size
+    if zeros > size:
+        return False
+    if zeros:
+        from .scan import file_has_nonzero
+
+        if file_has_nonzero(path, size - zeros, size):
+            return False
+    return _sha256_head(path, size - zeros) == m.group(1)
 
 
 _BIG_CHUNK = 1 << 23  # reads for hashing and copying: fewer calls, hashlib drops the GIL
@@ -255,6 +322,7 @@ class _Hasher:
         self._q: Any = queue.Queue(maxsize=8)  # bounds the bytes held for hashing
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._zeros = 0  # zero bytes fed last and not hashed yet (a tail is described)
 
     def _run(self) -> None:
         while True:
@@ -279,17 +347,32 @@ class _Hasher:
             self._thread.start()
 
     def update_zeros(self, n: int) -> None:
-        """Feed ``n`` zero bytes; the background thread hashes them (the caller does not
-        wait: a long zero tail, e.g. an index file's unused entries, costs it nothing)."""
+        """Feed ``n`` zero bytes. They are hashed (by the background thread) only if more
+        data follows: a zero tail of at least 1 MiB, e.g. an index file's unused entries,
+        is described in the digest instead (``<hex>+<N>z``)."""
+        if n > 0:
+            self._zeros += n
+
+    def _flush_zeros(self) -> None:
+        n, self._zeros = self._zeros, 0
         if n <= 0:
             return
         if n < _BG_HASH_MIN:
-            self.update(bytes(n))
+            self._drain()
+            self.h.update(bytes(n))
             return
         self._start()
         self._q.put(n)
 
+    def reset(self) -> None:
+        """Start over (the caller hashes the content again from the start)."""
+        self.close()
+        self.h = hashlib.sha256()
+        self._zeros = 0
+
     def update(self, b: Any) -> None:
+        if self._zeros:
+            self._flush_zeros()
         if isinstance(b, bytes) and len(b) >= _BG_HASH_MIN:
             self._start()
             self._q.put(b)
@@ -313,8 +396,11 @@ class _Hasher:
             self._thread = None
 
     def hexdigest(self) -> str:
+        """The digest (see :func:`file_digest`)."""
+        if self._zeros < _SPARSE_MIN:
+            self._flush_zeros()
         self._drain()
-        return self.h.hexdigest()
+        return _digest(self.h.hexdigest(), self._zeros)
 
 
 class _PendingDigest:
@@ -407,12 +493,10 @@ class _PreHash:
                 st = os.fstat(f.fileno())
                 if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.key:
                     return
-                h = hashlib.sha256()
-                while chunk := f.read(_BIG_CHUNK):
-                    h.update(chunk)
+                digest = file_digest(path)
                 st = os.fstat(f.fileno())
                 if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == self.key:
-                    self.digest = h.hexdigest()
+                    self.digest = digest
         except (OSError, ValueError):
             pass
 
@@ -792,7 +876,7 @@ def _read_journal(jdir: Path) -> dict[str, Any] | None:
         doc = json.loads(raw)
     except ValueError as exc:
         raise JournalError(f"journal is not valid JSON ({exc}); inspect it by hand", path) from exc
-    if not isinstance(doc, dict) or doc.get("format") != JOURNAL_FORMAT or doc.get("version") != FORMAT_VERSION:
+    if not isinstance(doc, dict) or doc.get("format") != JOURNAL_FORMAT or doc.get("version") not in _READABLE_VERSIONS:
         raise JournalError("not an rmqtool journal of a known version; inspect it by hand", path)
     if doc.get("state") not in _ROLLBACK_STATES + _FORWARD_STATES or not isinstance(doc.get("steps"), list):
         raise JournalError(f"journal has an unknown state {doc.get('state')!r}", path)
@@ -852,7 +936,7 @@ def _apply_step(store: Path, jdir: Path, step: _Step) -> None:
         assert staged is not None
         if not staged.exists():
             # Renamed into place by an earlier attempt; make sure that is what happened.
-            if not target.exists() or sha256_file(target) != step.new_sha256:
+            if not target.exists() or not digest_matches(target, step.new_sha256):
                 raise JournalError("staged file is gone but the target does not hold the new content", target)
             return
         if step.action == "create":
@@ -966,11 +1050,11 @@ def _check_step_resumable(store: Path, jdir: Path, step: _Step, backup_dir: Path
             if step.action == "create":
                 ok = not os.path.lexists(target)
             else:
-                ok = target.is_file() and sha256_file(target) == step.orig_sha256
+                ok = target.is_file() and digest_matches(target, step.orig_sha256)
         else:
-            ok = target.is_file() and sha256_file(target) == step.result_sha256
+            ok = target.is_file() and digest_matches(target, step.result_sha256)
     elif step.action == "remove":
-        ok = not os.path.lexists(target) or sha256_file(target) == step.orig_sha256
+        ok = not os.path.lexists(target) or digest_matches(target, step.orig_sha256)
     else:
         if backup_dir is None or step.backup is None or step.cut_end is None:
             raise JournalError("journal lacks the backup data needed to check this step", jdir / JOURNAL_FILE)
@@ -993,10 +1077,9 @@ def _verify_step(store: Path, step: _Step) -> None:
         return
     if not target.exists():
         raise ChecksumMismatchError("missing after applying the journal", target)
-    got = sha256_file(target)
-    if got != step.result_sha256:
+    if not digest_matches(target, step.result_sha256):
         raise ChecksumMismatchError(
-            f"sha256 {got[:16]}... after applying, expected {step.result_sha256[:16]}...", target)
+            f"content after applying does not match the journal's sha256 {step.result_sha256[:16]}...", target)
 
 
 # --------------------------------------------------------------------------- transaction
@@ -1209,8 +1292,7 @@ class StoreTransaction:
                 data(hf)  # type: ignore[arg-type]
                 f.flush()
                 if not hf.sequential:
-                    h.close()
-                    h.h = hashlib.sha256()
+                    h.reset()
                     f.seek(0)
                     while chunk := f.read(_BIG_CHUNK):
                         h.update(chunk)
@@ -1472,12 +1554,21 @@ class StoreTransaction:
         rel_backup = f"pieces/{step.path}@{off}"
         orig_h, res_h, piece_h = hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
         piece_path = bdir / rel_backup
+        # zero tails are described in the digests, not hashed (see file_digest): the
+        # file's own, the piece's share of it, and a zero-filled cut's result
+        # file's own (never read: [head_end, size) is known to be zeros), the piece's share
+        # of it (left as a hole in the copy), and a zero-filled cut's result
+        zeros = _trailing_zeros(target, size)
+        head_end = size - zeros
+        stop = max(off, head_end)  # bytes read: the prefix, and the cut bytes up to the zeros
+        piece_zeros = max(0, cut_end - stop)
         with open(target, "rb") as f, _BackupFile(piece_path) as piece:
             pos = 0
-            while chunk := f.read(_CHUNK if pos >= off else min(_CHUNK, off - pos)):
+            while pos < stop and (chunk := f.read(min(_CHUNK, (off if pos < off else stop) - pos))):
                 if pos == off:
                     step.prefix_sha256 = res_h.hexdigest()
-                orig_h.update(chunk)
+                if pos < head_end:
+                    orig_h.update(chunk[: head_end - pos])
                 if pos < off:
                     res_h.update(chunk)  # the prefix is the same before and after
                 else:
@@ -1486,11 +1577,21 @@ class StoreTransaction:
                         piece.write(take)
                         piece_h.update(take)
                 pos += len(chunk)
-            if pos != size:
-                raise SafetyError(f"size changed while being backed up ({size} -> {pos})", target)
+            now = os.fstat(f.fileno()).st_size
+            if pos != stop or now != size:
+                raise SafetyError(f"size changed while being backed up ({size} -> {now})", target)
+            if step.prefix_sha256 is None:  # the prefix ends where reading stopped
+                step.prefix_sha256 = res_h.hexdigest()
+            piece.write_zeros(piece_zeros)
+            if piece_zeros < _SPARSE_MIN:  # a short zero run is hashed
+                piece_h.update(bytes(piece_zeros))
+                piece_zeros = 0
             # The result: prefix, new bytes, then whatever original bytes follow them.
+            res_zeros = 0
             if step.action == "truncate_tail":
-                left = new_len
+                if new_len >= _SPARSE_MIN:
+                    res_zeros = new_len
+                left = new_len - res_zeros
                 while left:
                     n = min(_CHUNK, left)
                     res_h.update(_ZEROS[:n])
@@ -1504,14 +1605,12 @@ class StoreTransaction:
                 f.seek(off + new_len)
                 while chunk := f.read(_CHUNK):
                     res_h.update(chunk)
-        piece_sha = piece_h.hexdigest()
-        if step.prefix_sha256 is None:  # the file ends at the offset
-            step.prefix_sha256 = orig_h.hexdigest()
-        step.orig_sha256, step.backup, step.cut_end = orig_h.hexdigest(), rel_backup, cut_end
-        original["sha256"] = orig_h.hexdigest()
+        piece_sha = _digest(piece_h.hexdigest(), piece_zeros)
+        step.orig_sha256, step.backup, step.cut_end = _digest(orig_h.hexdigest(), zeros), rel_backup, cut_end
+        original["sha256"] = step.orig_sha256
         result_size = size if (step.action == "truncate_tail" and step.zero_fill) else (
             off if step.action == "truncate_tail" else (off + new_len if cut_to_end else max(size, off + new_len)))
-        step.result_size, step.result_sha256 = result_size, res_h.hexdigest()
+        step.result_size, step.result_sha256 = result_size, _digest(res_h.hexdigest(), res_zeros)
         entry.update(original=original, result={"size": result_size, "sha256": step.result_sha256},
                      backup=rel_backup, offset=off, length=cut_end - off, piece_sha256=piece_sha)
         if step.action == "truncate_tail":
@@ -1535,26 +1634,16 @@ class StoreTransaction:
             fd = os.open(dst, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             try:
                 os.fsync(fd)
-                h = hashlib.sha256()
                 fst = os.fstat(fd)
-                size = fst.st_size
                 digest = pre.result(fst) if pre is not None else None
-                if digest is not None:
-                    os.close(fd)
-                    fd = -1
-                    fsync_dir(dst.parent)
-                    return digest
-                if size:
-                    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as m:
-                        for a in range(0, size, _BIG_CHUNK):  # hashlib drops the GIL on large updates
-                            h.update(m[a : a + _BIG_CHUNK])
             finally:
-                if fd >= 0:
-                    os.close(fd)
+                os.close(fd)
+            if digest is None:
+                digest = file_digest(dst)
             fsync_dir(dst.parent)
         except OSError as exc:
             raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", dst) from exc
-        return h.hexdigest()
+        return digest
 
     @staticmethod
     def _copy_to_backup(src: Path, dst: Path) -> str:
@@ -1585,6 +1674,16 @@ class _BackupFile:
     def write(self, data: bytes) -> None:
         try:
             self._f.write(data)
+        except OSError as exc:
+            raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", self.path) from exc
+
+    def write_zeros(self, n: int) -> None:
+        """``n`` zero bytes, left as a hole (nothing written nor fsynced)."""
+        if n <= 0:
+            return
+        try:
+            self._f.seek(n, os.SEEK_CUR)
+            self._f.truncate()
         except OSError as exc:
             raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", self.path) from exc
 
@@ -1693,7 +1792,7 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
         raise ManifestError(f"corrupt manifest (not JSON: {exc})", path) from exc
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise ManifestError("not an rmqtool backup manifest", path)
-    if doc.get("version") != FORMAT_VERSION:
+    if doc.get("version") not in _READABLE_VERSIONS:
         raise ManifestError(f"unsupported manifest version {doc.get('version')!r}", path)
     entries = doc.get("entries")
     if not isinstance(entries, list):
@@ -1749,22 +1848,17 @@ def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None
             raise ManifestError("backup file named in the manifest is missing", piece) from exc
         if size != want_size:
             raise ChecksumMismatchError(f"backup copy has {size} bytes, manifest says {want_size}", piece)
-        got = sha256_file(piece)
-        if got != want_sha:
-            raise ChecksumMismatchError(f"backup copy sha256 {got[:16]}... does not match the manifest", piece)
+        if not digest_matches(piece, want_sha):
+            raise ChecksumMismatchError(f"backup copy does not match the manifest's sha256 {str(want_sha)[:16]}...", piece)
 
 
-def _state_of(path: Path) -> tuple[int, str] | None:
+def _matches(path: Path, want: dict[str, Any] | None) -> bool:
+    """Whether the file at ``path`` is as ``want`` (a manifest's original or result; None:
+    no file) describes it."""
     if not os.path.lexists(path):
-        return None
+        return want is None
     st = _regular_stat(path)
-    return st.st_size, sha256_file(path)
-
-
-def _matches(cur: tuple[int, str] | None, want: dict[str, Any] | None) -> bool:
-    if cur is None or want is None:
-        return cur is None and want is None
-    return cur == (want["size"], want["sha256"])
+    return want is not None and st.st_size == want["size"] and digest_matches(path, want["sha256"])
 
 
 def restore(
@@ -1798,11 +1892,10 @@ def restore(
         for e in reversed(entries):
             rel, action = e["path"], e["action"]
             target = store / rel
-            cur = _state_of(target)
             orig, res = e["original"], e["result"]
-            if _matches(cur, orig):
+            if _matches(target, orig):
                 continue  # already as it was
-            if not _matches(cur, res):
+            if not _matches(target, res):
                 raise RestoreConflictError(
                     f"changed since the backup was taken (expected the {action} result or the original); "
                     "restore it by hand from the backup", target)
@@ -1836,8 +1929,7 @@ def restore(
                 pass  # not empty (the broker or someone put files there) or already gone
         for e in entries:
             target = store / e["path"]
-            cur = _state_of(target)
-            if not _matches(cur, e["original"]):
+            if not _matches(target, e["original"]):
                 if e["original"] is None:
                     raise ChecksumMismatchError("still present after restore", target)
                 raise ChecksumMismatchError("sha256 after restore does not match the manifest's original", target)

@@ -44,16 +44,18 @@ TOPICS = "config/topics.json"
 # ----------------------------------------------------------------------------- helpers
 
 
-def make_store(root: Path, *, with_lock: bool = True) -> Path:
-    """A small store tree with the usual RocketMQ layout and random content."""
+def make_store(root: Path, *, with_lock: bool = True, tail: int = 0) -> Path:
+    """A small store tree with the usual RocketMQ layout and random content; ``tail``
+    zero bytes more at the end of CL1, CQ0 and IDX (long zero tails are described in
+    digests, not hashed)."""
     rnd = random.Random(20240101)
     store = root / "store"
     files = {
         CL0: rnd.randbytes(64 * 1024),
-        CL1: rnd.randbytes(20000) + bytes(12000),
-        CQ0: rnd.randbytes(6000),
+        CL1: rnd.randbytes(20000) + bytes(12000 + tail),
+        CQ0: rnd.randbytes(6000) + bytes(tail),
         CQ1: rnd.randbytes(6000),
-        IDX: rnd.randbytes(4000),
+        IDX: rnd.randbytes(4000) + bytes(tail),
         "checkpoint": rnd.randbytes(4096),
         TOPICS: b'{"topicConfigTable":{"TopicA":{}}}',
         "abort": b"",
@@ -155,11 +157,16 @@ from pathlib import Path
 from rmqtool.recovery.safety import StoreTransaction, recover_pending
 
 store, backup = Path(sys.argv[1]), Path(sys.argv[2])
+tail = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 
 def cq_writer(f):
     f.write(b"\\x01" * 3000)
     f.seek(100)
     f.write(b"\\x02" * 10)
+
+def index_writer(f):  # sequential, ends in a hole: its zero tail is described, not hashed
+    f.write(b"\\x04" * 5000)
+    f.write_zeros(tail)
 
 with StoreTransaction(store, backup_dir=backup, description="crash test") as tx:
     tx.replace_file("consumequeue/TopicA/0/00000000000000000000", cq_writer)
@@ -168,6 +175,8 @@ with StoreTransaction(store, backup_dir=backup, description="crash test") as tx:
     tx.remove_file("index/20240101000000000")
     tx.truncate_tail("config/topics.json", 5, zero_fill=False)
     tx.write_at("checkpoint", 8, b"\\xff" * 16)
+    if tail:
+        tx.create_file("index/20250101000000000", index_writer)
     tx.commit()
 """
 
@@ -513,27 +522,31 @@ def test_unreadable_journal_is_left_for_a_human(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- crashes
 
 
-def _reference(tmp_path: Path) -> tuple[Path, dict, dict]:
+TAILS = [0, 3 << 20]  # without and with zero tails long enough to be described in digests
+
+
+def _reference(tmp_path: Path, tail: int = 0) -> tuple[Path, dict, dict]:
     """A pristine store template, its snapshot, and the snapshot after STANDARD_TX."""
-    template = make_store(tmp_path / "template")
+    template = make_store(tmp_path / "template", tail=tail)
     old = snapshot(template)
     ref = tmp_path / "ref"
     shutil.copytree(template, ref)
-    r = run_py(STANDARD_TX, str(ref), str(tmp_path / "ref-bk"))
+    r = run_py(STANDARD_TX, str(ref), str(tmp_path / "ref-bk"), str(tail))
     assert r.returncode == 0, r.stderr
     new = snapshot(ref)
     assert new != old
     return template, old, new
 
 
-def test_kill_at_every_step_then_recover_gives_old_or_new(tmp_path: Path) -> None:
-    template, old, new = _reference(tmp_path)
+@pytest.mark.parametrize("tail", TAILS)
+def test_kill_at_every_step_then_recover_gives_old_or_new(tmp_path: Path, tail: int) -> None:
+    template, old, new = _reference(tmp_path, tail)
     outcomes: list[str] = []
     for n in range(200):
         store = tmp_path / f"s{n}" / "store"
         shutil.copytree(template, store)
         bdir = tmp_path / f"s{n}" / "bk"
-        rc = run_forked(STANDARD_TX, str(store), str(bdir), crash_after=n)
+        rc = run_forked(STANDARD_TX, str(store), str(bdir), str(tail), crash_after=n)
         if rc == 0:
             assert snapshot(store) == new
             break
@@ -565,13 +578,13 @@ def test_kill_at_every_step_then_recover_gives_old_or_new(tmp_path: Path) -> Non
     assert "old" in outcomes and "new" in outcomes
 
 
-def crash_in_applying(tmp_path: Path, template: Path, applied: int) -> Path:
+def crash_in_applying(tmp_path: Path, template: Path, applied: int, tail: int = 0) -> Path:
     """A copy of ``template`` where STANDARD_TX was killed in state "applying" after
     ``applied`` of its actions were applied."""
     for n in range(200):
         store = tmp_path / f"c{n}" / "store"
         shutil.copytree(template, store)
-        rc = run_forked(STANDARD_TX, str(store), str(tmp_path / f"c{n}" / "bk"), crash_after=n)
+        rc = run_forked(STANDARD_TX, str(store), str(tmp_path / f"c{n}" / "bk"), str(tail), crash_after=n)
         assert rc == 137
         if journal_state(store) == "applying":
             if applied == 0:
@@ -579,16 +592,17 @@ def crash_in_applying(tmp_path: Path, template: Path, applied: int) -> Path:
             n += applied
             store = tmp_path / f"c{n}" / "store"
             shutil.copytree(template, store)
-            rc = run_forked(STANDARD_TX, str(store), str(tmp_path / f"c{n}" / "bk"), crash_after=n)
+            rc = run_forked(STANDARD_TX, str(store), str(tmp_path / f"c{n}" / "bk"), str(tail), crash_after=n)
             assert rc == 137 and journal_state(store) == "applying"
             return store
         shutil.rmtree(tmp_path / f"c{n}")
     raise AssertionError("never reached state applying")
 
 
-def test_kill_during_recovery_then_recover_again(tmp_path: Path) -> None:
-    template, old, new = _reference(tmp_path)
-    crashed = crash_in_applying(tmp_path, template, applied=3)
+@pytest.mark.parametrize("tail", TAILS)
+def test_kill_during_recovery_then_recover_again(tmp_path: Path, tail: int) -> None:
+    template, old, new = _reference(tmp_path, tail)
+    crashed = crash_in_applying(tmp_path, template, applied=3, tail=tail)
     assert snapshot(crashed) not in (old, new)  # genuinely half applied
     for m in range(100):
         store = tmp_path / f"r{m}" / "store"
@@ -606,11 +620,12 @@ def test_kill_during_recovery_then_recover_again(tmp_path: Path) -> None:
     assert m >= 3
 
 
-def test_half_done_zero_fill_is_finished(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tail", TAILS)
+def test_half_done_zero_fill_is_finished(tmp_path: Path, tail: int) -> None:
     """A kill in the middle of a zero fill leaves a mix of old and zero bytes; recovery
     accepts that as ours and finishes it."""
-    template, old, new = _reference(tmp_path)
-    store = crash_in_applying(tmp_path, template, applied=0)
+    template, old, new = _reference(tmp_path, tail)
+    store = crash_in_applying(tmp_path, template, applied=0, tail=tail)
     with open(store / CL1, "r+b") as f:  # the zero fill of [15000, 32000) got half way
         f.seek(15000)
         f.write(bytes(3000))
@@ -619,14 +634,19 @@ def test_half_done_zero_fill_is_finished(tmp_path: Path) -> None:
     assert snapshot(store) == new
 
 
+@pytest.mark.parametrize("tail", TAILS)
 @pytest.mark.parametrize("victim", [CQ0, CL1, "checkpoint", IDX])
-def test_recovery_refuses_to_finish_over_foreign_writes(tmp_path: Path, victim: str) -> None:
+def test_recovery_refuses_to_finish_over_foreign_writes(tmp_path: Path, victim: str, tail: int) -> None:
     """If something (a broker started after the kill) wrote into a file the interrupted
-    transaction changes, finishing it could destroy those writes: refuse, keep the journal."""
-    template, old, new = _reference(tmp_path)
-    store = crash_in_applying(tmp_path, template, applied=0)
+    transaction changes, finishing it could destroy those writes: refuse, keep the journal.
+    With long zero tails the write lands in the tail a digest describes instead of hashing."""
+    template, old, new = _reference(tmp_path, tail)
+    store = crash_in_applying(tmp_path, template, applied=0, tail=tail)
     with open(store / victim, "r+b") as f:
-        f.seek(16000 if victim == CL1 else 10)
+        if tail and victim != "checkpoint":
+            f.seek(-100, os.SEEK_END)
+        else:
+            f.seek(16000 if victim == CL1 else 10)
         f.write(b"broker wrote this")
     before = snapshot(store)
     with pytest.raises(safety.JournalError) as ei:
@@ -711,3 +731,102 @@ def test_real_store_cut_and_rebuild_then_restore(tmp_path: Path) -> None:
     restore(tmp_path / "bk", store)
     assert snapshot(store) == before
     assert mtimes(store) == before_mtimes
+
+
+# ----------------------------------------------------------------------------- digests
+
+
+def _described(content: bytes, digest: str) -> bool:
+    """Whether ``digest`` is a true description of ``content``, computed independently:
+    64 hex digits = sha256 of it all, ``<hex>+<N>z`` = sha256 of all but N zeros at the end."""
+    hexd, _, zeros = digest.partition("+")
+    n = int(zeros[:-1]) if zeros else 0
+    assert not zeros or zeros.endswith("z")
+    return (n <= len(content) and content[len(content) - n :] == bytes(n)
+            and hashlib.sha256(content[: len(content) - n]).hexdigest() == hexd)
+
+
+def test_zero_tails_are_described_in_manifest_digests(tmp_path: Path) -> None:
+    tail = 3 << 20
+    store = make_store(tmp_path, tail=tail)
+    before = {rel: (store / rel).read_bytes() for rel in (CL1, CQ0, IDX)}
+    r = run_py(STANDARD_TX, str(store), str(tmp_path / "bk"), str(tail))
+    assert r.returncode == 0, r.stderr
+    m = load_manifest(tmp_path / "bk")
+    by = {e["path"]: e for e in m["entries"]}
+    assert m["version"] == 2
+    # the original of a cut file, its piece and its zero-filled result; a removed file
+    cl1 = by[CL1]
+    assert cl1["original"]["sha256"].endswith(f"+{12000 + tail}z")
+    assert _described(before[CL1], cl1["original"]["sha256"])
+    piece = (tmp_path / "bk" / cl1["backup"]).read_bytes()
+    assert piece == before[CL1][15000:] and cl1["piece_sha256"].endswith(f"+{12000 + tail}z")
+    assert _described(piece, cl1["piece_sha256"])
+    assert cl1["result"]["sha256"].endswith(f"+{len(before[CL1]) - 15000}z")
+    assert _described((store / CL1).read_bytes(), cl1["result"]["sha256"])
+    assert _described(before[IDX], by[IDX]["original"]["sha256"]) and "+" in by[IDX]["original"]["sha256"]
+    assert _described(before[CQ0], by[CQ0]["original"]["sha256"]) and "+" in by[CQ0]["original"]["sha256"]
+    # a created file whose writer ended in write_zeros
+    new_idx = "index/20250101000000000"
+    assert by[new_idx]["result"]["sha256"].endswith(f"+{tail}z")
+    assert _described((store / new_idx).read_bytes(), by[new_idx]["result"]["sha256"])
+    # short tails are hashed: the replaced CQ file's new content (written with a seek)
+    assert "+" not in by[CQ0]["result"]["sha256"]
+    assert _described((store / CQ0).read_bytes(), by[CQ0]["result"]["sha256"])
+    restore(tmp_path / "bk", store)
+    assert all((store / rel).read_bytes() == b for rel, b in before.items())
+
+
+def test_digest_matches_reads_every_byte(tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    data = b"head" * 1000 + bytes(2 << 20)
+    p.write_bytes(data)
+    described = safety.file_digest(p)
+    assert described == hashlib.sha256(data[:4000]).hexdigest() + f"+{2 << 20}z"
+    full = hashlib.sha256(data).hexdigest()
+    assert safety.digest_matches(p, described) and safety.digest_matches(p, full)
+    # a shorter description of the same content matches too (the rest is hashed)
+    assert safety.digest_matches(p, hashlib.sha256(data[:5000]).hexdigest() + f"+{len(data) - 5000}z")
+    for bad in ("", "xyz", full.upper(), full + "+", full + "+12", described + "z", None, 42,
+                hashlib.sha256(b"").hexdigest() + f"+{len(data) + 1}z"):
+        assert not safety.digest_matches(p, bad), bad
+    # one byte anywhere, in the hashed head or in the described tail, is seen
+    for pos in (0, 3999, 4000, len(data) // 2, len(data) - 1):
+        changed = bytearray(data)
+        changed[pos] = 1
+        p.write_bytes(bytes(changed))
+        assert not safety.digest_matches(p, described), pos
+    # a sparse file (a hole) and the same zeros written out have the same digest
+    with open(p, "wb") as f:
+        f.write(b"head" * 1000)
+        f.truncate(len(data))
+    assert safety.file_digest(p) == described and safety.digest_matches(p, full)
+    # short zero tails and all-zero files
+    p.write_bytes(b"x" + bytes(1000))
+    assert safety.file_digest(p) == hashlib.sha256(b"x" + bytes(1000)).hexdigest()
+    p.write_bytes(bytes(3 << 20))
+    assert safety.file_digest(p) == hashlib.sha256(b"").hexdigest() + f"+{3 << 20}z"
+
+
+def test_version_1_manifest_with_whole_file_digests_still_restores(tmp_path: Path) -> None:
+    tail = 2 << 20
+    store = make_store(tmp_path, tail=tail)
+    before = snapshot(store)
+    contents = {rel: (store / rel).read_bytes() for rel in (CL1, IDX)}
+    with StoreTransaction(store, backup_dir=tmp_path / "bk") as tx:
+        tx.truncate_tail(CL1, 15000)
+        tx.remove_file(IDX)
+        tx.commit()
+    mpath = tmp_path / "bk" / "manifest.json"
+    m = json.loads(mpath.read_text())
+    # as version 1 wrote it: every digest the sha256 of the whole content
+    for e in m["entries"]:
+        e["original"]["sha256"] = hashlib.sha256(contents[e["path"]]).hexdigest()
+        if e["result"] is not None:
+            e["result"]["sha256"] = hashlib.sha256((store / e["path"]).read_bytes()).hexdigest()
+        if "piece_sha256" in e:
+            e["piece_sha256"] = hashlib.sha256((tmp_path / "bk" / e["backup"]).read_bytes()).hexdigest()
+    m["version"] = 1
+    mpath.write_text(json.dumps(m))
+    restore(tmp_path / "bk", store)
+    assert snapshot(store) == before
