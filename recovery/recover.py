@@ -409,14 +409,17 @@ class _SpanResult(NamedTuple):
 _SCHED = np.frombuffer(ck.SCHEDULE_TOPIC.encode(), dtype=np.uint8)
 
 
-def _plain_valid(buf: Any, mv: memoryview, v: _Views, starts: list[int], profile: BrokerProfile, check_crc: bool) -> int:
-    """How many leading records of ``starts`` (a chain whose TOTALSIZEs fit the buffer) are
-    plainly valid: V1, IPv4 hosts, lengths that add up to TOTALSIZE, not a record whose
-    DELAY must be parsed, not a 5.x inner batch, and (with ``check_crc``) a body CRC that
-    matches. The first record that is not is left to ``check_record``."""
-    s = np.asarray(starts, dtype=np.int64)
-    tot = _at(v.i4, s).astype(np.int64)
-    magic = _at(v.i4, s + 4)
+_WALK_BATCH = 1 << 13  # records checked per numpy pass: their header lines stay in cache between the gathers
+
+
+def _plain_valid(buf: Any, mv: memoryview, v: _Views, s: np.ndarray, tot: np.ndarray, profile: BrokerProfile,
+                 check_crc: bool) -> int:
+    """How many leading records of ``s`` (a chain of starts whose TOTALSIZEs ``tot`` fit
+    the buffer) are plainly valid: V1, IPv4 hosts, lengths that add up to TOTALSIZE, not a
+    record whose DELAY must be parsed, not a 5.x inner batch, and (with ``check_crc``) a
+    body CRC that matches. The first record that is not is left to ``check_record``."""
+    magic_crc = _at(v.i8, s + 4)  # MAGICCODE and BODYCRC in one gather
+    magic = magic_crc >> 32
     sf = _at(v.i4, s + 36)
     ok = (magic == cl.MAGIC_V1) & ((sf & 0x30) == 0) & (tot >= 91)
     bl = _at(v.i4, s + 84).astype(np.int64)
@@ -434,7 +437,7 @@ def _plain_valid(buf: Any, mv: memoryview, v: _Views, starts: list[int], profile
         idx = np.flatnonzero(sched)
         tb = _at(v.u1, (tpos[idx] + 1)[:, None] + np.arange(19))
         ok[idx[(tb == _SCHED).all(axis=1)]] = False
-    n = len(starts)
+    n = len(s)
     bad = np.flatnonzero(~ok)
     d = int(bad[0]) if len(bad) else n
     if profile.is_5x and d:
@@ -447,7 +450,7 @@ def _plain_valid(buf: Any, mv: memoryview, v: _Views, starts: list[int], profile
         b0 = s[:d] + 88
         crcs = np.fromiter(map(crc32_raw, map(mv.__getitem__, map(slice, b0.tolist(), (b0 + bl[:d]).tolist()))),
                            dtype=np.int64, count=d) & 0x7FFFFFFF
-        stored = _at(v.i4, s[:d] + 8).astype(np.int64)
+        stored = magic_crc[:d] & 0xFFFFFFFF
         bad = np.flatnonzero((crcs != stored) & (bl[:d] != 0))
         if len(bad):
             d = int(bad[0])
@@ -470,11 +473,14 @@ def _walk_span(
     while True:
         starts, p, capped = _chase(mv, arr, pos, lim, end, hints)
         n = len(starts)
+        # a chain: each start is the previous one plus its TOTALSIZE, the last one's leads to p
+        chain = np.append(np.asarray(starts, dtype=np.int64), p)
+        tots = np.diff(chain)
         j = 0
         q = -1
         while j < n:
-            chunk = starts[j : j + _BATCH]
-            d = _plain_valid(buf, mv, arr, chunk, profile, check_crc)
+            chunk = chain[j : min(j + _WALK_BATCH, n)]
+            d = _plain_valid(buf, mv, arr, chunk, tots[j : j + len(chunk)], profile, check_crc)
             count += d
             if d:
                 last = int(chunk[d - 1])

@@ -428,6 +428,7 @@ class ByteViews(NamedTuple):
     i2: np.ndarray
     i4: np.ndarray
     n: int
+    i8: np.ndarray
 
 
 def byte_views(buf: Any) -> ByteViews:
@@ -435,7 +436,8 @@ def byte_views(buf: Any) -> ByteViews:
     u1 = np.frombuffer(buf, dtype=np.uint8)
     i2 = np.ndarray((max(n - 1, 0),), dtype=">i2", buffer=buf, strides=(1,))
     i4 = np.ndarray((max(n - 3, 0),), dtype=">i4", buffer=buf, strides=(1,))
-    return ByteViews(u1, u1.view(np.int8), i2, i4, n)
+    i8 = np.ndarray((max(n - 7, 0),), dtype=">i8", buffer=buf, strides=(1,))
+    return ByteViews(u1, u1.view(np.int8), i2, i4, n, i8)
 
 
 def byte_at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:

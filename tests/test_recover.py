@@ -442,8 +442,10 @@ def test_parallel_sliced_walk_equals_the_broker_walk(tmp_path: Path, monkeypatch
     cq = rc.queue_hints(store)
     for span, jobs, hints in ((1 << 20, 1, None), (3000, 2, None), (777, 1, None), (1 << 20, 1, cq),
                               (5000, 2, np.unique(np.concatenate([true_starts, garbage]))), (1 << 20, 1, np.unique(garbage))):
-        got = rc.scan_files(store, P494, files, check_crc=True, jobs=jobs, span=span, hints=hints)
-        assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want, (span, jobs)
+        for batch in (rc._WALK_BATCH, 5):  # records per numpy pass: with 5, many batch boundaries
+            monkeypatch.setattr(rc, "_WALK_BATCH", batch)
+            got = rc.scan_files(store, P494, files, check_crc=True, jobs=jobs, span=span, hints=hints)
+            assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want, (span, jobs, batch)
 
 
 def test_dispatch_in_worker_processes_gives_the_same_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
