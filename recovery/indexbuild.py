@@ -284,6 +284,7 @@ class ConsumeQueueWriter:
         self._chunks: list[np.ndarray] = []  # appended units, contiguous from _seg_start
         self._pending: list[tuple[int, int, int]] = []  # scalar appends not yet in _chunks
         self._appended = 0  # units in _chunks + _pending
+        self._window = self._MIN_WINDOW  # put_batch's run window (grows while runs go through)
         self.warnings: list[CqWarning] = []
         self.min_logic_offset = 0
         if self._existing:
@@ -396,7 +397,7 @@ class ConsumeQueueWriter:
             return
         end = off + size
         i = 0
-        win = self._MIN_WINDOW
+        win = self._window  # carried over from the previous batch: a steady stream takes one pass per batch
         F = self.file_size
         while i < n:
             if self._write is None or (self._first_create and self._write == self._last_from) or n - i < 2:
@@ -437,6 +438,7 @@ class ConsumeQueueWriter:
                     k = 1
             i += k
             win = min(win * 2, self._MAX_WINDOW) if k == span else self._MIN_WINDOW
+        self._window = win
 
     # -- output --------------------------------------------------------------------------------
     def units(self) -> np.ndarray:

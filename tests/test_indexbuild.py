@@ -486,21 +486,31 @@ def test_cq_fast_equals_reference(F: int, first_cq: int, ops: list[Any], splits:
     ref = RefCQ(F, existing, max_phys)
     for r in stream:
         ref.put(*r)
-    w = ConsumeQueueWriter(F, existing, max_physic_offset=max_phys if existing else None)
-    i = 0
-    for s in splits + [len(stream)]:
-        part = stream[i : i + s]
-        if part:
-            cols = list(zip(*part))
-            w.put_batch(cols[0], cols[1], cols[2], cols[3])
-        i += s
-        if i >= len(stream):
-            break
-    assert w.files() == ref.out()
-    assert [tuple(x) for x in w.warnings] == ref.warnings
-    assert w.max_physic_offset == ref.max_phys
-    if not existing:
-        assert w.min_logic_offset == ref.min_logic
+    for cls in (ConsumeQueueWriter, _SmallWindows):
+        w = cls(F, existing, max_physic_offset=max_phys if existing else None)
+        i = 0
+        for s in splits + [len(stream)]:
+            part = stream[i : i + s]
+            if part:
+                cols = list(zip(*part))
+                w.put_batch(cols[0], cols[1], cols[2], cols[3])
+            i += s
+            if i >= len(stream):
+                break
+        assert w.files() == ref.out()
+        assert [tuple(x) for x in w.warnings] == ref.warnings
+        assert w.max_physic_offset == ref.max_phys
+        if not existing:
+            assert w.min_logic_offset == ref.min_logic
+
+
+class _SmallWindows(ConsumeQueueWriter):
+    """put_batch with tiny run windows: many windows per batch, and windows carried from
+    one batch to the next, on streams short enough for the property test."""
+
+    _SCALAR_RUN = 2
+    _MIN_WINDOW = 2
+    _MAX_WINDOW = 8
 
 
 # =============================================================================================
