@@ -72,7 +72,7 @@ from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
-from .scan import CHASE_BATCH as _BATCH, ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, message_fields, queue_hints, resync
+from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_unique
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -514,6 +514,8 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     """One walk task (runs in a worker process): file ``path``, slice ``[lo, hi)``."""
     file_index, path, base, lo, hi, end, version, delay_levels, check_crc, mdl = args[:10]
     hints = args[10] if len(args) > 10 else None
+    if hints is not None and len(args) > 11 and not args[11]:
+        hints = sorted_unique(hints)  # runs' pieces: this worker sorts its share
     profile = BrokerProfile(version, delay_levels)
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -568,7 +570,7 @@ def scan_files(
     jobs: int | None = None,
     progress: Progress | None = None,
     span: int = _SPAN,
-    hints: np.ndarray | None = None,
+    hints: np.ndarray | list[np.ndarray] | None = None,
 ) -> list[FileScan]:
     """The broker's recovery walk of each file, independently (a file's walk never depends
     on another file). Files, or slices of ``span`` bytes of big files, are walked by
@@ -584,11 +586,9 @@ def scan_files(
         lo = 0
         while True:
             hi = min(end, lo + span) if end - lo > span + span // 4 else end
-            h = None
-            if hints is not None:
-                a, b = np.searchsorted(hints, [f.base + lo, f.base + hi])
-                h = hints[a:b] - f.base if b > a else None
-            tasks.append((i, str(f.path), f.base, lo, hi, end, profile.version, profile.delay_levels, crc_of[i], max_delay_level, h))
+            h, h_sorted = hints_in(hints, f.base + lo, f.base + hi)
+            tasks.append((i, str(f.path), f.base, lo, hi, end, profile.version, profile.delay_levels, crc_of[i], max_delay_level,
+                          h - f.base if h is not None else None, h_sorted))
             if hi >= end:
                 break
             lo = hi
@@ -613,17 +613,22 @@ def scan_files(
         by_file.setdefault(r.file_index, []).append(r)
     out: list[FileScan] = []
     for i, f in enumerate(files):
-        fh = None
-        if hints is not None:
-            a, b = np.searchsorted(hints, [f.base, f.base + F])
-            fh = hints[a:b] - f.base if b > a else None
-        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level, fh))
+        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level, hints))
     return out
 
 
+def file_hints(hints: np.ndarray | list[np.ndarray] | None, lo: int, hi: int, base: int = 0) -> np.ndarray | None:
+    """The sorted distinct hints in ``[lo, hi)``, minus ``base`` (see :func:`recovery.scan.hints_in`)."""
+    h, is_sorted = hints_in(hints, lo, hi)
+    if h is None:
+        return None
+    return (h if is_sorted else sorted_unique(h)) - base
+
+
 def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile, check_crc: bool, mdl: int | None,
-          hints: np.ndarray | None = None) -> FileScan:
-    """Chain the slices of one file into the file's walk."""
+          hints: np.ndarray | list[np.ndarray] | None = None) -> FileScan:
+    """Chain the slices of one file into the file's walk (``hints``: all of them, this
+    file's share taken only if a part must be walked here)."""
     end = min(f.size, F)
     starts = {r.first_start: r for r in spans if r.first_start is not None}
     pos = 0
@@ -633,7 +638,7 @@ def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile
         r = starts.get(pos)
         if r is None:
             # no slice starts where the walk arrived: walk the rest of the file in order
-            r = _walk_from(f, pos, end, profile, check_crc, mdl, hints)
+            r = _walk_from(f, pos, end, profile, check_crc, mdl, file_hints(hints, f.base, f.base + F, f.base))
         count += r.count
         if r.last_start >= 0:
             last = r.last_start
@@ -874,7 +879,7 @@ def plan_recovery(
     # -- the walks (recovery files with the CRC, earlier files cheaply), all in one go
     todo = files[start:] + (files[:start] if check_unread else [])
     crcs = [check_crc] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
-    hints = queue_hints(store) if use_hints else None
+    hints = queue_hint_runs(store) if use_hints else None  # (each walk task sorts its share)
     walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=jobs, progress=progress,
                         hints=hints)
     plan._hints = hints  # type: ignore[attr-defined]
@@ -1090,7 +1095,7 @@ class _Queue:
 
 def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None,
                    progress: Progress | None, jobs: int | None = None, tags: bool = True,
-                   hints: np.ndarray | None = None) -> Iterable[Any]:
+                   hints: np.ndarray | list[np.ndarray] | None = None) -> Iterable[Any]:
     """The dispatch requests of ``[lo, hi)`` in column form, in commitlog order: the reput
     pass (``recovery.reput.iter_dispatch_parallel``, decoded on ``jobs`` cores).
     ``tags=False`` (a pass that feeds only the index) leaves tags_code unset on the fast
@@ -1100,7 +1105,7 @@ def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: 
     if hi <= lo:
         return iter(())
     return iter_dispatch_parallel(store, profile, jobs=jobs, from_offset=lo, to_offset=hi, max_delay_level=mdl,
-                                  progress=progress, tags=tags, hints=hints)
+                                  progress=progress, tags=tags, hints=file_hints(hints, lo, hi))
 
 
 def apply_recovery(

@@ -456,6 +456,24 @@ def queue_hints(store: Store) -> np.ndarray | None:
     return sorted_unique(np.concatenate(parts))  # (each queue's offsets ascend: the stable sort merges runs)
 
 
+def hints_in(hints: np.ndarray | list[np.ndarray] | None, lo: int, hi: int) -> tuple[np.ndarray | None, bool]:
+    """The hints in ``[lo, hi)``: from sorted distinct offsets (:func:`queue_hints`) a
+    slice, from runs (:func:`queue_hint_runs`, each ascending) their pieces put together
+    unsorted, to be sorted by whoever walks the range (:func:`sorted_unique`; so a walk in
+    a worker process sorts its own share). Returns (hints or None, sorted)."""
+    if hints is None:
+        return None, True
+    if isinstance(hints, np.ndarray):
+        a, b = np.searchsorted(hints, [lo, hi])
+        return (hints[a:b] if b > a else None), True
+    pieces = []
+    for r in hints:
+        a, b = np.searchsorted(r, [lo, hi])
+        if b > a:
+            pieces.append(r[a:b])
+    return (np.concatenate(pieces) if pieces else None), len(pieces) <= 1
+
+
 HINTS_BUDGET = 32 << 20  # offsets (8 bytes each) collected at most: hints are optional
 
 

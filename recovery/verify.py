@@ -61,7 +61,7 @@ from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.properties import parse_properties, parse_properties_legacy, decode_crc32_digits
 from ..formats.schema import fixed_struct
 from . import check as ck
-from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, last_nonzero as _last_nonzero, queue_hint_runs, sorted_unique
+from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, hints_in, last_nonzero as _last_nonzero, queue_hint_runs, sorted_unique
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -1208,16 +1208,8 @@ class PartTask:
         worker sorts its share)."""
         if hints is None:
             return self
-        lo, hi = self.base + self.start, self.base + self.stop
-        if isinstance(hints, np.ndarray):
-            a, b = np.searchsorted(hints, [lo, hi])
-            return dataclasses.replace(self, hints=hints[a:b] - self.base if b > a else None)
-        pieces = []
-        for r in hints:
-            a, b = np.searchsorted(r, [lo, hi])
-            if b > a:
-                pieces.append(r[a:b])
-        return dataclasses.replace(self, hints=np.concatenate(pieces) - self.base if pieces else None, hints_sorted=False)
+        h, is_sorted = hints_in(hints, self.base + self.start, self.base + self.stop)
+        return dataclasses.replace(self, hints=h - self.base if h is not None else None, hints_sorted=is_sorted)
 
 
 def scan_part(task: PartTask) -> Part:

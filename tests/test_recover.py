@@ -439,8 +439,10 @@ def test_parallel_sliced_walk_equals_the_broker_walk(tmp_path: Path, monkeypatch
     true_starts = np.array([r["phys_offset"] for r in view["commitlog_records"]], dtype=np.int64)
     rng = np.random.default_rng(7)
     garbage = np.concatenate([true_starts + rng.integers(1, 90, len(true_starts)), rng.integers(0, files[-1].base + 65536, 500)])
-    cq = rc.queue_hints(store)
-    for span, jobs, hints in ((1 << 20, 1, None), (3000, 2, None), (777, 1, None), (1 << 20, 1, cq),
+    cq = rc.queue_hint_runs(store)  # runs, one per queue file: every walk task sorts its share
+    merged = np.unique(np.concatenate(cq))
+    for span, jobs, hints in ((1 << 20, 1, None), (3000, 2, None), (777, 1, None), (1 << 20, 1, cq), (3000, 2, cq),
+                              (1 << 20, 1, merged),
                               (5000, 2, np.unique(np.concatenate([true_starts, garbage]))), (1 << 20, 1, np.unique(garbage))):
         for batch in (rc._WALK_BATCH, 5):  # records per numpy pass: with 5, many batch boundaries
             monkeypatch.setattr(rc, "_WALK_BATCH", batch)
