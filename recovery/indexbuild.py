@@ -1067,13 +1067,13 @@ class IndexBuilder:
         nums = np.arange(n0, n0 + m, dtype=np.int64)
         # timeDiff against beginTimestamp as it is at each put: the first put of a file
         # (indexCount <= 1) still sees the old value, then begin := its store timestamp
-        begin = np.full(m, tss[0] if n0 <= 1 else f.begin_timestamp, dtype=np.int64)
+        # (timeDiff: 0 when beginTimestamp <= 0 or the difference is negative, else the
+        # seconds, capped at Integer.MAX_VALUE)
+        begin = int(tss[0]) if n0 <= 1 else f.begin_timestamp  # for every put but the first
+        td = np.minimum(np.maximum(tss - begin, 0) // 1000, INT_MAX) if begin > 0 else np.zeros(m, dtype=np.int64)
         if n0 <= 1:
-            begin[0] = f.begin_timestamp
-        d = tss - begin
-        td = np.abs(d) // 1000
-        td = np.where(d < 0, 0, np.minimum(td, INT_MAX))
-        td[begin <= 0] = 0
+            b0 = f.begin_timestamp
+            td[0] = min(max(int(tss[0]) - b0, 0) // 1000, INT_MAX) if b0 > 0 else 0
         # hash chains: previous entry with the same slot, or the slot's value before the block
         order, ss = _stable_order(slots, f.slot_num)
         ns = nums[order]
