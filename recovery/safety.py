@@ -476,32 +476,36 @@ _ZEROS_BIG = bytes(_BIG_CHUNK)
 _PREHASH_MIN = 16 << 20
 
 
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What says a file is still the same one, unchanged: device, inode, size, mtime."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class _PreHash:
     """sha256 of a file computed by a background thread, with the identity (inode, size,
     mtime) the file had when it started; :meth:`result` gives the digest only if the file
     it is asked about still has that identity (else None: the caller hashes it itself)."""
 
     def __init__(self, path: Path, st: os.stat_result) -> None:
-        self.key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        self.key = _identity(st)
         self.digest: str | None = None
         self.thread = threading.Thread(target=self._run, args=(path,), name="rmqtool-prehash", daemon=True)
         self.thread.start()
 
     def _run(self, path: Path) -> None:
+        # file_digest reads by path: the path must name the same unchanged file before and
+        # after, or the digest is not kept
         try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.key:
-                    return
-                digest = file_digest(path)
-                st = os.fstat(f.fileno())
-                if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == self.key:
-                    self.digest = digest
+            if _identity(os.stat(path)) != self.key:
+                return
+            digest = file_digest(path)
+            if _identity(os.stat(path)) == self.key:
+                self.digest = digest
         except (OSError, ValueError):
             pass
 
     def result(self, st: os.stat_result) -> str | None:
-        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self.key:
+        if _identity(st) != self.key:
             return None
         self.thread.join()
         return self.digest
@@ -1555,7 +1559,6 @@ class StoreTransaction:
         orig_h, res_h, piece_h = hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
         piece_path = bdir / rel_backup
         # zero tails are described in the digests, not hashed (see file_digest): the
-        # file's own, the piece's share of it, and a zero-filled cut's result
         # file's own (never read: [head_end, size) is known to be zeros), the piece's share
         # of it (left as a hole in the copy), and a zero-filled cut's result
         zeros = _trailing_zeros(target, size)
