@@ -72,7 +72,7 @@ from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
-from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_unique
+from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -617,14 +617,6 @@ def scan_files(
     return out
 
 
-def file_hints(hints: np.ndarray | list[np.ndarray] | None, lo: int, hi: int, base: int = 0) -> np.ndarray | None:
-    """The sorted distinct hints in ``[lo, hi)``, minus ``base`` (see :func:`recovery.scan.hints_in`)."""
-    h, is_sorted = hints_in(hints, lo, hi)
-    if h is None:
-        return None
-    return (h if is_sorted else sorted_unique(h)) - base
-
-
 def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile, check_crc: bool, mdl: int | None,
           hints: np.ndarray | list[np.ndarray] | None = None) -> FileScan:
     """Chain the slices of one file into the file's walk (``hints``: all of them, this
@@ -638,7 +630,8 @@ def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile
         r = starts.get(pos)
         if r is None:
             # no slice starts where the walk arrived: walk the rest of the file in order
-            r = _walk_from(f, pos, end, profile, check_crc, mdl, file_hints(hints, f.base, f.base + F, f.base))
+            fh = sorted_hints_in(hints, f.base, f.base + F)
+            r = _walk_from(f, pos, end, profile, check_crc, mdl, fh - f.base if fh is not None else None)
         count += r.count
         if r.last_start >= 0:
             last = r.last_start
@@ -1105,7 +1098,7 @@ def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: 
     if hi <= lo:
         return iter(())
     return iter_dispatch_parallel(store, profile, jobs=jobs, from_offset=lo, to_offset=hi, max_delay_level=mdl,
-                                  progress=progress, tags=tags, hints=file_hints(hints, lo, hi))
+                                  progress=progress, tags=tags, hints=sorted_hints_in(hints, lo, hi))
 
 
 def apply_recovery(

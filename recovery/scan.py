@@ -474,6 +474,12 @@ def hints_in(hints: np.ndarray | list[np.ndarray] | None, lo: int, hi: int) -> t
     return (np.concatenate(pieces) if pieces else None), len(pieces) <= 1
 
 
+def sorted_hints_in(hints: np.ndarray | list[np.ndarray] | None, lo: int, hi: int) -> np.ndarray | None:
+    """:func:`hints_in`, sorted and distinct (for a walk in this process)."""
+    h, is_sorted = hints_in(hints, lo, hi)
+    return h if h is None or is_sorted else sorted_unique(h)
+
+
 HINTS_BUDGET = 32 << 20  # offsets (8 bytes each) collected at most: hints are optional
 
 
