@@ -184,6 +184,19 @@ class TopicList(list):  # type: ignore[type-arg]
     distinct: list[str] | None = None
     ids: np.ndarray | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # with ids: the names once and the ids as one array (pickle protocol 5 carries the
+        # array out of band), not one reference per element
+        if self.ids is not None and self.distinct is not None and len(self.ids) == len(self):
+            return (_topic_list_from_ids, (self.distinct, self.ids))
+        return (TopicList, (list(self),))
+
+
+def _topic_list_from_ids(distinct: list[str], ids: np.ndarray) -> TopicList:
+    out = TopicList(map(distinct.__getitem__, ids.tolist()))
+    out.distinct, out.ids = distinct, ids
+    return out
+
 
 def _ids(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
     """Distinct values in first-seen order, and the id of every element (C-speed maps)."""

@@ -52,6 +52,7 @@ from . import check as ck
 from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList
 from .scan import ByteViews, byte_views, chase_starts, last_nonzero_in_file, sorted_unique
 from .store import Store, StoreFile
+from .transfer import Arena, install, place
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -107,15 +108,27 @@ class LazyValues(Sequence[Optional[str]]):
 
     __slots__ = ("_n", "_src", "_list")
 
-    def __init__(self, n: int, joined: bytes, rec: np.ndarray, va: np.ndarray, vb: np.ndarray) -> None:
+    def __init__(self, n: int, joined: bytes | np.ndarray, rec: np.ndarray, va: np.ndarray, vb: np.ndarray) -> None:
         self._n = n
-        self._src: tuple[bytes, np.ndarray, np.ndarray, np.ndarray] | None = (joined, rec, va, vb)
+        self._src: tuple[bytes | np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = (joined, rec, va, vb)
         self._list: list[str | None] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # ``joined`` as a uint8 array, so that pickle protocol 5 can carry it out of band
+        # (recovery.transfer); the KEYS and UNIQ_KEY values of a run share one array
+        if self._src is None:
+            return (_lazy_from_list, (self._list,))
+        joined, rec, va, vb = self._src
+        if isinstance(joined, bytes):
+            joined = _shared_array(joined)
+        return (LazyValues, (self._n, joined, rec, va, vb))
 
     def materialize(self) -> list[str | None]:
         if self._list is None:
             assert self._src is not None
             joined, rec, va, vb = self._src
+            if isinstance(joined, np.ndarray):
+                joined = joined.tobytes()
             out: list[str | None] = [None] * self._n
             a_l, b_l = va.tolist(), vb.tolist()
             if joined.isascii():
@@ -146,6 +159,27 @@ class LazyValues(Sequence[Optional[str]]):
 
     def __repr__(self) -> str:
         return f"LazyValues({self.materialize()!r})"
+
+
+def _lazy_from_list(values: list[str | None]) -> LazyValues:
+    out = LazyValues(len(values), b"", np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    out._list, out._src = values, None
+    return out
+
+
+_SHARED: list[tuple[bytes, np.ndarray]] = []
+
+
+def _shared_array(b: bytes) -> np.ndarray:
+    """One uint8 array view per bytes object among the last few asked for (so that one
+    pickle of several LazyValues over the same bytes holds them once)."""
+    for k, a in _SHARED:
+        if k is b:
+            return a
+    a = np.frombuffer(b, dtype=np.uint8)
+    _SHARED.append((b, a))
+    del _SHARED[:-4]
+    return a
 
 
 class DispatchColumns(NamedTuple):
@@ -1157,7 +1191,7 @@ def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
     first record, so consecutive pieces meet where the sequential walk passes."""
     from .scan import resync
 
-    store, version, delay_levels, path, base, lo, a, b, hi, mdl, tags, index_keys, hints = args
+    store, version, delay_levels, path, base, lo, a, b, hi, mdl, tags, index_keys, hints, slot = args
     profile = BrokerProfile(version, delay_levels)
 
     def first(nominal: int) -> int:
@@ -1176,7 +1210,7 @@ def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
     if start < stop:
         runs = list(iter_dispatch(store, profile, from_offset=start, to_offset=stop, max_delay_level=mdl,
                                   problems=problems, stats=stats, tags=tags, index_keys=index_keys, hints=hints))
-    return _PieceResult(start, stop, runs, problems, stats)
+    return place(slot, _PieceResult(start, stop, runs, problems, stats))
 
 
 def _laid_end_to_end(runs: list[DispatchColumns], a: int, b: int) -> bool:
@@ -1259,7 +1293,7 @@ def iter_dispatch_parallel(
                 i0, i1 = np.searchsorted(hints, [cuts[k], cuts[k + 1]])
                 ph = hints[i0:i1] if i1 > i0 else None
             tasks.append((store, profile.version, profile.delay_levels, str(f.path), f.base, a,
-                          cuts[k], cuts[k + 1], b, mdl, tags, index_keys, ph, last))
+                          cuts[k], cuts[k + 1], b, mdl, tags, index_keys, ph, None, last))
     if len(tasks) < 2:
         return (yield from iter_dispatch(store, profile, **seq))
 
@@ -1270,20 +1304,32 @@ def iter_dispatch_parallel(
     stats.from_offset = lo
     stats.end_offset = lo
     files_seen: set[int] = set()
-    ex = cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx)
+    # the workers hand their columns back through shared memory (recovery.transfer): one
+    # slot per task in flight (2 per worker, and the one submitted before a result is taken)
+    workers = min(jobs, len(tasks))
+    arena = Arena(2 * workers + 1, max(piece_size, 1 << 20)) if ctx is not None else None
+    install(arena)
+    ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+    def submit(t: tuple[Any, ...]) -> cf.Future[Any]:
+        slot = arena.acquire() if arena is not None else None
+        return ex.submit(_piece_task, t[:-2] + (slot,))
+
     try:
-        pending: list[tuple[cf.Future[_PieceResult], tuple[Any, ...]]] = []
+        pending: list[tuple[cf.Future[Any], tuple[Any, ...]]] = []
         todo = iter(tasks)
         for t in todo:  # keep every worker busy, and one more piece queued each
-            pending.append((ex.submit(_piece_task, t[:-1]), t))
+            pending.append((submit(t), t))
             if len(pending) >= 2 * jobs:
                 break
         while pending:
             fut, t = pending.pop(0)
             nxt = next(todo, None)
             if nxt is not None:
-                pending.append((ex.submit(_piece_task, nxt[:-1]), nxt))
+                pending.append((submit(nxt), nxt))
             r = fut.result()
+            if arena is not None:
+                r = arena.take(r)
             last_of_file = t[-1]
             # a piece that reaches its file's range end (no later piece of the file has a
             # record) may end in a BLANK or the data's end, like the sequential walk
@@ -1311,6 +1357,9 @@ def iter_dispatch_parallel(
         stats.files = len(files_seen)
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
+        install(None)
+        if arena is not None:
+            arena.close()
 
 
 def _data_end(store: Store, f: StoreFile, a: int, b: int, block: int = 1 << 20) -> int:

@@ -159,3 +159,29 @@ def test_hinted_boundaries_stop_where_the_loop_stops() -> None:
         for hints in (np.array([0, 100, 220, 310], dtype=np.int64), np.array([100], dtype=np.int64), np.zeros(0, dtype=np.int64)):
             assert list(fast.hinted_boundaries(buf, views, hints, start, len(buf))) == want
     del views
+
+
+@pytest.mark.parametrize("slot_size", [None, 64])
+def test_pieces_come_back_through_shared_memory_or_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          slot_size: int | None) -> None:
+    """Results come back through the arena's slots (recovery.transfer), or, where a result
+    does not fit its slot, plainly through the pool: the same requests either way."""
+    from rmqtool.recovery import transfer
+
+    store = Store.open(copy_store("many_files", tmp_path))
+    want = _rows(list(iter_dispatch(store, P494)))
+    taken: list[bool] = []
+    real_take = transfer.Arena.take
+
+    def take(self, parcel):  # noqa: ANN001
+        taken.append(isinstance(parcel, transfer.Parcel))
+        return real_take(self, parcel)
+
+    monkeypatch.setattr(transfer.Arena, "take", take)
+    if slot_size is not None:
+        real_arena = rp.Arena
+        monkeypatch.setattr(rp, "Arena", lambda slots, _size: real_arena(slots, slot_size))
+    got = _rows(list(iter_dispatch_parallel(store, P494, jobs=2, piece_size=4096, min_bytes=0)))
+    assert got == want
+    assert len(taken) > 1
+    assert all(taken) if slot_size is None else not any(taken)
