@@ -1305,9 +1305,10 @@ def iter_dispatch_parallel(
     stats.end_offset = lo
     files_seen: set[int] = set()
     # the workers hand their columns back through shared memory (recovery.transfer): one
-    # slot per task in flight (2 per worker, and the one submitted before a result is taken)
+    # slot per task in flight (2 per worker, the one submitted before a result is taken)
+    # and one for the run the consumer still holds
     workers = min(jobs, len(tasks))
-    arena = Arena(2 * workers + 1, max(piece_size, 1 << 20)) if ctx is not None else None
+    arena = Arena(2 * workers + 2, max(piece_size, 1 << 20)) if ctx is not None else None
     install(arena)
     ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
@@ -1351,7 +1352,10 @@ def iter_dispatch_parallel(
             _add_stats(stats, r.stats)
             if r.start < r.stop:
                 stats.end_offset = r.stats.end_offset
-            yield from r.runs
+            runs = r.runs
+            del r  # (a piece's arrays are views of its arena slot: drop them as soon as used)
+            while runs:
+                yield runs.pop(0)
             if progress:
                 progress(t[7] - t[6])
         stats.files = len(files_seen)

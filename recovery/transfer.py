@@ -10,10 +10,11 @@ An :class:`Arena` is anonymous shared memory (``mmap(-1, ...)``: MAP_SHARED) mad
 the pool's processes fork, cut into fixed slots. A worker pickles its result with protocol
 5, keeping the large buffers (numpy arrays) out of band, copies those buffers into the slot
 the parent gave its task, and returns only the small pickle and the buffers' places
-(:class:`Parcel`). The parent copies the slot's bytes into one private buffer, rebuilds the
-result on it (numpy arrays are views of that buffer, writable) and frees the slot. A result
-that does not fit its slot, or a worker that has no arena (a start method other than fork),
-returns the object itself, the plain way.
+(:class:`Parcel`). The parent rebuilds the result on the slot itself: its numpy arrays
+are views of the slot, not copies, and the slot is handed to a new task only once the last
+of them is gone. A result that does not fit its slot, a task submitted while every slot is
+in use, or a worker that has no arena (a start method other than fork) returns the object
+itself, the plain way.
 
 Nothing outlives the processes: the memory is anonymous, not a file.
 """
@@ -22,7 +23,10 @@ from __future__ import annotations
 
 import mmap
 import pickle
+import weakref
 from typing import Any, NamedTuple
+
+import numpy as np
 
 _ALIGN = 64
 
@@ -80,23 +84,25 @@ class Arena:
 
     def take(self, parcel: Any) -> Any:
         """(parent side) The object of a parcel (or the object itself, if the worker could
-        not place it); the slot is free again afterwards."""
+        not place it). Its arrays are views of the slot, not copies: the slot becomes free
+        again only when the last of them is gone (the views keep one uint8 array of the
+        slot alive, and its finalizer frees the slot), so a worker never writes over memory
+        the parent still reads; until then a task gets another slot, or none (and returns
+        its result through the pipe)."""
         if not isinstance(parcel, Parcel):
             return parcel
-        base = parcel.slot * self.slot_size
-        try:
-            mv = memoryview(self.mm)
-            try:
-                blob = bytearray(mv[base : base + parcel.used])  # one copy, writable
-            finally:
-                mv.release()
-            whole = memoryview(blob)
-            return pickle.loads(parcel.meta, buffers=[whole[o : o + n] for o, n in parcel.spans])
-        finally:
-            self.release(parcel.slot)
+        slot = parcel.slot
+        whole = np.frombuffer(self.mm, dtype=np.uint8, count=parcel.used, offset=slot * self.slot_size)
+        weakref.finalize(whole, self.release, slot)
+        return pickle.loads(parcel.meta, buffers=[whole[o : o + n] for o, n in parcel.spans])
 
     def close(self) -> None:
-        self.mm.close()
+        """Unmap now if nothing the parent took still uses the memory; otherwise it is
+        unmapped when the last such array is gone."""
+        try:
+            self.mm.close()
+        except BufferError:
+            pass
 
 
 _WORKER_ARENA: Arena | None = None
