@@ -319,10 +319,8 @@ def apply_rebuild(plan: RebuildPlan, *, backup_dir: str | Path | None = None) ->
                 tx.remove_file(ch.relpath)
                 continue
             data: Any
-            if isinstance(ch.content, IndexFileOut):
-                data = ch.content.write_to
-            elif isinstance(ch.content, CqFileOut):
-                data = ch.content.data()
+            if isinstance(ch.content, (IndexFileOut, CqFileOut)):
+                data = ch.content.write_to  # (streamed; the zeros become holes)
             else:
                 data = ch.content
             if ch.action == CREATE:

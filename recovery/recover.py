@@ -1248,12 +1248,12 @@ def apply_recovery(
                 rel = f"consumequeue/{topic}/{qid}/{offset_to_file_name(b)}"
                 pos = (q.write - b) if (b == last and q.write is not None) else Fcq
                 if b in q.content:
-                    data = bytearray(q.content[b][:pos].ljust(Fcq, b"\0"))
+                    units = bytes(q.content[b][:pos])
                     if b in q.disk:
-                        if data != _read_cq(q.disk[b], Fcq) or q.disk[b].size != Fcq:
-                            tx.replace_file(rel, bytes(data))
+                        if units.ljust(Fcq, b"\0") != _read_cq(q.disk[b], Fcq) or q.disk[b].size != Fcq:
+                            tx.replace_file(rel, _units_writer(units, Fcq))
                     else:
-                        tx.create_file(rel, bytes(data), mode=0o644)
+                        tx.create_file(rel, _units_writer(units, Fcq), mode=0o644)
                 elif b == last and b in q.disk and file_has_nonzero(q.disk[b].path, pos, q.disk[b].size):
                     tx.truncate_tail(rel, pos, zero_fill=True)
         # index
@@ -1306,6 +1306,17 @@ def apply_recovery(
         problems=list(plan.problems),
         cq_warnings=cq_warnings,
     )
+
+
+def _units_writer(units: bytes, size: int) -> Callable[[Any], None]:
+    """A writer of a consume queue file of ``size`` bytes that begins with ``units``: the
+    zeros after them are a hole in the staging file (recovery.safety), as in the broker's
+    own mapped files."""
+    def write(fobj: Any) -> None:
+        fobj.write(units[:size])
+        fobj.write_zeros(size - min(len(units), size))
+
+    return write
 
 
 def _index_writer(img: Any) -> Callable[[Any], None]:

@@ -1536,8 +1536,35 @@ class CqFileOut:
             buf[max(hi, self.base) - self.base :] = bytes(self.base + self.size - max(hi, self.base))
         return bytes(buf)
 
+    def write_to(self, fileobj: Any) -> None:
+        """Write :meth:`data` to a binary file object without building it: the units, and
+        the zeros around them through ``fileobj.write_zeros`` where it has one (a staging
+        file of recovery.safety leaves a hole: the broker's own mapped files are sparse
+        too), else as written zeros."""
+        if self._template is not None:
+            fileobj.write(self.data())
+            return
+        stream = self._stream()
+        lo = max(self.base, self._seg_start)
+        hi = min(self.base + self.size, self._seg_start + len(stream))
+        zeros = getattr(fileobj, "write_zeros", None) or (lambda n: _write_zeros(fileobj, n))
+        if lo >= hi:
+            zeros(self.size)
+            return
+        zeros(lo - self.base)
+        fileobj.write(memoryview(stream)[lo - self._seg_start : hi - self._seg_start])
+        zeros(self.base + self.size - hi)
+
     def __repr__(self) -> str:
         return f"CqFileOut({self.relpath!r}, existed={self.existed})"
+
+
+def _write_zeros(fileobj: Any, n: int, block: int = 1 << 20) -> None:
+    zero = bytes(min(max(n, 0), block))
+    while n > 0:
+        k = min(n, block)
+        fileobj.write(zero[:k])
+        n -= k
 
 
 class IndexFileOut:

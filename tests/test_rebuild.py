@@ -151,6 +151,37 @@ def test_full_rebuild_is_byte_identical_to_rocketmq(name: str, tmp_path: Path, c
     assert "records dispatched" in out and "messages/s" in out
 
 
+@pytest.mark.parametrize("template", [False, True])
+@pytest.mark.parametrize("seg", [(0, 2000), (40, 100), (7000, 100), (0, 0)])
+def test_cq_file_streams_its_units_and_leaves_the_zeros_as_holes(tmp_path: Path, template: bool, seg: tuple[int, int]) -> None:
+    """CqFileOut.write_to gives data()'s bytes; through a staging file of the safety layer
+    the zeros around the units are holes (the broker's mapped files are sparse too)."""
+    from rmqtool.recovery.safety import StoreTransaction
+
+    size = 6_000_000
+    seg_start, n = seg
+    stream = bytes(random.Random(n).randrange(1, 256) for _ in range(20 * n))
+    tpl = bytes([7]) * size if template else None
+    out = rp.CqFileOut("consumequeue/T/0/00000000000000000000", ("T", 0), 0, size, template, lambda: stream,
+                       seg_start, tpl)
+    want = out.data()
+    assert len(want) == size
+    (tmp_path / "store").mkdir()
+    with StoreTransaction(tmp_path / "store", backup_dir=tmp_path / "bk") as tx:
+        tx.create_file(out.relpath, out.write_to)
+        tx.commit()
+    p = tmp_path / "store" / out.relpath
+    assert p.read_bytes() == want
+    if not template:
+        assert os.stat(p).st_blocks * 512 <= 20 * n + (64 << 10)
+    # and into a plain file object, zeros written
+    import io
+
+    b = io.BytesIO()
+    out.write_to(b)
+    assert b.getvalue() == want
+
+
 @pytest.mark.parametrize("name", REAL_NAMES)
 def test_key_lookups_after_rebuild_equal_query_message_by_key(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = writable_copy(name, tmp_path)
