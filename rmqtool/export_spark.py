@@ -72,6 +72,8 @@ COMMITLOG_COLUMNS: list[tuple[str, str]] = [
 BODY_COLUMN = ("body", "binary")
 # commitlog columns of few distinct values: the Parquet writer keeps dictionary encoding for
 # these only (Parquet column paths; a map's keys are properties.key_value.key)
+TASKS_PER_CORE = 2  # --writer arrow: Spark tasks per core (each runs several split groups)
+
 DICTIONARY_COLUMNS = ("store", "file", "type", "status", "magic", "topic", "tags", "born_host", "store_host",
                       "transaction_type", "field", "properties.key_value.key")
 
@@ -594,10 +596,12 @@ def spark_schema(columns: Sequence[tuple[str, str]]) -> Any:
 
 class _Progress:
     """Splits done / total on stderr, from an accumulator the tasks bump (the driver
-    sees it as each task finishes)."""
+    sees it as each task finishes) or, sooner, from ``poll`` (a count the driver can read
+    while tasks run; the larger of the two is shown)."""
 
-    def __init__(self, acc: Any, total: int, desc: str, enabled: bool) -> None:
+    def __init__(self, acc: Any, total: int, desc: str, enabled: bool, poll: Callable[[], int] | None = None) -> None:
         self.acc = acc
+        self.poll = poll
         self.total = total
         self.desc = desc
         self.enabled = enabled and total > 0
@@ -620,9 +624,15 @@ class _Progress:
 
     def _value(self) -> int:
         try:
-            return int(self.acc.value)
+            v = int(self.acc.value)
         except Exception:  # noqa: BLE001
-            return self._last
+            v = self._last
+        if self.poll is not None:
+            try:
+                v = max(v, min(int(self.poll()), self.total))
+            except Exception:  # noqa: BLE001
+                pass
+        return v
 
     def _run(self) -> None:
         while not self._stop.wait(0.5 if self.tty else 2.0):
@@ -778,10 +788,19 @@ def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[A
         staging = str(prepare(path, overwrite).resolve())
     except OSError as exc:
         raise RmqToolError(f"cannot create the output {out}: {exc.strerror or exc}") from None
-    items = sc.parallelize(list(enumerate(groups)), max(len(groups), 1))
+    # a few partitions per core, each writing several groups in turn: every Spark task
+    # costs a round trip through the scheduler (tens of ms of idle core), and the groups
+    # are of even size already; the progress comes from the groups' committed files
+    slices = max(1, min(len(groups), TASKS_PER_CORE * max(int(sc.defaultParallelism), 1)))
+    items = sc.parallelize(list(enumerate(groups)), slices)
     body = partial(_write_partition, what, version, with_body, tuple(partition_by), staging, done)
+    sizes = [len(g) for g in groups]
+
+    def committed() -> int:
+        return sum(sizes[int(d.parent.name[5:])] for d in Path(staging).glob("task-*/done"))
+
     try:
-        with _Progress(done, ntasks, f"export {what}", not quiet):
+        with _Progress(done, ntasks, f"export {what}", not quiet, poll=committed):
             parts = items.mapPartitions(body).collect()
     except KeyboardInterrupt:
         raise

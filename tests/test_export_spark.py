@@ -455,3 +455,36 @@ def test_session_leaves_no_log4j_file_behind(spark: Any) -> None:
     assert found, opts
     assert "rmqtool-log4j2-" in found.group(1)
     assert not os.path.exists(found.group(1))
+
+
+def test_arrow_writer_runs_a_few_tasks_per_core_and_counts_committed_groups(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many split groups run as at most TASKS_PER_CORE Spark tasks per core (each writes
+    several groups in turn); the progress counts the groups' committed files while the
+    tasks run, and at the end it shows every split."""
+    from rmqtool import export_spark as es
+
+    sc = spark.sparkContext
+    slices: list[int] = []
+    real_parallelize = type(sc).parallelize
+
+    def parallelize(self, data, numSlices=None):  # noqa: ANN001, N803
+        slices.append(numSlices)
+        return real_parallelize(self, data, numSlices)
+
+    polled: list[tuple[int, int]] = []
+    real_exit = es._Progress.__exit__
+
+    def exit_(self, *exc):  # noqa: ANN001
+        polled.append((self.poll(), self.total))
+        return real_exit(self, *exc)
+
+    monkeypatch.setattr(type(sc), "parallelize", parallelize)
+    monkeypatch.setattr(es._Progress, "__exit__", exit_)
+    res = export(spark, tmp_path / "out", ["many_files"], writer="arrow", split_size=4096)
+    assert res.tasks > 2 * es.TASKS_PER_CORE * sc.defaultParallelism  # many groups...
+    assert slices == [es.TASKS_PER_CORE * sc.defaultParallelism]  # ...few Spark tasks
+    assert polled == [(res.tasks, res.tasks)]
+    monkeypatch.undo()
+    again = export(spark, tmp_path / "again", ["many_files"], writer="spark", split_size=4096)
+    assert (res.rows, res.messages) == (again.rows, again.messages) and res.rows > 0
