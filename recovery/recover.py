@@ -328,6 +328,19 @@ def _read_cq(f: StoreFile, F: int) -> bytes:
     return data.ljust(F, b"\0")
 
 
+def _cq_units(f: StoreFile, F: int) -> np.ndarray:
+    """The units of a consume queue file as ``_read_cq`` would give them (the file padded
+    with zeros to ``F`` bytes), read through a read-only memory map: no copy of the file,
+    and the pages of its unused tail are only looked at (often holes)."""
+    n = F // CQ_UNIT_SIZE
+    with open(f.path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size < F or size == 0:
+            return read_units(_read_cq(f, F))
+        buf = mmap.mmap(fh.fileno(), F, access=mmap.ACCESS_READ)
+    return np.frombuffer(buf, dtype=read_units(b"").dtype, count=n)  # (keeps the map alive)
+
+
 def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
     """``ConsumeQueue.recover``: scan from the third-last file; the first invalid unit
     (offset < 0 or size <= 0) ends the queue; a file that is not entirely valid ends the
@@ -340,7 +353,7 @@ def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
     in_file = 0
     while True:
         f = files[i]
-        units = read_units(_read_cq(f, F))
+        units = _cq_units(f, F)
         bad = np.flatnonzero((units["commitlog_offset"] < 0) | (units["size"] <= 0))
         n = int(bad[0]) if len(bad) else len(units)
         in_file = n * CQ_UNIT_SIZE
@@ -946,7 +959,7 @@ def plan_recovery(
                 continue
             bases = [f.base for f in st.kept]
             by_base = {f.base: f for f in st.kept}
-            n, write, mp_after = _truncate_units(lambda b: read_units(_read_cq(by_base[b], Fcq)), bases, Fcq, process)
+            n, write, mp_after = _truncate_units(lambda b: _cq_units(by_base[b], Fcq), bases, Fcq, process)
             post_trunc_max.append(mp_after)
             qp.truncate_to = write
             qp.truncate_removed = [_rel(store, f.path) for f in st.kept[n:]]
