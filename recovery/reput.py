@@ -49,7 +49,7 @@ from ..formats.javahash import tags_code as _tags_code
 from ..formats.names import index_file_name, offset_to_file_name
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
-from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList
+from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList, _take_names
 from .scan import ByteViews, byte_views, chase_starts, last_nonzero_in_file, sorted_unique
 from .store import Store, StoreFile
 from .transfer import Arena, install, place
@@ -603,7 +603,7 @@ class _FastDecoder:
             if got is None:
                 got = tcache[tb] = tb.decode("utf-8", "replace")
             names.append(got)
-        out = TopicList(map(names.__getitem__, inv.tolist()))
+        out = TopicList(_take_names(names, inv))
         if len(set(names)) == len(names):  # (two byte strings can decode to one name)
             # the ids the dispatchers would compute: distinct names in first-seen order
             rank = np.argsort(first, kind="stable")
