@@ -1262,7 +1262,7 @@ class StoreTransaction:
         dst = jdir / STAGING_DIR / name
         h = _Hasher()
         try:
-            size = self._write_staged(dst, data, mode, h)
+            size = self._write_staged(dst, data, mode, h, owner_ref, mtime_ns)
         except BaseException:
             h.close()
             try:
@@ -1270,10 +1270,6 @@ class StoreTransaction:
             except OSError:
                 pass
             raise
-        _copy_owner(dst, owner_ref)
-        if mtime_ns is not None:
-            os.utime(dst, ns=(mtime_ns, mtime_ns))
-        fsync_file(dst)
         fsync_dir(dst.parent)
         _checkpoint()
         # the digest is taken at commit (or when the journal is written): meanwhile the
@@ -1281,7 +1277,8 @@ class StoreTransaction:
         return name, size, _PendingDigest(h)  # type: ignore[return-value]
 
     @staticmethod
-    def _write_staged(dst: Path, data: Data, mode: int, h: Any) -> int:
+    def _write_staged(dst: Path, data: Data, mode: int, h: Any, owner_ref: Path, mtime_ns: int | None) -> int:
+        """Write the staged file, give it its mode, owner and mtime, and fsync it once."""
         with open(dst, "x+b") as f:
             if isinstance(data, (bytes, bytearray, memoryview)):
                 h.update(data if isinstance(data, bytes) else bytes(data))
@@ -1304,6 +1301,9 @@ class StoreTransaction:
                 raise TypeError(f"new content must be bytes, a path or a writer, not {type(data).__name__}")
             f.flush()
             os.fchmod(f.fileno(), mode)
+            _copy_owner(dst, owner_ref)
+            if mtime_ns is not None:
+                os.utime(f.fileno(), ns=(mtime_ns, mtime_ns))
             os.fsync(f.fileno())
             return os.fstat(f.fileno()).st_size
 
