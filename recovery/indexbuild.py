@@ -192,7 +192,7 @@ class TopicList(list):  # type: ignore[type-arg]
         return (TopicList, (list(self),))
 
 
-def _take_names(names: list[str], ids: np.ndarray) -> list[str]:
+def take_names(names: list[str], ids: np.ndarray) -> list[str]:
     """``[names[i] for i in ids]`` through an object array (about 3x faster than a map)."""
     arr = np.empty(len(names), dtype=object)
     arr[:] = names
@@ -200,7 +200,7 @@ def _take_names(names: list[str], ids: np.ndarray) -> list[str]:
 
 
 def _topic_list_from_ids(distinct: list[str], ids: np.ndarray) -> TopicList:
-    out = TopicList(_take_names(distinct, ids))
+    out = TopicList(take_names(distinct, ids))
     out.distinct, out.ids = distinct, ids
     return out
 

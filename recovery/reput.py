@@ -49,7 +49,7 @@ from ..formats.javahash import tags_code as _tags_code
 from ..formats.names import index_file_name, offset_to_file_name
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
-from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList, _take_names
+from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList, take_names
 from .scan import ByteViews, byte_views, chase_starts, last_nonzero_in_file, sorted_unique
 from .store import Store, StoreFile
 from .transfer import Arena, install, place
@@ -603,7 +603,7 @@ class _FastDecoder:
             if got is None:
                 got = tcache[tb] = tb.decode("utf-8", "replace")
             names.append(got)
-        out = TopicList(_take_names(names, inv))
+        out = TopicList(take_names(names, inv))
         if len(set(names)) == len(names):  # (two byte strings can decode to one name)
             # the ids the dispatchers would compute: distinct names in first-seen order
             rank = np.argsort(first, kind="stable")
@@ -1312,32 +1312,32 @@ def iter_dispatch_parallel(
     install(arena)
     ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
-    def submit(t: tuple[Any, ...]) -> cf.Future[Any]:
+    def submit(t: tuple[Any, ...]) -> tuple[cf.Future[Any], tuple[Any, ...], int | None]:
         slot = arena.acquire() if arena is not None else None
-        return ex.submit(_piece_task, t[:-2] + (slot,))
+        return ex.submit(_piece_task, t[:-2] + (slot,)), t, slot
 
     try:
-        pending: list[tuple[cf.Future[Any], tuple[Any, ...]]] = []
+        pending: list[tuple[cf.Future[Any], tuple[Any, ...], int | None]] = []
         todo = iter(tasks)
         for t in todo:  # keep every worker busy, and one more piece queued each
-            pending.append((submit(t), t))
+            pending.append(submit(t))
             if len(pending) >= 2 * jobs:
                 break
         while pending:
-            fut, t = pending.pop(0)
+            fut, t, slot = pending.pop(0)
             nxt = next(todo, None)
             if nxt is not None:
-                pending.append((submit(nxt), nxt))
+                pending.append(submit(nxt))
             r = fut.result()
             if arena is not None:
-                r = arena.take(r)
+                r = arena.take(r, slot)
             last_of_file = t[-1]
             # a piece that reaches its file's range end (no later piece of the file has a
             # record) may end in a BLANK or the data's end, like the sequential walk
             ok = not r.problems and (last_of_file or r.stop >= t[8] or _laid_end_to_end(r.runs, r.start, r.stop))
             if not ok:
                 # walk the rest here, in order: exactly the sequential pass from this point
-                for f2, _t in pending:
+                for f2, _t, _s in pending:
                     f2.cancel()
                 seq["from_offset"] = r.start
                 sub = ReputStats()

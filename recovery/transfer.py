@@ -82,14 +82,17 @@ class Arena:
             mv.release()
         return Parcel(slot, meta, tuple(spans), pos)
 
-    def take(self, parcel: Any) -> Any:
-        """(parent side) The object of a parcel (or the object itself, if the worker could
-        not place it). Its arrays are views of the slot, not copies: the slot becomes free
-        again only when the last of them is gone (the views keep one uint8 array of the
-        slot alive, and its finalizer frees the slot), so a worker never writes over memory
-        the parent still reads; until then a task gets another slot, or none (and returns
-        its result through the pipe)."""
+    def take(self, parcel: Any, slot: int | None = None) -> Any:
+        """(parent side) The object of a parcel, or the object itself if the worker could
+        not place it (``slot``, the slot its task was given, is then free again at once).
+        A parcel's arrays are views of its slot, not copies: the slot becomes free again
+        only when the last of them is gone (the views keep one uint8 array of the slot
+        alive, and its finalizer frees the slot), so a worker never writes over memory the
+        parent still reads; until then a task gets another slot, or none (and returns its
+        result through the pipe)."""
         if not isinstance(parcel, Parcel):
+            if slot is not None:
+                self.release(slot)
             return parcel
         slot = parcel.slot
         whole = np.frombuffer(self.mm, dtype=np.uint8, count=parcel.used, offset=slot * self.slot_size)

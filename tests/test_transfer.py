@@ -98,9 +98,12 @@ def test_a_result_larger_than_its_slot_is_returned_as_itself():
     arena = transfer.Arena(1, 4096)
     try:
         big = np.arange(10_000, dtype=np.int64)
-        got = arena.put(0, big)
+        slot = arena.acquire()
+        assert arena.free == []
+        got = arena.put(slot, big)
         assert got is big
-        assert arena.take(got) is big
+        assert arena.take(got, slot) is big
+        assert arena.free == [slot]  # nothing of it lives in the slot: free at once
     finally:
         arena.close()
 
