@@ -1308,7 +1308,12 @@ def iter_dispatch_parallel(
     # slot per task in flight (2 per worker, the one submitted before a result is taken)
     # and one for the run the consumer still holds
     workers = min(jobs, len(tasks))
-    arena = Arena(2 * workers + 2, max(piece_size, 1 << 20)) if ctx is not None else None
+    arena: Arena | None = None
+    if ctx is not None:
+        try:
+            arena = Arena(2 * workers + 2, max(piece_size, 1 << 20))
+        except (OSError, ValueError, OverflowError):  # no room for the mapping: through the pipe
+            arena = None
     install(arena)
     ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 

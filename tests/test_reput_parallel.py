@@ -200,3 +200,16 @@ def test_pieces_come_back_through_shared_memory_or_plainly(tmp_path: Path, monke
         del c
         gc.collect()
         assert sorted(arenas[0].free) == list(range(arenas[0].slots))
+
+
+def test_no_room_for_the_arena_falls_back_to_the_pipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store.open(copy_store("many_files", tmp_path))
+    want = _rows(list(iter_dispatch(store, P494)))
+
+    def no_room(*_a: object) -> None:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(rp, "Arena", no_room)
+    st = ReputStats()
+    got = _rows(list(iter_dispatch_parallel(store, P494, jobs=2, piece_size=4096, min_bytes=0, stats=st)))
+    assert got == want and st.pieces > 1
