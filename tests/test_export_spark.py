@@ -397,6 +397,43 @@ def test_arrow_writer_commit_protocol(tmp_path: Path) -> None:
     assert pq.read_table(str(out)).schema.names == ["n"] and pq.read_table(str(out)).num_rows == 0
 
 
+def test_arrow_writer_gathers_batches_into_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches become row groups of up to ROW_GROUP_ROWS rows (or ROW_GROUP_BYTES), per
+    partition directory, in order; what is left is written at commit."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from rmqtool import export_parquet as ep
+
+    monkeypatch.setattr(ep, "ROW_GROUP_ROWS", 2500)
+    schema = pa.schema([pa.field("k", pa.string()), pa.field("n", pa.int64())])
+    staging = ep.prepare(tmp_path / "o", overwrite=False)
+    tw = ep.TaskWriter(str(staging), 0, schema, [], True)
+    tp = ep.TaskWriter(str(staging), 1, schema, ["k"], True)
+    for b in range(5):
+        batch = pa.record_batch([pa.array(["a", "b"] * 500), pa.array(range(b * 1000, b * 1000 + 1000))], schema=schema)
+        tw.write(batch)
+        tp.write(batch)
+    tw.commit()
+    tp.commit()
+    f = next((staging / "task-00000" / "done").glob("*.parquet"))
+    meta = pq.ParquetFile(f).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [3000, 2000]
+    assert pq.read_table(f).column("n").to_pylist() == list(range(5000))
+    for k in ("a", "b"):  # 500 rows per batch and key: 2500 make a group
+        f = next((staging / "task-00001" / "done" / f"k={k}").glob("*.parquet"))
+        meta = pq.ParquetFile(f).metadata
+        assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [2500]
+        want = [n for n in range(5000) if (n % 2 == 0) == (k == "a")]
+        assert pq.read_table(f).column("n").to_pylist() == want
+    monkeypatch.setattr(ep, "ROW_GROUP_BYTES", 1)  # every batch is a group on its own
+    t2 = ep.TaskWriter(str(staging), 2, schema, [], True)
+    for b in range(3):
+        t2.write(pa.record_batch([pa.array(["x"] * 10), pa.array(range(10))], schema=schema))
+    t2.commit()
+    f = next((staging / "task-00002" / "done").glob("*.parquet"))
+    assert pq.ParquetFile(f).metadata.num_row_groups == 3
+
+
 def test_arrow_writer_refuses_hadoop_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--writer arrow (the default) writes with the executors' own file system calls: an
     hdfs:// or s3a:// OUT is a usage error naming --writer spark, before any Spark start."""
