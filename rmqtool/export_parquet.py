@@ -73,6 +73,9 @@ class TaskWriter:
         self.file_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
         names = set(self.file_schema.names)
         self.dictionary = [c for c in dictionary if c in names] if not isinstance(dictionary, bool) else dictionary
+        # min/max statistics for the flat columns only: nobody prunes on the smallest map
+        # key or list element, and those statistics were 18% of the Parquet encoding time
+        self.statistics = [f.name for f in self.file_schema if not pa.types.is_nested(f.type)]
         self.writers: dict[str, pq.ParquetWriter] = {}
         self.pending: dict[str, tuple[list[pa.RecordBatch], int, int]] = {}  # dir: (batches, rows, bytes)
         self.rows = 0
@@ -83,7 +86,8 @@ class TaskWriter:
             folder = self.attempt / d if d else self.attempt
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"part-{self.task:05d}-{len(self.writers):03d}.snappy.parquet"
-            w = pq.ParquetWriter(str(path), self.file_schema, compression="snappy", use_dictionary=self.dictionary)
+            w = pq.ParquetWriter(str(path), self.file_schema, compression="snappy", use_dictionary=self.dictionary,
+                                 write_statistics=self.statistics)
             self.writers[d] = w
         return w
 

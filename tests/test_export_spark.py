@@ -425,6 +425,17 @@ def test_arrow_writer_gathers_batches_into_row_groups(tmp_path: Path, monkeypatc
         assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [2500]
         want = [n for n in range(5000) if (n % 2 == 0) == (k == "a")]
         assert pq.read_table(f).column("n").to_pylist() == want
+    # min/max statistics on the flat columns, none on nested ones (map, list)
+    nested = pa.schema([pa.field("n", pa.int64()), pa.field("m", pa.map_(pa.string(), pa.string())),
+                        pa.field("l", pa.list_(pa.string()))])
+    tn = ep.TaskWriter(str(staging), 3, nested, [], True)
+    tn.write(pa.record_batch([pa.array([5, 3]), pa.array([[("a", "b")], []], type=pa.map_(pa.string(), pa.string())),
+                              pa.array([["x"], ["y", "z"]])], schema=nested))
+    tn.commit()
+    rg = pq.ParquetFile(next((staging / "task-00003" / "done").glob("*.parquet"))).metadata.row_group(0)
+    stats = {rg.column(i).path_in_schema: rg.column(i).is_stats_set for i in range(rg.num_columns)}
+    assert stats == {"n": True, "m.key_value.key": False, "m.key_value.value": False, "l.list.element": False}
+    assert (rg.column(0).statistics.min, rg.column(0).statistics.max) == (3, 5)
     monkeypatch.setattr(ep, "ROW_GROUP_BYTES", 1)  # every batch is a group on its own
     t2 = ep.TaskWriter(str(staging), 2, schema, [], True)
     for b in range(3):
