@@ -527,6 +527,10 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     """One walk task (runs in a worker process): file ``path``, slice ``[lo, hi)``."""
     file_index, path, base, lo, hi, end, version, delay_levels, check_crc, mdl = args[:10]
     hints = args[10] if len(args) > 10 else None
+    if isinstance(hints, str) and hints == _INHERITED:  # the parent's hints, inherited through fork
+        h, h_sorted = hints_in(_FORK_HINTS, base + lo, base + hi)
+        hints = h - base if h is not None else None
+        args = args[:11] + (h_sorted,)
     if hints is not None and len(args) > 11 and not args[11]:
         hints = sorted_unique(hints)  # runs' pieces: this worker sorts its share
     profile = BrokerProfile(version, delay_levels)
@@ -569,8 +573,21 @@ def _close(mv: memoryview, buf: mmap.mmap) -> None:
 def _pool(jobs: int) -> _cf.Executor:
     import multiprocessing as mp
 
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    ctx = mp.get_context("fork") if _can_fork() else None
     return _cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
+
+
+def _can_fork() -> bool:
+    import multiprocessing as mp
+
+    return "fork" in mp.get_all_start_methods()
+
+
+# The walk tasks of scan_files take their share of the hints from the parent's copy,
+# inherited through fork, instead of as pickled arrays (32 MB for 4 million records
+# through the pool's pipe).
+_INHERITED = "inherited"
+_FORK_HINTS: Any = None
 
 
 def scan_files(
@@ -591,31 +608,46 @@ def scan_files(
     found by :func:`recovery.scan.resync` and the slices are chained (a slice is used only
     if it starts exactly where the previous one arrived; otherwise that part is walked again
     in order), so the result is the sequential walk's."""
+    global _FORK_HINTS
     F = store.geometry.commitlog_file_size
     crc_of = check_crc if isinstance(check_crc, list) else [check_crc] * len(files)
-    tasks = []
+    total = sum(min(f.size, F) for f in files)
+    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    spans: list[tuple[int, StoreFile, int, int, int]] = []
     for i, f in enumerate(files):
         end = min(f.size, F)
         lo = 0
         while True:
             hi = min(end, lo + span) if end - lo > span + span // 4 else end
-            h, h_sorted = hints_in(hints, f.base + lo, f.base + hi)
-            tasks.append((i, str(f.path), f.base, lo, hi, end, profile.version, profile.delay_levels, crc_of[i], max_delay_level,
-                          h - f.base if h is not None else None, h_sorted))
+            spans.append((i, f, lo, hi, end))
             if hi >= end:
                 break
             lo = hi
-    total = sum(min(f.size, F) for f in files)
-    jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    parallel = jobs > 1 and len(spans) > 1 and total >= _PARALLEL_MIN_BYTES
+    inherit = parallel and hints is not None and _can_fork()
+    tasks = []
+    for i, f, lo, hi, end in spans:
+        if inherit:
+            hh: Any = _INHERITED
+            h_sorted = True
+        else:
+            h, h_sorted = hints_in(hints, f.base + lo, f.base + hi)
+            hh = h - f.base if h is not None else None
+        tasks.append((i, str(f.path), f.base, lo, hi, end, profile.version, profile.delay_levels, crc_of[i], max_delay_level,
+                      hh, h_sorted))
     results: list[_SpanResult] = []
-    if jobs > 1 and len(tasks) > 1 and total >= _PARALLEL_MIN_BYTES:
-        with _pool(min(jobs, len(tasks))) as ex:
-            futs = [ex.submit(_span_task, t) for t in tasks]
-            for fut, t in zip(futs, tasks):
-                r = fut.result()
-                results.append(r)
-                if progress:
-                    progress(t[4] - t[3])
+    if parallel:
+        _FORK_HINTS = hints if inherit else None
+        try:
+            with _pool(min(jobs, len(tasks))) as ex:
+                futs = [ex.submit(_span_task, t) for t in tasks]
+                for fut, t in zip(futs, tasks):
+                    r = fut.result()
+                    results.append(r)
+                    if progress:
+                        progress(t[4] - t[3])
+        finally:
+            _FORK_HINTS = None
     else:  # in this process
         for t in tasks:
             results.append(_span_task(t))

@@ -450,6 +450,48 @@ def test_parallel_sliced_walk_equals_the_broker_walk(tmp_path: Path, monkeypatch
             assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want, (span, jobs, batch)
 
 
+def test_walk_tasks_take_the_hints_inherited_through_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With fork, the walk tasks carry no hint arrays: each takes its share from the
+    parent's hints, inherited (here the pool is replaced by one that runs the tasks in
+    this process and records them); the walk is the same."""
+    import concurrent.futures as cf
+
+    root = _copy(tmp_path / "s", CRASH)
+    store = Store.open(root)
+    files = [f for f in store.commitlog if f.size > 0]
+    cq = rc.queue_hint_runs(store)
+    want = [(s.name, s.records, s.stop_pos, s.stop_reason) for s in rc.scan_files(store, P494, files, jobs=1, hints=cq)]
+    seen: list[tuple] = []
+
+    class InProcess:
+        def __init__(self, *_a: object) -> None:
+            pass
+
+        def __enter__(self) -> "InProcess":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def submit(self, fn, t):  # noqa: ANN001, ANN201
+            seen.append(t)
+            f: cf.Future = cf.Future()
+            f.set_result(fn(t))
+            return f
+
+    monkeypatch.setattr(rc, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(rc, "_pool", InProcess)
+    got = rc.scan_files(store, P494, files, jobs=2, span=3000, hints=cq)
+    assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want
+    assert len(seen) > 2 and all(t[10] == rc._INHERITED for t in seen)
+    assert rc._FORK_HINTS is None  # reset after the walk
+    monkeypatch.setattr(rc, "_can_fork", lambda: False)  # no fork: the arrays travel with the tasks
+    seen.clear()
+    got = rc.scan_files(store, P494, files, jobs=2, span=3000, hints=cq)
+    assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want
+    assert any(isinstance(t[10], np.ndarray) for t in seen)
+
+
 def test_dispatch_in_worker_processes_gives_the_same_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ref = _copy(tmp_path / "ref", CRASH)
     assert _recover(ref, "--jobs", "1") == 1
