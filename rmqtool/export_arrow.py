@@ -105,13 +105,41 @@ def _lead(ok: np.ndarray) -> int:
     return len(ok) if ok.all() else int(ok.argmin())
 
 
+def _num(a: np.ndarray) -> pa.Array:
+    """A numpy array (numbers or bools) as an Arrow array of the same type, built from its
+    buffer. ``pa.array`` on a numpy array asks pyarrow's pandas shim about it, and the
+    first such call in a process imports pandas: half a CPU-second per Spark worker."""
+    if a.dtype == np.bool_:
+        return pa.Array.from_buffers(pa.bool_(), len(a), [None, pa.py_buffer(np.packbits(a, bitorder="little"))])
+    a = np.ascontiguousarray(a)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
+
+
+def _indices(a: pa.Array) -> np.ndarray:
+    """An integer Arrow array without nulls as a numpy view of its buffer (see _num)."""
+    dt = _INT_TYPES.get(a.type)
+    if a.null_count or dt is None:
+        return a.to_numpy(zero_copy_only=False)  # (not met: every row of a plain block has the value)
+    return np.frombuffer(a.buffers()[1], dtype=dt, count=a.offset + len(a))[a.offset:]
+
+
+_INT_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64}
+
+
 def _str_array(offs: np.ndarray, data: np.ndarray, binary: bool = False) -> pa.Array:
     typ = pa.binary() if binary else pa.string()
     return pa.Array.from_buffers(typ, len(offs) - 1, [None, pa.py_buffer(offs), pa.py_buffer(data)])
 
 
 def _table(values: list[Any], inv: np.ndarray, typ: pa.DataType) -> pa.Array:
-    return pa.array(values, type=typ).take(pa.array(inv, type=pa.int32()))
+    if typ == pa.string() and all(isinstance(v, str) for v in values):
+        enc = [v.encode() for v in values]  # (no pa.array: see _num)
+        offs = np.zeros(len(enc) + 1, dtype=np.int32)
+        np.cumsum([len(b) for b in enc], out=offs[1:])
+        table = _str_array(offs, np.frombuffer(b"".join(enc), dtype=np.uint8))
+    else:
+        table = pa.array(values, type=typ)
+    return table.take(_num(inv.astype(np.int32)))
 
 
 def _const_str(value: str | None, n: int) -> pa.Array:
@@ -260,7 +288,7 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     rec = np.arange(n, dtype=np.int32) * k
 
     def values_of(name: str) -> pa.Array:
-        return mvals.take(pa.array(rec[:n] + vidx[name], type=pa.int32()))
+        return mvals.take(_num((rec[:n] + vidx[name]).astype(np.int32)))
 
     # ---- KEYS: split on single spaces (a leading, trailing or double space: per record) --
     kv = None
@@ -280,16 +308,16 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     cols: dict[str, pa.Array] = {}
     cols["store"] = _const_str(st.store, n)
     cols["file"] = _const_str(st.file, n)
-    cols["pos"] = pa.array(P[:n])
+    cols["pos"] = _num(np.asarray(P[:n], dtype=np.int64))
     po = H["physical_offset"][:n].astype(np.int64)
-    cols["physical_offset"] = pa.array(po)
+    cols["physical_offset"] = _num(np.asarray(po, dtype=np.int64))
     cols["type"] = _const_str("message", n)
     cols["status"] = _const_str(ck.OK, n)
-    cols["total_size"] = pa.array(total[:n].astype(np.int32))
+    cols["total_size"] = _num(total[:n].astype(np.int32))
     cols["magic"] = _const_str("V1", n)
     cols["topic"] = _table(tnames, tinv[:n], pa.string())
-    cols["queue_id"] = pa.array(H["queue_id"][:n].astype(np.int32))
-    cols["queue_offset"] = pa.array(H["queue_offset"][:n].astype(np.int64))
+    cols["queue_id"] = _num(H["queue_id"][:n].astype(np.int32))
+    cols["queue_offset"] = _num(H["queue_offset"][:n].astype(np.int64))
     if "TAGS" in vidx:
         tg = values_of("TAGS")
         enc = pc.dictionary_encode(tg)
@@ -300,14 +328,14 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
                 code = st.tags[t] = tags_code(t)
             tcodes.append(code)
         cols["tags"] = tg
-        tags_codes = np.array(tcodes, dtype=np.int64)[enc.indices.to_numpy(zero_copy_only=False)]
+        tags_codes = np.array(tcodes, dtype=np.int64)[_indices(enc.indices)]
     else:
         cols["tags"] = pa.nulls(n, pa.string())
         tags_codes = np.zeros(n, dtype=np.int64)
     if kv is not None:
         cols["keys"] = pc.split_pattern(kv, " ")
     else:
-        cols["keys"] = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()))
+        cols["keys"] = pa.ListArray.from_arrays(_num(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()))
     cols["uniq_key"] = values_of("UNIQ_KEY") if "UNIQ_KEY" in vidx else pa.nulls(n, pa.string())
 
     def host_info(key: int) -> tuple[str, bytes]:
@@ -327,25 +355,25 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     mid[:, :16] = np.array([np.frombuffer(h[1], dtype=np.uint8) for h in sinfo])[sinv]
     mid[:, 16:] = _HEX16[np.ascontiguousarray(H["physical_offset"][:n]).view(">u2").reshape(n, 4)].reshape(n, 16)
     cols["msg_id"] = _str_array(np.arange(n + 1, dtype=np.int32) * 32, mid.reshape(-1))
-    cols["born_timestamp"] = pa.array(H["born_timestamp"][:n].astype(np.int64))
-    cols["store_timestamp"] = pa.array(H["store_timestamp"][:n].astype(np.int64))
+    cols["born_timestamp"] = _num(H["born_timestamp"][:n].astype(np.int64))
+    cols["store_timestamp"] = _num(H["store_timestamp"][:n].astype(np.int64))
     cols["born_host"] = _table([host_info(int(x))[0] for x in bu.tolist()], binv, pa.string())
     cols["store_host"] = _table([h[0] for h in sinfo], sinv, pa.string())
-    cols["sys_flag"] = pa.array(sf[:n].astype(np.int32))
+    cols["sys_flag"] = _num(sf[:n].astype(np.int32))
     txc = sf[:n] & cl.TRANSACTION_MASK
     txinv, txfirst = distinct(txc)
     cols["transaction_type"] = _table([cl.TRANSACTION_TYPES[int(c)] for c in txc[txfirst].tolist()], txinv, pa.string())
-    cols["reconsume_times"] = pa.array(H["reconsume_times"][:n].astype(np.int32))
-    cols["flag"] = pa.array(H["flag"][:n].astype(np.int32))
-    cols["prepared_transaction_offset"] = pa.array(H["prepared_transaction_offset"][:n].astype(np.int64))
-    cols["body_length"] = pa.array(bl[:n].astype(np.int32))
-    cols["body_crc"] = pa.array(crc[:n].astype(np.int32))
-    cols["crc_ok"] = pa.array(np.ones(n, dtype=bool))
-    cols["tags_code"] = pa.array(tags_codes)
+    cols["reconsume_times"] = _num(H["reconsume_times"][:n].astype(np.int32))
+    cols["flag"] = _num(H["flag"][:n].astype(np.int32))
+    cols["prepared_transaction_offset"] = _num(H["prepared_transaction_offset"][:n].astype(np.int64))
+    cols["body_length"] = _num(bl[:n].astype(np.int32))
+    cols["body_crc"] = _num(crc[:n].astype(np.int32))
+    cols["crc_ok"] = _num(np.ones(n, dtype=bool))
+    cols["tags_code"] = _num(np.asarray(tags_codes, dtype=np.int64))
     mo = np.arange(n + 1, dtype=np.int32) * k
     mkeys = _str_array(*(lambda kk: (np.concatenate([[0], np.cumsum(np.tile([len(x) for x in kk], n))]).astype(np.int32),
                                      np.frombuffer("".join(kk).encode() * n, dtype=np.uint8)))(keys))
-    cols["properties"] = pa.MapArray.from_arrays(pa.array(mo), mkeys, mvals)
+    cols["properties"] = pa.MapArray.from_arrays(_num(mo.astype(np.int32)), mkeys, mvals)
     cols["field"] = pa.nulls(n, pa.string())
     if st.with_body:
         cols["body"] = _str_array(*_spans(A, P[:n] + hs, bl[:n]), binary=True)

@@ -534,10 +534,14 @@ def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf:
 
 
 def _executor_imports(it: Iterable[Any]) -> Iterator[int]:
+    import pyarrow as pa
     import pyarrow.parquet  # noqa: F401
 
-    from . import export_arrow, export_parquet  # noqa: F401
+    from . import cmd_dump, export_arrow, export_parquet  # noqa: F401  (cmd_dump: the row path's fields)
 
+    # pyarrow's first pa.array() on a Python list imports pandas when it is installed
+    # (its pandas shim checks every such object): half a CPU-second, once per process
+    pa.array([0])
     yield 0
 
 

@@ -228,3 +228,34 @@ def test_row_groups_exact_even_when_keys_collide(monkeypatch: pytest.MonkeyPatch
         inv, first = blocks.row_groups(mat)
         assert (mat == mat[first[inv]]).all()
         assert len({mat[i].tobytes() for i in first.tolist()}) == len(first) == len({r.tobytes() for r in mat})
+
+
+def test_arrays_from_numpy_buffers_equal_pa_array_and_never_import_pandas(tmp_path: Path) -> None:
+    """_num, _indices and _table (the block path's Arrow arrays) equal what pa.array gives,
+    and building them does not import pandas (pyarrow's pandas check does, on first use)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from rmqtool import export_arrow as ea
+
+    for a in (np.arange(-3, 7, dtype=np.int64), np.arange(5, dtype=np.int32)[::2], np.array([True, False, True] * 7),
+              np.zeros(0, dtype=np.int32), np.array([2**40, -1], dtype=np.int64)):
+        got, want = ea._num(a), pa.array(a)
+        assert got.type == want.type and got.equals(want)
+    enc = pc.dictionary_encode(pa.array(["b", "a", "b", "c", "a"]))
+    for arr in (enc.indices, enc.indices.slice(2), pa.array([1, 2, 3], type=pa.int64()).slice(1)):
+        assert ea._indices(arr).tolist() == arr.to_pylist()
+    inv = np.array([2, 0, 0, 1], dtype=np.int32)
+    assert ea._table(["x", "é", ""], inv, pa.string()).to_pylist() == ["", "x", "x", "é"]
+    assert ea._table(["x", None], inv[1:] % 2, pa.string()).to_pylist() == ["x", "x", None]
+    code = ("import sys, numpy as np, pyarrow as pa, pyarrow.compute as pc\n"
+            "from rmqtool import export_arrow as ea\n"
+            "ea._num(np.arange(4)); ea._num(np.ones(3, dtype=bool))\n"
+            "ea._indices(pc.dictionary_encode(ea._table(['a', 'b'], np.array([1, 0, 1], dtype=np.int32), pa.string())).indices)\n"
+            "print('pandas' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
