@@ -111,6 +111,8 @@ def _num(a: np.ndarray) -> pa.Array:
     first such call in a process imports pandas: half a CPU-second per Spark worker."""
     if a.dtype == np.bool_:
         return pa.Array.from_buffers(pa.bool_(), len(a), [None, pa.py_buffer(np.packbits(a, bitorder="little"))])
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
     a = np.ascontiguousarray(a)
     return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), len(a), [None, pa.py_buffer(a)])
 
