@@ -74,6 +74,15 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
     return r, time.perf_counter() - w0, time.process_time() - c0
 
 
+def peak_memory() -> str:
+    import resource
+
+    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # (KiB on Linux)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return (f"peak RSS: this process {me:,.0f} MiB, largest worker process {kids:,.0f} MiB "
+            "(pages of the mapped commitlog and of shared memory count in each process that touched them)")
+
+
 def line(name: str, n: int, wall: float, cpu: float, extra: str = "") -> None:
     print(f"{name:<34} {n:>10,} msgs {wall:8.2f} s wall {n / wall:>12,.0f} msg/s   "
           f"{cpu:8.2f} s cpu {n / cpu:>12,.0f} msg/s{extra}", flush=True)
@@ -153,15 +162,18 @@ def main() -> int:
                 os.dup2(out_fd, 1)
                 os.close(out_fd)
         assert code == 0, code
-        written = sum(p.stat().st_size for d in ("consumequeue", "index") for p in (store_dir / d).rglob("*") if p.is_file())
+        files = [p.stat() for d in ("consumequeue", "index") for p in (store_dir / d).rglob("*") if p.is_file()]
+        size, data = sum(st.st_size for st in files), sum(st.st_blocks * 512 for st in files)
         line(f"end to end: rebuild-index, {cores} cores", n, wall, cpu,
-             f"   [{written / (1 << 20):,.0f} MiB written, fsynced; cpu is this process only]")
+             f"   [{size / (1 << 20):,.0f} MiB of files, {data / (1 << 20):,.0f} MiB of them data (the rest holes), fsynced; "
+             f"{summary['bytes'] / wall / 1e6:,.0f} MB/s of commitlog; cpu is this process only]")
         shutil.rmtree(bk, ignore_errors=True)
         for sub in ("consumequeue", "index"):
             shutil.rmtree(store_dir / sub, ignore_errors=True)
 
     name, rate = REFERENCE
     print(f"reference: {name} = {rate:,.0f} msg/s", flush=True)
+    print(peak_memory(), flush=True)
     if args.profile:
         import cProfile
         import pstats

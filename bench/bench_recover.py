@@ -153,6 +153,12 @@ def main() -> int:
               f"(broker: {BROKER.get(case.split('-')[0], float('nan'))} s) [runs: {', '.join(f'{x:.2f}' for x in applies)}; "
               f"CPU s: {', '.join(f'{x:.1f}' for x in cpus)}; load {os.getloadavg()[0]:.1f}]")
     (root / "abort").unlink(missing_ok=True)
+    import resource
+
+    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # (KiB on Linux)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"peak RSS: this process {me:,.0f} MiB, largest worker process {kids:,.0f} MiB (pages of the mapped "
+          "commitlog and of shared memory count in each process that touched them)")
     return 0
 
 
