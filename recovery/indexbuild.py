@@ -192,6 +192,22 @@ class TopicList(list):  # type: ignore[type-arg]
         return (TopicList, (list(self),))
 
 
+def write_zeros(fileobj: Any, n: int, block: int = 1 << 24) -> None:
+    """``n`` zero bytes to a binary file object: through its own ``write_zeros`` where it
+    has one (recovery.safety's staging file leaves a hole), else written in blocks."""
+    if n <= 0:
+        return
+    own = getattr(fileobj, "write_zeros", None)
+    if own is not None:
+        own(n)
+        return
+    zero = bytes(min(n, block))
+    while n > 0:
+        k = min(n, block)
+        fileobj.write(zero[:k])
+        n -= k
+
+
 def take_names(names: list[str], ids: np.ndarray) -> list[str]:
     """``[names[i] for i in ids]`` through an object array (about 3x faster than a map)."""
     arr = np.empty(len(names), dtype=object)
@@ -756,16 +772,7 @@ class IndexFileImage:
             count = len(ents)
             fileobj.write(bytes(first * INDEX_ENTRY_SIZE))
             fileobj.write(ents.tobytes())
-        rest = (self.index_num - first - count) * INDEX_ENTRY_SIZE
-        write_zeros = getattr(fileobj, "write_zeros", None)
-        if write_zeros is not None and rest > 0:  # e.g. recovery.safety's staging file: a hole
-            write_zeros(rest)
-            return
-        zero = bytes(min(rest, block))
-        while rest > 0:
-            k = min(rest, block)
-            fileobj.write(zero[:k])
-            rest -= k
+        write_zeros(fileobj, (self.index_num - first - count) * INDEX_ENTRY_SIZE, block)
 
 
 class IndexBuilder:

@@ -1357,9 +1357,11 @@ def _units_writer(units: bytes, size: int) -> Callable[[Any], None]:
     """A writer of a consume queue file of ``size`` bytes that begins with ``units``: the
     zeros after them are a hole in the staging file (recovery.safety), as in the broker's
     own mapped files."""
+    from .indexbuild import write_zeros
+
     def write(fobj: Any) -> None:
         fobj.write(units[:size])
-        fobj.write_zeros(size - min(len(units), size))
+        write_zeros(fobj, size - min(len(units), size))
 
     return write
 

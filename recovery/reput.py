@@ -49,7 +49,7 @@ from ..formats.javahash import tags_code as _tags_code
 from ..formats.names import index_file_name, offset_to_file_name
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
-from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList, take_names
+from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList, take_names, write_zeros
 from .scan import ByteViews, byte_views, chase_starts, last_nonzero_in_file, sorted_unique
 from .store import Store, StoreFile
 from .transfer import Arena, install, place
@@ -1568,24 +1568,15 @@ class CqFileOut:
         stream = self._stream()
         lo = max(self.base, self._seg_start)
         hi = min(self.base + self.size, self._seg_start + len(stream))
-        zeros = getattr(fileobj, "write_zeros", None) or (lambda n: _write_zeros(fileobj, n))
         if lo >= hi:
-            zeros(self.size)
+            write_zeros(fileobj, self.size)
             return
-        zeros(lo - self.base)
+        write_zeros(fileobj, lo - self.base)
         fileobj.write(memoryview(stream)[lo - self._seg_start : hi - self._seg_start])
-        zeros(self.base + self.size - hi)
+        write_zeros(fileobj, self.base + self.size - hi)
 
     def __repr__(self) -> str:
         return f"CqFileOut({self.relpath!r}, existed={self.existed})"
-
-
-def _write_zeros(fileobj: Any, n: int, block: int = 1 << 20) -> None:
-    zero = bytes(min(max(n, 0), block))
-    while n > 0:
-        k = min(n, block)
-        fileobj.write(zero[:k])
-        n -= k
 
 
 class IndexFileOut:
