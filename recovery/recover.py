@@ -74,6 +74,7 @@ from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
 from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
 from .store import Store, StoreFile
+from .transfer import Inherited, fork_context, inherited, share, unshare
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -527,8 +528,8 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     """One walk task (runs in a worker process): file ``path``, slice ``[lo, hi)``."""
     file_index, path, base, lo, hi, end, version, delay_levels, check_crc, mdl = args[:10]
     hints = args[10] if len(args) > 10 else None
-    if isinstance(hints, str) and hints == _INHERITED:  # the parent's hints, inherited through fork
-        h, h_sorted = hints_in(_FORK_HINTS, base + lo, base + hi)
+    if isinstance(hints, Inherited):  # the parent's hints, inherited through fork
+        h, h_sorted = hints_in(inherited(hints), base + lo, base + hi)
         hints = h - base if h is not None else None
         args = args[:11] + (h_sorted,)
     if hints is not None and len(args) > 11 and not args[11]:
@@ -571,23 +572,7 @@ def _close(mv: memoryview, buf: mmap.mmap) -> None:
 
 
 def _pool(jobs: int) -> _cf.Executor:
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork") if _can_fork() else None
-    return _cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
-
-
-def _can_fork() -> bool:
-    import multiprocessing as mp
-
-    return "fork" in mp.get_all_start_methods()
-
-
-# The walk tasks of scan_files take their share of the hints from the parent's copy,
-# inherited through fork, instead of as pickled arrays (32 MB for 4 million records
-# through the pool's pipe).
-_INHERITED = "inherited"
-_FORK_HINTS: Any = None
+    return _cf.ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context())
 
 
 def scan_files(
@@ -608,7 +593,6 @@ def scan_files(
     found by :func:`recovery.scan.resync` and the slices are chained (a slice is used only
     if it starts exactly where the previous one arrived; otherwise that part is walked again
     in order), so the result is the sequential walk's."""
-    global _FORK_HINTS
     F = store.geometry.commitlog_file_size
     crc_of = check_crc if isinstance(check_crc, list) else [check_crc] * len(files)
     total = sum(min(f.size, F) for f in files)
@@ -624,11 +608,13 @@ def scan_files(
                 break
             lo = hi
     parallel = jobs > 1 and len(spans) > 1 and total >= _PARALLEL_MIN_BYTES
-    inherit = parallel and hints is not None and _can_fork()
+    # with fork the walk tasks take their share of the hints from the parent's copy, not as
+    # arrays pickled through the pool's pipe (32 MB for 4 million records)
+    token = Inherited("walk.hints") if parallel and hints is not None and fork_context() is not None else None
     tasks = []
     for i, f, lo, hi, end in spans:
-        if inherit:
-            hh: Any = _INHERITED
+        if token is not None:
+            hh: Any = token
             h_sorted = True
         else:
             h, h_sorted = hints_in(hints, f.base + lo, f.base + hi)
@@ -637,7 +623,8 @@ def scan_files(
                       hh, h_sorted))
     results: list[_SpanResult] = []
     if parallel:
-        _FORK_HINTS = hints if inherit else None
+        if token is not None:
+            share(token.name, hints)
         try:
             with _pool(min(jobs, len(tasks))) as ex:
                 futs = [ex.submit(_span_task, t) for t in tasks]
@@ -647,7 +634,8 @@ def scan_files(
                     if progress:
                         progress(t[4] - t[3])
         finally:
-            _FORK_HINTS = None
+            if token is not None:
+                unshare(token)
     else:  # in this process
         for t in tasks:
             results.append(_span_task(t))

@@ -52,7 +52,7 @@ from . import check as ck
 from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList, take_names, write_zeros
 from .scan import ByteViews, byte_views, chase_starts, last_nonzero_in_file, sorted_unique
 from .store import Store, StoreFile
-from .transfer import Arena, install, place
+from .transfer import Arena, Inherited, fork_context, inherited, install, place, share, unshare
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -1184,12 +1184,6 @@ class _PieceResult(NamedTuple):
     stats: ReputStats
 
 
-# the pieces take their share of the hints from the parent's copy, inherited through fork,
-# instead of as arrays pickled through the pool's pipe
-_INHERITED = "inherited"
-_FORK_HINTS: Any = None
-
-
 def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
     """One piece of one commitlog file, walked by :func:`iter_dispatch` in a worker. The
     first piece of a file starts exactly at ``lo``; any other piece at its first record
@@ -1199,9 +1193,10 @@ def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
 
     store, version, delay_levels, path, base, lo, a, b, hi, mdl, tags, index_keys, hints, slot = args
     profile = BrokerProfile(version, delay_levels)
-    if isinstance(hints, str) and hints == _INHERITED:  # the parent's hints, inherited through fork
-        i0, i1 = np.searchsorted(_FORK_HINTS, [a, b])
-        hints = _FORK_HINTS[i0:i1] if i1 > i0 else None
+    if isinstance(hints, Inherited):  # the parent's hints, inherited through fork
+        every = inherited(hints)
+        i0, i1 = np.searchsorted(every, [a, b])
+        hints = every[i0:i1] if i1 > i0 else None
 
     def first(nominal: int) -> int:
         if nominal <= lo:
@@ -1287,10 +1282,10 @@ def iter_dispatch_parallel(
     if not regular or END - lo < min_bytes or lo < files[0].base:
         return (yield from iter_dispatch(store, profile, **seq))
     mdl = max_delay_level
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    inherit = ctx is not None and hints is not None
+    ctx = fork_context()
+    # with fork the pieces take their share of the hints from the parent's copy, not as
+    # arrays pickled through the pool's pipe
+    token = Inherited("reput.hints") if ctx is not None and hints is not None else None
     tasks: list[tuple[Any, ...]] = []
     for f in files:
         a, b = max(lo, f.base), min(END, f.base + F)
@@ -1301,10 +1296,8 @@ def iter_dispatch_parallel(
         cuts = list(range(a, max(_data_end(store, f, a, b), a + 1), max(piece_size, 1))) + [b]
         for k in range(len(cuts) - 1):
             last = k == len(cuts) - 2
-            ph: Any = None  # the hints of the piece's nominal range (past it the walk goes on without)
-            if hints is not None and inherit:
-                ph = _INHERITED
-            elif hints is not None:
+            ph: Any = token  # the hints of the piece's nominal range (past it the walk goes on without)
+            if hints is not None and token is None:
                 i0, i1 = np.searchsorted(hints, [cuts[k], cuts[k + 1]])
                 ph = hints[i0:i1] if i1 > i0 else None
             tasks.append((store, profile.version, profile.delay_levels, str(f.path), f.base, a,
@@ -1314,7 +1307,6 @@ def iter_dispatch_parallel(
 
     import concurrent.futures as cf
 
-    global _FORK_HINTS
     stats.from_offset = lo
     stats.end_offset = lo
     files_seen: set[int] = set()
@@ -1329,7 +1321,8 @@ def iter_dispatch_parallel(
         except (OSError, ValueError, OverflowError):  # no room for the mapping: through the pipe
             arena = None
     install(arena)
-    _FORK_HINTS = hints if inherit else None
+    if token is not None:
+        share(token.name, hints)
     ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
     def submit(t: tuple[Any, ...]) -> tuple[cf.Future[Any], tuple[Any, ...], int | None]:
@@ -1382,7 +1375,8 @@ def iter_dispatch_parallel(
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
         install(None)
-        _FORK_HINTS = None
+        if token is not None:
+            unshare(token)
         if arena is not None:
             arena.close()
 

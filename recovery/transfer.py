@@ -124,3 +124,44 @@ def place(slot: int | None, obj: Any) -> Any:
     if arena is None or slot is None:
         return obj
     return arena.put(slot, obj)
+
+
+# Values the workers inherit through fork: the parent shares a value under a name before
+# the pool forks and puts the token in the tasks instead of the value (a large array then
+# never goes through the pool's pipe); a worker looks the token up.
+
+
+class Inherited(NamedTuple):
+    """The token of a value shared with :func:`share` (it travels in a task)."""
+
+    name: str
+
+
+_SHARED: dict[str, Any] = {}
+
+
+def fork_context() -> Any | None:
+    """multiprocessing's fork context where the platform has one, else None."""
+    import multiprocessing as mp
+
+    return mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+
+
+def share(name: str, value: Any) -> Inherited:
+    """(parent side, before the workers fork) Share ``value``; returns its token."""
+    _SHARED[name] = value
+    return Inherited(name)
+
+
+def unshare(token: Inherited) -> None:
+    """(parent side, once the workers are done) Forget a shared value."""
+    _SHARED.pop(token.name, None)
+
+
+def inherited(token: Inherited) -> Any:
+    """(worker side) The value a token stands for, as the parent had it at the fork."""
+    return _SHARED[token.name]
+
+
+def is_shared(token: Inherited) -> bool:
+    return token.name in _SHARED

@@ -456,6 +456,8 @@ def test_walk_tasks_take_the_hints_inherited_through_fork(tmp_path: Path, monkey
     this process and records them); the walk is the same."""
     import concurrent.futures as cf
 
+    from rmqtool.recovery import transfer
+
     root = _copy(tmp_path / "s", CRASH)
     store = Store.open(root)
     files = [f for f in store.commitlog if f.size > 0]
@@ -483,9 +485,9 @@ def test_walk_tasks_take_the_hints_inherited_through_fork(tmp_path: Path, monkey
     monkeypatch.setattr(rc, "_pool", InProcess)
     got = rc.scan_files(store, P494, files, jobs=2, span=3000, hints=cq)
     assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want
-    assert len(seen) > 2 and all(t[10] == rc._INHERITED for t in seen)
-    assert rc._FORK_HINTS is None  # reset after the walk
-    monkeypatch.setattr(rc, "_can_fork", lambda: False)  # no fork: the arrays travel with the tasks
+    assert len(seen) > 2 and all(isinstance(t[10], transfer.Inherited) for t in seen)
+    assert not transfer.is_shared(seen[0][10])  # forgotten after the walk
+    monkeypatch.setattr(rc, "fork_context", lambda: None)  # no fork: the arrays travel with the tasks
     seen.clear()
     got = rc.scan_files(store, P494, files, jobs=2, span=3000, hints=cq)
     assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want

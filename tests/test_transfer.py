@@ -130,3 +130,21 @@ def test_forked_workers_fill_slots_the_parent_reads():
         arena.close()
     # without an arena a worker hands back the object itself
     assert transfer.place(0, "x") == "x"
+
+
+def _look_up(token: transfer.Inherited) -> object:
+    return transfer.inherited(token)
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs fork")
+def test_shared_values_reach_forked_workers_as_tokens() -> None:
+    value = np.arange(10)
+    token = transfer.share("test.value", value)
+    try:
+        with cf.ProcessPoolExecutor(1, mp_context=transfer.fork_context()) as ex:
+            got = ex.submit(_look_up, token).result()
+        assert np.array_equal(got, value) and transfer.is_shared(token)
+        assert len(pickle.dumps(token)) < 100  # the token, not the value, goes to the worker
+    finally:
+        transfer.unshare(token)
+    assert not transfer.is_shared(token)
