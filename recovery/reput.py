@@ -114,14 +114,12 @@ class LazyValues(Sequence[Optional[str]]):
         self._list: list[str | None] | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # ``joined`` as a uint8 array, so that pickle protocol 5 can carry it out of band
-        # (recovery.transfer); the KEYS and UNIQ_KEY values of a run share one array
+        # the fast decoder gives the KEYS and UNIQ_KEY values of a run one uint8 array of
+        # the joined properties: pickle protocol 5 carries it once, out of band
+        # (recovery.transfer)
         if self._src is None:
             return (_lazy_from_list, (self._list,))
-        joined, rec, va, vb = self._src
-        if isinstance(joined, bytes):
-            joined = _shared_array(joined)
-        return (LazyValues, (self._n, joined, rec, va, vb))
+        return (LazyValues, (self._n, *self._src))
 
     def materialize(self) -> list[str | None]:
         if self._list is None:
@@ -165,21 +163,6 @@ def _lazy_from_list(values: list[str | None]) -> LazyValues:
     out = LazyValues(len(values), b"", np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     out._list, out._src = values, None
     return out
-
-
-_SHARED: list[tuple[bytes, np.ndarray]] = []
-
-
-def _shared_array(b: bytes) -> np.ndarray:
-    """One uint8 array view per bytes object among the last few asked for (so that one
-    pickle of several LazyValues over the same bytes holds them once)."""
-    for k, a in _SHARED:
-        if k is b:
-            return a
-    a = np.frombuffer(b, dtype=np.uint8)
-    _SHARED.append((b, a))
-    del _SHARED[:-4]
-    return a
 
 
 class DispatchColumns(NamedTuple):
@@ -706,8 +689,8 @@ class _FastDecoder:
         empty = (np.zeros(0, dtype=np.int64),) * 3
         fk = found.get(b"KEYS", empty)
         fu = found.get(b"UNIQ_KEY", empty)
-        keys = LazyValues(n, joined, *fk)
-        uniq = LazyValues(n, joined, *fu)
+        keys = LazyValues(n, J, *fk)  # (J: one array of the joined properties for both)
+        uniq = LazyValues(n, J, *fu)
         ikeys = _index_keys(joined, J, JW, fu, fk, uniq, keys) if self.want_index_keys else None
         return keys, uniq, ikeys, odd
 
