@@ -289,8 +289,11 @@ def file_digest(path: str | Path) -> str:
     return _digest(_sha256_head(path, size - z), z)
 
 
-def digest_matches(path: str | Path, want: Any) -> bool:
-    """Whether the file at ``path`` has the content the digest ``want`` describes."""
+def digest_matches(path: str | Path, want: Any, seen: dict[int, str | None] | None = None) -> bool:
+    """Whether the file at ``path`` has the content the digest ``want`` describes.
+    ``seen``: what earlier checks of the same unchanged file found (the sha256 of its head
+    for each zero-tail length, None where that tail is not all zeros), filled in here, so
+    that checking a file against several digests reads it once per tail length."""
     m = _DIGEST_RE.fullmatch(want) if isinstance(want, str) else None
     if m is None:
         return False
@@ -298,12 +301,16 @@ def digest_matches(path: str | Path, want: Any) -> bool:
     size = os.stat(path).st_size
     if zeros > size:
         return False
-    if zeros:
-        from .scan import file_has_nonzero
+    if seen is not None and zeros in seen:
+        return seen[zeros] == m.group(1)
+    head: str | None = None
+    from .scan import file_has_nonzero
 
-        if file_has_nonzero(path, size - zeros, size):
-            return False
-    return _sha256_head(path, size - zeros) == m.group(1)
+    if not zeros or not file_has_nonzero(path, size - zeros, size):
+        head = _sha256_head(path, size - zeros)
+    if seen is not None:
+        seen[zeros] = head
+    return head == m.group(1)
 
 
 _BIG_CHUNK = 1 << 23  # reads for hashing and copying: fewer calls, hashlib drops the GIL
@@ -1209,20 +1216,18 @@ class StoreTransaction:
             self._write_journal()
         return jdir
 
+    def _pending_digests(self) -> list[tuple[_Step, str, _PendingDigest]]:
+        return [(st, name, v) for st in self._steps for name in ("new_sha256", "result_sha256")
+                if isinstance(v := getattr(st, name), _PendingDigest)]
+
     def _resolve_digests(self) -> None:
         """Wait for the staged files' digests (see :meth:`_stage`)."""
-        for st in self._steps:
-            for name in ("new_sha256", "result_sha256"):
-                v = getattr(st, name)
-                if isinstance(v, _PendingDigest):
-                    setattr(st, name, v.result())
+        for st, name, v in self._pending_digests():
+            setattr(st, name, v.result())
 
     def _drop_pending_digests(self) -> None:
-        for st in self._steps:
-            for name in ("new_sha256", "result_sha256"):
-                v = getattr(st, name)
-                if isinstance(v, _PendingDigest):
-                    v.close()
+        for _st, _name, v in self._pending_digests():
+            v.close()
 
     def _write_journal(self) -> None:
         self._resolve_digests()
@@ -1855,13 +1860,13 @@ def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None
             raise ChecksumMismatchError(f"backup copy does not match the manifest's sha256 {str(want_sha)[:16]}...", piece)
 
 
-def _matches(path: Path, want: dict[str, Any] | None) -> bool:
+def _matches(path: Path, want: dict[str, Any] | None, seen: dict[int, str | None] | None = None) -> bool:
     """Whether the file at ``path`` is as ``want`` (a manifest's original or result; None:
-    no file) describes it."""
+    no file) describes it (``seen``: see :func:`digest_matches`)."""
     if not os.path.lexists(path):
         return want is None
     st = _regular_stat(path)
-    return want is not None and st.st_size == want["size"] and digest_matches(path, want["sha256"])
+    return want is not None and st.st_size == want["size"] and digest_matches(path, want["sha256"], seen)
 
 
 def restore(
@@ -1896,9 +1901,10 @@ def restore(
             rel, action = e["path"], e["action"]
             target = store / rel
             orig, res = e["original"], e["result"]
-            if _matches(target, orig):
+            seen: dict[int, str | None] = {}  # (the file is read once for both checks)
+            if _matches(target, orig, seen):
                 continue  # already as it was
-            if not _matches(target, res):
+            if not _matches(target, res, seen):
                 raise RestoreConflictError(
                     f"changed since the backup was taken (expected the {action} result or the original); "
                     "restore it by hand from the backup", target)

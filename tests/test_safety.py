@@ -777,6 +777,27 @@ def test_zero_tails_are_described_in_manifest_digests(tmp_path: Path) -> None:
     assert all((store / rel).read_bytes() == b for rel, b in before.items())
 
 
+def test_digest_matches_with_seen_reads_a_file_once_per_tail_length(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked against several digests (restore: the original, then the result), a file is
+    hashed once per zero-tail length; the answers are those of separate checks."""
+    p = tmp_path / "f"
+    data = b"head" * 1000 + bytes(2 << 20)
+    p.write_bytes(data)
+    described = safety.file_digest(p)
+    full = hashlib.sha256(data).hexdigest()
+    other = hashlib.sha256(b"other").hexdigest()
+    calls: list[int | None] = []
+    real = safety._sha256_head
+    monkeypatch.setattr(safety, "_sha256_head", lambda path, n: calls.append(n) or real(path, n))
+    seen: dict = {}
+    got = [safety.digest_matches(p, w, seen) for w in (other, full, described, other + f"+{2 << 20}z")]
+    assert got == [False, True, True, False]
+    assert sorted(calls) == [4000, len(data)]  # one hash of the whole file, one of the head
+    calls.clear()
+    assert [safety.digest_matches(p, w) for w in (other, full, described)] == [False, True, True]
+    assert len(calls) == 3  # (without seen: every check reads the file)
+
+
 def test_digest_matches_reads_every_byte(tmp_path: Path) -> None:
     p = tmp_path / "f"
     data = b"head" * 1000 + bytes(2 << 20)
