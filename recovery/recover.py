@@ -67,7 +67,7 @@ import numpy as np
 from ..formats import commitlog as cl
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_checkpoint
 from ..formats.crc import crc32_raw
-from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
+from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
@@ -336,10 +336,10 @@ def _cq_units(f: StoreFile, F: int) -> np.ndarray:
     n = F // CQ_UNIT_SIZE
     with open(f.path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
-        if size < F or size == 0:
+        if size < F:
             return read_units(_read_cq(f, F))
         buf = mmap.mmap(fh.fileno(), F, access=mmap.ACCESS_READ)
-    return np.frombuffer(buf, dtype=read_units(b"").dtype, count=n)  # (keeps the map alive)
+    return np.frombuffer(buf, dtype=CQ_DTYPE, count=n)  # (keeps the map alive)
 
 
 def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
