@@ -57,6 +57,15 @@ def partition_dir(names: Sequence[str], values: Sequence[Any]) -> str:
     return "/".join(parts)
 
 
+TASK_PREFIX = "task-"  # a task's directory under _temporary: task-NNNNN, its committed files in done/
+DONE = "done"
+
+
+def committed_tasks(staging: str | Path) -> list[int]:
+    """The tasks whose files are committed (their ``done`` directories) so far."""
+    return [int(d.parent.name[len(TASK_PREFIX):]) for d in Path(staging).glob(f"{TASK_PREFIX}*/{DONE}")]
+
+
 class TaskWriter:
     """The Parquet files of one task attempt: one file per partition directory, opened on
     the first batch that has rows for it. Batches are gathered into row groups of up to
@@ -66,7 +75,7 @@ class TaskWriter:
     def __init__(self, staging: str, task: int, schema: pa.Schema, partition_by: Sequence[str],
                  dictionary: Sequence[str] | bool) -> None:
         self.task = task
-        self.root = Path(staging) / f"task-{task:05d}"
+        self.root = Path(staging) / f"{TASK_PREFIX}{task:05d}"
         self.attempt = self.root / f"attempt-{uuid.uuid4().hex}"
         self.attempt.mkdir(parents=True, exist_ok=False)
         self.partition_by = list(partition_by)
@@ -130,7 +139,7 @@ class TaskWriter:
             w.close()
         self.writers.clear()
         try:
-            os.rename(self.attempt, self.root / "done")
+            os.rename(self.attempt, self.root / DONE)
         except OSError:  # another attempt of this task got there first
             shutil.rmtree(self.attempt, ignore_errors=True)
 
@@ -172,7 +181,7 @@ def publish(out: str | Path, schema: pa.Schema, partition_by: Sequence[str]) -> 
     files = 0
     if tmp.is_dir():
         for task in sorted(tmp.iterdir()):
-            done = task / "done"
+            done = task / DONE
             if not done.is_dir():
                 continue
             for src in sorted(done.rglob("*.parquet")):

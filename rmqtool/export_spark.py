@@ -70,10 +70,9 @@ COMMITLOG_COLUMNS: list[tuple[str, str]] = [
     ("field", "string"),  # the field where a damaged spot failed (null for messages)
 ]
 BODY_COLUMN = ("body", "binary")
+TASKS_PER_CORE = 2  # --writer arrow: Spark tasks per core (each runs several split groups)
 # commitlog columns of few distinct values: the Parquet writer keeps dictionary encoding for
 # these only (Parquet column paths; a map's keys are properties.key_value.key)
-TASKS_PER_CORE = 2  # --writer arrow: Spark tasks per core (each runs several split groups)
-
 DICTIONARY_COLUMNS = ("store", "file", "type", "status", "magic", "topic", "tags", "born_host", "store_host",
                       "transaction_type", "field", "properties.key_value.key")
 
@@ -783,7 +782,7 @@ def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[A
                  columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool) -> None:
     """The job of ``--writer arrow``: the executors write, the driver publishes."""
     from .export_arrow import arrow_schema
-    from .export_parquet import prepare, publish
+    from .export_parquet import committed_tasks, prepare, publish
     from .outpath import local_path
 
     path = local_path(out)
@@ -801,7 +800,7 @@ def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[A
     sizes = [len(g) for g in groups]
 
     def committed() -> int:
-        return sum(sizes[int(d.parent.name[5:])] for d in Path(staging).glob("task-*/done"))
+        return sum(sizes[i] for i in committed_tasks(staging))
 
     try:
         with _Progress(done, ntasks, f"export {what}", not quiet, poll=committed):
