@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from _common import peak_memory
 from rmqtool.recovery import reput as rp
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.synth import write_synthetic_store
@@ -72,15 +73,6 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
     c0, w0 = time.process_time(), time.perf_counter()
     r = fn()
     return r, time.perf_counter() - w0, time.process_time() - c0
-
-
-def peak_memory() -> str:
-    import resource
-
-    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # (KiB on Linux)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return (f"peak RSS: this process {me:,.0f} MiB, largest worker process {kids:,.0f} MiB "
-            "(pages of the mapped commitlog and of shared memory count in each process that touched them)")
 
 
 def line(name: str, n: int, wall: float, cpu: float, extra: str = "") -> None:

@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 
 from rmqtool.recovery.recover import apply_recovery, plan_recovery  # noqa: E402
+from _common import peak_memory  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402
 from rmqtool.recovery.synth import write_synthetic_store  # noqa: E402
 from rmqtool.recovery.versions import BrokerProfile  # noqa: E402
@@ -153,12 +154,7 @@ def main() -> int:
               f"(broker: {BROKER.get(case.split('-')[0], float('nan'))} s) [runs: {', '.join(f'{x:.2f}' for x in applies)}; "
               f"CPU s: {', '.join(f'{x:.1f}' for x in cpus)}; load {os.getloadavg()[0]:.1f}]")
     (root / "abort").unlink(missing_ok=True)
-    import resource
-
-    me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # (KiB on Linux)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"peak RSS: this process {me:,.0f} MiB, largest worker process {kids:,.0f} MiB (pages of the mapped "
-          "commitlog and of shared memory count in each process that touched them)")
+    print(peak_memory())
     return 0
 
 
