@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from ..formats.consumequeue import CQ_DTYPE
+from ..formats.indexfile import ENTRY_DTYPE, HEADER_DTYPE
 from ..formats.javahash import combine_hash, index_hash, index_hash_batch, java_hash, java_hash_units_batch
 
 __all__ = [
@@ -52,25 +54,11 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------------------------------
-# numpy layouts.  TEMPORARY: defined locally until formats/consumequeue.py and
-# formats/indexfile.py export dtypes derived from their Construct schemas; switch to those then.
-# Field names follow those schemas.  All big-endian and packed (no alignment padding).
-# ---------------------------------------------------------------------------------------------
-cq_unit_dtype = np.dtype([("commitlog_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
-index_entry_dtype = np.dtype(
-    [("key_hash", ">i4"), ("commitlog_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
-)
-index_header_dtype = np.dtype(
-    [
-        ("begin_timestamp", ">i8"),
-        ("end_timestamp", ">i8"),
-        ("begin_phy_offset", ">i8"),
-        ("end_phy_offset", ">i8"),
-        ("hash_slot_count", ">i4"),
-        ("index_count", ">i4"),
-    ]
-)
-assert cq_unit_dtype.itemsize == 20 and index_entry_dtype.itemsize == 20 and index_header_dtype.itemsize == 40
+# numpy layouts: the ones derived from the Construct schemas (formats/consumequeue.py and
+# formats/indexfile.py), under the names this module has always used.
+cq_unit_dtype = CQ_DTYPE
+index_entry_dtype = ENTRY_DTYPE
+index_header_dtype = HEADER_DTYPE
 
 CQ_UNIT_SIZE = 20
 FILL_BLANK_SIZE = 0x7FFFFFFF
