@@ -630,6 +630,7 @@ class IndexFileImage:
         self._base = data  # existing file content (None for a new file)
         self.first_store_timestamp: int | None = None  # store ts of the record that created it
         self.created = data is None
+        self.truncated = False  # entries dropped by truncate()
         self.puts = 0  # puts made through this object
         self._chunks: list[tuple[int, np.ndarray]] = []  # (first entry number, entries)
         self._pending: list[tuple[int, int, int, int]] = []  # scalar puts not yet in _chunks
@@ -654,6 +655,41 @@ class IndexFileImage:
             self._disk_index_count = int(h["index_count"])
             self.index_count = max(1, self._disk_index_count)  # IndexHeader.load
             self.slots = np.frombuffer(data, dtype=">i4", count=slot_num, offset=INDEX_HEADER_SIZE).astype(np.int32)
+
+    def truncate(self, keep: int, end_timestamp: int, count_every_put: bool = False) -> None:
+        """Keep entries ``1..keep`` of an existing file (``keep >= 1``) and drop the rest, as
+        if the broker had never put the dropped keys: their bytes become zeros, a slot whose
+        head was dropped points to its last kept entry (or nothing), and the header's
+        indexCount, hashSlotCount, endPhyOffset and endTimestamp (``end_timestamp``: the store
+        timestamp of the last kept entry's record) are those after the last kept put."""
+        if self._base is None or self._chunks or self._pending or self.puts:
+            raise ValueError("truncate applies to an existing file before any put")
+        count = self.index_count
+        if not 1 <= keep < count:
+            raise ValueError(f"keep must be in [1, {count - 1}], not {keep}")
+        first = INDEX_HEADER_SIZE + self.slot_num * INDEX_SLOT_SIZE
+        base = bytearray(self._base[: self.size])
+        base.extend(bytes(max(0, first + count * INDEX_ENTRY_SIZE - len(base))))
+        ents = np.frombuffer(base, dtype=index_entry_dtype, count=keep, offset=first + INDEX_ENTRY_SIZE)
+        slots = self.slots
+        dropped = np.flatnonzero(slots > keep)
+        if len(dropped):
+            # the new head of such a slot is its last kept entry: the broker's chain (each
+            # put links to the slot's previous head) holds exactly the slot's entries in order
+            kept_slots = ents["key_hash"].astype(np.int64) % self.slot_num
+            sel = np.flatnonzero(np.isin(kept_slots, dropped))
+            slots[dropped] = 0
+            if len(sel):
+                rev = sel[::-1]
+                s, at = np.unique(kept_slots[rev], return_index=True)
+                slots[s] = (rev[at] + 1).astype(np.int32)
+        base[first + (keep + 1) * INDEX_ENTRY_SIZE : first + count * INDEX_ENTRY_SIZE] = bytes((count - keep - 1) * INDEX_ENTRY_SIZE)
+        self._base = bytes(base[: self.size])
+        self.index_count = self._disk_index_count = keep + 1
+        self.hash_slot_count = keep if count_every_put else int(np.count_nonzero(slots > 0))
+        self.end_phy_offset = int(ents["commitlog_offset"][-1])
+        self.end_timestamp = end_timestamp
+        self.truncated = True
 
     # -- state ---------------------------------------------------------------------------------
     @property

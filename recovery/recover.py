@@ -69,7 +69,7 @@ from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_checkp
 from ..formats.crc import crc32_raw
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..formats.errors import RecoveryError
-from ..formats.indexfile import ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
+from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
 from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
@@ -204,6 +204,21 @@ class IndexDiscard:
     end_phy_offset: int
     entries: int
     entries_below_end: int
+    reason: str = "abnormal exit: endTimestamp > indexMsgTimestamp"
+
+
+@dataclass(frozen=True)
+class IndexTruncation:
+    """An index file whose last entries point at or past the commitlog end (our
+    improvement, the index's counterpart of truncateDirtyLogicFiles; the broker keeps such
+    entries): entries ``1..entries_kept`` stay, the ``entries_cut`` after them are zeroed,
+    and the header ends at the last kept entry's record."""
+
+    file: str
+    entries_kept: int
+    entries_cut: int
+    end_phy_offset: int
+    end_timestamp: int
 
 
 @dataclass(frozen=True)
@@ -249,8 +264,10 @@ class RecoveryPlan:
     queues: list[QueuePlan] = field(default_factory=list)
     cq_truncation: bool = False
     index_discarded: list[IndexDiscard] = field(default_factory=list)
+    index_truncated: list[IndexTruncation] = field(default_factory=list)
     index_kept_last: str | None = None
     index_kept_end_phy_offset: int = 0
+    index_skip_upto: int | None = None  # records at or below this offset are not indexed again
     dispatch: list[DispatchRange] = field(default_factory=list)
     messages_cut: int = 0
     intact_cut: int = 0
@@ -270,7 +287,7 @@ class RecoveryPlan:
         """True when the store is already what the broker's recovery would leave and there
         is nothing to dispatch: no cut, no removal, no abort file, and every consume queue
         and the index reach the commitlog end."""
-        if self.abort_present or self.cuts or self.removed_files or self.index_discarded:
+        if self.abort_present or self.cuts or self.removed_files or self.index_discarded or self.index_truncated:
             return False
         if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing:
             return False
@@ -301,6 +318,9 @@ class RecoveryPlan:
             "consume_queues_changed": len(self.changed_queues),
             "index_files_discarded": [d.file for d in self.index_discarded],
             "index_entries_rebuilt": sum(d.entries_below_end for d in self.index_discarded) if self.reindex else 0,
+            "index_files_truncated": [t.file for t in self.index_truncated],
+            "index_entries_cut": sum(t.entries_cut for t in self.index_truncated)
+            + sum(d.entries - d.entries_below_end for d in self.index_discarded),
             "abort_present": self.abort_present,
             "problems": len(self.problems),
             "nothing_to_do": self.nothing_to_do,
@@ -734,16 +754,39 @@ def _index_header(f: StoreFile) -> tuple[int, int, int, int, int, int]:
     return HEADER_STRUCT.unpack(raw.ljust(HEADER_SIZE, b"\0"))  # type: ignore[return-value]
 
 
-def _entries_below(f: StoreFile, slot_num: int, count: int, end: int) -> int:
+def _entry_offsets(f: StoreFile, slot_num: int, count: int) -> np.ndarray:
+    """The commitlog offsets of entries ``1..count-1`` (as far as the file holds them)."""
     if count <= 1:
-        return 0
+        return np.zeros(0, dtype=np.int64)
     first = HEADER_SIZE + slot_num * SLOT_SIZE
     with open(f.path, "rb") as fh:
         fh.seek(first + ENTRY_SIZE)
         raw = fh.read((count - 1) * ENTRY_SIZE)
-    n = len(raw) // ENTRY_SIZE
-    e = np.frombuffer(raw, dtype=np.dtype([("h", ">i4"), ("phy", ">i8"), ("td", ">i4"), ("prev", ">i4")]), count=n)
-    return int((e["phy"] < end).sum())
+    return np.frombuffer(raw, dtype=ENTRY_DTYPE, count=len(raw) // ENTRY_SIZE)["commitlog_offset"]
+
+
+def _entries_below(f: StoreFile, slot_num: int, count: int, end: int) -> int:
+    return int((_entry_offsets(f, slot_num, count) < end).sum())
+
+
+def _store_timestamp_at(store: Store, profile: BrokerProfile, offset: int, index_file: StoreFile) -> int:
+    """The store timestamp of the record at ``offset`` (an index truncation's new
+    endTimestamp); if that record is gone, the entry's own estimate (beginTimestamp + its
+    timeDiff, whole seconds)."""
+    from .query import CommitlogReader
+
+    with CommitlogReader(store, profile) as reader:
+        loc = reader.record_at(offset)
+        if loc is not None and loc.checked.rec is not None and loc.checked.rec.physical_offset == offset:
+            return int(loc.checked.rec.store_timestamp)
+    h = _index_header(index_file)
+    offs = _entry_offsets(index_file, store.geometry.index_slot_num, h[5])
+    k = int(np.searchsorted(offs, offset, side="right"))  # entry number of the last one at offset
+    first = HEADER_SIZE + store.geometry.index_slot_num * SLOT_SIZE
+    with open(index_file.path, "rb") as fh:
+        fh.seek(first + k * ENTRY_SIZE)
+        e = np.frombuffer(fh.read(ENTRY_SIZE).ljust(ENTRY_SIZE, b"\0"), dtype=ENTRY_DTYPE)[0]
+    return int(h[0]) + int(e["time_diff"]) * 1000
 
 
 def infer_index_tz(store: Store) -> _dt.tzinfo:
@@ -999,9 +1042,37 @@ def plan_recovery(
                 f"index/{f.name}", h[1], h[3], count - 1, _entries_below(f, g.index_slot_num, count, process)))
         else:
             kept_index.append(f)
+    # -- 5b. our improvement: index entries at or past the commitlog end are cut (the broker
+    # keeps them; they point at bytes that are gone, or at the next records written there)
+    for k, f in enumerate(kept_index):
+        h = _index_header(f)
+        offs = _entry_offsets(f, g.index_slot_num, h[5])
+        past = np.flatnonzero(offs >= process)
+        if not len(past):
+            continue
+        keep = int(past[0])  # entries are put in commitlog order: the rest is past the end too
+        for later in [f] * (keep == 0) + kept_index[k + 1 :]:
+            hl = _index_header(later)
+            count = max(hl[5], 1)
+            plan.index_discarded.append(IndexDiscard(
+                f"index/{later.name}", hl[1], hl[3], count - 1, 0, reason="every entry points at or past the commitlog end"))
+        if keep:
+            end_phy = int(offs[keep - 1])
+            plan.index_truncated.append(IndexTruncation(
+                f"index/{f.name}", keep, len(offs) - keep, end_phy, _store_timestamp_at(store, profile, end_phy, f)))
+        kept_index = kept_index[: k + (keep > 0)]
+        if kept_index:
+            # the last kept record has all its keys (an entry of a later record follows
+            # them): the dispatch must not index it again (the broker's endPhyOffset test
+            # would, as its end still lies past the cut)
+            last_offs = offs[:keep] if keep else _entry_offsets(kept_index[-1], g.index_slot_num, _index_header(kept_index[-1])[5])
+            plan.index_skip_upto = int(last_offs[-1]) if len(last_offs) else None
+        notes.append("deviation: index entries that point at or past the commitlog end are cut (the broker keeps them)")
+        break
     if kept_index:
         plan.index_kept_last = f"index/{kept_index[-1].name}"
-        plan.index_kept_end_phy_offset = _index_header(kept_index[-1])[3]
+        plan.index_kept_end_phy_offset = (plan.index_truncated[-1].end_phy_offset if plan.index_truncated
+                                          else _index_header(kept_index[-1])[3])
 
     # -- 6. dispatch passes
     if mode == MODE_ABNORMAL:
@@ -1178,6 +1249,10 @@ def apply_recovery(
     kept_index = [f for f in store.index_files if f.size > 0 and f"index/{f.name}" not in discarded]
     last_bytes = kept_index[-1].path.read_bytes() if kept_index else None
     ib = IndexBuilder(g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put)
+    for t in plan.index_truncated:
+        assert ib.current is not None and kept_index and t.file == f"index/{kept_index[-1].name}"
+        ib.current.truncate(t.entries_kept, t.end_timestamp, profile.hash_slot_count_every_put)
+    index_skip = plan.index_skip_upto
 
     q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
     mdl_a = None if (plan.correct_delay_tags or not q1) else 0
@@ -1203,7 +1278,13 @@ def apply_recovery(
                 if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
                     sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
             if index:
-                feed_index(ib, cols)
+                icols = cols
+                if index_skip is not None:
+                    keep = cols.commitlog_offset > index_skip
+                    if not keep.all():
+                        icols = cols.select(keep)
+                if icols.count:
+                    feed_index(ib, icols)
         dispatched[name] = dispatched.get(name, 0) + n
         if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
             logics = cqset.logics_msg_timestamp
@@ -1297,7 +1378,7 @@ def apply_recovery(
         floor = kept_index[-1].name if kept_index else None
         for img in ib.files:
             if not img.created:
-                if img.puts and floor is not None:
+                if (img.puts or img.truncated) and floor is not None:
                     tx.replace_file(f"index/{floor}", _index_writer(img))
                 continue
             name = _new_index_name(img.first_store_timestamp or 0, tz, floor, taken)

@@ -151,6 +151,7 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
         ("messages cut", f"{plan.messages_cut} ({plan.intact_cut} intact, found by the salvage scan)"),
         ("queues changed", str(len(plan.changed_queues))),
         ("index files discarded", f"{len(plan.index_discarded)} ({s['index_entries_rebuilt']} entries rebuilt)"),
+        ("index entries cut", f"{s['index_entries_cut']} (pointing at or past the end offset)"),
         ("abort file", "present (removed last)" if plan.abort_present else "absent"),
     ]
     render(({"what": k, "value": v} for k, v in rows), "table", [("what", "step"), ("value", "plan")], title=title)
@@ -168,8 +169,11 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
             detail.append(f"truncated to logical offset {q.truncate_to // 20} ({q.units_cut} units, {len(q.truncate_removed)} files)")
         changes.append({"action": "queue", "path": f"consumequeue/{q.topic}/{q.queue_id}", "detail": "; ".join(detail)})
     for d in plan.index_discarded:
-        changes.append({"action": "discard", "path": d.file, "detail": f"endTimestamp {d.end_timestamp} > indexMsgTimestamp; "
+        changes.append({"action": "discard", "path": d.file, "detail": f"{d.reason}; "
                         f"{d.entries} entries ({d.entries_below_end} below the end) moved to the backup"})
+    for t in plan.index_truncated:
+        changes.append({"action": "cut", "path": t.file, "detail": f"{t.entries_cut} entries at or past the end offset zeroed "
+                        f"after backup; {t.entries_kept} kept, the header ends at offset {t.end_phy_offset}"})
     for d in plan.dispatch:
         n = "?" if d.records is None else str(d.records)
         changes.append({"action": "dispatch", "path": d.name, "detail": f"[{d.from_offset}, {d.to_offset}): {n} records; {d.note}"})

@@ -307,6 +307,80 @@ def test_normal_recovery_cuts_a_flipped_byte_in_the_last_file(tmp_path: Path, ca
     assert _cq_view(root) == _broker_cq(view, victim["phys_offset"])
 
 
+def _index_contents(root: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted((root / "index").iterdir())]
+
+
+@pytest.mark.parametrize("name,mode,where", [("clean", "--normal", "last"), ("many_files", "--normal", "last"),
+                                             ("clean", "--abnormal", "second_index_file"),
+                                             ("clean", "--normal", "second_index_file")])
+def test_index_entries_past_the_end_are_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, mode: str,
+                                            where: str) -> None:
+    """The broker keeps index entries of the records its recovery cuts; rmqtool zeroes them
+    (with a backup), so the index is exactly what a rebuild of the recovered commitlog
+    writes, verify finds nothing, and no key lookup returns a record twice. ``where``: the
+    damaged record is among the last ones, or in the middle of the second index file (a
+    full one, which abnormal recovery keeps: indexMsgTimestamp is its end)."""
+    view = broker_view(name)
+    recs = [r for r in view["commitlog_records"] if "blank_end_of_file_record" not in r and r["body_len"] > 10]
+    if where == "last":
+        victim = recs[-20]
+    else:
+        second = sorted((real_store(name) / "index").iterdir())[1].read_bytes()
+        lo, hi = struct.unpack_from(">qq", second, 16)
+        victim = [r for r in recs if lo < r["phys_offset"] < hi][len([r for r in recs if lo < r["phys_offset"] < hi]) // 2]
+    cut = victim["phys_offset"]
+    root = _copy(tmp_path, name)
+    _damage(root, victim, "flip_body")
+    damaged = _digest(root)
+    index_before = {p.name: p.read_bytes() for p in (root / "index").iterdir()}
+    _code, doc = _plan_json(root, capsys, mode)
+    plan = doc["plan"]
+    assert plan["end_offset"] == cut
+    # the entries at or past the cut, counted from the files themselves
+    S = 100  # the fixtures' index geometry: 100 slots, 400 entries
+    past = {}
+    for fname, raw in sorted(index_before.items()):
+        count = struct.unpack_from(">i", raw, 36)[0]
+        offs = [struct.unpack_from(">q", raw, 40 + S * 4 + n * 20 + 4)[0] for n in range(1, count)]
+        past[fname] = (sum(o < cut for o in offs), sum(o >= cut for o in offs))
+    cut_files = {f: p for f, p in past.items() if p[1]}
+    assert cut_files, "the victim lies in the data of some index file"
+    by_ts_rule = {d["file"] for d in plan["index_discarded"] if "indexMsgTimestamp" in d["reason"]}
+    truncated = {t["file"]: (t["entries_kept"], t["entries_cut"]) for t in plan["index_truncated"]}
+    emptied = {d["file"] for d in plan["index_discarded"] if "past the commitlog end" in d["reason"]}
+    for f, (below, above) in cut_files.items():
+        if f"index/{f}" in by_ts_rule:
+            continue
+        if below:
+            assert truncated[f"index/{f}"] == (below, above)
+        else:
+            assert f"index/{f}" in emptied
+    assert plan["summary"]["index_entries_cut"] >= sum(a for f, (_b, a) in cut_files.items() if f"index/{f}" not in by_ts_rule)
+
+    bk = tmp_path / "bk"
+    assert _recover(root, mode, "--backup-dir", str(bk)) == 1
+    capsys.readouterr()
+    assert run(["verify", str(root), "--quiet", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert not [f for f in report["findings"] if f["code"].startswith("IDX_")]
+    # byte for byte what rebuild-index writes from the recovered commitlog alone
+    again = tmp_path / "rebuilt" / "store"
+    shutil.copytree(root, again, ignore=shutil.ignore_patterns(".rmqtool*"))
+    shutil.rmtree(again / "index")
+    assert run(["rebuild-index", str(again), "--index-only", "--quiet", "--index-slots", str(S), "--index-entries", "400",
+                "--backup-dir", str(tmp_path / "bk2")]) == 0
+    assert _index_contents(root) == _index_contents(again)
+    # every key finds its records below the cut, each once
+    store = Store.open(root)
+    for q in view["query_message_by_key"]:
+        got = sorted(h.commitlog_offset for h in index_query(store, q["topic"], q["key"], max_num=64))
+        assert got == sorted(o for o in q["phys_offsets"] if o < cut), q
+    # and the backup gives back the damaged index files
+    assert run(["restore", str(bk), str(root)]) == 0
+    assert _digest(root) == damaged
+
+
 def test_damage_normal_recovery_never_reads_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = _copy(tmp_path, "many_files")
     view = broker_view("many_files")
