@@ -94,6 +94,8 @@ CODES: dict[str, tuple[str, str]] = {
     "CL_BAD_DELAY_LEVEL": (ERROR, "a SCHEDULE_TOPIC_XXXX record whose DELAY property is not an int: the broker rejects the record"),
     "CL_BAD_INNER_BATCH": (ERROR, "a 5.x inner-batch record whose INNER_NUM/INNER_BASE are not numbers"),
     "CL_PROP_CRC": (ERROR, "the 5.2+ __CRC32# property does not match the record bytes"),
+    "CL_PROP_CRC_PRE_5_2": (WARNING, "a __CRC32# property that does not match the record bytes, under a broker version "
+                            "before 5.2 (which neither writes nor checks it: for such a broker it is ordinary data)"),
     "CL_PHYS_OFFSET_MISMATCH": (ERROR, "a record's stored PHYSICALOFFSET differs from file base + position (queues and index point at the stored value)"),
     "CL_DATA_AFTER_END": (ERROR, "the record walk ends (an all-zero header, a file end without BLANK, or a damaged header read as BLANK) but intact records follow: a zeroed or lost region inside the data, which recovery cuts or skips"),
     "CL_TORN_TAIL": (WARNING, "after a crash (abort present), the last record of the data is incomplete or garbled; recovery cuts it"),
@@ -434,6 +436,8 @@ _V4_BODY_AT = _V4["body"]
 if (_V4["total_size"], _V4["magic"], _V4["body_crc"]) != (0, 4, 8):
     raise RuntimeError("message schema changed: the walk's header unpack is derived from it")
 _HEAD = struct.Struct(f">iii{_V4_BODY_LEN_AT - 12}xi")
+_SYS_FLAG_AT = _V4["sys_flag"]
+_HOSTS_V6 = 0x30  # SYSFLAG bits: born host, store host IPv6 (STORE_FORMAT §6)
 
 
 def _fast_run(ctx: _Ctx, pos: int, stop: int, salvage: bool, out: _Rec, flag: int) -> tuple[int, ck.Checked | None]:
@@ -486,7 +490,9 @@ def _plain_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[i
         total, magic, crc, bl = hdr(buf, p)
         if (magic != m1 and magic != m2) or not 0 < total <= end - p:
             break
-        if bl > 0:
+        # a length past the record is a size mismatch for _validate (or, with IPv6 hosts,
+        # not the body length at all): never a CRC over the rest of the file
+        if 0 < bl <= total - body_at:
             q = p + body_at
             if crc32(mv[q : q + bl]) & mask != crc:
                 bad_crc.append(len(poss))
@@ -524,10 +530,12 @@ def _hinted_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[
         p = int(P[k])
         P = P[:k]
     bl = v.i4[P + _V4_BODY_LEN_AT].astype(np.int64)
+    # as in _plain_walk: IPv6 hosts and lengths past the record are left to _validate
+    here = (bl > 0) & (bl <= v.i4[P] - _V4_BODY_AT) & ((v.i4[P + _SYS_FLAG_AT] & _HOSTS_V6) == 0)
     b0 = P + _V4_BODY_AT
-    crcs = np.fromiter(map(crc32_raw, map(ctx.mv.__getitem__, map(slice, b0.tolist(), (b0 + np.maximum(bl, 0)).tolist()))),
+    crcs = np.fromiter(map(crc32_raw, map(ctx.mv.__getitem__, map(slice, b0.tolist(), (b0 + np.where(here, bl, 0)).tolist()))),
                        dtype=np.int64, count=len(P))
-    bad_crc = np.flatnonzero((bl > 0) & ((crcs & _MASK31) != v.i4[P + 8]))
+    bad_crc = np.flatnonzero(here & ((crcs & _MASK31) != v.i4[P + 8]))
     return P, p, bad_crc.tolist()
 
 
@@ -1164,7 +1172,9 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
 
 def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.ndarray) -> None:
     """The 5.2+ ``__CRC32#`` tail: crc32(record[0 : TOTALSIZE-20]) & 0x7FFFFFFF, its digits
-    stored least significant first (STORE_FORMAT §7.1). Checked wherever present."""
+    stored least significant first (STORE_FORMAT §7.1). Checked wherever present: an error
+    for 5.2+, a warning for earlier versions (to them the property is data a client set,
+    but a store written by 5.2+ and checked with an older --broker-version is caught)."""
     u8 = ctx.u8
     last = u8[np.clip(P + T - 1, 0, len(u8) - 1)]
     cand = np.flatnonzero((pl >= cl.CRC32_RESERVED_LEN) & (last == 2))
@@ -1183,7 +1193,8 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
         stored = decode_crc32_digits(buf[at + 9 : at + 19].decode("latin-1"))
         computed = crc32_raw(ctx.mv[p:at]) & _MASK31
         if stored != computed:
-            out.anomalies.append(("CL_PROP_CRC", p, f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}", {"stored": stored, "computed": computed}))
+            code = "CL_PROP_CRC" if ctx.profile.has_prop_crc else "CL_PROP_CRC_PRE_5_2"
+            out.anomalies.append((code, p, f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}", {"stored": stored, "computed": computed}))
 
 
 @dataclass(frozen=True)
@@ -1793,7 +1804,7 @@ def _first_record_ts(store: Store, f: StoreFile, profile: BrokerProfile) -> int 
     if len(head) < 80:
         return None
     (magic,) = struct.unpack_from(">i", head, 4)
-    if magic != cl.MAGIC_V1 and not (profile.is_5x and magic == cl.MAGIC_V2):
+    if magic != cl.MAGIC_V1 and not (profile.accepts_v2 and magic == cl.MAGIC_V2):
         return None
     (sys_flag,) = struct.unpack_from(">i", head, 36)
     (ts,) = struct.unpack_from(">q", head, 48 + (20 if sys_flag & 0x10 else 8))
