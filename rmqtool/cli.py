@@ -37,6 +37,17 @@ class LazyGroup(click.Group):
             return None
         return importlib.import_module(mod).command  # type: ignore[no-any-return]
 
+    def invoke(self, ctx: click.Context) -> Any:
+        from .errors import _silence_stdout
+
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # a command that did not expect its reader to go away: status 0, as for dump
+            # (click itself would exit 1, a status no command documents for this)
+            _silence_stdout()
+            return int(Exit.OK)
+
 
 def _module_exists(mod: str) -> bool:
     here = os.path.dirname(__file__)

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, store_argument
 from .progress import progress_bar
@@ -102,20 +103,23 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
     with progress_bar(total, "rebuild-index", quiet) as advance:
         plan = plan_rebuild(store, profile, cq=not index_only, index=not cq_only, topics=topics or None,
                             from_offset=from_offset, index_tz=tz, progress=advance, jobs=jobs)
-    print_plan(store, plan, profile.label, store_opts)
+    with closed_stdout_ignored():  # the output may go away (| head): the rebuild does not depend on it
+        print_plan(store, plan, profile.label, store_opts)
     for w in plan.warnings:
         _warn(w)
     for p in plan.problems:
         _warn(p, "problem")
     code = int(Exit.PROBLEMS if plan.problems else Exit.OK)
-    if dry_run:
-        click.echo("dry run: nothing was changed")
-        return code
-    if not plan.effective:
-        click.echo("nothing to do: every file is already as the rebuild makes it")
-        return code
+    with closed_stdout_ignored():
+        if dry_run:
+            click.echo("dry run: nothing was changed")
+            return code
+        if not plan.effective:
+            click.echo("nothing to do: every file is already as the rebuild makes it")
+            return code
     result = apply_rebuild(plan, backup_dir=backup_dir)
-    print_summary(plan, time.perf_counter() - t0, result.backup_dir)
+    with closed_stdout_ignored():
+        print_summary(plan, time.perf_counter() - t0, result.backup_dir)
     return code
 
 

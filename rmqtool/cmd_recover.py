@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, store_argument
 from .progress import progress_bar
@@ -83,7 +84,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
             _warn(f"an interrupted rmqtool transaction is pending ({j.name}); a real run finishes or undoes it first")
         store = open_store(**store_opts)
         plan = _plan(store, profile, opts, quiet)
-        _print(plan, None, fmt, dry_run=True)
+        with closed_stdout_ignored():
+            _print(plan, None, fmt, dry_run=True)
         _warn_problems(plan)
         if plan.problems or not plan.nothing_to_do:
             return int(Exit.PROBLEMS)
@@ -102,7 +104,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
                 result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
                                         index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
                                         jobs=jobs)
-        _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished, salvage_to=salvage_to)
+        with closed_stdout_ignored():
+            _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished, salvage_to=salvage_to)
     _warn_problems(plan)
     if plan.problems:
         return int(Exit.PROBLEMS)

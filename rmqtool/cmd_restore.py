@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .recovery.safety import (
     RestoreConflictError,
@@ -46,8 +47,9 @@ def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path |
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
     if broker_holds_lock(store):
         raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", store / "lock")
-    click.echo(f"restore {store} from {backup_dir} (transaction {doc.get('txid')}: {doc.get('description') or '-'}, "
-               f"{doc.get('created_utc')})")
+    with closed_stdout_ignored():  # the output may go away (| head): the restore does not depend on it
+        click.echo(f"restore {store} from {backup_dir} (transaction {doc.get('txid')}: {doc.get('description') or '-'}, "
+                   f"{doc.get('created_utc')})")
     if dry_run:
         for j in pending_journals(store):
             click.echo(f"rmqtool: warning: an interrupted rmqtool transaction is pending ({j.name}); "
@@ -57,19 +59,21 @@ def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path |
             click.echo(f"rmqtool: warning: {outcome.describe()}", err=True)
     try:
         planned = restore(backup_dir, store, dry_run=True, new_backup_dir=new_backup_dir)
-        click.echo(format_plan(planned))
-        if dry_run:
-            click.echo("dry run: nothing was changed")
-            return int(Exit.OK)
-        if not planned:
-            click.echo("nothing to do: the store already holds the backed-up bytes")
-            return int(Exit.OK)
+        with closed_stdout_ignored():
+            click.echo(format_plan(planned))
+            if dry_run:
+                click.echo("dry run: nothing was changed")
+                return int(Exit.OK)
+            if not planned:
+                click.echo("nothing to do: the store already holds the backed-up bytes")
+                return int(Exit.OK)
         restore(backup_dir, store, new_backup_dir=new_backup_dir)
     except RestoreConflictError as exc:
         click.echo(f"rmqtool: {exc.one_line()}", err=True)
         return int(Exit.PROBLEMS)
-    click.echo(f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
-               + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else ""))
+    with closed_stdout_ignored():
+        click.echo(f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
+                   + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else ""))
     return int(Exit.OK)
 
 

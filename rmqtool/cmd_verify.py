@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, resolve_format, store_argument
 from .progress import progress_bar
@@ -48,7 +49,8 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "verify", quiet) as advance:
         report = verify_store(store, profile, jobs=jobs, progress=advance)
-    write_report(report, fmt)
+    with closed_stdout_ignored():
+        write_report(report, fmt)
     return int(Exit.PROBLEMS if report.problems(strict) else Exit.OK)
 
 

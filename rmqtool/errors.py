@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 import click
 
@@ -58,6 +60,25 @@ def _err(msg: str) -> None:
         click.echo(f"rmqtool: {msg}", err=True)
     except (BrokenPipeError, OSError, ValueError):
         pass
+
+
+@contextmanager
+def closed_stdout_ignored() -> Iterator[None]:
+    """Output to a reader that went away (``| head``, a pager quit early): the rest of the
+    output is dropped and the command carries on, so it exits with its own status (click
+    would make EPIPE status 1; rich's console raises SystemExit(1) for it)."""
+    try:
+        yield
+    except BrokenPipeError:
+        _silence_stdout()
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        _silence_stdout()
+    except SystemExit as exc:
+        if exc.code != 1:
+            raise
+        _silence_stdout()  # rich: stdout is already /dev/null
 
 
 def _silence_stdout() -> None:

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -453,3 +454,42 @@ def test_key_lookup_without_consume_queues_scans(store_copy: Callable[[str], Pat
     q = next(q for q in broker_view("clean")["query_message_by_key"] if q["topic"] == "TopicC")
     code, recs, _ = dump(capsys, "commitlog", str(root), "--key", q["key"])
     assert code == 0 and [r["physical_offset"] for r in recs] == sorted(q["phys_offsets_whose_message_has_this_key"])
+
+
+def _closed_reader(argv: list[str]) -> tuple[int, bytes]:
+    """Run rmqtool with its stdout a pipe whose reader is already gone (``| head -0``)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([*RMQTOOL, *argv], stdout=w, stderr=subprocess.PIPE, env=env, timeout=120)
+    finally:
+        os.close(w)
+    return p.returncode, p.stderr
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "table"])
+def test_a_closed_reader_keeps_every_commands_own_status(tmp_path: Path, fmt: str) -> None:
+    """click turns EPIPE into status 1, which means 'repaired' for recover and nothing at
+    all for verify. With the reader gone, each command still does its work and exits with
+    its own status, silently."""
+    root = tmp_path / "store"
+    shutil.copytree(real_store("crash_midwrite"), root)
+    raw = bytearray((root / "commitlog" / "00000000000000000000").read_bytes())
+    raw[291 + 200] ^= 1  # a body byte of an early record: a CRC finding
+    (root / "commitlog" / "00000000000000000000").write_bytes(bytes(raw))
+    assert _closed_reader(["verify", str(root), "--quiet", "--format", fmt]) == (4, b"")
+    assert _closed_reader(["verify", str(real_store("clean")), "--quiet", "--format", fmt]) == (0, b"")
+    rf = "json" if fmt == "json" else "table"
+    assert _closed_reader(["recover", str(real_store("clean")), "--quiet", "--dry-run", "--format", rf]) == (0, b"")
+    code, err = _closed_reader(["recover", str(root), "--quiet", "--format", rf, "--no-check-unread",
+                                "--backup-dir", str(tmp_path / "bk")])
+    assert code == 1 and b"Traceback" not in err  # repaired, despite the closed output
+    assert not (root / "abort").exists()
+    assert _closed_reader(["restore", str(tmp_path / "bk"), str(root)]) == (0, b"")
+    assert (root / "abort").exists()
+    shutil.rmtree(root / "index")
+    code, err = _closed_reader(["rebuild-index", str(root), "--quiet", "--index-only", "--index-slots", "100",
+                                "--index-entries", "400", "--backup-dir", str(tmp_path / "bk2")])
+    assert code == 0 and err.startswith(b"rmqtool: warning: store/abort is present") and err.count(b"\n") == 1
+    assert len(list((root / "index").iterdir())) > 0
