@@ -765,6 +765,17 @@ def _entry_offsets(f: StoreFile, slot_num: int, count: int) -> np.ndarray:
     return np.frombuffer(raw, dtype=ENTRY_DTYPE, count=len(raw) // ENTRY_SIZE)["commitlog_offset"]
 
 
+def _last_entry_offset(f: StoreFile, slot_num: int) -> int | None:
+    """The commitlog offset of the last entry (number indexCount - 1); None if none."""
+    count = _index_header(f)[5]
+    if count <= 1:
+        return None
+    with open(f.path, "rb") as fh:
+        fh.seek(HEADER_SIZE + slot_num * SLOT_SIZE + (count - 1) * ENTRY_SIZE)
+        raw = fh.read(ENTRY_SIZE)
+    return int(np.frombuffer(raw, dtype=ENTRY_DTYPE)["commitlog_offset"][0]) if len(raw) == ENTRY_SIZE else None
+
+
 def _entries_below(f: StoreFile, slot_num: int, count: int, end: int) -> int:
     return int((_entry_offsets(f, slot_num, count) < end).sum())
 
@@ -1044,18 +1055,26 @@ def plan_recovery(
             kept_index.append(f)
     # -- 5b. our improvement: index entries at or past the commitlog end are cut (the broker
     # keeps them; they point at bytes that are gone, or at the next records written there)
-    for k, f in enumerate(kept_index):
-        h = _index_header(f)
-        offs = _entry_offsets(f, g.index_slot_num, h[5])
+    # Entries are put in commitlog order, so only the last kept files can reach past the
+    # end: walk back while a file's last entry does (one 20-byte read per file).
+    k = len(kept_index)
+    for j in range(len(kept_index) - 1, -1, -1):
+        last = _last_entry_offset(kept_index[j], g.index_slot_num)
+        if last is not None and last < process:
+            break
+        if last is not None:
+            k = j
+    past = np.zeros(0, dtype=np.int64)
+    if k < len(kept_index):
+        f = kept_index[k]
+        offs = _entry_offsets(f, g.index_slot_num, _index_header(f)[5])
         past = np.flatnonzero(offs >= process)
-        if not len(past):
-            continue
-        keep = int(past[0])  # entries are put in commitlog order: the rest is past the end too
+    if len(past):
+        keep = int(past[0])  # entries are in commitlog order: the rest is past the end too
         for later in [f] * (keep == 0) + kept_index[k + 1 :]:
             hl = _index_header(later)
-            count = max(hl[5], 1)
             plan.index_discarded.append(IndexDiscard(
-                f"index/{later.name}", hl[1], hl[3], count - 1, 0, reason="every entry points at or past the commitlog end"))
+                f"index/{later.name}", hl[1], hl[3], max(hl[5], 1) - 1, 0, reason="every entry points at or past the commitlog end"))
         if keep:
             end_phy = int(offs[keep - 1])
             plan.index_truncated.append(IndexTruncation(
@@ -1068,7 +1087,6 @@ def plan_recovery(
             last_offs = offs[:keep] if keep else _entry_offsets(kept_index[-1], g.index_slot_num, _index_header(kept_index[-1])[5])
             plan.index_skip_upto = int(last_offs[-1]) if len(last_offs) else None
         notes.append("deviation: index entries that point at or past the commitlog end are cut (the broker keeps them)")
-        break
     if kept_index:
         plan.index_kept_last = f"index/{kept_index[-1].name}"
         plan.index_kept_end_phy_offset = (plan.index_truncated[-1].end_phy_offset if plan.index_truncated

@@ -312,22 +312,23 @@ def _index_contents(root: Path) -> list[bytes]:
 
 
 @pytest.mark.parametrize("name,mode,where", [("clean", "--normal", "last"), ("many_files", "--normal", "last"),
-                                             ("clean", "--abnormal", "second_index_file"),
-                                             ("clean", "--normal", "second_index_file")])
+                                             ("clean", "--abnormal", 1), ("clean", "--normal", 1),
+                                             ("many_files", "--normal", 5)])
 def test_index_entries_past_the_end_are_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, mode: str,
-                                            where: str) -> None:
+                                            where: str | int) -> None:
     """The broker keeps index entries of the records its recovery cuts; rmqtool zeroes them
     (with a backup), so the index is exactly what a rebuild of the recovered commitlog
     writes, verify finds nothing, and no key lookup returns a record twice. ``where``: the
-    damaged record is among the last ones, or in the middle of the second index file (a
-    full one, which abnormal recovery keeps: indexMsgTimestamp is its end)."""
+    damaged record is among the last ones, or in the middle of the data of index file
+    number ``where`` (a full one: abnormal recovery keeps it, indexMsgTimestamp is later;
+    the files after it hold only entries past the end)."""
     view = broker_view(name)
     recs = [r for r in view["commitlog_records"] if "blank_end_of_file_record" not in r and r["body_len"] > 10]
     if where == "last":
         victim = recs[-20]
     else:
-        second = sorted((real_store(name) / "index").iterdir())[1].read_bytes()
-        lo, hi = struct.unpack_from(">qq", second, 16)
+        assert isinstance(where, int)
+        lo, hi = struct.unpack_from(">qq", sorted((real_store(name) / "index").iterdir())[where].read_bytes(), 16)
         victim = [r for r in recs if lo < r["phys_offset"] < hi][len([r for r in recs if lo < r["phys_offset"] < hi]) // 2]
     cut = victim["phys_offset"]
     root = _copy(tmp_path, name)
