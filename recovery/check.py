@@ -143,7 +143,7 @@ def check_record(
             if level > mdl:
                 level = mdl
             if level > 0:
-                tags_code = rec.store_timestamp + profile.delay_millis(level)
+                tags_code = profile.deliver_timestamp(rec.store_timestamp, level)
     if check_crc and prop_crc_mode:
         expected = -1
         if props is not None and CRC32 in props:

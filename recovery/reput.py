@@ -685,7 +685,7 @@ class _FastDecoder:
                 if level > self.max_delay_level:
                     level = self.max_delay_level
                 if level > 0:
-                    tags_code[r] = int(store_ts[r]) + self.profile.delay_millis(level)
+                    tags_code[r] = self.profile.deliver_timestamp(int(store_ts[r]), level)
         empty = (np.zeros(0, dtype=np.int64),) * 3
         fk = found.get(b"KEYS", empty)
         fu = found.get(b"UNIQ_KEY", empty)

@@ -1126,7 +1126,7 @@ def _slow_props(ctx: _Ctx, pb: bytes, tb: bytes, store_ts: int) -> tuple[int, li
             return None
         level = min(level, prof.max_delay_level)
         if level > 0:
-            code = store_ts + prof.delay_millis(level)
+            code = prof.deliver_timestamp(store_ts, level)
     if prof.is_5x and "INNER_NUM" in props and "INNER_BASE" in props:
         if ck.java_parse_int(props["INNER_NUM"]) is None or not ck._java_long(props["INNER_BASE"]):
             return None

@@ -121,3 +121,9 @@ class BrokerProfile:
         if 1 <= level <= len(self.delay_levels):
             return self.delay_levels[level - 1]
         return 1000
+
+    def deliver_timestamp(self, store_timestamp: int, level: int) -> int:
+        """``computeDeliverTimestamp``: the store timestamp plus the level's delay, a Java
+        long sum (it wraps: a store timestamp near Long.MAX gives a negative tagsCode)."""
+        t = store_timestamp + self.delay_millis(level)
+        return (t + (1 << 63)) % (1 << 64) - (1 << 63)
