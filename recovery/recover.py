@@ -756,12 +756,14 @@ def _index_header(f: StoreFile) -> tuple[int, int, int, int, int, int]:
 
 def _entry_offsets(f: StoreFile, slot_num: int, count: int) -> np.ndarray:
     """The commitlog offsets of entries ``1..count-1`` (as far as the file holds them)."""
-    if count <= 1:
-        return np.zeros(0, dtype=np.int64)
     first = HEADER_SIZE + slot_num * SLOT_SIZE
+    # the count comes from the header, which may be garbage: never read past the file
+    n = min(count - 1, (f.path.stat().st_size - first - ENTRY_SIZE) // ENTRY_SIZE)
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
     with open(f.path, "rb") as fh:
         fh.seek(first + ENTRY_SIZE)
-        raw = fh.read((count - 1) * ENTRY_SIZE)
+        raw = fh.read(n * ENTRY_SIZE)
     return np.frombuffer(raw, dtype=ENTRY_DTYPE, count=len(raw) // ENTRY_SIZE)["commitlog_offset"]
 
 

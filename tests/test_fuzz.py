@@ -338,3 +338,24 @@ def test_index_query_on_garbage_index(tmp_path: Path) -> None:
         hits = list(qy.index_query(store, "T", f"k{k}"))
         assert len(hits) <= 3 * 401
         assert list(qy.find_by_key(store, PROFILES[1], "T", f"k{k}")) == []
+
+
+@pytest.mark.parametrize("mode", ["--normal", "--abnormal"])
+def test_recover_with_absurd_index_counts_stays_small(tmp_path: Path, mode: str) -> None:
+    """indexCount = Integer.MAX_VALUE in every index header: recover must read no more of
+    an index file than the file holds (it once read (count - 1) * 20 bytes: 40 GiB)."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "store"
+    shutil.copytree(real_store("crash_midwrite"), root)
+    for f in sorted((root / "index").iterdir()):
+        raw = bytearray(f.read_bytes())
+        struct.pack_into(">i", raw, 36, 2**31 - 1)
+        f.write_bytes(bytes(raw))
+    script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+              "from rmqtool.cli import run; sys.exit(run(sys.argv[1:]))")
+    for extra in (["--dry-run"], ["--backup-dir", str(tmp_path / "bk")]):
+        p = subprocess.run([sys.executable, "-c", script, "recover", str(root), "-q", "-j", "1", mode, *extra],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode in (1, 4) and "out of memory" not in p.stderr and "Traceback" not in p.stderr, p.stderr
