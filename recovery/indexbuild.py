@@ -714,7 +714,8 @@ class IndexFileImage:
     def header_bytes(self) -> bytes:
         h = np.zeros(1, dtype=index_header_dtype)
         for k, v in self.header().items():
-            h[k] = v
+            bits = 8 * index_header_dtype[k].itemsize
+            h[k] = (v + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))  # Java int/long arithmetic wraps
         return h.tobytes()
 
     def _flush_pending(self) -> None:

@@ -924,3 +924,22 @@ def test_rebuild_real_store_after_crash() -> None:
     assert w.index.records_skipped > 0
     assert w.index.index_msg_timestamp == v["non_canonical"]["checkpoint_in_memory_right_after_load"]["indexMsgTimestamp"]
     assert w.cq.logics_msg_timestamp == v["non_canonical"]["checkpoint_in_memory_right_after_load"]["logicsMsgTimestamp"]
+
+
+def test_header_counters_wrap_like_java_ints() -> None:
+    """A damaged header with hashSlotCount = Integer.MAX_VALUE: the broker's next put
+    increments it to Integer.MIN_VALUE (an AtomicInteger), it does not fail."""
+    ib = IndexBuilder(8, 16)
+    ib.add_one(DispatchRequest("T", 0, 0, 100, 0, 1_700_000_000_000, 0, "k0", None, 0))
+    raw = bytearray(ib.files[0].to_bytes())
+    struct.pack_into(">i", raw, 32, 2**31 - 1)
+    cont = IndexBuilder(8, 16, existing_last=bytes(raw))
+    cont.add_one(DispatchRequest("T", 0, 100, 100, 0, 1_700_000_001_000, 1, "k1 k2", None, 0))
+    out = cont.files[0].to_bytes()
+    hsc, count = struct.unpack_from(">ii", out, 32)
+    # k1 and k2 land in empty slots unless they share one with k0 or each other
+    from rmqtool.formats.javahash import index_hash
+
+    slots = {index_hash(java_hash("T#" + k)) % 8 for k in ("k0", "k1", "k2")}
+    assert len(slots) >= 2  # at least one increment past Integer.MAX_VALUE
+    assert count == 4 and hsc == 2**31 - 1 + (len(slots) - 1) - 2**32
