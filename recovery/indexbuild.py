@@ -664,12 +664,12 @@ class IndexFileImage:
         timestamp of the last kept entry's record) are those after the last kept put."""
         if self._base is None or self._chunks or self._pending or self.puts:
             raise ValueError("truncate applies to an existing file before any put")
-        count = self.index_count
+        first = INDEX_HEADER_SIZE + self.slot_num * INDEX_SLOT_SIZE
+        count = min(self.index_count, self.index_num)  # a damaged header may claim more
         if not 1 <= keep < count:
             raise ValueError(f"keep must be in [1, {count - 1}], not {keep}")
-        first = INDEX_HEADER_SIZE + self.slot_num * INDEX_SLOT_SIZE
         base = bytearray(self._base[: self.size])
-        base.extend(bytes(max(0, first + count * INDEX_ENTRY_SIZE - len(base))))
+        base.extend(bytes(self.size - len(base)))
         ents = np.frombuffer(base, dtype=index_entry_dtype, count=keep, offset=first + INDEX_ENTRY_SIZE)
         slots = self.slots
         dropped = np.flatnonzero(slots > keep)

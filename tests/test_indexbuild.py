@@ -943,3 +943,24 @@ def test_header_counters_wrap_like_java_ints() -> None:
     slots = {index_hash(java_hash("T#" + k)) % 8 for k in ("k0", "k1", "k2")}
     assert len(slots) >= 2  # at least one increment past Integer.MAX_VALUE
     assert count == 4 and hsc == 2**31 - 1 + (len(slots) - 1) - 2**32
+
+
+@pytest.mark.parametrize("every_put", [False, True])
+def test_truncate_equals_never_having_put_the_rest(every_put: bool) -> None:
+    """IndexFileImage.truncate(keep) gives the bytes of a file that only ever got the
+    first records' puts: entries, slot heads, hashSlotCount, indexCount and the end fields."""
+    reqs = [DispatchRequest("T", 0, 100 * i, 100, 0, 1_700_000_000_000 + 700 * i, i, f"k{i % 7} u{i}", None, 0)
+            for i in range(40)]
+    full = IndexBuilder(13, 200, count_every_put=every_put)
+    for r in reqs:
+        full.add_one(r)
+    for n in (1, 2, 17, 39):
+        want = IndexBuilder(13, 200, count_every_put=every_put)
+        for r in reqs[:n]:
+            want.add_one(r)
+        img = IndexBuilder(13, 200, existing_last=full.files[0].to_bytes(), count_every_put=every_put).current
+        assert img is not None
+        img.truncate(2 * n, reqs[n - 1].store_timestamp, every_put)  # two keys per record
+        assert img.to_bytes() == want.files[0].to_bytes(), n
+    with pytest.raises(ValueError):
+        img.truncate(0, 0)
