@@ -15,7 +15,10 @@ a UNIQ_KEY per message), then, each in a fresh process:
 * ``local[1]`` and ``local[2]``, for each ``--writer`` (arrow: the tasks write Parquet with
   pyarrow; spark: Spark's own writer): the Spark export to Parquet (64 MiB splits). Timed from
   the moment the session is up to the end of the write (the session start is printed
-  apart). Records/s per core = records / seconds / cores.
+  apart). Records/s per core = records / seconds / cores. ``local[N]`` runs pinned to N
+  cores (CPU affinity, inherited by the JVM and the Python workers), so the speed-up is from
+  one core to two; unpinned (``--no-pin``), ``local[1]`` also gets the JVM's threads on the
+  second core for free.
 
 Also printed: the CPU seconds of the process tree during the job (driver, JVM, Python
 workers), the machine's load average (other processes share the cores: compare CPU
@@ -164,10 +167,12 @@ def child_dump(store_dir: str) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t0, "cpu": cpu_seconds(me) - c0, "exit": int(code)}
 
 
-def child_spark(store_dir: str, out: str, cores: int, split_size: int, writer: str) -> dict[str, Any]:
+def child_spark(store_dir: str, out: str, cores: int, split_size: int, writer: str, pin: bool) -> dict[str, Any]:
     from rmqtool.export_spark import run_export, spark_session, store_label
     from rmqtool.recovery.store import Store
 
+    if pin:  # the JVM and the Python workers inherit it: local[N] on exactly N cores
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
     t0 = time.perf_counter()
     handle = spark_session(f"local[{cores}]", light_jvm=writer == "arrow")  # as run_export starts it
     start = time.perf_counter() - t0
@@ -226,7 +231,7 @@ def main() -> int:
         elif kind == "dump":
             res = child_dump(sys.argv[3])
         else:
-            res = child_spark(sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7])
+            res = child_spark(sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7], sys.argv[8] == "pin")
         print(json.dumps(res))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -237,6 +242,8 @@ def main() -> int:
     ap.add_argument("--cores", default="1,2", help="local[N] runs, comma separated")
     ap.add_argument("--writers", default="arrow,spark", help="--writer values to run, comma separated")
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="do not pin local[N] to N cores (local[1] then has the JVM's threads on the other core)")
     a = ap.parse_args()
     store = a.dir / "store"
     info = ensure_store(store, int(a.size * GIB), a.file_size * MIB)
@@ -258,10 +265,11 @@ def main() -> int:
         runs: dict[int, Any] = {}
         for cores in [int(x) for x in a.cores.split(",")]:
             out = a.dir / f"out-local{cores}"
-            r = run_child(["spark", str(store), str(out), str(cores), str(a.split_size * MIB), writer])
+            r = run_child(["spark", str(store), str(out), str(cores), str(a.split_size * MIB), writer,
+                           "no-pin" if a.no_pin else "pin"])
             rate = r["records"] / r["seconds"]
             runs[cores] = results[f"{writer}-{cores}"] = r
-            print(f"--writer {writer} local[{cores}]: session start {r['session_start']:.1f} s; {r['records']} rows in "
+            print(f"--writer {writer} local[{cores}]{'' if a.no_pin else f' pinned to {cores} core(s)'}: session start {r['session_start']:.1f} s; {r['records']} rows in "
                   f"{r['tasks']} tasks, {r['seconds']:.1f} s after start = {rate:,.0f} records/s = {rate / cores:,.0f} "
                   f"records/s per core (target {TARGET_PER_CORE:,}); CPU {r['cpu']:.1f} s = "
                   f"{r['records'] / max(r['cpu'], 1e-9):,.0f} records per CPU-second; peak RSS (driver + JVM + workers) "
