@@ -15,7 +15,10 @@ one default-geometry index file), builds its consume queues and index with rmqto
 * abnormal recovery from the checkpoint's file (the last one): the plan, and the full run
   which, as the broker, discards the index file that never filled up; rmqtool then
   re-indexes every record so every message stays findable (the broker re-indexes only
-  the last file); also with --no-reindex, the broker's own amount of work;
+  the last file); also with --no-reindex (``abnormal-noreindex``);
+* the broker's own amount of work (``normal-broker-work``, ``abnormal-broker-work``):
+  also without walking the files before the start file, which the broker never reads
+  (``--no-check-unread``; rmqtool walks them by default to report damage there);
 * abnormal recovery with a zeroed checkpoint: every file walked with the CRC, every record
   re-dispatched, the index rebuilt.
 
@@ -87,7 +90,7 @@ def main() -> int:
     ap.add_argument("--file-size", type=int, default=GIB, help="commitlog file size")
     ap.add_argument("--runs", type=int, default=3, help="runs per case (median reported)")
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per CPU)")
-    ap.add_argument("--cases", default="normal,abnormal,abnormal-noreindex,zeroed")
+    ap.add_argument("--cases", default="normal,normal-broker-work,abnormal,abnormal-noreindex,abnormal-broker-work,zeroed")
     args = ap.parse_args()
     work = Path(args.dir)
     root = work / "store"
@@ -121,7 +124,7 @@ def main() -> int:
 
     def scenario(case: str) -> None:
         (root / "abort").unlink(missing_ok=True)
-        if case == "normal":
+        if case.startswith("normal"):
             return
         (root / "abort").write_bytes(b"")
         if case.startswith("abnormal"):
@@ -132,11 +135,12 @@ def main() -> int:
     results: dict[str, tuple[float, float]] = {}
     for case in args.cases.split(","):
         plans, applies, cpus = [], [], []
-        reindex = case != "abnormal-noreindex"
+        reindex = case not in ("abnormal-noreindex", "abnormal-broker-work")
+        check_unread = not case.endswith("broker-work")
         for _ in range(args.runs):
             scenario(case)
             st = Store.open(root)
-            t_plan, plan = timed(plan_recovery, st, profile, jobs=args.jobs, reindex=reindex)
+            t_plan, plan = timed(plan_recovery, st, profile, jobs=args.jobs, reindex=reindex, check_unread=check_unread)
             cpu = CPU[0]
             if plan.nothing_to_do:  # what the CLI does: nothing to apply
                 t_apply, res = 0.0, None
