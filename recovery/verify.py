@@ -119,6 +119,8 @@ CODES: dict[str, tuple[str, str]] = {
     "CQ_MISSING_MESSAGE": (ERROR, "messages missing from their queue that the broker will not dispatch again"),
     # index
     "IDX_HEADER": (ERROR, "an index header inconsistent with its entries (counts, begin/end timestamps or offsets, entries after indexCount)"),
+    "IDX_SLOT_COUNT_VERSION": (WARNING, "an index header's hashSlotCount follows the other versions' rule (4.6.0-4.7.0 count every put, "
+                               "later versions the slots in use): the file was written by a version other than --broker-version"),
     "IDX_SLOT_RANGE": (ERROR, "a hash slot or a chain link pointing outside [0, indexCount)"),
     "IDX_CHAIN_CYCLE": (ERROR, "a chain link that does not point to an older entry (a possible cycle)"),
     "IDX_CHAIN_BROKEN": (ERROR, "an entry not reachable from the hash slot of its key, or a chain shared or orphaned"),
@@ -2546,7 +2548,14 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             hsc = int(h["hash_slot_count"])
             if count >= 2 and ne == eff:
                 want_hsc = count - 1 if profile.hash_slot_count_every_put else nonempty
-                if hsc != want_hsc:
+                other_hsc = nonempty if profile.hash_slot_count_every_put else count - 1
+                if hsc != want_hsc and hsc == other_hsc:
+                    out.append(finding("IDX_SLOT_COUNT_VERSION", rel, 32, None,
+                                       f"hashSlotCount {hsc} is the {'slots in use' if profile.hash_slot_count_every_put else 'number of puts'}"
+                                       f" ({'4.7.1+' if profile.hash_slot_count_every_put else '4.6.0-4.7.0'} rule), not {want_hsc} "
+                                       f"({profile.label}): give the --broker-version that wrote the store",
+                                       hash_slot_count=hsc, expected=want_hsc))
+                elif hsc != want_hsc:
                     hdr_problems.append(f"hashSlotCount {hsc}, expected {want_hsc}")
                 if int(h["begin_phy_offset"]) != int(eoff[0]):
                     hdr_problems.append(f"beginPhyOffset {int(h['begin_phy_offset'])}, entry 1 points to {int(eoff[0])}")

@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -844,3 +845,22 @@ def test_queue_hints_budget_bounds_memory_and_changes_nothing() -> None:
     ref = scan_key(*v.scan_commitlog(s, P494, part_size=4096))
     assert scan_key(*v.scan_commitlog(s, P494, part_size=4096, hints=few)) == ref
     assert scan.queue_hint_runs(s, budget=0) == []
+
+
+def test_hash_slot_count_of_another_version_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Quirk Q8: 4.6.0-4.7.0 count every put in hashSlotCount. A 4.9.4 store checked as
+    4.6.0 gets a warning naming the cause, not an error; a count that fits neither rule
+    stays an IDX_HEADER error."""
+    code, findings = verify_cli(real_store("clean"), capsys, "--broker-version", "4.6.0")
+    codes = {f["code"] for f in findings}
+    assert code == 0 and "IDX_HEADER" not in codes
+    warned = [f for f in findings if f["code"] == "IDX_SLOT_COUNT_VERSION"]
+    assert len(warned) == 3 and all(f["severity"] == "warning" and f["pos"] == 32 for f in warned)  # every index file
+    root = tmp_path / "store"
+    shutil.copytree(real_store("clean"), root)
+    first = sorted((root / "index").iterdir())[0]
+    raw = bytearray(first.read_bytes())
+    struct.pack_into(">i", raw, 32, struct.unpack_from(">i", raw, 32)[0] + 1)
+    first.write_bytes(bytes(raw))
+    code, findings = verify_cli(root, capsys)
+    assert code == 4 and [f["file"] for f in findings if f["code"] == "IDX_HEADER"] == [f"index/{first.name}"]
