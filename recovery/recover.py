@@ -901,9 +901,16 @@ def plan_recovery(
         raise ValueError(f"mode must be normal or abnormal, not {mode!r}")
     problems: list[Problem] = []
     notes: list[str] = []
+    last_cq = {_rel(store, files[-1].path) for files in store.consume_queues.values() if files}
     for issue in store.issues:
         if issue.severity == "error" and issue.path.startswith("commitlog"):
             problems.append(Problem(LAYOUT, issue.path, None, issue.message))
+        elif issue.path.startswith("consumequeue/") and (
+                issue.code == "WRONG_FILE_SIZE"
+                or (issue.code == "ZERO_LENGTH_FILE" and not (issue.path in last_cq and profile.version >= (5, 1, 3)))):
+            # the broker's MappedFileQueue.load refuses a file of another size: it does not start
+            problems.append(Problem(LAYOUT, issue.path, None, f"{issue.message}; recovery does not repair consume queue "
+                                    "files: rmqtool rebuild-index --cq-only --topic TOPIC writes them anew"))
 
     # -- 1. ConsumeQueue recovery, 2. maxPhyOffsetOfCQ
     Fcq = g.cq_file_size

@@ -658,3 +658,27 @@ def test_empty_checkpoint_rescans_from_the_first_file(tmp_path: Path, capsys: py
     assert _cq_view(root) == _broker_cq(view)
     assert _lookups(root, view) == _broker_lookups(view)
     assert (root / "checkpoint").stat().st_size == 4096
+
+
+def test_consume_queue_files_the_broker_refuses_are_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """MappedFileQueue.load refuses a consume queue file of another size (the broker does
+    not start): recover reports it (status 4) and names the repair; after rebuild-index
+    the store needs nothing. A zero-length last file only troubles brokers before 5.1.3."""
+    root = _copy(tmp_path, "clean")
+    short = root / "consumequeue" / "TopicA" / "0" / "00000000000000000000"
+    short.write_bytes(short.read_bytes()[:300])
+    code, doc = _plan_json(root, capsys)
+    assert code == 4
+    assert [(p["code"], p["path"]) for p in doc["plan"]["problems"]] == [("LAYOUT", "consumequeue/TopicA/0/00000000000000000000")]
+    assert "rebuild-index" in doc["plan"]["problems"][0]["message"]
+    assert run(["rebuild-index", str(root), "--cq-only", "--topic", "TopicA", "--quiet", "--backup-dir", str(tmp_path / "bk")]) == 0
+    code, doc = _plan_json(root, capsys)
+    assert code == 0 and doc["plan"]["problems"] == []
+    # a zero-length file after the last one of a queue
+    q = root / "consumequeue" / "TopicB" / "1"
+    last = sorted(q.iterdir())[-1]
+    (q / f"{int(last.name) + 640:020d}").write_bytes(b"")
+    code, doc = _plan_json(root, capsys)
+    assert code == 4 and [p["path"] for p in doc["plan"]["problems"]] == [f"consumequeue/TopicB/1/{int(last.name) + 640:020d}"]
+    code, doc = _plan_json(root, capsys, "--broker-version", "5.3.3")
+    assert doc["plan"]["problems"] == []
