@@ -549,6 +549,9 @@ def test_torn_record_cut_midway_at_end_of_last_file(tmp_path: Path, capsys: pyte
     # queues, 5.3.2+ walk-back with maxPhyOffsetOfCQ = -1; 5.0-5.3.1 normal: no dispatch (Q3)
     dispatched = mode == "--abnormal" or version in ("4.9.4", "5.3.3")
     assert cq_units(root, "TornT") == ([unit_of(r) for r in recs[:-1]] if dispatched else [])
+    if dispatched:  # the recovered store is sound
+        code, findings = verify(capsys, root, "--broker-version", version)
+        assert code == 0, codes(findings, "error")
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
@@ -579,6 +582,8 @@ def test_zero_filled_region_inside_file(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 4 and "CL_DATA_AFTER_END" in codes(findings, "error")
     assert recover(capsys, root, tmp_path, "--broker-version", version) == 1
     assert cq_units(root, "ZeroT") == [unit_of(r) for r in recs[:5]]
+    code, findings = verify(capsys, root, "--broker-version", version)
+    assert code == 0, codes(findings, "error")
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
