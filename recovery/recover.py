@@ -265,6 +265,7 @@ class RecoveryPlan:
     cq_truncation: bool = False
     index_discarded: list[IndexDiscard] = field(default_factory=list)
     index_truncated: list[IndexTruncation] = field(default_factory=list)
+    index_extended: list[str] = field(default_factory=list)  # kept files shorter than the index size
     index_kept_last: str | None = None
     index_kept_end_phy_offset: int = 0
     index_skip_upto: int | None = None  # records at or below this offset are not indexed again
@@ -287,7 +288,8 @@ class RecoveryPlan:
         """True when the store is already what the broker's recovery would leave and there
         is nothing to dispatch: no cut, no removal, no abort file, and every consume queue
         and the index reach the commitlog end."""
-        if self.abort_present or self.cuts or self.removed_files or self.index_discarded or self.index_truncated:
+        if (self.abort_present or self.cuts or self.removed_files or self.index_discarded or self.index_truncated
+                or self.index_extended):
             return False
         if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing:
             return False
@@ -319,6 +321,7 @@ class RecoveryPlan:
             "index_files_discarded": [d.file for d in self.index_discarded],
             "index_entries_rebuilt": sum(d.entries_below_end for d in self.index_discarded) if self.reindex else 0,
             "index_files_truncated": [t.file for t in self.index_truncated],
+            "index_files_extended": list(self.index_extended),
             "index_entries_cut": sum(t.entries_cut for t in self.index_truncated)
             + sum(d.entries - d.entries_below_end for d in self.index_discarded),
             "abort_present": self.abort_present,
@@ -1051,10 +1054,10 @@ def plan_recovery(
             qp.units_cut = max(0, (before - after) // CQ_UNIT_SIZE) if write is not None else (before - st.kept[0].base) // CQ_UNIT_SIZE
 
     # -- 5. index files after an abnormal exit
+    # (a file shorter than the index file size, even empty, loads as its bytes followed by
+    # zeros: IndexFile maps the full size, which extends the file)
     kept_index: list[StoreFile] = []
     for f in store.index_files:
-        if f.size == 0:
-            continue
         h = _index_header(f)
         if mode == MODE_ABNORMAL and h[1] > ckpt.index_msg_timestamp:
             count = max(h[5], 1)
@@ -1096,6 +1099,7 @@ def plan_recovery(
             last_offs = offs[:keep] if keep else _entry_offsets(kept_index[-1], g.index_slot_num, _index_header(kept_index[-1])[5])
             plan.index_skip_upto = int(last_offs[-1]) if len(last_offs) else None
         notes.append("deviation: index entries that point at or past the commitlog end are cut (the broker keeps them)")
+    plan.index_extended = [f"index/{f.name}" for f in kept_index if f.size < g.index_file_size]
     if kept_index:
         plan.index_kept_last = f"index/{kept_index[-1].name}"
         plan.index_kept_end_phy_offset = (plan.index_truncated[-1].end_phy_offset if plan.index_truncated
@@ -1273,7 +1277,7 @@ def apply_recovery(
 
     # -- index files as IndexService.load leaves them
     discarded = {d.file for d in plan.index_discarded}
-    kept_index = [f for f in store.index_files if f.size > 0 and f"index/{f.name}" not in discarded]
+    kept_index = [f for f in store.index_files if f"index/{f.name}" not in discarded]
     last_bytes = kept_index[-1].path.read_bytes() if kept_index else None
     ib = IndexBuilder(g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put)
     for t in plan.index_truncated:
@@ -1403,16 +1407,22 @@ def apply_recovery(
         created_names: list[str] = []
         taken = {f.name for f in store.index_files}
         floor = kept_index[-1].name if kept_index else None
+        rewritten = set()
         for img in ib.files:
             if not img.created:
-                if (img.puts or img.truncated) and floor is not None:
+                if (img.puts or img.truncated or f"index/{floor}" in plan.index_extended) and floor is not None:
                     tx.replace_file(f"index/{floor}", _index_writer(img))
+                    rewritten.add(f"index/{floor}")
                 continue
             name = _new_index_name(img.first_store_timestamp or 0, tz, floor, taken)
             taken.add(name)
             floor = name
             created_names.append(name)
             tx.create_file(f"index/{name}", _index_writer(img), mode=0o644)
+        # short kept files, as the broker's load leaves them: extended with zeros
+        for rel in plan.index_extended:
+            if rel not in rewritten:
+                tx.replace_file(rel, _padded_writer(store.root / rel, g.index_file_size))
         # checkpoint
         cp = ckpt_before
         if logics is not None:
@@ -1458,6 +1468,19 @@ def _units_writer(units: bytes, size: int) -> Callable[[Any], None]:
     def write(fobj: Any) -> None:
         fobj.write(units[:size])
         write_zeros(fobj, size - min(len(units), size))
+
+    return write
+
+
+def _padded_writer(path: Path, size: int) -> Callable[[Any], None]:
+    """A writer of ``path``'s bytes followed by zeros (a hole) up to ``size``."""
+    from .indexbuild import write_zeros
+
+    def write(fobj: Any) -> None:
+        with open(path, "rb") as src:
+            data = src.read(size)
+        fobj.write(data)
+        write_zeros(fobj, size - len(data))
 
     return write
 

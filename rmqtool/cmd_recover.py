@@ -174,6 +174,9 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
     for d in plan.index_discarded:
         changes.append({"action": "discard", "path": d.file, "detail": f"{d.reason}; "
                         f"{d.entries} entries ({d.entries_below_end} below the end) moved to the backup"})
+    for rel in plan.index_extended:
+        changes.append({"action": "extend", "path": rel, "detail": "shorter than the index file size: zeros appended, "
+                        "as the broker's load (which maps the full size) leaves it"})
     for t in plan.index_truncated:
         changes.append({"action": "cut", "path": t.file, "detail": f"{t.entries_cut} entries at or past the end offset zeroed "
                         f"after backup; {t.entries_kept} kept, the header ends at offset {t.end_phy_offset}"})

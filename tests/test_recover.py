@@ -682,3 +682,24 @@ def test_consume_queue_files_the_broker_refuses_are_problems(tmp_path: Path, cap
     assert code == 4 and [p["path"] for p in doc["plan"]["problems"]] == [f"consumequeue/TopicB/1/{int(last.name) + 640:020d}"]
     code, doc = _plan_json(root, capsys, "--broker-version", "5.3.3")
     assert doc["plan"]["problems"] == []
+
+
+def test_an_empty_index_file_is_kept_as_the_broker_loads_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """IndexFile maps the full size, so an empty (or short) index file loads as zeros: its
+    endTimestamp 0 passes the abnormal rule, it stays the last file, and with endPhyOffset 0
+    the abnormal dispatch indexes every record into it again (and on into new files).
+    recover does the same, writing the file at its full size; verify then finds it sound."""
+    root = _copy(tmp_path, CRASH)
+    last = sorted((root / "index").iterdir())[-1]
+    last.write_bytes(b"")
+    code, doc = _plan_json(root, capsys)
+    assert doc["plan"]["index_extended"] == [f"index/{last.name}"]
+    assert f"index/{last.name}" not in [d["file"] for d in doc["plan"]["index_discarded"]]
+    assert _recover(root, "--backup-dir", str(tmp_path / "bk")) == 1
+    raw = last.read_bytes()
+    assert len(raw) == 8440 and struct.unpack_from(">i", raw, 36)[0] == 400  # refilled to the brim
+    assert run(["verify", str(root), "--quiet"]) == 0
+    view = broker_view(CRASH)
+    assert _lookups(root, view) == _broker_lookups(view)
+    assert run(["restore", str(tmp_path / "bk"), str(root)]) == 0
+    assert last.read_bytes() == b""
