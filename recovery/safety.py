@@ -1785,6 +1785,10 @@ def recover_pending(store: str | Path) -> list[RecoveryOutcome]:
 # --------------------------------------------------------------------------- restore
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
     """Read and validate ``<backup_dir>/manifest.json``; raises :class:`ManifestError`."""
     path = Path(backup_dir) / MANIFEST_FILE
@@ -1817,19 +1821,29 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
                 raise ValueError(f"unknown action {action!r}")
             for key in ("original", "result"):
                 v = e[key]
-                if v is not None and not (isinstance(v.get("size"), int) and isinstance(v.get("sha256"), str)):
-                    raise ValueError(f"bad {key}")
+                if v is None:
+                    continue
+                if not (_is_int(v.get("size")) and v["size"] >= 0 and isinstance(v.get("sha256"), str)
+                        and _DIGEST_RE.fullmatch(v["sha256"])):
+                    raise ValueError(f"bad {key} size or sha256")
+                for opt in ("mode", "mtime_ns"):  # what restore puts back: checked before anything happens
+                    if opt in v and not (v[opt] is None or (_is_int(v[opt]) and v[opt] >= 0)):
+                        raise ValueError(f"bad {key} {opt}")
             if (e["original"] is None) != (action == "create") or (e["result"] is None) != (action == "remove"):
                 raise ValueError("original/result do not fit the action")
             if action != "create":
                 _check_relpath(e["backup"], path)
             if action in ("truncate_tail", "write_at"):
-                if not (isinstance(e["offset"], int) and isinstance(e["length"], int)
-                        and isinstance(e["piece_sha256"], str)):
+                if not (_is_int(e["offset"]) and _is_int(e["length"]) and e["offset"] >= 0 and e["length"] >= 0
+                        and isinstance(e["piece_sha256"], str) and _DIGEST_RE.fullmatch(e["piece_sha256"])):
                     raise ValueError("bad offset/length/piece_sha256")
-            if action == "create":
-                for d in e.get("created_dirs", []):
-                    _check_relpath(d, path)
+                if not isinstance(e.get("zero_fill", False), bool):
+                    raise ValueError("bad zero_fill")
+            dirs = e.get("created_dirs", [])
+            if not isinstance(dirs, list):
+                raise ValueError("created_dirs is not a list")
+            for d in dirs:
+                _check_relpath(d, path)
         except SafetyError as exc:
             raise ManifestError(f"corrupt manifest: entry {i}: {exc.message}", path) from exc
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
