@@ -95,13 +95,13 @@ class RebuildPlan:
 
 def check_from_offset(store: Store, profile: BrokerProfile, offset: int) -> str | None:
     """None if ``offset`` is where a reput can start (a record or BLANK start, a file's
-    start, or the end of the commitlog); else why not."""
+    start, the end of the data; below the min offset it is clamped to it); else why not."""
     F = store.geometry.commitlog_file_size
     files = [f for f in store.commitlog if f.size > 0]
-    if not files:
-        return None
-    if offset < files[0].base or offset >= files[-1].base + F:
-        return None  # clamped to the min offset / nothing to dispatch
+    if not files or offset < files[0].base:
+        return None  # clamped to the min offset
+    if offset >= files[-1].base + F:
+        return f"offset {offset} is past the last commitlog file ({files[-1].name} ends at {files[-1].base + F})"
     f = store.commitlog_file_for(offset)
     if f is None:
         return f"no commitlog file holds offset {offset}"
@@ -109,11 +109,23 @@ def check_from_offset(store: Store, profile: BrokerProfile, offset: int) -> str 
     if pos == 0:
         return None
     with store.map(f) as mf:
-        c = ck.check_record(mf.buf, pos, min(mf.size, F), profile, check_crc=False, read_body=False)
+        end = min(mf.size, F)
+        c = ck.check_record(mf.buf, pos, end, profile, check_crc=False, read_body=False)
         if c.ok:
             return None
         if c.reason == ck.END_OF_DATA:
-            return None
+            # zeros there: the end of the data only if the records of the file lead to it
+            # (four zero bytes inside a record read the same)
+            p = 0
+            while p < pos:
+                (total,) = struct.unpack_from(">i", mf.buf, p)
+                if total <= 0 or p + total > end:
+                    break
+                p += total
+            if p == pos:
+                return None
+            return (f"offset {offset} is not the start of a record nor the end of the data in {f.name} "
+                    f"(its records {'end' if p < pos else 'run past it'} at {f.base + p})")
         return f"offset {offset} is not the start of a record ({c.reason} in {f.name} at {pos})"
 
 
