@@ -93,3 +93,12 @@ def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
             assert run(argv) == 0, argv
             out = capsys.readouterr().out
             assert "Usage:" in out, argv
+
+
+def test_man_pages_hold_no_control_characters() -> None:
+    """A "\\f" written through a string that interprets it becomes a form feed: the font
+    escape is lost and the page shows "B--from-offsetR"."""
+    for page in sorted(MAN.glob("*.1")):
+        text = page.read_text(encoding="utf-8")
+        bad = [(i, hex(ord(c))) for i, c in enumerate(text) if ord(c) < 0x20 and c not in "\n\t"]  # tabs: roff tab stops
+        assert not bad, (page.name, bad[:5])
