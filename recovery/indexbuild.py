@@ -840,6 +840,9 @@ class IndexBuilder:
             self._current = IndexFileImage(slot_num, index_num, existing_last)
             self.files.append(self._current)
         self.index_msg_timestamp: int | None = None
+        # records at or below this offset are not indexed (rebuild's continue mode sets it
+        # to the continued file's endPhyOffset when that record's keys are all there)
+        self.skip_through: int | None = None
         self.keys_put = 0
         self.records_skipped = 0  # records skipped by the endPhyOffset test
         self._prefix_hash: dict[str, int] = {}
@@ -884,6 +887,21 @@ class IndexBuilder:
     def _key_hash(self, topic: str, key: str) -> int:
         return index_hash(java_hash(topic + "#" + key))
 
+    def last_record_complete(self, topic: str, keys: str | None, uniq: str | None, sys_flag: int) -> bool:
+        """Whether the continued file ends with every key of the record at its
+        endPhyOffset (``topic``, ``keys``, ``uniq``, ``sys_flag``: that record), in put
+        order. Quirk Q6 indexes that record again (its offset is not below endPhyOffset);
+        when this holds, doing so only adds duplicates."""
+        f = self._current
+        if f is None or f.created or f.puts or (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
+            return False
+        want = ([uniq] if uniq is not None else []) + [k for k in (keys or "").split(" ") if k]
+        n = f.index_count - 1
+        if not want or n < len(want):
+            return False
+        tail = [f.entry(i) for i in range(n - len(want) + 1, n + 1)]
+        return all(e[1] == f.end_phy_offset and e[0] == self._key_hash(topic, k) for e, k in zip(tail, want))
+
     def _put_one(self, f: IndexFileImage, ih: int, phy: int, ts: int) -> bool:
         """``IndexFile.putKey``."""
         if f.index_count >= self.index_num:
@@ -924,7 +942,7 @@ class IndexBuilder:
         self, topic: str, phy: int, ts: int, keys: str | None, uniq: str | None, sys_flag: int
     ) -> None:
         f = self._get_or_create(ts)
-        if phy < f.end_phy_offset:
+        if phy < f.end_phy_offset or (self.skip_through is not None and phy <= self.skip_through):
             self.records_skipped += 1
             return
         if (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
@@ -1076,6 +1094,8 @@ class IndexBuilder:
         E[0] = E0
         np.maximum(run[:-1], E0, out=E[1:])
         skipped = off < E
+        if self.skip_through is not None:
+            skipped |= off <= self.skip_through
         self.records_skipped += int(skipped.sum())
         put_rec = capable & ~skipped
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
+from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT
 from . import check as ck
 from .reput import CqFileOut, IndexFileOut, ReputResult, load_state, reput, updated_checkpoint
 from .store import Store
@@ -39,7 +40,7 @@ from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
 
-__all__ = ["FileChange", "RebuildPlan", "plan_rebuild", "apply_rebuild", "check_from_offset"]
+__all__ = ["FileChange", "RebuildPlan", "plan_rebuild", "apply_rebuild", "check_from_offset", "check_index_scope"]
 
 CREATE = "create"
 REPLACE = "replace"
@@ -129,6 +130,35 @@ def check_from_offset(store: Store, profile: BrokerProfile, offset: int) -> str 
         return f"offset {offset} is not the start of a record ({c.reason} in {f.name} at {pos})"
 
 
+def check_index_scope(store: Store, topics: Iterable[str] | None, from_offset: int | None) -> str | None:
+    """None if a continued index (``--topic`` or ``--from-offset``) keeps every key; else
+    why not. After a crash the continued index drops, as IndexService.load does, the index
+    files newer than the checkpoint's indexMsgTimestamp; their keys come back only if the
+    dispatch covers their records for every topic."""
+    if not store.abort_present or (topics is None and from_offset is None):
+        return None
+    ckpt = store.read_checkpoint()
+    kept_end: int | None = None
+    dirty: list[str] = []
+    for f in store.index_files:
+        with open(f.path, "rb") as fh:
+            hdr = HEADER_STRUCT.unpack(fh.read(HEADER_SIZE).ljust(HEADER_SIZE, b"\0"))
+        if hdr[1] > ckpt.index_msg_timestamp:
+            dirty.append(f.name)
+        else:
+            kept_end = hdr[3]
+    if not dirty:
+        return None
+    start = kept_end if kept_end is not None else store.commitlog_min_offset
+    if topics is None and from_offset is not None and from_offset <= start:
+        return None  # every topic's records from before the dropped files' first one
+    return (f"after a crash (abort present) the continued index drops index/{', index/'.join(dirty)} (newer than "
+            "the checkpoint's indexMsgTimestamp, as the broker's load does), and "
+            + ("--topic dispatches only some topics" if topics is not None else f"--from-offset starts after {start}")
+            + ": keys would be lost. Run rmqtool recover first, rebuild the index without --topic/--from-offset, "
+            "or give --cq-only")
+
+
 class _Mismatch(Exception):
     pass
 
@@ -216,7 +246,7 @@ def plan_rebuild(
     if not continue_index:
         state.index = None
     result = reput(store, profile, from_offset=from_offset, topics=tset, cq=cq, index=index,
-                   state=state, index_tz=index_tz, progress=progress, jobs=jobs)
+                   state=state, index_tz=index_tz, progress=progress, jobs=jobs, skip_complete_last=continue_index)
     root = store.root
     changes: list[FileChange] = []
     warnings: list[str] = []

@@ -1283,7 +1283,7 @@ def apply_recovery(
     for t in plan.index_truncated:
         assert ib.current is not None and kept_index and t.file == f"index/{kept_index[-1].name}"
         ib.current.truncate(t.entries_kept, t.end_timestamp, profile.hash_slot_count_every_put)
-    index_skip = plan.index_skip_upto
+    ib.skip_through = plan.index_skip_upto
 
     q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
     mdl_a = None if (plan.correct_delay_tags or not q1) else 0
@@ -1309,13 +1309,7 @@ def apply_recovery(
                 if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
                     sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
             if index:
-                icols = cols
-                if index_skip is not None:
-                    keep = cols.commitlog_offset > index_skip
-                    if not keep.all():
-                        icols = cols.select(keep)
-                if icols.count:
-                    feed_index(ib, icols)
+                feed_index(ib, cols)
         dispatched[name] = dispatched.get(name, 0) + n
         if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
             logics = cqset.logics_msg_timestamp

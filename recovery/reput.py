@@ -1685,6 +1685,7 @@ def reput(
     progress: Progress | None = None,
     fast: bool = True,
     jobs: int | None = 1,
+    skip_complete_last: bool = False,
 ) -> ReputResult:
     """Run a reput pass and return the files it produced (nothing is written).
 
@@ -1693,7 +1694,10 @@ def reput(
     these topics are dispatched. ``cq`` / ``index``: which dispatchers run.
     ``max_delay_level``: overrides the profile's (quirk Q1). ``index_tz``: time zone of new
     index file names (default UTC). ``jobs``: worker processes decoding the commitlog
-    (:func:`iter_dispatch_parallel`; None: one per CPU); the files produced are the same."""
+    (:func:`iter_dispatch_parallel`; None: one per CPU); the files produced are the same.
+    ``skip_complete_last``: when the continued index file already holds every key of the
+    record at its endPhyOffset, do not index that record again (the broker would, quirk
+    Q6; rebuild-index's continue mode fills gaps and leaves what is there)."""
     stats = ReputStats()
     problems: list[ReputProblem] = []
     state = state if state is not None else ReputState()
@@ -1716,6 +1720,16 @@ def reput(
         last_bytes = state.index.last_bytes if state.index is not None else None
         ib = IndexBuilder(g.index_slot_num, g.index_num, existing_last=last_bytes,
                           count_every_put=profile.hash_slot_count_every_put)
+        if skip_complete_last and ib.current is not None and ib.current.index_count > 1:
+            from .query import CommitlogReader
+
+            end = ib.current.end_phy_offset
+            with CommitlogReader(store, profile) as reader:
+                loc = reader.record_at(end)
+                c = loc.checked if loc is not None else None
+                if (c is not None and c.is_message and c.rec is not None and c.rec.physical_offset == end
+                        and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag)):
+                    ib.skip_through = end
 
     t_walk = time.perf_counter()
     t_cq = t_idx = 0.0

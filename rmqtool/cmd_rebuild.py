@@ -21,7 +21,7 @@ from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, store_argument
 from .progress import progress_bar
-from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, plan_rebuild
+from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
 from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, pending_journals, recover_pending
 from .recovery.store import Store
 
@@ -97,6 +97,10 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
         why = check_from_offset(store, profile, from_offset)
         if why:
             raise click.BadParameter(why, param_hint="--from-offset")
+    if not cq_only:
+        why = check_index_scope(store, topics or None, from_offset)
+        if why:
+            raise click.UsageError(why)
     F = store.geometry.commitlog_file_size
     lo = from_offset or 0
     total = sum(min(f.size, F) - max(0, min(lo - f.base, min(f.size, F))) for f in store.commitlog)
