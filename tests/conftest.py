@@ -6,7 +6,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -52,3 +52,18 @@ def copy_store(name: str, dest: Path) -> Path:
 @pytest.fixture
 def store_copy(tmp_path: Path) -> Callable[[str], Path]:
     return lambda name: copy_store(name, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] Spark session for every test that needs one (its start is the slow part)."""
+    pytest.importorskip("pyspark")
+    from rmqtool.export_spark import find_java, spark_session
+
+    if find_java() is None:
+        pytest.skip("no Java runtime")
+    # C1 only and the serial collector: a short-lived JVM on a small machine spends less
+    # time compiling and collecting
+    handle = spark_session("local[2]", java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    yield handle.spark
+    handle.stop(keep_log=False)

@@ -402,16 +402,12 @@ def test_schedule_record_with_a_huge_store_timestamp(tmp_path: Path, capsys: pyt
 
 
 @pytest.mark.spark
-def test_spark_arrow_writer_parquet_equals_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_spark_arrow_writer_parquet_equals_dump(tmp_path: Path, capsys: pytest.CaptureFixture[str], spark: Any) -> None:
     """One small end-to-end export (local[2], --writer arrow, sub-file splits) of a mixed
     5.3.3 store, read back with pyarrow: the Parquet rows equal dump's records."""
-    pytest.importorskip("pyspark")
     import pyarrow.parquet as pq
 
-    from rmqtool.export_spark import find_java, run_export, spark_session
-
-    if find_java() is None:
-        pytest.skip("no Java runtime")
+    from rmqtool.export_spark import run_export
     version = "5.3.3"
     recs: list[Maker] = []
     i = 0
@@ -425,12 +421,8 @@ def test_spark_arrow_writer_parquet_equals_dump(tmp_path: Path, capsys: pytest.C
     root = tmp_path / "s"
     write_commitlog(root, [recs], 1 << 16)
     records = dump_records(capsys, root, version)
-    handle = spark_session("local[2]", java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC", light_jvm=False)
-    try:
-        res = run_export([("audit", Store.open(root))], str(tmp_path / "out"), session=handle.spark, quiet=True,
-                         split_size=20000, version=version, with_body=True)
-    finally:
-        handle.stop(keep_log=False)
+    res = run_export([("audit", Store.open(root))], str(tmp_path / "out"), session=spark, quiet=True,
+                     split_size=20000, version=version, with_body=True)
     assert res.rows == len(records) and res.problems == sum(r["status"] not in ("OK", "BLANK") for r in records)
     table = pq.read_table(str(tmp_path / "out"))
     rows = sorted(table.to_pylist(), key=lambda r: (r["file"], r["pos"]))

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -23,20 +23,6 @@ from rmqtool.recovery.store import Store
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark")
-    from rmqtool.export_spark import find_java, spark_session
-
-    if find_java() is None:
-        pytest.skip("no Java runtime")
-    # C1 only and the serial collector: a short-lived JVM on a small machine spends less
-    # time compiling and collecting
-    handle = spark_session("local[2]", java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-    yield handle.spark
-    handle.stop(keep_log=False)
 
 
 def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict[str, Any]]]:
