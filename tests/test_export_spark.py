@@ -520,5 +520,5 @@ def test_arrow_writer_runs_a_few_tasks_per_core_and_counts_committed_groups(
     assert slices == [es.TASKS_PER_CORE * sc.defaultParallelism]  # ...few Spark tasks
     assert polled == [(res.tasks, res.tasks)]
     monkeypatch.undo()
-    again = export(spark, tmp_path / "again", ["many_files"], writer="spark", split_size=4096)
+    again = export(spark, tmp_path / "again", ["many_files"], writer="arrow")  # one task per file
     assert (res.rows, res.messages) == (again.rows, again.messages) and res.rows > 0
