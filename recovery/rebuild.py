@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
-from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT
 from . import check as ck
-from .reput import CqFileOut, IndexFileOut, ReputResult, load_state, reput, updated_checkpoint
+from .reput import CqFileOut, IndexFileOut, ReputResult, index_files_after_load, load_state, reput, updated_checkpoint
+from .scan import byte_views, chase_starts
 from .store import Store
 from .versions import BrokerProfile
 
@@ -117,12 +117,10 @@ def check_from_offset(store: Store, profile: BrokerProfile, offset: int) -> str 
         if c.reason == ck.END_OF_DATA:
             # zeros there: the end of the data only if the records of the file lead to it
             # (four zero bytes inside a record read the same)
-            p = 0
-            while p < pos:
-                (total,) = struct.unpack_from(">i", mf.buf, p)
-                if total <= 0 or p + total > end:
-                    break
-                p += total
+            views = byte_views(mf.buf)
+            p, capped = 0, True
+            while capped:  # follow TOTALSIZE from the file's start up to pos
+                _starts, p, capped = chase_starts(memoryview(mf.buf), views, p, pos, end, None)
             if p == pos:
                 return None
             return (f"offset {offset} is not the start of a record nor the end of the data in {f.name} "
@@ -137,13 +135,10 @@ def check_index_scope(store: Store, topics: Iterable[str] | None, from_offset: i
     dispatch covers their records for every topic."""
     if not store.abort_present or (topics is None and from_offset is None):
         return None
-    ckpt = store.read_checkpoint()
     kept_end: int | None = None
     dirty: list[str] = []
-    for f in store.index_files:
-        with open(f.path, "rb") as fh:
-            hdr = HEADER_STRUCT.unpack(fh.read(HEADER_SIZE).ljust(HEADER_SIZE, b"\0"))
-        if hdr[1] > ckpt.index_msg_timestamp:
+    for f, hdr, is_dirty in index_files_after_load(store):
+        if is_dirty:
             dirty.append(f.name)
         else:
             kept_end = hdr[3]

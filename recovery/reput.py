@@ -1396,6 +1396,20 @@ class QueueState(NamedTuple):
     dirty: list[StoreFile]
 
 
+def index_files_after_load(store: Store) -> list[tuple[StoreFile, tuple[int, ...], bool]]:
+    """``IndexService.load`` (RECOVERY §8): every index file in name order with its header
+    (beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount,
+    indexCount) and whether the load deletes it: after an abnormal exit (abort present),
+    a file whose endTimestamp is after the checkpoint's indexMsgTimestamp."""
+    ckpt = store.read_checkpoint() if store.abort_present else None
+    out = []
+    for f in store.index_files:
+        with open(f.path, "rb") as fh:
+            hdr = HEADER_STRUCT.unpack(fh.read(HEADER_SIZE).ljust(HEADER_SIZE, b"\0"))
+        out.append((f, hdr, ckpt is not None and hdr[1] > ckpt.index_msg_timestamp))
+    return out
+
+
 class IndexState(NamedTuple):
     """The index files after ``IndexService.load`` (RECOVERY §8): kept files (name order),
     the last kept file's bytes (continued by the next dispatch), the files the load deletes
@@ -1485,16 +1499,8 @@ def load_state(
     if index:
         kept: list[StoreFile] = []
         dirty: list[StoreFile] = []
-        ckpt = store.read_checkpoint()
-        abnormal = store.abort_present
-        for f in store.index_files:
-            with open(f.path, "rb") as fh:
-                hdr = HEADER_STRUCT.unpack(fh.read(HEADER_SIZE).ljust(HEADER_SIZE, b"\0"))
-            end_ts = hdr[1]
-            if abnormal and end_ts > ckpt.index_msg_timestamp:
-                dirty.append(f)
-                continue
-            kept.append(f)
+        for f, _hdr, is_dirty in index_files_after_load(store):
+            (dirty if is_dirty else kept).append(f)
         last = kept[-1].path.read_bytes() if kept else None
         state.index = IndexState(kept, last, dirty)
     return state
