@@ -800,6 +800,12 @@ class IndexFileImage:
         write_zeros(fileobj, (self.index_num - first - count) * INDEX_ENTRY_SIZE, block)
 
 
+def _keys_of(keys: str | None, uniq: str | None) -> list[str]:
+    """A record's index keys in put order (``buildIndex``): UNIQ_KEY, then each non-empty
+    key of KEYS split at spaces."""
+    return ([uniq] if uniq is not None else []) + [k for k in (keys or "").split(" ") if k]
+
+
 class IndexBuilder:
     """``IndexService.buildIndex`` (4.9.4) over a stream of dispatch requests.
 
@@ -895,7 +901,7 @@ class IndexBuilder:
         f = self._current
         if f is None or f.created or f.puts or (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
             return False
-        want = ([uniq] if uniq is not None else []) + [k for k in (keys or "").split(" ") if k]
+        want = _keys_of(keys, uniq)
         n = f.index_count - 1
         if not want or n < len(want):
             return False
@@ -947,12 +953,7 @@ class IndexBuilder:
             return
         if (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
             return
-        todo = []
-        if uniq is not None:
-            todo.append(uniq)
-        if keys:
-            todo.extend(k for k in keys.split(" ") if k)
-        for k in todo:
+        for k in _keys_of(keys, uniq):
             ih = self._key_hash(topic, k)
             while not self._put_one(f, ih, phy, ts):
                 f = self._get_or_create(ts)
