@@ -770,9 +770,9 @@ def _entry_offsets(f: StoreFile, slot_num: int, count: int) -> np.ndarray:
     return np.frombuffer(raw, dtype=ENTRY_DTYPE, count=len(raw) // ENTRY_SIZE)["commitlog_offset"]
 
 
-def _last_entry_offset(f: StoreFile, slot_num: int) -> int | None:
-    """The commitlog offset of the last entry (number indexCount - 1); None if none."""
-    count = _index_header(f)[5]
+def _last_entry_offset(f: StoreFile, slot_num: int, count: int) -> int | None:
+    """The commitlog offset of the last entry (number ``count - 1``, count: the header's
+    indexCount); None if none."""
     if count <= 1:
         return None
     with open(f.path, "rb") as fh:
@@ -1057,8 +1057,9 @@ def plan_recovery(
     # (a file shorter than the index file size, even empty, loads as its bytes followed by
     # zeros: IndexFile maps the full size, which extends the file)
     kept_index: list[StoreFile] = []
+    headers = {f.name: _index_header(f) for f in store.index_files}
     for f in store.index_files:
-        h = _index_header(f)
+        h = headers[f.name]
         if mode == MODE_ABNORMAL and h[1] > ckpt.index_msg_timestamp:
             count = max(h[5], 1)
             plan.index_discarded.append(IndexDiscard(
@@ -1071,7 +1072,7 @@ def plan_recovery(
     # end: walk back while a file's last entry does (one 20-byte read per file).
     k = len(kept_index)
     for j in range(len(kept_index) - 1, -1, -1):
-        last = _last_entry_offset(kept_index[j], g.index_slot_num)
+        last = _last_entry_offset(kept_index[j], g.index_slot_num, headers[kept_index[j].name][5])
         if last is not None and last < process:
             break
         if last is not None:
@@ -1079,12 +1080,12 @@ def plan_recovery(
     past = np.zeros(0, dtype=np.int64)
     if k < len(kept_index):
         f = kept_index[k]
-        offs = _entry_offsets(f, g.index_slot_num, _index_header(f)[5])
+        offs = _entry_offsets(f, g.index_slot_num, headers[f.name][5])
         past = np.flatnonzero(offs >= process)
     if len(past):
         keep = int(past[0])  # entries are in commitlog order: the rest is past the end too
         for later in [f] * (keep == 0) + kept_index[k + 1 :]:
-            hl = _index_header(later)
+            hl = headers[later.name]
             plan.index_discarded.append(IndexDiscard(
                 f"index/{later.name}", hl[1], hl[3], max(hl[5], 1) - 1, 0, reason="every entry points at or past the commitlog end"))
         if keep:
@@ -1096,14 +1097,14 @@ def plan_recovery(
             # the last kept record has all its keys (an entry of a later record follows
             # them): the dispatch must not index it again (the broker's endPhyOffset test
             # would, as its end still lies past the cut)
-            last_offs = offs[:keep] if keep else _entry_offsets(kept_index[-1], g.index_slot_num, _index_header(kept_index[-1])[5])
+            last_offs = offs[:keep] if keep else _entry_offsets(kept_index[-1], g.index_slot_num, headers[kept_index[-1].name][5])
             plan.index_skip_upto = int(last_offs[-1]) if len(last_offs) else None
         notes.append("deviation: index entries that point at or past the commitlog end are cut (the broker keeps them)")
     plan.index_extended = [f"index/{f.name}" for f in kept_index if f.size < g.index_file_size]
     if kept_index:
         plan.index_kept_last = f"index/{kept_index[-1].name}"
         plan.index_kept_end_phy_offset = (plan.index_truncated[-1].end_phy_offset if plan.index_truncated
-                                          else _index_header(kept_index[-1])[3])
+                                          else headers[kept_index[-1].name][3])
 
     # -- 6. dispatch passes
     if mode == MODE_ABNORMAL:
@@ -1416,7 +1417,8 @@ def apply_recovery(
         # short kept files, as the broker's load leaves them: extended with zeros
         for rel in plan.index_extended:
             if rel not in rewritten:
-                tx.replace_file(rel, _padded_writer(store.root / rel, g.index_file_size))
+                with open(store.root / rel, "rb") as src:
+                    tx.replace_file(rel, _units_writer(src.read(g.index_file_size), g.index_file_size))
         # checkpoint
         cp = ckpt_before
         if logics is not None:
@@ -1454,27 +1456,14 @@ def apply_recovery(
 
 
 def _units_writer(units: bytes, size: int) -> Callable[[Any], None]:
-    """A writer of a consume queue file of ``size`` bytes that begins with ``units``: the
-    zeros after them are a hole in the staging file (recovery.safety), as in the broker's
-    own mapped files."""
+    """A writer of a file of ``size`` bytes that begins with ``units`` (a consume queue
+    file's units, or a short index file's bytes): the zeros after them are a hole in the
+    staging file (recovery.safety), as in the broker's own mapped files."""
     from .indexbuild import write_zeros
 
     def write(fobj: Any) -> None:
         fobj.write(units[:size])
         write_zeros(fobj, size - min(len(units), size))
-
-    return write
-
-
-def _padded_writer(path: Path, size: int) -> Callable[[Any], None]:
-    """A writer of ``path``'s bytes followed by zeros (a hole) up to ``size``."""
-    from .indexbuild import write_zeros
-
-    def write(fobj: Any) -> None:
-        with open(path, "rb") as src:
-            data = src.read(size)
-        fobj.write(data)
-        write_zeros(fobj, size - len(data))
 
     return write
 
