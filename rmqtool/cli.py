@@ -38,13 +38,15 @@ class LazyGroup(click.Group):
         return importlib.import_module(mod).command  # type: ignore[no-any-return]
 
     def invoke(self, ctx: click.Context) -> Any:
-        from .errors import _silence_stdout
+        from .errors import _silence_stdout, is_closed_pipe
 
         try:
             return super().invoke(ctx)
-        except BrokenPipeError:
+        except OSError as exc:
             # a command that did not expect its reader to go away: status 0, as for dump
             # (click itself would exit 1, a status no command documents for this)
+            if not is_closed_pipe(exc):
+                raise
             _silence_stdout()
             return int(Exit.OK)
 

@@ -19,7 +19,7 @@ def report_exception(exc: BaseException) -> int:
     if isinstance(exc, KeyboardInterrupt):
         _err("interrupted")
         return Exit.INTERRUPTED
-    if isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE):
+    if is_closed_pipe(exc):
         _silence_stdout()
         return Exit.OK
     if isinstance(exc, click.exceptions.Abort):
@@ -62,6 +62,11 @@ def _err(msg: str) -> None:
         pass
 
 
+def is_closed_pipe(exc: BaseException) -> bool:
+    """Whether ``exc`` says the reader of our output went away (EPIPE)."""
+    return isinstance(exc, OSError) and (isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE)
+
+
 @contextmanager
 def closed_stdout_ignored() -> Iterator[None]:
     """Output to a reader that went away (``| head``, a pager quit early): the rest of the
@@ -69,10 +74,8 @@ def closed_stdout_ignored() -> Iterator[None]:
     would make EPIPE status 1; rich's console raises SystemExit(1) for it)."""
     try:
         yield
-    except BrokenPipeError:
-        _silence_stdout()
     except OSError as exc:
-        if exc.errno != errno.EPIPE:
+        if not is_closed_pipe(exc):
             raise
         _silence_stdout()
     except SystemExit as exc:
