@@ -12,10 +12,12 @@ one default-geometry index file), builds its consume queues and index with rmqto
 
 * normal recovery: the plan (the last three files walked with the CRC; the first two
   walked without it to report damage there) and the full run (nothing to repair);
-* abnormal recovery from the checkpoint's file (the last one): the plan, and the full run
-  which, as the broker, discards the index file that never filled up; rmqtool then
-  re-indexes every record so every message stays findable (the broker re-indexes only
-  the last file); also with --no-reindex (``abnormal-noreindex``);
+* abnormal recovery from the checkpoint's file (the last one): the plan, and the full run.
+  The broker discards the index file that never filled up and re-indexes only the last
+  file. rmqtool checks that file (recovery.indexkeep) and keeps it, so every message
+  stays findable without a re-index; ``abnormal-reindex-all`` re-indexes every record
+  instead (the earlier default), ``abnormal-noreindex`` does as the broker does (the
+  index file of the full build is put back before every run);
 * the broker's own amount of work (``normal-broker-work``, ``abnormal-broker-work``):
   also without walking the files before the start file, which the broker never reads
   (``--no-check-unread``; rmqtool walks them by default to report damage there);
@@ -90,7 +92,8 @@ def main() -> int:
     ap.add_argument("--file-size", type=int, default=GIB, help="commitlog file size")
     ap.add_argument("--runs", type=int, default=3, help="runs per case (median reported)")
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per CPU)")
-    ap.add_argument("--cases", default="normal,normal-broker-work,abnormal,abnormal-noreindex,abnormal-broker-work,zeroed")
+    ap.add_argument("--cases", default="normal,normal-broker-work,abnormal,abnormal-reindex-all,abnormal-noreindex,"
+                    "abnormal-broker-work,zeroed")
     args = ap.parse_args()
     work = Path(args.dir)
     root = work / "store"
@@ -113,6 +116,16 @@ def main() -> int:
               f"({res.cq_units_appended} CQ units, {res.index_entries_added} index entries)")
         drop_backups(root)
         marker.write_text("ok")
+    full_index = work / "index.full"  # the index of the full build, put back before every run
+    if not full_index.exists():
+        shutil.rmtree(root / "index", ignore_errors=True)
+        from rmqtool.cli import run
+
+        t = time.perf_counter()
+        run(["rebuild-index", str(root), "--index-only", "--quiet", "--backup-dir", str(work / "bk-index")])
+        shutil.rmtree(work / "bk-index", ignore_errors=True)
+        shutil.copytree(root / "index", full_index)
+        print(f"index of every record built ({time.perf_counter() - t:.1f} s) and saved to {full_index}")
     store = Store.open(root)
     files = [f for f in store.commitlog if f.size > 0]
     total = sum(f.size for f in files)
@@ -123,6 +136,9 @@ def main() -> int:
     index_ts = 0  # the only index file never filled up: indexMsgTimestamp stays 0
 
     def scenario(case: str) -> None:
+        shutil.rmtree(root / "index")
+        shutil.copytree(full_index, root / "index")
+        os.sync()  # (no writeback of that copy during the run)
         (root / "abort").unlink(missing_ok=True)
         if case.startswith("normal"):
             return
@@ -136,11 +152,13 @@ def main() -> int:
     for case in args.cases.split(","):
         plans, applies, cpus = [], [], []
         reindex = case not in ("abnormal-noreindex", "abnormal-broker-work")
+        keep = case != "abnormal-reindex-all"
         check_unread = not case.endswith("broker-work")
         for _ in range(args.runs):
             scenario(case)
             st = Store.open(root)
-            t_plan, plan = timed(plan_recovery, st, profile, jobs=args.jobs, reindex=reindex, check_unread=check_unread)
+            t_plan, plan = timed(plan_recovery, st, profile, jobs=args.jobs, reindex=reindex, keep_sound_index=keep,
+                                 check_unread=check_unread)
             cpu = CPU[0]
             if plan.nothing_to_do:  # what the CLI does: nothing to apply
                 t_apply, res = 0.0, None
@@ -153,7 +171,8 @@ def main() -> int:
             drop_backups(root)
         results[case] = (statistics.median(plans), statistics.median(applies))
         print(f"{case:>20}: start {plan.start_file}, scanned {plan.bytes_to_scan / 1e9:.2f} GB, end {plan.end_offset}, "
-              f"dispatched {sum(res.dispatched.values()) if res else 0} records, {res.index_entries_added if res else 0} index entries | "
+              f"dispatched {sum(res.dispatched.values()) if res else 0} records, {res.index_entries_added if res else 0} index entries, "
+              f"index files kept/discarded {len(plan.index_kept)}/{len(plan.index_discarded)} | "
               f"dry-run plan {results[case][0]:.2f} s, full recovery {results[case][1]:.2f} s "
               f"(broker: {BROKER.get(case.split('-')[0], float('nan'))} s) [runs: {', '.join(f'{x:.2f}' for x in applies)}; "
               f"CPU s: {', '.join(f'{x:.1f}' for x in cpus)}; load {os.getloadavg()[0]:.1f}]")

@@ -138,6 +138,32 @@ def _layout(schema: cs.Construct, v2: bool, sys_flag: int) -> _Layout:
     return _Layout(st, v2, bool(sys_flag & BORNHOST_V6_FLAG), bool(sys_flag & STOREHOSTADDRESS_V6_FLAG))
 
 
+def header_offsets(hosts: int) -> dict[str, int]:
+    """Byte offset of every fixed header field (up to BODYLENGTH) for a host layout,
+    derived from the MESSAGE_V1 schema through its ``struct`` (V2 has the same header).
+    The offset of the body is under ``"body"``."""
+    st, names = fixed_struct(MESSAGE_V1, {"sys_flag": hosts})
+    out: dict[str, int] = {}
+    at = 0
+    num = ""
+    it = iter(names)
+    for ch in st.format.lstrip("<>!=@"):
+        if ch.isdigit():
+            num += ch
+            continue
+        out[next(it)] = at
+        at += struct.calcsize(">" + (num if ch == "s" else "") + ch)
+        num = ""
+    if at != st.size:
+        raise RuntimeError("header layout does not match the schema")
+    out["body"] = at
+    return out
+
+
+# byte offsets of the header fields, by host layout: index (SYSFLAG & 0x30) >> 4
+HEADER_OFFSETS = [header_offsets(h) for h in (0x00, 0x10, 0x20, 0x30)]
+
+
 # (magic, sys_flag & 0x30) -> layout
 LAYOUTS: dict[tuple[int, int], _Layout] = {
     (magic, hosts): _layout(schema, magic == MAGIC_V2, hosts)

@@ -73,6 +73,7 @@ from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, HEADER_STR
 from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
 from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
+from .indexkeep import NO_END as _NO_END, IndexCheck, check_index_file
 from .store import Store, StoreFile
 from .transfer import Inherited, fork_context, inherited, share, unshare
 from .versions import BrokerProfile
@@ -222,6 +223,20 @@ class IndexTruncation:
 
 
 @dataclass(frozen=True)
+class IndexKept:
+    """An index file the broker deletes after an abnormal exit that rmqtool keeps: it
+    passed :func:`recovery.indexkeep.check_index_file` (our improvement: its keys stay
+    findable without a re-index of what it held). ``entries_kept`` of its ``entries``
+    stay; ``sampled``: records whose keys were decoded and compared."""
+
+    file: str
+    entries: int
+    entries_kept: int
+    sampled: int
+    end_phy_offset: int
+
+
+@dataclass(frozen=True)
 class DispatchRange:
     """Records dispatched by one pass: ``[from_offset, to_offset)``."""
 
@@ -264,11 +279,14 @@ class RecoveryPlan:
     queues: list[QueuePlan] = field(default_factory=list)
     cq_truncation: bool = False
     index_discarded: list[IndexDiscard] = field(default_factory=list)
+    index_kept: list[IndexKept] = field(default_factory=list)  # checked and kept instead of discarded
     index_truncated: list[IndexTruncation] = field(default_factory=list)
     index_extended: list[str] = field(default_factory=list)  # kept files shorter than the index size
     index_kept_last: str | None = None
     index_kept_end_phy_offset: int = 0
     index_skip_upto: int | None = None  # records at or below this offset are not indexed again
+    index_sealed: list[str] = field(default_factory=list)  # kept full files another kept file continues
+    index_sealed_timestamp: int | None = None  # the last one's endTimestamp: indexMsgTimestamp after the fsync
     dispatch: list[DispatchRange] = field(default_factory=list)
     messages_cut: int = 0
     intact_cut: int = 0
@@ -319,6 +337,7 @@ class RecoveryPlan:
             "intact_messages_cut": self.intact_cut,
             "consume_queues_changed": len(self.changed_queues),
             "index_files_discarded": [d.file for d in self.index_discarded],
+            "index_files_kept_after_check": [k.file for k in self.index_kept],
             "index_entries_rebuilt": sum(d.entries_below_end for d in self.index_discarded) if self.reindex else 0,
             "index_files_truncated": [t.file for t in self.index_truncated],
             "index_files_extended": list(self.index_extended),
@@ -609,13 +628,15 @@ def scan_files(
     progress: Progress | None = None,
     span: int = _SPAN,
     hints: np.ndarray | list[np.ndarray] | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> list[FileScan]:
     """The broker's recovery walk of each file, independently (a file's walk never depends
     on another file). Files, or slices of ``span`` bytes of big files, are walked by
     ``jobs`` worker processes; each slice after the first starts at the first intact record
     found by :func:`recovery.scan.resync` and the slices are chained (a slice is used only
     if it starts exactly where the previous one arrived; otherwise that part is walked again
-    in order), so the result is the sequential walk's."""
+    in order), so the result is the sequential walk's. ``meanwhile``: work of this process
+    done while the workers walk (first, without workers)."""
     F = store.geometry.commitlog_file_size
     crc_of = check_crc if isinstance(check_crc, list) else [check_crc] * len(files)
     total = sum(min(f.size, F) for f in files)
@@ -651,6 +672,8 @@ def scan_files(
         try:
             with _pool(min(jobs, len(tasks))) as ex:
                 futs = [ex.submit(_span_task, t) for t in tasks]
+                if meanwhile is not None:
+                    meanwhile()
                 for fut, t in zip(futs, tasks):
                     r = fut.result()
                     results.append(r)
@@ -660,6 +683,8 @@ def scan_files(
             if token is not None:
                 unshare(token)
     else:  # in this process
+        if meanwhile is not None:
+            meanwhile()
         for t in tasks:
             results.append(_span_task(t))
             if progress:
@@ -878,6 +903,7 @@ def plan_recovery(
     message_index_safe: bool = False,
     correct_delay_tags: bool = False,
     reindex: bool = True,
+    keep_sound_index: bool = True,
     check_unread: bool = True,
     salvage: bool = True,
     jobs: int | None = None,
@@ -888,9 +914,11 @@ def plan_recovery(
 
     ``mode``: ``"normal"``, ``"abnormal"`` or None (the broker's choice: abort file present
     -> abnormal). ``check_crc``: checkCRCOnRecover. ``message_index_safe``: the
-    messageIndexSafe start-file variant. ``check_unread``: also walk (without the CRC) the
-    commitlog files before the start file, which recovery never reads, and report damage
-    there as problems. ``salvage``: count the records found in the bytes that will be cut.
+    messageIndexSafe start-file variant. ``reindex``: re-index what discarded index files
+    held (else the broker's loss). ``keep_sound_index``: keep, instead, a file the broker
+    would discard that passes :func:`recovery.indexkeep.check_index_file`.
+    ``check_unread``: also walk (without the CRC) the commitlog files before the start
+    file, which recovery never reads, and report damage there as problems. ``salvage``: count the records found in the bytes that will be cut.
     """
     g = store.geometry
     F = g.commitlog_file_size
@@ -972,8 +1000,26 @@ def plan_recovery(
     todo = files[start:] + (files[:start] if check_unread else [])
     crcs = [check_crc] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
     hints = queue_hint_runs(store) if use_hints else None  # (each walk task sorts its share)
+    # step 5's check of an index file the broker would discard reads the index and a few
+    # records: this process does it while the workers walk, against no end yet (redone
+    # below if the end cuts into the file's entries)
+    headers = {f.name: _index_header(f) for f in store.index_files}
+    early: dict[str, IndexCheck] = {}
+    first_discard = next((i for i, f in enumerate(store.index_files) if headers[f.name][1] > ckpt.index_msg_timestamp), None)
+    # (only when the files the broker deletes are the newest ones: one it keeps after them,
+    # like an empty last file, would take the dispatch's keys)
+    keep_candidates = (mode == MODE_ABNORMAL and reindex and keep_sound_index and first_discard is not None
+                       and all(headers[f.name][1] > ckpt.index_msg_timestamp for f in store.index_files[first_discard:]))
+
+    def check_first_discard() -> None:
+        if keep_candidates:
+            assert first_discard is not None
+            f = store.index_files[first_discard]
+            prev_end = headers[store.index_files[first_discard - 1].name][1] if first_discard > 0 else None
+            early[f.name] = check_index_file(store, profile, f, end=_NO_END, prev_end_timestamp=prev_end)
+
     walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=jobs, progress=progress,
-                        hints=hints)
+                        hints=hints, meanwhile=check_first_discard)
     plan._hints = hints  # type: ignore[attr-defined]
     scans = walked[: len(files) - start]
     unread = walked[len(files) - start :]
@@ -1057,21 +1103,64 @@ def plan_recovery(
     # (a file shorter than the index file size, even empty, loads as its bytes followed by
     # zeros: IndexFile maps the full size, which extends the file)
     kept_index: list[StoreFile] = []
-    headers = {f.name: _index_header(f) for f in store.index_files}
+    checking = keep_candidates
+    prev_end: int | None = None
+    last_chk: IndexCheck | None = None
+    after_kept = ""  # why the files after the last kept one go
     for f in store.index_files:
         h = headers[f.name]
         if mode == MODE_ABNORMAL and h[1] > ckpt.index_msg_timestamp:
             count = max(h[5], 1)
+            reason = IndexDiscard.reason
+            if checking:
+                # our improvement: a file that holds exactly what the broker put into it
+                # stays (the broker deletes it, and its keys with it)
+                chk = early.get(f.name)
+                if chk is None or not chk.ok or chk.last_offset >= process:
+                    chk = check_index_file(store, profile, f, end=process, prev_end_timestamp=prev_end)
+                if chk.ok:
+                    kept_index.append(f)
+                    if plan.index_kept:  # the one before stays whole: this file continues it
+                        k0 = plan.index_kept[-1]
+                        plan.index_sealed.append(k0.file)
+                        plan.index_sealed_timestamp = prev_end
+                        plan.index_kept[-1] = IndexKept(k0.file, k0.entries, k0.entries, k0.sampled, last_chk.last_offset if last_chk else k0.end_phy_offset)
+                    plan.index_kept.append(IndexKept(f"index/{f.name}", chk.entries, chk.keep, chk.sampled, chk.end_phy_offset))
+                    last_chk = chk
+                    prev_end = h[1]
+                    if not chk.whole:
+                        # only the last kept file can be mended (cut or rewritten), and a
+                        # later file continues only a full one
+                        checking = False
+                        after_kept = f"{reason}; not kept: it follows the last index file kept (index/{f.name})"
+                    continue
+                checking = False  # (a later file cannot be kept without this one)
+                reason = f"{reason}; not kept: {chk.reason}"
+            elif after_kept:
+                reason = after_kept
             plan.index_discarded.append(IndexDiscard(
-                f"index/{f.name}", h[1], h[3], count - 1, _entries_below(f, g.index_slot_num, count, process)))
+                f"index/{f.name}", h[1], h[3], count - 1, _entries_below(f, g.index_slot_num, count, process), reason=reason))
         else:
             kept_index.append(f)
+        prev_end = h[1]
+    if last_chk is not None:
+        # the last kept file: its entries past the end, or a last record that lacks keys,
+        # are cut; a stale header or slot is rewritten
+        if last_chk.rewrite and plan.index_kept[-1].file == f"index/{kept_index[-1].name}":
+            plan.index_truncated.append(IndexTruncation(
+                plan.index_kept[-1].file, last_chk.keep, last_chk.entries - last_chk.keep, last_chk.end_phy_offset, last_chk.end_timestamp))
+        plan.index_skip_upto = last_chk.skip_through
+    if plan.index_kept:
+        notes.append("deviation: index files the broker deletes after an abnormal exit are kept when they pass "
+                     "rmqtool's check (every entry's order, chain and slot; a sample of records and keys)")
     # -- 5b. our improvement: index entries at or past the commitlog end are cut (the broker
     # keeps them; they point at bytes that are gone, or at the next records written there)
     # Entries are put in commitlog order, so only the last kept files can reach past the
     # end: walk back while a file's last entry does (one 20-byte read per file).
     k = len(kept_index)
     for j in range(len(kept_index) - 1, -1, -1):
+        if plan.index_kept:
+            break  # the check cut the kept files' entries at the end
         last = _last_entry_offset(kept_index[j], g.index_slot_num, headers[kept_index[j].name][5])
         if last is not None and last < process:
             break
@@ -1104,6 +1193,7 @@ def plan_recovery(
     if kept_index:
         plan.index_kept_last = f"index/{kept_index[-1].name}"
         plan.index_kept_end_phy_offset = (plan.index_truncated[-1].end_phy_offset if plan.index_truncated
+                                          else plan.index_kept[-1].end_phy_offset if plan.index_kept
                                           else headers[kept_index[-1].name][3])
 
     # -- 6. dispatch passes
@@ -1279,7 +1369,7 @@ def apply_recovery(
     # -- index files as IndexService.load leaves them
     discarded = {d.file for d in plan.index_discarded}
     kept_index = [f for f in store.index_files if f"index/{f.name}" not in discarded]
-    last_bytes = kept_index[-1].path.read_bytes() if kept_index else None
+    last_bytes = _index_file_bytes(kept_index[-1].path) if kept_index else None
     ib = IndexBuilder(g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put)
     for t in plan.index_truncated:
         assert ib.current is not None and kept_index and t.file == f"index/{kept_index[-1].name}"
@@ -1369,6 +1459,12 @@ def apply_recovery(
             absorb(cqset)
 
     # -- the transaction
+    for rel in plan.index_sealed:  # (unchanged files: the checkpoint will say they are on disk)
+        fd = os.open(store.root / rel, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     tz = index_tz if index_tz is not None else infer_index_tz(store)
     with StoreTransaction(store.root, backup_dir=backup_dir, description=f"rmqtool recover ({plan.mode})") as tx:
         # commitlog
@@ -1425,6 +1521,11 @@ def apply_recovery(
             cp = cp._replace(logics_msg_timestamp=logics)
         if ib.index_msg_timestamp is not None:
             cp = cp._replace(index_msg_timestamp=ib.index_msg_timestamp)
+        elif plan.index_sealed_timestamp is not None and plan.index_sealed_timestamp > cp.index_msg_timestamp:
+            # a kept full file that the next one continues: the broker's flush after the
+            # roll-over (msync, then indexMsgTimestamp := its endTimestamp), which the crash
+            # cut short (the fsync is done above)
+            cp = cp._replace(index_msg_timestamp=plan.index_sealed_timestamp)
         if profile.version >= (5, 1, 1) and plan.last_valid_offset >= 0:
             # 5.x recovery sets the confirm offset to the last valid record's start; the
             # 5.1.1+ checkpoint persists it (RECOVERY §4.1, §5.2; STORE_FORMAT §16)
@@ -1453,6 +1554,16 @@ def apply_recovery(
         problems=list(plan.problems),
         cq_warnings=cq_warnings,
     )
+
+
+def _index_file_bytes(path: Path) -> Any:
+    """An index file's bytes for :class:`IndexBuilder`: a read-only map of a large file
+    (a default one is 420 MB, and a kept one is mostly read, if at all, not copied)."""
+    size = path.stat().st_size
+    if size < (64 << 20):
+        return path.read_bytes()
+    with open(path, "rb") as fh:
+        return mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
 
 
 def _units_writer(units: bytes, size: int) -> Callable[[Any], None]:

@@ -59,7 +59,6 @@ from ..formats import indexfile as ixf
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.properties import parse_properties, parse_properties_legacy, decode_crc32_digits
-from ..formats.schema import fixed_struct
 from . import check as ck
 from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, hints_in, last_nonzero as _last_nonzero, queue_hint_runs, sorted_unique
 from .store import Store, StoreFile
@@ -257,30 +256,8 @@ _SCHEDULE = ck.SCHEDULE_TOPIC.encode()
 _CRC_TAG = b"__CRC32#\x01"
 _MASK31 = 0x7FFFFFFF
 
-def _header_layout(hosts: int) -> dict[str, int]:
-    """Byte offset of every fixed header field (up to BODYLENGTH) for a host layout,
-    derived from the MESSAGE_V1 schema through its ``struct`` (V2 has the same header).
-    The offset of the body is under ``"body"``."""
-    st, names = fixed_struct(cl.MESSAGE_V1, {"sys_flag": hosts})
-    out: dict[str, int] = {}
-    at = 0
-    num = ""
-    it = iter(names)
-    for ch in st.format.lstrip("<>!=@"):
-        if ch.isdigit():
-            num += ch
-            continue
-        out[next(it)] = at
-        at += struct.calcsize(">" + (num if ch == "s" else "") + ch)
-        num = ""
-    if at != st.size:
-        raise RuntimeError("header layout does not match the schema")
-    out["body"] = at
-    return out
-
-
 # host layouts (SYSFLAG & 0x30) -> field offsets; index = (SYSFLAG & 0x30) >> 4
-_LAYOUT = [_header_layout(h) for h in (0x00, 0x10, 0x20, 0x30)]
+_LAYOUT = cl.HEADER_OFFSETS
 _V4 = _LAYOUT[0]
 _AR9 = np.arange(9, dtype=np.int64)
 

@@ -46,6 +46,9 @@ from .render import dumps, render
                    "(4.9.2-4.9.8 write the TAGS hash or 0: quirk Q1, reproduced by default).")
 @click.option("--no-reindex", is_flag=True,
               help="Like the broker, do not re-index the records that the discarded index files held before the start file.")
+@click.option("--reindex-all", is_flag=True,
+              help="Do not keep index files the broker deletes after a crash even when they pass rmqtool's check: "
+                   "re-index everything they held (slower).")
 @click.option("--no-check-unread", is_flag=True,
               help="Do not walk the commitlog files before the start file (which recovery never reads) looking for damage.")
 @click.option("--index-tz", default=None, metavar="ZONE",
@@ -55,7 +58,7 @@ from .render import dumps, render
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: bool, salvage_to: Path | None,
             backup_dir: Path | None, fmt: str, message_index_safe: bool, correct_delay_tags: bool, no_reindex: bool,
-            no_check_unread: bool, index_tz: str | None, jobs: int | None, quiet: bool, **store_opts: Any) -> int:
+            reindex_all: bool, no_check_unread: bool, index_tz: str | None, jobs: int | None, quiet: bool, **store_opts: Any) -> int:
     """Run the broker's start-up recovery on a stopped broker's STORE, offline: ConsumeQueue
     recovery, the commitlog walk (normal or abnormal, CRC on), truncation of everything
     after the valid end, the index files a crash invalidates, the catch-up dispatch, the
@@ -77,7 +80,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
     mode = None if normal is None else ("normal" if normal else "abnormal")
     opts = dict(mode=mode, check_crc=not no_crc, message_index_safe=message_index_safe,
-                correct_delay_tags=correct_delay_tags, reindex=not no_reindex, check_unread=not no_check_unread,
+                correct_delay_tags=correct_delay_tags, reindex=not no_reindex, keep_sound_index=not reindex_all,
+                check_unread=not no_check_unread,
                 jobs=jobs)
     if dry_run:
         for j in pending_journals(root):
@@ -153,8 +157,9 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
         ("bytes cut", str(plan.bytes_cut)),
         ("messages cut", f"{plan.messages_cut} ({plan.intact_cut} intact, found by the salvage scan)"),
         ("queues changed", str(len(plan.changed_queues))),
+        ("index files kept", f"{len(plan.index_kept)} (deleted by the broker after a crash; passed rmqtool's check)"),
         ("index files discarded", f"{len(plan.index_discarded)} ({s['index_entries_rebuilt']} entries rebuilt)"),
-        ("index entries cut", f"{s['index_entries_cut']} (pointing at or past the end offset)"),
+        ("index entries cut", f"{s['index_entries_cut']} (at or past the end offset, or of a last record short of keys)"),
         ("abort file", "present (removed last)" if plan.abort_present else "absent"),
     ]
     render(({"what": k, "value": v} for k, v in rows), "table", [("what", "step"), ("value", "plan")], title=title)
@@ -174,12 +179,16 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
     for d in plan.index_discarded:
         changes.append({"action": "discard", "path": d.file, "detail": f"{d.reason}; "
                         f"{d.entries} entries ({d.entries_below_end} below the end) moved to the backup"})
+    for k in plan.index_kept:
+        changes.append({"action": "keep", "path": k.file, "detail": "the broker deletes it (endTimestamp > indexMsgTimestamp); "
+                        f"checked (entry order, slot table, {k.sampled} records' keys): {k.entries_kept} of {k.entries} entries kept"})
     for rel in plan.index_extended:
         changes.append({"action": "extend", "path": rel, "detail": "shorter than the index file size: zeros appended, "
                         "as the broker's load (which maps the full size) leaves it"})
     for t in plan.index_truncated:
-        changes.append({"action": "cut", "path": t.file, "detail": f"{t.entries_cut} entries at or past the end offset zeroed "
-                        f"after backup; {t.entries_kept} kept, the header ends at offset {t.end_phy_offset}"})
+        changes.append({"action": "cut", "path": t.file, "detail": f"{t.entries_cut} entries zeroed after backup (at or past "
+                        f"the end offset, or a last record short of keys); {t.entries_kept} kept, the header ends at offset "
+                        f"{t.end_phy_offset}"})
     for d in plan.dispatch:
         n = "?" if d.records is None else str(d.records)
         changes.append({"action": "dispatch", "path": d.name, "detail": f"[{d.from_offset}, {d.to_offset}): {n} records; {d.note}"})

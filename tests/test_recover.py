@@ -156,11 +156,13 @@ def _last_file_records(view: dict[str, Any]) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------ ground truth
 
 
-def test_crash_midwrite_equals_rocketmq(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("reindex_all", [False, True], ids=["keep-checked-index", "reindex-all"])
+def test_crash_midwrite_equals_rocketmq(tmp_path: Path, capsys: pytest.CaptureFixture[str], reindex_all: bool) -> None:
     root = _copy(tmp_path, CRASH)
     view = broker_view(CRASH)
     before = set(_digest(root))
-    code, doc = _plan_json(root, capsys)
+    opt = ["--reindex-all"] if reindex_all else []
+    code, doc = _plan_json(root, capsys, *opt)
     assert code == 4  # a recovery is needed
     plan = doc["plan"]
     assert plan["mode"] == "abnormal" and plan["start_file"] == "00000000000000000000"  # physicMsgTimestamp 0
@@ -168,15 +170,24 @@ def test_crash_midwrite_equals_rocketmq(tmp_path: Path, capsys: pytest.CaptureFi
     assert plan["stop_reason"] == "END_OF_DATA"
     assert [r["path"] for r in plan["removed_files"]] == ["commitlog/00000000000000786432"]
     assert plan["cuts"] == []  # the tail after 771428 is already zeros
-    assert [d["file"] for d in plan["index_discarded"]] == ["index/20261121230240406", "index/20261121230240656"]
+    last_two = ["index/20261121230240406", "index/20261121230240656"]  # endTimestamp > indexMsgTimestamp
+    if reindex_all:  # the broker's discards, then a re-index of what they held
+        assert [d["file"] for d in plan["index_discarded"]] == last_two
+        assert plan["index_kept"] == []
+    else:  # both pass the check and stay: the first whole (full, the second continues it)
+        assert plan["index_discarded"] == []
+        assert [(k["file"], k["entries"], k["entries_kept"]) for k in plan["index_kept"]] == \
+            [(last_two[0], 399, 399), (last_two[1], 195, 195)]
+        assert plan["index_truncated"] == []
     assert plan["messages_cut"] == 0 and not plan["problems"]
     assert _digest(root).keys() == before  # the dry run wrote nothing
 
-    assert _recover(root) == 1
+    index_before = {rel: _sha(root / rel) for rel in last_two}
+    assert _recover(root, *opt) == 1
     after = set(_digest(root))
     # the dry run predicted every file that went away
     gone = before - after
-    assert gone == {"abort", "commitlog/00000000000000786432", "index/20261121230240406", "index/20261121230240656"}
+    assert gone == {"abort", "commitlog/00000000000000786432"} | (set(last_two) if reindex_all else set())
     assert not (root / "abort").exists()
 
     # commitlog records, consume queues, key lookups: RocketMQ's own view
@@ -192,14 +203,26 @@ def test_crash_midwrite_equals_rocketmq(tmp_path: Path, capsys: pytest.CaptureFi
     assert sorted(p.relative_to(root).as_posix() for p in (root / "consumequeue").rglob("*") if p.is_file()) == \
         sorted(k for k in view["files_after_rocketmq_shutdown"] if k.startswith("consumequeue/"))
     idx = sorted((root / "index").iterdir())
-    assert [_sha(p) for p in idx] == [x["sha256"] for x in view["index_files_after_rocketmq_shutdown_in_name_order"]]
-    # deterministic names: the store timestamp of the creating record, in the broker's zone
-    # (UTC+1, inferred from the kept names), after the last kept file
-    assert [p.name for p in idx][5:] == ["20261121230238995", "20261121230240655"]
+    broker_idx = [x["sha256"] for x in view["index_files_after_rocketmq_shutdown_in_name_order"]]
+    if reindex_all:
+        assert [_sha(p) for p in idx] == broker_idx
+        # deterministic names: the store timestamp of the creating record, in the broker's
+        # zone (UTC+1, inferred from the kept names), after the last kept file
+        assert [p.name for p in idx][5:] == ["20261121230238995", "20261121230240655"]
+    else:
+        # the five files the broker keeps are untouched; the two it deletes stay as they
+        # were written before the crash (the first one byte for byte; the second gets the
+        # three keys of the last record, which the crash left unindexed). The broker's
+        # re-created files differ from them only by its quirk Q6: the record at the last
+        # kept file's endPhyOffset indexed again, in full
+        assert [_sha(p) for p in idx][:5] == broker_idx[:5]
+        assert [p.name for p in idx][5:] == [r.split("/")[1] for r in last_two]
+        assert _sha(root / last_two[0]) == index_before[last_two[0]]
+        assert _sha(root / last_two[1]) != index_before[last_two[1]]
     # rmqtool verify finds nothing wrong, and the store is a fixed point
     assert run(["verify", str(root)]) == 0
     snap = _digest(root)
-    assert _recover(root) == 0
+    assert _recover(root, *opt) == 0
     assert _digest(root) == snap
 
 
@@ -444,21 +467,27 @@ def test_reindex_keeps_every_key_findable(tmp_path: Path, capsys: pytest.Capture
     want = _broker_lookups(view)
     lost = {k for k, offs in want.items() if any(588299 < o < 655360 for o in offs)}
     assert len(lost) > 100
-    for reindex, name in ((True, "a"), (False, "b")):
-        root = _copy(tmp_path / name, CRASH)
+    for opt in ("", "--reindex-all", "--no-reindex"):
+        root = _copy(tmp_path / (opt or "default"), CRASH)
         _set_checkpoint(root, ts, ts, 1795302160404)
-        code, doc = _plan_json(root, capsys, *([] if reindex else ["--no-reindex"]))
+        opts = [opt] if opt else []
+        code, doc = _plan_json(root, capsys, *opts)
         plan = doc["plan"]
         assert plan["start_file"] == "00000000000000655360"
-        assert [d["name"] for d in plan["dispatch"]][:1] == (["reindex"] if reindex else ["abnormal_recovery"])
-        assert _recover(root, *([] if reindex else ["--no-reindex"])) == 1
+        # by default both files pass the check and stay (nothing to re-index); with
+        # --reindex-all they go and a pass re-indexes what they held before the start file
+        assert [k["file"] for k in plan["index_kept"]] == \
+            (["index/20261121230240406", "index/20261121230240656"] if not opt else [])
+        assert [d["name"] for d in plan["dispatch"]][:1] == (["reindex"] if opt == "--reindex-all" else ["abnormal_recovery"])
+        assert _recover(root, *opts) == 1
         got = _lookups(root, view)
-        if reindex:
+        if opt != "--no-reindex":
             assert got == want
         else:  # the broker's behaviour: those keys are gone
             assert {k for k in lost if got[k] != want[k]} == lost
         assert _records(root) == _broker_records(view)
         assert _cq_view(root) == _broker_cq(view)
+        assert run(["verify", str(root)]) == (4 if opt == "--no-reindex" else 0)  # IDX_MISSING_KEYS
 
 
 # ------------------------------------------------------------------------------ quirk Q1
@@ -642,22 +671,33 @@ def test_not_a_store_and_usage(tmp_path: Path) -> None:
     assert run(["recover", str(root), "--broker-version", "3.2.6"]) == 2
 
 
-def test_empty_checkpoint_rescans_from_the_first_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("opt", ["", "--reindex-all"])
+def test_empty_checkpoint_rescans_from_the_first_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], opt: str) -> None:
     root = _copy(tmp_path, "many_files")
     (root / "abort").write_bytes(b"")
     (root / "checkpoint").unlink()
-    code, doc = _plan_json(root, capsys)
+    opts = [opt] if opt else []
+    index = {p.name: _sha(p) for p in (root / "index").iterdir()}
+    code, doc = _plan_json(root, capsys, *opts)
     plan = doc["plan"]
     assert plan["mode"] == "abnormal" and plan["start_file"] == "00000000000000000000"
     assert plan["checkpoint_missing"]
-    # every non-empty index file has endTimestamp > 0 = indexMsgTimestamp: all discarded
-    assert len(plan["index_discarded"]) == len(list((root / "index").iterdir()))
+    # every non-empty index file has endTimestamp > 0 = indexMsgTimestamp: the broker
+    # discards them all; they all pass rmqtool's check (each full one continued by the next)
+    if opt:
+        assert len(plan["index_discarded"]) == len(index) and plan["index_kept"] == []
+    else:
+        assert plan["index_discarded"] == [] and len(plan["index_kept"]) == len(index)
+        assert plan["index_sealed"] == [k["file"] for k in plan["index_kept"][:-1]]
     view = broker_view("many_files")
-    assert _recover(root) == 1
+    assert _recover(root, *opts) == 1
     assert _records(root) == _broker_records(view)
     assert _cq_view(root) == _broker_cq(view)
     assert _lookups(root, view) == _broker_lookups(view)
     assert (root / "checkpoint").stat().st_size == 4096
+    if not opt:  # nothing was left to index: not a byte of the index changed
+        assert {p.name: _sha(p) for p in (root / "index").iterdir()} == index
+    assert run(["verify", str(root)]) == 0
 
 
 def test_consume_queue_files_the_broker_refuses_are_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

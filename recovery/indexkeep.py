@@ -1,0 +1,405 @@
+"""Can an index file the broker discards after an abnormal exit be kept? (our improvement)
+
+After a crash the broker deletes every index file whose endTimestamp is past the
+checkpoint's indexMsgTimestamp (RECOVERY §8): such a file was never flushed on purpose,
+so some of its pages may not have reached the disk. The broker then re-indexes only from
+its recovery's start file, and every key of the records before it is lost (RocketMQ
+#3868, #8007). ``rmqtool recover`` re-indexes them instead, which costs a pass over the
+whole commitlog. This module decides, much faster, whether the file on disk already holds
+exactly what that pass would write, so it can be kept.
+
+What a crash can do to such a file: pages of it that never reached the disk read as
+zeros (entries, slots or the header), a slot page can be an older version of itself, and
+a process killed inside ``putKey`` leaves an entry or a slot written without the header
+that counts it. :func:`check_index_file` looks for each of these, over every entry,
+with numpy:
+
+* entries: commitlog offsets in non-decreasing order from the header's beginPhyOffset,
+  non-negative key hashes and time differences, chain links to older entries;
+* chains: within each hash slot the links run from every entry to the slot's previous
+  entry, and the slot table names each used slot's newest entry (so no entry is lost
+  to a zero or stale slot page, and no entry sits in another slot's chain);
+* records: every entry points to a record start (magic, and the PHYSICALOFFSET field
+  equal to the offset) below the commitlog's end, not a ROLLBACK, whose store timestamp
+  gives exactly the entry's timeDiff; the header's begin timestamp is the first
+  record's;
+* keys: the records of a sample of entries (always the first and the last) are decoded
+  and their keys hashed: each entry's hash must be one of its record's keys, and the
+  record must have all of them.
+
+A key hash that is wrong but still lands in its slot, in a record the sample misses, is
+the one thing this does not prove (``rmqtool verify`` checks every hash); the crash
+modes above cannot produce one. Any failed check makes the caller fall back to the full
+re-index, so the cost of a false alarm is time, never data.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections import Counter
+from typing import NamedTuple
+
+import numpy as np
+
+from ..formats import commitlog as cl
+from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, index_hash
+from ..formats.javahash import java_hash
+from . import check as ck
+from .indexbuild import _keys_of
+from .scan import byte_views
+from .store import Store, StoreFile
+from .versions import BrokerProfile
+
+INT_MAX = (1 << 31) - 1
+NO_END = 1 << 62  # ``end`` for a check made before the commitlog end is known
+SAMPLE = 256  # records whose keys are decoded and compared (besides the first and last)
+GUARD = 1 << 16  # entries, slots and record starts looked at by the sampled guards
+GUARD_RECORDS = 1 << 14  # record starts looked at (each costs a page of the commitlog)
+SECTOR_SLOTS = 128  # slots in a 512-byte sector
+
+
+class IndexCheck(NamedTuple):
+    """The verdict on one index file. When ``ok``, entries ``1..keep`` are kept (those
+    below the commitlog end, less a last record whose keys are not all there); the
+    caller rewrites the file (:meth:`IndexFileImage.truncate`) when ``rewrite`` is set
+    (entries cut, a slot or header field to mend)."""
+
+    ok: bool
+    reason: str  # why the file cannot be kept ("" when ok)
+    entries: int  # entries the file holds (indexCount - 1)
+    keep: int = 0
+    end_phy_offset: int = 0  # commitlog offset of entry ``keep``
+    end_timestamp: int = 0  # store timestamp of that record
+    skip_through: int | None = None  # records up to here are indexed in full
+    rewrite: bool = False
+    sampled: int = 0  # records whose keys were compared
+    last_offset: int = 0  # commitlog offset of the last entry looked at (below ``end``)
+    whole: bool = False  # full, and right as it is when the next file continues its last record
+
+
+def _fail(reason: str, entries: int) -> IndexCheck:
+    return IndexCheck(False, reason, entries)
+
+
+def check_index_file(
+    store: Store,
+    profile: BrokerProfile,
+    f: StoreFile,
+    *,
+    end: int,
+    prev_end_timestamp: int | None,
+    sample: int = SAMPLE,
+) -> IndexCheck:
+    """Whether the index file ``f`` holds what the broker put into it, up to the
+    commitlog end ``end`` (the recovery's end offset). ``prev_end_timestamp``: the
+    previous index file's endTimestamp (the first entry's timeDiff is counted from it),
+    None if no previous file is left (the first entry's timeDiff is then not checked)."""
+    g = store.geometry
+    S, N = g.index_slot_num, g.index_num
+    first = HEADER_SIZE + S * SLOT_SIZE
+    size = f.path.stat().st_size
+    with open(f.path, "rb", buffering=0) as fh:
+        head = np.zeros(1, dtype=HEADER_DTYPE)
+        fh.readinto(head.view(np.uint8))
+        h = head[0]
+        count = int(h["index_count"])
+        n = count - 1
+        if count < 1 or count > N:
+            return _fail(f"indexCount {count} outside [1, {N}]", 0)
+        if n == 0:
+            return _fail("no entries", 0)
+        if first + count * ENTRY_SIZE > size:
+            return _fail(f"the file ends before entry {n}", n)
+        slots = np.zeros(S, dtype=">i4")
+        _read_into(fh, HEADER_SIZE, slots)
+        E = np.zeros(n, dtype=ENTRY_DTYPE)
+        _read_into(fh, first + ENTRY_SIZE, E)
+        # bytes after the counted entries (a put the header never counted): the first MiB,
+        # where such a put lands
+        tail = np.zeros(max(0, min(size, first + count * ENTRY_SIZE + (1 << 20)) - first - count * ENTRY_SIZE), dtype=np.uint8)
+        _read_into(fh, first + count * ENTRY_SIZE, tail)
+    return _check(store, profile, h, slots, E, bool(tail.any()), S, end, prev_end_timestamp, sample)
+
+
+def _read_into(fh: object, at: int, arr: np.ndarray) -> None:
+    fh.seek(at)  # type: ignore[attr-defined]
+    view = memoryview(arr.view(np.uint8)).cast("B")
+    got = 0
+    while got < len(view):
+        k = fh.readinto(view[got:])  # type: ignore[attr-defined]
+        if not k:
+            raise OSError(f"short read at {at + got}")
+        got += k
+
+
+def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarray, E: np.ndarray, tail_nonzero: bool,
+           S: int, end: int, prev_end_ts: int | None, sample: int) -> IndexCheck:
+    n = len(E)
+    full = n + 1 >= store.geometry.index_num
+    off = E["commitlog_offset"].astype(np.int64)
+    # -- entries: in commitlog order from beginPhyOffset. A lost sector or page of entries
+    # holds at least 24 whole entries of zeros: they break the order (or, at the very
+    # start of a store, fail the first record's key check below)
+    if int(off[0]) != int(h["begin_phy_offset"]):
+        return _fail(f"entry 1 points to {int(off[0])}, the header's beginPhyOffset is {int(h['begin_phy_offset'])}", n)
+    if n > 1 and not bool(np.all(off[1:] >= off[:-1])):
+        k = int(np.flatnonzero(off[1:] < off[:-1])[0]) + 2
+        return _fail(f"entry {k} points before entry {k - 1} (a lost page reads as zeros)", n)
+    m = int(np.searchsorted(off, end, side="left"))  # entries below the commitlog end
+    if m == 0:
+        return _fail("every entry points at or past the commitlog end", n)
+    off = off[:m]
+    # -- timeDiff never decreases while the store clock does not (entry 1's counts from
+    # the previous file): a zeroed one in the middle shows
+    td = E["time_diff"][:m].astype(np.int32)
+    if bool((td < 0).any()):
+        return _fail("a negative timeDiff", n)
+    if m > 2 and not bool(np.all(td[2:] >= td[1:-1])):
+        k = int(np.flatnonzero(td[2:] < td[1:-1])[0]) + 3
+        return _fail(f"entry {k}: timeDiff goes back (a lost part of an entry, or the store clock went back)", n)
+    # -- the slot table: each sector's newest write is there (a stale or lost sector is not)
+    slots = slots_be.astype(np.int32)
+    if bool((slots < 0).any()):
+        return _fail("a negative hash slot", n)
+    why = _check_slot_sectors(E, m, slots, S)
+    if why:
+        return _fail(why, n)
+    dangling = bool((slots > n).any())  # written by a put the header never counted
+    used = int(np.count_nonzero(slots))
+    # -- guards against other damage, on evenly spread samples: key hashes, links, slots
+    why = _check_samples(E, m, slots, S)
+    if why:
+        return _fail(why, n)
+    del slots
+    # -- records: entries point to record starts below the end (a sample)
+    u = off[_spread(0, m - 1, GUARD_RECORDS)]
+    why = _check_record_starts(store, u[np.r_[True, u[1:] != u[:-1]]], end)
+    if why:
+        return _fail(why, n)
+    # -- keys, store times and flags of a sample of records, always the first and last
+    picks = _spread(0, m - 1, sample)
+    begin = int(h["begin_timestamp"])
+    last_complete = True
+    sampled = 0
+    end_ts = None
+    last_lo = int(np.searchsorted(off, off[m - 1], side="left"))
+    done: set[int] = set()
+    with _Records(store, profile, end) as recs:
+        for e in picks.tolist():
+            phy = int(off[e])
+            if phy in done:
+                continue
+            done.add(phy)
+            lo = int(np.searchsorted(off, phy, side="left"))
+            hi = int(np.searchsorted(off, phy, side="right"))
+            got = recs.at(phy)
+            if got is None:
+                if phy < store.commitlog_min_offset():
+                    continue  # its file is gone (retention): nothing to compare with
+                return _fail(f"the record at {phy} cannot be decoded", n)
+            ts, sys_flag, want_keys = got
+            sampled += 1
+            if (sys_flag & cl.TRANSACTION_MASK) == cl.TRANSACTION_ROLLBACK:
+                return _fail(f"entry {lo + 1} points to a ROLLBACK record (the broker never indexes one)", n)
+            if lo == 0 and ts != begin:
+                return _fail(f"beginTimestamp {begin} is not the first record's store time {ts}", n)
+            exp = np.full(hi - lo, _time_diff(ts, begin), dtype=np.int64)
+            check = np.ones(hi - lo, dtype=bool)
+            if lo == 0:  # entry 1 counts from the previous file's end
+                exp[0] = _time_diff(ts, prev_end_ts) if prev_end_ts is not None else 0
+                check[0] = prev_end_ts is not None
+            if bool(np.any(check & (td[lo:hi] != exp))):
+                return _fail(f"entry {lo + 1}: timeDiff {int(td[lo])} does not match its record's store time", n)
+            have = Counter(E["key_hash"][lo:hi].tolist())
+            need = Counter(want_keys)
+            if not set(have) <= set(need):
+                return _fail(f"entry {lo + 1}: its key hash is none of the keys of the record at {phy}", n)
+            complete = all(have[x] >= c for x, c in need.items())
+            if lo == last_lo:
+                last_complete = complete
+                end_ts = ts
+            elif not complete and lo != 0:  # the first record may have begun in the previous file
+                return _fail(f"the record at {phy} lacks some of its keys", n)
+    if end_ts is None:  # (the last record's file is gone)
+        end_ts = begin + int(td[m - 1]) * 1000
+    end_phy = int(off[m - 1])
+    hsc = int(h["hash_slot_count"])
+    fresh = (int(h["end_phy_offset"]) == end_phy and int(h["end_timestamp"]) == end_ts
+             and hsc == (m if profile.hash_slot_count_every_put else used))
+    whole = full and m == n and fresh and not dangling and not tail_nonzero
+    keep = m
+    if not last_complete:
+        keep = last_lo  # its keys go again, in full, by the dispatch
+        if keep == 0:
+            return _fail("the only record indexed lacks some of its keys", n)
+        end_phy = int(off[keep - 1])
+        got = _Records.one(store, profile, end, end_phy)
+        end_ts = got[0] if got is not None else begin + int(td[keep - 1]) * 1000
+    rewrite = keep < n or not fresh or dangling or tail_nonzero
+    # the last kept record has all its keys (when one was cut, the next record's entries
+    # followed it): the dispatch must not put them again (quirk Q6)
+    return IndexCheck(True, "", n, keep, end_phy, end_ts, end_phy, rewrite, sampled, int(off[-1]), whole)
+
+
+def _check_slot_sectors(E: np.ndarray, m: int, slots: np.ndarray, S: int) -> str:
+    """Each 512-byte sector of the slot table (128 slots) is either what the broker had
+    when it last wrote it, or older, or zeros. It is current when the slot of the newest
+    entry among 1..m that falls in it holds that entry (or an entry after ``m``, written
+    later still). Found from the newest entries backwards, a chunk at a time (usually
+    one: every sector in use shows up among the last entries)."""
+    sectors = -(-S // SECTOR_SLOTS)
+    # the sectors any entry uses: those with a slot in use (a current table's, or one a
+    # stale sector shows; zeros in a lost one are caught below)
+    padded = np.zeros(sectors * SECTOR_SLOTS, dtype=bool)
+    padded[:S] = slots != 0
+    left = int(np.count_nonzero(padded.reshape(sectors, SECTOR_SLOTS).any(axis=1)))
+    seen = np.zeros(sectors, dtype=bool)
+    newest = np.full(sectors, -1, dtype=np.int64)
+    hi, chunk = m, 1 << 20
+    while hi > 0:
+        lo = max(0, hi - chunk)
+        kh = E["key_hash"][lo:hi].astype(np.int32)
+        if bool((kh < 0).any()):
+            return f"entry {lo + int(np.flatnonzero(kh < 0)[0]) + 1}: a negative key hash"
+        sl = kh % np.int32(S)
+        newest.fill(-1)
+        np.maximum.at(newest, sl // SECTOR_SLOTS, np.arange(hi - lo, dtype=np.int64))  # newest entry per sector in the chunk
+        u = np.flatnonzero((newest >= 0) & ~seen)
+        if len(u):
+            i = newest[u]
+            k = lo + 1 + i  # entry numbers
+            s = sl[i]
+            v = slots[s]
+            stale = (v != k) & (v <= m)
+            if bool(stale.any()):
+                j = int(np.flatnonzero(stale)[0])
+                return (f"hash slot {int(s[j])} holds {int(v[j])}, not entry {int(k[j])}, the newest of its slot: "
+                        "a stale or lost sector of the slot table")
+            seen[u] = True
+        if int(np.count_nonzero(seen)) >= left:
+            break
+        hi, chunk = lo, chunk * 2
+    return ""
+
+
+def _check_samples(E: np.ndarray, m: int, slots: np.ndarray, S: int) -> str:
+    """Evenly spread samples of entries (hash, link) and of used slots (each names an
+    entry of its own slot): damage other than a crash's."""
+    k = _spread(1, m, GUARD)  # entry numbers
+    e = E[k - 1]
+    kh = e["key_hash"].astype(np.int64)
+    prev = e["prev_index"].astype(np.int64)
+    if bool(((kh < 0) | (prev < 0) | (prev >= k)).any()):
+        return "an entry with a negative key hash or link, or a link to a newer entry"
+    linked = prev > 0
+    if not np.array_equal(E["key_hash"][prev[linked] - 1].astype(np.int64) % S, kh[linked] % S):
+        return "an entry links to an entry of another hash slot"
+    at = _spread(0, S - 1, GUARD)
+    nz = at[slots[at] != 0]
+    v = slots[nz].astype(np.int64)
+    inside = v <= m
+    if not np.array_equal(E["key_hash"][v[inside] - 1].astype(np.int64) % S, nz[inside]):
+        return "a hash slot names an entry of another slot"
+    return ""
+
+
+def _spread(lo: int, hi: int, count: int) -> np.ndarray:
+    """Up to ``count`` distinct integers evenly spread over ``[lo, hi]``, both ends
+    included, ascending."""
+    a = np.linspace(lo, hi, max(2, min(count, hi - lo + 1))).astype(np.int64)
+    return a[np.r_[True, a[1:] != a[:-1]]]
+
+
+def _time_diff(ts: int, begin: int) -> int:
+    """``IndexFile.putKey``'s timeDiff: whole seconds since ``begin`` (Java's long division,
+    toward zero), 0 without a begin, clamped to [0, Integer.MAX_VALUE]."""
+    if begin <= 0:
+        return 0
+    d = ts - begin
+    q = abs(d) // 1000
+    return min(max(q if d >= 0 else -q, 0), INT_MAX)
+
+
+def _check_record_starts(store: Store, u: np.ndarray, end: int) -> str:
+    """Whether a record starts at each of the sorted offsets ``u`` below ``end``: its
+    PHYSICALOFFSET field holds the offset (offsets in commitlog files that are gone pass).
+    The reason when one does not."""
+    if len(u) and int(u[-1]) >= end:
+        return "an entry points past the commitlog end"
+    files = [f for f in store.commitlog if f.size > 0]
+    if not files:
+        return ""
+    bases = np.array([f.base for f in files], dtype=np.int64)
+    which = np.searchsorted(bases, u, side="right") - 1
+    at = cl.HEADER_OFFSETS[0]["physical_offset"]  # (before any host field: one place for all)
+    cuts = np.searchsorted(which, np.arange(len(files) + 1), side="left")
+    for i, f in enumerate(files):
+        lo, hi = int(cuts[i]), int(cuts[i + 1])
+        if lo == hi:
+            continue
+        pos = u[lo:hi] - f.base
+        if int(pos[-1]) + at + 8 > f.size:
+            return f"an entry points to {int(u[hi - 1])}, too near the end of {f.name} for a record"
+        fd = os.open(f.path, os.O_RDONLY)
+        try:
+            fm = mmap.mmap(fd, f.size, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        try:
+            i8 = byte_views(fm).i8
+            ok = i8[pos + at] == u[lo:hi]  # (take() would copy the strided view)
+            del i8
+        finally:
+            try:
+                fm.close()
+            except BufferError:
+                pass
+        if not bool(ok.all()):
+            k = lo + int(np.flatnonzero(~ok)[0])
+            return f"an entry points to {int(u[k])}, where no record starts"
+    return ""
+
+
+class _Records:
+    """Decodes single records (the sampled checks), one map per commitlog file."""
+
+    def __init__(self, store: Store, profile: BrokerProfile, end: int) -> None:
+        self.store = store
+        self.profile = profile
+        self.end = end
+        self.maps: dict[int, mmap.mmap] = {}
+
+    def __enter__(self) -> "_Records":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for mm in self.maps.values():
+            try:
+                mm.close()
+            except BufferError:
+                pass
+
+    @classmethod
+    def one(cls, store: Store, profile: BrokerProfile, end: int, phy: int) -> tuple[int, int, list[int]] | None:
+        with cls(store, profile, end) as r:
+            return r.at(phy)
+
+    def at(self, phy: int) -> tuple[int, int, list[int]] | None:
+        """(store timestamp, SYSFLAG, index hashes of its keys in put order) of the
+        record at ``phy``; None if none can be read there."""
+        f = self.store.commitlog_file_for(phy)
+        if f is None or f.size == 0:
+            return None
+        mm = self.maps.get(f.base)
+        if mm is None:
+            fd = os.open(f.path, os.O_RDONLY)
+            try:
+                mm = self.maps[f.base] = mmap.mmap(fd, f.size, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+        c = ck.check_record(mm, phy - f.base, min(f.size, self.end - f.base), self.profile, check_crc=False)
+        if not c.is_message or c.rec is None or c.rec.physical_offset != phy:
+            return None
+        keys = [index_hash(java_hash(c.rec.topic + "#" + k)) for k in _keys_of(c.keys, c.uniq_key)]
+        return int(c.rec.store_timestamp), int(c.rec.sys_flag), keys

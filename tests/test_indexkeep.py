@@ -1,0 +1,269 @@
+"""recover keeps an index file the broker deletes after a crash when it passes
+recovery.indexkeep's check, and otherwise discards and re-indexes it.
+
+A synthetic store (about 18,000 keys in three index files of 7,999 entries, 1,000 slots:
+eight 512-byte sectors of slots) after a crash whose checkpoint says no index file was
+flushed: the broker deletes all three. Each test damages an index file the way a crash
+(or something else) does and checks the verdict, and in every case the one property that
+matters: after recover, the index holds exactly what ``rebuild-index`` writes from the
+recovered commitlog (file contents in name order), verify finds nothing, and restore
+gives the damaged bytes back.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from conftest import tree_digest
+from rmqtool.cli import run
+from rmqtool.formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
+from rmqtool.recovery import indexkeep as ik
+from rmqtool.recovery.recover import plan_recovery
+from rmqtool.recovery.store import Store
+from rmqtool.recovery.versions import BrokerProfile
+
+P494 = BrokerProfile.for_version("4.9.4")
+SLOTS, ENTRIES = 1000, 8000
+GEOMETRY = ["--index-slots", str(SLOTS), "--index-entries", str(ENTRIES)]
+FIRST = HEADER_SIZE + SLOTS * SLOT_SIZE  # entry 0
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
+    """The store (index built by rebuild-index, then a crash: abort file, zero checkpoint
+    timestamps) and the index files' contents as rebuild-index writes them."""
+    from rmqtool.recovery.synth import write_synthetic_store
+
+    root = tmp_path_factory.mktemp("indexkeep") / "store"
+    write_synthetic_store(root, total_bytes=3_000_000, file_size=1 << 20, body_size=200, keys_per_message=2)
+    assert run(["rebuild-index", str(root), "--quiet", *GEOMETRY, "--cq-file-size", "40000", "--backup-dir", str(root.parent / "bk0")]) == 0
+    shutil.rmtree(root.parent / "bk0", ignore_errors=True)
+    contents = [p.read_bytes() for p in sorted((root / "index").iterdir())]
+    assert len(contents) == 3  # two full files and a third
+    cp = root / "checkpoint"
+    data = bytearray(cp.read_bytes())
+    data[:24] = bytes(24)  # physic, logics, index timestamps: abnormal recovery from file 0
+    cp.write_bytes(bytes(data))
+    (root / "abort").write_bytes(b"")
+    return root, contents
+
+
+def _copy(built: tuple[Path, list[bytes]], tmp_path: Path) -> Path:
+    root = tmp_path / "store"
+    shutil.copytree(built[0], root)
+    return root
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted((root / "index").iterdir())
+
+
+def _header(p: Path) -> tuple[int, ...]:
+    return struct.unpack(">qqqqii", p.read_bytes()[:40])
+
+
+def _entries(raw: bytes | bytearray) -> np.ndarray:
+    count = struct.unpack_from(">i", raw, 36)[0]
+    return np.frombuffer(bytes(raw), dtype=ENTRY_DTYPE, count=count, offset=FIRST)
+
+
+def _patch(p: Path, fn: Callable[[bytearray], None]) -> None:
+    data = bytearray(p.read_bytes())
+    fn(data)
+    p.write_bytes(bytes(data))
+
+
+def _slot_of(raw: bytes | bytearray, k: int) -> int:
+    return struct.unpack_from(">i", raw, FIRST + k * ENTRY_SIZE)[0] % SLOTS
+
+
+# -- damage ---------------------------------------------------------------------------------
+
+
+def zero_entry_sector(d: bytearray) -> None:
+    """A lost 512-byte sector in the middle of the entries."""
+    at = (FIRST + 3000 * ENTRY_SIZE) // 512 * 512
+    d[at : at + 512] = bytes(512)
+
+
+def zero_slot_sector(d: bytearray) -> None:
+    """A lost sector of the slot table: the one holding the newest entry's slot."""
+    n = struct.unpack_from(">i", d, 36)[0] - 1
+    at = (HEADER_SIZE + _slot_of(d, n) * SLOT_SIZE) // 512 * 512
+    d[max(at, HEADER_SIZE) : at + 512] = bytes(512 - max(0, HEADER_SIZE - at))
+
+
+def stale_slot(d: bytearray) -> None:
+    """An older version of a slot sector: the newest entry's slot names its predecessor."""
+    n = struct.unpack_from(">i", d, 36)[0] - 1
+    prev = struct.unpack_from(">i", d, FIRST + n * ENTRY_SIZE + 16)[0]
+    struct.pack_into(">i", d, HEADER_SIZE + _slot_of(d, n) * SLOT_SIZE, prev)
+
+
+def zero_time_diff(d: bytearray) -> None:
+    """The tail of an entry lost at a sector edge: its timeDiff reads 0."""
+    struct.pack_into(">i", d, FIRST + 4000 * ENTRY_SIZE + 12, 0)
+
+
+def wrong_first_hash(d: bytearray) -> None:
+    """Entry 1's key hash (the first record is always decoded) is off by one."""
+    h = struct.unpack_from(">i", d, FIRST + ENTRY_SIZE)[0]
+    struct.pack_into(">i", d, FIRST + ENTRY_SIZE, h + 1)
+
+
+def wrong_link(d: bytearray) -> None:
+    """An entry links to an entry of another slot (every entry of a small file is sampled)."""
+    k = 5000
+    for j in range(k - 1, 0, -1):
+        if _slot_of(d, j) != _slot_of(d, k):
+            struct.pack_into(">i", d, FIRST + k * ENTRY_SIZE + 16, j)
+            return
+    raise AssertionError("no entry of another slot")
+
+
+def not_a_record(d: bytearray) -> None:
+    """An entry points inside a record (its order still fine): every record is sampled."""
+    e = _entries(d)["commitlog_offset"].astype(np.int64)
+    k = 2000
+    while not e[k - 1] < e[k]:  # the first entry of a record
+        k += 1
+    j = k
+    while e[j] == e[k]:  # all of its entries
+        struct.pack_into(">q", d, FIRST + j * ENTRY_SIZE + 4, int(e[k]) - 1)
+        j += 1
+
+
+def uncounted_put(d: bytearray) -> None:
+    """A process killed inside putKey: the last entry and its slot written, the header
+    not (indexCount, endPhyOffset, endTimestamp as before)."""
+    count = struct.unpack_from(">i", d, 36)[0]
+    e = _entries(d)
+    struct.pack_into(">i", d, 36, count - 1)
+    struct.pack_into(">q", d, 24, int(e["commitlog_offset"][count - 2]))
+
+
+def torn_last_record(d: bytearray) -> None:
+    """The last record lost its last key (entry zeroed, slot back to its predecessor, the
+    header counting one entry less): its keys are not all there."""
+    n = struct.unpack_from(">i", d, 36)[0] - 1
+    prev = struct.unpack_from(">i", d, FIRST + n * ENTRY_SIZE + 16)[0]
+    struct.pack_into(">i", d, HEADER_SIZE + _slot_of(d, n) * SLOT_SIZE, prev)
+    d[FIRST + n * ENTRY_SIZE : FIRST + (n + 1) * ENTRY_SIZE] = bytes(ENTRY_SIZE)
+    struct.pack_into(">i", d, 36, n)
+
+
+def stale_header(d: bytearray) -> None:
+    """A header page older than its entries: indexCount 40 entries short."""
+    count = struct.unpack_from(">i", d, 36)[0]
+    struct.pack_into(">i", d, 36, count - 40)
+
+
+# file index, damage, kept files expected (by position), part of the reason of the first
+# file not kept (alternatives split by "|"; None: all kept)
+CASES = [
+    (2, zero_entry_sector, [0, 1], "points before entry"),
+    (2, zero_slot_sector, [0, 1], "stale or lost sector"),
+    (2, stale_slot, [0, 1], "stale or lost sector"),
+    (2, zero_time_diff, [0, 1], "timeDiff goes back"),
+    (2, wrong_first_hash, [0, 1], "none of the keys|another hash slot|stale or lost sector"),
+    (2, wrong_link, [0, 1], "another hash slot"),
+    (2, not_a_record, [0, 1], "where no record starts"),
+    (2, uncounted_put, [0, 1, 2], None),
+    (2, torn_last_record, [0, 1, 2], None),
+    (2, stale_header, [0, 1, 2], None),
+    (1, zero_entry_sector, [0], "points before entry"),  # the first file stays, cut at its partial last record
+    (0, stale_slot, [], "stale or lost sector"),  # nothing kept: a full re-index
+]
+
+
+def _lookup_all(root: Path) -> list[bytes]:
+    return [p.read_bytes() for p in _files(root)]
+
+
+def _rebuilt_from_scratch(root: Path, tmp_path: Path) -> list[bytes]:
+    """rebuild-index's index of the (recovered) commitlog, in a copy."""
+    other = tmp_path / "scratch"
+    shutil.copytree(root, other)
+    shutil.rmtree(other / "index")
+    (other / "index").mkdir()
+    assert run(["rebuild-index", str(other), "--index-only", "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk-scratch")]) == 0
+    return _lookup_all(other)
+
+
+def test_a_sound_index_stays_untouched(built: tuple[Path, list[bytes]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _copy(built, tmp_path)
+    store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
+    plan = plan_recovery(store, P494)
+    assert [k.file for k in plan.index_kept] == [f"index/{p.name}" for p in _files(root)]
+    assert plan.index_discarded == [] and plan.index_truncated == []
+    assert plan.index_sealed == [k.file for k in plan.index_kept[:2]]
+    assert not any(d.name == "reindex" for d in plan.dispatch)
+    names = [p.name for p in _files(root)]
+    assert run(["recover", str(root), "--quiet", *GEOMETRY]) == 1
+    assert [p.name for p in _files(root)] == names and _lookup_all(root) == built[1]
+    # the second full file's end is indexMsgTimestamp now, as after the broker's flush
+    assert struct.unpack_from(">q", (root / "checkpoint").read_bytes(), 16)[0] == _header(_files(root)[1])[1]
+    assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
+    # the old way, a full re-index, gives the same contents (under new names)
+    again = _copy(built, tmp_path / "again")
+    assert run(["recover", str(again), "--quiet", "--reindex-all", *GEOMETRY]) == 1
+    assert _lookup_all(again) == built[1]
+
+
+@pytest.mark.parametrize("which,damage,kept,reason", CASES, ids=[f"{c[0]}-{c[1].__name__}" for c in CASES])
+def test_damaged_index_files(built: tuple[Path, list[bytes]], tmp_path: Path, which: int, damage: Callable[[bytearray], None],
+                             kept: list[int], reason: str | None) -> None:
+    root = _copy(built, tmp_path)
+    files = _files(root)
+    _patch(files[which], damage)
+    damaged = tree_digest(root)
+    store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
+    plan = plan_recovery(store, P494)
+    assert [k.file for k in plan.index_kept] == [f"index/{files[i].name}" for i in kept]
+    if reason is None:
+        assert plan.index_discarded == []
+    else:
+        first = plan.index_discarded[0]
+        assert first.file == f"index/{files[len(kept)].name}", first
+        assert any(r in first.reason for r in reason.split("|")), first.reason
+    bk = tmp_path / "bk"
+    assert run(["recover", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(bk)]) == 1
+    assert _lookup_all(root) == _rebuilt_from_scratch(root, tmp_path)
+    assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
+    assert run(["restore", str(bk), str(root)]) == 0
+    assert tree_digest(root) == damaged
+
+
+def test_the_check_itself(built: tuple[Path, list[bytes]], tmp_path: Path) -> None:
+    """Verdicts of check_index_file on the sound files: what stays, what the next file
+    continues, and an end that cuts into the entries."""
+    root = _copy(built, tmp_path)
+    store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
+    f0, f1, f2 = store.index_files
+    c0 = ik.check_index_file(store, P494, f0, end=ik.NO_END, prev_end_timestamp=None)
+    assert c0.ok and c0.whole and c0.entries == ENTRIES - 1 and c0.sampled > 0
+    c2 = ik.check_index_file(store, P494, f2, end=ik.NO_END, prev_end_timestamp=_header(f1.path)[1])
+    assert c2.ok and not c2.whole and not c2.rewrite and c2.keep == c2.entries
+    assert c2.skip_through == c2.end_phy_offset == _header(f2.path)[3]
+    # an end inside the last file's entries: those at or past it are cut
+    e = _entries(f2.path.read_bytes())
+    mid = int(e["commitlog_offset"][len(e) // 2])
+    c = ik.check_index_file(store, P494, f2, end=mid, prev_end_timestamp=_header(f1.path)[1])
+    assert c.ok and c.rewrite and c.keep == int(np.searchsorted(e["commitlog_offset"][1:].astype(np.int64), mid))
+    assert c.end_phy_offset < mid
+    # a wrong previous end time: entry 1's timeDiff no longer matches
+    bad = ik.check_index_file(store, P494, f2, end=ik.NO_END, prev_end_timestamp=_header(f1.path)[1] - 10_000)
+    assert not bad.ok and "timeDiff" in bad.reason
+
+
+def test_spread() -> None:
+    assert ik._spread(0, 0, 5).tolist() == [0]
+    assert ik._spread(0, 9, 3).tolist() == [0, 4, 9]
+    assert ik._spread(1, 4, 100).tolist() == [1, 2, 3, 4]
+
