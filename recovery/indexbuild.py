@@ -683,7 +683,9 @@ class IndexFileImage:
                 rev = sel[::-1]
                 s, at = np.unique(kept_slots[rev], return_index=True)
                 slots[s] = (rev[at] + 1).astype(np.int32)
-        base[first + (keep + 1) * INDEX_ENTRY_SIZE : first + count * INDEX_ENTRY_SIZE] = bytes((count - keep - 1) * INDEX_ENTRY_SIZE)
+        # every entry after the kept ones is zero, as in a file that never got them (also
+        # bytes past indexCount: a put the header never counted, or damage)
+        np.frombuffer(base, dtype=np.uint8)[first + (keep + 1) * INDEX_ENTRY_SIZE : first + self.index_num * INDEX_ENTRY_SIZE] = 0
         self._base = bytes(base[: self.size])
         self.index_count = self._disk_index_count = keep + 1
         self.hash_slot_count = keep if count_every_put else int(np.count_nonzero(slots > 0))

@@ -164,6 +164,13 @@ def stale_header(d: bytearray) -> None:
     struct.pack_into(">i", d, 36, count - 40)
 
 
+def bytes_after_count(d: bytearray) -> None:
+    """Non-zero bytes after the counted entries, away from them (the rewrite zeroes them)."""
+    count = struct.unpack_from(">i", d, 36)[0]
+    at = FIRST + (count + 50) * ENTRY_SIZE + 3
+    d[at : at + 7] = b"garbage"
+
+
 # file index, damage, kept files expected (by position), part of the reason of the first
 # file not kept (alternatives split by "|"; None: all kept)
 CASES = [
@@ -177,6 +184,7 @@ CASES = [
     (2, uncounted_put, [0, 1, 2], None),
     (2, torn_last_record, [0, 1, 2], None),
     (2, stale_header, [0, 1, 2], None),
+    (2, bytes_after_count, [0, 1, 2], None),
     (1, zero_entry_sector, [0], "points before entry"),  # the first file stays, cut at its partial last record
     (0, stale_slot, [], "stale or lost sector"),  # nothing kept: a full re-index
 ]
