@@ -1010,6 +1010,11 @@ def plan_recovery(
     # like an empty last file, would take the dispatch's keys)
     keep_candidates = (mode == MODE_ABNORMAL and reindex and keep_sound_index and first_discard is not None
                        and all(headers[f.name][1] > ckpt.index_msg_timestamp for f in store.index_files[first_discard:]))
+    if keep_candidates and first_discard:
+        # and when the file the broker keeps before them is a full one they continue (one
+        # with a damaged header, endPhyOffset 0 say, takes the dispatch's keys in the broker)
+        hp, hc = headers[store.index_files[first_discard - 1].name], headers[store.index_files[first_discard].name]
+        keep_candidates = hp[5] >= g.index_num and 0 < hp[3] <= hc[2]
 
     def check_first_discard() -> None:
         if keep_candidates:

@@ -275,3 +275,17 @@ def test_spread() -> None:
     assert ik._spread(0, 9, 3).tolist() == [0, 4, 9]
     assert ik._spread(1, 4, 100).tolist() == [1, 2, 3, 4]
 
+
+
+def test_nothing_is_kept_after_a_file_the_broker_keeps_that_they_do_not_continue(built: tuple[Path, list[bytes]], tmp_path: Path) -> None:
+    """The first file's header lost (zeros: endTimestamp 0, so the broker keeps it, and
+    endPhyOffset 0, so its dispatch indexes every record into it again): the files after
+    it are not kept either, whatever their check says; the broker's rule and a re-index."""
+    root = _copy(built, tmp_path)
+    files = _files(root)
+    _patch(files[0], lambda d: d.__setitem__(slice(0, 40), bytes(40)))
+    plan = plan_recovery(Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES), P494)
+    assert plan.index_kept == []
+    assert [d.file for d in plan.index_discarded] == [f"index/{p.name}" for p in files[1:]]
+    assert all("not kept" not in d.reason for d in plan.index_discarded)
+    assert [d.name for d in plan.dispatch][:1] == ["abnormal_recovery"]  # from file 0: every record
