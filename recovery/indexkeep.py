@@ -8,29 +8,33 @@ its recovery's start file, and every key of the records before it is lost (Rocke
 whole commitlog. This module decides, much faster, whether the file on disk already holds
 exactly what that pass would write, so it can be kept.
 
-What a crash can do to such a file: pages of it that never reached the disk read as
-zeros (entries, slots or the header), a slot page can be an older version of itself, and
-a process killed inside ``putKey`` leaves an entry or a slot written without the header
-that counts it. :func:`check_index_file` looks for each of these, over every entry,
-with numpy:
+What a crash can do to such a file: pages (or 512-byte sectors) of it that never reached
+the disk read as zeros (entries, slots or the header), a slot page can be an older
+version of itself, and a process killed inside ``putKey`` leaves an entry or a slot
+written without the header that counts it. :func:`check_index_file` looks for each of
+these, with numpy:
 
-* entries: commitlog offsets in non-decreasing order from the header's beginPhyOffset,
-  non-negative key hashes and time differences, chain links to older entries;
-* chains: within each hash slot the links run from every entry to the slot's previous
-  entry, and the slot table names each used slot's newest entry (so no entry is lost
-  to a zero or stale slot page, and no entry sits in another slot's chain);
-* records: every entry points to a record start (magic, and the PHYSICALOFFSET field
-  equal to the offset) below the commitlog's end, not a ROLLBACK, whose store timestamp
-  gives exactly the entry's timeDiff; the header's begin timestamp is the first
-  record's;
-* keys: the records of a sample of entries (always the first and the last) are decoded
-  and their keys hashed: each entry's hash must be one of its record's keys, and the
-  record must have all of them.
+* entries, all of them: commitlog offsets in non-decreasing order from the header's
+  beginPhyOffset (a lost sector holds at least 24 whole entries of zeros, which break
+  it), timeDiffs that never decrease (a zeroed one in the middle does; so does a store
+  clock that went back, and the file is then re-indexed);
+* the slot table, all of it: each slot names the newest entry of its slot, or an entry
+  past the kept ones (so no entry is lost to a zero, stale or damaged slot);
+* samples, against other damage: 65,536 entries (non-negative hash, a link to an older
+  entry of the same slot), 16,384 record starts (the PHYSICALOFFSET field equals the
+  entry's offset, below the commitlog's end), and 256 records decoded, always the first
+  and the last: each entry's hash is one of its record's keys, the record has all of
+  them (the last one may not: it is then cut and indexed again), it is not a ROLLBACK,
+  and its store time gives the entries' timeDiff (the header's begin time, for the
+  first record);
+* the header: indexCount, endPhyOffset, endTimestamp, hashSlotCount and the bytes after
+  the counted entries; a stale one is rewritten, not a reason to discard.
 
-A key hash that is wrong but still lands in its slot, in a record the sample misses, is
-the one thing this does not prove (``rmqtool verify`` checks every hash); the crash
-modes above cannot produce one. Any failed check makes the caller fall back to the full
-re-index, so the cost of a false alarm is time, never data.
+An entry damaged in a way no crash causes (a wrong key hash that still lands in its slot,
+a wrong link) in a part no sample reaches is the one thing this does not prove; a file
+smaller than the samples is looked at in full, and ``rmqtool verify`` checks every entry
+of any file. Any failed check makes the caller fall back to the full re-index, so the
+cost of a false alarm is time, never data.
 """
 
 from __future__ import annotations
@@ -56,7 +60,6 @@ NO_END = 1 << 62  # ``end`` for a check made before the commitlog end is known
 SAMPLE = 256  # records whose keys are decoded and compared (besides the first and last)
 GUARD = 1 << 16  # entries, slots and record starts looked at by the sampled guards
 GUARD_RECORDS = 1 << 14  # record starts looked at (each costs a page of the commitlog)
-SECTOR_SLOTS = 128  # slots in a 512-byte sector
 
 
 class IndexCheck(NamedTuple):
@@ -158,11 +161,11 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
     if m > 2 and not bool(np.all(td[2:] >= td[1:-1])):
         k = int(np.flatnonzero(td[2:] < td[1:-1])[0]) + 3
         return _fail(f"entry {k}: timeDiff goes back (a lost part of an entry, or the store clock went back)", n)
-    # -- the slot table: each sector's newest write is there (a stale or lost sector is not)
+    # -- the slot table: each slot names the newest entry in it
     slots = slots_be.astype(np.int32)
     if bool((slots < 0).any()):
         return _fail("a negative hash slot", n)
-    why = _check_slot_sectors(E, m, slots, S)
+    why = _check_slot_table(E, m, slots, S)
     if why:
         return _fail(why, n)
     dangling = bool((slots > n).any())  # written by a put the header never counted
@@ -242,44 +245,20 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
     return IndexCheck(True, "", n, keep, end_phy, end_ts, end_phy, rewrite, sampled, int(off[-1]), whole)
 
 
-def _check_slot_sectors(E: np.ndarray, m: int, slots: np.ndarray, S: int) -> str:
-    """Each 512-byte sector of the slot table (128 slots) is either what the broker had
-    when it last wrote it, or older, or zeros. It is current when the slot of the newest
-    entry among 1..m that falls in it holds that entry (or an entry after ``m``, written
-    later still). Found from the newest entries backwards, a chunk at a time (usually
-    one: every sector in use shows up among the last entries)."""
-    sectors = -(-S // SECTOR_SLOTS)
-    # the sectors any entry uses: those with a slot in use (a current table's, or one a
-    # stale sector shows; zeros in a lost one are caught below)
-    padded = np.zeros(sectors * SECTOR_SLOTS, dtype=bool)
-    padded[:S] = slots != 0
-    left = int(np.count_nonzero(padded.reshape(sectors, SECTOR_SLOTS).any(axis=1)))
-    seen = np.zeros(sectors, dtype=bool)
-    newest = np.full(sectors, -1, dtype=np.int64)
-    hi, chunk = m, 1 << 20
-    while hi > 0:
-        lo = max(0, hi - chunk)
-        kh = E["key_hash"][lo:hi].astype(np.int32)
-        if bool((kh < 0).any()):
-            return f"entry {lo + int(np.flatnonzero(kh < 0)[0]) + 1}: a negative key hash"
-        sl = kh % np.int32(S)
-        newest.fill(-1)
-        np.maximum.at(newest, sl // SECTOR_SLOTS, np.arange(hi - lo, dtype=np.int64))  # newest entry per sector in the chunk
-        u = np.flatnonzero((newest >= 0) & ~seen)
-        if len(u):
-            i = newest[u]
-            k = lo + 1 + i  # entry numbers
-            s = sl[i]
-            v = slots[s]
-            stale = (v != k) & (v <= m)
-            if bool(stale.any()):
-                j = int(np.flatnonzero(stale)[0])
-                return (f"hash slot {int(s[j])} holds {int(v[j])}, not entry {int(k[j])}, the newest of its slot: "
-                        "a stale or lost sector of the slot table")
-            seen[u] = True
-        if int(np.count_nonzero(seen)) >= left:
-            break
-        hi, chunk = lo, chunk * 2
+def _check_slot_table(E: np.ndarray, m: int, slots: np.ndarray, S: int) -> str:
+    """Each slot holds the newest of entries 1..m in it (0 if none), or an entry after
+    ``m`` (written later still: cut, or a put the header never counted). A stale or lost
+    sector of the table (or one damaged otherwise) does not."""
+    kh = E["key_hash"][:m].astype(np.int32)
+    if bool((kh < 0).any()):
+        return f"entry {int(np.flatnonzero(kh < 0)[0]) + 1}: a negative key hash"
+    want = np.zeros(S, dtype=np.int32)
+    np.maximum.at(want, kh % np.int32(S), np.arange(1, m + 1, dtype=np.int32))
+    bad = (slots != want) & (slots <= m)
+    if bool(bad.any()):
+        s = int(np.flatnonzero(bad)[0])
+        return (f"hash slot {s} holds {int(slots[s])}, not {int(want[s])}, the newest entry of its slot: "
+                "a stale, lost or damaged part of the slot table")
     return ""
 
 

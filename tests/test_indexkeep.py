@@ -1,8 +1,7 @@
 """recover keeps an index file the broker deletes after a crash when it passes
 recovery.indexkeep's check, and otherwise discards and re-indexes it.
 
-A synthetic store (about 18,000 keys in three index files of 7,999 entries, 1,000 slots:
-eight 512-byte sectors of slots) after a crash whose checkpoint says no index file was
+A synthetic store (about 22,500 keys in three index files of 7,999 entries, 1,000 slots) after a crash whose checkpoint says no index file was
 flushed: the broker deletes all three. Each test damages an index file the way a crash
 (or something else) does and checks the verdict, and in every case the one property that
 matters: after recover, the index holds exactly what ``rebuild-index`` writes from the
@@ -175,8 +174,8 @@ def bytes_after_count(d: bytearray) -> None:
 # file not kept (alternatives split by "|"; None: all kept)
 CASES = [
     (2, zero_entry_sector, [0, 1], "points before entry"),
-    (2, zero_slot_sector, [0, 1], "stale or lost sector"),
-    (2, stale_slot, [0, 1], "stale or lost sector"),
+    (2, zero_slot_sector, [0, 1], "stale, lost or damaged"),
+    (2, stale_slot, [0, 1], "stale, lost or damaged"),
     (2, zero_time_diff, [0, 1], "timeDiff goes back"),
     (2, wrong_first_hash, [0, 1], "none of the keys|another hash slot|stale or lost sector"),
     (2, wrong_link, [0, 1], "another hash slot"),
@@ -186,7 +185,7 @@ CASES = [
     (2, stale_header, [0, 1, 2], None),
     (2, bytes_after_count, [0, 1, 2], None),
     (1, zero_entry_sector, [0], "points before entry"),  # the first file stays, cut at its partial last record
-    (0, stale_slot, [], "stale or lost sector"),  # nothing kept: a full re-index
+    (0, stale_slot, [], "stale, lost or damaged"),  # nothing kept: a full re-index
 ]
 
 
