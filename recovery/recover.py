@@ -1319,17 +1319,18 @@ class _Queue:
 
 def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None,
                    progress: Progress | None, jobs: int | None = None, tags: bool = True,
-                   hints: np.ndarray | list[np.ndarray] | None = None) -> Iterable[Any]:
+                   hints: np.ndarray | list[np.ndarray] | None = None, index_keys: bool = True) -> Iterable[Any]:
     """The dispatch requests of ``[lo, hi)`` in column form, in commitlog order: the reput
     pass (``recovery.reput.iter_dispatch_parallel``, decoded on ``jobs`` cores).
     ``tags=False`` (a pass that feeds only the index) leaves tags_code unset on the fast
-    path; ``hints`` (the consume queues' offsets) only speed it up."""
+    path, ``index_keys=False`` (one that feeds only the queues) the index keys unhashed;
+    ``hints`` (the consume queues' offsets) only speed it up."""
     from .reput import iter_dispatch_parallel
 
     if hi <= lo:
         return iter(())
     return iter_dispatch_parallel(store, profile, jobs=jobs, from_offset=lo, to_offset=hi, max_delay_level=mdl,
-                                  progress=progress, tags=tags, hints=sorted_hints_in(hints, lo, hi))
+                                  progress=progress, tags=tags, index_keys=index_keys, hints=sorted_hints_in(hints, lo, hi))
 
 
 def apply_recovery(
@@ -1391,8 +1392,11 @@ def apply_recovery(
                  cqset: Any, skip_upto: int | None = None) -> None:
         nonlocal logics
         n = 0
+        # (records the kept index already holds in full are skipped by the builder: when
+        # that is all of them, their keys are not even hashed)
+        index = index and not (plan.index_skip_upto is not None and plan.index_skip_upto >= hi - 1)
         for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs, tags=bool(cq and cqset is not None),
-                                   hints=getattr(plan, "_hints", None)):
+                                   hints=getattr(plan, "_hints", None), index_keys=index):
             if skip_upto is not None:
                 mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
                 if not mask.all():
