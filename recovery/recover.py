@@ -1394,7 +1394,8 @@ def apply_recovery(
         n = 0
         # (records the kept index already holds in full are skipped by the builder: when
         # that is all of them, their keys are not even hashed)
-        index = index and not (plan.index_skip_upto is not None and plan.index_skip_upto >= hi - 1)
+        last_start = plan.last_valid_offset if hi >= process and plan.last_valid_offset >= 0 else hi - 1
+        index = index and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
         for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs, tags=bool(cq and cqset is not None),
                                    hints=getattr(plan, "_hints", None), index_keys=index):
             if skip_upto is not None:
