@@ -39,8 +39,6 @@ cost of a false alarm is time, never data.
 
 from __future__ import annotations
 
-import mmap
-import os
 from collections import Counter
 from typing import NamedTuple
 
@@ -52,7 +50,7 @@ from ..formats.javahash import java_hash
 from . import check as ck
 from .indexbuild import _keys_of
 from .scan import byte_views
-from .store import Store, StoreFile
+from .store import MappedFile, Store, StoreFile
 from .versions import BrokerProfile
 
 INT_MAX = (1 << 31) - 1
@@ -320,20 +318,12 @@ def _check_record_starts(store: Store, u: np.ndarray, end: int) -> str:
         pos = u[lo:hi] - f.base
         if int(pos[-1]) + at + 8 > f.size:
             return f"an entry points to {int(u[hi - 1])}, too near the end of {f.name} for a record"
-        fd = os.open(f.path, os.O_RDONLY)
-        try:
-            fm = mmap.mmap(fd, f.size, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-        try:
-            i8 = byte_views(fm).i8
+        with store.map(f) as mf:
+            if mf.size < f.size:
+                return f"{f.name} is shorter than it was"
+            i8 = byte_views(mf.buf).i8
             ok = i8[pos + at] == u[lo:hi]  # (take() would copy the strided view)
             del i8
-        finally:
-            try:
-                fm.close()
-            except BufferError:
-                pass
         if not bool(ok.all()):
             k = lo + int(np.flatnonzero(~ok)[0])
             return f"an entry points to {int(u[k])}, where no record starts"
@@ -347,17 +337,14 @@ class _Records:
         self.store = store
         self.profile = profile
         self.end = end
-        self.maps: dict[int, mmap.mmap] = {}
+        self.maps: dict[int, MappedFile] = {}
 
     def __enter__(self) -> "_Records":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for mm in self.maps.values():
-            try:
-                mm.close()
-            except BufferError:
-                pass
+        for mf in self.maps.values():
+            mf.close()
 
     @classmethod
     def one(cls, store: Store, profile: BrokerProfile, end: int, phy: int) -> tuple[int, int, list[int]] | None:
@@ -370,14 +357,10 @@ class _Records:
         f = self.store.commitlog_file_for(phy)
         if f is None or f.size == 0:
             return None
-        mm = self.maps.get(f.base)
-        if mm is None:
-            fd = os.open(f.path, os.O_RDONLY)
-            try:
-                mm = self.maps[f.base] = mmap.mmap(fd, f.size, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
-        c = ck.check_record(mm, phy - f.base, min(f.size, self.end - f.base), self.profile, check_crc=False)
+        mf = self.maps.get(f.base)
+        if mf is None:
+            mf = self.maps[f.base] = self.store.map(f)
+        c = ck.check_record(mf.buf, phy - f.base, min(mf.size, self.end - f.base), self.profile, check_crc=False)
         if not c.is_message or c.rec is None or c.rec.physical_offset != phy:
             return None
         keys = [index_hash(java_hash(c.rec.topic + "#" + k)) for k in _keys_of(c.keys, c.uniq_key)]
