@@ -56,7 +56,7 @@ from .versions import BrokerProfile
 INT_MAX = (1 << 31) - 1
 NO_END = 1 << 62  # ``end`` for a check made before the commitlog end is known
 SAMPLE = 256  # records whose keys are decoded and compared (besides the first and last)
-GUARD = 1 << 16  # entries, slots and record starts looked at by the sampled guards
+GUARD = 1 << 16  # entries looked at by the sampled guard
 GUARD_RECORDS = 1 << 14  # record starts looked at (each costs a page of the commitlog)
 
 
@@ -168,11 +168,11 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
         return _fail(why, n)
     dangling = bool((slots > n).any())  # written by a put the header never counted
     used = int(np.count_nonzero(slots))
-    # -- guards against other damage, on evenly spread samples: key hashes, links, slots
-    why = _check_samples(E, m, slots, S)
+    del slots
+    # -- guards against other damage, on evenly spread samples: key hashes and links
+    why = _check_samples(E, m, S)
     if why:
         return _fail(why, n)
-    del slots
     # -- records: entries point to record starts below the end (a sample)
     u = off[_spread(0, m - 1, GUARD_RECORDS)]
     why = _check_record_starts(store, u[np.r_[True, u[1:] != u[:-1]]], end)
@@ -260,9 +260,9 @@ def _check_slot_table(E: np.ndarray, m: int, slots: np.ndarray, S: int) -> str:
     return ""
 
 
-def _check_samples(E: np.ndarray, m: int, slots: np.ndarray, S: int) -> str:
-    """Evenly spread samples of entries (hash, link) and of used slots (each names an
-    entry of its own slot): damage other than a crash's."""
+def _check_samples(E: np.ndarray, m: int, S: int) -> str:
+    """An evenly spread sample of entries: a non-negative hash, a link to an older entry
+    of the same slot (damage other than a crash's)."""
     k = _spread(1, m, GUARD)  # entry numbers
     e = E[k - 1]
     kh = e["key_hash"].astype(np.int64)
@@ -272,12 +272,6 @@ def _check_samples(E: np.ndarray, m: int, slots: np.ndarray, S: int) -> str:
     linked = prev > 0
     if not np.array_equal(E["key_hash"][prev[linked] - 1].astype(np.int64) % S, kh[linked] % S):
         return "an entry links to an entry of another hash slot"
-    at = _spread(0, S - 1, GUARD)
-    nz = at[slots[at] != 0]
-    v = slots[nz].astype(np.int64)
-    inside = v <= m
-    if not np.array_equal(E["key_hash"][v[inside] - 1].astype(np.int64) % S, nz[inside]):
-        return "a hash slot names an entry of another slot"
     return ""
 
 
