@@ -96,6 +96,14 @@ def check_index_file(
     commitlog end ``end`` (the recovery's end offset). ``prev_end_timestamp``: the
     previous index file's endTimestamp (the first entry's timeDiff is counted from it),
     None if no previous file is left (the first entry's timeDiff is then not checked)."""
+    try:
+        return _check_file(store, profile, f, end, prev_end_timestamp, sample)
+    except (OSError, ValueError) as exc:  # (an unreadable file, or a file that changed)
+        return _fail(f"cannot be checked: {exc}", 0)
+
+
+def _check_file(store: Store, profile: BrokerProfile, f: StoreFile, end: int, prev_end_timestamp: int | None,
+                sample: int) -> IndexCheck:
     g = store.geometry
     S, N = g.index_slot_num, g.index_num
     first = HEADER_SIZE + S * SLOT_SIZE

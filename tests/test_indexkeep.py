@@ -288,3 +288,15 @@ def test_nothing_is_kept_after_a_file_the_broker_keeps_that_they_do_not_continue
     assert [d.file for d in plan.index_discarded] == [f"index/{p.name}" for p in files[1:]]
     assert all("not kept" not in d.reason for d in plan.index_discarded)
     assert [d.name for d in plan.dispatch][:1] == ["abnormal_recovery"]  # from file 0: every record
+
+
+def test_an_unreadable_file_is_not_kept(built: tuple[Path, list[bytes]], tmp_path: Path) -> None:
+    root = _copy(built, tmp_path)
+    store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
+    f = store.index_files[0]
+    f.path.write_bytes(f.path.read_bytes()[: FIRST + 100 * ENTRY_SIZE])  # shorter than its indexCount says
+    chk = ik.check_index_file(store, P494, f, end=ik.NO_END, prev_end_timestamp=None)
+    assert not chk.ok and "ends before entry" in chk.reason
+    f.path.unlink()  # gone since the store was listed
+    chk = ik.check_index_file(store, P494, f, end=ik.NO_END, prev_end_timestamp=None)
+    assert not chk.ok and chk.reason.startswith("cannot be checked")
