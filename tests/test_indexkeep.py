@@ -300,3 +300,29 @@ def test_an_unreadable_file_is_not_kept(built: tuple[Path, list[bytes]], tmp_pat
     f.path.unlink()  # gone since the store was listed
     chk = ik.check_index_file(store, P494, f, end=ik.NO_END, prev_end_timestamp=None)
     assert not chk.ok and chk.reason.startswith("cannot be checked")
+
+
+def test_a_cut_commitlog_cuts_the_kept_index(built: tuple[Path, list[bytes]], tmp_path: Path) -> None:
+    """A flipped body byte in a record the second index file covers: the end falls inside
+    that file's entries. The first file stays whole, the second is cut at the end, the
+    third (all past it) goes, and the index is what rebuild-index writes from the
+    recovered commitlog."""
+    root = _copy(built, tmp_path)
+    files = _files(root)
+    e = _entries(files[1].read_bytes())["commitlog_offset"].astype(np.int64)
+    victim = int(e[len(e) // 2])
+    F = 1 << 20
+    path = root / "commitlog" / f"{victim // F * F:020d}"
+    d = bytearray(path.read_bytes())
+    pos = victim % F
+    d[pos + 100] ^= 0x40  # inside the 200-byte body (the header is 88 bytes with IPv4 hosts)
+    path.write_bytes(bytes(d))
+    plan = plan_recovery(Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES), P494)
+    assert plan.end_offset == victim
+    assert [k.file for k in plan.index_kept] == [f"index/{files[0].name}", f"index/{files[1].name}"]
+    assert [(t.file, t.entries_kept) for t in plan.index_truncated] == [(f"index/{files[1].name}", int((e[1:] < victim).sum()))]
+    assert [d.file for d in plan.index_discarded] == [f"index/{files[2].name}"]
+    assert "follows the last index file kept" in plan.index_discarded[0].reason
+    assert run(["recover", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert _lookup_all(root) == _rebuilt_from_scratch(root, tmp_path)
+    assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
