@@ -326,3 +326,31 @@ def test_a_cut_commitlog_cuts_the_kept_index(built: tuple[Path, list[bytes]], tm
     assert run(["recover", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk")]) == 1
     assert _lookup_all(root) == _rebuilt_from_scratch(root, tmp_path)
     assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
+
+
+@pytest.mark.parametrize("specs,version", [("v6", "4.9.4"), ("v6", "5.3.3"), ("v2", "5.1.4"), ("tx", "4.9.4"), ("crc", "5.3.3")])
+def test_kept_across_record_layouts(tmp_path: Path, specs: str, version: str) -> None:
+    """IPv6 hosts, V2 records, transactions (a ROLLBACK is never indexed) and 5.2+
+    __CRC32# records (STORE_FORMAT, built by test_audit_versions from the spec): the index
+    rebuild-index writes is kept by an abnormal recovery, untouched, and verify agrees."""
+    import test_audit_versions as av
+
+    recs = {"v6": lambda: av.V6_SPECS * 40, "v2": lambda: av.v2_specs() * 10, "tx": lambda: av.tx_specs() * 8,
+            "crc": lambda: av.crc_specs(60)}[specs]()
+    root = tmp_path / "store"
+    av.write_store(root, recs)
+    geom = av.GEOM + ["--broker-version", version]
+    assert run(["rebuild-index", str(root), "--quiet", *geom, "--backup-dir", str(tmp_path / "bk0")]) == 0
+    index = {p.name: p.read_bytes() for p in (root / "index").iterdir()}
+    assert index
+    data = bytearray((root / "checkpoint").read_bytes())
+    data[16:24] = bytes(8)  # indexMsgTimestamp 0: the broker deletes every index file
+    (root / "checkpoint").write_bytes(bytes(data))
+    (root / "abort").write_bytes(b"")
+    store = Store.open(root, index_slot_num=av.SLOTS, index_num=av.ENTRIES, cq_file_size=av.CQ_FS)
+    plan = plan_recovery(store, BrokerProfile.for_version(version))
+    assert [k.file for k in plan.index_kept] == [f"index/{n}" for n in sorted(index)]
+    assert plan.index_discarded == [] and plan.index_truncated == []
+    assert run(["recover", str(root), "--quiet", *geom, "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert {p.name: p.read_bytes() for p in (root / "index").iterdir()} == index
+    assert run(["verify", str(root), "--quiet", *geom]) == 0
