@@ -105,6 +105,22 @@ def stale_slot(d: bytearray) -> None:
     struct.pack_into(">i", d, HEADER_SIZE + _slot_of(d, n) * SLOT_SIZE, prev)
 
 
+def stale_older_slot(d: bytearray) -> None:
+    """One slot, not the one last written in its 512-byte sector, names its newest
+    entry's predecessor (a per-sector check of the newest write would miss it)."""
+    n = struct.unpack_from(">i", d, 36)[0] - 1
+    newest_slot = _slot_of(d, n)
+    for k in range(10, n):
+        s = _slot_of(d, k)
+        if s // 128 == newest_slot // 128 and s != newest_slot:
+            head = struct.unpack_from(">i", d, HEADER_SIZE + s * SLOT_SIZE)[0]
+            prev = struct.unpack_from(">i", d, FIRST + head * ENTRY_SIZE + 16)[0]
+            if prev:
+                struct.pack_into(">i", d, HEADER_SIZE + s * SLOT_SIZE, prev)
+                return
+    raise AssertionError("no such slot")
+
+
 def zero_time_diff(d: bytearray) -> None:
     """The tail of an entry lost at a sector edge: its timeDiff reads 0."""
     struct.pack_into(">i", d, FIRST + 4000 * ENTRY_SIZE + 12, 0)
@@ -176,6 +192,7 @@ CASES = [
     (2, zero_entry_sector, [0, 1], "points before entry"),
     (2, zero_slot_sector, [0, 1], "stale, lost or damaged"),
     (2, stale_slot, [0, 1], "stale, lost or damaged"),
+    (2, stale_older_slot, [0, 1], "stale, lost or damaged"),
     (2, zero_time_diff, [0, 1], "timeDiff goes back"),
     (2, wrong_first_hash, [0, 1], "none of the keys|another hash slot|stale or lost sector"),
     (2, wrong_link, [0, 1], "another hash slot"),
