@@ -808,6 +808,16 @@ def _keys_of(keys: str | None, uniq: str | None) -> list[str]:
     return ([uniq] if uniq is not None else []) + [k for k in (keys or "").split(" ") if k]
 
 
+def key_hash(topic: str, key: str) -> int:
+    """The index hash of ``topic#key`` (``IndexService.buildKey``, ``IndexFile.indexKeyHashMethod``)."""
+    return index_hash(java_hash(topic + "#" + key))
+
+
+def record_key_hashes(topic: str, keys: str | None, uniq: str | None) -> list[int]:
+    """The index hashes a record's puts carry, in put order."""
+    return [key_hash(topic, k) for k in _keys_of(keys, uniq)]
+
+
 class IndexBuilder:
     """``IndexService.buildIndex`` (4.9.4) over a stream of dispatch requests.
 
@@ -892,9 +902,6 @@ class IndexBuilder:
         return f
 
     # -- scalar path (exact Java port) ---------------------------------------------------------
-    def _key_hash(self, topic: str, key: str) -> int:
-        return index_hash(java_hash(topic + "#" + key))
-
     def last_record_complete(self, topic: str, keys: str | None, uniq: str | None, sys_flag: int) -> bool:
         """Whether the continued file ends with every key of the record at its
         endPhyOffset (``topic``, ``keys``, ``uniq``, ``sys_flag``: that record), in put
@@ -903,12 +910,12 @@ class IndexBuilder:
         f = self._current
         if f is None or f.created or f.puts or (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
             return False
-        want = _keys_of(keys, uniq)
+        want = record_key_hashes(topic, keys, uniq)
         n = f.index_count - 1
         if not want or n < len(want):
             return False
         tail = [f.entry(i) for i in range(n - len(want) + 1, n + 1)]
-        return all(e[1] == f.end_phy_offset and e[0] == self._key_hash(topic, k) for e, k in zip(tail, want))
+        return all(e[1] == f.end_phy_offset and e[0] == h for e, h in zip(tail, want))
 
     def _put_one(self, f: IndexFileImage, ih: int, phy: int, ts: int) -> bool:
         """``IndexFile.putKey``."""
@@ -955,8 +962,7 @@ class IndexBuilder:
             return
         if (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
             return
-        for k in _keys_of(keys, uniq):
-            ih = self._key_hash(topic, k)
+        for ih in record_key_hashes(topic, keys, uniq):
             while not self._put_one(f, ih, phy, ts):
                 f = self._get_or_create(ts)
 

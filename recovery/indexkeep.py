@@ -45,12 +45,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..formats import commitlog as cl
-from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE, index_hash
-from ..formats.javahash import java_hash
-from . import check as ck
-from .indexbuild import _keys_of
+from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE
+from .indexbuild import record_key_hashes
+from .query import CommitlogReader
 from .scan import byte_views
-from .store import MappedFile, Store, StoreFile
+from .store import Store, StoreFile
 from .versions import BrokerProfile
 
 INT_MAX = (1 << 31) - 1
@@ -194,7 +193,7 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
     end_ts = None
     last_lo = int(np.searchsorted(off, off[m - 1], side="left"))
     done: set[int] = set()
-    with _Records(store, profile, end) as recs:
+    with CommitlogReader(store, profile) as reader:
         for e in picks.tolist():
             phy = int(off[e])
             if phy in done:
@@ -202,7 +201,7 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
             done.add(phy)
             lo = int(np.searchsorted(off, phy, side="left"))
             hi = int(np.searchsorted(off, phy, side="right"))
-            got = recs.at(phy)
+            got = _record_facts(reader, phy)
             if got is None:
                 if phy < store.commitlog_min_offset():
                     continue  # its file is gone (retention): nothing to compare with
@@ -243,7 +242,8 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
         if keep == 0:
             return _fail("the only record indexed lacks some of its keys", n)
         end_phy = int(off[keep - 1])
-        got = _Records.one(store, profile, end, end_phy)
+        with CommitlogReader(store, profile) as reader:
+            got = _record_facts(reader, end_phy)
         end_ts = got[0] if got is not None else begin + int(td[keep - 1]) * 1000
     rewrite = keep < n or not fresh or dangling or tail_nonzero
     # the last kept record has all its keys (when one was cut, the next record's entries
@@ -332,38 +332,11 @@ def _check_record_starts(store: Store, u: np.ndarray, end: int) -> str:
     return ""
 
 
-class _Records:
-    """Decodes single records (the sampled checks), one map per commitlog file."""
-
-    def __init__(self, store: Store, profile: BrokerProfile, end: int) -> None:
-        self.store = store
-        self.profile = profile
-        self.end = end
-        self.maps: dict[int, MappedFile] = {}
-
-    def __enter__(self) -> "_Records":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for mf in self.maps.values():
-            mf.close()
-
-    @classmethod
-    def one(cls, store: Store, profile: BrokerProfile, end: int, phy: int) -> tuple[int, int, list[int]] | None:
-        with cls(store, profile, end) as r:
-            return r.at(phy)
-
-    def at(self, phy: int) -> tuple[int, int, list[int]] | None:
-        """(store timestamp, SYSFLAG, index hashes of its keys in put order) of the
-        record at ``phy``; None if none can be read there."""
-        f = self.store.commitlog_file_for(phy)
-        if f is None or f.size == 0:
-            return None
-        mf = self.maps.get(f.base)
-        if mf is None:
-            mf = self.maps[f.base] = self.store.map(f)
-        c = ck.check_record(mf.buf, phy - f.base, min(mf.size, self.end - f.base), self.profile, check_crc=False)
-        if not c.is_message or c.rec is None or c.rec.physical_offset != phy:
-            return None
-        keys = [index_hash(java_hash(c.rec.topic + "#" + k)) for k in _keys_of(c.keys, c.uniq_key)]
-        return int(c.rec.store_timestamp), int(c.rec.sys_flag), keys
+def _record_facts(reader: CommitlogReader, phy: int) -> tuple[int, int, list[int]] | None:
+    """(store timestamp, SYSFLAG, index hashes of its keys in put order) of the record at
+    ``phy``; None if no message record starts there."""
+    loc = reader.record_at(phy)
+    c = loc.checked if loc is not None else None
+    if c is None or not c.is_message or c.rec is None or c.rec.physical_offset != phy:
+        return None
+    return int(c.rec.store_timestamp), int(c.rec.sys_flag), record_key_hashes(c.rec.topic, c.keys, c.uniq_key)
