@@ -918,7 +918,8 @@ def plan_recovery(
     held (else the broker's loss). ``keep_sound_index``: keep, instead, a file the broker
     would discard that passes :func:`recovery.indexkeep.check_index_file`.
     ``check_unread``: also walk (without the CRC) the commitlog files before the start
-    file, which recovery never reads, and report damage there as problems. ``salvage``: count the records found in the bytes that will be cut.
+    file, which recovery never reads, and report damage there as problems. ``salvage``:
+    count the records found in the bytes that will be cut.
     """
     g = store.geometry
     F = g.commitlog_file_size
@@ -1125,11 +1126,11 @@ def plan_recovery(
                     chk = check_index_file(store, profile, f, end=process, prev_end_timestamp=prev_end)
                 if chk.ok:
                     kept_index.append(f)
-                    if plan.index_kept:  # the one before stays whole: this file continues it
+                    if last_chk is not None:  # the one before stays whole: this file continues it
                         k0 = plan.index_kept[-1]
                         plan.index_sealed.append(k0.file)
                         plan.index_sealed_timestamp = prev_end
-                        plan.index_kept[-1] = IndexKept(k0.file, k0.entries, k0.entries, k0.sampled, last_chk.last_offset if last_chk else k0.end_phy_offset)
+                        plan.index_kept[-1] = IndexKept(k0.file, k0.entries, k0.entries, k0.sampled, last_chk.last_offset)
                     plan.index_kept.append(IndexKept(f"index/{f.name}", chk.entries, chk.keep, chk.sampled, chk.end_phy_offset))
                     last_chk = chk
                     prev_end = h[1]
@@ -1163,14 +1164,13 @@ def plan_recovery(
     # Entries are put in commitlog order, so only the last kept files can reach past the
     # end: walk back while a file's last entry does (one 20-byte read per file).
     k = len(kept_index)
-    for j in range(len(kept_index) - 1, -1, -1):
-        if plan.index_kept:
-            break  # the check cut the kept files' entries at the end
-        last = _last_entry_offset(kept_index[j], g.index_slot_num, headers[kept_index[j].name][5])
-        if last is not None and last < process:
-            break
-        if last is not None:
-            k = j
+    if not plan.index_kept:  # (files kept after the check were cut at the end by it)
+        for j in range(len(kept_index) - 1, -1, -1):
+            last = _last_entry_offset(kept_index[j], g.index_slot_num, headers[kept_index[j].name][5])
+            if last is not None and last < process:
+                break
+            if last is not None:
+                k = j
     past = np.zeros(0, dtype=np.int64)
     if k < len(kept_index):
         f = kept_index[k]
