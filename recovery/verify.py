@@ -2167,6 +2167,76 @@ def in_sorted(a: np.ndarray, sorted_b: np.ndarray) -> np.ndarray:
     return sorted_b[i] == a
 
 
+class _KeyMatch:
+    """Which index entries name one of their record's keys, and which keys some entry names.
+
+    The keys of every record (``recs.key_rec``/``key_hash``) are grouped by record; an
+    entry pointing to record r is compared with each of r's keys in turn (most records have
+    one to three), which costs a few vector passes instead of sorting (record, hash) pairs.
+    Records with more than ``MANY`` keys take a sorted-pair lookup instead, so that a store
+    of records with thousands of KEYS stays linear."""
+
+    MANY = 16
+
+    def __init__(self, recs: "Records") -> None:
+        kr, kh = recs.key_rec, recs.key_hash
+        if len(kr) > 1 and not bool(np.all(kr[1:] >= kr[:-1])):
+            o = np.argsort(kr, kind="stable")
+            kr, kh = kr[o], kh[o]
+        self.kr, self.kh = kr, kh
+        self.count = np.bincount(kr, minlength=len(recs)) if len(kr) else np.zeros(len(recs), dtype=np.int64)
+        self.start = np.zeros(len(self.count) + 1, dtype=np.int64)
+        np.cumsum(self.count, out=self.start[1:])
+        self.present = np.zeros(len(kr), dtype=bool)  # some entry (of any file) names this key
+        many = np.flatnonzero(self.count > self.MANY)
+        self.many_recs = many
+        if len(many):
+            sel = np.flatnonzero(np.isin(kr, many))
+            self.many_keys = sel
+            self.many_pairs = (kr[sel] << 32) | (kh[sel].astype(np.int64) & 0xFFFFFFFF)
+            self.many_sorted = sorted_unique(self.many_pairs)
+        self.many_found: list[np.ndarray] = []
+
+    def match(self, rj: np.ndarray, found: np.ndarray, kh: np.ndarray) -> np.ndarray:
+        """Per entry: found, and its hash is one of the hashes of record ``rj``'s keys."""
+        ok = np.zeros(len(rj), dtype=bool)
+        sel = np.flatnonzero(found)
+        if not len(sel) or not len(self.kr):
+            return ok
+        c = self.count[rj[sel]]
+        if len(self.many_recs):
+            big = c > self.MANY
+            if big.any():
+                bi = sel[big]
+                pairs = (rj[bi] << 32) | (kh[bi].astype(np.int64) & 0xFFFFFFFF)
+                hit = in_sorted(pairs, self.many_sorted)
+                ok[bi[hit]] = True
+                self.many_found.append(pairs[hit])
+                sel, c = sel[~big], c[~big]
+        b = self.start[rj[sel]]
+        h = kh[sel]
+        j = 0
+        while len(sel):
+            live = c > j
+            if not live.all():
+                sel, b, c, h = sel[live], b[live], c[live], h[live]
+                if not len(sel):
+                    break
+            pos = b + j
+            eq = self.kh[pos] == h
+            ok[sel[eq]] = True
+            self.present[pos[eq]] = True
+            j += 1
+        return ok
+
+    def missing_records(self) -> np.ndarray:
+        """Sorted indexes of the records with a key no entry names."""
+        if len(self.many_recs) and self.many_found:
+            named = sorted_unique(np.concatenate(self.many_found))
+            self.present[self.many_keys[in_sorted(self.many_pairs, named)]] = True
+        return sorted_unique(self.kr[~self.present])
+
+
 def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
     """(start, length) of the runs of consecutive values in a sorted int array."""
     if not len(idx):
@@ -2440,6 +2510,9 @@ def _q1_tags(store: Store, profile: BrokerProfile, recs: Records, j: int) -> int
 _INT_MAX = 0x7FFFFFFF
 
 
+_CHAIN_LOCAL_TEST = True  # tests turn it off to compare with the pointer jumping alone
+
+
 def _read_index_header(f: StoreFile) -> Any:
     if f.size < ixf.HEADER_SIZE:
         return None
@@ -2459,8 +2532,7 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
     S, N = g.index_slot_num, g.index_num
     cl_min = store.commitlog_min_offset()
     data_end = int(outlook.get("data_end", 0))
-    rec_pairs = sorted_unique((recs.key_rec << 32) | (recs.key_hash.astype(np.int64) & 0xFFFFFFFF)) if len(recs.key_rec) else np.zeros(0, dtype=np.int64)
-    present: list[np.ndarray] = []
+    km = _KeyMatch(recs)
     wrong_recs: list[np.ndarray] = []
     stats: dict[str, Any] = {"files": len(store.index_files), "entries": 0, "expired_entries": 0}
     prev_end_ts = 0
@@ -2564,18 +2636,36 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             sv_val = slots[sv]
             dup_target = np.flatnonzero(np.bincount(sv_val, minlength=eff) > 1)
             head_slot[sv_val] = sv
-            # chain heads by pointer jumping, only over the entries not yet at their head
-            # (up[k] > k, so every chain converges; log2(chain length) rounds)
-            root = np.arange(eff, dtype=np.int64)
             upk = up[ks]
-            root[ks] = np.where(upk == 0, ks, upk)
-            pend = ks[upk != 0]
-            while len(pend):
-                r = root[pend]
-                rr = root[r]
-                root[pend] = rr
-                pend = pend[rr != r]
-            chain_slot = head_slot[root[ks]]
+            slot_of = np.where(kh >= 0, kh % np.int32(S), -1).astype(np.int64)
+            # Sound files pass a local test: every entry has exactly one parent (the newer
+            # entry linking to it, or one hash slot), links only go to older entries, and
+            # each parent belongs to the entry's own slot. Then, by induction up every
+            # chain, each entry is reachable from exactly the slot of its hash.
+            sound = _CHAIN_LOCAL_TEST and not (prev_range.any() or cycle.any() or len(shared) or len(dup_target))
+            if sound:
+                has_up = upk != 0
+                hs = head_slot[ks]
+                if bool(np.all(has_up != (hs >= 0))):
+                    so = np.full(eff, -2, dtype=np.int64)
+                    so[ks] = slot_of
+                    sound = bool(np.array_equal(np.where(has_up, so[upk], hs), slot_of))
+                else:
+                    sound = False
+            if sound:
+                chain_slot = slot_of
+            else:
+                # chain heads by pointer jumping, only over the entries not yet at their
+                # head (up[k] > k, so every chain converges; log2(chain length) rounds)
+                root = np.arange(eff, dtype=np.int64)
+                root[ks] = np.where(upk == 0, ks, upk)
+                pend = ks[upk != 0]
+                while len(pend):
+                    r = root[pend]
+                    rr = root[r]
+                    root[pend] = rr
+                    pend = pend[rr != r]
+                chain_slot = head_slot[root[ks]]
             into_middle = sv[up[sv_val] != 0]
             for s_i in into_middle[:MAX_RUNS].tolist():
                 out.append(finding("IDX_CHAIN_BROKEN", rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
@@ -2599,14 +2689,11 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             emit("IDX_INTO_DAMAGE", rel, ks[in_span], eoff[in_span], lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})")
             emit("IDX_PAST_END", rel, ks[past], eoff[past], lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})")
             emit("IDX_BAD_ENTRY", rel, ks[bad & ~neg], eoff[bad & ~neg], lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
-            pairs = (rj << 32) | kh.view(np.uint32).astype(np.int64)
-            hash_ok = found & in_sorted(pairs, rec_pairs)
+            hash_ok = km.match(rj, found, kh)
             wrong = found & ~hash_ok & ~neg
             emit("IDX_WRONG_HASH", rel, ks[wrong], eoff[wrong],
                  lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}")
-            present.append(pairs[hash_ok])
             wrong_recs.append(rj[wrong])
-            slot_of = np.where(kh >= 0, kh % np.int32(S), -1)
             misplaced = ~orphan & ~wrong & ~neg & (chain_slot != slot_of)
             emit("IDX_CHAIN_BROKEN", rel, ks[misplaced], eoff[misplaced],
                  lambda k, s: f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}")
@@ -2630,10 +2717,8 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             except BufferError:
                 pass
     # ---- messages missing from the index
-    if store.index_files and len(rec_pairs):
-        pres = sorted_unique(np.concatenate(present)) if present else np.zeros(0, dtype=np.int64)
-        miss_pairs = rec_pairs[~in_sorted(rec_pairs, pres)]
-        miss_rec = sorted_unique(miss_pairs >> 32)
+    if store.index_files and len(recs.key_rec):
+        miss_rec = km.missing_records()
         tx = tx_type(recs.flags[miss_rec])
         keep = (tx != 0xC) & (recs.off[miss_rec] < broker.po)
         if wrong_recs:

@@ -864,3 +864,121 @@ def test_hash_slot_count_of_another_version_is_a_warning(tmp_path: Path, capsys:
     first.write_bytes(bytes(raw))
     code, findings = verify_cli(root, capsys)
     assert code == 4 and [f["file"] for f in findings if f["code"] == "IDX_HEADER"] == [f"index/{first.name}"]
+
+
+# ---------------------------------------------------------------------------------------
+# index entries against their records' keys (the grouped comparison of _KeyMatch)
+
+
+def _naive_key_match(key_rec: np.ndarray, key_hash: np.ndarray, entries: list[tuple[int, bool, int]]) -> tuple[list[bool], list[int]]:
+    """The definition: an entry is good when (its record, its hash) is one of the records'
+    (record, key hash) pairs; a record is missing when one of its pairs no good entry names."""
+    pairs = set(zip(key_rec.tolist(), key_hash.tolist()))
+    ok = [found and (r, h) in pairs for r, found, h in entries]
+    named = {(r, h) for (r, found, h), good in zip(entries, ok) if good}
+    return ok, sorted({r for r, h in pairs if (r, h) not in named})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_key_match_equals_the_pair_definition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n_rec = 300
+    # 0 to 3 keys for most records, 17-60 (past _KeyMatch.MANY) for a few, duplicates among them
+    counts = np.where(rng.random(n_rec) < 0.05, rng.integers(17, 60, n_rec), rng.integers(0, 4, n_rec))
+    key_rec = np.repeat(np.arange(n_rec), counts)
+    key_hash = rng.integers(0, 40, len(key_rec)).astype(np.int32)  # few values: duplicate hashes
+    if seed % 2:  # keys not grouped by record (overlapping commitlog files re-order records)
+        o = rng.permutation(len(key_rec))
+        key_rec, key_hash = key_rec[o], key_hash[o]
+    recs = v.Records(off=np.arange(n_rec, dtype=np.int64) * 100, size=np.zeros(n_rec, np.int32), qkey=np.zeros(n_rec, np.int32),
+                     queue_offset=np.zeros(n_rec, np.int64), store_ts=np.zeros(n_rec, np.int64), tags=np.zeros(n_rec, np.int64),
+                     flags=np.zeros(n_rec, np.uint8), file_idx=np.zeros(n_rec, np.int32), queues=[], key_rec=key_rec,
+                     key_hash=key_hash, anomalies=[])
+    km = v._KeyMatch(recs)
+    all_entries: list[tuple[int, bool, int]] = []
+    got_ok: list[bool] = []
+    for _file in range(3):  # several index files share one record of which keys were named
+        m = 2000
+        rj = rng.integers(0, n_rec, m)
+        found = rng.random(m) < 0.9
+        kh = rng.integers(0, 45, m).astype(np.int32)
+        real = rng.random(m) < 0.5  # half of them name a real key of some record
+        pick = rng.integers(0, len(key_rec), m)
+        rj = np.where(real, key_rec[pick], rj)
+        kh = np.where(real, key_hash[pick], kh).astype(np.int32)
+        got_ok += km.match(rj.astype(np.int64), found, kh).tolist()
+        all_entries += list(zip(rj.tolist(), found.tolist(), kh.tolist()))
+    want_ok, want_missing = _naive_key_match(key_rec, key_hash, all_entries)
+    assert got_ok == want_ok
+    assert sum(want_ok) > 2000 and 0 < len(want_missing) < n_rec  # both outcomes occur
+    assert km.missing_records().tolist() == want_missing
+
+
+def test_index_of_records_with_many_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Records with more keys than _KeyMatch.MANY (and a repeated key): sound after
+    rebuild-index; one entry of such a record with a wrong hash is the one finding."""
+    import test_audit_versions as av
+
+    root = tmp_path / "store"
+    specs = [dict(topic="Many", props=av.props({"KEYS": " ".join(f"m{i}k{j}" for j in range(25)) + f" m{i}k0", "TAGS": "TagA"}))
+             for i in range(3)]
+    specs += [dict(topic="Few", props=av.props({"KEYS": f"f{i}", "TAGS": "TagB"})) for i in range(20)]
+    av.write_store(root, specs)
+    assert av.rebuild(capsys, root, tmp_path) == 0
+    code, findings = av.verify(capsys, root)
+    assert code == 0 and [f["code"] for f in findings] == []
+    f = sorted((root / "index").iterdir())[0]
+    k = 30  # an entry of the second many-key record (25 distinct keys each, from entry 1)
+    at = 40 + av.SLOTS * 4 + k * 20
+    data = f.read_bytes()
+    (h,) = struct.unpack(">i", data[at : at + 4])
+    (off,) = struct.unpack(">q", data[at + 4 : at + 12])
+    assert off == specs_offset(root, 1)
+    patch(f, at, struct.pack(">i", h ^ 0x40000))
+    code, findings = av.verify(capsys, root)
+    assert code == 4
+    assert [(x["code"], x["pos"]) for x in findings if x["severity"] == "error"] == [("IDX_WRONG_HASH", at)]
+
+
+def specs_offset(root: Path, i: int) -> int:
+    """The physical offset of the i-th record of a one-file store."""
+    data = (root / "commitlog" / f"{0:020d}").read_bytes()
+    pos = 0
+    for _ in range(i):
+        (total,) = struct.unpack(">i", data[pos : pos + 4])
+        pos += total
+    return pos
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_chain_local_test_equals_pointer_jumping(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local test that lets a sound index skip the chain walk changes no finding: on
+    sound files, and on files with damaged slots, links and hashes, the report equals the
+    one the pointer jumping alone gives."""
+    rng = random.Random(seed)
+    root = copy_store(["clean", "many_files", "delay", "crash_midwrite"][seed % 4], tmp_path)
+    files = sorted((root / "index").iterdir())
+    slots_end = 40 + 100 * 4
+    for _ in range(seed // 4 * 3):  # seeds 0-3 sound, then 3 and 6 damaged fields
+        f = rng.choice(files)
+        count = struct.unpack(">i", f.read_bytes()[36:40])[0]
+        k = rng.randrange(1, max(2, count))
+        what = rng.randrange(4)
+        if what == 0:  # a slot names another entry
+            patch(f, 40 + rng.randrange(100) * 4, struct.pack(">i", rng.randrange(count)))
+        elif what == 1:  # a link names another (older or not) entry
+            patch(f, slots_end + k * 20 + 16, struct.pack(">i", rng.randrange(count)))
+        elif what == 2:  # a hash of another slot
+            (h,) = struct.unpack(">i", f.read_bytes()[slots_end + k * 20 : slots_end + k * 20 + 4])
+            patch(f, slots_end + k * 20, struct.pack(">i", (h + rng.randrange(1, 100)) & 0x7FFFFFFF))
+        else:  # a negative hash
+            patch(f, slots_end + k * 20, struct.pack(">i", -rng.randrange(1, 1 << 30)))
+    fast = report(root)
+    monkeypatch.setattr(v, "_CHAIN_LOCAL_TEST", False)
+    slow = report(root)
+    assert key(fast) == key(slow)
+    assert fast.summary["codes"] == slow.summary["codes"]
+    if seed < 4:
+        assert not any(c.startswith("IDX_") and c != "IDX_DISPATCH_LAG" for c in fast.summary["codes"])
+    else:
+        assert any(c.startswith("IDX_") for c in fast.summary["codes"])
