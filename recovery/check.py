@@ -86,6 +86,12 @@ def java_parse_int(text: str) -> int | None:
     return v if -(1 << 31) <= v < (1 << 31) else None
 
 
+def java_parse_short(text: str) -> int | None:
+    """``Short.parseShort``: ``Integer.parseInt``, then the short range."""
+    v = java_parse_int(text)
+    return v if v is not None and -(1 << 15) <= v < (1 << 15) else None
+
+
 def check_record(
     buf: Any,
     pos: int,
@@ -158,7 +164,8 @@ def check_record(
     if rec.total_size != rec.computed_size:
         return Checked(rec.total_size, False, SIZE_MISMATCH, rec, props, tags_code, keys, uniq, field="total_size")
     if profile.is_5x and props is not None and INNER_NUM in props and INNER_BASE in props:
-        if java_parse_int(props[INNER_NUM]) is None or not _java_long(props[INNER_BASE]):
+        # setBatchSizeIfNeeded: Long.parseLong(INNER_BASE), Short.parseShort(INNER_NUM)
+        if java_parse_short(props[INNER_NUM]) is None or not _java_long(props[INNER_BASE]):
             return Checked(-1, False, INNER_BATCH, rec, props, field="properties.INNER_NUM")
     return Checked(rec.total_size, True, OK, rec, props, tags_code, keys, uniq)
 

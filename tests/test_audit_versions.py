@@ -915,3 +915,30 @@ def test_schedule_tags_code_in_abnormal_recovery(tmp_path: Path, capsys: pytest.
     (unit,) = cq_units(root, "SCHEDULE_TOPIC_XXXX", 2)
     assert unit[:2] == (recs[0]["offset"], recs[0]["size"])
     assert unit[2] == (jhash("TagA") if q1 else recs[0]["store_ts"] + 10_000)
+
+
+# ============================================================================ inner batches (5.x)
+
+
+@pytest.mark.parametrize("version,value,dispatched", [
+    ("5.1.4", "40000", 1), ("5.3.3", "32768", 1), ("5.3.3", "-32769", 1), ("5.1.4", "2147483647", 1),
+    ("5.1.4", "32767", 3), ("5.3.3", "-32768", 3), ("4.9.4", "40000", 3),
+])
+def test_inner_num_is_a_java_short(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, value: str,
+                                   dispatched: int) -> None:
+    """RECOVERY §2 step 13: a 5.x record with INNER_NUM and INNER_BASE is checked with
+    Short.parseShort(INNER_NUM), so a value outside [-32768, 32767] fails the record and
+    the reput stops there; before 5.0 INNER_NUM is ordinary data."""
+    specs = [dict(topic="IS", props=props({"KEYS": "a", "TAGS": "t"})),
+             dict(topic="IS", props=props({"INNER_NUM": value, "INNER_BASE": "1", "KEYS": "b"})),
+             dict(topic="IS", props=props({"KEYS": "c", "TAGS": "t"}))]
+    root = tmp_path / "store"
+    write_store(root, specs)
+    rebuild(capsys, root, tmp_path, "--broker-version", version)
+    assert len(cq_units(root, "IS")) == dispatched
+    assert len(index_pairs(root)) == dispatched
+    code, findings = verify(capsys, root, "--broker-version", version)
+    if dispatched == 1:
+        assert code == 4 and "CL_BAD_INNER_BATCH" in codes(findings, "error")
+    else:
+        assert code == 0 and not codes(findings, "error")
