@@ -22,7 +22,7 @@ from construct import Bytes, Const, IfThenElse, Int8sb, Int16sb, Int32sb, Int64s
 from .crc import crc32_fast, crc32_reference
 from .errors import FormatError
 from .names import host_to_str, offset_msg_id
-from .properties import CRC32, encode_crc32_digits
+from .properties import CRC32, JAVA_REPLACE, encode_crc32_digits
 from .schema import fixed_struct
 
 MAGIC_V1 = -626843481  # 0xDAA320A7 MESSAGE_MAGIC_CODE
@@ -298,7 +298,7 @@ def decode_message(buf: Any, pos: int, end: int | None = None, *, total_limit: b
         raise DecodeFailure("too_long", "topic", p)
     if p + topic_len > end:
         raise DecodeFailure("short", "topic", p)
-    topic = bytes(buf[p : p + topic_len]).decode("utf-8", "replace")
+    topic = bytes(buf[p : p + topic_len]).decode("utf-8", JAVA_REPLACE)
     p += topic_len
     if p + 2 > end:
         raise DecodeFailure("short", "properties_length", p)
@@ -311,7 +311,7 @@ def decode_message(buf: Any, pos: int, end: int | None = None, *, total_limit: b
             raise DecodeFailure("too_long", "properties", p)
         if p + prop_len > end:
             raise DecodeFailure("short", "properties", p)
-        props = bytes(buf[p : p + prop_len]).decode("utf-8", "replace")
+        props = bytes(buf[p : p + prop_len]).decode("utf-8", JAVA_REPLACE)
     computed = cal_msg_length(lay.v2, sys_flag, body_len, topic_len, prop_len)
     return MessageRecord(
         pos, total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,

@@ -47,6 +47,7 @@ from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT
 from ..formats.javahash import tags_code as _tags_code
 from ..formats.names import index_file_name, offset_to_file_name
+from ..formats.properties import JAVA_REPLACE
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
 from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList, take_names, write_zeros
@@ -133,7 +134,7 @@ class LazyValues(Sequence[Optional[str]]):
                 text = joined.decode("ascii")
                 vals = [text[x:y] for x, y in zip(a_l, b_l)]
             else:
-                vals = [joined[x:y].decode("utf-8", "replace") for x, y in zip(a_l, b_l)]
+                vals = [joined[x:y].decode("utf-8", JAVA_REPLACE) for x, y in zip(a_l, b_l)]
             if len(vals) == self._n:
                 out = vals  # type: ignore[assignment]
             else:
@@ -584,7 +585,7 @@ class _FastDecoder:
             tb = bytes(buf[a : a + int(tl[i])])
             got = tcache.get(tb)
             if got is None:
-                got = tcache[tb] = tb.decode("utf-8", "replace")
+                got = tcache[tb] = tb.decode("utf-8", JAVA_REPLACE)
             names.append(got)
         out = TopicList(take_names(names, inv))
         if len(set(names)) == len(names):  # (two byte strings can decode to one name)
@@ -601,7 +602,7 @@ class _FastDecoder:
         tbytes = [buf[a:b] for a, b in zip(t_a.tolist(), (t_a + tl).tolist())]
         for tb in set(tbytes):
             if tb not in tcache:
-                tcache[tb] = bytes(tb).decode("utf-8", "replace")
+                tcache[tb] = bytes(tb).decode("utf-8", JAVA_REPLACE)
         return list(map(tcache.__getitem__, tbytes))
 
     # -- properties ------------------------------------------------------------------------
@@ -670,7 +671,7 @@ class _FastDecoder:
                     v = joined[int(va[i]) : int(vb[i])]
                     c = tc.get(v)
                     if c is None:
-                        c = tc[v] = _tags_code(v.decode("utf-8", "replace"))
+                        c = tc[v] = _tags_code(v.decode("utf-8", JAVA_REPLACE))
                     codes[i] = c
             tags_code[rec] = codes
         if b"DELAY" in found:
@@ -678,7 +679,7 @@ class _FastDecoder:
             for r, a, b in zip(rec.tolist(), va.tolist(), vb.tolist()):
                 if topics[r] != SCHEDULE_TOPIC:
                     continue
-                level = ck.java_parse_int(joined[a:b].decode("utf-8", "replace"))
+                level = ck.java_parse_int(joined[a:b].decode("utf-8", JAVA_REPLACE))
                 if level is None:
                     odd.append(r)  # the record is invalid: check_record says so
                     continue

@@ -58,7 +58,7 @@ from ..formats import consumequeue as cqf
 from ..formats import indexfile as ixf
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
-from ..formats.properties import parse_properties, parse_properties_legacy, decode_crc32_digits
+from ..formats.properties import JAVA_REPLACE, parse_properties, parse_properties_legacy, decode_crc32_digits
 from . import check as ck
 from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, hints_in, last_nonzero as _last_nonzero, queue_hint_runs, sorted_unique
 from .store import Store, StoreFile
@@ -284,7 +284,7 @@ class _Rec:
         t = self.topic_ids.get(raw)
         if t is None:
             t = self.topic_ids[raw] = len(self.topics)
-            self.topics.append(raw.decode("utf-8", "replace"))
+            self.topics.append(raw.decode("utf-8", JAVA_REPLACE))
         return t
 
     def add(self, **cols: np.ndarray) -> None:
@@ -1093,7 +1093,7 @@ def _slow_props(ctx: _Ctx, pb: bytes, tb: bytes, store_ts: int) -> tuple[int, li
     """The full property parse for records the fast path does not handle: returns
     (tagsCode, index keys) or None when the broker refuses the record."""
     prof = ctx.profile
-    text = pb.decode("utf-8", "replace")
+    text = pb.decode("utf-8", JAVA_REPLACE)
     props = parse_properties(text) if prof.new_properties_parser else parse_properties_legacy(text)
     code = 0
     t = props.get("TAGS")
@@ -1141,7 +1141,7 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
             and pb[:1] != b"\x01" and pb[-1:] != b"\x01"):
         return
     dropped = 0
-    for seg in pb.decode("utf-8", "replace").split("\x02"):
+    for seg in pb.decode("utf-8", JAVA_REPLACE).split("\x02"):
         k = seg.find("\x01")
         if seg and not (0 < k < len(seg) - 1):
             dropped += 1
@@ -2660,7 +2660,10 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
                     j, hit = recs.find(eoff[k_e : k_e + 1])
                     if hit[0] and int(recs.store_ts[j[0]]) != int(h[field_name]):
                         hdr_problems.append(f"{which}Timestamp {int(h[field_name])}, its entry's record was stored at {int(recs.store_ts[j[0]])}")
-            if int(h["begin_timestamp"]) > int(h["end_timestamp"]) or int(h["begin_phy_offset"]) > int(h["end_phy_offset"]):
+            # a file with no put has begin == end (IndexFile's constructor). After puts, begin
+            # is the first put's and end the last put's: a store clock that stepped back
+            # puts begin after end, as the broker writes it (the entries are checked above)
+            if count < 2 and (int(h["begin_timestamp"]) > int(h["end_timestamp"]) or int(h["begin_phy_offset"]) > int(h["end_phy_offset"])):
                 hdr_problems.append("begin values after end values")
             if hdr_problems:
                 out.append(finding("IDX_HEADER", rel, 0, None, "; ".join(hdr_problems), index_count=count, hash_slot_count=hsc))

@@ -23,7 +23,7 @@ from .exitcodes import Exit
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from .formats import commitlog as cl
 from .formats.crc import crc32_raw
-from .formats.properties import split_keys
+from .formats.properties import JAVA_REPLACE, split_keys
 from .recovery import check as ck
 from .recovery import query as qy
 from .render import dumps, render
@@ -482,7 +482,7 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
                 pb = buf[q + 2 : q + 2 + pl]
                 if len(pb.translate(None, bad)) != pl or (is5 and b"INNER_" in pb):
                     break
-                props = pb.decode("utf-8", "replace")
+                props = pb.decode("utf-8", JAVA_REPLACE)
                 body = props[:-1] if props[-1] == "\x02" else props
                 segs = body.split("\x02")
                 try:
@@ -494,7 +494,7 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
                 # ---- plain: filters, then the line --------------------------------------
                 t = topics.get(tb)
                 if t is None:
-                    name = tb.decode("utf-8", "replace")
+                    name = tb.decode("utf-8", JAVA_REPLACE)
                     t = topics[tb] = (name, enc(name))
                 if unfiltered or (lo <= pos < hi and (topic is None or t[0] == topic) and (queue_id is None or qid == queue_id)
                                   and (since is None or stt >= since) and (until is None or stt <= until)):
@@ -753,7 +753,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
         raw = row[1 : 1 + int(row[0])].tobytes()
         js = vec.topics.get(raw)
         if js is None and raw not in vec.topics:
-            js = vec.topics[raw] = None if raw == _SCHEDULE else _enc(raw.decode("utf-8", "replace")).encode()
+            js = vec.topics[raw] = None if raw == _SCHEDULE else _enc(raw.decode("utf-8", JAVA_REPLACE)).encode()
         if js is None:
             ok &= tinv != i
             js = b"null"

@@ -36,6 +36,7 @@ from .blocks import body_crcs_match, distinct, gather, host_keys, host_of_key, r
 from .formats import commitlog as cl
 from .formats.javahash import tags_code
 from .formats.names import host_to_str
+from .formats.properties import JAVA_REPLACE
 from .recovery import check as ck
 from .recovery.scan import walk_records
 from .recovery.splits import Handoff, Split, open_split
@@ -209,7 +210,7 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
         raw = row[1 : 1 + int(row[0])].tobytes()
         name = st.topics.get(raw, False)
         if name is False:
-            name = st.topics[raw] = None if raw == _SCHEDULE else raw.decode("utf-8", "replace")
+            name = st.topics[raw] = None if raw == _SCHEDULE else raw.decode("utf-8", JAVA_REPLACE)
         if name is None:
             ok &= tinv != i
         tnames.append(name)

@@ -942,3 +942,54 @@ def test_inner_num_is_a_java_short(tmp_path: Path, capsys: pytest.CaptureFixture
         assert code == 4 and "CL_BAD_INNER_BATCH" in codes(findings, "error")
     else:
         assert code == 0 and not codes(findings, "error")
+
+
+@pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
+def test_index_header_after_the_store_clock_stepped_back(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+    """IndexFile.putKey sets beginTimestamp at the first put and endTimestamp at every put:
+    when the store clock steps back (NTP) the broker's header has begin after end. verify
+    accepts that header; a header with begin after end and no entry stays an error."""
+    specs = [dict(topic="TC", props=props({"KEYS": "a"}), store_ts=TS0 + 5000),
+             dict(topic="TC", props=props({"KEYS": "b"}), store_ts=TS0 + 6000),
+             dict(topic="TC", props=props({"KEYS": "c"}), store_ts=TS0 + 1000)]
+    root = tmp_path / "store"
+    write_store(root, specs)
+    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 0
+    f = sorted((root / "index").iterdir())[0]
+    begin_ts, end_ts, _bp, _ep, _slots, count = struct.unpack_from(">qqqqii", f.read_bytes(), 0)
+    assert (begin_ts, end_ts, count) == (TS0 + 5000, TS0 + 1000, 4)
+    code, findings = verify(capsys, root, "--broker-version", version)
+    assert code == 0 and not codes(findings, "error")
+    # the same header with no entry: no put writes it
+    data = bytearray(f.read_bytes())
+    data[40:] = bytes(len(data) - 40)
+    struct.pack_into(">ii", data, 32, 0, 1)
+    f.write_bytes(bytes(data))
+    code, findings = verify(capsys, root, "--broker-version", version)
+    assert code == 4 and [x["message"] for x in findings if x["code"] == "IDX_HEADER"] == ["begin values after end values"]
+
+
+# ============================================================================ malformed UTF-8
+
+
+@pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
+def test_encoded_surrogates_decode_as_java_does(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+    """A UTF-8-encoded surrogate (CESU-8, ED A0..BF 80..BF, as some non-Java clients send)
+    in TAGS or KEYS: Java's new String(bytes, UTF_8) makes it one U+FFFD, so the tags code
+    is hashCode("x\\uFFFD") = 69253 (Python's plain 'replace' makes three) and the index
+    key is topic#k\\uFFFD; ED A0 before a non-continuation byte is one U+FFFD too."""
+    from rmqtool.formats.javahash import java_hash
+
+    raw_props = b"TAGS\x01x\xed\xb0\x80\x02KEYS\x01k\xed\xa0\x80 m\xed\xa0z"
+    specs = [dict(topic="IT", props=raw_props), dict(topic="IT", props=props({"KEYS": "plain", "TAGS": "t"}))]
+    recs = write_store(tmp_path / "store", specs)
+    root = tmp_path / "store"
+    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 0
+    assert java_hash("x\ufffd") == 69253
+    assert cq_units(root, "IT")[0] == (recs[0]["offset"], recs[0]["size"], 69253)
+    assert index_pairs(root) == {(index_hash("IT#k\ufffd"), recs[0]["offset"]), (index_hash("IT#m\ufffdz"), recs[0]["offset"]),
+                                 (index_hash("IT#plain"), recs[1]["offset"])}
+    code, findings = verify(capsys, root, "--broker-version", version)
+    assert code == 0 and not codes(findings, "error")
+    rows = dump(capsys, root)
+    assert [r.get("tags") for r in rows][:1] == ["x\ufffd"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -198,3 +199,22 @@ def test_tags_code_empty_and_cache() -> None:
     tags_code("TagA")
     tags_code("TagA")
     assert tags_code.cache_info().hits >= 1
+
+
+def test_utf8_decoding_equals_java() -> None:
+    """decode_utf8 gives the UTF-16 code units and String.hashCode that OpenJDK 17's
+    ``new String(bytes, UTF_8)`` gives, on every vector (malformed input included), and
+    the vectors hold the one kind where Python's plain 'replace' differs (ED A0..BF)."""
+    from rmqtool.formats.properties import decode_utf8
+
+    path = Path(__file__).resolve().parent / "data" / "java_utf8_vectors.txt"
+    rows = [line.split(" ") for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    assert len(rows) > 5000
+    plain_differs = 0
+    for hx, units, h in rows:
+        raw = bytes.fromhex(hx)
+        s = decode_utf8(raw)
+        assert s.encode("utf-16-be").hex() == units, hx
+        assert java_hash(s) == int(h), hx
+        plain_differs += raw.decode("utf-8", "replace").encode("utf-16-be").hex() != units
+    assert plain_differs > 500
