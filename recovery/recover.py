@@ -1485,8 +1485,12 @@ def apply_recovery(
         # consume queues
         for key, q in sorted(queues.items()):
             topic, qid = key
+            # a file the queue's recovery removes and the dispatch writes again (the broker
+            # deletes it, then creates it under the same name): one replacement
+            recreated = {f.base: f for f in q.removed if f.base in q.content}
             for f in q.removed:
-                tx.remove_file(f.path)
+                if f.base not in recreated:
+                    tx.remove_file(f.path)
             if not q.bases:
                 continue
             last = q.bases[-1]
@@ -1495,8 +1499,9 @@ def apply_recovery(
                 pos = (q.write - b) if (b == last and q.write is not None) else Fcq
                 if b in q.content:
                     units = bytes(q.content[b][:pos])
-                    if b in q.disk:
-                        if units.ljust(Fcq, b"\0") != _read_cq(q.disk[b], Fcq) or q.disk[b].size != Fcq:
+                    old = q.disk.get(b) or recreated.get(b)
+                    if old is not None:
+                        if units.ljust(Fcq, b"\0") != _read_cq(old, Fcq) or old.size != Fcq:
                             tx.replace_file(rel, _units_writer(units, Fcq))
                     else:
                         tx.create_file(rel, _units_writer(units, Fcq), mode=0o644)

@@ -128,12 +128,15 @@ class Store:
         index_num: int | None = None,
         commitlog_dir: str | Path | None = None,
     ) -> "Store":
-        root = Path(root)
+        # absolute: every file path the store hands out then names the same file whatever
+        # the working directory, and the safety layer never reads a relative path as one
+        # inside the store (a relative STORE argument made every removal fail)
+        root = Path(os.path.abspath(root))
         if not root.exists():
             raise StoreLayoutError("no such directory", root)
         if not root.is_dir():
             raise StoreLayoutError("not a directory", root)
-        cl_dir = Path(commitlog_dir) if commitlog_dir else root / "commitlog"
+        cl_dir = Path(os.path.abspath(commitlog_dir)) if commitlog_dir else root / "commitlog"
         markers = [cl_dir, root / "consumequeue", root / "index", root / "checkpoint"]
         if not any(m.exists() for m in markers):
             raise StoreLayoutError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)", root)
