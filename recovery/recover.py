@@ -74,6 +74,7 @@ from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
 from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
 from .indexkeep import NO_END as _NO_END, IndexCheck, check_index_file
+from .reput import SIZE_ACCOUNTING
 from .store import Store, StoreFile
 from .transfer import Inherited, fork_context, inherited, share, unshare
 from .versions import BrokerProfile
@@ -1319,7 +1320,8 @@ class _Queue:
 
 def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None,
                    progress: Progress | None, jobs: int | None = None, tags: bool = True,
-                   hints: np.ndarray | list[np.ndarray] | None = None, index_keys: bool = True) -> Iterable[Any]:
+                   hints: np.ndarray | list[np.ndarray] | None = None, index_keys: bool = True,
+                   problems: list[Any] | None = None) -> Iterable[Any]:
     """The dispatch requests of ``[lo, hi)`` in column form, in commitlog order: the reput
     pass (``recovery.reput.iter_dispatch_parallel``, decoded on ``jobs`` cores).
     ``tags=False`` (a pass that feeds only the index) leaves tags_code unset on the fast
@@ -1330,7 +1332,8 @@ def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: 
     if hi <= lo:
         return iter(())
     return iter_dispatch_parallel(store, profile, jobs=jobs, from_offset=lo, to_offset=hi, max_delay_level=mdl,
-                                  progress=progress, tags=tags, index_keys=index_keys, hints=sorted_hints_in(hints, lo, hi))
+                                  progress=progress, tags=tags, index_keys=index_keys, hints=sorted_hints_in(hints, lo, hi),
+                                  problems=problems, broker_offset_after_mismatch=True)
 
 
 def apply_recovery(
@@ -1387,6 +1390,7 @@ def apply_recovery(
     dispatched: dict[str, int] = {}
     logics: int | None = None
     sched_rows: list[int] = []  # positions of SCHEDULE_TOPIC_XXXX records dispatched with mdl 0
+    reput_problems: list[Any] = []  # what the dispatch passes met (damage the broker's reput skips too)
 
     def run_pass(name: str, lo: int, hi: int, mdl: int | None, cq: bool, index: bool,
                  cqset: Any, skip_upto: int | None = None) -> None:
@@ -1397,7 +1401,7 @@ def apply_recovery(
         last_start = plan.last_valid_offset if hi >= process and plan.last_valid_offset >= 0 else hi - 1
         index = index and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
         for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs, tags=bool(cq and cqset is not None),
-                                   hints=getattr(plan, "_hints", None), index_keys=index):
+                                   hints=getattr(plan, "_hints", None), index_keys=index, problems=reput_problems):
             if skip_upto is not None:
                 mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
                 if not mask.all():
@@ -1566,7 +1570,8 @@ def apply_recovery(
         checkpoint_after=cp._asdict(),
         delay_tags_mismatch=delay_mismatch,
         salvage=salvage_info,
-        problems=list(plan.problems),
+        problems=list(plan.problems) + [Problem(p.code, p.path, p.offset, p.message) for p in reput_problems
+                                        if p.code == SIZE_ACCOUNTING],
         cq_warnings=cq_warnings,
     )
 

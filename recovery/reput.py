@@ -875,8 +875,10 @@ class _Walker:
         tags: bool = True,
         index_keys: bool = True,
         hints: np.ndarray | None = None,
+        broker_offset_after_mismatch: bool = False,
     ) -> None:
         self.store = store
+        self.follow_q13 = broker_offset_after_mismatch
         self.profile = profile
         self.files = [f for f in store.commitlog if f.size > 0]
         self.bases = [f.base for f in self.files]
@@ -1057,16 +1059,20 @@ class _Walker:
             if rows:
                 yield DispatchColumns.from_rows(row_pos, rows)
             if diverged:
-                # Deviation: after a TOTALSIZE mismatch the broker's reput offset no longer
-                # follows the records (Q13) and would land at an arbitrary place, possibly
-                # beyond every later file; rmqtool goes on at the next file instead.
+                # After a TOTALSIZE mismatch the broker's reput offset no longer follows the
+                # records (Q13): it lands at an arbitrary place, possibly beyond every later
+                # file, and skips what lies between. recover goes where the broker goes;
+                # rebuild-index goes on at the next file instead (a documented deviation).
                 nxt = f.base + (end if end < min(f.size, self.F) else self.F)
                 if reput_from != nxt:
                     self.problems.append(ReputProblem(
                         SIZE_ACCOUNTING, self._rel(f), f.base + cursor, 0,
-                        f"after the TOTALSIZE mismatch in this file the broker's reput would go on at offset "
-                        f"{reput_from}; rmqtool goes on at {nxt}"))
-                reput_from = nxt
+                        f"after the TOTALSIZE mismatch in this file the broker's reput goes on at offset {reput_from}, "
+                        f"not at the next file ({nxt}) (quirk Q13)"
+                        + ("; so does this dispatch: the records between are in no consume queue" if self.follow_q13
+                           else f"; rmqtool goes on at {nxt}")))
+                if not self.follow_q13:
+                    reput_from = nxt
             return reput_from, False
         finally:
             del words, views
@@ -1136,6 +1142,7 @@ def iter_dispatch(
     tags: bool = True,
     index_keys: bool = True,
     hints: np.ndarray | None = None,
+    broker_offset_after_mismatch: bool = False,
 ) -> Iterator[DispatchColumns]:
     """Every dispatch request of a reput pass from ``from_offset`` (default: the commitlog's
     min offset) to ``to_offset`` (default: the end of the last file; ``recover`` passes its
@@ -1146,10 +1153,12 @@ def iter_dispatch(
     ``tags=False`` leaves tags_code 0 on the fast path's rows (the index does not need it),
     ``index_keys=False`` skips hashing the index keys (the queues do not need them).
     ``hints``: sorted commitlog offsets where records likely start (the consume queues'
-    units): they speed the walk up and never change it."""
+    units): they speed the walk up and never change it. ``broker_offset_after_mismatch``:
+    after a record whose TOTALSIZE does not match its fields, go on where the broker's
+    reput offset goes (quirk Q13), not at the next file."""
     w = _Walker(store, profile, from_offset, to_offset, max_delay_level, fast, progress,
                 problems if problems is not None else [], stats if stats is not None else ReputStats(),
-                tags, index_keys, hints)
+                tags, index_keys, hints, broker_offset_after_mismatch)
     return w.run()
 
 
@@ -1233,6 +1242,7 @@ def iter_dispatch_parallel(
     piece_size: int | None = None,
     min_bytes: int | None = None,
     hints: np.ndarray | None = None,
+    broker_offset_after_mismatch: bool = False,
 ) -> Iterator[DispatchColumns]:
     """:func:`iter_dispatch`'s requests, the same ones in the same order, decoded by
     ``jobs`` worker processes (default: one per CPU) in pieces of about ``piece_size``
@@ -1249,7 +1259,8 @@ def iter_dispatch_parallel(
     problems = problems if problems is not None else []
     stats = stats if stats is not None else ReputStats()
     seq = dict(from_offset=from_offset, to_offset=to_offset, max_delay_level=max_delay_level, progress=progress,
-               problems=problems, stats=stats, tags=tags, index_keys=index_keys, hints=hints)
+               problems=problems, stats=stats, tags=tags, index_keys=index_keys, hints=hints,
+               broker_offset_after_mismatch=broker_offset_after_mismatch)
     import os
 
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)

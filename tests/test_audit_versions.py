@@ -1033,3 +1033,43 @@ def test_queue_file_removed_then_written_again(tmp_path: Path, capsys: pytest.Ca
     assert code == 0
     after = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert after == before
+
+
+# ============================================================================ quirk Q13 in the start-up reput
+
+
+def test_startup_reput_after_a_length_mismatch_goes_where_the_broker_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """4.x normal start: the queues lag into file 1, before the recovery's start file, and a
+    record there has its fields zeroed after TOTALSIZE and MAGIC (a torn page). The broker's
+    reput moves its offset by TOTALSIZE but reads on at the parsed length, then skips the
+    rest of the region: it lands TOTALSIZE bytes into file 2 (RECOVERY §9.5, Q13), goes on
+    there if a record starts there and skips the rest of file 2 if not. recover dispatches
+    exactly what the broker dispatches."""
+    specs = [dict(topic="A", props=props({"TAGS": "T"}), body=bytes([i % 251]) * (40 + i % 7)) for i in range(260)]
+    root = tmp_path / "store"
+    recs = write_store(root, specs)
+    assert recs[-1]["offset"] >= 5 * FS  # six files: normal recovery reads files 3-5 only
+    in_f1 = [r for r in recs if FS <= r["offset"] < 2 * FS]
+    victim = in_f1[len(in_f1) // 2]
+    f1 = root / "commitlog" / f"{FS:020d}"
+    data = bytearray(f1.read_bytes())
+    p = victim["offset"] - FS
+    data[p + 8 : p + victim["size"]] = bytes(victim["size"] - 8)  # TOTALSIZE and MAGIC stay
+    f1.write_bytes(bytes(data))
+    units = [unit_of(r) for r in recs]
+    lag = [u for u in units if u[0] < FS // 2]
+    write_cq(root, "A", 0, lag)
+    # the broker's reput, by the rule: from the queue's end to the victim, then from its landing place
+    land = 2 * FS + victim["size"]
+    starts = {r["offset"] for r in recs}
+    resume = land if land in starts else 3 * FS
+    want = lag + [unit_of(r) for r in recs if lag[-1][0] < r["offset"] < victim["offset"]] \
+        + [unit_of(r) for r in recs if r["offset"] >= resume]
+    code, out = cli(capsys, "recover", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp_path / "bk"), *GEOM,
+                    "--normal", "--format", "json")
+    assert code == 4  # damage before the start file: recovery neither reads nor repairs it
+    probs = {(p["code"], p["path"]) for p in json.loads(out)["result"]["problems"]}
+    assert probs == {("UNREAD_FILE_DAMAGE", f"commitlog/{FS:020d}"), ("REPUT_OFFSET_DIVERGED", f"commitlog/{FS:020d}")}
+    got = cq_units(root, "A")
+    assert got == want
+    assert any(2 * FS <= r["offset"] < resume for r in recs)  # the broker skips something in file 2
