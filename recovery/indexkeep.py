@@ -229,8 +229,13 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
                 end_ts = ts
             elif not complete and lo != 0:  # the first record may have begun in the previous file
                 return _fail(f"the record at {phy} lacks some of its keys", n)
-    if end_ts is None:  # (the last record's file is gone)
-        end_ts = begin + int(td[m - 1]) * 1000
+    if end_ts is None:
+        # the last record's file is gone (retention): only the header knows its store
+        # time; it stands if it agrees with the last entry's timeDiff
+        end_ts = int(h["end_timestamp"])
+        base = begin if m > 1 else prev_end_ts
+        if base is not None and _time_diff(end_ts, base) != int(td[m - 1]):
+            return _fail(f"the last entry's record is gone and endTimestamp {end_ts} does not match its timeDiff", n)
     end_phy = int(off[m - 1])
     hsc = int(h["hash_slot_count"])
     fresh = (int(h["end_phy_offset"]) == end_phy and int(h["end_timestamp"]) == end_ts

@@ -371,3 +371,31 @@ def test_kept_across_record_layouts(tmp_path: Path, specs: str, version: str) ->
     assert run(["recover", str(root), "--quiet", *geom, "--backup-dir", str(tmp_path / "bk")]) == 1
     assert {p.name: p.read_bytes() for p in (root / "index").iterdir()} == index
     assert run(["verify", str(root), "--quiet", *geom]) == 0
+
+
+def test_index_of_deleted_commitlog_files_keeps_its_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Retention deleted the first commitlog files, the index cleanup has not run yet (it
+    lags), then a crash with indexMsgTimestamp 0. Every entry of the first index file
+    points into deleted files, so only its header knows its last record's store time: the
+    file is kept as it is (not rewritten with a guessed endTimestamp, which made it 'not
+    whole' and discarded every later file)."""
+    from conftest import copy_store
+
+    root = copy_store("many_files", tmp_path)
+    cl_files = sorted((root / "commitlog").iterdir())
+    for f in cl_files[:4]:
+        f.unlink()
+    ck = bytearray((root / "checkpoint").read_bytes())
+    ck[16:24] = bytes(8)  # indexMsgTimestamp 0: the broker deletes every index file
+    (root / "checkpoint").write_bytes(bytes(ck))
+    (root / "abort").write_bytes(b"")
+    first = _files(root)[0]
+    assert _header(first)[3] < int(sorted((root / "commitlog").iterdir())[0].name)  # all of it in deleted files
+    before = {p.name: p.read_bytes() for p in _files(root)}
+    capsys.readouterr()
+    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 1
+    after = {p.name: p.read_bytes() for p in _files(root)}
+    assert after[first.name] == before[first.name]
+    assert set(after) >= set(before)  # none discarded
+    capsys.readouterr()
+    assert run(["verify", str(root), "-q", "--format", "json"]) == 0
