@@ -1053,6 +1053,12 @@ def plan_recovery(
         if s.last_record_pos >= 0:
             plan.last_valid_offset = s.base + s.last_record_pos
             break
+    # where the data of the walked files ends: no valid record lies at or after it
+    data_end = files[start].base
+    for s in reversed(scans[: stop_idx - start + 1]):
+        if s.last_record_pos >= 0:
+            data_end = s.base + s.stop_pos
+            break
     plan.files = unread + scans
     plan.records_valid = records
     plan.end_offset = process
@@ -1069,7 +1075,7 @@ def plan_recovery(
             if process >= f.base:
                 pos = process - f.base
                 end = min(f.size, F)
-                if file_has_nonzero(f.path, pos, f.size):
+                if file_has_nonzero(f.path, pos, f.size) and not _only_blank_after(f, pos, F):
                     msgs = intact = 0
                     if salvage:
                         with store.map(f) as mf:
@@ -1215,8 +1221,10 @@ def plan_recovery(
             note="every valid record from the start file (already-built CQ units are skipped)"
             + ("; SCHEDULE_TOPIC_XXXX with maxDelayLevel 0 (quirk Q1)" if q1 and not correct_delay_tags else "")))
     elif profile.normal_recovery_walkback:
+        # (records with commitLogOffset > maxPhyOffsetOfCQ: none when it is at or past the last one)
+        none = max_cq >= process or plan.start_offset >= process or max_cq >= plan.last_valid_offset
         plan.dispatch.append(DispatchRange(
-            "walkback_dispatch", plan.start_offset, process, 0 if max_cq >= process else None,
+            "walkback_dispatch", plan.start_offset, process, 0 if none else None,
             note="5.3.2+: records with commitLogOffset > maxPhyOffsetOfCQ (quirk Q2)"))
     if profile.startup_reput_from_cq:
         # reputFrom = max over the queues' maxPhysicOffset after the truncation; the
@@ -1225,7 +1233,7 @@ def plan_recovery(
         known = mode == MODE_NORMAL or after >= process
         plan.dispatch.append(DispatchRange(
             "startup_reput", max(after, 0), process,
-            0 if after >= process else None,
+            0 if after >= process or after >= data_end else None,
             note="4.x start-up reput from the consume queues' max physical offset"
             + ("" if known else " (at least; the abnormal dispatch moves it)")))
     if q1:
@@ -1316,6 +1324,18 @@ class _Queue:
         self.bases = self.bases[:n]
         self.write = write
         self.max_phy = max_phy
+
+
+def _only_blank_after(f: StoreFile, pos: int, F: int) -> bool:
+    """Whether the bytes of ``f`` from ``pos`` are the BLANK end-of-file record the broker
+    wrote there (TOTALSIZE = the rest of the file) and zeros: what the broker's recovery
+    leaves when the last file is full and no next one exists (nothing to cut)."""
+    if f.size != F or pos + 8 > F:
+        return False
+    with open(f.path, "rb") as fh:
+        fh.seek(pos)
+        head = fh.read(8)
+    return head == struct.pack(">ii", F - pos, cl.BLANK_MAGIC) and not file_has_nonzero(f.path, pos + 8, f.size)
 
 
 def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None,

@@ -766,3 +766,48 @@ def test_relative_store_path(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     capsys.readouterr()
     assert run(["restore", "bk", rel]) == 0
     assert _digest(root) == before
+
+
+def _blank_at_end(root: Path, next_empty: bool) -> None:
+    """many_files with its last file full: a BLANK where its data ends (offset 639724),
+    and, with ``next_empty``, the empty next file of a rollover."""
+    last = root / "commitlog" / "00000000000000589824"
+    data = bytearray(last.read_bytes())
+    assert data[49900:] == bytes(len(data) - 49900) and data[49890:49900] != bytes(10)  # the data ends at 49900
+    struct.pack_into(">ii", data, 49900, 65536 - 49900, -875286124)
+    last.write_bytes(bytes(data))
+    if next_empty:
+        (root / "commitlog" / "00000000000000655360").write_bytes(bytes(65536))
+
+
+@pytest.mark.parametrize("version,next_empty", [("4.9.4", False), ("4.9.4", True), ("5.3.3", False), ("5.3.3", True)])
+def test_clean_store_ending_in_a_blank_needs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str,
+                                                     next_empty: bool) -> None:
+    """A clean store whose last data file ends with a BLANK (with or without the empty next
+    file of a rollover): the broker's recovery changes nothing on disk, so the dry run says
+    so (exit 0: no cut of the BLANK, no dispatch of a range without records) and a real
+    run changes no byte."""
+    root = _copy(tmp_path, "many_files")
+    _blank_at_end(root, next_empty)
+    before = _digest(root)
+    capsys.readouterr()
+    assert run(["recover", str(root), "--dry-run", "-q", "--format", "json", "--broker-version", version]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert plan["cuts"] == [] and all(d["records"] == 0 for d in plan["dispatch"])
+    assert run(["recover", str(root), "-q", "--broker-version", version, "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert _digest(root) == before
+    assert run(["verify", str(root), "-q", "--broker-version", version]) == 0
+
+
+def test_rollover_file_alone_after_retention_needs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Retention left only the empty file of a rollover (5.3.3): the normal-recovery
+    dispatch range is empty, and the dry run says there is nothing to do."""
+    root = _copy(tmp_path, "many_files")
+    _blank_at_end(root, True)
+    for f in sorted((root / "commitlog").iterdir())[:-1]:
+        f.unlink()
+    before = _digest(root)
+    capsys.readouterr()
+    assert run(["recover", str(root), "--dry-run", "-q", "--format", "json", "--broker-version", "5.3.3"]) == 0
+    assert run(["recover", str(root), "-q", "--broker-version", "5.3.3", "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert _digest(root) == before
