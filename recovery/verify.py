@@ -116,6 +116,7 @@ CODES: dict[str, tuple[str, str]] = {
     "CQ_INTO_DAMAGE": (WARNING, "a unit pointing into a damaged or missing commitlog region reported by another finding (the message is lost)"),
     "CQ_DISPATCH_LAG": (WARNING, "messages missing from their queue that the broker dispatches itself at its next start (a crash left the queue behind the commitlog)"),
     "CQ_MISSING_MESSAGE": (ERROR, "messages missing from their queue that the broker will not dispatch again"),
+    "CQ_TOPIC_DELETED": (WARNING, "messages of a topic with no consume queue file that config/topics.json does not list: a deleted topic, whose messages stay in the commitlog"),
     # index
     "IDX_HEADER": (ERROR, "an index header inconsistent with its entries (counts, begin/end timestamps or offsets, entries after indexCount)"),
     "IDX_SLOT_COUNT_VERSION": (WARNING, "an index header's hashSlotCount follows the other versions' rule (4.6.0-4.7.0 count every put, "
@@ -2472,6 +2473,8 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
                 for a, b in missing_ranges.get(k, []):
                     e |= (qo >= a) & (qo < b)
                 expl[sel] = e
+            deleted = _deleted_topics(store, {recs.queues[k][0] for k in sorted_unique(qks).tolist()})
+            gone: dict[str, list[int]] = {}
             for k in sorted_unique(qks).tolist():
                 t, qid = recs.queues[k]
                 qdir = f"consumequeue/{t}/{qid}"
@@ -2483,7 +2486,9 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
                                        topic=t, queue_id=qid, count=int(len(lag)), first_offset=int(recs.off[lag[0]]),
                                        first_queue_offset=int(recs.queue_offset[lag[0]]), last_queue_offset=int(recs.queue_offset[lag[-1]])))
                 lost = missing[sel & ~fixed & ~expl]
-                if len(lost):
+                if len(lost) and t in deleted:
+                    gone.setdefault(t, []).extend(lost.tolist())
+                elif len(lost):
                     for r, (s, ln) in enumerate(_runs(lost)):
                         if r == MAX_RUNS:
                             out.append(finding("CQ_MISSING_MESSAGE", qdir, None, None, f"{t}/{qid}: more runs of missing messages", topic=t, queue_id=qid))
@@ -2492,8 +2497,34 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
                         out.append(finding("CQ_MISSING_MESSAGE", qdir, None, int(recs.off[j]),
                                            f"{t}/{qid}: {ln} message(s) from offset {int(recs.off[j])} (queue offset {int(recs.queue_offset[j])}) missing from the queue; the broker will not dispatch them again",
                                            topic=t, queue_id=qid, count=ln, queue_offset=int(recs.queue_offset[j])))
+            for t, idx in sorted(gone.items()):
+                first = min(idx)
+                out.append(finding("CQ_TOPIC_DELETED", f"consumequeue/{t}", None, int(recs.off[first]),
+                                   f"{t}: {len(idx)} message(s) from offset {int(recs.off[first])} have no consume queue, and the "
+                                   "topic has no consume queue file and is not in config/topics.json: a deleted topic (the broker "
+                                   "serves none of them)", topic=t, count=len(idx)))
         stats["messages_missing"] = int(len(missing))
     return out, stats
+
+
+def _deleted_topics(store: Store, topics: set[str]) -> set[str]:
+    """The topics among ``topics`` that look deleted: no consume queue file of theirs is
+    left (deleteTopics removes them; the commitlog keeps their messages) and the broker's
+    config/topics.json, readable, does not list them. Without that file: none."""
+    from ..formats.config import load_config_file
+
+    with_files = {t for (t, _q), files in store.consume_queues.items() if files}
+    candidates = topics - with_files
+    if not candidates:
+        return set()
+    try:
+        doc = load_config_file(store.root / "config" / "topics.json")
+    except Exception:  # missing, unreadable or not fastjson: nothing is known
+        return set()
+    table = doc.get("topicConfigTable") if isinstance(doc, dict) else None
+    if not isinstance(table, dict):
+        return set()
+    return {t for t in candidates if t not in table}
 
 
 def _q1_tags(store: Store, profile: BrokerProfile, recs: Records, j: int) -> int:

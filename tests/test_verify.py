@@ -982,3 +982,26 @@ def test_chain_local_test_equals_pointer_jumping(tmp_path: Path, seed: int, monk
         assert not any(c.startswith("IDX_") and c != "IDX_DISPATCH_LAG" for c in fast.summary["codes"])
     else:
         assert any(c.startswith("IDX_") for c in fast.summary["codes"])
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_deleted_topic_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str], listed: bool) -> None:
+    """deleteTopics removes a topic's consume queues and leaves its messages in the
+    commitlog: with no queue file left and config/topics.json not listing the topic, that
+    is one CQ_TOPIC_DELETED warning (exit 0). If topics.json still lists it, the queues
+    were lost, not deleted: CQ_MISSING_MESSAGE errors (exit 4)."""
+    root = copy_store("many_files", tmp_path)
+    shutil.rmtree(root / "consumequeue" / "TopicN")
+    (root / "consumequeue" / "TopicN").mkdir()  # 4.x may leave the empty directory
+    names = ["TopicM"] + (["TopicN"] if listed else [])
+    table = ",".join(f'"{t}":{{"topicName":"{t}","readQueueNums":4,"writeQueueNums":4,"perm":6}}' for t in names)
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "topics.json").write_text('{"topicConfigTable":{' + table + '},"dataVersion":{"counter":2}}')
+    rc, findings = verify_cli(root, capsys)
+    codes = {f["code"] for f in findings}
+    if listed:
+        assert rc == 4 and "CQ_MISSING_MESSAGE" in codes and "CQ_TOPIC_DELETED" not in codes
+    else:
+        assert rc == 0 and errors(findings) == []
+        deleted = [f for f in findings if f["code"] == "CQ_TOPIC_DELETED"]
+        assert len(deleted) == 1 and deleted[0]["details"]["topic"] == "TopicN" and deleted[0]["details"]["count"] > 100
