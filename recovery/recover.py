@@ -1091,6 +1091,21 @@ def plan_recovery(
                 plan.removed_files.append(RemovedFile(f"commitlog/{f.name}", f.size, "starts after the end offset", msgs, intact))
     plan.messages_cut = sum(c.messages for c in plan.cuts) + sum(r.messages for r in plan.removed_files)
     plan.intact_cut = sum(c.intact for c in plan.cuts) + sum(r.intact for r in plan.removed_files)
+    # -- 4a. the next normal start: its last three files move back when files are removed
+    # here (an empty pre-allocated last file, say), and then cover files this recovery
+    # never read, which that start walks with the CRC: damage there is cut then
+    if check_unread and start > 0 and not profile.normal_recovery_walkback:
+        nxt = max(0, sum(1 for f in files if f.base <= process) - 3)
+        if nxt < start:
+            reported = {pr.path for pr in problems if pr.code == UNREAD_DAMAGE}
+            again = scan_files(store, profile, files[nxt:start], check_crc=check_crc, jobs=jobs)
+            for s in again:
+                if not s.blank and f"commitlog/{s.name}" not in reported:
+                    problems.append(Problem(
+                        UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
+                        f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records, "
+                        "found with the CRC: this recovery does not read this file, but the broker's next normal start "
+                        "will (with the files after the end removed, its last three files include it) and will cut there"))
 
     # -- 4b. truncate_dirty_logic_files (every queue), when maxPhyOffsetOfCQ >= processOffset
     plan.cq_truncation = max_cq >= process

@@ -811,3 +811,24 @@ def test_rollover_file_alone_after_retention_needs_nothing(tmp_path: Path, capsy
     assert run(["recover", str(root), "--dry-run", "-q", "--format", "json", "--broker-version", "5.3.3"]) == 0
     assert run(["recover", str(root), "-q", "--broker-version", "5.3.3", "--backup-dir", str(tmp_path / "bk")]) == 0
     assert _digest(root) == before
+
+
+def test_damage_the_next_normal_start_reads_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """crash_midwrite after a clean shutdown, a lost page inside a body in the fourth-last
+    file: normal recovery reads the last three files only, but it removes the empty last
+    file, so the broker's next normal start reads the damaged file with the CRC and cuts
+    there. recover says so (status 4, the file and the offset), not 'repaired'."""
+    root = _copy(tmp_path, CRASH)
+    (root / "abort").unlink()
+    f = root / "commitlog" / f"{589824:020d}"
+    data = bytearray(f.read_bytes())
+    data[606208 - 589824 : 610304 - 589824] = bytes(4096)
+    f.write_bytes(bytes(data))
+    capsys.readouterr()
+    code = run(["recover", str(root), "-q", "--format", "json", "--backup-dir", str(tmp_path / "bk")])
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert code == 4
+    assert plan["removed_files"] and plan["start_offset"] == 655360
+    assert [(p["code"], p["path"], p["offset"]) for p in plan["problems"]] == [
+        ("UNREAD_FILE_DAMAGE", f"commitlog/{589824:020d}", 605042)]
+    assert "next normal start" in plan["problems"][0]["message"]
