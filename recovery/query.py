@@ -276,6 +276,14 @@ def iter_index(store: Store, *, entries: bool = False) -> Iterator[dict[str, Any
 # Lookups of messages
 
 
+def index_usable(store: Store) -> bool:
+    """Whether some index file has the size of the store's index geometry. When none has
+    (a geometry that neither the sizes nor the options give), a lookup through the index
+    would silently find nothing: the commitlog is scanned instead."""
+    size = store.geometry.index_file_size
+    return any(f.size == size for f in store.index_files)
+
+
 def find_by_key(
     store: Store,
     profile: BrokerProfile,
@@ -296,7 +304,7 @@ def find_by_key(
     or no topic given and no consume queue to name one) a commitlog scan.
     ``max_num`` caps the raw index hits per topic like the broker's maxNum."""
     topics = [topic] if topic is not None else store.topics()
-    if use_index and store.index_files and topics:  # no topic known (no consume queue): scan
+    if use_index and index_usable(store) and topics:  # no topic known (no consume queue): scan
         with CommitlogReader(store, profile) as reader:
             seen: dict[int, IndexHit] = {}
             for t in topics:
@@ -361,7 +369,7 @@ def find_by_msg_id(
                     yield "offset", loc
                     return
     found = False
-    if use_index and store.index_files:
+    if use_index and index_usable(store):
         for _hit, loc in find_by_key(store, profile, topic, text, use_index=True):
             found = True
             yield "index", loc

@@ -499,3 +499,18 @@ def test_a_closed_reader_does_not_stop_a_repair(tmp_path: Path) -> None:
                                 "--index-entries", "400", "--backup-dir", str(tmp_path / "bk2")])
     assert code == 0 and err.startswith(b"rmqtool: warning: store/abort is present") and err.count(b"\n") == 1
     assert len(list((root / "index").iterdir())) > 0
+
+
+def test_key_lookup_when_the_index_geometry_is_unknown(store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """Index files of a size no geometry explains (and no --index-slots/--index-entries):
+    a lookup through them would find nothing, so --key and --msg-id scan the commitlog."""
+    root = store_copy("clean")
+    for f in (root / "index").iterdir():
+        with open(f, "ab") as fh:
+            fh.write(b"\0" * 3)
+    q = next(q for q in broker_view("clean")["query_message_by_key"] if len(q["phys_offsets"]) > 2)
+    code, recs, _ = dump(capsys, "commitlog", str(root), "--key", q["key"], "--topic", q["topic"])
+    assert code == 0 and [r["physical_offset"] for r in recs] == sorted(q["phys_offsets_whose_message_has_this_key"])
+    m = scenario("clean")["messages"][7]
+    code, recs, _ = dump(capsys, "commitlog", str(root), "--msg-id", m["uniq_key"])
+    assert code == 0 and [r["physical_offset"] for r in recs] == [m["phys_offset"]]
