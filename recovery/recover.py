@@ -421,6 +421,17 @@ def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
     return _QueueState(kept, removed, offset if kept else None, max_phy)
 
 
+def _recover_queue_files(qfiles: list[StoreFile], F: int, profile: BrokerProfile) -> _QueueState:
+    """:func:`recover_queue` over a queue's files as the broker loads them: zero-length
+    files are not loaded; from 5.1.3 on the broker deletes a zero-length last file at load
+    (MappedFileQueue.doLoad), so it goes too (before 5.1.3 the broker refuses to start, a
+    problem of the plan)."""
+    st = recover_queue([f for f in qfiles if f.size > 0], F)
+    if qfiles and qfiles[-1].size == 0 and profile.version >= (5, 1, 3):
+        st.removed.append(qfiles[-1])
+    return st
+
+
 def _truncate_units(units_of: Callable[[int], np.ndarray], bases: list[int], F: int, phy: int) -> tuple[int, int | None, int]:
     """``ConsumeQueue.truncateDirtyLogicFiles(phy)`` on a queue whose files start at
     ``bases`` (ascending). Returns (files kept, write offset or None, maxPhysicOffset).
@@ -951,7 +962,7 @@ def plan_recovery(
     queues: list[QueuePlan] = []
     max_cq = -1
     for (t, q), qfiles in sorted(store.consume_queues.items()):
-        st = recover_queue([f for f in qfiles if f.size > 0], Fcq)
+        st = _recover_queue_files(qfiles, Fcq, profile)
         queue_states[(t, q)] = st
         max_cq = max(max_cq, st.max_physic_offset)
         queues.append(QueuePlan(t, q, len(qfiles), st.write_offset, st.max_physic_offset,
@@ -1407,7 +1418,7 @@ def apply_recovery(
     for key, qfiles in store.consume_queues.items():
         st = known.get(key)
         if st is None:
-            st = recover_queue([f for f in qfiles if f.size > 0], Fcq)
+            st = _recover_queue_files(qfiles, Fcq, profile)
         queues[key] = _Queue(key, Fcq, st)
 
     # -- index files as IndexService.load leaves them
@@ -1542,6 +1553,8 @@ def apply_recovery(
                     if old is not None:
                         if units.ljust(Fcq, b"\0") != _read_cq(old, Fcq) or old.size != Fcq:
                             tx.replace_file(rel, _units_writer(units, Fcq))
+                    elif (store.root / rel).exists():  # a file the queue's recovery did not load (zero-length)
+                        tx.replace_file(rel, _units_writer(units, Fcq))
                     else:
                         tx.create_file(rel, _units_writer(units, Fcq), mode=0o644)
                 elif b == last and b in q.disk and file_has_nonzero(q.disk[b].path, pos, q.disk[b].size):

@@ -1073,3 +1073,35 @@ def test_startup_reput_after_a_length_mismatch_goes_where_the_broker_goes(tmp_pa
     got = cq_units(root, "A")
     assert got == want
     assert any(2 * FS <= r["offset"] < resume for r in recs)  # the broker skips something in file 2
+
+
+# ============================================================================ a zero-length last queue file
+
+
+@pytest.mark.parametrize("version", ["4.9.4", "5.0.0", "5.1.4", "5.3.3"])
+def test_zero_length_last_queue_file_after_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+    """A zero-length last consume queue file and a crash whose dispatch writes into it. From
+    5.1.3 the broker deletes that file at load (MappedFileQueue.doLoad) and the abnormal
+    dispatch creates it again with the missing units: recover replaces it (it failed with
+    status 8). Before 5.1.3 the broker refuses to load the file: a problem (status 4), and
+    the run still completes the rest of the recovery without failing."""
+    specs = [dict(topic="TA", props=props({"KEYS": f"k{i}"}), body=b"x", store_ts=TS0 + i * 100) for i in range(130)]
+    root = tmp_path / "store"
+    recs = write_store(root, specs, abort=True)
+    write_cq(root, "TA", 0, [unit_of(r) for r in recs[:100]])  # the first file, full
+    empty = root / "consumequeue" / "TA" / "0" / f"{CQ_FS:020d}"
+    empty.write_bytes(b"")
+    t = recs[90]["store_ts"]
+    (root / "checkpoint").write_bytes(struct.pack(">qqq", t, t, 0).ljust(4096, b"\0"))
+    before = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    code = recover(capsys, root, tmp_path, "--broker-version", version)
+    if version >= "5.1":
+        assert code == 1
+        assert cq_units(root, "TA") == [unit_of(r) for r in recs]
+        code, findings = verify(capsys, root, "--broker-version", version)
+        assert not {c for c in codes(findings, "error") if c.startswith("CQ_")}  # (the store has no index)
+    else:
+        assert code == 4
+    code, _out = cli(capsys, "restore", str(tmp_path / "bk"), str(root))
+    assert code == 0
+    assert {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
