@@ -1593,10 +1593,20 @@ def apply_recovery(
             # roll-over (msync, then indexMsgTimestamp := its endTimestamp), which the crash
             # cut short (the fsync is done above)
             cp = cp._replace(index_msg_timestamp=plan.index_sealed_timestamp)
-        if profile.version >= (5, 1, 1) and plan.last_valid_offset >= 0:
+        if profile.version >= (5, 1, 1) and store.commitlog:
             # 5.x recovery sets the confirm offset to the last valid record's start; the
-            # 5.1.1+ checkpoint persists it (RECOVERY §4.1, §5.2; STORE_FORMAT §16)
-            cp = cp._replace(confirm_phy_offset=plan.last_valid_offset)
+            # 5.1.1+ checkpoint persists it (RECOVERY §4.1, §5.2; STORE_FORMAT §16). With no
+            # valid record it keeps its initial value: the start file's offset (abnormal),
+            # the commitlog's max offset at load, every file counted full (normal, async
+            # flush: CommitLog.getConfirmOffset)
+            if plan.last_valid_offset >= 0:
+                confirm = plan.last_valid_offset
+            elif plan.mode == MODE_ABNORMAL:
+                confirm = plan.start_offset
+            else:
+                loaded = [f for f in store.commitlog if f.size > 0]
+                confirm = loaded[-1].base + g.commitlog_file_size if loaded else cp.confirm_phy_offset
+            cp = cp._replace(confirm_phy_offset=confirm)
         new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
         if new_cp != cp_bytes:
             tx.replace_file("checkpoint", new_cp)

@@ -1105,3 +1105,43 @@ def test_zero_length_last_queue_file_after_a_crash(tmp_path: Path, capsys: pytes
     code, _out = cli(capsys, "restore", str(tmp_path / "bk"), str(root))
     assert code == 0
     assert {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+# ============================================================================ confirmPhyOffset with no valid record (5.1.1+)
+
+
+@pytest.mark.parametrize("version", ["5.1.4", "5.3.1"])
+def test_confirm_offset_when_the_normal_walk_finds_no_record(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+    """CommitLog.recoverNormally starts lastValidMsgPhyOffset at getConfirmOffset(), the max
+    offset at load (async flush: every file loaded full), and stores it as the confirm
+    offset: with no valid record in the walk (the first record of the third-last file
+    damaged), confirmPhyOffset becomes the last file's start + the file size."""
+    root = tmp_path / "store"
+    recs = write_store(root, [dict(topic="TA", props=props({"KEYS": f"k{i}"}), store_ts=TS0 + i) for i in range(150)])
+    write_cq(root, "TA", 0, [unit_of(r) for r in recs])
+    nf = len({r["offset"] // FS for r in recs})
+    first = [r for r in recs if r["offset"] // FS == nf - 3][0]
+    p = root / "commitlog" / f"{first['offset']:020d}"
+    d = bytearray(p.read_bytes())
+    d[88] ^= 0xFF  # a body byte: the CRC fails
+    p.write_bytes(bytes(d))
+    t = recs[-1]["store_ts"]
+    (root / "checkpoint").write_bytes(struct.pack(">qqqqq", t, t, 0, 0, 11111).ljust(4096, b"\0"))
+    assert recover(capsys, root, tmp_path, "--broker-version", version) == 1
+    assert struct.unpack(">q", (root / "checkpoint").read_bytes()[32:40])[0] == nf * FS
+
+
+@pytest.mark.parametrize("version", ["5.1.4", "5.3.3"])
+def test_confirm_offset_when_the_abnormal_walk_finds_no_record(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+    """CommitLog.recoverAbnormally starts lastValidMsgPhyOffset at the start file's offset:
+    the only record torn, confirmPhyOffset becomes 0."""
+    root = tmp_path / "store"
+    recs = write_store(root, [dict(topic="TA", props=props({"KEYS": "k"}))], abort=True)
+    p = root / "commitlog" / f"{0:020d}"
+    d = bytearray(p.read_bytes())
+    n = recs[0]["size"]
+    d[n // 2 : n] = bytes(n - n // 2)
+    p.write_bytes(bytes(d))
+    (root / "checkpoint").write_bytes(struct.pack(">qqqqq", 0, 0, 0, 0, 777).ljust(4096, b"\0"))
+    assert recover(capsys, root, tmp_path, "--broker-version", version) == 1
+    assert struct.unpack(">q", (root / "checkpoint").read_bytes()[32:40])[0] == 0
