@@ -73,6 +73,7 @@ have completed, which lets tests kill a commit at every step boundary.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import fcntl
@@ -88,7 +89,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 import numpy as np
 
@@ -751,11 +752,13 @@ class RecoveryOutcome:
 
     txid: str
     state: str  # journal state found
-    outcome: str  # "rolled_back" | "completed"
+    outcome: str  # "rolled_back" | "completed" | "leftover" (an empty directory)
     backup_dir: Path | None  # kept backup (completed) or None (rolled back: backup deleted)
 
     def describe(self) -> str:
         """One human-readable line."""
+        if self.outcome == "leftover":
+            return f"an empty journal directory {self.txid} was left by an earlier run: removed"
         if self.outcome == "rolled_back":
             return (f"transaction {self.txid} was interrupted in state '{self.state}' before touching "
                     "the store: rolled back")
@@ -863,6 +866,21 @@ def _copy_owner(path: Path, ref: Path) -> None:
 
 
 # --------------------------------------------------------------------------- journal I/O
+
+
+@contextlib.contextmanager
+def _naming(path: Path, then: str = "") -> Iterator[None]:
+    """An OSError raised inside without a file name (a failed write, fsync, rename or
+    unlink: ENOSPC, EIO) gets ``path``, so the one-line message names the file; ``then``
+    is added to its text (what the failure leaves, what to do)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        if then:
+            exc.strerror = f"{exc.strerror or exc}; {then}"
+        raise
 
 
 def _journal_root(store: Path) -> Path:
@@ -1244,7 +1262,8 @@ class StoreTransaction:
             "backup_dir_preexisted": self._backup_preexisted,
             "steps": [asdict(s) for s in self._steps],
         }
-        atomic_write(self.journal_dir / JOURNAL_FILE, json.dumps(doc, indent=1).encode())
+        with _naming(self.journal_dir / JOURNAL_FILE):
+            atomic_write(self.journal_dir / JOURNAL_FILE, json.dumps(doc, indent=1).encode())
         _checkpoint()
 
     def _stage(
@@ -1267,7 +1286,8 @@ class StoreTransaction:
         dst = jdir / STAGING_DIR / name
         h = _Hasher()
         try:
-            size = self._write_staged(dst, data, mode, h, owner_ref, mtime_ns)
+            with _naming(dst, "the store is unchanged"):
+                size = self._write_staged(dst, data, mode, h, owner_ref, mtime_ns)
         except BaseException:
             h.close()
             try:
@@ -1275,7 +1295,8 @@ class StoreTransaction:
             except OSError:
                 pass
             raise
-        fsync_dir(dst.parent)
+        with _naming(dst.parent, "the store is unchanged"):
+            fsync_dir(dst.parent)
         _checkpoint()
         # the digest is taken at commit (or when the journal is written): meanwhile the
         # hasher's thread goes on while the caller stages the next files
@@ -1477,7 +1498,8 @@ class StoreTransaction:
                 raise BackupDirError(f"needs {need} bytes for the backup, only {free} free", bdir)
             entries = []
             for step in self._steps:
-                entries.append(self._backup_step(step, bdir))
+                with _naming(bdir / step.path, "the store is unchanged"):
+                    entries.append(self._backup_step(step, bdir))
                 _checkpoint()
             manifest = {
                 "format": MANIFEST_FORMAT,
@@ -1500,13 +1522,19 @@ class StoreTransaction:
         # Phase 2: apply. From here on an interruption is finished by recover_pending.
         self._state = "applying"
         self._write_journal()
+        pending = f"the change is half made: the journal {jdir} finishes it at the next rmqtool run on this store"
         for step in self._steps:
-            _apply_step(self.store, jdir, step)
+            with _naming(self.store / step.path, pending):
+                _apply_step(self.store, jdir, step)
             _checkpoint()
         # Phase 3: done, clean up.
         self._state = "done"
-        self._write_journal()
-        _remove_journal_dir(self.store, jdir)
+        with _naming(jdir / JOURNAL_FILE, pending):
+            self._write_journal()
+        try:
+            _remove_journal_dir(self.store, jdir)
+        except OSError:
+            pass  # every change is made; a leftover journal directory goes at the next run
         _checkpoint()
         self._finished = True
         return CommitResult(self._backup_dir, self._backup_dir / MANIFEST_FILE, actions)
@@ -1719,8 +1747,9 @@ def _recover_one(store: Path, jdir: Path) -> RecoveryOutcome:
     _checkpoint()
     doc = _read_journal(jdir)
     if doc is None:  # killed before the first journal write: only staging data exists
+        empty = not any(p.is_file() for p in jdir.rglob("*"))  # (or a finished run's cleanup cut short)
         _remove_journal_dir(store, jdir)
-        return RecoveryOutcome(jdir.name, "staging", "rolled_back", None)
+        return RecoveryOutcome(jdir.name, "staging", "leftover" if empty else "rolled_back", None)
     state = doc["state"]
     txid = str(doc.get("txid", jdir.name))
     backup = Path(doc["backup_dir"]) if doc.get("backup_dir") else None

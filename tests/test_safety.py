@@ -851,3 +851,56 @@ def test_version_1_manifest_with_whole_file_digests_still_restores(tmp_path: Pat
     mpath.write_text(json.dumps(m))
     restore(tmp_path / "bk", store)
     assert snapshot(store) == before
+
+
+# ---------------------------------------------------------------------------------------
+# a full disk or an I/O error: one line that names the file, and what it leaves
+
+
+def _enospc(*_a: object, **_k: object) -> None:
+    raise OSError(28, "No space left on device")  # (no file name: what os.write/os.fsync raise)
+
+
+def test_full_disk_while_staging_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import copy_store, tree_digest
+    from rmqtool.cli import run
+
+    root = copy_store("crash_midwrite", tmp_path)
+    before = tree_digest(root)
+    monkeypatch.setattr(StoreTransaction, "_write_staged", staticmethod(_enospc))
+    capsys.readouterr()
+    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 8
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ".rmqtool-journal" in err[0] and "No space left on device" in err[0]
+    assert "the store is unchanged" in err[0]
+    assert tree_digest(root) == before
+
+
+def test_io_error_while_applying_names_the_file_and_the_next_run_finishes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import copy_store, tree_digest
+    from rmqtool.cli import run
+
+    clean = copy_store("crash_midwrite", tmp_path / "a")
+    assert run(["recover", str(clean), "-q", "--backup-dir", str(tmp_path / "bka")]) == 1
+    root = copy_store("crash_midwrite", tmp_path / "b")
+    real = safety._apply_step
+    calls = []
+
+    def flaky(store: Path, jdir: Path, step: object) -> None:
+        calls.append(step)
+        if len(calls) == 2:
+            raise OSError(5, "Input/output error")
+        real(store, jdir, step)
+
+    monkeypatch.setattr(safety, "_apply_step", flaky)
+    capsys.readouterr()
+    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bkb")]) == 8
+    err = capsys.readouterr().err.strip().splitlines()
+    step = calls[1]
+    assert len(err) == 1 and str(root / step.path) in err[0] and "Input/output error" in err[0]  # type: ignore[attr-defined]
+    assert "finishes it at the next rmqtool run" in err[0]
+    monkeypatch.setattr(safety, "_apply_step", real)
+    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bkc")]) == 1
+    assert tree_digest(root) == tree_digest(clean)
