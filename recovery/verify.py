@@ -2489,14 +2489,21 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
                 if len(lost) and t in deleted:
                     gone.setdefault(t, []).extend(lost.tolist())
                 elif len(lost):
-                    for r, (s, ln) in enumerate(_runs(lost)):
+                    # runs of consecutive queue offsets (other queues' records lie between them)
+                    runs = _runs(recs.queue_offset[lost])
+                    for r, (s, ln) in enumerate(runs):
                         if r == MAX_RUNS:
-                            out.append(finding("CQ_MISSING_MESSAGE", qdir, None, None, f"{t}/{qid}: more runs of missing messages", topic=t, queue_id=qid))
+                            more = sum(l2 for _s2, l2 in runs[r:])
+                            out.append(finding("CQ_MISSING_MESSAGE", qdir, None, None,
+                                               f"{t}/{qid}: {more} more message(s) missing, in {len(runs) - r} more runs",
+                                               topic=t, queue_id=qid, count=more))
                             break
                         j = int(lost[s])
+                        q0 = int(recs.queue_offset[j])
                         out.append(finding("CQ_MISSING_MESSAGE", qdir, None, int(recs.off[j]),
-                                           f"{t}/{qid}: {ln} message(s) from offset {int(recs.off[j])} (queue offset {int(recs.queue_offset[j])}) missing from the queue; the broker will not dispatch them again",
-                                           topic=t, queue_id=qid, count=ln, queue_offset=int(recs.queue_offset[j])))
+                                           f"{t}/{qid}: {ln} message(s) from offset {int(recs.off[j])} (queue offset {q0}"
+                                           + (f"-{q0 + ln - 1}" if ln > 1 else "") + ") missing from the queue; the broker will not dispatch them again",
+                                           topic=t, queue_id=qid, count=ln, queue_offset=q0))
             for t, idx in sorted(gone.items()):
                 first = min(idx)
                 out.append(finding("CQ_TOPIC_DELETED", f"consumequeue/{t}", None, int(recs.off[first]),

@@ -1005,3 +1005,18 @@ def test_deleted_topic_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixtur
         assert rc == 0 and errors(findings) == []
         deleted = [f for f in findings if f["code"] == "CQ_TOPIC_DELETED"]
         assert len(deleted) == 1 and deleted[0]["details"]["topic"] == "TopicN" and deleted[0]["details"]["count"] > 100
+
+
+def test_lost_queue_file_is_one_run_of_queue_offsets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first consume queue file of TopicA/2 deleted: its queue offsets 0-31 are one
+    contiguous range, though other queues' records lie between them in the commitlog: one
+    CQ_MISSING_MESSAGE finding with count 32, not one a message."""
+    root = copy_store("clean", tmp_path)
+    qdir = root / "consumequeue" / "TopicA" / "2"
+    first = sorted(qdir.iterdir())[0]
+    n_units = sum(1 for p in range(0, first.stat().st_size, 20) if first.read_bytes()[p + 8 : p + 12] != bytes(4))
+    first.unlink()
+    rc, findings = verify_cli(root, capsys)
+    miss = [f for f in findings if f["code"] == "CQ_MISSING_MESSAGE"]
+    assert rc == 4 and len(miss) == 1
+    assert miss[0]["details"]["count"] == n_units and miss[0]["details"]["queue_offset"] == 0
