@@ -883,6 +883,24 @@ def _naming(path: Path, then: str = "") -> Iterator[None]:
         raise
 
 
+def check_backup_dir(store: str | Path, bdir: str | Path) -> bool:
+    """Refuse (:class:`BackupDirError`) a backup directory a transaction cannot use: one
+    inside the store's commitlog/, consumequeue/, index/ or journal, a file, or a non-empty
+    directory. Returns whether it exists (empty). Dry runs call it too, so that they refuse
+    what the real run would."""
+    store, bdir = Path(os.path.abspath(store)), Path(os.path.abspath(bdir))
+    for sub in BROKER_DIRS + (JOURNAL_DIR,):
+        if _is_inside(Path(os.path.realpath(bdir)), Path(os.path.realpath(store / sub))):
+            raise BackupDirError(f"a backup must not live inside the store's {sub}/", bdir)
+    if os.path.lexists(bdir):
+        if not bdir.is_dir():
+            raise BackupDirError("exists and is not a directory", bdir)
+        if any(bdir.iterdir()):
+            raise BackupDirError("exists and is not empty; give a new or empty directory", bdir)
+        return True
+    return False
+
+
 def _journal_root(store: Path) -> Path:
     return store / JOURNAL_DIR
 
@@ -1442,16 +1460,7 @@ class StoreTransaction:
             while os.path.lexists(bdir):
                 n += 1
                 bdir = base.with_name(f"{base.name}-{n}")
-        for sub in BROKER_DIRS + (JOURNAL_DIR,):
-            if _is_inside(Path(os.path.realpath(bdir)), Path(os.path.realpath(self.store / sub))):
-                raise BackupDirError(f"a backup must not live inside the store's {sub}/", bdir)
-        if os.path.lexists(bdir):
-            if not bdir.is_dir():
-                raise BackupDirError("exists and is not a directory", bdir)
-            if any(bdir.iterdir()):
-                raise BackupDirError("exists and is not empty; give a new or empty directory", bdir)
-            return bdir, True
-        return bdir, False
+        return bdir, check_backup_dir(self.store, bdir)
 
     def _backup_bytes_needed(self) -> int:
         total = 0

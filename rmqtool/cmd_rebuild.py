@@ -22,7 +22,7 @@ from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, store_argument
 from .progress import progress_bar
 from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
-from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, pending_journals, recover_pending
+from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, check_backup_dir, pending_journals, recover_pending
 from .recovery.store import Store
 
 
@@ -81,6 +81,8 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     if dry_run:
         for j in pending_journals(root):
             _warn(f"an interrupted rmqtool transaction is pending ({j.name}); a real run finishes or undoes it first")
+        if backup_dir is not None:
+            check_backup_dir(root, backup_dir)  # refused as the real run would refuse it
         return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts)
     for outcome in recover_pending(root):
         _warn(outcome.describe())

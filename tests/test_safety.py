@@ -904,3 +904,24 @@ def test_io_error_while_applying_names_the_file_and_the_next_run_finishes(
     monkeypatch.setattr(safety, "_apply_step", real)
     assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bkc")]) == 1
     assert tree_digest(root) == tree_digest(clean)
+
+
+@pytest.mark.parametrize("command", ["recover", "rebuild-index"])
+@pytest.mark.parametrize("where", ["commitlog", "nonempty"])
+def test_dry_run_refuses_the_backup_dir_the_real_run_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             command: str, where: str) -> None:
+    from conftest import copy_store
+    from rmqtool.cli import run
+
+    root = copy_store("crash_midwrite", tmp_path)
+    bdir = root / "commitlog" / "bk" if where == "commitlog" else tmp_path / "full"
+    if where == "nonempty":
+        bdir.mkdir()
+        (bdir / "x").write_bytes(b"x")
+    results = []
+    for dry in (["--dry-run"], []):
+        capsys.readouterr()
+        code = run([command, str(root), "-q", "--backup-dir", str(bdir), *dry])
+        results.append((code, capsys.readouterr().err.strip().splitlines()[-1]))  # (after any warning)
+    assert results[0] == results[1] and results[0][0] == 8
+    assert ("inside the store's commitlog/" if where == "commitlog" else "not empty") in results[0][1]
