@@ -287,6 +287,12 @@ def plan_rebuild(
                 if rel not in new_names:
                     changes.append(FileChange(REMOVE, rel, "index", None,
                                               "end timestamp after the checkpoint's indexMsgTimestamp (IndexService.load deletes it after a crash)"))
+        elif len(store.index_files) == len(result.index_files) and all(
+                f.size == io.size and _same_content(f.path, io) for f, io in zip(store.index_files, result.index_files)):
+            # the index on disk is exactly the rebuilt one (names apart: they are creation
+            # times): it is left as it is, under its own names
+            for f, io in zip(store.index_files, result.index_files):
+                changes.append(FileChange(UNCHANGED, _rel(store, f.path), "index", f.size, "", io))
         else:
             old_index = {_rel(store, f.path) for f in store.index_files}
             for io in result.index_files:

@@ -658,3 +658,20 @@ def test_other_broker_versions_rebuild_the_same_queues(version: str, tmp_path: P
     code, _out, err = cli(capsys, "rebuild-index", str(root), *GEOM, "--broker-version", version, "-q")
     assert code == 0, err
     assert cq_files(root) == broker_cq("delay")  # the CQ rules are the same in every version
+
+
+@pytest.mark.parametrize("name", ["clean", "delay", "many_files"])
+def test_full_rebuild_of_an_intact_store_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """Every consume queue file and every index file of an intact store is what the rebuild
+    writes (the index files under other names: creation times): all of them are left as
+    they are, and no byte changes."""
+    from conftest import copy_store, tree_digest
+    from rmqtool.cli import run
+
+    root = copy_store(name, tmp_path)
+    before = tree_digest(root)
+    capsys.readouterr()
+    assert run(["rebuild-index", str(root), "--dry-run"]) == 0
+    assert "0 to create, 0 to replace, 0 to remove" in capsys.readouterr().out
+    assert run(["rebuild-index", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert tree_digest(root) == before
