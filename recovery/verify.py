@@ -2682,6 +2682,10 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             if count >= 2 and ne == eff:
                 want_hsc = count - 1 if profile.hash_slot_count_every_put else nonempty
                 other_hsc = nonempty if profile.hash_slot_count_every_put else count - 1
+                if not profile.hash_slot_count_every_put and hsc != nonempty:
+                    used = sorted_unique((kh[kh >= 0] % np.int32(S)).astype(np.int64))
+                    if len(used) == hsc:  # the entries' slots agree with the header: the slot table
+                        want_hsc = hsc    # is what is damaged, and the slot checks below say so
                 if hsc != want_hsc and hsc == other_hsc:
                     out.append(finding("IDX_SLOT_COUNT_VERSION", rel, 32, None,
                                        f"hashSlotCount {hsc} is the {'slots in use' if profile.hash_slot_count_every_put else 'number of puts'}"

@@ -1020,3 +1020,18 @@ def test_lost_queue_file_is_one_run_of_queue_offsets(tmp_path: Path, capsys: pyt
     miss = [f for f in findings if f["code"] == "CQ_MISSING_MESSAGE"]
     assert rc == 4 and len(miss) == 1
     assert miss[0]["details"]["count"] == n_units and miss[0]["details"]["queue_offset"] == 0
+
+
+def test_zeroed_slot_is_not_blamed_on_the_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A zeroed hash slot: the chain it headed is unreachable (IDX_CHAIN_BROKEN), and the
+    header, whose hashSlotCount still counts the slots the entries use, is not an error."""
+    root = copy_store("clean", tmp_path)
+    f = sorted((root / "index").iterdir())[0]
+    d = bytearray(f.read_bytes())
+    (kh,) = struct.unpack(">i", d[440 + 50 * 20 : 444 + 50 * 20])
+    s = 40 + 4 * (kh % 100)
+    d[s : s + 4] = bytes(4)
+    f.write_bytes(bytes(d))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert {c for c, _f, _p in errors(findings)} == {"IDX_CHAIN_BROKEN"}
