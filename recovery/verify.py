@@ -2399,6 +2399,9 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
                         good = ((recs.qkey[rec_i] == qk) & (recs.size[rec_i] == rs) & (recs.queue_offset[rec_i] == logical[ri])
                                 & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR)))
                     if good.all():
+                        txo = tx_type(recs.flags[rec_i])  # (a PREPARED or ROLLBACK record is never in a queue)
+                        good = (txo == 0) | (txo == 8)
+                    if good.all():
                         referenced[rec_i] = True
                         stats["ext_address_units"] += int(np.count_nonzero(rt <= cqf.EXT_MAX_ADDR))
                         if flagged:
@@ -2422,13 +2425,19 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
                     rj = rec_i[fi]
                     same_q = recs.qkey[rj] == (qk if qk is not None else -1)
                     referenced[rj[same_q]] = True
-                    wrong = ~same_q | (recs.size[rj] != rs[fi]) | (recs.queue_offset[rj] != logical[ri[fi]])
+                    txr = tx_type(recs.flags[rj])
+                    undispatched = (txr != 0) & (txr != 8)  # PREPARED or ROLLBACK: never in a queue
+                    wrong = ~same_q | (recs.size[rj] != rs[fi]) | (recs.queue_offset[rj] != logical[ri[fi]]) | undispatched
                     wi = fi[wrong]
                     if len(wi):
                         def wtext(u: int, ln: int, _ri: np.ndarray = ri, _rec: np.ndarray = rec_i) -> str:
                             k = int(np.searchsorted(_ri, u))
                             j = int(_rec[k])
                             t, qid = recs.queues[int(recs.qkey[j])]
+                            tt = int(tx_type(recs.flags[j : j + 1])[0])
+                            if tt not in (0, 8):
+                                return (f"points to a {'PREPARED' if tt == 4 else 'ROLLBACK'} transaction record of {t}/{qid}, "
+                                        "which the broker never puts in a queue")
                             return (f"points to a record of {t}/{qid} queue offset {int(recs.queue_offset[j])} size {int(recs.size[j])}"
                                     f" (the unit says size {int(size[u])})")
                         emit("CQ_WRONG_RECORD", ri[wi], wtext)

@@ -1035,3 +1035,18 @@ def test_zeroed_slot_is_not_blamed_on_the_header(tmp_path: Path, capsys: pytest.
     rc, findings = verify_cli(root, capsys)
     assert rc == 4
     assert {c for c, _f, _p in errors(findings)} == {"IDX_CHAIN_BROKEN"}
+
+
+def test_unit_pointing_at_a_prepared_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A flipped SYSFLAG bit makes a dispatched record a PREPARED transaction record, which
+    the broker never puts in a queue: its unit is a CQ_WRONG_RECORD error (it passed)."""
+    root = copy_store("clean", tmp_path)
+    f = root / "commitlog" / F1
+    d = bytearray(f.read_bytes())
+    pos = 72522 - 65536
+    d[pos + 39] ^= 0x04  # SYSFLAG (bytes 36-39), TRANSACTION_PREPARED_TYPE
+    f.write_bytes(bytes(d))
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    assert [(c, p) for c, _f, p in errors(findings)] == [("CQ_WRONG_RECORD", 12 * 20)]
+    assert "PREPARED" in next(x["message"] for x in findings if x["code"] == "CQ_WRONG_RECORD")
