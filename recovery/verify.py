@@ -108,7 +108,7 @@ CODES: dict[str, tuple[str, str]] = {
     "CQ_HOLE": (ERROR, "an all-zero unit before the queue's last valid unit: the broker's queue recovery truncates the queue there"),
     "CQ_BAD_UNIT": (ERROR, "an invalid unit (negative offset or non-positive size) that is not the end marker, or a fill-blank unit after real units"),
     "CQ_BAD_POINTER": (ERROR, "a unit whose commitlog offset is not the start of any record"),
-    "CQ_WRONG_RECORD": (ERROR, "a unit pointing at a record of another topic/queue, or with another size or queue offset"),
+    "CQ_WRONG_RECORD": (ERROR, "a unit pointing at a record of another topic/queue, with another size or queue offset, or at a PREPARED or ROLLBACK transaction record (never in a queue)"),
     "CQ_TAGS_CODE": (ERROR, "a unit whose tagsCode is not the hash of the record's TAGS (or the delivery time on SCHEDULE_TOPIC_XXXX)"),
     "CQ_TAGS_CODE_Q1": (WARNING, "a SCHEDULE_TOPIC_XXXX unit with the TAGS-hash tagsCode that 4.9.2-4.9.8 write during abnormal recovery (quirk Q1)"),
     "CQ_PAST_END": (ERROR, "a unit pointing past the end of the commitlog data (the message is gone)"),
