@@ -925,3 +925,29 @@ def test_dry_run_refuses_the_backup_dir_the_real_run_refuses(tmp_path: Path, cap
         results.append((code, capsys.readouterr().err.strip().splitlines()[-1]))  # (after any warning)
     assert results[0] == results[1] and results[0][0] == 8
     assert ("inside the store's commitlog/" if where == "commitlog" else "not empty") in results[0][1]
+
+
+def test_failed_cleanup_after_a_complete_change(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal directory cannot be removed after every change is made (EIO on the last
+    rmdir): the run still reports its repair (status 1), and the next run removes the
+    leftover without calling it a rolled-back transaction."""
+    from conftest import copy_store
+    from rmqtool.cli import run
+
+    root = copy_store("crash_midwrite", tmp_path)
+    real = safety._remove_journal_dir
+
+    def failing(store: Path, jdir: Path) -> None:
+        (jdir / "journal.json").unlink()  # cut short after the journal file went
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(safety, "_remove_journal_dir", failing)
+    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 1
+    monkeypatch.setattr(safety, "_remove_journal_dir", real)
+    assert safety.pending_journals(root)
+    capsys.readouterr()
+    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bk2")]) == 0
+    err = capsys.readouterr().err
+    assert "left by an earlier run: removed" in err and "rolled back" not in err
+    assert not safety.pending_journals(root)
