@@ -35,7 +35,7 @@ from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkp
 from . import check as ck
 from .reput import CqFileOut, IndexFileOut, ReputResult, index_files_after_load, load_state, reput, updated_checkpoint
 from .scan import byte_views, chase_starts
-from .store import Store
+from .store import Store, StoreFile
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -205,6 +205,12 @@ def _same_content(path: Path, content: Any) -> bool:
     raise TypeError(type(content).__name__)
 
 
+def _same_files(files: list[StoreFile], outs: list[IndexFileOut]) -> bool:
+    """Whether the files on disk are, one for one and in order, the index files a pass
+    wrote (whatever their names: those are creation times)."""
+    return len(files) == len(outs) and all(f.size == o.size and _same_content(f.path, o) for f, o in zip(files, outs))
+
+
 def _change(root: Path, relpath: str, kind: str, content: Any, size: int, note: str = "") -> FileChange:
     p = root / relpath
     if os.path.lexists(p):
@@ -284,8 +290,7 @@ def plan_rebuild(
             # identical run after a crash): left as they are, under their own names
             created = [io for io in result.index_files if not io.existed]
             dropped = [f for f in state.index.dirty if _rel(store, f.path) not in new_names]
-            same = len(created) == len(dropped) and all(
-                f.size == io.size and _same_content(f.path, io) for f, io in zip(dropped, created))
+            same = _same_files(dropped, created)
             for io in result.index_files:
                 if same and not io.existed:
                     continue
@@ -298,8 +303,7 @@ def plan_rebuild(
                 if rel not in new_names and not same:
                     changes.append(FileChange(REMOVE, rel, "index", None,
                                               "end timestamp after the checkpoint's indexMsgTimestamp (IndexService.load deletes it after a crash)"))
-        elif len(store.index_files) == len(result.index_files) and all(
-                f.size == io.size and _same_content(f.path, io) for f, io in zip(store.index_files, result.index_files)):
+        elif _same_files(store.index_files, result.index_files):
             # the index on disk is exactly the rebuilt one (names apart: they are creation
             # times): it is left as it is, under its own names
             for f, io in zip(store.index_files, result.index_files):

@@ -1060,14 +1060,10 @@ def plan_recovery(
         process = s.base + s.stop_pos
         break
     last = scans[stop_idx - start]
+    data_end = files[start].base  # where the walked files' data ends: no valid record at or after it
     for s in reversed(scans[: stop_idx - start + 1]):
         if s.last_record_pos >= 0:
             plan.last_valid_offset = s.base + s.last_record_pos
-            break
-    # where the data of the walked files ends: no valid record lies at or after it
-    data_end = files[start].base
-    for s in reversed(scans[: stop_idx - start + 1]):
-        if s.last_record_pos >= 0:
             data_end = s.base + s.stop_pos
             break
     plan.files = unread + scans

@@ -249,6 +249,13 @@ def _tx_flags(sys_flag: np.ndarray) -> np.ndarray:
 def tx_type(flags: np.ndarray) -> np.ndarray:
     """SYSFLAG & 0xC of records from their flags byte."""
     return (flags.astype(np.int64) & TX_BITS) >> TX_SHIFT
+
+
+def to_queue(flags: np.ndarray) -> np.ndarray:
+    """Whether records (by their flags byte) go to a consume queue: NOT and COMMIT
+    transaction types do; PREPARED and ROLLBACK never do (RECOVERY §9.1)."""
+    tx = tx_type(flags)
+    return (tx == 0) | (tx == 8)
 PHYS = "PHYSICAL_OFFSET_MISMATCH"  # salvage-mode stop: a record whose PHYSICALOFFSET is not its position
 # outcomes of check_record where the record itself is readable and its size trustworthy
 _INTACT_FAILURES = frozenset({ck.CRC, ck.DELAY_PARSE, ck.INNER_BATCH, ck.PROP_CRC})
@@ -2123,8 +2130,7 @@ def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[File
     if not n:
         return out
     # QUEUEOFFSET continuity per queue (records that go to a consume queue, not inner batches)
-    tx = tx_type(recs.flags)
-    sel = np.flatnonzero(((tx == 0) | (tx == 8)) & ((recs.flags & INNER_BATCH) == 0))
+    sel = np.flatnonzero(to_queue(recs.flags) & ((recs.flags & INNER_BATCH) == 0))
     if len(sel) > 1:
         qk_sel = recs.qkey[sel]
         order = sel[np.argsort(qk_sel.astype(np.int16) if len(recs.queues) < 32768 else qk_sel, kind="stable")]
@@ -2239,7 +2245,8 @@ class _KeyMatch:
 
 
 def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
-    """(start, length) of the runs of consecutive values in a sorted int array."""
+    """(start, length) of the runs of consecutive values (each one more than the one
+    before) in an int array."""
     if not len(idx):
         return []
     brk = np.flatnonzero(np.diff(idx) != 1) + 1
@@ -2399,8 +2406,7 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
                         good = ((recs.qkey[rec_i] == qk) & (recs.size[rec_i] == rs) & (recs.queue_offset[rec_i] == logical[ri])
                                 & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR)))
                     if good.all():
-                        txo = tx_type(recs.flags[rec_i])  # (a PREPARED or ROLLBACK record is never in a queue)
-                        good = (txo == 0) | (txo == 8)
+                        good = to_queue(recs.flags[rec_i])
                     if good.all():
                         referenced[rec_i] = True
                         stats["ext_address_units"] += int(np.count_nonzero(rt <= cqf.EXT_MAX_ADDR))
@@ -2425,17 +2431,15 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
                     rj = rec_i[fi]
                     same_q = recs.qkey[rj] == (qk if qk is not None else -1)
                     referenced[rj[same_q]] = True
-                    txr = tx_type(recs.flags[rj])
-                    undispatched = (txr != 0) & (txr != 8)  # PREPARED or ROLLBACK: never in a queue
-                    wrong = ~same_q | (recs.size[rj] != rs[fi]) | (recs.queue_offset[rj] != logical[ri[fi]]) | undispatched
+                    wrong = ~same_q | (recs.size[rj] != rs[fi]) | (recs.queue_offset[rj] != logical[ri[fi]]) | ~to_queue(recs.flags[rj])
                     wi = fi[wrong]
                     if len(wi):
                         def wtext(u: int, ln: int, _ri: np.ndarray = ri, _rec: np.ndarray = rec_i) -> str:
                             k = int(np.searchsorted(_ri, u))
                             j = int(_rec[k])
                             t, qid = recs.queues[int(recs.qkey[j])]
-                            tt = int(tx_type(recs.flags[j : j + 1])[0])
-                            if tt not in (0, 8):
+                            if not to_queue(recs.flags[j : j + 1])[0]:
+                                tt = int(tx_type(recs.flags[j : j + 1])[0])
                                 return (f"points to a {'PREPARED' if tt == 4 else 'ROLLBACK'} transaction record of {t}/{qid}, "
                                         "which the broker never puts in a queue")
                             return (f"points to a record of {t}/{qid} queue offset {int(recs.queue_offset[j])} size {int(recs.size[j])}"
@@ -2466,8 +2470,7 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
 
     # commitlog messages missing from their queue
     if n_rec:
-        tx = tx_type(recs.flags)
-        expected = ((tx == 0) | (tx == 8)) & (recs.off < broker.po)
+        expected = to_queue(recs.flags) & (recs.off < broker.po)
         missing = np.flatnonzero(expected & ~referenced)
         if len(missing):
             fixed = broker.cq_fixed(recs.off[missing])
@@ -2528,6 +2531,7 @@ def _deleted_topics(store: Store, topics: set[str]) -> set[str]:
     left (deleteTopics removes them; the commitlog keeps their messages) and the broker's
     config/topics.json, readable, does not list them. Without that file: none."""
     from ..formats.config import load_config_file
+    from ..formats.errors import FormatError
 
     with_files = {t for (t, _q), files in store.consume_queues.items() if files}
     candidates = topics - with_files
@@ -2535,7 +2539,7 @@ def _deleted_topics(store: Store, topics: set[str]) -> set[str]:
         return set()
     try:
         doc = load_config_file(store.root / "config" / "topics.json")
-    except Exception:  # missing, unreadable or not fastjson: nothing is known
+    except FormatError:  # missing, unreadable or not fastjson: nothing is known
         return set()
     table = doc.get("topicConfigTable") if isinstance(doc, dict) else None
     if not isinstance(table, dict):

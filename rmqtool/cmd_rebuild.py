@@ -19,10 +19,10 @@ import click
 
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .options import broker_version_option, make_profile, open_store, store_argument
+from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
 from .progress import progress_bar
 from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
-from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, check_backup_dir, pending_journals, recover_pending
+from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, recover_pending
 from .recovery.store import Store
 
 
@@ -79,10 +79,7 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     if broker_holds_lock(root):
         raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
     if dry_run:
-        for j in pending_journals(root):
-            _warn(f"an interrupted rmqtool transaction is pending ({j.name}); a real run finishes or undoes it first")
-        if backup_dir is not None:
-            check_backup_dir(root, backup_dir)  # refused as the real run would refuse it
+        dry_run_preamble(root, backup_dir)
         return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts)
     for outcome in recover_pending(root):
         _warn(outcome.describe())

@@ -18,10 +18,10 @@ import click
 
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .options import broker_version_option, make_profile, open_store, store_argument
+from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
 from .progress import progress_bar
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
-from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, check_backup_dir, pending_journals, recover_pending
+from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, recover_pending
 from .render import dumps, render
 
 
@@ -84,10 +84,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
                 check_unread=not no_check_unread,
                 jobs=jobs)
     if dry_run:
-        for j in pending_journals(root):
-            _warn(f"an interrupted rmqtool transaction is pending ({j.name}); a real run finishes or undoes it first")
-        if backup_dir is not None:
-            check_backup_dir(root, backup_dir)  # refused as the real run would refuse it
+        dry_run_preamble(root, backup_dir)
         store = open_store(**store_opts)
         plan = _plan(store, profile, opts, quiet)
         with closed_stdout_ignored():

@@ -33,6 +33,19 @@ def open_store(store: Path, commitlog_file_size: int | None = None, cq_file_size
     return Store.open(store, commitlog_file_size, cq_file_size, index_slot_num, index_num)
 
 
+def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
+    """What a destructive command's dry run says and refuses before planning, as its real
+    run would: a pending interrupted transaction (warned: the real run finishes or undoes
+    it first) and a backup directory the real run refuses (BackupDirError, status 8)."""
+    from .recovery.safety import check_backup_dir, pending_journals
+
+    for j in pending_journals(root):
+        click.echo(f"rmqtool: warning: an interrupted rmqtool transaction is pending ({j.name}); "
+                   "a real run finishes or undoes it first", err=True)
+    if backup_dir is not None:
+        check_backup_dir(root, backup_dir)
+
+
 def broker_version_option(f: F) -> F:
     return click.option(
         "--broker-version", default=DEFAULT_VERSION, show_default=True, metavar="VERSION",
