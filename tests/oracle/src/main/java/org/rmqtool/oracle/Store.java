@@ -1,0 +1,183 @@
+package org.rmqtool.oracle;
+
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import org.apache.rocketmq.common.BrokerConfig;
+import org.apache.rocketmq.common.MQVersion;
+import org.apache.rocketmq.store.DefaultMessageStore;
+import org.apache.rocketmq.store.config.MessageStoreConfig;
+
+import java.io.File;
+import java.lang.reflect.Constructor;
+import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
+import java.nio.file.Path;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+
+/** Creating a DefaultMessageStore of whichever RocketMQ version is on the class path. */
+final class Store {
+
+    /** The version the classes were compiled against, as RocketMQ names it (e.g. V4_9_4). */
+    static String jarVersion() {
+        try {
+            return MQVersion.getVersionDesc(MQVersion.CURRENT_VERSION);
+        } catch (Throwable e) {
+            return "unknown";
+        }
+    }
+
+    static int major() {
+        String v = System.getProperty("oracle.rocketmq.version", "");
+        if (v.isEmpty()) {
+            v = jarVersion().replace("V", "").replace('_', '.');
+        }
+        try {
+            return Integer.parseInt(v.split("\\.")[0]);
+        } catch (NumberFormatException e) {
+            return 4;
+        }
+    }
+
+    static void checkVersion(String asked) {
+        String built = System.getProperty("oracle.rocketmq.version");
+        if (built != null && !built.equals(asked)) {
+            throw new Main.UsageError("this JVM runs RocketMQ " + built + ", not " + asked);
+        }
+    }
+
+    /** Settings the harness makes before the caller's (the caller may override all but the paths). */
+    static MessageStoreConfig config(JsonObject cfg, Path root) {
+        MessageStoreConfig c = new MessageStoreConfig();
+        trySet(c, "haListenPort", 0);            // never collide with another store on this machine
+        trySet(c, "fileReservedTime", 24 * 365 * 10);
+        trySet(c, "diskMaxUsedSpaceRatio", 95);
+        trySet(c, "cleanFileForciblyEnable", false);
+        for (Map.Entry<String, JsonElement> e : cfg.entrySet()) {
+            String k = e.getKey();
+            if (k.equals("storePathRootDir") || k.equals("storePathCommitLog") || k.equals("from")) {
+                continue;
+            }
+            set(c, k, e.getValue());
+        }
+        c.setStorePathRootDir(root.toString());
+        c.setStorePathCommitLog(root.resolve("commitlog").toString());
+        trySet(c, "storePathEpochFile", root.resolve("epochFileCheckpoint").toString());
+        trySet(c, "storePathBrokerIdentity", root.resolve("brokerIdentity").toString());
+        return c;
+    }
+
+    static Method setter(Object o, String key) {
+        String name = "set" + Character.toUpperCase(key.charAt(0)) + key.substring(1);
+        for (Method m : o.getClass().getMethods()) {
+            if (m.getName().equals(name) && m.getParameterCount() == 1) {
+                return m;
+            }
+        }
+        return null;
+    }
+
+    static void trySet(Object o, String key, Object value) {
+        Method m = setter(o, key);
+        if (m != null) {
+            try {
+                m.invoke(o, value);
+            } catch (Exception e) {
+                throw new RuntimeException(e);
+            }
+        }
+    }
+
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    static void set(Object o, String key, JsonElement v) {
+        Method m = setter(o, key);
+        if (m == null) {
+            throw new Main.UsageError("unknown MessageStoreConfig setting " + key + " for RocketMQ " + jarVersion());
+        }
+        Class<?> t = m.getParameterTypes()[0];
+        Object val;
+        try {
+            if (t == int.class || t == Integer.class) {
+                val = v.getAsInt();
+            } else if (t == long.class || t == Long.class) {
+                val = v.getAsLong();
+            } else if (t == boolean.class || t == Boolean.class) {
+                val = v.getAsBoolean();
+            } else if (t == double.class || t == Double.class) {
+                val = v.getAsDouble();
+            } else if (t == float.class || t == Float.class) {
+                val = v.getAsFloat();
+            } else if (t == short.class || t == Short.class) {
+                val = v.getAsShort();
+            } else if (t == String.class) {
+                val = v.getAsString();
+            } else if (t.isEnum()) {
+                val = Enum.valueOf((Class<Enum>) t, v.getAsString());
+            } else {
+                throw new Main.UsageError("MessageStoreConfig setting " + key + " has type " + t.getName() + " which the harness cannot set");
+            }
+            m.invoke(o, val);
+        } catch (Main.UsageError e) {
+            throw e;
+        } catch (Exception e) {
+            throw new Main.UsageError("bad value " + v + " for MessageStoreConfig setting " + key + ": " + e);
+        }
+    }
+
+    static DefaultMessageStore open(MessageStoreConfig c) throws Exception {
+        new File(c.getStorePathRootDir()).mkdirs();
+        BrokerConfig bc = new BrokerConfig();
+        bc.setLongPollingEnable(false);
+        Object listener = null;
+        Class<?> lc = Class.forName("org.apache.rocketmq.store.MessageArrivingListener");
+        listener = Proxy.newProxyInstance(Store.class.getClassLoader(), new Class<?>[] {lc}, (p, m, a) -> {
+            if (m.getName().equals("hashCode")) {
+                return 0;
+            }
+            if (m.getName().equals("equals")) {
+                return p == a[0];
+            }
+            return null;
+        });
+        for (Constructor<?> k : DefaultMessageStore.class.getConstructors()) {
+            Class<?>[] ps = k.getParameterTypes();
+            if (ps.length == 4 && ps[0] == MessageStoreConfig.class) {
+                return (DefaultMessageStore) k.newInstance(c, null, listener, bc);
+            }
+            if (ps.length == 5 && ps[0] == MessageStoreConfig.class && ps[4] == java.util.concurrent.ConcurrentMap.class) {
+                return (DefaultMessageStore) k.newInstance(c, null, listener, bc, new ConcurrentHashMap<>());
+            }
+        }
+        throw new IllegalStateException("no DefaultMessageStore constructor the harness knows");
+    }
+
+    /** Wait until the reput service has dispatched everything up to the commitlog's max offset. */
+    static boolean waitReput(DefaultMessageStore s, long timeoutMs) throws InterruptedException {
+        long end = System.currentTimeMillis() + timeoutMs;
+        while (System.currentTimeMillis() < end) {
+            if (s.dispatchBehindBytes() <= 0) {
+                return true;
+            }
+            Thread.sleep(5);
+        }
+        return s.dispatchBehindBytes() <= 0;
+    }
+
+    static Object call(Object o, String name, Object... args) throws Exception {
+        for (Method m : o.getClass().getMethods()) {
+            if (m.getName().equals(name) && m.getParameterCount() == args.length) {
+                return m.invoke(o, args);
+            }
+        }
+        throw new NoSuchMethodException(name);
+    }
+
+    static Method method(Class<?> c, String name, int n) {
+        for (Method m : c.getMethods()) {
+            if (m.getName().equals(name) && m.getParameterCount() == n) {
+                return m;
+            }
+        }
+        return null;
+    }
+}
