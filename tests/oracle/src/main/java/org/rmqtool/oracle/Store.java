@@ -28,6 +28,9 @@ final class Store {
     }
 
     static int major() {
+        if (Inner.FAMILY > 0) {
+            return Inner.FAMILY;
+        }
         String v = System.getProperty("oracle.rocketmq.version", "");
         if (v.isEmpty()) {
             v = jarVersion().replace("V", "").replace('_', '.');
