@@ -104,6 +104,7 @@ final class Put {
             Built b = build(s, c, msgs.get(i).getAsJsonObject(), i, done, "main");
             JsonObject r = b.info;
             PutMessageResult pr = s.putMessage(b.inner);
+            describe(r, b.inner);   // 4.x CommitLog rewrites delay messages in place
             fill(r, pr);
             r.addProperty("acknowledged", ok(pr));
             done.put(i, r);
@@ -319,9 +320,12 @@ final class Put {
     static void describe(JsonObject info, Inner in) {
         info.addProperty("topic", in.getTopic());
         info.addProperty("queue_id", in.getQueueId());
-        info.addProperty("tags", in.getTags());
-        info.addProperty("keys", in.getKeys());
-        info.addProperty("uniq_key", in.getProperty(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX));
+        // what the record will carry: the properties string (the broker sometimes changes the map after it)
+        Map<String, String> stored = MessageDecoder.string2messageProperties(
+            in.getPropertiesString() == null ? "" : in.getPropertiesString());
+        info.addProperty("tags", stored.get(MessageConst.PROPERTY_TAGS));
+        info.addProperty("keys", stored.get(MessageConst.PROPERTY_KEYS));
+        info.addProperty("uniq_key", stored.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX));
         info.addProperty("flag", in.getFlag());
         info.addProperty("sys_flag", in.getSysFlag());
         info.addProperty("properties_string", in.getPropertiesString());
@@ -580,6 +584,7 @@ final class Put {
                         log.line("attempt", b.info);
                         PutMessageResult pr = s.putMessage(b.inner);
                         JsonObject r = b.info.deepCopy();
+                        describe(r, b.inner);
                         fill(r, pr);
                         if (b.op != null && ok(pr)) {
                             putOp(s, b, r);

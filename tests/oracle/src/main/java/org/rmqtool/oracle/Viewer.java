@@ -161,13 +161,22 @@ final class Viewer {
         v.addProperty("index_file_count_after_recovery",
             afterRec.keySet().stream().filter(k -> k.startsWith("index/")).count());
 
+        timing.addProperty("collect_ms", (System.nanoTime() - t1) / 1e6 - timing.get("start_and_reput_catchup_ms").getAsDouble());
+        long t2 = System.nanoTime();
         s.shutdown();
+        timing.addProperty("shutdown_ms", (System.nanoTime() - t2) / 1e6);
         v.addProperty("abort_file_present_after_shutdown", Files.exists(root.resolve("abort")));
         JsonObject files = new JsonObject();
         JsonArray idx = new JsonArray();
         JsonArray idxNames = new JsonArray();
+        JsonObject rocks = new JsonObject();
         for (String rel : listFiles(root)) {
             if (rel.equals("lock")) {
+                continue;
+            }
+            if (rel.startsWith("rocksdbstore/")) {
+                // 5.5: RocksDB's own files (log numbers, OPTIONS with timestamps) are not a function of the input
+                rocks.addProperty(rel, Files.size(root.resolve(rel)));
                 continue;
             }
             JsonObject h = new JsonObject();
@@ -184,6 +193,9 @@ final class Viewer {
         v.add("files_after_rocketmq_shutdown", files);
         v.add("index_files_after_rocketmq_shutdown_in_name_order", idx);
         nonCanon.add("index_file_names_after_rocketmq_shutdown", idxNames);
+        if (rocks.size() > 0) {
+            nonCanon.add("rocksdb_files_after_rocketmq_shutdown", rocks);
+        }
         nonCanon.addProperty("note", "timing and non_canonical differ between runs; everything else is a "
             + "deterministic function of the input store");
         v.add("timing", timing);
