@@ -127,6 +127,15 @@ def _scenario(kill: bool) -> dict[str, Any]:
 def _check_round_trip(result: dict[str, Any], view: dict[str, Any], kill: bool) -> None:
     assert result["clean_shutdown"] is (not kill)
     assert result["abort_file_present"] is kill
+    if kill and view["load_ok"] is False:
+        # The kill can land between creating a mapped file and sizing it; RocketMQ then refuses the
+        # store (MappedFileQueue.load: file size not matched). That is the broker's answer, but only
+        # with such a file present.
+        sizes = {"commitlog": 8192, "consumequeue": 200}
+        odd = [p for p, n in view["before_recovery"]["files"].items()
+               if p.split("/")[0] in sizes and n != sizes[p.split("/")[0]]]
+        assert odd, "RocketMQ refused a killed store that has no file of the wrong size"
+        return
     assert view["load_ok"] is True and view["recovery_mode"] == ("abnormal" if kill else "normal")
     records = {r["phys_offset"]: r for r in view["commitlog_records"] if "topic" in r}
     acked = [m for m in result["messages"] if m["acknowledged"]]
