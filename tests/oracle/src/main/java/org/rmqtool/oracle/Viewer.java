@@ -150,6 +150,10 @@ final class Viewer {
         v.add("consume_queues", consumeQueues(s));
         v.add("query_message_by_key", queries(s, recs, extraKeys));
         v.addProperty("query_keys_include_scenario_json_keys", extraKeys != null);
+        JsonArray byTag = tagQueries(s, recs);
+        if (byTag != null) {
+            v.add("query_message_by_tag", byTag);
+        }
         JsonObject afterRec = sizes(root, false);
         JsonObject exceptIndex = new JsonObject();
         for (Map.Entry<String, JsonElement> e : afterRec.entrySet()) {
@@ -596,6 +600,64 @@ final class Viewer {
             JsonArray h = new JsonArray();
             having.forEach(h::add);
             o.add("phys_offsets_whose_message_has_this_key", h);
+            o.addProperty("topic", tk.get(0));
+            out.add(o);
+        }
+        return out;
+    }
+
+    /**
+     * 5.5 also indexes each message's TAGS (key "topic#TAG#tags") and can query by it: for every
+     * (topic, tags) of the recovered records, queryMessage(topic, tags, 64, 0, MAX, INDEX_TAG_TYPE, null).
+     * null for versions without tag index.
+     */
+    static JsonArray tagQueries(DefaultMessageStore s, JsonArray recs) throws Exception {
+        Method q7 = null;
+        for (Method m : s.getClass().getMethods()) {
+            if (m.getName().equals("queryMessage") && m.getParameterCount() == 7) {
+                q7 = m;
+            }
+        }
+        String tagType;
+        try {
+            tagType = (String) Class.forName("org.apache.rocketmq.common.message.MessageConst")
+                .getField("INDEX_TAG_TYPE").get(null);
+        } catch (NoSuchFieldException e) {
+            return null;
+        }
+        if (q7 == null) {
+            return null;
+        }
+        TreeSet<List<String>> pairs = new TreeSet<>(Viewer::cmpPair);
+        for (JsonElement e : recs) {
+            JsonObject r = e.getAsJsonObject();
+            if (r.has("topic") && !r.get("tags").isJsonNull() && !r.get("tags").getAsString().isEmpty()) {
+                pairs.add(Arrays.asList(r.get("topic").getAsString(), r.get("tags").getAsString()));
+            }
+        }
+        JsonArray out = new JsonArray();
+        for (List<String> tk : pairs) {
+            QueryMessageResult q = (QueryMessageResult) q7.invoke(s, tk.get(0), tk.get(1), 64, 0L, Long.MAX_VALUE,
+                tagType, null);
+            List<Long> offs = new ArrayList<>();
+            try {
+                for (ByteBuffer b : q.getMessageBufferList()) {
+                    MessageExt m = MessageDecoder.decode(b.duplicate(), false, false);
+                    if (m != null) {
+                        offs.add(m.getCommitLogOffset());
+                    }
+                }
+            } finally {
+                q.release();
+            }
+            JsonObject o = new JsonObject();
+            o.addProperty("tag", tk.get(1));
+            JsonArray a = new JsonArray();
+            new TreeSet<>(offs).forEach(a::add);
+            o.add("phys_offsets", a);
+            JsonArray ra = new JsonArray();
+            offs.forEach(ra::add);
+            o.add("phys_offsets_raw", ra);
             o.addProperty("topic", tk.get(0));
             out.add(o);
         }
