@@ -216,3 +216,18 @@ def test_body_bytes_match_the_java_generator(oracle: ModuleType, tmp_path: Path)
     import hashlib
 
     assert res["messages"][0]["body_sha256"] == hashlib.sha256(oracle.body_bytes(77, 5)).hexdigest()
+
+
+def test_multi_dispatch_puts_each_message_in_every_lmq_queue(oracle: ModuleType, tmp_path: Path) -> None:
+    """Multi-dispatch (LMQ) needs no harness support: the INNER_MULTI_DISPATCH property and the
+    enableMultiDispatch/enableLmq settings make RocketMQ's CommitLog do it."""
+    cfg = {"mappedFileSizeCommitLog": 16384, "mappedFileSizeConsumeQueue": 200,
+           "enableMultiDispatch": True, "enableLmq": True}
+    msgs = [{"topic": "TopicM", "properties": {"INNER_MULTI_DISPATCH": "%LMQ%q1,%LMQ%q2"},
+             "body_len": 40, "body_seed": i} for i in range(3)]
+    res = oracle.write("4.9.4", {"config": cfg, "messages": msgs, "end": {"mode": "clean"}}, tmp_path / "w")
+    v = oracle.view("4.9.4", tmp_path / "w" / "store", cfg)
+    offsets = [m["phys_offset"] for m in res["messages"]]
+    for q in ("%LMQ%q1/0", "%LMQ%q2/0", "TopicM/0"):
+        assert [e["phys_offset"] for e in v["consume_queues"][q]["entries"]] == offsets
+    assert [r["properties"]["INNER_MULTI_QUEUE_OFFSET"] for r in v["commitlog_records"]] == ["0,0", "1,1", "2,2"]
