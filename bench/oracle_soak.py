@@ -31,24 +31,17 @@ sys.path.insert(0, str(ROOT / "tests" / "oracle"))
 import diffcase as dc  # noqa: E402
 
 
-def _one(args: tuple[str, int, str, str, int, bool]) -> dict:
-    script, seed, version, work, max_messages, keep = args
+def _chunk(args: tuple[str, list[tuple[int, str]], str, int, bool, int]) -> list[dict]:
+    script, specs, work, max_messages, keep, parallel = args
     oracle = dc.Oracle(Path(script))
-    w = Path(work) / f"{version}-{seed}"
     try:
-        res = dc.run_case(oracle, seed, version, w, max_messages=max_messages)
-        out = {"seed": seed, "version": version, "results": res.results, "skipped": res.skipped,
-               "damage": res.damage_done, "seconds": res.seconds, "scenario": res.scenario}
-    except dc.OracleError as exc:
-        out = {"seed": seed, "version": version, "results": {"oracle": [str(exc)]}, "skipped": {},
-               "damage": [], "seconds": 0.0, "scenario": dc.gen_scenario(seed, version, max_messages=max_messages)}
-    except Exception as exc:  # noqa: BLE001 - a crash of the comparison is a finding too
-        out = {"seed": seed, "version": version, "results": {"harness": [f"{type(exc).__name__}: {exc}"]},
-               "skipped": {}, "damage": [], "seconds": 0.0,
-               "scenario": dc.gen_scenario(seed, version, max_messages=max_messages)}
-    if not keep:
-        shutil.rmtree(w, ignore_errors=True)
-    return out
+        done = dc.run_cases(oracle, specs, Path(work), max_messages=max_messages, keep=keep, parallel=parallel)
+    except Exception as exc:  # noqa: BLE001 - the oracle failed as a whole: every case of the chunk says so
+        return [{"seed": seed, "version": v, "results": {"oracle": [f"{type(exc).__name__}: {exc}"]}, "skipped": {},
+                 "damage": [], "seconds": 0.0, "scenario": dc.gen_scenario(seed, v, max_messages=max_messages)}
+                for seed, v in specs]
+    return [{"seed": r.seed, "version": r.version, "results": r.results, "skipped": r.skipped,
+             "damage": r.damage_done, "seconds": r.seconds, "scenario": r.scenario} for r in done]
 
 
 def main() -> int:
@@ -56,7 +49,9 @@ def main() -> int:
     ap.add_argument("--cases", type=int, required=True)
     ap.add_argument("--versions", default="all", help="comma-separated releases, or all (what the oracle lists)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1, help="chunks run at once (each: Python + one JVM at a time)")
+    ap.add_argument("--parallel", type=int, default=1, help="jobs per JVM in the oracle's batch mode")
+    ap.add_argument("--chunk", type=int, default=25, help="cases per oracle batch")
     ap.add_argument("--max-messages", type=int, default=120)
     ap.add_argument("--oracle", default=None, help="path of rocketmq-oracle (default: tests/oracle/, $RMQ_ORACLE)")
     ap.add_argument("--out", default="oracle-soak-out", help="directory for the disagreeing cases' reports")
@@ -73,8 +68,12 @@ def main() -> int:
     work = Path(ns.work) if ns.work else Path(tempfile.mkdtemp(prefix="oracle-soak-"))
     out_dir = Path(ns.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(str(script), ns.seed + i, versions[i % len(versions)], str(work), ns.max_messages, ns.keep)
-            for i in range(ns.cases)]
+    specs = [(ns.seed + i, versions[i % len(versions)]) for i in range(ns.cases)]
+    by_v: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for sp in specs:
+        by_v[sp[1]].append(sp)
+    chunks = [(str(script), lst[k:k + ns.chunk], str(work), ns.max_messages, ns.keep, ns.parallel)
+              for lst in by_v.values() for k in range(0, len(lst), ns.chunk)]
 
     # version -> check -> [agree, disagree, skipped]
     table: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
@@ -83,7 +82,7 @@ def main() -> int:
     t0 = time.monotonic()
     done = 0
     with cf.ProcessPoolExecutor(max_workers=ns.jobs) as pool:
-        for r in pool.map(_one, jobs):
+        for r in (r for rs in pool.map(_chunk, chunks) for r in rs):
             done += 1
             v = r["version"]
             ok = not any(r["results"].values())

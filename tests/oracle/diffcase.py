@@ -39,6 +39,7 @@ import os
 import random
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +165,21 @@ def _records_in_view(view: dict[str, Any]) -> list[dict[str, Any]]:
     return list(view.get("commitlog_records") or [])
 
 
+def host_text(java: Any) -> Any:
+    """A host as rmqtool prints it, from the broker's text: Java's getHostAddress writes every
+    IPv6 group (2001:db8:0:0:0:0:0:10), rmqtool the RFC 5952 short form (2001:db8::10), a
+    deliberate difference (man rmqtool-dump, born_host); IPv4 is the same."""
+    import ipaddress
+
+    if not isinstance(java, str) or not java.startswith("["):
+        return java
+    addr, _, port = java[1:].partition("]:")
+    try:
+        return f"[{ipaddress.IPv6Address(addr.split('%')[0])}]:{port}"
+    except ValueError:
+        return java
+
+
 def compare_dump(view: dict[str, Any], ours: list[dict[str, Any]], limit: int = 5) -> list[str]:
     """Every record the broker parsed, field for field, and no other intact record between
     its min and max offsets."""
@@ -183,6 +199,8 @@ def compare_dump(view: dict[str, Any], ours: list[dict[str, Any]], limit: int = 
                 bad.append(f"dump: {off}: broker message, rmqtool {r.get('type')} {r.get('status')}")
             else:
                 for tn, on in RECORD_FIELDS.items():
+                    if tn in ("born_host", "store_host") and tn in exp and host_text(exp[tn]) == r.get(on):
+                        continue
                     if tn in exp and r.get(on) != exp[tn]:
                         bad.append(f"dump: {off}: {tn} broker {exp[tn]!r} rmqtool {r.get(on)!r}")
                 if "keys" in exp and (r.get("properties") or {}).get("KEYS") != exp["keys"]:
@@ -220,6 +238,12 @@ def view_queries(view: dict[str, Any]) -> list[tuple[str, str]]:
     return [(q["topic"], q["key"]) for q in view.get("query_message_by_key") or []]
 
 
+def their_offsets(q: dict[str, Any]) -> list[int]:
+    """The offsets the broker's queryMessage returned, duplicates kept when the view has
+    them (a message whose KEYS names a key twice is indexed twice)."""
+    return sorted(q["phys_offsets_raw"] if "phys_offsets_raw" in q else q["phys_offsets"])
+
+
 def compare_lookups(view: dict[str, Any], ours: dict[tuple[str, str], list[int]], what: str, superset: bool = False,
                     limit: int = 5) -> list[str]:
     """Key lookups equal (superset=True: rmqtool's hits include the broker's; extra hits are
@@ -228,8 +252,9 @@ def compare_lookups(view: dict[str, Any], ours: dict[tuple[str, str], list[int]]
     recs = {r["phys_offset"] for r in _records_in_view(view)}
     for q in view.get("query_message_by_key") or []:
         t, k = q["topic"], q["key"]
-        theirs = sorted(q["phys_offsets"])
-        mine = ours.get((t, k), [])
+        theirs, mine = their_offsets(q), ours.get((t, k), [])
+        if "phys_offsets_raw" not in q:
+            mine = sorted(set(mine))
         if superset:
             missing = sorted(set(theirs) - set(mine))
             stray = sorted(o for o in set(mine) - set(theirs) if o not in recs)
@@ -398,7 +423,7 @@ def compare_reopen(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     fb, fa = before.get("files_after_rocketmq_shutdown") or {}, after.get("files_after_rocketmq_shutdown") or {}
     for prefix in ("commitlog/", "consumequeue/"):
         bad += compare_files(fb, fa, prefix, "reopen file")
-    fake = {(q["topic"], q["key"]): sorted(q["phys_offsets"]) for q in after.get("query_message_by_key") or []}
+    fake = {(q["topic"], q["key"]): their_offsets(q) for q in after.get("query_message_by_key") or []}
     bad += compare_lookups(before, fake, "reopen keys", superset=True)
     return bad
 
@@ -416,12 +441,13 @@ class Oracle:
     timeout: float = 600.0
     _versions: list[str] | None = None
 
-    def _run(self, args: list[str], stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+    def _run(self, args: list[str], timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        timeout = timeout or self.timeout
         try:
-            return subprocess.run([str(self.script), *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
-                                  timeout=self.timeout)
+            return subprocess.run([str(self.script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            raise OracleError(f"rocketmq-oracle {args[0]}: timed out after {self.timeout:.0f} s") from exc
+            raise OracleError(f"rocketmq-oracle {args[0]}: timed out after {timeout:.0f} s") from exc
 
     def versions(self) -> list[str]:
         if self._versions is None:
@@ -439,6 +465,25 @@ class Oracle:
         if p.returncode != 0:
             raise OracleError(f"rocketmq-oracle write: status {p.returncode}: {p.stderr.strip()[-400:]}")
         return json.loads((out / "result.json").read_text(encoding="utf-8"))
+
+    def batch(self, version: str, jobs: list[dict[str, Any]], parallel: int = 1) -> list[dict[str, Any]]:
+        """``rocketmq-oracle batch``: one JVM runs every job; one result object per job, in order."""
+        if not jobs:
+            return []
+        fd, path = tempfile.mkstemp(prefix="oracle-jobs-", suffix=".jsonl")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for j in jobs:
+                    f.write(json.dumps(j, ensure_ascii=False) + "\n")
+            p = self._run(["batch", "--version", version, "--parallel", str(parallel), path],
+                          timeout=self.timeout + 120.0 * len(jobs) / max(1, parallel))
+        finally:
+            os.unlink(path)
+        outs = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+        if len(outs) != len(jobs):
+            raise OracleError(f"rocketmq-oracle batch: status {p.returncode}, {len(outs)} results for {len(jobs)} jobs: "
+                              f"{p.stderr.strip()[-400:]}")
+        return outs
 
     def view(self, version: str, config: dict[str, Any], store: Path) -> dict[str, Any]:
         cp = store.parent / (store.name + ".viewconfig.json")
@@ -633,7 +678,7 @@ def harness_scenario(sc: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------
-# one case, end to end
+# cases, end to end (in phases, so that one JVM per version and phase serves many cases)
 
 CHECKS = ("write", "dump", "verify", "recover", "rebuild", "reopen")
 
@@ -653,7 +698,8 @@ class CaseResult:
         return not any(self.results.values())
 
     def report(self) -> str:
-        lines = [f"seed {self.seed} version {self.version} damage {self.damage_done}"]
+        lines = [f"seed {self.seed} version {self.version} damage {self.damage_done} "
+                 f"(rerun: bench/oracle_soak.py --cases 1 --seed {self.seed} --versions {self.version} --keep)"]
         for c, bad in self.results.items():
             lines += [f"  [{c}] {b}" for b in bad]
         lines.append("scenario: " + json.dumps(self.scenario, ensure_ascii=False))
@@ -666,46 +712,126 @@ def lost_acknowledged(result: dict[str, Any], view: dict[str, Any]) -> int:
                and m.get("phys_offset") is not None and m["phys_offset"] not in kept)
 
 
-def run_case(oracle: Oracle, seed: int, version: str, work: Path, *, max_messages: int = 120,
-             checks: tuple[str, ...] = CHECKS) -> CaseResult:
+@dataclass
+class _Case:
+    res: CaseResult
+    work: Path
+    result: dict[str, Any] | None = None
+    view: dict[str, Any] | None = None
+    undamaged_clean: bool = False
+    t: float = 0.0
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.res.scenario["config"]
+
+    @property
+    def store(self) -> Path:
+        return self.work / "w" / "store"
+
+    @property
+    def rec(self) -> Path:
+        return self.work / "rec" / "store"
+
+
+def _timed(c: _Case, fn: Callable[[], Any]) -> Any:
     t0 = time.monotonic()
-    sc = gen_scenario(seed, version, max_messages=max_messages)
-    res = CaseResult(seed, version, sc)
-    config = sc["config"]
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
     try:
-        result = oracle.write(version, harness_scenario(sc), work / "w")
-    except OracleError as exc:
-        res.results["write"] = [str(exc)]
-        res.seconds = time.monotonic() - t0
-        return res
-    res.results["write"] = []
-    store = work / "w" / "store"
-    res.damage_done = apply_damage(store, sc["damage"])
-    undamaged_clean = sc["end"]["mode"] == "clean" and not res.damage_done
-    view = oracle.view(version, config, store)
-    ro = rmqtool_read_only_checks(store, version, config, view, lost_acknowledged(result, view))
-    res.results.update(ro)
+        return fn()
+    finally:
+        c.t += time.monotonic() - t0
+
+
+def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
+    """dump, verify, recover, rebuild; True when the recovered store needs the broker's view."""
+    view, res = c.view, c.res
+    assert view is not None
+    res.results.update(rmqtool_read_only_checks(c.store, res.version, c.config, view,
+                                                lost_acknowledged(c.result or {}, view)))
     if not view.get("load_ok", True):
-        for c in ("recover", "rebuild", "reopen"):
-            res.skipped[c] = "the broker does not load this store"
-        res.seconds = time.monotonic() - t0
-        return res
-    rec = work / "rec" / "store"
-    shutil.copytree(store, rec)
-    rc, msg = run_recover(rec, version, config)
+        for k in ("recover", "rebuild", "reopen"):
+            res.skipped[k] = "the broker does not load this store"
+        return False
+    shutil.copytree(c.store, c.rec)
+    rc, msg = run_recover(c.rec, res.version, c.config)
     if rc not in (0, 1):
         res.results["recover"] = [f"recover: status {rc}: {msg}"]
         res.skipped["rebuild"] = res.skipped["reopen"] = "recover did not repair"
-    else:
-        res.results["recover"] = recovered_checks(rec, version, config, view, superset_keys=not undamaged_clean)
-        if "rebuild" in checks:
-            res.results["rebuild"] = rebuild_checks(rec, version, config, view, work, exact_index=undamaged_clean)
-        if "reopen" in checks and rc == 0:
-            res.skipped["reopen"] = "recover changed nothing: the broker would open the same bytes"
-        elif "reopen" in checks:
-            after = oracle.view(version, config, rec)
-            res.results["reopen"] = compare_reopen(view, after)
-    res.seconds = time.monotonic() - t0
-    return res
+        return False
+    res.results["recover"] = recovered_checks(c.rec, res.version, c.config, view, superset_keys=not c.undamaged_clean)
+    if "rebuild" in checks:
+        res.results["rebuild"] = rebuild_checks(c.rec, res.version, c.config, view, c.work, exact_index=c.undamaged_clean)
+    if "reopen" not in checks:
+        return False
+    if rc == 0:
+        res.skipped["reopen"] = "recover changed nothing: the broker would open the same bytes"
+        return False
+    return True
+
+
+def run_cases(oracle: "Oracle", specs: list[tuple[int, str]], work: Path, *, max_messages: int = 120,
+              checks: tuple[str, ...] = CHECKS, parallel: int = 1, keep: bool = False,
+              progress: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+    """Every (seed, version) case: per version one ``batch`` JVM writes every store, one views
+    the damaged stores, one views the stores rmqtool recovered."""
+    out: list[CaseResult] = []
+    by_version: dict[str, list[int]] = {}
+    for seed, version in specs:
+        by_version.setdefault(version, []).append(seed)
+    for version, seeds in by_version.items():
+        cases = []
+        for seed in seeds:
+            w = work / f"{version}-{seed}"
+            shutil.rmtree(w, ignore_errors=True)
+            w.mkdir(parents=True)
+            cases.append(_Case(CaseResult(seed, version, gen_scenario(seed, version, max_messages=max_messages)), w))
+        # 1. the broker writes
+        jobs = [{"id": i, "verb": "write", "scenario": harness_scenario(c.res.scenario), "out": str(c.work / "w")}
+                for i, c in enumerate(cases)]
+        for c, r in zip(cases, oracle.batch(version, jobs, parallel)):
+            c.t += r.get("elapsed_ms", 0) / 1000
+            if r.get("exit") != 0:
+                c.res.results["write"] = [f"rocketmq-oracle write: {r.get('error')}"]
+            else:
+                c.res.results["write"] = []
+                c.result = r.get("result") or json.loads((c.work / "w" / "result.json").read_text(encoding="utf-8"))
+        live = [c for c in cases if c.result is not None]
+        # 2. damage; the broker's own recovery and view
+        for c in live:
+            c.res.damage_done = _timed(c, lambda c=c: apply_damage(c.store, c.res.scenario["damage"]))
+            c.undamaged_clean = c.res.scenario["end"]["mode"] == "clean" and not c.res.damage_done
+        jobs = [{"id": i, "verb": "view", "config": c.config, "store": str(c.store)} for i, c in enumerate(live)]
+        again = []
+        for c, r in zip(live, oracle.batch(version, jobs, parallel)):
+            c.t += r.get("elapsed_ms", 0) / 1000
+            if r.get("exit") != 0:
+                c.res.results["oracle"] = [f"rocketmq-oracle view: {r.get('error')}"]
+                continue
+            c.view = r["result"]
+            # 3. rmqtool's side
+            try:
+                if _timed(c, lambda c=c: _checks_after_view(c, checks)):
+                    again.append(c)
+            except Exception as exc:  # noqa: BLE001 - a crash of rmqtool or the comparison is a finding
+                c.res.results["harness"] = [f"{type(exc).__name__}: {exc}"]
+        # 4. the broker opens what rmqtool recovered
+        jobs = [{"id": i, "verb": "view", "config": c.config, "store": str(c.rec)} for i, c in enumerate(again)]
+        for c, r in zip(again, oracle.batch(version, jobs, parallel) if jobs else []):
+            c.t += r.get("elapsed_ms", 0) / 1000
+            if r.get("exit") != 0:
+                c.res.results["reopen"] = [f"reopen: the broker fails on the store rmqtool recovered: {r.get('error')}"]
+            else:
+                assert c.view is not None
+                c.res.results["reopen"] = _timed(c, lambda c=c, r=r: compare_reopen(c.view, r["result"]))
+        for c in cases:
+            c.res.seconds = c.t
+            if not keep and c.res.ok:
+                shutil.rmtree(c.work, ignore_errors=True)
+            out.append(c.res)
+            if progress:
+                progress(c.res)
+    return out
+
+
+def run_case(oracle: "Oracle", seed: int, version: str, work: Path, **kw: Any) -> CaseResult:
+    return run_cases(oracle, [(seed, version)], work, **kw)[0]

@@ -112,3 +112,16 @@ def test_scenario_generator_is_deterministic_and_damage_reproducible(tmp_path: P
            {"kind": "remove_abort", "r": 0, "bit": 0, "n": 0}]
     d1, d2 = dc.apply_damage(s1, dmg), dc.apply_damage(s2, dmg)
     assert d1 == d2 and len(d1) == 3 and not (s1 / "abort").exists()
+
+
+def test_ipv6_hosts_differ_from_the_broker_only_in_the_short_form() -> None:
+    """man rmqtool-dump, born_host: rmqtool prints RFC 5952, the broker's Java every group."""
+    import ipaddress
+
+    from rmqtool.formats.names import host_to_str
+
+    packed = ipaddress.IPv6Address("2001:db8::10").packed
+    assert host_to_str(packed, 10911) == "[2001:db8::10]:10911"
+    assert dc.host_text("[2001:db8:0:0:0:0:0:10]:10911") == "[2001:db8::10]:10911"
+    assert dc.host_text("[fe80:0:0:0:0:0:0:1]:1") == "[fe80::1]:1"
+    assert dc.host_text("192.168.0.10:10911") == "192.168.0.10:10911"
