@@ -119,7 +119,7 @@ def dump_queues(store: Path, config: dict[str, Any]) -> dict[str, dict[str, Any]
         if u.get("type", "unit") not in ("unit", "cq_unit", "entry") and "queue_offset" not in u:
             continue
         q = qs.setdefault(f"{u['topic']}/{u['queue_id']}", {"entries": []})
-        if u.get("status", "OK") == "OK":
+        if u.get("status", "OK") in ("OK", "FILL_BLANK"):  # the broker lists its fill-blank units too
             q["entries"].append({"cq_offset": u["queue_offset"], "phys_offset": u["commitlog_offset"],
                                  "size": u["size"], "tags_code": u["tags_code"]})
     for q in qs.values():
@@ -180,6 +180,11 @@ def host_text(java: Any) -> Any:
         return java
 
 
+# the harness names transaction types by MessageSysFlag's constants (TRANSACTION_COMMIT_TYPE),
+# rmqtool dump by the short names of its man page (COMMIT): the same four values
+TX_NAMES = {"NOT_TYPE": "NOT_TYPE", "PREPARED_TYPE": "PREPARED", "COMMIT_TYPE": "COMMIT", "ROLLBACK_TYPE": "ROLLBACK"}
+
+
 def compare_dump(view: dict[str, Any], ours: list[dict[str, Any]], limit: int = 5) -> list[str]:
     """Every record the broker parsed, field for field, and no other intact record between
     its min and max offsets."""
@@ -200,6 +205,8 @@ def compare_dump(view: dict[str, Any], ours: list[dict[str, Any]], limit: int = 
             else:
                 for tn, on in RECORD_FIELDS.items():
                     if tn in ("born_host", "store_host") and tn in exp and host_text(exp[tn]) == r.get(on):
+                        continue
+                    if tn == "transaction_type" and TX_NAMES.get(exp.get(tn), exp.get(tn)) == r.get(on):
                         continue
                     if tn in exp and r.get(on) != exp[tn]:
                         bad.append(f"dump: {off}: {tn} broker {exp[tn]!r} rmqtool {r.get(on)!r}")
@@ -231,6 +238,24 @@ def compare_queues(view: dict[str, Any], ours: dict[str, dict[str, Any]], what: 
     for key, mine in sorted(ours.items()):
         if key not in theirs and mine["entries"]:
             bad.append(f"{what}: {key}: {len(mine['entries'])} rmqtool entries, no such queue in the broker")
+    return bad
+
+
+FILL_BLANK = (0, 2**31 - 1, 0)
+
+
+def compare_queues_superset(view: dict[str, Any], ours: dict[str, dict[str, Any]], what: str) -> list[str]:
+    """Every entry the broker has (fill-blank units aside) is in rmqtool's queue, unchanged:
+    for stores that lost consume queue files, which the broker's start does not dispatch
+    again and rebuild-index does (by design)."""
+    bad = []
+    for key, q in sorted((view.get("consume_queues") or {}).items()):
+        mine = {e["cq_offset"]: (e["phys_offset"], e["size"], e["tags_code"]) for e in ours.get(key, {"entries": []})["entries"]}
+        for e in q.get("entries", []):
+            t = (e["phys_offset"], e["size"], e["tags_code"])
+            if t != FILL_BLANK and mine.get(e["cq_offset"]) != t:
+                bad.append(f"{what}: {key}: broker entry {e['cq_offset']} {t}, rmqtool {mine.get(e['cq_offset'])}")
+                break
     return bad
 
 
@@ -371,7 +396,7 @@ def recovered_checks(store: Path, version: str, config: dict[str, Any], view: di
 
 
 def rebuild_checks(recovered: Path, version: str, config: dict[str, Any], view: dict[str, Any], work: Path,
-                   exact_index: bool) -> list[str]:
+                   exact_index: bool, queues_lost: bool = False) -> list[str]:
     """rebuild-index on a copy of the recovered store without consumequeue/ and index/."""
     cp = work / "rebuilt"
     shutil.rmtree(cp, ignore_errors=True)
@@ -382,11 +407,17 @@ def rebuild_checks(recovered: Path, version: str, config: dict[str, Any], view: 
                         "--broker-version", rmq_version(version), *geometry_args(config)])
     if rc != 0:
         return [f"rebuild: status {rc}: {err.strip()[:200]}"]
-    bad = compare_queues(view, dump_queues(cp, config), "rebuild cq")
-    files = view.get("files_after_rocketmq_shutdown") or {}
-    if files:
-        bad += compare_files(files, file_digests(cp, ("consumequeue/",)), "consumequeue/", "rebuild cq file")
-    bad += compare_lookups(view, key_lookups(cp, config, view_queries(view)), "rebuild keys")
+    if queues_lost:
+        bad = compare_queues_superset(view, dump_queues(cp, config), "rebuild cq")
+    else:
+        bad = compare_queues(view, dump_queues(cp, config), "rebuild cq")
+        files = view.get("files_after_rocketmq_shutdown") or {}
+        if files:
+            bad += compare_files(files, file_digests(cp, ("consumequeue/",)), "consumequeue/", "rebuild cq file")
+    # after a crash the broker's index may hold a record twice (its recovery indexes again
+    # what the reput had indexed: RECOVERY Q6), and lost index files hold nothing: a fresh
+    # rebuild then finds each hit once, and more
+    bad += compare_lookups(view, key_lookups(cp, config, view_queries(view)), "rebuild keys", superset=not exact_index)
     if exact_index and "index_files_after_rocketmq_shutdown_in_name_order" in view:
         theirs = [(d["size"], d["sha256"]) for d in view["index_files_after_rocketmq_shutdown_in_name_order"]]
         mine = [(d["size"], d["sha256"]) for d in index_digests(cp)]
@@ -539,8 +570,10 @@ def gen_scenario(seed: int, version: str, *, max_messages: int = 120) -> dict[st
         "flushDiskType": rng.choice(["ASYNC_FLUSH", "ASYNC_FLUSH", "SYNC_FLUSH"]),
         "maxMessageSize": cl // 2,
     }
-    if rng.random() < 0.1:
-        config["duplicationEnable"] = True
+    # duplicationEnable is not generated: the reput then stops at the confirm offset, which
+    # only an HA/controller setup advances, so a lone broker never dispatches (the oracle's
+    # view waits for a catch-up that does not come), and rmqtool does not model it
+    rng.random()
     if v >= (5, 2, 0) and rng.random() < 0.3:
         config["enabledAppendPropCRC"] = True
         if rng.random() < 0.5:
@@ -760,7 +793,9 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
         return False
     res.results["recover"] = recovered_checks(c.rec, res.version, c.config, view, superset_keys=not c.undamaged_clean)
     if "rebuild" in checks:
-        res.results["rebuild"] = rebuild_checks(c.rec, res.version, c.config, view, c.work, exact_index=c.undamaged_clean)
+        lost = any(d.startswith("rm consumequeue/") for d in res.damage_done)
+        res.results["rebuild"] = rebuild_checks(c.rec, res.version, c.config, view, c.work, exact_index=c.undamaged_clean,
+                                                queues_lost=lost)
     if "reopen" not in checks:
         return False
     if rc == 0:
