@@ -362,9 +362,23 @@ def view_mode(view: dict[str, Any]) -> str:
     return "abnormal" if m.startswith("abnormal") else "normal"
 
 
-def compare_verify(view: dict[str, Any], rc: int, report: dict[str, Any], lost_acked: int | None) -> list[str]:
+def prop_crc_cut(view: dict[str, Any], report: dict[str, Any], config: dict[str, Any]) -> bool:
+    """forceVerifyPropCRC=true (5.2+, off by default) is not modelled by rmqtool (man
+    rmqtool-recover, Deviations): such a broker cuts at a record whose __CRC32# property
+    fails even when its body CRC holds, where rmqtool's walk goes on. True when the broker's
+    cut is exactly at a record verify reports as CL_PROP_CRC."""
+    if not config.get("forceVerifyPropCRC"):
+        return False
+    end = view.get("commitlog_max_offset")
+    return any(f.get("code") == "CL_PROP_CRC" and f.get("physical_offset") == end for f in report.get("findings") or [])
+
+
+def compare_verify(view: dict[str, Any], rc: int, report: dict[str, Any], lost_acked: int | None,
+                   config: dict[str, Any] | None = None) -> list[str]:
     bad = []
     o = verify_outlook(report)
+    if prop_crc_cut(view, report, config or {}):
+        return [] if rc == 4 else [f"verify: status {rc} with CL_PROP_CRC where a forceVerifyPropCRC broker cuts"]
     loaded = view.get("load_ok", True)
     if o["loads"] is not None and bool(o["loads"]) != bool(loaded):
         bad.append(f"verify: outlook loads={o['loads']} ({o['load_blockers']}), broker load_ok={loaded}")
@@ -404,7 +418,9 @@ def rmqtool_read_only_checks(store: Path, version: str, config: dict[str, Any], 
     except ValueError:
         out["verify"] = [f"verify: status {rc}, no JSON report: {err.strip()[:200]}"]
     else:
-        out["verify"] = compare_verify(view, rc, report, lost_acked)
+        out["verify"] = compare_verify(view, rc, report, lost_acked, config)
+        if prop_crc_cut(view, report, config):
+            out["_prop_crc_cut"] = []
     return out
 
 
@@ -494,10 +510,16 @@ def rebuild_checks(recovered: Path, version: str, config: dict[str, Any], view: 
     # after a crash the broker's index may hold a record twice (its recovery indexes again
     # what the reput had indexed: RECOVERY Q6), and lost index files hold nothing: a fresh
     # rebuild then finds each hit once, and more
+    theirs = [(d["size"], d["sha256"]) for d in view.get("index_files_after_rocketmq_shutdown_in_name_order") or []]
+    mine = [(d["size"], d["sha256"]) for d in index_digests(cp)]
+    if exact_index and len(theirs) < len(mine):
+        # the broker names a new index file by its wall clock in ms: a file that fills within
+        # the millisecond its predecessor was made gets the same name, the broker maps that
+        # file again and overwrites its entries, and loses keys (tiny maxIndexNum); rmqtool's
+        # names are unique (man rmqtool-rebuild-index): it keeps them, and has more files
+        exact_index = False
     bad += compare_lookups(view, key_lookups(cp, config, view_queries(view)), "rebuild keys", superset=not exact_index)
     if exact_index and "index_files_after_rocketmq_shutdown_in_name_order" in view:
-        theirs = [(d["size"], d["sha256"]) for d in view["index_files_after_rocketmq_shutdown_in_name_order"]]
-        mine = [(d["size"], d["sha256"]) for d in index_digests(cp)]
         if theirs != mine:
             bad.append(f"rebuild index files: broker {len(theirs)} files, rmqtool {len(mine)}; "
                        f"first differing #{next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))}")
@@ -862,8 +884,13 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
     """dump, verify, recover, rebuild; True when the recovered store needs the broker's view."""
     view, res = c.view, c.res
     assert view is not None
-    res.results.update(rmqtool_read_only_checks(c.store, res.version, c.config, view,
-                                                lost_acknowledged(c.result or {}, view)))
+    ro = rmqtool_read_only_checks(c.store, res.version, c.config, view, lost_acknowledged(c.result or {}, view))
+    if ro.pop("_prop_crc_cut", None) is not None:
+        for k in ("recover", "rebuild", "reopen"):
+            res.skipped[k] = "forceVerifyPropCRC cut, not modelled by rmqtool (man rmqtool-recover)"
+        res.results.update(ro)
+        return False
+    res.results.update(ro)
     if not view.get("load_ok", True):
         for k in ("recover", "rebuild", "reopen"):
             res.skipped[k] = "the broker does not load this store"
@@ -875,7 +902,11 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
         res.skipped["rebuild"] = res.skipped["reopen"] = "recover did not repair"
         return False
     res.results["recover"] = recovered_checks(c.rec, res.version, c.config, view, superset_keys=not c.undamaged_clean)
-    if "rebuild" in checks:
+    if "rebuild" in checks and any(d.startswith(("bitflip", "zero_tail", "truncate")) for d in res.damage_done):
+        # the broker's consume queues were dispatched from the bytes before the damage (a
+        # normal start does not dispatch again), rebuild-index's from the damaged bytes
+        res.skipped["rebuild"] = "commitlog damaged: the broker's queues predate the damage"
+    elif "rebuild" in checks:
         lost = any(d.startswith("rm consumequeue/") for d in res.damage_done)
         res.results["rebuild"] = rebuild_checks(c.rec, res.version, c.config, view, c.work, exact_index=c.undamaged_clean,
                                                 queues_lost=lost, original=c.store)
