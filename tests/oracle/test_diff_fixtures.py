@@ -125,3 +125,35 @@ def test_ipv6_hosts_differ_from_the_broker_only_in_the_short_form() -> None:
     assert dc.host_text("[2001:db8:0:0:0:0:0:10]:10911") == "[2001:db8::10]:10911"
     assert dc.host_text("[fe80:0:0:0:0:0:0:1]:1") == "[fe80::1]:1"
     assert dc.host_text("192.168.0.10:10911") == "192.168.0.10:10911"
+
+
+def test_zero_filled_tail_is_the_only_file_difference_allowed(tmp_path: Path) -> None:
+    """man rmqtool-recover, Deviations: cut bytes are zero-filled, the broker leaves them."""
+    import hashlib
+
+    orig, ours = tmp_path / "orig", tmp_path / "ours"
+    for d in (orig, ours):
+        (d / "commitlog").mkdir(parents=True)
+    data = bytes(range(256)) * 16
+    (orig / "commitlog" / "00000000000000000000").write_bytes(data)
+    (ours / "commitlog" / "00000000000000000000").write_bytes(data[:1000] + bytes(len(data) - 1000))
+    view = {"commitlog_max_offset": 1000}
+    broker = {"commitlog/00000000000000000000": {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}}
+    assert dc.compare_files_zeroed(broker, ours, orig, view, "commitlog/", "f") == []
+    # a cut one byte later than the broker's end is not that difference
+    assert len(dc.compare_files_zeroed(broker, ours, orig, {"commitlog_max_offset": 999}, "commitlog/", "f")) == 1
+    # nor is a file whose kept bytes differ
+    (ours / "commitlog" / "00000000000000000000").write_bytes(b"x" + data[1:1000] + bytes(len(data) - 1000))
+    assert len(dc.compare_files_zeroed(broker, ours, orig, view, "commitlog/", "f")) == 1
+
+
+def test_prop_crc_cut_is_excused_only_at_a_cl_prop_crc_finding() -> None:
+    """man rmqtool-recover: forceVerifyPropCRC=true is not modelled; verify names the record."""
+    view = {"commitlog_max_offset": 8581, "recovery_mode": "normal"}
+    report = {"findings": [{"code": "CL_PROP_CRC", "physical_offset": 8581}],
+              "summary": {"recovery": {"mode": "normal", "normal": {"stop_offset": 10252}, "loads": True}}}
+    cfg = {"forceVerifyPropCRC": True}
+    assert dc.compare_verify(view, 4, report, 0, cfg) == []
+    assert dc.compare_verify(view, 0, report, 0, cfg) != []
+    assert dc.compare_verify(view, 4, report, 0, {}) != []  # without the setting it is a disagreement
+    assert dc.compare_verify(dict(view, commitlog_max_offset=8000), 4, report, 0, cfg) != []
