@@ -51,13 +51,17 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=1, help="chunks run at once (each: Python + one JVM at a time)")
     ap.add_argument("--parallel", type=int, default=1, help="jobs per JVM in the oracle's batch mode")
-    ap.add_argument("--chunk", type=int, default=25, help="cases per oracle batch")
+    ap.add_argument("--chunk", type=int, default=10, help="cases per oracle batch")
     ap.add_argument("--max-messages", type=int, default=120)
     ap.add_argument("--oracle", default=None, help="path of rocketmq-oracle (default: tests/oracle/, $RMQ_ORACLE)")
     ap.add_argument("--out", default="oracle-soak-out", help="directory for the disagreeing cases' reports")
     ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep every case's stores")
+    ap.add_argument("--summarize", action="store_true", help="only print the table of --out's cases.jsonl (a run cut short)")
     ns = ap.parse_args()
+    if ns.summarize:
+        rows = [json.loads(line) for line in open(Path(ns.out) / "cases.jsonl", encoding="utf-8") if line.strip()]
+        return print_table(rows, sorted({r["version"] for r in rows}, key=dc._vt), 0.0)
 
     script = Path(ns.oracle) if ns.oracle else dc.find_oracle(ROOT)
     if script is None:
@@ -72,37 +76,49 @@ def main() -> int:
     by_v: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for sp in specs:
         by_v[sp[1]].append(sp)
+    # chunks of every version in turn, so that a run cut short still covers them all
     chunks = [(str(script), lst[k:k + ns.chunk], str(work), ns.max_messages, ns.keep, ns.parallel)
-              for lst in by_v.values() for k in range(0, len(lst), ns.chunk)]
+              for k in range(0, max(len(lst) for lst in by_v.values()), ns.chunk) for lst in by_v.values()
+              if lst[k:k + ns.chunk]]
 
-    # version -> check -> [agree, disagree, skipped]
-    table: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
-    cases: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    bad_lines: list[str] = []
+    rows = []
     t0 = time.monotonic()
     done = 0
     with cf.ProcessPoolExecutor(max_workers=ns.jobs) as pool:
         for r in (r for rs in pool.map(_chunk, chunks) for r in rs):
             done += 1
-            v = r["version"]
+            rows.append(r)
             ok = not any(r["results"].values())
-            cases[v][0 if ok else 1] += 1
-            for check, disagreements in r["results"].items():
-                table[v][check][1 if disagreements else 0] += 1
-            for check in r["skipped"]:
-                table[v][check][2] += 1
+            with open(out_dir / "cases.jsonl", "a", encoding="utf-8") as f:  # for --summarize of a cut-short run
+                f.write(json.dumps({k: r[k] for k in ("seed", "version", "results", "skipped", "damage", "seconds")},
+                                   ensure_ascii=False) + "\n")
             if not ok:
-                rep = out_dir / f"{v}-{r['seed']}.json"
+                rep = out_dir / f"{r['version']}-{r['seed']}.json"
                 rep.write_text(json.dumps(r, ensure_ascii=False, indent=1), encoding="utf-8")
-                for check, dis in r["results"].items():
-                    if dis:
-                        bad_lines.append(f"seed {r['seed']} {v} [{check}] {dis[0][:240]}  (damage: {r['damage']})")
-            print(f"\r{done}/{ns.cases} cases, {sum(c[1] for c in cases.values())} disagreeing, "
+            print(f"\r{done}/{ns.cases} cases, {sum(1 for x in rows if any(x['results'].values()))} disagreeing, "
                   f"{time.monotonic() - t0:,.0f} s", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     if not ns.work:
         shutil.rmtree(work, ignore_errors=True)
+    return print_table(rows, versions, time.monotonic() - t0)
 
+
+def print_table(rows: list[dict], versions: list[str], seconds: float) -> int:
+    # version -> check -> [agree, disagree, skipped]
+    table: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
+    cases: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    bad_lines: list[str] = []
+    for r in rows:
+        v = r["version"]
+        ok = not any(r["results"].values())
+        cases[v][0 if ok else 1] += 1
+        for check, disagreements in r["results"].items():
+            table[v][check][1 if disagreements else 0] += 1
+        for check in r["skipped"]:
+            table[v][check][2] += 1
+        for check, dis in r["results"].items():
+            if dis:
+                bad_lines.append(f"seed {r['seed']} {v} [{check}] {dis[0][:240]}  (damage: {r['damage']})")
     checks = [c for c in ("write", "dump", "verify", "recover", "rebuild", "reopen", "oracle", "harness")
               if any(c in table[v] for v in table)]
     head = f"{'version':<9} {'cases':>6} {'agree':>6} " + " ".join(f"{c:>20}" for c in checks)
@@ -117,7 +133,7 @@ def main() -> int:
     tot = [sum(cases[v][0] for v in versions), sum(cases[v][1] for v in versions)]
     print(f"{'all':<9} {sum(tot):>6} {tot[0]:>6}   (agree/disagree per check; skip: not applicable, "
           f"e.g. the broker does not load the store)")
-    print(f"{time.monotonic() - t0:,.0f} s")
+    print(f"{seconds:,.0f} s")
     for line in bad_lines:
         print(line)
     return 0 if not bad_lines else 4
