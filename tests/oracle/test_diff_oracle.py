@@ -24,7 +24,7 @@ from conftest_diff import oracle  # noqa: E402,F401  (the fixture)
 pytestmark = pytest.mark.oracle
 
 VERSIONS = ["4.9.4", "4.9.8", "5.1.4", "5.3.3", "newest"]
-SEEDS = [11, 23, 37, 41]
+SEEDS = [11, 23, 37, 41, 53]
 MAX_MESSAGES = 80
 
 
