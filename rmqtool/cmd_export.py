@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from .exitcodes import Exit
+from .brokeropts import broker_config_option
 from .options import broker_version_option, make_profile
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.I)
@@ -54,6 +55,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command("export", context_settings={"help_option_names": ["-h", "--help"]})
+@broker_config_option("read")
 @click.argument("stores", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="STORE...")
 @click.option("--to", "out", required=True, type=click.Path(path_type=Path), metavar="OUT",
               help="Output directory (a Parquet dataset; any path Spark can write: file, hdfs://, s3a://).")
@@ -97,7 +99,7 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
         raise click.UsageError("index rows have no topic column to partition by")
     if (index_slot_num is None) != (index_num is None):
         raise click.UsageError("--index-slots and --index-entries go together")
-    make_profile(broker_version)
+    broker_version = make_profile(broker_version).label  # (auto: resolved here, on the driver)
     conf = _conf_pairs(confs)
     from .outpath import url_scheme
 
