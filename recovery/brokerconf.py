@@ -467,7 +467,7 @@ class Decision:
 DECISIONS: dict[str, Decision] = {
     # -- where the store is --------------------------------------------------------------
     "storePathRootDir": Decision(LOCATION, "the store root: STORE when STORE is not given", "STORE"),
-    "storePathCommitLog": Decision(LOCATION, "the commitlog directory (default STORE/commitlog; 4.6.0-4.6.x: "
+    "storePathCommitLog": Decision(LOCATION, "the commitlog directory (default STORE/commitlog; 4.6.0-4.9.3: "
                                    "~/store/commitlog whatever storePathRootDir says); several directories "
                                    "separated by ',' (5.x multi-path) are refused", "--commitlog-dir", None, "multi_path"),
     "readOnlyCommitLogStorePaths": Decision(LOCATION, "extra read-only commitlog directories of the multi-path "
@@ -723,11 +723,12 @@ class BrokerConf:
 
     def commitlog_dir(self, version: tuple[int, int, int] | None = None) -> Path | None:
         """``getStorePathCommitLog``: the configured directory; unset: STORE/commitlog
-        (None here), except in 4.6.x whose default is ~/store/commitlog whatever the root."""
+        (None here), except in 4.6.0-4.9.3, whose default is ~/store/commitlog whatever
+        the root (MessageStoreConfig's field initialiser; 4.9.4 made it follow the root)."""
         v = self.values.get("storePathCommitLog")
         if v:
-            return Path(v)
-        if version is not None and version < (4, 7, 0) and self.store_root is not None:
+            return Path(os.path.expanduser(v))
+        if version is not None and version < (4, 9, 4) and self.store_root is not None:
             return Path(os.path.expanduser("~")) / "store" / "commitlog"
         return None
 
@@ -797,11 +798,15 @@ def setting_refusals(conf: BrokerConf | None, version: tuple[int, int, int] | No
 
 
 def _known_in(s: Setting, version: tuple[int, int, int]) -> bool:
-    """Whether the setter exists in ``version`` (judged from the sampled releases around it)."""
+    """Whether the setter may exist in ``version``: the release is newer than the last
+    sampled release before the first one that has it (a setter that came in between
+    samples counts as present: a refusal too many rather than one too few)."""
     from .versions import parse_version
 
-    seen = [parse_version(v) for v in s.seen_in]
-    return any(v <= version for v in seen) or min(seen) <= version
+    samples = [parse_version(v) for v in SAMPLED.values()]
+    first = min(parse_version(v) for v in s.seen_in)
+    before = [v for v in samples if v < first]
+    return version > max(before) if before else True
 
 
 @dataclass(frozen=True)
