@@ -455,12 +455,24 @@ def _fast_run(ctx: _Ctx, pos: int, stop: int, salvage: bool, out: _Rec, flag: in
     T[:-1] = P[1:] - P[:-1]
     T[-1] = p - P[-1]
     f, cols = _validate(ctx, P, T, salvage, bad_crc)
+    if ctx.profile.verify_prop_crc and f > 0:
+        f = _first_prop_crc_stop(ctx, P, f)
     f = _keep(ctx, out, P, T, cols, f, flag)
     if f < n:
         return int(P[f]), _event_at(ctx, int(P[f]), salvage)
     if p < stop:
         return p, _event_at(ctx, p, salvage)
     return p, None
+
+
+def _first_prop_crc_stop(ctx: _Ctx, P: np.ndarray, f: int) -> int:
+    """forceVerifyPropCRC (5.2.0+): the broker's walk also stops at the first record whose
+    whole-record CRC does not match its __CRC32# (or that has none): the full check, per
+    record, of the records the fast checks passed."""
+    for j in range(f):
+        if not ck.check_record(ctx.buf, int(P[j]), ctx.end, ctx.profile, check_crc=True, read_body=True).is_message:
+            return j
+    return f
 
 
 def _plain_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[int]]:

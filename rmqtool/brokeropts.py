@@ -28,6 +28,28 @@ GEOMETRY = (("commitlog_file_size", "mappedFileSizeCommitLog"), ("cq_file_size",
             ("index_slot_num", "maxHashSlotNum"), ("index_num", "maxIndexNum"))
 
 
+class AmbiguousVersion(click.ClickException):
+    """--broker-version auto left releases whose recovery differs: a usage error (exit 2),
+    one line."""
+
+    exit_code = 2
+
+
+def broker_setting_options(f: F) -> F:
+    """The recovery settings of broker.conf that have no older rmqtool option, as options
+    (explicit options win over --broker-config)."""
+    f = click.option("--recheck-reput-offset-from-cq/--no-recheck-reput-offset-from-cq", "recheck_reput_offset_from_cq",
+                     default=None, help="Mirrors recheckReputOffsetFromCq (5.x): the start-up reput catches up from the "
+                                        "consume queues' max offset, as 4.x always does (default: false, or the broker config).")(f)
+    f = click.option("--message-delay-level", default=None, metavar="LEVELS",
+                     help="Mirrors messageDelayLevel: the delay levels, e.g. \"1s 5s 10s 30s 1m\" (default: the broker's "
+                          "18 levels, or the broker config).")(f)
+    f = click.option("--force-verify-prop-crc/--no-force-verify-prop-crc", "force_verify_prop_crc", default=None,
+                     help="Mirrors forceVerifyPropCRC (5.2.0+): recovery checks each whole record against its __CRC32# "
+                          "property instead of the body CRC (default: false, or the broker config).")(f)
+    return f
+
+
 def _explicit(ctx: click.Context, name: str) -> bool:
     src = ctx.get_parameter_source(name)
     return src in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
@@ -48,12 +70,24 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
             ctx = click.get_current_context()
             meta = ctx.meta.setdefault("rmqtool.broker", {})
             path = kw.pop("broker_config", None)
+            explicit = {k: kw.pop(k) for k in ("force_verify_prop_crc", "message_delay_level", "recheck_reput_offset_from_cq")
+                        if k in kw}
             conf = read_broker_conf(path) if path is not None else None
             meta["conf"] = conf
             if conf is not None:
                 for n in conf.notes:
                     _note(f"{conf.path}: {n}")
                 _apply(ctx, conf, kw, meta)
+            for k, v in explicit.items():  # explicit options win over the file
+                if v is not None:
+                    meta[k] = v
+            if meta.get("message_delay_level") is not None:
+                from .recovery.versions import parse_delay_levels
+
+                try:
+                    parse_delay_levels(meta["message_delay_level"])
+                except ValueError as exc:
+                    raise click.BadParameter(str(exc), param_hint="--message-delay-level (messageDelayLevel)") from None
             store = kw.get("store")
             version = _resolve_version(ctx, kw, store, kind)
             if conf is not None and version is not None and conf.has("storePathCommitLog") is False:
@@ -125,7 +159,7 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
         return None
     inf = infer_version(s)
     if inf.ambiguous and kind == "destructive":
-        raise click.UsageError(
+        raise AmbiguousVersion(
             f"--broker-version auto: the store leaves releases whose recovery differs: {inf.describe_candidates()} "
             f"({inf.describe_evidence()}); give --broker-version")
     chosen = inf.assumed()

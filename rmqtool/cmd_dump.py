@@ -20,7 +20,7 @@ import click
 
 from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
 from .exitcodes import Exit
-from .brokeropts import broker_config_option
+from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from .formats import commitlog as cl
 from .formats.crc import crc32_raw
@@ -1065,6 +1065,7 @@ def command() -> None:
 
 @command.command("commitlog")
 @broker_config_option("read")
+@broker_setting_options
 @store_argument
 @broker_version_option
 @click.option("--topic", default=None, help="Only messages of this topic.")
@@ -1111,6 +1112,7 @@ def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, que
 
 @command.command("index")
 @broker_config_option("read")
+@broker_setting_options
 @store_argument
 @broker_version_option
 @click.option("--entries", is_flag=True, help="Also print every non-empty hash slot and every entry.")

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from .exitcodes import Exit
-from .brokeropts import broker_config_option
+from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, make_profile
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.I)
@@ -56,6 +56,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 
 @click.command("export", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("read")
+@broker_setting_options
 @click.argument("stores", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="STORE...")
 @click.option("--to", "out", required=True, type=click.Path(path_type=Path), metavar="OUT",
               help="Output directory (a Parquet dataset; any path Spark can write: file, hdfs://, s3a://).")

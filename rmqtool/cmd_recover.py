@@ -19,7 +19,7 @@ import click
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
-from .brokeropts import broker_config_option
+from .brokeropts import broker_config_option, broker_setting_options
 from .progress import progress_bar
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
 from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, recover_pending
@@ -28,6 +28,7 @@ from .render import dumps, render
 
 @click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("destructive")
+@broker_setting_options
 @store_argument
 @broker_version_option
 @click.option("--normal/--abnormal", "normal", default=None,

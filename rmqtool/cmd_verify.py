@@ -16,7 +16,7 @@ import click
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, resolve_format, store_argument
-from .brokeropts import broker_config_option, refusal_findings
+from .brokeropts import broker_config_option, broker_setting_options, refusal_findings
 from .progress import progress_bar
 from .recovery.verify import VerifyReport, verify_store
 from .render import dumps, render
@@ -31,6 +31,7 @@ FINDING_COLUMNS = [("severity", "SEVERITY"), ("code", "CODE"), ("file", "FILE"),
 
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("verify")
+@broker_setting_options
 @store_argument
 @broker_version_option
 @click.option("--jobs", "-j", type=click.IntRange(1), default=1, show_default=True,
