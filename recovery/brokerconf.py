@@ -766,7 +766,7 @@ def read_broker_conf(path: str | Path) -> BrokerConf:
 # refusals
 
 
-def _refuse_rule(rule: str, value: Any, d: Decision) -> bool:
+def _refuse_rule(rule: str, value: Any) -> bool:
     if rule == "is_true":
         return value is True
     if rule == "is_false":
@@ -792,7 +792,7 @@ def setting_refusals(conf: BrokerConf | None, version: tuple[int, int, int] | No
         s = SETTINGS[name]
         if version is not None and not _known_in(s, version):
             continue  # the broker of that version has no such setter: it ignores it
-        if _refuse_rule(d.refuse, value, d):
+        if _refuse_rule(d.refuse, value):
             out.append(f"{name}={conf.raw.get(name, value)!s}: {d.what}")
     return out
 
@@ -855,40 +855,6 @@ def all_refusals(root: Path, conf: BrokerConf | None, version: tuple[int, int, i
     out = layout_refusals(root, conf)
     for line in setting_refusals(conf, version):
         out.append(Refusal("UNSUPPORTED_SETTING", str(conf.path) if conf else "broker.conf", line))
-    return out
-
-
-def refuse(root: Path, conf: BrokerConf | None, version: tuple[int, int, int] | None = None) -> None:
-    """Raise :class:`UnsupportedStoreError` (exit 8) naming the first refusal, if any."""
-    r = all_refusals(root, conf, version)
-    if r:
-        more = f" (and {len(r) - 1} more)" if len(r) > 1 else ""
-        raise UnsupportedStoreError(f"refused, nothing changed: {r[0].message}{more}", root / r[0].path if r[0].code != "UNSUPPORTED_SETTING" else r[0].path)
-
-
-# ---------------------------------------------------------------------------------------
-# the options a broker.conf stands for
-
-
-def option_values(conf: BrokerConf) -> dict[str, Any]:
-    """The rmqtool options (parameter names) that the file's settings give."""
-    out: dict[str, Any] = {}
-    if conf.store_root is not None:
-        out["store"] = conf.store_root
-    for name, param in (("mappedFileSizeCommitLog", "commitlog_file_size"), ("mappedFileSizeConsumeQueue", "cq_file_size"),
-                        ("maxHashSlotNum", "index_slot_num"), ("maxIndexNum", "index_num")):
-        if conf.has(name):
-            out[param] = conf.get(name)
-    if conf.has("checkCRCOnRecover"):
-        out["check_crc"] = conf.get("checkCRCOnRecover")
-    if conf.has("messageIndexSafe"):
-        out["message_index_safe"] = conf.get("messageIndexSafe")
-    if conf.has("forceVerifyPropCRC"):
-        out["force_verify_prop_crc"] = conf.get("forceVerifyPropCRC")
-    if conf.has("messageDelayLevel"):
-        out["message_delay_level"] = conf.get("messageDelayLevel")
-    if conf.has("recheckReputOffsetFromCq"):
-        out["recheck_reput_offset_from_cq"] = conf.get("recheckReputOffsetFromCq")
     return out
 
 

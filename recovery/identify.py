@@ -18,7 +18,7 @@ from .store import Store
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label
 
 # files and directories (relative to the store root) that only 5.x brokers create
-FIVE_X_FILES = ("timerwheel", "timerlog", "batchconsumequeue", "epochFileCheckpoint", "brokerIdentity",
+FIVE_X_FILES = ("timerwheel", "timerlog", "batchconsumequeue", "compaction", "epochFileCheckpoint", "brokerIdentity",
                 "config/timercheck", "config/timermetrics", "config/consumerOrderInfo.json",
                 "config/topicQueueMapping.json", "config/messageRequestMode.json")
 RECORDS_PER_FILE = 4096  # records read at the start of each of the last files

@@ -122,6 +122,8 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
 def _apply(ctx: click.Context, conf: BrokerConf, kw: dict[str, Any], meta: dict[str, Any]) -> None:
     if "store" in kw and kw.get("store") is None and conf.store_root is not None:
         kw["store"] = conf.store_root
+    if "stores" in kw and not kw.get("stores") and conf.store_root is not None:  # export
+        kw["stores"] = (conf.store_root,)
     for param, name in GEOMETRY:
         if param in kw and kw[param] is None and conf.has(name):
             kw[param] = conf.get(name)

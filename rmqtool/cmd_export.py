@@ -57,7 +57,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @click.command("export", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("read")
 @broker_setting_options
-@click.argument("stores", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="STORE...")
+@click.argument("stores", nargs=-1, required=False, type=click.Path(path_type=Path), metavar="STORE...")
 @click.option("--to", "out", required=True, type=click.Path(path_type=Path), metavar="OUT",
               help="Output directory (a Parquet dataset; any path Spark can write: file, hdfs://, s3a://).")
 @click.option("--what", type=click.Choice(["commitlog", "consumequeue", "index"]), default="commitlog", show_default=True,
@@ -94,6 +94,8 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     """
     from .recovery.store import Store
 
+    if not stores:
+        raise click.UsageError("missing STORE... (or --broker-config FILE whose storePathRootDir names it)")
     if with_body and what != "commitlog":
         raise click.UsageError("--with-body applies to --what commitlog only")
     if "topic" in partition_by and what == "index":

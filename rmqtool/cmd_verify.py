@@ -47,13 +47,13 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
     Exit status: 0 sound (warnings allowed), 4 problems found (--strict: warnings too),
     8 operational error, 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
-    store = open_store(**store_opts)
     fmt = resolve_format(fmt, FORMATS)  # table on a terminal, jsonl when piped
     refused = refusal_findings()
     if refused:  # a layout or setting rmqtool does not handle: say so, check nothing
         with closed_stdout_ignored():
-            write_refusals(refused, fmt, store.root)
+            write_refusals(refused, fmt, store_opts["store"])
         return int(Exit.OPERATIONAL)
+    store = open_store(**store_opts)
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "verify", quiet) as advance:
         report = verify_store(store, profile, jobs=jobs, progress=advance)

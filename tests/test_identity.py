@@ -208,6 +208,16 @@ def test_unsupported_layouts_are_refused_and_left_unchanged(make: Any, code: str
     assert not list(tmp_path.glob("*rmqtool-backup*")) and not list(root.parent.glob("*rmqtool-backup*"))
 
 
+def test_a_store_that_is_only_a_dledger_log_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "store"
+    (root / "dledger-n1" / "data").mkdir(parents=True)
+    (root / "dledger-n1" / "data" / "00000000000000000000").write_bytes(bytes(4096))
+    rc, out, _err = cli(capsys, "verify", root, "--format", "json")
+    doc = json.loads(out)
+    assert rc == 8 and doc["refused"] is True
+    assert [f["code"] for f in doc["findings"]] == ["LAYOUT_DLEDGER"] and doc["findings"][0]["file"] == "dledger-n1/data"
+
+
 def test_dledger_store_no_longer_gets_repaired(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The report of issue 18: recover moved every consume queue into the backup and said
     'repaired'. Now: refused, no backup, exit 8."""
