@@ -75,10 +75,10 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (default: refuse).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr.")
-@click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes (default: inferred, else 1 GiB).")
-@click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes (default: inferred, else 6000000).")
-@click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file (default: inferred, else 5000000).")
-@click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file (default: inferred, else 20000000).")
+@click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).")
+@click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes; mirrors mappedFileSizeConsumeQueue (default: --broker-config, else inferred, else 6000000).")
+@click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file; mirrors maxHashSlotNum (default: --broker-config, else inferred, else 5000000).")
+@click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file; mirrors maxIndexNum (default: --broker-config, else inferred, else 20000000).")
 @broker_version_option
 def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, split_size: int, with_body: bool,
             partition_by: tuple[str, ...], writer: str, overwrite: bool, confs: tuple[str, ...], quiet: bool,

@@ -18,10 +18,10 @@ F = Callable[..., Any]
 
 def store_argument(f: F) -> F:
     """STORE plus the geometry overrides (inferred from the files by default)."""
-    f = click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file (maxIndexNum; default: inferred, else 20000000).")(f)
-    f = click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file (maxHashSlotNum; default: inferred, else 5000000).")(f)
-    f = click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes (default: inferred, else 6000000).")(f)
-    f = click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes (default: inferred, else 1 GiB).")(f)
+    f = click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file; mirrors maxIndexNum (default: --broker-config, else inferred, else 20000000).")(f)
+    f = click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file; mirrors maxHashSlotNum (default: --broker-config, else inferred, else 5000000).")(f)
+    f = click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes; mirrors mappedFileSizeConsumeQueue (default: --broker-config, else inferred, else 6000000).")(f)
+    f = click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).")(f)
     f = click.argument("store", type=click.Path(path_type=Path), required=False)(f)
     return f
 

@@ -5,6 +5,7 @@ fixtures and on spec-built 5.x stores (tests/test_audit_versions.py's builders).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -231,7 +232,24 @@ REFUSED_SETTINGS = [
     ("duplicationEnable", "true"), ("enableMultiDispatch", "true"), ("enableLmq", "true"),
     ("messageIndexEnable", "false"), ("enableControllerMode", "true"), ("rocksdbCQDoubleWriteEnable", "true"),
     ("readOnlyCommitLogStorePaths", "/mnt/old"), ("messageStorePlugIn", "com.example.Plugin"),
+    ("storePathCommitLog", "/data/cl1,/data/cl2"),  # the 5.x multi-path commitlog
 ]
+
+
+@pytest.mark.parametrize("command", [["verify"], ["recover"], ["rebuild-index"], ["dump", "commitlog"], ["export"]])
+def test_options_that_mirror_a_broker_setting_say_so_in_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _err = cli(capsys, *command, "--help")
+    text = " ".join(out.split())
+    assert code == 0
+    checked = 0
+    for name, d in bc.DECISIONS.items():
+        if d.option is None or not d.option.startswith("--"):
+            continue
+        opt = d.option
+        if re.search(re.escape(opt) + r"(?![\w-])", text):
+            assert re.search(rf"[Mm]irrors {name}\b", text), (opt, name)
+            checked += 1
+    assert checked >= (4 if command[0] == "export" or command == ["dump", "commitlog"] else 7) - (0 if command[0] != "export" else 0)
 
 
 @pytest.mark.parametrize("name, value", REFUSED_SETTINGS)
