@@ -2,13 +2,15 @@
 which releases that leaves, and whether those releases recover it the same way.
 
 The evidence is only what a release alone writes: files and directories that only 5.x
-creates, V2 records (5.1.0+), the ``__CRC32#`` property (5.2.0+). What each candidate
+creates, fields only 5.x writes into config/*.json, V2 records (5.1.0+), the ``__CRC32#``
+property (5.2.0+). What each candidate
 then does is the profile of :mod:`recovery.versions` (``recovery_signature``): versions
 are told apart only where their recovery differs.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +24,10 @@ FIVE_X_FILES = ("timerwheel", "timerlog", "batchconsumequeue", "compaction", "ep
                 "config/timercheck", "config/timermetrics", "config/consumerOrderInfo.json",
                 "config/topicQueueMapping.json", "config/messageRequestMode.json")
 RECORDS_PER_FILE = 4096  # records read at the start of each of the last files
+# fields only 5.x writes into the broker's config files (TopicConfig.attributes,
+# SubscriptionGroupConfig.groupRetryPolicy / consumeMessageOrderly: absent up to 4.9.8)
+FIVE_X_CONFIG_FIELDS = (("config/topics.json", "attributes"), ("config/subscriptionGroup.json", "groupRetryPolicy"),
+                        ("config/subscriptionGroup.json", "consumeMessageOrderly"))
 
 
 @dataclass
@@ -72,6 +78,16 @@ def infer_version(store: Store) -> Inference:
             evidence.append(f"{rel} exists (only 5.x writes it)")
             lo = max(lo, (5, 0, 0))
             break
+    if lo < (5, 0, 0):
+        for rel, name in FIVE_X_CONFIG_FIELDS:
+            try:
+                text = (store.root / rel).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if re.search(rf'"{name}"\s*:', text):
+                evidence.append(f"{rel} has the field {name} (only 5.x writes it)")
+                lo = (5, 0, 0)
+                break
     probe = BrokerProfile((5, 3, 1))  # reads V1 and V2 records, no 5.3.2 remaining checks
     seen_v2 = seen_crc = False
     for f in store.commitlog[-2:]:

@@ -156,6 +156,15 @@ def test_auto_names_its_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[s
     (other / "timerwheel").write_bytes(b"")
     inf = infer_version(Store.open(other))
     assert inf.candidates[0] == (5, 0, 0) and "timerwheel" in inf.describe_evidence()
+    # a field only 5.x writes into a config file (TopicConfig.attributes)
+    third = copy_store("delay", tmp_path)
+    (third / "config" / "topics.json").write_text(
+        '{"topicConfigTable":{"TopicA":{"attributes":{},"order":false,"perm":6,"readQueueNums":4,'
+        '"topicFilterType":"SINGLE_TAG","topicName":"TopicA","topicSysFlag":0,"writeQueueNums":4}}}')
+    inf = infer_version(Store.open(third))
+    assert inf.candidates[0] == (5, 0, 0) and "config/topics.json has the field attributes" in inf.describe_evidence()
+    (third / "config" / "topics.json").write_text('{"topicConfigTable":{"TopicA":{"order":false,"perm":6}}}')
+    assert infer_version(Store.open(third)).candidates == list(RELEASES)
 
 
 def test_recovery_signature_tells_apart_what_recovery_does() -> None:
