@@ -24,7 +24,6 @@ A setting whose value rmqtool does not implement makes every command refuse the 
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -719,7 +718,7 @@ class BrokerConf:
     @property
     def store_root(self) -> Path | None:
         v = self.values.get("storePathRootDir")
-        return Path(os.path.expanduser(v)) if v else None
+        return Path(v) if v else None  # (Java does not expand "~": neither does rmqtool)
 
     def commitlog_dir(self, version: tuple[int, int, int] | None = None) -> Path | None:
         """``getStorePathCommitLog``: the configured directory; unset: STORE/commitlog
@@ -727,9 +726,9 @@ class BrokerConf:
         the root (MessageStoreConfig's field initialiser; 4.9.4 made it follow the root)."""
         v = self.values.get("storePathCommitLog")
         if v:
-            return Path(os.path.expanduser(v))
+            return Path(v)
         if version is not None and version < (4, 9, 4) and self.store_root is not None:
-            return Path(os.path.expanduser("~")) / "store" / "commitlog"
+            return Path.home() / "store" / "commitlog"  # System.getProperty("user.home")
         return None
 
 

@@ -90,10 +90,12 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                     raise click.BadParameter(str(exc), param_hint="--message-delay-level (messageDelayLevel)") from None
             store = kw.get("store")
             version = _resolve_version(ctx, kw, store, kind)
-            if conf is not None and version is not None and conf.has("storePathCommitLog") is False:
+            if conf is not None and version is not None and not conf.has("storePathCommitLog"):
                 cl_dir = conf.commitlog_dir(version)
-                if cl_dir is not None:
+                if cl_dir is not None:  # 4.6.0-4.9.3
                     meta["commitlog_dir"] = cl_dir
+                    _note(f"{conf.path}: storePathCommitLog is not set: RocketMQ {'.'.join(map(str, version))} reads the "
+                          f"commitlog from {cl_dir} (its default up to 4.9.3, whatever storePathRootDir says)")
             if store is not None and kind in ("destructive", "restore", "verify"):
                 refusals = all_refusals(Path(store), conf, version)
                 cl_dir = meta.get("commitlog_dir")
@@ -128,7 +130,7 @@ def _apply(ctx: click.Context, conf: BrokerConf, kw: dict[str, Any], meta: dict[
         if param in kw and kw[param] is None and conf.has(name):
             kw[param] = conf.get(name)
     if conf.has("storePathCommitLog"):
-        meta["commitlog_dir"] = Path(os.path.expanduser(conf.get("storePathCommitLog")))
+        meta["commitlog_dir"] = conf.commitlog_dir()
     if "no_crc" in kw and not _explicit(ctx, "no_crc") and conf.has("checkCRCOnRecover"):
         kw["no_crc"] = not conf.get("checkCRCOnRecover")
     if "message_index_safe" in kw and not _explicit(ctx, "message_index_safe") and conf.has("messageIndexSafe"):

@@ -398,9 +398,14 @@ def test_commitlog_directory_from_the_file(tmp_path: Path, capsys: pytest.Captur
     assert code == 8 and "storePathCommitLog" in err
     assert tree_digest(tmp_path) == before
     # 4.6.0-4.9.3: the default commitlog directory is ~/store/commitlog, not the root's
-    c = bc.read_broker_conf(write_conf(tmp_path / "old.conf", {"storePathRootDir": str(root)}))
+    old = write_conf(tmp_path / "old.conf", {"storePathRootDir": str(root)})
+    before = tree_digest(tmp_path)
+    c = bc.read_broker_conf(old)
     assert c.commitlog_dir((4, 9, 3)) == Path.home() / "store" / "commitlog"
     assert c.commitlog_dir((4, 9, 4)) is None
+    code, _out, err = cli(capsys, "recover", "--broker-config", old, "--broker-version", "4.9.3", "--dry-run")
+    assert code == 8 and f"reads the commitlog from {Path.home() / 'store' / 'commitlog'}" in err
+    assert tree_digest(tmp_path) == before
 
 
 # --------------------------------------------------------------------- forceVerifyPropCRC
