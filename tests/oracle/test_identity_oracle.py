@@ -144,3 +144,41 @@ def test_without_force_verify_the_broker_keeps_the_record(written: tuple[Path, d
     plan = json.loads(capsys.readouterr().out)["plan"]
     last = result["messages"][-1]
     assert plan["end_offset"] == last["phys_offset"] + last["wrote_bytes"]
+
+
+@pytest.mark.parametrize("check_crc", [False, True], ids=["checkCRCOnRecover=false", "checkCRCOnRecover=true"])
+def test_recover_ends_where_the_broker_ends_under_check_crc_on_recover(
+        written: tuple[Path, dict[str, Any]], check_crc: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A body byte of message 5 changed after a crash: with checkCRCOnRecover=false the
+    broker keeps it (and what follows), with the default it cuts there; rmqtool given the
+    same broker.conf does the same."""
+    src, result = written
+    broker_copy = tmp_path / "broker"
+    shutil.copytree(src, broker_copy)
+    ours = tmp_path / "store"
+    shutil.copytree(src, ours)
+    m = result["messages"][5]
+    for root in (broker_copy, ours):
+        path = root / "commitlog" / f"{0:020d}"
+        raw = bytearray(path.read_bytes())
+        # the last 20 bytes of a record are the __CRC32# digits and separator, the body ends
+        # before topic and properties: the byte 200 bytes before the end is in the body
+        at = m["phys_offset"] + m["wrote_bytes"] - 200
+        raw[at] ^= 0xFF
+        path.write_bytes(bytes(raw))
+        (root / "abort").write_bytes(b"")
+    settings = {**GEOMETRY, "enabledAppendPropCRC": True, "checkCRCOnRecover": check_crc}
+    view = _broker_view(broker_copy, tmp_path, settings)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
+                            for k, v in {"storePathRootDir": ours, **settings}.items()))
+    capsys.readouterr()
+    code = run(["recover", "--broker-config", str(conf), "--broker-version", VERSION, "-q", "--format", "json",
+                "--backup-dir", str(tmp_path / "bk")])
+    doc = json.loads(capsys.readouterr().out)
+    last = result["messages"][-1]
+    # the message whose body changed was cut (default) or kept (checkCRCOnRecover=false);
+    # the forced prop-CRC check is off either way
+    assert view["commitlog_max_offset"] == (m["phys_offset"] if check_crc else last["phys_offset"] + last["wrote_bytes"])
+    assert code == 1 and doc["plan"]["end_offset"] == view["commitlog_max_offset"]
+    assert _rmqtool_entries(ours) == _entries(view)
