@@ -499,3 +499,26 @@ def test_verify_reports_the_record_force_verify_cuts(tmp_path: Path, capsys: pyt
     code, out, _ = cli(capsys, "verify", root, "--format", "jsonl", *GEOM, "--broker-version", "5.3.3")
     findings = [json.loads(line) for line in out.splitlines()]
     assert code == 4 and not [f for f in findings if f["code"] == "CL_SALVAGEABLE_RECORDS"]
+
+
+# ----------------------------------------------------------------- recheckReputOffsetFromCq
+
+
+@pytest.mark.parametrize("how", ["option", "config", "none"])
+def test_recheck_reput_offset_from_cq_catches_up_on_5x(how: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A clean 5.1.4 store whose consume queues lag the commitlog: 5.x starts its reput at
+    the commitlog end (the lag stays) unless recheckReputOffsetFromCq=true, which catches up
+    from the consume queues' max offset as 4.x does."""
+    from test_audit_versions import write_cq
+
+    root = tmp_path / "s"
+    recs = write_store(root, [dict(topic="LagT", props=props({"KEYS": f"k{i}", "TAGS": "TagA"})) for i in range(10)])
+    write_cq(root, "LagT", 0, [unit_of(r) for r in recs[:4]])
+    conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "recheckReputOffsetFromCq": "true"})
+    args = ["recover", "-q", *GEOM, "--broker-version", "5.1.4", "--backup-dir", tmp_path / "bk", "--jobs", "1"]
+    args += {"option": ["--recheck-reput-offset-from-cq", root], "config": ["--broker-config", conf], "none": [root]}[how]
+    code, _out, err = cli(capsys, *args)
+    if how == "none":
+        assert code == 0 and cq_units(root, "LagT") == [unit_of(r) for r in recs[:4]], err
+    else:
+        assert code == 1 and cq_units(root, "LagT") == [unit_of(r) for r in recs], err
