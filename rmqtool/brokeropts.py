@@ -109,6 +109,8 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                     more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
                     raise UnsupportedStoreError(f"refused, nothing changed: {r.message}{more}",
                                                 Path(store) / r.path if r.code != "UNSUPPORTED_SETTING" else r.path)
+            if meta.get("ambiguous") is not None:
+                raise meta["ambiguous"]
             return f(*args, **kw)
 
         return click.option(
@@ -162,10 +164,11 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
     except Exception:  # noqa: BLE001 - not a store: the command itself says so
         return None
     inf = infer_version(s)
-    if inf.ambiguous and kind == "destructive":
-        raise AmbiguousVersion(
+    if inf.ambiguous and kind == "destructive":  # raised after the refusals (which come first: exit 8)
+        meta["ambiguous"] = AmbiguousVersion(
             f"--broker-version auto: the store leaves releases whose recovery differs: {inf.describe_candidates()} "
             f"({inf.describe_evidence()}); give --broker-version")
+        return None
     chosen = inf.assumed()
     label = ".".join(map(str, chosen))
     meta["version"] = label

@@ -228,12 +228,17 @@ def test_a_store_that_is_only_a_dledger_log_is_reported(tmp_path: Path, capsys: 
     assert [f["code"] for f in doc["findings"]] == ["LAYOUT_DLEDGER"] and doc["findings"][0]["file"] == "dledger-n1/data"
 
 
-def test_dledger_store_no_longer_gets_repaired(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("version", ["auto", "4.9.4"])
+def test_dledger_store_no_longer_gets_repaired(version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The report of issue 18: recover moved every consume queue into the backup and said
-    'repaired'. Now: refused, no backup, exit 8."""
+    'repaired'. Now: refused, no backup, exit 8 (the refusal comes before the question of
+    the version)."""
     root = dledger_copy(tmp_path)
-    rc, out, _err = cli(capsys, "recover", root, "--backup-dir", tmp_path / "bk")
+    before = tree_digest(root)
+    rc, out, err = cli(capsys, "recover", root, "--backup-dir", tmp_path / "bk", "--broker-version", version)
     assert rc == 8 and out == "" and not (tmp_path / "bk").exists()
+    assert "DLedger" in err and "--broker-version auto" not in err
+    assert tree_digest(root) == before
 
 
 REFUSED_SETTINGS = [
