@@ -143,7 +143,7 @@ def main() -> int:
 
         bk = args.dir / "backup"
         shutil.rmtree(bk, ignore_errors=True)
-        argv = ["rebuild-index", str(store_dir), "--quiet", "--backup-dir", str(bk)]  # --jobs: one per CPU
+        argv = ["rebuild-index", str(store_dir), "--quiet", "--broker-version", "4.9.4", "--backup-dir", str(bk)]  # --jobs: one per CPU
         out_fd = os.dup(1)
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 1)

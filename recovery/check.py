@@ -126,7 +126,7 @@ def check_record(
         rec = cl.decode_message(buf, pos, end, total_limit=True, body_limit=read_body)
     except cl.DecodeFailure as exc:
         return Checked(-1, False, _DECODE_REASONS[exc.reason], field=exc.field)
-    prop_crc_mode = profile.has_prop_crc and force_verify_prop_crc
+    prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
     if read_body and check_crc and rec.body_length > 0 and not prop_crc_mode:
         if crc32_fast(buf[rec.body_pos : rec.body_pos + rec.body_length]) != rec.body_crc:
             return Checked(-1, False, CRC, rec, field="body_crc")
@@ -223,8 +223,9 @@ def fast_walk(
             fixed = cl.cal_msg_length(lay.v2, hosts, 0, 0, 0)
             layouts[(magic, hosts)] = (lay.header.size, lay.v2, fixed)
         remaining_checks = profile.remaining_checks
-        crc_on = check_crc and read_body and not (profile.has_prop_crc and force_verify_prop_crc)
-        slow_always = profile.has_prop_crc and force_verify_prop_crc
+        prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
+        crc_on = check_crc and read_body and not prop_crc_mode
+        slow_always = prop_crc_mode and check_crc
         is5 = profile.is_5x
         sched = SCHEDULE_TOPIC.encode()
         count = 0

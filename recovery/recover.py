@@ -485,7 +485,10 @@ def _plain_valid(buf: Any, mv: memoryview, v: _Views, s: np.ndarray, tot: np.nda
     """How many leading records of ``s`` (a chain of starts whose TOTALSIZEs ``tot`` fit
     the buffer) are plainly valid: V1, IPv4 hosts, lengths that add up to TOTALSIZE, not a
     record whose DELAY must be parsed, not a 5.x inner batch, and (with ``check_crc``) a
-    body CRC that matches. The first record that is not is left to ``check_record``."""
+    body CRC that matches. The first record that is not is left to ``check_record``
+    (every record, under forceVerifyPropCRC: the whole-record ``__CRC32#`` check)."""
+    if check_crc and profile.verify_prop_crc:
+        return 0
     magic_crc = _at(v.i8, s + 4)  # MAGICCODE and BODYCRC in one gather
     magic = magic_crc >> 32
     sf = _at(v.i4, s + 36)
@@ -588,7 +591,7 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
         args = args[:11] + (h_sorted,)
     if hints is not None and len(args) > 11 and not args[11]:
         hints = sorted_unique(hints)  # runs' pieces: this worker sorts its share
-    profile = BrokerProfile(version, delay_levels)
+    profile = version if isinstance(version, BrokerProfile) else BrokerProfile(version, delay_levels)
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
@@ -675,7 +678,7 @@ def scan_files(
         else:
             h, h_sorted = hints_in(hints, f.base + lo, f.base + hi)
             hh = h - f.base if h is not None else None
-        tasks.append((i, str(f.path), f.base, lo, hi, end, profile.version, profile.delay_levels, crc_of[i], max_delay_level,
+        tasks.append((i, str(f.path), f.base, lo, hi, end, profile, profile.delay_levels, crc_of[i], max_delay_level,
                       hh, h_sorted))
     results: list[_SpanResult] = []
     if parallel:

@@ -1185,7 +1185,7 @@ def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
     from .scan import resync
 
     store, version, delay_levels, path, base, lo, a, b, hi, mdl, tags, index_keys, hints, slot = args
-    profile = BrokerProfile(version, delay_levels)
+    profile = version if isinstance(version, BrokerProfile) else BrokerProfile(version, delay_levels)
     if isinstance(hints, Inherited):  # the parent's hints, inherited through fork
         every = inherited(hints)
         i0, i1 = np.searchsorted(every, [a, b])
@@ -1295,7 +1295,7 @@ def iter_dispatch_parallel(
             if hints is not None and token is None:
                 i0, i1 = np.searchsorted(hints, [cuts[k], cuts[k + 1]])
                 ph = hints[i0:i1] if i1 > i0 else None
-            tasks.append((store, profile.version, profile.delay_levels, str(f.path), f.base, a,
+            tasks.append((store, profile, profile.delay_levels, str(f.path), f.base, a,
                           cuts[k], cuts[k + 1], b, mdl, tags, index_keys, ph, None, last))
     if len(tasks) < 2:
         return (yield from iter_dispatch(store, profile, **seq))

@@ -58,6 +58,7 @@ from ..formats import consumequeue as cqf
 from ..formats import indexfile as ixf
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
+from ..formats.names import offset_msg_id
 from ..formats.properties import JAVA_REPLACE, parse_properties, parse_properties_legacy, decode_crc32_digits
 from . import check as ck
 from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, hints_in, last_nonzero as _last_nonzero, queue_hint_runs, sorted_unique
@@ -97,7 +98,13 @@ CODES: dict[str, tuple[str, str]] = {
                             "before 5.2 (which neither writes nor checks it: for such a broker it is ordinary data)"),
     "CL_PHYS_OFFSET_MISMATCH": (ERROR, "a record's stored PHYSICALOFFSET differs from file base + position (queues and index point at the stored value)"),
     "CL_DATA_AFTER_END": (ERROR, "the record walk ends (an all-zero header, a file end without BLANK, or a damaged header read as BLANK) but intact records follow: a zeroed or lost region inside the data, which recovery cuts or skips"),
-    "CL_TORN_TAIL": (WARNING, "after a crash (abort present), the last record of the data is incomplete or garbled; recovery cuts it"),
+    "CL_TORN_TAIL": (WARNING, "after a crash (abort present), the last record of the data is incomplete or garbled (no readable message header); recovery cuts it"),
+    "CL_TORN_MESSAGE": (ERROR, "after a crash (abort present), the last record of the data has a readable message header but fails the broker's check (torn body, CRC, __CRC32# under forceVerifyPropCRC): recovery cuts it and the message is lost (offset, topic, queue offset and msg id where readable)"),
+    "LAYOUT_DLEDGER": (ERROR, "a DLedger commitlog (dledger-<id>/data): the store is refused (exit 8, nothing checked)"),
+    "LAYOUT_ROCKSDB_CQ": (ERROR, "a 5.2+ RocksDB consume queue: the store is refused (exit 8)"),
+    "LAYOUT_CQ_EXT": (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
+    "LAYOUT_BATCH_CQ": (ERROR, "BatchConsumeQueue files (batchconsumequeue/): the store is refused (exit 8)"),
+    "UNSUPPORTED_SETTING": (ERROR, "a broker.conf setting whose effect on recovery rmqtool does not implement: the store is refused (exit 8)"),
     "CL_GARBAGE_AFTER_END": (WARNING, "non-zero bytes after the end of the data that hold no intact record"),
     "CL_SALVAGEABLE_RECORDS": (WARNING, "intact records found beyond a point where the record walk stops (how many, where, and how many the broker's recovery throws away)"),
     "CL_BAD_BLANK": (WARNING, "a BLANK end-of-file record whose TOTALSIZE is not the rest of the file"),
@@ -448,12 +455,24 @@ def _fast_run(ctx: _Ctx, pos: int, stop: int, salvage: bool, out: _Rec, flag: in
     T[:-1] = P[1:] - P[:-1]
     T[-1] = p - P[-1]
     f, cols = _validate(ctx, P, T, salvage, bad_crc)
+    if ctx.profile.verify_prop_crc and f > 0:
+        f = _first_prop_crc_stop(ctx, P, f)
     f = _keep(ctx, out, P, T, cols, f, flag)
     if f < n:
         return int(P[f]), _event_at(ctx, int(P[f]), salvage)
     if p < stop:
         return p, _event_at(ctx, p, salvage)
     return p, None
+
+
+def _first_prop_crc_stop(ctx: _Ctx, P: np.ndarray, f: int) -> int:
+    """forceVerifyPropCRC (5.2.0+): the broker's walk also stops at the first record whose
+    whole-record CRC does not match its __CRC32# (or that has none): the full check, per
+    record, of the records the fast checks passed."""
+    for j in range(f):
+        if not ck.check_record(ctx.buf, int(P[j]), ctx.end, ctx.profile, check_crc=True, read_body=True).is_message:
+            return j
+    return f
 
 
 def _plain_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[int]]:
@@ -1286,7 +1305,7 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
             continue
         q = _resync(ctx, pos + 1, stop)
         gap_end = stop if q is None else q
-        part.events.append(Event(pos, c.reason, c.field, c.size, "gap", main, _rec_info(c)))
+        part.events.append(Event(pos, c.reason, c.field, c.size, "gap", main, _rec_info(c) or _header_info(ctx.buf, pos, ctx.end)))
         part.gaps.append(Gap(pos, gap_end, c.reason, c.field, _first_nonzero(ctx.u8, pos, gap_end), q is not None))
         if q is None:
             _finish(part, out, max(stop, task.stop), "SS")
@@ -1309,7 +1328,30 @@ def _rec_info(c: ck.Checked) -> dict[str, Any]:
     if r is None:
         return {}
     return {"topic": r.topic, "queue_id": r.queue_id, "queue_offset": r.queue_offset, "total_size": r.total_size,
-            "physical_offset_field": r.physical_offset, "store_timestamp": r.store_timestamp}
+            "physical_offset_field": r.physical_offset, "store_timestamp": r.store_timestamp, "msg_id": r.msg_id}
+
+
+_TORN_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP (STORE_FORMAT §4)
+
+
+def _header_info(buf: Any, pos: int, end: int) -> dict[str, Any]:
+    """The fixed header of a record that does not decode (a torn body): queue, queue offset
+    and the offset msg id, when the magic is a message's and the header fits."""
+    if end - pos < _TORN_HEAD.size:
+        return {}
+    total, magic, _crc, qid, _flag, qoff, phys, sysf, _born = _TORN_HEAD.unpack_from(buf, pos)
+    if magic not in (cl.MAGIC_V1, cl.MAGIC_V2) or total <= 0:
+        return {}
+    p = pos + _TORN_HEAD.size + (20 if sysf & 0x10 else 8)
+    v6 = bool(sysf & 0x20)
+    if end - p < 8 + (20 if v6 else 8):
+        return {"queue_id": qid, "queue_offset": qoff, "total_size": total, "physical_offset_field": phys}
+    (store_ts,) = struct.unpack_from(">q", buf, p)
+    p += 8
+    addr = bytes(buf[p : p + (16 if v6 else 4)])
+    (port,) = struct.unpack_from(">i", buf, p + (16 if v6 else 4))
+    return {"queue_id": qid, "queue_offset": qoff, "total_size": total, "physical_offset_field": phys,
+            "store_timestamp": store_ts, "msg_id": offset_msg_id(addr, port, phys)}
 
 
 def _add_damaged(ctx: _Ctx, out: _Rec, pos: int, c: ck.Checked) -> None:
@@ -2024,6 +2066,14 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
             what = _REASON_TEXT.get(e.reason, e.reason)
             where = f" ({info['topic']}/{info['queue_id']} queue offset {info['queue_offset']})" if "topic" in info else ""
             if n_after == 0 and abort and e.kind in ("gap", "damaged") and not short:
+                if "queue_offset" in info:  # a message header: the message is lost
+                    topic = info.get("topic")
+                    who = (f"{topic}/{info['queue_id']}" if topic is not None else f"queue {info['queue_id']}") + \
+                        f" queue offset {info['queue_offset']}" + (f", msg id {info['msg_id']}" if info.get("msg_id") else "")
+                    out.append(finding("CL_TORN_MESSAGE", rel, e.pos, g_off,
+                                       f"the last record of the data ({who}) fails the broker's check ({what}): "
+                                       "recovery cuts it and the message is lost", reason=e.reason, field=e.field, **info))
+                    continue
                 out.append(finding("CL_TORN_TAIL", rel, e.pos, g_off, f"the last record of the data is unreadable ({what}){where}: recovery cuts it",
                                    reason=e.reason, field=e.field, **info))
                 continue

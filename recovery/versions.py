@@ -15,13 +15,31 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
+# Every Apache RocketMQ release rmqtool emulates, in order. A version string must name one
+# of them: "4.9" is not a release (it would silently have meant 4.9.0, outside the 4.9.2-4.9.8
+# quirk range), "5.3.99" neither.
+RELEASES: tuple[tuple[int, int, int], ...] = (
+    (4, 6, 0), (4, 6, 1), (4, 7, 0), (4, 7, 1), (4, 8, 0), (4, 9, 0), (4, 9, 1), (4, 9, 2),
+    (4, 9, 3), (4, 9, 4), (4, 9, 5), (4, 9, 6), (4, 9, 7), (4, 9, 8), (5, 0, 0), (5, 1, 0),
+    (5, 1, 1), (5, 1, 2), (5, 1, 3), (5, 1, 4), (5, 2, 0), (5, 3, 0), (5, 3, 1), (5, 3, 2),
+    (5, 3, 3),
+)
+
+
+def version_label(v: tuple[int, int, int]) -> str:
+    return ".".join(map(str, v))
+
+
 def parse_version(text: str) -> tuple[int, int, int]:
-    m = re.fullmatch(r"(?:rocketmq-all-)?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    m = re.fullmatch(r"(?:rocketmq-all-)?(\d+)\.(\d+)\.(\d+)", text.strip())
     if not m:
+        if re.fullmatch(r"(?:rocketmq-all-)?\d+\.\d+", text.strip()):
+            raise ValueError(f"{text!r} is not a release: give all three parts (e.g. 4.9.4, not 4.9)")
         raise ValueError(f"not a RocketMQ version: {text!r} (expected e.g. 4.9.4 or 5.3.3)")
-    v = (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
-    if not ((4, 6, 0) <= v <= (5, 3, 99)):
-        raise ValueError(f"unsupported RocketMQ version {text} (supported: 4.6.0 to 5.3.x)")
+    v = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    if v not in RELEASES:
+        raise ValueError(f"{text} is not a supported RocketMQ release (4.6.0 to 5.3.3: {version_label(RELEASES[0])}, "
+                         f"..., {version_label(RELEASES[-1])})")
     return v
 
 
@@ -44,11 +62,34 @@ class BrokerProfile:
 
     version: tuple[int, int, int]
     delay_levels: tuple[int, ...] = tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
+    # broker settings (broker.conf) that change what recovery decides; see recovery/brokerconf.py
+    force_verify_prop_crc: bool = False  # forceVerifyPropCRC (has an effect from 5.2.0 only)
+    recheck_reput_offset_from_cq: bool = False  # recheckReputOffsetFromCq (5.x)
 
     @classmethod
-    def for_version(cls, text: str = DEFAULT_VERSION, delay_levels: str | None = None) -> "BrokerProfile":
+    def for_version(cls, text: str = DEFAULT_VERSION, delay_levels: str | None = None, *,
+                    force_verify_prop_crc: bool = False, recheck_reput_offset_from_cq: bool = False) -> "BrokerProfile":
         levels = tuple(parse_delay_levels(delay_levels)) if delay_levels else tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
-        return cls(parse_version(text), levels)
+        return cls(parse_version(text), levels, force_verify_prop_crc, recheck_reput_offset_from_cq)
+
+    @cached_property
+    def verify_prop_crc(self) -> bool:
+        """The recovery walk checks the whole record against ``__CRC32#`` instead of the body
+        CRC: forceVerifyPropCRC on a 5.2.0+ broker (older ones have no such setting)."""
+        return self.has_prop_crc and self.force_verify_prop_crc
+
+    def recovery_signature(self) -> tuple[bool, ...]:
+        """Every version-dependent decision recovery, dispatch and rebuild make: two versions
+        with the same signature recover a store the same way."""
+        return (self.is_5x, self.accepts_v2, self.remaining_checks, self.new_properties_parser,
+                self.has_prop_crc, self.prop_crc_zero_accepted, self.delay_table_in_abnormal_recovery,
+                self.normal_recovery_walkback, self.startup_reput_from_cq, self.hash_slot_count_every_put,
+                self.index_flushed_at_shutdown, self.zero_length_last_file_deleted)
+
+    @cached_property
+    def zero_length_last_file_deleted(self) -> bool:
+        """5.1.3+: MappedFileQueue.load deletes a zero-length last file (RECOVERY §1.2)."""
+        return self.version >= (5, 1, 3)
 
     @cached_property
     def label(self) -> str:
@@ -101,7 +142,7 @@ class BrokerProfile:
     def startup_reput_from_cq(self) -> bool:
         """4.x catches up from the consume queues' max offset at start-up; 5.x does not
         (unless recheckReputOffsetFromCq)."""
-        return not self.is_5x
+        return not self.is_5x or self.recheck_reput_offset_from_cq
 
     @cached_property
     def hash_slot_count_every_put(self) -> bool:

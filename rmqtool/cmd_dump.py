@@ -20,6 +20,7 @@ import click
 
 from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
 from .exitcodes import Exit
+from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from .formats import commitlog as cl
 from .formats.crc import crc32_raw
@@ -1063,6 +1064,8 @@ def command() -> None:
 
 
 @command.command("commitlog")
+@broker_config_option("read")
+@broker_setting_options
 @store_argument
 @broker_version_option
 @click.option("--topic", default=None, help="Only messages of this topic.")
@@ -1095,6 +1098,7 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
 
 
 @command.command("consumequeue")
+@broker_config_option("read")
 @store_argument
 @click.option("--topic", default=None, help="Only this topic's queues.")
 @click.option("--queue-id", type=int, default=None, help="Only this queue id.")
@@ -1107,6 +1111,8 @@ def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, que
 
 
 @command.command("index")
+@broker_config_option("read")
+@broker_setting_options
 @store_argument
 @broker_version_option
 @click.option("--entries", is_flag=True, help="Also print every non-empty hash slot and every entry.")
@@ -1131,6 +1137,7 @@ def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries:
 
 
 @command.command("checkpoint")
+@broker_config_option("read")
 @store_argument
 @format_option()
 def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
@@ -1140,6 +1147,7 @@ def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
 
 
 @command.command("config")
+@broker_config_option("read")
 @store_argument
 @click.option("--file", "name", default=None, metavar="NAME", help="Only config/NAME (default: every known config file present).")
 @format_option()

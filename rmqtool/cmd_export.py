@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from .exitcodes import Exit
+from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, make_profile
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.I)
@@ -54,7 +55,9 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command("export", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("stores", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="STORE...")
+@broker_config_option("read")
+@broker_setting_options
+@click.argument("stores", nargs=-1, required=False, type=click.Path(path_type=Path), metavar="STORE...")
 @click.option("--to", "out", required=True, type=click.Path(path_type=Path), metavar="OUT",
               help="Output directory (a Parquet dataset; any path Spark can write: file, hdfs://, s3a://).")
 @click.option("--what", type=click.Choice(["commitlog", "consumequeue", "index"]), default="commitlog", show_default=True,
@@ -72,10 +75,10 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (default: refuse).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr.")
-@click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes (default: inferred, else 1 GiB).")
-@click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes (default: inferred, else 6000000).")
-@click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file (default: inferred, else 5000000).")
-@click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file (default: inferred, else 20000000).")
+@click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).")
+@click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes; mirrors mappedFileSizeConsumeQueue (default: --broker-config, else inferred, else 6000000).")
+@click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file; mirrors maxHashSlotNum (default: --broker-config, else inferred, else 5000000).")
+@click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file; mirrors maxIndexNum (default: --broker-config, else inferred, else 20000000).")
 @broker_version_option
 def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, split_size: int, with_body: bool,
             partition_by: tuple[str, ...], writer: str, overwrite: bool, confs: tuple[str, ...], quiet: bool,
@@ -91,13 +94,15 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     """
     from .recovery.store import Store
 
+    if not stores:
+        raise click.UsageError("missing STORE... (or --broker-config FILE whose storePathRootDir names it)")
     if with_body and what != "commitlog":
         raise click.UsageError("--with-body applies to --what commitlog only")
     if "topic" in partition_by and what == "index":
         raise click.UsageError("index rows have no topic column to partition by")
     if (index_slot_num is None) != (index_num is None):
         raise click.UsageError("--index-slots and --index-entries go together")
-    make_profile(broker_version)
+    broker_version = make_profile(broker_version).label  # (auto: resolved here, on the driver)
     conf = _conf_pairs(confs)
     from .outpath import url_scheme
 

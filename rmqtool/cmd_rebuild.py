@@ -19,6 +19,7 @@ import click
 
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
+from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
 from .progress import progress_bar
 from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
@@ -44,6 +45,8 @@ def parse_tz(text: str) -> _dt.tzinfo:
 
 
 @click.command("rebuild-index", context_settings={"help_option_names": ["-h", "--help"]})
+@broker_config_option("destructive")
+@broker_setting_options
 @store_argument
 @broker_version_option
 @click.option("--cq-only", is_flag=True, help="Rebuild the consume queues only (the index is left alone).")

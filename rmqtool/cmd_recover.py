@@ -19,6 +19,7 @@ import click
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
+from .brokeropts import broker_config_option, broker_setting_options
 from .progress import progress_bar
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
 from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, recover_pending
@@ -26,13 +27,15 @@ from .render import dumps, render
 
 
 @click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
+@broker_config_option("destructive")
+@broker_setting_options
 @store_argument
 @broker_version_option
 @click.option("--normal/--abnormal", "normal", default=None,
               help="Force normal recovery (the last three commitlog files; 5.3.2+: the walk-back) or abnormal "
                    "recovery (start file from the checkpoint). Default: what the broker does (abort file -> abnormal).")
 @click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
-@click.option("--no-crc", is_flag=True, help="Do not check body CRCs while walking (checkCRCOnRecover=false).")
+@click.option("--no-crc", is_flag=True, help="Do not check body CRCs while walking; mirrors checkCRCOnRecover=false (default: --broker-config, else CRC on).")
 @click.option("--salvage-to", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Before cutting, write the intact records found in the cut bytes to DIR (salvaged.jsonl, salvaged.bin).")
 @click.option("--backup-dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
@@ -40,7 +43,8 @@ from .render import dumps, render
 @click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True,
               help="Output format of the plan and the result.")
 @click.option("--message-index-safe", is_flag=True,
-              help="Abnormal start file by the messageIndexSafe rule (min of the checkpoint timestamps and indexMsgTimestamp).")
+              help="Abnormal start file by the messageIndexSafe rule (min of the checkpoint timestamps and indexMsgTimestamp); "
+                   "mirrors messageIndexSafe=true (default: --broker-config, else false).")
 @click.option("--correct-delay-tags", is_flag=True,
               help="Write the real delivery time as tagsCode of SCHEDULE_TOPIC_XXXX units dispatched by abnormal recovery "
                    "(4.9.2-4.9.8 write the TAGS hash or 0: quirk Q1, reproduced by default).")

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from .errors import closed_stdout_ignored
+from .brokeropts import broker_config_option
 from .exitcodes import Exit
 from .recovery.safety import (
     RestoreConflictError,
@@ -29,12 +30,13 @@ from .recovery.safety import (
 
 
 @click.command("restore", context_settings={"help_option_names": ["-h", "--help"]})
+@broker_config_option("restore")
 @click.argument("backup_dir", type=click.Path(path_type=Path))
-@click.argument("store", type=click.Path(path_type=Path))
+@click.argument("store", type=click.Path(path_type=Path), required=False)
 @click.option("--dry-run", is_flag=True, help="Print what would be restored; change nothing.")
 @click.option("--backup-dir", "new_backup_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Where the restore's own backup of the files it replaces goes (default: a new STORE.rmqtool-backup-<time>).")
-def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None) -> int:
+def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir: Path | None) -> int:
     """Put STORE back as it was before the rmqtool run that wrote BACKUP_DIR: removed
     files come back, replaced files get their old bytes, created files go. Every backup
     copy is checked against the manifest's sha256 first and every restored file after.
@@ -42,6 +44,8 @@ def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path |
     Exit status: 0 restored (or nothing to do, or dry run), 4 a file changed since the
     backup (nothing restored), 8 operational error (bad backup, store locked, I/O),
     2 usage error, 130 interrupted."""
+    if store is None:
+        raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
     doc = load_manifest(backup_dir)
     if not store.is_dir():
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")

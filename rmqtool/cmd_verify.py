@@ -16,6 +16,7 @@ import click
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, resolve_format, store_argument
+from .brokeropts import broker_config_option, broker_setting_options, refusal_findings
 from .progress import progress_bar
 from .recovery.verify import VerifyReport, verify_store
 from .render import dumps, render
@@ -29,6 +30,8 @@ FINDING_COLUMNS = [("severity", "SEVERITY"), ("code", "CODE"), ("file", "FILE"),
 
 
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
+@broker_config_option("verify")
+@broker_setting_options
 @store_argument
 @broker_version_option
 @click.option("--jobs", "-j", type=click.IntRange(1), default=1, show_default=True,
@@ -44,14 +47,30 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
     Exit status: 0 sound (warnings allowed), 4 problems found (--strict: warnings too),
     8 operational error, 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
-    store = open_store(**store_opts)
     fmt = resolve_format(fmt, FORMATS)  # table on a terminal, jsonl when piped
+    refused = refusal_findings()
+    if refused:  # a layout or setting rmqtool does not handle: say so, check nothing
+        with closed_stdout_ignored():
+            write_refusals(refused, fmt, store_opts["store"])
+        return int(Exit.OPERATIONAL)
+    store = open_store(**store_opts)
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "verify", quiet) as advance:
         report = verify_store(store, profile, jobs=jobs, progress=advance)
     with closed_stdout_ignored():
         write_report(report, fmt)
     return int(Exit.PROBLEMS if report.problems(strict) else Exit.OK)
+
+
+def write_refusals(findings: list[dict[str, Any]], fmt: str, root: Any, out: Any = None) -> None:
+    out = out or sys.stdout
+    if fmt == "json":
+        out.write(dumps({"store": str(root), "refused": True, "errors": len(findings), "findings": findings}) + "\n")
+    elif fmt == "jsonl":
+        for f in findings:
+            out.write(dumps(f) + "\n")
+    else:
+        render(findings, "table", FINDING_COLUMNS, title=f"rmqtool verify {root}: refused", out=out)
 
 
 def write_report(report: VerifyReport, fmt: str, out: Any = None) -> None:

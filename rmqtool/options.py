@@ -18,19 +18,22 @@ F = Callable[..., Any]
 
 def store_argument(f: F) -> F:
     """STORE plus the geometry overrides (inferred from the files by default)."""
-    f = click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file (maxIndexNum; default: inferred, else 20000000).")(f)
-    f = click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file (maxHashSlotNum; default: inferred, else 5000000).")(f)
-    f = click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes (default: inferred, else 6000000).")(f)
-    f = click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes (default: inferred, else 1 GiB).")(f)
-    f = click.argument("store", type=click.Path(path_type=Path))(f)
+    f = click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file; mirrors maxIndexNum (default: --broker-config, else inferred, else 20000000).")(f)
+    f = click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file; mirrors maxHashSlotNum (default: --broker-config, else inferred, else 5000000).")(f)
+    f = click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes; mirrors mappedFileSizeConsumeQueue (default: --broker-config, else inferred, else 6000000).")(f)
+    f = click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).")(f)
+    f = click.argument("store", type=click.Path(path_type=Path), required=False)(f)
     return f
 
 
 def open_store(store: Path, commitlog_file_size: int | None = None, cq_file_size: int | None = None,
                index_slot_num: int | None = None, index_num: int | None = None, **_: Any) -> Store:
+    if store is None:
+        raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
     if (index_slot_num is None) != (index_num is None):
         raise click.UsageError("--index-slots and --index-entries go together")
-    return Store.open(store, commitlog_file_size, cq_file_size, index_slot_num, index_num)
+    return Store.open(store, commitlog_file_size, cq_file_size, index_slot_num, index_num,
+                      commitlog_dir=_broker_meta().get("commitlog_dir"))
 
 
 def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
@@ -48,16 +51,30 @@ def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
 
 def broker_version_option(f: F) -> F:
     return click.option(
-        "--broker-version", default=DEFAULT_VERSION, show_default=True, metavar="VERSION",
-        help="RocketMQ release whose behaviour to emulate (4.6.0 to 5.3.x, e.g. 4.9.4, 5.1.4, 5.3.3).",
+        "--broker-version", default="auto", show_default=True, metavar="VERSION", envvar="RMQTOOL_BROKER_VERSION",
+        help="RocketMQ release whose behaviour to emulate (a release from 4.6.0 to 5.3.3, e.g. 4.9.4, 5.1.4, 5.3.3), "
+             "or auto: inferred from what the store shows (destructive commands refuse when that leaves releases "
+             "whose recovery differs). Environment: RMQTOOL_BROKER_VERSION.",
     )(f)
 
 
 def make_profile(version: str, delay_levels: str | None = None) -> BrokerProfile:
+    meta = _broker_meta()
+    if version == "auto":
+        version = meta.get("version") or DEFAULT_VERSION
     try:
-        return BrokerProfile.for_version(version, delay_levels)
+        return BrokerProfile.for_version(
+            version, delay_levels or meta.get("message_delay_level"),
+            force_verify_prop_crc=bool(meta.get("force_verify_prop_crc")),
+            recheck_reput_offset_from_cq=bool(meta.get("recheck_reput_offset_from_cq")))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--broker-version") from None
+
+
+def _broker_meta() -> dict[str, Any]:
+    """What --broker-config and --broker-version auto resolved for the running command."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.setdefault("rmqtool.broker", {}) if ctx is not None else {}
 
 
 def format_option(choices: tuple[str, ...] = ("table", "jsonl", "json", "text")) -> Callable[[F], F]:

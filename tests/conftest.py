@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+
+# The real fixtures are RocketMQ 4.9.4 stores that nothing in them tells apart from other
+# releases, so --broker-version auto would make recover and rebuild-index refuse them: the
+# suite runs them as 4.9.4 (tests of auto remove this variable).
+os.environ.setdefault("RMQTOOL_BROKER_VERSION", "4.9.4")
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "fixtures" / "real"

@@ -599,11 +599,28 @@ def test_index_chain_cycle_and_slot_range(tmp_path: Path, capsys: pytest.Capture
 # crash pattern, lock, read-only guarantee, hostile input
 
 
-def test_torn_last_record_after_crash_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_torn_last_message_after_crash_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A last record whose header is readable and whose body fails its CRC: recovery cuts a
+    message (issue 18): an error naming offset, topic, queue offset and msg id."""
     root = copy_store("crash_midwrite", tmp_path)
     name = "00000000000000720896"
     r = records_of(root, name)[-1]
     patch(root / "commitlog" / name, r.body_pos + 1, b"\xff\xff")
+    rc, findings = verify_cli(root, capsys)
+    assert rc == 4
+    torn = [f for f in findings if f["code"] == "CL_TORN_MESSAGE"]
+    assert len(torn) == 1 and torn[0]["pos"] == r.pos and torn[0]["severity"] == "error"
+    d = torn[0]["details"]
+    assert (d["topic"], d["queue_id"], d["queue_offset"], d["msg_id"]) == (r.topic, r.queue_id, r.queue_offset, r.msg_id)
+    assert r.msg_id in torn[0]["message"] and f"queue offset {r.queue_offset}" in torn[0]["message"]
+    assert not [f for f in findings if f["code"] == "CL_TORN_TAIL"]
+
+
+def test_torn_last_record_without_a_header_after_crash_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("crash_midwrite", tmp_path)
+    name = "00000000000000720896"
+    r = records_of(root, name)[-1]
+    patch(root / "commitlog" / name, r.pos + 4, b"\x01\x02\x03\x04")  # the magic: no message header
     rc, findings = verify_cli(root, capsys)
     assert rc == 0 and errors(findings) == []
     torn = [f for f in findings if f["code"] == "CL_TORN_TAIL"]

@@ -1,0 +1,903 @@
+"""The broker's own configuration file (``mqbroker -c broker.conf``), read as the broker
+reads it, and the one table that decides, for every setting of ``MessageStoreConfig`` and
+``BrokerConfig`` of RocketMQ 4.6.0-5.3.3, what rmqtool does with it.
+
+Reading: ``java.util.Properties.load(InputStream)`` (ISO-8859-1, ``#``/``!`` comments,
+``=``/``:``/white-space separators, backslash continuation lines and escapes, the last
+occurrence of a key wins), then ``MixAll.properties2Object``: a key is a setter name with
+its first letter lower-cased; an int or long value goes through ``Integer.parseInt`` /
+``Long.parseLong`` *untrimmed* (a value the parser rejects leaves the default in place,
+silently, in the broker; rmqtool says so); a boolean is ``Boolean.parseBoolean`` (``true``
+in any case, anything else is false); a String is trimmed; an enum (``brokerRole``,
+``flushDiskType``) goes through its String setter, ``valueOf``.
+
+Deciding: each setting is one of
+  location    where the store is (honoured: STORE, the commitlog directory),
+  geometry    file sizes and index slots/entries (honoured: as the geometry options),
+  recovery    changes what recovery or the dispatch decides (honoured exactly, or refused
+              when rmqtool does not implement the value given),
+  irrelevant  a running broker's service (flush, HA, clean-up, network, timers, POP, ...)
+              that never changes what recovery reads, cuts or writes.
+A setting whose value rmqtool does not implement makes every command refuse the store
+(exit 8, nothing changed): :func:`refusals`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..formats.errors import RmqToolError
+
+LOCATION = "location"
+GEOMETRY = "geometry"
+RECOVERY = "recovery"
+IRRELEVANT = "irrelevant"
+
+# Every setter of MessageStoreConfig (S) and BrokerConfig (B) in the sampled releases
+# a=4.6.0 b=4.9.4 c=5.0.0 d=5.1.4 e=5.2.0 f=5.3.3 (read from their sources), with the
+# parameter type properties2Object converts to.
+_SETTERS = """
+S accessMessageInMemoryHotRatio int def
+S accessMessageInMemoryMaxRatio int abcdef
+S allAckInSyncStateSet boolean cdef
+S asyncLearner boolean cdef
+S autoMessageVersionOnTopicLen boolean def
+S batchDispatchRequestThreadPoolNums int def
+S bitMapLengthConsumeQueueExt int abcdef
+S bottomMostCompressionTypeForConsumeQueueStore String f
+S brokerRole String abcdef
+S checkCRCOnRecover boolean abcdef
+S cleanFileForciblyEnable boolean abcdef
+S cleanResourceInterval int abcdef
+S cleanRocksDBDirtyCQIntervalMin long ef
+S cleanSwapedMapInterval long cdef
+S coldDataFlowControlEnable boolean def
+S coldDataScanEnable boolean def
+S commitCommitLogLeastPages int abcdef
+S commitCommitLogThoroughInterval int abcdef
+S commitIntervalCommitLog int abcdef
+S commitLogForceSwapMapInterval long cdef
+S commitLogSwapMapInterval long cdef
+S commitLogSwapMapReserveFileNum int cdef
+S compactionCqMappedFileSize int def
+S compactionMappedFileSize int def
+S compactionScheduleInternal int def
+S compactionThreadNum int def
+S correctLogicMinOffsetForceInterval int cdef
+S correctLogicMinOffsetSleepInterval int cdef
+S dLegerGroup String abcdef
+S dLegerPeers String abcdef
+S dLegerSelfId String abcdef
+S dataReadAheadEnable boolean def
+S debugLockEnable boolean abcdef
+S defaultQueryMaxNum int abcdef
+S deleteCommitLogFilesInterval int abcdef
+S deleteConsumeQueueFilesInterval int abcdef
+S deleteFileBatchMax int cdef
+S deleteWhen String abcdef
+S destroyMapedFileIntervalForcibly int abcdef
+S disappearTimeAfterStart int cdef
+S diskFallRecorded boolean abcdef
+S diskMaxUsedSpaceRatio int abcdef
+S diskSpaceCleanForciblyRatio int cdef
+S diskSpaceWarningLevelRatio int cdef
+S dispatchCqCacheNum int cdef
+S dispatchCqThreads int cdef
+S dispatchFromSenderThread boolean cdef
+S duplicationEnable boolean abcdef
+S enableAsyncReput boolean cdef
+S enableAutoInSyncReplicas boolean cdef
+S enableBatchPush boolean bcdef
+S enableBuildConsumeQueueConcurrently boolean def
+S enableCleanExpiredOffset boolean cdef
+S enableCompaction boolean def
+S enableConsumeQueueExt boolean abcdef
+S enableDLegerCommitLog boolean abcdef
+S enableLmq boolean bcdef
+S enableMultiDispatch boolean bcdef
+S enableRocksDBLog boolean def
+S enableScheduleAsyncDeliver boolean bcdef
+S enableScheduleMessageStats boolean bcdef
+S enabledAppendPropCRC boolean ef
+S fastFailIfNoBufferInStorePool boolean abcdef
+S fileReservedTime int abcdef
+S flushCommitLogLeastPages int abcdef
+S flushCommitLogThoroughInterval int abcdef
+S flushCommitLogTimed boolean abcdef
+S flushConsumeQueueLeastPages int abcdef
+S flushConsumeQueueThoroughInterval int abcdef
+S flushDelayOffsetInterval long abcdef
+S flushDiskType String abcdef
+S flushIntervalCommitLog int abcdef
+S flushIntervalConsumeQueue int abcdef
+S flushLeastPagesWhenWarmMapedFile int abcdef
+S forceVerifyPropCRC boolean ef
+S haFlowControlEnable boolean cdef
+S haHousekeepingInterval int abcdef
+S haListenPort int abcdef
+S haMasterAddress String abcdef
+S haMaxGapNotInSync int cdef
+S haMaxTimeSlaveNotCatchup long cdef
+S haSendHeartbeatInterval int abcdef
+S haSlaveFallbehindMax int ab
+S haTransferBatchSize int abcdef
+S inSyncReplicas int cdef
+S logicQueueForceSwapMapInterval long cdef
+S logicQueueSwapMapInterval long cdef
+S logicQueueSwapMapReserveFileNum int cdef
+S logicalDiskSpaceCleanForciblyThreshold double cdef
+S mappedFileSizeCommitLog int abcdef
+S mappedFileSizeConsumeQueue int abcdef
+S mappedFileSizeConsumeQueueExt int abcdef
+S mappedFileSizeTimerLog int cdef
+S mappedFileSwapEnable boolean cdef
+S mapperFileSizeBatchConsumeQueue int cdef
+S maxAsyncPutMessageRequests int cdef
+S maxBatchDeleteFilesNum int cdef
+S maxChecksumRange long cdef
+S maxConsumeQueueScan int def
+S maxFilterMessageSize int ef
+S maxHaTransferByteInSecond long cdef
+S maxHashSlotNum int abcdef
+S maxIndexNum int abcdef
+S maxLmqConsumeQueueNum int bcdef
+S maxMessageSize int abcdef
+S maxMsgsNumBatch int abcdef
+S maxOffsetMapSize int def
+S maxRecoveryCommitlogFiles int cdef
+S maxSlaveResendLength long cdef
+S maxTopicLength int cdef
+S maxTransferBytesOnMessageInDisk int abcdef
+S maxTransferBytesOnMessageInMemory int abcdef
+S maxTransferCountOnMessageInDisk int abcdef
+S maxTransferCountOnMessageInMemory int abcdef
+S memTableFlushInterval long d
+S memTableFlushIntervalMs long ef
+S messageDelayLevel String abcdef
+S messageIndexEnable boolean abcdef
+S messageIndexSafe boolean abcdef
+S minInSyncReplicas int cdef
+S offsetCheckInSlave boolean abcdef
+S osPageCacheBusyTimeOutMills long abcdef
+S preferredLeaderId String bcdef
+S pullBatchMaxMessageCount int cdef
+S putConsumeQueueDataByFileChannel boolean f
+S putMessageTimeout int cdef
+S putMsgIndexHightWater int abcdef
+S readOnlyCommitLogStorePaths String bcdef
+S readUnCommitted boolean f
+S realTimePersistRocksDBConfig boolean def
+S recheckReputOffsetFromCq boolean cdef
+S redeleteHangedFileInterval int abcdef
+S replicasPerDiskPartition int cdef
+S rocksdbCQDoubleWriteEnable boolean f
+S rocksdbCompressionType String f
+S rocksdbFlushWalFrequency int f
+S rocksdbWalFileRollingThreshold long f
+S sampleCountThreshold int def
+S sampleSteps int def
+S scheduleAsyncDeliverMaxPendingLimit int bcdef
+S scheduleAsyncDeliverMaxResendNum2Blocked int bcdef
+S searchBcqByCacheEnable boolean cdef
+S slaveTimeout int bcdef
+S spinLockCollisionRetreatOptimalDegree int f
+S statRocksDBCQIntervalSec long ef
+S storePathBrokerIdentity String def
+S storePathCommitLog String abcdef
+S storePathDLedgerCommitLog String bcdef
+S storePathEpochFile String cdef
+S storePathRootDir String abcdef
+S storeType String def
+S syncFlushTimeout int abcdef
+S syncFromLastFile boolean cdef
+S syncMasterFlushOffsetWhenStartup boolean cdef
+S timerColdDataCheckIntervalMs int def
+S timerCongestNumEachSlot int cdef
+S timerEnableCheckMetrics boolean cdef
+S timerEnableRetryUntilSuccess boolean f
+S timerFlushIntervalMs int cdef
+S timerGetMessageThreadNum int cdef
+S timerInterceptDelayLevel boolean cdef
+S timerMaxDelaySec int cdef
+S timerMetricSmallThreshold int cdef
+S timerPrecisionMs int cdef
+S timerProgressLogIntervalMs int cdef
+S timerPutMessageThreadNum int cdef
+S timerRollWindowSlot int cdef
+S timerSkipUnknownError boolean ef
+S timerStopEnqueue boolean cdef
+S timerWheelEnable boolean cdef
+S topicQueueLockNum int def
+S totalReplicas int cdef
+S transientStorePoolEnable boolean abcdef
+S transientStorePoolSize int abcdef
+S travelCqFileNumWhenGetMessage int cdef
+S useABSLock boolean f
+S useReentrantLockWhenPutMessage boolean abcdef
+S wakeCommitWhenPutMessage boolean cdef
+S wakeFlushWhenPutMessage boolean cdef
+S warmMapedFileEnable boolean abcdef
+B accountStatsEnable boolean cdef
+B accountStatsPrintZeroValues boolean cdef
+B ackMessageThreadPoolNums int cdef
+B ackThreadPoolQueueCapacity int cdef
+B aclEnable boolean abcdef
+B adminBrokerThreadPoolNums int abcdef
+B adminBrokerThreadPoolQueueCapacity int cdef
+B allowRecallWhenBrokerNotWriteable boolean f
+B appendAckAsync boolean f
+B appendCkAsync boolean f
+B asyncSendEnable boolean cdef
+B autoCreateSubscriptionGroup boolean abcdef
+B autoCreateTopicEnable boolean abcdef
+B autoDeleteUnusedStats boolean bcdef
+B broadcastOffsetExpireMaxSecond long def
+B broadcastOffsetExpireSecond long def
+B brokerClusterName String ab
+B brokerConfigPath String cdef
+B brokerElectionPriority int def
+B brokerFastFailureEnable boolean abcdef
+B brokerHeartbeatInterval int cdef
+B brokerIP1 String abcdef
+B brokerIP2 String abcdef
+B brokerId long ab
+B brokerName String ab
+B brokerNotActiveTimeoutMillis long cdef
+B brokerPermission int abcdef
+B brokerTopicEnable boolean abcdef
+B cgColdReadThreshold long def
+B channelExpiredTimeout long def
+B checkSyncStateSetPeriod long cdef
+B cleanOfflineBrokerInterval int cdef
+B clearRetryTopicWhenDeleteTopic boolean f
+B clientManageThreadPoolNums int abcdef
+B clientManagerThreadPoolQueueCapacity int abcdef
+B clusterTopicEnable boolean abcdef
+B coldCtrStrategyEnable boolean def
+B commercialBaseCount int abcdef
+B commercialBigCount int ab
+B commercialEnable boolean ab
+B commercialSizePerMsg int cdef
+B commercialTimerCount int ab
+B commercialTransCount int ab
+B compatibleWithOldNameSrv boolean cdef
+B compressedRegister boolean abcdef
+B configBlackList String ef
+B configManagerVersion String f
+B consumerFallbehindThreshold long abcdef
+B consumerManageThreadPoolNums int abcdef
+B consumerManagerThreadPoolQueueCapacity int abcdef
+B consumerOffsetUpdateVersionStep long cdef
+B controllerAddr String cdef
+B controllerHeartBeatTimeoutMills long def
+B defaultMessageRequestMode String cdef
+B defaultPopShareQueueNum int cdef
+B defaultTopicQueueNums int abcdef
+B delayOffsetUpdateVersionStep long cdef
+B disableConsumeIfConsumerReadSlowly boolean abcdef
+B enableBroadcastOffsetStore boolean def
+B enableCalcFilterBitMap boolean abcdef
+B enableControllerMode boolean cdef
+B enableCreateSysGroup boolean f
+B enableDetailStat boolean bcdef
+B enableFastChannelEventProcess boolean f
+B enableLmqStats boolean f
+B enableMixedMessageType boolean def
+B enableNetWorkFlowControl boolean cdef
+B enableNotifyAfterPopOrderLockRelease boolean def
+B enableNotifyBeforePopCalculateLag boolean f
+B enablePopBatchAck boolean def
+B enablePopBufferMerge boolean cdef
+B enablePopLog boolean cdef
+B enablePopMessageThreshold boolean ef
+B enablePropertyFilter boolean abcdef
+B enableRegisterProducer boolean f
+B enableRemoteEscape boolean cdef
+B enableRetryTopicV2 boolean ef
+B enableSingleTopicRegister boolean def
+B enableSkipLongAwaitingAck boolean def
+B enableSlaveActingMaster boolean cdef
+B enableSplitRegistration boolean def
+B endTransactionPoolQueueCapacity int abcdef
+B endTransactionThreadPoolNums int abcdef
+B estimateAccumulation boolean def
+B expectConsumerNumUseFilter int abcdef
+B fetchControllerAddrByDnsLookup boolean def
+B fetchNameSrvAddrByDnsLookup boolean def
+B fetchNamesrvAddrByAddressServer boolean abcdef
+B fetchNamesrvAddrInterval long def
+B filterDataCleanTimeSpan long abcdef
+B filterServerNums int abc
+B filterSupportRetry boolean abcdef
+B flushConsumerOffsetHistoryInterval int abcdef
+B flushConsumerOffsetInterval int abcdef
+B forceRegister boolean abcdef
+B forwardTimeout long cdef
+B globalColdReadThreshold long def
+B heartbeatThreadPoolNums int abcdef
+B heartbeatThreadPoolQueueCapacity int abcdef
+B highSpeedMode boolean abcdef
+B initPopOffsetByCheckMsgInMem boolean def
+B isolateLogEnable boolean bcdef
+B listenPort int cdef
+B litePullMessageEnable boolean cdef
+B litePullMessageThreadPoolNums int cdef
+B litePullThreadPoolQueueCapacity int cdef
+B loadBalancePollNameServerInterval long cdef
+B loadBalanceProcessorThreadPoolNums int cdef
+B loadBalanceThreadPoolQueueCapacity int cdef
+B lockInStrictMode boolean cdef
+B longPollingEnable boolean abcdef
+B maxDelayTime int abc
+B maxErrorRateOfBloomFilter int abcdef
+B maxPopPollingSize long cdef
+B maxStatsIdleTimeInMinutes int f
+B messageStorePlugIn String abcdef
+B metricGrpcExporterIntervalInMills long def
+B metricGrpcExporterTimeOutInMills long def
+B metricLoggingExporterIntervalInMills long def
+B metricsExporterType String def
+B metricsGrpcExporterHeader String def
+B metricsGrpcExporterTarget String def
+B metricsInDelta boolean def
+B metricsLabel String def
+B metricsOtelCardinalityLimit int def
+B metricsPromExporterHost String def
+B metricsPromExporterPort int def
+B msgTraceTopicName String abcdef
+B namesrvAddr String abcdef
+B notifyConsumerIdsChangedEnable boolean abcdef
+B popCkMaxBufferSize int cdef
+B popCkOffsetMaxQueueSize int cdef
+B popCkStayBufferTime int cdef
+B popCkStayBufferTimeOut int cdef
+B popConsumerFSServiceInit boolean f
+B popConsumerKVServiceEnable boolean f
+B popConsumerKVServiceInit boolean f
+B popConsumerKVServiceLog boolean f
+B popFromRetryProbability int f
+B popInflightMessageThreshold long ef
+B popLongPollingForceNotifyInterval long f
+B popPollingMapSize int cdef
+B popPollingSize int cdef
+B popResponseReturnActualRetryTopic boolean def
+B popReviveMaxAttemptTimes int f
+B popReviveMaxReturnSizePerRead int f
+B printChannelGroups boolean f
+B printChannelGroupsMinNum int f
+B processReplyMessageThreadPoolNums int abcdef
+B pullMessageThreadPoolNums int abcdef
+B pullThreadPoolQueueCapacity int abcdef
+B putMessageFutureThreadPoolNums int bcdef
+B putThreadPoolQueueCapacity int bcdef
+B queryMessageThreadPoolNums int abcdef
+B queryThreadPoolQueueCapacity int abcdef
+B realTimeNotifyConsumerChange boolean cdef
+B recallMessageEnable boolean f
+B recoverConcurrently boolean def
+B recoverThreadPoolNums int def
+B regionId String abcdef
+B registerBrokerTimeoutMills int abcdef
+B registerNameServerPeriod int abcdef
+B rejectPullConsumerEnable boolean cdef
+B rejectTransactionMessage boolean abcdef
+B replyThreadPoolQueueCapacity int abcdef
+B retrieveMessageFromPopRetryTopicV1 boolean ef
+B reviveAckWaitMs long def
+B reviveInterval long cdef
+B reviveMaxSlow long cdef
+B reviveQueueNum int cdef
+B reviveScanTime long cdef
+B rocketmqHome String abcdef
+B sendHeartbeatTimeoutMillis int cdef
+B sendMessageThreadPoolNums int abcdef
+B sendThreadPoolQueueCapacity int abcdef
+B serverLoadBalancerEnable boolean cdef
+B shortPollingTimeMills long abcdef
+B skipPreOnline boolean cdef
+B skipWhenCKRePutReachMaxTimes boolean f
+B slaveReadEnable boolean abcdef
+B splitRegistrationSize int def
+B startAcceptSendRequestTimeStamp long abcdef
+B storeReplyMessageEnable boolean abcdef
+B subscriptionExpiredTimeout long def
+B syncBrokerMemberGroupPeriod int cdef
+B syncBrokerMetadataPeriod long cdef
+B syncControllerMetadataPeriod long cdef
+B traceOn boolean abcdef
+B traceTopicEnable boolean abcdef
+B transactionCheckInterval long abcdef
+B transactionCheckMax int abcdef
+B transactionMetricFlushInterval long ef
+B transactionOpBatchInterval int def
+B transactionOpMsgMaxSize int def
+B transactionTimeOut long abcdef
+B transferMsgByHeap boolean abcdef
+B updateNameServerAddrPeriod int f
+B usePIDColdCtrStrategy boolean def
+B useServerSideResetOffset boolean def
+B useStaticSubscription boolean def
+B validateSystemTopicWhenUpdateTopic boolean def
+B waitTimeMillsInAckQueue long cdef
+B waitTimeMillsInAdminBrokerQueue long f
+B waitTimeMillsInHeartbeatQueue long abcdef
+B waitTimeMillsInLitePullQueue long cdef
+B waitTimeMillsInPullQueue long abcdef
+B waitTimeMillsInSendQueue long abcdef
+B waitTimeMillsInTransactionQueue long abcdef
+"""
+
+SAMPLED = {"a": "4.6.0", "b": "4.9.4", "c": "5.0.0", "d": "5.1.4", "e": "5.2.0", "f": "5.3.3"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    owner: str  # MessageStoreConfig | BrokerConfig
+    type: str  # int long boolean double String
+    seen_in: tuple[str, ...]  # sampled releases that have the setter
+
+
+def _load_setters() -> dict[str, Setting]:
+    out: dict[str, Setting] = {}
+    for line in _SETTERS.strip().splitlines():
+        tag, name, typ, seen = line.split()
+        out[name] = Setting(name, "MessageStoreConfig" if tag == "S" else "BrokerConfig", typ,
+                            tuple(SAMPLED[c] for c in seen))
+    return out
+
+
+SETTINGS: dict[str, Setting] = _load_setters()
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str
+    what: str  # what the setting changes and what rmqtool does with it
+    option: str | None = None  # the rmqtool option that mirrors it
+    default: Any = None  # the broker's default (of the typed value)
+    refuse: str | None = None  # name of the refusal rule (see _REFUSE)
+
+
+# The settings rmqtool reads. Everything else in SETTINGS is IRRELEVANT (see _irrelevant_why).
+DECISIONS: dict[str, Decision] = {
+    # -- where the store is --------------------------------------------------------------
+    "storePathRootDir": Decision(LOCATION, "the store root: STORE when STORE is not given", "STORE"),
+    "storePathCommitLog": Decision(LOCATION, "the commitlog directory (default STORE/commitlog; 4.6.0-4.9.3: "
+                                   "~/store/commitlog whatever storePathRootDir says); several directories "
+                                   "separated by ',' (5.x multi-path) are refused", "--commitlog-dir", None, "multi_path"),
+    "readOnlyCommitLogStorePaths": Decision(LOCATION, "extra read-only commitlog directories of the multi-path "
+                                            "commitlog: refused when set", None, None, "non_empty"),
+    "storePathDLedgerCommitLog": Decision(LOCATION, "the DLedger commitlog directory: only with enableDLegerCommitLog, "
+                                          "which is refused"),
+    "storePathEpochFile": Decision(LOCATION, "the controller-mode epoch file (default STORE/epochFileCheckpoint): "
+                                   "neither read nor changed by rmqtool"),
+    "storePathBrokerIdentity": Decision(LOCATION, "the broker identity file: neither read nor changed by rmqtool"),
+    # -- geometry ------------------------------------------------------------------------
+    "mappedFileSizeCommitLog": Decision(GEOMETRY, "commitlog file size", "--commitlog-file-size", 1 << 30),
+    "mappedFileSizeConsumeQueue": Decision(GEOMETRY, "consume queue file size (rounded up to 20-byte units)",
+                                           "--cq-file-size", 6_000_000),
+    "maxHashSlotNum": Decision(GEOMETRY, "index hash slots per file", "--index-slots", 5_000_000),
+    "maxIndexNum": Decision(GEOMETRY, "index entries per file", "--index-entries", 20_000_000),
+    "mappedFileSizeConsumeQueueExt": Decision(GEOMETRY, "ConsumeQueueExt file size: only with enableConsumeQueueExt, "
+                                              "which is refused"),
+    "bitMapLengthConsumeQueueExt": Decision(GEOMETRY, "ConsumeQueueExt filter bitmap: only with enableConsumeQueueExt, "
+                                            "which is refused"),
+    "mapperFileSizeBatchConsumeQueue": Decision(GEOMETRY, "BatchConsumeQueue file size: a store with "
+                                                "batchconsumequeue/ files is refused"),
+    # -- what recovery and the dispatch do -------------------------------------------------
+    "checkCRCOnRecover": Decision(RECOVERY, "the recovery walk checks body CRCs (false: recover as --no-crc)",
+                                  "--no-crc", True),
+    "forceVerifyPropCRC": Decision(RECOVERY, "5.2.0+: the recovery walk checks each whole record against its "
+                                   "__CRC32# property instead of the body CRC, and cuts at a record without "
+                                   "one (5.2.0-5.3.1: also at __CRC32# 0); ignored by older brokers",
+                                   "--force-verify-prop-crc", False),
+    "enabledAppendPropCRC": Decision(RECOVERY, "5.2.0+: the broker appends __CRC32# to every record it writes; "
+                                     "recovery checks it only under forceVerifyPropCRC", None, False),
+    "messageIndexSafe": Decision(RECOVERY, "abnormal recovery's start file also honours the index timestamp",
+                                 "--message-index-safe", False),
+    "messageIndexEnable": Decision(RECOVERY, "the dispatch writes index files: false is refused (rmqtool always "
+                                   "indexes)", None, True, "is_false"),
+    "messageDelayLevel": Decision(RECOVERY, "the delay levels: SCHEDULE_TOPIC_XXXX tagsCode (delivery time) of the "
+                                  "consume queue units recovery and rebuild-index write", "--message-delay-level",
+                                  "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"),
+    "recheckReputOffsetFromCq": Decision(RECOVERY, "5.x: the start-up reput catches up from the consume queues' "
+                                         "max offset, as 4.x always does", "--recheck-reput-offset-from-cq", False),
+    "duplicationEnable": Decision(RECOVERY, "recovery cuts at a record without a DUP_INFO property and dispatches "
+                                  "only up to the confirm offset: true is refused", None, False, "is_true"),
+    "enableDLegerCommitLog": Decision(RECOVERY, "the commitlog is a DLedger log (dledger-<id>/data): true is refused",
+                                      None, False, "is_true"),
+    "storeType": Decision(RECOVERY, "5.1+: defaultRocksDB keeps the consume queues in RocksDB: anything but "
+                          "default is refused", None, "default", "not_default_store"),
+    "enableConsumeQueueExt": Decision(RECOVERY, "ConsumeQueueExt (consumequeue_ext/), recovered and truncated with the "
+                                      "consume queues: true is refused", None, False, "is_true"),
+    "rocksdbCQDoubleWriteEnable": Decision(RECOVERY, "5.3+: the dispatch also writes a RocksDB consume queue: true "
+                                           "is refused", None, False, "is_true"),
+    "enableMultiDispatch": Decision(RECOVERY, "4.9.3+: LMQ multi-dispatch to the queues named in INNER_MULTI_DISPATCH: "
+                                    "true is refused", None, False, "is_true"),
+    "enableLmq": Decision(RECOVERY, "4.9.3+: light message queues (%LMQ% topics): true is refused", None, False, "is_true"),
+    "maxLmqConsumeQueueNum": Decision(RECOVERY, "LMQ queue limit: only with enableLmq, which is refused"),
+    "enableControllerMode": Decision(RECOVERY, "5.x controller mode: recovery dispatches only up to the confirm "
+                                     "offset: true is refused", None, False, "is_true"),
+    "messageStorePlugIn": Decision(RECOVERY, "message store plug-ins wrap the store and may change what it writes: "
+                                   "any value is refused", None, "", "non_empty"),
+    "brokerRole": Decision(RECOVERY, "ASYNC_MASTER, SYNC_MASTER or SLAVE: recovery runs the same for each; read "
+                           "and reported only", None, "ASYNC_MASTER"),
+    "maxMessageSize": Decision(RECOVERY, "checked when a message is put, never by recovery (which reads records "
+                               "of any size): reported only", None, 4 * 1024 * 1024),
+    "timerWheelEnable": Decision(RECOVERY, "5.x timer messages: the timer store (timerwheel, timerlog) recovers "
+                                 "itself at start-up from the commitlog and rmqtool neither reads nor changes it; "
+                                 "the records recovery cuts are the same", None, True),
+    "maxTopicLength": Decision(RECOVERY, "5.x put-side limit; recovery reads V1 and V2 records alike (5.1.0+)", None),
+    "autoMessageVersionOnTopicLen": Decision(RECOVERY, "5.1+: the broker writes V2 records for topics longer than "
+                                             "127 bytes; recovery reads both (put side only)", None),
+}
+
+_IRRELEVANT_FAMILIES = [
+    (r"^(flush|commit|wake|warm|transientStore|fastFail|osPageCache|useReentrant|useABS|spinLock|putMessage|"
+     r"putMsg|maxAsyncPut|syncFlush)", "flushing and committing of a running broker (what reached the disk is what counts offline)"),
+    (r"^(clean|delete|destroy|redelete|disk|fileReserved|maxBatchDelete|logicalDiskSpace|enableCleanExpired)",
+     "clean-up of expired files by a running broker"),
+    (r"^(ha|sync|inSync|minInSync|totalReplicas|allAck|asyncLearner|enableAutoInSync|maxHa|maxSlave|slave|"
+     r"offsetCheckInSlave|replicasPerDisk|maxChecksumRange|controller|brokerElection|enableSlaveActing|"
+     r"checkSyncStateSet|dLeger|preferredLeader|enableBatchPush)", "replication (HA, DLedger election, controller) of a running broker"),
+    (r"^(timer|mappedFileSizeTimerLog|disappearTimeAfterStart)", "the 5.x timer store, which rmqtool neither reads nor changes"),
+    (r"^(compaction|enableCompaction|maxOffsetMap)", "the 5.x compaction store (compaction/), which rmqtool neither reads nor changes"),
+    (r"(?i)rocksdb|memTable|bottomMost|statRocks|cleanRocks|realTimePersist", "RocksDB tuning (a RocksDB consume queue is refused through storeType)"),
+    (r"^(pop|revive|ack|enablePop|maxPop|initPop|retrieveMessageFromPop|enableNotify|enableSkipLong|"
+     r"waitTimeMillsInAck|appendAck|appendCk|skipWhenCKRePut|defaultPop)", "POP consumption of a running broker"),
+    (r"^(maxTransfer|accessMessageInMemory|defaultQueryMaxNum|maxMsgsNumBatch|pullBatchMaxMessageCount|"
+     r"travelCq|readUnCommitted|searchBcq|maxConsumeQueueScan|dataReadAhead|cold|sampl|cgCold|globalCold|"
+     r"usePIDCold|maxFilterMessageSize)", "the read path of a running broker (pull, query, cold data)"),
+    (r"(?i)swap", "memory-map swapping of a running broker"),
+    (r"^(dispatch|enableAsyncReput|enableBuildConsumeQueueConcurrently|batchDispatch|topicQueueLockNum|"
+     r"putConsumeQueueDataByFileChannel|correctLogicMinOffset|recoverConcurrently|recoverThreadPoolNums)",
+     "how a running broker schedules the dispatch and recovery (same files, same bytes)"),
+    (r"^(enableSchedule|scheduleAsync)", "delivery of delayed messages by a running broker"),
+    (r"^maxRecoveryCommitlogFiles$", "5.x: read only by the controller-mode/HA truncation, not by recovery"),
+    (r"^debugLockEnable$|^diskFallRecorded$|^enableRocksDBLog$", "diagnostics"),
+]
+
+
+def _irrelevant_why(name: str) -> str:
+    for pat, why in _IRRELEVANT_FAMILIES:
+        if re.search(pat, name):
+            return why
+    s = SETTINGS.get(name)
+    if s is not None and s.owner == "BrokerConfig":
+        return "a broker service setting (network, thread pools, name server, ACL, transactions, POP, metrics): never read by the store's recovery"
+    return "a running broker's service: never read by the store's recovery"
+
+
+def decision(name: str) -> Decision:
+    d = DECISIONS.get(name)
+    if d is not None:
+        return d
+    return Decision(IRRELEVANT, _irrelevant_why(name))
+
+
+# ---------------------------------------------------------------------------------------
+# java.util.Properties.load
+
+
+class BrokerConfigError(RmqToolError):
+    """The broker config file cannot be read (exit 8)."""
+
+
+def load_properties(text: str) -> dict[str, str]:
+    """``Properties.load``: returns key -> value, the last occurrence of a key winning."""
+    out: dict[str, str] = {}
+    lines = re.split(r"\r\n|\r|\n", text)
+    i = 0
+    ws = " \t\f"
+    while i < len(lines):
+        line = lines[i].lstrip(ws)
+        i += 1
+        if not line or line[0] in "#!":
+            continue  # blank or comment (a comment is never continued)
+        # join continuation lines: an odd number of trailing backslashes
+        while _odd_backslashes(line) and True:
+            line = line[:-1]
+            if i >= len(lines):
+                break
+            line += lines[i].lstrip(ws)
+            i += 1
+        key, value = _split_key(line)
+        out[_unescape(key)] = _unescape(value)
+    return out
+
+
+def _odd_backslashes(s: str) -> bool:
+    n = len(s) - len(s.rstrip("\\"))
+    return n % 2 == 1
+
+
+def _split_key(line: str) -> tuple[str, str]:
+    j = 0
+    n = len(line)
+    while j < n:
+        c = line[j]
+        if c == "\\":
+            j += 2
+            continue
+        if c in "=: \t\f":
+            break
+        j += 1
+    key = line[:j]
+    k = j
+    while k < n and line[k] in " \t\f":
+        k += 1
+    if k < n and line[k] in "=:":
+        k += 1
+        while k < n and line[k] in " \t\f":
+            k += 1
+    return key, line[k:]
+
+
+_ESC = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    out = []
+    j = 0
+    while j < len(s):
+        c = s[j]
+        if c != "\\" or j + 1 >= len(s):
+            out.append(c)
+            j += 1
+            continue
+        nxt = s[j + 1]
+        if nxt == "u":
+            h = s[j + 2 : j + 6]
+            if len(h) == 4 and all(ch in "0123456789abcdefABCDEF" for ch in h):
+                out.append(chr(int(h, 16)))
+                j += 6
+                continue
+            raise BrokerConfigError(f"malformed \\uxxxx escape ({s[j:j + 6]!r}): the broker fails to start")
+        out.append(_ESC.get(nxt, nxt))
+        j += 2
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------
+# properties2Object
+
+
+def _java_int(text: str, bits: int) -> int | None:
+    body = text[1:] if text[:1] in "+-" else text
+    if not body or not all(ch.isdecimal() for ch in body):
+        return None
+    v = int(text)
+    return v if -(1 << (bits - 1)) <= v < (1 << (bits - 1)) else None
+
+
+def convert(setting: Setting, raw: str) -> tuple[Any, str | None]:
+    """The value properties2Object sets, or (None, why) when the conversion throws and the
+    broker silently keeps the default."""
+    t = setting.type
+    if t == "int" or t == "long":
+        v = _java_int(raw, 32 if t == "int" else 64)
+        if v is None:
+            return None, f"{'Integer.parseInt' if t == 'int' else 'Long.parseLong'}({raw!r}) fails: the broker keeps the default"
+        return v, None
+    if t == "boolean":
+        return raw.lower() == "true", None
+    if t == "double":
+        try:
+            return float(raw.strip()), None
+        except ValueError:
+            return None, f"Double.parseDouble({raw!r}) fails: the broker keeps the default"
+    v = raw.strip()
+    if setting.name == "brokerRole" and v not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        return None, f"BrokerRole.valueOf({v!r}) fails: the broker keeps the default"
+    if setting.name == "flushDiskType" and v not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+        return None, f"FlushDiskType.valueOf({v!r}) fails: the broker keeps the default"
+    return v, None
+
+
+@dataclass
+class BrokerConf:
+    """A parsed broker.conf: the typed values the broker sets, and notes about the rest."""
+
+    path: Path
+    raw: dict[str, str]
+    values: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    def has(self, name: str) -> bool:
+        return name in self.values
+
+    @property
+    def store_root(self) -> Path | None:
+        v = self.values.get("storePathRootDir")
+        return Path(v) if v else None  # (Java does not expand "~": neither does rmqtool)
+
+    def commitlog_dir(self, version: tuple[int, int, int] | None = None) -> Path | None:
+        """``getStorePathCommitLog``: the configured directory; unset: STORE/commitlog
+        (None here), except in 4.6.0-4.9.3, whose default is ~/store/commitlog whatever
+        the root (MessageStoreConfig's field initialiser; 4.9.4 made it follow the root)."""
+        v = self.values.get("storePathCommitLog")
+        if v:
+            return Path(v)
+        if version is not None and version < (4, 9, 4) and self.store_root is not None:
+            return Path.home() / "store" / "commitlog"  # System.getProperty("user.home")
+        return None
+
+
+def read_broker_conf(path: str | Path) -> BrokerConf:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise BrokerConfigError("no such file", p) from None
+    except IsADirectoryError:
+        raise BrokerConfigError("a directory, not a properties file", p) from None
+    except OSError as exc:
+        raise BrokerConfigError(exc.strerror or str(exc), p) from None
+    try:
+        raw = load_properties(data.decode("latin-1"))
+    except BrokerConfigError as exc:
+        raise BrokerConfigError(exc.message, p) from None
+    conf = BrokerConf(p, raw)
+    for key, value in raw.items():
+        s = SETTINGS.get(key)
+        if s is None:
+            conf.notes.append(f"{key}: not a setting of MessageStoreConfig or BrokerConfig 4.6.0-5.3.3 "
+                              "(a netty setting or a typo): ignored")
+            continue
+        v, why = convert(s, value)
+        if why is not None:
+            conf.notes.append(f"{key}: {why}")
+            continue
+        conf.values[key] = v
+    return conf
+
+
+# ---------------------------------------------------------------------------------------
+# refusals
+
+
+def _refuse_rule(rule: str, value: Any) -> bool:
+    if rule == "is_true":
+        return value is True
+    if rule == "is_false":
+        return value is False
+    if rule == "non_empty":
+        return bool(value)
+    if rule == "not_default_store":
+        return isinstance(value, str) and value != "default"
+    if rule == "multi_path":
+        return isinstance(value, str) and "," in value
+    return False
+
+
+def setting_refusals(conf: BrokerConf | None, version: tuple[int, int, int] | None = None) -> list[str]:
+    """One line per setting whose value rmqtool does not implement (the store is refused)."""
+    if conf is None:
+        return []
+    out = []
+    for name, value in conf.values.items():
+        d = DECISIONS.get(name)
+        if d is None or d.refuse is None:
+            continue
+        s = SETTINGS[name]
+        if version is not None and not _known_in(s, version):
+            continue  # the broker of that version has no such setter: it ignores it
+        if _refuse_rule(d.refuse, value):
+            out.append(f"{name}={conf.raw.get(name, value)!s}: {d.what}")
+    return out
+
+
+def _known_in(s: Setting, version: tuple[int, int, int]) -> bool:
+    """Whether the setter may exist in ``version``: the release is newer than the last
+    sampled release before the first one that has it (a setter that came in between
+    samples counts as present: a refusal too many rather than one too few)."""
+    from .versions import parse_version
+
+    samples = [parse_version(v) for v in SAMPLED.values()]
+    first = min(parse_version(v) for v in s.seen_in)
+    before = [v for v in samples if v < first]
+    return version > max(before) if before else True
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A store layout or setting rmqtool does not handle."""
+
+    code: str  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, UNSUPPORTED_SETTING
+    path: str
+    message: str
+
+
+class UnsupportedStoreError(RmqToolError):
+    """A store rmqtool refuses to act on (exit 8)."""
+
+
+_ROCKSDB_MARKERS = re.compile(r"^(CURRENT|IDENTITY|LOCK|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log))$")
+
+
+def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]:
+    """Layouts rmqtool does not handle, seen in the store directory itself."""
+    out: list[Refusal] = []
+    if root.is_dir():
+        for d in sorted(root.glob("dledger-*")):
+            if (d / "data").is_dir():
+                out.append(Refusal("LAYOUT_DLEDGER", str(d.relative_to(root) / "data"),
+                                   "a DLedger commitlog (dledger-<id>/data): rmqtool does not handle DLedger stores"))
+        cq = root / "consumequeue"
+        if cq.is_dir():
+            hits = sorted(p.name for p in cq.iterdir() if p.is_file() and _ROCKSDB_MARKERS.match(p.name))
+            if hits:
+                out.append(Refusal("LAYOUT_ROCKSDB_CQ", "consumequeue",
+                                   f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB: {', '.join(hits[:3])}): "
+                                   "rmqtool handles only file consume queues"))
+        ext = root / "consumequeue_ext"
+        if ext.is_dir() and any(p.is_file() for p in ext.rglob("*")):
+            out.append(Refusal("LAYOUT_CQ_EXT", "consumequeue_ext",
+                               "ConsumeQueueExt files (enableConsumeQueueExt): rmqtool does not recover or truncate them"))
+        bcq = root / "batchconsumequeue"
+        if bcq.is_dir() and any(p.is_file() for p in bcq.rglob("*")):
+            out.append(Refusal("LAYOUT_BATCH_CQ", "batchconsumequeue",
+                               "BatchConsumeQueue files (5.x batch topics): rmqtool does not recover or truncate them"))
+    return out
+
+
+def all_refusals(root: Path, conf: BrokerConf | None, version: tuple[int, int, int] | None = None) -> list[Refusal]:
+    out = layout_refusals(root, conf)
+    for line in setting_refusals(conf, version):
+        out.append(Refusal("UNSUPPORTED_SETTING", str(conf.path) if conf else "broker.conf", line))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# the man pages' BROKER CONFIGURATION section (tests/test_identity.py checks every page has it)
+
+
+def man_section() -> str:
+    """The roff text of the BROKER CONFIGURATION section, generated from DECISIONS."""
+
+    def esc(t: str) -> str:
+        return t.replace("\\", "\\\\").replace("-", "\\-")
+
+    lines = [".SH BROKER CONFIGURATION",
+             "With \\fB\\-\\-broker\\-config\\fR \\fIFILE\\fR, rmqtool reads the properties file the broker was",
+             "started with (\\fBmqbroker \\-c\\fR \\fIFILE\\fR) as the broker reads it: java.util.Properties syntax",
+             "(ISO\\-8859\\-1, comments, continuation lines, escapes; the last occurrence of a key wins), then",
+             "MixAll.properties2Object (an int value the broker cannot parse, such as one with a trailing",
+             "space, leaves the default in place: rmqtool says so). Options given on the command line win over",
+             "the file. STORE may be omitted when the file sets storePathRootDir. Settings it reads, and what",
+             "each changes:"]
+    for kind, title in ((LOCATION, "Where the store is"), (GEOMETRY, "Geometry"), (RECOVERY, "Recovery and dispatch")):
+        lines.append(f".SS {title}")
+        for name, d in DECISIONS.items():
+            if d.kind != kind:
+                continue
+            lines.append(f".TP\n.B {name}")
+            extra = f" (option {d.option})" if d.option else ""
+            lines.append(esc(d.what + extra) + ".")
+    lines += [".SS Refused",
+              "A store whose layout or settings rmqtool does not handle is refused before anything is read",
+              "or changed: recover, rebuild\\-index and restore exit 8; verify prints one finding naming the",
+              "layout or setting (LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ,",
+              "UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger commitlog (dledger\\-\\fIid\\fR/data), a",
+              "RocksDB consume queue (RocksDB files in consumequeue/), consumequeue_ext/ files,",
+              "batchconsumequeue/ files. Settings: the ones above marked refused, with the value given.",
+              ".SS Everything else",
+              "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.3.3 (flushing,",
+              "clean\\-up, HA and controller replication, timers, compaction, POP, the read path, network,",
+              "thread pools, metrics) is a running broker's service that never changes what recovery reads,",
+              "cuts or writes: read and ignored. A key that is no setting of either class (a netty setting,",
+              "a typo) is ignored, with a note."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m rmqtool.recovery.brokerconf: print the man section
+    print(man_section(), end="")
