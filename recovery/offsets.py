@@ -367,7 +367,7 @@ def offsets_past_end(root: str | Path, new_ends: dict[tuple[str, int], int],
         if end is None or off <= end:
             continue
         old = (old_ends or {}).get((topic, qid))
-        why = (f"past the queue's new end {end} (was {old} before the change)" if old is not None and old != end
+        why = (f"past the queue's new end {end} (its consume queue files end at {old})" if old is not None and old != end
                else f"past the queue's end {end}")
         out.append(OffsetChange(name, key, group, topic, qid, off, end, why))
     return out
@@ -531,3 +531,26 @@ __all__ = [
     "offset_report", "OffsetChange", "offsets_past_end", "encoded_changes", "add_offset_fix", "queue_ends",
     "plan_set", "plan_reset_to_time", "offset_by_time", "apply_offset_changes", "config_findings", "OffsetsError",
 ]
+
+
+def has_committed_offsets(root: str | Path) -> bool:
+    """True when some offset config file holds a committed offset (a cheap test before
+    :func:`recovery_offset_changes` runs the dispatch)."""
+    cfg = load_offset_config(Path(root))
+    return any(True for _ in committed_entries(cfg))
+
+
+def recovery_offset_changes(store: Store, plan: Any, profile: BrokerProfile, *, jobs: int | None = None,
+                            queues: dict[tuple[str, int], Any] | None = None) -> list[OffsetChange]:
+    """The committed offsets ``plan`` (a :class:`recovery.recover.RecoveryPlan`) leaves
+    past their queue's end after the recovery and its dispatch. ``queues``: the queues
+    ``apply_recovery`` leaves (given to its ``extra`` hook); computed without writing when
+    omitted."""
+    if not has_committed_offsets(store.root):
+        return []
+    if queues is None:
+        from .recover import apply_recovery
+
+        queues = apply_recovery(store, plan, profile, queues_only=True, jobs=jobs)
+    old = {(q.topic, q.queue_id): (q.write_offset // CQ_UNIT if q.write_offset is not None else 0) for q in plan.queues}
+    return offsets_past_end(store.root, queue_ends(queues), old)
