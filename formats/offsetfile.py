@@ -132,6 +132,8 @@ def parse_offset_text(text: str, path: str, *, flat: bool = False) -> FileState:
     stripped = text.lstrip(_WS)
     lead = len(text) - len(stripped)
     if not stripped or stripped[0] == EOI:
+        if "\x00" in text[:lead]:  # NULs and nothing else: fastjson expects "{" and throws
+            return FileState(path, CORRUPT, size, error="only NUL bytes and white space", error_offset=0)
         return FileState(path, NULL_CONTENT, size, table={})
     quoted = quote_numeric_keys(stripped)
     try:
