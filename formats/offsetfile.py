@@ -17,9 +17,11 @@ How the broker reads them (``ConfigManager.load``, 4.6-5.3):
 * ``loadBak``: a missing or empty ``.bak`` returns true: the broker starts with an
   **empty** table. A ``.bak`` that does not decode returns false: the broker refuses to
   start.
-* Text that fastjson parses to null (only whitespace, ``null``, an array) leaves the table
-  empty and ``load`` returns true without looking at the ``.bak``.
-* String values are converted to numbers ("12" reads as 12); the last of two equal keys wins.
+* Text that fastjson parses to null (only whitespace, ``null``, ``[]``) leaves the table
+  empty and ``load`` returns true without looking at the ``.bak``. NULs alone, a number, a
+  string or a non-empty array throw.
+* String values are converted to numbers ("12" reads as 12), decimals are cut to integers;
+  the last of two equal keys wins.
 
 ``persist`` (``encode(true)``: fastjson's pretty format, tabs, integer map keys unquoted
 and on the same line) goes through ``MixAll.string2File``: 4.x writes ``X.json.tmp``,
@@ -105,6 +107,8 @@ def _fastjson_tail_ok(text: str, end: int) -> bool:
 def _to_long(v: Any) -> int:
     if isinstance(v, bool):
         raise ValueError("a boolean")
+    if isinstance(v, float) and v == v and abs(v) < 2.0 ** 63:
+        return int(v)  # fastjson truncates a decimal toward zero
     if isinstance(v, int):
         if not -(1 << 63) <= v < (1 << 63):
             raise ValueError(f"{v} does not fit a long")
@@ -146,8 +150,10 @@ def parse_offset_text(text: str, path: str, *, flat: bool = False) -> FileState:
     if not _fastjson_tail_ok(stripped, end_orig):
         return FileState(path, STALE_TAIL, size, error="bytes after the complete JSON object",
                          error_offset=end_orig + lead, object_end=end_orig + lead)
-    if not isinstance(obj, dict):
+    if obj is None or obj == []:  # null, [] (and white space, above): parseObject gives null
         return FileState(path, NULL_CONTENT, size, table={})
+    if not isinstance(obj, dict):  # a number, a string, true, a non-empty array: "expect {"
+        return FileState(path, CORRUPT, size, error=f"not a JSON object ({type(obj).__name__})", error_offset=lead)
     other = {k: v for k, v in obj.items() if k != "offsetTable"}
     raw = obj.get("offsetTable")
     table: dict[str, dict[int, int]] = {}
@@ -160,9 +166,6 @@ def parse_offset_text(text: str, path: str, *, flat: bool = False) -> FileState:
             table[""] = {_to_int_key(k): _to_long(v) for k, v in raw.items()}
         else:
             for key, qs in raw.items():
-                if qs is None:
-                    table[key] = {}
-                    continue
                 if not isinstance(qs, dict):
                     raise ValueError(f"the entry of {key!r} is not an object")
                 table[key] = {_to_int_key(q): _to_long(v) for q, v in qs.items()}

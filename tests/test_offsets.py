@@ -79,14 +79,18 @@ def test_encoder_gives_the_brokers_delay_offset_file() -> None:
     ("\x00" * 4, of.CORRUPT),  # NULs alone: "expect {, actual EOF"
     (" \x00", of.CORRUPT),
     ('{"offsetTable":{"T@g":{"x":1}}}', of.BAD_SHAPE),
+    ('{"offsetTable":{"T@g":null}}', of.BAD_SHAPE),
+    ('{"offsetTable":{"T@g":{0:true}}}', of.BAD_SHAPE),
+    ("[1]", of.CORRUPT),  # a non-empty array: "expect {"
+    ("5", of.CORRUPT),
 ])
 def test_parse_like_fastjson(text: str, state: str) -> None:
     assert of.parse_offset_text(text, "config/consumerOffset.json").state == state
 
 
 def test_string_values_and_duplicate_keys_like_fastjson() -> None:
-    s = of.parse_offset_text('{"offsetTable":{"T@g":{"0":5,1:"12",0:7}}}', "x")
-    assert s.table == {"T@g": {0: 7, 1: 12}}
+    s = of.parse_offset_text('{"offsetTable":{"T@g":{"0":5,1:"12",0:7,2:1.9}}}', "x")
+    assert s.table == {"T@g": {0: 7, 1: 12, 2: 1}}
 
 
 def test_stale_tail_names_where_the_object_ends() -> None:
