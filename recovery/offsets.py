@@ -155,13 +155,15 @@ class OffsetConfig:
     pairs: dict[str, of.ConfigPair]
     groups: set[str] | None  # subscriptionGroup.json's groups (None: not readable)
     rocksdb: list[str]  # config/consumerOffsets, config/rdb when present
+    rocks_tables: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)  # dir name -> table (read)
+    rocks_errors: dict[str, str] = field(default_factory=dict)  # dir name -> why not read
 
     def table(self, name: str) -> dict[str, dict[int, int]]:
         p = self.pairs.get(name)
         return p.table if p is not None else {}
 
 
-def load_offset_config(root: Path) -> OffsetConfig:
+def load_offset_config(root: Path, read_rocksdb: bool = True) -> OffsetConfig:
     cdir = root / "config"
     pairs = {n: of.load_pair(cdir, n) for n in of.OFFSET_FILES}
     groups: set[str] | None = None
@@ -181,7 +183,17 @@ def load_offset_config(root: Path) -> OffsetConfig:
             groups = set(tbl)
             break
     rocks = [f"config/{d}" for d in ROCKSDB_DIRS if (cdir / d).is_dir()]
-    return OffsetConfig(pairs, groups, rocks)
+    cfg = OffsetConfig(pairs, groups, rocks)
+    if read_rocksdb:
+        from .rocksoffsets import RocksUnavailable, read_store
+
+        for d in ROCKSDB_DIRS:
+            if (cdir / d).is_dir():
+                try:
+                    cfg.rocks_tables[d] = read_store(cdir, d)
+                except RocksUnavailable as exc:
+                    cfg.rocks_errors[d] = str(exc)
+    return cfg
 
 
 def _file_describe(s: of.FileState) -> str:
@@ -254,6 +266,12 @@ def committed_entries(cfg: OffsetConfig) -> Iterable[tuple[str, str | None, str,
                 yield name, group, topic, q, off, key
     for level, off in cfg.table(DELAY_FILE).get("", {}).items():
         yield DELAY_FILE, None, SCHEDULE_TOPIC, level - 1, off, str(level)
+    for d, table in cfg.rocks_tables.items():
+        for key, qs in table.items():
+            tg = of.split_key(key)
+            topic, group = tg if tg is not None else (key, None)
+            for q, off in qs.items():
+                yield d, group, topic, q, off, key
 
 
 def offset_report(store: Store, profile: BrokerProfile, *, groups: Iterable[str] = (), topics: Iterable[str] = (),
@@ -323,8 +341,11 @@ def offset_report(store: Store, profile: BrokerProfile, *, groups: Iterable[str]
         s["oldest_unconsumed"] = _iso(s["oldest_unconsumed_ms"])
         gl.append(s)
     files = [describe_pair(p) for p in cfg.pairs.values() if p.present]
-    notes = [f"{d}: a RocksDB config store (5.1.4+ consumerOffsets, 5.3.2+ rdb); the offsets it holds are not read "
-             "(no Python binding that PyPI serves reads it here)" for d in cfg.rocksdb]
+    notes = [f"config/{d}: a RocksDB config store (5.1.4+ consumerOffsets, 5.3.2+ rdb); the offsets it holds are not "
+             f"read: {why}" for d, why in cfg.rocks_errors.items()]
+    notes += [f"config/{d}: offsets read from the RocksDB config store (rows of file config/{d}); whether the broker "
+              "uses them or the JSON file depends on its configuration, which the store does not hold"
+              for d in cfg.rocks_tables]
     for p in cfg.pairs.values():
         if p.present and p.loaded != "main":
             notes.append(describe_pair(p)["verdict"])
@@ -387,9 +408,9 @@ def encoded_changes(root: Path, changes: list[OffsetChange]) -> dict[str, bytes]
     """``{relative path: new bytes}`` of the config files the changes touch: the table the
     broker's load would use (X.json, else its .bak) with the changes, in fastjson's
     pretty format. Refuses (OffsetsError) a file the broker cannot load."""
-    cfg = load_offset_config(root)
+    cfg = load_offset_config(root, read_rocksdb=False)
     out: dict[str, bytes] = {}
-    for name in sorted({c.file for c in changes}):
+    for name in sorted({c.file for c in changes if c.file in of.OFFSET_FILES}):  # (RocksDB stores: read-only)
         pair = cfg.pairs[name]
         if pair.loaded == "refused":
             raise OffsetsError(f"neither config/{name} nor its .bak decodes; the broker would not start: "
@@ -521,8 +542,8 @@ def config_findings(root: Path) -> list[tuple[str, str | None, int | None, str]]
                         f"{_file_describe(m)}: the broker starts with an empty table and ignores {b.path} ({_file_describe(b)})"))
         if p.loaded == "main" and b.state not in (of.OK, of.MISSING, of.NULL_CONTENT):
             out.append(("CFG_BAK_UNREADABLE", b.path, b.error_offset, f"{_file_describe(b)} (the broker uses {m.path})"))
-    for d in cfg.rocksdb:
-        out.append(("CFG_ROCKSDB", d, None, "a RocksDB config store: the offsets in it are not read"))
+    for d, why in cfg.rocks_errors.items():
+        out.append(("CFG_ROCKSDB", f"config/{d}", None, f"a RocksDB config store whose offsets are not read: {why}"))
     return out
 
 

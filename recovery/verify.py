@@ -145,7 +145,7 @@ CODES: dict[str, tuple[str, str]] = {
     "CFG_TABLE_LOST": (ERROR, "an offset config file the broker cannot use with no usable .bak, or one that decodes to null: the broker starts with an empty offset table"),
     "CFG_LOAD_FAILS": (ERROR, "neither an offset config file nor its .bak decodes: the broker's load fails and it does not start"),
     "CFG_BAK_UNREADABLE": (WARNING, "the .bak of an offset config file does not decode (the broker uses the main file)"),
-    "CFG_ROCKSDB": (WARNING, "a 5.x RocksDB config store (config/consumerOffsets, config/rdb): the offsets in it are not read"),
+    "CFG_ROCKSDB": (WARNING, "a 5.x RocksDB config store (config/consumerOffsets, config/rdb) whose offsets rmqtool does not read (rocksdict missing, or it does not open read-only)"),
 }
 
 

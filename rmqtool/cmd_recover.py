@@ -229,6 +229,8 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
         changes.append({"action": "dispatch", "path": d.name, "detail": f"[{d.from_offset}, {d.to_offset}): {n} records; {d.note}"})
     for o in past:
         verb = ("set to" if not dry_run else "would be set to") if fix_offsets else "left past the end; --fix-offsets sets it to"
+        if not o.file.endswith(".json"):
+            verb = "left past the end (a RocksDB store, which rmqtool only reads); the consumer needs"
         changes.append({"action": "offset", "path": f"{o.file} {o.key} queue {o.queue_id}",
                         "detail": f"committed {o.old} is {o.reason}: {verb} {o.new}"})
     if changes:

@@ -333,3 +333,37 @@ def test_verify_config_findings(tmp_path: Path, capsys: pytest.CaptureFixture[st
     codes = [json.loads(x)["code"] for x in capsys.readouterr().out.splitlines()]
     assert [c for c in codes if c.startswith("CFG_")] == [code]
     assert rc == (0 if code == "CFG_BAK_UNREADABLE" else 4)
+
+
+# ---------------------------------------------------------------------------------------
+# the 5.x RocksDB offset stores (keys and values as rocketmq-broker 5.3.3 wrote them in
+# tests/oracle/offsets/offsets-oracle-rocksdb's stores)
+
+V2_KEY = b"\x01\x00\x01\x02\x00\x02g1\x01\x00\x06TopicA\x01\x00\x00\x00\x03"
+
+
+def test_v2_key_layout() -> None:
+    from rmqtool.recovery.rocksoffsets import parse_v2_key
+
+    assert parse_v2_key(V2_KEY) == ("g1", "TopicA", 3)
+    assert parse_v2_key(b"\x01\x00\x01\x01data_version") is None  # the data version record
+    assert parse_v2_key(b"\x01\x00\x02\x02" + V2_KEY[4:]) is None  # PULL_OFFSET
+    assert parse_v2_key(V2_KEY[:-1]) is None
+
+
+@pytest.mark.parametrize("kind", ["consumerOffsets", "rdb"])
+def test_rocksdb_offsets_become_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str) -> None:
+    rocksdict = pytest.importorskip("rocksdict")
+    store = copy_store("clean", tmp_path)
+    db = rocksdict.Rdict(str(store / "config" / kind), options=rocksdict.Options(raw_mode=True))
+    if kind == "consumerOffsets":
+        db[b"TopicA@g1"] = b'{"offsetTable":{"0":5,"3":3000000000}}'
+    else:
+        db[b"\x01\x00\x01\x01data_version"] = bytes(24)
+        db[V2_KEY[:-1] + b"\x00"] = (5).to_bytes(8, "big")
+        db[V2_KEY] = (3000000000).to_bytes(8, "big")
+    db.close()
+    rc, doc = run_json(["offsets", str(store), "--format", "json"], capsys)
+    rows = {(r["file"], r["queue_id"]): (r["committed"], r["status"]) for r in doc["rows"]}
+    assert rows == {(f"config/{kind}", 0): (5, "ok"), (f"config/{kind}", 3): (3000000000, "ahead")} and rc == 4
+    assert any(f"config/{kind}: offsets read" in n for n in doc["notes"])

@@ -131,3 +131,25 @@ def test_broker_loads_what_rmqtool_writes(tmp_path: Path) -> None:
     assert as_table(broker_load(f)[0]["offsetTable"]) == {"TopicA@g1": {0: 193, 1: 100}, "TopicB@g2": {1: 192}}
     assert run(["offsets", str(store), "--set", "g2", "TopicB", "0", "17"]) == 1
     assert as_table(broker_load(f)[0]["offsetTable"]) == {"TopicA@g1": {0: 193, 1: 100}, "TopicB@g2": {0: 17, 1: 192}}
+
+
+@pytest.mark.parametrize("kind,subdir", [("v1", "consumerOffsets"), ("v2", "rdb")])
+def test_rocksdb_stores_written_by_the_broker(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, subdir: str) -> None:
+    """5.3.3's RocksDBConsumerOffsetManager (config/consumerOffsets) and
+    ConsumerOffsetManagerV2 (config/rdb) commit and persist; rmqtool reads the offsets."""
+    pytest.importorskip("rocksdict")
+    store = tmp_path / "store"
+    shutil.copytree(REAL / "clean" / "store", store)
+    commits = [{"group": "g1", "topic": "TopicA", "queue": 0, "offset": 5}, {"group": "g1", "topic": "TopicA", "queue": 3, "offset": 3_000_000_000},
+               {"group": "g2", "topic": "TopicB", "queue": 1, "offset": 42}]
+    (tmp_path / "c.json").write_text(json.dumps(commits))
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        oracle("load")  # skips (or fails on CI) with its one line
+    r = subprocess.run([str(HERE / "offsets-oracle-rocksdb"), "write", kind, str(store), str(tmp_path / "c.json")],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (store / "config" / subdir).is_dir()
+    assert run(["offsets", str(store), "--format", "json"]) == 4
+    doc = json.loads(capsys.readouterr().out)
+    rows = {(r["group"], r["topic"], r["queue_id"]): (r["committed"], r["status"]) for r in doc["rows"] if r["file"] == f"config/{subdir}"}
+    assert rows == {("g1", "TopicA", 0): (5, "ok"), ("g1", "TopicA", 3): (3_000_000_000, "ahead"), ("g2", "TopicB", 1): (42, "ok")}
