@@ -153,3 +153,42 @@ def test_rocksdb_stores_written_by_the_broker(tmp_path: Path, capsys: pytest.Cap
     doc = json.loads(capsys.readouterr().out)
     rows = {(r["group"], r["topic"], r["queue_id"]): (r["committed"], r["status"]) for r in doc["rows"] if r["file"] == f"config/{subdir}"}
     assert rows == {("g1", "TopicA", 0): (5, "ok"), ("g1", "TopicA", 3): (3_000_000_000, "ahead"), ("g2", "TopicB", 1): (42, "ok")}
+
+
+STORE_CONFIG = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 640, "maxHashSlotNum": 100,
+                "maxIndexNum": 400, "checkCRCOnRecover": True}  # crash_midwrite's (verifier_store_config)
+
+
+def broker_pull(store: Path, tmp_path: Path, n: int) -> dict[tuple[str, int], dict[str, Any]]:
+    (tmp_path / "conf.json").write_text(json.dumps(STORE_CONFIG))
+    out = oracle("pull", str(store), str(tmp_path / "conf.json"), str(n))
+    rows = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    return {(r["topic"], r["queue_id"]): r for r in rows}
+
+
+@pytest.mark.parametrize("fix", [True, False])
+def test_pull_from_fixed_offsets_returns_the_first_new_message(tmp_path: Path, fix: bool) -> None:
+    """After recover --fix-offsets the broker (DefaultMessageStore 4.9.4 started on the
+    recovered store, ConsumerOffsetManager loading the file) pulls, from each fixed
+    offset, the first message produced after the restart; without the fix the offsets
+    past the end pull nothing (the group would skip those messages)."""
+    store = tmp_path / "store"
+    shutil.copytree(REAL / "crash_midwrite" / "store", store)
+    f = store / "config" / "consumerOffset.json"
+    commits = [{"group": "g1", "topic": "TopicA", "queue": 0, "offset": 200}, {"group": "g1", "topic": "TopicA", "queue": 1, "offset": 100},
+               {"group": "g2", "topic": "TopicB", "queue": 1, "offset": 250}]
+    (tmp_path / "c.json").write_text(json.dumps(commits))
+    oracle("persist", str(f), str(tmp_path / "c.json"))
+    argv = ["recover", str(store), "-q", "--format", "json"] + (["--fix-offsets"] if fix else [])
+    assert run(argv) == 1
+    got = broker_pull(store, tmp_path, 3)
+    past = [("TopicA", 0), ("TopicB", 1)]
+    for key in past:
+        r = got[key]
+        if fix:
+            assert r["committed"] == r["max_offset_before"]  # rmqtool's new end is the broker's
+            assert (r["status"], r["queue_offset"], r["body"]) == ("FOUND", r["max_offset_before"], f"after-restart {key[0]}/{key[1]} #0")
+        else:
+            assert r["committed"] > r["max_offset_after"] and r["status"] != "FOUND"
+    r = got[("TopicA", 1)]  # an offset inside the queue is left alone
+    assert (r["committed"], r["status"], r["queue_offset"]) == (100, "FOUND", 100)
