@@ -1391,10 +1391,18 @@ def apply_recovery(
     index_tz: _dt.tzinfo | None = None,
     progress: Progress | None = None,
     jobs: int | None = None,
-) -> ApplyResult:
+    queues_only: bool = False,
+    extra: Callable[[Any, dict[tuple[str, int], Any]], None] | None = None,
+) -> Any:
     """Carry out ``plan`` (made by :func:`plan_recovery` on the same, unchanged store)
     through a :class:`recovery.safety.StoreTransaction`. The caller must have run
-    :func:`recovery.safety.recover_pending` before planning."""
+    :func:`recovery.safety.recover_pending` before planning.
+
+    ``queues_only``: write nothing, index nothing; return the consume queues as the
+    recovery leaves them (``{(topic, queue_id): _Queue}``: ``write`` is the new logical
+    end, ``data(base)`` a file's new content). ``extra(tx, queues)``: called inside the
+    transaction before the abort file is removed, to add changes of its own (the
+    committed offsets of ``recovery.offsets``) to the same backup and journal."""
     from .indexbuild import ConsumeQueueSet, IndexBuilder
     from .reput import feed_cq, feed_index
     from .safety import StoreTransaction
@@ -1408,7 +1416,7 @@ def apply_recovery(
 
     # -- salvage first: nothing is cut before the intact records are saved
     salvage_info = None
-    if salvage_to is not None and (plan.cuts or plan.removed_files):
+    if salvage_to is not None and (plan.cuts or plan.removed_files) and not queues_only:
         salvage_info = write_salvage(store, plan, profile, salvage_to)
 
     # -- consume queues as CQ recovery leaves them
@@ -1440,11 +1448,13 @@ def apply_recovery(
     def run_pass(name: str, lo: int, hi: int, mdl: int | None, cq: bool, index: bool,
                  cqset: Any, skip_upto: int | None = None) -> None:
         nonlocal logics
+        if queues_only and not cq:
+            return
         n = 0
         # (records the kept index already holds in full are skipped by the builder: when
         # that is all of them, their keys are not even hashed)
         last_start = plan.last_valid_offset if hi >= process and plan.last_valid_offset >= 0 else hi - 1
-        index = index and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
+        index = index and not queues_only and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
         for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs, tags=bool(cq and cqset is not None),
                                    hints=getattr(plan, "_hints", None), index_keys=index, problems=reput_problems):
             if skip_upto is not None:
@@ -1516,6 +1526,9 @@ def apply_recovery(
             cq_warnings += len(cqset.warnings)
             appended_units += sum(w.appended_units for w in cqset.writers.values())
             absorb(cqset)
+
+    if queues_only:
+        return queues
 
     # -- the transaction
     for rel in plan.index_sealed:  # (unchanged files: the checkpoint will say they are on disk)
@@ -1609,6 +1622,8 @@ def apply_recovery(
         new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
         if new_cp != cp_bytes:
             tx.replace_file("checkpoint", new_cp)
+        if extra is not None:
+            extra(tx, queues)
         # the abort file goes last
         if store.abort_present:
             tx.remove_file("abort")

@@ -147,6 +147,12 @@ CODES: dict[str, tuple[str, str]] = {
     "STORE_LOCKED": (WARNING, "a process holds store/lock: a broker seems to be running (results may be inconsistent)"),
     "STORE_ABORT": (WARNING, "the abort file is present: the broker did not shut down cleanly and runs abnormal recovery at its next start"),
     "STORE_PENDING_JOURNAL": (WARNING, "an unfinished rmqtool transaction journal (run rmqtool recover to finish or roll it back)"),
+    # offset config files (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json)
+    "CFG_UNREADABLE": (ERROR, "an offset config file that is empty, truncated, not JSON or has bytes after its JSON object: the broker loads its .bak instead (older offsets)"),
+    "CFG_TABLE_LOST": (ERROR, "an offset config file the broker cannot use with no usable .bak, or one that decodes to null: the broker starts with an empty offset table"),
+    "CFG_LOAD_FAILS": (ERROR, "neither an offset config file nor its .bak decodes: the broker's load fails and it does not start"),
+    "CFG_BAK_UNREADABLE": (WARNING, "the .bak of an offset config file does not decode (the broker uses the main file)"),
+    "CFG_ROCKSDB": (WARNING, "a 5.x RocksDB config store (config/consumerOffsets, config/rdb) whose offsets rmqtool does not read (rocksdict missing, or it does not open read-only)"),
 }
 
 
@@ -2947,6 +2953,10 @@ def _state_findings(store: Store) -> list[Finding]:
         if pending:
             out.append(finding("STORE_PENDING_JOURNAL", ".rmqtool-journal", None, None,
                                f"{len(pending)} unfinished rmqtool transaction(s): run rmqtool recover to finish or roll back", journals=pending))
+    from .offsets import config_findings
+
+    for code, path, pos, msg in config_findings(store.root):
+        out.append(finding(code, path, pos, None, msg))
     return out
 
 

@@ -24,6 +24,7 @@ COMMANDS = {
     "restore": "rmqtool.cmd_restore",
     "recover": "rmqtool.cmd_recover",
     "export": "rmqtool.cmd_export",
+    "offsets": "rmqtool.cmd_offsets",
 }
 
 

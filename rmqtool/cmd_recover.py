@@ -59,10 +59,14 @@ from .render import dumps, render
               help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the existing names).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
               help="Worker processes for the commitlog walk and the dispatch (default: one per CPU).")
+@click.option("--fix-offsets", is_flag=True,
+              help="Set each committed consumer offset (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json) "
+                   "that the recovery leaves past its queue's new end to that end, in the same backup and journal.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: bool, salvage_to: Path | None,
             backup_dir: Path | None, fmt: str, message_index_safe: bool, correct_delay_tags: bool, no_reindex: bool,
-            reindex_all: bool, no_check_unread: bool, index_tz: str | None, jobs: int | None, quiet: bool, **store_opts: Any) -> int:
+            reindex_all: bool, no_check_unread: bool, index_tz: str | None, jobs: int | None, quiet: bool,
+            fix_offsets: bool = False, **store_opts: Any) -> int:
     """Run the broker's start-up recovery on a stopped broker's STORE, offline: ConsumeQueue
     recovery, the commitlog walk (normal or abnormal, CRC on), truncation of everything
     after the valid end, the index files a crash invalidates, the catch-up dispatch, the
@@ -91,8 +95,9 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         dry_run_preamble(root, backup_dir)
         store = open_store(**store_opts)
         plan = _plan(store, profile, opts, quiet)
+        past = _past_end(store, plan, profile, jobs)
         with closed_stdout_ignored():
-            _print(plan, None, fmt, dry_run=True)
+            _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
         _warn_problems(plan)
         if plan.problems or not plan.nothing_to_do:
             return int(Exit.PROBLEMS)
@@ -106,13 +111,16 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
+        past: list[Any] = []
         if not plan.nothing_to_do:
+            extra = _offsets_hook(store, plan, profile, fix_offsets, past)
             with progress_bar(plan.bytes_to_scan, "dispatch", quiet) as advance:
                 result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
                                         index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
-                                        jobs=jobs)
+                                        jobs=jobs, extra=extra)
         with closed_stdout_ignored():
-            _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished, salvage_to=salvage_to)
+            _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished, salvage_to=salvage_to,
+                   past=past, fix_offsets=fix_offsets)
     _warn_problems(plan)
     if plan.problems:
         return int(Exit.PROBLEMS)
@@ -127,6 +135,30 @@ def _plan(store: Any, profile: Any, opts: dict[str, Any], quiet: bool) -> Recove
         return plan_recovery(store, profile, progress=advance, **opts)
 
 
+def _past_end(store: Any, plan: RecoveryPlan, profile: Any, jobs: int | None) -> list[Any]:
+    """The committed offsets the recovery leaves past their queue's new end (recovery.offsets)."""
+    from .recovery.offsets import recovery_offset_changes
+
+    if plan.nothing_to_do:
+        return []
+    return recovery_offset_changes(store, plan, profile, jobs=jobs)
+
+
+def _offsets_hook(store: Any, plan: RecoveryPlan, profile: Any, fix: bool, out: list[Any]) -> Any:
+    """apply_recovery's ``extra``: list (and with --fix-offsets, correct in the same
+    transaction) the committed offsets past the queues' exact new ends."""
+    from .recovery.offsets import add_offset_fix, has_committed_offsets, recovery_offset_changes
+
+    if not has_committed_offsets(store.root):
+        return None
+
+    def hook(tx: Any, queues: Any) -> None:
+        out.extend(recovery_offset_changes(store, plan, profile, queues=queues))
+        if fix and out:
+            add_offset_fix(tx, store.root, out)
+    return hook
+
+
 def _warn(msg: str, kind: str = "warning") -> None:
     click.echo(f"rmqtool: {kind}: {msg}", err=True)
 
@@ -137,9 +169,13 @@ def _warn_problems(plan: RecoveryPlan) -> None:
 
 
 def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False, salvage_to: Path | None = None) -> None:
+           finished: bool = False, salvage_to: Path | None = None, past: list[Any] | None = None,
+           fix_offsets: bool = False) -> None:
+    past = past or []
     if fmt == "json":
         doc: dict[str, Any] = {"dry_run": dry_run, "plan": plan.to_dict()}
+        doc["offsets_past_end"] = [c.to_dict() for c in past]
+        doc["offsets_fixed"] = bool(fix_offsets and past and not dry_run)
         if result is not None:
             doc["result"] = json.loads(dumps(result))
         if seconds is not None:
@@ -195,6 +231,12 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
     for d in plan.dispatch:
         n = "?" if d.records is None else str(d.records)
         changes.append({"action": "dispatch", "path": d.name, "detail": f"[{d.from_offset}, {d.to_offset}): {n} records; {d.note}"})
+    for o in past:
+        verb = ("set to" if not dry_run else "would be set to") if fix_offsets else "left past the end; --fix-offsets sets it to"
+        if not o.file.endswith(".json"):
+            verb = "left past the end (a RocksDB store, which rmqtool only reads); the consumer needs"
+        changes.append({"action": "offset", "path": f"{o.file} {o.key} queue {o.queue_id}",
+                        "detail": f"committed {o.old} is {o.reason}: {verb} {o.new}"})
     if changes:
         render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
     for n in plan.notes:
