@@ -163,7 +163,7 @@ def layout_region(start: int, end: int, tombstones: list[Tombstone], *, at_file_
         props = _tombstone_props(t)
         size = _size(t.topic, props)
         left = stop - pos - size
-        if left < 0 or (0 < left < MIN_RECORD):
+        if left < 0:
             lay.dropped = list(tombstones[i:])
             break
         placed.append(RecordSpec("tombstone", pos, size, t, t.topic, props))
