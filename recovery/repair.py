@@ -340,12 +340,26 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
         r.quarantined = qs
     regions = [r for r in regions if r.layout is not None]
 
-    plan = RepairPlan(str(store.root), profile.label, regions, stray, int(len(ioff)), 0, None,
-                      abort_present=store.abort_present, problems=problems)
+    plan = RepairPlan(str(store.root), profile.label, regions, stray, int(len(ioff)), 0,
+                      _recover_would_cut(store, profile, scans, recs), abort_present=store.abort_present,
+                      problems=problems)
     if rebuild:
         _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
     plan.seconds = time.perf_counter() - t0
     return plan
+
+
+def _recover_would_cut(store: Store, profile: BrokerProfile, scans: Any, recs: Any) -> int:
+    """The intact records the broker's recovery (the mode the abort file selects) would
+    cut: verify's and recover's count, which repair keeps."""
+    from .verify import _layout_findings, _read_index_header, cq_recover_max_phy, load_queues, recovery_outlook
+
+    _layout, blockers = _layout_findings(store, profile)
+    per_file = max(1, store.geometry.cq_file_size // 20)
+    max_phy = max((cq_recover_max_phy(q, per_file) for q in load_queues(store)), default=-1)
+    headers = [(f.name, _read_index_header(f)) for f in store.index_files]
+    out = recovery_outlook(store, profile, scans, recs, max_phy, store.read_checkpoint(), blockers, headers)
+    return int(out[out["mode"]]["records_cut"])
 
 
 def _has_nonzero(f: StoreFile, pos: int) -> bool:

@@ -363,3 +363,25 @@ def test_layout_of_small_and_long_regions() -> None:
             assert c.ok and c.size > 0, pos
             pos += c.size
         assert pos == len(data)
+
+
+def test_verify_recover_and_repair_count_the_same_intact_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _copy(tmp_path, "clean")
+    store = Store.open(root)
+    last = store.commitlog[-2].base  # normal recovery walks the last three files
+    recs = [r for r in _records(root) if last <= r["off"] < last + store.geometry.commitlog_file_size]
+    _flip(root, _body_pos(root, recs[3]["off"]))
+    n_after = len(_records(root)) - sum(1 for r in _records(root) if r["off"] <= recs[3]["off"])
+    assert n_after > 50
+    rep = verify_store(Store.open(root), P494)
+    assert rep.summary["recovery"]["normal"]["records_cut"] == n_after
+    msg = next(f.message for f in rep.findings if f.code == "CL_BODY_CRC")
+    assert f"({n_after} intact messages after this record; rmqtool repair keeps them)" in msg
+    capsys.readouterr()
+    assert run(["recover", str(root), "--dry-run", "--quiet", "--format", "json"]) == 4
+    rplan = json.loads(capsys.readouterr().out)["plan"]
+    assert rplan["intact_cut"] == n_after and rplan["messages_cut"] == n_after + 1
+    code, doc = _plan(root, capsys, "--dry-run")
+    assert code == 4
+    assert doc["plan"]["recover_would_cut_intact"] == n_after
+    assert doc["plan"]["intact_records_moved_or_cut"] == 0
