@@ -186,8 +186,12 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
     isize = recs.size[intact].astype(np.int64)
     files = sorted(store.commitlog, key=lambda f: f.base)
     regions: list[Region] = []
-    problems: list[str] = []
-    stray = [i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("STRAY_FILE", "MISNAMED_FILE")]
+    # files the broker fails to load on (a name that is not an offset): to the backup; a
+    # directory cannot be moved by the transaction: reported
+    stray = [i.path for i in store.issues if i.path.startswith("commitlog") and i.code == "MISNAMED_FILE"
+             and i.severity == "error" and (store.root / i.path).is_file()]
+    problems: list[str] = [f"{i.path}: {i.message}; move it away by hand" for i in store.issues
+                      if i.path.startswith("commitlog") and i.code == "STRAY_FILE"]
     last_idx = len(files) - 1
     idx_of = {f.path: k for k, f in enumerate(store.commitlog)}
     for k, f in enumerate(files):
