@@ -1752,7 +1752,7 @@ def write_salvage(store: Store, plan: RecoveryPlan, profile: BrokerProfile, out_
                     if not list_only:
                         raw.write(bytes(buf[q : q + size]))
                     raw_at += size
-                    # rmqtool.render.dumps, as dump writes its JSON lines
+                    # the serialization of dump's JSON lines (render.dumps)
                     jl.write(json.dumps(rec, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n")
                     n += 1
                 del buf

@@ -485,8 +485,10 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
         if after.physic_msg_timestamp == 0 or after.physic_msg_timestamp > newest:
             after = after._replace(physic_msg_timestamp=newest)
             notes.append(f"physicMsgTimestamp {newest}")
+        # newer than every record: flushed data is missing (verify's CKPT_AHEAD). 0 stays
+        # (indexMsgTimestamp is 0 until an index file fills up)
         for name in ("logics_msg_timestamp", "index_msg_timestamp"):
-            if getattr(after, name) > newest or (getattr(after, name) == 0 and newest):
+            if getattr(after, name) > newest:
                 after = after._replace(**{name: newest})
         if after != before or len(raw) != CHECKPOINT_FILE_SIZE:
             buf = bytearray(raw.ljust(CHECKPOINT_FILE_SIZE, b"\0")[:CHECKPOINT_FILE_SIZE])
