@@ -1730,12 +1730,14 @@ def _count_delay_mismatch(store: Store, profile: BrokerProfile, cqset: Any, posi
 # --salvage-to
 
 
-def write_salvage(store: Store, plan: RecoveryPlan, profile: BrokerProfile, out_dir: str | Path) -> dict[str, Any]:
-    """Write the intact records of the bytes that will be cut: ``salvaged.jsonl`` (one
-    ``recovery.scan.message_fields`` record per message, with ``body_sha256``, and where
-    its bytes are in ``salvaged.bin``: ``raw_offset``, ``raw_length``) and ``salvaged.bin``
-    (the records' raw bytes, back to back). Files are written beside, fsynced and renamed
-    into place."""
+def write_salvage(store: Store, plan: RecoveryPlan, profile: BrokerProfile, out_dir: str | Path,
+                  *, list_only: bool = False) -> dict[str, Any]:
+    """Write the intact records of the bytes that will be cut: ``salvaged.jsonl``, exactly
+    the lines ``rmqtool dump commitlog --format jsonl --body-hash`` prints for them, and
+    ``salvaged.bin`` (the records' raw bytes, back to back in the same order: a line's bytes
+    start at the sum of the earlier lines' ``total_size``). Files are written beside,
+    fsynced and renamed into place. ``list_only`` (a dry run): ``would_be_cut.jsonl``, the
+    same lines, and no bytes."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for sub in ("commitlog", "consumequeue", "index"):
@@ -1749,11 +1751,12 @@ def write_salvage(store: Store, plan: RecoveryPlan, profile: BrokerProfile, out_
     for r in plan.removed_files:
         if r.path in by_name:
             targets.append((by_name[r.path], 0))
-    jl_tmp = out / ".salvaged.jsonl.tmp"
+    jl_name = "would_be_cut.jsonl" if list_only else "salvaged.jsonl"
+    jl_tmp = out / f".{jl_name}.tmp"
     bin_tmp = out / ".salvaged.bin.tmp"
     n = 0
     raw_at = 0
-    with open(jl_tmp, "w", encoding="utf-8") as jl, open(bin_tmp, "wb") as raw:
+    with open(jl_tmp, "w", encoding="utf-8") as jl, open(os.devnull if list_only else bin_tmp, "wb") as raw:
         for f, pos in targets:
             with store.map(f) as mf:
                 buf = mf.buf
@@ -1764,23 +1767,27 @@ def write_salvage(store: Store, plan: RecoveryPlan, profile: BrokerProfile, out_
                     if not c.is_message:
                         continue
                     rec = message_fields(f.name, c, buf, body_hash=True)
-                    rec["raw_offset"] = raw_at
-                    rec["raw_length"] = size
-                    raw.write(bytes(buf[q : q + size]))
+                    if not list_only:
+                        raw.write(bytes(buf[q : q + size]))
                     raw_at += size
-                    jl.write(json.dumps(rec, sort_keys=True, ensure_ascii=False) + "\n")
+                    # the serialization of dump's JSON lines (render.dumps)
+                    jl.write(json.dumps(rec, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n")
                     n += 1
                 del buf
         jl.flush()
         os.fsync(jl.fileno())
         raw.flush()
-        os.fsync(raw.fileno())
-    os.replace(bin_tmp, out / "salvaged.bin")
-    os.replace(jl_tmp, out / "salvaged.jsonl")
+        if not list_only:
+            os.fsync(raw.fileno())
+    if not list_only:
+        os.replace(bin_tmp, out / "salvaged.bin")
+    os.replace(jl_tmp, out / jl_name)
     dfd = os.open(out, os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+    if list_only:
+        return {"dir": str(out), "records": n, "bytes": raw_at, "list": jl_name}
     digest = hashlib.sha256((out / "salvaged.bin").read_bytes()).hexdigest()
     return {"dir": str(out), "records": n, "bytes": raw_at, "sha256": digest}

@@ -1899,7 +1899,9 @@ def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileS
     for key, i0, why in (("normal", i_norm, rule),
                          ("abnormal", i_abn, f"last file whose first message is stored at or before min(physic, logics) - 3 s = {threshold}")):
         po, istop = _process_offset(store, scans, i0)
-        cut = int(len(recs) - np.searchsorted(recs.off, po)) if len(recs) else 0
+        # intact records only (as recover counts them): a readable record that fails its CRC
+        # is in the table but is not intact
+        cut = int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, po):] & DAMAGED) == 0)) if len(recs) else 0
         out[key] = {
             "start_file": _rel(store, files[i0].path), "start_offset": files[i0].base, "rule": why,
             "stop_offset": po, "stop_file": _rel(store, files[istop].path), "bytes_scanned": po - files[i0].base,
@@ -2086,7 +2088,9 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
             stops = "the broker's record walk stops here" if e.main else "after earlier damage"
             cut = ""
             if e.main and po == g_off:
-                cut = f"; recovery cuts {outlook[mode]['records_cut']} intact records"
+                n_cut = outlook[mode]['records_cut']
+                cut = f"; recovery cuts {n_cut} intact records" + (
+                    f" ({n_cut} intact messages after this record; rmqtool repair keeps them)" if n_cut else "")
             out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: {stops}{cut}", reason=e.reason, field=e.field,
                                broker_stop=e.main, **info))
         if fs.stop is None and not short and fs.end == mapped:
@@ -2104,10 +2108,11 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                 g_stop = base + sp
                 thrown = 0
                 if po is not None and po == g_stop:
-                    thrown = after(g_stop)
+                    thrown = int(outlook[mode]["records_cut"])  # intact records, as recover counts them
                 sample = [int(x) for x in inside[:50]]
                 runs = _record_runs(recs, fs, sp)
-                fate = (f"the broker's {mode} recovery stops here and throws away {thrown} of them" if thrown
+                fate = (f"the broker's {mode} recovery stops here and throws away {thrown} of them "
+                        "(rmqtool repair keeps them)" if thrown
                         else "the broker skips them (it goes on at the next file)" if fs.stop.reason == ck.BLANK
                         else f"the broker's {mode} recovery does not stop here")
                 out.append(finding(

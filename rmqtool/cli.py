@@ -23,6 +23,7 @@ COMMANDS = {
     "rebuild-index": "rmqtool.cmd_rebuild",
     "restore": "rmqtool.cmd_restore",
     "recover": "rmqtool.cmd_recover",
+    "repair": "rmqtool.cmd_repair",
     "export": "rmqtool.cmd_export",
     "offsets": "rmqtool.cmd_offsets",
 }
@@ -64,10 +65,14 @@ def cli() -> None:
 
     Works offline on a stopped broker's store directory. Read-only commands (dump,
     verify, export) never write to the store; destructive ones (rebuild-index, recover,
-    restore) print their plan, back up every byte they cut or replace, and refuse to run
+    repair, restore) print their plan, back up every byte they cut or replace, and refuse to run
     while a broker holds store/lock.
 
-    Exit status: 0 sound/nothing to do, 1 repaired (recover), 2 usage error, 4 problems
+    recover does exactly what the broker's start-up recovery would do (it cuts everything
+    after the first bad record); repair keeps every intact message: it replaces only the
+    damaged bytes by filler records of the same length and rebuilds queues and index.
+
+    Exit status: 0 sound/nothing to do, 1 repaired (recover, repair), 2 usage error, 4 problems
     found and left uncorrected, 8 operational error, 130 interrupted.
     """
 

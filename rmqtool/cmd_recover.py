@@ -37,7 +37,9 @@ from .render import dumps, render
 @click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
 @click.option("--no-crc", is_flag=True, help="Do not check body CRCs while walking; mirrors checkCRCOnRecover=false (default: --broker-config, else CRC on).")
 @click.option("--salvage-to", type=click.Path(path_type=Path), default=None, metavar="DIR",
-              help="Before cutting, write the intact records found in the cut bytes to DIR (salvaged.jsonl, salvaged.bin).")
+              help="Before cutting, write the intact records found in the cut bytes to DIR (salvaged.jsonl: the lines of "
+                   "dump commitlog --format jsonl --body-hash; salvaged.bin: their bytes). With --dry-run: would_be_cut.jsonl, "
+                   "the same lines, and no bytes.")
 @click.option("--backup-dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Where cut bytes and removed or replaced files go (default: a new STORE.rmqtool-backup-<time> beside the store).")
 @click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True,
@@ -96,8 +98,15 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         store = open_store(**store_opts)
         plan = _plan(store, profile, opts, quiet)
         past = _past_end(store, plan, profile, jobs)
+        listed = None
+        if salvage_to is not None and (plan.cuts or plan.removed_files):
+            from .recovery.recover import write_salvage
+
+            listed = write_salvage(store, plan, profile, salvage_to, list_only=True)
         with closed_stdout_ignored():
             _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
+            if listed is not None and fmt != "json":
+                click.echo(f"would be cut: {listed['records']} intact records listed in {Path(listed['dir']) / listed['list']}")
         _warn_problems(plan)
         if plan.problems or not plan.nothing_to_do:
             return int(Exit.PROBLEMS)

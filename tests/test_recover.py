@@ -293,9 +293,12 @@ def test_damage_in_the_last_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert [g["body_sha256"] for g in got] == [r["body_sha256"] for r in intact]
     raw = (salvage / "salvaged.bin").read_bytes()
     orig = (real_store(CRASH) / "commitlog" / f"{LAST_FILE:020d}").read_bytes()
+    at = 0
     for g in got:
         pos = g["physical_offset"] - LAST_FILE
-        assert raw[g["raw_offset"] : g["raw_offset"] + g["raw_length"]] == orig[pos : pos + g["raw_length"]]
+        assert raw[at : at + g["total_size"]] == orig[pos : pos + g["total_size"]]
+        at += g["total_size"]
+    assert at == len(raw)
 
     # what RocketMQ's recovery produced, cut at the damaged record
     assert _records(root) == _broker_records(view, cut)

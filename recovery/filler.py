@@ -1,0 +1,228 @@
+"""Filler records for ``rmqtool repair``: bytes that every supported broker's record walk
+accepts, laid over a damaged commitlog region without moving anything around it.
+
+Two kinds of records, both V1 (every version from 4.6 to 5.3 reads V1), IPv4 hosts:
+
+* **quarantine records**: topic :data:`QUARANTINE_TOPIC`, SYSFLAG transaction type
+  ROLLBACK (``MessageSysFlag.TRANSACTION_ROLLBACK_TYPE`` = 12). The broker's reput gives a
+  ROLLBACK record neither a consume queue unit (``CommitLogDispatcherBuildConsumeQueue``
+  dispatches NOT_TYPE and COMMIT only) nor an index entry (``IndexService.buildIndex``
+  returns at once for ROLLBACK), so no queue of the quarantine topic ever appears. The
+  body holds the original (damaged) bytes that lay at the body's own offsets: only the
+  record's 88-byte header and its short trailer (topic and properties) overwrite original
+  bytes, which are in the backup. The properties say where the region was.
+* **tombstones**: one per queue offset whose message lay in the damaged region (known from
+  a consume queue unit that pointed there, from the damaged record's own header, or from a
+  hole in the queue offsets of the intact records of its queue). A NOT_TYPE record of the
+  original topic, queue id and queue offset, empty body, no TAGS, no KEYS, property
+  :data:`TOMBSTONE_PROPERTY` naming the original offset. The reput gives it the consume
+  queue unit of the lost message, so every queue stays dense (the broker appends a unit at
+  the queue's write position whatever the record's QUEUEOFFSET says: a hole would shift
+  every later unit), and ``getMessage`` for that queue offset returns the tombstone, never
+  damaged bytes.
+
+A region that reaches the end of a commitlog file keeps the last 8 bytes (or all of it)
+for a BLANK record, as the broker's own ``doAppend`` leaves at least 8 bytes
+(END_FILE_MIN_BLANK_LENGTH) for one: without it the walk of the next record fails at the
+file end and recovery would stop there.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..formats import commitlog as cl
+
+__all__ = [
+    "QUARANTINE_TOPIC", "TOMBSTONE_PROPERTY", "QUARANTINE_PROPERTY", "ROLLBACK_SYSFLAG", "HEADER_LEN", "MIN_RECORD",
+    "BLANK_LEN", "Tombstone", "RecordSpec", "FillerLayout", "layout_region", "render_region", "TooSmall",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+]
+
+QUARANTINE_TOPIC = "RMQ_SYS_RMQTOOL_QUARANTINE"
+QUARANTINE_PROPERTY = "RMQTOOL_QUARANTINE"
+TOMBSTONE_PROPERTY = "RMQTOOL_TOMBSTONE"
+PAD_PROPERTY = "RMQTOOL_PAD"
+ROLLBACK_SYSFLAG = 0x3 << 2  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # MessageStoreConfig.maxMessageSize default
+
+# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
+# BORNHOST(4+4) STORETIMESTAMP STOREHOST(4+4) RECONSUMETIMES PREPAREDTXOFFSET BODYLENGTH
+_HEADER = struct.Struct(">iiiiiqqiq4sIq4sIiqi")
+HEADER_LEN = _HEADER.size  # 88
+BLANK_LEN = 8  # CommitLog.END_FILE_MIN_BLANK_LENGTH
+MIN_RECORD = HEADER_LEN + 1 + 2  # empty body, empty topic, no properties: 91 bytes
+
+
+class TooSmall(ValueError):
+    """The region cannot hold the records asked for."""
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    original_offset: int | None  # where the lost message started, when known
+
+
+@dataclass(frozen=True)
+class RecordSpec:
+    """One record of a region's layout: ``kind`` quarantine | tombstone | blank."""
+
+    kind: str
+    offset: int  # commitlog offset
+    size: int
+    tombstone: Tombstone | None = None
+    topic: str = QUARANTINE_TOPIC
+    props: str = ""
+
+
+@dataclass
+class FillerLayout:
+    start: int
+    end: int
+    records: list[RecordSpec] = field(default_factory=list)
+    dropped: list[Tombstone] = field(default_factory=list)  # tombstones that did not fit
+
+
+def _props(d: list[tuple[str, str]]) -> str:
+    return "".join(f"{k}\x01{v}\x02" for k, v in d)
+
+
+def _tombstone_props(t: Tombstone, pad: int = 0) -> str:
+    items = [(TOMBSTONE_PROPERTY, "lost" if t.original_offset is None else str(t.original_offset))]
+    if t.topic == SCHEDULE_TOPIC:
+        # ScheduleMessageService delivers to REAL_TOPIC/REAL_QID: send the tombstone to the
+        # quarantine topic rather than retry a message without a real topic forever
+        items += [("REAL_TOPIC", QUARANTINE_TOPIC), ("REAL_QID", "0"), ("DELAY", "1")]
+    if pad:
+        items.append((PAD_PROPERTY, "." * pad))
+    return _props(items)
+
+
+def _size(topic: str, props: str, body: int = 0) -> int:
+    return HEADER_LEN + body + 1 + len(topic.encode()) + 2 + len(props.encode())
+
+
+def _quarantine_props(start: int, end: int) -> str:
+    return _props([(QUARANTINE_PROPERTY, f"{start}-{end}")])
+
+
+def _quarantine_min(start: int, end: int) -> int:
+    return _size(QUARANTINE_TOPIC, _quarantine_props(start, end))
+
+
+def _fill(recs: list[RecordSpec], a: int, b: int, start: int, end: int, max_size: int) -> None:
+    """Quarantine records covering [a, b) exactly (b - a >= MIN_RECORD or 0)."""
+    props = _quarantine_props(start, end)
+    qmin = _size(QUARANTINE_TOPIC, props)
+    pos = a
+    while pos < b:
+        left = b - pos
+        if left <= max_size:
+            size = left
+        else:
+            size = max_size
+            if left - size < qmin:
+                size = left - qmin
+        if size >= qmin:
+            recs.append(RecordSpec("quarantine", pos, size, props=props))
+        else:
+            # smaller than a full quarantine record: drop the properties, then shorten the
+            # topic (a ROLLBACK record's topic is never used for a queue or a key)
+            topic = QUARANTINE_TOPIC[: max(0, size - MIN_RECORD)]
+            if size < MIN_RECORD:
+                raise TooSmall(f"{size} bytes cannot hold a record (at least {MIN_RECORD})")
+            recs.append(RecordSpec("quarantine", pos, size, topic=topic, props=""))
+        pos += size
+
+
+def layout_region(start: int, end: int, tombstones: list[Tombstone], *, at_file_end: bool,
+                  max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> FillerLayout:
+    """Lay out [start, end): tombstones first, quarantine records after, a BLANK at a file's
+    end. Raises :class:`TooSmall` when a region not at a file's end is shorter than the
+    smallest record."""
+    lay = FillerLayout(start, end)
+    length = end - start
+    if at_file_end and not tombstones:
+        lay.records.append(RecordSpec("blank", start, length))
+        return lay
+    stop = end - BLANK_LEN if at_file_end else end
+    if at_file_end and stop - start < MIN_RECORD:
+        lay.dropped = list(tombstones)
+        lay.records.append(RecordSpec("blank", start, length))
+        return lay
+    pos = start
+    placed: list[RecordSpec] = []
+    for i, t in enumerate(tombstones):
+        props = _tombstone_props(t)
+        size = _size(t.topic, props)
+        left = stop - pos - size
+        if left < 0:
+            lay.dropped = list(tombstones[i:])
+            break
+        placed.append(RecordSpec("tombstone", pos, size, t, t.topic, props))
+        pos += size
+    left = stop - pos
+    if 0 < left < _quarantine_min(start, end) and placed:
+        # too little room for a quarantine record with its properties: pad the last
+        # tombstone's properties instead (properties are at most 32767 bytes)
+        last = placed[-1]
+        assert last.tombstone is not None
+        base = _tombstone_props(last.tombstone)
+        pad = left - len((PAD_PROPERTY + "\x01\x02").encode())
+        if pad >= 0 and len(base) + left <= 32767:
+            props = _tombstone_props(last.tombstone, pad)
+            placed[-1] = RecordSpec("tombstone", last.offset, last.size + left, last.tombstone, last.topic, props)
+            pos += left
+            left = 0
+    lay.records.extend(placed)
+    if left:
+        _fill(lay.records, pos, stop, start, end, max_size)
+    if at_file_end:
+        lay.records.append(RecordSpec("blank", stop, BLANK_LEN))
+    return lay
+
+
+def _record_bytes(spec: RecordSpec, original: Any, base_in_original: int, store_ts: int, host: bytes, port: int) -> bytes:
+    topic = spec.topic.encode()
+    props = spec.props.encode()
+    trailer = 1 + len(topic) + 2 + len(props)
+    body_len = spec.size - HEADER_LEN - trailer
+    if body_len < 0:
+        raise TooSmall(f"record of {spec.size} bytes at {spec.offset}")
+    if spec.kind == "tombstone":
+        t = spec.tombstone
+        assert t is not None
+        body = b""
+        qid, qoff, sysflag = t.queue_id, t.queue_offset, 0
+    else:
+        rel = spec.offset - base_in_original + HEADER_LEN
+        body = bytes(original[rel : rel + body_len]) if original is not None else b""
+        if len(body) < body_len:
+            body = body + bytes(body_len - len(body))
+        qid, qoff, sysflag = 0, 0, ROLLBACK_SYSFLAG
+    crc = (zlib.crc32(body) & 0x7FFFFFFF) if body_len > 0 else 0
+    head = _HEADER.pack(spec.size, cl.MAGIC_V1, crc, qid, 0, qoff, spec.offset, sysflag, store_ts, host, port,
+                        store_ts, host, port, 0, 0, body_len)
+    return b"".join((head, body, struct.pack(">b", len(topic)), topic, struct.pack(">h", len(props)), props))
+
+
+def render_region(lay: FillerLayout, original: Any, *, store_ts: int, host: bytes = b"\x7f\x00\x00\x01",
+                  port: int = 0) -> bytes:
+    """The bytes of the layout. ``original``: the region's current bytes (what the
+    quarantine bodies carry; None or short for a missing or truncated file: zeros)."""
+    parts: list[bytes] = []
+    for spec in lay.records:
+        if spec.kind == "blank":
+            parts.append(cl.build_blank(spec.size) + bytes(spec.size - BLANK_LEN))
+        else:
+            parts.append(_record_bytes(spec, original, lay.start, store_ts, host, port))
+    out = b"".join(parts)
+    assert len(out) == lay.end - lay.start, (len(out), lay.start, lay.end)
+    return out

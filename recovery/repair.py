@@ -1,0 +1,566 @@
+"""``rmqtool repair``: fsck for a store. Every intact record keeps its offset and bytes;
+each damaged commitlog region is replaced in place by filler records of the same length
+(:mod:`recovery.filler`); consume queues, index and checkpoint are rebuilt from the
+repaired commitlog by rebuild-index's pass (:mod:`recovery.rebuild`); everything goes
+through one :class:`recovery.safety.StoreTransaction` (plan, backup with manifest, journal,
+lock; ``rmqtool restore`` gives the original bytes back).
+
+Plan (:func:`plan_repair`, nothing written to the store):
+
+1. walk the commitlog the way verify does (:func:`recovery.verify.scan_commitlog`): the
+   broker's walk, the records salvaged after each stop, and readable records that fail a
+   content check (DAMAGED: they are damage too);
+2. regions: every byte range of a commitlog file that no intact record covers, up to the
+   file's BLANK (or its end); a missing file in the middle of the sequence is a region of
+   a whole file; the last file's bytes after its last intact record are the end of the
+   data (zero-filled, as recover cuts them: nothing intact follows);
+3. tombstones: the queue offsets whose messages lay in a region (consume queue units that
+   point into it, DAMAGED records' headers, holes in a queue's offsets between intact
+   records on both sides of it);
+4. a view of the store whose changed commitlog files are patched copies (beside the store,
+   removed afterwards), and rebuild-index's full pass over that view: the consume queue and
+   index files that differ from the store's are replaced, the others stay byte for byte;
+5. the checkpoint: rebuild's timestamps, and physicMsgTimestamp recomputed when it is 0 or
+   newer than every record; the abort file is removed last (the store is then as a clean
+   shutdown leaves it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import struct
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..formats import commitlog as cl
+from ..formats.names import offset_msg_id
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
+from . import check as ck
+from .filler import (BLANK_LEN, DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, FillerLayout, Tombstone, TooSmall, layout_region,
+                     render_region)
+from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
+from .reput import CqFileOut, IndexFileOut
+from .store import Store, StoreFile
+from .verify import DAMAGED, queue_hint_runs, scan_commitlog, to_queue
+from .versions import BrokerProfile
+
+Progress = Callable[[int], None]
+
+__all__ = ["Quarantined", "Region", "RepairPlan", "plan_repair", "apply_repair"]
+
+_UNIT = np.dtype([("o", ">i8"), ("s", ">i4"), ("t", ">i8")])
+_MAX_HOLE = 1 << 20  # a larger jump of queue offsets between two intact records is not a hole we fill
+
+
+@dataclass
+class Quarantined:
+    """A message (or what is left of one) that lay in a repaired region."""
+
+    offset: int | None
+    topic: str | None
+    queue_id: int | None
+    queue_offset: int | None
+    msg_id: str | None
+    source: str  # damaged record | consume queue unit | queue offset hole
+    tombstone: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Region:
+    file: str  # relative path of the commitlog file
+    base: int
+    pos: int
+    end: int
+    kind: str  # damaged | missing file | truncated file | end of data
+    at_file_end: bool
+    layout: FillerLayout | None = None
+    quarantined: list[Quarantined] = field(default_factory=list)
+    create: bool = False  # a missing file: created whole
+
+    @property
+    def start_offset(self) -> int:
+        return self.base + self.pos
+
+    @property
+    def end_offset(self) -> int:
+        return self.base + self.end
+
+    def to_dict(self) -> dict[str, Any]:
+        recs = self.layout.records if self.layout is not None else []
+        return {"file": self.file, "from": self.start_offset, "to": self.end_offset, "bytes": self.end - self.pos,
+                "kind": self.kind, "quarantine_records": sum(1 for r in recs if r.kind == "quarantine"),
+                "tombstones": sum(1 for r in recs if r.kind == "tombstone"),
+                "blank": any(r.kind == "blank" for r in recs),
+                "quarantined": [q.to_dict() for q in self.quarantined]}
+
+
+@dataclass
+class RepairPlan:
+    store: str
+    broker_version: str
+    regions: list[Region]
+    stray: list[str]
+    intact_records: int
+    intact_moved: int  # always 0: every intact record keeps its offset
+    recover_would_cut: int | None
+    changes: list[FileChange] = field(default_factory=list)
+    checkpoint: bytes | None = None
+    checkpoint_note: str = ""
+    abort_present: bool = False
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def quarantined(self) -> list[Quarantined]:
+        return [q for r in self.regions for q in r.quarantined]
+
+    @property
+    def index_changes(self) -> list[FileChange]:
+        return [c for c in self.changes if c.action != UNCHANGED]
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.regions and not self.stray and not self.index_changes and self.checkpoint is None \
+            and not self.abort_present
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "store": self.store, "broker_version": self.broker_version,
+            "intact_records": self.intact_records, "intact_records_moved_or_cut": self.intact_moved,
+            "recover_would_cut_intact": self.recover_would_cut,
+            "regions": [r.to_dict() for r in self.regions],
+            "quarantined": [q.to_dict() for q in self.quarantined],
+            "stray_files": self.stray,
+            "file_changes": [{"action": c.action, "path": c.relpath, "kind": c.kind, "note": c.note} for c in self.index_changes],
+            "checkpoint": self.checkpoint_note or None,
+            "abort_file": "removed" if self.abort_present else "absent",
+            "problems": self.problems, "notes": self.notes,
+        }
+
+
+def _rel(store: Store, p: Path) -> str:
+    try:
+        return p.relative_to(store.root).as_posix()
+    except ValueError:
+        return str(p)
+
+
+def _msg_id(buf: Any, pos: int, end: int, offset: int) -> str | None:
+    try:
+        rec = cl.decode_message(buf, pos, end, total_limit=False, body_limit=False)
+    except Exception:  # noqa: BLE001 - unreadable header: no id
+        return None
+    return offset_msg_id(rec.store_address, rec.store_port, offset)
+
+
+def _read_units(f: StoreFile) -> np.ndarray:
+    n = f.size // _UNIT.itemsize
+    if n <= 0:
+        return np.zeros(0, dtype=_UNIT)
+    return np.fromfile(f.path, dtype=_UNIT, count=n)
+
+
+def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+                jobs: int = 1, progress: Progress | None = None, index_tz: Any = None,
+                rebuild: bool = True, workdir: Path | None = None) -> RepairPlan:
+    """The repair plan; with ``rebuild`` also the consume queue / index / checkpoint
+    changes (computed on a patched copy of the changed commitlog files in ``workdir``,
+    default a temporary directory beside the store, removed before returning unless
+    ``workdir`` is given)."""
+    t0 = time.perf_counter()
+    F = store.geometry.commitlog_file_size
+    scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
+    intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
+    ioff = recs.off[intact]
+    isize = recs.size[intact].astype(np.int64)
+    files = sorted(store.commitlog, key=lambda f: f.base)
+    regions: list[Region] = []
+    # files the broker fails to load on (a name that is not an offset): to the backup; a
+    # directory cannot be moved by the transaction: reported
+    stray = [i.path for i in store.issues if i.path.startswith("commitlog") and i.code == "MISNAMED_FILE"
+             and i.severity == "error" and (store.root / i.path).is_file()]
+    problems: list[str] = [f"{i.path}: {i.message}; move it away by hand" for i in store.issues
+                      if i.path.startswith("commitlog") and i.code == "STRAY_FILE"]
+    last_idx = len(files) - 1
+    idx_of = {f.path: k for k, f in enumerate(store.commitlog)}
+    for k, f in enumerate(files):
+        rel = _rel(store, f.path)
+        if k and f.base > files[k - 1].base + F:
+            b = files[k - 1].base + F
+            while b < f.base:
+                name = f"{b:020d}"
+                regions.append(Region(f"commitlog/{name}", b, 0, F, "missing file", True, create=True))
+                b += F
+        fs = scans[idx_of[f.path]]
+        lo, hi = np.searchsorted(ioff, [f.base, f.base + F])
+        pos_in = ioff[lo:hi] - f.base
+        sz_in = isize[lo:hi]
+        cursor = 0
+        for p, s in zip(pos_in.tolist(), sz_in.tolist()):
+            if p > cursor:
+                regions.append(Region(rel, f.base, cursor, p, "damaged", False))
+            cursor = max(cursor, p + s)
+        blank_at = None
+        if fs is not None:
+            # the file's own BLANK (the broker's end of this file), after every intact record
+            blanks = [e.pos for e in fs.events if e.reason == ck.BLANK and e.pos >= cursor]
+            if blanks and F - blanks[0] >= BLANK_LEN:
+                blank_at = blanks[0]
+        if blank_at is not None:
+            if blank_at > cursor:
+                regions.append(Region(rel, f.base, cursor, blank_at, "damaged", False))
+            if f.size < F:
+                regions.append(Region(rel, f.base, max(f.size, blank_at + BLANK_LEN), F, "truncated file", False))
+            continue
+        if k == last_idx:
+            # the end of the data: nothing intact follows; zeros from here (recover cuts it too)
+            if f.size < F or (cursor < f.size and _has_nonzero(f, cursor)):
+                regions.append(Region(rel, f.base, cursor, F, "end of data", False))
+            continue
+        if cursor < F:
+            regions.append(Region(rel, f.base, cursor, F, "truncated file" if f.size < F else "damaged", True))
+
+    # -- tombstones: which queue offsets lay in each region
+    starts = np.array([r.start_offset for r in regions], dtype=np.int64)
+    ends = np.array([r.end_offset for r in regions], dtype=np.int64)
+    wanted: dict[int, dict[tuple[str, int, int], Tombstone]] = {i: {} for i in range(len(regions))}
+    qinfo: dict[int, dict[int, Quarantined]] = {i: {} for i in range(len(regions))}
+    held: set[tuple[str, int, int]] = set()
+    if len(recs):
+        tq = to_queue(recs.flags) & intact
+        for qk, qo in zip(recs.qkey[tq].tolist(), recs.queue_offset[tq].tolist()):
+            t, q = recs.queues[qk]
+            held.add((t, q, qo))
+
+    def region_of(off: int) -> int | None:
+        i = int(np.searchsorted(starts, off, side="right")) - 1
+        if i >= 0 and off < ends[i]:
+            return i
+        return None
+
+    def add(i: int, t: str, q: int, qo: int, off: int | None, source: str) -> None:
+        key = (t, q, qo)
+        if key in held or regions[i].kind == "end of data":
+            return
+        if not any(key in w for w in wanted.values()):
+            wanted[i][key] = Tombstone(t, q, qo, off)
+
+    # damaged (readable) records
+    if len(recs):
+        for j in np.flatnonzero(recs.flags & DAMAGED).tolist():
+            off = int(recs.off[j])
+            i = region_of(off)
+            if i is None:
+                continue
+            t, q = recs.queues[int(recs.qkey[j])]
+            qo = int(recs.queue_offset[j])
+            fidx = int(recs.file_idx[j])
+            mid = None
+            with store.map(store.commitlog[fidx]) as mf:
+                mid = _msg_id(mf.buf, off - store.commitlog[fidx].base, mf.size, off)
+            qinfo[i][off] = Quarantined(off, t, q, qo, mid, "damaged record")
+            if to_queue(recs.flags[j : j + 1])[0]:
+                add(i, t, q, qo, off, "damaged record")
+    # consume queue units that point into a region
+    if regions:
+        for (t, q), qfiles in sorted(store.consume_queues.items()):
+            for f in qfiles:
+                u = _read_units(f)
+                if not len(u):
+                    continue
+                o = u["o"].astype(np.int64)
+                ok = (o >= 0) & (u["s"] > 0)
+                ri = np.searchsorted(starts, o, side="right") - 1
+                ok &= ri >= 0
+                ri = np.maximum(ri, 0)
+                ok &= o < ends[ri]
+                for n in np.flatnonzero(ok).tolist():
+                    i = int(ri[n])
+                    off = int(o[n])
+                    qo = f.base // 20 + n
+                    add(i, t, q, qo, off, "consume queue unit")
+                    if off not in qinfo[i] and regions[i].kind != "end of data":
+                        qinfo[i][off] = Quarantined(off, t, q, qo, _msg_id_at(store, off), "consume queue unit")
+    # holes in a queue's offsets between two intact records
+    if len(recs) and regions:
+        tq = to_queue(recs.flags) & intact
+        sel = np.flatnonzero(tq)
+        order = np.lexsort((recs.off[sel], recs.qkey[sel]))
+        sel = sel[order]
+        qk = recs.qkey[sel]
+        qo = recs.queue_offset[sel]
+        off = recs.off[sel]
+        jump = np.flatnonzero((qk[1:] == qk[:-1]) & (qo[1:] > qo[:-1] + 1) & (qo[1:] - qo[:-1] <= _MAX_HOLE))
+        for n in jump.tolist():
+            p1, p2 = int(off[n]), int(off[n + 1])
+            a = int(np.searchsorted(starts, p1, side="right"))
+            b = int(np.searchsorted(starts, p2, side="left"))
+            cands = [i for i in range(a, b) if regions[i].kind != "end of data"]
+            if not cands:
+                continue
+            t, q = recs.queues[int(qk[n])]
+            for x in range(int(qo[n]) + 1, int(qo[n + 1])):
+                if any((t, q, x) in w for w in wanted.values()):
+                    continue
+                i = cands[-1]
+                add(i, t, q, x, None, "queue offset hole")
+                qinfo[i][-(len(qinfo[i]) + 1)] = Quarantined(None, t, q, x, None, "queue offset hole")
+
+    # -- layouts
+    for i, r in enumerate(regions):
+        ts = sorted(wanted[i].values(), key=lambda t: (t.original_offset if t.original_offset is not None else r.end_offset,
+                                                      t.queue_offset, t.topic, t.queue_id))
+        tomb_keys = {(t.topic, t.queue_id, t.queue_offset) for t in ts}
+        if r.kind == "end of data":
+            r.layout = FillerLayout(r.start_offset, r.end_offset)
+        else:
+            try:
+                if r.at_file_end and r.end - r.pos < BLANK_LEN:
+                    raise TooSmall(f"{r.end - r.pos} bytes before the file's end cannot hold a BLANK record")
+                r.layout = layout_region(r.start_offset, r.end_offset, ts, at_file_end=r.at_file_end,
+                                         max_size=max_message_size)
+            except TooSmall as exc:
+                problems.append(f"{r.file}: bytes [{r.pos}, {r.end}) left as they are: {exc} (smallest record {MIN_RECORD})")
+                r.layout = None
+                continue
+            for t in r.layout.dropped:
+                problems.append(f"{r.file}: no room in [{r.pos}, {r.end}) for the tombstone of {t.topic}/{t.queue_id} "
+                                f"queue offset {t.queue_offset}: the queue has a hole there")
+                tomb_keys.discard((t.topic, t.queue_id, t.queue_offset))
+        qs = sorted(qinfo[i].values(), key=lambda q: (q.offset if q.offset is not None else r.end_offset, q.queue_offset or 0))
+        for q in qs:
+            q.tombstone = (q.topic, q.queue_id, q.queue_offset) in tomb_keys
+        r.quarantined = qs
+    regions = [r for r in regions if r.layout is not None]
+
+    plan = RepairPlan(str(store.root), profile.label, regions, stray, int(len(ioff)), 0,
+                      _recover_would_cut(store, profile, scans, recs), abort_present=store.abort_present,
+                      problems=problems)
+    if rebuild:
+        _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
+    plan.seconds = time.perf_counter() - t0
+    return plan
+
+
+def _recover_would_cut(store: Store, profile: BrokerProfile, scans: Any, recs: Any) -> int:
+    """The intact records the broker's recovery (the mode the abort file selects) would
+    cut: verify's and recover's count, which repair keeps."""
+    from .verify import _layout_findings, _read_index_header, cq_recover_max_phy, load_queues, recovery_outlook
+
+    _layout, blockers = _layout_findings(store, profile)
+    per_file = max(1, store.geometry.cq_file_size // 20)
+    max_phy = max((cq_recover_max_phy(q, per_file) for q in load_queues(store)), default=-1)
+    headers = [(f.name, _read_index_header(f)) for f in store.index_files]
+    out = recovery_outlook(store, profile, scans, recs, max_phy, store.read_checkpoint(), blockers, headers)
+    return int(out[out["mode"]]["records_cut"])
+
+
+def _has_nonzero(f: StoreFile, pos: int) -> bool:
+    from .scan import file_has_nonzero
+
+    return bool(file_has_nonzero(f.path, pos, f.size))
+
+
+def _msg_id_at(store: Store, off: int) -> str | None:
+    f = store.commitlog_file_for(off)
+    if f is None or f.size <= 0:
+        return None
+    with store.map(f) as mf:
+        return _msg_id(mf.buf, off - f.base, mf.size, off)
+
+
+def region_bytes(store: Store, r: Region, recs_store_ts: int, host: bytes, port: int) -> bytes:
+    """The new bytes of region ``r``."""
+    assert r.layout is not None
+    if r.kind == "end of data":
+        return bytes(r.end - r.pos)
+    original = b""
+    if not r.create:
+        p = store.root / r.file
+        with open(p, "rb") as fh:
+            fh.seek(r.pos)
+            original = fh.read(r.end - r.pos)
+    return render_region(r.layout, original, store_ts=recs_store_ts, host=host, port=port)
+
+
+def _neighbour(store: Store, recs: Any, intact: np.ndarray, off: int) -> tuple[int, bytes, int]:
+    """(store timestamp, store host address, port) of the intact record nearest before
+    ``off`` (else after): what the filler records carry (abnormal recovery reads the first
+    record's store timestamp of every file, which must not be 0)."""
+    ioff = recs.off[intact]
+    if not len(ioff):
+        return int(time.time() * 1000), b"\x7f\x00\x00\x01", 0
+    j = int(np.searchsorted(ioff, off, side="right")) - 1
+    j = max(j, 0)
+    ts = int(recs.store_ts[intact][j])
+    o = int(ioff[j])
+    f = store.commitlog_file_for(o)
+    host, port = b"\x7f\x00\x00\x01", 0
+    if f is not None:
+        with store.map(f) as mf:
+            try:
+                rec = cl.decode_message(mf.buf, o - f.base, mf.size, total_limit=False, body_limit=False)
+                if len(rec.store_address) == 4:
+                    host, port = bytes(rec.store_address), int(rec.store_port)
+            except Exception:  # noqa: BLE001
+                pass
+    return ts, host, port
+
+
+def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: Any, intact: np.ndarray,
+                  index_tz: Any, jobs: int, workdir: Path | None) -> None:
+    F = store.geometry.commitlog_file_size
+    own = workdir is None
+    wd = Path(tempfile.mkdtemp(prefix=f".{store.root.name}.rmqtool-repair-", dir=store.root.parent)) if own else workdir
+    assert wd is not None
+    try:
+        patched: dict[str, Path] = {}
+        for r in plan.regions:
+            r_bytes = region_bytes(store, r, *_neighbour(store, recs, intact, r.start_offset))
+            r._bytes = r_bytes  # type: ignore[attr-defined]
+            dst = wd / r.file
+            if r.file not in patched:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                src = store.root / r.file
+                if r.create or not src.exists():
+                    with open(dst, "wb") as fh:
+                        fh.truncate(F)
+                else:
+                    shutil.copyfile(src, dst)
+                    if dst.stat().st_size < F:
+                        with open(dst, "r+b") as fh:
+                            fh.truncate(F)
+                patched[r.file] = dst
+            with open(dst, "r+b") as fh:
+                fh.seek(r.pos)
+                fh.write(r_bytes)
+        view_files = []
+        seen = set()
+        for f in store.commitlog:
+            rel = _rel(store, f.path)
+            if rel in patched:
+                view_files.append(StoreFile(patched[rel], f.base, F))
+                seen.add(rel)
+            else:
+                view_files.append(f)
+        for rel, p in patched.items():
+            if rel not in seen:
+                view_files.append(StoreFile(p, int(Path(rel).name), F))
+        view_files.sort(key=lambda f: f.base)
+        view = dataclasses.replace(store, commitlog=view_files)
+        rb = plan_rebuild(view, profile, cq=True, index=True, index_tz=index_tz, jobs=jobs)
+        plan.problems.extend(p for p in rb.problems if not p.startswith("commitlog"))
+        # materialize the new contents while the patched copies exist
+        changes = []
+        for ch in rb.changes:
+            if ch.action in (UNCHANGED, REMOVE) or ch.kind == "checkpoint":
+                if ch.kind != "checkpoint":
+                    changes.append(ch)
+                continue
+            content = ch.content
+            if isinstance(content, CqFileOut):
+                content = content.data()
+            elif isinstance(content, IndexFileOut):
+                content = content.data()
+            changes.append(dataclasses.replace(ch, content=content))
+        plan.changes = _keep_index_names(store, changes)
+        # checkpoint
+        cp_path = store.root / "checkpoint"
+        raw = cp_path.read_bytes() if cp_path.is_file() else b""
+        before = decode_checkpoint(raw) if raw else decode_checkpoint(b"")
+        after = rb.checkpoint_after or before
+        newest = int(recs.store_ts[intact].max()) if intact.any() else 0
+        notes = []
+        if after.physic_msg_timestamp == 0 or after.physic_msg_timestamp > newest:
+            after = after._replace(physic_msg_timestamp=newest)
+            notes.append(f"physicMsgTimestamp {newest}")
+        # newer than every record: flushed data is missing (verify's CKPT_AHEAD). 0 stays
+        # (indexMsgTimestamp is 0 until an index file fills up)
+        for name in ("logics_msg_timestamp", "index_msg_timestamp"):
+            if getattr(after, name) > newest:
+                after = after._replace(**{name: newest})
+        if after != before or len(raw) != CHECKPOINT_FILE_SIZE:
+            buf = bytearray(raw.ljust(CHECKPOINT_FILE_SIZE, b"\0")[:CHECKPOINT_FILE_SIZE])
+            struct.pack_into(">qqq", buf, 0, after.physic_msg_timestamp, after.logics_msg_timestamp, after.index_msg_timestamp)
+            plan.checkpoint = bytes(buf)
+            plan.checkpoint_note = (f"physicMsgTimestamp {after.physic_msg_timestamp}, logicsMsgTimestamp "
+                                    f"{after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}")
+    finally:
+        if own:
+            shutil.rmtree(wd, ignore_errors=True)
+
+
+def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChange]:
+    """The rebuilt index files take the names of the store's index files, in order, when
+    there are as many: a file whose content is the same stays as it is, another gets the
+    new content under its old name (the name is the creation time; only the order counts
+    for the broker). Otherwise the rebuild's own names."""
+    new = [c for c in changes if c.kind == "index" and c.action in (CREATE, "replace")]
+    unchanged = [c for c in changes if c.kind == "index" and c.action == UNCHANGED]
+    removed = [c for c in changes if c.kind == "index" and c.action == REMOVE]
+    old = sorted(store.index_files, key=lambda f: f.name)
+    if unchanged or len(new) != len(old) or not new:
+        return changes
+    rebuilt = sorted(new, key=lambda c: c.relpath)
+    out = [c for c in changes if c.kind != "index"]
+    for f, c in zip(old, rebuilt):
+        rel = _rel(store, f.path)
+        same = f.size == len(c.content) and f.path.read_bytes() == c.content
+        out.append(FileChange(UNCHANGED if same else "replace", rel, "index", len(c.content),
+                              "" if same else "rebuilt (entries of quarantined records dropped)", None if same else c.content))
+    del removed
+    return out
+
+
+def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | None = None) -> Any:
+    """Carry the plan out in one StoreTransaction; returns its CommitResult."""
+    from .safety import StoreTransaction
+
+    with StoreTransaction(store.root, backup_dir=backup_dir, description="repair") as tx:
+        claimed: dict[str, list[Region]] = {}
+        for r in plan.regions:
+            claimed.setdefault(r.file, []).append(r)
+        for rel, rs in claimed.items():
+            data = [getattr(r, "_bytes") for r in rs]
+            if rs[0].create:
+                tx.create_file(rel, data[0])
+                continue
+            # one write_at per file: from the first region's start to the last region's
+            # end, the bytes between them as they are
+            lo, hi = rs[0].pos, rs[-1].end
+            path = store.root / rel
+            with open(path, "rb") as fh:
+                fh.seek(lo)
+                cur = bytearray(fh.read(hi - lo))
+            if len(cur) < hi - lo:
+                cur.extend(bytes(hi - lo - len(cur)))
+            for r, d in zip(rs, data):
+                cur[r.pos - lo : r.end - lo] = d
+            tx.write_at(rel, lo, bytes(cur))
+        for rel in plan.stray:
+            tx.remove_file(rel)
+        for ch in sorted(plan.changes, key=lambda c: c.relpath):
+            if ch.action == UNCHANGED:
+                continue
+            if ch.action == REMOVE:
+                tx.remove_file(ch.relpath)
+            elif ch.action == CREATE:
+                tx.create_file(ch.relpath, ch.content)
+            else:
+                tx.replace_file(ch.relpath, ch.content)
+        if plan.checkpoint is not None:
+            tx.replace_file("checkpoint", plan.checkpoint)
+        if plan.abort_present and (store.root / "abort").exists():
+            tx.remove_file("abort")
+        return tx.commit()

@@ -1,0 +1,178 @@
+"""``rmqtool repair STORE``: fsck for a stopped broker's store that keeps every intact
+message. The work is in ``recovery.repair``; this module checks the options, refuses a
+store locked by a broker, prints the plan (every quarantined message) and maps the outcome
+to the shared exit codes: 0 nothing to do, 1 repaired, 4 problems left (with --dry-run: a
+repair is needed), 8 operational error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import closed_stdout_ignored
+from .exitcodes import Exit
+from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
+from .progress import progress_bar
+from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
+from .recovery.recover import infer_index_tz
+from .recovery.repair import RepairPlan, apply_repair, plan_repair
+from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, recover_pending
+from .render import dumps, render
+
+
+@click.command("repair", context_settings={"help_option_names": ["-h", "--help"]})
+@store_argument
+@broker_version_option
+@click.option("--dry-run", is_flag=True, help="Print the plan (every quarantined message) and change nothing.")
+@click.option("--backup-dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Where replaced bytes and removed or replaced files go (default: a new STORE.rmqtool-backup-<time> beside the store).")
+@click.option("--format", "fmt", type=click.Choice(("table", "json")), default="table", show_default=True,
+              help="Output format of the plan and the result.")
+@click.option("--max-message-size", type=click.IntRange(MIN_RECORD), default=DEFAULT_MAX_MESSAGE_SIZE, show_default=True,
+              metavar="BYTES", help="The broker's maxMessageSize: no filler record is longer.")
+@click.option("--index-tz", default=None, metavar="ZONE",
+              help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the existing names).")
+@click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
+              help="Worker processes for the commitlog walk and the rebuild (default: one per CPU).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: str, max_message_size: int,
+            index_tz: str | None, jobs: int | None, quiet: bool, **store_opts: Any) -> int:
+    """Repair a stopped broker's STORE and keep every intact message: each damaged
+    commitlog region is replaced in place by filler records of the same length (quarantine
+    records of topic RMQ_SYS_RMQTOOL_QUARANTINE carrying the damaged bytes, and tombstones
+    that keep each lost message's queue offset), a missing middle commitlog file by a file
+    of them; consume queues, index and checkpoint are rebuilt from the repaired commitlog;
+    stray commitlog files go to the backup. Every intact record keeps its offset and bytes.
+    Prints the plan first; rmqtool restore puts the original bytes back.
+
+    Prefer recover to do exactly what the broker's recovery would do (it cuts everything
+    after the first bad record); prefer repair to keep the intact messages after damage.
+
+    Exit status: 0 nothing to do, 1 repaired, 4 problems left (with --dry-run: a repair is
+    needed), 8 operational error (store locked by a broker, not a store, I/O), 2 usage
+    error, 130 interrupted."""
+    profile = make_profile(broker_version)
+    tz = None
+    if index_tz is not None:
+        from .cmd_rebuild import parse_tz
+
+        tz = parse_tz(index_tz)
+    root = Path(store_opts["store"])
+    open_store(**store_opts)  # not a store -> exit 8 before anything else
+    if broker_holds_lock(root):
+        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+    njobs = jobs or 1
+    if dry_run:
+        dry_run_preamble(root, backup_dir)
+        store = open_store(**store_opts)
+        plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
+        with closed_stdout_ignored():
+            _print(plan, None, fmt, dry_run=True)
+        _warn_problems(plan)
+        if plan.problems or not plan.nothing_to_do:
+            return int(Exit.PROBLEMS)
+        return int(Exit.OK)
+    finished = False
+    for outcome in recover_pending(root):
+        _warn(outcome.describe())
+        finished = finished or outcome.outcome == "completed"
+    with StoreLock(root):
+        store = open_store(**store_opts)  # as the interrupted run (if any) left it
+        t0 = time.perf_counter()
+        plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
+        result = None
+        if not plan.nothing_to_do:
+            result = apply_repair(store, plan, backup_dir=backup_dir)
+        with closed_stdout_ignored():
+            _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished)
+    _warn_problems(plan)
+    if plan.problems:
+        return int(Exit.PROBLEMS)
+    if result is not None or finished:
+        return int(Exit.REPAIRED)
+    return int(Exit.OK)
+
+
+def _plan(store: Any, profile: Any, max_message_size: int, tz: Any, jobs: int, quiet: bool) -> RepairPlan:
+    total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
+    with progress_bar(total, "repair: walk", quiet) as advance:
+        return plan_repair(store, profile, max_message_size=max_message_size, jobs=jobs, progress=advance,
+                           index_tz=tz if tz is not None else infer_index_tz(store))
+
+
+def _warn(msg: str, kind: str = "warning") -> None:
+    click.echo(f"rmqtool: {kind}: {msg}", err=True)
+
+
+def _warn_problems(plan: RepairPlan) -> None:
+    for p in plan.problems:
+        _warn(p, "problem")
+
+
+def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: float | None = None,
+           finished: bool = False) -> None:
+    if fmt == "json":
+        doc: dict[str, Any] = {"dry_run": dry_run, "plan": plan.to_dict()}
+        if result is not None:
+            doc["result"] = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
+                             "changes": len(result.actions)}
+        if seconds is not None:
+            doc["seconds"] = round(seconds, 3)
+        doc["finished_interrupted_run"] = finished
+        click.echo(dumps(doc))
+        return
+    title = f"rmqtool repair {plan.store} (broker {plan.broker_version})" + (" -- dry run" if dry_run else "")
+    q = plan.quarantined
+    rows = [
+        ("intact records", f"{plan.intact_records} (every one keeps its offset and bytes)"),
+        ("recover would cut", f"{plan.recover_would_cut} intact records (repair keeps them)"),
+        ("damaged regions", str(sum(1 for r in plan.regions if r.kind != "end of data"))),
+        ("quarantined messages", f"{len(q)} ({sum(1 for x in q if x.tombstone)} with a tombstone in their queue)"),
+        ("stray files", str(len(plan.stray))),
+        ("queue/index files", str(len(plan.index_changes))),
+        ("checkpoint", plan.checkpoint_note or "unchanged"),
+        ("abort file", "present (removed last)" if plan.abort_present else "absent"),
+    ]
+    render(({"what": k, "value": v} for k, v in rows), "table", [("what", "step"), ("value", "plan")], title=title)
+    changes: list[dict[str, Any]] = []
+    for r in plan.regions:
+        lay = r.layout
+        n_q = sum(1 for s in lay.records if s.kind == "quarantine") if lay else 0
+        n_t = sum(1 for s in lay.records if s.kind == "tombstone") if lay else 0
+        blank = lay is not None and any(s.kind == "blank" for s in lay.records)
+        what = ("zero-filled after backup (end of the data)" if r.kind == "end of data"
+                else f"{n_t} tombstone(s), {n_q} {QUARANTINE_TOPIC} record(s)" + (", BLANK" if blank else ""))
+        changes.append({"action": "create" if r.create else "fill", "path": r.file,
+                        "detail": f"{r.kind}: bytes [{r.pos}, {r.end}) (offsets {r.start_offset}-{r.end_offset}): {what}"})
+    for rel in plan.stray:
+        changes.append({"action": "remove", "path": rel, "detail": "stray or misnamed file: moved to the backup"})
+    for c in plan.index_changes:
+        changes.append({"action": c.action, "path": c.relpath, "detail": c.note or "rebuilt from the repaired commitlog"})
+    if changes:
+        render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
+    if q:
+        render(({"offset": "-" if x.offset is None else str(x.offset), "topic": x.topic or "?",
+                 "queue": "-" if x.queue_id is None else str(x.queue_id),
+                 "qoff": "-" if x.queue_offset is None else str(x.queue_offset), "msg_id": x.msg_id or "-",
+                 "how": x.source + ("; tombstone" if x.tombstone else "")} for x in q), "table",
+               [("offset", "offset"), ("topic", "topic"), ("queue", "queue"), ("qoff", "queue offset"),
+                ("msg_id", "msg id"), ("how", "found by")], title="quarantined messages")
+    for n in plan.notes:
+        click.echo(f"note: {n}")
+    if result is not None:
+        click.echo(f"done: {len(result.actions)} changes" + (f", in {seconds:.2f} s" if seconds is not None else ""))
+        if result.backup_dir:
+            click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
+    elif dry_run:
+        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
+    else:
+        click.echo("nothing to do: no damage found" if not finished
+                   else "the interrupted repair was finished; nothing else to do")
+
+
+__all__ = ["command"]
