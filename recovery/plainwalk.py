@@ -6,8 +6,8 @@ IPv4 or IPv6 born and store hosts, any body, topic or properties length).
 A record that is not plainly valid is not refused here: it is left to
 :func:`recovery.check.check_record`, which decides. Only what the plain test cannot
 decide goes there, per record, never for a whole run: a record of SCHEDULE_TOPIC_XXXX
-(its DELAY property must be parsed), a 5.x record whose properties name an ``INNER_``
-property (an inner batch), a negative BODYLENGTH, and real damage.
+(its DELAY property must be parsed), a 5.x inner batch whose INNER_NUM or INNER_BASE
+the broker refuses, a negative BODYLENGTH, and real damage.
 tests/test_plainwalk.py asserts that on every benchmark shape every record the slow path
 accepts is plainly valid, so a shape that would fall to the slow path fails in CI.
 """
@@ -20,6 +20,7 @@ import numpy as np
 
 from ..formats import commitlog as cl
 from ..formats.crc import crc32_raw
+from ..formats.properties import decode_utf8, parse_properties, parse_properties_legacy
 from . import check as ck
 from .scan import ByteViews
 from .versions import BrokerProfile
@@ -87,14 +88,17 @@ def plain_records(buf: Any, v: ByteViews, s: np.ndarray, tot: np.ndarray, profil
         tb = _at(v.u1, (tpos[idx] + tlw[idx])[:, None] + np.arange(len(_SCHED)))
         ok[idx[(tb == _SCHED).all(axis=1)]] = False
     if profile.is_5x and len(s):
-        _mark_inner(buf, s, tot, ppos + 2, np.where(ok, pl, 0), ok)
+        _mark_inner(buf, s, tot, ppos + 2, np.where(ok, pl, 0), ok, profile)
     return Plain(ok, s + body_at, np.where(ok, bl, 0), magic_crc & 0xFFFFFFFF)
 
 
-def _mark_inner(buf: Any, s: np.ndarray, tot: np.ndarray, pstart: np.ndarray, pl: np.ndarray, ok: np.ndarray) -> None:
-    """Clear ``ok`` of the records whose properties hold ``INNER_`` (a 5.x inner batch:
-    the broker parses INNER_NUM and INNER_BASE). One ``find`` over the whole range finds
-    the candidates; at most two finds per record even when bodies are full of the text."""
+def _mark_inner(buf: Any, s: np.ndarray, tot: np.ndarray, pstart: np.ndarray, pl: np.ndarray, ok: np.ndarray,
+                profile: BrokerProfile) -> None:
+    """Clear ``ok`` of the records whose properties name ``INNER_`` properties (a 5.x
+    inner batch) that the broker's ``setBatchSizeIfNeeded`` refuses: only those
+    properties are parsed, with the same parser and rule as ``check_record``. One
+    ``find`` over the whole range finds the candidates; at most two finds per record
+    even when bodies are full of the text."""
     lo = int(s[0])
     hi = int(s[-1] + tot[-1])
     find = buf.find
@@ -106,10 +110,16 @@ def _mark_inner(buf: Any, s: np.ndarray, tot: np.ndarray, pstart: np.ndarray, pl
         if p < a:  # in the record's body or topic: go on from its properties
             p = find(_INNER, a, hi) if a < hi else -1
             continue
-        if p + len(_INNER) <= b:
+        if p + len(_INNER) <= b and not _inner_ok(buf, a, b, profile):
             ok[k] = False
         nxt = int(s[k] + tot[k])
         p = find(_INNER, max(nxt, p + 1), hi) if max(nxt, p + 1) < hi else -1
+
+
+def _inner_ok(buf: Any, a: int, b: int, profile: BrokerProfile) -> bool:
+    text = decode_utf8(buf[a:b])
+    props = parse_properties(text) if profile.new_properties_parser else parse_properties_legacy(text)
+    return ck.inner_batch_ok(props)
 
 
 def crc_failures(mv: memoryview, pl: Plain, a: int, b: int) -> int:
