@@ -133,3 +133,28 @@ def test_plain_test_leaves_refused_inner_batches_and_delays_to_check_record(tmp_
     assert crc_failures(memoryview(buf), pl, 3, 5) == 3
     # 4.x: INNER_ properties mean nothing to the broker
     assert plain_records(buf, byte_views(buf), s, tot, BrokerProfile.for_version("4.9.4")).ok.tolist() == [True, True, False, True, True]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_reput_fast_decoder_takes_every_record_and_dispatches_as_check_record(shape_stores, name: str, monkeypatch) -> None:
+    """The reput (rebuild-index, recover's dispatch): the fast decoder's columns equal the
+    one-record-at-a-time dispatch through check_record, and it asks check_record about
+    nothing but the stop of each file (IPv6 hosts, V2 records and inner batches used to
+    go to check_record one by one)."""
+    from rmqtool.recovery import reput as rp
+
+    root, profile = shape_stores[name]
+    store = Store.open(root)
+    slow = rp.DispatchColumns.concat(list(rp.iter_dispatch(store, profile, fast=False)))
+    calls: list[int] = []
+    real = ck.check_record
+
+    def counted(buf, pos, *a, **k):  # type: ignore[no-untyped-def]
+        calls.append(pos)
+        return real(buf, pos, *a, **k)
+
+    monkeypatch.setattr(rp.ck, "check_record", counted)
+    fast = rp.DispatchColumns.concat(list(rp.iter_dispatch(store, profile, fast=True)))
+    monkeypatch.undo()
+    assert list(fast.requests()) == list(slow.requests())
+    assert len(calls) <= len(store.commitlog), f"{name}: check_record called {len(calls)} times"
