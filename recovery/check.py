@@ -163,11 +163,17 @@ def check_record(
             return Checked(-1, False, PROP_CRC, rec, props, field="properties.__CRC32#")
     if rec.total_size != rec.computed_size:
         return Checked(rec.total_size, False, SIZE_MISMATCH, rec, props, tags_code, keys, uniq, field="total_size")
-    if profile.is_5x and props is not None and INNER_NUM in props and INNER_BASE in props:
-        # setBatchSizeIfNeeded: Long.parseLong(INNER_BASE), Short.parseShort(INNER_NUM)
-        if java_parse_short(props[INNER_NUM]) is None or not _java_long(props[INNER_BASE]):
-            return Checked(-1, False, INNER_BATCH, rec, props, field="properties.INNER_NUM")
+    if profile.is_5x and props is not None and not inner_batch_ok(props):
+        return Checked(-1, False, INNER_BATCH, rec, props, field="properties.INNER_NUM")
     return Checked(rec.total_size, True, OK, rec, props, tags_code, keys, uniq)
+
+
+def inner_batch_ok(props: dict[str, str]) -> bool:
+    """5.x ``setBatchSizeIfNeeded``: with both INNER_NUM and INNER_BASE present,
+    ``Short.parseShort(INNER_NUM)`` and ``Long.parseLong(INNER_BASE)`` must succeed."""
+    if INNER_NUM not in props or INNER_BASE not in props:
+        return True
+    return java_parse_short(props[INNER_NUM]) is not None and _java_long(props[INNER_BASE])
 
 
 def _java_long(text: str) -> bool:
@@ -273,7 +279,7 @@ def fast_walk(
                             if pl <= total and (pl <= 0 or p + pl <= end):
                                 if fixed + max(body_len, 0) + tl + max(pl, 0) == total:
                                     ok = not (tl == 19 and mv[tstart : tstart + 19] == sched)
-                                    if ok and is5 and pl > 0 and b"INNER_" in mv[p : p + pl]:
+                                    if ok and is5 and pl > 0 and b"INNER_" in mv[p : p + pl].tobytes():
                                         ok = False
             if ok:
                 if starts is not None:

@@ -66,13 +66,13 @@ import numpy as np
 
 from ..formats import commitlog as cl
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_checkpoint
-from ..formats.crc import crc32_raw
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
-from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
+from .scan import ByteViews as _Views, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
+from .plainwalk import crc_failures, plain_records
 from .indexkeep import NO_END as _NO_END, IndexCheck, check_index_file
 from .reput import SIZE_ACCOUNTING
 from .store import Store, StoreFile
@@ -474,58 +474,8 @@ class _SpanResult(NamedTuple):
     last_start: int = -1  # start of the last valid record walked (-1: none)
 
 
-_SCHED = np.frombuffer(ck.SCHEDULE_TOPIC.encode(), dtype=np.uint8)
-
-
 _WALK_BATCH = 1 << 13  # records checked per numpy pass: their header lines stay in cache between the gathers
-
-
-def _plain_valid(buf: Any, mv: memoryview, v: _Views, s: np.ndarray, tot: np.ndarray, profile: BrokerProfile,
-                 check_crc: bool) -> int:
-    """How many leading records of ``s`` (a chain of starts whose TOTALSIZEs ``tot`` fit
-    the buffer) are plainly valid: V1, IPv4 hosts, lengths that add up to TOTALSIZE, not a
-    record whose DELAY must be parsed, not a 5.x inner batch, and (with ``check_crc``) a
-    body CRC that matches. The first record that is not is left to ``check_record``
-    (every record, under forceVerifyPropCRC: the whole-record ``__CRC32#`` check)."""
-    if check_crc and profile.verify_prop_crc:
-        return 0
-    magic_crc = _at(v.i8, s + 4)  # MAGICCODE and BODYCRC in one gather
-    magic = magic_crc >> 32
-    sf = _at(v.i4, s + 36)
-    ok = (magic == cl.MAGIC_V1) & ((sf & 0x30) == 0) & (tot >= 91)
-    bl = _at(v.i4, s + 84).astype(np.int64)
-    ok &= (bl >= 0) & (bl <= tot - 91)
-    bl = np.where(ok, bl, 0)
-    tpos = s + 88 + bl
-    tl = _at(v.i1, tpos).astype(np.int64)
-    ok &= (tl >= 0) & (88 + bl + 1 + tl + 2 <= tot)
-    tl = np.where(ok, tl, 0)
-    ppos = tpos + 1 + tl
-    pl = _at(v.i2, ppos).astype(np.int64)
-    ok &= 91 + bl + tl + np.maximum(pl, 0) == tot
-    sched = ok & (tl == 19)
-    if sched.any():
-        idx = np.flatnonzero(sched)
-        tb = _at(v.u1, (tpos[idx] + 1)[:, None] + np.arange(19))
-        ok[idx[(tb == _SCHED).all(axis=1)]] = False
-    n = len(s)
-    bad = np.flatnonzero(~ok)
-    d = int(bad[0]) if len(bad) else n
-    if profile.is_5x and d:
-        for j in range(d):
-            p0 = int(ppos[j]) + 2
-            if pl[j] > 0 and b"INNER_" in mv[p0 : p0 + int(pl[j])]:
-                d = j
-                break
-    if check_crc and d:
-        b0 = s[:d] + 88
-        crcs = np.fromiter(map(crc32_raw, map(mv.__getitem__, map(slice, b0.tolist(), (b0 + bl[:d]).tolist()))),
-                           dtype=np.int64, count=d) & 0x7FFFFFFF
-        stored = magic_crc[:d] & 0xFFFFFFFF
-        bad = np.flatnonzero((crcs != stored) & (bl[:d] != 0))
-        if len(bad):
-            d = int(bad[0])
-    return d
+_WALK_BATCH_BYTES = 64 << 20  # and at most about this many bytes (bounds the CRCs computed past a stop)
 
 
 def _walk_span(
@@ -548,23 +498,34 @@ def _walk_span(
         chain = np.append(np.asarray(starts, dtype=np.int64), p)
         tots = np.diff(chain)
         j = 0
-        q = -1
         while j < n:
-            chunk = chain[j : min(j + _WALK_BATCH, n)]
-            d = _plain_valid(buf, mv, arr, chunk, tots[j : j + len(chunk)], profile, check_crc)
-            count += d
-            if d:
-                last = int(chunk[d - 1])
-            if d == len(chunk):
-                j += d
-                continue
-            q = int(chunk[d])
-            c = ck.check_record(buf, q, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level)
-            if not c.is_message:
-                return count, q, c, last
-            count += 1  # (a valid record's size is its TOTALSIZE: the chain goes on)
-            last = q
-            j += d + 1
+            k = min(j + _WALK_BATCH, n)
+            if chain[k] - chain[j] > _WALK_BATCH_BYTES:
+                k = max(j + 1, int(np.searchsorted(chain, chain[j] + _WALK_BATCH_BYTES, side="right")) - 1)
+            chunk = chain[j:k]
+            pl = plain_records(buf, arr, chunk, tots[j:k], profile)
+            if check_crc and profile.verify_prop_crc:
+                pl.ok[:] = False  # forceVerifyPropCRC: every record gets the whole-record __CRC32# check
+            slow = np.flatnonzero(~pl.ok).tolist()
+            slow.append(len(chunk))
+            i = 0
+            for b in slow:
+                # [i, b) are plainly valid: the broker accepts them while their body CRCs
+                # match; the record at b (or a CRC failure before it) goes to check_record
+                d = crc_failures(mv, pl, i, b) if check_crc else b
+                count += d - i
+                if d > i:
+                    last = int(chunk[d - 1])
+                if d == len(chunk):
+                    break
+                q = int(chunk[d])
+                c = ck.check_record(buf, q, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level)
+                if not c.is_message:  # (always so after a CRC failure)
+                    return count, q, c, last
+                count += 1  # (a valid record's size is its TOTALSIZE: the chain goes on)
+                last = q
+                i = d + 1
+            j = k
         if p >= limit:
             return count, p, None, last
         if capped:

@@ -47,7 +47,7 @@ from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT
 from ..formats.javahash import tags_code as _tags_code
 from ..formats.names import index_file_name, offset_to_file_name
-from ..formats.properties import JAVA_REPLACE
+from ..formats.properties import INNER_BASE, INNER_NUM, JAVA_REPLACE
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
 from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList, take_names, write_zeros
@@ -399,6 +399,10 @@ def _field_offsets() -> dict[str, int]:
 _OFF = _field_offsets()
 _HDR_SIZE = _OFF["_end"]  # 88: the header up to and including BODYLENGTH
 _FIXED_V1_V4 = cl.cal_msg_length(False, 0, 0, 0, 0)  # 91: everything but body, topic, properties
+# per host layout ((SYSFLAG & 0x30) >> 4): STORETIMESTAMP, BODYLENGTH and the body move with the hosts
+_AT_HOSTS = {k: np.array([o[k] for o in cl.HEADER_OFFSETS], dtype=np.int64) for k in ("store_timestamp", "body_length", "body")}
+_FIXED_HOSTS = np.array([cl.cal_msg_length(False, h, 0, 0, 0) for h in (0x00, 0x10, 0x20, 0x30)], dtype=np.int64)
+_HDR_MAX = int(_AT_HOSTS["body"].max())  # 112: the longest header (IPv6 born and store hosts)
 _MAX_RUN = 1 << 14  # records decoded per numpy run (bounds temporary memory)
 _POW31 = np.ones(1, dtype=np.uint32)
 
@@ -472,7 +476,7 @@ class _FastDecoder:
             self._seps.append((name, len(sep), words))
 
     @staticmethod
-    def hinted_boundaries(buf: Any, views: ByteViews, hints: np.ndarray, start: int, end: int) -> list[int] | np.ndarray:
+    def hinted_boundaries(buf: Any, views: ByteViews, hints: np.ndarray, start: int, end: int, v2: bool = False) -> list[int] | np.ndarray:
         """:meth:`boundaries` with ``hints`` (sorted file positions the consume queues point
         at): runs of hints chained by their TOTALSIZEs are taken at once
         (:func:`recovery.scan.chase_starts`), the V1 magic checked with numpy; the same
@@ -480,17 +484,21 @@ class _FastDecoder:
         starts, _p, _capped = chase_starts(buf, views, start, end - 7, end, hints)
         s = np.asarray(starts, dtype=np.int64)[:_MAX_RUN]
         if len(s):
-            bad = views.i4[s + 4] != cl.MAGIC_V1
+            m = views.i4[s + 4]
+            bad = m != cl.MAGIC_V1
+            if v2:
+                bad &= m != cl.MAGIC_V2
             if bad.any():
                 s = s[: int(np.argmax(bad))]
         return s
 
     @staticmethod
-    def boundaries(buf: Any, start: int, end: int) -> list[int]:
-        """Positions of consecutive V1 records from ``start`` trusting TOTALSIZE; stops at
-        anything else (that spot is then checked by ``check_record``)."""
+    def boundaries(buf: Any, start: int, end: int, v2: bool = False) -> list[int]:
+        """Positions of consecutive V1 (and with ``v2`` V2) records from ``start`` trusting
+        TOTALSIZE; stops at anything else (that spot is then checked by ``check_record``)."""
         unpack = cl.PREFIX.unpack_from
         v1 = cl.MAGIC_V1
+        m2 = cl.MAGIC_V2 if v2 else v1
         out: list[int] = []
         app = out.append
         pos = start
@@ -498,7 +506,7 @@ class _FastDecoder:
         n = 0
         while pos <= lim and n < _MAX_RUN:
             total, magic = unpack(buf, pos)
-            if magic != v1 or total <= 0:
+            if (magic != v1 and magic != m2) or total <= 0:
                 break
             nxt = pos + total
             if nxt > end:
@@ -516,32 +524,38 @@ class _FastDecoder:
         n = len(starts)
         P = starts.astype(np.int64) if isinstance(starts, np.ndarray) else np.fromiter(starts, dtype=np.int64, count=n)
         lim = W.limit
-        # every header read is at most P + 88 + 8; records that close to the end of the
-        # buffer are left to check_record
-        sure = (P + _HDR_SIZE + 8 <= lim) & (P + _HDR_SIZE <= end)
-        Pc = np.minimum(P, max(lim - _HDR_SIZE - 8, 0))
+        # every header read is at most P + 112 + 8 (IPv6 hosts); records that close to the
+        # end of the buffer are left to check_record
+        Pc = np.minimum(P, max(lim - _HDR_MAX - 8, 0))
         O = _OFF
         total = _i32(W.u64(Pc + O["total_size"]))
         queue_id = _i32(W.u64(Pc + O["queue_id"]))
         queue_offset = _i64(W.u64(Pc + O["queue_offset"]))
         phys = _i64(W.u64(Pc + O["physical_offset"]))
         sys_flag = _i32(W.u64(Pc + O["sys_flag"]))
-        store_ts = _i64(W.u64(Pc + O["store_timestamp"]))
-        body_len = _i32(W.u64(Pc + O["body_length"]))
-        sure &= (sys_flag & 0x30) == 0
-        p1 = P + _HDR_SIZE + np.maximum(body_len, 0)  # TOPICLENGTH
-        sure &= (p1 + 1 <= end) & (p1 <= lim)
-        tl = _i8(W.u64(np.minimum(p1, lim)))
+        hosts = (sys_flag >> 4) & 3
+        body_at = _AT_HOSTS["body"][hosts]
+        sure = (Pc == P) & (P + body_at <= end)
+        store_ts = _i64(W.u64(Pc + _AT_HOSTS["store_timestamp"][hosts]))
+        body_len = _i32(W.u64(Pc + _AT_HOSTS["body_length"][hosts]))
+        if self.profile.accepts_v2:
+            v2 = (_i32(W.u64(Pc + O["magic"])) == cl.MAGIC_V2).astype(np.int64)
+        else:
+            v2 = np.zeros(n, dtype=np.int64)
+        p1 = P + body_at + np.maximum(body_len, 0)  # TOPICLENGTH
+        sure &= (p1 + 1 + v2 <= end) & (p1 <= lim)
+        tw = W.u64(np.minimum(p1, lim))
+        tl = np.where(v2 == 1, _i16(tw), _i8(tw))
         sure &= tl >= 0
-        p2 = p1 + 1 + tl  # PROPERTIESLENGTH
+        p2 = p1 + 1 + v2 + tl  # PROPERTIESLENGTH
         sure &= (p2 + 2 <= end) & (p2 <= lim)
         pl = _i16(W.u64(np.clip(p2, 0, lim)))
-        sure &= _FIXED_V1_V4 + np.maximum(body_len, 0) + tl + np.maximum(pl, 0) == total
+        sure &= _FIXED_HOSTS[hosts] + v2 + np.maximum(body_len, 0) + tl + np.maximum(pl, 0) == total
         # where the fields are not sure, keep the slices empty (check_record decides)
         tl = np.where(sure, tl, 0)
         pl = np.where(sure, np.maximum(pl, 0), 0)
         p_a = np.where(sure, p2 + 2, 0)
-        t_a = p1 + 1
+        t_a = p1 + 1 + v2
 
         topics = self._topics(buf, W, t_a, tl, n)
         tags_code = np.zeros(n, dtype=np.int64)
@@ -658,9 +672,15 @@ class _FastDecoder:
                 # a value holding 0x01: the split parser rejects it (or trims a trailing one)
                 bad = np.searchsorted(ones, vb, side="left") - np.searchsorted(ones, va, side="left") > 0
                 odd.extend(rec[bad].tolist())
-        for nm in (b"INNER_NUM", b"INNER_BASE"):
-            if nm in found:
-                odd.extend(found[nm][0].tolist())
+        if b"INNER_NUM" in found and b"INNER_BASE" in found:
+            # 5.x setBatchSizeIfNeeded: a record with both must parse them (check_record's rule)
+            num = dict(zip(found[b"INNER_NUM"][0].tolist(), zip(found[b"INNER_NUM"][1].tolist(), found[b"INNER_NUM"][2].tolist())))
+            for r, a, b in zip(*(x.tolist() for x in found[b"INNER_BASE"])):
+                if r in num:
+                    na, nb = num[r]
+                    if not ck.inner_batch_ok({INNER_NUM: joined[na:nb].decode("utf-8", JAVA_REPLACE),
+                                              INNER_BASE: joined[a:b].decode("utf-8", JAVA_REPLACE)}):
+                        odd.append(r)
         if b"TAGS" in found and self.want_tags:
             rec, va, vb = found[b"TAGS"]
             h, _units, nonascii = _hash_spans(J, va, vb, JW)
@@ -994,9 +1014,9 @@ class _Walker:
             while read < size:
                 if fast is not None and words is not None and reput_from == f.base + cursor:
                     if hints is not None and views is not None:
-                        starts = fast.hinted_boundaries(buf, views, hints, cursor, end)
+                        starts = fast.hinted_boundaries(buf, views, hints, cursor, end, profile.accepts_v2)
                     else:
-                        starts = fast.boundaries(buf, cursor, end)
+                        starts = fast.boundaries(buf, cursor, end, profile.accepts_v2)
                     if len(starts):
                         if rows:
                             yield DispatchColumns.from_rows(row_pos, rows)
