@@ -357,7 +357,10 @@ def verify_outlook(report: dict[str, Any]) -> dict[str, Any]:
     rec = (report.get("summary") or {}).get("recovery") or {}
     mode = rec.get("mode")
     side = rec.get(mode) or {} if mode else {}
-    return {"mode": mode, "stop_offset": side.get("stop_offset"), "loads": rec.get("loads"),
+    stop = side.get("stop_offset")
+    if not side and rec.get("commitlog_min_offset") == -1:
+        stop = rec.get("data_end")  # no commitlog file: no walk, the outlook is the empty end (0)
+    return {"mode": mode, "stop_offset": stop, "loads": rec.get("loads"),
             "load_blockers": rec.get("load_blockers")}
 
 
