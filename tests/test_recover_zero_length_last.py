@@ -44,3 +44,14 @@ def test_recover_still_refuses_a_zero_length_commitlog_file_before_5_1_3(tmp_pat
     rc = run(["recover", str(store), "--broker-version", "5.1.2", "-q", "-j", "1", "--backup-dir", str(tmp_path / "bk")])
     assert rc == 4
     assert (store / rel).exists()
+
+
+def test_verify_calls_a_zero_length_last_file_with_queued_messages_an_error(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """5.1.3+ deletes the file, and the messages the consume queues held in it are lost: status 4."""
+    store, rel = _store(tmp_path)
+    rc = run(["verify", str(store), "--broker-version", "5.3.3", "--format", "jsonl", "-q"])
+    findings = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
+    assert rc == 4
+    lost = [f for f in findings if f["code"] == "FILE_ZERO_LENGTH_LOST"]
+    assert [(f["file"], f["severity"], f["physical_offset"]) for f in lost] == [(rel, "error", int(rel.split("/")[1]))]
+    assert not any(f["code"] == "FILE_ZERO_LENGTH_LAST" for f in findings)
