@@ -912,6 +912,26 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
         res.skipped["rebuild"] = res.skipped["reopen"] = "recover did not repair"
         return False
     res.results["recover"] = recovered_checks(c.rec, res.version, c.config, view, superset_keys=not c.undamaged_clean)
+    # the forced modes: --abnormal on the store without its abort file does what the broker
+    # did with one, --normal on the store with an abort file what it did without
+    forced = c.work / "forced" / "store"
+    shutil.copytree(c.store, forced)
+    if view_mode(view) == "abnormal" and (forced / "abort").exists():
+        (forced / "abort").unlink()
+        flag = "--abnormal"
+    elif view_mode(view) == "normal" and not (forced / "abort").exists():
+        (forced / "abort").write_bytes(b"")
+        flag = "--normal"
+    else:
+        flag = ""
+    if flag:
+        frc, fmsg = run_recover(forced, res.version, c.config, [flag])
+        if frc not in (0, 1):
+            res.results["recover"].append(f"recover {flag}: status {frc}: {fmsg}")
+        else:
+            res.results["recover"] += [f"recover {flag}: {b}" for b in
+                                       recovered_checks(forced, res.version, c.config, view, superset_keys=not c.undamaged_clean)]
+    shutil.rmtree(c.work / "forced", ignore_errors=True)
     if "rebuild" in checks and any(d.startswith(("bitflip", "zero_tail", "truncate")) for d in res.damage_done):
         # the broker's consume queues were dispatched from the bytes before the damage (a
         # normal start does not dispatch again), rebuild-index's from the damaged bytes
