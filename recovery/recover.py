@@ -910,8 +910,14 @@ def plan_recovery(
     problems: list[Problem] = []
     notes: list[str] = []
     last_cq = {_rel(store, files[-1].path) for files in store.consume_queues.values() if files}
+    last_cl = _rel(store, store.commitlog[-1].path) if store.commitlog else None
+    zero_last_cl: list[RemovedFile] = []
     for issue in store.issues:
-        if issue.severity == "error" and issue.path.startswith("commitlog"):
+        if (issue.code == "ZERO_LENGTH_FILE" and issue.path == last_cl and profile.version >= (5, 1, 3)
+                and len(store.commitlog) > 1):
+            # 5.1.3+ MappedFileQueue.load deletes a zero-length last file and loads the rest
+            zero_last_cl.append(RemovedFile(issue.path, 0, "zero-length last file (5.1.3+ deletes it at load)"))
+        elif issue.severity == "error" and issue.path.startswith("commitlog"):
             problems.append(Problem(LAYOUT, issue.path, None, issue.message))
         elif issue.path.startswith("consumequeue/") and (
                 issue.code == "WRONG_FILE_SIZE"
@@ -1060,6 +1066,7 @@ def plan_recovery(
                         found = _salvage_positions(mf.buf, 0, min(mf.size, F), f.base, profile)
                     msgs, intact = len(found), sum(1 for x in found if x[2])
                 plan.removed_files.append(RemovedFile(f"commitlog/{f.name}", f.size, "starts after the end offset", msgs, intact))
+    plan.removed_files[:0] = zero_last_cl
     plan.messages_cut = sum(c.messages for c in plan.cuts) + sum(r.messages for r in plan.removed_files)
     plan.intact_cut = sum(c.intact for c in plan.cuts) + sum(r.intact for r in plan.removed_files)
     # -- 4a. the next normal start: its last three files move back when files are removed

@@ -80,6 +80,7 @@ CODES: dict[str, tuple[str, str]] = {
     "FILE_MISNAMED": (WARNING, "an offset-named file whose name is not 20 digits"),
     "FILE_ZERO_LENGTH": (ERROR, "a zero-length commitlog, consume queue or index file: the broker fails to load the store, and its range holds no data"),
     "FILE_ZERO_LENGTH_LAST": (WARNING, "a zero-length last file of its directory, which 5.1.3 and later delete at load"),
+    "FILE_ZERO_LENGTH_LOST": (ERROR, "a zero-length last commitlog file that consume queue units point into: 5.1.3 and later delete it at load and cut those units, so their messages are lost"),
     "FILE_WRONG_SIZE": (ERROR, "a file whose length is not the mapped file size (a truncated or extended file): the broker fails to load the store"),
     "FILE_GAP": (ERROR, "a missing range between two files of a directory (a missing file)"),
     "FILE_OVERLAP": (ERROR, "two files of a directory whose ranges overlap"),
@@ -1948,6 +1949,19 @@ _REASON_TEXT = {
 }
 
 
+def _zero_length_lost(f: Finding, store: Store, max_phy_cq: int) -> Finding:
+    """A zero-length last commitlog file is harmless to 5.1.3+ unless the consume queues
+    point into it: then its messages are gone (found by the broker oracle, tests/oracle)."""
+    if f.code != "FILE_ZERO_LENGTH_LAST" or not (f.file or "").startswith("commitlog/"):
+        return f
+    base = store.commitlog[-1].base if store.commitlog else None
+    if base is None or max_phy_cq < base:
+        return f
+    return finding("FILE_ZERO_LENGTH_LOST", f.file, None, base,
+                   f"zero-length last commitlog file; consume queue units point up to offset {max_phy_cq} in it: "
+                   "the broker deletes it at load and cuts them, their messages are lost", **f.details)
+
+
 def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding], list[str]]:
     """Store.issues as findings; also the files that make the broker refuse to load."""
     last = {_rel(store, store.commitlog[-1].path)} if store.commitlog else set()
@@ -3014,6 +3028,7 @@ def verify_store(
                                  meanwhile=meanwhile, hints=queue_hint_runs(store))
     queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
     outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
+    layout = [_zero_length_lost(f, store, max_phy_cq) for f in layout]
     spans = _Spans(_commitlog_spans(store, scans, recs))
     broker = _Broker(store, profile, outlook)
     # the consume queue cross-check is the longest of the checks below and spends its time

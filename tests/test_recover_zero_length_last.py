@@ -1,0 +1,57 @@
+"""recover on a store whose last commitlog file has zero length: 5.1.3 and later delete such
+a file when they load the commitlog (MappedFileQueue.load) and recover the rest; older
+releases refuse to load. Found by the broker oracle (bench/oracle_soak.py seed 156, 5.5.1,
+whose store lost its last file's bytes: tests/oracle/diffcase.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from conftest import copy_store
+
+from rmqtool.cli import run
+
+
+def _store(tmp_path: Path) -> tuple[Path, str]:
+    store = copy_store("many_files", tmp_path)
+    last = sorted((store / "commitlog").iterdir())[-1]
+    os.truncate(last, 0)
+    return store, f"commitlog/{last.name}"
+
+
+def test_recover_removes_a_zero_length_last_commitlog_file_from_5_1_3(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    store, rel = _store(tmp_path)
+    rc = run(["recover", str(store), "--broker-version", "5.3.3", "-q", "-j", "1", "--format", "json",
+              "--backup-dir", str(tmp_path / "bk")])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert out["plan"]["summary"]["commitlog_files_removed"] == [rel]
+    assert out["plan"]["problems"] == [] and out["plan"]["removed_files"][0]["reason"].startswith("zero-length last file")
+    assert not (store / rel).exists()
+    assert (tmp_path / "bk").is_dir()
+    # the consume queue units that pointed into the lost file are cut, as the broker cuts them
+    rc = run(["recover", str(store), "--broker-version", "5.3.3", "-q", "-j", "1", "--backup-dir", str(tmp_path / "bk2")])
+    assert rc == 0
+    # and restore puts the zero-length file back
+    assert run(["restore", str(tmp_path / "bk"), str(store)]) in (0, 1)
+    assert (store / rel).exists() and (store / rel).stat().st_size == 0
+
+
+def test_recover_still_refuses_a_zero_length_commitlog_file_before_5_1_3(tmp_path: Path) -> None:
+    store, rel = _store(tmp_path)
+    rc = run(["recover", str(store), "--broker-version", "5.1.2", "-q", "-j", "1", "--backup-dir", str(tmp_path / "bk")])
+    assert rc == 4
+    assert (store / rel).exists()
+
+
+def test_verify_calls_a_zero_length_last_file_with_queued_messages_an_error(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """5.1.3+ deletes the file, and the messages the consume queues held in it are lost: status 4."""
+    store, rel = _store(tmp_path)
+    rc = run(["verify", str(store), "--broker-version", "5.3.3", "--format", "jsonl", "-q"])
+    findings = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
+    assert rc == 4
+    lost = [f for f in findings if f["code"] == "FILE_ZERO_LENGTH_LOST"]
+    assert [(f["file"], f["severity"], f["physical_offset"]) for f in lost] == [(rel, "error", int(rel.split("/")[1]))]
+    assert not any(f["code"] == "FILE_ZERO_LENGTH_LAST" for f in findings)
