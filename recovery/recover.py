@@ -485,10 +485,12 @@ def _plain_valid(buf: Any, mv: memoryview, v: _Views, s: np.ndarray, tot: np.nda
     """How many leading records of ``s`` (a chain of starts whose TOTALSIZEs ``tot`` fit
     the buffer) are plainly valid: V1, IPv4 hosts, lengths that add up to TOTALSIZE, not a
     record whose DELAY must be parsed, not a 5.x inner batch, and (with ``check_crc``) a
-    body CRC that matches. The first record that is not is left to ``check_record``
-    (every record, under forceVerifyPropCRC: the whole-record ``__CRC32#`` check)."""
-    if check_crc and profile.verify_prop_crc:
-        return 0
+    body CRC that matches. The first record that is not is left to ``check_record``.
+    Under forceVerifyPropCRC (5.2.0+) the body CRC is not checked but the whole-record
+    ``__CRC32#`` one is (:func:`_prop_crc_plain`)."""
+    prop_mode = check_crc and profile.verify_prop_crc
+    if prop_mode:
+        check_crc = False
     magic_crc = _at(v.i8, s + 4)  # MAGICCODE and BODYCRC in one gather
     magic = magic_crc >> 32
     sf = _at(v.i4, s + 36)
@@ -517,12 +519,49 @@ def _plain_valid(buf: Any, mv: memoryview, v: _Views, s: np.ndarray, tot: np.nda
             if pl[j] > 0 and b"INNER_" in mv[p0 : p0 + int(pl[j])]:
                 d = j
                 break
+    if prop_mode and d:
+        d = _prop_crc_plain(mv, v, s[:d], tot[:d], pl[:d], profile)
     if check_crc and d:
         b0 = s[:d] + 88
         crcs = np.fromiter(map(crc32_raw, map(mv.__getitem__, map(slice, b0.tolist(), (b0 + bl[:d]).tolist()))),
                            dtype=np.int64, count=d) & 0x7FFFFFFF
         stored = magic_crc[:d] & 0xFFFFFFFF
         bad = np.flatnonzero((crcs != stored) & (bl[:d] != 0))
+        if len(bad):
+            d = int(bad[0])
+    return d
+
+
+_CRC_TAG = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
+_POW10 = np.array([10 ** i for i in range(10)], dtype=np.int64)
+
+
+def _prop_crc_plain(mv: memoryview, v: _Views, s: np.ndarray, tot: np.ndarray, pl: np.ndarray,
+                    profile: BrokerProfile) -> int:
+    """How many leading records of ``s`` (plainly valid otherwise) pass the forced
+    whole-record check the plain way: the properties end with the ``__CRC32#`` entry the
+    broker appends (``\x02__CRC32#\x01`` + ten digits + ``\x02``, the last occurrence of
+    the key, so the one the broker's map holds), its digits read right to left as a Java
+    int are accepted (>= 0 on 5.3.2+, > 0 before) and equal crc32 of the record without
+    its last 20 bytes. Any other shape is left to ``check_record``."""
+    n = len(s)
+    tail = s + tot - cl.CRC32_RESERVED_LEN
+    ok = pl >= cl.CRC32_RESERVED_LEN
+    head = _at(v.u1, tail[:, None] + np.arange(9))
+    ok &= (head == _CRC_TAG).all(axis=1)
+    ok &= _at(v.u1, s + tot - 1) == 2
+    ok &= (pl == cl.CRC32_RESERVED_LEN) | (_at(v.u1, tail - 1) == 2)
+    digits = _at(v.u1, (tail + 9)[:, None] + np.arange(10)).astype(np.int64) - 48
+    ok &= ((digits >= 0) & (digits <= 9)).all(axis=1)
+    value = (digits * _POW10).sum(axis=1) & 0xFFFFFFFF
+    value = np.where(value >= 1 << 31, value - (1 << 32), value)  # Java int overflow
+    ok &= value >= 0 if profile.prop_crc_zero_accepted else value > 0
+    bad = np.flatnonzero(~ok)
+    d = int(bad[0]) if len(bad) else n
+    if d:
+        crcs = np.fromiter(map(crc32_raw, map(mv.__getitem__, map(slice, s[:d].tolist(), tail[:d].tolist()))),
+                           dtype=np.int64, count=d) & 0x7FFFFFFF
+        bad = np.flatnonzero(crcs != value[:d])
         if len(bad):
             d = int(bad[0])
     return d
