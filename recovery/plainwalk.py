@@ -51,6 +51,7 @@ class Plain(NamedTuple):
     body_pos: np.ndarray  # int64
     body_len: np.ndarray  # int64 (0 where not ok)
     body_crc: np.ndarray  # int64: the stored BODYCRC
+    props_len: np.ndarray  # int64: PROPERTIESLENGTH (0 where not ok)
 
 
 def plain_records(buf: Any, v: ByteViews, s: np.ndarray, tot: np.ndarray, profile: BrokerProfile) -> Plain:
@@ -89,7 +90,7 @@ def plain_records(buf: Any, v: ByteViews, s: np.ndarray, tot: np.ndarray, profil
         ok[idx[(tb == _SCHED).all(axis=1)]] = False
     if profile.is_5x and len(s):
         _mark_inner(buf, s, tot, ppos + 2, np.where(ok, pl, 0), ok, profile)
-    return Plain(ok, s + body_at, np.where(ok, bl, 0), magic_crc & 0xFFFFFFFF)
+    return Plain(ok, s + body_at, np.where(ok, bl, 0), magic_crc & 0xFFFFFFFF, np.where(ok, pl, 0))
 
 
 def _mark_inner(buf: Any, s: np.ndarray, tot: np.ndarray, pstart: np.ndarray, pl: np.ndarray, ok: np.ndarray,

@@ -66,12 +66,13 @@ import numpy as np
 
 from ..formats import commitlog as cl
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_checkpoint
+from ..formats.crc import crc32_raw
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
 from ..formats.names import index_file_name, offset_to_file_name
 from . import check as ck
-from .scan import ByteViews as _Views, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
+from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
 from .plainwalk import crc_failures, plain_records
 from .indexkeep import NO_END as _NO_END, IndexCheck, check_index_file
 from .reput import SIZE_ACCOUNTING
@@ -478,6 +479,41 @@ _WALK_BATCH = 1 << 13  # records checked per numpy pass: their header lines stay
 _WALK_BATCH_BYTES = 64 << 20  # and at most about this many bytes (bounds the CRCs computed past a stop)
 
 
+_CRC_TAG = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
+_POW10 = np.array([10 ** i for i in range(10)], dtype=np.int64)
+
+
+def _prop_crc_plain(mv: memoryview, v: _Views, s: np.ndarray, tot: np.ndarray, pl: np.ndarray,
+                    profile: BrokerProfile) -> int:
+    """How many leading records of ``s`` (plainly valid otherwise) pass the forced
+    whole-record check the plain way: the properties end with the ``__CRC32#`` entry the
+    broker appends (``\x02__CRC32#\x01`` + ten digits + ``\x02``, the last occurrence of
+    the key, so the one the broker's map holds), its digits read right to left as a Java
+    int are accepted (>= 0 on 5.3.2+, > 0 before) and equal crc32 of the record without
+    its last 20 bytes. Any other shape is left to ``check_record``."""
+    n = len(s)
+    tail = s + tot - cl.CRC32_RESERVED_LEN
+    ok = pl >= cl.CRC32_RESERVED_LEN
+    head = _at(v.u1, tail[:, None] + np.arange(9))
+    ok &= (head == _CRC_TAG).all(axis=1)
+    ok &= _at(v.u1, s + tot - 1) == 2
+    ok &= (pl == cl.CRC32_RESERVED_LEN) | (_at(v.u1, tail - 1) == 2)
+    digits = _at(v.u1, (tail + 9)[:, None] + np.arange(10)).astype(np.int64) - 48
+    ok &= ((digits >= 0) & (digits <= 9)).all(axis=1)
+    value = (digits * _POW10).sum(axis=1) & 0xFFFFFFFF
+    value = np.where(value >= 1 << 31, value - (1 << 32), value)  # Java int overflow
+    ok &= value >= 0 if profile.prop_crc_zero_accepted else value > 0
+    bad = np.flatnonzero(~ok)
+    d = int(bad[0]) if len(bad) else n
+    if d:
+        crcs = np.fromiter(map(crc32_raw, map(mv.__getitem__, map(slice, s[:d].tolist(), tail[:d].tolist()))),
+                           dtype=np.int64, count=d) & 0x7FFFFFFF
+        bad = np.flatnonzero(crcs != value[:d])
+        if len(bad):
+            d = int(bad[0])
+    return d
+
+
 def _walk_span(
     buf: Any, mv: memoryview, arr: _Views, start: int, limit: int, end: int,
     profile: BrokerProfile, check_crc: bool, max_delay_level: int | None, hints: np.ndarray | None = None,
@@ -491,6 +527,7 @@ def _walk_span(
     pos = start
     last = -1
     lim = min(limit, end - 7)
+    prop_mode = check_crc and profile.verify_prop_crc
     while True:
         starts, p, capped = _chase(mv, arr, pos, lim, end, hints)
         n = len(starts)
@@ -504,15 +541,16 @@ def _walk_span(
                 k = max(j + 1, int(np.searchsorted(chain, chain[j] + _WALK_BATCH_BYTES, side="right")) - 1)
             chunk = chain[j:k]
             pl = plain_records(buf, arr, chunk, tots[j:k], profile)
-            if check_crc and profile.verify_prop_crc:
-                pl.ok[:] = False  # forceVerifyPropCRC: every record gets the whole-record __CRC32# check
             slow = np.flatnonzero(~pl.ok).tolist()
             slow.append(len(chunk))
             i = 0
             for b in slow:
                 # [i, b) are plainly valid: the broker accepts them while their body CRCs
                 # match; the record at b (or a CRC failure before it) goes to check_record
-                d = crc_failures(mv, pl, i, b) if check_crc else b
+                if prop_mode:  # forceVerifyPropCRC: the whole-record __CRC32# check, not the body CRC
+                    d = i + _prop_crc_plain(mv, arr, chunk[i:b], tots[j + i : j + b], pl.props_len[i:b], profile)
+                else:
+                    d = crc_failures(mv, pl, i, b) if check_crc else b
                 count += d - i
                 if d > i:
                     last = int(chunk[d - 1])

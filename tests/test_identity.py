@@ -527,3 +527,87 @@ def test_recheck_reput_offset_from_cq_catches_up_on_5x(how: str, tmp_path: Path,
         assert code == 0 and cq_units(root, "LagT") == [unit_of(r) for r in recs[:4]], err
     else:
         assert code == 1 and cq_units(root, "LagT") == [unit_of(r) for r in recs], err
+
+
+def _tail_digits(raw: bytearray, digits: bytes) -> None:
+    raw[len(raw) - 11 : len(raw) - 1] = digits
+
+
+MUTATIONS = {
+    "flag": lambda raw: raw.__setitem__(slice(16, 20), struct.pack(">i", 9)),
+    "non_digit": lambda raw: raw.__setitem__(len(raw) - 11, ord("x")),
+    "zero_digits": lambda raw: _tail_digits(raw, b"0000000000"),
+    "overflow_digits": lambda raw: _tail_digits(raw, b"9999999999"),
+    "tag_damaged": lambda raw: raw.__setitem__(len(raw) - 20, ord("-")),
+    "end_separator_damaged": lambda raw: raw.__setitem__(len(raw) - 1, ord("!")),
+}
+
+
+@pytest.mark.parametrize("version", ["5.2.0", "5.3.3"])
+@pytest.mark.parametrize("mutation", [*MUTATIONS, "no_property", "earlier_duplicate_key", "intact"])
+def test_force_verify_fast_path_agrees_with_the_broker_check(version: str, mutation: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """recover's numpy fast path for forceVerifyPropCRC ends the walk exactly where the
+    broker's check (check_record, RECOVERY §2 step 9) does."""
+    from rmqtool.recovery import check as ck
+
+    specs: list[dict[str, Any]] = [dict(topic="CrcT", props=props({"KEYS": f"c{i}", "TAGS": "TagA"}, trailing=True),
+                                        crc32_prop=True) for i in range(10)]
+    if mutation == "no_property":
+        specs[5] = dict(topic="CrcT", props=props({"KEYS": "c5"}))
+    if mutation == "earlier_duplicate_key":  # the map keeps the last __CRC32#: the appended, right one
+        specs[5] = dict(topic="CrcT", props=props({"__CRC32#": "1234567890", "KEYS": "c5"}, trailing=True), crc32_prop=True)
+    root = tmp_path / "s"
+    recs = write_store(root, specs, abort=True)
+    if mutation in MUTATIONS:
+        r = recs[5]
+        path = root / "commitlog" / f"{r['offset'] // FS * FS:020d}"
+        data = bytearray(path.read_bytes())
+        raw = bytearray(r["raw"])
+        MUTATIONS[mutation](raw)
+        data[r["offset"] % FS : r["offset"] % FS + len(raw)] = raw
+        path.write_bytes(bytes(data))
+    # the broker's walk, one check_record per record
+    profile = BrokerProfile.for_version(version, force_verify_prop_crc=True)
+    expected = recs[-1]["offset"] + recs[-1]["size"]
+    for r in recs:
+        buf = (root / "commitlog" / f"{r['offset'] // FS * FS:020d}").read_bytes()
+        if not ck.check_record(buf, r["offset"] % FS, FS, profile).is_message:
+            expected = r["offset"]
+            break
+    code, out, _ = cli(capsys, "recover", root, "--dry-run", "--format", "json", "-q", *GEOM, "--broker-version", version,
+                       "--force-verify-prop-crc", "--jobs", "1")
+    assert json.loads(out)["plan"]["end_offset"] == expected
+    if mutation in ("intact", "earlier_duplicate_key"):
+        assert expected == recs[-1]["offset"] + recs[-1]["size"]
+    else:
+        assert expected == recs[5]["offset"]
+
+
+def test_force_verify_fast_path_takes_intact_records_at_once(tmp_path: Path) -> None:
+    """The plain path accepts intact __CRC32# records in one numpy pass (no check_record per
+    record): all of them, and stops at the first changed one."""
+    import numpy as np
+
+    from rmqtool.recovery import recover as rc
+    from rmqtool.recovery.plainwalk import plain_records
+    from rmqtool.recovery.scan import byte_views
+
+    root = tmp_path / "s"
+    recs = write_store(root, [dict(topic="CrcT", props=props({"KEYS": f"c{i}"}, trailing=True), crc32_prop=True)
+                              for i in range(12)])
+    buf = bytearray((root / "commitlog" / f"{0:020d}").read_bytes())
+    starts = np.array([r["offset"] for r in recs if r["offset"] < FS], dtype=np.int64)
+    tots = np.array([r["size"] for r in recs if r["offset"] < FS], dtype=np.int64)
+    profile = BrokerProfile.for_version("5.3.3", force_verify_prop_crc=True)
+
+    def plain_then_prop_crc(data: bytes) -> int:
+        mv = memoryview(data)
+        v = byte_views(mv)
+        pl = plain_records(data, v, starts, tots, profile)
+        assert pl.ok.all()  # the plain test passes them all; the __CRC32# check decides
+        return int(rc._prop_crc_plain(mv, v, starts, tots, pl.props_len, profile))
+
+    assert plain_then_prop_crc(bytes(buf)) == len(starts)
+    struct.pack_into(">i", buf, int(starts[4]) + 16, 9)
+    assert plain_then_prop_crc(bytes(buf)) == 4
