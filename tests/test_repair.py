@@ -395,6 +395,7 @@ def test_verify_recover_and_repair_count_the_same_intact_records(tmp_path: Path,
 def test_stray_file_goes_to_the_backup_and_an_empty_middle_file_is_filled(tmp_path: Path) -> None:
     root = _copy(tmp_path, "many_files")
     (root / "commitlog" / "notes.txt").write_bytes(b"not a commitlog file")
+    (root / "index" / "index.bak").write_bytes(b"misnamed")
     store = Store.open(root)
     middle = store.commitlog[2]
     os.truncate(middle.path, 0)
@@ -402,6 +403,8 @@ def test_stray_file_goes_to_the_backup_and_an_empty_middle_file_is_filled(tmp_pa
     assert _repair(root, "--backup-dir", str(tmp_path / "bk")) == 1
     assert not (root / "commitlog" / "notes.txt").exists()
     assert (tmp_path / "bk" / "files" / "commitlog" / "notes.txt").read_bytes() == b"not a commitlog file"
+    assert not (root / "index" / "index.bak").exists()
+    assert (tmp_path / "bk" / "files" / "index" / "index.bak").read_bytes() == b"misnamed"
     assert middle.path.stat().st_size == store.geometry.commitlog_file_size
     assert _verify_errors(root) == []
     _assert_kept(root, before)
