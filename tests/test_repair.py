@@ -419,3 +419,21 @@ def test_a_sound_store_is_left_as_it_is(tmp_path: Path, name: str) -> None:
     assert _repair(root, "--dry-run") == 0
     assert _repair(root) == 0
     assert tree_digest(root) == snap
+
+
+def test_filler_bytes_are_the_schema_s_bytes() -> None:
+    """recovery.filler packs its records with one struct (a hot path for a missing 1 GiB
+    file); the bytes are those MESSAGE_V1 builds from the same fields."""
+    t = filler.Tombstone("TopicX", 3, 42, 1000)
+    lay = filler.layout_region(1000, 1000 + 700, [t], at_file_end=False)
+    data = filler.render_region(lay, bytes(range(256)) * 3, store_ts=1795302151971, host=b"\x0a\x00\x00\x01", port=10911)
+    at = 0
+    for spec in lay.records:
+        rec = cl.parse_message(data[at : at + spec.size])
+        fields = {k: rec[k] for k in ("queue_id", "flag", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
+                                       "born_host", "store_timestamp", "store_host", "reconsume_times",
+                                       "prepared_transaction_offset", "body", "topic", "properties")}
+        assert cl.build_message(fields) == data[at : at + spec.size]
+        assert rec["physical_offset"] == spec.offset and rec["total_size"] == spec.size
+        at += spec.size
+    assert at == 700
