@@ -186,12 +186,15 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
     isize = recs.size[intact].astype(np.int64)
     files = sorted(store.commitlog, key=lambda f: f.base)
     regions: list[Region] = []
-    # files the broker fails to load on (a name that is not an offset): to the backup; a
-    # directory cannot be moved by the transaction: reported
-    stray = [i.path for i in store.issues if i.path.startswith("commitlog") and i.code == "MISNAMED_FILE"
-             and i.severity == "error" and (store.root / i.path).is_file()]
+    # stray and misnamed files the broker does not load (or fails to load on: a commitlog
+    # name that is not an offset): to the backup; a directory in commitlog/ (4.x fails to
+    # load it) cannot be moved by the transaction: reported
+    loaded = {f.path for f in store.commitlog} | {f.path for fs in store.consume_queues.values() for f in fs} \
+        | {f.path for f in store.index_files}
+    stray = [i.path for i in store.issues if i.code in ("MISNAMED_FILE", "STRAY_FILE")
+             and (store.root / i.path).is_file() and (store.root / i.path) not in loaded]
     problems: list[str] = [f"{i.path}: {i.message}; move it away by hand" for i in store.issues
-                      if i.path.startswith("commitlog") and i.code == "STRAY_FILE"]
+                      if i.path.startswith("commitlog") and i.code == "STRAY_FILE" and (store.root / i.path).is_dir()]
     last_idx = len(files) - 1
     idx_of = {f.path: k for k, f in enumerate(store.commitlog)}
     for k, f in enumerate(files):

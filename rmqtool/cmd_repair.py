@@ -8,6 +8,7 @@ repair is needed), 8 operational error.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
     open_store(**store_opts)  # not a store -> exit 8 before anything else
     if broker_holds_lock(root):
         raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
-    njobs = jobs or 1
+    njobs = jobs or (os.cpu_count() or 1)
     if dry_run:
         dry_run_preamble(root, backup_dir)
         store = open_store(**store_opts)
