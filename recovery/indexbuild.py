@@ -31,6 +31,7 @@ import numpy as np
 from ..formats.consumequeue import CQ_DTYPE
 from ..formats.indexfile import ENTRY_DTYPE, HEADER_DTYPE
 from ..formats.javahash import combine_hash, index_hash, index_hash_batch, java_hash, java_hash_units_batch
+from ..formats.names import topic_path_problem
 
 __all__ = [
     "DispatchRequest",
@@ -521,6 +522,9 @@ class ConsumeQueueSet:
         for key, v in (existing or {}).items():
             self.writers[key] = v if isinstance(v, ConsumeQueueWriter) else ConsumeQueueWriter(file_size, v)
         self.logics_msg_timestamp: int | None = None  # ckpt.logicsMsgTimestamp (in memory)
+        # topics that cannot be a path (a NUL byte, a slash, ...): never dispatched, so no
+        # queue directory is ever made of them; topic -> units skipped
+        self.bad_topics: dict[str, int] = {}
 
     def writer(self, topic: str, queue_id: int) -> ConsumeQueueWriter:
         w = self.writers.get((topic, queue_id))
@@ -580,6 +584,15 @@ class ConsumeQueueSet:
         tnames, tid = _ids(topics)
         if sel_idx is not None:
             off, size, tag, cq, qids, tid = (a[sel_idx] for a in (off, size, tag, cq, qids, tid))
+        bad = [i for i, t in enumerate(tnames) if topic_path_problem(t) is not None]
+        if bad:
+            drop = np.isin(tid, bad)
+            for i in bad:
+                self.bad_topics[tnames[i]] = self.bad_topics.get(tnames[i], 0) + int((tid == i).sum())
+            keep = np.flatnonzero(~drop)
+            if not len(keep):
+                return
+            off, size, tag, cq, qids, tid = (a[keep] for a in (off, size, tag, cq, qids, tid))
         if store_timestamps is not None:
             ts = _i64(store_timestamps)
             self.logics_msg_timestamp = int(ts[-1] if sel_idx is None else ts[sel_idx[-1]])

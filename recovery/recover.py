@@ -65,12 +65,13 @@ from typing import Any, Callable, Iterable, NamedTuple
 import numpy as np
 
 from ..formats import commitlog as cl
-from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Checkpoint, encode_checkpoint
+from ..formats.safeio import read_small
 from ..formats.crc import crc32_raw
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
-from ..formats.names import index_file_name, offset_to_file_name
+from ..formats.names import index_file_name, index_name_after, offset_to_file_name
 from . import check as ck
 from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
 from .indexkeep import NO_END as _NO_END, IndexCheck, check_index_file
@@ -1401,7 +1402,7 @@ def apply_recovery(
     process = plan.end_offset
     ckpt_before = store.read_checkpoint()
     cp_path = store.root / "checkpoint"
-    cp_bytes = cp_path.read_bytes() if cp_path.is_file() else b""
+    cp_bytes = (read_small(cp_path, CHECKPOINT_READ_LIMIT, store.root, "checkpoint") or b"") if store.checkpoint_present else b""
 
     # -- salvage first: nothing is cut before the intact records are saved
     salvage_info = None
@@ -1663,11 +1664,15 @@ def _index_writer(img: Any) -> Callable[[Any], None]:
 def _new_index_name(ms: int, tz: _dt.tzinfo, floor: str | None, taken: set[str]) -> str:
     """A deterministic name: the store timestamp of the record that created the file, in
     the broker's zone, bumped by 1 ms until it sorts after ``floor`` and is unused."""
-    name = index_file_name(ms, tz)
-    while (floor is not None and name <= floor) or name in taken:
+    while True:  # (each pass past a taken name is one step: taken is small)
+        found = index_name_after(ms, floor, tz)
+        if found is None:
+            raise RecoveryError(f"no index file name sorts after {floor!r}: rename or remove that index file "
+                                "(the broker orders index files by name)", "index")
+        ms, name = found
+        if name not in taken:
+            return name
         ms += 1
-        name = index_file_name(ms, tz)
-    return name
 
 
 def _checkpoint_bytes(old: bytes, cp: Checkpoint, profile: BrokerProfile) -> bytes:

@@ -46,7 +46,8 @@ from ..formats.checkpoint import Checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT
 from ..formats.javahash import tags_code as _tags_code
-from ..formats.names import index_file_name, offset_to_file_name
+from ..formats.errors import RecoveryError
+from ..formats.names import index_file_name, index_name_after, offset_to_file_name
 from ..formats.properties import JAVA_REPLACE
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
@@ -1679,10 +1680,12 @@ def _name_new_index_files(images: list[IndexFileImage], floor_name: str | None, 
         ms = img.first_store_timestamp if img.first_store_timestamp is not None else 0
         if floor_ms is not None and ms < floor_ms:
             ms = floor_ms
-        name = index_file_name(ms, tz)
-        while (floor_name is not None and name <= floor_name) or (names and name <= names[-1]):
-            ms += 1
-            name = index_file_name(ms, tz)
+        floor = max(floor_name or "", names[-1] if names else "") or None
+        found = index_name_after(ms, floor, tz)
+        if found is None:
+            raise RecoveryError(f"no index file name sorts after {floor!r}: rename or remove that index file "
+                                "(the broker orders index files by name)", "index")
+        ms, name = found
         names.append(name)
         floor_ms = ms + 1
     return names

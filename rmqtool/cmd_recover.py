@@ -18,10 +18,10 @@ import click
 
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
+from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, refuse_obstacles, store_argument
 from .progress import progress_bar
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
-from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, recover_pending
+from .recovery.safety import StoreLock, recover_pending
 from .render import dumps, render
 
 
@@ -76,8 +76,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         tz = parse_tz(index_tz)
     root = Path(store_opts["store"])
     open_store(**store_opts)  # not a store -> exit 8 before anything else
-    if broker_holds_lock(root):
-        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+    check_lock(root, dry_run)
     mode = None if normal is None else ("normal" if normal else "abnormal")
     opts = dict(mode=mode, check_crc=not no_crc, message_index_safe=message_index_safe,
                 correct_delay_tags=correct_delay_tags, reindex=not no_reindex, keep_sound_index=not reindex_all,
@@ -86,6 +85,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
     if dry_run:
         dry_run_preamble(root, backup_dir)
         store = open_store(**store_opts)
+        refuse_obstacles(store, "recover")
         plan = _plan(store, profile, opts, quiet)
         with closed_stdout_ignored():
             _print(plan, None, fmt, dry_run=True)
@@ -99,6 +99,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         finished = finished or outcome.outcome == "completed"
     with StoreLock(root):
         store = open_store(**store_opts)  # as the interrupted run (if any) left it
+        refuse_obstacles(store, "recover")
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None

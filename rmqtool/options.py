@@ -33,6 +33,34 @@ def open_store(store: Path, commitlog_file_size: int | None = None, cq_file_size
     return Store.open(store, commitlog_file_size, cq_file_size, index_slot_num, index_num)
 
 
+def check_lock(root: Path, dry_run: bool) -> None:
+    """A real run refuses (status 8) a store whose lock another process holds; a dry run
+    only warns and goes on read-only. Both ask read-only (F_GETLK): nothing is locked,
+    created or written."""
+    from .recovery.safety import StoreLockedError, broker_holds_lock
+
+    if not broker_holds_lock(root):
+        return
+    if dry_run:
+        click.echo("rmqtool: warning: a running broker (or another rmqtool) holds the lock; the dry run reads the store "
+                   "as it is now, and a real run would refuse it", err=True)
+        return
+    raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+
+
+def refuse_obstacles(store: Store, command: str) -> None:
+    """A destructive command refuses, before planning or changing anything, a store with an
+    entry it must not touch (FIFO, device, dangling/looping/escaping symlink, symlink,
+    unreadable or unwritable directory): status 8, one line naming the first one. verify
+    reports each of them as a finding."""
+    obstacles = store.obstacles
+    if obstacles:
+        first = obstacles[0]
+        more = f" (and {len(obstacles) - 1} more; see rmqtool verify)" if len(obstacles) > 1 else ""
+        raise StoreLayoutError(f"{first.message}; {command} does not change a store with such an entry{more}",
+                               store.root / first.path)
+
+
 def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
     """What a destructive command's dry run says and refuses before planning, as its real
     run would: a pending interrupted transaction (warned: the real run finishes or undoes
