@@ -71,7 +71,7 @@ from ..formats.crc import crc32_raw
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
-from ..formats.names import index_file_name, index_name_after, offset_to_file_name
+from ..formats.names import index_file_name, index_name_after, offset_to_file_name, topic_path_problem
 from . import check as ck
 from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
 from .indexkeep import NO_END as _NO_END, IndexCheck, check_index_file
@@ -422,6 +422,26 @@ def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
     return _QueueState(kept, removed, offset if kept else None, max_phy)
 
 
+def frozen_queues(store: Store) -> dict[tuple[str, int], str]:
+    """Queues recover must not write: a file whose name is not 20 digits or whose offset is
+    not a multiple of the file size, so no cut or append can address it (a writer would
+    name files that do not exist, or start mid-file). key -> why. (A file of the wrong
+    length is a problem of its own, LAYOUT, and its queue is recovered as before.)"""
+    F = store.geometry.cq_file_size
+    out: dict[tuple[str, int], str] = {}
+    for key, files in store.consume_queues.items():
+        for f in files:
+            why = None
+            if len(f.name) != 20:
+                why = f"{f.name}: file name is not 20 digits"
+            elif f.base % F:
+                why = f"{f.name}: offset {f.base} is not a multiple of the file size {F}"
+            if why is not None:
+                out[key] = why
+                break
+    return out
+
+
 def _recover_queue_files(qfiles: list[StoreFile], F: int, profile: BrokerProfile) -> _QueueState:
     """:func:`recover_queue` over a queue's files as the broker loads them: zero-length
     files are not loaded; from 5.1.3 on the broker deletes a zero-length last file at load
@@ -627,7 +647,9 @@ def _close(mv: memoryview, buf: mmap.mmap) -> None:
 
 
 def _pool(jobs: int) -> _cf.Executor:
-    return _cf.ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context())
+    from .transfer import pool
+
+    return pool(jobs, fork_context())  # (workers die with this process)
 
 
 def scan_files(
@@ -962,7 +984,13 @@ def plan_recovery(
     queue_states: dict[tuple[str, int], _QueueState] = {}
     queues: list[QueuePlan] = []
     max_cq = -1
+    frozen = frozen_queues(store)
+    for key in sorted(frozen):
+        problems.append(Problem(LAYOUT, f"consumequeue/{key[0]}/{key[1]}", None, f"{frozen[key]}: recover neither cuts nor "
+                                "appends to this queue (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
     for (t, q), qfiles in sorted(store.consume_queues.items()):
+        if (t, q) in frozen:
+            continue
         st = _recover_queue_files(qfiles, Fcq, profile)
         queue_states[(t, q)] = st
         max_cq = max(max_cq, st.max_physic_offset)
@@ -981,6 +1009,7 @@ def plan_recovery(
         problems=problems, notes=notes, checkpoint_missing=not store.checkpoint_present,
     )
     plan._queue_states = queue_states  # type: ignore[attr-defined]  # reused by apply (not part of the plan's data)
+    plan._frozen = set(frozen)  # type: ignore[attr-defined]  # queues apply never writes
     plan._hints = None  # type: ignore[attr-defined]  # the consume queues' offsets, reused by apply's dispatch
     if not files:
         plan.destroy_consume_queues = bool(store.consume_queues)
@@ -1412,7 +1441,10 @@ def apply_recovery(
     # -- consume queues as CQ recovery leaves them
     queues: dict[tuple[str, int], _Queue] = {}
     known: dict[tuple[str, int], _QueueState] = getattr(plan, "_queue_states", {})
+    frozen: set[tuple[str, int]] = getattr(plan, "_frozen", set(frozen_queues(store)))
     for key, qfiles in store.consume_queues.items():
+        if key in frozen:
+            continue
         st = known.get(key)
         if st is None:
             st = _recover_queue_files(qfiles, Fcq, profile)
@@ -1463,9 +1495,14 @@ def apply_recovery(
             logics = cqset.logics_msg_timestamp
 
     def cqset_of() -> Any:
-        return ConsumeQueueSet(Fcq, {k: q.writer() for k, q in queues.items()})
+        return ConsumeQueueSet(Fcq, {k: q.writer() for k, q in queues.items()}, frozen=frozen)
 
     def absorb(cqset: Any) -> None:
+        from .reput import BAD_TOPIC, ReputProblem
+
+        for t, n in sorted(cqset.bad_topics.items()):
+            reput_problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
+                                               f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
         for key, w in cqset.writers.items():
             if key not in queues:
                 queues[key] = _Queue(key, Fcq, None)

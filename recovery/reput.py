@@ -47,7 +47,7 @@ from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT
 from ..formats.javahash import tags_code as _tags_code
 from ..formats.errors import RecoveryError
-from ..formats.names import index_file_name, index_name_after, offset_to_file_name
+from ..formats.names import index_file_name, index_name_after, offset_to_file_name, topic_path_problem
 from ..formats.properties import JAVA_REPLACE
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
@@ -85,6 +85,7 @@ SCHEDULE_TOPIC = ck.SCHEDULE_TOPIC
 
 # problem codes beyond check.py's reason codes
 FILE_GAP = "COMMITLOG_FILE_GAP"  # no commitlog file holds the reput offset
+BAD_TOPIC = "TOPIC_BAD_NAME"  # a topic that cannot be a directory name (never dispatched)
 STOPPED = "REPUT_STOPPED"  # 5.x: a record crosses the end of the confirmed range
 SIZE_ACCOUNTING = "REPUT_OFFSET_DIVERGED"  # Q13: where the broker's reput offset would go instead
 
@@ -301,7 +302,7 @@ class ReputProblem:
     message: str
 
     def one_line(self) -> str:
-        return f"{self.path} at offset {self.offset}: {self.message}"
+        return f"{self.path}{'' if self.offset < 0 else f' at offset {self.offset}'}: {self.message}"
 
 
 @dataclass
@@ -1319,7 +1320,9 @@ def iter_dispatch_parallel(
     install(arena)
     if token is not None:
         share(token.name, hints)
-    ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    from .transfer import pool
+
+    ex = pool(workers, ctx)  # (workers die with this process)
 
     def submit(t: tuple[Any, ...]) -> tuple[cf.Future[Any], tuple[Any, ...], int | None]:
         slot = arena.acquire() if arena is not None else None
@@ -1833,6 +1836,10 @@ def reput(
             elif img.puts and floor is not None:
                 index_files.append(IndexFileOut(floor, img, True))
 
+    if cqset is not None:
+        for t, n in sorted(cqset.bad_topics.items()):
+            problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
+                                         f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
     return ReputResult(cq_files, cq_queues, index_files, logics, index_ts, stats, problems, warnings)
 
 

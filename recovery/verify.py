@@ -1448,7 +1448,9 @@ def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
 
     ctx = _mp_context()
     results: list[Part | None] = [None] * len(tasks)
-    ex = cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx, initializer=_worker_init)
+    from .transfer import pool
+
+    ex = pool(min(jobs, len(tasks)), ctx, initializer=_worker_init)  # (workers die with this process)
     try:
         futs = {ex.submit(scan_part, t): i for i, t in enumerate(tasks)}
         if meanwhile:

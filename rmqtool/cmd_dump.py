@@ -982,10 +982,8 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
 
 
 def index_hit_records(store: Store, profile: Any, topic: str | None, key: str, since: int | None, until: int | None, with_body: bool) -> Iterator[Record]:
-    if not qy.index_usable(store):  # find_by_key would scan the commitlog: no index hit to show
-        return
     for hit, loc in qy.find_by_key(store, profile, topic, key, use_index=True, begin=since or 0,
-                                   end=until if until is not None else qy.LONG_MAX):
+                                   end=until if until is not None else qy.LONG_MAX, scan_fallback=False):
         assert hit is not None and loc.checked.rec is not None
         yield {
             "file": f"index/{hit.file.name}", "slot": hit.slot, "entry": hit.entry, "key_hash": hit.key_hash,
@@ -1156,7 +1154,8 @@ def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries:
     if key is not None:
         profile = make_profile(broker_version)
         recs = index_hit_records(store, profile, topic, key, parse_time(since, "--since"), parse_time(until, "--until"), with_body)
-        title = "index lookup" if qy.index_usable(store) else "index lookup (no usable index file; dump commitlog --key scans the commitlog)"
+        title = ("index lookup" if qy.index_usable(store) and (topic is not None or store.topics()) else
+                 "index lookup (no usable index file, or no topic to look up; dump commitlog --key scans the commitlog)")
         return output(recs, fmt, INDEX_HIT_COLUMNS, limit, title)
     if topic is not None:
         raise click.UsageError("--topic needs --key")

@@ -111,7 +111,10 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         with closed_stdout_ignored():
             _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished, salvage_to=salvage_to)
     _warn_problems(plan)
-    if plan.problems:
+    bad_topics = [p for p in (result.problems if result is not None else []) if p.code == "TOPIC_BAD_NAME"]
+    for p in bad_topics:
+        _warn(p.one_line(), "problem")
+    if plan.problems or bad_topics:
         return int(Exit.PROBLEMS)
     if (result is not None and result.changed) or finished:
         return int(Exit.REPAIRED)

@@ -22,7 +22,7 @@ def store_argument(f: F) -> F:
     f = click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file (maxHashSlotNum; default: inferred, else 5000000).")(f)
     f = click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes (default: inferred, else 6000000).")(f)
     f = click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes (default: inferred, else 1 GiB).")(f)
-    f = click.argument("store", type=click.Path(path_type=Path))(f)
+    f = click.argument("store", type=click.Path(path_type=Path, readable=False))(f)
     return f
 
 
