@@ -952,6 +952,11 @@ class _Walker:
                 self.problems.append(ReputProblem(
                     FILE_GAP, "commitlog", reput_from, nxt - reput_from,
                     f"no commitlog file holds offset {reput_from}: {nxt - reput_from} bytes missing (the broker's reput would stop here)"))
+                if self.follow_q13:
+                    # recover's pass goes where the broker's goes: nowhere past the gap (going
+                    # on made every later recover dispatch the records after it again, since
+                    # their PHYSICALOFFSET fields lie behind the queues' and index's ends)
+                    break
                 reput_from = nxt
                 continue
             f = self.files[i]

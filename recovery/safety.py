@@ -1002,6 +1002,49 @@ def _drop_backup(backup_dir: Path, preexisted: bool) -> None:
 # --------------------------------------------------------------------------- applying steps
 
 
+def _copy_holes_kept(src: Path, f: BinaryIO, h: Any) -> None:
+    """Copy ``src`` into ``f`` (at its start), hashing into ``h``: the data extents are
+    read and written, the holes (SEEK_DATA/SEEK_HOLE) become holes again and are fed to
+    the hasher as zeros without being read (a 64 GiB sparse file restores in moments)."""
+    zeros = getattr(h, "update_zeros", None)
+    with open(src, "rb") as s:
+        size = os.fstat(s.fileno()).st_size
+        fdi = s.fileno()
+        pos = 0
+        while pos < size:
+            try:
+                a = os.lseek(fdi, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                a = size  # only a hole after pos
+            except AttributeError:  # pragma: no cover - no SEEK_DATA
+                a = pos
+            if a > pos:
+                if zeros is not None:
+                    zeros(a - pos)
+                else:  # pragma: no cover
+                    h.update(bytes(a - pos))
+                f.seek(a)
+                pos = a
+                if pos >= size:
+                    break
+            try:
+                b = os.lseek(fdi, pos, os.SEEK_HOLE)
+            except (OSError, AttributeError):  # pragma: no cover
+                b = size
+            s.seek(pos)
+            while pos < b:
+                chunk = s.read(min(_BIG_CHUNK, b - pos))
+                if not chunk:
+                    break
+                h.update(chunk)
+                f.write(chunk)
+                pos += len(chunk)
+        f.truncate(size)
+        f.seek(size)
+
+
 def _write_zeros(fd: int, offset: int, length: int) -> None:
     pos, end = offset, offset + length
     while pos < end:
@@ -1362,10 +1405,7 @@ class StoreTransaction:
                 h.update(data if isinstance(data, bytes) else bytes(data))
                 f.write(data)
             elif isinstance(data, os.PathLike):
-                with open(data, "rb") as src:
-                    while chunk := src.read(_BIG_CHUNK):
-                        h.update(chunk)
-                        f.write(chunk)
+                _copy_holes_kept(Path(data), f, h)
             elif callable(data):
                 hf = _HashingFile(f, h)
                 data(hf)  # type: ignore[arg-type]

@@ -407,13 +407,16 @@ def run_inprocess(argv: list[str], timeout: float) -> Outcome:
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run(["--quiet"] if False else argv)
+            code = run(argv)
     except _Timeout:
         code, hang = -1, True
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    return Outcome(tuple(argv), code, err.getvalue(), time.perf_counter() - t0, hang=hang)
+    text = err.getvalue()
+    if "_Timeout" in text:  # run() reports whatever reaches it, the alarm's exception too
+        code, hang = -1, True
+    return Outcome(tuple(argv), code, text, time.perf_counter() - t0, hang=hang)
 
 
 def run_forked(argv: list[str], timeout: float, mem_bytes: int, user: str | None = None) -> Outcome:

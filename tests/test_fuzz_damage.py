@@ -289,8 +289,6 @@ def test_f10_a_fifo_is_never_opened(tmp_path: Path, where: str, argv: tuple[str,
         assert o.code == 8 and "FIFO" in o.err and where.split("/")[0] in o.err
 
 
-@pytest.mark.xfail(strict=True, reason="F11 open: the 4.x start-up reput re-dispatches the records of a commitlog file "
-                   "renamed past a gap to the index on every run (see the issue note)")
 def test_f11_recover_twice_is_recover_once_after_a_renamed_commitlog_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     (root / "commitlog" / "00000000000000327680").rename(root / "commitlog" / "00000000000000458752")
