@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk", type=int, default=200, help="stores per batch (results are printed per batch)")
     ap.add_argument("--tmp", default=None, help="where the damaged copies go (default: a temp dir)")
     ap.add_argument("--json", default=None, help="also write every failing store as JSON lines here")
+    ap.add_argument("--table-every", type=int, default=5, help="print the table every N batches too (0: only at the end)")
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -67,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         done = c0 + len(part)
         rate = done / max(1e-9, time.time() - t0)
         print(f"[{done}/{len(seeds)}] {runs} command runs, {len(failing)} failing stores, {rate:.1f} stores/s", flush=True)
+        if args.table_every and (c0 // args.chunk + 1) % args.table_every == 0:
+            print(table(stores_by_kind, by_kind, runs, time.time() - t0), flush=True)
     print()
     print(table(stores_by_kind, by_kind, runs, time.time() - t0))
     for r in failing[:50]:

@@ -985,11 +985,17 @@ def plan_recovery(
     queues: list[QueuePlan] = []
     max_cq = -1
     frozen = frozen_queues(store)
+    frozen_max = -1
     for key in sorted(frozen):
         problems.append(Problem(LAYOUT, f"consumequeue/{key[0]}/{key[1]}", None, f"{frozen[key]}: recover neither cuts nor "
                                 "appends to this queue (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
     for (t, q), qfiles in sorted(store.consume_queues.items()):
         if (t, q) in frozen:
+            # never written, but what its units point at counts, as for the broker's queue
+            # recovery (else every run dispatches its last records again)
+            aligned = [f for f in qfiles if len(f.name) == 20 and f.base % Fcq == 0]
+            frozen_max = max(frozen_max, _recover_queue_files(aligned, Fcq, profile).max_physic_offset)
+            max_cq = max(max_cq, frozen_max)
             continue
         st = _recover_queue_files(qfiles, Fcq, profile)
         queue_states[(t, q)] = st
@@ -1010,6 +1016,7 @@ def plan_recovery(
     )
     plan._queue_states = queue_states  # type: ignore[attr-defined]  # reused by apply (not part of the plan's data)
     plan._frozen = set(frozen)  # type: ignore[attr-defined]  # queues apply never writes
+    plan._frozen_max = frozen_max  # type: ignore[attr-defined]  # their maxPhysicOffset (-1: none)
     plan._hints = None  # type: ignore[attr-defined]  # the consume queues' offsets, reused by apply's dispatch
     if not files:
         plan.destroy_consume_queues = bool(store.consume_queues)
@@ -1278,6 +1285,9 @@ def plan_recovery(
         plan.dispatch.append(DispatchRange(
             "walkback_dispatch", plan.start_offset, process, 0 if none else None,
             note="5.3.2+: records with commitLogOffset > maxPhyOffsetOfCQ (quirk Q2)"))
+    frozen_max = getattr(plan, "_frozen_max", -1)
+    if frozen_max >= 0:  # a queue recover leaves alone still holds what it holds
+        post_trunc_max.append(min(frozen_max, process) if plan.cq_truncation else frozen_max)
     if profile.startup_reput_from_cq:
         # reputFrom = max over the queues' maxPhysicOffset after the truncation; the
         # abnormal dispatch raises it further, so there it is decided while applying
@@ -1489,7 +1499,11 @@ def apply_recovery(
                 if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
                     sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
             if index:
-                feed_index(ib, cols)
+                # an entry at or past the end offset (a record whose PHYSICALOFFSET field
+                # says so) is what the next recover cuts from the index: not written now, so
+                # a second run finds nothing to do
+                past = cols.commitlog_offset >= process
+                feed_index(ib, cols.select(~past) if past.any() else cols)
         dispatched[name] = dispatched.get(name, 0) + n
         if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
             logics = cqset.logics_msg_timestamp
@@ -1543,7 +1557,9 @@ def apply_recovery(
                 q.truncate(process)
         # the 4.x start-up reput from the consume queues' max physical offset
         if profile.startup_reput_from_cq:
-            reput_from = max([plan.commitlog_min_offset] + [q.max_phy for q in queues.values()])
+            fmax = getattr(plan, "_frozen_max", -1)
+            fmax = min(fmax, process) if plan.cq_truncation else fmax
+            reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in queues.values()])
             reput_from = max(reput_from, 0, plan.commitlog_min_offset)
             cqset = cqset_of()
             if reput_from < process:
