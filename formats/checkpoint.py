@@ -14,6 +14,8 @@ from .schema import fixed_struct
 
 CHECKPOINT_FILE_SIZE = 4096
 MARGIN_MS = 3000
+# the most of a checkpoint file anything reads (a damaged one may be a sparse file of GiB)
+CHECKPOINT_READ_LIMIT = 1 << 20
 
 CHECKPOINT_4X = "StoreCheckpoint 4.x (StoreCheckpoint @ 4.9.4)" * Struct(
     "physic_msg_timestamp" / Int64sb * "physicMsgTimestamp: store time covered by the last full commitlog flush",

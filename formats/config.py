@@ -13,6 +13,30 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError
+from .safeio import read_small
+
+# A config file larger than this is not read (a damaged one may be a sparse file of GiB);
+# it counts as unparsable, so the .bak is used, as for any file the broker cannot parse.
+CONFIG_READ_LIMIT = 64 << 20
+# fastjson maps these files' numbers to Java int/long; a number of more digits than any
+# Java number is not a value the broker could read (and Python refuses > 4300 digits).
+MAX_NUMBER_DIGITS = 400
+
+
+class _NumberTooLong(ValueError):
+    pass
+
+
+def _parse_int(s: str) -> int:
+    if len(s) > MAX_NUMBER_DIGITS:
+        raise _NumberTooLong(f"a number of {len(s)} digits")
+    return int(s)
+
+
+def _parse_float(s: str) -> float:
+    if len(s) > MAX_NUMBER_DIGITS:
+        raise _NumberTooLong(f"a number of {len(s)} characters")
+    return float(s)
 
 KNOWN_FILES = {
     "topics.json": ("topicConfigTable", "dataVersion"),
@@ -73,10 +97,22 @@ def quote_numeric_keys(text: str) -> str:
 def loads(text: str, path: str | None = None) -> Any:
     """Parse fastjson output (lenient about unquoted integer keys)."""
     try:
-        return json.loads(quote_numeric_keys(text))
+        return json.loads(quote_numeric_keys(text), parse_int=_parse_int, parse_float=_parse_float)
+    except _NumberTooLong as exc:
+        raise FormatError(f"not a fastjson config file ({exc})", path) from None
     except (json.JSONDecodeError, RecursionError) as exc:
         offset = getattr(exc, "pos", None)
         raise FormatError(f"not a fastjson config file ({getattr(exc, 'msg', exc)})", path, offset) from None
+
+
+def read_config_bytes(path: Path) -> bytes | None:
+    """A config file's bytes (None when missing): never a FIFO or device, never more than
+    CONFIG_READ_LIMIT bytes (a larger file raises FormatError, so the caller moves on to
+    the .bak)."""
+    raw = read_small(path, CONFIG_READ_LIMIT + 1, None, "config file")
+    if raw is not None and len(raw) > CONFIG_READ_LIMIT:
+        raise FormatError(f"larger than {CONFIG_READ_LIMIT >> 20} MiB: not read as a config file", str(path))
+    return raw
 
 
 def load_config_file(path: Path) -> Any:
@@ -86,11 +122,12 @@ def load_config_file(path: Path) -> Any:
     last: FormatError | None = None
     for p in candidates:
         try:
-            raw = p.read_bytes()
-        except FileNotFoundError:
+            raw = read_config_bytes(p)
+        except FormatError as exc:
+            last = exc
             continue
-        except OSError as exc:
-            raise FormatError(f"cannot read ({exc.strerror})", str(p)) from None
+        if raw is None:
+            continue
         text = raw.decode("utf-8", "replace")
         if not text.strip():
             continue

@@ -19,6 +19,22 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+def topic_path_problem(topic: str) -> str | None:
+    """Why a topic cannot be a directory name under consumequeue/ (so the broker could not
+    have created its queue, and rmqtool never makes a path of it), or None."""
+    if not topic:
+        return "an empty topic"
+    if "\0" in topic:
+        return "a NUL byte in the topic"
+    if "/" in topic:
+        return "a slash in the topic"
+    if topic in (".", ".."):
+        return f"the topic {topic!r}"
+    if len(topic.encode("utf-8", "surrogateescape")) > 255:
+        return "a topic longer than 255 bytes"
+    return None
+
+
 def parse_offset_file_name(name: str) -> int | None:
     """The start offset of an offset-named file, or None when the name is not a Java long
     the broker would parse (it fails to load such a store)."""
@@ -33,6 +49,30 @@ def index_file_name(millis: int, tz: _dt.tzinfo | None = None) -> str:
     t = _dt.datetime.fromtimestamp(millis / 1000.0, tz or _dt.timezone.utc)
     ms = millis % 1000
     return f"{t.year:04d}{t.month:02d}{t.day:02d}{t.hour:02d}{t.minute:02d}{t.second:02d}{ms:03d}"
+
+
+# the last millisecond whose yyyyMMddHHmmssSSS name has four year digits in any zone
+_LAST_NAMED_MS = 253402300799999 - 2 * 86400000
+
+
+def index_name_after(millis: int, floor: str | None, tz: _dt.tzinfo | None = None) -> tuple[int, str] | None:
+    """``(ms, name)``: ``millis`` and its index file name if that sorts after ``floor``,
+    else the first millisecond after it whose name does, found by bisection (a floor
+    far ahead, or no date at all such as month 13, costs some 50 steps, never a walk of
+    one step per millisecond). None when no name sorts after ``floor``."""
+    name = index_file_name(millis, tz)
+    if floor is None or name > floor:
+        return millis, name
+    lo, hi = millis, _LAST_NAMED_MS
+    if hi <= lo or index_file_name(hi, tz) <= floor:
+        return None
+    while hi - lo > 1:  # name(lo) <= floor < name(hi)
+        mid = (lo + hi) // 2
+        if index_file_name(mid, tz) > floor:
+            hi = mid
+        else:
+            lo = mid
+    return hi, index_file_name(hi, tz)
 
 
 def host_to_str(address: bytes, port: int) -> str:

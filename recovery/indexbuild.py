@@ -31,6 +31,7 @@ import numpy as np
 from ..formats.consumequeue import CQ_DTYPE
 from ..formats.indexfile import ENTRY_DTYPE, HEADER_DTYPE
 from ..formats.javahash import combine_hash, index_hash, index_hash_batch, java_hash, java_hash_units_batch
+from ..formats.names import topic_path_problem
 
 __all__ = [
     "DispatchRequest",
@@ -515,14 +516,23 @@ class ConsumeQueueSet:
     ``existing``: ``{(topic, queue_id): [(file_from, bytes, write_position), ...]}`` as left by
     CQ recovery, or ready-made :class:`ConsumeQueueWriter` objects."""
 
-    def __init__(self, file_size: int = 6_000_000, existing: dict[tuple[str, int], Any] | None = None) -> None:
+    def __init__(self, file_size: int = 6_000_000, existing: dict[tuple[str, int], Any] | None = None,
+                 frozen: Iterable[tuple[str, int]] = ()) -> None:
         self.file_size = file_size
+        # queues whose files cannot be written in place (misnamed, misaligned, wrongly
+        # sized): nothing is dispatched to them; key -> units skipped
+        self.frozen: dict[tuple[str, int], int] = {k: 0 for k in frozen}
         self.writers: dict[tuple[str, int], ConsumeQueueWriter] = {}
         for key, v in (existing or {}).items():
             self.writers[key] = v if isinstance(v, ConsumeQueueWriter) else ConsumeQueueWriter(file_size, v)
         self.logics_msg_timestamp: int | None = None  # ckpt.logicsMsgTimestamp (in memory)
+        # topics that cannot be a path (a NUL byte, a slash, ...): never dispatched, so no
+        # queue directory is ever made of them; topic -> units skipped
+        self.bad_topics: dict[str, int] = {}
 
-    def writer(self, topic: str, queue_id: int) -> ConsumeQueueWriter:
+    def writer(self, topic: str, queue_id: int) -> ConsumeQueueWriter | None:
+        if self.frozen and (topic, queue_id) in self.frozen:
+            return None
         w = self.writers.get((topic, queue_id))
         if w is None:
             w = self.writers[(topic, queue_id)] = ConsumeQueueWriter(self.file_size)
@@ -580,13 +590,26 @@ class ConsumeQueueSet:
         tnames, tid = _ids(topics)
         if sel_idx is not None:
             off, size, tag, cq, qids, tid = (a[sel_idx] for a in (off, size, tag, cq, qids, tid))
+        bad = [i for i, t in enumerate(tnames) if topic_path_problem(t) is not None]
+        if bad:
+            drop = np.isin(tid, bad)
+            for i in bad:
+                self.bad_topics[tnames[i]] = self.bad_topics.get(tnames[i], 0) + int((tid == i).sum())
+            keep = np.flatnonzero(~drop)
+            if not len(keep):
+                return
+            off, size, tag, cq, qids, tid = (a[keep] for a in (off, size, tag, cq, qids, tid))
         if store_timestamps is not None:
             ts = _i64(store_timestamps)
             self.logics_msg_timestamp = int(ts[-1] if sel_idx is None else ts[sel_idx[-1]])
         # group by (topic, queue id), keeping stream order inside each group
         gkey = tid * (1 << 32) + (qids & 0xFFFFFFFF)
         if (gkey == gkey[0]).all():
-            self.writer(tnames[int(tid[0])], int(qids[0])).put_batch(off, size, tag, cq)
+            w = self.writer(tnames[int(tid[0])], int(qids[0]))
+            if w is None:
+                self.frozen[(tnames[int(tid[0])], int(qids[0]))] += len(off)
+            else:
+                w.put_batch(off, size, tag, cq)
             return
         # groups in key order, by one stable sort (numpy 2's hash-based np.unique is slower)
         order = np.argsort(gkey, kind="stable")
@@ -595,7 +618,11 @@ class ConsumeQueueSet:
         for g in range(len(bounds) - 1):
             idx = order[bounds[g] : bounds[g + 1]]
             i0 = int(idx[0])
-            self.writer(tnames[int(tid[i0])], int(qids[i0])).put_batch(off[idx], size[idx], tag[idx], cq[idx])
+            w = self.writer(tnames[int(tid[i0])], int(qids[i0]))
+            if w is None:
+                self.frozen[(tnames[int(tid[i0])], int(qids[i0]))] += len(idx)
+            else:
+                w.put_batch(off[idx], size[idx], tag[idx], cq[idx])
 
     @property
     def warnings(self) -> list[tuple[str, int, CqWarning]]:

@@ -294,6 +294,7 @@ def find_by_key(
     max_num: int | None = None,
     begin: int = 0,
     end: int = LONG_MAX,
+    scan_fallback: bool = True,
 ) -> Iterator[tuple[IndexHit | None, Located]]:
     """Messages whose own KEYS or UNIQ_KEY contain ``key`` (and whose topic is ``topic``
     when given), sorted by physical offset like the broker's ``queryMessage``.
@@ -302,7 +303,8 @@ def find_by_key(
     :func:`index_query` (for every topic with a consume queue when ``topic`` is None),
     then hash collisions are dropped by checking the message. Otherwise (no index files,
     or no topic given and no consume queue to name one) a commitlog scan.
-    ``max_num`` caps the raw index hits per topic like the broker's maxNum."""
+    ``max_num`` caps the raw index hits per topic like the broker's maxNum.
+    ``scan_fallback=False``: no commitlog scan (every hit yielded is an index hit)."""
     topics = [topic] if topic is not None else store.topics()
     if use_index and index_usable(store) and topics:  # no topic known (no consume queue): scan
         with CommitlogReader(store, profile) as reader:
@@ -323,6 +325,8 @@ def find_by_key(
                 loc = reader.record_at(off)
                 assert loc is not None
                 yield seen[off], loc
+        return
+    if not scan_fallback:
         return
     for loc in scan_messages(store, profile):
         c = loc.checked

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Checkpoint, decode_checkpoint
+from ..formats.safeio import read_small
 from . import check as ck
 from .reput import CqFileOut, IndexFileOut, ReputResult, index_files_after_load, load_state, reput, updated_checkpoint
 from .scan import byte_views, chase_starts
@@ -317,7 +318,7 @@ def plan_rebuild(
 
     # -- checkpoint
     cp_path = root / "checkpoint"
-    raw = cp_path.read_bytes() if cp_path.is_file() else None
+    raw = read_small(cp_path, CHECKPOINT_READ_LIMIT, root, "checkpoint")
     before = decode_checkpoint(raw) if raw is not None else None
     base = before or decode_checkpoint(b"")
     after = updated_checkpoint(base, result)

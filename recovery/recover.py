@@ -65,12 +65,13 @@ from typing import Any, Callable, Iterable, NamedTuple
 import numpy as np
 
 from ..formats import commitlog as cl
-from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Checkpoint, encode_checkpoint
+from ..formats.safeio import read_small
 from ..formats.crc import crc32_raw
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
-from ..formats.names import index_file_name, offset_to_file_name
+from ..formats.names import index_file_name, index_name_after, offset_to_file_name, topic_path_problem
 from . import check as ck
 from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
 from .plainwalk import crc_failures, plain_records
@@ -422,6 +423,26 @@ def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
     return _QueueState(kept, removed, offset if kept else None, max_phy)
 
 
+def frozen_queues(store: Store) -> dict[tuple[str, int], str]:
+    """Queues recover must not write: a file whose name is not 20 digits or whose offset is
+    not a multiple of the file size, so no cut or append can address it (a writer would
+    name files that do not exist, or start mid-file). key -> why. (A file of the wrong
+    length is a problem of its own, LAYOUT, and its queue is recovered as before.)"""
+    F = store.geometry.cq_file_size
+    out: dict[tuple[str, int], str] = {}
+    for key, files in store.consume_queues.items():
+        for f in files:
+            why = None
+            if len(f.name) != 20:
+                why = f"{f.name}: file name is not 20 digits"
+            elif f.base % F:
+                why = f"{f.name}: offset {f.base} is not a multiple of the file size {F}"
+            if why is not None:
+                out[key] = why
+                break
+    return out
+
+
 def _recover_queue_files(qfiles: list[StoreFile], F: int, profile: BrokerProfile) -> _QueueState:
     """:func:`recover_queue` over a queue's files as the broker loads them: zero-length
     files are not loaded; from 5.1.3 on the broker deletes a zero-length last file at load
@@ -628,7 +649,9 @@ def _close(mv: memoryview, buf: mmap.mmap) -> None:
 
 
 def _pool(jobs: int) -> _cf.Executor:
-    return _cf.ProcessPoolExecutor(max_workers=jobs, mp_context=fork_context())
+    from .transfer import pool
+
+    return pool(jobs, fork_context())  # (workers die with this process)
 
 
 def scan_files(
@@ -969,7 +992,19 @@ def plan_recovery(
     queue_states: dict[tuple[str, int], _QueueState] = {}
     queues: list[QueuePlan] = []
     max_cq = -1
+    frozen = frozen_queues(store)
+    frozen_max = -1
+    for key in sorted(frozen):
+        problems.append(Problem(LAYOUT, f"consumequeue/{key[0]}/{key[1]}", None, f"{frozen[key]}: recover neither cuts nor "
+                                "appends to this queue (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
     for (t, q), qfiles in sorted(store.consume_queues.items()):
+        if (t, q) in frozen:
+            # never written, but what its units point at counts, as for the broker's queue
+            # recovery (else every run dispatches its last records again)
+            aligned = [f for f in qfiles if len(f.name) == 20 and f.base % Fcq == 0]
+            frozen_max = max(frozen_max, _recover_queue_files(aligned, Fcq, profile).max_physic_offset)
+            max_cq = max(max_cq, frozen_max)
+            continue
         st = _recover_queue_files(qfiles, Fcq, profile)
         queue_states[(t, q)] = st
         max_cq = max(max_cq, st.max_physic_offset)
@@ -988,6 +1023,8 @@ def plan_recovery(
         problems=problems, notes=notes, checkpoint_missing=not store.checkpoint_present,
     )
     plan._queue_states = queue_states  # type: ignore[attr-defined]  # reused by apply (not part of the plan's data)
+    plan._frozen = set(frozen)  # type: ignore[attr-defined]  # queues apply never writes
+    plan._frozen_max = frozen_max  # type: ignore[attr-defined]  # their maxPhysicOffset (-1: none)
     plan._hints = None  # type: ignore[attr-defined]  # the consume queues' offsets, reused by apply's dispatch
     if not files:
         plan.destroy_consume_queues = bool(store.consume_queues)
@@ -1257,6 +1294,9 @@ def plan_recovery(
         plan.dispatch.append(DispatchRange(
             "walkback_dispatch", plan.start_offset, process, 0 if none else None,
             note="5.3.2+: records with commitLogOffset > maxPhyOffsetOfCQ (quirk Q2)"))
+    frozen_max = getattr(plan, "_frozen_max", -1)
+    if frozen_max >= 0:  # a queue recover leaves alone still holds what it holds
+        post_trunc_max.append(min(frozen_max, process) if plan.cq_truncation else frozen_max)
     if profile.startup_reput_from_cq:
         # reputFrom = max over the queues' maxPhysicOffset after the truncation; the
         # abnormal dispatch raises it further, so there it is decided while applying
@@ -1418,7 +1458,7 @@ def apply_recovery(
     process = plan.end_offset
     ckpt_before = store.read_checkpoint()
     cp_path = store.root / "checkpoint"
-    cp_bytes = cp_path.read_bytes() if cp_path.is_file() else b""
+    cp_bytes = (read_small(cp_path, CHECKPOINT_READ_LIMIT, store.root, "checkpoint") or b"") if store.checkpoint_present else b""
 
     # -- salvage first: nothing is cut before the intact records are saved
     salvage_info = None
@@ -1428,7 +1468,10 @@ def apply_recovery(
     # -- consume queues as CQ recovery leaves them
     queues: dict[tuple[str, int], _Queue] = {}
     known: dict[tuple[str, int], _QueueState] = getattr(plan, "_queue_states", {})
+    frozen: set[tuple[str, int]] = getattr(plan, "_frozen", set(frozen_queues(store)))
     for key, qfiles in store.consume_queues.items():
+        if key in frozen:
+            continue
         st = known.get(key)
         if st is None:
             st = _recover_queue_files(qfiles, Fcq, profile)
@@ -1475,15 +1518,24 @@ def apply_recovery(
                 if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
                     sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
             if index:
-                feed_index(ib, cols)
+                # an entry at or past the end offset (a record whose PHYSICALOFFSET field
+                # says so) is what the next recover cuts from the index: not written now, so
+                # a second run finds nothing to do
+                past = cols.commitlog_offset >= process
+                feed_index(ib, cols.select(~past) if past.any() else cols)
         dispatched[name] = dispatched.get(name, 0) + n
         if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
             logics = cqset.logics_msg_timestamp
 
     def cqset_of() -> Any:
-        return ConsumeQueueSet(Fcq, {k: q.writer() for k, q in queues.items()})
+        return ConsumeQueueSet(Fcq, {k: q.writer() for k, q in queues.items()}, frozen=frozen)
 
     def absorb(cqset: Any) -> None:
+        from .reput import BAD_TOPIC, ReputProblem
+
+        for t, n in sorted(cqset.bad_topics.items()):
+            reput_problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
+                                               f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
         for key, w in cqset.writers.items():
             if key not in queues:
                 queues[key] = _Queue(key, Fcq, None)
@@ -1524,7 +1576,9 @@ def apply_recovery(
                 q.truncate(process)
         # the 4.x start-up reput from the consume queues' max physical offset
         if profile.startup_reput_from_cq:
-            reput_from = max([plan.commitlog_min_offset] + [q.max_phy for q in queues.values()])
+            fmax = getattr(plan, "_frozen_max", -1)
+            fmax = min(fmax, process) if plan.cq_truncation else fmax
+            reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in queues.values()])
             reput_from = max(reput_from, 0, plan.commitlog_min_offset)
             cqset = cqset_of()
             if reput_from < process:
@@ -1687,11 +1741,15 @@ def _index_writer(img: Any) -> Callable[[Any], None]:
 def _new_index_name(ms: int, tz: _dt.tzinfo, floor: str | None, taken: set[str]) -> str:
     """A deterministic name: the store timestamp of the record that created the file, in
     the broker's zone, bumped by 1 ms until it sorts after ``floor`` and is unused."""
-    name = index_file_name(ms, tz)
-    while (floor is not None and name <= floor) or name in taken:
+    while True:  # (each pass past a taken name is one step: taken is small)
+        found = index_name_after(ms, floor, tz)
+        if found is None:
+            raise RecoveryError(f"no index file name sorts after {floor!r}: rename or remove that index file "
+                                "(the broker orders index files by name)", "index")
+        ms, name = found
+        if name not in taken:
+            return name
         ms += 1
-        name = index_file_name(ms, tz)
-    return name
 
 
 def _checkpoint_bytes(old: bytes, cp: Checkpoint, profile: BrokerProfile) -> bytes:

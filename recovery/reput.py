@@ -46,7 +46,8 @@ from ..formats.checkpoint import Checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT
 from ..formats.javahash import tags_code as _tags_code
-from ..formats.names import index_file_name, offset_to_file_name
+from ..formats.errors import RecoveryError
+from ..formats.names import index_file_name, index_name_after, offset_to_file_name, topic_path_problem
 from ..formats.properties import INNER_BASE, INNER_NUM, JAVA_REPLACE
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
@@ -84,6 +85,7 @@ SCHEDULE_TOPIC = ck.SCHEDULE_TOPIC
 
 # problem codes beyond check.py's reason codes
 FILE_GAP = "COMMITLOG_FILE_GAP"  # no commitlog file holds the reput offset
+BAD_TOPIC = "TOPIC_BAD_NAME"  # a topic that cannot be a directory name (never dispatched)
 STOPPED = "REPUT_STOPPED"  # 5.x: a record crosses the end of the confirmed range
 SIZE_ACCOUNTING = "REPUT_OFFSET_DIVERGED"  # Q13: where the broker's reput offset would go instead
 
@@ -300,7 +302,7 @@ class ReputProblem:
     message: str
 
     def one_line(self) -> str:
-        return f"{self.path} at offset {self.offset}: {self.message}"
+        return f"{self.path}{'' if self.offset < 0 else f' at offset {self.offset}'}: {self.message}"
 
 
 @dataclass
@@ -970,6 +972,11 @@ class _Walker:
                 self.problems.append(ReputProblem(
                     FILE_GAP, "commitlog", reput_from, nxt - reput_from,
                     f"no commitlog file holds offset {reput_from}: {nxt - reput_from} bytes missing (the broker's reput would stop here)"))
+                if self.follow_q13:
+                    # recover's pass goes where the broker's goes: nowhere past the gap (going
+                    # on made every later recover dispatch the records after it again, since
+                    # their PHYSICALOFFSET fields lie behind the queues' and index's ends)
+                    break
                 reput_from = nxt
                 continue
             f = self.files[i]
@@ -1338,7 +1345,9 @@ def iter_dispatch_parallel(
     install(arena)
     if token is not None:
         share(token.name, hints)
-    ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    from .transfer import pool
+
+    ex = pool(workers, ctx)  # (workers die with this process)
 
     def submit(t: tuple[Any, ...]) -> tuple[cf.Future[Any], tuple[Any, ...], int | None]:
         slot = arena.acquire() if arena is not None else None
@@ -1699,10 +1708,12 @@ def _name_new_index_files(images: list[IndexFileImage], floor_name: str | None, 
         ms = img.first_store_timestamp if img.first_store_timestamp is not None else 0
         if floor_ms is not None and ms < floor_ms:
             ms = floor_ms
-        name = index_file_name(ms, tz)
-        while (floor_name is not None and name <= floor_name) or (names and name <= names[-1]):
-            ms += 1
-            name = index_file_name(ms, tz)
+        floor = max(floor_name or "", names[-1] if names else "") or None
+        found = index_name_after(ms, floor, tz)
+        if found is None:
+            raise RecoveryError(f"no index file name sorts after {floor!r}: rename or remove that index file "
+                                "(the broker orders index files by name)", "index")
+        ms, name = found
         names.append(name)
         floor_ms = ms + 1
     return names
@@ -1850,6 +1861,10 @@ def reput(
             elif img.puts and floor is not None:
                 index_files.append(IndexFileOut(floor, img, True))
 
+    if cqset is not None:
+        for t, n in sorted(cqset.bad_topics.items()):
+            problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
+                                         f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
     return ReputResult(cq_files, cq_queues, index_files, logics, index_ts, stats, problems, warnings)
 
 

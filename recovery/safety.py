@@ -84,6 +84,7 @@ import re
 import secrets
 import shutil
 import stat
+import struct
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -94,6 +95,7 @@ from typing import Any, BinaryIO, Iterator
 import numpy as np
 
 from ..formats.errors import RmqToolError
+from ..formats.safeio import MISSING, REGULAR, classify
 
 __all__ = [
     "BackupDirError",
@@ -561,43 +563,50 @@ def _held_key(path: Path) -> tuple[int, int] | None:
     return key if key in _held else None
 
 
+def lock_probe(path: str | Path) -> bool | None:
+    """Whether another process holds a POSIX record lock on ``[0, 1)`` of the lock file
+    ``path``, asked with ``F_GETLK`` on a read-only descriptor: nothing is locked,
+    created or written (a dry run may call it while a broker runs). False when the file
+    is missing; None when it cannot be told (not a regular file, cannot be opened)."""
+    kind, _why = classify(path)
+    if kind == MISSING:
+        return False
+    if kind != REGULAR:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        req = struct.pack(_FLOCK_FMT, fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+        try:
+            got = fcntl.fcntl(fd, fcntl.F_GETLK, req)
+        except OSError:
+            return None
+        return bool(struct.unpack(_FLOCK_FMT, got)[0] != fcntl.F_UNLCK)
+    finally:
+        os.close(fd)
+
+
+# struct flock (Linux, 64-bit off_t): l_type, l_whence, l_start, l_len, l_pid, padding
+_FLOCK_FMT = "hhqqi4x"
+
+
 def broker_holds_lock(store: str | Path) -> bool:
     """True if another process (a broker, another rmqtool) holds the lock on ``[0, 1)`` of
-    ``<store>/lock``.
+    ``<store>/lock``; read-only (:func:`lock_probe`: nothing is locked or created).
 
     Missing lock file: False. If this process holds the lock itself (:class:`StoreLock`),
-    False. The probe opens the file read-write and tries an exclusive lock; if the file is
-    not writable for us it falls back to a shared-lock probe on a read-only descriptor
-    (a broker's exclusive lock conflicts with that too). If the file cannot be opened at
-    all the answer is unknown and this returns True, since callers use it to refuse."""
+    False. If it cannot be told (a lock that is not a regular file, or cannot be opened)
+    this returns True, since callers use it to refuse."""
     path = Path(store) / LOCK_FILE
     with _registry_lock:
         if not os.path.lexists(path):
             return False
         if _held_key(path) is not None:
             return False
-        try:
-            fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-            how = fcntl.LOCK_EX
-        except PermissionError:
-            try:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
-                return True
-            how = fcntl.LOCK_SH
-        except OSError:
-            return True
-        try:
-            try:
-                fcntl.lockf(fd, how | fcntl.LOCK_NB, 1, 0)
-            except OSError as exc:
-                if exc.errno in (errno.EACCES, errno.EAGAIN):
-                    return True
-                raise
-            fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
-            return False
-        finally:
-            os.close(fd)
+        held = lock_probe(path)
+        return True if held is None else held
 
 
 class StoreLock:
@@ -632,8 +641,15 @@ class StoreLock:
                 _held[key][1] += 1
                 self._key = key
                 return
+            kind, why = classify(self.path)
+            if kind not in (MISSING, REGULAR):
+                raise SafetyError(f"{why}: not a lock file rmqtool opens; remove it", self.path)
+            created = kind == MISSING
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+                flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+                fd = os.open(self.path, flags | (os.O_CREAT | os.O_EXCL if created else 0), 0o644)
+            except FileExistsError:
+                raise StoreLockedError("another rmqtool is creating the lock file; stop it first", self.path) from None
             except OSError as exc:
                 raise SafetyError(f"cannot open the lock file for locking: {_one_line(exc)}", self.path) from exc
             try:
@@ -647,7 +663,17 @@ class StoreLock:
                 raise SafetyError(f"cannot lock: {_one_line(exc)}", self.path) from exc
             st = os.fstat(fd)
             key = (st.st_dev, st.st_ino)
-            _held[key] = [fd, 1]
+            try:
+                now = os.stat(self.path)
+                same = (now.st_dev, now.st_ino) == key
+            except OSError:
+                same = False
+            if not same:  # a holder that made the file removed it as we opened it
+                os.close(fd)
+                raise StoreLockedError("the lock file changed while it was being locked (another rmqtool); run again", self.path)
+            # a lock file this run made is removed again at release: the store is left
+            # as it was (a missing lock file is no damage; the broker creates it)
+            _held[key] = [fd, 1, created]
             self._key = key
 
     def release(self) -> None:
@@ -664,6 +690,14 @@ class StoreLock:
             if entry[1] <= 0:
                 del _held[key]
                 try:
+                    if entry[2]:  # made by this run: removed while still locked
+                        try:
+                            st = os.stat(self.path)
+                            if (st.st_dev, st.st_ino) == key:
+                                os.unlink(self.path)
+                                fsync_dir(self.store)
+                        except OSError:
+                            pass
                     fcntl.lockf(entry[0], fcntl.LOCK_UN, 1, 0)
                 finally:
                     os.close(entry[0])
@@ -966,6 +1000,49 @@ def _drop_backup(backup_dir: Path, preexisted: bool) -> None:
 
 
 # --------------------------------------------------------------------------- applying steps
+
+
+def _copy_holes_kept(src: Path, f: BinaryIO, h: Any) -> None:
+    """Copy ``src`` into ``f`` (at its start), hashing into ``h``: the data extents are
+    read and written, the holes (SEEK_DATA/SEEK_HOLE) become holes again and are fed to
+    the hasher as zeros without being read (a 64 GiB sparse file restores in moments)."""
+    zeros = getattr(h, "update_zeros", None)
+    with open(src, "rb") as s:
+        size = os.fstat(s.fileno()).st_size
+        fdi = s.fileno()
+        pos = 0
+        while pos < size:
+            try:
+                a = os.lseek(fdi, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                a = size  # only a hole after pos
+            except AttributeError:  # pragma: no cover - no SEEK_DATA
+                a = pos
+            if a > pos:
+                if zeros is not None:
+                    zeros(a - pos)
+                else:  # pragma: no cover
+                    h.update(bytes(a - pos))
+                f.seek(a)
+                pos = a
+                if pos >= size:
+                    break
+            try:
+                b = os.lseek(fdi, pos, os.SEEK_HOLE)
+            except (OSError, AttributeError):  # pragma: no cover
+                b = size
+            s.seek(pos)
+            while pos < b:
+                chunk = s.read(min(_BIG_CHUNK, b - pos))
+                if not chunk:
+                    break
+                h.update(chunk)
+                f.write(chunk)
+                pos += len(chunk)
+        f.truncate(size)
+        f.seek(size)
 
 
 def _write_zeros(fd: int, offset: int, length: int) -> None:
@@ -1328,10 +1405,7 @@ class StoreTransaction:
                 h.update(data if isinstance(data, bytes) else bytes(data))
                 f.write(data)
             elif isinstance(data, os.PathLike):
-                with open(data, "rb") as src:
-                    while chunk := src.read(_BIG_CHUNK):
-                        h.update(chunk)
-                        f.write(chunk)
+                _copy_holes_kept(Path(data), f, h)
             elif callable(data):
                 hf = _HashingFile(f, h)
                 data(hf)  # type: ignore[arg-type]

@@ -167,7 +167,6 @@ def last_nonzero_in_file(path: Any, lo: int, hi: int) -> int:
 def _search_file(path: Any, lo: int, hi: int, last: bool) -> int:
     """The first (or ``last``) non-zero byte of a file in ``[lo, hi)``, or -1, searching
     only its data extents (:func:`_data_extents`) through a map."""
-    import mmap
     import os
 
     fd = os.open(path, os.O_RDONLY)
@@ -177,19 +176,31 @@ def _search_file(path: Any, lo: int, hi: int, last: bool) -> int:
         if lo >= hi:
             return -1
         extents = _data_extents(fd, lo, hi)
-        if not extents:
-            return -1
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    finally:
-        os.close(fd)
-    try:
-        for a, b in reversed(extents) if last else extents:
-            u8 = np.frombuffer(mm, dtype=np.uint8, count=b - a, offset=a)
-            p = last_nonzero(u8) if last else first_nonzero(u8, 0, b - a)
-            del u8
+        # windows of at most _WINDOW bytes, each mapped on its own: the address space used
+        # stays bounded whatever the file's size (a restore under ulimit -v)
+        windows = [(w, min(w + _WINDOW, b)) for a, b in extents for w in range(a, b, _WINDOW)]
+        for a, b in reversed(windows) if last else windows:
+            p = _search_window(fd, a, b, last)
             if p >= 0:
                 return a + p
         return -1
+    finally:
+        os.close(fd)
+
+
+_WINDOW = 64 << 20
+
+
+def _search_window(fd: int, a: int, b: int, last: bool) -> int:
+    import mmap
+
+    base = a - a % mmap.ALLOCATIONGRANULARITY
+    mm = mmap.mmap(fd, b - base, access=mmap.ACCESS_READ, offset=base)
+    try:
+        u8 = np.frombuffer(mm, dtype=np.uint8, count=b - a, offset=a - base)
+        p = last_nonzero(u8) if last else first_nonzero(u8, 0, b - a)
+        del u8
+        return p
     finally:
         try:
             mm.close()

@@ -19,6 +19,7 @@ from ..formats import indexfile
 from ..formats.checkpoint import Checkpoint, decode_checkpoint
 from ..formats.errors import StoreLayoutError
 from ..formats.names import parse_offset_file_name
+from ..formats.safeio import DIRECTORY, MISSING, REGULAR, classify, is_symlink, read_small
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
 DEFAULT_CQ_FILE_SIZE = 6_000_000
@@ -132,13 +133,16 @@ class Store:
         # the working directory, and the safety layer never reads a relative path as one
         # inside the store (a relative STORE argument made every removal fail)
         root = Path(os.path.abspath(root))
-        if not root.exists():
+        kind, why = classify(root)
+        if kind == MISSING:
             raise StoreLayoutError("no such directory", root)
-        if not root.is_dir():
-            raise StoreLayoutError("not a directory", root)
+        if kind != DIRECTORY:
+            raise StoreLayoutError(why or "not a directory", root)
+        if not os.access(root, os.R_OK | os.X_OK):
+            raise StoreLayoutError("permission denied (the store directory cannot be read)", root)
         cl_dir = Path(os.path.abspath(commitlog_dir)) if commitlog_dir else root / "commitlog"
         markers = [cl_dir, root / "consumequeue", root / "index", root / "checkpoint"]
-        if not any(m.exists() for m in markers):
+        if not any(os.path.lexists(m) for m in markers):
             raise StoreLayoutError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)", root)
         store = cls(root=root, geometry=Geometry())
         try:
@@ -157,7 +161,10 @@ class Store:
     ) -> None:
         g = self.geometry
         # -- commitlog ------------------------------------------------------------------
-        cl_files = self._offset_dir(cl_dir, "commitlog")
+        if cl_dir == self.root / "commitlog" and os.path.lexists(cl_dir) and self._kind(cl_dir) != DIRECTORY:
+            cl_files: list[StoreFile] = []
+        else:
+            cl_files = self._offset_dir(cl_dir, "commitlog")
         g.commitlog_file_size = commitlog_file_size or _most_common([f.size for f in cl_files]) or DEFAULT_COMMITLOG_FILE_SIZE
         self.commitlog = cl_files
         self._check_sizes(cl_files, g.commitlog_file_size, "commitlog")
@@ -165,14 +172,20 @@ class Store:
         # -- consume queues -------------------------------------------------------------
         cq_root = self.root / "consumequeue"
         all_cq: list[StoreFile] = []
-        if cq_root.is_dir():
+        if os.path.lexists(cq_root) and self._kind(cq_root) == DIRECTORY:
             for topic_dir in sorted(cq_root.iterdir(), key=lambda p: p.name):
-                if not topic_dir.is_dir():
+                tkind = self._kind(topic_dir)
+                if tkind == "unsafe":
+                    continue
+                if tkind != DIRECTORY:
                     self.issues.append(LayoutIssue("STRAY_FILE", self._rel(topic_dir), "a file where a topic directory belongs (ignored by the broker)", "warning"))
                     continue
                 for q_dir in sorted(topic_dir.iterdir(), key=lambda p: p.name):
                     qid = _java_int(q_dir.name)
-                    if qid is None or not q_dir.is_dir():
+                    qkind = self._kind(q_dir)
+                    if qkind == "unsafe":
+                        continue
+                    if qid is None or qkind != DIRECTORY:
                         self.issues.append(LayoutIssue("STRAY_FILE", self._rel(q_dir), "not a queue directory (name is not an int; ignored by the broker)", "warning"))
                         continue
                     files = self._offset_dir(q_dir, "consumequeue")
@@ -185,9 +198,12 @@ class Store:
         # -- index ----------------------------------------------------------------------
         idx_dir = self.root / "index"
         idx_files: list[StoreFile] = []
-        if idx_dir.is_dir():
+        if os.path.lexists(idx_dir) and self._kind(idx_dir) == DIRECTORY:
             for p in sorted(idx_dir.iterdir(), key=lambda p: str(p)):
-                if p.is_dir():
+                pkind = self._kind(p)
+                if pkind == "unsafe":
+                    continue
+                if pkind == DIRECTORY:
                     self.issues.append(LayoutIssue("STRAY_FILE", self._rel(p), "a directory inside index/", "warning"))
                     continue
                 size = p.stat().st_size
@@ -210,10 +226,40 @@ class Store:
         self.index_files = idx_files
         # -- checkpoint, abort, lock ----------------------------------------------------
         cp = self.root / "checkpoint"
-        self.checkpoint_present = cp.is_file()
+        self.checkpoint_present = os.path.lexists(cp) and self._kind(cp) == REGULAR
         self.checkpoint_size = cp.stat().st_size if self.checkpoint_present else 0
-        self.abort_present = (self.root / "abort").exists()
-        self.lock_present = (self.root / "lock").exists()
+        self.abort_present = os.path.lexists(self.root / "abort")
+        if self.abort_present:
+            self._kind(self.root / "abort")
+        self.lock_present = os.path.lexists(self.root / "lock")
+        if self.lock_present and self._kind(self.root / "lock") != REGULAR:
+            self.lock_present = False
+        for extra in ("config",):
+            if os.path.lexists(self.root / extra):
+                self._kind(self.root / extra)
+
+    def _kind(self, p: Path) -> str:
+        """``file``, ``dir`` or ``unsafe`` (recorded as an UNSAFE_FILE issue: a FIFO, a
+        device, a dangling, looping or store-leaving symlink is never opened; a symlink
+        that stays inside the store is read by read-only commands, and named so that the
+        destructive ones refuse it before changing anything)."""
+        kind, why = classify(p, self.root)
+        if kind not in (REGULAR, DIRECTORY):
+            self.issues.append(LayoutIssue("UNSAFE_FILE", self._rel(p), f"{why}: rmqtool never opens it; remove it or put the real file or directory there", "error"))
+            return "unsafe"
+        if is_symlink(p):
+            self.issues.append(LayoutIssue("SYMLINK", self._rel(p), "a symlink inside the store: read through, but never changed (recover and rebuild-index refuse it)", "warning"))
+        if kind == DIRECTORY and not os.access(p, os.R_OK | os.X_OK):
+            self.issues.append(LayoutIssue("UNSAFE_FILE", self._rel(p), "a directory that cannot be read (permission denied)", "error"))
+            return "unsafe"
+        if kind == DIRECTORY and not os.access(p, os.W_OK):
+            self.issues.append(LayoutIssue("UNWRITABLE_DIR", self._rel(p), "a directory without write permission: recover and rebuild-index cannot change it", "warning"))
+        return kind
+
+    @property
+    def obstacles(self) -> list[LayoutIssue]:
+        """Entries that a destructive command must not touch: they refuse them up front."""
+        return [i for i in self.issues if i.code in ("UNSAFE_FILE", "SYMLINK", "UNWRITABLE_DIR", "BAD_NAME")]
 
     def _rel(self, p: Path) -> str:
         try:
@@ -223,10 +269,13 @@ class Store:
 
     def _offset_dir(self, d: Path, kind: str) -> list[StoreFile]:
         out: list[StoreFile] = []
-        if not d.is_dir():
+        if not os.path.lexists(d) or not d.is_dir():
             return out
         for p in sorted(d.iterdir(), key=lambda p: p.name):
-            if p.is_dir():
+            pkind = self._kind(p)
+            if pkind == "unsafe":
+                continue
+            if pkind == DIRECTORY:
                 self.issues.append(LayoutIssue("STRAY_FILE", self._rel(p), f"a directory inside {kind}/ (4.x fails to load it, 5.1+ skips it)", "error"))
                 continue
             base = parse_offset_file_name(p.name)
@@ -272,11 +321,9 @@ class Store:
         return self.commitlog[0].base if self.commitlog else -1
 
     def read_checkpoint(self) -> Checkpoint:
-        p = self.root / "checkpoint"
-        try:
-            return decode_checkpoint(p.read_bytes()[:40])
-        except FileNotFoundError:
+        if not self.checkpoint_present:
             return decode_checkpoint(b"")
+        return decode_checkpoint(read_small(self.root / "checkpoint", 40, self.root, "checkpoint") or b"")
 
     def map(self, f: StoreFile | Path) -> MappedFile:
         return MappedFile(f.path if isinstance(f, StoreFile) else f)

@@ -22,6 +22,7 @@ Nothing outlives the processes: the memory is anonymous, not a file.
 from __future__ import annotations
 
 import mmap
+import os
 import pickle
 import weakref
 from typing import Any, NamedTuple
@@ -138,6 +139,57 @@ class Inherited(NamedTuple):
 
 
 _SHARED: dict[str, Any] = {}
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """(worker side, as the pool's initializer) Have the kernel kill this worker when the
+    process that made it dies (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``): a ``kill -9`` of
+    the main rmqtool process must not leave workers holding the store's files open. A
+    parent that died before the call is caught by the getppid check. Elsewhere a no-op."""
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def worker_init() -> None:
+    """The initializer of rmqtool's worker pools: die with the parent."""
+    die_with_parent(_PARENT_PID[0] or None)
+
+
+_PARENT_PID = [0]
+
+
+def pool(workers: int, ctx: Any = None, initializer: Any = None) -> Any:
+    """A ProcessPoolExecutor whose workers die with this process (:func:`worker_init`,
+    then ``initializer``)."""
+    import concurrent.futures as cf
+
+    _PARENT_PID[0] = os.getpid()
+    init = worker_init if initializer is None else _chain(initializer)
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx if ctx is not None else fork_context(),
+                                  initializer=init)
+
+
+class _chain:
+    def __init__(self, then: Any) -> None:
+        self.then = then
+
+    def __call__(self) -> None:
+        worker_init()
+        self.then()
 
 
 def fork_context() -> Any | None:

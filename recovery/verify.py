@@ -58,7 +58,7 @@ from ..formats import consumequeue as cqf
 from ..formats import indexfile as ixf
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
-from ..formats.names import offset_msg_id
+from ..formats.names import offset_msg_id, topic_path_problem
 from ..formats.properties import JAVA_REPLACE, parse_properties, parse_properties_legacy, decode_crc32_digits
 from . import check as ck
 from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, hints_in, last_nonzero as _last_nonzero, queue_hint_runs, sorted_unique
@@ -77,6 +77,10 @@ CODES: dict[str, tuple[str, str]] = {
     # layout (recovery.store.Store.issues)
     "FILE_STRAY": (ERROR, "an entry in commitlog/ or in a queue directory that is not an offset-named file (a directory, or a name that is not a decimal offset): the broker fails to load the store"),
     "FILE_IGNORED": (WARNING, "an entry the broker ignores: a queue directory whose name is not an int, a file where a topic directory belongs, a directory or non-numeric name in index/"),
+    "FILE_UNSAFE": (ERROR, "an entry rmqtool never opens: a FIFO, a device, a socket, a dangling or looping symlink, a symlink leaving the store, a directory that cannot be read; recover and rebuild-index refuse the store until it is removed or replaced by a regular file or directory"),
+    "FILE_SYMLINK": (WARNING, "a symlink inside the store that resolves inside it: read-only commands read through it, recover and rebuild-index refuse to change the store while it is there"),
+    "DIR_UNWRITABLE": (WARNING, "a directory that recover or rebuild-index would have to write in and cannot (no write permission): they refuse the store"),
+    "TOPIC_BAD_NAME": (ERROR, "a message whose topic the broker could not have created (empty, a NUL byte, a slash, . or .., longer than 255 bytes): it can have no consume queue, and recover and rebuild-index never make a path of it"),
     "FILE_MISNAMED": (WARNING, "an offset-named file whose name is not 20 digits"),
     "FILE_ZERO_LENGTH": (ERROR, "a zero-length commitlog, consume queue or index file: the broker fails to load the store, and its range holds no data"),
     "FILE_ZERO_LENGTH_LAST": (WARNING, "a zero-length last file of its directory, which 5.1.3 and later delete at load"),
@@ -1492,7 +1496,9 @@ def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
 
     ctx = _mp_context()
     results: list[Part | None] = [None] * len(tasks)
-    ex = cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx, initializer=_worker_init)
+    from .transfer import pool
+
+    ex = pool(min(jobs, len(tasks)), ctx, initializer=_worker_init)  # (workers die with this process)
     try:
         futs = {ex.submit(scan_part, t): i for i, t in enumerate(tasks)}
         if meanwhile:
@@ -1986,6 +1992,12 @@ def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding
             code = iss.code
         elif iss.code == "MISALIGNED_FILE":
             code = "FILE_MISALIGNED"
+        elif iss.code == "UNSAFE_FILE":
+            code = "FILE_UNSAFE"
+        elif iss.code == "SYMLINK":
+            code = "FILE_SYMLINK"
+        elif iss.code == "UNWRITABLE_DIR":
+            code = "DIR_UNWRITABLE"
         else:
             code = "FILE_STRAY" if sev == "error" else "FILE_IGNORED"
         phys = None
@@ -2566,6 +2578,14 @@ def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs
                 t, qid = recs.queues[k]
                 qdir = f"consumequeue/{t}/{qid}"
                 sel = qks == k
+                why = topic_path_problem(t)
+                if why is not None:  # no queue can exist for it: recover never makes its path
+                    j = int(missing[sel][0])
+                    out.append(finding("TOPIC_BAD_NAME", "commitlog", None, int(recs.off[j]),
+                                       f"{int(sel.sum())} message(s) from offset {int(recs.off[j])} of topic {t!r}: {why}; "
+                                       "the broker could not have created its queue, and recover or rebuild-index dispatch none of them",
+                                       topic=t, queue_id=qid, count=int(sel.sum())))
+                    continue
                 lag = missing[sel & fixed & ~expl]
                 if len(lag):
                     out.append(finding("CQ_DISPATCH_LAG", qdir, None, int(recs.off[lag[0]]),
@@ -2930,9 +2950,14 @@ def lock_held(root: Path) -> bool | None:
     import errno
     import fcntl
 
+    from ..formats.safeio import MISSING, REGULAR, classify
+
     path = root / "lock"
-    if not path.exists():
+    kind, _why = classify(path)
+    if kind == MISSING:
         return False
+    if kind != REGULAR:  # a FIFO is never opened (it would block): Store reports it
+        return None
     # this process holding the lock (a destructive command): closing an fd would drop it.
     # Only a process that imported recovery.safety can hold it.
     safety = sys.modules.get(__name__.rsplit(".", 1)[0] + ".safety")
@@ -2943,7 +2968,7 @@ def lock_held(root: Path) -> bool | None:
         except Exception:  # noqa: BLE001 - an older safety module: probe anyway
             pass
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
     try:

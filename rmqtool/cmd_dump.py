@@ -68,9 +68,11 @@ class StatusTracker:
 
     def __init__(self) -> None:
         self.damaged = 0
+        self.seen = 0
 
     def watch(self, records: Iterable[Record | str]) -> Iterator[Record | str]:
         for r in records:  # a str is a finished JSON line of a plain (OK) message
+            self.seen += 1
             if not isinstance(r, str) and r.get("status", "OK") not in CLEAN_STATUSES:
                 self.damaged += 1
             yield r
@@ -92,10 +94,12 @@ def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple
         recs = itertools.islice(recs, limit)
     try:
         if fmt == "jsonl":
-            write_jsonl(recs, out, tracker)
+            tracker.seen = write_jsonl(recs, out, tracker)
         else:
             render(tracker.watch(recs), fmt, columns, title=title, out=out)  # type: ignore[arg-type]
             out.flush()
+        if not tracker.seen:  # every "nothing found" is said (on stderr: stdout stays data)
+            click.echo(f"rmqtool: no {title} records found", err=True)
     except BrokenPipeError:
         # the reader went away (``| head``): stop quietly. click would turn EPIPE into
         # exit status 1, so it is handled here, before click sees it.
@@ -980,7 +984,7 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
 
 def index_hit_records(store: Store, profile: Any, topic: str | None, key: str, since: int | None, until: int | None, with_body: bool) -> Iterator[Record]:
     for hit, loc in qy.find_by_key(store, profile, topic, key, use_index=True, begin=since or 0,
-                                   end=until if until is not None else qy.LONG_MAX):
+                                   end=until if until is not None else qy.LONG_MAX, scan_fallback=False):
         assert hit is not None and loc.checked.rec is not None
         yield {
             "file": f"index/{hit.file.name}", "slot": hit.slot, "entry": hit.entry, "key_hash": hit.key_hash,
@@ -994,17 +998,25 @@ def checkpoint_record(store: Store) -> Record:
     from .formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
     from .formats.errors import StoreLayoutError
 
+    from .formats.safeio import classify, read_small
+
     p = store.root / "checkpoint"
-    if not p.is_file():
+    kind, why = classify(p, store.root)
+    if kind == "missing":
         raise StoreLayoutError("no checkpoint file", p)
-    raw = p.read_bytes()
+    if kind != "file":
+        raise StoreLayoutError(f"{why}; rmqtool does not open it as a checkpoint", p)
+    size = p.stat().st_size
+    raw = read_small(p, CHECKPOINT_FILE_SIZE, store.root, "checkpoint") or b""
     cp = decode_checkpoint(raw[:40])
     status = "OK"
     if len(raw) < 24:
         status = "TRUNCATED"
     elif len(raw) != CHECKPOINT_FILE_SIZE:
         status = "WRONG_SIZE"
-    r: Record = {"file": "checkpoint", "size": len(raw), "status": status}
+    if size != len(raw) and status == "OK":
+        status = "WRONG_SIZE"
+    r: Record = {"file": "checkpoint", "size": size, "status": status}
     r.update(cp._asdict())
     r["min_timestamp"] = cp.min_timestamp
     r["min_timestamp_index"] = cp.min_timestamp_index
@@ -1012,7 +1024,7 @@ def checkpoint_record(store: Store) -> Record:
 
 
 def config_records(store: Store, name: str | None) -> Iterator[Record]:
-    from .formats.config import KNOWN_FILES, loads
+    from .formats.config import KNOWN_FILES, loads, read_config_bytes
     from .formats.errors import FormatError, StoreLayoutError
 
     cdir = store.root / "config"
@@ -1027,10 +1039,14 @@ def config_records(store: Store, name: str | None) -> Iterator[Record]:
         problems: list[str] = []
         for cand in (cdir / n, cdir / (n + ".bak")):
             try:
-                text = cand.read_bytes().decode("utf-8", "replace")
-            except FileNotFoundError:
+                raw = read_config_bytes(cand)
+            except FormatError as exc:
+                problems.append(exc.one_line())
+                continue
+            if raw is None:
                 problems.append(f"{cand.name}: missing")
                 continue
+            text = raw.decode("utf-8", "replace")
             if not text.strip():
                 problems.append(f"{cand.name}: empty")
                 continue
@@ -1043,7 +1059,7 @@ def config_records(store: Store, name: str | None) -> Iterator[Record]:
             rec["status"] = "OK" if cand.name == n else "FALLBACK_TO_BAK"
             break
         else:
-            rec["status"] = "UNPARSABLE" if any("not a fastjson" in p for p in problems) else "MISSING"
+            rec["status"] = "UNPARSABLE" if any(not p.endswith((": missing", ": empty")) for p in problems) else "MISSING"
         if problems:
             rec["problems"] = problems
         yield rec
@@ -1061,6 +1077,17 @@ def command() -> None:
     cleanly, 4 when damage was met (records with a status other than OK), 8 on an
     operational error.
     """
+
+
+def refuse_unsafe(store: Store, prefix: str) -> None:
+    """Status 8 naming the first entry under ``prefix`` that rmqtool never opens (a FIFO,
+    a device, a dangling, looping or store-leaving symlink): dumping the others would
+    hide it."""
+    for iss in store.issues:
+        if iss.code == "UNSAFE_FILE" and (iss.path == prefix or iss.path.startswith(prefix + "/")):
+            from .formats.errors import StoreLayoutError
+
+            raise StoreLayoutError(iss.message, store.root / iss.path)
 
 
 @command.command("commitlog")
@@ -1088,6 +1115,7 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
     if key is not None and msg_id is not None:
         raise click.UsageError("--key and --msg-id are exclusive")
     store = open_store(**store_opts)
+    refuse_unsafe(store, "commitlog")
     profile = make_profile(broker_version)
     fmt = resolve_format(fmt)
     records = commitlog_stream(
@@ -1107,6 +1135,7 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
 def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, queue_id: int | None, **store_opts: Any) -> int:
     """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped)."""
     store = open_store(**store_opts)
+    refuse_unsafe(store, "consumequeue")
     return output(qy.iter_cq_entries(store, topic, queue_id), fmt, CQ_COLUMNS, limit, "consumequeue")
 
 
@@ -1127,10 +1156,13 @@ def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries:
                since: str | None, until: str | None, with_body: bool, **store_opts: Any) -> int:
     """Index files: headers, optionally slots and entries, or a key lookup."""
     store = open_store(**store_opts)
+    refuse_unsafe(store, "index")
     if key is not None:
         profile = make_profile(broker_version)
         recs = index_hit_records(store, profile, topic, key, parse_time(since, "--since"), parse_time(until, "--until"), with_body)
-        return output(recs, fmt, INDEX_HIT_COLUMNS, limit, "index lookup")
+        title = ("index lookup" if qy.index_usable(store) and (topic is not None or store.topics()) else
+                 "index lookup (no usable index file, or no topic to look up; dump commitlog --key scans the commitlog)")
+        return output(recs, fmt, INDEX_HIT_COLUMNS, limit, title)
     if topic is not None:
         raise click.UsageError("--topic needs --key")
     return output(qy.iter_index(store, entries=entries), fmt, INDEX_COLUMNS, limit, "index")

@@ -20,10 +20,10 @@ import click
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options
-from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
+from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, refuse_obstacles, store_argument
 from .progress import progress_bar
 from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
-from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, recover_pending
+from .recovery.safety import StoreLock, recover_pending
 from .recovery.store import Store
 
 
@@ -79,15 +79,16 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     tz = parse_tz(index_tz)
     root = Path(store_opts["store"])
     store = open_store(**store_opts)
-    if broker_holds_lock(root):
-        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+    check_lock(root, dry_run)
     if dry_run:
         dry_run_preamble(root, backup_dir)
+        refuse_obstacles(store, "rebuild-index")
         return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts)
     for outcome in recover_pending(root):
         _warn(outcome.describe())
     with StoreLock(root):
         store = open_store(**store_opts)  # as left by the recovery of an interrupted run
+        refuse_obstacles(store, "rebuild-index")
         return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, jobs, quiet, store_opts)
 
 

@@ -18,11 +18,11 @@ import click
 
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
+from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, refuse_obstacles, store_argument
 from .brokeropts import broker_config_option, broker_setting_options
 from .progress import progress_bar
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
-from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, recover_pending
+from .recovery.safety import StoreLock, recover_pending
 from .render import dumps, render
 
 
@@ -86,8 +86,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         tz = parse_tz(index_tz)
     root = Path(store_opts["store"])
     open_store(**store_opts)  # not a store -> exit 8 before anything else
-    if broker_holds_lock(root):
-        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+    check_lock(root, dry_run)
     mode = None if normal is None else ("normal" if normal else "abnormal")
     opts = dict(mode=mode, check_crc=not no_crc, message_index_safe=message_index_safe,
                 correct_delay_tags=correct_delay_tags, reindex=not no_reindex, keep_sound_index=not reindex_all,
@@ -96,6 +95,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
     if dry_run:
         dry_run_preamble(root, backup_dir)
         store = open_store(**store_opts)
+        refuse_obstacles(store, "recover")
         plan = _plan(store, profile, opts, quiet)
         past = _past_end(store, plan, profile, jobs)
         listed = None
@@ -117,6 +117,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         finished = finished or outcome.outcome == "completed"
     with StoreLock(root):
         store = open_store(**store_opts)  # as the interrupted run (if any) left it
+        refuse_obstacles(store, "recover")
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
@@ -131,7 +132,10 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
             _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished, salvage_to=salvage_to,
                    past=past, fix_offsets=fix_offsets)
     _warn_problems(plan)
-    if plan.problems:
+    bad_topics = [p for p in (result.problems if result is not None else []) if p.code == "TOPIC_BAD_NAME"]
+    for p in bad_topics:
+        _warn(p.one_line(), "problem")
+    if plan.problems or bad_topics:
         return int(Exit.PROBLEMS)
     if (result is not None and result.changed) or finished:
         return int(Exit.REPAIRED)

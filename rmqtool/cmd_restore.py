@@ -31,8 +31,8 @@ from .recovery.safety import (
 
 @click.command("restore", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("restore")
-@click.argument("backup_dir", type=click.Path(path_type=Path))
-@click.argument("store", type=click.Path(path_type=Path), required=False)
+@click.argument("backup_dir", type=click.Path(path_type=Path, readable=False))
+@click.argument("store", type=click.Path(path_type=Path, readable=False), required=False)
 @click.option("--dry-run", is_flag=True, help="Print what would be restored; change nothing.")
 @click.option("--backup-dir", "new_backup_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Where the restore's own backup of the files it replaces goes (default: a new STORE.rmqtool-backup-<time>).")

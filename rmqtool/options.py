@@ -22,7 +22,7 @@ def store_argument(f: F) -> F:
     f = click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file; mirrors maxHashSlotNum (default: --broker-config, else inferred, else 5000000).")(f)
     f = click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes; mirrors mappedFileSizeConsumeQueue (default: --broker-config, else inferred, else 6000000).")(f)
     f = click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).")(f)
-    f = click.argument("store", type=click.Path(path_type=Path), required=False)(f)
+    f = click.argument("store", type=click.Path(path_type=Path, readable=False), required=False)(f)
     return f
 
 
@@ -34,6 +34,34 @@ def open_store(store: Path, commitlog_file_size: int | None = None, cq_file_size
         raise click.UsageError("--index-slots and --index-entries go together")
     return Store.open(store, commitlog_file_size, cq_file_size, index_slot_num, index_num,
                       commitlog_dir=_broker_meta().get("commitlog_dir"))
+
+
+def check_lock(root: Path, dry_run: bool) -> None:
+    """A real run refuses (status 8) a store whose lock another process holds; a dry run
+    only warns and goes on read-only. Both ask read-only (F_GETLK): nothing is locked,
+    created or written."""
+    from .recovery.safety import StoreLockedError, broker_holds_lock
+
+    if not broker_holds_lock(root):
+        return
+    if dry_run:
+        click.echo("rmqtool: warning: a running broker (or another rmqtool) holds the lock; the dry run reads the store "
+                   "as it is now, and a real run would refuse it", err=True)
+        return
+    raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+
+
+def refuse_obstacles(store: Store, command: str) -> None:
+    """A destructive command refuses, before planning or changing anything, a store with an
+    entry it must not touch (FIFO, device, dangling/looping/escaping symlink, symlink,
+    unreadable or unwritable directory): status 8, one line naming the first one. verify
+    reports each of them as a finding."""
+    obstacles = store.obstacles
+    if obstacles:
+        first = obstacles[0]
+        more = f" (and {len(obstacles) - 1} more; see rmqtool verify)" if len(obstacles) > 1 else ""
+        raise StoreLayoutError(f"{first.message}; {command} does not change a store with such an entry{more}",
+                               store.root / first.path)
 
 
 def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:

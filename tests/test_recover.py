@@ -659,7 +659,7 @@ def test_refuses_a_store_locked_by_a_broker(tmp_path: Path) -> None:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         snap = tree_digest(root)
         assert _recover(root) == 8
-        assert _recover(root, "--dry-run") == 8
+        assert _recover(root, "--dry-run") in (0, 4)  # a dry run warns and reads on (issue 23): it takes no lock
         assert tree_digest(root) == snap
     finally:
         holder.kill()

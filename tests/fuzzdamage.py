@@ -1,0 +1,668 @@
+"""Damaged stores for the fuzz suite (tests/test_fuzz_damage.py) and the soak
+(bench/fuzz_soak.py): copies of the real fixtures with one seeded damage each, and the run
+of every command on them with the checks of issue 23.
+
+Each damage kind is a function ``(root, rng) -> str`` that damages the store copy at
+``root`` and describes what it did. :func:`run_store` runs every command on one damaged
+store and returns the failures it saw (empty: all good).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT / "fixtures" / "real"
+FIXTURES = ["clean", "delay", "crash_midwrite", "many_files"]
+
+READ_ONLY = [
+    ("dump", "commitlog"), ("dump", "consumequeue"), ("dump", "index"), ("dump", "index", "--key", "ORDER-1"),
+    ("dump", "checkpoint"), ("dump", "config"), ("verify",), ("recover", "--dry-run"), ("rebuild-index", "--dry-run"),
+]
+EXITS = {"dump": {0, 4, 8}, "verify": {0, 4, 8}, "recover": {0, 1, 4, 8}, "rebuild-index": {0, 4, 8}, "restore": {0, 4, 8}}
+
+
+# --------------------------------------------------------------------------------------
+# the damage kinds
+
+def _files(root: Path, sub: str | None = None) -> list[Path]:
+    base = root / sub if sub else root
+    if not base.is_dir():
+        return []
+    return sorted(p for p in base.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _pick_file(root: Path, rng: random.Random, subs: tuple[str, ...] = ("commitlog", "consumequeue", "index")) -> Path | None:
+    cands = [p for s in subs for p in _files(root, s)]
+    extra = [root / n for n in ("checkpoint",) if (root / n).is_file()] + _files(root, "config")
+    cands += extra if rng.random() < 0.2 else []
+    return rng.choice(cands) if cands else None
+
+
+def _record_starts(path: Path, limit: int = 64) -> list[int]:
+    data = path.read_bytes()
+    out, pos = [], 0
+    while pos + 8 <= len(data) and len(out) < limit:
+        total, magic = struct.unpack_from(">iI", data, pos)
+        if total <= 0 or magic not in (0xDAA320A7, 0xCBD43194, 0xDAA320A8):
+            break
+        out.append(pos)
+        pos += total
+    return out
+
+
+def d_bitflip(root: Path, rng: random.Random) -> str:
+    p = _pick_file(root, rng)
+    if p is None or p.stat().st_size == 0:
+        return "bitflip: no file"
+    b = bytearray(p.read_bytes())
+    flips = []
+    for _ in range(rng.randint(1, 8)):
+        i = rng.randrange(len(b))
+        # most flips near the data (commitlog/cq files end in zeros)
+        nz = len(b.rstrip(b"\0"))
+        if nz and rng.random() < 0.8:
+            i = rng.randrange(nz)
+        b[i] ^= 1 << rng.randrange(8)
+        flips.append(i)
+    p.write_bytes(bytes(b))
+    return f"bitflip {p.relative_to(root)} at {flips}"
+
+
+_ABSURD = [0x7FFFFFFF, -1, -0x80000000, 0x10000000, 0, 1, 7, 0xFFFF]
+
+
+def d_absurd_length(root: Path, rng: random.Random) -> str:
+    files = _files(root, "commitlog")
+    if not files:
+        return "absurd: no commitlog"
+    p = rng.choice(files)
+    starts = _record_starts(p)
+    if not starts:
+        return "absurd: no record"
+    pos = rng.choice(starts)
+    b = bytearray(p.read_bytes())
+    (total,) = struct.unpack_from(">i", b, pos)
+    bodylen_at = pos + 84
+    which = rng.choice(["total", "body", "topic", "props", "queue_offset", "phys_offset"])
+    v = rng.choice(_ABSURD)
+    if which == "total":
+        struct.pack_into(">i", b, pos, v)
+    elif which == "body" and bodylen_at + 4 <= len(b):
+        struct.pack_into(">i", b, bodylen_at, v)
+    elif which == "topic":
+        (bl,) = struct.unpack_from(">i", b, bodylen_at)
+        t = bodylen_at + 4 + max(0, min(bl, total))
+        if t < len(b):
+            b[t] = rng.choice([0, 0xFF, 0x7F])
+    elif which == "props":
+        struct.pack_into(">h", b, pos + total - 2 - rng.randrange(0, 64) if total > 70 else pos, rng.choice([-1, 0x7FFF, 0]))
+    elif which == "queue_offset":
+        struct.pack_into(">q", b, pos + 20, rng.choice([-1, 1 << 62, 0x7FFFFFFFFFFFFFFF]))
+    else:
+        struct.pack_into(">q", b, pos + 28, rng.choice([-1, 1 << 62, 0x7FFFFFFFFFFFFFFF, 12345]))
+    p.write_bytes(bytes(b))
+    return f"absurd {which}={v} {p.relative_to(root)}@{pos}"
+
+
+def d_zero_range(root: Path, rng: random.Random) -> str:
+    p = _pick_file(root, rng)
+    if p is None or p.stat().st_size == 0:
+        return "zero: no file"
+    b = bytearray(p.read_bytes())
+    nz = max(1, len(b.rstrip(b"\0")))
+    a = rng.randrange(nz)
+    n = rng.choice([1, 4, 8, 20, 64, 512, 4096, len(b)])
+    b[a : a + n] = bytes(len(b[a : a + n]))
+    p.write_bytes(bytes(b))
+    return f"zero {p.relative_to(root)} [{a}, {a + n})"
+
+
+def d_truncate(root: Path, rng: random.Random) -> str:
+    p = _pick_file(root, rng)
+    if p is None:
+        return "truncate: no file"
+    size = p.stat().st_size
+    nz = len(p.read_bytes().rstrip(b"\0"))
+    n = rng.choice([0, 1, rng.randrange(max(1, nz + 1)), max(0, size - 1), size // 2])
+    os.truncate(p, n)
+    return f"truncate {p.relative_to(root)} to {n}"
+
+
+def d_rename(root: Path, rng: random.Random) -> str:
+    sub = rng.choice(["commitlog", "consumequeue", "index"])
+    files = _files(root, sub)
+    if not files:
+        return "rename: nothing"
+    p = rng.choice(files)
+    name = p.name
+    if sub == "index":
+        new = rng.choice(["20261399999999999", "99999999999999999", "20261121240000000", "1", name[:-1], name + "0",
+                          "20991231235959999", "00000000000000000"])
+    else:
+        v = int(name) if name.isdigit() else 0
+        size = p.stat().st_size or 1
+        new = rng.choice([f"{v + size:020d}", f"{v + 2 * size:020d}", f"{max(0, v - size):020d}", str(v), f"{v + 1:020d}",
+                          f"{v:019d}", "x" + name, f"{(1 << 63) - 1:020d}"])
+    dst = p.with_name(new)
+    if dst.exists() or dst == p:
+        return "rename: taken"
+    p.rename(dst)
+    return f"rename {p.relative_to(root)} -> {new}"
+
+
+def d_stray(root: Path, rng: random.Random) -> str:
+    dirs = [root, root / "commitlog", root / "index", root / "config"] + [d for d in (root / "consumequeue").rglob("*") if d.is_dir()]
+    dirs = [d for d in dirs if d.is_dir()]
+    d = rng.choice(dirs)
+    name = rng.choice(["00000000000000000001", "stray", ".hidden", "12", "00000000000000065536.tmp", "abort", "x" * 200])
+    p = d / name
+    if os.path.lexists(p):
+        return "stray: taken"
+    if rng.random() < 0.2:
+        p.mkdir()
+    else:
+        p.write_bytes(rng.randbytes(rng.choice([0, 1, 20, 4096])))
+    return f"stray {p.relative_to(root)}"
+
+
+def _victim(root: Path, rng: random.Random) -> Path:
+    cands = [root / "checkpoint", root / "lock", root / "index", root / "commitlog", root / "config" / "delayOffset.json"]
+    cands += [p for p in (root / "consumequeue").glob("*/*")]
+    cands += _files(root, "index")[-1:] + _files(root, "commitlog")[-1:] + _files(root, "consumequeue")[:1]
+    return rng.choice([c for c in cands if os.path.lexists(c)] or [root / "checkpoint"])
+
+
+def _remove(p: Path) -> None:
+    if p.is_symlink() or not p.is_dir():
+        if os.path.lexists(p):
+            p.unlink()
+    else:
+        shutil.rmtree(p)
+
+
+def d_fifo(root: Path, rng: random.Random) -> str:
+    p = _victim(root, rng)
+    _remove(p)
+    os.mkfifo(p)
+    return f"fifo {p.relative_to(root)}"
+
+
+def d_symlink(root: Path, rng: random.Random) -> str:
+    p = _victim(root, rng)
+    how = rng.choice(["dangling", "loop", "devzero", "outside", "inside"])
+    keep = None
+    if how == "inside" and os.path.lexists(p):
+        keep = p.with_name(p.name + ".real")
+        p.rename(keep)
+    else:
+        _remove(p)
+    if how == "dangling":
+        p.symlink_to(root / "nowhere" / "at-all")
+    elif how == "loop":
+        other = p.with_name(p.name + ".loop")
+        p.symlink_to(other)
+        other.symlink_to(p)
+    elif how == "devzero":
+        p.symlink_to("/dev/zero")
+    elif how == "outside":
+        p.symlink_to("/etc/hostname" if rng.random() < 0.5 else "/tmp")
+    else:
+        p.symlink_to(keep.name if keep else "nowhere")
+    return f"symlink {how} {p.relative_to(root)}"
+
+
+def d_sparse_huge(root: Path, rng: random.Random) -> str:
+    cands = [root / "checkpoint", root / "config" / "delayOffset.json"] + _files(root, "commitlog")[-1:] + _files(root, "consumequeue")[:1] + _files(root, "index")[-1:]
+    cands = [c for c in cands if c.is_file()]
+    if not cands:
+        return "sparse: nothing"
+    p = rng.choice(cands)
+    size = rng.choice([1 << 30, 64 << 30])
+    os.truncate(p, size)
+    return f"sparse {p.relative_to(root)} to {size}"
+
+
+def d_nul_topic(root: Path, rng: random.Random) -> str:
+    files = _files(root, "commitlog")
+    if not files:
+        return "nul: none"
+    p = rng.choice(files)
+    starts = _record_starts(p)
+    if not starts:
+        return "nul: no record"
+    pos = rng.choice(starts)
+    b = bytearray(p.read_bytes())
+    (bl,) = struct.unpack_from(">i", b, pos + 84)
+    t = pos + 88 + bl
+    if t >= len(b):
+        return "nul: short"
+    tl = b[t]
+    what = rng.choice([b"\0", b"/", b"."])
+    n = min(tl, rng.choice([1, 2, 20]))
+    b[t + 1 : t + 1 + n] = what * n
+    p.write_bytes(bytes(b))
+    return f"topic bytes {what!r}x{n} {p.relative_to(root)}@{pos}"
+
+
+def d_config(root: Path, rng: random.Random) -> str:
+    (root / "config").mkdir(exist_ok=True)
+    p = root / "config" / rng.choice(["delayOffset.json", "topics.json", "consumerOffset.json", "subscriptionGroup.json"])
+    kind = rng.choice(["digits", "deep", "garbage", "float", "empty"])
+    if kind == "digits":
+        text = '{"offsetTable":{1:' + "9" * rng.choice([5000, 20, 400, 100000]) + "}}"
+    elif kind == "deep":
+        text = "[" * 100000 + "]" * 100000
+    elif kind == "garbage":
+        text = rng.randbytes(200).decode("latin-1")
+    elif kind == "float":
+        text = '{"a": 1' + "0" * 5000 + ".5e99999}"
+    else:
+        text = ""
+    p.write_text(text, encoding="utf-8")
+    return f"config {kind} {p.name}"
+
+
+def d_unwritable(root: Path, rng: random.Random) -> str:
+    """chmod 555 a directory (a root run ignores it: the soak runs it as nobody when it can)."""
+    dirs = [root / "index", root / "commitlog"] + [d for d in (root / "consumequeue").glob("*/*") if d.is_dir()]
+    dirs = [d for d in dirs if d.is_dir() and not d.is_symlink()]
+    if not dirs:
+        return "unwritable: none"
+    d = rng.choice(dirs)
+    d.chmod(0o555)
+    return f"unwritable {d.relative_to(root)}"
+
+
+def d_remove(root: Path, rng: random.Random) -> str:
+    p = rng.choice([root / "index", root / "commitlog", root / "checkpoint", root / "lock", root / "consumequeue"]
+                   + _files(root, "index") + _files(root, "commitlog")[:1])
+    if not os.path.lexists(p):
+        return "remove: nothing"
+    _remove(p)
+    return f"remove {p.relative_to(root)}"
+
+
+KINDS: dict[str, Callable[[Path, random.Random], str]] = {
+    "bitflip": d_bitflip, "absurd_length": d_absurd_length, "zero_range": d_zero_range, "truncate": d_truncate,
+    "rename": d_rename, "stray": d_stray, "fifo": d_fifo, "symlink": d_symlink, "sparse_huge": d_sparse_huge,
+    "nul_topic": d_nul_topic, "config": d_config, "unwritable": d_unwritable, "remove": d_remove,
+}
+# kinds that could hang or exhaust memory if mishandled: their commands run in a child
+# process under a time limit and an address-space limit
+GUARDED = {"fifo", "symlink", "sparse_huge"}
+
+
+def make_store(dest: Path, seed: int, kind: str | None = None) -> tuple[Path, str, str]:
+    """A damaged copy under ``dest``: (store root, damage kind, description)."""
+    rng = random.Random(seed)
+    fixture = rng.choice(FIXTURES)
+    kind = kind or rng.choice(sorted(KINDS))
+    root = dest / "store"
+    shutil.copytree(REAL / fixture / "store", root, symlinks=True)
+    descs = [KINDS[kind](root, rng)]
+    if rng.random() < 0.15:  # now and then a second damage of another kind
+        k2 = rng.choice(sorted(set(KINDS) - GUARDED - {"unwritable"}))
+        descs.append(KINDS[k2](root, rng))
+    return root, kind, f"{fixture}: " + "; ".join(descs)
+
+
+# --------------------------------------------------------------------------------------
+# the tree digest (sparse-aware: a 64 GiB hole is not read)
+
+def tree_digest(root: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in sorted(dirnames + filenames):
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, root)
+            st = os.lstat(p)
+            mode = stat.S_IMODE(st.st_mode)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = "L:" + os.readlink(p)
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = f"D:{mode:o}"
+            elif stat.S_ISREG(st.st_mode):
+                out[rel] = f"F:{mode:o}:{st.st_size}:{_data_hash(p, st.st_size)}"
+            else:
+                out[rel] = f"S:{stat.S_IFMT(st.st_mode):o}:{mode:o}"
+    return out
+
+
+def _data_hash(path: str, size: int) -> str:
+    h = hashlib.sha1()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except PermissionError:
+        return "unreadable"
+    try:
+        pos = 0
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:
+                break
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            start -= start % 4096
+            while start < end:  # the non-zero 4 KiB pages with their offsets: holes and
+                chunk = os.pread(fd, min(1 << 20, end - start), start)  # written zeros alike
+                if not chunk:
+                    break
+                for i in range(0, len(chunk), 4096):
+                    page = chunk[i : i + 4096]
+                    if page.count(0) != len(page):
+                        h.update(struct.pack(">q", start + i))
+                        h.update(page)
+                start += len(chunk)
+            pos = end
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------
+# running the commands
+
+@dataclass
+class Outcome:
+    argv: tuple[str, ...]
+    code: int
+    err: str
+    seconds: float
+    hang: bool = False
+    memory: bool = False
+
+
+class _Timeout(BaseException):
+    pass
+
+
+def run_inprocess(argv: list[str], timeout: float) -> Outcome:
+    """rmqtool.cli.run in this process (stdout dropped, stderr kept), under SIGALRM."""
+    from rmqtool.cli import run
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise _Timeout()
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    err = io.StringIO()
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    hang = False
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run(argv)
+    except _Timeout:
+        code, hang = -1, True
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    text = err.getvalue()
+    if "_Timeout" in text:  # run() reports whatever reaches it, the alarm's exception too
+        code, hang = -1, True
+    return Outcome(tuple(argv), code, text, time.perf_counter() - t0, hang=hang)
+
+
+def run_forked(argv: list[str], timeout: float, mem_bytes: int, user: str | None = None) -> Outcome:
+    """rmqtool.cli.run in a forked child (no exec: the interpreter need not be reachable
+    for ``user``), which first drops to ``user`` (setgid/setuid) and sets RLIMIT_AS."""
+    import importlib
+
+    from rmqtool.cli import COMMANDS
+
+    for mod in COMMANDS.values():  # imported before the fork: the child may not read the tree
+        if mod != "rmqtool.cmd_export":
+            importlib.import_module(mod)
+    r, w = os.pipe()
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 99
+        try:
+            os.close(r)
+            os.dup2(w, 2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            import resource
+
+            if mem_bytes:
+                resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+            if user is not None:
+                import pwd
+
+                pw = pwd.getpwnam(user)
+                os.setgroups([])
+                os.setgid(pw.pw_gid)
+                os.setuid(pw.pw_uid)
+            from rmqtool.cli import run
+
+            sys.stdout = open(1, "w", closefd=False)
+            sys.stderr = open(2, "w", closefd=False)
+            code = run(argv)
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    hang = False
+    import select
+
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            hang = True
+            os.kill(pid, signal.SIGKILL)
+            break
+        ready, _, _ = select.select([r], [], [], left)
+        if ready:
+            b = os.read(r, 65536)
+            if not b:
+                break
+            chunks.append(b)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    err = b"".join(chunks).decode("utf-8", "replace")
+    code = -1 if hang else (os.waitstatus_to_exitcode(status))
+    memory = "out of memory" in err or "MemoryError" in err or code in (-signal.SIGKILL, -signal.SIGSEGV)
+    return Outcome(tuple(argv), code, err, time.perf_counter() - t0, hang=hang, memory=memory and not hang)
+
+
+def run_child(argv: list[str], timeout: float, mem_bytes: int, user: str | None = None) -> Outcome:
+    """``python -m rmqtool`` in a child process under RLIMIT_AS and a timeout (as ``user``:
+    a forked child, :func:`run_forked`)."""
+    if user is not None:
+        return run_forked(argv, timeout, mem_bytes, user)
+    def limits() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+        if user is not None:
+            import pwd
+
+            pw = pwd.getpwnam(user)
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+
+    t0 = time.perf_counter()
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, "-m", "rmqtool", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         preexec_fn=limits, env=env, start_new_session=True)
+    try:
+        _, err_b = p.communicate(timeout=timeout)
+        hang = False
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err_b = p.communicate()
+        hang = True
+    err = err_b.decode("utf-8", "replace")
+    code = -1 if hang else p.returncode
+    memory = "out of memory" in err or "MemoryError" in err or code in (-signal.SIGKILL, -signal.SIGSEGV)
+    return Outcome(tuple(argv), code, err, time.perf_counter() - t0, hang=hang, memory=memory and not hang)
+
+
+@dataclass
+class StoreResult:
+    kind: str
+    desc: str
+    failures: list[tuple[str, str, str]] = field(default_factory=list)  # (command, category, detail)
+    runs: int = 0
+
+
+def _cmd_name(argv: tuple[str, ...]) -> str:
+    return " ".join(a for a in argv[:3] if not a.startswith("/"))
+
+
+def run_store(dest: Path, seed: int, kind: str | None = None, *, timeout: float = 60.0, mem_bytes: int = 2 << 30,
+              child: bool | None = None, user: str | None = None) -> StoreResult:
+    """Make one damaged store under ``dest`` and run every command on it, checking the
+    rules of issue 23. ``child``: run the commands in child processes (default: only for
+    the kinds in GUARDED)."""
+    root, kind, desc = make_store(dest, seed, kind)
+    res = StoreResult(kind, desc)
+    use_child = (kind in GUARDED) if child is None else child
+
+    def cmd(*argv: str) -> Outcome:
+        full = [argv[0], *argv[1:]]
+        res.runs += 1
+        if use_child:
+            o = run_child(full, timeout, mem_bytes, user)
+        else:
+            o = run_inprocess(full, timeout)
+        name = _cmd_name(tuple(a for a in argv if a != str(root)))
+        top = argv[0]
+        if o.hang:
+            res.failures.append((name, "hang", f"{o.seconds:.0f} s"))
+        elif o.memory:
+            res.failures.append((name, "memory", o.err.strip()[-200:]))
+        elif "internal error" in o.err or "Traceback" in o.err:
+            res.failures.append((name, "internal error", o.err.strip()[-300:]))
+        elif o.code not in EXITS[top]:
+            res.failures.append((name, "exit code", f"{o.code}: {o.err.strip()[-200:]}"))
+        elif o.err.count("\n") > 40:
+            res.failures.append((name, "noisy stderr", o.err[:200]))
+        return o
+
+    h0 = tree_digest(root)
+    for ro in READ_ONLY:
+        argv = [*ro[:2], str(root), *ro[2:]] if ro[0] == "dump" else [ro[0], str(root), *ro[1:]]
+        cmd(*argv)
+        if tree_digest(root) != h0:
+            res.failures.append((_cmd_name(tuple(ro)), "read-only wrote", _diff(h0, tree_digest(root))))
+            return res
+    b1, b2 = dest / "backup-recover", dest / "backup-rebuild"
+    o1 = cmd("recover", str(root), "--backup-dir", str(b1))
+    h1 = tree_digest(root)
+    o2 = cmd("recover", str(root), "--backup-dir", str(dest / "backup-recover2"))
+    h2 = tree_digest(root)
+    if h2 != h1 or (o1.code in (0, 1, 4) and o2.code == 1):
+        res.failures.append(("recover", "not idempotent", f"run 1 exit {o1.code}, run 2 exit {o2.code}; {_diff(h1, h2)}"))
+    elif o1.code == 8 and o2.code != 8:
+        res.failures.append(("recover", "not idempotent", f"run 1 refused, run 2 exit {o2.code}"))
+    if o1.code == 8 and h1 != h0:
+        res.failures.append(("recover", "refusal changed the store", _diff(h0, h1)))
+    cmd("rebuild-index", str(root), "--backup-dir", str(b2))
+    # restore, newest backup first, gives the damaged input back byte for byte
+    for b in (b2, dest / "backup-recover2", b1):
+        if (b / "manifest.json").exists():
+            o = cmd("restore", str(b), str(root), "--backup-dir", str(dest / f"restore-of-{b.name}"))
+            if o.code != 0:
+                res.failures.append(("restore", "blocked restore", f"{b.name}: exit {o.code}: {o.err.strip()[-200:]}"))
+    if tree_digest(root) != h0:
+        res.failures.append(("restore", "not byte for byte", _diff(h0, tree_digest(root))))
+    return res
+
+
+def _diff(a: dict[str, str], b: dict[str, str]) -> str:
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return ", ".join(f"{k}: {a.get(k, '-')[:24]} -> {b.get(k, '-')[:24]}" for k in keys[:4]) + (" ..." if len(keys) > 4 else "")
+
+
+def cleanup(dest: Path) -> None:
+    for dirpath, dirnames, _ in os.walk(dest):
+        for d in dirnames:
+            p = os.path.join(dirpath, d)
+            if not os.path.islink(p):
+                try:
+                    os.chmod(p, 0o755)
+                except OSError:
+                    pass
+    shutil.rmtree(dest, ignore_errors=True)
+
+
+def manifest_name() -> str:
+    return json.dumps({"kinds": sorted(KINDS)})
+
+
+def _child_main(seeds: list[int], tmp: Path, out_path: Path, timeout: float, mem_bytes: int) -> None:
+    import resource
+
+    if mem_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+    with open(out_path, "w", encoding="utf-8") as out:
+        for seed in seeds:
+            d = tmp / f"s{seed}"
+            d.mkdir(parents=True, exist_ok=True)
+            t0 = time.perf_counter()
+            try:
+                r = run_store(d, seed, timeout=timeout, mem_bytes=mem_bytes, child=False)
+                doc = {"seed": seed, "kind": r.kind, "desc": r.desc, "runs": r.runs, "failures": r.failures}
+            except MemoryError:
+                doc = {"seed": seed, "kind": "?", "desc": "", "runs": 0, "failures": [("harness", "memory", "MemoryError")]}
+            doc["seconds"] = round(time.perf_counter() - t0, 3)
+            out.write(json.dumps(doc) + "\n")
+            out.flush()
+            cleanup(d)
+
+
+def run_many(seeds: list[int], tmp: Path, jobs: int = 2, timeout: float = 60.0, mem_bytes: int = 2 << 30) -> list[dict]:
+    """Run :func:`run_store` for every seed in ``jobs`` forked children, each under an
+    address-space limit of ``mem_bytes`` (commands in-process, under SIGALRM timeouts).
+    A child that dies is reported for the seed it was on."""
+    pids: dict[int, tuple[list[int], Path]] = {}
+    for j in range(jobs):
+        part = seeds[j::jobs]
+        if not part:
+            continue
+        out_path = tmp / f"results-{j}.jsonl"
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 0
+            try:
+                _child_main(part, tmp / f"w{j}", out_path, timeout, mem_bytes)
+            except BaseException:  # noqa: BLE001
+                import traceback
+
+                traceback.print_exc()
+                code = 3
+            finally:
+                os._exit(code)
+        pids[pid] = (part, out_path)
+    results: list[dict] = []
+    for pid, (part, out_path) in pids.items():
+        _, status = os.waitpid(pid, 0)
+        got = []
+        if out_path.exists():
+            got = [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        results.extend(got)
+        if len(got) < len(part):
+            lost = part[len(got)]
+            results.append({"seed": lost, "kind": "?", "desc": "", "runs": 0, "seconds": 0,
+                            "failures": [("harness", "worker died", f"wait status {status}")]})
+    return results

@@ -1,0 +1,471 @@
+"""Issue 23: the twelve ways a damaged store wedged, hung or exhausted rmqtool (F1-F12),
+the "also seen" items, and the damaged-store fuzz run (a fixed budget of seeded damaged
+copies of the real fixtures, every command on each; tests/fuzzdamage.py)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from conftest import real_store, tree_digest
+
+import fuzzdamage as fd
+from rmqtool.cli import run
+
+ROOT = Path(__file__).resolve().parent.parent
+TWO_GIB = 2 << 30
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = run(list(argv))
+    out, err = capsys.readouterr()
+    assert "internal error" not in err and "Traceback" not in err, err
+    return code, out, err
+
+
+def child(*argv: str, timeout: float = 60, mem: int = TWO_GIB, user: str | None = None) -> fd.Outcome:
+    o = fd.run_child(list(argv), timeout, mem, user)
+    assert not o.hang, (argv, "hang")
+    assert "internal error" not in o.err and "out of memory" not in o.err, (argv, o.err)
+    return o
+
+
+def copy(tmp_path: Path, name: str) -> Path:
+    dst = tmp_path / name / "store"
+    shutil.copytree(real_store(name), dst, symlinks=True)
+    return dst
+
+
+@pytest.fixture
+def public_tmp() -> object:
+    """A directory every user can reach (pytest's tmp_path lies under a 0700 directory)."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="rmqtool-issue23-"))
+    d.chmod(0o755)
+    yield d
+    fd.cleanup(d)
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return fd.tree_digest(root)
+
+
+# ---------------------------------------------------------------------------------------
+# F1-F12
+
+def test_f1_dump_index_key_without_any_index_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy(tmp_path, "clean")
+    for p in (root / "index").iterdir():
+        p.unlink()
+    code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1")
+    assert code == 0 and out == "" and "no usable index file" in err
+    shutil.rmtree(root / "consumequeue")  # no topic to look up either
+    code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1")
+    assert code == 0 and out == "" and "no index lookup" in err
+
+
+def test_f2_config_number_of_5000_digits_falls_back_to_bak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy(tmp_path, "clean")
+    cfg = root / "config" / "delayOffset.json"
+    good = cfg.read_text(encoding="utf-8")
+    cfg.write_text('{"a":' + "9" * 5000 + "}", encoding="utf-8")
+    code, out, err = cli(capsys, "dump", "config", str(root))
+    rec = json.loads(out)
+    assert code == 4 and rec["status"] == "UNPARSABLE" and "5000 digits" in rec["problems"][0]
+    (root / "config" / "delayOffset.json.bak").write_text(good, encoding="utf-8")
+    code, out, err = cli(capsys, "dump", "config", str(root))
+    rec = json.loads(out)
+    assert rec["status"] == "FALLBACK_TO_BAK" and rec["content"] == json.loads(good)
+
+
+def test_f3_salvage_with_an_index_symlink_loop_is_refused_up_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy(tmp_path, "crash_midwrite")
+    shutil.rmtree(root / "index")
+    (root / "index").symlink_to(root / "index2")
+    (root / "index2").symlink_to(root / "index")
+    before = snapshot(root)
+    code, out, err = cli(capsys, "recover", str(root), "--salvage-to", str(tmp_path / "salvage"))
+    assert code == 8 and err.count("\n") == 1 and "/index:" in err and "symbolic links" in err
+    assert snapshot(root) == before and not (tmp_path / "salvage").exists()
+    code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
+    assert code == 4 and any(json.loads(l)["code"] == "FILE_UNSAFE" and json.loads(l)["file"] == "index" for l in out.splitlines())
+
+
+def test_f4_a_stray_one_byte_queue_file_leaves_that_queue_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy(tmp_path, "delay")
+    stray = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "0" / "00000000000000000001"
+    stray.write_bytes(b"x")
+    queue_before = {p.name: p.read_bytes() for p in stray.parent.iterdir()}
+    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b1"))
+    assert code == 4 and "not a multiple of the file size" in err
+    assert {p.name: p.read_bytes() for p in stray.parent.iterdir()} == queue_before
+    after = snapshot(root)
+    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b2"))
+    assert code == 4 and snapshot(root) == after and not (tmp_path / "b2").exists()
+
+
+def _nul_topic(root: Path) -> None:
+    p = root / "commitlog" / "00000000000000000000"
+    b = bytearray(p.read_bytes())
+    (bodylen,) = struct.unpack_from(">i", b, 84)
+    t = 88 + bodylen
+    b[t + 1 : t + 1 + b[t]] = bytes(b[t])  # the whole topic name: NUL bytes
+    p.write_bytes(bytes(b))
+
+
+def test_f5_a_topic_of_nul_bytes_never_becomes_a_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy(tmp_path, "clean")
+    _nul_topic(root)
+    h0 = snapshot(root)
+    code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
+    assert code == 4 and any(json.loads(l)["code"] == "TOPIC_BAD_NAME" for l in out.splitlines())
+    code, out, err = cli(capsys, "rebuild-index", str(root), "--quiet", "--backup-dir", str(tmp_path / "b1"))
+    assert code == 4 and "NUL byte" in err
+    assert not (root / ".rmqtool-journal").exists()
+    assert all("\0" not in str(p) for p in (root / "consumequeue").rglob("*"))
+    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b2"))
+    assert code in (0, 4)
+    code, out, err = cli(capsys, "restore", str(tmp_path / "b1"), str(root))
+    assert code == 0 and snapshot(root) == h0
+
+
+@pytest.mark.parametrize("how", ["dangling", "loop", "outside"])
+def test_f6_a_symlinked_queue_directory_is_a_finding_and_a_refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
+    root = copy(tmp_path, "crash_midwrite")
+    q = root / "consumequeue" / "TopicA" / "0"
+    shutil.rmtree(q)
+    if how == "dangling":
+        q.symlink_to(tmp_path / "missing")
+    elif how == "loop":
+        q.symlink_to(q.with_name("1x"))
+        q.with_name("1x").symlink_to(q)
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        q.symlink_to(tmp_path / "elsewhere")
+    before = snapshot(root)
+    code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
+    assert code == 4 and any(json.loads(l)["code"] == "FILE_UNSAFE" and json.loads(l)["file"] == "consumequeue/TopicA/0"
+                             for l in out.splitlines())
+    for argv in (("recover",), ("rebuild-index", "--quiet"), ("recover", "--dry-run"), ("rebuild-index", "--dry-run", "--quiet")):
+        code, out, err = cli(capsys, argv[0], str(root), *argv[1:])
+        assert code == 8 and err.count("\n") == 1 and "consumequeue/TopicA/0" in err, (argv, err)
+        assert snapshot(root) == before and not (root / ".rmqtool-journal").exists()
+
+
+def test_f6_an_unwritable_queue_directory_is_refused_before_any_change(public_tmp: Path) -> None:
+    """As an unprivileged user (root ignores permission bits): a child process that
+    setuid()s to nobody runs recover and verify on a store it owns all of but one queue
+    directory it cannot write."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to nobody")
+    import pwd
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody")
+    tmp_path = public_tmp
+    root = copy(tmp_path, "crash_midwrite")
+    for dirpath, dirnames, filenames in os.walk(tmp_path):
+        for n in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, n), nobody.pw_uid, nobody.pw_gid)
+    os.chown(tmp_path, nobody.pw_uid, nobody.pw_gid)
+    q = root / "consumequeue" / "TopicA" / "0"
+    q.chmod(0o555)
+    before = snapshot(root)
+    o = child("verify", str(root), "--format", "jsonl", user="nobody")
+    assert o.code in (0, 4)  # DIR_UNWRITABLE is a warning: a read-only forensic copy is no damage
+    o = child("recover", str(root), user="nobody")
+    assert o.code == 8 and "consumequeue/TopicA/0" in o.err and "write permission" in o.err
+    assert snapshot(root) == before and not (root / ".rmqtool-journal").exists()
+    q.chmod(0o755)
+
+
+def test_f7_an_index_name_far_ahead_is_passed_by_bisection_not_by_steps() -> None:
+    from rmqtool.formats.names import index_file_name, index_name_after
+    from rmqtool.recovery.reput import _name_new_index_files
+
+    t0 = time.perf_counter()
+    ms, name = index_name_after(1763766118711, "20261399999999999")  # month 13: no such time
+    assert name > "20261399999999999" and name == index_file_name(ms) and index_file_name(ms - 1) <= "20261399999999999"
+    ms2, name2 = index_name_after(1763766118711, "20261121240000000")  # one hour ahead
+    assert name2 == "20261121240000000"[:-3] + "001" or name2 > "20261121240000000"
+    assert index_name_after(0, "99999999999999999") is None
+    assert time.perf_counter() - t0 < 1.0
+
+    class Img:
+        first_store_timestamp = 1763766118711
+
+    assert _name_new_index_files([Img(), Img()], "20261399999999999", None) == [name, index_file_name(ms + 1)]
+
+
+def test_f7_recover_with_the_newest_index_renamed_far_ahead_finishes(tmp_path: Path) -> None:
+    root = copy(tmp_path, "crash_midwrite")
+    newest = sorted((root / "index").iterdir())[-1]
+    newest.rename(newest.with_name("20261399999999999"))
+    o = child("recover", str(root), timeout=60)
+    assert o.code in (0, 1, 4) and o.seconds < 30
+
+
+@pytest.mark.parametrize("what", ["devzero", "sparse64g"])
+def test_f8_a_huge_checkpoint_is_never_read_whole(tmp_path: Path, what: str) -> None:
+    root = copy(tmp_path, "clean")
+    cp = root / "checkpoint"
+    if what == "devzero":
+        cp.unlink()
+        cp.symlink_to("/dev/zero")
+    else:
+        os.truncate(cp, 64 << 30)
+    before = snapshot(root)
+    for argv, codes in ((("verify",), {0, 4}), (("dump", "checkpoint"), {0, 4, 8}), (("recover", "--dry-run"), {0, 4, 8}),
+                        (("rebuild-index", "--dry-run"), {0, 4, 8})):
+        full = [argv[0], *argv[1:], str(root)] if argv[0] == "dump" else [argv[0], str(root), *argv[1:]]
+        o = child(*full, mem=TWO_GIB)
+        assert o.code in codes and not o.memory, (argv, o.code, o.err)
+    assert snapshot(root) == before
+    if what == "devzero":
+        o = child("recover", str(root))
+        assert o.code == 8 and "/dev/zero" in o.err
+
+
+def test_f8_a_sparse_config_file_is_not_read(tmp_path: Path) -> None:
+    root = copy(tmp_path, "clean")
+    os.truncate(root / "config" / "delayOffset.json", 1 << 30)
+    o = child("dump", "config", str(root), mem=TWO_GIB)
+    assert o.code == 4 and not o.memory
+
+
+def test_f9_an_unreadable_store_is_an_operational_error_not_usage(tmp_path: Path, public_tmp: Path) -> None:
+    if os.geteuid() != 0:
+        root = copy(tmp_path, "clean")
+        root.chmod(0)
+        try:
+            assert run(["verify", str(root)]) == 8
+        finally:
+            root.chmod(0o755)
+        return
+    import pwd
+
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody")
+    root = copy(public_tmp, "clean")
+    root.chmod(0)
+    try:
+        for argv in (("verify", str(root)), ("dump", "commitlog", str(root)), ("recover", str(root), "--dry-run")):
+            o = child(*argv, user="nobody")
+            assert o.code == 8 and "permission denied" in o.err.lower() and o.err.count("\n") == 1, (argv, o.code, o.err)
+    finally:
+        root.chmod(0o755)
+
+
+@pytest.mark.parametrize("where,argv", [
+    ("checkpoint", ("verify",)), ("checkpoint", ("recover",)), ("checkpoint", ("recover", "--dry-run")),
+    ("lock", ("verify",)), ("config/delayOffset.json", ("dump", "config")), ("index/LAST", ("recover",)),
+    ("checkpoint", ("dump", "checkpoint")),
+])
+def test_f10_a_fifo_is_never_opened(tmp_path: Path, where: str, argv: tuple[str, ...]) -> None:
+    root = copy(tmp_path, "clean")
+    if where == "index/LAST":
+        where = "index/" + sorted(p.name for p in (root / "index").iterdir())[-1]
+    (root / where).unlink()
+    os.mkfifo(root / where)
+    full = [argv[0], *argv[1:], str(root)] if argv[0] == "dump" else [argv[0], str(root), *argv[1:]]
+    o = child(*full, timeout=30)
+    assert o.code in (4, 8) and o.seconds < 20
+    if argv[0] in ("recover", "dump") and argv != ("recover", "--dry-run") and where != "config/delayOffset.json":
+        assert o.code == 8 and "FIFO" in o.err and where.split("/")[0] in o.err
+
+
+def test_f11_recover_twice_is_recover_once_after_a_renamed_commitlog_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy(tmp_path, "clean")
+    (root / "commitlog" / "00000000000000327680").rename(root / "commitlog" / "00000000000000458752")
+    code1, _, _ = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b1"))
+    h1 = snapshot(root)
+    code2, _, _ = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b2"))
+    assert code2 != 1 and snapshot(root) == h1
+
+
+def test_f11_recover_twice_after_an_absurd_length(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy(tmp_path, "clean")
+    p = root / "commitlog" / "00000000000000065536"
+    b = bytearray(p.read_bytes())
+    struct.pack_into(">i", b, 0, 0x7FFFFFFF)
+    p.write_bytes(bytes(b))
+    cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b1"))
+    h1 = snapshot(root)
+    code2, _, _ = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b2"))
+    assert code2 != 1 and snapshot(root) == h1
+
+
+def test_f12_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy(tmp_path, "clean")
+    q = root / "consumequeue" / "TopicA" / "0"
+    (q / "00000000000000000640").rename(q / "640")
+    p = root / "commitlog" / "00000000000000262144"
+    b = bytearray(p.read_bytes())
+    b[2000] ^= 0xFF
+    p.write_bytes(bytes(b))
+    queue_before = {x.name: x.read_bytes() for x in q.iterdir()}
+    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b1"))
+    assert code == 4 and "consumequeue/TopicA/0: 640: file name is not 20 digits" in err
+    assert {x.name: x.read_bytes() for x in q.iterdir()} == queue_before
+    h1 = snapshot(root)
+    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b2"))
+    assert code == 4 and snapshot(root) == h1
+
+
+# ---------------------------------------------------------------------------------------
+# also seen
+
+def _hold_lock(path: Path) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); "
+         "fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0); print('locked', flush=True); time.sleep(60)", str(path)],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+@pytest.mark.parametrize("command", ["recover", "rebuild-index"])
+def test_dry_runs_take_no_lock_and_only_warn_while_a_broker_holds_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    root = copy(tmp_path, "crash_midwrite")
+    holder = _hold_lock(root / "lock")
+    try:
+        before = snapshot(root)
+        code, out, err = cli(capsys, command, str(root), "--dry-run")
+        assert code in (0, 4) and "holds the lock" in err and "warning" in err
+        code, out, err = cli(capsys, command, str(root))
+        assert code == 8 and "holds the lock" in err
+        assert snapshot(root) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    calls: list[tuple[object, ...]] = []
+    monkeypatch.setattr(fcntl, "lockf", lambda *a: calls.append(a))
+    monkeypatch.setattr(fcntl, "flock", lambda *a: calls.append(a))
+    (root / "lock").unlink()
+    code, out, err = cli(capsys, command, str(root), "--dry-run")
+    assert calls == [] and not os.path.lexists(root / "lock") and code in (0, 4)
+
+
+def test_a_missing_lock_file_is_not_left_behind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy(tmp_path, "crash_midwrite")
+    (root / "lock").unlink()
+    before = snapshot(root)
+    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b1"))
+    assert code == 1 and not os.path.lexists(root / "lock")
+    code, out, err = cli(capsys, "rebuild-index", str(root), "--quiet", "--backup-dir", str(tmp_path / "b2"))
+    assert not os.path.lexists(root / "lock")
+    if (tmp_path / "b2" / "manifest.json").exists():
+        assert cli(capsys, "restore", str(tmp_path / "b2"), str(root))[0] == 0
+    assert cli(capsys, "restore", str(tmp_path / "b1"), str(root))[0] == 0
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("setup", ["no commitlog dir", "only a stray file"])
+def test_dump_commitlog_says_when_it_found_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str) -> None:
+    root = copy(tmp_path, "clean")
+    shutil.rmtree(root / "commitlog")
+    if setup == "only a stray file":
+        (root / "commitlog").mkdir()
+        (root / "commitlog" / "README").write_text("x")
+    code, out, err = cli(capsys, "dump", "commitlog", str(root))
+    assert out == "" and "no commitlog records found" in err
+
+
+def test_dump_checkpoint_names_a_fifo_or_device_for_what_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy(tmp_path, "clean")
+    (root / "checkpoint").unlink()
+    os.mkfifo(root / "checkpoint")
+    code, out, err = cli(capsys, "dump", "checkpoint", str(root))
+    assert code == 8 and "FIFO" in err and "no checkpoint file" not in err
+    (root / "checkpoint").unlink()
+    (root / "checkpoint").symlink_to("/dev/zero")
+    code, out, err = cli(capsys, "dump", "checkpoint", str(root))
+    assert code == 8 and "/dev/zero" in err and "no checkpoint file" not in err
+
+
+def test_workers_die_with_their_parent(tmp_path: Path) -> None:
+    """kill -9 of the main process: its pool workers get SIGKILL from the kernel
+    (PR_SET_PDEATHSIG), so none stays alive holding the store's files."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux")
+    code = (
+        "import os, sys, time\n"
+        "from rmqtool.recovery.transfer import pool\n"
+        "ex = pool(2)\n"
+        "futs = [ex.submit(time.sleep, 60) for _ in range(2)]\n"
+        "time.sleep(1.0)\n"
+        "print(' '.join(str(p) for p in ex._processes), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.stdout is not None
+    pids = [int(x) for x in p.stdout.readline().split()]
+    assert len(pids) == 2
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    deadline = time.time() + 10
+    alive = pids
+    while alive and time.time() < deadline:
+        alive = [q for q in pids if _alive(q)]
+        time.sleep(0.1)
+    assert alive == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(") ")[1][0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
+def test_restore_streams_in_bounded_memory(tmp_path: Path) -> None:
+    """A backup holding a 1 GiB file (sparse here, its bytes still go through restore's
+    copy and hash): restore runs under a 1 GiB address-space limit."""
+    root = copy(tmp_path, "clean")
+    big = root / "commitlog" / "00000000000000327680"
+    with open(big, "r+b") as f:
+        f.truncate(1 << 30)
+        f.seek((1 << 30) - 4096)
+        f.write(b"\1" * 4096)
+    before = snapshot(root)
+    o = child("recover", str(root), "--backup-dir", str(tmp_path / "b1"), mem=TWO_GIB)
+    assert o.code in (0, 1, 4)
+    if not (tmp_path / "b1" / "manifest.json").exists():
+        pytest.skip("recover changed nothing here")
+    o = child("restore", str(tmp_path / "b1"), str(root), mem=1 << 30, timeout=120)
+    assert o.code == 0, o.err
+    assert snapshot(root) == before
+
+
+# ---------------------------------------------------------------------------------------
+# the fuzz run: a fixed budget of damaged stores, every command on each
+
+FUZZ_STORES = int(os.environ.get("RMQTOOL_FUZZ_STORES", "90"))
+FUZZ_SEED = int(os.environ.get("RMQTOOL_FUZZ_SEED", "2300"))
+
+
+def test_fuzz_damaged_stores(tmp_path: Path) -> None:
+    results = fd.run_many(list(range(FUZZ_SEED, FUZZ_SEED + FUZZ_STORES)), tmp_path, jobs=2, timeout=60, mem_bytes=TWO_GIB)
+    assert len(results) == FUZZ_STORES
+    bad = [(r["seed"], r["kind"], r["desc"][:120], f) for r in results for f in r["failures"]]
+    assert bad == [], "\n".join(map(str, bad[:20]))
+    kinds = {r["kind"] for r in results}
+    assert kinds == set(fd.KINDS), set(fd.KINDS) - kinds
