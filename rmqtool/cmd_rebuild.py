@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
@@ -60,16 +61,22 @@ def parse_tz(text: str) -> _dt.tzinfo:
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
               help="Worker processes decoding the commitlog (default: one per CPU); the files written are the same.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@yes_option
 def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
-            dry_run: bool, backup_dir: Path | None, index_tz: str, jobs: int | None, quiet: bool, **store_opts: Any) -> int:
+            dry_run: bool, backup_dir: Path | None, index_tz: str, jobs: int | None, quiet: bool, yes: bool,
+            **store_opts: Any) -> int:
     """Rebuild the consume queues and the index of a stopped broker's STORE from its
     commitlog, as the broker's reput writes them (byte for byte). Prints the plan, backs
     up every file it replaces or removes, applies the change atomically; restore it with
     rmqtool restore.
 
-    Exit status: 0 done (or dry run), 4 problems remain (commitlog damage that could not
-    be dispatched), 8 operational error (store locked by a broker, not a store, I/O),
-    2 usage error, 130 interrupted."""
+    On a terminal it prints the plan and asks before changing anything; --yes skips the
+    question, and without a terminal (cron, scripts) --yes is required.
+
+    Exit status (a bitmask): 0 nothing changed (or dry run), 1 files were rewritten, 4
+    problems remain (commitlog damage that could not be dispatched), 5 = 1 + 4, 8
+    operational error or refusal (store locked by a broker, not a store, no --yes without
+    a terminal, I/O), 2 usage error, 130 interrupted."""
     if cq_only and index_only:
         raise click.UsageError("--cq-only and --index-only exclude each other")
     profile = make_profile(broker_version)
@@ -81,16 +88,18 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     if dry_run:
         dry_run_preamble(root, backup_dir)
         return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts)
+    require_yes_or_terminal(yes, "rebuild-index", root)
     for outcome in recover_pending(root):
         _warn(outcome.describe())
     with StoreLock(root):
         store = open_store(**store_opts)  # as left by the recovery of an interrupted run
-        return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, jobs, quiet, store_opts)
+        return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, jobs, quiet, store_opts,
+                    yes=yes)
 
 
 def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
          dry_run: bool, backup_dir: Path | None, tz: _dt.tzinfo, jobs: int | None, quiet: bool,
-         store_opts: dict[str, Any]) -> int:
+         store_opts: dict[str, Any], yes: bool = True) -> int:
     t0 = time.perf_counter()
     if from_offset is not None:
         why = check_from_offset(store, profile, from_offset)
@@ -120,10 +129,13 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
         if not plan.effective:
             click.echo("nothing to do: every file is already as the rebuild makes it")
             return code
+    if not ask(yes, f"Apply this rebuild to {store.root}?"):
+        click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
+        return code
     result = apply_rebuild(plan, backup_dir=backup_dir)
     with closed_stdout_ignored():
         print_summary(plan, time.perf_counter() - t0, result.backup_dir)
-    return code
+    return code | int(Exit.REPAIRED)
 
 
 def _warn(msg: str, kind: str = "warning") -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
@@ -56,18 +57,24 @@ from .render import dumps, render
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
               help="Worker processes for the commitlog walk and the dispatch (default: one per CPU).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@yes_option
 def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: bool, salvage_to: Path | None,
             backup_dir: Path | None, fmt: str, message_index_safe: bool, correct_delay_tags: bool, no_reindex: bool,
-            reindex_all: bool, no_check_unread: bool, index_tz: str | None, jobs: int | None, quiet: bool, **store_opts: Any) -> int:
+            reindex_all: bool, no_check_unread: bool, index_tz: str | None, jobs: int | None, quiet: bool, yes: bool,
+            **store_opts: Any) -> int:
     """Run the broker's start-up recovery on a stopped broker's STORE, offline: ConsumeQueue
     recovery, the commitlog walk (normal or abnormal, CRC on), truncation of everything
     after the valid end, the index files a crash invalidates, the catch-up dispatch, the
     checkpoint, and the abort file removed last. Prints the plan first; keeps every byte it
     cuts in the backup; rmqtool restore puts it back.
 
-    Exit status: 0 nothing to do, 1 repaired, 4 problems remain that recovery does not touch
-    (with --dry-run: a recovery is needed), 8 operational error (store locked by a broker,
-    not a store, I/O), 2 usage error, 130 interrupted."""
+    On a terminal it prints the plan and asks before changing anything; --yes skips the
+    question, and without a terminal (cron, scripts) --yes is required.
+
+    Exit status (a bitmask): 0 nothing to do, 1 repaired (the store changed), 4 problems
+    remain that recovery does not touch (with --dry-run: a recovery is needed), 5 = 1 + 4
+    repaired but problems remain, 8 operational error or refusal (store locked by a broker,
+    not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
     tz = None
     if index_tz is not None:
@@ -93,6 +100,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         if plan.problems or not plan.nothing_to_do:
             return int(Exit.PROBLEMS)
         return int(Exit.OK)
+    require_yes_or_terminal(yes, "recover", root)
     finished = False
     for outcome in recover_pending(root):
         _warn(outcome.describe())
@@ -102,6 +110,13 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
+        if not plan.nothing_to_do and not yes:
+            with closed_stdout_ignored():
+                _print(plan, None, fmt, dry_run=False, plan_only=True)
+            _warn_problems(plan)
+            if not ask(yes, f"Apply this recovery to {root}?"):
+                click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
+                return int(Exit.PROBLEMS)
         if not plan.nothing_to_do:
             with progress_bar(plan.bytes_to_scan, "dispatch", quiet) as advance:
                 result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
@@ -110,11 +125,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         with closed_stdout_ignored():
             _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished, salvage_to=salvage_to)
     _warn_problems(plan)
-    if plan.problems:
-        return int(Exit.PROBLEMS)
-    if (result is not None and result.changed) or finished:
-        return int(Exit.REPAIRED)
-    return int(Exit.OK)
+    changed = (result is not None and result.changed) or finished
+    return int(Exit.combine(changed=changed, problems=bool(plan.problems)))
 
 
 def _plan(store: Any, profile: Any, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
@@ -133,7 +145,10 @@ def _warn_problems(plan: RecoveryPlan) -> None:
 
 
 def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False, salvage_to: Path | None = None) -> None:
+           finished: bool = False, salvage_to: Path | None = None, plan_only: bool = False) -> None:
+    if plan_only and fmt == "json":
+        click.echo(dumps({"dry_run": False, "plan": plan.to_dict(), "asking": True}))
+        return
     if fmt == "json":
         doc: dict[str, Any] = {"dry_run": dry_run, "plan": plan.to_dict()}
         if result is not None:
@@ -195,6 +210,8 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
         render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
     for n in plan.notes:
         click.echo(f"note: {n}")
+    if plan_only:
+        return
     if result is not None:
         click.echo(f"done: {len(result.actions)} changes, dispatched {result.dispatched}, {result.cq_units_appended} CQ units "
                    f"appended, {result.index_entries_added} index entries, new index files {result.index_files_created or '-'}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .recovery.safety import (
@@ -34,19 +35,26 @@ from .recovery.safety import (
 @click.option("--dry-run", is_flag=True, help="Print what would be restored; change nothing.")
 @click.option("--backup-dir", "new_backup_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Where the restore's own backup of the files it replaces goes (default: a new STORE.rmqtool-backup-<time>).")
-def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None) -> int:
+@yes_option
+def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool) -> int:
     """Put STORE back as it was before the rmqtool run that wrote BACKUP_DIR: removed
     files come back, replaced files get their old bytes, created files go. Every backup
     copy is checked against the manifest's sha256 first and every restored file after.
 
-    Exit status: 0 restored (or nothing to do, or dry run), 4 a file changed since the
-    backup (nothing restored), 8 operational error (bad backup, store locked, I/O),
-    2 usage error, 130 interrupted."""
+    On a terminal it prints the plan and asks before changing anything; --yes skips the
+    question, and without a terminal (cron, scripts) --yes is required.
+
+    Exit status: 0 nothing to do (or dry run), 1 restored (the store changed), 4 a file
+    changed since the backup (nothing restored), 8 operational error or refusal (bad
+    backup, store locked, no --yes without a terminal, I/O), 2 usage error, 130
+    interrupted."""
     doc = load_manifest(backup_dir)
     if not store.is_dir():
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
     if broker_holds_lock(store):
         raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", store / "lock")
+    if not dry_run:
+        require_yes_or_terminal(yes, "restore", store)
     with closed_stdout_ignored():  # the output may go away (| head): the restore does not depend on it
         click.echo(f"restore {store} from {backup_dir} (transaction {doc.get('txid')}: {doc.get('description') or '-'}, "
                    f"{doc.get('created_utc')})")
@@ -67,6 +75,9 @@ def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path |
             if not planned:
                 click.echo("nothing to do: the store already holds the backed-up bytes")
                 return int(Exit.OK)
+        if not ask(yes, f"Restore {store} from {backup_dir}?"):
+            click.echo("not applied: nothing was changed", err=True)
+            return int(Exit.OK)
         restore(backup_dir, store, new_backup_dir=new_backup_dir)
     except RestoreConflictError as exc:
         click.echo(f"rmqtool: {exc.one_line()}", err=True)
@@ -74,7 +85,7 @@ def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path |
     with closed_stdout_ignored():
         click.echo(f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
                    + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else ""))
-    return int(Exit.OK)
+    return int(Exit.REPAIRED)
 
 
 __all__ = ["command"]

@@ -487,17 +487,17 @@ def test_a_closed_reader_does_not_stop_a_repair(tmp_path: Path) -> None:
     tell a repair from nothing done)."""
     root = tmp_path / "store"
     shutil.copytree(real_store("crash_midwrite"), root)
-    assert _closed_reader(["recover", str(real_store("clean")), "--quiet", "--dry-run"]) == (0, b"")
-    assert _closed_reader(["recover", str(real_store("clean")), "--quiet", "--dry-run", "--format", "json"]) == (0, b"")
-    code, err = _closed_reader(["recover", str(root), "--quiet", "--backup-dir", str(tmp_path / "bk")])
+    assert _closed_reader(["recover", "--yes", str(real_store("clean")), "--quiet", "--dry-run"]) == (0, b"")
+    assert _closed_reader(["recover", "--yes", str(real_store("clean")), "--quiet", "--dry-run", "--format", "json"]) == (0, b"")
+    code, err = _closed_reader(["recover", "--yes", str(root), "--quiet", "--backup-dir", str(tmp_path / "bk")])
     assert code == 1 and b"Traceback" not in err  # repaired, despite the closed output
     assert not (root / "abort").exists()
-    assert _closed_reader(["restore", str(tmp_path / "bk"), str(root)]) == (0, b"")
+    assert _closed_reader(["restore", "--yes", str(tmp_path / "bk"), str(root)]) == (1, b"")
     assert (root / "abort").exists()
     shutil.rmtree(root / "index")
-    code, err = _closed_reader(["rebuild-index", str(root), "--quiet", "--index-only", "--index-slots", "100",
+    code, err = _closed_reader(["rebuild-index", "--yes", str(root), "--quiet", "--index-only", "--index-slots", "100",
                                 "--index-entries", "400", "--backup-dir", str(tmp_path / "bk2")])
-    assert code == 0 and err.startswith(b"rmqtool: warning: store/abort is present") and err.count(b"\n") == 1
+    assert code == 1 and err.startswith(b"rmqtool: warning: store/abort is present") and err.count(b"\n") == 1
     assert len(list((root / "index").iterdir())) > 0
 
 
