@@ -1065,10 +1065,10 @@ def command() -> None:
 @command.command("commitlog")
 @store_argument
 @broker_version_option
-@click.option("--topic", default=None, help="Only messages of this topic.")
-@click.option("--queue-id", type=int, default=None, help="Only messages of this queue id.")
-@click.option("--key", default=None, help="Only messages with this key (KEYS or UNIQ_KEY): through the Index when present, else a scan.")
-@click.option("--msg-id", default=None, help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan).")
+@click.option("--topic", "topics", multiple=True, metavar="TOPIC", help="Only messages of this topic (repeatable: any of them).")
+@click.option("--queue-id", "--queue", "queue_ids", type=int, multiple=True, metavar="QID", help="Only messages of this queue id (repeatable).")
+@click.option("--key", "keys", multiple=True, metavar="KEY", help="Only messages with this key (KEYS or UNIQ_KEY; repeatable): through the Index when present, else a scan.")
+@click.option("--msg-id", "msg_ids", multiple=True, metavar="ID", help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan); repeatable; any case.")
 @click.option("--scan", is_flag=True, help="For --key/--msg-id: scan the commitlog instead of using the Index.")
 @click.option("--from-offset", type=click.IntRange(0), default=None, help="Start at this physical offset (inclusive).")
 @click.option("--to-offset", type=click.IntRange(0), default=None, help="Stop before this physical offset.")
@@ -1078,20 +1078,57 @@ def command() -> None:
 @click.option("--body-hash", is_flag=True, help="Include body_sha256, the SHA-256 of the stored body.")
 @limit_option
 @format_option()
-def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topic: str | None, queue_id: int | None,
-                   key: str | None, msg_id: str | None, scan: bool, from_offset: int | None, to_offset: int | None,
+def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topics: tuple[str, ...], queue_ids: tuple[int, ...],
+                   keys: tuple[str, ...], msg_ids: tuple[str, ...], scan: bool, from_offset: int | None, to_offset: int | None,
                    since: str | None, until: str | None, with_body: bool, body_hash: bool, **store_opts: Any) -> int:
-    """Commitlog records (messages, BLANK end-of-file records, damaged spots)."""
-    if key is not None and msg_id is not None:
+    """Commitlog records (messages, BLANK end-of-file records, damaged spots). When filters
+    select no message: "not found" on stderr and exit status 1."""
+    from . import dump_select as sel
+
+    if keys and msg_ids:
         raise click.UsageError("--key and --msg-id are exclusive")
+    msg_ids = tuple(sel.check_msg_id(m) for m in msg_ids)
+    since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
     store = open_store(**store_opts)
     profile = make_profile(broker_version)
     fmt = resolve_format(fmt)
-    records = commitlog_stream(
-        store, profile, fmt, topic=topic, queue_id=queue_id, key=key, msg_id=msg_id, from_offset=from_offset,
-        to_offset=to_offset, since=parse_time(since, "--since"), until=parse_time(until, "--until"),
-        with_body=with_body, body_hash=body_hash, scan=scan)
-    return output(records, fmt, COMMITLOG_COLUMNS, limit, "commitlog")
+    one_topic = topics[0] if len(topics) == 1 else None
+    one_queue = queue_ids[0] if len(queue_ids) == 1 else None
+    kw = dict(topic=one_topic, queue_id=one_queue, from_offset=from_offset, to_offset=to_offset, since=since_ms,
+              until=until_ms, with_body=with_body, body_hash=body_hash, scan=scan)
+    records: Iterable[Record | str]
+    if keys or msg_ids:
+        lookups = [commitlog_records(store, profile, key=k, **kw) for k in keys]
+        for m in msg_ids:
+            lookups.append(_msg_id_lookup(store, profile, m, kw))
+        records = sel.filter_many(sel.union_by_offset(lookups), topics, queue_ids)
+    elif len(topics) > 1 or len(queue_ids) > 1:
+        records = sel.filter_many(commitlog_records(store, profile, **{**kw, "topic": None, "queue_id": None}), topics, queue_ids)
+    else:
+        records = commitlog_stream(store, profile, fmt, **kw)
+    matches = sel.Matches()
+    code = output(matches.watch(records), fmt, COMMITLOG_COLUMNS, limit, "commitlog")
+    filtered = keys or msg_ids or topics or queue_ids or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
+    if filtered and matches.messages == 0 and limit != 0:
+        hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
+        if topics and not hint:
+            unknown = [t for t in topics if t not in store.topics()]
+            if unknown:
+                hint = f"no consume queue for {', '.join(unknown)}; the topics with one: {', '.join(store.topics()) or '-'}"
+        return int(code) | sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, {
+            "from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until}), hint)
+    return code
+
+
+def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) -> Iterator[Record]:
+    """One --msg-id: as given, then (a UNIQ_KEY is upper-case hex as the client writes it,
+    but the broker's index lookup is case-sensitive) in upper case when nothing matched."""
+    found = False
+    for r in commitlog_records(store, profile, msg_id=msg_id, **kw):
+        found = True
+        yield r
+    if not found and msg_id != msg_id.upper():
+        yield from commitlog_records(store, profile, msg_id=msg_id.upper(), **kw)
 
 
 @command.command("consumequeue")

@@ -126,8 +126,8 @@ def test_key_lookup_index_and_scan(capsys: pytest.CaptureFixture[str]) -> None:
                         for o in k["phys_offsets_whose_message_has_this_key"])
     assert [r["physical_offset"] for r in recs] == everywhere
     assert len({r["topic"] for r in recs}) > 1
-    _, recs, _ = dump(capsys, "commitlog", CLEAN, "--key", "no-such-key")
-    assert recs == []
+    code, recs, err = dump(capsys, "commitlog", CLEAN, "--key", "no-such-key")
+    assert recs == [] and code == 1 and "not found" in err
     code, _, err = dump(capsys, "commitlog", CLEAN, "--key", "a", "--msg-id", "b")
     assert code == 2 and "exclusive" in err
 
@@ -153,10 +153,10 @@ def test_msg_id_lookups(capsys: pytest.CaptureFixture[str]) -> None:
     assert [r["physical_offset"] for r in recs] == [m["phys_offset"]]
     # an offset id pointing into the middle of a record is not accepted as that record
     bogus = m["msg_id"][:-4] + f"{(m['phys_offset'] + 3) & 0xFFFF:04X}"
-    _, recs, _ = dump(capsys, "commitlog", CLEAN, "--msg-id", bogus)
-    assert recs == []
-    _, recs, _ = dump(capsys, "commitlog", CLEAN, "--msg-id", "zz-not-hex")
-    assert recs == []
+    code, recs, _ = dump(capsys, "commitlog", CLEAN, "--msg-id", bogus)
+    assert recs == [] and code == 1
+    code, recs, err = dump(capsys, "commitlog", CLEAN, "--msg-id", "zz-not-hex")
+    assert recs == [] and code == 2 and "not a message id" in err
 
 
 # ---------------------------------------------------------------------------------------
