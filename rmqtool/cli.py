@@ -18,6 +18,7 @@ from .exitcodes import Exit
 
 # command name -> module (each module defines ``command``)
 COMMANDS = {
+    "info": "rmqtool.cmd_info",
     "dump": "rmqtool.cmd_dump",
     "verify": "rmqtool.cmd_verify",
     "rebuild-index": "rmqtool.cmd_rebuild",

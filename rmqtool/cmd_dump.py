@@ -234,19 +234,11 @@ def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracke
 # Option parsing helpers
 
 def parse_time(text: str | None, name: str) -> int | None:
-    """Milliseconds since the epoch, or an ISO 8601 date/time (UTC unless it has an offset)."""
-    if text is None:
-        return None
-    t = text.strip()
-    if t.lstrip("-").isdigit():
-        return int(t)
-    try:
-        d = _dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time", param_hint=name) from None
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=_dt.timezone.utc)
-    return int(d.timestamp() * 1000)
+    """Epoch milliseconds from ISO 8601, epoch seconds or milliseconds (by magnitude), or
+    a relative time (``rmqtool.times.parse_time``)."""
+    from .times import parse_time as _parse
+
+    return _parse(text, name)
 
 
 def limit_option(f: Callable[..., Any]) -> Callable[..., Any]:

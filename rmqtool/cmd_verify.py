@@ -66,9 +66,9 @@ def write_report(report: VerifyReport, fmt: str, out: Any = None) -> None:
 
 
 def _summary(report: VerifyReport, out: Any) -> None:
-    from rich.console import Console
+    from .output import console as _console
 
-    console = Console(file=out)
+    console = _console(out)
     render((c.to_dict() for c in report.checks), "table", CHECK_COLUMNS,
            title=f"rmqtool verify {report.store} (broker {report.broker_version})", out=out)
     shown = sorted(report.findings, key=lambda f: f.severity != "error")[:FIRST_FINDINGS]  # errors first

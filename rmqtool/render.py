@@ -64,11 +64,12 @@ def render(records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[Column
             out.write("  ".join(f"{h}={_cell(r.get(k))}" for k, h in columns) + "\n")
             n += 1
     else:
-        from rich.console import Console
         from rich.table import Table
         from rich.text import Text  # cells are data, never rich markup ("[/x]" in a topic)
 
-        console = Console(file=out)
+        from .output import console as _console
+
+        console = _console(out)  # not a terminal: as wide as the rows, nothing folded
         table = Table(title=title, show_lines=False)
         for _k, h in columns:
             table.add_column(h, overflow="fold")

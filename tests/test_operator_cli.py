@@ -90,3 +90,69 @@ def test_every_man_page_has_the_one_exit_status_table(page: str) -> None:
     block = text[text.index(".SH EXIT STATUS"):]
     block = block[: block.index("\n.SH ", 3)]
     assert re.search(r"^\.B 5$", block, re.M)
+
+
+# ---------------------------------------------------------------------------------- info
+
+
+def test_info_json_of_a_crashed_store(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from conftest import real_store, scenario
+
+    code = run(["info", str(real_store("crash_midwrite")), "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == Exit.PROBLEMS  # abort present: the next start runs the abnormal recovery
+    assert doc["schema_version"] == 1 and doc["abort"] is True and doc["outlook"]["mode"] == "abnormal"
+    assert any("recover" in s and "--dry-run" in s for s in doc["outlook"]["next"])
+    assert [t["topic"] for t in doc["topics"]] == ["TopicA", "TopicB"]
+    assert len(doc["commitlog"]["files"]) == 13
+    first = doc["commitlog"]["files"][0]
+    assert first["first_store_time"].startswith("2026-11-21T23:02:32") and first["first_store_time"].endswith("Z")
+    clean = scenario("clean")["messages"]
+    run(["info", str(real_store("clean")), "--format", "json", "--all-queues"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["messages_in_queues"] == sum(q["messages"] for q in doc["queues"])
+    by_topic = {t["topic"]: t["messages"] for t in doc["topics"]}
+    assert by_topic["TopicC"] == sum(1 for m in clean if m["topic"] == "TopicC")
+    assert doc["outlook"]["mode"] == "normal" and doc["lock"] == {"present": True, "held": False}
+
+
+def test_info_table_leads_with_verdict_and_next_step(capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import real_store
+
+    assert run(["info", str(real_store("clean")), "--format", "table"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("verdict: clean shutdown") and out[2].startswith("next: rmqtool verify")
+    assert any("TopicC" in line and "2026-11-21T23:01:58" in line for line in out)
+
+
+def test_info_deep_plans_the_recovery(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    root = copy_store("crash_midwrite", tmp_path)
+    before = tree_digest(root)
+    assert run(["info", str(root), "--format", "json", "--deep", "-q"]) == Exit.PROBLEMS
+    plan = json.loads(capsys.readouterr().out)["recovery_plan"]
+    assert plan["mode"] == "abnormal" and plan["nothing_to_do"] is False
+    assert tree_digest(root) == before  # read-only
+
+
+def test_readme_first_example_runs_info_verify_recover_dry_run_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shlex
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```sh\n", 1)[1].split("```", 1)[0]
+    calls = [shlex.split(part.strip()) for line in block.splitlines() for part in line.split(";")
+             if part.strip().startswith(".venv/bin/rmqtool ")]
+    names = [c[1] + (" --dry-run" if "--dry-run" in c else "") for c in calls]
+    assert names[:3] == ["info", "verify", "recover --dry-run"]
+    root = copy_store("crash_midwrite", tmp_path)
+    codes = []
+    for c in calls:
+        argv = [str(root) if a == "/tmp/rmqtool-demo" else a for a in c[1:]]
+        if argv[0] == "recover" and "--dry-run" not in argv:
+            argv += ["--backup-dir", str(tmp_path / "bk")]
+        codes.append(run(argv))
+    capsys.readouterr()
+    assert codes == [4, 0, 4, 1, 0], codes  # abnormal start ahead; no error finding; a plan; repaired; sound
