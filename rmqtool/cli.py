@@ -25,6 +25,7 @@ COMMANDS = {
     "restore": "rmqtool.cmd_restore",
     "recover": "rmqtool.cmd_recover",
     "export": "rmqtool.cmd_export",
+    "backups": "rmqtool.cmd_backups",
 }
 
 
@@ -38,6 +39,12 @@ class LazyGroup(click.Group):
             return None
         return importlib.import_module(mod).command  # type: ignore[no-any-return]
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            raise click.UsageError(unknown_command(name, self.list_commands(ctx)), ctx)
+        return super().resolve_command(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         from .errors import _silence_stdout, is_closed_pipe
 
@@ -50,6 +57,18 @@ class LazyGroup(click.Group):
                 raise
             _silence_stdout()
             return int(Exit.OK)
+
+
+def unknown_command(name: str, known: list[str]) -> str:
+    """"No such command" with the close matches (difflib), or the list when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if not close:
+        close = [k for k in known if k.startswith(name[:3])] if len(name) >= 3 else []
+    if close:
+        return f"no such command {name!r}; did you mean {' or '.join(repr(c) for c in close)}?"
+    return f"no such command {name!r}; the commands: {', '.join(known)}"
 
 
 def _module_exists(mod: str) -> bool:

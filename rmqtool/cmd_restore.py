@@ -53,6 +53,11 @@ def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path |
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
     if broker_holds_lock(store):
         raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", store / "lock")
+    owner = doc.get("store")
+    other = owner is not None and Path(owner).resolve() != store.resolve()
+    if other:
+        click.echo(f"rmqtool: warning: {backup_dir} is a backup of {owner}, not of {store}: a moved copy of that store "
+                   "restores; any other store is refused file by file", err=True)
     if not dry_run:
         require_yes_or_terminal(yes, "restore", store)
     with closed_stdout_ignored():  # the output may go away (| head): the restore does not depend on it
@@ -80,7 +85,8 @@ def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path |
             return int(Exit.OK)
         restore(backup_dir, store, new_backup_dir=new_backup_dir)
     except RestoreConflictError as exc:
-        click.echo(f"rmqtool: {exc.one_line()}", err=True)
+        click.echo(f"rmqtool: {exc.one_line()}" + (f" (this backup belongs to {owner}; next: rmqtool restore {backup_dir} {owner})"
+                                                   if other else ""), err=True)
         return int(Exit.PROBLEMS)
     with closed_stdout_ignored():
         click.echo(f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"

@@ -36,13 +36,14 @@ def stdin_is_terminal() -> bool:
         return False
 
 
-def require_yes_or_terminal(yes: bool, command: str, store: Any) -> None:
+def require_yes_or_terminal(yes: bool, command: str, store: Any, what: str = "changes the store",
+                            preview: str = "with --dry-run to see the plan") -> None:
     """Refuse early (before the plan is computed) when nobody can be asked."""
     if yes or stdin_is_terminal():
         return
     raise ConfirmationNeeded(
-        f"{command} changes the store and standard input is not a terminal to ask on, so nothing was changed; "
-        f"next: rerun with --dry-run to see the plan, then with --yes to apply it",
+        f"{command} {what} and standard input is not a terminal to ask on, so nothing was changed; "
+        f"next: rerun {preview}, then with --yes to apply it",
         store)
 
 

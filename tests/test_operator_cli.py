@@ -156,3 +156,84 @@ def test_readme_first_example_runs_info_verify_recover_dry_run_in_order(tmp_path
         codes.append(run(argv))
     capsys.readouterr()
     assert codes == [4, 0, 4, 1, 0], codes  # abnormal start ahead; no error finding; a plan; repaired; sound
+
+
+# ------------------------------------------------------------------------------- backups
+
+
+def test_backups_lists_what_each_holds_and_prunes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    import shutil
+
+    root = copy_store("crash_midwrite", tmp_path)
+    assert run(["recover", "--yes", "-q", str(root)]) == 1  # backup beside the store
+    shutil.rmtree(root / "index")
+    assert run(["rebuild-index", "--yes", "-q", "--index-only", str(root)]) == 1
+    capsys.readouterr()
+    assert run(["backups", str(root), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == 1 and len(doc["backups"]) == 2
+    rec = next(b for b in doc["backups"] if "recover" in b["description"])
+    assert rec["status"] == "OK" and rec["same_store"] and rec["entries"] == sum(rec["actions"].values()) > 0
+    assert rec["bytes"] > 0
+    # without a terminal --prune needs --yes
+    assert run(["backups", str(root), "--prune", "--keep", "1"]) == Exit.OPERATIONAL
+    assert len(list(root.parent.glob("*.rmqtool-backup-*"))) == 2
+    capsys.readouterr()
+    assert run(["backups", str(root), "--prune", "--keep", "1", "--yes", "--format", "json"]) == 0
+    pruned = json.loads(capsys.readouterr().out)["pruned"]
+    assert len(pruned) == 1 and not Path(pruned[0]).exists()
+    left = list(root.parent.glob(f"{root.name}.rmqtool-backup-*"))
+    assert len(left) == 1 and "rebuild" in json.loads((left[0] / "manifest.json").read_text())["description"]
+    assert run(["backups", str(root), "--prune"]) == Exit.USAGE
+
+
+def test_restore_names_the_store_the_backup_belongs_to(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = copy_store("crash_midwrite", tmp_path / "a")
+    b = copy_store("clean", tmp_path / "b")
+    assert run(["recover", "--yes", "-q", str(a), "--backup-dir", str(tmp_path / "bk")]) == 1
+    capsys.readouterr()
+    code = run(["restore", "--yes", str(tmp_path / "bk"), str(b)])
+    err = capsys.readouterr().err
+    assert code in (Exit.PROBLEMS, Exit.OPERATIONAL)
+    assert f"is a backup of {a.resolve()}" in err and f"rmqtool restore {tmp_path / 'bk'} {a.resolve()}" in err
+
+
+# ------------------------------------------------------------------------------ man pages
+
+
+def test_man_pages_install_with_the_package(tmp_path: Path) -> None:
+    """The wheel carries every man/*.1 as data under share/man/man1, which pip installs
+    into <prefix>/share/man/man1, where man finds it beside the <prefix>/bin on the PATH
+    (so `man rmqtool-verify` works after pip install). Builds the wheel from a copy."""
+    import glob
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    repo = Path(__file__).resolve().parent.parent
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(repo / name, src / name)
+    for d in ("rmqtool", "formats", "recovery", "man"):
+        shutil.copytree(repo / d, src / d, ignore=shutil.ignore_patterns("__pycache__"))
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "w"), str(src)],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0 and ("Could not find a version" in p.stderr or "NewConnectionError" in p.stderr):
+        pytest.skip("no package index to fetch the build backend from")
+    assert p.returncode == 0, p.stderr
+    names = zipfile.ZipFile(glob.glob(str(tmp_path / "w" / "*.whl"))[0]).namelist()
+    man = sorted(n.rsplit("/", 1)[1] for n in names if "/data/share/man/man1/" in n)
+    assert man == sorted(p.name for p in MAN.glob("*.1"))
+
+
+@pytest.mark.parametrize("argv,want", [(["verfy", "x"], "did you mean 'verify'"),
+                                       (["rebuild", "x"], "did you mean 'rebuild-index'"),
+                                       (["dump", "comitlog", "x"], "Did you mean 'commitlog'"),
+                                       (["frobnicate"], "the commands: backups, dump"),
+                                       (["verify", "--strct", "x"], "Did you mean '--strict'")])
+def test_mistyped_commands_and_options_get_close_matches(argv: list[str], want: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(argv) == Exit.USAGE
+    assert want in capsys.readouterr().err
