@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Iterator
 import click
 
 from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
+from .output import output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from .formats import commitlog as cl
@@ -37,8 +38,8 @@ CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK"})
 
 COMMITLOG_COLUMNS = [
     ("physical_offset", "OFFSET"), ("total_size", "SIZE"), ("topic", "TOPIC"), ("queue_id", "QID"),
-    ("queue_offset", "QOFF"), ("store_timestamp", "STORED"), ("tags", "TAGS"), ("keys", "KEYS"),
-    ("status", "STATUS"),
+    ("queue_offset", "QOFF"), ("store_time", "STORED (UTC)"), ("msg_id", "MSG ID"), ("uniq_key", "UNIQ_KEY"),
+    ("tags", "TAGS"), ("keys", "KEYS"), ("status", "STATUS"),
 ]
 CQ_COLUMNS = [
     ("topic", "TOPIC"), ("queue_id", "QID"), ("queue_offset", "QOFFSET"), ("file", "FILE"), ("pos", "POS"),
@@ -81,9 +82,11 @@ class StatusTracker:
 
 def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str, out: Any = None) -> int:
     """Render (at most ``limit``) records on ``out`` (default stdout); return the exit code."""
+    from .dump_times import timed
+
     out = out or sys.stdout
     tracker = StatusTracker()
-    recs: Iterable[Record | str] = records
+    recs: Iterable[Record | str] = timed(records)
     fmt = resolve_format(fmt)
     if limit is not None or fmt != "jsonl":
         recs = _expand(recs)  # blocks of lines count line by line
@@ -137,7 +140,7 @@ MESSAGE_KEYS = frozenset({
     "type", "file", "pos", "physical_offset", "total_size", "magic", "body_crc", "crc_ok", "queue_id",
     "flag", "queue_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
     "reconsume_times", "prepared_transaction_offset", "body_length", "topic", "properties", "tags",
-    "keys", "uniq_key", "msg_id", "transaction_type", "tags_code", "status",
+    "keys", "uniq_key", "msg_id", "transaction_type", "tags_code", "status", "born_time", "store_time",
 })
 
 
@@ -1055,6 +1058,7 @@ def command() -> None:
 
 
 @command.command("commitlog")
+@output_file_options
 @store_argument
 @broker_version_option
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC", help="Only messages of this topic (repeatable: any of them).")
@@ -1099,7 +1103,8 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
     else:
         records = commitlog_stream(store, profile, fmt, **kw)
     matches = sel.Matches()
-    code = output(matches.watch(records), fmt, COMMITLOG_COLUMNS, limit, "commitlog")
+    columns = COMMITLOG_COLUMNS + ([("body", "BODY")] if with_body else []) + ([("body_sha256", "BODY SHA256")] if body_hash else [])
+    code = output(matches.watch(records), fmt, columns, limit, "commitlog")
     filtered = keys or msg_ids or topics or queue_ids or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
     if filtered and matches.messages == 0 and limit != 0:
         hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
@@ -1124,6 +1129,7 @@ def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) 
 
 
 @command.command("consumequeue")
+@output_file_options
 @store_argument
 @click.option("--topic", default=None, help="Only this topic's queues.")
 @click.option("--queue-id", type=int, default=None, help="Only this queue id.")
@@ -1136,6 +1142,7 @@ def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, que
 
 
 @command.command("index")
+@output_file_options
 @store_argument
 @broker_version_option
 @click.option("--entries", is_flag=True, help="Also print every non-empty hash slot and every entry.")
@@ -1160,6 +1167,7 @@ def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries:
 
 
 @command.command("checkpoint")
+@output_file_options
 @store_argument
 @format_option()
 def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
@@ -1169,6 +1177,7 @@ def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
 
 
 @command.command("config")
+@output_file_options
 @store_argument
 @click.option("--file", "name", default=None, metavar="NAME", help="Only config/NAME (default: every known config file present).")
 @format_option()

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from .output import output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile
 
@@ -54,6 +55,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command("export", context_settings={"help_option_names": ["-h", "--help"]})
+@output_file_options
 @click.argument("stores", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="STORE...")
 @click.option("--to", "out", required=True, type=click.Path(path_type=Path), metavar="OUT",
               help="Output directory (a Parquet dataset; any path Spark can write: file, hdfs://, s3a://).")
@@ -71,7 +73,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
                    "or Spark's writer (any Hadoop file system: hdfs://, s3a://).")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (default: refuse).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the summary (the result) is still printed.")
 @click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes (default: inferred, else 1 GiB).")
 @click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes (default: inferred, else 6000000).")
 @click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file (default: inferred, else 5000000).")
@@ -117,7 +119,7 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
                      partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=quiet, conf=conf,
                      writer=writer)
-    if not quiet:
+    if True:  # the summary is the result: printed with -q too (one meaning of -q everywhere)
         extra = f", {res.messages} messages, {res.blanks} blanks" if what == "commitlog" else ""
         click.echo(
             f"rmqtool: exported {res.rows} {what} rows{extra} from {len(opened)} store(s) in {res.tasks} tasks to {out}; "

@@ -19,6 +19,7 @@ import click
 
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
+from .output import output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
 from .progress import progress_bar
@@ -45,6 +46,7 @@ def parse_tz(text: str) -> _dt.tzinfo:
 
 
 @click.command("rebuild-index", context_settings={"help_option_names": ["-h", "--help"]})
+@output_file_options
 @store_argument
 @broker_version_option
 @click.option("--cq-only", is_flag=True, help="Rebuild the consume queues only (the index is left alone).")
@@ -60,11 +62,13 @@ def parse_tz(text: str) -> _dt.tzinfo:
               help="Time zone of new index file names (UTC, local or an IANA name).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
               help="Worker processes decoding the commitlog (default: one per CPU); the files written are the same.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed.")
+@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True,
+              help="text for people, or one JSON document (schema_version, plan, result) at the end.")
 @yes_option
 def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
             dry_run: bool, backup_dir: Path | None, index_tz: str, jobs: int | None, quiet: bool, yes: bool,
-            **store_opts: Any) -> int:
+            fmt: str = "text", **store_opts: Any) -> int:
     """Rebuild the consume queues and the index of a stopped broker's STORE from its
     commitlog, as the broker's reput writes them (byte for byte). Prints the plan, backs
     up every file it replaces or removes, applies the change atomically; restore it with
@@ -85,6 +89,11 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     store = open_store(**store_opts)
     if broker_holds_lock(root):
         raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+    if fmt == "json":
+        return _json_run(lambda: command.callback(  # type: ignore[misc]
+            broker_version=broker_version, cq_only=cq_only, index_only=index_only, topics=topics, from_offset=from_offset,
+            dry_run=dry_run, backup_dir=backup_dir, index_tz=index_tz, jobs=jobs, quiet=quiet, yes=yes, fmt="json-inner",
+            **store_opts), dry_run)
     if dry_run:
         dry_run_preamble(root, backup_dir)
         return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts)
@@ -115,6 +124,7 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
     with progress_bar(total, "rebuild-index", quiet) as advance:
         plan = plan_rebuild(store, profile, cq=not index_only, index=not cq_only, topics=topics or None,
                             from_offset=from_offset, index_tz=tz, progress=advance, jobs=jobs)
+    _LAST["plan"] = plan
     with closed_stdout_ignored():  # the output may go away (| head): the rebuild does not depend on it
         print_plan(store, plan, profile.label, store_opts)
     for w in plan.warnings:
@@ -133,6 +143,7 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
         click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
         return code
     result = apply_rebuild(plan, backup_dir=backup_dir)
+    _LAST["backup"] = result.backup_dir
     with closed_stdout_ignored():
         print_summary(plan, time.perf_counter() - t0, result.backup_dir)
     return code | int(Exit.REPAIRED)
@@ -140,6 +151,40 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
 
 def _warn(msg: str, kind: str = "warning") -> None:
     click.echo(f"rmqtool: {kind}: {msg}", err=True)
+
+
+_LAST: dict[str, Any] = {}
+
+
+def _json_run(run: Any, dry_run: bool) -> int:
+    """--format json: the text output is kept out of stdout; one JSON document instead."""
+    import contextlib
+    import io
+
+    from .output import SCHEMA_VERSION
+    from .render import dumps
+
+    _LAST.clear()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = int(run())
+    plan: RebuildPlan | None = _LAST.get("plan")
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "exit_status": code}
+    if plan is not None:
+        s = plan.result.stats
+        doc["plan"] = {
+            "cq": plan.cq, "index": plan.index, "topics": list(plan.topics or []), "from_offset": plan.from_offset,
+            "counts": plan.counts(), "warnings": list(plan.warnings), "problems": list(plan.problems),
+            "reput": {"from_offset": s.from_offset, "end_offset": s.end_offset, "records": s.records,
+                      "dispatched": s.dispatched, "cq_records": s.cq_records, "index_keys": s.index_keys,
+                      "blanks": s.blanks},
+            "changes": [{"action": c.action, "path": c.relpath, "size": c.size, "note": c.note}
+                        for c in plan.changes if c.action != UNCHANGED],
+        }
+    doc["applied"] = bool(code & int(Exit.REPAIRED))
+    doc["backup_dir"] = str(_LAST["backup"]) if _LAST.get("backup") else None
+    click.echo(dumps(doc))
+    return code
 
 
 def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ import click
 
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
+from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
 from .progress import progress_bar
@@ -27,6 +28,7 @@ from .render import dumps, render
 
 
 @click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
+@output_file_options
 @store_argument
 @broker_version_option
 @click.option("--normal/--abnormal", "normal", default=None,
@@ -147,10 +149,10 @@ def _warn_problems(plan: RecoveryPlan) -> None:
 def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
            finished: bool = False, salvage_to: Path | None = None, plan_only: bool = False) -> None:
     if plan_only and fmt == "json":
-        click.echo(dumps({"dry_run": False, "plan": plan.to_dict(), "asking": True}))
+        click.echo(dumps({"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}))
         return
     if fmt == "json":
-        doc: dict[str, Any] = {"dry_run": dry_run, "plan": plan.to_dict()}
+        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
         if result is not None:
             doc["result"] = json.loads(dumps(result))
         if seconds is not None:
@@ -213,7 +215,9 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
     if plan_only:
         return
     if result is not None:
-        click.echo(f"done: {len(result.actions)} changes, dispatched {result.dispatched}, {result.cq_units_appended} CQ units "
+        dispatched = ", ".join(f"{n} ({k.replace('_', ' ')})" for k, n in result.dispatched.items()) \
+            if isinstance(result.dispatched, dict) else str(result.dispatched)
+        click.echo(f"done: {len(result.actions)} changes, {dispatched or 0} records dispatched, {result.cq_units_appended} CQ units "
                    f"appended, {result.index_entries_added} index entries, new index files {result.index_files_created or '-'}"
                    + (f", in {seconds:.2f} s" if seconds is not None else ""))
         if result.delay_tags_mismatch:

@@ -16,6 +16,7 @@ import click
 
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
+from .output import output_file_options
 from .exitcodes import Exit
 from .recovery.safety import (
     RestoreConflictError,
@@ -30,13 +31,18 @@ from .recovery.safety import (
 
 
 @click.command("restore", context_settings={"help_option_names": ["-h", "--help"]})
+@output_file_options
 @click.argument("backup_dir", type=click.Path(path_type=Path))
 @click.argument("store", type=click.Path(path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Print what would be restored; change nothing.")
 @click.option("--backup-dir", "new_backup_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Where the restore's own backup of the files it replaces goes (default: a new STORE.rmqtool-backup-<time>).")
+@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True,
+              help="text for people, or one JSON document (schema_version, plan, applied) at the end.")
+@click.option("--quiet", "-q", is_flag=True, help="No chatter (restore has no progress bar); the plan and result are still printed.")
 @yes_option
-def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool) -> int:
+def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool, fmt: str = "text",
+            quiet: bool = False) -> int:
     """Put STORE back as it was before the rmqtool run that wrote BACKUP_DIR: removed
     files come back, replaced files get their old bytes, created files go. Every backup
     copy is checked against the manifest's sha256 first and every restored file after.
@@ -48,6 +54,8 @@ def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path |
     changed since the backup (nothing restored), 8 operational error or refusal (bad
     backup, store locked, no --yes without a terminal, I/O), 2 usage error, 130
     interrupted."""
+    if fmt == "json":
+        return _json(backup_dir, store, dry_run, new_backup_dir, yes)
     doc = load_manifest(backup_dir)
     if not store.is_dir():
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
@@ -92,6 +100,26 @@ def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path |
         click.echo(f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
                    + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else ""))
     return int(Exit.REPAIRED)
+
+
+def _json(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool) -> int:
+    import contextlib
+    import io
+
+    from .output import SCHEMA_VERSION
+    from .render import dumps
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = int(command.callback(backup_dir=backup_dir, store=store, dry_run=dry_run,  # type: ignore[misc]
+                                    new_backup_dir=new_backup_dir, yes=yes, fmt="text"))
+    lines = buf.getvalue().splitlines()
+    doc = load_manifest(backup_dir)
+    click.echo(dumps({"schema_version": SCHEMA_VERSION, "backup": str(backup_dir), "store": str(store),
+                      "backup_of": doc.get("store"), "txid": doc.get("txid"), "dry_run": dry_run,
+                      "plan": [ln.split(". ", 1)[1] for ln in lines if ln[:4].strip().rstrip(".").isdigit()],
+                      "applied": bool(code & int(Exit.REPAIRED)), "exit_status": code}))
+    return code
 
 
 __all__ = ["command"]

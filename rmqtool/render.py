@@ -61,7 +61,7 @@ def render(records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[Column
         out.write("\n]\n" if n else "]\n")
     elif fmt == "text":
         for r in records:
-            out.write("  ".join(f"{h}={_cell(r.get(k))}" for k, h in columns) + "\n")
+            out.write("  ".join(f"{k}={_cell(r.get(k))}" for k, _h in columns) + "\n")  # field names: no spaces
             n += 1
     else:
         from rich.table import Table

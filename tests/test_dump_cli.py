@@ -47,7 +47,9 @@ def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[Any]
 def test_commitlog_jsonl_is_the_record_stream(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, recs, err = dump(capsys, "commitlog", str(real_store(name)))
     assert code == 0 and err == ""
-    expected = list(commitlog_records(Store.open(real_store(name)), P494))
+    from rmqtool.dump_times import add_times
+
+    expected = [add_times(r) for r in commitlog_records(Store.open(real_store(name)), P494)]  # + ISO twins
     assert recs == json.loads(json.dumps(expected))
     view = broker_view(name)
     assert sum(r["type"] == "message" for r in recs) == view["commitlog_record_count"]
@@ -67,7 +69,7 @@ def test_formats(capsys: pytest.CaptureFixture[str]) -> None:
     code, arr, _ = dump(capsys, "commitlog", CLEAN, "--format", "json", "--limit", "5")
     assert code == 0 and len(arr) == 5 and arr[0]["physical_offset"] == 0
     code, lines, _ = dump(capsys, "commitlog", CLEAN, "--format", "text", "--limit", "3")
-    assert code == 0 and len(lines) == 3 and lines[0].startswith("OFFSET=0  SIZE=291  TOPIC=TopicA  QID=0  QOFF=0")
+    assert code == 0 and len(lines) == 3 and lines[0].startswith("physical_offset=0  total_size=291  topic=TopicA  queue_id=0  queue_offset=0  store_time=2026-")
     code, lines, _ = dump(capsys, "commitlog", CLEAN, "--format", "table", "--limit", "2")
     text = "\n".join(lines)
     assert code == 0 and "TopicA" in text and "SIZE" in text and "291" in text
