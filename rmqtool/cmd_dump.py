@@ -325,7 +325,19 @@ def commitlog_records(
         return
 
     content_filter = topic is not None or queue_id is not None or since is not None or until is not None
-    for f, buf, pos, c in iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset):
+    walk: Iterable[tuple[StoreFile, Any, int, ck.Checked]] | None = None
+    if not scan:  # seeks through file names and consume queues (recovery.seek); --scan walks everything
+        from .recovery import seek as sk
+
+        if topic is not None and sk.small_topic(store, topic, queue_id):
+            walk = sk.topic_records(store, profile, {topic}, None if queue_id is None else {queue_id})
+        if walk is None:
+            start = sk.seek_start(store, profile, from_offset=from_offset, since=since)
+            if start is not None:
+                walk = sk.walk_from(store, profile, start, to_offset)
+    if walk is None:
+        walk = iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset)
+    for f, buf, pos, c in walk:
         if c.is_blank:
             if not content_filter:
                 yield blank_fields(f.name, pos, buf, f.base)
@@ -382,16 +394,20 @@ def _commitlog_blocks(
     to_offset: int | None = None,
     since: int | None = None,
     until: int | None = None,
+    start: int | None = None,
 ) -> Iterator[str | Record]:
-    """:func:`commitlog_lines` with runs of plain messages as blocks of lines (``_Block``)."""
+    """:func:`commitlog_lines` with runs of plain messages as blocks of lines (``_Block``);
+    ``start``: a record start to walk from (a seek's answer) instead of the beginning."""
     if not profile.new_properties_parser:  # the 4.6.0-4.9.0 parser differs on edge cases
         yield from commitlog_records(store, profile, topic=topic, queue_id=queue_id, from_offset=from_offset,
                                      to_offset=to_offset, since=since, until=until)
         return
     content_filter = topic is not None or queue_id is not None or since is not None or until is not None
-    for f in store.commitlog_in_range(from_offset, to_offset):
+    for f in store.commitlog_in_range(start if start is not None else from_offset, to_offset):
         with store.map(f) as mf:
-            yield from _file_lines(f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until, content_filter)
+            sp = start - f.base if start is not None and f.base <= start < f.base + mf.size else 0
+            yield from _file_lines(f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until,
+                                   content_filter, sp)
 
 
 def _generic_record(f: StoreFile, buf: Any, pos: int, c: ck.Checked, topic: str | None, queue_id: int | None,
@@ -411,7 +427,7 @@ def _generic_record(f: StoreFile, buf: Any, pos: int, c: ck.Checked, topic: str 
 
 def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | None, queue_id: int | None,
                 from_offset: int | None, to_offset: int | None, since: int | None, until: int | None,
-                content_filter: bool) -> Iterator[str | Record]:
+                content_filter: bool, start_pos: int = 0) -> Iterator[str | Record]:
     from itertools import repeat
 
     from .formats.javahash import tags_code
@@ -438,7 +454,7 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
     mv = memoryview(buf)
     vec = _Vec(buf, mv, end, f.name, profile) if unfiltered else None
     try:
-        pos = 0
+        pos = start_pos  # a record start (0, or where a seek found one: recovery.seek)
         while pos < end:
             budget = -1
             if vec is not None:
@@ -968,6 +984,12 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
     this, with the same arguments as the command)."""
     if fmt == "jsonl" and kw.get("key") is None and kw.get("msg_id") is None and not kw.get("with_body") and not kw.get("body_hash"):
         lines_kw = {k: kw.get(k) for k in ("topic", "queue_id", "from_offset", "to_offset", "since", "until")}
+        if not kw.get("scan"):
+            from .recovery import seek as sk
+
+            if kw.get("topic") is not None and sk.small_topic(store, kw["topic"], kw.get("queue_id")):
+                return commitlog_records(store, profile, **kw)  # through its consume queues
+            lines_kw["start"] = sk.seek_start(store, profile, from_offset=kw.get("from_offset"), since=kw.get("since"))
         return _commitlog_blocks(store, profile, **lines_kw)
     return commitlog_records(store, profile, **kw)
 
