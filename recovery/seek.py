@@ -34,6 +34,39 @@ from .store import Store, StoreFile
 from .versions import BrokerProfile
 
 
+def written_units(units: Any) -> int:
+    """How many leading units of a consume queue file are written (the broker appends
+    units in order; the unwritten tail is zeros): a binary search, touching a few pages."""
+    off, size, tags = units["commitlog_offset"], units["size"], units["tags_code"]
+    lo, hi = 0, len(units)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if off[mid] != 0 or size[mid] != 0 or tags[mid] != 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _queue_offsets(store: Store, files: list[StoreFile]) -> list[Any]:
+    """The commitlog offsets of a queue's valid written units, file by file (numpy copies
+    of the written prefixes only)."""
+    import numpy as np
+
+    out = []
+    for f in files:
+        if f.size == 0:
+            continue
+        with store.map(f) as mf:
+            u = read_units(mf.buf)
+            n = written_units(u)
+            off = np.array(u["commitlog_offset"][:n], dtype=np.int64)
+            ok = (off >= 0) & (np.array(u["size"][:n]) > 0)
+            out.append(off[ok])
+            del u
+    return out
+
+
 def record_starts(store: Store, topics: set[str] | None = None, queue_ids: set[int] | None = None) -> Any:
     """Sorted unique commitlog offsets of the valid units of the selected queues (numpy int64)."""
     import numpy as np
@@ -44,15 +77,7 @@ def record_starts(store: Store, topics: set[str] | None = None, queue_ids: set[i
             continue
         if queue_ids is not None and q not in queue_ids:
             continue
-        for f in files:
-            if f.size == 0:
-                continue
-            with store.map(f) as mf:
-                u = read_units(mf.buf)
-                off = u["commitlog_offset"]
-                ok = (off >= 0) & (u["size"] > 0)
-                parts.append(np.array(off[ok], dtype=np.int64))
-                del u, off, ok
+        parts += _queue_offsets(store, files)
     if not parts:
         return np.zeros(0, dtype=np.int64)
     return np.unique(np.concatenate(parts))
@@ -64,14 +89,14 @@ SMALL_TOPIC_UNITS = 200_000  # above this a topic is read by the (vectorised) wa
 def small_topic(store: Store, topic: str, queue_id: int | None = None) -> bool:
     """Whether the topic's consume queues are worth reading instead of walking (they
     exist and hold fewer than SMALL_TOPIC_UNITS units)."""
-    n = len(record_starts(store, {topic}, None if queue_id is None else {queue_id}))
+    n = 0
+    for _t, _q, files in store.iter_queues(topic, queue_id):
+        n += sum(len(p) for p in _queue_offsets(store, files))
     return 0 < n < SMALL_TOPIC_UNITS
 
 
 def dispatched_end(store: Store) -> int:
     """maxPhyOffsetOfCQ: the end of the last record any consume queue points at (0: none)."""
-    import numpy as np
-
     end = 0
     for _t, _q, files in store.iter_queues():
         for f in reversed(files):
@@ -79,13 +104,12 @@ def dispatched_end(store: Store) -> int:
                 continue
             with store.map(f) as mf:
                 u = read_units(mf.buf)
-                nz = np.flatnonzero((u["commitlog_offset"] > 0) | (u["size"] > 0))
-                if len(nz):
-                    i = int(nz[-1])
-                    end = max(end, int(u["commitlog_offset"][i]) + int(u["size"][i]))
-                    del u, nz
+                n = written_units(u)
+                if n:
+                    end = max(end, int(u["commitlog_offset"][n - 1]) + int(u["size"][n - 1]))
+                    del u
                     break
-                del u, nz
+                del u
     return end
 
 
@@ -96,36 +120,51 @@ def _message_at(reader: CommitlogReader, offset: int) -> Located | None:
     return loc
 
 
+TIME_QUEUES = 4  # the largest queues searched by store time (their units are the densest record starts)
+
+
 def seek_start(store: Store, profile: BrokerProfile, *, from_offset: int | None = None,
                since: int | None = None) -> int | None:
     """A record start at or before the first record a walk with these bounds prints
-    (None: no better start than the beginning)."""
+    (None: no better start than the beginning).
+
+    --from-offset: in every queue, the last unit at or before the offset (a binary search
+    of its sorted offsets); the largest of them. --since: in the largest queues, the last
+    unit whose record was stored before the time (a binary search reading one record per
+    step); the largest of them. Both: the larger start."""
     import numpy as np
 
     if from_offset is None and since is None:
         return None
-    starts = record_starts(store)
-    if len(starts) == 0:
+    queues = [np.concatenate(p) if p else np.zeros(0, dtype=np.int64)
+              for p in (_queue_offsets(store, files) for _t, _q, files in store.iter_queues())]
+    queues = [np.sort(q) for q in queues if len(q)]  # a queue's offsets grow; sorting guards a damaged one
+    if not queues:
         return None
     best: int | None = None
     with CommitlogReader(store, profile) as reader:
         if from_offset is not None:
-            i = int(np.searchsorted(starts, from_offset, side="right")) - 1
-            if i >= 0:
-                best = int(starts[i])
+            for q in queues:
+                i = int(np.searchsorted(q, from_offset, side="right")) - 1
+                if i >= 0 and (best is None or int(q[i]) > best):
+                    best = int(q[i])
         if since is not None:
-            lo, hi = 0, len(starts)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                loc = _message_at(reader, int(starts[mid]))
-                if loc is None:
-                    return best if from_offset is not None and since is None else None
-                if loc.checked.rec.store_timestamp < since:  # type: ignore[union-attr]
-                    lo = mid + 1
-                else:
-                    hi = mid
-            cand = int(starts[max(lo - 1, 0)])
-            best = cand if best is None else max(best, cand)
+            tbest: int | None = None
+            for q in sorted(queues, key=len, reverse=True)[:TIME_QUEUES]:
+                lo, hi = 0, len(q)
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    loc = _message_at(reader, int(q[mid]))
+                    if loc is None:
+                        return best if from_offset is not None else None
+                    if loc.checked.rec.store_timestamp < since:  # type: ignore[union-attr]
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                if lo > 0 and (tbest is None or int(q[lo - 1]) > tbest):
+                    tbest = int(q[lo - 1])
+            if tbest is not None:
+                best = tbest if best is None else max(best, tbest)
         if best is not None and _message_at(reader, best) is None:
             return None
     return best or None

@@ -19,6 +19,7 @@ import click
 
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
+from .interrupts import settle_on_interrupt
 from .output import output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
@@ -100,7 +101,7 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     require_yes_or_terminal(yes, "rebuild-index", root)
     for outcome in recover_pending(root):
         _warn(outcome.describe())
-    with StoreLock(root):
+    with settle_on_interrupt(root, "rebuild-index"), StoreLock(root):
         store = open_store(**store_opts)  # as left by the recovery of an interrupted run
         return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, jobs, quiet, store_opts,
                     yes=yes)

@@ -18,6 +18,7 @@ import click
 
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
+from .interrupts import settle_on_interrupt
 from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
@@ -107,7 +108,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
     for outcome in recover_pending(root):
         _warn(outcome.describe())
         finished = finished or outcome.outcome == "completed"
-    with StoreLock(root):
+    with settle_on_interrupt(root, "recover"), StoreLock(root):
         store = open_store(**store_opts)  # as the interrupted run (if any) left it
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)

@@ -16,6 +16,7 @@ import click
 
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
+from .interrupts import settle_on_interrupt
 from .output import output_file_options
 from .exitcodes import Exit
 from .recovery.safety import (
@@ -91,7 +92,8 @@ def command(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path |
         if not ask(yes, f"Restore {store} from {backup_dir}?"):
             click.echo("not applied: nothing was changed", err=True)
             return int(Exit.OK)
-        restore(backup_dir, store, new_backup_dir=new_backup_dir)
+        with settle_on_interrupt(store, "restore"):
+            restore(backup_dir, store, new_backup_dir=new_backup_dir)
     except RestoreConflictError as exc:
         click.echo(f"rmqtool: {exc.one_line()}" + (f" (this backup belongs to {owner}; next: rmqtool restore {backup_dir} {owner})"
                                                    if other else ""), err=True)

@@ -237,3 +237,42 @@ def test_man_pages_install_with_the_package(tmp_path: Path) -> None:
 def test_mistyped_commands_and_options_get_close_matches(argv: list[str], want: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(argv) == Exit.USAGE
     assert want in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- interrupts
+
+
+@pytest.mark.parametrize("step,changed", [(2, False), (12, False), (20, True)])
+def test_ctrl_c_during_recover_says_whether_the_store_changed(step: int, changed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C after N durable steps of the recovery's transaction (the test hook's step
+    counter, with a KeyboardInterrupt instead of a kill): one line says whether the store
+    changed; the store is then either as before or completely recovered, with no journal
+    or staging files left."""
+    import os
+
+    from rmqtool.recovery import safety
+
+    ref = copy_store("crash_midwrite", tmp_path / "ref")
+    assert run(["recover", "--yes", "-q", str(ref), "--backup-dir", str(tmp_path / "bkref")]) == 1
+    recovered = tree_digest(ref)
+    root = copy_store("crash_midwrite", tmp_path / "x")
+    before = tree_digest(root)
+
+    def interrupt(_code: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv(safety.CRASH_ENV, str(step))
+    monkeypatch.setattr(safety, "_steps_done", 0)  # the hook counts steps per process
+    monkeypatch.setattr(os, "_exit", interrupt)
+    capsys.readouterr()
+    code = run(["recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / "bk")])
+    monkeypatch.delenv(safety.CRASH_ENV)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == Exit.INTERRUPTED and len(err) == 1, err
+    assert not (root / safety.JOURNAL_DIR).exists() or not any((root / safety.JOURNAL_DIR).iterdir())
+    assert ("WAS changed" in err[0]) == changed, err
+    if changed:
+        assert tree_digest(root) == recovered
+    else:
+        assert "the store was not changed" in err[0] and tree_digest(root) == before
