@@ -170,6 +170,19 @@ def seek_start(store: Store, profile: BrokerProfile, *, from_offset: int | None 
     return best or None
 
 
+def first_since(store: Store, profile: BrokerProfile, start: int, since: int) -> int | None:
+    """The offset of the first message at or after ``start`` stored at or after ``since``
+    (a short walk from a seek's start); None when a damaged spot comes first or none is."""
+    for f, _buf, pos, c in walk_from(store, profile, start):
+        if c.is_blank:
+            continue
+        if not c.is_message or c.rec is None:
+            return None
+        if c.rec.store_timestamp >= since:
+            return f.base + pos
+    return None
+
+
 def walk_from(store: Store, profile: BrokerProfile, start: int, to_offset: int | None = None
               ) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]]:
     """The forensic walk (``scan.iter_store_records``) beginning at the record start
@@ -220,4 +233,4 @@ def topic_records(store: Store, profile: BrokerProfile, topics: set[str], queue_
     return gen()
 
 
-__all__ = ["record_starts", "small_topic", "dispatched_end", "seek_start", "walk_from", "topic_records"]
+__all__ = ["first_since", "record_starts", "small_topic", "dispatched_end", "seek_start", "walk_from", "topic_records"]

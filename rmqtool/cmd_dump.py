@@ -990,6 +990,14 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
             if kw.get("topic") is not None and sk.small_topic(store, kw["topic"], kw.get("queue_id")):
                 return commitlog_records(store, profile, **kw)  # through its consume queues
             lines_kw["start"] = sk.seek_start(store, profile, from_offset=kw.get("from_offset"), since=kw.get("since"))
+            since = kw.get("since")
+            if lines_kw["start"] is not None and since is not None and all(
+                    kw.get(k) is None for k in ("topic", "queue_id", "until", "from_offset", "to_offset")):
+                # --since alone: print everything from the first message stored at or after the time, as the
+                # broker's search by time does (store times grow along the commitlog); the vectorised path
+                first = sk.first_since(store, profile, lines_kw["start"], since)
+                if first is not None:
+                    lines_kw.update(start=first, since=None)
         return _commitlog_blocks(store, profile, **lines_kw)
     return commitlog_records(store, profile, **kw)
 
@@ -1107,6 +1115,13 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
         raise click.UsageError("--key and --msg-id are exclusive")
     msg_ids = tuple(sel.check_msg_id(m) for m in msg_ids)
     since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
+    from .dump_files import split_file_arg
+
+    store_opts["store"], one = split_file_arg(store_opts["store"], "commitlog")
+    if one:  # one commitlog file: its offsets only
+        lo, hi = one["file_base"], one["file_base"] + one["file_size"]
+        from_offset = max(from_offset or lo, lo)
+        to_offset = min(to_offset if to_offset is not None else hi, hi)
     store = open_store(**store_opts)
     profile = make_profile(broker_version)
     fmt = resolve_format(fmt)
@@ -1153,14 +1168,34 @@ def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) 
 @command.command("consumequeue")
 @output_file_options
 @store_argument
+@broker_version_option
 @click.option("--topic", default=None, help="Only this topic's queues.")
-@click.option("--queue-id", type=int, default=None, help="Only this queue id.")
+@click.option("--queue-id", "--queue", "queue_id", type=int, default=None, help="Only this queue id.")
+@click.option("--from", "from_qoffset", type=click.IntRange(0), default=None, metavar="QOFFSET",
+              help="Only units at or after this queue offset (logical offset).")
+@click.option("--to", "to_qoffset", type=click.IntRange(0), default=None, metavar="QOFFSET",
+              help="Only units before this queue offset.")
+@click.option("--resolve", is_flag=True, help="Show the message each unit points at (and whether it matches the unit).")
 @limit_option
 @format_option()
-def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, queue_id: int | None, **store_opts: Any) -> int:
-    """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped)."""
+def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, queue_id: int | None, broker_version: str,
+                      from_qoffset: int | None, to_qoffset: int | None, resolve: bool, **store_opts: Any) -> int:
+    """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped).
+    STORE may be one consume queue file (STORE/consumequeue/TOPIC/QID/NAME)."""
+    from .dump_files import in_queue_range, only_file, resolved, split_file_arg
+
+    store_opts["store"], one = split_file_arg(store_opts["store"], "consumequeue")
+    if one:
+        topic, queue_id = one["topic"], one["queue_id"]
     store = open_store(**store_opts)
-    return output(qy.iter_cq_entries(store, topic, queue_id), fmt, CQ_COLUMNS, limit, "consumequeue")
+    recs: Iterable[Record] = only_file(qy.iter_cq_entries(store, topic, queue_id), one.get("file"))
+    if from_qoffset is not None or to_qoffset is not None:
+        recs = in_queue_range(recs, from_qoffset, to_qoffset)
+    columns = CQ_COLUMNS
+    if resolve:
+        recs = resolved(store, make_profile(broker_version), recs)
+        columns = CQ_COLUMNS + [("points_to", "POINTS TO"), ("msg_id", "MSG ID"), ("store_time", "STORED (UTC)")]
+    return output(recs, fmt, columns, limit, "consumequeue")
 
 
 @command.command("index")
@@ -1177,7 +1212,11 @@ def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, que
 @format_option()
 def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries: bool, topic: str | None, key: str | None,
                since: str | None, until: str | None, with_body: bool, **store_opts: Any) -> int:
-    """Index files: headers, optionally slots and entries, or a key lookup."""
+    """Index files: headers, optionally slots and entries, or a key lookup. STORE may be
+    one index file (STORE/index/NAME)."""
+    from .dump_files import only_file, split_file_arg
+
+    store_opts["store"], one = split_file_arg(store_opts["store"], "index")
     store = open_store(**store_opts)
     if key is not None:
         profile = make_profile(broker_version)
@@ -1185,7 +1224,7 @@ def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries:
         return output(recs, fmt, INDEX_HIT_COLUMNS, limit, "index lookup")
     if topic is not None:
         raise click.UsageError("--topic needs --key")
-    return output(qy.iter_index(store, entries=entries), fmt, INDEX_COLUMNS, limit, "index")
+    return output(only_file(qy.iter_index(store, entries=entries), one.get("file")), fmt, INDEX_COLUMNS, limit, "index")
 
 
 @command.command("checkpoint")
@@ -1194,6 +1233,9 @@ def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries:
 @format_option()
 def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
     """The checkpoint file, with the derived min_timestamp and min_timestamp_index."""
+    from .dump_files import split_file_arg
+
+    store_opts["store"], _one = split_file_arg(store_opts["store"], "checkpoint")
     store = open_store(**store_opts)
     return output([checkpoint_record(store)], fmt, CHECKPOINT_COLUMNS, None, "checkpoint")
 

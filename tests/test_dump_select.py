@@ -69,3 +69,30 @@ def test_uniq_key_in_lower_case_is_found(capsys: pytest.CaptureFixture[str]) -> 
     for extra in ([], ["--scan"]):
         code, recs, _ = dump(capsys, "--msg-id", m["uniq_key"].lower(), *extra)
         assert code == 0 and [r["physical_offset"] for r in recs] == [m["phys_offset"]], extra
+
+
+def test_single_files_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    root = real_store("clean")
+    run(["dump", "commitlog", str(root / "commitlog" / "00000000000000065536"), "--format", "jsonl"])
+    recs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert recs and {r["file"] for r in recs} == {"00000000000000065536"}
+    assert all(65536 <= r["physical_offset"] < 131072 for r in recs)
+    run(["dump", "consumequeue", str(root / "consumequeue" / "TopicA" / "0" / "00000000000000000640"), "--format", "jsonl"])
+    units = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert units and {u["file"] for u in units} == {"consumequeue/TopicA/0/00000000000000000640"}
+    assert [u["queue_offset"] for u in units] == list(range(32, 32 + len(units)))
+    name = sorted((root / "index").iterdir())[1].name
+    run(["dump", "index", str(root / "index" / name), "--format", "jsonl"])
+    assert {json.loads(x)["file"] for x in capsys.readouterr().out.splitlines()} == {f"index/{name}"}
+    assert run(["dump", "index", str(root / "checkpoint")]) == 2  # not an index file
+
+
+def test_consumequeue_range_and_resolve(capsys: pytest.CaptureFixture[str]) -> None:
+    run(["dump", "consumequeue", CLEAN, "--topic", "TopicB", "--queue", "0", "--from", "80", "--to", "83",
+         "--resolve", "--format", "jsonl"])
+    units = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [u["queue_offset"] for u in units] == [80, 81, 82]
+    by_off = {m["phys_offset"]: m for m in scenario("clean")["messages"]}
+    for u in units:
+        assert u["points_to"] == "OK" and u["message"]["physical_offset"] == u["commitlog_offset"]
+        assert u["msg_id"] == by_off[u["commitlog_offset"]]["msg_id"] and u["store_time"].endswith("Z")
