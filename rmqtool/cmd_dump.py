@@ -1098,8 +1098,8 @@ def command() -> None:
 @click.option("--scan", is_flag=True, help="For --key/--msg-id: scan the commitlog instead of using the Index.")
 @click.option("--from-offset", type=click.IntRange(0), default=None, help="Start at this physical offset (inclusive).")
 @click.option("--to-offset", type=click.IntRange(0), default=None, help="Stop before this physical offset.")
-@click.option("--since", default=None, help="Only messages stored at or after this time (epoch ms or ISO 8601, UTC unless an offset is given).")
-@click.option("--until", default=None, help="Only messages stored at or before this time (epoch ms or ISO 8601).")
+@click.option("--since", default=None, help="Only messages stored at or after this time: ISO 8601 (UTC unless an offset is given), epoch s or ms (by magnitude), or relative (-10m, -2h, -1d).")
+@click.option("--until", default=None, help="Only messages stored at or before this time (the same forms as --since).")
 @click.option("--body", "with_body", is_flag=True, help="Include message bodies (UTF-8 when valid, else base64; see body_encoding).")
 @click.option("--body-hash", is_flag=True, help="Include body_sha256, the SHA-256 of the stored body.")
 @limit_option
