@@ -81,13 +81,15 @@ def _module_exists(mod: str) -> bool:
 def cli() -> None:
     """Forensic and recovery toolkit for Apache RocketMQ broker stores.
 
-    Works offline on a stopped broker's store directory. Read-only commands (dump,
-    verify, export) never write to the store; destructive ones (rebuild-index, recover,
-    restore) print their plan, back up every byte they cut or replace, and refuse to run
-    while a broker holds store/lock.
+    Works offline on a stopped broker's store directory. Start with `rmqtool info STORE`.
+    Read-only commands (info, dump, verify, export, backups) never write to the store;
+    destructive ones (rebuild-index, recover, restore) print their plan, ask on a
+    terminal (--yes without one), back up every byte they cut or replace, and refuse to
+    run while a broker holds store/lock.
 
-    Exit status: 0 sound/nothing to do, 1 repaired (recover), 2 usage error, 4 problems
-    found and left uncorrected, 8 operational error, 130 interrupted.
+    Exit status (bits, as e2fsck's): 0 sound/nothing to do, 1 the store was changed (dump:
+    nothing matched), 2 usage error, 4 problems found and left uncorrected, 5 = 1 + 4, 8
+    operational error or refusal, 130 interrupted.
     """
 
 

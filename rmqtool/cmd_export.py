@@ -116,9 +116,13 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
 
     from .export_spark import run_export  # pyspark is imported only from here on
 
-    res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
-                     partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=quiet, conf=conf,
-                     writer=writer)
+    existed = scheme is None and out.exists()
+    try:
+        res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
+                         partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=quiet, conf=conf,
+                         writer=writer)
+    except KeyboardInterrupt:
+        raise _interrupted(out, scheme is None, existed) from None
     if True:  # the summary is the result: printed with -q too (one meaning of -q everywhere)
         extra = f", {res.messages} messages, {res.blanks} blanks" if what == "commitlog" else ""
         click.echo(
@@ -129,6 +133,22 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
             click.echo(f"rmqtool: warning: {where}: the split boundary falls inside a record the walk accepted; "
                        "rows after it may differ from dump (rerun with --split-size 0)", err=True)
     return Exit.PROBLEMS if res.exit_problems else Exit.OK
+
+
+def _interrupted(out: Path, local: bool, existed: bool) -> BaseException:
+    """Ctrl-C: the partial output goes (a rerun would refuse an existing OUT), one line says so."""
+    import shutil
+
+    from .interrupts import Interrupted
+
+    if local and out.exists():
+        shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+        what = f"the partial output {out} was removed" + (" (it replaced an earlier export, which is gone too)" if existed else "")
+    elif local:
+        what = f"nothing was written to {out}"
+    else:
+        what = f"the partial output at {out} may remain: remove it before the rerun, or rerun with --overwrite"
+    return Interrupted(f"interrupted: {what}; stores are never changed by export; the next run starts over")
 
 
 def _label(store: Path) -> str:

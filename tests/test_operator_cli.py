@@ -276,3 +276,24 @@ def test_ctrl_c_during_recover_says_whether_the_store_changed(step: int, changed
         assert tree_digest(root) == recovered
     else:
         assert "the store was not changed" in err[0] and tree_digest(root) == before
+
+
+def test_ctrl_c_during_export_removes_the_partial_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The export job interrupted after it wrote part of OUT (run_export stands in for
+    Spark): OUT is gone, one line says so, status 130; a rerun is not refused."""
+    from conftest import real_store
+    from rmqtool import export_spark
+
+    out = tmp_path / "out"
+
+    def partial(*_a: object, **_k: object) -> None:
+        (out / "_temporary").mkdir(parents=True)
+        (out / "_temporary" / "part-0").write_bytes(b"x")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_spark, "run_export", partial)
+    assert run(["export", str(real_store("clean")), "--to", str(out)]) == Exit.INTERRUPTED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "partial output" in err[0] and "removed" in err[0]
+    assert not out.exists()
