@@ -47,13 +47,24 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
     8 operational error, 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
     store = open_store(**store_opts)
-    fmt = resolve_format(fmt, FORMATS)  # table on a terminal, jsonl when piped
+    fmt = fmt or ("table" if _stdout_is_regular_file() else resolve_format(fmt, FORMATS))  # table on a terminal
+    # or into a file (verify STORE > report.txt), jsonl into a pipe
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "verify", quiet) as advance:
         report = verify_store(store, profile, jobs=jobs, progress=advance)
     with closed_stdout_ignored():
         write_report(report, fmt)
     return int(Exit.PROBLEMS if report.problems(strict) else Exit.OK)
+
+
+def _stdout_is_regular_file() -> bool:
+    import os
+    import stat
+
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def write_report(report: VerifyReport, fmt: str, out: Any = None) -> None:

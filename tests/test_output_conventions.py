@@ -119,3 +119,16 @@ def test_verify_table_puts_verdict_and_outlook_first(capsys: pytest.CaptureFixtu
     lines = out.splitlines()
     assert lines[0].startswith("verdict: ") and lines[1].startswith("next start: abnormal recovery")
     assert any(line.startswith("next (STORE_ABORT): rmqtool recover") for line in lines[:12])
+
+
+def test_verify_redirected_to_a_file_writes_the_report(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    target = tmp_path / "report.txt"
+    with open(target, "w") as fh:
+        p = subprocess.run([sys.executable, "-m", "rmqtool", "verify", CLEAN, "-q"], stdout=fh, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    assert p.returncode == 0 and target.read_text().startswith("verdict: sound")
+    p = subprocess.run([sys.executable, "-m", "rmqtool", "verify", CLEAN, "-q"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout == ""  # a pipe: jsonl, one line per finding (none)
