@@ -18,6 +18,7 @@ from .exitcodes import Exit
 
 # command name -> module (each module defines ``command``)
 COMMANDS = {
+    "info": "rmqtool.cmd_info",
     "dump": "rmqtool.cmd_dump",
     "verify": "rmqtool.cmd_verify",
     "rebuild-index": "rmqtool.cmd_rebuild",
@@ -26,6 +27,7 @@ COMMANDS = {
     "repair": "rmqtool.cmd_repair",
     "export": "rmqtool.cmd_export",
     "offsets": "rmqtool.cmd_offsets",
+    "backups": "rmqtool.cmd_backups",
 }
 
 
@@ -38,6 +40,12 @@ class LazyGroup(click.Group):
         if mod is None or not _module_exists(mod):
             return None
         return importlib.import_module(mod).command  # type: ignore[no-any-return]
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            raise click.UsageError(unknown_command(name, self.list_commands(ctx)), ctx)
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         from .errors import _silence_stdout, is_closed_pipe
@@ -53,6 +61,18 @@ class LazyGroup(click.Group):
             return int(Exit.OK)
 
 
+def unknown_command(name: str, known: list[str]) -> str:
+    """"No such command" with the close matches (difflib), or the list when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if not close:
+        close = [k for k in known if k.startswith(name[:3])] if len(name) >= 3 else []
+    if close:
+        return f"no such command {name!r}; did you mean {' or '.join(repr(c) for c in close)}?"
+    return f"no such command {name!r}; the commands: {', '.join(known)}"
+
+
 def _module_exists(mod: str) -> bool:
     here = os.path.dirname(__file__)
     return os.path.exists(os.path.join(here, mod.rsplit(".", 1)[1] + ".py"))
@@ -63,17 +83,19 @@ def _module_exists(mod: str) -> bool:
 def cli() -> None:
     """Forensic and recovery toolkit for Apache RocketMQ broker stores.
 
-    Works offline on a stopped broker's store directory. Read-only commands (dump,
-    verify, export) never write to the store; destructive ones (rebuild-index, recover,
-    repair, restore) print their plan, back up every byte they cut or replace, and refuse to run
-    while a broker holds store/lock.
+    Works offline on a stopped broker's store directory. Start with `rmqtool info STORE`.
+    Read-only commands (info, dump, verify, export, backups) never write to the store;
+    destructive ones (rebuild-index, recover, repair, restore, offsets --set) print their
+    plan, ask on a terminal (--yes without one), back up every byte they cut or replace,
+    and refuse to run while a broker holds store/lock.
 
     recover does exactly what the broker's start-up recovery would do (it cuts everything
     after the first bad record); repair keeps every intact message: it replaces only the
     damaged bytes by filler records of the same length and rebuilds queues and index.
 
-    Exit status: 0 sound/nothing to do, 1 repaired (recover, repair), 2 usage error, 4 problems
-    found and left uncorrected, 8 operational error, 130 interrupted.
+    Exit status (bits, as e2fsck's): 0 sound/nothing to do, 1 the store was changed (dump:
+    nothing matched), 2 usage error, 4 problems found and left uncorrected, 5 = 1 + 4, 8
+    operational error or refusal, 130 interrupted.
     """
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Iterator
 import click
 
 from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
+from .output import output_file_options
 from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
@@ -38,8 +39,8 @@ CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK"})
 
 COMMITLOG_COLUMNS = [
     ("physical_offset", "OFFSET"), ("total_size", "SIZE"), ("topic", "TOPIC"), ("queue_id", "QID"),
-    ("queue_offset", "QOFF"), ("store_timestamp", "STORED"), ("tags", "TAGS"), ("keys", "KEYS"),
-    ("status", "STATUS"),
+    ("queue_offset", "QOFF"), ("store_time", "STORED (UTC)"), ("msg_id", "MSG ID"), ("uniq_key", "UNIQ_KEY"),
+    ("tags", "TAGS"), ("keys", "KEYS"), ("status", "STATUS"),
 ]
 CQ_COLUMNS = [
     ("topic", "TOPIC"), ("queue_id", "QID"), ("queue_offset", "QOFFSET"), ("file", "FILE"), ("pos", "POS"),
@@ -84,9 +85,11 @@ class StatusTracker:
 
 def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str, out: Any = None) -> int:
     """Render (at most ``limit``) records on ``out`` (default stdout); return the exit code."""
+    from .dump_times import timed
+
     out = out or sys.stdout
     tracker = StatusTracker()
-    recs: Iterable[Record | str] = records
+    recs: Iterable[Record | str] = timed(records)
     fmt = resolve_format(fmt)
     if limit is not None or fmt != "jsonl":
         recs = _expand(recs)  # blocks of lines count line by line
@@ -142,7 +145,7 @@ MESSAGE_KEYS = frozenset({
     "type", "file", "pos", "physical_offset", "total_size", "magic", "body_crc", "crc_ok", "queue_id",
     "flag", "queue_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
     "reconsume_times", "prepared_transaction_offset", "body_length", "topic", "properties", "tags",
-    "keys", "uniq_key", "msg_id", "transaction_type", "tags_code", "status",
+    "keys", "uniq_key", "msg_id", "transaction_type", "tags_code", "status", "born_time", "store_time",
 })
 
 
@@ -239,19 +242,11 @@ def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracke
 # Option parsing helpers
 
 def parse_time(text: str | None, name: str) -> int | None:
-    """Milliseconds since the epoch, or an ISO 8601 date/time (UTC unless it has an offset)."""
-    if text is None:
-        return None
-    t = text.strip()
-    if t.lstrip("-").isdigit():
-        return int(t)
-    try:
-        d = _dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither epoch milliseconds nor an ISO 8601 time", param_hint=name) from None
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=_dt.timezone.utc)
-    return int(d.timestamp() * 1000)
+    """Epoch milliseconds from ISO 8601, epoch seconds or milliseconds (by magnitude), or
+    a relative time (``rmqtool.times.parse_time``)."""
+    from .times import parse_time as _parse
+
+    return _parse(text, name)
 
 
 def limit_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -335,7 +330,19 @@ def commitlog_records(
         return
 
     content_filter = topic is not None or queue_id is not None or since is not None or until is not None
-    for f, buf, pos, c in iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset):
+    walk: Iterable[tuple[StoreFile, Any, int, ck.Checked]] | None = None
+    if not scan:  # seeks through file names and consume queues (recovery.seek); --scan walks everything
+        from .recovery import seek as sk
+
+        if topic is not None and sk.small_topic(store, topic, queue_id):
+            walk = sk.topic_records(store, profile, {topic}, None if queue_id is None else {queue_id})
+        if walk is None:
+            start = sk.seek_start(store, profile, from_offset=from_offset, since=since)
+            if start is not None:
+                walk = sk.walk_from(store, profile, start, to_offset)
+    if walk is None:
+        walk = iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset)
+    for f, buf, pos, c in walk:
         if c.is_blank:
             if not content_filter:
                 yield blank_fields(f.name, pos, buf, f.base)
@@ -392,16 +399,20 @@ def _commitlog_blocks(
     to_offset: int | None = None,
     since: int | None = None,
     until: int | None = None,
+    start: int | None = None,
 ) -> Iterator[str | Record]:
-    """:func:`commitlog_lines` with runs of plain messages as blocks of lines (``_Block``)."""
+    """:func:`commitlog_lines` with runs of plain messages as blocks of lines (``_Block``);
+    ``start``: a record start to walk from (a seek's answer) instead of the beginning."""
     if not profile.new_properties_parser:  # the 4.6.0-4.9.0 parser differs on edge cases
         yield from commitlog_records(store, profile, topic=topic, queue_id=queue_id, from_offset=from_offset,
                                      to_offset=to_offset, since=since, until=until)
         return
     content_filter = topic is not None or queue_id is not None or since is not None or until is not None
-    for f in store.commitlog_in_range(from_offset, to_offset):
+    for f in store.commitlog_in_range(start if start is not None else from_offset, to_offset):
         with store.map(f) as mf:
-            yield from _file_lines(f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until, content_filter)
+            sp = start - f.base if start is not None and f.base <= start < f.base + mf.size else 0
+            yield from _file_lines(f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until,
+                                   content_filter, sp)
 
 
 def _generic_record(f: StoreFile, buf: Any, pos: int, c: ck.Checked, topic: str | None, queue_id: int | None,
@@ -421,7 +432,7 @@ def _generic_record(f: StoreFile, buf: Any, pos: int, c: ck.Checked, topic: str 
 
 def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | None, queue_id: int | None,
                 from_offset: int | None, to_offset: int | None, since: int | None, until: int | None,
-                content_filter: bool) -> Iterator[str | Record]:
+                content_filter: bool, start_pos: int = 0) -> Iterator[str | Record]:
     from itertools import repeat
 
     from .formats.javahash import tags_code
@@ -448,7 +459,7 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
     mv = memoryview(buf)
     vec = _Vec(buf, mv, end, f.name, profile) if unfiltered else None
     try:
-        pos = 0
+        pos = start_pos  # a record start (0, or where a seek found one: recovery.seek)
         while pos < end:
             budget = -1
             if vec is not None:
@@ -978,6 +989,20 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
     this, with the same arguments as the command)."""
     if fmt == "jsonl" and kw.get("key") is None and kw.get("msg_id") is None and not kw.get("with_body") and not kw.get("body_hash"):
         lines_kw = {k: kw.get(k) for k in ("topic", "queue_id", "from_offset", "to_offset", "since", "until")}
+        if not kw.get("scan"):
+            from .recovery import seek as sk
+
+            if kw.get("topic") is not None and sk.small_topic(store, kw["topic"], kw.get("queue_id")):
+                return commitlog_records(store, profile, **kw)  # through its consume queues
+            lines_kw["start"] = sk.seek_start(store, profile, from_offset=kw.get("from_offset"), since=kw.get("since"))
+            since = kw.get("since")
+            if lines_kw["start"] is not None and since is not None and all(
+                    kw.get(k) is None for k in ("topic", "queue_id", "until", "from_offset", "to_offset")):
+                # --since alone: print everything from the first message stored at or after the time, as the
+                # broker's search by time does (store times grow along the commitlog); the vectorised path
+                first = sk.first_since(store, profile, lines_kw["start"], since)
+                if first is not None:
+                    lines_kw.update(start=first, since=None)
         return _commitlog_blocks(store, profile, **lines_kw)
     return commitlog_records(store, profile, **kw)
 
@@ -1093,55 +1118,123 @@ def refuse_unsafe(store: Store, prefix: str) -> None:
 @command.command("commitlog")
 @broker_config_option("read")
 @broker_setting_options
+@output_file_options
 @store_argument
 @broker_version_option
-@click.option("--topic", default=None, help="Only messages of this topic.")
-@click.option("--queue-id", type=int, default=None, help="Only messages of this queue id.")
-@click.option("--key", default=None, help="Only messages with this key (KEYS or UNIQ_KEY): through the Index when present, else a scan.")
-@click.option("--msg-id", default=None, help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan).")
+@click.option("--topic", "topics", multiple=True, metavar="TOPIC", help="Only messages of this topic (repeatable: any of them).")
+@click.option("--queue-id", "--queue", "queue_ids", type=int, multiple=True, metavar="QID", help="Only messages of this queue id (repeatable).")
+@click.option("--key", "keys", multiple=True, metavar="KEY", help="Only messages with this key (KEYS or UNIQ_KEY; repeatable): through the Index when present, else a scan.")
+@click.option("--msg-id", "msg_ids", multiple=True, metavar="ID", help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan); repeatable; any case.")
 @click.option("--scan", is_flag=True, help="For --key/--msg-id: scan the commitlog instead of using the Index.")
 @click.option("--from-offset", type=click.IntRange(0), default=None, help="Start at this physical offset (inclusive).")
 @click.option("--to-offset", type=click.IntRange(0), default=None, help="Stop before this physical offset.")
-@click.option("--since", default=None, help="Only messages stored at or after this time (epoch ms or ISO 8601, UTC unless an offset is given).")
-@click.option("--until", default=None, help="Only messages stored at or before this time (epoch ms or ISO 8601).")
+@click.option("--since", default=None, help="Only messages stored at or after this time: ISO 8601 (UTC unless an offset is given), epoch s or ms (by magnitude), or relative (-10m, -2h, -1d).")
+@click.option("--until", default=None, help="Only messages stored at or before this time (the same forms as --since).")
 @click.option("--body", "with_body", is_flag=True, help="Include message bodies (UTF-8 when valid, else base64; see body_encoding).")
 @click.option("--body-hash", is_flag=True, help="Include body_sha256, the SHA-256 of the stored body.")
 @limit_option
 @format_option()
-def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topic: str | None, queue_id: int | None,
-                   key: str | None, msg_id: str | None, scan: bool, from_offset: int | None, to_offset: int | None,
+def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topics: tuple[str, ...], queue_ids: tuple[int, ...],
+                   keys: tuple[str, ...], msg_ids: tuple[str, ...], scan: bool, from_offset: int | None, to_offset: int | None,
                    since: str | None, until: str | None, with_body: bool, body_hash: bool, **store_opts: Any) -> int:
-    """Commitlog records (messages, BLANK end-of-file records, damaged spots)."""
-    if key is not None and msg_id is not None:
+    """Commitlog records (messages, BLANK end-of-file records, damaged spots). When filters
+    select no message: "not found" on stderr and exit status 1."""
+    from . import dump_select as sel
+
+    if keys and msg_ids:
         raise click.UsageError("--key and --msg-id are exclusive")
+    msg_ids = tuple(sel.check_msg_id(m) for m in msg_ids)
+    since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
+    from .dump_files import split_file_arg
+
+    store_opts["store"], one = split_file_arg(store_opts["store"], "commitlog")
+    if one:  # one commitlog file: its offsets only
+        lo, hi = one["file_base"], one["file_base"] + one["file_size"]
+        from_offset = max(from_offset or lo, lo)
+        to_offset = min(to_offset if to_offset is not None else hi, hi)
     store = open_store(**store_opts)
     refuse_unsafe(store, "commitlog")
     profile = make_profile(broker_version)
     fmt = resolve_format(fmt)
-    records = commitlog_stream(
-        store, profile, fmt, topic=topic, queue_id=queue_id, key=key, msg_id=msg_id, from_offset=from_offset,
-        to_offset=to_offset, since=parse_time(since, "--since"), until=parse_time(until, "--until"),
-        with_body=with_body, body_hash=body_hash, scan=scan)
-    return output(records, fmt, COMMITLOG_COLUMNS, limit, "commitlog")
+    one_topic = topics[0] if len(topics) == 1 else None
+    one_queue = queue_ids[0] if len(queue_ids) == 1 else None
+    kw = dict(topic=one_topic, queue_id=one_queue, from_offset=from_offset, to_offset=to_offset, since=since_ms,
+              until=until_ms, with_body=with_body, body_hash=body_hash, scan=scan)
+    records: Iterable[Record | str]
+    if keys or msg_ids:
+        lookups = [commitlog_records(store, profile, key=k, **kw) for k in keys]
+        for m in msg_ids:
+            lookups.append(_msg_id_lookup(store, profile, m, kw))
+        records = sel.filter_many(sel.union_by_offset(lookups), topics, queue_ids)
+    elif len(topics) > 1 or len(queue_ids) > 1:
+        records = sel.filter_many(commitlog_records(store, profile, **{**kw, "topic": None, "queue_id": None}), topics, queue_ids)
+    else:
+        records = commitlog_stream(store, profile, fmt, **kw)
+    matches = sel.Matches()
+    columns = COMMITLOG_COLUMNS + ([("body", "BODY")] if with_body else []) + ([("body_sha256", "BODY SHA256")] if body_hash else [])
+    code = output(matches.watch(records), fmt, columns, limit, "commitlog")
+    filtered = keys or msg_ids or topics or queue_ids or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
+    if filtered and matches.messages == 0 and limit != 0:
+        hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
+        if topics and not hint:
+            unknown = [t for t in topics if t not in store.topics()]
+            if unknown:
+                hint = f"no consume queue for {', '.join(unknown)}; the topics with one: {', '.join(store.topics()) or '-'}"
+        return int(code) | sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, {
+            "from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until}), hint)
+    return code
+
+
+def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) -> Iterator[Record]:
+    """One --msg-id: as given, then (a UNIQ_KEY is upper-case hex as the client writes it,
+    but the broker's index lookup is case-sensitive) in upper case when nothing matched."""
+    found = False
+    for r in commitlog_records(store, profile, msg_id=msg_id, **kw):
+        found = True
+        yield r
+    if not found and msg_id != msg_id.upper():
+        yield from commitlog_records(store, profile, msg_id=msg_id.upper(), **kw)
 
 
 @command.command("consumequeue")
 @broker_config_option("read")
+@output_file_options
 @store_argument
+@broker_version_option
 @click.option("--topic", default=None, help="Only this topic's queues.")
-@click.option("--queue-id", type=int, default=None, help="Only this queue id.")
+@click.option("--queue-id", "--queue", "queue_id", type=int, default=None, help="Only this queue id.")
+@click.option("--from", "from_qoffset", type=click.IntRange(0), default=None, metavar="QOFFSET",
+              help="Only units at or after this queue offset (logical offset).")
+@click.option("--to", "to_qoffset", type=click.IntRange(0), default=None, metavar="QOFFSET",
+              help="Only units before this queue offset.")
+@click.option("--resolve", is_flag=True, help="Show the message each unit points at (and whether it matches the unit).")
 @limit_option
 @format_option()
-def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, queue_id: int | None, **store_opts: Any) -> int:
-    """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped)."""
+def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, queue_id: int | None, broker_version: str,
+                      from_qoffset: int | None, to_qoffset: int | None, resolve: bool, **store_opts: Any) -> int:
+    """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped).
+    STORE may be one consume queue file (STORE/consumequeue/TOPIC/QID/NAME)."""
+    from .dump_files import in_queue_range, only_file, resolved, split_file_arg
+
+    store_opts["store"], one = split_file_arg(store_opts["store"], "consumequeue")
+    if one:
+        topic, queue_id = one["topic"], one["queue_id"]
     store = open_store(**store_opts)
     refuse_unsafe(store, "consumequeue")
-    return output(qy.iter_cq_entries(store, topic, queue_id), fmt, CQ_COLUMNS, limit, "consumequeue")
+    recs: Iterable[Record] = only_file(qy.iter_cq_entries(store, topic, queue_id), one.get("file"))
+    if from_qoffset is not None or to_qoffset is not None:
+        recs = in_queue_range(recs, from_qoffset, to_qoffset)
+    columns = CQ_COLUMNS
+    if resolve:
+        recs = resolved(store, make_profile(broker_version), recs)
+        columns = CQ_COLUMNS + [("points_to", "POINTS TO"), ("msg_id", "MSG ID"), ("store_time", "STORED (UTC)")]
+    return output(recs, fmt, columns, limit, "consumequeue")
 
 
 @command.command("index")
 @broker_config_option("read")
 @broker_setting_options
+@output_file_options
 @store_argument
 @broker_version_option
 @click.option("--entries", is_flag=True, help="Also print every non-empty hash slot and every entry.")
@@ -1154,7 +1247,11 @@ def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, que
 @format_option()
 def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries: bool, topic: str | None, key: str | None,
                since: str | None, until: str | None, with_body: bool, **store_opts: Any) -> int:
-    """Index files: headers, optionally slots and entries, or a key lookup."""
+    """Index files: headers, optionally slots and entries, or a key lookup. STORE may be
+    one index file (STORE/index/NAME)."""
+    from .dump_files import only_file, split_file_arg
+
+    store_opts["store"], one = split_file_arg(store_opts["store"], "index")
     store = open_store(**store_opts)
     refuse_unsafe(store, "index")
     if key is not None:
@@ -1165,21 +1262,26 @@ def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries:
         return output(recs, fmt, INDEX_HIT_COLUMNS, limit, title)
     if topic is not None:
         raise click.UsageError("--topic needs --key")
-    return output(qy.iter_index(store, entries=entries), fmt, INDEX_COLUMNS, limit, "index")
+    return output(only_file(qy.iter_index(store, entries=entries), one.get("file")), fmt, INDEX_COLUMNS, limit, "index")
 
 
 @command.command("checkpoint")
 @broker_config_option("read")
+@output_file_options
 @store_argument
 @format_option()
 def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
     """The checkpoint file, with the derived min_timestamp and min_timestamp_index."""
+    from .dump_files import split_file_arg
+
+    store_opts["store"], _one = split_file_arg(store_opts["store"], "checkpoint")
     store = open_store(**store_opts)
     return output([checkpoint_record(store)], fmt, CHECKPOINT_COLUMNS, None, "checkpoint")
 
 
 @command.command("config")
 @broker_config_option("read")
+@output_file_options
 @store_argument
 @click.option("--file", "name", default=None, metavar="NAME", help="Only config/NAME (default: every known config file present).")
 @format_option()

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from .output import output_file_options
 from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, make_profile
@@ -57,6 +58,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @click.command("export", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("read")
 @broker_setting_options
+@output_file_options
 @click.argument("stores", nargs=-1, required=False, type=click.Path(path_type=Path), metavar="STORE...")
 @click.option("--to", "out", required=True, type=click.Path(path_type=Path), metavar="OUT",
               help="Output directory (a Parquet dataset; any path Spark can write: file, hdfs://, s3a://).")
@@ -74,7 +76,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
                    "or Spark's writer (any Hadoop file system: hdfs://, s3a://).")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (default: refuse).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the summary (the result) is still printed.")
 @click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).")
 @click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes; mirrors mappedFileSizeConsumeQueue (default: --broker-config, else inferred, else 6000000).")
 @click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file; mirrors maxHashSlotNum (default: --broker-config, else inferred, else 5000000).")
@@ -119,10 +121,14 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
 
     from .export_spark import run_export  # pyspark is imported only from here on
 
-    res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
-                     partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=quiet, conf=conf,
-                     writer=writer)
-    if not quiet:
+    existed = scheme is None and out.exists()
+    try:
+        res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
+                         partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=quiet, conf=conf,
+                         writer=writer)
+    except KeyboardInterrupt:
+        raise _interrupted(out, scheme is None, existed) from None
+    if True:  # the summary is the result: printed with -q too (one meaning of -q everywhere)
         extra = f", {res.messages} messages, {res.blanks} blanks" if what == "commitlog" else ""
         click.echo(
             f"rmqtool: exported {res.rows} {what} rows{extra} from {len(opened)} store(s) in {res.tasks} tasks to {out}; "
@@ -132,6 +138,22 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
             click.echo(f"rmqtool: warning: {where}: the split boundary falls inside a record the walk accepted; "
                        "rows after it may differ from dump (rerun with --split-size 0)", err=True)
     return Exit.PROBLEMS if res.exit_problems else Exit.OK
+
+
+def _interrupted(out: Path, local: bool, existed: bool) -> BaseException:
+    """Ctrl-C: the partial output goes (a rerun would refuse an existing OUT), one line says so."""
+    import shutil
+
+    from .interrupts import Interrupted
+
+    if local and out.exists():
+        shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
+        what = f"the partial output {out} was removed" + (" (it replaced an earlier export, which is gone too)" if existed else "")
+    elif local:
+        what = f"nothing was written to {out}"
+    else:
+        what = f"the partial output at {out} may remain: remove it before the rerun, or rerun with --overwrite"
+    return Interrupted(f"interrupted: {what}; stores are never changed by export; the next run starts over")
 
 
 def _label(store: Path) -> str:

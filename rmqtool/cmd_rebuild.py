@@ -17,7 +17,10 @@ from typing import Any
 
 import click
 
+from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
+from .interrupts import settle_on_interrupt
+from .output import output_file_options
 from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, refuse_obstacles, store_argument
@@ -47,6 +50,7 @@ def parse_tz(text: str) -> _dt.tzinfo:
 @click.command("rebuild-index", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("destructive")
 @broker_setting_options
+@output_file_options
 @store_argument
 @broker_version_option
 @click.option("--cq-only", is_flag=True, help="Rebuild the consume queues only (the index is left alone).")
@@ -62,17 +66,25 @@ def parse_tz(text: str) -> _dt.tzinfo:
               help="Time zone of new index file names (UTC, local or an IANA name).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
               help="Worker processes decoding the commitlog (default: one per CPU); the files written are the same.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed.")
+@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True,
+              help="text for people, or one JSON document (schema_version, plan, result) at the end.")
+@yes_option
 def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
-            dry_run: bool, backup_dir: Path | None, index_tz: str, jobs: int | None, quiet: bool, **store_opts: Any) -> int:
+            dry_run: bool, backup_dir: Path | None, index_tz: str, jobs: int | None, quiet: bool, yes: bool,
+            fmt: str = "text", **store_opts: Any) -> int:
     """Rebuild the consume queues and the index of a stopped broker's STORE from its
     commitlog, as the broker's reput writes them (byte for byte). Prints the plan, backs
     up every file it replaces or removes, applies the change atomically; restore it with
     rmqtool restore.
 
-    Exit status: 0 done (or dry run), 4 problems remain (commitlog damage that could not
-    be dispatched), 8 operational error (store locked by a broker, not a store, I/O),
-    2 usage error, 130 interrupted."""
+    On a terminal it prints the plan and asks before changing anything; --yes skips the
+    question, and without a terminal (cron, scripts) --yes is required.
+
+    Exit status (a bitmask): 0 nothing changed (or dry run), 1 files were rewritten, 4
+    problems remain (commitlog damage that could not be dispatched), 5 = 1 + 4, 8
+    operational error or refusal (store locked by a broker, not a store, no --yes without
+    a terminal, I/O), 2 usage error, 130 interrupted."""
     if cq_only and index_only:
         raise click.UsageError("--cq-only and --index-only exclude each other")
     profile = make_profile(broker_version)
@@ -80,21 +92,28 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     root = Path(store_opts["store"])
     store = open_store(**store_opts)
     check_lock(root, dry_run)
+    if fmt == "json":
+        return _json_run(lambda: command.callback(  # type: ignore[misc]
+            broker_version=broker_version, cq_only=cq_only, index_only=index_only, topics=topics, from_offset=from_offset,
+            dry_run=dry_run, backup_dir=backup_dir, index_tz=index_tz, jobs=jobs, quiet=quiet, yes=yes, fmt="json-inner",
+            **store_opts), dry_run)
     if dry_run:
         dry_run_preamble(root, backup_dir)
         refuse_obstacles(store, "rebuild-index")
         return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts)
+    require_yes_or_terminal(yes, "rebuild-index", root)
     for outcome in recover_pending(root):
         _warn(outcome.describe())
-    with StoreLock(root):
+    with settle_on_interrupt(root, "rebuild-index"), StoreLock(root):
         store = open_store(**store_opts)  # as left by the recovery of an interrupted run
         refuse_obstacles(store, "rebuild-index")
-        return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, jobs, quiet, store_opts)
+        return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, jobs, quiet, store_opts,
+                    yes=yes)
 
 
 def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
          dry_run: bool, backup_dir: Path | None, tz: _dt.tzinfo, jobs: int | None, quiet: bool,
-         store_opts: dict[str, Any]) -> int:
+         store_opts: dict[str, Any], yes: bool = True) -> int:
     t0 = time.perf_counter()
     if from_offset is not None:
         why = check_from_offset(store, profile, from_offset)
@@ -110,6 +129,7 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
     with progress_bar(total, "rebuild-index", quiet) as advance:
         plan = plan_rebuild(store, profile, cq=not index_only, index=not cq_only, topics=topics or None,
                             from_offset=from_offset, index_tz=tz, progress=advance, jobs=jobs)
+    _LAST["plan"] = plan
     with closed_stdout_ignored():  # the output may go away (| head): the rebuild does not depend on it
         print_plan(store, plan, profile.label, store_opts)
     for w in plan.warnings:
@@ -124,14 +144,52 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
         if not plan.effective:
             click.echo("nothing to do: every file is already as the rebuild makes it")
             return code
+    if not ask(yes, f"Apply this rebuild to {store.root}?"):
+        click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
+        return code
     result = apply_rebuild(plan, backup_dir=backup_dir)
+    _LAST["backup"] = result.backup_dir
     with closed_stdout_ignored():
         print_summary(plan, time.perf_counter() - t0, result.backup_dir)
-    return code
+    return code | int(Exit.REPAIRED)
 
 
 def _warn(msg: str, kind: str = "warning") -> None:
     click.echo(f"rmqtool: {kind}: {msg}", err=True)
+
+
+_LAST: dict[str, Any] = {}
+
+
+def _json_run(run: Any, dry_run: bool) -> int:
+    """--format json: the text output is kept out of stdout; one JSON document instead."""
+    import contextlib
+    import io
+
+    from .output import SCHEMA_VERSION
+    from .render import dumps
+
+    _LAST.clear()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = int(run())
+    plan: RebuildPlan | None = _LAST.get("plan")
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "exit_status": code}
+    if plan is not None:
+        s = plan.result.stats
+        doc["plan"] = {
+            "cq": plan.cq, "index": plan.index, "topics": list(plan.topics or []), "from_offset": plan.from_offset,
+            "counts": plan.counts(), "warnings": list(plan.warnings), "problems": list(plan.problems),
+            "reput": {"from_offset": s.from_offset, "end_offset": s.end_offset, "records": s.records,
+                      "dispatched": s.dispatched, "cq_records": s.cq_records, "index_keys": s.index_keys,
+                      "blanks": s.blanks},
+            "changes": [{"action": c.action, "path": c.relpath, "size": c.size, "note": c.note}
+                        for c in plan.changes if c.action != UNCHANGED],
+        }
+    doc["applied"] = bool(code & int(Exit.REPAIRED))
+    doc["backup_dir"] = str(_LAST["backup"]) if _LAST.get("backup") else None
+    click.echo(dumps(doc))
+    return code
 
 
 def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[str, Any]) -> None:

@@ -16,7 +16,10 @@ from typing import Any
 
 import click
 
+from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
+from .interrupts import settle_on_interrupt
+from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, refuse_obstacles, store_argument
 from .brokeropts import broker_config_option, broker_setting_options
@@ -29,6 +32,7 @@ from .render import dumps, render
 @click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("destructive")
 @broker_setting_options
+@output_file_options
 @store_argument
 @broker_version_option
 @click.option("--normal/--abnormal", "normal", default=None,
@@ -65,9 +69,10 @@ from .render import dumps, render
               help="Set each committed consumer offset (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json) "
                    "that the recovery leaves past its queue's new end to that end, in the same backup and journal.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@yes_option
 def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: bool, salvage_to: Path | None,
             backup_dir: Path | None, fmt: str, message_index_safe: bool, correct_delay_tags: bool, no_reindex: bool,
-            reindex_all: bool, no_check_unread: bool, index_tz: str | None, jobs: int | None, quiet: bool,
+            reindex_all: bool, no_check_unread: bool, index_tz: str | None, jobs: int | None, quiet: bool, yes: bool,
             fix_offsets: bool = False, **store_opts: Any) -> int:
     """Run the broker's start-up recovery on a stopped broker's STORE, offline: ConsumeQueue
     recovery, the commitlog walk (normal or abnormal, CRC on), truncation of everything
@@ -75,9 +80,13 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
     checkpoint, and the abort file removed last. Prints the plan first; keeps every byte it
     cuts in the backup; rmqtool restore puts it back.
 
-    Exit status: 0 nothing to do, 1 repaired, 4 problems remain that recovery does not touch
-    (with --dry-run: a recovery is needed), 8 operational error (store locked by a broker,
-    not a store, I/O), 2 usage error, 130 interrupted."""
+    On a terminal it prints the plan and asks before changing anything; --yes skips the
+    question, and without a terminal (cron, scripts) --yes is required.
+
+    Exit status (a bitmask): 0 nothing to do, 1 repaired (the store changed), 4 problems
+    remain that recovery does not touch (with --dry-run: a recovery is needed), 5 = 1 + 4
+    repaired but problems remain, 8 operational error or refusal (store locked by a broker,
+    not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
     tz = None
     if index_tz is not None:
@@ -111,17 +120,25 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         if plan.problems or not plan.nothing_to_do:
             return int(Exit.PROBLEMS)
         return int(Exit.OK)
+    require_yes_or_terminal(yes, "recover", root)
     finished = False
     for outcome in recover_pending(root):
         _warn(outcome.describe())
         finished = finished or outcome.outcome == "completed"
-    with StoreLock(root):
+    with settle_on_interrupt(root, "recover"), StoreLock(root):
         store = open_store(**store_opts)  # as the interrupted run (if any) left it
         refuse_obstacles(store, "recover")
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
         past: list[Any] = []
+        if not plan.nothing_to_do and not yes:
+            with closed_stdout_ignored():
+                _print(plan, None, fmt, dry_run=False, plan_only=True)
+            _warn_problems(plan)
+            if not ask(yes, f"Apply this recovery to {root}?"):
+                click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
+                return int(Exit.PROBLEMS)
         if not plan.nothing_to_do:
             extra = _offsets_hook(store, plan, profile, fix_offsets, past)
             with progress_bar(plan.bytes_to_scan, "dispatch", quiet) as advance:
@@ -135,11 +152,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
     bad_topics = [p for p in (result.problems if result is not None else []) if p.code == "TOPIC_BAD_NAME"]
     for p in bad_topics:
         _warn(p.one_line(), "problem")
-    if plan.problems or bad_topics:
-        return int(Exit.PROBLEMS)
-    if (result is not None and result.changed) or finished:
-        return int(Exit.REPAIRED)
-    return int(Exit.OK)
+    changed = (result is not None and result.changed) or finished
+    return int(Exit.combine(changed=changed, problems=bool(plan.problems or bad_topics)))
 
 
 def _plan(store: Any, profile: Any, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
@@ -183,10 +197,13 @@ def _warn_problems(plan: RecoveryPlan) -> None:
 
 def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
            finished: bool = False, salvage_to: Path | None = None, past: list[Any] | None = None,
-           fix_offsets: bool = False) -> None:
+           fix_offsets: bool = False, plan_only: bool = False) -> None:
     past = past or []
+    if plan_only and fmt == "json":
+        click.echo(dumps({"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}))
+        return
     if fmt == "json":
-        doc: dict[str, Any] = {"dry_run": dry_run, "plan": plan.to_dict()}
+        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
         doc["offsets_past_end"] = [c.to_dict() for c in past]
         doc["offsets_fixed"] = bool(fix_offsets and past and not dry_run)
         if result is not None:
@@ -254,8 +271,12 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
         render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
     for n in plan.notes:
         click.echo(f"note: {n}")
+    if plan_only:
+        return
     if result is not None:
-        click.echo(f"done: {len(result.actions)} changes, dispatched {result.dispatched}, {result.cq_units_appended} CQ units "
+        dispatched = ", ".join(f"{n} ({k.replace('_', ' ')})" for k, n in result.dispatched.items()) \
+            if isinstance(result.dispatched, dict) else str(result.dispatched)
+        click.echo(f"done: {len(result.actions)} changes, {dispatched or 0} records dispatched, {result.cq_units_appended} CQ units "
                    f"appended, {result.index_entries_added} index entries, new index files {result.index_files_created or '-'}"
                    + (f", in {seconds:.2f} s" if seconds is not None else ""))
         if result.delay_tags_mismatch:

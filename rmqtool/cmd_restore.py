@@ -14,8 +14,11 @@ from pathlib import Path
 
 import click
 
+from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .brokeropts import broker_config_option
+from .interrupts import settle_on_interrupt
+from .output import output_file_options
 from .exitcodes import Exit
 from .recovery.safety import (
     RestoreConflictError,
@@ -31,26 +34,45 @@ from .recovery.safety import (
 
 @click.command("restore", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("restore")
+@output_file_options
 @click.argument("backup_dir", type=click.Path(path_type=Path, readable=False))
 @click.argument("store", type=click.Path(path_type=Path, readable=False), required=False)
 @click.option("--dry-run", is_flag=True, help="Print what would be restored; change nothing.")
 @click.option("--backup-dir", "new_backup_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Where the restore's own backup of the files it replaces goes (default: a new STORE.rmqtool-backup-<time>).")
-def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir: Path | None) -> int:
+@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True,
+              help="text for people, or one JSON document (schema_version, plan, applied) at the end.")
+@click.option("--quiet", "-q", is_flag=True, help="No chatter (restore has no progress bar); the plan and result are still printed.")
+@yes_option
+def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir: Path | None, yes: bool, fmt: str = "text",
+            quiet: bool = False) -> int:
     """Put STORE back as it was before the rmqtool run that wrote BACKUP_DIR: removed
     files come back, replaced files get their old bytes, created files go. Every backup
     copy is checked against the manifest's sha256 first and every restored file after.
 
-    Exit status: 0 restored (or nothing to do, or dry run), 4 a file changed since the
-    backup (nothing restored), 8 operational error (bad backup, store locked, I/O),
-    2 usage error, 130 interrupted."""
+    On a terminal it prints the plan and asks before changing anything; --yes skips the
+    question, and without a terminal (cron, scripts) --yes is required.
+
+    Exit status: 0 nothing to do (or dry run), 1 restored (the store changed), 4 a file
+    changed since the backup (nothing restored), 8 operational error or refusal (bad
+    backup, store locked, no --yes without a terminal, I/O), 2 usage error, 130
+    interrupted."""
     if store is None:
         raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
+    if fmt == "json":
+        return _json(backup_dir, store, dry_run, new_backup_dir, yes)
     doc = load_manifest(backup_dir)
     if not store.is_dir():
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
     if broker_holds_lock(store):
         raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", store / "lock")
+    owner = doc.get("store")
+    other = owner is not None and Path(owner).resolve() != store.resolve()
+    if other:
+        click.echo(f"rmqtool: warning: {backup_dir} is a backup of {owner}, not of {store}: a moved copy of that store "
+                   "restores; any other store is refused file by file", err=True)
+    if not dry_run:
+        require_yes_or_terminal(yes, "restore", store)
     with closed_stdout_ignored():  # the output may go away (| head): the restore does not depend on it
         click.echo(f"restore {store} from {backup_dir} (transaction {doc.get('txid')}: {doc.get('description') or '-'}, "
                    f"{doc.get('created_utc')})")
@@ -71,14 +93,39 @@ def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir:
             if not planned:
                 click.echo("nothing to do: the store already holds the backed-up bytes")
                 return int(Exit.OK)
-        restore(backup_dir, store, new_backup_dir=new_backup_dir)
+        if not ask(yes, f"Restore {store} from {backup_dir}?"):
+            click.echo("not applied: nothing was changed", err=True)
+            return int(Exit.OK)
+        with settle_on_interrupt(store, "restore"):
+            restore(backup_dir, store, new_backup_dir=new_backup_dir)
     except RestoreConflictError as exc:
-        click.echo(f"rmqtool: {exc.one_line()}", err=True)
+        click.echo(f"rmqtool: {exc.one_line()}" + (f" (this backup belongs to {owner}; next: rmqtool restore {backup_dir} {owner})"
+                                                   if other else ""), err=True)
         return int(Exit.PROBLEMS)
     with closed_stdout_ignored():
         click.echo(f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
                    + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else ""))
-    return int(Exit.OK)
+    return int(Exit.REPAIRED)
+
+
+def _json(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool) -> int:
+    import contextlib
+    import io
+
+    from .output import SCHEMA_VERSION
+    from .render import dumps
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = int(command.callback(backup_dir=backup_dir, store=store, dry_run=dry_run,  # type: ignore[misc]
+                                    new_backup_dir=new_backup_dir, yes=yes, fmt="text"))
+    lines = buf.getvalue().splitlines()
+    doc = load_manifest(backup_dir)
+    click.echo(dumps({"schema_version": SCHEMA_VERSION, "backup": str(backup_dir), "store": str(store),
+                      "backup_of": doc.get("store"), "txid": doc.get("txid"), "dry_run": dry_run,
+                      "plan": [ln.split(". ", 1)[1] for ln in lines if ln[:4].strip().rstrip(".").isdigit()],
+                      "applied": bool(code & int(Exit.REPAIRED)), "exit_status": code}))
+    return code
 
 
 __all__ = ["command"]

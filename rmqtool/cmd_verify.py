@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from .errors import closed_stdout_ignored
+from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, resolve_format, store_argument
 from .brokeropts import broker_config_option, broker_setting_options, refusal_findings
@@ -32,6 +33,7 @@ FINDING_COLUMNS = [("severity", "SEVERITY"), ("code", "CODE"), ("file", "FILE"),
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("verify")
 @broker_setting_options
+@output_file_options
 @store_argument
 @broker_version_option
 @click.option("--jobs", "-j", type=click.IntRange(1), default=1, show_default=True,
@@ -47,13 +49,15 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
     Exit status: 0 sound (warnings allowed), 4 problems found (--strict: warnings too),
     8 operational error, 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
-    fmt = resolve_format(fmt, FORMATS)  # table on a terminal, jsonl when piped
     refused = refusal_findings()
     if refused:  # a layout or setting rmqtool does not handle: say so, check nothing
+        fmt = fmt or ("table" if _stdout_is_regular_file() else resolve_format(fmt, FORMATS))
         with closed_stdout_ignored():
             write_refusals(refused, fmt, store_opts["store"])
         return int(Exit.OPERATIONAL)
     store = open_store(**store_opts)
+    fmt = fmt or ("table" if _stdout_is_regular_file() else resolve_format(fmt, FORMATS))  # table on a terminal
+    # or into a file (verify STORE > report.txt), jsonl into a pipe
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "verify", quiet) as advance:
         report = verify_store(store, profile, jobs=jobs, progress=advance)
@@ -65,37 +69,57 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
 def write_refusals(findings: list[dict[str, Any]], fmt: str, root: Any, out: Any = None) -> None:
     out = out or sys.stdout
     if fmt == "json":
-        out.write(dumps({"store": str(root), "refused": True, "errors": len(findings), "findings": findings}) + "\n")
+        out.write(dumps({"schema_version": SCHEMA_VERSION, "store": str(root), "refused": True, "errors": len(findings), "findings": findings}) + "\n")
     elif fmt == "jsonl":
         for f in findings:
             out.write(dumps(f) + "\n")
     else:
         render(findings, "table", FINDING_COLUMNS, title=f"rmqtool verify {root}: refused", out=out)
+def _stdout_is_regular_file() -> bool:
+    import os
+    import stat
+
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def write_report(report: VerifyReport, fmt: str, out: Any = None) -> None:
+    from .nextsteps import next_step
+
     out = out or sys.stdout
     if fmt == "json":
-        out.write(dumps(report.to_dict()) + "\n")
+        doc = report.to_dict()
+        for f in doc["findings"]:
+            f["next"] = next_step(f, report.store)
+        doc["schema_version"] = SCHEMA_VERSION
+        doc["verdict"] = _verdict(report)
+        out.write(dumps(doc) + "\n")
     elif fmt == "jsonl":
         for f in report.findings:
-            out.write(dumps(f.to_dict()) + "\n")
+            d = f.to_dict()
+            d["next"] = next_step(d, report.store)
+            out.write(dumps(d) + "\n")
     else:
         _summary(report, out)
 
 
-def _summary(report: VerifyReport, out: Any) -> None:
-    from rich.console import Console
+def _verdict(report: VerifyReport) -> str:
+    if report.errors:
+        return f"problems: {report.errors} error finding(s), {report.warnings} warning(s)"
+    if report.warnings:
+        return f"sound, with {report.warnings} warning(s)"
+    return "sound"
 
-    console = Console(file=out)
-    render((c.to_dict() for c in report.checks), "table", CHECK_COLUMNS,
-           title=f"rmqtool verify {report.store} (broker {report.broker_version})", out=out)
-    shown = sorted(report.findings, key=lambda f: f.severity != "error")[:FIRST_FINDINGS]  # errors first
-    if shown:
-        render((f.to_dict() for f in shown), "table", FINDING_COLUMNS,
-               title=f"findings ({len(report.findings)}; first {len(shown)} shown)" if len(report.findings) > len(shown) else "findings", out=out)
+
+def _summary(report: VerifyReport, out: Any) -> None:
+    from .nextsteps import next_step
+    from .output import console as _console
+
+    console = _console(out)
     rec = report.summary.get("recovery") or {}
-    lines = [f"messages: {report.summary.get('messages', 0)}, errors: {report.errors}, warnings: {report.warnings}"]
+    lines = [f"verdict: {_verdict(report)} ({report.summary.get('messages', 0)} messages)"]
     if rec.get("normal"):
         lines.append(f"next start: {rec['mode']} recovery" + ("" if rec.get("loads") else f" - the broker refuses to load the store ({', '.join(rec.get('load_blockers', []))})"))
         for key in ("normal", "abnormal"):
@@ -105,8 +129,20 @@ def _summary(report: VerifyReport, out: Any) -> None:
                          + (f", deletes {len(o['files_deleted'])} file(s)" if o["files_deleted"] else ""))
         if rec.get("abnormal", {}).get("index_files_deleted"):
             lines.append(f"abnormal recovery deletes index files {', '.join(rec['abnormal']['index_files_deleted'])} and re-indexes")
+    steps: dict[str, str] = {}
+    for f in sorted(report.findings, key=lambda f: f.severity != "error"):
+        d = f.to_dict()
+        steps.setdefault(next_step(d, report.store), d["code"])
+    for step, code in list(steps.items())[:8]:
+        lines.append(f"next ({code}): {step}")
     for line in lines:
         console.print(line, highlight=False, markup=False)
+    render((c.to_dict() for c in report.checks), "table", CHECK_COLUMNS,
+           title=f"rmqtool verify {report.store} (broker {report.broker_version})", out=out)
+    shown = sorted(report.findings, key=lambda f: f.severity != "error")[:FIRST_FINDINGS]  # errors first
+    if shown:
+        render((f.to_dict() for f in shown), "table", FINDING_COLUMNS,
+               title=f"findings ({len(report.findings)}; first {len(shown)} shown)" if len(report.findings) > len(shown) else "findings", out=out)
 
 
 __all__ = ["command", "write_report"]

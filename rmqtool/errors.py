@@ -17,13 +17,17 @@ from .formats.errors import RmqToolError
 def report_exception(exc: BaseException) -> int:
     """Print one line on stderr for ``exc`` and return the exit code."""
     if isinstance(exc, KeyboardInterrupt):
-        _err("interrupted")
+        line = getattr(exc, "line", None)  # rmqtool.interrupts.Interrupted: whether the store changed
+        _err(line or "interrupted; nothing was changed")
         return Exit.INTERRUPTED
     if is_closed_pipe(exc):
         _silence_stdout()
         return Exit.OK
     if isinstance(exc, click.exceptions.Abort):
-        _err("aborted")
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+            return report_exception(cause)
+        _err("aborted; nothing was changed")
         return Exit.INTERRUPTED
     if isinstance(exc, click.UsageError):
         try:

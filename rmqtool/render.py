@@ -61,14 +61,15 @@ def render(records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[Column
         out.write("\n]\n" if n else "]\n")
     elif fmt == "text":
         for r in records:
-            out.write("  ".join(f"{h}={_cell(r.get(k))}" for k, h in columns) + "\n")
+            out.write("  ".join(f"{k}={_cell(r.get(k))}" for k, _h in columns) + "\n")  # field names: no spaces
             n += 1
     else:
-        from rich.console import Console
         from rich.table import Table
         from rich.text import Text  # cells are data, never rich markup ("[/x]" in a topic)
 
-        console = Console(file=out)
+        from .output import console as _console
+
+        console = _console(out)  # not a terminal: as wide as the rows, nothing folded
         table = Table(title=title, show_lines=False)
         for _k, h in columns:
             table.add_column(h, overflow="fold")

@@ -93,7 +93,7 @@ def test_from_offset_inside_a_record_is_a_usage_error(tmp_path: Path, capsys: py
     rec = next(r for r in broker_view("clean")["commitlog_records"] if r.get("queue_id") == 0)
     off = rec["phys_offset"] + 12  # inside the record (its QUEUEID field)
     before = _digest(root)
-    code, _out, err = _cli(capsys, "rebuild-index", str(root), "--from-offset", str(off), "-q",
+    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--from-offset", str(off), "-q",
                            "--backup-dir", str(tmp_path / "bk"))
     assert code == 2, (code, err)
     assert "not the start of a record" in err
@@ -108,10 +108,10 @@ def test_from_offset_past_the_end_is_a_usage_error(tmp_path: Path, capsys: pytes
     root = _copy(tmp_path, "clean")
     end = broker_view("clean")["commitlog_max_offset"]
     before = _digest(root)
-    code, out, err = _cli(capsys, "rebuild-index", str(root), "--from-offset", str(end), "-q")
+    code, out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--from-offset", str(end), "-q")
     assert code == 0 and "nothing to do" in out, err  # the end of the commitlog: fine
     off = end + 1000 if where == "zeros_after_the_data" else 10 * F_CL * 1000
-    code, _out, err = _cli(capsys, "rebuild-index", str(root), "--from-offset", str(off), "-q")
+    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--from-offset", str(off), "-q")
     assert _digest(root) == before
     assert code == 2, (code, err)
 
@@ -128,18 +128,18 @@ def test_topic_rebuild_keeps_the_other_topics_index_keys(tmp_path: Path, capsys:
     b_before = _lookups(root, name, "TopicB")
     assert sum(map(len, b_before.values())) > 100
     before = _digest(root)
-    code, _out, err = _cli(capsys, "rebuild-index", str(root), "--topic", "TopicA", "-q",
+    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "-q",
                            "--backup-dir", str(tmp_path / "bk"))
     # the fix: refused (usage error, nothing changed) rather than losing keys silently
     assert code == 2 and "keys would be lost" in err, err
     assert _digest(root) == before
     # what the message suggests works: --cq-only, or recover first and then --topic
-    code, _out, err = _cli(capsys, "rebuild-index", str(root), "--topic", "TopicA", "--cq-only", "-q",
+    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "--cq-only", "-q",
                            "--backup-dir", str(tmp_path / "bk1"))
-    assert code == 0, err
-    assert _cli(capsys, "recover", str(root), "-q", "--backup-dir", str(tmp_path / "bk2"))[0] == 1
+    assert code == 1, err
+    assert _cli(capsys, "recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bk2"))[0] == 1
     b_recovered = _lookups(root, name, "TopicB")
-    code, _out, err = _cli(capsys, "rebuild-index", str(root), "--topic", "TopicA", "-q",
+    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "-q",
                            "--backup-dir", str(tmp_path / "bk3"))
     assert code == 0, err
     b_after = _lookups(root, name, "TopicB")
@@ -154,7 +154,7 @@ def test_topic_rebuild_twice_is_a_noop_the_second_time(tmp_path: Path, capsys: p
     which sits at the last index file's endPhyOffset: every run indexes it again (quirk Q6,
     RECOVERY.md §10), so the same command never converges (2 more duplicate entries per run)."""
     root = _copy(tmp_path, "clean")
-    argv = ["rebuild-index", str(root), "--index-only", "--topic", "TopicC", "-q"]
+    argv = ["rebuild-index", "--yes", str(root), "--index-only", "--topic", "TopicC", "-q"]
     code, _out, err = _cli(capsys, *argv, "--backup-dir", str(tmp_path / "bk1"))
     assert code == 0, err
     once = _digest(root)
@@ -176,9 +176,9 @@ def test_topic_rebuild_appends_and_leaves_other_topics_bytes(tmp_path: Path, cap
     kept = {p.name: p.read_bytes() for p in idx[:-1]}
     before = _digest(root)
     others = {t: _lookups(root, name, t) for t in ("TopicB", "TopicC")}
-    code, _out, err = _cli(capsys, "rebuild-index", str(root), "--topic", "TopicA", "-q",
+    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "-q",
                            "--backup-dir", str(tmp_path / "bk"))
-    assert code == 0, err
+    assert code == 1, err
     after = _digest(root)
     assert {k: v for k, v in after.items() if k.startswith("consumequeue/") and not k.startswith("consumequeue/TopicA/")} \
         == {k: v for k, v in before.items() if k.startswith("consumequeue/") and not k.startswith("consumequeue/TopicA/")}
@@ -209,7 +209,7 @@ def test_dry_run_with_option_combinations_changes_nothing(tmp_path: Path, capsys
     sorted((root / "index").iterdir())[-3].unlink()
     before = tree_digest(root)
     beside = sorted(p.name for p in root.parent.iterdir())
-    code, out, err = _cli(capsys, "rebuild-index", str(root), *opts, "--dry-run", "-q")
+    code, out, err = _cli(capsys, "rebuild-index", "--yes", str(root), *opts, "--dry-run", "-q")
     if code == 2:  # refused: the continued index would lose keys after this crash
         assert "keys would be lost" in err and "--cq-only" not in opts, err
     else:
@@ -227,14 +227,14 @@ def _recover_sub(root: Path, bk: Path, crash_after: int | None = None) -> subpro
     env = dict(os.environ)
     if crash_after is not None:
         env["RMQTOOL_TEST_CRASH_AFTER"] = str(crash_after)
-    return subprocess.Popen([*RMQTOOL, "recover", str(root), "--quiet", "--format", "json", "--backup-dir", str(bk)],
+    return subprocess.Popen([*RMQTOOL, "recover", "--yes", str(root), "--quiet", "--format", "json", "--backup-dir", str(bk)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _kill_rerun_restore(tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, points: list[tuple[str, float]]) -> None:
     ref = make(tmp_path / "ref")
     damaged = _digest(ref)
-    code, _o, err = _cli(capsys, "recover", str(ref), "--quiet", "--backup-dir", str(tmp_path / "refbk"))
+    code, _o, err = _cli(capsys, "recover", "--yes", str(ref), "--quiet", "--backup-dir", str(tmp_path / "refbk"))
     assert code == 1, err
     want = _digest(ref)
     assert want != damaged
@@ -253,15 +253,15 @@ def _kill_rerun_restore(tmp_path: Path, capsys: pytest.CaptureFixture[str], make
             time.sleep(at)
             p.send_signal(signal.SIGKILL)
             p.wait(timeout=60)
-        code, _o, err = _cli(capsys, "recover", str(root), "--quiet", "--backup-dir", str(bk2))
+        code, _o, err = _cli(capsys, "recover", "--yes", str(root), "--quiet", "--backup-dir", str(bk2))
         assert code in (0, 1), (how, at, err)  # man recover: 1 also when an interrupted run was finished
         assert _digest(root) == want, (how, at)
         assert _no_journal(root), (how, at)
         # the backups give back the damaged original (the rerun's own first, if it made one)
         for bk in (bk2, bk1):
             if (bk / "manifest.json").is_file():
-                code, _o, err = _cli(capsys, "restore", str(bk), str(root), "--backup-dir", str(tmp_path / f"k{i}own{bk.name}"))
-                assert code == 0, (how, at, bk.name, err)
+                code, _o, err = _cli(capsys, "restore", "--yes", str(bk), str(root), "--backup-dir", str(tmp_path / f"k{i}own{bk.name}"))
+                assert code == 1, (how, at, bk.name, err)
         assert _digest(root) == damaged, (how, at)
         assert _no_journal(root)
 
@@ -307,7 +307,7 @@ def _recovered_with_backup(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     _flip_body_near_the_end(root)
     damaged = _digest(root)
     bk = tmp_path / "bk"
-    code, _o, err = _cli(capsys, "recover", str(root), "--quiet", "--backup-dir", str(bk))
+    code, _o, err = _cli(capsys, "recover", "--yes", str(root), "--quiet", "--backup-dir", str(bk))
     assert code == 1, err
     return root, bk, damaged
 
@@ -323,7 +323,7 @@ def test_restore_of_a_recover_twice_and_after_a_change(tmp_path: Path, capsys: p
     data[60000:60004] = b"\x00\x00\x01\x00"
     victim.write_bytes(bytes(data))
     changed = _digest(root)
-    code, _o, err = _cli(capsys, "restore", str(bk), str(root), "--backup-dir", str(tmp_path / "own1"))
+    code, _o, err = _cli(capsys, "restore", "--yes", str(bk), str(root), "--backup-dir", str(tmp_path / "own1"))
     assert code == 4 and "changed since the backup" in err and "00000000000000327680" in err
     assert len(err.strip().splitlines()) == 1
     assert _digest(root) == changed and _no_journal(root)
@@ -331,10 +331,10 @@ def test_restore_of_a_recover_twice_and_after_a_change(tmp_path: Path, capsys: p
     data[60000:60004] = bytes(4)
     victim.write_bytes(bytes(data))
     assert _digest(root) == recovered
-    code, _o, err = _cli(capsys, "restore", str(bk), str(root), "--backup-dir", str(tmp_path / "own2"))
-    assert code == 0, err
+    code, _o, err = _cli(capsys, "restore", "--yes", str(bk), str(root), "--backup-dir", str(tmp_path / "own2"))
+    assert code == 1, err
     assert _digest(root) == damaged
-    code, out, err = _cli(capsys, "restore", str(bk), str(root), "--backup-dir", str(tmp_path / "own3"))
+    code, out, err = _cli(capsys, "restore", "--yes", str(bk), str(root), "--backup-dir", str(tmp_path / "own3"))
     assert code == 0 and "nothing to do" in out, err
     assert _digest(root) == damaged
     assert not (tmp_path / "own3" / "manifest.json").exists()
@@ -366,11 +366,11 @@ def test_damaged_manifest_is_a_clear_error_and_changes_nothing(tmp_path: Path, c
     good = tmp_path / "good_bk"
     shutil.copytree(bk, good)
     _damage_manifest(bk, how)
-    code, _o, err = _cli(capsys, "restore", str(bk), str(root), "--backup-dir", str(tmp_path / "own1"))
+    code, _o, err = _cli(capsys, "restore", "--yes", str(bk), str(root), "--backup-dir", str(tmp_path / "own1"))
     assert code == 8, err
     assert len(err.strip().splitlines()) == 1 and "internal error" not in err, err
     assert _digest(root) == recovered and _no_journal(root)
     # the intact manifest still restores the store
-    code, _o, err = _cli(capsys, "restore", str(good), str(root), "--backup-dir", str(tmp_path / "own2"))
-    assert code == 0, err
+    code, _o, err = _cli(capsys, "restore", "--yes", str(good), str(root), "--backup-dir", str(tmp_path / "own2"))
+    assert code == 1, err
     assert _digest(root) == damaged

@@ -224,17 +224,17 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 
 
 def recover_plan(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    code, out = cli(capsys, "recover", str(root), "--dry-run", "--format", "json", "-q", *GEOM, *args)
+    code, out = cli(capsys, "recover", "--yes", str(root), "--dry-run", "--format", "json", "-q", *GEOM, *args)
     return code, json.loads(out)["plan"]
 
 
 def recover(capsys: pytest.CaptureFixture[str], root: Path, tmp: Path, *args: str) -> int:
-    code, _out = cli(capsys, "recover", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp / "bk"), *GEOM, *args)
+    code, _out = cli(capsys, "recover", "--yes", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp / "bk"), *GEOM, *args)
     return code
 
 
 def rebuild(capsys: pytest.CaptureFixture[str], root: Path, tmp: Path, *args: str) -> int:
-    code, _out = cli(capsys, "rebuild-index", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp / "bkr"), *GEOM, *args)
+    code, _out = cli(capsys, "rebuild-index", "--yes", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp / "bkr"), *GEOM, *args)
     return code
 
 
@@ -288,7 +288,7 @@ def test_ipv6_dump_hosts_and_msg_id(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_ipv6_rebuild_then_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
     root = tmp_path / "s"
     recs = write_store(root, V6_SPECS * 6)
-    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 0
+    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1
     assert cq_units(root, "T6") == [unit_of(r) for r in recs]
     assert index_pairs(root) == expected_index(recs)
     code, findings = verify(capsys, root, "--broker-version", version)
@@ -408,7 +408,7 @@ def _patch(root: Path, off: int, data: bytes) -> None:
 def test_crc32_property_intact_store_is_sound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "s"
     recs = write_store(root, crc_specs())
-    assert rebuild(capsys, root, tmp_path, "--broker-version", "5.3.3") == 0
+    assert rebuild(capsys, root, tmp_path, "--broker-version", "5.3.3") == 1
     assert cq_units(root, "CrcT") == [unit_of(r) for r in recs]
     code, findings = verify(capsys, root, "--broker-version", "5.3.3")
     assert code == 0 and codes(findings, "error") == set()
@@ -492,7 +492,7 @@ def test_transactions_rebuild(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     root = tmp_path / "s"
     recs = write_store(root, tx_specs())
     assert recs[1]["qoff"] == 0 and recs[5]["qoff"] == 0 and recs[3]["qoff"] == 1 and recs[6]["qoff"] == 2
-    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 0
+    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1
     _check_tx_dispatch(root, recs)
     code, findings = verify(capsys, root, "--broker-version", version)
     assert code == 0 and codes(findings, "error") == set()
@@ -842,7 +842,7 @@ def test_crc32_named_property_is_not_checked_before_5_2(tmp_path: Path, capsys: 
     root = tmp_path / "s"
     write_store(root, [dict(topic="OldT", props=props({"KEYS": f"o{i}"}) + b"\x02__CRC32#\x011234567890\x02")
                               for i in range(5)])
-    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 0
+    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1
     assert len(cq_units(root, "OldT")) == 5
     code, findings = verify(capsys, root, "--broker-version", version)
     # not an error for such a broker; still reported, as a warning, in case the store was
@@ -897,7 +897,7 @@ def test_index_keys_split_duplicates_and_utf16(tmp_path: Path, capsys: pytest.Ca
              born=("2001:db8::1", 1)),
         dict(topic="IxT", props=props({"KEYS": "a\U0001F600b 订单123"}, trailing=version >= "5.2")),
     ])
-    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 0
+    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1
     got = index_list(root)
     want = [(index_hash("IxT#" + "F" * 32), recs[0]["offset"]), (index_hash("IxT#dup"), recs[0]["offset"]),
             (index_hash("IxT#dup"), recs[0]["offset"]), (index_hash("IxT#a\U0001F600b"), recs[1]["offset"]),
@@ -955,7 +955,7 @@ def test_index_header_after_the_store_clock_stepped_back(tmp_path: Path, capsys:
              dict(topic="TC", props=props({"KEYS": "c"}), store_ts=TS0 + 1000)]
     root = tmp_path / "store"
     write_store(root, specs)
-    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 0
+    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1
     f = sorted((root / "index").iterdir())[0]
     begin_ts, end_ts, _bp, _ep, _slots, count = struct.unpack_from(">qqqqii", f.read_bytes(), 0)
     assert (begin_ts, end_ts, count) == (TS0 + 5000, TS0 + 1000, 4)
@@ -985,7 +985,7 @@ def test_encoded_surrogates_decode_as_java_does(tmp_path: Path, capsys: pytest.C
     specs = [dict(topic="IT", props=raw_props), dict(topic="IT", props=props({"KEYS": "plain", "TAGS": "t"}))]
     recs = write_store(tmp_path / "store", specs)
     root = tmp_path / "store"
-    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 0
+    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1
     assert java_hash("x\ufffd") == 69253
     assert cq_units(root, "IT")[0] == (recs[0]["offset"], recs[0]["size"], 69253)
     assert index_pairs(root) == {(index_hash("IT#k\ufffd"), recs[0]["offset"]), (index_hash("IT#m\ufffdz"), recs[0]["offset"]),
@@ -1010,7 +1010,7 @@ def test_queue_file_removed_then_written_again(tmp_path: Path, capsys: pytest.Ca
     specs = [dict(topic="A", props=props({"KEYS": f"k{i}", "TAGS": "T"})) for i in range(250)]
     root = tmp_path / "store"
     recs = write_store(root, specs, checkpoint=(0, 0, 0))
-    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 0  # the index, as the broker left it
+    assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1  # the index, as the broker left it
     if mode == "--abnormal":
         (root / "abort").write_bytes(b"")
     units = [unit_of(r) for r in recs]
@@ -1029,8 +1029,8 @@ def test_queue_file_removed_then_written_again(tmp_path: Path, capsys: pytest.Ca
     code, findings = verify(capsys, root, "--broker-version", version)
     # after the quirk, verify says what the broker's own recovery left wrong
     assert codes(findings, "error") == ({"CQ_WRONG_RECORD"} if len(units) == 249 else set())
-    code, _out = cli(capsys, "restore", str(tmp_path / "bk"), str(root))
-    assert code == 0
+    code, _out = cli(capsys, "restore", "--yes", str(tmp_path / "bk"), str(root))
+    assert code == 1
     after = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert after == before
 
@@ -1065,9 +1065,9 @@ def test_startup_reput_after_a_length_mismatch_goes_where_the_broker_goes(tmp_pa
     resume = land if land in starts else 3 * FS
     want = lag + [unit_of(r) for r in recs if lag[-1][0] < r["offset"] < victim["offset"]] \
         + [unit_of(r) for r in recs if r["offset"] >= resume]
-    code, out = cli(capsys, "recover", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp_path / "bk"), *GEOM,
+    code, out = cli(capsys, "recover", "--yes", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp_path / "bk"), *GEOM,
                     "--normal", "--format", "json")
-    assert code == 4  # damage before the start file: recovery neither reads nor repairs it
+    assert code == 5  # damage before the start file: recovery neither reads nor repairs it
     probs = {(p["code"], p["path"]) for p in json.loads(out)["result"]["problems"]}
     assert probs == {("UNREAD_FILE_DAMAGE", f"commitlog/{FS:020d}"), ("REPUT_OFFSET_DIVERGED", f"commitlog/{FS:020d}")}
     got = cq_units(root, "A")
@@ -1101,9 +1101,9 @@ def test_zero_length_last_queue_file_after_a_crash(tmp_path: Path, capsys: pytes
         code, findings = verify(capsys, root, "--broker-version", version)
         assert not {c for c in codes(findings, "error") if c.startswith("CQ_")}  # (the store has no index)
     else:
-        assert code == 4
-    code, _out = cli(capsys, "restore", str(tmp_path / "bk"), str(root))
-    assert code == 0
+        assert code == 5
+    code, _out = cli(capsys, "restore", "--yes", str(tmp_path / "bk"), str(root))
+    assert code == 1
     assert {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
 
 

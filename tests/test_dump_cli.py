@@ -47,7 +47,9 @@ def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[Any]
 def test_commitlog_jsonl_is_the_record_stream(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, recs, err = dump(capsys, "commitlog", str(real_store(name)))
     assert code == 0 and err == ""
-    expected = list(commitlog_records(Store.open(real_store(name)), P494))
+    from rmqtool.dump_times import add_times
+
+    expected = [add_times(r) for r in commitlog_records(Store.open(real_store(name)), P494)]  # + ISO twins
     assert recs == json.loads(json.dumps(expected))
     view = broker_view(name)
     assert sum(r["type"] == "message" for r in recs) == view["commitlog_record_count"]
@@ -67,7 +69,7 @@ def test_formats(capsys: pytest.CaptureFixture[str]) -> None:
     code, arr, _ = dump(capsys, "commitlog", CLEAN, "--format", "json", "--limit", "5")
     assert code == 0 and len(arr) == 5 and arr[0]["physical_offset"] == 0
     code, lines, _ = dump(capsys, "commitlog", CLEAN, "--format", "text", "--limit", "3")
-    assert code == 0 and len(lines) == 3 and lines[0].startswith("OFFSET=0  SIZE=291  TOPIC=TopicA  QID=0  QOFF=0")
+    assert code == 0 and len(lines) == 3 and lines[0].startswith("physical_offset=0  total_size=291  topic=TopicA  queue_id=0  queue_offset=0  store_time=2026-")
     code, lines, _ = dump(capsys, "commitlog", CLEAN, "--format", "table", "--limit", "2")
     text = "\n".join(lines)
     assert code == 0 and "TopicA" in text and "SIZE" in text and "291" in text
@@ -126,8 +128,8 @@ def test_key_lookup_index_and_scan(capsys: pytest.CaptureFixture[str]) -> None:
                         for o in k["phys_offsets_whose_message_has_this_key"])
     assert [r["physical_offset"] for r in recs] == everywhere
     assert len({r["topic"] for r in recs}) > 1
-    _, recs, _ = dump(capsys, "commitlog", CLEAN, "--key", "no-such-key")
-    assert recs == []
+    code, recs, err = dump(capsys, "commitlog", CLEAN, "--key", "no-such-key")
+    assert recs == [] and code == 1 and "not found" in err
     code, _, err = dump(capsys, "commitlog", CLEAN, "--key", "a", "--msg-id", "b")
     assert code == 2 and "exclusive" in err
 
@@ -153,10 +155,10 @@ def test_msg_id_lookups(capsys: pytest.CaptureFixture[str]) -> None:
     assert [r["physical_offset"] for r in recs] == [m["phys_offset"]]
     # an offset id pointing into the middle of a record is not accepted as that record
     bogus = m["msg_id"][:-4] + f"{(m['phys_offset'] + 3) & 0xFFFF:04X}"
-    _, recs, _ = dump(capsys, "commitlog", CLEAN, "--msg-id", bogus)
-    assert recs == []
-    _, recs, _ = dump(capsys, "commitlog", CLEAN, "--msg-id", "zz-not-hex")
-    assert recs == []
+    code, recs, _ = dump(capsys, "commitlog", CLEAN, "--msg-id", bogus)
+    assert recs == [] and code == 1
+    code, recs, err = dump(capsys, "commitlog", CLEAN, "--msg-id", "zz-not-hex")
+    assert recs == [] and code == 2 and "not a message id" in err
 
 
 # ---------------------------------------------------------------------------------------
@@ -487,17 +489,17 @@ def test_a_closed_reader_does_not_stop_a_repair(tmp_path: Path) -> None:
     tell a repair from nothing done)."""
     root = tmp_path / "store"
     shutil.copytree(real_store("crash_midwrite"), root)
-    assert _closed_reader(["recover", str(real_store("clean")), "--quiet", "--dry-run"]) == (0, b"")
-    assert _closed_reader(["recover", str(real_store("clean")), "--quiet", "--dry-run", "--format", "json"]) == (0, b"")
-    code, err = _closed_reader(["recover", str(root), "--quiet", "--backup-dir", str(tmp_path / "bk")])
+    assert _closed_reader(["recover", "--yes", str(real_store("clean")), "--quiet", "--dry-run"]) == (0, b"")
+    assert _closed_reader(["recover", "--yes", str(real_store("clean")), "--quiet", "--dry-run", "--format", "json"]) == (0, b"")
+    code, err = _closed_reader(["recover", "--yes", str(root), "--quiet", "--backup-dir", str(tmp_path / "bk")])
     assert code == 1 and b"Traceback" not in err  # repaired, despite the closed output
     assert not (root / "abort").exists()
-    assert _closed_reader(["restore", str(tmp_path / "bk"), str(root)]) == (0, b"")
+    assert _closed_reader(["restore", "--yes", str(tmp_path / "bk"), str(root)]) == (1, b"")
     assert (root / "abort").exists()
     shutil.rmtree(root / "index")
-    code, err = _closed_reader(["rebuild-index", str(root), "--quiet", "--index-only", "--index-slots", "100",
+    code, err = _closed_reader(["rebuild-index", "--yes", str(root), "--quiet", "--index-only", "--index-slots", "100",
                                 "--index-entries", "400", "--backup-dir", str(tmp_path / "bk2")])
-    assert code == 0 and err.startswith(b"rmqtool: warning: store/abort is present") and err.count(b"\n") == 1
+    assert code == 1 and err.startswith(b"rmqtool: warning: store/abort is present") and err.count(b"\n") == 1
     assert len(list((root / "index").iterdir())) > 0
 
 

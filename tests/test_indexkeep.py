@@ -41,7 +41,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
 
     root = tmp_path_factory.mktemp("indexkeep") / "store"
     write_synthetic_store(root, total_bytes=3_000_000, file_size=1 << 20, body_size=200, keys_per_message=2)
-    assert run(["rebuild-index", str(root), "--quiet", *GEOMETRY, "--cq-file-size", "40000", "--backup-dir", str(root.parent / "bk0")]) == 0
+    assert run(["rebuild-index", "--yes", str(root), "--quiet", *GEOMETRY, "--cq-file-size", "40000", "--backup-dir", str(root.parent / "bk0")]) == 1
     shutil.rmtree(root.parent / "bk0", ignore_errors=True)
     contents = [p.read_bytes() for p in sorted((root / "index").iterdir())]
     assert len(contents) == 3  # two full files and a third
@@ -216,7 +216,7 @@ def _rebuilt_from_scratch(root: Path, tmp_path: Path) -> list[bytes]:
     shutil.copytree(root, other)
     shutil.rmtree(other / "index")
     (other / "index").mkdir()
-    assert run(["rebuild-index", str(other), "--index-only", "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk-scratch")]) == 0
+    assert run(["rebuild-index", "--yes", str(other), "--index-only", "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk-scratch")]) == 1
     return _lookup_all(other)
 
 
@@ -229,14 +229,14 @@ def test_a_sound_index_stays_untouched(built: tuple[Path, list[bytes]], tmp_path
     assert plan.index_sealed == [k.file for k in plan.index_kept[:2]]
     assert not any(d.name == "reindex" for d in plan.dispatch)
     names = [p.name for p in _files(root)]
-    assert run(["recover", str(root), "--quiet", *GEOMETRY]) == 1
+    assert run(["recover", "--yes", str(root), "--quiet", *GEOMETRY]) == 1
     assert [p.name for p in _files(root)] == names and _lookup_all(root) == built[1]
     # the second full file's end is indexMsgTimestamp now, as after the broker's flush
     assert struct.unpack_from(">q", (root / "checkpoint").read_bytes(), 16)[0] == _header(_files(root)[1])[1]
     assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
     # the old way, a full re-index, gives the same contents (under new names)
     again = _copy(built, tmp_path / "again")
-    assert run(["recover", str(again), "--quiet", "--reindex-all", *GEOMETRY]) == 1
+    assert run(["recover", "--yes", str(again), "--quiet", "--reindex-all", *GEOMETRY]) == 1
     assert _lookup_all(again) == built[1]
 
 
@@ -257,10 +257,10 @@ def test_damaged_index_files(built: tuple[Path, list[bytes]], tmp_path: Path, wh
         assert first.file == f"index/{files[len(kept)].name}", first
         assert any(r in first.reason for r in reason.split("|")), first.reason
     bk = tmp_path / "bk"
-    assert run(["recover", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(bk)]) == 1
+    assert run(["recover", "--yes", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(bk)]) == 1
     assert _lookup_all(root) == _rebuilt_from_scratch(root, tmp_path)
     assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
-    assert run(["restore", str(bk), str(root)]) == 0
+    assert run(["restore", "--yes", str(bk), str(root)]) == 1
     assert tree_digest(root) == damaged
 
 
@@ -340,7 +340,7 @@ def test_a_cut_commitlog_cuts_the_kept_index(built: tuple[Path, list[bytes]], tm
     assert [(t.file, t.entries_kept) for t in plan.index_truncated] == [(f"index/{files[1].name}", int((e[1:] < victim).sum()))]
     assert [d.file for d in plan.index_discarded] == [f"index/{files[2].name}"]
     assert "follows the last index file kept" in plan.index_discarded[0].reason
-    assert run(["recover", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert run(["recover", "--yes", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk")]) == 1
     assert _lookup_all(root) == _rebuilt_from_scratch(root, tmp_path)
     assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
 
@@ -357,7 +357,7 @@ def test_kept_across_record_layouts(tmp_path: Path, specs: str, version: str) ->
     root = tmp_path / "store"
     av.write_store(root, recs)
     geom = av.GEOM + ["--broker-version", version]
-    assert run(["rebuild-index", str(root), "--quiet", *geom, "--backup-dir", str(tmp_path / "bk0")]) == 0
+    assert run(["rebuild-index", "--yes", str(root), "--quiet", *geom, "--backup-dir", str(tmp_path / "bk0")]) == 1
     index = {p.name: p.read_bytes() for p in (root / "index").iterdir()}
     assert index
     data = bytearray((root / "checkpoint").read_bytes())
@@ -368,7 +368,7 @@ def test_kept_across_record_layouts(tmp_path: Path, specs: str, version: str) ->
     plan = plan_recovery(store, BrokerProfile.for_version(version))
     assert [k.file for k in plan.index_kept] == [f"index/{n}" for n in sorted(index)]
     assert plan.index_discarded == [] and plan.index_truncated == []
-    assert run(["recover", str(root), "--quiet", *geom, "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert run(["recover", "--yes", str(root), "--quiet", *geom, "--backup-dir", str(tmp_path / "bk")]) == 1
     assert {p.name: p.read_bytes() for p in (root / "index").iterdir()} == index
     assert run(["verify", str(root), "--quiet", *geom]) == 0
 
@@ -393,7 +393,7 @@ def test_index_of_deleted_commitlog_files_keeps_its_header(tmp_path: Path, capsy
     assert _header(first)[3] < int(sorted((root / "commitlog").iterdir())[0].name)  # all of it in deleted files
     before = {p.name: p.read_bytes() for p in _files(root)}
     capsys.readouterr()
-    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 1
     after = {p.name: p.read_bytes() for p in _files(root)}
     assert after[first.name] == before[first.name]
     assert set(after) >= set(before)  # none discarded

@@ -127,8 +127,8 @@ def delete_queues_and_index(root: Path) -> None:
 def test_full_rebuild_is_byte_identical_to_rocketmq(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = writable_copy(name, tmp_path)
     delete_queues_and_index(root)
-    code, out, err = cli(capsys, "rebuild-index", str(root), *GEOM, "--backup-dir", str(tmp_path / "bk"))
-    assert code == 0, err
+    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), *GEOM, "--backup-dir", str(tmp_path / "bk"))
+    assert code == 1, err
     assert "problem" not in err
     # the same set of consume queue files, byte for byte
     assert cq_files(root) == broker_cq(name)
@@ -186,7 +186,7 @@ def test_cq_file_streams_its_units_and_leaves_the_zeros_as_holes(tmp_path: Path,
 def test_key_lookups_after_rebuild_equal_query_message_by_key(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = writable_copy(name, tmp_path)
     delete_queues_and_index(root)
-    assert cli(capsys, "rebuild-index", str(root), *GEOM, "-q")[0] == 0
+    assert cli(capsys, "rebuild-index", "--yes", str(root), *GEOM, "-q")[0] == 1
     files = index_names(root)
     queries = broker_view(name)["query_message_by_key"]
     assert queries
@@ -204,8 +204,8 @@ def test_crash_continue_mode_gives_the_brokers_files(tmp_path: Path, capsys: pyt
     index files newer than the checkpoint) and gives every file of RocketMQ's own recovery."""
     name = "crash_midwrite"
     root = writable_copy(name, tmp_path)
-    code, out, err = cli(capsys, "rebuild-index", str(root), "--from-offset", "0", "-q")
-    assert code == 0, err
+    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--from-offset", "0", "-q")
+    assert code == 1, err
     assert "store/abort is present" in err
     assert cq_files(root) == broker_cq(name)
     assert [sha(p) for p in index_names(root)] == broker_index(name)
@@ -220,9 +220,9 @@ def test_index_only_rebuild_with_queues_intact(name: str, tmp_path: Path, capsys
     root = writable_copy(name, tmp_path)
     shutil.rmtree(root / "index")
     before = cq_files(root)
-    code, _out, err = cli(capsys, "rebuild-index", str(root), "--index-only", "--index-slots", "100",
+    code, _out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--index-only", "--index-slots", "100",
                           "--index-entries", "400", "-q")
-    assert code == 0, err
+    assert code == 1, err
     assert cq_files(root) == before
     assert [sha(p) for p in index_names(root)] == broker_index(name)
     for q in broker_view(name)["query_message_by_key"][:200]:
@@ -234,8 +234,8 @@ def test_topic_rebuild_touches_only_that_topic(tmp_path: Path, capsys: pytest.Ca
     shutil.rmtree(root / "consumequeue" / "TopicA")
     (root / "consumequeue" / "TopicB" / "0" / "00000000000000000640").write_bytes(bytes(640))
     before = digest(root)
-    code, out, err = cli(capsys, "rebuild-index", str(root), "--cq-only", "--topic", "TopicA", "-q")
-    assert code == 0, err
+    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--cq-only", "--topic", "TopicA", "-q")
+    assert code == 1, err
     after = digest(root)
     want = broker_cq("clean")
     assert {k: v for k, v in after.items() if k.startswith("consumequeue/TopicA/")} == \
@@ -256,21 +256,21 @@ def test_from_offset_fills_a_gap(tmp_path: Path, capsys: pytest.CaptureFixture[s
     idx = index_names(root)
     kept = [sha(p) for p in idx[:-1]]
     idx[-1].unlink()
-    code, out, err = cli(capsys, "rebuild-index", str(root), "--cq-only", "--from-offset", "0", "-q")
-    assert code == 0, err
+    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--cq-only", "--from-offset", "0", "-q")
+    assert code == 1, err
     assert cq_files(root) == broker_cq("clean")
     # the index resumes at the kept file's endPhyOffset: the broker's rules index the record
     # there again (quirk Q6: here its keys were split over the lost file and the kept one),
     # every later record once; the kept files stay as they were and every key is found
     end_phy = struct.unpack_from(">q", idx[-2].read_bytes(), 24)[0]
-    code, out, err = cli(capsys, "rebuild-index", str(root), "--index-only", "--from-offset", str(end_phy), "-q")
-    assert code == 0, err
+    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--index-only", "--from-offset", str(end_phy), "-q")
+    assert code == 1, err
     now = index_names(root)
     assert [sha(p) for p in now[:-1]] == kept and len(now) == len(idx)
     for q in broker_view("clean")["query_message_by_key"]:
         assert sorted(set(query_by_key(now, q["topic"], q["key"]))) == sorted(set(q["phys_offsets"])), q
     # running it again finds nothing to do
-    code, out, _ = cli(capsys, "rebuild-index", str(root), "--cq-only", "--from-offset", "0", "-q")
+    code, out, _ = cli(capsys, "rebuild-index", "--yes", str(root), "--cq-only", "--from-offset", "0", "-q")
     assert code == 0 and "nothing to do" in out
 
 
@@ -280,7 +280,7 @@ def test_dry_run_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[s
     (root / "consumequeue" / "TopicC" / "0" / "00000000000000000000").write_bytes(bytes(640))
     before = digest(root)
     listing = sorted(p.name for p in tmp_path.joinpath("clean").iterdir())
-    code, out, err = cli(capsys, "rebuild-index", str(root), *GEOM, "--dry-run")
+    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), *GEOM, "--dry-run")
     assert code == 0, err
     assert digest(root) == before
     assert not (root / JOURNAL).exists()
@@ -309,8 +309,8 @@ def test_lock_held_by_another_process_is_refused(tmp_path: Path, capsys: pytest.
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        for argv in (["rebuild-index", str(root), *GEOM], ["rebuild-index", str(root), *GEOM, "--dry-run"],
-                     ["restore", str(tmp_path / "nothing"), str(root)]):
+        for argv in (["rebuild-index", "--yes", str(root), *GEOM], ["rebuild-index", "--yes", str(root), *GEOM, "--dry-run"],
+                     ["restore", "--yes", str(tmp_path / "nothing"), str(root)]):
             code, out, err = cli(capsys, *argv)
             if argv[0] == "restore":
                 assert code == 8  # no such backup: refused before the store is looked at
@@ -328,7 +328,7 @@ def test_lock_held_by_another_process_is_refused(tmp_path: Path, capsys: pytest.
         holder.stdin.close()
         holder.wait(timeout=10)
     # released: now it runs
-    assert cli(capsys, "rebuild-index", str(root), *GEOM, "-q")[0] == 0
+    assert cli(capsys, "rebuild-index", "--yes", str(root), *GEOM, "-q")[0] == 1
 
 
 def _damaged_clean(dest: Path) -> Path:
@@ -344,7 +344,7 @@ def _damaged_clean(dest: Path) -> Path:
 
 def test_kill_at_random_points_then_rerun_gives_the_same_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ref = _damaged_clean(tmp_path / "ref")
-    assert cli(capsys, "rebuild-index", str(ref), "-q")[0] == 0
+    assert cli(capsys, "rebuild-index", "--yes", str(ref), "-q")[0] == 1
     expected = digest(ref)
     assert cq_files(ref) == broker_cq("clean")
     rnd = random.Random(4)
@@ -355,17 +355,17 @@ def test_kill_at_random_points_then_rerun_gives_the_same_bytes(tmp_path: Path, c
     env = dict(os.environ)
     for i, (how, at) in enumerate(points):
         root = _damaged_clean(tmp_path / f"k{i}")
-        argv = [*RMQTOOL, "rebuild-index", str(root), "-q"]
+        argv = [*RMQTOOL, "rebuild-index", "--yes", str(root), "-q"]
         if how == "step":
             p = subprocess.run(argv, env={**env, "RMQTOOL_TEST_CRASH_AFTER": str(int(at))}, capture_output=True, text=True)
-            assert p.returncode in (137, 0), p.stderr
+            assert p.returncode in (137, 1), p.stderr
         else:
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(at)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-        code, _out, err = cli(capsys, "rebuild-index", str(root), "-q")
-        assert code == 0, (how, at, err)
+        code, _out, err = cli(capsys, "rebuild-index", "--yes", str(root), "-q")
+        assert code in (0, 1), (how, at, err)
         assert digest(root) == expected, (how, at)
         assert not (root / JOURNAL).exists() or not any((root / JOURNAL).iterdir())
 
@@ -384,8 +384,8 @@ def test_damage_is_reported_with_file_and_offset_and_exit_4(tmp_path: Path, caps
         pos += struct.unpack_from(">i", data, pos)[0]
     data[pos + 4 : pos + 8] = b"\x12\x34\x56\x78"
     f.write_bytes(bytes(data))
-    code, out, err = cli(capsys, "rebuild-index", str(root), *GEOM, "-q")
-    assert code == 4
+    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), *GEOM, "-q")
+    assert code == 5
     assert f"commitlog/00000000000000065536 at offset {65536 + pos}" in err and "BAD_MAGIC" in err
     # everything else was dispatched: only records of the damaged file from the bad one
     # on are missing from the queues
@@ -405,24 +405,24 @@ def test_damage_is_reported_with_file_and_offset_and_exit_4(tmp_path: Path, caps
 
 def test_usage_and_operational_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = writable_copy("clean", tmp_path)
-    code, _o, err = cli(capsys, "rebuild-index", str(root), "--cq-only", "--index-only")
+    code, _o, err = cli(capsys, "rebuild-index", "--yes", str(root), "--cq-only", "--index-only")
     assert code == 2
-    code, _o, err = cli(capsys, "rebuild-index", str(root), "--from-offset", "5")
+    code, _o, err = cli(capsys, "rebuild-index", "--yes", str(root), "--from-offset", "5")
     assert code == 2 and "not the start of a record" in err
-    code, _o, err = cli(capsys, "rebuild-index", str(root), "--index-tz", "Mars/Olympus")
+    code, _o, err = cli(capsys, "rebuild-index", "--yes", str(root), "--index-tz", "Mars/Olympus")
     assert code == 2
     (tmp_path / "empty").mkdir()
-    code, _o, err = cli(capsys, "rebuild-index", str(tmp_path / "empty"))
+    code, _o, err = cli(capsys, "rebuild-index", "--yes", str(tmp_path / "empty"))
     assert code == 8 and "not a RocketMQ store" in err
-    code, _o, err = cli(capsys, "rebuild-index", str(tmp_path / "missing"))
+    code, _o, err = cli(capsys, "rebuild-index", "--yes", str(tmp_path / "missing"))
     assert code == 8 and len(err.strip().splitlines()) == 1
 
 
 def test_index_names_follow_the_first_record_and_the_zone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = writable_copy("delay", tmp_path)
     shutil.rmtree(root / "index")
-    assert cli(capsys, "rebuild-index", str(root), "--index-only", "--index-slots", "100", "--index-entries", "400",
-               "--index-tz", "Asia/Shanghai", "-q")[0] == 0
+    assert cli(capsys, "rebuild-index", "--yes", str(root), "--index-only", "--index-slots", "100", "--index-entries", "400",
+               "--index-tz", "Asia/Shanghai", "-q")[0] == 1
     first_ts = broker_view("delay")["commitlog_records"][0]["store_timestamp"]
     from zoneinfo import ZoneInfo
 
@@ -627,8 +627,8 @@ def test_a_bogus_totalsize_does_not_lose_the_later_files(tmp_path: Path, capsys:
     data = bytearray(f.read_bytes())
     struct.pack_into(">i", data, 0, 2**31 - 1)
     f.write_bytes(bytes(data))
-    code, _out, err = cli(capsys, "rebuild-index", str(root), *GEOM, "-q")
-    assert code == 4
+    code, _out, err = cli(capsys, "rebuild-index", "--yes", str(root), *GEOM, "-q")
+    assert code == 5
     assert "commitlog/00000000000000000000 at offset 0: TOTALSIZE 2147483647" in err
     assert "REPUT" not in err and "rmqtool goes on at 65536" in err
     units = sum(1 for p in (root / "consumequeue").rglob("*") if p.is_file()
@@ -639,9 +639,9 @@ def test_a_bogus_totalsize_does_not_lose_the_later_files(tmp_path: Path, capsys:
 def test_topic_index_rebuild_holds_only_that_topics_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = writable_copy("clean", tmp_path)
     shutil.rmtree(root / "index")
-    code, out, err = cli(capsys, "rebuild-index", str(root), "--index-only", "--topic", "TopicC",
+    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--index-only", "--topic", "TopicC",
                          "--index-slots", "100", "--index-entries", "400", "-q")
-    assert code == 0, err
+    assert code == 1, err
     files = index_names(root)
     assert files
     for q in broker_view("clean")["query_message_by_key"]:
@@ -658,8 +658,8 @@ def test_topic_index_rebuild_holds_only_that_topics_keys(tmp_path: Path, capsys:
 def test_other_broker_versions_rebuild_the_same_queues(version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = writable_copy("delay", tmp_path)
     delete_queues_and_index(root)
-    code, _out, err = cli(capsys, "rebuild-index", str(root), *GEOM, "--broker-version", version, "-q")
-    assert code == 0, err
+    code, _out, err = cli(capsys, "rebuild-index", "--yes", str(root), *GEOM, "--broker-version", version, "-q")
+    assert code == 1, err
     assert cq_files(root) == broker_cq("delay")  # the CQ rules are the same in every version
 
 
@@ -674,9 +674,9 @@ def test_full_rebuild_of_an_intact_store_changes_nothing(tmp_path: Path, capsys:
     root = copy_store(name, tmp_path)
     before = tree_digest(root)
     capsys.readouterr()
-    assert run(["rebuild-index", str(root), "--dry-run"]) == 0
+    assert run(["rebuild-index", "--yes", str(root), "--dry-run"]) == 0
     assert "0 to create, 0 to replace, 0 to remove" in capsys.readouterr().out
-    assert run(["rebuild-index", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert run(["rebuild-index", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 0
     assert tree_digest(root) == before
 
 
@@ -693,11 +693,13 @@ def test_continued_rebuild_after_a_crash_rewrites_only_what_the_broker_would(
 
     root = copy_store("crash_midwrite", tmp_path)
     digests = []
+    codes = []
     for i in range(3):
-        assert run(["rebuild-index", str(root), "-q", "--from-offset", "0", "--backup-dir", str(tmp_path / f"b{i}")]) == 0
+        codes.append(run(["rebuild-index", "--yes", str(root), "-q", "--from-offset", "0", "--backup-dir", str(tmp_path / f"b{i}")]))
         digests.append(tree_digest(root))
     assert digests[1] != digests[0]
     assert digests[2] == digests[1]
+    assert codes == [1, 1, 0], codes  # the third run has nothing to do (bit 1 clear)
 
 
 def test_dropped_index_file_written_again_keeps_its_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -717,7 +719,7 @@ def test_dropped_index_file_written_again_keeps_its_name(tmp_path: Path, capsys:
     (root / "checkpoint").write_bytes(bytes(ck))
     before = {p.name: p.read_bytes() for p in files}
     capsys.readouterr()
-    assert run(["rebuild-index", str(root), "--from-offset", "0", "--dry-run"]) == 0
+    assert run(["rebuild-index", "--yes", str(root), "--from-offset", "0", "--dry-run"]) == 0
     assert "0 to create, 0 to replace, 0 to remove" in capsys.readouterr().out
-    assert run(["rebuild-index", str(root), "-q", "--from-offset", "0", "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert run(["rebuild-index", "--yes", str(root), "-q", "--from-offset", "0", "--backup-dir", str(tmp_path / "bk")]) == 0
     assert {p.name: p.read_bytes() for p in sorted((root / "index").iterdir())} == before

@@ -140,7 +140,7 @@ def _digest(root: Path) -> dict[str, str]:
 
 
 def _recover(root: Path, *args: str) -> int:
-    return run(["recover", str(root), "--quiet", *args])
+    return run(["recover", "--yes", str(root), "--quiet", *args])
 
 
 def _plan_json(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
@@ -311,7 +311,7 @@ def test_damage_in_the_last_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     # the backup holds every cut byte: restore gives back the damaged store exactly
     damaged = _copy(tmp_path / "again", CRASH)
     _damage(damaged, victim, how)
-    assert run(["restore", str(tmp_path / "bk"), str(root)]) == 0
+    assert run(["restore", "--yes", str(tmp_path / "bk"), str(root)]) == 1
     assert _digest(root) == _digest(damaged)
 
 
@@ -395,8 +395,8 @@ def test_index_entries_past_the_end_are_cut(tmp_path: Path, capsys: pytest.Captu
     again = tmp_path / "rebuilt" / "store"
     shutil.copytree(root, again, ignore=shutil.ignore_patterns(".rmqtool*"))
     shutil.rmtree(again / "index")
-    assert run(["rebuild-index", str(again), "--index-only", "--quiet", "--index-slots", str(S), "--index-entries", "400",
-                "--backup-dir", str(tmp_path / "bk2")]) == 0
+    assert run(["rebuild-index", "--yes", str(again), "--index-only", "--quiet", "--index-slots", str(S), "--index-entries", "400",
+                "--backup-dir", str(tmp_path / "bk2")]) == 1
     assert _index_contents(root) == _index_contents(again)
     # every key finds its records below the cut, each once
     store = Store.open(root)
@@ -404,7 +404,7 @@ def test_index_entries_past_the_end_are_cut(tmp_path: Path, capsys: pytest.Captu
         got = sorted(h.commitlog_offset for h in index_query(store, q["topic"], q["key"], max_num=64))
         assert got == sorted(o for o in q["phys_offsets"] if o < cut), q
     # and the backup gives back the damaged index files
-    assert run(["restore", str(bk), str(root)]) == 0
+    assert run(["restore", "--yes", str(bk), str(root)]) == 1
     assert _digest(root) == damaged
 
 
@@ -616,7 +616,7 @@ def test_dispatch_in_worker_processes_gives_the_same_store(tmp_path: Path, monke
 def _run_cli(root: Path, env: dict[str, str] | None = None) -> int:
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "rmqtool", "recover", str(root), "--quiet", "--format", "json"],
+    return subprocess.run([sys.executable, "-m", "rmqtool", "recover", "--yes", str(root), "--quiet", "--format", "json"],
                           env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120).returncode
 
 
@@ -645,7 +645,7 @@ def test_restore_gives_back_the_original_bytes(tmp_path: Path) -> None:
     snap = _digest(root)
     assert _recover(root, "--backup-dir", str(tmp_path / "bk")) == 1
     assert _digest(root) != snap
-    assert run(["restore", str(tmp_path / "bk"), str(root)]) == 0
+    assert run(["restore", "--yes", str(tmp_path / "bk"), str(root)]) == 1
     assert _digest(root) == snap
 
 
@@ -670,8 +670,8 @@ def test_not_a_store_and_usage(tmp_path: Path) -> None:
     assert _recover(tmp_path) == 8
     assert _recover(tmp_path / "missing") == 8
     root = _copy(tmp_path, "clean")
-    assert run(["recover", str(root), "--format", "xml"]) == 2
-    assert run(["recover", str(root), "--broker-version", "3.2.6"]) == 2
+    assert run(["recover", "--yes", str(root), "--format", "xml"]) == 2
+    assert run(["recover", "--yes", str(root), "--broker-version", "3.2.6"]) == 2
 
 
 @pytest.mark.parametrize("opt", ["", "--reindex-all"])
@@ -714,7 +714,7 @@ def test_consume_queue_files_the_broker_refuses_are_problems(tmp_path: Path, cap
     assert code == 4
     assert [(p["code"], p["path"]) for p in doc["plan"]["problems"]] == [("LAYOUT", "consumequeue/TopicA/0/00000000000000000000")]
     assert "rebuild-index" in doc["plan"]["problems"][0]["message"]
-    assert run(["rebuild-index", str(root), "--cq-only", "--topic", "TopicA", "--quiet", "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert run(["rebuild-index", "--yes", str(root), "--cq-only", "--topic", "TopicA", "--quiet", "--backup-dir", str(tmp_path / "bk")]) == 1
     code, doc = _plan_json(root, capsys)
     assert code == 0 and doc["plan"]["problems"] == []
     # a zero-length file after the last one of a queue
@@ -744,7 +744,7 @@ def test_an_empty_index_file_is_kept_as_the_broker_loads_it(tmp_path: Path, caps
     assert run(["verify", str(root), "--quiet"]) == 0
     view = broker_view(CRASH)
     assert _lookups(root, view) == _broker_lookups(view)
-    assert run(["restore", str(tmp_path / "bk"), str(root)]) == 0
+    assert run(["restore", "--yes", str(tmp_path / "bk"), str(root)]) == 1
     assert last.read_bytes() == b""
 
 
@@ -762,12 +762,12 @@ def test_relative_store_path(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     monkeypatch.chdir(root.parent)
     rel = root.name
     capsys.readouterr()
-    assert run(["recover", rel, "--abnormal", "-q", "--backup-dir", "bk", "--format", "json"]) == 1
+    assert run(["recover", "--yes", rel, "--abnormal", "-q", "--backup-dir", "bk", "--format", "json"]) == 1
     plan = json.loads(capsys.readouterr().out)["plan"]
     assert plan["summary"]["commitlog_files_removed"] and _digest(root) != before
     assert run(["verify", rel, "-q", "--format", "json"]) == 0
     capsys.readouterr()
-    assert run(["restore", "bk", rel]) == 0
+    assert run(["restore", "--yes", "bk", rel]) == 1
     assert _digest(root) == before
 
 
@@ -794,10 +794,10 @@ def test_clean_store_ending_in_a_blank_needs_nothing(tmp_path: Path, capsys: pyt
     _blank_at_end(root, next_empty)
     before = _digest(root)
     capsys.readouterr()
-    assert run(["recover", str(root), "--dry-run", "-q", "--format", "json", "--broker-version", version]) == 0
+    assert run(["recover", "--yes", str(root), "--dry-run", "-q", "--format", "json", "--broker-version", version]) == 0
     plan = json.loads(capsys.readouterr().out)["plan"]
     assert plan["cuts"] == [] and all(d["records"] == 0 for d in plan["dispatch"])
-    assert run(["recover", str(root), "-q", "--broker-version", version, "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert run(["recover", "--yes", str(root), "-q", "--broker-version", version, "--backup-dir", str(tmp_path / "bk")]) == 0
     assert _digest(root) == before
     assert run(["verify", str(root), "-q", "--broker-version", version]) == 0
 
@@ -811,8 +811,8 @@ def test_rollover_file_alone_after_retention_needs_nothing(tmp_path: Path, capsy
         f.unlink()
     before = _digest(root)
     capsys.readouterr()
-    assert run(["recover", str(root), "--dry-run", "-q", "--format", "json", "--broker-version", "5.3.3"]) == 0
-    assert run(["recover", str(root), "-q", "--broker-version", "5.3.3", "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert run(["recover", "--yes", str(root), "--dry-run", "-q", "--format", "json", "--broker-version", "5.3.3"]) == 0
+    assert run(["recover", "--yes", str(root), "-q", "--broker-version", "5.3.3", "--backup-dir", str(tmp_path / "bk")]) == 0
     assert _digest(root) == before
 
 
@@ -828,9 +828,9 @@ def test_damage_the_next_normal_start_reads_is_reported(tmp_path: Path, capsys: 
     data[606208 - 589824 : 610304 - 589824] = bytes(4096)
     f.write_bytes(bytes(data))
     capsys.readouterr()
-    code = run(["recover", str(root), "-q", "--format", "json", "--backup-dir", str(tmp_path / "bk")])
+    code = run(["recover", "--yes", str(root), "-q", "--format", "json", "--backup-dir", str(tmp_path / "bk")])
     plan = json.loads(capsys.readouterr().out)["plan"]
-    assert code == 4
+    assert code == 5
     assert plan["removed_files"] and plan["start_offset"] == 655360
     assert [(p["code"], p["path"], p["offset"]) for p in plan["problems"]] == [
         ("UNREAD_FILE_DAMAGE", f"commitlog/{589824:020d}", 605042)]

@@ -871,7 +871,7 @@ def test_full_disk_while_staging_names_the_file(tmp_path: Path, capsys: pytest.C
     before = tree_digest(root)
     monkeypatch.setattr(StoreTransaction, "_write_staged", staticmethod(_enospc))
     capsys.readouterr()
-    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 8
+    assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 8
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ".rmqtool-journal" in err[0] and "No space left on device" in err[0]
     assert "the store is unchanged" in err[0]
@@ -884,7 +884,7 @@ def test_io_error_while_applying_names_the_file_and_the_next_run_finishes(
     from rmqtool.cli import run
 
     clean = copy_store("crash_midwrite", tmp_path / "a")
-    assert run(["recover", str(clean), "-q", "--backup-dir", str(tmp_path / "bka")]) == 1
+    assert run(["recover", "--yes", str(clean), "-q", "--backup-dir", str(tmp_path / "bka")]) == 1
     root = copy_store("crash_midwrite", tmp_path / "b")
     real = safety._apply_step
     calls = []
@@ -897,13 +897,13 @@ def test_io_error_while_applying_names_the_file_and_the_next_run_finishes(
 
     monkeypatch.setattr(safety, "_apply_step", flaky)
     capsys.readouterr()
-    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bkb")]) == 8
+    assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bkb")]) == 8
     err = capsys.readouterr().err.strip().splitlines()
     step = calls[1]
     assert len(err) == 1 and str(root / step.path) in err[0] and "Input/output error" in err[0]  # type: ignore[attr-defined]
     assert "finishes it at the next rmqtool run" in err[0]
     monkeypatch.setattr(safety, "_apply_step", real)
-    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bkc")]) == 1
+    assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bkc")]) == 1
     assert tree_digest(root) == tree_digest(clean)
 
 
@@ -922,7 +922,7 @@ def test_dry_run_refuses_the_backup_dir_the_real_run_refuses(tmp_path: Path, cap
     results = []
     for dry in (["--dry-run"], []):
         capsys.readouterr()
-        code = run([command, str(root), "-q", "--backup-dir", str(bdir), *dry])
+        code = run([command, "--yes", str(root), "-q", "--backup-dir", str(bdir), *dry])
         results.append((code, capsys.readouterr().err.strip().splitlines()[-1]))  # (after any warning)
     assert results[0] == results[1] and results[0][0] == 8
     assert ("inside the store's commitlog/" if where == "commitlog" else "not empty") in results[0][1]
@@ -944,11 +944,11 @@ def test_failed_cleanup_after_a_complete_change(tmp_path: Path, capsys: pytest.C
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(safety, "_remove_journal_dir", failing)
-    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 1
     monkeypatch.setattr(safety, "_remove_journal_dir", real)
     assert safety.pending_journals(root)
     capsys.readouterr()
-    assert run(["recover", str(root), "-q", "--backup-dir", str(tmp_path / "bk2")]) == 0
+    assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bk2")]) == 0
     err = capsys.readouterr().err
     assert "left by an earlier run: removed" in err and "rolled back" not in err
     assert not safety.pending_journals(root)

@@ -1,0 +1,158 @@
+"""The one-screen overview of a store (``rmqtool info``): what is in it and what the
+broker will do with it at its next start, from file names, consume queue files, the
+index headers, the checkpoint, abort and lock, without walking the commitlog.
+
+Reads a few records only: the first of each commitlog file and the first and last record
+each consume queue points at (for the time ranges). ``deep=True`` adds the recovery plan
+(a walk of the files recovery reads; ``recovery.recover.plan_recovery``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from ..formats.checkpoint import decode_checkpoint
+from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
+from .query import CommitlogReader, read_index_header
+from .safety import broker_holds_lock, pending_journals
+from .store import Store
+from .versions import BrokerProfile
+
+SCHEMA_VERSION = 1
+
+
+def _queue_info(store: Store, reader: CommitlogReader, topic: str, qid: int, files: list[Any]) -> dict[str, Any]:
+    import numpy as np
+
+    live = [f for f in files if f.size > 0]
+    out: dict[str, Any] = {"topic": topic, "queue_id": qid, "files": len(files), "min_offset": None, "max_offset": None,
+                           "messages": 0, "first_store_timestamp": None, "last_store_timestamp": None,
+                           "max_commitlog_offset": None}
+    if not live:
+        return out
+    first_unit = last_unit = None
+    with store.map(live[0]) as mf:
+        u = read_units(mf.buf)
+        nz = np.flatnonzero((u["commitlog_offset"] > 0) | (u["size"] > 0))
+        if len(nz):
+            i = int(nz[0])
+            out["min_offset"] = live[0].base // CQ_UNIT_SIZE + i
+            first_unit = (int(u["commitlog_offset"][i]), int(u["size"][i]))
+        del u, nz
+    for f in reversed(live):
+        with store.map(f) as mf:
+            u = read_units(mf.buf)
+            nz = np.flatnonzero((u["commitlog_offset"] != 0) | (u["size"] != 0) | (u["tags_code"] != 0))
+            if len(nz):
+                i = int(nz[-1])
+                out["max_offset"] = f.base // CQ_UNIT_SIZE + i
+                last_unit = (int(u["commitlog_offset"][i]), int(u["size"][i]))
+                del u, nz
+                break
+            del u, nz
+    if out["min_offset"] is not None and out["max_offset"] is not None:
+        out["messages"] = out["max_offset"] - out["min_offset"] + 1
+    for key, unit in (("first_store_timestamp", first_unit), ("last_store_timestamp", last_unit)):
+        if unit is None:
+            continue
+        loc = reader.record_at(unit[0])
+        if loc is not None and loc.checked.rec is not None:
+            out[key] = loc.checked.rec.store_timestamp
+    if last_unit is not None:
+        out["max_commitlog_offset"] = last_unit[0] + last_unit[1]
+    return out
+
+
+def store_info(store: Store, profile: BrokerProfile, *, deep: bool = False,
+               progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    root = store.root
+    F = store.geometry.commitlog_file_size
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "store": str(root), "broker_version": profile.label}
+    with CommitlogReader(store, profile) as reader:
+        files = []
+        for f in store.commitlog:
+            first = None
+            if f.size > 0:
+                loc = reader.record_at(f.base)
+                if loc is not None and loc.checked.rec is not None:
+                    first = loc.checked.rec.store_timestamp
+            files.append({"file": f"commitlog/{f.name}", "base": f.base, "size": f.size, "full_size": f.size == F,
+                          "first_store_timestamp": first})
+        doc["commitlog"] = {"file_size": F, "files": files,
+                            "bytes": sum(f.size for f in store.commitlog),
+                            "min_offset": store.commitlog[0].base if store.commitlog else None}
+        queues = [_queue_info(store, reader, t, q, fs) for t, q, fs in store.iter_queues()]
+    doc["queues"] = queues
+    topics: dict[str, dict[str, Any]] = {}
+    for q in queues:
+        t = topics.setdefault(q["topic"], {"topic": q["topic"], "queues": 0, "messages": 0,
+                                           "first_store_timestamp": None, "last_store_timestamp": None})
+        t["queues"] += 1
+        t["messages"] += q["messages"]
+        for k, pick in (("first_store_timestamp", min), ("last_store_timestamp", max)):
+            if q[k] is not None:
+                t[k] = q[k] if t[k] is None else pick(t[k], q[k])
+    doc["topics"] = sorted(topics.values(), key=lambda t: t["topic"])
+    doc["messages_in_queues"] = sum(q["messages"] for q in queues)
+    cq_ends = [q["max_commitlog_offset"] for q in queues if q["max_commitlog_offset"] is not None]
+    doc["max_phy_offset_of_cq"] = max(cq_ends) if cq_ends else None
+    index = []
+    for f in store.index_files:
+        h = read_index_header(store, f)
+        index.append({"file": f"index/{f.name}", "size": f.size, "begin_timestamp": h.begin_timestamp,
+                      "end_timestamp": h.end_timestamp, "end_phy_offset": h.end_phy_offset, "index_count": h.index_count})
+    doc["index"] = index
+    cp_path = root / "checkpoint"
+    if cp_path.is_file():
+        cp = decode_checkpoint(cp_path.read_bytes()[:40])
+        doc["checkpoint"] = {"physic_msg_timestamp": cp.physic_msg_timestamp, "logics_msg_timestamp": cp.logics_msg_timestamp,
+                             "index_msg_timestamp": cp.index_msg_timestamp, "min_timestamp": cp.min_timestamp}
+    else:
+        doc["checkpoint"] = None
+    abort = (root / "abort").exists()
+    held = broker_holds_lock(root)
+    journals = [p.name for p in pending_journals(root)]
+    doc["abort"] = abort
+    doc["lock"] = {"present": (root / "lock").exists(), "held": held}
+    doc["pending_transactions"] = journals
+    doc["backups"] = sorted(p.name for p in root.parent.glob(f"{root.name}.rmqtool-backup-*") if p.is_dir())
+    doc["outlook"] = _outlook(root, abort, held, journals, doc)
+    if deep:
+        doc["recovery_plan"] = _deep(store, profile, progress)
+    return doc
+
+
+def _outlook(root: Path, abort: bool, held: bool, journals: list[str], doc: dict[str, Any]) -> dict[str, Any]:
+    s = str(root)
+    steps: list[str] = []
+    if held:
+        verdict = "a broker (or another rmqtool) holds the lock: it is running on this store"
+        steps.append("stop the broker before any repair; read-only commands (info, verify, dump) work meanwhile")
+    elif journals:
+        verdict = "an interrupted rmqtool change is pending"
+        steps.append(f"rmqtool recover {s} --dry-run, then rmqtool recover {s} --yes (it finishes or undoes the pending change first)")
+    elif abort:
+        verdict = ("the broker did not shut down cleanly (abort present): its next start runs the abnormal recovery, "
+                   "from the commitlog file the checkpoint points at")
+        steps.append(f"rmqtool verify {s}  (what is damaged)")
+        steps.append(f"rmqtool recover {s} --dry-run  (what the broker's recovery will cut), then --yes to do it offline")
+    else:
+        verdict = "clean shutdown (no abort file): the next start runs the normal recovery of the last three commitlog files"
+        steps.append(f"rmqtool verify {s}  (a full check, if something is wrong anyway)")
+    if not doc["commitlog"]["files"]:
+        verdict += "; the commitlog is empty"
+    return {"mode": "abnormal" if abort else "normal", "verdict": verdict, "next": steps}
+
+
+def _deep(store: Store, profile: BrokerProfile, progress: Callable[[int], None] | None) -> dict[str, Any]:
+    from .recover import plan_recovery
+
+    plan = plan_recovery(store, profile, progress=progress)
+    return {"mode": plan.mode, "mode_reason": plan.mode_reason, "start_file": plan.start_file,
+            "end_offset": plan.end_offset, "bytes_cut": plan.bytes_cut, "messages_cut": plan.messages_cut,
+            "queues_changed": len(plan.changed_queues), "nothing_to_do": plan.nothing_to_do,
+            "problems": [p.one_line() for p in plan.problems]}
+
+
+__all__ = ["store_info", "SCHEMA_VERSION"]

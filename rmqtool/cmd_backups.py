@@ -1,0 +1,142 @@
+"""``rmqtool backups STORE``: the rmqtool backups of a store (what each holds), and
+pruning of old ones. Backups are looked for beside the store
+(``STORE.rmqtool-backup-*``, where every destructive command puts them by default) and
+in the directories given with --dir."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .confirm import ask, require_yes_or_terminal, yes_option
+from .errors import closed_stdout_ignored
+from .exitcodes import Exit
+from .output import SCHEMA_VERSION, output_options, resolve
+from .recovery.safety import load_manifest, pending_journals
+from .render import dumps, render
+from .formats.errors import RmqToolError
+
+COLUMNS = [("path", "BACKUP"), ("created_utc", "CREATED (UTC)"), ("description", "MADE BY"), ("entries", "FILES"),
+           ("bytes", "BYTES"), ("actions", "ACTIONS"), ("status", "STATUS")]
+
+
+def _du(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def describe_backup(p: Path, store: Path) -> dict[str, Any]:
+    row: dict[str, Any] = {"path": str(p), "created_utc": None, "description": None, "txid": None, "store": None,
+                           "same_store": None, "entries": 0, "actions": {}, "bytes": _du(p), "status": "OK", "problem": None}
+    try:
+        doc = load_manifest(p)
+    except RmqToolError as exc:
+        row["status"] = "UNUSABLE"
+        row["problem"] = exc.one_line()
+        return row
+    actions: dict[str, int] = {}
+    for e in doc["entries"]:
+        actions[e["action"]] = actions.get(e["action"], 0) + 1
+    row.update(created_utc=doc.get("created_utc"), description=doc.get("description"), txid=doc.get("txid"),
+               store=doc.get("store"), entries=len(doc["entries"]), actions=actions)
+    row["same_store"] = doc.get("store") is None or Path(doc["store"]).resolve() == store.resolve()
+    if not row["same_store"]:
+        row["status"] = "OTHER_STORE"
+    return row
+
+
+def find_backups(store: Path, dirs: tuple[Path, ...]) -> list[Path]:
+    found = {p for p in store.resolve().parent.glob(f"{store.resolve().name}.rmqtool-backup-*") if p.is_dir()}
+    for d in dirs:
+        if (d / "manifest.json").is_file():
+            found.add(d)
+        elif d.is_dir():
+            found |= {p for p in d.iterdir() if p.is_dir() and (p / "manifest.json").is_file()}
+    return sorted(found)
+
+
+def _needed(store: Path) -> set[Path]:
+    """Backup directories a pending (interrupted) transaction still needs."""
+    out: set[Path] = set()
+    for j in pending_journals(store):
+        try:
+            doc = json.loads((j / "journal.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if doc.get("backup_dir"):
+            out.add(Path(doc["backup_dir"]).resolve())
+    return out
+
+
+@click.command("backups", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("store", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--dir", "dirs", multiple=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="Also look here (a backup, or a directory of backups); repeatable.")
+@click.option("--prune", is_flag=True, help="Delete old backups of STORE: all but the newest --keep, or those older than --older-than.")
+@click.option("--keep", type=click.IntRange(0), default=None, metavar="N", help="With --prune: keep the newest N backups.")
+@click.option("--older-than", type=click.FloatRange(0), default=None, metavar="DAYS", help="With --prune: delete backups older than DAYS days.")
+@yes_option
+@output_options(("table", "json"), "table", "json")
+def command(store: Path, dirs: tuple[Path, ...], prune: bool, keep: int | None, older_than: float | None, yes: bool,
+            fmt: str | None, quiet: bool) -> int:
+    """List the rmqtool backups of STORE (what each holds: the command that made it, when,
+    how many files, how many bytes) and, with --prune, delete old ones. Only backups whose
+    manifest names STORE are pruned; one a pending interrupted change still needs never is.
+
+    Exit status: 0 listed (or pruned), 4 some backup is unusable (no or a damaged
+    manifest), 8 operational error or refusal (--prune without --yes and no terminal),
+    2 usage error."""
+    import datetime as _dt
+
+    if prune and keep is None and older_than is None:
+        raise click.UsageError("--prune needs --keep N or --older-than DAYS")
+    if not prune and (keep is not None or older_than is not None):
+        raise click.UsageError("--keep and --older-than go with --prune")
+    if not store.is_dir():
+        raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
+    fmt = resolve(fmt, "table", "json")
+    rows = [describe_backup(p, store) for p in find_backups(store, dirs)]
+    doomed: list[dict[str, Any]] = []
+    if prune:
+        needed = _needed(store)
+        mine = sorted((r for r in rows if r["status"] == "OK" and Path(r["path"]).resolve() not in needed),
+                      key=lambda r: r["created_utc"] or "", reverse=True)
+        if keep is not None:
+            doomed = mine[keep:]
+        if older_than is not None:
+            cutoff = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(days=older_than)
+            old = [r for r in mine if r["created_utc"] and _dt.datetime.fromisoformat(
+                r["created_utc"].replace("Z", "+00:00")) < cutoff]
+            doomed = [r for r in mine if r in old and (keep is None or r in doomed)]
+        for r in rows:
+            r["prune"] = r in doomed
+    with closed_stdout_ignored():
+        if fmt == "json" and not prune:
+            click.echo(dumps({"schema_version": SCHEMA_VERSION, "store": str(store), "backups": rows}))
+        elif fmt != "json":
+            render(iter(rows), "table", COLUMNS + ([("prune", "PRUNE")] if prune else []),
+                   title=f"rmqtool backups of {store}")
+            for r in rows:
+                if r["problem"]:
+                    click.echo(f"rmqtool: problem: {r['problem']}", err=True)
+    if prune and doomed:
+        require_yes_or_terminal(yes, "backups --prune", store, "deletes backups", "without --prune to see them")
+        if not ask(yes, f"Delete {len(doomed)} backup(s) ({sum(r['bytes'] for r in doomed)} bytes)?"):
+            click.echo("not pruned: nothing was deleted", err=True)
+            return int(Exit.OK)
+        for r in doomed:
+            shutil.rmtree(r["path"])
+        if fmt != "json" and not quiet:
+            click.echo(f"pruned: {len(doomed)} backup(s), {sum(r['bytes'] for r in doomed)} bytes freed")
+    if prune and fmt == "json":
+        click.echo(dumps({"schema_version": SCHEMA_VERSION, "store": str(store), "backups": rows,
+                          "pruned": [r["path"] for r in doomed]}))
+    elif prune and not doomed and fmt != "json" and not quiet:
+        click.echo("nothing to prune")
+    return int(Exit.PROBLEMS if any(r["status"] == "UNUSABLE" for r in rows) else Exit.OK)
+
+
+__all__ = ["command", "find_backups", "describe_backup"]

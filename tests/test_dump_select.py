@@ -1,0 +1,98 @@
+"""dump commitlog through the CLI: "not found" says so (stderr, status 1), a malformed id
+is a usage error (2), filters repeat (their union), UNIQ_KEYs match in any case."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from conftest import broker_view, real_store, scenario
+from rmqtool.cli import run
+
+CLEAN = str(real_store("clean"))
+
+
+def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict[str, Any]], str]:
+    code = run(["dump", "commitlog", CLEAN, "--format", "jsonl", *argv])
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines()], err
+
+
+def test_unknown_msg_id_key_and_topic_say_not_found_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    m = scenario("clean")["messages"][3]
+    unknown_uniq = "F" * 32
+    for argv in (["--msg-id", unknown_uniq], ["--key", "NOPE"], ["--topic", "NoSuchTopic"],
+                 ["--from-offset", str(10**12)]):
+        code, recs, err = dump(capsys, *argv)
+        assert (code, recs) == (1, []), argv
+        assert err.startswith("rmqtool: not found:") and argv[1] in err and len(err.splitlines()) == 1
+    _, _, err = dump(capsys, "--topic", "NoSuchTopic")
+    assert "no consume queue for NoSuchTopic" in err and "TopicA" in err
+    code, recs, err = dump(capsys, "--msg-id", m["msg_id"])
+    assert code == 0 and len(recs) == 1 and err == ""
+
+
+@pytest.mark.parametrize("bad", ["XYZ", "0123", "G" * 32, "A" * 33])
+def test_malformed_msg_id_is_a_usage_error(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, recs, err = dump(capsys, "--msg-id", bad)
+    assert code == 2 and recs == [] and "not a message id" in err and "--key" in err
+
+
+def test_offset_msg_id_of_another_broker_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    m = scenario("clean")["messages"][3]
+    other = "0A000005" + m["msg_id"][8:]  # host 10.0.0.5, same port and offset
+    code, _recs, err = dump(capsys, "--msg-id", other)
+    assert code == 1 and "10.0.0.5" in err and "another broker" in err
+
+
+def test_repeated_filters_are_a_union(capsys: pytest.CaptureFixture[str]) -> None:
+    msgs = scenario("clean")["messages"]
+    a, b = msgs[5], msgs[40]
+    code, recs, _ = dump(capsys, "--msg-id", b["msg_id"], "--msg-id", a["uniq_key"])
+    assert code == 0 and [r["physical_offset"] for r in recs] == sorted([a["phys_offset"], b["phys_offset"]])
+    keys = broker_view("clean")["query_message_by_key"]
+    k1, k2 = keys[0], next(k for k in keys if k["key"] != keys[0]["key"])
+    want = sorted({o for k in keys if k["key"] in (k1["key"], k2["key"]) for o in k["phys_offsets_whose_message_has_this_key"]})
+    code, recs, _ = dump(capsys, "--key", k1["key"], "--key", k2["key"])
+    assert code == 0 and [r["physical_offset"] for r in recs] == want
+    code, recs, _ = dump(capsys, "--topic", "TopicA", "--topic", "TopicB")
+    assert {r["topic"] for r in recs} == {"TopicA", "TopicB"}
+    assert len(recs) == sum(1 for m in msgs if m["topic"] in ("TopicA", "TopicB"))
+    code, recs, _ = dump(capsys, "--topic", "TopicA", "--queue", "0", "--queue-id", "1")
+    assert {r["queue_id"] for r in recs} == {0, 1} and {r["topic"] for r in recs} == {"TopicA"}
+
+
+def test_uniq_key_in_lower_case_is_found(capsys: pytest.CaptureFixture[str]) -> None:
+    m = scenario("clean")["messages"][7]
+    for extra in ([], ["--scan"]):
+        code, recs, _ = dump(capsys, "--msg-id", m["uniq_key"].lower(), *extra)
+        assert code == 0 and [r["physical_offset"] for r in recs] == [m["phys_offset"]], extra
+
+
+def test_single_files_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
+    root = real_store("clean")
+    run(["dump", "commitlog", str(root / "commitlog" / "00000000000000065536"), "--format", "jsonl"])
+    recs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert recs and {r["file"] for r in recs} == {"00000000000000065536"}
+    assert all(65536 <= r["physical_offset"] < 131072 for r in recs)
+    run(["dump", "consumequeue", str(root / "consumequeue" / "TopicA" / "0" / "00000000000000000640"), "--format", "jsonl"])
+    units = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert units and {u["file"] for u in units} == {"consumequeue/TopicA/0/00000000000000000640"}
+    assert [u["queue_offset"] for u in units] == list(range(32, 32 + len(units)))
+    name = sorted((root / "index").iterdir())[1].name
+    run(["dump", "index", str(root / "index" / name), "--format", "jsonl"])
+    assert {json.loads(x)["file"] for x in capsys.readouterr().out.splitlines()} == {f"index/{name}"}
+    assert run(["dump", "index", str(root / "checkpoint")]) == 2  # not an index file
+
+
+def test_consumequeue_range_and_resolve(capsys: pytest.CaptureFixture[str]) -> None:
+    run(["dump", "consumequeue", CLEAN, "--topic", "TopicB", "--queue", "0", "--from", "80", "--to", "83",
+         "--resolve", "--format", "jsonl"])
+    units = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [u["queue_offset"] for u in units] == [80, 81, 82]
+    by_off = {m["phys_offset"]: m for m in scenario("clean")["messages"]}
+    for u in units:
+        assert u["points_to"] == "OK" and u["message"]["physical_offset"] == u["commitlog_offset"]
+        assert u["msg_id"] == by_off[u["commitlog_offset"]]["msg_id"] and u["store_time"].endswith("Z")
