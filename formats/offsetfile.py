@@ -104,7 +104,18 @@ def _fastjson_tail_ok(text: str, end: int) -> bool:
     return i == n or text[i] == EOI
 
 
+class _LongDigits(str):
+    """An integer literal of more digits than any Java long (Python would refuse to convert
+    one of more than 4300 digits): kept as text, so it fails the long check below."""
+
+
+def _parse_int(text: str) -> Any:
+    return _LongDigits(text) if len(text.lstrip("-")) > 19 else int(text)
+
+
 def _to_long(v: Any) -> int:
+    if isinstance(v, _LongDigits):
+        raise ValueError(f"a number of {len(v)} digits does not fit a long")
     if isinstance(v, bool):
         raise ValueError("a boolean")
     if isinstance(v, float) and v == v and abs(v) < 2.0 ** 63:
@@ -141,7 +152,7 @@ def parse_offset_text(text: str, path: str, *, flat: bool = False) -> FileState:
         return FileState(path, NULL_CONTENT, size, table={})
     quoted = quote_numeric_keys(stripped)
     try:
-        obj, end = json.JSONDecoder().raw_decode(quoted)
+        obj, end = json.JSONDecoder(parse_int=_parse_int).raw_decode(quoted)
     except json.JSONDecodeError as exc:
         return FileState(path, CORRUPT, size, error=f"not JSON ({exc.msg})", error_offset=_orig_pos(stripped, quoted, exc.pos) + lead)
     except RecursionError:

@@ -367,3 +367,14 @@ def test_rocksdb_offsets_become_rows(tmp_path: Path, capsys: pytest.CaptureFixtu
     rows = {(r["file"], r["queue_id"]): (r["committed"], r["status"]) for r in doc["rows"]}
     assert rows == {(f"config/{kind}", 0): (5, "ok"), (f"config/{kind}", 3): (3000000000, "ahead")} and rc == 4
     assert any(f"config/{kind}: offsets read" in n for n in doc["notes"])
+
+
+def test_offset_number_longer_than_any_java_long_is_a_bad_shape_not_an_error() -> None:
+    """A 100,000-digit offset (Python refuses to convert more than 4,300 digits) is a value
+    that does not fit the broker's long: the file is unusable (its .bak is used), and
+    verify/offsets say so instead of failing."""
+    from rmqtool.formats.offsetfile import parse_offset_text
+
+    st = parse_offset_text('{"offsetTable":{"T@G":{0:' + "9" * 100_000 + "}}}", "config/consumerOffset.json")
+    assert st.state == "bad_shape" and "100000 digits" in (st.error or "")
+    assert parse_offset_text('{"offsetTable":{"T@G":{0:9223372036854775807}}}', "x").table == {"T@G": {0: 2**63 - 1}}
