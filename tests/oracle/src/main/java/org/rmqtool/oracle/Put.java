@@ -567,6 +567,12 @@ final class Put {
         }
         Viewer.holdSchedule(s);
         s.start();
+        long pid = ProcessHandle.current().pid();
+        // The killer is started now and waits for one line on its stdin: when the moment comes the
+        // SIGKILL lands within microseconds, instead of after a fork+exec from a busy JVM.
+        Process killer = new ProcessBuilder("bash", "-c", "read -r _; kill -KILL " + pid)
+            .redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
+        java.io.OutputStream trigger = killer.getOutputStream();
         Log log = new Log(out.resolve("put-log.jsonl"));
         JsonArray msgs = scen.getAsJsonArray("messages");
         AtomicInteger next = new AtomicInteger();
@@ -608,7 +614,6 @@ final class Put {
             }, name);
             t.start();
         }
-        long pid = ProcessHandle.current().pid();
         while (true) {
             boolean all = finished.get() == writers;
             if ((acks.get() >= afterAcks && inProgress.get() > 0) || all) {
@@ -618,7 +623,8 @@ final class Put {
                 o.addProperty("writers_finished", all);
                 o.addProperty("time", System.currentTimeMillis());
                 log.line("sigkill_requested", o);
-                new ProcessBuilder("kill", "-KILL", Long.toString(pid)).start();
+                trigger.write('\n');
+                trigger.flush();
                 Thread.sleep(60_000);
                 return;
             }
