@@ -16,9 +16,12 @@ from typing import Any
 
 import click
 
+from .brokeropts import broker_config_option
+from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .options import broker_version_option, dry_run_preamble, make_profile, open_store, resolve_format, store_argument
+from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, resolve_format, store_argument
+from .output import SCHEMA_VERSION, output_file_options
 from .render import dumps, render
 
 FORMATS = ("table", "json", "jsonl")
@@ -47,6 +50,8 @@ def parse_time(text: str) -> int:
 
 
 @click.command("offsets", context_settings={"help_option_names": ["-h", "--help"]})
+@broker_config_option("read")
+@output_file_options
 @store_argument
 @broker_version_option
 @click.option("--group", "-g", "groups", multiple=True, metavar="GROUP", help="Only this consumer group (repeatable).")
@@ -63,9 +68,10 @@ def parse_time(text: str) -> int:
               help="Where the replaced config files go (default: a new STORE.rmqtool-backup-<time> beside the store).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=1, show_default=True, metavar="N",
               help="Processes for the commitlog walk and the dispatch that find each queue's end.")
+@yes_option
 def command(broker_version: str, groups: tuple[str, ...], topics: tuple[str, ...], fmt: str | None,
             set_: tuple[str, str, str, str] | None, reset_time: str | None, dry_run: bool, backup_dir: Path | None,
-            jobs: int, **store_opts: Any) -> int:
+            jobs: int, yes: bool, **store_opts: Any) -> int:
     """Committed consumer offsets of a stopped broker's STORE against its queues: for every
     group, topic and queue in config/consumerOffset.json (and lmqConsumerOffset.json, and
     the delayOffset.json progress of SCHEDULE_TOPIC_XXXX) the committed offset, the queue's
@@ -81,14 +87,14 @@ def command(broker_version: str, groups: tuple[str, ...], topics: tuple[str, ...
     profile = make_profile(broker_version)
     store = open_store(**store_opts)
     if set_ is not None or reset_time is not None:
-        return _change(store, profile, set_, reset_time, groups, topics, dry_run, backup_dir, jobs, fmt)
+        return _change(store, profile, set_, reset_time, groups, topics, dry_run, backup_dir, jobs, fmt, yes)
     if dry_run or backup_dir is not None:
         raise click.UsageError("--dry-run and --backup-dir go with --set or --reset-to-time")
     fmt = resolve_format(fmt, FORMATS)
     report = ro.offset_report(store, profile, groups=groups, topics=topics, jobs=jobs)
     with closed_stdout_ignored():
         if fmt == "json":
-            sys.stdout.write(dumps(report.to_dict()) + "\n")
+            sys.stdout.write(dumps({"schema_version": SCHEMA_VERSION, **report.to_dict()}) + "\n")
         elif fmt == "jsonl":
             render(iter(report.rows), "jsonl", ROW_COLUMNS)
         else:
@@ -102,15 +108,16 @@ def command(broker_version: str, groups: tuple[str, ...], topics: tuple[str, ...
 
 def _change(store: Any, profile: Any, set_: tuple[str, str, str, str] | None, reset_time: str | None,
             groups: tuple[str, ...], topics: tuple[str, ...], dry_run: bool, backup_dir: Path | None, jobs: int,
-            fmt: str | None) -> int:
+            fmt: str | None, yes: bool = False) -> int:
     from .recovery import offsets as ro
-    from .recovery.safety import StoreLockedError, broker_holds_lock, recover_pending
+    from .recovery.safety import recover_pending
 
     if set_ is not None and reset_time is not None:
         raise click.UsageError("--set and --reset-to-time exclude each other")
     root = store.root
-    if broker_holds_lock(root):
-        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+    check_lock(root, dry_run)
+    if not dry_run:
+        require_yes_or_terminal(yes, "offsets --set/--reset-to-time", root)
     if dry_run:
         dry_run_preamble(root, backup_dir)
     else:
@@ -134,11 +141,16 @@ def _change(store: Any, profile: Any, set_: tuple[str, str, str, str] | None, re
     ro.encoded_changes(root, changes)  # refuses a file the broker cannot load, before anything
     rows = [c.to_dict() for c in changes]
     result = None
+    if not dry_run and not yes and any(c.old != c.new for c in changes):
+        render(iter(rows), "table", CHANGE_COLUMNS, title=desc + " -- plan")
+        if not ask(yes, f"Apply these offset changes to {root}?"):
+            click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
+            return int(Exit.PROBLEMS)
     if not dry_run:
         result = ro.apply_offset_changes(root, changes, backup_dir=backup_dir, description=desc)
     with closed_stdout_ignored():
         if fmt == "json":
-            click.echo(dumps({"dry_run": dry_run, "changes": rows,
+            click.echo(dumps({"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "changes": rows,
                               "backup_dir": str(result.backup_dir) if result is not None and result.backup_dir else None}))
         else:
             render(iter(rows), "table", CHANGE_COLUMNS, title=desc + (" -- dry run" if dry_run else ""))

@@ -15,18 +15,25 @@ from typing import Any
 
 import click
 
+from .brokeropts import broker_config_option, broker_setting_options
+from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .options import broker_version_option, dry_run_preamble, make_profile, open_store, store_argument
+from .interrupts import settle_on_interrupt
+from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, refuse_obstacles, store_argument
+from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar
 from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
 from .recovery.recover import infer_index_tz
 from .recovery.repair import RepairPlan, apply_repair, plan_repair
-from .recovery.safety import StoreLock, StoreLockedError, broker_holds_lock, recover_pending
+from .recovery.safety import StoreLock, recover_pending
 from .render import dumps, render
 
 
 @click.command("repair", context_settings={"help_option_names": ["-h", "--help"]})
+@broker_config_option("destructive")
+@broker_setting_options
+@output_file_options
 @store_argument
 @broker_version_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (every quarantined message) and change nothing.")
@@ -40,9 +47,10 @@ from .render import dumps, render
               help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the existing names).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
               help="Worker processes for the commitlog walk and the rebuild (default: one per CPU).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed.")
+@yes_option
 def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: str, max_message_size: int,
-            index_tz: str | None, jobs: int | None, quiet: bool, **store_opts: Any) -> int:
+            index_tz: str | None, jobs: int | None, quiet: bool, yes: bool, **store_opts: Any) -> int:
     """Repair a stopped broker's STORE and keep every intact message: each damaged
     commitlog region is replaced in place by filler records of the same length (quarantine
     records of topic RMQ_SYS_RMQTOOL_QUARANTINE carrying the damaged bytes, and tombstones
@@ -54,9 +62,12 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
     Prefer recover to do exactly what the broker's recovery would do (it cuts everything
     after the first bad record); prefer repair to keep the intact messages after damage.
 
-    Exit status: 0 nothing to do, 1 repaired, 4 problems left (with --dry-run: a repair is
-    needed), 8 operational error (store locked by a broker, not a store, I/O), 2 usage
-    error, 130 interrupted."""
+    On a terminal it prints the plan and asks before changing anything; --yes skips the
+    question, and without a terminal (cron, scripts) --yes is required.
+
+    Exit status (a bitmask): 0 nothing to do, 1 repaired, 4 problems left (with --dry-run:
+    a repair is needed), 5 = 1 + 4, 8 operational error or refusal (store locked by a
+    broker, not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
     tz = None
     if index_tz is not None:
@@ -65,12 +76,12 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
         tz = parse_tz(index_tz)
     root = Path(store_opts["store"])
     open_store(**store_opts)  # not a store -> exit 8 before anything else
-    if broker_holds_lock(root):
-        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+    check_lock(root, dry_run)
     njobs = jobs or (os.cpu_count() or 1)
     if dry_run:
         dry_run_preamble(root, backup_dir)
         store = open_store(**store_opts)
+        refuse_obstacles(store, "repair")
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         with closed_stdout_ignored():
             _print(plan, None, fmt, dry_run=True)
@@ -78,25 +89,30 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
         if plan.problems or not plan.nothing_to_do:
             return int(Exit.PROBLEMS)
         return int(Exit.OK)
+    require_yes_or_terminal(yes, "repair", root)
     finished = False
     for outcome in recover_pending(root):
         _warn(outcome.describe())
         finished = finished or outcome.outcome == "completed"
-    with StoreLock(root):
+    with settle_on_interrupt(root, "repair"), StoreLock(root):
         store = open_store(**store_opts)  # as the interrupted run (if any) left it
+        refuse_obstacles(store, "repair")
         t0 = time.perf_counter()
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         result = None
+        if not plan.nothing_to_do and not yes:
+            with closed_stdout_ignored():
+                _print(plan, None, fmt, dry_run=False, plan_only=True)
+            _warn_problems(plan)
+            if not ask(yes, f"Apply this repair to {root}?"):
+                click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
+                return int(Exit.PROBLEMS)
         if not plan.nothing_to_do:
             result = apply_repair(store, plan, backup_dir=backup_dir)
         with closed_stdout_ignored():
             _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished)
     _warn_problems(plan)
-    if plan.problems:
-        return int(Exit.PROBLEMS)
-    if result is not None or finished:
-        return int(Exit.REPAIRED)
-    return int(Exit.OK)
+    return int(Exit.combine(changed=result is not None or finished, problems=bool(plan.problems)))
 
 
 def _plan(store: Any, profile: Any, max_message_size: int, tz: Any, jobs: int, quiet: bool) -> RepairPlan:
@@ -116,9 +132,12 @@ def _warn_problems(plan: RepairPlan) -> None:
 
 
 def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False) -> None:
+           finished: bool = False, plan_only: bool = False) -> None:
+    if plan_only and fmt == "json":
+        click.echo(dumps({"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}))
+        return
     if fmt == "json":
-        doc: dict[str, Any] = {"dry_run": dry_run, "plan": plan.to_dict()}
+        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
         if result is not None:
             doc["result"] = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
                              "changes": len(result.actions)}

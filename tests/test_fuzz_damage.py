@@ -95,7 +95,7 @@ def test_f3_salvage_with_an_index_symlink_loop_is_refused_up_front(tmp_path: Pat
     (root / "index").symlink_to(root / "index2")
     (root / "index2").symlink_to(root / "index")
     before = snapshot(root)
-    code, out, err = cli(capsys, "recover", str(root), "--salvage-to", str(tmp_path / "salvage"))
+    code, out, err = cli(capsys, "recover", "--yes", str(root), "--salvage-to", str(tmp_path / "salvage"))
     assert code == 8 and err.count("\n") == 1 and "/index:" in err and "symbolic links" in err
     assert snapshot(root) == before and not (tmp_path / "salvage").exists()
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
@@ -107,11 +107,11 @@ def test_f4_a_stray_one_byte_queue_file_leaves_that_queue_alone(tmp_path: Path, 
     stray = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "0" / "00000000000000000001"
     stray.write_bytes(b"x")
     queue_before = {p.name: p.read_bytes() for p in stray.parent.iterdir()}
-    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b1"))
+    code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b1"))
     assert code == 4 and "not a multiple of the file size" in err
     assert {p.name: p.read_bytes() for p in stray.parent.iterdir()} == queue_before
     after = snapshot(root)
-    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b2"))
+    code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2"))
     assert code == 4 and snapshot(root) == after and not (tmp_path / "b2").exists()
 
 
@@ -130,13 +130,13 @@ def test_f5_a_topic_of_nul_bytes_never_becomes_a_path(tmp_path: Path, capsys: py
     h0 = snapshot(root)
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
     assert code == 4 and any(json.loads(l)["code"] == "TOPIC_BAD_NAME" for l in out.splitlines())
-    code, out, err = cli(capsys, "rebuild-index", str(root), "--quiet", "--backup-dir", str(tmp_path / "b1"))
+    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--quiet", "--backup-dir", str(tmp_path / "b1"))
     assert code == 4 and "NUL byte" in err
     assert not (root / ".rmqtool-journal").exists()
     assert all("\0" not in str(p) for p in (root / "consumequeue").rglob("*"))
-    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b2"))
+    code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2"))
     assert code in (0, 4)
-    code, out, err = cli(capsys, "restore", str(tmp_path / "b1"), str(root))
+    code, out, err = cli(capsys, "restore", "--yes", str(tmp_path / "b1"), str(root))
     assert code == 0 and snapshot(root) == h0
 
 
@@ -292,9 +292,9 @@ def test_f10_a_fifo_is_never_opened(tmp_path: Path, where: str, argv: tuple[str,
 def test_f11_recover_twice_is_recover_once_after_a_renamed_commitlog_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     (root / "commitlog" / "00000000000000327680").rename(root / "commitlog" / "00000000000000458752")
-    code1, _, _ = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b1"))
+    code1, _, _ = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b1"))
     h1 = snapshot(root)
-    code2, _, _ = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b2"))
+    code2, _, _ = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2"))
     assert code2 != 1 and snapshot(root) == h1
 
 
@@ -304,9 +304,9 @@ def test_f11_recover_twice_after_an_absurd_length(tmp_path: Path, capsys: pytest
     b = bytearray(p.read_bytes())
     struct.pack_into(">i", b, 0, 0x7FFFFFFF)
     p.write_bytes(bytes(b))
-    cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b1"))
+    cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b1"))
     h1 = snapshot(root)
-    code2, _, _ = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b2"))
+    code2, _, _ = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2"))
     assert code2 != 1 and snapshot(root) == h1
 
 
@@ -319,11 +319,11 @@ def test_f12_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.Capt
     b[2000] ^= 0xFF
     p.write_bytes(bytes(b))
     queue_before = {x.name: x.read_bytes() for x in q.iterdir()}
-    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b1"))
+    code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b1"))
     assert code == 4 and "consumequeue/TopicA/0: 640: file name is not 20 digits" in err
     assert {x.name: x.read_bytes() for x in q.iterdir()} == queue_before
     h1 = snapshot(root)
-    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b2"))
+    code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2"))
     assert code == 4 and snapshot(root) == h1
 
 
@@ -348,7 +348,7 @@ def test_dry_runs_take_no_lock_and_only_warn_while_a_broker_holds_it(tmp_path: P
         before = snapshot(root)
         code, out, err = cli(capsys, command, str(root), "--dry-run")
         assert code in (0, 4) and "holds the lock" in err and "warning" in err
-        code, out, err = cli(capsys, command, str(root))
+        code, out, err = cli(capsys, command, "--yes", str(root))
         assert code == 8 and "holds the lock" in err
         assert snapshot(root) == before
     finally:
@@ -366,13 +366,13 @@ def test_a_missing_lock_file_is_not_left_behind(tmp_path: Path, capsys: pytest.C
     root = copy(tmp_path, "crash_midwrite")
     (root / "lock").unlink()
     before = snapshot(root)
-    code, out, err = cli(capsys, "recover", str(root), "--backup-dir", str(tmp_path / "b1"))
+    code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b1"))
     assert code == 1 and not os.path.lexists(root / "lock")
-    code, out, err = cli(capsys, "rebuild-index", str(root), "--quiet", "--backup-dir", str(tmp_path / "b2"))
+    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--quiet", "--backup-dir", str(tmp_path / "b2"))
     assert not os.path.lexists(root / "lock")
     if (tmp_path / "b2" / "manifest.json").exists():
-        assert cli(capsys, "restore", str(tmp_path / "b2"), str(root))[0] == 0
-    assert cli(capsys, "restore", str(tmp_path / "b1"), str(root))[0] == 0
+        assert cli(capsys, "restore", "--yes", str(tmp_path / "b2"), str(root))[0] == 0
+    assert cli(capsys, "restore", "--yes", str(tmp_path / "b1"), str(root))[0] == 0
     assert snapshot(root) == before
 
 

@@ -105,7 +105,7 @@ def test_man_pages_carry_the_decision_table(page: str) -> None:
 def test_a_version_that_is_not_a_release_is_a_usage_error(text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy_store("clean", tmp_path)
     before = tree_digest(root)
-    for cmd in (["verify"], ["recover", "--dry-run"], ["recover"], ["rebuild-index"], ["dump", "commitlog"]):
+    for cmd in (["verify"], ["recover", "--yes", "--dry-run"], ["recover", "--yes"], ["rebuild-index", "--yes"], ["dump", "commitlog"]):
         code, _out, err = cli(capsys, *cmd, root, "--broker-version", text)
         assert code == 2, (cmd, err)
         assert "--broker-version" in err
@@ -132,7 +132,7 @@ def test_auto_on_a_store_that_shows_nothing(tmp_path: Path, capsys: pytest.Captu
     assert code == 0 and json.loads(out)["broker_version"] == "4.9.4"
     assert "--broker-version auto: assuming 4.9.4 (candidates 4.6.0-4.7.0, 4.7.1-4.9.0, 4.9.1, 4.9.2-4.9.8" in err
     # destructive ones refuse with exit 2 and one line naming the candidates
-    for cmd in (["recover"], ["recover", "--dry-run"], ["rebuild-index"]):
+    for cmd in (["recover", "--yes"], ["recover", "--yes", "--dry-run"], ["rebuild-index", "--yes"]):
         code, out, err = cli(capsys, *cmd, root)
         assert code == 2 and out == ""
         lines = err.strip().splitlines()
@@ -204,15 +204,15 @@ def test_unsupported_layouts_are_refused_and_left_unchanged(make: Any, code: str
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     root = make(tmp_path)
     before = tree_digest(root)
-    for cmd in (["recover"], ["recover", "--dry-run"], ["recover", "--abnormal"], ["rebuild-index"],
-                ["rebuild-index", "--dry-run"]):
+    for cmd in (["recover", "--yes"], ["recover", "--yes", "--dry-run"], ["recover", "--yes", "--abnormal"], ["rebuild-index", "--yes"],
+                ["rebuild-index", "--yes", "--dry-run"]):
         rc, out, err = cli(capsys, *cmd, root)
         assert rc == 8 and "refused, nothing changed" in err, (cmd, rc, err)
     rc, out, err = cli(capsys, "verify", root, "--format", "jsonl")
     assert rc == 8
     findings = [json.loads(line) for line in out.splitlines()]
     assert [f["code"] for f in findings] == [code] and findings[0]["severity"] == "error"
-    rc, _out, err = cli(capsys, "restore", tmp_path / "no-backup", root)
+    rc, _out, err = cli(capsys, "restore", "--yes", tmp_path / "no-backup", root)
     assert rc == 8 and "refused" in err
     assert tree_digest(root) == before
     assert not list(tmp_path.glob("*rmqtool-backup*")) and not list(root.parent.glob("*rmqtool-backup*"))
@@ -235,7 +235,7 @@ def test_dledger_store_no_longer_gets_repaired(version: str, tmp_path: Path, cap
     the version)."""
     root = dledger_copy(tmp_path)
     before = tree_digest(root)
-    rc, out, err = cli(capsys, "recover", root, "--backup-dir", tmp_path / "bk", "--broker-version", version)
+    rc, out, err = cli(capsys, "recover", "--yes", root, "--backup-dir", tmp_path / "bk", "--broker-version", version)
     assert rc == 8 and out == "" and not (tmp_path / "bk").exists()
     assert "DLedger" in err and "--broker-version auto" not in err
     assert tree_digest(root) == before
@@ -250,7 +250,7 @@ REFUSED_SETTINGS = [
 ]
 
 
-@pytest.mark.parametrize("command", [["verify"], ["recover"], ["rebuild-index"], ["dump", "commitlog"], ["export"]])
+@pytest.mark.parametrize("command", [["verify"], ["recover", "--yes"], ["rebuild-index", "--yes"], ["dump", "commitlog"], ["export"]])
 def test_options_that_mirror_a_broker_setting_say_so_in_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _err = cli(capsys, *command, "--help")
     text = " ".join(out.split())
@@ -272,7 +272,7 @@ def test_settings_rmqtool_does_not_implement_are_refused(name: str, value: str, 
     root = copy_store("crash_midwrite", tmp_path)
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY, name: value})
     before = tree_digest(root)
-    for cmd in (["recover"], ["rebuild-index"]):
+    for cmd in (["recover", "--yes"], ["rebuild-index", "--yes"]):
         rc, _out, err = cli(capsys, *cmd, "--broker-config", conf, "--broker-version", "5.3.3")
         assert rc == 8 and f"{name}={value}" in err, (cmd, err)
     rc, out, _err = cli(capsys, "verify", "--broker-config", conf, "--broker-version", "5.3.3", "--format", "jsonl")
@@ -288,9 +288,9 @@ def test_a_setting_a_version_does_not_have_is_not_refused(tmp_path: Path, capsys
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY,
                                                  "storeType": "defaultRocksDB", "enableDLegerCommitLog": "false",
                                                  "messageIndexEnable": "true", "duplicationEnable": "FALSE"})
-    rc, _out, err = cli(capsys, "recover", "--broker-config", conf, "--broker-version", "4.9.4", "--dry-run")
+    rc, _out, err = cli(capsys, "recover", "--yes", "--broker-config", conf, "--broker-version", "4.9.4", "--dry-run")
     assert rc == 0, err
-    rc, _out, err = cli(capsys, "recover", "--broker-config", conf, "--broker-version", "5.2.0", "--dry-run")
+    rc, _out, err = cli(capsys, "recover", "--yes", "--broker-config", conf, "--broker-version", "5.2.0", "--dry-run")
     assert rc == 8 and "storeType=defaultRocksDB" in err
 
 
@@ -313,8 +313,8 @@ READ_ONLY = [
     ["dump", "index", "--format", "jsonl"],
     ["dump", "checkpoint", "--format", "jsonl"],
     ["dump", "config", "--format", "jsonl"],
-    ["recover", "--dry-run", "--format", "json", "-q"],
-    ["rebuild-index", "--dry-run", "-q"],
+    ["recover", "--yes", "--dry-run", "--format", "json", "-q"],
+    ["rebuild-index", "--yes", "--dry-run", "-q"],
 ]
 
 
@@ -340,7 +340,7 @@ def test_broker_config_alone_equals_the_explicit_options(fixture: str, tmp_path:
         assert (code1, out1) == (code2, out2), cmd
         assert out1 or cmd[1] in ("consumequeue", "index", "config")  # (crash_midwrite has no config/)
     # the destructive commands leave the same bytes
-    for cmd, extra in ((["rebuild-index", "-q"], []), (["recover", "-q", "--abnormal"], ["--no-crc", "--message-index-safe"])):
+    for cmd, extra in ((["rebuild-index", "--yes", "-q"], []), (["recover", "--yes", "-q", "--abnormal"], ["--no-crc", "--message-index-safe"])):
         code1, _o, e1 = cli(capsys, *cmd, "--broker-config", conf, "--backup-dir", tmp_path / f"bk-a-{cmd[0]}")
         code2, _o, e2 = cli(capsys, *cmd, b, *explicit, *extra, "--backup-dir", tmp_path / f"bk-b-{cmd[0]}")
         assert code1 == code2 and code1 in (0, 1), (cmd, e1, e2)
@@ -352,8 +352,8 @@ def test_broker_config_alone_equals_the_explicit_options(fixture: str, tmp_path:
     # and restore, with STORE from the config
     last = "recover" if (tmp_path / "bk-a-recover").exists() else "rebuild-index"  # (a sound store: recover did nothing)
     assert (tmp_path / f"bk-b-{last}").exists()
-    code1, _o, e1 = cli(capsys, "restore", tmp_path / f"bk-a-{last}", "--broker-config", conf)
-    code2, _o, e2 = cli(capsys, "restore", tmp_path / f"bk-b-{last}", b)
+    code1, _o, e1 = cli(capsys, "restore", "--yes", tmp_path / f"bk-a-{last}", "--broker-config", conf)
+    code2, _o, e2 = cli(capsys, "restore", "--yes", tmp_path / f"bk-b-{last}", b)
     assert code1 == code2 == 0, (e1, e2)
     assert _without_index_names(tree_digest(a)) == _without_index_names(tree_digest(b))
     if last == "recover":
@@ -371,7 +371,7 @@ def test_explicit_options_win_over_the_file(tmp_path: Path, capsys: pytest.Captu
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(tmp_path / "elsewhere"),
                                                  "mappedFileSizeConsumeQueue": "6000000", "maxHashSlotNum": "5000000",
                                                  "maxIndexNum": "20000000", "mappedFileSizeCommitLog": "65536"})
-    code, out, err = cli(capsys, "rebuild-index", root, "--broker-config", conf, "--dry-run", "-q",
+    code, out, err = cli(capsys, "rebuild-index", "--yes", root, "--broker-config", conf, "--dry-run", "-q",
                          "--cq-file-size", "640", "--index-slots", "100", "--index-entries", "400")
     assert code == 0, err
     assert f"rebuild-index {root} " in out
@@ -399,7 +399,7 @@ def test_commitlog_directory_from_the_file(tmp_path: Path, capsys: pytest.Captur
     code, out, _err = cli(capsys, "dump", "commitlog", "--broker-config", conf, "--format", "jsonl", "--limit", "3")
     assert code == 0 and len(out.splitlines()) == 3
     before = tree_digest(tmp_path)
-    code, _out, err = cli(capsys, "recover", "--broker-config", conf, "--broker-version", "4.9.4")
+    code, _out, err = cli(capsys, "recover", "--yes", "--broker-config", conf, "--broker-version", "4.9.4")
     assert code == 8 and "storePathCommitLog" in err
     assert tree_digest(tmp_path) == before
     # 4.6.0-4.9.3: the default commitlog directory is ~/store/commitlog, not the root's
@@ -408,7 +408,7 @@ def test_commitlog_directory_from_the_file(tmp_path: Path, capsys: pytest.Captur
     c = bc.read_broker_conf(old)
     assert c.commitlog_dir((4, 9, 3)) == Path.home() / "store" / "commitlog"
     assert c.commitlog_dir((4, 9, 4)) is None
-    code, _out, err = cli(capsys, "recover", "--broker-config", old, "--broker-version", "4.9.3", "--dry-run")
+    code, _out, err = cli(capsys, "recover", "--yes", "--broker-config", old, "--broker-version", "4.9.3", "--dry-run")
     assert code == 8 and f"reads the commitlog from {Path.home() / 'store' / 'commitlog'}" in err
     assert tree_digest(tmp_path) == before
 
@@ -440,18 +440,18 @@ def test_recover_honours_force_verify_prop_crc(mode: str, version: str, tmp_path
     recs = crc_store(root, abort=mode == "--abnormal")
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "enabledAppendPropCRC": "true",
                                                  "forceVerifyPropCRC": "true"})
-    code, out, _ = cli(capsys, "recover", "--dry-run", "--format", "json", "-q", mode, *GEOM, "--broker-version", version,
+    code, out, _ = cli(capsys, "recover", "--yes", "--dry-run", "--format", "json", "-q", mode, *GEOM, "--broker-version", version,
                        "--broker-config", conf)
     plan = json.loads(out)["plan"]
     assert plan["end_offset"] == recs[3]["offset"]  # the broker cuts at the record and everything after it
-    code2, out2, _ = cli(capsys, "recover", root, "--dry-run", "--format", "json", "-q", mode, *GEOM,
+    code2, out2, _ = cli(capsys, "recover", "--yes", root, "--dry-run", "--format", "json", "-q", mode, *GEOM,
                          "--broker-version", version, "--force-verify-prop-crc")
     assert (code2, json.loads(out2)["plan"]) == (code, plan)
     # without the setting the record is kept (the body CRC matches)
-    _c, out3, _ = cli(capsys, "recover", root, "--dry-run", "--format", "json", "-q", mode, *GEOM, "--broker-version", version)
+    _c, out3, _ = cli(capsys, "recover", "--yes", root, "--dry-run", "--format", "json", "-q", mode, *GEOM, "--broker-version", version)
     assert json.loads(out3)["plan"]["end_offset"] == recs[-1]["offset"] + recs[-1]["size"]
     # the real run leaves the broker's end: every byte from record 3 on is zero
-    assert cli(capsys, "recover", "-q", mode, *GEOM, "--broker-version", version, "--broker-config", conf,
+    assert cli(capsys, "recover", "--yes", "-q", mode, *GEOM, "--broker-version", version, "--broker-config", conf,
                "--backup-dir", tmp_path / "bk", "--jobs", "1")[0] == 1
     data = b"".join(p.read_bytes() for p in sorted((root / "commitlog").iterdir()))
     assert data[recs[3]["offset"]:].strip(b"\0") == b""
@@ -465,7 +465,7 @@ def test_force_verify_prop_crc_is_ignored_before_5_2(tmp_path: Path, capsys: pyt
     root = tmp_path / "s"
     recs = crc_store(root, abort=True)
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "forceVerifyPropCRC": "true"})
-    _c, out, _ = cli(capsys, "recover", "--dry-run", "--format", "json", "-q", *GEOM, "--broker-version", "5.1.4",
+    _c, out, _ = cli(capsys, "recover", "--yes", "--dry-run", "--format", "json", "-q", *GEOM, "--broker-version", "5.1.4",
                      "--broker-config", conf)
     assert json.loads(out)["plan"]["end_offset"] == recs[-1]["offset"] + recs[-1]["size"]
     assert not BrokerProfile.for_version("5.1.4", force_verify_prop_crc=True).verify_prop_crc
@@ -478,7 +478,7 @@ def test_rebuild_index_dispatches_as_the_reput_does_under_force_verify(tmp_path:
     root = tmp_path / "s"
     recs = crc_store(root, abort=False)
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "forceVerifyPropCRC": "true"})
-    code, _o, err = cli(capsys, "rebuild-index", "-q", *GEOM, "--broker-version", "5.3.3", "--broker-config", conf,
+    code, _o, err = cli(capsys, "rebuild-index", "--yes", "-q", *GEOM, "--broker-version", "5.3.3", "--broker-config", conf,
                         "--backup-dir", tmp_path / "bk", "--jobs", "1")
     assert code == 0, err
     assert cq_units(root, "CrcT") == [unit_of(r) for r in recs]
@@ -520,7 +520,7 @@ def test_recheck_reput_offset_from_cq_catches_up_on_5x(how: str, tmp_path: Path,
     recs = write_store(root, [dict(topic="LagT", props=props({"KEYS": f"k{i}", "TAGS": "TagA"})) for i in range(10)])
     write_cq(root, "LagT", 0, [unit_of(r) for r in recs[:4]])
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "recheckReputOffsetFromCq": "true"})
-    args = ["recover", "-q", *GEOM, "--broker-version", "5.1.4", "--backup-dir", tmp_path / "bk", "--jobs", "1"]
+    args = ["recover", "--yes", "-q", *GEOM, "--broker-version", "5.1.4", "--backup-dir", tmp_path / "bk", "--jobs", "1"]
     args += {"option": ["--recheck-reput-offset-from-cq", root], "config": ["--broker-config", conf], "none": [root]}[how]
     code, _out, err = cli(capsys, *args)
     if how == "none":
@@ -575,7 +575,7 @@ def test_force_verify_fast_path_agrees_with_the_broker_check(version: str, mutat
         if not ck.check_record(buf, r["offset"] % FS, FS, profile).is_message:
             expected = r["offset"]
             break
-    code, out, _ = cli(capsys, "recover", root, "--dry-run", "--format", "json", "-q", *GEOM, "--broker-version", version,
+    code, out, _ = cli(capsys, "recover", "--yes", root, "--dry-run", "--format", "json", "-q", *GEOM, "--broker-version", version,
                        "--force-verify-prop-crc", "--jobs", "1")
     assert json.loads(out)["plan"]["end_offset"] == expected
     if mutation in ("intact", "earlier_duplicate_key"):

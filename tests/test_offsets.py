@@ -220,18 +220,18 @@ def test_recover_lists_then_fixes_offsets_past_the_end(tmp_path: Path, capsys: p
     store = copy_store("crash_midwrite", tmp_path)
     path = write_offsets(store, {"TopicA@g1": {0: 200, 1: 100}, "TopicB@g2": {0: 191, 1: 250}})
     before = path.read_bytes()
-    rc, doc = run_json(["recover", str(store), "--dry-run", "-q", "--format", "json"], capsys)
+    rc, doc = run_json(["recover", "--yes", str(store), "--dry-run", "-q", "--format", "json"], capsys)
     past = {(o["key"], o["queue_id"]): o["new_offset"] for o in doc["offsets_past_end"]}
     assert past == {("TopicA@g1", 0): 193, ("TopicB@g2", 1): 192} and not doc["offsets_fixed"]
     assert path.read_bytes() == before
-    rc, doc = run_json(["recover", str(store), "-q", "--format", "json", "--fix-offsets"], capsys)
+    rc, doc = run_json(["recover", "--yes", str(store), "-q", "--format", "json", "--fix-offsets"], capsys)
     assert rc == 1 and doc["offsets_fixed"]
     assert "config/consumerOffset.json" in [a["path"] for a in doc["result"]["actions"]]
     assert of.parse_offset_text(path.read_text(), "x").table == {"TopicA@g1": {0: 193, 1: 100}, "TopicB@g2": {0: 191, 1: 192}}
     rc, rep = run_json(["offsets", str(store), "--format", "json"], capsys)
     assert rc == 0 and all(r["status"] == "ok" for r in rep["rows"])
     # one backup for the whole recovery: restore puts the offsets back too
-    assert run(["restore", doc["result"]["backup_dir"], str(store)]) == 0
+    assert run(["restore", "--yes", doc["result"]["backup_dir"], str(store)]) == 0
     assert path.read_bytes() == before
 
 
@@ -239,7 +239,7 @@ def test_recover_without_fix_leaves_offsets(tmp_path: Path, capsys: pytest.Captu
     store = copy_store("crash_midwrite", tmp_path)
     path = write_offsets(store, {"TopicA@g1": {0: 200}})
     before = path.read_bytes()
-    rc, doc = run_json(["recover", str(store), "-q", "--format", "json"], capsys)
+    rc, doc = run_json(["recover", "--yes", str(store), "-q", "--format", "json"], capsys)
     assert rc == 1 and [o["new_offset"] for o in doc["offsets_past_end"]] == [193] and not doc["offsets_fixed"]
     assert path.read_bytes() == before
 
@@ -265,7 +265,7 @@ def test_set_dry_run_then_real_then_restore(tmp_path: Path, capsys: pytest.Captu
     rc, doc = run_json(["offsets", str(store), "--set", "g1", "TopicA", "1", "63", "--format", "json"], capsys)
     assert rc == 1
     assert path.read_bytes() == of.encode_offset_file({"TopicA@g1": {0: 5, 1: 63}})
-    assert run(["restore", doc["backup_dir"], str(store)]) == 0
+    assert run(["restore", "--yes", doc["backup_dir"], str(store)]) == 0
     assert tree_digest(store) == before
 
 

@@ -105,7 +105,7 @@ def _verify_errors(root: Path) -> list[str]:
 
 
 def _repair(root: Path, *args: str) -> int:
-    return run(["repair", str(root), "--quiet", "--jobs", "1", *args])
+    return run(["repair", "--yes", str(root), "--quiet", "--jobs", "1", *args])
 
 
 def _plan(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
@@ -228,7 +228,7 @@ def test_repair_keeps_every_intact_record_and_verify_passes(tmp_path: Path, name
     assert _verify_errors(root) == []
     _assert_kept(root, before)
     # the broker's recovery (recover's dry run) finds nothing to cut
-    assert run(["recover", str(root), "--dry-run", "--quiet"]) == 0
+    assert run(["recover", "--yes", str(root), "--dry-run", "--quiet"]) == 0
     # nothing left to do: a second run changes nothing
     snap = tree_digest(root)
     assert _repair(root) == 0
@@ -282,7 +282,7 @@ def test_restore_gives_back_the_original_bytes(tmp_path: Path) -> None:
     snap = tree_digest(root)
     assert _repair(root, "--backup-dir", str(tmp_path / "bk")) == 1
     assert tree_digest(root) != snap
-    assert run(["restore", str(tmp_path / "bk"), str(root)]) == 0
+    assert run(["restore", "--yes", str(tmp_path / "bk"), str(root)]) == 0
     assert tree_digest(root) == snap
 
 
@@ -307,7 +307,7 @@ def _digest(root: Path) -> dict[str, str]:
 def _run_cli(root: Path, env: dict[str, str]) -> int:
     e = dict(os.environ)
     e.update(env)
-    return subprocess.run([sys.executable, "-m", "rmqtool", "repair", str(root), "--quiet", "--jobs", "1"],
+    return subprocess.run([sys.executable, "-m", "rmqtool", "repair", "--yes", str(root), "--quiet", "--jobs", "1"],
                           env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120).returncode
 
 
@@ -383,7 +383,7 @@ def test_verify_recover_and_repair_count_the_same_intact_records(tmp_path: Path,
     msg = next(f.message for f in rep.findings if f.code == "CL_BODY_CRC")
     assert f"({n_after} intact messages after this record; rmqtool repair keeps them)" in msg
     capsys.readouterr()
-    assert run(["recover", str(root), "--dry-run", "--quiet", "--format", "json"]) == 4
+    assert run(["recover", "--yes", str(root), "--dry-run", "--quiet", "--format", "json"]) == 4
     rplan = json.loads(capsys.readouterr().out)["plan"]
     assert rplan["intact_cut"] == n_after and rplan["messages_cut"] == n_after + 1
     code, doc = _plan(root, capsys, "--dry-run")

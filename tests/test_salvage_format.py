@@ -42,14 +42,14 @@ def test_salvage_lines_are_dumps_lines(tmp_path: Path, capsys: pytest.CaptureFix
     want = _dump_lines(root, capsys)
     # dry run: the list of what would be cut, no bytes, the store unchanged
     snap = tree_digest(root)
-    assert run(["recover", str(root), "--dry-run", "--quiet", "--salvage-to", str(tmp_path / "list")]) == 4
+    assert run(["recover", "--yes", str(root), "--dry-run", "--quiet", "--salvage-to", str(tmp_path / "list")]) == 4
     assert tree_digest(root) == snap
     listed = (tmp_path / "list" / "would_be_cut.jsonl").read_text().splitlines()
     assert not (tmp_path / "list" / "salvaged.bin").exists()
     assert listed and all(json.loads(x)["physical_offset"] > cut for x in listed)
     assert listed == [want[json.loads(x)["physical_offset"]] for x in listed]
     # the real run writes the same lines and the bytes
-    assert run(["recover", str(root), "--quiet", "--salvage-to", str(tmp_path / "s"), "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert run(["recover", "--yes", str(root), "--quiet", "--salvage-to", str(tmp_path / "s"), "--backup-dir", str(tmp_path / "bk")]) == 1
     got = (tmp_path / "s" / "salvaged.jsonl").read_text().splitlines()
     assert got == listed
     raw = (tmp_path / "s" / "salvaged.bin").read_bytes()

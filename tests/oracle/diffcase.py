@@ -447,7 +447,7 @@ def recover_args(version: str, config: dict[str, Any], extra: list[str] = ()) ->
 
 def run_recover(store: Path, version: str, config: dict[str, Any], extra: list[str] = ()) -> tuple[int, str]:  # type: ignore[assignment]
     bk = store.parent / (store.name + ".bk")
-    rc, out, err = rmq(["recover", str(store), "--backup-dir", str(bk), *recover_args(version, config, extra)])
+    rc, out, err = rmq(["recover", "--yes", str(store), "--backup-dir", str(bk), *recover_args(version, config, extra)])
     return rc, (err.strip() or out[-300:])
 
 
@@ -506,7 +506,7 @@ def rebuild_checks(recovered: Path, version: str, config: dict[str, Any], view: 
     shutil.copytree(recovered, cp, ignore=shutil.ignore_patterns("consumequeue", "index"))
     (cp / "consumequeue").mkdir()
     (cp / "index").mkdir()
-    rc, out, err = rmq(["rebuild-index", str(cp), "--backup-dir", str(work / "rebuilt.bk"), "-q", "-j", "1",
+    rc, out, err = rmq(["rebuild-index", "--yes", str(cp), "--backup-dir", str(work / "rebuilt.bk"), "-q", "-j", "1",
                         "--broker-version", rmq_version(version), *geometry_args(config)])
     if rc != 0:
         return [f"rebuild: status {rc}: {err.strip()[:200]}"]

@@ -115,7 +115,7 @@ def test_recover_ends_where_the_broker_ends_under_force_verify_prop_crc(
     conf.write_text("".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
                             for k, v in {"storePathRootDir": ours, **settings}.items()))
     capsys.readouterr()
-    code = run(["recover", "--broker-config", str(conf), "--broker-version", VERSION, "-q", "--format", "json",
+    code = run(["recover", "--yes", "--broker-config", str(conf), "--broker-version", VERSION, "-q", "--format", "json",
                 "--backup-dir", str(tmp_path / "bk")])
     doc = json.loads(capsys.readouterr().out)
     assert code == 1
@@ -140,7 +140,7 @@ def test_without_force_verify_the_broker_keeps_the_record(written: tuple[Path, d
     conf.write_text("".join(f"{k}={v}\n" for k, v in {"storePathRootDir": ours, **GEOMETRY,
                                                       "enabledAppendPropCRC": "true"}.items()))
     capsys.readouterr()
-    run(["recover", "--broker-config", str(conf), "--broker-version", VERSION, "--dry-run", "-q", "--format", "json"])
+    run(["recover", "--yes", "--broker-config", str(conf), "--broker-version", VERSION, "--dry-run", "-q", "--format", "json"])
     plan = json.loads(capsys.readouterr().out)["plan"]
     last = result["messages"][-1]
     assert plan["end_offset"] == last["phys_offset"] + last["wrote_bytes"]
@@ -173,7 +173,7 @@ def test_recover_ends_where_the_broker_ends_under_check_crc_on_recover(
     conf.write_text("".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
                             for k, v in {"storePathRootDir": ours, **settings}.items()))
     capsys.readouterr()
-    code = run(["recover", "--broker-config", str(conf), "--broker-version", VERSION, "-q", "--format", "json",
+    code = run(["recover", "--yes", "--broker-config", str(conf), "--broker-version", VERSION, "-q", "--format", "json",
                 "--backup-dir", str(tmp_path / "bk")])
     doc = json.loads(capsys.readouterr().out)
     last = result["messages"][-1]

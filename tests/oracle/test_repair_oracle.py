@@ -195,7 +195,7 @@ def test_oracle_written_store_damaged_then_repaired(tmp_path: Path) -> None:
 
 def _repair_and_judge(root: Path, tmp_path: Path, config: dict[str, Any], *, expect_quarantine: bool) -> None:
     before = _intact(root)
-    assert run(["repair", str(root), "--quiet", "--jobs", "1"]) == 1
+    assert run(["repair", "--yes", str(root), "--quiet", "--jobs", "1"]) == 1
     after = {r["off"]: r for r in _intact(root)}
     abnormal = tmp_path / "abnormal" / "store"
     shutil.copytree(root, abnormal)
