@@ -77,6 +77,7 @@ from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, cha
 from .plainwalk import crc_failures, plain_records
 from .indexkeep import NO_END as _NO_END, IndexCheck, check_index_file
 from .reput import SIZE_ACCOUNTING
+from .times import add_times
 from .store import Store, StoreFile
 from .transfer import Inherited, fork_context, inherited, share, unshare
 from .versions import BrokerProfile
@@ -1830,7 +1831,7 @@ def write_salvage(store: Store, plan: RecoveryPlan, profile: BrokerProfile, out_
                     c = ck.check_record(buf, q, min(mf.size, F), profile, check_crc=True, read_body=True)
                     if not c.is_message:
                         continue
-                    rec = message_fields(f.name, c, buf, body_hash=True)
+                    rec = add_times(message_fields(f.name, c, buf, body_hash=True))  # as dump prints it
                     if not list_only:
                         raw.write(bytes(buf[q : q + size]))
                     raw_at += size

@@ -83,8 +83,11 @@ class StatusTracker:
         return Exit.PROBLEMS if self.damaged else Exit.OK
 
 
-def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str, out: Any = None) -> int:
-    """Render (at most ``limit``) records on ``out`` (default stdout); return the exit code."""
+def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str, out: Any = None,
+           say_empty: bool = True) -> int:
+    """Render (at most ``limit``) records on ``out`` (default stdout); return the exit code.
+    ``say_empty``: say "no ... records found" on stderr when nothing was printed (False
+    where the caller says "not found" itself)."""
     from .dump_times import timed
 
     out = out or sys.stdout
@@ -101,7 +104,7 @@ def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple
         else:
             render(tracker.watch(recs), fmt, columns, title=title, out=out)  # type: ignore[arg-type]
             out.flush()
-        if not tracker.seen:  # every "nothing found" is said (on stderr: stdout stays data)
+        if not tracker.seen and say_empty:  # every "nothing found" is said (on stderr: stdout stays data)
             click.echo(f"rmqtool: no {title} records found", err=True)
     except BrokenPipeError:
         # the reader went away (``| head``): stop quietly. click would turn EPIPE into
@@ -1172,8 +1175,8 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
         records = commitlog_stream(store, profile, fmt, **kw)
     matches = sel.Matches()
     columns = COMMITLOG_COLUMNS + ([("body", "BODY")] if with_body else []) + ([("body_sha256", "BODY SHA256")] if body_hash else [])
-    code = output(matches.watch(records), fmt, columns, limit, "commitlog")
     filtered = keys or msg_ids or topics or queue_ids or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
+    code = output(matches.watch(records), fmt, columns, limit, "commitlog", say_empty=not (filtered and limit != 0))
     if filtered and matches.messages == 0 and limit != 0:
         hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
         if topics and not hint:

@@ -131,7 +131,7 @@ def test_f5_a_topic_of_nul_bytes_never_becomes_a_path(tmp_path: Path, capsys: py
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
     assert code == 4 and any(json.loads(l)["code"] == "TOPIC_BAD_NAME" for l in out.splitlines())
     code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--quiet", "--backup-dir", str(tmp_path / "b1"))
-    assert code == 4 and "NUL byte" in err
+    assert code == 5 and "NUL byte" in err  # the other queues written (1), this topic left (4)
     assert not (root / ".rmqtool-journal").exists()
     assert all("\0" not in str(p) for p in (root / "consumequeue").rglob("*"))
     code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2"))
@@ -157,7 +157,7 @@ def test_f6_a_symlinked_queue_directory_is_a_finding_and_a_refusal(tmp_path: Pat
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
     assert code == 4 and any(json.loads(l)["code"] == "FILE_UNSAFE" and json.loads(l)["file"] == "consumequeue/TopicA/0"
                              for l in out.splitlines())
-    for argv in (("recover",), ("rebuild-index", "--quiet"), ("recover", "--dry-run"), ("rebuild-index", "--dry-run", "--quiet")):
+    for argv in (("recover", "--yes"), ("rebuild-index", "--yes", "--quiet"), ("recover", "--dry-run"), ("rebuild-index", "--dry-run", "--quiet")):
         code, out, err = cli(capsys, argv[0], str(root), *argv[1:])
         assert code == 8 and err.count("\n") == 1 and "consumequeue/TopicA/0" in err, (argv, err)
         assert snapshot(root) == before and not (root / ".rmqtool-journal").exists()
@@ -186,7 +186,7 @@ def test_f6_an_unwritable_queue_directory_is_refused_before_any_change(public_tm
     before = snapshot(root)
     o = child("verify", str(root), "--format", "jsonl", user="nobody")
     assert o.code in (0, 4)  # DIR_UNWRITABLE is a warning: a read-only forensic copy is no damage
-    o = child("recover", str(root), user="nobody")
+    o = child("recover", "--yes", str(root), user="nobody")
     assert o.code == 8 and "consumequeue/TopicA/0" in o.err and "write permission" in o.err
     assert snapshot(root) == before and not (root / ".rmqtool-journal").exists()
     q.chmod(0o755)
@@ -214,8 +214,8 @@ def test_f7_recover_with_the_newest_index_renamed_far_ahead_finishes(tmp_path: P
     root = copy(tmp_path, "crash_midwrite")
     newest = sorted((root / "index").iterdir())[-1]
     newest.rename(newest.with_name("20261399999999999"))
-    o = child("recover", str(root), timeout=60)
-    assert o.code in (0, 1, 4) and o.seconds < 30
+    o = child("recover", "--yes", str(root), timeout=60)
+    assert o.code in (0, 1, 4, 5) and o.seconds < 30
 
 
 @pytest.mark.parametrize("what", ["devzero", "sparse64g"])
@@ -235,7 +235,7 @@ def test_f8_a_huge_checkpoint_is_never_read_whole(tmp_path: Path, what: str) -> 
         assert o.code in codes and not o.memory, (argv, o.code, o.err)
     assert snapshot(root) == before
     if what == "devzero":
-        o = child("recover", str(root))
+        o = child("recover", "--yes", str(root))
         assert o.code == 8 and "/dev/zero" in o.err
 
 
@@ -272,8 +272,8 @@ def test_f9_an_unreadable_store_is_an_operational_error_not_usage(tmp_path: Path
 
 
 @pytest.mark.parametrize("where,argv", [
-    ("checkpoint", ("verify",)), ("checkpoint", ("recover",)), ("checkpoint", ("recover", "--dry-run")),
-    ("lock", ("verify",)), ("config/delayOffset.json", ("dump", "config")), ("index/LAST", ("recover",)),
+    ("checkpoint", ("verify",)), ("checkpoint", ("recover", "--yes")), ("checkpoint", ("recover", "--dry-run")),
+    ("lock", ("verify",)), ("config/delayOffset.json", ("dump", "config")), ("index/LAST", ("recover", "--yes")),
     ("checkpoint", ("dump", "checkpoint")),
 ])
 def test_f10_a_fifo_is_never_opened(tmp_path: Path, where: str, argv: tuple[str, ...]) -> None:
@@ -320,7 +320,7 @@ def test_f12_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.Capt
     p.write_bytes(bytes(b))
     queue_before = {x.name: x.read_bytes() for x in q.iterdir()}
     code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b1"))
-    assert code == 4 and "consumequeue/TopicA/0: 640: file name is not 20 digits" in err
+    assert code == 5 and "consumequeue/TopicA/0: 640: file name is not 20 digits" in err
     assert {x.name: x.read_bytes() for x in q.iterdir()} == queue_before
     h1 = snapshot(root)
     code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2"))
@@ -371,8 +371,8 @@ def test_a_missing_lock_file_is_not_left_behind(tmp_path: Path, capsys: pytest.C
     code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--quiet", "--backup-dir", str(tmp_path / "b2"))
     assert not os.path.lexists(root / "lock")
     if (tmp_path / "b2" / "manifest.json").exists():
-        assert cli(capsys, "restore", "--yes", str(tmp_path / "b2"), str(root))[0] == 0
-    assert cli(capsys, "restore", "--yes", str(tmp_path / "b1"), str(root))[0] == 0
+        assert cli(capsys, "restore", "--yes", str(tmp_path / "b2"), str(root))[0] == 1  # restored
+    assert cli(capsys, "restore", "--yes", str(tmp_path / "b1"), str(root))[0] == 1
     assert snapshot(root) == before
 
 
@@ -446,11 +446,11 @@ def test_restore_streams_in_bounded_memory(tmp_path: Path) -> None:
         f.seek((1 << 30) - 4096)
         f.write(b"\1" * 4096)
     before = snapshot(root)
-    o = child("recover", str(root), "--backup-dir", str(tmp_path / "b1"), mem=TWO_GIB)
-    assert o.code in (0, 1, 4)
+    o = child("recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b1"), mem=TWO_GIB)
+    assert o.code in (0, 1, 4, 5)
     if not (tmp_path / "b1" / "manifest.json").exists():
         pytest.skip("recover changed nothing here")
-    o = child("restore", str(tmp_path / "b1"), str(root), mem=1 << 30, timeout=120)
+    o = child("restore", "--yes", str(tmp_path / "b1"), str(root), mem=1 << 30, timeout=120)
     assert o.code == 0, o.err
     assert snapshot(root) == before
 

@@ -231,7 +231,7 @@ def test_recover_lists_then_fixes_offsets_past_the_end(tmp_path: Path, capsys: p
     rc, rep = run_json(["offsets", str(store), "--format", "json"], capsys)
     assert rc == 0 and all(r["status"] == "ok" for r in rep["rows"])
     # one backup for the whole recovery: restore puts the offsets back too
-    assert run(["restore", "--yes", doc["result"]["backup_dir"], str(store)]) == 0
+    assert run(["restore", "--yes", doc["result"]["backup_dir"], str(store)]) == 1  # restored (the store changed)
     assert path.read_bytes() == before
 
 
@@ -260,22 +260,22 @@ def test_set_dry_run_then_real_then_restore(tmp_path: Path, capsys: pytest.Captu
     store = copy_store("clean", tmp_path)
     path = write_offsets(store, {"TopicA@g1": {0: 5, 1: 1200}})
     before = tree_digest(store)
-    rc, doc = run_json(["offsets", str(store), "--set", "g1", "TopicA", "1", "63", "--dry-run", "--format", "json"], capsys)
+    rc, doc = run_json(["offsets", "--yes", str(store), "--set", "g1", "TopicA", "1", "63", "--dry-run", "--format", "json"], capsys)
     assert rc == 4 and doc["dry_run"] and doc["changes"][0]["committed"] == 1200 and tree_digest(store) == before
-    rc, doc = run_json(["offsets", str(store), "--set", "g1", "TopicA", "1", "63", "--format", "json"], capsys)
+    rc, doc = run_json(["offsets", "--yes", str(store), "--set", "g1", "TopicA", "1", "63", "--format", "json"], capsys)
     assert rc == 1
     assert path.read_bytes() == of.encode_offset_file({"TopicA@g1": {0: 5, 1: 63}})
-    assert run(["restore", "--yes", doc["backup_dir"], str(store)]) == 0
+    assert run(["restore", "--yes", doc["backup_dir"], str(store)]) == 1  # restored (the store changed)
     assert tree_digest(store) == before
 
 
 def test_set_a_new_queue_and_an_unknown_queue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = copy_store("clean", tmp_path)
     path = write_offsets(store, {"TopicA@g1": {0: 5}})
-    assert run(["offsets", str(store), "--set", "g9", "TopicB", "0", "3"]) == 1
+    assert run(["offsets", "--yes", str(store), "--set", "g9", "TopicB", "0", "3"]) == 1
     assert of.parse_offset_text(path.read_text(), "x").table == {"TopicA@g1": {0: 5}, "TopicB@g9": {0: 3}}
-    assert run(["offsets", str(store), "--set", "g9", "TopicB", "7", "3"]) == 8
-    assert run(["offsets", str(store), "--set", "g9", "TopicB", "x", "3"]) == 2
+    assert run(["offsets", "--yes", str(store), "--set", "g9", "TopicB", "7", "3"]) == 8
+    assert run(["offsets", "--yes", str(store), "--set", "g9", "TopicB", "x", "3"]) == 2
 
 
 def test_set_refuses_a_file_the_broker_cannot_load(tmp_path: Path) -> None:
@@ -283,7 +283,7 @@ def test_set_refuses_a_file_the_broker_cannot_load(tmp_path: Path) -> None:
     (store / "config" / "consumerOffset.json").write_text("{broken")
     (store / "config" / "consumerOffset.json.bak").write_text("{also broken")
     before = tree_digest(store)
-    assert run(["offsets", str(store), "--set", "g1", "TopicA", "0", "3"]) == 8
+    assert run(["offsets", "--yes", str(store), "--set", "g1", "TopicA", "0", "3"]) == 8
     assert tree_digest(store) == before
 
 
@@ -291,7 +291,7 @@ def test_set_writes_the_table_the_broker_loads_from_the_bak(tmp_path: Path) -> N
     store = copy_store("clean", tmp_path)
     write_offsets(store, {"TopicA@g1": {0: 5, 1: 7}}, "consumerOffset.json.bak")
     (store / "config" / "consumerOffset.json").write_text(ONE + "\t}\n}")  # stale tail: the broker loads the .bak
-    assert run(["offsets", str(store), "--set", "g1", "TopicA", "0", "9"]) == 1
+    assert run(["offsets", "--yes", str(store), "--set", "g1", "TopicA", "0", "9"]) == 1
     assert of.parse_offset_text((store / "config" / "consumerOffset.json").read_text(), "x").table == {"TopicA@g1": {0: 9, 1: 7}}
 
 
@@ -302,14 +302,14 @@ def test_reset_to_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
                   key=lambda r: r["queue_offset"])
     t = recs[10]["store_timestamp"]
     want0 = min(r["queue_offset"] for r in recs if r["store_timestamp"] >= t)
-    rc, doc = run_json(["offsets", str(store), "--reset-to-time", str(t), "-g", "g1", "-t", "TopicA", "--format", "json"], capsys)
+    rc, doc = run_json(["offsets", "--yes", str(store), "--reset-to-time", str(t), "-g", "g1", "-t", "TopicA", "--format", "json"], capsys)
     assert rc == 1
     tbl = of.parse_offset_text(path.read_text(), "x").table
     assert tbl["TopicA@g1"][0] == want0 and tbl["TopicB@g2"] == {0: 0}
-    assert run(["offsets", str(store), "--reset-to-time", "2100-01-01T00:00:00Z", "-g", "g1"]) == 1
+    assert run(["offsets", "--yes", str(store), "--reset-to-time", "2100-01-01T00:00:00Z", "-g", "g1"]) == 1
     assert of.parse_offset_text(path.read_text(), "x").table["TopicA@g1"] == {0: 63, 1: 63}
-    assert run(["offsets", str(store), "--reset-to-time", "yesterday", "-g", "g1"]) == 2
-    assert run(["offsets", str(store), "--reset-to-time", "0"]) == 2  # needs one group
+    assert run(["offsets", "--yes", str(store), "--reset-to-time", "yesterday", "-g", "g1"]) == 2
+    assert run(["offsets", "--yes", str(store), "--reset-to-time", "0"]) == 2  # needs one group
 
 
 # ---------------------------------------------------------------------------------------
