@@ -962,7 +962,11 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
         # normal start does not dispatch again), rebuild-index's from the damaged bytes
         res.skipped["rebuild"] = "commitlog damaged: the broker's queues predate the damage"
     elif "rebuild" in checks:
-        lost = any(d.startswith("rm consumequeue/") for d in res.damage_done)
+        # lost queue files, or a killed store opened without its abort file (a normal start
+        # does not dispatch what the reput had not reached: the broker keeps that gap,
+        # rebuild-index fills it)
+        lost = any(d.startswith("rm consumequeue/") for d in res.damage_done) or (
+            res.scenario["end"]["mode"] == "kill" and "rm abort" in res.damage_done)
         res.results["rebuild"] = rebuild_checks(c.rec, res.version, c.config, view, c.work, exact_index=c.undamaged_clean,
                                                 queues_lost=lost, original=c.store)
     if "reopen" not in checks:
