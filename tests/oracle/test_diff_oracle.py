@@ -7,7 +7,7 @@ compared with rmqtool's dump, verify, recover, rebuild-index, and with the broke
 of the store rmqtool recovered. A failure prints the seed and the scenario; reproduce it
 with ``bench/oracle_soak.py --seed S --cases 1 --versions V``.
 
-The seeds are fixed so that the run fits CI's budget (about 5 minutes on 2 cores with a
+The seeds are fixed so that the run fits CI's budget (25 cases: 2 min 35 s on the shared 2-core machine with a
 warm Maven repository); bench/oracle_soak.py runs thousands."""
 
 from __future__ import annotations
