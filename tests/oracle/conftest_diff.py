@@ -27,7 +27,7 @@ def _unavailable(why: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def oracle() -> Iterator[dc.Oracle]:
+def broker_oracle() -> Iterator[dc.Oracle]:
     script = dc.find_oracle(ROOT)
     if script is None:
         _unavailable("no tests/oracle/rocketmq-oracle and no $RMQ_ORACLE")

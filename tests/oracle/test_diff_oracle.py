@@ -7,7 +7,7 @@ compared with rmqtool's dump, verify, recover, rebuild-index, and with the broke
 of the store rmqtool recovered. A failure prints the seed and the scenario; reproduce it
 with ``bench/oracle_soak.py --seed S --cases 1 --versions V``.
 
-The seeds are fixed so that the run fits CI's budget (about 5 minutes on 2 cores with a
+The seeds are fixed so that the run fits CI's budget (25 cases: 2 min 35 s on the shared 2-core machine with a
 warm Maven repository); bench/oracle_soak.py runs thousands."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import diffcase as dc  # noqa: E402
-from conftest_diff import oracle  # noqa: E402,F401  (the fixture)
+from conftest_diff import broker_oracle  # noqa: E402,F401  (the fixture)
 
 pytestmark = pytest.mark.oracle
 
@@ -36,20 +36,20 @@ def resolve(known: list[str], slot: str) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def results(oracle: dc.Oracle, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, str], dc.CaseResult]:  # noqa: F811
+def results(broker_oracle: dc.Oracle, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, str], dc.CaseResult]:  # noqa: F811
     """Every fixed case at once (one JVM per version and phase: oracle batch mode)."""
-    known = oracle.versions()
+    known = broker_oracle.versions()
     versions = sorted({v for v in (resolve(known, s) for s in VERSIONS) if v})
     specs = [(seed, v) for v in versions for seed in SEEDS]
-    done = dc.run_cases(oracle, specs, tmp_path_factory.mktemp("oracle-diff"), max_messages=MAX_MESSAGES, parallel=2)
+    done = dc.run_cases(broker_oracle, specs, tmp_path_factory.mktemp("oracle-diff"), max_messages=MAX_MESSAGES, parallel=2)
     return {(r.seed, r.version): r for r in done}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("slot", VERSIONS)
-def test_rmqtool_agrees_with_the_broker(oracle: dc.Oracle, results: dict[tuple[int, str], dc.CaseResult],  # noqa: F811
+def test_rmqtool_agrees_with_the_broker(broker_oracle: dc.Oracle, results: dict[tuple[int, str], dc.CaseResult],  # noqa: F811
                                         slot: str, seed: int) -> None:
-    version = resolve(oracle.versions(), slot)
+    version = resolve(broker_oracle.versions(), slot)
     if version is None:
         pytest.skip(f"the oracle does not list {slot}")
     res = results[(seed, version)]
