@@ -969,7 +969,13 @@ def plan_recovery(
     problems: list[Problem] = []
     notes: list[str] = []
     last_cq = {_rel(store, files[-1].path) for files in store.consume_queues.values() if files}
+    blocked: list[str] = []
     for issue in store.issues:
+        if issue.path.startswith("commitlog") and issue.code in ("FILE_OVERLAP", "MISALIGNED_FILE"):
+            # file names that do not tile the offsets (a stray 00000000000000000001, a file
+            # renamed into another's range): the broker refuses to load such a store, and
+            # emulating its walk over them would cut every later file. Nothing is applied.
+            blocked.append(issue.path)
         if issue.severity == "error" and issue.path.startswith("commitlog"):
             problems.append(Problem(LAYOUT, issue.path, None, issue.message))
         elif issue.path.startswith("consumequeue/") and (
@@ -1016,6 +1022,7 @@ def plan_recovery(
     )
     plan._queue_states = queue_states  # type: ignore[attr-defined]  # reused by apply (not part of the plan's data)
     plan._frozen = set(frozen)  # type: ignore[attr-defined]  # queues apply never writes
+    plan._blocked = blocked  # type: ignore[attr-defined]  # commitlog files that stop recover from applying anything
     plan._frozen_max = frozen_max  # type: ignore[attr-defined]  # their maxPhysicOffset (-1: none)
     plan._hints = None  # type: ignore[attr-defined]  # the consume queues' offsets, reused by apply's dispatch
     if not files:

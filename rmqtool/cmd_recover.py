@@ -103,7 +103,11 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
-        if not plan.nothing_to_do:
+        blocked = getattr(plan, "_blocked", [])
+        if blocked:
+            _warn(f"{blocked[0]}: commitlog file names that do not tile the offsets (overlapping or misaligned): "
+                  "recover changes nothing until that file is removed or renamed (see the problems below)", "problem")
+        elif not plan.nothing_to_do:
             with progress_bar(plan.bytes_to_scan, "dispatch", quiet) as advance:
                 result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
                                         index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
@@ -213,6 +217,8 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
             click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
         click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
+    elif getattr(plan, "_blocked", []):
+        click.echo("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
     else:
         click.echo("nothing to do: the store is as the broker's recovery leaves it" if not finished
                    else "the interrupted recovery was finished; nothing else to do")
