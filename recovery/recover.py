@@ -974,7 +974,13 @@ def plan_recovery(
     last_cq = {_rel(store, files[-1].path) for files in store.consume_queues.values() if files}
     last_cl = _rel(store, store.commitlog[-1].path) if store.commitlog else None
     zero_last_cl: list[RemovedFile] = []
+    blocked: list[str] = []
     for issue in store.issues:
+        if issue.path.startswith("commitlog") and issue.code in ("FILE_OVERLAP", "MISALIGNED_FILE"):
+            # file names that do not tile the offsets (a stray 00000000000000000001, a file
+            # renamed into another's range): the broker refuses to load such a store, and
+            # emulating its walk over them would cut every later file. Nothing is applied.
+            blocked.append(issue.path)
         if (issue.code == "ZERO_LENGTH_FILE" and issue.path == last_cl and profile.version >= (5, 1, 3)
                 and len(store.commitlog) > 1):
             # 5.1.3+ MappedFileQueue.load deletes a zero-length last file and loads the rest
@@ -1025,6 +1031,7 @@ def plan_recovery(
     )
     plan._queue_states = queue_states  # type: ignore[attr-defined]  # reused by apply (not part of the plan's data)
     plan._frozen = set(frozen)  # type: ignore[attr-defined]  # queues apply never writes
+    plan._blocked = blocked  # type: ignore[attr-defined]  # commitlog files that stop recover from applying anything
     plan._frozen_max = frozen_max  # type: ignore[attr-defined]  # their maxPhysicOffset (-1: none)
     plan._hints = None  # type: ignore[attr-defined]  # the consume queues' offsets, reused by apply's dispatch
     if not files:

@@ -132,14 +132,18 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
         past: list[Any] = []
-        if not plan.nothing_to_do and not yes:
+        blocked = getattr(plan, "_blocked", [])
+        if blocked:
+            _warn(f"{blocked[0]}: commitlog file names that do not tile the offsets (overlapping or misaligned): "
+                  "recover changes nothing until that file is removed or renamed (see the problems below)", "problem")
+        if not blocked and not plan.nothing_to_do and not yes:
             with closed_stdout_ignored():
                 _print(plan, None, fmt, dry_run=False, plan_only=True)
             _warn_problems(plan)
             if not ask(yes, f"Apply this recovery to {root}?"):
                 click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
                 return int(Exit.PROBLEMS)
-        if not plan.nothing_to_do:
+        if not blocked and not plan.nothing_to_do:
             extra = _offsets_hook(store, plan, profile, fix_offsets, past)
             with progress_bar(plan.bytes_to_scan, "dispatch", quiet) as advance:
                 result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
@@ -289,6 +293,8 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
             click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
         click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
+    elif getattr(plan, "_blocked", []):
+        click.echo("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
     else:
         click.echo("nothing to do: the store is as the broker's recovery leaves it" if not finished
                    else "the interrupted recovery was finished; nothing else to do")

@@ -327,6 +327,19 @@ def test_f12_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.Capt
     assert code == 4 and snapshot(root) == h1
 
 
+def test_a_stray_commitlog_file_overlapping_the_first_does_not_make_recover_cut_everything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the soak (seed 100386): a 20-byte stray commitlog/00000000000000000001 made
+    the emulated walk end at offset 1, and recover cut every commitlog file after it."""
+    root = copy(tmp_path, "crash_midwrite")
+    (root / "commitlog" / "00000000000000000001").write_bytes(bytes(20))
+    before = snapshot(root)
+    for _ in range(2):
+        code, out, err = cli(capsys, "recover", str(root))
+        assert code == 4 and "nothing was changed" in out and "00000000000000000001" in err
+        assert snapshot(root) == before
+
+
 # ---------------------------------------------------------------------------------------
 # also seen
 
