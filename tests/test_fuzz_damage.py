@@ -335,7 +335,7 @@ def test_a_stray_commitlog_file_overlapping_the_first_does_not_make_recover_cut_
     (root / "commitlog" / "00000000000000000001").write_bytes(bytes(20))
     before = snapshot(root)
     for _ in range(2):
-        code, out, err = cli(capsys, "recover", str(root))
+        code, out, err = cli(capsys, "recover", "--yes", str(root))
         assert code == 4 and "nothing was changed" in out and "00000000000000000001" in err
         assert snapshot(root) == before
 

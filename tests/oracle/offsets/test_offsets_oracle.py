@@ -127,7 +127,7 @@ def test_broker_loads_what_rmqtool_writes(tmp_path: Path) -> None:
                {"group": "g2", "topic": "TopicB", "queue": 1, "offset": 250}]
     (tmp_path / "c.json").write_text(json.dumps(commits))
     oracle("persist", str(f), str(tmp_path / "c.json"))
-    assert run(["recover", str(store), "-q", "--fix-offsets", "--format", "json"]) == 1
+    assert run(["recover", "--yes", str(store), "-q", "--fix-offsets", "--format", "json"]) == 1
     assert as_table(broker_load(f)[0]["offsetTable"]) == {"TopicA@g1": {0: 193, 1: 100}, "TopicB@g2": {1: 192}}
     assert run(["offsets", str(store), "--set", "g2", "TopicB", "0", "17"]) == 1
     assert as_table(broker_load(f)[0]["offsetTable"]) == {"TopicA@g1": {0: 193, 1: 100}, "TopicB@g2": {0: 17, 1: 192}}
@@ -179,7 +179,7 @@ def test_pull_from_fixed_offsets_returns_the_first_new_message(tmp_path: Path, f
                {"group": "g2", "topic": "TopicB", "queue": 1, "offset": 250}]
     (tmp_path / "c.json").write_text(json.dumps(commits))
     oracle("persist", str(f), str(tmp_path / "c.json"))
-    argv = ["recover", str(store), "-q", "--format", "json"] + (["--fix-offsets"] if fix else [])
+    argv = ["recover", "--yes", str(store), "-q", "--format", "json"] + (["--fix-offsets"] if fix else [])
     assert run(argv) == 1
     got = broker_pull(store, tmp_path, 3)
     past = [("TopicA", 0), ("TopicB", 1)]
