@@ -369,6 +369,8 @@ def commitlog_records(
 
 _V1_HEADER = cl.LAYOUTS[(cl.MAGIC_V1, 0)].header  # derived from MESSAGE_V1 (formats.schema)
 _HSIZE = _V1_HEADER.size
+_HEADERS_V1 = {h: cl.LAYOUTS[(cl.MAGIC_V1, h)].header for h in (0x10, 0x20, 0x30)}  # IPv6 born/store hosts
+_V1_MAGIC = struct.pack(">i", cl.MAGIC_V1)
 _BAD_JSON_BYTES = bytes(range(0, 1)) + bytes(range(3, 32)) + b'"\\'
 _SCHEDULE = ck.SCHEDULE_TOPIC.encode()
 _TX = ('"NOT_TYPE"', '"PREPARED"', '"COMMIT"', '"ROLLBACK"')
@@ -465,7 +467,13 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
         pos = start_pos  # a record start (0, or where a seek found one: recovery.seek)
         while pos < end:
             budget = -1
-            if vec is not None:
+            if vec is not None and pos + 40 <= end and (buf[pos + 4 : pos + 8] != _V1_MAGIC or buf[pos + 39] & 0x30):
+                # a record the blocks never take (IPv6 hosts, V2, ...): this one alone goes
+                # to the per-record paths, and the next one gets a block again (a record of
+                # another layout among plain ones must not end the blocks for a whole run;
+                # 2: when the per-record path refuses it, budget is left for the generic walk)
+                budget = 2
+            elif vec is not None:
                 # ---- vectorised block of plain records from pos ---------------------------
                 blk = _vector_block(vec, pos)
                 if blk is not None:
@@ -479,9 +487,16 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
             while pos + _HSIZE <= end and budget:
                 budget -= 1
                 (total, magic, crc, qid, flag, qo, po, sf, bt, ba, bp, stt, sa, sp, rt, pt, bl) = unpack(buf, pos)
-                if magic != v1 or sf & 0x30 or total <= 0 or bl < 0 or pos + total > end:
+                hs = _HSIZE
+                if sf & 0x30 and magic == v1:  # IPv6 born or store host: that layout's header
+                    hdr = _HEADERS_V1[sf & 0x30]
+                    hs = hdr.size
+                    if pos + hs > end:
+                        break
+                    (total, magic, crc, qid, flag, qo, po, sf, bt, ba, bp, stt, sa, sp, rt, pt, bl) = hdr.unpack_from(buf, pos)
+                if magic != v1 or total <= 0 or bl < 0 or pos + total > end:
                     break
-                p = pos + _HSIZE + bl
+                p = pos + hs + bl
                 if p >= pos + total:
                     break
                 tl = buf[p]
@@ -492,9 +507,9 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
                 if q + 2 > pos + total:
                     break
                 pl = (buf[q] << 8) | buf[q + 1]
-                if pl > 0x7FFF or pl == 0 or _HSIZE + bl + 3 + tl + pl != total:
+                if pl > 0x7FFF or pl == 0 or hs + bl + 3 + tl + pl != total:
                     break
-                if bl and (crc32_raw(mv[pos + _HSIZE : p]) & 0x7FFFFFFF) != crc:
+                if bl and (crc32_raw(mv[pos + hs : p]) & 0x7FFFFFFF) != crc:
                     break
                 if tb == sched:
                     break
