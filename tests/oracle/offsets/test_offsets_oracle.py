@@ -129,7 +129,7 @@ def test_broker_loads_what_rmqtool_writes(tmp_path: Path) -> None:
     oracle("persist", str(f), str(tmp_path / "c.json"))
     assert run(["recover", "--yes", str(store), "-q", "--fix-offsets", "--format", "json"]) == 1
     assert as_table(broker_load(f)[0]["offsetTable"]) == {"TopicA@g1": {0: 193, 1: 100}, "TopicB@g2": {1: 192}}
-    assert run(["offsets", str(store), "--set", "g2", "TopicB", "0", "17"]) == 1
+    assert run(["offsets", "--yes", str(store), "--set", "g2", "TopicB", "0", "17"]) == 1
     assert as_table(broker_load(f)[0]["offsetTable"]) == {"TopicA@g1": {0: 193, 1: 100}, "TopicB@g2": {0: 17, 1: 192}}
 
 
