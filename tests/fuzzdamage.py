@@ -422,6 +422,21 @@ def run_inprocess(argv: list[str], timeout: float) -> Outcome:
     return Outcome(tuple(argv), code, text, time.perf_counter() - t0, hang=hang)
 
 
+def limit_address_space(mem_bytes: int) -> None:
+    """In a forked child: RLIMIT_AS ``mem_bytes`` above the address space the child starts
+    with (a copy of the parent's, which holds whatever the test process loaded before, a
+    JVM gateway or pyarrow's reservations in a full run), so the limit bounds what the
+    command itself allocates."""
+    import resource
+
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            have = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        have = 0
+    resource.setrlimit(resource.RLIMIT_AS, (have + mem_bytes, have + mem_bytes))
+
+
 def run_forked(argv: list[str], timeout: float, mem_bytes: int, user: str | None = None) -> Outcome:
     """rmqtool.cli.run in a forked child (no exec: the interpreter need not be reachable
     for ``user``), which first drops to ``user`` (setgid/setuid) and sets RLIMIT_AS."""
@@ -442,10 +457,8 @@ def run_forked(argv: list[str], timeout: float, mem_bytes: int, user: str | None
             os.dup2(w, 2)
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
-            import resource
-
             if mem_bytes:
-                resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+                limit_address_space(mem_bytes)
             if user is not None:
                 import pwd
 
@@ -614,10 +627,8 @@ def manifest_name() -> str:
 
 
 def _child_main(seeds: list[int], tmp: Path, out_path: Path, timeout: float, mem_bytes: int) -> None:
-    import resource
-
     if mem_bytes:
-        resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+        limit_address_space(mem_bytes)
     with open(out_path, "w", encoding="utf-8") as out:
         for seed in seeds:
             d = tmp / f"s{seed}"

@@ -98,7 +98,7 @@ def view(version: str, store: Path, config: dict[str, Any] | None = None,
         return json.loads(_run(args, timeout=timeout + 60))
 
 
-def batch(version: str, jobs: list[dict[str, Any]], parallel: int = 2,
+def batch(version: str, jobs: list[dict[str, Any]], parallel: int = 1,
           timeout: float = 300) -> list[dict[str, Any]]:
     """Run write/view jobs in one JVM; one answer per job, in order (see README: batch)."""
     if not jobs:

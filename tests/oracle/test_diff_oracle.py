@@ -41,7 +41,7 @@ def results(broker_oracle: dc.Oracle, tmp_path_factory: pytest.TempPathFactory) 
     known = broker_oracle.versions()
     versions = sorted({v for v in (resolve(known, s) for s in VERSIONS) if v})
     specs = [(seed, v) for v in versions for seed in SEEDS]
-    done = dc.run_cases(broker_oracle, specs, tmp_path_factory.mktemp("oracle-diff"), max_messages=MAX_MESSAGES, parallel=2)
+    done = dc.run_cases(broker_oracle, specs, tmp_path_factory.mktemp("oracle-diff"), max_messages=MAX_MESSAGES, parallel=1)
     return {(r.seed, r.version): r for r in done}
 
 

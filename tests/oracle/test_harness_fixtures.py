@@ -35,7 +35,7 @@ def fixture_views(oracle: ModuleType) -> dict[str, dict[str, Any]]:
         keys = [[q["topic"], q["key"]] for q in _recorded(name)["query_message_by_key"]]
         jobs.append({"id": name, "verb": "view", "store": str(REAL / name / "store"),
                      "config": _fixture_config(name), "query_keys": keys})
-    answers = oracle.batch("4.9.4", jobs, parallel=2)
+    answers = oracle.batch("4.9.4", jobs, parallel=1)
     out = {}
     for a in answers:
         assert a["exit"] == 0, a.get("error")
@@ -205,7 +205,7 @@ def test_write_then_view_round_trip_with(version: str, oracle: ModuleType, tmp_p
     cfg = _scenario(False)["config"]
     views = {a["id"]: a for a in oracle.batch(
         version, [{"id": mode, "verb": "view", "store": str(tmp_path / mode / "store"), "config": cfg}
-                  for mode in ("clean", "kill")], parallel=2)}
+                  for mode in ("clean", "kill")], parallel=1)}
     for mode in ("clean", "kill"):
         assert views[mode]["exit"] == 0, views[mode].get("error")
         assert views[mode]["result"]["rocketmq_version"] == version
