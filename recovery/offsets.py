@@ -575,3 +575,52 @@ def recovery_offset_changes(store: Store, plan: Any, profile: BrokerProfile, *, 
         queues = apply_recovery(store, plan, profile, queues_only=True, jobs=jobs)
     old = {(q.topic, q.queue_id): (q.write_offset // CQ_UNIT if q.write_offset is not None else 0) for q in plan.queues}
     return offsets_past_end(store.root, queue_ends(queues), old)
+
+
+def _cq_file_end(data: bytes) -> int:
+    """Units from the start of a consume queue file up to its first empty unit."""
+    import numpy as np
+
+    n = len(data) // CQ_UNIT
+    units = np.frombuffer(data[: n * CQ_UNIT], dtype=">i8,>i4,>i8")
+    bad = np.flatnonzero((units["f0"] < 0) | (units["f1"] <= 0))
+    return int(bad[0]) if len(bad) else n
+
+
+def _cq_end(files: list[tuple[int, bytes]], F: int) -> int:
+    """Max offset of a queue from its files ``(byte base, content)``: the broker's
+    ConsumeQueue.recover stops at the first file not full."""
+    end = 0
+    for base, data in sorted(files, key=lambda x: x[0]):
+        n = _cq_file_end(data)
+        end = (base + n * CQ_UNIT) // CQ_UNIT
+        if n * CQ_UNIT < F:
+            break
+    return end
+
+
+def repair_offset_changes(store: Store, plan: Any) -> list[OffsetChange]:
+    """The committed offsets ``plan`` (a :class:`recovery.repair.RepairPlan`) leaves past
+    their queue's end: the ends are those of the consume queues the repair rebuilds
+    (its ``changes``; unchanged files as they are on disk)."""
+    if plan.nothing_to_do or not has_committed_offsets(store.root):
+        return []
+    F = store.geometry.cq_file_size
+    new: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+    old: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+    for ch in plan.changes:
+        if ch.kind != "consumequeue":
+            continue
+        parts = ch.relpath.split("/")
+        key, base = (parts[-3], int(parts[-2])), int(parts[-1])
+        p = store.root / ch.relpath
+        on_disk = p.read_bytes() if p.is_file() else None
+        if on_disk is not None:
+            old.setdefault(key, []).append((base, on_disk))
+        new.setdefault(key, [])
+        if ch.action == "unchanged" and on_disk is not None:
+            new[key].append((base, on_disk))
+        elif ch.action != "remove" and isinstance(ch.content, (bytes, bytearray)):
+            new[key].append((base, bytes(ch.content)))
+    return offsets_past_end(store.root, {k: _cq_end(v, F) for k, v in new.items()},
+                            {k: _cq_end(v, F) for k, v in old.items()})

@@ -526,8 +526,10 @@ def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChang
     return out
 
 
-def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | None = None) -> Any:
-    """Carry the plan out in one StoreTransaction; returns its CommitResult."""
+def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | None = None,
+                 extra: Callable[[Any], None] | None = None) -> Any:
+    """Carry the plan out in one StoreTransaction; returns its CommitResult. ``extra(tx)``
+    adds more changes to the same transaction (rmqtool repair --fix-offsets)."""
     from .safety import StoreTransaction
 
     with StoreTransaction(store.root, backup_dir=backup_dir, description="repair") as tx:
@@ -564,6 +566,8 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
                 tx.replace_file(ch.relpath, ch.content)
         if plan.checkpoint is not None:
             tx.replace_file("checkpoint", plan.checkpoint)
+        if extra is not None:
+            extra(tx)
         if plan.abort_present and (store.root / "abort").exists():
             tx.remove_file("abort")
         return tx.commit()

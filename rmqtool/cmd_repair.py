@@ -24,6 +24,7 @@ from .options import broker_version_option, check_lock, dry_run_preamble, make_p
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar
 from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
+from .recovery.offsets import add_offset_fix, repair_offset_changes
 from .recovery.recover import infer_index_tz
 from .recovery.repair import RepairPlan, apply_repair, plan_repair
 from .recovery.safety import StoreLock, recover_pending
@@ -47,10 +48,14 @@ from .render import dumps, render
               help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the existing names).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
               help="Worker processes for the commitlog walk and the rebuild (default: one per CPU).")
+@click.option("--fix-offsets", is_flag=True,
+              help="Set each committed consumer offset (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json) "
+                   "that the repair leaves past its queue's new end to that end, in the same backup and journal.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed.")
 @yes_option
 def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: str, max_message_size: int,
-            index_tz: str | None, jobs: int | None, quiet: bool, yes: bool, **store_opts: Any) -> int:
+            index_tz: str | None, jobs: int | None, quiet: bool, yes: bool, fix_offsets: bool = False,
+            **store_opts: Any) -> int:
     """Repair a stopped broker's STORE and keep every intact message: each damaged
     commitlog region is replaced in place by filler records of the same length (quarantine
     records of topic RMQ_SYS_RMQTOOL_QUARANTINE carrying the damaged bytes, and tombstones
@@ -83,8 +88,9 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
         store = open_store(**store_opts)
         refuse_obstacles(store, "repair")
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
+        past = repair_offset_changes(store, plan)
         with closed_stdout_ignored():
-            _print(plan, None, fmt, dry_run=True)
+            _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
         _warn_problems(plan)
         if plan.problems or not plan.nothing_to_do:
             return int(Exit.PROBLEMS)
@@ -99,18 +105,21 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
         refuse_obstacles(store, "repair")
         t0 = time.perf_counter()
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
+        past = repair_offset_changes(store, plan)
         result = None
         if not plan.nothing_to_do and not yes:
             with closed_stdout_ignored():
-                _print(plan, None, fmt, dry_run=False, plan_only=True)
+                _print(plan, None, fmt, dry_run=False, plan_only=True, past=past, fix_offsets=fix_offsets)
             _warn_problems(plan)
             if not ask(yes, f"Apply this repair to {root}?"):
                 click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
                 return int(Exit.PROBLEMS)
         if not plan.nothing_to_do:
-            result = apply_repair(store, plan, backup_dir=backup_dir)
+            extra = (lambda tx: add_offset_fix(tx, root, past)) if fix_offsets and past else None
+            result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
         with closed_stdout_ignored():
-            _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished)
+            _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished,
+                   past=past, fix_offsets=fix_offsets)
     _warn_problems(plan)
     return int(Exit.combine(changed=result is not None or finished, problems=bool(plan.problems)))
 
@@ -132,12 +141,16 @@ def _warn_problems(plan: RepairPlan) -> None:
 
 
 def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False, plan_only: bool = False) -> None:
+           finished: bool = False, plan_only: bool = False, past: list[Any] | None = None,
+           fix_offsets: bool = False) -> None:
+    past = past or []
     if plan_only and fmt == "json":
         click.echo(dumps({"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}))
         return
     if fmt == "json":
         doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
+        doc["offsets_past_end"] = [c.to_dict() for c in past]
+        doc["offsets_fixed"] = bool(fix_offsets and past and result is not None)
         if result is not None:
             doc["result"] = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
                              "changes": len(result.actions)}
@@ -173,6 +186,12 @@ def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: f
         changes.append({"action": "remove", "path": rel, "detail": "stray or misnamed file: moved to the backup"})
     for c in plan.index_changes:
         changes.append({"action": c.action, "path": c.relpath, "detail": c.note or "rebuilt from the repaired commitlog"})
+    for o in past:
+        verb = ("set to" if not dry_run else "would be set to") if fix_offsets else "left past the end; --fix-offsets sets it to"
+        if not o.file.endswith(".json"):
+            verb = "left past the end (a RocksDB store, which rmqtool only reads); the consumer needs"
+        changes.append({"action": "offset", "path": f"{o.file} {o.key} queue {o.queue_id}",
+                        "detail": f"committed {o.old} is {o.reason}: {verb} {o.new}"})
     if changes:
         render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
     if q:

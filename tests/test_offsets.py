@@ -244,6 +244,44 @@ def test_recover_without_fix_leaves_offsets(tmp_path: Path, capsys: pytest.Captu
     assert path.read_bytes() == before
 
 
+def torn_tail_store(tmp_path: Path) -> tuple[Path, Path]:
+    """clean with the second half of its last record (TopicC/0, queue offset 41) zeroed:
+    repair cuts that record (the end of the data), so TopicC/0 ends at 41, not 42."""
+    store = copy_store("clean", tmp_path)
+    base, pos, size = 327680, 377646 - 327680, 616
+    with open(store / "commitlog" / f"{base:020d}", "r+b") as fh:
+        fh.seek(pos + size // 2)
+        fh.write(bytes(size - size // 2))
+    return store, write_offsets(store, {"TopicA@g1": {0: 63, 1: 63}, "TopicC@g3": {0: 42}})
+
+
+def test_repair_lists_then_fixes_offsets_past_the_new_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store, path = torn_tail_store(tmp_path)
+    before = path.read_bytes()
+    argv = ["repair", "--yes", "--broker-version", "4.9.4", str(store), "-q", "--format", "json"]
+    rc, doc = run_json(argv + ["--dry-run", "--fix-offsets"], capsys)
+    assert rc == 4 and not doc["offsets_fixed"] and path.read_bytes() == before
+    assert [(o["key"], o["queue_id"], o["committed"], o["new_offset"]) for o in doc["offsets_past_end"]] == [("TopicC@g3", 0, 42, 41)]
+    assert "new end 41" in doc["offsets_past_end"][0]["reason"] and "end at 42" in doc["offsets_past_end"][0]["reason"]
+    rc, doc = run_json(argv + ["--fix-offsets"], capsys)
+    assert rc == 1 and doc["offsets_fixed"]
+    assert of.parse_offset_text(path.read_text(), "x").table == {"TopicA@g1": {0: 63, 1: 63}, "TopicC@g3": {0: 41}}
+    rc, rep = run_json(["offsets", str(store), "--format", "json"], capsys)
+    assert rc == 0 and all(r["status"] == "ok" for r in rep["rows"])
+    # the same backup as the repair's: restore puts the offsets file back too
+    assert run(["restore", "--yes", doc["result"]["backup_dir"], str(store)]) == 1
+    assert path.read_bytes() == before
+
+
+def test_repair_without_fix_lists_and_leaves_offsets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store, path = torn_tail_store(tmp_path)
+    before = path.read_bytes()
+    assert run(["repair", "--yes", "--broker-version", "4.9.4", str(store), "-q"]) == 1
+    out = capsys.readouterr().out
+    assert "TopicC@g3 queue 0" in out and "--fix-offsets sets it to 41" in out
+    assert path.read_bytes() == before
+
+
 def test_offsets_past_end_is_callable_with_planned_ends(tmp_path: Path) -> None:
     store = copy_store("clean", tmp_path)
     write_offsets(store, {"TopicA@g1": {0: 50, 1: 10}})
