@@ -192,3 +192,35 @@ def test_pull_from_fixed_offsets_returns_the_first_new_message(tmp_path: Path, f
             assert r["committed"] > r["max_offset_after"] and r["status"] != "FOUND"
     r = got[("TopicA", 1)]  # an offset inside the queue is left alone
     assert (r["committed"], r["status"], r["queue_offset"]) == (100, "FOUND", 100)
+
+
+@pytest.mark.parametrize("fix", [True, False])
+def test_pull_after_repair_fix_offsets_returns_the_first_new_message(tmp_path: Path, fix: bool) -> None:
+    """The same for repair: clean with the second half of its last record (TopicC/0, queue
+    offset 41) zeroed; repair cuts that record (the end of the data), so TopicC/0 ends at
+    41. With --fix-offsets the broker, started on the repaired store, pulls from the fixed
+    offset 41 the first message produced after the restart; without it the committed 42
+    skips that message. An offset inside its queue is left alone."""
+    store = tmp_path / "store"
+    shutil.copytree(REAL / "clean" / "store", store)
+    base, pos, size = 327680, 377646 - 327680, 616  # TopicC/0's last record (queue offset 41)
+    with open(store / "commitlog" / f"{base:020d}", "r+b") as fh:
+        fh.seek(pos + size // 2)
+        fh.write(bytes(size - size // 2))
+    (store / "config").mkdir(exist_ok=True)
+    commits = [{"group": "g3", "topic": "TopicC", "queue": 0, "offset": 42}, {"group": "g1", "topic": "TopicA", "queue": 1, "offset": 20}]
+    (tmp_path / "c.json").write_text(json.dumps(commits))
+    oracle("persist", str(store / "config" / "consumerOffset.json"), str(tmp_path / "c.json"))
+    argv = ["repair", "--yes", "--broker-version", "4.9.4", str(store), "-q", "--format", "json"] + (["--fix-offsets"] if fix else [])
+    assert run(argv) == 1
+    got = broker_pull(store, tmp_path, 3)
+    r = got[("TopicC", 0)]
+    assert r["max_offset_before"] == 41  # the broker's end of the repaired queue
+    if fix:
+        assert r["committed"] == 41
+        assert (r["status"], r["queue_offset"], r["body"]) == ("FOUND", 41, "after-restart TopicC/0 #0")
+    else:  # the first message produced after the restart (queue offset 41) is skipped
+        assert r["committed"] == 42
+        assert (r["status"], r["queue_offset"], r["body"]) == ("FOUND", 42, "after-restart TopicC/0 #1")
+    r = got[("TopicA", 1)]
+    assert (r["committed"], r["status"], r["queue_offset"]) == (20, "FOUND", 20)
