@@ -416,3 +416,20 @@ def test_offset_number_longer_than_any_java_long_is_a_bad_shape_not_an_error() -
     st = parse_offset_text('{"offsetTable":{"T@G":{0:' + "9" * 100_000 + "}}}", "config/consumerOffset.json")
     assert st.state == "bad_shape" and "100000 digits" in (st.error or "")
     assert parse_offset_text('{"offsetTable":{"T@G":{0:9223372036854775807}}}', "x").table == {"T@G": {0: 2**63 - 1}}
+
+
+def test_reset_to_time_takes_the_first_message_at_or_after_not_the_nearer_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The documented deliberate difference (man rmqtool-offsets, Changing offsets): TIME 1 ms
+    after TopicA/0's queue offset 8 and 32 ms before offset 9. The broker's
+    getOffsetInQueueByTime (4.9.4) takes the nearer message, offset 8, stored before TIME
+    (consumed again); rmqtool takes offset 9, the first stored at or after TIME."""
+    store = copy_store("clean", tmp_path)
+    path = write_offsets(store, {"TopicA@g1": {0: 0}})
+    recs = sorted((r for r in broker_view("clean")["commitlog_records"] if r.get("topic") == "TopicA" and r["queue_id"] == 0),
+                  key=lambda r: r["queue_offset"])
+    t = recs[8]["store_timestamp"] + 1
+    before, after = recs[8]["store_timestamp"], recs[9]["store_timestamp"]
+    assert before < t < after and t - before < after - t  # the broker's nearer rule picks offset 8
+    assert run(["offsets", "--yes", str(store), "--reset-to-time", str(t), "-g", "g1", "-t", "TopicA"]) == 1
+    capsys.readouterr()
+    assert of.parse_offset_text(path.read_text(), "x").table["TopicA@g1"] == {0: 9}
