@@ -163,4 +163,17 @@ def _change(store: Any, profile: Any, set_: tuple[str, str, str, str] | None, re
     return int(Exit.REPAIRED)
 
 
-__all__ = ["command", "parse_time"]
+def past_end_rows(past: list[Any], *, dry_run: bool, fix_offsets: bool) -> list[dict[str, str]]:
+    """The plan rows of recover and repair for each committed offset the change leaves past
+    its queue's new end."""
+    rows = []
+    for o in past:
+        verb = ("set to" if not dry_run else "would be set to") if fix_offsets else "left past the end; --fix-offsets sets it to"
+        if not o.file.endswith(".json"):
+            verb = "left past the end (a RocksDB store, which rmqtool only reads); the consumer needs"
+        rows.append({"action": "offset", "path": f"{o.file} {o.key} queue {o.queue_id}",
+                     "detail": f"committed {o.old} is {o.reason}: {verb} {o.new}"})
+    return rows
+
+
+__all__ = ["command", "parse_time", "past_end_rows"]

@@ -23,10 +23,10 @@ from .interrupts import settle_on_interrupt
 from .output import output_file_options
 from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options
-from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, refuse_obstacles, store_argument
+from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
 from .progress import progress_bar
 from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
-from .recovery.safety import StoreLock, recover_pending
+from .recovery.safety import StoreLock
 from .recovery.store import Store
 
 
@@ -102,8 +102,7 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
         refuse_obstacles(store, "rebuild-index")
         return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts)
     require_yes_or_terminal(yes, "rebuild-index", root)
-    for outcome in recover_pending(root):
-        _warn(outcome.describe())
+    finish_pending(root)
     with settle_on_interrupt(root, "rebuild-index"), StoreLock(root):
         store = open_store(**store_opts)  # as left by the recovery of an interrupted run
         refuse_obstacles(store, "rebuild-index")

@@ -17,15 +17,16 @@ from typing import Any
 import click
 
 from .confirm import ask, require_yes_or_terminal, yes_option
+from .cmd_offsets import past_end_rows
 from .errors import closed_stdout_ignored
 from .interrupts import settle_on_interrupt
 from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
-from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, refuse_obstacles, store_argument
+from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
 from .brokeropts import broker_config_option, broker_setting_options
 from .progress import progress_bar
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
-from .recovery.safety import StoreLock, recover_pending
+from .recovery.safety import StoreLock
 from .render import dumps, render
 
 
@@ -121,10 +122,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
             return int(Exit.PROBLEMS)
         return int(Exit.OK)
     require_yes_or_terminal(yes, "recover", root)
-    finished = False
-    for outcome in recover_pending(root):
-        _warn(outcome.describe())
-        finished = finished or outcome.outcome == "completed"
+    finished = finish_pending(root)
     with settle_on_interrupt(root, "recover"), StoreLock(root):
         store = open_store(**store_opts)  # as the interrupted run (if any) left it
         refuse_obstacles(store, "recover")
@@ -265,12 +263,7 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
     for d in plan.dispatch:
         n = "?" if d.records is None else str(d.records)
         changes.append({"action": "dispatch", "path": d.name, "detail": f"[{d.from_offset}, {d.to_offset}): {n} records; {d.note}"})
-    for o in past:
-        verb = ("set to" if not dry_run else "would be set to") if fix_offsets else "left past the end; --fix-offsets sets it to"
-        if not o.file.endswith(".json"):
-            verb = "left past the end (a RocksDB store, which rmqtool only reads); the consumer needs"
-        changes.append({"action": "offset", "path": f"{o.file} {o.key} queue {o.queue_id}",
-                        "detail": f"committed {o.old} is {o.reason}: {verb} {o.new}"})
+    changes += past_end_rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
     if changes:
         render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
     for n in plan.notes:

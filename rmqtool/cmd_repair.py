@@ -7,7 +7,6 @@ repair is needed), 8 operational error.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -17,17 +16,18 @@ import click
 
 from .brokeropts import broker_config_option, broker_setting_options
 from .confirm import ask, require_yes_or_terminal, yes_option
+from .cmd_offsets import past_end_rows
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .interrupts import settle_on_interrupt
-from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, refuse_obstacles, store_argument
+from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar
 from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
 from .recovery.offsets import add_offset_fix, repair_offset_changes
 from .recovery.recover import infer_index_tz
 from .recovery.repair import RepairPlan, apply_repair, plan_repair
-from .recovery.safety import StoreLock, recover_pending
+from .recovery.safety import StoreLock
 from .render import dumps, render
 
 
@@ -96,10 +96,7 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
             return int(Exit.PROBLEMS)
         return int(Exit.OK)
     require_yes_or_terminal(yes, "repair", root)
-    finished = False
-    for outcome in recover_pending(root):
-        _warn(outcome.describe())
-        finished = finished or outcome.outcome == "completed"
+    finished = finish_pending(root)
     with settle_on_interrupt(root, "repair"), StoreLock(root):
         store = open_store(**store_opts)  # as the interrupted run (if any) left it
         refuse_obstacles(store, "repair")
@@ -186,12 +183,7 @@ def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: f
         changes.append({"action": "remove", "path": rel, "detail": "stray or misnamed file: moved to the backup"})
     for c in plan.index_changes:
         changes.append({"action": c.action, "path": c.relpath, "detail": c.note or "rebuilt from the repaired commitlog"})
-    for o in past:
-        verb = ("set to" if not dry_run else "would be set to") if fix_offsets else "left past the end; --fix-offsets sets it to"
-        if not o.file.endswith(".json"):
-            verb = "left past the end (a RocksDB store, which rmqtool only reads); the consumer needs"
-        changes.append({"action": "offset", "path": f"{o.file} {o.key} queue {o.queue_id}",
-                        "detail": f"committed {o.old} is {o.reason}: {verb} {o.new}"})
+    changes += past_end_rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
     if changes:
         render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
     if q:

@@ -64,6 +64,18 @@ def refuse_obstacles(store: Store, command: str) -> None:
                                store.root / first.path)
 
 
+def finish_pending(root: Path) -> bool:
+    """Before a destructive command's own change: finish or undo an interrupted rmqtool
+    transaction (a warning line each). True when one was finished (the store changed)."""
+    from .recovery.safety import recover_pending
+
+    finished = False
+    for outcome in recover_pending(root):
+        click.echo(f"rmqtool: warning: {outcome.describe()}", err=True)
+        finished = finished or outcome.outcome == "completed"
+    return finished
+
+
 def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
     """What a destructive command's dry run says and refuses before planning, as its real
     run would: a pending interrupted transaction (warned: the real run finishes or undoes
