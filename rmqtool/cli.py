@@ -74,6 +74,8 @@ def unknown_command(name: str, known: list[str]) -> str:
 
 
 def _module_exists(mod: str) -> bool:
+    if mod in sys.modules:  # imported already (a process that may no longer read the tree)
+        return True
     here = os.path.dirname(__file__)
     return os.path.exists(os.path.join(here, mod.rsplit(".", 1)[1] + ".py"))
 

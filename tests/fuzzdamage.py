@@ -444,8 +444,14 @@ def run_forked(argv: list[str], timeout: float, mem_bytes: int, user: str | None
 
     from rmqtool.cli import COMMANDS
 
-    for mod in COMMANDS.values():  # imported before the fork: the child may not read the tree
-        if mod != "rmqtool.cmd_export":
+    import pkgutil
+
+    import rmqtool
+
+    # every module imported before the fork: the child (another user) may not read the tree
+    names = list(COMMANDS.values()) + [m.name for m in pkgutil.walk_packages(rmqtool.__path__, "rmqtool.")]
+    for mod in names:
+        if "export" not in mod and "spark" not in mod and mod != "rmqtool.__main__":
             importlib.import_module(mod)
     r, w = os.pipe()
     t0 = time.perf_counter()
