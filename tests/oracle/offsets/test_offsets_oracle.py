@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,10 @@ def test_rocksdb_stores_written_by_the_broker(tmp_path: Path, capsys: pytest.Cap
         oracle("load")  # skips (or fails on CI) with its one line
     r = subprocess.run([str(HERE / "offsets-oracle-rocksdb"), "write", kind, str(store), str(tmp_path / "c.json")],
                        capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-2000:]
+    # RocksDB's JNI library may abort in its own teardown after the databases were closed
+    # (SIGABRT, "pthread lock: Invalid argument"); the helper prints PERSISTED once they are.
+    assert "PERSISTED" in r.stdout.split(), (r.returncode, r.stderr[-2000:])
+    assert r.returncode in (0, -signal.SIGABRT), (r.returncode, r.stderr[-2000:])
     assert (store / "config" / subdir).is_dir()
     assert run(["offsets", str(store), "--format", "json"]) == 4
     doc = json.loads(capsys.readouterr().out)
