@@ -489,7 +489,8 @@ DECISIONS: dict[str, Decision] = {
     "mapperFileSizeBatchConsumeQueue": Decision(GEOMETRY, "BatchConsumeQueue file size: a store with "
                                                 "batchconsumequeue/ files is refused"),
     # -- what recovery and the dispatch do -------------------------------------------------
-    "checkCRCOnRecover": Decision(RECOVERY, "the recovery walk checks body CRCs (false: recover as --no-crc)",
+    "checkCRCOnRecover": Decision(RECOVERY, "the recovery walk checks body CRCs (false: recover walks as with "
+                                  "--no-crc, and the recovery outlook of verify, repair and info --deep with it)",
                                   "--no-crc", True),
     "forceVerifyPropCRC": Decision(RECOVERY, "5.2.0+: the recovery walk checks each whole record against its "
                                    "__CRC32# property instead of the body CRC, and cuts at a record without "
@@ -497,7 +498,8 @@ DECISIONS: dict[str, Decision] = {
                                    "--force-verify-prop-crc", False),
     "enabledAppendPropCRC": Decision(RECOVERY, "5.2.0+: the broker appends __CRC32# to every record it writes; "
                                      "recovery checks it only under forceVerifyPropCRC", None, False),
-    "messageIndexSafe": Decision(RECOVERY, "abnormal recovery's start file also honours the index timestamp",
+    "messageIndexSafe": Decision(RECOVERY, "abnormal recovery's start file also honours the index timestamp "
+                                 "(recover, and the recovery outlook of verify, repair and info --deep)",
                                  "--message-index-safe", False),
     "messageIndexEnable": Decision(RECOVERY, "the dispatch writes index files: false is refused (rmqtool always "
                                    "indexes)", None, True, "is_false"),
@@ -527,7 +529,8 @@ DECISIONS: dict[str, Decision] = {
     "brokerRole": Decision(RECOVERY, "ASYNC_MASTER, SYNC_MASTER or SLAVE: recovery runs the same for each; read "
                            "and reported only", None, "ASYNC_MASTER"),
     "maxMessageSize": Decision(RECOVERY, "checked when a message is put, never by recovery (which reads records "
-                               "of any size): reported only", None, 4 * 1024 * 1024),
+                               "of any size); repair writes no filler record longer", "--max-message-size (repair)",
+                               4 * 1024 * 1024),
     "timerWheelEnable": Decision(RECOVERY, "5.x timer messages: the timer store (timerwheel, timerlog) recovers "
                                  "itself at start-up from the commitlog and rmqtool neither reads nor changes it; "
                                  "the records recovery cuts are the same", None, True),

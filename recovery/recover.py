@@ -803,11 +803,47 @@ def _file_matches(f: StoreFile, profile: BrokerProfile, threshold: int) -> bool:
 
 
 def abnormal_start_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, message_index_safe: bool) -> int:
-    threshold = ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp
+    threshold = abnormal_threshold(ckpt, message_index_safe)
     for i in range(len(files) - 1, -1, -1):
         if _file_matches(files[i], profile, threshold):
             return i
     return 0
+
+
+def abnormal_threshold(ckpt: Checkpoint, message_index_safe: bool) -> int:
+    """``StoreCheckpoint.getMinTimestamp`` (min of physic and logics, - 3 s) or, with
+    messageIndexSafe, ``getMinTimestampIndex`` (also min with indexMsgTimestamp)."""
+    return ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp
+
+
+def start_file_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, mode: str, max_cq: int,
+                     message_index_safe: bool | None = None) -> tuple[int, str]:
+    """The commitlog file the broker's recovery starts from, and the rule that chose it:
+    the one place recover's plan and verify's (and repair's) recovery outlook take it from.
+    ``message_index_safe``: None takes the profile's (messageIndexSafe)."""
+    if mode == MODE_NORMAL:
+        if profile.normal_recovery_walkback:
+            i = len(files) - 1
+            while i > 0 and files[i].base > max_cq:
+                i -= 1
+            return i, "last file starting at or below maxPhyOffsetOfCQ (5.3.2+)"
+        return max(0, len(files) - 3), "third-last file"
+    safe = profile.message_index_safe if message_index_safe is None else message_index_safe
+    threshold = abnormal_threshold(ckpt, safe)
+    what = ("min(physic, logics, index) - 3 s (messageIndexSafe)" if safe else "min(physic, logics) - 3 s")
+    return (abnormal_start_index(files, profile, ckpt, safe),
+            f"last file whose first message is stored at or before {what} = {threshold}")
+
+
+def recovery_stop(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool) -> tuple[int, str | None]:
+    """The broker's walk of file ``f`` from ``pos`` (a record start) with ``check_crc``:
+    where it stops (a position in the file) and why (ck.BLANK, a failure reason, or None
+    when it ran to ``end``). verify's outlook walks again from a CRC failure with this when
+    checkCRCOnRecover=false."""
+    r = _walk_from(f, pos, end, profile, check_crc, None)
+    if r.stop_pos is None:
+        return r.arrival, None
+    return r.stop_pos, r.stop_reason
 
 
 # ======================================================================================
@@ -937,8 +973,8 @@ def plan_recovery(
     profile: BrokerProfile,
     *,
     mode: str | None = None,
-    check_crc: bool = True,
-    message_index_safe: bool = False,
+    check_crc: bool | None = None,
+    message_index_safe: bool | None = None,
     correct_delay_tags: bool = False,
     reindex: bool = True,
     keep_sound_index: bool = True,
@@ -952,13 +988,17 @@ def plan_recovery(
 
     ``mode``: ``"normal"``, ``"abnormal"`` or None (the broker's choice: abort file present
     -> abnormal). ``check_crc``: checkCRCOnRecover. ``message_index_safe``: the
-    messageIndexSafe start-file variant. ``reindex``: re-index what discarded index files
+    messageIndexSafe start-file variant (None, for both: the profile's settings). ``reindex``: re-index what discarded index files
     held (else the broker's loss). ``keep_sound_index``: keep, instead, a file the broker
     would discard that passes :func:`recovery.indexkeep.check_index_file`.
     ``check_unread``: also walk (without the CRC) the commitlog files before the start
     file, which recovery never reads, and report damage there as problems. ``salvage``:
     count the records found in the bytes that will be cut.
     """
+    if check_crc is None:
+        check_crc = profile.check_crc_on_recover
+    if message_index_safe is None:
+        message_index_safe = profile.message_index_safe
     g = store.geometry
     F = g.commitlog_file_size
     ckpt = store.read_checkpoint()
@@ -1043,16 +1083,7 @@ def plan_recovery(
         return plan
 
     # -- 3. commitlog recovery: start file
-    if mode == MODE_NORMAL:
-        if profile.normal_recovery_walkback:
-            i = len(files) - 1
-            while i > 0 and files[i].base > max_cq:
-                i -= 1
-            start = i
-        else:
-            start = max(0, len(files) - 3)
-    else:
-        start = abnormal_start_index(files, profile, ckpt, message_index_safe)
+    start, _rule = start_file_index(files, profile, ckpt, mode, max_cq, message_index_safe)
     plan.start_file = files[start].name
     plan.start_offset = files[start].base
     plan.bytes_to_scan = sum(min(f.size, F) for f in files[start:])

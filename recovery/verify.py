@@ -1836,38 +1836,35 @@ def cq_recover_max_phy(q: Queue, files_per_queue: int) -> int:
 # Recovery outlook: where normal and abnormal recovery start, and where they stop.
 
 
-def _first_record_ts(store: Store, f: StoreFile, profile: BrokerProfile) -> int | None:
-    """``isMappedFileMatchedRecover``'s view of a file: the store timestamp of its first
-    record, or None when its magic is not a message magic (RECOVERY §5.1)."""
-    if f.size < 80:
-        return None
-    with open(f.path, "rb") as fh:
-        head = fh.read(80)
-    if len(head) < 80:
-        return None
-    (magic,) = struct.unpack_from(">i", head, 4)
-    if magic != cl.MAGIC_V1 and not (profile.accepts_v2 and magic == cl.MAGIC_V2):
-        return None
-    (sys_flag,) = struct.unpack_from(">i", head, 36)
-    (ts,) = struct.unpack_from(">q", head, 48 + (20 if sys_flag & 0x10 else 8))
-    return int(ts)
-
-
-def _process_offset(store: Store, scans: Sequence[FileScan | None], i0: int) -> tuple[int, int]:
+def _process_offset(store: Store, scans: Sequence[FileScan | None], i0: int,
+                    profile: BrokerProfile | None = None) -> tuple[int, int]:
     """Where the broker's recovery walk, started at file ``i0``, stops: (processOffset,
-    index of the file it stops in)."""
+    index of the file it stops in). verify's scan walks with the CRC on; under
+    checkCRCOnRecover=false (``profile.check_crc_on_recover``) the broker's walk goes on
+    past a record whose CRC fails: from there the file is walked again by recover's own
+    walk without the CRC (:func:`recovery.recover.recovery_stop`)."""
     files = store.commitlog
+    crc_on = profile is None or profile.check_crc_on_recover
     for i in range(i0, len(files)):
         fs = scans[i]
         if fs is None:
             return files[i].base, i
-        if fs.blank:
+        stop_pos = fs.stop.pos if fs.stop is not None else None
+        blank = fs.blank
+        if not crc_on and fs.stop is not None and fs.stop.reason in (ck.CRC, ck.PROP_CRC):
+            from .recover import recovery_stop
+
+            assert profile is not None
+            pos, why = recovery_stop(files[i], fs.stop.pos, fs.end, profile, check_crc=False)
+            stop_pos = pos if why is not None else None
+            blank = why == ck.BLANK
+        if blank:
             if i == len(files) - 1:
-                assert fs.stop is not None
-                return files[i].base + fs.stop.pos, i
+                assert stop_pos is not None
+                return files[i].base + stop_pos, i
             continue
-        if fs.stop is not None:
-            return files[i].base + fs.stop.pos, i
+        if stop_pos is not None:
+            return files[i].base + stop_pos, i
         return files[i].base + fs.end, i
     return (files[-1].base if files else 0), max(len(files) - 1, 0)
 
@@ -1886,26 +1883,17 @@ def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileS
     if not files:
         out["normal"] = out["abnormal"] = None
         return out
-    # normal recovery start (RECOVERY §4.1, §4.2)
-    if profile.normal_recovery_walkback:
-        i_norm = len(files) - 1
-        while i_norm > 0 and files[i_norm].base > max_phy_cq:
-            i_norm -= 1
-        rule = "last file starting at or below maxPhyOffsetOfCQ (5.3.2+)"
-    else:
-        i_norm = max(0, len(files) - 3)
-        rule = "third-last file"
-    # abnormal recovery start (RECOVERY §5.1): last file whose first message is old enough
-    threshold = ckpt.min_timestamp
-    i_abn = 0
-    for i in range(len(files) - 1, -1, -1):
-        ts = _first_record_ts(store, files[i], profile)
-        if ts is not None and ts != 0 and ts <= threshold:
-            i_abn = i
-            break
-    for key, i0, why in (("normal", i_norm, rule),
-                         ("abnormal", i_abn, f"last file whose first message is stored at or before min(physic, logics) - 3 s = {threshold}")):
-        po, istop = _process_offset(store, scans, i0)
+    # where normal (RECOVERY §4.1, §4.2) and abnormal (§5.1) recovery start: recover's own
+    # rule, with the profile's settings (messageIndexSafe)
+    from .recover import MODE_ABNORMAL, MODE_NORMAL, abnormal_threshold, start_file_index
+
+    i_norm, rule = start_file_index(files, profile, ckpt, MODE_NORMAL, max_phy_cq)
+    i_abn, rule_abn = start_file_index(files, profile, ckpt, MODE_ABNORMAL, max_phy_cq)
+    threshold = abnormal_threshold(ckpt, profile.message_index_safe)
+    out["check_crc"] = profile.check_crc_on_recover
+    out["message_index_safe"] = profile.message_index_safe
+    for key, i0, why in (("normal", i_norm, rule), ("abnormal", i_abn, rule_abn)):
+        po, istop = _process_offset(store, scans, i0, profile)
         # intact records only (as recover counts them): a readable record that fails its CRC
         # is in the table but is not intact
         cut = int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, po):] & DAMAGED) == 0)) if len(recs) else 0

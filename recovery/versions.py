@@ -65,12 +65,16 @@ class BrokerProfile:
     # broker settings (broker.conf) that change what recovery decides; see recovery/brokerconf.py
     force_verify_prop_crc: bool = False  # forceVerifyPropCRC (has an effect from 5.2.0 only)
     recheck_reput_offset_from_cq: bool = False  # recheckReputOffsetFromCq (5.x)
+    check_crc_on_recover: bool = True  # checkCRCOnRecover: the recovery walk checks body CRCs
+    message_index_safe: bool = False  # messageIndexSafe: abnormal recovery's start file honours indexMsgTimestamp
 
     @classmethod
     def for_version(cls, text: str = DEFAULT_VERSION, delay_levels: str | None = None, *,
-                    force_verify_prop_crc: bool = False, recheck_reput_offset_from_cq: bool = False) -> "BrokerProfile":
+                    force_verify_prop_crc: bool = False, recheck_reput_offset_from_cq: bool = False,
+                    check_crc_on_recover: bool = True, message_index_safe: bool = False) -> "BrokerProfile":
         levels = tuple(parse_delay_levels(delay_levels)) if delay_levels else tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
-        return cls(parse_version(text), levels, force_verify_prop_crc, recheck_reput_offset_from_cq)
+        return cls(parse_version(text), levels, force_verify_prop_crc, recheck_reput_offset_from_cq,
+                   check_crc_on_recover, message_index_safe)
 
     @cached_property
     def verify_prop_crc(self) -> bool:

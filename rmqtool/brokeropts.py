@@ -81,6 +81,7 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
             for k, v in explicit.items():  # explicit options win over the file
                 if v is not None:
                     meta[k] = v
+            _recovery_walk_settings(conf, kw, meta)
             if meta.get("message_delay_level") is not None:
                 from .recovery.versions import parse_delay_levels
 
@@ -137,10 +138,40 @@ def _apply(ctx: click.Context, conf: BrokerConf, kw: dict[str, Any], meta: dict[
         kw["no_crc"] = not conf.get("checkCRCOnRecover")
     if "message_index_safe" in kw and not _explicit(ctx, "message_index_safe") and conf.has("messageIndexSafe"):
         kw["message_index_safe"] = conf.get("messageIndexSafe")
+    if "max_message_size" in kw and not _explicit(ctx, "max_message_size") and conf.has("maxMessageSize"):
+        kw["max_message_size"] = conf.get("maxMessageSize")  # (repair: no filler record is longer)
     for name, key in (("forceVerifyPropCRC", "force_verify_prop_crc"), ("messageDelayLevel", "message_delay_level"),
                       ("recheckReputOffsetFromCq", "recheck_reput_offset_from_cq")):
         if conf.has(name):
             meta[key] = conf.get(name)
+
+
+def _recovery_walk_settings(conf: BrokerConf | None, kw: dict[str, Any], meta: dict[str, Any]) -> None:
+    """checkCRCOnRecover and messageIndexSafe as the command will use them (its --no-crc /
+    --message-index-safe, already filled from the file by _apply, else the file): kept in
+    the context so that make_profile puts them into the profile, which every recovery rule
+    (recover's plan, verify's and repair's recovery outlook, info --deep) reads."""
+    if "no_crc" in kw:
+        meta["check_crc_on_recover"] = not kw["no_crc"]
+    elif conf is not None and conf.has("checkCRCOnRecover"):
+        meta["check_crc_on_recover"] = bool(conf.get("checkCRCOnRecover"))
+    if "message_index_safe" in kw:
+        meta["message_index_safe"] = bool(kw["message_index_safe"])
+    elif conf is not None and conf.has("messageIndexSafe"):
+        meta["message_index_safe"] = bool(conf.get("messageIndexSafe"))
+
+
+def recovery_walk_options(f: F) -> F:
+    """--no-crc and --message-index-safe for the commands that predict the broker's
+    recovery without running it (verify, info, repair): they change the recovery outlook
+    only (recover has its own, which also change what it does)."""
+    f = click.option("--message-index-safe", is_flag=True,
+                     help="Mirrors messageIndexSafe=true: the recovery outlook's abnormal start file also honours the "
+                          "checkpoint's indexMsgTimestamp (default: --broker-config, else false).")(f)
+    f = click.option("--no-crc", is_flag=True,
+                     help="Mirrors checkCRCOnRecover=false: the recovery outlook's walk does not stop at a record whose "
+                          "body CRC fails (every CRC is still checked and reported; default: --broker-config, else CRC on).")(f)
+    return f
 
 
 def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: str) -> tuple[int, int, int] | None:

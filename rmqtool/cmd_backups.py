@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from .brokeropts import broker_config_option
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
@@ -72,7 +73,8 @@ def _needed(store: Path) -> set[Path]:
 
 
 @click.command("backups", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("store", type=click.Path(path_type=Path, file_okay=False))
+@broker_config_option("read")
+@click.argument("store", type=click.Path(path_type=Path, file_okay=False), required=False)
 @click.option("--dir", "dirs", multiple=True, type=click.Path(path_type=Path), metavar="DIR",
               help="Also look here (a backup, or a directory of backups); repeatable.")
 @click.option("--prune", is_flag=True, help="Delete old backups of STORE: all but the newest --keep, or those older than --older-than.")
@@ -91,6 +93,9 @@ def command(store: Path, dirs: tuple[Path, ...], prune: bool, keep: int | None, 
     2 usage error."""
     import datetime as _dt
 
+    if store is None:
+        raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
+    store = Path(store)
     if prune and keep is None and older_than is None:
         raise click.UsageError("--prune needs --keep N or --older-than DAYS")
     if not prune and (keep is not None or older_than is not None):

@@ -10,6 +10,7 @@ import click
 
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
+from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
 from .options import broker_version_option, make_profile, open_store, store_argument
 from .output import console, output_options, resolve
 from .progress import progress_bar
@@ -35,6 +36,9 @@ def with_iso(obj: Any) -> Any:
 
 
 @click.command("info", context_settings={"help_option_names": ["-h", "--help"]})
+@broker_config_option("read")
+@broker_setting_options
+@recovery_walk_options
 @store_argument
 @broker_version_option
 @click.option("--deep", is_flag=True, help="Also plan the broker's recovery (walks the commitlog files recovery reads).")

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .brokeropts import broker_config_option, broker_setting_options
+from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .cmd_offsets import past_end_rows
 from .errors import closed_stdout_ignored
@@ -34,6 +34,7 @@ from .render import dumps, render
 @click.command("repair", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("destructive")
 @broker_setting_options
+@recovery_walk_options
 @output_file_options
 @store_argument
 @broker_version_option

@@ -17,7 +17,7 @@ from .errors import closed_stdout_ignored
 from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, resolve_format, store_argument
-from .brokeropts import broker_config_option, broker_setting_options, refusal_findings
+from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options, refusal_findings
 from .progress import progress_bar
 from .recovery.verify import VerifyReport, verify_store
 from .render import dumps, render
@@ -33,6 +33,7 @@ FINDING_COLUMNS = [("severity", "SEVERITY"), ("code", "CODE"), ("file", "FILE"),
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("verify")
 @broker_setting_options
+@recovery_walk_options
 @output_file_options
 @store_argument
 @broker_version_option

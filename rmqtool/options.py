@@ -106,7 +106,9 @@ def make_profile(version: str, delay_levels: str | None = None) -> BrokerProfile
         return BrokerProfile.for_version(
             version, delay_levels or meta.get("message_delay_level"),
             force_verify_prop_crc=bool(meta.get("force_verify_prop_crc")),
-            recheck_reput_offset_from_cq=bool(meta.get("recheck_reput_offset_from_cq")))
+            recheck_reput_offset_from_cq=bool(meta.get("recheck_reput_offset_from_cq")),
+            check_crc_on_recover=bool(meta.get("check_crc_on_recover", True)),
+            message_index_safe=bool(meta.get("message_index_safe")))
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--broker-version") from None
 

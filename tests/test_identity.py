@@ -331,7 +331,7 @@ def test_broker_config_alone_equals_the_explicit_options(fixture: str, tmp_path:
     explicit = [*REAL_OPTIONS, "--message-delay-level", levels]  # (the destructive commands)
     for cmd in READ_ONLY:
         extra = []
-        if cmd[0] == "recover":
+        if cmd[0] in ("recover", "verify"):  # (verify: its recovery outlook follows both)
             extra = ["--no-crc", "--message-index-safe"]
         if cmd[0] != "dump" or cmd[1] in ("commitlog", "index"):
             extra += ["--message-delay-level", levels]

@@ -1,0 +1,139 @@
+"""Issue 18, the follow-ups: every recovery setting recover honours (checkCRCOnRecover,
+messageIndexSafe, forceVerifyPropCRC, messageDelayLevel, the geometry) reaches verify's and
+repair's recovery outlook, info --deep and export's workers from one place (the profile
+make_profile builds), and every command takes --broker-config with the same outcome as the
+equivalent explicit options. On copies of the real fixtures (RocketMQ 4.9.4)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import copy_store, tree_digest
+from rmqtool.cli import run
+from rmqtool.formats import commitlog as cl
+from rmqtool.formats.checkpoint import Checkpoint, decode_checkpoint, encode_checkpoint
+
+REAL_GEOMETRY = {"mappedFileSizeCommitLog": "65536", "mappedFileSizeConsumeQueue": "640",
+                 "maxHashSlotNum": "100", "maxIndexNum": "400"}
+REAL_OPTIONS = ["--commitlog-file-size", "65536", "--cq-file-size", "640", "--index-slots", "100", "--index-entries", "400"]
+
+
+def write_conf(path: Path, settings: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="latin-1")
+    return path
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = run([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def records(capsys: pytest.CaptureFixture[str], root: Path) -> list[dict[str, Any]]:
+    code, out, err = cli(capsys, "dump", "commitlog", root, "--format", "jsonl")
+    assert code == 0, err
+    return [r for r in map(json.loads, out.splitlines()) if r.get("type") == "message"]
+
+
+def corrupt_body(root: Path, rec: dict[str, Any]) -> None:
+    """Flip one body byte of ``rec``: its body CRC fails, everything else still reads."""
+    path = root / "commitlog" / rec["file"]
+    data = bytearray(path.read_bytes())
+    m = cl.decode_message(bytes(data), rec["pos"], len(data))
+    data[m.body_pos] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def verify_outlook(capsys: pytest.CaptureFixture[str], *args: Any) -> dict[str, Any]:
+    code, out, err = cli(capsys, "verify", "--format", "json", *args)
+    assert code in (0, 4), err
+    return json.loads(out)["summary"]["recovery"]  # type: ignore[no-any-return]
+
+
+def recover_plan(capsys: pytest.CaptureFixture[str], *args: Any) -> dict[str, Any]:
+    code, out, err = cli(capsys, "recover", "--dry-run", "--format", "json", "-q", *args)
+    assert code in (0, 4), err
+    return json.loads(out)["plan"]  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------ the outlook honours the settings
+
+
+@pytest.mark.parametrize("check_crc", [True, False], ids=["checkCRCOnRecover=true", "checkCRCOnRecover=false"])
+def test_outlook_stops_where_recover_stops_under_check_crc_on_recover(
+        check_crc: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A body byte changed in the middle of the last file: with the CRC on both recover and
+    verify's outlook stop at that record; with checkCRCOnRecover=false both walk on to the
+    end of the data (the record is kept), whether the setting comes from --broker-config or
+    from --no-crc."""
+    root = copy_store("clean", tmp_path)
+    recs = records(capsys, root)
+    bad = recs[-5]
+    corrupt_body(root, bad)
+    conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY,
+                                                 "checkCRCOnRecover": str(check_crc).lower()})
+    data_end = recs[-1]["physical_offset"] + recs[-1]["total_size"]
+    want = bad["physical_offset"] if check_crc else data_end
+    o = verify_outlook(capsys, "--broker-config", conf)
+    plan = recover_plan(capsys, "--broker-config", conf)
+    assert o["normal"]["stop_offset"] == plan["end_offset"] == want
+    assert o["normal"]["records_cut"] == (5 - 1 if check_crc else 0)  # (the damaged record is not intact)
+    assert o["check_crc"] is check_crc and plan["check_crc"] is check_crc
+    # the explicit option says the same
+    explicit = ["--no-crc"] if not check_crc else []
+    assert verify_outlook(capsys, root, *REAL_OPTIONS, *explicit) == o
+    assert recover_plan(capsys, root, *REAL_OPTIONS, *explicit)["end_offset"] == want
+    # and repair's count of what recovery would cut follows it
+    code, out, err = cli(capsys, "repair", "--dry-run", "--format", "json", "-q", "--broker-config", conf)
+    assert code in (0, 4), err
+    doc = json.loads(out)
+    plan_doc = doc.get("plan", doc)
+    assert plan_doc["recover_would_cut_intact"] == o["normal"]["records_cut"]
+
+
+def _safe_checkpoint(capsys: pytest.CaptureFixture[str], root: Path) -> tuple[str, str]:
+    """Rewrite crash_midwrite's checkpoint so that messageIndexSafe moves the abnormal start
+    file: physic = logics late (last file), indexMsgTimestamp early (a middle file).
+    Returns (start file without, with messageIndexSafe)."""
+    recs = records(capsys, root)
+    first = {}
+    for r in recs:
+        first.setdefault(r["file"], r["store_timestamp"])
+    files = sorted(first)
+    late, early = first[files[-1]], first[files[4]]
+    assert early < late
+    cp = decode_checkpoint((root / "checkpoint").read_bytes())
+    new = Checkpoint(late + 3000, late + 3000, early, cp.master_flushed_offset, cp.confirm_phy_offset)
+    (root / "checkpoint").write_bytes(encode_checkpoint(new, len((root / "checkpoint").read_bytes())))
+    without = max(f for f in files if first[f] <= late)
+    with_safe = max(f for f in files if first[f] <= early)
+    assert without != with_safe
+    return without, with_safe
+
+
+@pytest.mark.parametrize("safe", [False, True], ids=["messageIndexSafe=false", "messageIndexSafe=true"])
+def test_outlook_starts_where_recover_starts_under_message_index_safe(
+        safe: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("crash_midwrite", tmp_path)
+    without, with_safe = _safe_checkpoint(capsys, root)
+    want = with_safe if safe else without
+    conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY,
+                                                 "messageIndexSafe": str(safe).lower()})
+    o = verify_outlook(capsys, "--broker-config", conf)
+    plan = recover_plan(capsys, "--broker-config", conf)
+    assert o["mode"] == plan["mode"] == "abnormal"
+    assert o["abnormal"]["start_file"] == f"commitlog/{want}" and plan["start_file"] == want
+    assert o["message_index_safe"] is safe and ("messageIndexSafe" in o["abnormal"]["rule"]) is safe
+    explicit = ["--message-index-safe"] if safe else []
+    assert verify_outlook(capsys, root, *REAL_OPTIONS, *explicit) == o
+    assert recover_plan(capsys, root, *REAL_OPTIONS, *explicit)["start_file"] == want
+    # info --deep plans with the same settings
+    code, out, err = cli(capsys, "info", "--deep", "--format", "json", "-q", "--broker-config", conf)
+    assert code == 4, err
+    assert json.loads(out)["recovery_plan"]["start_file"] == want
