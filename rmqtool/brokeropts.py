@@ -90,7 +90,9 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                 except ValueError as exc:
                     raise click.BadParameter(str(exc), param_hint="--message-delay-level (messageDelayLevel)") from None
             store = kw.get("store")
-            version = _resolve_version(ctx, kw, store, kind)
+            stores = kw.get("stores") or ()
+            # (export: the version of its one store is inferred as for the other commands)
+            version = _resolve_version(ctx, kw, store if store is not None or len(stores) != 1 else stores[0], kind)
             if conf is not None and version is not None and not conf.has("storePathCommitLog"):
                 cl_dir = conf.commitlog_dir(version)
                 if cl_dir is not None:  # 4.6.0-4.9.3

@@ -104,7 +104,9 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
         raise click.UsageError("index rows have no topic column to partition by")
     if (index_slot_num is None) != (index_num is None):
         raise click.UsageError("--index-slots and --index-entries go together")
-    broker_version = make_profile(broker_version).label  # (auto: resolved here, on the driver)
+    # the whole effective configuration (auto resolved, delay levels, the recovery settings of
+    # --broker-config and the options), built once on the driver and shipped to every worker
+    profile = make_profile(broker_version)
     conf = _conf_pairs(confs)
     from .outpath import url_scheme
 
@@ -116,7 +118,8 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
         _check_output(out, stores, overwrite)
     opened = []
     for s in stores:
-        store = Store.open(s.resolve(), commitlog_file_size, cq_file_size, index_slot_num, index_num)
+        store = Store.open(s.resolve(), commitlog_file_size, cq_file_size, index_slot_num, index_num,
+                           commitlog_dir=_commitlog_dir(len(stores)))
         opened.append((_label(s), store))
 
     from .export_spark import run_export  # pyspark is imported only from here on
@@ -124,7 +127,7 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     existed = scheme is None and out.exists()
     try:
         res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
-                         partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=quiet, conf=conf,
+                         partition_by=partition_by, version=profile, overwrite=overwrite, quiet=quiet, conf=conf,
                          writer=writer)
     except KeyboardInterrupt:
         raise _interrupted(out, scheme is None, existed) from None
@@ -154,6 +157,14 @@ def _interrupted(out: Path, local: bool, existed: bool) -> BaseException:
     else:
         what = f"the partial output at {out} may remain: remove it before the rerun, or rerun with --overwrite"
     return Interrupted(f"interrupted: {what}; stores are never changed by export; the next run starts over")
+
+
+def _commitlog_dir(n_stores: int) -> Path | None:
+    """storePathCommitLog of --broker-config (one store only: the file names one broker's)."""
+    from .options import _broker_meta
+
+    d = _broker_meta().get("commitlog_dir")
+    return Path(d) if d is not None and n_stores == 1 else None
 
 
 def _label(store: Path) -> str:

@@ -399,14 +399,14 @@ def rows_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def split_batches(split: Split, version: str, with_body: bool, schema: pa.Schema, counts: list[int] | None = None,
+def split_batches(split: Split, version: "str | BrokerProfile", with_body: bool, schema: pa.Schema, counts: list[int] | None = None,
                   handoff: Handoff | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of :func:`rmqtool.export_spark.commitlog_rows` for ``split`` as
     RecordBatches (same rows, same order). ``counts`` (rows, messages, blanks, problems)
     is updated in place; ``handoff`` filled as :func:`recovery.splits.iter_split` does."""
-    from .export_spark import record_row
+    from .export_spark import record_row, worker_profile
 
-    profile = BrokerProfile.for_version(version)
+    profile = worker_profile(version)
     n = [0, 0, 0, 0] if counts is None else counts
     name, base = split.file_name, split.base
     pending: list[tuple[Any, ...]] = []

@@ -160,14 +160,21 @@ _ROW_KEYS = [c for c, _t in COMMITLOG_COLUMNS[1:]]
 _MESSAGE_ROW = operator.itemgetter(*_ROW_KEYS[:-1])  # every column but "field" (last)
 
 
-def commitlog_rows(split: Split, version: str, with_body: bool, counts: list[int] | None = None,
+def worker_profile(version: "str | BrokerProfile") -> BrokerProfile:
+    """What a worker decodes with: the driver's whole profile (version, delay levels and
+    every recovery setting of the broker config: what ``make_profile`` built from the
+    options and --broker-config), or a release label (the defaults for the rest)."""
+    return version if isinstance(version, BrokerProfile) else BrokerProfile.for_version(version)
+
+
+def commitlog_rows(split: Split, version: "str | BrokerProfile", with_body: bool, counts: list[int] | None = None,
                    handoff: Handoff | None = None) -> Iterator[tuple[Any, ...]]:
     """Row tuples (column order of :data:`COMMITLOG_COLUMNS`) of one split: the records of
     ``dump commitlog`` (same walk, same field functions), plus ``store`` first and, with
     ``with_body``, the raw body bytes last. ``counts`` (rows, messages, blanks,
     problems) is updated in place. (The row path; the default is the columnar one of
     :mod:`rmqtool.export_arrow`, which yields the same rows.)"""
-    profile = BrokerProfile.for_version(version)
+    profile = worker_profile(version)
     name = split.file_name
     base = split.base
     n = [0, 0, 0, 0] if counts is None else counts
@@ -221,7 +228,7 @@ class FileTask:
     weight: int  # bytes, for balancing
 
 
-def _partition(kind: str, version: str, with_body: bool, accs: Any, groups: Iterable[list[Any]]) -> Iterator[tuple[Any, ...]]:
+def _partition(kind: str, version: "str | BrokerProfile", with_body: bool, accs: Any, groups: Iterable[list[Any]]) -> Iterator[tuple[Any, ...]]:
     """mapPartitions body: the rows of every task of the partition (a partition holds one
     group of tasks), bumping the counters after each task."""
     for task in (t for g in groups for t in g):
@@ -243,7 +250,7 @@ def _partition(kind: str, version: str, with_body: bool, accs: Any, groups: Iter
             done.add(1)
 
 
-def _arrow_partition(version: str, with_body: bool, accs: Any, batches: Iterable[Any]) -> Iterator[Any]:
+def _arrow_partition(version: "str | BrokerProfile", with_body: bool, accs: Any, batches: Iterable[Any]) -> Iterator[Any]:
     """mapInArrow body of the columnar commitlog path: the input rows carry pickled groups
     of splits (column ``g``); yields the RecordBatches of every split, bumping the
     counters after each split as :func:`_partition` does."""
@@ -267,7 +274,7 @@ def _arrow_partition(version: str, with_body: bool, accs: Any, batches: Iterable
                     done.add(1)
 
 
-def _write_partition(kind: str, version: str, with_body: bool, partition_by: Sequence[str], staging: str,
+def _write_partition(kind: str, version: "str | BrokerProfile", with_body: bool, partition_by: Sequence[str], staging: str,
                      done: Any, items: Iterable[tuple[int, list[Any]]]) -> Iterator[tuple[Any, ...]]:
     """mapPartitions body of ``--writer arrow``: every task of the partition decoded (the
     commitlog through the columnar path, queues and index through the row functions) and
@@ -679,7 +686,7 @@ def run_export(
     split_size: int | None = DEFAULT_SPLIT_SIZE,
     with_body: bool = False,
     partition_by: Sequence[str] = (),
-    version: str = "4.9.4",
+    version: "str | BrokerProfile" = "4.9.4",
     overwrite: bool = False,
     quiet: bool = False,
     conf: dict[str, str] | None = None,
@@ -698,7 +705,8 @@ def run_export(
     own Parquet files with pyarrow (:mod:`rmqtool.export_parquet`; ``out`` must be a path
     every executor sees), "spark" hands the rows to Spark's writer (any Hadoop file system:
     hdfs://, s3a://)."""
-    BrokerProfile.for_version(version)  # fail on the driver, not on every executor
+    version = worker_profile(version)  # fail on the driver, not on every executor; the
+    # workers get this very profile (pickled with each task), so they decide as the driver
     if writer not in WRITERS:
         raise ValueError(f"unknown writer {writer!r} (one of {', '.join(WRITERS)})")
     if writer == "arrow":
@@ -777,7 +785,7 @@ def run_export(
     return result
 
 
-def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[Any]], what: str, version: str,
+def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[Any]], what: str, version: BrokerProfile,
                  with_body: bool, partition_by: Sequence[str], out: str, overwrite: bool,
                  columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool) -> None:
     """The job of ``--writer arrow``: the executors write, the driver publishes."""

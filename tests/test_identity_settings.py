@@ -137,3 +137,80 @@ def test_outlook_starts_where_recover_starts_under_message_index_safe(
     code, out, err = cli(capsys, "info", "--deep", "--format", "json", "-q", "--broker-config", conf)
     assert code == 4, err
     assert json.loads(out)["recovery_plan"]["start_file"] == want
+
+
+# ------------------------------------------------------------- export: the workers' profile
+
+LEVELS = "1s 5s 10s 30s 1m 2m"  # 6 levels: the delay fixture's levels 7-17 are clamped to 6
+
+
+def _schedule_tags(rows: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    return [(r["physical_offset"], r["tags_code"]) for r in rows if r.get("topic") == "SCHEDULE_TOPIC_XXXX"]
+
+
+def test_export_workers_decode_with_the_drivers_whole_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    """Both worker paths (rows and Arrow batches) given the driver's profile decode as dump
+    with the same settings; given only the release label (what they were given before)
+    they do not: messageDelayLevel changes the SCHEDULE_TOPIC_XXXX tagsCode."""
+    pytest.importorskip("pyarrow")
+    from conftest import real_store
+    from rmqtool.export_arrow import arrow_schema, split_batches
+    from rmqtool.export_spark import columns_for, commitlog_rows
+    from rmqtool.recovery.splits import plan_splits
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.versions import BrokerProfile
+
+    root = real_store("delay")
+    profile = BrokerProfile.for_version("4.9.4", LEVELS, check_crc_on_recover=False, message_index_safe=True)
+    store = Store.open(root)
+    names = [c for c, _t in columns_for("commitlog", False)]
+    schema = arrow_schema(columns_for("commitlog", False))
+
+    def rows_of(version: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        a: list[dict[str, Any]] = []
+        b: list[dict[str, Any]] = []
+        for split in plan_splits(store, 20000, label="s"):
+            a += [dict(zip(names, r)) for r in commitlog_rows(split, version, False)]
+            for batch in split_batches(split, version, False, schema):
+                b += batch.to_pylist()
+        return a, b
+
+    want = _schedule_tags([json.loads(x) for x in _dump(capsys, root, "--message-delay-level", LEVELS)])
+    default = _schedule_tags([json.loads(x) for x in _dump(capsys, root)])
+    assert want and want != default
+    rows, batches = rows_of(profile)
+    assert _schedule_tags(rows) == _schedule_tags(batches) == want
+    rows, batches = rows_of("4.9.4")
+    assert _schedule_tags(rows) == _schedule_tags(batches) == default
+
+
+def _dump(capsys: pytest.CaptureFixture[str], *args: Any) -> list[str]:
+    code, out, err = cli(capsys, "dump", "commitlog", "--format", "jsonl", *args)
+    assert code == 0, err
+    return [x for x in out.split("\n") if x]
+
+
+@pytest.mark.spark
+def test_export_with_broker_config_equals_dump_and_the_explicit_options(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """export --broker-config (STORE, geometry, messageDelayLevel, checkCRCOnRecover from
+    the file) writes the rows dump --broker-config prints, and the same rows as export with
+    the explicit options."""
+    import rmqtool.export_spark as es
+
+    orig = es.run_export
+    monkeypatch.setattr(es, "run_export", lambda *a, **k: orig(*a, session=spark, **k))  # the shared session
+    root = copy_store("delay", tmp_path)
+    conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY,
+                                                 "messageDelayLevel": LEVELS, "checkCRCOnRecover": "false"})
+    code, _o, err = cli(capsys, "export", "--broker-config", conf, "--to", tmp_path / "a", "--split-size", "20000", "-q")
+    assert code == 0, err
+    code, _o, err = cli(capsys, "export", root, *REAL_OPTIONS, "--message-delay-level", LEVELS,
+                        "--to", tmp_path / "b", "--split-size", "20000", "-q")
+    assert code == 0, err
+    a = sorted(spark.read.parquet(str(tmp_path / "a")).drop("store").collect(), key=lambda r: r["physical_offset"])
+    b = sorted(spark.read.parquet(str(tmp_path / "b")).drop("store").collect(), key=lambda r: r["physical_offset"])
+    assert a == b
+    want = _schedule_tags([json.loads(x) for x in _dump(capsys, "--broker-config", conf)])
+    assert _schedule_tags([r.asDict() for r in a]) == want
+    assert want != _schedule_tags([json.loads(x) for x in _dump(capsys, root)])
