@@ -165,14 +165,15 @@ def _recovery_walk_settings(conf: BrokerConf | None, kw: dict[str, Any], meta: d
 
 def recovery_walk_options(f: F) -> F:
     """--no-crc and --message-index-safe for the commands that predict the broker's
-    recovery without running it (verify, info, repair): they change the recovery outlook
-    only (recover has its own, which also change what it does)."""
+    recovery without running it (verify's and repair's outlook, info --deep, offsets' queue
+    ends): recover has its own, which also change what it does."""
     f = click.option("--message-index-safe", is_flag=True,
-                     help="Mirrors messageIndexSafe=true: the recovery outlook's abnormal start file also honours the "
-                          "checkpoint's indexMsgTimestamp (default: --broker-config, else false).")(f)
+                     help="Mirrors messageIndexSafe=true: the abnormal start file of the broker's recovery this command "
+                          "predicts also honours the checkpoint's indexMsgTimestamp (default: --broker-config, else false).")(f)
     f = click.option("--no-crc", is_flag=True,
-                     help="Mirrors checkCRCOnRecover=false: the recovery outlook's walk does not stop at a record whose "
-                          "body CRC fails (every CRC is still checked and reported; default: --broker-config, else CRC on).")(f)
+                     help="Mirrors checkCRCOnRecover=false: the walk of the broker's recovery this command predicts does not "
+                          "stop at a record whose body CRC fails (verify still checks and reports every CRC; default: "
+                          "--broker-config, else CRC on).")(f)
     return f
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .brokeropts import broker_config_option
+from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
@@ -51,6 +51,8 @@ def parse_time(text: str) -> int:
 
 @click.command("offsets", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("read")
+@broker_setting_options
+@recovery_walk_options
 @output_file_options
 @store_argument
 @broker_version_option
