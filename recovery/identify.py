@@ -10,11 +10,14 @@ are told apart only where their recovery differs.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..formats import commitlog as cl
+from ..formats.properties import NAME_VALUE_SEPARATOR as PROPERTY_SEP_NV, PROPERTY_SEPARATOR as PROPERTY_SEP
+from ..formats.properties import parse_properties, parse_properties_legacy
 from . import check as ck
 from .store import Store
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label
@@ -34,14 +37,20 @@ FIVE_X_CONFIG_FIELDS = (("config/topics.json", "attributes"), ("config/subscript
 class Inference:
     candidates: list[tuple[int, int, int]]
     evidence: list[str] = field(default_factory=list)
+    # version-dependent decisions shown not to matter for this store and command: name -> why
+    # (recovery.versions.RECOVERY_DECISIONS; :func:`narrow_for_store`)
+    moot: dict[str, str] = field(default_factory=dict)
+
+    def _sig(self, v: tuple[int, int, int]) -> tuple[bool, ...]:
+        return BrokerProfile(v).recovery_signature(ignore=set(self.moot))
 
     @property
     def groups(self) -> list[list[tuple[int, int, int]]]:
-        """The candidates, in runs of consecutive releases that recover the same way."""
+        """The candidates, in runs of consecutive releases that recover the store the same way."""
         out: list[list[tuple[int, int, int]]] = []
         last = None
         for v in self.candidates:
-            sig = BrokerProfile(v).recovery_signature()
+            sig = self._sig(v)
             if out and sig == last:
                 out[-1].append(v)
             else:
@@ -51,7 +60,7 @@ class Inference:
 
     @property
     def ambiguous(self) -> bool:
-        return len({BrokerProfile(v).recovery_signature() for v in self.candidates}) > 1
+        return len({self._sig(v) for v in self.candidates}) > 1
 
     def assumed(self) -> tuple[int, int, int]:
         """The version a read-only command emulates: the default release when it is a
@@ -64,6 +73,9 @@ class Inference:
 
     def describe_evidence(self) -> str:
         return "; ".join(self.evidence) if self.evidence else "nothing in the store tells the releases apart"
+
+    def describe_moot(self) -> str:
+        return "; ".join(f"{why}" for why in self.moot.values())
 
 
 def _span(g: list[tuple[int, int, int]]) -> str:
@@ -78,6 +90,13 @@ def infer_version(store: Store) -> Inference:
             evidence.append(f"{rel} exists (only 5.x writes it)")
             lo = max(lo, (5, 0, 0))
             break
+    if lo < (5, 0, 0):
+        cfg = store.root / "config"
+        for d in sorted(cfg.iterdir()) if cfg.is_dir() else []:
+            if d.is_dir() and (d / "CURRENT").is_file():
+                evidence.append(f"config/{d.name} is a RocksDB database (only 5.x keeps its config in RocksDB)")
+                lo = (5, 0, 0)
+                break
     if lo < (5, 0, 0):
         for rel, name in FIVE_X_CONFIG_FIELDS:
             try:
@@ -111,4 +130,126 @@ def infer_version(store: Store) -> Inference:
         lo = max(lo, (5, 1, 0))
     if seen_crc:
         lo = max(lo, (5, 2, 0))
-    return Inference([v for v in RELEASES if v >= lo], evidence)
+    hi = RELEASES[-1]
+    if lo < (5, 0, 0):
+        why = four_x_shutdown(store)
+        if why is not None:
+            evidence.append(why)
+            hi = (4, 9, 8)
+    return Inference([v for v in RELEASES if lo <= v <= hi], evidence)
+
+
+def four_x_shutdown(store: Store) -> str | None:
+    """The last broker that shut this store down cleanly was a 4.x one: no abort file, and
+    config/topics.json holds topics none of which has the ``attributes`` field. Every 5.x
+    broker writes that field for every topic (TopicConfig.attributes, 5.0.0+, an empty map
+    by default, which fastjson writes as {}) and persists topics.json at its clean shutdown
+    (BrokerController.shutdownBasicService: topicConfigManager.persist()); no 4.x
+    TopicConfig has it (4.6.0-4.9.8). (A 5.x broker that keeps its config in RocksDB is
+    caught before: config/topics is then a RocksDB directory.)"""
+    if store.abort_present:
+        return None
+    try:
+        doc = json.loads((store.root / "config" / "topics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    table = doc.get("topicConfigTable") if isinstance(doc, dict) else None
+    if not isinstance(table, dict) or not table or not all(isinstance(t, dict) for t in table.values()):
+        return None
+    if any("attributes" in t for t in table.values()):
+        return None
+    return (f"config/topics.json of a clean shutdown holds {len(table)} topics without the attributes field "
+            "every 5.x broker writes at its shutdown (4.x)")
+
+
+# ---------------------------------------------------------------------------------------
+# Narrowing for one store and one command: decisions that cannot matter here
+
+
+def index_counting_rule(store: Store) -> tuple[str, str] | None:
+    """Quirk Q8 read back from a full index file: its hashSlotCount is the number of puts
+    (4.6.0-4.7.0) or of slots in use (4.7.1+). Only full files count (indexCount ==
+    maxIndexNum: their header was written after their last put), and only where the two
+    numbers differ. Returns ("every_put" | "slots_used", the evidence) or None."""
+    import numpy as np
+
+    from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
+
+    g = store.geometry
+    for f in reversed(store.index_files[-8:]):
+        try:
+            with open(f.path, "rb") as fh:
+                head = fh.read(HEADER_SIZE)
+                slots = np.frombuffer(fh.read(g.index_slot_num * SLOT_SIZE), dtype=">i4")
+        except OSError:
+            continue
+        if len(head) < HEADER_SIZE or len(slots) < g.index_slot_num:
+            continue
+        hsc, count = HEADER_STRUCT.unpack(head)[4:6]
+        if count != g.index_num:
+            continue
+        used = int(np.count_nonzero(slots))
+        if used == count - 1:
+            continue  # no collisions: both rules give the same count
+        if hsc == used:
+            return "slots_used", f"index/{f.name} (full) counts {hsc} slots in use, not {count - 1} puts (4.7.1+)"
+        if hsc == count - 1:
+            return "every_put", f"index/{f.name} (full) counts {hsc} puts, not {used} slots in use (4.6.0-4.7.0)"
+    return None
+
+
+def properties_parsers_agree(store: Store, budget: int = 1 << 62) -> bool:
+    """Whether the 4.6.0-4.9.0 properties parser (a Java split) and the 4.9.1+ one read
+    every record of the broker's walk of every commitlog file the same way (then the
+    4.9.1 change cannot matter to this store). False when a record's properties parse
+    differently, or after ``budget`` records (unknown)."""
+    probe = BrokerProfile((4, 9, 1))
+    seen = 0
+    for f in store.commitlog:
+        if f.size == 0:
+            continue
+        with store.map(f) as mf:
+            end = min(mf.size, store.geometry.commitlog_file_size)
+            w = ck.fast_walk(mf.buf, end, probe, check_crc=False, read_body=False, collect=True)
+            for pos in w.starts:
+                seen += 1
+                if seen > budget:
+                    return False
+                try:
+                    rec = cl.decode_message(mf.buf, pos, end, total_limit=True, body_limit=False)
+                except cl.DecodeFailure:
+                    return False
+                text = rec.properties
+                if not text:
+                    continue
+                if all(seg.count(PROPERTY_SEP_NV) <= 1 and not seg.startswith(PROPERTY_SEP_NV)
+                       for seg in text.split(PROPERTY_SEP)):
+                    continue  # both accept exactly the segments with a key, one separator and a value
+                if list(parse_properties(text).items()) != list(parse_properties_legacy(text).items()):
+                    return False
+    return True
+
+
+def narrow_for_store(store: Store, inf: Inference, command: str, mode: str | None) -> Inference:
+    """Drop the candidates the store's own files exclude and the decisions that cannot
+    matter to ``command`` on this store (each with its reason), so that releases which
+    recover this store identically are no longer told apart. ``mode``: the recovery
+    recover will run (normal/abnormal), None for other commands."""
+    cands = list(inf.candidates)
+    evidence = list(inf.evidence)
+    moot = dict(inf.moot)
+    counted = {BrokerProfile(v).hash_slot_count_every_put for v in cands}
+    if len(counted) > 1:
+        rule = index_counting_rule(store)
+        if rule is not None:
+            every = rule[0] == "every_put"
+            cands = [v for v in cands if BrokerProfile(v).hash_slot_count_every_put == every]
+            evidence.append(rule[1])
+    if command != "recover" or mode == "normal":
+        moot["delay_table_in_abnormal_recovery"] = (
+            "quirk Q1 (4.9.2-4.9.8) acts only in abnormal recovery, which "
+            + ("this run of recover does not run" if command == "recover" else f"{command} does not run"))
+    if len({BrokerProfile(v).new_properties_parser for v in cands}) > 1 and properties_parsers_agree(store):
+        moot["new_properties_parser"] = ("both properties parsers (4.6.0-4.9.0 and 4.9.1+) read every record "
+                                         "of the commitlog the same way")
+    return Inference(cands, evidence, moot)

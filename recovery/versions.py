@@ -56,6 +56,13 @@ def parse_delay_levels(text: str) -> list[int]:
     return out
 
 
+# the version-dependent decisions of recovery, dispatch and rebuild (recovery_signature)
+RECOVERY_DECISIONS = ("is_5x", "accepts_v2", "remaining_checks", "new_properties_parser", "has_prop_crc",
+                      "prop_crc_zero_accepted", "delay_table_in_abnormal_recovery", "normal_recovery_walkback",
+                      "startup_reput_from_cq", "hash_slot_count_every_put", "index_flushed_at_shutdown",
+                      "zero_length_last_file_deleted")
+
+
 @dataclass(frozen=True)
 class BrokerProfile:
     """What the emulated broker version does at each version-dependent point."""
@@ -82,13 +89,11 @@ class BrokerProfile:
         CRC: forceVerifyPropCRC on a 5.2.0+ broker (older ones have no such setting)."""
         return self.has_prop_crc and self.force_verify_prop_crc
 
-    def recovery_signature(self) -> tuple[bool, ...]:
+    def recovery_signature(self, ignore: "frozenset[str] | set[str]" = frozenset()) -> tuple[bool, ...]:
         """Every version-dependent decision recovery, dispatch and rebuild make: two versions
-        with the same signature recover a store the same way."""
-        return (self.is_5x, self.accepts_v2, self.remaining_checks, self.new_properties_parser,
-                self.has_prop_crc, self.prop_crc_zero_accepted, self.delay_table_in_abnormal_recovery,
-                self.normal_recovery_walkback, self.startup_reput_from_cq, self.hash_slot_count_every_put,
-                self.index_flushed_at_shutdown, self.zero_length_last_file_deleted)
+        with the same signature recover a store the same way. ``ignore``: decisions shown
+        not to matter for a given store (recovery.identify)."""
+        return tuple(getattr(self, name) for name in RECOVERY_DECISIONS if name not in ignore)
 
     @cached_property
     def zero_length_last_file_deleted(self) -> bool:

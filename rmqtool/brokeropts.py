@@ -198,20 +198,41 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
     except Exception:  # noqa: BLE001 - not a store: the command itself says so
         return None
     inf = infer_version(s)
+    if inf.ambiguous and kind == "destructive":
+        # what this command would do with each candidate: releases that recover this store
+        # identically (the quirks between them cannot act on it) are no longer told apart
+        from .recovery.identify import narrow_for_store
+
+        mode = None
+        if ctx.info_name == "recover":
+            normal = kw.get("normal")
+            mode = ("abnormal" if s.abort_present else "normal") if normal is None else ("normal" if normal else "abnormal")
+        inf = narrow_for_store(s, inf, ctx.info_name or "", mode)
     if inf.ambiguous and kind == "destructive":  # raised after the refusals (which come first: exit 8)
+        example = ".".join(map(str, inf.assumed()))
         meta["ambiguous"] = AmbiguousVersion(
-            f"--broker-version auto: the store leaves releases whose recovery differs: {inf.describe_candidates()} "
-            f"({inf.describe_evidence()}); give --broker-version")
+            f"--broker-version auto: the store leaves releases that recover it differently: {inf.describe_candidates()} "
+            f"({inf.describe_evidence()}); give the release the broker runs, e.g. --broker-version {example} "
+            f"or RMQTOOL_BROKER_VERSION={example} (the broker's lib/rocketmq-store-VERSION.jar names it)")
         return None
     chosen = inf.assumed()
     label = ".".join(map(str, chosen))
     meta["version"] = label
     kw["broker_version"] = label
+    moot = f"; {inf.describe_moot()}" if inf.moot else ""
     if inf.ambiguous:
         _note(f"--broker-version auto: assuming {label} (candidates {inf.describe_candidates()}; {inf.describe_evidence()})")
+    elif len(inf.candidates) > 1:
+        _note(f"--broker-version auto: {_span_of(inf.candidates)} recover this store identically "
+              f"({inf.describe_evidence()}{moot}); emulating {label}")
     else:
         _note(f"--broker-version auto: {inf.describe_candidates()} ({inf.describe_evidence()}); emulating {label}")
     return chosen
+
+
+def _span_of(cands: list[tuple[int, int, int]]) -> str:
+    lab = lambda v: ".".join(map(str, v))  # noqa: E731
+    return lab(cands[0]) if len(cands) == 1 else f"{lab(cands[0])}-{lab(cands[-1])}"
 
 
 def refusal_findings() -> list[dict[str, Any]]:

@@ -136,7 +136,8 @@ def test_auto_on_a_store_that_shows_nothing(tmp_path: Path, capsys: pytest.Captu
         code, out, err = cli(capsys, *cmd, root)
         assert code == 2 and out == ""
         lines = err.strip().splitlines()
-        assert len(lines) == 1 and "5.2.0-5.3.1, 5.3.2-5.3.3" in lines[0] and "give --broker-version" in lines[0]
+        assert len(lines) == 1 and "5.2.0-5.3.1, 5.3.2-5.3.3" in lines[0]
+        assert "e.g. --broker-version 4.9.4 or RMQTOOL_BROKER_VERSION=4.9.4" in lines[0]
     assert tree_digest(root) == before
 
 
@@ -163,7 +164,12 @@ def test_auto_names_its_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[s
         '"topicFilterType":"SINGLE_TAG","topicName":"TopicA","topicSysFlag":0,"writeQueueNums":4}}}')
     inf = infer_version(Store.open(third))
     assert inf.candidates[0] == (5, 0, 0) and "config/topics.json has the field attributes" in inf.describe_evidence()
+    # without it, after a clean shutdown: the last broker was a 4.x one (every 5.x one
+    # writes the field at its shutdown); after a crash: no evidence
     (third / "config" / "topics.json").write_text('{"topicConfigTable":{"TopicA":{"order":false,"perm":6}}}')
+    inf = infer_version(Store.open(third))
+    assert inf.candidates == [v for v in RELEASES if v < (5, 0, 0)] and "without the attributes field" in inf.describe_evidence()
+    (third / "abort").write_bytes(b"")
     assert infer_version(Store.open(third)).candidates == list(RELEASES)
 
 

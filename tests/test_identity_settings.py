@@ -287,3 +287,107 @@ def test_every_command_with_the_broker_config_alone_equals_the_explicit_options(
         c3, o3, _e3 = cli(capsys, *cmd, root, *REAL_OPTIONS)
         assert _norm(o3) != _norm(o1)
     assert tree_digest(root) == before  # (dry runs and read-only commands)
+
+
+# ------------------------------------------- --broker-version auto on 4.x stores (issue 18 gap 4)
+
+TOPICS_4X = ('{"dataVersion":{"counter":3,"timestamp":1795302118000},"topicConfigTable":{"TopicA":{"order":false,'
+             '"perm":6,"readQueueNums":4,"topicFilterType":"SINGLE_TAG","topicName":"TopicA","topicSysFlag":0,'
+             '"writeQueueNums":4}}}')
+
+
+def four_x_copy(name: str, tmp_path: Path) -> Path:
+    """A real 4.9.4 fixture with the config/topics.json a 4.x broker leaves."""
+    root = copy_store(name, tmp_path)
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "topics.json").write_text(TOPICS_4X)
+    return root
+
+
+def test_auto_proceeds_on_a_4x_store_whose_candidates_recover_it_identically(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cleanly shut down 4.x store: topics.json bounds it to 4.x, a full index file's
+    hashSlotCount to 4.7.1+, quirk Q1 cannot act in normal recovery or in rebuild-index, and
+    both properties parsers read every record alike: recover and rebuild-index proceed,
+    say which range they assumed, and do exactly what --broker-version 4.9.4 does."""
+    monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
+    root = four_x_copy("clean", tmp_path)
+    for cmd in (["recover", "--dry-run", "--format", "json", "-q"], ["rebuild-index", "--dry-run", "-q"]):
+        code, out, err = cli(capsys, *cmd, root)
+        assert code == 0, err
+        assert "--broker-version auto: 4.7.1-4.9.8 recover this store identically" in err
+        assert "without the attributes field" in err and "(4.7.1+)" in err and "emulating 4.9.4" in err
+        assert "quirk Q1" in err and "both properties parsers" in err
+        assert (code, _norm(out)) == _run_norm(capsys, *cmd, root, "--broker-version", "4.9.4")
+    # without topics.json nothing rules 5.x out: the refusal says exactly what to type
+    (root / "config" / "topics.json").unlink()
+    before = tree_digest(root)
+    code, out, err = cli(capsys, "recover", "--yes", root)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "4.7.1-4.9.8, 5.0.0," in err and "e.g. --broker-version 4.9.4 or RMQTOOL_BROKER_VERSION=4.9.4" in err
+    assert tree_digest(root) == before
+
+
+def _run_norm(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, Any]:
+    code, out, _err = cli(capsys, *args)
+    return code, _norm(out)
+
+
+def test_auto_still_refuses_where_a_quirk_acts_on_the_store(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
+    # a record whose KEYS value holds a second 0x01: the 4.6.0-4.9.0 parser drops KEYS, 4.9.1+ keeps it
+    root = four_x_copy("clean", tmp_path / "a")
+    recs = records(capsys, root)
+    r = next(x for x in recs if x["properties"].get("KEYS", "").count(" ") >= 1)
+    path = root / "commitlog" / r["file"]
+    data = bytearray(path.read_bytes())
+    m = cl.decode_message(bytes(data), r["pos"], len(data))
+    i = data.index(b"KEYS\x01", m.properties_pos)
+    j = data.index(b" ", i)
+    data[j] = 1
+    path.write_bytes(bytes(data))
+    code, _out, err = cli(capsys, "recover", "--yes", "--dry-run", root)
+    assert code == 2 and "4.7.1-4.9.0, 4.9.1-4.9.8 (" in err
+    # an abnormal recovery (abort present): quirk Q1 of 4.9.2-4.9.8 may act, and a crashed
+    # 5.x broker leaves topics.json as it was: no 4.x bound either
+    root = four_x_copy("crash_midwrite", tmp_path / "b")
+    code, _out, err = cli(capsys, "recover", "--yes", "--dry-run", root)
+    assert code == 2 and "4.7.1-4.9.1, 4.9.2-4.9.8, 5.0.0" in err
+    # forced normal recovery: Q1 cannot act (the 5.x releases still differ)
+    code, _out, err = cli(capsys, "recover", "--yes", "--dry-run", "--normal", root)
+    assert code == 2 and "4.7.1-4.9.8, 5.0.0" in err
+
+
+def test_index_counting_rule_read_back_from_a_full_index_file(tmp_path: Path) -> None:
+    import struct
+
+    from rmqtool.recovery.identify import index_counting_rule, infer_version, narrow_for_store
+    from rmqtool.recovery.store import Store
+
+    root = four_x_copy("clean", tmp_path)
+    st = Store.open(root)
+    rule = index_counting_rule(st)
+    assert rule is not None and rule[0] == "slots_used"
+    # the same file with the 4.6.0-4.7.0 count (every put) in its header
+    full = [f for f in st.index_files if struct.unpack_from(">i", f.path.read_bytes(), 36)[0] == 400]
+    for f in full:
+        raw = bytearray(f.path.read_bytes())
+        struct.pack_into(">i", raw, 32, 399)
+        f.path.write_bytes(bytes(raw))
+    st = Store.open(root)
+    rule = index_counting_rule(st)
+    assert rule is not None and rule[0] == "every_put" and "(4.6.0-4.7.0)" in rule[1]
+    inf = narrow_for_store(st, infer_version(st), "rebuild-index", None)
+    assert inf.candidates[-1] == (4, 7, 0) and not inf.ambiguous
+
+
+def test_a_rocksdb_config_directory_is_5x_evidence(tmp_path: Path) -> None:
+    from rmqtool.recovery.identify import infer_version
+    from rmqtool.recovery.store import Store
+
+    root = four_x_copy("clean", tmp_path)
+    (root / "config" / "topics").mkdir()
+    (root / "config" / "topics" / "CURRENT").write_text("MANIFEST-000001\n")
+    inf = infer_version(Store.open(root))
+    assert inf.candidates[0] == (5, 0, 0) and "config/topics is a RocksDB database" in inf.describe_evidence()
