@@ -14,6 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..formats import commitlog as cl
 from ..formats.properties import NAME_VALUE_SEPARATOR as PROPERTY_SEP_NV, PROPERTY_SEPARATOR as PROPERTY_SEP
@@ -198,35 +199,78 @@ def index_counting_rule(store: Store) -> tuple[str, str] | None:
     return None
 
 
-def properties_parsers_agree(store: Store, budget: int = 1 << 62) -> bool:
+def properties_parsers_agree(store: Store) -> bool:
     """Whether the 4.6.0-4.9.0 properties parser (a Java split) and the 4.9.1+ one read
     every record of the broker's walk of every commitlog file the same way (then the
-    4.9.1 change cannot matter to this store). False when a record's properties parse
-    differently, or after ``budget`` records (unknown)."""
+    4.9.1 change cannot matter to this store). Both accept exactly the same pairs from a
+    segment (between 0x02 separators) that holds at most one 0x01 and does not start with
+    it; such segments are found with numpy over each file, and only the records holding
+    another kind of segment are parsed both ways."""
+    import numpy as np
+
+    from .scan import byte_views
+
     probe = BrokerProfile((4, 9, 1))
-    seen = 0
     for f in store.commitlog:
         if f.size == 0:
             continue
         with store.map(f) as mf:
             end = min(mf.size, store.geometry.commitlog_file_size)
             w = ck.fast_walk(mf.buf, end, probe, check_crc=False, read_body=False, collect=True)
-            for pos in w.starts:
-                seen += 1
-                if seen > budget:
+            if not w.count:
+                continue
+            v = byte_views(mf.buf)
+            try:
+                if not _agree_in(mf.buf, v, np.frombuffer(w.starts, dtype=np.int64), probe):
                     return False
-                try:
-                    rec = cl.decode_message(mf.buf, pos, end, total_limit=True, body_limit=False)
-                except cl.DecodeFailure:
-                    return False
-                text = rec.properties
-                if not text:
-                    continue
-                if all(seg.count(PROPERTY_SEP_NV) <= 1 and not seg.startswith(PROPERTY_SEP_NV)
-                       for seg in text.split(PROPERTY_SEP)):
-                    continue  # both accept exactly the segments with a key, one separator and a value
-                if list(parse_properties(text).items()) != list(parse_properties_legacy(text).items()):
-                    return False
+            finally:
+                del v
+    return True
+
+
+_CHUNK = 64 << 20
+
+
+def _agree_in(buf: Any, v: Any, s: Any, probe: BrokerProfile) -> bool:
+    import numpy as np
+
+    from .plainwalk import plain_records
+
+    tot = v.i4[s].astype(np.int64)
+    pl = plain_records(buf, v, s, tot, probe)
+    a = s + tot - pl.props_len  # the properties of each plainly valid record: [a, a + len)
+    n = pl.props_len
+    suspect = list(np.flatnonzero(~pl.ok).tolist())  # (SCHEDULE_TOPIC_XXXX and other records: parsed)
+    has = pl.ok & (n > 0)
+    if has.any():
+        lo, hi = int(a[has].min()), int((a + n)[has].max())
+        ah, nh, idx = a[has], n[has], np.flatnonzero(has)
+        seps, rs = [], []
+        for c0 in range(lo, hi, _CHUNK):  # (bounded memory: 64 MiB of the file at a time)
+            u = v.u1[c0 : min(hi, c0 + _CHUNK)]
+            p = np.flatnonzero((u == 1) | (u == 2)) + c0
+            r = np.searchsorted(ah, p, side="right") - 1
+            inside = (r >= 0) & (p < ah[np.maximum(r, 0)] + nh[np.maximum(r, 0)])  # only the properties
+            seps.append(p[inside])
+            rs.append(r[inside])
+        sep, r = np.concatenate(seps), np.concatenate(rs)
+        if len(sep):
+            c = v.u1[sep]
+            prev_c = np.concatenate(([0], c[:-1]))
+            prev_r = np.concatenate(([-1], r[:-1]))
+            prev_p = np.concatenate(([-2], sep[:-1]))
+            one = c == 1
+            bad = one & ((sep == ah[r]) | ((prev_r == r) & (prev_c == 1))
+                         | ((prev_r == r) & (prev_c == 2) & (prev_p == sep - 1)))
+            suspect += idx[np.unique(r[bad])].tolist()
+    for k in suspect:
+        try:
+            rec = cl.decode_message(buf, int(s[k]), len(buf), total_limit=True, body_limit=False)
+        except cl.DecodeFailure:
+            return False
+        text = rec.properties
+        if text and list(parse_properties(text).items()) != list(parse_properties_legacy(text).items()):
+            return False
     return True
 
 

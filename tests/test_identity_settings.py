@@ -391,3 +391,29 @@ def test_a_rocksdb_config_directory_is_5x_evidence(tmp_path: Path) -> None:
     (root / "config" / "topics" / "CURRENT").write_text("MANIFEST-000001\n")
     inf = infer_version(Store.open(root))
     assert inf.candidates[0] == (5, 0, 0) and "config/topics is a RocksDB database" in inf.describe_evidence()
+
+
+@pytest.mark.parametrize("raw,agree", [
+    (b"KEYS\x01a b\x02TAGS\x01t", True),
+    (b"KEYS\x01a b\x02TAGS\x01t\x02", True),  # trailing separator
+    (b"KEYS\x01\x02TAGS\x01t", True),  # empty value: both drop it
+    (b"\x02\x02KEYS\x01k", True),  # empty segments
+    (b"\x01", True),  # a lone separator: both drop it
+    (b"KEYS\x01a\x01b\x02TAGS\x01t", False),  # two separators: 4.9.1+ keeps KEYS=a\x01b, 4.6.0-4.9.0 drops it
+    (b"TAGS\x01t\x02\x01v", False),  # empty key: only 4.6.0-4.9.0 keeps it
+    (b"\x01v\x02TAGS\x01t", False),  # the same at the start
+    (b"KEYS\x01a\x01\x02TAGS\x01t", False),  # 4.6.0-4.9.0 drops the trailing empty part: KEYS=a
+])
+def test_properties_parsers_agree_exactly_where_both_parsers_read_the_same(raw: bytes, agree: bool, tmp_path: Path) -> None:
+    from rmqtool.formats.properties import parse_properties, parse_properties_legacy
+    from rmqtool.recovery.identify import properties_parsers_agree
+    from rmqtool.recovery.store import Store
+    from test_audit_versions import props, write_store
+
+    text = raw.decode()
+    assert (list(parse_properties(text).items()) == list(parse_properties_legacy(text).items())) is agree
+    root = tmp_path / "s"
+    specs = [dict(topic="T", props=props({"KEYS": f"k{i}", "UNIQ_KEY": f"U{i}"})) for i in range(20)]
+    specs.insert(7, dict(topic="T", props=raw))
+    write_store(root, specs)
+    assert properties_parsers_agree(Store.open(root)) is agree
