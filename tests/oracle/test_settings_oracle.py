@@ -91,3 +91,37 @@ def test_recover_ends_where_the_broker_ends_under_the_broker_config(
     lookups = dc.key_lookups(ours, SETTINGS, dc.view_queries(view))
     assert dc.compare_lookups(view, lookups, "recover keys", superset=True) == []
     assert len(list((ours / "index").iterdir())) >= 2
+
+
+@pytest.mark.parametrize("recheck", [True, False], ids=["recheckReputOffsetFromCq=true", "recheckReputOffsetFromCq=false"])
+def test_recover_catches_up_where_the_5x_broker_does_under_recheck_reput_offset_from_cq(
+        oracle: ModuleType, recheck: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 5.1.4 store shut down cleanly whose two queues lost their last unit each: a 5.x
+    broker's start-up reput catches them up only under recheckReputOffsetFromCq=true (4.x
+    always does; 5.3.2+ dispatches them in its normal recovery anyway); rmqtool recover
+    given the same broker.conf leaves the broker's queues."""
+    version = "5.1.4"
+    geometry = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 640, "maxHashSlotNum": 100,
+                "maxIndexNum": 400}
+    messages = [{"topic": "TopicA", "queue_id": i % 2, "tags": f"t{i}", "keys": f"K{i}", "body_len": 100 + i,
+                 "body_seed": i} for i in range(8)]
+    oracle.write(version, {"config": geometry, "messages": messages, "end": {"mode": "clean"}}, tmp_path / "out")
+    src = tmp_path / "out" / "store"
+    for qid in (0, 1):  # the last unit of each queue (messages 6 and 7) gone
+        q = src / "consumequeue" / "TopicA" / str(qid) / f"{0:020d}"
+        raw = bytearray(q.read_bytes())
+        raw[3 * 20 : 4 * 20] = bytes(20)
+        q.write_bytes(bytes(raw))
+    broker_copy, ours = tmp_path / "broker", tmp_path / "ours"
+    shutil.copytree(src, broker_copy)
+    shutil.copytree(src, ours)
+    settings = {**geometry, "recheckReputOffsetFromCq": recheck}
+    view = oracle.view(version, broker_copy, settings)
+    for key in ("TopicA/0", "TopicA/1"):
+        assert len(view["consume_queues"][key]["entries"]) == (4 if recheck else 3)
+    conf = _conf(tmp_path / "broker.conf", ours, settings)
+    capsys.readouterr()
+    code = run(["recover", "--yes", "--broker-config", str(conf), "--broker-version", version, "-q", "--format", "json",
+                "--backup-dir", str(tmp_path / "bk")])
+    assert code in (0, 1), capsys.readouterr().err
+    assert dc.compare_queues(view, dc.dump_queues(ours, geometry), "recover cq") == []
