@@ -203,10 +203,10 @@ def test_export_with_broker_config_equals_dump_and_the_explicit_options(
     root = copy_store("delay", tmp_path)
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY,
                                                  "messageDelayLevel": LEVELS, "checkCRCOnRecover": "false"})
-    code, _o, err = cli(capsys, "export", "--broker-config", conf, "--to", tmp_path / "a", "--split-size", "20000", "-q")
+    code, _o, err = cli(capsys, "export", "--broker-config", conf, "--to", tmp_path / "a", "--split-size", "0", "-q")
     assert code == 0, err
     code, _o, err = cli(capsys, "export", root, *REAL_OPTIONS, "--message-delay-level", LEVELS,
-                        "--to", tmp_path / "b", "--split-size", "20000", "-q")
+                        "--to", tmp_path / "b", "--split-size", "0", "-q")
     assert code == 0, err
     a = sorted(spark.read.parquet(str(tmp_path / "a")).drop("store").collect(), key=lambda r: r["physical_offset"])
     b = sorted(spark.read.parquet(str(tmp_path / "b")).drop("store").collect(), key=lambda r: r["physical_offset"])
