@@ -293,7 +293,9 @@ def narrow_for_store(store: Store, inf: Inference, command: str, mode: str | Non
         moot["delay_table_in_abnormal_recovery"] = (
             "quirk Q1 (4.9.2-4.9.8) acts only in abnormal recovery, which "
             + ("this run of recover does not run" if command == "recover" else f"{command} does not run"))
-    if len({BrokerProfile(v).new_properties_parser for v in cands}) > 1 and properties_parsers_agree(store):
+    # (the parser check reads every record: only when it alone can settle the question)
+    settles = not Inference(cands, evidence, {**moot, "new_properties_parser": ""}).ambiguous
+    if len({BrokerProfile(v).new_properties_parser for v in cands}) > 1 and settles and properties_parsers_agree(store):
         moot["new_properties_parser"] = ("both properties parsers (4.6.0-4.9.0 and 4.9.1+) read every record "
                                          "of the commitlog the same way")
     return Inference(cands, evidence, moot)
