@@ -2087,6 +2087,13 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
             code = _REASON_CODES.get(e.reason, "CL_BAD_LENGTH")
             what = _REASON_TEXT.get(e.reason, e.reason)
             where = f" ({info['topic']}/{info['queue_id']} queue offset {info['queue_offset']})" if "topic" in info else ""
+            if e.reason in (ck.CRC, ck.PROP_CRC) and not profile.check_crc_on_recover:
+                # checkCRCOnRecover=false: the broker's walk does not check it, keeps the
+                # record and goes on (the recovery outlook walks on past it too)
+                out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: the broker's recovery keeps this record "
+                                   "(checkCRCOnRecover=false: its walk checks no CRC) and serves its damaged bytes",
+                                   reason=e.reason, field=e.field, broker_stop=False, **info))
+                continue
             if n_after == 0 and abort and e.kind in ("gap", "damaged") and not short:
                 if "queue_offset" in info:  # a message header: the message is lost
                     topic = info.get("topic")

@@ -85,6 +85,12 @@ def test_outlook_stops_where_recover_stops_under_check_crc_on_recover(
     assert o["normal"]["stop_offset"] == plan["end_offset"] == want
     assert o["normal"]["records_cut"] == (5 - 1 if check_crc else 0)  # (the damaged record is not intact)
     assert o["check_crc"] is check_crc and plan["check_crc"] is check_crc
+    # the finding says whether the broker's recovery stops at the record or keeps it
+    code, out, _err = cli(capsys, "verify", "--format", "json", "--broker-config", conf)
+    crc = [f for f in json.loads(out)["findings"] if f["code"] == "CL_BODY_CRC"]
+    assert code == 4 and [f["physical_offset"] for f in crc] == [bad["physical_offset"]]
+    assert ("recovery keeps this record" in crc[0]["message"]) is not check_crc
+    assert ("the broker's record walk stops here" in crc[0]["message"]) is check_crc
     # the explicit option says the same
     explicit = ["--no-crc"] if not check_crc else []
     assert verify_outlook(capsys, root, *REAL_OPTIONS, *explicit) == o

@@ -394,7 +394,7 @@ def prop_crc_cut(view: dict[str, Any], report: dict[str, Any], config: dict[str,
 
 
 def compare_verify(view: dict[str, Any], rc: int, report: dict[str, Any], lost_acked: int | None,
-                   config: dict[str, Any] | None = None, rmq_crc_bad: list[int] = ()) -> list[str]:  # type: ignore[assignment]
+                   config: dict[str, Any] | None = None) -> list[str]:
     bad = []
     o = verify_outlook(report)
     if prop_crc_cut(view, report, config or {}):
@@ -406,17 +406,12 @@ def compare_verify(view: dict[str, Any], rc: int, report: dict[str, Any], lost_a
         return bad
     if o["mode"] != view_mode(view):
         bad.append(f"verify: outlook mode {o['mode']}, broker ran {view.get('recovery_mode')}")
+    # (verify is given checkCRCOnRecover and messageIndexSafe as the broker was: its outlook
+    # walks on past a record whose body CRC fails where the broker's does, and so ends
+    # where the broker's recovery ended)
     want = view.get("commitlog_max_offset")
-    crc_bad = [r["phys_offset"] for r in _records_in_view(view) if r.get("body_crc_ok") is False]
-    if (config or {}).get("checkCRCOnRecover") is False:
-        crc_bad += [o for o in rmq_crc_bad if o < (want or 0)]
-    if crc_bad:
-        # checkCRCOnRecover=false: the broker kept a record whose body CRC fails; verify
-        # walks with the CRC (man rmqtool-verify), so its outlook stops at that record
-        want = min(crc_bad)
     if o["stop_offset"] != want:
-        bad.append(f"verify: outlook stop offset {o['stop_offset']}, broker's recovery ended at {view.get('commitlog_max_offset')}"
-                   + (f" (first record with a bad body CRC it kept: {want})" if crc_bad else ""))
+        bad.append(f"verify: outlook stop offset {o['stop_offset']}, broker's recovery ended at {want}")
     torn = any(f.get("code") == "CL_TORN_TAIL" and f.get("physical_offset") == view.get("commitlog_max_offset")
                for f in report.get("findings") or [])
     if lost_acked and rc == 0 and not torn:
@@ -439,26 +434,31 @@ def rmqtool_read_only_checks(store: Path, version: str, config: dict[str, Any], 
     _rc, recs = dump_records(store, version, config)
     out["dump"] = compare_dump(view, recs)
     rc, txt, err = rmq(["verify", str(store), "--format", "json", "-q", "--broker-version", rmq_version(version),
-                        *geometry_args(config)])
+                        *geometry_args(config), *walk_args(config)])
     try:
         report = json.loads(txt)
     except ValueError:
         out["verify"] = [f"verify: status {rc}, no JSON report: {err.strip()[:200]}"]
     else:
-        bad_crc = [r["physical_offset"] for r in recs if r.get("type") == "message" and r.get("crc_ok") is False]
-        out["verify"] = compare_verify(view, rc, report, lost_acked, config, bad_crc)
+        out["verify"] = compare_verify(view, rc, report, lost_acked, config)
         if prop_crc_cut(view, report, config):
             out["_prop_crc_cut"] = []
     return out
 
 
-def recover_args(version: str, config: dict[str, Any], extra: list[str] = ()) -> list[str]:  # type: ignore[assignment]
-    args = ["--broker-version", rmq_version(version), *geometry_args(config), "-q", "-j", "1", "--format", "json"]
+def walk_args(config: dict[str, Any]) -> list[str]:
+    """checkCRCOnRecover and messageIndexSafe as options (recover, and verify's outlook)."""
+    args = []
     if config.get("checkCRCOnRecover") is False:
         args.append("--no-crc")
     if config.get("messageIndexSafe"):
         args.append("--message-index-safe")
-    return args + list(extra)
+    return args
+
+
+def recover_args(version: str, config: dict[str, Any], extra: list[str] = ()) -> list[str]:  # type: ignore[assignment]
+    args = ["--broker-version", rmq_version(version), *geometry_args(config), "-q", "-j", "1", "--format", "json"]
+    return args + walk_args(config) + list(extra)
 
 
 def run_recover(store: Path, version: str, config: dict[str, Any], extra: list[str] = ()) -> tuple[int, str]:  # type: ignore[assignment]
