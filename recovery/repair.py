@@ -259,6 +259,10 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
         if not any(key in w for w in wanted.values()):
             wanted[i][key] = Tombstone(t, q, qo, off)
 
+    known_queues = set(store.consume_queues)
+    if len(recs):
+        tq = to_queue(recs.flags) & intact
+        known_queues |= {recs.queues[k] for k in np.unique(recs.qkey[tq]).tolist()}
     # damaged (readable) records
     if len(recs):
         for j in np.flatnonzero(recs.flags & DAMAGED).tolist():
@@ -273,7 +277,9 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
             with store.map(store.commitlog[fidx]) as mf:
                 mid = _msg_id(mf.buf, off - store.commitlog[fidx].base, mf.size, off)
             qinfo[i][off] = Quarantined(off, t, q, qo, mid, "damaged record")
-            if to_queue(recs.flags[j : j + 1])[0]:
+            # a tombstone only for a queue the store knows (a damaged header can name a
+            # topic that never existed, or none at all)
+            if to_queue(recs.flags[j : j + 1])[0] and (t, q) in known_queues:
                 add(i, t, q, qo, off, "damaged record")
     # consume queue units that point into a region
     if regions:
@@ -320,7 +326,10 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
                 add(i, t, q, x, None, "queue offset hole")
                 qinfo[i][-(len(qinfo[i]) + 1)] = Quarantined(None, t, q, x, None, "queue offset hole")
 
-    # -- layouts
+    # -- layouts. forceVerifyPropCRC (5.2+) stops the broker's walk at a record without a
+    # __CRC32# property; a store whose records carry one gets filler that carries it too
+    crc_required = profile.verify_prop_crc
+    prop_crc = crc_required or (profile.has_prop_crc and _carries_prop_crc(store, profile, recs, intact))
     for i, r in enumerate(regions):
         ts = sorted(wanted[i].values(), key=lambda t: (t.original_offset if t.original_offset is not None else r.end_offset,
                                                       t.queue_offset, t.topic, t.queue_id))
@@ -332,7 +341,7 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
                 if r.at_file_end and r.end - r.pos < BLANK_LEN:
                     raise TooSmall(f"{r.end - r.pos} bytes before the file's end cannot hold a BLANK record")
                 r.layout = layout_region(r.start_offset, r.end_offset, ts, at_file_end=r.at_file_end,
-                                         max_size=max_message_size)
+                                         max_size=max_message_size, prop_crc=prop_crc, crc_required=crc_required)
             except TooSmall as exc:
                 problems.append(f"{r.file}: bytes [{r.pos}, {r.end}) left as they are: {exc} (smallest record {MIN_RECORD})")
                 r.layout = None
@@ -367,6 +376,19 @@ def _recover_would_cut(store: Store, profile: BrokerProfile, scans: Any, recs: A
     headers = [(f.name, _read_index_header(f)) for f in store.index_files]
     out = recovery_outlook(store, profile, scans, recs, max_phy, store.read_checkpoint(), blockers, headers)
     return int(out[out["mode"]]["records_cut"])
+
+
+def _carries_prop_crc(store: Store, profile: BrokerProfile, recs: Any, intact: np.ndarray) -> bool:
+    """The store's newest intact record ends with a __CRC32# property (enabledAppendPropCRC)."""
+    if not intact.any():
+        return False
+    off = int(recs.off[intact][-1])
+    f = store.commitlog_file_for(off)
+    if f is None:
+        return False
+    with store.map(f) as mf:
+        c = ck.check_record(mf.buf, off - f.base, mf.size, profile)
+    return bool(c.props) and ck.CRC32 in c.props
 
 
 def _has_nonzero(f: StoreFile, pos: int) -> bool:
