@@ -18,8 +18,11 @@ Plan (:func:`plan_repair`, nothing written to the store):
    point into it, DAMAGED records' headers, holes in a queue's offsets between intact
    records on both sides of it);
 4. a view of the store whose changed commitlog files are patched copies (beside the store,
-   removed afterwards), and rebuild-index's full pass over that view: the consume queue and
-   index files that differ from the store's are replaced, the others stay byte for byte;
+   removed once the pass is done), and rebuild-index's full pass over that view: the consume
+   queue and index files that differ from the store's are replaced, the others stay byte for
+   byte. The new files are streamed into the same directory beside the store (an index file
+   of the default geometry is 420 MB: never held in memory); the plan owns that directory
+   until :func:`apply_repair` has staged them (or :meth:`RepairPlan.discard`);
 5. the checkpoint: rebuild's timestamps, and physicMsgTimestamp recomputed when it is 0 or
    newer than every record; the abort file is removed last (the store is then as a clean
    shutdown leaves it).
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import weakref
 import shutil
 import struct
 import tempfile
@@ -120,6 +124,18 @@ class RepairPlan:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    workdir: Path | None = None  # holds the rebuilt files (content paths of ``changes``)
+    _cleanup: Any = None
+
+    def own_workdir(self, wd: Path) -> None:
+        """The plan removes ``wd`` when discarded (or garbage-collected, or at exit)."""
+        self.workdir = wd
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(wd), True)
+
+    def discard(self) -> None:
+        """Remove the rebuilt files beside the store (a dry run's, or after apply)."""
+        if self._cleanup is not None:
+            self._cleanup()
 
     @property
     def quarantined(self) -> list[Quarantined]:
@@ -449,6 +465,7 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
     own = workdir is None
     wd = Path(tempfile.mkdtemp(prefix=f".{store.root.name}.rmqtool-repair-", dir=store.root.parent)) if own else workdir
     assert wd is not None
+    keep_wd = False
     try:
         patched: dict[str, Path] = {}
         for r in plan.regions:
@@ -486,7 +503,8 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
         view = dataclasses.replace(store, commitlog=view_files)
         rb = plan_rebuild(view, profile, cq=True, index=True, index_tz=index_tz, jobs=jobs)
         plan.problems.extend(p for p in rb.problems if not p.startswith("commitlog"))
-        # materialize the new contents while the patched copies exist
+        # stream the new contents into files beside the store (never whole in memory)
+        out_dir = wd / "rebuilt"
         changes = []
         for ch in rb.changes:
             if ch.action in (UNCHANGED, REMOVE) or ch.kind == "checkpoint":
@@ -494,12 +512,15 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
                     changes.append(ch)
                 continue
             content = ch.content
-            if isinstance(content, CqFileOut):
-                content = content.data()
-            elif isinstance(content, IndexFileOut):
-                content = content.data()
+            if isinstance(content, (CqFileOut, IndexFileOut)):
+                dst = out_dir / ch.relpath
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                _stream_to(dst, content.write_to)
+                content = dst
+                keep_wd = True
             changes.append(dataclasses.replace(ch, content=content))
         plan.changes = _keep_index_names(store, changes)
+        shutil.rmtree(wd / "commitlog", ignore_errors=True)  # the patched copies: done
         # checkpoint
         cp_path = store.root / "checkpoint"
         raw = cp_path.read_bytes() if cp_path.is_file() else b""
@@ -523,7 +544,56 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
                                     f"{after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}")
     finally:
         if own:
-            shutil.rmtree(wd, ignore_errors=True)
+            if keep_wd:
+                plan.own_workdir(wd)
+            else:
+                shutil.rmtree(wd, ignore_errors=True)
+
+
+class _SparseOut:
+    """A file object for ``write_to``: zeros become holes (seek), the size is set at the end."""
+
+    def __init__(self, fh: Any) -> None:
+        self._fh = fh
+        self.end = 0
+
+    def write(self, b: Any) -> int:
+        n = self._fh.write(b)
+        self.end = max(self.end, self._fh.tell())
+        return n
+
+    def write_zeros(self, n: int) -> None:
+        self.end = max(self.end, self._fh.seek(n, os.SEEK_CUR))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fh, name)
+
+
+def _stream_to(dst: Path, writer: Callable[[Any], None]) -> None:
+    with open(dst, "w+b") as fh:
+        out = _SparseOut(fh)
+        writer(out)
+        if fh.seek(0, os.SEEK_END) < out.end:
+            fh.truncate(out.end)
+
+
+def _same_content(a: Path, b: Any) -> bool:
+    """File ``a`` holds the bytes of ``b`` (a path or bytes), compared in blocks."""
+    if isinstance(b, (bytes, bytearray)):
+        return a.stat().st_size == len(b) and a.read_bytes() == b
+    if a.stat().st_size != Path(b).stat().st_size:
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x = fa.read(1 << 22)
+            if x != fb.read(1 << 22):
+                return False
+            if not x:
+                return True
+
+
+def _content_size(c: Any) -> int:
+    return len(c) if isinstance(c, (bytes, bytearray)) else Path(c).stat().st_size
 
 
 def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChange]:
@@ -541,8 +611,8 @@ def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChang
     out = [c for c in changes if c.kind != "index"]
     for f, c in zip(old, rebuilt):
         rel = _rel(store, f.path)
-        same = f.size == len(c.content) and f.path.read_bytes() == c.content
-        out.append(FileChange(UNCHANGED if same else "replace", rel, "index", len(c.content),
+        same = _same_content(f.path, c.content)
+        out.append(FileChange(UNCHANGED if same else "replace", rel, "index", _content_size(c.content),
                               "" if same else "rebuilt (entries of quarantined records dropped)", None if same else c.content))
     del removed
     return out
@@ -592,4 +662,6 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
             extra(tx)
         if plan.abort_present and (store.root / "abort").exists():
             tx.remove_file("abort")
-        return tx.commit()
+        result = tx.commit()
+    plan.discard()  # the rebuilt files were staged into the journal, then moved in place
+    return result

@@ -89,6 +89,7 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
         refuse_obstacles(store, "repair")
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
+        plan.discard()  # the rebuilt files beside the store: not needed for the report
         with closed_stdout_ignored():
             _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
         _warn_problems(plan)
@@ -109,11 +110,13 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
                 _print(plan, None, fmt, dry_run=False, plan_only=True, past=past, fix_offsets=fix_offsets)
             _warn_problems(plan)
             if not ask(yes, f"Apply this repair to {root}?"):
+                plan.discard()
                 click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
                 return int(Exit.PROBLEMS)
         if not plan.nothing_to_do:
             extra = (lambda tx: add_offset_fix(tx, root, past)) if fix_offsets and past else None
             result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
+        plan.discard()
         with closed_stdout_ignored():
             _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished,
                    past=past, fix_offsets=fix_offsets)

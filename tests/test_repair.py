@@ -437,3 +437,28 @@ def test_filler_bytes_are_the_schema_s_bytes() -> None:
         assert rec["physical_offset"] == spec.offset and rec["total_size"] == spec.size
         at += spec.size
     assert at == 700
+
+
+def test_rebuilt_files_are_streamed_beside_the_store_not_held_in_memory(tmp_path: Path) -> None:
+    """The plan's new consume queue and index files are files in a directory beside the
+    store (an index file of the default geometry is 420 MB), written sparse; the plan removes
+    that directory when discarded, and apply removes it once the files are in place."""
+    from rmqtool.recovery.repair import apply_repair, plan_repair
+
+    root = _copy(tmp_path, "many_files")
+    _body_flip(root)
+    _index_entry(root)
+    plan = plan_repair(Store.open(root), P494)
+    assert plan.workdir is not None and plan.workdir.parent == root.parent and plan.workdir.is_dir()
+    files = [c.content for c in plan.index_changes if c.kind in ("consumequeue", "index")]
+    assert files and all(isinstance(c, Path) and plan.workdir in c.parents for c in files)
+    assert not (plan.workdir / "commitlog").exists()  # the patched commitlog copies are gone
+    wd = plan.workdir
+    plan.discard()
+    assert not wd.exists()
+    plan = plan_repair(Store.open(root), P494)
+    wd = plan.workdir
+    assert wd is not None
+    apply_repair(Store.open(root), plan, backup_dir=tmp_path / "bk")
+    assert not wd.exists()
+    assert _verify_errors(root) == []
