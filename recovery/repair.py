@@ -359,7 +359,7 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
                 r.layout = layout_region(r.start_offset, r.end_offset, ts, at_file_end=r.at_file_end,
                                          max_size=max_message_size, prop_crc=prop_crc, crc_required=crc_required)
             except TooSmall as exc:
-                problems.append(f"{r.file}: bytes [{r.pos}, {r.end}) left as they are: {exc} (smallest record {MIN_RECORD})")
+                problems.append(_unfillable_problem(r, exc, int(len(ioff) - np.searchsorted(ioff, r.start_offset))))
                 r.layout = None
                 continue
             for t in r.layout.dropped:
@@ -392,6 +392,17 @@ def _recover_would_cut(store: Store, profile: BrokerProfile, scans: Any, recs: A
     headers = [(f.name, _read_index_header(f)) for f in store.index_files]
     out = recovery_outlook(store, profile, scans, recs, max_phy, store.read_checkpoint(), blockers, headers)
     return int(out[out["mode"]]["records_cut"])
+
+
+def _unfillable_problem(r: Region, exc: Exception, n_after: int) -> str:
+    """The report of a region no filler fits (CommitLog.checkMessageAndReturnSize: a message
+    record is at least MIN_RECORD bytes, a BLANK makes the walk go on at the next file, any
+    other bytes fail the check), with what the broker does there."""
+    where = "before the file's end" if r.at_file_end else "between two intact records"
+    return (f"{r.file}: bytes [{r.pos}, {r.end}) (offsets {r.start_offset}-{r.end_offset}) left as they are: "
+            f"{r.end - r.pos} bytes {where} hold no record the broker's walk accepts ({exc}; a BLANK there would "
+            f"end this file's walk); the broker's recovery stops at offset {r.start_offset} and cuts the {n_after} "
+            f"intact records after it, as rmqtool recover does; repair cannot keep them")
 
 
 def _carries_prop_crc(store: Store, profile: BrokerProfile, recs: Any, intact: np.ndarray) -> bool:

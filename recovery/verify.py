@@ -62,6 +62,7 @@ from ..formats.names import offset_msg_id, topic_path_problem
 from ..formats.properties import JAVA_REPLACE, parse_properties, parse_properties_legacy, decode_crc32_digits
 from . import check as ck
 from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, hints_in, last_nonzero as _last_nonzero, queue_hint_runs, sorted_unique
+from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -2060,6 +2061,22 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
         o = offs[sel] - fs.file.base
         return o[o > pos]
 
+    intact_offs = offs[(recs.flags & DAMAGED) == 0] if n_rec else offs
+    min_rec = MIN_RECORD_PROP_CRC if profile.verify_prop_crc else MIN_RECORD
+
+    def unfillable(file_base: int, g_off: int) -> str:
+        """Why repair cannot keep what follows a stop at g_off: the bytes up to the next
+        intact record (same file) are fewer than the smallest record the walk accepts."""
+        i = int(np.searchsorted(intact_offs, g_off, side="right"))
+        if i >= len(intact_offs):
+            return ""
+        nxt = int(intact_offs[i])
+        if nxt >= file_base + mapped or nxt - g_off >= min_rec:
+            return ""
+        return (f"rmqtool repair cannot keep them either: the {nxt - g_off} bytes from here to the next intact record "
+                f"(offset {nxt}) are fewer than the smallest record the broker's walk accepts ({min_rec} bytes), "
+                "and a BLANK there would end this file's walk")
+
     for fs in scans:
         if fs is None:
             continue
@@ -2115,8 +2132,9 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
             cut = ""
             if e.main and po == g_off:
                 n_cut = outlook[mode]['records_cut']
+                why = unfillable(base, g_off)
                 cut = f"; recovery cuts {n_cut} intact records" + (
-                    f" ({n_cut} intact messages after this record; rmqtool repair keeps them)" if n_cut else "")
+                    f" ({n_cut} intact messages after this record; {why or 'rmqtool repair keeps them'})" if n_cut else "")
             out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: {stops}{cut}", reason=e.reason, field=e.field,
                                broker_stop=e.main, **info))
         if fs.stop is None and not short and fs.end == mapped:
@@ -2137,8 +2155,9 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                     thrown = int(outlook[mode]["records_cut"])  # intact records, as recover counts them
                 sample = [int(x) for x in inside[:50]]
                 runs = _record_runs(recs, fs, sp)
+                why = unfillable(base, g_stop) if thrown else ""
                 fate = (f"the broker's {mode} recovery stops here and throws away {thrown} of them "
-                        "(rmqtool repair keeps them)" if thrown
+                        f"({why or 'rmqtool repair keeps them'})" if thrown
                         else "the broker skips them (it goes on at the next file)" if fs.stop.reason == ck.BLANK
                         else f"the broker's {mode} recovery does not stop here")
                 out.append(finding(

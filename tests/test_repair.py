@@ -498,3 +498,74 @@ def test_rebuilt_files_are_streamed_beside_the_store_not_held_in_memory(tmp_path
     apply_repair(Store.open(root), plan, backup_dir=tmp_path / "bk")
     assert not wd.exists()
     assert _verify_errors(root) == []
+
+
+def _gap_between_records(root: Path, gap: int) -> tuple[int, int]:
+    """``gap`` bytes of garbage after the 6th record of the second-last commitlog file
+    (inside normal recovery's three files): every later record of the file moved up by
+    ``gap`` (PHYSICALOFFSET patched, the BLANK shortened), so two intact records lie
+    ``gap`` bytes apart. Returns (the gap's offset, intact records from there on)."""
+    store = Store.open(root)
+    f = store.commitlog[-2]
+    data = f.path.read_bytes()
+    recs, pos = [], 0
+    while True:
+        c = ck.check_record(data, pos, len(data), P494)
+        if c.reason == ck.BLANK or not c.ok:
+            break
+        recs.append((pos, c.size))
+        pos += c.size
+    assert len(data) - pos >= gap + 8
+    cut = recs[5][0] + recs[5][1]
+    new = bytearray(data[:cut]) + b"\xee" * gap
+    for rp, rs in recs[6:]:
+        b = bytearray(data[rp : rp + rs])
+        struct.pack_into(">q", b, 28, f.base + len(new))
+        new += b
+    new += cl.build_blank(len(data) - len(new)) + bytes(len(data) - len(new) - 8)
+    f.path.write_bytes(bytes(new))
+    after = sum(1 for r in _records(root) if r["off"] > f.base + cut)
+    return f.base + cut, after
+
+
+@pytest.mark.parametrize("gap", [40, filler.MIN_RECORD - 1])
+def test_a_gap_shorter_than_the_smallest_record_is_reported_with_the_broker_s_cut(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], gap: int) -> None:
+    """No filler exists for fewer than 91 bytes between two intact records (the broker's walk
+    accepts a message record of 91 bytes or more, or a BLANK, which ends the file's walk):
+    verify and repair say so and what the broker does there (its recovery cuts every intact
+    record after it, as recover does); the repair leaves those bytes as they are."""
+    root = _copy(tmp_path, "clean")
+    at, after = _gap_between_records(root, gap)
+    assert after > 50
+    rep = verify_store(Store.open(root), P494)
+    stop = next(f for f in rep.findings if f.code.startswith("CL_") and f.physical_offset == at and f.severity == "error")
+    assert f"recovery cuts {after} intact records" in stop.message
+    assert (f"rmqtool repair cannot keep them either: the {gap} bytes from here to the next intact record "
+            f"(offset {at + gap}) are fewer than the smallest record the broker's walk accepts (91 bytes)") in stop.message
+    assert "rmqtool repair keeps them" not in stop.message
+    code, doc = _plan(root, capsys, "--dry-run")
+    assert code == 4
+    assert doc["plan"]["recover_would_cut_intact"] == after
+    problem = next(p for p in doc["plan"]["problems"] if "left as they are" in p)
+    assert f"{gap} bytes between two intact records hold no record the broker's walk accepts" in problem
+    assert f"the broker's recovery stops at offset {at} and cuts the {after} intact records after it" in problem
+    assert not any(r["from"] == at for r in doc["plan"]["regions"])  # not filled
+    with open(Store.open(root).commitlog_file_for(at).path, "rb") as fh:  # type: ignore[union-attr]
+        fh.seek(at % Store.open(root).geometry.commitlog_file_size)
+        assert fh.read(gap) == b"\xee" * gap
+
+
+def test_a_gap_of_exactly_the_smallest_record_is_filled(tmp_path: Path) -> None:
+    root = _copy(tmp_path, "clean")
+    at, _after = _gap_between_records(root, filler.MIN_RECORD)
+    before = _records(root)
+    assert _repair(root) == 1
+    assert _verify_errors(root) == []
+    _assert_kept(root, before)
+    store = Store.open(root)
+    f = store.commitlog_file_for(at)
+    assert f is not None
+    with store.map(f) as mf:
+        c = ck.check_record(mf.buf, at - f.base, mf.size, P494)
+    assert c.ok and c.size == filler.MIN_RECORD and c.rec is not None and c.rec.topic == ""
