@@ -1,7 +1,9 @@
 """Filler records for ``rmqtool repair``: bytes that every supported broker's record walk
 accepts, laid over a damaged commitlog region without moving anything around it.
 
-Two kinds of records, both V1 (every version from 4.6 to 5.3 reads V1), IPv4 hosts:
+Two kinds of records, both V1 (every version from 4.6 to 5.3 reads V1), IPv4 hosts; a
+tombstone of a topic longer than 127 bytes is a V2 record (2-byte topic length), as 5.1+
+writes that message itself (4.x has no such topics):
 
 * **quarantine records**: topic :data:`QUARANTINE_TOPIC`, SYSFLAG transaction type
   ROLLBACK (``MessageSysFlag.TRANSACTION_ROLLBACK_TYPE`` = 12). The broker's reput gives a
@@ -118,8 +120,15 @@ def _tombstone_props(t: Tombstone, pad: int = 0) -> str:
     return _props(items)
 
 
+def _v2(topic: bytes) -> bool:
+    """A topic longer than 127 bytes needs a V2 record (2-byte topic length, 5.1+), as the
+    broker writes it (autoMessageVersionOnTopicLen)."""
+    return len(topic) > 127
+
+
 def _size(topic: str, props: str, body: int = 0, crc: bool = False) -> int:
-    return HEADER_LEN + body + 1 + len(topic.encode()) + 2 + len(props.encode()) + (CRC_LEN if crc else 0)
+    t = topic.encode()
+    return HEADER_LEN + body + (2 if _v2(t) else 1) + len(t) + 2 + len(props.encode()) + (CRC_LEN if crc else 0)
 
 
 def _quarantine_props(start: int, end: int) -> str:
@@ -213,7 +222,8 @@ def layout_region(start: int, end: int, tombstones: list[Tombstone], *, at_file_
 def _record_bytes(spec: RecordSpec, original: Any, base_in_original: int, store_ts: int, host: bytes, port: int) -> bytes:
     topic = spec.topic.encode()
     props = spec.props.encode() + (_CRC_HEAD + b"0" * 10 + b"\x02" if spec.crc else b"")
-    trailer = 1 + len(topic) + 2 + len(props)
+    v2 = _v2(topic)
+    trailer = (2 if v2 else 1) + len(topic) + 2 + len(props)
     body_len = spec.size - HEADER_LEN - trailer
     if body_len < 0:
         raise TooSmall(f"record of {spec.size} bytes at {spec.offset}")
@@ -231,9 +241,10 @@ def _record_bytes(spec: RecordSpec, original: Any, base_in_original: int, store_
     crc = (zlib.crc32(body) & 0x7FFFFFFF) if body_len > 0 else 0
     born = store_ts
     while True:
-        head = _HEADER.pack(spec.size, cl.MAGIC_V1, crc, qid, 0, qoff, spec.offset, sysflag, born, host, port,
-                            store_ts, host, port, 0, 0, body_len)
-        out = b"".join((head, body, struct.pack(">b", len(topic)), topic, struct.pack(">h", len(props)), props))
+        head = _HEADER.pack(spec.size, cl.MAGIC_V2 if v2 else cl.MAGIC_V1, crc, qid, 0, qoff, spec.offset, sysflag, born,
+                            host, port, store_ts, host, port, 0, 0, body_len)
+        tlen = struct.pack(">h", len(topic)) if v2 else struct.pack(">b", len(topic))
+        out = b"".join((head, body, tlen, topic, struct.pack(">h", len(props)), props))
         if not spec.crc:
             return out
         # CommitLog's encoder: CRC32 (& 0x7fffffff) of every byte before the reserved 20,

@@ -112,7 +112,7 @@ CODES: dict[str, tuple[str, str]] = {
     "LAYOUT_BATCH_CQ": (ERROR, "BatchConsumeQueue files (batchconsumequeue/): the store is refused (exit 8)"),
     "UNSUPPORTED_SETTING": (ERROR, "a broker.conf setting whose effect on recovery rmqtool does not implement: the store is refused (exit 8)"),
     "CL_GARBAGE_AFTER_END": (WARNING, "non-zero bytes after the end of the data that hold no intact record"),
-    "CL_SALVAGEABLE_RECORDS": (WARNING, "intact records found beyond a point where the record walk stops (how many, where, and how many the broker's recovery throws away)"),
+    "CL_SALVAGEABLE_RECORDS": (WARNING, "intact records found beyond a point where the record walk stops (how many, where, and how many the broker's recovery throws away). Where the broker's recovery throws them away, the message (and that of the stop itself) says \"rmqtool repair keeps them\", or, when the bytes from the stop to the next intact record of the file are fewer than the smallest record the broker's walk accepts (91 bytes; 111 under forceVerifyPropCRC), \"rmqtool repair cannot keep them either\": no filler exists for such a gap (rmqtool-repair(1))"),
     "CL_BAD_BLANK": (WARNING, "a BLANK end-of-file record whose TOTALSIZE is not the rest of the file"),
     "CL_SYSFLAG": (WARNING, "SYSFLAG with unknown bits, an invalid compression type, or inner-batch bits on a 4.x store"),
     "CL_PROPERTIES": (WARNING, "a properties string that is not valid UTF-8 or has entries the broker's parser drops"),
@@ -1310,7 +1310,9 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
             part.gaps.append(Gap(pos + 8, q, "", "", -1, True))
             pos = q
             continue
-        if c.reason in _INTACT_FAILURES and c.rec is not None:
+        if c.reason in _INTACT_FAILURES and c.rec is not None and c.rec.total_size == c.rec.computed_size:
+            # (forceVerifyPropCRC checks __CRC32# before the length: a record whose TOTALSIZE
+            # is wrong fails that check first, and its size is no more trustworthy)
             part.events.append(Event(pos, c.reason, c.field, c.rec.total_size, "damaged", main, _rec_info(c)))
             _add_damaged(ctx, out, pos, c)
             pos += c.rec.total_size

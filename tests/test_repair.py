@@ -569,3 +569,51 @@ def test_a_gap_of_exactly_the_smallest_record_is_filled(tmp_path: Path) -> None:
     with store.map(f) as mf:
         c = ck.check_record(mf.buf, at - f.base, mf.size, P494)
     assert c.ok and c.size == filler.MIN_RECORD and c.rec is not None and c.rec.topic == ""
+
+
+def _walk(data: bytes, prof: BrokerProfile) -> list[Any]:
+    out, pos = [], 0
+    while pos < len(data):
+        c = ck.check_record(data, pos, len(data), prof)
+        out.append(c)
+        if not c.ok or c.size <= 0:
+            break
+        pos += c.size
+    return out
+
+
+def test_filler_carries_a_matching_prop_crc_where_the_broker_checks_it() -> None:
+    """forceVerifyPropCRC (5.2+): the broker's walk stops at a record without __CRC32#; with
+    prop_crc every filler record ends with one over its bytes (the encoder's layout), the
+    5.2.0-5.3.1 walk (which refuses 0) and the 5.3.3 walk accept them all."""
+    t = filler.Tombstone("TopicX", 1, 9, 4000)
+    forced = [BrokerProfile.for_version(v, force_verify_prop_crc=True) for v in ("5.2.0", "5.3.3")]
+    plain = filler.render_region(filler.layout_region(4000, 13000, [t], at_file_end=False, max_size=4000),
+                                 bytes(range(256)) * 40, store_ts=7)
+    for prof in forced:
+        first = _walk(plain, prof)[0]
+        assert not first.ok and first.reason == ck.PROP_CRC
+    lay = filler.layout_region(4000, 13000, [t], at_file_end=False, max_size=4000, prop_crc=True)
+    data = filler.render_region(lay, bytes(range(256)) * 40, store_ts=7)
+    assert all(r.crc for r in lay.records)
+    for prof in forced + [P494]:
+        walked = _walk(data, prof)
+        assert all(c.ok for c in walked) and sum(c.size for c in walked) == 9000, prof.label
+    for c in _walk(data, forced[1]):
+        assert c.props is not None and list(c.props)[-1] == "__CRC32#"
+    # a piece too short for a record with __CRC32#: refused where it is required, else without
+    with pytest.raises(filler.TooSmall):
+        filler.layout_region(0, filler.MIN_RECORD_PROP_CRC - 1, [], at_file_end=False, crc_required=True)
+    lay = filler.layout_region(0, filler.MIN_RECORD_PROP_CRC - 1, [], at_file_end=False, prop_crc=True)
+    assert [r.crc for r in lay.records] == [False]
+
+
+def test_tombstone_of_a_topic_longer_than_127_bytes_is_a_v2_record() -> None:
+    topic = "T" * 140
+    t = filler.Tombstone(topic, 0, 3, 100)
+    lay = filler.layout_region(100, 1100, [t], at_file_end=False)
+    data = filler.render_region(lay, None, store_ts=9)
+    assert struct.unpack_from(">i", data, 4)[0] == cl.MAGIC_V2
+    walked = _walk(data, BrokerProfile.for_version("5.1.4"))
+    assert all(c.ok for c in walked) and sum(c.size for c in walked) == 1000
+    assert walked[0].rec is not None and (walked[0].rec.topic, walked[0].rec.queue_offset) == (topic, 3)

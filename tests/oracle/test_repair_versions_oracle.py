@@ -61,7 +61,13 @@ GROUPS = {"records": ("body", "header", "size", "zeroed", "cq_unit", "index_entr
 GROUP_OF = {d: g for g, ds in GROUPS.items() for d in ds}
 
 
-def _scenario(extra: dict[str, Any]) -> dict[str, Any]:
+LONG_TOPIC = "TopicV2" + "x" * 130  # > 127 bytes: a V2 record (5.1+, autoMessageVersionOnTopicLen)
+
+
+def _scenario(extra: dict[str, Any], v2: bool) -> dict[str, Any]:
+    """300 messages, 5 files of 64 KiB: two topics of three queues, two keys each, every
+    23rd a delay message; with ``v2`` (5.1+) every 10th (from the 4th) goes to a topic
+    longer than 127 bytes, so the store has V2 records (the body damage hits one)."""
     msgs = []
     for i in range(300):
         m: dict[str, Any] = {"topic": f"Topic{'AB'[i % 2]}", "queue_id": i % 3, "tags": f"t{i % 4}",
@@ -69,6 +75,8 @@ def _scenario(extra: dict[str, Any]) -> dict[str, Any]:
                              "born_timestamp": 1795302151971 + i}
         if i % 23 == 11:
             m["delay_level"] = 3
+        elif v2 and i % 10 == 3:
+            m["topic"], m["queue_id"] = LONG_TOPIC, 0
         msgs.append(m)
     return {"config": {**GEOMETRY, **extra}, "messages": msgs, "end": {"mode": "clean"}}
 
@@ -231,7 +239,7 @@ def _judge(oracle: ModuleType, name: str, tmp: Path) -> Judged:
     prof = _profile(name)
     j = Judged()
     base = tmp / "written"
-    oracle.write(version, _scenario(wextra), base)
+    oracle.write(version, _scenario(wextra, prof.accepts_v2), base)
     assert len(Store.open(base / "store").commitlog) >= 5
     jobs = []
     for group, damages in GROUPS.items():
@@ -377,6 +385,7 @@ def test_damage_kind_repaired_as_documented(judged: Callable[[str], Judged], nam
             # the first victim's queue offset is served by its tombstone
             t = _tombstone_at(view, facts["victims"][0])
             if damage == "body":
+                assert (t["topic"] == LONG_TOPIC) == _profile(name).accepts_v2  # a V2 record's tombstone
                 assert (t["properties"] or {}).get(TOMBSTONE_PROPERTY) == str(facts["victims"][0])
                 e = units[(f"{t['topic']}/{t['queue_id']}", t["queue_offset"])]
                 assert e["phys_offset"] == facts["victims"][0] and e["size"] == t["size"]
