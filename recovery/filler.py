@@ -39,6 +39,7 @@ file end and recovery would stop there.
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from ..formats.properties import encode_crc32_digits
 
 __all__ = [
     "QUARANTINE_TOPIC", "TOMBSTONE_PROPERTY", "QUARANTINE_PROPERTY", "ROLLBACK_SYSFLAG", "HEADER_LEN", "MIN_RECORD",
-    "BLANK_LEN", "MIN_RECORD_PROP_CRC", "Tombstone", "RecordSpec", "FillerLayout", "layout_region", "render_region", "TooSmall",
+    "BLANK_LEN", "MIN_RECORD_PROP_CRC", "Tombstone", "RecordSpec", "FillerLayout", "layout_region", "render_region", "render_region_to", "TooSmall",
     "DEFAULT_MAX_MESSAGE_SIZE",
 ]
 
@@ -256,16 +257,33 @@ def _record_bytes(spec: RecordSpec, original: Any, base_in_original: int, store_
         return out[: len(out) - 11] + encode_crc32_digits(whole).encode() + b"\x02"
 
 
-def render_region(lay: FillerLayout, original: Any, *, store_ts: int, host: bytes = b"\x7f\x00\x00\x01",
-                  port: int = 0) -> bytes:
-    """The bytes of the layout. ``original``: the region's current bytes (what the
+def render_region_to(out: Any, lay: FillerLayout, original: Any, *, store_ts: int,
+                     host: bytes = b"\x7f\x00\x00\x01", port: int = 0) -> int:
+    """Write the layout's bytes to the binary file object ``out``, one record at a time (a
+    missing 1 GiB file is never built in memory); returns the number of bytes written.
+    ``original``: the region's current bytes or anything sliceable like them (what the
     quarantine bodies carry; None or short for a missing or truncated file: zeros)."""
-    parts: list[bytes] = []
+    n = 0
     for spec in lay.records:
         if spec.kind == "blank":
-            parts.append(cl.build_blank(spec.size) + bytes(spec.size - BLANK_LEN))
+            out.write(cl.build_blank(spec.size))
+            left = spec.size - BLANK_LEN
+            while left > 0:
+                k = min(left, 1 << 22)
+                out.write(bytes(k))
+                left -= k
+            n += spec.size
         else:
-            parts.append(_record_bytes(spec, original, lay.start, store_ts, host, port))
-    out = b"".join(parts)
-    assert len(out) == lay.end - lay.start, (len(out), lay.start, lay.end)
-    return out
+            b = _record_bytes(spec, original, lay.start, store_ts, host, port)
+            out.write(b)
+            n += len(b)
+    assert n == lay.end - lay.start, (n, lay.start, lay.end)
+    return n
+
+
+def render_region(lay: FillerLayout, original: Any, *, store_ts: int, host: bytes = b"\x7f\x00\x00\x01",
+                  port: int = 0) -> bytes:
+    """The bytes of the layout (:func:`render_region_to` into memory)."""
+    buf = io.BytesIO()
+    render_region_to(buf, lay, original, store_ts=store_ts, host=host, port=port)
+    return buf.getvalue()

@@ -17,12 +17,14 @@ Plan (:func:`plan_repair`, nothing written to the store):
 3. tombstones: the queue offsets whose messages lay in a region (consume queue units that
    point into it, DAMAGED records' headers, holes in a queue's offsets between intact
    records on both sides of it);
-4. a view of the store whose changed commitlog files are patched copies (beside the store,
-   removed once the pass is done), and rebuild-index's full pass over that view: the consume
-   queue and index files that differ from the store's are replaced, the others stay byte for
-   byte. The new files are streamed into the same directory beside the store (an index file
-   of the default geometry is 420 MB: never held in memory); the plan owns that directory
-   until :func:`apply_repair` has staged them (or :meth:`RepairPlan.discard`);
+4. a view of the store whose changed commitlog files are patched copies (beside the store;
+   the filler is written into them record by record), and rebuild-index's full pass over
+   that view: the consume queue and index files that differ from the store's are replaced,
+   the others stay byte for byte. The new files are streamed into the same directory beside
+   the store (an index file of the default geometry is 420 MB, a missing commitlog file
+   1 GiB: neither is ever held in memory); the plan owns that directory until
+   :func:`apply_repair` has staged the patched ranges and the new files from it (or
+   :meth:`RepairPlan.discard`);
 5. the checkpoint: rebuild's timestamps, and physicMsgTimestamp recomputed when it is 0 or
    newer than every record; the abort file is removed last (the store is then as a clean
    shutdown leaves it).
@@ -31,6 +33,7 @@ Plan (:func:`plan_repair`, nothing written to the store):
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 import weakref
 import shutil
@@ -47,8 +50,8 @@ from ..formats import commitlog as cl
 from ..formats.names import offset_msg_id
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
 from . import check as ck
-from .filler import (BLANK_LEN, DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, FillerLayout, Tombstone, TooSmall, layout_region,
-                     render_region)
+from .filler import (BLANK_LEN, DEFAULT_MAX_MESSAGE_SIZE, FillerLayout, Tombstone, TooSmall, layout_region,
+                     render_region_to)
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
 from .reput import CqFileOut, IndexFileOut
 from .store import Store, StoreFile
@@ -432,18 +435,38 @@ def _msg_id_at(store: Store, off: int) -> str | None:
         return _msg_id(mf.buf, off - f.base, mf.size, off)
 
 
-def region_bytes(store: Store, r: Region, recs_store_ts: int, host: bytes, port: int) -> bytes:
-    """The new bytes of region ``r``."""
+class _Window:
+    """Bytes [pos, pos + n) of a mapped file, sliced like bytes (what a quarantine body copies)."""
+
+    def __init__(self, mm: Any, pos: int, n: int) -> None:
+        self._mm, self._pos, self._n = mm, pos, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, sl: slice) -> bytes:
+        a, b, _ = sl.indices(self._n)
+        return bytes(self._mm[self._pos + a : self._pos + max(a, b)])
+
+
+def _write_region(store: Store, r: Region, out: Any, store_ts: int, host: bytes, port: int) -> None:
+    """Write the new bytes of region ``r`` to ``out`` (at its position), record by record."""
     assert r.layout is not None
     if r.kind == "end of data":
-        return bytes(r.end - r.pos)
-    original = b""
-    if not r.create:
-        p = store.root / r.file
-        with open(p, "rb") as fh:
-            fh.seek(r.pos)
-            original = fh.read(r.end - r.pos)
-    return render_region(r.layout, original, store_ts=recs_store_ts, host=host, port=port)
+        left = r.end - r.pos
+        while left > 0:
+            k = min(left, 1 << 22)
+            out.write(bytes(k))
+            left -= k
+        return
+    src = store.root / r.file
+    size = src.stat().st_size if not r.create and src.is_file() else 0
+    if size <= r.pos:
+        render_region_to(out, r.layout, None, store_ts=store_ts, host=host, port=port)
+        return
+    with open(src, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        render_region_to(out, r.layout, _Window(mm, r.pos, min(r.end, size) - r.pos), store_ts=store_ts, host=host,
+                         port=port)
 
 
 def _neighbour(store: Store, recs: Any, intact: np.ndarray, off: int) -> tuple[int, bytes, int]:
@@ -480,8 +503,6 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
     try:
         patched: dict[str, Path] = {}
         for r in plan.regions:
-            r_bytes = region_bytes(store, r, *_neighbour(store, recs, intact, r.start_offset))
-            r._bytes = r_bytes  # type: ignore[attr-defined]
             dst = wd / r.file
             if r.file not in patched:
                 dst.parent.mkdir(parents=True, exist_ok=True)
@@ -497,7 +518,9 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
                 patched[r.file] = dst
             with open(dst, "r+b") as fh:
                 fh.seek(r.pos)
-                fh.write(r_bytes)
+                _write_region(store, r, fh, *_neighbour(store, recs, intact, r.start_offset))
+            r._patched = dst  # type: ignore[attr-defined]  # apply copies the new bytes from here
+            keep_wd = True
         view_files = []
         seen = set()
         for f in store.commitlog:
@@ -531,7 +554,6 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
                 keep_wd = True
             changes.append(dataclasses.replace(ch, content=content))
         plan.changes = _keep_index_names(store, changes)
-        shutil.rmtree(wd / "commitlog", ignore_errors=True)  # the patched copies: done
         # checkpoint
         cp_path = store.root / "checkpoint"
         raw = cp_path.read_bytes() if cp_path.is_file() else b""
@@ -578,6 +600,23 @@ class _SparseOut:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._fh, name)
+
+
+def _range_writer(path: Path, lo: int, hi: int) -> Callable[[Any], None]:
+    """A transaction writer: bytes [lo, hi) of ``path``, copied in blocks."""
+
+    def write(out: Any) -> None:
+        with open(path, "rb") as fh:
+            fh.seek(lo)
+            left = hi - lo
+            while left > 0:
+                b = fh.read(min(left, 1 << 22))
+                if not b:
+                    raise OSError(f"{path}: shorter than {hi}")
+                out.write(b)
+                left -= len(b)
+
+    return write
 
 
 def _stream_to(dst: Path, writer: Callable[[Any], None]) -> None:
@@ -640,22 +679,14 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
         for r in plan.regions:
             claimed.setdefault(r.file, []).append(r)
         for rel, rs in claimed.items():
-            data = [getattr(r, "_bytes") for r in rs]
+            patched = getattr(rs[0], "_patched")  # the file as the plan made it, beside the store
             if rs[0].create:
-                tx.create_file(rel, data[0])
+                tx.create_file(rel, patched)
                 continue
             # one write_at per file: from the first region's start to the last region's
-            # end, the bytes between them as they are
+            # end, the bytes between them as they are (the patched copy holds them too)
             lo, hi = rs[0].pos, rs[-1].end
-            path = store.root / rel
-            with open(path, "rb") as fh:
-                fh.seek(lo)
-                cur = bytearray(fh.read(hi - lo))
-            if len(cur) < hi - lo:
-                cur.extend(bytes(hi - lo - len(cur)))
-            for r, d in zip(rs, data):
-                cur[r.pos - lo : r.end - lo] = d
-            tx.write_at(rel, lo, bytes(cur))
+            tx.write_at(rel, lo, _range_writer(patched, lo, hi))
         for rel in plan.stray:
             tx.remove_file(rel)
         for ch in sorted(plan.changes, key=lambda c: c.relpath):
