@@ -340,6 +340,8 @@ def test_broker_keeps_every_record_intact_before_the_repair(judged: Callable[[st
         t = recs.get(e["phys_offset"])
         assert t is not None and f"{t['topic']}/{t['queue_id']}" == k and t["queue_offset"] == qo, (mode, k, qo)
         assert TOMBSTONE_PROPERTY in (t.get("properties") or {}) and t["body_len"] == 0, (mode, k, qo)
+        # what the broker's lookMessageByOffset gives for that unit: the tombstone itself
+        assert e["consistent"] is True and e["message"]["body_sha256"] == t["body_sha256"], (mode, k, qo)
     # each queue dense from 0 to its max offset
     for k, q in cqs.items():
         offs = sorted(e["cq_offset"] for e in q["entries"])
