@@ -127,6 +127,7 @@ class RepairPlan:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    unfillable: list[int] = field(default_factory=list)  # offsets of regions no filler fits (left as they are)
     workdir: Path | None = None  # holds the rebuilt files (content paths of ``changes``)
     _cleanup: Any = None
 
@@ -164,7 +165,7 @@ class RepairPlan:
             "file_changes": [{"action": c.action, "path": c.relpath, "kind": c.kind, "note": c.note} for c in self.index_changes],
             "checkpoint": self.checkpoint_note or None,
             "abort_file": "removed" if self.abort_present else "absent",
-            "problems": self.problems, "notes": self.notes,
+            "unfillable_regions": self.unfillable, "problems": self.problems, "notes": self.notes,
         }
 
 
@@ -345,6 +346,7 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
                 add(i, t, q, x, None, "queue offset hole")
                 qinfo[i][-(len(qinfo[i]) + 1)] = Quarantined(None, t, q, x, None, "queue offset hole")
 
+    unfillable: list[int] = []
     # -- layouts. forceVerifyPropCRC (5.2+) stops the broker's walk at a record without a
     # __CRC32# property; a store whose records carry one gets filler that carries it too
     crc_required = profile.verify_prop_crc
@@ -363,6 +365,7 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
                                          max_size=max_message_size, prop_crc=prop_crc, crc_required=crc_required)
             except TooSmall as exc:
                 problems.append(_unfillable_problem(r, exc, int(len(ioff) - np.searchsorted(ioff, r.start_offset))))
+                unfillable.append(r.start_offset)
                 r.layout = None
                 continue
             for t in r.layout.dropped:
@@ -377,7 +380,7 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
 
     plan = RepairPlan(str(store.root), profile.label, regions, stray, int(len(ioff)), 0,
                       _recover_would_cut(store, profile, scans, recs), abort_present=store.abort_present,
-                      problems=problems)
+                      problems=problems, unfillable=unfillable)
     if rebuild:
         _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
     plan.seconds = time.perf_counter() - t0

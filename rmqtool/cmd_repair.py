@@ -163,7 +163,9 @@ def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: f
     q = plan.quarantined
     rows = [
         ("intact records", f"{plan.intact_records} (every one keeps its offset and bytes)"),
-        ("recover would cut", f"{plan.recover_would_cut} intact records (repair keeps them)"),
+        ("recover would cut", f"{plan.recover_would_cut} intact records " + (
+            "(repair keeps them)" if not plan.unfillable else
+            f"(the broker still cuts at offset {min(plan.unfillable)}: a gap no record fits, see the problems)")),
         ("damaged regions", str(sum(1 for r in plan.regions if r.kind != "end of data"))),
         ("quarantined messages", f"{len(q)} ({sum(1 for x in q if x.tombstone)} with a tombstone in their queue)"),
         ("stray files", str(len(plan.stray))),

@@ -551,6 +551,7 @@ def test_a_gap_shorter_than_the_smallest_record_is_reported_with_the_broker_s_cu
     assert f"{gap} bytes between two intact records hold no record the broker's walk accepts" in problem
     assert f"the broker's recovery stops at offset {at} and cuts the {after} intact records after it" in problem
     assert not any(r["from"] == at for r in doc["plan"]["regions"])  # not filled
+    assert doc["plan"]["unfillable_regions"] == [at]
     with open(Store.open(root).commitlog_file_for(at).path, "rb") as fh:  # type: ignore[union-attr]
         fh.seek(at % Store.open(root).geometry.commitlog_file_size)
         assert fh.read(gap) == b"\xee" * gap
