@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import REAL_NAMES, copy_store, tree_digest
+from relaid import relaid
 from rmqtool.cli import run
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats.consumequeue import read_units
@@ -189,35 +190,7 @@ def _missing_middle_file(root: Path) -> None:
 
 
 def _relaid(root: Path, file_size: int) -> None:
-    """The store's records (same bytes but PHYSICALOFFSET) laid out again as the broker's
-    doAppend would in commitlog files of ``file_size`` bytes (BLANK at each file's end),
-    consume queues and index rebuilt by rebuild-index: a sound store of more files."""
-    store = Store.open(root)
-    raw: list[bytes] = []
-    for f in store.commitlog:
-        with store.map(f) as mf:
-            pos = 0
-            while pos < mf.size:
-                c = ck.check_record(mf.buf, pos, mf.size, P494)
-                if not c.ok or c.size <= 0 or c.reason == ck.BLANK:
-                    break
-                raw.append(bytes(mf.buf[pos : pos + c.size]))
-                pos += c.size
-        os.remove(f.path)
-    files: list[bytearray] = [bytearray(file_size)]
-    pos = 0
-    for rec in raw:
-        if pos + len(rec) + filler.BLANK_LEN > file_size:
-            files[-1][pos : pos + 8] = cl.build_blank(file_size - pos)
-            files.append(bytearray(file_size))
-            pos = 0
-        b = bytearray(rec)
-        struct.pack_into(">q", b, 28, (len(files) - 1) * file_size + pos)  # PHYSICALOFFSET
-        files[-1][pos : pos + len(b)] = b
-        pos += len(b)
-    for k, data in enumerate(files):
-        (root / "commitlog" / f"{k * file_size:020d}").write_bytes(bytes(data))
-    assert run(["rebuild-index", "--yes", str(root), "--quiet", "--backup-dir", str(root.parent / "relaid-bk")]) == 1
+    relaid(root, file_size)
     assert _verify_errors(root) == []
 
 
