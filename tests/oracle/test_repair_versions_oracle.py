@@ -1,8 +1,9 @@
 """``rmqtool repair`` judged by the broker of every supported version (issue 19, "Done when").
 
 For each version (4.6.1, 4.7.1, 4.9.4, 4.9.8, 5.1.4, 5.3.3, and 5.3.3 with
-enabledAppendPropCRC written and forceVerifyPropCRC on) the harness writes one store (once
-per module), two damaged copies are made:
+enabledAppendPropCRC written and forceVerifyPropCRC on for verify and the broker; repair
+runs without the flag and must see the __CRC32# on the store's records) the harness writes
+one store (once per module), two damaged copies are made:
 
 * ``records``: a bit flipped in a body, the MAGIC of a header, TOTALSIZE one larger, a
   range zeroed from inside one record to inside another, garbage in a consume queue unit
@@ -55,6 +56,9 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any], list[str]]] = {
     "5.3.3-propcrc": ("5.3.3", {"enabledAppendPropCRC": True},
                       {"enabledAppendPropCRC": True, "forceVerifyPropCRC": True}, ["--force-verify-prop-crc"]),
 }
+# repair is run without --force-verify-prop-crc: it sees that the store's records carry
+# __CRC32# and gives its filler records one too (verify and the broker check them forced)
+REPAIR_WITHOUT = {"--force-verify-prop-crc"}
 
 GROUPS = {"records": ("body", "header", "size", "zeroed", "cq_unit", "index_entry"),
           "files": ("truncated", "missing", "checkpoint")}
@@ -264,7 +268,7 @@ def damage_repair_view(oracle: ModuleType, version: str, prof: BrokerProfile, op
             j.facts[d] = DAMAGES[d](root, prof)
         j.before[group] = _intact(root, prof)
         j.repair_exit[group] = run(["repair", "--yes", str(root), "--quiet", "--jobs", "1", "--broker-version", version,
-                                    *opts])
+                                    *(o for o in opts if o not in REPAIR_WITHOUT)])
         j.verify_exit[group] = run(["verify", str(root), "--quiet", "--broker-version", version, *opts])
         abnormal = tmp / f"{group}-abnormal" / "store"
         shutil.copytree(root, abnormal)
