@@ -681,6 +681,8 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
         claimed: dict[str, list[Region]] = {}
         for r in plan.regions:
             claimed.setdefault(r.file, []).append(r)
+        if any(not hasattr(r, "_patched") for r in plan.regions):
+            raise ValueError("apply_repair needs a plan made with rebuild=True (its patched copies)")
         for rel, rs in claimed.items():
             patched = getattr(rs[0], "_patched")  # the file as the plan made it, beside the store
             if rs[0].create:
