@@ -1,7 +1,9 @@
 """Filler records for ``rmqtool repair``: bytes that every supported broker's record walk
 accepts, laid over a damaged commitlog region without moving anything around it.
 
-Two kinds of records, both V1 (every version from 4.6 to 5.3 reads V1), IPv4 hosts:
+Two kinds of records, both V1 (every version from 4.6 to 5.3 reads V1), IPv4 hosts; a
+tombstone of a topic longer than 127 bytes is a V2 record (2-byte topic length), as 5.1+
+writes that message itself (4.x has no such topics):
 
 * **quarantine records**: topic :data:`QUARANTINE_TOPIC`, SYSFLAG transaction type
   ROLLBACK (``MessageSysFlag.TRANSACTION_ROLLBACK_TYPE`` = 12). The broker's reput gives a
@@ -21,6 +23,14 @@ Two kinds of records, both V1 (every version from 4.6 to 5.3 reads V1), IPv4 hos
   every later unit), and ``getMessage`` for that queue offset returns the tombstone, never
   damaged bytes.
 
+With ``prop_crc`` (a 5.2+ broker that checks ``__CRC32#`` instead of the body CRC,
+forceVerifyPropCRC, or a store whose records carry the property) every filler record ends
+with a ``__CRC32#`` property over its bytes, as ``enabledAppendPropCRC`` writes it: under
+forceVerifyPropCRC the broker's walk stops at a record without one. Such a record is 20
+bytes longer at least (:data:`MIN_RECORD_PROP_CRC`); where only forceVerifyPropCRC
+requires it (``crc_required``) a shorter piece is :class:`TooSmall`, otherwise that piece
+goes without.
+
 A region that reaches the end of a commitlog file keeps the last 8 bytes (or all of it)
 for a BLANK record, as the broker's own ``doAppend`` leaves at least 8 bytes
 (END_FILE_MIN_BLANK_LENGTH) for one: without it the walk of the next record fails at the
@@ -29,16 +39,18 @@ file end and recovery would stop there.
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..formats import commitlog as cl
+from ..formats.properties import encode_crc32_digits
 
 __all__ = [
     "QUARANTINE_TOPIC", "TOMBSTONE_PROPERTY", "QUARANTINE_PROPERTY", "ROLLBACK_SYSFLAG", "HEADER_LEN", "MIN_RECORD",
-    "BLANK_LEN", "Tombstone", "RecordSpec", "FillerLayout", "layout_region", "render_region", "TooSmall",
+    "BLANK_LEN", "MIN_RECORD_PROP_CRC", "Tombstone", "RecordSpec", "FillerLayout", "layout_region", "render_region", "render_region_to", "TooSmall",
     "DEFAULT_MAX_MESSAGE_SIZE",
 ]
 
@@ -56,6 +68,9 @@ _HEADER = struct.Struct(">iiiiiqqiq4sIq4sIiqi")
 HEADER_LEN = _HEADER.size  # 88
 BLANK_LEN = 8  # CommitLog.END_FILE_MIN_BLANK_LENGTH
 MIN_RECORD = HEADER_LEN + 1 + 2  # empty body, empty topic, no properties: 91 bytes
+CRC_LEN = cl.CRC32_RESERVED_LEN  # "__CRC32#" 0x01, ten digits, 0x02
+MIN_RECORD_PROP_CRC = MIN_RECORD + CRC_LEN
+_CRC_HEAD = b"__CRC32#\x01"
 
 
 class TooSmall(ValueError):
@@ -80,6 +95,7 @@ class RecordSpec:
     tombstone: Tombstone | None = None
     topic: str = QUARANTINE_TOPIC
     props: str = ""
+    crc: bool = False  # ends with a __CRC32# property over the record's bytes
 
 
 @dataclass
@@ -105,22 +121,30 @@ def _tombstone_props(t: Tombstone, pad: int = 0) -> str:
     return _props(items)
 
 
-def _size(topic: str, props: str, body: int = 0) -> int:
-    return HEADER_LEN + body + 1 + len(topic.encode()) + 2 + len(props.encode())
+def _v2(topic: bytes) -> bool:
+    """A topic longer than 127 bytes needs a V2 record (2-byte topic length, 5.1+), as the
+    broker writes it (autoMessageVersionOnTopicLen)."""
+    return len(topic) > 127
+
+
+def _size(topic: str, props: str, body: int = 0, crc: bool = False) -> int:
+    t = topic.encode()
+    return HEADER_LEN + body + (2 if _v2(t) else 1) + len(t) + 2 + len(props.encode()) + (CRC_LEN if crc else 0)
 
 
 def _quarantine_props(start: int, end: int) -> str:
     return _props([(QUARANTINE_PROPERTY, f"{start}-{end}")])
 
 
-def _quarantine_min(start: int, end: int) -> int:
-    return _size(QUARANTINE_TOPIC, _quarantine_props(start, end))
+def _quarantine_min(start: int, end: int, crc: bool = False) -> int:
+    return _size(QUARANTINE_TOPIC, _quarantine_props(start, end), crc=crc)
 
 
-def _fill(recs: list[RecordSpec], a: int, b: int, start: int, end: int, max_size: int) -> None:
+def _fill(recs: list[RecordSpec], a: int, b: int, start: int, end: int, max_size: int, crc: bool = False,
+          crc_required: bool = False) -> None:
     """Quarantine records covering [a, b) exactly (b - a >= MIN_RECORD or 0)."""
     props = _quarantine_props(start, end)
-    qmin = _size(QUARANTINE_TOPIC, props)
+    qmin = _size(QUARANTINE_TOPIC, props, crc=crc)
     pos = a
     while pos < b:
         left = b - pos
@@ -131,29 +155,36 @@ def _fill(recs: list[RecordSpec], a: int, b: int, start: int, end: int, max_size
             if left - size < qmin:
                 size = left - qmin
         if size >= qmin:
-            recs.append(RecordSpec("quarantine", pos, size, props=props))
+            recs.append(RecordSpec("quarantine", pos, size, props=props, crc=crc))
         else:
             # smaller than a full quarantine record: drop the properties, then shorten the
             # topic (a ROLLBACK record's topic is never used for a queue or a key)
-            topic = QUARANTINE_TOPIC[: max(0, size - MIN_RECORD)]
+            piece_crc = crc and size >= MIN_RECORD_PROP_CRC
+            if crc_required and not piece_crc:
+                raise TooSmall(f"{size} bytes cannot hold a record with a __CRC32# property "
+                               f"(at least {MIN_RECORD_PROP_CRC}, forceVerifyPropCRC)")
+            least = MIN_RECORD_PROP_CRC if piece_crc else MIN_RECORD
+            topic = QUARANTINE_TOPIC[: max(0, size - least)]
             if size < MIN_RECORD:
                 raise TooSmall(f"{size} bytes cannot hold a record (at least {MIN_RECORD})")
-            recs.append(RecordSpec("quarantine", pos, size, topic=topic, props=""))
+            recs.append(RecordSpec("quarantine", pos, size, topic=topic, props="", crc=piece_crc))
         pos += size
 
 
 def layout_region(start: int, end: int, tombstones: list[Tombstone], *, at_file_end: bool,
-                  max_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> FillerLayout:
+                  max_size: int = DEFAULT_MAX_MESSAGE_SIZE, prop_crc: bool = False,
+                  crc_required: bool = False) -> FillerLayout:
     """Lay out [start, end): tombstones first, quarantine records after, a BLANK at a file's
     end. Raises :class:`TooSmall` when a region not at a file's end is shorter than the
-    smallest record."""
+    smallest record (with ``crc_required``: the smallest record with ``__CRC32#``)."""
+    crc = prop_crc or crc_required
     lay = FillerLayout(start, end)
     length = end - start
     if at_file_end and not tombstones:
         lay.records.append(RecordSpec("blank", start, length))
         return lay
     stop = end - BLANK_LEN if at_file_end else end
-    if at_file_end and stop - start < MIN_RECORD:
+    if at_file_end and stop - start < (MIN_RECORD_PROP_CRC if crc_required else MIN_RECORD):
         lay.dropped = list(tombstones)
         lay.records.append(RecordSpec("blank", start, length))
         return lay
@@ -161,15 +192,15 @@ def layout_region(start: int, end: int, tombstones: list[Tombstone], *, at_file_
     placed: list[RecordSpec] = []
     for i, t in enumerate(tombstones):
         props = _tombstone_props(t)
-        size = _size(t.topic, props)
+        size = _size(t.topic, props, crc=crc)
         left = stop - pos - size
         if left < 0:
             lay.dropped = list(tombstones[i:])
             break
-        placed.append(RecordSpec("tombstone", pos, size, t, t.topic, props))
+        placed.append(RecordSpec("tombstone", pos, size, t, t.topic, props, crc))
         pos += size
     left = stop - pos
-    if 0 < left < _quarantine_min(start, end) and placed:
+    if 0 < left < _quarantine_min(start, end, crc) and placed:
         # too little room for a quarantine record with its properties: pad the last
         # tombstone's properties instead (properties are at most 32767 bytes)
         last = placed[-1]
@@ -178,12 +209,12 @@ def layout_region(start: int, end: int, tombstones: list[Tombstone], *, at_file_
         pad = left - len((PAD_PROPERTY + "\x01\x02").encode())
         if pad >= 0 and len(base) + left <= 32767:
             props = _tombstone_props(last.tombstone, pad)
-            placed[-1] = RecordSpec("tombstone", last.offset, last.size + left, last.tombstone, last.topic, props)
+            placed[-1] = RecordSpec("tombstone", last.offset, last.size + left, last.tombstone, last.topic, props, crc)
             pos += left
             left = 0
     lay.records.extend(placed)
     if left:
-        _fill(lay.records, pos, stop, start, end, max_size)
+        _fill(lay.records, pos, stop, start, end, max_size, crc, crc_required)
     if at_file_end:
         lay.records.append(RecordSpec("blank", stop, BLANK_LEN))
     return lay
@@ -191,8 +222,9 @@ def layout_region(start: int, end: int, tombstones: list[Tombstone], *, at_file_
 
 def _record_bytes(spec: RecordSpec, original: Any, base_in_original: int, store_ts: int, host: bytes, port: int) -> bytes:
     topic = spec.topic.encode()
-    props = spec.props.encode()
-    trailer = 1 + len(topic) + 2 + len(props)
+    props = spec.props.encode() + (_CRC_HEAD + b"0" * 10 + b"\x02" if spec.crc else b"")
+    v2 = _v2(topic)
+    trailer = (2 if v2 else 1) + len(topic) + 2 + len(props)
     body_len = spec.size - HEADER_LEN - trailer
     if body_len < 0:
         raise TooSmall(f"record of {spec.size} bytes at {spec.offset}")
@@ -208,21 +240,50 @@ def _record_bytes(spec: RecordSpec, original: Any, base_in_original: int, store_
             body = body + bytes(body_len - len(body))
         qid, qoff, sysflag = 0, 0, ROLLBACK_SYSFLAG
     crc = (zlib.crc32(body) & 0x7FFFFFFF) if body_len > 0 else 0
-    head = _HEADER.pack(spec.size, cl.MAGIC_V1, crc, qid, 0, qoff, spec.offset, sysflag, store_ts, host, port,
-                        store_ts, host, port, 0, 0, body_len)
-    return b"".join((head, body, struct.pack(">b", len(topic)), topic, struct.pack(">h", len(props)), props))
+    born = store_ts
+    while True:
+        head = _HEADER.pack(spec.size, cl.MAGIC_V2 if v2 else cl.MAGIC_V1, crc, qid, 0, qoff, spec.offset, sysflag, born,
+                            host, port, store_ts, host, port, 0, 0, body_len)
+        tlen = struct.pack(">h", len(topic)) if v2 else struct.pack(">b", len(topic))
+        out = b"".join((head, body, tlen, topic, struct.pack(">h", len(props)), props))
+        if not spec.crc:
+            return out
+        # CommitLog's encoder: CRC32 (& 0x7fffffff) of every byte before the reserved 20,
+        # digits least significant first (MessageDecoder.createCrc32)
+        whole = zlib.crc32(out[: len(out) - CRC_LEN]) & 0x7FFFFFFF
+        if whole == 0:  # 5.2.0-5.3.1 refuse __CRC32# 0: another born timestamp, another CRC
+            born -= 1
+            continue
+        return out[: len(out) - 11] + encode_crc32_digits(whole).encode() + b"\x02"
+
+
+def render_region_to(out: Any, lay: FillerLayout, original: Any, *, store_ts: int,
+                     host: bytes = b"\x7f\x00\x00\x01", port: int = 0) -> int:
+    """Write the layout's bytes to the binary file object ``out``, one record at a time (a
+    missing 1 GiB file is never built in memory); returns the number of bytes written.
+    ``original``: the region's current bytes or anything sliceable like them (what the
+    quarantine bodies carry; None or short for a missing or truncated file: zeros)."""
+    n = 0
+    for spec in lay.records:
+        if spec.kind == "blank":
+            out.write(cl.build_blank(spec.size))
+            left = spec.size - BLANK_LEN
+            while left > 0:
+                k = min(left, 1 << 22)
+                out.write(bytes(k))
+                left -= k
+            n += spec.size
+        else:
+            b = _record_bytes(spec, original, lay.start, store_ts, host, port)
+            out.write(b)
+            n += len(b)
+    assert n == lay.end - lay.start, (n, lay.start, lay.end)
+    return n
 
 
 def render_region(lay: FillerLayout, original: Any, *, store_ts: int, host: bytes = b"\x7f\x00\x00\x01",
                   port: int = 0) -> bytes:
-    """The bytes of the layout. ``original``: the region's current bytes (what the
-    quarantine bodies carry; None or short for a missing or truncated file: zeros)."""
-    parts: list[bytes] = []
-    for spec in lay.records:
-        if spec.kind == "blank":
-            parts.append(cl.build_blank(spec.size) + bytes(spec.size - BLANK_LEN))
-        else:
-            parts.append(_record_bytes(spec, original, lay.start, store_ts, host, port))
-    out = b"".join(parts)
-    assert len(out) == lay.end - lay.start, (len(out), lay.start, lay.end)
-    return out
+    """The bytes of the layout (:func:`render_region_to` into memory)."""
+    buf = io.BytesIO()
+    render_region_to(buf, lay, original, store_ts=store_ts, host=host, port=port)
+    return buf.getvalue()

@@ -622,5 +622,7 @@ def repair_offset_changes(store: Store, plan: Any) -> list[OffsetChange]:
             new[key].append((base, on_disk))
         elif ch.action != "remove" and isinstance(ch.content, (bytes, bytearray)):
             new[key].append((base, bytes(ch.content)))
+        elif ch.action != "remove" and isinstance(ch.content, Path):  # repair's rebuilt file beside the store
+            new[key].append((base, ch.content.read_bytes()))
     return offsets_past_end(store.root, {k: _cq_end(v, F) for k, v in new.items()},
                             {k: _cq_end(v, F) for k, v in old.items()})

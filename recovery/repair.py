@@ -17,9 +17,14 @@ Plan (:func:`plan_repair`, nothing written to the store):
 3. tombstones: the queue offsets whose messages lay in a region (consume queue units that
    point into it, DAMAGED records' headers, holes in a queue's offsets between intact
    records on both sides of it);
-4. a view of the store whose changed commitlog files are patched copies (beside the store,
-   removed afterwards), and rebuild-index's full pass over that view: the consume queue and
-   index files that differ from the store's are replaced, the others stay byte for byte;
+4. a view of the store whose changed commitlog files are patched copies (beside the store;
+   the filler is written into them record by record), and rebuild-index's full pass over
+   that view: the consume queue and index files that differ from the store's are replaced,
+   the others stay byte for byte. The new files are streamed into the same directory beside
+   the store (an index file of the default geometry is 420 MB, a missing commitlog file
+   1 GiB: neither is ever held in memory); the plan owns that directory until
+   :func:`apply_repair` has staged the patched ranges and the new files from it (or
+   :meth:`RepairPlan.discard`);
 5. the checkpoint: rebuild's timestamps, and physicMsgTimestamp recomputed when it is 0 or
    newer than every record; the abort file is removed last (the store is then as a clean
    shutdown leaves it).
@@ -28,7 +33,9 @@ Plan (:func:`plan_repair`, nothing written to the store):
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
+import weakref
 import shutil
 import struct
 import tempfile
@@ -43,8 +50,8 @@ from ..formats import commitlog as cl
 from ..formats.names import offset_msg_id
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
 from . import check as ck
-from .filler import (BLANK_LEN, DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, FillerLayout, Tombstone, TooSmall, layout_region,
-                     render_region)
+from .filler import (BLANK_LEN, DEFAULT_MAX_MESSAGE_SIZE, FillerLayout, Tombstone, TooSmall, layout_region,
+                     render_region_to)
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
 from .reput import CqFileOut, IndexFileOut
 from .store import Store, StoreFile
@@ -120,6 +127,19 @@ class RepairPlan:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    unfillable: list[int] = field(default_factory=list)  # offsets of regions no filler fits (left as they are)
+    workdir: Path | None = None  # holds the rebuilt files (content paths of ``changes``)
+    _cleanup: Any = None
+
+    def own_workdir(self, wd: Path) -> None:
+        """The plan removes ``wd`` when discarded (or garbage-collected, or at exit)."""
+        self.workdir = wd
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(wd), True)
+
+    def discard(self) -> None:
+        """Remove the rebuilt files beside the store (a dry run's, or after apply)."""
+        if self._cleanup is not None:
+            self._cleanup()
 
     @property
     def quarantined(self) -> list[Quarantined]:
@@ -145,7 +165,7 @@ class RepairPlan:
             "file_changes": [{"action": c.action, "path": c.relpath, "kind": c.kind, "note": c.note} for c in self.index_changes],
             "checkpoint": self.checkpoint_note or None,
             "abort_file": "removed" if self.abort_present else "absent",
-            "problems": self.problems, "notes": self.notes,
+            "unfillable_regions": self.unfillable, "problems": self.problems, "notes": self.notes,
         }
 
 
@@ -259,6 +279,10 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
         if not any(key in w for w in wanted.values()):
             wanted[i][key] = Tombstone(t, q, qo, off)
 
+    known_queues = set(store.consume_queues)
+    if len(recs):
+        tq = to_queue(recs.flags) & intact
+        known_queues |= {recs.queues[k] for k in np.unique(recs.qkey[tq]).tolist()}
     # damaged (readable) records
     if len(recs):
         for j in np.flatnonzero(recs.flags & DAMAGED).tolist():
@@ -273,7 +297,9 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
             with store.map(store.commitlog[fidx]) as mf:
                 mid = _msg_id(mf.buf, off - store.commitlog[fidx].base, mf.size, off)
             qinfo[i][off] = Quarantined(off, t, q, qo, mid, "damaged record")
-            if to_queue(recs.flags[j : j + 1])[0]:
+            # a tombstone only for a queue the store knows (a damaged header can name a
+            # topic that never existed, or none at all)
+            if to_queue(recs.flags[j : j + 1])[0] and (t, q) in known_queues:
                 add(i, t, q, qo, off, "damaged record")
     # consume queue units that point into a region
     if regions:
@@ -320,7 +346,11 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
                 add(i, t, q, x, None, "queue offset hole")
                 qinfo[i][-(len(qinfo[i]) + 1)] = Quarantined(None, t, q, x, None, "queue offset hole")
 
-    # -- layouts
+    unfillable: list[int] = []
+    # -- layouts. forceVerifyPropCRC (5.2+) stops the broker's walk at a record without a
+    # __CRC32# property; a store whose records carry one gets filler that carries it too
+    crc_required = profile.verify_prop_crc
+    prop_crc = crc_required or (profile.has_prop_crc and _carries_prop_crc(store, profile, recs, intact))
     for i, r in enumerate(regions):
         ts = sorted(wanted[i].values(), key=lambda t: (t.original_offset if t.original_offset is not None else r.end_offset,
                                                       t.queue_offset, t.topic, t.queue_id))
@@ -332,9 +362,10 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
                 if r.at_file_end and r.end - r.pos < BLANK_LEN:
                     raise TooSmall(f"{r.end - r.pos} bytes before the file's end cannot hold a BLANK record")
                 r.layout = layout_region(r.start_offset, r.end_offset, ts, at_file_end=r.at_file_end,
-                                         max_size=max_message_size)
+                                         max_size=max_message_size, prop_crc=prop_crc, crc_required=crc_required)
             except TooSmall as exc:
-                problems.append(f"{r.file}: bytes [{r.pos}, {r.end}) left as they are: {exc} (smallest record {MIN_RECORD})")
+                problems.append(_unfillable_problem(r, exc, int(len(ioff) - np.searchsorted(ioff, r.start_offset))))
+                unfillable.append(r.start_offset)
                 r.layout = None
                 continue
             for t in r.layout.dropped:
@@ -349,7 +380,7 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
 
     plan = RepairPlan(str(store.root), profile.label, regions, stray, int(len(ioff)), 0,
                       _recover_would_cut(store, profile, scans, recs), abort_present=store.abort_present,
-                      problems=problems)
+                      problems=problems, unfillable=unfillable)
     if rebuild:
         _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
     plan.seconds = time.perf_counter() - t0
@@ -369,6 +400,30 @@ def _recover_would_cut(store: Store, profile: BrokerProfile, scans: Any, recs: A
     return int(out[out["mode"]]["records_cut"])
 
 
+def _unfillable_problem(r: Region, exc: Exception, n_after: int) -> str:
+    """The report of a region no filler fits (CommitLog.checkMessageAndReturnSize: a message
+    record is at least MIN_RECORD bytes, a BLANK makes the walk go on at the next file, any
+    other bytes fail the check), with what the broker does there."""
+    where = "before the file's end" if r.at_file_end else "between two intact records"
+    return (f"{r.file}: bytes [{r.pos}, {r.end}) (offsets {r.start_offset}-{r.end_offset}) left as they are: "
+            f"{r.end - r.pos} bytes {where} hold no record the broker's walk accepts ({exc}; a BLANK there would "
+            f"end this file's walk); the broker's recovery stops at offset {r.start_offset} and cuts the {n_after} "
+            f"intact records after it, as rmqtool recover does; repair cannot keep them")
+
+
+def _carries_prop_crc(store: Store, profile: BrokerProfile, recs: Any, intact: np.ndarray) -> bool:
+    """The store's newest intact record ends with a __CRC32# property (enabledAppendPropCRC)."""
+    if not intact.any():
+        return False
+    off = int(recs.off[intact][-1])
+    f = store.commitlog_file_for(off)
+    if f is None:
+        return False
+    with store.map(f) as mf:
+        c = ck.check_record(mf.buf, off - f.base, mf.size, profile)
+    return bool(c.props) and ck.CRC32 in c.props
+
+
 def _has_nonzero(f: StoreFile, pos: int) -> bool:
     from .scan import file_has_nonzero
 
@@ -383,18 +438,38 @@ def _msg_id_at(store: Store, off: int) -> str | None:
         return _msg_id(mf.buf, off - f.base, mf.size, off)
 
 
-def region_bytes(store: Store, r: Region, recs_store_ts: int, host: bytes, port: int) -> bytes:
-    """The new bytes of region ``r``."""
+class _Window:
+    """Bytes [pos, pos + n) of a mapped file, sliced like bytes (what a quarantine body copies)."""
+
+    def __init__(self, mm: Any, pos: int, n: int) -> None:
+        self._mm, self._pos, self._n = mm, pos, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, sl: slice) -> bytes:
+        a, b, _ = sl.indices(self._n)
+        return bytes(self._mm[self._pos + a : self._pos + max(a, b)])
+
+
+def _write_region(store: Store, r: Region, out: Any, store_ts: int, host: bytes, port: int) -> None:
+    """Write the new bytes of region ``r`` to ``out`` (at its position), record by record."""
     assert r.layout is not None
     if r.kind == "end of data":
-        return bytes(r.end - r.pos)
-    original = b""
-    if not r.create:
-        p = store.root / r.file
-        with open(p, "rb") as fh:
-            fh.seek(r.pos)
-            original = fh.read(r.end - r.pos)
-    return render_region(r.layout, original, store_ts=recs_store_ts, host=host, port=port)
+        left = r.end - r.pos
+        while left > 0:
+            k = min(left, 1 << 22)
+            out.write(bytes(k))
+            left -= k
+        return
+    src = store.root / r.file
+    size = src.stat().st_size if not r.create and src.is_file() else 0
+    if size <= r.pos:
+        render_region_to(out, r.layout, None, store_ts=store_ts, host=host, port=port)
+        return
+    with open(src, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        render_region_to(out, r.layout, _Window(mm, r.pos, min(r.end, size) - r.pos), store_ts=store_ts, host=host,
+                         port=port)
 
 
 def _neighbour(store: Store, recs: Any, intact: np.ndarray, off: int) -> tuple[int, bytes, int]:
@@ -427,11 +502,10 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
     own = workdir is None
     wd = Path(tempfile.mkdtemp(prefix=f".{store.root.name}.rmqtool-repair-", dir=store.root.parent)) if own else workdir
     assert wd is not None
+    keep_wd = False
     try:
         patched: dict[str, Path] = {}
         for r in plan.regions:
-            r_bytes = region_bytes(store, r, *_neighbour(store, recs, intact, r.start_offset))
-            r._bytes = r_bytes  # type: ignore[attr-defined]
             dst = wd / r.file
             if r.file not in patched:
                 dst.parent.mkdir(parents=True, exist_ok=True)
@@ -447,7 +521,9 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
                 patched[r.file] = dst
             with open(dst, "r+b") as fh:
                 fh.seek(r.pos)
-                fh.write(r_bytes)
+                _write_region(store, r, fh, *_neighbour(store, recs, intact, r.start_offset))
+            r._patched = dst  # type: ignore[attr-defined]  # apply copies the new bytes from here
+            keep_wd = True
         view_files = []
         seen = set()
         for f in store.commitlog:
@@ -464,7 +540,8 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
         view = dataclasses.replace(store, commitlog=view_files)
         rb = plan_rebuild(view, profile, cq=True, index=True, index_tz=index_tz, jobs=jobs)
         plan.problems.extend(p for p in rb.problems if not p.startswith("commitlog"))
-        # materialize the new contents while the patched copies exist
+        # stream the new contents into files beside the store (never whole in memory)
+        out_dir = wd / "rebuilt"
         changes = []
         for ch in rb.changes:
             if ch.action in (UNCHANGED, REMOVE) or ch.kind == "checkpoint":
@@ -472,10 +549,12 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
                     changes.append(ch)
                 continue
             content = ch.content
-            if isinstance(content, CqFileOut):
-                content = content.data()
-            elif isinstance(content, IndexFileOut):
-                content = content.data()
+            if isinstance(content, (CqFileOut, IndexFileOut)):
+                dst = out_dir / ch.relpath
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                _stream_to(dst, content.write_to)
+                content = dst
+                keep_wd = True
             changes.append(dataclasses.replace(ch, content=content))
         plan.changes = _keep_index_names(store, changes)
         # checkpoint
@@ -501,7 +580,73 @@ def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: 
                                     f"{after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}")
     finally:
         if own:
-            shutil.rmtree(wd, ignore_errors=True)
+            if keep_wd:
+                plan.own_workdir(wd)
+            else:
+                shutil.rmtree(wd, ignore_errors=True)
+
+
+class _SparseOut:
+    """A file object for ``write_to``: zeros become holes (seek), the size is set at the end."""
+
+    def __init__(self, fh: Any) -> None:
+        self._fh = fh
+        self.end = 0
+
+    def write(self, b: Any) -> int:
+        n = self._fh.write(b)
+        self.end = max(self.end, self._fh.tell())
+        return n
+
+    def write_zeros(self, n: int) -> None:
+        self.end = max(self.end, self._fh.seek(n, os.SEEK_CUR))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fh, name)
+
+
+def _range_writer(path: Path, lo: int, hi: int) -> Callable[[Any], None]:
+    """A transaction writer: bytes [lo, hi) of ``path``, copied in blocks."""
+
+    def write(out: Any) -> None:
+        with open(path, "rb") as fh:
+            fh.seek(lo)
+            left = hi - lo
+            while left > 0:
+                b = fh.read(min(left, 1 << 22))
+                if not b:
+                    raise OSError(f"{path}: shorter than {hi}")
+                out.write(b)
+                left -= len(b)
+
+    return write
+
+
+def _stream_to(dst: Path, writer: Callable[[Any], None]) -> None:
+    with open(dst, "w+b") as fh:
+        out = _SparseOut(fh)
+        writer(out)
+        if fh.seek(0, os.SEEK_END) < out.end:
+            fh.truncate(out.end)
+
+
+def _same_content(a: Path, b: Any) -> bool:
+    """File ``a`` holds the bytes of ``b`` (a path or bytes), compared in blocks."""
+    if isinstance(b, (bytes, bytearray)):
+        return a.stat().st_size == len(b) and a.read_bytes() == b
+    if a.stat().st_size != Path(b).stat().st_size:
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x = fa.read(1 << 22)
+            if x != fb.read(1 << 22):
+                return False
+            if not x:
+                return True
+
+
+def _content_size(c: Any) -> int:
+    return len(c) if isinstance(c, (bytes, bytearray)) else Path(c).stat().st_size
 
 
 def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChange]:
@@ -519,8 +664,8 @@ def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChang
     out = [c for c in changes if c.kind != "index"]
     for f, c in zip(old, rebuilt):
         rel = _rel(store, f.path)
-        same = f.size == len(c.content) and f.path.read_bytes() == c.content
-        out.append(FileChange(UNCHANGED if same else "replace", rel, "index", len(c.content),
+        same = _same_content(f.path, c.content)
+        out.append(FileChange(UNCHANGED if same else "replace", rel, "index", _content_size(c.content),
                               "" if same else "rebuilt (entries of quarantined records dropped)", None if same else c.content))
     del removed
     return out
@@ -536,23 +681,17 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
         claimed: dict[str, list[Region]] = {}
         for r in plan.regions:
             claimed.setdefault(r.file, []).append(r)
+        if any(not hasattr(r, "_patched") for r in plan.regions):
+            raise ValueError("apply_repair needs a plan made with rebuild=True (its patched copies)")
         for rel, rs in claimed.items():
-            data = [getattr(r, "_bytes") for r in rs]
+            patched = getattr(rs[0], "_patched")  # the file as the plan made it, beside the store
             if rs[0].create:
-                tx.create_file(rel, data[0])
+                tx.create_file(rel, patched)
                 continue
             # one write_at per file: from the first region's start to the last region's
-            # end, the bytes between them as they are
+            # end, the bytes between them as they are (the patched copy holds them too)
             lo, hi = rs[0].pos, rs[-1].end
-            path = store.root / rel
-            with open(path, "rb") as fh:
-                fh.seek(lo)
-                cur = bytearray(fh.read(hi - lo))
-            if len(cur) < hi - lo:
-                cur.extend(bytes(hi - lo - len(cur)))
-            for r, d in zip(rs, data):
-                cur[r.pos - lo : r.end - lo] = d
-            tx.write_at(rel, lo, bytes(cur))
+            tx.write_at(rel, lo, _range_writer(patched, lo, hi))
         for rel in plan.stray:
             tx.remove_file(rel)
         for ch in sorted(plan.changes, key=lambda c: c.relpath):
@@ -570,4 +709,6 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
             extra(tx)
         if plan.abort_present and (store.root / "abort").exists():
             tx.remove_file("abort")
-        return tx.commit()
+        result = tx.commit()
+    plan.discard()  # the rebuilt files were staged into the journal, then moved in place
+    return result

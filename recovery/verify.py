@@ -62,6 +62,7 @@ from ..formats.names import offset_msg_id, topic_path_problem
 from ..formats.properties import JAVA_REPLACE, parse_properties, parse_properties_legacy, decode_crc32_digits
 from . import check as ck
 from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, hints_in, last_nonzero as _last_nonzero, queue_hint_runs, sorted_unique
+from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -111,7 +112,7 @@ CODES: dict[str, tuple[str, str]] = {
     "LAYOUT_BATCH_CQ": (ERROR, "BatchConsumeQueue files (batchconsumequeue/): the store is refused (exit 8)"),
     "UNSUPPORTED_SETTING": (ERROR, "a broker.conf setting whose effect on recovery rmqtool does not implement: the store is refused (exit 8)"),
     "CL_GARBAGE_AFTER_END": (WARNING, "non-zero bytes after the end of the data that hold no intact record"),
-    "CL_SALVAGEABLE_RECORDS": (WARNING, "intact records found beyond a point where the record walk stops (how many, where, and how many the broker's recovery throws away)"),
+    "CL_SALVAGEABLE_RECORDS": (WARNING, "intact records found beyond a point where the record walk stops (how many, where, and how many the broker's recovery throws away). Where the broker's recovery throws them away, the message (and that of the stop itself) says \"rmqtool repair keeps them\", or, when the bytes from the stop to the next intact record of the file are fewer than the smallest record the broker's walk accepts (91 bytes; 111 under forceVerifyPropCRC), \"rmqtool repair cannot keep them either\": no filler exists for such a gap (rmqtool-repair(1))"),
     "CL_BAD_BLANK": (WARNING, "a BLANK end-of-file record whose TOTALSIZE is not the rest of the file"),
     "CL_SYSFLAG": (WARNING, "SYSFLAG with unknown bits, an invalid compression type, or inner-batch bits on a 4.x store"),
     "CL_PROPERTIES": (WARNING, "a properties string that is not valid UTF-8 or has entries the broker's parser drops"),
@@ -1309,7 +1310,9 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
             part.gaps.append(Gap(pos + 8, q, "", "", -1, True))
             pos = q
             continue
-        if c.reason in _INTACT_FAILURES and c.rec is not None:
+        if c.reason in _INTACT_FAILURES and c.rec is not None and c.rec.total_size == c.rec.computed_size:
+            # (forceVerifyPropCRC checks __CRC32# before the length: a record whose TOTALSIZE
+            # is wrong fails that check first, and its size is no more trustworthy)
             part.events.append(Event(pos, c.reason, c.field, c.rec.total_size, "damaged", main, _rec_info(c)))
             _add_damaged(ctx, out, pos, c)
             pos += c.rec.total_size
@@ -2048,6 +2051,22 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
         o = offs[sel] - fs.file.base
         return o[o > pos]
 
+    intact_offs = offs[(recs.flags & DAMAGED) == 0] if n_rec else offs
+    min_rec = MIN_RECORD_PROP_CRC if profile.verify_prop_crc else MIN_RECORD
+
+    def unfillable(file_base: int, g_off: int) -> str:
+        """Why repair cannot keep what follows a stop at g_off: the bytes up to the next
+        intact record (same file) are fewer than the smallest record the walk accepts."""
+        i = int(np.searchsorted(intact_offs, g_off, side="right"))
+        if i >= len(intact_offs):
+            return ""
+        nxt = int(intact_offs[i])
+        if nxt >= file_base + mapped or nxt - g_off >= min_rec:
+            return ""
+        return (f"rmqtool repair cannot keep them either: the {nxt - g_off} bytes from here to the next intact record "
+                f"(offset {nxt}) are fewer than the smallest record the broker's walk accepts ({min_rec} bytes), "
+                "and a BLANK there would end this file's walk")
+
     for fs in scans:
         if fs is None:
             continue
@@ -2110,8 +2129,9 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
             cut = ""
             if e.main and po == g_off:
                 n_cut = outlook[mode]['records_cut']
+                why = unfillable(base, g_off)
                 cut = f"; recovery cuts {n_cut} intact records" + (
-                    f" ({n_cut} intact messages after this record; rmqtool repair keeps them)" if n_cut else "")
+                    f" ({n_cut} intact messages after this record; {why or 'rmqtool repair keeps them'})" if n_cut else "")
             out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: {stops}{cut}", reason=e.reason, field=e.field,
                                broker_stop=e.main, **info))
         if fs.stop is None and not short and fs.end == mapped:
@@ -2132,8 +2152,9 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                     thrown = int(outlook[mode]["records_cut"])  # intact records, as recover counts them
                 sample = [int(x) for x in inside[:50]]
                 runs = _record_runs(recs, fs, sp)
+                why = unfillable(base, g_stop) if thrown else ""
                 fate = (f"the broker's {mode} recovery stops here and throws away {thrown} of them "
-                        "(rmqtool repair keeps them)" if thrown
+                        f"({why or 'rmqtool repair keeps them'})" if thrown
                         else "the broker skips them (it goes on at the next file)" if fs.stop.reason == ck.BLANK
                         else f"the broker's {mode} recovery does not stop here")
                 out.append(finding(

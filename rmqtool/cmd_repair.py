@@ -90,6 +90,7 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
         refuse_obstacles(store, "repair")
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
+        plan.discard()  # the rebuilt files beside the store: not needed for the report
         with closed_stdout_ignored():
             _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
         _warn_problems(plan)
@@ -110,11 +111,13 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
                 _print(plan, None, fmt, dry_run=False, plan_only=True, past=past, fix_offsets=fix_offsets)
             _warn_problems(plan)
             if not ask(yes, f"Apply this repair to {root}?"):
+                plan.discard()
                 click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
                 return int(Exit.PROBLEMS)
         if not plan.nothing_to_do:
             extra = (lambda tx: add_offset_fix(tx, root, past)) if fix_offsets and past else None
             result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
+        plan.discard()
         with closed_stdout_ignored():
             _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished,
                    past=past, fix_offsets=fix_offsets)
@@ -161,7 +164,9 @@ def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: f
     q = plan.quarantined
     rows = [
         ("intact records", f"{plan.intact_records} (every one keeps its offset and bytes)"),
-        ("recover would cut", f"{plan.recover_would_cut} intact records (repair keeps them)"),
+        ("recover would cut", f"{plan.recover_would_cut} intact records " + (
+            "(repair keeps them)" if not plan.unfillable else
+            f"(the broker still cuts at offset {min(plan.unfillable)}: a gap no record fits, see the problems)")),
         ("damaged regions", str(sum(1 for r in plan.regions if r.kind != "end of data"))),
         ("quarantined messages", f"{len(q)} ({sum(1 for x in q if x.tombstone)} with a tombstone in their queue)"),
         ("stray files", str(len(plan.stray))),

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import REAL_NAMES, copy_store, tree_digest
+from relaid import relaid
 from rmqtool.cli import run
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats.consumequeue import read_units
@@ -180,9 +182,16 @@ def _truncated_file(root: Path) -> None:  # a middle file cut in half (the only 
 
 def _missing_middle_file(root: Path) -> None:
     store = Store.open(root)
-    if len(store.commitlog) < 3:
-        pytest.skip("a store of fewer than three commitlog files has no middle file")
+    if len(store.commitlog) < 3:  # delay: one 64 KiB file; its records in 16 KiB files
+        _relaid(root, 16384)
+        store = Store.open(root)
+    assert len(store.commitlog) >= 3
     os.remove(store.commitlog[1].path)
+
+
+def _relaid(root: Path, file_size: int) -> None:
+    relaid(root, file_size)
+    assert _verify_errors(root) == []
 
 
 def _cq_unit(root: Path) -> None:  # garbage in a consume queue unit
@@ -315,6 +324,7 @@ def _damage_for_kill(root: Path) -> None:
     _body_flip(root)
     _zeroed_checkpoint(root)
     _cq_unit(root)
+    os.remove(Store.open(root).commitlog[4].path)  # a missing middle file: created from the plan's copy
 
 
 def test_killed_at_random_points_then_rerun(tmp_path: Path) -> None:
@@ -437,3 +447,148 @@ def test_filler_bytes_are_the_schema_s_bytes() -> None:
         assert rec["physical_offset"] == spec.offset and rec["total_size"] == spec.size
         at += spec.size
     assert at == 700
+
+
+def test_rebuilt_files_are_streamed_beside_the_store_not_held_in_memory(tmp_path: Path) -> None:
+    """The plan's new consume queue and index files are files in a directory beside the
+    store (an index file of the default geometry is 420 MB), written sparse; the plan removes
+    that directory when discarded, and apply removes it once the files are in place."""
+    from rmqtool.recovery.repair import apply_repair, plan_repair
+
+    root = _copy(tmp_path, "many_files")
+    _body_flip(root)
+    _index_entry(root)
+    plan = plan_repair(Store.open(root), P494)
+    assert plan.workdir is not None and plan.workdir.parent == root.parent and plan.workdir.is_dir()
+    files = [c.content for c in plan.index_changes if c.kind in ("consumequeue", "index")]
+    assert files and all(isinstance(c, Path) and plan.workdir in c.parents for c in files)
+    assert (plan.workdir / "commitlog").is_dir()  # the patched commitlog copies, staged by apply
+    wd = plan.workdir
+    plan.discard()
+    assert not wd.exists()
+    plan = plan_repair(Store.open(root), P494)
+    wd = plan.workdir
+    assert wd is not None
+    apply_repair(Store.open(root), plan, backup_dir=tmp_path / "bk")
+    assert not wd.exists()
+    assert _verify_errors(root) == []
+
+
+def _gap_between_records(root: Path, gap: int) -> tuple[int, int]:
+    """``gap`` bytes of garbage after the 6th record of the second-last commitlog file
+    (inside normal recovery's three files): every later record of the file moved up by
+    ``gap`` (PHYSICALOFFSET patched, the BLANK shortened), so two intact records lie
+    ``gap`` bytes apart. Returns (the gap's offset, intact records from there on)."""
+    store = Store.open(root)
+    f = store.commitlog[-2]
+    data = f.path.read_bytes()
+    recs, pos = [], 0
+    while True:
+        c = ck.check_record(data, pos, len(data), P494)
+        if c.reason == ck.BLANK or not c.ok:
+            break
+        recs.append((pos, c.size))
+        pos += c.size
+    assert len(data) - pos >= gap + 8
+    cut = recs[5][0] + recs[5][1]
+    new = bytearray(data[:cut]) + b"\xee" * gap
+    for rp, rs in recs[6:]:
+        b = bytearray(data[rp : rp + rs])
+        struct.pack_into(">q", b, 28, f.base + len(new))
+        new += b
+    new += cl.build_blank(len(data) - len(new)) + bytes(len(data) - len(new) - 8)
+    f.path.write_bytes(bytes(new))
+    after = sum(1 for r in _records(root) if r["off"] > f.base + cut)
+    return f.base + cut, after
+
+
+@pytest.mark.parametrize("gap", [40, filler.MIN_RECORD - 1])
+def test_a_gap_shorter_than_the_smallest_record_is_reported_with_the_broker_s_cut(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], gap: int) -> None:
+    """No filler exists for fewer than 91 bytes between two intact records (the broker's walk
+    accepts a message record of 91 bytes or more, or a BLANK, which ends the file's walk):
+    verify and repair say so and what the broker does there (its recovery cuts every intact
+    record after it, as recover does); the repair leaves those bytes as they are."""
+    root = _copy(tmp_path, "clean")
+    at, after = _gap_between_records(root, gap)
+    assert after > 50
+    rep = verify_store(Store.open(root), P494)
+    stop = next(f for f in rep.findings if f.code.startswith("CL_") and f.physical_offset == at and f.severity == "error")
+    assert f"recovery cuts {after} intact records" in stop.message
+    assert (f"rmqtool repair cannot keep them either: the {gap} bytes from here to the next intact record "
+            f"(offset {at + gap}) are fewer than the smallest record the broker's walk accepts (91 bytes)") in stop.message
+    assert "rmqtool repair keeps them" not in stop.message
+    code, doc = _plan(root, capsys, "--dry-run")
+    assert code == 4
+    assert doc["plan"]["recover_would_cut_intact"] == after
+    problem = next(p for p in doc["plan"]["problems"] if "left as they are" in p)
+    assert f"{gap} bytes between two intact records hold no record the broker's walk accepts" in problem
+    assert f"the broker's recovery stops at offset {at} and cuts the {after} intact records after it" in problem
+    assert not any(r["from"] == at for r in doc["plan"]["regions"])  # not filled
+    assert doc["plan"]["unfillable_regions"] == [at]
+    with open(Store.open(root).commitlog_file_for(at).path, "rb") as fh:  # type: ignore[union-attr]
+        fh.seek(at % Store.open(root).geometry.commitlog_file_size)
+        assert fh.read(gap) == b"\xee" * gap
+
+
+def test_a_gap_of_exactly_the_smallest_record_is_filled(tmp_path: Path) -> None:
+    root = _copy(tmp_path, "clean")
+    at, _after = _gap_between_records(root, filler.MIN_RECORD)
+    before = _records(root)
+    assert _repair(root) == 1
+    assert _verify_errors(root) == []
+    _assert_kept(root, before)
+    store = Store.open(root)
+    f = store.commitlog_file_for(at)
+    assert f is not None
+    with store.map(f) as mf:
+        c = ck.check_record(mf.buf, at - f.base, mf.size, P494)
+    assert c.ok and c.size == filler.MIN_RECORD and c.rec is not None and c.rec.topic == ""
+
+
+def _walk(data: bytes, prof: BrokerProfile) -> list[Any]:
+    out, pos = [], 0
+    while pos < len(data):
+        c = ck.check_record(data, pos, len(data), prof)
+        out.append(c)
+        if not c.ok or c.size <= 0:
+            break
+        pos += c.size
+    return out
+
+
+def test_filler_carries_a_matching_prop_crc_where_the_broker_checks_it() -> None:
+    """forceVerifyPropCRC (5.2+): the broker's walk stops at a record without __CRC32#; with
+    prop_crc every filler record ends with one over its bytes (the encoder's layout), the
+    5.2.0-5.3.1 walk (which refuses 0) and the 5.3.3 walk accept them all."""
+    t = filler.Tombstone("TopicX", 1, 9, 4000)
+    forced = [BrokerProfile.for_version(v, force_verify_prop_crc=True) for v in ("5.2.0", "5.3.3")]
+    plain = filler.render_region(filler.layout_region(4000, 13000, [t], at_file_end=False, max_size=4000),
+                                 bytes(range(256)) * 40, store_ts=7)
+    for prof in forced:
+        first = _walk(plain, prof)[0]
+        assert not first.ok and first.reason == ck.PROP_CRC
+    lay = filler.layout_region(4000, 13000, [t], at_file_end=False, max_size=4000, prop_crc=True)
+    data = filler.render_region(lay, bytes(range(256)) * 40, store_ts=7)
+    assert all(r.crc for r in lay.records)
+    for prof in forced + [P494]:
+        walked = _walk(data, prof)
+        assert all(c.ok for c in walked) and sum(c.size for c in walked) == 9000, prof.label
+    for c in _walk(data, forced[1]):
+        assert c.props is not None and list(c.props)[-1] == "__CRC32#"
+    # a piece too short for a record with __CRC32#: refused where it is required, else without
+    with pytest.raises(filler.TooSmall):
+        filler.layout_region(0, filler.MIN_RECORD_PROP_CRC - 1, [], at_file_end=False, crc_required=True)
+    lay = filler.layout_region(0, filler.MIN_RECORD_PROP_CRC - 1, [], at_file_end=False, prop_crc=True)
+    assert [r.crc for r in lay.records] == [False]
+
+
+def test_tombstone_of_a_topic_longer_than_127_bytes_is_a_v2_record() -> None:
+    topic = "T" * 140
+    t = filler.Tombstone(topic, 0, 3, 100)
+    lay = filler.layout_region(100, 1100, [t], at_file_end=False)
+    data = filler.render_region(lay, None, store_ts=9)
+    assert struct.unpack_from(">i", data, 4)[0] == cl.MAGIC_V2
+    walked = _walk(data, BrokerProfile.for_version("5.1.4"))
+    assert all(c.ok for c in walked) and sum(c.size for c in walked) == 1000
+    assert walked[0].rec is not None and (walked[0].rec.topic, walked[0].rec.queue_offset) == (topic, 3)
