@@ -12,7 +12,7 @@ from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, store_argument
 from .output import console, output_options, resolve
-from .progress import progress_bar
+from .progress import progress_bar, progress_option
 from .recovery.storeinfo import store_info
 from .render import dumps, render
 from .times import iso
@@ -40,6 +40,7 @@ def with_iso(obj: Any) -> Any:
 @click.option("--deep", is_flag=True, help="Also plan the broker's recovery (walks the commitlog files recovery reads).")
 @click.option("--all-queues", is_flag=True, help="A row per queue (default: a row per topic).")
 @output_options(("table", "json"), "table", "json")
+@progress_option
 def command(broker_version: str, deep: bool, all_queues: bool, fmt: str | None, quiet: bool, **store_opts: Any) -> int:
     """One screen on a stopped broker's STORE: per topic (or queue) the message count,
     queue offsets and time range; the commitlog files and their first times; the index

@@ -24,7 +24,7 @@ from .output import output_file_options
 from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
-from .progress import progress_bar
+from .progress import progress_bar, progress_option
 from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
 from .recovery.safety import StoreLock
 from .recovery.store import Store
@@ -51,6 +51,7 @@ def parse_tz(text: str) -> _dt.tzinfo:
 @broker_config_option("destructive")
 @broker_setting_options
 @output_file_options
+@progress_option
 @store_argument
 @broker_version_option
 @click.option("--cq-only", is_flag=True, help="Rebuild the consume queues only (the index is left alone).")

@@ -24,7 +24,7 @@ from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
 from .brokeropts import broker_config_option, broker_setting_options
-from .progress import progress_bar
+from .progress import progress_bar, progress_option
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
 from .recovery.safety import StoreLock
 from .render import dumps, render
@@ -34,6 +34,7 @@ from .render import dumps, render
 @broker_config_option("destructive")
 @broker_setting_options
 @output_file_options
+@progress_option
 @store_argument
 @broker_version_option
 @click.option("--normal/--abnormal", "normal", default=None,
@@ -143,7 +144,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
                 return int(Exit.PROBLEMS)
         if not blocked and not plan.nothing_to_do:
             extra = _offsets_hook(store, plan, profile, fix_offsets, past)
-            with progress_bar(plan.bytes_to_scan, "dispatch", quiet) as advance:
+            passes = sum(max(0, d.to_offset - d.from_offset) for d in plan.dispatch)  # what the dispatch walks
+            with progress_bar(passes or plan.bytes_to_scan, "recover: dispatch", quiet) as advance:
                 result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
                                         index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
                                         jobs=jobs, extra=extra)

@@ -1,0 +1,89 @@
+"""Progress through the CLI: on stderr only (JSON on stdout stays clean), shown with
+--progress when stderr is not a terminal, off under -q, and moving with the work (several
+steps on a multi-file store, each phase ending at 100%)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_store
+from rmqtool.cli import run
+from rmqtool.exitcodes import Exit
+
+LINE = re.compile(r"^rmqtool: (?P<phase>[a-z :-]+): (?P<pct>\d+)% \((?P<done>[\d.]+ \w+) of (?P<total>[\d.]+ \w+)\)$")
+
+
+def progress_lines(err: str) -> dict[str, list[int]]:
+    """Per phase, the percentages of its progress lines in order."""
+    out: dict[str, list[int]] = {}
+    for line in err.splitlines():
+        m = LINE.match(line)
+        if m:
+            out.setdefault(m["phase"], []).append(int(m["pct"]))
+    return out
+
+
+def assert_moves(pcts: list[int], at_least: int = 4) -> None:
+    assert len(pcts) >= at_least, pcts
+    assert pcts == sorted(pcts) and len(set(pcts)) == len(pcts), pcts  # advances, never back
+    assert pcts[0] < 50 and pcts[-1] == 100, pcts
+
+
+CASES = [
+    (["verify", "--format", "json"], "many_files", {"verify"}, Exit.OK),
+    (["info", "--deep", "--format", "json"], "crash_midwrite", {"info: plan recovery"}, Exit.PROBLEMS),
+    (["recover", "--dry-run", "--format", "json"], "crash_midwrite", {"recover: walk"}, Exit.PROBLEMS),
+    (["repair", "--dry-run", "--format", "json"], "crash_midwrite", {"repair: walk"}, Exit.PROBLEMS),
+    (["recover", "--yes", "--format", "json"], "crash_midwrite", {"recover: walk", "recover: dispatch"}, Exit.REPAIRED),
+]
+
+
+@pytest.mark.parametrize("argv,store,phases,status", CASES, ids=[" ".join(c[0][:2]) for c in CASES])
+def test_forced_progress_moves_with_the_work_and_json_stays_clean(argv: list[str], store: str, phases: set[str],
+                                                                   status: int, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store(store, tmp_path)
+    assert len(list((root / "commitlog").iterdir())) >= 10
+    code = run([*argv, "--progress", str(root)] + (["--backup-dir", str(tmp_path / "bk")] if "--yes" in argv else []))
+    cap = capsys.readouterr()
+    assert code == status, cap.err
+    json.loads(cap.out)  # stdout: one JSON document, no progress in it
+    assert not any(LINE.match(line) for line in cap.out.splitlines())
+    seen = progress_lines(cap.err)
+    assert phases <= set(seen), seen
+    for phase in phases:
+        assert_moves(seen[phase])
+
+
+def test_rebuild_index_progress_reaches_100(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """(rebuild-index --dry-run used to stall at 94%: a phase that completes ends at 100%.)"""
+    root = copy_store("many_files", tmp_path)
+    assert run(["rebuild-index", "--dry-run", "--progress", str(root)]) == Exit.OK
+    assert_moves(progress_lines(capsys.readouterr().err)["rebuild-index"])
+
+
+@pytest.mark.parametrize("extra", [[], ["-q", "--progress"]], ids=["not a terminal", "quiet wins"])
+def test_no_progress_without_a_terminal_or_under_quiet(extra: list[str], tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("many_files", tmp_path)
+    assert run(["verify", "--format", "json", *extra, str(root)]) == Exit.OK
+    cap = capsys.readouterr()
+    assert progress_lines(cap.err) == {}
+    json.loads(cap.out)
+
+
+def test_progress_on_a_terminal_is_a_tqdm_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal (no --progress needed) the bar is tqdm's, on stderr; stdout is untouched."""
+    import sys
+
+    root = copy_store("many_files", tmp_path)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert run(["verify", "--format", "json", str(root)]) == Exit.OK
+    cap = capsys.readouterr()
+    json.loads(cap.out)
+    assert cap.err.startswith("\rverify:") and "640k" in cap.err  # tqdm redraws in place (\r), throttled
