@@ -77,13 +77,15 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (default: refuse).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the summary (the result) is still printed.")
+@click.option("--verbose", "-v", is_flag=True, help="Spark's own logging on stderr (default: to a temporary log file), "
+              "and on a Spark start-up failure the whole Java/py4j error, not just its one line.")
 @click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).")
 @click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes; mirrors mappedFileSizeConsumeQueue (default: --broker-config, else inferred, else 6000000).")
 @click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file; mirrors maxHashSlotNum (default: --broker-config, else inferred, else 5000000).")
 @click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file; mirrors maxIndexNum (default: --broker-config, else inferred, else 20000000).")
 @broker_version_option
 def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, split_size: int, with_body: bool,
-            partition_by: tuple[str, ...], writer: str, overwrite: bool, confs: tuple[str, ...], quiet: bool,
+            partition_by: tuple[str, ...], writer: str, overwrite: bool, confs: tuple[str, ...], quiet: bool, verbose: bool,
             commitlog_file_size: int | None, cq_file_size: int | None, index_slot_num: int | None,
             index_num: int | None, broker_version: str) -> int:
     """Export stores to Parquet through Spark (local[*] by default), one row per record.
@@ -125,7 +127,7 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     try:
         res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
                          partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=quiet, conf=conf,
-                         writer=writer)
+                         writer=writer, verbose=verbose)
     except KeyboardInterrupt:
         raise _interrupted(out, scheme is None, existed) from None
     if True:  # the summary is the result: printed with -q too (one meaning of -q everywhere)
