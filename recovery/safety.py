@@ -590,6 +590,61 @@ def lock_probe(path: str | Path) -> bool | None:
 
 # struct flock (Linux, 64-bit off_t): l_type, l_whence, l_start, l_len, l_pid, padding
 _FLOCK_FMT = "hhqqi4x"
+_F_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", 36)  # Linux 3.15+
+
+
+def lock_holder(path: str | Path) -> tuple[int, str | None] | None:
+    """Who holds the lock on ``[0, 1)`` of the lock file ``path`` (read-only, as
+    :func:`lock_probe`): ``(pid, command line)``, the command line from /proc when this
+    process may read it (else None), or None when nobody holds it or the OS does not tell.
+    The broker's ``FileChannel.tryLock`` is a classic POSIX record lock, whose holder
+    ``F_GETLK`` names; an open-file-description lock has no owning process (``F_OFD_GETLK``
+    then says -1), and a holder in another PID namespace shows as 0: both give None."""
+    if classify(path)[0] != REGULAR:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    pid = 0
+    try:
+        for cmd, req_pid in ((fcntl.F_GETLK, 0), (_F_OFD_GETLK, 0)):
+            req = struct.pack(_FLOCK_FMT, fcntl.F_WRLCK, os.SEEK_SET, 0, 1, req_pid)
+            try:
+                got = struct.unpack(_FLOCK_FMT, fcntl.fcntl(fd, cmd, req))
+            except OSError:
+                continue
+            if got[0] != fcntl.F_UNLCK and got[4] > 0:
+                pid = got[4]
+                break
+    finally:
+        os.close(fd)
+    if pid <= 0:
+        return None
+    return pid, _cmdline(pid)
+
+
+def _cmdline(pid: int, limit: int = 160) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read(4096)
+    except OSError:
+        return None
+    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    if not text:
+        return None
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_holder(store: str | Path) -> str:
+    """``a running broker (or another rmqtool) holds the lock``, naming the holder
+    (``PID 1234: java ... BrokerStartup``) when the OS tells it."""
+    who = lock_holder(Path(store) / LOCK_FILE)
+    base = "a running broker (or another rmqtool) holds the lock"
+    if who is None:
+        return base
+    pid, cmd = who
+    return f"{base} (PID {pid}" + (f": {cmd})" if cmd else ")")
 
 
 def broker_holds_lock(store: str | Path) -> bool:
@@ -657,9 +712,7 @@ class StoreLock:
             except OSError as exc:
                 os.close(fd)
                 if exc.errno in (errno.EACCES, errno.EAGAIN):
-                    raise StoreLockedError(
-                        "locked by a running broker or another rmqtool; stop it first", self.path
-                    ) from exc
+                    raise StoreLockedError(f"{describe_holder(self.store)}; stop it first", self.path) from exc
                 raise SafetyError(f"cannot lock: {_one_line(exc)}", self.path) from exc
             st = os.fstat(fd)
             key = (st.st_dev, st.st_ino)

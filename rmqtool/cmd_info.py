@@ -96,7 +96,7 @@ def _table(doc: dict[str, Any], all_queues: bool) -> None:
         con.print("checkpoint: missing", highlight=False, markup=False)
     lock = doc["lock"]
     con.print(f"abort: {'present' if doc['abort'] else 'absent'}; lock: "
-              f"{'held by a running process' if lock['held'] else ('present, not held' if lock['present'] else 'absent')}; "
+              f"{_held_by(lock) if lock['held'] else ('present, not held' if lock['present'] else 'absent')}; "
               f"pending rmqtool changes: {len(doc['pending_transactions'])}; backups beside the store: {len(doc['backups'])}",
               highlight=False, markup=False)
     shown = files if len(files) <= 6 else files[:3] + files[-3:]
@@ -113,6 +113,12 @@ def _table(doc: dict[str, Any], all_queues: bool) -> None:
                   f"last ends at commitlog offset {idx[-1]['end_phy_offset']}", highlight=False, markup=False)
     else:
         con.print("index: no files", highlight=False, markup=False)
+
+
+def _held_by(lock: dict[str, Any]) -> str:
+    if not lock.get("holder_pid"):
+        return "held by a running process"
+    return f"held by PID {lock['holder_pid']}" + (f" ({lock['holder_command']})" if lock.get("holder_command") else "")
 
 
 __all__ = ["command"]

@@ -65,7 +65,9 @@ def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir:
     if not store.is_dir():
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
     if broker_holds_lock(store):
-        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", store / "lock")
+        from .recovery.safety import describe_holder
+
+        raise StoreLockedError(f"{describe_holder(store)}; stop it first", store / "lock")
     owner = doc.get("store")
     other = owner is not None and Path(owner).resolve() != store.resolve()
     if other:
