@@ -2016,9 +2016,11 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
     return doc
 
 
-def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None) -> None:
+def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None,
+                  progress: Callable[[int], None] | None = None) -> None:
     """Check every backed-up file and piece against the manifest's sizes and sha256.
-    Raises :class:`ManifestError` (missing file) or :class:`ChecksumMismatchError`."""
+    Raises :class:`ManifestError` (missing file) or :class:`ChecksumMismatchError`.
+    ``progress(n)``: the bytes of each copy checked."""
     backup_dir = Path(backup_dir)
     doc = manifest if manifest is not None else load_manifest(backup_dir)
     for e in doc["entries"]:
@@ -2037,6 +2039,26 @@ def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None
             raise ChecksumMismatchError(f"backup copy has {size} bytes, manifest says {want_size}", piece)
         if not digest_matches(piece, want_sha):
             raise ChecksumMismatchError(f"backup copy does not match the manifest's sha256 {str(want_sha)[:16]}...", piece)
+        if progress:
+            progress(size)
+
+
+def _entry_bytes(e: dict[str, Any]) -> int:
+    """The bytes of the store file a restore entry checks (its original, else its result)."""
+    side = e.get("original") or e.get("result") or {}
+    return int(side.get("size") or 0)
+
+
+def restore_work(manifest: dict[str, Any], dry_run: bool = False) -> int:
+    """The bytes :func:`restore` reads and reports to ``progress``: every backup copy
+    checked, every store file compared before (and, for a real restore, after)."""
+    pieces = 0
+    for e in manifest["entries"]:
+        if e["action"] in ("truncate_tail", "write_at"):
+            pieces += int(e["length"])
+        elif e["action"] != "create":
+            pieces += int(e["original"]["size"])
+    return pieces + sum(_entry_bytes(e) for e in manifest["entries"]) * (1 if dry_run else 2)
 
 
 def _matches(path: Path, want: dict[str, Any] | None, seen: dict[int, str | None] | None = None) -> bool:
@@ -2054,6 +2076,7 @@ def restore(
     *,
     dry_run: bool = False,
     new_backup_dir: str | Path | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> list[PlannedAction]:
     """Put ``store`` back byte for byte as it was before the transaction that wrote
     ``backup_dir``: removed files come back, replaced files get their old content, cut
@@ -2064,7 +2087,8 @@ def restore(
     The restore is itself a :class:`StoreTransaction` (locked, journaled, staged, renamed
     into place) whose own backup goes to ``new_backup_dir`` (default: a new sibling of the
     store), so even a mistaken restore loses nothing. Every backup copy is checked against
-    the manifest before anything happens, and every restored file after.
+    the manifest before anything happens, and every restored file after. ``progress(n)``:
+    the bytes read, :func:`restore_work` in all.
 
     Raises :class:`ManifestError`, :class:`ChecksumMismatchError`,
     :class:`RestoreConflictError` (a file changed since; nothing is changed then),
@@ -2072,7 +2096,7 @@ def restore(
     backup_dir = Path(os.path.abspath(backup_dir))
     store = Path(os.path.abspath(store))
     doc = load_manifest(backup_dir)
-    verify_backup(backup_dir, doc)
+    verify_backup(backup_dir, doc, progress)
     entries = doc["entries"]
     with StoreTransaction(store, backup_dir=new_backup_dir, dry_run=dry_run,
                           description=f"restore from {backup_dir}") as tx:
@@ -2081,6 +2105,8 @@ def restore(
             target = store / rel
             orig, res = e["original"], e["result"]
             seen: dict[int, str | None] = {}  # (the file is read once for both checks)
+            if progress:
+                progress(_entry_bytes(e))
             if _matches(target, orig, seen):
                 continue  # already as it was
             if not _matches(target, res, seen):
@@ -2117,6 +2143,8 @@ def restore(
                 pass  # not empty (the broker or someone put files there) or already gone
         for e in entries:
             target = store / e["path"]
+            if progress:
+                progress(_entry_bytes(e))
             if not _matches(target, e["original"]):
                 if e["original"] is None:
                     raise ChecksumMismatchError("still present after restore", target)

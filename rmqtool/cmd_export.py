@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from .output import output_file_options
+from .progress import progress_enabled, progress_option
 from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, make_profile
@@ -59,6 +60,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @broker_config_option("read")
 @broker_setting_options
 @output_file_options
+@progress_option
 @click.argument("stores", nargs=-1, required=False, type=click.Path(path_type=Path), metavar="STORE...")
 @click.option("--to", "out", required=True, type=click.Path(path_type=Path), metavar="OUT",
               help="Output directory (a Parquet dataset; any path Spark can write: file, hdfs://, s3a://).")
@@ -126,7 +128,7 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     existed = scheme is None and out.exists()
     try:
         res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
-                         partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=quiet, conf=conf,
+                         partition_by=partition_by, version=broker_version, overwrite=overwrite, quiet=not progress_enabled(quiet), conf=conf,
                          writer=writer, verbose=verbose)
     except KeyboardInterrupt:
         raise _interrupted(out, scheme is None, existed) from None

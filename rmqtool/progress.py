@@ -29,7 +29,7 @@ def progress_option(f: F) -> F:
 
     @functools.wraps(f)
     def wrapper(*a: Any, progress: bool = False, **k: Any) -> Any:
-        token = _FORCED.set(progress)
+        token = _FORCED.set(progress or _FORCED.get())  # (a nested call of the callback keeps it)
         try:
             return f(*a, **k)
         finally:

@@ -87,3 +87,42 @@ def test_progress_on_a_terminal_is_a_tqdm_bar(tmp_path: Path, capsys: pytest.Cap
     cap = capsys.readouterr()
     json.loads(cap.out)
     assert cap.err.startswith("\rverify:") and "640k" in cap.err  # tqdm redraws in place (\r), throttled
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "table"])
+def test_dump_to_a_file_shows_progress_through_the_range(fmt: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("many_files", tmp_path)
+    out = tmp_path / f"dump.{fmt}"
+    assert run(["dump", "commitlog", str(root), "--format", fmt, "--progress", "-o", str(out)]) == Exit.OK
+    cap = capsys.readouterr()
+    assert cap.out == ""
+    assert_moves(progress_lines(cap.err)["dump commitlog"], at_least=10)
+    if fmt == "json":
+        assert json.loads(out.read_text())  # the file holds the records only
+    plain = tmp_path / "plain"
+    assert run(["dump", "commitlog", str(root), "--format", fmt, "-o", str(plain)]) == Exit.OK
+    assert progress_lines(capsys.readouterr().err) == {}  # not a terminal, no --progress
+    assert plain.read_bytes() == out.read_bytes()
+
+
+def test_dump_progress_covers_the_asked_range_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("many_files", tmp_path)
+    assert run(["dump", "commitlog", str(root), "--format", "jsonl", "--progress", "--from-offset", "327680",
+                "-o", str(tmp_path / "d")]) == Exit.OK
+    err = capsys.readouterr().err
+    assert_moves(progress_lines(err)["dump commitlog"])
+    assert "of 320.0 KiB)" in err  # the last five 64 KiB files, not the store
+
+
+def test_restore_progress_checks_then_applies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("crash_midwrite", tmp_path)
+    assert run(["recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / "bk")]) == Exit.REPAIRED
+    capsys.readouterr()
+    assert run(["restore", str(tmp_path / "bk"), str(root), "--yes", "--progress", "--format", "json"]) == Exit.REPAIRED
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["applied"] is True
+    seen = progress_lines(cap.err)
+    assert list(seen) == ["restore: check", "restore: apply"]
+    assert_moves(seen["restore: check"], at_least=2)
+    assert_moves(seen["restore: apply"])
