@@ -437,6 +437,28 @@ def startup_problem() -> str | None:
     return None
 
 
+def master_problem(master: str | None, timeout: float = 5.0) -> str | None:
+    """A standalone master (``spark://host:port[,host2:port2]``) none of whose addresses
+    accepts a connection: said at once, where Spark's client would retry for about a minute
+    and then log "All masters are unresponsive" to a file nobody reads."""
+    import socket
+
+    if not master or not master.startswith("spark://"):
+        return None
+    tried = []
+    for hp in master[len("spark://"):].split(","):
+        host, _, port = hp.strip().rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit():
+            return None  # (a form this check does not know: Spark judges it)
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return None
+        except OSError as exc:
+            tried.append(f"{host}:{port}: {exc.strerror or exc}")
+    return f"Spark master {master} is not reachable ({'; '.join(tried)}): start it, or give another --master"
+
+
 def _startup_detail(exc: BaseException | None, log_path: str | None) -> str:
     """What --verbose adds to a start-up failure: the environment the launcher saw, the
     whole Java/py4j error and the JVM's own output."""
@@ -558,7 +580,7 @@ def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf:
     if active is not None:  # a session already runs in this process (pyspark shell, tests)
         return SessionHandle(active, None, False, time.perf_counter() - t0)
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this interpreter
-    why = None if under_submit else startup_problem()
+    why = None if under_submit else (startup_problem() or master_problem(master))
     if why:
         if verbose:
             sys.stderr.write(_startup_detail(None, None) + "\n")

@@ -96,3 +96,19 @@ def test_verbose_start_up_refusal_shows_the_environment(tmp_path: Path) -> None:
     lines = p.stderr.strip().splitlines()
     assert lines[0].startswith(f"rmqtool: Spark start-up: JAVA_HOME={empty}, SPARK_HOME=(unset)")
     assert "has no executable bin/java" in lines[-1]
+
+
+def test_unreachable_master_is_said_at_once(tmp_path: Path) -> None:
+    """(Spark's client retried for about a minute, then logged "All masters are
+    unresponsive" to a file: the operator saw nothing for 67 s.)"""
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    line = one_line(export(tmp_path, {}, "--master", f"spark://127.0.0.1:{port}"), tmp_path)
+    assert time.monotonic() - t0 < 30
+    assert line == (f"rmqtool: Spark master spark://127.0.0.1:{port} is not reachable "
+                    f"(127.0.0.1:{port}: Connection refused): start it, or give another --master")
