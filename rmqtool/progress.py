@@ -40,6 +40,25 @@ def progress_option(f: F) -> F:
                              f"{STEP}% of the work); -q turns it off.")(wrapper)
 
 
+_QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("rmqtool_quiet", default=False)
+
+
+def quiet_flag(f: F) -> F:
+    """``-q/--quiet`` for a command whose only chatter is progress (dump, offsets): the
+    same meaning as everywhere (no progress, no chatter; results still printed)."""
+
+    @functools.wraps(f)
+    def wrapper(*a: Any, quiet: bool = False, **k: Any) -> Any:
+        token = _QUIET.set(quiet or _QUIET.get())
+        try:
+            return f(*a, **k)
+        finally:
+            _QUIET.reset(token)
+
+    return click.option("--quiet", "-q", "quiet", is_flag=True,
+                        help="No progress and no chatter; results are still printed.")(wrapper)
+
+
 def _stderr_tty() -> bool:
     try:
         return sys.stderr.isatty()
@@ -48,7 +67,7 @@ def _stderr_tty() -> bool:
 
 
 def progress_enabled(quiet: bool = False) -> bool:
-    return not quiet and (_FORCED.get() or _stderr_tty())
+    return not (quiet or _QUIET.get()) and (_FORCED.get() or _stderr_tty())
 
 
 @contextmanager
@@ -125,4 +144,4 @@ def _amount(n: int, unit: str) -> str:
     return f"{n} B"
 
 
-__all__ = ["progress_bar", "progress_option", "progress_enabled", "STEP"]
+__all__ = ["progress_bar", "progress_option", "progress_enabled", "quiet_flag", "STEP"]

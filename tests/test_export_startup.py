@@ -112,3 +112,24 @@ def test_unreachable_master_is_said_at_once(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 30
     assert line == (f"rmqtool: Spark master spark://127.0.0.1:{port} is not reachable "
                     f"(127.0.0.1:{port}: Connection refused): start it, or give another --master")
+
+
+def test_export_json_summary_on_stdout(spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """export's machine format: the summary as one JSON document on stdout (stderr keeps
+    warnings only), the same counts as the text line."""
+    import json
+
+    from rmqtool.cli import run
+
+    store = real_store("clean")
+    capsys.readouterr()
+    assert run(["export", str(store), "--to", str(tmp_path / "j"), "--format", "json"]) == 0
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
+    assert "exported" not in cap.err and "splits done" not in cap.err
+    assert doc["schema_version"] == 1 and doc["what"] == "commitlog" and doc["exit_status"] == 0
+    assert doc["rows"] == 425 and doc["messages"] + doc["blanks"] == 425 and doc["damaged_rows"] == 0
+    assert doc["stores"] == [str(store)] and doc["out"] == str(tmp_path / "j")
+    assert run(["export", str(store), "--to", str(tmp_path / "t")]) == 0
+    err = capsys.readouterr().err
+    assert f"rmqtool: exported {doc['rows']} commitlog rows, {doc['messages']} messages, {doc['blanks']} blanks" in err

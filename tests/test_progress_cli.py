@@ -126,3 +126,25 @@ def test_restore_progress_checks_then_applies(tmp_path: Path, capsys: pytest.Cap
     assert list(seen) == ["restore: check", "restore: apply"]
     assert_moves(seen["restore: check"], at_least=2)
     assert_moves(seen["restore: apply"])
+
+
+COMMANDS = [["info"], ["verify"], ["recover"], ["repair"], ["rebuild-index"], ["restore"], ["backups"], ["offsets"],
+            ["export"], ["dump", "commitlog"], ["dump", "consumequeue"], ["dump", "index"], ["dump", "checkpoint"],
+            ["dump", "config"]]
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_every_command_takes_quiet_and_a_machine_format(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*argv, "--help"]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"-q, --quiet\s", text), text
+    assert re.search(r"--format \[[a-z|]*json[a-z|]*\]", text), text
+
+
+def test_dump_quiet_keeps_the_records_and_drops_progress(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("many_files", tmp_path)
+    assert run(["dump", "commitlog", str(root), "-q", "--progress", "--format", "jsonl", "-o", str(tmp_path / "q")]) == Exit.OK
+    assert progress_lines(capsys.readouterr().err) == {}
+    assert len((tmp_path / "q").read_text().splitlines()) > 1000
+    assert run(["offsets", str(root), "-q", "--format", "json"]) == Exit.OK
+    assert json.loads(capsys.readouterr().out)["schema_version"] == 1
