@@ -115,7 +115,7 @@ def test_info_json_of_a_crashed_store(capsys: pytest.CaptureFixture[str]) -> Non
     assert doc["messages_in_queues"] == sum(q["messages"] for q in doc["queues"])
     by_topic = {t["topic"]: t["messages"] for t in doc["topics"]}
     assert by_topic["TopicC"] == sum(1 for m in clean if m["topic"] == "TopicC")
-    assert doc["outlook"]["mode"] == "normal" and doc["lock"] == {"present": True, "held": False}
+    assert doc["outlook"]["mode"] == "normal" and doc["lock"] == {"present": True, "held": False, "holder_pid": None, "holder_command": None}
 
 
 def test_info_table_leads_with_verdict_and_next_step(capsys: pytest.CaptureFixture[str]) -> None:
