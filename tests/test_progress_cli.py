@@ -148,3 +148,35 @@ def test_dump_quiet_keeps_the_records_and_drops_progress(tmp_path: Path, capsys:
     assert len((tmp_path / "q").read_text().splitlines()) > 1000
     assert run(["offsets", str(root), "-q", "--format", "json"]) == Exit.OK
     assert json.loads(capsys.readouterr().out)["schema_version"] == 1
+
+
+def test_readme_first_example_pasted_into_a_shell(tmp_path: Path) -> None:
+    """The README's first block, line by line in sh as pasted (the install line aside: this
+    interpreter's rmqtool is put first on PATH): info, verify, recover --dry-run in that
+    order, every line runs, no glob that fails when nothing matches (zsh refuses those),
+    no trailing comment (zsh passes it as arguments), and the exit statuses it promises."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = block.strip().splitlines()
+    assert lines[0].startswith("python3 -m venv .venv") and ". .venv/bin/activate" in lines[0]
+    steps = [ln for ln in lines if ln.startswith("rmqtool ")]
+    assert [ln.split()[1] for ln in steps[:3]] == ["info", "verify", "recover"] and "--dry-run" in steps[2]
+    assert not any("*" in ln or "?" in ln or "#" in ln for ln in lines)
+    demo = "/tmp/rmqtool-demo"
+    text = "\n".join(lines[1:]).replace(demo, str(tmp_path / "demo"))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "rmqtool").write_text(f"#!/bin/sh\nexec {sys.executable} -m rmqtool \"$@\"\n")
+    (bindir / "rmqtool").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "RMQTOOL_BROKER_VERSION"}
+    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
+    script = "\n".join(f"{ln}\necho \"rc=$?\"" for ln in text.splitlines())
+    p = subprocess.run(["sh", "-c", script], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    codes = [int(ln[3:]) for ln in p.stdout.splitlines() if ln.startswith("rc=")]
+    assert codes == [0, 0, 4, 0, 4, 1, 0], (codes, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr and "note: --broker-version auto" not in p.stderr
