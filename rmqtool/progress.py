@@ -138,7 +138,7 @@ def _amount(n: int, unit: str) -> str:
         return f"{n} {unit}"
     v = float(n)
     for u in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if v < 1024 or u == "TiB":
+        if round(v, 1) < 1024 or u == "TiB":
             return f"{int(v)} B" if u == "B" else f"{v:.1f} {u}"
         v /= 1024
     return f"{n} B"
