@@ -93,3 +93,43 @@ def test_lock_not_held_says_nothing_of_a_holder(tmp_path: Path, capsys: pytest.C
     assert run(["info", "--format", "json", str(root)]) == Exit.PROBLEMS
     lock = json.loads(capsys.readouterr().out)["lock"]
     assert lock == {"present": True, "held": False, "holder_pid": None, "holder_command": None}
+
+
+HOLD_JAVA = """\
+import java.io.RandomAccessFile;
+import java.nio.channels.FileLock;
+
+public class HoldLock {
+    public static void main(String[] args) throws Exception {
+        // as DefaultMessageStore.start(): new RandomAccessFile(STORE/lock, "rw").getChannel().tryLock(0, 1, false)
+        RandomAccessFile file = new RandomAccessFile(args[0] + "/lock", "rw");
+        FileLock lock = file.getChannel().tryLock(0, 1, false);
+        System.out.println(lock != null ? "locked" : "busy");
+        System.out.flush();
+        Thread.sleep(120_000);
+    }
+}
+"""
+
+
+def test_a_java_lock_as_the_broker_takes_it_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The broker's own kind of lock (FileChannel.tryLock in a JVM: a POSIX record lock on
+    Linux) is seen and its holder named."""
+    import shutil
+
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java")
+    root = copy_store("crash_midwrite", tmp_path)
+    src = tmp_path / "HoldLock.java"
+    src.write_text(HOLD_JAVA)
+    child = subprocess.Popen([java, "-Xshare:auto", "-XX:TieredStopAtLevel=1", str(src), str(root)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+        assert run(["recover", "--yes", "-q", str(root)]) == Exit.OPERATIONAL
+        err = capsys.readouterr().err
+        assert f"(PID {child.pid}: " in err and "HoldLock.java" in err and "stop it first" in err, err
+    finally:
+        child.kill()
+        child.wait()
