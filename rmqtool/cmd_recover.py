@@ -19,7 +19,7 @@ import click
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .cmd_offsets import past_end_rows
 from .errors import closed_stdout_ignored
-from .interrupts import settle_on_interrupt
+from .interrupts import salvage_cleanup, settle_on_interrupt
 from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
@@ -113,7 +113,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         if salvage_to is not None and (plan.cuts or plan.removed_files):
             from .recovery.recover import write_salvage
 
-            listed = write_salvage(store, plan, profile, salvage_to, list_only=True)
+            with salvage_cleanup(salvage_to):
+                listed = write_salvage(store, plan, profile, salvage_to, list_only=True)
         with closed_stdout_ignored():
             _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
             if listed is not None and fmt != "json":
@@ -124,7 +125,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         return int(Exit.OK)
     require_yes_or_terminal(yes, "recover", root)
     finished = finish_pending(root)
-    with settle_on_interrupt(root, "recover"), StoreLock(root):
+    with salvage_cleanup(salvage_to), settle_on_interrupt(root, "recover"), StoreLock(root):
         store = open_store(**store_opts)  # as the interrupted run (if any) left it
         refuse_obstacles(store, "recover")
         t0 = time.perf_counter()
