@@ -98,3 +98,27 @@ def test_ctrl_c_while_salvaging_leaves_no_temporary_file(dry_run: bool, tmp_path
     assert ("nothing was changed" if dry_run else "the store was not changed") in err[0], err
     assert sorted(p.name for p in salvage.iterdir()) == ["mine.txt"]
     assert tree_digest(root) == before
+
+
+@pytest.mark.parametrize("phase", ["restore: check", "restore: apply"])
+def test_ctrl_c_during_restore(phase: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    root = copy_store("crash_midwrite", tmp_path / "s")
+    assert run(["recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / "bk")]) == Exit.REPAIRED
+    capsys.readouterr()
+    before, beside = tree_digest(root), _listing(tmp_path)
+    real, calls = progress._Lines.advance, []
+
+    def advance(self: progress._Lines, n: int) -> None:
+        real(self, n)
+        if self.desc == phase:
+            calls.append(n)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(progress._Lines, "advance", advance)
+    code = run(["restore", str(tmp_path / "bk"), str(root), "--yes", "--progress"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln and not ln.startswith("rmqtool: restore")]
+    assert code == Exit.INTERRUPTED and len(err) == 1, err
+    assert "the store was not changed" in err[0] or "nothing was changed" in err[0], err
+    assert tree_digest(root) == before and _listing(tmp_path) == beside
