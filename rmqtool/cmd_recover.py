@@ -246,13 +246,16 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
                         f"after backup; {c.messages} messages ({c.intact} intact)"})
     for r in plan.removed_files:
         changes.append({"action": "remove", "path": r.path, "detail": f"{r.reason}; {r.messages} messages ({r.intact} intact)"})
-    for q in plan.changed_queues:
+    for q in plan.changed_queues[:QUEUE_ROWS]:
         detail = []
         if q.recover_removed:
             detail.append(f"CQ recovery drops {len(q.recover_removed)} file(s) after offset {q.write_offset}")
         if q.truncate_to is not None and (q.units_cut or q.truncate_removed):
             detail.append(f"truncated to logical offset {q.truncate_to // 20} ({q.units_cut} units, {len(q.truncate_removed)} files)")
         changes.append({"action": "queue", "path": f"consumequeue/{q.topic}/{q.queue_id}", "detail": "; ".join(detail)})
+    if len(plan.changed_queues) > QUEUE_ROWS:
+        changes.append({"action": "queue", "path": f"... {len(plan.changed_queues) - QUEUE_ROWS} more queues",
+                        "detail": "--format json lists every one"})
     for d in plan.index_discarded:
         changes.append({"action": "discard", "path": d.file, "detail": f"{d.reason}; "
                         f"{d.entries} entries ({d.entries_below_end} below the end) moved to the backup"})
@@ -291,12 +294,22 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
         if result.backup_dir:
             click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
-        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
+        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else "; " + _recap(plan)))
     elif getattr(plan, "_blocked", []):
         click.echo("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
     else:
         click.echo("nothing to do: the store is as the broker's recovery leaves it" if not finished
                    else "the interrupted recovery was finished; nothing else to do")
+
+
+QUEUE_ROWS = 10  # queue rows in the table (a store of 200 queues would push the summary off the screen)
+
+
+def _recap(plan: RecoveryPlan) -> str:
+    """The plan in one line, last on the screen (the summary table may have scrolled away)."""
+    return (f"the {plan.mode} recovery would cut {plan.bytes_cut} commitlog bytes ({plan.messages_cut} messages, "
+            f"{plan.intact_cut} intact), remove {len(plan.removed_files)} file(s), change {len(plan.changed_queues)} "
+            f"consume queue(s) and discard {len(plan.index_discarded)} index file(s); --yes applies it")
 
 
 __all__ = ["command"]
