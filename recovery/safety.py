@@ -624,16 +624,28 @@ def lock_holder(path: str | Path) -> tuple[int, str | None] | None:
     return pid, _cmdline(pid)
 
 
-def _cmdline(pid: int, limit: int = 160) -> str | None:
+def _cmdline(pid: int, limit: int = 300) -> str | None:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             raw = fh.read(4096)
     except OSError:
         return None
-    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    if not text:
+    args = [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0") if a]
+    if not args:
         return None
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    text = " ".join(args)
+    if len(text) <= limit:
+        return text
+    # the program, then the tail: a broker's line is mostly JVM options, and its main
+    # class (org.apache.rocketmq.broker.BrokerStartup) and arguments come last
+    tail: list[str] = []
+    room = limit - len(args[0]) - 5
+    for a in reversed(args[1:]):
+        if len(a) + 1 > room:
+            break
+        tail.insert(0, a)
+        room -= len(a) + 1
+    return f"{args[0]} ... {' '.join(tail)}" if tail else text[: limit - 3] + "..."
 
 
 def describe_holder(store: str | Path) -> str:

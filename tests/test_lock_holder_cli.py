@@ -133,3 +133,24 @@ def test_a_java_lock_as_the_broker_takes_it_is_named(tmp_path: Path, capsys: pyt
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_long_command_line_keeps_the_program_and_its_tail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A broker's command line is mostly JVM options; its main class and arguments come
+    last: the message keeps the program and the tail."""
+    root = copy_store("crash_midwrite", tmp_path / "s")
+    script = tmp_path / "fake_broker.py"
+    script.write_text(BROKER)
+    opts = [f"-Dopt{i}=value{i}" for i in range(60)]  # (read by nobody: after the script, in sys.argv)
+    child = subprocess.Popen([sys.executable, "-X", "utf8", str(script), str(root), *opts,
+                              "org.apache.rocketmq.broker.BrokerStartup", "-c", "broker.conf"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+        assert run(["recover", "--yes", "-q", str(root)]) == Exit.OPERATIONAL
+        err = capsys.readouterr().err.strip()
+        assert f"(PID {child.pid}: {sys.executable} ... " in err
+        assert "-Dopt59=value59 org.apache.rocketmq.broker.BrokerStartup -c broker.conf); stop it first" in err, err
+        assert "-Dopt0=" not in err
+    finally:
+        child.kill()
+        child.wait()
