@@ -101,6 +101,23 @@ def progress_bar(total: int, desc: str, quiet: bool = False, unit: str = "B") ->
         bar.close()
 
 
+@contextmanager
+def later_bar(total: int, desc: str, quiet: bool = False, unit: str = "B") -> Iterator[Callable[[int], None]]:
+    """:func:`progress_bar` shown from the first ``advance`` on: a phase that starts
+    inside another one's call (rebuild-index compares files after its walk)."""
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        bar: list[Callable[[int], None]] = []
+
+        def advance(n: int) -> None:
+            if not bar:
+                bar.append(stack.enter_context(progress_bar(total, desc, quiet, unit)))
+            bar[0](n)
+
+        yield advance
+
+
 class _Lines:
     """The plain form: a line on stderr each time the work crosses a STEP% boundary."""
 
@@ -144,4 +161,4 @@ def _amount(n: int, unit: str) -> str:
     return f"{n} B"
 
 
-__all__ = ["progress_bar", "progress_option", "progress_enabled", "quiet_flag", "STEP"]
+__all__ = ["later_bar", "progress_bar", "progress_option", "progress_enabled", "quiet_flag", "STEP"]
