@@ -133,3 +133,59 @@ def test_export_json_summary_on_stdout(spark: object, tmp_path: Path, capsys: py
     assert run(["export", str(store), "--to", str(tmp_path / "t")]) == 0
     err = capsys.readouterr().err
     assert f"rmqtool: exported {doc['rows']} commitlog rows, {doc['messages']} messages, {doc['blanks']} blanks" in err
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["default", "--verbose"])
+def test_spark_logging_goes_to_a_file_unless_verbose(verbose: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """What the JVM is started with, seen from a stand-in for SparkSession's builder: by
+    default the quiet log4j2 configuration and a log file as its stderr; with --verbose
+    neither (Spark's own logging on this stderr)."""
+    import pyspark.sql
+
+    from rmqtool.cli import run
+
+    seen: dict[str, object] = {}
+    stderr_ino = os.fstat(2).st_ino
+
+    class Builder:
+        def __init__(self) -> None:
+            self.settings: dict[str, str] = {}
+
+        def appName(self, _name: str) -> "Builder":  # noqa: N802 - pyspark's names
+            return self
+
+        def master(self, _url: str) -> "Builder":
+            return self
+
+        def config(self, key: str, value: str) -> "Builder":
+            self.settings[key] = value
+            return self
+
+        def getOrCreate(self) -> None:  # noqa: N802
+            seen["java_options"] = self.settings.get("spark.driver.extraJavaOptions", "")
+            seen["stderr_is_ours"] = os.fstat(2).st_ino == stderr_ino
+            raise RuntimeError("stand-in: no JVM")
+
+    class FakeSession:
+        builder = Builder()
+
+        @staticmethod
+        def getActiveSession() -> None:  # noqa: N802
+            return None
+
+    monkeypatch.setattr(pyspark.sql, "SparkSession", FakeSession)
+    for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        monkeypatch.setenv(k, sys.executable)  # (spark_session sets them: restored after the test)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    code = run(["export", str(real_store("delay")), "--to", str(tmp_path / "o")] + (["--verbose"] if verbose else []))
+    err = capsys.readouterr().err
+    assert code == 8 and err.strip().splitlines()[-1].startswith("rmqtool: Spark did not start: stand-in: no JVM")
+    assert ("log4j2.configurationFile" in str(seen["java_options"])) is not verbose
+    assert seen["stderr_is_ours"] is verbose
+    assert ("Traceback" in err and "RuntimeError: stand-in: no JVM" in err) is verbose
+    logs = list(tmp_path.glob("rmqtool-spark-*.log"))
+    assert len(logs) == (0 if verbose else 1) and not list(tmp_path.glob("rmqtool-log4j2-*"))
