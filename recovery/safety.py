@@ -74,6 +74,7 @@ have completed, which lets tests kill a commit at every step boundary.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as _dt
 import errno
 import fcntl
@@ -247,15 +248,33 @@ def sha256_file(path: str | Path) -> str:
     return _sha256_head(path, None)
 
 
+# ``progress(n)`` of the bytes read by this thread's digest checks (restore's progress), or None
+_HASHED: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar("rmqtool_hashed", default=None)
+
+
+@contextlib.contextmanager
+def _hashing(progress: Callable[[int], None] | None) -> Iterator[None]:
+    """The checks inside report the bytes they hash to ``progress``."""
+    token = _HASHED.set(progress) if progress else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _HASHED.reset(token)
+
+
 def _sha256_head(path: str | Path, n: int | None) -> str:
     """Hex sha256 of a file's first ``n`` bytes (None: all of them)."""
     h = hashlib.sha256()
     left = -1 if n is None else n
+    hashed = _HASHED.get()
     with open(path, "rb") as f:
         while left and (chunk := f.read(_BIG_CHUNK if left < 0 else min(_BIG_CHUNK, left))):
             h.update(chunk)
             if left > 0:
                 left -= len(chunk)
+            if hashed:
+                hashed(len(chunk))
     return h.hexdigest()
 
 
@@ -310,6 +329,9 @@ def digest_matches(path: str | Path, want: Any, seen: dict[int, str | None] | No
     from .scan import file_has_nonzero
 
     if not zeros or not file_has_nonzero(path, size - zeros, size):
+        hashed = _HASHED.get()
+        if hashed and zeros:
+            hashed(zeros)  # (the zero tail, read by the check)
         head = _sha256_head(path, size - zeros)
     if seen is not None:
         seen[zeros] = head
@@ -2032,7 +2054,7 @@ def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None
                   progress: Callable[[int], None] | None = None) -> None:
     """Check every backed-up file and piece against the manifest's sizes and sha256.
     Raises :class:`ManifestError` (missing file) or :class:`ChecksumMismatchError`.
-    ``progress(n)``: the bytes of each copy checked."""
+    ``progress(n)``: the bytes hashed, as they are read."""
     backup_dir = Path(backup_dir)
     doc = manifest if manifest is not None else load_manifest(backup_dir)
     for e in doc["entries"]:
@@ -2049,28 +2071,27 @@ def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None
             raise ManifestError("backup file named in the manifest is missing", piece) from exc
         if size != want_size:
             raise ChecksumMismatchError(f"backup copy has {size} bytes, manifest says {want_size}", piece)
-        if not digest_matches(piece, want_sha):
-            raise ChecksumMismatchError(f"backup copy does not match the manifest's sha256 {str(want_sha)[:16]}...", piece)
-        if progress:
-            progress(size)
-
-
-def _entry_bytes(e: dict[str, Any]) -> int:
-    """The bytes of the store file a restore entry checks (its original, else its result)."""
-    side = e.get("original") or e.get("result") or {}
-    return int(side.get("size") or 0)
+        with _hashing(progress):
+            if not digest_matches(piece, want_sha):
+                raise ChecksumMismatchError(f"backup copy does not match the manifest's sha256 {str(want_sha)[:16]}...", piece)
 
 
 def restore_work(manifest: dict[str, Any], dry_run: bool = False) -> int:
-    """The bytes :func:`restore` reads and reports to ``progress``: every backup copy
-    checked, every store file compared before (and, for a real restore, after)."""
-    pieces = 0
+    """The bytes :func:`restore` reads in its checks and reports to ``progress``: every
+    backup copy, every store file in its changed state (compared before anything is
+    done: absent for a removal) and, for a real restore, every file put back."""
+    pieces = before = after = 0
     for e in manifest["entries"]:
+        orig, res = e.get("original"), e.get("result")
         if e["action"] in ("truncate_tail", "write_at"):
             pieces += int(e["length"])
         elif e["action"] != "create":
-            pieces += int(e["original"]["size"])
-    return pieces + sum(_entry_bytes(e) for e in manifest["entries"]) * (1 if dry_run else 2)
+            pieces += int(orig["size"])
+        if orig is not None and res is not None:
+            before += int(res["size"])
+        if orig is not None:
+            after += int(orig["size"])
+    return pieces + before + (0 if dry_run else after)
 
 
 def _matches(path: Path, want: dict[str, Any] | None, seen: dict[int, str | None] | None = None) -> bool:
@@ -2117,9 +2138,9 @@ def restore(
             target = store / rel
             orig, res = e["original"], e["result"]
             seen: dict[int, str | None] = {}  # (the file is read once for both checks)
-            if progress:
-                progress(_entry_bytes(e))
-            if _matches(target, orig, seen):
+            with _hashing(progress):
+                already = _matches(target, orig, seen)
+            if already:
                 continue  # already as it was
             if not _matches(target, res, seen):
                 raise RestoreConflictError(
@@ -2155,9 +2176,9 @@ def restore(
                 pass  # not empty (the broker or someone put files there) or already gone
         for e in entries:
             target = store / e["path"]
-            if progress:
-                progress(_entry_bytes(e))
-            if not _matches(target, e["original"]):
+            with _hashing(progress):
+                restored = _matches(target, e["original"])
+            if not restored:
                 if e["original"] is None:
                     raise ChecksumMismatchError("still present after restore", target)
                 raise ChecksumMismatchError("sha256 after restore does not match the manifest's original", target)
