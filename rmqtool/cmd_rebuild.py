@@ -92,7 +92,8 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     tz = parse_tz(index_tz)
     root = Path(store_opts["store"])
     store = open_store(**store_opts)
-    check_lock(root, dry_run)
+    if fmt != "json":  # (the json run calls this command again, which checks it once)
+        check_lock(root, dry_run)
     if fmt == "json":
         return _json_run(lambda: command.callback(  # type: ignore[misc]
             broker_version=broker_version, cq_only=cq_only, index_only=index_only, topics=topics, from_offset=from_offset,

@@ -56,14 +56,18 @@ def test_refusal_names_the_holders_pid_and_command(argv: list[str], held: tuple[
     assert tree_digest(root) == before
 
 
-def test_dry_run_warning_names_the_holder(held: tuple[Path, subprocess.Popen[str]],
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("command", ["recover", "repair", "rebuild-index"])
+def test_dry_run_works_while_held_and_its_warning_names_the_holder(command: str, held: tuple[Path, subprocess.Popen[str]],
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     root, child = held
-    assert run(["recover", "--dry-run", "--format", "json", str(root)]) == Exit.PROBLEMS
+    before = tree_digest(root)
+    code = run([command, "--dry-run", "--format", "json", str(root)])
     cap = capsys.readouterr()
+    assert code in (Exit.OK, Exit.PROBLEMS), cap.err  # a plan, read-only: no refusal
     json.loads(cap.out)
     warning = [ln for ln in cap.err.splitlines() if "holds the lock" in ln]
     assert len(warning) == 1 and warning[0].startswith("rmqtool: warning: ") and _names_holder(warning[0], child)
+    assert tree_digest(root) == before
 
 
 def test_restore_refusal_names_the_holder(held: tuple[Path, subprocess.Popen[str]], tmp_path: Path,
