@@ -212,10 +212,13 @@ def _same_files(files: list[StoreFile], outs: list[IndexFileOut]) -> bool:
     return len(files) == len(outs) and all(f.size == o.size and _same_content(f.path, o) for f, o in zip(files, outs))
 
 
-def _change(root: Path, relpath: str, kind: str, content: Any, size: int, note: str = "") -> FileChange:
+def _change(root: Path, relpath: str, kind: str, content: Any, size: int, note: str = "",
+            compared: Progress | None = None) -> FileChange:
     p = root / relpath
     if os.path.lexists(p):
         action = UNCHANGED if _same_content(p, content) else REPLACE
+        if compared:
+            compared(size)
     else:
         action = CREATE
     return FileChange(action, relpath, kind, size, note, content)
@@ -236,9 +239,11 @@ def plan_rebuild(
     index_tz: _dt.tzinfo | None = None,
     progress: Progress | None = None,
     jobs: int | None = 1,
+    compare_progress: Progress | None = None,
 ) -> RebuildPlan:
     """Run the reput pass and list the file changes a rebuild makes (nothing is written).
-    ``jobs``: worker processes decoding the commitlog (None: one per CPU)."""
+    ``jobs``: worker processes decoding the commitlog (None: one per CPU).
+    ``compare_progress(n)``: the bytes of each existing file compared with the new one."""
     t0 = time.perf_counter()
     tset = tuple(sorted(set(topics))) if topics is not None else None
     wanted = set(tset) if tset is not None else None
@@ -262,7 +267,7 @@ def plan_rebuild(
         if continue_cq:
             for out in sorted(result.cq_files.values(), key=lambda o: o.relpath):
                 changes.append(_change(root, out.relpath, "consumequeue", out, out.size,
-                                       "continued" if out.existed else "new file"))
+                                       "continued" if out.existed else "new file", compare_progress))
             produced = set(result.cq_files)
             for key, qs in sorted(state.queues.items()):
                 for f in qs.dirty:
@@ -278,7 +283,7 @@ def plan_rebuild(
                 for rel in sorted(set(new) | set(old)):
                     if rel in new:
                         cqo = new[rel]
-                        changes.append(_change(root, rel, "consumequeue", cqo, cqo.size))
+                        changes.append(_change(root, rel, "consumequeue", cqo, cqo.size, compared=compare_progress))
                     else:
                         changes.append(FileChange(REMOVE, rel, "consumequeue", None, "not produced by the rebuild"))
 
@@ -295,7 +300,8 @@ def plan_rebuild(
             for io in result.index_files:
                 if same and not io.existed:
                     continue
-                changes.append(_change(root, io.relpath, "index", io, io.size, "continued" if io.existed else "new file"))
+                changes.append(_change(root, io.relpath, "index", io, io.size, "continued" if io.existed else "new file",
+                                       compare_progress))
             if same:
                 for f, io in zip(dropped, created):
                     changes.append(FileChange(UNCHANGED, _rel(store, f.path), "index", f.size, "", io))
@@ -312,7 +318,7 @@ def plan_rebuild(
         else:
             old_index = {_rel(store, f.path) for f in store.index_files}
             for io in result.index_files:
-                changes.append(_change(root, io.relpath, "index", io, io.size))
+                changes.append(_change(root, io.relpath, "index", io, io.size, compared=compare_progress))
             for rel in sorted(old_index - set(new_names)):
                 changes.append(FileChange(REMOVE, rel, "index", None, "replaced by the rebuilt index"))
 

@@ -910,6 +910,7 @@ class _Walker:
         self.mdl = profile.max_delay_level if max_delay_level is None else max_delay_level
         self.fast = _FastDecoder(profile, self.mdl, tags, index_keys) if fast else None
         self.progress = progress
+        self._ticked = 0  # bytes of the current region already reported
         self.problems = problems
         self.stats = stats
         self._empty_after: dict[int, bool] = {}
@@ -993,7 +994,8 @@ class _Walker:
             self.stats.files += 1
             self.stats.commitlog_bytes += region_end - region_start
             if self.progress:
-                self.progress(region_end - region_start)
+                self.progress(max(0, region_end - region_start - self._ticked))
+            self._ticked = 0
             if stop:
                 break
         self.stats.end_offset = reput_from
@@ -1041,6 +1043,9 @@ class _Walker:
                             read += consumed
                             cursor += consumed
                             yield cols
+                            if self.progress:  # as the work goes, not per file
+                                self.progress(consumed)
+                                self._ticked += consumed
                         if k == len(starts) and k == _MAX_RUN:
                             continue
                         if read >= size:

@@ -74,6 +74,7 @@ have completed, which lets tests kill a commit at every step boundary.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as _dt
 import errno
 import fcntl
@@ -247,15 +248,33 @@ def sha256_file(path: str | Path) -> str:
     return _sha256_head(path, None)
 
 
+# ``progress(n)`` of the bytes read by this thread's digest checks (restore's progress), or None
+_HASHED: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar("rmqtool_hashed", default=None)
+
+
+@contextlib.contextmanager
+def _hashing(progress: Callable[[int], None] | None) -> Iterator[None]:
+    """The checks inside report the bytes they hash to ``progress``."""
+    token = _HASHED.set(progress) if progress else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _HASHED.reset(token)
+
+
 def _sha256_head(path: str | Path, n: int | None) -> str:
     """Hex sha256 of a file's first ``n`` bytes (None: all of them)."""
     h = hashlib.sha256()
     left = -1 if n is None else n
+    hashed = _HASHED.get()
     with open(path, "rb") as f:
         while left and (chunk := f.read(_BIG_CHUNK if left < 0 else min(_BIG_CHUNK, left))):
             h.update(chunk)
             if left > 0:
                 left -= len(chunk)
+            if hashed:
+                hashed(len(chunk))
     return h.hexdigest()
 
 
@@ -310,6 +329,9 @@ def digest_matches(path: str | Path, want: Any, seen: dict[int, str | None] | No
     from .scan import file_has_nonzero
 
     if not zeros or not file_has_nonzero(path, size - zeros, size):
+        hashed = _HASHED.get()
+        if hashed and zeros:
+            hashed(zeros)  # (the zero tail, read by the check)
         head = _sha256_head(path, size - zeros)
     if seen is not None:
         seen[zeros] = head
@@ -590,6 +612,73 @@ def lock_probe(path: str | Path) -> bool | None:
 
 # struct flock (Linux, 64-bit off_t): l_type, l_whence, l_start, l_len, l_pid, padding
 _FLOCK_FMT = "hhqqi4x"
+_F_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", 36)  # Linux 3.15+
+
+
+def lock_holder(path: str | Path) -> tuple[int, str | None] | None:
+    """Who holds the lock on ``[0, 1)`` of the lock file ``path`` (read-only, as
+    :func:`lock_probe`): ``(pid, command line)``, the command line from /proc when this
+    process may read it (else None), or None when nobody holds it or the OS does not tell.
+    The broker's ``FileChannel.tryLock`` is a classic POSIX record lock, whose holder
+    ``F_GETLK`` names; an open-file-description lock has no owning process (``F_OFD_GETLK``
+    then says -1), and a holder in another PID namespace shows as 0: both give None."""
+    if classify(path)[0] != REGULAR:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    pid = 0
+    try:
+        for cmd, req_pid in ((fcntl.F_GETLK, 0), (_F_OFD_GETLK, 0)):
+            req = struct.pack(_FLOCK_FMT, fcntl.F_WRLCK, os.SEEK_SET, 0, 1, req_pid)
+            try:
+                got = struct.unpack(_FLOCK_FMT, fcntl.fcntl(fd, cmd, req))
+            except OSError:
+                continue
+            if got[0] != fcntl.F_UNLCK and got[4] > 0:
+                pid = got[4]
+                break
+    finally:
+        os.close(fd)
+    if pid <= 0:
+        return None
+    return pid, _cmdline(pid)
+
+
+def _cmdline(pid: int, limit: int = 300) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read(4096)
+    except OSError:
+        return None
+    args = [a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0") if a]
+    if not args:
+        return None
+    text = " ".join(args)
+    if len(text) <= limit:
+        return text
+    # the program, then the tail: a broker's line is mostly JVM options, and its main
+    # class (org.apache.rocketmq.broker.BrokerStartup) and arguments come last
+    tail: list[str] = []
+    room = limit - len(args[0]) - 5
+    for a in reversed(args[1:]):
+        if len(a) + 1 > room:
+            break
+        tail.insert(0, a)
+        room -= len(a) + 1
+    return f"{args[0]} ... {' '.join(tail)}" if tail else text[: limit - 3] + "..."
+
+
+def describe_holder(store: str | Path) -> str:
+    """``a running broker (or another rmqtool) holds the lock``, naming the holder
+    (``PID 1234: java ... BrokerStartup``) when the OS tells it."""
+    who = lock_holder(Path(store) / LOCK_FILE)
+    base = "a running broker (or another rmqtool) holds the lock"
+    if who is None:
+        return base
+    pid, cmd = who
+    return f"{base} (PID {pid}" + (f": {cmd})" if cmd else ")")
 
 
 def broker_holds_lock(store: str | Path) -> bool:
@@ -657,9 +746,7 @@ class StoreLock:
             except OSError as exc:
                 os.close(fd)
                 if exc.errno in (errno.EACCES, errno.EAGAIN):
-                    raise StoreLockedError(
-                        "locked by a running broker or another rmqtool; stop it first", self.path
-                    ) from exc
+                    raise StoreLockedError(f"{describe_holder(self.store)}; stop it first", self.path) from exc
                 raise SafetyError(f"cannot lock: {_one_line(exc)}", self.path) from exc
             st = os.fstat(fd)
             key = (st.st_dev, st.st_ino)
@@ -1963,9 +2050,11 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
     return doc
 
 
-def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None) -> None:
+def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None,
+                  progress: Callable[[int], None] | None = None) -> None:
     """Check every backed-up file and piece against the manifest's sizes and sha256.
-    Raises :class:`ManifestError` (missing file) or :class:`ChecksumMismatchError`."""
+    Raises :class:`ManifestError` (missing file) or :class:`ChecksumMismatchError`.
+    ``progress(n)``: the bytes hashed, as they are read."""
     backup_dir = Path(backup_dir)
     doc = manifest if manifest is not None else load_manifest(backup_dir)
     for e in doc["entries"]:
@@ -1982,8 +2071,27 @@ def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None
             raise ManifestError("backup file named in the manifest is missing", piece) from exc
         if size != want_size:
             raise ChecksumMismatchError(f"backup copy has {size} bytes, manifest says {want_size}", piece)
-        if not digest_matches(piece, want_sha):
-            raise ChecksumMismatchError(f"backup copy does not match the manifest's sha256 {str(want_sha)[:16]}...", piece)
+        with _hashing(progress):
+            if not digest_matches(piece, want_sha):
+                raise ChecksumMismatchError(f"backup copy does not match the manifest's sha256 {str(want_sha)[:16]}...", piece)
+
+
+def restore_work(manifest: dict[str, Any], dry_run: bool = False) -> int:
+    """The bytes :func:`restore` reads in its checks and reports to ``progress``: every
+    backup copy, every store file in its changed state (compared before anything is
+    done: absent for a removal) and, for a real restore, every file put back."""
+    pieces = before = after = 0
+    for e in manifest["entries"]:
+        orig, res = e.get("original"), e.get("result")
+        if e["action"] in ("truncate_tail", "write_at"):
+            pieces += int(e["length"])
+        elif e["action"] != "create":
+            pieces += int(orig["size"])
+        if orig is not None and res is not None:
+            before += int(res["size"])
+        if orig is not None:
+            after += int(orig["size"])
+    return pieces + before + (0 if dry_run else after)
 
 
 def _matches(path: Path, want: dict[str, Any] | None, seen: dict[int, str | None] | None = None) -> bool:
@@ -2001,6 +2109,7 @@ def restore(
     *,
     dry_run: bool = False,
     new_backup_dir: str | Path | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> list[PlannedAction]:
     """Put ``store`` back byte for byte as it was before the transaction that wrote
     ``backup_dir``: removed files come back, replaced files get their old content, cut
@@ -2011,7 +2120,8 @@ def restore(
     The restore is itself a :class:`StoreTransaction` (locked, journaled, staged, renamed
     into place) whose own backup goes to ``new_backup_dir`` (default: a new sibling of the
     store), so even a mistaken restore loses nothing. Every backup copy is checked against
-    the manifest before anything happens, and every restored file after.
+    the manifest before anything happens, and every restored file after. ``progress(n)``:
+    the bytes read, :func:`restore_work` in all.
 
     Raises :class:`ManifestError`, :class:`ChecksumMismatchError`,
     :class:`RestoreConflictError` (a file changed since; nothing is changed then),
@@ -2019,7 +2129,7 @@ def restore(
     backup_dir = Path(os.path.abspath(backup_dir))
     store = Path(os.path.abspath(store))
     doc = load_manifest(backup_dir)
-    verify_backup(backup_dir, doc)
+    verify_backup(backup_dir, doc, progress)
     entries = doc["entries"]
     with StoreTransaction(store, backup_dir=new_backup_dir, dry_run=dry_run,
                           description=f"restore from {backup_dir}") as tx:
@@ -2028,7 +2138,9 @@ def restore(
             target = store / rel
             orig, res = e["original"], e["result"]
             seen: dict[int, str | None] = {}  # (the file is read once for both checks)
-            if _matches(target, orig, seen):
+            with _hashing(progress):
+                already = _matches(target, orig, seen)
+            if already:
                 continue  # already as it was
             if not _matches(target, res, seen):
                 raise RestoreConflictError(
@@ -2064,7 +2176,9 @@ def restore(
                 pass  # not empty (the broker or someone put files there) or already gone
         for e in entries:
             target = store / e["path"]
-            if not _matches(target, e["original"]):
+            with _hashing(progress):
+                restored = _matches(target, e["original"])
+            if not restored:
                 if e["original"] is None:
                     raise ChecksumMismatchError("still present after restore", target)
                 raise ChecksumMismatchError("sha256 after restore does not match the manifest's original", target)

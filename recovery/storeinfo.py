@@ -15,7 +15,7 @@ from typing import Any, Callable
 from ..formats.checkpoint import decode_checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from .query import CommitlogReader, read_index_header
-from .safety import broker_holds_lock, pending_journals
+from .safety import broker_holds_lock, lock_holder, pending_journals
 from .store import Store
 from .versions import BrokerProfile
 
@@ -114,7 +114,9 @@ def store_info(store: Store, profile: BrokerProfile, *, deep: bool = False,
     held = broker_holds_lock(root)
     journals = [p.name for p in pending_journals(root)]
     doc["abort"] = abort
-    doc["lock"] = {"present": (root / "lock").exists(), "held": held}
+    holder = lock_holder(root / "lock") if held else None
+    doc["lock"] = {"present": (root / "lock").exists(), "held": held,
+                   "holder_pid": holder[0] if holder else None, "holder_command": holder[1] if holder else None}
     doc["pending_transactions"] = journals
     doc["backups"] = sorted(p.name for p in root.parent.glob(f"{root.name}.rmqtool-backup-*") if p.is_dir())
     doc["outlook"] = _outlook(root, abort, held, journals, doc)
@@ -127,7 +129,9 @@ def _outlook(root: Path, abort: bool, held: bool, journals: list[str], doc: dict
     s = str(root)
     steps: list[str] = []
     if held:
-        verdict = "a broker (or another rmqtool) holds the lock: it is running on this store"
+        who = doc["lock"].get("holder_pid")
+        verdict = ("a broker (or another rmqtool) holds the lock" + (f" (PID {who}: {doc['lock']['holder_command'] or '?'})" if who else "")
+                   + ": it is running on this store")
         steps.append("stop the broker before any repair; read-only commands (info, verify, dump) work meanwhile")
     elif journals:
         verdict = "an interrupted rmqtool change is pending"

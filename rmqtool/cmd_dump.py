@@ -20,6 +20,7 @@ import click
 
 from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
 from .output import output_file_options
+from .progress import progress_option, quiet_flag
 from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
@@ -1137,6 +1138,8 @@ def refuse_unsafe(store: Store, prefix: str) -> None:
 @broker_config_option("read")
 @broker_setting_options
 @output_file_options
+@progress_option
+@quiet_flag
 @store_argument
 @broker_version_option
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC", help="Only messages of this topic (repeatable: any of them).")
@@ -1188,6 +1191,12 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
         records = sel.filter_many(commitlog_records(store, profile, **{**kw, "topic": None, "queue_id": None}), topics, queue_ids)
     else:
         records = commitlog_stream(store, profile, fmt, **kw)
+    if not (keys or msg_ids) and store.commitlog:  # a walk over a range: progress when it goes to a file
+        from .dump_progress import with_progress
+
+        first, last = store.commitlog[0], store.commitlog[-1]
+        end = last.base + last.size
+        records = with_progress(records, max(from_offset or 0, first.base), min(end if to_offset is None else to_offset, end))
     matches = sel.Matches()
     columns = COMMITLOG_COLUMNS + ([("body", "BODY")] if with_body else []) + ([("body_sha256", "BODY SHA256")] if body_hash else [])
     filtered = keys or msg_ids or topics or queue_ids or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
@@ -1217,6 +1226,7 @@ def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) 
 @command.command("consumequeue")
 @broker_config_option("read")
 @output_file_options
+@quiet_flag
 @store_argument
 @broker_version_option
 @click.option("--topic", default=None, help="Only this topic's queues.")
@@ -1253,6 +1263,7 @@ def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, que
 @broker_config_option("read")
 @broker_setting_options
 @output_file_options
+@quiet_flag
 @store_argument
 @broker_version_option
 @click.option("--entries", is_flag=True, help="Also print every non-empty hash slot and every entry.")
@@ -1286,6 +1297,7 @@ def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries:
 @command.command("checkpoint")
 @broker_config_option("read")
 @output_file_options
+@quiet_flag
 @store_argument
 @format_option()
 def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
@@ -1300,6 +1312,7 @@ def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
 @command.command("config")
 @broker_config_option("read")
 @output_file_options
+@quiet_flag
 @store_argument
 @click.option("--file", "name", default=None, metavar="NAME", help="Only config/NAME (default: every known config file present).")
 @format_option()

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from .output import output_file_options
+from .progress import progress_enabled, progress_option
 from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, make_profile
@@ -59,6 +60,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @broker_config_option("read")
 @broker_setting_options
 @output_file_options
+@progress_option
 @click.argument("stores", nargs=-1, required=False, type=click.Path(path_type=Path), metavar="STORE...")
 @click.option("--to", "out", required=True, type=click.Path(path_type=Path), metavar="OUT",
               help="Output directory (a Parquet dataset; any path Spark can write: file, hdfs://, s3a://).")
@@ -77,13 +79,17 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (default: refuse).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the summary (the result) is still printed.")
+@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True,
+              help="text: the one-line summary on stderr; json: the summary as one JSON document on stdout.")
+@click.option("--verbose", "-v", is_flag=True, help="Spark's own logging on stderr (default: to a temporary log file), "
+              "and on a Spark start-up failure the whole Java/py4j error, not just its one line.")
 @click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).")
 @click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes; mirrors mappedFileSizeConsumeQueue (default: --broker-config, else inferred, else 6000000).")
 @click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file; mirrors maxHashSlotNum (default: --broker-config, else inferred, else 5000000).")
 @click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file; mirrors maxIndexNum (default: --broker-config, else inferred, else 20000000).")
 @broker_version_option
 def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, split_size: int, with_body: bool,
-            partition_by: tuple[str, ...], writer: str, overwrite: bool, confs: tuple[str, ...], quiet: bool,
+            partition_by: tuple[str, ...], writer: str, overwrite: bool, confs: tuple[str, ...], quiet: bool, verbose: bool, fmt: str,
             commitlog_file_size: int | None, cq_file_size: int | None, index_slot_num: int | None,
             index_num: int | None, broker_version: str) -> int:
     """Export stores to Parquet through Spark (local[*] by default), one row per record.
@@ -127,20 +133,31 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     existed = scheme is None and out.exists()
     try:
         res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
-                         partition_by=partition_by, version=profile, overwrite=overwrite, quiet=quiet, conf=conf,
-                         writer=writer)
+                         partition_by=partition_by, version=profile, overwrite=overwrite, quiet=not progress_enabled(quiet), conf=conf,
+                         writer=writer, verbose=verbose)
     except KeyboardInterrupt:
         raise _interrupted(out, scheme is None, existed) from None
-    if True:  # the summary is the result: printed with -q too (one meaning of -q everywhere)
+    status = Exit.PROBLEMS if res.exit_problems else Exit.OK
+    if fmt == "json":
+        from .output import SCHEMA_VERSION
+        from .render import dumps
+
+        click.echo(dumps({"schema_version": SCHEMA_VERSION, "what": what, "out": str(out), "stores": [label for label, _ in opened],
+                          "rows": res.rows, "messages": res.messages if what == "commitlog" else None,
+                          "blanks": res.blanks if what == "commitlog" else None, "tasks": res.tasks,
+                          "damaged_rows": res.problems, "split_conflicts": res.conflict_at,
+                          "seconds_total": round(res.seconds_total, 3), "seconds_after_start": round(res.seconds_after_start, 3),
+                          "exit_status": int(status)}))
+    if fmt == "text":  # the summary is the result: printed with -q too (one meaning of -q everywhere)
         extra = f", {res.messages} messages, {res.blanks} blanks" if what == "commitlog" else ""
         click.echo(
             f"rmqtool: exported {res.rows} {what} rows{extra} from {len(opened)} store(s) in {res.tasks} tasks to {out}; "
             f"{res.problems} rows with a damage status; {res.seconds_total:.1f} s "
             f"({res.seconds_after_start:.1f} s after the session start)", err=True)
-        for where in res.conflict_at:
-            click.echo(f"rmqtool: warning: {where}: the split boundary falls inside a record the walk accepted; "
-                       "rows after it may differ from dump (rerun with --split-size 0)", err=True)
-    return Exit.PROBLEMS if res.exit_problems else Exit.OK
+    for where in res.conflict_at:
+        click.echo(f"rmqtool: warning: {where}: the split boundary falls inside a record the walk accepted; "
+                   "rows after it may differ from dump (rerun with --split-size 0)", err=True)
+    return status
 
 
 def _interrupted(out: Path, local: bool, existed: bool) -> BaseException:

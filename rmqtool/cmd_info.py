@@ -13,7 +13,7 @@ from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
 from .options import broker_version_option, make_profile, open_store, store_argument
 from .output import console, output_options, resolve
-from .progress import progress_bar
+from .progress import progress_bar, progress_option
 from .recovery.storeinfo import store_info
 from .render import dumps, render
 from .times import iso
@@ -44,6 +44,7 @@ def with_iso(obj: Any) -> Any:
 @click.option("--deep", is_flag=True, help="Also plan the broker's recovery (walks the commitlog files recovery reads).")
 @click.option("--all-queues", is_flag=True, help="A row per queue (default: a row per topic).")
 @output_options(("table", "json"), "table", "json")
+@progress_option
 def command(broker_version: str, deep: bool, all_queues: bool, fmt: str | None, quiet: bool, **store_opts: Any) -> int:
     """One screen on a stopped broker's STORE: per topic (or queue) the message count,
     queue offsets and time range; the commitlog files and their first times; the index
@@ -99,7 +100,7 @@ def _table(doc: dict[str, Any], all_queues: bool) -> None:
         con.print("checkpoint: missing", highlight=False, markup=False)
     lock = doc["lock"]
     con.print(f"abort: {'present' if doc['abort'] else 'absent'}; lock: "
-              f"{'held by a running process' if lock['held'] else ('present, not held' if lock['present'] else 'absent')}; "
+              f"{_held_by(lock) if lock['held'] else ('present, not held' if lock['present'] else 'absent')}; "
               f"pending rmqtool changes: {len(doc['pending_transactions'])}; backups beside the store: {len(doc['backups'])}",
               highlight=False, markup=False)
     shown = files if len(files) <= 6 else files[:3] + files[-3:]
@@ -116,6 +117,12 @@ def _table(doc: dict[str, Any], all_queues: bool) -> None:
                   f"last ends at commitlog offset {idx[-1]['end_phy_offset']}", highlight=False, markup=False)
     else:
         con.print("index: no files", highlight=False, markup=False)
+
+
+def _held_by(lock: dict[str, Any]) -> str:
+    if not lock.get("holder_pid"):
+        return "held by a running process"
+    return f"held by PID {lock['holder_pid']}" + (f" ({lock['holder_command']})" if lock.get("holder_command") else "")
 
 
 __all__ = ["command"]

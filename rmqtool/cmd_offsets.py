@@ -22,6 +22,7 @@ from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, resolve_format, store_argument
 from .output import SCHEMA_VERSION, output_file_options
+from .progress import quiet_flag
 from .render import dumps, render
 
 FORMATS = ("table", "json", "jsonl")
@@ -54,6 +55,7 @@ def parse_time(text: str) -> int:
 @broker_setting_options
 @recovery_walk_options
 @output_file_options
+@quiet_flag
 @store_argument
 @broker_version_option
 @click.option("--group", "-g", "groups", multiple=True, metavar="GROUP", help="Only this consumer group (repeatable).")

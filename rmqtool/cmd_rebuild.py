@@ -24,7 +24,7 @@ from .output import output_file_options
 from .exitcodes import Exit
 from .brokeropts import broker_config_option, broker_setting_options
 from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
-from .progress import progress_bar
+from .progress import later_bar, progress_bar, progress_option
 from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
 from .recovery.safety import StoreLock
 from .recovery.store import Store
@@ -51,6 +51,7 @@ def parse_tz(text: str) -> _dt.tzinfo:
 @broker_config_option("destructive")
 @broker_setting_options
 @output_file_options
+@progress_option
 @store_argument
 @broker_version_option
 @click.option("--cq-only", is_flag=True, help="Rebuild the consume queues only (the index is left alone).")
@@ -91,7 +92,8 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     tz = parse_tz(index_tz)
     root = Path(store_opts["store"])
     store = open_store(**store_opts)
-    check_lock(root, dry_run)
+    if fmt != "json":  # (the json run calls this command again, which checks it once)
+        check_lock(root, dry_run)
     if fmt == "json":
         return _json_run(lambda: command.callback(  # type: ignore[misc]
             broker_version=broker_version, cq_only=cq_only, index_only=index_only, topics=topics, from_offset=from_offset,
@@ -125,9 +127,12 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
     F = store.geometry.commitlog_file_size
     lo = from_offset or 0
     total = sum(min(f.size, F) - max(0, min(lo - f.base, min(f.size, F))) for f in store.commitlog)
-    with progress_bar(total, "rebuild-index", quiet) as advance:
+    compared = (sum(f.size for fs in store.consume_queues.values() for f in fs) if not index_only else 0) \
+        + (sum(f.size for f in store.index_files) if not cq_only else 0)  # (at most: the files in scope)
+    with progress_bar(total, "rebuild-index", quiet) as advance, \
+            later_bar(compared, "rebuild-index: compare", quiet) as compare:
         plan = plan_rebuild(store, profile, cq=not index_only, index=not cq_only, topics=topics or None,
-                            from_offset=from_offset, index_tz=tz, progress=advance, jobs=jobs)
+                            from_offset=from_offset, index_tz=tz, progress=advance, jobs=jobs, compare_progress=compare)
     _LAST["plan"] = plan
     with closed_stdout_ignored():  # the output may go away (| head): the rebuild does not depend on it
         print_plan(store, plan, profile.label, store_opts)

@@ -19,12 +19,12 @@ import click
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .cmd_offsets import past_end_rows
 from .errors import closed_stdout_ignored
-from .interrupts import settle_on_interrupt
+from .interrupts import salvage_cleanup, settle_on_interrupt
 from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
 from .brokeropts import broker_config_option, broker_setting_options
-from .progress import progress_bar
+from .progress import progress_bar, progress_option
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
 from .recovery.safety import StoreLock
 from .render import dumps, render
@@ -34,6 +34,7 @@ from .render import dumps, render
 @broker_config_option("destructive")
 @broker_setting_options
 @output_file_options
+@progress_option
 @store_argument
 @broker_version_option
 @click.option("--normal/--abnormal", "normal", default=None,
@@ -112,7 +113,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         if salvage_to is not None and (plan.cuts or plan.removed_files):
             from .recovery.recover import write_salvage
 
-            listed = write_salvage(store, plan, profile, salvage_to, list_only=True)
+            with salvage_cleanup(salvage_to):
+                listed = write_salvage(store, plan, profile, salvage_to, list_only=True)
         with closed_stdout_ignored():
             _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
             if listed is not None and fmt != "json":
@@ -123,7 +125,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
         return int(Exit.OK)
     require_yes_or_terminal(yes, "recover", root)
     finished = finish_pending(root)
-    with settle_on_interrupt(root, "recover"), StoreLock(root):
+    with salvage_cleanup(salvage_to), settle_on_interrupt(root, "recover"), StoreLock(root):
         store = open_store(**store_opts)  # as the interrupted run (if any) left it
         refuse_obstacles(store, "recover")
         t0 = time.perf_counter()
@@ -143,7 +145,11 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
                 return int(Exit.PROBLEMS)
         if not blocked and not plan.nothing_to_do:
             extra = _offsets_hook(store, plan, profile, fix_offsets, past)
-            with progress_bar(plan.bytes_to_scan, "dispatch", quiet) as advance:
+            # what the dispatch walks: its passes (the 4.x start-up reput's range is a lower
+            # bound that the abnormal dispatch moves past: counted only when it runs alone)
+            runs = [d for d in plan.dispatch if d.name != "startup_reput"] or plan.dispatch
+            passes = sum(max(0, d.to_offset - d.from_offset) for d in runs)
+            with progress_bar(passes or plan.bytes_to_scan, "recover: dispatch", quiet) as advance:
                 result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
                                         index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
                                         jobs=jobs, extra=extra)
@@ -240,13 +246,16 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
                         f"after backup; {c.messages} messages ({c.intact} intact)"})
     for r in plan.removed_files:
         changes.append({"action": "remove", "path": r.path, "detail": f"{r.reason}; {r.messages} messages ({r.intact} intact)"})
-    for q in plan.changed_queues:
+    for q in plan.changed_queues[:QUEUE_ROWS]:
         detail = []
         if q.recover_removed:
             detail.append(f"CQ recovery drops {len(q.recover_removed)} file(s) after offset {q.write_offset}")
         if q.truncate_to is not None and (q.units_cut or q.truncate_removed):
             detail.append(f"truncated to logical offset {q.truncate_to // 20} ({q.units_cut} units, {len(q.truncate_removed)} files)")
         changes.append({"action": "queue", "path": f"consumequeue/{q.topic}/{q.queue_id}", "detail": "; ".join(detail)})
+    if len(plan.changed_queues) > QUEUE_ROWS:
+        changes.append({"action": "queue", "path": f"... {len(plan.changed_queues) - QUEUE_ROWS} more queues",
+                        "detail": "--format json lists every one"})
     for d in plan.index_discarded:
         changes.append({"action": "discard", "path": d.file, "detail": f"{d.reason}; "
                         f"{d.entries} entries ({d.entries_below_end} below the end) moved to the backup"})
@@ -285,12 +294,22 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
         if result.backup_dir:
             click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
-        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
+        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else "; " + _recap(plan)))
     elif getattr(plan, "_blocked", []):
         click.echo("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
     else:
         click.echo("nothing to do: the store is as the broker's recovery leaves it" if not finished
                    else "the interrupted recovery was finished; nothing else to do")
+
+
+QUEUE_ROWS = 10  # queue rows in the table (a store of 200 queues would push the summary off the screen)
+
+
+def _recap(plan: RecoveryPlan) -> str:
+    """The plan in one line, last on the screen (the summary table may have scrolled away)."""
+    return (f"the {plan.mode} recovery would cut {plan.bytes_cut} commitlog bytes ({plan.messages_cut} messages, "
+            f"{plan.intact_cut} intact), remove {len(plan.removed_files)} file(s), change {len(plan.changed_queues)} "
+            f"consume queue(s) and discard {len(plan.index_discarded)} index file(s); --yes applies it")
 
 
 __all__ = ["command"]

@@ -22,7 +22,7 @@ from .exitcodes import Exit
 from .interrupts import settle_on_interrupt
 from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
 from .output import SCHEMA_VERSION, output_file_options
-from .progress import progress_bar
+from .progress import progress_bar, progress_option
 from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
 from .recovery.offsets import add_offset_fix, repair_offset_changes
 from .recovery.recover import infer_index_tz
@@ -36,6 +36,7 @@ from .render import dumps, render
 @broker_setting_options
 @recovery_walk_options
 @output_file_options
+@progress_option
 @store_argument
 @broker_version_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (every quarantined message) and change nothing.")

@@ -19,6 +19,7 @@ from .errors import closed_stdout_ignored
 from .brokeropts import broker_config_option
 from .interrupts import settle_on_interrupt
 from .output import output_file_options
+from .progress import progress_bar, progress_option
 from .exitcodes import Exit
 from .recovery.safety import (
     RestoreConflictError,
@@ -35,6 +36,7 @@ from .recovery.safety import (
 @click.command("restore", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("restore")
 @output_file_options
+@progress_option
 @click.argument("backup_dir", type=click.Path(path_type=Path, readable=False))
 @click.argument("store", type=click.Path(path_type=Path, readable=False), required=False)
 @click.option("--dry-run", is_flag=True, help="Print what would be restored; change nothing.")
@@ -42,7 +44,7 @@ from .recovery.safety import (
               help="Where the restore's own backup of the files it replaces goes (default: a new STORE.rmqtool-backup-<time>).")
 @click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True,
               help="text for people, or one JSON document (schema_version, plan, applied) at the end.")
-@click.option("--quiet", "-q", is_flag=True, help="No chatter (restore has no progress bar); the plan and result are still printed.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed.")
 @yes_option
 def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir: Path | None, yes: bool, fmt: str = "text",
             quiet: bool = False) -> int:
@@ -60,12 +62,14 @@ def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir:
     if store is None:
         raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
     if fmt == "json":
-        return _json(backup_dir, store, dry_run, new_backup_dir, yes)
+        return _json(backup_dir, store, dry_run, new_backup_dir, yes, quiet)
     doc = load_manifest(backup_dir)
     if not store.is_dir():
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
     if broker_holds_lock(store):
-        raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", store / "lock")
+        from .recovery.safety import describe_holder
+
+        raise StoreLockedError(f"{describe_holder(store)}; stop it first", store / "lock")
     owner = doc.get("store")
     other = owner is not None and Path(owner).resolve() != store.resolve()
     if other:
@@ -84,7 +88,10 @@ def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir:
         for outcome in recover_pending(store):
             click.echo(f"rmqtool: warning: {outcome.describe()}", err=True)
     try:
-        planned = restore(backup_dir, store, dry_run=True, new_backup_dir=new_backup_dir)
+        from .recovery.safety import restore_work
+
+        with progress_bar(restore_work(doc, dry_run=True), "restore: check", quiet) as advance:
+            planned = restore(backup_dir, store, dry_run=True, new_backup_dir=new_backup_dir, progress=advance)
         with closed_stdout_ignored():
             click.echo(format_plan(planned))
             if dry_run:
@@ -96,8 +103,8 @@ def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir:
         if not ask(yes, f"Restore {store} from {backup_dir}?"):
             click.echo("not applied: nothing was changed", err=True)
             return int(Exit.OK)
-        with settle_on_interrupt(store, "restore"):
-            restore(backup_dir, store, new_backup_dir=new_backup_dir)
+        with settle_on_interrupt(store, "restore"), progress_bar(restore_work(doc), "restore: apply", quiet) as advance:
+            restore(backup_dir, store, new_backup_dir=new_backup_dir, progress=advance)
     except RestoreConflictError as exc:
         click.echo(f"rmqtool: {exc.one_line()}" + (f" (this backup belongs to {owner}; next: rmqtool restore {backup_dir} {owner})"
                                                    if other else ""), err=True)
@@ -108,7 +115,7 @@ def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir:
     return int(Exit.REPAIRED)
 
 
-def _json(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool) -> int:
+def _json(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool, quiet: bool = False) -> int:
     import contextlib
     import io
 
@@ -118,7 +125,7 @@ def _json(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | N
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         code = int(command.callback(backup_dir=backup_dir, store=store, dry_run=dry_run,  # type: ignore[misc]
-                                    new_backup_dir=new_backup_dir, yes=yes, fmt="text"))
+                                    new_backup_dir=new_backup_dir, yes=yes, fmt="text", quiet=quiet))
     lines = buf.getvalue().splitlines()
     doc = load_manifest(backup_dir)
     click.echo(dumps({"schema_version": SCHEMA_VERSION, "backup": str(backup_dir), "store": str(store),

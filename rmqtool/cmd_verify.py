@@ -18,7 +18,7 @@ from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, resolve_format, store_argument
 from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options, refusal_findings
-from .progress import progress_bar
+from .progress import progress_bar, progress_option
 from .recovery.verify import VerifyReport, verify_store
 from .render import dumps, render
 
@@ -35,6 +35,7 @@ FINDING_COLUMNS = [("severity", "SEVERITY"), ("code", "CODE"), ("file", "FILE"),
 @broker_setting_options
 @recovery_walk_options
 @output_file_options
+@progress_option
 @store_argument
 @broker_version_option
 @click.option("--jobs", "-j", type=click.IntRange(1), default=1, show_default=True,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -421,6 +422,91 @@ def find_java() -> str | None:
     return shutil.which("java")
 
 
+JAVA_MISSING = "Java not found: export runs on Spark, which needs a Java 17+ runtime (set JAVA_HOME or put java on PATH)"
+
+
+def startup_problem() -> str | None:
+    """Why Spark cannot start, as far as the environment tells before starting it (the
+    launcher, pyspark's spark-class, runs $JAVA_HOME/bin/java when JAVA_HOME is set, else
+    java from PATH, and $SPARK_HOME/bin/spark-submit when SPARK_HOME is set)."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        cand = Path(home) / "bin" / "java"
+        if not (cand.is_file() and os.access(cand, os.X_OK)):
+            return (f"Java not found: JAVA_HOME={home} has no executable bin/java (Spark runs $JAVA_HOME/bin/java "
+                    "when JAVA_HOME is set): point it at a Java 17+ runtime, or unset it to use java from PATH")
+    elif shutil.which("java") is None:
+        return JAVA_MISSING
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home and not (Path(spark_home) / "bin" / "spark-submit").is_file():
+        return (f"SPARK_HOME={spark_home} is not a Spark installation (no bin/spark-submit): point it at one, "
+                "or unset it to use the Spark that pyspark brings")
+    return None
+
+
+def master_problem(master: str | None, timeout: float = 5.0) -> str | None:
+    """A standalone master (``spark://host:port[,host2:port2]``) none of whose addresses
+    accepts a connection: said at once, where Spark's client would retry for about a minute
+    and then log "All masters are unresponsive" to a file nobody reads."""
+    import socket
+
+    if not master or not master.startswith("spark://"):
+        return None
+    tried = []
+    for hp in master[len("spark://"):].split(","):
+        host, _, port = hp.strip().rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit():
+            return None  # (a form this check does not know: Spark judges it)
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return None
+        except OSError as exc:
+            tried.append(f"{host}:{port}: {exc.strerror or exc}")
+    return f"Spark master {master} is not reachable ({'; '.join(tried)}): start it, or give another --master"
+
+
+def _startup_detail(exc: BaseException | None, log_path: str | None) -> str:
+    """What --verbose adds to a start-up failure: the environment the launcher saw, the
+    whole Java/py4j error and the JVM's own output."""
+    import traceback
+
+    env = ", ".join(f"{k}={os.environ.get(k) or '(unset)'}" for k in ("JAVA_HOME", "SPARK_HOME", "PYSPARK_PYTHON"))
+    parts = [f"rmqtool: Spark start-up: {env}; java on PATH: {shutil.which('java') or '(none)'}"]
+    if exc is not None:
+        parts.append("".join(traceback.format_exception(exc)).rstrip())
+    if log_path:
+        try:
+            with open(log_path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read(1 << 20).rstrip()
+        except OSError:
+            text = ""
+        if text:
+            parts.append(f"rmqtool: the JVM's output ({log_path}):\n{text}")
+    return "\n".join(parts)
+
+
+_CAUSE = re.compile(r"no such file|not found|cannot|could not|unable|denied|error|exception|invalid|unrecognized|"
+                    r"unsupported|bad array|refused", re.I)
+
+
+def _log_cause(log_path: str | None) -> str | None:
+    """The line of the JVM's start-up output that names the cause (the launcher's
+    ``.../spark-class: line 71: /x/bin/java: No such file or directory``, a JVM's
+    ``Error: ...``), without the launcher's script prefix."""
+    if not log_path:
+        return None
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            lines = [ln.strip() for ln in fh.read(1 << 20).splitlines() if ln.strip()]
+    except OSError:
+        return None
+    for ln in lines:
+        if _CAUSE.search(ln) and not ln.startswith("at "):
+            return re.sub(r"^\S*/(?:spark-class|spark-submit|load-spark-env\.sh): line \d+: ", "", ln)[:300]
+    return lines[-1][:300] if lines else None
+
+
 _LOG4J2 = """\
 status = error
 rootLogger.level = error
@@ -482,14 +568,16 @@ def session_settings(conf: dict[str, str] | None, quiet_log: str, java_options: 
 
 def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf: dict[str, str] | None = None,
                   log_path: str | None = None, java_options: str = "", warm_up: bool = True,
-                  light_jvm: bool = False) -> SessionHandle:
+                  light_jvm: bool = False, verbose: bool = False) -> SessionHandle:
     """Start (or join, under spark-submit) a Spark session with the quiet defaults: no UI,
     no console progress, log level ERROR, executors on this interpreter. The JVM's stderr
     goes to ``log_path`` (a temp file by default), so py4j/JVM noise never reaches the
     terminal; errors are reported as one line by the caller. A session started here is
     warmed up (:func:`warm_up`) unless ``warm_up`` is False; that time counts as start-up.
     ``light_jvm``: a JVM that only schedules (:data:`LIGHT_JVM_OPTIONS`; no effect under
-    spark-submit, whose JVM is already running)."""
+    spark-submit, whose JVM is already running). ``verbose``: Spark's own logging stays on
+    stderr (its defaults), and a start-up failure prints the whole Java/py4j detail before
+    its one line."""
     t0 = time.perf_counter()
     try:
         from pyspark.sql import SparkSession
@@ -499,8 +587,11 @@ def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf:
     if active is not None:  # a session already runs in this process (pyspark shell, tests)
         return SessionHandle(active, None, False, time.perf_counter() - t0)
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this interpreter
-    if not under_submit and find_java() is None:
-        raise SparkUnavailable("Java not found: export runs on Spark, which needs a Java 17+ runtime (set JAVA_HOME or put java on PATH)")
+    why = None if under_submit else (startup_problem() or master_problem(master))
+    if why:
+        if verbose:
+            sys.stderr.write(_startup_detail(None, None) + "\n")
+        raise SparkUnavailable(why)
     if not under_submit and (master or "local[*]").startswith("local"):
         # local executors must run this very interpreter (the one rmqtool is installed in)
         os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -514,24 +605,26 @@ def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf:
     b = SparkSession.builder.appName(app_name)
     if not under_submit:
         b = b.master(master or "local[*]")
-    settings = session_settings(conf, f"-Dlog4j2.configurationFile=file:{log4j.name}", java_options, light_jvm)
+    settings = session_settings(conf, "" if verbose else f"-Dlog4j2.configurationFile=file:{log4j.name}", java_options,
+                                light_jvm)
     for k, v in settings.items():
         b = b.config(k, v)
     if under_submit:
         spark = b.getOrCreate()
         os.unlink(log4j.name)
         return SessionHandle(spark, None, False, time.perf_counter() - t0)
-    if log_path is None:
+    if log_path is None and not verbose:
         fd, log_path = tempfile.mkstemp(prefix="rmqtool-spark-", suffix=".log")
         os.close(fd)
     try:
-        spark = _with_stderr_to(log_path, b.getOrCreate)
+        spark = _with_stderr_to(log_path or "", b.getOrCreate, verbose)
     finally:
         # log4j2 read its configuration while the JVM started: the file is not needed
         # any more, and removing it now leaves nothing behind if this process is killed
         os.unlink(log4j.name)
     try:
-        spark.sparkContext.setLogLevel("ERROR")
+        if not verbose:
+            spark.sparkContext.setLogLevel("ERROR")
     except Exception:  # noqa: BLE001 - cosmetic
         pass
     if warm_up:
@@ -565,22 +658,39 @@ def _warm_up(spark: Any) -> None:
         pass
 
 
-def _with_stderr_to(path: str, fn: Callable[[], Any]) -> Any:
+def _with_stderr_to(path: str, fn: Callable[[], Any], verbose: bool = False) -> Any:
     """Run ``fn`` (which starts the JVM) with fd 2 pointing at ``path``: the JVM keeps it
-    as its stderr for good, this process gets its own stderr back."""
+    as its stderr for good, this process gets its own stderr back (``verbose``: fd 2 is
+    left alone, the JVM writes to this process's stderr). A failure is one line naming
+    the cause (the JVM's own line when it wrote one); ``verbose`` prints the detail first."""
+    if verbose:
+        try:
+            return fn()
+        except Exception as exc:
+            sys.stderr.write(_startup_detail(exc, None) + "\n")
+            raise SparkUnavailable(f"Spark did not start: {_one_line(exc)} (the JVM's output is above)") from None
     sys.stderr.flush()
     saved = os.dup(2)
     log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    failed: BaseException | None = None
     try:
         os.dup2(log, 2)
         try:
             return fn()
         except Exception as exc:
-            raise SparkUnavailable(f"Spark did not start: {_one_line(exc)} (JVM log: {path})") from None
+            failed = exc
     finally:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(log)
+    assert failed is not None
+    cause = _log_cause(path)
+    what = _one_line(failed)
+    if cause and ("GATEWAY_EXITED" in what or "gateway process exited" in what):
+        what = f"the Java gateway exited before sending its port: {cause}"
+    elif cause:
+        what = f"{what}: {cause}"
+    raise SparkUnavailable(f"Spark did not start: {what} (JVM log: {path}; --verbose shows the whole error)") from None
 
 
 def _one_line(exc: BaseException) -> str:
@@ -695,6 +805,7 @@ def run_export(
     group_bytes: int | None = None,
     columnar: bool | None = None,
     writer: str = "arrow",
+    verbose: bool = False,
 ) -> ExportResult:
     """Export ``stores`` (label, opened Store) to Parquet at ``out``. With ``session`` an
     existing SparkSession is used (tests share one) and left running. Tasks are packed
@@ -725,7 +836,7 @@ def run_export(
             raise ValueError(f"cannot partition by {p!r}: not a column of the {what} export")
     t0 = time.perf_counter()
     handle = (SessionHandle(session, None, False, 0.0) if session is not None
-              else spark_session(master, conf=conf, log_path=log_path, light_jvm=writer == "arrow"))
+              else spark_session(master, conf=conf, log_path=log_path, light_jvm=writer == "arrow", verbose=verbose))
     spark = handle.spark
     result = ExportResult(what, str(out), len(tasks), session_start=handle.started_in)
     try:

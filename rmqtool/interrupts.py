@@ -19,9 +19,10 @@ from typing import Iterator
 class Interrupted(KeyboardInterrupt):
     """A KeyboardInterrupt with the line to print (exit status 130)."""
 
-    def __init__(self, line: str) -> None:
+    def __init__(self, line: str, changed: bool | None = None) -> None:
         super().__init__(line)
         self.line = line
+        self.changed = changed  # whether the store changed (None: not known)
 
 
 def fingerprint(root: Path) -> dict[str, tuple[int, int]]:
@@ -65,10 +66,48 @@ def settle_on_interrupt(root: Path, command: str) -> Iterator[None]:
             backup = next((o.backup_dir for o in outcomes if o.backup_dir), None)
             raise Interrupted(f"interrupted: the store WAS changed: {command} had begun applying its change, which "
                               f"was completed (its backup is kept" + (f": {backup}" if backup else "") + ")"
-                              + f"; the next run starts from the changed store") from None
+                              + f"; the next run starts from the changed store", changed=True) from None
         raise Interrupted(f"interrupted: the store was not changed ({command} had not begun applying its change"
                           + ("; its temporary files and partial backup were removed" if outcomes else "")
-                          + "); the next run starts over") from None
+                          + "); the next run starts over", changed=False) from None
 
 
-__all__ = ["Interrupted", "settle_on_interrupt"]
+@contextmanager
+def salvage_cleanup(out: Path | None) -> Iterator[None]:
+    """Around recover's run with --salvage-to DIR: interrupted while the store was not
+    changed (the records are still in the store), the salvage files this run wrote or was
+    writing go, and DIR too if this run made it and it is empty; the line says so. (After
+    a change they are kept: they hold what was cut.)"""
+    if out is None:
+        yield
+        return
+    import os
+
+    existed = out.is_dir()
+    before = set(os.listdir(out)) if existed else set()
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        changed = getattr(exc, "changed", False)
+        if changed is not False:
+            raise
+        removed = False
+        for name in (set(os.listdir(out)) if out.is_dir() else set()) - before:
+            if name in ("salvaged.jsonl", "salvaged.bin", "would_be_cut.jsonl") or name.endswith(".tmp"):
+                try:
+                    os.unlink(out / name)
+                    removed = True
+                except OSError:
+                    pass
+        if not existed:
+            try:
+                out.rmdir()
+            except OSError:
+                pass
+        line = getattr(exc, "line", None) or "interrupted; nothing was changed"
+        if removed:
+            line += f"; the salvage files it had written to {out} were removed"
+        raise Interrupted(line, changed=False) from None
+
+
+__all__ = ["Interrupted", "salvage_cleanup", "settle_on_interrupt"]

@@ -40,15 +40,15 @@ def check_lock(root: Path, dry_run: bool) -> None:
     """A real run refuses (status 8) a store whose lock another process holds; a dry run
     only warns and goes on read-only. Both ask read-only (F_GETLK): nothing is locked,
     created or written."""
-    from .recovery.safety import StoreLockedError, broker_holds_lock
+    from .recovery.safety import StoreLockedError, broker_holds_lock, describe_holder
 
     if not broker_holds_lock(root):
         return
     if dry_run:
-        click.echo("rmqtool: warning: a running broker (or another rmqtool) holds the lock; the dry run reads the store "
+        click.echo(f"rmqtool: warning: {describe_holder(root)}; the dry run reads the store "
                    "as it is now, and a real run would refuse it", err=True)
         return
-    raise StoreLockedError("a running broker (or another rmqtool) holds the lock; stop it first", root / "lock")
+    raise StoreLockedError(f"{describe_holder(root)}; stop it first", root / "lock")
 
 
 def refuse_obstacles(store: Store, command: str) -> None:

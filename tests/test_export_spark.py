@@ -158,7 +158,8 @@ def test_cli_with_body_and_partition_by_topic(spark: Any, tmp_path: Path, capsys
     store = real_store("clean")
     out = tmp_path / "body"
     capsys.readouterr()
-    code = run(["export", str(store), "--to", str(out), "--with-body", "--partition-by", "topic", "--split-size", "30000"])
+    code = run(["export", str(store), "--to", str(out), "--with-body", "--partition-by", "topic", "--split-size", "30000",
+                "--progress"])  # (progress off a terminal only when asked)
     err = capsys.readouterr().err
     assert code == 0, err
     assert "splits done" in err and "exported 425 commitlog rows" in err

@@ -115,7 +115,7 @@ def test_info_json_of_a_crashed_store(capsys: pytest.CaptureFixture[str]) -> Non
     assert doc["messages_in_queues"] == sum(q["messages"] for q in doc["queues"])
     by_topic = {t["topic"]: t["messages"] for t in doc["topics"]}
     assert by_topic["TopicC"] == sum(1 for m in clean if m["topic"] == "TopicC")
-    assert doc["outlook"]["mode"] == "normal" and doc["lock"] == {"present": True, "held": False}
+    assert doc["outlook"]["mode"] == "normal" and doc["lock"] == {"present": True, "held": False, "holder_pid": None, "holder_command": None}
 
 
 def test_info_table_leads_with_verdict_and_next_step(capsys: pytest.CaptureFixture[str]) -> None:
@@ -144,14 +144,14 @@ def test_readme_first_example_runs_info_verify_recover_dry_run_in_order(tmp_path
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     block = readme.split("```sh\n", 1)[1].split("```", 1)[0]
     calls = [shlex.split(part.strip()) for line in block.splitlines() for part in line.split(";")
-             if part.strip().startswith(".venv/bin/rmqtool ")]
+             if part.strip().startswith((".venv/bin/rmqtool ", "rmqtool "))]
     names = [c[1] + (" --dry-run" if "--dry-run" in c else "") for c in calls]
     assert names[:3] == ["info", "verify", "recover --dry-run"]
     root = copy_store("crash_midwrite", tmp_path)
     codes = []
     for c in calls:
-        argv = [str(root) if a == "/tmp/rmqtool-demo" else a for a in c[1:]]
-        if argv[0] == "recover" and "--dry-run" not in argv:
+        argv = [{"/tmp/rmqtool-demo": str(root), "/tmp/rmqtool-demo-backup": str(tmp_path / "bk")}.get(a, a) for a in c[1:]]
+        if argv[0] == "recover" and "--dry-run" not in argv and "--backup-dir" not in argv:
             argv += ["--backup-dir", str(tmp_path / "bk")]
         codes.append(run(argv))
     capsys.readouterr()
