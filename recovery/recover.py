@@ -1399,7 +1399,7 @@ class _Queue:
         self.F = F
         self.disk: dict[int, StoreFile] = {f.base: f for f in st.kept} if st else {}
         self.removed: list[StoreFile] = list(st.removed) if st else []
-        self.content: dict[int, bytes] = {}  # changed or new files: full content
+        self.content: dict[int, bytes] = {}  # changed or new files: their content (a new file's may end where its units end: zeros follow)
         self.bases: list[int] = sorted(self.disk)
         self.write: int | None = st.write_offset if st else None
         self.max_phy: int = st.max_physic_offset if st else -1
@@ -1432,7 +1432,9 @@ class _Queue:
     def absorb(self, w: Any) -> None:
         if w.appended_units == 0:
             return
-        for name, data in w.files(changed_only=True).items():
+        # new files end where their units end (content is padded with zeros wherever it
+        # is read or written: data(), units(), _units_writer)
+        for name, data in w.files(changed_only=True, trim_new=True).items():
             base = int(name)
             self.content[base] = data
             if base not in self.bases:
