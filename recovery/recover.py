@@ -377,15 +377,45 @@ def _read_cq(f: StoreFile, F: int) -> bytes:
 
 def _cq_units(f: StoreFile, F: int) -> np.ndarray:
     """The units of a consume queue file as ``_read_cq`` would give them (the file padded
-    with zeros to ``F`` bytes), read through a read-only memory map: no copy of the file,
-    and the pages of its unused tail are only looked at (often holes)."""
+    with zeros to ``F`` bytes), for the scans that stop at the first invalid unit (CQ
+    recovery, the dirty-unit cut, the queue's end on disk): every one of them stops at
+    the first unit after the first one whose offset is negative or size not positive
+    (the dirty-unit cut never checks the first unit), so only the units up to and
+    including that one are read (``pread``, in chunks that double; the first one ends
+    one unit past where the file's first hole begins, ``SEEK_HOLE``: a broker's consume
+    queue file is sparse after its last unit, and reading a hole makes the kernel
+    allocate zero pages). A memory map of each file cost far more on a loaded VM (a map,
+    page faults and an unmap for each of 202 queue files: 1.5-4.8 s, the reads 0.012 s)."""
     n = F // CQ_UNIT_SIZE
     with open(f.path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
+        fd = fh.fileno()
+        size = os.fstat(fd).st_size
         if size < F:
             return read_units(_read_cq(f, F))
-        buf = mmap.mmap(fh.fileno(), F, access=mmap.ACCESS_READ)
-    return np.frombuffer(buf, dtype=CQ_DTYPE, count=n)  # (keeps the map alive)
+        try:
+            hole = os.lseek(fd, 0, os.SEEK_HOLE)
+        except (OSError, AttributeError):
+            hole = F
+        step = max(1, min(n, -(-hole // CQ_UNIT_SIZE) + 1)) if hole < F else _FIRST_CHUNK
+        parts: list[bytes] = []
+        got = 0
+        while got < n:
+            k = min(n - got, step)
+            data = os.pread(fd, k * CQ_UNIT_SIZE, got * CQ_UNIT_SIZE)
+            if len(data) != k * CQ_UNIT_SIZE:  # (the file changed under us: as _read_cq)
+                return read_units(_read_cq(f, F))
+            u = np.frombuffer(data, dtype=CQ_DTYPE)
+            lo = 1 if got == 0 else 0
+            bad = np.flatnonzero((u["commitlog_offset"][lo:] < 0) | (u["size"][lo:] <= 0))
+            if len(bad):
+                parts.append(data[: (lo + int(bad[0]) + 1) * CQ_UNIT_SIZE])
+                break
+            parts.append(data)
+            got += k
+            step = max(step * 2, _FIRST_CHUNK)
+    if not parts:
+        return read_units(_read_cq(f, F))
+    return np.frombuffer(parts[0] if len(parts) == 1 else b"".join(parts), dtype=CQ_DTYPE)
 
 
 _FIRST_CHUNK = 1 << 12  # units looked at first by _first_bad_unit (the chunk doubles after each)
