@@ -120,3 +120,49 @@ def test_recover_without_consume_queues_writes_the_same_files_as_rebuild_index(g
     qb = {str(p.relative_to(b)): p.read_bytes() for p in sorted((b / "consumequeue").rglob("*")) if p.is_file()}
     assert qa and qa == qb
     assert all(len(v) == 6_000_000 for v in qa.values())
+
+
+def _cq_file(path: Path, units: np.ndarray, sparse: bool, F: int) -> None:
+    data = units.tobytes()
+    with open(path, "wb") as fh:
+        if sparse:
+            end = len(data.rstrip(b"\0"))
+            fh.write(data[:end])
+            fh.truncate(F)  # (a hole from there on)
+        else:
+            fh.write(data.ljust(F, b"\0"))
+
+
+@pytest.mark.parametrize("sparse", [True, False], ids=["holes", "zeros-written"])
+@pytest.mark.parametrize("layout", ["few", "full", "first-unit-zero", "garbage-after-zero", "empty"])
+def test_cq_units_prefix_gives_the_whole_file_scans_answers(tmp_path: Path, layout: str, sparse: bool) -> None:
+    """_cq_units reads a queue file only up to its first invalid unit after the first; every
+    scan over it answers as over the whole file (CQ recovery, the dirty-unit cut at any
+    phy), the unchecked first unit of the cut included."""
+    from rmqtool.recovery.store import StoreFile
+
+    F = 20 * 50000
+    n = F // 20
+    u = np.zeros(n, dtype=CQ_DTYPE)
+    if layout == "few":
+        u["commitlog_offset"][:300], u["size"][:300] = np.arange(300) * 50, 50
+    elif layout == "full":
+        u["commitlog_offset"], u["size"] = np.arange(n) * 50, 50
+    elif layout == "first-unit-zero":
+        u["commitlog_offset"][1:9000], u["size"][1:9000] = np.arange(1, 9000) * 50, 50
+    elif layout == "garbage-after-zero":
+        u["commitlog_offset"][:300], u["size"][:300] = np.arange(300) * 50, 50
+        u["commitlog_offset"][301:20000], u["size"][301:20000] = 7, 3
+    p = tmp_path / "00000000000000000000"
+    _cq_file(p, u, sparse, F)
+    f = StoreFile(p, 0, F)
+    got = rc._cq_units(f, F)
+    whole = rc.read_units(rc._read_cq(f, F))
+    assert len(got) >= 1 and got.tobytes() == whole[: len(got)].tobytes()
+    for phy in (0, 1, 50, 50 * 150, 50 * 299, 50 * 300, 50 * 8999, 10**9):
+        assert rc._truncate_units(lambda b: got, [0], F, phy) == rc._truncate_units(lambda b: whole, [0], F, phy), phy
+    full_first_bad = rc._first_bad_unit(whole, 0, lambda r: (r["commitlog_offset"] < 0) | (r["size"] <= 0))
+    assert rc._first_bad_unit(got, 0, lambda r: (r["commitlog_offset"] < 0) | (r["size"] <= 0)) == full_first_bad
+    assert rc.recover_queue([f], F).write_offset == full_first_bad * 20
+    if layout != "full":
+        assert len(got) < n  # (read only so far)
