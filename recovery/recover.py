@@ -375,6 +375,32 @@ def _read_cq(f: StoreFile, F: int) -> bytes:
     return data.ljust(F, b"\0")
 
 
+def _read_prefix(f: StoreFile, n: int) -> bytes:
+    """The first ``n`` bytes of a file (zeros past its end)."""
+    with open(f.path, "rb") as fh:
+        return os.pread(fh.fileno(), n, 0).ljust(n, b"\0")
+
+
+def _zeros_from(f: StoreFile, pos: int) -> bool:
+    """Whether the bytes of a file from ``pos`` on are all zeros: its holes are skipped
+    (SEEK_DATA/SEEK_HOLE), its data extents read in chunks. Reading a consume queue file
+    whole to learn that (a broker's file is a hole after its last unit) made the kernel
+    allocate 6 MB of zero pages per queue."""
+    from .scan import _data_extents
+
+    with open(f.path, "rb") as fh:
+        fd = fh.fileno()
+        for lo, hi in _data_extents(fd, pos, os.fstat(fd).st_size):
+            while lo < hi:
+                b = os.pread(fd, min(hi - lo, 8 << 20), lo)
+                if not b:
+                    break
+                if b.count(0) != len(b):
+                    return False
+                lo += len(b)
+    return True
+
+
 def _cq_units(f: StoreFile, F: int) -> np.ndarray:
     """The units of a consume queue file as ``_read_cq`` would give them (the file padded
     with zeros to ``F`` bytes), for the scans that stop at the first invalid unit (CQ
@@ -1457,7 +1483,11 @@ class _Queue:
         if not self.bases or self.write is None:
             return ConsumeQueueWriter(self.F, None, self.max_phy)
         last = self.bases[-1]
-        return ConsumeQueueWriter(self.F, [(last, self.data(last), self.write - last)], self.max_phy)
+        pos = self.write - last
+        if last not in self.content and last in self.disk and _zeros_from(self.disk[last], pos):
+            # the file's bytes up to the write position: the writer pads with the zeros that follow
+            return ConsumeQueueWriter(self.F, [(last, _read_prefix(self.disk[last], pos), pos)], self.max_phy)
+        return ConsumeQueueWriter(self.F, [(last, self.data(last), pos)], self.max_phy)
 
     def absorb(self, w: Any) -> None:
         if w.appended_units == 0:
@@ -1712,7 +1742,7 @@ def apply_recovery(
                     units = bytes(q.content[b][:pos])
                     old = q.disk.get(b) or recreated.get(b)
                     if old is not None:
-                        if units.ljust(Fcq, b"\0") != _read_cq(old, Fcq) or old.size != Fcq:
+                        if old.size != Fcq or _read_prefix(old, len(units)) != units or not _zeros_from(old, len(units)):
                             tx.replace_file(rel, _units_writer(units, Fcq))
                     elif (store.root / rel).exists():  # a file the queue's recovery did not load (zero-length)
                         tx.replace_file(rel, _units_writer(units, Fcq))
