@@ -39,6 +39,12 @@ the consume queues' end), and for a store whose queues are intact that reput has
 to do. rmqtool's figures are the wall time of ``python -m rmqtool`` including Python's
 start-up (about 0.3-0.5 s of imports).
 
+CPU times are printed beside the wall times (rmqtool: user + sys of the command and its
+worker processes, from ``getrusage``; the broker: the JVM process's CPU time over the
+timed span, all threads; the bare loop: ``process_time``). On a machine shared with
+other work, where a wall time measures the queue for the cores as much as the work, they
+are the figures to compare.
+
 The machine's drift: a fixed calibration loop (zlib CRC of 256 MiB plus a pure-Python
 loop) is timed before, between the shapes and after; the figures and the load average
 are printed. On a shared machine, ratios from one run are what counts.
@@ -66,12 +72,26 @@ sys.path.insert(0, str(HERE / "bench"))
 GIB = 1 << 30
 
 
+CPU: dict[float, float] = {}  # wall time of a run -> its CPU time (user + sys), filled by rmqtool() and bare_loop()
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def rmqtool(version: str, *args: str) -> float:
+    """Wall time of one ``python -m rmqtool`` run; its CPU time (the process and its
+    workers, Python's start-up included) goes to CPU."""
     env = dict(os.environ, RMQTOOL_BROKER_VERSION=version)
+    c = _children_cpu()
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "rmqtool", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                        env=env)
     dt = time.perf_counter() - t
+    CPU[dt] = _children_cpu() - c
     if p.returncode not in (0, 1, 4):
         raise SystemExit(f"rmqtool {' '.join(args)}: exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}")
     return dt
@@ -111,6 +131,7 @@ def bare_loop(root: Path) -> float:
     i32 = struct.Struct(">i").unpack_from
     v1, v2 = -626843481, -626843477
     t0 = time.perf_counter()
+    c0 = time.process_time()
     for p in sorted((root / "commitlog").iterdir()):
         with open(p, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             mv = memoryview(mm)
@@ -129,7 +150,9 @@ def bare_loop(root: Path) -> float:
                     raise SystemExit(f"CRC mismatch at {p.name}:{pos}")
                 pos += total
             mv.release()
-    return time.perf_counter() - t0
+    dt = time.perf_counter() - t0
+    CPU[dt] = time.process_time() - c0
+    return dt
 
 
 _CAL_BUF = bytes(range(256)) * (1 << 20)  # 256 MiB
@@ -270,10 +293,17 @@ def med(xs: list[float]) -> str:
     return "—" if not xs else f"{statistics.median(xs):.2f}"
 
 
-def fmt(xs: list[float]) -> str:
+def fmt(xs: list[float], cpu: list[float] | None = None) -> str:
+    """Median wall (min), and the median CPU time in brackets."""
     if not xs:
         return "—"
-    return f"{statistics.median(xs):.2f} (min {min(xs):.2f})"
+    cpu = cpu if cpu is not None else [CPU[x] for x in xs if x in CPU]
+    c = f" [cpu {statistics.median(cpu):.2f}]" if cpu else ""
+    return f"{statistics.median(xs):.2f} (min {min(xs):.2f}){c}"
+
+
+def cpu_of(xs: list[float]) -> float:
+    return statistics.median([CPU[x] for x in xs])
 
 
 def main() -> None:
@@ -352,7 +382,8 @@ def main() -> None:
                     j1.append(rmqtool(version, "verify", str(src), "--jobs", "1"))
                     j2.append(rmqtool(version, "verify", str(src), "--jobs", "2"))
                 rows.append((label, "verify --jobs 1", fmt(j1), "—", "—", fmt(bare),
-                             f"{statistics.median(j1) / statistics.median(bare):.2f}x bare loop"))
+                             f"{statistics.median(j1) / statistics.median(bare):.2f}x bare loop "
+                             f"[cpu {cpu_of(j1) / cpu_of(bare):.2f}x]"))
                 print(*rows[-1], sep=" | ", flush=True)
                 rows.append((label, "verify --jobs 2", fmt(j2), "—", "—", fmt(bare),
                              f"{statistics.median(j1) / statistics.median(j2):.2f}x faster than --jobs 1"))
@@ -360,20 +391,26 @@ def main() -> None:
                 continue
             prepare, args, timed = CASES[case]
             theirs: list[float] = []
+            theirs_cpu: list[float] = []
             loads: list[float] = []
             cold = "—"
             if oracle is not None and timed:
                 fresh(src, copy, prepare)
                 got = broker_time(oracle, version, copy, config, a.runs, True)
                 theirs = [r["load_and_reput_ms"] / 1000 for r in got["runs"]]
+                theirs_cpu = [r["load_and_reput_cpu_ms"] / 1000 for r in got["runs"] if "load_and_reput_cpu_ms" in r]
                 loads = [r["load_ms"] / 1000 for r in got["runs"]]
-                cold = f"{got['warmup'][0]['load_and_reput_ms'] / 1000:.2f}"
+                w = got["warmup"][0]
+                cold = f"{w['load_and_reput_ms'] / 1000:.2f}" + (f" [cpu {w['load_and_reput_cpu_ms'] / 1000:.2f}]"
+                                                              if "load_and_reput_cpu_ms" in w else "")
             ours: list[float] = []
             for _ in range(a.runs):
                 fresh(src, copy, prepare)
                 ours.append(rmqtool(version, args[0], str(copy), *args[1:]))
             ratio = f"{statistics.median(ours) / statistics.median(theirs):.2f}x broker" if theirs else "(no broker equivalent)"
-            rows.append((label, case, fmt(ours), f"{fmt(theirs)} [load() {med(loads)}]", cold, "—", ratio))
+            if theirs_cpu:
+                ratio += f" [cpu {cpu_of(ours) / statistics.median(theirs_cpu):.2f}x]"
+            rows.append((label, case, fmt(ours), f"{fmt(theirs, theirs_cpu)} [load() {med(loads)}]", cold, "—", ratio))
             print(*rows[-1], sep=" | ", flush=True)
         shutil.rmtree(copy, ignore_errors=True)
         _drop_backups(copy)
@@ -381,8 +418,8 @@ def main() -> None:
         print(f"calibration loop: {cals[-1]:.2f} s ({cals[-1] / cal0:.2f}x the first); load average {os.getloadavg()}", flush=True)
     print(f"\ncalibration loop (fixed work) over the run: {', '.join(f'{c:.2f}' for c in cals)} s "
           f"(drift: max/min {max(cals) / min(cals):.2f}x); load average at the end {os.getloadavg()}")
-    print("\n| shape | case | rmqtool s, median (min) | broker load()+reput s, median (min) [load() median] | broker cold s "
-          "| bare loop s | ratio (medians) |\n|---|---|---|---|---|---|---|")
+    print("\n| shape | case | rmqtool s: wall median (min) [cpu median] | broker load()+reput s: wall median (min) [cpu] "
+          "[load() wall median] | broker cold JVM s | bare loop s | ratio of medians: wall [cpu] |\n|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
 
