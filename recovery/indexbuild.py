@@ -816,10 +816,45 @@ class IndexFileImage:
             buf[p : p + len(ents) * INDEX_ENTRY_SIZE] = ents.tobytes()
         return bytes(buf)
 
+    def _write_over_base(self, fileobj: Any, block: int) -> None:
+        """:meth:`to_bytes` streamed: the header, the slots, then the existing file's entry
+        area (zeros past its end) with the new entries laid over it, in blocks; blocks of
+        zeros go through ``write_zeros`` (a hole in recovery.safety's staging file).
+        Building the whole file first (two copies of a 420 MB default index file) took
+        10 s under load to add three entries."""
+        base = self._base
+        assert base is not None
+        s_end = INDEX_HEADER_SIZE + self.slot_num * INDEX_SLOT_SIZE
+        fileobj.write(self.header_bytes())
+        fileobj.write(self.slots.astype(">i4").tobytes())
+        first, ents = self.new_entries()
+        over = ents.tobytes() if len(ents) else b""
+        p = s_end + first * INDEX_ENTRY_SIZE
+        q = p + len(over)
+        u8 = np.frombuffer(base, dtype=np.uint8)  # (no copy: blocks are tested and written as views)
+        mv = memoryview(base)
+        block = min(block, 4 << 20)
+        pos = s_end
+        while pos < self.size:
+            hi = min(self.size, pos + block)
+            if over and pos < q and hi > p:  # a block the new entries touch: only up to their end
+                hi = min(hi, q) if pos >= p else min(hi, p)
+            if over and p <= pos < q:
+                fileobj.write(over[pos - p : hi - p])
+            else:
+                b_hi = min(hi, len(base))
+                if pos < b_hi and u8[pos:b_hi].any():
+                    fileobj.write(mv[pos:b_hi])
+                elif pos < b_hi:
+                    write_zeros(fileobj, b_hi - pos, block)
+                write_zeros(fileobj, hi - max(pos, b_hi), block)  # past the file's end: zeros
+            pos = hi
+        mv.release()
+
     def write_to(self, fileobj: Any, block: int = 1 << 24) -> None:
         """Stream the full file to a binary file object without building it in memory."""
-        if self._base is not None:  # rare (continuing an existing file): simple path
-            fileobj.write(self.to_bytes())
+        if self._base is not None:  # continuing an existing file
+            self._write_over_base(fileobj, block)
             return
         fileobj.write(self.header_bytes())
         fileobj.write(self.slots.astype(">i4").tobytes())
