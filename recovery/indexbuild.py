@@ -475,10 +475,12 @@ class ConsumeQueueWriter:
             self._chunks = [_concat(self._chunks, cq_unit_dtype)]
         return self._chunks[0]
 
-    def files(self, changed_only: bool = False) -> dict[str, bytes]:
+    def files(self, changed_only: bool = False, trim_new: bool = False) -> dict[str, bytes]:
         """``{20-digit file name: full file bytes}`` for every file of the queue (or only for
         files this writer created or appended to).  New files are zero after the write
-        position; existing files keep their bytes outside the appended range."""
+        position; existing files keep their bytes outside the appended range.  With
+        ``trim_new`` a new file's bytes end where its units end (the rest of the file is
+        zeros): a caller that writes zeros as holes need not make megabytes of them."""
         F = self.file_size
         stream = self.units().tobytes()
         seg_start = self._seg_start
@@ -492,22 +494,30 @@ class ConsumeQueueWriter:
             if len(data) != F:
                 data = data[:F].ljust(F, b"\0")
             if touched:
-                buf = bytearray(data)
-                self._overlay(buf, frm, stream, seg_start, seg_end)  # type: ignore[arg-type]
-                data = bytes(buf)
+                data = self._spliced(data, frm, stream, seg_start, seg_end)  # type: ignore[arg-type]
             out[cq_file_name(frm)] = data
         for frm in self._new_files:
-            buf = bytearray(F)
-            if stream:
-                self._overlay(buf, frm, stream, seg_start, seg_end)  # type: ignore[arg-type]
-            out[cq_file_name(frm)] = bytes(buf)
+            out[cq_file_name(frm)] = self._spliced(None, frm, stream, seg_start, seg_end, trim_new)  # type: ignore[arg-type]
         return out
 
-    def _overlay(self, buf: bytearray, frm: int, stream: bytes, seg_start: int, seg_end: int) -> None:
+    def _spliced(self, data: bytes | None, frm: int, stream: bytes, seg_start: int | None, seg_end: int | None,
+                 trim: bool = False) -> bytes:
+        """File ``frm``'s bytes (``data``, or zeros for a new file) with the appended
+        stream laid over them, in one copy: a ``bytearray`` of the file overlaid and turned
+        back into ``bytes`` copied every byte of a 6 MB file twice (40 ms a file on a VM,
+        most of a 200-queue recovery's time)."""
+        F = self.file_size
+        if not stream or seg_start is None or seg_end is None:
+            return (b"" if trim else bytes(F)) if data is None else data
         lo = max(frm, seg_start)
-        hi = min(frm + self.file_size, seg_end)
-        if lo < hi:
-            buf[lo - frm : hi - frm] = stream[lo - seg_start : hi - seg_start]
+        hi = min(frm + F, seg_end)
+        if lo >= hi:
+            return (b"" if trim else bytes(F)) if data is None else data
+        part = stream[lo - seg_start : hi - seg_start]
+        if data is None:
+            part = bytes(lo - frm) + part if lo > frm else part
+            return part if trim else part.ljust(F, b"\0")
+        return b"".join((data[: lo - frm], part, data[hi - frm :]))
 
 
 class ConsumeQueueSet:
@@ -806,10 +816,45 @@ class IndexFileImage:
             buf[p : p + len(ents) * INDEX_ENTRY_SIZE] = ents.tobytes()
         return bytes(buf)
 
+    def _write_over_base(self, fileobj: Any, block: int) -> None:
+        """:meth:`to_bytes` streamed: the header, the slots, then the existing file's entry
+        area (zeros past its end) with the new entries laid over it, in blocks; blocks of
+        zeros go through ``write_zeros`` (a hole in recovery.safety's staging file).
+        Building the whole file first (two copies of a 420 MB default index file) took
+        10 s under load to add three entries."""
+        base = self._base
+        assert base is not None
+        s_end = INDEX_HEADER_SIZE + self.slot_num * INDEX_SLOT_SIZE
+        fileobj.write(self.header_bytes())
+        fileobj.write(self.slots.astype(">i4").tobytes())
+        first, ents = self.new_entries()
+        over = ents.tobytes() if len(ents) else b""
+        p = s_end + first * INDEX_ENTRY_SIZE
+        q = p + len(over)
+        u8 = np.frombuffer(base, dtype=np.uint8)  # (no copy: blocks are tested and written as views)
+        mv = memoryview(base)
+        block = min(block, 4 << 20)
+        pos = s_end
+        while pos < self.size:
+            hi = min(self.size, pos + block)
+            if over and pos < q and hi > p:  # a block the new entries touch: only up to their end
+                hi = min(hi, q) if pos >= p else min(hi, p)
+            if over and p <= pos < q:
+                fileobj.write(over[pos - p : hi - p])
+            else:
+                b_hi = min(hi, len(base))
+                if pos < b_hi and u8[pos:b_hi].any():
+                    fileobj.write(mv[pos:b_hi])
+                elif pos < b_hi:
+                    write_zeros(fileobj, b_hi - pos, block)
+                write_zeros(fileobj, hi - max(pos, b_hi), block)  # past the file's end: zeros
+            pos = hi
+        mv.release()
+
     def write_to(self, fileobj: Any, block: int = 1 << 24) -> None:
         """Stream the full file to a binary file object without building it in memory."""
-        if self._base is not None:  # rare (continuing an existing file): simple path
-            fileobj.write(self.to_bytes())
+        if self._base is not None:  # continuing an existing file
+            self._write_over_base(fileobj, block)
             return
         fileobj.write(self.header_bytes())
         fileobj.write(self.slots.astype(">i4").tobytes())

@@ -964,3 +964,36 @@ def test_truncate_equals_never_having_put_the_rest(every_put: bool) -> None:
         assert img.to_bytes() == want.files[0].to_bytes(), n
     with pytest.raises(ValueError):
         img.truncate(0, 0)
+
+
+
+@pytest.mark.parametrize("block", [7, 64, 1 << 24])
+@pytest.mark.parametrize("short", [False, True], ids=["full-file", "short-file"])
+def test_index_image_over_an_existing_file_streams_the_bytes_of_to_bytes(block: int, short: bool) -> None:
+    """write_to of an image that continues an existing file (recover adding entries to the
+    last index file) gives to_bytes' bytes, streamed in blocks, zeros as write_zeros holes
+    (it used to build the whole file in memory: 10 s for a 420 MB index file)."""
+    import io
+
+    class Holes(io.BytesIO):
+        zeros = 0
+
+        def write_zeros(self, n: int) -> None:
+            self.zeros += n
+            self.write(bytes(n))
+
+    first = IndexBuilder(13, 200)
+    for i in range(20):
+        first.add_one(DispatchRequest("T", 0, 100 * i, 100, 0, 1_700_000_000_000 + i, i, f"k{i} u{i}", None, 0))
+    raw = first.files[0].to_bytes()
+    if short:
+        raw = raw[: len(raw) - 2000]  # a file the broker's load extends with zeros
+    cont = IndexBuilder(13, 200, existing_last=raw)
+    for i in range(20, 26):
+        cont.add_one(DispatchRequest("T", 0, 100 * i, 100, 0, 1_700_000_000_000 + i, i, f"k{i}", None, 0))
+    img = cont.files[0]
+    want = img.to_bytes()
+    for out in (io.BytesIO(), Holes()):
+        img.write_to(out, block)
+        assert out.getvalue() == want
+    assert out.zeros > 0

@@ -26,7 +26,7 @@ import java.util.concurrent.Future;
 /**
  * Command line of the broker oracle (see tests/oracle/README.md).
  *
- * Verbs: write, view, batch (and the internal write-child used by kill-mode writes).
+ * Verbs: write, view, time, batch (and the internal write-child used by kill-mode writes).
  * Exit codes: 0 done, 2 usage error (unknown verb, option or MessageStoreConfig setting),
  * 3 the job failed (exception, timeout); the one-line reason is on stderr.
  */
@@ -83,6 +83,9 @@ public final class Main {
         int parallel = 1;
         long timeoutMs = 120_000;
         String javaCmd;
+        int warmup = 1;
+        int repeats = 3;
+        boolean reput;
     }
 
     static Args parse(String[] a) {
@@ -102,11 +105,14 @@ public final class Main {
                 case "--no-copy": r.noCopy = true; break;
                 case "--parallel": r.parallel = Integer.parseInt(need(a, ++i, s)); break;
                 case "--timeout": r.timeoutMs = (long) (Double.parseDouble(need(a, ++i, s)) * 1000); break;
+                case "--warmup": r.warmup = Integer.parseInt(need(a, ++i, s)); break;
+                case "--repeats": r.repeats = Integer.parseInt(need(a, ++i, s)); break;
+                case "--reput": r.reput = true; break;
                 default:
                     if (s.startsWith("--")) {
                         throw new UsageError("unknown option " + s);
                     }
-                    if (r.verb.equals("view") && r.store == null) {
+                    if ((r.verb.equals("view") || r.verb.equals("time")) && r.store == null) {
                         r.store = s;
                     } else if (r.verb.equals("batch") && r.jobs == null) {
                         r.jobs = s;
@@ -152,6 +158,14 @@ public final class Main {
                 JsonArray keys = a.queryKeys == null ? null : readJson(a.queryKeys).getAsJsonArray();
                 JsonObject v = Viewer.view(a.version, cfg, Paths.get(a.store), !a.noCopy, keys, a.timeoutMs);
                 Json.print(realOut, v);
+                return 0;
+            }
+            case "time": {
+                if (a.store == null) {
+                    throw new UsageError("time needs STORE");
+                }
+                JsonObject cfg = a.config == null ? new JsonObject() : readJson(a.config).getAsJsonObject();
+                Json.print(realOut, Timer.time(a.version, cfg, Paths.get(a.store), a.warmup, a.repeats, a.reput, a.timeoutMs));
                 return 0;
             }
             case "batch":
