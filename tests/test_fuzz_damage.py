@@ -326,6 +326,69 @@ def test_f11_recover_twice_after_an_absurd_length(tmp_path: Path, capsys: pytest
     assert code2 != 1 and snapshot(root) == h1
 
 
+def _index_count(root: Path) -> int:
+    from rmqtool.recovery.query import read_index_header
+    from rmqtool.recovery.store import Store
+
+    store = Store.open(root)
+    return sum(read_index_header(store, f).index_count for f in store.index_files)
+
+
+def _units(root: Path, topic: str, queue: int) -> int:
+    from rmqtool.recovery.query import iter_cq_entries
+    from rmqtool.recovery.store import Store
+
+    return sum(1 for _ in iter_cq_entries(Store.open(root), topic, queue))
+
+
+def test_recover_repeats_the_brokers_own_q6_reindexing_at_every_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak (9 non-idempotent recovers, e.g. seed 58): the only commitlog file of ``delay``
+    renamed to 65536. The broker re-indexes the record at the index's endPhyOffset at every
+    start (quirk Q6), three entries each time (tests/oracle/test_fixed_point_oracle.py: the
+    same bytes as the broker after each start); recover does the same: exit 1 each run."""
+    root = copy(tmp_path, "delay")
+    fd.broker_not_a_fixed_point_q6(root)
+    counts = [_index_count(root)]
+    for i in range(3):
+        h0 = snapshot(root)
+        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        assert code == 1
+        assert fd.changed_areas(h0, snapshot(root)) == {"index"}
+        counts.append(_index_count(root))
+    assert [b - a for a, b in zip(counts, counts[1:])] == [3, 3, 3]
+
+
+def test_recover_cuts_a_queue_unit_past_the_end_at_the_second_run_like_the_broker(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak (seed 73): a bit flip makes unit 181 of ``crash_midwrite``'s TopicA/2 point 2^48
+    past its record. The abnormal first start keeps the queue; the normal second start
+    truncates the (now complete) queues at the commitlog's end, which cuts that unit and
+    the ten after it; the third changes nothing. recover's runs do the same."""
+    root = copy(tmp_path, "crash_midwrite")
+    fd.broker_not_a_fixed_point_cq_unit(root)
+    seen = []
+    for i in range(3):
+        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        seen.append((code, _units(root, "TopicA", 2)))
+    assert seen == [(1, 192), (1, 181), (0, 181)]
+
+
+def test_recover_reindexes_the_record_of_a_queue_it_leaves_alone_at_every_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak (seed 192): a consume queue file of ``crash_midwrite`` renamed to Long.MAX_VALUE.
+    recover leaves the queue alone (status 4 and the one line), so the last record never
+    gets its unit and each run's start-up reput indexes it again (Q6), as each broker
+    start does."""
+    root = copy(tmp_path, "crash_midwrite")
+    fd.broker_not_a_fixed_point_misnamed_queue(root)
+    counts = [_index_count(root)]
+    for i in range(3):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        assert code == 5 and "09223372036854775807" in err
+        counts.append(_index_count(root))
+    assert counts[2] - counts[1] == counts[3] - counts[2] == 3
+
+
 def test_f12_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     q = root / "consumequeue" / "TopicA" / "0"
