@@ -40,7 +40,7 @@ import fuzzdamage as fd  # noqa: E402
 
 RESULTS = HERE / "results"
 CATEGORIES = ["internal error", "hang", "memory", "not idempotent", "blocked restore", "not byte for byte",
-              "read-only wrote", "exit code", "refusal changed the store", "worker died", "noisy stderr"]
+              "read-only wrote", "exit code", "refusal changed the store", "worker died", "harness error", "noisy stderr"]
 INFO = "broker repeats"  # recover's second run changes what the broker's second start changes: not a failure
 
 

@@ -41,16 +41,47 @@ EXITS = {"dump": {0, 1, 4, 8}, "verify": {0, 4, 8}, "recover": {0, 1, 4, 5, 8}, 
 # --------------------------------------------------------------------------------------
 # the damage kinds
 
+def _in_store(root: Path, p: Path) -> bool:
+    """Whether ``p`` lies in the store by real directories only: no symlink between
+    ``root`` and ``p``'s parent (an earlier damage may have made ``commitlog`` a symlink to
+    /tmp: a damage must never reach through it)."""
+    try:
+        rel = p.relative_to(root)
+    except ValueError:
+        return False
+    d = root
+    for part in rel.parts[:-1]:
+        d = d / part
+        if d.is_symlink() or not d.is_dir():
+            return False
+    return True
+
+
+def _real_dirs(base: Path) -> list[Path]:
+    """``base`` and the directories under it, never through a symlink."""
+    if base.is_symlink() or not base.is_dir():
+        return []
+    out = []
+    for dirpath, dirnames, _ in os.walk(base, followlinks=False):
+        out.append(Path(dirpath))
+    return sorted(out)  # (the seed's damage must not depend on the directory order)
+
+
 def _files(root: Path, sub: str | None = None) -> list[Path]:
     base = root / sub if sub else root
-    if not base.is_dir():
+    if not _in_store(root, base / "x"):
         return []
-    return sorted(p for p in base.rglob("*") if p.is_file() and not p.is_symlink())
+    out = []
+    for d in _real_dirs(base):
+        for e in os.scandir(d):
+            if e.is_file(follow_symlinks=False):
+                out.append(Path(e.path))
+    return sorted(out)
 
 
 def _pick_file(root: Path, rng: random.Random, subs: tuple[str, ...] = ("commitlog", "consumequeue", "index")) -> Path | None:
     cands = [p for s in subs for p in _files(root, s)]
-    extra = [root / n for n in ("checkpoint",) if (root / n).is_file()] + _files(root, "config")
+    extra = [root / n for n in ("checkpoint",) if (root / n).is_file() and not (root / n).is_symlink()] + _files(root, "config")
     cands += extra if rng.random() < 0.2 else []
     return rng.choice(cands) if cands else None
 
@@ -168,8 +199,8 @@ def d_rename(root: Path, rng: random.Random) -> str:
 
 
 def d_stray(root: Path, rng: random.Random) -> str:
-    dirs = [root, root / "commitlog", root / "index", root / "config"] + [d for d in (root / "consumequeue").rglob("*") if d.is_dir()]
-    dirs = [d for d in dirs if d.is_dir()]
+    dirs = [root, root / "commitlog", root / "index", root / "config"] + _real_dirs(root / "consumequeue")[1:]
+    dirs = [d for d in dirs if d.is_dir() and not d.is_symlink() and _in_store(root, d / "x")]
     d = rng.choice(dirs)
     name = rng.choice(["00000000000000000001", "stray", ".hidden", "12", "00000000000000065536.tmp", "abort", "x" * 200])
     p = d / name
@@ -184,9 +215,9 @@ def d_stray(root: Path, rng: random.Random) -> str:
 
 def _victim(root: Path, rng: random.Random) -> Path:
     cands = [root / "checkpoint", root / "lock", root / "index", root / "commitlog", root / "config" / "delayOffset.json"]
-    cands += [p for p in (root / "consumequeue").glob("*/*")]
+    cands += [d for d in _real_dirs(root / "consumequeue") if len(d.relative_to(root).parts) == 3]
     cands += _files(root, "index")[-1:] + _files(root, "commitlog")[-1:] + _files(root, "consumequeue")[:1]
-    return rng.choice([c for c in cands if os.path.lexists(c)] or [root / "checkpoint"])
+    return rng.choice([c for c in cands if os.path.lexists(c) and _in_store(root, c)] or [root / "checkpoint"])
 
 
 def _remove(p: Path) -> None:
@@ -230,7 +261,7 @@ def d_symlink(root: Path, rng: random.Random) -> str:
 
 def d_sparse_huge(root: Path, rng: random.Random) -> str:
     cands = [root / "checkpoint", root / "config" / "delayOffset.json"] + _files(root, "commitlog")[-1:] + _files(root, "consumequeue")[:1] + _files(root, "index")[-1:]
-    cands = [c for c in cands if c.is_file()]
+    cands = [c for c in cands if c.is_file() and not c.is_symlink() and _in_store(root, c)]
     if not cands:
         return "sparse: nothing"
     p = rng.choice(cands)
@@ -262,6 +293,8 @@ def d_nul_topic(root: Path, rng: random.Random) -> str:
 
 
 def d_config(root: Path, rng: random.Random) -> str:
+    if (root / "config").is_symlink() or (os.path.lexists(root / "config") and not (root / "config").is_dir()):
+        _remove(root / "config")
     (root / "config").mkdir(exist_ok=True)
     p = root / "config" / rng.choice(["delayOffset.json", "topics.json", "consumerOffset.json", "subscriptionGroup.json"])
     if os.path.lexists(p) and (p.is_symlink() or not p.is_file()):
@@ -283,8 +316,8 @@ def d_config(root: Path, rng: random.Random) -> str:
 
 def d_unwritable(root: Path, rng: random.Random) -> str:
     """chmod 555 a directory (a root run ignores it: the soak runs it as nobody when it can)."""
-    dirs = [root / "index", root / "commitlog"] + [d for d in (root / "consumequeue").glob("*/*") if d.is_dir()]
-    dirs = [d for d in dirs if d.is_dir() and not d.is_symlink()]
+    dirs = [root / "index", root / "commitlog"] + [d for d in _real_dirs(root / "consumequeue") if len(d.relative_to(root).parts) == 3]
+    dirs = [d for d in dirs if d.is_dir() and not d.is_symlink() and _in_store(root, d)]
     if not dirs:
         return "unwritable: none"
     d = rng.choice(dirs)
@@ -676,6 +709,8 @@ def _child_main(queue_fd: int, tmp: Path, out_path: Path, timeout: float, mem_by
                 doc = {"seed": seed, "kind": r.kind, "desc": r.desc, "runs": r.runs, "failures": r.failures}
             except MemoryError:
                 doc = {"seed": seed, "kind": "?", "desc": "", "runs": 0, "failures": [("harness", "memory", "MemoryError")]}
+            except Exception as exc:  # noqa: BLE001 - the harness's own failure, reported for its seed
+                doc = {"seed": seed, "kind": "?", "desc": "", "runs": 0, "failures": [("harness", "harness error", repr(exc)[:300])]}
             doc["seconds"] = round(time.perf_counter() - t0, 3)
             out.write(json.dumps(doc) + "\n")
             out.flush()

@@ -547,6 +547,30 @@ def test_restore_streams_in_bounded_memory(tmp_path: Path) -> None:
     assert snapshot(root) == before
 
 
+def test_no_damage_reaches_through_a_symlink_out_of_the_store(tmp_path: Path) -> None:
+    """Found by the soak: a symlink damage made commitlog/ point at /tmp and a second damage
+    listed (and could flip bits in) every file under /tmp. Damage stays in the store."""
+    import random
+
+    outside = tmp_path / "outside"
+    (outside / "sub" / "0").mkdir(parents=True)
+    for name in ("00000000000000000000", "checkpoint", "delayOffset.json", "sub/0/00000000000000000000"):
+        (outside / name).write_bytes(bytes(range(256)) * 8)
+    before = fd.tree_digest(outside)
+    base = copy(tmp_path, "clean")
+    for i, kind in enumerate(sorted(fd.KINDS) * 3):
+        root = tmp_path / f"s{i}"
+        shutil.copytree(base, root, symlinks=True)
+        for d in ("commitlog", "config", "consumequeue", "index"):
+            shutil.rmtree(root / d, ignore_errors=True)
+            (root / d).symlink_to(outside)
+        (root / "checkpoint").unlink()
+        (root / "checkpoint").symlink_to(outside / "checkpoint")
+        fd.KINDS[kind](root, random.Random(i))
+        assert fd.tree_digest(outside) == before, kind
+        fd.cleanup(root)
+
+
 # ---------------------------------------------------------------------------------------
 # the fuzz run: a fixed budget of damaged stores, every command on each
 
