@@ -182,6 +182,8 @@ def _ranges(rs: list[tuple[int, int]]) -> str:
 
 
 def _commit() -> str:
+    if os.environ.get("RMQTOOL_SOAK_COMMIT"):  # (a soak run from an exported snapshot of that commit)
+        return os.environ["RMQTOOL_SOAK_COMMIT"]
     try:
         return subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               timeout=10).stdout.strip()
