@@ -366,7 +366,8 @@ def _recover_would_cut(store: Store, profile: BrokerProfile, scans: Any, recs: A
     max_phy = max((cq_recover_max_phy(q, per_file) for q in load_queues(store)), default=-1)
     headers = [(f.name, _read_index_header(f)) for f in store.index_files]
     out = recovery_outlook(store, profile, scans, recs, max_phy, store.read_checkpoint(), blockers, headers)
-    return int(out[out["mode"]]["records_cut"])
+    mode = out[out["mode"]]
+    return int(mode["records_cut"]) if mode is not None else 0  # (no commitlog file: nothing to cut)
 
 
 def _has_nonzero(f: StoreFile, pos: int) -> bool:

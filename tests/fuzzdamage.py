@@ -33,9 +33,11 @@ FIXTURES = ["clean", "delay", "crash_midwrite", "many_files"]
 READ_ONLY = [
     ("dump", "commitlog"), ("dump", "consumequeue"), ("dump", "index"), ("dump", "index", "--key", "ORDER-1"),
     ("dump", "checkpoint"), ("dump", "config"), ("verify",), ("recover", "--dry-run"), ("rebuild-index", "--dry-run"),
+    ("info",), ("offsets",), ("backups",), ("repair", "--dry-run"),
 ]
 EXITS = {"dump": {0, 1, 4, 8}, "verify": {0, 4, 8}, "recover": {0, 1, 4, 5, 8}, "rebuild-index": {0, 1, 4, 5, 8},
-         "restore": {0, 1, 4, 8}}
+         "restore": {0, 1, 4, 8}, "info": {0, 4, 8}, "offsets": {0, 4, 8}, "backups": {0, 4, 8},
+         "repair": {0, 1, 4, 5, 8}}
 
 
 # --------------------------------------------------------------------------------------
@@ -650,8 +652,10 @@ def run_store(dest: Path, seed: int, kind: str | None = None, *, timeout: float 
     if o1.code == 8 and h1 != h0:
         res.failures.append(("recover", "refusal changed the store", _diff(h0, h1)))
     cmd("rebuild-index", "--yes", str(root), "--backup-dir", str(b2))
+    b3 = dest / "backup-repair"
+    cmd("repair", "--yes", str(root), "--backup-dir", str(b3))
     # restore, newest backup first, gives the damaged input back byte for byte
-    for b in (b2, dest / "backup-recover2", b1):
+    for b in (b3, b2, dest / "backup-recover2", b1):
         if (b / "manifest.json").exists():
             o = cmd("restore", "--yes", str(b), str(root), "--backup-dir", str(dest / f"restore-of-{b.name}"))
             if o.code not in (0, 1):

@@ -547,6 +547,22 @@ def test_restore_streams_in_bounded_memory(tmp_path: Path) -> None:
     assert snapshot(root) == before
 
 
+def test_repair_of_a_store_without_its_commitlog_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the soak once it ran repair (seed 2324): with commitlog/ removed, repair's
+    plan asked the recovery outlook of a store without commitlog files for its cut count
+    (internal error: TypeError). Now nothing is to be cut, and repair, like recover and
+    the broker, empties the queues (they point at nothing), all of it in the backup."""
+    root = copy(tmp_path, "many_files")
+    shutil.rmtree(root / "commitlog")
+    before = snapshot(root)
+    code, _, _ = cli(capsys, "repair", "--dry-run", str(root))
+    assert code == 4 and snapshot(root) == before
+    code, _, _ = cli(capsys, "repair", "--yes", str(root), "--backup-dir", str(tmp_path / "b"))
+    assert code == 1 and not list((root / "consumequeue").rglob("0000*"))
+    code, _, _ = cli(capsys, "restore", "--yes", str(tmp_path / "b"), str(root), "--backup-dir", str(tmp_path / "r"))
+    assert code == 1 and snapshot(root) == before
+
+
 def test_no_damage_reaches_through_a_symlink_out_of_the_store(tmp_path: Path) -> None:
     """Found by the soak: a symlink damage made commitlog/ point at /tmp and a second damage
     listed (and could flip bits in) every file under /tmp. Damage stays in the store."""
