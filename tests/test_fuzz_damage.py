@@ -389,6 +389,27 @@ def test_recover_reindexes_the_record_of_a_queue_it_leaves_alone_at_every_run(
     assert counts[2] - counts[1] == counts[3] - counts[2] == 3
 
 
+def test_recover_twice_is_once_where_the_broker_refuses_the_store_and_a_queue_is_left_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1000084: a stray 20-byte ``12`` in ``crash_midwrite``'s TopicA/0. The broker
+    refuses to load the store (a queue file of the wrong size); recover leaves the queue
+    alone, so its last record never gets its unit and each run's start-up reput dispatched
+    it again, re-indexing it (Q6) every time. With no broker behaviour to follow, recover
+    does not index again a record the index holds in full: the second run changes nothing.
+    (Where the broker loads the store it re-indexes at every start, and so does recover:
+    test_recover_reindexes_the_record_of_a_queue_it_leaves_alone_at_every_run.)"""
+    root = copy(tmp_path, "crash_midwrite")
+    (root / "consumequeue" / "TopicA" / "0" / "12").write_bytes(bytes(range(20)))
+    codes = []
+    for i in range(3):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        codes.append(code)
+        assert "consumequeue/TopicA/0: 12: file name is not 20 digits" in err
+        if i == 0:
+            h1 = snapshot(root)
+    assert codes == [5, 4, 4] and snapshot(root) == h1
+
+
 def test_f12_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     q = root / "consumequeue" / "TopicA" / "0"
