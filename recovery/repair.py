@@ -184,6 +184,18 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
     intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
     ioff = recs.off[intact]
     isize = recs.size[intact].astype(np.int64)
+    blocked = [i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")]
+    if blocked:
+        # commitlog file names that do not tile the offsets (a file renamed to
+        # 09223372036854775807, a stray 00000000000000000001): the broker refuses to load
+        # the store, and filling the "gap" up to such a name would create files without
+        # end. Nothing is changed, as by recover.
+        return RepairPlan(
+            store=str(store.root), broker_version=profile.label, regions=[], stray=[],
+            intact_records=int(np.count_nonzero(intact)), intact_moved=0, recover_would_cut=None,
+            problems=[f"{b}: commitlog file names overlap or are not multiples of the file size ({F}): repair changes "
+                      "nothing until the file has its right name again (or is moved away)" for b in blocked],
+            seconds=time.perf_counter() - t0)
     files = sorted(store.commitlog, key=lambda f: f.base)
     regions: list[Region] = []
     # stray and misnamed files the broker does not load (or fails to load on: a commitlog

@@ -584,6 +584,21 @@ def test_repair_of_a_store_without_its_commitlog_directory(tmp_path: Path, capsy
     assert code == 1 and snapshot(root) == before
 
 
+def test_repair_changes_nothing_while_a_commitlog_file_is_named_far_past_the_others(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1000110: a commitlog file of ``many_files`` renamed to Long.MAX_VALUE made
+    repair fill the "gap" up to it with missing-file regions, 65536 bytes at a time, without
+    end (a hang). Names that do not tile the offsets stop repair as they stop recover:
+    status 4, one line naming the file, nothing changed."""
+    root = copy(tmp_path, "many_files")
+    (root / "commitlog" / "00000000000000393216").rename(root / "commitlog" / "09223372036854775807")
+    before = snapshot(root)
+    for argv in (("--dry-run",), ("--yes", "--backup-dir", str(tmp_path / "b"))):
+        o = child("repair", str(root), *argv, timeout=60)
+        assert o.code == 4 and o.seconds < 30 and "commitlog/09223372036854775807" in o.err, (o.code, o.err)
+    assert snapshot(root) == before
+
+
 def test_no_damage_reaches_through_a_symlink_out_of_the_store(tmp_path: Path) -> None:
     """Found by the soak: a symlink damage made commitlog/ point at /tmp and a second damage
     listed (and could flip bits in) every file under /tmp. Damage stays in the store."""
