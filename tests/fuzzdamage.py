@@ -822,7 +822,22 @@ def broker_not_a_fixed_point_misnamed_queue(root: Path) -> None:
     (q / "00000000000000003200").rename(q / "09223372036854775807")
 
 
+def broker_not_a_fixed_point_queue_emptied(root: Path) -> None:
+    """``delay`` with one bit flipped in the first unit of ``%RETRY%GroupD/0`` (its offset
+    now 2^48 too high): the normal start finds the queues reaching past the commitlog's
+    end and truncates them at it, which deletes that queue's only file (its first unit
+    points past the end) and sets its max physical offset to the end, so the start-up
+    reput dispatches nothing. The second start finds no such queue, reputs from the other
+    queues' max physical offset and writes the queue anew (and indexes those records
+    again, Q6). From then on a fixed point."""
+    p = root / "consumequeue" / "%RETRY%GroupD" / "0" / "00000000000000000000"
+    b = bytearray(p.read_bytes())
+    b[1] ^= 0x01
+    p.write_bytes(bytes(b))
+
+
 NOT_A_FIXED_POINT: dict[str, tuple[str, Callable[[Path], None]]] = {
+    "queue_emptied_at_first_start": ("delay", broker_not_a_fixed_point_queue_emptied),
     "q6_first_commitlog_renamed": ("delay", broker_not_a_fixed_point_q6),
     "cq_unit_past_the_end": ("crash_midwrite", broker_not_a_fixed_point_cq_unit),
     "misnamed_queue_file": ("crash_midwrite", broker_not_a_fixed_point_misnamed_queue),

@@ -373,6 +373,24 @@ def test_recover_cuts_a_queue_unit_past_the_end_at_the_second_run_like_the_broke
     assert seen == [(1, 192), (1, 181), (0, 181)]
 
 
+def test_recover_writes_a_queue_anew_at_the_second_run_after_the_first_emptied_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak (seed 108): the first unit of ``delay``'s %RETRY%GroupD/0 points 2^48 past its
+    record. The first (normal) start truncates the queues at the end and so deletes that
+    queue's file; the second writes the queue anew from the commitlog; the third changes
+    nothing. The broker's starts do the same, byte for byte
+    (tests/oracle/test_fixed_point_oracle.py)."""
+    root = copy(tmp_path, "delay")
+    fd.broker_not_a_fixed_point_queue_emptied(root)
+    qdir = root / "consumequeue" / "%RETRY%GroupD" / "0"
+    seen = []
+    for i in range(3):
+        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        seen.append((code, sorted(p.name for p in qdir.iterdir()) if qdir.is_dir() else []))
+    assert seen == [(1, []), (1, ["00000000000000000000"]), (0, ["00000000000000000000"])]
+    assert _units(root, "%RETRY%GroupD", 0) == 2
+
+
 def test_recover_reindexes_the_record_of_a_queue_it_leaves_alone_at_every_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak (seed 192): a consume queue file of ``crash_midwrite`` renamed to Long.MAX_VALUE.

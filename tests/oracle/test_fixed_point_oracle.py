@@ -74,3 +74,16 @@ def test_a_queue_left_alone_is_reindexed_at_every_start_by_the_broker_too(oracle
         changed = fd.changed_areas(h0, fd.tree_digest(ours))
         views.append(oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True))
     assert changed == {"index"} and "index" in fd.broker_changed_areas(*views)
+
+
+def test_a_queue_emptied_by_the_first_start_is_written_anew_by_the_second_as_by_the_broker(
+        oracle: ModuleType, tmp_path: Path) -> None:
+    ours, theirs, fixture = _pair(tmp_path, "queue_emptied_at_first_start")
+    q = "consumequeue/%RETRY%GroupD/0/"
+    for i in range(2):
+        assert _recover(ours, tmp_path / f"b{i}") == 1
+        view = oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True)
+        broker = {k: v["sha256"] for k, v in view["files_after_rocketmq_shutdown"].items() if k.startswith(q)}
+        mine = {str(p.relative_to(ours)): hashlib.sha256(p.read_bytes()).hexdigest() for p in (ours / q).glob("*")}
+        assert mine == broker and len(mine) == i, f"start {i + 1}"
+        assert _index_shas(ours) == [f["sha256"] for f in view["index_files_after_rocketmq_shutdown_in_name_order"]]
