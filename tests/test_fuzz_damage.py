@@ -644,7 +644,7 @@ def test_no_damage_reaches_through_a_symlink_out_of_the_store(tmp_path: Path) ->
 # ---------------------------------------------------------------------------------------
 # the fuzz run: a fixed budget of damaged stores, every command on each
 
-FUZZ_STORES = int(os.environ.get("RMQTOOL_FUZZ_STORES", "90"))
+FUZZ_STORES = int(os.environ.get("RMQTOOL_FUZZ_STORES", "75"))  # every kind from seed 2300; ~19 commands each
 FUZZ_SEED = int(os.environ.get("RMQTOOL_FUZZ_SEED", "2300"))
 
 
