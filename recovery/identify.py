@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..formats import commitlog as cl
+from ..formats.config import read_config_bytes
+from ..formats.errors import FormatError
 from . import check as ck
 from .store import Store
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label
@@ -81,9 +83,12 @@ def infer_version(store: Store) -> Inference:
     if lo < (5, 0, 0):
         for rel, name in FIVE_X_CONFIG_FIELDS:
             try:
-                text = (store.root / rel).read_text(encoding="utf-8", errors="replace")
-            except OSError:
+                raw = read_config_bytes(store.root / rel)  # (never a FIFO or device, bounded)
+            except FormatError:
                 continue
+            if raw is None:
+                continue
+            text = raw.decode("utf-8", "replace")
             if re.search(rf'"{name}"\s*:', text):
                 evidence.append(f"{rel} has the field {name} (only 5.x writes it)")
                 lo = (5, 0, 0)

@@ -305,6 +305,39 @@ def test_f10_a_fifo_is_never_opened(tmp_path: Path, where: str, argv: tuple[str,
         assert o.code == 8 and "FIFO" in o.err and where.split("/")[0] in o.err
 
 
+@pytest.mark.parametrize("argv", [("verify",), ("offsets",), ("info",)])
+def test_f10_a_fifo_offset_table_is_never_opened(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    """Soak seed 1000535: a FIFO for config/delayOffset.json hung verify and offsets (the
+    offset tables were read with read_bytes); now every config read is type-checked and
+    bounded, and the FIFO is a corrupt table (the .bak, else empty)."""
+    root = copy(tmp_path, "many_files")
+    fifo = root / "config" / "delayOffset.json"
+    if fifo.exists():
+        fifo.unlink()
+    os.mkfifo(fifo)
+    o = child(argv[0], str(root), *argv[1:], timeout=30)
+    assert o.code in (0, 4) and o.seconds < 20, (o.code, o.err)
+
+
+def test_f10_a_fifo_config_does_not_block_the_version_guess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--broker-version auto reads config files for 5.x-only fields: a FIFO topics.json
+    hung it (read_text)."""
+    root = copy(tmp_path, "clean")
+    (root / "config" / "topics.json").unlink(missing_ok=True)
+    os.mkfifo(root / "config" / "topics.json")
+    monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
+    o = child("verify", str(root), timeout=30)
+    assert o.code in (0, 4) and o.seconds < 20, (o.code, o.err)
+
+
+def test_f8_info_reads_40_bytes_of_a_sparse_64_gib_checkpoint(tmp_path: Path) -> None:
+    """info read the whole checkpoint (read_bytes()[:40]): 64 GiB under a 2 GiB limit."""
+    root = copy(tmp_path, "clean")
+    os.truncate(root / "checkpoint", 64 << 30)
+    o = child("info", str(root), mem=TWO_GIB, timeout=60)
+    assert o.code in (0, 4) and not o.memory and o.seconds < 30, (o.code, o.err)
+
+
 def test_f11_recover_twice_is_recover_once_after_a_renamed_commitlog_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     (root / "commitlog" / "00000000000000327680").rename(root / "commitlog" / "00000000000000458752")
