@@ -1028,7 +1028,9 @@ def plan_recovery(
         if (t, q) in frozen:
             # never written, but what its units point at counts, as for the broker's queue
             # recovery (else every run dispatches its last records again)
-            aligned = [f for f in qfiles if len(f.name) == 20 and f.base % Fcq == 0]
+            # (every file the broker loads: any decimal name, in name order, as its
+            # MappedFileQueue sorts them; a 19-digit 0000000000000000640 is file 640)
+            aligned = [f for f in qfiles if f.base % Fcq == 0]
             frozen_max = max(frozen_max, _recover_queue_files(aligned, Fcq, profile).max_physic_offset)
             max_cq = max(max_cq, frozen_max)
             continue

@@ -461,6 +461,24 @@ def test_recover_twice_is_once_where_the_broker_refuses_the_store_and_a_queue_is
     assert codes == [5, 4, 4] and snapshot(root) == h1
 
 
+def test_a_queue_file_with_a_19_digit_name_still_counts_for_the_reput_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1000759: ``clean``'s consumequeue/TopicC/0/00000000000000000640 renamed to
+    0000000000000000640. The broker loads it as file 640 (any decimal name) and its start
+    changes nothing; recover leaves the queue alone but counted only 20-digit files for
+    the consume queues' max physical offset, so every run re-dispatched TopicC/0's last
+    records and re-indexed one (Q6). Now the queue counts as the broker loads it: nothing
+    changes, status 4 (the queue left alone) each run."""
+    root = copy(tmp_path, "clean")
+    q = root / "consumequeue" / "TopicC" / "0"
+    (q / "00000000000000000640").rename(q / "0000000000000000640")
+    before = snapshot(root)
+    for i in range(2):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        assert code == 4 and "0000000000000000640: file name is not 20 digits" in err
+        assert snapshot(root) == before
+
+
 def test_f12_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     q = root / "consumequeue" / "TopicA" / "0"
