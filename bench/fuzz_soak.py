@@ -58,12 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fsync", action="store_true", help="let the commands fsync (default: fsync is a no-op in the workers)")
     ap.add_argument("--no-oracle", action="store_true", help="do not replay non-idempotent recovers against the broker")
     ap.add_argument("--report", action="store_true", help="only print the table of every recorded range")
+    ap.add_argument("--commit", default=None, help="--report: only the batches run with these commits (comma-separated)")
     ap.add_argument("--until", default=None, help="stop starting batches at this UTC time (HH:MM)")
     args = ap.parse_args(argv)
 
     if args.report:
         lines = [json.loads(x) for p in sorted(RESULTS.glob("fuzz_soak-*.jsonl"))
                  for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+        if args.commit:
+            lines = [x for x in lines if x.get("commit") in args.commit.split(",")]
         print(report(lines))
         return 0
     first, last = args.seed, args.seed + args.stores - 1
