@@ -180,10 +180,6 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
     ``workdir`` is given)."""
     t0 = time.perf_counter()
     F = store.geometry.commitlog_file_size
-    scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
-    intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
-    ioff = recs.off[intact]
-    isize = recs.size[intact].astype(np.int64)
     blocked = [i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")]
     if blocked:
         # commitlog file names that do not tile the offsets (a file renamed to
@@ -192,10 +188,15 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
         # end. Nothing is changed, as by recover.
         return RepairPlan(
             store=str(store.root), broker_version=profile.label, regions=[], stray=[],
-            intact_records=int(np.count_nonzero(intact)), intact_moved=0, recover_would_cut=None,
+            intact_records=0, intact_moved=0, recover_would_cut=None,
             problems=[f"{b}: commitlog file names overlap or are not multiples of the file size ({F}): repair changes "
                       "nothing until the file has its right name again (or is moved away)" for b in blocked],
             seconds=time.perf_counter() - t0)
+    # (before the walk: offsets past such a name overflow a Java long, and numpy's int64)
+    scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
+    intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
+    ioff = recs.off[intact]
+    isize = recs.size[intact].astype(np.int64)
     files = sorted(store.commitlog, key=lambda f: f.base)
     regions: list[Region] = []
     # stray and misnamed files the broker does not load (or fails to load on: a commitlog

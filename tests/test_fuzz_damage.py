@@ -668,6 +668,25 @@ def test_repair_changes_nothing_while_a_commitlog_file_is_named_far_past_the_oth
     assert snapshot(root) == before
 
 
+def test_a_lone_commitlog_file_named_long_max_value_stops_recover_and_repair(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1000935: ``delay``'s only commitlog file renamed to 09223372036854775807.
+    The first file's alignment was never checked: repair's walk overflowed (internal
+    error: OverflowError), verify warned of a numpy overflow, and recover changed the
+    index at every run. A misaligned first file now stops recover and repair like any
+    misaligned name: status 4, one line, nothing changed."""
+    root = copy(tmp_path, "delay")
+    (root / "commitlog" / "00000000000000000000").rename(root / "commitlog" / "09223372036854775807")
+    before = snapshot(root)
+    for argv in (("verify", str(root)), ("repair", "--dry-run", str(root)),
+                 ("repair", "--yes", str(root), "--backup-dir", str(tmp_path / "b1")),
+                 ("recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2")),
+                 ("recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b3"))):
+        code, out, err = cli(capsys, *argv)
+        assert code == 4 and "commitlog/09223372036854775807" in out + err and "Warning" not in err, (argv, code, err)
+    assert snapshot(root) == before
+
+
 def test_no_damage_reaches_through_a_symlink_out_of_the_store(tmp_path: Path) -> None:
     """Found by the soak: a symlink damage made commitlog/ point at /tmp and a second damage
     listed (and could flip bits in) every file under /tmp. Damage stays in the store."""
