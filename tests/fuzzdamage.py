@@ -836,7 +836,24 @@ def broker_not_a_fixed_point_queue_emptied(root: Path) -> None:
     p.write_bytes(bytes(b))
 
 
+def broker_not_a_fixed_point_queue_walk_from_the_third_last_file(root: Path) -> None:
+    """``crash_midwrite`` with units 3-35 of TopicB/1 zeroed (its first file) and the
+    commitlog zeroed from 229376 (196608 + 32768) on. ConsumeQueue.recover walks a queue
+    from its third-last file: the abnormal start (six files) never reads the zeros, and
+    its truncation at the new end leaves two files; the next start walks from the first
+    file, stops at the zeroed unit and drops the second file. Then a fixed point."""
+    p = root / "commitlog" / "00000000000000196608"
+    b = bytearray(p.read_bytes())
+    b[32768:] = bytes(len(b) - 32768)
+    p.write_bytes(bytes(b))
+    p = root / "consumequeue" / "TopicB" / "1" / "00000000000000000000"
+    b = bytearray(p.read_bytes())
+    b[74:714] = bytes(len(b[74:714]))
+    p.write_bytes(bytes(b))
+
+
 NOT_A_FIXED_POINT: dict[str, tuple[str, Callable[[Path], None]]] = {
+    "queue_walk_from_the_third_last_file": ("crash_midwrite", broker_not_a_fixed_point_queue_walk_from_the_third_last_file),
     "queue_emptied_at_first_start": ("delay", broker_not_a_fixed_point_queue_emptied),
     "q6_first_commitlog_renamed": ("delay", broker_not_a_fixed_point_q6),
     "cq_unit_past_the_end": ("crash_midwrite", broker_not_a_fixed_point_cq_unit),

@@ -424,6 +424,23 @@ def test_recover_writes_a_queue_anew_at_the_second_run_after_the_first_emptied_i
     assert _units(root, "%RETRY%GroupD", 0) == 2
 
 
+def test_recover_drops_a_queue_file_at_the_second_run_when_its_walk_reaches_a_zeroed_unit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1001346 (there with a wrong-sized commitlog file the broker refuses; here
+    the loadable variant): the broker walks a queue from its third-last file, so the
+    zeroed units of TopicB/1's first file are read only once the first start's
+    truncation has left two files; the second start drops the second file. recover's
+    runs do the same (the broker's three starts: tests/oracle/test_fixed_point_oracle.py)."""
+    root = copy(tmp_path, "crash_midwrite")
+    fd.broker_not_a_fixed_point_queue_walk_from_the_third_last_file(root)
+    qdir = root / "consumequeue" / "TopicB" / "1"
+    seen = []
+    for i in range(3):
+        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        seen.append((code, len(list(qdir.iterdir()))))
+    assert seen == [(1, 2), (1, 1), (0, 1)]
+
+
 def test_recover_reindexes_the_record_of_a_queue_it_leaves_alone_at_every_run(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak (seed 192): a consume queue file of ``crash_midwrite`` renamed to Long.MAX_VALUE.

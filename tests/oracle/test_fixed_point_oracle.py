@@ -87,3 +87,16 @@ def test_a_queue_emptied_by_the_first_start_is_written_anew_by_the_second_as_by_
         mine = {str(p.relative_to(ours)): hashlib.sha256(p.read_bytes()).hexdigest() for p in (ours / q).glob("*")}
         assert mine == broker and len(mine) == i, f"start {i + 1}"
         assert _index_shas(ours) == [f["sha256"] for f in view["index_files_after_rocketmq_shutdown_in_name_order"]]
+
+
+def test_a_queue_walk_from_the_third_last_file_drops_a_file_at_the_second_start_as_in_the_broker(
+        oracle: ModuleType, tmp_path: Path) -> None:
+    ours, theirs, fixture = _pair(tmp_path, "queue_walk_from_the_third_last_file")
+    seen = []
+    for i in range(3):
+        code = _recover(ours, tmp_path / f"b{i}")
+        view = oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True)
+        files = sorted(p.name for p in (ours / "consumequeue/TopicB/1").iterdir())
+        assert files == sorted(p.name for p in (theirs / "consumequeue/TopicB/1").iterdir()), f"start {i + 1}"
+        seen.append((code, len(files), view["consume_queues"]["TopicB/1"]["max_offset"]))
+    assert seen == [(1, 2, 56), (1, 1, 4), (0, 1, 4)]  # recover's status, the queue's files, the broker's queue end
