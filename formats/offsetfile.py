@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import quote_numeric_keys
+from .config import quote_numeric_keys, read_config_bytes
+from .errors import FormatError
 
 OFFSET_FILES = ("consumerOffset.json", "lmqConsumerOffset.json", "delayOffset.json")
 TOPIC_GROUP_SEPARATOR = "@"
@@ -202,14 +203,15 @@ def _orig_pos(orig: str, quoted: str, pos: int) -> int:
 
 
 def read_file_state(path: Path, rel: str, *, flat: bool = False) -> FileState:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return FileState(rel, MISSING)
-    except IsADirectoryError:
+    if path.is_dir():
         return FileState(rel, CORRUPT, None, error="a directory, not a file")
-    except OSError as exc:
-        return FileState(rel, CORRUPT, None, error=f"cannot read ({exc.strerror})")
+    try:
+        # never a FIFO or device, never more than the config limit (a sparse 1 GiB file)
+        raw = read_config_bytes(path)
+    except FormatError as exc:
+        return FileState(rel, CORRUPT, None, error=exc.message)
+    if raw is None:
+        return FileState(rel, MISSING)
     if not raw:
         return FileState(rel, EMPTY, 0)
     return parse_offset_text(raw.decode("utf-8", "replace"), rel, flat=flat)

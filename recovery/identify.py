@@ -19,6 +19,8 @@ from typing import Any
 from ..formats import commitlog as cl
 from ..formats.properties import NAME_VALUE_SEPARATOR as PROPERTY_SEP_NV, PROPERTY_SEPARATOR as PROPERTY_SEP
 from ..formats.properties import parse_properties, parse_properties_legacy
+from ..formats.config import read_config_bytes
+from ..formats.errors import FormatError
 from . import check as ck
 from .store import Store
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label
@@ -101,9 +103,12 @@ def infer_version(store: Store) -> Inference:
     if lo < (5, 0, 0):
         for rel, name in FIVE_X_CONFIG_FIELDS:
             try:
-                text = (store.root / rel).read_text(encoding="utf-8", errors="replace")
-            except OSError:
+                raw = read_config_bytes(store.root / rel)  # (never a FIFO or device, bounded)
+            except FormatError:
                 continue
+            if raw is None:
+                continue
+            text = raw.decode("utf-8", "replace")
             if re.search(rf'"{name}"\s*:', text):
                 evidence.append(f"{rel} has the field {name} (only 5.x writes it)")
                 lo = (5, 0, 0)
@@ -151,8 +156,11 @@ def four_x_shutdown(store: Store) -> str | None:
     if store.abort_present:
         return None
     try:
-        doc = json.loads((store.root / "config" / "topics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        raw = read_config_bytes(store.root / "config" / "topics.json")  # (never a FIFO or device, bounded)
+        if raw is None:
+            return None
+        doc = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, FormatError):
         return None
     table = doc.get("topicConfigTable") if isinstance(doc, dict) else None
     if not isinstance(table, dict) or not table or not all(isinstance(t, dict) for t in table.values()):

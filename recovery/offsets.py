@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable
 
 from ..formats import offsetfile as of
 from ..formats.config import loads as config_loads
+from ..formats.config import read_config_bytes
 from ..formats.errors import FormatError, RmqToolError
 from .store import CQ_UNIT, Store
 from .versions import BrokerProfile
@@ -169,9 +170,12 @@ def load_offset_config(root: Path, read_rocksdb: bool = True) -> OffsetConfig:
     groups: set[str] | None = None
     for cand in (cdir / "subscriptionGroup.json", cdir / "subscriptionGroup.json.bak"):
         try:
-            text = cand.read_text("utf-8", "replace")
-        except OSError:
+            raw = read_config_bytes(cand)  # (never a FIFO or device, bounded)
+        except FormatError:
             continue
+        if raw is None:
+            continue
+        text = raw.decode("utf-8", "replace")
         if not text.strip():
             continue
         try:

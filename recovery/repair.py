@@ -200,6 +200,19 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
     ``workdir`` is given)."""
     t0 = time.perf_counter()
     F = store.geometry.commitlog_file_size
+    blocked = [i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")]
+    if blocked:
+        # commitlog file names that do not tile the offsets (a file renamed to
+        # 09223372036854775807, a stray 00000000000000000001): the broker refuses to load
+        # the store, and filling the "gap" up to such a name would create files without
+        # end. Nothing is changed, as by recover.
+        return RepairPlan(
+            store=str(store.root), broker_version=profile.label, regions=[], stray=[],
+            intact_records=0, intact_moved=0, recover_would_cut=None,
+            problems=[f"{b}: commitlog file names overlap or are not multiples of the file size ({F}): repair changes "
+                      "nothing until the file has its right name again (or is moved away)" for b in blocked],
+            seconds=time.perf_counter() - t0)
+    # (before the walk: offsets past such a name overflow a Java long, and numpy's int64)
     scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
     intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
     ioff = recs.off[intact]
@@ -397,7 +410,8 @@ def _recover_would_cut(store: Store, profile: BrokerProfile, scans: Any, recs: A
     max_phy = max((cq_recover_max_phy(q, per_file) for q in load_queues(store)), default=-1)
     headers = [(f.name, _read_index_header(f)) for f in store.index_files]
     out = recovery_outlook(store, profile, scans, recs, max_phy, store.read_checkpoint(), blockers, headers)
-    return int(out[out["mode"]]["records_cut"])
+    mode = out[out["mode"]]
+    return int(mode["records_cut"]) if mode is not None else 0  # (no commitlog file: nothing to cut)
 
 
 def _unfillable_problem(r: Region, exc: Exception, n_after: int) -> str:

@@ -301,6 +301,10 @@ class Store:
                 self.issues.append(LayoutIssue("WRONG_FILE_SIZE", self._rel(f.path), f"{kind} file is {f.size} bytes, mapped size is {expected} (the broker fails to load the store)", "error", f.size))
 
     def _check_sequence(self, files: list[StoreFile], size: int, kind: str) -> None:
+        if kind == "commitlog" and files and files[0].base % size:
+            # the first file too (a lone file renamed to 09223372036854775807: offsets past
+            # it overflow a Java long)
+            self.issues.append(LayoutIssue("MISALIGNED_FILE", self._rel(files[0].path), f"{kind} file offset {files[0].base} is not a multiple of the mapped size {size}", "warning"))
         for prev, cur in zip(files, files[1:]):
             if cur.base - prev.base != size:
                 gap = cur.base - prev.base - size

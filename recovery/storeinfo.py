@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..formats.checkpoint import decode_checkpoint
+from ..formats.errors import FormatError
+from ..formats.safeio import read_small
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from .query import CommitlogReader, read_index_header
 from .safety import broker_holds_lock, lock_holder, pending_journals
@@ -104,8 +106,14 @@ def store_info(store: Store, profile: BrokerProfile, *, deep: bool = False,
                       "end_timestamp": h.end_timestamp, "end_phy_offset": h.end_phy_offset, "index_count": h.index_count})
     doc["index"] = index
     cp_path = root / "checkpoint"
+    raw = None
     if cp_path.is_file():
-        cp = decode_checkpoint(cp_path.read_bytes()[:40])
+        try:  # (the first 40 bytes only: a sparse 64 GiB checkpoint is not read)
+            raw = read_small(cp_path, 40, root, "checkpoint")
+        except FormatError:
+            raw = None
+    if raw is not None:
+        cp = decode_checkpoint(raw)
         doc["checkpoint"] = {"physic_msg_timestamp": cp.physic_msg_timestamp, "logics_msg_timestamp": cp.logics_msg_timestamp,
                              "index_msg_timestamp": cp.index_msg_timestamp, "min_timestamp": cp.min_timestamp}
     else:

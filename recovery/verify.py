@@ -1881,7 +1881,7 @@ def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileS
         "load_blockers": load_blockers,
         "max_phy_offset_of_cq": max_phy_cq,
         "commitlog_min_offset": store.commitlog_min_offset(),
-        "data_end": int(recs.off[-1] + recs.size[-1]) if len(recs) else (files[0].base if files else 0),
+        "data_end": int(recs.off[-1]) + int(recs.size[-1]) if len(recs) else (files[0].base if files else 0),
     }
     if not files:
         out["normal"] = out["abnormal"] = None

@@ -161,7 +161,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
     for p in bad_topics:
         _warn(p.one_line(), "problem")
     changed = (result is not None and result.changed) or finished
-    return int(Exit.combine(changed=changed, problems=bool(plan.problems or bad_topics)))
+    return int(Exit.combine(changed=changed, problems=bool(plan.problems or bad_topics or blocked)))
 
 
 def _plan(store: Any, profile: Any, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:

@@ -246,6 +246,22 @@ def test_f8_a_sparse_config_file_is_not_read(tmp_path: Path) -> None:
     assert o.code == 4 and not o.memory
 
 
+def test_f8_dump_consumequeue_skips_the_holes_of_a_sparse_64_gib_queue_file(tmp_path: Path) -> None:
+    """Found by the soak: the last written unit was searched over the whole map (64 GiB of
+    zeros read, two minutes); now only the data extents are searched and mapped."""
+    root = copy(tmp_path, "clean")
+    q = root / "consumequeue" / "TopicA" / "0" / "00000000000000000000"
+    units = (len(q.read_bytes().rstrip(b"\0")) - 1) // 20 + 1
+    os.truncate(q, 64 << 30)
+    o = child("dump", "consumequeue", str(root), "--topic", "TopicA", "--queue", "0", timeout=60, mem=TWO_GIB)
+    assert o.code == 0 and not o.memory and o.seconds < 15, (o.code, o.seconds, o.err)
+    from rmqtool.recovery.query import iter_cq_entries
+    from rmqtool.recovery.store import Store
+
+    rows = [r for r in iter_cq_entries(Store.open(root), "TopicA", 0) if r["file"].endswith(q.name)]
+    assert len(rows) == units and rows[-1]["status"] == "OK"
+
+
 def test_f9_an_unreadable_store_is_an_operational_error_not_usage(tmp_path: Path, public_tmp: Path) -> None:
     if os.geteuid() != 0:
         root = copy(tmp_path, "clean")
@@ -289,6 +305,39 @@ def test_f10_a_fifo_is_never_opened(tmp_path: Path, where: str, argv: tuple[str,
         assert o.code == 8 and "FIFO" in o.err and where.split("/")[0] in o.err
 
 
+@pytest.mark.parametrize("argv", [("verify",), ("offsets",), ("info",)])
+def test_f10_a_fifo_offset_table_is_never_opened(tmp_path: Path, argv: tuple[str, ...]) -> None:
+    """Soak seed 1000535: a FIFO for config/delayOffset.json hung verify and offsets (the
+    offset tables were read with read_bytes); now every config read is type-checked and
+    bounded, and the FIFO is a corrupt table (the .bak, else empty)."""
+    root = copy(tmp_path, "many_files")
+    fifo = root / "config" / "delayOffset.json"
+    if fifo.exists():
+        fifo.unlink()
+    os.mkfifo(fifo)
+    o = child(argv[0], str(root), *argv[1:], timeout=30)
+    assert o.code in (0, 4) and o.seconds < 20, (o.code, o.err)
+
+
+def test_f10_a_fifo_config_does_not_block_the_version_guess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--broker-version auto reads config files for 5.x-only fields: a FIFO topics.json
+    hung it (read_text)."""
+    root = copy(tmp_path, "clean")
+    (root / "config" / "topics.json").unlink(missing_ok=True)
+    os.mkfifo(root / "config" / "topics.json")
+    monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
+    o = child("verify", str(root), timeout=30)
+    assert o.code in (0, 4) and o.seconds < 20, (o.code, o.err)
+
+
+def test_f8_info_reads_40_bytes_of_a_sparse_64_gib_checkpoint(tmp_path: Path) -> None:
+    """info read the whole checkpoint (read_bytes()[:40]): 64 GiB under a 2 GiB limit."""
+    root = copy(tmp_path, "clean")
+    os.truncate(root / "checkpoint", 64 << 30)
+    o = child("info", str(root), mem=TWO_GIB, timeout=60)
+    assert o.code in (0, 4) and not o.memory and o.seconds < 30, (o.code, o.err)
+
+
 def test_f11_recover_twice_is_recover_once_after_a_renamed_commitlog_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     (root / "commitlog" / "00000000000000327680").rename(root / "commitlog" / "00000000000000458752")
@@ -308,6 +357,143 @@ def test_f11_recover_twice_after_an_absurd_length(tmp_path: Path, capsys: pytest
     h1 = snapshot(root)
     code2, _, _ = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2"))
     assert code2 != 1 and snapshot(root) == h1
+
+
+def _index_count(root: Path) -> int:
+    from rmqtool.recovery.query import read_index_header
+    from rmqtool.recovery.store import Store
+
+    store = Store.open(root)
+    return sum(read_index_header(store, f).index_count for f in store.index_files)
+
+
+def _units(root: Path, topic: str, queue: int) -> int:
+    from rmqtool.recovery.query import iter_cq_entries
+    from rmqtool.recovery.store import Store
+
+    return sum(1 for _ in iter_cq_entries(Store.open(root), topic, queue))
+
+
+def test_recover_repeats_the_brokers_own_q6_reindexing_at_every_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak (9 non-idempotent recovers, e.g. seed 58): the only commitlog file of ``delay``
+    renamed to 65536. The broker re-indexes the record at the index's endPhyOffset at every
+    start (quirk Q6), three entries each time (tests/oracle/test_fixed_point_oracle.py: the
+    same bytes as the broker after each start); recover does the same: exit 1 each run."""
+    root = copy(tmp_path, "delay")
+    fd.broker_not_a_fixed_point_q6(root)
+    counts = [_index_count(root)]
+    for i in range(3):
+        h0 = snapshot(root)
+        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        assert code == 1
+        assert fd.changed_areas(h0, snapshot(root)) == {"index"}
+        counts.append(_index_count(root))
+    assert [b - a for a, b in zip(counts, counts[1:])] == [3, 3, 3]
+
+
+def test_recover_cuts_a_queue_unit_past_the_end_at_the_second_run_like_the_broker(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak (seed 73): a bit flip makes unit 181 of ``crash_midwrite``'s TopicA/2 point 2^48
+    past its record. The abnormal first start keeps the queue; the normal second start
+    truncates the (now complete) queues at the commitlog's end, which cuts that unit and
+    the ten after it; the third changes nothing. recover's runs do the same."""
+    root = copy(tmp_path, "crash_midwrite")
+    fd.broker_not_a_fixed_point_cq_unit(root)
+    seen = []
+    for i in range(3):
+        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        seen.append((code, _units(root, "TopicA", 2)))
+    assert seen == [(1, 192), (1, 181), (0, 181)]
+
+
+def test_recover_writes_a_queue_anew_at_the_second_run_after_the_first_emptied_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak (seed 108): the first unit of ``delay``'s %RETRY%GroupD/0 points 2^48 past its
+    record. The first (normal) start truncates the queues at the end and so deletes that
+    queue's file; the second writes the queue anew from the commitlog; the third changes
+    nothing. The broker's starts do the same, byte for byte
+    (tests/oracle/test_fixed_point_oracle.py)."""
+    root = copy(tmp_path, "delay")
+    fd.broker_not_a_fixed_point_queue_emptied(root)
+    qdir = root / "consumequeue" / "%RETRY%GroupD" / "0"
+    seen = []
+    for i in range(3):
+        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        seen.append((code, sorted(p.name for p in qdir.iterdir()) if qdir.is_dir() else []))
+    assert seen == [(1, []), (1, ["00000000000000000000"]), (0, ["00000000000000000000"])]
+    assert _units(root, "%RETRY%GroupD", 0) == 2
+
+
+def test_recover_drops_a_queue_file_at_the_second_run_when_its_walk_reaches_a_zeroed_unit(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1001346 (there with a wrong-sized commitlog file the broker refuses; here
+    the loadable variant): the broker walks a queue from its third-last file, so the
+    zeroed units of TopicB/1's first file are read only once the first start's
+    truncation has left two files; the second start drops the second file. recover's
+    runs do the same (the broker's three starts: tests/oracle/test_fixed_point_oracle.py)."""
+    root = copy(tmp_path, "crash_midwrite")
+    fd.broker_not_a_fixed_point_queue_walk_from_the_third_last_file(root)
+    qdir = root / "consumequeue" / "TopicB" / "1"
+    seen = []
+    for i in range(3):
+        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        seen.append((code, len(list(qdir.iterdir()))))
+    assert seen == [(1, 2), (1, 1), (0, 1)]
+
+
+def test_recover_reindexes_the_record_of_a_queue_it_leaves_alone_at_every_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak (seed 192): a consume queue file of ``crash_midwrite`` renamed to Long.MAX_VALUE.
+    recover leaves the queue alone (status 4 and the one line), so the last record never
+    gets its unit and each run's start-up reput indexes it again (Q6), as each broker
+    start does."""
+    root = copy(tmp_path, "crash_midwrite")
+    fd.broker_not_a_fixed_point_misnamed_queue(root)
+    counts = [_index_count(root)]
+    for i in range(3):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        assert code == 5 and "09223372036854775807" in err
+        counts.append(_index_count(root))
+    assert counts[2] - counts[1] == counts[3] - counts[2] == 3
+
+
+def test_recover_twice_is_once_where_the_broker_refuses_the_store_and_a_queue_is_left_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1000084: a stray 20-byte ``12`` in ``crash_midwrite``'s TopicA/0. The broker
+    refuses to load the store (a queue file of the wrong size); recover leaves the queue
+    alone, so its last record never gets its unit and each run's start-up reput dispatched
+    it again, re-indexing it (Q6) every time. With no broker behaviour to follow, recover
+    does not index again a record the index holds in full: the second run changes nothing.
+    (Where the broker loads the store it re-indexes at every start, and so does recover:
+    test_recover_reindexes_the_record_of_a_queue_it_leaves_alone_at_every_run.)"""
+    root = copy(tmp_path, "crash_midwrite")
+    (root / "consumequeue" / "TopicA" / "0" / "12").write_bytes(bytes(range(20)))
+    codes = []
+    for i in range(3):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        codes.append(code)
+        assert "consumequeue/TopicA/0: 12: file name is not 20 digits" in err
+        if i == 0:
+            h1 = snapshot(root)
+    assert codes == [5, 4, 4] and snapshot(root) == h1
+
+
+def test_a_queue_file_with_a_19_digit_name_still_counts_for_the_reput_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1000759: ``clean``'s consumequeue/TopicC/0/00000000000000000640 renamed to
+    0000000000000000640. The broker loads it as file 640 (any decimal name) and its start
+    changes nothing; recover leaves the queue alone but counted only 20-digit files for
+    the consume queues' max physical offset, so every run re-dispatched TopicC/0's last
+    records and re-indexed one (Q6). Now the queue counts as the broker loads it: nothing
+    changes, status 4 (the queue left alone) each run."""
+    root = copy(tmp_path, "clean")
+    q = root / "consumequeue" / "TopicC" / "0"
+    (q / "00000000000000000640").rename(q / "0000000000000000640")
+    before = snapshot(root)
+    for i in range(2):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        assert code == 4 and "0000000000000000640: file name is not 20 digits" in err
+        assert snapshot(root) == before
 
 
 def test_f12_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -468,10 +654,84 @@ def test_restore_streams_in_bounded_memory(tmp_path: Path) -> None:
     assert snapshot(root) == before
 
 
+def test_repair_of_a_store_without_its_commitlog_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the soak once it ran repair (seed 2324): with commitlog/ removed, repair's
+    plan asked the recovery outlook of a store without commitlog files for its cut count
+    (internal error: TypeError). Now nothing is to be cut, and repair, like recover and
+    the broker, empties the queues (they point at nothing), all of it in the backup."""
+    root = copy(tmp_path, "many_files")
+    shutil.rmtree(root / "commitlog")
+    before = snapshot(root)
+    code, _, _ = cli(capsys, "repair", "--dry-run", str(root))
+    assert code == 4 and snapshot(root) == before
+    code, _, _ = cli(capsys, "repair", "--yes", str(root), "--backup-dir", str(tmp_path / "b"))
+    assert code == 1 and not list((root / "consumequeue").rglob("0000*"))
+    code, _, _ = cli(capsys, "restore", "--yes", str(tmp_path / "b"), str(root), "--backup-dir", str(tmp_path / "r"))
+    assert code == 1 and snapshot(root) == before
+
+
+def test_repair_changes_nothing_while_a_commitlog_file_is_named_far_past_the_others(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1000110: a commitlog file of ``many_files`` renamed to Long.MAX_VALUE made
+    repair fill the "gap" up to it with missing-file regions, 65536 bytes at a time, without
+    end (a hang). Names that do not tile the offsets stop repair as they stop recover:
+    status 4, one line naming the file, nothing changed."""
+    root = copy(tmp_path, "many_files")
+    (root / "commitlog" / "00000000000000393216").rename(root / "commitlog" / "09223372036854775807")
+    before = snapshot(root)
+    for argv in (("--dry-run",), ("--yes", "--backup-dir", str(tmp_path / "b"))):
+        o = child("repair", str(root), *argv, timeout=60)
+        assert o.code == 4 and o.seconds < 30 and "commitlog/09223372036854775807" in o.err, (o.code, o.err)
+    assert snapshot(root) == before
+
+
+def test_a_lone_commitlog_file_named_long_max_value_stops_recover_and_repair(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1000935: ``delay``'s only commitlog file renamed to 09223372036854775807.
+    The first file's alignment was never checked: repair's walk overflowed (internal
+    error: OverflowError), verify warned of a numpy overflow, and recover changed the
+    index at every run. A misaligned first file now stops recover and repair like any
+    misaligned name: status 4, one line, nothing changed."""
+    root = copy(tmp_path, "delay")
+    (root / "commitlog" / "00000000000000000000").rename(root / "commitlog" / "09223372036854775807")
+    before = snapshot(root)
+    for argv in (("verify", str(root)), ("repair", "--dry-run", str(root)),
+                 ("repair", "--yes", str(root), "--backup-dir", str(tmp_path / "b1")),
+                 ("recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2")),
+                 ("recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b3"))):
+        code, out, err = cli(capsys, *argv)
+        assert code == 4 and "commitlog/09223372036854775807" in out + err and "Warning" not in err, (argv, code, err)
+    assert snapshot(root) == before
+
+
+def test_no_damage_reaches_through_a_symlink_out_of_the_store(tmp_path: Path) -> None:
+    """Found by the soak: a symlink damage made commitlog/ point at /tmp and a second damage
+    listed (and could flip bits in) every file under /tmp. Damage stays in the store."""
+    import random
+
+    outside = tmp_path / "outside"
+    (outside / "sub" / "0").mkdir(parents=True)
+    for name in ("00000000000000000000", "checkpoint", "delayOffset.json", "sub/0/00000000000000000000"):
+        (outside / name).write_bytes(bytes(range(256)) * 8)
+    before = fd.tree_digest(outside)
+    base = copy(tmp_path, "clean")
+    for i, kind in enumerate(sorted(fd.KINDS) * 3):
+        root = tmp_path / f"s{i}"
+        shutil.copytree(base, root, symlinks=True)
+        for d in ("commitlog", "config", "consumequeue", "index"):
+            shutil.rmtree(root / d, ignore_errors=True)
+            (root / d).symlink_to(outside)
+        (root / "checkpoint").unlink()
+        (root / "checkpoint").symlink_to(outside / "checkpoint")
+        fd.KINDS[kind](root, random.Random(i))
+        assert fd.tree_digest(outside) == before, kind
+        fd.cleanup(root)
+
+
 # ---------------------------------------------------------------------------------------
 # the fuzz run: a fixed budget of damaged stores, every command on each
 
-FUZZ_STORES = int(os.environ.get("RMQTOOL_FUZZ_STORES", "90"))
+FUZZ_STORES = int(os.environ.get("RMQTOOL_FUZZ_STORES", "75"))  # every kind from seed 2300; ~19 commands each
 FUZZ_SEED = int(os.environ.get("RMQTOOL_FUZZ_SEED", "2300"))
 
 

@@ -1,0 +1,102 @@
+"""Issue 23: where ``recover`` twice is not ``recover`` once, the broker started twice is not
+a fixed point either, and recover does what the broker does (tests/fuzzdamage.py,
+NOT_A_FIXED_POINT: the cases the damaged-store soak found). RocketMQ 4.9.4 (the oracle
+harness) starts a copy of each damaged store in place, again and again; recover runs as
+often on another copy."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from rmqtool.cli import run
+from rmqtool.recovery.query import iter_cq_entries
+from rmqtool.recovery.store import Store
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import fuzzdamage as fd  # noqa: E402
+
+pytestmark = pytest.mark.oracle
+
+
+def _pair(tmp_path: Path, case: str) -> tuple[Path, Path, str]:
+    fixture, damage = fd.NOT_A_FIXED_POINT[case]
+    ours, theirs = tmp_path / "ours", tmp_path / "broker"
+    shutil.copytree(fd.REAL / fixture / "store", ours, symlinks=True)
+    damage(ours)
+    shutil.copytree(ours, theirs, symlinks=True)
+    return ours, theirs, fixture
+
+
+def _recover(root: Path, backup: Path) -> int:
+    return run(["recover", "--yes", "-q", str(root), "--backup-dir", str(backup)])
+
+
+def _index_shas(root: Path) -> list[str]:
+    return [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((root / "index").iterdir())]
+
+
+def test_q6_every_start_adds_the_same_index_entries_as_the_broker(oracle: ModuleType, tmp_path: Path) -> None:
+    ours, theirs, fixture = _pair(tmp_path, "q6_first_commitlog_renamed")
+    seen = []
+    for i in range(2):
+        assert _recover(ours, tmp_path / f"b{i}") == 1
+        view = oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True)
+        assert view["load_ok"]
+        broker = [f["sha256"] for f in view["index_files_after_rocketmq_shutdown_in_name_order"]]
+        assert _index_shas(ours) == broker, f"start {i + 1}"
+        seen.append(broker)
+    assert seen[0] != seen[1]  # the broker's second start changed the index again
+
+
+def test_a_queue_unit_past_the_end_goes_at_the_second_start_as_in_the_broker(oracle: ModuleType, tmp_path: Path) -> None:
+    ours, theirs, fixture = _pair(tmp_path, "cq_unit_past_the_end")
+    for i in range(3):
+        code = _recover(ours, tmp_path / f"b{i}")
+        view = oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True)
+        broker = [(e["phys_offset"], e["size"], e["tags_code"]) for e in view["consume_queues"]["TopicA/2"]["entries"]]
+        mine = [(r["commitlog_offset"], r["size"], r["tags_code"]) for r in iter_cq_entries(Store.open(ours), "TopicA", 2)]
+        assert mine == broker, f"start {i + 1}"
+        assert (code, len(mine)) == [(1, 192), (1, 181), (0, 181)][i]
+
+
+def test_a_queue_left_alone_is_reindexed_at_every_start_by_the_broker_too(oracle: ModuleType, tmp_path: Path) -> None:
+    ours, theirs, fixture = _pair(tmp_path, "misnamed_queue_file")
+    views = []
+    for i in range(2):
+        h0 = fd.tree_digest(ours)
+        assert _recover(ours, tmp_path / f"b{i}") == 5
+        changed = fd.changed_areas(h0, fd.tree_digest(ours))
+        views.append(oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True))
+    assert changed == {"index"} and "index" in fd.broker_changed_areas(*views)
+
+
+def test_a_queue_emptied_by_the_first_start_is_written_anew_by_the_second_as_by_the_broker(
+        oracle: ModuleType, tmp_path: Path) -> None:
+    ours, theirs, fixture = _pair(tmp_path, "queue_emptied_at_first_start")
+    q = "consumequeue/%RETRY%GroupD/0/"
+    for i in range(2):
+        assert _recover(ours, tmp_path / f"b{i}") == 1
+        view = oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True)
+        broker = {k: v["sha256"] for k, v in view["files_after_rocketmq_shutdown"].items() if k.startswith(q)}
+        mine = {str(p.relative_to(ours)): hashlib.sha256(p.read_bytes()).hexdigest() for p in (ours / q).glob("*")}
+        assert mine == broker and len(mine) == i, f"start {i + 1}"
+        assert _index_shas(ours) == [f["sha256"] for f in view["index_files_after_rocketmq_shutdown_in_name_order"]]
+
+
+def test_a_queue_walk_from_the_third_last_file_drops_a_file_at_the_second_start_as_in_the_broker(
+        oracle: ModuleType, tmp_path: Path) -> None:
+    ours, theirs, fixture = _pair(tmp_path, "queue_walk_from_the_third_last_file")
+    seen = []
+    for i in range(3):
+        code = _recover(ours, tmp_path / f"b{i}")
+        view = oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True)
+        files = sorted(p.name for p in (ours / "consumequeue/TopicB/1").iterdir())
+        assert files == sorted(p.name for p in (theirs / "consumequeue/TopicB/1").iterdir()), f"start {i + 1}"
+        seen.append((code, len(files), view["consume_queues"]["TopicB/1"]["max_offset"]))
+    assert seen == [(1, 2, 56), (1, 1, 4), (0, 1, 4)]  # recover's status, the queue's files, the broker's queue end
