@@ -399,3 +399,39 @@ def test_index_of_deleted_commitlog_files_keeps_its_header(tmp_path: Path, capsy
     assert set(after) >= set(before)  # none discarded
     capsys.readouterr()
     assert run(["verify", str(root), "-q", "--format", "json"]) == 0
+
+
+@pytest.mark.parametrize("lost", [0, 1])
+def test_a_file_after_a_lost_index_file_is_not_kept(built: tuple[Path, list[bytes]], tmp_path: Path, lost: int) -> None:
+    """Oracle soak seeds 5003 (4.9.8) and 5070 (4.6.1): an index file gone after a crash.
+    The broker deletes the files after it too (past indexMsgTimestamp) and re-indexes from
+    its start file (here the first), so it finds the lost file's keys; a later file that
+    passes the check would leave them in no file. It is discarded and re-indexed instead,
+    so every key stays findable (recover's index is rebuild-index's)."""
+    root = _copy(built, tmp_path)
+    files = _files(root)
+    files[lost].unlink()
+    store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
+    assert ik.keyed_record_between(store, P494, 0, _header(files[1 if lost == 0 else 2])[2]) == 0
+    plan = plan_recovery(store, P494)
+    assert [k.file for k in plan.index_kept] == ([] if lost == 0 else [f"index/{files[0].name}"])
+    discarded = [d.file for d in plan.index_discarded]
+    assert discarded == [f"index/{p.name}" for p in files[lost + 1 :]]
+    if lost == 1:
+        assert "in no index file" in plan.index_discarded[0].reason
+    assert run(["recover", "--yes", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert _lookup_all(root) == _rebuilt_from_scratch(root, tmp_path) == built[1]
+    assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
+
+
+def test_keyed_record_between(built: tuple[Path, list[bytes]], tmp_path: Path) -> None:
+    """The hole test: consecutive full files leave none (the next file begins at the
+    record the previous one ends with, or at the next record with keys)."""
+    root = _copy(built, tmp_path)
+    store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
+    h = [_header(p) for p in _files(root)]
+    assert ik.keyed_record_between(store, P494, h[0][3], h[1][2], after_lo=True) is None
+    assert ik.keyed_record_between(store, P494, h[1][3], h[2][2], after_lo=True) is None
+    assert ik.keyed_record_between(store, P494, 0, 0) is None
+    mid = ik.keyed_record_between(store, P494, h[0][3], h[2][2], after_lo=True)
+    assert mid is not None and h[0][3] < mid < h[1][3]  # the next record, which the second file holds
