@@ -110,6 +110,7 @@ CODES: dict[str, tuple[str, str]] = {
     "LAYOUT_CQ_EXT": (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
     "LAYOUT_BATCH_CQ": (ERROR, "BatchConsumeQueue files (batchconsumequeue/): the store is refused (exit 8)"),
     "UNSUPPORTED_SETTING": (ERROR, "a broker.conf setting whose effect on recovery rmqtool does not implement: the store is refused (exit 8)"),
+    "CL_ZEROED_RECORD_TAIL": (ERROR, "the last record of the data ends in zero bytes inside its properties, its last field (a tail zeroed, or a write torn, inside the record): the broker keeps the record with those properties, and whatever followed it, acknowledged messages included, is gone without another trace"),
     "CL_GARBAGE_AFTER_END": (WARNING, "non-zero bytes after the end of the data that hold no intact record"),
     "CL_SALVAGEABLE_RECORDS": (WARNING, "intact records found beyond a point where the record walk stops (how many, where, and how many the broker's recovery throws away)"),
     "CL_BAD_BLANK": (WARNING, "a BLANK end-of-file record whose TOTALSIZE is not the rest of the file"),
@@ -2042,6 +2043,26 @@ def _commitlog_spans(store: Store, scans: Sequence[FileScan | None], recs: Recor
     return spans
 
 
+def _zeroed_properties_tail(path: Path, pos: int, size: int) -> int:
+    """How many zero bytes end the properties of the record at POS of the file PATH (its
+    last field; 0 when it has none, or they do not end in a zero byte, or it is unreadable).
+    The broker never writes a NUL there: its properties string ends with a separator or a
+    value, and a NUL in a value is vanishingly rare, while a zeroed or torn tail leaves a
+    run of them."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(pos)
+            data = fh.read(size)
+        rec = cl.decode_message(data, 0, len(data))
+    except (OSError, cl.DecodeFailure, ValueError):
+        return 0
+    n = rec.properties_length
+    if n <= 0 or len(data) != size or rec.total_size != size:
+        return 0
+    props = data[size - n:]
+    return n - len(props.rstrip(b"\0"))
+
+
 def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
                         outlook: dict[str, Any], spans: _Spans | None = None) -> list[Finding]:
     mapped = store.geometry.commitlog_file_size
@@ -2092,6 +2113,17 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                         out.append(finding("CL_GARBAGE_AFTER_END", rel, g.first_nonzero, base + g.first_nonzero,
                                            f"non-zero bytes after the end of the data (from {g.first_nonzero} to {g.end}) hold no intact record",
                                            region_end=g.end))
+                    k = int(np.searchsorted(offs, g_off)) - 1 if n_rec else -1
+                    if k >= 0 and int(offs[k]) + int(recs.size[k]) == g_off:
+                        zeros = _zeroed_properties_tail(fs.file.path, int(offs[k]) - base, int(recs.size[k]))
+                        if zeros:
+                            # (oracle soak seed 5089: a zeroed tail that began inside the last
+                            # record's properties; the broker keeps that record, and the
+                            # acknowledged messages after it leave no other trace)
+                            out.append(finding("CL_ZEROED_RECORD_TAIL", rel, int(offs[k]) - base, int(offs[k]),
+                                               f"the last record of the data ends in {zeros} zero bytes inside its properties: "
+                                               "its tail was zeroed or its write torn; the broker keeps it with those properties, "
+                                               "and any records after it are gone", zero_bytes=zeros))
                 continue
             g = gap_at.get(e.pos)
             if short and e.reason == ck.SHORT and g is not None and g.end >= fs.end:

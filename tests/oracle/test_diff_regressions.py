@@ -1,0 +1,57 @@
+"""Disagreements the oracle soak found, pinned as small deterministic cases the broker
+oracle runs in seconds (the soak's own seeds killed the writer, so a rerun does not land
+the kill at the same moment; these cases make the same state on purpose).
+
+Seed 5131 (5.3.3): a crash left a retry queue's consume queue file created but its first
+unit unwritten (all zeros). The broker's truncateDirtyLogicFiles takes the first unit of a
+queue's last file without checking it, so the broker lists the queue with one unit
+(0, 0, 0); rmqtool leaves the same bytes and calls it empty (man rmqtool-recover,
+Deviations). The test asserts exactly that difference."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import diffcase as dc  # noqa: E402
+from conftest_diff import broker_oracle  # noqa: E402,F401  (the fixture)
+
+pytestmark = pytest.mark.oracle
+
+CONFIG = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 160, "maxHashSlotNum": 4, "maxIndexNum": 400}
+QUEUE = "%RETRY%GroupX/2"
+
+
+def test_seed_5131_an_all_zero_first_unit_the_broker_lists(broker_oracle: dc.Oracle, tmp_path: Path) -> None:  # noqa: F811
+    known = broker_oracle.versions()
+    version = "5.3.3" if "5.3.3" in known else max((v for v in known if v.startswith("5.")), key=dc._vt)
+    sc = {"config": CONFIG, "end": {"mode": "clean"}, "messages": [
+        {"topic": "TopicB", "queue_id": 2, "keys": "K1", "body_len": 100, "body_seed": 1},
+        {"topic": "TopicA", "queue_id": 0, "keys": "K3", "body_len": 100, "body_seed": 3}]}
+    w = broker_oracle.batch(version, [{"id": 0, "verb": "write", "scenario": sc, "out": str(tmp_path / "w")}])[0]
+    assert w["exit"] == 0, w
+    store = tmp_path / "w" / "store"
+    qfile = store / "consumequeue" / "%RETRY%GroupX" / "2" / f"{0:020d}"
+    qfile.parent.mkdir(parents=True)
+    qfile.write_bytes(bytes(160))  # created by the dispatch, the crash came before its unit
+    (store / "abort").write_bytes(b"")
+    view = broker_oracle.batch(version, [{"id": 0, "verb": "view", "config": CONFIG, "store": str(store)}])[0]["result"]
+    q = view["consume_queues"][QUEUE]
+    assert (q["min_offset"], q["max_offset"]) == (0, 1)
+    assert [(e["cq_offset"], e["phys_offset"], e["size"], e["tags_code"]) for e in q["entries"]] == [(0, 0, 0, 0)]
+
+    rec = tmp_path / "rec"
+    shutil.copytree(store, rec)
+    rc, msg = dc.run_recover(rec, version, CONFIG)
+    assert rc == 1, msg
+    assert (rec / "consumequeue" / "%RETRY%GroupX" / "2" / f"{0:020d}").read_bytes() == bytes(160)  # the broker's bytes
+    ours = dc.dump_queues(rec, CONFIG)
+    assert QUEUE not in ours or ours[QUEUE]["entries"] == []
+    # exactly that difference: without the allowance it is the only disagreement
+    assert dc.compare_queues(view, ours, "recover cq") == [
+        f"recover cq: {QUEUE}: 1 broker entries, 0 rmqtool; first difference at #0: broker (0, 0, 0, 0) rmqtool None"]
+    assert dc.recovered_checks(rec, version, CONFIG, view, superset_keys=True) == []
