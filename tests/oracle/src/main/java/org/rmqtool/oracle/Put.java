@@ -118,7 +118,7 @@ final class Put {
             Thread.sleep(end.get("wait_ms").getAsLong());
         }
         Viewer.persistSchedule(schedule);
-        s.shutdown();
+        QuickShutdown.run(s::shutdown);
         JsonObject res = header(version, scen, storeDir, !Files.exists(storeDir.resolve("abort")));
         JsonArray arr = new JsonArray();
         results.forEach(arr::add);
