@@ -38,10 +38,10 @@ def _chunk(args: tuple[str, list[tuple[int, str]], str, int, bool, int]) -> list
         done = dc.run_cases(oracle, specs, Path(work), max_messages=max_messages, keep=keep, parallel=parallel)
     except Exception as exc:  # noqa: BLE001 - the oracle failed as a whole: every case of the chunk says so
         return [{"seed": seed, "version": v, "results": {"oracle": [f"{type(exc).__name__}: {exc}"]}, "skipped": {},
-                 "damage": [], "seconds": 0.0, "scenario": dc.gen_scenario(seed, v, max_messages=max_messages)}
+                 "damage": [], "seconds": 0.0, "phases": {}, "scenario": dc.gen_scenario(seed, v, max_messages=max_messages)}
                 for seed, v in specs]
     return [{"seed": r.seed, "version": r.version, "results": r.results, "skipped": r.skipped,
-             "damage": r.damage_done, "seconds": r.seconds, "scenario": r.scenario} for r in done]
+             "damage": r.damage_done, "seconds": r.seconds, "phases": r.phases, "scenario": r.scenario} for r in done]
 
 
 def main() -> int:
@@ -58,9 +58,14 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep every case's stores")
     ap.add_argument("--summarize", action="store_true", help="only print the table of --out's cases.jsonl (a run cut short)")
+    ap.add_argument("--results", default=None,
+                    help="also append one line per case to this JSONL file (seed, version, results, skipped, damage, "
+                         "seconds, phases, explained: the disagreements a later fix or documented deviation explains); "
+                         "with --summarize: print the table of this file instead")
     ns = ap.parse_args()
     if ns.summarize:
-        rows = [json.loads(line) for line in open(Path(ns.out) / "cases.jsonl", encoding="utf-8") if line.strip()]
+        src = Path(ns.results) if ns.results else Path(ns.out) / "cases.jsonl"
+        rows = [json.loads(line) for line in open(src, encoding="utf-8") if line.strip()]
         return print_table(rows, sorted({r["version"] for r in rows}, key=dc._vt), 0.0)
 
     script = Path(ns.oracle) if ns.oracle else dc.find_oracle(ROOT)
@@ -89,9 +94,13 @@ def main() -> int:
             done += 1
             rows.append(r)
             ok = not any(r["results"].values())
+            line = json.dumps({k: r[k] for k in ("seed", "version", "results", "skipped", "damage", "seconds", "phases")},
+                              ensure_ascii=False) + "\n"
             with open(out_dir / "cases.jsonl", "a", encoding="utf-8") as f:  # for --summarize of a cut-short run
-                f.write(json.dumps({k: r[k] for k in ("seed", "version", "results", "skipped", "damage", "seconds")},
-                                   ensure_ascii=False) + "\n")
+                f.write(line)
+            if ns.results:
+                with open(ns.results, "a", encoding="utf-8") as f:
+                    f.write(line)
             if not ok:
                 rep = out_dir / f"{r['version']}-{r['seed']}.json"
                 rep.write_text(json.dumps(r, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -119,7 +128,7 @@ def print_table(rows: list[dict], versions: list[str], seconds: float) -> int:
         for check, dis in r["results"].items():
             if dis:
                 bad_lines.append(f"seed {r['seed']} {v} [{check}] {dis[0][:240]}  (damage: {r['damage']})")
-    checks = [c for c in ("write", "dump", "verify", "recover", "rebuild", "reopen", "oracle", "harness")
+    checks = [c for c in ("write", "dump", "verify", "recover", "rebuild", "reopen", "refuse", "oracle", "harness")
               if any(c in table[v] for v in table)]
     head = f"{'version':<9} {'cases':>6} {'agree':>6} " + " ".join(f"{c:>20}" for c in checks)
     print(head)
@@ -134,6 +143,15 @@ def print_table(rows: list[dict], versions: list[str], seconds: float) -> int:
     print(f"{'all':<9} {sum(tot):>6} {tot[0]:>6}   (agree/disagree per check; skip: not applicable, "
           f"e.g. the broker does not load the store)")
     print(f"{seconds:,.0f} s")
+    phases: dict[str, float] = defaultdict(float)
+    for r in rows:
+        for k, t in (r.get("phases") or {}).items():
+            phases[k] += t
+    if phases:
+        n = max(1, len(rows))
+        print("per case, mean seconds: " + ", ".join(f"{k} {t / n:.2f}" for k, t in sorted(phases.items(), key=lambda kv: -kv[1]))
+              + "  (write/view/reopen: the job inside the JVM; jvm_other: JVM start and the rest of the batch; "
+                "rmqtool: rmqtool's commands and the comparisons, in-process)")
     for line in bad_lines:
         print(line)
     return 0 if not bad_lines else 4

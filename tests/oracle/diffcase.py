@@ -452,6 +452,28 @@ def rmqtool_read_only_checks(store: Path, version: str, config: dict[str, Any], 
     return out
 
 
+REFUSE_COMMANDS = (["verify"], ["recover", "--dry-run"], ["rebuild-index", "--dry-run"], ["repair", "--dry-run"])
+
+
+def refusal_checks(store: Path, version: str, config: dict[str, Any], work: Path) -> list[str]:
+    """A broker.conf with duplicationEnable=true (the setting the oracle cannot run: see
+    gen_scenario): every command that reads recovery settings refuses the store with exit 8
+    and one line naming the setting, and changes nothing."""
+    conf = work / "duplication.conf"
+    conf.write_text("duplicationEnable=true\n" + "".join(f"{k}={v}\n" for k, v in config.items()
+                                                         if k in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue",
+                                                                  "maxHashSlotNum", "maxIndexNum")), encoding="utf-8")
+    before = file_digests(store, ("",))
+    bad = []
+    for cmd in REFUSE_COMMANDS:
+        rc, out, err = rmq([cmd[0], str(store), *cmd[1:], "--broker-config", str(conf), "--broker-version", rmq_version(version), "-q"])
+        if rc != 8 or "duplicationEnable" not in err + out:  # (verify names it in its report's UNSUPPORTED_SETTING)
+            bad.append(f"refuse: {' '.join(cmd)} with duplicationEnable=true: status {rc} (want 8): {err.strip()[-160:]}")
+    if file_digests(store, ("",)) != before:
+        bad.append("refuse: the store changed although every command refused it")
+    return bad
+
+
 def recover_args(version: str, config: dict[str, Any], extra: list[str] = ()) -> list[str]:  # type: ignore[assignment]
     args = ["--broker-version", rmq_version(version), *geometry_args(config), "-q", "-j", "1", "--format", "json"]
     if config.get("checkCRCOnRecover") is False:
@@ -744,10 +766,12 @@ def gen_scenario(seed: int, version: str, *, max_messages: int = 120) -> dict[st
         "flushDiskType": rng.choice(["ASYNC_FLUSH", "ASYNC_FLUSH", "SYNC_FLUSH"]),
         "maxMessageSize": cl // 2,
     }
-    # duplicationEnable is not generated: the reput then stops at the confirm offset, which
-    # only an HA/controller setup advances, so a lone broker never dispatches (the oracle's
-    # view waits for a catch-up that does not come), and rmqtool does not model it
-    rng.random()
+    # duplicationEnable is not given to the broker: the reput then stops at the confirm
+    # offset, which only an HA/controller setup advances, so a lone broker never dispatches
+    # (the oracle's view would wait for a catch-up that does not come). rmqtool refuses the
+    # setting (exit 8, man rmqtool-recover, BROKER CONFIGURATION): some cases check that
+    # refusal instead ("refuse")
+    probe_duplication = rng.random() < 0.2
     if v >= (5, 2, 0) and rng.random() < 0.3:
         config["enabledAppendPropCRC"] = True
         if rng.random() < 0.5:
@@ -799,7 +823,8 @@ def gen_scenario(seed: int, version: str, *, max_messages: int = 120) -> dict[st
     else:
         end = {"mode": "kill", "after_acks": rng.randint(0, n), "writers": rng.choice([1, 2])}
     damage = gen_damage(rng, end["mode"])
-    return {"config": config, "messages": msgs, "end": end, "damage": damage, "seed": seed, "version": version}
+    return {"config": config, "messages": msgs, "end": end, "damage": damage, "seed": seed, "version": version,
+            "probe_duplication": probe_duplication}
 
 
 DAMAGE_KINDS = ["bitflip", "zero_tail", "truncate_last", "remove_cq_file", "remove_index_file",
@@ -887,7 +912,7 @@ def harness_scenario(sc: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 # cases, end to end (in phases, so that one JVM per version and phase serves many cases)
 
-CHECKS = ("write", "dump", "verify", "recover", "rebuild", "reopen")
+CHECKS = ("write", "dump", "verify", "recover", "rebuild", "reopen", "refuse")
 
 
 @dataclass
@@ -899,6 +924,7 @@ class CaseResult:
     skipped: dict[str, str] = field(default_factory=dict)
     damage_done: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # where the case's time went (s)
 
     @property
     def ok(self) -> bool:
@@ -954,6 +980,8 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
     view, res = c.view, c.res
     assert view is not None
     ro = rmqtool_read_only_checks(c.store, res.version, c.config, view, lost_acknowledged(c.result or {}, view))
+    if res.scenario.get("probe_duplication"):
+        ro["refuse"] = refusal_checks(c.store, res.version, c.config, c.work)
     if ro.pop("_prop_crc_cut", None) is not None:
         for k in ("recover", "rebuild", "reopen"):
             res.skipped[k] = "forceVerifyPropCRC cut, not modelled by rmqtool (man rmqtool-recover)"
@@ -1030,7 +1058,7 @@ def run_cases(oracle: "Oracle", specs: list[tuple[int, str]], work: Path, *, max
         # 1. the broker writes
         jobs = [{"id": i, "verb": "write", "scenario": harness_scenario(c.res.scenario), "out": str(c.work / "w")}
                 for i, c in enumerate(cases)]
-        for c, r in zip(cases, oracle.batch(version, jobs, parallel)):
+        for c, r in zip(cases, _batch(oracle, version, jobs, parallel, cases, "write")):
             c.t += r.get("elapsed_ms", 0) / 1000
             if r.get("exit") != 0:
                 c.res.results["write"] = [f"rocketmq-oracle write: {r.get('error')}"]
@@ -1044,21 +1072,23 @@ def run_cases(oracle: "Oracle", specs: list[tuple[int, str]], work: Path, *, max
             c.undamaged_clean = c.res.scenario["end"]["mode"] == "clean" and not c.res.damage_done
         jobs = [{"id": i, "verb": "view", "config": c.config, "store": str(c.store)} for i, c in enumerate(live)]
         again = []
-        for c, r in zip(live, oracle.batch(version, jobs, parallel)):
+        for c, r in zip(live, _batch(oracle, version, jobs, parallel, live, "view")):
             c.t += r.get("elapsed_ms", 0) / 1000
             if r.get("exit") != 0:
                 c.res.results["oracle"] = [f"rocketmq-oracle view: {r.get('error')}"]
                 continue
             c.view = r["result"]
             # 3. rmqtool's side
+            t0 = time.monotonic()
             try:
                 if _timed(c, lambda c=c: _checks_after_view(c, checks)):
                     again.append(c)
             except Exception as exc:  # noqa: BLE001 - a crash of rmqtool or the comparison is a finding
                 c.res.results["harness"] = [f"{type(exc).__name__}: {exc}"]
+            c.res.phases["rmqtool"] = time.monotonic() - t0
         # 4. the broker opens what rmqtool recovered
         jobs = [{"id": i, "verb": "view", "config": c.config, "store": str(c.rec)} for i, c in enumerate(again)]
-        for c, r in zip(again, oracle.batch(version, jobs, parallel) if jobs else []):
+        for c, r in zip(again, _batch(oracle, version, jobs, parallel, again, "reopen") if jobs else []):
             c.t += r.get("elapsed_ms", 0) / 1000
             if r.get("exit") != 0:
                 c.res.results["reopen"] = [f"reopen: the broker fails on the store rmqtool recovered: {r.get('error')}"]
@@ -1072,6 +1102,21 @@ def run_cases(oracle: "Oracle", specs: list[tuple[int, str]], work: Path, *, max
             out.append(c.res)
             if progress:
                 progress(c.res)
+    return out
+
+
+def _batch(oracle: "Oracle", version: str, jobs: list[dict[str, Any]], parallel: int, cases: list[_Case],
+           phase: str) -> list[dict[str, Any]]:
+    """oracle.batch, noting in each case's ``phases`` its job's time inside the JVM
+    (PHASE) and its share of the rest of the batch's wall time (``jvm_other``: JVM start,
+    class loading, the harness's JSON)."""
+    t0 = time.monotonic()
+    out = oracle.batch(version, jobs, parallel)
+    wall = time.monotonic() - t0
+    inside = sum(r.get("elapsed_ms", 0) for r in out) / 1000
+    for c, r in zip(cases, out):
+        c.res.phases[phase] = r.get("elapsed_ms", 0) / 1000
+        c.res.phases["jvm_other"] = c.res.phases.get("jvm_other", 0.0) + max(0.0, wall - inside) / max(1, len(out))
     return out
 
 
