@@ -820,6 +820,34 @@ def _index_header(f: StoreFile) -> tuple[int, int, int, int, int, int]:
     return HEADER_STRUCT.unpack(raw.ljust(HEADER_SIZE, b"\0"))  # type: ignore[return-value]
 
 
+def _entries_at(f: StoreFile, slot_num: int, count: int, offset: int, tail: bool) -> int:
+    """How many of the last (``tail``) or first entries of the index file F in a row point at
+    the record at OFFSET (its keys at the file's end or start; at most 65,536 are read)."""
+    first = HEADER_SIZE + slot_num * SLOT_SIZE
+    n = min(count - 1, (f.path.stat().st_size - first - ENTRY_SIZE) // ENTRY_SIZE)
+    if n <= 0:
+        return 0
+    k = min(n, 1 << 16)
+    with open(f.path, "rb") as fh:
+        fh.seek(first + ENTRY_SIZE * (1 + (n - k if tail else 0)))
+        raw = fh.read(k * ENTRY_SIZE)
+    offs = np.frombuffer(raw, dtype=ENTRY_DTYPE, count=len(raw) // ENTRY_SIZE)["commitlog_offset"].astype(np.int64)
+    if tail:
+        offs = offs[::-1]
+    other = np.flatnonzero(offs != offset)
+    return int(other[0]) if len(other) else len(offs)
+
+
+def _keys_indexed_at(hp: StoreFile, hp_h: tuple[int, ...], hc: StoreFile, hc_h: tuple[int, ...], slot_num: int) -> int:
+    """Entries two consecutive index files hold of the record the first ends with
+    (hp_h[3]): its last ones, and the next file's first ones when it begins there."""
+    lo = hp_h[3]
+    n = _entries_at(hp, slot_num, hp_h[5], lo, tail=True)
+    if hc_h[2] == lo:
+        n += _entries_at(hc, slot_num, hc_h[5], lo, tail=False)
+    return n
+
+
 def _entry_offsets(f: StoreFile, slot_num: int, count: int) -> np.ndarray:
     """The commitlog offsets of entries ``1..count-1`` (as far as the file holds them)."""
     first = HEADER_SIZE + slot_num * SLOT_SIZE
@@ -1088,8 +1116,10 @@ def plan_recovery(
         # must we: the file is then not kept and the re-index starts before the hole)
         assert first_discard is not None
         lo = headers[store.index_files[first_discard - 1].name][3] if first_discard else min_offset
-        keep_candidates = keyed_record_between(store, profile, lo, headers[store.index_files[first_discard].name][2],
-                                               after_lo=bool(first_discard)) is None
+        hi = headers[store.index_files[first_discard].name][2]
+        fp, fc = (store.index_files[first_discard - 1], store.index_files[first_discard]) if first_discard else (None, None)
+        at_lo = _keys_indexed_at(fp, headers[fp.name], fc, headers[fc.name], g.index_slot_num) if fp and fc else 0
+        keep_candidates = keyed_record_between(store, profile, lo, hi, after_lo=bool(first_discard), keys_at_lo=at_lo) is None
 
     def check_first_discard() -> None:
         if keep_candidates:
@@ -1215,8 +1245,9 @@ def plan_recovery(
                 # our improvement: a file that holds exactly what the broker put into it
                 # stays (the broker deletes it, and its keys with it)
                 chk = early.get(f.name)
-                hole = (keyed_record_between(store, profile, prev_h[3], h[2], after_lo=True)
-                        if last_chk is not None and prev_h is not None else None)
+                hole = (keyed_record_between(store, profile, prev_h[3], h[2], after_lo=True,
+                                             keys_at_lo=_keys_indexed_at(kept_index[-1], prev_h, f, h, g.index_slot_num))
+                        if last_chk is not None and prev_h is not None and kept_index else None)
                 if hole is not None:
                     # (a lost file between two the broker deletes: what it held is in neither)
                     chk = IndexCheck(False, f"the records from {hole} on before its first entry are in no index file", max(h[5], 1) - 1)
