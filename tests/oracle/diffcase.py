@@ -242,6 +242,12 @@ def compare_queues(view: dict[str, Any], ours: dict[str, dict[str, Any]], what: 
         te = [(e["cq_offset"], e["phys_offset"], e["size"], e["tags_code"]) for e in q.get("entries", [])]
         mine = ours.get(key, {"entries": [], "min_offset": 0, "max_offset": 0})
         oe = [(e["cq_offset"], e["phys_offset"], e["size"], e["tags_code"]) for e in mine["entries"]]
+        # fill-blank units below the broker's minimum offset: the dispatch that writes them
+        # (ConsumeQueue.fillPreBlank, a queue's first unit at a queue offset > 0) also moves
+        # the broker's in-memory minimum past them; at its next start (correctMinOffset) it
+        # counts them again (oracle soak seed 20055). The bytes are the same either way.
+        lo = q.get("min_offset") or 0
+        oe = [x for x in oe if not (x[0] < lo and x[1:] == FILL_BLANK)]
         if te != oe:
             diff = next((i for i, (a, b) in enumerate(zip(te, oe)) if a != b), min(len(te), len(oe)))
             bad.append(f"{what}: {key}: {len(te)} broker entries, {len(oe)} rmqtool; first difference at #{diff}: "
@@ -266,6 +272,14 @@ def compare_queues_superset(view: dict[str, Any], ours: dict[str, dict[str, Any]
         mine = {e["cq_offset"]: (e["phys_offset"], e["size"], e["tags_code"]) for e in ours.get(key, {"entries": []})["entries"]}
         for e in q.get("entries", []):
             t = (e["phys_offset"], e["size"], e["tags_code"])
+            msg = e.get("message") or {}
+            if e.get("consistent") is False and msg.get("queue_offset") is not None and mine.get(msg["queue_offset"]) == t:
+                # the broker's unit sits at the wrong queue offset: a normal start after a
+                # crash (no abort file) does not dispatch the records the reput had not
+                # reached, and the next dispatched record of the queue goes to the first free
+                # unit (putMessagePositionInfo only logs the gap); rebuild-index puts it at
+                # its record's queue offset (oracle soak seed 20019)
+                continue
             if t != FILL_BLANK and mine.get(e["cq_offset"]) != t:
                 bad.append(f"{what}: {key}: broker entry {e['cq_offset']} {t}, rmqtool {mine.get(e['cq_offset'])}")
                 break
@@ -754,6 +768,7 @@ def gen_scenario(seed: int, version: str, *, max_messages: int = 120) -> dict[st
     """A random scenario (the contract's scenario.json) plus ``damage`` (done in Python
     after the write). Deterministic in (seed, version)."""
     rng = random.Random(f"{seed}:{version}")
+    brng = random.Random(f"{seed}:{version}:batch")  # (its own stream: the other fields of a seed stay as they were)
     v = _vt(version)
     cl = rng.choice([16384, 32768, 65536, 131072])
     config: dict[str, Any] = {
@@ -817,6 +832,13 @@ def gen_scenario(seed: int, version: str, *, max_messages: int = 120) -> dict[st
             m["store_host"] = "[2001:db8::10]:10911"
         if rng.random() < 0.05:
             m["flag"] = rng.randint(1, 2**31 - 1)
+        if brng.random() < 0.06 and not topic.startswith("%RETRY%") and "delay_level" not in m and "transaction" not in m:
+            # a client batch (DefaultMQProducer.send(Collection)): one putMessages, a record per message, each
+            # with the batch's properties appended to its own (the client refuses retry topics and delays)
+            m = {k: m[k] for k in ("topic", "queue_id", "born_timestamp", "born_host", "store_host") if k in m}
+            m["batch"] = [{"keys": _key(brng), "tags": brng.choice(["TagA", "标签-ü"]), "body_len": brng.randint(0, 300),
+                           "body_seed": brng.randint(0, 2**31)} | ({"properties": {"b-é": _key(brng)}} if brng.random() < 0.3 else {})
+                          for _ in range(brng.randint(2, 6))]
         msgs.append(m)
     if rng.random() < 0.6:
         end: dict[str, Any] = {"mode": "clean"}
@@ -1070,6 +1092,21 @@ def run_cases(oracle: "Oracle", specs: list[tuple[int, str]], work: Path, *, max
         for c in live:
             c.res.damage_done = _timed(c, lambda c=c: apply_damage(c.store, c.res.scenario["damage"]))
             c.undamaged_clean = c.res.scenario["end"]["mode"] == "clean" and not c.res.damage_done
+        _view_and_compare(oracle, version, live, parallel, checks)
+        for c in cases:
+            c.res.seconds = c.t
+            if not keep and c.res.ok:
+                shutil.rmtree(c.work, ignore_errors=True)
+            out.append(c.res)
+            if progress:
+                progress(c.res)
+    return out
+
+
+def _view_and_compare(oracle: "Oracle", version: str, live: list[_Case], parallel: int, checks: tuple[str, ...]) -> None:
+    """Phases 2-4 of :func:`run_cases` on damaged stores: the broker's view, rmqtool's
+    side, the broker's view of what rmqtool recovered."""
+    if True:
         jobs = [{"id": i, "verb": "view", "config": c.config, "store": str(c.store)} for i, c in enumerate(live)]
         again = []
         for c, r in zip(live, _batch(oracle, version, jobs, parallel, live, "view")):
@@ -1095,14 +1132,24 @@ def run_cases(oracle: "Oracle", specs: list[tuple[int, str]], work: Path, *, max
             else:
                 assert c.view is not None
                 c.res.results["reopen"] = _timed(c, lambda c=c, r=r: compare_reopen(c.view, r["result"], c.rec, c.store))
-        for c in cases:
-            c.res.seconds = c.t
-            if not keep and c.res.ok:
-                shutil.rmtree(c.work, ignore_errors=True)
-            out.append(c.res)
-            if progress:
-                progress(c.res)
-    return out
+
+
+def rerun_kept(oracle: "Oracle", seed: int, version: str, kept: Path, damage_done: list[str], work: Path, *,
+               max_messages: int = 120, checks: tuple[str, ...] = CHECKS) -> CaseResult:
+    """A case again from the store it left (``--keep`` or a disagreeing case's work
+    directory: KEPT/w/store after the damage, KEPT/w/result.json): the broker's view and
+    every comparison, without the write. For killed writers, whose store a rerun of the
+    seed does not make again (the kill lands elsewhere)."""
+    c = _Case(CaseResult(seed, version, gen_scenario(seed, version, max_messages=max_messages)), work)
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "w").mkdir(parents=True)
+    shutil.copytree(kept / "w" / "store", c.store)
+    c.result = json.loads((kept / "w" / "result.json").read_text(encoding="utf-8"))
+    c.res.results["write"] = []
+    c.res.damage_done = list(damage_done)  # (what the soak did to it: the checks depend on it)
+    c.undamaged_clean = c.res.scenario["end"]["mode"] == "clean" and not damage_done
+    _view_and_compare(oracle, version, [c], 1, checks)
+    return c.res
 
 
 def _batch(oracle: "Oracle", version: str, jobs: list[dict[str, Any]], parallel: int, cases: list[_Case],
