@@ -62,7 +62,13 @@ def main() -> int:
                     help="also append one line per case to this JSONL file (seed, version, results, skipped, damage, "
                          "seconds, phases, explained: the disagreements a later fix or documented deviation explains); "
                          "with --summarize: print the table of this file instead")
+    ap.add_argument("--rerun-kept", action="store_true",
+                    help="rerun every disagreeing case of --out from the store it left in --work (killed writers do not "
+                         "make the same store again), with the current code; print each outcome, and append it to "
+                         "--results if given")
     ns = ap.parse_args()
+    if ns.rerun_kept:
+        return rerun_kept(ns)
     if ns.summarize:
         src = Path(ns.results) if ns.results else Path(ns.out) / "cases.jsonl"
         rows = [json.loads(line) for line in open(src, encoding="utf-8") if line.strip()]
@@ -110,6 +116,36 @@ def main() -> int:
     if not ns.work:
         shutil.rmtree(work, ignore_errors=True)
     return print_table(rows, versions, time.monotonic() - t0)
+
+
+def rerun_kept(ns: argparse.Namespace) -> int:
+    script = Path(ns.oracle) if ns.oracle else dc.find_oracle(ROOT)
+    if script is None or not ns.work:
+        print("--rerun-kept needs the oracle and --work (the soak's scratch directory, kept for disagreeing cases)",
+              file=sys.stderr)
+        return 8
+    oracle = dc.Oracle(script)
+    still = 0
+    for rep in sorted(Path(ns.out).glob("*-*.json")):
+        r = json.loads(rep.read_text(encoding="utf-8"))
+        kept = Path(ns.work) / f"{r['version']}-{r['seed']}"
+        if not (kept / "w" / "store").is_dir():
+            print(f"seed {r['seed']} {r['version']}: no kept store in {kept}")
+            continue
+        with tempfile.TemporaryDirectory(prefix="oracle-rerun-") as td:
+            res = dc.rerun_kept(oracle, r["seed"], r["version"], kept, r["damage"], Path(td) / "case",
+                                max_messages=ns.max_messages)
+        before = {k: v for k, v in r["results"].items() if v}
+        after = {k: v for k, v in res.results.items() if v}
+        still += bool(after)
+        print(f"seed {r['seed']} {r['version']}: {'agrees now' if not after else 'still disagrees: ' + json.dumps(after, ensure_ascii=False)[:400]}"
+              f"  (was: {json.dumps(before, ensure_ascii=False)[:200]})", flush=True)
+        if ns.results:
+            with open(ns.results, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"seed": r["seed"], "version": r["version"], "rerun_kept": True, "damage": r["damage"],
+                                    "results_before": r["results"], "results": res.results, "skipped": res.skipped},
+                                   ensure_ascii=False) + "\n")
+    return 4 if still else 0
 
 
 def print_table(rows: list[dict], versions: list[str], seconds: float) -> int:
