@@ -248,6 +248,12 @@ def compare_queues(view: dict[str, Any], ours: dict[str, dict[str, Any]], what: 
         # counts them again (oracle soak seed 20055). The bytes are the same either way.
         lo = q.get("min_offset") or 0
         oe = [x for x in oe if not (x[0] < lo and x[1:] == FILL_BLANK)]
+        if te != oe and te and q.get("max_offset") == mine.get("max_offset") and te[-1][0] + 1 < (q.get("max_offset") or 0) \
+                and oe[:len(te)] == te:
+            # the view lists a queue only up to its first missing file (getIndexBuffer has
+            # nothing there), while the broker's queue goes on to its max offset after the
+            # hole, as rmqtool's does (oracle soak seed 20590): equal as far as listed, same end
+            continue
         if te != oe:
             diff = next((i for i, (a, b) in enumerate(zip(te, oe)) if a != b), min(len(te), len(oe)))
             bad.append(f"{what}: {key}: {len(te)} broker entries, {len(oe)} rmqtool; first difference at #{diff}: "
