@@ -550,7 +550,8 @@ def recovered_checks(store: Path, version: str, config: dict[str, Any], view: di
     bad = []
     _rc, recs = dump_records(store, version, config)
     intact = [r for r in recs if r.get("status") in ("OK", "BLANK") and r.get("type") in ("message", "blank")]
-    end = max((r["physical_offset"] + r["total_size"] for r in intact if r.get("type") == "message"), default=None)
+    # (by position: the stored PHYSICALOFFSET field is what damage may have changed, seed 20607)
+    end = max((_where(r) + r["total_size"] for r in intact if r.get("type") == "message"), default=None)
     theirs_msgs = [r for r in _records_in_view(view) if not r.get("blank_end_of_file_record")]
     t_end = max((r["phys_offset"] + r["size"] for r in theirs_msgs), default=None)
     if theirs_msgs and end != t_end and end != view.get("commitlog_max_offset"):
