@@ -57,14 +57,17 @@ def test_seed_5131_an_all_zero_first_unit_the_broker_lists(broker_oracle: dc.Ora
     assert dc.recovered_checks(rec, version, CONFIG, view, superset_keys=True) == []
 
 
-@pytest.mark.parametrize("seed,version", [(20590, "4.9.4"), (20340, "5.1.4"), (20607, "5.3.3")])
+@pytest.mark.parametrize("seed,version", [(20590, "4.9.4"), (20340, "5.1.4"), (20607, "5.3.3"), (21514, "4.9.4")])
 def test_soak_seed_agrees(broker_oracle: dc.Oracle, tmp_path: Path, seed: int, version: str) -> None:  # noqa: F811
     """Clean-shutdown cases of the seed-20000 soak, deterministic, that disagreed before the
     comparison knew the broker's side: 20590 (a consume queue file removed in the middle:
     the view lists the queue up to the hole, the broker's queue and rmqtool's go on to the
     same end), 20340 (a flipped body bit before the files normal recovery walks: the broker
     keeps the record, and verify's outlook ends where the broker does), 20607 (a flipped bit
-    in a record's PHYSICALOFFSET field: the comparison takes record ends by position)."""
+    in a record's PHYSICALOFFSET field: the comparison takes record ends by position), 21514
+    (the same field flipped: the broker's queryMessage reports the decoded record's field,
+    rmqtool's index walk the entry's offset, the record's place; the comparison maps one to
+    the other)."""
     if version not in broker_oracle.versions():
         pytest.skip(f"the oracle does not list {version}")
     res = dc.run_case(broker_oracle, seed, version, tmp_path)
