@@ -46,7 +46,7 @@ def _chunk(args: tuple[str, list[tuple[int, str]], str, int, bool, int]) -> list
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", type=int, required=True)
+    ap.add_argument("--cases", type=int, default=None, help="cases to run (not needed with --summarize, --rerun-kept)")
     ap.add_argument("--versions", default="all", help="comma-separated releases, or all (what the oracle lists)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=1, help="chunks run at once (each: Python + one JVM at a time)")
@@ -74,6 +74,8 @@ def main() -> int:
         rows = [json.loads(line) for line in open(src, encoding="utf-8") if line.strip()]
         return print_table(rows, sorted({r["version"] for r in rows}, key=dc._vt), 0.0)
 
+    if ns.cases is None:
+        ap.error("--cases is required (except with --summarize or --rerun-kept)")
     script = Path(ns.oracle) if ns.oracle else dc.find_oracle(ROOT)
     if script is None:
         print("no broker oracle: tests/oracle/rocketmq-oracle, --oracle or $RMQ_ORACLE", file=sys.stderr)
