@@ -75,7 +75,7 @@ from ..formats.names import index_file_name, index_name_after, offset_to_file_na
 from . import check as ck
 from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
 from .plainwalk import crc_failures, plain_records
-from .indexkeep import NO_END as _NO_END, IndexCheck, check_index_file
+from .indexkeep import NO_END as _NO_END, IndexCheck, check_index_file, keyed_record_between
 from .reput import SIZE_ACCOUNTING
 from .times import add_times
 from .store import Store, StoreFile
@@ -973,6 +973,34 @@ def _index_header(f: StoreFile) -> tuple[int, int, int, int, int, int]:
     return HEADER_STRUCT.unpack(raw.ljust(HEADER_SIZE, b"\0"))  # type: ignore[return-value]
 
 
+def _entries_at(f: StoreFile, slot_num: int, count: int, offset: int, tail: bool) -> int:
+    """How many of the last (``tail``) or first entries of the index file F in a row point at
+    the record at OFFSET (its keys at the file's end or start; at most 65,536 are read)."""
+    first = HEADER_SIZE + slot_num * SLOT_SIZE
+    n = min(count - 1, (f.path.stat().st_size - first - ENTRY_SIZE) // ENTRY_SIZE)
+    if n <= 0:
+        return 0
+    k = min(n, 1 << 16)
+    with open(f.path, "rb") as fh:
+        fh.seek(first + ENTRY_SIZE * (1 + (n - k if tail else 0)))
+        raw = fh.read(k * ENTRY_SIZE)
+    offs = np.frombuffer(raw, dtype=ENTRY_DTYPE, count=len(raw) // ENTRY_SIZE)["commitlog_offset"].astype(np.int64)
+    if tail:
+        offs = offs[::-1]
+    other = np.flatnonzero(offs != offset)
+    return int(other[0]) if len(other) else len(offs)
+
+
+def _keys_indexed_at(hp: StoreFile, hp_h: tuple[int, ...], hc: StoreFile, hc_h: tuple[int, ...], slot_num: int) -> int:
+    """Entries two consecutive index files hold of the record the first ends with
+    (hp_h[3]): its last ones, and the next file's first ones when it begins there."""
+    lo = hp_h[3]
+    n = _entries_at(hp, slot_num, hp_h[5], lo, tail=True)
+    if hc_h[2] == lo:
+        n += _entries_at(hc, slot_num, hc_h[5], lo, tail=False)
+    return n
+
+
 def _entry_offsets(f: StoreFile, slot_num: int, count: int) -> np.ndarray:
     """The commitlog offsets of entries ``1..count-1`` (as far as the file holds them)."""
     first = HEADER_SIZE + slot_num * SLOT_SIZE
@@ -1231,6 +1259,17 @@ def plan_recovery(
         # with a damaged header, endPhyOffset 0 say, takes the dispatch's keys in the broker)
         hp, hc = headers[store.index_files[first_discard - 1].name], headers[store.index_files[first_discard].name]
         keep_candidates = hp[5] >= g.index_num and 0 < hp[3] <= hc[2]
+    if keep_candidates:
+        # and when no index file is missing before them: the records between the file the
+        # broker keeps (or the commitlog's start) and the first of them hold no keys (else
+        # they are in no file: the broker re-indexes them from its start file on, and so
+        # must we: the file is then not kept and the re-index starts before the hole)
+        assert first_discard is not None
+        lo = headers[store.index_files[first_discard - 1].name][3] if first_discard else min_offset
+        hi = headers[store.index_files[first_discard].name][2]
+        fp, fc = (store.index_files[first_discard - 1], store.index_files[first_discard]) if first_discard else (None, None)
+        at_lo = _keys_indexed_at(fp, headers[fp.name], fc, headers[fc.name], g.index_slot_num) if fp and fc else 0
+        keep_candidates = keyed_record_between(store, profile, lo, hi, after_lo=bool(first_discard), keys_at_lo=at_lo) is None
 
     def check_first_discard() -> None:
         if keep_candidates:
@@ -1344,6 +1383,7 @@ def plan_recovery(
     kept_index: list[StoreFile] = []
     checking = keep_candidates
     prev_end: int | None = None
+    prev_h: tuple[int, ...] | None = None
     last_chk: IndexCheck | None = None
     after_kept = ""  # why the files after the last kept one go
     for f in store.index_files:
@@ -1355,7 +1395,13 @@ def plan_recovery(
                 # our improvement: a file that holds exactly what the broker put into it
                 # stays (the broker deletes it, and its keys with it)
                 chk = early.get(f.name)
-                if chk is None or not chk.ok or chk.last_offset >= process:
+                hole = (keyed_record_between(store, profile, prev_h[3], h[2], after_lo=True,
+                                             keys_at_lo=_keys_indexed_at(kept_index[-1], prev_h, f, h, g.index_slot_num))
+                        if last_chk is not None and prev_h is not None and kept_index else None)
+                if hole is not None:
+                    # (a lost file between two the broker deletes: what it held is in neither)
+                    chk = IndexCheck(False, f"the records from {hole} on before its first entry are in no index file", max(h[5], 1) - 1)
+                elif chk is None or not chk.ok or chk.last_offset >= process:
                     chk = check_index_file(store, profile, f, end=process, prev_end_timestamp=prev_end)
                 if chk.ok:
                     kept_index.append(f)
@@ -1367,6 +1413,7 @@ def plan_recovery(
                     plan.index_kept.append(IndexKept(f"index/{f.name}", chk.entries, chk.keep, chk.sampled, chk.end_phy_offset))
                     last_chk = chk
                     prev_end = h[1]
+                    prev_h = h
                     if not chk.whole:
                         # only the last kept file can be mended (cut or rewritten), and a
                         # later file continues only a full one
@@ -1382,6 +1429,7 @@ def plan_recovery(
         else:
             kept_index.append(f)
         prev_end = h[1]
+        prev_h = h
     if last_chk is not None:
         # the last kept file: its entries past the end, or a last record that lacks keys,
         # are cut; a stale header or slot is rewritten

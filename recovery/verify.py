@@ -111,6 +111,7 @@ CODES: dict[str, tuple[str, str]] = {
     "LAYOUT_CQ_EXT": (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
     "LAYOUT_BATCH_CQ": (ERROR, "BatchConsumeQueue files (batchconsumequeue/): the store is refused (exit 8)"),
     "UNSUPPORTED_SETTING": (ERROR, "a broker.conf setting whose effect on recovery rmqtool does not implement: the store is refused (exit 8)"),
+    "CL_ZEROED_RECORD_TAIL": (ERROR, "the last record of the data ends in zero bytes inside its properties, its last field (a tail zeroed, or a write torn, inside the record): the broker keeps the record with those properties, and whatever followed it, acknowledged messages included, is gone without another trace"),
     "CL_GARBAGE_AFTER_END": (WARNING, "non-zero bytes after the end of the data that hold no intact record"),
     "CL_SALVAGEABLE_RECORDS": (WARNING, "intact records found beyond a point where the record walk stops (how many, where, and how many the broker's recovery throws away). Where the broker's recovery throws them away, the message (and that of the stop itself) says \"rmqtool repair keeps them\", or, when the bytes from the stop to the next intact record of the file are fewer than the smallest record the broker's walk accepts (91 bytes; 111 under forceVerifyPropCRC), \"rmqtool repair cannot keep them either\": no filler exists for such a gap (rmqtool-repair(1))"),
     "CL_BAD_BLANK": (WARNING, "a BLANK end-of-file record whose TOTALSIZE is not the rest of the file"),
@@ -1840,13 +1841,13 @@ def cq_recover_max_phy(q: Queue, files_per_queue: int) -> int:
 
 
 def _process_offset(store: Store, scans: Sequence[FileScan | None], i0: int,
-                    profile: BrokerProfile | None = None) -> tuple[int, int]:
+                    profile: BrokerProfile | None = None, n: int | None = None) -> tuple[int, int]:
     """Where the broker's recovery walk, started at file ``i0``, stops: (processOffset,
-    index of the file it stops in). verify's scan walks with the CRC on; under
-    checkCRCOnRecover=false (``profile.check_crc_on_recover``) the broker's walk goes on
-    past a record whose CRC fails: from there the file is walked again by recover's own
-    walk without the CRC (:func:`recovery.recover.recovery_stop`)."""
-    files = store.commitlog
+    index of the file it stops in); ``n``: the first n commitlog files only. verify's scan
+    walks with the CRC on; under checkCRCOnRecover=false (``profile.check_crc_on_recover``)
+    the broker's walk goes on past a record whose CRC fails: from there the file is walked
+    again by recover's own walk without the CRC (:func:`recovery.recover.recovery_stop`)."""
+    files = store.commitlog[:n]
     crc_on = profile is None or profile.check_crc_on_recover
     for i in range(i0, len(files)):
         fs = scans[i]
@@ -1875,6 +1876,10 @@ def _process_offset(store: Store, scans: Sequence[FileScan | None], i0: int,
 def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
                      max_phy_cq: int, ckpt: Checkpoint, load_blockers: list[str], index_headers: list[tuple[str, Any]]) -> dict[str, Any]:
     files = store.commitlog
+    if profile.zero_length_last_file_deleted and len(files) > 1 and files[-1].size == 0:
+        # 5.1.3+ deletes it at load, before recovery: the walk ends in the file before it,
+        # at its BLANK when it has one (oracle soak seed 21658)
+        files = files[:-1]
     out: dict[str, Any] = {
         "mode": "abnormal" if store.abort_present else "normal",
         "loads": not load_blockers,
@@ -1896,7 +1901,7 @@ def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileS
     out["check_crc"] = profile.check_crc_on_recover
     out["message_index_safe"] = profile.message_index_safe
     for key, i0, why in (("normal", i_norm, rule), ("abnormal", i_abn, rule_abn)):
-        po, istop = _process_offset(store, scans, i0, profile)
+        po, istop = _process_offset(store, scans, i0, profile, len(files))
         # intact records only (as recover counts them): a readable record that fails its CRC
         # is in the table but is not intact
         cut = int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, po):] & DAMAGED) == 0)) if len(recs) else 0
@@ -1904,7 +1909,8 @@ def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileS
             "start_file": _rel(store, files[i0].path), "start_offset": files[i0].base, "rule": why,
             "stop_offset": po, "stop_file": _rel(store, files[istop].path), "bytes_scanned": po - files[i0].base,
             "records_cut": cut,
-            "files_deleted": [_rel(store, f.path) for f in files if f.base > po and f.base >= files[istop].base and f is not files[istop]],
+            "files_deleted": [_rel(store, f.path) for f in files if f.base > po and f.base >= files[istop].base and f is not files[istop]]
+            + [_rel(store, f.path) for f in store.commitlog[len(files):]],
         }
     out["abnormal"]["threshold_timestamp"] = threshold
     out["abnormal"]["index_files_deleted"] = [name for name, h in index_headers if h is not None and int(h["end_timestamp"]) > ckpt.index_msg_timestamp]
@@ -2033,6 +2039,26 @@ def _commitlog_spans(store: Store, scans: Sequence[FileScan | None], recs: Recor
     return spans
 
 
+def _zeroed_properties_tail(path: Path, pos: int, size: int) -> int:
+    """How many zero bytes end the properties of the record at POS of the file PATH (its
+    last field; 0 when it has none, or they do not end in a zero byte, or it is unreadable).
+    The broker never writes a NUL there: its properties string ends with a separator or a
+    value, and a NUL in a value is vanishingly rare, while a zeroed or torn tail leaves a
+    run of them."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(pos)
+            data = fh.read(size)
+        rec = cl.decode_message(data, 0, len(data))
+    except (OSError, cl.DecodeFailure, ValueError):
+        return 0
+    n = rec.properties_length
+    if n <= 0 or len(data) != size or rec.total_size != size:
+        return 0
+    props = data[size - n:]
+    return n - len(props.rstrip(b"\0"))
+
+
 def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
                         outlook: dict[str, Any], spans: _Spans | None = None) -> list[Finding]:
     mapped = store.geometry.commitlog_file_size
@@ -2099,6 +2125,17 @@ def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[Fi
                         out.append(finding("CL_GARBAGE_AFTER_END", rel, g.first_nonzero, base + g.first_nonzero,
                                            f"non-zero bytes after the end of the data (from {g.first_nonzero} to {g.end}) hold no intact record",
                                            region_end=g.end))
+                    k = int(np.searchsorted(offs, g_off)) - 1 if n_rec else -1
+                    if k >= 0 and int(offs[k]) + int(recs.size[k]) == g_off:
+                        zeros = _zeroed_properties_tail(fs.file.path, int(offs[k]) - base, int(recs.size[k]))
+                        if zeros:
+                            # (oracle soak seed 5089: a zeroed tail that began inside the last
+                            # record's properties; the broker keeps that record, and the
+                            # acknowledged messages after it leave no other trace)
+                            out.append(finding("CL_ZEROED_RECORD_TAIL", rel, int(offs[k]) - base, int(offs[k]),
+                                               f"the last record of the data ends in {zeros} zero bytes inside its properties: "
+                                               "its tail was zeroed or its write torn; the broker keeps it with those properties, "
+                                               "and any records after it are gone", zero_bytes=zeros))
                 continue
             g = gap_at.get(e.pos)
             if short and e.reason == ck.SHORT and g is not None and g.end >= fs.end:

@@ -399,3 +399,113 @@ def test_index_of_deleted_commitlog_files_keeps_its_header(tmp_path: Path, capsy
     assert set(after) >= set(before)  # none discarded
     capsys.readouterr()
     assert run(["verify", str(root), "-q", "--format", "json"]) == 0
+
+
+@pytest.mark.parametrize("lost", [0, 1])
+def test_a_file_after_a_lost_index_file_is_not_kept(built: tuple[Path, list[bytes]], tmp_path: Path, lost: int) -> None:
+    """Oracle soak seeds 5003 (4.9.8) and 5070 (4.6.1): an index file gone after a crash.
+    The broker deletes the files after it too (past indexMsgTimestamp) and re-indexes from
+    its start file (here the first), so it finds the lost file's keys; a later file that
+    passes the check would leave them in no file. It is discarded and re-indexed instead,
+    so every key stays findable (recover's index is rebuild-index's)."""
+    root = _copy(built, tmp_path)
+    files = _files(root)
+    files[lost].unlink()
+    store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
+    assert ik.keyed_record_between(store, P494, 0, _header(files[1 if lost == 0 else 2])[2]) == 0
+    plan = plan_recovery(store, P494)
+    assert [k.file for k in plan.index_kept] == ([] if lost == 0 else [f"index/{files[0].name}"])
+    discarded = [d.file for d in plan.index_discarded]
+    assert discarded == [f"index/{p.name}" for p in files[lost + 1 :]]
+    if lost == 1:
+        assert "in no index file" in plan.index_discarded[0].reason
+    assert run(["recover", "--yes", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert _lookup_all(root) == _rebuilt_from_scratch(root, tmp_path) == built[1]
+    assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
+
+
+def test_keyed_record_between(built: tuple[Path, list[bytes]], tmp_path: Path) -> None:
+    """The hole test: consecutive full files leave none (the next file begins at the
+    record the previous one ends with, or at the next record with keys)."""
+    root = _copy(built, tmp_path)
+    store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
+    h = [_header(p) for p in _files(root)]
+    from rmqtool.recovery.recover import _keys_indexed_at
+
+    fs = store.index_files
+    for a in (0, 1):
+        held = _keys_indexed_at(fs[a], h[a], fs[a + 1], h[a + 1], SLOTS)
+        assert ik.keyed_record_between(store, P494, h[a][3], h[a + 1][2], after_lo=True, keys_at_lo=held) is None
+        assert ik.keyed_record_between(store, P494, h[a][3], h[a + 1][2], after_lo=True, keys_at_lo=held - 1) == h[a][3]
+    assert ik.keyed_record_between(store, P494, 0, 0) is None
+    # with the second file lost: the record the first file ends with continued in it
+    # (oracle soak seed 20198), so the hole starts there; had the first file held all
+    # its keys, the hole would start at the next record
+    files = _files(root)
+    in0 = int(np.count_nonzero(_entries(files[0].read_bytes())["commitlog_offset"] == h[0][3]))
+    in1 = int(np.count_nonzero(_entries(files[1].read_bytes())["commitlog_offset"] == h[0][3]))
+    assert in0 > 0 and in1 > 0
+    assert ik.keyed_record_between(store, P494, h[0][3], h[2][2], after_lo=True, keys_at_lo=in0) == h[0][3]
+    mid = ik.keyed_record_between(store, P494, h[0][3], h[2][2], after_lo=True, keys_at_lo=in0 + in1)
+    assert mid is not None and h[0][3] < mid < h[1][3]  # the next record, which the second file holds
+
+
+def test_a_lost_file_after_one_the_broker_keeps(built: tuple[Path, list[bytes]], tmp_path: Path) -> None:
+    """Oracle soak seed 20198 (4.9.4): the broker keeps the first file (indexMsgTimestamp is
+    its end), the second is lost, the third is past indexMsgTimestamp. The last record of
+    the first file continued its keys in the lost one: the third file is not kept, and the
+    re-index from the first file's end gives that record all its keys again."""
+    root = _copy(built, tmp_path)
+    files = _files(root)
+    cp = root / "checkpoint"
+    data = bytearray(cp.read_bytes())
+    struct.pack_into(">q", data, 16, _header(files[0])[1])  # indexMsgTimestamp: the first file's end
+    cp.write_bytes(bytes(data))
+    files[1].unlink()
+    plan = plan_recovery(Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES), P494)
+    assert plan.index_kept == []
+    assert [d.file for d in plan.index_discarded] == [f"index/{files[2].name}"]
+    assert run(["recover", "--yes", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk")]) == 1
+    # every key findable again (IDX_MISSING_KEYS otherwise); the re-index gives the record
+    # the first file ends with all its keys anew, as the broker's does, so the bytes are
+    # not rebuild-index's
+    assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
+
+
+def test_a_record_whose_keys_span_a_lost_file(tmp_path: Path) -> None:
+    """Oracle soak seed 20198 (4.9.4, maxIndexNum 10): a record has more keys than an index
+    file holds; the file that held the last of them is lost, and the next one begins with
+    the next record. The broker keeps the files up to the lost one (indexMsgTimestamp is the
+    end of the one before it) and re-indexes that record in full (its offset is not below
+    that file's endPhyOffset); the file after the lost one is not kept, so recover's
+    re-index does the same, and every key is findable."""
+    from rmqtool.recovery.synth import write_synthetic_store
+
+    root = tmp_path / "store"
+    write_synthetic_store(root, total_bytes=12_000, file_size=1 << 16, body_size=50, keys_per_message=20)
+    geo = ["--index-slots", "16", "--index-entries", "10"]
+    assert run(["rebuild-index", "--yes", str(root), "--quiet", *geo, "--backup-dir", str(tmp_path / "bk0")]) == 1
+    files = _files(root)
+    h = [_header(p) for p in files]
+    # the lost file: it continues the record its predecessor ends with, and the next file
+    # begins with another record
+    lost = next(k for k in range(1, len(h) - 1) if h[k][2] == h[k - 1][3] and h[k + 1][2] > h[k][3] == h[k][2])
+    cp = root / "checkpoint"
+    data = bytearray(cp.read_bytes())
+    data[:16] = bytes(16)  # abnormal recovery from the first commitlog file
+    struct.pack_into(">q", data, 16, h[lost - 1][1])  # the broker keeps the files before the lost one
+    cp.write_bytes(bytes(data))
+    (root / "abort").write_bytes(b"")
+    files[lost].unlink()
+    plan = plan_recovery(Store.open(root, index_slot_num=16, index_num=10), P494)
+    assert plan.index_kept == [] and plan.index_discarded[0].file == f"index/{files[lost + 1].name}"
+    # the hole test itself: the record the kept file ends with has keys no remaining file holds
+    from rmqtool.recovery.recover import _keys_indexed_at
+
+    st = Store.open(root, index_slot_num=16, index_num=10)
+    fp, fc = st.index_files[lost - 1], st.index_files[lost]
+    held = _keys_indexed_at(fp, h[lost - 1], fc, h[lost + 1], 16)
+    assert 0 < held < 21  # UNIQ_KEY and 20 keys
+    assert ik.keyed_record_between(st, P494, h[lost - 1][3], h[lost + 1][2], after_lo=True, keys_at_lo=held) == h[lost - 1][3]
+    assert run(["recover", "--yes", str(root), "--quiet", *geo, "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert run(["verify", str(root), "--quiet", *geo]) == 0

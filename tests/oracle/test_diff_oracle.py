@@ -7,8 +7,11 @@ compared with rmqtool's dump, verify, recover, rebuild-index, and with the broke
 of the store rmqtool recovered. A failure prints the seed and the scenario; reproduce it
 with ``bench/oracle_soak.py --seed S --cases 1 --versions V``.
 
-The seeds are fixed so that the run fits CI's budget (25 cases: 2 min 35 s on the shared 2-core machine with a
-warm Maven repository); bench/oracle_soak.py runs thousands."""
+The seeds are fixed so that the run fits CI's budget (25 cases: 2 min 35 s; 2 min 22 s with the
+harness's quick shutdown and client batches in the scenarios, on the shared 2-core machine at a
+load average of 15, warm Maven repository); bench/oracle_soak.py runs thousands. A kill lands
+at another moment on each run, so a killed case's store differs between runs; the soak keeps
+a disagreeing case's store (``--rerun-kept``)."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ final class Viewer {
             v.add("non_canonical", nonCanon);
             v.add("files_after_failed_load", sizes(root, false));
             try {
-                s.shutdown();
+                QuickShutdown.run(s::shutdown);
             } catch (Throwable ignored) {
                 // load() left half-built services; the broker would exit here
             }
@@ -167,7 +167,7 @@ final class Viewer {
 
         timing.addProperty("collect_ms", (System.nanoTime() - t1) / 1e6 - timing.get("start_and_reput_catchup_ms").getAsDouble());
         long t2 = System.nanoTime();
-        s.shutdown();
+        QuickShutdown.run(s::shutdown);
         timing.addProperty("shutdown_ms", (System.nanoTime() - t2) / 1e6);
         v.addProperty("abort_file_present_after_shutdown", Files.exists(root.resolve("abort")));
         JsonObject files = new JsonObject();
