@@ -284,6 +284,32 @@ def test_body_flip_becomes_a_tombstone_and_a_quarantine_record(tmp_path: Path, c
     assert not any(k[0] == filler.QUARANTINE_TOPIC for k in store.consume_queues)
 
 
+def test_no_crc_still_quarantines_a_record_whose_body_crc_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The documented difference (man rmqtool-repair, --no-crc): under checkCRCOnRecover=false
+    the broker's recovery keeps a record whose body CRC fails (nothing is cut: the plan's
+    recover_would_cut_intact is 0), but repair still replaces it by a tombstone and a
+    quarantine record of exactly its length, and keeps every other record."""
+    root = _copy(tmp_path, "clean")
+    victim = _nth_record(root, len(Store.open(root).commitlog) - 1, 3)  # in the files the walk reaches
+    _flip(root, _body_pos(root, victim["off"]) + 2)
+    before = [r for r in _records(root) if r["off"] != victim["off"]]
+    code, doc = _plan(root, capsys, "--dry-run", "--no-crc")
+    assert code == 4
+    assert [x["offset"] for x in doc["plan"]["quarantined"]] == [victim["off"]]
+    code_crc, doc_crc = _plan(root, capsys, "--dry-run")
+    assert code_crc == 4 and [x["offset"] for x in doc_crc["plan"]["quarantined"]] == [victim["off"]]
+    assert doc["plan"]["recover_would_cut_intact"] == 0 < doc_crc["plan"]["recover_would_cut_intact"]
+    assert _repair(root, "--no-crc") == 1
+    store = Store.open(root)
+    f = store.commitlog_file_for(victim["off"])
+    assert f is not None
+    with store.map(f) as mf:
+        t = ck.check_record(mf.buf, victim["off"] - f.base, mf.size, P494)
+        assert t.ok and t.rec is not None and t.rec.body_length == 0
+        assert t.props == {filler.TOMBSTONE_PROPERTY: str(victim["off"])}
+    _assert_kept(root, before)
+
+
 def test_restore_gives_back_the_original_bytes(tmp_path: Path) -> None:
     root = _copy(tmp_path, "many_files")
     _missing_middle_file(root)
