@@ -96,7 +96,7 @@ CODES: dict[str, tuple[str, str]] = {
     "CL_TRUNCATED_RECORD": (ERROR, "a record that runs past the end of its file"),
     "CL_BAD_LENGTH": (ERROR, "a negative TOTALSIZE or topic length, or a field longer than the whole record"),
     "CL_SIZE_MISMATCH": (ERROR, "TOTALSIZE differs from the length computed from the record's fields"),
-    "CL_BODY_CRC": (ERROR, "the body CRC (crc32 & 0x7FFFFFFF) does not match the body"),
+    "CL_BODY_CRC": (ERROR, "the body CRC (crc32 & 0x7FFFFFFF) does not match the body. Under checkCRCOnRecover=false (--no-crc or --broker-config) the broker's recovery does not check it and keeps the record: the finding says so, and the recovery outlook walks on past it"),
     "CL_BAD_DELAY_LEVEL": (ERROR, "a SCHEDULE_TOPIC_XXXX record whose DELAY property is not an int: the broker rejects the record"),
     "CL_BAD_INNER_BATCH": (ERROR, "a 5.x inner-batch record whose INNER_NUM is not a Java short or INNER_BASE not a Java long"),
     "CL_PROP_CRC": (ERROR, "the 5.2+ __CRC32# property does not match the record bytes"),
