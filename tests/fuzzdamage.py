@@ -81,10 +81,19 @@ def _files(root: Path, sub: str | None = None) -> list[Path]:
     return sorted(out)
 
 
+# the damage functions read a file whole to change it: never one a sparse_huge damage
+# extended to 1 or 64 GiB (the soak's workers run under a 2 GiB address-space limit)
+DAMAGE_READ_LIMIT = 256 << 20
+
+
+def _readable(paths: list[Path]) -> list[Path]:
+    return [p for p in paths if p.stat().st_size <= DAMAGE_READ_LIMIT]
+
+
 def _pick_file(root: Path, rng: random.Random, subs: tuple[str, ...] = ("commitlog", "consumequeue", "index")) -> Path | None:
-    cands = [p for s in subs for p in _files(root, s)]
+    cands = _readable([p for s in subs for p in _files(root, s)])
     extra = [root / n for n in ("checkpoint",) if (root / n).is_file() and not (root / n).is_symlink()] + _files(root, "config")
-    cands += extra if rng.random() < 0.2 else []
+    cands += _readable(extra) if rng.random() < 0.2 else []
     return rng.choice(cands) if cands else None
 
 
@@ -122,7 +131,7 @@ _ABSURD = [0x7FFFFFFF, -1, -0x80000000, 0x10000000, 0, 1, 7, 0xFFFF]
 
 
 def d_absurd_length(root: Path, rng: random.Random) -> str:
-    files = _files(root, "commitlog")
+    files = _readable(_files(root, "commitlog"))
     if not files:
         return "absurd: no commitlog"
     p = rng.choice(files)
@@ -273,7 +282,7 @@ def d_sparse_huge(root: Path, rng: random.Random) -> str:
 
 
 def d_nul_topic(root: Path, rng: random.Random) -> str:
-    files = _files(root, "commitlog")
+    files = _readable(_files(root, "commitlog"))
     if not files:
         return "nul: none"
     p = rng.choice(files)

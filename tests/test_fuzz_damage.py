@@ -742,3 +742,38 @@ def test_fuzz_damaged_stores(tmp_path: Path) -> None:
     assert bad == [], "\n".join(map(str, bad[:20]))
     kinds = {r["kind"] for r in results}
     assert kinds == set(fd.KINDS), set(fd.KINDS) - kinds
+
+
+def test_damages_never_read_a_sparse_huge_file_whole(tmp_path: Path) -> None:
+    """The soak's second damage after a sparse_huge one (soak seeds 1001771, 1002165) read
+    the 64 GiB file whole and died of its own memory limit: every damage that reads a file
+    whole now passes over files above DAMAGE_READ_LIMIT. Run in a forked child under a
+    512 MiB address-space limit, every such damage with 40 seeds leaves the huge file as
+    it was."""
+    import random
+
+    root = tmp_path / "store"
+    shutil.copytree(real_store("many_files"), root, symlinks=True)
+    for p in [root, *root.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    huge = sorted((root / "commitlog").iterdir())[-1]
+    head = huge.read_bytes()[:4096]
+    os.truncate(huge, 64 << 30)
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery, only an exit status
+        code = 0
+        try:
+            fd.limit_address_space(512 << 20)
+            for kind in ("bitflip", "absurd_length", "zero_range", "truncate", "nul_topic"):
+                for seed in range(40):
+                    fd.KINDS[kind](root, random.Random(seed))
+        except MemoryError:
+            code = 3
+        except BaseException:
+            code = 4
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert huge.stat().st_size == 64 << 30
+    with open(huge, "rb") as f:
+        assert f.read(4096) == head
