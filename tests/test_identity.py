@@ -32,7 +32,7 @@ def write_conf(path: Path, settings: dict[str, str]) -> Path:
     return path
 
 
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+def cli(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
     capsys.readouterr()
     code = run([str(a) for a in args])
     out, err = capsys.readouterr()

@@ -7,32 +7,15 @@ equivalent explicit options. On copies of the real fixtures (RocketMQ 4.9.4)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import copy_store, tree_digest
-from rmqtool.cli import run
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats.checkpoint import Checkpoint, decode_checkpoint, encode_checkpoint
-
-REAL_GEOMETRY = {"mappedFileSizeCommitLog": "65536", "mappedFileSizeConsumeQueue": "640",
-                 "maxHashSlotNum": "100", "maxIndexNum": "400"}
-REAL_OPTIONS = ["--commitlog-file-size", "65536", "--cq-file-size", "640", "--index-slots", "100", "--index-entries", "400"]
-
-
-def write_conf(path: Path, settings: dict[str, str]) -> Path:
-    path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="latin-1")
-    return path
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = run([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
+from test_identity import REAL_GEOMETRY, REAL_OPTIONS, cli, write_conf
 
 
 def records(capsys: pytest.CaptureFixture[str], root: Path) -> list[dict[str, Any]]:
