@@ -66,20 +66,7 @@ def _judge(oracle: ModuleType, name: str, tmp: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def judged(oracle: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Any]:
-    def get(name: str) -> Any:
-        if name not in _CACHE:
-            try:
-                _CACHE[name] = _judge(oracle, name, tmp_path_factory.mktemp(f"repair-fixture-{name}"))
-            except Exception as exc:  # noqa: BLE001 - every test of this fixture reports it
-                j = V.Judged()
-                j.error = f"{type(exc).__name__}: {exc}"
-                _CACHE[name] = j
-        j = _CACHE[name]
-        if j.error:
-            pytest.fail(f"{name}: {j.error}", pytrace=False)
-        return j
-
-    return get
+    return V.judged_getter(_CACHE, _judge, oracle, tmp_path_factory, "repair-fixture-")
 
 
 @pytest.mark.parametrize("mode", ["normal", "abnormal"])

@@ -22,7 +22,6 @@ became), over the shared views of its copy.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import struct
@@ -283,22 +282,29 @@ def damage_repair_view(oracle: ModuleType, version: str, prof: BrokerProfile, op
     return j
 
 
-@pytest.fixture(scope="module")
-def judged(oracle: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Judged]:
+def judged_getter(cache: dict[str, Judged], judge: Callable[[ModuleType, str, Path], Judged], oracle: ModuleType,
+                  tmp_path_factory: pytest.TempPathFactory, prefix: str) -> Callable[[str], Judged]:
+    """``judge`` each name once (a failure is kept too, and every test of that name
+    reports it)."""
     def get(name: str) -> Judged:
-        if name not in _CACHE:
+        if name not in cache:
             try:
-                _CACHE[name] = _judge(oracle, name, tmp_path_factory.mktemp(f"repair-{name}"))
-            except Exception as exc:  # noqa: BLE001 - every test of this version reports it
+                cache[name] = judge(oracle, name, tmp_path_factory.mktemp(f"{prefix}{name}"))
+            except Exception as exc:  # noqa: BLE001 - every test of this name reports it
                 j = Judged()
                 j.error = f"{type(exc).__name__}: {exc}"
-                _CACHE[name] = j
-        j = _CACHE[name]
+                cache[name] = j
+        j = cache[name]
         if j.error:
             pytest.fail(f"{name}: {j.error}", pytrace=False)
         return j
 
     return get
+
+
+@pytest.fixture(scope="module")
+def judged(oracle: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Judged]:
+    return judged_getter(_CACHE, _judge, oracle, tmp_path_factory, "repair-")
 
 
 def _records(view: dict[str, Any]) -> dict[int, dict[str, Any]]:
