@@ -53,7 +53,7 @@ class AnonSampler:
         while not self._stop.wait(0.05):
             self.peak = max(self.peak, rss_anon_kib())
 
-    def __enter__(self) -> "AnonSampler":
+    def __enter__(self) -> AnonSampler:
         self._t.start()
         return self
 

@@ -120,7 +120,7 @@ class PeakRss:
             self.peak_anon = max(self.peak_anon, anon)
             self._stop.wait(0.1)
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> PeakRss:
         self._t.start()
         return self
 

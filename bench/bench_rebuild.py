@@ -37,10 +37,12 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from _common import peak_memory
+
 from rmqtool.recovery import reput as rp
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.synth import write_synthetic_store

@@ -42,8 +42,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 
-from rmqtool.recovery.recover import apply_recovery, plan_recovery  # noqa: E402
 from _common import peak_memory  # noqa: E402
+
+from rmqtool.recovery.recover import apply_recovery, plan_recovery  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402
 from rmqtool.recovery.synth import write_synthetic_store  # noqa: E402
 from rmqtool.recovery.versions import BrokerProfile  # noqa: E402

@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 
 from _common import peak_memory  # noqa: E402
+
 from rmqtool.formats import commitlog as cl  # noqa: E402
 from rmqtool.recovery.recover import apply_recovery, plan_recovery  # noqa: E402
 from rmqtool.recovery.repair import apply_repair, plan_repair  # noqa: E402

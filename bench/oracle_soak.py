@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import json
-import os
 import shutil
 import sys
 import tempfile

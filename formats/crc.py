@@ -13,7 +13,6 @@ reference.
 
 from __future__ import annotations
 
-
 import crcmod
 
 CRC_MASK = 0x7FFFFFFF

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

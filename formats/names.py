@@ -46,7 +46,7 @@ def parse_offset_file_name(name: str) -> int | None:
 
 def index_file_name(millis: int, tz: _dt.tzinfo | None = None) -> str:
     """``timeMillisToHumanString``: yyyyMMddHHmmssSSS in the given zone (default UTC)."""
-    t = _dt.datetime.fromtimestamp(millis / 1000.0, tz or _dt.timezone.utc)
+    t = _dt.datetime.fromtimestamp(millis / 1000.0, tz or _dt.UTC)
     ms = millis % 1000
     return f"{t.year:04d}{t.month:02d}{t.day:02d}{t.hour:02d}{t.minute:02d}{t.second:02d}{ms:03d}"
 

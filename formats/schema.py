@@ -10,7 +10,8 @@ them. A test checks that the fast readers and the schemas decode the same bytes 
 from __future__ import annotations
 
 import struct
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import construct as cs
 

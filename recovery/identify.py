@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..formats import commitlog as cl
-from ..formats.properties import NAME_VALUE_SEPARATOR as PROPERTY_SEP_NV, PROPERTY_SEPARATOR as PROPERTY_SEP
-from ..formats.properties import parse_properties, parse_properties_legacy
 from ..formats.config import read_config_bytes
 from ..formats.errors import FormatError
+from ..formats.properties import parse_properties, parse_properties_legacy
 from . import check as ck
 from .store import Store
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label

@@ -21,10 +21,11 @@ fly, with an exact scalar path for the records where the fast path's assumptions
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import compress, islice, repeat
 from operator import is_not
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -325,7 +326,7 @@ class ConsumeQueueWriter:
             self._first_create = False
         if max_physic_offset is None:
             max_physic_offset = -1
-            for frm, data, pos in reversed(self._existing[-3:]):
+            for _frm, data, pos in reversed(self._existing[-3:]):
                 if pos >= CQ_UNIT_SIZE:
                     u = np.frombuffer(data, dtype=cq_unit_dtype, count=1, offset=pos - CQ_UNIT_SIZE)[0]
                     max_physic_offset = int(u["commitlog_offset"]) + int(u["size"])

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..formats import offsetfile as of
 from ..formats.config import loads as config_loads
@@ -254,7 +255,7 @@ def _iso(ms: int | None) -> str | None:
     if ms is None:
         return None
     try:
-        return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return _dt.datetime.fromtimestamp(ms / 1000, _dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     except (OverflowError, OSError, ValueError):
         return None
 
@@ -289,7 +290,7 @@ def offset_report(store: Store, profile: BrokerProfile, *, groups: Iterable[str]
     store_topics = {t for t, _ in views} | {t for t, _ in store.consume_queues}
     rows: list[dict[str, Any]] = []
     with CommitlogReader(store, profile) as reader:
-        for name, group, topic, qid, off, key in committed_entries(cfg):
+        for name, group, topic, qid, off, _key in committed_entries(cfg):
             if gsel and group not in gsel:
                 continue
             if tsel and topic not in tsel:

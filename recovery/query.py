@@ -11,7 +11,8 @@ types), never prints. Damaged input is reported as a status, never raised, excep
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 from ..formats import indexfile
 from ..formats.consumequeue import CQ_UNIT_SIZE, FILL_BLANK_SIZE, read_units
@@ -82,7 +83,7 @@ class CommitlogReader:
             mf.close()
         self._maps.clear()
 
-    def __enter__(self) -> "CommitlogReader":
+    def __enter__(self) -> CommitlogReader:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -27,9 +27,10 @@ import datetime as _dt
 import os
 import struct
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Checkpoint, decode_checkpoint
 from ..formats.safeio import read_small
@@ -269,7 +270,7 @@ def plan_rebuild(
                 changes.append(_change(root, out.relpath, "consumequeue", out, out.size,
                                        "continued" if out.existed else "new file", compare_progress))
             produced = set(result.cq_files)
-            for key, qs in sorted(state.queues.items()):
+            for _key, qs in sorted(state.queues.items()):
                 for f in qs.dirty:
                     rel = _rel(store, f.path)
                     if rel not in produced:

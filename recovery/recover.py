@@ -58,27 +58,33 @@ import json
 import mmap
 import os
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..formats import commitlog as cl
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Checkpoint, encode_checkpoint
-from ..formats.safeio import read_small
-from ..formats.crc import crc32_raw
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
+from ..formats.crc import crc32_raw
 from ..formats.errors import RecoveryError
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
-from ..formats.names import index_file_name, index_name_after, offset_to_file_name, topic_path_problem
+from ..formats.names import index_name_after, offset_to_file_name, topic_path_problem
+from ..formats.safeio import read_small
 from . import check as ck
-from .scan import ByteViews as _Views, byte_at as _at, byte_views as _views, chase_starts as _chase, file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
+from .indexkeep import NO_END as _NO_END
+from .indexkeep import IndexCheck, check_index_file, keyed_record_between
 from .plainwalk import crc_failures, plain_records
-from .indexkeep import NO_END as _NO_END, IndexCheck, check_index_file, keyed_record_between
 from .reput import SIZE_ACCOUNTING
-from .times import add_times
+from .scan import ByteViews as _Views
+from .scan import byte_at as _at
+from .scan import byte_views as _views
+from .scan import chase_starts as _chase
+from .scan import file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
 from .store import Store, StoreFile
+from .times import add_times
 from .transfer import Inherited, fork_context, inherited, share, unshare
 from .versions import BrokerProfile
 
@@ -1061,7 +1067,7 @@ def infer_index_tz(store: Store) -> _dt.tzinfo:
         if len(name) != 17 or not name.isdigit():
             continue
         try:
-            naive = _dt.datetime(int(name[0:4]), int(name[4:6]), int(name[6:8]), int(name[8:10]), int(name[10:12]), int(name[12:14]), int(name[14:17]) * 1000, tzinfo=_dt.timezone.utc)
+            naive = _dt.datetime(int(name[0:4]), int(name[4:6]), int(name[6:8]), int(name[8:10]), int(name[10:12]), int(name[12:14]), int(name[14:17]) * 1000, tzinfo=_dt.UTC)
         except ValueError:
             continue
         begin = _index_header(f)[0]
@@ -1072,7 +1078,7 @@ def infer_index_tz(store: Store) -> _dt.tzinfo:
         if abs(d - q * 900_000) < 120_000 and abs(q) <= 14 * 4:
             diffs[q] += 1
     if not diffs:
-        return _dt.timezone.utc
+        return _dt.UTC
     q = diffs.most_common(1)[0][0]
     return _dt.timezone(_dt.timedelta(minutes=15 * q))
 
@@ -1369,7 +1375,7 @@ def plan_recovery(
                 continue
             bases = [f.base for f in st.kept]
             by_base = {f.base: f for f in st.kept}
-            n, write, mp_after = _truncate_units(lambda b: _cq_units(by_base[b], Fcq), bases, Fcq, process)
+            n, write, mp_after = _truncate_units(lambda b, by_base=by_base: _cq_units(by_base[b], Fcq), bases, Fcq, process)
             post_trunc_max.append(mp_after)
             qp.truncate_to = write
             qp.truncate_removed = [_rel(store, f.path) for f in st.kept[n:]]

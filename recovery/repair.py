@@ -35,23 +35,31 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
-import weakref
 import shutil
 import struct
 import tempfile
 import time
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..formats import commitlog as cl
-from ..formats.names import offset_msg_id
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
+from ..formats.names import offset_msg_id
 from . import check as ck
-from .filler import (BLANK_LEN, DEFAULT_MAX_MESSAGE_SIZE, FillerLayout, Tombstone, TooSmall, layout_region,
-                     render_region_to)
+from .filler import (
+    BLANK_LEN,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    FillerLayout,
+    Tombstone,
+    TooSmall,
+    layout_region,
+    render_region_to,
+)
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
 from .reput import CqFileOut, IndexFileOut
 from .store import Store, StoreFile
@@ -698,7 +706,7 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
         if any(not hasattr(r, "_patched") for r in plan.regions):
             raise ValueError("apply_repair needs a plan made with rebuild=True (its patched copies)")
         for rel, rs in claimed.items():
-            patched = getattr(rs[0], "_patched")  # the file as the plan made it, beside the store
+            patched = rs[0]._patched  # the file as the plan made it, beside the store
             if rs[0].create:
                 tx.create_file(rel, patched)
                 continue

@@ -36,22 +36,32 @@ import mmap
 import re
 import struct
 import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator, Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..formats import commitlog as cl
 from ..formats.checkpoint import Checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
+from ..formats.errors import RecoveryError
 from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT
 from ..formats.javahash import tags_code as _tags_code
-from ..formats.errors import RecoveryError
-from ..formats.names import index_file_name, index_name_after, offset_to_file_name, topic_path_problem
+from ..formats.names import index_name_after, offset_to_file_name, topic_path_problem
 from ..formats.properties import INNER_BASE, INNER_NUM, JAVA_REPLACE
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
-from .indexbuild import ConsumeQueueSet, ConsumeQueueWriter, DispatchRequest, IndexBuilder, IndexFileImage, TopicList, take_names, write_zeros
+from .indexbuild import (
+    ConsumeQueueSet,
+    ConsumeQueueWriter,
+    DispatchRequest,
+    IndexBuilder,
+    IndexFileImage,
+    TopicList,
+    take_names,
+    write_zeros,
+)
 from .scan import ByteViews, byte_views, chase_starts, last_nonzero_in_file, sorted_unique
 from .store import Store, StoreFile
 from .transfer import Arena, Inherited, fork_context, inherited, install, place, share, unshare
@@ -105,7 +115,7 @@ class IndexKeys(NamedTuple):
     units: np.ndarray
 
 
-class LazyValues(Sequence[Optional[str]]):
+class LazyValues(Sequence[str | None]):
     """Per-record property values (str or None), decoded on first use from the joined
     properties of a run (Java ``new String(bytes, UTF_8)``: replacement, never fails)."""
 
@@ -195,7 +205,7 @@ class DispatchColumns(NamedTuple):
         """The number of rows."""
         return len(self.topic)
 
-    def select(self, mask: np.ndarray) -> "DispatchColumns":
+    def select(self, mask: np.ndarray) -> DispatchColumns:
         """The rows where ``mask`` is True."""
         mask = np.asarray(mask, dtype=bool)
         idx = np.flatnonzero(mask).tolist()
@@ -225,7 +235,7 @@ class DispatchColumns(NamedTuple):
             )
 
     @staticmethod
-    def from_rows(positions: Sequence[int], rows: Sequence[DispatchRequest]) -> "DispatchColumns":
+    def from_rows(positions: Sequence[int], rows: Sequence[DispatchRequest]) -> DispatchColumns:
         i64 = lambda xs: np.fromiter(xs, dtype=np.int64, count=len(rows))  # noqa: E731
         return DispatchColumns(
             i64(positions), [r.topic for r in rows], i64(r.queue_id for r in rows),
@@ -236,7 +246,7 @@ class DispatchColumns(NamedTuple):
         )
 
     @staticmethod
-    def concat(parts: Sequence["DispatchColumns"]) -> "DispatchColumns":
+    def concat(parts: Sequence[DispatchColumns]) -> DispatchColumns:
         """One run of all the rows (``index_keys`` is dropped)."""
         if not parts:
             return DispatchColumns.from_rows([], [])
@@ -529,19 +539,19 @@ class _FastDecoder:
         # every header read is at most P + 112 + 8 (IPv6 hosts); records that close to the
         # end of the buffer are left to check_record
         Pc = np.minimum(P, max(lim - _HDR_MAX - 8, 0))
-        O = _OFF
-        total = _i32(W.u64(Pc + O["total_size"]))
-        queue_id = _i32(W.u64(Pc + O["queue_id"]))
-        queue_offset = _i64(W.u64(Pc + O["queue_offset"]))
-        phys = _i64(W.u64(Pc + O["physical_offset"]))
-        sys_flag = _i32(W.u64(Pc + O["sys_flag"]))
+        off = _OFF
+        total = _i32(W.u64(Pc + off["total_size"]))
+        queue_id = _i32(W.u64(Pc + off["queue_id"]))
+        queue_offset = _i64(W.u64(Pc + off["queue_offset"]))
+        phys = _i64(W.u64(Pc + off["physical_offset"]))
+        sys_flag = _i32(W.u64(Pc + off["sys_flag"]))
         hosts = (sys_flag >> 4) & 3
         body_at = _AT_HOSTS["body"][hosts]
         sure = (Pc == P) & (P + body_at <= end)
         store_ts = _i64(W.u64(Pc + _AT_HOSTS["store_timestamp"][hosts]))
         body_len = _i32(W.u64(Pc + _AT_HOSTS["body_length"][hosts]))
         if self.profile.accepts_v2:
-            v2 = (_i32(W.u64(Pc + O["magic"])) == cl.MAGIC_V2).astype(np.int64)
+            v2 = (_i32(W.u64(Pc + off["magic"])) == cl.MAGIC_V2).astype(np.int64)
         else:
             v2 = np.zeros(n, dtype=np.int64)
         p1 = P + body_at + np.maximum(body_len, 0)  # TOPICLENGTH
@@ -748,7 +758,7 @@ def _top_bytes_mask(rem: np.ndarray) -> np.ndarray:
     return m
 
 
-def _hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: "_Words | None" = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: _Words | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Java ``String.hashCode`` of byte spans of ``J`` read as ASCII (a byte is then one
     UTF-16 unit): (hash as uint32, length, True where a byte >= 0x80 makes that reading
     wrong). Spans must be non-empty and ``JW`` must read 8 bytes past the last span.
@@ -1695,7 +1705,7 @@ def parse_index_file_name(name: str, tz: _dt.tzinfo | None = None) -> int | None
         return None
     try:
         t = _dt.datetime(int(name[0:4]), int(name[4:6]), int(name[6:8]), int(name[8:10]),
-                         int(name[10:12]), int(name[12:14]), tzinfo=tz or _dt.timezone.utc)
+                         int(name[10:12]), int(name[12:14]), tzinfo=tz or _dt.UTC)
     except ValueError:
         return None
     return int(t.timestamp()) * 1000 + int(name[14:17])

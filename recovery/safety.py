@@ -87,11 +87,11 @@ import shutil
 import stat
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from typing import Any, Callable, Iterator, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 

@@ -24,7 +24,8 @@ walks everything.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..formats.consumequeue import read_units
 from . import check as ck

@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import random
 import struct
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..formats.checkpoint import Checkpoint, encode_checkpoint
 from ..formats.commitlog import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, build_blank, build_message

@@ -11,9 +11,10 @@ from __future__ import annotations
 import mmap
 import os
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..formats import indexfile
 from ..formats.checkpoint import Checkpoint, decode_checkpoint
@@ -96,7 +97,7 @@ class MappedFile:
                 pass  # views still exported; the map is released when they are
         os.close(self._fd)
 
-    def __enter__(self) -> "MappedFile":
+    def __enter__(self) -> MappedFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -128,7 +129,7 @@ class Store:
         index_slot_num: int | None = None,
         index_num: int | None = None,
         commitlog_dir: str | Path | None = None,
-    ) -> "Store":
+    ) -> Store:
         # absolute: every file path the store hands out then names the same file whatever
         # the working directory, and the safety layer never reads a relative path as one
         # inside the store (a relative STORE argument made every removal fail)

@@ -9,13 +9,14 @@ each consume queue points at (for the time ranges). ``deep=True`` adds the recov
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..formats.checkpoint import decode_checkpoint
+from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.errors import FormatError
 from ..formats.safeio import read_small
-from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from .query import CommitlogReader, read_index_header
 from .safety import broker_holds_lock, lock_holder, pending_journals
 from .store import Store

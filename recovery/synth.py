@@ -32,15 +32,15 @@ from __future__ import annotations
 import datetime as _dt
 import random
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..formats.checkpoint import Checkpoint, encode_checkpoint
 from ..formats.commitlog import LAYOUTS, MAGIC_V1, MAGIC_V2, build_blank, build_message
 from ..formats.crc import crc32_fast
 from ..formats.names import offset_to_file_name
 from ..formats.properties import serialize_properties
-
 from .versions import BrokerProfile
 
 BORN_HOST = {"address": bytes([10, 0, 0, 1]), "port": 40000}
@@ -88,7 +88,7 @@ class SyntheticPlan:
         pid = rng.randrange(1, 1 << 16)
         loader = rng.randrange(0, 1 << 31)
         self.uniq_prefix = (bytes(BORN_HOST["address"]) + struct.pack(">Hi", pid, loader)).hex().upper()
-        start = _dt.datetime.fromtimestamp(start_timestamp / 1000.0, _dt.timezone.utc)
+        start = _dt.datetime.fromtimestamp(start_timestamp / 1000.0, _dt.UTC)
         month = start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         self.month_start_ms = int(month.timestamp() * 1000)
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 _SECONDS: dict[int, str] = {}
-_UTC = _dt.timezone.utc
+_UTC = _dt.UTC
 _LINE = re.compile(r'"(born|store)_timestamp":(-?\d+)')
 _BYTES = re.compile(rb'"(born|store)_timestamp":(-?\d+)')
 FIELDS = (("born_timestamp", "born_time"), ("store_timestamp", "store_time"))

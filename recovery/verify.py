@@ -42,27 +42,30 @@ outcome is the broker's.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import sys
-import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..formats import commitlog as cl
-from ..formats.crc import crc32_raw
 from ..formats import consumequeue as cqf
 from ..formats import indexfile as ixf
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
+from ..formats.crc import crc32_raw
 from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.names import offset_msg_id, topic_path_problem
-from ..formats.properties import JAVA_REPLACE, parse_properties, parse_properties_legacy, decode_crc32_digits
+from ..formats.properties import JAVA_REPLACE, decode_crc32_digits, parse_properties, parse_properties_legacy
 from . import check as ck
-from .scan import byte_views, chase_starts, first_nonzero as _first_nonzero, hints_in, last_nonzero as _last_nonzero, queue_hint_runs, sorted_unique
 from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
+from .scan import byte_views, chase_starts, hints_in, queue_hint_runs, sorted_unique
+from .scan import first_nonzero as _first_nonzero
+from .scan import last_nonzero as _last_nonzero
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -579,7 +582,7 @@ class _Words:
     def at(self, pos: np.ndarray) -> np.ndarray:
         return self.grouped(pos).at(0)
 
-    def grouped(self, pos: np.ndarray) -> "_Grouped":
+    def grouped(self, pos: np.ndarray) -> _Grouped:
         return _Grouped(self, pos)
 
 
@@ -1232,7 +1235,7 @@ class PartTask:
     hints: np.ndarray | None = None  # file positions in [start, stop) that consume queue units point at
     hints_sorted: bool = True  # False: scan_part sorts them first
 
-    def with_hints(self, hints: np.ndarray | list[np.ndarray] | None) -> "PartTask":
+    def with_hints(self, hints: np.ndarray | list[np.ndarray] | None) -> PartTask:
         """This task with the ``hints`` that fall in its range: sorted commitlog offsets,
         or runs of them (:func:`recovery.scan.queue_hint_runs`, each ascending; the
         worker sorts its share)."""
@@ -1770,7 +1773,7 @@ class Queue:
         return (u["commitlog_offset"].astype(np.int64), u["size"].astype(np.int32), u["tags_code"].astype(np.int64),
                 logical, fno)
 
-    def load(self) -> "Queue":
+    def load(self) -> Queue:
         if self._units is None:
             self._units = self._read(range(len(self.files)))
         return self
@@ -2325,7 +2328,7 @@ class _KeyMatch:
 
     MANY = 16
 
-    def __init__(self, recs: "Records") -> None:
+    def __init__(self, recs: Records) -> None:
         kr, kh = recs.key_rec, recs.key_hash
         if len(kr) > 1 and not bool(np.all(kr[1:] >= kr[:-1])):
             o = np.argsort(kr, kind="stable")
@@ -2792,7 +2795,7 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             out.append(finding(code, rel, entries_at + k * ixf.ENTRY_SIZE, None if eoff is None else int(eoff[s]),
                                f"entry {k}" + (f"-{k + ln - 1}" if ln > 1 else "") + ": " + text(k, s), entry=k, entries=ln, **extra))
 
-    for (name, h), f in zip(headers, store.index_files):
+    for (_name, h), f in zip(headers, store.index_files):
         rel = _rel(store, f.path)
         if h is None:
             continue

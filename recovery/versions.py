@@ -78,7 +78,7 @@ class BrokerProfile:
     @classmethod
     def for_version(cls, text: str = DEFAULT_VERSION, delay_levels: str | None = None, *,
                     force_verify_prop_crc: bool = False, recheck_reput_offset_from_cq: bool = False,
-                    check_crc_on_recover: bool = True, message_index_safe: bool = False) -> "BrokerProfile":
+                    check_crc_on_recover: bool = True, message_index_safe: bool = False) -> BrokerProfile:
         levels = tuple(parse_delay_levels(delay_levels)) if delay_levels else tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
         return cls(parse_version(text), levels, force_verify_prop_crc, recheck_reput_offset_from_cq,
                    check_crc_on_recover, message_index_safe)
@@ -89,7 +89,7 @@ class BrokerProfile:
         CRC: forceVerifyPropCRC on a 5.2.0+ broker (older ones have no such setting)."""
         return self.has_prop_crc and self.force_verify_prop_crc
 
-    def recovery_signature(self, ignore: "frozenset[str] | set[str]" = frozenset()) -> tuple[bool, ...]:
+    def recovery_signature(self, ignore: frozenset[str] | set[str] = frozenset()) -> tuple[bool, ...]:
         """Every version-dependent decision recovery, dispatch and rebuild make: two versions
         with the same signature recover a store the same way. ``ignore``: decisions shown
         not to matter for a given store (recovery.identify)."""

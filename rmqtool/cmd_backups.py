@@ -16,10 +16,10 @@ from .brokeropts import broker_config_option
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
+from .formats.errors import RmqToolError
 from .output import SCHEMA_VERSION, output_options, resolve
 from .recovery.safety import load_manifest, pending_journals
 from .render import dumps, render
-from .formats.errors import RmqToolError
 
 COLUMNS = [("path", "BACKUP"), ("created_utc", "CREATED (UTC)"), ("description", "MADE BY"), ("entries", "FILES"),
            ("bytes", "BYTES"), ("actions", "ACTIONS"), ("status", "STATUS")]
@@ -112,7 +112,7 @@ def command(store: Path, dirs: tuple[Path, ...], prune: bool, keep: int | None, 
         if keep is not None:
             doomed = mine[keep:]
         if older_than is not None:
-            cutoff = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(days=older_than)
+            cutoff = _dt.datetime.now(_dt.UTC) - _dt.timedelta(days=older_than)
             old = [r for r in mine if r["created_utc"] and _dt.datetime.fromisoformat(
                 r["created_utc"].replace("Z", "+00:00")) < cutoff]
             doomed = [r for r in mine if r in old and (keep is None or r in doomed)]

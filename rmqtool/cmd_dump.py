@@ -9,29 +9,30 @@ not OK), 8 operational error.
 
 from __future__ import annotations
 
-import datetime as _dt
 import itertools
 import os
 import struct
 import sys
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import click
 
-from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
-from .output import output_file_options
-from .progress import progress_option, quiet_flag
-from .exitcodes import Exit
+from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, v1_lengths, v1_run_starts
+from .blocks import rows as byte_rows
 from .brokeropts import broker_config_option, broker_setting_options
-from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
+from .exitcodes import Exit
 from .formats import commitlog as cl
 from .formats.crc import crc32_raw
 from .formats.properties import JAVA_REPLACE, split_keys
+from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
+from .output import output_file_options
+from .progress import progress_option, quiet_flag
 from .recovery import check as ck
 from .recovery import query as qy
-from .render import dumps, render
 from .recovery.scan import blank_fields, iter_store_records, message_fields
 from .recovery.store import Store, StoreFile
+from .render import dumps, render
 
 Record = dict[str, Any]
 
@@ -1041,7 +1042,6 @@ def index_hit_records(store: Store, profile: Any, topic: str | None, key: str, s
 def checkpoint_record(store: Store) -> Record:
     from .formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
     from .formats.errors import StoreLayoutError
-
     from .formats.safeio import classify, read_small
 
     p = store.root / "checkpoint"

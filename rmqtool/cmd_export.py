@@ -16,11 +16,11 @@ from typing import Any
 
 import click
 
+from .brokeropts import broker_config_option, broker_setting_options
+from .exitcodes import Exit
+from .options import broker_version_option, make_profile
 from .output import output_file_options
 from .progress import progress_enabled, progress_option
-from .exitcodes import Exit
-from .brokeropts import broker_config_option, broker_setting_options
-from .options import broker_version_option, make_profile
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.I)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
+from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
 from .options import broker_version_option, make_profile, open_store, store_argument
 from .output import console, output_options, resolve
 from .progress import progress_bar, progress_option

@@ -20,7 +20,15 @@ from .brokeropts import broker_config_option, broker_setting_options, recovery_w
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .options import broker_version_option, check_lock, dry_run_preamble, make_profile, open_store, resolve_format, store_argument
+from .options import (
+    broker_version_option,
+    check_lock,
+    dry_run_preamble,
+    make_profile,
+    open_store,
+    resolve_format,
+    store_argument,
+)
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import quiet_flag
 from .render import dumps, render
@@ -46,7 +54,7 @@ def parse_time(text: str) -> int:
     except ValueError:
         raise click.BadParameter(f"{text!r} is neither milliseconds nor an ISO 8601 time", param_hint="--reset-to-time") from None
     if d.tzinfo is None:
-        d = d.replace(tzinfo=_dt.timezone.utc)
+        d = d.replace(tzinfo=_dt.UTC)
     return int(d.timestamp() * 1000)
 
 

@@ -17,15 +17,32 @@ from typing import Any
 
 import click
 
+from .brokeropts import broker_config_option, broker_setting_options
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
-from .interrupts import settle_on_interrupt
-from .output import output_file_options
 from .exitcodes import Exit
-from .brokeropts import broker_config_option, broker_setting_options
-from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
+from .interrupts import settle_on_interrupt
+from .options import (
+    broker_version_option,
+    check_lock,
+    dry_run_preamble,
+    finish_pending,
+    make_profile,
+    open_store,
+    refuse_obstacles,
+    store_argument,
+)
+from .output import output_file_options
 from .progress import later_bar, progress_bar, progress_option
-from .recovery.rebuild import REMOVE, UNCHANGED, RebuildPlan, apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
+from .recovery.rebuild import (
+    REMOVE,
+    UNCHANGED,
+    RebuildPlan,
+    apply_rebuild,
+    check_from_offset,
+    check_index_scope,
+    plan_rebuild,
+)
 from .recovery.safety import StoreLock
 from .recovery.store import Store
 
@@ -33,7 +50,7 @@ from .recovery.store import Store
 def parse_tz(text: str) -> _dt.tzinfo:
     """``UTC``, ``local`` or an IANA zone name such as ``Asia/Shanghai``."""
     if text.upper() == "UTC":
-        return _dt.timezone.utc
+        return _dt.UTC
     if text == "local":
         tz = _dt.datetime.now().astimezone().tzinfo
         assert tz is not None

@@ -16,14 +16,23 @@ from typing import Any
 
 import click
 
-from .confirm import ask, require_yes_or_terminal, yes_option
-from .cmd_offsets import past_end_rows
-from .errors import closed_stdout_ignored
-from .interrupts import salvage_cleanup, settle_on_interrupt
-from .output import SCHEMA_VERSION, output_file_options
-from .exitcodes import Exit
-from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
 from .brokeropts import broker_config_option, broker_setting_options
+from .cmd_offsets import past_end_rows
+from .confirm import ask, require_yes_or_terminal, yes_option
+from .errors import closed_stdout_ignored
+from .exitcodes import Exit
+from .interrupts import salvage_cleanup, settle_on_interrupt
+from .options import (
+    broker_version_option,
+    check_lock,
+    dry_run_preamble,
+    finish_pending,
+    make_profile,
+    open_store,
+    refuse_obstacles,
+    store_argument,
+)
+from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
 from .recovery.safety import StoreLock

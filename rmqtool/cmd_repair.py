@@ -15,12 +15,21 @@ from typing import Any
 import click
 
 from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
-from .confirm import ask, require_yes_or_terminal, yes_option
 from .cmd_offsets import past_end_rows
+from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .interrupts import settle_on_interrupt
-from .options import broker_version_option, check_lock, dry_run_preamble, finish_pending, make_profile, open_store, refuse_obstacles, store_argument
+from .options import (
+    broker_version_option,
+    check_lock,
+    dry_run_preamble,
+    finish_pending,
+    make_profile,
+    open_store,
+    refuse_obstacles,
+    store_argument,
+)
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC

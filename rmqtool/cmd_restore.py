@@ -14,13 +14,13 @@ from pathlib import Path
 
 import click
 
+from .brokeropts import broker_config_option
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
-from .brokeropts import broker_config_option
+from .exitcodes import Exit
 from .interrupts import settle_on_interrupt
 from .output import output_file_options
 from .progress import progress_bar, progress_option
-from .exitcodes import Exit
 from .recovery.safety import (
     RestoreConflictError,
     StoreLockedError,

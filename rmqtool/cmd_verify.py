@@ -13,11 +13,11 @@ from typing import Any
 
 import click
 
+from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options, refusal_findings
 from .errors import closed_stdout_ignored
-from .output import SCHEMA_VERSION, output_file_options
 from .exitcodes import Exit
 from .options import broker_version_option, make_profile, open_store, resolve_format, store_argument
-from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options, refusal_findings
+from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.verify import VerifyReport, verify_store
 from .render import dumps, render

@@ -7,7 +7,8 @@ The stream's items are records (dicts), finished JSON lines (str) or blocks of t
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from .progress import progress_bar, progress_enabled
 

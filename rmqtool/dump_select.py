@@ -10,7 +10,8 @@ filters by every ``--topic`` / ``--queue-id``, and counts the messages printed.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import click
 

@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import itertools
 import struct
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-
-from .blocks import body_crcs_match, distinct, gather, host_keys, host_of_key, row_groups, rows as byte_rows, v1_lengths, v1_run_starts
+from .blocks import body_crcs_match, distinct, gather, host_keys, host_of_key, row_groups, v1_lengths, v1_run_starts
+from .blocks import rows as byte_rows
 from .formats import commitlog as cl
 from .formats.javahash import tags_code
 from .formats.names import host_to_str
@@ -399,7 +400,7 @@ def rows_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def split_batches(split: Split, version: "str | BrokerProfile", with_body: bool, schema: pa.Schema, counts: list[int] | None = None,
+def split_batches(split: Split, version: str | BrokerProfile, with_body: bool, schema: pa.Schema, counts: list[int] | None = None,
                   handoff: Handoff | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of :func:`rmqtool.export_spark.commitlog_rows` for ``split`` as
     RecordBatches (same rows, same order). ``counts`` (rows, messages, blanks, problems)

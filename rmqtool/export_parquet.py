@@ -27,8 +27,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq

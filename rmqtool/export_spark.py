@@ -24,10 +24,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from .formats.errors import RmqToolError
 from .recovery.scan import blank_fields, message_fields
@@ -161,14 +162,14 @@ _ROW_KEYS = [c for c, _t in COMMITLOG_COLUMNS[1:]]
 _MESSAGE_ROW = operator.itemgetter(*_ROW_KEYS[:-1])  # every column but "field" (last)
 
 
-def worker_profile(version: "str | BrokerProfile") -> BrokerProfile:
+def worker_profile(version: str | BrokerProfile) -> BrokerProfile:
     """What a worker decodes with: the driver's whole profile (version, delay levels and
     every recovery setting of the broker config: what ``make_profile`` built from the
     options and --broker-config), or a release label (the defaults for the rest)."""
     return version if isinstance(version, BrokerProfile) else BrokerProfile.for_version(version)
 
 
-def commitlog_rows(split: Split, version: "str | BrokerProfile", with_body: bool, counts: list[int] | None = None,
+def commitlog_rows(split: Split, version: str | BrokerProfile, with_body: bool, counts: list[int] | None = None,
                    handoff: Handoff | None = None) -> Iterator[tuple[Any, ...]]:
     """Row tuples (column order of :data:`COMMITLOG_COLUMNS`) of one split: the records of
     ``dump commitlog`` (same walk, same field functions), plus ``store`` first and, with
@@ -229,7 +230,7 @@ class FileTask:
     weight: int  # bytes, for balancing
 
 
-def _partition(kind: str, version: "str | BrokerProfile", with_body: bool, accs: Any, groups: Iterable[list[Any]]) -> Iterator[tuple[Any, ...]]:
+def _partition(kind: str, version: str | BrokerProfile, with_body: bool, accs: Any, groups: Iterable[list[Any]]) -> Iterator[tuple[Any, ...]]:
     """mapPartitions body: the rows of every task of the partition (a partition holds one
     group of tasks), bumping the counters after each task."""
     for task in (t for g in groups for t in g):
@@ -251,7 +252,7 @@ def _partition(kind: str, version: "str | BrokerProfile", with_body: bool, accs:
             done.add(1)
 
 
-def _arrow_partition(version: "str | BrokerProfile", with_body: bool, accs: Any, batches: Iterable[Any]) -> Iterator[Any]:
+def _arrow_partition(version: str | BrokerProfile, with_body: bool, accs: Any, batches: Iterable[Any]) -> Iterator[Any]:
     """mapInArrow body of the columnar commitlog path: the input rows carry pickled groups
     of splits (column ``g``); yields the RecordBatches of every split, bumping the
     counters after each split as :func:`_partition` does."""
@@ -275,7 +276,7 @@ def _arrow_partition(version: "str | BrokerProfile", with_body: bool, accs: Any,
                     done.add(1)
 
 
-def _write_partition(kind: str, version: "str | BrokerProfile", with_body: bool, partition_by: Sequence[str], staging: str,
+def _write_partition(kind: str, version: str | BrokerProfile, with_body: bool, partition_by: Sequence[str], staging: str,
                      done: Any, items: Iterable[tuple[int, list[Any]]]) -> Iterator[tuple[Any, ...]]:
     """mapPartitions body of ``--writer arrow``: every task of the partition decoded (the
     commitlog through the columnar path, queues and index through the row functions) and
@@ -730,7 +731,7 @@ class _Progress:
         self._thread = threading.Thread(target=self._run, name="rmqtool-export-progress", daemon=True)
         self._last = -1
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.enabled:
             self._show(0)
             self._thread.start()
@@ -796,7 +797,7 @@ def run_export(
     split_size: int | None = DEFAULT_SPLIT_SIZE,
     with_body: bool = False,
     partition_by: Sequence[str] = (),
-    version: "str | BrokerProfile" = "4.9.4",
+    version: str | BrokerProfile = "4.9.4",
     overwrite: bool = False,
     quiet: bool = False,
     conf: dict[str, str] | None = None,

@@ -11,9 +11,9 @@ next run to clean up.
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 
 class Interrupted(KeyboardInterrupt):
@@ -66,7 +66,7 @@ def settle_on_interrupt(root: Path, command: str) -> Iterator[None]:
             backup = next((o.backup_dir for o in outcomes if o.backup_dir), None)
             raise Interrupted(f"interrupted: the store WAS changed: {command} had begun applying its change, which "
                               f"was completed (its backup is kept" + (f": {backup}" if backup else "") + ")"
-                              + f"; the next run starts from the changed store", changed=True) from None
+                              + "; the next run starts from the changed store", changed=True) from None
         raise Interrupted(f"interrupted: the store was not changed ({command} had not begun applying its change"
                           + ("; its temporary files and partial backup were removed" if outcomes else "")
                           + "); the next run starts over", changed=False) from None

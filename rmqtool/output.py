@@ -13,9 +13,10 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import click
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextvars
 import functools
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import click
 

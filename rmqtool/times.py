@@ -21,7 +21,7 @@ def iso(ms: Any) -> str | None:
     if ms is None or isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0:
         return None
     try:
-        d = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc)
+        d = _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC)
     except (OverflowError, OSError, ValueError):
         return None
     return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
@@ -51,7 +51,7 @@ def parse_time(text: str | None, name: str, now_ms: int | None = None) -> int | 
             f"{text!r} is not a time: give ISO 8601 (2026-11-21T23:02:32Z), epoch seconds or milliseconds "
             "(by magnitude), or a relative time (-10m, -2h, -1d)", param_hint=name) from None
     if d.tzinfo is None:
-        d = d.replace(tzinfo=_dt.timezone.utc)
+        d = d.replace(tzinfo=_dt.UTC)
     return int(d.timestamp() * 1000)
 
 

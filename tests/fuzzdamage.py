@@ -22,9 +22,9 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT / "fixtures" / "real"
@@ -64,7 +64,7 @@ def _real_dirs(base: Path) -> list[Path]:
     if base.is_symlink() or not base.is_dir():
         return []
     out = []
-    for dirpath, dirnames, _ in os.walk(base, followlinks=False):
+    for dirpath, _dirnames, _ in os.walk(base, followlinks=False):
         out.append(Path(dirpath))
     return sorted(out)  # (the seed's damage must not depend on the directory order)
 
@@ -498,12 +498,10 @@ def run_forked(argv: list[str], timeout: float, mem_bytes: int, user: str | None
     """rmqtool.cli.run in a forked child (no exec: the interpreter need not be reachable
     for ``user``), which first drops to ``user`` (setgid/setuid) and sets RLIMIT_AS."""
     import importlib
-
-    from rmqtool.cli import COMMANDS
-
     import pkgutil
 
     import rmqtool
+    from rmqtool.cli import COMMANDS
 
     # every module imported before the fork: the child (another user) may not read the tree
     names = list(COMMANDS.values()) + [m.name for m in pkgutil.walk_packages(rmqtool.__path__, "rmqtool.")]

@@ -20,20 +20,22 @@ import json
 import random
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from rmqtool.recovery.times import iso_ms
+from test_audit_versions import BLANK, MAGIC_V1, props, record  # noqa: E402  (spec-built record writer)
+
 from rmqtool.cli import run  # noqa: E402
 from rmqtool.export_arrow import arrow_schema, split_batches  # noqa: E402
 from rmqtool.export_spark import columns_for  # noqa: E402
 from rmqtool.recovery.splits import Handoff, plan_splits  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402
-from test_audit_versions import BLANK, MAGIC_V1, props, record  # noqa: E402  (spec-built record writer)
+from rmqtool.recovery.times import iso_ms
 
 VERSIONS = ["4.9.4", "5.1.4", "5.3.3"]
 TS0 = 1_700_000_000_000

@@ -11,8 +11,9 @@ import shutil
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from conftest import REAL_NAMES, broker_view, real_store, scenario
@@ -91,7 +92,7 @@ def test_filters(capsys: pytest.CaptureFixture[str]) -> None:
     assert recs == [r for r in msgs if t0 <= r["store_timestamp"] <= t1]
     import datetime as dt
 
-    iso = dt.datetime.fromtimestamp(t0 / 1000, dt.timezone.utc).isoformat()
+    iso = dt.datetime.fromtimestamp(t0 / 1000, dt.UTC).isoformat()
     _, recs2, _ = dump(capsys, "commitlog", CLEAN, "--since", iso, "--until", str(t1))
     assert [r["physical_offset"] for r in recs2] == [r["physical_offset"] for r in msgs if t0 <= r["store_timestamp"] <= t1]
     assert iso.endswith("+00:00") and "." in iso

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 import pytest
-
 from conftest import broker_view, real_store, scenario
+
 from rmqtool.cli import run
 
 CLEAN = str(real_store("clean"))

@@ -13,6 +13,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 
 from conftest import REAL_NAMES, real_store  # noqa: E402
+
 from rmqtool.export_arrow import arrow_schema, plain_block, split_batches  # noqa: E402
 from rmqtool.export_spark import columns_for, commitlog_rows  # noqa: E402
 from rmqtool.recovery.splits import Handoff, plan_splits  # noqa: E402
@@ -239,6 +240,7 @@ def test_arrays_from_numpy_buffers_equal_pa_array_and_never_import_pandas(tmp_pa
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
+
     from rmqtool import export_arrow as ea
 
     for a in (np.arange(-3, 7, dtype=np.int64), np.arange(5, dtype=np.int32)[::2], np.array([True, False, True] * 7),

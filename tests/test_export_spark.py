@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import REAL_NAMES, real_store, scenario
+
 from rmqtool.cli import run
 from rmqtool.recovery.store import Store
 
@@ -335,6 +335,7 @@ def test_arrow_writer_equals_spark_writer(spark: Any, tmp_path: Path, what: str,
 
 def test_partition_values_escaped_as_spark_does(spark: Any, tmp_path: Path) -> None:
     import pyarrow as pa
+
     from rmqtool.export_parquet import TaskWriter, escape_path_name, prepare, publish
 
     topics = ["%RETRY%group", "a/b", "x=y:z", "sp ace", "#[^]{}*?'\"\\", "", None, "plain"]
@@ -362,6 +363,7 @@ def test_arrow_writer_commit_protocol(tmp_path: Path) -> None:
     refused when it exists unless overwrite."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from rmqtool.export_parquet import TaskWriter, prepare, publish
 
     schema = pa.schema([pa.field("n", pa.int64())])
@@ -392,6 +394,7 @@ def test_arrow_writer_gathers_batches_into_row_groups(tmp_path: Path, monkeypatc
     partition directory, in order; what is left is written at commit."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     from rmqtool import export_parquet as ep
 
     monkeypatch.setattr(ep, "ROW_GROUP_ROWS", 2500)
@@ -428,7 +431,7 @@ def test_arrow_writer_gathers_batches_into_row_groups(tmp_path: Path, monkeypatc
     assert (rg.column(0).statistics.min, rg.column(0).statistics.max) == (3, 5)
     monkeypatch.setattr(ep, "ROW_GROUP_BYTES", 1)  # every batch is a group on its own
     t2 = ep.TaskWriter(str(staging), 2, schema, [], True)
-    for b in range(3):
+    for _b in range(3):
         t2.write(pa.record_batch([pa.array(["x"] * 10), pa.array(range(10))], schema=schema))
     t2.commit()
     f = next((staging / "task-00002" / "done").glob("*.parquet"))

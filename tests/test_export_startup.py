@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import real_store
 
 pytest.importorskip("pyspark")
@@ -152,13 +151,13 @@ def test_spark_logging_goes_to_a_file_unless_verbose(verbose: bool, tmp_path: Pa
         def __init__(self) -> None:
             self.settings: dict[str, str] = {}
 
-        def appName(self, _name: str) -> "Builder":  # noqa: N802 - pyspark's names
+        def appName(self, _name: str) -> Builder:  # noqa: N802 - pyspark's names
             return self
 
-        def master(self, _url: str) -> "Builder":
+        def master(self, _url: str) -> Builder:
             return self
 
-        def config(self, key: str, value: str) -> "Builder":
+        def config(self, key: str, value: str) -> Builder:
             self.settings[key] = value
             return self
 

@@ -18,8 +18,9 @@ Particulars (fixtures/real/README.md):
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from conftest import CLEAN_NAMES, REAL_NAMES, broker_view, real_store, scenario

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from conftest import REAL_NAMES, broker_view, real_store

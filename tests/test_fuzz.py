@@ -10,8 +10,9 @@ import random
 import shutil
 import struct
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from conftest import real_store
@@ -234,7 +235,7 @@ def test_cli_on_random_files_in_every_directory(store_copy: Callable[[str], Path
     rnd = random.Random(20261122)
     root = store_copy("clean")
     files = sorted(p for p in root.rglob("*") if p.is_file())
-    for round_ in range(6):
+    for _round in range(6):
         for p in rnd.sample(files, 6):
             kind = rnd.choice(["random", "zeros", "truncate", "empty", "flip"])
             raw = p.read_bytes()

@@ -14,12 +14,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
-
-import pytest
-from conftest import real_store, tree_digest
 
 import fuzzdamage as fd
+import pytest
+from conftest import real_store
+
 from rmqtool.cli import run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +98,7 @@ def test_f3_salvage_with_an_index_symlink_loop_is_refused_up_front(tmp_path: Pat
     assert code == 8 and err.count("\n") == 1 and "/index:" in err and "symbolic links" in err
     assert snapshot(root) == before and not (tmp_path / "salvage").exists()
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
-    assert code == 4 and any(json.loads(l)["code"] == "FILE_UNSAFE" and json.loads(l)["file"] == "index" for l in out.splitlines())
+    assert code == 4 and any(json.loads(line)["code"] == "FILE_UNSAFE" and json.loads(line)["file"] == "index" for line in out.splitlines())
 
 
 def test_f4_a_stray_one_byte_queue_file_leaves_that_queue_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,7 +128,7 @@ def test_f5_a_topic_of_nul_bytes_never_becomes_a_path(tmp_path: Path, capsys: py
     _nul_topic(root)
     h0 = snapshot(root)
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
-    assert code == 4 and any(json.loads(l)["code"] == "TOPIC_BAD_NAME" for l in out.splitlines())
+    assert code == 4 and any(json.loads(line)["code"] == "TOPIC_BAD_NAME" for line in out.splitlines())
     code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--quiet", "--backup-dir", str(tmp_path / "b1"))
     assert code == 5 and "NUL byte" in err  # the other queues written (1), this topic left (4)
     assert not (root / ".rmqtool-journal").exists()
@@ -155,8 +154,8 @@ def test_f6_a_symlinked_queue_directory_is_a_finding_and_a_refusal(tmp_path: Pat
         q.symlink_to(tmp_path / "elsewhere")
     before = snapshot(root)
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
-    assert code == 4 and any(json.loads(l)["code"] == "FILE_UNSAFE" and json.loads(l)["file"] == "consumequeue/TopicA/0"
-                             for l in out.splitlines())
+    assert code == 4 and any(json.loads(line)["code"] == "FILE_UNSAFE" and json.loads(line)["file"] == "consumequeue/TopicA/0"
+                             for line in out.splitlines())
     for argv in (("recover", "--yes"), ("rebuild-index", "--yes", "--quiet"), ("recover", "--dry-run"), ("rebuild-index", "--dry-run", "--quiet")):
         code, out, err = cli(capsys, argv[0], str(root), *argv[1:])
         assert code == 8 and err.count("\n") == 1 and "consumequeue/TopicA/0" in err, (argv, err)

@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import copy_store, tree_digest
+from test_audit_versions import CQ_FS, ENTRIES, FS, SLOTS, cq_units, props, unit_of, write_store
+
 from rmqtool.cli import run
 from rmqtool.recovery import brokerconf as bc
 from rmqtool.recovery.identify import infer_version
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import RELEASES, BrokerProfile, parse_version
-from test_audit_versions import CQ_FS, ENTRIES, FS, SLOTS, cq_units, props, unit_of, write_store
 
 MAN = Path(__file__).resolve().parent.parent / "man"
 REAL_GEOMETRY = {"mappedFileSizeCommitLog": "65536", "mappedFileSizeConsumeQueue": "640",

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import copy_store, tree_digest
+from test_identity import REAL_GEOMETRY, REAL_OPTIONS, cli, write_conf
+
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats.checkpoint import Checkpoint, decode_checkpoint, encode_checkpoint
-from test_identity import REAL_GEOMETRY, REAL_OPTIONS, cli, write_conf
 
 
 def records(capsys: pytest.CaptureFixture[str], root: Path) -> list[dict[str, Any]]:
@@ -143,6 +143,7 @@ def test_export_workers_decode_with_the_drivers_whole_profile(capsys: pytest.Cap
     they do not: messageDelayLevel changes the SCHEDULE_TOPIC_XXXX tagsCode."""
     pytest.importorskip("pyarrow")
     from conftest import real_store
+
     from rmqtool.export_arrow import arrow_schema, split_batches
     from rmqtool.export_spark import columns_for, commitlog_rows
     from rmqtool.recovery.splits import plan_splits
@@ -395,10 +396,11 @@ def test_a_rocksdb_config_directory_is_5x_evidence(tmp_path: Path) -> None:
     (b"KEYS\x01a\x01\x02TAGS\x01t", False),  # 4.6.0-4.9.0 drops the trailing empty part: KEYS=a
 ])
 def test_properties_parsers_agree_exactly_where_both_parsers_read_the_same(raw: bytes, agree: bool, tmp_path: Path) -> None:
+    from test_audit_versions import props, write_store
+
     from rmqtool.formats.properties import parse_properties, parse_properties_legacy
     from rmqtool.recovery.identify import properties_parsers_agree
     from rmqtool.recovery.store import Store
-    from test_audit_versions import props, write_store
 
     text = raw.decode()
     assert (list(parse_properties(text).items()) == list(parse_properties_legacy(text).items())) is agree

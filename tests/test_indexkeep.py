@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import shutil
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
-
 from conftest import tree_digest
+
 from rmqtool.cli import run
 from rmqtool.formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from rmqtool.recovery import indexkeep as ik

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_store, tree_digest
+
 from rmqtool import progress
 from rmqtool.cli import run
 from rmqtool.exitcodes import Exit

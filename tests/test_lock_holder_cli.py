@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from conftest import copy_store, tree_digest
+
 from rmqtool.cli import run
 from rmqtool.exitcodes import Exit
 

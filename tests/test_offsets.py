@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import REAL, broker_view, copy_store, tree_digest
+
 from rmqtool.cli import run
 from rmqtool.formats import offsetfile as of
 from rmqtool.recovery import offsets as ro

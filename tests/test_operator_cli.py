@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_store, tree_digest
+
 from rmqtool import confirm
 from rmqtool.cli import run
 from rmqtool.exitcodes import MAN_TABLE, Exit
@@ -283,6 +283,7 @@ def test_ctrl_c_during_export_removes_the_partial_output(tmp_path: Path, monkeyp
     """The export job interrupted after it wrote part of OUT (run_export stands in for
     Spark): OUT is gone, one line says so, status 130; a rerun is not refused."""
     from conftest import real_store
+
     from rmqtool import export_spark
 
     out = tmp_path / "out"

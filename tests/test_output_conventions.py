@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_store, real_store, scenario
+
 from rmqtool.cli import run
 from rmqtool.times import parse_time
 

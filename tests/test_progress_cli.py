@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_store
+
 from rmqtool.cli import run
 from rmqtool.exitcodes import Exit
 

@@ -669,6 +669,7 @@ def test_full_rebuild_of_an_intact_store_changes_nothing(tmp_path: Path, capsys:
     writes (the index files under other names: creation times): all of them are left as
     they are, and no byte changes."""
     from conftest import copy_store, tree_digest
+
     from rmqtool.cli import run
 
     root = copy_store(name, tmp_path)
@@ -689,6 +690,7 @@ def test_continued_rebuild_after_a_crash_rewrites_only_what_the_broker_would(
     out byte for byte the same, and a third run leaves it under its own name: no byte
     changes."""
     from conftest import copy_store, tree_digest
+
     from rmqtool.cli import run
 
     root = copy_store("crash_midwrite", tmp_path)
@@ -708,6 +710,7 @@ def test_dropped_index_file_written_again_keeps_its_name(tmp_path: Path, capsys:
     so it stays under its own (the broker's) name instead of being removed and created
     under a new one."""
     from conftest import copy_store
+
     from rmqtool.cli import run
 
     root = copy_store("many_files", tmp_path)

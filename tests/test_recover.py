@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from conftest import CLEAN_NAMES, broker_view, copy_store, real_store, tree_digest
+
 from rmqtool.cli import run
 from rmqtool.formats.consumequeue import read_units
 from rmqtool.recovery import recover as rc
@@ -576,7 +576,7 @@ def test_walk_tasks_take_the_hints_inherited_through_fork(tmp_path: Path, monkey
         def __init__(self, *_a: object) -> None:
             pass
 
-        def __enter__(self) -> "InProcess":
+        def __enter__(self) -> InProcess:
             return self
 
         def __exit__(self, *exc: object) -> None:

@@ -13,14 +13,14 @@ import random
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import pytest
-
 from conftest import REAL_NAMES, copy_store, tree_digest
 from relaid import relaid
+
 from rmqtool.cli import run
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats.consumequeue import read_units

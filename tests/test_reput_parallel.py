@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import copy_store
+
 from rmqtool.recovery import reput as rp
 from rmqtool.recovery.reput import DispatchColumns, ReputStats, iter_dispatch, iter_dispatch_parallel
 from rmqtool.recovery.store import Store

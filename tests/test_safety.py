@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from rmqtool.recovery import safety
 from rmqtool.recovery.safety import (
     BackupDirError,
@@ -865,6 +866,7 @@ def _enospc(*_a: object, **_k: object) -> None:
 def test_full_disk_while_staging_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import copy_store, tree_digest
+
     from rmqtool.cli import run
 
     root = copy_store("crash_midwrite", tmp_path)
@@ -881,6 +883,7 @@ def test_full_disk_while_staging_names_the_file(tmp_path: Path, capsys: pytest.C
 def test_io_error_while_applying_names_the_file_and_the_next_run_finishes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import copy_store, tree_digest
+
     from rmqtool.cli import run
 
     clean = copy_store("crash_midwrite", tmp_path / "a")
@@ -912,6 +915,7 @@ def test_io_error_while_applying_names_the_file_and_the_next_run_finishes(
 def test_dry_run_refuses_the_backup_dir_the_real_run_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                              command: str, where: str) -> None:
     from conftest import copy_store
+
     from rmqtool.cli import run
 
     root = copy_store("crash_midwrite", tmp_path)
@@ -934,6 +938,7 @@ def test_failed_cleanup_after_a_complete_change(tmp_path: Path, capsys: pytest.C
     rmdir): the run still reports its repair (status 1), and the next run removes the
     leftover without calling it a rolled-back transaction."""
     from conftest import copy_store
+
     from rmqtool.cli import run
 
     root = copy_store("crash_midwrite", tmp_path)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rmqtool.recovery.safety import StoreTransaction, load_manifest, restore, verify_backup
 
 

@@ -12,8 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import tree_digest  # noqa: E402
-from rmqtool.cli import run  # noqa: E402
 from test_repair import _body_pos, _copy, _flip, _records  # noqa: E402
+
+from rmqtool.cli import run  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402
 
 

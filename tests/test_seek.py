@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 import pytest
-
 from conftest import REAL_NAMES, real_store
+
 from rmqtool.cli import run
 from rmqtool.recovery import seek as sk
 from rmqtool.recovery.store import Store

@@ -6,15 +6,15 @@ with damage; the handoff check catches the one layout where cutting cannot work.
 from __future__ import annotations
 
 import random
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REAL_NAMES, real_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import REAL_NAMES, real_store
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats.names import offset_to_file_name
 from rmqtool.recovery import check as ck
@@ -52,7 +52,7 @@ def by_splits(splits: list[Split]) -> tuple[list[tuple[Any, ...]], list[Handoff]
     return out, handoffs
 
 
-@lru_cache(maxsize=None)
+@cache
 def real(name: str) -> tuple[Store, list[tuple[Any, ...]]]:
     store = Store.open(real_store(name))
     return store, sequential(store)

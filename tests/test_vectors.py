@@ -235,7 +235,7 @@ class TestMessageIds:
         d = decode_uniq_key("C0A8016430391B6D358647B760000001")
         assert d == {"ip": "192.168.1.100", "pid": 12345, "class_loader_hash": 460141958,
                      "millis_since_month_start": 1203200000, "counter": 1}
-        anchor = dt.datetime(2023, 11, 1, tzinfo=dt.timezone.utc)
+        anchor = dt.datetime(2023, 11, 1, tzinfo=dt.UTC)
         assert int(anchor.timestamp() * 1000) + d["millis_since_month_start"] == 1700000000000  # type: ignore[operator]
 
     def test_not_an_id(self) -> None:

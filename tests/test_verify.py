@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import CLEAN_NAMES, REAL_NAMES, broker_view, copy_store, real_store, tree_digest
 
-from conftest import REAL_NAMES, CLEAN_NAMES, broker_view, copy_store, real_store, tree_digest
 from rmqtool.cli import run
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats.checkpoint import Checkpoint, encode_checkpoint

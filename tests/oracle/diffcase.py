@@ -30,7 +30,6 @@ Checks (the names the soak table uses):
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import io
@@ -41,9 +40,10 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # ---------------------------------------------------------------------------------------
 # running rmqtool in-process
@@ -747,7 +747,7 @@ class Oracle:
     def _run(self, args: list[str], timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         timeout = timeout or self.timeout
         try:
-            return subprocess.run([str(self.script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            return subprocess.run([str(self.script), *args], capture_output=True, text=True,
                                   timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             raise OracleError(f"rocketmq-oracle {args[0]}: timed out after {timeout:.0f} s") from exc
@@ -1167,7 +1167,7 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
     return True
 
 
-def run_cases(oracle: "Oracle", specs: list[tuple[int, str]], work: Path, *, max_messages: int = 120,
+def run_cases(oracle: Oracle, specs: list[tuple[int, str]], work: Path, *, max_messages: int = 120,
               checks: tuple[str, ...] = CHECKS, parallel: int = 1, keep: bool = False,
               progress: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
     """Every (seed, version) case: per version one ``batch`` JVM writes every store, one views
@@ -1209,7 +1209,7 @@ def run_cases(oracle: "Oracle", specs: list[tuple[int, str]], work: Path, *, max
     return out
 
 
-def _view_and_compare(oracle: "Oracle", version: str, live: list[_Case], parallel: int, checks: tuple[str, ...]) -> None:
+def _view_and_compare(oracle: Oracle, version: str, live: list[_Case], parallel: int, checks: tuple[str, ...]) -> None:
     """Phases 2-4 of :func:`run_cases` on damaged stores: the broker's view, rmqtool's
     side, the broker's view of what rmqtool recovered."""
     if True:
@@ -1240,7 +1240,7 @@ def _view_and_compare(oracle: "Oracle", version: str, live: list[_Case], paralle
                 c.res.results["reopen"] = _timed(c, lambda c=c, r=r: compare_reopen(c.view, r["result"], c.rec, c.store))
 
 
-def rerun_kept(oracle: "Oracle", seed: int, version: str, kept: Path, damage_done: list[str], work: Path, *,
+def rerun_kept(oracle: Oracle, seed: int, version: str, kept: Path, damage_done: list[str], work: Path, *,
                max_messages: int = 120, checks: tuple[str, ...] = CHECKS) -> CaseResult:
     """A case again from the store it left (``--keep`` or a disagreeing case's work
     directory: KEPT/w/store after the damage, KEPT/w/result.json): the broker's view and
@@ -1258,7 +1258,7 @@ def rerun_kept(oracle: "Oracle", seed: int, version: str, kept: Path, damage_don
     return c.res
 
 
-def _batch(oracle: "Oracle", version: str, jobs: list[dict[str, Any]], parallel: int, cases: list[_Case],
+def _batch(oracle: Oracle, version: str, jobs: list[dict[str, Any]], parallel: int, cases: list[_Case],
            phase: str) -> list[dict[str, Any]]:
     """oracle.batch, noting in each case's ``phases`` its job's time inside the JVM
     (PHASE) and its share of the rest of the batch's wall time (``jvm_other``: JVM start,
@@ -1273,5 +1273,5 @@ def _batch(oracle: "Oracle", version: str, jobs: list[dict[str, Any]], parallel:
     return out
 
 
-def run_case(oracle: "Oracle", seed: int, version: str, work: Path, **kw: Any) -> CaseResult:
+def run_case(oracle: Oracle, seed: int, version: str, work: Path, **kw: Any) -> CaseResult:
     return run_cases(oracle, [(seed, version)], work, **kw)[0]
