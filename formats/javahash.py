@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "pow31",
+    "invpow31",
     "INT_MIN",
     "INT_MAX",
     "java_hash",
@@ -112,6 +114,11 @@ def _invpow31(n: int) -> np.ndarray:
     if len(_INVPOW31) < n:
         _INVPOW31 = _powers(_INV31, max(n, 2 * len(_INVPOW31), 256))
     return _INVPOW31
+
+
+# the one 31^k table of the tree: the batch decoder (recovery.batch) and verify read it here
+pow31 = _pow31
+invpow31 = _invpow31
 
 
 def _hash_chunk(strings: Sequence[str], lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

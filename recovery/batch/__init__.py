@@ -1,0 +1,37 @@
+"""The one batch decoder of commitlog records: from a buffer and record starts, the
+columns every command needs, read with numpy gathers over the memory map.
+
+* :class:`BatchDecoder` decodes a run of consecutive record starts into
+  :class:`DispatchColumns` (header fields at the schema's offsets, topics, TAGS code or the
+  schedule topic's delivery time, KEYS, UNIQ_KEY, the index keys hashed) and a ``sure``
+  mask; :func:`first_unsure` gives the index of the first record it is unsure of, which
+  goes to the one slow path (:func:`recovery.check.check_record`).
+* :func:`hash_spans` is Java ``String.hashCode`` of byte spans, eight bytes at a time;
+  :func:`index_keys` splits KEYS and hashes the index keys as ``IndexService.buildIndex``.
+* :class:`Words` reads big-endian words at arbitrary positions of a buffer.
+
+Header offsets and dtypes come from :mod:`formats.commitlog` (``HEADER_OFFSETS``, derived
+from the construct schemas) and the powers of 31 from :mod:`formats.javahash`.
+tests/test_batch_decoder.py holds the decoder to ``check_record`` on every real fixture
+and on generated shapes.
+"""
+
+from .columns import DispatchColumns, IndexKeys, LazyValues
+from .decoder import MAX_RUN, BatchDecoder, first_unsure
+from .hashing import add_index_keys, hash_spans, index_keys, join_spans, last_per_record
+from .words import Words
+
+__all__ = [
+    "MAX_RUN",
+    "BatchDecoder",
+    "DispatchColumns",
+    "IndexKeys",
+    "LazyValues",
+    "Words",
+    "add_index_keys",
+    "first_unsure",
+    "hash_spans",
+    "index_keys",
+    "join_spans",
+    "last_per_record",
+]

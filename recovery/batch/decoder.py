@@ -1,0 +1,308 @@
+"""The batch decoder proper: a run of consecutive record starts decoded into
+:class:`DispatchColumns` with numpy gathers over the memory map, and the records it is
+unsure of (left to ``check_record``).
+
+Fields are read with two aligned 8-byte gathers per field from a big-endian uint64 view
+of the buffer, shifted into place (:class:`Words`). Header offsets are
+``formats.commitlog.HEADER_OFFSETS`` (derived from the construct schemas)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...formats import commitlog as cl
+from ...formats.javahash import tags_code as _tags_code
+from ...formats.properties import INNER_BASE, INNER_NUM, JAVA_REPLACE
+from .. import check as ck
+from ..indexbuild import TopicList, take_names
+from ..scan import ByteViews, chase_starts
+from ..versions import BrokerProfile
+from .columns import DispatchColumns, IndexKeys, LazyValues
+from .hashing import hash_spans, index_keys, join_spans, last_per_record
+from .words import Words, _i8, _i16, _i32, _i64
+
+__all__ = ["MAX_RUN", "BatchDecoder", "first_unsure"]
+
+SCHEDULE_TOPIC = ck.SCHEDULE_TOPIC
+_U64 = np.uint64
+_OFF = cl.HEADER_OFFSETS[0]  # the IPv4/IPv4 layout (fields before SYSFLAG's hosts do not move)
+# per host layout ((SYSFLAG & 0x30) >> 4): STORETIMESTAMP, BODYLENGTH and the body move with the hosts
+_AT_HOSTS = {k: np.array([o[k] for o in cl.HEADER_OFFSETS], dtype=np.int64) for k in ("store_timestamp", "body_length", "body")}
+_FIXED_HOSTS = np.array([cl.cal_msg_length(False, h, 0, 0, 0) for h in (0x00, 0x10, 0x20, 0x30)], dtype=np.int64)
+_HDR_MAX = int(_AT_HOSTS["body"].max())  # 112: the longest header (IPv6 born and store hosts)
+MAX_RUN = 1 << 14  # records decoded per numpy run (bounds temporary memory)
+
+# the properties the dispatch needs; a segment "NAME\x01value" starts the 0x02-delimited
+# segment (both parsers), and an empty value is never accepted
+_PROP_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"INNER_NUM", b"INNER_BASE")
+
+
+class BatchDecoder:
+    """Per-walk state and caches of the fast path."""
+
+    def __init__(self, profile: BrokerProfile, max_delay_level: int, tags: bool = True, index_keys: bool = True) -> None:
+        self.profile = profile
+        self.max_delay_level = max_delay_level
+        self.want_tags = tags
+        self.want_index_keys = index_keys
+        self.topics: dict[bytes, str] = {}
+        self.tags: dict[bytes, int] = {}
+        self.legacy = not profile.new_properties_parser
+        self.is5 = profile.is_5x
+        self._seps = []
+        for name in _PROP_NAMES:
+            sep = name + b"\x01"
+            words = []
+            for k in range(0, len(sep), 8):
+                part = sep[k : k + 8]
+                mask = ((1 << (8 * len(part))) - 1) << (8 * (8 - len(part)))
+                words.append((k, int.from_bytes(part.ljust(8, b"\0"), "big"), mask))
+            self._seps.append((name, len(sep), words))
+
+    @staticmethod
+    def hinted_boundaries(buf: Any, views: ByteViews, hints: np.ndarray, start: int, end: int, v2: bool = False) -> list[int] | np.ndarray:
+        """:meth:`boundaries` with ``hints`` (sorted file positions the consume queues point
+        at): runs of hints chained by their TOTALSIZEs are taken at once
+        (:func:`recovery.scan.chase_starts`), the V1 magic checked with numpy; the same
+        positions as the one-record loop."""
+        starts, _p, _capped = chase_starts(buf, views, start, end - 7, end, hints)
+        s = np.asarray(starts, dtype=np.int64)[:MAX_RUN]
+        if len(s):
+            m = views.i4[s + 4]
+            bad = m != cl.MAGIC_V1
+            if v2:
+                bad &= m != cl.MAGIC_V2
+            if bad.any():
+                s = s[: int(np.argmax(bad))]
+        return s
+
+    @staticmethod
+    def boundaries(buf: Any, start: int, end: int, v2: bool = False) -> list[int]:
+        """Positions of consecutive V1 (and with ``v2`` V2) records from ``start`` trusting
+        TOTALSIZE; stops at anything else (that spot is then checked by ``check_record``)."""
+        unpack = cl.PREFIX.unpack_from
+        v1 = cl.MAGIC_V1
+        m2 = cl.MAGIC_V2 if v2 else v1
+        out: list[int] = []
+        app = out.append
+        pos = start
+        lim = end - 8
+        n = 0
+        while pos <= lim and n < MAX_RUN:
+            total, magic = unpack(buf, pos)
+            if (magic != v1 and magic != m2) or total <= 0:
+                break
+            nxt = pos + total
+            if nxt > end:
+                break
+            app(pos)
+            pos = nxt
+            n += 1
+        return out
+
+    def decode(self, buf: Any, W: Words, starts: list[int], end: int, base: int) -> tuple[DispatchColumns, np.ndarray]:
+        """Decode the records at ``starts`` (consecutive, V1 magic, TOTALSIZE fits).
+        Returns (cols, sure): ``cols`` holds every record's fields as the fast path read
+        them, ``sure[i]`` says whether record i is certainly ``(N, True)`` with exactly
+        those fields; the caller asks ``check_record`` about the others."""
+        n = len(starts)
+        P = starts.astype(np.int64) if isinstance(starts, np.ndarray) else np.fromiter(starts, dtype=np.int64, count=n)
+        lim = W.limit
+        # every header read is at most P + 112 + 8 (IPv6 hosts); records that close to the
+        # end of the buffer are left to check_record
+        Pc = np.minimum(P, max(lim - _HDR_MAX - 8, 0))
+        off = _OFF
+        total = _i32(W.u64(Pc + off["total_size"]))
+        queue_id = _i32(W.u64(Pc + off["queue_id"]))
+        queue_offset = _i64(W.u64(Pc + off["queue_offset"]))
+        phys = _i64(W.u64(Pc + off["physical_offset"]))
+        sys_flag = _i32(W.u64(Pc + off["sys_flag"]))
+        hosts = (sys_flag >> 4) & 3
+        body_at = _AT_HOSTS["body"][hosts]
+        sure = (Pc == P) & (P + body_at <= end)
+        store_ts = _i64(W.u64(Pc + _AT_HOSTS["store_timestamp"][hosts]))
+        body_len = _i32(W.u64(Pc + _AT_HOSTS["body_length"][hosts]))
+        if self.profile.accepts_v2:
+            v2 = (_i32(W.u64(Pc + off["magic"])) == cl.MAGIC_V2).astype(np.int64)
+        else:
+            v2 = np.zeros(n, dtype=np.int64)
+        p1 = P + body_at + np.maximum(body_len, 0)  # TOPICLENGTH
+        sure &= (p1 + 1 + v2 <= end) & (p1 <= lim)
+        tw = W.u64(np.minimum(p1, lim))
+        tl = np.where(v2 == 1, _i16(tw), _i8(tw))
+        sure &= tl >= 0
+        p2 = p1 + 1 + v2 + tl  # PROPERTIESLENGTH
+        sure &= (p2 + 2 <= end) & (p2 <= lim)
+        pl = _i16(W.u64(np.clip(p2, 0, lim)))
+        sure &= _FIXED_HOSTS[hosts] + v2 + np.maximum(body_len, 0) + tl + np.maximum(pl, 0) == total
+        # where the fields are not sure, keep the slices empty (check_record decides)
+        tl = np.where(sure, tl, 0)
+        pl = np.where(sure, np.maximum(pl, 0), 0)
+        p_a = np.where(sure, p2 + 2, 0)
+        t_a = p1 + 1 + v2
+
+        topics = self._topics(buf, W, t_a, tl, n)
+        tags_code = np.zeros(n, dtype=np.int64)
+        keys, uniq, ikeys, odd = self._properties(buf, p_a, pl, n, topics, store_ts, tags_code)
+        if odd:
+            sure[odd] = False
+        cols = DispatchColumns(P + base, topics, queue_id, phys, total, tags_code, store_ts,
+                               queue_offset, keys, uniq, sys_flag, ikeys)
+        return cols, sure
+
+    # -- topics ----------------------------------------------------------------------------
+    def _topics(self, buf: Any, W: Words, t_a: np.ndarray, tl: np.ndarray, n: int) -> list[str]:
+        """Topic names, found by comparing the topics' 8-byte words (no per-record slice
+        unless two different topics share a word hash, or a topic is near the buffer end)."""
+        maxw = int((int(tl.max()) + 7) // 8) if n else 0
+        if maxw == 0:
+            name = self.topics.setdefault(b"", "")
+            return [name] * n
+        if int(t_a.max()) + 8 * maxw > W.limit + 8:
+            return self._topics_slow(buf, t_a, tl)
+        words = np.empty((n, maxw), dtype=_U64)
+        for k in range(maxw):
+            w = W.u64(t_a + 8 * k)
+            rem = np.clip(tl - 8 * k, 0, 8)  # bytes of this word inside the topic
+            mask = np.where(rem >= 8, _U64(0xFFFFFFFFFFFFFFFF),
+                            ~(_U64(0xFFFFFFFFFFFFFFFF) >> (rem.astype(_U64) << _U64(3)) >> _U64(0)))
+            mask[rem == 0] = _U64(0)
+            words[:, k] = w & mask
+        h = tl.astype(_U64) * _U64(0x9E3779B97F4A7C15)
+        for k in range(maxw):
+            h = (h ^ words[:, k]) * _U64(0xBF58476D1CE4E5B9)
+            h ^= h >> _U64(29)
+        _u, first, inv = np.unique(h, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        if not ((words == words[first][inv]).all() and (tl == tl[first][inv]).all()):
+            return self._topics_slow(buf, t_a, tl)
+        names: list[str] = []
+        tcache = self.topics
+        for i in first.tolist():
+            a = int(t_a[i])
+            tb = bytes(buf[a : a + int(tl[i])])
+            got = tcache.get(tb)
+            if got is None:
+                got = tcache[tb] = tb.decode("utf-8", JAVA_REPLACE)
+            names.append(got)
+        out = TopicList(take_names(names, inv))
+        if len(set(names)) == len(names):  # (two byte strings can decode to one name)
+            # the ids the dispatchers would compute: distinct names in first-seen order
+            rank = np.argsort(first, kind="stable")
+            remap = np.empty(len(rank), dtype=np.int64)
+            remap[rank] = np.arange(len(rank), dtype=np.int64)
+            out.distinct = [names[k] for k in rank.tolist()]
+            out.ids = remap[inv]
+        return out
+
+    def _topics_slow(self, buf: Any, t_a: np.ndarray, tl: np.ndarray) -> list[str]:
+        tcache = self.topics
+        tbytes = [buf[a:b] for a, b in zip(t_a.tolist(), (t_a + tl).tolist())]
+        for tb in set(tbytes):
+            if tb not in tcache:
+                tcache[tb] = bytes(tb).decode("utf-8", JAVA_REPLACE)
+        return list(map(tcache.__getitem__, tbytes))
+
+    # -- properties ------------------------------------------------------------------------
+    def _properties(
+        self, buf: Any, p_a: np.ndarray, pl: np.ndarray, n: int, topics: list[str], store_ts: np.ndarray,
+        tags_code: np.ndarray,
+    ) -> tuple[Sequence[str | None], Sequence[str | None], IndexKeys | None, list[int]]:
+        """Find TAGS, KEYS, UNIQ_KEY, DELAY (and the 5.x INNER_* pair) in every record's
+        properties. Fills tags_code in place; returns the KEYS and UNIQ_KEY values (lazy),
+        the index keys hashed, and the records to leave to check_record (a DELAY that does
+        not parse, a 5.x inner batch, a value the legacy split parser reads differently)."""
+        joined = join_spans(buf, p_a, pl)
+        size = len(joined)
+        # record r's properties start at rs[r] in ``joined``
+        rs = np.zeros(n, dtype=np.int64)
+        np.cumsum(pl[:-1] + 1, out=rs[1:])
+        J = np.frombuffer(joined, dtype=np.uint8)
+        sep_at = np.flatnonzero(J == 2)
+        seg_a = np.empty(len(sep_at) + 1, dtype=np.int64)
+        seg_a[0] = 0
+        seg_a[1:] = sep_at + 1
+        seg_b = np.empty(len(sep_at) + 1, dtype=np.int64)
+        seg_b[:-1] = sep_at
+        seg_b[-1] = size
+        JW = Words(joined + bytes(24), size + 24)
+        first = J[np.minimum(seg_a, max(size - 1, 0))] if size else np.zeros(len(seg_a), dtype=np.uint8)
+        odd: list[int] = []
+        found: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        want_delay = SCHEDULE_TOPIC in self.topics.values() and any(t == SCHEDULE_TOPIC for t in set(topics))
+        for name, slen, words in self._seps:
+            if name == b"DELAY" and not want_delay:
+                continue
+            if name.startswith(b"INNER_") and not self.is5:
+                continue
+            cand = np.flatnonzero((first == name[0]) & (seg_b - seg_a > slen))
+            if not len(cand):
+                continue
+            ok = np.ones(len(cand), dtype=bool)
+            for k, word, mask in words:
+                ok &= (JW.u64(seg_a[cand] + k) & _U64(mask)) == _U64(word)
+            cand = cand[ok]
+            if not len(cand):
+                continue
+            rec = np.searchsorted(rs, seg_a[cand], side="right") - 1
+            last = last_per_record(rec)  # later duplicates win
+            cand, rec = cand[last], rec[last]
+            found[name] = (rec, seg_a[cand] + slen, seg_b[cand])
+        if self.legacy and found:
+            ones = np.flatnonzero(J == 1)
+            for rec, va, vb in found.values():
+                # a value holding 0x01: the split parser rejects it (or trims a trailing one)
+                bad = np.searchsorted(ones, vb, side="left") - np.searchsorted(ones, va, side="left") > 0
+                odd.extend(rec[bad].tolist())
+        if b"INNER_NUM" in found and b"INNER_BASE" in found:
+            # 5.x setBatchSizeIfNeeded: a record with both must parse them (check_record's rule)
+            num = dict(zip(found[b"INNER_NUM"][0].tolist(), zip(found[b"INNER_NUM"][1].tolist(), found[b"INNER_NUM"][2].tolist())))
+            for r, a, b in zip(*(x.tolist() for x in found[b"INNER_BASE"])):
+                if r in num:
+                    na, nb = num[r]
+                    if not ck.inner_batch_ok({INNER_NUM: joined[na:nb].decode("utf-8", JAVA_REPLACE),
+                                              INNER_BASE: joined[a:b].decode("utf-8", JAVA_REPLACE)}):
+                        odd.append(r)
+        if b"TAGS" in found and self.want_tags:
+            rec, va, vb = found[b"TAGS"]
+            h, _units, nonascii = hash_spans(J, va, vb, JW)
+            codes = h.view(np.int32).astype(np.int64)
+            if nonascii.any():
+                tc = self.tags
+                for i in np.flatnonzero(nonascii).tolist():
+                    v = joined[int(va[i]) : int(vb[i])]
+                    c = tc.get(v)
+                    if c is None:
+                        c = tc[v] = _tags_code(v.decode("utf-8", JAVA_REPLACE))
+                    codes[i] = c
+            tags_code[rec] = codes
+        if b"DELAY" in found:
+            rec, va, vb = found[b"DELAY"]
+            for r, a, b in zip(rec.tolist(), va.tolist(), vb.tolist()):
+                if topics[r] != SCHEDULE_TOPIC:
+                    continue
+                level = ck.java_parse_int(joined[a:b].decode("utf-8", JAVA_REPLACE))
+                if level is None:
+                    odd.append(r)  # the record is invalid: check_record says so
+                    continue
+                if level > self.max_delay_level:
+                    level = self.max_delay_level
+                if level > 0:
+                    tags_code[r] = self.profile.deliver_timestamp(int(store_ts[r]), level)
+        empty = (np.zeros(0, dtype=np.int64),) * 3
+        fk = found.get(b"KEYS", empty)
+        fu = found.get(b"UNIQ_KEY", empty)
+        keys = LazyValues(n, J, *fk)  # (J: one array of the joined properties for both)
+        uniq = LazyValues(n, J, *fu)
+        ikeys = index_keys(joined, J, JW, fu, fk, uniq, keys) if self.want_index_keys else None
+        return keys, uniq, ikeys, odd
+
+
+def first_unsure(sure: np.ndarray) -> int:
+    """The index of the first record the decoder is unsure of (``len(sure)`` when none):
+    the record that goes to ``check_record``."""
+    bad = np.flatnonzero(~sure)
+    return int(bad[0]) if len(bad) else len(sure)

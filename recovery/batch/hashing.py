@@ -1,0 +1,206 @@
+"""Java ``String.hashCode`` of byte spans, eight bytes at a time, and the index keys
+(``IndexService.buildIndex``) hashed from the bytes. The powers of 31 come from
+:mod:`formats.javahash`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ...formats.javahash import invpow31, java_hash_units_batch, pow31
+from ..scan import sorted_unique
+from .columns import IndexKeys, LazyValues
+from .words import Words
+
+__all__ = ["add_index_keys", "hash_spans", "index_keys", "join_spans", "last_per_record"]
+
+_U64 = np.uint64
+
+
+def join_spans(buf: Any, a: np.ndarray, ln: np.ndarray) -> bytes:
+    """``b"\\x02".join(buf[a:a + ln] for each span)``: spans of similar lengths are copied
+    as rows of a sliding-window view of the buffer (one gather, one mask), others one by
+    one."""
+    n = len(a)
+    if n == 0:
+        return b""
+    w = int(ln.max())
+    total = int(ln.sum()) + n
+    if w <= 0 or w * n > 3 * total + 4096 or int(a.min()) < 0 or int(a.max()) + w > len(buf):
+        return b"\x02".join([buf[x:y] for x, y in zip(a.tolist(), (a + ln).tolist())])
+    A = np.frombuffer(buf, dtype=np.uint8)
+    M = np.empty((n, w + 1), dtype=np.uint8)
+    M[:, :w] = sliding_window_view(A, w)[a]
+    del A
+    M[np.arange(n), ln] = 2
+    out = M[np.arange(w + 1)[None, :] <= ln[:, None]]
+    return out[:-1].tobytes()
+
+
+_ALL = _U64(0xFFFFFFFFFFFFFFFF)
+_M32 = _U64(0xFFFFFFFF)
+_HIBITS = _U64(0x8080808080808080)
+_P8 = _U64(pow31(9)[8])
+_L16 = _U64(0x00FF00FF00FF00FF)
+_L32 = _U64(0x0000FFFF0000FFFF)
+_S8, _S16, _S32 = _U64(8), _U64(16), _U64(32)
+_P1, _P2, _P4 = (_U64(pow31(5)[k]) for k in (1, 2, 4))
+
+
+def _word_poly(x: np.ndarray) -> np.ndarray:
+    """sum(b_j * 31^(7-j)) mod 2^32 of each big-endian word's bytes b_0..b_7, by SWAR:
+    byte pairs in 16-bit lanes (<= 8160), then 32-bit lanes (< 2^23), then the two halves
+    (< 2^43): no lane ever overflows into its neighbour."""
+    p = ((x >> _S8) & _L16) * _P1 + (x & _L16)
+    q = ((p >> _S16) & _L32) * _P2 + (p & _L32)
+    return ((q >> _S32) * _P4 + (q & _M32)) & _M32
+_INVPOW = invpow31(8)[:8].astype(np.uint64)
+
+
+def _top_bytes_mask(rem: np.ndarray) -> np.ndarray:
+    """uint64 masks keeping the first ``rem`` (0..8) bytes of a big-endian word."""
+    r = rem.astype(_U64) << _U64(3)
+    m: np.ndarray = ~(_ALL >> np.minimum(r, _U64(63)))
+    m[rem >= 8] = _ALL
+    m[rem <= 0] = _U64(0)
+    return m
+
+
+def hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: Words | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Java ``String.hashCode`` of byte spans of ``J`` read as ASCII (a byte is then one
+    UTF-16 unit): (hash as uint32, length, True where a byte >= 0x80 makes that reading
+    wrong). Spans must be non-empty and ``JW`` must read 8 bytes past the last span.
+
+    Eight bytes at a time: each word's polynomial sum(byte_j * 31^(7-j)) mod 2^32 is
+    computed in SWAR lanes (:func:`_word_poly`), words are combined by Horner's rule mod
+    2^32 over the span zero-padded to whole words, and the padding is divided out with
+    powers of the inverse of 31 mod 2^32."""
+    lens = vb - va
+    m = len(lens)
+    h = np.zeros(m, dtype=np.uint32)
+    nonascii = np.zeros(m, dtype=bool)
+    if not m:
+        return h, lens, nonascii
+    if JW is None:
+        JW = Words(J.tobytes() + bytes(16), len(J) + 16)
+    nw = (lens + 7) >> 3
+    groups = np.flatnonzero(np.bincount(nw)).tolist()  # (np.unique is hash-based and slow here)
+    for w in groups:
+        sel = np.arange(m) if len(groups) == 1 else np.flatnonzero(nw == w)
+        a = va[sel]
+        L = lens[sel]
+        acc = np.zeros(len(sel), dtype=_U64)
+        hib = np.zeros(len(sel), dtype=_U64)
+        for k in range(w):
+            word = JW.u64(a + 8 * k)
+            if k == w - 1:  # only the last word holds bytes past the span
+                word &= _top_bytes_mask(L - 8 * k)
+            hib |= word
+            acc *= _P8
+            acc += _word_poly(word)
+            acc &= _M32
+        pad = (8 * w - L).astype(np.int64)
+        acc *= _INVPOW[pad]
+        acc &= _M32
+        h[sel] = acc.astype(np.uint32)
+        nonascii[sel] = (hib & _HIBITS) != 0
+    return h, lens, nonascii
+
+
+def add_index_keys(ik: IndexKeys, rows: list[tuple[int, str | None, str | None]]) -> IndexKeys:
+    """``ik`` with the keys of ``rows`` (row, UNIQ_KEY, KEYS) replaced by keys hashed from
+    those strings."""
+    drop = np.isin(ik.rec, np.asarray([j for j, _u, _k in rows], dtype=np.int64))
+    if drop.any():
+        ik = IndexKeys(ik.rec[~drop], ik.hash[~drop], ik.units[~drop])
+    rec: list[int] = []
+    strs: list[str] = []
+    for j, u, k in rows:
+        if u is not None:
+            rec.append(j)
+            strs.append(u)
+        if k:
+            for piece in k.split(" "):
+                if piece:
+                    rec.append(j)
+                    strs.append(piece)
+    if not rec:
+        return ik
+    h, units = java_hash_units_batch(strs)
+    r = np.concatenate((ik.rec, np.asarray(rec, dtype=np.int64)))
+    order = np.argsort(r, kind="stable")  # rows' keys were appended in put order
+    return IndexKeys(r[order], np.concatenate((ik.hash, h.astype(np.uint32)))[order],
+                     np.concatenate((ik.units, units.astype(np.int64)))[order])
+
+
+def index_keys(
+    joined: bytes, J: np.ndarray, JW: Words, fu: tuple[np.ndarray, np.ndarray, np.ndarray],
+    fk: tuple[np.ndarray, np.ndarray, np.ndarray], uniq: LazyValues, keys: LazyValues,
+) -> IndexKeys:
+    """The index keys (``IndexService.buildIndex``: UNIQ_KEY, then each non-empty piece of
+    KEYS split on a single space, duplicates kept) hashed from the bytes. Records with a
+    non-ASCII key are hashed from their decoded strings instead."""
+    rec_u, ua, ub = fu
+    rec_k, ka, kb = fk
+    # KEYS split on b" ": piece t of a value runs from (t == 0 ? start : space[t-1] + 1)
+    # to (t == last ? end : space[t])
+    sp = np.flatnonzero(J == 0x20)
+    lo = np.searchsorted(sp, ka, side="left")
+    hi = np.searchsorted(sp, kb, side="left")
+    cnt = hi - lo  # spaces inside each KEYS value
+    npieces = cnt + 1
+    prec = np.repeat(rec_k, npieces)
+    t = np.arange(int(npieces.sum()), dtype=np.int64)
+    pfirst = np.zeros(len(npieces), dtype=np.int64)
+    np.cumsum(npieces[:-1], out=pfirst[1:])
+    t -= np.repeat(pfirst, npieces)  # piece number inside its value
+    lo_r = np.repeat(lo, npieces)
+    last_r = np.repeat(cnt, npieces)
+    sp_pad = np.append(sp, 0)
+    pa = np.where(t == 0, np.repeat(ka, npieces), sp_pad[np.minimum(lo_r + t - 1, len(sp))] + 1)
+    pb = np.where(t == last_r, np.repeat(kb, npieces), sp_pad[np.minimum(lo_r + t, len(sp))])
+    keep = pb > pa  # empty pieces are skipped by buildIndex
+    prec, pa, pb, t = prec[keep], pa[keep], pb[keep], t[keep]
+    rec = np.concatenate((rec_u, prec))
+    seq = np.concatenate((np.zeros(len(rec_u), dtype=np.int64), t + 1))
+    h, units, nonascii = hash_spans(J, np.concatenate((ua, pa)), np.concatenate((ub, pb)), JW)
+    order = np.lexsort((seq, rec))
+    rec, h, units, nonascii = rec[order], h[order], units[order], nonascii[order]
+    if nonascii.any():
+        bad = sorted_unique(rec[nonascii])
+        keep2 = ~np.isin(rec, bad)
+        fix_rec: list[int] = []
+        fix_str: list[str] = []
+        for r in bad.tolist():
+            u = uniq[r]
+            if u is not None:
+                fix_rec.append(r)
+                fix_str.append(u)
+            k = keys[r]
+            if k:
+                for piece in k.split(" "):
+                    if piece:
+                        fix_rec.append(r)
+                        fix_str.append(piece)
+        fh, fl = java_hash_units_batch(fix_str)
+        rec = np.concatenate((rec[keep2], np.asarray(fix_rec, dtype=np.int64)))
+        h = np.concatenate((h[keep2], fh.astype(np.uint32)))
+        units = np.concatenate((units[keep2], fl.astype(np.int64)))
+        pos = np.arange(len(rec))
+        order = np.lexsort((pos, rec))  # stable by record; the fixed keys are in put order
+        rec, h, units = rec[order], h[order], units[order]
+    return IndexKeys(rec.astype(np.int64), h.astype(np.uint32), units.astype(np.int64))
+
+
+def last_per_record(rec: np.ndarray) -> np.ndarray | slice:
+    """Indexes of the last entry of each run of equal values in a non-decreasing array
+    (a slice selecting everything when the values are all distinct): where a record names
+    a property twice, the later one wins (both properties parsers)."""
+    if not len(rec):
+        return np.zeros(0, dtype=np.int64)
+    new = rec[1:] != rec[:-1]
+    if new.all():
+        return slice(None)
+    return np.flatnonzero(np.append(new, True))
