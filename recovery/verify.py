@@ -58,10 +58,14 @@ from ..formats import consumequeue as cqf
 from ..formats import indexfile as ixf
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from ..formats.crc import crc32_raw
-from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
+from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch, pow31
 from ..formats.names import offset_msg_id, topic_path_problem
 from ..formats.properties import JAVA_REPLACE, decode_crc32_digits, parse_properties, parse_properties_legacy
 from . import check as ck
+from .batch import GroupedWords as _Grouped  # noqa: F401  (old names, kept importable)
+from .batch import ShiftedWords as _Words
+from .batch import Words, hash_spans
+from .batch import last_per_record as _last_per_record
 from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
 from .scan import byte_views, chase_starts, hints_in, queue_hint_runs, sorted_unique
 from .scan import first_nonzero as _first_nonzero
@@ -404,7 +408,7 @@ class _Ctx:
         self.mv = memoryview(buf)
         self.magics = (cl.MAGIC_V1, cl.MAGIC_V2) if profile.accepts_v2 else (cl.MAGIC_V1,)
         self.tag_codes: dict[bytes, int] = {}
-        self.words = _Words(self)
+        self.words = _Words(buf, end)
         self.views = byte_views(buf)
         self.hints: np.ndarray | None = None  # sorted record starts the consume queues point at (file positions)
 
@@ -569,73 +573,6 @@ def _event_at(ctx: _Ctx, pos: int, salvage: bool = False) -> ck.Checked:
     return c
 
 
-class _Words:
-    """Big-endian 8-byte words at arbitrary byte positions of a file: eight native uint64
-    views of the map shifted by 0..7 bytes, one gather per residue class of the position,
-    one byte swap at the end."""
-
-    def __init__(self, ctx: _Ctx) -> None:
-        end = ctx.end
-        self.end = end
-        self.views = [np.frombuffer(ctx.buf, dtype="<u8", count=(end - k) // 8, offset=k) if end - k >= 8 else None for k in range(8)]
-
-    def at(self, pos: np.ndarray) -> np.ndarray:
-        return self.grouped(pos).at(0)
-
-    def grouped(self, pos: np.ndarray) -> _Grouped:
-        return _Grouped(self, pos)
-
-
-class _Grouped:
-    """Positions split by residue once, so that words at ``pos + c`` (constant c) need one
-    gather per residue class and no new masks."""
-
-    def __init__(self, words: _Words, pos: np.ndarray) -> None:
-        self.w = words
-        self.pos = pos
-        hi = max(words.end - 8, 0)
-        self.safe = bool(len(pos) == 0 or (pos.min() >= 0 and pos.max() <= hi - 160))
-        if self.safe:
-            r = pos & 7
-            q = pos >> 3
-            self.groups = [(k, g, q[g]) for k in range(8) for g in (np.flatnonzero(r == k),) if len(g)]
-
-    def words(self, c: int, count: int) -> np.ndarray:
-        """``count`` consecutive words starting at ``pos + c``: an (n, count) array."""
-        if not self.safe or count == 1:
-            return np.stack([self.at(c + 8 * j) for j in range(count)], axis=1)
-        from numpy.lib.stride_tricks import sliding_window_view
-
-        out = np.zeros((len(self.pos), count), dtype="<u8")
-        for k, g, qg in self.groups:
-            v = self.w.views[(k + c) & 7]
-            if v is not None:
-                out[g] = sliding_window_view(v, count)[qg + ((k + c) >> 3)]
-        out.byteswap(inplace=True)
-        return out.view(np.uint64)
-
-    def at(self, c: int) -> np.ndarray:
-        n = len(self.pos)
-        out = np.zeros(n, dtype="<u8")
-        if not self.safe:
-            p = np.clip(self.pos + c, 0, max(self.w.end - 8, 0))
-            r = p & 7
-            q = p >> 3
-            for k in range(8):
-                v = self.w.views[k]
-                m = np.flatnonzero(r == k)
-                if v is not None and len(m):
-                    out[m] = v[q[m]]
-        else:
-            for k, g, qg in self.groups:
-                # pos + c has residue (k + c) & 7 and word index q + (k + c) >> 3
-                v = self.w.views[(k + c) & 7]
-                if v is not None:
-                    out[g] = v[qg + ((k + c) >> 3)]
-        out.byteswap(inplace=True)
-        return out.view(np.uint64)
-
-
 def _hi32(w: np.ndarray) -> np.ndarray:
     return (w >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64)
 
@@ -778,38 +715,7 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np
     return n
 
 
-class _Pow31:
-    """31**k and 31**-k modulo 2**32 (uint32), grown on demand."""
-
-    inv31 = pow(31, -1, 1 << 32)
-
-    def __init__(self) -> None:
-        self.pow = np.ones(1, dtype=np.uint32)
-        self.inv = np.ones(1, dtype=np.uint32)
-
-    def ensure(self, n: int) -> None:
-        if len(self.pow) < n:
-            m = max(n, 2 * len(self.pow), 1 << 16)
-            for name, base in (("pow", 31), ("inv", self.inv31)):
-                a = np.empty(m, dtype=np.uint32)
-                a[0] = 1
-                a[1:] = np.cumprod(np.full(m - 1, base, dtype=np.uint32), dtype=np.uint32)
-                setattr(self, name, a)
-
-
-_POW = _Pow31()
 _PROPS_BATCH = 8 << 20  # bytes of properties parsed per numpy pass
-
-
-def _last_per_record(rec: np.ndarray) -> np.ndarray | slice:
-    """Indexes of the last entry of each run of equal values in a non-decreasing array
-    (a slice selecting everything when the values are all distinct)."""
-    if not len(rec):
-        return np.zeros(0, dtype=np.int64)
-    new = rec[1:] != rec[:-1]
-    if new.all():
-        return slice(None)
-    return np.flatnonzero(np.append(new, True))
 
 
 _NAMES = {name: np.frombuffer(name.encode(), dtype=np.uint8) for name in ("TAGS", "KEYS", "UNIQ_KEY", "DELAY", "INNER_NUM", "INNER_BASE")}
@@ -850,38 +756,6 @@ def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarr
     if key_i:
         return tags, slow, np.concatenate(key_i), np.concatenate(key_h)
     return tags, slow, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-
-
-def _hash_ranges(a8: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Java ``String.hashCode`` (uint32 bit pattern) of the ASCII byte ranges [s, e) of
-    ``a8``: ranges of equal length L are taken as rows of a sliding-window view (one row
-    gather, no index matrix) and hashed column by column with Horner's rule in uint32
-    (wrap-around is Java's int overflow)."""
-    from numpy.lib.stride_tricks import sliding_window_view
-
-    L = e - s
-    out = np.zeros(len(s), dtype=np.uint32)
-    if not len(s) or int(L.max()) == 0:
-        return out
-    lengths = np.bincount(L)
-    for ln in np.flatnonzero(lengths).tolist():
-        if ln == 0 or ln > len(a8):
-            continue
-        sel = np.flatnonzero(L == ln) if lengths[ln] != len(L) else None
-        st = s if sel is None else s[sel]
-        h = np.zeros(len(st), dtype=np.uint32)
-        if ln <= 16:
-            for j in range(ln):
-                h = h * np.uint32(31) + a8[st + j]
-        else:
-            rows = sliding_window_view(a8, ln)[st]
-            for j in range(ln):
-                h = h * np.uint32(31) + rows[:, j]
-        if sel is None:
-            out[:] = h
-        else:
-            out[sel] = h
-    return out
 
 
 def _gather_props(ctx: _Ctx, pp: np.ndarray, plp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -928,6 +802,7 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
     # one buffer: the props of each record followed by 0x02 (a record boundary ends a
     # segment), records grouped by props length so that each group is one row gather
     a8, rec_start, order, rec_len = _gather_props(ctx, pp[lo:hi], plp[lo:hi])
+    A8W = Words(a8, len(a8))  # (8 spare bytes after the last segment: hash_spans' reads)
     # below, "record j" is the j-th record of the buffer; order[j] is its index in the batch
     if len(a8) and int(a8.max()) >= 0x80:  # UTF-16 units are not bytes: those records take the full parser
         high = np.flatnonzero(a8 >= 0x80)
@@ -1001,7 +876,7 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
         rt = rec_of(t)
         last = _last_per_record(rt)
         t, rt = t[last], rt[last]
-        tags[lo + order[rt]] = _hash_ranges(a8, k[t] + 1, seg_e[t]).view(np.int32).astype(np.int64)
+        tags[lo + order[rt]] = hash_spans(a8, k[t] + 1, seg_e[t], A8W)[0].view(np.int32).astype(np.int64)
     if ctx.profile.is_5x:
         for nm in ("INNER_NUM", "INNER_BASE"):
             x = named(nm)
@@ -1032,7 +907,7 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
             vs, ve, owner = vs[keep], ve[keep], owner[keep]
         if not len(vs):
             continue
-        h = _hash_ranges(a8, vs, ve)
+        h = hash_spans(a8, vs, ve, A8W)[0]
         owner = order[owner]
         rec_tid = tids[lo + owner]
         utid = sorted_unique(rec_tid)
@@ -1046,8 +921,7 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
             for tid in utid.tolist():
                 lut[tid] = topic_prefix[tid]
             pref = lut[rec_tid]
-        _POW.ensure(int((ve - vs).max()) + 1)
-        full = pref * _POW.pow[ve - vs] + h  # hashCode(prefix + key), STORE_FORMAT §15.4
+        full = pref * pow31(int((ve - vs).max()) + 1)[ve - vs] + h  # hashCode(prefix + key), STORE_FORMAT §15.4
         key_i.append(lo + owner.astype(np.int64))
         key_h.append(index_hash_batch(full.view(np.int32)))
 

@@ -8,7 +8,8 @@ columns every command needs, read with numpy gathers over the memory map.
   goes to the one slow path (:func:`recovery.check.check_record`).
 * :func:`hash_spans` is Java ``String.hashCode`` of byte spans, eight bytes at a time;
   :func:`index_keys` splits KEYS and hashes the index keys as ``IndexService.buildIndex``.
-* :class:`Words` reads big-endian words at arbitrary positions of a buffer.
+* :class:`Words` and :class:`ShiftedWords` read big-endian words at arbitrary positions of
+  a buffer (``verify`` reads its header fields through the latter).
 
 Header offsets and dtypes come from :mod:`formats.commitlog` (``HEADER_OFFSETS``, derived
 from the construct schemas) and the powers of 31 from :mod:`formats.javahash`.
@@ -19,14 +20,16 @@ and on generated shapes.
 from .columns import DispatchColumns, IndexKeys, LazyValues
 from .decoder import MAX_RUN, BatchDecoder, first_unsure
 from .hashing import add_index_keys, hash_spans, index_keys, join_spans, last_per_record
-from .words import Words
+from .words import GroupedWords, ShiftedWords, Words
 
 __all__ = [
     "MAX_RUN",
     "BatchDecoder",
     "DispatchColumns",
+    "GroupedWords",
     "IndexKeys",
     "LazyValues",
+    "ShiftedWords",
     "Words",
     "add_index_keys",
     "first_unsure",

@@ -1,13 +1,15 @@
 """Big-endian reads at arbitrary positions of a byte buffer, vectorised: :class:`Words`
-(two aligned gathers per position)."""
+(two aligned gathers per position) and :class:`ShiftedWords` (eight shifted views, one
+gather per residue class of the positions, :class:`GroupedWords`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["Words"]
+__all__ = ["GroupedWords", "ShiftedWords", "Words"]
 
 _U64 = np.uint64
 _SH1 = _U64(1)
@@ -54,3 +56,67 @@ def _i16(v: np.ndarray) -> np.ndarray:
 
 def _i8(v: np.ndarray) -> np.ndarray:
     return (v >> _U64(56)).astype(np.uint8).view(np.int8).astype(np.int64)
+
+
+class ShiftedWords:
+    """Big-endian 8-byte words at arbitrary byte positions of a file: eight native uint64
+    views of the map shifted by 0..7 bytes, one gather per residue class of the position,
+    one byte swap at the end."""
+
+    def __init__(self, buf: Any, end: int) -> None:
+        self.end = end
+        self.views = [np.frombuffer(buf, dtype="<u8", count=(end - k) // 8, offset=k) if end - k >= 8 else None for k in range(8)]
+
+    def at(self, pos: np.ndarray) -> np.ndarray:
+        return self.grouped(pos).at(0)
+
+    def grouped(self, pos: np.ndarray) -> GroupedWords:
+        return GroupedWords(self, pos)
+
+
+class GroupedWords:
+    """Positions split by residue once, so that words at ``pos + c`` (constant c) need one
+    gather per residue class and no new masks."""
+
+    def __init__(self, words: ShiftedWords, pos: np.ndarray) -> None:
+        self.w = words
+        self.pos = pos
+        hi = max(words.end - 8, 0)
+        self.safe = bool(len(pos) == 0 or (pos.min() >= 0 and pos.max() <= hi - 160))
+        if self.safe:
+            r = pos & 7
+            q = pos >> 3
+            self.groups = [(k, g, q[g]) for k in range(8) for g in (np.flatnonzero(r == k),) if len(g)]
+
+    def words(self, c: int, count: int) -> np.ndarray:
+        """``count`` consecutive words starting at ``pos + c``: an (n, count) array."""
+        if not self.safe or count == 1:
+            return np.stack([self.at(c + 8 * j) for j in range(count)], axis=1)
+        out = np.zeros((len(self.pos), count), dtype="<u8")
+        for k, g, qg in self.groups:
+            v = self.w.views[(k + c) & 7]
+            if v is not None:
+                out[g] = sliding_window_view(v, count)[qg + ((k + c) >> 3)]
+        out.byteswap(inplace=True)
+        return out.view(np.uint64)
+
+    def at(self, c: int) -> np.ndarray:
+        n = len(self.pos)
+        out = np.zeros(n, dtype="<u8")
+        if not self.safe:
+            p = np.clip(self.pos + c, 0, max(self.w.end - 8, 0))
+            r = p & 7
+            q = p >> 3
+            for k in range(8):
+                v = self.w.views[k]
+                m = np.flatnonzero(r == k)
+                if v is not None and len(m):
+                    out[m] = v[q[m]]
+        else:
+            for k, g, qg in self.groups:
+                # pos + c has residue (k + c) & 7 and word index q + (k + c) >> 3
+                v = self.w.views[(k + c) & 7]
+                if v is not None:
+                    out[g] = v[qg + ((k + c) >> 3)]
+        out.byteswap(inplace=True)
+        return out.view(np.uint64)
