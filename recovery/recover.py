@@ -74,9 +74,9 @@ from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, HEADER_STR
 from ..formats.names import index_name_after, offset_to_file_name, topic_path_problem
 from ..formats.safeio import read_small
 from . import check as ck
+from .batch import crc_failures, plain_records
 from .indexkeep import NO_END as _NO_END
 from .indexkeep import IndexCheck, check_index_file, keyed_record_between
-from .plainwalk import crc_failures, plain_records
 from .reput import SIZE_ACCOUNTING
 from .scan import ByteViews as _Views
 from .scan import byte_at as _at

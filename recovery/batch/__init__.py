@@ -8,6 +8,8 @@ columns every command needs, read with numpy gathers over the memory map.
   goes to the one slow path (:func:`recovery.check.check_record`).
 * :func:`hash_spans` is Java ``String.hashCode`` of byte spans, eight bytes at a time;
   :func:`index_keys` splits KEYS and hashes the index keys as ``IndexService.buildIndex``.
+* :func:`plain_records` is the broker's validity rule for a chain of starts that needs no
+  properties parsed (``recover``'s walk); :func:`crc_failures` checks their bodies.
 * :class:`Words` and :class:`ShiftedWords` read big-endian words at arbitrary positions of
   a buffer (``verify`` reads its header fields through the latter).
 
@@ -20,11 +22,13 @@ and on generated shapes.
 from .columns import DispatchColumns, IndexKeys, LazyValues
 from .decoder import MAX_RUN, BatchDecoder, first_unsure
 from .hashing import add_index_keys, hash_spans, index_keys, join_spans, last_per_record
+from .plain import Plain, crc_failures, plain_records
 from .words import GroupedWords, ShiftedWords, Words
 
 __all__ = [
     "MAX_RUN",
     "BatchDecoder",
+    "Plain",
     "DispatchColumns",
     "GroupedWords",
     "IndexKeys",
@@ -32,9 +36,11 @@ __all__ = [
     "ShiftedWords",
     "Words",
     "add_index_keys",
+    "crc_failures",
     "first_unsure",
     "hash_spans",
     "index_keys",
     "join_spans",
     "last_per_record",
+    "plain_records",
 ]

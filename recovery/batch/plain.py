@@ -1,0 +1,139 @@
+"""Which records of a chain of record starts are *plainly* valid, vectorised with numpy:
+the broker's checks (``CommitLog.checkMessageAndReturnSize``, RECOVERY.md §2) that need
+no parsing of properties, for every record layout the broker writes (V1 and V2 magic,
+IPv4 or IPv6 born and store hosts, any body, topic or properties length).
+
+A record that is not plainly valid is not refused here: it is left to
+:func:`recovery.check.check_record`, which decides. Only what the plain test cannot
+decide goes there, per record, never for a whole run: a record of SCHEDULE_TOPIC_XXXX
+(its DELAY property must be parsed), a 5.x inner batch whose INNER_NUM or INNER_BASE
+the broker refuses, a negative BODYLENGTH, and real damage.
+tests/test_plainwalk.py and tests/test_batch_decoder.py assert that on every benchmark shape every record the slow path
+accepts is plainly valid, so a shape that would fall to the slow path fails in CI.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ...formats import commitlog as cl
+from ...formats.crc import crc32_raw
+from ...formats.properties import decode_utf8, parse_properties, parse_properties_legacy
+from .. import check as ck
+from ..scan import ByteViews
+from ..versions import BrokerProfile
+
+__all__ = ["Plain", "crc_failures", "plain_records"]
+
+_SCHED = np.frombuffer(ck.SCHEDULE_TOPIC.encode(), dtype=np.uint8)
+_INNER = b"INNER_"
+
+# per host layout (SYSFLAG & 0x30) >> 4: where the body starts (BODYLENGTH is the 4 bytes before)
+_BODY_AT = np.array([o["body"] for o in cl.HEADER_OFFSETS], dtype=np.int64)
+_BODY_CRC_AT = cl.HEADER_OFFSETS[0]["body_crc"]
+_SYS_FLAG_AT = cl.HEADER_OFFSETS[0]["sys_flag"]
+if any(o["body_crc"] != _BODY_CRC_AT or o["sys_flag"] != _SYS_FLAG_AT or o["body_length"] != o["body"] - 4
+       for o in cl.HEADER_OFFSETS) or _BODY_CRC_AT != 8:
+    raise RuntimeError("message schema changed: the plain test's offsets are derived from it")
+
+
+def _at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``view[pos]`` with positions clipped into the view (garbage where clipped: the
+    caller masks it)."""
+    out: np.ndarray = view[np.minimum(np.maximum(pos, 0), len(view) - 1)]
+    return out
+
+
+class Plain(NamedTuple):
+    """The plain test of a chain of starts: ``ok`` per record, and where each body lies
+    (for the CRC, computed separately so that it is only computed up to a stop)."""
+
+    ok: np.ndarray  # bool
+    body_pos: np.ndarray  # int64
+    body_len: np.ndarray  # int64 (0 where not ok)
+    body_crc: np.ndarray  # int64: the stored BODYCRC
+    props_len: np.ndarray  # int64: PROPERTIESLENGTH (0 where not ok)
+
+
+def plain_records(buf: Any, v: ByteViews, s: np.ndarray, tot: np.ndarray, profile: BrokerProfile) -> Plain:
+    """The plain test of the records starting at ``s`` (int64 positions) whose TOTALSIZEs
+    are ``tot`` (each record fits in the buffer: ``s + tot <= len(buf)``): a message
+    magic the profile accepts, field lengths that add up to TOTALSIZE (the broker's
+    ``calMsgLength``), a topic length >= 0, a body length >= 0, and none of the records
+    named in the module docstring. The body CRC is not part of it (:func:`crc_failures`)."""
+    magic_crc = _at(v.i8, s + 4)  # MAGICCODE and BODYCRC in one gather
+    magic = magic_crc >> 32
+    is_v2 = magic == cl.MAGIC_V2
+    ok = magic == cl.MAGIC_V1
+    if profile.accepts_v2:
+        ok |= is_v2
+    else:
+        is_v2 = np.zeros(len(s), dtype=bool)
+    sf = _at(v.i4, s + _SYS_FLAG_AT)
+    body_at = _BODY_AT[(sf >> 4) & 3]
+    tlw = 1 + is_v2  # TOPICLENGTH: one byte (V1) or two (V2)
+    fixed = body_at + tlw + 2  # every byte but the body, topic and properties
+    ok &= tot >= fixed
+    bl = _at(v.i4, s + body_at - 4).astype(np.int64)
+    ok &= (bl >= 0) & (bl <= tot - fixed)
+    bl = np.where(ok, bl, 0)
+    tpos = s + body_at + bl
+    tl = np.where(is_v2, _at(v.i2, tpos), _at(v.i1, tpos)).astype(np.int64)
+    ok &= (tl >= 0) & (fixed + bl + tl <= tot)
+    tl = np.where(ok, tl, 0)
+    ppos = tpos + tlw + tl
+    pl = _at(v.i2, ppos).astype(np.int64)
+    ok &= fixed + bl + tl + np.maximum(pl, 0) == tot
+    sched = ok & (tl == len(_SCHED))
+    if sched.any():
+        idx = np.flatnonzero(sched)
+        tb = _at(v.u1, (tpos[idx] + tlw[idx])[:, None] + np.arange(len(_SCHED)))
+        ok[idx[(tb == _SCHED).all(axis=1)]] = False
+    if profile.is_5x and len(s):
+        _mark_inner(buf, s, tot, ppos + 2, np.where(ok, pl, 0), ok, profile)
+    return Plain(ok, s + body_at, np.where(ok, bl, 0), magic_crc & 0xFFFFFFFF, np.where(ok, pl, 0))
+
+
+def _mark_inner(buf: Any, s: np.ndarray, tot: np.ndarray, pstart: np.ndarray, pl: np.ndarray, ok: np.ndarray,
+                profile: BrokerProfile) -> None:
+    """Clear ``ok`` of the records whose properties name ``INNER_`` properties (a 5.x
+    inner batch) that the broker's ``setBatchSizeIfNeeded`` refuses: only those
+    properties are parsed, with the same parser and rule as ``check_record``. One
+    ``find`` over the whole range finds the candidates; at most two finds per record
+    even when bodies are full of the text."""
+    lo = int(s[0])
+    hi = int(s[-1] + tot[-1])
+    find = buf.find
+    p = find(_INNER, lo, hi)
+    while p >= 0:
+        k = int(np.searchsorted(s, p, side="right")) - 1
+        a = int(pstart[k])
+        b = a + int(pl[k])
+        if p < a:  # in the record's body or topic: go on from its properties
+            p = find(_INNER, a, hi) if a < hi else -1
+            continue
+        if p + len(_INNER) <= b and not _inner_ok(buf, a, b, profile):
+            ok[k] = False
+        nxt = int(s[k] + tot[k])
+        p = find(_INNER, max(nxt, p + 1), hi) if max(nxt, p + 1) < hi else -1
+
+
+def _inner_ok(buf: Any, a: int, b: int, profile: BrokerProfile) -> bool:
+    text = decode_utf8(buf[a:b])
+    props = parse_properties(text) if profile.new_properties_parser else parse_properties_legacy(text)
+    return ck.inner_batch_ok(props)
+
+
+def crc_failures(mv: memoryview, pl: Plain, a: int, b: int) -> int:
+    """The first record in ``[a, b)`` (all plainly valid) whose body CRC does not match, or
+    ``b``; bodies of length 0 are not checked (as the broker)."""
+    if b <= a:
+        return b
+    b0 = pl.body_pos[a:b]
+    bl = pl.body_len[a:b]
+    crcs = np.fromiter(map(crc32_raw, map(mv.__getitem__, map(slice, b0.tolist(), (b0 + bl).tolist()))),
+                       dtype=np.int64, count=b - a) & 0x7FFFFFFF
+    bad = np.flatnonzero((crcs != pl.body_crc[a:b]) & (bl != 0))
+    return a + int(bad[0]) if len(bad) else b
