@@ -12,6 +12,7 @@ columns every command needs, read with numpy gathers over the memory map.
   properties parsed (``recover``'s walk); :func:`crc_failures` checks their bodies.
 * :class:`Words` and :class:`ShiftedWords` read big-endian words at arbitrary positions of
   a buffer (``verify`` reads its header fields through the latter).
+* :mod:`.blocks` holds the numpy helpers of dump's and export's block decoders.
 
 Header offsets and dtypes come from :mod:`formats.commitlog` (``HEADER_OFFSETS``, derived
 from the construct schemas) and the powers of 31 from :mod:`formats.javahash`.
@@ -19,6 +20,7 @@ tests/test_batch_decoder.py holds the decoder to ``check_record`` on every real 
 and on generated shapes.
 """
 
+from .blocks import body_crcs_match, v1_lengths, v1_run_starts
 from .columns import DispatchColumns, IndexKeys, LazyValues
 from .decoder import MAX_RUN, BatchDecoder, first_unsure
 from .hashing import add_index_keys, hash_spans, index_keys, join_spans, last_per_record
@@ -36,6 +38,7 @@ __all__ = [
     "ShiftedWords",
     "Words",
     "add_index_keys",
+    "body_crcs_match",
     "crc_failures",
     "first_unsure",
     "hash_spans",
@@ -43,4 +46,6 @@ __all__ = [
     "join_spans",
     "last_per_record",
     "plain_records",
+    "v1_lengths",
+    "v1_run_starts",
 ]
