@@ -19,7 +19,6 @@ import pytest
 from rmqtool.formats.javahash import java_hash_units_batch
 from rmqtool.recovery import check as ck
 from rmqtool.recovery.batch import BatchDecoder, Words, first_unsure, plain_records
-from rmqtool.recovery.batch import blocks as batch_blocks
 from rmqtool.recovery.scan import byte_views
 from rmqtool.recovery.shapes import SHAPES, write_shape_store
 from rmqtool.recovery.versions import BrokerProfile
@@ -143,14 +142,18 @@ def test_first_unsure_is_the_first_false() -> None:
     assert first_unsure(np.zeros(0, dtype=bool)) == 0
 
 
-def test_row_groups_exact_even_when_keys_collide(monkeypatch: pytest.MonkeyPatch) -> None:
-    """dump's and export's distinct rows (recovery.batch.blocks): a hash collision of the
-    row keys is caught and the rows are grouped exactly."""
-    rng = np.random.default_rng(7)
-    mat = rng.integers(0, 3, size=(500, 13), dtype=np.uint8)
-    for forced in (False, True):
-        if forced:  # every key the same: the check must catch it and group exactly
-            monkeypatch.setattr(batch_blocks, "distinct", lambda key: (np.zeros(len(key), dtype=np.int32), np.zeros(1, dtype=np.intp)))
-        inv, first = batch_blocks.row_groups(mat)
-        assert (mat == mat[first[inv]]).all()
-        assert len({mat[i].tobytes() for i in first.tolist()}) == len(first) == len({r.tobytes() for r in mat})
+
+@pytest.mark.parametrize("name", ["gen_commitlog", "keys_0_32", "non_ascii_properties"])
+def test_batch_decoder_agrees_with_check_record_under_the_legacy_properties_parser(shape_stores, name: str) -> None:
+    """4.6-4.9.0 parse properties by splitting (MessageDecoder.string2messageProperties
+    before 4.9.1): the same records, the same answers."""
+    root, _profile = shape_stores[name]
+    legacy = BrokerProfile.for_version("4.9.0")
+    assert not legacy.new_properties_parser
+    decoded = sure = 0
+    for f in sorted((root / "commitlog").iterdir()):
+        d, s, unsure = _compare_file(f, legacy)
+        decoded += d
+        sure += s
+        assert unsure == []
+    assert sure == decoded >= COUNTS.get(name, 300)

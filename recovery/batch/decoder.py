@@ -38,6 +38,7 @@ MAX_RUN = 1 << 14  # records decoded per numpy run (bounds temporary memory)
 # the properties the dispatch needs; a segment "NAME\x01value" starts the 0x02-delimited
 # segment (both parsers), and an empty value is never accepted
 _PROP_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"INNER_NUM", b"INNER_BASE")
+_Found = dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]  # name -> (record, value start, value end)
 
 
 class BatchDecoder:
@@ -216,11 +217,30 @@ class BatchDecoder:
         the index keys hashed, and the records to leave to check_record (a DELAY that does
         not parse, a 5.x inner batch, a value the legacy split parser reads differently)."""
         joined = join_spans(buf, p_a, pl)
-        size = len(joined)
-        # record r's properties start at rs[r] in ``joined``
+        J = np.frombuffer(joined, dtype=np.uint8)
+        JW = Words(joined + bytes(24), len(joined) + 24)
+        found = self._find(J, JW, pl, n, topics)
+        odd = self._odd(found, joined, J)
+        if b"TAGS" in found and self.want_tags:
+            tags_code[found[b"TAGS"][0]] = self._tags(found[b"TAGS"], joined, J, JW)
+        if b"DELAY" in found:
+            odd += self._delay(found[b"DELAY"], joined, topics, store_ts, tags_code)
+        empty = (np.zeros(0, dtype=np.int64),) * 3
+        fk = found.get(b"KEYS", empty)
+        fu = found.get(b"UNIQ_KEY", empty)
+        keys = LazyValues(n, J, *fk)  # (J: one array of the joined properties for both)
+        uniq = LazyValues(n, J, *fu)
+        ikeys = index_keys(joined, J, JW, fu, fk, uniq, keys) if self.want_index_keys else None
+        return keys, uniq, ikeys, odd
+
+    def _find(self, J: np.ndarray, JW: Words, pl: np.ndarray, n: int, topics: list[str]) -> _Found:
+        """Where the wanted properties' values lie in the joined properties ``J`` (records
+        joined with 0x02): per name, (record, value start, value end), the later of two
+        entries of one name in a record winning."""
+        size = len(J)
+        # record r's properties start at rs[r] in ``J``
         rs = np.zeros(n, dtype=np.int64)
         np.cumsum(pl[:-1] + 1, out=rs[1:])
-        J = np.frombuffer(joined, dtype=np.uint8)
         sep_at = np.flatnonzero(J == 2)
         seg_a = np.empty(len(sep_at) + 1, dtype=np.int64)
         seg_a[0] = 0
@@ -228,10 +248,8 @@ class BatchDecoder:
         seg_b = np.empty(len(sep_at) + 1, dtype=np.int64)
         seg_b[:-1] = sep_at
         seg_b[-1] = size
-        JW = Words(joined + bytes(24), size + 24)
         first = J[np.minimum(seg_a, max(size - 1, 0))] if size else np.zeros(len(seg_a), dtype=np.uint8)
-        odd: list[int] = []
-        found: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        found: _Found = {}
         want_delay = SCHEDULE_TOPIC in self.topics.values() and any(t == SCHEDULE_TOPIC for t in set(topics))
         for name, slen, words in self._seps:
             if name == b"DELAY" and not want_delay:
@@ -251,6 +269,12 @@ class BatchDecoder:
             last = last_per_record(rec)  # later duplicates win
             cand, rec = cand[last], rec[last]
             found[name] = (rec, seg_a[cand] + slen, seg_b[cand])
+        return found
+
+    def _odd(self, found: _Found, joined: bytes, J: np.ndarray) -> list[int]:
+        """Records whose found values only ``check_record`` decides: a value holding 0x01
+        under the legacy split parser, a 5.x inner batch the broker refuses."""
+        odd: list[int] = []
         if self.legacy and found:
             ones = np.flatnonzero(J == 1)
             for rec, va, vb in found.values():
@@ -266,39 +290,44 @@ class BatchDecoder:
                     if not ck.inner_batch_ok({INNER_NUM: joined[na:nb].decode("utf-8", JAVA_REPLACE),
                                               INNER_BASE: joined[a:b].decode("utf-8", JAVA_REPLACE)}):
                         odd.append(r)
-        if b"TAGS" in found and self.want_tags:
-            rec, va, vb = found[b"TAGS"]
-            h, _units, nonascii = hash_spans(J, va, vb, JW)
-            codes = h.view(np.int32).astype(np.int64)
-            if nonascii.any():
-                tc = self.tags
-                for i in np.flatnonzero(nonascii).tolist():
-                    v = joined[int(va[i]) : int(vb[i])]
-                    c = tc.get(v)
-                    if c is None:
-                        c = tc[v] = _tags_code(v.decode("utf-8", JAVA_REPLACE))
-                    codes[i] = c
-            tags_code[rec] = codes
-        if b"DELAY" in found:
-            rec, va, vb = found[b"DELAY"]
-            for r, a, b in zip(rec.tolist(), va.tolist(), vb.tolist()):
-                if topics[r] != SCHEDULE_TOPIC:
-                    continue
-                level = ck.java_parse_int(joined[a:b].decode("utf-8", JAVA_REPLACE))
-                if level is None:
-                    odd.append(r)  # the record is invalid: check_record says so
-                    continue
-                if level > self.max_delay_level:
-                    level = self.max_delay_level
-                if level > 0:
-                    tags_code[r] = self.profile.deliver_timestamp(int(store_ts[r]), level)
-        empty = (np.zeros(0, dtype=np.int64),) * 3
-        fk = found.get(b"KEYS", empty)
-        fu = found.get(b"UNIQ_KEY", empty)
-        keys = LazyValues(n, J, *fk)  # (J: one array of the joined properties for both)
-        uniq = LazyValues(n, J, *fu)
-        ikeys = index_keys(joined, J, JW, fu, fk, uniq, keys) if self.want_index_keys else None
-        return keys, uniq, ikeys, odd
+        return odd
+
+    def _tags(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray], joined: bytes, J: np.ndarray,
+              JW: Words) -> np.ndarray:
+        """tagsCode (``String.hashCode`` of TAGS) of the records holding TAGS: hashed from
+        the bytes, non-ASCII values from their decoded strings (cached)."""
+        _rec, va, vb = spans
+        h, _units, nonascii = hash_spans(J, va, vb, JW)
+        codes = h.view(np.int32).astype(np.int64)
+        if nonascii.any():
+            tc = self.tags
+            for i in np.flatnonzero(nonascii).tolist():
+                v = joined[int(va[i]) : int(vb[i])]
+                c = tc.get(v)
+                if c is None:
+                    c = tc[v] = _tags_code(v.decode("utf-8", JAVA_REPLACE))
+                codes[i] = c
+        return codes
+
+    def _delay(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray], joined: bytes, topics: list[str],
+               store_ts: np.ndarray, tags_code: np.ndarray) -> list[int]:
+        """The schedule topic's tagsCode (the delivery time of its DELAY level) into
+        ``tags_code``; returns the records whose DELAY does not parse (check_record
+        refuses them)."""
+        odd: list[int] = []
+        rec, va, vb = spans
+        for r, a, b in zip(rec.tolist(), va.tolist(), vb.tolist()):
+            if topics[r] != SCHEDULE_TOPIC:
+                continue
+            level = ck.java_parse_int(joined[a:b].decode("utf-8", JAVA_REPLACE))
+            if level is None:
+                odd.append(r)  # the record is invalid: check_record says so
+                continue
+            if level > self.max_delay_level:
+                level = self.max_delay_level
+            if level > 0:
+                tags_code[r] = self.profile.deliver_timestamp(int(store_ts[r]), level)
+        return odd
 
 
 def first_unsure(sure: np.ndarray) -> int:
