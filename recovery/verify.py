@@ -66,6 +66,7 @@ from .batch import GroupedWords as _Grouped  # noqa: F401  (old names, kept impo
 from .batch import ShiftedWords as _Words
 from .batch import Words, hash_spans
 from .batch import last_per_record as _last_per_record
+from .batch.layout import AT_HOSTS
 from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
 from .scan import byte_views, chase_starts, hints_in, queue_hint_runs, sorted_unique
 from .scan import first_nonzero as _first_nonzero
@@ -609,7 +610,7 @@ def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: l
         body_pos = P + _V4["body"]
     else:
         lay = hosts >> 4
-        off_of = {k: np.array([lt[k] for lt in _LAYOUT], dtype=np.int64) for k in ("store_timestamp", "body_length", "body")}
+        off_of = AT_HOSTS
         store_ts = words.at(P + off_of["store_timestamp"][lay]).view(np.int64)
         bl = _hi32(words.at(P + off_of["body_length"][lay]))
         body_pos = P + off_of["body"][lay]

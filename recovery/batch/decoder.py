@@ -22,17 +22,13 @@ from ..scan import ByteViews, chase_starts
 from ..versions import BrokerProfile
 from .columns import DispatchColumns, IndexKeys, LazyValues
 from .hashing import hash_spans, index_keys, join_spans, last_per_record
+from .layout import AT_HOSTS, FIXED_HOSTS, HDR_MAX, V4
 from .words import Words, _i8, _i16, _i32, _i64
 
 __all__ = ["MAX_RUN", "BatchDecoder", "first_unsure"]
 
 SCHEDULE_TOPIC = ck.SCHEDULE_TOPIC
 _U64 = np.uint64
-_OFF = cl.HEADER_OFFSETS[0]  # the IPv4/IPv4 layout (fields before SYSFLAG's hosts do not move)
-# per host layout ((SYSFLAG & 0x30) >> 4): STORETIMESTAMP, BODYLENGTH and the body move with the hosts
-_AT_HOSTS = {k: np.array([o[k] for o in cl.HEADER_OFFSETS], dtype=np.int64) for k in ("store_timestamp", "body_length", "body")}
-_FIXED_HOSTS = np.array([cl.cal_msg_length(False, h, 0, 0, 0) for h in (0x00, 0x10, 0x20, 0x30)], dtype=np.int64)
-_HDR_MAX = int(_AT_HOSTS["body"].max())  # 112: the longest header (IPv6 born and store hosts)
 MAX_RUN = 1 << 14  # records decoded per numpy run (bounds temporary memory)
 
 # the properties the dispatch needs; a segment "NAME\x01value" starts the 0x02-delimited
@@ -114,18 +110,18 @@ class BatchDecoder:
         lim = W.limit
         # every header read is at most P + 112 + 8 (IPv6 hosts); records that close to the
         # end of the buffer are left to check_record
-        Pc = np.minimum(P, max(lim - _HDR_MAX - 8, 0))
-        off = _OFF
+        Pc = np.minimum(P, max(lim - HDR_MAX - 8, 0))
+        off = V4
         total = _i32(W.u64(Pc + off["total_size"]))
         queue_id = _i32(W.u64(Pc + off["queue_id"]))
         queue_offset = _i64(W.u64(Pc + off["queue_offset"]))
         phys = _i64(W.u64(Pc + off["physical_offset"]))
         sys_flag = _i32(W.u64(Pc + off["sys_flag"]))
         hosts = (sys_flag >> 4) & 3
-        body_at = _AT_HOSTS["body"][hosts]
+        body_at = AT_HOSTS["body"][hosts]
         sure = (Pc == P) & (P + body_at <= end)
-        store_ts = _i64(W.u64(Pc + _AT_HOSTS["store_timestamp"][hosts]))
-        body_len = _i32(W.u64(Pc + _AT_HOSTS["body_length"][hosts]))
+        store_ts = _i64(W.u64(Pc + AT_HOSTS["store_timestamp"][hosts]))
+        body_len = _i32(W.u64(Pc + AT_HOSTS["body_length"][hosts]))
         if self.profile.accepts_v2:
             v2 = (_i32(W.u64(Pc + off["magic"])) == cl.MAGIC_V2).astype(np.int64)
         else:
@@ -138,7 +134,7 @@ class BatchDecoder:
         p2 = p1 + 1 + v2 + tl  # PROPERTIESLENGTH
         sure &= (p2 + 2 <= end) & (p2 <= lim)
         pl = _i16(W.u64(np.clip(p2, 0, lim)))
-        sure &= _FIXED_HOSTS[hosts] + v2 + np.maximum(body_len, 0) + tl + np.maximum(pl, 0) == total
+        sure &= FIXED_HOSTS[hosts] + v2 + np.maximum(body_len, 0) + tl + np.maximum(pl, 0) == total
         # where the fields are not sure, keep the slices empty (check_record decides)
         tl = np.where(sure, tl, 0)
         pl = np.where(sure, np.maximum(pl, 0), 0)

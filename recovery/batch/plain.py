@@ -24,6 +24,7 @@ from ...formats.properties import decode_utf8, parse_properties, parse_propertie
 from .. import check as ck
 from ..scan import ByteViews
 from ..versions import BrokerProfile
+from .layout import AT_HOSTS
 
 __all__ = ["Plain", "crc_failures", "plain_records"]
 
@@ -31,7 +32,7 @@ _SCHED = np.frombuffer(ck.SCHEDULE_TOPIC.encode(), dtype=np.uint8)
 _INNER = b"INNER_"
 
 # per host layout (SYSFLAG & 0x30) >> 4: where the body starts (BODYLENGTH is the 4 bytes before)
-_BODY_AT = np.array([o["body"] for o in cl.HEADER_OFFSETS], dtype=np.int64)
+_BODY_AT = AT_HOSTS["body"]
 _BODY_CRC_AT = cl.HEADER_OFFSETS[0]["body_crc"]
 _SYS_FLAG_AT = cl.HEADER_OFFSETS[0]["sys_flag"]
 if any(o["body_crc"] != _BODY_CRC_AT or o["sys_flag"] != _SYS_FLAG_AT or o["body_length"] != o["body"] - 4
