@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ...formats.javahash import invpow31, java_hash_units_batch, pow31
+from ...formats.javahash import java_hash_units_batch
 from ..scan import sorted_unique
 from .columns import IndexKeys, LazyValues
 from .words import Words
@@ -39,73 +39,44 @@ def join_spans(buf: Any, a: np.ndarray, ln: np.ndarray) -> bytes:
     return out[:-1].tobytes()
 
 
-_ALL = _U64(0xFFFFFFFFFFFFFFFF)
-_M32 = _U64(0xFFFFFFFF)
-_HIBITS = _U64(0x8080808080808080)
-_P8 = _U64(pow31(9)[8])
-_L16 = _U64(0x00FF00FF00FF00FF)
-_L32 = _U64(0x0000FFFF0000FFFF)
-_S8, _S16, _S32 = _U64(8), _U64(16), _U64(32)
-_P1, _P2, _P4 = (_U64(pow31(5)[k]) for k in (1, 2, 4))
-
-
-def _word_poly(x: np.ndarray) -> np.ndarray:
-    """sum(b_j * 31^(7-j)) mod 2^32 of each big-endian word's bytes b_0..b_7, by SWAR:
-    byte pairs in 16-bit lanes (<= 8160), then 32-bit lanes (< 2^23), then the two halves
-    (< 2^43): no lane ever overflows into its neighbour."""
-    p = ((x >> _S8) & _L16) * _P1 + (x & _L16)
-    q = ((p >> _S16) & _L32) * _P2 + (p & _L32)
-    return ((q >> _S32) * _P4 + (q & _M32)) & _M32
-_INVPOW = invpow31(8)[:8].astype(np.uint64)
-
-
-def _top_bytes_mask(rem: np.ndarray) -> np.ndarray:
-    """uint64 masks keeping the first ``rem`` (0..8) bytes of a big-endian word."""
-    r = rem.astype(_U64) << _U64(3)
-    m: np.ndarray = ~(_ALL >> np.minimum(r, _U64(63)))
-    m[rem >= 8] = _ALL
-    m[rem <= 0] = _U64(0)
-    return m
-
-
 def hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: Words | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Java ``String.hashCode`` of byte spans of ``J`` read as ASCII (a byte is then one
-    UTF-16 unit): (hash as uint32, length, True where a byte >= 0x80 makes that reading
-    wrong). Spans must be non-empty and ``JW`` must read 8 bytes past the last span.
+    """Java ``String.hashCode`` of the byte spans ``[va, vb)`` of ``J`` read as ASCII (a
+    byte is then one UTF-16 unit): (hash as uint32, length, True where a byte >= 0x80 makes
+    that reading wrong).
 
-    Eight bytes at a time: each word's polynomial sum(byte_j * 31^(7-j)) mod 2^32 is
-    computed in SWAR lanes (:func:`_word_poly`), words are combined by Horner's rule mod
-    2^32 over the span zero-padded to whole words, and the padding is divided out with
-    powers of the inverse of 31 mod 2^32."""
+    Spans of one length L at a time: Horner's rule column by column in uint32 (wrap-around
+    is Java's int overflow), the columns gathered byte by byte for L <= 16 and taken as rows
+    of a sliding-window view of ``J`` (one row gather) beyond; the bytes >= 0x80 are found
+    once for all spans. (``JW`` is accepted for the callers that hold one; the bytes are
+    read from ``J``.)"""
     lens = vb - va
     m = len(lens)
     h = np.zeros(m, dtype=np.uint32)
     nonascii = np.zeros(m, dtype=bool)
     if not m:
         return h, lens, nonascii
-    if JW is None:
-        JW = Words(J.tobytes() + bytes(16), len(J) + 16)
-    nw = (lens + 7) >> 3
-    groups = np.flatnonzero(np.bincount(nw)).tolist()  # (np.unique is hash-based and slow here)
-    for w in groups:
-        sel = np.arange(m) if len(groups) == 1 else np.flatnonzero(nw == w)
-        a = va[sel]
-        L = lens[sel]
-        acc = np.zeros(len(sel), dtype=_U64)
-        hib = np.zeros(len(sel), dtype=_U64)
-        for k in range(w):
-            word = JW.u64(a + 8 * k)
-            if k == w - 1:  # only the last word holds bytes past the span
-                word &= _top_bytes_mask(L - 8 * k)
-            hib |= word
-            acc *= _P8
-            acc += _word_poly(word)
-            acc &= _M32
-        pad = (8 * w - L).astype(np.int64)
-        acc *= _INVPOW[pad]
-        acc &= _M32
-        h[sel] = acc.astype(np.uint32)
-        nonascii[sel] = (hib & _HIBITS) != 0
+    counts = np.bincount(lens)
+    for ln in np.flatnonzero(counts).tolist():
+        if ln == 0:
+            continue
+        every = int(counts[ln]) == m
+        pick = None if every else np.flatnonzero(lens == ln)
+        st = va if pick is None else va[pick]
+        acc = np.zeros(len(st), dtype=np.uint32)
+        if ln <= 16:
+            for j in range(ln):
+                acc = acc * np.uint32(31) + J[st + j]
+        else:
+            rows = sliding_window_view(J, ln)[st]
+            for j in range(ln):
+                acc = acc * np.uint32(31) + rows[:, j]
+        if pick is None:
+            h[:] = acc
+        else:
+            h[pick] = acc
+    if len(J) and int(J.max()) >= 0x80:
+        high = np.flatnonzero(J >= 0x80)
+        nonascii[:] = np.searchsorted(high, vb, side="left") > np.searchsorted(high, va, side="left")
     return h, lens, nonascii
 
 
