@@ -64,7 +64,7 @@ from ..formats.properties import JAVA_REPLACE, decode_crc32_digits, parse_proper
 from . import check as ck
 from .batch import GroupedWords as _Grouped  # noqa: F401  (old names, kept importable)
 from .batch import ShiftedWords as _Words
-from .batch import Words, hash_spans
+from .batch import hash_spans
 from .batch import last_per_record as _last_per_record
 from .batch.layout import AT_HOSTS
 from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
@@ -803,7 +803,6 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
     # one buffer: the props of each record followed by 0x02 (a record boundary ends a
     # segment), records grouped by props length so that each group is one row gather
     a8, rec_start, order, rec_len = _gather_props(ctx, pp[lo:hi], plp[lo:hi])
-    A8W = Words(a8, len(a8))  # (8 spare bytes after the last segment: hash_spans' reads)
     # below, "record j" is the j-th record of the buffer; order[j] is its index in the batch
     if len(a8) and int(a8.max()) >= 0x80:  # UTF-16 units are not bytes: those records take the full parser
         high = np.flatnonzero(a8 >= 0x80)
@@ -877,7 +876,7 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
         rt = rec_of(t)
         last = _last_per_record(rt)
         t, rt = t[last], rt[last]
-        tags[lo + order[rt]] = hash_spans(a8, k[t] + 1, seg_e[t], A8W)[0].view(np.int32).astype(np.int64)
+        tags[lo + order[rt]] = hash_spans(a8, k[t] + 1, seg_e[t])[0].view(np.int32).astype(np.int64)
     if ctx.profile.is_5x:
         for nm in ("INNER_NUM", "INNER_BASE"):
             x = named(nm)
@@ -908,7 +907,7 @@ def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.n
             vs, ve, owner = vs[keep], ve[keep], owner[keep]
         if not len(vs):
             continue
-        h = hash_spans(a8, vs, ve, A8W)[0]
+        h = hash_spans(a8, vs, ve)[0]
         owner = order[owner]
         rec_tid = tids[lo + owner]
         utid = sorted_unique(rec_tid)
