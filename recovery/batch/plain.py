@@ -19,11 +19,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ...formats import commitlog as cl
-from ...formats.crc import crc32_raw
 from ...formats.properties import decode_utf8, parse_properties, parse_properties_legacy
 from .. import check as ck
 from ..scan import ByteViews
 from ..versions import BrokerProfile
+from .blocks import body_crcs_match
 from .layout import AT_HOSTS
 
 __all__ = ["Plain", "crc_failures", "plain_records"]
@@ -132,9 +132,6 @@ def crc_failures(mv: memoryview, pl: Plain, a: int, b: int) -> int:
     ``b``; bodies of length 0 are not checked (as the broker)."""
     if b <= a:
         return b
-    b0 = pl.body_pos[a:b]
-    bl = pl.body_len[a:b]
-    crcs = np.fromiter(map(crc32_raw, map(mv.__getitem__, map(slice, b0.tolist(), (b0 + bl).tolist()))),
-                       dtype=np.int64, count=b - a) & 0x7FFFFFFF
-    bad = np.flatnonzero((crcs != pl.body_crc[a:b]) & (bl != 0))
+    ok = body_crcs_match(mv, pl.body_pos[a:b], pl.body_len[a:b], pl.body_crc[a:b], 0)
+    bad = np.flatnonzero(~ok)
     return a + int(bad[0]) if len(bad) else b
