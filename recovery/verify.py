@@ -64,7 +64,7 @@ from ..formats.properties import JAVA_REPLACE, decode_crc32_digits, parse_proper
 from . import check as ck
 from .batch import GroupedWords as _Grouped  # noqa: F401  (old names, kept importable)
 from .batch import ShiftedWords as _Words
-from .batch import hash_spans
+from .batch import body_crcs_match, hash_spans
 from .batch import last_per_record as _last_per_record
 from .batch.layout import AT_HOSTS
 from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
@@ -559,10 +559,8 @@ def _hinted_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[
     bl = v.i4[P + _V4_BODY_LEN_AT].astype(np.int64)
     # as in _plain_walk: IPv6 hosts and lengths past the record are left to _validate
     here = (bl > 0) & (bl <= v.i4[P] - _V4_BODY_AT) & ((v.i4[P + _SYS_FLAG_AT] & _HOSTS_V6) == 0)
-    b0 = P + _V4_BODY_AT
-    crcs = np.fromiter(map(crc32_raw, map(ctx.mv.__getitem__, map(slice, b0.tolist(), (b0 + np.where(here, bl, 0)).tolist()))),
-                       dtype=np.int64, count=len(P))
-    bad_crc = np.flatnonzero(here & ((crcs & _MASK31) != v.i4[P + 8]))
+    ok = body_crcs_match(ctx.mv, P, np.where(here, bl, 0), v.i4[P + 8], _V4_BODY_AT)
+    bad_crc = np.flatnonzero(here & ~ok)
     return P, p, bad_crc.tolist()
 
 
