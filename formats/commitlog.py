@@ -326,7 +326,7 @@ def peek(buf: Any, pos: int, end: int | None = None) -> tuple[int, int] | None:
         end = len(buf)
     if pos + 8 > end:
         return None
-    return PREFIX.unpack_from(buf, pos)  # type: ignore[return-value]
+    return PREFIX.unpack_from(buf, pos)
 
 
 def record_crc32_property(buf: Any, rec: MessageRecord) -> tuple[int, int] | None:
@@ -380,7 +380,8 @@ def build_message(fields: dict[str, Any], *, v2: bool = False, append_crc32: boo
 
 def build_blank(remaining: int) -> bytes:
     """The 8-byte BLANK header for a file with ``remaining`` bytes left."""
-    return BLANK.build({"total_size": remaining})
+    built: bytes = BLANK.build({"total_size": remaining})
+    return built
 
 
 def parse_message(data: bytes, path: str | None = None, offset: int | None = None) -> Any:

@@ -213,14 +213,15 @@ def index_hash_batch(h: Any) -> np.ndarray:
         if a64.size and (a64.min() < INT_MIN or a64.max() > INT_MAX):
             raise ValueError("hash values out of int32 range")
         a = a64.astype(np.int32)
-    r = np.abs(a)  # wraps: abs(INT_MIN) == INT_MIN
+    r: np.ndarray = np.abs(a)  # wraps: abs(INT_MIN) == INT_MIN
     r[r < 0] = 0
     return r
 
 
 def index_slot(h: int, slot_num: int) -> int:
     """Slot of a hashCode: ``index_hash(h) % slot_num``."""
-    return index_hash(h) % slot_num
+    hv: int = index_hash(h)
+    return hv % slot_num
 
 
 @lru_cache(maxsize=65536)

@@ -695,12 +695,12 @@ def convert(setting: Setting, raw: str) -> tuple[Any, str | None]:
             return float(raw.strip()), None
         except ValueError:
             return None, f"Double.parseDouble({raw!r}) fails: the broker keeps the default"
-    v = raw.strip()
-    if setting.name == "brokerRole" and v not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
-        return None, f"BrokerRole.valueOf({v!r}) fails: the broker keeps the default"
-    if setting.name == "flushDiskType" and v not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
-        return None, f"FlushDiskType.valueOf({v!r}) fails: the broker keeps the default"
-    return v, None
+    text = raw.strip()
+    if setting.name == "brokerRole" and text not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        return None, f"BrokerRole.valueOf({text!r}) fails: the broker keeps the default"
+    if setting.name == "flushDiskType" and text not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+        return None, f"FlushDiskType.valueOf({text!r}) fails: the broker keeps the default"
+    return text, None
 
 
 @dataclass

@@ -127,7 +127,7 @@ def _unit_reader(q: Any, F: int) -> Callable[[int], tuple[int, int, int] | None]
         pos = lo - base
         if pos + CQ_UNIT > len(data):
             return None
-        return _UNIT.unpack_from(data, pos)  # type: ignore[return-value]
+        return _UNIT.unpack_from(data, pos)
     return unit
 
 
@@ -136,7 +136,7 @@ def _min_offset(q: Any, F: int, cl_min: int, end: int) -> int:
     offset is at or past the commitlog's min offset (0 when none is)."""
     if not q.bases or q.write is None:
         return 0
-    base = q.bases[0]
+    base: int = q.bases[0]
     data = q.data(base)
     stop = min(F, q.write - base, len(data))
     for pos in range(0, stop - CQ_UNIT + 1, CQ_UNIT):

@@ -153,7 +153,7 @@ class _IndexView:
         at = indexfile.HEADER_SIZE + self.slot_num * indexfile.SLOT_SIZE + n * indexfile.ENTRY_SIZE
         if n < 0 or at + indexfile.ENTRY_SIZE > self.size:
             return (0, 0, 0, 0)
-        return indexfile.ENTRY_STRUCT.unpack_from(self.buf, at)  # type: ignore[return-value]
+        return indexfile.ENTRY_STRUCT.unpack_from(self.buf, at)
 
 
 def read_index_header(store: Store, f: StoreFile) -> IndexHeader:

@@ -40,7 +40,7 @@ def _v6(rng: random.Random) -> dict[str, Any]:
     return {"address": rng.randbytes(16), "port": rng.randrange(30000, 65000)}
 
 
-_STORE_V4 = {"address": bytes([192, 168, 0, 10]), "port": 10911}
+_STORE_V4: dict[str, Any] = {"address": bytes([192, 168, 0, 10]), "port": 10911}
 _WORDS = ["order", "payment", "user", "inventory", "shipment", "audit", "billing", "notify", "risk", "cart"]
 
 
