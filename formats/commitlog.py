@@ -113,7 +113,6 @@ RECORD_PREFIX = "TOTALSIZE and MAGICCODE, common to every record" * Struct(
 PREFIX, _ = fixed_struct(RECORD_PREFIX)  # (total_size, magic)
 _SYSFLAG_AT = 36
 SYSFLAG = struct.Struct(">i")
-_I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 
