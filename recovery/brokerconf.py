@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formats.errors import RmqToolError
+from .versions import parse_version
 
 LOCATION = "location"
 GEOMETRY = "geometry"
@@ -803,8 +804,6 @@ def _known_in(s: Setting, version: tuple[int, int, int]) -> bool:
     """Whether the setter may exist in ``version``: the release is newer than the last
     sampled release before the first one that has it (a setter that came in between
     samples counts as present: a refusal too many rather than one too few)."""
-    from .versions import parse_version
-
     samples = [parse_version(v) for v in SAMPLED.values()]
     first = min(parse_version(v) for v in s.seen_in)
     before = [v for v in samples if v < first]
