@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from construct import Int32sb, Int64sb, Struct
 
 from .schema import fixed_struct, numpy_dtype
@@ -63,14 +64,10 @@ def geometry_from_size(size: int) -> list[tuple[int, int]]:
 
 
 def slots_array(data: Any, slot_num: int) -> Any:
-    import numpy as np
-
     return np.frombuffer(data, dtype=SLOT_DTYPE["entry"], count=slot_num, offset=HEADER_SIZE)
 
 
 def entries_array(data: Any, slot_num: int, index_num: int) -> Any:
-    import numpy as np
-
     return np.frombuffer(data, dtype=ENTRY_DTYPE, count=index_num, offset=HEADER_SIZE + slot_num * SLOT_SIZE)
 
 

@@ -252,35 +252,6 @@ def resync(buf: Any, start: int, end: int, file_base: int, profile: BrokerProfil
     return None
 
 
-class FileWalk(NamedTuple):
-    """Summary of the broker's walk of one file plus the forensic salvage beyond it."""
-
-    file: StoreFile
-    records: int
-    stop_pos: int  # where the broker's walk stopped (the BLANK position or the failure)
-    stop: ck.Checked | None  # what stopped it (None: ran to the end of the file)
-    salvaged: list[tuple[int, ck.Checked]]  # intact records found after a failure
-
-
-def salvage_after(buf: Any, pos: int, end: int, file_base: int, profile: BrokerProfile, check_crc: bool = True) -> list[tuple[int, ck.Checked]]:
-    """Every intact record after ``pos`` found by resyncing past damage (and walking on
-    from each resync point). Zero-filled regions are skipped quickly by ``find``."""
-    out: list[tuple[int, ck.Checked]] = []
-    p = pos
-    while p < end:
-        q = resync(buf, p, end, file_base, profile, check_crc)
-        if q is None:
-            break
-        while q < end:
-            c = ck.check_record(buf, q, end, profile, check_crc=check_crc)
-            if not c.is_message or c.rec is None or c.rec.physical_offset != file_base + q:
-                break
-            out.append((q, c))
-            q += c.size
-        p = q + 1
-    return out
-
-
 # ---------------------------------------------------------------------------------------
 # Plain fields for dump / export (the JSON lines contract of man/rmqtool-dump.1).
 

@@ -396,7 +396,7 @@ def test_a_rocksdb_config_directory_is_5x_evidence(tmp_path: Path) -> None:
     (b"KEYS\x01a\x01\x02TAGS\x01t", False),  # 4.6.0-4.9.0 drops the trailing empty part: KEYS=a
 ])
 def test_properties_parsers_agree_exactly_where_both_parsers_read_the_same(raw: bytes, agree: bool, tmp_path: Path) -> None:
-    from test_audit_versions import props, write_store
+    from test_version_behaviour import props, write_store
 
     from rmqtool.formats.properties import parse_properties, parse_properties_legacy
     from rmqtool.recovery.identify import properties_parsers_agree
