@@ -46,6 +46,7 @@ __all__ = [
     "goes_to_consume_queue_batch",
     "goes_to_index_batch",
     "index_header_load",
+    "index_file_deleted_at_load",
     "parse_index_file_name",
     "new_index_file_name",
 ]
@@ -76,7 +77,7 @@ def goes_to_consume_queue(sys_flag: int) -> bool:
 def goes_to_index(sys_flag: int) -> bool:
     """``IndexService.buildIndex`` (every version): everything but a ROLLBACK record is
     indexed (RECOVERY §9.1, §9.3)."""
-    return (sys_flag & _TX_MASK) != cl.TRANSACTION_ROLLBACK
+    return bool((sys_flag & _TX_MASK) != cl.TRANSACTION_ROLLBACK)
 
 
 def goes_to_consume_queue_batch(sys_flags: np.ndarray) -> np.ndarray:
@@ -238,7 +239,7 @@ def is_mapped_file_matched_recover(f: StoreFile, profile: BrokerProfile, thresho
 def abnormal_threshold(ckpt: Checkpoint, message_index_safe: bool) -> int:
     """``StoreCheckpoint.getMinTimestamp`` (min of physic and logics, - 3 s) or, with
     messageIndexSafe, ``getMinTimestampIndex`` (also min with indexMsgTimestamp)."""
-    return ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp
+    return int(ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp)
 
 
 def abnormal_start_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, message_index_safe: bool) -> int:
@@ -281,6 +282,13 @@ def index_header_load(f: StoreFile) -> IndexHeader:
     end of a file shorter than 40 bytes; the stored indexCount, see
     ``IndexHeader.loaded_index_count`` for what the broker makes of it)."""
     return read_header(f.path)
+
+
+def index_file_deleted_at_load(header: IndexHeader, ckpt: Checkpoint) -> bool:
+    """``IndexService.load(lastExitOK=false)`` (every version; RECOVERY §8): after an
+    abnormal exit the load deletes an index file whose endTimestamp is later than the
+    checkpoint's indexMsgTimestamp."""
+    return bool(int(header.end_timestamp) > ckpt.index_msg_timestamp)
 
 
 def parse_index_file_name(name: str, tz: _dt.tzinfo | None = None) -> int | None:

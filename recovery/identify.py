@@ -180,7 +180,7 @@ def index_counting_rule(store: Store) -> tuple[str, str] | None:
     numbers differ. Returns ("every_put" | "slots_used", the evidence) or None."""
     import numpy as np
 
-    from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
+    from ..formats.indexfile import HEADER_SIZE, SLOT_SIZE, unpack_header
 
     g = store.geometry
     for f in reversed(store.index_files[-8:]):
@@ -192,7 +192,8 @@ def index_counting_rule(store: Store) -> tuple[str, str] | None:
             continue
         if len(head) < HEADER_SIZE or len(slots) < g.index_slot_num:
             continue
-        hsc, count = HEADER_STRUCT.unpack(head)[4:6]
+        h = unpack_header(head)
+        hsc, count = h.hash_slot_count, h.index_count
         if count != g.index_num:
             continue
         used = int(np.count_nonzero(slots))

@@ -70,7 +70,7 @@ from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Ch
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..formats.crc import crc32_raw
 from ..formats.errors import RecoveryError
-from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader, read_header
+from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from ..formats.names import offset_to_file_name, topic_path_problem
 from ..formats.safeio import read_small
 from . import check as ck
@@ -86,6 +86,7 @@ from .broker import (
 from .broker import abnormal_start_index as abnormal_start_index  # noqa: PLC0414
 from .broker import abnormal_threshold as abnormal_threshold  # noqa: PLC0414
 from .broker import first_unit_where as _first_bad_unit  # noqa: F401
+from .broker import index_header_load as _index_header
 from .broker import is_mapped_file_matched_recover as _file_matches  # noqa: F401
 from .broker import truncate_dirty_logic_files as _truncate_units
 from .indexkeep import NO_END as _NO_END
@@ -865,10 +866,6 @@ def recovery_stop(f: StoreFile, pos: int, end: int, profile: BrokerProfile, chec
 
 # ======================================================================================
 # Index files (RECOVERY §8)
-
-
-def _index_header(f: StoreFile) -> IndexHeader:
-    return read_header(f.path)
 
 
 def _entries_at(f: StoreFile, slot_num: int, count: int, offset: int, tail: bool) -> int:

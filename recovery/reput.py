@@ -45,7 +45,6 @@ import numpy as np
 from ..formats import commitlog as cl
 from ..formats.checkpoint import Checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
-from ..formats.indexfile import read_header
 from ..formats.javahash import tags_code as _tags_code
 from ..formats.names import offset_to_file_name, topic_path_problem
 from ..formats.properties import INNER_BASE, INNER_NUM, JAVA_REPLACE
@@ -54,6 +53,8 @@ from . import check as ck
 from .broker import (
     consume_queue_recover,
     goes_to_consume_queue_batch,
+    index_file_deleted_at_load,
+    index_header_load,
     new_index_file_name,
     parse_index_file_name,
     truncate_dirty_files,
@@ -1466,8 +1467,8 @@ def index_files_after_load(store: Store) -> list[tuple[StoreFile, tuple[int, ...
     ckpt = store.read_checkpoint() if store.abort_present else None
     out = []
     for f in store.index_files:
-        hdr = read_header(f.path)
-        out.append((f, hdr, ckpt is not None and hdr[1] > ckpt.index_msg_timestamp))
+        hdr = index_header_load(f)
+        out.append((f, hdr, ckpt is not None and index_file_deleted_at_load(hdr, ckpt)))
     return out
 
 

@@ -69,6 +69,7 @@ from .broker import (
     consume_queue_recover,
     goes_to_consume_queue_batch,
     goes_to_index_batch,
+    index_file_deleted_at_load,
     start_file_index,
 )
 from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
@@ -1918,7 +1919,7 @@ def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileS
             + [_rel(store, f.path) for f in store.commitlog[len(files):]],
         }
     out["abnormal"]["threshold_timestamp"] = threshold
-    out["abnormal"]["index_files_deleted"] = [name for name, h in index_headers if h is not None and int(h.end_timestamp) > ckpt.index_msg_timestamp]
+    out["abnormal"]["index_files_deleted"] = [name for name, h in index_headers if h is not None and index_file_deleted_at_load(h, ckpt)]
     return out
 
 
@@ -2942,7 +2943,7 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
         if len(miss_rec):
             valid_h = [(n, h) for n, h in headers if h is not None]
             last_end = int(valid_h[-1][1].end_phy_offset) if valid_h else 0
-            remaining = [h for n, h in valid_h if int(h.end_timestamp) <= ckpt.index_msg_timestamp]
+            remaining = [h for n, h in valid_h if not index_file_deleted_at_load(h, ckpt)]
             rem_end = int(remaining[-1].end_phy_offset) if remaining else 0
             fixed = broker.index_fixed(recs.off[miss_rec], last_end, rem_end)
             lag = miss_rec[fixed]

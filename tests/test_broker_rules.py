@@ -13,6 +13,8 @@ import pytest
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats.checkpoint import Checkpoint
 from rmqtool.formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE
+from rmqtool.formats.errors import RecoveryError
+from rmqtool.formats.indexfile import HEADER_STRUCT, IndexHeader, read_whole_header
 from rmqtool.recovery import broker as br
 from rmqtool.recovery.store import StoreFile
 from rmqtool.recovery.versions import BrokerProfile
@@ -195,3 +197,35 @@ def test_profile_checkpoint_and_commitlog_dir_decisions(version: str, flushed: i
     p: Any = BrokerProfile.for_version(version)
     assert (p.checkpoint_flushed_bytes, p.checkpoint_persists_confirm_offset, p.commitlog_default_under_home) == \
         (flushed, confirm, home)
+
+
+def test_index_file_names_parse_back_and_new_names_skip_the_floor_and_taken_ones() -> None:
+    assert br.parse_index_file_name("20231114221320123") == 1700000000123
+    assert br.parse_index_file_name("20231314221320123") is None  # month 13
+    assert br.parse_index_file_name("2023111422132012") is None
+    ms = 1700000000123
+    assert br.new_index_file_name(ms, None, None) == (ms, "20231114221320123")
+    assert br.new_index_file_name(ms, None, "20231114221320500") == (ms + 378, "20231114221320501")
+    assert br.new_index_file_name(ms, None, None, {"20231114221320123", "20231114221320124"}) == (ms + 2, "20231114221320125")
+    with pytest.raises(RecoveryError):
+        br.new_index_file_name(ms, None, "99999999999999999")
+
+
+def test_index_header_load_reads_the_schema_fields_and_pads_a_short_file(tmp_path: Path) -> None:
+    fields = (1_700_000_000_000, 1_700_000_000_500, 96, 8_000, 3, 7)
+    raw = HEADER_STRUCT.pack(*fields)
+    full = tmp_path / "20231114221320123"
+    full.write_bytes(raw + bytes(100))
+    h = br.index_header_load(StoreFile(full, 0, full.stat().st_size))
+    assert tuple(h) == fields and h.end_timestamp == fields[1] and h.index_count == 7
+    short = tmp_path / "20231114221320124"
+    short.write_bytes(raw[:36])
+    hs = br.index_header_load(StoreFile(short, 0, 36))
+    assert tuple(hs) == (*fields[:5], 0) and hs.loaded_index_count == 1
+    assert read_whole_header(short) is None and read_whole_header(full) == h
+
+
+def test_index_load_after_a_crash_deletes_files_ending_after_index_msg_timestamp() -> None:
+    h = IndexHeader(100, 5_000, 0, 0, 0, 2)
+    assert br.index_file_deleted_at_load(h, _ckpt(0, 0, 4_999))
+    assert not br.index_file_deleted_at_load(h, _ckpt(0, 0, 5_000))
