@@ -72,7 +72,6 @@ INT_MAX = 0x7FFFFFFF
 _I64_MIN = np.iinfo(np.int64).min
 
 
-
 class DispatchRequest(NamedTuple):
     """What the dispatchers need from one commitlog record (DispatchRequest in the broker)."""
 
