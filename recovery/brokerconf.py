@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formats.errors import RmqToolError
-from .versions import parse_version
+from .versions import BrokerProfile, parse_version
 
 LOCATION = "location"
 GEOMETRY = "geometry"
@@ -731,7 +731,7 @@ class BrokerConf:
         v = self.values.get("storePathCommitLog")
         if v:
             return Path(v)
-        if version is not None and version < (4, 9, 4) and self.store_root is not None:
+        if version is not None and BrokerProfile(version).commitlog_default_under_home and self.store_root is not None:
             return Path.home() / "store" / "commitlog"  # System.getProperty("user.home")
         return None
 

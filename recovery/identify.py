@@ -20,7 +20,7 @@ import numpy as np
 from ..formats import commitlog as cl
 from ..formats.config import read_config_bytes
 from ..formats.errors import FormatError
-from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
+from ..formats.indexfile import HEADER_SIZE, SLOT_SIZE, unpack_header
 from ..formats.properties import parse_properties, parse_properties_legacy
 from . import check as ck
 from .plainwalk import plain_records
@@ -193,7 +193,8 @@ def index_counting_rule(store: Store) -> tuple[str, str] | None:
             continue
         if len(head) < HEADER_SIZE or len(slots) < g.index_slot_num:
             continue
-        hsc, count = HEADER_STRUCT.unpack(head)[4:6]
+        h = unpack_header(head)
+        hsc, count = h.hash_slot_count, h.index_count
         if count != g.index_num:
             continue
         used = int(np.count_nonzero(slots))

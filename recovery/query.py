@@ -19,6 +19,7 @@ import numpy as np
 
 from ..formats import indexfile
 from ..formats.consumequeue import CQ_UNIT_SIZE, FILL_BLANK_SIZE, read_units
+from ..formats.indexfile import IndexHeader
 from ..formats.javahash import index_hash, java_hash
 from ..formats.names import decode_offset_msg_id
 from ..formats.properties import split_keys
@@ -105,20 +106,6 @@ def message_has_key(c: ck.Checked, key: str) -> bool:
 # Index files
 
 
-class IndexHeader(NamedTuple):
-    begin_timestamp: int
-    end_timestamp: int
-    begin_phy_offset: int
-    end_phy_offset: int
-    hash_slot_count: int
-    index_count: int  # as stored on disk
-
-    @property
-    def loaded_index_count(self) -> int:
-        """``IndexHeader.load``: a stored indexCount <= 0 reads as 1."""
-        return self.index_count if self.index_count > 0 else 1
-
-
 class IndexHit(NamedTuple):
     """One entry visited by the chain walk whose key hash and time match (a candidate;
     the message may still be a hash collision)."""
@@ -142,7 +129,7 @@ class _IndexView:
         self.slot_num = slot_num
         self.index_num = index_num
         if self.size >= indexfile.HEADER_SIZE:
-            self.header = IndexHeader(*indexfile.HEADER_STRUCT.unpack_from(self.buf, 0))
+            self.header = indexfile.unpack_header(self.buf)
         else:
             self.header = IndexHeader(*_ZERO_HEADER)
 

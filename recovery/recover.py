@@ -70,11 +70,26 @@ from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Ch
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..formats.crc import crc32_raw
 from ..formats.errors import RecoveryError
-from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
-from ..formats.names import index_name_after, offset_to_file_name, topic_path_problem
+from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
+from ..formats.names import offset_to_file_name, topic_path_problem
 from ..formats.safeio import read_small
 from . import check as ck
 from .batch import crc_failures, plain_records
+from .broker import (
+    _FIRST_CHUNK,
+    MODE_ABNORMAL,
+    MODE_NORMAL,
+    consume_queue_recover,
+    new_index_file_name,
+    start_file_index,
+    truncate_dirty_files,
+)
+from .broker import abnormal_start_index as abnormal_start_index  # noqa: PLC0414
+from .broker import abnormal_threshold as abnormal_threshold  # noqa: PLC0414
+from .broker import first_unit_where as _first_bad_unit  # noqa: F401
+from .broker import index_header_load as _index_header
+from .broker import is_mapped_file_matched_recover as _file_matches  # noqa: F401
+from .broker import truncate_dirty_logic_files as _truncate_units
 from .indexkeep import NO_END as _NO_END
 from .indexkeep import IndexCheck, check_index_file, keyed_record_between
 from .reput import SIZE_ACCOUNTING
@@ -107,16 +122,12 @@ __all__ = [
     "infer_index_tz",
 ]
 
-MODE_NORMAL = "normal"
-MODE_ABNORMAL = "abnormal"
 
 # problem codes
 UNREAD_DAMAGE = "UNREAD_FILE_DAMAGE"  # damage in a commitlog file the recovery never reads
 LAYOUT = "LAYOUT"  # a store layout issue the broker trips over
 Q1_TAGS = "DELAY_TAGS_CODE"  # quirk Q1 units (a note, not a problem)
 
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 _SPAN = 128 << 20  # bytes of commitlog per walk task (big files are split)
 _PARALLEL_MIN_BYTES = 48 << 20  # below this the walk runs in-process
 
@@ -450,59 +461,20 @@ def _cq_units(f: StoreFile, F: int) -> np.ndarray:
     return np.frombuffer(parts[0] if len(parts) == 1 else b"".join(parts), dtype=CQ_DTYPE)
 
 
-_FIRST_CHUNK = 1 << 12  # units looked at first by _first_bad_unit (the chunk doubles after each)
-
-
-def _first_bad_unit(units: np.ndarray, start: int, bad: Callable[[np.ndarray], np.ndarray]) -> int:
-    """Index of the first unit at or after ``start`` where ``bad`` holds (``len(units)``
-    when none): the broker's unit-by-unit scan, in chunks that double, so that a queue's
-    file of a few units (mostly zeros, often holes) costs a few units, not the whole file."""
-    i = start
-    step = _FIRST_CHUNK
-    n = len(units)
-    while i < n:
-        j = min(n, i + step)
-        hit = np.flatnonzero(bad(units[i:j]))
-        if len(hit):
-            return i + int(hit[0])
-        i = j
-        step *= 2
-    return n
-
-
 def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
-    """``ConsumeQueue.recover``: scan from the third-last file; the first invalid unit
-    (offset < 0 or size <= 0) ends the queue; a file that is not entirely valid ends the
-    recovery; files after the write position are deleted (``truncateDirtyFiles``)."""
+    """``ConsumeQueue.recover`` (:func:`recovery.broker.consume_queue_recover`) over a
+    queue's files, then ``truncateDirtyFiles``: files after the write position are deleted."""
     if not files:
         return _QueueState([], [], None, -1)
-    i = max(0, len(files) - 3)
-    max_phy = -1
-    process = files[i].base
-    in_file = 0
-    while True:
-        f = files[i]
-        units = _cq_units(f, F)
-        n = _first_bad_unit(units, 0, lambda u: (u["commitlog_offset"] < 0) | (u["size"] <= 0))
-        in_file = n * CQ_UNIT_SIZE
-        if n:
-            max_phy = int(units["commitlog_offset"][n - 1]) + int(units["size"][n - 1])
-        process = f.base
-        if in_file == F:
-            i += 1
-            if i >= len(files):
-                break
-            continue
-        break
-    offset = process + in_file
-    kept: list[StoreFile] = []
-    removed: list[StoreFile] = []
-    for f in files:
-        if f.base + F > offset and offset < f.base:
-            removed.append(f)
-        else:
-            kept.append(f)
-    return _QueueState(kept, removed, offset if kept else None, max_phy)
+
+    def units_of(i: int) -> tuple[np.ndarray, np.ndarray]:
+        u = _cq_units(files[i], F)
+        return u["commitlog_offset"], u["size"]
+
+    r = consume_queue_recover(len(files), units_of, F)
+    offset = files[r.stop_file].base + r.valid_units * CQ_UNIT_SIZE
+    kept, removed = truncate_dirty_files(files, [f.base for f in files], F, offset)
+    return _QueueState(kept, removed, offset if kept else None, r.max_physic_offset)
 
 
 def _broker_refuses(store: Store, profile: BrokerProfile) -> bool:
@@ -551,34 +523,9 @@ def _recover_queue_files(qfiles: list[StoreFile], F: int, profile: BrokerProfile
     (MappedFileQueue.doLoad), so it goes too (before 5.1.3 the broker refuses to start, a
     problem of the plan)."""
     st = recover_queue([f for f in qfiles if f.size > 0], F)
-    if qfiles and qfiles[-1].size == 0 and profile.version >= (5, 1, 3):
+    if qfiles and qfiles[-1].size == 0 and profile.zero_length_last_file_deleted:
         st.removed.append(qfiles[-1])
     return st
-
-
-def _truncate_units(units_of: Callable[[int], np.ndarray], bases: list[int], F: int, phy: int) -> tuple[int, int | None, int]:
-    """``ConsumeQueue.truncateDirtyLogicFiles(phy)`` on a queue whose files start at
-    ``bases`` (ascending). Returns (files kept, write offset or None, maxPhysicOffset).
-
-    Quirks kept: the first unit of the last file is not validated (an all-zero first unit
-    is kept when phy > 0); the scan returns at the first invalid unit."""
-    max_phy = phy
-    n = len(bases)
-    while n:
-        base = bases[n - 1]
-        u = units_of(base)
-        off = u["commitlog_offset"]
-        size = u["size"]
-        if int(off[0]) >= phy:
-            n -= 1  # the whole file goes
-            continue
-        max_phy = int(off[0]) + int(size[0])
-        k = _first_bad_unit(u, 1, lambda r: (r["commitlog_offset"] < 0) | (r["size"] <= 0) | (r["commitlog_offset"] >= phy))
-        # (k: units kept in this file)
-        if k > 1:
-            max_phy = int(off[k - 1]) + int(size[k - 1])
-        return n, base + k * CQ_UNIT_SIZE, max_phy
-    return 0, None, max_phy
 
 
 # ======================================================================================
@@ -906,58 +853,6 @@ def _walk_from(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_c
 # Step 3a: the abnormal-recovery start file (RECOVERY §5.1)
 
 
-def _file_matches(f: StoreFile, profile: BrokerProfile, threshold: int) -> bool:
-    """``isMappedFileMatchedRecover``: only the first record's magic and store timestamp."""
-    with open(f.path, "rb") as fh:
-        head = fh.read(80)
-    if len(head) < 48:
-        return False
-    magic = _I32.unpack_from(head, 4)[0]
-    if magic != cl.MAGIC_V1 and not (profile.accepts_v2 and magic == cl.MAGIC_V2):
-        return False
-    sys_flag = _I32.unpack_from(head, 36)[0]
-    at = 48 + (8 if sys_flag & 0x10 == 0 else 20)
-    if len(head) < at + 8:
-        return False
-    store_ts = _I64.unpack_from(head, at)[0]
-    if store_ts == 0:
-        return False
-    return store_ts <= threshold
-
-
-def abnormal_start_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, message_index_safe: bool) -> int:
-    threshold = abnormal_threshold(ckpt, message_index_safe)
-    for i in range(len(files) - 1, -1, -1):
-        if _file_matches(files[i], profile, threshold):
-            return i
-    return 0
-
-
-def abnormal_threshold(ckpt: Checkpoint, message_index_safe: bool) -> int:
-    """``StoreCheckpoint.getMinTimestamp`` (min of physic and logics, - 3 s) or, with
-    messageIndexSafe, ``getMinTimestampIndex`` (also min with indexMsgTimestamp)."""
-    return ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp
-
-
-def start_file_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, mode: str, max_cq: int,
-                     message_index_safe: bool | None = None) -> tuple[int, str]:
-    """The commitlog file the broker's recovery starts from, and the rule that chose it:
-    the one place recover's plan and verify's (and repair's) recovery outlook take it from.
-    ``message_index_safe``: None takes the profile's (messageIndexSafe)."""
-    if mode == MODE_NORMAL:
-        if profile.normal_recovery_walkback:
-            i = len(files) - 1
-            while i > 0 and files[i].base > max_cq:
-                i -= 1
-            return i, "last file starting at or below maxPhyOffsetOfCQ (5.3.2+)"
-        return max(0, len(files) - 3), "third-last file"
-    safe = profile.message_index_safe if message_index_safe is None else message_index_safe
-    threshold = abnormal_threshold(ckpt, safe)
-    what = ("min(physic, logics, index) - 3 s (messageIndexSafe)" if safe else "min(physic, logics) - 3 s")
-    return (abnormal_start_index(files, profile, ckpt, safe),
-            f"last file whose first message is stored at or before {what} = {threshold}")
-
-
 def recovery_stop(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool) -> tuple[int, str | None]:
     """The broker's walk of file ``f`` from ``pos`` (a record start) with ``check_crc``:
     where it stops (a position in the file) and why (ck.BLANK, a failure reason, or None
@@ -971,12 +866,6 @@ def recovery_stop(f: StoreFile, pos: int, end: int, profile: BrokerProfile, chec
 
 # ======================================================================================
 # Index files (RECOVERY §8)
-
-
-def _index_header(f: StoreFile) -> tuple[int, int, int, int, int, int]:
-    with open(f.path, "rb") as fh:
-        raw = fh.read(HEADER_SIZE)
-    return HEADER_STRUCT.unpack(raw.ljust(HEADER_SIZE, b"\0"))  # type: ignore[return-value]
 
 
 def _entries_at(f: StoreFile, slot_num: int, count: int, offset: int, tail: bool) -> int:
@@ -1997,17 +1886,8 @@ def _index_writer(img: Any) -> Callable[[Any], None]:
 
 
 def _new_index_name(ms: int, tz: _dt.tzinfo, floor: str | None, taken: set[str]) -> str:
-    """A deterministic name: the store timestamp of the record that created the file, in
-    the broker's zone, bumped by 1 ms until it sorts after ``floor`` and is unused."""
-    while True:  # (each pass past a taken name is one step: taken is small)
-        found = index_name_after(ms, floor, tz)
-        if found is None:
-            raise RecoveryError(f"no index file name sorts after {floor!r}: rename or remove that index file "
-                                "(the broker orders index files by name)", "index")
-        ms, name = found
-        if name not in taken:
-            return name
-        ms += 1
+    """A deterministic name (:func:`recovery.broker.new_index_file_name`)."""
+    return new_index_file_name(ms, tz, floor, taken)[1]
 
 
 def _checkpoint_bytes(old: bytes, cp: Checkpoint, profile: BrokerProfile) -> bytes:
@@ -2015,11 +1895,7 @@ def _checkpoint_bytes(old: bytes, cp: Checkpoint, profile: BrokerProfile) -> byt
     rest of the page as it was (a missing file is created zero-filled, 4096 bytes)."""
     base = bytearray(old.ljust(CHECKPOINT_FILE_SIZE, b"\0")) if old else bytearray(CHECKPOINT_FILE_SIZE)
     full = encode_checkpoint(cp)
-    n = 24
-    if profile.version >= (5, 0, 0):
-        n = 32
-    if profile.version >= (5, 1, 1):
-        n = 40
+    n = profile.checkpoint_flushed_bytes
     base[:n] = full[:n]
     return bytes(base)
 

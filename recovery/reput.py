@@ -43,9 +43,7 @@ import numpy as np
 
 from ..formats.checkpoint import Checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
-from ..formats.errors import RecoveryError
-from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT
-from ..formats.names import index_name_after, offset_to_file_name, topic_path_problem
+from ..formats.names import offset_to_file_name, topic_path_problem
 from . import check as ck
 from .batch import MAX_RUN as _MAX_RUN
 from .batch import BatchDecoder as _FastDecoder  # (old names, kept importable)
@@ -55,6 +53,15 @@ from .batch import add_index_keys as _add_index_keys
 from .batch import hash_spans as _hash_spans  # noqa: F401  (old name, kept importable)
 from .batch import index_keys as _index_keys  # noqa: F401  (old name, kept importable)
 from .batch import join_spans as _join_spans  # noqa: F401  (old name, kept importable)
+from .broker import (
+    consume_queue_recover,
+    goes_to_consume_queue_batch,
+    index_file_deleted_at_load,
+    index_header_load,
+    new_index_file_name,
+    parse_index_file_name,
+    truncate_dirty_files,
+)
 from .indexbuild import (
     ConsumeQueueSet,
     ConsumeQueueWriter,
@@ -753,9 +760,8 @@ def index_files_after_load(store: Store) -> list[tuple[StoreFile, tuple[int, ...
     ckpt = store.read_checkpoint() if store.abort_present else None
     out = []
     for f in store.index_files:
-        with open(f.path, "rb") as fh:
-            hdr = HEADER_STRUCT.unpack(fh.read(HEADER_SIZE).ljust(HEADER_SIZE, b"\0"))
-        out.append((f, hdr, ckpt is not None and hdr[1] > ckpt.index_msg_timestamp))
+        hdr = index_header_load(f)
+        out.append((f, hdr, ckpt is not None and index_file_deleted_at_load(hdr, ckpt)))
     return out
 
 
@@ -779,50 +785,28 @@ class ReputState:
 
 
 def _recover_queue(files: list[StoreFile], F: int) -> QueueState:
-    """``ConsumeQueue.recover``: scan from the third-last file; the first invalid unit (or
-    the first file that is not entirely valid) is the write position; later files go."""
+    """``ConsumeQueue.recover`` (:func:`recovery.broker.consume_queue_recover`) over the
+    files the broker loads (not the zero-length ones): the first invalid unit (or the first
+    file that is not entirely valid) is the write position; later files go."""
     good = [f for f in files if f.size > 0]
     if not good:
         return QueueState([], None, 0, -1, [f for f in files])
-    i = max(0, len(good) - 3)
-    max_phy = -1
-    process = good[i].base
-    in_file = 0
-    data = b""
-    while True:
-        f = good[i]
-        data = f.path.read_bytes()[:F].ljust(F, b"\0")
-        units = read_units(data)
-        valid = (units["commitlog_offset"] >= 0) & (units["size"] > 0)
-        bad = np.flatnonzero(~valid)
-        nvalid = int(bad[0]) if len(bad) else len(units)
-        if nvalid:
-            u = units[nvalid - 1]
-            max_phy = int(u["commitlog_offset"]) + int(u["size"])
-        in_file = nvalid * CQ_UNIT_SIZE
-        process = f.base
-        if in_file == F and i + 1 < len(good):
-            i += 1
-            continue
-        break
-    offset = process + in_file
-    kept: list[StoreFile] = []
-    dirty: list[StoreFile] = []
-    last: StoreFile | None = None
-    for f in files:
-        if f.base + F > offset:
-            if offset >= f.base:
-                kept.append(f)
-                last = f
-            else:
-                dirty.append(f)
-        else:
-            kept.append(f)
-            last = f
-    if last is None:
-        return QueueState(kept, None, 0, max_phy, dirty)
-    last_bytes = data if last.base == process else last.path.read_bytes()[:F].ljust(F, b"\0")
-    return QueueState(kept, last_bytes, offset - last.base, max_phy, dirty)
+    data: dict[int, bytes] = {}  # the last file read, by base
+
+    def units_of(i: int) -> tuple[np.ndarray, np.ndarray]:
+        data.clear()
+        data[good[i].base] = good[i].path.read_bytes()[:F].ljust(F, b"\0")
+        units = read_units(data[good[i].base])
+        return units["commitlog_offset"], units["size"]
+
+    r = consume_queue_recover(len(good), units_of, F)
+    offset = good[r.stop_file].base + r.valid_units * CQ_UNIT_SIZE
+    kept, dirty = truncate_dirty_files(files, [f.base for f in files], F, offset)
+    if not kept:
+        return QueueState(kept, None, 0, r.max_physic_offset, dirty)
+    last = kept[-1]
+    last_bytes = data[last.base] if last.base in data else last.path.read_bytes()[:F].ljust(F, b"\0")
+    return QueueState(kept, last_bytes, offset - last.base, r.max_physic_offset, dirty)
 
 
 def load_state(
@@ -992,18 +976,6 @@ class ReputResult:
         return self.stats.dispatched
 
 
-def parse_index_file_name(name: str, tz: _dt.tzinfo | None = None) -> int | None:
-    """Inverse of ``formats.names.index_file_name``: ms since the epoch, or None."""
-    if len(name) != 17 or not name.isascii() or not name.isdigit():
-        return None
-    try:
-        t = _dt.datetime(int(name[0:4]), int(name[4:6]), int(name[6:8]), int(name[8:10]),
-                         int(name[10:12]), int(name[12:14]), tzinfo=tz or _dt.UTC)
-    except ValueError:
-        return None
-    return int(t.timestamp()) * 1000 + int(name[14:17])
-
-
 def _name_new_index_files(images: list[IndexFileImage], floor_name: str | None, tz: _dt.tzinfo | None) -> list[str]:
     """Deterministic, unique, ascending names: each after its first record's store
     timestamp, bumped by 1 ms past ``floor_name`` and past the previous new name."""
@@ -1017,11 +989,7 @@ def _name_new_index_files(images: list[IndexFileImage], floor_name: str | None, 
         if floor_ms is not None and ms < floor_ms:
             ms = floor_ms
         floor = max(floor_name or "", names[-1] if names else "") or None
-        found = index_name_after(ms, floor, tz)
-        if found is None:
-            raise RecoveryError(f"no index file name sorts after {floor!r}: rename or remove that index file "
-                                "(the broker orders index files by name)", "index")
-        ms, name = found
+        ms, name = new_index_file_name(ms, tz, floor)
         names.append(name)
         floor_ms = ms + 1
     return names
@@ -1108,8 +1076,7 @@ def reput(
         stats.dispatched += cols.count
         if cqset is not None:
             t0 = time.perf_counter()
-            tt = cols.sys_flag & 0xC
-            stats.cq_records += int(((tt == 0) | (tt == 8)).sum())
+            stats.cq_records += int(goes_to_consume_queue_batch(cols.sys_flag).sum())
             feed_cq(cqset, cols)
             t_cq += time.perf_counter() - t0
         if ib is not None:
