@@ -30,40 +30,26 @@ from .output import output_file_options
 from .progress import progress_option, quiet_flag
 from .recovery import check as ck
 from .recovery import query as qy
-from .recovery.scan import blank_fields, iter_store_records, message_fields
+from .recovery import records as rec
+from .recovery.records import (
+    CLEAN_STATUSES,
+    Record,
+    checkpoint_record,
+    commitlog_records,
+    config_records,
+    generic_record,
+    index_hit_records,
+)
 from .recovery.store import Store, StoreFile
 from .render import dumps, render
 
-Record = dict[str, Any]
-
-# statuses that are not damage
-CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK"})
-
-COMMITLOG_COLUMNS = [
-    ("physical_offset", "OFFSET"), ("total_size", "SIZE"), ("topic", "TOPIC"), ("queue_id", "QID"),
-    ("queue_offset", "QOFF"), ("store_time", "STORED (UTC)"), ("msg_id", "MSG ID"), ("uniq_key", "UNIQ_KEY"),
-    ("tags", "TAGS"), ("keys", "KEYS"), ("status", "STATUS"),
-]
-CQ_COLUMNS = [
-    ("topic", "TOPIC"), ("queue_id", "QID"), ("queue_offset", "QOFFSET"), ("file", "FILE"), ("pos", "POS"),
-    ("commitlog_offset", "COMMITLOG OFFSET"), ("size", "SIZE"), ("tags_code", "TAGS CODE"), ("status", "STATUS"),
-]
-INDEX_COLUMNS = [
-    ("type", "TYPE"), ("file", "FILE"), ("slot", "SLOT"), ("entry", "ENTRY"), ("key_hash", "KEY HASH"),
-    ("commitlog_offset", "COMMITLOG OFFSET"), ("time_diff", "TIME DIFF"), ("prev_index", "PREV"),
-    ("index_count", "INDEX COUNT"), ("status", "STATUS"),
-]
-INDEX_HIT_COLUMNS = [
-    ("file", "FILE"), ("slot", "SLOT"), ("entry", "ENTRY"), ("key_hash", "KEY HASH"),
-    ("commitlog_offset", "COMMITLOG OFFSET"), ("time_diff", "TIME DIFF"), ("prev_index", "PREV"),
-    ("topic", "TOPIC"), ("key", "KEY"), ("status", "STATUS"),
-]
-CHECKPOINT_COLUMNS = [
-    ("physic_msg_timestamp", "PHYSIC"), ("logics_msg_timestamp", "LOGICS"), ("index_msg_timestamp", "INDEX"),
-    ("master_flushed_offset", "MASTER FLUSHED"), ("confirm_phy_offset", "CONFIRM"),
-    ("min_timestamp", "MIN TS"), ("min_timestamp_index", "MIN TS INDEX"), ("status", "STATUS"),
-]
-CONFIG_COLUMNS = [("file", "FILE"), ("source", "SOURCE"), ("status", "STATUS"), ("content", "CONTENT")]
+COMMITLOG_COLUMNS = rec.COMMITLOG.table_columns()
+CQ_COLUMNS = rec.CONSUMEQUEUE.table_columns()
+INDEX_COLUMNS = rec.INDEX.table_columns()
+INDEX_HIT_COLUMNS = rec.INDEX_HIT.table_columns()
+CHECKPOINT_COLUMNS = rec.CHECKPOINT.table_columns()
+CONFIG_COLUMNS = rec.CONFIG.table_columns()
+_generic_record = generic_record  # (the name _file_lines calls)
 
 
 class StatusTracker:
@@ -259,106 +245,6 @@ def limit_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # ---------------------------------------------------------------------------------------
-# Records
-
-def damaged_fields(file_name: str, buf: Any, pos: int, file_base: int, c: ck.Checked, with_body: bool, body_hash: bool) -> Record:
-    """A spot the broker's check refused: the message fields when the record decodes
-    (status = the reason), else the position, the reason and the readable prefix."""
-    if c.rec is not None:
-        r = message_fields(file_name, c, buf, with_body=with_body, body_hash=body_hash)
-        r["status"] = c.reason
-        return r
-    r: Record = {"type": "damaged", "file": file_name, "pos": pos, "physical_offset": file_base + pos, "status": c.reason, "field": c.field}
-    if pos + 8 <= len(buf):
-        from .formats.commitlog import PREFIX
-
-        total, magic = PREFIX.unpack_from(buf, pos)
-        r["total_size"] = total
-        r["magic"] = f"0x{magic & 0xFFFFFFFF:08X}"
-    return r
-
-
-def _crc_status(r: Record) -> Record:
-    """A message whose body CRC does not match is damage: the broker's recovery (with
-    checkCRCOnRecover) refuses it. ``crc_ok`` says so and ``status`` too."""
-    if r["status"] == ck.OK and r["crc_ok"] is False:
-        r["status"] = ck.CRC
-    return r
-
-
-def commitlog_records(
-    store: Store,
-    profile: Any,
-    *,
-    topic: str | None = None,
-    queue_id: int | None = None,
-    key: str | None = None,
-    msg_id: str | None = None,
-    from_offset: int | None = None,
-    to_offset: int | None = None,
-    since: int | None = None,
-    until: int | None = None,
-    with_body: bool = False,
-    body_hash: bool = False,
-    scan: bool = False,
-) -> Iterator[Record]:
-    """The records ``dump commitlog`` prints, in commitlog order (the core of the command;
-    the benchmark calls it too)."""
-
-    def keep(c: ck.Checked, pos_off: int) -> bool:
-        rec = c.rec
-        assert rec is not None
-        if topic is not None and rec.topic != topic:
-            return False
-        if queue_id is not None and rec.queue_id != queue_id:
-            return False
-        if since is not None and rec.store_timestamp < since:
-            return False
-        if until is not None and rec.store_timestamp > until:
-            return False
-        if from_offset is not None and pos_off < from_offset:
-            return False
-        if to_offset is not None and pos_off >= to_offset:
-            return False
-        return True
-
-    if key is not None or msg_id is not None:
-        if msg_id is not None:
-            located = (loc for _how, loc in qy.find_by_msg_id(store, profile, msg_id, topic=topic, use_index=not scan))
-        else:
-            assert key is not None
-            located = (loc for _hit, loc in qy.find_by_key(store, profile, topic, key, use_index=not scan,
-                                                            begin=since or 0, end=until if until is not None else qy.LONG_MAX))
-        for loc in located:
-            if keep(loc.checked, loc.file.base + loc.pos):
-                yield _crc_status(message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body, body_hash=body_hash))
-        return
-
-    content_filter = topic is not None or queue_id is not None or since is not None or until is not None
-    walk: Iterable[tuple[StoreFile, Any, int, ck.Checked]] | None = None
-    if not scan:  # seeks through file names and consume queues (recovery.seek); --scan walks everything
-        from .recovery import seek as sk
-
-        if topic is not None and sk.small_topic(store, topic, queue_id):
-            walk = sk.topic_records(store, profile, {topic}, None if queue_id is None else {queue_id})
-        if walk is None:
-            start = sk.seek_start(store, profile, from_offset=from_offset, since=since)
-            if start is not None:
-                walk = sk.walk_from(store, profile, start, to_offset)
-    if walk is None:
-        walk = iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset)
-    for f, buf, pos, c in walk:
-        if c.is_blank:
-            if not content_filter:
-                yield blank_fields(f.name, pos, buf, f.base)
-        elif c.is_message:
-            if keep(c, f.base + pos):
-                yield _crc_status(message_fields(f.name, c, buf, with_body=with_body, body_hash=body_hash))
-        else:
-            yield damaged_fields(f.name, buf, pos, f.base, c, with_body, body_hash)
-
-
-# ---------------------------------------------------------------------------------------
 # Fast path of ``dump commitlog --format jsonl`` (no --key/--msg-id/--body/--body-hash):
 # the same lines as ``message_line(message_fields(...))`` for every plainly valid record,
 # built without the per-record Checked/dict objects. "Plainly valid" = a V1 record with
@@ -420,21 +306,6 @@ def _commitlog_blocks(
             sp = start - f.base if start is not None and f.base <= start < f.base + mf.size else 0
             yield from _file_lines(f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until,
                                    content_filter, sp)
-
-
-def _generic_record(f: StoreFile, buf: Any, pos: int, c: ck.Checked, topic: str | None, queue_id: int | None,
-                    since: int | None, until: int | None, content_filter: bool) -> Record | None:
-    """What ``commitlog_records`` prints for one step of the generic walk (None: filtered)."""
-    if c.is_blank:
-        return None if content_filter else blank_fields(f.name, pos, buf, f.base)
-    if c.is_message:
-        rec = c.rec
-        assert rec is not None
-        if (topic is not None and rec.topic != topic) or (queue_id is not None and rec.queue_id != queue_id) \
-                or (since is not None and rec.store_timestamp < since) or (until is not None and rec.store_timestamp > until):
-            return None
-        return _crc_status(message_fields(f.name, c, buf))
-    return damaged_fields(f.name, buf, pos, f.base, c, False, False)
 
 
 def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | None, queue_id: int | None,
@@ -1025,88 +896,6 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
                     lines_kw.update(start=first, since=None)
         return _commitlog_blocks(store, profile, **lines_kw)
     return commitlog_records(store, profile, **kw)
-
-
-def index_hit_records(store: Store, profile: Any, topic: str | None, key: str, since: int | None, until: int | None, with_body: bool) -> Iterator[Record]:
-    for hit, loc in qy.find_by_key(store, profile, topic, key, use_index=True, begin=since or 0,
-                                   end=until if until is not None else qy.LONG_MAX, scan_fallback=False):
-        assert hit is not None and loc.checked.rec is not None
-        yield {
-            "file": f"index/{hit.file.name}", "slot": hit.slot, "entry": hit.entry, "key_hash": hit.key_hash,
-            "commitlog_offset": hit.commitlog_offset, "time_diff": hit.time_diff, "prev_index": hit.prev_index,
-            "topic": loc.checked.rec.topic, "key": key, "status": "OK",
-            "message": message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body),
-        }
-
-
-def checkpoint_record(store: Store) -> Record:
-    from .formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
-    from .formats.errors import StoreLayoutError
-    from .formats.safeio import classify, read_small
-
-    p = store.root / "checkpoint"
-    kind, why = classify(p, store.root)
-    if kind == "missing":
-        raise StoreLayoutError("no checkpoint file", p)
-    if kind != "file":
-        raise StoreLayoutError(f"{why}; rmqtool does not open it as a checkpoint", p)
-    size = p.stat().st_size
-    raw = read_small(p, CHECKPOINT_FILE_SIZE, store.root, "checkpoint") or b""
-    cp = decode_checkpoint(raw[:40])
-    status = "OK"
-    if len(raw) < 24:
-        status = "TRUNCATED"
-    elif len(raw) != CHECKPOINT_FILE_SIZE:
-        status = "WRONG_SIZE"
-    if size != len(raw) and status == "OK":
-        status = "WRONG_SIZE"
-    r: Record = {"file": "checkpoint", "size": size, "status": status}
-    r.update(cp._asdict())
-    r["min_timestamp"] = cp.min_timestamp
-    r["min_timestamp_index"] = cp.min_timestamp_index
-    return r
-
-
-def config_records(store: Store, name: str | None) -> Iterator[Record]:
-    from .formats.config import KNOWN_FILES, loads, read_config_bytes
-    from .formats.errors import FormatError, StoreLayoutError
-
-    cdir = store.root / "config"
-    if name is not None:
-        names = [name]
-        if not (cdir / name).exists() and not (cdir / (name + ".bak")).exists():
-            raise StoreLayoutError("no such config file (nor a .bak)", cdir / name)
-    else:
-        names = [n for n in KNOWN_FILES if (cdir / n).exists() or (cdir / (n + ".bak")).exists()]
-    for n in names:
-        rec: Record = {"file": f"config/{n}", "source": None, "status": "MISSING", "content": None}
-        problems: list[str] = []
-        for cand in (cdir / n, cdir / (n + ".bak")):
-            try:
-                raw = read_config_bytes(cand)
-            except FormatError as exc:
-                problems.append(exc.one_line())
-                continue
-            if raw is None:
-                problems.append(f"{cand.name}: missing")
-                continue
-            text = raw.decode("utf-8", "replace")
-            if not text.strip():
-                problems.append(f"{cand.name}: empty")
-                continue
-            try:
-                rec["content"] = loads(text, str(cand))
-            except FormatError as exc:
-                problems.append(exc.one_line())
-                continue
-            rec["source"] = f"config/{cand.name}"
-            rec["status"] = "OK" if cand.name == n else "FALLBACK_TO_BAK"
-            break
-        else:
-            rec["status"] = "UNPARSABLE" if any(not p.endswith((": missing", ": empty")) for p in problems) else "MISSING"
-        if problems:
-            rec["problems"] = problems
-        yield rec
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """``rmqtool export STORE... --to OUT``: whole stores (a fleet of them) to Parquet on Spark.
 
-Options -> the Spark job of :mod:`rmqtool.export_spark` (imported inside the command, so
+Options -> the Spark job of :mod:`rmqtool.export.spark` (imported inside the command, so
 ``rmqtool --help`` and every other command never import pyspark) -> a one-line summary
 on stderr. Exit status: 0 exported, every row clean; 4 exported, but rows with a status
 other than OK (damage, CRC mismatches) or a split handoff conflict were met; 8
@@ -128,7 +128,7 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
                            commitlog_dir=_commitlog_dir(len(stores)))
         opened.append((_label(s), store))
 
-    from .export_spark import run_export  # pyspark is imported only from here on
+    from .export.spark import run_export  # pyspark is imported only from here on
 
     existed = scheme is None and out.exists()
     try:
@@ -185,7 +185,7 @@ def _commitlog_dir(n_stores: int) -> Path | None:
 
 
 def _label(store: Path) -> str:
-    from .export_spark import store_label
+    from .export.spark import store_label
 
     return store_label(store)
 
