@@ -20,7 +20,8 @@ import click
 
 from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, v1_lengths, v1_run_starts
 from .blocks import rows as byte_rows
-from .brokeropts import broker_config_option, broker_setting_options
+from .brokeropts import broker_config_option
+from .cmdopts import store_command_options
 from .exitcodes import Exit
 from .formats import commitlog as cl
 from .formats.crc import crc32_raw
@@ -924,13 +925,7 @@ def refuse_unsafe(store: Store, prefix: str) -> None:
 
 
 @command.command("commitlog")
-@broker_config_option("read")
-@broker_setting_options
-@output_file_options
-@progress_option
-@quiet_flag
-@store_argument
-@broker_version_option
+@store_command_options("read", output_file_options, progress_option, quiet_flag)
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC", help="Only messages of this topic (repeatable: any of them).")
 @click.option("--queue-id", "--queue", "queue_ids", type=int, multiple=True, metavar="QID", help="Only messages of this queue id (repeatable).")
 @click.option("--key", "keys", multiple=True, metavar="KEY", help="Only messages with this key (KEYS or UNIQ_KEY; repeatable): through the Index when present, else a scan.")
@@ -1049,12 +1044,7 @@ def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, que
 
 
 @command.command("index")
-@broker_config_option("read")
-@broker_setting_options
-@output_file_options
-@quiet_flag
-@store_argument
-@broker_version_option
+@store_command_options("read", output_file_options, quiet_flag)
 @click.option("--entries", is_flag=True, help="Also print every non-empty hash slot and every entry.")
 @click.option("--topic", default=None, help="With --key: the topic (default: every topic with a consume queue).")
 @click.option("--key", default=None, help="Walk the hash chain of TOPIC#KEY like the broker's index lookup; print the entries whose message has the key.")

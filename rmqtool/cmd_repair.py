@@ -14,40 +14,25 @@ from typing import Any
 
 import click
 
-from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
+from .brokeropts import recovery_walk_options
 from .cmd_offsets import past_end_rows
-from .confirm import ask, require_yes_or_terminal, yes_option
+from .cmdopts import change_options, store_command_options
+from .confirm import yes_option
+from .destructive import applying, confirmed, dry_run_store, locked_check, optional_tz, store_root, warn
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .interrupts import settle_on_interrupt
-from .options import (
-    broker_version_option,
-    check_lock,
-    dry_run_preamble,
-    finish_pending,
-    make_profile,
-    open_store,
-    refuse_obstacles,
-    store_argument,
-)
+from .options import make_profile
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
 from .recovery.offsets import add_offset_fix, repair_offset_changes
 from .recovery.recover import infer_index_tz
 from .recovery.repair import RepairPlan, apply_repair, plan_repair
-from .recovery.safety import StoreLock
 from .render import dumps, render
 
 
 @click.command("repair", context_settings={"help_option_names": ["-h", "--help"]})
-@broker_config_option("destructive")
-@broker_setting_options
-@recovery_walk_options
-@output_file_options
-@progress_option
-@store_argument
-@broker_version_option
+@store_command_options("destructive", recovery_walk_options, output_file_options, progress_option)
 @click.option("--dry-run", is_flag=True, help="Print the plan (every quarantined message) and change nothing.")
 @click.option("--backup-dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Where replaced bytes and removed or replaced files go (default: a new STORE.rmqtool-backup-<time> beside the store).")
@@ -55,13 +40,7 @@ from .render import dumps, render
               help="Output format of the plan and the result.")
 @click.option("--max-message-size", type=click.IntRange(MIN_RECORD), default=DEFAULT_MAX_MESSAGE_SIZE, show_default=True,
               metavar="BYTES", help="The broker's maxMessageSize: no filler record is longer.")
-@click.option("--index-tz", default=None, metavar="ZONE",
-              help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the existing names).")
-@click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
-              help="Worker processes for the commitlog walk and the rebuild (default: one per CPU).")
-@click.option("--fix-offsets", is_flag=True,
-              help="Set each committed consumer offset (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json) "
-                   "that the repair leaves past its queue's new end to that end, in the same backup and journal.")
+@change_options("rebuild", "repair")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed.")
 @yes_option
 def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: str, max_message_size: int,
@@ -85,46 +64,33 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
     a repair is needed), 5 = 1 + 4, 8 operational error or refusal (store locked by a
     broker, not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
-    tz = None
-    if index_tz is not None:
-        from .cmd_rebuild import parse_tz
-
-        tz = parse_tz(index_tz)
-    root = Path(store_opts["store"])
-    open_store(**store_opts)  # not a store -> exit 8 before anything else
-    check_lock(root, dry_run)
+    tz = optional_tz(index_tz)
+    locked_check(store_opts, dry_run)
     njobs = jobs or (os.cpu_count() or 1)
     if dry_run:
-        dry_run_preamble(root, backup_dir)
-        store = open_store(**store_opts)
-        refuse_obstacles(store, "repair")
+        store = dry_run_store("repair", store_opts, backup_dir)
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
         plan.discard()  # the rebuilt files beside the store: not needed for the report
         with closed_stdout_ignored():
             _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
         _warn_problems(plan)
-        if plan.problems or not plan.nothing_to_do:
-            return int(Exit.PROBLEMS)
-        return int(Exit.OK)
-    require_yes_or_terminal(yes, "repair", root)
-    finished = finish_pending(root)
-    with settle_on_interrupt(root, "repair"), StoreLock(root):
-        store = open_store(**store_opts)  # as the interrupted run (if any) left it
-        refuse_obstacles(store, "repair")
+        return int(Exit.PROBLEMS if plan.problems or not plan.nothing_to_do else Exit.OK)
+    return _apply(store_opts, profile, max_message_size, tz, njobs, quiet, fmt, backup_dir, fix_offsets, yes)
+
+
+def _apply(store_opts: dict[str, Any], profile: Any, max_message_size: int, tz: Any, njobs: int, quiet: bool, fmt: str,
+           backup_dir: Path | None, fix_offsets: bool, yes: bool) -> int:
+    root = store_root(store_opts)
+    with applying("repair", store_opts, yes) as (store, finished):
         t0 = time.perf_counter()
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
         result = None
-        if not plan.nothing_to_do and not yes:
-            with closed_stdout_ignored():
-                _print(plan, None, fmt, dry_run=False, plan_only=True, past=past, fix_offsets=fix_offsets)
-            _warn_problems(plan)
-            if not ask(yes, f"Apply this repair to {root}?"):
-                plan.discard()
-                click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
-                return int(Exit.PROBLEMS)
         if not plan.nothing_to_do:
+            if not confirmed(yes, f"Apply this repair to {root}?", lambda: _show_plan(plan, fmt, past, fix_offsets)):
+                plan.discard()
+                return int(Exit.PROBLEMS)
             extra = (lambda tx: add_offset_fix(tx, root, past)) if fix_offsets and past else None
             result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
         plan.discard()
@@ -135,6 +101,12 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
     return int(Exit.combine(changed=result is not None or finished, problems=bool(plan.problems)))
 
 
+def _show_plan(plan: RepairPlan, fmt: str, past: list[Any], fix_offsets: bool) -> None:
+    with closed_stdout_ignored():
+        _print(plan, None, fmt, dry_run=False, plan_only=True, past=past, fix_offsets=fix_offsets)
+    _warn_problems(plan)
+
+
 def _plan(store: Any, profile: Any, max_message_size: int, tz: Any, jobs: int, quiet: bool) -> RepairPlan:
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "repair: walk", quiet) as advance:
@@ -142,13 +114,9 @@ def _plan(store: Any, profile: Any, max_message_size: int, tz: Any, jobs: int, q
                            index_tz=tz if tz is not None else infer_index_tz(store))
 
 
-def _warn(msg: str, kind: str = "warning") -> None:
-    click.echo(f"rmqtool: {kind}: {msg}", err=True)
-
-
 def _warn_problems(plan: RepairPlan) -> None:
     for p in plan.problems:
-        _warn(p, "problem")
+        warn(p, "problem")
 
 
 def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: float | None = None,

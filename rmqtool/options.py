@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -141,13 +140,6 @@ def resolve_format(fmt: str | None, choices: tuple[str, ...] = ("table", "jsonl"
 def common_store_options(f: F) -> F:
     """STORE + geometry + --broker-version."""
     return store_argument(broker_version_option(f))
-
-
-def pass_through(f: F) -> F:
-    @functools.wraps(f)
-    def wrapper(*a: Any, **k: Any) -> Any:
-        return f(*a, **k)
-    return wrapper
 
 
 __all__ = [
