@@ -10,9 +10,7 @@ not OK), 8 operational error.
 from __future__ import annotations
 
 import itertools
-import os
 import struct
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -22,7 +20,11 @@ from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups,
 from .blocks import rows as byte_rows
 from .brokeropts import broker_config_option
 from .cmdopts import store_command_options
-from .exitcodes import Exit
+from .dump_output import Block as _Block
+from .dump_output import encode_json_str as _enc
+from .dump_output import expand as _expand
+from .dump_output import message_line, output, write_jsonl
+from .dump_output import value_json as _value_json
 from .formats import commitlog as cl
 from .formats.crc import crc32_raw
 from .formats.properties import JAVA_REPLACE, split_keys
@@ -33,7 +35,6 @@ from .recovery import check as ck
 from .recovery import query as qy
 from .recovery import records as rec
 from .recovery.records import (
-    CLEAN_STATUSES,
     Record,
     checkpoint_record,
     commitlog_records,
@@ -42,7 +43,6 @@ from .recovery.records import (
     index_hit_records,
 )
 from .recovery.store import Store, StoreFile
-from .render import dumps, render
 
 COMMITLOG_COLUMNS = rec.COMMITLOG.table_columns()
 CQ_COLUMNS = rec.CONSUMEQUEUE.table_columns()
@@ -51,183 +51,6 @@ INDEX_HIT_COLUMNS = rec.INDEX_HIT.table_columns()
 CHECKPOINT_COLUMNS = rec.CHECKPOINT.table_columns()
 CONFIG_COLUMNS = rec.CONFIG.table_columns()
 _generic_record = generic_record  # (the name _file_lines calls)
-
-
-class StatusTracker:
-    """Passes records through and remembers whether any had a damage status."""
-
-    def __init__(self) -> None:
-        self.damaged = 0
-        self.seen = 0
-
-    def watch(self, records: Iterable[Record | str]) -> Iterator[Record | str]:
-        for r in records:  # a str is a finished JSON line of a plain (OK) message
-            self.seen += 1
-            if not isinstance(r, str) and r.get("status", "OK") not in CLEAN_STATUSES:
-                self.damaged += 1
-            yield r
-
-    @property
-    def exit_code(self) -> int:
-        return Exit.PROBLEMS if self.damaged else Exit.OK
-
-
-def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str, out: Any = None,
-           say_empty: bool = True) -> int:
-    """Render (at most ``limit``) records on ``out`` (default stdout); return the exit code.
-    ``say_empty``: say "no ... records found" on stderr when nothing was printed (False
-    where the caller says "not found" itself)."""
-    from .dump_times import timed
-
-    out = out or sys.stdout
-    tracker = StatusTracker()
-    recs: Iterable[Record | str] = timed(records)
-    fmt = resolve_format(fmt)
-    if limit is not None or fmt != "jsonl":
-        recs = _expand(recs)  # blocks of lines count line by line
-    if limit is not None:
-        recs = itertools.islice(recs, limit)
-    try:
-        if fmt == "jsonl":
-            tracker.seen = write_jsonl(recs, out, tracker)
-        else:
-            render(tracker.watch(recs), fmt, columns, title=title, out=out)  # type: ignore[arg-type]
-            out.flush()
-        if not tracker.seen and say_empty:  # every "nothing found" is said (on stderr: stdout stays data)
-            click.echo(f"rmqtool: no {title} records found", err=True)
-    except BrokenPipeError:
-        # the reader went away (``| head``): stop quietly. click would turn EPIPE into
-        # exit status 1, so it is handled here, before click sees it.
-        _silence_stdout()
-        return Exit.OK
-    except SystemExit:
-        # rich's Console handles EPIPE itself (stdout -> /dev/null, then SystemExit(1));
-        # nothing else in rendering raises SystemExit
-        _silence_stdout()
-        return Exit.OK
-    return tracker.exit_code
-
-
-def _silence_stdout() -> None:
-    """Point fd 1 at /dev/null so the interpreter's final flush cannot fail again."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-# ---------------------------------------------------------------------------------------
-# Fast JSON lines for message records: the same bytes as render.dumps, without the generic
-# encoder's per-key work. The field order is the sorted key order, computed once.
-
-def _json_str_encoder() -> Callable[[str], str]:
-    try:
-        from _json import encode_basestring  # type: ignore[import-not-found]  # C accelerator
-    except ImportError:  # pragma: no cover - CPython always has it
-        from json.encoder import encode_basestring
-    return encode_basestring  # type: ignore[no-any-return]
-
-
-_enc = _json_str_encoder()
-MESSAGE_KEYS = frozenset({
-    "type", "file", "pos", "physical_offset", "total_size", "magic", "body_crc", "crc_ok", "queue_id",
-    "flag", "queue_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
-    "reconsume_times", "prepared_transaction_offset", "body_length", "topic", "properties", "tags",
-    "keys", "uniq_key", "msg_id", "transaction_type", "tags_code", "status", "born_time", "store_time",
-})
-
-
-def _value_json(key: str, v: Any) -> str:
-    if v is None:
-        return "null"
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if isinstance(v, str):
-        return _enc(v)
-    if isinstance(v, int):
-        return int.__repr__(v)
-    if isinstance(v, list):
-        return "[" + ",".join(_enc(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ",".join(_enc(k) + ":" + _enc(x) for k, x in sorted(v.items())) + "}"
-    return dumps(v)
-
-
-def message_line(r: Record) -> str:
-    """One JSON line for a record; identical to ``render.dumps(r)`` (a test asserts it)."""
-    if r.keys() - MESSAGE_KEYS - {"body", "body_encoding", "body_sha256"} or not _plain(r):
-        return dumps(r)
-    return "{" + ",".join(_enc(k) + ":" + _value_json(k, r[k]) for k in sorted(r)) + "}"
-
-
-def _plain(r: Record) -> bool:
-    props = r.get("properties")
-    if props is not None and not (isinstance(props, dict) and all(isinstance(v, str) for v in props.values())):
-        return False
-    keys = r.get("keys")
-    return keys is None or (isinstance(keys, list) and all(isinstance(k, str) for k in keys))
-
-
-def _raw_utf8(out: Any) -> Any:
-    """The binary stream under a UTF-8 text stream (sys.stdout, a file opened in text mode;
-    on POSIX they write "\\n" as is), else None."""
-    import codecs
-
-    raw = getattr(out, "buffer", None)
-    try:
-        utf8 = codecs.lookup(out.encoding).name == "utf-8"
-    except (AttributeError, LookupError, TypeError):
-        return None
-    if raw is None or not utf8 or os.linesep != "\n":
-        return None
-    return raw
-
-
-def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracker | None = None) -> int:
-    """Write records (or already rendered lines of plain OK messages) as JSON lines, a few
-    hundred per write; damage statuses are counted in ``tracker``."""
-    n = 0
-    buf: list[str] = []
-    append = buf.append
-    write = out.write
-    clean = CLEAN_STATUSES
-    raw = _raw_utf8(out)  # blocks (UTF-8 bytes) go there, after a flush of the text layer
-    for r in records:
-        if r.__class__ is str:
-            append(r)  # type: ignore[arg-type]
-        elif r.__class__ is _Block:  # finished lines, each with its newline
-            if buf:
-                append("")
-                write("\n".join(buf))
-                buf.clear()
-            if raw is not None:
-                out.flush()
-                for part in r.parts:  # type: ignore[union-attr]
-                    raw.write(part)
-            else:
-                write(b"".join(r.parts).decode("utf-8"))  # type: ignore[union-attr]
-            n += r.lines  # type: ignore[union-attr]
-            continue
-        else:
-            if tracker is not None and r.get("status", "OK") not in clean:  # type: ignore[union-attr]
-                tracker.damaged += 1
-            append(message_line(r) if r.get("type") == "message" else dumps(r))  # type: ignore[union-attr,arg-type]
-        n += 1
-        if len(buf) >= 512:
-            append("")
-            write("\n".join(buf))
-            buf.clear()
-    if buf:
-        append("")
-        write("\n".join(buf))
-    out.flush()
-    return n
 
 
 # ---------------------------------------------------------------------------------------
@@ -272,15 +95,6 @@ def commitlog_lines(
     lines (str, one per message), everything else as records (dict); same order, same
     filters, and the same text once rendered."""
     return _expand(_commitlog_blocks(store, profile, **kw))
-
-
-def _expand(records: Iterable[Record | str]) -> Iterator[Record | str]:
-    """Records with every block of lines split into its lines."""
-    for r in records:
-        if r.__class__ is _Block:
-            yield from b"".join(r.parts)[:-1].decode("utf-8").split("\n")  # type: ignore[union-attr]
-        else:
-            yield r
 
 
 def _commitlog_blocks(
@@ -495,16 +309,6 @@ def _header_offsets() -> dict[str, tuple[int, str]]:
     if sum(struct.calcsize(">" + code) for _n, _o, code in layout) != _HSIZE:
         raise RuntimeError("V1 header layout changed")
     return {name: (offset, code) for name, offset, code in layout}
-
-
-class _Block:
-    """Several finished JSON lines of plain messages, each ending with a newline."""
-
-    __slots__ = ("parts", "lines")
-
-    def __init__(self, parts: list[bytes], lines: int) -> None:
-        self.parts = parts  # UTF-8, whole lines each
-        self.lines = lines
 
 
 class _Vec:

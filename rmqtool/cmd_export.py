@@ -178,9 +178,9 @@ def _interrupted(out: Path, local: bool, existed: bool) -> BaseException:
 
 def _commitlog_dir(n_stores: int) -> Path | None:
     """storePathCommitLog of --broker-config (one store only: the file names one broker's)."""
-    from .options import _broker_meta
+    from .options import broker_meta
 
-    d = _broker_meta().get("commitlog_dir")
+    d = broker_meta().get("commitlog_dir")
     return Path(d) if d is not None and n_stores == 1 else None
 
 

@@ -530,6 +530,37 @@ def run_export(
     hdfs://, s3a://)."""
     version = worker_profile(version)  # fail on the driver, not on every executor; the
     # workers get this very profile (pickled with each task), so they decide as the driver
+    _check_writer(writer, out)
+    tasks = plan_tasks(stores, what, split_size)
+    columns = columns_for(what, with_body)
+    names = {c for c, _ in columns}
+    for p in partition_by:
+        if p not in names:
+            raise ValueError(f"cannot partition by {p!r}: not a column of the {what} export")
+    t0 = time.perf_counter()
+    handle = (SessionHandle(session, None, False, 0.0) if session is not None
+              else spark_session(master, conf=conf, log_path=log_path, light_jvm=writer == "arrow", verbose=verbose))
+    result = ExportResult(what, str(out), len(tasks), session_start=handle.started_in)
+    try:
+        sc = handle.spark.sparkContext
+        done = sc.accumulator(0)
+        t1 = time.perf_counter()
+        groups = pack_tasks(tasks, group_bytes or split_size or DEFAULT_SPLIT_SIZE)
+        result.partitions = len(groups)
+        if writer == "arrow":
+            _arrow_write(sc, handle, result, groups, what, version, with_body, partition_by, str(out), overwrite,
+                         columns, done, len(tasks), quiet)
+        else:
+            _spark_write(handle, result, groups, what, version, with_body, partition_by, str(out), overwrite, columns,
+                         done, len(tasks), quiet, conf, columnar)
+        result.seconds_after_start = time.perf_counter() - t1
+        result.seconds_total = time.perf_counter() - t0
+    finally:
+        handle.stop(keep_log=not result.seconds_total or bool(os.environ.get("RMQTOOL_KEEP_SPARK_LOG")))
+    return result
+
+
+def _check_writer(writer: str, out: str | Path) -> None:
     if writer not in WRITERS:
         raise ValueError(f"unknown writer {writer!r} (one of {', '.join(WRITERS)})")
     if writer == "arrow":
@@ -540,72 +571,53 @@ def run_export(
                              "use --writer spark for hdfs://, s3a:// and other Hadoop file systems")
         if not arrow_available():
             raise ValueError("--writer arrow needs pyarrow (pip install 'rmqtool[spark]'); or use --writer spark")
-    tasks = plan_tasks(stores, what, split_size)
-    columns = columns_for(what, with_body)
-    names = {c for c, _ in columns}
-    for p in partition_by:
-        if p not in names:
-            raise ValueError(f"cannot partition by {p!r}: not a column of the {what} export")
-    t0 = time.perf_counter()
-    handle = (SessionHandle(session, None, False, 0.0) if session is not None
-              else spark_session(master, conf=conf, log_path=log_path, light_jvm=writer == "arrow", verbose=verbose))
+
+
+def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[Any]], what: str, version: BrokerProfile,
+                 with_body: bool, partition_by: Sequence[str], out: str, overwrite: bool,
+                 columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool, conf: dict[str, str] | None,
+                 columnar: bool | None) -> None:
+    """The job of ``--writer spark``: the executors decode, Spark's Parquet writer writes."""
     spark = handle.spark
-    result = ExportResult(what, str(out), len(tasks), session_start=handle.started_in)
-    try:
-        sc = spark.sparkContext
-        done = sc.accumulator(0)
-        counts = sc.accumulator((0, 0, 0, 0, 0), _TupleSum())
-        where = sc.accumulator([], _ListAdd())
-        t1 = time.perf_counter()
-        groups = pack_tasks(tasks, group_bytes or split_size or DEFAULT_SPLIT_SIZE)
-        result.partitions = len(groups)
-        if writer == "arrow":
-            _arrow_write(sc, handle, result, groups, what, version, with_body, partition_by, str(out), overwrite,
-                         columns, done, len(tasks), quiet)
-            result.seconds_after_start = time.perf_counter() - t1
-            result.seconds_total = time.perf_counter() - t0
-            return result
+    sc = spark.sparkContext
+    counts = sc.accumulator((0, 0, 0, 0, 0), _TupleSum())
+    where = sc.accumulator([], _ListAdd())
+    accs = (done, counts, where)
+    if what == "commitlog" and (columnar if columnar is not None else arrow_available()):
+        # columnar path: one input row per partition (its pickled group of splits),
+        # Arrow RecordBatches out (rmqtool.export.arrow)
+        import pickle
+
+        from pyspark.sql import types as T
+
+        blobs = sc.parallelize([(i, pickle.dumps(g)) for i, g in enumerate(groups)], max(len(groups), 1))
+        gschema = T.StructType([T.StructField("i", T.IntegerType()), T.StructField("g", T.BinaryType())])
+        df = spark.createDataFrame(blobs, gschema, verifySchema=False).mapInArrow(
+            partial(partition_batches, version, with_body, accs), spark_schema(columns))
+    else:
         rdd = sc.parallelize(groups, len(groups)) if groups else sc.emptyRDD()
-        accs = (done, counts, where)
-        if what == "commitlog" and (columnar if columnar is not None else arrow_available()):
-            # columnar path: one input row per partition (its pickled group of splits),
-            # Arrow RecordBatches out (rmqtool.export.arrow)
-            import pickle
-
-            from pyspark.sql import types as T
-
-            blobs = sc.parallelize([(i, pickle.dumps(g)) for i, g in enumerate(groups)], max(len(groups), 1))
-            gschema = T.StructType([T.StructField("i", T.IntegerType()), T.StructField("g", T.BinaryType())])
-            df = spark.createDataFrame(blobs, gschema, verifySchema=False).mapInArrow(
-                partial(partition_batches, version, with_body, accs), spark_schema(columns))
-        else:
-            rows = rdd.mapPartitions(partial(partition_rows, what, version, with_body, accs), preservesPartitioning=True)
-            df = spark.createDataFrame(rows, spark_schema(columns), verifySchema=False)
-        writer = df.write.mode("overwrite" if overwrite else "errorifexists")
-        if what == "commitlog" and not any(k.startswith(("spark.hadoop.parquet.enable.dictionary", "parquet.enable.dictionary"))
-                                           for k in (conf or {})):
-            # dictionary pages only for the columns of few distinct values: the writer's
-            # dictionary attempt on unique columns (offsets, ids, timestamps) costs JVM time
-            # and is thrown away (same file size on the benchmark store, less CPU)
-            writer = writer.option("parquet.enable.dictionary", "false")
-            for col in DICTIONARY_COLUMNS:
-                writer = writer.option(f"parquet.enable.dictionary#{col}", "true")
-        if partition_by:
-            writer = writer.partitionBy(*partition_by)
-        try:
-            with _Progress(done, len(tasks), f"export {what}", not quiet):
-                writer.parquet(str(out))
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:
-            raise _spark_error(exc, handle.log_path) from None
-        (result.rows, result.messages, result.blanks, result.problems, result.conflicts) = counts.value
-        result.conflict_at = sorted(where.value)
-        result.seconds_after_start = time.perf_counter() - t1
-        result.seconds_total = time.perf_counter() - t0
-    finally:
-        handle.stop(keep_log=not result.seconds_total or bool(os.environ.get("RMQTOOL_KEEP_SPARK_LOG")))
-    return result
+        rows = rdd.mapPartitions(partial(partition_rows, what, version, with_body, accs), preservesPartitioning=True)
+        df = spark.createDataFrame(rows, spark_schema(columns), verifySchema=False)
+    writer = df.write.mode("overwrite" if overwrite else "errorifexists")
+    if what == "commitlog" and not any(k.startswith(("spark.hadoop.parquet.enable.dictionary", "parquet.enable.dictionary"))
+                                       for k in (conf or {})):
+        # dictionary pages only for the columns of few distinct values: the writer's
+        # dictionary attempt on unique columns (offsets, ids, timestamps) costs JVM time
+        # and is thrown away (same file size on the benchmark store, less CPU)
+        writer = writer.option("parquet.enable.dictionary", "false")
+        for col in DICTIONARY_COLUMNS:
+            writer = writer.option(f"parquet.enable.dictionary#{col}", "true")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    try:
+        with _Progress(done, ntasks, f"export {what}", not quiet):
+            writer.parquet(out)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        raise _spark_error(exc, handle.log_path) from None
+    (result.rows, result.messages, result.blanks, result.problems, result.conflicts) = counts.value
+    result.conflict_at = sorted(where.value)
 
 
 def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[Any]], what: str, version: BrokerProfile,
