@@ -164,9 +164,9 @@ def damaged_fields(file_name: str, buf: Any, pos: int, file_base: int, c: ck.Che
     """A spot the broker's check refused: the message fields when the record decodes
     (status = the reason), else the position, the reason and the readable prefix."""
     if c.rec is not None:
-        r = message_fields(file_name, c, buf, with_body=with_body, body_hash=body_hash)
-        r["status"] = c.reason
-        return r
+        m = message_fields(file_name, c, buf, with_body=with_body, body_hash=body_hash)
+        m["status"] = c.reason
+        return m
     r: Record = {"type": "damaged", "file": file_name, "pos": pos, "physical_offset": file_base + pos, "status": c.reason, "field": c.field}
     if pos + 8 <= len(buf):
         total, magic = PREFIX.unpack_from(buf, pos)
