@@ -769,35 +769,54 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
     one_queue = queue_ids[0] if len(queue_ids) == 1 else None
     kw = dict(topic=one_topic, queue_id=one_queue, from_offset=from_offset, to_offset=to_offset, since=since_ms,
               until=until_ms, with_body=with_body, body_hash=body_hash, scan=scan)
-    records: Iterable[Record | str]
-    if keys or msg_ids:
-        lookups = [commitlog_records(store, profile, key=k, **kw) for k in keys]
-        for m in msg_ids:
-            lookups.append(_msg_id_lookup(store, profile, m, kw))
-        records = sel.filter_many(sel.union_by_offset(lookups), topics, queue_ids)
-    elif len(topics) > 1 or len(queue_ids) > 1:
-        records = sel.filter_many(commitlog_records(store, profile, **{**kw, "topic": None, "queue_id": None}), topics, queue_ids)
-    else:
-        records = commitlog_stream(store, profile, fmt, **kw)
-    if not (keys or msg_ids) and store.commitlog:  # a walk over a range: progress when it goes to a file
-        from .dump_progress import with_progress
-
-        first, last = store.commitlog[0], store.commitlog[-1]
-        end = last.base + last.size
-        records = with_progress(records, max(from_offset or 0, first.base), min(end if to_offset is None else to_offset, end))
+    records = _selected(store, profile, fmt, topics, queue_ids, keys, msg_ids, kw)
     matches = sel.Matches()
     columns = COMMITLOG_COLUMNS + ([("body", "BODY")] if with_body else []) + ([("body_sha256", "BODY SHA256")] if body_hash else [])
     filtered = keys or msg_ids or topics or queue_ids or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
     code = output(matches.watch(records), fmt, columns, limit, "commitlog", say_empty=not (filtered and limit != 0))
     if filtered and matches.messages == 0 and limit != 0:
-        hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
-        if topics and not hint:
-            unknown = [t for t in topics if t not in store.topics()]
-            if unknown:
-                hint = f"no consume queue for {', '.join(unknown)}; the topics with one: {', '.join(store.topics()) or '-'}"
-        return int(code) | sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, {
-            "from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until}), hint)
+        return int(code) | _not_found(store, profile, topics, queue_ids, keys, msg_ids, {
+            "from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until})
     return code
+
+
+def _selected(store: Store, profile: Any, fmt: str, topics: tuple[str, ...], queue_ids: tuple[int, ...],
+              keys: tuple[str, ...], msg_ids: tuple[str, ...], kw: dict[str, Any]) -> Iterable[Record | str]:
+    """The records ``dump commitlog`` prints for its filters (several values of a filter:
+    the union, in commitlog order), with progress when a walk over a range goes to a file."""
+    from . import dump_select as sel
+
+    records: Iterable[Record | str]
+    if keys or msg_ids:
+        lookups = [commitlog_records(store, profile, key=k, **kw) for k in keys]
+        for m in msg_ids:
+            lookups.append(_msg_id_lookup(store, profile, m, kw))
+        return sel.filter_many(sel.union_by_offset(lookups), topics, queue_ids)
+    if len(topics) > 1 or len(queue_ids) > 1:
+        records = sel.filter_many(commitlog_records(store, profile, **{**kw, "topic": None, "queue_id": None}), topics, queue_ids)
+    else:
+        records = commitlog_stream(store, profile, fmt, **kw)
+    if store.commitlog:  # a walk over a range: progress when it goes to a file
+        from .dump_progress import with_progress
+
+        first, last = store.commitlog[0], store.commitlog[-1]
+        end = last.base + last.size
+        from_offset, to_offset = kw["from_offset"], kw["to_offset"]
+        records = with_progress(records, max(from_offset or 0, first.base), min(end if to_offset is None else to_offset, end))
+    return records
+
+
+def _not_found(store: Store, profile: Any, topics: tuple[str, ...], queue_ids: tuple[int, ...], keys: tuple[str, ...],
+               msg_ids: tuple[str, ...], bounds: dict[str, Any]) -> int:
+    """Filters that selected no message: "not found" on stderr (with a hint where one helps)."""
+    from . import dump_select as sel
+
+    hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
+    if topics and not hint:
+        unknown = [t for t in topics if t not in store.topics()]
+        if unknown:
+            hint = f"no consume queue for {', '.join(unknown)}; the topics with one: {', '.join(store.topics()) or '-'}"
+    return int(sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, bounds), hint))
 
 
 def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) -> Iterator[Record]:
