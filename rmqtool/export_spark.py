@@ -3,8 +3,12 @@ imports): this module *is* that one once imported, so attributes set on either a
 both."""
 
 import sys
+from typing import TYPE_CHECKING
 
 from .export import spark as _spark
+
+if TYPE_CHECKING:  # what type checkers and IDEs see here
+    from .export.spark import *  # noqa: F403
 
 if __name__ == "__main__":
     sys.exit(_spark.main())
