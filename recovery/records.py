@@ -66,8 +66,12 @@ class RecordSpec:
 
     def table_columns(self) -> list[tuple[str, str]]:
         """(key, heading) of the table's columns, in table order (``render.render``)."""
+        return self.headed(self.table)
+
+    def headed(self, names: Iterable[str]) -> list[tuple[str, str]]:
+        """(key, heading) of the named columns, in the order given."""
         out = []
-        for name in self.table:
+        for name in names:
             header = self.column(name).header
             if header is None:
                 raise ValueError(f"{self.kind}.{name} has no table heading")
@@ -90,13 +94,14 @@ COMMITLOG = _spec("commitlog", [
     C("total_size", "int", "SIZE"), C("magic", "string"), C("topic", "string", "TOPIC"), C("queue_id", "int", "QID"),
     C("queue_offset", "bigint", "QOFF"), C("tags", "string", "TAGS"), C("keys", "array<string>", "KEYS"),
     C("uniq_key", "string", "UNIQ_KEY"), C("msg_id", "string", "MSG ID"), C("born_timestamp", "bigint", hint="time"),
-    C("store_timestamp", "bigint", hint="time"), C("store_time", "string", "STORED (UTC)", "time"),
+    C("store_timestamp", "bigint", hint="time"), C("born_time", "string", hint="time"),
+    C("store_time", "string", "STORED (UTC)", "time"),
     C("born_host", "string"), C("store_host", "string"), C("sys_flag", "int"), C("transaction_type", "string"),
     C("reconsume_times", "int"), C("flag", "int"), C("prepared_transaction_offset", "bigint", hint="offset"),
     C("body_length", "int"), C("body_crc", "int"), C("crc_ok", "boolean"), C("tags_code", "bigint"),
     C("properties", "map<string,string>"),
     C("field", "string"),  # the field where a damaged spot failed (absent for messages)
-    C("body", "binary"),
+    C("body", "binary", "BODY"), C("body_sha256", "string", "BODY SHA256"),
 ], table=("physical_offset", "total_size", "topic", "queue_id", "queue_offset", "store_time", "msg_id", "uniq_key",
           "tags", "keys", "status"),
    export=("file", "pos", "physical_offset", "type", "status", "total_size", "magic", "topic", "queue_id", "queue_offset",

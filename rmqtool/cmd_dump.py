@@ -771,7 +771,7 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
               until=until_ms, with_body=with_body, body_hash=body_hash, scan=scan)
     records = _selected(store, profile, fmt, topics, queue_ids, keys, msg_ids, kw)
     matches = sel.Matches()
-    columns = COMMITLOG_COLUMNS + ([("body", "BODY")] if with_body else []) + ([("body_sha256", "BODY SHA256")] if body_hash else [])
+    columns = COMMITLOG_COLUMNS + rec.COMMITLOG.headed((["body"] if with_body else []) + (["body_sha256"] if body_hash else []))
     filtered = keys or msg_ids or topics or queue_ids or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
     code = output(matches.watch(records), fmt, columns, limit, "commitlog", say_empty=not (filtered and limit != 0))
     if filtered and matches.messages == 0 and limit != 0:
