@@ -127,8 +127,3 @@ def _flush_quietly() -> None:
         sys.stdout.flush()
     except (BrokenPipeError, ValueError, OSError):
         silence_stdout()
-
-
-def exit_with(code: int) -> Any:
-    """Commands return their exit code through this (click's standalone_mode=False)."""
-    return int(code)

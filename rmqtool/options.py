@@ -137,12 +137,7 @@ def resolve_format(fmt: str | None, choices: tuple[str, ...] = ("table", "jsonl"
     return "jsonl" if "jsonl" in choices else choices[-1]
 
 
-def common_store_options(f: F) -> F:
-    """STORE + geometry + --broker-version."""
-    return store_argument(broker_version_option(f))
-
-
 __all__ = [
     "store_argument", "open_store", "broker_version_option", "make_profile", "format_option",
-    "resolve_format", "common_store_options", "StoreLayoutError",
+    "resolve_format", "StoreLayoutError",
 ]
