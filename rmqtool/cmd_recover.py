@@ -16,10 +16,9 @@ from typing import Any
 
 import click
 
-from .cmd_offsets import past_end_rows
+from . import destructive as ds
 from .cmdopts import change_options, store_command_options
 from .confirm import yes_option
-from .destructive import applying, confirmed, dry_run_store, locked_check, optional_tz, store_root, warn
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .interrupts import salvage_cleanup
@@ -27,7 +26,7 @@ from .options import make_profile
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery, write_salvage
-from .render import dumps, render
+from .render import dumps
 
 
 @click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,8 +78,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
     repaired but problems remain, 8 operational error or refusal (store locked by a broker,
     not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
-    tz = optional_tz(index_tz)
-    locked_check(store_opts, dry_run)
+    tz = ds.optional_tz(index_tz)
+    ds.locked_check(store_opts, dry_run)
     mode = None if normal is None else ("normal" if normal else "abnormal")
     opts = dict(mode=mode, check_crc=not no_crc, message_index_safe=message_index_safe,
                 correct_delay_tags=correct_delay_tags, reindex=not no_reindex, keep_sound_index=not reindex_all,
@@ -93,7 +92,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
 
 def _dry_run(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], backup_dir: Path | None,
              salvage_to: Path | None, fmt: str, quiet: bool, jobs: int | None, fix_offsets: bool) -> int:
-    store = dry_run_store("recover", store_opts, backup_dir)
+    store = ds.dry_run_store("recover", store_opts, backup_dir)
     plan = _plan(store, profile, opts, quiet)
     past = _past_end(store, plan, profile, jobs)
     listed = None
@@ -113,17 +112,17 @@ def _dry_run(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], bac
 def _apply(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], backup_dir: Path | None,
            salvage_to: Path | None, fmt: str, quiet: bool, jobs: int | None, fix_offsets: bool, yes: bool,
            tz: Any) -> int:
-    with applying("recover", store_opts, yes, around=salvage_cleanup(salvage_to)) as (store, finished):
+    with ds.applying("recover", store_opts, yes, around=salvage_cleanup(salvage_to)) as (store, finished):
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
         past: list[Any] = []
         blocked = getattr(plan, "_blocked", [])
         if blocked:
-            warn(f"{blocked[0]}: commitlog file names that do not tile the offsets (overlapping or misaligned): "
+            ds.warn(f"{blocked[0]}: commitlog file names that do not tile the offsets (overlapping or misaligned): "
                  "recover changes nothing until that file is removed or renamed (see the problems below)", "problem")
         if not blocked and not plan.nothing_to_do:
-            if not confirmed(yes, f"Apply this recovery to {store_root(store_opts)}?", lambda: _show_plan(plan, fmt)):
+            if not ds.confirmed(yes, f"Apply this recovery to {ds.store_root(store_opts)}?", lambda: _show_plan(plan, fmt)):
                 return int(Exit.PROBLEMS)
             extra = _offsets_hook(store, plan, profile, fix_offsets, past)
             result = _apply_plan(store, plan, profile, backup_dir, salvage_to, quiet, jobs, tz, extra)
@@ -133,7 +132,7 @@ def _apply(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], backu
     _warn_problems(plan)
     bad_topics = [p for p in (result.problems if result is not None else []) if p.code == "TOPIC_BAD_NAME"]
     for p in bad_topics:
-        warn(p.one_line(), "problem")
+        ds.warn(p.one_line(), "problem")
     changed = (result is not None and result.changed) or finished
     return int(Exit.combine(changed=changed, problems=bool(plan.problems or bad_topics or blocked)))
 
@@ -188,22 +187,16 @@ def _offsets_hook(store: Any, plan: RecoveryPlan, profile: Any, fix: bool, out: 
 
 def _warn_problems(plan: RecoveryPlan) -> None:
     for p in plan.problems:
-        warn(p.one_line(), "problem")
+        ds.warn(p.one_line(), "problem")
 
 
 def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
            finished: bool = False, salvage_to: Path | None = None, past: list[Any] | None = None,
            fix_offsets: bool = False, plan_only: bool = False) -> None:
-    past = past or []
     if fmt == "json":
-        click.echo(dumps(_json_doc(plan, result, dry_run, seconds, finished, past, fix_offsets, plan_only)))
+        click.echo(dumps(_json_doc(plan, result, dry_run, seconds, finished, past or [], fix_offsets, plan_only)))
         return
-    title = f"rmqtool recover {plan.store} (broker {plan.broker_version})" + (" -- dry run" if dry_run else "")
-    render(({"what": k, "value": v} for k, v in _summary_rows(plan)), "table", [("what", "step"), ("value", "plan")],
-           title=title)
-    changes = _change_rows(plan) + past_end_rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
-    if changes:
-        render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
+    ds.render_plan("recover", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
     for n in plan.notes:
         click.echo(f"note: {n}")
     if not plan_only:

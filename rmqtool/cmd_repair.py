@@ -14,11 +14,10 @@ from typing import Any
 
 import click
 
+from . import destructive as ds
 from .brokeropts import recovery_walk_options
-from .cmd_offsets import past_end_rows
 from .cmdopts import change_options, store_command_options
 from .confirm import yes_option
-from .destructive import applying, confirmed, dry_run_store, locked_check, optional_tz, store_root, warn
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import make_profile
@@ -64,11 +63,11 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
     a repair is needed), 5 = 1 + 4, 8 operational error or refusal (store locked by a
     broker, not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
-    tz = optional_tz(index_tz)
-    locked_check(store_opts, dry_run)
+    tz = ds.optional_tz(index_tz)
+    ds.locked_check(store_opts, dry_run)
     njobs = jobs or (os.cpu_count() or 1)
     if dry_run:
-        store = dry_run_store("repair", store_opts, backup_dir)
+        store = ds.dry_run_store("repair", store_opts, backup_dir)
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
         plan.discard()  # the rebuilt files beside the store: not needed for the report
@@ -81,14 +80,14 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
 
 def _apply(store_opts: dict[str, Any], profile: Any, max_message_size: int, tz: Any, njobs: int, quiet: bool, fmt: str,
            backup_dir: Path | None, fix_offsets: bool, yes: bool) -> int:
-    root = store_root(store_opts)
-    with applying("repair", store_opts, yes) as (store, finished):
+    root = ds.store_root(store_opts)
+    with ds.applying("repair", store_opts, yes) as (store, finished):
         t0 = time.perf_counter()
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
         result = None
         if not plan.nothing_to_do:
-            if not confirmed(yes, f"Apply this repair to {root}?", lambda: _show_plan(plan, fmt, past, fix_offsets)):
+            if not ds.confirmed(yes, f"Apply this repair to {root}?", lambda: _show_plan(plan, fmt, past, fix_offsets)):
                 plan.discard()
                 return int(Exit.PROBLEMS)
             extra = (lambda tx: add_offset_fix(tx, root, past)) if fix_offsets and past else None
@@ -116,31 +115,48 @@ def _plan(store: Any, profile: Any, max_message_size: int, tz: Any, jobs: int, q
 
 def _warn_problems(plan: RepairPlan) -> None:
     for p in plan.problems:
-        warn(p, "problem")
+        ds.warn(p, "problem")
 
 
 def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: float | None = None,
            finished: bool = False, plan_only: bool = False, past: list[Any] | None = None,
            fix_offsets: bool = False) -> None:
-    past = past or []
-    if plan_only and fmt == "json":
-        click.echo(dumps({"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}))
-        return
     if fmt == "json":
-        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
-        doc["offsets_past_end"] = [c.to_dict() for c in past]
-        doc["offsets_fixed"] = bool(fix_offsets and past and result is not None)
-        if result is not None:
-            doc["result"] = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
-                             "changes": len(result.actions)}
-        if seconds is not None:
-            doc["seconds"] = round(seconds, 3)
-        doc["finished_interrupted_run"] = finished
-        click.echo(dumps(doc))
+        click.echo(dumps(_json_doc(plan, result, dry_run, seconds, finished, past or [], fix_offsets, plan_only)))
         return
-    title = f"rmqtool repair {plan.store} (broker {plan.broker_version})" + (" -- dry run" if dry_run else "")
+    ds.render_plan("repair", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
     q = plan.quarantined
-    rows = [
+    if q:
+        render(({"offset": "-" if x.offset is None else str(x.offset), "topic": x.topic or "?",
+                 "queue": "-" if x.queue_id is None else str(x.queue_id),
+                 "qoff": "-" if x.queue_offset is None else str(x.queue_offset), "msg_id": x.msg_id or "-",
+                 "how": x.source + ("; tombstone" if x.tombstone else "")} for x in q), "table",
+               [("offset", "offset"), ("topic", "topic"), ("queue", "queue"), ("qoff", "queue offset"),
+                ("msg_id", "msg id"), ("how", "found by")], title="quarantined messages")
+    for n in plan.notes:
+        click.echo(f"note: {n}")
+    _print_outcome(plan, result, dry_run, seconds, finished)
+
+
+def _json_doc(plan: RepairPlan, result: Any, dry_run: bool, seconds: float | None, finished: bool, past: list[Any],
+              fix_offsets: bool, plan_only: bool) -> dict[str, Any]:
+    if plan_only:
+        return {"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
+    doc["offsets_past_end"] = [c.to_dict() for c in past]
+    doc["offsets_fixed"] = bool(fix_offsets and past and result is not None)
+    if result is not None:
+        doc["result"] = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
+                         "changes": len(result.actions)}
+    if seconds is not None:
+        doc["seconds"] = round(seconds, 3)
+    doc["finished_interrupted_run"] = finished
+    return doc
+
+
+def _summary_rows(plan: RepairPlan) -> list[tuple[str, str]]:
+    q = plan.quarantined
+    return [
         ("intact records", f"{plan.intact_records} (every one keeps its offset and bytes)"),
         ("recover would cut", f"{plan.recover_would_cut} intact records " + (
             "(repair keeps them)" if not plan.unfillable else
@@ -152,7 +168,9 @@ def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: f
         ("checkpoint", plan.checkpoint_note or "unchanged"),
         ("abort file", "present (removed last)" if plan.abort_present else "absent"),
     ]
-    render(({"what": k, "value": v} for k, v in rows), "table", [("what", "step"), ("value", "plan")], title=title)
+
+
+def _change_rows(plan: RepairPlan) -> list[dict[str, Any]]:
     changes: list[dict[str, Any]] = []
     for r in plan.regions:
         lay = r.layout
@@ -167,18 +185,10 @@ def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: f
         changes.append({"action": "remove", "path": rel, "detail": "stray or misnamed file: moved to the backup"})
     for c in plan.index_changes:
         changes.append({"action": c.action, "path": c.relpath, "detail": c.note or "rebuilt from the repaired commitlog"})
-    changes += past_end_rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
-    if changes:
-        render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
-    if q:
-        render(({"offset": "-" if x.offset is None else str(x.offset), "topic": x.topic or "?",
-                 "queue": "-" if x.queue_id is None else str(x.queue_id),
-                 "qoff": "-" if x.queue_offset is None else str(x.queue_offset), "msg_id": x.msg_id or "-",
-                 "how": x.source + ("; tombstone" if x.tombstone else "")} for x in q), "table",
-               [("offset", "offset"), ("topic", "topic"), ("queue", "queue"), ("qoff", "queue offset"),
-                ("msg_id", "msg id"), ("how", "found by")], title="quarantined messages")
-    for n in plan.notes:
-        click.echo(f"note: {n}")
+    return changes
+
+
+def _print_outcome(plan: RepairPlan, result: Any, dry_run: bool, seconds: float | None, finished: bool) -> None:
     if result is not None:
         click.echo(f"done: {len(result.actions)} changes" + (f", in {seconds:.2f} s" if seconds is not None else ""))
         if result.backup_dir:

@@ -15,11 +15,13 @@ from typing import Any
 
 import click
 
+from .cmd_offsets import past_end_rows
 from .confirm import ask, require_yes_or_terminal
 from .interrupts import settle_on_interrupt
 from .options import check_lock, dry_run_preamble, finish_pending, open_store, refuse_obstacles
 from .recovery.safety import StoreLock
 from .recovery.store import Store
+from .render import render
 
 
 def store_root(store_opts: dict[str, Any]) -> Path:
@@ -72,6 +74,18 @@ def confirmed(yes: bool, question: str, show: Callable[[], None] | None = None) 
     return False
 
 
+def render_plan(command: str, plan: Any, dry_run: bool, summary: list[tuple[str, str]], changes: list[dict[str, Any]],
+                past: list[Any], fix_offsets: bool) -> None:
+    """A destructive command's plan as tables: the summary (step, plan) under the title, then
+    the changes (action, what, detail), with the committed offsets left past their queue's
+    new end (``past``), if any."""
+    changes = changes + past_end_rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
+    title = f"rmqtool {command} {plan.store} (broker {plan.broker_version})" + (" -- dry run" if dry_run else "")
+    render(({"what": k, "value": v} for k, v in summary), "table", [("what", "step"), ("value", "plan")], title=title)
+    if changes:
+        render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
+
+
 def parse_tz(text: str) -> _dt.tzinfo:
     """``UTC``, ``local`` or an IANA zone name such as ``Asia/Shanghai``."""
     if text.upper() == "UTC":
@@ -98,4 +112,5 @@ def warn(msg: str, kind: str = "warning") -> None:
     click.echo(f"rmqtool: {kind}: {msg}", err=True)
 
 
-__all__ = ["applying", "confirmed", "dry_run_store", "locked_check", "optional_tz", "parse_tz", "store_root", "warn"]
+__all__ = ["applying", "confirmed", "dry_run_store", "locked_check", "optional_tz", "parse_tz", "render_plan", "store_root",
+           "warn"]
