@@ -48,7 +48,7 @@ class LazyGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from .errors import _silence_stdout, is_closed_pipe
+        from .errors import is_closed_pipe, silence_stdout
 
         try:
             return super().invoke(ctx)
@@ -57,7 +57,7 @@ class LazyGroup(click.Group):
             # (click itself would exit 1, a status no command documents for this)
             if not is_closed_pipe(exc):
                 raise
-            _silence_stdout()
+            silence_stdout()
             return int(Exit.OK)
 
 
@@ -121,14 +121,9 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _flush_quietly() -> None:
-    from .errors import _silence_stdout
+    from .errors import silence_stdout
 
     try:
         sys.stdout.flush()
     except (BrokenPipeError, ValueError, OSError):
-        _silence_stdout()
-
-
-def exit_with(code: int) -> Any:
-    """Commands return their exit code through this (click's standalone_mode=False)."""
-    return int(code)
+        silence_stdout()

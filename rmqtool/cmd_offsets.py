@@ -16,18 +16,17 @@ from typing import Any
 
 import click
 
-from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
+from .brokeropts import recovery_walk_options
+from .cmdopts import store_command_options
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import (
-    broker_version_option,
     check_lock,
     dry_run_preamble,
     make_profile,
     open_store,
     resolve_format,
-    store_argument,
 )
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import quiet_flag
@@ -59,13 +58,7 @@ def parse_time(text: str) -> int:
 
 
 @click.command("offsets", context_settings={"help_option_names": ["-h", "--help"]})
-@broker_config_option("read")
-@broker_setting_options
-@recovery_walk_options
-@output_file_options
-@quiet_flag
-@store_argument
-@broker_version_option
+@store_command_options("read", recovery_walk_options, output_file_options, quiet_flag)
 @click.option("--group", "-g", "groups", multiple=True, metavar="GROUP", help="Only this consumer group (repeatable).")
 @click.option("--topic", "-t", "topics", multiple=True, metavar="TOPIC", help="Only this topic (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,

@@ -13,31 +13,26 @@ from typing import Any
 
 import click
 
-from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options, refusal_findings
+from .brokeropts import recovery_walk_options, refusal_findings
+from .cmdopts import store_command_options
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .options import broker_version_option, make_profile, open_store, resolve_format, store_argument
+from .options import make_profile, open_store, resolve_format
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
+from .recovery import records
 from .recovery.verify import VerifyReport, verify_store
 from .render import dumps, render
 
 FORMATS = ("table", "json", "jsonl")
 FIRST_FINDINGS = 50
 
-CHECK_COLUMNS = [("name", "CHECK"), ("status", "STATUS"), ("items", "ITEMS"), ("errors", "ERRORS"), ("warnings", "WARNINGS")]
-FINDING_COLUMNS = [("severity", "SEVERITY"), ("code", "CODE"), ("file", "FILE"), ("pos", "POS"),
-                   ("physical_offset", "OFFSET"), ("message", "MESSAGE")]
+CHECK_COLUMNS = records.CHECK.table_columns()
+FINDING_COLUMNS = records.FINDING.table_columns()
 
 
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
-@broker_config_option("verify")
-@broker_setting_options
-@recovery_walk_options
-@output_file_options
-@progress_option
-@store_argument
-@broker_version_option
+@store_command_options("verify", recovery_walk_options, output_file_options, progress_option)
 @click.option("--jobs", "-j", type=click.IntRange(1), default=1, show_default=True,
               help="Check commitlog files (and parts of big files) in N processes.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,

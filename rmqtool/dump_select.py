@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from .dump_output import Block
 from .exitcodes import Exit
 
 _HEX = re.compile(r"[0-9A-Fa-f]+")
@@ -39,7 +40,7 @@ class Matches:
 
     def watch(self, records: Iterable[Any]) -> Iterator[Any]:
         for r in records:
-            if isinstance(r, str) or r.__class__.__name__ == "_Block" or r.get("type") == "message":
+            if isinstance(r, (str, Block)) or r.get("type") == "message":
                 self.messages += 1
             yield r
 

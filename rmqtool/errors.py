@@ -21,7 +21,7 @@ def report_exception(exc: BaseException) -> int:
         _err(line or "interrupted; nothing was changed")
         return Exit.INTERRUPTED
     if is_closed_pipe(exc):
-        _silence_stdout()
+        silence_stdout()
         return Exit.OK
     if isinstance(exc, click.exceptions.Abort):
         cause = exc.__cause__ or exc.__context__
@@ -81,14 +81,14 @@ def closed_stdout_ignored() -> Iterator[None]:
     except OSError as exc:
         if not is_closed_pipe(exc):
             raise
-        _silence_stdout()
+        silence_stdout()
     except SystemExit as exc:
         if exc.code != 1:
             raise
-        _silence_stdout()  # rich: stdout is already /dev/null
+        silence_stdout()  # rich: stdout is already /dev/null
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

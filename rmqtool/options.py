@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +33,7 @@ def open_store(store: Path, commitlog_file_size: int | None = None, cq_file_size
     if (index_slot_num is None) != (index_num is None):
         raise click.UsageError("--index-slots and --index-entries go together")
     return Store.open(store, commitlog_file_size, cq_file_size, index_slot_num, index_num,
-                      commitlog_dir=_broker_meta().get("commitlog_dir"))
+                      commitlog_dir=broker_meta().get("commitlog_dir"))
 
 
 def check_lock(root: Path, dry_run: bool) -> None:
@@ -100,7 +99,7 @@ def broker_version_option(f: F) -> F:
 
 
 def make_profile(version: str, delay_levels: str | None = None) -> BrokerProfile:
-    meta = _broker_meta()
+    meta = broker_meta()
     if version == "auto":
         version = meta.get("version") or DEFAULT_VERSION
     try:
@@ -114,7 +113,7 @@ def make_profile(version: str, delay_levels: str | None = None) -> BrokerProfile
         raise click.BadParameter(str(exc), param_hint="--broker-version") from None
 
 
-def _broker_meta() -> dict[str, Any]:
+def broker_meta() -> dict[str, Any]:
     """What --broker-config and --broker-version auto resolved for the running command."""
     ctx = click.get_current_context(silent=True)
     return ctx.meta.setdefault("rmqtool.broker", {}) if ctx is not None else {}
@@ -138,19 +137,7 @@ def resolve_format(fmt: str | None, choices: tuple[str, ...] = ("table", "jsonl"
     return "jsonl" if "jsonl" in choices else choices[-1]
 
 
-def common_store_options(f: F) -> F:
-    """STORE + geometry + --broker-version."""
-    return store_argument(broker_version_option(f))
-
-
-def pass_through(f: F) -> F:
-    @functools.wraps(f)
-    def wrapper(*a: Any, **k: Any) -> Any:
-        return f(*a, **k)
-    return wrapper
-
-
 __all__ = [
     "store_argument", "open_store", "broker_version_option", "make_profile", "format_option",
-    "resolve_format", "common_store_options", "StoreLayoutError",
+    "resolve_format", "StoreLayoutError",
 ]

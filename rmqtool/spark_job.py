@@ -8,7 +8,7 @@ On a cluster::
         /data/broker-a/store /data/broker-b/store --to hdfs:///forensics/incident-42
 
 The arguments are those of ``rmqtool export`` (``--master`` is ignored: spark-submit sets
-the master). ``--make-zip`` writes the rmqtool package (rmqtool, rmqtool.formats,
+the master). ``--make-zip`` writes the rmqtool package (rmqtool, rmqtool.export, rmqtool.formats,
 rmqtool.recovery) into a zip for ``--py-files``; its dependencies (construct, crcmod,
 numpy, click) must be installed on every executor, and every executor must read the
 stores at the same paths as the driver.
@@ -31,12 +31,14 @@ def make_zip(path: str | os.PathLike[str]) -> list[str]:
     """Write the rmqtool package into a zip laid out as ``rmqtool/...`` (the installed
     package maps formats/ and recovery/ under rmqtool). Returns the archive names."""
     import rmqtool
+    import rmqtool.export
     import rmqtool.formats
     import rmqtool.recovery
 
     names = []
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for pkg, arc in ((rmqtool, "rmqtool"), (rmqtool.formats, "rmqtool/formats"), (rmqtool.recovery, "rmqtool/recovery")):
+        for pkg, arc in ((rmqtool, "rmqtool"), (rmqtool.export, "rmqtool/export"), (rmqtool.formats, "rmqtool/formats"),
+                         (rmqtool.recovery, "rmqtool/recovery")):
             folder = Path(pkg.__file__).resolve().parent  # type: ignore[arg-type]
             for p in sorted(folder.glob("*.py")):
                 name = f"{arc}/{p.name}"

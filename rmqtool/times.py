@@ -55,6 +55,4 @@ def parse_time(text: str | None, name: str, now_ms: int | None = None) -> int | 
     return int(d.timestamp() * 1000)
 
 
-TIME_HELP = "ISO 8601 (UTC unless an offset is given), epoch s or ms (by magnitude), or relative (-10m, -2h, -1d)"
-
-__all__ = ["iso", "parse_time", "SECONDS_BELOW", "TIME_HELP"]
+__all__ = ["iso", "parse_time", "SECONDS_BELOW"]

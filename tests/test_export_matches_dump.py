@@ -31,7 +31,7 @@ pa = pytest.importorskip("pyarrow")
 from test_version_behaviour import BLANK, MAGIC_V1, props, record  # noqa: E402  (spec-built record writer)
 
 from rmqtool.cli import run  # noqa: E402
-from rmqtool.export_arrow import arrow_schema, split_batches  # noqa: E402
+from rmqtool.export.arrow import arrow_schema, split_batches  # noqa: E402
 from rmqtool.export_spark import columns_for  # noqa: E402
 from rmqtool.recovery.splits import Handoff, plan_splits  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402

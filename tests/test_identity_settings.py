@@ -144,8 +144,8 @@ def test_export_workers_decode_with_the_drivers_whole_profile(capsys: pytest.Cap
     pytest.importorskip("pyarrow")
     from conftest import real_store
 
-    from rmqtool.export_arrow import arrow_schema, split_batches
-    from rmqtool.export_spark import columns_for, commitlog_rows
+    from rmqtool.export.arrow import arrow_schema, split_batches
+    from rmqtool.export.rows import columns_for, commitlog_rows
     from rmqtool.recovery.splits import plan_splits
     from rmqtool.recovery.store import Store
     from rmqtool.recovery.versions import BrokerProfile
