@@ -161,24 +161,21 @@ __all__ = [
     "verify_backup",
 ]
 
-# The crash hook's step counter lives in .hooks; reading or setting it here reaches it there.
-_LIVE = {"_steps_done": _hooks}
-
-
 class _Package(types.ModuleType):
     """The package as a module whose names tests may set (``monkeypatch.setattr(safety,
     "_apply_step", ...)``, ``safety._steps_done = 0``) as they did when it was one file: a
     name set here is set in every submodule that holds it, so their calls see it."""
 
-    def __getattr__(self, name: str) -> Any:
-        if name in _LIVE:
-            return getattr(_LIVE[name], name)
-        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+    @property
+    def _steps_done(self) -> int:
+        """The crash hook's step counter, which lives in :mod:`.hooks`."""
+        return _hooks._steps_done
+
+    @_steps_done.setter
+    def _steps_done(self, value: int) -> None:
+        _hooks._steps_done = value
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _LIVE:
-            setattr(_LIVE[name], name, value)
-            return
         for modname, mod in list(sys.modules.items()):
             if modname.startswith(f"{__name__}.") and name in vars(mod):
                 setattr(mod, name, value)
