@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import stat
 from dataclasses import asdict
 from pathlib import Path
@@ -15,35 +14,28 @@ from types import TracebackType
 from typing import Any
 
 from .apply import _apply_step, _copy_holes_kept
-from .backup import _BackupFile
+from .backup import backup_step, choose_backup_dir, write_backup
 from .consts import (
-    _CHUNK,
     _ROLLBACK_STATES,
-    _ZEROS,
     FORMAT_VERSION,
     JOURNAL_FILE,
     JOURNAL_FORMAT,
     MANIFEST_FILE,
-    MANIFEST_FORMAT,
     STAGING_DIR,
     Data,
 )
 from .digests import (
     _BIG_CHUNK,
     _PREHASH_MIN,
-    _SPARSE_MIN,
-    _digest,
     _Hasher,
     _HashingFile,
     _PendingDigest,
     _PreHash,
-    _trailing_zeros,
-    file_digest,
 )
-from .errors import BackupDirError, PendingJournalError, SafetyError
-from .fileio import _makedirs_synced, _now_utc, _one_line, atomic_write, fsync_dir
+from .errors import PendingJournalError, SafetyError
+from .fileio import _makedirs_synced, _now_utc, atomic_write, fsync_dir
 from .hooks import _active_journals, _checkpoint
-from .journal import _drop_backup, _journal_root, _naming, _remove_journal_dir, check_backup_dir, pending_journals
+from .journal import _drop_backup, _journal_root, _naming, _remove_journal_dir, pending_journals
 from .lock import StoreLock
 from .paths import _copy_owner, _regular_stat, _relpath
 from .plan import CommitResult, PlannedAction, _Step
@@ -365,26 +357,6 @@ class StoreTransaction:
 
     # -- commit
 
-    def _choose_backup_dir(self) -> tuple[Path, bool]:
-        if self.requested_backup_dir is not None:
-            bdir = self.requested_backup_dir
-        else:
-            base = self.store.parent / f"{self.store.name}.rmqtool-backup-{_now_utc():%Y%m%dT%H%M%SZ}"
-            bdir, n = base, 1
-            while os.path.lexists(bdir):
-                n += 1
-                bdir = base.with_name(f"{base.name}-{n}")
-        return bdir, check_backup_dir(self.store, bdir)
-
-    def _backup_bytes_needed(self) -> int:
-        total = 0
-        for s in self._steps:
-            if s.action in ("replace", "remove", "truncate_tail"):
-                total += (s.length if s.action == "truncate_tail" else s.orig_size) or 0
-            elif s.action == "write_at":
-                total += (s.orig_size or 0) - (s.offset or 0)
-        return total
-
     def commit(self) -> CommitResult:
         """Back up, then apply every planned action; see the module doc for the phases.
         Returns where the backup went. Raises if a file changed since it was planned, or
@@ -404,40 +376,11 @@ class StoreTransaction:
 
         # Phase 1: backup. The store is not touched; any failure rolls back.
         try:
-            self._backup_dir, self._backup_preexisted = self._choose_backup_dir()
+            self._backup_dir, self._backup_preexisted = choose_backup_dir(self.store, self.requested_backup_dir)
             self._state = "prepared"
             self._write_journal()
-            bdir = self._backup_dir
-            try:
-                _makedirs_synced(bdir)
-            except OSError as exc:
-                raise BackupDirError(f"cannot create the backup directory: {_one_line(exc)}", bdir) from exc
-            if not os.access(bdir, os.W_OK):
-                raise BackupDirError("backup directory is not writable", bdir)
-            _checkpoint()
-            need = self._backup_bytes_needed()
-            free = shutil.disk_usage(bdir).free
-            if need + (1 << 20) > free:
-                raise BackupDirError(f"needs {need} bytes for the backup, only {free} free", bdir)
-            entries = []
-            for step in self._steps:
-                with _naming(bdir / step.path, "the store is unchanged"):
-                    entries.append(self._backup_step(step, bdir))
-                _checkpoint()
-            manifest = {
-                "format": MANIFEST_FORMAT,
-                "version": FORMAT_VERSION,
-                "txid": self.txid,
-                "created_utc": _now_utc().isoformat(),
-                "store": str(self.store),
-                "description": self.description,
-                "entries": entries,
-            }
-            try:
-                atomic_write(bdir / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
-            except OSError as exc:
-                raise BackupDirError(f"cannot write the manifest: {_one_line(exc)}", bdir / MANIFEST_FILE) from exc
-            _checkpoint()
+            write_backup(self._backup_dir, self._steps, self._backup_step,
+                         {"txid": self.txid, "store": str(self.store), "description": self.description})
         except BaseException:
             self._rollback()
             raise
@@ -475,144 +418,4 @@ class StoreTransaction:
     def _backup_step(self, step: _Step, bdir: Path) -> dict[str, Any]:
         """Copy the bytes ``step`` will cut or replace into the backup (fsynced) and return
         its manifest entry. Fills in ``step.result_*``."""
-        target = self.store / step.path
-        entry: dict[str, Any] = {"action": step.action, "path": step.path}
-        if step.action == "create":
-            if os.path.lexists(target):
-                raise SafetyError("appeared after the plan was made; refusing to overwrite it", target)
-            entry.update(original=None, result={"size": step.new_size, "sha256": step.new_sha256},
-                         created_dirs=step.created_dirs)
-            return entry
-        st = _regular_stat(target)
-        if st.st_size != step.orig_size:
-            raise SafetyError(f"size changed since the plan was made ({step.orig_size} -> {st.st_size})", target)
-        original: dict[str, Any] = {
-            "size": st.st_size, "sha256": "", "mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns}
-        if step.action in ("replace", "remove"):
-            rel_backup = f"files/{step.path}"
-            # the store's file is renamed over or unlinked, never written in place, by these
-            # steps: the backup can share its inode (a hard link) instead of copying it
-            original["sha256"] = self._link_to_backup(target, bdir / rel_backup, self._prehash.pop(step.path, None))
-            step.orig_sha256, step.backup = original["sha256"], rel_backup
-            if step.action == "replace":
-                result: dict[str, Any] | None = {"size": step.new_size, "sha256": step.new_sha256}
-            else:
-                result = None
-                step.result_size = step.result_sha256 = None
-            entry.update(original=original, result=result, backup=rel_backup)
-            return entry
-        # In-place: truncate_tail or write_at.
-        assert step.offset is not None
-        off, size = step.offset, st.st_size
-        if step.action == "truncate_tail":
-            cut_to_end = True
-            new_len = size - off if step.zero_fill else 0
-        else:
-            cut_to_end = step.truncate
-            new_len = step.new_size or 0
-        cut_end = size if cut_to_end else min(size, off + new_len)
-        rel_backup = f"pieces/{step.path}@{off}"
-        orig_h, res_h, piece_h = hashlib.sha256(), hashlib.sha256(), hashlib.sha256()
-        piece_path = bdir / rel_backup
-        # zero tails are described in the digests, not hashed (see file_digest): the
-        # file's own (never read: [head_end, size) is known to be zeros), the piece's share
-        # of it (left as a hole in the copy), and a zero-filled cut's result
-        zeros = _trailing_zeros(target, size)
-        head_end = size - zeros
-        stop = max(off, head_end)  # bytes read: the prefix, and the cut bytes up to the zeros
-        piece_zeros = max(0, cut_end - stop)
-        with open(target, "rb") as f, _BackupFile(piece_path) as piece:
-            pos = 0
-            while pos < stop and (chunk := f.read(min(_CHUNK, (off if pos < off else stop) - pos))):
-                if pos == off:
-                    step.prefix_sha256 = res_h.hexdigest()
-                if pos < head_end:
-                    orig_h.update(chunk[: head_end - pos])
-                if pos < off:
-                    res_h.update(chunk)  # the prefix is the same before and after
-                else:
-                    take = chunk[: max(0, cut_end - pos)]
-                    if take:
-                        piece.write(take)
-                        piece_h.update(take)
-                pos += len(chunk)
-            now = os.fstat(f.fileno()).st_size
-            if pos != stop or now != size:
-                raise SafetyError(f"size changed while being backed up ({size} -> {now})", target)
-            if step.prefix_sha256 is None:  # the prefix ends where reading stopped
-                step.prefix_sha256 = res_h.hexdigest()
-            piece.write_zeros(piece_zeros)
-            if piece_zeros < _SPARSE_MIN:  # a short zero run is hashed
-                piece_h.update(bytes(piece_zeros))
-                piece_zeros = 0
-            # The result: prefix, new bytes, then whatever original bytes follow them.
-            res_zeros = 0
-            if step.action == "truncate_tail":
-                if new_len >= _SPARSE_MIN:
-                    res_zeros = new_len
-                left = new_len - res_zeros
-                while left:
-                    n = min(_CHUNK, left)
-                    res_h.update(_ZEROS[:n])
-                    left -= n
-            else:
-                assert step.staged is not None
-                with open(self.journal_dir / STAGING_DIR / step.staged, "rb") as src:
-                    while chunk := src.read(_CHUNK):
-                        res_h.update(chunk)
-            if not cut_to_end and off + new_len < size:
-                f.seek(off + new_len)
-                while chunk := f.read(_CHUNK):
-                    res_h.update(chunk)
-        piece_sha = _digest(piece_h.hexdigest(), piece_zeros)
-        step.orig_sha256, step.backup, step.cut_end = _digest(orig_h.hexdigest(), zeros), rel_backup, cut_end
-        original["sha256"] = step.orig_sha256
-        result_size = size if (step.action == "truncate_tail" and step.zero_fill) else (
-            off if step.action == "truncate_tail" else (off + new_len if cut_to_end else max(size, off + new_len)))
-        step.result_size, step.result_sha256 = result_size, _digest(res_h.hexdigest(), res_zeros)
-        entry.update(original=original, result={"size": result_size, "sha256": step.result_sha256},
-                     backup=rel_backup, offset=off, length=cut_end - off, piece_sha256=piece_sha)
-        if step.action == "truncate_tail":
-            entry["zero_fill"] = step.zero_fill
-        else:
-            entry.update(written=new_len, truncate=step.truncate)
-        return entry
-
-    @classmethod
-    def _link_to_backup(cls, src: Path, dst: Path, pre: _PreHash | None = None) -> str:
-        """Back up the whole file ``src`` as ``dst`` by a hard link when the backup is on the
-        same file system (no bytes copied; only for files the transaction replaces by rename
-        or unlinks, so the shared inode is never written again through the store), else by a
-        copy. The inode's data and the new directory entry are fsynced. Returns the sha256."""
-        try:
-            _makedirs_synced(dst.parent)
-            os.link(src, dst, follow_symlinks=False)
-        except OSError:  # other file system, no hard links, dst exists: copy (its errors are reported)
-            return cls._copy_to_backup(src, dst)
-        try:
-            fd = os.open(dst, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            try:
-                os.fsync(fd)
-                fst = os.fstat(fd)
-                digest = pre.result(fst) if pre is not None else None
-            finally:
-                os.close(fd)
-            if digest is None:
-                digest = file_digest(dst)
-            fsync_dir(dst.parent)
-        except OSError as exc:
-            raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", dst) from exc
-        return digest
-
-    @staticmethod
-    def _copy_to_backup(src: Path, dst: Path) -> str:
-        """Copy the whole file ``src`` to the new backup file ``dst``; returns its sha256."""
-        h = _Hasher()
-        try:
-            with open(src, "rb") as f, _BackupFile(dst) as out:
-                while chunk := f.read(_BIG_CHUNK):
-                    h.update(chunk)
-                    out.write(chunk)
-            return h.hexdigest()
-        finally:
-            h.close()
+        return backup_step(self.store, self.journal_dir / STAGING_DIR, step, bdir, self._prehash)
