@@ -1836,6 +1836,38 @@ def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: 
                                   problems=problems, broker_offset_after_mismatch=True)
 
 
+@dataclass
+class _Applying:
+    """What the steps of :func:`apply_recovery` pass on to each other."""
+
+    store: Store
+    plan: RecoveryPlan
+    profile: BrokerProfile
+    ctx: RecoveryContext
+    progress: Progress | None
+    jobs: int | None
+    queues_only: bool
+    queues: dict[tuple[str, int], _Queue]  # the consume queues as recovery leaves them
+    kept_index: list[StoreFile]  # the index files IndexService.load keeps
+    ib: Any  # the IndexBuilder over them
+    q1: bool = False  # quirk Q1: the abnormal dispatch runs with maxDelayLevel 0
+    dispatched: dict[str, int] = field(default_factory=dict)  # records per dispatch pass
+    logics: int | None = None  # the consume queues' last store timestamp (logicsMsgTimestamp)
+    sched_rows: list[int] = field(default_factory=list)  # positions of SCHEDULE_TOPIC_XXXX records dispatched with mdl 0
+    reput_problems: list[Any] = field(default_factory=list)  # what the dispatch passes met (damage the broker's reput skips too)
+    cq_warnings: int = 0
+    appended_units: int = 0
+    delay_mismatch: int = 0
+
+    @property
+    def Fcq(self) -> int:
+        return self.store.geometry.cq_file_size
+
+    @property
+    def process(self) -> int:
+        return self.plan.end_offset
+
+
 def apply_recovery(
     store: Store,
     plan: RecoveryPlan,
@@ -1858,13 +1890,8 @@ def apply_recovery(
     end, ``data(base)`` a file's new content). ``extra(tx, queues)``: called inside the
     transaction before the abort file is removed, to add changes of its own (the
     committed offsets of ``recovery.offsets``) to the same backup and journal."""
-    from .indexbuild import ConsumeQueueSet, IndexBuilder
-    from .reput import feed_cq, feed_index
     from .safety import StoreTransaction
 
-    g = store.geometry
-    Fcq = g.cq_file_size
-    process = plan.end_offset
     ckpt_before = store.read_checkpoint()
     cp_path = store.root / "checkpoint"
     cp_bytes = (read_small(cp_path, CHECKPOINT_READ_LIMIT, store.root, "checkpoint") or b"") if store.checkpoint_present else b""
@@ -1874,20 +1901,89 @@ def apply_recovery(
     if salvage_to is not None and (plan.cuts or plan.removed_files) and not queues_only:
         salvage_info = write_salvage(store, plan, profile, salvage_to)
 
-    # -- consume queues as CQ recovery leaves them
-    queues: dict[tuple[str, int], _Queue] = {}
+    a = _start_applying(store, plan, profile, progress, jobs, queues_only)
+    _apply_dispatch(a)
+    if queues_only:
+        return a.queues
+
+    # -- the transaction
+    _fsync_sealed(store, plan)
+    tz = index_tz if index_tz is not None else infer_index_tz(store)
+    with StoreTransaction(store.root, backup_dir=backup_dir, description=f"rmqtool recover ({plan.mode})") as tx:
+        # commitlog
+        for c in plan.cuts:
+            tx.truncate_tail(c.file, c.pos, zero_fill=True)
+        for r in plan.removed_files:
+            tx.remove_file(r.path)
+        _queue_changes(tx, a)
+        created_names = _index_changes(tx, a, tz)
+        cp = _recovered_checkpoint(a, ckpt_before)
+        new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
+        if new_cp != cp_bytes:
+            tx.replace_file("checkpoint", new_cp)
+        if extra is not None:
+            extra(tx, a.queues)
+        # the abort file goes last
+        if store.abort_present:
+            tx.remove_file("abort")
+        actions = [asdict(x) for x in tx.plan()]
+        result = tx.commit() if actions else None
+    return ApplyResult(
+        changed=bool(actions),
+        backup_dir=str(result.backup_dir) if result is not None and result.backup_dir else None,
+        actions=actions,
+        end_offset=a.process,
+        dispatched=a.dispatched,
+        cq_units_appended=a.appended_units,
+        index_entries_added=a.ib.keys_put,
+        index_files_created=[f"index/{n}" for n in created_names],
+        checkpoint_before=ckpt_before._asdict(),
+        checkpoint_after=cp._asdict(),
+        delay_tags_mismatch=a.delay_mismatch,
+        salvage=salvage_info,
+        problems=list(plan.problems) + [Problem(p.code, p.path, p.offset, p.message) for p in a.reput_problems
+                                        if p.code == SIZE_ACCOUNTING],
+        cq_warnings=a.cq_warnings,
+    )
+
+
+def _fsync_sealed(store: Store, plan: RecoveryPlan) -> None:
+    """fsync the kept full index files the next one continues (unchanged files: the
+    checkpoint will say they are on disk)."""
+    for rel in plan.index_sealed:
+        fd = os.open(store.root / rel, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _start_applying(store: Store, plan: RecoveryPlan, profile: BrokerProfile, progress: Progress | None,
+                    jobs: int | None, queues_only: bool) -> _Applying:
+    """The consume queues as CQ recovery leaves them, the index files as IndexService.load
+    leaves them."""
+    Fcq = store.geometry.cq_file_size
     ctx = plan.context if plan.context is not None else RecoveryContext(frozen=set(frozen_queues(store)))
-    known: dict[tuple[str, int], _QueueState] = ctx.queue_states
-    frozen: set[tuple[str, int]] = ctx.frozen
+    queues: dict[tuple[str, int], _Queue] = {}
     for key, qfiles in store.consume_queues.items():
-        if key in frozen:
+        if key in ctx.frozen:
             continue
-        st = known.get(key)
+        st = ctx.queue_states.get(key)
         if st is None:
             st = _recover_queue_files(qfiles, Fcq, profile)
         queues[key] = _Queue(key, Fcq, st)
+    kept_index, ib = _index_as_loaded(store, plan, profile, ctx.frozen)
+    a = _Applying(store, plan, profile, ctx, progress, jobs, queues_only, queues, kept_index, ib)
+    a.q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
+    return a
 
-    # -- index files as IndexService.load leaves them
+
+def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile,
+                     frozen: set[tuple[str, int]]) -> tuple[list[StoreFile], Any]:
+    """The index files IndexService.load keeps, and the IndexBuilder that goes on from them."""
+    from .indexbuild import IndexBuilder
+
+    g = store.geometry
     discarded = {d.file for d in plan.index_discarded}
     kept_index = [f for f in store.index_files if f"index/{f.name}" not in discarded]
     last_bytes = _index_file_bytes(kept_index[-1].path) if kept_index else None
@@ -1905,228 +2001,203 @@ def apply_recovery(
         end = ib.current.end_phy_offset
         if _index_holds_record(store, profile, ib, end):
             ib.skip_through = max(end, ib.skip_through if ib.skip_through is not None else -1)
+    return kept_index, ib
 
-    q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
-    mdl_a = None if (plan.correct_delay_tags or not q1) else 0
-    dispatched: dict[str, int] = {}
-    logics: int | None = None
-    sched_rows: list[int] = []  # positions of SCHEDULE_TOPIC_XXXX records dispatched with mdl 0
-    reput_problems: list[Any] = []  # what the dispatch passes met (damage the broker's reput skips too)
 
-    def run_pass(name: str, lo: int, hi: int, mdl: int | None, cq: bool, index: bool,
-                 cqset: Any, skip_upto: int | None = None) -> None:
-        nonlocal logics
-        if queues_only and not cq:
-            return
-        n = 0
-        # (records the kept index already holds in full are skipped by the builder: when
-        # that is all of them, their keys are not even hashed)
-        last_start = plan.last_valid_offset if hi >= process and plan.last_valid_offset >= 0 else hi - 1
-        index = index and not queues_only and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
-        for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs, tags=bool(cq and cqset is not None),
-                                   hints=ctx.hints, index_keys=index, problems=reput_problems):
-            if skip_upto is not None:
-                mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
-                if not mask.all():
-                    cols = cols.select(mask)
-            if cols.count == 0:
-                continue
-            n += cols.count
-            if cq and cqset is not None:
-                feed_cq(cqset, cols)
-                if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
-                    sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
-            if index:
-                # an entry at or past the end offset (a record whose PHYSICALOFFSET field
-                # says so) is what the next recover cuts from the index: not written now, so
-                # a second run finds nothing to do
-                past = cols.commitlog_offset >= process
-                feed_index(ib, cols.select(~past) if past.any() else cols)
-        dispatched[name] = dispatched.get(name, 0) + n
-        if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
-            logics = cqset.logics_msg_timestamp
+def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bool, index: bool,
+              cqset: Any, skip_upto: int | None = None) -> None:
+    """One dispatch pass over ``[lo, hi)``: units into ``cqset`` (``cq``), keys into the index."""
+    from .reput import feed_cq, feed_index
 
-    def cqset_of() -> Any:
-        cs = ConsumeQueueSet(Fcq, frozen=frozen)
-        cs.writers = _LazyWriters(lambda k: queues[k].writer() if k in queues else None)
-        return cs
+    plan, process = a.plan, a.process
+    if a.queues_only and not cq:
+        return
+    n = 0
+    # (records the kept index already holds in full are skipped by the builder: when
+    # that is all of them, their keys are not even hashed)
+    last_start = plan.last_valid_offset if hi >= process and plan.last_valid_offset >= 0 else hi - 1
+    index = index and not a.queues_only and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
+    for cols in _dispatch_iter(a.store, a.profile, lo, hi, mdl, a.progress, a.jobs, tags=bool(cq and cqset is not None),
+                               hints=a.ctx.hints, index_keys=index, problems=a.reput_problems):
+        if skip_upto is not None:
+            mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
+            if not mask.all():
+                cols = cols.select(mask)
+        if cols.count == 0:
+            continue
+        n += cols.count
+        if cq and cqset is not None:
+            feed_cq(cqset, cols)
+            if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
+                a.sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
+        if index:
+            # an entry at or past the end offset (a record whose PHYSICALOFFSET field
+            # says so) is what the next recover cuts from the index: not written now, so
+            # a second run finds nothing to do
+            past = cols.commitlog_offset >= process
+            feed_index(a.ib, cols.select(~past) if past.any() else cols)
+    a.dispatched[name] = a.dispatched.get(name, 0) + n
+    if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
+        a.logics = cqset.logics_msg_timestamp
 
-    def absorb(cqset: Any) -> None:
-        from .reput import BAD_TOPIC, ReputProblem
 
-        for t, n in sorted(cqset.bad_topics.items()):
-            reput_problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
-                                               f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
-        for key, w in cqset.writers.items():
-            if key not in queues:
-                queues[key] = _Queue(key, Fcq, None)
-            queues[key].absorb(w)
+def _cqset_of(a: _Applying) -> Any:
+    """A ConsumeQueueSet whose writers go on from the queues as recovery leaves them."""
+    from .indexbuild import ConsumeQueueSet
 
-    cq_warnings = 0
-    appended_units = 0
-    delay_mismatch = 0
+    cs = ConsumeQueueSet(a.Fcq, frozen=a.ctx.frozen)
+    queues = a.queues
+    cs.writers = _LazyWriters(lambda k: queues[k].writer() if k in queues else None)
+    return cs
+
+
+def _absorb(a: _Applying, cqset: Any) -> None:
+    """Take a dispatch pass's units into the queues; count its warnings and units."""
+    from .reput import BAD_TOPIC, ReputProblem
+
+    a.cq_warnings += len(cqset.warnings)
+    a.appended_units += sum(w.appended_units for w in cqset.writers.values())
+    for t, n in sorted(cqset.bad_topics.items()):
+        a.reput_problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
+                                             f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
+    for key, w in cqset.writers.items():
+        if key not in a.queues:
+            a.queues[key] = _Queue(key, a.Fcq, None)
+        a.queues[key].absorb(w)
+
+
+def _apply_dispatch(a: _Applying) -> None:
+    """The dispatch passes of the plan, the consume queues' truncation, the 4.x start-up
+    reput; or, for an empty commitlog, every consume queue destroyed."""
+    plan, process = a.plan, a.process
     if plan.destroy_consume_queues:
-        for q in queues.values():
+        for q in a.queues.values():
             q.truncate(0)  # every file goes
-            q.removed = list(store.consume_queues.get(q.key, []))
+            q.removed = list(a.store.consume_queues.get(q.key, []))
             q.disk.clear()
-    else:
-        # our improvement: re-index what the discarded index files held before the start file
-        # (from the last kept file's endPhyOffset: that record may have been indexed only
-        # in part before the file filled up, and the builder re-indexes it as the broker
-        # would, quirk Q6)
-        for d in plan.dispatch:
-            if d.name == "reindex":
-                run_pass("reindex", d.from_offset, d.to_offset, None, False, True, None)
-        # the recovery's own dispatch (abnormal, or 5.3.2+ normal walk-back)
-        cqset = cqset_of()
-        for d in plan.dispatch:
-            if d.name == "abnormal_recovery":
-                run_pass(d.name, d.from_offset, d.to_offset, mdl_a, True, True, cqset)
-            elif d.name == "walkback_dispatch":
-                run_pass(d.name, d.from_offset, d.to_offset, None, True, True, cqset,
-                         skip_upto=plan.max_phy_offset_of_cq)
-        cq_warnings += len(cqset.warnings)
-        appended_units += sum(w.appended_units for w in cqset.writers.values())
-        if sched_rows and q1:
-            delay_mismatch = _count_delay_mismatch(store, profile, cqset, sched_rows, plan.correct_delay_tags)
-        absorb(cqset)
-        # truncate_dirty_logic_files
-        if plan.cq_truncation:
-            for q in queues.values():
-                q.truncate(process)
-        # the 4.x start-up reput from the consume queues' max physical offset
-        if profile.startup_reput_from_cq:
-            fmax = ctx.frozen_max
-            fmax = min(fmax, process) if plan.cq_truncation else fmax
-            reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in queues.values()])
-            reput_from = max(reput_from, 0, plan.commitlog_min_offset)
-            cqset = cqset_of()
-            if reput_from < process:
-                run_pass("startup_reput", reput_from, process, None, True, True, cqset)
-            cq_warnings += len(cqset.warnings)
-            appended_units += sum(w.appended_units for w in cqset.writers.values())
-            absorb(cqset)
+        return
+    # our improvement: re-index what the discarded index files held before the start file
+    # (from the last kept file's endPhyOffset: that record may have been indexed only
+    # in part before the file filled up, and the builder re-indexes it as the broker
+    # would, quirk Q6)
+    for d in plan.dispatch:
+        if d.name == "reindex":
+            _run_pass(a, "reindex", d.from_offset, d.to_offset, None, False, True, None)
+    # the recovery's own dispatch (abnormal, or 5.3.2+ normal walk-back)
+    mdl_a = None if (plan.correct_delay_tags or not a.q1) else 0
+    cqset = _cqset_of(a)
+    for d in plan.dispatch:
+        if d.name == "abnormal_recovery":
+            _run_pass(a, d.name, d.from_offset, d.to_offset, mdl_a, True, True, cqset)
+        elif d.name == "walkback_dispatch":
+            _run_pass(a, d.name, d.from_offset, d.to_offset, None, True, True, cqset, skip_upto=plan.max_phy_offset_of_cq)
+    if a.sched_rows and a.q1:
+        a.delay_mismatch = _count_delay_mismatch(a.store, a.profile, cqset, a.sched_rows, plan.correct_delay_tags)
+    _absorb(a, cqset)
+    # truncate_dirty_logic_files
+    if plan.cq_truncation:
+        for q in a.queues.values():
+            q.truncate(process)
+    # the 4.x start-up reput from the consume queues' max physical offset
+    if a.profile.startup_reput_from_cq:
+        fmax = a.ctx.frozen_max
+        fmax = min(fmax, process) if plan.cq_truncation else fmax
+        reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in a.queues.values()])
+        reput_from = max(reput_from, 0, plan.commitlog_min_offset)
+        cqset = _cqset_of(a)
+        if reput_from < process:
+            _run_pass(a, "startup_reput", reput_from, process, None, True, True, cqset)
+        _absorb(a, cqset)
 
-    if queues_only:
-        return queues
 
-    # -- the transaction
-    for rel in plan.index_sealed:  # (unchanged files: the checkpoint will say they are on disk)
-        fd = os.open(store.root / rel, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    tz = index_tz if index_tz is not None else infer_index_tz(store)
-    with StoreTransaction(store.root, backup_dir=backup_dir, description=f"rmqtool recover ({plan.mode})") as tx:
-        # commitlog
-        for c in plan.cuts:
-            tx.truncate_tail(c.file, c.pos, zero_fill=True)
-        for r in plan.removed_files:
-            tx.remove_file(r.path)
-        # consume queues
-        for key, q in sorted(queues.items()):
-            topic, qid = key
-            # a file the queue's recovery removes and the dispatch writes again (the broker
-            # deletes it, then creates it under the same name): one replacement
-            recreated = {f.base: f for f in q.removed if f.base in q.content}
-            for f in q.removed:
-                if f.base not in recreated:
-                    tx.remove_file(f.path)
-            if not q.bases:
-                continue
-            last = q.bases[-1]
-            for b in q.bases:
-                rel = f"consumequeue/{topic}/{qid}/{offset_to_file_name(b)}"
-                pos = (q.write - b) if (b == last and q.write is not None) else Fcq
-                if b in q.content:
-                    units = bytes(q.content[b][:pos])
-                    old = q.disk.get(b) or recreated.get(b)
-                    if old is not None:
-                        if old.size != Fcq or _read_prefix(old, len(units)) != units or not _zeros_from(old, len(units)):
-                            tx.replace_file(rel, _units_writer(units, Fcq))
-                    elif (store.root / rel).exists():  # a file the queue's recovery did not load (zero-length)
+def _queue_changes(tx: Any, a: _Applying) -> None:
+    """The consume queue files into the transaction: removed, replaced, created or cut."""
+    Fcq, store = a.Fcq, a.store
+    for key, q in sorted(a.queues.items()):
+        topic, qid = key
+        # a file the queue's recovery removes and the dispatch writes again (the broker
+        # deletes it, then creates it under the same name): one replacement
+        recreated = {f.base: f for f in q.removed if f.base in q.content}
+        for f in q.removed:
+            if f.base not in recreated:
+                tx.remove_file(f.path)
+        if not q.bases:
+            continue
+        last = q.bases[-1]
+        for b in q.bases:
+            rel = f"consumequeue/{topic}/{qid}/{offset_to_file_name(b)}"
+            pos = (q.write - b) if (b == last and q.write is not None) else Fcq
+            if b in q.content:
+                units = bytes(q.content[b][:pos])
+                old = q.disk.get(b) or recreated.get(b)
+                if old is not None:
+                    if old.size != Fcq or _read_prefix(old, len(units)) != units or not _zeros_from(old, len(units)):
                         tx.replace_file(rel, _units_writer(units, Fcq))
-                    else:
-                        tx.create_file(rel, _units_writer(units, Fcq), mode=0o644)
-                elif b == last and b in q.disk and file_has_nonzero(q.disk[b].path, pos, q.disk[b].size):
-                    tx.truncate_tail(rel, pos, zero_fill=True)
-        # index
-        for d in plan.index_discarded:
-            tx.remove_file(d.file)
-        created_names: list[str] = []
-        taken = {f.name for f in store.index_files}
-        floor = kept_index[-1].name if kept_index else None
-        rewritten = set()
-        for img in ib.files:
-            if not img.created:
-                if (img.puts or img.truncated or f"index/{floor}" in plan.index_extended) and floor is not None:
-                    tx.replace_file(f"index/{floor}", _index_writer(img))
-                    rewritten.add(f"index/{floor}")
-                continue
-            name = _new_index_name(img.first_store_timestamp or 0, tz, floor, taken)
-            taken.add(name)
-            floor = name
-            created_names.append(name)
-            tx.create_file(f"index/{name}", _index_writer(img), mode=0o644)
-        # short kept files, as the broker's load leaves them: extended with zeros
-        for rel in plan.index_extended:
-            if rel not in rewritten:
-                with open(store.root / rel, "rb") as src:
-                    tx.replace_file(rel, _units_writer(src.read(g.index_file_size), g.index_file_size))
-        # checkpoint
-        cp = ckpt_before
-        if logics is not None:
-            cp = cp._replace(logics_msg_timestamp=logics)
-        if ib.index_msg_timestamp is not None:
-            cp = cp._replace(index_msg_timestamp=ib.index_msg_timestamp)
-        elif plan.index_sealed_timestamp is not None and plan.index_sealed_timestamp > cp.index_msg_timestamp:
-            # a kept full file that the next one continues: the broker's flush after the
-            # roll-over (msync, then indexMsgTimestamp := its endTimestamp), which the crash
-            # cut short (the fsync is done above)
-            cp = cp._replace(index_msg_timestamp=plan.index_sealed_timestamp)
-        if profile.version >= (5, 1, 1) and store.commitlog:
-            # 5.x recovery sets the confirm offset to the last valid record's start; the
-            # 5.1.1+ checkpoint persists it (RECOVERY §4.1, §5.2; STORE_FORMAT §16). With no
-            # valid record it keeps its initial value: the start file's offset (abnormal),
-            # the commitlog's max offset at load, every file counted full (normal, async
-            # flush: CommitLog.getConfirmOffset)
-            if plan.last_valid_offset >= 0:
-                confirm = plan.last_valid_offset
-            elif plan.mode == MODE_ABNORMAL:
-                confirm = plan.start_offset
-            else:
-                loaded = [f for f in store.commitlog if f.size > 0]
-                confirm = loaded[-1].base + g.commitlog_file_size if loaded else cp.confirm_phy_offset
-            cp = cp._replace(confirm_phy_offset=confirm)
-        new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
-        if new_cp != cp_bytes:
-            tx.replace_file("checkpoint", new_cp)
-        if extra is not None:
-            extra(tx, queues)
-        # the abort file goes last
-        if store.abort_present:
-            tx.remove_file("abort")
-        actions = [asdict(a) for a in tx.plan()]
-        result = tx.commit() if actions else None
-    return ApplyResult(
-        changed=bool(actions),
-        backup_dir=str(result.backup_dir) if result is not None and result.backup_dir else None,
-        actions=actions,
-        end_offset=process,
-        dispatched=dispatched,
-        cq_units_appended=appended_units,
-        index_entries_added=ib.keys_put,
-        index_files_created=[f"index/{n}" for n in created_names],
-        checkpoint_before=ckpt_before._asdict(),
-        checkpoint_after=cp._asdict(),
-        delay_tags_mismatch=delay_mismatch,
-        salvage=salvage_info,
-        problems=list(plan.problems) + [Problem(p.code, p.path, p.offset, p.message) for p in reput_problems
-                                        if p.code == SIZE_ACCOUNTING],
-        cq_warnings=cq_warnings,
-    )
+                elif (store.root / rel).exists():  # a file the queue's recovery did not load (zero-length)
+                    tx.replace_file(rel, _units_writer(units, Fcq))
+                else:
+                    tx.create_file(rel, _units_writer(units, Fcq), mode=0o644)
+            elif b == last and b in q.disk and file_has_nonzero(q.disk[b].path, pos, q.disk[b].size):
+                tx.truncate_tail(rel, pos, zero_fill=True)
+
+
+def _index_changes(tx: Any, a: _Applying, tz: _dt.tzinfo) -> list[str]:
+    """The index files into the transaction: discarded ones removed, the last kept one
+    rewritten, new ones created, short ones extended. Returns the new files' names."""
+    plan, g = a.plan, a.store.geometry
+    for d in plan.index_discarded:
+        tx.remove_file(d.file)
+    created_names: list[str] = []
+    taken = {f.name for f in a.store.index_files}
+    floor = a.kept_index[-1].name if a.kept_index else None
+    rewritten = set()
+    for img in a.ib.files:
+        if not img.created:
+            if (img.puts or img.truncated or f"index/{floor}" in plan.index_extended) and floor is not None:
+                tx.replace_file(f"index/{floor}", _index_writer(img))
+                rewritten.add(f"index/{floor}")
+            continue
+        name = _new_index_name(img.first_store_timestamp or 0, tz, floor, taken)
+        taken.add(name)
+        floor = name
+        created_names.append(name)
+        tx.create_file(f"index/{name}", _index_writer(img), mode=0o644)
+    # short kept files, as the broker's load leaves them: extended with zeros
+    for rel in plan.index_extended:
+        if rel not in rewritten:
+            with open(a.store.root / rel, "rb") as src:
+                tx.replace_file(rel, _units_writer(src.read(g.index_file_size), g.index_file_size))
+    return created_names
+
+
+def _recovered_checkpoint(a: _Applying, cp: Checkpoint) -> Checkpoint:
+    """The checkpoint after recovery: ``cp`` with the consume queues', the index's and
+    (5.1.1+) the confirm offset's new values."""
+    plan, profile, store = a.plan, a.profile, a.store
+    if a.logics is not None:
+        cp = cp._replace(logics_msg_timestamp=a.logics)
+    if a.ib.index_msg_timestamp is not None:
+        cp = cp._replace(index_msg_timestamp=a.ib.index_msg_timestamp)
+    elif plan.index_sealed_timestamp is not None and plan.index_sealed_timestamp > cp.index_msg_timestamp:
+        # a kept full file that the next one continues: the broker's flush after the
+        # roll-over (msync, then indexMsgTimestamp := its endTimestamp), which the crash
+        # cut short (the fsync is done above)
+        cp = cp._replace(index_msg_timestamp=plan.index_sealed_timestamp)
+    if profile.version >= (5, 1, 1) and store.commitlog:
+        # 5.x recovery sets the confirm offset to the last valid record's start; the
+        # 5.1.1+ checkpoint persists it (RECOVERY §4.1, §5.2; STORE_FORMAT §16). With no
+        # valid record it keeps its initial value: the start file's offset (abnormal),
+        # the commitlog's max offset at load, every file counted full (normal, async
+        # flush: CommitLog.getConfirmOffset)
+        if plan.last_valid_offset >= 0:
+            confirm = plan.last_valid_offset
+        elif plan.mode == MODE_ABNORMAL:
+            confirm = plan.start_offset
+        else:
+            loaded = [f for f in store.commitlog if f.size > 0]
+            confirm = loaded[-1].base + store.geometry.commitlog_file_size if loaded else cp.confirm_phy_offset
+        cp = cp._replace(confirm_phy_offset=confirm)
+    return cp
 
 
 def _index_file_bytes(path: Path) -> Any:
