@@ -101,6 +101,9 @@ class Region:
     layout: FillerLayout | None = None
     quarantined: list[Quarantined] = field(default_factory=list)
     create: bool = False  # a missing file: created whole
+    # the file as the plan made it, beside the store (plan_repair with rebuild): apply
+    # copies the new bytes from here; not part of the plan's data
+    patched: Path | None = field(default=None, repr=False, compare=False)
 
     @property
     def start_offset(self) -> int:
@@ -627,7 +630,7 @@ def _patch_regions(store: Store, plan: RepairPlan, recs: Any, intact: np.ndarray
         with open(dst, "r+b") as fh:
             fh.seek(r.pos)
             _write_region(store, r, fh, *_neighbour(store, recs, intact, r.start_offset))
-        r._patched = dst  # type: ignore[attr-defined]  # apply copies the new bytes from here
+        r.patched = dst  # apply copies the new bytes from here
         w.keep = True
     return patched
 
@@ -791,10 +794,11 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
         claimed: dict[str, list[Region]] = {}
         for r in plan.regions:
             claimed.setdefault(r.file, []).append(r)
-        if any(not hasattr(r, "_patched") for r in plan.regions):
+        if any(r.patched is None for r in plan.regions):
             raise ValueError("apply_repair needs a plan made with rebuild=True (its patched copies)")
         for rel, rs in claimed.items():
-            patched = rs[0]._patched  # the file as the plan made it, beside the store
+            patched = rs[0].patched  # the file as the plan made it, beside the store
+            assert patched is not None
             if rs[0].create:
                 tx.create_file(rel, patched)
                 continue
