@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -13,7 +12,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .apply import _apply_step, _copy_holes_kept
+from .apply import _apply_step
 from .backup import backup_step, choose_backup_dir, write_backup
 from .consts import (
     _ROLLBACK_STATES,
@@ -25,10 +24,8 @@ from .consts import (
     Data,
 )
 from .digests import (
-    _BIG_CHUNK,
     _PREHASH_MIN,
     _Hasher,
-    _HashingFile,
     _PendingDigest,
     _PreHash,
 )
@@ -37,8 +34,9 @@ from .fileio import _makedirs_synced, _now_utc, atomic_write, fsync_dir
 from .hooks import _active_journals, _checkpoint
 from .journal import _drop_backup, _journal_root, _naming, _remove_journal_dir, pending_journals
 from .lock import StoreLock
-from .paths import _copy_owner, _regular_stat, _relpath
+from .paths import _regular_stat, _relpath
 from .plan import CommitResult, PlannedAction, _Step
+from .staging import dry_run_content, write_staged
 
 
 class StoreTransaction:
@@ -199,14 +197,7 @@ class StoreTransaction:
         """Write ``data`` into staging (fsynced); returns (staged name, size, sha256). In a dry
         run nothing is written: size/sha256 are computed for bytes, size only for a path."""
         if self.dry_run:
-            if isinstance(data, (bytes, bytearray, memoryview)):
-                b = bytes(data)
-                return None, len(b), hashlib.sha256(b).hexdigest()
-            if isinstance(data, os.PathLike):
-                return None, os.stat(data).st_size, None
-            if not callable(data):
-                raise TypeError(f"new content must be bytes, a path or a writer, not {type(data).__name__}")
-            return None, None, None
+            return dry_run_content(data)
         jdir = self._ensure_journal()
         self._stage_seq += 1
         name = f"{self._stage_seq:06d}"
@@ -229,33 +220,7 @@ class StoreTransaction:
         # hasher's thread goes on while the caller stages the next files
         return name, size, _PendingDigest(h)  # type: ignore[return-value]
 
-    @staticmethod
-    def _write_staged(dst: Path, data: Data, mode: int, h: Any, owner_ref: Path, mtime_ns: int | None) -> int:
-        """Write the staged file, give it its mode, owner and mtime, and fsync it once."""
-        with open(dst, "x+b") as f:
-            if isinstance(data, (bytes, bytearray, memoryview)):
-                h.update(data if isinstance(data, bytes) else bytes(data))
-                f.write(data)
-            elif isinstance(data, os.PathLike):
-                _copy_holes_kept(Path(data), f, h)
-            elif callable(data):
-                hf = _HashingFile(f, h)
-                data(hf)  # type: ignore[arg-type]
-                f.flush()
-                if not hf.sequential:
-                    h.reset()
-                    f.seek(0)
-                    while chunk := f.read(_BIG_CHUNK):
-                        h.update(chunk)
-            else:
-                raise TypeError(f"new content must be bytes, a path or a writer, not {type(data).__name__}")
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            _copy_owner(dst, owner_ref)
-            if mtime_ns is not None:
-                os.utime(f.fileno(), ns=(mtime_ns, mtime_ns))
-            os.fsync(f.fileno())
-            return os.fstat(f.fileno()).st_size
+    _write_staged = staticmethod(write_staged)
 
     def _add(self, step: _Step) -> PlannedAction:
         self._steps.append(step)
