@@ -1508,7 +1508,11 @@ def _plan_cq_truncation(p: _Planning) -> None:
             continue
         bases = [f.base for f in st.kept]
         by_base = {f.base: f for f in st.kept}
-        n, write, mp_after = _truncate_units(lambda b, by_base=by_base: _cq_units(by_base[b], Fcq), bases, Fcq, process)
+
+        def units_of(b: int, by_base: dict[int, StoreFile] = by_base) -> np.ndarray:
+            return _cq_units(by_base[b], Fcq)
+
+        n, write, mp_after = _truncate_units(units_of, bases, Fcq, process)
         p.post_trunc_max.append(mp_after)
         qp.truncate_to = write
         qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept[n:]]
