@@ -59,7 +59,7 @@ import mmap
 import os
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -271,6 +271,18 @@ class DispatchRange:
 
 
 @dataclass
+class RecoveryContext:
+    """What :func:`plan_recovery` works out beside the plan's data, which
+    :func:`apply_recovery` reuses (never rendered: not part of the plan's data)."""
+
+    queue_states: dict[tuple[str, int], _QueueState] = field(default_factory=dict)  # each queue's recovery
+    frozen: set[tuple[str, int]] = field(default_factory=set)  # queues apply never writes
+    blocked: list[str] = field(default_factory=list)  # commitlog files that stop recover from applying anything
+    frozen_max: int = -1  # the frozen queues' maxPhysicOffset (-1: none)
+    hints: Any = None  # the consume queues' offsets, reused by apply's dispatch
+
+
+@dataclass
 class RecoveryPlan:
     """Everything :func:`apply_recovery` will do, computed without writing anything."""
 
@@ -316,6 +328,7 @@ class RecoveryPlan:
     checkpoint_missing: bool = False
     last_valid_offset: int = -1  # start of the last valid record (5.x confirmOffset)
     destroy_consume_queues: bool = False  # empty commitlog: the broker destroys every queue
+    context: RecoveryContext | None = field(default=None, repr=False, compare=False)  # (not rendered)
 
     # -- derived ------------------------------------------------------------------------
     @property
@@ -369,8 +382,14 @@ class RecoveryPlan:
             "nothing_to_do": self.nothing_to_do,
         }
 
+    @property
+    def blocked(self) -> list[str]:
+        """Commitlog files whose names do not tile the offsets: recover applies nothing."""
+        return self.context.blocked if self.context is not None else []
+
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = asdict(replace(self, context=None))
+        del d["context"]
         d["summary"] = self.summary()
         return d
 
@@ -1008,6 +1027,56 @@ def _rel(store: Store, p: Path) -> str:
         return str(p)
 
 
+@dataclass
+class _PlanOptions:
+    """plan_recovery's options (see its doc), resolved against the profile."""
+
+    check_crc: bool
+    message_index_safe: bool
+    correct_delay_tags: bool
+    reindex: bool
+    keep_sound_index: bool
+    check_unread: bool
+    salvage: bool
+    jobs: int | None
+    progress: Progress | None
+    use_hints: bool
+
+
+@dataclass
+class _Planning:
+    """What the steps of :func:`plan_recovery` pass on to each other."""
+
+    store: Store
+    profile: BrokerProfile
+    ckpt: Checkpoint
+    opts: _PlanOptions
+    plan: RecoveryPlan
+    ctx: RecoveryContext
+    files: list[StoreFile]  # the commitlog files with data
+    zero_last_cl: list[RemovedFile]  # a zero-length last commitlog file 5.1.3+ deletes
+    start: int = 0  # the start file's index in files
+    q1: bool = False  # quirk Q1: the abnormal walk and dispatch run with maxDelayLevel 0
+    process: int = 0  # processOffset: where the commitlog ends after recovery
+    records: int = 0  # valid records walked from the start file
+    data_end: int = 0  # where the walked files' data ends: no valid record at or after it
+    scans: list[FileScan] = field(default_factory=list)  # the walks from the start file
+    headers: dict[str, tuple[int, ...]] = field(default_factory=dict)  # index file name -> header
+    early: dict[str, IndexCheck] = field(default_factory=dict)  # index checks done during the walk
+    keep_candidates: bool = False  # index files the broker discards may be checked and kept
+    first_discard: int | None = None  # the first index file the broker discards
+    post_trunc_max: list[int] = field(default_factory=list)  # queues' maxPhysicOffset after the truncation
+    kept_index: list[StoreFile] = field(default_factory=list)  # index files that stay
+
+    @property
+    def F(self) -> int:
+        return self.store.geometry.commitlog_file_size
+
+    @property
+    def abnormal(self) -> bool:
+        return self.plan.mode == MODE_ABNORMAL
+
+
 def plan_recovery(
     store: Store,
     profile: BrokerProfile,
@@ -1035,13 +1104,26 @@ def plan_recovery(
     file, which recovery never reads, and report damage there as problems. ``salvage``:
     count the records found in the bytes that will be cut.
     """
-    if check_crc is None:
-        check_crc = profile.check_crc_on_recover
-    if message_index_safe is None:
-        message_index_safe = profile.message_index_safe
-    g = store.geometry
-    F = g.commitlog_file_size
-    ckpt = store.read_checkpoint()
+    opts = _PlanOptions(
+        profile.check_crc_on_recover if check_crc is None else check_crc,
+        profile.message_index_safe if message_index_safe is None else message_index_safe,
+        correct_delay_tags, reindex, keep_sound_index, check_unread, salvage, jobs, progress, use_hints)
+    p = _start_planning(store, profile, mode, opts)
+    if not p.files:
+        return _plan_without_commitlog(p)
+    _plan_walks(p)
+    _plan_process_offset(p)
+    _plan_commitlog_cuts(p)
+    _plan_next_normal_start(p)
+    _plan_cq_truncation(p)
+    _plan_index_discards(p)
+    _plan_index_past_end(p)
+    _plan_dispatch(p)
+    return p.plan
+
+
+def _recovery_mode(store: Store, mode: str | None) -> tuple[str, str]:
+    """The recovery mode and why: the one asked for, else the broker's choice."""
     if mode is None:
         mode = MODE_ABNORMAL if store.abort_present else MODE_NORMAL
         reason = "abort file present (the broker did not shut down cleanly)" if store.abort_present else "no abort file (clean shutdown)"
@@ -1049,18 +1131,22 @@ def plan_recovery(
         reason = f"--{mode} given" + (" (abort file present)" if store.abort_present else " (no abort file)")
     if mode not in (MODE_NORMAL, MODE_ABNORMAL):
         raise ValueError(f"mode must be normal or abnormal, not {mode!r}")
+    return mode, reason
+
+
+def _layout_problems(store: Store, profile: BrokerProfile, ctx: RecoveryContext) -> tuple[list[Problem], list[RemovedFile]]:
+    """The store's layout issues as problems; the commitlog files that block recover go to
+    ``ctx.blocked``; returns the problems and a zero-length last commitlog file 5.1.3+ removes."""
     problems: list[Problem] = []
-    notes: list[str] = []
     last_cq = {_rel(store, files[-1].path) for files in store.consume_queues.values() if files}
     last_cl = _rel(store, store.commitlog[-1].path) if store.commitlog else None
     zero_last_cl: list[RemovedFile] = []
-    blocked: list[str] = []
     for issue in store.issues:
         if issue.path.startswith("commitlog") and issue.code in ("FILE_OVERLAP", "MISALIGNED_FILE"):
             # file names that do not tile the offsets (a stray 00000000000000000001, a file
             # renamed into another's range): the broker refuses to load such a store, and
             # emulating its walk over them would cut every later file. Nothing is applied.
-            blocked.append(issue.path)
+            ctx.blocked.append(issue.path)
         if (issue.code == "ZERO_LENGTH_FILE" and issue.path == last_cl and profile.version >= (5, 1, 3)
                 and len(store.commitlog) > 1):
             # 5.1.3+ MappedFileQueue.load deletes a zero-length last file and loads the rest
@@ -1073,14 +1159,17 @@ def plan_recovery(
             # the broker's MappedFileQueue.load refuses a file of another size: it does not start
             problems.append(Problem(LAYOUT, issue.path, None, f"{issue.message}; recovery does not repair consume queue "
                                     "files: rmqtool rebuild-index --cq-only --topic TOPIC writes them anew"))
+    return problems, zero_last_cl
 
-    # -- 1. ConsumeQueue recovery, 2. maxPhyOffsetOfCQ
-    Fcq = g.cq_file_size
-    queue_states: dict[tuple[str, int], _QueueState] = {}
+
+def _plan_queues(store: Store, profile: BrokerProfile, ctx: RecoveryContext,
+                 problems: list[Problem]) -> tuple[list[QueuePlan], int]:
+    """Steps 1 and 2: ConsumeQueue recovery of every queue, and maxPhyOffsetOfCQ. Fills in
+    ``ctx.queue_states``, ``ctx.frozen`` and ``ctx.frozen_max``."""
+    Fcq = store.geometry.cq_file_size
     queues: list[QueuePlan] = []
     max_cq = -1
     frozen = frozen_queues(store)
-    frozen_max = -1
     for key in sorted(frozen):
         problems.append(Problem(LAYOUT, f"consumequeue/{key[0]}/{key[1]}", None, f"{frozen[key]}: recover neither cuts nor "
                                 "appends to this queue (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
@@ -1091,63 +1180,59 @@ def plan_recovery(
             # (every file the broker loads: any decimal name, in name order, as its
             # MappedFileQueue sorts them; a 19-digit 0000000000000000640 is file 640)
             aligned = [f for f in qfiles if f.base % Fcq == 0]
-            frozen_max = max(frozen_max, _recover_queue_files(aligned, Fcq, profile).max_physic_offset)
-            max_cq = max(max_cq, frozen_max)
+            ctx.frozen_max = max(ctx.frozen_max, _recover_queue_files(aligned, Fcq, profile).max_physic_offset)
+            max_cq = max(max_cq, ctx.frozen_max)
             continue
         st = _recover_queue_files(qfiles, Fcq, profile)
-        queue_states[(t, q)] = st
+        ctx.queue_states[(t, q)] = st
         max_cq = max(max_cq, st.max_physic_offset)
         queues.append(QueuePlan(t, q, len(qfiles), st.write_offset, st.max_physic_offset,
                                 [_rel(store, f.path) for f in st.removed]))
+    ctx.frozen = set(frozen)
+    return queues, max_cq
 
+
+def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts: _PlanOptions) -> _Planning:
+    """The plan's head: the mode, the layout problems, the consume queues' recovery."""
+    ckpt = store.read_checkpoint()
+    mode, reason = _recovery_mode(store, mode)
+    ctx = RecoveryContext()
+    problems, zero_last_cl = _layout_problems(store, profile, ctx)
+    notes: list[str] = []
+    queues, max_cq = _plan_queues(store, profile, ctx, problems)
     files = [f for f in store.commitlog if f.size > 0]
     min_offset = files[0].base if files else -1
     plan = RecoveryPlan(
         store=str(store.root), broker_version=profile.label, mode=mode, mode_reason=reason,
-        check_crc=check_crc, message_index_safe=message_index_safe,
-        correct_delay_tags=correct_delay_tags, reindex=reindex, checkpoint=ckpt._asdict(),
+        check_crc=opts.check_crc, message_index_safe=opts.message_index_safe,
+        correct_delay_tags=opts.correct_delay_tags, reindex=opts.reindex, checkpoint=ckpt._asdict(),
         abort_present=store.abort_present, start_file=None, start_offset=0, bytes_to_scan=0,
         end_offset=0, stop_file=None, stop_pos=None, stop_reason=None, records_valid=0,
         max_phy_offset_of_cq=max_cq, commitlog_min_offset=min_offset, queues=queues,
-        problems=problems, notes=notes, checkpoint_missing=not store.checkpoint_present,
+        problems=problems, notes=notes, checkpoint_missing=not store.checkpoint_present, context=ctx,
     )
-    plan._queue_states = queue_states  # type: ignore[attr-defined]  # reused by apply (not part of the plan's data)
-    plan._frozen = set(frozen)  # type: ignore[attr-defined]  # queues apply never writes
-    plan._blocked = blocked  # type: ignore[attr-defined]  # commitlog files that stop recover from applying anything
-    plan._frozen_max = frozen_max  # type: ignore[attr-defined]  # their maxPhysicOffset (-1: none)
-    plan._hints = None  # type: ignore[attr-defined]  # the consume queues' offsets, reused by apply's dispatch
-    if not files:
-        plan.destroy_consume_queues = bool(store.consume_queues)
-        for qp in queues:
-            st = queue_states[qp.key]
-            qp.truncate_removed = [_rel(store, f.path) for f in st.kept]
-        notes.append("no commitlog file: the broker destroys every consume queue")
-        return plan
+    return _Planning(store, profile, ckpt, opts, plan, ctx, files, zero_last_cl)
 
-    # -- 3. commitlog recovery: start file
-    start, _rule = start_file_index(files, profile, ckpt, mode, max_cq, message_index_safe)
-    plan.start_file = files[start].name
-    plan.start_offset = files[start].base
-    plan.bytes_to_scan = sum(min(f.size, F) for f in files[start:])
 
-    # Q1: 4.9.2-4.9.8 abnormal recovery runs with maxDelayLevel 0 (the validation is
-    # affected too: a DELAY that does not parse fails either way, the level is only clamped)
-    q1 = mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
-    walk_mdl = 0 if q1 else None
+def _plan_without_commitlog(p: _Planning) -> RecoveryPlan:
+    """No commitlog file: the broker destroys every consume queue."""
+    plan = p.plan
+    plan.destroy_consume_queues = bool(p.store.consume_queues)
+    for qp in plan.queues:
+        st = p.ctx.queue_states[qp.key]
+        qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept]
+    plan.notes.append("no commitlog file: the broker destroys every consume queue")
+    return plan
 
-    # -- the walks (recovery files with the CRC, earlier files cheaply), all in one go
-    todo = files[start:] + (files[:start] if check_unread else [])
-    crcs = [check_crc] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
-    hints = queue_hint_runs(store) if use_hints else None  # (each walk task sorts its share)
-    # step 5's check of an index file the broker would discard reads the index and a few
-    # records: this process does it while the workers walk, against no end yet (redone
-    # below if the end cuts into the file's entries)
-    headers = {f.name: _index_header(f) for f in store.index_files}
-    early: dict[str, IndexCheck] = {}
+
+def _index_keep_candidates(p: _Planning) -> None:
+    """Whether the index files an abnormal recovery discards may be checked and kept
+    (``p.keep_candidates``), and the first of them (``p.first_discard``)."""
+    store, ckpt, headers, g = p.store, p.ckpt, p.headers, p.store.geometry
     first_discard = next((i for i, f in enumerate(store.index_files) if headers[f.name][1] > ckpt.index_msg_timestamp), None)
     # (only when the files the broker deletes are the newest ones: one it keeps after them,
     # like an empty last file, would take the dispatch's keys)
-    keep_candidates = (mode == MODE_ABNORMAL and reindex and keep_sound_index and first_discard is not None
+    keep_candidates = (p.abnormal and p.opts.reindex and p.opts.keep_sound_index and first_discard is not None
                        and all(headers[f.name][1] > ckpt.index_msg_timestamp for f in store.index_files[first_discard:]))
     if keep_candidates and first_discard:
         # and when the file the broker keeps before them is a full one they continue (one
@@ -1160,32 +1245,62 @@ def plan_recovery(
         # they are in no file: the broker re-indexes them from its start file on, and so
         # must we: the file is then not kept and the re-index starts before the hole)
         assert first_discard is not None
-        lo = headers[store.index_files[first_discard - 1].name][3] if first_discard else min_offset
+        lo = headers[store.index_files[first_discard - 1].name][3] if first_discard else p.plan.commitlog_min_offset
         hi = headers[store.index_files[first_discard].name][2]
         fp, fc = (store.index_files[first_discard - 1], store.index_files[first_discard]) if first_discard else (None, None)
         at_lo = _keys_indexed_at(fp, headers[fp.name], fc, headers[fc.name], g.index_slot_num) if fp and fc else 0
-        keep_candidates = keyed_record_between(store, profile, lo, hi, after_lo=bool(first_discard), keys_at_lo=at_lo) is None
+        keep_candidates = keyed_record_between(store, p.profile, lo, hi, after_lo=bool(first_discard), keys_at_lo=at_lo) is None
+    p.first_discard, p.keep_candidates = first_discard, keep_candidates
+
+
+def _plan_walks(p: _Planning) -> None:
+    """Step 3: the start file, then the walks (recovery files with the CRC, earlier files
+    cheaply), all in one go; damage in the files recovery never reads is a problem."""
+    store, profile, files, plan, F = p.store, p.profile, p.files, p.plan, p.F
+    start, _rule = start_file_index(files, profile, p.ckpt, plan.mode, plan.max_phy_offset_of_cq, p.opts.message_index_safe)
+    p.start = start
+    plan.start_file = files[start].name
+    plan.start_offset = files[start].base
+    plan.bytes_to_scan = sum(min(f.size, F) for f in files[start:])
+
+    # Q1: 4.9.2-4.9.8 abnormal recovery runs with maxDelayLevel 0 (the validation is
+    # affected too: a DELAY that does not parse fails either way, the level is only clamped)
+    p.q1 = p.abnormal and not profile.delay_table_in_abnormal_recovery
+    walk_mdl = 0 if p.q1 else None
+
+    todo = files[start:] + (files[:start] if p.opts.check_unread else [])
+    crcs = [p.opts.check_crc] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
+    hints = queue_hint_runs(store) if p.opts.use_hints else None  # (each walk task sorts its share)
+    # step 5's check of an index file the broker would discard reads the index and a few
+    # records: this process does it while the workers walk, against no end yet (redone
+    # below if the end cuts into the file's entries)
+    p.headers = {f.name: _index_header(f) for f in store.index_files}
+    _index_keep_candidates(p)
 
     def check_first_discard() -> None:
-        if keep_candidates:
-            assert first_discard is not None
-            f = store.index_files[first_discard]
-            prev_end = headers[store.index_files[first_discard - 1].name][1] if first_discard > 0 else None
-            early[f.name] = check_index_file(store, profile, f, end=_NO_END, prev_end_timestamp=prev_end)
+        if p.keep_candidates:
+            assert p.first_discard is not None
+            f = store.index_files[p.first_discard]
+            prev_end = p.headers[store.index_files[p.first_discard - 1].name][1] if p.first_discard > 0 else None
+            p.early[f.name] = check_index_file(store, profile, f, end=_NO_END, prev_end_timestamp=prev_end)
 
-    walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=jobs, progress=progress,
-                        hints=hints, meanwhile=check_first_discard)
-    plan._hints = hints  # type: ignore[attr-defined]
-    scans = walked[: len(files) - start]
+    walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=p.opts.jobs,
+                        progress=p.opts.progress, hints=hints, meanwhile=check_first_discard)
+    p.ctx.hints = hints
+    p.scans = walked[: len(files) - start]
     unread = walked[len(files) - start :]
     for s in unread:
         if not s.blank:
-            problems.append(Problem(
+            plan.problems.append(Problem(
                 UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
                 f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records: "
                 "this file comes before the recovery start file, so recovery neither reads nor repairs it"))
+    plan.files = unread + p.scans
 
-    # processOffset
+
+def _plan_process_offset(p: _Planning) -> None:
+    """processOffset: where the walk from the start file stops."""
+    files, start, scans, plan = p.files, p.start, p.scans, p.plan
     records = 0
     process = files[start].base
     stop_idx = start
@@ -1197,148 +1312,188 @@ def plan_recovery(
         process = s.base + s.stop_pos
         break
     last = scans[stop_idx - start]
-    data_end = files[start].base  # where the walked files' data ends: no valid record at or after it
+    p.data_end = files[start].base
     for s in reversed(scans[: stop_idx - start + 1]):
         if s.last_record_pos >= 0:
             plan.last_valid_offset = s.base + s.last_record_pos
-            data_end = s.base + s.stop_pos
+            p.data_end = s.base + s.stop_pos
             break
-    plan.files = unread + scans
+    p.records, p.process = records, process
     plan.records_valid = records
     plan.end_offset = process
     plan.stop_file = last.name
     plan.stop_pos = last.stop_pos
     plan.stop_reason = last.stop_reason
     if last.stop_reason not in (ck.BLANK, ck.END_OF_DATA):
-        notes.append(f"the walk stopped at commitlog offset {process} ({last.stop_reason}"
-                     f"{', ' + last.stop_field if last.stop_field else ''}): everything after it is cut")
+        plan.notes.append(f"the walk stopped at commitlog offset {process} ({last.stop_reason}"
+                          f"{', ' + last.stop_field if last.stop_field else ''}): everything after it is cut")
 
-    # -- 4. truncate_dirty_files (commitlog): cut tails, later files removed
-    for f in files:
+
+def _salvage_count(p: _Planning, f: StoreFile, pos: int, end: int | None) -> tuple[int, int]:
+    """(records, intact records) found in ``[pos, end)`` of ``f`` (``end`` None: the mapped
+    size, at most the file size), when salvage counting is on."""
+    if not p.opts.salvage:
+        return 0, 0
+    with p.store.map(f) as mf:
+        found = _salvage_positions(mf.buf, pos, min(mf.size, p.F) if end is None else end, f.base, p.profile)
+    return len(found), sum(1 for x in found if x[2])
+
+
+def _plan_commitlog_cuts(p: _Planning) -> None:
+    """Step 4, truncate_dirty_files (commitlog): cut tails, later files removed."""
+    plan, process, F = p.plan, p.process, p.F
+    for f in p.files:
         if f.base + F > process:
             if process >= f.base:
                 pos = process - f.base
                 end = min(f.size, F)
                 if file_has_nonzero(f.path, pos, f.size) and not _only_blank_after(f, pos, F):
-                    msgs = intact = 0
-                    if salvage:
-                        with store.map(f) as mf:
-                            found = _salvage_positions(mf.buf, pos, end, f.base, profile)
-                        msgs, intact = len(found), sum(1 for x in found if x[2])
+                    msgs, intact = _salvage_count(p, f, pos, end)
                     plan.cuts.append(CommitlogCut(f"commitlog/{f.name}", pos, f.size - pos, process, msgs, intact))
             else:
-                msgs = intact = 0
-                if salvage:
-                    with store.map(f) as mf:
-                        found = _salvage_positions(mf.buf, 0, min(mf.size, F), f.base, profile)
-                    msgs, intact = len(found), sum(1 for x in found if x[2])
+                msgs, intact = _salvage_count(p, f, 0, None)
                 plan.removed_files.append(RemovedFile(f"commitlog/{f.name}", f.size, "starts after the end offset", msgs, intact))
-    plan.removed_files[:0] = zero_last_cl
+    plan.removed_files[:0] = p.zero_last_cl
     plan.messages_cut = sum(c.messages for c in plan.cuts) + sum(r.messages for r in plan.removed_files)
     plan.intact_cut = sum(c.intact for c in plan.cuts) + sum(r.intact for r in plan.removed_files)
-    # -- 4a. the next normal start: its last three files move back when files are removed
-    # here (an empty pre-allocated last file, say), and then cover files this recovery
-    # never read, which that start walks with the CRC: damage there is cut then
-    if check_unread and start > 0 and not profile.normal_recovery_walkback:
-        nxt = max(0, sum(1 for f in files if f.base <= process) - 3)
-        if nxt < start:
-            reported = {pr.path for pr in problems if pr.code == UNREAD_DAMAGE}
-            again = scan_files(store, profile, files[nxt:start], check_crc=check_crc, jobs=jobs)
-            for s in again:
-                if not s.blank and f"commitlog/{s.name}" not in reported:
-                    problems.append(Problem(
-                        UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
-                        f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records, "
-                        "found with the CRC: this recovery does not read this file, but the broker's next normal start "
-                        "will (with the files after the end removed, its last three files include it) and will cut there"))
 
-    # -- 4b. truncate_dirty_logic_files (every queue), when maxPhyOffsetOfCQ >= processOffset
-    plan.cq_truncation = max_cq >= process
-    post_trunc_max = [st.max_physic_offset for st in queue_states.values()]
-    if plan.cq_truncation:
-        post_trunc_max = []
-        for qp in queues:
-            st = queue_states[qp.key]
-            if not st.kept:
-                post_trunc_max.append(process)  # cq_truncate sets maxPhysicOffset := phyOffset first
-                continue
-            bases = [f.base for f in st.kept]
-            by_base = {f.base: f for f in st.kept}
-            n, write, mp_after = _truncate_units(lambda b, by_base=by_base: _cq_units(by_base[b], Fcq), bases, Fcq, process)
-            post_trunc_max.append(mp_after)
-            qp.truncate_to = write
-            qp.truncate_removed = [_rel(store, f.path) for f in st.kept[n:]]
-            before = st.write_offset if st.write_offset is not None else 0
-            after = write if write is not None else 0
-            qp.units_cut = max(0, (before - after) // CQ_UNIT_SIZE) if write is not None else (before - st.kept[0].base) // CQ_UNIT_SIZE
 
-    # -- 5. index files after an abnormal exit
-    # (a file shorter than the index file size, even empty, loads as its bytes followed by
-    # zeros: IndexFile maps the full size, which extends the file)
-    kept_index: list[StoreFile] = []
-    checking = keep_candidates
-    prev_end: int | None = None
-    prev_h: tuple[int, ...] | None = None
-    last_chk: IndexCheck | None = None
-    after_kept = ""  # why the files after the last kept one go
-    for f in store.index_files:
-        h = headers[f.name]
-        if mode == MODE_ABNORMAL and h[1] > ckpt.index_msg_timestamp:
+def _plan_next_normal_start(p: _Planning) -> None:
+    """Step 4a, the next normal start: its last three files move back when files are
+    removed here (an empty pre-allocated last file, say), and then cover files this
+    recovery never read, which that start walks with the CRC: damage there is cut then."""
+    files, start, plan = p.files, p.start, p.plan
+    if not (p.opts.check_unread and start > 0 and not p.profile.normal_recovery_walkback):
+        return
+    nxt = max(0, sum(1 for f in files if f.base <= p.process) - 3)
+    if nxt >= start:
+        return
+    reported = {pr.path for pr in plan.problems if pr.code == UNREAD_DAMAGE}
+    again = scan_files(p.store, p.profile, files[nxt:start], check_crc=p.opts.check_crc, jobs=p.opts.jobs)
+    for s in again:
+        if not s.blank and f"commitlog/{s.name}" not in reported:
+            plan.problems.append(Problem(
+                UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
+                f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records, "
+                "found with the CRC: this recovery does not read this file, but the broker's next normal start "
+                "will (with the files after the end removed, its last three files include it) and will cut there"))
+
+
+def _plan_cq_truncation(p: _Planning) -> None:
+    """Step 4b, truncate_dirty_logic_files (every queue), when maxPhyOffsetOfCQ >= processOffset."""
+    plan, process, Fcq = p.plan, p.process, p.store.geometry.cq_file_size
+    plan.cq_truncation = plan.max_phy_offset_of_cq >= process
+    p.post_trunc_max = [st.max_physic_offset for st in p.ctx.queue_states.values()]
+    if not plan.cq_truncation:
+        return
+    p.post_trunc_max = []
+    for qp in plan.queues:
+        st = p.ctx.queue_states[qp.key]
+        if not st.kept:
+            p.post_trunc_max.append(process)  # cq_truncate sets maxPhysicOffset := phyOffset first
+            continue
+        bases = [f.base for f in st.kept]
+        by_base = {f.base: f for f in st.kept}
+
+        def units_of(b: int, by_base: dict[int, StoreFile] = by_base) -> np.ndarray:
+            return _cq_units(by_base[b], Fcq)
+
+        n, write, mp_after = _truncate_units(units_of, bases, Fcq, process)
+        p.post_trunc_max.append(mp_after)
+        qp.truncate_to = write
+        qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept[n:]]
+        before = st.write_offset if st.write_offset is not None else 0
+        after = write if write is not None else 0
+        qp.units_cut = max(0, (before - after) // CQ_UNIT_SIZE) if write is not None else (before - st.kept[0].base) // CQ_UNIT_SIZE
+
+
+@dataclass
+class _IndexWalk:
+    """Step 5's walk over the index files: where it stands."""
+
+    checking: bool  # the files the broker discards are still checked (and kept if sound)
+    prev_end: int | None = None  # the previous file's endTimestamp
+    prev_h: tuple[int, ...] | None = None  # the previous file's header
+    last_chk: IndexCheck | None = None  # the check of the last file kept after a check
+    after_kept: str = ""  # why the files after the last kept one go
+
+
+def _keep_checked_index(p: _Planning, w: _IndexWalk, f: StoreFile, h: tuple[int, ...], reason: str) -> str | None:
+    """Check an index file the broker discards; keep it if it holds exactly what the broker
+    put into it (our improvement: the broker deletes it, and its keys with it). Returns
+    None when kept, else the reason it is discarded."""
+    plan, g = p.plan, p.store.geometry
+    chk = p.early.get(f.name)
+    hole = (keyed_record_between(p.store, p.profile, w.prev_h[3], h[2], after_lo=True,
+                                 keys_at_lo=_keys_indexed_at(p.kept_index[-1], w.prev_h, f, h, g.index_slot_num))
+            if w.last_chk is not None and w.prev_h is not None and p.kept_index else None)
+    if hole is not None:
+        # (a lost file between two the broker deletes: what it held is in neither)
+        chk = IndexCheck(False, f"the records from {hole} on before its first entry are in no index file", max(h[5], 1) - 1)
+    elif chk is None or not chk.ok or chk.last_offset >= p.process:
+        chk = check_index_file(p.store, p.profile, f, end=p.process, prev_end_timestamp=w.prev_end)
+    if not chk.ok:
+        w.checking = False  # (a later file cannot be kept without this one)
+        return f"{reason}; not kept: {chk.reason}"
+    p.kept_index.append(f)
+    if w.last_chk is not None:  # the one before stays whole: this file continues it
+        k0 = plan.index_kept[-1]
+        plan.index_sealed.append(k0.file)
+        plan.index_sealed_timestamp = w.prev_end
+        plan.index_kept[-1] = IndexKept(k0.file, k0.entries, k0.entries, k0.sampled, w.last_chk.last_offset)
+    plan.index_kept.append(IndexKept(f"index/{f.name}", chk.entries, chk.keep, chk.sampled, chk.end_phy_offset))
+    w.last_chk = chk
+    if not chk.whole:
+        # only the last kept file can be mended (cut or rewritten), and a
+        # later file continues only a full one
+        w.checking = False
+        w.after_kept = f"{reason}; not kept: it follows the last index file kept (index/{f.name})"
+    return None
+
+
+def _plan_index_discards(p: _Planning) -> None:
+    """Step 5, the index files after an abnormal exit: the broker discards those newer than
+    the checkpoint's index time (a file shorter than the index file size, even empty, loads
+    as its bytes followed by zeros: IndexFile maps the full size, which extends the file)."""
+    plan, g = p.plan, p.store.geometry
+    w = _IndexWalk(p.keep_candidates)
+    for f in p.store.index_files:
+        h = p.headers[f.name]
+        if p.abnormal and h[1] > p.ckpt.index_msg_timestamp:
             count = max(h[5], 1)
-            reason = IndexDiscard.reason
-            if checking:
-                # our improvement: a file that holds exactly what the broker put into it
-                # stays (the broker deletes it, and its keys with it)
-                chk = early.get(f.name)
-                hole = (keyed_record_between(store, profile, prev_h[3], h[2], after_lo=True,
-                                             keys_at_lo=_keys_indexed_at(kept_index[-1], prev_h, f, h, g.index_slot_num))
-                        if last_chk is not None and prev_h is not None and kept_index else None)
-                if hole is not None:
-                    # (a lost file between two the broker deletes: what it held is in neither)
-                    chk = IndexCheck(False, f"the records from {hole} on before its first entry are in no index file", max(h[5], 1) - 1)
-                elif chk is None or not chk.ok or chk.last_offset >= process:
-                    chk = check_index_file(store, profile, f, end=process, prev_end_timestamp=prev_end)
-                if chk.ok:
-                    kept_index.append(f)
-                    if last_chk is not None:  # the one before stays whole: this file continues it
-                        k0 = plan.index_kept[-1]
-                        plan.index_sealed.append(k0.file)
-                        plan.index_sealed_timestamp = prev_end
-                        plan.index_kept[-1] = IndexKept(k0.file, k0.entries, k0.entries, k0.sampled, last_chk.last_offset)
-                    plan.index_kept.append(IndexKept(f"index/{f.name}", chk.entries, chk.keep, chk.sampled, chk.end_phy_offset))
-                    last_chk = chk
-                    prev_end = h[1]
-                    prev_h = h
-                    if not chk.whole:
-                        # only the last kept file can be mended (cut or rewritten), and a
-                        # later file continues only a full one
-                        checking = False
-                        after_kept = f"{reason}; not kept: it follows the last index file kept (index/{f.name})"
-                    continue
-                checking = False  # (a later file cannot be kept without this one)
-                reason = f"{reason}; not kept: {chk.reason}"
-            elif after_kept:
-                reason = after_kept
-            plan.index_discarded.append(IndexDiscard(
-                f"index/{f.name}", h[1], h[3], count - 1, _entries_below(f, g.index_slot_num, count, process), reason=reason))
+            reason: str | None = IndexDiscard.reason
+            if w.checking:
+                reason = _keep_checked_index(p, w, f, h, IndexDiscard.reason)
+            elif w.after_kept:
+                reason = w.after_kept
+            if reason is not None:
+                plan.index_discarded.append(IndexDiscard(
+                    f"index/{f.name}", h[1], h[3], count - 1, _entries_below(f, g.index_slot_num, count, p.process),
+                    reason=reason))
         else:
-            kept_index.append(f)
-        prev_end = h[1]
-        prev_h = h
-    if last_chk is not None:
+            p.kept_index.append(f)
+        w.prev_end = h[1]
+        w.prev_h = h
+    if w.last_chk is not None:
         # the last kept file: its entries past the end, or a last record that lacks keys,
         # are cut; a stale header or slot is rewritten
-        if last_chk.rewrite and plan.index_kept[-1].file == f"index/{kept_index[-1].name}":
+        last_chk = w.last_chk
+        if last_chk.rewrite and plan.index_kept[-1].file == f"index/{p.kept_index[-1].name}":
             plan.index_truncated.append(IndexTruncation(
-                plan.index_kept[-1].file, last_chk.keep, last_chk.entries - last_chk.keep, last_chk.end_phy_offset, last_chk.end_timestamp))
+                plan.index_kept[-1].file, last_chk.keep, last_chk.entries - last_chk.keep, last_chk.end_phy_offset,
+                last_chk.end_timestamp))
         plan.index_skip_upto = last_chk.skip_through
     if plan.index_kept:
-        notes.append("deviation: index files the broker deletes after an abnormal exit are kept when they pass "
-                     "rmqtool's check (every entry's order, chain and slot; a sample of records and keys)")
-    # -- 5b. our improvement: index entries at or past the commitlog end are cut (the broker
-    # keeps them; they point at bytes that are gone, or at the next records written there)
-    # Entries are put in commitlog order, so only the last kept files can reach past the
-    # end: walk back while a file's last entry does (one 20-byte read per file).
+        plan.notes.append("deviation: index files the broker deletes after an abnormal exit are kept when they pass "
+                          "rmqtool's check (every entry's order, chain and slot; a sample of records and keys)")
+
+
+def _plan_index_past_end(p: _Planning) -> None:
+    """Step 5b, our improvement: index entries at or past the commitlog end are cut (the
+    broker keeps them; they point at bytes that are gone, or at the next records written
+    there). Entries are put in commitlog order, so only the last kept files can reach past
+    the end: walk back while a file's last entry does (one 20-byte read per file)."""
+    plan, g, headers, process, kept_index = p.plan, p.store.geometry, p.headers, p.process, p.kept_index
     k = len(kept_index)
     if not plan.index_kept:  # (files kept after the check were cut at the end by it)
         for j in range(len(kept_index) - 1, -1, -1):
@@ -1361,15 +1516,15 @@ def plan_recovery(
         if keep:
             end_phy = int(offs[keep - 1])
             plan.index_truncated.append(IndexTruncation(
-                f"index/{f.name}", keep, len(offs) - keep, end_phy, _store_timestamp_at(store, profile, end_phy, f)))
-        kept_index = kept_index[: k + (keep > 0)]
+                f"index/{f.name}", keep, len(offs) - keep, end_phy, _store_timestamp_at(p.store, p.profile, end_phy, f)))
+        kept_index = p.kept_index = kept_index[: k + (keep > 0)]
         if kept_index:
             # the last kept record has all its keys (an entry of a later record follows
             # them): the dispatch must not index it again (the broker's endPhyOffset test
             # would, as its end still lies past the cut)
             last_offs = offs[:keep] if keep else _entry_offsets(kept_index[-1], g.index_slot_num, headers[kept_index[-1].name][5])
             plan.index_skip_upto = int(last_offs[-1]) if len(last_offs) else None
-        notes.append("deviation: index entries that point at or past the commitlog end are cut (the broker keeps them)")
+        plan.notes.append("deviation: index entries that point at or past the commitlog end are cut (the broker keeps them)")
     plan.index_extended = [f"index/{f.name}" for f in kept_index if f.size < g.index_file_size]
     if kept_index:
         plan.index_kept_last = f"index/{kept_index[-1].name}"
@@ -1377,46 +1532,54 @@ def plan_recovery(
                                           else plan.index_kept[-1].end_phy_offset if plan.index_kept
                                           else headers[kept_index[-1].name][3])
 
-    # -- 6. dispatch passes
-    if mode == MODE_ABNORMAL:
-        if reindex and plan.index_discarded:
-            kept_end = plan.index_kept_end_phy_offset if kept_index else min_offset
+
+def _plan_dispatch(p: _Planning) -> None:
+    """Step 6, the dispatch passes; then the notes on quirks and deviations."""
+    plan, process, max_cq, min_offset = p.plan, p.process, p.plan.max_phy_offset_of_cq, p.plan.commitlog_min_offset
+    if p.abnormal:
+        if plan.reindex and plan.index_discarded:
+            kept_end = plan.index_kept_end_phy_offset if p.kept_index else min_offset
             if kept_end < plan.start_offset:
                 plan.dispatch.append(DispatchRange(
                     "reindex", kept_end, plan.start_offset, None, cq=False, index=True,
                     note="records the discarded index files held that the broker's recovery does not re-index (RocketMQ #3868, #8007)"))
         plan.dispatch.append(DispatchRange(
-            "abnormal_recovery", plan.start_offset, process, records,
+            "abnormal_recovery", plan.start_offset, process, p.records,
             note="every valid record from the start file (already-built CQ units are skipped)"
-            + ("; SCHEDULE_TOPIC_XXXX with maxDelayLevel 0 (quirk Q1)" if q1 and not correct_delay_tags else "")))
-    elif profile.normal_recovery_walkback:
+            + ("; SCHEDULE_TOPIC_XXXX with maxDelayLevel 0 (quirk Q1)" if p.q1 and not plan.correct_delay_tags else "")))
+    elif p.profile.normal_recovery_walkback:
         # (records with commitLogOffset > maxPhyOffsetOfCQ: none when it is at or past the last one)
         none = max_cq >= process or plan.start_offset >= process or max_cq >= plan.last_valid_offset
         plan.dispatch.append(DispatchRange(
             "walkback_dispatch", plan.start_offset, process, 0 if none else None,
             note="5.3.2+: records with commitLogOffset > maxPhyOffsetOfCQ (quirk Q2)"))
-    frozen_max = getattr(plan, "_frozen_max", -1)
+    frozen_max = p.ctx.frozen_max
     if frozen_max >= 0:  # a queue recover leaves alone still holds what it holds
-        post_trunc_max.append(min(frozen_max, process) if plan.cq_truncation else frozen_max)
-    if profile.startup_reput_from_cq:
+        p.post_trunc_max.append(min(frozen_max, process) if plan.cq_truncation else frozen_max)
+    if p.profile.startup_reput_from_cq:
         # reputFrom = max over the queues' maxPhysicOffset after the truncation; the
         # abnormal dispatch raises it further, so there it is decided while applying
-        after = max([min_offset] + post_trunc_max)
-        known = mode == MODE_NORMAL or after >= process
+        after = max([min_offset] + p.post_trunc_max)
+        known = plan.mode == MODE_NORMAL or after >= process
         plan.dispatch.append(DispatchRange(
             "startup_reput", max(after, 0), process,
-            0 if after >= process or after >= data_end else None,
+            0 if after >= process or after >= p.data_end else None,
             note="4.x start-up reput from the consume queues' max physical offset"
             + ("" if known else " (at least; the abnormal dispatch moves it)")))
-    if q1:
-        notes.append("quirk Q1 (4.9.2-4.9.8): SCHEDULE_TOPIC_XXXX units written by the abnormal dispatch get the "
-                     "TAGS hash (or 0) as tagsCode, not the delivery time"
-                     + ("; --correct-delay-tags: the real delivery time is written instead" if correct_delay_tags else ""))
+    _plan_notes(p)
+
+
+def _plan_notes(p: _Planning) -> None:
+    plan = p.plan
+    if p.q1:
+        plan.notes.append("quirk Q1 (4.9.2-4.9.8): SCHEDULE_TOPIC_XXXX units written by the abnormal dispatch get the "
+                          "TAGS hash (or 0) as tagsCode, not the delivery time"
+                          + ("; --correct-delay-tags: the real delivery time is written instead"
+                             if plan.correct_delay_tags else ""))
     if plan.cuts or plan.removed_files:
-        notes.append("deviation: the cut bytes are copied to the backup and zero-filled (the broker only moves its write position)")
+        plan.notes.append("deviation: the cut bytes are copied to the backup and zero-filled (the broker only moves its write position)")
     if plan.index_discarded:
-        notes.append("deviation: discarded index files move to the backup instead of being deleted")
-    return plan
+        plan.notes.append("deviation: discarded index files move to the backup instead of being deleted")
 
 
 # ======================================================================================
@@ -1563,6 +1726,38 @@ def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: 
                                   problems=problems, broker_offset_after_mismatch=True)
 
 
+@dataclass
+class _Applying:
+    """What the steps of :func:`apply_recovery` pass on to each other."""
+
+    store: Store
+    plan: RecoveryPlan
+    profile: BrokerProfile
+    ctx: RecoveryContext
+    progress: Progress | None
+    jobs: int | None
+    queues_only: bool
+    queues: dict[tuple[str, int], _Queue]  # the consume queues as recovery leaves them
+    kept_index: list[StoreFile]  # the index files IndexService.load keeps
+    ib: Any  # the IndexBuilder over them
+    q1: bool = False  # quirk Q1: the abnormal dispatch runs with maxDelayLevel 0
+    dispatched: dict[str, int] = field(default_factory=dict)  # records per dispatch pass
+    logics: int | None = None  # the consume queues' last store timestamp (logicsMsgTimestamp)
+    sched_rows: list[int] = field(default_factory=list)  # positions of SCHEDULE_TOPIC_XXXX records dispatched with mdl 0
+    reput_problems: list[Any] = field(default_factory=list)  # what the dispatch passes met (damage the broker's reput skips too)
+    cq_warnings: int = 0
+    appended_units: int = 0
+    delay_mismatch: int = 0
+
+    @property
+    def Fcq(self) -> int:
+        return self.store.geometry.cq_file_size
+
+    @property
+    def process(self) -> int:
+        return self.plan.end_offset
+
+
 def apply_recovery(
     store: Store,
     plan: RecoveryPlan,
@@ -1585,13 +1780,8 @@ def apply_recovery(
     end, ``data(base)`` a file's new content). ``extra(tx, queues)``: called inside the
     transaction before the abort file is removed, to add changes of its own (the
     committed offsets of ``recovery.offsets``) to the same backup and journal."""
-    from .indexbuild import ConsumeQueueSet, IndexBuilder
-    from .reput import feed_cq, feed_index
     from .safety import StoreTransaction
 
-    g = store.geometry
-    Fcq = g.cq_file_size
-    process = plan.end_offset
     ckpt_before = store.read_checkpoint()
     cp_path = store.root / "checkpoint"
     cp_bytes = (read_small(cp_path, CHECKPOINT_READ_LIMIT, store.root, "checkpoint") or b"") if store.checkpoint_present else b""
@@ -1601,19 +1791,89 @@ def apply_recovery(
     if salvage_to is not None and (plan.cuts or plan.removed_files) and not queues_only:
         salvage_info = write_salvage(store, plan, profile, salvage_to)
 
-    # -- consume queues as CQ recovery leaves them
+    a = _start_applying(store, plan, profile, progress, jobs, queues_only)
+    _apply_dispatch(a)
+    if queues_only:
+        return a.queues
+
+    # -- the transaction
+    _fsync_sealed(store, plan)
+    tz = index_tz if index_tz is not None else infer_index_tz(store)
+    with StoreTransaction(store.root, backup_dir=backup_dir, description=f"rmqtool recover ({plan.mode})") as tx:
+        # commitlog
+        for c in plan.cuts:
+            tx.truncate_tail(c.file, c.pos, zero_fill=True)
+        for r in plan.removed_files:
+            tx.remove_file(r.path)
+        _queue_changes(tx, a)
+        created_names = _index_changes(tx, a, tz)
+        cp = _recovered_checkpoint(a, ckpt_before)
+        new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
+        if new_cp != cp_bytes:
+            tx.replace_file("checkpoint", new_cp)
+        if extra is not None:
+            extra(tx, a.queues)
+        # the abort file goes last
+        if store.abort_present:
+            tx.remove_file("abort")
+        actions = [asdict(x) for x in tx.plan()]
+        result = tx.commit() if actions else None
+    return ApplyResult(
+        changed=bool(actions),
+        backup_dir=str(result.backup_dir) if result is not None and result.backup_dir else None,
+        actions=actions,
+        end_offset=a.process,
+        dispatched=a.dispatched,
+        cq_units_appended=a.appended_units,
+        index_entries_added=a.ib.keys_put,
+        index_files_created=[f"index/{n}" for n in created_names],
+        checkpoint_before=ckpt_before._asdict(),
+        checkpoint_after=cp._asdict(),
+        delay_tags_mismatch=a.delay_mismatch,
+        salvage=salvage_info,
+        problems=list(plan.problems) + [Problem(p.code, p.path, p.offset, p.message) for p in a.reput_problems
+                                        if p.code == SIZE_ACCOUNTING],
+        cq_warnings=a.cq_warnings,
+    )
+
+
+def _fsync_sealed(store: Store, plan: RecoveryPlan) -> None:
+    """fsync the kept full index files the next one continues (unchanged files: the
+    checkpoint will say they are on disk)."""
+    for rel in plan.index_sealed:
+        fd = os.open(store.root / rel, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _start_applying(store: Store, plan: RecoveryPlan, profile: BrokerProfile, progress: Progress | None,
+                    jobs: int | None, queues_only: bool) -> _Applying:
+    """The consume queues as CQ recovery leaves them, the index files as IndexService.load
+    leaves them."""
+    Fcq = store.geometry.cq_file_size
+    ctx = plan.context if plan.context is not None else RecoveryContext(frozen=set(frozen_queues(store)))
     queues: dict[tuple[str, int], _Queue] = {}
-    known: dict[tuple[str, int], _QueueState] = getattr(plan, "_queue_states", {})
-    frozen: set[tuple[str, int]] = getattr(plan, "_frozen", set(frozen_queues(store)))
     for key, qfiles in store.consume_queues.items():
-        if key in frozen:
+        if key in ctx.frozen:
             continue
-        st = known.get(key)
+        st = ctx.queue_states.get(key)
         if st is None:
             st = _recover_queue_files(qfiles, Fcq, profile)
         queues[key] = _Queue(key, Fcq, st)
+    kept_index, ib = _index_as_loaded(store, plan, profile, ctx.frozen)
+    a = _Applying(store, plan, profile, ctx, progress, jobs, queues_only, queues, kept_index, ib)
+    a.q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
+    return a
 
-    # -- index files as IndexService.load leaves them
+
+def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile,
+                     frozen: set[tuple[str, int]]) -> tuple[list[StoreFile], Any]:
+    """The index files IndexService.load keeps, and the IndexBuilder that goes on from them."""
+    from .indexbuild import IndexBuilder
+
+    g = store.geometry
     discarded = {d.file for d in plan.index_discarded}
     kept_index = [f for f in store.index_files if f"index/{f.name}" not in discarded]
     last_bytes = _index_file_bytes(kept_index[-1].path) if kept_index else None
@@ -1631,228 +1891,203 @@ def apply_recovery(
         end = ib.current.end_phy_offset
         if _index_holds_record(store, profile, ib, end):
             ib.skip_through = max(end, ib.skip_through if ib.skip_through is not None else -1)
+    return kept_index, ib
 
-    q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
-    mdl_a = None if (plan.correct_delay_tags or not q1) else 0
-    dispatched: dict[str, int] = {}
-    logics: int | None = None
-    sched_rows: list[int] = []  # positions of SCHEDULE_TOPIC_XXXX records dispatched with mdl 0
-    reput_problems: list[Any] = []  # what the dispatch passes met (damage the broker's reput skips too)
 
-    def run_pass(name: str, lo: int, hi: int, mdl: int | None, cq: bool, index: bool,
-                 cqset: Any, skip_upto: int | None = None) -> None:
-        nonlocal logics
-        if queues_only and not cq:
-            return
-        n = 0
-        # (records the kept index already holds in full are skipped by the builder: when
-        # that is all of them, their keys are not even hashed)
-        last_start = plan.last_valid_offset if hi >= process and plan.last_valid_offset >= 0 else hi - 1
-        index = index and not queues_only and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
-        for cols in _dispatch_iter(store, profile, lo, hi, mdl, progress, jobs, tags=bool(cq and cqset is not None),
-                                   hints=getattr(plan, "_hints", None), index_keys=index, problems=reput_problems):
-            if skip_upto is not None:
-                mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
-                if not mask.all():
-                    cols = cols.select(mask)
-            if cols.count == 0:
-                continue
-            n += cols.count
-            if cq and cqset is not None:
-                feed_cq(cqset, cols)
-                if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
-                    sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
-            if index:
-                # an entry at or past the end offset (a record whose PHYSICALOFFSET field
-                # says so) is what the next recover cuts from the index: not written now, so
-                # a second run finds nothing to do
-                past = cols.commitlog_offset >= process
-                feed_index(ib, cols.select(~past) if past.any() else cols)
-        dispatched[name] = dispatched.get(name, 0) + n
-        if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
-            logics = cqset.logics_msg_timestamp
+def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bool, index: bool,
+              cqset: Any, skip_upto: int | None = None) -> None:
+    """One dispatch pass over ``[lo, hi)``: units into ``cqset`` (``cq``), keys into the index."""
+    from .reput import feed_cq, feed_index
 
-    def cqset_of() -> Any:
-        cs = ConsumeQueueSet(Fcq, frozen=frozen)
-        cs.writers = _LazyWriters(lambda k: queues[k].writer() if k in queues else None)
-        return cs
+    plan, process = a.plan, a.process
+    if a.queues_only and not cq:
+        return
+    n = 0
+    # (records the kept index already holds in full are skipped by the builder: when
+    # that is all of them, their keys are not even hashed)
+    last_start = plan.last_valid_offset if hi >= process and plan.last_valid_offset >= 0 else hi - 1
+    index = index and not a.queues_only and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
+    for cols in _dispatch_iter(a.store, a.profile, lo, hi, mdl, a.progress, a.jobs, tags=bool(cq and cqset is not None),
+                               hints=a.ctx.hints, index_keys=index, problems=a.reput_problems):
+        if skip_upto is not None:
+            mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
+            if not mask.all():
+                cols = cols.select(mask)
+        if cols.count == 0:
+            continue
+        n += cols.count
+        if cq and cqset is not None:
+            feed_cq(cqset, cols)
+            if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
+                a.sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
+        if index:
+            # an entry at or past the end offset (a record whose PHYSICALOFFSET field
+            # says so) is what the next recover cuts from the index: not written now, so
+            # a second run finds nothing to do
+            past = cols.commitlog_offset >= process
+            feed_index(a.ib, cols.select(~past) if past.any() else cols)
+    a.dispatched[name] = a.dispatched.get(name, 0) + n
+    if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
+        a.logics = cqset.logics_msg_timestamp
 
-    def absorb(cqset: Any) -> None:
-        from .reput import BAD_TOPIC, ReputProblem
 
-        for t, n in sorted(cqset.bad_topics.items()):
-            reput_problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
-                                               f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
-        for key, w in cqset.writers.items():
-            if key not in queues:
-                queues[key] = _Queue(key, Fcq, None)
-            queues[key].absorb(w)
+def _cqset_of(a: _Applying) -> Any:
+    """A ConsumeQueueSet whose writers go on from the queues as recovery leaves them."""
+    from .indexbuild import ConsumeQueueSet
 
-    cq_warnings = 0
-    appended_units = 0
-    delay_mismatch = 0
+    cs = ConsumeQueueSet(a.Fcq, frozen=a.ctx.frozen)
+    queues = a.queues
+    cs.writers = _LazyWriters(lambda k: queues[k].writer() if k in queues else None)
+    return cs
+
+
+def _absorb(a: _Applying, cqset: Any) -> None:
+    """Take a dispatch pass's units into the queues; count its warnings and units."""
+    from .reput import BAD_TOPIC, ReputProblem
+
+    a.cq_warnings += len(cqset.warnings)
+    a.appended_units += sum(w.appended_units for w in cqset.writers.values())
+    for t, n in sorted(cqset.bad_topics.items()):
+        a.reput_problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
+                                             f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
+    for key, w in cqset.writers.items():
+        if key not in a.queues:
+            a.queues[key] = _Queue(key, a.Fcq, None)
+        a.queues[key].absorb(w)
+
+
+def _apply_dispatch(a: _Applying) -> None:
+    """The dispatch passes of the plan, the consume queues' truncation, the 4.x start-up
+    reput; or, for an empty commitlog, every consume queue destroyed."""
+    plan, process = a.plan, a.process
     if plan.destroy_consume_queues:
-        for q in queues.values():
+        for q in a.queues.values():
             q.truncate(0)  # every file goes
-            q.removed = list(store.consume_queues.get(q.key, []))
+            q.removed = list(a.store.consume_queues.get(q.key, []))
             q.disk.clear()
-    else:
-        # our improvement: re-index what the discarded index files held before the start file
-        # (from the last kept file's endPhyOffset: that record may have been indexed only
-        # in part before the file filled up, and the builder re-indexes it as the broker
-        # would, quirk Q6)
-        for d in plan.dispatch:
-            if d.name == "reindex":
-                run_pass("reindex", d.from_offset, d.to_offset, None, False, True, None)
-        # the recovery's own dispatch (abnormal, or 5.3.2+ normal walk-back)
-        cqset = cqset_of()
-        for d in plan.dispatch:
-            if d.name == "abnormal_recovery":
-                run_pass(d.name, d.from_offset, d.to_offset, mdl_a, True, True, cqset)
-            elif d.name == "walkback_dispatch":
-                run_pass(d.name, d.from_offset, d.to_offset, None, True, True, cqset,
-                         skip_upto=plan.max_phy_offset_of_cq)
-        cq_warnings += len(cqset.warnings)
-        appended_units += sum(w.appended_units for w in cqset.writers.values())
-        if sched_rows and q1:
-            delay_mismatch = _count_delay_mismatch(store, profile, cqset, sched_rows, plan.correct_delay_tags)
-        absorb(cqset)
-        # truncate_dirty_logic_files
-        if plan.cq_truncation:
-            for q in queues.values():
-                q.truncate(process)
-        # the 4.x start-up reput from the consume queues' max physical offset
-        if profile.startup_reput_from_cq:
-            fmax = getattr(plan, "_frozen_max", -1)
-            fmax = min(fmax, process) if plan.cq_truncation else fmax
-            reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in queues.values()])
-            reput_from = max(reput_from, 0, plan.commitlog_min_offset)
-            cqset = cqset_of()
-            if reput_from < process:
-                run_pass("startup_reput", reput_from, process, None, True, True, cqset)
-            cq_warnings += len(cqset.warnings)
-            appended_units += sum(w.appended_units for w in cqset.writers.values())
-            absorb(cqset)
+        return
+    # our improvement: re-index what the discarded index files held before the start file
+    # (from the last kept file's endPhyOffset: that record may have been indexed only
+    # in part before the file filled up, and the builder re-indexes it as the broker
+    # would, quirk Q6)
+    for d in plan.dispatch:
+        if d.name == "reindex":
+            _run_pass(a, "reindex", d.from_offset, d.to_offset, None, False, True, None)
+    # the recovery's own dispatch (abnormal, or 5.3.2+ normal walk-back)
+    mdl_a = None if (plan.correct_delay_tags or not a.q1) else 0
+    cqset = _cqset_of(a)
+    for d in plan.dispatch:
+        if d.name == "abnormal_recovery":
+            _run_pass(a, d.name, d.from_offset, d.to_offset, mdl_a, True, True, cqset)
+        elif d.name == "walkback_dispatch":
+            _run_pass(a, d.name, d.from_offset, d.to_offset, None, True, True, cqset, skip_upto=plan.max_phy_offset_of_cq)
+    if a.sched_rows and a.q1:
+        a.delay_mismatch = _count_delay_mismatch(a.store, a.profile, cqset, a.sched_rows, plan.correct_delay_tags)
+    _absorb(a, cqset)
+    # truncate_dirty_logic_files
+    if plan.cq_truncation:
+        for q in a.queues.values():
+            q.truncate(process)
+    # the 4.x start-up reput from the consume queues' max physical offset
+    if a.profile.startup_reput_from_cq:
+        fmax = a.ctx.frozen_max
+        fmax = min(fmax, process) if plan.cq_truncation else fmax
+        reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in a.queues.values()])
+        reput_from = max(reput_from, 0, plan.commitlog_min_offset)
+        cqset = _cqset_of(a)
+        if reput_from < process:
+            _run_pass(a, "startup_reput", reput_from, process, None, True, True, cqset)
+        _absorb(a, cqset)
 
-    if queues_only:
-        return queues
 
-    # -- the transaction
-    for rel in plan.index_sealed:  # (unchanged files: the checkpoint will say they are on disk)
-        fd = os.open(store.root / rel, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    tz = index_tz if index_tz is not None else infer_index_tz(store)
-    with StoreTransaction(store.root, backup_dir=backup_dir, description=f"rmqtool recover ({plan.mode})") as tx:
-        # commitlog
-        for c in plan.cuts:
-            tx.truncate_tail(c.file, c.pos, zero_fill=True)
-        for r in plan.removed_files:
-            tx.remove_file(r.path)
-        # consume queues
-        for key, q in sorted(queues.items()):
-            topic, qid = key
-            # a file the queue's recovery removes and the dispatch writes again (the broker
-            # deletes it, then creates it under the same name): one replacement
-            recreated = {f.base: f for f in q.removed if f.base in q.content}
-            for f in q.removed:
-                if f.base not in recreated:
-                    tx.remove_file(f.path)
-            if not q.bases:
-                continue
-            last = q.bases[-1]
-            for b in q.bases:
-                rel = f"consumequeue/{topic}/{qid}/{offset_to_file_name(b)}"
-                pos = (q.write - b) if (b == last and q.write is not None) else Fcq
-                if b in q.content:
-                    units = bytes(q.content[b][:pos])
-                    old = q.disk.get(b) or recreated.get(b)
-                    if old is not None:
-                        if old.size != Fcq or _read_prefix(old, len(units)) != units or not _zeros_from(old, len(units)):
-                            tx.replace_file(rel, _units_writer(units, Fcq))
-                    elif (store.root / rel).exists():  # a file the queue's recovery did not load (zero-length)
+def _queue_changes(tx: Any, a: _Applying) -> None:
+    """The consume queue files into the transaction: removed, replaced, created or cut."""
+    Fcq, store = a.Fcq, a.store
+    for key, q in sorted(a.queues.items()):
+        topic, qid = key
+        # a file the queue's recovery removes and the dispatch writes again (the broker
+        # deletes it, then creates it under the same name): one replacement
+        recreated = {f.base: f for f in q.removed if f.base in q.content}
+        for f in q.removed:
+            if f.base not in recreated:
+                tx.remove_file(f.path)
+        if not q.bases:
+            continue
+        last = q.bases[-1]
+        for b in q.bases:
+            rel = f"consumequeue/{topic}/{qid}/{offset_to_file_name(b)}"
+            pos = (q.write - b) if (b == last and q.write is not None) else Fcq
+            if b in q.content:
+                units = bytes(q.content[b][:pos])
+                old = q.disk.get(b) or recreated.get(b)
+                if old is not None:
+                    if old.size != Fcq or _read_prefix(old, len(units)) != units or not _zeros_from(old, len(units)):
                         tx.replace_file(rel, _units_writer(units, Fcq))
-                    else:
-                        tx.create_file(rel, _units_writer(units, Fcq), mode=0o644)
-                elif b == last and b in q.disk and file_has_nonzero(q.disk[b].path, pos, q.disk[b].size):
-                    tx.truncate_tail(rel, pos, zero_fill=True)
-        # index
-        for d in plan.index_discarded:
-            tx.remove_file(d.file)
-        created_names: list[str] = []
-        taken = {f.name for f in store.index_files}
-        floor = kept_index[-1].name if kept_index else None
-        rewritten = set()
-        for img in ib.files:
-            if not img.created:
-                if (img.puts or img.truncated or f"index/{floor}" in plan.index_extended) and floor is not None:
-                    tx.replace_file(f"index/{floor}", _index_writer(img))
-                    rewritten.add(f"index/{floor}")
-                continue
-            name = _new_index_name(img.first_store_timestamp or 0, tz, floor, taken)
-            taken.add(name)
-            floor = name
-            created_names.append(name)
-            tx.create_file(f"index/{name}", _index_writer(img), mode=0o644)
-        # short kept files, as the broker's load leaves them: extended with zeros
-        for rel in plan.index_extended:
-            if rel not in rewritten:
-                with open(store.root / rel, "rb") as src:
-                    tx.replace_file(rel, _units_writer(src.read(g.index_file_size), g.index_file_size))
-        # checkpoint
-        cp = ckpt_before
-        if logics is not None:
-            cp = cp._replace(logics_msg_timestamp=logics)
-        if ib.index_msg_timestamp is not None:
-            cp = cp._replace(index_msg_timestamp=ib.index_msg_timestamp)
-        elif plan.index_sealed_timestamp is not None and plan.index_sealed_timestamp > cp.index_msg_timestamp:
-            # a kept full file that the next one continues: the broker's flush after the
-            # roll-over (msync, then indexMsgTimestamp := its endTimestamp), which the crash
-            # cut short (the fsync is done above)
-            cp = cp._replace(index_msg_timestamp=plan.index_sealed_timestamp)
-        if profile.version >= (5, 1, 1) and store.commitlog:
-            # 5.x recovery sets the confirm offset to the last valid record's start; the
-            # 5.1.1+ checkpoint persists it (RECOVERY §4.1, §5.2; STORE_FORMAT §16). With no
-            # valid record it keeps its initial value: the start file's offset (abnormal),
-            # the commitlog's max offset at load, every file counted full (normal, async
-            # flush: CommitLog.getConfirmOffset)
-            if plan.last_valid_offset >= 0:
-                confirm = plan.last_valid_offset
-            elif plan.mode == MODE_ABNORMAL:
-                confirm = plan.start_offset
-            else:
-                loaded = [f for f in store.commitlog if f.size > 0]
-                confirm = loaded[-1].base + g.commitlog_file_size if loaded else cp.confirm_phy_offset
-            cp = cp._replace(confirm_phy_offset=confirm)
-        new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
-        if new_cp != cp_bytes:
-            tx.replace_file("checkpoint", new_cp)
-        if extra is not None:
-            extra(tx, queues)
-        # the abort file goes last
-        if store.abort_present:
-            tx.remove_file("abort")
-        actions = [asdict(a) for a in tx.plan()]
-        result = tx.commit() if actions else None
-    return ApplyResult(
-        changed=bool(actions),
-        backup_dir=str(result.backup_dir) if result is not None and result.backup_dir else None,
-        actions=actions,
-        end_offset=process,
-        dispatched=dispatched,
-        cq_units_appended=appended_units,
-        index_entries_added=ib.keys_put,
-        index_files_created=[f"index/{n}" for n in created_names],
-        checkpoint_before=ckpt_before._asdict(),
-        checkpoint_after=cp._asdict(),
-        delay_tags_mismatch=delay_mismatch,
-        salvage=salvage_info,
-        problems=list(plan.problems) + [Problem(p.code, p.path, p.offset, p.message) for p in reput_problems
-                                        if p.code == SIZE_ACCOUNTING],
-        cq_warnings=cq_warnings,
-    )
+                elif (store.root / rel).exists():  # a file the queue's recovery did not load (zero-length)
+                    tx.replace_file(rel, _units_writer(units, Fcq))
+                else:
+                    tx.create_file(rel, _units_writer(units, Fcq), mode=0o644)
+            elif b == last and b in q.disk and file_has_nonzero(q.disk[b].path, pos, q.disk[b].size):
+                tx.truncate_tail(rel, pos, zero_fill=True)
+
+
+def _index_changes(tx: Any, a: _Applying, tz: _dt.tzinfo) -> list[str]:
+    """The index files into the transaction: discarded ones removed, the last kept one
+    rewritten, new ones created, short ones extended. Returns the new files' names."""
+    plan, g = a.plan, a.store.geometry
+    for d in plan.index_discarded:
+        tx.remove_file(d.file)
+    created_names: list[str] = []
+    taken = {f.name for f in a.store.index_files}
+    floor = a.kept_index[-1].name if a.kept_index else None
+    rewritten = set()
+    for img in a.ib.files:
+        if not img.created:
+            if (img.puts or img.truncated or f"index/{floor}" in plan.index_extended) and floor is not None:
+                tx.replace_file(f"index/{floor}", _index_writer(img))
+                rewritten.add(f"index/{floor}")
+            continue
+        name = _new_index_name(img.first_store_timestamp or 0, tz, floor, taken)
+        taken.add(name)
+        floor = name
+        created_names.append(name)
+        tx.create_file(f"index/{name}", _index_writer(img), mode=0o644)
+    # short kept files, as the broker's load leaves them: extended with zeros
+    for rel in plan.index_extended:
+        if rel not in rewritten:
+            with open(a.store.root / rel, "rb") as src:
+                tx.replace_file(rel, _units_writer(src.read(g.index_file_size), g.index_file_size))
+    return created_names
+
+
+def _recovered_checkpoint(a: _Applying, cp: Checkpoint) -> Checkpoint:
+    """The checkpoint after recovery: ``cp`` with the consume queues', the index's and
+    (5.1.1+) the confirm offset's new values."""
+    plan, profile, store = a.plan, a.profile, a.store
+    if a.logics is not None:
+        cp = cp._replace(logics_msg_timestamp=a.logics)
+    if a.ib.index_msg_timestamp is not None:
+        cp = cp._replace(index_msg_timestamp=a.ib.index_msg_timestamp)
+    elif plan.index_sealed_timestamp is not None and plan.index_sealed_timestamp > cp.index_msg_timestamp:
+        # a kept full file that the next one continues: the broker's flush after the
+        # roll-over (msync, then indexMsgTimestamp := its endTimestamp), which the crash
+        # cut short (the fsync is done above)
+        cp = cp._replace(index_msg_timestamp=plan.index_sealed_timestamp)
+    if profile.version >= (5, 1, 1) and store.commitlog:
+        # 5.x recovery sets the confirm offset to the last valid record's start; the
+        # 5.1.1+ checkpoint persists it (RECOVERY §4.1, §5.2; STORE_FORMAT §16). With no
+        # valid record it keeps its initial value: the start file's offset (abnormal),
+        # the commitlog's max offset at load, every file counted full (normal, async
+        # flush: CommitLog.getConfirmOffset)
+        if plan.last_valid_offset >= 0:
+            confirm = plan.last_valid_offset
+        elif plan.mode == MODE_ABNORMAL:
+            confirm = plan.start_offset
+        else:
+            loaded = [f for f in store.commitlog if f.size > 0]
+            confirm = loaded[-1].base + store.geometry.commitlog_file_size if loaded else cp.confirm_phy_offset
+        cp = cp._replace(confirm_phy_offset=confirm)
+    return cp
 
 
 def _index_file_bytes(path: Path) -> Any:

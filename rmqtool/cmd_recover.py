@@ -117,7 +117,7 @@ def _apply(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], backu
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
         past: list[Any] = []
-        blocked = getattr(plan, "_blocked", [])
+        blocked = plan.blocked
         if blocked:
             ds.warn(f"{blocked[0]}: commitlog file names that do not tile the offsets (overlapping or misaligned): "
                  "recover changes nothing until that file is removed or renamed (see the problems below)", "problem")
@@ -292,7 +292,7 @@ def _print_outcome(plan: RecoveryPlan, result: ApplyResult | None, dry_run: bool
             click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
         click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else "; " + _recap(plan)))
-    elif getattr(plan, "_blocked", []):
+    elif plan.blocked:
         click.echo("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
     else:
         click.echo("nothing to do: the store is as the broker's recovery leaves it" if not finished
