@@ -52,6 +52,7 @@ from ..formats.names import index_name_after, offset_to_file_name, topic_path_pr
 from ..formats.properties import INNER_BASE, INNER_NUM, JAVA_REPLACE
 from ..formats.schema import fixed_prefix_format
 from . import check as ck
+from . import parallel as engine
 from .indexbuild import (
     ConsumeQueueSet,
     ConsumeQueueWriter,
@@ -1224,8 +1225,6 @@ def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
     first piece of a file starts exactly at ``lo``; any other piece at its first record
     (the resync rule of :mod:`recovery.splits`), and every piece stops at the next piece's
     first record, so consecutive pieces meet where the sequential walk passes."""
-    from .scan import resync
-
     store, version, delay_levels, path, base, lo, a, b, hi, mdl, tags, index_keys, hints, slot = args
     profile = version if isinstance(version, BrokerProfile) else BrokerProfile(version, delay_levels)
     if isinstance(hints, Inherited):  # the parent's hints, inherited through fork
@@ -1239,7 +1238,7 @@ def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
         if nominal >= hi:
             return hi
         with store.map(store.commitlog_file_for(base)) as mf:
-            q = resync(mf.buf, nominal - base, min(mf.size, hi - base), base, profile, False)
+            q = engine.resync(mf.buf, nominal - base, min(mf.size, hi - base), base, profile, False)
         return hi if q is None else base + q
 
     start, stop = first(a), first(b)
@@ -1330,7 +1329,8 @@ def iter_dispatch_parallel(
             continue
         # no piece starts in the file's zero tail (a last file's unused space): the piece
         # before it walks to the end of the data, as the sequential pass does
-        cuts = list(range(a, max(_data_end(store, f, a, b), a + 1), max(piece_size, 1))) + [b]
+        pieces = engine.cut(a, max(_data_end(store, f, a, b), a + 1), piece_size)
+        cuts = [start for start, _stop in pieces] + [b]
         for k in range(len(cuts) - 1):
             last = k == len(cuts) - 2
             ph: Any = token  # the hints of the piece's nominal range (past it the walk goes on without)
@@ -1341,8 +1341,6 @@ def iter_dispatch_parallel(
                           cuts[k], cuts[k + 1], b, mdl, tags, index_keys, ph, None, last))
     if len(tasks) < 2:
         return (yield from iter_dispatch(store, profile, **seq))
-
-    import concurrent.futures as cf
 
     stats.from_offset = lo
     stats.end_offset = lo
@@ -1360,59 +1358,45 @@ def iter_dispatch_parallel(
     install(arena)
     if token is not None:
         share(token.name, hints)
-    from .transfer import pool
 
-    ex = pool(workers, ctx)  # (workers die with this process)
-
-    def submit(t: tuple[Any, ...]) -> tuple[cf.Future[Any], tuple[Any, ...], int | None]:
+    def with_slot(t: tuple[Any, ...]) -> tuple[Any, ...]:
         slot = arena.acquire() if arena is not None else None
-        return ex.submit(_piece_task, t[:-2] + (slot,)), t, slot
+        return t[:-2] + (slot,)
 
     try:
-        pending: list[tuple[cf.Future[Any], tuple[Any, ...], int | None]] = []
-        todo = iter(tasks)
-        for t in todo:  # keep every worker busy, and one more piece queued each
-            pending.append(submit(t))
-            if len(pending) >= 2 * jobs:
-                break
-        while pending:
-            fut, t, slot = pending.pop(0)
-            nxt = next(todo, None)
-            if nxt is not None:
-                pending.append(submit(nxt))
-            r = fut.result()
-            if arena is not None:
-                r = arena.take(r, slot)
-            last_of_file = t[-1]
-            # a piece that reaches its file's range end (no later piece of the file has a
-            # record) may end in a BLANK or the data's end, like the sequential walk
-            ok = not r.problems and (last_of_file or r.stop >= t[8] or _laid_end_to_end(r.runs, r.start, r.stop))
-            if not ok:
-                # walk the rest here, in order: exactly the sequential pass from this point
-                for f2, _t, _s in pending:
-                    f2.cancel()
-                seq["from_offset"] = r.start
-                sub = ReputStats()
-                seq["stats"] = sub
-                yield from iter_dispatch(store, profile, **seq)
-                _add_stats(stats, sub)
-                stats.files = len(files_seen - {t[4]}) + sub.files
-                stats.end_offset = sub.end_offset
-                return
-            files_seen.add(t[4])
-            stats.pieces += 1
-            _add_stats(stats, r.stats)
-            if r.start < r.stop:
-                stats.end_offset = r.stats.end_offset
-            runs = r.runs
-            del r  # (a piece's arrays are views of its arena slot: drop them as soon as used)
-            while runs:
-                yield runs.pop(0)
-            if progress:
-                progress(t[7] - t[6])
+        with engine.Stream(_piece_task, tasks, workers, window=2 * jobs, make_pool=lambda n: engine.pool(n, ctx),
+                           arg=with_slot) as st:
+            for t, sent, r in st:
+                if arena is not None:
+                    r = arena.take(r, sent[-1])
+                last_of_file = t[-1]
+                # a piece that reaches its file's range end (no later piece of the file has a
+                # record) may end in a BLANK or the data's end, like the sequential walk
+                ok = not r.problems and (last_of_file or r.stop >= t[8] or _laid_end_to_end(r.runs, r.start, r.stop))
+                if not ok:
+                    # walk the rest here, in order: exactly the sequential pass from this point
+                    st.cancel()
+                    seq["from_offset"] = r.start
+                    sub = ReputStats()
+                    seq["stats"] = sub
+                    yield from iter_dispatch(store, profile, **seq)
+                    _add_stats(stats, sub)
+                    stats.files = len(files_seen - {t[4]}) + sub.files
+                    stats.end_offset = sub.end_offset
+                    return
+                files_seen.add(t[4])
+                stats.pieces += 1
+                _add_stats(stats, r.stats)
+                if r.start < r.stop:
+                    stats.end_offset = r.stats.end_offset
+                runs = r.runs
+                del r  # (a piece's arrays are views of its arena slot: drop them as soon as used)
+                while runs:
+                    yield runs.pop(0)
+                if progress:
+                    progress(t[7] - t[6])
         stats.files = len(files_seen)
     finally:
-        ex.shutdown(wait=True, cancel_futures=True)
         install(None)
         if token is not None:
             unshare(token)
