@@ -29,7 +29,7 @@ import multiprocessing as mp
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .scan import resync
 from .transfer import pool as _transfer_pool
@@ -40,6 +40,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 Progress = Callable[[int], None]
+_END = object()
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,7 +157,7 @@ def run(fn: Callable[[T], R], tasks: Sequence[T], jobs: int, *, make_pool: Calla
     return results
 
 
-class Stream:
+class Stream(Generic[T]):
     """``(t, arg(t), fn(arg(t)))`` for each task, in task order, computed by ``workers`` worker
     processes with at most ``window`` tasks submitted and not yet handed on (every worker
     busy and one more task queued each). ``arg(t)`` (default ``t``) is called as the task
@@ -174,7 +175,7 @@ class Stream:
         self.ex = (make_pool or pool)(workers)
         self.pending: list[tuple[cf.Future[Any], T, Any]] = []
 
-    def __enter__(self) -> Stream:
+    def __enter__(self) -> Stream[T]:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *_exc: object) -> None:
@@ -187,7 +188,7 @@ class Stream:
         a = self.arg(t) if self.arg is not None else t
         self.pending.append((self.ex.submit(self.fn, a), t, a))
 
-    def __iter__(self) -> Iterator[tuple[Any, Any, Any]]:
+    def __iter__(self) -> Iterator[tuple[T, Any, Any]]:
         todo = iter(self.tasks)
         for t in todo:
             self._submit(t)
@@ -195,9 +196,9 @@ class Stream:
                 break
         while self.pending:
             fut, t, a = self.pending.pop(0)
-            nxt = next(todo, None)
-            if nxt is not None:
-                self._submit(nxt)
+            nxt = next(todo, _END)
+            if nxt is not _END:
+                self._submit(nxt)  # type: ignore[arg-type]
             yield t, a, fut.result()
 
     def cancel(self) -> None:
