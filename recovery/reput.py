@@ -1317,34 +1317,16 @@ def iter_dispatch_parallel(
         files[k + 1].base == files[k].base + F for k in range(len(files) - 1))
     if not regular or END - lo < min_bytes or lo < files[0].base:
         return (yield from iter_dispatch(store, profile, **seq))
-    mdl = max_delay_level
     ctx = fork_context()
     # with fork the pieces take their share of the hints from the parent's copy, not as
     # arrays pickled through the pool's pipe
     token = Inherited("reput.hints") if ctx is not None and hints is not None else None
-    tasks: list[tuple[Any, ...]] = []
-    for f in files:
-        a, b = max(lo, f.base), min(END, f.base + F)
-        if a >= b:
-            continue
-        # no piece starts in the file's zero tail (a last file's unused space): the piece
-        # before it walks to the end of the data, as the sequential pass does
-        pieces = engine.cut(a, max(_data_end(store, f, a, b), a + 1), piece_size)
-        cuts = [start for start, _stop in pieces] + [b]
-        for k in range(len(cuts) - 1):
-            last = k == len(cuts) - 2
-            ph: Any = token  # the hints of the piece's nominal range (past it the walk goes on without)
-            if hints is not None and token is None:
-                i0, i1 = np.searchsorted(hints, [cuts[k], cuts[k + 1]])
-                ph = hints[i0:i1] if i1 > i0 else None
-            tasks.append((store, profile, profile.delay_levels, str(f.path), f.base, a,
-                          cuts[k], cuts[k + 1], b, mdl, tags, index_keys, ph, None, last))
+    tasks = _plan_pieces(store, profile, files, lo, END, piece_size, hints, token,
+                         (max_delay_level, tags, index_keys))
     if len(tasks) < 2:
         return (yield from iter_dispatch(store, profile, **seq))
-
     stats.from_offset = lo
     stats.end_offset = lo
-    files_seen: set[int] = set()
     # the workers hand their columns back through shared memory (recovery.transfer): one
     # slot per task in flight (2 per worker, the one submitted before a result is taken)
     # and one for the run the consumer still holds
@@ -1366,42 +1348,79 @@ def iter_dispatch_parallel(
     try:
         with engine.Stream(_piece_task, tasks, workers, window=2 * jobs, make_pool=lambda n: engine.pool(n, ctx),
                            arg=with_slot) as st:
-            for t, sent, r in st:
-                if arena is not None:
-                    r = arena.take(r, sent[-1])
-                last_of_file = t[-1]
-                # a piece that reaches its file's range end (no later piece of the file has a
-                # record) may end in a BLANK or the data's end, like the sequential walk
-                ok = not r.problems and (last_of_file or r.stop >= t[8] or _laid_end_to_end(r.runs, r.start, r.stop))
-                if not ok:
-                    # walk the rest here, in order: exactly the sequential pass from this point
-                    st.cancel()
-                    seq["from_offset"] = r.start
-                    sub = ReputStats()
-                    seq["stats"] = sub
-                    yield from iter_dispatch(store, profile, **seq)
-                    _add_stats(stats, sub)
-                    stats.files = len(files_seen - {t[4]}) + sub.files
-                    stats.end_offset = sub.end_offset
-                    return
-                files_seen.add(t[4])
-                stats.pieces += 1
-                _add_stats(stats, r.stats)
-                if r.start < r.stop:
-                    stats.end_offset = r.stats.end_offset
-                runs = r.runs
-                del r  # (a piece's arrays are views of its arena slot: drop them as soon as used)
-                while runs:
-                    yield runs.pop(0)
-                if progress:
-                    progress(t[7] - t[6])
-        stats.files = len(files_seen)
+            yield from _merge_pieces(st, arena, store, profile, seq, stats)
     finally:
         install(None)
         if token is not None:
             unshare(token)
         if arena is not None:
             arena.close()
+
+
+def _plan_pieces(store: Store, profile: BrokerProfile, files: list[StoreFile], lo: int, END: int, piece_size: int,
+                 hints: np.ndarray | None, token: Inherited | None, walk: tuple[int | None, bool, bool]) -> list[tuple[Any, ...]]:
+    """The piece tasks of ``[lo, END)``: each file's range cut into pieces of
+    ``piece_size`` (:func:`recovery.parallel.cut`) up to the end of its data, the last
+    piece taking the rest of the range. ``walk``: (max delay level, tags, index keys)."""
+    F = store.geometry.commitlog_file_size
+    mdl, tags, index_keys = walk
+    tasks: list[tuple[Any, ...]] = []
+    for f in files:
+        a, b = max(lo, f.base), min(END, f.base + F)
+        if a >= b:
+            continue
+        # no piece starts in the file's zero tail (a last file's unused space): the piece
+        # before it walks to the end of the data, as the sequential pass does
+        pieces = engine.cut(a, max(_data_end(store, f, a, b), a + 1), piece_size)
+        cuts = [start for start, _stop in pieces] + [b]
+        for k in range(len(cuts) - 1):
+            last = k == len(cuts) - 2
+            ph: Any = token  # the hints of the piece's nominal range (past it the walk goes on without)
+            if hints is not None and token is None:
+                i0, i1 = np.searchsorted(hints, [cuts[k], cuts[k + 1]])
+                ph = hints[i0:i1] if i1 > i0 else None
+            tasks.append((store, profile, profile.delay_levels, str(f.path), f.base, a,
+                          cuts[k], cuts[k + 1], b, mdl, tags, index_keys, ph, None, last))
+    return tasks
+
+
+def _merge_pieces(st: engine.Stream[tuple[Any, ...]], arena: Arena | None, store: Store, profile: BrokerProfile,
+                  seq: dict[str, Any], stats: ReputStats) -> Iterator[DispatchColumns]:
+    """The merge: the pieces' runs in commitlog order while each piece is one the
+    sequential walk would have made; from the first that is not, the sequential pass
+    itself (``seq``: :func:`iter_dispatch`'s arguments)."""
+    files_seen: set[int] = set()
+    progress = seq["progress"]
+    for t, sent, r in st:
+        if arena is not None:
+            r = arena.take(r, sent[-1])
+        last_of_file = t[-1]
+        # a piece that reaches its file's range end (no later piece of the file has a
+        # record) may end in a BLANK or the data's end, like the sequential walk
+        ok = not r.problems and (last_of_file or r.stop >= t[8] or _laid_end_to_end(r.runs, r.start, r.stop))
+        if not ok:
+            # walk the rest here, in order: exactly the sequential pass from this point
+            st.cancel()
+            seq["from_offset"] = r.start
+            sub = ReputStats()
+            seq["stats"] = sub
+            yield from iter_dispatch(store, profile, **seq)
+            _add_stats(stats, sub)
+            stats.files = len(files_seen - {t[4]}) + sub.files
+            stats.end_offset = sub.end_offset
+            return
+        files_seen.add(t[4])
+        stats.pieces += 1
+        _add_stats(stats, r.stats)
+        if r.start < r.stop:
+            stats.end_offset = r.stats.end_offset
+        runs = r.runs
+        del r  # (a piece's arrays are views of its arena slot: drop them as soon as used)
+        while runs:
+            yield runs.pop(0)
+        if progress:
+            progress(t[7] - t[6])
+    stats.files = len(files_seen)
 
 
 def _data_end(store: Store, f: StoreFile, a: int, b: int, block: int = 1 << 20) -> int:

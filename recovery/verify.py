@@ -1455,7 +1455,7 @@ def _stitch(parts: list[Part], f: StoreFile, end: int, run: Callable[[int, int, 
 def _plan_parts(store: Store, part_size: int) -> list[tuple[int, StoreFile, int, int, int]]:
     """(file index, file, readable end, start, stop) of every part."""
     mapped = store.geometry.commitlog_file_size
-    plan = []
+    plan: list[tuple[int, StoreFile, int, int, int]] = []
     for i, f in enumerate(store.commitlog):
         end = min(f.size, mapped)
         if end > 0:
