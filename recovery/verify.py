@@ -1480,9 +1480,6 @@ def _part_bytes(t: PartTask) -> int:
     return t.stop - t.start
 
 
-_worker_init = parallel.worker_init
-
-
 def _mp_context() -> Any:
     """The workers' start method (:func:`recovery.parallel.context`), preloading only
     this module in a fork server."""
