@@ -29,12 +29,14 @@ import multiprocessing as mp
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 from .scan import resync
+from .transfer import Inherited, share, unshare
 from .transfer import pool as _transfer_pool
 
-__all__ = ["Progress", "Stream", "context", "cut", "pool", "resync", "run", "stop", "worker_init"]
+__all__ = ["Progress", "Stream", "context", "cut", "inheriting", "pool", "resync", "run", "stop", "worker_init"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -72,6 +74,23 @@ def cut(lo: int, hi: int, size: int, *, fold: int = 0) -> list[tuple[int, int]]:
 
 # ---------------------------------------------------------------------------------------
 # Pool
+
+
+@contextmanager
+def inheriting(name: str, value: Any, inherit: bool) -> Iterator[Inherited | None]:
+    """A large per-run input (e.g. the consume queues' record starts) that forked workers
+    read from this process's memory instead of receiving it pickled with every task: the
+    token to put in the tasks while the block runs (:func:`recovery.transfer.inherited`
+    turns it back into the value in a worker), None when ``value`` is None or not
+    ``inherit`` (the tasks then carry their own share). Forgotten on leaving."""
+    if value is None or not inherit:
+        yield None
+        return
+    token = share(name, value)
+    try:
+        yield token
+    finally:
+        unshare(token)
 
 
 def worker_init() -> None:

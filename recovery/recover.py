@@ -86,7 +86,7 @@ from .scan import chase_starts as _chase
 from .scan import file_has_nonzero, hints_in, message_fields, queue_hint_runs, sorted_hints_in, sorted_unique
 from .store import Store, StoreFile
 from .times import add_times
-from .transfer import Inherited, fork_context, inherited, share, unshare
+from .transfer import Inherited, fork_context, inherited
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -795,26 +795,19 @@ def scan_files(
     parallel = jobs > 1 and len(spans) > 1 and total >= _PARALLEL_MIN_BYTES
     # with fork the walk tasks take their share of the hints from the parent's copy, not as
     # arrays pickled through the pool's pipe (32 MB for 4 million records)
-    token = Inherited("walk.hints") if parallel and hints is not None and fork_context() is not None else None
-    tasks = []
-    for i, f, lo, hi, end in spans:
-        if token is not None:
-            hh: Any = token
-            h_sorted = True
-        else:
-            h, h_sorted = hints_in(hints, f.base + lo, f.base + hi)
-            hh = h - f.base if h is not None else None
-        tasks.append((i, str(f.path), f.base, lo, hi, end, profile, profile.delay_levels, crc_of[i], max_delay_level,
-                      hh, h_sorted))
-    results: list[_SpanResult] = []
-    if token is not None:
-        share(token.name, hints)
-    try:
+    with engine.inheriting("walk.hints", hints, parallel and fork_context() is not None) as token:
+        tasks = []
+        for i, f, lo, hi, end in spans:
+            if token is not None:
+                hh: Any = token
+                h_sorted = True
+            else:
+                h, h_sorted = hints_in(hints, f.base + lo, f.base + hi)
+                hh = h - f.base if h is not None else None
+            tasks.append((i, str(f.path), f.base, lo, hi, end, profile, profile.delay_levels, crc_of[i],
+                          max_delay_level, hh, h_sorted))
         results = engine.run(_span_task, tasks, jobs if parallel else 1, make_pool=lambda n: _pool(n),
                              weight=_span_bytes, progress=progress, meanwhile=meanwhile)
-    finally:
-        if token is not None:
-            unshare(token)
     by_file: dict[int, list[_SpanResult]] = {}
     for r in results:
         by_file.setdefault(r.file_index, []).append(r)

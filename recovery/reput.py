@@ -65,7 +65,7 @@ from .indexbuild import (
 )
 from .scan import ByteViews, byte_views, chase_starts, last_nonzero_in_file, sorted_unique
 from .store import Store, StoreFile
-from .transfer import Arena, Inherited, fork_context, inherited, install, place, share, unshare
+from .transfer import Arena, Inherited, fork_context, inherited, install, place
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -1320,41 +1320,37 @@ def iter_dispatch_parallel(
     ctx = fork_context()
     # with fork the pieces take their share of the hints from the parent's copy, not as
     # arrays pickled through the pool's pipe
-    token = Inherited("reput.hints") if ctx is not None and hints is not None else None
-    tasks = _plan_pieces(store, profile, files, lo, END, piece_size, hints, token,
-                         (max_delay_level, tags, index_keys))
-    if len(tasks) < 2:
-        return (yield from iter_dispatch(store, profile, **seq))
-    stats.from_offset = lo
-    stats.end_offset = lo
-    # the workers hand their columns back through shared memory (recovery.transfer): one
-    # slot per task in flight (2 per worker, the one submitted before a result is taken)
-    # and one for the run the consumer still holds
-    workers = min(jobs, len(tasks))
-    arena: Arena | None = None
-    if ctx is not None:
+    with engine.inheriting("reput.hints", hints, ctx is not None) as token:
+        tasks = _plan_pieces(store, profile, files, lo, END, piece_size, hints, token,
+                             (max_delay_level, tags, index_keys))
+        if len(tasks) < 2:
+            return (yield from iter_dispatch(store, profile, **seq))
+        stats.from_offset = lo
+        stats.end_offset = lo
+        # the workers hand their columns back through shared memory (recovery.transfer): one
+        # slot per task in flight (2 per worker, the one submitted before a result is taken)
+        # and one for the run the consumer still holds
+        workers = min(jobs, len(tasks))
+        arena: Arena | None = None
+        if ctx is not None:
+            try:
+                arena = Arena(2 * workers + 2, max(piece_size, 1 << 20))
+            except (OSError, ValueError, OverflowError):  # no room for the mapping: through the pipe
+                arena = None
+
+        def with_slot(t: tuple[Any, ...]) -> tuple[Any, ...]:
+            slot = arena.acquire() if arena is not None else None
+            return t[:-2] + (slot,)
+
+        install(arena)
         try:
-            arena = Arena(2 * workers + 2, max(piece_size, 1 << 20))
-        except (OSError, ValueError, OverflowError):  # no room for the mapping: through the pipe
-            arena = None
-    install(arena)
-    if token is not None:
-        share(token.name, hints)
-
-    def with_slot(t: tuple[Any, ...]) -> tuple[Any, ...]:
-        slot = arena.acquire() if arena is not None else None
-        return t[:-2] + (slot,)
-
-    try:
-        with engine.Stream(_piece_task, tasks, workers, window=2 * jobs, make_pool=lambda n: engine.pool(n, ctx),
-                           arg=with_slot) as st:
-            yield from _merge_pieces(st, arena, store, profile, seq, stats)
-    finally:
-        install(None)
-        if token is not None:
-            unshare(token)
-        if arena is not None:
-            arena.close()
+            with engine.Stream(_piece_task, tasks, workers, window=2 * jobs,
+                               make_pool=lambda n: engine.pool(n, ctx), arg=with_slot) as st:
+                yield from _merge_pieces(st, arena, store, profile, seq, stats)
+        finally:
+            install(None)
+            if arena is not None:
+                arena.close()
 
 
 def _plan_pieces(store: Store, profile: BrokerProfile, files: list[StoreFile], lo: int, END: int, piece_size: int,

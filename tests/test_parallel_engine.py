@@ -260,3 +260,22 @@ def test_pool_workers_ignore_sigint_and_die_with_the_parent() -> None:
             assert ex.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
         finally:
             ex.shutdown(wait=True)
+
+
+def _read_inherited(token: object) -> int:
+    from rmqtool.recovery.transfer import inherited
+
+    return int(sum(inherited(token)))  # type: ignore[arg-type]
+
+
+def test_inheriting_shares_a_value_with_forked_workers_for_the_block_only() -> None:
+    from rmqtool.recovery import transfer
+
+    with engine.inheriting("test.values", None, True) as none:
+        assert none is None
+    with engine.inheriting("test.values", [1, 2, 3], False) as none:
+        assert none is None
+    with deadline(60), engine.inheriting("test.values", [1, 2, 3], True) as token:
+        assert token is not None and transfer.is_shared(token)
+        assert engine.run(_read_inherited, [token, token], 2, make_pool=lambda n: engine.pool(n, engine.context(inherit=True))) == [6, 6]
+    assert not transfer.is_shared(token)
