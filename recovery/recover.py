@@ -74,6 +74,7 @@ from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from ..formats.names import offset_to_file_name, topic_path_problem
 from ..formats.safeio import read_small
 from . import check as ck
+from . import parallel as engine
 from .batch import crc_failures, plain_records
 from .broker import (
     _FIRST_CHUNK,
@@ -97,10 +98,10 @@ from .scan import ByteViews as _Views
 from .scan import byte_at as _at
 from .scan import byte_views as _views
 from .scan import chase_starts as _chase
-from .scan import file_has_nonzero, hints_in, message_fields, queue_hint_runs, resync, sorted_hints_in, sorted_unique
+from .scan import file_has_nonzero, hints_in, message_fields, queue_hint_runs, sorted_hints_in, sorted_unique
 from .store import Store, StoreFile
 from .times import add_times
-from .transfer import Inherited, fork_context, inherited, share, unshare
+from .transfer import Inherited, fork_context, inherited
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -693,7 +694,7 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     try:
         first: int | None = lo
         if lo > 0:
-            first = resync(buf, lo, end, base, profile, check_crc)  # (skips zero blocks first)
+            first = engine.resync(buf, lo, end, base, profile, check_crc)  # (skips zero blocks first)
             if first is not None and first >= hi:
                 first = None
         if first is None:
@@ -716,9 +717,12 @@ def _close(mv: memoryview, buf: mmap.mmap) -> None:
 
 
 def _pool(jobs: int) -> _cf.Executor:
-    from .transfer import pool
+    """The walk's pool: fork, so that the tasks find the hints the parent shared."""
+    return engine.pool(jobs, engine.context(inherit=True) if fork_context() is not None else None)
 
-    return pool(jobs, fork_context())  # (workers die with this process)
+
+def _span_bytes(t: tuple[Any, ...]) -> int:
+    return int(t[4] - t[3])
 
 
 def scan_files(
@@ -753,51 +757,23 @@ def scan_files(
         # a gigabyte of zeros (a 1 GiB file holding 146 MB). _join walks on in order from
         # wherever the last slice arrives.
         plan_end = max(min(end, span), _last_data_end(f.path, end))
-        lo = 0
-        while True:
-            hi = min(plan_end, lo + span) if plan_end - lo > span + span // 4 else plan_end
-            spans.append((i, f, lo, hi, end))
-            if hi >= plan_end:
-                break
-            lo = hi
+        spans.extend((i, f, lo, hi, end) for lo, hi in engine.cut(0, plan_end, span, fold=span // 4))
     parallel = jobs > 1 and len(spans) > 1 and total >= _PARALLEL_MIN_BYTES
     # with fork the walk tasks take their share of the hints from the parent's copy, not as
     # arrays pickled through the pool's pipe (32 MB for 4 million records)
-    token = Inherited("walk.hints") if parallel and hints is not None and fork_context() is not None else None
-    tasks = []
-    for i, f, lo, hi, end in spans:
-        if token is not None:
-            hh: Any = token
-            h_sorted = True
-        else:
-            h, h_sorted = hints_in(hints, f.base + lo, f.base + hi)
-            hh = h - f.base if h is not None else None
-        tasks.append((i, str(f.path), f.base, lo, hi, end, profile, profile.delay_levels, crc_of[i], max_delay_level,
-                      hh, h_sorted))
-    results: list[_SpanResult] = []
-    if parallel:
-        if token is not None:
-            share(token.name, hints)
-        try:
-            with _pool(min(jobs, len(tasks))) as ex:
-                futs = [ex.submit(_span_task, t) for t in tasks]
-                if meanwhile is not None:
-                    meanwhile()
-                for fut, t in zip(futs, tasks):
-                    r = fut.result()
-                    results.append(r)
-                    if progress:
-                        progress(t[4] - t[3])
-        finally:
+    with engine.inheriting("walk.hints", hints, parallel and fork_context() is not None) as token:
+        tasks = []
+        for i, f, lo, hi, end in spans:
             if token is not None:
-                unshare(token)
-    else:  # in this process
-        if meanwhile is not None:
-            meanwhile()
-        for t in tasks:
-            results.append(_span_task(t))
-            if progress:
-                progress(t[4] - t[3])
+                hh: Any = token
+                h_sorted = True
+            else:
+                h, h_sorted = hints_in(hints, f.base + lo, f.base + hi)
+                hh = h - f.base if h is not None else None
+            tasks.append((i, str(f.path), f.base, lo, hi, end, profile, profile.delay_levels, crc_of[i],
+                          max_delay_level, hh, h_sorted))
+        results = engine.run(_span_task, tasks, jobs if parallel else 1, make_pool=lambda n: _pool(n),
+                             weight=_span_bytes, progress=progress, meanwhile=meanwhile)
     by_file: dict[int, list[_SpanResult]] = {}
     for r in results:
         by_file.setdefault(r.file_index, []).append(r)
@@ -1002,7 +978,7 @@ def _salvage_positions(buf: Any, pos: int, end: int, base: int, profile: BrokerP
     out: list[tuple[int, int, bool]] = []
     p = pos
     while p < end:
-        q = resync(buf, p, end, base, profile, check_crc=False)
+        q = engine.resync(buf, p, end, base, profile, check_crc=False)
         if q is None:
             break
         while q < end:

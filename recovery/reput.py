@@ -45,6 +45,7 @@ from ..formats.checkpoint import Checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.names import offset_to_file_name, topic_path_problem
 from . import check as ck
+from . import parallel as engine
 from .batch import MAX_RUN as _MAX_RUN
 from .batch import BatchDecoder as _FastDecoder  # (old names, kept importable)
 from .batch import DispatchColumns, IndexKeys, LazyValues
@@ -72,7 +73,7 @@ from .indexbuild import (
 )
 from .scan import byte_views, last_nonzero_in_file
 from .store import Store, StoreFile
-from .transfer import Arena, Inherited, fork_context, inherited, install, place, share, unshare
+from .transfer import Arena, Inherited, fork_context, inherited, install, place
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -524,8 +525,6 @@ def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
     first piece of a file starts exactly at ``lo``; any other piece at its first record
     (the resync rule of :mod:`recovery.splits`), and every piece stops at the next piece's
     first record, so consecutive pieces meet where the sequential walk passes."""
-    from .scan import resync
-
     store, version, delay_levels, path, base, lo, a, b, hi, mdl, tags, index_keys, hints, slot = args
     profile = version if isinstance(version, BrokerProfile) else BrokerProfile(version, delay_levels)
     if isinstance(hints, Inherited):  # the parent's hints, inherited through fork
@@ -539,7 +538,7 @@ def _piece_task(args: tuple[Any, ...]) -> _PieceResult:
         if nominal >= hi:
             return hi
         with store.map(store.commitlog_file_for(base)) as mf:
-            q = resync(mf.buf, nominal - base, min(mf.size, hi - base), base, profile, False)
+            q = engine.resync(mf.buf, nominal - base, min(mf.size, hi - base), base, profile, False)
         return hi if q is None else base + q
 
     start, stop = first(a), first(b)
@@ -618,11 +617,49 @@ def iter_dispatch_parallel(
         files[k + 1].base == files[k].base + F for k in range(len(files) - 1))
     if not regular or END - lo < min_bytes or lo < files[0].base:
         return (yield from iter_dispatch(store, profile, **seq))
-    mdl = max_delay_level
     ctx = fork_context()
     # with fork the pieces take their share of the hints from the parent's copy, not as
     # arrays pickled through the pool's pipe
-    token = Inherited("reput.hints") if ctx is not None and hints is not None else None
+    with engine.inheriting("reput.hints", hints, ctx is not None) as token:
+        tasks = _plan_pieces(store, profile, files, lo, END, piece_size, hints, token,
+                             (max_delay_level, tags, index_keys))
+        if len(tasks) < 2:
+            return (yield from iter_dispatch(store, profile, **seq))
+        stats.from_offset = lo
+        stats.end_offset = lo
+        # the workers hand their columns back through shared memory (recovery.transfer): one
+        # slot per task in flight (2 per worker, the one submitted before a result is taken)
+        # and one for the run the consumer still holds
+        workers = min(jobs, len(tasks))
+        arena: Arena | None = None
+        if ctx is not None:
+            try:
+                arena = Arena(2 * workers + 2, max(piece_size, 1 << 20))
+            except (OSError, ValueError, OverflowError):  # no room for the mapping: through the pipe
+                arena = None
+
+        def with_slot(t: tuple[Any, ...]) -> tuple[Any, ...]:
+            slot = arena.acquire() if arena is not None else None
+            return t[:-2] + (slot,)
+
+        install(arena)
+        try:
+            with engine.Stream(_piece_task, tasks, workers, window=2 * jobs,
+                               make_pool=lambda n: engine.pool(n, ctx), arg=with_slot) as st:
+                yield from _merge_pieces(st, arena, store, profile, seq, stats)
+        finally:
+            install(None)
+            if arena is not None:
+                arena.close()
+
+
+def _plan_pieces(store: Store, profile: BrokerProfile, files: list[StoreFile], lo: int, END: int, piece_size: int,
+                 hints: np.ndarray | None, token: Inherited | None, walk: tuple[int | None, bool, bool]) -> list[tuple[Any, ...]]:
+    """The piece tasks of ``[lo, END)``: each file's range cut into pieces of
+    ``piece_size`` (:func:`recovery.parallel.cut`) up to the end of its data, the last
+    piece taking the rest of the range. ``walk``: (max delay level, tags, index keys)."""
+    F = store.geometry.commitlog_file_size
+    mdl, tags, index_keys = walk
     tasks: list[tuple[Any, ...]] = []
     for f in files:
         a, b = max(lo, f.base), min(END, f.base + F)
@@ -630,7 +667,8 @@ def iter_dispatch_parallel(
             continue
         # no piece starts in the file's zero tail (a last file's unused space): the piece
         # before it walks to the end of the data, as the sequential pass does
-        cuts = list(range(a, max(_data_end(store, f, a, b), a + 1), max(piece_size, 1))) + [b]
+        pieces = engine.cut(a, max(_data_end(store, f, a, b), a + 1), piece_size)
+        cuts = [start for start, _stop in pieces] + [b]
         for k in range(len(cuts) - 1):
             last = k == len(cuts) - 2
             ph: Any = token  # the hints of the piece's nominal range (past it the walk goes on without)
@@ -639,85 +677,46 @@ def iter_dispatch_parallel(
                 ph = hints[i0:i1] if i1 > i0 else None
             tasks.append((store, profile, profile.delay_levels, str(f.path), f.base, a,
                           cuts[k], cuts[k + 1], b, mdl, tags, index_keys, ph, None, last))
-    if len(tasks) < 2:
-        return (yield from iter_dispatch(store, profile, **seq))
+    return tasks
 
-    import concurrent.futures as cf
 
-    stats.from_offset = lo
-    stats.end_offset = lo
+def _merge_pieces(st: engine.Stream[tuple[Any, ...]], arena: Arena | None, store: Store, profile: BrokerProfile,
+                  seq: dict[str, Any], stats: ReputStats) -> Iterator[DispatchColumns]:
+    """The merge: the pieces' runs in commitlog order while each piece is one the
+    sequential walk would have made; from the first that is not, the sequential pass
+    itself (``seq``: :func:`iter_dispatch`'s arguments)."""
     files_seen: set[int] = set()
-    # the workers hand their columns back through shared memory (recovery.transfer): one
-    # slot per task in flight (2 per worker, the one submitted before a result is taken)
-    # and one for the run the consumer still holds
-    workers = min(jobs, len(tasks))
-    arena: Arena | None = None
-    if ctx is not None:
-        try:
-            arena = Arena(2 * workers + 2, max(piece_size, 1 << 20))
-        except (OSError, ValueError, OverflowError):  # no room for the mapping: through the pipe
-            arena = None
-    install(arena)
-    if token is not None:
-        share(token.name, hints)
-    from .transfer import pool
-
-    ex = pool(workers, ctx)  # (workers die with this process)
-
-    def submit(t: tuple[Any, ...]) -> tuple[cf.Future[Any], tuple[Any, ...], int | None]:
-        slot = arena.acquire() if arena is not None else None
-        return ex.submit(_piece_task, t[:-2] + (slot,)), t, slot
-
-    try:
-        pending: list[tuple[cf.Future[Any], tuple[Any, ...], int | None]] = []
-        todo = iter(tasks)
-        for t in todo:  # keep every worker busy, and one more piece queued each
-            pending.append(submit(t))
-            if len(pending) >= 2 * jobs:
-                break
-        while pending:
-            fut, t, slot = pending.pop(0)
-            nxt = next(todo, None)
-            if nxt is not None:
-                pending.append(submit(nxt))
-            r = fut.result()
-            if arena is not None:
-                r = arena.take(r, slot)
-            last_of_file = t[-1]
-            # a piece that reaches its file's range end (no later piece of the file has a
-            # record) may end in a BLANK or the data's end, like the sequential walk
-            ok = not r.problems and (last_of_file or r.stop >= t[8] or _laid_end_to_end(r.runs, r.start, r.stop))
-            if not ok:
-                # walk the rest here, in order: exactly the sequential pass from this point
-                for f2, _t, _s in pending:
-                    f2.cancel()
-                seq["from_offset"] = r.start
-                sub = ReputStats()
-                seq["stats"] = sub
-                yield from iter_dispatch(store, profile, **seq)
-                _add_stats(stats, sub)
-                stats.files = len(files_seen - {t[4]}) + sub.files
-                stats.end_offset = sub.end_offset
-                return
-            files_seen.add(t[4])
-            stats.pieces += 1
-            _add_stats(stats, r.stats)
-            if r.start < r.stop:
-                stats.end_offset = r.stats.end_offset
-            runs = r.runs
-            del r  # (a piece's arrays are views of its arena slot: drop them as soon as used)
-            while runs:
-                yield runs.pop(0)
-            if progress:
-                progress(t[7] - t[6])
-        stats.files = len(files_seen)
-    finally:
-        ex.shutdown(wait=True, cancel_futures=True)
-        install(None)
-        if token is not None:
-            unshare(token)
+    progress = seq["progress"]
+    for t, sent, r in st:
         if arena is not None:
-            arena.close()
+            r = arena.take(r, sent[-1])
+        last_of_file = t[-1]
+        # a piece that reaches its file's range end (no later piece of the file has a
+        # record) may end in a BLANK or the data's end, like the sequential walk
+        ok = not r.problems and (last_of_file or r.stop >= t[8] or _laid_end_to_end(r.runs, r.start, r.stop))
+        if not ok:
+            # walk the rest here, in order: exactly the sequential pass from this point
+            st.cancel()
+            seq["from_offset"] = r.start
+            sub = ReputStats()
+            seq["stats"] = sub
+            yield from iter_dispatch(store, profile, **seq)
+            _add_stats(stats, sub)
+            stats.files = len(files_seen - {t[4]}) + sub.files
+            stats.end_offset = sub.end_offset
+            return
+        files_seen.add(t[4])
+        stats.pieces += 1
+        _add_stats(stats, r.stats)
+        if r.start < r.stop:
+            stats.end_offset = r.stats.end_offset
+        runs = r.runs
+        del r  # (a piece's arrays are views of its arena slot: drop them as soon as used)
+        while runs:
+            yield runs.pop(0)
+        if progress:
+            progress(t[7] - t[6])
+    stats.files = len(files_seen)
 
 
 def _data_end(store: Store, f: StoreFile, a: int, b: int, block: int = 1 << 20) -> int:

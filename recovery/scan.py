@@ -221,31 +221,40 @@ def first_nonzero_block(buf: Any, pos: int, end: int, block: int = 1 << 20) -> i
     return None
 
 
-def resync(buf: Any, start: int, end: int, file_base: int, profile: BrokerProfile, check_crc: bool = True) -> int | None:
-    """The next position >= ``start`` holding an intact record: a V1/V2 magic at +4, a
-    record that validates (CRC too when ``check_crc``), and a stored PHYSICALOFFSET equal
-    to file_base + position. Records are not aligned, so every byte is a candidate; the
-    magic is found with ``bytes.find``. Returns None when nothing is found."""
-    mv = buf
-    magics = (b"\xda\xa3\x20\xa7", b"\xda\xa3\x20\xab") if profile.accepts_v2 else (b"\xda\xa3\x20\xa7",)
-    # the 4-byte search crawls through zeros (a last file's unused tail, a pre-allocated
-    # file) at ~1 GB/s; whole zero blocks are skipped first (no magic starts in one, and a
-    # record starting up to 8 bytes before the first non-zero block stays in view)
-    nz = first_nonzero_block(buf, start, end)
+_MAGICS_V1 = (cl.MAGIC_V1.to_bytes(4, "big", signed=True),)
+_MAGICS_V1_V2 = _MAGICS_V1 + (cl.MAGIC_V2.to_bytes(4, "big", signed=True),)
+
+
+def resync(buf: Any, start: int, end: int, file_base: int, profile: BrokerProfile, check_crc: bool = True,
+           limit: int | None = None) -> int | None:
+    """The first position in ``[start, limit)`` (``limit`` defaults to ``end``, the
+    readable bytes) holding an intact record: a V1 (or, where the profile accepts it, V2)
+    magic at +4 whose 4 bytes end before ``min(limit + 4, end)``, a record that validates
+    (its body CRC too when ``check_crc``), and a stored PHYSICALOFFSET equal to
+    ``file_base`` + position. Records are not aligned, so every byte is a candidate; the
+    magic is found with ``bytes.find`` after whole zero blocks are skipped (no magic
+    starts in one; a record starting up to 8 bytes before the first non-zero block stays
+    in view). None when there is none."""
+    limit = end if limit is None else limit
+    bound = min(limit + 4, end)  # the magic's last byte lies before this
+    magics = _MAGICS_V1_V2 if profile.accepts_v2 else _MAGICS_V1
+    nz = first_nonzero_block(buf, start, bound)
     if nz is None:
         return None
     pos = max(start, nz - 8)
-    while pos < end:
+    while pos < limit:
         best = -1
         for m in magics:
-            i = mv.find(m, pos + 4, end)
+            i = buf.find(m, pos + 4, bound)
             if i != -1 and (best == -1 or i < best):
                 best = i
         if best == -1:
             return None
         cand = best - 4
+        if cand >= limit:
+            return None
         if cand >= start:
-            c = ck.check_record(mv, cand, end, profile, check_crc=check_crc, read_body=True)
+            c = ck.check_record(buf, cand, end, profile, check_crc=check_crc, read_body=True)
             if c.is_message and c.rec is not None and c.rec.physical_offset == file_base + cand:
                 return cand
         pos = cand + 1

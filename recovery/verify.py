@@ -62,6 +62,7 @@ from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch, pow
 from ..formats.names import offset_msg_id, topic_path_problem
 from ..formats.properties import JAVA_REPLACE, decode_crc32_digits, parse_properties, parse_properties_legacy
 from . import check as ck
+from . import parallel
 from .batch import GroupedWords as _Grouped  # noqa: F401  (old names, kept importable)
 from .batch import ShiftedWords as _Words
 from .batch import body_crcs_match, hash_spans
@@ -430,29 +431,9 @@ class _Ctx:
 
 
 def _resync(ctx: _Ctx, start: int, limit: int) -> int | None:
-    """The first position in [start, limit) holding an intact record: a message magic at
-    +4, a record that validates (CRC on) and whose PHYSICALOFFSET is file base + position.
-    Records are not aligned: every byte is a candidate, found with ``bytes.find``."""
-    buf, end = ctx.buf, ctx.end
-    pats = [struct.pack(">i", m) for m in ctx.magics]
-    pos = start
-    while pos < limit:
-        best = -1
-        for pat in pats:
-            i = buf.find(pat, pos + 4, min(limit + 4, end))
-            if i != -1 and (best == -1 or i < best):
-                best = i
-        if best == -1:
-            return None
-        cand = best - 4
-        if cand >= limit:
-            return None
-        if cand >= start:
-            c = ck.check_record(buf, cand, end, ctx.profile, check_crc=True, read_body=True)
-            if c.is_message and c.rec is not None and c.rec.physical_offset == ctx.base + cand:
-                return cand
-        pos = cand + 1
-    return None
+    """The first position in [start, limit) holding an intact record (CRC on):
+    :func:`recovery.parallel.resync`."""
+    return parallel.resync(ctx.buf, start, ctx.end, ctx.base, ctx.profile, True, limit=limit)
 
 
 _V4_BODY_LEN_AT = _V4["body_length"]  # BODYLENGTH with IPv4 born/store hosts (STORE_FORMAT §4)
@@ -1356,15 +1337,11 @@ def _stitch(parts: list[Part], f: StoreFile, end: int, run: Callable[[int, int, 
 def _plan_parts(store: Store, part_size: int) -> list[tuple[int, StoreFile, int, int, int]]:
     """(file index, file, readable end, start, stop) of every part."""
     mapped = store.geometry.commitlog_file_size
-    plan = []
+    plan: list[tuple[int, StoreFile, int, int, int]] = []
     for i, f in enumerate(store.commitlog):
         end = min(f.size, mapped)
-        if end <= 0:
-            continue
-        s = 0
-        while s < end:
-            plan.append((i, f, end, s, min(s + part_size, end)))
-            s += part_size
+        if end > 0:
+            plan.extend((i, f, end, s, e) for s, e in parallel.cut(0, end, part_size))
     return plan
 
 
@@ -1373,62 +1350,22 @@ def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
     """Run the parts in this process or in a pool of ``jobs`` processes; ``meanwhile``
     runs in this process while the workers scan (after the scan when there is no pool)."""
     if jobs <= 1 or len(tasks) <= 1:
-        out = []
-        for t in tasks:
-            out.append(scan_part(t))
-            if progress:
-                progress(t.stop - t.start)
+        out = parallel.run(scan_part, tasks, 1, weight=_part_bytes, progress=progress)
         if meanwhile:
             meanwhile()
         return out
-    import concurrent.futures as cf
-
-    ctx = _mp_context()
-    results: list[Part | None] = [None] * len(tasks)
-    from .transfer import pool
-
-    ex = pool(min(jobs, len(tasks)), ctx, initializer=_worker_init)  # (workers die with this process)
-    try:
-        futs = {ex.submit(scan_part, t): i for i, t in enumerate(tasks)}
-        if meanwhile:
-            meanwhile()
-        for fut in cf.as_completed(futs):
-            i = futs[fut]
-            results[i] = fut.result()
-            if progress:
-                progress(tasks[i].stop - tasks[i].start)
-    except BaseException:
-        # Ctrl-C or a failure: stop the workers now (they ignore SIGINT, the parent decides)
-        procs = list(getattr(ex, "_processes", {}).values())
-        ex.shutdown(wait=False, cancel_futures=True)
-        for pr in procs:
-            pr.terminate()
-        raise
-    ex.shutdown(wait=True)
-    return [r for r in results if r is not None]
+    return parallel.run(scan_part, tasks, jobs, make_pool=lambda n: parallel.pool(n, _mp_context()),
+                        weight=_part_bytes, progress=progress, meanwhile=meanwhile)
 
 
-def _worker_init() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _part_bytes(t: PartTask) -> int:
+    return t.stop - t.start
 
 
 def _mp_context() -> Any:
-    """fork when this process has no other thread (fast, and no re-import of the caller's
-    main module); otherwise forkserver (a fork with threads alive, e.g. a progress-bar
-    monitor, could inherit a held lock), preloading only this module."""
-    import multiprocessing as mp
-    import threading
-
-    methods = mp.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
-        return mp.get_context("fork")
-    if "forkserver" in methods:
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])
-        return ctx
-    return mp.get_context("spawn")
+    """The workers' start method (:func:`recovery.parallel.context`), preloading only
+    this module in a fork server."""
+    return parallel.context(preload=[__name__])
 
 
 @dataclass
