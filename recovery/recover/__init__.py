@@ -58,14 +58,13 @@ applying), :mod:`.walk` (step 3, the parallel walk), :mod:`.indexfiles` (index f
 from __future__ import annotations
 
 import sys
-import types
-from typing import Any
 
 from ...formats.consumequeue import read_units as read_units
 from .. import check as ck  # noqa: F401  (tests patch recover.ck.check_record)
 from ..broker import _FIRST_CHUNK as _FIRST_CHUNK
 from ..broker import first_unit_where as _first_bad_unit  # noqa: F401  (an old name tests use)
 from ..broker import truncate_dirty_logic_files as _truncate_units  # noqa: F401  (an old name tests use)
+from ..patchable import PatchablePackage
 from ..scan import queue_hint_runs as queue_hint_runs
 from ..times import add_times as add_times
 from ..transfer import fork_context as fork_context
@@ -128,16 +127,6 @@ __all__ = [
 ]
 
 
-class _Package(types.ModuleType):
-    """The package as a module whose names tests may set (``monkeypatch.setattr(recover,
-    "_read_cq", ...)``, ``"_WALK_BATCH"``, ``"add_times"``) as they did when it was one file:
-    a name set here is set in every submodule that holds it, so their code sees it."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        for modname, mod in list(sys.modules.items()):
-            if modname.startswith(f"{__name__}.") and name in vars(mod):
-                setattr(mod, name, value)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+# tests set names of the old module (``_read_cq``, ``_span_task``, ``_WALK_BATCH``,
+# ``_PARALLEL_MIN_BYTES``, ``_pool``, ``fork_context``, ``add_times``): they reach the submodules
+sys.modules[__name__].__class__ = PatchablePackage

@@ -16,15 +16,11 @@ from ...formats.checkpoint import CHECKPOINT_READ_LIMIT
 from ...formats.names import topic_path_problem
 from ...formats.safeio import read_small
 from .. import check as ck
-from ..broker import (
-    MODE_ABNORMAL,
-)
+from ..broker import MODE_ABNORMAL
 from ..indexbuild import ConsumeQueueSet, IndexBuilder
 from ..query import CommitlogReader
 from ..reput import BAD_TOPIC, SIZE_ACCOUNTING, ReputProblem, feed_cq, feed_index, iter_dispatch_parallel
-from ..scan import (
-    sorted_hints_in,
-)
+from ..scan import sorted_hints_in
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from .applystate import ApplyResult, _Applying, _LazyWriters

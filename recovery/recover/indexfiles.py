@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 
 from ...formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
-from ..broker import index_header_load as _index_header
+from ..broker import index_header_load
 from ..query import CommitlogReader
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
@@ -79,7 +79,7 @@ def _store_timestamp_at(store: Store, profile: BrokerProfile, offset: int, index
         loc = reader.record_at(offset)
         if loc is not None and loc.checked.rec is not None and loc.checked.rec.physical_offset == offset:
             return int(loc.checked.rec.store_timestamp)
-    h = _index_header(index_file)
+    h = index_header_load(index_file)
     offs = _entry_offsets(index_file, store.geometry.index_slot_num, h[5])
     k = int(np.searchsorted(offs, offset, side="right"))  # entry number of the last one at offset
     first = HEADER_SIZE + store.geometry.index_slot_num * SLOT_SIZE
@@ -102,7 +102,7 @@ def infer_index_tz(store: Store) -> _dt.tzinfo:
             naive = _dt.datetime(int(name[0:4]), int(name[4:6]), int(name[6:8]), int(name[8:10]), int(name[10:12]), int(name[12:14]), int(name[14:17]) * 1000, tzinfo=_dt.UTC)
         except ValueError:
             continue
-        begin = _index_header(f)[0]
+        begin = index_header_load(f)[0]
         if begin <= 0:
             continue
         d = naive.timestamp() * 1000 - begin

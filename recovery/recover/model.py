@@ -14,8 +14,6 @@ Progress = Callable[[int], None]
 
 # problem codes
 UNREAD_DAMAGE = "UNREAD_FILE_DAMAGE"  # damage in a commitlog file the recovery never reads
-
-
 LAYOUT = "LAYOUT"  # a store layout issue the broker trips over
 
 

@@ -10,17 +10,9 @@ import numpy as np
 from ...formats import commitlog as cl
 from ...formats.consumequeue import CQ_UNIT_SIZE
 from .. import check as ck
-from ..broker import index_header_load as _index_header
-from ..broker import (
-    start_file_index,
-)
-from ..broker import truncate_dirty_logic_files as _truncate_units
-from ..indexkeep import NO_END as _NO_END
-from ..indexkeep import check_index_file
-from ..scan import (
-    file_has_nonzero,
-    queue_hint_runs,
-)
+from ..broker import index_header_load, start_file_index, truncate_dirty_logic_files
+from ..indexkeep import NO_END, check_index_file
+from ..scan import file_has_nonzero, queue_hint_runs
 from ..store import StoreFile
 from .model import UNREAD_DAMAGE, CommitlogCut, Problem, RemovedFile
 from .planindex import _index_keep_candidates
@@ -51,7 +43,7 @@ def _plan_walks(p: _Planning) -> None:
     # step 5's check of an index file the broker would discard reads the index and a few
     # records: this process does it while the workers walk, against no end yet (redone
     # below if the end cuts into the file's entries)
-    p.headers = {f.name: _index_header(f) for f in store.index_files}
+    p.headers = {f.name: index_header_load(f) for f in store.index_files}
     _index_keep_candidates(p)
 
     def check_first_discard() -> None:
@@ -59,7 +51,7 @@ def _plan_walks(p: _Planning) -> None:
             assert p.first_discard is not None
             f = store.index_files[p.first_discard]
             prev_end = p.headers[store.index_files[p.first_discard - 1].name][1] if p.first_discard > 0 else None
-            p.early[f.name] = check_index_file(store, profile, f, end=_NO_END, prev_end_timestamp=prev_end)
+            p.early[f.name] = check_index_file(store, profile, f, end=NO_END, prev_end_timestamp=prev_end)
 
     walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=p.opts.jobs,
                         progress=p.opts.progress, hints=hints, meanwhile=check_first_discard)
@@ -187,7 +179,7 @@ def _plan_cq_truncation(p: _Planning) -> None:
         def units_of(b: int, by_base: dict[int, StoreFile] = by_base) -> np.ndarray:
             return _cq_units(by_base[b], Fcq)
 
-        n, write, mp_after = _truncate_units(units_of, bases, Fcq, process)
+        n, write, mp_after = truncate_dirty_logic_files(units_of, bases, Fcq, process)
         p.post_trunc_max.append(mp_after)
         qp.truncate_to = write
         qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept[n:]]

@@ -19,11 +19,12 @@ def _index_keep_candidates(p: _Planning) -> None:
     """Whether the index files an abnormal recovery discards may be checked and kept
     (``p.keep_candidates``), and the first of them (``p.first_discard``)."""
     store, ckpt, headers, g = p.store, p.ckpt, p.headers, p.store.geometry
-    first_discard = next((i for i, f in enumerate(store.index_files) if index_file_deleted_at_load(headers[f.name], ckpt)), None)
+    deleted = [index_file_deleted_at_load(headers[f.name], ckpt) for f in store.index_files]
+    first_discard = next((i for i, gone in enumerate(deleted) if gone), None)
     # (only when the files the broker deletes are the newest ones: one it keeps after them,
     # like an empty last file, would take the dispatch's keys)
     keep_candidates = (p.abnormal and p.opts.reindex and p.opts.keep_sound_index and first_discard is not None
-                       and all(index_file_deleted_at_load(headers[f.name], ckpt) for f in store.index_files[first_discard:]))
+                       and all(deleted[first_discard:]))
     if keep_candidates and first_discard:
         # and when the file the broker keeps before them is a full one they continue (one
         # with a damaged header, endPhyOffset 0 say, takes the dispatch's keys in the broker)

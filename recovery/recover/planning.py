@@ -3,10 +3,7 @@ recovery), the steps in the broker's order, the dispatch passes and the notes.""
 
 from __future__ import annotations
 
-from ..broker import (
-    MODE_ABNORMAL,
-    MODE_NORMAL,
-)
+from ..broker import MODE_ABNORMAL, MODE_NORMAL
 from ..store import Store
 from ..versions import BrokerProfile
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile

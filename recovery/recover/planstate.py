@@ -7,9 +7,7 @@ from pathlib import Path
 
 from ...formats.checkpoint import Checkpoint
 from ...formats.indexfile import IndexHeader
-from ..broker import (
-    MODE_ABNORMAL,
-)
+from ..broker import MODE_ABNORMAL
 from ..indexkeep import IndexCheck
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile

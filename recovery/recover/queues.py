@@ -9,16 +9,9 @@ from typing import Any
 import numpy as np
 
 from ...formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
-from ..broker import (
-    _FIRST_CHUNK,
-    consume_queue_recover,
-    truncate_dirty_files,
-)
-from ..broker import truncate_dirty_logic_files as _truncate_units
+from ..broker import _FIRST_CHUNK, consume_queue_recover, truncate_dirty_files, truncate_dirty_logic_files
 from ..indexbuild import ConsumeQueueWriter
-from ..scan import (
-    _data_extents,
-)
+from ..scan import _data_extents
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from .model import _QueueState
@@ -206,7 +199,7 @@ class _Queue:
         self.max_phy = w.max_physic_offset
 
     def truncate(self, phy: int) -> None:
-        n, write, max_phy = _truncate_units(self.units, self.bases, self.F, phy)
+        n, write, max_phy = truncate_dirty_logic_files(self.units, self.bases, self.F, phy)
         for b in self.bases[n:]:
             if b in self.disk:
                 self.removed.append(self.disk.pop(b))

@@ -12,9 +12,7 @@ from typing import Any
 from ...formats.errors import RecoveryError
 from .. import check as ck
 from .. import parallel as engine
-from ..scan import (
-    message_fields,
-)
+from ..scan import message_fields
 from ..store import Store, StoreFile
 from ..times import add_times
 from ..versions import BrokerProfile

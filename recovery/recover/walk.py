@@ -16,24 +16,13 @@ from ...formats.crc import crc32_raw
 from .. import check as ck
 from .. import parallel as engine
 from ..batch import crc_failures, plain_records
-from ..scan import ByteViews as _Views
-from ..scan import (
-    _data_extents,
-    hints_in,
-    sorted_hints_in,
-    sorted_unique,
-)
-from ..scan import byte_at as _at
-from ..scan import byte_views as _views
-from ..scan import chase_starts as _chase
+from ..scan import ByteViews, _data_extents, byte_at, byte_views, chase_starts, hints_in, sorted_hints_in, sorted_unique
 from ..store import Store, StoreFile
 from ..transfer import Inherited, fork_context, inherited
 from ..versions import BrokerProfile
 from .model import FileScan, Progress
 
 _SPAN = 128 << 20  # bytes of commitlog per walk task (big files are split)
-
-
 _PARALLEL_MIN_BYTES = 48 << 20  # below this the walk runs in-process
 
 
@@ -50,18 +39,12 @@ class _SpanResult(NamedTuple):
 
 
 _WALK_BATCH = 1 << 13  # records checked per numpy pass: their header lines stay in cache between the gathers
-
-
 _WALK_BATCH_BYTES = 64 << 20  # and at most about this many bytes (bounds the CRCs computed past a stop)
-
-
 _CRC_TAG = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
-
-
 _POW10 = np.array([10 ** i for i in range(10)], dtype=np.int64)
 
 
-def _prop_crc_plain(mv: memoryview, v: _Views, s: np.ndarray, tot: np.ndarray, pl: np.ndarray,
+def _prop_crc_plain(mv: memoryview, v: ByteViews, s: np.ndarray, tot: np.ndarray, pl: np.ndarray,
                     profile: BrokerProfile) -> int:
     """How many leading records of ``s`` (plainly valid otherwise) pass the forced
     whole-record check the plain way: the properties end with the ``__CRC32#`` entry the
@@ -72,11 +55,11 @@ def _prop_crc_plain(mv: memoryview, v: _Views, s: np.ndarray, tot: np.ndarray, p
     n = len(s)
     tail = s + tot - cl.CRC32_RESERVED_LEN
     ok = pl >= cl.CRC32_RESERVED_LEN
-    head = _at(v.u1, tail[:, None] + np.arange(9))
+    head = byte_at(v.u1, tail[:, None] + np.arange(9))
     ok &= (head == _CRC_TAG).all(axis=1)
-    ok &= _at(v.u1, s + tot - 1) == 2
-    ok &= (pl == cl.CRC32_RESERVED_LEN) | (_at(v.u1, tail - 1) == 2)
-    digits = _at(v.u1, (tail + 9)[:, None] + np.arange(10)).astype(np.int64) - 48
+    ok &= byte_at(v.u1, s + tot - 1) == 2
+    ok &= (pl == cl.CRC32_RESERVED_LEN) | (byte_at(v.u1, tail - 1) == 2)
+    digits = byte_at(v.u1, (tail + 9)[:, None] + np.arange(10)).astype(np.int64) - 48
     ok &= ((digits >= 0) & (digits <= 9)).all(axis=1)
     value = (digits * _POW10).sum(axis=1) & 0xFFFFFFFF
     value = np.where(value >= 1 << 31, value - (1 << 32), value)  # Java int overflow
@@ -93,7 +76,7 @@ def _prop_crc_plain(mv: memoryview, v: _Views, s: np.ndarray, tot: np.ndarray, p
 
 
 def _walk_span(
-    buf: Any, mv: memoryview, arr: _Views, start: int, limit: int, end: int,
+    buf: Any, mv: memoryview, arr: ByteViews, start: int, limit: int, end: int,
     profile: BrokerProfile, check_crc: bool, max_delay_level: int | None, hints: np.ndarray | None = None,
 ) -> tuple[int, int, ck.Checked | None, int]:
     """The broker's recovery walk from ``start`` until the next record would start at or
@@ -107,7 +90,7 @@ def _walk_span(
     lim = min(limit, end - 7)
     prop_mode = check_crc and profile.verify_prop_crc
     while True:
-        starts, p, capped = _chase(mv, arr, pos, lim, end, hints)
+        starts, p, capped = chase_starts(mv, arr, pos, lim, end, hints)
         n = len(starts)
         # a chain: each start is the previous one plus its TOTALSIZE, the last one's leads to p
         chain = np.append(np.asarray(starts, dtype=np.int64), p)
@@ -179,7 +162,7 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     finally:
         os.close(fd)
     mv = memoryview(buf)
-    arr = _views(buf)
+    arr = byte_views(buf)
     try:
         first: int | None = lo
         if lo > 0:
@@ -320,7 +303,7 @@ def _walk_from(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_c
     with open(f.path, "rb") as fh:
         buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     mv = memoryview(buf)
-    arr = _views(buf)
+    arr = byte_views(buf)
     try:
         count, p, c, last = _walk_span(buf, mv, arr, pos, end, end, profile, check_crc, mdl, hints)
         if c is None:

@@ -11,14 +11,9 @@ from typing import Any
 
 from ...formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_checkpoint
 from ...formats.names import offset_to_file_name
-from ..broker import (
-    MODE_ABNORMAL,
-    new_index_file_name,
-)
+from ..broker import MODE_ABNORMAL, new_index_file_name
 from ..indexbuild import write_zeros
-from ..scan import (
-    file_has_nonzero,
-)
+from ..scan import file_has_nonzero
 from ..versions import BrokerProfile
 from .applystate import _Applying
 from .queues import _read_prefix, _zeros_from
@@ -71,7 +66,7 @@ def _index_changes(tx: Any, a: _Applying, tz: _dt.tzinfo) -> list[str]:
                 tx.replace_file(f"index/{floor}", _index_writer(img))
                 rewritten.add(f"index/{floor}")
             continue
-        name = _new_index_name(img.first_store_timestamp or 0, tz, floor, taken)
+        name = new_index_file_name(img.first_store_timestamp or 0, tz, floor, taken)[1]
         taken.add(name)
         floor = name
         created_names.append(name)
@@ -141,10 +136,6 @@ def _index_writer(img: Any) -> Callable[[Any], None]:
 
     return write
 
-
-def _new_index_name(ms: int, tz: _dt.tzinfo, floor: str | None, taken: set[str]) -> str:
-    """A deterministic name (:func:`recovery.broker.new_index_file_name`)."""
-    return new_index_file_name(ms, tz, floor, taken)[1]
 
 
 def _checkpoint_bytes(old: bytes, cp: Checkpoint, profile: BrokerProfile) -> bytes:
