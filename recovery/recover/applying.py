@@ -142,7 +142,7 @@ def _start_applying(store: Store, plan: RecoveryPlan, profile: BrokerProfile, pr
 
 
 def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile,
-                     frozen: set[tuple[str, int]]) -> tuple[list[StoreFile], Any]:
+                     frozen: set[tuple[str, int]]) -> tuple[list[StoreFile], IndexBuilder]:
     """The index files IndexService.load keeps, and the IndexBuilder that goes on from them."""
     g = store.geometry
     discarded = {d.file for d in plan.index_discarded}
@@ -173,7 +173,7 @@ def _broker_refuses(store: Store, profile: BrokerProfile) -> bool:
     return bool(_layout_findings(store, profile)[1])
 
 
-def _index_holds_record(store: Store, profile: BrokerProfile, ib: Any, end: int) -> bool:
+def _index_holds_record(store: Store, profile: BrokerProfile, ib: IndexBuilder, end: int) -> bool:
     """Whether the record at commitlog offset ``end`` is in the index builder's current
     file with every key it has."""
     with CommitlogReader(store, profile) as reader:
@@ -200,7 +200,7 @@ def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: 
 
 
 def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bool, index: bool,
-              cqset: Any, skip_upto: int | None = None) -> None:
+              cqset: ConsumeQueueSet | None, skip_upto: int | None = None) -> None:
     """One dispatch pass over ``[lo, hi)``: units into ``cqset`` (``cq``), keys into the index."""
     plan, process = a.plan, a.process
     if a.queues_only and not cq:
@@ -234,7 +234,7 @@ def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bo
         a.logics = cqset.logics_msg_timestamp
 
 
-def _cqset_of(a: _Applying) -> Any:
+def _cqset_of(a: _Applying) -> ConsumeQueueSet:
     """A ConsumeQueueSet whose writers go on from the queues as recovery leaves them."""
     cs = ConsumeQueueSet(a.Fcq, frozen=a.ctx.frozen)
     queues = a.queues
@@ -242,7 +242,7 @@ def _cqset_of(a: _Applying) -> Any:
     return cs
 
 
-def _absorb(a: _Applying, cqset: Any) -> None:
+def _absorb(a: _Applying, cqset: ConsumeQueueSet) -> None:
     """Take a dispatch pass's units into the queues; count its warnings and units."""
     a.cq_warnings += len(cqset.warnings)
     a.appended_units += sum(w.appended_units for w in cqset.writers.values())
@@ -299,7 +299,8 @@ def _apply_dispatch(a: _Applying) -> None:
         _absorb(a, cqset)
 
 
-def _count_delay_mismatch(store: Store, profile: BrokerProfile, cqset: Any, positions: list[int], corrected: bool) -> int:
+def _count_delay_mismatch(store: Store, profile: BrokerProfile, cqset: ConsumeQueueSet, positions: list[int],
+                          corrected: bool) -> int:
     """Quirk Q1: how many SCHEDULE_TOPIC_XXXX units appended by the abnormal dispatch carry
     a tagsCode other than the real delivery time (0 when ``corrected``)."""
     if corrected:

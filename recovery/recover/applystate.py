@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..indexbuild import IndexBuilder
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
@@ -67,7 +68,7 @@ class _Applying:
     queues_only: bool
     queues: dict[tuple[str, int], _Queue]  # the consume queues as recovery leaves them
     kept_index: list[StoreFile]  # the index files IndexService.load keeps
-    ib: Any  # the IndexBuilder over them
+    ib: IndexBuilder  # the IndexBuilder over them
     q1: bool = False  # quirk Q1: the abnormal dispatch runs with maxDelayLevel 0
     dispatched: dict[str, int] = field(default_factory=dict)  # records per dispatch pass
     logics: int | None = None  # the consume queues' last store timestamp (logicsMsgTimestamp)

@@ -4,7 +4,6 @@ broker's scans look, the queue's recovery, and a queue as apply holds it in memo
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import numpy as np
 
@@ -174,7 +173,7 @@ class _Queue:
             return _units_of(self.data(base))
         return _cq_units(self.disk[base], self.F)
 
-    def writer(self) -> Any:
+    def writer(self) -> ConsumeQueueWriter:
         if not self.bases or self.write is None:
             return ConsumeQueueWriter(self.F, None, self.max_phy)
         last = self.bases[-1]
@@ -184,7 +183,7 @@ class _Queue:
             return ConsumeQueueWriter(self.F, [(last, _read_prefix(self.disk[last], pos), pos)], self.max_phy)
         return ConsumeQueueWriter(self.F, [(last, self.data(last), pos)], self.max_phy)
 
-    def absorb(self, w: Any) -> None:
+    def absorb(self, w: ConsumeQueueWriter) -> None:
         if w.appended_units == 0:
             return
         # new files end where their units end (content is padded with zeros wherever it

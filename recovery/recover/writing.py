@@ -7,7 +7,7 @@ import datetime as _dt
 import mmap
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_checkpoint
 from ...formats.names import offset_to_file_name
@@ -18,8 +18,11 @@ from ..versions import BrokerProfile
 from .applystate import _Applying
 from .queues import _read_prefix, _zeros_from
 
+if TYPE_CHECKING:  # (imported when applying: see applying.apply_recovery)
+    from ..safety import StoreTransaction
 
-def _queue_changes(tx: Any, a: _Applying) -> None:
+
+def _queue_changes(tx: StoreTransaction, a: _Applying) -> None:
     """The consume queue files into the transaction: removed, replaced, created or cut."""
     Fcq, store = a.Fcq, a.store
     for key, q in sorted(a.queues.items()):
@@ -50,7 +53,7 @@ def _queue_changes(tx: Any, a: _Applying) -> None:
                 tx.truncate_tail(rel, pos, zero_fill=True)
 
 
-def _index_changes(tx: Any, a: _Applying, tz: _dt.tzinfo) -> list[str]:
+def _index_changes(tx: StoreTransaction, a: _Applying, tz: _dt.tzinfo) -> list[str]:
     """The index files into the transaction: discarded ones removed, the last kept one
     rewritten, new ones created, short ones extended. Returns the new files' names."""
     plan, g = a.plan, a.store.geometry
