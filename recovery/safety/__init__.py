@@ -74,9 +74,8 @@ have completed, which lets tests kill a commit at every step boundary.
 from __future__ import annotations
 
 import sys
-import types
-from typing import Any
 
+from ..patchable import PatchablePackage
 from . import hooks as _hooks
 from .apply import _apply_step as _apply_step
 from .consts import (
@@ -161,7 +160,7 @@ __all__ = [
     "verify_backup",
 ]
 
-class _Package(types.ModuleType):
+class _Package(PatchablePackage):
     """The package as a module whose names tests may set (``monkeypatch.setattr(safety,
     "_apply_step", ...)``, ``safety._steps_done = 0``) as they did when it was one file: a
     name set here is set in every submodule that holds it, so their calls see it."""
@@ -174,12 +173,6 @@ class _Package(types.ModuleType):
     @_steps_done.setter
     def _steps_done(self, value: int) -> None:
         _hooks._steps_done = value
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        for modname, mod in list(sys.modules.items()):
-            if modname.startswith(f"{__name__}.") and name in vars(mod):
-                setattr(mod, name, value)
-        super().__setattr__(name, value)
 
 
 sys.modules[__name__].__class__ = _Package
