@@ -5,6 +5,7 @@ in the directories given with --dir."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import shutil
 from pathlib import Path
@@ -91,8 +92,6 @@ def command(store: Path, dirs: tuple[Path, ...], prune: bool, keep: int | None, 
     Exit status: 0 listed (or pruned), 4 some backup is unusable (no or a damaged
     manifest), 8 operational error or refusal (--prune without --yes and no terminal),
     2 usage error."""
-    import datetime as _dt
-
     if store is None:
         raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
     store = Path(store)

@@ -30,6 +30,8 @@ from .options import (
 )
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import quiet_flag
+from .recovery import offsets as ro
+from .recovery.safety import recover_pending
 from .render import dumps, render
 
 FORMATS = ("table", "json", "jsonl")
@@ -87,8 +89,6 @@ def command(broker_version: str, groups: tuple[str, ...], topics: tuple[str, ...
     Exit status: 0 every offset within its queue, 1 offsets changed, 4 an offset ahead of
     its queue's end or behind its start (--dry-run: a change is pending), 8 operational
     error, 2 usage error, 130 interrupted."""
-    from .recovery import offsets as ro
-
     profile = make_profile(broker_version)
     store = open_store(**store_opts)
     if set_ is not None or reset_time is not None:
@@ -114,9 +114,6 @@ def command(broker_version: str, groups: tuple[str, ...], topics: tuple[str, ...
 def _change(store: Any, profile: Any, set_: tuple[str, str, str, str] | None, reset_time: str | None,
             groups: tuple[str, ...], topics: tuple[str, ...], dry_run: bool, backup_dir: Path | None, jobs: int,
             fmt: str | None, yes: bool = False) -> int:
-    from .recovery import offsets as ro
-    from .recovery.safety import recover_pending
-
     if set_ is not None and reset_time is not None:
         raise click.UsageError("--set and --reset-to-time exclude each other")
     root = store.root

@@ -10,7 +10,9 @@ remain (damage the reput could not dispatch), 8 operational error.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import io
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from .destructive import applying, confirmed, dry_run_store, locked_check, parse
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import make_profile
-from .output import output_file_options
+from .output import SCHEMA_VERSION, output_file_options
 from .progress import later_bar, progress_bar, progress_option
 from .recovery.rebuild import (
     REMOVE,
@@ -35,6 +37,7 @@ from .recovery.rebuild import (
     plan_rebuild,
 )
 from .recovery.store import Store
+from .render import dumps
 
 
 @click.command("rebuild-index", context_settings={"help_option_names": ["-h", "--help"]})
@@ -139,12 +142,6 @@ _LAST: dict[str, Any] = {}
 
 def _json_run(run: Any, dry_run: bool) -> int:
     """--format json: the text output is kept out of stdout; one JSON document instead."""
-    import contextlib
-    import io
-
-    from .output import SCHEMA_VERSION
-    from .render import dumps
-
     _LAST.clear()
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):

@@ -25,6 +25,7 @@ from .interrupts import salvage_cleanup
 from .options import make_profile
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
+from .recovery.offsets import add_offset_fix, has_committed_offsets, recovery_offset_changes
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery, write_salvage
 from .render import dumps
 
@@ -150,9 +151,10 @@ def _apply_plan(store: Any, plan: RecoveryPlan, profile: Any, backup_dir: Path |
     runs = [d for d in plan.dispatch if d.name != "startup_reput"] or plan.dispatch
     passes = sum(max(0, d.to_offset - d.from_offset) for d in runs)
     with progress_bar(passes or plan.bytes_to_scan, "recover: dispatch", quiet) as advance:
-        return apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
-                              index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
-                              jobs=jobs, extra=extra)
+        result: ApplyResult = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
+                                             index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
+                                             jobs=jobs, extra=extra)
+    return result
 
 
 def _plan(store: Any, profile: Any, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
@@ -163,8 +165,6 @@ def _plan(store: Any, profile: Any, opts: dict[str, Any], quiet: bool) -> Recove
 
 def _past_end(store: Any, plan: RecoveryPlan, profile: Any, jobs: int | None) -> list[Any]:
     """The committed offsets the recovery leaves past their queue's new end (recovery.offsets)."""
-    from .recovery.offsets import recovery_offset_changes
-
     if plan.nothing_to_do:
         return []
     return recovery_offset_changes(store, plan, profile, jobs=jobs)
@@ -173,8 +173,6 @@ def _past_end(store: Any, plan: RecoveryPlan, profile: Any, jobs: int | None) ->
 def _offsets_hook(store: Any, plan: RecoveryPlan, profile: Any, fix: bool, out: list[Any]) -> Any:
     """apply_recovery's ``extra``: list (and with --fix-offsets, correct in the same
     transaction) the committed offsets past the queues' exact new ends."""
-    from .recovery.offsets import add_offset_fix, has_committed_offsets, recovery_offset_changes
-
     if not has_committed_offsets(store.root):
         return None
 
@@ -268,9 +266,10 @@ def _change_rows(plan: RecoveryPlan) -> list[dict[str, Any]]:
         changes.append({"action": "cut", "path": t.file, "detail": f"{t.entries_cut} entries zeroed after backup (at or past "
                         f"the end offset, or a last record short of keys); {t.entries_kept} kept, the header ends at offset "
                         f"{t.end_phy_offset}"})
-    for d in plan.dispatch:
-        n = "?" if d.records is None else str(d.records)
-        changes.append({"action": "dispatch", "path": d.name, "detail": f"[{d.from_offset}, {d.to_offset}): {n} records; {d.note}"})
+    for run in plan.dispatch:
+        n = "?" if run.records is None else str(run.records)
+        changes.append({"action": "dispatch", "path": run.name,
+                        "detail": f"[{run.from_offset}, {run.to_offset}): {n} records; {run.note}"})
     return changes
 
 

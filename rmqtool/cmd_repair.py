@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,10 @@ from .options import make_profile
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
-from .recovery.offsets import add_offset_fix, repair_offset_changes
+from .recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
 from .recovery.recover import infer_index_tz
 from .recovery.repair import RepairPlan, apply_repair, plan_repair
+from .recovery.safety import StoreTransaction
 from .render import dumps, render
 
 
@@ -78,6 +80,14 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
     return _apply(store_opts, profile, max_message_size, tz, njobs, quiet, fmt, backup_dir, fix_offsets, yes)
 
 
+def _offsets_fix(root: Path, past: list[OffsetChange]) -> Callable[[StoreTransaction], None]:
+    """apply_repair's ``extra``: the committed offsets past their queue's end corrected in
+    the same transaction (--fix-offsets)."""
+    def extra(tx: StoreTransaction) -> None:
+        add_offset_fix(tx, root, past)
+    return extra
+
+
 def _apply(store_opts: dict[str, Any], profile: Any, max_message_size: int, tz: Any, njobs: int, quiet: bool, fmt: str,
            backup_dir: Path | None, fix_offsets: bool, yes: bool) -> int:
     root = ds.store_root(store_opts)
@@ -90,7 +100,7 @@ def _apply(store_opts: dict[str, Any], profile: Any, max_message_size: int, tz: 
             if not ds.confirmed(yes, f"Apply this repair to {root}?", lambda: _show_plan(plan, fmt, past, fix_offsets)):
                 plan.discard()
                 return int(Exit.PROBLEMS)
-            extra = (lambda tx: add_offset_fix(tx, root, past)) if fix_offsets and past else None
+            extra = _offsets_fix(root, past) if fix_offsets and past else None
             result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
         plan.discard()
         with closed_stdout_ignored():

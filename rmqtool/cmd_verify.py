@@ -8,6 +8,8 @@ object, or one finding per JSON line) and maps it to the shared exit codes: 0 so
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from typing import Any
 
@@ -17,8 +19,10 @@ from .brokeropts import recovery_walk_options, refusal_findings
 from .cmdopts import store_command_options
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
+from .nextsteps import next_step
 from .options import make_profile, open_store, resolve_format
 from .output import SCHEMA_VERSION, output_file_options
+from .output import console as _console
 from .progress import progress_bar, progress_option
 from .recovery import records
 from .recovery.verify import VerifyReport, verify_store
@@ -73,9 +77,6 @@ def write_refusals(findings: list[dict[str, Any]], fmt: str, root: Any, out: Any
     else:
         render(findings, "table", FINDING_COLUMNS, title=f"rmqtool verify {root}: refused", out=out)
 def _stdout_is_regular_file() -> bool:
-    import os
-    import stat
-
     try:
         return stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode)
     except (OSError, ValueError, AttributeError):
@@ -83,8 +84,6 @@ def _stdout_is_regular_file() -> bool:
 
 
 def write_report(report: VerifyReport, fmt: str, out: Any = None) -> None:
-    from .nextsteps import next_step
-
     out = out or sys.stdout
     if fmt == "json":
         doc = report.to_dict()
@@ -111,9 +110,6 @@ def _verdict(report: VerifyReport) -> str:
 
 
 def _summary(report: VerifyReport, out: Any) -> None:
-    from .nextsteps import next_step
-    from .output import console as _console
-
     console = _console(out)
     rec = report.summary.get("recovery") or {}
     lines = [f"verdict: {_verdict(report)} ({report.summary.get('messages', 0)} messages)"]

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 
@@ -94,8 +95,6 @@ def parse_tz(text: str) -> _dt.tzinfo:
         tz = _dt.datetime.now().astimezone().tzinfo
         assert tz is not None
         return tz
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
     try:
         return ZoneInfo(text)
     except (ZoneInfoNotFoundError, ValueError):

@@ -30,6 +30,7 @@ if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(_
 def make_zip(path: str | os.PathLike[str]) -> list[str]:
     """Write the rmqtool package into a zip laid out as ``rmqtool/...`` (the installed
     package maps formats/ and recovery/ under rmqtool). Returns the archive names."""
+    # imported here, after the sys.path fix above (run as a script)
     import rmqtool
     import rmqtool.export
     import rmqtool.formats
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rmqtool: wrote {len(names)} modules to {args[1]}", file=sys.stderr)
         return 0
     # the export command itself, not the CLI group: from a --py-files zip the group cannot
-    # list its command modules (it looks for them on disk)
+    # list its command modules (it looks for them on disk); imported here, after the
+    # sys.path fix above
     from rmqtool.cmd_export import command
     from rmqtool.errors import report_exception
 

@@ -59,6 +59,7 @@ def record_row(label: str, name: str, base: int, buf: Any, pos: int, c: Any, wit
         d = damaged_fields(name, buf, pos, base, c, False, False)
     if d["status"] not in CLEAN_STATUSES:
         n[3] += 1
+    row: tuple[Any, ...]
     if d["type"] == "message" and "field" not in d:
         row = (label,) + _MESSAGE_ROW(d) + (None,)
     else:

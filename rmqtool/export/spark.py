@@ -19,12 +19,15 @@ are those of :mod:`rmqtool.export.rows`, decoded on the executors by
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formats.errors import RmqToolError
+from ..outpath import local_path
 from ..recovery.splits import DEFAULT_SPLIT_SIZE, Split, plan_splits
 from ..recovery.store import Store
 from ..recovery.versions import BrokerProfile
@@ -160,8 +164,6 @@ def master_problem(master: str | None, timeout: float = 5.0) -> str | None:
     """A standalone master (``spark://host:port[,host2:port2]``) none of whose addresses
     accepts a connection: said at once, where Spark's client would retry for about a minute
     and then log "All masters are unresponsive" to a file nobody reads."""
-    import socket
-
     if not master or not master.startswith("spark://"):
         return None
     tried = []
@@ -181,8 +183,6 @@ def master_problem(master: str | None, timeout: float = 5.0) -> str | None:
 def _startup_detail(exc: BaseException | None, log_path: str | None) -> str:
     """What --verbose adds to a start-up failure: the environment the launcher saw, the
     whole Java/py4j error and the JVM's own output."""
-    import traceback
-
     env = ", ".join(f"{k}={os.environ.get(k) or '(unset)'}" for k in ("JAVA_HOME", "SPARK_HOME", "PYSPARK_PYTHON"))
     parts = [f"rmqtool: Spark start-up: {env}; java on PATH: {shutil.which('java') or '(none)'}"]
     if exc is not None:
@@ -564,8 +564,6 @@ def _check_writer(writer: str, out: str | Path) -> None:
     if writer not in WRITERS:
         raise ValueError(f"unknown writer {writer!r} (one of {', '.join(WRITERS)})")
     if writer == "arrow":
-        from ..outpath import local_path
-
         if local_path(str(out)) is None:
             raise ValueError(f"--writer arrow writes to a file system path every executor sees, not {out}; "
                              "use --writer spark for hdfs://, s3a:// and other Hadoop file systems")
@@ -586,8 +584,6 @@ def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[
     if what == "commitlog" and (columnar if columnar is not None else arrow_available()):
         # columnar path: one input row per partition (its pickled group of splits),
         # Arrow RecordBatches out (rmqtool.export.arrow)
-        import pickle
-
         from pyspark.sql import types as T
 
         blobs = sc.parallelize([(i, pickle.dumps(g)) for i, g in enumerate(groups)], max(len(groups), 1))
@@ -624,7 +620,7 @@ def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[A
                  with_body: bool, partition_by: Sequence[str], out: str, overwrite: bool,
                  columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool) -> None:
     """The job of ``--writer arrow``: the executors write, the driver publishes."""
-    from ..outpath import local_path
+    # pyarrow: only for this writer
     from .arrow import arrow_schema
     from .parquet import committed_tasks, prepare, publish
 
@@ -683,7 +679,7 @@ class _ListAdd:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m rmqtool.export.spark STORE... --to OUT`` == ``rmqtool export ...``."""
-    from ..cli import run
+    from ..cli import run  # only here: the executors import this module and need nothing of the CLI
 
     return run(["export", *(sys.argv[1:] if argv is None else argv)])
 
