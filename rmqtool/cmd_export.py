@@ -19,7 +19,11 @@ import click
 
 from .brokeropts import broker_config_option, broker_setting_options
 from .exitcodes import Exit
-from .export.spark import run_export, store_label  # (pyspark is imported inside run_export)
+
+# run_export is called through its module (a stand-in set there is seen); pyspark is
+# imported inside it
+from .export import spark as export_spark
+from .export.spark import ExportResult, store_label
 from .interrupts import Interrupted
 from .options import broker_meta, broker_version_option, make_profile
 from .outpath import url_scheme
@@ -119,7 +123,7 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
 
     existed = scheme is None and out.exists()
     try:
-        res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
+        res = export_spark.run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
                          partition_by=partition_by, version=profile, overwrite=overwrite, quiet=not progress_enabled(quiet), conf=conf,
                          writer=writer, verbose=verbose)
     except KeyboardInterrupt:
@@ -150,7 +154,7 @@ def _check_target(out: Path, stores: tuple[Path, ...], writer: str, overwrite: b
     return scheme
 
 
-def _report(res: Any, what: str, out: Path, labels: list[str], fmt: str) -> int:
+def _report(res: ExportResult, what: str, out: Path, labels: list[str], fmt: str) -> int:
     """The summary (JSON on stdout, or one line on stderr) and the split warnings; the exit status."""
     status = Exit.PROBLEMS if res.exit_problems else Exit.OK
     if fmt == "json":

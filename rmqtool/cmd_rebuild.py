@@ -14,6 +14,7 @@ import contextlib
 import datetime as _dt
 import io
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from .recovery.rebuild import (
     plan_rebuild,
 )
 from .recovery.store import Store
+from .recovery.versions import BrokerProfile
 from .render import dumps
 
 
@@ -92,7 +94,7 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
                     yes=yes)
 
 
-def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
+def _run(store: Store, profile: BrokerProfile, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
          dry_run: bool, backup_dir: Path | None, tz: _dt.tzinfo, jobs: int | None, quiet: bool,
          store_opts: dict[str, Any], yes: bool = True) -> int:
     t0 = time.perf_counter()
@@ -140,7 +142,7 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
 _LAST: dict[str, Any] = {}
 
 
-def _json_run(run: Any, dry_run: bool) -> int:
+def _json_run(run: Callable[[], int], dry_run: bool) -> int:
     """--format json: the text output is kept out of stdout; one JSON document instead."""
     _LAST.clear()
     buf = io.StringIO()

@@ -9,8 +9,10 @@ does not touch (or, with --dry-run, a recovery is needed), 8 operational error.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,11 @@ from .interrupts import salvage_cleanup
 from .options import make_profile
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
-from .recovery.offsets import add_offset_fix, has_committed_offsets, recovery_offset_changes
+from .recovery.offsets import OffsetChange, add_offset_fix, has_committed_offsets, recovery_offset_changes
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery, write_salvage
+from .recovery.safety import StoreTransaction
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
 from .render import dumps
 
 
@@ -91,7 +96,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
     return _apply(store_opts, profile, opts, backup_dir, salvage_to, fmt, quiet, jobs, fix_offsets, yes, tz)
 
 
-def _dry_run(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], backup_dir: Path | None,
+def _dry_run(store_opts: dict[str, Any], profile: BrokerProfile, opts: dict[str, Any], backup_dir: Path | None,
              salvage_to: Path | None, fmt: str, quiet: bool, jobs: int | None, fix_offsets: bool) -> int:
     store = ds.dry_run_store("recover", store_opts, backup_dir)
     plan = _plan(store, profile, opts, quiet)
@@ -110,14 +115,14 @@ def _dry_run(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], bac
     return int(Exit.OK)
 
 
-def _apply(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], backup_dir: Path | None,
+def _apply(store_opts: dict[str, Any], profile: BrokerProfile, opts: dict[str, Any], backup_dir: Path | None,
            salvage_to: Path | None, fmt: str, quiet: bool, jobs: int | None, fix_offsets: bool, yes: bool,
-           tz: Any) -> int:
+           tz: _dt.tzinfo | None) -> int:
     with ds.applying("recover", store_opts, yes, around=salvage_cleanup(salvage_to)) as (store, finished):
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
-        past: list[Any] = []
+        past: list[OffsetChange] = []
         blocked = plan.blocked
         if blocked:
             ds.warn(f"{blocked[0]}: commitlog file names that do not tile the offsets (overlapping or misaligned): "
@@ -144,8 +149,9 @@ def _show_plan(plan: RecoveryPlan, fmt: str) -> None:
     _warn_problems(plan)
 
 
-def _apply_plan(store: Any, plan: RecoveryPlan, profile: Any, backup_dir: Path | None, salvage_to: Path | None,
-                quiet: bool, jobs: int | None, tz: Any, extra: Any) -> ApplyResult:
+def _apply_plan(store: Store, plan: RecoveryPlan, profile: BrokerProfile, backup_dir: Path | None,
+                salvage_to: Path | None, quiet: bool, jobs: int | None, tz: _dt.tzinfo | None,
+                extra: OffsetsHook | None) -> ApplyResult:
     # what the dispatch walks: its passes (the 4.x start-up reput's range is a lower
     # bound that the abnormal dispatch moves past: counted only when it runs alone)
     runs = [d for d in plan.dispatch if d.name != "startup_reput"] or plan.dispatch
@@ -157,26 +163,31 @@ def _apply_plan(store: Any, plan: RecoveryPlan, profile: Any, backup_dir: Path |
     return result
 
 
-def _plan(store: Any, profile: Any, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
+def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "recover: walk", quiet) as advance:
         return plan_recovery(store, profile, progress=advance, **opts)
 
 
-def _past_end(store: Any, plan: RecoveryPlan, profile: Any, jobs: int | None) -> list[Any]:
+def _past_end(store: Store, plan: RecoveryPlan, profile: BrokerProfile, jobs: int | None) -> list[OffsetChange]:
     """The committed offsets the recovery leaves past their queue's new end (recovery.offsets)."""
     if plan.nothing_to_do:
         return []
     return recovery_offset_changes(store, plan, profile, jobs=jobs)
 
 
-def _offsets_hook(store: Any, plan: RecoveryPlan, profile: Any, fix: bool, out: list[Any]) -> Any:
+# apply_recovery's ``extra``: (the transaction, the queues as the recovery leaves them)
+OffsetsHook = Callable[[StoreTransaction, dict[tuple[str, int], Any]], None]
+
+
+def _offsets_hook(store: Store, plan: RecoveryPlan, profile: BrokerProfile, fix: bool,
+                  out: list[OffsetChange]) -> OffsetsHook | None:
     """apply_recovery's ``extra``: list (and with --fix-offsets, correct in the same
     transaction) the committed offsets past the queues' exact new ends."""
     if not has_committed_offsets(store.root):
         return None
 
-    def hook(tx: Any, queues: Any) -> None:
+    def hook(tx: StoreTransaction, queues: dict[tuple[str, int], Any]) -> None:
         out.extend(recovery_offset_changes(store, plan, profile, queues=queues))
         if fix and out:
             add_offset_fix(tx, store.root, out)
@@ -189,7 +200,7 @@ def _warn_problems(plan: RecoveryPlan) -> None:
 
 
 def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False, salvage_to: Path | None = None, past: list[Any] | None = None,
+           finished: bool = False, salvage_to: Path | None = None, past: list[OffsetChange] | None = None,
            fix_offsets: bool = False, plan_only: bool = False) -> None:
     if fmt == "json":
         click.echo(dumps(_json_doc(plan, result, dry_run, seconds, finished, past or [], fix_offsets, plan_only)))
@@ -202,7 +213,7 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
 
 
 def _json_doc(plan: RecoveryPlan, result: ApplyResult | None, dry_run: bool, seconds: float | None, finished: bool,
-              past: list[Any], fix_offsets: bool, plan_only: bool) -> dict[str, Any]:
+              past: list[OffsetChange], fix_offsets: bool, plan_only: bool) -> dict[str, Any]:
     if plan_only:
         return {"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}

@@ -7,6 +7,7 @@ repair is needed), 8 operational error.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import time
 from collections.abc import Callable
@@ -28,7 +29,9 @@ from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TO
 from .recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
 from .recovery.recover import infer_index_tz
 from .recovery.repair import RepairPlan, apply_repair, plan_repair
-from .recovery.safety import StoreTransaction
+from .recovery.safety import CommitResult, StoreTransaction
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
 from .render import dumps, render
 
 
@@ -88,14 +91,14 @@ def _offsets_fix(root: Path, past: list[OffsetChange]) -> Callable[[StoreTransac
     return extra
 
 
-def _apply(store_opts: dict[str, Any], profile: Any, max_message_size: int, tz: Any, njobs: int, quiet: bool, fmt: str,
-           backup_dir: Path | None, fix_offsets: bool, yes: bool) -> int:
+def _apply(store_opts: dict[str, Any], profile: BrokerProfile, max_message_size: int, tz: _dt.tzinfo | None, njobs: int,
+           quiet: bool, fmt: str, backup_dir: Path | None, fix_offsets: bool, yes: bool) -> int:
     root = ds.store_root(store_opts)
     with ds.applying("repair", store_opts, yes) as (store, finished):
         t0 = time.perf_counter()
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
-        result = None
+        result: CommitResult | None = None
         if not plan.nothing_to_do:
             if not ds.confirmed(yes, f"Apply this repair to {root}?", lambda: _show_plan(plan, fmt, past, fix_offsets)):
                 plan.discard()
@@ -110,13 +113,13 @@ def _apply(store_opts: dict[str, Any], profile: Any, max_message_size: int, tz: 
     return int(Exit.combine(changed=result is not None or finished, problems=bool(plan.problems)))
 
 
-def _show_plan(plan: RepairPlan, fmt: str, past: list[Any], fix_offsets: bool) -> None:
+def _show_plan(plan: RepairPlan, fmt: str, past: list[OffsetChange], fix_offsets: bool) -> None:
     with closed_stdout_ignored():
         _print(plan, None, fmt, dry_run=False, plan_only=True, past=past, fix_offsets=fix_offsets)
     _warn_problems(plan)
 
 
-def _plan(store: Any, profile: Any, max_message_size: int, tz: Any, jobs: int, quiet: bool) -> RepairPlan:
+def _plan(store: Store, profile: BrokerProfile, max_message_size: int, tz: _dt.tzinfo | None, jobs: int, quiet: bool) -> RepairPlan:
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "repair: walk", quiet) as advance:
         return plan_repair(store, profile, max_message_size=max_message_size, jobs=jobs, progress=advance,
@@ -128,8 +131,8 @@ def _warn_problems(plan: RepairPlan) -> None:
         ds.warn(p, "problem")
 
 
-def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False, plan_only: bool = False, past: list[Any] | None = None,
+def _print(plan: RepairPlan, result: CommitResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
+           finished: bool = False, plan_only: bool = False, past: list[OffsetChange] | None = None,
            fix_offsets: bool = False) -> None:
     if fmt == "json":
         click.echo(dumps(_json_doc(plan, result, dry_run, seconds, finished, past or [], fix_offsets, plan_only)))
@@ -148,8 +151,8 @@ def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: f
     _print_outcome(plan, result, dry_run, seconds, finished)
 
 
-def _json_doc(plan: RepairPlan, result: Any, dry_run: bool, seconds: float | None, finished: bool, past: list[Any],
-              fix_offsets: bool, plan_only: bool) -> dict[str, Any]:
+def _json_doc(plan: RepairPlan, result: CommitResult | None, dry_run: bool, seconds: float | None, finished: bool,
+              past: list[OffsetChange], fix_offsets: bool, plan_only: bool) -> dict[str, Any]:
     if plan_only:
         return {"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
@@ -198,7 +201,7 @@ def _change_rows(plan: RepairPlan) -> list[dict[str, Any]]:
     return changes
 
 
-def _print_outcome(plan: RepairPlan, result: Any, dry_run: bool, seconds: float | None, finished: bool) -> None:
+def _print_outcome(plan: RepairPlan, result: CommitResult | None, dry_run: bool, seconds: float | None, finished: bool) -> None:
     if result is not None:
         click.echo(f"done: {len(result.actions)} changes" + (f", in {seconds:.2f} s" if seconds is not None else ""))
         if result.backup_dir:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import click
 
@@ -67,7 +68,7 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
     return int(Exit.PROBLEMS if report.problems(strict) else Exit.OK)
 
 
-def write_refusals(findings: list[dict[str, Any]], fmt: str, root: Any, out: Any = None) -> None:
+def write_refusals(findings: list[dict[str, Any]], fmt: str, root: str | Path, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     if fmt == "json":
         out.write(dumps({"schema_version": SCHEMA_VERSION, "store": str(root), "refused": True, "errors": len(findings), "findings": findings}) + "\n")
@@ -83,7 +84,7 @@ def _stdout_is_regular_file() -> bool:
         return False
 
 
-def write_report(report: VerifyReport, fmt: str, out: Any = None) -> None:
+def write_report(report: VerifyReport, fmt: str, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     if fmt == "json":
         doc = report.to_dict()
@@ -109,7 +110,7 @@ def _verdict(report: VerifyReport) -> str:
     return "sound"
 
 
-def _summary(report: VerifyReport, out: Any) -> None:
+def _summary(report: VerifyReport, out: TextIO) -> None:
     console = _console(out)
     rec = report.summary.get("recovery") or {}
     lines = [f"verdict: {_verdict(report)} ({report.summary.get('messages', 0)} messages)"]

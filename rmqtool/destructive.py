@@ -20,6 +20,9 @@ from .cmd_offsets import past_end_rows
 from .confirm import ask, require_yes_or_terminal
 from .interrupts import settle_on_interrupt
 from .options import check_lock, dry_run_preamble, finish_pending, open_store, refuse_obstacles
+from .recovery.offsets import OffsetChange
+from .recovery.recover import RecoveryPlan
+from .recovery.repair import RepairPlan
 from .recovery.safety import StoreLock
 from .recovery.store import Store
 from .render import render
@@ -75,8 +78,8 @@ def confirmed(yes: bool, question: str, show: Callable[[], None] | None = None) 
     return False
 
 
-def render_plan(command: str, plan: Any, dry_run: bool, summary: list[tuple[str, str]], changes: list[dict[str, Any]],
-                past: list[Any], fix_offsets: bool) -> None:
+def render_plan(command: str, plan: RecoveryPlan | RepairPlan, dry_run: bool, summary: list[tuple[str, str]],
+                changes: list[dict[str, Any]], past: list[OffsetChange], fix_offsets: bool) -> None:
     """A destructive command's plan as tables: the summary (step, plan) under the title, then
     the changes (action, what, detail), with the committed offsets left past their queue's
     new end (``past``), if any."""

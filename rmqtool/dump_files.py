@@ -13,6 +13,8 @@ import click
 
 from .recovery.query import CommitlogReader
 from .recovery.scan import message_fields
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
 
 
 def split_file_arg(path: Path, kind: str) -> tuple[Path, dict[str, Any]]:
@@ -51,7 +53,7 @@ def in_queue_range(records: Iterable[dict[str, Any]], lo: int | None, hi: int | 
         yield r
 
 
-def resolved(store: Any, profile: Any, units: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def resolved(store: Store, profile: BrokerProfile, units: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Each unit with ``message`` (the record it points at, as dump commitlog prints it)
     and ``points_to``: OK (a message of this topic and queue, of this size), or what is
     wrong (NO_RECORD, OTHER_TOPIC, OTHER_QUEUE, SIZE_MISMATCH, NOT_A_MESSAGE)."""

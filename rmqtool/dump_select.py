@@ -20,6 +20,8 @@ from .dump_output import Block
 from .exitcodes import Exit
 from .formats.names import decode_offset_msg_id
 from .recovery.query import scan_messages
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
 
 _HEX = re.compile(r"[0-9A-Fa-f]+")
 ID_LENGTHS = (32, 56)  # offset msg ids and UNIQ_KEYs: IPv4 16 bytes, IPv6 28 bytes, in hex
@@ -93,7 +95,7 @@ def describe(topics: tuple[str, ...], queue_ids: tuple[int, ...], keys: tuple[st
     return out
 
 
-def foreign_id_hint(store: Any, profile: Any, msg_ids: tuple[str, ...]) -> str | None:
+def foreign_id_hint(store: Store, profile: BrokerProfile, msg_ids: tuple[str, ...]) -> str | None:
     """When an offset msg id names a store host that wrote none of this store's records
     (another broker's id), say so; None otherwise."""
     hosts = set()

@@ -37,7 +37,7 @@ from typing import Any
 from ..formats.errors import RmqToolError
 from ..outpath import local_path
 from ..recovery.splits import DEFAULT_SPLIT_SIZE, Split, plan_splits
-from ..recovery.store import Store
+from ..recovery.store import Store, StoreFile
 from ..recovery.versions import BrokerProfile
 from .executor import arrow_available, partition_batches, partition_rows, write_partition
 from .rows import DICTIONARY_COLUMNS, FileTask, columns_for, restricted_store, worker_profile
@@ -79,16 +79,20 @@ def store_label(arg: str | Path) -> str:
     return os.path.normpath(str(arg))
 
 
-def plan_tasks(stores: Sequence[tuple[str, Store]], what: str, split_size: int | None) -> list[Any]:
+# one task of an export: a commitlog split, or a group of queue / index files
+ExportTask = Split | FileTask
+
+
+def plan_tasks(stores: Sequence[tuple[str, Store]], what: str, split_size: int | None) -> list[ExportTask]:
     """All tasks of an export, in store then offset order: commitlog :class:`Split`s, or
     :class:`FileTask`s (ConsumeQueue: whole queues grouped up to ``split_size`` bytes;
     index: one per file)."""
-    tasks: list[Any] = []
+    tasks: list[ExportTask] = []
     for label, store in stores:
         if what == "commitlog":
             tasks.extend(plan_splits(store, split_size, label=label, first_index=len(tasks)))
         elif what == "consumequeue":
-            group: dict[tuple[str, int], list[Any]] = {}
+            group: dict[tuple[str, int], list[StoreFile]] = {}
             weight = 0
             for topic, qid, files in store.iter_queues():
                 group[(topic, qid)] = files
@@ -106,16 +110,16 @@ def plan_tasks(stores: Sequence[tuple[str, Store]], what: str, split_size: int |
     return tasks
 
 
-def task_weight(task: Any) -> int:
+def task_weight(task: ExportTask) -> int:
     return int(task.length if isinstance(task, Split) else task.weight)
 
 
-def pack_tasks(tasks: Sequence[Any], target: int | None) -> list[list[Any]]:
+def pack_tasks(tasks: Sequence[ExportTask], target: int | None) -> list[list[ExportTask]]:
     """Consecutive tasks grouped into Spark partitions of about ``target`` bytes: a big
     split is a partition of its own, small files (or small queues) share one, so a store of
     many small files is not thousands of Spark tasks. ``target`` None: one task each."""
-    groups: list[list[Any]] = []
-    cur: list[Any] = []
+    groups: list[list[ExportTask]] = []
+    cur: list[ExportTask] = []
     weight = 0
     for t in tasks:
         w = task_weight(t)
@@ -571,7 +575,7 @@ def _check_writer(writer: str, out: str | Path) -> None:
             raise ValueError("--writer arrow needs pyarrow (pip install 'rmqtool[spark]'); or use --writer spark")
 
 
-def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[Any]], what: str, version: BrokerProfile,
+def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[ExportTask]], what: str, version: BrokerProfile,
                  with_body: bool, partition_by: Sequence[str], out: str, overwrite: bool,
                  columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool, conf: dict[str, str] | None,
                  columnar: bool | None) -> None:
@@ -616,7 +620,7 @@ def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[
     result.conflict_at = sorted(where.value)
 
 
-def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[Any]], what: str, version: BrokerProfile,
+def _arrow_write(sc: Any, handle: SessionHandle, result: ExportResult, groups: list[list[ExportTask]], what: str, version: BrokerProfile,
                  with_body: bool, partition_by: Sequence[str], out: str, overwrite: bool,
                  columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool) -> None:
     """The job of ``--writer arrow``: the executors write, the driver publishes."""
