@@ -25,7 +25,7 @@ from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .interrupts import salvage_cleanup
 from .options import make_profile
-from .output import SCHEMA_VERSION, output_file_options
+from .output import output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.offsets import OffsetChange, add_offset_fix, has_committed_offsets, recovery_offset_changes
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery, write_salvage
@@ -203,28 +203,15 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
            finished: bool = False, salvage_to: Path | None = None, past: list[OffsetChange] | None = None,
            fix_offsets: bool = False, plan_only: bool = False) -> None:
     if fmt == "json":
-        click.echo(dumps(_json_doc(plan, result, dry_run, seconds, finished, past or [], fix_offsets, plan_only)))
+        click.echo(dumps(ds.json_doc(plan, dry_run, past or [], plan_only, offsets_fixed=bool(fix_offsets and past and not dry_run),
+                                     result=json.loads(dumps(result)) if result is not None else None, seconds=seconds,
+                                     finished=finished)))
         return
     ds.render_plan("recover", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
     for n in plan.notes:
         click.echo(f"note: {n}")
     if not plan_only:
         _print_outcome(plan, result, dry_run, seconds, finished, salvage_to)
-
-
-def _json_doc(plan: RecoveryPlan, result: ApplyResult | None, dry_run: bool, seconds: float | None, finished: bool,
-              past: list[OffsetChange], fix_offsets: bool, plan_only: bool) -> dict[str, Any]:
-    if plan_only:
-        return {"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}
-    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
-    doc["offsets_past_end"] = [c.to_dict() for c in past]
-    doc["offsets_fixed"] = bool(fix_offsets and past and not dry_run)
-    if result is not None:
-        doc["result"] = json.loads(dumps(result))
-    if seconds is not None:
-        doc["seconds"] = round(seconds, 3)
-    doc["finished_interrupted_run"] = finished
-    return doc
 
 
 def _summary_rows(plan: RecoveryPlan) -> list[tuple[str, str]]:

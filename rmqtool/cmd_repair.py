@@ -23,7 +23,7 @@ from .confirm import yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import make_profile
-from .output import SCHEMA_VERSION, output_file_options
+from .output import output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
 from .recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
@@ -135,7 +135,11 @@ def _print(plan: RepairPlan, result: CommitResult | None, fmt: str, *, dry_run: 
            finished: bool = False, plan_only: bool = False, past: list[OffsetChange] | None = None,
            fix_offsets: bool = False) -> None:
     if fmt == "json":
-        click.echo(dumps(_json_doc(plan, result, dry_run, seconds, finished, past or [], fix_offsets, plan_only)))
+        done = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
+                "changes": len(result.actions)} if result is not None else None
+        click.echo(dumps(ds.json_doc(plan, dry_run, past or [], plan_only,
+                                     offsets_fixed=bool(fix_offsets and past and result is not None), result=done,
+                                     seconds=seconds, finished=finished)))
         return
     ds.render_plan("repair", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
     q = plan.quarantined
@@ -149,22 +153,6 @@ def _print(plan: RepairPlan, result: CommitResult | None, fmt: str, *, dry_run: 
     for n in plan.notes:
         click.echo(f"note: {n}")
     _print_outcome(plan, result, dry_run, seconds, finished)
-
-
-def _json_doc(plan: RepairPlan, result: CommitResult | None, dry_run: bool, seconds: float | None, finished: bool,
-              past: list[OffsetChange], fix_offsets: bool, plan_only: bool) -> dict[str, Any]:
-    if plan_only:
-        return {"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}
-    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
-    doc["offsets_past_end"] = [c.to_dict() for c in past]
-    doc["offsets_fixed"] = bool(fix_offsets and past and result is not None)
-    if result is not None:
-        doc["result"] = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
-                         "changes": len(result.actions)}
-    if seconds is not None:
-        doc["seconds"] = round(seconds, 3)
-    doc["finished_interrupted_run"] = finished
-    return doc
 
 
 def _summary_rows(plan: RepairPlan) -> list[tuple[str, str]]:

@@ -20,6 +20,7 @@ from .cmd_offsets import past_end_rows
 from .confirm import ask, require_yes_or_terminal
 from .interrupts import settle_on_interrupt
 from .options import check_lock, dry_run_preamble, finish_pending, open_store, refuse_obstacles
+from .output import SCHEMA_VERSION
 from .recovery.offsets import OffsetChange
 from .recovery.recover import RecoveryPlan
 from .recovery.repair import RepairPlan
@@ -88,6 +89,24 @@ def render_plan(command: str, plan: RecoveryPlan | RepairPlan, dry_run: bool, su
     render(({"what": k, "value": v} for k, v in summary), "table", [("what", "step"), ("value", "plan")], title=title)
     if changes:
         render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
+
+
+def json_doc(plan: RecoveryPlan | RepairPlan, dry_run: bool, past: list[OffsetChange], plan_only: bool, *,
+             offsets_fixed: bool, result: dict[str, Any] | None, seconds: float | None, finished: bool) -> dict[str, Any]:
+    """recover's and repair's --format json document: the plan (``plan_only``: the plan shown
+    before the question, alone), the committed offsets left past their queue's new end, the
+    result, the time taken."""
+    if plan_only:
+        return {"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
+    doc["offsets_past_end"] = [c.to_dict() for c in past]
+    doc["offsets_fixed"] = offsets_fixed
+    if result is not None:
+        doc["result"] = result
+    if seconds is not None:
+        doc["seconds"] = round(seconds, 3)
+    doc["finished_interrupted_run"] = finished
+    return doc
 
 
 def parse_tz(text: str) -> _dt.tzinfo:
