@@ -41,7 +41,8 @@ class LazyGroup(click.Group):
         mod = COMMANDS.get(name)
         if mod is None or not _module_exists(mod):
             return None
-        return importlib.import_module(mod).command  # type: ignore[no-any-return]
+        command: click.Command = importlib.import_module(mod).command
+        return command
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         name = args[0] if args else ""

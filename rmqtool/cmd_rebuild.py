@@ -82,6 +82,7 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     tz = parse_tz(index_tz)
     store = locked_check(store_opts, dry_run, lock=fmt != "json")  # (the json run calls this command again, which checks it once)
     if fmt == "json":
+        # (click types a command's callback as optional; this one has it)
         return _json_run(lambda: command.callback(  # type: ignore[misc]
             broker_version=broker_version, cq_only=cq_only, index_only=index_only, topics=topics, from_offset=from_offset,
             dry_run=dry_run, backup_dir=backup_dir, index_tz=index_tz, jobs=jobs, quiet=quiet, yes=yes, fmt="json-inner",

@@ -128,7 +128,7 @@ def _restore(backup_dir: Path, store: Path, doc: dict[str, Any], dry_run: bool, 
 
 def _json(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool, quiet: bool = False) -> int:
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
+    with contextlib.redirect_stdout(buf):  # (click types a command's callback as optional; this one has it)
         code = int(command.callback(backup_dir=backup_dir, store=store, dry_run=dry_run,  # type: ignore[misc]
                                     new_backup_dir=new_backup_dir, yes=yes, fmt="text", quiet=quiet))
     lines = buf.getvalue().splitlines()

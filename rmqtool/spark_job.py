@@ -40,6 +40,7 @@ def make_zip(path: str | os.PathLike[str]) -> list[str]:
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for pkg, arc in ((rmqtool, "rmqtool"), (rmqtool.export, "rmqtool/export"), (rmqtool.formats, "rmqtool/formats"),
                          (rmqtool.recovery, "rmqtool/recovery")):
+            # (__file__ is typed optional; a regular package, as these are, has it)
             folder = Path(pkg.__file__).resolve().parent  # type: ignore[arg-type]
             for p in sorted(folder.glob("*.py")):
                 name = f"{arc}/{p.name}"
