@@ -10,6 +10,7 @@ operational (no Java, no pyspark, unreadable store, Spark failure).
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,13 @@ import click
 
 from .brokeropts import broker_config_option, broker_setting_options
 from .exitcodes import Exit
-from .options import broker_version_option, make_profile
+
+# run_export is called through its module (a stand-in set there is seen); pyspark is
+# imported inside it
+from .export import spark as export_spark
+from .export.spark import ExportResult, store_label
+from .interrupts import Interrupted
+from .options import broker_meta, broker_version_option, make_profile
 from .outpath import url_scheme
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_enabled, progress_option
@@ -37,7 +44,9 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
-class SizeType(click.ParamType):
+# (ParamType is generic in recent click releases; a subscript fails at run time on the older
+# ones pyproject.toml allows, click>=8.1)
+class SizeType(click.ParamType):  # type: ignore[type-arg]
     name = "SIZE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
@@ -112,11 +121,9 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     opened = [(_label(s), Store.open(s.resolve(), commitlog_file_size, cq_file_size, index_slot_num, index_num,
                                      commitlog_dir=_commitlog_dir(len(stores)))) for s in stores]
 
-    from .export.spark import run_export  # pyspark is imported only from here on
-
     existed = scheme is None and out.exists()
     try:
-        res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
+        res = export_spark.run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
                          partition_by=partition_by, version=profile, overwrite=overwrite, quiet=not progress_enabled(quiet), conf=conf,
                          writer=writer, verbose=verbose)
     except KeyboardInterrupt:
@@ -147,7 +154,7 @@ def _check_target(out: Path, stores: tuple[Path, ...], writer: str, overwrite: b
     return scheme
 
 
-def _report(res: Any, what: str, out: Path, labels: list[str], fmt: str) -> int:
+def _report(res: ExportResult, what: str, out: Path, labels: list[str], fmt: str) -> int:
     """The summary (JSON on stdout, or one line on stderr) and the split warnings; the exit status."""
     status = Exit.PROBLEMS if res.exit_problems else Exit.OK
     if fmt == "json":
@@ -171,10 +178,6 @@ def _report(res: Any, what: str, out: Path, labels: list[str], fmt: str) -> int:
 
 def _interrupted(out: Path, local: bool, existed: bool) -> BaseException:
     """Ctrl-C: the partial output goes (a rerun would refuse an existing OUT), one line says so."""
-    import shutil
-
-    from .interrupts import Interrupted
-
     if local and out.exists():
         shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
         what = f"the partial output {out} was removed" + (" (it replaced an earlier export, which is gone too)" if existed else "")
@@ -187,15 +190,11 @@ def _interrupted(out: Path, local: bool, existed: bool) -> BaseException:
 
 def _commitlog_dir(n_stores: int) -> Path | None:
     """storePathCommitLog of --broker-config (one store only: the file names one broker's)."""
-    from .options import broker_meta
-
     d = broker_meta().get("commitlog_dir")
     return Path(d) if d is not None and n_stores == 1 else None
 
 
 def _label(store: Path) -> str:
-    from .export.spark import store_label
-
     return store_label(store)
 
 

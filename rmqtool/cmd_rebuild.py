@@ -10,8 +10,11 @@ remain (damage the reput could not dispatch), 8 operational error.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import io
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from .destructive import applying, confirmed, dry_run_store, locked_check, parse
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import make_profile
-from .output import output_file_options
+from .output import SCHEMA_VERSION, output_file_options
 from .progress import later_bar, progress_bar, progress_option
 from .recovery.rebuild import (
     REMOVE,
@@ -35,6 +38,8 @@ from .recovery.rebuild import (
     plan_rebuild,
 )
 from .recovery.store import Store
+from .recovery.versions import BrokerProfile
+from .render import dumps
 
 
 @click.command("rebuild-index", context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,6 +82,7 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
     tz = parse_tz(index_tz)
     store = locked_check(store_opts, dry_run, lock=fmt != "json")  # (the json run calls this command again, which checks it once)
     if fmt == "json":
+        # (click types a command's callback as optional; this one has it)
         return _json_run(lambda: command.callback(  # type: ignore[misc]
             broker_version=broker_version, cq_only=cq_only, index_only=index_only, topics=topics, from_offset=from_offset,
             dry_run=dry_run, backup_dir=backup_dir, index_tz=index_tz, jobs=jobs, quiet=quiet, yes=yes, fmt="json-inner",
@@ -89,7 +95,7 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
                     yes=yes)
 
 
-def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
+def _run(store: Store, profile: BrokerProfile, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
          dry_run: bool, backup_dir: Path | None, tz: _dt.tzinfo, jobs: int | None, quiet: bool,
          store_opts: dict[str, Any], yes: bool = True) -> int:
     t0 = time.perf_counter()
@@ -137,14 +143,8 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
 _LAST: dict[str, Any] = {}
 
 
-def _json_run(run: Any, dry_run: bool) -> int:
+def _json_run(run: Callable[[], int], dry_run: bool) -> int:
     """--format json: the text output is kept out of stdout; one JSON document instead."""
-    import contextlib
-    import io
-
-    from .output import SCHEMA_VERSION
-    from .render import dumps
-
     _LAST.clear()
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):

@@ -9,8 +9,10 @@ does not touch (or, with --dry-run, a recovery is needed), 8 operational error.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,13 @@ from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .interrupts import salvage_cleanup
 from .options import make_profile
-from .output import SCHEMA_VERSION, output_file_options
+from .output import output_file_options
 from .progress import progress_bar, progress_option
+from .recovery.offsets import OffsetChange, add_offset_fix, has_committed_offsets, recovery_offset_changes
 from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery, write_salvage
+from .recovery.safety import StoreTransaction
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
 from .render import dumps
 
 
@@ -90,7 +96,7 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
     return _apply(store_opts, profile, opts, backup_dir, salvage_to, fmt, quiet, jobs, fix_offsets, yes, tz)
 
 
-def _dry_run(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], backup_dir: Path | None,
+def _dry_run(store_opts: dict[str, Any], profile: BrokerProfile, opts: dict[str, Any], backup_dir: Path | None,
              salvage_to: Path | None, fmt: str, quiet: bool, jobs: int | None, fix_offsets: bool) -> int:
     store = ds.dry_run_store("recover", store_opts, backup_dir)
     plan = _plan(store, profile, opts, quiet)
@@ -109,14 +115,14 @@ def _dry_run(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], bac
     return int(Exit.OK)
 
 
-def _apply(store_opts: dict[str, Any], profile: Any, opts: dict[str, Any], backup_dir: Path | None,
+def _apply(store_opts: dict[str, Any], profile: BrokerProfile, opts: dict[str, Any], backup_dir: Path | None,
            salvage_to: Path | None, fmt: str, quiet: bool, jobs: int | None, fix_offsets: bool, yes: bool,
-           tz: Any) -> int:
+           tz: _dt.tzinfo | None) -> int:
     with ds.applying("recover", store_opts, yes, around=salvage_cleanup(salvage_to)) as (store, finished):
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
-        past: list[Any] = []
+        past: list[OffsetChange] = []
         blocked = plan.blocked
         if blocked:
             ds.warn(f"{blocked[0]}: commitlog file names that do not tile the offsets (overlapping or misaligned): "
@@ -143,42 +149,45 @@ def _show_plan(plan: RecoveryPlan, fmt: str) -> None:
     _warn_problems(plan)
 
 
-def _apply_plan(store: Any, plan: RecoveryPlan, profile: Any, backup_dir: Path | None, salvage_to: Path | None,
-                quiet: bool, jobs: int | None, tz: Any, extra: Any) -> ApplyResult:
+def _apply_plan(store: Store, plan: RecoveryPlan, profile: BrokerProfile, backup_dir: Path | None,
+                salvage_to: Path | None, quiet: bool, jobs: int | None, tz: _dt.tzinfo | None,
+                extra: OffsetsHook | None) -> ApplyResult:
     # what the dispatch walks: its passes (the 4.x start-up reput's range is a lower
     # bound that the abnormal dispatch moves past: counted only when it runs alone)
     runs = [d for d in plan.dispatch if d.name != "startup_reput"] or plan.dispatch
     passes = sum(max(0, d.to_offset - d.from_offset) for d in runs)
     with progress_bar(passes or plan.bytes_to_scan, "recover: dispatch", quiet) as advance:
-        return apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
-                              index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
-                              jobs=jobs, extra=extra)
+        result: ApplyResult = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
+                                             index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
+                                             jobs=jobs, extra=extra)
+    return result
 
 
-def _plan(store: Any, profile: Any, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
+def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "recover: walk", quiet) as advance:
         return plan_recovery(store, profile, progress=advance, **opts)
 
 
-def _past_end(store: Any, plan: RecoveryPlan, profile: Any, jobs: int | None) -> list[Any]:
+def _past_end(store: Store, plan: RecoveryPlan, profile: BrokerProfile, jobs: int | None) -> list[OffsetChange]:
     """The committed offsets the recovery leaves past their queue's new end (recovery.offsets)."""
-    from .recovery.offsets import recovery_offset_changes
-
     if plan.nothing_to_do:
         return []
     return recovery_offset_changes(store, plan, profile, jobs=jobs)
 
 
-def _offsets_hook(store: Any, plan: RecoveryPlan, profile: Any, fix: bool, out: list[Any]) -> Any:
+# apply_recovery's ``extra``: (the transaction, the queues as the recovery leaves them)
+OffsetsHook = Callable[[StoreTransaction, dict[tuple[str, int], Any]], None]
+
+
+def _offsets_hook(store: Store, plan: RecoveryPlan, profile: BrokerProfile, fix: bool,
+                  out: list[OffsetChange]) -> OffsetsHook | None:
     """apply_recovery's ``extra``: list (and with --fix-offsets, correct in the same
     transaction) the committed offsets past the queues' exact new ends."""
-    from .recovery.offsets import add_offset_fix, has_committed_offsets, recovery_offset_changes
-
     if not has_committed_offsets(store.root):
         return None
 
-    def hook(tx: Any, queues: Any) -> None:
+    def hook(tx: StoreTransaction, queues: dict[tuple[str, int], Any]) -> None:
         out.extend(recovery_offset_changes(store, plan, profile, queues=queues))
         if fix and out:
             add_offset_fix(tx, store.root, out)
@@ -191,31 +200,18 @@ def _warn_problems(plan: RecoveryPlan) -> None:
 
 
 def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False, salvage_to: Path | None = None, past: list[Any] | None = None,
+           finished: bool = False, salvage_to: Path | None = None, past: list[OffsetChange] | None = None,
            fix_offsets: bool = False, plan_only: bool = False) -> None:
     if fmt == "json":
-        click.echo(dumps(_json_doc(plan, result, dry_run, seconds, finished, past or [], fix_offsets, plan_only)))
+        click.echo(dumps(ds.json_doc(plan, dry_run, past or [], plan_only, offsets_fixed=bool(fix_offsets and past and not dry_run),
+                                     result=json.loads(dumps(result)) if result is not None else None, seconds=seconds,
+                                     finished=finished)))
         return
     ds.render_plan("recover", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
     for n in plan.notes:
         click.echo(f"note: {n}")
     if not plan_only:
         _print_outcome(plan, result, dry_run, seconds, finished, salvage_to)
-
-
-def _json_doc(plan: RecoveryPlan, result: ApplyResult | None, dry_run: bool, seconds: float | None, finished: bool,
-              past: list[Any], fix_offsets: bool, plan_only: bool) -> dict[str, Any]:
-    if plan_only:
-        return {"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}
-    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
-    doc["offsets_past_end"] = [c.to_dict() for c in past]
-    doc["offsets_fixed"] = bool(fix_offsets and past and not dry_run)
-    if result is not None:
-        doc["result"] = json.loads(dumps(result))
-    if seconds is not None:
-        doc["seconds"] = round(seconds, 3)
-    doc["finished_interrupted_run"] = finished
-    return doc
 
 
 def _summary_rows(plan: RecoveryPlan) -> list[tuple[str, str]]:
@@ -268,9 +264,10 @@ def _change_rows(plan: RecoveryPlan) -> list[dict[str, Any]]:
         changes.append({"action": "cut", "path": t.file, "detail": f"{t.entries_cut} entries zeroed after backup (at or past "
                         f"the end offset, or a last record short of keys); {t.entries_kept} kept, the header ends at offset "
                         f"{t.end_phy_offset}"})
-    for d in plan.dispatch:
-        n = "?" if d.records is None else str(d.records)
-        changes.append({"action": "dispatch", "path": d.name, "detail": f"[{d.from_offset}, {d.to_offset}): {n} records; {d.note}"})
+    for run in plan.dispatch:
+        n = "?" if run.records is None else str(run.records)
+        changes.append({"action": "dispatch", "path": run.name,
+                        "detail": f"[{run.from_offset}, {run.to_offset}): {n} records; {run.note}"})
     return changes
 
 

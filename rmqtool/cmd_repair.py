@@ -7,8 +7,10 @@ repair is needed), 8 operational error.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +23,15 @@ from .confirm import yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import make_profile
-from .output import SCHEMA_VERSION, output_file_options
+from .output import output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
-from .recovery.offsets import add_offset_fix, repair_offset_changes
+from .recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
 from .recovery.recover import infer_index_tz
 from .recovery.repair import RepairPlan, apply_repair, plan_repair
+from .recovery.safety import CommitResult, StoreTransaction
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
 from .render import dumps, render
 
 
@@ -78,19 +83,27 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
     return _apply(store_opts, profile, max_message_size, tz, njobs, quiet, fmt, backup_dir, fix_offsets, yes)
 
 
-def _apply(store_opts: dict[str, Any], profile: Any, max_message_size: int, tz: Any, njobs: int, quiet: bool, fmt: str,
-           backup_dir: Path | None, fix_offsets: bool, yes: bool) -> int:
+def _offsets_fix(root: Path, past: list[OffsetChange]) -> Callable[[StoreTransaction], None]:
+    """apply_repair's ``extra``: the committed offsets past their queue's end corrected in
+    the same transaction (--fix-offsets)."""
+    def extra(tx: StoreTransaction) -> None:
+        add_offset_fix(tx, root, past)
+    return extra
+
+
+def _apply(store_opts: dict[str, Any], profile: BrokerProfile, max_message_size: int, tz: _dt.tzinfo | None, njobs: int,
+           quiet: bool, fmt: str, backup_dir: Path | None, fix_offsets: bool, yes: bool) -> int:
     root = ds.store_root(store_opts)
     with ds.applying("repair", store_opts, yes) as (store, finished):
         t0 = time.perf_counter()
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
-        result = None
+        result: CommitResult | None = None
         if not plan.nothing_to_do:
             if not ds.confirmed(yes, f"Apply this repair to {root}?", lambda: _show_plan(plan, fmt, past, fix_offsets)):
                 plan.discard()
                 return int(Exit.PROBLEMS)
-            extra = (lambda tx: add_offset_fix(tx, root, past)) if fix_offsets and past else None
+            extra = _offsets_fix(root, past) if fix_offsets and past else None
             result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
         plan.discard()
         with closed_stdout_ignored():
@@ -100,13 +113,13 @@ def _apply(store_opts: dict[str, Any], profile: Any, max_message_size: int, tz: 
     return int(Exit.combine(changed=result is not None or finished, problems=bool(plan.problems)))
 
 
-def _show_plan(plan: RepairPlan, fmt: str, past: list[Any], fix_offsets: bool) -> None:
+def _show_plan(plan: RepairPlan, fmt: str, past: list[OffsetChange], fix_offsets: bool) -> None:
     with closed_stdout_ignored():
         _print(plan, None, fmt, dry_run=False, plan_only=True, past=past, fix_offsets=fix_offsets)
     _warn_problems(plan)
 
 
-def _plan(store: Any, profile: Any, max_message_size: int, tz: Any, jobs: int, quiet: bool) -> RepairPlan:
+def _plan(store: Store, profile: BrokerProfile, max_message_size: int, tz: _dt.tzinfo | None, jobs: int, quiet: bool) -> RepairPlan:
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "repair: walk", quiet) as advance:
         return plan_repair(store, profile, max_message_size=max_message_size, jobs=jobs, progress=advance,
@@ -118,11 +131,15 @@ def _warn_problems(plan: RepairPlan) -> None:
         ds.warn(p, "problem")
 
 
-def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False, plan_only: bool = False, past: list[Any] | None = None,
+def _print(plan: RepairPlan, result: CommitResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
+           finished: bool = False, plan_only: bool = False, past: list[OffsetChange] | None = None,
            fix_offsets: bool = False) -> None:
     if fmt == "json":
-        click.echo(dumps(_json_doc(plan, result, dry_run, seconds, finished, past or [], fix_offsets, plan_only)))
+        done = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
+                "changes": len(result.actions)} if result is not None else None
+        click.echo(dumps(ds.json_doc(plan, dry_run, past or [], plan_only,
+                                     offsets_fixed=bool(fix_offsets and past and result is not None), result=done,
+                                     seconds=seconds, finished=finished)))
         return
     ds.render_plan("repair", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
     q = plan.quarantined
@@ -136,22 +153,6 @@ def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: f
     for n in plan.notes:
         click.echo(f"note: {n}")
     _print_outcome(plan, result, dry_run, seconds, finished)
-
-
-def _json_doc(plan: RepairPlan, result: Any, dry_run: bool, seconds: float | None, finished: bool, past: list[Any],
-              fix_offsets: bool, plan_only: bool) -> dict[str, Any]:
-    if plan_only:
-        return {"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}
-    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
-    doc["offsets_past_end"] = [c.to_dict() for c in past]
-    doc["offsets_fixed"] = bool(fix_offsets and past and result is not None)
-    if result is not None:
-        doc["result"] = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
-                         "changes": len(result.actions)}
-    if seconds is not None:
-        doc["seconds"] = round(seconds, 3)
-    doc["finished_interrupted_run"] = finished
-    return doc
 
 
 def _summary_rows(plan: RepairPlan) -> list[tuple[str, str]]:
@@ -188,7 +189,7 @@ def _change_rows(plan: RepairPlan) -> list[dict[str, Any]]:
     return changes
 
 
-def _print_outcome(plan: RepairPlan, result: Any, dry_run: bool, seconds: float | None, finished: bool) -> None:
+def _print_outcome(plan: RepairPlan, result: CommitResult | None, dry_run: bool, seconds: float | None, finished: bool) -> None:
     if result is not None:
         click.echo(f"done: {len(result.actions)} changes" + (f", in {seconds:.2f} s" if seconds is not None else ""))
         if result.backup_dir:

@@ -10,6 +10,8 @@ store locked by a broker, I/O).
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .interrupts import settle_on_interrupt
 from .options import dry_run_preamble, finish_pending
-from .output import output_file_options
+from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.safety import (
     RestoreConflictError,
@@ -33,6 +35,7 @@ from .recovery.safety import (
     restore,
     restore_work,
 )
+from .render import dumps
 
 
 @click.command("restore", context_settings={"help_option_names": ["-h", "--help"]})
@@ -124,14 +127,8 @@ def _restore(backup_dir: Path, store: Path, doc: dict[str, Any], dry_run: bool, 
 
 
 def _json(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool, quiet: bool = False) -> int:
-    import contextlib
-    import io
-
-    from .output import SCHEMA_VERSION
-    from .render import dumps
-
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
+    with contextlib.redirect_stdout(buf):  # (click types a command's callback as optional; this one has it)
         code = int(command.callback(backup_dir=backup_dir, store=store, dry_run=dry_run,  # type: ignore[misc]
                                     new_backup_dir=new_backup_dir, yes=yes, fmt="text", quiet=quiet))
     lines = buf.getvalue().splitlines()

@@ -8,8 +8,11 @@ object, or one finding per JSON line) and maps it to the shared exit codes: 0 so
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import click
 
@@ -17,8 +20,10 @@ from .brokeropts import recovery_walk_options, refusal_findings
 from .cmdopts import store_command_options
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
+from .nextsteps import next_step
 from .options import make_profile, open_store, resolve_format
 from .output import SCHEMA_VERSION, output_file_options
+from .output import console as _console
 from .progress import progress_bar, progress_option
 from .recovery import records
 from .recovery.verify import VerifyReport, verify_store
@@ -63,7 +68,7 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
     return int(Exit.PROBLEMS if report.problems(strict) else Exit.OK)
 
 
-def write_refusals(findings: list[dict[str, Any]], fmt: str, root: Any, out: Any = None) -> None:
+def write_refusals(findings: list[dict[str, Any]], fmt: str, root: str | Path, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     if fmt == "json":
         out.write(dumps({"schema_version": SCHEMA_VERSION, "store": str(root), "refused": True, "errors": len(findings), "findings": findings}) + "\n")
@@ -73,18 +78,13 @@ def write_refusals(findings: list[dict[str, Any]], fmt: str, root: Any, out: Any
     else:
         render(findings, "table", FINDING_COLUMNS, title=f"rmqtool verify {root}: refused", out=out)
 def _stdout_is_regular_file() -> bool:
-    import os
-    import stat
-
     try:
         return stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode)
     except (OSError, ValueError, AttributeError):
         return False
 
 
-def write_report(report: VerifyReport, fmt: str, out: Any = None) -> None:
-    from .nextsteps import next_step
-
+def write_report(report: VerifyReport, fmt: str, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     if fmt == "json":
         doc = report.to_dict()
@@ -110,10 +110,7 @@ def _verdict(report: VerifyReport) -> str:
     return "sound"
 
 
-def _summary(report: VerifyReport, out: Any) -> None:
-    from .nextsteps import next_step
-    from .output import console as _console
-
+def _summary(report: VerifyReport, out: TextIO) -> None:
     console = _console(out)
     rec = report.summary.get("recovery") or {}
     lines = [f"verdict: {_verdict(report)} ({report.summary.get('messages', 0)} messages)"]

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 
@@ -19,6 +20,10 @@ from .cmd_offsets import past_end_rows
 from .confirm import ask, require_yes_or_terminal
 from .interrupts import settle_on_interrupt
 from .options import check_lock, dry_run_preamble, finish_pending, open_store, refuse_obstacles
+from .output import SCHEMA_VERSION
+from .recovery.offsets import OffsetChange
+from .recovery.recover import RecoveryPlan
+from .recovery.repair import RepairPlan
 from .recovery.safety import StoreLock
 from .recovery.store import Store
 from .render import render
@@ -74,8 +79,8 @@ def confirmed(yes: bool, question: str, show: Callable[[], None] | None = None) 
     return False
 
 
-def render_plan(command: str, plan: Any, dry_run: bool, summary: list[tuple[str, str]], changes: list[dict[str, Any]],
-                past: list[Any], fix_offsets: bool) -> None:
+def render_plan(command: str, plan: RecoveryPlan | RepairPlan, dry_run: bool, summary: list[tuple[str, str]],
+                changes: list[dict[str, Any]], past: list[OffsetChange], fix_offsets: bool) -> None:
     """A destructive command's plan as tables: the summary (step, plan) under the title, then
     the changes (action, what, detail), with the committed offsets left past their queue's
     new end (``past``), if any."""
@@ -86,6 +91,24 @@ def render_plan(command: str, plan: Any, dry_run: bool, summary: list[tuple[str,
         render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
 
 
+def json_doc(plan: RecoveryPlan | RepairPlan, dry_run: bool, past: list[OffsetChange], plan_only: bool, *,
+             offsets_fixed: bool, result: dict[str, Any] | None, seconds: float | None, finished: bool) -> dict[str, Any]:
+    """recover's and repair's --format json document: the plan (``plan_only``: the plan shown
+    before the question, alone), the committed offsets left past their queue's new end, the
+    result, the time taken."""
+    if plan_only:
+        return {"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
+    doc["offsets_past_end"] = [c.to_dict() for c in past]
+    doc["offsets_fixed"] = offsets_fixed
+    if result is not None:
+        doc["result"] = result
+    if seconds is not None:
+        doc["seconds"] = round(seconds, 3)
+    doc["finished_interrupted_run"] = finished
+    return doc
+
+
 def parse_tz(text: str) -> _dt.tzinfo:
     """``UTC``, ``local`` or an IANA zone name such as ``Asia/Shanghai``."""
     if text.upper() == "UTC":
@@ -94,8 +117,6 @@ def parse_tz(text: str) -> _dt.tzinfo:
         tz = _dt.datetime.now().astimezone().tzinfo
         assert tz is not None
         return tz
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
     try:
         return ZoneInfo(text)
     except (ZoneInfoNotFoundError, ValueError):

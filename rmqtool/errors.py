@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -52,8 +53,6 @@ def report_exception(exc: BaseException) -> int:
         return int(exc.code or 0) if not isinstance(exc.code, str) else Exit.USAGE
     # A bug: still one line (the traceback only with RMQTOOL_TRACEBACK=1).
     if os.environ.get("RMQTOOL_TRACEBACK"):
-        import traceback
-
         traceback.print_exception(exc)
     _err(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     return Exit.OPERATIONAL

@@ -10,6 +10,14 @@ from typing import Any
 import click
 
 from .formats.errors import StoreLayoutError
+from .recovery.safety import (
+    StoreLockedError,
+    broker_holds_lock,
+    check_backup_dir,
+    describe_holder,
+    pending_journals,
+    recover_pending,
+)
 from .recovery.store import Store
 from .recovery.versions import DEFAULT_VERSION, BrokerProfile
 
@@ -40,8 +48,6 @@ def check_lock(root: Path, dry_run: bool) -> None:
     """A real run refuses (status 8) a store whose lock another process holds; a dry run
     only warns and goes on read-only. Both ask read-only (F_GETLK): nothing is locked,
     created or written."""
-    from .recovery.safety import StoreLockedError, broker_holds_lock, describe_holder
-
     if not broker_holds_lock(root):
         return
     if dry_run:
@@ -67,8 +73,6 @@ def refuse_obstacles(store: Store, command: str) -> None:
 def finish_pending(root: Path) -> bool:
     """Before a destructive command's own change: finish or undo an interrupted rmqtool
     transaction (a warning line each). True when one was finished (the store changed)."""
-    from .recovery.safety import recover_pending
-
     finished = False
     for outcome in recover_pending(root):
         click.echo(f"rmqtool: warning: {outcome.describe()}", err=True)
@@ -80,8 +84,6 @@ def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
     """What a destructive command's dry run says and refuses before planning, as its real
     run would: a pending interrupted transaction (warned: the real run finishes or undoes
     it first) and a backup directory the real run refuses (BackupDirError, status 8)."""
-    from .recovery.safety import check_backup_dir, pending_journals
-
     for j in pending_journals(root):
         click.echo(f"rmqtool: warning: an interrupted rmqtool transaction is pending ({j.name}); "
                    "a real run finishes or undoes it first", err=True)

@@ -21,7 +21,7 @@ def partition_rows(kind: str, version: str | BrokerProfile, with_body: bool, acc
     group of tasks), bumping the counters after each task."""
     for task in (t for g in groups for t in g):
         n = [0, 0, 0, 0]
-        handoff = None
+        handoff: Handoff | None = None
         if kind == "commitlog":
             handoff = Handoff(task.end)
             yield from commitlog_rows(task, version, with_body, n, handoff)
@@ -33,7 +33,7 @@ def partition_rows(kind: str, version: str | BrokerProfile, with_body: bool, acc
             done, counts, where = accs
             conflict = handoff is not None and handoff.conflict
             counts.add((n[0], n[1], n[2], n[3], int(conflict)))
-            if conflict:
+            if handoff is not None and conflict:
                 where.add([f"{task.path} at offset {handoff.stop}"])
             done.add(1)
 
@@ -42,7 +42,7 @@ def partition_batches(version: str | BrokerProfile, with_body: bool, accs: Any, 
     """mapInArrow body of the columnar commitlog path: the input rows carry pickled groups
     of splits (column ``g``); yields the RecordBatches of every split, bumping the
     counters after each split as :func:`partition_rows` does."""
-    from .arrow import arrow_schema, split_batches
+    from .arrow import arrow_schema, split_batches  # pyarrow: only on this path, on the executors
 
     schema = arrow_schema(columns_for("commitlog", with_body))
     for b in batches:
@@ -66,6 +66,7 @@ def write_partition(kind: str, version: str | BrokerProfile, with_body: bool, pa
     commitlog through the columnar path, queues and index through the row functions) and
     written to Parquet by this executor (:mod:`rmqtool.export.parquet`). Yields one tuple
     of counters per partition: (rows, messages, blanks, problems, conflicts, [where])."""
+    # pyarrow: only on this path, on the executors
     from .arrow import arrow_schema, split_batches
     from .parquet import TaskWriter, rows_to_batches
 
@@ -106,7 +107,7 @@ def write_partition(kind: str, version: str | BrokerProfile, with_body: bool, pa
 
 def arrow_available() -> bool:
     """pyarrow and pandas (pyspark's mapInArrow requires both) import."""
-    try:
+    try:  # (optional: the spark extra)
         import pandas  # noqa: F401
         import pyarrow  # noqa: F401
     except ImportError:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..recovery import records as rec
+from ..recovery.check import Checked
 from ..recovery.query import iter_cq_entries, iter_index
 from ..recovery.records import CLEAN_STATUSES, crc_status, damaged_fields
 from ..recovery.scan import blank_fields, message_fields
@@ -44,7 +45,7 @@ def columns_for(what: str, with_body: bool = False) -> list[tuple[str, str]]:
     raise ValueError(f"unknown export {what!r}")
 
 
-def record_row(label: str, name: str, base: int, buf: Any, pos: int, c: Any, with_body: bool, n: list[int]) -> tuple[Any, ...]:
+def record_row(label: str, name: str, base: int, buf: Any, pos: int, c: Checked, with_body: bool, n: list[int]) -> tuple[Any, ...]:
     """The row tuple (column order of :data:`COMMITLOG_COLUMNS`, plus the body with
     ``with_body``) of one step of the walk: the record of ``dump commitlog`` (same field
     functions) with ``store`` first. ``n`` (rows, messages, blanks, problems) is bumped."""
@@ -59,6 +60,7 @@ def record_row(label: str, name: str, base: int, buf: Any, pos: int, c: Any, wit
         d = damaged_fields(name, buf, pos, base, c, False, False)
     if d["status"] not in CLEAN_STATUSES:
         n[3] += 1
+    row: tuple[Any, ...]
     if d["type"] == "message" and "field" not in d:
         row = (label,) + _MESSAGE_ROW(d) + (None,)
     else:

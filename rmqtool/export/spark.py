@@ -19,12 +19,15 @@ are those of :mod:`rmqtool.export.rows`, decoded on the executors by
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from ..formats.errors import RmqToolError
+from ..outpath import local_path
 from ..recovery.splits import DEFAULT_SPLIT_SIZE, Split, plan_splits
-from ..recovery.store import Store
+from ..recovery.store import Store, StoreFile
 from ..recovery.versions import BrokerProfile
 from .executor import arrow_available, partition_batches, partition_rows, write_partition
 from .rows import DICTIONARY_COLUMNS, FileTask, columns_for, restricted_store, worker_profile
@@ -75,16 +79,20 @@ def store_label(arg: str | Path) -> str:
     return os.path.normpath(str(arg))
 
 
-def plan_tasks(stores: Sequence[tuple[str, Store]], what: str, split_size: int | None) -> list[Any]:
+# one task of an export: a commitlog split, or a group of queue / index files
+ExportTask = Split | FileTask
+
+
+def plan_tasks(stores: Sequence[tuple[str, Store]], what: str, split_size: int | None) -> list[ExportTask]:
     """All tasks of an export, in store then offset order: commitlog :class:`Split`s, or
     :class:`FileTask`s (ConsumeQueue: whole queues grouped up to ``split_size`` bytes;
     index: one per file)."""
-    tasks: list[Any] = []
+    tasks: list[ExportTask] = []
     for label, store in stores:
         if what == "commitlog":
             tasks.extend(plan_splits(store, split_size, label=label, first_index=len(tasks)))
         elif what == "consumequeue":
-            group: dict[tuple[str, int], list[Any]] = {}
+            group: dict[tuple[str, int], list[StoreFile]] = {}
             weight = 0
             for topic, qid, files in store.iter_queues():
                 group[(topic, qid)] = files
@@ -102,16 +110,16 @@ def plan_tasks(stores: Sequence[tuple[str, Store]], what: str, split_size: int |
     return tasks
 
 
-def task_weight(task: Any) -> int:
+def task_weight(task: ExportTask) -> int:
     return int(task.length if isinstance(task, Split) else task.weight)
 
 
-def pack_tasks(tasks: Sequence[Any], target: int | None) -> list[list[Any]]:
+def pack_tasks(tasks: Sequence[ExportTask], target: int | None) -> list[list[ExportTask]]:
     """Consecutive tasks grouped into Spark partitions of about ``target`` bytes: a big
     split is a partition of its own, small files (or small queues) share one, so a store of
     many small files is not thousands of Spark tasks. ``target`` None: one task each."""
-    groups: list[list[Any]] = []
-    cur: list[Any] = []
+    groups: list[list[ExportTask]] = []
+    cur: list[ExportTask] = []
     weight = 0
     for t in tasks:
         w = task_weight(t)
@@ -160,8 +168,6 @@ def master_problem(master: str | None, timeout: float = 5.0) -> str | None:
     """A standalone master (``spark://host:port[,host2:port2]``) none of whose addresses
     accepts a connection: said at once, where Spark's client would retry for about a minute
     and then log "All masters are unresponsive" to a file nobody reads."""
-    import socket
-
     if not master or not master.startswith("spark://"):
         return None
     tried = []
@@ -181,8 +187,6 @@ def master_problem(master: str | None, timeout: float = 5.0) -> str | None:
 def _startup_detail(exc: BaseException | None, log_path: str | None) -> str:
     """What --verbose adds to a start-up failure: the environment the launcher saw, the
     whole Java/py4j error and the JVM's own output."""
-    import traceback
-
     env = ", ".join(f"{k}={os.environ.get(k) or '(unset)'}" for k in ("JAVA_HOME", "SPARK_HOME", "PYSPARK_PYTHON"))
     parts = [f"rmqtool: Spark start-up: {env}; java on PATH: {shutil.which('java') or '(none)'}"]
     if exc is not None:
@@ -564,8 +568,6 @@ def _check_writer(writer: str, out: str | Path) -> None:
     if writer not in WRITERS:
         raise ValueError(f"unknown writer {writer!r} (one of {', '.join(WRITERS)})")
     if writer == "arrow":
-        from ..outpath import local_path
-
         if local_path(str(out)) is None:
             raise ValueError(f"--writer arrow writes to a file system path every executor sees, not {out}; "
                              "use --writer spark for hdfs://, s3a:// and other Hadoop file systems")
@@ -573,7 +575,7 @@ def _check_writer(writer: str, out: str | Path) -> None:
             raise ValueError("--writer arrow needs pyarrow (pip install 'rmqtool[spark]'); or use --writer spark")
 
 
-def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[Any]], what: str, version: BrokerProfile,
+def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[ExportTask]], what: str, version: BrokerProfile,
                  with_body: bool, partition_by: Sequence[str], out: str, overwrite: bool,
                  columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool, conf: dict[str, str] | None,
                  columnar: bool | None) -> None:
@@ -586,8 +588,6 @@ def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[
     if what == "commitlog" and (columnar if columnar is not None else arrow_available()):
         # columnar path: one input row per partition (its pickled group of splits),
         # Arrow RecordBatches out (rmqtool.export.arrow)
-        import pickle
-
         from pyspark.sql import types as T
 
         blobs = sc.parallelize([(i, pickle.dumps(g)) for i, g in enumerate(groups)], max(len(groups), 1))
@@ -620,11 +620,11 @@ def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[
     result.conflict_at = sorted(where.value)
 
 
-def _arrow_write(sc: Any, handle: Any, result: ExportResult, groups: list[list[Any]], what: str, version: BrokerProfile,
+def _arrow_write(sc: Any, handle: SessionHandle, result: ExportResult, groups: list[list[ExportTask]], what: str, version: BrokerProfile,
                  with_body: bool, partition_by: Sequence[str], out: str, overwrite: bool,
                  columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool) -> None:
     """The job of ``--writer arrow``: the executors write, the driver publishes."""
-    from ..outpath import local_path
+    # pyarrow: only for this writer
     from .arrow import arrow_schema
     from .parquet import committed_tasks, prepare, publish
 
@@ -683,7 +683,7 @@ class _ListAdd:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m rmqtool.export.spark STORE... --to OUT`` == ``rmqtool export ...``."""
-    from ..cli import run
+    from ..cli import run  # only here: the executors import this module and need nothing of the CLI
 
     return run(["export", *(sys.argv[1:] if argv is None else argv)])
 
