@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -373,7 +373,7 @@ def walk_records(
     start: int = 0,
     salvage: bool = True,
     check_crc: bool = False,
-) -> Iterator[tuple[int, ck.Checked]]:
+) -> Generator[tuple[int, ck.Checked], None, None]:
     """The forensic walk of one file from ``start``: (position, outcome) for every record
     :func:`iter_store_records` reports there (messages, the BLANK, damaged spots), resyncing
     past damage when ``salvage``. Shared by :func:`iter_store_records` and the sub-file
@@ -435,7 +435,8 @@ def byte_views(buf: Any) -> ByteViews:
 def byte_at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """``view[pos]`` with positions clipped into the buffer (a value read at a clipped
     position is garbage and must be masked by the caller)."""
-    return view[np.clip(pos, 0, len(view) - 1)]
+    out: np.ndarray = view[np.clip(pos, 0, len(view) - 1)]
+    return out
 
 
 def queue_hints(store: Store) -> np.ndarray | None:
