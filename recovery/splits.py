@@ -56,7 +56,7 @@ class Split(NamedTuple):
     start: int  # nominal start inside the file
     length: int  # nominal length
     file_size: int  # the file's size when planned
-    index: int = 0  # ordinal of the split in the plan
+    index: int = 0  # type: ignore[assignment]  # ordinal of the split in the plan (shadows tuple.index)
 
     @property
     def end(self) -> int:

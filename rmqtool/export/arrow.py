@@ -7,14 +7,13 @@ path of :func:`rmqtool.export.rows.record_row`, in order. The rows are the same 
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Sequence
-from typing import Any, cast
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from .. import export_arrow as blocks
 from ..export_arrow import PENDING, BlockState
-from ..recovery.check import Checked
 from ..recovery.scan import walk_records
 from ..recovery.splits import Handoff, Split, open_split
 from ..recovery.versions import BrokerProfile
@@ -83,9 +82,8 @@ def split_batches(split: Split, version: str | BrokerProfile, with_body: bool, s
                 budget_next = min(budget_next * 2, 1 << 16)
                 resume: int | None = None
                 reached = False
-                # (walk_records is a generator function, annotated as an Iterator: closed
-                # here when the loop leaves it early)
-                walker = cast(Generator[tuple[int, Checked], None, None], walk_records(buf, end, base, profile, start=pos))
+                # (a generator: closed here when the loop leaves it early)
+                walker = walk_records(buf, end, base, profile, start=pos)
                 try:
                     for p2, c in walker:
                         if p2 >= stop:
