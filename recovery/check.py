@@ -9,6 +9,7 @@ outcome also carries a reason code, which the broker does not give, for findings
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..formats import commitlog as cl
@@ -187,7 +188,8 @@ def _java_long(text: str) -> bool:
 # Fast validating walk for hot loops (recovery planning, verify, reput).
 
 
-class FastWalk(NamedTuple):
+@dataclass(frozen=True)
+class FastWalk:
     """Result of :func:`fast_walk` over one file region."""
 
     stop_pos: int  # where the walk stopped: BLANK position, failure position, or end
@@ -223,11 +225,11 @@ def fast_walk(
         i32 = cl.SYSFLAG.unpack_from
         i16 = cl._I16.unpack_from
         layouts = {}
-        for (magic, hosts), lay in cl.LAYOUTS.items():
+        for (magic, hosts), layout in cl.LAYOUTS.items():
             if magic == cl.MAGIC_V2 and not profile.accepts_v2:
                 continue
-            fixed = cl.cal_msg_length(lay.v2, hosts, 0, 0, 0)
-            layouts[(magic, hosts)] = (lay.header.size, lay.v2, fixed)
+            fixed = cl.cal_msg_length(layout.v2, hosts, 0, 0, 0)
+            layouts[(magic, hosts)] = (layout.header.size, layout.v2, fixed)
         remaining_checks = profile.remaining_checks
         prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
         crc_on = check_crc and read_body and not prop_crc_mode
@@ -279,7 +281,7 @@ def fast_walk(
                             if pl <= total and (pl <= 0 or p + pl <= end):
                                 if fixed + max(body_len, 0) + tl + max(pl, 0) == total:
                                     ok = not (tl == 19 and mv[tstart : tstart + 19] == sched)
-                                    if ok and is5 and pl > 0 and b"INNER_" in mv[p : p + pl].tobytes():
+                                    if ok and is5 and pl > 0 and b"INNER_" in bytes(mv[p : p + pl]):
                                         ok = False
             if ok:
                 if starts is not None:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import compress, islice, repeat
 from operator import is_not
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -482,10 +482,10 @@ class ConsumeQueueWriter:
             if len(data) != F:
                 data = data[:F].ljust(F, b"\0")
             if touched:
-                data = self._spliced(data, frm, stream, seg_start, seg_end)  # type: ignore[arg-type]
+                data = self._spliced(data, frm, stream, seg_start, seg_end)
             out[cq_file_name(frm)] = data
         for frm in self._new_files:
-            out[cq_file_name(frm)] = self._spliced(None, frm, stream, seg_start, seg_end, trim_new)  # type: ignore[arg-type]
+            out[cq_file_name(frm)] = self._spliced(None, frm, stream, seg_start, seg_end, trim_new)
         return out
 
     def _spliced(self, data: bytes | None, frm: int, stream: bytes, seg_start: int | None, seg_end: int | None,
@@ -778,7 +778,8 @@ class IndexFileImage:
             raise IndexError(n)
         first, ents = self.new_entries()
         if first <= n < first + len(ents):
-            return ents[n - first].tobytes()
+            entry: bytes = ents[n - first].tobytes()
+            return entry
         if self._base is not None:
             pos = INDEX_HEADER_SIZE + self.slot_num * INDEX_SLOT_SIZE + n * INDEX_ENTRY_SIZE
             return bytes(self._base[pos : pos + INDEX_ENTRY_SIZE]).ljust(INDEX_ENTRY_SIZE, b"\0")
@@ -869,7 +870,7 @@ def _keys_of(keys: str | None, uniq: str | None) -> list[str]:
 
 def key_hash(topic: str, key: str) -> int:
     """The index hash of ``topic#key`` (``IndexService.buildKey``, ``IndexFile.indexKeyHashMethod``)."""
-    return index_hash(java_hash(topic + "#" + key))
+    return int(index_hash(java_hash(topic + "#" + key)))
 
 
 def record_key_hashes(topic: str, keys: str | None, uniq: str | None) -> list[int]:
@@ -1050,9 +1051,9 @@ class IndexBuilder:
         uint32, length in UTF-16 units)`` in put order (per record: UNIQ_KEY first, then the
         non-empty pieces of KEYS split on " ", duplicates kept)."""
         has_u = np.fromiter(map(is_not, uniq_keys, repeat(None)), dtype=bool, count=n)
-        u_list = list(compress(uniq_keys, has_u.tolist()))
+        u_list = cast("list[str]", list(compress(uniq_keys, has_u.tolist())))
         has_k = np.fromiter(map(bool, keys), dtype=bool, count=n)
-        k_list = list(compress(keys, has_k.tolist()))
+        k_list = cast("list[str]", list(compress(keys, has_k.tolist())))
         # one join + one split for the whole batch: record r contributes count(" ")+1 pieces,
         # consecutive and in order (the joining spaces fall exactly between records)
         flat = " ".join(k_list).split(" ") if k_list else []

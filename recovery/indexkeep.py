@@ -47,6 +47,7 @@ import numpy as np
 from ..formats import commitlog as cl
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader, unpack_header
 from .broker import goes_to_index
+from .check import Checked
 from .indexbuild import record_key_hashes
 from .query import CommitlogReader
 from .scan import byte_views
@@ -131,7 +132,7 @@ def _check_file(store: Store, profile: BrokerProfile, f: StoreFile, end: int, pr
 
 def _read_into(fh: object, at: int, arr: np.ndarray) -> None:
     fh.seek(at)  # type: ignore[attr-defined]
-    view = memoryview(arr.view(np.uint8)).cast("B")
+    view = arr.view(np.uint8).data.cast("B")
     got = 0
     while got < len(view):
         k = fh.readinto(view[got:])  # type: ignore[attr-defined]
@@ -363,6 +364,7 @@ def keyed_record_between(store: Store, profile: BrokerProfile, lo: int, hi: int,
 
     found: int | None = None
     done = False
+    c: Checked | None = None
     for f in store.commitlog_in_range(lo, max(hi, lo + 1), None):
         with store.map(f) as mf:
             buf = mf.buf

@@ -146,7 +146,7 @@ def check_index_scope(store: Store, topics: Iterable[str] | None, from_offset: i
             kept_end = hdr[3]
     if not dirty:
         return None
-    start = kept_end if kept_end is not None else store.commitlog_min_offset
+    start = kept_end if kept_end is not None else store.commitlog_min_offset()
     if topics is None and from_offset is not None and from_offset <= start:
         return None  # every topic's records from before the dropped files' first one
     return (f"after a crash (abort present) the continued index drops index/{', index/'.join(dirty)} (newer than "

@@ -50,6 +50,7 @@ import numpy as np
 from ..formats import commitlog as cl
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
 from ..formats.names import offset_msg_id
+from ..formats.properties import CRC32
 from . import check as ck
 from .filler import (
     BLANK_LEN,
@@ -503,7 +504,7 @@ def _carries_prop_crc(store: Store, profile: BrokerProfile, recs: Any, intact: n
         return False
     with store.map(f) as mf:
         c = ck.check_record(mf.buf, off - f.base, mf.size, profile)
-    return bool(c.props) and ck.CRC32 in c.props
+    return c.props is not None and CRC32 in c.props
 
 
 def _has_nonzero(f: StoreFile, pos: int) -> bool:
@@ -707,7 +708,7 @@ class _SparseOut:
         self.end = 0
 
     def write(self, b: Any) -> int:
-        n = self._fh.write(b)
+        n: int = self._fh.write(b)
         self.end = max(self.end, self._fh.tell())
         return n
 
