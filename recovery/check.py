@@ -9,6 +9,7 @@ outcome also carries a reason code, which the broker does not give, for findings
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -216,8 +217,6 @@ def fast_walk(
     (any doubt: a failure, a SCHEDULE_TOPIC_XXXX record whose DELAY must be parsed, a 5.x
     inner batch, property-CRC mode) the full :func:`check_record` decides, so the outcome
     is the same as :func:`walk_file`'s; a test asserts it."""
-    from array import array
-
     starts = array("q") if collect else None
     mv = memoryview(buf) if not isinstance(buf, (bytes, bytearray)) else buf
     try:

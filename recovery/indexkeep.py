@@ -50,7 +50,7 @@ from .broker import goes_to_index
 from .check import Checked
 from .indexbuild import record_key_hashes
 from .query import CommitlogReader
-from .scan import byte_views
+from .scan import byte_views, walk_records
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -360,7 +360,6 @@ def keyed_record_between(store: Store, profile: BrokerProfile, lo: int, hi: int,
     hole holds no keys (seeds 5003 and 5070 of the oracle soak)."""
     if hi <= lo and not after_lo:
         return None
-    from .scan import walk_records
 
     found: int | None = None
     done = False

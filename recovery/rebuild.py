@@ -36,6 +36,7 @@ from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Ch
 from ..formats.safeio import read_small
 from . import check as ck
 from .reput import CqFileOut, IndexFileOut, ReputResult, index_files_after_load, load_state, reput, updated_checkpoint
+from .safety import StoreTransaction
 from .scan import byte_views, chase_starts
 from .store import Store, StoreFile
 from .versions import BrokerProfile
@@ -406,8 +407,6 @@ def apply_rebuild(plan: RebuildPlan, *, backup_dir: str | Path | None = None) ->
     """Carry out the plan in one :class:`recovery.safety.StoreTransaction` (locks the store,
     stages every new file inside it, backs up every file replaced or removed with a
     manifest, renames into place). Returns the ``CommitResult`` (``backup_dir``)."""
-    from .safety import StoreTransaction
-
     what = ("consume queues and index" if plan.cq and plan.index else "consume queues" if plan.cq else "index")
     desc = f"rebuild-index ({what}, {plan.mode}" + (f", from offset {plan.from_offset}" if plan.from_offset is not None else "") \
         + (f", topics {', '.join(plan.topics)}" if plan.topics else "") + ")"
