@@ -17,10 +17,10 @@ from .common import (
     INT_MAX,
     DispatchRequest,
     _batches,
-    _gc_paused,
     _i64,
     _ids,
     _stable_order,
+    gc_paused_call,
     index_entry_dtype,
 )
 from .image import IndexFileImage
@@ -253,6 +253,7 @@ class IndexBuilder:
             rec, h, ln = rec[keep], h[keep], ln[keep]
         return rec, h, ln
 
+    @gc_paused_call
     def add_columns(
         self,
         topics: Sequence[str],
@@ -279,19 +280,6 @@ class IndexBuilder:
         initial endPhyOffset).  That holds while offsets are >= 0 (a successor file inherits
         the end offset only if > 0); negative values take the scalar path.
         """
-        with _gc_paused():
-            self._add_columns(topics, commitlog_offsets, store_timestamps, keys, uniq_keys, sys_flags, index_keys)
-
-    def _add_columns(
-        self,
-        topics: Sequence[str],
-        commitlog_offsets: Any,
-        store_timestamps: Any,
-        keys: Sequence[str | None],
-        uniq_keys: Sequence[str | None],
-        sys_flags: Any,
-        index_keys: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
-    ) -> None:
         n = len(topics)
         if n == 0:
             return
@@ -319,8 +307,18 @@ class IndexBuilder:
 
         # the file current at record 0 (created now if missing or full)
         f = self._get_or_create(int(ts[0]))
-        E0 = f.end_phy_offset
-        capable = counts > 0
+        put_rec = self._records_putting(off, counts > 0, f.end_phy_offset)
+        kmask = put_rec[key_rec]
+        if not kmask.all():
+            key_rec, h_suf, l_suf = key_rec[kmask], h_suf[kmask], l_suf[kmask]
+        if len(key_rec):
+            self._put_keys(f, topics, key_rec, h_suf, l_suf, off, ts)
+
+    def _records_putting(self, off: np.ndarray, capable: np.ndarray, E0: int) -> np.ndarray:
+        """The records of the batch that put their keys: the skip test ``phy < endPhyOffset``
+        as the prefix scan :meth:`add_columns` describes (and ``skip_through``); counts the
+        skipped ones."""
+        n = len(off)
         cap_off = np.where(capable, off, _I64_MIN)
         run = np.maximum.accumulate(cap_off)
         E = np.empty(n, dtype=np.int64)
@@ -330,14 +328,15 @@ class IndexBuilder:
         if self.skip_through is not None:
             skipped |= off <= self.skip_through
         self.records_skipped += int(skipped.sum())
-        put_rec = capable & ~skipped
+        put_rec: np.ndarray = capable & ~skipped
+        return put_rec
 
-        kmask = put_rec[key_rec]
-        if not kmask.all():
-            key_rec, h_suf, l_suf = key_rec[kmask], h_suf[kmask], l_suf[kmask]
+    def _put_keys(self, f: IndexFileImage, topics: Sequence[str], key_rec: np.ndarray, h_suf: np.ndarray,
+                  l_suf: np.ndarray, off: np.ndarray, ts: np.ndarray) -> None:
+        """Put the batch's keys (``key_rec``: their records, at least one) into ``f`` and the
+        files created after it, as the put loop fills them."""
+        n = len(off)
         K = len(key_rec)
-        if K == 0:
-            return
         tnames, tid = _ids(topics)
         ph = self._prefix_hashes(tnames)
         full = combine_hash(ph[tid[key_rec]], h_suf, l_suf)

@@ -17,12 +17,12 @@ from .common import (
     _batches,
     _concat,
     _first_false,
-    _gc_paused,
     _i64,
     _ids,
     _java_rem,
     cq_file_name,
     cq_unit_dtype,
+    gc_paused_call,
 )
 
 # =============================================================================================
@@ -330,6 +330,7 @@ class ConsumeQueueSet:
         for c in _batches(requests, batch):
             self.add_columns(c[0], c[1], c[2], c[3], c[4], c[6], c[9], c[5])
 
+    @gc_paused_call
     def add_columns(
         self,
         topics: Sequence[str],
@@ -342,22 +343,6 @@ class ConsumeQueueSet:
         store_timestamps: Any = None,
     ) -> None:
         """Column form of :meth:`add` (sequences/arrays of equal length, stream order)."""
-        with _gc_paused():
-            self._add_columns(
-                topics, queue_ids, commitlog_offsets, msg_sizes, tags_codes, cq_offsets, sys_flags, store_timestamps
-            )
-
-    def _add_columns(
-        self,
-        topics: Sequence[str],
-        queue_ids: Any,
-        commitlog_offsets: Any,
-        msg_sizes: Any,
-        tags_codes: Any,
-        cq_offsets: Any,
-        sys_flags: Any,
-        store_timestamps: Any,
-    ) -> None:
         qids = _i64(queue_ids)
         n = len(qids)
         if n == 0:
