@@ -84,6 +84,16 @@ def _concat(chunks: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
     return out
 
 
+def rows_to_struct(rows: Sequence[tuple[int, ...]], dtype: np.dtype) -> np.ndarray:
+    """Integer tuples (one field of ``dtype`` each, in its field order) as one structured array:
+    the scalar puts a writer collected, in one copy."""
+    a = np.array(rows, dtype=np.int64).reshape(-1, len(dtype.names or ()))
+    out = np.empty(len(a), dtype=dtype)
+    for i, name in enumerate(dtype.names or ()):
+        out[name] = a[:, i]
+    return out
+
+
 def _stable_order(slots: np.ndarray, slot_num: int) -> tuple[np.ndarray, np.ndarray]:
     """``(order, slots[order])`` with ``order = argsort(slots, kind="stable")`` for slots in
     ``[0, slot_num)``: one plain sort of ``slot << b | position`` (unique keys, so any sort

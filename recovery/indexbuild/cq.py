@@ -23,6 +23,7 @@ from .common import (
     cq_file_name,
     cq_unit_dtype,
     gc_paused_call,
+    rows_to_struct,
 )
 
 # =============================================================================================
@@ -139,12 +140,7 @@ class ConsumeQueueWriter:
 
     def _flush_pending(self) -> None:
         if self._pending:
-            a = np.array(self._pending, dtype=np.int64).reshape(-1, 3)
-            u = np.empty(len(a), dtype=cq_unit_dtype)
-            u["commitlog_offset"] = a[:, 0]
-            u["size"] = a[:, 1]
-            u["tags_code"] = a[:, 2]
-            self._chunks.append(u)
+            self._chunks.append(rows_to_struct(self._pending, cq_unit_dtype))
             self._pending = []
 
     # -- the put -------------------------------------------------------------------------------

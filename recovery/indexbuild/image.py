@@ -15,6 +15,7 @@ from .common import (
     index_entry_dtype,
     index_file_size,
     index_header_dtype,
+    rows_to_struct,
     write_zeros,
 )
 
@@ -130,13 +131,7 @@ class IndexFileImage:
 
     def _flush_pending(self) -> None:
         if self._pending:
-            a = np.array(self._pending, dtype=np.int64).reshape(-1, 4)
-            e = np.empty(len(a), dtype=index_entry_dtype)
-            e["key_hash"] = a[:, 0]
-            e["commitlog_offset"] = a[:, 1]
-            e["time_diff"] = a[:, 2]
-            e["prev_index"] = a[:, 3]
-            self._chunks.append((self._pending_first, e))
+            self._chunks.append((self._pending_first, rows_to_struct(self._pending, index_entry_dtype)))
             self._pending = []
 
     def new_entries(self) -> tuple[int, np.ndarray]:
