@@ -264,9 +264,10 @@ class _CommitlogFiles:
         self._f = None
 
 
-def _renderer(plan: SyntheticPlan) -> Callable[[int, _Template, int], bytearray]:
-    """``render(n, template, physical_offset)``: message n's bytes, its template's copy with
-    the per-record fields patched in (the writer's hot loop: struct and slices)."""
+def _write_records(plan: SyntheticPlan, templates: list[_Template], out: _CommitlogFiles, total_bytes: int) -> int:
+    """Add messages 0, 1, ... to ``out`` while the next one ends at or before ``total_bytes``;
+    returns how many. Each is its template's copy with the per-record fields patched in (the
+    hot loop: struct and slices, no call per record)."""
     nq = plan.queue_count
     qpt = plan.queues_per_topic
     magic = MAGIC_V2 if plan.v2 else MAGIC_V1
@@ -280,15 +281,22 @@ def _renderer(plan: SyntheticPlan) -> Callable[[int, _Template, int], bytearray]
     month_start = plan.month_start_ms
     uniq_prefix = plan.uniq_prefix.encode()
     tag_bytes = [t.encode() for t in TAG_VALUES]
+    fits, add = out.fits, out.add
 
-    def render(n: int, tp: _Template, physical_offset: int) -> bytearray:
+    n = 0
+    while True:
+        tp = templates[(n % nq) // qpt]
+        if out.base + out.pos + tp.size > total_bytes:
+            return n
+        if not fits(tp.size):
+            continue
         q = n % nq
         ts = start_ts + n
         at = (n * 7919) & (_BODY_POOL - 1)
         body = pool[at : at + bs]
         rec = bytearray(tp.raw)
         header_pack(
-            rec, 0, tp.size, magic, crc32_fast(body), q % qpt, 0, n // nq, physical_offset, 0,
+            rec, 0, tp.size, magic, crc32_fast(body), q % qpt, 0, n // nq, out.base + out.pos, 0,
             ts - 1, born_addr, born_port, ts, store_addr, store_port, 0, 0, bs,
         )
         rec[tp.body_pos : tp.body_pos + bs] = body
@@ -304,9 +312,8 @@ def _renderer(plan: SyntheticPlan) -> Callable[[int, _Template, int], bytearray]
             rec[tp.uniq_at : tp.uniq_at + 32] = u
         if tp.tags_at >= 0:
             rec[tp.tags_at : tp.tags_at + 4] = tag_bytes[n % 3]
-        return rec
-
-    return render
+        add(rec)
+        n += 1
 
 
 def write_synthetic_store(
@@ -332,18 +339,9 @@ def write_synthetic_store(
         raise ValueError(f"file_size {file_size} cannot hold one {max(tp.size for tp in templates)}-byte message")
 
     nq, qpt = plan.queue_count, plan.queues_per_topic
-    render = _renderer(plan)
     out = _CommitlogFiles(cl_dir, file_size, progress)
-    n = 0
     try:
-        while True:
-            tp = templates[(n % nq) // qpt]
-            if out.base + out.pos + tp.size > total_bytes:
-                break
-            if not out.fits(tp.size):
-                continue
-            out.add(render(n, tp, out.base + out.pos))
-            n += 1
+        n = _write_records(plan, templates, out, total_bytes)
         out.finish()
     finally:
         out.close()
