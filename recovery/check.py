@@ -9,6 +9,8 @@ outcome also carries a reason code, which the broker does not give, for findings
 
 from __future__ import annotations
 
+from array import array
+from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict, Unpack
 
 from ..formats import commitlog as cl
@@ -187,7 +189,8 @@ def _java_long(text: str) -> bool:
 # Fast validating walk for hot loops (recovery planning, verify, reput).
 
 
-class FastWalk(NamedTuple):
+@dataclass(frozen=True)
+class FastWalk:
     """Result of :func:`fast_walk` over one file region."""
 
     stop_pos: int  # where the walk stopped: BLANK position, failure position, or end
@@ -213,6 +216,103 @@ def walk_options(o: WalkOptions) -> tuple[int, bool, bool, int | None]:
     return o.get("start", 0), o.get("check_crc", True), o.get("read_body", True), o.get("max_delay_level")
 
 
+class _WalkSetup(NamedTuple):
+    """What :func:`_walk` needs of the profile and the options, worked out once per walk."""
+
+    layouts: dict[tuple[int, int], tuple[int, bool, int]]  # (magic, host bits) -> (header size, v2, fixed length)
+    remaining_checks: bool
+    read_body: bool
+    crc_on: bool  # the fast path checks body CRCs
+    slow_always: bool  # property-CRC mode: every record goes to check_record
+    is5: bool
+    slow_kwargs: dict[str, Any]  # check_record's options
+
+
+def _walk_setup(profile: BrokerProfile, check_crc: bool, read_body: bool, max_delay_level: int | None,
+                force_verify_prop_crc: bool) -> _WalkSetup:
+    layouts = {}
+    for (magic, hosts), layout in cl.LAYOUTS.items():
+        if magic == cl.MAGIC_V2 and not profile.accepts_v2:
+            continue
+        fixed = cl.cal_msg_length(layout.v2, hosts, 0, 0, 0)
+        layouts[(magic, hosts)] = (layout.header.size, layout.v2, fixed)
+    prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
+    return _WalkSetup(layouts, profile.remaining_checks, read_body, check_crc and read_body and not prop_crc_mode,
+                      prop_crc_mode and check_crc, profile.is_5x,
+                      {"check_crc": check_crc, "read_body": read_body, "max_delay_level": max_delay_level,
+                       "force_verify_prop_crc": force_verify_prop_crc})
+
+
+def _walk(buf: Any, mv: Any, pos: int, end: int, profile: BrokerProfile, setup: _WalkSetup, starts: Any) -> FastWalk:
+    """:func:`fast_walk`'s loop: the plain-record test inline (it runs once per record),
+    :func:`check_record` for every record it is not sure of."""
+    prefix = cl.PREFIX.unpack_from
+    i32 = cl.SYSFLAG.unpack_from
+    i16 = cl._I16.unpack_from
+    layouts, remaining_checks, read_body, crc_on, slow_always, is5, slow_kwargs = setup
+    sched = SCHEDULE_TOPIC.encode()
+    count = 0
+    while pos < end:
+        ok = False
+        rem = end - pos
+        if rem >= 40 and not slow_always:
+            total, magic = prefix(buf, pos)
+            (sys_flag,) = i32(buf, pos + 36)
+            lay = layouts.get((magic, sys_flag & 0x30))
+            if lay is not None and total > 0 and (not remaining_checks or rem - 4 >= total - 4):
+                hsize, v2, fixed = lay
+                p = pos + hsize
+                if p <= end:
+                    (body_len,) = i32(buf, p - 4)
+                    good = True
+                    if body_len > 0:
+                        if (read_body and body_len > total) or p + body_len > end:
+                            good = False
+                        elif crc_on:
+                            (stored,) = i32(buf, pos + 8)
+                            if (crc32_raw(mv[p : p + body_len]) & 0x7FFFFFFF) != stored:
+                                good = False
+                        p += body_len
+                    if good:
+                        if v2:
+                            if p + 2 <= end:
+                                (tl,) = i16(buf, p)
+                                p += 2
+                            else:
+                                good = False
+                        elif p + 1 <= end:
+                            tl = buf[p]
+                            if tl > 127:
+                                tl -= 256
+                            p += 1
+                        else:
+                            good = False
+                    if good and 0 <= tl <= total and p + tl + 2 <= end:
+                        tstart = p
+                        p += tl
+                        (pl,) = i16(buf, p)
+                        p += 2
+                        if pl <= total and (pl <= 0 or p + pl <= end):
+                            if fixed + max(body_len, 0) + tl + max(pl, 0) == total:
+                                ok = not (tl == 19 and mv[tstart : tstart + 19] == sched)
+                                if ok and is5 and pl > 0 and b"INNER_" in bytes(mv[p : p + pl]):
+                                    ok = False
+        if ok:
+            if starts is not None:
+                starts.append(pos)
+            count += 1
+            pos += total
+            continue
+        c = check_record(buf, pos, end, profile, **slow_kwargs)
+        if not c.is_message:
+            return FastWalk(pos, c, count, starts)
+        if starts is not None:
+            starts.append(pos)
+        count += 1
+        pos += c.size
+    return FastWalk(pos, None, count, starts)
+
+
 def fast_walk(buf: Any, end: int, profile: BrokerProfile, *, force_verify_prop_crc: bool = False, collect: bool = False,
               **walk: Unpack[WalkOptions]) -> FastWalk:
     """The broker's per-file walk (:func:`recovery.scan.walk_file`) without building a
@@ -221,89 +321,12 @@ def fast_walk(buf: Any, end: int, profile: BrokerProfile, *, force_verify_prop_c
     (any doubt: a failure, a SCHEDULE_TOPIC_XXXX record whose DELAY must be parsed, a 5.x
     inner batch, property-CRC mode) the full :func:`check_record` decides, so the outcome
     is the same as :func:`walk_file`'s; a test asserts it."""
-    from array import array
-
     start, check_crc, read_body, max_delay_level = walk_options(walk)
     starts = array("q") if collect else None
     mv = memoryview(buf) if not isinstance(buf, (bytes, bytearray)) else buf
     try:
-        prefix = cl.PREFIX.unpack_from
-        i32 = cl.SYSFLAG.unpack_from
-        i16 = cl._I16.unpack_from
-        layouts = {}
-        for (magic, hosts), lay in cl.LAYOUTS.items():
-            if magic == cl.MAGIC_V2 and not profile.accepts_v2:
-                continue
-            fixed = cl.cal_msg_length(lay.v2, hosts, 0, 0, 0)
-            layouts[(magic, hosts)] = (lay.header.size, lay.v2, fixed)
-        remaining_checks = profile.remaining_checks
-        prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
-        crc_on = check_crc and read_body and not prop_crc_mode
-        slow_always = prop_crc_mode and check_crc
-        is5 = profile.is_5x
-        sched = SCHEDULE_TOPIC.encode()
-        count = 0
-        pos = start
-        while pos < end:
-            ok = False
-            rem = end - pos
-            if rem >= 40 and not slow_always:
-                total, magic = prefix(buf, pos)
-                (sys_flag,) = i32(buf, pos + 36)
-                lay = layouts.get((magic, sys_flag & 0x30))
-                if lay is not None and total > 0 and (not remaining_checks or rem - 4 >= total - 4):
-                    hsize, v2, fixed = lay
-                    p = pos + hsize
-                    if p <= end:
-                        (body_len,) = i32(buf, p - 4)
-                        good = True
-                        if body_len > 0:
-                            if (read_body and body_len > total) or p + body_len > end:
-                                good = False
-                            elif crc_on:
-                                (stored,) = i32(buf, pos + 8)
-                                if (crc32_raw(mv[p : p + body_len]) & 0x7FFFFFFF) != stored:
-                                    good = False
-                            p += body_len
-                        if good:
-                            if v2:
-                                if p + 2 <= end:
-                                    (tl,) = i16(buf, p)
-                                    p += 2
-                                else:
-                                    good = False
-                            elif p + 1 <= end:
-                                tl = buf[p]
-                                if tl > 127:
-                                    tl -= 256
-                                p += 1
-                            else:
-                                good = False
-                        if good and 0 <= tl <= total and p + tl + 2 <= end:
-                            tstart = p
-                            p += tl
-                            (pl,) = i16(buf, p)
-                            p += 2
-                            if pl <= total and (pl <= 0 or p + pl <= end):
-                                if fixed + max(body_len, 0) + tl + max(pl, 0) == total:
-                                    ok = not (tl == 19 and mv[tstart : tstart + 19] == sched)
-                                    if ok and is5 and pl > 0 and b"INNER_" in mv[p : p + pl].tobytes():
-                                        ok = False
-            if ok:
-                if starts is not None:
-                    starts.append(pos)
-                count += 1
-                pos += total
-                continue
-            c = check_record(buf, pos, end, profile, check_crc=check_crc, read_body=read_body,
-                             max_delay_level=max_delay_level, force_verify_prop_crc=force_verify_prop_crc)
-            if not c.is_message:
-                return FastWalk(pos, c, count, starts)
-            if starts is not None:
-                starts.append(pos)
-            count += 1
-            pos += c.size
-        return FastWalk(pos, None, count, starts)
+        setup = _walk_setup(profile, check_crc, read_body, max_delay_level, force_verify_prop_crc)
+        return _walk(buf, mv, start, end, profile, setup, starts)
     finally:
         if isinstance(mv, memoryview):
             mv.release()

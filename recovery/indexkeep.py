@@ -40,6 +40,7 @@ cost of a false alarm is time, never data.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -47,9 +48,10 @@ import numpy as np
 from ..formats import commitlog as cl
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader, unpack_header
 from .broker import goes_to_index
+from .check import Checked
 from .indexbuild import record_key_hashes
 from .query import CommitlogReader
-from .scan import byte_views
+from .scan import byte_views, walk_records
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 
@@ -131,7 +133,7 @@ def _check_file(store: Store, profile: BrokerProfile, f: StoreFile, end: int, pr
 
 def _read_into(fh: object, at: int, arr: np.ndarray) -> None:
     fh.seek(at)  # type: ignore[attr-defined]
-    view = memoryview(arr.view(np.uint8)).cast("B")
+    view = arr.view(np.uint8).data.cast("B")
     got = 0
     while got < len(view):
         k = fh.readinto(view[got:])  # type: ignore[attr-defined]
@@ -145,26 +147,14 @@ def _check(store: Store, profile: BrokerProfile, h: IndexHeader, slots_be: np.nd
     n = len(E)
     full = n + 1 >= store.geometry.index_num
     off = E["commitlog_offset"].astype(np.int64)
-    # -- entries: in commitlog order from beginPhyOffset. A lost sector or page of entries
-    # holds at least 24 whole entries of zeros: they break the order (or, at the very
-    # start of a store, fail the first record's key check below)
-    if int(off[0]) != int(h.begin_phy_offset):
-        return _fail(f"entry 1 points to {int(off[0])}, the header's beginPhyOffset is {int(h.begin_phy_offset)}", n)
-    if n > 1 and not bool(np.all(off[1:] >= off[:-1])):
-        k = int(np.flatnonzero(off[1:] < off[:-1])[0]) + 2
-        return _fail(f"entry {k} points before entry {k - 1} (a lost page reads as zeros)", n)
-    m = int(np.searchsorted(off, end, side="left"))  # entries below the commitlog end
-    if m == 0:
-        return _fail("every entry points at or past the commitlog end", n)
+    why, m = _check_entry_order(h, off, end)
+    if why:
+        return _fail(why, n)
     off = off[:m]
-    # -- timeDiff never decreases while the store clock does not (entry 1's counts from
-    # the previous file): a zeroed one in the middle shows
     td = E["time_diff"][:m].astype(np.int32)
-    if bool((td < 0).any()):
-        return _fail("a negative timeDiff", n)
-    if m > 2 and not bool(np.all(td[2:] >= td[1:-1])):
-        k = int(np.flatnonzero(td[2:] < td[1:-1])[0]) + 3
-        return _fail(f"entry {k}: timeDiff goes back (a lost part of an entry, or the store clock went back)", n)
+    why = _check_time_diffs(td)
+    if why:
+        return _fail(why, n)
     # -- the slot table: each slot names the newest entry in it
     slots = slots_be.astype(np.int32)
     if bool((slots < 0).any()):
@@ -185,49 +175,12 @@ def _check(store: Store, profile: BrokerProfile, h: IndexHeader, slots_be: np.nd
     if why:
         return _fail(why, n)
     # -- keys, store times and flags of a sample of records, always the first and last
-    picks = _spread(0, m - 1, sample)
     begin = int(h.begin_timestamp)
-    last_complete = True
-    sampled = 0
-    end_ts = None
     last_lo = int(np.searchsorted(off, off[m - 1], side="left"))
-    done: set[int] = set()
-    with CommitlogReader(store, profile) as reader:
-        for e in picks.tolist():
-            phy = int(off[e])
-            if phy in done:
-                continue
-            done.add(phy)
-            lo = int(np.searchsorted(off, phy, side="left"))
-            hi = int(np.searchsorted(off, phy, side="right"))
-            got = _record_facts(reader, phy)
-            if got is None:
-                if phy < store.commitlog_min_offset():
-                    continue  # its file is gone (retention): nothing to compare with
-                return _fail(f"the record at {phy} cannot be decoded", n)
-            ts, sys_flag, want_keys = got
-            sampled += 1
-            if not goes_to_index(sys_flag):
-                return _fail(f"entry {lo + 1} points to a ROLLBACK record (the broker never indexes one)", n)
-            if lo == 0 and ts != begin:
-                return _fail(f"beginTimestamp {begin} is not the first record's store time {ts}", n)
-            exp = np.full(hi - lo, _time_diff(ts, begin), dtype=np.int64)
-            check = np.ones(hi - lo, dtype=bool)
-            if lo == 0:  # entry 1 counts from the previous file's end
-                exp[0] = _time_diff(ts, prev_end_ts) if prev_end_ts is not None else 0
-                check[0] = prev_end_ts is not None
-            if bool(np.any(check & (td[lo:hi] != exp))):
-                return _fail(f"entry {lo + 1}: timeDiff {int(td[lo])} does not match its record's store time", n)
-            have = Counter(E["key_hash"][lo:hi].tolist())
-            need = Counter(want_keys)
-            if not set(have) <= set(need):
-                return _fail(f"entry {lo + 1}: its key hash is none of the keys of the record at {phy}", n)
-            complete = all(have[x] >= c for x, c in need.items())
-            if lo == last_lo:
-                last_complete = complete
-                end_ts = ts
-            elif not complete and lo != 0:  # the first record may have begun in the previous file
-                return _fail(f"the record at {phy} lacks some of its keys", n)
+    got_sample = _check_sampled_records(store, profile, h, E, off, td, _spread(0, m - 1, sample), last_lo, prev_end_ts)
+    if got_sample.why:
+        return _fail(got_sample.why, n)
+    sampled, end_ts, last_complete = got_sample.sampled, got_sample.end_ts, got_sample.last_complete
     if end_ts is None:
         # the last record's file is gone (retention): only the header knows its store
         # time; it stands if it agrees with the last entry's timeDiff
@@ -253,6 +206,102 @@ def _check(store: Store, profile: BrokerProfile, h: IndexHeader, slots_be: np.nd
     # the last kept record has all its keys (when one was cut, the next record's entries
     # followed it): the dispatch must not put them again (quirk Q6)
     return IndexCheck(True, "", n, keep, end_phy, end_ts, end_phy, rewrite, sampled, int(off[-1]), whole)
+
+
+def _check_entry_order(h: IndexHeader, off: np.ndarray, end: int) -> tuple[str, int]:
+    """Entries are in commitlog order from beginPhyOffset. A lost sector or page of entries
+    holds at least 24 whole entries of zeros: they break the order (or, at the very start
+    of a store, fail the first record's key check). Returns (why not, the number of
+    entries below the commitlog end)."""
+    n = len(off)
+    if int(off[0]) != int(h.begin_phy_offset):
+        return f"entry 1 points to {int(off[0])}, the header's beginPhyOffset is {int(h.begin_phy_offset)}", 0
+    if n > 1 and not bool(np.all(off[1:] >= off[:-1])):
+        k = int(np.flatnonzero(off[1:] < off[:-1])[0]) + 2
+        return f"entry {k} points before entry {k - 1} (a lost page reads as zeros)", 0
+    m = int(np.searchsorted(off, end, side="left"))  # entries below the commitlog end
+    if m == 0:
+        return "every entry points at or past the commitlog end", 0
+    return "", m
+
+
+def _check_time_diffs(td: np.ndarray) -> str:
+    """timeDiff never decreases while the store clock does not (entry 1's counts from the
+    previous file): a zeroed one in the middle shows."""
+    m = len(td)
+    if bool((td < 0).any()):
+        return "a negative timeDiff"
+    if m > 2 and not bool(np.all(td[2:] >= td[1:-1])):
+        k = int(np.flatnonzero(td[2:] < td[1:-1])[0]) + 3
+        return f"entry {k}: timeDiff goes back (a lost part of an entry, or the store clock went back)"
+    return ""
+
+
+@dataclass
+class _Sampled:
+    """What the sampled records showed (``why``: the first disagreement, else empty)."""
+
+    why: str = ""
+    sampled: int = 0
+    end_ts: int | None = None  # the last record's store time, when it was sampled
+    last_complete: bool = True  # the last record has all its keys in the file
+
+
+def _check_sampled_records(store: Store, profile: BrokerProfile, h: IndexHeader, E: np.ndarray, off: np.ndarray,
+                           td: np.ndarray, picks: np.ndarray, last_lo: int, prev_end_ts: int | None) -> _Sampled:
+    """Keys, store times and flags of the records at entries ``picks`` against their entries."""
+    begin = int(h.begin_timestamp)
+    out = _Sampled()
+    done: set[int] = set()
+    with CommitlogReader(store, profile) as reader:
+        for e in picks.tolist():
+            phy = int(off[e])
+            if phy in done:
+                continue
+            done.add(phy)
+            lo = int(np.searchsorted(off, phy, side="left"))
+            hi = int(np.searchsorted(off, phy, side="right"))
+            got = _record_facts(reader, phy)
+            if got is None:
+                if phy < store.commitlog_min_offset():
+                    continue  # its file is gone (retention): nothing to compare with
+                out.why = f"the record at {phy} cannot be decoded"
+                return out
+            ts, sys_flag, want_keys = got
+            out.sampled += 1
+            out.why = _check_one_record(E, td, lo, hi, phy, ts, sys_flag, begin, prev_end_ts)
+            if out.why:
+                return out
+            have = Counter(E["key_hash"][lo:hi].tolist())
+            need = Counter(want_keys)
+            if not set(have) <= set(need):
+                out.why = f"entry {lo + 1}: its key hash is none of the keys of the record at {phy}"
+                return out
+            complete = all(have[x] >= c for x, c in need.items())
+            if lo == last_lo:
+                out.last_complete = complete
+                out.end_ts = ts
+            elif not complete and lo != 0:  # the first record may have begun in the previous file
+                out.why = f"the record at {phy} lacks some of its keys"
+                return out
+    return out
+
+
+def _check_one_record(E: np.ndarray, td: np.ndarray, lo: int, hi: int, phy: int, ts: int, sys_flag: int, begin: int,
+                      prev_end_ts: int | None) -> str:
+    """The flags and store time of the record at ``phy`` against its entries ``lo..hi``."""
+    if not goes_to_index(sys_flag):
+        return f"entry {lo + 1} points to a ROLLBACK record (the broker never indexes one)"
+    if lo == 0 and ts != begin:
+        return f"beginTimestamp {begin} is not the first record's store time {ts}"
+    exp = np.full(hi - lo, _time_diff(ts, begin), dtype=np.int64)
+    check = np.ones(hi - lo, dtype=bool)
+    if lo == 0:  # entry 1 counts from the previous file's end
+        exp[0] = _time_diff(ts, prev_end_ts) if prev_end_ts is not None else 0
+        check[0] = prev_end_ts is not None
+    if bool(np.any(check & (td[lo:hi] != exp))):
+        return f"entry {lo + 1}: timeDiff {int(td[lo])} does not match its record's store time"
+    return ""
 
 
 def _check_slot_table(E: np.ndarray, m: int, slots: np.ndarray, S: int) -> str:
@@ -359,10 +408,10 @@ def keyed_record_between(store: Store, profile: BrokerProfile, lo: int, hi: int,
     hole holds no keys (seeds 5003 and 5070 of the oracle soak)."""
     if hi <= lo and not after_lo:
         return None
-    from .scan import walk_records
 
     found: int | None = None
     done = False
+    c: Checked | None = None
     for f in store.commitlog_in_range(lo, max(hi, lo + 1), None):
         with store.map(f) as mf:
             buf = mf.buf

@@ -36,6 +36,7 @@ from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Ch
 from ..formats.safeio import read_small
 from . import check as ck
 from .reput import CqFileOut, IndexFileOut, ReputResult, index_files_after_load, load_state, reput, updated_checkpoint
+from .safety import StoreTransaction
 from .scan import byte_views, chase_starts
 from .store import Store, StoreFile
 from .versions import BrokerProfile
@@ -146,7 +147,7 @@ def check_index_scope(store: Store, topics: Iterable[str] | None, from_offset: i
             kept_end = hdr[3]
     if not dirty:
         return None
-    start = kept_end if kept_end is not None else store.commitlog_min_offset
+    start = kept_end if kept_end is not None else store.commitlog_min_offset()
     if topics is None and from_offset is not None and from_offset <= start:
         return None  # every topic's records from before the dropped files' first one
     return (f"after a crash (abort present) the continued index drops index/{', index/'.join(dirty)} (newer than "
@@ -406,8 +407,6 @@ def apply_rebuild(plan: RebuildPlan, *, backup_dir: str | Path | None = None) ->
     """Carry out the plan in one :class:`recovery.safety.StoreTransaction` (locks the store,
     stages every new file inside it, backs up every file replaced or removed with a
     manifest, renames into place). Returns the ``CommitResult`` (``backup_dir``)."""
-    from .safety import StoreTransaction
-
     what = ("consume queues and index" if plan.cq and plan.index else "consume queues" if plan.cq else "index")
     desc = f"rebuild-index ({what}, {plan.mode}" + (f", from offset {plan.from_offset}" if plan.from_offset is not None else "") \
         + (f", topics {', '.join(plan.topics)}" if plan.topics else "") + ")"

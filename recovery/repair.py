@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import mmap
-import os
 import shutil
 import struct
 import tempfile
@@ -50,6 +49,7 @@ import numpy as np
 from ..formats import commitlog as cl
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
 from ..formats.names import offset_msg_id
+from ..formats.properties import CRC32
 from . import check as ck
 from .filler import (
     BLANK_LEN,
@@ -61,9 +61,22 @@ from .filler import (
     render_region_to,
 )
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
+from .repairfiles import Window, content_size, range_writer, same_content, stream_to
 from .reput import CqFileOut, IndexFileOut
+from .safety import StoreTransaction
+from .scan import file_has_nonzero
 from .store import Store, StoreFile
-from .verify import DAMAGED, queue_hint_runs, scan_commitlog, to_queue
+from .verify import (
+    DAMAGED,
+    _layout_findings,
+    _read_index_header,
+    cq_recover_max_phy,
+    load_queues,
+    queue_hint_runs,
+    recovery_outlook,
+    scan_commitlog,
+    to_queue,
+)
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -471,8 +484,6 @@ def _lay_out_regions(store: Store, profile: BrokerProfile, tb: _Tombstones, recs
 def _recover_would_cut(store: Store, profile: BrokerProfile, scans: Any, recs: Any) -> int:
     """The intact records the broker's recovery (the mode the abort file selects) would
     cut: verify's and recover's count, which repair keeps."""
-    from .verify import _layout_findings, _read_index_header, cq_recover_max_phy, load_queues, recovery_outlook
-
     _layout, blockers = _layout_findings(store, profile)
     per_file = max(1, store.geometry.cq_file_size // 20)
     max_phy = max((cq_recover_max_phy(q, per_file) for q in load_queues(store)), default=-1)
@@ -503,12 +514,10 @@ def _carries_prop_crc(store: Store, profile: BrokerProfile, recs: Any, intact: n
         return False
     with store.map(f) as mf:
         c = ck.check_record(mf.buf, off - f.base, mf.size, profile)
-    return bool(c.props) and ck.CRC32 in c.props
+    return c.props is not None and CRC32 in c.props
 
 
 def _has_nonzero(f: StoreFile, pos: int) -> bool:
-    from .scan import file_has_nonzero
-
     return bool(file_has_nonzero(f.path, pos, f.size))
 
 
@@ -518,20 +527,6 @@ def _msg_id_at(store: Store, off: int) -> str | None:
         return None
     with store.map(f) as mf:
         return _msg_id(mf.buf, off - f.base, mf.size, off)
-
-
-class _Window:
-    """Bytes [pos, pos + n) of a mapped file, sliced like bytes (what a quarantine body copies)."""
-
-    def __init__(self, mm: Any, pos: int, n: int) -> None:
-        self._mm, self._pos, self._n = mm, pos, n
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, sl: slice) -> bytes:
-        a, b, _ = sl.indices(self._n)
-        return bytes(self._mm[self._pos + a : self._pos + max(a, b)])
 
 
 def _write_region(store: Store, r: Region, out: Any, store_ts: int, host: bytes, port: int) -> None:
@@ -550,7 +545,7 @@ def _write_region(store: Store, r: Region, out: Any, store_ts: int, host: bytes,
         render_region_to(out, r.layout, None, store_ts=store_ts, host=host, port=port)
         return
     with open(src, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        render_region_to(out, r.layout, _Window(mm, r.pos, min(r.end, size) - r.pos), store_ts=store_ts, host=host,
+        render_region_to(out, r.layout, Window(mm, r.pos, min(r.end, size) - r.pos), store_ts=store_ts, host=host,
                          port=port)
 
 
@@ -668,7 +663,7 @@ def _streamed_changes(rb: Any, w: _Workdir) -> list[FileChange]:
         if isinstance(content, (CqFileOut, IndexFileOut)):
             dst = out_dir / ch.relpath
             dst.parent.mkdir(parents=True, exist_ok=True)
-            _stream_to(dst, content.write_to)
+            stream_to(dst, content.write_to)
             content = dst
             w.keep = True
         changes.append(dataclasses.replace(ch, content=content))
@@ -699,69 +694,6 @@ def _plan_checkpoint(store: Store, plan: RepairPlan, rb: Any, recs: Any, intact:
                                 f"{after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}")
 
 
-class _SparseOut:
-    """A file object for ``write_to``: zeros become holes (seek), the size is set at the end."""
-
-    def __init__(self, fh: Any) -> None:
-        self._fh = fh
-        self.end = 0
-
-    def write(self, b: Any) -> int:
-        n = self._fh.write(b)
-        self.end = max(self.end, self._fh.tell())
-        return n
-
-    def write_zeros(self, n: int) -> None:
-        self.end = max(self.end, self._fh.seek(n, os.SEEK_CUR))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._fh, name)
-
-
-def _range_writer(path: Path, lo: int, hi: int) -> Callable[[Any], None]:
-    """A transaction writer: bytes [lo, hi) of ``path``, copied in blocks."""
-
-    def write(out: Any) -> None:
-        with open(path, "rb") as fh:
-            fh.seek(lo)
-            left = hi - lo
-            while left > 0:
-                b = fh.read(min(left, 1 << 22))
-                if not b:
-                    raise OSError(f"{path}: shorter than {hi}")
-                out.write(b)
-                left -= len(b)
-
-    return write
-
-
-def _stream_to(dst: Path, writer: Callable[[Any], None]) -> None:
-    with open(dst, "w+b") as fh:
-        out = _SparseOut(fh)
-        writer(out)
-        if fh.seek(0, os.SEEK_END) < out.end:
-            fh.truncate(out.end)
-
-
-def _same_content(a: Path, b: Any) -> bool:
-    """File ``a`` holds the bytes of ``b`` (a path or bytes), compared in blocks."""
-    if isinstance(b, (bytes, bytearray)):
-        return a.stat().st_size == len(b) and a.read_bytes() == b
-    if a.stat().st_size != Path(b).stat().st_size:
-        return False
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        while True:
-            x = fa.read(1 << 22)
-            if x != fb.read(1 << 22):
-                return False
-            if not x:
-                return True
-
-
-def _content_size(c: Any) -> int:
-    return len(c) if isinstance(c, (bytes, bytearray)) else Path(c).stat().st_size
-
-
 def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChange]:
     """The rebuilt index files take the names of the store's index files, in order, when
     there are as many: a file whose content is the same stays as it is, another gets the
@@ -777,8 +709,8 @@ def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChang
     out = [c for c in changes if c.kind != "index"]
     for f, c in zip(old, rebuilt):
         rel = _rel(store, f.path)
-        same = _same_content(f.path, c.content)
-        out.append(FileChange(UNCHANGED if same else "replace", rel, "index", _content_size(c.content),
+        same = same_content(f.path, c.content)
+        out.append(FileChange(UNCHANGED if same else "replace", rel, "index", content_size(c.content),
                               "" if same else "rebuilt (entries of quarantined records dropped)", None if same else c.content))
     del removed
     return out
@@ -788,8 +720,6 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
                  extra: Callable[[Any], None] | None = None) -> Any:
     """Carry the plan out in one StoreTransaction; returns its CommitResult. ``extra(tx)``
     adds more changes to the same transaction (rmqtool repair --fix-offsets)."""
-    from .safety import StoreTransaction
-
     with StoreTransaction(store.root, backup_dir=backup_dir, description="repair") as tx:
         claimed: dict[str, list[Region]] = {}
         for r in plan.regions:
@@ -805,7 +735,7 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
             # one write_at per file: from the first region's start to the last region's
             # end, the bytes between them as they are (the patched copy holds them too)
             lo, hi = rs[0].pos, rs[-1].end
-            tx.write_at(rel, lo, _range_writer(patched, lo, hi))
+            tx.write_at(rel, lo, range_writer(patched, lo, hi))
         for rel in plan.stray:
             tx.remove_file(rel)
         for ch in sorted(plan.changes, key=lambda c: c.relpath):

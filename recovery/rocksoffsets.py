@@ -32,7 +32,7 @@ class RocksUnavailable(Exception):
 
 def _open(path: Path) -> tuple[object, list[str]]:
     try:
-        from rocksdict import AccessType, Options, Rdict
+        from rocksdict import AccessType, Options, Rdict  # optional (the rocksdb extra): imported where used
     except ImportError:
         raise RocksUnavailable("rocksdict is not installed (pip install rocksdict)") from None
     try:

@@ -160,8 +160,13 @@ class Store:
         index_slot_num: int | None,
         index_num: int | None,
     ) -> None:
+        self._discover_commitlog(cl_dir, commitlog_file_size)
+        self._discover_consume_queues(cq_file_size)
+        self._discover_index(index_slot_num, index_num)
+        self._discover_markers()
+
+    def _discover_commitlog(self, cl_dir: Path, commitlog_file_size: int | None) -> None:
         g = self.geometry
-        # -- commitlog ------------------------------------------------------------------
         if cl_dir == self.root / "commitlog" and os.path.lexists(cl_dir) and self._kind(cl_dir) != DIRECTORY:
             cl_files: list[StoreFile] = []
         else:
@@ -170,7 +175,9 @@ class Store:
         self.commitlog = cl_files
         self._check_sizes(cl_files, g.commitlog_file_size, "commitlog")
         self._check_sequence(cl_files, g.commitlog_file_size, "commitlog")
-        # -- consume queues -------------------------------------------------------------
+
+    def _discover_consume_queues(self, cq_file_size: int | None) -> None:
+        g = self.geometry
         cq_root = self.root / "consumequeue"
         all_cq: list[StoreFile] = []
         if os.path.lexists(cq_root) and self._kind(cq_root) == DIRECTORY:
@@ -196,7 +203,9 @@ class Store:
         for files in self.consume_queues.values():
             self._check_sizes(files, g.cq_file_size, "consumequeue")
             self._check_sequence(files, g.cq_file_size, "consumequeue")
-        # -- index ----------------------------------------------------------------------
+
+    def _discover_index(self, index_slot_num: int | None, index_num: int | None) -> None:
+        g = self.geometry
         idx_dir = self.root / "index"
         idx_files: list[StoreFile] = []
         if os.path.lexists(idx_dir) and self._kind(idx_dir) == DIRECTORY:
@@ -225,7 +234,9 @@ class Store:
             elif f.size != g.index_file_size:
                 self.issues.append(LayoutIssue("WRONG_FILE_SIZE", self._rel(f.path), f"index file is {f.size} bytes, expected {g.index_file_size}", "error", f.size))
         self.index_files = idx_files
-        # -- checkpoint, abort, lock ----------------------------------------------------
+
+    def _discover_markers(self) -> None:
+        """checkpoint, abort, lock (and config/: only its kind is checked)."""
         cp = self.root / "checkpoint"
         self.checkpoint_present = os.path.lexists(cp) and self._kind(cp) == REGULAR
         self.checkpoint_size = cp.stat().st_size if self.checkpoint_present else 0

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..formats.checkpoint import decode_checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.errors import FormatError
@@ -26,8 +28,6 @@ SCHEMA_VERSION = 1
 
 
 def _queue_info(store: Store, reader: CommitlogReader, topic: str, qid: int, files: list[Any]) -> dict[str, Any]:
-    import numpy as np
-
     live = [f for f in files if f.size > 0]
     out: dict[str, Any] = {"topic": topic, "queue_id": qid, "files": len(files), "min_offset": None, "max_offset": None,
                            "messages": 0, "first_store_timestamp": None, "last_store_timestamp": None,

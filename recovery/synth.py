@@ -33,8 +33,9 @@ import datetime as _dt
 import random
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypedDict, Unpack
 
 from ..formats.checkpoint import Checkpoint, encode_checkpoint
 from ..formats.commitlog import LAYOUTS, MAGIC_V1, MAGIC_V2, build_blank, build_message
@@ -53,42 +54,48 @@ _CHUNK = 8 << 20
 Progress = Callable[[int], None]
 
 
+class PlanOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`SyntheticPlan` (defaults there), which
+    :func:`write_synthetic_store` passes on."""
+
+    body_size: int
+    topics: int
+    queues_per_topic: int
+    keys_per_message: int
+    with_tags: bool
+    with_uniq_key: bool
+    seed: int
+    start_timestamp: int
+    version: str
+
+
+@dataclass(kw_only=True, eq=False)
 class SyntheticPlan:
     """The deterministic content of a synthetic store: which fields message ``n`` has.
 
     :meth:`fields` gives the full field dict for ``build_message``; the writer produces the
     same bytes from templates. Both are public so tests can compare them."""
 
-    def __init__(
-        self,
-        *,
-        body_size: int = 1024,
-        topics: int = 4,
-        queues_per_topic: int = 4,
-        keys_per_message: int = 2,
-        with_tags: bool = True,
-        with_uniq_key: bool = True,
-        seed: int = 0,
-        start_timestamp: int = 1_795_000_000_000,
-        version: str = "4.9.4",
-    ) -> None:
-        if body_size < 0 or topics < 1 or queues_per_topic < 1 or keys_per_message < 0:
+    body_size: int = 1024
+    topics: int = 4
+    queues_per_topic: int = 4
+    keys_per_message: int = 2
+    with_tags: bool = True
+    with_uniq_key: bool = True
+    seed: int = 0
+    start_timestamp: int = 1_795_000_000_000
+    version: str = "4.9.4"
+
+    def __post_init__(self) -> None:
+        if self.body_size < 0 or self.topics < 1 or self.queues_per_topic < 1 or self.keys_per_message < 0:
             raise ValueError("body_size, keys_per_message must be >= 0; topics, queues_per_topic >= 1")
-        self.body_size = body_size
-        self.topics = topics
-        self.queues_per_topic = queues_per_topic
-        self.keys_per_message = keys_per_message
-        self.with_tags = with_tags
-        self.with_uniq_key = with_uniq_key
-        self.seed = seed
-        self.start_timestamp = start_timestamp
-        self.profile = BrokerProfile.for_version(version)
-        rng = random.Random(seed)
-        self.pool = rng.randbytes(_BODY_POOL + body_size)
+        self.profile = BrokerProfile.for_version(self.version)
+        rng = random.Random(self.seed)
+        self.pool = rng.randbytes(_BODY_POOL + self.body_size)
         pid = rng.randrange(1, 1 << 16)
         loader = rng.randrange(0, 1 << 31)
         self.uniq_prefix = (bytes(BORN_HOST["address"]) + struct.pack(">Hi", pid, loader)).hex().upper()
-        start = _dt.datetime.fromtimestamp(start_timestamp / 1000.0, _dt.UTC)
+        start = _dt.datetime.fromtimestamp(self.start_timestamp / 1000.0, _dt.UTC)
         month = start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         self.month_start_ms = int(month.timestamp() * 1000)
 
@@ -195,128 +202,151 @@ class _Template:
             self.tags_at = self.props_pos + props.index(b"TAGS\x01") + 5
 
 
+class _CommitlogFiles:
+    """The commitlog files being written, in chunks: a file is opened at its first record and
+    closed with a BLANK when the next record does not fit in it (``L + 8 <= bytes left``);
+    each closed file is zero-padded to the file size."""
+
+    def __init__(self, directory: Path, file_size: int, progress: Progress | None) -> None:
+        self.directory, self.file_size, self.progress = directory, file_size, progress
+        self.files = 0
+        self.blanks = 0
+        self.base = 0  # file base offset
+        self.pos = 0
+        self.data_end = 0  # end offset of the last record added
+        self._f: BinaryIO | None = None
+        self._chunk = bytearray()
+
+    def fits(self, size: int) -> bool:
+        """Opens the next file if none is open; False, with the file closed by a BLANK and the
+        next one due, when ``size`` bytes do not fit in it."""
+        if self._f is None:
+            self._f = open(self.directory / offset_to_file_name(self.base), "wb")  # (closed by finish() or close())
+            self.files += 1
+            self.pos = 0
+        if size + 8 <= self.file_size - self.pos:
+            return True
+        self._chunk += build_blank(self.file_size - self.pos)
+        self.blanks += 1
+        self._flush(self.file_size - self.pos - 8)  # the whole rest of the file is consumed
+        self._close_file()
+        self.base += self.file_size
+        self.pos = 0
+        return False
+
+    def add(self, rec: bytearray) -> None:
+        self._chunk += rec
+        self.pos += len(rec)
+        self.data_end = self.base + self.pos
+        if len(self._chunk) >= _CHUNK:
+            self._flush()
+
+    def finish(self) -> None:
+        if self._f is not None:
+            self._flush()
+            self._close_file()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+
+    def _flush(self, consumed: int = 0) -> None:
+        assert self._f is not None
+        self._f.write(self._chunk)
+        if self.progress:
+            self.progress(len(self._chunk) + consumed)
+        self._chunk = bytearray()
+
+    def _close_file(self) -> None:
+        assert self._f is not None
+        self._f.truncate(self.file_size)
+        self._f.close()
+        self._f = None
+
+
+def _write_records(plan: SyntheticPlan, templates: list[_Template], out: _CommitlogFiles, total_bytes: int) -> int:
+    """Add messages 0, 1, ... to ``out`` while the next one ends at or before ``total_bytes``;
+    returns how many. Each is its template's copy with the per-record fields patched in (the
+    hot loop: struct and slices, no call per record)."""
+    nq = plan.queue_count
+    qpt = plan.queues_per_topic
+    magic = MAGIC_V2 if plan.v2 else MAGIC_V1
+    header_pack = LAYOUTS[(magic, 0)].header.pack_into
+    born_addr, born_port = BORN_HOST["address"], BORN_HOST["port"]
+    store_addr, store_port = STORE_HOST["address"], STORE_HOST["port"]
+    pool = plan.pool
+    bs = plan.body_size
+    kpm = plan.keys_per_message
+    start_ts = plan.start_timestamp
+    month_start = plan.month_start_ms
+    uniq_prefix = plan.uniq_prefix.encode()
+    tag_bytes = [t.encode() for t in TAG_VALUES]
+    fits, add = out.fits, out.add
+
+    n = 0
+    while True:
+        tp = templates[(n % nq) // qpt]
+        if out.base + out.pos + tp.size > total_bytes:
+            return n
+        if not fits(tp.size):
+            continue
+        q = n % nq
+        ts = start_ts + n
+        at = (n * 7919) & (_BODY_POOL - 1)
+        body = pool[at : at + bs]
+        rec = bytearray(tp.raw)
+        header_pack(
+            rec, 0, tp.size, magic, crc32_fast(body), q % qpt, 0, n // nq, out.base + out.pos, 0,
+            ts - 1, born_addr, born_port, ts, store_addr, store_port, 0, 0, bs,
+        )
+        rec[tp.body_pos : tp.body_pos + bs] = body
+        if kpm:
+            k = b"K-%010d" % (n % 10**10)
+            if kpm > 1:
+                k += b" G-%03d" % (n % 1000)
+                for i in range(2, kpm):
+                    k += b" H%d-%02d" % (i, n % 97)
+            rec[tp.keys_at : tp.keys_at + len(k)] = k
+        if tp.uniq_at >= 0:
+            u = uniq_prefix + b"%08X%04X" % ((ts - 1 - month_start) & 0x7FFFFFFF, n & 0xFFFF)
+            rec[tp.uniq_at : tp.uniq_at + 32] = u
+        if tp.tags_at >= 0:
+            rec[tp.tags_at : tp.tags_at + 4] = tag_bytes[n % 3]
+        add(rec)
+        n += 1
+
+
 def write_synthetic_store(
     root: Path,
     *,
     total_bytes: int,
     file_size: int = 1 << 30,
-    body_size: int = 1024,
-    topics: int = 4,
-    queues_per_topic: int = 4,
-    keys_per_message: int = 2,
-    with_tags: bool = True,
-    with_uniq_key: bool = True,
-    seed: int = 0,
-    start_timestamp: int = 1_795_000_000_000,
-    version: str = "4.9.4",
     progress: Progress | None = None,
+    **options: Unpack[PlanOptions],
 ) -> dict[str, Any]:
     """Write a synthetic store under ``root`` holding about ``total_bytes`` of commitlog
     records (messages are added while the next one still ends at or before
-    ``total_bytes``). Returns a summary: ``messages``, ``files``, ``bytes`` (end offset of
-    the last message), ``blanks``, ``file_size``, ``first_store_timestamp``,
-    ``last_store_timestamp``, ``queues`` {"topic/qid": message count}."""
-    plan = SyntheticPlan(
-        body_size=body_size, topics=topics, queues_per_topic=queues_per_topic,
-        keys_per_message=keys_per_message, with_tags=with_tags, with_uniq_key=with_uniq_key,
-        seed=seed, start_timestamp=start_timestamp, version=version,
-    )
+    ``total_bytes``); ``options`` are :class:`SyntheticPlan`'s. Returns a summary:
+    ``messages``, ``files``, ``bytes`` (end offset of the last message), ``blanks``,
+    ``file_size``, ``first_store_timestamp``, ``last_store_timestamp``, ``queues``
+    {"topic/qid": message count}."""
+    plan = SyntheticPlan(**options)
     root = Path(root)
     cl_dir = root / "commitlog"
     cl_dir.mkdir(parents=True, exist_ok=True)
-    templates = [_Template(plan, t) for t in range(topics)]
+    templates = [_Template(plan, t) for t in range(plan.topics)]
     if max(tp.size for tp in templates) + 8 > file_size:
         raise ValueError(f"file_size {file_size} cannot hold one {max(tp.size for tp in templates)}-byte message")
 
-    nq = plan.queue_count
-    qpt = queues_per_topic
-    header_pack = templates[0].header.pack_into
-    born_addr, born_port = BORN_HOST["address"], BORN_HOST["port"]
-    store_addr, store_port = STORE_HOST["address"], STORE_HOST["port"]
-    magic = MAGIC_V2 if plan.v2 else MAGIC_V1
-    pool = plan.pool
-    bs = body_size
-    kpm = keys_per_message
-    start_ts = start_timestamp
-    month_start = plan.month_start_ms
-    uniq_prefix = plan.uniq_prefix.encode()
-    tag_bytes = [t.encode() for t in TAG_VALUES]
-
-    n = 0
-    files = 0
-    blanks = 0
-    base = 0  # file base offset
-    end_offset = 0
-    last_ts = 0
-    f = None
-    pos = 0
-    chunk = bytearray()
+    nq, qpt = plan.queue_count, plan.queues_per_topic
+    out = _CommitlogFiles(cl_dir, file_size, progress)
     try:
-        while True:
-            tp = templates[(n % nq) // qpt]
-            size = tp.size
-            if base + pos + size > total_bytes:
-                break
-            if f is None:
-                f = open(cl_dir / offset_to_file_name(base), "wb")
-                files += 1
-                pos = 0
-            if size + 8 > file_size - pos:
-                chunk += build_blank(file_size - pos)
-                blanks += 1
-                f.write(chunk)
-                if progress:  # the whole rest of the file is consumed
-                    progress(len(chunk) + file_size - pos - 8)
-                chunk = bytearray()
-                f.truncate(file_size)
-                f.close()
-                f = None
-                base += file_size
-                pos = 0
-                continue
-            q = n % nq
-            ts = start_ts + n
-            at = (n * 7919) & (_BODY_POOL - 1)
-            body = pool[at : at + bs]
-            rec = bytearray(tp.raw)
-            header_pack(
-                rec, 0, size, magic, crc32_fast(body), q % qpt, 0, n // nq, base + pos, 0,
-                ts - 1, born_addr, born_port, ts, store_addr, store_port, 0, 0, bs,
-            )
-            rec[tp.body_pos : tp.body_pos + bs] = body
-            if kpm:
-                k = b"K-%010d" % (n % 10**10)
-                if kpm > 1:
-                    k += b" G-%03d" % (n % 1000)
-                    for i in range(2, kpm):
-                        k += b" H%d-%02d" % (i, n % 97)
-                rec[tp.keys_at : tp.keys_at + len(k)] = k
-            if tp.uniq_at >= 0:
-                u = uniq_prefix + b"%08X%04X" % ((ts - 1 - month_start) & 0x7FFFFFFF, n & 0xFFFF)
-                rec[tp.uniq_at : tp.uniq_at + 32] = u
-            if tp.tags_at >= 0:
-                rec[tp.tags_at : tp.tags_at + 4] = tag_bytes[n % 3]
-            chunk += rec
-            pos += size
-            end_offset = base + pos
-            last_ts = ts
-            n += 1
-            if len(chunk) >= _CHUNK:
-                f.write(chunk)
-                if progress:
-                    progress(len(chunk))
-                chunk = bytearray()
-        if f is not None:
-            f.write(chunk)
-            if progress:
-                progress(len(chunk))
-            f.truncate(file_size)
-            f.close()
-            f = None
+        n = _write_records(plan, templates, out, total_bytes)
+        out.finish()
     finally:
-        if f is not None:
-            f.close()
+        out.close()
 
+    last_ts = plan.store_timestamp(n - 1) if n else 0
     cp = Checkpoint(last_ts, last_ts, 0, 0, 0)
     (root / "checkpoint").write_bytes(encode_checkpoint(cp))
     (root / "lock").write_bytes(b"lock")
@@ -327,11 +357,11 @@ def write_synthetic_store(
             queues[f"{plan.topic_name(q // qpt)}/{q % qpt}"] = count
     return {
         "messages": n,
-        "files": files,
-        "bytes": end_offset,
-        "blanks": blanks,
+        "files": out.files,
+        "bytes": out.data_end,
+        "blanks": out.blanks,
         "file_size": file_size,
-        "first_store_timestamp": start_ts if n else None,
+        "first_store_timestamp": plan.start_timestamp if n else None,
         "last_store_timestamp": last_ts if n else None,
         "queues": queues,
     }
@@ -339,7 +369,7 @@ def write_synthetic_store(
 
 def plan_for(summary_kwargs: dict[str, Any]) -> SyntheticPlan:
     """The :class:`SyntheticPlan` matching ``write_synthetic_store`` keyword arguments."""
-    keys = ("body_size", "topics", "queues_per_topic", "keys_per_message", "with_tags", "with_uniq_key", "seed", "start_timestamp", "version")
+    keys = PlanOptions.__optional_keys__
     return SyntheticPlan(**{k: v for k, v in summary_kwargs.items() if k in keys})
 
 

@@ -7,6 +7,7 @@ built from a RocketMQ release string such as ``4.9.4``, ``5.1.4`` or ``5.3.3``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -63,6 +64,16 @@ RECOVERY_DECISIONS = ("is_5x", "accepts_v2", "remaining_checks", "new_properties
                       "zero_length_last_file_deleted")
 
 
+def _version_rule(test: Callable[[tuple[int, int, int]], bool], doc: str | None = None) -> cached_property[bool]:
+    """A decision that depends on the release only: ``test(version)``, cached per profile."""
+
+    def decide(self: BrokerProfile) -> bool:
+        return test(self.version)
+
+    decide.__doc__ = doc
+    return cached_property(decide)
+
+
 @dataclass(frozen=True)
 class BrokerProfile:
     """What the emulated broker version does at each version-dependent point."""
@@ -95,15 +106,15 @@ class BrokerProfile:
         not to matter for a given store (recovery.identify)."""
         return tuple(getattr(self, name) for name in RECOVERY_DECISIONS if name not in ignore)
 
-    @cached_property
-    def zero_length_last_file_deleted(self) -> bool:
-        """5.1.3+: MappedFileQueue.load deletes a zero-length last file (RECOVERY §1.2)."""
-        return self.version >= (5, 1, 3)
+    zero_length_last_file_deleted = _version_rule(
+        lambda v: v >= (5, 1, 3),
+        """5.1.3+: MappedFileQueue.load deletes a zero-length last file (RECOVERY §1.2).""",
+    )
 
-    @cached_property
-    def checkpoint_persists_confirm_offset(self) -> bool:
-        """5.1.1+: StoreCheckpoint.flush writes confirmPhyOffset (STORE_FORMAT §16)."""
-        return self.version >= (5, 1, 1)
+    checkpoint_persists_confirm_offset = _version_rule(
+        lambda v: v >= (5, 1, 1),
+        """5.1.1+: StoreCheckpoint.flush writes confirmPhyOffset (STORE_FORMAT §16).""",
+    )
 
     @cached_property
     def checkpoint_flushed_bytes(self) -> int:
@@ -114,58 +125,50 @@ class BrokerProfile:
             return 40
         return 32 if self.is_5x else 24
 
-    @cached_property
-    def commitlog_default_under_home(self) -> bool:
+    commitlog_default_under_home = _version_rule(
+        lambda v: v < (4, 9, 4),
         """4.6.0-4.9.3: an unset storePathCommitLog defaults to ~/store/commitlog whatever
-        the store root (MessageStoreConfig's field initialiser); 4.9.4 made it follow the root."""
-        return self.version < (4, 9, 4)
+        the store root (MessageStoreConfig's field initialiser); 4.9.4 made it follow the root.""",
+    )
 
     @cached_property
     def label(self) -> str:
         return ".".join(map(str, self.version))
 
-    @cached_property
-    def is_5x(self) -> bool:
-        return self.version >= (5, 0, 0)
+    is_5x = _version_rule(lambda v: v >= (5, 0, 0))
 
-    @cached_property
-    def accepts_v2(self) -> bool:
-        """MESSAGE_MAGIC_CODE_V2 exists from 5.1.0."""
-        return self.version >= (5, 1, 0)
+    accepts_v2 = _version_rule(
+        lambda v: v >= (5, 1, 0),
+        """MESSAGE_MAGIC_CODE_V2 exists from 5.1.0.""",
+    )
 
-    @cached_property
-    def remaining_checks(self) -> bool:
-        """5.3.2+: checkMessageAndReturnSize refuses records that cannot fit the buffer."""
-        return self.version >= (5, 3, 2)
+    remaining_checks = _version_rule(
+        lambda v: v >= (5, 3, 2),
+        """5.3.2+: checkMessageAndReturnSize refuses records that cannot fit the buffer.""",
+    )
 
-    @cached_property
-    def new_properties_parser(self) -> bool:
-        """4.9.1+ scanner parser; the 4.6.0-4.9.0 split parser before."""
-        return self.version >= (4, 9, 1)
+    new_properties_parser = _version_rule(
+        lambda v: v >= (4, 9, 1),
+        """4.9.1+ scanner parser; the 4.6.0-4.9.0 split parser before.""",
+    )
 
-    @cached_property
-    def properties_trailing_separator(self) -> bool:
-        return self.version < (4, 9, 1) or self.version >= (5, 2, 0)
+    properties_trailing_separator = _version_rule(lambda v: v < (4, 9, 1) or v >= (5, 2, 0))
 
-    @cached_property
-    def has_prop_crc(self) -> bool:
-        return self.version >= (5, 2, 0)
+    has_prop_crc = _version_rule(lambda v: v >= (5, 2, 0))
 
-    @cached_property
-    def prop_crc_zero_accepted(self) -> bool:
-        return self.version >= (5, 3, 2)
+    prop_crc_zero_accepted = _version_rule(lambda v: v >= (5, 3, 2))
 
-    @cached_property
-    def delay_table_in_abnormal_recovery(self) -> bool:
+    delay_table_in_abnormal_recovery = _version_rule(
+        lambda v: not ((4, 9, 2) <= v < (5, 0, 0)),
         """Quirk Q1: 4.9.2-4.9.8 parse the delay table after recover(), so maxDelayLevel is 0
-        while abnormal recovery dispatches."""
-        return not ((4, 9, 2) <= self.version < (5, 0, 0))
+        while abnormal recovery dispatches.""",
+    )
 
-    @cached_property
-    def normal_recovery_walkback(self) -> bool:
+    normal_recovery_walkback = _version_rule(
+        lambda v: v >= (5, 3, 2),
         """5.3.2+: normal recovery starts at the last file with from <= maxPhyOffsetOfCQ and
-        dispatches records beyond it (RECOVERY §4.2)."""
-        return self.version >= (5, 3, 2)
+        dispatches records beyond it (RECOVERY §4.2).""",
+    )
 
     @cached_property
     def startup_reput_from_cq(self) -> bool:
@@ -173,10 +176,10 @@ class BrokerProfile:
         (unless recheckReputOffsetFromCq)."""
         return not self.is_5x or self.recheck_reput_offset_from_cq
 
-    @cached_property
-    def hash_slot_count_every_put(self) -> bool:
-        """Quirk Q8: 4.6.0-4.7.0 counted every put in hashSlotCount."""
-        return self.version <= (4, 7, 0)
+    hash_slot_count_every_put = _version_rule(
+        lambda v: v <= (4, 7, 0),
+        """Quirk Q8: 4.6.0-4.7.0 counted every put in hashSlotCount.""",
+    )
 
     @cached_property
     def index_flushed_at_shutdown(self) -> bool:
