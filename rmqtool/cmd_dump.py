@@ -17,19 +17,23 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import click
+import numpy as np
 
-from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, v1_lengths, v1_run_starts
-from .blocks import rows as byte_rows
 from .brokeropts import broker_config_option, broker_setting_options
 from .exitcodes import Exit
 from .formats import commitlog as cl
 from .formats.crc import crc32_raw
+from .formats.javahash import tags_code
+from .formats.names import host_to_str
 from .formats.properties import JAVA_REPLACE, split_keys
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from .output import output_file_options
 from .progress import progress_option, quiet_flag
 from .recovery import check as ck
 from .recovery import query as qy
+from .recovery.batch.blocks import gather, host_of_key, row_groups
+from .recovery.batch.layout import V4
+from .recovery.batch.plainrun import PlainFile, PlainRun, lead, plain_run
 from .recovery.scan import blank_fields, iter_store_records, message_fields
 from .recovery.store import Store, StoreFile
 from .render import dumps, render
@@ -615,16 +619,6 @@ _SUB = 1024  # lines laid out at once
 _BLOCK_BYTES = 32 << 20  # and at most about this much of the file per block (bounded memory)
 
 
-def _header_offsets() -> dict[str, tuple[int, str]]:
-    """name -> (offset, struct code) of the V1 header fields, from the schema."""
-    from .formats.schema import field_layout
-
-    layout = field_layout(cl.MESSAGE_V1, {"sys_flag": 0})
-    if sum(struct.calcsize(">" + code) for _n, _o, code in layout) != _HSIZE:
-        raise RuntimeError("V1 header layout changed")
-    return {name: (offset, code) for name, offset, code in layout}
-
-
 class _Block:
     """Several finished JSON lines of plain messages, each ending with a newline."""
 
@@ -639,40 +633,24 @@ class _Vec:
     """Per-file state of the vectorised path (tables cached across blocks)."""
 
     def __init__(self, buf: Any, mv: memoryview, end: int, fname: str, profile: Any) -> None:
-        import numpy as np
-
-        self.np = np
-        self.buf = buf
-        self.mv = mv
-        self.end = end
-        self.A = np.frombuffer(mv, dtype=np.uint8, count=end)
+        self.file = PlainFile(buf, end, profile.is_5x, mv)
         self.fname = _enc(fname).encode()
-        self.is5 = profile.is_5x
         self.hosts: dict[int, tuple[bytes, bytes]] = {}
-        self.topics: dict[bytes, bytes | None] = {}
+        self.topics: dict[bytes, bytes] = {}
         self.tags: dict[bytes, bytes] = {}
         self.fail_budget = 256
         self.block = _FIRST_BLOCK
         self.layout: tuple[tuple[Any, ...], Any] | None = None
 
     def release(self) -> None:
-        del self.A
+        self.file.release()
 
 
-def _np_tables() -> tuple[Any, Any, dict[str, tuple[int, str]], Any]:
-    import numpy as np
-
-    hexd = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
-    allowed = np.zeros(256, dtype=bool)
-    allowed[0x20:0x80] = True
-    allowed[[0x22, 0x5C]] = False
-    classes = np.where(allowed, 0, 3).astype(np.uint8)  # 0 plain, 1 and 2 the separators, 3 refused
-    classes[[1, 2]] = (1, 2)
-    dtypes = {"l": ">i4", "i": ">i4", "q": ">i8"}
-    return hexd, classes, _header_offsets(), dtypes
-
-
-_TABLES: Any = None
+_HEXD = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
+_MSG_ID_AT = V4["physical_offset"]  # a msg id ends with the record's own PHYSICALOFFSET bytes
+# the header fields printed with the digit tables (which print non-negative numbers only)
+_DIGIT_FIELDS = ("body_crc", "queue_id", "flag", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
+                 "store_timestamp", "reconsume_times", "prepared_transaction_offset")
 
 
 def _digits(np: Any, v: Any) -> list[Any]:
@@ -723,209 +701,72 @@ def _table_piece(np: Any, inv: Any, entries: list[bytes]) -> Any:
 def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     """(position after the block, the block's lines, their count) for the plain records from ``pos``,
     or None when fewer than _MIN_BLOCK records qualify."""
-    from .formats.javahash import tags_code
-    from .formats.names import host_to_str
-
-    global _TABLES
-    if _TABLES is None:
-        _TABLES = _np_tables()
-    hexd, classes, offs, dtypes = _TABLES
-    np = vec.np
-    buf, A, end = vec.buf, vec.A, vec.end
-    # ---- record starts: the boundary walk (V1 records that fit) -------------------------
-    hs = _HSIZE
     limit = vec.block
     vec.block = _FIRST_BLOCK  # unless this block runs to its end (below)
     # at most about _BLOCK_BYTES of the file per block (bounded memory)
-    P = v1_run_starts(buf, A, pos, end, min(end, pos + _BLOCK_BYTES) - hs + 1, limit, _MIN_BLOCK, hs)
-    if P is None:
+    run = plain_run(vec.file, pos, min(vec.file.end, pos + _BLOCK_BYTES) - _HSIZE + 1, limit, _MIN_BLOCK)
+    if run is None or _printable(run) < _MIN_BLOCK:
         return None
-    n = len(P)
-    H = byte_rows(A, P, hs)  # [n, header]
+    n = run.n
+    parts = _lay_out(vec, _line_pieces(vec, run), n)
+    vec.block = min(2 * limit, _BLOCK) if n == limit else max(_FIRST_BLOCK, min(2 * n, _BLOCK))
+    return run.end_pos, parts, n
 
-    def field(name: str) -> Any:
-        o, code = offs[name]
-        if code.endswith("s"):
-            return H[:, o : o + int(code[:-1])]
-        dt = np.dtype(dtypes[code])
-        return np.ascontiguousarray(H[:, o : o + dt.itemsize]).view(dt).reshape(n).astype(np.int64)
 
-    total = field("total_size")
-    crc = field("body_crc")
-    qid = field("queue_id")
-    flag = field("flag")
-    qo = field("queue_offset")
-    po = field("physical_offset")
-    sf = field("sys_flag")
-    bt = field("born_timestamp")
-    bport = field("born_host.port")
-    stt = field("store_timestamp")
-    sport = field("store_host.port")
-    rt = field("reconsume_times")
-    pt = field("prepared_transaction_offset")
-    bl = field("body_length")
-    baddr = field("born_host.address")
-    saddr = field("store_host.address")
-    # ---- sizes (the fast path's checks) -------------------------------------------------
-    ok, tpos, tl, q, pl = v1_lengths(A, P, total, sf, bl, hs)
-    for v in (crc, qid, flag, qo, po, sf, bt, stt, rt, pt):
-        ok &= v >= 0
-    if not ok[0]:
-        return None
-    n = int(ok.argmin()) if not ok.all() else n
-    if n < _MIN_BLOCK:
-        return None
-    # ---- body CRC (zlib, one call per body, no Python loop) ------------------------------
-    ok = ok[:n] & body_crcs_match(vec.mv, P[:n], bl[:n], crc[:n], hs)
-    # ---- topic (table of distinct names; SCHEDULE_TOPIC_XXXX is not plain) --------------
-    tl, q, pl = tl[:n], q[:n], pl[:n]
-    tw = int(tl.max())
-    tk = np.empty((n, tw + 1), dtype=np.uint8)
-    tk[:, 0] = tl
-    tk[:, 1:] = gather(A, tpos[:n] + 1, tl, tw)
-    tinv, tfirst = row_groups(tk)
-    tentries: list[bytes] = []
-    for i, row in enumerate(tk[tfirst]):
-        raw = row[1 : 1 + int(row[0])].tobytes()
-        js = vec.topics.get(raw)
-        if js is None and raw not in vec.topics:
-            js = vec.topics[raw] = None if raw == _SCHEDULE else _enc(raw.decode("utf-8", JAVA_REPLACE)).encode()
-        if js is None:
-            ok &= tinv != i
-            js = b"null"
-        tentries.append(js)
-    # ---- properties: the shape of the first record ------------------------------------
-    pstart = q + 2
-    pw = int(pl.max())
-    PM = gather(A, pstart, pl, pw)
-    uniform = False  # every record: no refused byte, the separators where the first has them
-    if int(pl.min()) == pw:
-        C = classes[PM]
-        crow = C[0]
-        if int(crow.max()) < 3 and bool((C == crow).all()):
-            uniform = True
-        else:
-            ok &= (C < 3).all(axis=1)
-    else:
-        ok &= ~((np.arange(pw)[None, :] < pl[:, None]) & (classes[PM] == 3)).any(axis=1)
-    if vec.is5:
-        pstl, pendl = pstart.tolist(), (pstart + pl).tolist()
-        ok &= np.fromiter(map(buf.find, itertools.repeat(b"INNER_", n), pstl, pendl), dtype=np.int64, count=n) < 0
-    if not ok[0]:
-        return None
-    first = PM[0, : int(pl[0])].tobytes().decode("ascii")
-    trailing = first.endswith("\x02")
-    segs = (first[:-1] if trailing else first).split("\x02")
-    kv = [s.split("\x01") for s in segs]
-    keys = [x[0] for x in kv]
-    k = len(keys)
-    if any(len(x) != 2 or not x[0] or not x[1] for x in kv) or len(set(keys)) != k:
-        return None
-    m2 = k - 1 + trailing
-    if uniform:
-        if int((crow == 1).sum()) != k or int((crow == 2).sum()) != m2:
-            return None
-        D = np.broadcast_to(np.flatnonzero(crow == 2), (n, m2)) if m2 else np.zeros((n, 1), dtype=np.int64)
-    else:
-        is2 = PM == 2
-        ok &= ((PM == 1).sum(axis=1) == k) & (is2.sum(axis=1) == m2)
-        D = np.zeros((n, max(m2, 1)), dtype=np.int64)
-        if m2 and ok.all():
-            D[:] = np.nonzero(is2)[1].reshape(-1, m2)
-        elif m2:
-            rows = np.flatnonzero(ok)
-            D[rows] = np.nonzero(is2[rows])[1].reshape(-1, m2)
-    ar = np.arange(n)
-    pcol = pw - 1
-    # one layout for every record (same value lengths): keys and values are columns of PM
-    fixed = bool(ok.all()) and int(pl.min()) == pw and (m2 == 0 or bool((D == D[0]).all()))
-    vals: dict[str, tuple[Any, Any]] = {}
-    ks = np.zeros(n, dtype=np.int64)
-    for i, key in enumerate(keys):
-        kb = np.frombuffer(key.encode(), dtype=np.uint8)
-        kl = len(kb)
-        c0 = int(ks[0])
-        if fixed and c0 + kl + 1 <= pw:
-            got = PM[:, c0 : c0 + kl + 1]
-        else:
-            got = byte_rows(A, pstart + np.minimum(ks, pcol), kl + 1)
-        ok &= (got[:, :kl] == kb).all(axis=1) & (got[:, kl] == 1)
-        vs = ks + kl + 1
-        ve = D[:, i] if i < k - 1 else (D[:, i] if trailing else pl)
-        ok &= ve > vs
-        if i < k - 1:
-            ks = D[:, i] + 1
-        vals[key] = (vs, ve - vs)
-    if trailing:
-        ok &= D[:, k - 1] == pl - 1
-    if not ok[0]:
-        return None
-    n = int(ok.argmin()) if not ok.all() else n
-    if n < _MIN_BLOCK:
-        return None
+def _printable(run: PlainRun) -> int:
+    """Cut ``run`` at the first record the lines of a block cannot print: a negative
+    number (the digit tables print non-negative ones), KEYS of another number of keys
+    than the first record's (each key is a column of its own). The records left."""
+    n = run.n
+    ok = np.ones(n, dtype=bool)
+    for name in _DIGIT_FIELDS:
+        ok &= run.field(name)[:n] >= 0
+    if "KEYS" in run.names:
+        nsp = run.key_spaces().sum(axis=1)
+        ok &= nsp == nsp[0]
+    run.cut(lead(ok))
+    return run.n
 
-    got_values: dict[tuple[str, int], Any] = {}
 
-    def value(key: str) -> Any:
-        m = got_values.get((key, n))
-        if m is None:
-            vs, vl = vals[key]
-            if fixed:
-                m = PM[:n, int(vs[0]) : int(vs[0] + vl[0])]
-            else:
-                m = gather(A, pstart[:n] + vs[:n], vl[:n], int(vl[:n].max()))
-            got_values[(key, n)] = m
-        return m
+def _keys_piece(run: PlainRun) -> list[Any]:
+    """``keys``: KEYS split on its single spaces, one column per key."""
+    if "KEYS" not in run.names:
+        return [b"[]"]
+    n = run.n
+    sp = run.key_spaces()
+    vs, vl = run.value_spans("KEYS")
+    vl = vl[:n]
+    nk = int(sp[0].sum()) + 1
+    cuts = np.nonzero(sp)[1].reshape(n, nk - 1)
+    kstart = run.props_start[:n] + vs[:n]
+    piece: list[Any] = [b'["']
+    for i in range(nk):
+        a = cuts[:, i - 1] + 1 if i else np.zeros(n, dtype=np.int64)
+        b = cuts[:, i] if i < nk - 1 else vl
+        piece += [b'","'] if i else []
+        piece.append(gather(run.f.A, kstart + a, b - a, int((b - a).max())))
+    piece.append(b'"]')
+    return piece
 
-    pieces: list[Any] = []
-    add = pieces.append
-    # KEYS: split on single spaces; a leading, trailing or double space goes the generic way
-    if "KEYS" in vals:
-        kvm = value("KEYS")
-        vl = vals["KEYS"][1][:n]
-        sp = kvm == 32
-        nsp = sp.sum(axis=1)
-        # one key count per block: each key is a column of its own
-        bad = sp[:, 0] | sp[ar[:n], vl - 1] | (sp[:, 1:] & sp[:, :-1]).any(axis=1) | (nsp != nsp[0])
-        if bad[0]:
-            return None
-        if bad.any():
-            n = int(bad.argmax())
-            if n < _MIN_BLOCK:
-                return None
-            sp, vl = sp[:n], vl[:n]
-        nk = int(nsp[0]) + 1
-        cuts = np.nonzero(sp)[1].reshape(n, nk - 1)
-        kstart = pstart[:n] + vals["KEYS"][0][:n]
-        keys_piece = [b'["']
-        for i in range(nk):
-            a = cuts[:, i - 1] + 1 if i else np.zeros(n, dtype=np.int64)
-            b = cuts[:, i] if i < nk - 1 else vl
-            keys_piece += [b'","'] if i else []
-            keys_piece.append(gather(A, kstart + a, b - a, int((b - a).max())))
-        keys_piece.append(b'"]')
-    else:
-        keys_piece = [b"[]"]
-    # TAGS (+ tags code) and UNIQ_KEY
-    if "TAGS" in vals:
-        tgm = value("TAGS")
-        tginv, tgfirst = row_groups(tgm)
-        entries = []
-        for row in tgm[tgfirst]:
-            raw = row.tobytes().rstrip(b"\0")
-            e = vec.tags.get(raw)
-            if e is None:
-                t = raw.decode("ascii")
-                e = vec.tags[raw] = b'"tags":"%s","tags_code":%d' % (raw, tags_code(t))
-            entries.append(e)
-        tags_piece = _table_piece(np, tginv, entries)
-    else:
-        tags_piece = b'"tags":null,"tags_code":0'
-    uniq_piece = [b'"', value("UNIQ_KEY"), b'"'] if "UNIQ_KEY" in vals else [b"null"]
-    # hosts (born, store + msg id prefix)
-    def host_entries(keyarr: Any) -> tuple[Any, list[int]]:
-        u, inv = np.unique(keyarr, return_inverse=True)
-        return inv.reshape(-1), u.tolist()
+
+def _tags_piece(vec: _Vec, run: PlainRun) -> Any:
+    """``tags`` and ``tags_code`` (a table of the distinct TAGS)."""
+    if "TAGS" not in run.names:
+        return b'"tags":null,"tags_code":0'
+    tgm = run.value("TAGS")
+    tginv, tgfirst = row_groups(tgm)
+    entries = []
+    for row in tgm[tgfirst]:
+        raw = row.tobytes().rstrip(b"\0")
+        e = vec.tags.get(raw)
+        if e is None:
+            e = vec.tags[raw] = b'"tags":"%s","tags_code":%d' % (raw, tags_code(raw.decode("ascii")))
+        entries.append(e)
+    return _table_piece(np, tginv, entries)
+
+
+def _host_pieces(vec: _Vec, run: PlainRun) -> tuple[Any, Any, Any]:
+    """``born_host``, ``store_host`` and the msg id's first half (tables of the distinct hosts)."""
 
     def host_info(key: int) -> tuple[bytes, bytes]:
         h = vec.hosts.get(key)
@@ -934,34 +775,60 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
             h = vec.hosts[key] = (_enc(host_to_str(addr, port)).encode(), b'"' + (addr + struct.pack(">i", port)).hex().upper().encode())
         return h
 
-    binv, bkeys = host_entries(host_keys(baddr[:n], bport[:n]))
-    born_piece = _table_piece(np, binv, [host_info(x)[0] for x in bkeys])
-    sinv, skeys = host_entries(host_keys(saddr[:n], sport[:n]))
-    store_piece = _table_piece(np, sinv, [host_info(x)[0] for x in skeys])
-    mid_piece = _table_piece(np, sinv, [host_info(x)[1] for x in skeys])
-    o_po = offs["physical_offset"][0]
-    mid_hex = hexd[H[:n, o_po : o_po + 8]].reshape(n, 16)
-    tx_codes = ((sf[:n] >> 2) & 3)
-    txu, txinv = np.unique(tx_codes, return_inverse=True)
-    tx_piece = _table_piece(np, txinv.reshape(-1), [_TX[int(c)].encode() for c in txu])
-    topic_piece = _table_piece(np, tinv[:n], tentries)
-    # properties in sorted key order
-    props_piece: list[Any] = [b"{"]
-    for j, key in enumerate(sorted(keys)):
-        props_piece += [(b'"' if j == 0 else b'","') + key.encode() + b'":"', value(key)]
-    props_piece.append(b'"}')
+    bu, binv = np.unique(run.host_keys("born_host"), return_inverse=True)
+    su, sinv = np.unique(run.host_keys("store_host"), return_inverse=True)
+    born = _table_piece(np, binv.reshape(-1), [host_info(x)[0] for x in bu.tolist()])
+    sinfo = [host_info(x) for x in su.tolist()]
+    return born, _table_piece(np, sinv.reshape(-1), [h[0] for h in sinfo]), _table_piece(np, sinv.reshape(-1), [h[1] for h in sinfo])
 
-    d = lambda v: _digits(np, v[:n])  # noqa: E731
-    add(b'{"body_crc":'); pieces.extend(d(crc)); add(b',"body_length":'); pieces.extend(d(bl)); add(b',"born_host":'); add(born_piece)
-    add(b',"born_timestamp":'); pieces.extend(d(bt)); add(b',"crc_ok":true,"file":' + vec.fname + b',"flag":'); pieces.extend(d(flag))
-    add(b',"keys":'); pieces.extend(keys_piece); add(b',"magic":"V1","msg_id":'); add(mid_piece); add(mid_hex)
-    add(b'","physical_offset":'); pieces.extend(d(po)); add(b',"pos":'); pieces.extend(d(P)); add(b',"prepared_transaction_offset":'); pieces.extend(d(pt))
-    add(b',"properties":'); pieces.extend(props_piece); add(b',"queue_id":'); pieces.extend(d(qid)); add(b',"queue_offset":'); pieces.extend(d(qo))
-    add(b',"reconsume_times":'); pieces.extend(d(rt)); add(b',"status":"OK","store_host":'); add(store_piece)
-    add(b',"store_timestamp":'); pieces.extend(d(stt)); add(b',"sys_flag":'); pieces.extend(d(sf)); add(b","); add(tags_piece)
-    add(b',"topic":'); add(topic_piece); add(b',"total_size":'); pieces.extend(d(total)); add(b',"transaction_type":'); add(tx_piece)
-    add(b',"type":"message","uniq_key":'); pieces.extend(uniq_piece); add(b"}\n")
-    # ---- lay out and squeeze -------------------------------------------------------------
+
+def _topic_piece(vec: _Vec, run: PlainRun) -> Any:
+    """``topic`` (a table of the run's distinct topics)."""
+    entries: list[bytes] = []
+    for raw in run.topics:
+        js = vec.topics.get(raw)
+        if js is None:  # (SCHEDULE_TOPIC_XXXX: no record of the run has it)
+            js = vec.topics[raw] = b"null" if raw == _SCHEDULE else _enc(raw.decode("utf-8", JAVA_REPLACE)).encode()
+        entries.append(js)
+    return _table_piece(np, run.topic_inv[: run.n], entries)
+
+
+def _line_pieces(vec: _Vec, run: PlainRun) -> list[Any]:
+    """The JSON lines of ``run`` as pieces in column order: bytes (the same on every
+    line) or uint8 matrices (one row per line, NUL-padded), keys sorted as
+    ``render.dumps`` writes them (a test compares both)."""
+    n = run.n
+
+    def d(name: str) -> list[Any]:
+        return _digits(np, run.field(name)[:n])
+
+    born, store, mid = _host_pieces(vec, run)
+    mid_hex = _HEXD[run.HB[:n, _MSG_ID_AT : _MSG_ID_AT + 8]].reshape(n, 16)
+    txu, txinv = np.unique((run.sys_flag[:n] >> 2) & 3, return_inverse=True)
+    tx = _table_piece(np, txinv.reshape(-1), [_TX[int(c)].encode() for c in txu])
+    props: list[Any] = [b"{"]
+    for j, key in enumerate(sorted(run.names)):
+        props += [(b'"' if j == 0 else b'","') + key.encode() + b'":"', run.value(key)]
+    props.append(b'"}')
+    uniq = [b'"', run.value("UNIQ_KEY"), b'"'] if "UNIQ_KEY" in run.names else [b"null"]
+    return [
+        b'{"body_crc":', *d("body_crc"), b',"body_length":', *d("body_length"), b',"born_host":', born,
+        b',"born_timestamp":', *d("born_timestamp"), b',"crc_ok":true,"file":' + vec.fname + b',"flag":', *d("flag"),
+        b',"keys":', *_keys_piece(run), b',"magic":"V1","msg_id":', mid, mid_hex,
+        b'","physical_offset":', *d("physical_offset"), b',"pos":', *_digits(np, run.P[:n]),
+        b',"prepared_transaction_offset":', *d("prepared_transaction_offset"), b',"properties":', *props,
+        b',"queue_id":', *d("queue_id"), b',"queue_offset":', *d("queue_offset"),
+        b',"reconsume_times":', *d("reconsume_times"), b',"status":"OK","store_host":', store,
+        b',"store_timestamp":', *d("store_timestamp"), b',"sys_flag":', *d("sys_flag"), b",", _tags_piece(vec, run),
+        b',"topic":', _topic_piece(vec, run), b',"total_size":', *d("total_size"), b',"transaction_type":', tx,
+        b',"type":"message","uniq_key":', *uniq, b"}\n",
+    ]
+
+
+def _lay_out(vec: _Vec, pieces: list[Any], n: int) -> list[bytes]:
+    """The lines of ``pieces``: each line laid out as fixed-width columns padded with NUL
+    bytes (which no JSON line contains), _SUB lines at a time in one reused matrix (it
+    stays in the CPU cache), and the NULs squeezed out."""
     merged: list[Any] = []
     for pc in pieces:
         if isinstance(pc, bytes):
@@ -971,7 +838,6 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
                 merged.append(pc)
         else:
             merged.append(pc[:n])
-    # rows of _SUB lines at a time, in one reused matrix (it stays in the CPU cache)
     layout = tuple(pc if isinstance(pc, bytes) else pc.shape[1] for pc in merged)
     if vec.layout is not None and vec.layout[0] == layout:
         M = vec.layout[1]  # the constants are in place from the previous block
@@ -983,9 +849,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
         for pc in merged:
             if isinstance(pc, bytes):
                 M[:, c : c + len(pc)] = np.frombuffer(pc, dtype=np.uint8)
-                c += len(pc)
-            else:
-                c += pc.shape[1]
+            c += len(pc) if isinstance(pc, bytes) else pc.shape[1]
     parts: list[bytes] = []
     for r0 in range(0, n, _SUB):
         r1 = min(n, r0 + _SUB)
@@ -999,8 +863,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
                 Mv[:, c : c + w] = pc[r0:r1]
                 c += w
         parts.append(Mv.tobytes().replace(b"\0", b""))  # few NULs: memchr runs
-    vec.block = min(2 * limit, _BLOCK) if n == limit else max(_FIRST_BLOCK, min(2 * n, _BLOCK))
-    return int(P[n - 1] + total[n - 1]), parts, n
+    return parts
 
 
 def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterator[Record | str]:
