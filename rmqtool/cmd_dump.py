@@ -13,7 +13,7 @@ import itertools
 import os
 import struct
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 import click
@@ -22,7 +22,6 @@ import numpy as np
 from .brokeropts import broker_config_option, broker_setting_options
 from .exitcodes import Exit
 from .formats import commitlog as cl
-from .formats.crc import crc32_raw
 from .formats.javahash import tags_code
 from .formats.names import host_to_str
 from .formats.properties import JAVA_REPLACE, split_keys
@@ -33,8 +32,11 @@ from .recovery import check as ck
 from .recovery import query as qy
 from .recovery.batch.blocks import gather, host_of_key, row_groups
 from .recovery.batch.layout import V4
+from .recovery.batch.plainrecord import HSIZE as _HSIZE
+from .recovery.batch.plainrecord import plain_record
+from .recovery.batch.plainrun import SCHEDULE as _SCHEDULE
 from .recovery.batch.plainrun import PlainFile, PlainRun, lead, plain_run
-from .recovery.scan import blank_fields, iter_store_records, message_fields
+from .recovery.scan import blank_fields, iter_store_records, message_fields, walk_records
 from .recovery.store import Store, StoreFile
 from .render import dumps, render
 
@@ -373,13 +375,13 @@ def commitlog_records(
 # walk (``recovery.scan.walk_records`` + ``message_fields``), so the output is identical;
 # tests/test_dump_cli.py asserts it on every fixture, synthetic and damaged store.
 
-_V1_HEADER = cl.LAYOUTS[(cl.MAGIC_V1, 0)].header  # derived from MESSAGE_V1 (formats.schema)
-_HSIZE = _V1_HEADER.size
-_HEADERS_V1 = {h: cl.LAYOUTS[(cl.MAGIC_V1, h)].header for h in (0x10, 0x20, 0x30)}  # IPv6 born/store hosts
 _V1_MAGIC = struct.pack(">i", cl.MAGIC_V1)
-_BAD_JSON_BYTES = bytes(range(0, 1)) + bytes(range(3, 32)) + b'"\\'
-_SCHEDULE = ck.SCHEDULE_TOPIC.encode()
+_MAGIC_AT = V4["magic"]
+_SYS_FLAG_END = V4["born_timestamp"]  # (SYSFLAG's last byte holds the host bits)
+_MSG_ID_AT = V4["physical_offset"]  # a msg id ends with the record's own PHYSICALOFFSET bytes
 _TX = ('"NOT_TYPE"', '"PREPARED"', '"COMMIT"', '"ROLLBACK"')
+
+
 def commitlog_lines(
     store: Store,
     profile: Any,
@@ -441,155 +443,50 @@ def _generic_record(f: StoreFile, buf: Any, pos: int, c: ck.Checked, topic: str 
     return damaged_fields(f.name, buf, pos, f.base, c, False, False)
 
 
+class _Lines:
+    """Per-file state of the per-record JSON lines: the filters (positions ``[lo, hi)``
+    of the file, topic, queue id, store time) and tables cached across records."""
+
+    def __init__(self, fname: str, is5: bool, lo: int, hi: int, unfiltered: bool, topic: str | None,
+                 queue_id: int | None, since: int | None, until: int | None) -> None:
+        self.fname = _enc(fname)
+        self.is5 = is5
+        self.lo, self.hi, self.unfiltered = lo, hi, unfiltered
+        self.topic, self.queue_id, self.since, self.until = topic, queue_id, since, until
+        self.hosts: dict[tuple[bytes, int, bytes, int], tuple[str, str, str]] = {}  # -> born, store, msg id prefix
+        self.topics: dict[bytes, tuple[str, str]] = {}  # -> name, JSON
+        self.tcodes: dict[str, int] = {}
+
+
 def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | None, queue_id: int | None,
                 from_offset: int | None, to_offset: int | None, since: int | None, until: int | None,
-                content_filter: bool, start_pos: int = 0) -> Iterator[str | Record]:
-    from itertools import repeat
-
-    from .formats.javahash import tags_code
-    from .formats.names import host_to_str
-    from .recovery.scan import walk_records
-
-    base = f.base
-    lo = -1 if from_offset is None else from_offset - base  # position range [lo, hi) of this file
-    hi = end + 1 if to_offset is None else to_offset - base
-    unpack = _V1_HEADER.unpack_from
-    v1 = cl.MAGIC_V1
-    is5 = profile.is_5x
-    fname = _enc(f.name)
-    enc = _enc
-    tx = _TX
-    hosts: dict[tuple[bytes, int, bytes, int], tuple[str, str, str]] = {}  # -> born, store, msg id prefix
-    topics: dict[bytes, tuple[str, str]] = {}
-    tcodes: dict[str, int] = {}
+                content_filter: bool, start_pos: int = 0) -> Iterator[Any]:
+    """One file's output of :func:`_commitlog_blocks` from ``start_pos`` (a record start:
+    0, or where a seek found one, recovery.seek): blocks of plain records (``_Block``,
+    unfiltered only), a JSON line for each other plain record, a record of the generic
+    walk for the rest."""
+    lo = -1 if from_offset is None else from_offset - f.base  # position range [lo, hi) of this file
+    hi = end + 1 if to_offset is None else to_offset - f.base
     unfiltered = lo < 0 and hi > end and not content_filter
-    split = str.split
-    sep1 = repeat("\x01")
-    bad = _BAD_JSON_BYTES
-    sched = _SCHEDULE
+    st = _Lines(f.name, profile.is_5x, lo, hi, unfiltered, topic, queue_id, since, until)
     mv = memoryview(buf)
     vec = _Vec(buf, mv, end, f.name, profile) if unfiltered else None
     try:
-        pos = start_pos  # a record start (0, or where a seek found one: recovery.seek)
+        pos = start_pos
         while pos < end:
             budget = -1
-            if vec is not None and pos + 40 <= end and (buf[pos + 4 : pos + 8] != _V1_MAGIC or buf[pos + 39] & 0x30):
-                # a record the blocks never take (IPv6 hosts, V2, ...): this one alone goes
-                # to the per-record paths, and the next one gets a block again (a record of
-                # another layout among plain ones must not end the blocks for a whole run;
-                # 2: when the per-record path refuses it, budget is left for the generic walk)
-                budget = 2
-            elif vec is not None:
-                # ---- vectorised block of plain records from pos ---------------------------
-                blk = _vector_block(vec, pos)
+            if vec is not None:
+                blk, budget = _try_block(vec, buf, pos, end)
                 if blk is not None:
                     pos = blk[0]
-                    vec.fail_budget = 256
                     yield _Block(blk[1], blk[2])
                     continue
-                budget = vec.fail_budget  # records for the per-record path before trying again
-                vec.fail_budget = min(vec.fail_budget * 2, 1 << 16)
-            # ---- fast run: plain records from pos ---------------------------------------
-            while pos + _HSIZE <= end and budget:
-                budget -= 1
-                (total, magic, crc, qid, flag, qo, po, sf, bt, ba, bp, stt, sa, sp, rt, pt, bl) = unpack(buf, pos)
-                hs = _HSIZE
-                if sf & 0x30 and magic == v1:  # IPv6 born or store host: that layout's header
-                    hdr = _HEADERS_V1[sf & 0x30]
-                    hs = hdr.size
-                    if pos + hs > end:
-                        break
-                    (total, magic, crc, qid, flag, qo, po, sf, bt, ba, bp, stt, sa, sp, rt, pt, bl) = hdr.unpack_from(buf, pos)
-                if magic != v1 or total <= 0 or bl < 0 or pos + total > end:
-                    break
-                p = pos + hs + bl
-                if p >= pos + total:
-                    break
-                tl = buf[p]
-                if tl > 127:
-                    break
-                tb = buf[p + 1 : p + 1 + tl]
-                q = p + 1 + tl
-                if q + 2 > pos + total:
-                    break
-                pl = (buf[q] << 8) | buf[q + 1]
-                if pl > 0x7FFF or pl == 0 or hs + bl + 3 + tl + pl != total:
-                    break
-                if bl and (crc32_raw(mv[pos + hs : p]) & 0x7FFFFFFF) != crc:
-                    break
-                if tb == sched:
-                    break
-                pb = buf[q + 2 : q + 2 + pl]
-                if len(pb.translate(None, bad)) != pl or (is5 and b"INNER_" in pb):
-                    break
-                props = pb.decode("utf-8", JAVA_REPLACE)
-                body = props[:-1] if props[-1] == "\x02" else props
-                segs = body.split("\x02")
-                try:
-                    d = dict(map(split, segs, sep1))
-                except ValueError:  # a segment without exactly one \x01
-                    break
-                if len(d) != len(segs) or "" in d or "\x01\x02" in props or body[-1] == "\x01":
-                    break
-                # ---- plain: filters, then the line --------------------------------------
-                t = topics.get(tb)
-                if t is None:
-                    name = tb.decode("utf-8", JAVA_REPLACE)
-                    t = topics[tb] = (name, enc(name))
-                if unfiltered or (lo <= pos < hi and (topic is None or t[0] == topic) and (queue_id is None or qid == queue_id)
-                                  and (since is None or stt >= since) and (until is None or stt <= until)):
-                    h = hosts.get((ba, bp, sa, sp))
-                    if h is None:
-                        h = hosts[(ba, bp, sa, sp)] = (
-                            enc(host_to_str(ba, bp)), enc(host_to_str(sa, sp)), '"' + (bytes(sa) + struct.pack(">i", sp)).hex().upper())
-                    tags = d.get("TAGS")
-                    keys = d.get("KEYS")
-                    uniq = d.get("UNIQ_KEY")
-                    if keys is None:
-                        kj = "[]"
-                    elif keys[0] != " " and keys[-1] != " " and "  " not in keys:
-                        kj = '["' + keys.replace(" ", '","') + '"]'
-                    else:
-                        kj = _value_json("keys", split_keys(keys))
-                    if tags is None:
-                        tj, tc = "null", 0
-                    else:
-                        tj = '"' + tags + '"'
-                        tc = tcodes.get(tags)
-                        if tc is None:
-                            tc = tcodes[tags] = tags_code(tags)
-                    uj = "null" if uniq is None else '"' + uniq + '"'
-                    segs.sort()
-                    # msg id = store host bytes + the record's own PHYSICALOFFSET bytes (28..36)
-                    # keys in sorted order, as render.dumps writes them (a test compares both)
-                    yield (
-                        f'{{"body_crc":{crc},"body_length":{bl},"born_host":{h[0]},"born_timestamp":{bt},'
-                        f'"crc_ok":true,"file":{fname},"flag":{flag},"keys":{kj},"magic":"V1",'
-                        f'"msg_id":{h[2]}{buf[pos + 28 : pos + 36].hex().upper()}","physical_offset":{po},"pos":{pos},'
-                        f'"prepared_transaction_offset":{pt},"properties":{{"'
-                        + '","'.join(segs).replace("\x01", '":"')
-                        + f'"}},"queue_id":{qid},"queue_offset":{qo},"reconsume_times":{rt},"status":"OK",'
-                        f'"store_host":{h[1]},"store_timestamp":{stt},"sys_flag":{sf},"tags":{tj},"tags_code":{tc},'
-                        f'"topic":{t[1]},"total_size":{total},"transaction_type":{tx[(sf >> 2) & 3]},"type":"message",'
-                        f'"uniq_key":{uj}}}'
-                    )
-                pos += total
+            pos, budget = yield from _record_lines(st, buf, mv, pos, end, budget)
             if pos >= end:
                 break
             if not budget:
                 continue
-            # ---- generic walk from pos until the next message after it --------------------
-            resume = None
-            for p2, c in walk_records(buf, end, base, profile, start=pos):
-                if p2 > pos and c.is_message:
-                    resume = p2
-                    break
-                if lo <= p2 < hi:
-                    r = _generic_record(f, buf, p2, c, topic, queue_id, since, until, content_filter)
-                    if r is not None:
-                        yield r
-                if c.is_blank:
-                    break
+            resume = yield from _generic_lines(f, buf, end, profile, pos, st, content_filter)
             if resume is None:
                 break
             pos = resume
@@ -598,6 +495,99 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
             vec.release()
             del vec
         mv.release()
+
+
+def _try_block(vec: _Vec, buf: Any, pos: int, end: int) -> tuple[tuple[int, list[bytes], int] | None, int]:
+    """(a block from ``pos`` or None, how many records the per-record path takes before a
+    block is tried again; -1: no limit)."""
+    if pos + _SYS_FLAG_END <= end and (buf[pos + _MAGIC_AT : pos + _MAGIC_AT + 4] != _V1_MAGIC
+                                       or buf[pos + _SYS_FLAG_END - 1] & 0x30):
+        # a record the blocks never take (IPv6 hosts, V2, ...): this one alone goes to the
+        # per-record paths, and the next one gets a block again (a record of another layout
+        # among plain ones must not end the blocks for a whole run; 2: when the per-record
+        # path refuses it, budget is left for the generic walk)
+        return None, 2
+    blk = _vector_block(vec, pos)
+    if blk is not None:
+        vec.fail_budget = 256
+        return blk, -1
+    budget = vec.fail_budget  # records for the per-record path before trying again
+    vec.fail_budget = min(vec.fail_budget * 2, 1 << 16)
+    return None, budget
+
+
+def _record_lines(st: _Lines, buf: Any, mv: memoryview, pos: int, end: int, budget: int) -> Generator[str, None, tuple[int, int]]:
+    """JSON lines of the plain records from ``pos`` (at most ``budget``, -1: no limit),
+    filtered; returns where they end and the budget left. Each line is what
+    ``message_line(message_fields(...))`` gives, keys in sorted order as render.dumps
+    writes them (a test compares both)."""
+    is5, topics, hosts, tcodes, fname, unfiltered = st.is5, st.topics, st.hosts, st.tcodes, st.fname, st.unfiltered
+    while pos + _HSIZE <= end and budget:
+        budget -= 1
+        got = plain_record(buf, mv, pos, end, is5)
+        if got is None:
+            break
+        h, tb, segs, d = got
+        (total, _magic, crc, qid, flag, qo, po, sf, bt, ba, bp, stt, sa, sp, rt, pt, bl) = h
+        t = topics.get(tb)
+        if t is None:
+            name = tb.decode("utf-8", JAVA_REPLACE)
+            t = topics[tb] = (name, _enc(name))
+        if unfiltered or (st.lo <= pos < st.hi and (st.topic is None or t[0] == st.topic)
+                          and (st.queue_id is None or qid == st.queue_id)
+                          and (st.since is None or stt >= st.since) and (st.until is None or stt <= st.until)):
+            hj = hosts.get((ba, bp, sa, sp))
+            if hj is None:
+                hj = hosts[(ba, bp, sa, sp)] = (_enc(host_to_str(ba, bp)), _enc(host_to_str(sa, sp)),
+                                                '"' + (bytes(sa) + struct.pack(">i", sp)).hex().upper())
+            tags = d.get("TAGS")
+            keys = d.get("KEYS")
+            uniq = d.get("UNIQ_KEY")
+            if keys is None:
+                kj = "[]"
+            elif keys[0] != " " and keys[-1] != " " and "  " not in keys:
+                kj = '["' + keys.replace(" ", '","') + '"]'
+            else:
+                kj = _value_json("keys", split_keys(keys))
+            if tags is None:
+                tj, tc = "null", 0
+            else:
+                tj = '"' + tags + '"'
+                tc = tcodes.get(tags)
+                if tc is None:
+                    tc = tcodes[tags] = tags_code(tags)
+            uj = "null" if uniq is None else '"' + uniq + '"'
+            segs.sort()
+            # msg id = store host bytes + the record's own PHYSICALOFFSET bytes
+            yield (
+                f'{{"body_crc":{crc},"body_length":{bl},"born_host":{hj[0]},"born_timestamp":{bt},'
+                f'"crc_ok":true,"file":{fname},"flag":{flag},"keys":{kj},"magic":"V1",'
+                f'"msg_id":{hj[2]}{buf[pos + _MSG_ID_AT : pos + _MSG_ID_AT + 8].hex().upper()}","physical_offset":{po},'
+                f'"pos":{pos},"prepared_transaction_offset":{pt},"properties":{{"'
+                + '","'.join(segs).replace("\x01", '":"')
+                + f'"}},"queue_id":{qid},"queue_offset":{qo},"reconsume_times":{rt},"status":"OK",'
+                f'"store_host":{hj[1]},"store_timestamp":{stt},"sys_flag":{sf},"tags":{tj},"tags_code":{tc},'
+                f'"topic":{t[1]},"total_size":{total},"transaction_type":{_TX[(sf >> 2) & 3]},"type":"message",'
+                f'"uniq_key":{uj}}}'
+            )
+        pos += total
+    return pos, budget
+
+
+def _generic_lines(f: StoreFile, buf: Any, end: int, profile: Any, pos: int, st: _Lines,
+                   content_filter: bool) -> Generator[Record, None, int | None]:
+    """The records of the generic walk from ``pos`` until the next message after it,
+    filtered; returns where that message starts (None: the walk ended)."""
+    for p2, c in walk_records(buf, end, f.base, profile, start=pos):
+        if p2 > pos and c.is_message:
+            return p2
+        if st.lo <= p2 < st.hi:
+            r = _generic_record(f, buf, p2, c, st.topic, st.queue_id, st.since, st.until, content_filter)
+            if r is not None:
+                yield r
+        if c.is_blank:
+            break
+    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -647,7 +637,6 @@ class _Vec:
 
 
 _HEXD = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
-_MSG_ID_AT = V4["physical_offset"]  # a msg id ends with the record's own PHYSICALOFFSET bytes
 # the header fields printed with the digit tables (which print non-negative numbers only)
 _DIGIT_FIELDS = ("body_crc", "queue_id", "flag", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
                  "store_timestamp", "reconsume_times", "prepared_transaction_offset")
