@@ -34,8 +34,8 @@ from .recovery.batch.blocks import gather, host_of_key, row_groups
 from .recovery.batch.layout import V4
 from .recovery.batch.plainrecord import HSIZE as _HSIZE
 from .recovery.batch.plainrecord import plain_record
+from .recovery.batch.plainrun import HEADER_COLUMNS, PlainFile, PlainRun, lead, plain_run
 from .recovery.batch.plainrun import SCHEDULE as _SCHEDULE
-from .recovery.batch.plainrun import PlainFile, PlainRun, lead, plain_run
 from .recovery.scan import blank_fields, iter_store_records, message_fields, walk_records
 from .recovery.store import Store, StoreFile
 from .render import dumps, render
@@ -637,9 +637,6 @@ class _Vec:
 
 
 _HEXD = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
-# the header fields printed with the digit tables (which print non-negative numbers only)
-_DIGIT_FIELDS = ("body_crc", "queue_id", "flag", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
-                 "store_timestamp", "reconsume_times", "prepared_transaction_offset")
 
 
 def _digits(np: Any, v: Any) -> list[Any]:
@@ -708,7 +705,7 @@ def _printable(run: PlainRun) -> int:
     than the first record's (each key is a column of its own). The records left."""
     n = run.n
     ok = np.ones(n, dtype=bool)
-    for name in _DIGIT_FIELDS:
+    for name in HEADER_COLUMNS:  # (printed with the digit tables)
         ok &= run.field(name)[:n] >= 0
     if "KEYS" in run.names:
         nsp = run.key_spaces().sum(axis=1)

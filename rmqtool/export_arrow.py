@@ -38,7 +38,7 @@ from .formats.properties import JAVA_REPLACE
 from .recovery import check as ck
 from .recovery.batch.blocks import distinct, host_of_key
 from .recovery.batch.blocks import rows as byte_rows
-from .recovery.batch.plainrun import SCHEDULE, PlainFile, PlainRun, plain_run
+from .recovery.batch.plainrun import HEADER_COLUMNS, SCHEDULE, PlainFile, PlainRun, plain_run
 from .recovery.scan import walk_records
 from .recovery.splits import Handoff, Split, open_split
 from .recovery.versions import BrokerProfile
@@ -159,7 +159,7 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
         run.cut(max(int(np.searchsorted(np.cumsum(run.body_length[: run.n]), 1 << 30, side="right")), 1))
         if run.n < MIN_BLOCK:
             return None
-    cols = _header_columns(st, run)
+    cols = _header_columns(st, run, schema)
     cols.update(_property_columns(st, run))
     cols.update(_host_columns(st, run))
     if st.with_body:
@@ -168,17 +168,18 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     return run.end_pos, run.n, batch
 
 
-def _header_columns(st: _State, run: PlainRun) -> dict[str, pa.Array]:
-    """The columns of the header fields, the topic and the constants."""
-    n, H = run.n, run.H
+def _header_columns(st: _State, run: PlainRun, schema: pa.Schema) -> dict[str, pa.Array]:
+    """The columns of the header fields (of the schema's types), the topic and the
+    constants."""
+    n = run.n
     cols: dict[str, pa.Array] = {}
+    for name in HEADER_COLUMNS:
+        cols[name] = _num(run.field(name)[:n].astype(_INT_TYPES[schema.field(name).type]))
     cols["store"] = _const_str(st.store, n)
     cols["file"] = _const_str(st.file_name, n)
     cols["pos"] = _num(np.asarray(run.P[:n], dtype=np.int64))
-    cols["physical_offset"] = _num(H["physical_offset"][:n].astype(np.int64))
     cols["type"] = _const_str("message", n)
     cols["status"] = _const_str(ck.OK, n)
-    cols["total_size"] = _num(run.total[:n].astype(np.int32))
     cols["magic"] = _const_str("V1", n)
     tnames: list[str | None] = []
     for raw in run.topics:
@@ -187,13 +188,7 @@ def _header_columns(st: _State, run: PlainRun) -> dict[str, pa.Array]:
             name = st.topics[raw] = None if raw == SCHEDULE else raw.decode("utf-8", JAVA_REPLACE)
         tnames.append(name)
     cols["topic"] = _table(tnames, run.topic_inv[:n], pa.string())
-    for name, dt in (("queue_id", np.int32), ("queue_offset", np.int64), ("born_timestamp", np.int64),
-                     ("store_timestamp", np.int64), ("reconsume_times", np.int32), ("flag", np.int32),
-                     ("prepared_transaction_offset", np.int64), ("body_length", np.int32), ("body_crc", np.int32)):
-        cols[name] = _num(H[name][:n].astype(dt))
-    sf = run.sys_flag[:n]
-    cols["sys_flag"] = _num(sf.astype(np.int32))
-    txc = sf & cl.TRANSACTION_MASK
+    txc = run.sys_flag[:n] & cl.TRANSACTION_MASK
     txinv, txfirst = distinct(txc)
     cols["transaction_type"] = _table([cl.TRANSACTION_TYPES[int(c)] for c in txc[txfirst].tolist()], txinv, pa.string())
     cols["crc_ok"] = _num(np.ones(n, dtype=bool))

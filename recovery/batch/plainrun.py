@@ -32,7 +32,7 @@ from .. import check as ck
 from .blocks import body_crcs_match, gather, host_keys, row_groups, rows, v1_lengths, v1_run_starts
 from .layout import V4
 
-__all__ = ["HEADER_DTYPE", "HSIZE", "PlainFile", "PlainRun", "lead", "plain_run"]
+__all__ = ["HEADER_COLUMNS", "HEADER_DTYPE", "HSIZE", "PlainFile", "PlainRun", "lead", "plain_run"]
 
 HSIZE = int(V4["body"])  # the V1 header with IPv4 hosts (88 bytes)
 SCHEDULE = ck.SCHEDULE_TOPIC.encode()
@@ -56,6 +56,11 @@ def _header_dtype() -> np.dtype[Any]:
 
 
 HEADER_DTYPE = _header_dtype()
+# the column spec of a run: the header fields that are columns of a plain record as they
+# are stored (:meth:`PlainRun.field`; every field but MAGICCODE, which is "V1", and the
+# hosts, :meth:`PlainRun.host_keys`), then the byte spans (topic, properties and their
+# values, body) and the distinct topics
+HEADER_COLUMNS = tuple(name for name in HEADER_DTYPE.names or () if name != "magic" and "_host_" not in name)
 
 # byte classes in properties: 0 plain (printable ASCII but " and \), 1 and 2 the
 # separators, 3 refused (NUL among them: a row's padding is told apart by its length)
