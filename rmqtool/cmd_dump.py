@@ -367,11 +367,13 @@ def commitlog_records(
 # ---------------------------------------------------------------------------------------
 # Fast path of ``dump commitlog --format jsonl`` (no --key/--msg-id/--body/--body-hash):
 # the same lines as ``message_line(message_fields(...))`` for every plainly valid record,
-# built without the per-record Checked/dict objects. "Plainly valid" = a V1 record with
-# IPv4 hosts whose lengths add up, whose body CRC matches, whose topic is not
-# SCHEDULE_TOPIC_XXXX, whose properties are "simple" (every segment key\x01value with
-# both non-empty, no duplicate keys, no character JSON must escape) and, on 5.x, no
-# INNER_ property. Anything else (and every BLANK or damaged spot) goes through the generic
+# built without the per-record Checked/dict objects. "Plainly valid" is the batch
+# decoder's rule: runs of plain records (``recovery.batch.plainrun``, rendered as blocks
+# of lines below) and single plain records (``recovery.batch.plainrecord``, a V1 record
+# of any host layout whose lengths add up, whose body CRC matches, whose topic is not
+# SCHEDULE_TOPIC_XXXX, whose properties are "simple": every segment key\x01value with
+# both non-empty, no duplicate keys, no character JSON must escape, and on 5.x no
+# INNER_ property). Anything else (and every BLANK or damaged spot) goes through the generic
 # walk (``recovery.scan.walk_records`` + ``message_fields``), so the output is identical;
 # tests/test_dump_cli.py asserts it on every fixture, synthetic and damaged store.
 
@@ -592,11 +594,12 @@ def _generic_lines(f: StoreFile, buf: Any, end: int, profile: Any, pos: int, st:
 
 # ---------------------------------------------------------------------------------------
 # Vectorised blocks of the fast path: up to _BLOCK consecutive plainly valid records of
-# one properties "shape" (the same keys in the same order) are decoded and rendered with
-# numpy at once. Every field is gathered from the record bytes at the offsets of the
-# schema-derived header struct; each line is laid out as fixed-width columns (constants,
-# right-aligned digits, left-aligned strings) padded with NUL bytes, which no JSON line
-# contains, and the NULs are squeezed out in one pass. Strings that depend on a few
+# one properties "shape" (the same keys in the same order), decoded at once by
+# ``recovery.batch.plainrun`` (header fields at the schema's offsets, byte spans of the
+# topic, properties and values), are rendered with numpy: each line is laid out as
+# fixed-width columns (constants, right-aligned digits, left-aligned strings) padded
+# with NUL bytes, which no JSON line contains, and the NULs are squeezed out in one
+# pass. Strings that depend on a few
 # distinct values (hosts, topic, TAGS + tags code, transaction type) come from small
 # tables built with the same Python functions as the generic path. A record this path
 # does not take (first one of another shape, non-ASCII properties, a CRC mismatch, ...)

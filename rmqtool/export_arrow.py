@@ -2,21 +2,20 @@
 
 The default path of the commitlog export (:func:`rmqtool.export_spark.run_export` hands
 the batches to Spark with ``mapInArrow``, so the JVM reads Arrow columns instead of
-unpickling one row tuple per record). Runs of *plain* records (the definition of
-``dump``'s fast path in :mod:`rmqtool.cmd_dump`: a V1 record with IPv4 hosts whose lengths
-add up, whose body CRC matches, whose topic is not SCHEDULE_TOPIC_XXXX, whose properties
-are printable ASCII ``key\\x01value`` segments, the same keys in the same order for the
-whole run, no duplicate key, on 5.x no INNER_ property) are decoded with numpy: the header
-fields are gathered at the offsets of the schema-derived V1 header struct for every
-record of the run at once, strings that take few distinct values (topic, hosts,
-transaction type, the TAGS codes) come from small tables built with the same Python
-functions as :func:`recovery.scan.message_fields`, the property values are cut out of
-the properties bytes with one mask (separator positions from flat searches, names
-compared as words) into one Arrow string buffer, from which TAGS, KEYS (split on spaces)
-and UNIQ_KEY are taken with Arrow's kernels, and bodies are gathered directly. Every other record
-(BLANKs, damage, CRC mismatches, other shapes) goes through the per-record path of
-:func:`rmqtool.export_spark.record_row` (the walk and field functions of ``dump``), in
-order. The rows are the same either way; tests/test_export_spark.py compares them with
+unpickling one row tuple per record). Runs of *plain* records (the one batch decoder's
+rule, :mod:`recovery.batch.plainrun`, which also serves ``dump``'s JSON lines: a V1
+record with IPv4 hosts whose lengths add up, whose body CRC matches, whose topic is not
+SCHEDULE_TOPIC_XXXX, whose properties are printable ASCII ``key\\x01value`` segments,
+the same keys in the same order for the whole run, no duplicate key, on 5.x no INNER_
+property) are decoded there into columns and byte spans and rendered here as Arrow
+arrays: the header columns from the header rows, strings that take few distinct values
+(topic, hosts, transaction type, the TAGS codes) from small tables built with the same
+Python functions as :func:`recovery.scan.message_fields`, the property values cut out of
+the properties bytes with one mask into one Arrow string buffer, from which TAGS, KEYS
+(split on spaces) and UNIQ_KEY are taken with Arrow's kernels, and bodies gathered
+directly. Every other record (BLANKs, damage, CRC mismatches, other shapes) goes
+through the per-record path of :func:`rmqtool.export_spark.record_row` (the walk and
+field functions of ``dump``), in order. The rows are the same either way; tests/test_export_spark.py compares them with
 ``dump commitlog`` field by field on every real fixture and tests/test_export_arrow.py
 compares both paths on synthetic and damaged stores.
 """
