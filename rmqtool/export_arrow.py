@@ -143,8 +143,18 @@ class _State:
         self.hosts: dict[int, tuple[str, bytes]] = {}  # key -> ("ip:port", msg id prefix hex)
         self.tags: dict[str, int] = {}
 
-    def release(self) -> None:
-        self.file.release()
+    # the mapped bytes, as split_batches releases them (``del st.A``, then ``st.mv.release()``)
+    @property
+    def A(self) -> np.ndarray:
+        return self.file.A
+
+    @A.deleter
+    def A(self) -> None:
+        del self.file.A
+
+    @property
+    def mv(self) -> memoryview:
+        return self.file.mv
 
 
 def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int, int, pa.RecordBatch] | None:
@@ -361,7 +371,8 @@ def split_batches(split: Split, version: str | BrokerProfile, with_body: bool, s
                 pending = []
         finally:
             if st is not None:
-                st.release()
+                del st.A
+                st.mv.release()
                 del st
         if handoff is not None:
             handoff.landed = landed
