@@ -555,9 +555,10 @@ def _record_lines(st: _Lines, buf: Any, mv: memoryview, pos: int, end: int, budg
                 tj, tc = "null", 0
             else:
                 tj = '"' + tags + '"'
-                tc = tcodes.get(tags)
-                if tc is None:
-                    tc = tcodes[tags] = tags_code(tags)
+                code = tcodes.get(tags)
+                if code is None:
+                    code = tcodes[tags] = tags_code(tags)
+                tc = code
             uj = "null" if uniq is None else '"' + uniq + '"'
             segs.sort()
             # msg id = store host bytes + the record's own PHYSICALOFFSET bytes

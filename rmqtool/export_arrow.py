@@ -96,9 +96,12 @@ def _num(a: np.ndarray) -> pa.Array:
 def _indices(a: pa.Array) -> np.ndarray:
     """An integer Arrow array without nulls as a numpy view of its buffer (see _num)."""
     dt = _INT_TYPES.get(a.type)
+    out: np.ndarray
     if a.null_count or dt is None:
-        return a.to_numpy(zero_copy_only=False)  # (not met: every row of a plain block has the value)
-    return np.frombuffer(a.buffers()[1], dtype=dt, count=a.offset + len(a))[a.offset:]
+        out = a.to_numpy(zero_copy_only=False)  # (not met: every row of a plain block has the value)
+    else:
+        out = np.frombuffer(a.buffers()[1], dtype=dt, count=a.offset + len(a))[a.offset:]
+    return out
 
 
 _INT_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64}
@@ -192,10 +195,9 @@ def _header_columns(st: _State, run: PlainRun, schema: pa.Schema) -> dict[str, p
     cols["magic"] = _const_str("V1", n)
     tnames: list[str | None] = []
     for raw in run.topics:
-        name = st.topics.get(raw, False)
-        if name is False:  # (SCHEDULE_TOPIC_XXXX: no record of the run has it)
-            name = st.topics[raw] = None if raw == SCHEDULE else raw.decode("utf-8", JAVA_REPLACE)
-        tnames.append(name)
+        if raw not in st.topics:  # (SCHEDULE_TOPIC_XXXX: no record of the run has it)
+            st.topics[raw] = None if raw == SCHEDULE else raw.decode("utf-8", JAVA_REPLACE)
+        tnames.append(st.topics[raw])
     cols["topic"] = _table(tnames, run.topic_inv[:n], pa.string())
     txc = run.sys_flag[:n] & cl.TRANSACTION_MASK
     txinv, txfirst = distinct(txc)
