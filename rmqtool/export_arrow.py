@@ -1,6 +1,6 @@
-"""Columnar commitlog rows for ``rmqtool export``: one split -> pyarrow RecordBatches.
-
-The default path of the commitlog export (:func:`rmqtool.export_spark.run_export` hands
+"""The vectorised block of ``rmqtool export``'s columnar path: runs of plain commitlog
+records -> one pyarrow RecordBatch (:func:`plain_block`, called by
+:func:`rmqtool.export.arrow.split_batches`; :func:`rmqtool.export.spark.run_export` hands
 the batches to Spark with ``mapInArrow``, so the JVM reads Arrow columns instead of
 unpickling one row tuple per record). Runs of *plain* records (the one batch decoder's
 rule, :mod:`recovery.batch.plainrun`, which also serves ``dump``'s JSON lines: a V1
@@ -14,8 +14,9 @@ Python functions as :func:`recovery.scan.message_fields`, the property values cu
 the properties bytes with one mask into one Arrow string buffer, from which TAGS, KEYS
 (split on spaces) and UNIQ_KEY are taken with Arrow's kernels, and bodies gathered
 directly. Every other record (BLANKs, damage, CRC mismatches, other shapes) goes
-through the per-record path of :func:`rmqtool.export_spark.record_row` (the walk and
-field functions of ``dump``), in order. The rows are the same either way; tests/test_export_spark.py compares them with
+through the per-record path of :func:`rmqtool.export.rows.record_row` (the walk and
+field functions of ``dump``), in order. The rows are the same either way;
+tests/test_export_spark.py compares them with
 ``dump commitlog`` field by field on every real fixture and tests/test_export_arrow.py
 compares both paths on synthetic and damaged stores.
 """
@@ -23,7 +24,6 @@ compares both paths on synthetic and damaged stores.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,24 +38,12 @@ from .recovery import check as ck
 from .recovery.batch.blocks import distinct, host_of_key
 from .recovery.batch.blocks import rows as byte_rows
 from .recovery.batch.plainrun import HEADER_COLUMNS, SCHEDULE, PlainFile, PlainRun, plain_run
-from .recovery.scan import walk_records
-from .recovery.splits import Handoff, Split, open_split
+from .recovery.splits import Split
 from .recovery.versions import BrokerProfile
 
 BLOCK = 8192  # records per vectorised block (one RecordBatch)
 MIN_BLOCK = 16  # fewer plain records than this: the per-record path
 PENDING = 4096  # per-record rows per RecordBatch
-
-_ARROW_TYPES = {
-    "string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "boolean": pa.bool_(), "binary": pa.binary(),
-    "array<string>": pa.list_(pa.string()),
-    "map<string,string>": pa.map_(pa.string(), pa.string()),
-}
-
-
-def arrow_schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
-    return pa.schema([pa.field(name, _ARROW_TYPES[t]) for name, t in columns])
-
 
 # ---------------------------------------------------------------------------------------
 # numpy helpers
@@ -158,6 +146,9 @@ class _State:
     @property
     def mv(self) -> memoryview:
         return self.file.mv
+
+
+BlockState = _State  # (what export.arrow.split_batches opens per file)
 
 
 def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int, int, pa.RecordBatch] | None:
@@ -289,93 +280,3 @@ def _host_columns(st: _State, run: PlainRun) -> dict[str, pa.Array]:
         "store_host": _table([h[0] for h in sinfo], sinv, pa.string()),
     }
 
-
-# ---------------------------------------------------------------------------------------
-# A split -> batches
-
-
-def rows_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
-    """A RecordBatch of row tuples (column order of ``schema``)."""
-    cols = []
-    for i, f in enumerate(schema):
-        vals = [r[i] for r in rows]
-        if pa.types.is_map(f.type):
-            vals = [None if v is None else list(v.items()) for v in vals]
-        cols.append(pa.array(vals, type=f.type))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
-
-
-def split_batches(split: Split, version: str | BrokerProfile, with_body: bool, schema: pa.Schema, counts: list[int] | None = None,
-                  handoff: Handoff | None = None) -> Iterator[pa.RecordBatch]:
-    """The rows of :func:`rmqtool.export_spark.commitlog_rows` for ``split`` as
-    RecordBatches (same rows, same order). ``counts`` (rows, messages, blanks, problems)
-    is updated in place; ``handoff`` filled as :func:`recovery.splits.iter_split` does."""
-    from .export_spark import record_row, worker_profile
-
-    profile = worker_profile(version)
-    n = [0, 0, 0, 0] if counts is None else counts
-    name, base = split.file_name, split.base
-    pending: list[tuple[Any, ...]] = []
-    with open_split(split, profile, handoff) as view:
-        if view is None:
-            return
-        buf, end, first, stop = view
-        st = _State(split, buf, end, profile, with_body) if profile.new_properties_parser else None
-        landed: int | None = None
-        pos = first
-        budget_next = 256
-        try:
-            while True:
-                if pos >= stop:
-                    landed = pos
-                    break
-                blk = plain_block(st, pos, stop, schema) if st is not None else None
-                if blk is not None:
-                    if pending:
-                        yield rows_batch(pending, schema)
-                        pending = []
-                    pos, m, batch = blk
-                    n[0] += m
-                    n[1] += m
-                    budget_next = 256
-                    yield batch
-                    continue
-                budget = budget_next  # messages for the per-record path before trying again
-                budget_next = min(budget_next * 2, 1 << 16)
-                resume: int | None = None
-                reached = False
-                walker = walk_records(buf, end, base, profile, start=pos)
-                try:
-                    for p2, c in walker:
-                        if p2 >= stop:
-                            landed, reached = p2, True
-                            break
-                        if p2 > pos and c.is_message and st is not None:
-                            budget -= 1
-                            if budget <= 0:
-                                resume = p2
-                                break
-                        pending.append(record_row(split.store, name, base, buf, p2, c, with_body, n))
-                        if len(pending) >= PENDING:
-                            yield rows_batch(pending, schema)
-                            pending = []
-                finally:
-                    walker.close()
-                if reached:
-                    break
-                if resume is None:  # the walk ended before the next split's first record
-                    if stop < end:
-                        landed = end
-                    break
-                pos = resume
-            if pending:
-                yield rows_batch(pending, schema)
-                pending = []
-        finally:
-            if st is not None:
-                del st.A
-                st.mv.release()
-                del st
-        if handoff is not None:
-            handoff.landed = landed
-        del buf
