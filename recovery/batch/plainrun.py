@@ -1,6 +1,6 @@
 """Runs of *plain* commitlog records decoded at once: the columns and byte spans that
 ``dump``'s JSON lines (:mod:`rmqtool.cmd_dump`) and ``export``'s Arrow batches
-(:mod:`rmqtool.export_arrow`) render, so that both are renderers of one decode.
+(the export command's block renderer) render, so that both are renderers of one decode.
 
 A record is plain when it is a V1 record with IPv4 hosts whose lengths add up
 (:func:`.blocks.v1_lengths`), whose body CRC matches, whose topic is not
