@@ -9,15 +9,13 @@ not OK), 8 operational error.
 
 from __future__ import annotations
 
-import itertools
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 import click
+import numpy as np
 
-from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, v1_lengths, v1_run_starts
-from .blocks import rows as byte_rows
 from .brokeropts import broker_config_option
 from .cmdopts import store_command_options
 from .dump_output import Block as _Block
@@ -26,14 +24,20 @@ from .dump_output import expand as _expand
 from .dump_output import message_line, output, write_jsonl
 from .dump_output import value_json as _value_json
 from .formats import commitlog as cl
-from .formats.crc import crc32_raw
+from .formats.javahash import tags_code
+from .formats.names import host_to_str
 from .formats.properties import JAVA_REPLACE, split_keys
 from .options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from .output import output_file_options
 from .progress import progress_option, quiet_flag
-from .recovery import check as ck
 from .recovery import query as qy
 from .recovery import records as rec
+from .recovery.batch.blocks import gather, host_of_key, row_groups
+from .recovery.batch.layout import V4
+from .recovery.batch.plainrecord import HSIZE as _HSIZE
+from .recovery.batch.plainrecord import plain_record
+from .recovery.batch.plainrun import HEADER_COLUMNS, PlainFile, PlainRun, lead, plain_run
+from .recovery.batch.plainrun import SCHEDULE as _SCHEDULE
 from .recovery.records import (
     Record,
     checkpoint_record,
@@ -42,6 +46,7 @@ from .recovery.records import (
     generic_record,
     index_hit_records,
 )
+from .recovery.scan import walk_records
 from .recovery.store import Store, StoreFile
 
 COMMITLOG_COLUMNS = rec.COMMITLOG.table_columns()
@@ -71,21 +76,23 @@ def limit_option(f: Callable[..., Any]) -> Callable[..., Any]:
 # ---------------------------------------------------------------------------------------
 # Fast path of ``dump commitlog --format jsonl`` (no --key/--msg-id/--body/--body-hash):
 # the same lines as ``message_line(message_fields(...))`` for every plainly valid record,
-# built without the per-record Checked/dict objects. "Plainly valid" = a V1 record with
-# IPv4 hosts whose lengths add up, whose body CRC matches, whose topic is not
-# SCHEDULE_TOPIC_XXXX, whose properties are "simple" (every segment key\x01value with
-# both non-empty, no duplicate keys, no character JSON must escape) and, on 5.x, no
-# INNER_ property. Anything else (and every BLANK or damaged spot) goes through the generic
+# built without the per-record Checked/dict objects. "Plainly valid" is the batch
+# decoder's rule: runs of plain records (``recovery.batch.plainrun``, rendered as blocks
+# of lines below) and single plain records (``recovery.batch.plainrecord``, a V1 record
+# of any host layout whose lengths add up, whose body CRC matches, whose topic is not
+# SCHEDULE_TOPIC_XXXX, whose properties are "simple": every segment key\x01value with
+# both non-empty, no duplicate keys, no character JSON must escape, and on 5.x no
+# INNER_ property). Anything else (and every BLANK or damaged spot) goes through the generic
 # walk (``recovery.scan.walk_records`` + ``message_fields``), so the output is identical;
 # tests/test_dump_cli.py asserts it on every fixture, synthetic and damaged store.
 
-_V1_HEADER = cl.LAYOUTS[(cl.MAGIC_V1, 0)].header  # derived from MESSAGE_V1 (formats.schema)
-_HSIZE = _V1_HEADER.size
-_HEADERS_V1 = {h: cl.LAYOUTS[(cl.MAGIC_V1, h)].header for h in (0x10, 0x20, 0x30)}  # IPv6 born/store hosts
 _V1_MAGIC = struct.pack(">i", cl.MAGIC_V1)
-_BAD_JSON_BYTES = bytes(range(0, 1)) + bytes(range(3, 32)) + b'"\\'
-_SCHEDULE = ck.SCHEDULE_TOPIC.encode()
+_MAGIC_AT = V4["magic"]
+_SYS_FLAG_END = V4["born_timestamp"]  # (SYSFLAG's last byte holds the host bits)
+_MSG_ID_AT = V4["physical_offset"]  # a msg id ends with the record's own PHYSICALOFFSET bytes
 _TX = ('"NOT_TYPE"', '"PREPARED"', '"COMMIT"', '"ROLLBACK"')
+
+
 def commitlog_lines(
     store: Store,
     profile: Any,
@@ -123,155 +130,50 @@ def _commitlog_blocks(
                                    content_filter, sp)
 
 
+class _Lines:
+    """Per-file state of the per-record JSON lines: the filters (positions ``[lo, hi)``
+    of the file, topic, queue id, store time) and tables cached across records."""
+
+    def __init__(self, fname: str, is5: bool, lo: int, hi: int, unfiltered: bool, topic: str | None,
+                 queue_id: int | None, since: int | None, until: int | None) -> None:
+        self.fname = _enc(fname)
+        self.is5 = is5
+        self.lo, self.hi, self.unfiltered = lo, hi, unfiltered
+        self.topic, self.queue_id, self.since, self.until = topic, queue_id, since, until
+        self.hosts: dict[tuple[bytes, int, bytes, int], tuple[str, str, str]] = {}  # -> born, store, msg id prefix
+        self.topics: dict[bytes, tuple[str, str]] = {}  # -> name, JSON
+        self.tcodes: dict[str, int] = {}
+
+
 def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | None, queue_id: int | None,
                 from_offset: int | None, to_offset: int | None, since: int | None, until: int | None,
-                content_filter: bool, start_pos: int = 0) -> Iterator[str | Record]:
-    from itertools import repeat
-
-    from .formats.javahash import tags_code
-    from .formats.names import host_to_str
-    from .recovery.scan import walk_records
-
-    base = f.base
-    lo = -1 if from_offset is None else from_offset - base  # position range [lo, hi) of this file
-    hi = end + 1 if to_offset is None else to_offset - base
-    unpack = _V1_HEADER.unpack_from
-    v1 = cl.MAGIC_V1
-    is5 = profile.is_5x
-    fname = _enc(f.name)
-    enc = _enc
-    tx = _TX
-    hosts: dict[tuple[bytes, int, bytes, int], tuple[str, str, str]] = {}  # -> born, store, msg id prefix
-    topics: dict[bytes, tuple[str, str]] = {}
-    tcodes: dict[str, int] = {}
+                content_filter: bool, start_pos: int = 0) -> Iterator[Any]:
+    """One file's output of :func:`_commitlog_blocks` from ``start_pos`` (a record start:
+    0, or where a seek found one, recovery.seek): blocks of plain records (``_Block``,
+    unfiltered only), a JSON line for each other plain record, a record of the generic
+    walk for the rest."""
+    lo = -1 if from_offset is None else from_offset - f.base  # position range [lo, hi) of this file
+    hi = end + 1 if to_offset is None else to_offset - f.base
     unfiltered = lo < 0 and hi > end and not content_filter
-    split = str.split
-    sep1 = repeat("\x01")
-    bad = _BAD_JSON_BYTES
-    sched = _SCHEDULE
+    st = _Lines(f.name, profile.is_5x, lo, hi, unfiltered, topic, queue_id, since, until)
     mv = memoryview(buf)
     vec = _Vec(buf, mv, end, f.name, profile) if unfiltered else None
     try:
-        pos = start_pos  # a record start (0, or where a seek found one: recovery.seek)
+        pos = start_pos
         while pos < end:
             budget = -1
-            if vec is not None and pos + 40 <= end and (buf[pos + 4 : pos + 8] != _V1_MAGIC or buf[pos + 39] & 0x30):
-                # a record the blocks never take (IPv6 hosts, V2, ...): this one alone goes
-                # to the per-record paths, and the next one gets a block again (a record of
-                # another layout among plain ones must not end the blocks for a whole run;
-                # 2: when the per-record path refuses it, budget is left for the generic walk)
-                budget = 2
-            elif vec is not None:
-                # ---- vectorised block of plain records from pos ---------------------------
-                blk = _vector_block(vec, pos)
+            if vec is not None:
+                blk, budget = _try_block(vec, buf, pos, end)
                 if blk is not None:
                     pos = blk[0]
-                    vec.fail_budget = 256
                     yield _Block(blk[1], blk[2])
                     continue
-                budget = vec.fail_budget  # records for the per-record path before trying again
-                vec.fail_budget = min(vec.fail_budget * 2, 1 << 16)
-            # ---- fast run: plain records from pos ---------------------------------------
-            while pos + _HSIZE <= end and budget:
-                budget -= 1
-                (total, magic, crc, qid, flag, qo, po, sf, bt, ba, bp, stt, sa, sp, rt, pt, bl) = unpack(buf, pos)
-                hs = _HSIZE
-                if sf & 0x30 and magic == v1:  # IPv6 born or store host: that layout's header
-                    hdr = _HEADERS_V1[sf & 0x30]
-                    hs = hdr.size
-                    if pos + hs > end:
-                        break
-                    (total, magic, crc, qid, flag, qo, po, sf, bt, ba, bp, stt, sa, sp, rt, pt, bl) = hdr.unpack_from(buf, pos)
-                if magic != v1 or total <= 0 or bl < 0 or pos + total > end:
-                    break
-                p = pos + hs + bl
-                if p >= pos + total:
-                    break
-                tl = buf[p]
-                if tl > 127:
-                    break
-                tb = buf[p + 1 : p + 1 + tl]
-                q = p + 1 + tl
-                if q + 2 > pos + total:
-                    break
-                pl = (buf[q] << 8) | buf[q + 1]
-                if pl > 0x7FFF or pl == 0 or hs + bl + 3 + tl + pl != total:
-                    break
-                if bl and (crc32_raw(mv[pos + hs : p]) & 0x7FFFFFFF) != crc:
-                    break
-                if tb == sched:
-                    break
-                pb = buf[q + 2 : q + 2 + pl]
-                if len(pb.translate(None, bad)) != pl or (is5 and b"INNER_" in pb):
-                    break
-                props = pb.decode("utf-8", JAVA_REPLACE)
-                body = props[:-1] if props[-1] == "\x02" else props
-                segs = body.split("\x02")
-                try:
-                    d = dict(map(split, segs, sep1))
-                except ValueError:  # a segment without exactly one \x01
-                    break
-                if len(d) != len(segs) or "" in d or "\x01\x02" in props or body[-1] == "\x01":
-                    break
-                # ---- plain: filters, then the line --------------------------------------
-                t = topics.get(tb)
-                if t is None:
-                    name = tb.decode("utf-8", JAVA_REPLACE)
-                    t = topics[tb] = (name, enc(name))
-                if unfiltered or (lo <= pos < hi and (topic is None or t[0] == topic) and (queue_id is None or qid == queue_id)
-                                  and (since is None or stt >= since) and (until is None or stt <= until)):
-                    h = hosts.get((ba, bp, sa, sp))
-                    if h is None:
-                        h = hosts[(ba, bp, sa, sp)] = (
-                            enc(host_to_str(ba, bp)), enc(host_to_str(sa, sp)), '"' + (bytes(sa) + struct.pack(">i", sp)).hex().upper())
-                    tags = d.get("TAGS")
-                    keys = d.get("KEYS")
-                    uniq = d.get("UNIQ_KEY")
-                    if keys is None:
-                        kj = "[]"
-                    elif keys[0] != " " and keys[-1] != " " and "  " not in keys:
-                        kj = '["' + keys.replace(" ", '","') + '"]'
-                    else:
-                        kj = _value_json("keys", split_keys(keys))
-                    if tags is None:
-                        tj, tc = "null", 0
-                    else:
-                        tj = '"' + tags + '"'
-                        tc = tcodes.get(tags)
-                        if tc is None:
-                            tc = tcodes[tags] = tags_code(tags)
-                    uj = "null" if uniq is None else '"' + uniq + '"'
-                    segs.sort()
-                    # msg id = store host bytes + the record's own PHYSICALOFFSET bytes (28..36)
-                    # keys in sorted order, as render.dumps writes them (a test compares both)
-                    yield (
-                        f'{{"body_crc":{crc},"body_length":{bl},"born_host":{h[0]},"born_timestamp":{bt},'
-                        f'"crc_ok":true,"file":{fname},"flag":{flag},"keys":{kj},"magic":"V1",'
-                        f'"msg_id":{h[2]}{buf[pos + 28 : pos + 36].hex().upper()}","physical_offset":{po},"pos":{pos},'
-                        f'"prepared_transaction_offset":{pt},"properties":{{"'
-                        + '","'.join(segs).replace("\x01", '":"')
-                        + f'"}},"queue_id":{qid},"queue_offset":{qo},"reconsume_times":{rt},"status":"OK",'
-                        f'"store_host":{h[1]},"store_timestamp":{stt},"sys_flag":{sf},"tags":{tj},"tags_code":{tc},'
-                        f'"topic":{t[1]},"total_size":{total},"transaction_type":{tx[(sf >> 2) & 3]},"type":"message",'
-                        f'"uniq_key":{uj}}}'
-                    )
-                pos += total
+            pos, budget = yield from _record_lines(st, buf, mv, pos, end, budget)
             if pos >= end:
                 break
             if not budget:
                 continue
-            # ---- generic walk from pos until the next message after it --------------------
-            resume = None
-            for p2, c in walk_records(buf, end, base, profile, start=pos):
-                if p2 > pos and c.is_message:
-                    resume = p2
-                    break
-                if lo <= p2 < hi:
-                    r = _generic_record(f, buf, p2, c, topic, queue_id, since, until, content_filter)
-                    if r is not None:
-                        yield r
-                if c.is_blank:
-                    break
+            resume = yield from _generic_lines(f, buf, end, profile, pos, st, content_filter)
             if resume is None:
                 break
             pos = resume
@@ -282,13 +184,108 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
         mv.release()
 
 
+def _try_block(vec: _Vec, buf: Any, pos: int, end: int) -> tuple[tuple[int, list[bytes], int] | None, int]:
+    """(a block from ``pos`` or None, how many records the per-record path takes before a
+    block is tried again; -1: no limit)."""
+    if pos + _SYS_FLAG_END <= end and (buf[pos + _MAGIC_AT : pos + _MAGIC_AT + 4] != _V1_MAGIC
+                                       or buf[pos + _SYS_FLAG_END - 1] & 0x30):
+        # a record the blocks never take (IPv6 hosts, V2, ...): this one alone goes to the
+        # per-record paths, and the next one gets a block again (a record of another layout
+        # among plain ones must not end the blocks for a whole run; 2: when the per-record
+        # path refuses it, budget is left for the generic walk)
+        return None, 2
+    blk = _vector_block(vec, pos)
+    if blk is not None:
+        vec.fail_budget = 256
+        return blk, -1
+    budget = vec.fail_budget  # records for the per-record path before trying again
+    vec.fail_budget = min(vec.fail_budget * 2, 1 << 16)
+    return None, budget
+
+
+def _record_lines(st: _Lines, buf: Any, mv: memoryview, pos: int, end: int, budget: int) -> Generator[str, None, tuple[int, int]]:
+    """JSON lines of the plain records from ``pos`` (at most ``budget``, -1: no limit),
+    filtered; returns where they end and the budget left. Each line is what
+    ``message_line(message_fields(...))`` gives, keys in sorted order as render.dumps
+    writes them (a test compares both)."""
+    is5, topics, hosts, tcodes, fname, unfiltered = st.is5, st.topics, st.hosts, st.tcodes, st.fname, st.unfiltered
+    while pos + _HSIZE <= end and budget:
+        budget -= 1
+        got = plain_record(buf, mv, pos, end, is5)
+        if got is None:
+            break
+        h, tb, segs, d = got
+        (total, _magic, crc, qid, flag, qo, po, sf, bt, ba, bp, stt, sa, sp, rt, pt, bl) = h
+        t = topics.get(tb)
+        if t is None:
+            name = tb.decode("utf-8", JAVA_REPLACE)
+            t = topics[tb] = (name, _enc(name))
+        if unfiltered or (st.lo <= pos < st.hi and (st.topic is None or t[0] == st.topic)
+                          and (st.queue_id is None or qid == st.queue_id)
+                          and (st.since is None or stt >= st.since) and (st.until is None or stt <= st.until)):
+            hj = hosts.get((ba, bp, sa, sp))
+            if hj is None:
+                hj = hosts[(ba, bp, sa, sp)] = (_enc(host_to_str(ba, bp)), _enc(host_to_str(sa, sp)),
+                                                '"' + (bytes(sa) + struct.pack(">i", sp)).hex().upper())
+            tags = d.get("TAGS")
+            keys = d.get("KEYS")
+            uniq = d.get("UNIQ_KEY")
+            if keys is None:
+                kj = "[]"
+            elif keys[0] != " " and keys[-1] != " " and "  " not in keys:
+                kj = '["' + keys.replace(" ", '","') + '"]'
+            else:
+                kj = _value_json("keys", split_keys(keys))
+            if tags is None:
+                tj, tc = "null", 0
+            else:
+                tj = '"' + tags + '"'
+                code = tcodes.get(tags)
+                if code is None:
+                    code = tcodes[tags] = tags_code(tags)
+                tc = code
+            uj = "null" if uniq is None else '"' + uniq + '"'
+            segs.sort()
+            # msg id = store host bytes + the record's own PHYSICALOFFSET bytes
+            yield (
+                f'{{"body_crc":{crc},"body_length":{bl},"born_host":{hj[0]},"born_timestamp":{bt},'
+                f'"crc_ok":true,"file":{fname},"flag":{flag},"keys":{kj},"magic":"V1",'
+                f'"msg_id":{hj[2]}{buf[pos + _MSG_ID_AT : pos + _MSG_ID_AT + 8].hex().upper()}","physical_offset":{po},'
+                f'"pos":{pos},"prepared_transaction_offset":{pt},"properties":{{"'
+                + '","'.join(segs).replace("\x01", '":"')
+                + f'"}},"queue_id":{qid},"queue_offset":{qo},"reconsume_times":{rt},"status":"OK",'
+                f'"store_host":{hj[1]},"store_timestamp":{stt},"sys_flag":{sf},"tags":{tj},"tags_code":{tc},'
+                f'"topic":{t[1]},"total_size":{total},"transaction_type":{_TX[(sf >> 2) & 3]},"type":"message",'
+                f'"uniq_key":{uj}}}'
+            )
+        pos += total
+    return pos, budget
+
+
+def _generic_lines(f: StoreFile, buf: Any, end: int, profile: Any, pos: int, st: _Lines,
+                   content_filter: bool) -> Generator[Record, None, int | None]:
+    """The records of the generic walk from ``pos`` until the next message after it,
+    filtered; returns where that message starts (None: the walk ended)."""
+    for p2, c in walk_records(buf, end, f.base, profile, start=pos):
+        if p2 > pos and c.is_message:
+            return p2
+        if st.lo <= p2 < st.hi:
+            r = _generic_record(f, buf, p2, c, st.topic, st.queue_id, st.since, st.until, content_filter)
+            if r is not None:
+                yield r
+        if c.is_blank:
+            break
+    return None
+
+
 # ---------------------------------------------------------------------------------------
 # Vectorised blocks of the fast path: up to _BLOCK consecutive plainly valid records of
-# one properties "shape" (the same keys in the same order) are decoded and rendered with
-# numpy at once. Every field is gathered from the record bytes at the offsets of the
-# schema-derived header struct; each line is laid out as fixed-width columns (constants,
-# right-aligned digits, left-aligned strings) padded with NUL bytes, which no JSON line
-# contains, and the NULs are squeezed out in one pass. Strings that depend on a few
+# one properties "shape" (the same keys in the same order), decoded at once by
+# ``recovery.batch.plainrun`` (header fields at the schema's offsets, byte spans of the
+# topic, properties and values), are rendered with numpy: each line is laid out as
+# fixed-width columns (constants, right-aligned digits, left-aligned strings) padded
+# with NUL bytes, which no JSON line contains, and the NULs are squeezed out in one
+# pass. Strings that depend on a few
 # distinct values (hosts, topic, TAGS + tags code, transaction type) come from small
 # tables built with the same Python functions as the generic path. A record this path
 # does not take (first one of another shape, non-ASCII properties, a CRC mismatch, ...)
@@ -301,54 +298,26 @@ _SUB = 1024  # lines laid out at once
 _BLOCK_BYTES = 32 << 20  # and at most about this much of the file per block (bounded memory)
 
 
-def _header_offsets() -> dict[str, tuple[int, str]]:
-    """name -> (offset, struct code) of the V1 header fields, from the schema."""
-    from .formats.schema import field_layout
-
-    layout = field_layout(cl.MESSAGE_V1, {"sys_flag": 0})
-    if sum(struct.calcsize(">" + code) for _n, _o, code in layout) != _HSIZE:
-        raise RuntimeError("V1 header layout changed")
-    return {name: (offset, code) for name, offset, code in layout}
 
 
 class _Vec:
     """Per-file state of the vectorised path (tables cached across blocks)."""
 
     def __init__(self, buf: Any, mv: memoryview, end: int, fname: str, profile: Any) -> None:
-        import numpy as np
-
-        self.np = np
-        self.buf = buf
-        self.mv = mv
-        self.end = end
-        self.A = np.frombuffer(mv, dtype=np.uint8, count=end)
+        self.file = PlainFile(buf, end, profile.is_5x, mv)
         self.fname = _enc(fname).encode()
-        self.is5 = profile.is_5x
         self.hosts: dict[int, tuple[bytes, bytes]] = {}
-        self.topics: dict[bytes, bytes | None] = {}
+        self.topics: dict[bytes, bytes] = {}
         self.tags: dict[bytes, bytes] = {}
         self.fail_budget = 256
         self.block = _FIRST_BLOCK
         self.layout: tuple[tuple[Any, ...], Any] | None = None
 
     def release(self) -> None:
-        del self.A
+        self.file.release()
 
 
-def _np_tables() -> tuple[Any, Any, dict[str, tuple[int, str]], Any]:
-    import numpy as np
-
-    hexd = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
-    allowed = np.zeros(256, dtype=bool)
-    allowed[0x20:0x80] = True
-    allowed[[0x22, 0x5C]] = False
-    classes = np.where(allowed, 0, 3).astype(np.uint8)  # 0 plain, 1 and 2 the separators, 3 refused
-    classes[[1, 2]] = (1, 2)
-    dtypes = {"l": ">i4", "i": ">i4", "q": ">i8"}
-    return hexd, classes, _header_offsets(), dtypes
-
-
-_TABLES: Any = None
+_HEXD = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
 
 
 def _digits(np: Any, v: Any) -> list[Any]:
@@ -399,209 +368,72 @@ def _table_piece(np: Any, inv: Any, entries: list[bytes]) -> Any:
 def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
     """(position after the block, the block's lines, their count) for the plain records from ``pos``,
     or None when fewer than _MIN_BLOCK records qualify."""
-    from .formats.javahash import tags_code
-    from .formats.names import host_to_str
-
-    global _TABLES
-    if _TABLES is None:
-        _TABLES = _np_tables()
-    hexd, classes, offs, dtypes = _TABLES
-    np = vec.np
-    buf, A, end = vec.buf, vec.A, vec.end
-    # ---- record starts: the boundary walk (V1 records that fit) -------------------------
-    hs = _HSIZE
     limit = vec.block
     vec.block = _FIRST_BLOCK  # unless this block runs to its end (below)
     # at most about _BLOCK_BYTES of the file per block (bounded memory)
-    P = v1_run_starts(buf, A, pos, end, min(end, pos + _BLOCK_BYTES) - hs + 1, limit, _MIN_BLOCK, hs)
-    if P is None:
+    run = plain_run(vec.file, pos, min(vec.file.end, pos + _BLOCK_BYTES) - _HSIZE + 1, limit, _MIN_BLOCK)
+    if run is None or _printable(run) < _MIN_BLOCK:
         return None
-    n = len(P)
-    H = byte_rows(A, P, hs)  # [n, header]
+    n = run.n
+    parts = _lay_out(vec, _line_pieces(vec, run), n)
+    vec.block = min(2 * limit, _BLOCK) if n == limit else max(_FIRST_BLOCK, min(2 * n, _BLOCK))
+    return run.end_pos, parts, n
 
-    def field(name: str) -> Any:
-        o, code = offs[name]
-        if code.endswith("s"):
-            return H[:, o : o + int(code[:-1])]
-        dt = np.dtype(dtypes[code])
-        return np.ascontiguousarray(H[:, o : o + dt.itemsize]).view(dt).reshape(n).astype(np.int64)
 
-    total = field("total_size")
-    crc = field("body_crc")
-    qid = field("queue_id")
-    flag = field("flag")
-    qo = field("queue_offset")
-    po = field("physical_offset")
-    sf = field("sys_flag")
-    bt = field("born_timestamp")
-    bport = field("born_host.port")
-    stt = field("store_timestamp")
-    sport = field("store_host.port")
-    rt = field("reconsume_times")
-    pt = field("prepared_transaction_offset")
-    bl = field("body_length")
-    baddr = field("born_host.address")
-    saddr = field("store_host.address")
-    # ---- sizes (the fast path's checks) -------------------------------------------------
-    ok, tpos, tl, q, pl = v1_lengths(A, P, total, sf, bl, hs)
-    for v in (crc, qid, flag, qo, po, sf, bt, stt, rt, pt):
-        ok &= v >= 0
-    if not ok[0]:
-        return None
-    n = int(ok.argmin()) if not ok.all() else n
-    if n < _MIN_BLOCK:
-        return None
-    # ---- body CRC (zlib, one call per body, no Python loop) ------------------------------
-    ok = ok[:n] & body_crcs_match(vec.mv, P[:n], bl[:n], crc[:n], hs)
-    # ---- topic (table of distinct names; SCHEDULE_TOPIC_XXXX is not plain) --------------
-    tl, q, pl = tl[:n], q[:n], pl[:n]
-    tw = int(tl.max())
-    tk = np.empty((n, tw + 1), dtype=np.uint8)
-    tk[:, 0] = tl
-    tk[:, 1:] = gather(A, tpos[:n] + 1, tl, tw)
-    tinv, tfirst = row_groups(tk)
-    tentries: list[bytes] = []
-    for i, row in enumerate(tk[tfirst]):
-        raw = row[1 : 1 + int(row[0])].tobytes()
-        js = vec.topics.get(raw)
-        if js is None and raw not in vec.topics:
-            js = vec.topics[raw] = None if raw == _SCHEDULE else _enc(raw.decode("utf-8", JAVA_REPLACE)).encode()
-        if js is None:
-            ok &= tinv != i
-            js = b"null"
-        tentries.append(js)
-    # ---- properties: the shape of the first record ------------------------------------
-    pstart = q + 2
-    pw = int(pl.max())
-    PM = gather(A, pstart, pl, pw)
-    uniform = False  # every record: no refused byte, the separators where the first has them
-    if int(pl.min()) == pw:
-        C = classes[PM]
-        crow = C[0]
-        if int(crow.max()) < 3 and bool((C == crow).all()):
-            uniform = True
-        else:
-            ok &= (C < 3).all(axis=1)
-    else:
-        ok &= ~((np.arange(pw)[None, :] < pl[:, None]) & (classes[PM] == 3)).any(axis=1)
-    if vec.is5:
-        pstl, pendl = pstart.tolist(), (pstart + pl).tolist()
-        ok &= np.fromiter(map(buf.find, itertools.repeat(b"INNER_", n), pstl, pendl), dtype=np.int64, count=n) < 0
-    if not ok[0]:
-        return None
-    first = PM[0, : int(pl[0])].tobytes().decode("ascii")
-    trailing = first.endswith("\x02")
-    segs = (first[:-1] if trailing else first).split("\x02")
-    kv = [s.split("\x01") for s in segs]
-    keys = [x[0] for x in kv]
-    k = len(keys)
-    if any(len(x) != 2 or not x[0] or not x[1] for x in kv) or len(set(keys)) != k:
-        return None
-    m2 = k - 1 + trailing
-    if uniform:
-        if int((crow == 1).sum()) != k or int((crow == 2).sum()) != m2:
-            return None
-        D = np.broadcast_to(np.flatnonzero(crow == 2), (n, m2)) if m2 else np.zeros((n, 1), dtype=np.int64)
-    else:
-        is2 = PM == 2
-        ok &= ((PM == 1).sum(axis=1) == k) & (is2.sum(axis=1) == m2)
-        D = np.zeros((n, max(m2, 1)), dtype=np.int64)
-        if m2 and ok.all():
-            D[:] = np.nonzero(is2)[1].reshape(-1, m2)
-        elif m2:
-            rows = np.flatnonzero(ok)
-            D[rows] = np.nonzero(is2[rows])[1].reshape(-1, m2)
-    ar = np.arange(n)
-    pcol = pw - 1
-    # one layout for every record (same value lengths): keys and values are columns of PM
-    fixed = bool(ok.all()) and int(pl.min()) == pw and (m2 == 0 or bool((D == D[0]).all()))
-    vals: dict[str, tuple[Any, Any]] = {}
-    ks = np.zeros(n, dtype=np.int64)
-    for i, key in enumerate(keys):
-        kb = np.frombuffer(key.encode(), dtype=np.uint8)
-        kl = len(kb)
-        c0 = int(ks[0])
-        if fixed and c0 + kl + 1 <= pw:
-            got = PM[:, c0 : c0 + kl + 1]
-        else:
-            got = byte_rows(A, pstart + np.minimum(ks, pcol), kl + 1)
-        ok &= (got[:, :kl] == kb).all(axis=1) & (got[:, kl] == 1)
-        vs = ks + kl + 1
-        ve = D[:, i] if i < k - 1 else (D[:, i] if trailing else pl)
-        ok &= ve > vs
-        if i < k - 1:
-            ks = D[:, i] + 1
-        vals[key] = (vs, ve - vs)
-    if trailing:
-        ok &= D[:, k - 1] == pl - 1
-    if not ok[0]:
-        return None
-    n = int(ok.argmin()) if not ok.all() else n
-    if n < _MIN_BLOCK:
-        return None
+def _printable(run: PlainRun) -> int:
+    """Cut ``run`` at the first record the lines of a block cannot print: a negative
+    number (the digit tables print non-negative ones), KEYS of another number of keys
+    than the first record's (each key is a column of its own). The records left."""
+    n = run.n
+    ok = np.ones(n, dtype=bool)
+    for name in HEADER_COLUMNS:  # (printed with the digit tables)
+        ok &= run.field(name)[:n] >= 0
+    if "KEYS" in run.names:
+        nsp = run.key_spaces().sum(axis=1)
+        ok &= nsp == nsp[0]
+    run.cut(lead(ok))
+    return run.n
 
-    got_values: dict[tuple[str, int], Any] = {}
 
-    def value(key: str) -> Any:
-        m = got_values.get((key, n))
-        if m is None:
-            vs, vl = vals[key]
-            if fixed:
-                m = PM[:n, int(vs[0]) : int(vs[0] + vl[0])]
-            else:
-                m = gather(A, pstart[:n] + vs[:n], vl[:n], int(vl[:n].max()))
-            got_values[(key, n)] = m
-        return m
+def _keys_piece(run: PlainRun) -> list[Any]:
+    """``keys``: KEYS split on its single spaces, one column per key."""
+    if "KEYS" not in run.names:
+        return [b"[]"]
+    n = run.n
+    sp = run.key_spaces()
+    vs, vl = run.value_spans("KEYS")
+    vl = vl[:n]
+    nk = int(sp[0].sum()) + 1
+    cuts = np.nonzero(sp)[1].reshape(n, nk - 1)
+    kstart = run.props_start[:n] + vs[:n]
+    piece: list[Any] = [b'["']
+    for i in range(nk):
+        a = cuts[:, i - 1] + 1 if i else np.zeros(n, dtype=np.int64)
+        b = cuts[:, i] if i < nk - 1 else vl
+        piece += [b'","'] if i else []
+        piece.append(gather(run.f.A, kstart + a, b - a, int((b - a).max())))
+    piece.append(b'"]')
+    return piece
 
-    pieces: list[Any] = []
-    add = pieces.append
-    # KEYS: split on single spaces; a leading, trailing or double space goes the generic way
-    if "KEYS" in vals:
-        kvm = value("KEYS")
-        vl = vals["KEYS"][1][:n]
-        sp = kvm == 32
-        nsp = sp.sum(axis=1)
-        # one key count per block: each key is a column of its own
-        bad = sp[:, 0] | sp[ar[:n], vl - 1] | (sp[:, 1:] & sp[:, :-1]).any(axis=1) | (nsp != nsp[0])
-        if bad[0]:
-            return None
-        if bad.any():
-            n = int(bad.argmax())
-            if n < _MIN_BLOCK:
-                return None
-            sp, vl = sp[:n], vl[:n]
-        nk = int(nsp[0]) + 1
-        cuts = np.nonzero(sp)[1].reshape(n, nk - 1)
-        kstart = pstart[:n] + vals["KEYS"][0][:n]
-        keys_piece = [b'["']
-        for i in range(nk):
-            a = cuts[:, i - 1] + 1 if i else np.zeros(n, dtype=np.int64)
-            b = cuts[:, i] if i < nk - 1 else vl
-            keys_piece += [b'","'] if i else []
-            keys_piece.append(gather(A, kstart + a, b - a, int((b - a).max())))
-        keys_piece.append(b'"]')
-    else:
-        keys_piece = [b"[]"]
-    # TAGS (+ tags code) and UNIQ_KEY
-    if "TAGS" in vals:
-        tgm = value("TAGS")
-        tginv, tgfirst = row_groups(tgm)
-        entries = []
-        for row in tgm[tgfirst]:
-            raw = row.tobytes().rstrip(b"\0")
-            e = vec.tags.get(raw)
-            if e is None:
-                t = raw.decode("ascii")
-                e = vec.tags[raw] = b'"tags":"%s","tags_code":%d' % (raw, tags_code(t))
-            entries.append(e)
-        tags_piece = _table_piece(np, tginv, entries)
-    else:
-        tags_piece = b'"tags":null,"tags_code":0'
-    uniq_piece = [b'"', value("UNIQ_KEY"), b'"'] if "UNIQ_KEY" in vals else [b"null"]
-    # hosts (born, store + msg id prefix)
-    def host_entries(keyarr: Any) -> tuple[Any, list[int]]:
-        u, inv = np.unique(keyarr, return_inverse=True)
-        return inv.reshape(-1), u.tolist()
+
+def _tags_piece(vec: _Vec, run: PlainRun) -> Any:
+    """``tags`` and ``tags_code`` (a table of the distinct TAGS)."""
+    if "TAGS" not in run.names:
+        return b'"tags":null,"tags_code":0'
+    tgm = run.value("TAGS")
+    tginv, tgfirst = row_groups(tgm)
+    entries = []
+    for row in tgm[tgfirst]:
+        raw = row.tobytes().rstrip(b"\0")
+        e = vec.tags.get(raw)
+        if e is None:
+            e = vec.tags[raw] = b'"tags":"%s","tags_code":%d' % (raw, tags_code(raw.decode("ascii")))
+        entries.append(e)
+    return _table_piece(np, tginv, entries)
+
+
+def _host_pieces(vec: _Vec, run: PlainRun) -> tuple[Any, Any, Any]:
+    """``born_host``, ``store_host`` and the msg id's first half (tables of the distinct hosts)."""
 
     def host_info(key: int) -> tuple[bytes, bytes]:
         h = vec.hosts.get(key)
@@ -610,34 +442,60 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
             h = vec.hosts[key] = (_enc(host_to_str(addr, port)).encode(), b'"' + (addr + struct.pack(">i", port)).hex().upper().encode())
         return h
 
-    binv, bkeys = host_entries(host_keys(baddr[:n], bport[:n]))
-    born_piece = _table_piece(np, binv, [host_info(x)[0] for x in bkeys])
-    sinv, skeys = host_entries(host_keys(saddr[:n], sport[:n]))
-    store_piece = _table_piece(np, sinv, [host_info(x)[0] for x in skeys])
-    mid_piece = _table_piece(np, sinv, [host_info(x)[1] for x in skeys])
-    o_po = offs["physical_offset"][0]
-    mid_hex = hexd[H[:n, o_po : o_po + 8]].reshape(n, 16)
-    tx_codes = ((sf[:n] >> 2) & 3)
-    txu, txinv = np.unique(tx_codes, return_inverse=True)
-    tx_piece = _table_piece(np, txinv.reshape(-1), [_TX[int(c)].encode() for c in txu])
-    topic_piece = _table_piece(np, tinv[:n], tentries)
-    # properties in sorted key order
-    props_piece: list[Any] = [b"{"]
-    for j, key in enumerate(sorted(keys)):
-        props_piece += [(b'"' if j == 0 else b'","') + key.encode() + b'":"', value(key)]
-    props_piece.append(b'"}')
+    bu, binv = np.unique(run.host_keys("born_host"), return_inverse=True)
+    su, sinv = np.unique(run.host_keys("store_host"), return_inverse=True)
+    born = _table_piece(np, binv.reshape(-1), [host_info(x)[0] for x in bu.tolist()])
+    sinfo = [host_info(x) for x in su.tolist()]
+    return born, _table_piece(np, sinv.reshape(-1), [h[0] for h in sinfo]), _table_piece(np, sinv.reshape(-1), [h[1] for h in sinfo])
 
-    d = lambda v: _digits(np, v[:n])  # noqa: E731
-    add(b'{"body_crc":'); pieces.extend(d(crc)); add(b',"body_length":'); pieces.extend(d(bl)); add(b',"born_host":'); add(born_piece)
-    add(b',"born_timestamp":'); pieces.extend(d(bt)); add(b',"crc_ok":true,"file":' + vec.fname + b',"flag":'); pieces.extend(d(flag))
-    add(b',"keys":'); pieces.extend(keys_piece); add(b',"magic":"V1","msg_id":'); add(mid_piece); add(mid_hex)
-    add(b'","physical_offset":'); pieces.extend(d(po)); add(b',"pos":'); pieces.extend(d(P)); add(b',"prepared_transaction_offset":'); pieces.extend(d(pt))
-    add(b',"properties":'); pieces.extend(props_piece); add(b',"queue_id":'); pieces.extend(d(qid)); add(b',"queue_offset":'); pieces.extend(d(qo))
-    add(b',"reconsume_times":'); pieces.extend(d(rt)); add(b',"status":"OK","store_host":'); add(store_piece)
-    add(b',"store_timestamp":'); pieces.extend(d(stt)); add(b',"sys_flag":'); pieces.extend(d(sf)); add(b","); add(tags_piece)
-    add(b',"topic":'); add(topic_piece); add(b',"total_size":'); pieces.extend(d(total)); add(b',"transaction_type":'); add(tx_piece)
-    add(b',"type":"message","uniq_key":'); pieces.extend(uniq_piece); add(b"}\n")
-    # ---- lay out and squeeze -------------------------------------------------------------
+
+def _topic_piece(vec: _Vec, run: PlainRun) -> Any:
+    """``topic`` (a table of the run's distinct topics)."""
+    entries: list[bytes] = []
+    for raw in run.topics:
+        js = vec.topics.get(raw)
+        if js is None:  # (SCHEDULE_TOPIC_XXXX: no record of the run has it)
+            js = vec.topics[raw] = b"null" if raw == _SCHEDULE else _enc(raw.decode("utf-8", JAVA_REPLACE)).encode()
+        entries.append(js)
+    return _table_piece(np, run.topic_inv[: run.n], entries)
+
+
+def _line_pieces(vec: _Vec, run: PlainRun) -> list[Any]:
+    """The JSON lines of ``run`` as pieces in column order: bytes (the same on every
+    line) or uint8 matrices (one row per line, NUL-padded), keys sorted as
+    ``render.dumps`` writes them (a test compares both)."""
+    n = run.n
+
+    def d(name: str) -> list[Any]:
+        return _digits(np, run.field(name)[:n])
+
+    born, store, mid = _host_pieces(vec, run)
+    mid_hex = _HEXD[run.HB[:n, _MSG_ID_AT : _MSG_ID_AT + 8]].reshape(n, 16)
+    txu, txinv = np.unique((run.sys_flag[:n] >> 2) & 3, return_inverse=True)
+    tx = _table_piece(np, txinv.reshape(-1), [_TX[int(c)].encode() for c in txu])
+    props: list[Any] = [b"{"]
+    for j, key in enumerate(sorted(run.names)):
+        props += [(b'"' if j == 0 else b'","') + key.encode() + b'":"', run.value(key)]
+    props.append(b'"}')
+    uniq = [b'"', run.value("UNIQ_KEY"), b'"'] if "UNIQ_KEY" in run.names else [b"null"]
+    return [
+        b'{"body_crc":', *d("body_crc"), b',"body_length":', *d("body_length"), b',"born_host":', born,
+        b',"born_timestamp":', *d("born_timestamp"), b',"crc_ok":true,"file":' + vec.fname + b',"flag":', *d("flag"),
+        b',"keys":', *_keys_piece(run), b',"magic":"V1","msg_id":', mid, mid_hex,
+        b'","physical_offset":', *d("physical_offset"), b',"pos":', *_digits(np, run.P[:n]),
+        b',"prepared_transaction_offset":', *d("prepared_transaction_offset"), b',"properties":', *props,
+        b',"queue_id":', *d("queue_id"), b',"queue_offset":', *d("queue_offset"),
+        b',"reconsume_times":', *d("reconsume_times"), b',"status":"OK","store_host":', store,
+        b',"store_timestamp":', *d("store_timestamp"), b',"sys_flag":', *d("sys_flag"), b",", _tags_piece(vec, run),
+        b',"topic":', _topic_piece(vec, run), b',"total_size":', *d("total_size"), b',"transaction_type":', tx,
+        b',"type":"message","uniq_key":', *uniq, b"}\n",
+    ]
+
+
+def _lay_out(vec: _Vec, pieces: list[Any], n: int) -> list[bytes]:
+    """The lines of ``pieces``: each line laid out as fixed-width columns padded with NUL
+    bytes (which no JSON line contains), _SUB lines at a time in one reused matrix (it
+    stays in the CPU cache), and the NULs squeezed out."""
     merged: list[Any] = []
     for pc in pieces:
         if isinstance(pc, bytes):
@@ -647,7 +505,6 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
                 merged.append(pc)
         else:
             merged.append(pc[:n])
-    # rows of _SUB lines at a time, in one reused matrix (it stays in the CPU cache)
     layout = tuple(pc if isinstance(pc, bytes) else pc.shape[1] for pc in merged)
     if vec.layout is not None and vec.layout[0] == layout:
         M = vec.layout[1]  # the constants are in place from the previous block
@@ -659,9 +516,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
         for pc in merged:
             if isinstance(pc, bytes):
                 M[:, c : c + len(pc)] = np.frombuffer(pc, dtype=np.uint8)
-                c += len(pc)
-            else:
-                c += pc.shape[1]
+            c += len(pc) if isinstance(pc, bytes) else pc.shape[1]
     parts: list[bytes] = []
     for r0 in range(0, n, _SUB):
         r1 = min(n, r0 + _SUB)
@@ -675,8 +530,7 @@ def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
                 Mv[:, c : c + w] = pc[r0:r1]
                 c += w
         parts.append(Mv.tobytes().replace(b"\0", b""))  # few NULs: memchr runs
-    vec.block = min(2 * limit, _BLOCK) if n == limit else max(_FIRST_BLOCK, min(2 * n, _BLOCK))
-    return int(P[n - 1] + total[n - 1]), parts, n
+    return parts
 
 
 def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterator[Record | str]:

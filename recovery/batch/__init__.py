@@ -13,6 +13,10 @@ columns every command needs, read with numpy gathers over the memory map.
 * :class:`Words` and :class:`ShiftedWords` read big-endian words at arbitrary positions of
   a buffer (``verify`` reads its header fields through the latter).
 * :mod:`.blocks` holds the numpy helpers of dump's and export's block decoders.
+* :func:`.plainrun.plain_run` decodes a run of plain records into the columns and byte
+  spans (topic, properties and their values, body, hosts) that dump's JSON lines and
+  export's Arrow batches render; :func:`.plainrecord.plain_record` is the same rule one
+  record at a time (dump's per-record lines).
 
 Header offsets and dtypes come from :mod:`formats.commitlog` (``HEADER_OFFSETS``, derived
 from the construct schemas) and the powers of 31 from :mod:`formats.javahash`.
