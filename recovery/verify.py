@@ -63,10 +63,10 @@ from ..formats.names import offset_msg_id, topic_path_problem
 from ..formats.properties import JAVA_REPLACE, decode_crc32_digits, parse_properties, parse_properties_legacy
 from . import check as ck
 from .batch import GroupedWords as _Grouped  # noqa: F401  (old names, kept importable)
-from .batch import ShiftedWords as _Words
-from .batch import body_crcs_match, hash_spans
+from .batch import Words as _Words
+from .batch import body_crcs_match, first_unsure, hash_spans
 from .batch import last_per_record as _last_per_record
-from .batch.layout import AT_HOSTS
+from .batch.header import HeaderColumns, header_columns, ipv6_body_crc_bad, salvage_mismatch
 from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
 from .scan import byte_views, chase_starts, hints_in, queue_hint_runs, sorted_unique
 from .scan import first_nonzero as _first_nonzero
@@ -572,85 +572,24 @@ def _event_at(ctx: _Ctx, pos: int, salvage: bool = False) -> ck.Checked:
     return c
 
 
-def _hi32(w: np.ndarray) -> np.ndarray:
-    return (w >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64)
-
-
-def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: list[int]) -> tuple[int, dict[str, np.ndarray]]:
-    """Vectorised structure checks (the length computed from the fields must be
-    TOTALSIZE, topic length >= 0; in salvage mode PHYSICALOFFSET == base + position) and
-    the CRC results of the walk; returns (index of the first record the broker would
-    refuse or len(P), gathered columns)."""
-    u8 = ctx.u8
-    n = len(P)
-    words = ctx.words
-    G = words.grouped(P)
-    # every field is the high half (4 bytes) or the whole (8 bytes) of the big-endian word
-    # at its offset in the schema
-    magic = _hi32(G.at(_V4["magic"])) if ctx.profile.accepts_v2 else np.full(n, cl.MAGIC_V1, dtype=np.int64)
-    # QUEUEID .. SYSFLAG lie in the four words from QUEUEID (fixed positions for every host layout)
-    qi = _V4["queue_id"]
-    w4 = G.words(qi, 4)
-    if (_V4["queue_offset"] - qi, _V4["physical_offset"] - qi, _V4["sys_flag"] - qi) != (8, 16, 24):
-        raise RuntimeError("message schema changed: header word offsets")
-    queue_id = _hi32(w4[:, 0])
-    queue_offset = w4[:, 1].view(np.int64)
-    phys = w4[:, 2].view(np.int64)
-    sysf = _hi32(w4[:, 3])
-    hosts = sysf & 0x30
-    if not hosts.any():  # IPv4 born and store hosts: STORETIMESTAMP .. BODYLENGTH in four words
-        st0 = _V4["store_timestamp"]
-        w4 = G.words(st0, 4)
-        if _V4["body_length"] - st0 != 28:
-            raise RuntimeError("message schema changed: header word offsets")
-        store_ts = w4[:, 0].view(np.int64)
-        bl = (w4[:, 3] & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
-        body_pos = P + _V4["body"]
-    else:
-        lay = hosts >> 4
-        off_of = AT_HOSTS
-        store_ts = words.at(P + off_of["store_timestamp"][lay]).view(np.int64)
-        bl = _hi32(words.at(P + off_of["body_length"][lay]))
-        body_pos = P + off_of["body"][lay]
-    blp = np.maximum(bl, 0)
-    tl_pos = body_pos + blp
-    L = len(u8)
-    v2 = magic == cl.MAGIC_V2
-    tl = u8[np.minimum(tl_pos, L - 1)].astype(np.int8).astype(np.int64)
-    if v2.any():
-        hi = u8[np.minimum(tl_pos, L - 1)].astype(np.int64)
-        lo = u8[np.minimum(tl_pos + 1, L - 1)].astype(np.int64)
-        tl = np.where(v2, ((hi << 8) | lo) - ((hi & 0x80) << 9), tl)
-    tlw = np.where(v2, 2, 1)
-    topic_pos = tl_pos + tlw
-    pl_pos = topic_pos + np.maximum(tl, 0)
-    hi = u8[np.minimum(pl_pos, L - 1)].astype(np.int64)
-    lo = u8[np.minimum(pl_pos + 1, L - 1)].astype(np.int64)
-    pl = ((hi << 8) | lo) - ((hi & 0x80) << 9)
-    # calMsgLength (STORE_FORMAT §9): header up to the body, body, topic, properties
-    computed = (body_pos - P) + blp + tlw + tl + 2 + np.maximum(pl, 0)
-    bad = (computed != T) | (tl < 0)
-    if salvage:
-        bad |= phys != ctx.base + P
-    crc_bad = np.zeros(n, dtype=bool)
+def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: list[int]) -> tuple[int, HeaderColumns]:
+    """The batch decoder's header columns and validity (:func:`recovery.batch.header_columns`:
+    the length computed from the fields must be TOTALSIZE, topic length >= 0; in salvage
+    mode PHYSICALOFFSET == base + position) and the CRC results of the walk; returns (index
+    of the first record the broker would refuse or len(P), the columns)."""
+    h = header_columns(ctx.words, ctx.u8, P, T, ctx.profile.accepts_v2)
+    crc_bad = np.zeros(len(P), dtype=bool)
     if bad_crc:
         crc_bad[np.array(bad_crc, dtype=np.int64)] = True
-    v6 = np.flatnonzero(hosts != 0)
-    if len(v6):  # the walk checked these bodies at the IPv4 position: check them where they are
-        mv = ctx.mv
-        body_crc = _hi32(G.at(_V4["body_crc"]))
-        for i in v6.tolist():
-            ln = int(bl[i])
-            a = int(body_pos[i])
-            crc_bad[i] = ln > 0 and (crc32_raw(mv[a : a + ln]) & _MASK31) != int(body_crc[i])
-    bad |= crc_bad
-    f = int(np.argmax(bad)) if bad.any() else n
-    cols = {"queue_id": queue_id, "queue_offset": queue_offset, "physical_offset": phys, "sys_flag": sysf,
-            "store_timestamp": store_ts, "topic_pos": topic_pos, "topic_len": tl, "props_pos": pl_pos + 2, "props_len": pl}
-    return f, cols
+    v6, v6_bad = ipv6_body_crc_bad(ctx.mv, h)
+    crc_bad[v6] = v6_bad  # the walk checked these bodies at the IPv4 position: checked where they are
+    bad = h.bad | crc_bad
+    if salvage:
+        bad |= salvage_mismatch(h, P, ctx.base)
+    return first_unsure(~bad), h
 
 
-def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np.ndarray], n: int, flag: int) -> int:
+def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: HeaderColumns, n: int, flag: int) -> int:
     """Topics, TAGS/KEYS/UNIQ_KEY and the property checks of the first ``n`` validated
     records; append them to ``out``. Returns n, or the index of the first record the
     broker refuses for its properties (DELAY on the schedule topic, 5.x inner batch).
@@ -664,15 +603,15 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np
     n_anom = len(out.anomalies)
     P = P[:n]
     T = T[:n]
-    tids = _topic_ids(ctx, out, cols["topic_pos"][:n], cols["topic_len"][:n])
-    pp = cols["props_pos"][:n]
-    pl = cols["props_len"][:n]
+    tids = _topic_ids(ctx, out, cols.topic_pos[:n], cols.topic_len[:n])
+    pp = cols.props_pos[:n]
+    pl = cols.props_len[:n]
     sched = out.topic_ids.get(_SCHEDULE)
     tags, slow, key_i, key_h = _props_vec(ctx, out, P, pp, pl, tids, sched)
     stop_at = n
     if len(slow):
         buf = ctx.buf
-        sts = cols["store_timestamp"]
+        sts = cols.store_timestamp
         want_keys = ctx.opts.want_keys
         extra_i: list[int] = []
         extra_s: list[str] = []
@@ -700,11 +639,11 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: dict[str, np
     if stop_at < len(P) and len(out.anomalies) > n_anom:  # records after the stop are walked again later
         cut = int(P[stop_at])
         out.anomalies[n_anom:] = [a for a in out.anomalies[n_anom:] if a[1] < cut]
-    sysf = cols["sys_flag"][:n]
+    sysf = cols.sys_flag[:n]
     flags = _tx_flags(sysf) | np.uint8(flag)
-    _record_checks(ctx, out, P[:n], cols["physical_offset"][:n], sysf, flag)
-    out.add(pos=P[:n], total=T[:n], queue_id=cols["queue_id"][:n], queue_offset=cols["queue_offset"][:n],
-            store_ts=cols["store_timestamp"][:n], tid=tids[:n], tags=tags[:n], flags=flags)
+    _record_checks(ctx, out, P[:n], cols.physical_offset[:n], sysf, flag)
+    out.add(pos=P[:n], total=T[:n], queue_id=cols.queue_id[:n], queue_offset=cols.queue_offset[:n],
+            store_ts=cols.store_timestamp[:n], tid=tids[:n], tags=tags[:n], flags=flags)
     base_idx = out.count - n
     if ctx.opts.want_keys and len(key_i):
         keep = key_i < n

@@ -22,7 +22,7 @@ from ..scan import ByteViews, chase_starts
 from ..versions import BrokerProfile
 from .columns import DispatchColumns, IndexKeys, LazyValues
 from .hashing import hash_spans, index_keys, join_spans, last_per_record
-from .layout import AT_HOSTS, FIXED_HOSTS, HDR_MAX, V4
+from .layout import AT_HOSTS, HDR_MAX, V4, length_matches
 from .words import Words, _i8, _i16, _i32, _i64
 
 __all__ = ["MAX_RUN", "BatchDecoder", "first_unsure"]
@@ -134,7 +134,7 @@ class BatchDecoder:
         p2 = p1 + 1 + v2 + tl  # PROPERTIESLENGTH
         sure &= (p2 + 2 <= end) & (p2 <= lim)
         pl = _i16(W.u64(np.clip(p2, 0, lim)))
-        sure &= FIXED_HOSTS[hosts] + v2 + np.maximum(body_len, 0) + tl + np.maximum(pl, 0) == total
+        sure &= length_matches(hosts, v2, body_len, tl, pl, total)
         # where the fields are not sure, keep the slices empty (check_record decides)
         tl = np.where(sure, tl, 0)
         pl = np.where(sure, np.maximum(pl, 0), 0)
