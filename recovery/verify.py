@@ -58,15 +58,15 @@ from ..formats import consumequeue as cqf
 from ..formats import indexfile as ixf
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from ..formats.crc import crc32_raw
-from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch, pow31
+from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.names import offset_msg_id, topic_path_problem
 from ..formats.properties import JAVA_REPLACE, decode_crc32_digits, parse_properties, parse_properties_legacy
 from . import check as ck
+from .batch import BatchDecoder, PropertyColumns, body_crcs_match, first_unsure
 from .batch import GroupedWords as _Grouped  # noqa: F401  (old names, kept importable)
 from .batch import Words as _Words
-from .batch import body_crcs_match, first_unsure, hash_spans
-from .batch import last_per_record as _last_per_record
 from .batch.header import HeaderColumns, header_columns, ipv6_body_crc_bad, salvage_mismatch
+from .batch.properties import dropped_entries, nonascii_records, record_starts, topic_key_hashes
 from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
 from .scan import byte_views, chase_starts, hints_in, queue_hint_runs, sorted_unique
 from .scan import first_nonzero as _first_nonzero
@@ -409,6 +409,8 @@ class _Ctx:
         self.mv = memoryview(buf)
         self.magics = (cl.MAGIC_V1, cl.MAGIC_V2) if profile.accepts_v2 else (cl.MAGIC_V1,)
         self.tag_codes: dict[bytes, int] = {}
+        self.decoder = BatchDecoder(profile, profile.max_delay_level, index_keys=opts.want_keys)
+        self.topic_prefix: dict[int, int] = {}  # topic id -> hashCode(topic + "#") (batch.topic_key_hashes)
         self.words = _Words(buf, end)
         self.views = byte_views(buf)
         self.hints: np.ndarray | None = None  # sorted record starts the consume queues point at (file positions)
@@ -594,273 +596,148 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: HeaderColumn
     records; append them to ``out``. Returns n, or the index of the first record the
     broker refuses for its properties (DELAY on the schedule topic, 5.x inner batch).
 
-    Vectorised: the properties of all records are joined into one buffer and parsed with
-    numpy (:func:`_props_vec`); only records the vectorised parse does not cover (legacy
-    parser, non-ASCII properties, the schedule topic, 5.x inner batches) go through the
-    full parser one by one."""
+    The properties are the batch decoder's (:meth:`recovery.batch.BatchDecoder.properties`,
+    :func:`_props_vec`); only the records it is unsure of go through the full parser
+    (:func:`_slow_props`), and the records whose properties need more than the vectorised
+    checks (legacy parser, non-ASCII properties, the schedule topic, 5.x inner batches)
+    are checked one by one (:func:`_check_props`)."""
     if n == 0:
         return 0
     n_anom = len(out.anomalies)
     P = P[:n]
     T = T[:n]
     tids = _topic_ids(ctx, out, cols.topic_pos[:n], cols.topic_len[:n])
-    pp = cols.props_pos[:n]
-    pl = cols.props_len[:n]
-    sched = out.topic_ids.get(_SCHEDULE)
-    tags, slow, key_i, key_h = _props_vec(ctx, out, P, pp, pl, tids, sched)
-    stop_at = n
-    if len(slow):
-        buf = ctx.buf
-        sts = cols.store_timestamp
-        want_keys = ctx.opts.want_keys
-        extra_i: list[int] = []
-        extra_s: list[str] = []
-        for i in slow.tolist():
-            a, ln = int(pp[i]), int(pl[i])
-            pb = buf[a : a + ln] if ln > 0 else b""
-            t = int(tids[i])
-            if ctx.opts.check_props and ln > 0:
-                _check_props(out, pb, int(P[i]), structure=ctx.profile.new_properties_parser)
-            r = _slow_props(ctx, pb, out.topics[t].encode() if t != sched else _SCHEDULE, int(sts[i]))
-            if r is None:
-                stop_at = i
-                break
-            tags[i] = r[0]
-            if want_keys:
-                for k in r[1]:
-                    extra_i.append(i)
-                    extra_s.append(out.topics[t] + "#" + k)
-        if extra_i:
-            key_i = np.concatenate((key_i, np.array(extra_i, dtype=np.int64)))
-            key_h = np.concatenate((key_h, index_hash_batch(java_hash_batch(extra_s))))
-    n = stop_at
+    pv = _props_vec(ctx, out, P, cols.props_pos[:n], cols.props_len[:n], tids, cols.store_timestamp[:n])
+    n = _one_by_one(ctx, out, P, cols, tids, pv)
     if n == 0:
         return 0
-    if stop_at < len(P) and len(out.anomalies) > n_anom:  # records after the stop are walked again later
-        cut = int(P[stop_at])
+    if n < len(P) and len(out.anomalies) > n_anom:  # records after the stop are walked again later
+        cut = int(P[n])
         out.anomalies[n_anom:] = [a for a in out.anomalies[n_anom:] if a[1] < cut]
     sysf = cols.sys_flag[:n]
     flags = _tx_flags(sysf) | np.uint8(flag)
     _record_checks(ctx, out, P[:n], cols.physical_offset[:n], sysf, flag)
     out.add(pos=P[:n], total=T[:n], queue_id=cols.queue_id[:n], queue_offset=cols.queue_offset[:n],
-            store_ts=cols.store_timestamp[:n], tid=tids[:n], tags=tags[:n], flags=flags)
+            store_ts=cols.store_timestamp[:n], tid=tids[:n], tags=pv.tags[:n], flags=flags)
     base_idx = out.count - n
+    key_i, key_h = pv.key_i, pv.key_h
     if ctx.opts.want_keys and len(key_i):
         keep = key_i < n
         order = np.argsort(key_i[keep], kind="stable")
         out.add_keys(key_i[keep][order] + base_idx, key_h[keep][order])
-    _prop_crc_scan(ctx, out, P[:n], T[:n], pl[:n])
+    _prop_crc_scan(ctx, out, P[:n], T[:n], cols.props_len[:n])
     return n
 
 
-_PROPS_BATCH = 8 << 20  # bytes of properties parsed per numpy pass
+@dataclass
+class _Props:
+    """The properties columns of a run: tagsCode, the records the decoder is unsure of
+    (``odd``), the records checked one by one (``slow``), index keys (record, hash)."""
+
+    tags: np.ndarray
+    odd: np.ndarray  # bool
+    slow: np.ndarray  # bool
+    key_i: np.ndarray
+    key_h: np.ndarray
 
 
-_NAMES = {name: np.frombuffer(name.encode(), dtype=np.uint8) for name in ("TAGS", "KEYS", "UNIQ_KEY", "DELAY", "INNER_NUM", "INNER_BASE")}
+def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: np.ndarray, pv: _Props) -> int:
+    """The records checked one by one (:func:`_check_props`) and those the decoder is
+    unsure of (the full parser, :func:`_slow_props`), in order; fills their tagsCode and
+    index keys into ``pv``. Returns the index of the first record the broker refuses, or
+    ``len(P)``."""
+    slow = np.flatnonzero(pv.slow | pv.odd)
+    if not len(slow):
+        return len(P)
+    buf = ctx.buf
+    pp, pl, sts = cols.props_pos, cols.props_len, cols.store_timestamp
+    sched = out.topic_ids.get(_SCHEDULE)
+    extra_i: list[int] = []
+    extra_s: list[str] = []
+    stop_at = len(P)
+    for i in slow.tolist():
+        a, ln = int(pp[i]), int(pl[i])
+        pb = buf[a : a + ln] if ln > 0 else b""
+        if pv.slow[i] and ctx.opts.check_props and ln > 0:
+            _check_props(out, pb, int(P[i]), structure=ctx.profile.new_properties_parser)
+        if not pv.odd[i]:
+            continue
+        t = int(tids[i])
+        r = _slow_props(ctx, pb, out.topics[t].encode() if t != sched else _SCHEDULE, int(sts[i]))
+        if r is None:
+            stop_at = i
+            break
+        pv.tags[i] = r[0]
+        for k in r[1]:
+            extra_i.append(i)
+            extra_s.append(out.topics[t] + "#" + k)
+    if ctx.opts.want_keys and extra_i:
+        pv.key_i = np.concatenate((pv.key_i, np.array(extra_i, dtype=np.int64)))
+        pv.key_h = np.concatenate((pv.key_h, index_hash_batch(java_hash_batch(extra_s))))
+    return stop_at
+
+
+_PROPS_BATCH = 8 << 20  # bytes of properties decoded per numpy pass
 
 
 def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarray, tids: np.ndarray,
-               sched: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised properties parse (4.9.1+/5.x rules, STORE_FORMAT §8.2) of records with
-    ASCII properties: tagsCode, index key hashes (record index, hash), dropped entries.
-    Returns (tags, indexes of records needing the full parser, key record indexes, key hashes)."""
+               store_ts: np.ndarray) -> _Props:
+    """The batch decoder's properties pass over the records (in batches of at most
+    :data:`_PROPS_BATCH` property bytes): tagsCode (the schedule topic's delivery times
+    included), index key hashes, the records it is unsure of, the records whose
+    properties are checked one by one; the dropped-entry findings of the others."""
     n = len(P)
-    tags = np.zeros(n, dtype=np.int64)
-    prof = ctx.profile
-    slow_mask = np.zeros(n, dtype=bool)
-    if not prof.new_properties_parser:
-        slow_mask[pl > 0] = True
-        return tags, np.flatnonzero(slow_mask), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-    if sched is not None:
-        slow_mask |= (tids == sched) & (pl > 0)
+    plp = np.maximum(pl, 0)
+    pv = _Props(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), np.zeros(0, dtype=np.int64),
+                np.zeros(0, dtype=np.int32))
+    if not ctx.profile.new_properties_parser:
+        pv.slow[:] = pl > 0  # the 4.6.0-4.9.0 split parser: only UTF-8 is checked, one by one
+    else:
+        sched = out.topic_ids.get(_SCHEDULE)
+        if sched is not None:
+            pv.slow |= (tids == sched) & (pl > 0)
+    dec = ctx.decoder
+    if _SCHEDULE in out.topic_ids:
+        dec.topics[_SCHEDULE] = ck.SCHEDULE_TOPIC  # (the decoder looks for DELAY when it has seen the topic)
+    names = np.array(out.topics, dtype=object)[tids].tolist()  # (the decoder reads the schedule topic's records by name)
     key_i: list[np.ndarray] = []
     key_h: list[np.ndarray] = []
-    want_keys = ctx.opts.want_keys
-    plp = np.maximum(pl, 0)
-    # batches of records holding at most _PROPS_BATCH property bytes
     csum = np.cumsum(plp + 1)
     lo = 0
     while lo < n:
         hi = int(np.searchsorted(csum, (csum[lo - 1] if lo else 0) + _PROPS_BATCH, side="right"))
         hi = max(hi, lo + 1)
-        _props_batch(ctx, out, lo, hi, P, pp, plp, tids, tags, slow_mask, key_i, key_h, want_keys)
+        pc = dec.properties(ctx.buf, pp[lo:hi], plp[lo:hi], names[lo:hi], store_ts[lo:hi], pv.tags[lo:hi])
+        if pc.odd:
+            pv.odd[lo + np.array(pc.odd, dtype=np.int64)] = True
+        if ctx.profile.new_properties_parser:
+            _props_checks(ctx, out, P[lo:hi], plp[lo:hi], pc, pv.slow[lo:hi])
+        if pc.index_keys is not None and len(pc.index_keys.rec):
+            key_i.append(lo + pc.index_keys.rec)
+            key_h.append(topic_key_hashes(pc.index_keys, tids[lo:hi], out.topics, ctx.topic_prefix))
         lo = hi
-    slow = np.flatnonzero(slow_mask)
-    if len(slow) and key_i:
+    if key_i:
         ki = np.concatenate(key_i)
         kh = np.concatenate(key_h)
-        keep = ~slow_mask[ki]
-        return tags, slow, ki[keep], kh[keep]
-    if key_i:
-        return tags, slow, np.concatenate(key_i), np.concatenate(key_h)
-    return tags, slow, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+        keep = ~pv.odd[ki]
+        pv.key_i, pv.key_h = ki[keep], kh[keep]
+    return pv
 
 
-def _gather_props(ctx: _Ctx, pp: np.ndarray, plp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The properties of the given records in one uint8 buffer, each followed by 0x02.
-    Records are grouped by properties length L and each group is copied with one fancy
-    index on a sliding-window view of the map (rows of L+1 bytes: the byte after the
-    properties is overwritten with 0x02). Returns (buffer, start of each record in it,
-    batch index of each buffer record, length of each buffer record)."""
-    from numpy.lib.stride_tricks import sliding_window_view
-
-    u8 = ctx.u8
-    n = len(pp)
-    order = np.argsort(plp.astype(np.int16) if n and int(plp.max()) < 32768 else plp, kind="stable")
-    sl = plp[order]
-    cuts = np.flatnonzero(sl[1:] != sl[:-1]) + 1
-    g0s = np.concatenate(([0], cuts)).tolist()
-    g1s = np.concatenate((cuts, [n])).tolist()
-    total = int((plp + 1).sum())
-    a8 = np.empty(total + 8, dtype=np.uint8)  # 8 spare bytes: 8-byte reads at any segment start
-    a8[total:] = 2
-    rec_start = np.empty(n, dtype=np.int64)
-    at = 0
-    for g0, g1 in zip(g0s, g1s):
-        L = int(sl[g0])
-        m = g1 - g0
-        st = pp[order[g0:g1]]
-        if L == 0:
-            rows = np.full((m, 1), 2, dtype=np.uint8)
-        elif int(st.max()) + L + 1 <= len(u8):
-            rows = sliding_window_view(u8, L + 1)[st]
-            rows[:, L] = 2
-        else:  # the properties end at the end of the readable bytes
-            rows = np.full((m, L + 1), 2, dtype=np.uint8)
-            rows[:, :L] = sliding_window_view(u8, L)[st]
-        a8[at : at + m * (L + 1)] = rows.ravel()
-        rec_start[g0:g1] = at + np.arange(m, dtype=np.int64) * (L + 1)
-        at += m * (L + 1)
-    return a8[:total + 8], rec_start, order, sl
-
-
-def _props_batch(ctx: _Ctx, out: _Rec, lo: int, hi: int, P: np.ndarray, pp: np.ndarray, plp: np.ndarray,
-                 tids: np.ndarray, tags: np.ndarray, slow_mask: np.ndarray, key_i: list[np.ndarray],
-                 key_h: list[np.ndarray], want_keys: bool) -> None:
-    # one buffer: the props of each record followed by 0x02 (a record boundary ends a
-    # segment), records grouped by props length so that each group is one row gather
-    a8, rec_start, order, rec_len = _gather_props(ctx, pp[lo:hi], plp[lo:hi])
-    # below, "record j" is the j-th record of the buffer; order[j] is its index in the batch
-    if len(a8) and int(a8.max()) >= 0x80:  # UTF-16 units are not bytes: those records take the full parser
-        high = np.flatnonzero(a8 >= 0x80)
-        slow_mask[lo + order[np.searchsorted(rec_start, high, side="right") - 1]] = True
-    sep = np.flatnonzero(a8 < 3)
-    sv = a8[sep]
-    if not sv.all():  # NUL bytes inside properties: not separators
-        keep12 = sv != 0
-        sep = sep[keep12]
-        sv = sv[keep12]
-    two = np.flatnonzero(sv == 2)  # indexes into sep of the segment ends
-    seg_e = sep[two]
-    seg_s = np.empty(len(two), dtype=np.int64)
-    seg_s[0] = 0
-    seg_s[1:] = seg_e[:-1] + 1
-
-    def rec_of(segs: np.ndarray) -> np.ndarray:
-        """Buffer record of the given segments (non-decreasing for sorted segments)."""
-        return np.searchsorted(rec_start, seg_s[segs], side="right") - 1
-    # the first 0x01 of a segment is the separator right after the previous 0x02
-    fi = np.empty(len(two), dtype=np.int64)
-    fi[0] = 0
-    fi[1:] = two[:-1] + 1
-    has = fi < two
-    k = sep[np.minimum(fi, len(sep) - 1)]
-    # the 4.9.1+ parser's rule: key and value non-empty (STORE_FORMAT §8.2)
-    valid = has & (k > seg_s) & (k < seg_e - 1)
+def _props_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, plp: np.ndarray, pc: PropertyColumns, slow: np.ndarray) -> None:
+    """4.9.1+ parser: the records with non-ASCII properties (and 5.x inner batches) are
+    checked one by one (``slow``, a view of one batch); the others' dropped entries are
+    counted here."""
+    rs = record_starts(plp)
+    slow |= nonascii_records(pc.joined, rs)
     if ctx.opts.check_props:
-        dropped = (seg_e > seg_s) & ~valid
-        if dropped.any():
-            cnt = np.bincount(order[rec_of(np.flatnonzero(dropped))], minlength=hi - lo)
-            for r in np.flatnonzero(cnt).tolist():
-                if not slow_mask[lo + r]:
-                    c = int(cnt[r])
-                    out.anomalies.append(("CL_PROPERTIES", int(P[lo + r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c}))
-    klen = k - seg_s
-    from numpy.lib.stride_tricks import sliding_window_view
-
-    # segments with a 4-byte key (TAGS, KEYS) and their key as a big-endian uint32; for
-    # 8-byte keys (UNIQ_KEY) the first 8 bytes as a word (the buffer has 8 spare bytes)
-    four = np.flatnonzero(valid & (klen == 4))
-    s4 = seg_s[four]
-    key4 = ((a8[s4].astype(np.uint32) << 24) | (a8[s4 + 1].astype(np.uint32) << 16)
-            | (a8[s4 + 2].astype(np.uint32) << 8) | a8[s4 + 3].astype(np.uint32))
-    eight: np.ndarray | None = None
-    key8: np.ndarray | None = None
-
-    def named(name: str) -> np.ndarray:
-        nonlocal eight, key8
-        want = _NAMES[name]
-        if len(want) == 4:
-            return four[key4 == np.uint32(int.from_bytes(want.tobytes(), "big"))]
-        if len(want) == 8:
-            if eight is None:
-                eight = np.flatnonzero(valid & (klen == 8))
-                key8 = (sliding_window_view(a8, 8)[seg_s[eight]].copy().view(">u8").ravel() if len(eight)
-                        else np.zeros(0, dtype=">u8"))
-            assert key8 is not None
-            return eight[key8 == np.uint64(int.from_bytes(want.tobytes(), "big"))]
-        cand = np.flatnonzero(valid & (klen == len(want)))
-        st = seg_s[cand]
-        for j, ch in enumerate(want.tolist()):
-            if not len(cand):
-                break
-            hit = a8[st + j] == ch
-            cand, st = cand[hit], st[hit]
-        return cand
-
-    t = named("TAGS")
-    if len(t):
-        rt = rec_of(t)
-        last = _last_per_record(rt)
-        t, rt = t[last], rt[last]
-        tags[lo + order[rt]] = hash_spans(a8, k[t] + 1, seg_e[t])[0].view(np.int32).astype(np.int64)
-    if ctx.profile.is_5x:
-        for nm in ("INNER_NUM", "INNER_BASE"):
-            x = named(nm)
-            if len(x):
-                slow_mask[lo + order[rec_of(x)]] = True
-    if not want_keys:
-        return
-    topic_prefix: dict[int, int] = {}
-    for name in ("UNIQ_KEY", "KEYS"):
-        x = named(name)
-        if not len(x):
-            continue
-        rx = rec_of(x)
-        last = _last_per_record(rx)
-        x, owner = x[last], rx[last]
-        vs, ve = k[x] + 1, seg_e[x]
-        if name == "KEYS":  # split on single spaces, empty pieces dropped
-            sp = np.flatnonzero(a8 == 0x20)
-            if len(sp):
-                w = np.searchsorted(vs, sp, side="right") - 1
-                inside = (w >= 0) & (sp < ve[np.maximum(w, 0)])
-                sp = sp[inside]
-                ps = np.sort(np.concatenate((vs, sp + 1)))
-                pe = np.sort(np.concatenate((sp, ve)))
-                owner = np.searchsorted(rec_start, ps, side="right") - 1
-                vs, ve = ps, pe
-            keep = ve > vs
-            vs, ve, owner = vs[keep], ve[keep], owner[keep]
-        if not len(vs):
-            continue
-        h = hash_spans(a8, vs, ve)[0]
-        owner = order[owner]
-        rec_tid = tids[lo + owner]
-        utid = sorted_unique(rec_tid)
-        for tid in utid.tolist():
-            if tid not in topic_prefix:
-                topic_prefix[tid] = java_hash(out.topics[tid] + "#") & 0xFFFFFFFF
-        if len(utid) == 1:
-            pref = np.full(len(vs), topic_prefix[int(utid[0])], dtype=np.uint32)
-        else:
-            lut = np.zeros(int(utid.max()) + 1, dtype=np.uint32)
-            for tid in utid.tolist():
-                lut[tid] = topic_prefix[tid]
-            pref = lut[rec_tid]
-        full = pref * pow31(int((ve - vs).max()) + 1)[ve - vs] + h  # hashCode(prefix + key), STORE_FORMAT §15.4
-        key_i.append(lo + owner.astype(np.int64))
-        key_h.append(index_hash_batch(full.view(np.int32)))
+        cnt = dropped_entries(pc.joined, rs)
+        for r in np.flatnonzero((cnt > 0) & ~slow).tolist():
+            c = int(cnt[r])
+            out.anomalies.append(("CL_PROPERTIES", int(P[r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c}))
+    for nm in (b"INNER_NUM", b"INNER_BASE"):
+        if nm in pc.found:
+            slow[pc.found[nm][0]] = True
 
 
 _FP_MUL = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
