@@ -697,9 +697,10 @@ def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarr
         if sched is not None:
             pv.slow |= (tids == sched) & (pl > 0)
     dec = ctx.decoder
+    names: list[str] = []  # the decoder reads topics only to find the schedule topic's records
     if _SCHEDULE in out.topic_ids:
-        dec.topics[_SCHEDULE] = ck.SCHEDULE_TOPIC  # (the decoder looks for DELAY when it has seen the topic)
-    names = np.array(out.topics, dtype=object)[tids].tolist()  # (the decoder reads the schedule topic's records by name)
+        dec.topics[_SCHEDULE] = ck.SCHEDULE_TOPIC  # (it looks for DELAY once it has seen that topic)
+        names = np.array(out.topics, dtype=object)[tids].tolist()
     key_i: list[np.ndarray] = []
     key_h: list[np.ndarray] = []
     csum = np.cumsum(plp + 1)

@@ -47,21 +47,22 @@ def nonascii_records(J: np.ndarray, rs: np.ndarray) -> np.ndarray:
 def dropped_entries(J: np.ndarray, rs: np.ndarray) -> np.ndarray:
     """Per record, the number of entries the 4.9.1+ parser drops: every non-empty
     0x02-delimited segment whose first 0x01 is missing, first, or last (no name or no
-    value)."""
-    size = len(J)
-    two = np.flatnonzero(J == 2)
-    seg_e = np.append(two, size)
-    seg_s = np.empty(len(seg_e), dtype=np.int64)
-    seg_s[0] = 0
-    seg_s[1:] = two + 1
-    ones = np.flatnonzero(J == 1)
-    k = np.full(len(seg_s), -1, dtype=np.int64)
-    if len(ones):
-        i = np.searchsorted(ones, seg_s, side="left")
-        k = np.where(i < len(ones), ones[np.minimum(i, len(ones) - 1)], -1)
-    has = (k >= 0) & (k < seg_e)
-    valid = has & (k > seg_s) & (k < seg_e - 1)
-    dropped = (seg_e > seg_s) & ~valid
+    value). One pass over the separators (no search per segment)."""
+    sep = np.flatnonzero(J < 3)
+    sv = J[sep]
+    if not sv.all():  # NUL bytes are not separators
+        nz = sv != 0
+        sep, sv = sep[nz], sv[nz]
+    two = np.flatnonzero(sv == 2)  # indexes into sep of the segment ends (the last segment ends at len(J))
+    seg_e = np.append(sep[two], len(J))
+    seg_s = np.zeros(len(seg_e), dtype=np.int64)
+    seg_s[1:] = seg_e[:-1] + 1
+    end_i = np.append(two, len(sep))
+    first_i = np.zeros(len(seg_e), dtype=np.int64)  # the first separator of each segment: its 0x01 if any
+    first_i[1:] = two + 1
+    has = first_i < end_i
+    k = sep[np.minimum(first_i, len(sep) - 1)] if len(sep) else np.zeros(len(seg_e), dtype=np.int64)
+    dropped = (seg_e > seg_s) & ~(has & (k > seg_s) & (k < seg_e - 1))
     counts: np.ndarray = np.bincount(_record_of(rs, seg_s[dropped]), minlength=len(rs))
     return counts
 
