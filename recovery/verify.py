@@ -60,7 +60,7 @@ from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
 from ..formats.crc import crc32_raw
 from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.names import offset_msg_id, topic_path_problem
-from ..formats.properties import JAVA_REPLACE, decode_crc32_digits, parse_properties, parse_properties_legacy
+from ..formats.properties import JAVA_REPLACE, decode_crc32_digits
 from . import check as ck
 from .batch import BatchDecoder, PropertyColumns, body_crcs_match, first_unsure
 from .batch import GroupedWords as _Grouped  # noqa: F401  (old names, kept importable)
@@ -598,7 +598,7 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: HeaderColumn
 
     The properties are the batch decoder's (:meth:`recovery.batch.BatchDecoder.properties`,
     :func:`_props_vec`); only the records it is unsure of go through the full parser
-    (:func:`_slow_props`), and the records whose properties need more than the vectorised
+    (:func:`recovery.check.check_record`), and the records whose properties need more than the vectorised
     checks (legacy parser, non-ASCII properties, the schedule topic, 5.x inner batches)
     are checked one by one (:func:`_check_props`)."""
     if n == 0:
@@ -643,38 +643,45 @@ class _Props:
 
 def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: np.ndarray, pv: _Props) -> int:
     """The records checked one by one (:func:`_check_props`) and those the decoder is
-    unsure of (the full parser, :func:`_slow_props`), in order; fills their tagsCode and
-    index keys into ``pv``. Returns the index of the first record the broker refuses, or
-    ``len(P)``."""
+    unsure of (the one slow path, :func:`recovery.check.check_record`), in order; fills
+    their tagsCode and index keys into ``pv``. Returns the index of the first record the
+    broker refuses, or ``len(P)``."""
     slow = np.flatnonzero(pv.slow | pv.odd)
     if not len(slow):
         return len(P)
     buf = ctx.buf
-    pp, pl, sts = cols.props_pos, cols.props_len, cols.store_timestamp
-    sched = out.topic_ids.get(_SCHEDULE)
+    pp, pl = cols.props_pos, cols.props_len
     extra_i: list[int] = []
     extra_s: list[str] = []
     stop_at = len(P)
     for i in slow.tolist():
         a, ln = int(pp[i]), int(pl[i])
-        pb = buf[a : a + ln] if ln > 0 else b""
         if pv.slow[i] and ctx.opts.check_props and ln > 0:
-            _check_props(out, pb, int(P[i]), structure=ctx.profile.new_properties_parser)
+            _check_props(out, buf[a : a + ln], int(P[i]), structure=ctx.profile.new_properties_parser)
         if not pv.odd[i]:
             continue
-        t = int(tids[i])
-        r = _slow_props(ctx, pb, out.topics[t].encode() if t != sched else _SCHEDULE, int(sts[i]))
-        if r is None:
+        # (the body CRC and the length are checked already)
+        c = ck.check_record(buf, int(P[i]), ctx.end, ctx.profile, check_crc=False, read_body=True)
+        if not c.is_message:
             stop_at = i
             break
-        pv.tags[i] = r[0]
-        for k in r[1]:
-            extra_i.append(i)
-            extra_s.append(out.topics[t] + "#" + k)
+        pv.tags[i] = c.tags_code
+        topic = out.topics[int(tids[i])]
+        extra_s.extend(topic + "#" + k for k in _index_keys(c.uniq_key, c.keys))
+        extra_i.extend([i] * (len(extra_s) - len(extra_i)))
     if ctx.opts.want_keys and extra_i:
         pv.key_i = np.concatenate((pv.key_i, np.array(extra_i, dtype=np.int64)))
         pv.key_h = np.concatenate((pv.key_h, index_hash_batch(java_hash_batch(extra_s))))
     return stop_at
+
+
+def _index_keys(uniq: str | None, keys: str | None) -> list[str]:
+    """``IndexService.buildIndex``'s keys of a record: UNIQ_KEY, then the non-empty pieces
+    of KEYS split on a single space."""
+    out = [] if uniq is None else [uniq]
+    if keys:
+        out.extend(k for k in keys.split(" ") if k)
+    return out
 
 
 _PROPS_BATCH = 8 << 20  # bytes of properties decoded per numpy pass
@@ -819,36 +826,6 @@ def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: 
         if len(idx):
             i = int(idx[0])
             out.anomalies.append(("CL_SYSFLAG", int(P[i]), why, {"count": int(len(idx)), "reason": why, "sys_flag": int(sf[i]) & 0xFFFFFFFF}))
-
-
-def _slow_props(ctx: _Ctx, pb: bytes, tb: bytes, store_ts: int) -> tuple[int, list[str]] | None:
-    """The full property parse for records the fast path does not handle: returns
-    (tagsCode, index keys) or None when the broker refuses the record."""
-    prof = ctx.profile
-    text = pb.decode("utf-8", JAVA_REPLACE)
-    props = parse_properties(text) if prof.new_properties_parser else parse_properties_legacy(text)
-    code = 0
-    t = props.get("TAGS")
-    if t:
-        code = java_hash(t)
-    if tb == _SCHEDULE and "DELAY" in props:
-        level = ck.java_parse_int(props["DELAY"])
-        if level is None:
-            return None
-        level = min(level, prof.max_delay_level)
-        if level > 0:
-            code = prof.deliver_timestamp(store_ts, level)
-    if prof.is_5x and "INNER_NUM" in props and "INNER_BASE" in props:
-        if ck.java_parse_short(props["INNER_NUM"]) is None or not ck._java_long(props["INNER_BASE"]):
-            return None
-    keys: list[str] = []
-    u = props.get("UNIQ_KEY")
-    if u is not None:
-        keys.append(u)
-    k = props.get("KEYS")
-    if k:
-        keys.extend(x for x in k.split(" ") if x)
-    return code, keys
 
 
 _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
@@ -1078,12 +1055,7 @@ def _add_damaged(ctx: _Ctx, out: _Rec, pos: int, c: ck.Checked) -> None:
             queue_offset=np.array([r.queue_offset]), store_ts=np.array([r.store_timestamp]), tid=np.array([tid]),
             tags=np.array([code]), flags=_tx_flags(np.array([r.sys_flag])) | np.uint8(DAMAGED))
     if ctx.opts.want_keys:
-        keys = []
-        u = props.get("UNIQ_KEY")
-        if u is not None:
-            keys.append(u)
-        if props.get("KEYS"):
-            keys.extend(k for k in props["KEYS"].split(" ") if k)
+        keys = _index_keys(props.get("UNIQ_KEY"), props.get("KEYS"))
         if keys:
             topic = out.topics[tid]
             out.add_keys(np.full(len(keys), out.count - 1), index_hash_batch(java_hash_batch([topic + "#" + k for k in keys])))
