@@ -123,7 +123,7 @@ def main() -> int:
         from rmqtool.cli import run
 
         t = time.perf_counter()
-        run(["rebuild-index", str(root), "--index-only", "--quiet", "--broker-version", "4.9.4", "--backup-dir", str(work / "bk-index")])
+        run(["rebuild-index", str(root), "--index-only", "--yes", "--quiet", "--broker-version", "4.9.4", "--backup-dir", str(work / "bk-index")])
         shutil.rmtree(work / "bk-index", ignore_errors=True)
         shutil.copytree(root / "index", full_index)
         print(f"index of every record built ({time.perf_counter() - t:.1f} s) and saved to {full_index}")

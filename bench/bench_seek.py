@@ -41,7 +41,7 @@ def build(root: Path, size: int, topics: int) -> None:
     print(f"built {size:,} bytes of commitlog in {time.perf_counter() - t0:.1f} s", flush=True)
     t0 = time.perf_counter()
     # small consume queue files (the topics are small): 1000 queues of 6 MB each would be 6 GB
-    code = run(["rebuild-index", str(root), "--yes", "-q", "--cq-file-size", "120000", "--format", "json",
+    code = run(["rebuild-index", str(root), "--yes", "-q", "--broker-version", "4.9.4", "--cq-file-size", "120000", "--format", "json",
                 "--output", os.devnull, "--backup-dir", str(root.parent / (root.name + "-bk0"))])
     print(f"rebuild-index (consume queues and index): status {code}, {time.perf_counter() - t0:.1f} s", flush=True)
 

@@ -58,4 +58,5 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
 
 
 def encode_checkpoint(cp: Checkpoint, size: int = CHECKPOINT_FILE_SIZE) -> bytes:
-    return CHECKPOINT_5X.build(cp._asdict()).ljust(size, b"\0")
+    built: bytes = CHECKPOINT_5X.build(cp._asdict())
+    return built.ljust(size, b"\0")

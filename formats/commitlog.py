@@ -22,8 +22,8 @@ from construct import Bytes, Const, IfThenElse, Int8sb, Int16sb, Int32sb, Int64s
 from .crc import crc32_fast, crc32_reference
 from .errors import FormatError
 from .names import host_to_str, offset_msg_id
-from .properties import CRC32, JAVA_REPLACE, encode_crc32_digits
-from .schema import fixed_struct
+from .properties import CRC32, JAVA_REPLACE, decode_crc32_digits, encode_crc32_digits
+from .schema import fixed_struct, parse_or_raise
 
 MAGIC_V1 = -626843481  # 0xDAA320A7 MESSAGE_MAGIC_CODE
 MAGIC_V2 = -626843477  # 0xDAA320AB MESSAGE_MAGIC_CODE_V2 (5.1.0+)
@@ -113,7 +113,6 @@ RECORD_PREFIX = "TOTALSIZE and MAGICCODE, common to every record" * Struct(
 PREFIX, _ = fixed_struct(RECORD_PREFIX)  # (total_size, magic)
 _SYSFLAG_AT = 36
 SYSFLAG = struct.Struct(">i")
-_I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 
@@ -326,7 +325,7 @@ def peek(buf: Any, pos: int, end: int | None = None) -> tuple[int, int] | None:
         end = len(buf)
     if pos + 8 > end:
         return None
-    return PREFIX.unpack_from(buf, pos)  # type: ignore[return-value]
+    return PREFIX.unpack_from(buf, pos)
 
 
 def record_crc32_property(buf: Any, rec: MessageRecord) -> tuple[int, int] | None:
@@ -339,8 +338,6 @@ def record_crc32_property(buf: Any, rec: MessageRecord) -> tuple[int, int] | Non
     tail = bytes(buf[tail_at : tail_at + CRC32_RESERVED_LEN])
     if len(tail) != CRC32_RESERVED_LEN or not tail.startswith(CRC32.encode() + b"\x01") or tail[-1:] != b"\x02":
         return None
-    from .properties import decode_crc32_digits
-
     stored = decode_crc32_digits(tail[9:19].decode("latin-1"))
     computed = crc32_fast(buf[rec.pos : tail_at])
     return stored, computed
@@ -380,13 +377,12 @@ def build_message(fields: dict[str, Any], *, v2: bool = False, append_crc32: boo
 
 def build_blank(remaining: int) -> bytes:
     """The 8-byte BLANK header for a file with ``remaining`` bytes left."""
-    return BLANK.build({"total_size": remaining})
+    built: bytes = BLANK.build({"total_size": remaining})
+    return built
 
 
 def parse_message(data: bytes, path: str | None = None, offset: int | None = None) -> Any:
     """Full-schema parse for diagnosis (raises FormatError naming the failing field)."""
-    from .schema import parse_or_raise
-
     if len(data) < 8:
         raise FormatError("record shorter than its 8-byte prefix", path, offset)
     _t, magic = PREFIX.unpack_from(data, 0)

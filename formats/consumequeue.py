@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from construct import Bytes, Int16sb, Int32sb, Int64sb, Rebuild, Struct, len_, this
 
 from .schema import fixed_struct, numpy_dtype
@@ -65,8 +66,6 @@ def unit_valid(offset: int, size: int) -> bool:
 
 def read_units(data: Any) -> Any:
     """The units of a CQ file's bytes as a numpy structured array (no copy)."""
-    import numpy as np
-
     n = len(data) // CQ_UNIT_SIZE
     return np.frombuffer(data, dtype=CQ_DTYPE, count=n)
 
@@ -74,7 +73,5 @@ def read_units(data: Any) -> Any:
 def valid_prefix_units(units: Any) -> int:
     """How many leading units satisfy the validity rule (the broker's scan stops at the
     first invalid unit)."""
-    import numpy as np
-
     bad = np.flatnonzero((units["commitlog_offset"] < 0) | (units["size"] <= 0))
     return int(bad[0]) if len(bad) else len(units)

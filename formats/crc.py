@@ -13,7 +13,11 @@ reference.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import crcmod
+
+__all__ = ["CRC_BACKEND", "CRC_MASK", "crc32_fast", "crc32_raw", "crc32_reference"]
 
 CRC_MASK = 0x7FFFFFFF
 
@@ -26,7 +30,7 @@ except ImportError:  # pragma: no cover - depends on the installation
 
     CRC_BACKEND = "zlib"
 
-_reference = crcmod.mkCrcFun(0x104C11DB7, initCrc=0, rev=True, xorOut=0xFFFFFFFF)
+_reference: Callable[[bytes], int] = crcmod.mkCrcFun(0x104C11DB7, initCrc=0, rev=True, xorOut=0xFFFFFFFF)
 
 
 def crc32_reference(data: bytes) -> int:

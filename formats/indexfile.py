@@ -6,8 +6,10 @@ Source: ``store/index/IndexFile.java``, ``IndexHeader.java``, ``IndexService.jav
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
+import numpy as np
 from construct import Int32sb, Int64sb, Struct
 
 from .schema import fixed_struct, numpy_dtype
@@ -43,6 +45,47 @@ ENTRY_DTYPE: Any = numpy_dtype(INDEX_ENTRY)
 SLOT_DTYPE: Any = numpy_dtype(INDEX_SLOT)
 
 
+class IndexHeader(NamedTuple):
+    """An index file's header, the fields of ``INDEX_HEADER`` in order (a tuple: ``h[1]``
+    is endTimestamp)."""
+
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int  # as stored on disk
+
+    @property
+    def loaded_index_count(self) -> int:
+        """``IndexHeader.load``: a stored indexCount <= 0 reads as 1."""
+        return self.index_count if self.index_count > 0 else 1
+
+
+if list(IndexHeader._fields) != _H:  # the tuple order above depends on it
+    raise RuntimeError(f"index header schema fields changed: {_H}")
+
+
+def unpack_header(buf: Any, offset: int = 0) -> IndexHeader:
+    """The header at ``offset`` of ``buf``; bytes past the buffer's end read as zeros."""
+    raw = bytes(buf[offset : offset + HEADER_SIZE])
+    return IndexHeader(*HEADER_STRUCT.unpack(raw.ljust(HEADER_SIZE, b"\0")))
+
+
+def read_header(path: str | Path) -> IndexHeader:
+    """The header of the index file at ``path`` (one read of its first 40 bytes; zeros past
+    the end of a shorter file)."""
+    with open(path, "rb") as fh:
+        return unpack_header(fh.read(HEADER_SIZE))
+
+
+def read_whole_header(path: str | Path) -> IndexHeader | None:
+    """The header of the index file at ``path``; None when the file is shorter than it."""
+    with open(path, "rb") as fh:
+        raw = fh.read(HEADER_SIZE)
+    return unpack_header(raw) if len(raw) == HEADER_SIZE else None
+
+
 def index_file_size(slot_num: int, index_num: int) -> int:
     return HEADER_SIZE + slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
 
@@ -63,14 +106,10 @@ def geometry_from_size(size: int) -> list[tuple[int, int]]:
 
 
 def slots_array(data: Any, slot_num: int) -> Any:
-    import numpy as np
-
     return np.frombuffer(data, dtype=SLOT_DTYPE["entry"], count=slot_num, offset=HEADER_SIZE)
 
 
 def entries_array(data: Any, slot_num: int, index_num: int) -> Any:
-    import numpy as np
-
     return np.frombuffer(data, dtype=ENTRY_DTYPE, count=index_num, offset=HEADER_SIZE + slot_num * SLOT_SIZE)
 
 

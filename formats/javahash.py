@@ -15,7 +15,7 @@ polynomial is evaluated as ``sum(unit_i * 31**(n-1-i)) mod 2**32`` (identical to
 under wrap-around arithmetic), using the inverse of 31 modulo 2**32 so that every unit is
 multiplied by a power that depends only on its position in the concatenated buffer (see
 ``_hash_chunk``).  There is no Python loop per string and no padding, so a long outlier costs
-only its own length; batches are processed in chunks of at most ``_CHUNK_UNITS`` units
+only its own length; batches are processed in chunks of at most ``chunk_units`` units
 (a single longer string is hashed alone).
 """
 
@@ -54,9 +54,9 @@ _U2_NATIVE = np.dtype("=u2")
 
 # upper bound of code units hashed in one numpy pass (bounds temporary memory and the
 # power tables, 4 bytes per unit each)
-_CHUNK_UNITS = 1 << 20
+CHUNK_UNITS = 1 << 20
 # power tables longer than this (only for a single string longer than a chunk) are not cached
-_CACHE_MAX = 4 * _CHUNK_UNITS
+CACHE_MAX = 4 * CHUNK_UNITS
 
 
 def _to_int32(h: int) -> int:
@@ -96,20 +96,21 @@ def _powers(base: int, size: int) -> np.ndarray:
     return p
 
 
-def _pow31(n: int) -> np.ndarray:
-    """``31**k mod 2**32`` for k in [0, n) (at least) as uint32; cached, grown on demand."""
+def _pow31(n: int, cache_max: int = CACHE_MAX) -> np.ndarray:
+    """``31**k mod 2**32`` for k in [0, n) (at least) as uint32; cached, grown on demand
+    up to ``cache_max``."""
     global _POW31
-    if n > _CACHE_MAX:
+    if n > cache_max:
         return _powers(31, n)
     if len(_POW31) < n:
         _POW31 = _powers(31, max(n, 2 * len(_POW31), 256))
     return _POW31
 
 
-def _invpow31(n: int) -> np.ndarray:
+def _invpow31(n: int, cache_max: int = CACHE_MAX) -> np.ndarray:
     """``31**-k mod 2**32`` for k in [0, n) (at least) as uint32."""
     global _INVPOW31
-    if n > _CACHE_MAX:
+    if n > cache_max:
         return _powers(_INV31, n)
     if len(_INVPOW31) < n:
         _INVPOW31 = _powers(_INV31, max(n, 2 * len(_INVPOW31), 256))
@@ -121,7 +122,7 @@ pow31 = _pow31
 invpow31 = _invpow31
 
 
-def _hash_chunk(strings: Sequence[str], lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _hash_chunk(strings: Sequence[str], lens: np.ndarray, cache_max: int = CACHE_MAX) -> tuple[np.ndarray, np.ndarray]:
     """Hash a chunk of strings.
 
     With units u at global positions q (all strings concatenated) and a string ending at E
@@ -139,18 +140,22 @@ def _hash_chunk(strings: Sequence[str], lens: np.ndarray) -> tuple[np.ndarray, n
     if total == 0:
         return out, lens
     terms = units.astype(np.uint32)
-    terms *= _invpow31(total)[:total]
+    terms *= _invpow31(total, cache_max)[:total]
     ends = np.cumsum(lens)
     nonempty = lens > 0
     starts = (ends - lens)[nonempty]
     sums = np.add.reduceat(terms, starts, dtype=np.uint32)
-    sums *= _pow31(total)[ends[nonempty] - 1]
+    sums *= _pow31(total, cache_max)[ends[nonempty] - 1]
     out[nonempty] = sums
     return out, lens
 
 
-def java_hash_units_batch(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+def java_hash_units_batch(
+    strings: Sequence[str], *, chunk_units: int = CHUNK_UNITS, cache_max: int = CACHE_MAX
+) -> tuple[np.ndarray, np.ndarray]:
     """Vectorised hashCode: ``(hashes as uint32, lengths in UTF-16 code units as int64)``.
+    ``chunk_units`` bounds the code units hashed in one numpy pass, ``cache_max`` the power
+    tables kept between calls.
 
     The uint32 form is the raw 32-bit pattern; ``.view(np.int32)`` gives Java's int.
     """
@@ -161,8 +166,8 @@ def java_hash_units_batch(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarra
         return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
     lens = np.fromiter(map(len, strings), dtype=np.int64, count=n)
     total = int(lens.sum())
-    if total <= _CHUNK_UNITS:
-        return _hash_chunk(strings, lens)
+    if total <= chunk_units:
+        return _hash_chunk(strings, lens, cache_max)
     # split into chunks of bounded size; lengths in code points are a lower bound of the unit
     # count, _hash_chunk recomputes exact unit lengths when they differ
     hashes = np.empty(n, dtype=np.uint32)
@@ -171,18 +176,18 @@ def java_hash_units_batch(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarra
     i = 0
     while i < n:
         base = int(csum[i - 1]) if i else 0
-        j = int(np.searchsorted(csum, base + _CHUNK_UNITS, side="right"))
+        j = int(np.searchsorted(csum, base + chunk_units, side="right"))
         j = max(j, i + 1)  # a single huge string is hashed alone
-        h, ln = _hash_chunk(strings[i:j], lens[i:j])
+        h, ln = _hash_chunk(strings[i:j], lens[i:j], cache_max)
         hashes[i:j] = h
         ulens[i:j] = ln
         i = j
     return hashes, ulens
 
 
-def java_hash_batch(strings: Sequence[str]) -> np.ndarray:
+def java_hash_batch(strings: Sequence[str], *, chunk_units: int = CHUNK_UNITS, cache_max: int = CACHE_MAX) -> np.ndarray:
     """Vectorised :func:`java_hash`: a numpy int32 array, one hashCode per string."""
-    return java_hash_units_batch(strings)[0].view(np.int32)
+    return java_hash_units_batch(strings, chunk_units=chunk_units, cache_max=cache_max)[0].view(np.int32)
 
 
 def combine_hash(prefix_hash: Any, suffix_hash: Any, suffix_units: Any) -> Any:
@@ -220,14 +225,15 @@ def index_hash_batch(h: Any) -> np.ndarray:
         if a64.size and (a64.min() < INT_MIN or a64.max() > INT_MAX):
             raise ValueError("hash values out of int32 range")
         a = a64.astype(np.int32)
-    r = np.abs(a)  # wraps: abs(INT_MIN) == INT_MIN
+    r: np.ndarray = np.abs(a)  # wraps: abs(INT_MIN) == INT_MIN
     r[r < 0] = 0
     return r
 
 
 def index_slot(h: int, slot_num: int) -> int:
     """Slot of a hashCode: ``index_hash(h) % slot_num``."""
-    return index_hash(h) % slot_num
+    hv: int = index_hash(h)
+    return hv % slot_num
 
 
 @lru_cache(maxsize=65536)

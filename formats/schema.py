@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import construct as cs
+import numpy as np
 
 from .errors import FormatError
 
@@ -89,8 +90,6 @@ def field_layout(schema: cs.Construct, ctx: Mapping[str, Any] | None = None) -> 
 
 def numpy_dtype(schema: cs.Construct) -> Any:
     """A packed big-endian numpy structured dtype for a fixed-size schema."""
-    import numpy as np
-
     fmt, names = fixed_prefix_format(schema)
     codes = {"b": "i1", "B": "u1", "h": ">i2", "H": ">u2", "i": ">i4", "I": ">u4", "l": ">i4", "L": ">u4", "q": ">i8", "Q": ">u8"}
     fields = []

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formats.errors import RmqToolError
+from .versions import BrokerProfile, parse_version
 
 LOCATION = "location"
 GEOMETRY = "geometry"
@@ -695,12 +696,12 @@ def convert(setting: Setting, raw: str) -> tuple[Any, str | None]:
             return float(raw.strip()), None
         except ValueError:
             return None, f"Double.parseDouble({raw!r}) fails: the broker keeps the default"
-    v = raw.strip()
-    if setting.name == "brokerRole" and v not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
-        return None, f"BrokerRole.valueOf({v!r}) fails: the broker keeps the default"
-    if setting.name == "flushDiskType" and v not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
-        return None, f"FlushDiskType.valueOf({v!r}) fails: the broker keeps the default"
-    return v, None
+    text = raw.strip()
+    if setting.name == "brokerRole" and text not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        return None, f"BrokerRole.valueOf({text!r}) fails: the broker keeps the default"
+    if setting.name == "flushDiskType" and text not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+        return None, f"FlushDiskType.valueOf({text!r}) fails: the broker keeps the default"
+    return text, None
 
 
 @dataclass
@@ -730,7 +731,7 @@ class BrokerConf:
         v = self.values.get("storePathCommitLog")
         if v:
             return Path(v)
-        if version is not None and version < (4, 9, 4) and self.store_root is not None:
+        if version is not None and BrokerProfile(version).commitlog_default_under_home and self.store_root is not None:
             return Path.home() / "store" / "commitlog"  # System.getProperty("user.home")
         return None
 
@@ -803,8 +804,6 @@ def _known_in(s: Setting, version: tuple[int, int, int]) -> bool:
     """Whether the setter may exist in ``version``: the release is newer than the last
     sampled release before the first one that has it (a setter that came in between
     samples counts as present: a refusal too many rather than one too few)."""
-    from .versions import parse_version
-
     samples = [parse_version(v) for v in SAMPLED.values()]
     first = min(parse_version(v) for v in s.seen_in)
     before = [v for v in samples if v < first]

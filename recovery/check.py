@@ -9,7 +9,7 @@ outcome also carries a reason code, which the broker does not give, for findings
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 from ..formats import commitlog as cl
 from ..formats.crc import crc32_fast, crc32_raw
@@ -196,18 +196,25 @@ class FastWalk(NamedTuple):
     starts: Any  # array('q') of message start positions when collect=True, else None
 
 
-def fast_walk(
-    buf: Any,
-    end: int,
-    profile: BrokerProfile,
-    *,
-    start: int = 0,
-    check_crc: bool = True,
-    read_body: bool = True,
-    max_delay_level: int | None = None,
-    force_verify_prop_crc: bool = False,
-    collect: bool = False,
-) -> FastWalk:
+class WalkOptions(TypedDict, total=False):
+    """The keyword arguments of the broker's per-file walk (:func:`recovery.scan.walk_file`
+    and :func:`fast_walk`): where it starts (``start``, default 0) and how each record is
+    checked (``check_crc``, ``read_body``: default True; ``max_delay_level``: default the
+    profile's), as :func:`check_record` takes them."""
+
+    start: int
+    check_crc: bool
+    read_body: bool
+    max_delay_level: int | None
+
+
+def walk_options(o: WalkOptions) -> tuple[int, bool, bool, int | None]:
+    """(start, check_crc, read_body, max_delay_level) of ``o``, the defaults filled in."""
+    return o.get("start", 0), o.get("check_crc", True), o.get("read_body", True), o.get("max_delay_level")
+
+
+def fast_walk(buf: Any, end: int, profile: BrokerProfile, *, force_verify_prop_crc: bool = False, collect: bool = False,
+              **walk: Unpack[WalkOptions]) -> FastWalk:
     """The broker's per-file walk (:func:`recovery.scan.walk_file`) without building a
     record per message: header fields are unpacked with the schema-derived structs, the
     body CRC with zlib, and no string is decoded. Whenever a record is not plainly valid
@@ -216,6 +223,7 @@ def fast_walk(
     is the same as :func:`walk_file`'s; a test asserts it."""
     from array import array
 
+    start, check_crc, read_body, max_delay_level = walk_options(walk)
     starts = array("q") if collect else None
     mv = memoryview(buf) if not isinstance(buf, (bytes, bytearray)) else buf
     try:

@@ -15,11 +15,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..formats import commitlog as cl
 from ..formats.config import read_config_bytes
 from ..formats.errors import FormatError
+from ..formats.indexfile import HEADER_SIZE, SLOT_SIZE, unpack_header
 from ..formats.properties import parse_properties, parse_properties_legacy
 from . import check as ck
+from .plainwalk import plain_records
+from .scan import byte_views
 from .store import Store
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label
 
@@ -178,10 +183,6 @@ def index_counting_rule(store: Store) -> tuple[str, str] | None:
     (4.6.0-4.7.0) or of slots in use (4.7.1+). Only full files count (indexCount ==
     maxIndexNum: their header was written after their last put), and only where the two
     numbers differ. Returns ("every_put" | "slots_used", the evidence) or None."""
-    import numpy as np
-
-    from ..formats.indexfile import HEADER_SIZE, HEADER_STRUCT, SLOT_SIZE
-
     g = store.geometry
     for f in reversed(store.index_files[-8:]):
         try:
@@ -192,7 +193,8 @@ def index_counting_rule(store: Store) -> tuple[str, str] | None:
             continue
         if len(head) < HEADER_SIZE or len(slots) < g.index_slot_num:
             continue
-        hsc, count = HEADER_STRUCT.unpack(head)[4:6]
+        h = unpack_header(head)
+        hsc, count = h.hash_slot_count, h.index_count
         if count != g.index_num:
             continue
         used = int(np.count_nonzero(slots))
@@ -212,10 +214,6 @@ def properties_parsers_agree(store: Store) -> bool:
     segment (between 0x02 separators) that holds at most one 0x01 and does not start with
     it; such segments are found with numpy over each file, and only the records holding
     another kind of segment are parsed both ways."""
-    import numpy as np
-
-    from .scan import byte_views
-
     probe = BrokerProfile((4, 9, 1))
     for f in store.commitlog:
         if f.size == 0:
@@ -238,10 +236,6 @@ _CHUNK = 64 << 20
 
 
 def _agree_in(buf: Any, v: Any, s: Any, probe: BrokerProfile) -> bool:
-    import numpy as np
-
-    from .plainwalk import plain_records
-
     tot = v.i4[s].astype(np.int64)
     pl = plain_records(buf, v, s, tot, probe)
     a = s + tot - pl.props_len  # the properties of each plainly valid record: [a, a + len)

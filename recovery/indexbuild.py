@@ -30,9 +30,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..formats.consumequeue import CQ_DTYPE
-from ..formats.indexfile import ENTRY_DTYPE, HEADER_DTYPE
+from ..formats.indexfile import ENTRY_DTYPE, HEADER_DTYPE, unpack_header
 from ..formats.javahash import combine_hash, index_hash, index_hash_batch, java_hash, java_hash_units_batch
 from ..formats.names import topic_path_problem
+from .broker import goes_to_consume_queue, goes_to_consume_queue_batch, goes_to_index, goes_to_index_batch
 
 __all__ = [
     "DispatchRequest",
@@ -70,10 +71,6 @@ INDEX_ENTRY_SIZE = 20
 INT_MAX = 0x7FFFFFFF
 _I64_MIN = np.iinfo(np.int64).min
 
-TRANSACTION_MASK = 0xC
-TRANSACTION_PREPARED = 0x4
-TRANSACTION_ROLLBACK = 0xC
-
 
 class DispatchRequest(NamedTuple):
     """What the dispatchers need from one commitlog record (DispatchRequest in the broker)."""
@@ -88,16 +85,6 @@ class DispatchRequest(NamedTuple):
     keys: str | None  # raw KEYS property value
     uniq_key: str | None  # UNIQ_KEY property value
     sys_flag: int
-
-
-def goes_to_consume_queue(sys_flag: int) -> bool:
-    """RECOVERY §9.1: NOT_TYPE and COMMIT records are put into the CQ."""
-    return (sys_flag & TRANSACTION_MASK) in (0x0, 0x8)
-
-
-def goes_to_index(sys_flag: int) -> bool:
-    """RECOVERY §9.1/§9.3: everything but ROLLBACK is indexed."""
-    return (sys_flag & TRANSACTION_MASK) != TRANSACTION_ROLLBACK
 
 
 def cq_file_name(offset: int) -> str:
@@ -589,8 +576,7 @@ class ConsumeQueueSet:
         if len(topics) != n:
             raise ValueError("column lengths differ")
         flags = _i64(sys_flags)
-        tt = flags & TRANSACTION_MASK
-        sel = (tt == 0x0) | (tt == 0x8)
+        sel = goes_to_consume_queue_batch(flags)
         if not sel.any():
             return
         sel_idx = np.flatnonzero(sel) if not sel.all() else None
@@ -684,14 +670,14 @@ class IndexFileImage:
             if len(data) < INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE:
                 data = bytes(data).ljust(INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE, b"\0")
                 self._base = data
-            h = np.frombuffer(data, dtype=index_header_dtype, count=1)[0]
-            self.begin_timestamp = int(h["begin_timestamp"])
-            self.end_timestamp = int(h["end_timestamp"])
-            self.begin_phy_offset = int(h["begin_phy_offset"])
-            self.end_phy_offset = int(h["end_phy_offset"])
-            self.hash_slot_count = int(h["hash_slot_count"])
-            self._disk_index_count = int(h["index_count"])
-            self.index_count = max(1, self._disk_index_count)  # IndexHeader.load
+            h = unpack_header(data)
+            self.begin_timestamp = h.begin_timestamp
+            self.end_timestamp = h.end_timestamp
+            self.begin_phy_offset = h.begin_phy_offset
+            self.end_phy_offset = h.end_phy_offset
+            self.hash_slot_count = h.hash_slot_count
+            self._disk_index_count = h.index_count
+            self.index_count = h.loaded_index_count  # IndexHeader.load
             self.slots = np.frombuffer(data, dtype=">i4", count=slot_num, offset=INDEX_HEADER_SIZE).astype(np.int32)
 
     def truncate(self, keep: int, end_timestamp: int, count_every_put: bool = False) -> None:
@@ -981,7 +967,7 @@ class IndexBuilder:
         order. Quirk Q6 indexes that record again (its offset is not below endPhyOffset);
         when this holds, doing so only adds duplicates."""
         f = self._current
-        if f is None or f.created or f.puts or (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
+        if f is None or f.created or f.puts or not goes_to_index(sys_flag):
             return False
         want = record_key_hashes(topic, keys, uniq)
         n = f.index_count - 1
@@ -1033,7 +1019,7 @@ class IndexBuilder:
         if phy < f.end_phy_offset or (self.skip_through is not None and phy <= self.skip_through):
             self.records_skipped += 1
             return
-        if (sys_flag & TRANSACTION_MASK) == TRANSACTION_ROLLBACK:
+        if not goes_to_index(sys_flag):
             return
         for ih in record_key_hashes(topic, keys, uniq):
             while not self._put_one(f, ih, phy, ts):
@@ -1155,7 +1141,7 @@ class IndexBuilder:
                 self._build_scalar(topics[i], int(off[i]), int(ts[i]), keys[i], uniq_keys[i], int(flags[i]))
             return
 
-        rollback = (flags & TRANSACTION_MASK) == TRANSACTION_ROLLBACK
+        rollback = ~goes_to_index_batch(flags)
         if index_keys is not None:
             key_rec, h_suf, l_suf = (np.asarray(a) for a in index_keys)
             key_rec = key_rec.astype(np.int64, copy=False)

@@ -45,7 +45,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..formats import commitlog as cl
-from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_DTYPE, HEADER_SIZE, SLOT_SIZE
+from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader, unpack_header
+from .broker import goes_to_index
 from .indexbuild import record_key_hashes
 from .query import CommitlogReader
 from .scan import byte_views
@@ -108,10 +109,8 @@ def _check_file(store: Store, profile: BrokerProfile, f: StoreFile, end: int, pr
     first = HEADER_SIZE + S * SLOT_SIZE
     size = f.path.stat().st_size
     with open(f.path, "rb", buffering=0) as fh:
-        head = np.zeros(1, dtype=HEADER_DTYPE)
-        fh.readinto(head.view(np.uint8))
-        h = head[0]
-        count = int(h["index_count"])
+        h = unpack_header(fh.read(HEADER_SIZE))
+        count = int(h.index_count)
         n = count - 1
         if count < 1 or count > N:
             return _fail(f"indexCount {count} outside [1, {N}]", 0)
@@ -141,7 +140,7 @@ def _read_into(fh: object, at: int, arr: np.ndarray) -> None:
         got += k
 
 
-def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarray, E: np.ndarray, tail_nonzero: bool,
+def _check(store: Store, profile: BrokerProfile, h: IndexHeader, slots_be: np.ndarray, E: np.ndarray, tail_nonzero: bool,
            S: int, end: int, prev_end_ts: int | None, sample: int) -> IndexCheck:
     n = len(E)
     full = n + 1 >= store.geometry.index_num
@@ -149,8 +148,8 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
     # -- entries: in commitlog order from beginPhyOffset. A lost sector or page of entries
     # holds at least 24 whole entries of zeros: they break the order (or, at the very
     # start of a store, fail the first record's key check below)
-    if int(off[0]) != int(h["begin_phy_offset"]):
-        return _fail(f"entry 1 points to {int(off[0])}, the header's beginPhyOffset is {int(h['begin_phy_offset'])}", n)
+    if int(off[0]) != int(h.begin_phy_offset):
+        return _fail(f"entry 1 points to {int(off[0])}, the header's beginPhyOffset is {int(h.begin_phy_offset)}", n)
     if n > 1 and not bool(np.all(off[1:] >= off[:-1])):
         k = int(np.flatnonzero(off[1:] < off[:-1])[0]) + 2
         return _fail(f"entry {k} points before entry {k - 1} (a lost page reads as zeros)", n)
@@ -187,7 +186,7 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
         return _fail(why, n)
     # -- keys, store times and flags of a sample of records, always the first and last
     picks = _spread(0, m - 1, sample)
-    begin = int(h["begin_timestamp"])
+    begin = int(h.begin_timestamp)
     last_complete = True
     sampled = 0
     end_ts = None
@@ -208,7 +207,7 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
                 return _fail(f"the record at {phy} cannot be decoded", n)
             ts, sys_flag, want_keys = got
             sampled += 1
-            if (sys_flag & cl.TRANSACTION_MASK) == cl.TRANSACTION_ROLLBACK:
+            if not goes_to_index(sys_flag):
                 return _fail(f"entry {lo + 1} points to a ROLLBACK record (the broker never indexes one)", n)
             if lo == 0 and ts != begin:
                 return _fail(f"beginTimestamp {begin} is not the first record's store time {ts}", n)
@@ -232,13 +231,13 @@ def _check(store: Store, profile: BrokerProfile, h: np.void, slots_be: np.ndarra
     if end_ts is None:
         # the last record's file is gone (retention): only the header knows its store
         # time; it stands if it agrees with the last entry's timeDiff
-        end_ts = int(h["end_timestamp"])
+        end_ts = int(h.end_timestamp)
         base = begin if m > 1 else prev_end_ts
         if base is not None and _time_diff(end_ts, base) != int(td[m - 1]):
             return _fail(f"the last entry's record is gone and endTimestamp {end_ts} does not match its timeDiff", n)
     end_phy = int(off[m - 1])
-    hsc = int(h["hash_slot_count"])
-    fresh = (int(h["end_phy_offset"]) == end_phy and int(h["end_timestamp"]) == end_ts
+    hsc = int(h.hash_slot_count)
+    fresh = (int(h.end_phy_offset) == end_phy and int(h.end_timestamp) == end_ts
              and hsc == (m if profile.hash_slot_count_every_put else used))
     whole = full and m == n and fresh and not dangling and not tail_nonzero
     keep = m
@@ -373,7 +372,7 @@ def keyed_record_between(store: Store, profile: BrokerProfile, lo: int, hi: int,
                     done = True
                 elif c.rec is None or not c.is_message:
                     continue
-                elif (c.rec.sys_flag & cl.TRANSACTION_MASK) == cl.TRANSACTION_ROLLBACK:
+                elif not goes_to_index(c.rec.sys_flag):
                     continue
                 elif after_lo and at == lo:
                     if len(record_key_hashes(c.rec.topic, c.keys, c.uniq_key)) > keys_at_lo:

@@ -24,10 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..formats import offsetfile as of
 from ..formats.config import loads as config_loads
 from ..formats.config import read_config_bytes
 from ..formats.errors import FormatError, RmqToolError
+from .query import CommitlogReader
+from .recover import _cq_units, apply_recovery, plan_recovery
+from .rocksoffsets import RocksUnavailable, read_store
 from .store import CQ_UNIT, Store
 from .versions import BrokerProfile
 
@@ -72,8 +77,6 @@ def queue_views(store: Store, profile: BrokerProfile, *, plan: Any = None, jobs:
     """The consume queues as the broker's start-up leaves them: its recovery of ``plan``
     (default: the recovery the broker would choose) and the catch-up dispatch, computed
     without writing (``apply_recovery(queues_only=True)``)."""
-    from .recover import apply_recovery, plan_recovery
-
     if plan is None:
         plan = plan_recovery(store, profile, check_unread=False, salvage=False, jobs=jobs)
     queues = apply_recovery(store, plan, profile, queues_only=True, jobs=jobs)
@@ -100,13 +103,9 @@ def views_of(store: Store, queues: dict[tuple[str, int], Any]) -> dict[tuple[str
 
 def _disk_end(q: Any) -> int:
     """End of the queue's files on disk as CQ recovery leaves them (before any dispatch)."""
-    from .recover import _cq_units  # noqa: PLC0415
-
     end = 0
     for b in sorted(q.disk):
         units = _cq_units(q.disk[b], q.F)
-        import numpy as np
-
         bad = np.flatnonzero((units["commitlog_offset"] < 0) | (units["size"] <= 0))
         n = int(bad[0]) if len(bad) else len(units)
         end = (b + n * CQ_UNIT) // CQ_UNIT
@@ -127,7 +126,7 @@ def _unit_reader(q: Any, F: int) -> Callable[[int], tuple[int, int, int] | None]
         pos = lo - base
         if pos + CQ_UNIT > len(data):
             return None
-        return _UNIT.unpack_from(data, pos)  # type: ignore[return-value]
+        return _UNIT.unpack_from(data, pos)
     return unit
 
 
@@ -136,7 +135,7 @@ def _min_offset(q: Any, F: int, cl_min: int, end: int) -> int:
     offset is at or past the commitlog's min offset (0 when none is)."""
     if not q.bases or q.write is None:
         return 0
-    base = q.bases[0]
+    base: int = q.bases[0]
     data = q.data(base)
     stop = min(F, q.write - base, len(data))
     for pos in range(0, stop - CQ_UNIT + 1, CQ_UNIT):
@@ -190,8 +189,6 @@ def load_offset_config(root: Path, read_rocksdb: bool = True) -> OffsetConfig:
     rocks = [f"config/{d}" for d in ROCKSDB_DIRS if (cdir / d).is_dir()]
     cfg = OffsetConfig(pairs, groups, rocks)
     if read_rocksdb:
-        from .rocksoffsets import RocksUnavailable, read_store
-
         for d in ROCKSDB_DIRS:
             if (cdir / d).is_dir():
                 try:
@@ -281,8 +278,6 @@ def committed_entries(cfg: OffsetConfig) -> Iterable[tuple[str, str | None, str,
 
 def offset_report(store: Store, profile: BrokerProfile, *, groups: Iterable[str] = (), topics: Iterable[str] = (),
                   views: dict[tuple[str, int], QueueView] | None = None, jobs: int | None = 1) -> OffsetReport:
-    from .query import CommitlogReader
-
     cfg = load_offset_config(store.root)
     gsel, tsel = set(groups), set(topics)
     if views is None:
@@ -469,8 +464,6 @@ def plan_set(root: Path, group: str, topic: str, queue_id: int, offset: int,
 def offset_by_time(store: Store, profile: BrokerProfile, v: QueueView, ts_ms: int) -> int:
     """The first queue offset whose message was stored at or after ``ts_ms`` (the max
     offset when none is): ``getOffsetInQueueByTime``'s answer for a time inside the queue."""
-    from .query import CommitlogReader
-
     lo, hi = v.min_offset, v.max_offset
     with CommitlogReader(store, profile) as reader:
         def ts_at(o: int) -> int | None:
@@ -513,7 +506,7 @@ def apply_offset_changes(root: Path, changes: list[OffsetChange], *, backup_dir:
                          description: str = "rmqtool offsets") -> Any:
     """Write the changes through a StoreTransaction (lock, backup, journal); returns the
     commit result."""
-    from .safety import StoreTransaction
+    from .safety import StoreTransaction  # lazy: recovery.safety is ~90 ms of `rmqtool verify`'s start-up
 
     with StoreTransaction(root, backup_dir=backup_dir, description=description) as tx:
         add_offset_fix(tx, root, changes)
@@ -575,8 +568,6 @@ def recovery_offset_changes(store: Store, plan: Any, profile: BrokerProfile, *, 
     if not has_committed_offsets(store.root):
         return []
     if queues is None:
-        from .recover import apply_recovery
-
         queues = apply_recovery(store, plan, profile, queues_only=True, jobs=jobs)
     old = {(q.topic, q.queue_id): (q.write_offset // CQ_UNIT if q.write_offset is not None else 0) for q in plan.queues}
     return offsets_past_end(store.root, queue_ends(queues), old)
@@ -584,8 +575,6 @@ def recovery_offset_changes(store: Store, plan: Any, profile: BrokerProfile, *, 
 
 def _cq_file_end(data: bytes) -> int:
     """Units from the start of a consume queue file up to its first empty unit."""
-    import numpy as np
-
     n = len(data) // CQ_UNIT
     units = np.frombuffer(data[: n * CQ_UNIT], dtype=">i8,>i4,>i8")
     bad = np.flatnonzero((units["f0"] < 0) | (units["f1"] <= 0))

@@ -10,12 +10,16 @@ types), never prints. Damaged input is reported as a status, never raised, excep
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ..formats import indexfile
 from ..formats.consumequeue import CQ_UNIT_SIZE, FILL_BLANK_SIZE, read_units
+from ..formats.indexfile import IndexHeader
 from ..formats.javahash import index_hash, java_hash
 from ..formats.names import decode_offset_msg_id
 from ..formats.properties import split_keys
@@ -102,20 +106,6 @@ def message_has_key(c: ck.Checked, key: str) -> bool:
 # Index files
 
 
-class IndexHeader(NamedTuple):
-    begin_timestamp: int
-    end_timestamp: int
-    begin_phy_offset: int
-    end_phy_offset: int
-    hash_slot_count: int
-    index_count: int  # as stored on disk
-
-    @property
-    def loaded_index_count(self) -> int:
-        """``IndexHeader.load``: a stored indexCount <= 0 reads as 1."""
-        return self.index_count if self.index_count > 0 else 1
-
-
 class IndexHit(NamedTuple):
     """One entry visited by the chain walk whose key hash and time match (a candidate;
     the message may still be a hash collision)."""
@@ -139,7 +129,7 @@ class _IndexView:
         self.slot_num = slot_num
         self.index_num = index_num
         if self.size >= indexfile.HEADER_SIZE:
-            self.header = IndexHeader(*indexfile.HEADER_STRUCT.unpack_from(self.buf, 0))
+            self.header = indexfile.unpack_header(self.buf)
         else:
             self.header = IndexHeader(*_ZERO_HEADER)
 
@@ -153,7 +143,7 @@ class _IndexView:
         at = indexfile.HEADER_SIZE + self.slot_num * indexfile.SLOT_SIZE + n * indexfile.ENTRY_SIZE
         if n < 0 or at + indexfile.ENTRY_SIZE > self.size:
             return (0, 0, 0, 0)
-        return indexfile.ENTRY_STRUCT.unpack_from(self.buf, at)  # type: ignore[return-value]
+        return indexfile.ENTRY_STRUCT.unpack_from(self.buf, at)
 
 
 def read_index_header(store: Store, f: StoreFile) -> IndexHeader:
@@ -228,8 +218,6 @@ def index_query(
 def iter_index(store: Store, *, entries: bool = False) -> Iterator[dict[str, Any]]:
     """Per index file (name order): a ``header`` record; with ``entries`` also every
     non-empty ``slot`` and every ``entry`` 1 .. indexCount-1 (bounded by the file)."""
-    import numpy as np
-
     g = store.geometry
     for f in store.index_files:
         rel = f"index/{f.name}"
@@ -341,7 +329,7 @@ def find_by_key(
 
 def scan_messages(store: Store, profile: BrokerProfile, from_offset: int | None = None, to_offset: int | None = None) -> Iterator[Located]:
     """Every message record of the commitlog (damaged spots skipped), in order."""
-    from .scan import iter_store_records
+    from .scan import iter_store_records  # lazy: recovery.scan is ~19 ms of `rmqtool info`'s start-up
 
     for f, buf, pos, c in iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset):
         if c.rec is not None and c.is_message:
@@ -396,9 +384,7 @@ def iter_cq_entries(store: Store, topic: str | None = None, queue_id: int | None
     last non-zero one (the all-zero tail of a file is unwritten space). ``status`` is
     ``OK``, ``FILL_BLANK`` (a valid placeholder unit, STORE_FORMAT §12.3) or ``INVALID``
     (commitlog offset < 0 or size <= 0: the broker's scan stops there)."""
-    import mmap
-
-    from .scan import last_nonzero_in_file
+    from .scan import last_nonzero_in_file  # lazy: as in scan_messages
 
     for t, q, files in store.iter_queues(topic, queue_id):
         for f in files:

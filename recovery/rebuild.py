@@ -247,7 +247,6 @@ def plan_rebuild(
     ``compare_progress(n)``: the bytes of each existing file compared with the new one."""
     t0 = time.perf_counter()
     tset = tuple(sorted(set(topics))) if topics is not None else None
-    wanted = set(tset) if tset is not None else None
     continue_cq = from_offset is not None
     continue_index = from_offset is not None or tset is not None
     state = load_state(store, profile, topics=tset, cq=cq and continue_cq, index=index and continue_index)
@@ -255,77 +254,113 @@ def plan_rebuild(
         state.index = None
     result = reput(store, profile, from_offset=from_offset, topics=tset, cq=cq, index=index,
                    state=state, index_tz=index_tz, progress=progress, jobs=jobs, skip_complete_last=continue_index)
-    root = store.root
     changes: list[FileChange] = []
-    warnings: list[str] = []
-    problems: list[str] = []
-
-    # -- consume queues
     if cq:
-        by_queue: dict[tuple[str, int], list[CqFileOut]] = {}
-        for out in result.cq_files.values():
-            by_queue.setdefault(out.queue, []).append(out)
         if continue_cq:
-            for out in sorted(result.cq_files.values(), key=lambda o: o.relpath):
-                changes.append(_change(root, out.relpath, "consumequeue", out, out.size,
-                                       "continued" if out.existed else "new file", compare_progress))
-            produced = set(result.cq_files)
-            for _key, qs in sorted(state.queues.items()):
-                for f in qs.dirty:
-                    rel = _rel(store, f.path)
-                    if rel not in produced:
-                        changes.append(FileChange(REMOVE, rel, "consumequeue", None,
-                                                  "after the queue's write position (ConsumeQueue.recover deletes it)"))
+            changes += _continued_queue_changes(store, state, result, compare_progress)
         else:
-            scope = {k for k in store.consume_queues if wanted is None or k[0] in wanted} | set(by_queue)
-            for key in sorted(scope):
-                new = {o.relpath: o for o in by_queue.get(key, [])}
-                old = {_rel(store, f.path): f for f in store.consume_queues.get(key, [])}
-                for rel in sorted(set(new) | set(old)):
-                    if rel in new:
-                        cqo = new[rel]
-                        changes.append(_change(root, rel, "consumequeue", cqo, cqo.size, compared=compare_progress))
-                    else:
-                        changes.append(FileChange(REMOVE, rel, "consumequeue", None, "not produced by the rebuild"))
-
-    # -- index
+            changes += _rebuilt_queue_changes(store, result, tset, compare_progress)
     if index:
-        new_names = {o.relpath: o for o in result.index_files}
         if continue_index:
-            assert state.index is not None
-            # index files the load drops that the pass writes again byte for byte (a second
-            # identical run after a crash): left as they are, under their own names
-            created = [io for io in result.index_files if not io.existed]
-            dropped = [f for f in state.index.dirty if _rel(store, f.path) not in new_names]
-            same = _same_files(dropped, created)
-            for io in result.index_files:
-                if same and not io.existed:
-                    continue
-                changes.append(_change(root, io.relpath, "index", io, io.size, "continued" if io.existed else "new file",
-                                       compare_progress))
-            if same:
-                for f, io in zip(dropped, created):
-                    changes.append(FileChange(UNCHANGED, _rel(store, f.path), "index", f.size, "", io))
-            for f in state.index.dirty:
-                rel = _rel(store, f.path)
-                if rel not in new_names and not same:
-                    changes.append(FileChange(REMOVE, rel, "index", None,
-                                              "end timestamp after the checkpoint's indexMsgTimestamp (IndexService.load deletes it after a crash)"))
-        elif _same_files(store.index_files, result.index_files):
-            # the index on disk is exactly the rebuilt one (names apart: they are creation
-            # times): it is left as it is, under its own names
-            for f, io in zip(store.index_files, result.index_files):
-                changes.append(FileChange(UNCHANGED, _rel(store, f.path), "index", f.size, "", io))
+            changes += _continued_index_changes(store, state, result, compare_progress)
         else:
-            old_index = {_rel(store, f.path) for f in store.index_files}
-            for io in result.index_files:
-                changes.append(_change(root, io.relpath, "index", io, io.size, compared=compare_progress))
-            for rel in sorted(old_index - set(new_names)):
-                changes.append(FileChange(REMOVE, rel, "index", None, "replaced by the rebuilt index"))
+            changes += _rebuilt_index_changes(store, result, compare_progress)
+    before, after = _checkpoint_change(store, result, tset, changes)
+    warnings, problems = _rebuild_findings(store, result)
+    mode = "continue" if from_offset is not None else "full"
+    return RebuildPlan(store.root, mode, cq, index, tset, from_offset, result, changes, before, after,
+                       warnings, problems, time.perf_counter() - t0)
 
-    # -- checkpoint
-    cp_path = root / "checkpoint"
-    raw = read_small(cp_path, CHECKPOINT_READ_LIMIT, root, "checkpoint")
+
+def _continued_queue_changes(store: Store, state: Any, result: ReputResult,
+                             compare_progress: Progress | None) -> list[FileChange]:
+    """The consume queue files a continued pass writes, and those after a queue's write
+    position that it drops."""
+    changes: list[FileChange] = []
+    for out in sorted(result.cq_files.values(), key=lambda o: o.relpath):
+        changes.append(_change(store.root, out.relpath, "consumequeue", out, out.size,
+                               "continued" if out.existed else "new file", compare_progress))
+    produced = set(result.cq_files)
+    for _key, qs in sorted(state.queues.items()):
+        for f in qs.dirty:
+            rel = _rel(store, f.path)
+            if rel not in produced:
+                changes.append(FileChange(REMOVE, rel, "consumequeue", None,
+                                          "after the queue's write position (ConsumeQueue.recover deletes it)"))
+    return changes
+
+
+def _rebuilt_queue_changes(store: Store, result: ReputResult, tset: tuple[str, ...] | None,
+                           compare_progress: Progress | None) -> list[FileChange]:
+    """Every consume queue file of the rebuilt topics: written anew, or removed."""
+    wanted = set(tset) if tset is not None else None
+    by_queue: dict[tuple[str, int], list[CqFileOut]] = {}
+    for out in result.cq_files.values():
+        by_queue.setdefault(out.queue, []).append(out)
+    changes: list[FileChange] = []
+    scope = {k for k in store.consume_queues if wanted is None or k[0] in wanted} | set(by_queue)
+    for key in sorted(scope):
+        new = {o.relpath: o for o in by_queue.get(key, [])}
+        old = {_rel(store, f.path): f for f in store.consume_queues.get(key, [])}
+        for rel in sorted(set(new) | set(old)):
+            if rel in new:
+                cqo = new[rel]
+                changes.append(_change(store.root, rel, "consumequeue", cqo, cqo.size, compared=compare_progress))
+            else:
+                changes.append(FileChange(REMOVE, rel, "consumequeue", None, "not produced by the rebuild"))
+    return changes
+
+
+def _continued_index_changes(store: Store, state: Any, result: ReputResult,
+                             compare_progress: Progress | None) -> list[FileChange]:
+    """The index files a continued pass writes, and those the load drops."""
+    assert state.index is not None
+    new_names = {o.relpath: o for o in result.index_files}
+    changes: list[FileChange] = []
+    # index files the load drops that the pass writes again byte for byte (a second
+    # identical run after a crash): left as they are, under their own names
+    created = [io for io in result.index_files if not io.existed]
+    dropped = [f for f in state.index.dirty if _rel(store, f.path) not in new_names]
+    same = _same_files(dropped, created)
+    for io in result.index_files:
+        if same and not io.existed:
+            continue
+        changes.append(_change(store.root, io.relpath, "index", io, io.size, "continued" if io.existed else "new file",
+                               compare_progress))
+    if same:
+        for f, io in zip(dropped, created):
+            changes.append(FileChange(UNCHANGED, _rel(store, f.path), "index", f.size, "", io))
+    for f in state.index.dirty:
+        rel = _rel(store, f.path)
+        if rel not in new_names and not same:
+            changes.append(FileChange(REMOVE, rel, "index", None,
+                                      "end timestamp after the checkpoint's indexMsgTimestamp (IndexService.load deletes it after a crash)"))
+    return changes
+
+
+def _rebuilt_index_changes(store: Store, result: ReputResult, compare_progress: Progress | None) -> list[FileChange]:
+    """The index rebuilt whole: left as it is when it is the same, else written anew."""
+    changes: list[FileChange] = []
+    if _same_files(store.index_files, result.index_files):
+        # the index on disk is exactly the rebuilt one (names apart: they are creation
+        # times): it is left as it is, under its own names
+        for f, io in zip(store.index_files, result.index_files):
+            changes.append(FileChange(UNCHANGED, _rel(store, f.path), "index", f.size, "", io))
+        return changes
+    new_names = {o.relpath: o for o in result.index_files}
+    old_index = {_rel(store, f.path) for f in store.index_files}
+    for io in result.index_files:
+        changes.append(_change(store.root, io.relpath, "index", io, io.size, compared=compare_progress))
+    for rel in sorted(old_index - set(new_names)):
+        changes.append(FileChange(REMOVE, rel, "index", None, "replaced by the rebuilt index"))
+    return changes
+
+
+def _checkpoint_change(store: Store, result: ReputResult, tset: tuple[str, ...] | None,
+                       changes: list[FileChange]) -> tuple[Checkpoint | None, Checkpoint | None]:
+    """The checkpoint before and after; its change, if any, goes into ``changes``."""
+    root = store.root
+    raw = read_small(root / "checkpoint", CHECKPOINT_READ_LIMIT, root, "checkpoint")
     before = decode_checkpoint(raw) if raw is not None else None
     base = before or decode_checkpoint(b"")
     after = updated_checkpoint(base, result)
@@ -334,15 +369,19 @@ def plan_rebuild(
         # logicsMsgTimestamp stays, and indexMsgTimestamp never goes back
         after = after._replace(logics_msg_timestamp=base.logics_msg_timestamp,
                                index_msg_timestamp=max(base.index_msg_timestamp, after.index_msg_timestamp))
-    if after != base:
-        buf = bytearray((raw or b"").ljust(CHECKPOINT_FILE_SIZE, b"\0"))
-        struct.pack_into(">qq", buf, 8, after.logics_msg_timestamp, after.index_msg_timestamp)
-        changes.append(_change(root, "checkpoint", "checkpoint", bytes(buf), len(buf),
-                               f"logicsMsgTimestamp {after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}"))
-    else:
-        after = before
+    if after == base:
+        return before, before
+    buf = bytearray((raw or b"").ljust(CHECKPOINT_FILE_SIZE, b"\0"))
+    struct.pack_into(">qq", buf, 8, after.logics_msg_timestamp, after.index_msg_timestamp)
+    changes.append(_change(root, "checkpoint", "checkpoint", bytes(buf), len(buf),
+                           f"logicsMsgTimestamp {after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}"))
+    return before, after
 
-    # -- findings
+
+def _rebuild_findings(store: Store, result: ReputResult) -> tuple[list[str], list[str]]:
+    """The warnings and problems the rebuild reports."""
+    warnings: list[str] = []
+    problems: list[str] = []
     for p in result.problems:
         problems.append(p.one_line())
     gaps: dict[tuple[str, int], list[Any]] = {}
@@ -360,9 +399,7 @@ def plan_rebuild(
     if store.abort_present:
         warnings.append("store/abort is present: the broker did not shut down cleanly; it will run its abnormal "
                         "recovery at the next start (rmqtool recover does that offline)")
-    mode = "continue" if from_offset is not None else "full"
-    return RebuildPlan(root, mode, cq, index, tset, from_offset, result, changes, before, after,
-                       warnings, problems, time.perf_counter() - t0)
+    return warnings, problems
 
 
 def apply_rebuild(plan: RebuildPlan, *, backup_dir: str | Path | None = None) -> Any:

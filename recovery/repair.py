@@ -101,6 +101,9 @@ class Region:
     layout: FillerLayout | None = None
     quarantined: list[Quarantined] = field(default_factory=list)
     create: bool = False  # a missing file: created whole
+    # the file as the plan made it, beside the store (plan_repair with rebuild): apply
+    # copies the new bytes from here; not part of the plan's data
+    patched: Path | None = field(default=None, repr=False, compare=False)
 
     @property
     def start_offset(self) -> int:
@@ -207,35 +210,68 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
     default a temporary directory beside the store, removed before returning unless
     ``workdir`` is given)."""
     t0 = time.perf_counter()
-    F = store.geometry.commitlog_file_size
-    blocked = [i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")]
-    if blocked:
-        # commitlog file names that do not tile the offsets (a file renamed to
-        # 09223372036854775807, a stray 00000000000000000001): the broker refuses to load
-        # the store, and filling the "gap" up to such a name would create files without
-        # end. Nothing is changed, as by recover.
-        return RepairPlan(
-            store=str(store.root), broker_version=profile.label, regions=[], stray=[],
-            intact_records=0, intact_moved=0, recover_would_cut=None,
-            problems=[f"{b}: commitlog file names overlap or are not multiples of the file size ({F}): repair changes "
-                      "nothing until the file has its right name again (or is moved away)" for b in blocked],
-            seconds=time.perf_counter() - t0)
+    blocked = _blocked_plan(store, profile, t0)
+    if blocked is not None:
+        return blocked
     # (before the walk: offsets past such a name overflow a Java long, and numpy's int64)
     scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
     intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
     ioff = recs.off[intact]
     isize = recs.size[intact].astype(np.int64)
-    files = sorted(store.commitlog, key=lambda f: f.base)
-    regions: list[Region] = []
-    # stray and misnamed files the broker does not load (or fails to load on: a commitlog
-    # name that is not an offset): to the backup; a directory in commitlog/ (4.x fails to
-    # load it) cannot be moved by the transaction: reported
+    stray, problems = _stray_files(store)
+    regions = _find_regions(store, scans, ioff, isize)
+    tb = _Tombstones.of(store, regions, recs, intact)
+    tb.from_damaged_records(store, recs)
+    tb.from_queue_units(store)
+    tb.from_queue_holes(recs, intact)
+    unfillable = _lay_out_regions(store, profile, tb, recs, intact, ioff, max_message_size, problems)
+    regions = [r for r in regions if r.layout is not None]
+
+    plan = RepairPlan(str(store.root), profile.label, regions, stray, int(len(ioff)), 0,
+                      _recover_would_cut(store, profile, scans, recs), abort_present=store.abort_present,
+                      problems=problems, unfillable=unfillable)
+    if rebuild:
+        _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
+    plan.seconds = time.perf_counter() - t0
+    return plan
+
+
+def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan | None:
+    """The plan that changes nothing, when commitlog file names do not tile the offsets (a
+    file renamed to 09223372036854775807, a stray 00000000000000000001): the broker refuses
+    to load the store, and filling the "gap" up to such a name would create files without
+    end. Nothing is changed, as by recover. None when the names are sound."""
+    F = store.geometry.commitlog_file_size
+    blocked = [i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")]
+    if not blocked:
+        return None
+    return RepairPlan(
+        store=str(store.root), broker_version=profile.label, regions=[], stray=[],
+        intact_records=0, intact_moved=0, recover_would_cut=None,
+        problems=[f"{b}: commitlog file names overlap or are not multiples of the file size ({F}): repair changes "
+                  "nothing until the file has its right name again (or is moved away)" for b in blocked],
+        seconds=time.perf_counter() - t0)
+
+
+def _stray_files(store: Store) -> tuple[list[str], list[str]]:
+    """Stray and misnamed files the broker does not load (or fails to load on: a commitlog
+    name that is not an offset), which go to the backup; and the problems: a directory in
+    commitlog/ (4.x fails to load it) cannot be moved by the transaction."""
     loaded = {f.path for f in store.commitlog} | {f.path for fs in store.consume_queues.values() for f in fs} \
         | {f.path for f in store.index_files}
     stray = [i.path for i in store.issues if i.code in ("MISNAMED_FILE", "STRAY_FILE")
              and (store.root / i.path).is_file() and (store.root / i.path) not in loaded]
     problems: list[str] = [f"{i.path}: {i.message}; move it away by hand" for i in store.issues
-                      if i.path.startswith("commitlog") and i.code == "STRAY_FILE" and (store.root / i.path).is_dir()]
+                           if i.path.startswith("commitlog") and i.code == "STRAY_FILE" and (store.root / i.path).is_dir()]
+    return stray, problems
+
+
+def _find_regions(store: Store, scans: Any, ioff: np.ndarray, isize: np.ndarray) -> list[Region]:
+    """The commitlog's regions repair fills: missing files, damaged spans between intact
+    records, truncated files, the damaged end of the data."""
+    F = store.geometry.commitlog_file_size
+    files = sorted(store.commitlog, key=lambda f: f.base)
+    regions: list[Region] = []
     last_idx = len(files) - 1
     idx_of = {f.path: k for k, f in enumerate(store.commitlog)}
     for k, f in enumerate(files):
@@ -255,60 +291,80 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
             if p > cursor:
                 regions.append(Region(rel, f.base, cursor, p, "damaged", False))
             cursor = max(cursor, p + s)
-        blank_at = None
-        if fs is not None:
-            # the file's own BLANK (the broker's end of this file), after every intact record
-            blanks = [e.pos for e in fs.events if e.reason == ck.BLANK and e.pos >= cursor]
-            if blanks and F - blanks[0] >= BLANK_LEN:
-                blank_at = blanks[0]
-        if blank_at is not None:
-            if blank_at > cursor:
-                regions.append(Region(rel, f.base, cursor, blank_at, "damaged", False))
-            if f.size < F:
-                regions.append(Region(rel, f.base, max(f.size, blank_at + BLANK_LEN), F, "truncated file", False))
-            continue
-        if k == last_idx:
-            # the end of the data: nothing intact follows; zeros from here (recover cuts it too)
-            if f.size < F or (cursor < f.size and _has_nonzero(f, cursor)):
-                regions.append(Region(rel, f.base, cursor, F, "end of data", False))
-            continue
-        if cursor < F:
-            regions.append(Region(rel, f.base, cursor, F, "truncated file" if f.size < F else "damaged", True))
+        _file_tail_region(f, rel, fs, cursor, k == last_idx, F, regions)
+    return regions
 
-    # -- tombstones: which queue offsets lay in each region
-    starts = np.array([r.start_offset for r in regions], dtype=np.int64)
-    ends = np.array([r.end_offset for r in regions], dtype=np.int64)
-    wanted: dict[int, dict[tuple[str, int, int], Tombstone]] = {i: {} for i in range(len(regions))}
-    qinfo: dict[int, dict[int, Quarantined]] = {i: {} for i in range(len(regions))}
-    held: set[tuple[str, int, int]] = set()
-    if len(recs):
-        tq = to_queue(recs.flags) & intact
-        for qk, qo in zip(recs.qkey[tq].tolist(), recs.queue_offset[tq].tolist()):
-            t, q = recs.queues[qk]
-            held.add((t, q, qo))
 
-    def region_of(off: int) -> int | None:
-        i = int(np.searchsorted(starts, off, side="right")) - 1
-        if i >= 0 and off < ends[i]:
+def _file_tail_region(f: StoreFile, rel: str, fs: Any, cursor: int, last: bool, F: int, regions: list[Region]) -> None:
+    """The region after a file's last intact record (at ``cursor``), if any."""
+    blank_at = None
+    if fs is not None:
+        # the file's own BLANK (the broker's end of this file), after every intact record
+        blanks = [e.pos for e in fs.events if e.reason == ck.BLANK and e.pos >= cursor]
+        if blanks and F - blanks[0] >= BLANK_LEN:
+            blank_at = blanks[0]
+    if blank_at is not None:
+        if blank_at > cursor:
+            regions.append(Region(rel, f.base, cursor, blank_at, "damaged", False))
+        if f.size < F:
+            regions.append(Region(rel, f.base, max(f.size, blank_at + BLANK_LEN), F, "truncated file", False))
+        return
+    if last:
+        # the end of the data: nothing intact follows; zeros from here (recover cuts it too)
+        if f.size < F or (cursor < f.size and _has_nonzero(f, cursor)):
+            regions.append(Region(rel, f.base, cursor, F, "end of data", False))
+        return
+    if cursor < F:
+        regions.append(Region(rel, f.base, cursor, F, "truncated file" if f.size < F else "damaged", True))
+
+
+@dataclass
+class _Tombstones:
+    """Which queue offsets lay in each region: the tombstones wanted there, and the
+    records quarantined from it."""
+
+    regions: list[Region]
+    starts: np.ndarray
+    ends: np.ndarray
+    wanted: dict[int, dict[tuple[str, int, int], Tombstone]]
+    qinfo: dict[int, dict[int, Quarantined]]
+    held: set[tuple[str, int, int]]  # queue offsets an intact record holds
+    known_queues: set[tuple[str, int]]
+
+    @classmethod
+    def of(cls, store: Store, regions: list[Region], recs: Any, intact: np.ndarray) -> _Tombstones:
+        held: set[tuple[str, int, int]] = set()
+        known_queues = set(store.consume_queues)
+        if len(recs):
+            tq = to_queue(recs.flags) & intact
+            for qk, qo in zip(recs.qkey[tq].tolist(), recs.queue_offset[tq].tolist()):
+                t, q = recs.queues[qk]
+                held.add((t, q, qo))
+            known_queues |= {recs.queues[k] for k in np.unique(recs.qkey[tq]).tolist()}
+        return cls(regions, np.array([r.start_offset for r in regions], dtype=np.int64),
+                   np.array([r.end_offset for r in regions], dtype=np.int64),
+                   {i: {} for i in range(len(regions))}, {i: {} for i in range(len(regions))}, held, known_queues)
+
+    def region_of(self, off: int) -> int | None:
+        i = int(np.searchsorted(self.starts, off, side="right")) - 1
+        if i >= 0 and off < self.ends[i]:
             return i
         return None
 
-    def add(i: int, t: str, q: int, qo: int, off: int | None, source: str) -> None:
+    def add(self, i: int, t: str, q: int, qo: int, off: int | None, source: str) -> None:
         key = (t, q, qo)
-        if key in held or regions[i].kind == "end of data":
+        if key in self.held or self.regions[i].kind == "end of data":
             return
-        if not any(key in w for w in wanted.values()):
-            wanted[i][key] = Tombstone(t, q, qo, off)
+        if not any(key in w for w in self.wanted.values()):
+            self.wanted[i][key] = Tombstone(t, q, qo, off)
 
-    known_queues = set(store.consume_queues)
-    if len(recs):
-        tq = to_queue(recs.flags) & intact
-        known_queues |= {recs.queues[k] for k in np.unique(recs.qkey[tq]).tolist()}
-    # damaged (readable) records
-    if len(recs):
+    def from_damaged_records(self, store: Store, recs: Any) -> None:
+        """Damaged (readable) records."""
+        if not len(recs):
+            return
         for j in np.flatnonzero(recs.flags & DAMAGED).tolist():
             off = int(recs.off[j])
-            i = region_of(off)
+            i = self.region_of(off)
             if i is None:
                 continue
             t, q = recs.queues[int(recs.qkey[j])]
@@ -317,13 +373,17 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
             mid = None
             with store.map(store.commitlog[fidx]) as mf:
                 mid = _msg_id(mf.buf, off - store.commitlog[fidx].base, mf.size, off)
-            qinfo[i][off] = Quarantined(off, t, q, qo, mid, "damaged record")
+            self.qinfo[i][off] = Quarantined(off, t, q, qo, mid, "damaged record")
             # a tombstone only for a queue the store knows (a damaged header can name a
             # topic that never existed, or none at all)
-            if to_queue(recs.flags[j : j + 1])[0] and (t, q) in known_queues:
-                add(i, t, q, qo, off, "damaged record")
-    # consume queue units that point into a region
-    if regions:
+            if to_queue(recs.flags[j : j + 1])[0] and (t, q) in self.known_queues:
+                self.add(i, t, q, qo, off, "damaged record")
+
+    def from_queue_units(self, store: Store) -> None:
+        """Consume queue units that point into a region."""
+        if not self.regions:
+            return
+        starts, ends, qinfo = self.starts, self.ends, self.qinfo
         for (t, q), qfiles in sorted(store.consume_queues.items()):
             for f in qfiles:
                 u = _read_units(f)
@@ -339,11 +399,14 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
                     i = int(ri[n])
                     off = int(o[n])
                     qo = f.base // 20 + n
-                    add(i, t, q, qo, off, "consume queue unit")
-                    if off not in qinfo[i] and regions[i].kind != "end of data":
+                    self.add(i, t, q, qo, off, "consume queue unit")
+                    if off not in qinfo[i] and self.regions[i].kind != "end of data":
                         qinfo[i][off] = Quarantined(off, t, q, qo, _msg_id_at(store, off), "consume queue unit")
-    # holes in a queue's offsets between two intact records
-    if len(recs) and regions:
+
+    def from_queue_holes(self, recs: Any, intact: np.ndarray) -> None:
+        """Holes in a queue's offsets between two intact records."""
+        if not (len(recs) and self.regions):
+            return
         tq = to_queue(recs.flags) & intact
         sel = np.flatnonzero(tq)
         order = np.lexsort((recs.off[sel], recs.qkey[sel]))
@@ -354,27 +417,32 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
         jump = np.flatnonzero((qk[1:] == qk[:-1]) & (qo[1:] > qo[:-1] + 1) & (qo[1:] - qo[:-1] <= _MAX_HOLE))
         for n in jump.tolist():
             p1, p2 = int(off[n]), int(off[n + 1])
-            a = int(np.searchsorted(starts, p1, side="right"))
-            b = int(np.searchsorted(starts, p2, side="left"))
-            cands = [i for i in range(a, b) if regions[i].kind != "end of data"]
+            a = int(np.searchsorted(self.starts, p1, side="right"))
+            b = int(np.searchsorted(self.starts, p2, side="left"))
+            cands = [i for i in range(a, b) if self.regions[i].kind != "end of data"]
             if not cands:
                 continue
             t, q = recs.queues[int(qk[n])]
             for x in range(int(qo[n]) + 1, int(qo[n + 1])):
-                if any((t, q, x) in w for w in wanted.values()):
+                if any((t, q, x) in w for w in self.wanted.values()):
                     continue
                 i = cands[-1]
-                add(i, t, q, x, None, "queue offset hole")
-                qinfo[i][-(len(qinfo[i]) + 1)] = Quarantined(None, t, q, x, None, "queue offset hole")
+                self.add(i, t, q, x, None, "queue offset hole")
+                self.qinfo[i][-(len(self.qinfo[i]) + 1)] = Quarantined(None, t, q, x, None, "queue offset hole")
 
+
+def _lay_out_regions(store: Store, profile: BrokerProfile, tb: _Tombstones, recs: Any, intact: np.ndarray,
+                     ioff: np.ndarray, max_message_size: int, problems: list[str]) -> list[int]:
+    """Each region's layout (filler and tombstones) and quarantined records; a region that
+    cannot be filled has none. Returns the start offsets of those."""
     unfillable: list[int] = []
-    # -- layouts. forceVerifyPropCRC (5.2+) stops the broker's walk at a record without a
-    # __CRC32# property; a store whose records carry one gets filler that carries it too
+    # forceVerifyPropCRC (5.2+) stops the broker's walk at a record without a __CRC32#
+    # property; a store whose records carry one gets filler that carries it too
     crc_required = profile.verify_prop_crc
     prop_crc = crc_required or (profile.has_prop_crc and _carries_prop_crc(store, profile, recs, intact))
-    for i, r in enumerate(regions):
-        ts = sorted(wanted[i].values(), key=lambda t: (t.original_offset if t.original_offset is not None else r.end_offset,
-                                                      t.queue_offset, t.topic, t.queue_id))
+    for i, r in enumerate(tb.regions):
+        ts = sorted(tb.wanted[i].values(), key=lambda t: (t.original_offset if t.original_offset is not None else r.end_offset,
+                                                         t.queue_offset, t.topic, t.queue_id))
         tomb_keys = {(t.topic, t.queue_id, t.queue_offset) for t in ts}
         if r.kind == "end of data":
             r.layout = FillerLayout(r.start_offset, r.end_offset)
@@ -393,19 +461,11 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
                 problems.append(f"{r.file}: no room in [{r.pos}, {r.end}) for the tombstone of {t.topic}/{t.queue_id} "
                                 f"queue offset {t.queue_offset}: the queue has a hole there")
                 tomb_keys.discard((t.topic, t.queue_id, t.queue_offset))
-        qs = sorted(qinfo[i].values(), key=lambda q: (q.offset if q.offset is not None else r.end_offset, q.queue_offset or 0))
+        qs = sorted(tb.qinfo[i].values(), key=lambda q: (q.offset if q.offset is not None else r.end_offset, q.queue_offset or 0))
         for q in qs:
             q.tombstone = (q.topic, q.queue_id, q.queue_offset) in tomb_keys
         r.quarantined = qs
-    regions = [r for r in regions if r.layout is not None]
-
-    plan = RepairPlan(str(store.root), profile.label, regions, stray, int(len(ioff)), 0,
-                      _recover_would_cut(store, profile, scans, recs), abort_present=store.abort_present,
-                      problems=problems, unfillable=unfillable)
-    if rebuild:
-        _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
-    plan.seconds = time.perf_counter() - t0
-    return plan
+    return unfillable
 
 
 def _recover_would_cut(store: Store, profile: BrokerProfile, scans: Any, recs: Any) -> int:
@@ -518,94 +578,125 @@ def _neighbour(store: Store, recs: Any, intact: np.ndarray, off: int) -> tuple[i
     return ts, host, port
 
 
+@dataclass
+class _Workdir:
+    """The directory beside the store that holds the patched and rebuilt files; ``keep``
+    once a file the plan refers to is in it."""
+
+    path: Path
+    keep: bool = False
+
+
 def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: Any, intact: np.ndarray,
                   index_tz: Any, jobs: int, workdir: Path | None) -> None:
-    F = store.geometry.commitlog_file_size
     own = workdir is None
     wd = Path(tempfile.mkdtemp(prefix=f".{store.root.name}.rmqtool-repair-", dir=store.root.parent)) if own else workdir
     assert wd is not None
-    keep_wd = False
+    w = _Workdir(wd)
     try:
-        patched: dict[str, Path] = {}
-        for r in plan.regions:
-            dst = wd / r.file
-            if r.file not in patched:
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                src = store.root / r.file
-                if r.create or not src.exists():
-                    with open(dst, "wb") as fh:
-                        fh.truncate(F)
-                else:
-                    shutil.copyfile(src, dst)
-                    if dst.stat().st_size < F:
-                        with open(dst, "r+b") as fh:
-                            fh.truncate(F)
-                patched[r.file] = dst
-            with open(dst, "r+b") as fh:
-                fh.seek(r.pos)
-                _write_region(store, r, fh, *_neighbour(store, recs, intact, r.start_offset))
-            r._patched = dst  # type: ignore[attr-defined]  # apply copies the new bytes from here
-            keep_wd = True
-        view_files = []
-        seen = set()
-        for f in store.commitlog:
-            rel = _rel(store, f.path)
-            if rel in patched:
-                view_files.append(StoreFile(patched[rel], f.base, F))
-                seen.add(rel)
-            else:
-                view_files.append(f)
-        for rel, p in patched.items():
-            if rel not in seen:
-                view_files.append(StoreFile(p, int(Path(rel).name), F))
-        view_files.sort(key=lambda f: f.base)
-        view = dataclasses.replace(store, commitlog=view_files)
+        patched = _patch_regions(store, plan, recs, intact, w)
+        view = dataclasses.replace(store, commitlog=_patched_view(store, patched))
         rb = plan_rebuild(view, profile, cq=True, index=True, index_tz=index_tz, jobs=jobs)
         plan.problems.extend(p for p in rb.problems if not p.startswith("commitlog"))
-        # stream the new contents into files beside the store (never whole in memory)
-        out_dir = wd / "rebuilt"
-        changes = []
-        for ch in rb.changes:
-            if ch.action in (UNCHANGED, REMOVE) or ch.kind == "checkpoint":
-                if ch.kind != "checkpoint":
-                    changes.append(ch)
-                continue
-            content = ch.content
-            if isinstance(content, (CqFileOut, IndexFileOut)):
-                dst = out_dir / ch.relpath
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                _stream_to(dst, content.write_to)
-                content = dst
-                keep_wd = True
-            changes.append(dataclasses.replace(ch, content=content))
-        plan.changes = _keep_index_names(store, changes)
-        # checkpoint
-        cp_path = store.root / "checkpoint"
-        raw = cp_path.read_bytes() if cp_path.is_file() else b""
-        before = decode_checkpoint(raw) if raw else decode_checkpoint(b"")
-        after = rb.checkpoint_after or before
-        newest = int(recs.store_ts[intact].max()) if intact.any() else 0
-        notes = []
-        if after.physic_msg_timestamp == 0 or after.physic_msg_timestamp > newest:
-            after = after._replace(physic_msg_timestamp=newest)
-            notes.append(f"physicMsgTimestamp {newest}")
-        # newer than every record: flushed data is missing (verify's CKPT_AHEAD). 0 stays
-        # (indexMsgTimestamp is 0 until an index file fills up)
-        for name in ("logics_msg_timestamp", "index_msg_timestamp"):
-            if getattr(after, name) > newest:
-                after = after._replace(**{name: newest})
-        if after != before or len(raw) != CHECKPOINT_FILE_SIZE:
-            buf = bytearray(raw.ljust(CHECKPOINT_FILE_SIZE, b"\0")[:CHECKPOINT_FILE_SIZE])
-            struct.pack_into(">qqq", buf, 0, after.physic_msg_timestamp, after.logics_msg_timestamp, after.index_msg_timestamp)
-            plan.checkpoint = bytes(buf)
-            plan.checkpoint_note = (f"physicMsgTimestamp {after.physic_msg_timestamp}, logicsMsgTimestamp "
-                                    f"{after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}")
+        plan.changes = _keep_index_names(store, _streamed_changes(rb, w))
+        _plan_checkpoint(store, plan, rb, recs, intact)
     finally:
         if own:
-            if keep_wd:
+            if w.keep:
                 plan.own_workdir(wd)
             else:
                 shutil.rmtree(wd, ignore_errors=True)
+
+
+def _patch_regions(store: Store, plan: RepairPlan, recs: Any, intact: np.ndarray, w: _Workdir) -> dict[str, Path]:
+    """Copies of the commitlog files the regions change, in the work directory, with the
+    regions written; returns them by store path."""
+    F = store.geometry.commitlog_file_size
+    patched: dict[str, Path] = {}
+    for r in plan.regions:
+        dst = w.path / r.file
+        if r.file not in patched:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            src = store.root / r.file
+            if r.create or not src.exists():
+                with open(dst, "wb") as fh:
+                    fh.truncate(F)
+            else:
+                shutil.copyfile(src, dst)
+                if dst.stat().st_size < F:
+                    with open(dst, "r+b") as fh:
+                        fh.truncate(F)
+            patched[r.file] = dst
+        with open(dst, "r+b") as fh:
+            fh.seek(r.pos)
+            _write_region(store, r, fh, *_neighbour(store, recs, intact, r.start_offset))
+        r.patched = dst  # apply copies the new bytes from here
+        w.keep = True
+    return patched
+
+
+def _patched_view(store: Store, patched: dict[str, Path]) -> list[StoreFile]:
+    """The commitlog files as repair leaves them: the patched copies in place of the originals."""
+    F = store.geometry.commitlog_file_size
+    view_files = []
+    seen = set()
+    for f in store.commitlog:
+        rel = _rel(store, f.path)
+        if rel in patched:
+            view_files.append(StoreFile(patched[rel], f.base, F))
+            seen.add(rel)
+        else:
+            view_files.append(f)
+    for rel, p in patched.items():
+        if rel not in seen:
+            view_files.append(StoreFile(p, int(Path(rel).name), F))
+    view_files.sort(key=lambda f: f.base)
+    return view_files
+
+
+def _streamed_changes(rb: Any, w: _Workdir) -> list[FileChange]:
+    """The rebuild's changes but the checkpoint's, the new contents streamed into files in
+    the work directory (never whole in memory)."""
+    out_dir = w.path / "rebuilt"
+    changes = []
+    for ch in rb.changes:
+        if ch.action in (UNCHANGED, REMOVE) or ch.kind == "checkpoint":
+            if ch.kind != "checkpoint":
+                changes.append(ch)
+            continue
+        content = ch.content
+        if isinstance(content, (CqFileOut, IndexFileOut)):
+            dst = out_dir / ch.relpath
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            _stream_to(dst, content.write_to)
+            content = dst
+            w.keep = True
+        changes.append(dataclasses.replace(ch, content=content))
+    return changes
+
+
+def _plan_checkpoint(store: Store, plan: RepairPlan, rb: Any, recs: Any, intact: np.ndarray) -> None:
+    """The checkpoint after the repair: the rebuild's, no time newer than every record."""
+    cp_path = store.root / "checkpoint"
+    raw = cp_path.read_bytes() if cp_path.is_file() else b""
+    before = decode_checkpoint(raw) if raw else decode_checkpoint(b"")
+    after = rb.checkpoint_after or before
+    newest = int(recs.store_ts[intact].max()) if intact.any() else 0
+    notes = []
+    if after.physic_msg_timestamp == 0 or after.physic_msg_timestamp > newest:
+        after = after._replace(physic_msg_timestamp=newest)
+        notes.append(f"physicMsgTimestamp {newest}")
+    # newer than every record: flushed data is missing (verify's CKPT_AHEAD). 0 stays
+    # (indexMsgTimestamp is 0 until an index file fills up)
+    for name in ("logics_msg_timestamp", "index_msg_timestamp"):
+        if getattr(after, name) > newest:
+            after = after._replace(**{name: newest})
+    if after != before or len(raw) != CHECKPOINT_FILE_SIZE:
+        buf = bytearray(raw.ljust(CHECKPOINT_FILE_SIZE, b"\0")[:CHECKPOINT_FILE_SIZE])
+        struct.pack_into(">qqq", buf, 0, after.physic_msg_timestamp, after.logics_msg_timestamp, after.index_msg_timestamp)
+        plan.checkpoint = bytes(buf)
+        plan.checkpoint_note = (f"physicMsgTimestamp {after.physic_msg_timestamp}, logicsMsgTimestamp "
+                                f"{after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}")
 
 
 class _SparseOut:
@@ -703,10 +794,11 @@ def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | Non
         claimed: dict[str, list[Region]] = {}
         for r in plan.regions:
             claimed.setdefault(r.file, []).append(r)
-        if any(not hasattr(r, "_patched") for r in plan.regions):
+        if any(r.patched is None for r in plan.regions):
             raise ValueError("apply_repair needs a plan made with rebuild=True (its patched copies)")
         for rel, rs in claimed.items():
-            patched = rs[0]._patched  # the file as the plan made it, beside the store
+            patched = rs[0].patched  # the file as the plan made it, beside the store
+            assert patched is not None
             if rs[0].create:
                 tx.create_file(rel, patched)
                 continue

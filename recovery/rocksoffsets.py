@@ -32,7 +32,7 @@ class RocksUnavailable(Exception):
 
 def _open(path: Path) -> tuple[object, list[str]]:
     try:
-        from rocksdict import AccessType, Options, Rdict  # type: ignore[import-not-found]
+        from rocksdict import AccessType, Options, Rdict
     except ImportError:
         raise RocksUnavailable("rocksdict is not installed (pip install rocksdict)") from None
     try:

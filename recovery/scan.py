@@ -6,13 +6,17 @@ and ``export`` (one parser for both paths).
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
-from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+import mmap
+import os
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, NamedTuple, Unpack
 
 import numpy as np
 
 from ..formats import commitlog as cl
+from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE
 from ..formats.crc import crc32_fast
 from ..formats.properties import KEYS, TAGS, UNIQ_KEY, split_keys
 from . import check as ck
@@ -29,20 +33,11 @@ class WalkStep(NamedTuple):
     checked: ck.Checked
 
 
-def walk_file(
-    buf: Any,
-    end: int,
-    profile: BrokerProfile,
-    *,
-    start: int = 0,
-    check_crc: bool = True,
-    read_body: bool = True,
-    max_delay_level: int | None = None,
-) -> Iterator[WalkStep]:
+def walk_file(buf: Any, end: int, profile: BrokerProfile, **walk: Unpack[ck.WalkOptions]) -> Iterator[WalkStep]:
     """The broker's recovery walk inside one file: yield every valid message; the last
     step yielded is the BLANK or the failure that stops the walk (none when the walk runs
-    exactly to ``end``)."""
-    pos = start
+    exactly to ``end``). Keywords: :class:`recovery.check.WalkOptions`."""
+    pos, check_crc, read_body, max_delay_level = ck.walk_options(walk)
     while pos < end:
         c = ck.check_record(buf, pos, end, profile, check_crc=check_crc, read_body=read_body, max_delay_level=max_delay_level)
         yield WalkStep(pos, c)
@@ -135,9 +130,6 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
 def _data_extents(fd: int, lo: int, hi: int) -> list[tuple[int, int]]:
     """The data extents of ``[lo, hi)`` of an open file (SEEK_DATA/SEEK_HOLE; where the
     file system cannot tell, the whole range)."""
-    import errno
-    import os
-
     seek_data = getattr(os, "SEEK_DATA", None)
     seek_hole = getattr(os, "SEEK_HOLE", None)
     if seek_data is None or seek_hole is None:
@@ -168,8 +160,6 @@ def last_nonzero_in_file(path: Any, lo: int, hi: int) -> int:
 def _search_file(path: Any, lo: int, hi: int, last: bool) -> int:
     """The first (or ``last``) non-zero byte of a file in ``[lo, hi)``, or -1, searching
     only its data extents (:func:`_data_extents`) through a map."""
-    import os
-
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
@@ -193,8 +183,6 @@ _WINDOW = 64 << 20
 
 
 def _search_window(fd: int, a: int, b: int, last: bool) -> int:
-    import mmap
-
     base = a - a % mmap.ALLOCATIONGRANULARITY
     mm = mmap.mmap(fd, b - base, access=mmap.ACCESS_READ, offset=base)
     try:
@@ -221,64 +209,44 @@ def first_nonzero_block(buf: Any, pos: int, end: int, block: int = 1 << 20) -> i
     return None
 
 
-def resync(buf: Any, start: int, end: int, file_base: int, profile: BrokerProfile, check_crc: bool = True) -> int | None:
-    """The next position >= ``start`` holding an intact record: a V1/V2 magic at +4, a
-    record that validates (CRC too when ``check_crc``), and a stored PHYSICALOFFSET equal
-    to file_base + position. Records are not aligned, so every byte is a candidate; the
-    magic is found with ``bytes.find``. Returns None when nothing is found."""
-    mv = buf
-    magics = (b"\xda\xa3\x20\xa7", b"\xda\xa3\x20\xab") if profile.accepts_v2 else (b"\xda\xa3\x20\xa7",)
-    # the 4-byte search crawls through zeros (a last file's unused tail, a pre-allocated
-    # file) at ~1 GB/s; whole zero blocks are skipped first (no magic starts in one, and a
-    # record starting up to 8 bytes before the first non-zero block stays in view)
-    nz = first_nonzero_block(buf, start, end)
+_MAGICS_V1 = (cl.MAGIC_V1.to_bytes(4, "big", signed=True),)
+_MAGICS_V1_V2 = _MAGICS_V1 + (cl.MAGIC_V2.to_bytes(4, "big", signed=True),)
+
+
+def resync(buf: Any, start: int, end: int, file_base: int, profile: BrokerProfile, check_crc: bool = True,
+           limit: int | None = None) -> int | None:
+    """The first position in ``[start, limit)`` (``limit`` defaults to ``end``, the
+    readable bytes) holding an intact record: a V1 (or, where the profile accepts it, V2)
+    magic at +4 whose 4 bytes end before ``min(limit + 4, end)``, a record that validates
+    (its body CRC too when ``check_crc``), and a stored PHYSICALOFFSET equal to
+    ``file_base`` + position. Records are not aligned, so every byte is a candidate; the
+    magic is found with ``bytes.find`` after whole zero blocks are skipped (no magic
+    starts in one; a record starting up to 8 bytes before the first non-zero block stays
+    in view). None when there is none."""
+    limit = end if limit is None else limit
+    bound = min(limit + 4, end)  # the magic's last byte lies before this
+    magics = _MAGICS_V1_V2 if profile.accepts_v2 else _MAGICS_V1
+    nz = first_nonzero_block(buf, start, bound)
     if nz is None:
         return None
     pos = max(start, nz - 8)
-    while pos < end:
+    while pos < limit:
         best = -1
         for m in magics:
-            i = mv.find(m, pos + 4, end)
+            i = buf.find(m, pos + 4, bound)
             if i != -1 and (best == -1 or i < best):
                 best = i
         if best == -1:
             return None
         cand = best - 4
+        if cand >= limit:
+            return None
         if cand >= start:
-            c = ck.check_record(mv, cand, end, profile, check_crc=check_crc, read_body=True)
+            c = ck.check_record(buf, cand, end, profile, check_crc=check_crc, read_body=True)
             if c.is_message and c.rec is not None and c.rec.physical_offset == file_base + cand:
                 return cand
         pos = cand + 1
     return None
-
-
-class FileWalk(NamedTuple):
-    """Summary of the broker's walk of one file plus the forensic salvage beyond it."""
-
-    file: StoreFile
-    records: int
-    stop_pos: int  # where the broker's walk stopped (the BLANK position or the failure)
-    stop: ck.Checked | None  # what stopped it (None: ran to the end of the file)
-    salvaged: list[tuple[int, ck.Checked]]  # intact records found after a failure
-
-
-def salvage_after(buf: Any, pos: int, end: int, file_base: int, profile: BrokerProfile, check_crc: bool = True) -> list[tuple[int, ck.Checked]]:
-    """Every intact record after ``pos`` found by resyncing past damage (and walking on
-    from each resync point). Zero-filled regions are skipped quickly by ``find``."""
-    out: list[tuple[int, ck.Checked]] = []
-    p = pos
-    while p < end:
-        q = resync(buf, p, end, file_base, profile, check_crc)
-        if q is None:
-            break
-        while q < end:
-            c = ck.check_record(buf, q, end, profile, check_crc=check_crc)
-            if not c.is_message or c.rec is None or c.rec.physical_offset != file_base + q:
-                break
-            out.append((q, c))
-            q += c.size
-        p = q + 1
-    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -393,7 +361,7 @@ def walk_records(
     start: int = 0,
     salvage: bool = True,
     check_crc: bool = False,
-) -> Iterator[tuple[int, ck.Checked]]:
+) -> Generator[tuple[int, ck.Checked], None, None]:
     """The forensic walk of one file from ``start``: (position, outcome) for every record
     :func:`iter_store_records` reports there (messages, the BLANK, damaged spots), resyncing
     past damage when ``salvage``. Shared by :func:`iter_store_records` and the sub-file
@@ -455,7 +423,8 @@ def byte_views(buf: Any) -> ByteViews:
 def byte_at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """``view[pos]`` with positions clipped into the buffer (a value read at a clipped
     position is garbage and must be masked by the caller)."""
-    return view[np.clip(pos, 0, len(view) - 1)]
+    out: np.ndarray = view[np.clip(pos, 0, len(view) - 1)]
+    return out
 
 
 def queue_hints(store: Store) -> np.ndarray | None:
@@ -502,10 +471,6 @@ def queue_hint_runs(store: Store, budget: int = HINTS_BUDGET) -> list[np.ndarray
     start; a damaged one only yields fewer or odd hints), and only their offset column is
     read. At most ``budget`` offsets are collected (bounded memory on a huge store; the
     walks go on without hints where there are none)."""
-    import os
-
-    from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE
-
     F = store.geometry.cq_file_size
     parts: list[np.ndarray] = []
     left = budget

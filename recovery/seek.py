@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from ..formats.consumequeue import read_units
 from . import check as ck
 from .query import CommitlogReader, Located
@@ -52,8 +54,6 @@ def written_units(units: Any) -> int:
 def _queue_offsets(store: Store, files: list[StoreFile]) -> list[Any]:
     """The commitlog offsets of a queue's valid written units, file by file (numpy copies
     of the written prefixes only)."""
-    import numpy as np
-
     out = []
     for f in files:
         if f.size == 0:
@@ -70,8 +70,6 @@ def _queue_offsets(store: Store, files: list[StoreFile]) -> list[Any]:
 
 def record_starts(store: Store, topics: set[str] | None = None, queue_ids: set[int] | None = None) -> Any:
     """Sorted unique commitlog offsets of the valid units of the selected queues (numpy int64)."""
-    import numpy as np
-
     parts = []
     for t, q, files in store.iter_queues():
         if topics is not None and t not in topics:
@@ -133,8 +131,6 @@ def seek_start(store: Store, profile: BrokerProfile, *, from_offset: int | None 
     of its sorted offsets); the largest of them. --since: in the largest queues, the last
     unit whose record was stored before the time (a binary search reading one record per
     step); the largest of them. Both: the larger start."""
-    import numpy as np
-
     if from_offset is None and since is None:
         return None
     queues = [np.concatenate(p) if p else np.zeros(0, dtype=np.int64)

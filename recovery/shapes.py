@@ -14,6 +14,7 @@ are left, else a BLANK record; the last file zero-padded).
 from __future__ import annotations
 
 import math
+import mmap
 import random
 import struct
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from ..formats.commitlog import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, buil
 from ..formats.javahash import tags_code
 from ..formats.names import offset_to_file_name
 from ..formats.properties import serialize_properties
+from .scan import walk_file
 from .versions import BrokerProfile
 
 _CQ_UNIT = struct.Struct(">qiq")
@@ -40,7 +42,7 @@ def _v6(rng: random.Random) -> dict[str, Any]:
     return {"address": rng.randbytes(16), "port": rng.randrange(30000, 65000)}
 
 
-_STORE_V4 = {"address": bytes([192, 168, 0, 10]), "port": 10911}
+_STORE_V4: dict[str, Any] = {"address": bytes([192, 168, 0, 10]), "port": 10911}
 _WORDS = ["order", "payment", "user", "inventory", "shipment", "audit", "billing", "notify", "risk", "cart"]
 
 
@@ -266,10 +268,6 @@ def write_consume_queues(root: Path, profile: BrokerProfile, cq_file_size: int =
     """Consume queues for a store that has none (e.g. ``recovery.synth``'s), from the
     broker's walk of its commitlog (``check_record``), so that walks have their hints.
     Returns the number of units written."""
-    import mmap
-
-    from .scan import walk_file
-
     units: dict[tuple[str, int], list[bytes]] = {}
     for p in sorted((Path(root) / "commitlog").iterdir()):
         base = int(p.name)

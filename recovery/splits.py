@@ -11,7 +11,7 @@ Boundaries. Records are not aligned, so a sub-file split cannot start at its nom
 
 * the first split of a file starts at position 0, as the sequential walk does;
 * any other split starts at its *first record*: the first position >= ``start`` that the
-  resync rule accepts (:func:`recovery.scan.resync`: a V1/V2 magic, a record that
+  resync rule accepts (:func:`recovery.parallel.resync`: a V1/V2 magic, a record that
   validates, and a stored PHYSICALOFFSET equal to file base + position);
 * a split ends at the first record starting at or after ``start + length`` found by the
   same rule, which is where the next split begins: it yields the records the walk visits
@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import check as ck
-from .scan import resync, walk_records
+from .parallel import cut, resync
+from .scan import walk_records
 from .store import MappedFile, Store, StoreFile
 from .versions import BrokerProfile
 
@@ -55,7 +56,7 @@ class Split(NamedTuple):
     start: int  # nominal start inside the file
     length: int  # nominal length
     file_size: int  # the file's size when planned
-    index: int = 0  # ordinal of the split in the plan
+    index: int = 0  # type: ignore[assignment]  # ordinal of the split in the plan (shadows tuple.index)
 
     @property
     def end(self) -> int:
@@ -87,12 +88,8 @@ def _file_splits(f: StoreFile, split_size: int | None, label: str, index: int) -
     if f.size <= 0:
         return []
     path = str(Path(f.path).resolve())
-    if not split_size or split_size >= f.size:
-        return [Split(label, path, f.base, 0, f.size, f.size, index)]
-    out = []
-    for start in range(0, f.size, split_size):
-        out.append(Split(label, path, f.base, start, min(split_size, f.size - start), f.size, index + len(out)))
-    return out
+    return [Split(label, path, f.base, start, stop - start, f.size, index + k)
+            for k, (start, stop) in enumerate(cut(0, f.size, split_size or f.size))]
 
 
 def first_record(buf: Any, end: int, base: int, start: int, profile: BrokerProfile) -> int | None:

@@ -215,8 +215,8 @@ class Store:
         if index_slot_num and index_num:
             g.index_slot_num, g.index_num = index_slot_num, index_num
         else:
-            size = _most_common([f.size for f in idx_files])
-            cands = indexfile.geometry_from_size(size) if size else []
+            common = _most_common([f.size for f in idx_files])
+            cands = indexfile.geometry_from_size(common) if common else []
             if cands:
                 g.index_slot_num, g.index_num = cands[0]
         for f in idx_files:

@@ -43,7 +43,7 @@ from ..formats.names import offset_to_file_name
 from ..formats.properties import serialize_properties
 from .versions import BrokerProfile
 
-BORN_HOST = {"address": bytes([10, 0, 0, 1]), "port": 40000}
+BORN_HOST: dict[str, Any] = {"address": bytes([10, 0, 0, 1]), "port": 40000}
 STORE_HOST = {"address": bytes([192, 168, 0, 10]), "port": 10911}
 TAG_VALUES = ("TagA", "TagB", "TagC")
 CLUSTER_NAME = "DefaultCluster"

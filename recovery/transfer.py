@@ -21,9 +21,13 @@ Nothing outlives the processes: the memory is anonymous, not a file.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import ctypes
 import mmap
 import os
 import pickle
+import signal
+import sys
 import weakref
 from typing import Any, NamedTuple
 
@@ -149,13 +153,8 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     process that made it dies (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``): a ``kill -9`` of
     the main rmqtool process must not leave workers holding the store's files open. A
     parent that died before the call is caught by the getppid check. Elsewhere a no-op."""
-    import signal
-    import sys
-
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         except (OSError, AttributeError):
@@ -175,8 +174,6 @@ _PARENT_PID = [0]
 def pool(workers: int, ctx: Any = None, initializer: Any = None) -> Any:
     """A ProcessPoolExecutor whose workers die with this process (:func:`worker_init`,
     then ``initializer``)."""
-    import concurrent.futures as cf
-
     _PARENT_PID[0] = os.getpid()
     init = worker_init if initializer is None else _chain(initializer)
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx if ctx is not None else fork_context(),
@@ -194,6 +191,8 @@ class _chain:
 
 def fork_context() -> Any | None:
     """multiprocessing's fork context where the platform has one, else None."""
+    # lazy: multiprocessing (and socket, selectors) cost every command ~4 ms of start-up,
+    # and a pool is made only for large stores
     import multiprocessing as mp
 
     return mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None

@@ -62,11 +62,22 @@ from ..formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ..formats.names import offset_msg_id, topic_path_problem
 from ..formats.properties import JAVA_REPLACE, decode_crc32_digits
 from . import check as ck
+from . import parallel
 from .batch import BatchDecoder, PropertyColumns, body_crcs_match, first_unsure
 from .batch import GroupedWords as _Grouped  # noqa: F401  (old names, kept importable)
 from .batch import Words as _Words
 from .batch.header import HeaderColumns, header_columns, ipv6_body_crc_bad, salvage_mismatch
 from .batch.properties import dropped_entries, nonascii_records, record_starts, topic_key_hashes
+from .broker import (
+    MODE_ABNORMAL,
+    MODE_NORMAL,
+    abnormal_threshold,
+    consume_queue_recover,
+    goes_to_consume_queue_batch,
+    goes_to_index_batch,
+    index_file_deleted_at_load,
+    start_file_index,
+)
 from .filler import MIN_RECORD, MIN_RECORD_PROP_CRC
 from .scan import byte_views, chase_starts, hints_in, queue_hint_runs, sorted_unique
 from .scan import first_nonzero as _first_nonzero
@@ -281,9 +292,9 @@ def tx_type(flags: np.ndarray) -> np.ndarray:
 
 def to_queue(flags: np.ndarray) -> np.ndarray:
     """Whether records (by their flags byte) go to a consume queue: NOT and COMMIT
-    transaction types do; PREPARED and ROLLBACK never do (RECOVERY §9.1)."""
-    tx = tx_type(flags)
-    return (tx == 0) | (tx == 8)
+    transaction types do; PREPARED and ROLLBACK never do (RECOVERY §9.1;
+    :func:`recovery.broker.goes_to_consume_queue`)."""
+    return goes_to_consume_queue_batch(tx_type(flags))
 PHYS = "PHYSICAL_OFFSET_MISMATCH"  # salvage-mode stop: a record whose PHYSICALOFFSET is not its position
 # outcomes of check_record where the record itself is readable and its size trustworthy
 _INTACT_FAILURES = frozenset({ck.CRC, ck.DELAY_PARSE, ck.INNER_BATCH, ck.PROP_CRC})
@@ -422,29 +433,9 @@ class _Ctx:
 
 
 def _resync(ctx: _Ctx, start: int, limit: int) -> int | None:
-    """The first position in [start, limit) holding an intact record: a message magic at
-    +4, a record that validates (CRC on) and whose PHYSICALOFFSET is file base + position.
-    Records are not aligned: every byte is a candidate, found with ``bytes.find``."""
-    buf, end = ctx.buf, ctx.end
-    pats = [struct.pack(">i", m) for m in ctx.magics]
-    pos = start
-    while pos < limit:
-        best = -1
-        for pat in pats:
-            i = buf.find(pat, pos + 4, min(limit + 4, end))
-            if i != -1 and (best == -1 or i < best):
-                best = i
-        if best == -1:
-            return None
-        cand = best - 4
-        if cand >= limit:
-            return None
-        if cand >= start:
-            c = ck.check_record(buf, cand, end, ctx.profile, check_crc=True, read_body=True)
-            if c.is_message and c.rec is not None and c.rec.physical_offset == ctx.base + cand:
-                return cand
-        pos = cand + 1
-    return None
+    """The first position in [start, limit) holding an intact record (CRC on):
+    :func:`recovery.parallel.resync`."""
+    return parallel.resync(ctx.buf, start, ctx.end, ctx.base, ctx.profile, True, limit=limit)
 
 
 _V4_BODY_LEN_AT = _V4["body_length"]  # BODYLENGTH with IPv4 born/store hosts (STORE_FORMAT §4)
@@ -1135,15 +1126,11 @@ def _stitch(parts: list[Part], f: StoreFile, end: int, run: Callable[[int, int, 
 def _plan_parts(store: Store, part_size: int) -> list[tuple[int, StoreFile, int, int, int]]:
     """(file index, file, readable end, start, stop) of every part."""
     mapped = store.geometry.commitlog_file_size
-    plan = []
+    plan: list[tuple[int, StoreFile, int, int, int]] = []
     for i, f in enumerate(store.commitlog):
         end = min(f.size, mapped)
-        if end <= 0:
-            continue
-        s = 0
-        while s < end:
-            plan.append((i, f, end, s, min(s + part_size, end)))
-            s += part_size
+        if end > 0:
+            plan.extend((i, f, end, s, e) for s, e in parallel.cut(0, end, part_size))
     return plan
 
 
@@ -1152,62 +1139,22 @@ def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
     """Run the parts in this process or in a pool of ``jobs`` processes; ``meanwhile``
     runs in this process while the workers scan (after the scan when there is no pool)."""
     if jobs <= 1 or len(tasks) <= 1:
-        out = []
-        for t in tasks:
-            out.append(scan_part(t))
-            if progress:
-                progress(t.stop - t.start)
+        out = parallel.run(scan_part, tasks, 1, weight=_part_bytes, progress=progress)
         if meanwhile:
             meanwhile()
         return out
-    import concurrent.futures as cf
-
-    ctx = _mp_context()
-    results: list[Part | None] = [None] * len(tasks)
-    from .transfer import pool
-
-    ex = pool(min(jobs, len(tasks)), ctx, initializer=_worker_init)  # (workers die with this process)
-    try:
-        futs = {ex.submit(scan_part, t): i for i, t in enumerate(tasks)}
-        if meanwhile:
-            meanwhile()
-        for fut in cf.as_completed(futs):
-            i = futs[fut]
-            results[i] = fut.result()
-            if progress:
-                progress(tasks[i].stop - tasks[i].start)
-    except BaseException:
-        # Ctrl-C or a failure: stop the workers now (they ignore SIGINT, the parent decides)
-        procs = list(getattr(ex, "_processes", {}).values())
-        ex.shutdown(wait=False, cancel_futures=True)
-        for pr in procs:
-            pr.terminate()
-        raise
-    ex.shutdown(wait=True)
-    return [r for r in results if r is not None]
+    return parallel.run(scan_part, tasks, jobs, make_pool=lambda n: parallel.pool(n, _mp_context()),
+                        weight=_part_bytes, progress=progress, meanwhile=meanwhile)
 
 
-def _worker_init() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _part_bytes(t: PartTask) -> int:
+    return t.stop - t.start
 
 
 def _mp_context() -> Any:
-    """fork when this process has no other thread (fast, and no re-import of the caller's
-    main module); otherwise forkserver (a fork with threads alive, e.g. a progress-bar
-    monitor, could inherit a held lock), preloading only this module."""
-    import multiprocessing as mp
-    import threading
-
-    methods = mp.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
-        return mp.get_context("fork")
-    if "forkserver" in methods:
-        ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])
-        return ctx
-    return mp.get_context("spawn")
+    """The workers' start method (:func:`recovery.parallel.context`), preloading only
+    this module in a fork server."""
+    return parallel.context(preload=[__name__])
 
 
 @dataclass
@@ -1478,8 +1425,8 @@ def load_queues(store: Store, budget_units: int = 64 << 20) -> list[Queue]:
 
 
 def cq_recover_max_phy(q: Queue, files_per_queue: int) -> int:
-    """``ConsumeQueue.recover`` (RECOVERY §3): scan from the third-last file, stop at the
-    first invalid unit; maxPhysicOffset = end of the last valid unit (-1 if none)."""
+    """``ConsumeQueue.recover`` (RECOVERY §3; :func:`recovery.broker.consume_queue_recover`):
+    maxPhysicOffset = end of the last valid unit (-1 if none)."""
     if not q.files:
         return -1
     first_k = max(0, len(q.files) - 3)
@@ -1487,17 +1434,12 @@ def cq_recover_max_phy(q: Queue, files_per_queue: int) -> int:
         off_all, size_all, fno_all = q.off, q.size, q.file_no
     else:
         off_all, size_all, _t, _l, fno_all = q._read(range(first_k, len(q.files)))
-    max_phy = -1
-    for k in range(first_k, len(q.files)):
+
+    def units_of(k: int) -> tuple[np.ndarray, np.ndarray]:
         sel = fno_all == k
-        off, size = off_all[sel], size_all[sel]
-        valid = (off >= 0) & (size > 0)
-        nvalid = int(np.argmin(valid)) if not valid.all() else len(valid)
-        if nvalid:
-            max_phy = int(off[nvalid - 1] + size[nvalid - 1])
-        if nvalid < files_per_queue:
-            break
-    return max_phy
+        return off_all[sel], size_all[sel]
+
+    return consume_queue_recover(len(q.files), units_of, files_per_queue * cqf.CQ_UNIT_SIZE).max_physic_offset
 
 
 # ---------------------------------------------------------------------------------------
@@ -1557,8 +1499,6 @@ def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileS
         return out
     # where normal (RECOVERY §4.1, §4.2) and abnormal (§5.1) recovery start: recover's own
     # rule, with the profile's settings (messageIndexSafe)
-    from .recover import MODE_ABNORMAL, MODE_NORMAL, abnormal_threshold, start_file_index
-
     i_norm, rule = start_file_index(files, profile, ckpt, MODE_NORMAL, max_phy_cq)
     i_abn, rule_abn = start_file_index(files, profile, ckpt, MODE_ABNORMAL, max_phy_cq)
     threshold = abnormal_threshold(ckpt, profile.message_index_safe)
@@ -1577,7 +1517,7 @@ def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileS
             + [_rel(store, f.path) for f in store.commitlog[len(files):]],
         }
     out["abnormal"]["threshold_timestamp"] = threshold
-    out["abnormal"]["index_files_deleted"] = [name for name, h in index_headers if h is not None and int(h["end_timestamp"]) > ckpt.index_msg_timestamp]
+    out["abnormal"]["index_files_deleted"] = [name for name, h in index_headers if h is not None and index_file_deleted_at_load(h, ckpt)]
     return out
 
 
@@ -1646,7 +1586,7 @@ def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding
             code = "FILE_STRAY" if sev == "error" else ("FILE_IGNORED" if iss.path.startswith("index") else "FILE_MISNAMED")
         elif iss.code == "ZERO_LENGTH_FILE":
             lastfile = iss.path in last
-            code = "FILE_ZERO_LENGTH_LAST" if lastfile and profile.version >= (5, 1, 3) else "FILE_ZERO_LENGTH"
+            code = "FILE_ZERO_LENGTH_LAST" if lastfile and profile.zero_length_last_file_deleted else "FILE_ZERO_LENGTH"
         elif iss.code == "WRONG_FILE_SIZE":
             code = "FILE_WRONG_SIZE"
         elif iss.code in ("FILE_GAP", "FILE_OVERLAP"):
@@ -2421,14 +2361,10 @@ def _chains(ks: np.ndarray, pv: np.ndarray, slots: np.ndarray, eff: int, kh: np.
 _CHAIN_LOCAL_TEST = True  # tests turn it off to compare with the pointer jumping alone
 
 
-def _read_index_header(f: StoreFile) -> Any:
+def _read_index_header(f: StoreFile) -> ixf.IndexHeader | None:
     if f.size < ixf.HEADER_SIZE:
         return None
-    with open(f.path, "rb") as fh:
-        raw = fh.read(ixf.HEADER_SIZE)
-    if len(raw) < ixf.HEADER_SIZE:
-        return None
-    return np.frombuffer(raw, dtype=ixf.HEADER_DTYPE, count=1)[0]
+    return ixf.read_whole_header(f.path)
 
 
 def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any],
@@ -2460,7 +2396,7 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
         rel = _rel(store, f.path)
         if h is None:
             continue
-        count = int(h["index_count"])
+        count = int(h.index_count)
         eff = max(count, 1)
         hdr_problems: list[str] = []
         if count > N:
@@ -2503,7 +2439,7 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
                 out.append(finding("IDX_SLOT_RANGE", rel, None, None, f"{len(bad_slot) - MAX_RUNS} more slots out of range", omitted=int(len(bad_slot) - MAX_RUNS)))
             # ---- header
             nonempty = int(np.count_nonzero((slots > 0) & (slots < eff)))
-            hsc = int(h["hash_slot_count"])
+            hsc = int(h.hash_slot_count)
             if count >= 2 and ne == eff:
                 want_hsc = count - 1 if profile.hash_slot_count_every_put else nonempty
                 other_hsc = nonempty if profile.hash_slot_count_every_put else count - 1
@@ -2519,23 +2455,23 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
                                        hash_slot_count=hsc, expected=want_hsc))
                 elif hsc != want_hsc:
                     hdr_problems.append(f"hashSlotCount {hsc}, expected {want_hsc}")
-                if int(h["begin_phy_offset"]) != int(eoff[0]):
-                    hdr_problems.append(f"beginPhyOffset {int(h['begin_phy_offset'])}, entry 1 points to {int(eoff[0])}")
-                if int(h["end_phy_offset"]) != int(eoff[-1]):
-                    hdr_problems.append(f"endPhyOffset {int(h['end_phy_offset'])}, the last entry points to {int(eoff[-1])}")
+                if int(h.begin_phy_offset) != int(eoff[0]):
+                    hdr_problems.append(f"beginPhyOffset {int(h.begin_phy_offset)}, entry 1 points to {int(eoff[0])}")
+                if int(h.end_phy_offset) != int(eoff[-1]):
+                    hdr_problems.append(f"endPhyOffset {int(h.end_phy_offset)}, the last entry points to {int(eoff[-1])}")
                 for which, k_e, field_name in (("begin", 0, "begin_timestamp"), ("end", len(eoff) - 1, "end_timestamp")):
                     j, hit = recs.find(eoff[k_e : k_e + 1])
-                    if hit[0] and int(recs.store_ts[j[0]]) != int(h[field_name]):
-                        hdr_problems.append(f"{which}Timestamp {int(h[field_name])}, its entry's record was stored at {int(recs.store_ts[j[0]])}")
+                    if hit[0] and int(recs.store_ts[j[0]]) != int(getattr(h, field_name)):
+                        hdr_problems.append(f"{which}Timestamp {int(getattr(h, field_name))}, its entry's record was stored at {int(recs.store_ts[j[0]])}")
             # a file with no put has begin == end (IndexFile's constructor). After puts, begin
             # is the first put's and end the last put's: a store clock that stepped back
             # puts begin after end, as the broker writes it (the entries are checked above)
-            if count < 2 and (int(h["begin_timestamp"]) > int(h["end_timestamp"]) or int(h["begin_phy_offset"]) > int(h["end_phy_offset"])):
+            if count < 2 and (int(h.begin_timestamp) > int(h.end_timestamp) or int(h.begin_phy_offset) > int(h.end_phy_offset)):
                 hdr_problems.append("begin values after end values")
             if hdr_problems:
                 out.append(finding("IDX_HEADER", rel, 0, None, "; ".join(hdr_problems), index_count=count, hash_slot_count=hsc))
             if not len(ks):
-                prev_end_ts = int(h["end_timestamp"])
+                prev_end_ts = int(h.end_timestamp)
                 continue
             # ---- chains
             prev_range = (prev < 0) | (prev >= eff)
@@ -2578,7 +2514,7 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
             fk = np.flatnonzero(found)
             if len(fk):
                 st = recs.store_ts[rj[fk]]
-                begin = np.where(ks[fk] == 1, prev_end_ts, int(h["begin_timestamp"]))
+                begin = np.where(ks[fk] == 1, prev_end_ts, int(h.begin_timestamp))
                 # Java truncates toward zero, then clamps to [0, MAX]: for a negative
                 # difference floor division clamps to the same 0
                 exp = np.clip((st - begin) // 1000, 0, _INT_MAX)
@@ -2586,7 +2522,7 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
                 bad_td = fk[exp != td[fk]]
                 if len(bad_td):
                     emit("IDX_TIME_DIFF", rel, ks[bad_td], eoff[bad_td], lambda k, s: f"timeDiff {int(td[k - 1])} does not match the record's store timestamp")
-            prev_end_ts = int(h["end_timestamp"])
+            prev_end_ts = int(h.end_timestamp)
             del E, slots, u8
         finally:
             try:
@@ -2597,16 +2533,16 @@ def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: 
     if store.index_files and len(recs.key_rec):
         miss_rec = km.missing_records()
         tx = tx_type(recs.flags[miss_rec])
-        keep = (tx != 0xC) & (recs.off[miss_rec] < broker.po)
+        keep = goes_to_index_batch(tx) & (recs.off[miss_rec] < broker.po)
         if wrong_recs:
             keep &= ~in_sorted(miss_rec, sorted_unique(np.concatenate(wrong_recs)))
         miss_rec = miss_rec[keep]
         stats["messages_missing"] = int(len(miss_rec))
         if len(miss_rec):
             valid_h = [(n, h) for n, h in headers if h is not None]
-            last_end = int(valid_h[-1][1]["end_phy_offset"]) if valid_h else 0
-            remaining = [h for n, h in valid_h if int(h["end_timestamp"]) <= ckpt.index_msg_timestamp]
-            rem_end = int(remaining[-1]["end_phy_offset"]) if remaining else 0
+            last_end = int(valid_h[-1][1].end_phy_offset) if valid_h else 0
+            remaining = [h for n, h in valid_h if not index_file_deleted_at_load(h, ckpt)]
+            rem_end = int(remaining[-1].end_phy_offset) if remaining else 0
             fixed = broker.index_fixed(recs.off[miss_rec], last_end, rem_end)
             lag = miss_rec[fixed]
             if len(lag):
@@ -2653,7 +2589,7 @@ def _checkpoint_findings(store: Store, profile: BrokerProfile, recs: Records, ck
                 out.append(finding("CKPT_AHEAD", "checkpoint", pos, None,
                                    f"{name} {v} is newer than every record (newest store timestamp {newest}): flushed data is missing",
                                    field=name, value=v, newest_record=newest))
-        if profile.version >= (5, 1, 1) and ckpt.confirm_phy_offset > int(outlook.get("data_end", 0)):
+        if profile.checkpoint_persists_confirm_offset and ckpt.confirm_phy_offset > int(outlook.get("data_end", 0)):
             out.append(finding("CKPT_AHEAD", "checkpoint", 32, ckpt.confirm_phy_offset,
                                f"confirmPhyOffset {ckpt.confirm_phy_offset} is past the end of the data ({outlook.get('data_end')})",
                                field="confirmPhyOffset", value=ckpt.confirm_phy_offset))

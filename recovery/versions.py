@@ -101,6 +101,26 @@ class BrokerProfile:
         return self.version >= (5, 1, 3)
 
     @cached_property
+    def checkpoint_persists_confirm_offset(self) -> bool:
+        """5.1.1+: StoreCheckpoint.flush writes confirmPhyOffset (STORE_FORMAT §16)."""
+        return self.version >= (5, 1, 1)
+
+    @cached_property
+    def checkpoint_flushed_bytes(self) -> int:
+        """How many leading bytes of the checkpoint StoreCheckpoint.flush writes: 4.x the
+        three timestamps (24), 5.0.0+ also masterFlushedOffset (32), 5.1.1+ also
+        confirmPhyOffset (40) (STORE_FORMAT §16)."""
+        if self.checkpoint_persists_confirm_offset:
+            return 40
+        return 32 if self.is_5x else 24
+
+    @cached_property
+    def commitlog_default_under_home(self) -> bool:
+        """4.6.0-4.9.3: an unset storePathCommitLog defaults to ~/store/commitlog whatever
+        the store root (MessageStoreConfig's field initialiser); 4.9.4 made it follow the root."""
+        return self.version < (4, 9, 4)
+
+    @cached_property
     def label(self) -> str:
         return ".".join(map(str, self.version))
 

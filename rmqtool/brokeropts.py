@@ -21,7 +21,9 @@ import click
 from click.core import ParameterSource
 
 from .recovery.brokerconf import BrokerConf, Refusal, UnsupportedStoreError, all_refusals, read_broker_conf
-from .recovery.versions import parse_version
+from .recovery.identify import infer_version, narrow_for_store
+from .recovery.store import Store
+from .recovery.versions import parse_delay_levels, parse_version
 
 F = Callable[..., Any]
 
@@ -84,14 +86,12 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                     meta[k] = v
             _recovery_walk_settings(conf, kw, meta)
             if meta.get("message_delay_level") is not None:
-                from .recovery.versions import parse_delay_levels
-
                 try:
                     parse_delay_levels(meta["message_delay_level"])
                 except ValueError as exc:
                     raise click.BadParameter(str(exc), param_hint="--message-delay-level (messageDelayLevel)") from None
             store = kw.get("store")
-            stores = kw.get("stores") or ()
+            stores: tuple[str | Path, ...] = kw.get("stores") or ()
             # (export: the version of its one store is inferred as for the other commands)
             version = _resolve_version(ctx, kw, store if store is not None or len(stores) != 1 else stores[0], kind)
             if conf is not None and version is not None and not conf.has("storePathCommitLog"):
@@ -190,9 +190,6 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
             raise click.BadParameter(str(exc), param_hint="--broker-version") from None
     if store is None:
         return None
-    from .recovery.identify import infer_version
-    from .recovery.store import Store
-
     try:
         s = Store.open(store, kw.get("commitlog_file_size"), kw.get("cq_file_size"), kw.get("index_slot_num"),
                        kw.get("index_num"), commitlog_dir=meta.get("commitlog_dir"))
@@ -202,8 +199,6 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
     if inf.ambiguous and kind == "destructive":
         # what this command would do with each candidate: releases that recover this store
         # identically (the quirks between them cannot act on it) are no longer told apart
-        from .recovery.identify import narrow_for_store
-
         mode = None
         if ctx.info_name == "recover":
             normal = kw.get("normal")
@@ -232,7 +227,8 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
 
 
 def _span_of(cands: list[tuple[int, int, int]]) -> str:
-    lab = lambda v: ".".join(map(str, v))  # noqa: E731
+    def lab(v: tuple[int, int, int]) -> str:
+        return ".".join(map(str, v))
     return lab(cands[0]) if len(cands) == 1 else f"{lab(cands[0])}-{lab(cands[-1])}"
 
 

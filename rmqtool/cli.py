@@ -6,6 +6,7 @@ Errors are mapped to one-line messages and exit codes here, in one place.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 import click
 
 from . import __version__
+from .errors import is_closed_pipe, report_exception, silence_stdout
 from .exitcodes import Exit
 
 # command name -> module (each module defines ``command``)
@@ -39,7 +41,8 @@ class LazyGroup(click.Group):
         mod = COMMANDS.get(name)
         if mod is None or not _module_exists(mod):
             return None
-        return importlib.import_module(mod).command  # type: ignore[no-any-return]
+        command: click.Command = importlib.import_module(mod).command
+        return command
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         name = args[0] if args else ""
@@ -48,8 +51,6 @@ class LazyGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from .errors import _silence_stdout, is_closed_pipe
-
         try:
             return super().invoke(ctx)
         except OSError as exc:
@@ -57,14 +58,12 @@ class LazyGroup(click.Group):
             # (click itself would exit 1, a status no command documents for this)
             if not is_closed_pipe(exc):
                 raise
-            _silence_stdout()
+            silence_stdout()
             return int(Exit.OK)
 
 
 def unknown_command(name: str, known: list[str]) -> str:
     """"No such command" with the close matches (difflib), or the list when none is close."""
-    import difflib
-
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     if not close:
         close = [k for k in known if k.startswith(name[:3])] if len(name) >= 3 else []
@@ -107,8 +106,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit code (never raises, never prints a traceback)."""
-    from .errors import report_exception
-
     try:
         rv = cli.main(args=argv, prog_name="rmqtool", standalone_mode=False)
     except SystemExit as exc:  # click's own exits (e.g. --help) and ctx.exit
@@ -121,14 +118,7 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _flush_quietly() -> None:
-    from .errors import _silence_stdout
-
     try:
         sys.stdout.flush()
     except (BrokenPipeError, ValueError, OSError):
-        _silence_stdout()
-
-
-def exit_with(code: int) -> Any:
-    """Commands return their exit code through this (click's standalone_mode=False)."""
-    return int(code)
+        silence_stdout()

@@ -5,7 +5,6 @@ in the directories given with --dir."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,60 +15,12 @@ from .brokeropts import broker_config_option
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .formats.errors import RmqToolError
 from .output import SCHEMA_VERSION, output_options, resolve
-from .recovery.safety import load_manifest, pending_journals
+from .recovery.backups import describe_backup, find_backups, needed_backups, prune_selection
 from .render import dumps, render
 
 COLUMNS = [("path", "BACKUP"), ("created_utc", "CREATED (UTC)"), ("description", "MADE BY"), ("entries", "FILES"),
            ("bytes", "BYTES"), ("actions", "ACTIONS"), ("status", "STATUS")]
-
-
-def _du(p: Path) -> int:
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
-
-
-def describe_backup(p: Path, store: Path) -> dict[str, Any]:
-    row: dict[str, Any] = {"path": str(p), "created_utc": None, "description": None, "txid": None, "store": None,
-                           "same_store": None, "entries": 0, "actions": {}, "bytes": _du(p), "status": "OK", "problem": None}
-    try:
-        doc = load_manifest(p)
-    except RmqToolError as exc:
-        row["status"] = "UNUSABLE"
-        row["problem"] = exc.one_line()
-        return row
-    actions: dict[str, int] = {}
-    for e in doc["entries"]:
-        actions[e["action"]] = actions.get(e["action"], 0) + 1
-    row.update(created_utc=doc.get("created_utc"), description=doc.get("description"), txid=doc.get("txid"),
-               store=doc.get("store"), entries=len(doc["entries"]), actions=actions)
-    row["same_store"] = doc.get("store") is None or Path(doc["store"]).resolve() == store.resolve()
-    if not row["same_store"]:
-        row["status"] = "OTHER_STORE"
-    return row
-
-
-def find_backups(store: Path, dirs: tuple[Path, ...]) -> list[Path]:
-    found = {p for p in store.resolve().parent.glob(f"{store.resolve().name}.rmqtool-backup-*") if p.is_dir()}
-    for d in dirs:
-        if (d / "manifest.json").is_file():
-            found.add(d)
-        elif d.is_dir():
-            found |= {p for p in d.iterdir() if p.is_dir() and (p / "manifest.json").is_file()}
-    return sorted(found)
-
-
-def _needed(store: Path) -> set[Path]:
-    """Backup directories a pending (interrupted) transaction still needs."""
-    out: set[Path] = set()
-    for j in pending_journals(store):
-        try:
-            doc = json.loads((j / "journal.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if doc.get("backup_dir"):
-            out.add(Path(doc["backup_dir"]).resolve())
-    return out
 
 
 @click.command("backups", context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,8 +42,6 @@ def command(store: Path, dirs: tuple[Path, ...], prune: bool, keep: int | None, 
     Exit status: 0 listed (or pruned), 4 some backup is unusable (no or a damaged
     manifest), 8 operational error or refusal (--prune without --yes and no terminal),
     2 usage error."""
-    import datetime as _dt
-
     if store is None:
         raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
     store = Path(store)
@@ -106,16 +55,7 @@ def command(store: Path, dirs: tuple[Path, ...], prune: bool, keep: int | None, 
     rows = [describe_backup(p, store) for p in find_backups(store, dirs)]
     doomed: list[dict[str, Any]] = []
     if prune:
-        needed = _needed(store)
-        mine = sorted((r for r in rows if r["status"] == "OK" and Path(r["path"]).resolve() not in needed),
-                      key=lambda r: r["created_utc"] or "", reverse=True)
-        if keep is not None:
-            doomed = mine[keep:]
-        if older_than is not None:
-            cutoff = _dt.datetime.now(_dt.UTC) - _dt.timedelta(days=older_than)
-            old = [r for r in mine if r["created_utc"] and _dt.datetime.fromisoformat(
-                r["created_utc"].replace("Z", "+00:00")) < cutoff]
-            doomed = [r for r in mine if r in old and (keep is None or r in doomed)]
+        doomed = prune_selection(rows, needed_backups(store), keep, older_than)
         for r in rows:
             r["prune"] = r in doomed
     with closed_stdout_ignored():

@@ -10,9 +10,7 @@ not OK), 8 operational error.
 from __future__ import annotations
 
 import itertools
-import os
 import struct
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -20,8 +18,13 @@ import click
 
 from .blocks import body_crcs_match, gather, host_keys, host_of_key, row_groups, v1_lengths, v1_run_starts
 from .blocks import rows as byte_rows
-from .brokeropts import broker_config_option, broker_setting_options
-from .exitcodes import Exit
+from .brokeropts import broker_config_option
+from .cmdopts import store_command_options
+from .dump_output import Block as _Block
+from .dump_output import encode_json_str as _enc
+from .dump_output import expand as _expand
+from .dump_output import message_line, output, write_jsonl
+from .dump_output import value_json as _value_json
 from .formats import commitlog as cl
 from .formats.crc import crc32_raw
 from .formats.properties import JAVA_REPLACE, split_keys
@@ -30,217 +33,24 @@ from .output import output_file_options
 from .progress import progress_option, quiet_flag
 from .recovery import check as ck
 from .recovery import query as qy
-from .recovery.scan import blank_fields, iter_store_records, message_fields
+from .recovery import records as rec
+from .recovery.records import (
+    Record,
+    checkpoint_record,
+    commitlog_records,
+    config_records,
+    generic_record,
+    index_hit_records,
+)
 from .recovery.store import Store, StoreFile
-from .render import dumps, render
 
-Record = dict[str, Any]
-
-# statuses that are not damage
-CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK"})
-
-COMMITLOG_COLUMNS = [
-    ("physical_offset", "OFFSET"), ("total_size", "SIZE"), ("topic", "TOPIC"), ("queue_id", "QID"),
-    ("queue_offset", "QOFF"), ("store_time", "STORED (UTC)"), ("msg_id", "MSG ID"), ("uniq_key", "UNIQ_KEY"),
-    ("tags", "TAGS"), ("keys", "KEYS"), ("status", "STATUS"),
-]
-CQ_COLUMNS = [
-    ("topic", "TOPIC"), ("queue_id", "QID"), ("queue_offset", "QOFFSET"), ("file", "FILE"), ("pos", "POS"),
-    ("commitlog_offset", "COMMITLOG OFFSET"), ("size", "SIZE"), ("tags_code", "TAGS CODE"), ("status", "STATUS"),
-]
-INDEX_COLUMNS = [
-    ("type", "TYPE"), ("file", "FILE"), ("slot", "SLOT"), ("entry", "ENTRY"), ("key_hash", "KEY HASH"),
-    ("commitlog_offset", "COMMITLOG OFFSET"), ("time_diff", "TIME DIFF"), ("prev_index", "PREV"),
-    ("index_count", "INDEX COUNT"), ("status", "STATUS"),
-]
-INDEX_HIT_COLUMNS = [
-    ("file", "FILE"), ("slot", "SLOT"), ("entry", "ENTRY"), ("key_hash", "KEY HASH"),
-    ("commitlog_offset", "COMMITLOG OFFSET"), ("time_diff", "TIME DIFF"), ("prev_index", "PREV"),
-    ("topic", "TOPIC"), ("key", "KEY"), ("status", "STATUS"),
-]
-CHECKPOINT_COLUMNS = [
-    ("physic_msg_timestamp", "PHYSIC"), ("logics_msg_timestamp", "LOGICS"), ("index_msg_timestamp", "INDEX"),
-    ("master_flushed_offset", "MASTER FLUSHED"), ("confirm_phy_offset", "CONFIRM"),
-    ("min_timestamp", "MIN TS"), ("min_timestamp_index", "MIN TS INDEX"), ("status", "STATUS"),
-]
-CONFIG_COLUMNS = [("file", "FILE"), ("source", "SOURCE"), ("status", "STATUS"), ("content", "CONTENT")]
-
-
-class StatusTracker:
-    """Passes records through and remembers whether any had a damage status."""
-
-    def __init__(self) -> None:
-        self.damaged = 0
-        self.seen = 0
-
-    def watch(self, records: Iterable[Record | str]) -> Iterator[Record | str]:
-        for r in records:  # a str is a finished JSON line of a plain (OK) message
-            self.seen += 1
-            if not isinstance(r, str) and r.get("status", "OK") not in CLEAN_STATUSES:
-                self.damaged += 1
-            yield r
-
-    @property
-    def exit_code(self) -> int:
-        return Exit.PROBLEMS if self.damaged else Exit.OK
-
-
-def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str, out: Any = None,
-           say_empty: bool = True) -> int:
-    """Render (at most ``limit``) records on ``out`` (default stdout); return the exit code.
-    ``say_empty``: say "no ... records found" on stderr when nothing was printed (False
-    where the caller says "not found" itself)."""
-    from .dump_times import timed
-
-    out = out or sys.stdout
-    tracker = StatusTracker()
-    recs: Iterable[Record | str] = timed(records)
-    fmt = resolve_format(fmt)
-    if limit is not None or fmt != "jsonl":
-        recs = _expand(recs)  # blocks of lines count line by line
-    if limit is not None:
-        recs = itertools.islice(recs, limit)
-    try:
-        if fmt == "jsonl":
-            tracker.seen = write_jsonl(recs, out, tracker)
-        else:
-            render(tracker.watch(recs), fmt, columns, title=title, out=out)  # type: ignore[arg-type]
-            out.flush()
-        if not tracker.seen and say_empty:  # every "nothing found" is said (on stderr: stdout stays data)
-            click.echo(f"rmqtool: no {title} records found", err=True)
-    except BrokenPipeError:
-        # the reader went away (``| head``): stop quietly. click would turn EPIPE into
-        # exit status 1, so it is handled here, before click sees it.
-        _silence_stdout()
-        return Exit.OK
-    except SystemExit:
-        # rich's Console handles EPIPE itself (stdout -> /dev/null, then SystemExit(1));
-        # nothing else in rendering raises SystemExit
-        _silence_stdout()
-        return Exit.OK
-    return tracker.exit_code
-
-
-def _silence_stdout() -> None:
-    """Point fd 1 at /dev/null so the interpreter's final flush cannot fail again."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-# ---------------------------------------------------------------------------------------
-# Fast JSON lines for message records: the same bytes as render.dumps, without the generic
-# encoder's per-key work. The field order is the sorted key order, computed once.
-
-def _json_str_encoder() -> Callable[[str], str]:
-    try:
-        from _json import encode_basestring  # type: ignore[import-not-found]  # C accelerator
-    except ImportError:  # pragma: no cover - CPython always has it
-        from json.encoder import encode_basestring
-    return encode_basestring  # type: ignore[no-any-return]
-
-
-_enc = _json_str_encoder()
-MESSAGE_KEYS = frozenset({
-    "type", "file", "pos", "physical_offset", "total_size", "magic", "body_crc", "crc_ok", "queue_id",
-    "flag", "queue_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
-    "reconsume_times", "prepared_transaction_offset", "body_length", "topic", "properties", "tags",
-    "keys", "uniq_key", "msg_id", "transaction_type", "tags_code", "status", "born_time", "store_time",
-})
-
-
-def _value_json(key: str, v: Any) -> str:
-    if v is None:
-        return "null"
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if isinstance(v, str):
-        return _enc(v)
-    if isinstance(v, int):
-        return int.__repr__(v)
-    if isinstance(v, list):
-        return "[" + ",".join(_enc(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ",".join(_enc(k) + ":" + _enc(x) for k, x in sorted(v.items())) + "}"
-    return dumps(v)
-
-
-def message_line(r: Record) -> str:
-    """One JSON line for a record; identical to ``render.dumps(r)`` (a test asserts it)."""
-    if r.keys() - MESSAGE_KEYS - {"body", "body_encoding", "body_sha256"} or not _plain(r):
-        return dumps(r)
-    return "{" + ",".join(_enc(k) + ":" + _value_json(k, r[k]) for k in sorted(r)) + "}"
-
-
-def _plain(r: Record) -> bool:
-    props = r.get("properties")
-    if props is not None and not (isinstance(props, dict) and all(isinstance(v, str) for v in props.values())):
-        return False
-    keys = r.get("keys")
-    return keys is None or (isinstance(keys, list) and all(isinstance(k, str) for k in keys))
-
-
-def _raw_utf8(out: Any) -> Any:
-    """The binary stream under a UTF-8 text stream (sys.stdout, a file opened in text mode;
-    on POSIX they write "\\n" as is), else None."""
-    import codecs
-
-    raw = getattr(out, "buffer", None)
-    try:
-        utf8 = codecs.lookup(out.encoding).name == "utf-8"
-    except (AttributeError, LookupError, TypeError):
-        return None
-    if raw is None or not utf8 or os.linesep != "\n":
-        return None
-    return raw
-
-
-def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracker | None = None) -> int:
-    """Write records (or already rendered lines of plain OK messages) as JSON lines, a few
-    hundred per write; damage statuses are counted in ``tracker``."""
-    n = 0
-    buf: list[str] = []
-    append = buf.append
-    write = out.write
-    clean = CLEAN_STATUSES
-    raw = _raw_utf8(out)  # blocks (UTF-8 bytes) go there, after a flush of the text layer
-    for r in records:
-        if r.__class__ is str:
-            append(r)  # type: ignore[arg-type]
-        elif r.__class__ is _Block:  # finished lines, each with its newline
-            if buf:
-                append("")
-                write("\n".join(buf))
-                buf.clear()
-            if raw is not None:
-                out.flush()
-                for part in r.parts:  # type: ignore[union-attr]
-                    raw.write(part)
-            else:
-                write(b"".join(r.parts).decode("utf-8"))  # type: ignore[union-attr]
-            n += r.lines  # type: ignore[union-attr]
-            continue
-        else:
-            if tracker is not None and r.get("status", "OK") not in clean:  # type: ignore[union-attr]
-                tracker.damaged += 1
-            append(message_line(r) if r.get("type") == "message" else dumps(r))  # type: ignore[union-attr,arg-type]
-        n += 1
-        if len(buf) >= 512:
-            append("")
-            write("\n".join(buf))
-            buf.clear()
-    if buf:
-        append("")
-        write("\n".join(buf))
-    out.flush()
-    return n
+COMMITLOG_COLUMNS = rec.COMMITLOG.table_columns()
+CQ_COLUMNS = rec.CONSUMEQUEUE.table_columns()
+INDEX_COLUMNS = rec.INDEX.table_columns()
+INDEX_HIT_COLUMNS = rec.INDEX_HIT.table_columns()
+CHECKPOINT_COLUMNS = rec.CHECKPOINT.table_columns()
+CONFIG_COLUMNS = rec.CONFIG.table_columns()
+_generic_record = generic_record  # (the name _file_lines calls)
 
 
 # ---------------------------------------------------------------------------------------
@@ -256,106 +66,6 @@ def parse_time(text: str | None, name: str) -> int | None:
 
 def limit_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--limit", type=click.IntRange(0), default=None, help="Print at most N records.")(f)
-
-
-# ---------------------------------------------------------------------------------------
-# Records
-
-def damaged_fields(file_name: str, buf: Any, pos: int, file_base: int, c: ck.Checked, with_body: bool, body_hash: bool) -> Record:
-    """A spot the broker's check refused: the message fields when the record decodes
-    (status = the reason), else the position, the reason and the readable prefix."""
-    if c.rec is not None:
-        r = message_fields(file_name, c, buf, with_body=with_body, body_hash=body_hash)
-        r["status"] = c.reason
-        return r
-    r: Record = {"type": "damaged", "file": file_name, "pos": pos, "physical_offset": file_base + pos, "status": c.reason, "field": c.field}
-    if pos + 8 <= len(buf):
-        from .formats.commitlog import PREFIX
-
-        total, magic = PREFIX.unpack_from(buf, pos)
-        r["total_size"] = total
-        r["magic"] = f"0x{magic & 0xFFFFFFFF:08X}"
-    return r
-
-
-def _crc_status(r: Record) -> Record:
-    """A message whose body CRC does not match is damage: the broker's recovery (with
-    checkCRCOnRecover) refuses it. ``crc_ok`` says so and ``status`` too."""
-    if r["status"] == ck.OK and r["crc_ok"] is False:
-        r["status"] = ck.CRC
-    return r
-
-
-def commitlog_records(
-    store: Store,
-    profile: Any,
-    *,
-    topic: str | None = None,
-    queue_id: int | None = None,
-    key: str | None = None,
-    msg_id: str | None = None,
-    from_offset: int | None = None,
-    to_offset: int | None = None,
-    since: int | None = None,
-    until: int | None = None,
-    with_body: bool = False,
-    body_hash: bool = False,
-    scan: bool = False,
-) -> Iterator[Record]:
-    """The records ``dump commitlog`` prints, in commitlog order (the core of the command;
-    the benchmark calls it too)."""
-
-    def keep(c: ck.Checked, pos_off: int) -> bool:
-        rec = c.rec
-        assert rec is not None
-        if topic is not None and rec.topic != topic:
-            return False
-        if queue_id is not None and rec.queue_id != queue_id:
-            return False
-        if since is not None and rec.store_timestamp < since:
-            return False
-        if until is not None and rec.store_timestamp > until:
-            return False
-        if from_offset is not None and pos_off < from_offset:
-            return False
-        if to_offset is not None and pos_off >= to_offset:
-            return False
-        return True
-
-    if key is not None or msg_id is not None:
-        if msg_id is not None:
-            located = (loc for _how, loc in qy.find_by_msg_id(store, profile, msg_id, topic=topic, use_index=not scan))
-        else:
-            assert key is not None
-            located = (loc for _hit, loc in qy.find_by_key(store, profile, topic, key, use_index=not scan,
-                                                            begin=since or 0, end=until if until is not None else qy.LONG_MAX))
-        for loc in located:
-            if keep(loc.checked, loc.file.base + loc.pos):
-                yield _crc_status(message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body, body_hash=body_hash))
-        return
-
-    content_filter = topic is not None or queue_id is not None or since is not None or until is not None
-    walk: Iterable[tuple[StoreFile, Any, int, ck.Checked]] | None = None
-    if not scan:  # seeks through file names and consume queues (recovery.seek); --scan walks everything
-        from .recovery import seek as sk
-
-        if topic is not None and sk.small_topic(store, topic, queue_id):
-            walk = sk.topic_records(store, profile, {topic}, None if queue_id is None else {queue_id})
-        if walk is None:
-            start = sk.seek_start(store, profile, from_offset=from_offset, since=since)
-            if start is not None:
-                walk = sk.walk_from(store, profile, start, to_offset)
-    if walk is None:
-        walk = iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset)
-    for f, buf, pos, c in walk:
-        if c.is_blank:
-            if not content_filter:
-                yield blank_fields(f.name, pos, buf, f.base)
-        elif c.is_message:
-            if keep(c, f.base + pos):
-                yield _crc_status(message_fields(f.name, c, buf, with_body=with_body, body_hash=body_hash))
-        else:
-            yield damaged_fields(f.name, buf, pos, f.base, c, with_body, body_hash)
 
 
 # ---------------------------------------------------------------------------------------
@@ -387,15 +97,6 @@ def commitlog_lines(
     return _expand(_commitlog_blocks(store, profile, **kw))
 
 
-def _expand(records: Iterable[Record | str]) -> Iterator[Record | str]:
-    """Records with every block of lines split into its lines."""
-    for r in records:
-        if r.__class__ is _Block:
-            yield from b"".join(r.parts)[:-1].decode("utf-8").split("\n")  # type: ignore[union-attr]
-        else:
-            yield r
-
-
 def _commitlog_blocks(
     store: Store,
     profile: Any,
@@ -420,21 +121,6 @@ def _commitlog_blocks(
             sp = start - f.base if start is not None and f.base <= start < f.base + mf.size else 0
             yield from _file_lines(f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until,
                                    content_filter, sp)
-
-
-def _generic_record(f: StoreFile, buf: Any, pos: int, c: ck.Checked, topic: str | None, queue_id: int | None,
-                    since: int | None, until: int | None, content_filter: bool) -> Record | None:
-    """What ``commitlog_records`` prints for one step of the generic walk (None: filtered)."""
-    if c.is_blank:
-        return None if content_filter else blank_fields(f.name, pos, buf, f.base)
-    if c.is_message:
-        rec = c.rec
-        assert rec is not None
-        if (topic is not None and rec.topic != topic) or (queue_id is not None and rec.queue_id != queue_id) \
-                or (since is not None and rec.store_timestamp < since) or (until is not None and rec.store_timestamp > until):
-            return None
-        return _crc_status(message_fields(f.name, c, buf))
-    return damaged_fields(f.name, buf, pos, f.base, c, False, False)
 
 
 def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | None, queue_id: int | None,
@@ -623,16 +309,6 @@ def _header_offsets() -> dict[str, tuple[int, str]]:
     if sum(struct.calcsize(">" + code) for _n, _o, code in layout) != _HSIZE:
         raise RuntimeError("V1 header layout changed")
     return {name: (offset, code) for name, offset, code in layout}
-
-
-class _Block:
-    """Several finished JSON lines of plain messages, each ending with a newline."""
-
-    __slots__ = ("parts", "lines")
-
-    def __init__(self, parts: list[bytes], lines: int) -> None:
-        self.parts = parts  # UTF-8, whole lines each
-        self.lines = lines
 
 
 class _Vec:
@@ -1027,88 +703,6 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
     return commitlog_records(store, profile, **kw)
 
 
-def index_hit_records(store: Store, profile: Any, topic: str | None, key: str, since: int | None, until: int | None, with_body: bool) -> Iterator[Record]:
-    for hit, loc in qy.find_by_key(store, profile, topic, key, use_index=True, begin=since or 0,
-                                   end=until if until is not None else qy.LONG_MAX, scan_fallback=False):
-        assert hit is not None and loc.checked.rec is not None
-        yield {
-            "file": f"index/{hit.file.name}", "slot": hit.slot, "entry": hit.entry, "key_hash": hit.key_hash,
-            "commitlog_offset": hit.commitlog_offset, "time_diff": hit.time_diff, "prev_index": hit.prev_index,
-            "topic": loc.checked.rec.topic, "key": key, "status": "OK",
-            "message": message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body),
-        }
-
-
-def checkpoint_record(store: Store) -> Record:
-    from .formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
-    from .formats.errors import StoreLayoutError
-    from .formats.safeio import classify, read_small
-
-    p = store.root / "checkpoint"
-    kind, why = classify(p, store.root)
-    if kind == "missing":
-        raise StoreLayoutError("no checkpoint file", p)
-    if kind != "file":
-        raise StoreLayoutError(f"{why}; rmqtool does not open it as a checkpoint", p)
-    size = p.stat().st_size
-    raw = read_small(p, CHECKPOINT_FILE_SIZE, store.root, "checkpoint") or b""
-    cp = decode_checkpoint(raw[:40])
-    status = "OK"
-    if len(raw) < 24:
-        status = "TRUNCATED"
-    elif len(raw) != CHECKPOINT_FILE_SIZE:
-        status = "WRONG_SIZE"
-    if size != len(raw) and status == "OK":
-        status = "WRONG_SIZE"
-    r: Record = {"file": "checkpoint", "size": size, "status": status}
-    r.update(cp._asdict())
-    r["min_timestamp"] = cp.min_timestamp
-    r["min_timestamp_index"] = cp.min_timestamp_index
-    return r
-
-
-def config_records(store: Store, name: str | None) -> Iterator[Record]:
-    from .formats.config import KNOWN_FILES, loads, read_config_bytes
-    from .formats.errors import FormatError, StoreLayoutError
-
-    cdir = store.root / "config"
-    if name is not None:
-        names = [name]
-        if not (cdir / name).exists() and not (cdir / (name + ".bak")).exists():
-            raise StoreLayoutError("no such config file (nor a .bak)", cdir / name)
-    else:
-        names = [n for n in KNOWN_FILES if (cdir / n).exists() or (cdir / (n + ".bak")).exists()]
-    for n in names:
-        rec: Record = {"file": f"config/{n}", "source": None, "status": "MISSING", "content": None}
-        problems: list[str] = []
-        for cand in (cdir / n, cdir / (n + ".bak")):
-            try:
-                raw = read_config_bytes(cand)
-            except FormatError as exc:
-                problems.append(exc.one_line())
-                continue
-            if raw is None:
-                problems.append(f"{cand.name}: missing")
-                continue
-            text = raw.decode("utf-8", "replace")
-            if not text.strip():
-                problems.append(f"{cand.name}: empty")
-                continue
-            try:
-                rec["content"] = loads(text, str(cand))
-            except FormatError as exc:
-                problems.append(exc.one_line())
-                continue
-            rec["source"] = f"config/{cand.name}"
-            rec["status"] = "OK" if cand.name == n else "FALLBACK_TO_BAK"
-            break
-        else:
-            rec["status"] = "UNPARSABLE" if any(not p.endswith((": missing", ": empty")) for p in problems) else "MISSING"
-        if problems:
-            rec["problems"] = problems
-        yield rec
-
-
 # ---------------------------------------------------------------------------------------
 # Commands
 
@@ -1135,13 +729,7 @@ def refuse_unsafe(store: Store, prefix: str) -> None:
 
 
 @command.command("commitlog")
-@broker_config_option("read")
-@broker_setting_options
-@output_file_options
-@progress_option
-@quiet_flag
-@store_argument
-@broker_version_option
+@store_command_options("read", output_file_options, progress_option, quiet_flag)
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC", help="Only messages of this topic (repeatable: any of them).")
 @click.option("--queue-id", "--queue", "queue_ids", type=int, multiple=True, metavar="QID", help="Only messages of this queue id (repeatable).")
 @click.option("--key", "keys", multiple=True, metavar="KEY", help="Only messages with this key (KEYS or UNIQ_KEY; repeatable): through the Index when present, else a scan.")
@@ -1181,35 +769,54 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
     one_queue = queue_ids[0] if len(queue_ids) == 1 else None
     kw = dict(topic=one_topic, queue_id=one_queue, from_offset=from_offset, to_offset=to_offset, since=since_ms,
               until=until_ms, with_body=with_body, body_hash=body_hash, scan=scan)
+    records = _selected(store, profile, fmt, topics, queue_ids, keys, msg_ids, kw)
+    matches = sel.Matches()
+    columns = COMMITLOG_COLUMNS + rec.COMMITLOG.headed((["body"] if with_body else []) + (["body_sha256"] if body_hash else []))
+    filtered = keys or msg_ids or topics or queue_ids or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
+    code = output(matches.watch(records), fmt, columns, limit, "commitlog", say_empty=not (filtered and limit != 0))
+    if filtered and matches.messages == 0 and limit != 0:
+        return int(code) | _not_found(store, profile, topics, queue_ids, keys, msg_ids, {
+            "from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until})
+    return code
+
+
+def _selected(store: Store, profile: Any, fmt: str, topics: tuple[str, ...], queue_ids: tuple[int, ...],
+              keys: tuple[str, ...], msg_ids: tuple[str, ...], kw: dict[str, Any]) -> Iterable[Record | str]:
+    """The records ``dump commitlog`` prints for its filters (several values of a filter:
+    the union, in commitlog order), with progress when a walk over a range goes to a file."""
+    from . import dump_select as sel
+
     records: Iterable[Record | str]
     if keys or msg_ids:
         lookups = [commitlog_records(store, profile, key=k, **kw) for k in keys]
         for m in msg_ids:
             lookups.append(_msg_id_lookup(store, profile, m, kw))
-        records = sel.filter_many(sel.union_by_offset(lookups), topics, queue_ids)
-    elif len(topics) > 1 or len(queue_ids) > 1:
+        return sel.filter_many(sel.union_by_offset(lookups), topics, queue_ids)
+    if len(topics) > 1 or len(queue_ids) > 1:
         records = sel.filter_many(commitlog_records(store, profile, **{**kw, "topic": None, "queue_id": None}), topics, queue_ids)
     else:
         records = commitlog_stream(store, profile, fmt, **kw)
-    if not (keys or msg_ids) and store.commitlog:  # a walk over a range: progress when it goes to a file
+    if store.commitlog:  # a walk over a range: progress when it goes to a file
         from .dump_progress import with_progress
 
         first, last = store.commitlog[0], store.commitlog[-1]
         end = last.base + last.size
+        from_offset, to_offset = kw["from_offset"], kw["to_offset"]
         records = with_progress(records, max(from_offset or 0, first.base), min(end if to_offset is None else to_offset, end))
-    matches = sel.Matches()
-    columns = COMMITLOG_COLUMNS + ([("body", "BODY")] if with_body else []) + ([("body_sha256", "BODY SHA256")] if body_hash else [])
-    filtered = keys or msg_ids or topics or queue_ids or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
-    code = output(matches.watch(records), fmt, columns, limit, "commitlog", say_empty=not (filtered and limit != 0))
-    if filtered and matches.messages == 0 and limit != 0:
-        hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
-        if topics and not hint:
-            unknown = [t for t in topics if t not in store.topics()]
-            if unknown:
-                hint = f"no consume queue for {', '.join(unknown)}; the topics with one: {', '.join(store.topics()) or '-'}"
-        return int(code) | sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, {
-            "from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until}), hint)
-    return code
+    return records
+
+
+def _not_found(store: Store, profile: Any, topics: tuple[str, ...], queue_ids: tuple[int, ...], keys: tuple[str, ...],
+               msg_ids: tuple[str, ...], bounds: dict[str, Any]) -> int:
+    """Filters that selected no message: "not found" on stderr (with a hint where one helps)."""
+    from . import dump_select as sel
+
+    hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
+    if topics and not hint:
+        unknown = [t for t in topics if t not in store.topics()]
+        if unknown:
+            hint = f"no consume queue for {', '.join(unknown)}; the topics with one: {', '.join(store.topics()) or '-'}"
+    return int(sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, bounds), hint))
 
 
 def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) -> Iterator[Record]:
@@ -1260,12 +867,7 @@ def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, que
 
 
 @command.command("index")
-@broker_config_option("read")
-@broker_setting_options
-@output_file_options
-@quiet_flag
-@store_argument
-@broker_version_option
+@store_command_options("read", output_file_options, quiet_flag)
 @click.option("--entries", is_flag=True, help="Also print every non-empty hash slot and every entry.")
 @click.option("--topic", default=None, help="With --key: the topic (default: every topic with a consume queue).")
 @click.option("--key", default=None, help="Walk the hash chain of TOPIC#KEY like the broker's index lookup; print the entries whose message has the key.")

@@ -1,6 +1,6 @@
 """``rmqtool export STORE... --to OUT``: whole stores (a fleet of them) to Parquet on Spark.
 
-Options -> the Spark job of :mod:`rmqtool.export_spark` (imported inside the command, so
+Options -> the Spark job of :mod:`rmqtool.export.spark` (imported inside the command, so
 ``rmqtool --help`` and every other command never import pyspark) -> a one-line summary
 on stderr. Exit status: 0 exported, every row clean; 4 exported, but rows with a status
 other than OK (damage, CRC mismatches) or a split handoff conflict were met; 8
@@ -10,6 +10,7 @@ operational (no Java, no pyspark, unreadable store, Spark failure).
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,18 @@ import click
 
 from .brokeropts import broker_config_option, broker_setting_options
 from .exitcodes import Exit
-from .options import broker_version_option, make_profile
-from .output import output_file_options
+
+# run_export is called through its module (a stand-in set there is seen); pyspark is
+# imported inside it
+from .export import spark as export_spark
+from .export.spark import ExportResult, store_label
+from .interrupts import Interrupted
+from .options import broker_meta, broker_version_option, make_profile
+from .outpath import url_scheme
+from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_enabled, progress_option
+from .recovery.store import Store
+from .render import dumps
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.I)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -34,7 +44,9 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
-class SizeType(click.ParamType):
+# (ParamType is generic in recent click releases; a subscript fails at run time on the older
+# ones pyproject.toml allows, click>=8.1)
+class SizeType(click.ParamType):  # type: ignore[type-arg]
     name = "SIZE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
@@ -100,8 +112,27 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     same path. Exit status 0 exported and clean, 4 exported with damaged rows, 8 on an
     operational error (no Java, Spark failure).
     """
-    from .recovery.store import Store
+    _check_options(stores, what, with_body, partition_by, index_slot_num, index_num)
+    # the whole effective configuration (auto resolved, delay levels, the recovery settings of
+    # --broker-config and the options), built once on the driver and shipped to every worker
+    profile = make_profile(broker_version)
+    conf = _conf_pairs(confs)
+    scheme = _check_target(out, stores, writer, overwrite)
+    opened = [(_label(s), Store.open(s.resolve(), commitlog_file_size, cq_file_size, index_slot_num, index_num,
+                                     commitlog_dir=_commitlog_dir(len(stores)))) for s in stores]
 
+    existed = scheme is None and out.exists()
+    try:
+        res = export_spark.run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
+                         partition_by=partition_by, version=profile, overwrite=overwrite, quiet=not progress_enabled(quiet), conf=conf,
+                         writer=writer, verbose=verbose)
+    except KeyboardInterrupt:
+        raise _interrupted(out, scheme is None, existed) from None
+    return _report(res, what, out, [label for label, _ in opened], fmt)
+
+
+def _check_options(stores: tuple[Path, ...], what: str, with_body: bool, partition_by: tuple[str, ...],
+                   index_slot_num: int | None, index_num: int | None) -> None:
     if not stores:
         raise click.UsageError("missing STORE... (or --broker-config FILE whose storePathRootDir names it)")
     if with_body and what != "commitlog":
@@ -110,39 +141,24 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
         raise click.UsageError("index rows have no topic column to partition by")
     if (index_slot_num is None) != (index_num is None):
         raise click.UsageError("--index-slots and --index-entries go together")
-    # the whole effective configuration (auto resolved, delay levels, the recovery settings of
-    # --broker-config and the options), built once on the driver and shipped to every worker
-    profile = make_profile(broker_version)
-    conf = _conf_pairs(confs)
-    from .outpath import url_scheme
 
+
+def _check_target(out: Path, stores: tuple[Path, ...], writer: str, overwrite: bool) -> str | None:
+    """OUT's URL scheme (None: a local path), refused where the writer cannot write it."""
     scheme = url_scheme(str(out))
     if writer == "arrow" and scheme not in (None, "file"):
         raise click.BadParameter(f"{out}: --writer arrow writes to a file system path every executor sees; "
                                  "use --writer spark for hdfs://, s3a:// and other Hadoop file systems", param_hint="--to")
     if scheme is None:
         _check_output(out, stores, overwrite)
-    opened = []
-    for s in stores:
-        store = Store.open(s.resolve(), commitlog_file_size, cq_file_size, index_slot_num, index_num,
-                           commitlog_dir=_commitlog_dir(len(stores)))
-        opened.append((_label(s), store))
+    return scheme
 
-    from .export_spark import run_export  # pyspark is imported only from here on
 
-    existed = scheme is None and out.exists()
-    try:
-        res = run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
-                         partition_by=partition_by, version=profile, overwrite=overwrite, quiet=not progress_enabled(quiet), conf=conf,
-                         writer=writer, verbose=verbose)
-    except KeyboardInterrupt:
-        raise _interrupted(out, scheme is None, existed) from None
+def _report(res: ExportResult, what: str, out: Path, labels: list[str], fmt: str) -> int:
+    """The summary (JSON on stdout, or one line on stderr) and the split warnings; the exit status."""
     status = Exit.PROBLEMS if res.exit_problems else Exit.OK
     if fmt == "json":
-        from .output import SCHEMA_VERSION
-        from .render import dumps
-
-        click.echo(dumps({"schema_version": SCHEMA_VERSION, "what": what, "out": str(out), "stores": [label for label, _ in opened],
+        click.echo(dumps({"schema_version": SCHEMA_VERSION, "what": what, "out": str(out), "stores": labels,
                           "rows": res.rows, "messages": res.messages if what == "commitlog" else None,
                           "blanks": res.blanks if what == "commitlog" else None, "tasks": res.tasks,
                           "damaged_rows": res.problems, "split_conflicts": res.conflict_at,
@@ -151,7 +167,7 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     if fmt == "text":  # the summary is the result: printed with -q too (one meaning of -q everywhere)
         extra = f", {res.messages} messages, {res.blanks} blanks" if what == "commitlog" else ""
         click.echo(
-            f"rmqtool: exported {res.rows} {what} rows{extra} from {len(opened)} store(s) in {res.tasks} tasks to {out}; "
+            f"rmqtool: exported {res.rows} {what} rows{extra} from {len(labels)} store(s) in {res.tasks} tasks to {out}; "
             f"{res.problems} rows with a damage status; {res.seconds_total:.1f} s "
             f"({res.seconds_after_start:.1f} s after the session start)", err=True)
     for where in res.conflict_at:
@@ -162,10 +178,6 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
 
 def _interrupted(out: Path, local: bool, existed: bool) -> BaseException:
     """Ctrl-C: the partial output goes (a rerun would refuse an existing OUT), one line says so."""
-    import shutil
-
-    from .interrupts import Interrupted
-
     if local and out.exists():
         shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
         what = f"the partial output {out} was removed" + (" (it replaced an earlier export, which is gone too)" if existed else "")
@@ -178,15 +190,11 @@ def _interrupted(out: Path, local: bool, existed: bool) -> BaseException:
 
 def _commitlog_dir(n_stores: int) -> Path | None:
     """storePathCommitLog of --broker-config (one store only: the file names one broker's)."""
-    from .options import _broker_meta
-
-    d = _broker_meta().get("commitlog_dir")
+    d = broker_meta().get("commitlog_dir")
     return Path(d) if d is not None and n_stores == 1 else None
 
 
 def _label(store: Path) -> str:
-    from .export_spark import store_label
-
     return store_label(store)
 
 

@@ -8,10 +8,11 @@ from typing import Any
 
 import click
 
-from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
+from .brokeropts import recovery_walk_options
+from .cmdopts import store_command_options
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .options import broker_version_option, make_profile, open_store, store_argument
+from .options import make_profile, open_store
 from .output import console, output_options, resolve
 from .progress import progress_bar, progress_option
 from .recovery.storeinfo import store_info
@@ -36,11 +37,7 @@ def with_iso(obj: Any) -> Any:
 
 
 @click.command("info", context_settings={"help_option_names": ["-h", "--help"]})
-@broker_config_option("read")
-@broker_setting_options
-@recovery_walk_options
-@store_argument
-@broker_version_option
+@store_command_options("read", recovery_walk_options)
 @click.option("--deep", is_flag=True, help="Also plan the broker's recovery (walks the commitlog files recovery reads).")
 @click.option("--all-queues", is_flag=True, help="A row per queue (default: a row per topic).")
 @output_options(("table", "json"), "table", "json")

@@ -16,21 +16,24 @@ from typing import Any
 
 import click
 
-from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
+from .brokeropts import recovery_walk_options
+from .cmdopts import store_command_options
 from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .options import (
-    broker_version_option,
     check_lock,
     dry_run_preamble,
     make_profile,
     open_store,
     resolve_format,
-    store_argument,
 )
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import quiet_flag
+from .recovery import offsets as ro
+from .recovery.safety import recover_pending
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
 from .render import dumps, render
 
 FORMATS = ("table", "json", "jsonl")
@@ -59,13 +62,7 @@ def parse_time(text: str) -> int:
 
 
 @click.command("offsets", context_settings={"help_option_names": ["-h", "--help"]})
-@broker_config_option("read")
-@broker_setting_options
-@recovery_walk_options
-@output_file_options
-@quiet_flag
-@store_argument
-@broker_version_option
+@store_command_options("read", recovery_walk_options, output_file_options, quiet_flag)
 @click.option("--group", "-g", "groups", multiple=True, metavar="GROUP", help="Only this consumer group (repeatable).")
 @click.option("--topic", "-t", "topics", multiple=True, metavar="TOPIC", help="Only this topic (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
@@ -94,8 +91,6 @@ def command(broker_version: str, groups: tuple[str, ...], topics: tuple[str, ...
     Exit status: 0 every offset within its queue, 1 offsets changed, 4 an offset ahead of
     its queue's end or behind its start (--dry-run: a change is pending), 8 operational
     error, 2 usage error, 130 interrupted."""
-    from .recovery import offsets as ro
-
     profile = make_profile(broker_version)
     store = open_store(**store_opts)
     if set_ is not None or reset_time is not None:
@@ -118,12 +113,9 @@ def command(broker_version: str, groups: tuple[str, ...], topics: tuple[str, ...
     return int(Exit.PROBLEMS if report.problems else Exit.OK)
 
 
-def _change(store: Any, profile: Any, set_: tuple[str, str, str, str] | None, reset_time: str | None,
+def _change(store: Store, profile: BrokerProfile, set_: tuple[str, str, str, str] | None, reset_time: str | None,
             groups: tuple[str, ...], topics: tuple[str, ...], dry_run: bool, backup_dir: Path | None, jobs: int,
             fmt: str | None, yes: bool = False) -> int:
-    from .recovery import offsets as ro
-    from .recovery.safety import recover_pending
-
     if set_ is not None and reset_time is not None:
         raise click.UsageError("--set and --reset-to-time exclude each other")
     root = store.root
@@ -175,7 +167,7 @@ def _change(store: Any, profile: Any, set_: tuple[str, str, str, str] | None, re
     return int(Exit.REPAIRED)
 
 
-def past_end_rows(past: list[Any], *, dry_run: bool, fix_offsets: bool) -> list[dict[str, str]]:
+def past_end_rows(past: list[ro.OffsetChange], *, dry_run: bool, fix_offsets: bool) -> list[dict[str, str]]:
     """The plan rows of recover and repair for each committed offset the change leaves past
     its queue's new end."""
     rows = []

@@ -10,29 +10,23 @@ remain (damage the reput could not dispatch), 8 operational error.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import io
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .brokeropts import broker_config_option, broker_setting_options
-from .confirm import ask, require_yes_or_terminal, yes_option
+from .cmdopts import store_command_options
+from .confirm import yes_option
+from .destructive import applying, confirmed, dry_run_store, locked_check, parse_tz, warn
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .interrupts import settle_on_interrupt
-from .options import (
-    broker_version_option,
-    check_lock,
-    dry_run_preamble,
-    finish_pending,
-    make_profile,
-    open_store,
-    refuse_obstacles,
-    store_argument,
-)
-from .output import output_file_options
+from .options import make_profile
+from .output import SCHEMA_VERSION, output_file_options
 from .progress import later_bar, progress_bar, progress_option
 from .recovery.rebuild import (
     REMOVE,
@@ -43,34 +37,13 @@ from .recovery.rebuild import (
     check_index_scope,
     plan_rebuild,
 )
-from .recovery.safety import StoreLock
 from .recovery.store import Store
-
-
-def parse_tz(text: str) -> _dt.tzinfo:
-    """``UTC``, ``local`` or an IANA zone name such as ``Asia/Shanghai``."""
-    if text.upper() == "UTC":
-        return _dt.UTC
-    if text == "local":
-        tz = _dt.datetime.now().astimezone().tzinfo
-        assert tz is not None
-        return tz
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    try:
-        return ZoneInfo(text)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise click.BadParameter(f"unknown time zone {text!r} (use UTC, local or an IANA name such as Asia/Shanghai)",
-                                 param_hint="--index-tz") from None
+from .recovery.versions import BrokerProfile
+from .render import dumps
 
 
 @click.command("rebuild-index", context_settings={"help_option_names": ["-h", "--help"]})
-@broker_config_option("destructive")
-@broker_setting_options
-@output_file_options
-@progress_option
-@store_argument
-@broker_version_option
+@store_command_options("destructive", output_file_options, progress_option)
 @click.option("--cq-only", is_flag=True, help="Rebuild the consume queues only (the index is left alone).")
 @click.option("--index-only", is_flag=True, help="Rebuild the index only (the consume queues are left alone).")
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC",
@@ -107,29 +80,22 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
         raise click.UsageError("--cq-only and --index-only exclude each other")
     profile = make_profile(broker_version)
     tz = parse_tz(index_tz)
-    root = Path(store_opts["store"])
-    store = open_store(**store_opts)
-    if fmt != "json":  # (the json run calls this command again, which checks it once)
-        check_lock(root, dry_run)
+    store = locked_check(store_opts, dry_run, lock=fmt != "json")  # (the json run calls this command again, which checks it once)
     if fmt == "json":
+        # (click types a command's callback as optional; this one has it)
         return _json_run(lambda: command.callback(  # type: ignore[misc]
             broker_version=broker_version, cq_only=cq_only, index_only=index_only, topics=topics, from_offset=from_offset,
             dry_run=dry_run, backup_dir=backup_dir, index_tz=index_tz, jobs=jobs, quiet=quiet, yes=yes, fmt="json-inner",
             **store_opts), dry_run)
     if dry_run:
-        dry_run_preamble(root, backup_dir)
-        refuse_obstacles(store, "rebuild-index")
+        store = dry_run_store("rebuild-index", store_opts, backup_dir, store)
         return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts)
-    require_yes_or_terminal(yes, "rebuild-index", root)
-    finish_pending(root)
-    with settle_on_interrupt(root, "rebuild-index"), StoreLock(root):
-        store = open_store(**store_opts)  # as left by the recovery of an interrupted run
-        refuse_obstacles(store, "rebuild-index")
+    with applying("rebuild-index", store_opts, yes) as (store, _finished):
         return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, jobs, quiet, store_opts,
                     yes=yes)
 
 
-def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
+def _run(store: Store, profile: BrokerProfile, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
          dry_run: bool, backup_dir: Path | None, tz: _dt.tzinfo, jobs: int | None, quiet: bool,
          store_opts: dict[str, Any], yes: bool = True) -> int:
     t0 = time.perf_counter()
@@ -154,9 +120,9 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
     with closed_stdout_ignored():  # the output may go away (| head): the rebuild does not depend on it
         print_plan(store, plan, profile.label, store_opts)
     for w in plan.warnings:
-        _warn(w)
+        warn(w)
     for p in plan.problems:
-        _warn(p, "problem")
+        warn(p, "problem")
     code = int(Exit.PROBLEMS if plan.problems else Exit.OK)
     with closed_stdout_ignored():
         if dry_run:
@@ -165,8 +131,7 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
         if not plan.effective:
             click.echo("nothing to do: every file is already as the rebuild makes it")
             return code
-    if not ask(yes, f"Apply this rebuild to {store.root}?"):
-        click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
+    if not confirmed(yes, f"Apply this rebuild to {store.root}?"):
         return code
     result = apply_rebuild(plan, backup_dir=backup_dir)
     _LAST["backup"] = result.backup_dir
@@ -175,21 +140,11 @@ def _run(store: Store, profile: Any, cq_only: bool, index_only: bool, topics: tu
     return code | int(Exit.REPAIRED)
 
 
-def _warn(msg: str, kind: str = "warning") -> None:
-    click.echo(f"rmqtool: {kind}: {msg}", err=True)
-
-
 _LAST: dict[str, Any] = {}
 
 
-def _json_run(run: Any, dry_run: bool) -> int:
+def _json_run(run: Callable[[], int], dry_run: bool) -> int:
     """--format json: the text output is kept out of stdout; one JSON document instead."""
-    import contextlib
-    import io
-
-    from .output import SCHEMA_VERSION
-    from .render import dumps
-
     _LAST.clear()
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):

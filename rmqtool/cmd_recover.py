@@ -9,43 +9,34 @@ does not touch (or, with --dry-run, a recovery is needed), 8 operational error.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .brokeropts import broker_config_option, broker_setting_options
-from .cmd_offsets import past_end_rows
-from .confirm import ask, require_yes_or_terminal, yes_option
+from . import destructive as ds
+from .cmdopts import change_options, store_command_options
+from .confirm import yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .interrupts import salvage_cleanup, settle_on_interrupt
-from .options import (
-    broker_version_option,
-    check_lock,
-    dry_run_preamble,
-    finish_pending,
-    make_profile,
-    open_store,
-    refuse_obstacles,
-    store_argument,
-)
-from .output import SCHEMA_VERSION, output_file_options
+from .interrupts import salvage_cleanup
+from .options import make_profile
+from .output import output_file_options
 from .progress import progress_bar, progress_option
-from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery
-from .recovery.safety import StoreLock
-from .render import dumps, render
+from .recovery.offsets import OffsetChange, add_offset_fix, has_committed_offsets, recovery_offset_changes
+from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery, write_salvage
+from .recovery.safety import StoreTransaction
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
+from .render import dumps
 
 
 @click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
-@broker_config_option("destructive")
-@broker_setting_options
-@output_file_options
-@progress_option
-@store_argument
-@broker_version_option
+@store_command_options("destructive", output_file_options, progress_option)
 @click.option("--normal/--abnormal", "normal", default=None,
               help="Force normal recovery (the last three commitlog files; 5.3.2+: the walk-back) or abnormal "
                    "recovery (start file from the checkpoint). Default: what the broker does (abort file -> abnormal).")
@@ -72,13 +63,7 @@ from .render import dumps, render
                    "re-index everything they held (slower).")
 @click.option("--no-check-unread", is_flag=True,
               help="Do not walk the commitlog files before the start file (which recovery never reads) looking for damage.")
-@click.option("--index-tz", default=None, metavar="ZONE",
-              help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the existing names).")
-@click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
-              help="Worker processes for the commitlog walk and the dispatch (default: one per CPU).")
-@click.option("--fix-offsets", is_flag=True,
-              help="Set each committed consumer offset (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json) "
-                   "that the recovery leaves past its queue's new end to that end, in the same backup and journal.")
+@change_options("dispatch", "recovery")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @yes_option
 def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: bool, salvage_to: Path | None,
@@ -99,140 +84,139 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
     repaired but problems remain, 8 operational error or refusal (store locked by a broker,
     not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
-    tz = None
-    if index_tz is not None:
-        from .cmd_rebuild import parse_tz
-
-        tz = parse_tz(index_tz)
-    root = Path(store_opts["store"])
-    open_store(**store_opts)  # not a store -> exit 8 before anything else
-    check_lock(root, dry_run)
+    tz = ds.optional_tz(index_tz)
+    ds.locked_check(store_opts, dry_run)
     mode = None if normal is None else ("normal" if normal else "abnormal")
     opts = dict(mode=mode, check_crc=not no_crc, message_index_safe=message_index_safe,
                 correct_delay_tags=correct_delay_tags, reindex=not no_reindex, keep_sound_index=not reindex_all,
                 check_unread=not no_check_unread,
                 jobs=jobs)
     if dry_run:
-        dry_run_preamble(root, backup_dir)
-        store = open_store(**store_opts)
-        refuse_obstacles(store, "recover")
-        plan = _plan(store, profile, opts, quiet)
-        past = _past_end(store, plan, profile, jobs)
-        listed = None
-        if salvage_to is not None and (plan.cuts or plan.removed_files):
-            from .recovery.recover import write_salvage
+        return _dry_run(store_opts, profile, opts, backup_dir, salvage_to, fmt, quiet, jobs, fix_offsets)
+    return _apply(store_opts, profile, opts, backup_dir, salvage_to, fmt, quiet, jobs, fix_offsets, yes, tz)
 
-            with salvage_cleanup(salvage_to):
-                listed = write_salvage(store, plan, profile, salvage_to, list_only=True)
-        with closed_stdout_ignored():
-            _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
-            if listed is not None and fmt != "json":
-                click.echo(f"would be cut: {listed['records']} intact records listed in {Path(listed['dir']) / listed['list']}")
-        _warn_problems(plan)
-        if plan.problems or not plan.nothing_to_do:
-            return int(Exit.PROBLEMS)
-        return int(Exit.OK)
-    require_yes_or_terminal(yes, "recover", root)
-    finished = finish_pending(root)
-    with salvage_cleanup(salvage_to), settle_on_interrupt(root, "recover"), StoreLock(root):
-        store = open_store(**store_opts)  # as the interrupted run (if any) left it
-        refuse_obstacles(store, "recover")
+
+def _dry_run(store_opts: dict[str, Any], profile: BrokerProfile, opts: dict[str, Any], backup_dir: Path | None,
+             salvage_to: Path | None, fmt: str, quiet: bool, jobs: int | None, fix_offsets: bool) -> int:
+    store = ds.dry_run_store("recover", store_opts, backup_dir)
+    plan = _plan(store, profile, opts, quiet)
+    past = _past_end(store, plan, profile, jobs)
+    listed = None
+    if salvage_to is not None and (plan.cuts or plan.removed_files):
+        with salvage_cleanup(salvage_to):
+            listed = write_salvage(store, plan, profile, salvage_to, list_only=True)
+    with closed_stdout_ignored():
+        _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
+        if listed is not None and fmt != "json":
+            click.echo(f"would be cut: {listed['records']} intact records listed in {Path(listed['dir']) / listed['list']}")
+    _warn_problems(plan)
+    if plan.problems or not plan.nothing_to_do:
+        return int(Exit.PROBLEMS)
+    return int(Exit.OK)
+
+
+def _apply(store_opts: dict[str, Any], profile: BrokerProfile, opts: dict[str, Any], backup_dir: Path | None,
+           salvage_to: Path | None, fmt: str, quiet: bool, jobs: int | None, fix_offsets: bool, yes: bool,
+           tz: _dt.tzinfo | None) -> int:
+    with ds.applying("recover", store_opts, yes, around=salvage_cleanup(salvage_to)) as (store, finished):
         t0 = time.perf_counter()
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
-        past: list[Any] = []
-        blocked = getattr(plan, "_blocked", [])
+        past: list[OffsetChange] = []
+        blocked = plan.blocked
         if blocked:
-            _warn(f"{blocked[0]}: commitlog file names that do not tile the offsets (overlapping or misaligned): "
-                  "recover changes nothing until that file is removed or renamed (see the problems below)", "problem")
-        if not blocked and not plan.nothing_to_do and not yes:
-            with closed_stdout_ignored():
-                _print(plan, None, fmt, dry_run=False, plan_only=True)
-            _warn_problems(plan)
-            if not ask(yes, f"Apply this recovery to {root}?"):
-                click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
-                return int(Exit.PROBLEMS)
+            ds.warn(f"{blocked[0]}: commitlog file names that do not tile the offsets (overlapping or misaligned): "
+                 "recover changes nothing until that file is removed or renamed (see the problems below)", "problem")
         if not blocked and not plan.nothing_to_do:
+            if not ds.confirmed(yes, f"Apply this recovery to {ds.store_root(store_opts)}?", lambda: _show_plan(plan, fmt)):
+                return int(Exit.PROBLEMS)
             extra = _offsets_hook(store, plan, profile, fix_offsets, past)
-            # what the dispatch walks: its passes (the 4.x start-up reput's range is a lower
-            # bound that the abnormal dispatch moves past: counted only when it runs alone)
-            runs = [d for d in plan.dispatch if d.name != "startup_reput"] or plan.dispatch
-            passes = sum(max(0, d.to_offset - d.from_offset) for d in runs)
-            with progress_bar(passes or plan.bytes_to_scan, "recover: dispatch", quiet) as advance:
-                result = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
-                                        index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
-                                        jobs=jobs, extra=extra)
+            result = _apply_plan(store, plan, profile, backup_dir, salvage_to, quiet, jobs, tz, extra)
         with closed_stdout_ignored():
             _print(plan, result, fmt, dry_run=False, seconds=time.perf_counter() - t0, finished=finished, salvage_to=salvage_to,
                    past=past, fix_offsets=fix_offsets)
     _warn_problems(plan)
     bad_topics = [p for p in (result.problems if result is not None else []) if p.code == "TOPIC_BAD_NAME"]
     for p in bad_topics:
-        _warn(p.one_line(), "problem")
+        ds.warn(p.one_line(), "problem")
     changed = (result is not None and result.changed) or finished
     return int(Exit.combine(changed=changed, problems=bool(plan.problems or bad_topics or blocked)))
 
 
-def _plan(store: Any, profile: Any, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
+def _show_plan(plan: RecoveryPlan, fmt: str) -> None:
+    with closed_stdout_ignored():
+        _print(plan, None, fmt, dry_run=False, plan_only=True)
+    _warn_problems(plan)
+
+
+def _apply_plan(store: Store, plan: RecoveryPlan, profile: BrokerProfile, backup_dir: Path | None,
+                salvage_to: Path | None, quiet: bool, jobs: int | None, tz: _dt.tzinfo | None,
+                extra: OffsetsHook | None) -> ApplyResult:
+    # what the dispatch walks: its passes (the 4.x start-up reput's range is a lower
+    # bound that the abnormal dispatch moves past: counted only when it runs alone)
+    runs = [d for d in plan.dispatch if d.name != "startup_reput"] or plan.dispatch
+    passes = sum(max(0, d.to_offset - d.from_offset) for d in runs)
+    with progress_bar(passes or plan.bytes_to_scan, "recover: dispatch", quiet) as advance:
+        result: ApplyResult = apply_recovery(store, plan, profile, backup_dir=backup_dir, salvage_to=salvage_to,
+                                             index_tz=tz if tz is not None else infer_index_tz(store), progress=advance,
+                                             jobs=jobs, extra=extra)
+    return result
+
+
+def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "recover: walk", quiet) as advance:
         return plan_recovery(store, profile, progress=advance, **opts)
 
 
-def _past_end(store: Any, plan: RecoveryPlan, profile: Any, jobs: int | None) -> list[Any]:
+def _past_end(store: Store, plan: RecoveryPlan, profile: BrokerProfile, jobs: int | None) -> list[OffsetChange]:
     """The committed offsets the recovery leaves past their queue's new end (recovery.offsets)."""
-    from .recovery.offsets import recovery_offset_changes
-
     if plan.nothing_to_do:
         return []
     return recovery_offset_changes(store, plan, profile, jobs=jobs)
 
 
-def _offsets_hook(store: Any, plan: RecoveryPlan, profile: Any, fix: bool, out: list[Any]) -> Any:
+# apply_recovery's ``extra``: (the transaction, the queues as the recovery leaves them)
+OffsetsHook = Callable[[StoreTransaction, dict[tuple[str, int], Any]], None]
+
+
+def _offsets_hook(store: Store, plan: RecoveryPlan, profile: BrokerProfile, fix: bool,
+                  out: list[OffsetChange]) -> OffsetsHook | None:
     """apply_recovery's ``extra``: list (and with --fix-offsets, correct in the same
     transaction) the committed offsets past the queues' exact new ends."""
-    from .recovery.offsets import add_offset_fix, has_committed_offsets, recovery_offset_changes
-
     if not has_committed_offsets(store.root):
         return None
 
-    def hook(tx: Any, queues: Any) -> None:
+    def hook(tx: StoreTransaction, queues: dict[tuple[str, int], Any]) -> None:
         out.extend(recovery_offset_changes(store, plan, profile, queues=queues))
         if fix and out:
             add_offset_fix(tx, store.root, out)
     return hook
 
 
-def _warn(msg: str, kind: str = "warning") -> None:
-    click.echo(f"rmqtool: {kind}: {msg}", err=True)
-
-
 def _warn_problems(plan: RecoveryPlan) -> None:
     for p in plan.problems:
-        _warn(p.one_line(), "problem")
+        ds.warn(p.one_line(), "problem")
 
 
 def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False, salvage_to: Path | None = None, past: list[Any] | None = None,
+           finished: bool = False, salvage_to: Path | None = None, past: list[OffsetChange] | None = None,
            fix_offsets: bool = False, plan_only: bool = False) -> None:
-    past = past or []
-    if plan_only and fmt == "json":
-        click.echo(dumps({"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}))
-        return
     if fmt == "json":
-        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
-        doc["offsets_past_end"] = [c.to_dict() for c in past]
-        doc["offsets_fixed"] = bool(fix_offsets and past and not dry_run)
-        if result is not None:
-            doc["result"] = json.loads(dumps(result))
-        if seconds is not None:
-            doc["seconds"] = round(seconds, 3)
-        doc["finished_interrupted_run"] = finished
-        click.echo(dumps(doc))
+        click.echo(dumps(ds.json_doc(plan, dry_run, past or [], plan_only, offsets_fixed=bool(fix_offsets and past and not dry_run),
+                                     result=json.loads(dumps(result)) if result is not None else None, seconds=seconds,
+                                     finished=finished)))
         return
+    ds.render_plan("recover", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
+    for n in plan.notes:
+        click.echo(f"note: {n}")
+    if not plan_only:
+        _print_outcome(plan, result, dry_run, seconds, finished, salvage_to)
+
+
+def _summary_rows(plan: RecoveryPlan) -> list[tuple[str, str]]:
     s = plan.summary()
-    title = f"rmqtool recover {plan.store} (broker {plan.broker_version})" + (" -- dry run" if dry_run else "")
-    rows = [
+    return [
         ("mode", f"{plan.mode}: {plan.mode_reason}"),
         ("start file", f"{plan.start_file} (offset {plan.start_offset})" if plan.start_file else "-"),
         ("bytes to scan", f"{plan.bytes_to_scan} (CRC {'on' if plan.check_crc else 'off'})"),
@@ -248,7 +232,9 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
         ("index entries cut", f"{s['index_entries_cut']} (at or past the end offset, or of a last record short of keys)"),
         ("abort file", "present (removed last)" if plan.abort_present else "absent"),
     ]
-    render(({"what": k, "value": v} for k, v in rows), "table", [("what", "step"), ("value", "plan")], title=title)
+
+
+def _change_rows(plan: RecoveryPlan) -> list[dict[str, Any]]:
     changes: list[dict[str, Any]] = []
     for c in plan.cuts:
         changes.append({"action": "cut", "path": c.file, "detail": f"bytes [{c.pos}, {c.pos + c.length}) zero-filled "
@@ -278,16 +264,15 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
         changes.append({"action": "cut", "path": t.file, "detail": f"{t.entries_cut} entries zeroed after backup (at or past "
                         f"the end offset, or a last record short of keys); {t.entries_kept} kept, the header ends at offset "
                         f"{t.end_phy_offset}"})
-    for d in plan.dispatch:
-        n = "?" if d.records is None else str(d.records)
-        changes.append({"action": "dispatch", "path": d.name, "detail": f"[{d.from_offset}, {d.to_offset}): {n} records; {d.note}"})
-    changes += past_end_rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
-    if changes:
-        render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
-    for n in plan.notes:
-        click.echo(f"note: {n}")
-    if plan_only:
-        return
+    for run in plan.dispatch:
+        n = "?" if run.records is None else str(run.records)
+        changes.append({"action": "dispatch", "path": run.name,
+                        "detail": f"[{run.from_offset}, {run.to_offset}): {n} records; {run.note}"})
+    return changes
+
+
+def _print_outcome(plan: RecoveryPlan, result: ApplyResult | None, dry_run: bool, seconds: float | None, finished: bool,
+                   salvage_to: Path | None) -> None:
     if result is not None:
         dispatched = ", ".join(f"{n} ({k.replace('_', ' ')})" for k, n in result.dispatched.items()) \
             if isinstance(result.dispatched, dict) else str(result.dispatched)
@@ -304,7 +289,7 @@ def _print(plan: RecoveryPlan, result: ApplyResult | None, fmt: str, *, dry_run:
             click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
         click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else "; " + _recap(plan)))
-    elif getattr(plan, "_blocked", []):
+    elif plan.blocked:
         click.echo("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
     else:
         click.echo("nothing to do: the store is as the broker's recovery leaves it" if not finished

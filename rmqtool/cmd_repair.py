@@ -7,47 +7,36 @@ repair is needed), 8 operational error.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options
-from .cmd_offsets import past_end_rows
-from .confirm import ask, require_yes_or_terminal, yes_option
+from . import destructive as ds
+from .brokeropts import recovery_walk_options
+from .cmdopts import change_options, store_command_options
+from .confirm import yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .interrupts import settle_on_interrupt
-from .options import (
-    broker_version_option,
-    check_lock,
-    dry_run_preamble,
-    finish_pending,
-    make_profile,
-    open_store,
-    refuse_obstacles,
-    store_argument,
-)
-from .output import SCHEMA_VERSION, output_file_options
+from .options import make_profile
+from .output import output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
-from .recovery.offsets import add_offset_fix, repair_offset_changes
+from .recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
 from .recovery.recover import infer_index_tz
 from .recovery.repair import RepairPlan, apply_repair, plan_repair
-from .recovery.safety import StoreLock
+from .recovery.safety import CommitResult, StoreTransaction
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
 from .render import dumps, render
 
 
 @click.command("repair", context_settings={"help_option_names": ["-h", "--help"]})
-@broker_config_option("destructive")
-@broker_setting_options
-@recovery_walk_options
-@output_file_options
-@progress_option
-@store_argument
-@broker_version_option
+@store_command_options("destructive", recovery_walk_options, output_file_options, progress_option)
 @click.option("--dry-run", is_flag=True, help="Print the plan (every quarantined message) and change nothing.")
 @click.option("--backup-dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Where replaced bytes and removed or replaced files go (default: a new STORE.rmqtool-backup-<time> beside the store).")
@@ -55,13 +44,7 @@ from .render import dumps, render
               help="Output format of the plan and the result.")
 @click.option("--max-message-size", type=click.IntRange(MIN_RECORD), default=DEFAULT_MAX_MESSAGE_SIZE, show_default=True,
               metavar="BYTES", help="The broker's maxMessageSize: no filler record is longer.")
-@click.option("--index-tz", default=None, metavar="ZONE",
-              help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the existing names).")
-@click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
-              help="Worker processes for the commitlog walk and the rebuild (default: one per CPU).")
-@click.option("--fix-offsets", is_flag=True,
-              help="Set each committed consumer offset (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json) "
-                   "that the repair leaves past its queue's new end to that end, in the same backup and journal.")
+@change_options("rebuild", "repair")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed.")
 @yes_option
 def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: str, max_message_size: int,
@@ -85,47 +68,42 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
     a repair is needed), 5 = 1 + 4, 8 operational error or refusal (store locked by a
     broker, not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
-    tz = None
-    if index_tz is not None:
-        from .cmd_rebuild import parse_tz
-
-        tz = parse_tz(index_tz)
-    root = Path(store_opts["store"])
-    open_store(**store_opts)  # not a store -> exit 8 before anything else
-    check_lock(root, dry_run)
+    tz = ds.optional_tz(index_tz)
+    ds.locked_check(store_opts, dry_run)
     njobs = jobs or (os.cpu_count() or 1)
     if dry_run:
-        dry_run_preamble(root, backup_dir)
-        store = open_store(**store_opts)
-        refuse_obstacles(store, "repair")
+        store = ds.dry_run_store("repair", store_opts, backup_dir)
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
         plan.discard()  # the rebuilt files beside the store: not needed for the report
         with closed_stdout_ignored():
             _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
         _warn_problems(plan)
-        if plan.problems or not plan.nothing_to_do:
-            return int(Exit.PROBLEMS)
-        return int(Exit.OK)
-    require_yes_or_terminal(yes, "repair", root)
-    finished = finish_pending(root)
-    with settle_on_interrupt(root, "repair"), StoreLock(root):
-        store = open_store(**store_opts)  # as the interrupted run (if any) left it
-        refuse_obstacles(store, "repair")
+        return int(Exit.PROBLEMS if plan.problems or not plan.nothing_to_do else Exit.OK)
+    return _apply(store_opts, profile, max_message_size, tz, njobs, quiet, fmt, backup_dir, fix_offsets, yes)
+
+
+def _offsets_fix(root: Path, past: list[OffsetChange]) -> Callable[[StoreTransaction], None]:
+    """apply_repair's ``extra``: the committed offsets past their queue's end corrected in
+    the same transaction (--fix-offsets)."""
+    def extra(tx: StoreTransaction) -> None:
+        add_offset_fix(tx, root, past)
+    return extra
+
+
+def _apply(store_opts: dict[str, Any], profile: BrokerProfile, max_message_size: int, tz: _dt.tzinfo | None, njobs: int,
+           quiet: bool, fmt: str, backup_dir: Path | None, fix_offsets: bool, yes: bool) -> int:
+    root = ds.store_root(store_opts)
+    with ds.applying("repair", store_opts, yes) as (store, finished):
         t0 = time.perf_counter()
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
-        result = None
-        if not plan.nothing_to_do and not yes:
-            with closed_stdout_ignored():
-                _print(plan, None, fmt, dry_run=False, plan_only=True, past=past, fix_offsets=fix_offsets)
-            _warn_problems(plan)
-            if not ask(yes, f"Apply this repair to {root}?"):
-                plan.discard()
-                click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
-                return int(Exit.PROBLEMS)
+        result: CommitResult | None = None
         if not plan.nothing_to_do:
-            extra = (lambda tx: add_offset_fix(tx, root, past)) if fix_offsets and past else None
+            if not ds.confirmed(yes, f"Apply this repair to {root}?", lambda: _show_plan(plan, fmt, past, fix_offsets)):
+                plan.discard()
+                return int(Exit.PROBLEMS)
+            extra = _offsets_fix(root, past) if fix_offsets and past else None
             result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
         plan.discard()
         with closed_stdout_ignored():
@@ -135,44 +113,51 @@ def command(broker_version: str, dry_run: bool, backup_dir: Path | None, fmt: st
     return int(Exit.combine(changed=result is not None or finished, problems=bool(plan.problems)))
 
 
-def _plan(store: Any, profile: Any, max_message_size: int, tz: Any, jobs: int, quiet: bool) -> RepairPlan:
+def _show_plan(plan: RepairPlan, fmt: str, past: list[OffsetChange], fix_offsets: bool) -> None:
+    with closed_stdout_ignored():
+        _print(plan, None, fmt, dry_run=False, plan_only=True, past=past, fix_offsets=fix_offsets)
+    _warn_problems(plan)
+
+
+def _plan(store: Store, profile: BrokerProfile, max_message_size: int, tz: _dt.tzinfo | None, jobs: int, quiet: bool) -> RepairPlan:
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "repair: walk", quiet) as advance:
         return plan_repair(store, profile, max_message_size=max_message_size, jobs=jobs, progress=advance,
                            index_tz=tz if tz is not None else infer_index_tz(store))
 
 
-def _warn(msg: str, kind: str = "warning") -> None:
-    click.echo(f"rmqtool: {kind}: {msg}", err=True)
-
-
 def _warn_problems(plan: RepairPlan) -> None:
     for p in plan.problems:
-        _warn(p, "problem")
+        ds.warn(p, "problem")
 
 
-def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: float | None = None,
-           finished: bool = False, plan_only: bool = False, past: list[Any] | None = None,
+def _print(plan: RepairPlan, result: CommitResult | None, fmt: str, *, dry_run: bool, seconds: float | None = None,
+           finished: bool = False, plan_only: bool = False, past: list[OffsetChange] | None = None,
            fix_offsets: bool = False) -> None:
-    past = past or []
-    if plan_only and fmt == "json":
-        click.echo(dumps({"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "asking": True}))
-        return
     if fmt == "json":
-        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "plan": plan.to_dict()}
-        doc["offsets_past_end"] = [c.to_dict() for c in past]
-        doc["offsets_fixed"] = bool(fix_offsets and past and result is not None)
-        if result is not None:
-            doc["result"] = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
-                             "changes": len(result.actions)}
-        if seconds is not None:
-            doc["seconds"] = round(seconds, 3)
-        doc["finished_interrupted_run"] = finished
-        click.echo(dumps(doc))
+        done = {"backup_dir": str(result.backup_dir) if result.backup_dir else None,
+                "changes": len(result.actions)} if result is not None else None
+        click.echo(dumps(ds.json_doc(plan, dry_run, past or [], plan_only,
+                                     offsets_fixed=bool(fix_offsets and past and result is not None), result=done,
+                                     seconds=seconds, finished=finished)))
         return
-    title = f"rmqtool repair {plan.store} (broker {plan.broker_version})" + (" -- dry run" if dry_run else "")
+    ds.render_plan("repair", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
     q = plan.quarantined
-    rows = [
+    if q:
+        render(({"offset": "-" if x.offset is None else str(x.offset), "topic": x.topic or "?",
+                 "queue": "-" if x.queue_id is None else str(x.queue_id),
+                 "qoff": "-" if x.queue_offset is None else str(x.queue_offset), "msg_id": x.msg_id or "-",
+                 "how": x.source + ("; tombstone" if x.tombstone else "")} for x in q), "table",
+               [("offset", "offset"), ("topic", "topic"), ("queue", "queue"), ("qoff", "queue offset"),
+                ("msg_id", "msg id"), ("how", "found by")], title="quarantined messages")
+    for n in plan.notes:
+        click.echo(f"note: {n}")
+    _print_outcome(plan, result, dry_run, seconds, finished)
+
+
+def _summary_rows(plan: RepairPlan) -> list[tuple[str, str]]:
+    q = plan.quarantined
+    return [
         ("intact records", f"{plan.intact_records} (every one keeps its offset and bytes)"),
         ("recover would cut", f"{plan.recover_would_cut} intact records " + (
             "(repair keeps them)" if not plan.unfillable else
@@ -184,7 +169,9 @@ def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: f
         ("checkpoint", plan.checkpoint_note or "unchanged"),
         ("abort file", "present (removed last)" if plan.abort_present else "absent"),
     ]
-    render(({"what": k, "value": v} for k, v in rows), "table", [("what", "step"), ("value", "plan")], title=title)
+
+
+def _change_rows(plan: RepairPlan) -> list[dict[str, Any]]:
     changes: list[dict[str, Any]] = []
     for r in plan.regions:
         lay = r.layout
@@ -199,18 +186,10 @@ def _print(plan: RepairPlan, result: Any, fmt: str, *, dry_run: bool, seconds: f
         changes.append({"action": "remove", "path": rel, "detail": "stray or misnamed file: moved to the backup"})
     for c in plan.index_changes:
         changes.append({"action": c.action, "path": c.relpath, "detail": c.note or "rebuilt from the repaired commitlog"})
-    changes += past_end_rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
-    if changes:
-        render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
-    if q:
-        render(({"offset": "-" if x.offset is None else str(x.offset), "topic": x.topic or "?",
-                 "queue": "-" if x.queue_id is None else str(x.queue_id),
-                 "qoff": "-" if x.queue_offset is None else str(x.queue_offset), "msg_id": x.msg_id or "-",
-                 "how": x.source + ("; tombstone" if x.tombstone else "")} for x in q), "table",
-               [("offset", "offset"), ("topic", "topic"), ("queue", "queue"), ("qoff", "queue offset"),
-                ("msg_id", "msg id"), ("how", "found by")], title="quarantined messages")
-    for n in plan.notes:
-        click.echo(f"note: {n}")
+    return changes
+
+
+def _print_outcome(plan: RepairPlan, result: CommitResult | None, dry_run: bool, seconds: float | None, finished: bool) -> None:
     if result is not None:
         click.echo(f"done: {len(result.actions)} changes" + (f", in {seconds:.2f} s" if seconds is not None else ""))
         if result.backup_dir:

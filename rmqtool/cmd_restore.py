@@ -10,7 +10,10 @@ store locked by a broker, I/O).
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,18 +22,20 @@ from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .interrupts import settle_on_interrupt
-from .output import output_file_options
+from .options import dry_run_preamble, finish_pending
+from .output import SCHEMA_VERSION, output_file_options
 from .progress import progress_bar, progress_option
 from .recovery.safety import (
     RestoreConflictError,
     StoreLockedError,
     broker_holds_lock,
+    describe_holder,
     format_plan,
     load_manifest,
-    pending_journals,
-    recover_pending,
     restore,
+    restore_work,
 )
+from .render import dumps
 
 
 @click.command("restore", context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,51 +69,57 @@ def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir:
     if fmt == "json":
         return _json(backup_dir, store, dry_run, new_backup_dir, yes, quiet)
     doc = load_manifest(backup_dir)
-    if not store.is_dir():
-        raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
-    if broker_holds_lock(store):
-        from .recovery.safety import describe_holder
-
-        raise StoreLockedError(f"{describe_holder(store)}; stop it first", store / "lock")
-    owner = doc.get("store")
-    other = owner is not None and Path(owner).resolve() != store.resolve()
-    if other:
-        click.echo(f"rmqtool: warning: {backup_dir} is a backup of {owner}, not of {store}: a moved copy of that store "
-                   "restores; any other store is refused file by file", err=True)
+    owner = _check_store(backup_dir, store, doc)
     if not dry_run:
         require_yes_or_terminal(yes, "restore", store)
     with closed_stdout_ignored():  # the output may go away (| head): the restore does not depend on it
         click.echo(f"restore {store} from {backup_dir} (transaction {doc.get('txid')}: {doc.get('description') or '-'}, "
                    f"{doc.get('created_utc')})")
     if dry_run:
-        for j in pending_journals(store):
-            click.echo(f"rmqtool: warning: an interrupted rmqtool transaction is pending ({j.name}); "
-                       "a real run finishes or undoes it first", err=True)
+        dry_run_preamble(store, None)
     else:
-        for outcome in recover_pending(store):
-            click.echo(f"rmqtool: warning: {outcome.describe()}", err=True)
+        finish_pending(store)
     try:
-        from .recovery.safety import restore_work
-
-        with progress_bar(restore_work(doc, dry_run=True), "restore: check", quiet) as advance:
-            planned = restore(backup_dir, store, dry_run=True, new_backup_dir=new_backup_dir, progress=advance)
-        with closed_stdout_ignored():
-            click.echo(format_plan(planned))
-            if dry_run:
-                click.echo("dry run: nothing was changed")
-                return int(Exit.OK)
-            if not planned:
-                click.echo("nothing to do: the store already holds the backed-up bytes")
-                return int(Exit.OK)
-        if not ask(yes, f"Restore {store} from {backup_dir}?"):
-            click.echo("not applied: nothing was changed", err=True)
-            return int(Exit.OK)
-        with settle_on_interrupt(store, "restore"), progress_bar(restore_work(doc), "restore: apply", quiet) as advance:
-            restore(backup_dir, store, new_backup_dir=new_backup_dir, progress=advance)
+        return _restore(backup_dir, store, doc, dry_run, new_backup_dir, yes, quiet)
     except RestoreConflictError as exc:
         click.echo(f"rmqtool: {exc.one_line()}" + (f" (this backup belongs to {owner}; next: rmqtool restore {backup_dir} {owner})"
-                                                   if other else ""), err=True)
+                                                   if owner is not None else ""), err=True)
         return int(Exit.PROBLEMS)
+
+
+def _check_store(backup_dir: Path, store: Path, doc: dict[str, Any]) -> str | None:
+    """Refuses a STORE that is not a directory or whose lock a live broker holds; warns when
+    the backup is of another store (returned: that store, else None)."""
+    if not store.is_dir():
+        raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
+    if broker_holds_lock(store):
+        raise StoreLockedError(f"{describe_holder(store)}; stop it first", store / "lock")
+    owner = doc.get("store")
+    if owner is None or Path(owner).resolve() == store.resolve():
+        return None
+    click.echo(f"rmqtool: warning: {backup_dir} is a backup of {owner}, not of {store}: a moved copy of that store "
+               "restores; any other store is refused file by file", err=True)
+    return str(owner)
+
+
+def _restore(backup_dir: Path, store: Path, doc: dict[str, Any], dry_run: bool, new_backup_dir: Path | None, yes: bool,
+             quiet: bool) -> int:
+    """The plan (checked against the manifest), the question, the restore."""
+    with progress_bar(restore_work(doc, dry_run=True), "restore: check", quiet) as advance:
+        planned = restore(backup_dir, store, dry_run=True, new_backup_dir=new_backup_dir, progress=advance)
+    with closed_stdout_ignored():
+        click.echo(format_plan(planned))
+        if dry_run:
+            click.echo("dry run: nothing was changed")
+            return int(Exit.OK)
+        if not planned:
+            click.echo("nothing to do: the store already holds the backed-up bytes")
+            return int(Exit.OK)
+    if not ask(yes, f"Restore {store} from {backup_dir}?"):
+        click.echo("not applied: nothing was changed", err=True)
+        return int(Exit.OK)
+    with settle_on_interrupt(store, "restore"), progress_bar(restore_work(doc), "restore: apply", quiet) as advance:
+        restore(backup_dir, store, new_backup_dir=new_backup_dir, progress=advance)
     with closed_stdout_ignored():
         click.echo(f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
                    + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else ""))
@@ -116,14 +127,8 @@ def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir:
 
 
 def _json(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool, quiet: bool = False) -> int:
-    import contextlib
-    import io
-
-    from .output import SCHEMA_VERSION
-    from .render import dumps
-
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
+    with contextlib.redirect_stdout(buf):  # (click types a command's callback as optional; this one has it)
         code = int(command.callback(backup_dir=backup_dir, store=store, dry_run=dry_run,  # type: ignore[misc]
                                     new_backup_dir=new_backup_dir, yes=yes, fmt="text", quiet=quiet))
     lines = buf.getvalue().splitlines()

@@ -8,36 +8,36 @@ object, or one finding per JSON line) and maps it to the shared exit codes: 0 so
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import click
 
-from .brokeropts import broker_config_option, broker_setting_options, recovery_walk_options, refusal_findings
+from .brokeropts import recovery_walk_options, refusal_findings
+from .cmdopts import store_command_options
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
-from .options import broker_version_option, make_profile, open_store, resolve_format, store_argument
+from .nextsteps import next_step
+from .options import make_profile, open_store, resolve_format
 from .output import SCHEMA_VERSION, output_file_options
+from .output import console as _console
 from .progress import progress_bar, progress_option
+from .recovery import records
 from .recovery.verify import VerifyReport, verify_store
 from .render import dumps, render
 
 FORMATS = ("table", "json", "jsonl")
 FIRST_FINDINGS = 50
 
-CHECK_COLUMNS = [("name", "CHECK"), ("status", "STATUS"), ("items", "ITEMS"), ("errors", "ERRORS"), ("warnings", "WARNINGS")]
-FINDING_COLUMNS = [("severity", "SEVERITY"), ("code", "CODE"), ("file", "FILE"), ("pos", "POS"),
-                   ("physical_offset", "OFFSET"), ("message", "MESSAGE")]
+CHECK_COLUMNS = records.CHECK.table_columns()
+FINDING_COLUMNS = records.FINDING.table_columns()
 
 
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
-@broker_config_option("verify")
-@broker_setting_options
-@recovery_walk_options
-@output_file_options
-@progress_option
-@store_argument
-@broker_version_option
+@store_command_options("verify", recovery_walk_options, output_file_options, progress_option)
 @click.option("--jobs", "-j", type=click.IntRange(1), default=1, show_default=True,
               help="Check commitlog files (and parts of big files) in N processes.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
@@ -68,7 +68,7 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
     return int(Exit.PROBLEMS if report.problems(strict) else Exit.OK)
 
 
-def write_refusals(findings: list[dict[str, Any]], fmt: str, root: Any, out: Any = None) -> None:
+def write_refusals(findings: list[dict[str, Any]], fmt: str, root: str | Path, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     if fmt == "json":
         out.write(dumps({"schema_version": SCHEMA_VERSION, "store": str(root), "refused": True, "errors": len(findings), "findings": findings}) + "\n")
@@ -78,18 +78,13 @@ def write_refusals(findings: list[dict[str, Any]], fmt: str, root: Any, out: Any
     else:
         render(findings, "table", FINDING_COLUMNS, title=f"rmqtool verify {root}: refused", out=out)
 def _stdout_is_regular_file() -> bool:
-    import os
-    import stat
-
     try:
         return stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode)
     except (OSError, ValueError, AttributeError):
         return False
 
 
-def write_report(report: VerifyReport, fmt: str, out: Any = None) -> None:
-    from .nextsteps import next_step
-
+def write_report(report: VerifyReport, fmt: str, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     if fmt == "json":
         doc = report.to_dict()
@@ -115,10 +110,7 @@ def _verdict(report: VerifyReport) -> str:
     return "sound"
 
 
-def _summary(report: VerifyReport, out: Any) -> None:
-    from .nextsteps import next_step
-    from .output import console as _console
-
+def _summary(report: VerifyReport, out: TextIO) -> None:
     console = _console(out)
     rec = report.summary.get("recovery") or {}
     lines = [f"verdict: {_verdict(report)} ({report.summary.get('messages', 0)} messages)"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -37,7 +38,7 @@ def stdin_is_terminal() -> bool:
         return False
 
 
-def require_yes_or_terminal(yes: bool, command: str, store: Any, what: str = "changes the store",
+def require_yes_or_terminal(yes: bool, command: str, store: str | Path, what: str = "changes the store",
                             preview: str = "with --dry-run to see the plan") -> None:
     """Refuse early (before the plan is computed) when nobody can be asked."""
     if yes or stdin_is_terminal():

@@ -11,6 +11,11 @@ from typing import Any
 
 import click
 
+from .recovery.query import CommitlogReader
+from .recovery.scan import message_fields
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
+
 
 def split_file_arg(path: Path, kind: str) -> tuple[Path, dict[str, Any]]:
     """(store root, restrictions) for a STORE argument that names a file of ``kind``
@@ -40,7 +45,7 @@ def only_file(records: Iterable[dict[str, Any]], name: str | None) -> Iterator[d
 
 def in_queue_range(records: Iterable[dict[str, Any]], lo: int | None, hi: int | None) -> Iterator[dict[str, Any]]:
     for r in records:
-        qo = r.get("queue_offset")
+        qo: int = r["queue_offset"]  # (every consume queue unit has one)
         if lo is not None and qo < lo:
             continue
         if hi is not None and qo >= hi:
@@ -48,13 +53,10 @@ def in_queue_range(records: Iterable[dict[str, Any]], lo: int | None, hi: int | 
         yield r
 
 
-def resolved(store: Any, profile: Any, units: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def resolved(store: Store, profile: BrokerProfile, units: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Each unit with ``message`` (the record it points at, as dump commitlog prints it)
     and ``points_to``: OK (a message of this topic and queue, of this size), or what is
     wrong (NO_RECORD, OTHER_TOPIC, OTHER_QUEUE, SIZE_MISMATCH, NOT_A_MESSAGE)."""
-    from .recovery.query import CommitlogReader
-    from .recovery.scan import message_fields
-
     with CommitlogReader(store, profile) as reader:
         for u in units:
             u = dict(u)

@@ -2,7 +2,7 @@
 only when the records go to a file or a pipe (never among records on a terminal), and
 there, as for every command, on a terminal or with --progress (see ``rmqtool.progress``).
 The stream's items are records (dicts), finished JSON lines (str) or blocks of them
-(``_Block``): the offset is read from one item in 64 and from every block's last line."""
+(``dump_output.Block``): the offset is read from one item in 64 and from every block's last line."""
 
 from __future__ import annotations
 

@@ -9,13 +9,19 @@ filters by every ``--topic`` / ``--queue-id``, and counts the messages printed.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import click
 
+from .dump_output import Block
 from .exitcodes import Exit
+from .formats.names import decode_offset_msg_id
+from .recovery.query import scan_messages
+from .recovery.store import Store
+from .recovery.versions import BrokerProfile
 
 _HEX = re.compile(r"[0-9A-Fa-f]+")
 ID_LENGTHS = (32, 56)  # offset msg ids and UNIQ_KEYs: IPv4 16 bytes, IPv6 28 bytes, in hex
@@ -39,7 +45,7 @@ class Matches:
 
     def watch(self, records: Iterable[Any]) -> Iterator[Any]:
         for r in records:
-            if isinstance(r, str) or r.__class__.__name__ == "_Block" or r.get("type") == "message":
+            if isinstance(r, (str, Block)) or r.get("type") == "message":
                 self.messages += 1
             yield r
 
@@ -89,12 +95,9 @@ def describe(topics: tuple[str, ...], queue_ids: tuple[int, ...], keys: tuple[st
     return out
 
 
-def foreign_id_hint(store: Any, profile: Any, msg_ids: tuple[str, ...]) -> str | None:
+def foreign_id_hint(store: Store, profile: BrokerProfile, msg_ids: tuple[str, ...]) -> str | None:
     """When an offset msg id names a store host that wrote none of this store's records
     (another broker's id), say so; None otherwise."""
-    from .formats.names import decode_offset_msg_id
-    from .recovery.query import scan_messages
-
     hosts = set()
     for loc in scan_messages(store, profile):
         rec = loc.checked.rec
@@ -108,8 +111,6 @@ def foreign_id_hint(store: Any, profile: Any, msg_ids: tuple[str, ...]) -> str |
             addr, port, off = decode_offset_msg_id(m)
         except ValueError:
             continue
-        import ipaddress
-
         named = f"{ipaddress.ip_address(bytes(addr))}:{port}"
         if named not in hosts:
             return (f"read as an offset msg id, {m} names store host {named}, offset {off}, while this store's "

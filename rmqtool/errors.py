@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,7 +22,7 @@ def report_exception(exc: BaseException) -> int:
         _err(line or "interrupted; nothing was changed")
         return Exit.INTERRUPTED
     if is_closed_pipe(exc):
-        _silence_stdout()
+        silence_stdout()
         return Exit.OK
     if isinstance(exc, click.exceptions.Abort):
         cause = exc.__cause__ or exc.__context__
@@ -52,8 +53,6 @@ def report_exception(exc: BaseException) -> int:
         return int(exc.code or 0) if not isinstance(exc.code, str) else Exit.USAGE
     # A bug: still one line (the traceback only with RMQTOOL_TRACEBACK=1).
     if os.environ.get("RMQTOOL_TRACEBACK"):
-        import traceback
-
         traceback.print_exception(exc)
     _err(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     return Exit.OPERATIONAL
@@ -81,14 +80,14 @@ def closed_stdout_ignored() -> Iterator[None]:
     except OSError as exc:
         if not is_closed_pipe(exc):
             raise
-        _silence_stdout()
+        silence_stdout()
     except SystemExit as exc:
         if exc.code != 1:
             raise
-        _silence_stdout()  # rich: stdout is already /dev/null
+        silence_stdout()  # rich: stdout is already /dev/null
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -1,6 +1,6 @@
-"""Columnar commitlog rows for ``rmqtool export``: one split -> pyarrow RecordBatches.
-
-The default path of the commitlog export (:func:`rmqtool.export_spark.run_export` hands
+"""The vectorised block of ``rmqtool export``'s columnar path: runs of plain commitlog
+records -> one pyarrow RecordBatch (:func:`plain_block`, called by
+:func:`rmqtool.export.arrow.split_batches`; :func:`rmqtool.export.spark.run_export` hands
 the batches to Spark with ``mapInArrow``, so the JVM reads Arrow columns instead of
 unpickling one row tuple per record). Runs of *plain* records (the definition of
 ``dump``'s fast path in :mod:`rmqtool.cmd_dump`: a V1 record with IPv4 hosts whose lengths
@@ -15,7 +15,7 @@ the properties bytes with one mask (separator positions from flat searches, name
 compared as words) into one Arrow string buffer, from which TAGS, KEYS (split on spaces)
 and UNIQ_KEY are taken with Arrow's kernels, and bodies are gathered directly. Every other record
 (BLANKs, damage, CRC mismatches, other shapes) goes through the per-record path of
-:func:`rmqtool.export_spark.record_row` (the walk and field functions of ``dump``), in
+:func:`rmqtool.export.rows.record_row` (the walk and field functions of ``dump``), in
 order. The rows are the same either way; tests/test_export_spark.py compares them with
 ``dump commitlog`` field by field on every real fixture and tests/test_export_arrow.py
 compares both paths on synthetic and damaged stores.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,8 +38,7 @@ from .formats.javahash import tags_code
 from .formats.names import host_to_str
 from .formats.properties import JAVA_REPLACE
 from .recovery import check as ck
-from .recovery.scan import walk_records
-from .recovery.splits import Handoff, Split, open_split
+from .recovery.splits import Split
 from .recovery.versions import BrokerProfile
 
 _V1_HEADER = cl.LAYOUTS[(cl.MAGIC_V1, 0)].header
@@ -49,17 +47,6 @@ _SCHEDULE = ck.SCHEDULE_TOPIC.encode()
 BLOCK = 8192  # records per vectorised block (one RecordBatch)
 MIN_BLOCK = 16  # fewer plain records than this: the per-record path
 PENDING = 4096  # per-record rows per RecordBatch
-
-_ARROW_TYPES = {
-    "string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "boolean": pa.bool_(), "binary": pa.binary(),
-    "array<string>": pa.list_(pa.string()),
-    "map<string,string>": pa.map_(pa.string(), pa.string()),
-}
-
-
-def arrow_schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
-    return pa.schema([pa.field(name, _ARROW_TYPES[t]) for name, t in columns])
-
 
 # ---------------------------------------------------------------------------------------
 # numpy helpers
@@ -175,6 +162,9 @@ class _State:
         self.topics: dict[bytes, str | None] = {}
         self.hosts: dict[int, tuple[str, bytes]] = {}  # key -> ("ip:port", msg id prefix hex)
         self.tags: dict[bytes, tuple[str, int]] = {}
+
+
+BlockState = _State  # (what export.arrow.split_batches opens per file)
 
 
 def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int, int, pa.RecordBatch] | None:
@@ -383,94 +373,3 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
         cols["body"] = _str_array(*_spans(A, P[:n] + hs, bl[:n]), binary=True)
     batch = pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
     return int(P[n - 1] + total[n - 1]), n, batch
-
-
-# ---------------------------------------------------------------------------------------
-# A split -> batches
-
-
-def rows_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
-    """A RecordBatch of row tuples (column order of ``schema``)."""
-    cols = []
-    for i, f in enumerate(schema):
-        vals = [r[i] for r in rows]
-        if pa.types.is_map(f.type):
-            vals = [None if v is None else list(v.items()) for v in vals]
-        cols.append(pa.array(vals, type=f.type))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
-
-
-def split_batches(split: Split, version: str | BrokerProfile, with_body: bool, schema: pa.Schema, counts: list[int] | None = None,
-                  handoff: Handoff | None = None) -> Iterator[pa.RecordBatch]:
-    """The rows of :func:`rmqtool.export_spark.commitlog_rows` for ``split`` as
-    RecordBatches (same rows, same order). ``counts`` (rows, messages, blanks, problems)
-    is updated in place; ``handoff`` filled as :func:`recovery.splits.iter_split` does."""
-    from .export_spark import record_row, worker_profile
-
-    profile = worker_profile(version)
-    n = [0, 0, 0, 0] if counts is None else counts
-    name, base = split.file_name, split.base
-    pending: list[tuple[Any, ...]] = []
-    with open_split(split, profile, handoff) as view:
-        if view is None:
-            return
-        buf, end, first, stop = view
-        st = _State(split, buf, end, profile, with_body) if profile.new_properties_parser else None
-        landed: int | None = None
-        pos = first
-        budget_next = 256
-        try:
-            while True:
-                if pos >= stop:
-                    landed = pos
-                    break
-                blk = plain_block(st, pos, stop, schema) if st is not None else None
-                if blk is not None:
-                    if pending:
-                        yield rows_batch(pending, schema)
-                        pending = []
-                    pos, m, batch = blk
-                    n[0] += m
-                    n[1] += m
-                    budget_next = 256
-                    yield batch
-                    continue
-                budget = budget_next  # messages for the per-record path before trying again
-                budget_next = min(budget_next * 2, 1 << 16)
-                resume: int | None = None
-                reached = False
-                walker = walk_records(buf, end, base, profile, start=pos)
-                try:
-                    for p2, c in walker:
-                        if p2 >= stop:
-                            landed, reached = p2, True
-                            break
-                        if p2 > pos and c.is_message and st is not None:
-                            budget -= 1
-                            if budget <= 0:
-                                resume = p2
-                                break
-                        pending.append(record_row(split.store, name, base, buf, p2, c, with_body, n))
-                        if len(pending) >= PENDING:
-                            yield rows_batch(pending, schema)
-                            pending = []
-                finally:
-                    walker.close()
-                if reached:
-                    break
-                if resume is None:  # the walk ended before the next split's first record
-                    if stop < end:
-                        landed = end
-                    break
-                pos = resume
-            if pending:
-                yield rows_batch(pending, schema)
-                pending = []
-        finally:
-            if st is not None:
-                del st.A
-                st.mv.release()
-                del st
-        if handoff is not None:
-            handoff.landed = landed
-        del buf

@@ -10,10 +10,13 @@ next run to clean up.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from .recovery.safety import pending_journals, recover_pending
 
 
 class Interrupted(KeyboardInterrupt):
@@ -27,8 +30,6 @@ class Interrupted(KeyboardInterrupt):
 
 def fingerprint(root: Path) -> dict[str, tuple[int, int]]:
     """(size, mtime_ns) of every file of the store (the journal directory left out)."""
-    import os
-
     out: dict[str, tuple[int, int]] = {}
     for d, dirs, files in os.walk(root):
         dirs[:] = [x for x in dirs if not x.startswith(".rmqtool")]
@@ -50,8 +51,6 @@ def settle_on_interrupt(root: Path, command: str) -> Iterator[None]:
     except Interrupted:
         raise
     except KeyboardInterrupt:
-        from .recovery.safety import pending_journals, recover_pending
-
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         try:
             try:
@@ -81,8 +80,6 @@ def salvage_cleanup(out: Path | None) -> Iterator[None]:
     if out is None:
         yield
         return
-    import os
-
     existed = out.is_dir()
     before = set(os.listdir(out)) if existed else set()
     try:

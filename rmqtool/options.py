@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +10,14 @@ from typing import Any
 import click
 
 from .formats.errors import StoreLayoutError
+from .recovery.safety import (
+    StoreLockedError,
+    broker_holds_lock,
+    check_backup_dir,
+    describe_holder,
+    pending_journals,
+    recover_pending,
+)
 from .recovery.store import Store
 from .recovery.versions import DEFAULT_VERSION, BrokerProfile
 
@@ -34,15 +41,13 @@ def open_store(store: Path, commitlog_file_size: int | None = None, cq_file_size
     if (index_slot_num is None) != (index_num is None):
         raise click.UsageError("--index-slots and --index-entries go together")
     return Store.open(store, commitlog_file_size, cq_file_size, index_slot_num, index_num,
-                      commitlog_dir=_broker_meta().get("commitlog_dir"))
+                      commitlog_dir=broker_meta().get("commitlog_dir"))
 
 
 def check_lock(root: Path, dry_run: bool) -> None:
     """A real run refuses (status 8) a store whose lock another process holds; a dry run
     only warns and goes on read-only. Both ask read-only (F_GETLK): nothing is locked,
     created or written."""
-    from .recovery.safety import StoreLockedError, broker_holds_lock, describe_holder
-
     if not broker_holds_lock(root):
         return
     if dry_run:
@@ -68,8 +73,6 @@ def refuse_obstacles(store: Store, command: str) -> None:
 def finish_pending(root: Path) -> bool:
     """Before a destructive command's own change: finish or undo an interrupted rmqtool
     transaction (a warning line each). True when one was finished (the store changed)."""
-    from .recovery.safety import recover_pending
-
     finished = False
     for outcome in recover_pending(root):
         click.echo(f"rmqtool: warning: {outcome.describe()}", err=True)
@@ -81,8 +84,6 @@ def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
     """What a destructive command's dry run says and refuses before planning, as its real
     run would: a pending interrupted transaction (warned: the real run finishes or undoes
     it first) and a backup directory the real run refuses (BackupDirError, status 8)."""
-    from .recovery.safety import check_backup_dir, pending_journals
-
     for j in pending_journals(root):
         click.echo(f"rmqtool: warning: an interrupted rmqtool transaction is pending ({j.name}); "
                    "a real run finishes or undoes it first", err=True)
@@ -100,7 +101,7 @@ def broker_version_option(f: F) -> F:
 
 
 def make_profile(version: str, delay_levels: str | None = None) -> BrokerProfile:
-    meta = _broker_meta()
+    meta = broker_meta()
     if version == "auto":
         version = meta.get("version") or DEFAULT_VERSION
     try:
@@ -114,7 +115,7 @@ def make_profile(version: str, delay_levels: str | None = None) -> BrokerProfile
         raise click.BadParameter(str(exc), param_hint="--broker-version") from None
 
 
-def _broker_meta() -> dict[str, Any]:
+def broker_meta() -> dict[str, Any]:
     """What --broker-config and --broker-version auto resolved for the running command."""
     ctx = click.get_current_context(silent=True)
     return ctx.meta.setdefault("rmqtool.broker", {}) if ctx is not None else {}
@@ -138,19 +139,7 @@ def resolve_format(fmt: str | None, choices: tuple[str, ...] = ("table", "jsonl"
     return "jsonl" if "jsonl" in choices else choices[-1]
 
 
-def common_store_options(f: F) -> F:
-    """STORE + geometry + --broker-version."""
-    return store_argument(broker_version_option(f))
-
-
-def pass_through(f: F) -> F:
-    @functools.wraps(f)
-    def wrapper(*a: Any, **k: Any) -> Any:
-        return f(*a, **k)
-    return wrapper
-
-
 __all__ = [
     "store_argument", "open_store", "broker_version_option", "make_profile", "format_option",
-    "resolve_format", "common_store_options", "StoreLayoutError",
+    "resolve_format", "StoreLayoutError",
 ]

@@ -1,6 +1,6 @@
 """Where ``rmqtool export`` writes: a plain path, a ``file:`` URI, or a Hadoop file system
 URI (``hdfs:``, ``s3a:``...). No pyarrow, no pyspark: the CLI checks OUT with it before
-any Spark start, the executors' writer (:mod:`rmqtool.export_parquet`) with the same rule."""
+any Spark start, the executors' writer (:mod:`rmqtool.export.parquet`) with the same rule."""
 
 from __future__ import annotations
 

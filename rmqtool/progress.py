@@ -14,7 +14,7 @@ import contextvars
 import functools
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import click
@@ -83,7 +83,7 @@ def progress_bar(total: int, desc: str, quiet: bool = False, unit: str = "B") ->
         yield lines.advance
         lines.finish()  # (not reached when the work raised)
         return
-    from tqdm import tqdm
+    from tqdm import tqdm  # start-up time: tqdm costs ~50 ms, paid only when a bar is drawn
 
     bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False)
 
@@ -106,8 +106,6 @@ def progress_bar(total: int, desc: str, quiet: bool = False, unit: str = "B") ->
 def later_bar(total: int, desc: str, quiet: bool = False, unit: str = "B") -> Iterator[Callable[[int], None]]:
     """:func:`progress_bar` shown from the first ``advance`` on: a phase that starts
     inside another one's call (rebuild-index compares files after its walk)."""
-    from contextlib import ExitStack
-
     with ExitStack() as stack:
         bar: list[Callable[[int], None]] = []
 

@@ -7,10 +7,13 @@ in tables and text and as null in JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from .output import console as _console
 
 Column = tuple[str, str]  # (field, header)
 
@@ -27,8 +30,6 @@ def _default(o: Any) -> Any:
     if hasattr(o, "_asdict"):
         return o._asdict()
     if hasattr(o, "__dataclass_fields__"):
-        import dataclasses
-
         return dataclasses.asdict(o)
     return str(o)
 
@@ -67,8 +68,6 @@ def render(records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[Column
     else:
         from rich.table import Table
         from rich.text import Text  # cells are data, never rich markup ("[/x]" in a topic)
-
-        from .output import console as _console
 
         console = _console(out)  # not a terminal: as wide as the rows, nothing folded
         table = Table(title=title, show_lines=False)

@@ -8,7 +8,7 @@ On a cluster::
         /data/broker-a/store /data/broker-b/store --to hdfs:///forensics/incident-42
 
 The arguments are those of ``rmqtool export`` (``--master`` is ignored: spark-submit sets
-the master). ``--make-zip`` writes the rmqtool package (rmqtool, rmqtool.formats,
+the master). ``--make-zip`` writes the rmqtool package (rmqtool, rmqtool.export, rmqtool.formats,
 rmqtool.recovery) into a zip for ``--py-files``; its dependencies (construct, crcmod,
 numpy, click) must be installed on every executor, and every executor must read the
 stores at the same paths as the driver.
@@ -27,17 +27,33 @@ if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(_
     sys.path.pop(0)
 
 
-def make_zip(path: str | os.PathLike[str]) -> list[str]:
-    """Write the rmqtool package into a zip laid out as ``rmqtool/...`` (the installed
-    package maps formats/ and recovery/ under rmqtool). Returns the archive names."""
+def package_dirs() -> list[tuple[Path, str]]:
+    """(folder, archive name) of rmqtool and of every package below it (rmqtool.export,
+    the mapped rmqtool.formats and rmqtool.recovery, and their subpackages such as
+    rmqtool.recovery.safety), each once."""
+    # imported here, after the sys.path fix above (run as a script)
     import rmqtool
     import rmqtool.formats
     import rmqtool.recovery
 
+    out: dict[str, Path] = {}
+    for pkg, arc in ((rmqtool, "rmqtool"), (rmqtool.formats, "rmqtool/formats"), (rmqtool.recovery, "rmqtool/recovery")):
+        # (__file__ is typed optional; a regular package, as these are, has it)
+        root = Path(pkg.__file__).resolve().parent  # type: ignore[arg-type]
+        for d, dirs, _files in os.walk(root):  # (a symlink, as rmqtool/formats in a checkout, is not followed)
+            dirs[:] = sorted(x for x in dirs if (Path(d) / x / "__init__.py").is_file())
+            rel = Path(d).relative_to(root).as_posix()
+            out.setdefault(arc if rel == "." else f"{arc}/{rel}", Path(d))
+    return [(folder, arc) for arc, folder in sorted(out.items())]
+
+
+def make_zip(path: str | os.PathLike[str]) -> list[str]:
+    """Write the rmqtool package into a zip laid out as ``rmqtool/...`` (the installed
+    package maps formats/ and recovery/ under rmqtool), subpackages included. Returns the
+    archive names."""
     names = []
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for pkg, arc in ((rmqtool, "rmqtool"), (rmqtool.formats, "rmqtool/formats"), (rmqtool.recovery, "rmqtool/recovery")):
-            folder = Path(pkg.__file__).resolve().parent  # type: ignore[arg-type]
+        for folder, arc in package_dirs():
             for p in sorted(folder.glob("*.py")):
                 name = f"{arc}/{p.name}"
                 zf.write(p, name)
@@ -58,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rmqtool: wrote {len(names)} modules to {args[1]}", file=sys.stderr)
         return 0
     # the export command itself, not the CLI group: from a --py-files zip the group cannot
-    # list its command modules (it looks for them on disk)
+    # list its command modules (it looks for them on disk); imported here, after the
+    # sys.path fix above
     from rmqtool.cmd_export import command
     from rmqtool.errors import report_exception
 

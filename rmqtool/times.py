@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import time
-from typing import Any
 
 import click
 
@@ -15,7 +14,7 @@ _REL = re.compile(r"^(?:now)?\s*([+-])\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|d|w
 _UNIT_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 
 
-def iso(ms: Any) -> str | None:
+def iso(ms: object) -> str | None:
     """``2026-11-21T23:02:32.408Z`` for epoch milliseconds (UTC); None for None or a value
     no calendar holds."""
     if ms is None or isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0:
@@ -55,6 +54,4 @@ def parse_time(text: str | None, name: str, now_ms: int | None = None) -> int | 
     return int(d.timestamp() * 1000)
 
 
-TIME_HELP = "ISO 8601 (UTC unless an offset is given), epoch s or ms (by magnitude), or relative (-10m, -2h, -1d)"
-
-__all__ = ["iso", "parse_time", "SECONDS_BELOW", "TIME_HELP"]
+__all__ = ["iso", "parse_time", "SECONDS_BELOW"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-from test_audit_versions import record
+from test_version_behaviour import record
 
 from rmqtool.formats import commitlog as cl
 from rmqtool.recovery import check as ck

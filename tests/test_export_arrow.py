@@ -14,8 +14,9 @@ pa = pytest.importorskip("pyarrow")
 
 from conftest import REAL_NAMES, real_store  # noqa: E402
 
-from rmqtool.export_arrow import arrow_schema, plain_block, split_batches  # noqa: E402
-from rmqtool.export_spark import columns_for, commitlog_rows  # noqa: E402
+from rmqtool.export.arrow import arrow_schema, split_batches  # noqa: E402
+from rmqtool.export.rows import columns_for, commitlog_rows  # noqa: E402
+from rmqtool.export_arrow import plain_block  # noqa: E402
 from rmqtool.recovery.splits import Handoff, plan_splits  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402
 

@@ -63,7 +63,7 @@ def snapshot(root: Path) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------
 # F1-F12
 
-def test_f1_dump_index_key_without_any_index_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dump_index_key_without_any_index_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     for p in (root / "index").iterdir():
         p.unlink()
@@ -74,7 +74,7 @@ def test_f1_dump_index_key_without_any_index_file(tmp_path: Path, capsys: pytest
     assert code == 0 and out == "" and "no index lookup" in err
 
 
-def test_f2_config_number_of_5000_digits_falls_back_to_bak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_number_of_5000_digits_falls_back_to_bak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     cfg = root / "config" / "delayOffset.json"
     good = cfg.read_text(encoding="utf-8")
@@ -88,7 +88,7 @@ def test_f2_config_number_of_5000_digits_falls_back_to_bak(tmp_path: Path, capsy
     assert rec["status"] == "FALLBACK_TO_BAK" and rec["content"] == json.loads(good)
 
 
-def test_f3_salvage_with_an_index_symlink_loop_is_refused_up_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_salvage_with_an_index_symlink_loop_is_refused_up_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "crash_midwrite")
     shutil.rmtree(root / "index")
     (root / "index").symlink_to(root / "index2")
@@ -101,7 +101,7 @@ def test_f3_salvage_with_an_index_symlink_loop_is_refused_up_front(tmp_path: Pat
     assert code == 4 and any(json.loads(line)["code"] == "FILE_UNSAFE" and json.loads(line)["file"] == "index" for line in out.splitlines())
 
 
-def test_f4_a_stray_one_byte_queue_file_leaves_that_queue_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_stray_one_byte_queue_file_leaves_that_queue_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "delay")
     stray = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "0" / "00000000000000000001"
     stray.write_bytes(b"x")
@@ -123,7 +123,7 @@ def _nul_topic(root: Path) -> None:
     p.write_bytes(bytes(b))
 
 
-def test_f5_a_topic_of_nul_bytes_never_becomes_a_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_topic_of_nul_bytes_never_becomes_a_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     _nul_topic(root)
     h0 = snapshot(root)
@@ -140,7 +140,7 @@ def test_f5_a_topic_of_nul_bytes_never_becomes_a_path(tmp_path: Path, capsys: py
 
 
 @pytest.mark.parametrize("how", ["dangling", "loop", "outside"])
-def test_f6_a_symlinked_queue_directory_is_a_finding_and_a_refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
+def test_a_symlinked_queue_directory_is_a_finding_and_a_refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
     root = copy(tmp_path, "crash_midwrite")
     q = root / "consumequeue" / "TopicA" / "0"
     shutil.rmtree(q)
@@ -162,7 +162,7 @@ def test_f6_a_symlinked_queue_directory_is_a_finding_and_a_refusal(tmp_path: Pat
         assert snapshot(root) == before and not (root / ".rmqtool-journal").exists()
 
 
-def test_f6_an_unwritable_queue_directory_is_refused_before_any_change(public_tmp: Path) -> None:
+def test_an_unwritable_queue_directory_is_refused_before_any_change(public_tmp: Path) -> None:
     """As an unprivileged user (root ignores permission bits): a child process that
     setuid()s to nobody runs recover and verify on a store it owns all of but one queue
     directory it cannot write."""
@@ -191,7 +191,7 @@ def test_f6_an_unwritable_queue_directory_is_refused_before_any_change(public_tm
     q.chmod(0o755)
 
 
-def test_f7_an_index_name_far_ahead_is_passed_by_bisection_not_by_steps() -> None:
+def test_an_index_name_far_ahead_is_passed_by_bisection_not_by_steps() -> None:
     from rmqtool.formats.names import index_file_name, index_name_after
     from rmqtool.recovery.reput import _name_new_index_files
 
@@ -209,7 +209,7 @@ def test_f7_an_index_name_far_ahead_is_passed_by_bisection_not_by_steps() -> Non
     assert _name_new_index_files([Img(), Img()], "20261399999999999", None) == [name, index_file_name(ms + 1)]
 
 
-def test_f7_recover_with_the_newest_index_renamed_far_ahead_finishes(tmp_path: Path) -> None:
+def test_recover_with_the_newest_index_renamed_far_ahead_finishes(tmp_path: Path) -> None:
     root = copy(tmp_path, "crash_midwrite")
     newest = sorted((root / "index").iterdir())[-1]
     newest.rename(newest.with_name("20261399999999999"))
@@ -218,7 +218,7 @@ def test_f7_recover_with_the_newest_index_renamed_far_ahead_finishes(tmp_path: P
 
 
 @pytest.mark.parametrize("what", ["devzero", "sparse64g"])
-def test_f8_a_huge_checkpoint_is_never_read_whole(tmp_path: Path, what: str) -> None:
+def test_a_huge_checkpoint_is_never_read_whole(tmp_path: Path, what: str) -> None:
     root = copy(tmp_path, "clean")
     cp = root / "checkpoint"
     if what == "devzero":
@@ -238,14 +238,14 @@ def test_f8_a_huge_checkpoint_is_never_read_whole(tmp_path: Path, what: str) -> 
         assert o.code == 8 and "/dev/zero" in o.err
 
 
-def test_f8_a_sparse_config_file_is_not_read(tmp_path: Path) -> None:
+def test_a_sparse_config_file_is_not_read(tmp_path: Path) -> None:
     root = copy(tmp_path, "clean")
     os.truncate(root / "config" / "delayOffset.json", 1 << 30)
     o = child("dump", "config", str(root), mem=TWO_GIB)
     assert o.code == 4 and not o.memory
 
 
-def test_f8_dump_consumequeue_skips_the_holes_of_a_sparse_64_gib_queue_file(tmp_path: Path) -> None:
+def test_dump_consumequeue_skips_the_holes_of_a_sparse_64_gib_queue_file(tmp_path: Path) -> None:
     """Found by the soak: the last written unit was searched over the whole map (64 GiB of
     zeros read, two minutes); now only the data extents are searched and mapped."""
     root = copy(tmp_path, "clean")
@@ -261,7 +261,7 @@ def test_f8_dump_consumequeue_skips_the_holes_of_a_sparse_64_gib_queue_file(tmp_
     assert len(rows) == units and rows[-1]["status"] == "OK"
 
 
-def test_f9_an_unreadable_store_is_an_operational_error_not_usage(tmp_path: Path, public_tmp: Path) -> None:
+def test_an_unreadable_store_is_an_operational_error_not_usage(tmp_path: Path, public_tmp: Path) -> None:
     if os.geteuid() != 0:
         root = copy(tmp_path, "clean")
         root.chmod(0)
@@ -291,7 +291,7 @@ def test_f9_an_unreadable_store_is_an_operational_error_not_usage(tmp_path: Path
     ("lock", ("verify",)), ("config/delayOffset.json", ("dump", "config")), ("index/LAST", ("recover", "--yes")),
     ("checkpoint", ("dump", "checkpoint")),
 ])
-def test_f10_a_fifo_is_never_opened(tmp_path: Path, where: str, argv: tuple[str, ...]) -> None:
+def test_a_fifo_is_never_opened(tmp_path: Path, where: str, argv: tuple[str, ...]) -> None:
     root = copy(tmp_path, "clean")
     if where == "index/LAST":
         where = "index/" + sorted(p.name for p in (root / "index").iterdir())[-1]
@@ -305,7 +305,7 @@ def test_f10_a_fifo_is_never_opened(tmp_path: Path, where: str, argv: tuple[str,
 
 
 @pytest.mark.parametrize("argv", [("verify",), ("offsets",), ("info",)])
-def test_f10_a_fifo_offset_table_is_never_opened(tmp_path: Path, argv: tuple[str, ...]) -> None:
+def test_a_fifo_offset_table_is_never_opened(tmp_path: Path, argv: tuple[str, ...]) -> None:
     """Soak seed 1000535: a FIFO for config/delayOffset.json hung verify and offsets (the
     offset tables were read with read_bytes); now every config read is type-checked and
     bounded, and the FIFO is a corrupt table (the .bak, else empty)."""
@@ -318,7 +318,7 @@ def test_f10_a_fifo_offset_table_is_never_opened(tmp_path: Path, argv: tuple[str
     assert o.code in (0, 4) and o.seconds < 20, (o.code, o.err)
 
 
-def test_f10_a_fifo_config_does_not_block_the_version_guess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fifo_config_does_not_block_the_version_guess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--broker-version auto reads config files for 5.x-only fields: a FIFO topics.json
     hung it (read_text)."""
     root = copy(tmp_path, "clean")
@@ -329,7 +329,7 @@ def test_f10_a_fifo_config_does_not_block_the_version_guess(tmp_path: Path, monk
     assert o.code in (0, 4) and o.seconds < 20, (o.code, o.err)
 
 
-def test_f8_info_reads_40_bytes_of_a_sparse_64_gib_checkpoint(tmp_path: Path) -> None:
+def test_info_reads_40_bytes_of_a_sparse_64_gib_checkpoint(tmp_path: Path) -> None:
     """info read the whole checkpoint (read_bytes()[:40]): 64 GiB under a 2 GiB limit."""
     root = copy(tmp_path, "clean")
     os.truncate(root / "checkpoint", 64 << 30)
@@ -337,7 +337,7 @@ def test_f8_info_reads_40_bytes_of_a_sparse_64_gib_checkpoint(tmp_path: Path) ->
     assert o.code in (0, 4) and not o.memory and o.seconds < 30, (o.code, o.err)
 
 
-def test_f11_recover_twice_is_recover_once_after_a_renamed_commitlog_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recover_twice_is_recover_once_after_a_renamed_commitlog_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     (root / "commitlog" / "00000000000000327680").rename(root / "commitlog" / "00000000000000458752")
     code1, _, _ = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b1"))
@@ -346,7 +346,7 @@ def test_f11_recover_twice_is_recover_once_after_a_renamed_commitlog_file(tmp_pa
     assert code2 != 1 and snapshot(root) == h1
 
 
-def test_f11_recover_twice_after_an_absurd_length(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recover_twice_after_an_absurd_length(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     p = root / "commitlog" / "00000000000000065536"
     b = bytearray(p.read_bytes())
@@ -495,7 +495,7 @@ def test_a_queue_file_with_a_19_digit_name_still_counts_for_the_reput_start(
         assert snapshot(root) == before
 
 
-def test_f12_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     q = root / "consumequeue" / "TopicA" / "0"
     (q / "00000000000000000640").rename(q / "640")

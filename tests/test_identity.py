@@ -1,6 +1,6 @@
 """Issue 18: the broker's own config file (--broker-config), the broker version (auto,
 release strings) and the layouts and settings rmqtool refuses, on copies of the real
-fixtures and on spec-built 5.x stores (tests/test_audit_versions.py's builders)."""
+fixtures and on spec-built 5.x stores (tests/test_version_behaviour.py's builders)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import copy_store, tree_digest
-from test_audit_versions import CQ_FS, ENTRIES, FS, SLOTS, cq_units, props, unit_of, write_store
+from test_version_behaviour import CQ_FS, ENTRIES, FS, SLOTS, cq_units, props, unit_of, write_store
 
 from rmqtool.cli import run
 from rmqtool.recovery import brokerconf as bc
@@ -520,7 +520,7 @@ def test_recheck_reput_offset_from_cq_catches_up_on_5x(how: str, tmp_path: Path,
     """A clean 5.1.4 store whose consume queues lag the commitlog: 5.x starts its reput at
     the commitlog end (the lag stays) unless recheckReputOffsetFromCq=true, which catches up
     from the consume queues' max offset as 4.x does."""
-    from test_audit_versions import write_cq
+    from test_version_behaviour import write_cq
 
     root = tmp_path / "s"
     recs = write_store(root, [dict(topic="LagT", props=props({"KEYS": f"k{i}", "TAGS": "TagA"})) for i in range(10)])

@@ -144,8 +144,8 @@ def test_export_workers_decode_with_the_drivers_whole_profile(capsys: pytest.Cap
     pytest.importorskip("pyarrow")
     from conftest import real_store
 
-    from rmqtool.export_arrow import arrow_schema, split_batches
-    from rmqtool.export_spark import columns_for, commitlog_rows
+    from rmqtool.export.arrow import arrow_schema, split_batches
+    from rmqtool.export.rows import columns_for, commitlog_rows
     from rmqtool.recovery.splits import plan_splits
     from rmqtool.recovery.store import Store
     from rmqtool.recovery.versions import BrokerProfile
@@ -396,7 +396,7 @@ def test_a_rocksdb_config_directory_is_5x_evidence(tmp_path: Path) -> None:
     (b"KEYS\x01a\x01\x02TAGS\x01t", False),  # 4.6.0-4.9.0 drops the trailing empty part: KEYS=a
 ])
 def test_properties_parsers_agree_exactly_where_both_parsers_read_the_same(raw: bytes, agree: bool, tmp_path: Path) -> None:
-    from test_audit_versions import props, write_store
+    from test_version_behaviour import props, write_store
 
     from rmqtool.formats.properties import parse_properties, parse_properties_legacy
     from rmqtool.recovery.identify import properties_parsers_agree

@@ -348,9 +348,9 @@ def test_a_cut_commitlog_cuts_the_kept_index(built: tuple[Path, list[bytes]], tm
 @pytest.mark.parametrize("specs,version", [("v6", "4.9.4"), ("v6", "5.3.3"), ("v2", "5.1.4"), ("tx", "4.9.4"), ("crc", "5.3.3")])
 def test_kept_across_record_layouts(tmp_path: Path, specs: str, version: str) -> None:
     """IPv6 hosts, V2 records, transactions (a ROLLBACK is never indexed) and 5.2+
-    __CRC32# records (STORE_FORMAT, built by test_audit_versions from the spec): the index
+    __CRC32# records (STORE_FORMAT, built by test_version_behaviour from the spec): the index
     rebuild-index writes is kept by an abnormal recovery, untouched, and verify agrees."""
-    import test_audit_versions as av
+    import test_version_behaviour as av
 
     recs = {"v6": lambda: av.V6_SPECS * 40, "v2": lambda: av.v2_specs() * 10, "tx": lambda: av.tx_specs() * 8,
             "crc": lambda: av.crc_specs(60)}[specs]()

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqtool.formats import javahash as jh
 from rmqtool.formats.javahash import (
     combine_hash,
     index_hash,
@@ -107,12 +106,11 @@ def test_batch_empty_inputs() -> None:
     assert java_hash_batch(iter(["ab"])).tolist() == [97 * 31 + 98]
 
 
-def test_batch_chunking_and_long_outliers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jh, "_CHUNK_UNITS", 64)
-    monkeypatch.setattr(jh, "_CACHE_MAX", 128)
+def test_batch_chunking_and_long_outliers() -> None:
+    small = {"chunk_units": 64, "cache_max": 128}
     strings = ["k%d" % i for i in range(100)] + ["L" * 1000, "", "\U0001f600" * 40] + ["z" * 70] * 3
-    assert java_hash_batch(strings).tolist() == [ref_hash(s) for s in strings]
-    hu, lens = java_hash_units_batch(strings)
+    assert java_hash_batch(strings, **small).tolist() == [ref_hash(s) for s in strings]
+    hu, lens = java_hash_units_batch(strings, **small)
     assert lens[-4] == 80 and lens[-5] == 0 and lens[-6] == 1000
 
 

@@ -1,4 +1,4 @@
-"""``rmqtool rebuild-index`` and the reput pass behind it (recovery/reput.py,
+"""``rmqtool rebuild-index`` and the reput pass behind it (recovery/reput/,
 recovery/rebuild.py): byte identity with RocketMQ 4.9.4 on the real fixtures, index-only,
 per-topic and gap-filling rebuilds, key lookups, kill-and-rerun, restore, lock refusal,
 damage, and the fast dispatch path against the check_record path."""

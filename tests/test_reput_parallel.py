@@ -88,9 +88,7 @@ def test_parallel_dispatch_equals_sequential(tmp_path: Path, name: str, damage: 
 def test_reput_files_same_on_two_cores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     store = Store.open(copy_store(name, tmp_path))
     one = rp.reput(store, P494, jobs=1)
-    monkeypatch.setattr(rp, "PIECE_SIZE", 2048)
-    monkeypatch.setattr(rp, "PARALLEL_MIN_BYTES", 0)
-    two = rp.reput(store, P494, jobs=2)
+    two = rp.reput(store, P494, jobs=2, piece_size=2048, min_bytes=0)
     assert two.stats.pieces > 1
     assert sorted(one.cq_files) == sorted(two.cq_files)
     for k in one.cq_files:
@@ -188,7 +186,7 @@ def test_pieces_come_back_through_shared_memory_or_plainly(tmp_path: Path, monke
             arenas.append(real_arena(slots, slot_size))
             return arenas[-1]
 
-        monkeypatch.setattr(rp, "Arena", small)
+        monkeypatch.setattr(transfer, "Arena", small)
     got: list[tuple] = []
     for c in iter_dispatch_parallel(store, P494, jobs=2, piece_size=4096, min_bytes=0):
         got.extend(_rows([c]))  # (a consumer that keeps every run keeps every slot busy)
@@ -210,7 +208,9 @@ def test_no_room_for_the_arena_falls_back_to_the_pipe(tmp_path: Path, monkeypatc
     def no_room(*_a: object) -> None:
         raise OSError(12, "Cannot allocate memory")
 
-    monkeypatch.setattr(rp, "Arena", no_room)
+    from rmqtool.recovery import transfer
+
+    monkeypatch.setattr(transfer, "Arena", no_room)
     st = ReputStats()
     got = _rows(list(iter_dispatch_parallel(store, P494, jobs=2, piece_size=4096, min_bytes=0, stats=st)))
     assert got == want and st.pieces > 1

@@ -939,7 +939,7 @@ def test_key_match_equals_the_pair_definition(seed: int) -> None:
 def test_index_of_records_with_many_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Records with more keys than _KeyMatch.MANY (and a repeated key): sound after
     rebuild-index; one entry of such a record with a wrong hash is the one finding."""
-    import test_audit_versions as av
+    import test_version_behaviour as av
 
     root = tmp_path / "store"
     specs = [dict(topic="Many", props=av.props({"KEYS": " ".join(f"m{i}k{j}" for j in range(25)) + f" m{i}k0", "TAGS": "TagA"}))

@@ -100,7 +100,7 @@ class BatchDecoder:
             n += 1
         return out
 
-    def decode(self, buf: Any, W: Words, starts: list[int], end: int, base: int) -> tuple[DispatchColumns, np.ndarray]:
+    def decode(self, buf: Any, W: Words, starts: list[int] | np.ndarray, end: int, base: int) -> tuple[DispatchColumns, np.ndarray]:
         """Decode the records at ``starts`` (consecutive, V1 magic, TOTALSIZE fits).
         Returns (cols, sure): ``cols`` holds every record's fields as the fast path read
         them, ``sure[i]`` says whether record i is certainly ``(N, True)`` with exactly

@@ -41,7 +41,7 @@ def _index_shas(root: Path) -> list[str]:
     return [hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((root / "index").iterdir())]
 
 
-def test_q6_every_start_adds_the_same_index_entries_as_the_broker(oracle: ModuleType, tmp_path: Path) -> None:
+def test_every_start_adds_the_same_index_entries_as_the_broker(oracle: ModuleType, tmp_path: Path) -> None:
     ours, theirs, fixture = _pair(tmp_path, "q6_first_commitlog_renamed")
     seen = []
     for i in range(2):

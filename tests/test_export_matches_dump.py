@@ -1,9 +1,9 @@
-"""Audit: ``rmqtool export`` (the arrow writer's per-split decode, rmqtool.export_arrow) against
+"""``rmqtool export`` (the arrow writer's per-split decode, rmqtool.export_arrow) against
 ``rmqtool dump commitlog --format jsonl`` (the documented contract, man/rmqtool-export.1:
 "the rows are exactly the records of dump commitlog ... field by field, plus store").
 
 Stores are built with ``struct`` straight from STORE_FORMAT.md (the record writer of
-tests/test_audit_versions.py): IPv6 born/store hosts (§5, sysflag 0x10/0x20/0x30), V2
+tests/test_version_behaviour.py): IPv6 born/store hosts (§5, sysflag 0x10/0x20/0x30), V2
 magic with long retry topics (§4.1), the ``__CRC32#`` property (§7.1), transaction types
 and compressed bodies (§6), non-ASCII and invalid UTF-8 properties, topics and bodies,
 empty bodies, many properties, BLANK records, torn/zeroed tails and damaged records in
@@ -28,10 +28,10 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from test_audit_versions import BLANK, MAGIC_V1, props, record  # noqa: E402  (spec-built record writer)
+from test_version_behaviour import BLANK, MAGIC_V1, props, record  # noqa: E402  (spec-built record writer)
 
 from rmqtool.cli import run  # noqa: E402
-from rmqtool.export_arrow import arrow_schema, split_batches  # noqa: E402
+from rmqtool.export.arrow import arrow_schema, split_batches  # noqa: E402
 from rmqtool.export_spark import columns_for  # noqa: E402
 from rmqtool.recovery.splits import Handoff, plan_splits  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402

@@ -1,4 +1,4 @@
-"""Audit tests: version-dependent behaviour on synthetic stores built from the spec.
+"""Version-dependent behaviour on synthetic stores built from the spec.
 
 Every record here is built with ``struct`` straight from STORE_FORMAT.md (§3-§9) and every
 expected value (offsets, tagsCodes, index hashes, recovery end offsets) is derived from
@@ -715,7 +715,7 @@ def index_list(root: Path) -> list[tuple[int, int]]:
     return out
 
 
-def test_q6_trailing_prepared_reindexed_by_4x_startup_reput(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_trailing_prepared_reindexed_by_4x_startup_reput(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """RECOVERY §10 Q6: after the 4.x abnormal dispatch, the start-up reput restarts at the
     CQ max (the start of the trailing PREPARED record, which has no CQ unit) and indexes it
     again: its offset equals endPhyOffset, and the skip test is strictly less."""
@@ -733,7 +733,7 @@ def test_q6_trailing_prepared_reindexed_by_4x_startup_reput(tmp_path: Path, caps
     assert entries.count((index_hash("TxT#k0"), recs[0]["offset"])) == 1
 
 
-def test_q6_no_startup_reput_in_5x(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_startup_reput_in_5x(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "s"
     recs = write_store(root, [
         dict(topic="TxT", props=props({"KEYS": "k0"})),

@@ -1,4 +1,4 @@
-"""Audit of the destructive commands' less-tested paths (rebuild-index options, kill-safety
+"""The destructive commands' less-tested paths (rebuild-index options, kill-safety
 of recent recover paths, restore edge cases). Every test states the man page / spec
 sentence it checks; see man/rmqtool-rebuild-index.1, man/rmqtool-recover.1,
 man/rmqtool-restore.1 and /work/shared/spec/RECOVERY.md."""

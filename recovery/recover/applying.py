@@ -1,0 +1,322 @@
+""":func:`apply_recovery`: the consume queues and index as the broker loads them, the
+dispatch passes, then the changes through one :class:`recovery.safety.StoreTransaction`."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...formats.checkpoint import CHECKPOINT_READ_LIMIT
+from ...formats.names import topic_path_problem
+from ...formats.safeio import read_small
+from .. import check as ck
+from ..broker import MODE_ABNORMAL
+from ..indexbuild import ConsumeQueueSet, IndexBuilder
+from ..query import CommitlogReader
+from ..reput import BAD_TOPIC, SIZE_ACCOUNTING, ReputProblem, feed_cq, feed_index, iter_dispatch_parallel
+from ..scan import sorted_hints_in
+from ..store import Store, StoreFile
+from ..versions import BrokerProfile
+from .applystate import ApplyResult, _Applying, _LazyWriters
+from .indexfiles import infer_index_tz
+from .model import Problem, Progress, RecoveryContext, RecoveryPlan
+from .queues import _Queue, _recover_queue_files, frozen_queues
+from .salvage import write_salvage
+from .writing import _checkpoint_bytes, _index_changes, _index_file_bytes, _queue_changes, _recovered_checkpoint
+
+
+def apply_recovery(
+    store: Store,
+    plan: RecoveryPlan,
+    profile: BrokerProfile,
+    *,
+    backup_dir: str | Path | None = None,
+    salvage_to: str | Path | None = None,
+    index_tz: _dt.tzinfo | None = None,
+    progress: Progress | None = None,
+    jobs: int | None = None,
+    queues_only: bool = False,
+    extra: Callable[[Any, dict[tuple[str, int], Any]], None] | None = None,
+) -> Any:
+    """Carry out ``plan`` (made by :func:`plan_recovery` on the same, unchanged store)
+    through a :class:`recovery.safety.StoreTransaction`. The caller must have run
+    :func:`recovery.safety.recover_pending` before planning.
+
+    ``queues_only``: write nothing, index nothing; return the consume queues as the
+    recovery leaves them (``{(topic, queue_id): _Queue}``: ``write`` is the new logical
+    end, ``data(base)`` a file's new content). ``extra(tx, queues)``: called inside the
+    transaction before the abort file is removed, to add changes of its own (the
+    committed offsets of ``recovery.offsets``) to the same backup and journal."""
+    from ..safety import StoreTransaction  # lazy: ~110 ms, which a plan alone (rmqtool info, --dry-run) never needs
+
+    ckpt_before = store.read_checkpoint()
+    cp_path = store.root / "checkpoint"
+    cp_bytes = (read_small(cp_path, CHECKPOINT_READ_LIMIT, store.root, "checkpoint") or b"") if store.checkpoint_present else b""
+
+    # -- salvage first: nothing is cut before the intact records are saved
+    salvage_info = None
+    if salvage_to is not None and (plan.cuts or plan.removed_files) and not queues_only:
+        salvage_info = write_salvage(store, plan, profile, salvage_to)
+
+    a = _start_applying(store, plan, profile, progress, jobs, queues_only)
+    _apply_dispatch(a)
+    if queues_only:
+        return a.queues
+
+    # -- the transaction
+    _fsync_sealed(store, plan)
+    tz = index_tz if index_tz is not None else infer_index_tz(store)
+    with StoreTransaction(store.root, backup_dir=backup_dir, description=f"rmqtool recover ({plan.mode})") as tx:
+        # commitlog
+        for c in plan.cuts:
+            tx.truncate_tail(c.file, c.pos, zero_fill=True)
+        for r in plan.removed_files:
+            tx.remove_file(r.path)
+        _queue_changes(tx, a)
+        created_names = _index_changes(tx, a, tz)
+        cp = _recovered_checkpoint(a, ckpt_before)
+        new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
+        if new_cp != cp_bytes:
+            tx.replace_file("checkpoint", new_cp)
+        if extra is not None:
+            extra(tx, a.queues)
+        # the abort file goes last
+        if store.abort_present:
+            tx.remove_file("abort")
+        actions = [asdict(x) for x in tx.plan()]
+        result = tx.commit() if actions else None
+    return ApplyResult(
+        changed=bool(actions),
+        backup_dir=str(result.backup_dir) if result is not None and result.backup_dir else None,
+        actions=actions,
+        end_offset=a.process,
+        dispatched=a.dispatched,
+        cq_units_appended=a.appended_units,
+        index_entries_added=a.ib.keys_put,
+        index_files_created=[f"index/{n}" for n in created_names],
+        checkpoint_before=ckpt_before._asdict(),
+        checkpoint_after=cp._asdict(),
+        delay_tags_mismatch=a.delay_mismatch,
+        salvage=salvage_info,
+        problems=list(plan.problems) + [Problem(p.code, p.path, p.offset, p.message) for p in a.reput_problems
+                                        if p.code == SIZE_ACCOUNTING],
+        cq_warnings=a.cq_warnings,
+    )
+
+
+def _fsync_sealed(store: Store, plan: RecoveryPlan) -> None:
+    """fsync the kept full index files the next one continues (unchanged files: the
+    checkpoint will say they are on disk)."""
+    for rel in plan.index_sealed:
+        fd = os.open(store.root / rel, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _start_applying(store: Store, plan: RecoveryPlan, profile: BrokerProfile, progress: Progress | None,
+                    jobs: int | None, queues_only: bool) -> _Applying:
+    """The consume queues as CQ recovery leaves them, the index files as IndexService.load
+    leaves them."""
+    Fcq = store.geometry.cq_file_size
+    ctx = plan.context if plan.context is not None else RecoveryContext(frozen=set(frozen_queues(store)))
+    queues: dict[tuple[str, int], _Queue] = {}
+    for key, qfiles in store.consume_queues.items():
+        if key in ctx.frozen:
+            continue
+        st = ctx.queue_states.get(key)
+        if st is None:
+            st = _recover_queue_files(qfiles, Fcq, profile)
+        queues[key] = _Queue(key, Fcq, st)
+    kept_index, ib = _index_as_loaded(store, plan, profile, ctx.frozen)
+    a = _Applying(store, plan, profile, ctx, progress, jobs, queues_only, queues, kept_index, ib)
+    a.q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
+    return a
+
+
+def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile,
+                     frozen: set[tuple[str, int]]) -> tuple[list[StoreFile], IndexBuilder]:
+    """The index files IndexService.load keeps, and the IndexBuilder that goes on from them."""
+    g = store.geometry
+    discarded = {d.file for d in plan.index_discarded}
+    kept_index = [f for f in store.index_files if f"index/{f.name}" not in discarded]
+    last_bytes = _index_file_bytes(kept_index[-1].path) if kept_index else None
+    ib = IndexBuilder(g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put)
+    for t in plan.index_truncated:
+        assert ib.current is not None and kept_index and t.file == f"index/{kept_index[-1].name}"
+        ib.current.truncate(t.entries_kept, t.end_timestamp, profile.hash_slot_count_every_put)
+    ib.skip_through = plan.index_skip_upto
+    if frozen and ib.current is not None and ib.current.index_count > 1 and _broker_refuses(store, profile):
+        # our improvement where the broker has no behaviour to follow: it refuses to load
+        # this store, and recover leaves a queue alone, whose last records then never get
+        # their units, so every run's start-up reput dispatches them again; the record at
+        # the index's endPhyOffset is not indexed again when the index holds all its keys
+        # (the broker's "<" test would: quirk Q6), so a second run has nothing to do
+        end = ib.current.end_phy_offset
+        if _index_holds_record(store, profile, ib, end):
+            ib.skip_through = max(end, ib.skip_through if ib.skip_through is not None else -1)
+    return kept_index, ib
+
+
+def _broker_refuses(store: Store, profile: BrokerProfile) -> bool:
+    """Whether the broker refuses to load the store (a stray, zero-length or wrong-sized
+    commitlog or consume queue file: verify's load blockers)."""
+    from ..verify import _layout_findings  # lazy: ~190 ms, needed only for a store with queues recover leaves alone
+
+    return bool(_layout_findings(store, profile)[1])
+
+
+def _index_holds_record(store: Store, profile: BrokerProfile, ib: IndexBuilder, end: int) -> bool:
+    """Whether the record at commitlog offset ``end`` is in the index builder's current
+    file with every key it has."""
+    with CommitlogReader(store, profile) as reader:
+        loc = reader.record_at(end)
+        c = loc.checked if loc is not None else None
+        return bool(c is not None and c.is_message and c.rec is not None and c.rec.physical_offset == end
+                    and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag))
+
+
+def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None,
+                   progress: Progress | None, jobs: int | None = None, tags: bool = True,
+                   hints: np.ndarray | list[np.ndarray] | None = None, index_keys: bool = True,
+                   problems: list[Any] | None = None) -> Iterable[Any]:
+    """The dispatch requests of ``[lo, hi)`` in column form, in commitlog order: the reput
+    pass (``recovery.reput.iter_dispatch_parallel``, decoded on ``jobs`` cores).
+    ``tags=False`` (a pass that feeds only the index) leaves tags_code unset on the fast
+    path, ``index_keys=False`` (one that feeds only the queues) the index keys unhashed;
+    ``hints`` (the consume queues' offsets) only speed it up."""
+    if hi <= lo:
+        return iter(())
+    return iter_dispatch_parallel(store, profile, jobs=jobs, from_offset=lo, to_offset=hi, max_delay_level=mdl,
+                                  progress=progress, tags=tags, index_keys=index_keys, hints=sorted_hints_in(hints, lo, hi),
+                                  problems=problems, broker_offset_after_mismatch=True)
+
+
+def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bool, index: bool,
+              cqset: ConsumeQueueSet | None, skip_upto: int | None = None) -> None:
+    """One dispatch pass over ``[lo, hi)``: units into ``cqset`` (``cq``), keys into the index."""
+    plan, process = a.plan, a.process
+    if a.queues_only and not cq:
+        return
+    n = 0
+    # (records the kept index already holds in full are skipped by the builder: when
+    # that is all of them, their keys are not even hashed)
+    last_start = plan.last_valid_offset if hi >= process and plan.last_valid_offset >= 0 else hi - 1
+    index = index and not a.queues_only and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
+    for cols in _dispatch_iter(a.store, a.profile, lo, hi, mdl, a.progress, a.jobs, tags=bool(cq and cqset is not None),
+                               hints=a.ctx.hints, index_keys=index, problems=a.reput_problems):
+        if skip_upto is not None:
+            mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
+            if not mask.all():
+                cols = cols.select(mask)
+        if cols.count == 0:
+            continue
+        n += cols.count
+        if cq and cqset is not None:
+            feed_cq(cqset, cols)
+            if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
+                a.sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
+        if index:
+            # an entry at or past the end offset (a record whose PHYSICALOFFSET field
+            # says so) is what the next recover cuts from the index: not written now, so
+            # a second run finds nothing to do
+            past = cols.commitlog_offset >= process
+            feed_index(a.ib, cols.select(~past) if past.any() else cols)
+    a.dispatched[name] = a.dispatched.get(name, 0) + n
+    if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
+        a.logics = cqset.logics_msg_timestamp
+
+
+def _cqset_of(a: _Applying) -> ConsumeQueueSet:
+    """A ConsumeQueueSet whose writers go on from the queues as recovery leaves them."""
+    cs = ConsumeQueueSet(a.Fcq, frozen=a.ctx.frozen)
+    queues = a.queues
+    cs.writers = _LazyWriters(lambda k: queues[k].writer() if k in queues else None)
+    return cs
+
+
+def _absorb(a: _Applying, cqset: ConsumeQueueSet) -> None:
+    """Take a dispatch pass's units into the queues; count its warnings and units."""
+    a.cq_warnings += len(cqset.warnings)
+    a.appended_units += sum(w.appended_units for w in cqset.writers.values())
+    for t, n in sorted(cqset.bad_topics.items()):
+        a.reput_problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
+                                             f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
+    for key, w in cqset.writers.items():
+        if key not in a.queues:
+            a.queues[key] = _Queue(key, a.Fcq, None)
+        a.queues[key].absorb(w)
+
+
+def _apply_dispatch(a: _Applying) -> None:
+    """The dispatch passes of the plan, the consume queues' truncation, the 4.x start-up
+    reput; or, for an empty commitlog, every consume queue destroyed."""
+    plan, process = a.plan, a.process
+    if plan.destroy_consume_queues:
+        for q in a.queues.values():
+            q.truncate(0)  # every file goes
+            q.removed = list(a.store.consume_queues.get(q.key, []))
+            q.disk.clear()
+        return
+    # our improvement: re-index what the discarded index files held before the start file
+    # (from the last kept file's endPhyOffset: that record may have been indexed only
+    # in part before the file filled up, and the builder re-indexes it as the broker
+    # would, quirk Q6)
+    for d in plan.dispatch:
+        if d.name == "reindex":
+            _run_pass(a, "reindex", d.from_offset, d.to_offset, None, False, True, None)
+    # the recovery's own dispatch (abnormal, or 5.3.2+ normal walk-back)
+    mdl_a = None if (plan.correct_delay_tags or not a.q1) else 0
+    cqset = _cqset_of(a)
+    for d in plan.dispatch:
+        if d.name == "abnormal_recovery":
+            _run_pass(a, d.name, d.from_offset, d.to_offset, mdl_a, True, True, cqset)
+        elif d.name == "walkback_dispatch":
+            _run_pass(a, d.name, d.from_offset, d.to_offset, None, True, True, cqset, skip_upto=plan.max_phy_offset_of_cq)
+    if a.sched_rows and a.q1:
+        a.delay_mismatch = _count_delay_mismatch(a.store, a.profile, cqset, a.sched_rows, plan.correct_delay_tags)
+    _absorb(a, cqset)
+    # truncate_dirty_logic_files
+    if plan.cq_truncation:
+        for q in a.queues.values():
+            q.truncate(process)
+    # the 4.x start-up reput from the consume queues' max physical offset
+    if a.profile.startup_reput_from_cq:
+        fmax = a.ctx.frozen_max
+        fmax = min(fmax, process) if plan.cq_truncation else fmax
+        reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in a.queues.values()])
+        reput_from = max(reput_from, 0, plan.commitlog_min_offset)
+        cqset = _cqset_of(a)
+        if reput_from < process:
+            _run_pass(a, "startup_reput", reput_from, process, None, True, True, cqset)
+        _absorb(a, cqset)
+
+
+def _count_delay_mismatch(store: Store, profile: BrokerProfile, cqset: ConsumeQueueSet, positions: list[int],
+                          corrected: bool) -> int:
+    """Quirk Q1: how many SCHEDULE_TOPIC_XXXX units appended by the abnormal dispatch carry
+    a tagsCode other than the real delivery time (0 when ``corrected``)."""
+    if corrected:
+        return 0
+    want: dict[int, int] = {}
+    with CommitlogReader(store, profile) as reader:
+        for off in positions:
+            loc = reader.record_at(off)
+            if loc is not None and loc.checked.is_message:
+                want[off] = loc.checked.tags_code
+    n = 0
+    for (topic, _q), w in cqset.writers.items():
+        if topic != ck.SCHEDULE_TOPIC or w.appended_units == 0:
+            continue
+        u = w.units()
+        for off, tag in zip(u["commitlog_offset"].tolist(), u["tags_code"].tolist()):
+            if off in want and want[off] != tag:
+                n += 1
+    return n

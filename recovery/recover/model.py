@@ -1,0 +1,282 @@
+"""The recovery plan's records: what :func:`plan_recovery` computes and the renderers show."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, NamedTuple
+
+from .. import check as ck
+from ..store import StoreFile
+
+Progress = Callable[[int], None]
+
+
+# problem codes
+UNREAD_DAMAGE = "UNREAD_FILE_DAMAGE"  # damage in a commitlog file the recovery never reads
+LAYOUT = "LAYOUT"  # a store layout issue the broker trips over
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong that recovery does not correct (exit status 4)."""
+
+    code: str
+    path: str
+    offset: int | None
+    message: str
+
+    def one_line(self) -> str:
+        where = self.path + (f" at offset {self.offset}" if self.offset is not None else "")
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class FileScan:
+    """The broker's walk of one commitlog file: valid records, and where and why it
+    stopped (``stop_pos`` is the position in the file)."""
+
+    name: str
+    base: int
+    records: int
+    stop_pos: int
+    stop_reason: str  # BLANK, END_OF_DATA, BODY_CRC_MISMATCH, ... (check.py reason codes)
+    stop_field: str = ""
+    last_record_pos: int = -1  # position of the last valid record (-1: none)
+
+    @property
+    def blank(self) -> bool:
+        return self.stop_reason == ck.BLANK
+
+
+@dataclass(frozen=True)
+class CommitlogCut:
+    """Bytes of one commitlog file after the end offset: copied to the backup, then
+    zero-filled in place. ``messages`` records found there by the salvage scan, of which
+    ``intact`` pass every check (CRC included)."""
+
+    file: str
+    pos: int
+    length: int
+    offset: int  # global offset of pos
+    messages: int = 0
+    intact: int = 0
+
+
+@dataclass(frozen=True)
+class RemovedFile:
+    path: str  # relative to the store
+    size: int
+    reason: str
+    messages: int = 0
+    intact: int = 0
+
+
+@dataclass
+class QueuePlan:
+    """One consume queue: what CQ recovery (§3) keeps and deletes, and where the
+    truncation to the commitlog end (§7.1) cuts it."""
+
+    topic: str
+    queue_id: int
+    files: int
+    write_offset: int | None  # logical byte offset after §3 (None: no files)
+    max_physic_offset: int
+    recover_removed: list[str] = field(default_factory=list)
+    truncate_to: int | None = None  # logical byte offset after §7.1 (None: not truncated)
+    truncate_removed: list[str] = field(default_factory=list)
+    units_cut: int = 0  # units at or after truncate_to that §7.1 removes
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.queue_id)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.recover_removed or self.truncate_removed or self.units_cut)
+
+
+@dataclass(frozen=True)
+class IndexDiscard:
+    """An index file the broker deletes at load after an abnormal exit (§8):
+    ``endTimestamp > indexMsgTimestamp``. ``entries_below_end``: its entries that point
+    below the commitlog end (what re-indexing restores)."""
+
+    file: str
+    end_timestamp: int
+    end_phy_offset: int
+    entries: int
+    entries_below_end: int
+    reason: str = "abnormal exit: endTimestamp > indexMsgTimestamp"
+
+
+@dataclass(frozen=True)
+class IndexTruncation:
+    """An index file whose last entries point at or past the commitlog end (our
+    improvement, the index's counterpart of truncateDirtyLogicFiles; the broker keeps such
+    entries): entries ``1..entries_kept`` stay, the ``entries_cut`` after them are zeroed,
+    and the header ends at the last kept entry's record."""
+
+    file: str
+    entries_kept: int
+    entries_cut: int
+    end_phy_offset: int
+    end_timestamp: int
+
+
+@dataclass(frozen=True)
+class IndexKept:
+    """An index file the broker deletes after an abnormal exit that rmqtool keeps: it
+    passed :func:`recovery.indexkeep.check_index_file` (our improvement: its keys stay
+    findable without a re-index of what it held). ``entries_kept`` of its ``entries``
+    stay; ``sampled``: records whose keys were decoded and compared."""
+
+    file: str
+    entries: int
+    entries_kept: int
+    sampled: int
+    end_phy_offset: int
+
+
+@dataclass(frozen=True)
+class DispatchRange:
+    """Records dispatched by one pass: ``[from_offset, to_offset)``."""
+
+    name: str  # abnormal_recovery | reindex | startup_reput | walkback_dispatch
+    from_offset: int
+    to_offset: int
+    records: int | None  # known from the walk (None: decided while applying)
+    cq: bool = True
+    index: bool = True
+    note: str = ""
+
+
+class _QueueState(NamedTuple):
+    kept: list[StoreFile]
+    removed: list[StoreFile]
+    write_offset: int | None  # logical byte offset (None: no files)
+    max_physic_offset: int
+
+
+@dataclass
+class RecoveryContext:
+    """What :func:`plan_recovery` works out beside the plan's data, which
+    :func:`apply_recovery` reuses (never rendered: not part of the plan's data)."""
+
+    queue_states: dict[tuple[str, int], _QueueState] = field(default_factory=dict)  # each queue's recovery
+    frozen: set[tuple[str, int]] = field(default_factory=set)  # queues apply never writes
+    blocked: list[str] = field(default_factory=list)  # commitlog files that stop recover from applying anything
+    frozen_max: int = -1  # the frozen queues' maxPhysicOffset (-1: none)
+    hints: Any = None  # the consume queues' offsets, reused by apply's dispatch
+
+
+@dataclass
+class RecoveryPlan:
+    """Everything :func:`apply_recovery` will do, computed without writing anything."""
+
+    store: str
+    broker_version: str
+    mode: str
+    mode_reason: str
+    check_crc: bool
+    message_index_safe: bool
+    correct_delay_tags: bool
+    reindex: bool
+    checkpoint: dict[str, int]
+    abort_present: bool
+    start_file: str | None
+    start_offset: int
+    bytes_to_scan: int
+    end_offset: int  # processOffset: where the commitlog ends after recovery
+    stop_file: str | None
+    stop_pos: int | None
+    stop_reason: str | None
+    records_valid: int  # valid records walked from the start file
+    max_phy_offset_of_cq: int
+    commitlog_min_offset: int
+    files: list[FileScan] = field(default_factory=list)
+    cuts: list[CommitlogCut] = field(default_factory=list)
+    removed_files: list[RemovedFile] = field(default_factory=list)
+    queues: list[QueuePlan] = field(default_factory=list)
+    cq_truncation: bool = False
+    index_discarded: list[IndexDiscard] = field(default_factory=list)
+    index_kept: list[IndexKept] = field(default_factory=list)  # checked and kept instead of discarded
+    index_truncated: list[IndexTruncation] = field(default_factory=list)
+    index_extended: list[str] = field(default_factory=list)  # kept files shorter than the index size
+    index_kept_last: str | None = None
+    index_kept_end_phy_offset: int = 0
+    index_skip_upto: int | None = None  # records at or below this offset are not indexed again
+    index_sealed: list[str] = field(default_factory=list)  # kept full files another kept file continues
+    index_sealed_timestamp: int | None = None  # the last one's endTimestamp: indexMsgTimestamp after the fsync
+    dispatch: list[DispatchRange] = field(default_factory=list)
+    messages_cut: int = 0
+    intact_cut: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    checkpoint_missing: bool = False
+    last_valid_offset: int = -1  # start of the last valid record (5.x confirmOffset)
+    destroy_consume_queues: bool = False  # empty commitlog: the broker destroys every queue
+    context: RecoveryContext | None = field(default=None, repr=False, compare=False)  # (not rendered)
+
+    # -- derived ------------------------------------------------------------------------
+    @property
+    def changed_queues(self) -> list[QueuePlan]:
+        return [q for q in self.queues if q.changed]
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """True when the store is already what the broker's recovery would leave and there
+        is nothing to dispatch: no cut, no removal, no abort file, and every consume queue
+        and the index reach the commitlog end."""
+        if (self.abort_present or self.cuts or self.removed_files or self.index_discarded or self.index_truncated
+                or self.index_extended):
+            return False
+        if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing:
+            return False
+        return not any(d.records is None or d.records > 0 for d in self.dispatch)
+
+    @property
+    def bytes_cut(self) -> int:
+        return sum(c.length for c in self.cuts) + sum(r.size for r in self.removed_files if r.path.startswith("commitlog/"))
+
+    def summary(self) -> dict[str, Any]:
+        """The headline numbers (one flat dict, for tables and tests)."""
+        return {
+            "mode": self.mode,
+            "mode_reason": self.mode_reason,
+            "broker_version": self.broker_version,
+            "check_crc": self.check_crc,
+            "start_file": self.start_file,
+            "start_offset": self.start_offset,
+            "bytes_to_scan": self.bytes_to_scan,
+            "end_offset": self.end_offset,
+            "stop": f"{self.stop_file}@{self.stop_pos} {self.stop_reason}" if self.stop_file else None,
+            "records_valid": self.records_valid,
+            "max_phy_offset_of_cq": self.max_phy_offset_of_cq,
+            "commitlog_bytes_cut": self.bytes_cut,
+            "commitlog_files_removed": [r.path for r in self.removed_files if r.path.startswith("commitlog/")],
+            "messages_cut": self.messages_cut,
+            "intact_messages_cut": self.intact_cut,
+            "consume_queues_changed": len(self.changed_queues),
+            "index_files_discarded": [d.file for d in self.index_discarded],
+            "index_files_kept_after_check": [k.file for k in self.index_kept],
+            "index_entries_rebuilt": sum(d.entries_below_end for d in self.index_discarded) if self.reindex else 0,
+            "index_files_truncated": [t.file for t in self.index_truncated],
+            "index_files_extended": list(self.index_extended),
+            "index_entries_cut": sum(t.entries_cut for t in self.index_truncated)
+            + sum(d.entries - d.entries_below_end for d in self.index_discarded),
+            "abort_present": self.abort_present,
+            "problems": len(self.problems),
+            "nothing_to_do": self.nothing_to_do,
+        }
+
+    @property
+    def blocked(self) -> list[str]:
+        """Commitlog files whose names do not tile the offsets: recover applies nothing."""
+        return self.context.blocked if self.context is not None else []
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(replace(self, context=None))
+        del d["context"]
+        d["summary"] = self.summary()
+        return d

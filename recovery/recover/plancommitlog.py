@@ -1,0 +1,188 @@
+"""The plan's commitlog steps: the start file and the walks (step 3), processOffset, the
+cuts (step 4), the next normal start (4a), the consume queues' truncation (4b)."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ...formats import commitlog as cl
+from ...formats.consumequeue import CQ_UNIT_SIZE
+from .. import check as ck
+from ..broker import index_header_load, start_file_index, truncate_dirty_logic_files
+from ..indexkeep import NO_END, check_index_file
+from ..scan import file_has_nonzero, queue_hint_runs
+from ..store import StoreFile
+from .model import UNREAD_DAMAGE, CommitlogCut, Problem, RemovedFile
+from .planindex import _index_keep_candidates
+from .planstate import _Planning, _rel
+from .queues import _cq_units
+from .salvage import _salvage_positions
+from .walk import scan_files
+
+
+def _plan_walks(p: _Planning) -> None:
+    """Step 3: the start file, then the walks (recovery files with the CRC, earlier files
+    cheaply), all in one go; damage in the files recovery never reads is a problem."""
+    store, profile, files, plan, F = p.store, p.profile, p.files, p.plan, p.F
+    start, _rule = start_file_index(files, profile, p.ckpt, plan.mode, plan.max_phy_offset_of_cq, p.opts.message_index_safe)
+    p.start = start
+    plan.start_file = files[start].name
+    plan.start_offset = files[start].base
+    plan.bytes_to_scan = sum(min(f.size, F) for f in files[start:])
+
+    # Q1: 4.9.2-4.9.8 abnormal recovery runs with maxDelayLevel 0 (the validation is
+    # affected too: a DELAY that does not parse fails either way, the level is only clamped)
+    p.q1 = p.abnormal and not profile.delay_table_in_abnormal_recovery
+    walk_mdl = 0 if p.q1 else None
+
+    todo = files[start:] + (files[:start] if p.opts.check_unread else [])
+    crcs = [p.opts.check_crc] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
+    hints = queue_hint_runs(store) if p.opts.use_hints else None  # (each walk task sorts its share)
+    # step 5's check of an index file the broker would discard reads the index and a few
+    # records: this process does it while the workers walk, against no end yet (redone
+    # below if the end cuts into the file's entries)
+    p.headers = {f.name: index_header_load(f) for f in store.index_files}
+    _index_keep_candidates(p)
+
+    def check_first_discard() -> None:
+        if p.keep_candidates:
+            assert p.first_discard is not None
+            f = store.index_files[p.first_discard]
+            prev_end = p.headers[store.index_files[p.first_discard - 1].name][1] if p.first_discard > 0 else None
+            p.early[f.name] = check_index_file(store, profile, f, end=NO_END, prev_end_timestamp=prev_end)
+
+    walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=p.opts.jobs,
+                        progress=p.opts.progress, hints=hints, meanwhile=check_first_discard)
+    p.ctx.hints = hints
+    p.scans = walked[: len(files) - start]
+    unread = walked[len(files) - start :]
+    for s in unread:
+        if not s.blank:
+            plan.problems.append(Problem(
+                UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
+                f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records: "
+                "this file comes before the recovery start file, so recovery neither reads nor repairs it"))
+    plan.files = unread + p.scans
+
+
+def _plan_process_offset(p: _Planning) -> None:
+    """processOffset: where the walk from the start file stops."""
+    files, start, scans, plan = p.files, p.start, p.scans, p.plan
+    records = 0
+    process = files[start].base
+    stop_idx = start
+    for k, s in enumerate(scans):
+        records += s.records
+        stop_idx = start + k
+        if s.blank and start + k + 1 < len(files):
+            continue
+        process = s.base + s.stop_pos
+        break
+    last = scans[stop_idx - start]
+    p.data_end = files[start].base
+    for s in reversed(scans[: stop_idx - start + 1]):
+        if s.last_record_pos >= 0:
+            plan.last_valid_offset = s.base + s.last_record_pos
+            p.data_end = s.base + s.stop_pos
+            break
+    p.records, p.process = records, process
+    plan.records_valid = records
+    plan.end_offset = process
+    plan.stop_file = last.name
+    plan.stop_pos = last.stop_pos
+    plan.stop_reason = last.stop_reason
+    if last.stop_reason not in (ck.BLANK, ck.END_OF_DATA):
+        plan.notes.append(f"the walk stopped at commitlog offset {process} ({last.stop_reason}"
+                          f"{', ' + last.stop_field if last.stop_field else ''}): everything after it is cut")
+
+
+def _salvage_count(p: _Planning, f: StoreFile, pos: int, end: int | None) -> tuple[int, int]:
+    """(records, intact records) found in ``[pos, end)`` of ``f`` (``end`` None: the mapped
+    size, at most the file size), when salvage counting is on."""
+    if not p.opts.salvage:
+        return 0, 0
+    with p.store.map(f) as mf:
+        found = _salvage_positions(mf.buf, pos, min(mf.size, p.F) if end is None else end, f.base, p.profile)
+    return len(found), sum(1 for x in found if x[2])
+
+
+def _plan_commitlog_cuts(p: _Planning) -> None:
+    """Step 4, truncate_dirty_files (commitlog): cut tails, later files removed."""
+    plan, process, F = p.plan, p.process, p.F
+    for f in p.files:
+        if f.base + F > process:
+            if process >= f.base:
+                pos = process - f.base
+                end = min(f.size, F)
+                if file_has_nonzero(f.path, pos, f.size) and not _only_blank_after(f, pos, F):
+                    msgs, intact = _salvage_count(p, f, pos, end)
+                    plan.cuts.append(CommitlogCut(f"commitlog/{f.name}", pos, f.size - pos, process, msgs, intact))
+            else:
+                msgs, intact = _salvage_count(p, f, 0, None)
+                plan.removed_files.append(RemovedFile(f"commitlog/{f.name}", f.size, "starts after the end offset", msgs, intact))
+    plan.removed_files[:0] = p.zero_last_cl
+    plan.messages_cut = sum(c.messages for c in plan.cuts) + sum(r.messages for r in plan.removed_files)
+    plan.intact_cut = sum(c.intact for c in plan.cuts) + sum(r.intact for r in plan.removed_files)
+
+
+def _only_blank_after(f: StoreFile, pos: int, F: int) -> bool:
+    """Whether the bytes of ``f`` from ``pos`` are the BLANK end-of-file record the broker
+    wrote there (TOTALSIZE = the rest of the file) and zeros: what the broker's recovery
+    leaves when the last file is full and no next one exists (nothing to cut)."""
+    if f.size != F or pos + 8 > F:
+        return False
+    with open(f.path, "rb") as fh:
+        fh.seek(pos)
+        head = fh.read(8)
+    return head == struct.pack(">ii", F - pos, cl.BLANK_MAGIC) and not file_has_nonzero(f.path, pos + 8, f.size)
+
+
+def _plan_next_normal_start(p: _Planning) -> None:
+    """Step 4a, the next normal start: its last three files move back when files are
+    removed here (an empty pre-allocated last file, say), and then cover files this
+    recovery never read, which that start walks with the CRC: damage there is cut then."""
+    files, start, plan = p.files, p.start, p.plan
+    if not (p.opts.check_unread and start > 0 and not p.profile.normal_recovery_walkback):
+        return
+    nxt = max(0, sum(1 for f in files if f.base <= p.process) - 3)
+    if nxt >= start:
+        return
+    reported = {pr.path for pr in plan.problems if pr.code == UNREAD_DAMAGE}
+    again = scan_files(p.store, p.profile, files[nxt:start], check_crc=p.opts.check_crc, jobs=p.opts.jobs)
+    for s in again:
+        if not s.blank and f"commitlog/{s.name}" not in reported:
+            plan.problems.append(Problem(
+                UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
+                f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records, "
+                "found with the CRC: this recovery does not read this file, but the broker's next normal start "
+                "will (with the files after the end removed, its last three files include it) and will cut there"))
+
+
+def _plan_cq_truncation(p: _Planning) -> None:
+    """Step 4b, truncate_dirty_logic_files (every queue), when maxPhyOffsetOfCQ >= processOffset."""
+    plan, process, Fcq = p.plan, p.process, p.store.geometry.cq_file_size
+    plan.cq_truncation = plan.max_phy_offset_of_cq >= process
+    p.post_trunc_max = [st.max_physic_offset for st in p.ctx.queue_states.values()]
+    if not plan.cq_truncation:
+        return
+    p.post_trunc_max = []
+    for qp in plan.queues:
+        st = p.ctx.queue_states[qp.key]
+        if not st.kept:
+            p.post_trunc_max.append(process)  # cq_truncate sets maxPhysicOffset := phyOffset first
+            continue
+        bases = [f.base for f in st.kept]
+        by_base = {f.base: f for f in st.kept}
+
+        def units_of(b: int, by_base: dict[int, StoreFile] = by_base) -> np.ndarray:
+            return _cq_units(by_base[b], Fcq)
+
+        n, write, mp_after = truncate_dirty_logic_files(units_of, bases, Fcq, process)
+        p.post_trunc_max.append(mp_after)
+        qp.truncate_to = write
+        qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept[n:]]
+        before = st.write_offset if st.write_offset is not None else 0
+        after = write if write is not None else 0
+        qp.units_cut = max(0, (before - after) // CQ_UNIT_SIZE) if write is not None else (before - st.kept[0].base) // CQ_UNIT_SIZE

@@ -1,0 +1,216 @@
+""":func:`plan_recovery`: the plan's head (mode, layout problems, the consume queues'
+recovery), the steps in the broker's order, the dispatch passes and the notes."""
+
+from __future__ import annotations
+
+from ..broker import MODE_ABNORMAL, MODE_NORMAL
+from ..store import Store
+from ..versions import BrokerProfile
+from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
+from .plancommitlog import (
+    _plan_commitlog_cuts,
+    _plan_cq_truncation,
+    _plan_next_normal_start,
+    _plan_process_offset,
+    _plan_walks,
+)
+from .planindex import _plan_index_discards, _plan_index_past_end
+from .planstate import _Planning, _PlanOptions, _rel
+from .queues import _recover_queue_files, frozen_queues
+
+
+def plan_recovery(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    mode: str | None = None,
+    check_crc: bool | None = None,
+    message_index_safe: bool | None = None,
+    correct_delay_tags: bool = False,
+    reindex: bool = True,
+    keep_sound_index: bool = True,
+    check_unread: bool = True,
+    salvage: bool = True,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    use_hints: bool = True,
+) -> RecoveryPlan:
+    """Compute what the broker's recovery does to ``store`` (nothing is written).
+
+    ``mode``: ``"normal"``, ``"abnormal"`` or None (the broker's choice: abort file present
+    -> abnormal). ``check_crc``: checkCRCOnRecover. ``message_index_safe``: the
+    messageIndexSafe start-file variant (None, for both: the profile's settings). ``reindex``: re-index what discarded index files
+    held (else the broker's loss). ``keep_sound_index``: keep, instead, a file the broker
+    would discard that passes :func:`recovery.indexkeep.check_index_file`.
+    ``check_unread``: also walk (without the CRC) the commitlog files before the start
+    file, which recovery never reads, and report damage there as problems. ``salvage``:
+    count the records found in the bytes that will be cut.
+    """
+    opts = _PlanOptions(
+        profile.check_crc_on_recover if check_crc is None else check_crc,
+        profile.message_index_safe if message_index_safe is None else message_index_safe,
+        correct_delay_tags, reindex, keep_sound_index, check_unread, salvage, jobs, progress, use_hints)
+    p = _start_planning(store, profile, mode, opts)
+    if not p.files:
+        return _plan_without_commitlog(p)
+    _plan_walks(p)
+    _plan_process_offset(p)
+    _plan_commitlog_cuts(p)
+    _plan_next_normal_start(p)
+    _plan_cq_truncation(p)
+    _plan_index_discards(p)
+    _plan_index_past_end(p)
+    _plan_dispatch(p)
+    return p.plan
+
+
+def _recovery_mode(store: Store, mode: str | None) -> tuple[str, str]:
+    """The recovery mode and why: the one asked for, else the broker's choice."""
+    if mode is None:
+        mode = MODE_ABNORMAL if store.abort_present else MODE_NORMAL
+        reason = "abort file present (the broker did not shut down cleanly)" if store.abort_present else "no abort file (clean shutdown)"
+    else:
+        reason = f"--{mode} given" + (" (abort file present)" if store.abort_present else " (no abort file)")
+    if mode not in (MODE_NORMAL, MODE_ABNORMAL):
+        raise ValueError(f"mode must be normal or abnormal, not {mode!r}")
+    return mode, reason
+
+
+def _layout_problems(store: Store, profile: BrokerProfile, ctx: RecoveryContext) -> tuple[list[Problem], list[RemovedFile]]:
+    """The store's layout issues as problems; the commitlog files that block recover go to
+    ``ctx.blocked``; returns the problems and a zero-length last commitlog file 5.1.3+ removes."""
+    problems: list[Problem] = []
+    last_cq = {_rel(store, files[-1].path) for files in store.consume_queues.values() if files}
+    last_cl = _rel(store, store.commitlog[-1].path) if store.commitlog else None
+    zero_last_cl: list[RemovedFile] = []
+    for issue in store.issues:
+        if issue.path.startswith("commitlog") and issue.code in ("FILE_OVERLAP", "MISALIGNED_FILE"):
+            # file names that do not tile the offsets (a stray 00000000000000000001, a file
+            # renamed into another's range): the broker refuses to load such a store, and
+            # emulating its walk over them would cut every later file. Nothing is applied.
+            ctx.blocked.append(issue.path)
+        if (issue.code == "ZERO_LENGTH_FILE" and issue.path == last_cl and profile.zero_length_last_file_deleted
+                and len(store.commitlog) > 1):
+            # 5.1.3+ MappedFileQueue.load deletes a zero-length last file and loads the rest
+            zero_last_cl.append(RemovedFile(issue.path, 0, "zero-length last file (5.1.3+ deletes it at load)"))
+        elif issue.severity == "error" and issue.path.startswith("commitlog"):
+            problems.append(Problem(LAYOUT, issue.path, None, issue.message))
+        elif issue.path.startswith("consumequeue/") and (
+                issue.code == "WRONG_FILE_SIZE"
+                or (issue.code == "ZERO_LENGTH_FILE" and not (issue.path in last_cq and profile.zero_length_last_file_deleted))):
+            # the broker's MappedFileQueue.load refuses a file of another size: it does not start
+            problems.append(Problem(LAYOUT, issue.path, None, f"{issue.message}; recovery does not repair consume queue "
+                                    "files: rmqtool rebuild-index --cq-only --topic TOPIC writes them anew"))
+    return problems, zero_last_cl
+
+
+def _plan_queues(store: Store, profile: BrokerProfile, ctx: RecoveryContext,
+                 problems: list[Problem]) -> tuple[list[QueuePlan], int]:
+    """Steps 1 and 2: ConsumeQueue recovery of every queue, and maxPhyOffsetOfCQ. Fills in
+    ``ctx.queue_states``, ``ctx.frozen`` and ``ctx.frozen_max``."""
+    Fcq = store.geometry.cq_file_size
+    queues: list[QueuePlan] = []
+    max_cq = -1
+    frozen = frozen_queues(store)
+    for key in sorted(frozen):
+        problems.append(Problem(LAYOUT, f"consumequeue/{key[0]}/{key[1]}", None, f"{frozen[key]}: recover neither cuts nor "
+                                "appends to this queue (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
+    for (t, q), qfiles in sorted(store.consume_queues.items()):
+        if (t, q) in frozen:
+            # never written, but what its units point at counts, as for the broker's queue
+            # recovery (else every run dispatches its last records again)
+            # (every file the broker loads: any decimal name, in name order, as its
+            # MappedFileQueue sorts them; a 19-digit 0000000000000000640 is file 640)
+            aligned = [f for f in qfiles if f.base % Fcq == 0]
+            ctx.frozen_max = max(ctx.frozen_max, _recover_queue_files(aligned, Fcq, profile).max_physic_offset)
+            max_cq = max(max_cq, ctx.frozen_max)
+            continue
+        st = _recover_queue_files(qfiles, Fcq, profile)
+        ctx.queue_states[(t, q)] = st
+        max_cq = max(max_cq, st.max_physic_offset)
+        queues.append(QueuePlan(t, q, len(qfiles), st.write_offset, st.max_physic_offset,
+                                [_rel(store, f.path) for f in st.removed]))
+    ctx.frozen = set(frozen)
+    return queues, max_cq
+
+
+def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts: _PlanOptions) -> _Planning:
+    """The plan's head: the mode, the layout problems, the consume queues' recovery."""
+    ckpt = store.read_checkpoint()
+    mode, reason = _recovery_mode(store, mode)
+    ctx = RecoveryContext()
+    problems, zero_last_cl = _layout_problems(store, profile, ctx)
+    notes: list[str] = []
+    queues, max_cq = _plan_queues(store, profile, ctx, problems)
+    files = [f for f in store.commitlog if f.size > 0]
+    min_offset = files[0].base if files else -1
+    plan = RecoveryPlan(
+        store=str(store.root), broker_version=profile.label, mode=mode, mode_reason=reason,
+        check_crc=opts.check_crc, message_index_safe=opts.message_index_safe,
+        correct_delay_tags=opts.correct_delay_tags, reindex=opts.reindex, checkpoint=ckpt._asdict(),
+        abort_present=store.abort_present, start_file=None, start_offset=0, bytes_to_scan=0,
+        end_offset=0, stop_file=None, stop_pos=None, stop_reason=None, records_valid=0,
+        max_phy_offset_of_cq=max_cq, commitlog_min_offset=min_offset, queues=queues,
+        problems=problems, notes=notes, checkpoint_missing=not store.checkpoint_present, context=ctx,
+    )
+    return _Planning(store, profile, ckpt, opts, plan, ctx, files, zero_last_cl)
+
+
+def _plan_without_commitlog(p: _Planning) -> RecoveryPlan:
+    """No commitlog file: the broker destroys every consume queue."""
+    plan = p.plan
+    plan.destroy_consume_queues = bool(p.store.consume_queues)
+    for qp in plan.queues:
+        st = p.ctx.queue_states[qp.key]
+        qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept]
+    plan.notes.append("no commitlog file: the broker destroys every consume queue")
+    return plan
+
+
+def _plan_dispatch(p: _Planning) -> None:
+    """Step 6, the dispatch passes; then the notes on quirks and deviations."""
+    plan, process, max_cq, min_offset = p.plan, p.process, p.plan.max_phy_offset_of_cq, p.plan.commitlog_min_offset
+    if p.abnormal:
+        if plan.reindex and plan.index_discarded:
+            kept_end = plan.index_kept_end_phy_offset if p.kept_index else min_offset
+            if kept_end < plan.start_offset:
+                plan.dispatch.append(DispatchRange(
+                    "reindex", kept_end, plan.start_offset, None, cq=False, index=True,
+                    note="records the discarded index files held that the broker's recovery does not re-index (RocketMQ #3868, #8007)"))
+        plan.dispatch.append(DispatchRange(
+            "abnormal_recovery", plan.start_offset, process, p.records,
+            note="every valid record from the start file (already-built CQ units are skipped)"
+            + ("; SCHEDULE_TOPIC_XXXX with maxDelayLevel 0 (quirk Q1)" if p.q1 and not plan.correct_delay_tags else "")))
+    elif p.profile.normal_recovery_walkback:
+        # (records with commitLogOffset > maxPhyOffsetOfCQ: none when it is at or past the last one)
+        none = max_cq >= process or plan.start_offset >= process or max_cq >= plan.last_valid_offset
+        plan.dispatch.append(DispatchRange(
+            "walkback_dispatch", plan.start_offset, process, 0 if none else None,
+            note="5.3.2+: records with commitLogOffset > maxPhyOffsetOfCQ (quirk Q2)"))
+    frozen_max = p.ctx.frozen_max
+    if frozen_max >= 0:  # a queue recover leaves alone still holds what it holds
+        p.post_trunc_max.append(min(frozen_max, process) if plan.cq_truncation else frozen_max)
+    if p.profile.startup_reput_from_cq:
+        # reputFrom = max over the queues' maxPhysicOffset after the truncation; the
+        # abnormal dispatch raises it further, so there it is decided while applying
+        after = max([min_offset] + p.post_trunc_max)
+        known = plan.mode == MODE_NORMAL or after >= process
+        plan.dispatch.append(DispatchRange(
+            "startup_reput", max(after, 0), process,
+            0 if after >= process or after >= p.data_end else None,
+            note="4.x start-up reput from the consume queues' max physical offset"
+            + ("" if known else " (at least; the abnormal dispatch moves it)")))
+    _plan_notes(p)
+
+
+def _plan_notes(p: _Planning) -> None:
+    plan = p.plan
+    if p.q1:
+        plan.notes.append("quirk Q1 (4.9.2-4.9.8): SCHEDULE_TOPIC_XXXX units written by the abnormal dispatch get the "
+                          "TAGS hash (or 0) as tagsCode, not the delivery time"
+                          + ("; --correct-delay-tags: the real delivery time is written instead"
+                             if plan.correct_delay_tags else ""))
+    if plan.cuts or plan.removed_files:
+        plan.notes.append("deviation: the cut bytes are copied to the backup and zero-filled (the broker only moves its write position)")
+    if plan.index_discarded:
+        plan.notes.append("deviation: discarded index files move to the backup instead of being deleted")

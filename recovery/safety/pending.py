@@ -1,0 +1,86 @@
+"""Finishing or undoing the transactions an interrupted rmqtool left behind."""
+
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .apply import _apply_step, _check_step_resumable, _verify_step
+from .consts import _ROLLBACK_STATES, JOURNAL_FILE
+from .errors import JournalError
+from .fileio import atomic_write
+from .hooks import _active_journals, _checkpoint
+from .journal import _drop_backup, _journal_root, _read_journal, _remove_journal_dir, pending_journals
+from .lock import StoreLock
+from .paths import _check_relpath
+from .plan import RecoveryOutcome, _Step
+
+
+def _recover_one(store: Path, jdir: Path) -> RecoveryOutcome:
+    _checkpoint()
+    doc = _read_journal(jdir)
+    if doc is None:  # killed before the first journal write: only staging data exists
+        empty = not any(p.is_file() for p in jdir.rglob("*"))  # (or a finished run's cleanup cut short)
+        _remove_journal_dir(store, jdir)
+        return RecoveryOutcome(jdir.name, "staging", "leftover" if empty else "rolled_back", None)
+    state = doc["state"]
+    txid = str(doc.get("txid", jdir.name))
+    backup = Path(doc["backup_dir"]) if doc.get("backup_dir") else None
+    if state in _ROLLBACK_STATES:
+        if backup is not None:
+            _drop_backup(backup, bool(doc.get("backup_dir_preexisted")))
+        _remove_journal_dir(store, jdir)
+        _checkpoint()
+        return RecoveryOutcome(txid, state, "rolled_back", None)
+    try:
+        steps = [_Step.from_dict(s) for s in doc["steps"]]
+    except (TypeError, AttributeError) as exc:
+        raise JournalError(f"malformed step in journal ({exc})", jdir / JOURNAL_FILE) from exc
+    if state == "applying":
+        for step in steps:
+            _check_relpath(step.path, jdir / JOURNAL_FILE)
+            _check_step_resumable(store, jdir, step, backup)
+        for step in steps:
+            _apply_step(store, jdir, step)
+            _checkpoint()
+        for step in steps:
+            _verify_step(store, step)
+        doc["state"] = "done"
+        atomic_write(jdir / JOURNAL_FILE, json.dumps(doc, indent=1).encode())
+        _checkpoint()
+    _remove_journal_dir(store, jdir)
+    _checkpoint()
+    return RecoveryOutcome(txid, state, "completed", backup)
+
+
+def recover_pending(store: str | Path) -> list[RecoveryOutcome]:
+    """Finish or undo every interrupted transaction of ``store``; call it at the start of
+    every destructive command. Takes :class:`StoreLock` (raises :class:`StoreLockedError`
+    while a broker runs).
+
+    * no journal file, or state ``staging``/``prepared``: the store was never touched; the
+      staging area is dropped and so is the partial backup (it holds only copies of bytes
+      still in the store).
+    * state ``applying``: first every file the transaction changes is checked to be in a
+      state the interrupted commit can have left (original, new, or for an in-place step
+      each byte either original or new); then every step is applied again (each is
+      idempotent), each changed file's sha256 is checked against the journal, and the
+      journal is removed. The backup is kept.
+    * state ``done``: only the cleanup was left; it is done.
+
+    Raises :class:`JournalError` for a journal it cannot read, or when a file changed
+    since the interruption (say a broker was started on the half-changed store): finishing
+    could then overwrite someone else's writes, so the journal and the store are left as
+    they are for a human, who has the complete backup."""
+    store = Path(os.path.abspath(store))
+    if not _journal_root(store).is_dir():
+        return []
+    outcomes = []
+    with StoreLock(store):
+        for jdir in pending_journals(store):
+            if jdir in _active_journals:
+                continue  # a transaction of this very process, still open
+            outcomes.append(_recover_one(store, jdir))
+    return outcomes
