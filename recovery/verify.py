@@ -1211,14 +1211,7 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
     for p in parts:
         by_file.setdefault(p.file_idx, []).append(p)
     scans: list[FileScan | None] = []
-    gids: dict[str, int] = {}
-    topic_names: list[str] = []
-    cols: dict[str, list[np.ndarray]] = {n: [] for n in _Rec.NAMES}
-    file_col: list[np.ndarray] = []
-    key_rec: list[np.ndarray] = []
-    key_hash: list[np.ndarray] = []
-    anomalies: list[tuple[int, str, int, str, dict[str, Any]]] = []
-    count = 0
+    table = _Table()
     for i, f in enumerate(store.commitlog):
         end = min(f.size, mapped)
         if end <= 0:
@@ -1229,74 +1222,98 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
             return scan_part(PartTask(str(_f.path), _i, _f.base, _end, start, stop, mode, profile, opts).with_hints(hints))
 
         fparts = _stitch(sorted(by_file.get(i, []), key=lambda p: p.start), f, end, run)
-        fs = FileScan(f, i, _rel(store, f.path), end, mapped, rec_lo=count)
+        fs = FileScan(f, i, _rel(store, f.path), end, mapped, rec_lo=table.count)
         for p in fparts:
-            gmap = np.array([gids.setdefault(t, len(gids)) for t in p.topics] or [0], dtype=np.int32)
-            for t in p.topics:
-                if gids[t] == len(topic_names):
-                    topic_names.append(t)
-            r = p.rec
-            n = len(r["pos"])
-            for name in _Rec.NAMES:
-                cols[name].append(gmap[r["tid"]] if name == "tid" and n else r[name])
-            file_col.append(np.full(n, i, dtype=np.int32))
-            if len(r["key_idx"]):
-                key_rec.append(r["key_idx"] + count)
-                key_hash.append(r["key_hash"])
-            count += n
-            fs.main_count += int(np.count_nonzero(r["flags"] & MAIN))
-            for e in p.events:
-                fs.events.append(e)
-                if e.main and fs.stop is None:
-                    fs.stop = e
-            for g in p.gaps:
-                if fs.gaps and fs.gaps[-1].end == g.start and not fs.gaps[-1].closed:
-                    prev = fs.gaps[-1]
-                    fnz = prev.first_nonzero if prev.first_nonzero >= 0 else g.first_nonzero
-                    fs.gaps[-1] = Gap(prev.start, g.end, prev.reason or g.reason, prev.field or g.field, fnz, g.closed)
-                else:
-                    fs.gaps.append(g)
-            anomalies.extend((i, code, pos, msg, det) for code, pos, msg, det in p.anomalies)
-        fs.rec_hi = count
+            table.add(fs, p)
+        fs.rec_hi = table.count
         scans.append(fs)
-    cat = {n: (np.concatenate(cols[n]) if cols[n] else np.zeros(0, dtype=dt)) for n, dt in zip(_Rec.NAMES, _Rec.DTYPES)}
-    fidx = np.concatenate(file_col) if file_col else np.zeros(0, dtype=np.int32)
-    base_of = np.array([f.base for f in store.commitlog] or [0], dtype=np.int64)
-    off = base_of[fidx] + cat["pos"] if len(fidx) else np.zeros(0, dtype=np.int64)
-    krec = np.concatenate(key_rec) if key_rec else np.zeros(0, dtype=np.int64)
-    khash = np.concatenate(key_hash) if key_hash else np.zeros(0, dtype=np.int32)
-    if len(off) > 1 and not np.all(off[1:] > off[:-1]):
-        # overlapping files: sort, keep the first record at each offset
-        order = np.argsort(off, kind="stable")
-        inv = np.empty_like(order)
-        inv[order] = np.arange(len(order))
-        off = off[order]
-        cat = {k: v[order] for k, v in cat.items()}
-        fidx = fidx[order]
-        krec = inv[krec]
-        for fs in scans:
-            if fs is not None:
-                fs.rec_lo = fs.rec_hi = 0
-    # (topic, queue id) -> queue key, ordered by (topic id, queue id)
-    tid = cat["tid"].astype(np.int64)
-    qid = cat["queue_id"].astype(np.int64)
+    return scans, table.records(store, scans)
+
+
+class _Table:
+    """The record table of the whole commitlog, built from the stitched parts in file
+    order: columns, topics (global ids), index keys, per-record anomalies."""
+
+    def __init__(self) -> None:
+        self.gids: dict[str, int] = {}
+        self.topic_names: list[str] = []
+        self.cols: dict[str, list[np.ndarray]] = {n: [] for n in _Rec.NAMES}
+        self.file_col: list[np.ndarray] = []
+        self.key_rec: list[np.ndarray] = []
+        self.key_hash: list[np.ndarray] = []
+        self.anomalies: list[tuple[int, str, int, str, dict[str, Any]]] = []
+        self.count = 0
+
+    def add(self, fs: FileScan, p: Part) -> None:
+        """One part of file ``fs``: its records, events and gaps."""
+        gids, i = self.gids, fs.idx
+        gmap = np.array([gids.setdefault(t, len(gids)) for t in p.topics] or [0], dtype=np.int32)
+        for t in p.topics:
+            if gids[t] == len(self.topic_names):
+                self.topic_names.append(t)
+        r = p.rec
+        n = len(r["pos"])
+        for name in _Rec.NAMES:
+            self.cols[name].append(gmap[r["tid"]] if name == "tid" and n else r[name])
+        self.file_col.append(np.full(n, i, dtype=np.int32))
+        if len(r["key_idx"]):
+            self.key_rec.append(r["key_idx"] + self.count)
+            self.key_hash.append(r["key_hash"])
+        self.count += n
+        fs.main_count += int(np.count_nonzero(r["flags"] & MAIN))
+        for e in p.events:
+            fs.events.append(e)
+            if e.main and fs.stop is None:
+                fs.stop = e
+        for g in p.gaps:
+            if fs.gaps and fs.gaps[-1].end == g.start and not fs.gaps[-1].closed:
+                prev = fs.gaps[-1]
+                fnz = prev.first_nonzero if prev.first_nonzero >= 0 else g.first_nonzero
+                fs.gaps[-1] = Gap(prev.start, g.end, prev.reason or g.reason, prev.field or g.field, fnz, g.closed)
+            else:
+                fs.gaps.append(g)
+        self.anomalies.extend((i, code, pos, msg, det) for code, pos, msg, det in p.anomalies)
+
+    def records(self, store: Store, scans: list[FileScan | None]) -> Records:
+        """The record table in offset order (overlapping files: the first record at each
+        offset), with the queue keys."""
+        cat = {n: (np.concatenate(self.cols[n]) if self.cols[n] else np.zeros(0, dtype=dt)) for n, dt in zip(_Rec.NAMES, _Rec.DTYPES)}
+        fidx = np.concatenate(self.file_col) if self.file_col else np.zeros(0, dtype=np.int32)
+        base_of = np.array([f.base for f in store.commitlog] or [0], dtype=np.int64)
+        off = base_of[fidx] + cat["pos"] if len(fidx) else np.zeros(0, dtype=np.int64)
+        krec = np.concatenate(self.key_rec) if self.key_rec else np.zeros(0, dtype=np.int64)
+        khash = np.concatenate(self.key_hash) if self.key_hash else np.zeros(0, dtype=np.int32)
+        if len(off) > 1 and not np.all(off[1:] > off[:-1]):
+            # overlapping files: sort, keep the first record at each offset
+            order = np.argsort(off, kind="stable")
+            inv = np.empty_like(order)
+            inv[order] = np.arange(len(order))
+            off = off[order]
+            cat = {k: v[order] for k, v in cat.items()}
+            fidx = fidx[order]
+            krec = inv[krec]
+            for fs in scans:
+                if fs is not None:
+                    fs.rec_lo = fs.rec_hi = 0
+        qkey, queues = _queue_keys(cat["tid"].astype(np.int64), cat["queue_id"].astype(np.int64), self.topic_names)
+        return Records(off=off, size=cat["total"].astype(np.int32), qkey=qkey.astype(np.int32),
+                       queue_offset=cat["queue_offset"], store_ts=cat["store_ts"],
+                       tags=cat["tags"], flags=cat["flags"], file_idx=fidx, queues=queues, key_rec=krec, key_hash=khash,
+                       anomalies=self.anomalies)
+
+
+def _queue_keys(tid: np.ndarray, qid: np.ndarray, topic_names: list[str]) -> tuple[np.ndarray, list[tuple[str, int]]]:
+    """(topic, queue id) -> queue key, ordered by (topic id, queue id): every record's key
+    and the queues by key."""
     qmax = int(qid.max()) + 1 if len(qid) else 1
     if len(qid) and int(qid.min()) >= 0 and len(topic_names) * qmax <= 1 << 22:
         code = tid * qmax + qid
         used = np.bincount(code, minlength=len(topic_names) * qmax) > 0
         lut = np.cumsum(used) - 1
-        qkey = lut[code]
-        queues = [(topic_names[c // qmax], c % qmax) for c in np.flatnonzero(used).tolist()]
-    else:
-        tq = (tid << 32) | (qid & 0xFFFFFFFF)
-        uq = sorted_unique(tq)
-        qkey = np.searchsorted(uq, tq)
-        queues = [(topic_names[int(u) >> 32], _i32(int(u) & 0xFFFFFFFF)) for u in uq.tolist()]
-    recs = Records(off=off, size=cat["total"].astype(np.int32), qkey=qkey.astype(np.int32),
-                   queue_offset=cat["queue_offset"], store_ts=cat["store_ts"],
-                   tags=cat["tags"], flags=cat["flags"], file_idx=fidx, queues=queues, key_rec=krec, key_hash=khash,
-                   anomalies=anomalies)
-    return scans, recs
+        return lut[code], [(topic_names[c // qmax], c % qmax) for c in np.flatnonzero(used).tolist()]
+    tq = (tid << 32) | (qid & 0xFFFFFFFF)
+    uq = sorted_unique(tq)
+    return np.searchsorted(uq, tq), [(topic_names[int(u) >> 32], _i32(int(u) & 0xFFFFFFFF)) for u in uq.tolist()]
 
 
 def _i32(v: int) -> int:
@@ -1407,7 +1424,8 @@ class Queue:
     @property
     def pos(self) -> np.ndarray:
         """Byte position of each unit inside its file."""
-        return (self.logical - self.first[self.file_no]) * cqf.CQ_UNIT_SIZE
+        out: np.ndarray = (self.logical - self.first[self.file_no]) * cqf.CQ_UNIT_SIZE
+        return out
 
 
 def load_queues(store: Store, budget_units: int = 64 << 20) -> list[Queue]:
@@ -1656,156 +1674,191 @@ def _zeroed_properties_tail(path: Path, pos: int, size: int) -> int:
         rec = cl.decode_message(data, 0, len(data))
     except (OSError, cl.DecodeFailure, ValueError):
         return 0
-    n = rec.properties_length
+    n = int(rec.properties_length)
     if n <= 0 or len(data) != size or rec.total_size != size:
         return 0
     props = data[size - n:]
     return n - len(props.rstrip(b"\0"))
 
 
-def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
-                        outlook: dict[str, Any], spans: _Spans | None = None) -> list[Finding]:
-    mapped = store.geometry.commitlog_file_size
-    abort = store.abort_present
-    out: list[Finding] = []
-    mode = outlook.get("mode", "normal")
-    po = (outlook.get(mode) or {}).get("stop_offset")
-    n_rec = len(recs)
-    offs = recs.off
+class _ClCheck:
+    """The commitlog findings (:func:`_commitlog_findings`): every event of every file's
+    walk (BLANK, end of data, a failed check), a file without a BLANK at its end, and the
+    intact records after the broker's stop."""
 
-    def after(g_off: int) -> int:
-        return int(n_rec - np.searchsorted(offs, g_off, side="right")) if n_rec else 0
+    def __init__(self, store: Store, profile: BrokerProfile, recs: Records, outlook: dict[str, Any]) -> None:
+        self.profile, self.recs, self.outlook = profile, recs, outlook
+        self.mapped = store.geometry.commitlog_file_size
+        self.abort = store.abort_present
+        self.out: list[Finding] = []
+        self.mode = outlook.get("mode", "normal")
+        self.po = (outlook.get(self.mode) or {}).get("stop_offset")
+        self.n_rec = len(recs)
+        self.offs = recs.off
+        self.intact_offs = self.offs[(recs.flags & DAMAGED) == 0] if self.n_rec else self.offs
+        self.min_rec = MIN_RECORD_PROP_CRC if profile.verify_prop_crc else MIN_RECORD
 
-    def in_file_after(fs: FileScan, pos: int) -> np.ndarray:
-        sel = recs.file_idx == fs.idx
-        o = offs[sel] - fs.file.base
-        return o[o > pos]
+    def after(self, g_off: int) -> int:
+        """The number of intact records after offset ``g_off``."""
+        return int(self.n_rec - np.searchsorted(self.offs, g_off, side="right")) if self.n_rec else 0
 
-    intact_offs = offs[(recs.flags & DAMAGED) == 0] if n_rec else offs
-    min_rec = MIN_RECORD_PROP_CRC if profile.verify_prop_crc else MIN_RECORD
+    def in_file_after(self, fs: FileScan, pos: int) -> np.ndarray:
+        """Positions of the intact records of ``fs``'s file after ``pos``."""
+        o = self.offs[self.recs.file_idx == fs.idx] - fs.file.base
+        out: np.ndarray = o[o > pos]
+        return out
 
-    def unfillable(file_base: int, g_off: int) -> str:
+    def unfillable(self, file_base: int, g_off: int) -> str:
         """Why repair cannot keep what follows a stop at g_off: the bytes up to the next
         intact record (same file) are fewer than the smallest record the walk accepts."""
+        intact_offs, min_rec = self.intact_offs, self.min_rec
         i = int(np.searchsorted(intact_offs, g_off, side="right"))
         if i >= len(intact_offs):
             return ""
         nxt = int(intact_offs[i])
-        if nxt >= file_base + mapped or nxt - g_off >= min_rec:
+        if nxt >= file_base + self.mapped or nxt - g_off >= min_rec:
             return ""
         return (f"rmqtool repair cannot keep them either: the {nxt - g_off} bytes from here to the next intact record "
                 f"(offset {nxt}) are fewer than the smallest record the broker's walk accepts ({min_rec} bytes), "
                 "and a BLANK there would end this file's walk")
 
-    for fs in scans:
-        if fs is None:
-            continue
-        base, rel = fs.file.base, fs.rel
-        short = fs.file.size < mapped
+    def file(self, fs: FileScan) -> None:
+        """The findings about one file's walk."""
+        short = fs.file.size < self.mapped
         gap_at = {g.start: g for g in fs.gaps}
         for e in fs.events:
-            g_off = base + e.pos
-            info = dict(e.info)
             if e.reason == ck.BLANK:
-                total = int(e.info.get("total_size", 0))
-                if total != mapped - e.pos:
-                    out.append(finding("CL_BAD_BLANK", rel, e.pos, g_off, f"BLANK record says {total} bytes remain, the file has {mapped - e.pos} after it", total_size=total))
-                hidden = in_file_after(fs, e.pos)
-                if len(hidden):
-                    out.append(finding("CL_DATA_AFTER_END", rel, e.pos, g_off,
-                                       f"the record walk ends at a BLANK record (the broker goes on at the next file), but {len(hidden)} intact records follow in this file (next at {int(hidden[0])})",
-                                       records_after=int(len(hidden)), next_record_offset=base + int(hidden[0]), broker_stop=e.main))
-                continue
-            n_after = after(g_off)
-            if e.reason == ck.END_OF_DATA:
-                if n_after:
-                    nxt = int(offs[np.searchsorted(offs, g_off, side="right")])
-                    out.append(finding("CL_DATA_AFTER_END", rel, e.pos, g_off,
-                                       f"the record walk ends at an all-zero header, but {n_after} intact records follow (next at offset {nxt})",
-                                       records_after=n_after, next_record_offset=nxt, broker_stop=e.main))
-                else:
-                    g = gap_at.get(e.pos)
-                    if g is not None and g.first_nonzero >= 0:
-                        out.append(finding("CL_GARBAGE_AFTER_END", rel, g.first_nonzero, base + g.first_nonzero,
-                                           f"non-zero bytes after the end of the data (from {g.first_nonzero} to {g.end}) hold no intact record",
-                                           region_end=g.end))
-                    k = int(np.searchsorted(offs, g_off)) - 1 if n_rec else -1
-                    if k >= 0 and int(offs[k]) + int(recs.size[k]) == g_off:
-                        zeros = _zeroed_properties_tail(fs.file.path, int(offs[k]) - base, int(recs.size[k]))
-                        if zeros:
-                            # (oracle soak seed 5089: a zeroed tail that began inside the last
-                            # record's properties; the broker keeps that record, and the
-                            # acknowledged messages after it leave no other trace)
-                            out.append(finding("CL_ZEROED_RECORD_TAIL", rel, int(offs[k]) - base, int(offs[k]),
-                                               f"the last record of the data ends in {zeros} zero bytes inside its properties: "
-                                               "its tail was zeroed or its write torn; the broker keeps it with those properties, "
-                                               "and any records after it are gone", zero_bytes=zeros))
-                continue
-            g = gap_at.get(e.pos)
-            if short and e.reason == ck.SHORT and g is not None and g.end >= fs.end:
-                continue  # the file is truncated: FILE_WRONG_SIZE says so
-            code = _REASON_CODES.get(e.reason, "CL_BAD_LENGTH")
-            what = _REASON_TEXT.get(e.reason, e.reason)
-            where = f" ({info['topic']}/{info['queue_id']} queue offset {info['queue_offset']})" if "topic" in info else ""
-            if e.reason in (ck.CRC, ck.PROP_CRC) and not profile.check_crc_on_recover:
-                # checkCRCOnRecover=false: the broker's walk does not check it, keeps the
-                # record and goes on (the recovery outlook walks on past it too)
-                out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: the broker's recovery keeps this record "
-                                   "(checkCRCOnRecover=false: its walk checks no CRC) and serves its damaged bytes",
-                                   reason=e.reason, field=e.field, broker_stop=False, **info))
-                continue
-            if n_after == 0 and abort and e.kind in ("gap", "damaged") and not short:
-                if "queue_offset" in info:  # a message header: the message is lost
-                    topic = info.get("topic")
-                    who = (f"{topic}/{info['queue_id']}" if topic is not None else f"queue {info['queue_id']}") + \
-                        f" queue offset {info['queue_offset']}" + (f", msg id {info['msg_id']}" if info.get("msg_id") else "")
-                    out.append(finding("CL_TORN_MESSAGE", rel, e.pos, g_off,
-                                       f"the last record of the data ({who}) fails the broker's check ({what}): "
-                                       "recovery cuts it and the message is lost", reason=e.reason, field=e.field, **info))
-                    continue
-                out.append(finding("CL_TORN_TAIL", rel, e.pos, g_off, f"the last record of the data is unreadable ({what}){where}: recovery cuts it",
-                                   reason=e.reason, field=e.field, **info))
-                continue
-            stops = "the broker's record walk stops here" if e.main else "after earlier damage"
-            cut = ""
-            if e.main and po == g_off:
-                n_cut = outlook[mode]['records_cut']
-                why = unfillable(base, g_off)
-                cut = f"; recovery cuts {n_cut} intact records" + (
-                    f" ({n_cut} intact messages after this record; {why or 'rmqtool repair keeps them'})" if n_cut else "")
-            out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: {stops}{cut}", reason=e.reason, field=e.field,
-                               broker_stop=e.main, **info))
-        if fs.stop is None and not short and fs.end == mapped:
-            n_after = after(base + fs.end - 1)
+                self._blank(fs, e)
+            elif e.reason == ck.END_OF_DATA:
+                self._end_of_data(fs, e, gap_at.get(e.pos))
+            else:
+                g = gap_at.get(e.pos)
+                if short and e.reason == ck.SHORT and g is not None and g.end >= fs.end:
+                    continue  # the file is truncated: FILE_WRONG_SIZE says so
+                self._failure(fs, e, short)
+        base = fs.file.base
+        if fs.stop is None and not short and fs.end == self.mapped:
+            n_after = self.after(base + fs.end - 1)
             if n_after:
-                out.append(finding("CL_DATA_AFTER_END", rel, fs.end, base + fs.end,
-                                   f"the file has no BLANK record at its end: the record walk stops there, {n_after} intact records follow in later files",
-                                   records_after=n_after))
-        # salvage: intact records beyond the broker's stop
+                self.out.append(finding("CL_DATA_AFTER_END", fs.rel, fs.end, base + fs.end,
+                                        f"the file has no BLANK record at its end: the record walk stops there, {n_after} intact records follow in later files",
+                                        records_after=n_after))
         if fs.stop is not None:
-            sp = fs.stop.pos
-            inside = in_file_after(fs, sp)
-            later = int(np.count_nonzero(recs.file_idx > fs.idx)) if n_rec and fs.stop.reason != ck.BLANK else 0
-            if len(inside) or later:
-                g_stop = base + sp
-                thrown = 0
-                if po is not None and po == g_stop:
-                    thrown = int(outlook[mode]["records_cut"])  # intact records, as recover counts them
-                sample = [int(x) for x in inside[:50]]
-                runs = _record_runs(recs, fs, sp)
-                why = unfillable(base, g_stop) if thrown else ""
-                fate = (f"the broker's {mode} recovery stops here and throws away {thrown} of them "
-                        f"({why or 'rmqtool repair keeps them'})" if thrown
-                        else "the broker skips them (it goes on at the next file)" if fs.stop.reason == ck.BLANK
-                        else f"the broker's {mode} recovery does not stop here")
-                out.append(finding(
-                    "CL_SALVAGEABLE_RECORDS", rel, sp, g_stop,
-                    f"{len(inside)} intact records in this file after the stop at {sp}"
-                    + (f" and {later} in later files" if later else "") + f"; {fate}",
-                    in_file=len(inside), in_later_files=later, positions=sample, positions_truncated=len(inside) > len(sample),
-                    runs=runs, broker_discards=thrown, recovery_mode=mode))
-    out.extend(_record_anomalies(store, profile, scans, recs, spans))
-    return out
+            self._salvageable(fs, fs.stop)
+
+    def _blank(self, fs: FileScan, e: Event) -> None:
+        rel, g_off, mapped = fs.rel, fs.file.base + e.pos, self.mapped
+        total = int(e.info.get("total_size", 0))
+        if total != mapped - e.pos:
+            self.out.append(finding("CL_BAD_BLANK", rel, e.pos, g_off, f"BLANK record says {total} bytes remain, the file has {mapped - e.pos} after it", total_size=total))
+        hidden = self.in_file_after(fs, e.pos)
+        if len(hidden):
+            self.out.append(finding("CL_DATA_AFTER_END", rel, e.pos, g_off,
+                                    f"the record walk ends at a BLANK record (the broker goes on at the next file), but {len(hidden)} intact records follow in this file (next at {int(hidden[0])})",
+                                    records_after=int(len(hidden)), next_record_offset=fs.file.base + int(hidden[0]), broker_stop=e.main))
+
+    def _end_of_data(self, fs: FileScan, e: Event, g: Gap | None) -> None:
+        rel, base, offs, recs = fs.rel, fs.file.base, self.offs, self.recs
+        g_off = base + e.pos
+        n_after = self.after(g_off)
+        if n_after:
+            nxt = int(offs[np.searchsorted(offs, g_off, side="right")])
+            self.out.append(finding("CL_DATA_AFTER_END", rel, e.pos, g_off,
+                                    f"the record walk ends at an all-zero header, but {n_after} intact records follow (next at offset {nxt})",
+                                    records_after=n_after, next_record_offset=nxt, broker_stop=e.main))
+            return
+        if g is not None and g.first_nonzero >= 0:
+            self.out.append(finding("CL_GARBAGE_AFTER_END", rel, g.first_nonzero, base + g.first_nonzero,
+                                    f"non-zero bytes after the end of the data (from {g.first_nonzero} to {g.end}) hold no intact record",
+                                    region_end=g.end))
+        k = int(np.searchsorted(offs, g_off)) - 1 if self.n_rec else -1
+        if k >= 0 and int(offs[k]) + int(recs.size[k]) == g_off:
+            zeros = _zeroed_properties_tail(fs.file.path, int(offs[k]) - base, int(recs.size[k]))
+            if zeros:
+                # (oracle soak seed 5089: a zeroed tail that began inside the last record's
+                # properties; the broker keeps that record, and the acknowledged messages
+                # after it leave no other trace)
+                self.out.append(finding("CL_ZEROED_RECORD_TAIL", rel, int(offs[k]) - base, int(offs[k]),
+                                        f"the last record of the data ends in {zeros} zero bytes inside its properties: "
+                                        "its tail was zeroed or its write torn; the broker keeps it with those properties, "
+                                        "and any records after it are gone", zero_bytes=zeros))
+
+    def _failure(self, fs: FileScan, e: Event, short: bool) -> None:
+        """A record that fails a check: kept under checkCRCOnRecover=false, torn at the
+        end of the data, or where the walk stops (and what recovery cuts there)."""
+        rel, base, out = fs.rel, fs.file.base, self.out
+        g_off = base + e.pos
+        info = dict(e.info)
+        code = _REASON_CODES.get(e.reason, "CL_BAD_LENGTH")
+        what = _REASON_TEXT.get(e.reason, e.reason)
+        where = f" ({info['topic']}/{info['queue_id']} queue offset {info['queue_offset']})" if "topic" in info else ""
+        if e.reason in (ck.CRC, ck.PROP_CRC) and not self.profile.check_crc_on_recover:
+            # checkCRCOnRecover=false: the broker's walk does not check it, keeps the
+            # record and goes on (the recovery outlook walks on past it too)
+            out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: the broker's recovery keeps this record "
+                               "(checkCRCOnRecover=false: its walk checks no CRC) and serves its damaged bytes",
+                               reason=e.reason, field=e.field, broker_stop=False, **info))
+            return
+        if self.after(g_off) == 0 and self.abort and e.kind in ("gap", "damaged") and not short:
+            out.append(self._torn(rel, e, g_off, info, what, where))
+            return
+        stops = "the broker's record walk stops here" if e.main else "after earlier damage"
+        cut = ""
+        if e.main and self.po == g_off:
+            n_cut = self.outlook[self.mode]['records_cut']
+            why = self.unfillable(base, g_off)
+            cut = f"; recovery cuts {n_cut} intact records" + (
+                f" ({n_cut} intact messages after this record; {why or 'rmqtool repair keeps them'})" if n_cut else "")
+        out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: {stops}{cut}", reason=e.reason, field=e.field,
+                           broker_stop=e.main, **info))
+
+    @staticmethod
+    def _torn(rel: str, e: Event, g_off: int, info: dict[str, Any], what: str, where: str) -> Finding:
+        """The last record of the data, unreadable after a crash: a torn message (its
+        header readable) or a torn tail."""
+        if "queue_offset" in info:  # a message header: the message is lost
+            topic = info.get("topic")
+            who = (f"{topic}/{info['queue_id']}" if topic is not None else f"queue {info['queue_id']}") + \
+                f" queue offset {info['queue_offset']}" + (f", msg id {info['msg_id']}" if info.get("msg_id") else "")
+            return finding("CL_TORN_MESSAGE", rel, e.pos, g_off,
+                           f"the last record of the data ({who}) fails the broker's check ({what}): "
+                           "recovery cuts it and the message is lost", reason=e.reason, field=e.field, **info)
+        return finding("CL_TORN_TAIL", rel, e.pos, g_off, f"the last record of the data is unreadable ({what}){where}: recovery cuts it",
+                       reason=e.reason, field=e.field, **info)
+
+    def _salvageable(self, fs: FileScan, stop: Event) -> None:
+        """Intact records beyond the broker's stop in this file (and later ones)."""
+        recs, mode, base = self.recs, self.mode, fs.file.base
+        sp = stop.pos
+        inside = self.in_file_after(fs, sp)
+        later = int(np.count_nonzero(recs.file_idx > fs.idx)) if self.n_rec and stop.reason != ck.BLANK else 0
+        if not (len(inside) or later):
+            return
+        g_stop = base + sp
+        thrown = 0
+        if self.po is not None and self.po == g_stop:
+            thrown = int(self.outlook[mode]["records_cut"])  # intact records, as recover counts them
+        sample = [int(x) for x in inside[:50]]
+        why = self.unfillable(base, g_stop) if thrown else ""
+        fate = (f"the broker's {mode} recovery stops here and throws away {thrown} of them "
+                f"({why or 'rmqtool repair keeps them'})" if thrown
+                else "the broker skips them (it goes on at the next file)" if stop.reason == ck.BLANK
+                else f"the broker's {mode} recovery does not stop here")
+        self.out.append(finding(
+            "CL_SALVAGEABLE_RECORDS", fs.rel, sp, g_stop,
+            f"{len(inside)} intact records in this file after the stop at {sp}"
+            + (f" and {later} in later files" if later else "") + f"; {fate}",
+            in_file=len(inside), in_later_files=later, positions=sample, positions_truncated=len(inside) > len(sample),
+            runs=_record_runs(recs, fs, sp), broker_discards=thrown, recovery_mode=mode))
+
+
+def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
+                        outlook: dict[str, Any], spans: _Spans | None = None) -> list[Finding]:
+    check = _ClCheck(store, profile, recs, outlook)
+    for fs in scans:
+        if fs is not None:
+            check.file(fs)
+    return check.out + _record_anomalies(store, profile, scans, recs, spans)
 
 
 def _record_runs(recs: Records, fs: FileScan, after: int, limit: int = 100) -> list[list[int]]:
@@ -1886,21 +1939,21 @@ def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[File
             # a jump over a damaged region is explained by the finding about that region
             a = recs.off[order[brk]]
             b = recs.off[order[brk + 1]]
-            k = np.searchsorted(spans.starts, a, side="right")
-            over = (k < len(spans.starts)) & (spans.starts[np.minimum(k, len(spans.starts) - 1)] < b)
+            at = np.searchsorted(spans.starts, a, side="right")
+            over = (at < len(spans.starts)) & (spans.starts[np.minimum(at, len(spans.starts) - 1)] < b)
             brk = brk[~over]
         if len(brk):
             first_by_q: dict[int, list[int]] = {}
-            for b in brk.tolist():
-                first_by_q.setdefault(int(qk[b + 1]), []).append(b)
+            for bi in brk.tolist():
+                first_by_q.setdefault(int(qk[bi + 1]), []).append(bi)
             for q, bl in first_by_q.items():
-                b = bl[0]
-                i = int(order[b + 1])
+                b1 = bl[0]
+                i = int(order[b1 + 1])
                 fi = int(recs.file_idx[i])
                 t, qid = recs.queues[q]
                 out.append(finding("CL_QUEUE_OFFSET", rels[fi], int(recs.off[i] - bases[fi]), int(recs.off[i]),
-                                   f"{t}/{qid}: QUEUEOFFSET goes from {int(qo[b])} to {int(qo[b + 1])} ({len(bl)} break(s) in this queue)",
-                                   topic=t, queue_id=qid, breaks=len(bl), previous=int(qo[b]), value=int(qo[b + 1])))
+                                   f"{t}/{qid}: QUEUEOFFSET goes from {int(qo[b1])} to {int(qo[b1 + 1])} ({len(bl)} break(s) in this queue)",
+                                   topic=t, queue_id=qid, breaks=len(bl), previous=int(qo[b1]), value=int(qo[b1 + 1])))
     return out
 
 
@@ -1915,7 +1968,8 @@ def in_sorted(a: np.ndarray, sorted_b: np.ndarray) -> np.ndarray:
     if len(sorted_b) == 0 or len(a) == 0:
         return np.zeros(len(a), dtype=bool)
     i = np.minimum(np.searchsorted(sorted_b, a), len(sorted_b) - 1)
-    return sorted_b[i] == a
+    out: np.ndarray = sorted_b[i] == a
+    return out
 
 
 class _KeyMatch:
@@ -2085,197 +2139,274 @@ def _units_records(recs: Records, qk: int | None, ro: np.ndarray,
     return i, found, None
 
 
-def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs: Records, spans: _Spans,
-                 outlook: dict[str, Any], broker: _Broker) -> tuple[list[Finding], dict[str, Any]]:
-    out: list[Finding] = []
-    n_rec = len(recs)
-    cl_min = store.commitlog_min_offset()
-    data_end = int(outlook.get("data_end", 0))
-    referenced = np.zeros(n_rec, dtype=bool)
-    explained: dict[int, list[np.ndarray]] = {}
-    missing_ranges: dict[int, list[tuple[int, int]]] = {}
-    stats = {"queues": len(queues), "units": 0, "fill_blank_units": 0, "expired_units": 0, "ext_address_units": 0}
-    sched_q1 = not profile.delay_table_in_abnormal_recovery
-    by_queue: dict[str, Any] = {}  # filled on first use: the records of each queue, in commitlog order
-    for q in queues:
-        try:
-            nU = len(q.off)
-            stats["units"] += int(np.count_nonzero((q.off >= 0) & (q.size > 0)))
-            qk = recs.qkey_of(q.topic, q.queue_id)
-            if q.missing and qk is not None:
-                missing_ranges.setdefault(qk, []).extend(q.missing)
-            if not nU:
-                continue
-            off, size, tag, logical = q.off, q.size, q.tags, q.logical
-            ar = np.arange(nU)
-            valid = (off >= 0) & (size > 0)
-            fill = (off == 0) & (size == cqf.FILL_BLANK_SIZE) & (tag == 0)
-            zero = (off == 0) & (size == 0) & (tag == 0)
-            vi = np.flatnonzero(valid)
-            lastv = int(vi[-1]) if len(vi) else -1
-            real = valid & ~fill
-            ri = np.flatnonzero(real)
-            first_real = int(ri[0]) if len(ri) else nU
-            stats["fill_blank_units"] += int(np.count_nonzero(fill))
-            flagged: list[np.ndarray] = []
+class _QueueUnits:
+    """One queue's units while they are checked, and :meth:`emit` of findings about runs
+    of them."""
 
-            def emit(code: str, idx: np.ndarray, text: Callable[[int, int], str], **extra: Any) -> None:
-                if not len(idx):
-                    return
-                flagged.append(logical[idx])
-                runs = _runs(idx)
-                for r, (s, ln) in enumerate(runs):
-                    if r == MAX_RUNS:
-                        rest = sum(l2 for _s2, l2 in runs[r:])
-                        out.append(finding(code, q.rels[int(q.file_no[idx[s]])], None, None,
-                                           f"{q.name}: {len(runs) - r} more runs ({rest} units) like the above", queue=q.name, omitted_units=rest))
-                        break
-                    u = int(idx[s])
-                    out.append(finding(code, q.rels[int(q.file_no[u])], int(q.pos[u]), int(off[u]) if valid[u] else None,
-                                       f"{q.name} queue offset {int(logical[u])}" + (f"-{int(logical[u]) + ln - 1}" if ln > 1 else "") + ": " + text(u, ln),
-                                       topic=q.topic, queue_id=q.queue_id, queue_offset=int(logical[u]), units=ln, **extra))
+    def __init__(self, q: Queue, out: list[Finding]) -> None:
+        self.q = q
+        self.out = out
+        self.off, self.size, self.tag, self.logical = q.off, q.size, q.tags, q.logical
+        self.valid = (self.off >= 0) & (self.size > 0)
+        self.flagged: list[np.ndarray] = []
 
-            emit("CQ_HOLE", np.flatnonzero(zero & (ar < lastv)),
-                 lambda u, ln: f"{'an all-zero unit' if ln == 1 else f'{ln} all-zero units'} before the last valid unit (queue offset {int(logical[lastv])}): the broker's queue recovery stops there")
-            emit("CQ_BAD_UNIT", np.flatnonzero(~valid & ~zero),
-                 lambda u, ln: f"invalid unit (offset {int(off[u])}, size {int(size[u])})" + (f" and {ln - 1} more" if ln > 1 else ""))
-            emit("CQ_BAD_UNIT", np.flatnonzero(fill & (ar > first_real)), lambda u, ln: "fill-blank unit after real units")
-            if len(ri):
-                ro, rs, rt = off[ri], size[ri], tag[ri]
-                rec_i, found, own = _units_records(recs, qk, ro, by_queue)
-                if qk is not None and found.all():  # the common case: every unit matches its record
-                    if own is not None:  # (records of this very queue, their columns at hand)
-                        good = (own[0] == rs) & (own[1] == logical[ri]) & ((own[2] == rt) | (rt <= cqf.EXT_MAX_ADDR))
-                    else:
-                        good = ((recs.qkey[rec_i] == qk) & (recs.size[rec_i] == rs) & (recs.queue_offset[rec_i] == logical[ri])
-                                & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR)))
-                    if good.all():
-                        good = to_queue(recs.flags[rec_i])
-                    if good.all():
-                        referenced[rec_i] = True
-                        stats["ext_address_units"] += int(np.count_nonzero(rt <= cqf.EXT_MAX_ADDR))
-                        if flagged:
-                            explained.setdefault(qk, []).extend(flagged)
-                        continue
-                expired = (ro < cl_min) & ~found
-                live = np.flatnonzero(~expired)
-                first_live = int(live[0]) if len(live) else len(ri)
-                expired_prefix = expired & (np.arange(len(ri)) < first_live)
-                stats["expired_units"] += int(np.count_nonzero(expired_prefix))
-                before_min = expired & ~expired_prefix
-                in_span = ~found & ~expired & spans.contains(ro)
-                past = ~found & ~expired & ~in_span & (ro >= data_end)
-                bad_ptr = ~found & ~expired & ~in_span & ~past
-                emit("CQ_BEFORE_MIN", ri[before_min], lambda u, ln: f"points to {int(off[u])}, below the commitlog's first file ({cl_min}), after units pointing at live data")
-                emit("CQ_INTO_DAMAGE", ri[in_span], lambda u, ln: f"points into a damaged commitlog region ({spans.what(int(off[u]))}): the message is lost" + (f" ({ln} units)" if ln > 1 else ""))
-                emit("CQ_PAST_END", ri[past], lambda u, ln: f"points to {int(off[u])}, past the end of the commitlog data ({data_end})" + (f" ({ln} units)" if ln > 1 else ""))
-                emit("CQ_BAD_POINTER", ri[bad_ptr], lambda u, ln: f"points to {int(off[u])}, where no record starts")
-                fi = np.flatnonzero(found)
-                if len(fi):
-                    rj = rec_i[fi]
-                    same_q = recs.qkey[rj] == (qk if qk is not None else -1)
-                    referenced[rj[same_q]] = True
-                    wrong = ~same_q | (recs.size[rj] != rs[fi]) | (recs.queue_offset[rj] != logical[ri[fi]]) | ~to_queue(recs.flags[rj])
-                    wi = fi[wrong]
-                    if len(wi):
-                        def wtext(u: int, ln: int, _ri: np.ndarray = ri, _rec: np.ndarray = rec_i) -> str:
-                            k = int(np.searchsorted(_ri, u))
-                            j = int(_rec[k])
-                            t, qid = recs.queues[int(recs.qkey[j])]
-                            if not to_queue(recs.flags[j : j + 1])[0]:
-                                tt = int(tx_type(recs.flags[j : j + 1])[0])
-                                return (f"points to a {'PREPARED' if tt == 4 else 'ROLLBACK'} transaction record of {t}/{qid}, "
-                                        "which the broker never puts in a queue")
-                            return (f"points to a record of {t}/{qid} queue offset {int(recs.queue_offset[j])} size {int(recs.size[j])}"
-                                    f" (the unit says size {int(size[u])})")
-                        emit("CQ_WRONG_RECORD", ri[wi], wtext)
-                    ok = fi[~wrong]
-                    if len(ok):
-                        ut = rt[ok]
-                        et = recs.tags[rec_i[ok]]
-                        ext = ut <= cqf.EXT_MAX_ADDR
-                        stats["ext_address_units"] += int(np.count_nonzero(ext))
-                        mism = ok[(ut != et) & ~ext]
-                        if len(mism):
-                            q1 = np.zeros(len(mism), dtype=bool)
-                            if sched_q1 and q.topic == ck.SCHEDULE_TOPIC:
-                                for m_i, k in enumerate(mism.tolist()):
-                                    q1[m_i] = _q1_tags(store, profile, recs, int(rec_i[k])) == int(rt[k])
-                            emit("CQ_TAGS_CODE_Q1", ri[mism[q1]], lambda u, ln: f"tagsCode {int(tag[u])} is the TAGS hash, not the delivery time (quirk Q1 of 4.9.2-4.9.8 abnormal recovery)")
+    def emit(self, code: str, idx: np.ndarray, text: Callable[[int, int], str], **extra: Any) -> None:
+        """Findings ``code`` about the units ``idx``, one per run of consecutive units (at
+        most :data:`MAX_RUNS`, then one summary); ``text(unit, run length)``."""
+        if not len(idx):
+            return
+        q, off, logical = self.q, self.off, self.logical
+        self.flagged.append(logical[idx])
+        runs = _runs(idx)
+        for r, (s, ln) in enumerate(runs):
+            if r == MAX_RUNS:
+                rest = sum(l2 for _s2, l2 in runs[r:])
+                self.out.append(finding(code, q.rels[int(q.file_no[idx[s]])], None, None,
+                                        f"{q.name}: {len(runs) - r} more runs ({rest} units) like the above", queue=q.name, omitted_units=rest))
+                break
+            u = int(idx[s])
+            self.out.append(finding(code, q.rels[int(q.file_no[u])], int(q.pos[u]), int(off[u]) if self.valid[u] else None,
+                                    f"{q.name} queue offset {int(logical[u])}" + (f"-{int(logical[u]) + ln - 1}" if ln > 1 else "") + ": " + text(u, ln),
+                                    topic=q.topic, queue_id=q.queue_id, queue_offset=int(logical[u]), units=ln, **extra))
 
-                            def ttext(u: int, ln: int, _ri: np.ndarray = ri, _rec: np.ndarray = rec_i) -> str:
-                                j = int(_rec[int(np.searchsorted(_ri, u))])
-                                return f"tagsCode {int(tag[u])}, the record's TAGS give {int(recs.tags[j])}" + (f" ({ln} units)" if ln > 1 else "")
-                            emit("CQ_TAGS_CODE", ri[mism[~q1]], ttext)
-            if qk is not None and flagged:
-                explained.setdefault(qk, []).extend(flagged)
-        finally:
-            q.release()  # checked: its units are not needed any more
 
-    # commitlog messages missing from their queue
-    if n_rec:
+class _CqCheck:
+    """The consume queue cross-check (:func:`_cq_findings`): every queue's units against
+    the records, then the records no unit points at."""
+
+    def __init__(self, store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any],
+                 n_queues: int) -> None:
+        self.store, self.profile, self.recs, self.spans = store, profile, recs, spans
+        self.out: list[Finding] = []
+        self.cl_min = store.commitlog_min_offset()
+        self.data_end = int(outlook.get("data_end", 0))
+        self.referenced = np.zeros(len(recs), dtype=bool)
+        self.explained: dict[int, list[np.ndarray]] = {}
+        self.missing_ranges: dict[int, list[tuple[int, int]]] = {}
+        self.stats: dict[str, Any] = {"queues": n_queues, "units": 0, "fill_blank_units": 0, "expired_units": 0,
+                                      "ext_address_units": 0}
+        self.sched_q1 = not profile.delay_table_in_abnormal_recovery
+        self.by_queue: dict[str, Any] = {}  # filled on first use: the records of each queue, in commitlog order
+
+    def queue(self, q: Queue) -> None:
+        """The findings about one queue's units."""
+        self.stats["units"] += int(np.count_nonzero((q.off >= 0) & (q.size > 0)))
+        qk = self.recs.qkey_of(q.topic, q.queue_id)
+        if q.missing and qk is not None:
+            self.missing_ranges.setdefault(qk, []).extend(q.missing)
+        if not len(q.off):
+            return
+        u = _QueueUnits(q, self.out)
+        ri = self._unit_shapes(u)
+        if len(ri) and self._all_good(u, qk, ri):
+            return
+        if qk is not None and u.flagged:
+            self.explained.setdefault(qk, []).extend(u.flagged)
+
+    def _unit_shapes(self, u: _QueueUnits) -> np.ndarray:
+        """Holes, invalid units, fill-blank units after real ones; returns the real units
+        (valid, not fill-blank)."""
+        off, size, tag, logical, valid = u.off, u.size, u.tag, u.logical, u.valid
+        ar = np.arange(len(off))
+        fill = (off == 0) & (size == cqf.FILL_BLANK_SIZE) & (tag == 0)
+        zero = (off == 0) & (size == 0) & (tag == 0)
+        vi = np.flatnonzero(valid)
+        lastv = int(vi[-1]) if len(vi) else -1
+        ri = np.flatnonzero(valid & ~fill)
+        first_real = int(ri[0]) if len(ri) else len(off)
+        self.stats["fill_blank_units"] += int(np.count_nonzero(fill))
+        u.emit("CQ_HOLE", np.flatnonzero(zero & (ar < lastv)),
+               lambda k, ln: f"{'an all-zero unit' if ln == 1 else f'{ln} all-zero units'} before the last valid unit (queue offset {int(logical[lastv])}): the broker's queue recovery stops there")
+        u.emit("CQ_BAD_UNIT", np.flatnonzero(~valid & ~zero),
+               lambda k, ln: f"invalid unit (offset {int(off[k])}, size {int(size[k])})" + (f" and {ln - 1} more" if ln > 1 else ""))
+        u.emit("CQ_BAD_UNIT", np.flatnonzero(fill & (ar > first_real)), lambda k, ln: "fill-blank unit after real units")
+        return ri
+
+    def _all_good(self, u: _QueueUnits, qk: int | None, ri: np.ndarray) -> bool:
+        """The real units ``ri`` against their records. True in the common case, every
+        unit matching its record (the flagged units are then explained here)."""
+        recs = self.recs
+        ro, rs, rt = u.off[ri], u.size[ri], u.tag[ri]
+        rec_i, found, own = _units_records(recs, qk, ro, self.by_queue)
+        if qk is not None and found.all():
+            if own is not None:  # (records of this very queue, their columns at hand)
+                good = (own[0] == rs) & (own[1] == u.logical[ri]) & ((own[2] == rt) | (rt <= cqf.EXT_MAX_ADDR))
+            else:
+                good = ((recs.qkey[rec_i] == qk) & (recs.size[rec_i] == rs) & (recs.queue_offset[rec_i] == u.logical[ri])
+                        & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR)))
+            if good.all():
+                good = to_queue(recs.flags[rec_i])
+            if good.all():
+                self.referenced[rec_i] = True
+                self.stats["ext_address_units"] += int(np.count_nonzero(rt <= cqf.EXT_MAX_ADDR))
+                if u.flagged:
+                    self.explained.setdefault(qk, []).extend(u.flagged)
+                return True
+        self._bad_pointers(u, ri, ro, found)
+        fi = np.flatnonzero(found)
+        if len(fi):
+            self._pointed_records(u, qk, ri, rec_i, fi)
+        return False
+
+    def _bad_pointers(self, u: _QueueUnits, ri: np.ndarray, ro: np.ndarray, found: np.ndarray) -> None:
+        """Units pointing where no record starts: below the first file, into damage, past
+        the end, elsewhere."""
+        off, spans, cl_min, data_end = u.off, self.spans, self.cl_min, self.data_end
+        expired = (ro < cl_min) & ~found
+        live = np.flatnonzero(~expired)
+        first_live = int(live[0]) if len(live) else len(ri)
+        expired_prefix = expired & (np.arange(len(ri)) < first_live)
+        self.stats["expired_units"] += int(np.count_nonzero(expired_prefix))
+        before_min = expired & ~expired_prefix
+        in_span = ~found & ~expired & spans.contains(ro)
+        past = ~found & ~expired & ~in_span & (ro >= data_end)
+        bad_ptr = ~found & ~expired & ~in_span & ~past
+        u.emit("CQ_BEFORE_MIN", ri[before_min], lambda k, ln: f"points to {int(off[k])}, below the commitlog's first file ({cl_min}), after units pointing at live data")
+        u.emit("CQ_INTO_DAMAGE", ri[in_span], lambda k, ln: f"points into a damaged commitlog region ({spans.what(int(off[k]))}): the message is lost" + (f" ({ln} units)" if ln > 1 else ""))
+        u.emit("CQ_PAST_END", ri[past], lambda k, ln: f"points to {int(off[k])}, past the end of the commitlog data ({data_end})" + (f" ({ln} units)" if ln > 1 else ""))
+        u.emit("CQ_BAD_POINTER", ri[bad_ptr], lambda k, ln: f"points to {int(off[k])}, where no record starts")
+
+    def _pointed_records(self, u: _QueueUnits, qk: int | None, ri: np.ndarray, rec_i: np.ndarray, fi: np.ndarray) -> None:
+        """Units ``ri[fi]`` that point at a record: of another queue, queue offset or size,
+        a transaction record no queue holds, or another tagsCode."""
+        recs, size = self.recs, u.size
+        rj = rec_i[fi]
+        same_q = recs.qkey[rj] == (qk if qk is not None else -1)
+        self.referenced[rj[same_q]] = True
+        wrong = ~same_q | (recs.size[rj] != size[ri][fi]) | (recs.queue_offset[rj] != u.logical[ri[fi]]) | ~to_queue(recs.flags[rj])
+        wi = fi[wrong]
+        if len(wi):
+            def wtext(k: int, ln: int) -> str:
+                j = int(rec_i[int(np.searchsorted(ri, k))])
+                t, qid = recs.queues[int(recs.qkey[j])]
+                if not to_queue(recs.flags[j : j + 1])[0]:
+                    tt = int(tx_type(recs.flags[j : j + 1])[0])
+                    return (f"points to a {'PREPARED' if tt == 4 else 'ROLLBACK'} transaction record of {t}/{qid}, "
+                            "which the broker never puts in a queue")
+                return (f"points to a record of {t}/{qid} queue offset {int(recs.queue_offset[j])} size {int(recs.size[j])}"
+                        f" (the unit says size {int(size[k])})")
+            u.emit("CQ_WRONG_RECORD", ri[wi], wtext)
+        ok = fi[~wrong]
+        if len(ok):
+            self._tags_codes(u, ri, rec_i, ok)
+
+    def _tags_codes(self, u: _QueueUnits, ri: np.ndarray, rec_i: np.ndarray, ok: np.ndarray) -> None:
+        """The tagsCode of the units ``ri[ok]`` (pointing at the right record) against the
+        record's (the delivery time on the schedule topic; quirk Q1 told apart)."""
+        recs, tag = self.recs, u.tag
+        rt = tag[ri]
+        ut = rt[ok]
+        ext = ut <= cqf.EXT_MAX_ADDR
+        self.stats["ext_address_units"] += int(np.count_nonzero(ext))
+        mism = ok[(ut != recs.tags[rec_i[ok]]) & ~ext]
+        if not len(mism):
+            return
+        q1 = np.zeros(len(mism), dtype=bool)
+        if self.sched_q1 and u.q.topic == ck.SCHEDULE_TOPIC:
+            for m_i, k in enumerate(mism.tolist()):
+                q1[m_i] = _q1_tags(self.store, self.profile, recs, int(rec_i[k])) == int(rt[k])
+        u.emit("CQ_TAGS_CODE_Q1", ri[mism[q1]], lambda k, ln: f"tagsCode {int(tag[k])} is the TAGS hash, not the delivery time (quirk Q1 of 4.9.2-4.9.8 abnormal recovery)")
+
+        def ttext(k: int, ln: int) -> str:
+            j = int(rec_i[int(np.searchsorted(ri, k))])
+            return f"tagsCode {int(tag[k])}, the record's TAGS give {int(recs.tags[j])}" + (f" ({ln} units)" if ln > 1 else "")
+        u.emit("CQ_TAGS_CODE", ri[mism[~q1]], ttext)
+
+    def missing(self, broker: _Broker) -> None:
+        """Commitlog messages missing from their queue: dispatch lag (the broker's start-up
+        dispatches them), a topic name no queue can have, a deleted topic, lost."""
+        recs = self.recs
         expected = to_queue(recs.flags) & (recs.off < broker.po)
-        missing = np.flatnonzero(expected & ~referenced)
+        missing = np.flatnonzero(expected & ~self.referenced)
         if len(missing):
             fixed = broker.cq_fixed(recs.off[missing])
             qks = recs.qkey[missing]
-            expl = np.zeros(len(missing), dtype=bool)
-            for k in sorted_unique(qks).tolist():
-                sel = qks == k
-                qo = recs.queue_offset[missing[sel]]
-                e = np.zeros(len(qo), dtype=bool)
-                if k in explained:
-                    e |= in_sorted(qo, sorted_unique(np.concatenate(explained[k])))
-                for a, b in missing_ranges.get(k, []):
-                    e |= (qo >= a) & (qo < b)
-                expl[sel] = e
-            deleted = _deleted_topics(store, {recs.queues[k][0] for k in sorted_unique(qks).tolist()})
+            expl = self._explained(missing, qks)
+            deleted = _deleted_topics(self.store, {recs.queues[k][0] for k in sorted_unique(qks).tolist()})
             gone: dict[str, list[int]] = {}
             for k in sorted_unique(qks).tolist():
-                t, qid = recs.queues[k]
-                qdir = f"consumequeue/{t}/{qid}"
                 sel = qks == k
-                why = topic_path_problem(t)
-                if why is not None:  # no queue can exist for it: recover never makes its path
-                    j = int(missing[sel][0])
-                    out.append(finding("TOPIC_BAD_NAME", "commitlog", None, int(recs.off[j]),
-                                       f"{int(sel.sum())} message(s) from offset {int(recs.off[j])} of topic {t!r}: {why}; "
-                                       "the broker could not have created its queue, and recover or rebuild-index dispatch none of them",
-                                       topic=t, queue_id=qid, count=int(sel.sum())))
-                    continue
-                lag = missing[sel & fixed & ~expl]
-                if len(lag):
-                    out.append(finding("CQ_DISPATCH_LAG", qdir, None, int(recs.off[lag[0]]),
-                                       f"{t}/{qid}: {len(lag)} message(s) not yet in the queue (queue offsets {int(recs.queue_offset[lag[0]])}-{int(recs.queue_offset[lag[-1]])}); the broker dispatches them at its next start",
-                                       topic=t, queue_id=qid, count=int(len(lag)), first_offset=int(recs.off[lag[0]]),
-                                       first_queue_offset=int(recs.queue_offset[lag[0]]), last_queue_offset=int(recs.queue_offset[lag[-1]])))
-                lost = missing[sel & ~fixed & ~expl]
-                if len(lost) and t in deleted:
-                    gone.setdefault(t, []).extend(lost.tolist())
-                elif len(lost):
-                    # runs of consecutive queue offsets (other queues' records lie between them)
-                    runs = _runs(recs.queue_offset[lost])
-                    for r, (s, ln) in enumerate(runs):
-                        if r == MAX_RUNS:
-                            more = sum(l2 for _s2, l2 in runs[r:])
-                            out.append(finding("CQ_MISSING_MESSAGE", qdir, None, None,
-                                               f"{t}/{qid}: {more} more message(s) missing, in {len(runs) - r} more runs",
-                                               topic=t, queue_id=qid, count=more))
-                            break
-                        j = int(lost[s])
-                        q0 = int(recs.queue_offset[j])
-                        out.append(finding("CQ_MISSING_MESSAGE", qdir, None, int(recs.off[j]),
-                                           f"{t}/{qid}: {ln} message(s) from offset {int(recs.off[j])} (queue offset {q0}"
-                                           + (f"-{q0 + ln - 1}" if ln > 1 else "") + ") missing from the queue; the broker will not dispatch them again",
-                                           topic=t, queue_id=qid, count=ln, queue_offset=q0))
+                self._missing_of_queue(k, missing[sel], fixed[sel], expl[sel], deleted, gone)
             for t, idx in sorted(gone.items()):
                 first = min(idx)
-                out.append(finding("CQ_TOPIC_DELETED", f"consumequeue/{t}", None, int(recs.off[first]),
-                                   f"{t}: {len(idx)} message(s) from offset {int(recs.off[first])} have no consume queue, and the "
-                                   "topic has no consume queue file and is not in config/topics.json: a deleted topic (the broker "
-                                   "serves none of them)", topic=t, count=len(idx)))
-        stats["messages_missing"] = int(len(missing))
-    return out, stats
+                self.out.append(finding("CQ_TOPIC_DELETED", f"consumequeue/{t}", None, int(recs.off[first]),
+                                        f"{t}: {len(idx)} message(s) from offset {int(recs.off[first])} have no consume queue, and the "
+                                        "topic has no consume queue file and is not in config/topics.json: a deleted topic (the broker "
+                                        "serves none of them)", topic=t, count=len(idx)))
+        self.stats["messages_missing"] = int(len(missing))
+
+    def _explained(self, missing: np.ndarray, qks: np.ndarray) -> np.ndarray:
+        """Which missing records a finding about their queue explains already (flagged
+        units, a missing queue file's range)."""
+        expl = np.zeros(len(missing), dtype=bool)
+        for k in sorted_unique(qks).tolist():
+            sel = qks == k
+            qo = self.recs.queue_offset[missing[sel]]
+            e = np.zeros(len(qo), dtype=bool)
+            if k in self.explained:
+                e |= in_sorted(qo, sorted_unique(np.concatenate(self.explained[k])))
+            for a, b in self.missing_ranges.get(k, []):
+                e |= (qo >= a) & (qo < b)
+            expl[sel] = e
+        return expl
+
+    def _missing_of_queue(self, k: int, missing: np.ndarray, fixed: np.ndarray, expl: np.ndarray, deleted: set[str],
+                          gone: dict[str, list[int]]) -> None:
+        """The findings about the records of queue ``k`` that no unit points at."""
+        recs, out = self.recs, self.out
+        t, qid = recs.queues[k]
+        qdir = f"consumequeue/{t}/{qid}"
+        why = topic_path_problem(t)
+        if why is not None:  # no queue can exist for it: recover never makes its path
+            j = int(missing[0])
+            out.append(finding("TOPIC_BAD_NAME", "commitlog", None, int(recs.off[j]),
+                               f"{len(missing)} message(s) from offset {int(recs.off[j])} of topic {t!r}: {why}; "
+                               "the broker could not have created its queue, and recover or rebuild-index dispatch none of them",
+                               topic=t, queue_id=qid, count=len(missing)))
+            return
+        lag = missing[fixed & ~expl]
+        if len(lag):
+            out.append(finding("CQ_DISPATCH_LAG", qdir, None, int(recs.off[lag[0]]),
+                               f"{t}/{qid}: {len(lag)} message(s) not yet in the queue (queue offsets {int(recs.queue_offset[lag[0]])}-{int(recs.queue_offset[lag[-1]])}); the broker dispatches them at its next start",
+                               topic=t, queue_id=qid, count=int(len(lag)), first_offset=int(recs.off[lag[0]]),
+                               first_queue_offset=int(recs.queue_offset[lag[0]]), last_queue_offset=int(recs.queue_offset[lag[-1]])))
+        lost = missing[~fixed & ~expl]
+        if len(lost) and t in deleted:
+            gone.setdefault(t, []).extend(lost.tolist())
+        elif len(lost):
+            self._lost_runs(t, qid, qdir, lost)
+
+    def _lost_runs(self, t: str, qid: int, qdir: str, lost: np.ndarray) -> None:
+        """Runs of consecutive queue offsets of lost records (other queues' records lie
+        between them)."""
+        recs = self.recs
+        runs = _runs(recs.queue_offset[lost])
+        for r, (s, ln) in enumerate(runs):
+            if r == MAX_RUNS:
+                more = sum(l2 for _s2, l2 in runs[r:])
+                self.out.append(finding("CQ_MISSING_MESSAGE", qdir, None, None,
+                                        f"{t}/{qid}: {more} more message(s) missing, in {len(runs) - r} more runs",
+                                        topic=t, queue_id=qid, count=more))
+                break
+            j = int(lost[s])
+            q0 = int(recs.queue_offset[j])
+            self.out.append(finding("CQ_MISSING_MESSAGE", qdir, None, int(recs.off[j]),
+                                    f"{t}/{qid}: {ln} message(s) from offset {int(recs.off[j])} (queue offset {q0}"
+                                    + (f"-{q0 + ln - 1}" if ln > 1 else "") + ") missing from the queue; the broker will not dispatch them again",
+                                    topic=t, queue_id=qid, count=ln, queue_offset=q0))
+
+
+def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs: Records, spans: _Spans,
+                 outlook: dict[str, Any], broker: _Broker) -> tuple[list[Finding], dict[str, Any]]:
+    check = _CqCheck(store, profile, recs, spans, outlook, len(queues))
+    for q in queues:
+        try:
+            check.queue(q)
+        finally:
+            q.release()  # checked: its units are not needed any more
+    if len(recs):
+        check.missing(broker)
+    return check.out, check.stats
 
 
 def _deleted_topics(store: Store, topics: set[str]) -> set[str]:
@@ -2367,200 +2498,269 @@ def _read_index_header(f: StoreFile) -> ixf.IndexHeader | None:
     return ixf.read_whole_header(f.path)
 
 
-def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any],
-                    broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
-    import mmap
+class _IndexFile:
+    """One index file's slots and entries while they are checked (read from its map)."""
 
-    out: list[Finding] = []
-    g = store.geometry
-    S, N = g.index_slot_num, g.index_num
-    cl_min = store.commitlog_min_offset()
-    data_end = int(outlook.get("data_end", 0))
-    km = _KeyMatch(recs)
-    wrong_recs: list[np.ndarray] = []
-    stats: dict[str, Any] = {"files": len(store.index_files), "entries": 0, "expired_entries": 0}
-    prev_end_ts = 0
-    entries_at = ixf.HEADER_SIZE + S * ixf.SLOT_SIZE
+    def __init__(self, mm: Any, size: int, count: int, eff: int, S: int) -> None:
+        self.u8 = np.frombuffer(mm, dtype=np.uint8)
+        self.entries_at = ixf.HEADER_SIZE + S * ixf.SLOT_SIZE
+        avail_slots = max(0, min(S, (size - ixf.HEADER_SIZE) // ixf.SLOT_SIZE))
+        self.slots = (np.frombuffer(mm, dtype=">i4", count=avail_slots, offset=ixf.HEADER_SIZE).astype(np.int64) if avail_slots
+                      else np.zeros(0, dtype=np.int64))
+        avail = max(0, (size - self.entries_at) // ixf.ENTRY_SIZE) if size > self.entries_at else 0
+        self.ne = min(eff, avail)
+        E = (np.frombuffer(mm, dtype=ixf.ENTRY_DTYPE, count=self.ne, offset=self.entries_at) if self.ne
+             else np.zeros(0, dtype=ixf.ENTRY_DTYPE))
+        self.kh = E["key_hash"][1:].astype(np.int32)
+        self.eoff = E["commitlog_offset"][1:].astype(np.int64)
+        self.td = E["time_diff"][1:].astype(np.int32)
+        # entry numbers fit Java ints: int32 halves the memory of a 20 M-entry file
+        self.prev = E["prev_index"][1:].astype(np.int32)
+        self.ks = np.arange(1, self.ne, dtype=np.int32)
+        self.count, self.eff = count, eff
 
-    def emit(code: str, rel: str, ks: np.ndarray, eoff: np.ndarray | None, text: Callable[[int, int], str], **extra: Any) -> None:
+
+class _IndexCheck:
+    """The index cross-check (:func:`_index_findings`): every file's header, slots, hash
+    chains, entries against the records' keys and store times; then the messages missing
+    from the index."""
+
+    def __init__(self, store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any]) -> None:
+        self.store, self.profile, self.recs, self.spans = store, profile, recs, spans
+        self.out: list[Finding] = []
+        g = store.geometry
+        self.S, self.N = g.index_slot_num, g.index_num
+        self.cl_min = store.commitlog_min_offset()
+        self.data_end = int(outlook.get("data_end", 0))
+        self.km = _KeyMatch(recs)
+        self.wrong_recs: list[np.ndarray] = []
+        self.stats: dict[str, Any] = {"files": len(store.index_files), "entries": 0, "expired_entries": 0}
+        self.prev_end_ts = 0
+        self.entries_at = ixf.HEADER_SIZE + self.S * ixf.SLOT_SIZE
+        self.rel = ""
+
+    def emit(self, code: str, ks: np.ndarray, eoff: np.ndarray | None, text: Callable[[int, int], str], **extra: Any) -> None:
+        """Findings ``code`` about the entries ``ks`` of the current file, one per run of
+        consecutive entries (at most :data:`MAX_RUNS`); ``text(entry, run start)``."""
         runs = _runs(ks)
         for r, (s, ln) in enumerate(runs):
             if r == MAX_RUNS:
-                out.append(finding(code, rel, None, None, f"{len(runs) - r} more runs like the above", omitted_entries=sum(l2 for _s2, l2 in runs[r:])))
+                self.out.append(finding(code, self.rel, None, None, f"{len(runs) - r} more runs like the above",
+                                        omitted_entries=sum(l2 for _s2, l2 in runs[r:])))
                 break
             k = int(ks[s])
-            out.append(finding(code, rel, entries_at + k * ixf.ENTRY_SIZE, None if eoff is None else int(eoff[s]),
-                               f"entry {k}" + (f"-{k + ln - 1}" if ln > 1 else "") + ": " + text(k, s), entry=k, entries=ln, **extra))
+            self.out.append(finding(code, self.rel, self.entries_at + k * ixf.ENTRY_SIZE, None if eoff is None else int(eoff[s]),
+                                    f"entry {k}" + (f"-{k + ln - 1}" if ln > 1 else "") + ": " + text(k, s), entry=k, entries=ln, **extra))
 
-    for (_name, h), f in zip(headers, store.index_files):
-        rel = _rel(store, f.path)
-        if h is None:
-            continue
+    def file(self, f: StoreFile, h: ixf.IndexHeader) -> None:
+        """The findings about one index file whose header is ``h``."""
+        import mmap
+
+        self.rel = _rel(self.store, f.path)
         count = int(h.index_count)
         eff = max(count, 1)
         hdr_problems: list[str] = []
-        if count > N:
-            hdr_problems.append(f"indexCount {count} exceeds maxIndexNum {N}")
-            eff = N
+        if count > self.N:
+            hdr_problems.append(f"indexCount {count} exceeds maxIndexNum {self.N}")
+            eff = self.N
         fd = os.open(f.path, os.O_RDONLY)
         try:
             mm = mmap.mmap(fd, f.size, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
         try:
-            u8 = np.frombuffer(mm, dtype=np.uint8)
-            avail_slots = max(0, min(S, (f.size - ixf.HEADER_SIZE) // ixf.SLOT_SIZE))
-            slots = np.frombuffer(mm, dtype=">i4", count=avail_slots, offset=ixf.HEADER_SIZE).astype(np.int64) if avail_slots else np.zeros(0, dtype=np.int64)
-            avail = max(0, (f.size - entries_at) // ixf.ENTRY_SIZE) if f.size > entries_at else 0
-            ne = min(eff, avail)
-            E = np.frombuffer(mm, dtype=ixf.ENTRY_DTYPE, count=ne, offset=entries_at) if ne else np.zeros(0, dtype=ixf.ENTRY_DTYPE)
-            kh = E["key_hash"][1:].astype(np.int32)
-            eoff = E["commitlog_offset"][1:].astype(np.int64)
-            td = E["time_diff"][1:].astype(np.int32)
-            # entry numbers fit Java ints: int32 halves the memory of a 20 M-entry file
-            prev = E["prev_index"][1:].astype(np.int32)
-            ks = np.arange(1, ne, dtype=np.int32)
-            stats["entries"] += len(ks)
-            # entries after indexCount must be empty. Entries a stale header hides (its page
-            # lost while the entries' pages were written) come right after indexCount, so
-            # the first MiB is looked at, not the whole (mostly sparse) entry area.
-            tail_from = entries_at + eff * ixf.ENTRY_SIZE
-            tail_to = min(f.size, entries_at + N * ixf.ENTRY_SIZE, tail_from + (1 << 20))
-            if tail_from < tail_to:
-                nz = _first_nonzero(u8, tail_from, tail_to)
-                if nz >= 0:
-                    hdr_problems.append(f"non-zero entry bytes at {nz}, after indexCount {count}")
-            # ---- slots
-            bad_slot = np.flatnonzero((slots != 0) & ((slots < 0) | (slots >= eff)))
-            for s_i in bad_slot[:MAX_RUNS].tolist():
-                out.append(finding("IDX_SLOT_RANGE", rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
-                                   f"hash slot {s_i} holds {int(slots[s_i])}, outside [0, indexCount {eff})", slot=s_i, value=int(slots[s_i])))
-            if len(bad_slot) > MAX_RUNS:
-                out.append(finding("IDX_SLOT_RANGE", rel, None, None, f"{len(bad_slot) - MAX_RUNS} more slots out of range", omitted=int(len(bad_slot) - MAX_RUNS)))
-            # ---- header
-            nonempty = int(np.count_nonzero((slots > 0) & (slots < eff)))
-            hsc = int(h.hash_slot_count)
-            if count >= 2 and ne == eff:
-                want_hsc = count - 1 if profile.hash_slot_count_every_put else nonempty
-                other_hsc = nonempty if profile.hash_slot_count_every_put else count - 1
-                if not profile.hash_slot_count_every_put and hsc != nonempty:
-                    used = sorted_unique((kh[kh >= 0] % np.int32(S)).astype(np.int64))
-                    if len(used) == hsc:  # the entries' slots agree with the header: the slot table
-                        want_hsc = hsc    # is what is damaged, and the slot checks below say so
-                if hsc != want_hsc and hsc == other_hsc:
-                    out.append(finding("IDX_SLOT_COUNT_VERSION", rel, 32, None,
-                                       f"hashSlotCount {hsc} is the {'slots in use' if profile.hash_slot_count_every_put else 'number of puts'}"
-                                       f" ({'4.7.1+' if profile.hash_slot_count_every_put else '4.6.0-4.7.0'} rule), not {want_hsc} "
-                                       f"({profile.label}): give the --broker-version that wrote the store",
-                                       hash_slot_count=hsc, expected=want_hsc))
-                elif hsc != want_hsc:
-                    hdr_problems.append(f"hashSlotCount {hsc}, expected {want_hsc}")
-                if int(h.begin_phy_offset) != int(eoff[0]):
-                    hdr_problems.append(f"beginPhyOffset {int(h.begin_phy_offset)}, entry 1 points to {int(eoff[0])}")
-                if int(h.end_phy_offset) != int(eoff[-1]):
-                    hdr_problems.append(f"endPhyOffset {int(h.end_phy_offset)}, the last entry points to {int(eoff[-1])}")
-                for which, k_e, field_name in (("begin", 0, "begin_timestamp"), ("end", len(eoff) - 1, "end_timestamp")):
-                    j, hit = recs.find(eoff[k_e : k_e + 1])
-                    if hit[0] and int(recs.store_ts[j[0]]) != int(getattr(h, field_name)):
-                        hdr_problems.append(f"{which}Timestamp {int(getattr(h, field_name))}, its entry's record was stored at {int(recs.store_ts[j[0]])}")
-            # a file with no put has begin == end (IndexFile's constructor). After puts, begin
-            # is the first put's and end the last put's: a store clock that stepped back
-            # puts begin after end, as the broker writes it (the entries are checked above)
-            if count < 2 and (int(h.begin_timestamp) > int(h.end_timestamp) or int(h.begin_phy_offset) > int(h.end_phy_offset)):
-                hdr_problems.append("begin values after end values")
+            x = _IndexFile(mm, f.size, count, eff, self.S)
+            self.stats["entries"] += len(x.ks)
+            hdr_problems += self._tail(x, f.size)
+            self._slots(x)
+            hsc = self._header(x, h, hdr_problems)
             if hdr_problems:
-                out.append(finding("IDX_HEADER", rel, 0, None, "; ".join(hdr_problems), index_count=count, hash_slot_count=hsc))
-            if not len(ks):
-                prev_end_ts = int(h.end_timestamp)
-                continue
-            # ---- chains
-            prev_range = (prev < 0) | (prev >= eff)
-            cycle = ~prev_range & (prev >= ks)
-            emit("IDX_SLOT_RANGE", rel, ks[prev_range], eoff[prev_range], lambda k, s: f"chain link {int(prev[k - 1])} outside [0, indexCount {eff})")
-            emit("IDX_CHAIN_CYCLE", rel, ks[cycle], eoff[cycle], lambda k, s: f"chain link {int(prev[k - 1])} does not point to an older entry")
-            chain_slot, slot_of, into_middle, shared, dup_target = _chains(ks, np.where(prev_range | cycle, 0, prev), slots, eff, kh, S,
-                                                                           sound_links=not (prev_range.any() or cycle.any()))
-            for s_i in into_middle[:MAX_RUNS].tolist():
-                out.append(finding("IDX_CHAIN_BROKEN", rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
-                                   f"hash slot {s_i} points to entry {int(slots[s_i])}, which a newer entry links to", slot=s_i))
-            for t_k in list(shared[:MAX_RUNS]) + list(dup_target[:MAX_RUNS]):
-                t_k = int(t_k)
-                if t_k >= 1:
-                    out.append(finding("IDX_CHAIN_BROKEN", rel, entries_at + t_k * ixf.ENTRY_SIZE, None,
-                                       f"entry {t_k} is reached from two places (two links or two slots)", entry=t_k))
-            orphan = chain_slot < 0
-            emit("IDX_CHAIN_BROKEN", rel, ks[orphan], eoff[orphan], lambda k, s: "not reachable from any hash slot")
-            # ---- records
-            rj, found = recs.find(eoff)
-            neg = kh < 0
-            emit("IDX_BAD_ENTRY", rel, ks[neg], eoff[neg], lambda k, s: f"negative key hash {int(kh[k - 1])}")
-            expired = ~found & (eoff < cl_min)
-            stats["expired_entries"] += int(np.count_nonzero(expired))
-            in_span = ~found & ~expired & spans.contains(eoff)
-            past = ~found & ~expired & ~in_span & (eoff >= data_end)
-            bad = ~found & ~expired & ~in_span & ~past
-            emit("IDX_INTO_DAMAGE", rel, ks[in_span], eoff[in_span], lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})")
-            emit("IDX_PAST_END", rel, ks[past], eoff[past], lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})")
-            emit("IDX_BAD_ENTRY", rel, ks[bad & ~neg], eoff[bad & ~neg], lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
-            hash_ok = km.match(rj, found, kh)
-            wrong = found & ~hash_ok & ~neg
-            emit("IDX_WRONG_HASH", rel, ks[wrong], eoff[wrong],
-                 lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}")
-            wrong_recs.append(rj[wrong])
-            misplaced = ~orphan & ~wrong & ~neg & (chain_slot != slot_of)
-            emit("IDX_CHAIN_BROKEN", rel, ks[misplaced], eoff[misplaced],
-                 lambda k, s: f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}")
-            # ---- timeDiff
-            fk = np.flatnonzero(found)
-            if len(fk):
-                st = recs.store_ts[rj[fk]]
-                begin = np.where(ks[fk] == 1, prev_end_ts, int(h.begin_timestamp))
-                # Java truncates toward zero, then clamps to [0, MAX]: for a negative
-                # difference floor division clamps to the same 0
-                exp = np.clip((st - begin) // 1000, 0, _INT_MAX)
-                exp = np.where(begin <= 0, 0, exp)
-                bad_td = fk[exp != td[fk]]
-                if len(bad_td):
-                    emit("IDX_TIME_DIFF", rel, ks[bad_td], eoff[bad_td], lambda k, s: f"timeDiff {int(td[k - 1])} does not match the record's store timestamp")
-            prev_end_ts = int(h.end_timestamp)
-            del E, slots, u8
+                self.out.append(finding("IDX_HEADER", self.rel, 0, None, "; ".join(hdr_problems), index_count=count, hash_slot_count=hsc))
+            if len(x.ks):
+                self._entries(x, h)
+            self.prev_end_ts = int(h.end_timestamp)
+            del x
         finally:
             try:
                 mm.close()
             except BufferError:
                 pass
-    # ---- messages missing from the index
-    if store.index_files and len(recs.key_rec):
-        miss_rec = km.missing_records()
+
+    def _tail(self, x: _IndexFile, size: int) -> list[str]:
+        """Entries after indexCount must be empty. Entries a stale header hides (its page
+        lost while the entries' pages were written) come right after indexCount, so the
+        first MiB is looked at, not the whole (mostly sparse) entry area."""
+        tail_from = self.entries_at + x.eff * ixf.ENTRY_SIZE
+        tail_to = min(size, self.entries_at + self.N * ixf.ENTRY_SIZE, tail_from + (1 << 20))
+        if tail_from < tail_to:
+            nz = _first_nonzero(x.u8, tail_from, tail_to)
+            if nz >= 0:
+                return [f"non-zero entry bytes at {nz}, after indexCount {x.count}"]
+        return []
+
+    def _slots(self, x: _IndexFile) -> None:
+        slots, eff = x.slots, x.eff
+        bad_slot = np.flatnonzero((slots != 0) & ((slots < 0) | (slots >= eff)))
+        for s_i in bad_slot[:MAX_RUNS].tolist():
+            self.out.append(finding("IDX_SLOT_RANGE", self.rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
+                                    f"hash slot {s_i} holds {int(slots[s_i])}, outside [0, indexCount {eff})", slot=s_i, value=int(slots[s_i])))
+        if len(bad_slot) > MAX_RUNS:
+            self.out.append(finding("IDX_SLOT_RANGE", self.rel, None, None, f"{len(bad_slot) - MAX_RUNS} more slots out of range",
+                                    omitted=int(len(bad_slot) - MAX_RUNS)))
+
+    def _header(self, x: _IndexFile, h: ixf.IndexHeader, hdr_problems: list[str]) -> int:
+        """hashSlotCount (by the profile's rule), begin/end offsets and timestamps against
+        the entries; appends to ``hdr_problems``, returns hashSlotCount."""
+        count, eoff = x.count, x.eoff
+        hsc = int(h.hash_slot_count)
+        if count >= 2 and x.ne == x.eff:
+            self._slot_count(x, hsc, hdr_problems)
+            if int(h.begin_phy_offset) != int(eoff[0]):
+                hdr_problems.append(f"beginPhyOffset {int(h['begin_phy_offset'])}, entry 1 points to {int(eoff[0])}")
+            if int(h.end_phy_offset) != int(eoff[-1]):
+                hdr_problems.append(f"endPhyOffset {int(h['end_phy_offset'])}, the last entry points to {int(eoff[-1])}")
+            for which, k_e, field_name in (("begin", 0, "begin_timestamp"), ("end", len(eoff) - 1, "end_timestamp")):
+                j, hit = self.recs.find(eoff[k_e : k_e + 1])
+                if hit[0] and int(self.recs.store_ts[j[0]]) != int(getattr(h, field_name)):
+                    hdr_problems.append(f"{which}Timestamp {int(getattr(h, field_name))}, its entry's record was stored at {int(self.recs.store_ts[j[0]])}")
+        # a file with no put has begin == end (IndexFile's constructor). After puts, begin
+        # is the first put's and end the last put's: a store clock that stepped back
+        # puts begin after end, as the broker writes it (the entries are checked above)
+        if count < 2 and (int(h.begin_timestamp) > int(h.end_timestamp) or int(h.begin_phy_offset) > int(h.end_phy_offset)):
+            hdr_problems.append("begin values after end values")
+        return hsc
+
+    def _slot_count(self, x: _IndexFile, hsc: int, hdr_problems: list[str]) -> None:
+        """hashSlotCount: the number of puts (4.6.0-4.7.0) or of slots in use (4.7.1+);
+        the other version's value is told apart."""
+        profile, count = self.profile, x.count
+        nonempty = int(np.count_nonzero((x.slots > 0) & (x.slots < x.eff)))
+        want_hsc = count - 1 if profile.hash_slot_count_every_put else nonempty
+        other_hsc = nonempty if profile.hash_slot_count_every_put else count - 1
+        if not profile.hash_slot_count_every_put and hsc != nonempty:
+            used = sorted_unique((x.kh[x.kh >= 0] % np.int32(self.S)).astype(np.int64))
+            if len(used) == hsc:  # the entries' slots agree with the header: the slot table
+                want_hsc = hsc    # is what is damaged, and the slot checks below say so
+        if hsc != want_hsc and hsc == other_hsc:
+            self.out.append(finding("IDX_SLOT_COUNT_VERSION", self.rel, 32, None,
+                                    f"hashSlotCount {hsc} is the {'slots in use' if profile.hash_slot_count_every_put else 'number of puts'}"
+                                    f" ({'4.7.1+' if profile.hash_slot_count_every_put else '4.6.0-4.7.0'} rule), not {want_hsc} "
+                                    f"({profile.label}): give the --broker-version that wrote the store",
+                                    hash_slot_count=hsc, expected=want_hsc))
+        elif hsc != want_hsc:
+            hdr_problems.append(f"hashSlotCount {hsc}, expected {want_hsc}")
+
+    def _entries(self, x: _IndexFile, h: ixf.IndexHeader) -> None:
+        """The entries: chains, then each against its record."""
+        orphan, chain_slot, slot_of = self._chains(x)
+        self._records(x, h, orphan, chain_slot, slot_of)
+
+    def _chains(self, x: _IndexFile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Links out of range or to newer entries, slots into the middle of a chain,
+        entries reached twice or from no slot; returns (orphan, chain slot, key's slot)."""
+        ks, prev, eoff, eff, slots = x.ks, x.prev, x.eoff, x.eff, x.slots
+        prev_range = (prev < 0) | (prev >= eff)
+        cycle = ~prev_range & (prev >= ks)
+        self.emit("IDX_SLOT_RANGE", ks[prev_range], eoff[prev_range], lambda k, s: f"chain link {int(prev[k - 1])} outside [0, indexCount {eff})")
+        self.emit("IDX_CHAIN_CYCLE", ks[cycle], eoff[cycle], lambda k, s: f"chain link {int(prev[k - 1])} does not point to an older entry")
+        chain_slot, slot_of, into_middle, shared, dup_target = _chains(ks, np.where(prev_range | cycle, 0, prev), slots, eff, x.kh, self.S,
+                                                                       sound_links=not (prev_range.any() or cycle.any()))
+        for s_i in into_middle[:MAX_RUNS].tolist():
+            self.out.append(finding("IDX_CHAIN_BROKEN", self.rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
+                                    f"hash slot {s_i} points to entry {int(slots[s_i])}, which a newer entry links to", slot=s_i))
+        for t_raw in list(shared[:MAX_RUNS]) + list(dup_target[:MAX_RUNS]):
+            t_k = int(t_raw)
+            if t_k >= 1:
+                self.out.append(finding("IDX_CHAIN_BROKEN", self.rel, self.entries_at + t_k * ixf.ENTRY_SIZE, None,
+                                        f"entry {t_k} is reached from two places (two links or two slots)", entry=t_k))
+        orphan = chain_slot < 0
+        self.emit("IDX_CHAIN_BROKEN", ks[orphan], eoff[orphan], lambda k, s: "not reachable from any hash slot")
+        return orphan, chain_slot, slot_of
+
+    def _records(self, x: _IndexFile, h: ixf.IndexHeader, orphan: np.ndarray, chain_slot: np.ndarray, slot_of: np.ndarray) -> None:
+        """Each entry against the record it points to: found, key hash, slot, timeDiff."""
+        ks, kh, eoff, spans, data_end = x.ks, x.kh, x.eoff, self.spans, self.data_end
+        rj, found = self.recs.find(eoff)
+        neg = kh < 0
+        self.emit("IDX_BAD_ENTRY", ks[neg], eoff[neg], lambda k, s: f"negative key hash {int(kh[k - 1])}")
+        expired = ~found & (eoff < self.cl_min)
+        self.stats["expired_entries"] += int(np.count_nonzero(expired))
+        in_span = ~found & ~expired & spans.contains(eoff)
+        past = ~found & ~expired & ~in_span & (eoff >= data_end)
+        bad = ~found & ~expired & ~in_span & ~past
+        self.emit("IDX_INTO_DAMAGE", ks[in_span], eoff[in_span], lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})")
+        self.emit("IDX_PAST_END", ks[past], eoff[past], lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})")
+        self.emit("IDX_BAD_ENTRY", ks[bad & ~neg], eoff[bad & ~neg], lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
+        hash_ok = self.km.match(rj, found, kh)
+        wrong = found & ~hash_ok & ~neg
+        self.emit("IDX_WRONG_HASH", ks[wrong], eoff[wrong],
+                  lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}")
+        self.wrong_recs.append(rj[wrong])
+        misplaced = ~orphan & ~wrong & ~neg & (chain_slot != slot_of)
+        self.emit("IDX_CHAIN_BROKEN", ks[misplaced], eoff[misplaced],
+                  lambda k, s: f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}")
+        self._time_diffs(x, h, rj, found)
+
+    def _time_diffs(self, x: _IndexFile, h: ixf.IndexHeader, rj: np.ndarray, found: np.ndarray) -> None:
+        fk = np.flatnonzero(found)
+        if not len(fk):
+            return
+        td = x.td
+        st = self.recs.store_ts[rj[fk]]
+        begin = np.where(x.ks[fk] == 1, self.prev_end_ts, int(h.begin_timestamp))
+        # Java truncates toward zero, then clamps to [0, MAX]: for a negative difference
+        # floor division clamps to the same 0
+        exp = np.clip((st - begin) // 1000, 0, _INT_MAX)
+        exp = np.where(begin <= 0, 0, exp)
+        bad_td = fk[exp != td[fk]]
+        if len(bad_td):
+            self.emit("IDX_TIME_DIFF", x.ks[bad_td], x.eoff[bad_td], lambda k, s: f"timeDiff {int(td[k - 1])} does not match the record's store timestamp")
+
+    def missing(self, broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> None:
+        """Messages whose keys are missing from the index: dispatch lag (the broker's
+        start-up indexes them) or lost."""
+        recs = self.recs
+        miss_rec = self.km.missing_records()
         tx = tx_type(recs.flags[miss_rec])
         keep = goes_to_index_batch(tx) & (recs.off[miss_rec] < broker.po)
-        if wrong_recs:
-            keep &= ~in_sorted(miss_rec, sorted_unique(np.concatenate(wrong_recs)))
+        if self.wrong_recs:
+            keep &= ~in_sorted(miss_rec, sorted_unique(np.concatenate(self.wrong_recs)))
         miss_rec = miss_rec[keep]
-        stats["messages_missing"] = int(len(miss_rec))
-        if len(miss_rec):
-            valid_h = [(n, h) for n, h in headers if h is not None]
-            last_end = int(valid_h[-1][1].end_phy_offset) if valid_h else 0
-            remaining = [h for n, h in valid_h if not index_file_deleted_at_load(h, ckpt)]
-            rem_end = int(remaining[-1].end_phy_offset) if remaining else 0
-            fixed = broker.index_fixed(recs.off[miss_rec], last_end, rem_end)
-            lag = miss_rec[fixed]
-            if len(lag):
-                out.append(finding("IDX_DISPATCH_LAG", "index", None, int(recs.off[lag[0]]),
-                                   f"{len(lag)} message(s) from offset {int(recs.off[lag[0]])} not yet indexed; the broker indexes them at its next start",
-                                   count=int(len(lag)), first_offset=int(recs.off[lag[0]]), last_offset=int(recs.off[lag[-1]])))
-            lost = miss_rec[~fixed]
-            for r, (s, ln) in enumerate(_runs(lost)):
-                if r == MAX_RUNS:
-                    out.append(finding("IDX_MISSING_KEYS", "index", None, None, "more runs of messages missing from the index", omitted=int(len(lost))))
-                    break
-                j = int(lost[s])
-                out.append(finding("IDX_MISSING_KEYS", "index", None, int(recs.off[j]),
-                                   f"{ln} message(s) from offset {int(recs.off[j])} have keys missing from the index; the broker will not index them again",
-                                   count=ln))
+        self.stats["messages_missing"] = int(len(miss_rec))
+        if not len(miss_rec):
+            return
+        valid_h = [(n, h) for n, h in headers if h is not None]
+        last_end = int(valid_h[-1][1].end_phy_offset) if valid_h else 0
+        remaining = [h for n, h in valid_h if not index_file_deleted_at_load(h, ckpt)]
+        rem_end = int(remaining[-1].end_phy_offset) if remaining else 0
+        fixed = broker.index_fixed(recs.off[miss_rec], last_end, rem_end)
+        lag = miss_rec[fixed]
+        if len(lag):
+            self.out.append(finding("IDX_DISPATCH_LAG", "index", None, int(recs.off[lag[0]]),
+                                    f"{len(lag)} message(s) from offset {int(recs.off[lag[0]])} not yet indexed; the broker indexes them at its next start",
+                                    count=int(len(lag)), first_offset=int(recs.off[lag[0]]), last_offset=int(recs.off[lag[-1]])))
+        lost = miss_rec[~fixed]
+        for r, (s, ln) in enumerate(_runs(lost)):
+            if r == MAX_RUNS:
+                self.out.append(finding("IDX_MISSING_KEYS", "index", None, None, "more runs of messages missing from the index", omitted=int(len(lost))))
+                break
+            j = int(lost[s])
+            self.out.append(finding("IDX_MISSING_KEYS", "index", None, int(recs.off[j]),
+                                    f"{ln} message(s) from offset {int(recs.off[j])} have keys missing from the index; the broker will not index them again",
+                                    count=ln))
+
+
+def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any],
+                    broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
+    check = _IndexCheck(store, profile, recs, spans, outlook)
+    for (_name, h), f in zip(headers, store.index_files):
+        if h is not None:
+            check.file(f, h)
+    if store.index_files and len(recs.key_rec):
+        check.missing(broker, headers, ckpt)
     elif not store.index_files:
-        stats["note"] = "no index files (messageIndexEnable=false?): messages are not checked against an index"
-    return out, stats
+        check.stats["note"] = "no index files (messageIndexEnable=false?): messages are not checked against an index"
+    return check.out, check.stats
 
 
 # ---------------------------------------------------------------------------------------
@@ -2709,8 +2909,23 @@ def verify_store(
     layout = [_zero_length_lost(f, store, max_phy_cq) for f in layout]
     spans = _Spans(_commitlog_spans(store, scans, recs))
     broker = _Broker(store, profile, outlook)
-    # the consume queue cross-check is the longest of the checks below and spends its time
-    # in numpy (which lets go of the GIL): with more than one core it runs beside the others
+    cl_f, (cq_f, cq_stats), (ix_f, ix_stats) = _cross_checks(store, profile, jobs, queues, scans, recs, spans, outlook,
+                                                             broker, headers, ckpt)
+    cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
+    st_f = _state_findings(store)
+    groups = [("layout", layout), ("commitlog", cl_f), ("consumequeue", cq_f), ("index", ix_f), ("checkpoint", cp_f), ("store", st_f)]
+    return _report(store, profile, scans, recs, spans, outlook, ckpt, groups, cq_stats, ix_stats)
+
+
+_Checked = tuple[list[Finding], dict[str, Any]]
+
+
+def _cross_checks(store: Store, profile: BrokerProfile, jobs: int, queues: list[Queue], scans: Sequence[FileScan | None],
+                  recs: Records, spans: _Spans, outlook: dict[str, Any], broker: _Broker,
+                  headers: list[tuple[str, Any]], ckpt: Checkpoint) -> tuple[list[Finding], _Checked, _Checked]:
+    """The commitlog, consume queue and index findings. The consume queue cross-check is
+    the longest and spends its time in numpy (which lets go of the GIL): with more than
+    one core it runs beside the others."""
     cq_res: list[Any] = []
     cq_thread = None
     if jobs > 1 and queues:
@@ -2726,21 +2941,24 @@ def verify_store(
         cq_thread.start()
     try:
         cl_f = _commitlog_findings(store, profile, scans, recs, outlook, spans)
-        ix_f, ix_stats = _index_findings(store, profile, recs, spans, outlook, broker, headers, ckpt)
+        ix = _index_findings(store, profile, recs, spans, outlook, broker, headers, ckpt)
     finally:
         if cq_thread is not None:
             cq_thread.join()
     if cq_thread is None:
-        cq_f, cq_stats = _cq_findings(store, profile, queues, recs, spans, outlook, broker)
+        cq = _cq_findings(store, profile, queues, recs, spans, outlook, broker)
     elif isinstance(cq_res[0], BaseException):
         raise cq_res[0]
     else:
-        cq_f, cq_stats = cq_res[0]
-    cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
-    st_f = _state_findings(store)
-    groups = [("layout", layout), ("commitlog", cl_f), ("consumequeue", cq_f), ("index", ix_f), ("checkpoint", cp_f), ("store", st_f)]
-    checks: list[CheckSummary] = []
-    findings: list[Finding] = []
+        cq = cq_res[0]
+    return cl_f, cq, ix
+
+
+def _report(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records, spans: _Spans,
+            outlook: dict[str, Any], ckpt: Checkpoint, groups: list[tuple[str, list[Finding]]], cq_stats: dict[str, Any],
+            ix_stats: dict[str, Any]) -> VerifyReport:
+    """The report: each check's findings (capped per file), counts and statistics, and
+    the summary."""
     n_files = sum(1 for _ in store.commitlog) + sum(len(v) for v in store.consume_queues.values()) + len(store.index_files)
     salvaged = int(np.count_nonzero(recs.flags & SALVAGED)) if len(recs) else 0
     damaged = int(np.count_nonzero(recs.flags & DAMAGED)) if len(recs) else 0
@@ -2757,6 +2975,8 @@ def verify_store(
                                                               "newest_record_store_timestamp": int(recs.store_ts.max()) if len(recs) else None}),
         "store": (1, {"abort": store.abort_present, "lock_file": store.lock_present}),
     }
+    checks: list[CheckSummary] = []
+    findings: list[Finding] = []
     for name, fl in groups:
         fl = _cap(fl)
         findings.extend(fl)
