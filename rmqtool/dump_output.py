@@ -34,11 +34,11 @@ class Block:
         self.lines = lines
 
 
-def expand(records: Iterable[Record | str]) -> Iterator[Record | str]:
+def expand(records: Iterable[Record | str | Block]) -> Iterator[Record | str]:
     """Records with every block of lines split into its lines."""
     for r in records:
-        if r.__class__ is Block:
-            yield from b"".join(r.parts)[:-1].decode("utf-8").split("\n")  # type: ignore[union-attr]
+        if isinstance(r, Block):
+            yield from b"".join(r.parts)[:-1].decode("utf-8").split("\n")
         else:
             yield r
 
@@ -102,10 +102,10 @@ def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple
 
 def _json_str_encoder() -> Callable[[str], str]:
     try:
-        from _json import encode_basestring  # type: ignore[import-not-found]  # C accelerator
+        from _json import encode_basestring  # C accelerator
     except ImportError:  # pragma: no cover - CPython always has it
         from json.encoder import encode_basestring
-    return encode_basestring  # type: ignore[no-any-return]
+    return encode_basestring
 
 
 encode_json_str = _json_str_encoder()
@@ -165,7 +165,7 @@ def _raw_utf8(out: Any) -> Any:
     return raw
 
 
-def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracker | None = None) -> int:
+def write_jsonl(records: Iterable[Record | str | Block], out: Any, tracker: StatusTracker | None = None) -> int:
     """Write records (or already rendered lines of plain OK messages) as JSON lines, a few
     hundred per write; damage statuses are counted in ``tracker``."""
     n = 0
@@ -175,20 +175,20 @@ def write_jsonl(records: Iterable[Record | str], out: Any, tracker: StatusTracke
     clean = CLEAN_STATUSES
     raw = _raw_utf8(out)  # blocks (UTF-8 bytes) go there, after a flush of the text layer
     for r in records:
-        if r.__class__ is str:
-            append(r)  # type: ignore[arg-type]
-        elif r.__class__ is Block:  # finished lines, each with its newline
+        if type(r) is str:
+            append(r)
+        elif type(r) is Block:  # finished lines, each with its newline
             if buf:
                 append("")
                 write("\n".join(buf))
                 buf.clear()
             if raw is not None:
                 out.flush()
-                for part in r.parts:  # type: ignore[union-attr]
+                for part in r.parts:
                     raw.write(part)
             else:
-                write(b"".join(r.parts).decode("utf-8"))  # type: ignore[union-attr]
-            n += r.lines  # type: ignore[union-attr]
+                write(b"".join(r.parts).decode("utf-8"))
+            n += r.lines
             continue
         else:
             if tracker is not None and r.get("status", "OK") not in clean:  # type: ignore[union-attr]

@@ -801,6 +801,7 @@ def test_verify_ipv6_hashes_only_bodies(tmp_path: Path, capsys: pytest.CaptureFi
     at the IPv4 position (84) are store-address bytes 8-11 (here 0x12345678 = 305 MB), and
     hashing that much per record makes verify quadratic on a 1 GiB commitlog file."""
     from rmqtool.recovery import verify as vmod
+    from rmqtool.recovery.batch import blocks as batch_blocks
 
     root = tmp_path / "s"
     (root / "commitlog").mkdir(parents=True)
@@ -825,7 +826,8 @@ def test_verify_ipv6_hashes_only_bodies(tmp_path: Path, capsys: pytest.CaptureFi
         hashed[0] += len(b)
         return real(b)
 
-    monkeypatch.setattr(vmod, "crc32_raw", counting)
+    monkeypatch.setattr(vmod.walk, "crc32_raw", counting)  # the walk's CRCs
+    monkeypatch.setattr(batch_blocks, "crc32_raw", counting)  # the batch decoder's (hinted walk, IPv6 bodies)
     code, findings = verify(capsys, root, "--jobs", "1")
     assert codes(findings, "error") == set()
     body_bytes = 50 * len(b"hello")

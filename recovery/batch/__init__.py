@@ -25,7 +25,7 @@ and on generated shapes.
 """
 
 from .blocks import body_crcs_match, v1_lengths, v1_run_starts
-from .columns import DispatchColumns, IndexKeys, LazyValues
+from .columns import DispatchColumns, IndexKeys, LazyValues, PropertyColumns
 from .decoder import MAX_RUN, BatchDecoder, first_unsure
 from .hashing import add_index_keys, hash_spans, index_keys, join_spans, last_per_record
 from .plain import Plain, crc_failures, plain_records
@@ -39,6 +39,7 @@ __all__ = [
     "GroupedWords",
     "IndexKeys",
     "LazyValues",
+    "PropertyColumns",
     "ShiftedWords",
     "Words",
     "add_index_keys",

@@ -10,7 +10,7 @@ import numpy as np
 from ...formats.properties import JAVA_REPLACE
 from ..indexbuild import DispatchRequest
 
-__all__ = ["DispatchColumns", "IndexKeys", "LazyValues"]
+__all__ = ["DispatchColumns", "IndexKeys", "LazyValues", "PropertyColumns"]
 
 
 class IndexKeys(NamedTuple):
@@ -85,6 +85,23 @@ def _lazy_from_list(values: list[str | None]) -> LazyValues:
     out = LazyValues(len(values), b"", np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     out._list, out._src = values, None
     return out
+
+
+class PropertyColumns(NamedTuple):
+    """What the decoder found in the properties of a run of records
+    (:meth:`BatchDecoder.properties`): per record the tagsCode, the KEYS and UNIQ_KEY
+    values, the index keys hashed (None when not wanted), the records to leave to
+    ``check_record``; the joined properties (``joined``: each record's properties, 0x02
+    between records) and where each wanted name's value lies in them (``found``: name ->
+    (record, value start, value end))."""
+
+    tags_code: np.ndarray
+    keys: LazyValues
+    uniq: LazyValues
+    index_keys: IndexKeys | None
+    odd: list[int]
+    joined: np.ndarray
+    found: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 class DispatchColumns(NamedTuple):

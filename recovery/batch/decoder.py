@@ -20,9 +20,9 @@ from .. import check as ck
 from ..indexbuild import TopicList, take_names
 from ..scan import ByteViews, chase_starts
 from ..versions import BrokerProfile
-from .columns import DispatchColumns, IndexKeys, LazyValues
+from .columns import DispatchColumns, IndexKeys, LazyValues, PropertyColumns
 from .hashing import hash_spans, index_keys, join_spans, last_per_record
-from .layout import AT_HOSTS, FIXED_HOSTS, HDR_MAX, V4
+from .layout import AT_HOSTS, HDR_MAX, V4, length_matches
 from .words import Words, _i8, _i16, _i32, _i64
 
 __all__ = ["MAX_RUN", "BatchDecoder", "first_unsure"]
@@ -134,7 +134,7 @@ class BatchDecoder:
         p2 = p1 + 1 + v2 + tl  # PROPERTIESLENGTH
         sure &= (p2 + 2 <= end) & (p2 <= lim)
         pl = _i16(W.u64(np.clip(p2, 0, lim)))
-        sure &= FIXED_HOSTS[hosts] + v2 + np.maximum(body_len, 0) + tl + np.maximum(pl, 0) == total
+        sure &= length_matches(hosts, v2, body_len, tl, pl, total)
         # where the fields are not sure, keep the slices empty (check_record decides)
         tl = np.where(sure, tl, 0)
         pl = np.where(sure, np.maximum(pl, 0), 0)
@@ -208,10 +208,21 @@ class BatchDecoder:
         self, buf: Any, p_a: np.ndarray, pl: np.ndarray, n: int, topics: list[str], store_ts: np.ndarray,
         tags_code: np.ndarray,
     ) -> tuple[Sequence[str | None], Sequence[str | None], IndexKeys | None, list[int]]:
-        """Find TAGS, KEYS, UNIQ_KEY, DELAY (and the 5.x INNER_* pair) in every record's
-        properties. Fills tags_code in place; returns the KEYS and UNIQ_KEY values (lazy),
+        """:meth:`properties`, filling ``tags_code`` in place; returns the KEYS and UNIQ_KEY
+        values (lazy), the index keys hashed, and the records to leave to check_record."""
+        pc = self.properties(buf, p_a, pl, topics, store_ts, tags_code)
+        return pc.keys, pc.uniq, pc.index_keys, pc.odd
+
+    def properties(self, buf: Any, p_a: np.ndarray, pl: np.ndarray, topics: Sequence[str], store_ts: np.ndarray,
+                   tags_code: np.ndarray | None = None) -> PropertyColumns:
+        """Find TAGS, KEYS, UNIQ_KEY, DELAY (and the 5.x INNER_* pair) in the properties of
+        the records at ``p_a`` (``pl`` bytes each, >= 0) whose topics are ``topics``:
+        the tagsCode (into ``tags_code`` when given), the KEYS and UNIQ_KEY values (lazy),
         the index keys hashed, and the records to leave to check_record (a DELAY that does
         not parse, a 5.x inner batch, a value the legacy split parser reads differently)."""
+        n = len(p_a)
+        if tags_code is None:
+            tags_code = np.zeros(n, dtype=np.int64)
         joined = join_spans(buf, p_a, pl)
         J = np.frombuffer(joined, dtype=np.uint8)
         JW = Words(joined + bytes(24), len(joined) + 24)
@@ -227,9 +238,9 @@ class BatchDecoder:
         keys = LazyValues(n, J, *fk)  # (J: one array of the joined properties for both)
         uniq = LazyValues(n, J, *fu)
         ikeys = index_keys(joined, J, JW, fu, fk, uniq, keys) if self.want_index_keys else None
-        return keys, uniq, ikeys, odd
+        return PropertyColumns(tags_code, keys, uniq, ikeys, odd, J, found)
 
-    def _find(self, J: np.ndarray, JW: Words, pl: np.ndarray, n: int, topics: list[str]) -> _Found:
+    def _find(self, J: np.ndarray, JW: Words, pl: np.ndarray, n: int, topics: Sequence[str]) -> _Found:
         """Where the wanted properties' values lie in the joined properties ``J`` (records
         joined with 0x02): per name, (record, value start, value end), the later of two
         entries of one name in a record winning."""
@@ -305,7 +316,7 @@ class BatchDecoder:
                 codes[i] = c
         return codes
 
-    def _delay(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray], joined: bytes, topics: list[str],
+    def _delay(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray], joined: bytes, topics: Sequence[str],
                store_ts: np.ndarray, tags_code: np.ndarray) -> list[int]:
         """The schedule topic's tagsCode (the delivery time of its DELAY level) into
         ``tags_code``; returns the records whose DELAY does not parse (check_record

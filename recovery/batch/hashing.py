@@ -34,6 +34,9 @@ def join_spans(buf: Any, a: np.ndarray, ln: np.ndarray) -> bytes:
     M = np.empty((n, w + 1), dtype=np.uint8)
     M[:, :w] = sliding_window_view(A, w)[a]
     del A
+    if int(ln.min()) == w:  # one length: the rows as they are
+        M[:, w] = 2
+        return M.ravel()[:-1].tobytes()
     M[np.arange(n), ln] = 2
     out = M[np.arange(w + 1)[None, :] <= ln[:, None]]
     return out[:-1].tobytes()
@@ -115,29 +118,14 @@ def index_keys(
     non-ASCII key are hashed from their decoded strings instead."""
     rec_u, ua, ub = fu
     rec_k, ka, kb = fk
-    # KEYS split on b" ": piece t of a value runs from (t == 0 ? start : space[t-1] + 1)
-    # to (t == last ? end : space[t])
-    sp = np.flatnonzero(J == 0x20)
-    lo = np.searchsorted(sp, ka, side="left")
-    hi = np.searchsorted(sp, kb, side="left")
-    cnt = hi - lo  # spaces inside each KEYS value
-    npieces = cnt + 1
-    prec = np.repeat(rec_k, npieces)
-    t = np.arange(int(npieces.sum()), dtype=np.int64)
-    pfirst = np.zeros(len(npieces), dtype=np.int64)
-    np.cumsum(npieces[:-1], out=pfirst[1:])
-    t -= np.repeat(pfirst, npieces)  # piece number inside its value
-    lo_r = np.repeat(lo, npieces)
-    last_r = np.repeat(cnt, npieces)
-    sp_pad = np.append(sp, 0)
-    pa = np.where(t == 0, np.repeat(ka, npieces), sp_pad[np.minimum(lo_r + t - 1, len(sp))] + 1)
-    pb = np.where(t == last_r, np.repeat(kb, npieces), sp_pad[np.minimum(lo_r + t, len(sp))])
+    prec, pa, pb = _key_pieces(J, rec_k, ka, kb)
     keep = pb > pa  # empty pieces are skipped by buildIndex
-    prec, pa, pb, t = prec[keep], pa[keep], pb[keep], t[keep]
+    prec, pa, pb = prec[keep], pa[keep], pb[keep]
     rec = np.concatenate((rec_u, prec))
-    seq = np.concatenate((np.zeros(len(rec_u), dtype=np.int64), t + 1))
     h, units, nonascii = hash_spans(J, np.concatenate((ua, pa)), np.concatenate((ub, pb)), JW)
-    order = np.lexsort((seq, rec))
+    # by record, UNIQ_KEY first, then the pieces in order: both runs are sorted by record,
+    # so a stable sort of the two runs (a merge) puts them so
+    order = np.argsort(rec, kind="stable")
     rec, h, units, nonascii = rec[order], h[order], units[order], nonascii[order]
     if nonascii.any():
         bad = sorted_unique(rec[nonascii])
@@ -163,6 +151,31 @@ def index_keys(
         order = np.lexsort((pos, rec))  # stable by record; the fixed keys are in put order
         rec, h, units = rec[order], h[order], units[order]
     return IndexKeys(rec.astype(np.int64), h.astype(np.uint32), units.astype(np.int64))
+
+
+def _key_pieces(J: np.ndarray, rec_k: np.ndarray, ka: np.ndarray, kb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """KEYS values ``[ka, kb)`` of records ``rec_k`` split on b" ": (record, start, end) of
+    every piece in order, empty ones included. Piece t of a value runs from (t == 0 ?
+    start : space[t-1] + 1) to (t == last ? end : space[t])."""
+    sp = np.flatnonzero(J == 0x20)
+    lo = np.searchsorted(sp, ka, side="left")
+    cnt = np.searchsorted(sp, kb, side="left") - lo  # spaces inside each KEYS value
+    if len(cnt) and int(cnt.min()) == int(cnt.max()):  # c spaces in every value: the pieces as a matrix
+        c = int(cnt[0])
+        ins = sp[lo[:, None] + np.arange(c)]
+        pa = np.concatenate((ka[:, None], ins + 1), axis=1).ravel()
+        pb = np.concatenate((ins, kb[:, None]), axis=1).ravel()
+        return np.repeat(rec_k, c + 1), pa, pb
+    npieces = cnt + 1
+    t = np.arange(int(npieces.sum()), dtype=np.int64)
+    pfirst = np.zeros(len(npieces), dtype=np.int64)
+    np.cumsum(npieces[:-1], out=pfirst[1:])
+    t -= np.repeat(pfirst, npieces)  # piece number inside its value
+    lo_r = np.repeat(lo, npieces)
+    sp_pad = np.append(sp, 0)
+    pa = np.where(t == 0, np.repeat(ka, npieces), sp_pad[np.minimum(lo_r + t - 1, len(sp))] + 1)
+    pb = np.where(t == np.repeat(cnt, npieces), np.repeat(kb, npieces), sp_pad[np.minimum(lo_r + t, len(sp))])
+    return np.repeat(rec_k, npieces), pa, pb
 
 
 def last_per_record(rec: np.ndarray) -> np.ndarray | slice:

@@ -24,7 +24,7 @@ from .. import check as ck
 from ..scan import ByteViews
 from ..versions import BrokerProfile
 from .blocks import body_crcs_match
-from .layout import AT_HOSTS
+from .layout import AT_HOSTS, length_matches
 
 __all__ = ["Plain", "crc_failures", "plain_records"]
 
@@ -73,11 +73,14 @@ def plain_records(buf: Any, v: ByteViews, s: np.ndarray, tot: np.ndarray, profil
     else:
         is_v2 = np.zeros(len(s), dtype=bool)
     sf = _at(v.i4, s + _SYS_FLAG_AT)
-    body_at = _BODY_AT[(sf >> 4) & 3]
+    hosts = (sf >> 4) & 3
+    body_at = _BODY_AT[hosts]
     tlw = 1 + is_v2  # TOPICLENGTH: one byte (V1) or two (V2)
     fixed = body_at + tlw + 2  # every byte but the body, topic and properties
     ok &= tot >= fixed
     bl = _at(v.i4, s + body_at - 4).astype(np.int64)
+    # a negative BODYLENGTH is not plain (check_record decides it), although the broker's
+    # length rule counts it as 0 (layout.length_matches)
     ok &= (bl >= 0) & (bl <= tot - fixed)
     bl = np.where(ok, bl, 0)
     tpos = s + body_at + bl
@@ -86,7 +89,7 @@ def plain_records(buf: Any, v: ByteViews, s: np.ndarray, tot: np.ndarray, profil
     tl = np.where(ok, tl, 0)
     ppos = tpos + tlw + tl
     pl = _at(v.i2, ppos).astype(np.int64)
-    ok &= fixed + bl + tl + np.maximum(pl, 0) == tot
+    ok &= length_matches(hosts, is_v2, bl, tl, pl, tot)
     sched = ok & (tl == len(_SCHED))
     if sched.any():
         idx = np.flatnonzero(sched)

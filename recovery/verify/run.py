@@ -1,0 +1,165 @@
+"""The whole check (:func:`verify_store`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...formats import consumequeue as cqf
+from ...formats.checkpoint import Checkpoint
+from ..scan import queue_hint_runs
+from ..store import Store
+from ..versions import BrokerProfile
+from .commitlog import _commitlog_findings, _commitlog_spans, _layout_findings, _zero_length_lost, walk_summary
+from .consumequeue import _Broker, _cq_findings
+from .index import _index_findings, _read_index_header
+from .outlook import recovery_outlook
+from .parts import FileScan, Records, scan_commitlog
+from .queues import Queue, cq_recover_max_phy, load_queues
+from .records import DAMAGED, DEFAULT_PART_SIZE, SALVAGED, ScanOptions
+from .report import ERROR, WARNING, CheckSummary, Finding, Progress, VerifyReport, finding
+from .spans import _Spans
+from .state import _checkpoint_findings, _state_findings
+
+# The whole check.
+
+
+def _cap(findings: list[Finding], limit: int = 200) -> list[Finding]:
+    """At most ``limit`` findings per (code, file); the rest become one summary finding."""
+    seen: dict[tuple[str, str | None], int] = {}
+    out: list[Finding] = []
+    dropped: dict[tuple[str, str | None], int] = {}
+    for f in findings:
+        k = (f.code, f.file)
+        n = seen.get(k, 0)
+        seen[k] = n + 1
+        if n < limit:
+            out.append(f)
+        else:
+            dropped[k] = dropped.get(k, 0) + 1
+    for (code, file), n in dropped.items():
+        out.append(finding(code, file, None, None, f"{n} more {code} findings in this file not listed", omitted=n))
+    return out
+
+
+def verify_store(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    part_size: int = DEFAULT_PART_SIZE,
+) -> VerifyReport:
+    """Check everything; return the report (findings, per-check counts, recovery outlook).
+    Never writes; every file is opened read-only."""
+    # layout
+    layout, blockers = _layout_findings(store, profile)
+    ckpt = store.read_checkpoint()
+    headers = [(f.name, _read_index_header(f)) for f in store.index_files]
+    opts = ScanOptions(want_keys=bool(store.index_files))
+    pre: dict[str, Any] = {}
+
+    def meanwhile() -> None:  # runs while the workers scan the commitlog
+        pre["queues"] = load_queues(store)
+        per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
+        pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
+
+    # the offsets the consume queues point at speed the commitlog walk up
+    scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress,
+                                 meanwhile=meanwhile, hints=queue_hint_runs(store))
+    queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
+    outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
+    layout = [_zero_length_lost(f, store, max_phy_cq) for f in layout]
+    spans = _Spans(_commitlog_spans(store, scans, recs))
+    broker = _Broker(store, profile, outlook)
+    cl_f, (cq_f, cq_stats), (ix_f, ix_stats) = _cross_checks(store, profile, jobs, queues, scans, recs, spans, outlook,
+                                                             broker, headers, ckpt)
+    cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
+    st_f = _state_findings(store)
+    groups = [("layout", layout), ("commitlog", cl_f), ("consumequeue", cq_f), ("index", ix_f), ("checkpoint", cp_f), ("store", st_f)]
+    return _report(store, profile, scans, recs, spans, outlook, ckpt, groups, cq_stats, ix_stats)
+
+
+_Checked = tuple[list[Finding], dict[str, Any]]
+
+
+def _cross_checks(store: Store, profile: BrokerProfile, jobs: int, queues: list[Queue], scans: Sequence[FileScan | None],
+                  recs: Records, spans: _Spans, outlook: dict[str, Any], broker: _Broker,
+                  headers: list[tuple[str, Any]], ckpt: Checkpoint) -> tuple[list[Finding], _Checked, _Checked]:
+    """The commitlog, consume queue and index findings. The consume queue cross-check is
+    the longest and spends its time in numpy (which lets go of the GIL): with more than
+    one core it runs beside the others."""
+    cq_res: list[Any] = []
+    cq_thread = None
+    if jobs > 1 and queues:
+        import threading
+
+        def cq_check() -> None:
+            try:
+                cq_res.append(_cq_findings(store, profile, queues, recs, spans, outlook, broker))
+            except BaseException as exc:  # re-raised in this thread below
+                cq_res.append(exc)
+
+        cq_thread = threading.Thread(target=cq_check, name="rmqtool-verify-cq", daemon=True)
+        cq_thread.start()
+    try:
+        cl_f = _commitlog_findings(store, profile, scans, recs, outlook, spans)
+        ix = _index_findings(store, profile, recs, spans, outlook, broker, headers, ckpt)
+    finally:
+        if cq_thread is not None:
+            cq_thread.join()
+    if cq_thread is None:
+        cq = _cq_findings(store, profile, queues, recs, spans, outlook, broker)
+    elif isinstance(cq_res[0], BaseException):
+        raise cq_res[0]
+    else:
+        cq = cq_res[0]
+    return cl_f, cq, ix
+
+
+def _report(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records, spans: _Spans,
+            outlook: dict[str, Any], ckpt: Checkpoint, groups: list[tuple[str, list[Finding]]], cq_stats: dict[str, Any],
+            ix_stats: dict[str, Any]) -> VerifyReport:
+    """The report: each check's findings (capped per file), counts and statistics, and
+    the summary."""
+    n_files = sum(1 for _ in store.commitlog) + sum(len(v) for v in store.consume_queues.values()) + len(store.index_files)
+    salvaged = int(np.count_nonzero(recs.flags & SALVAGED)) if len(recs) else 0
+    damaged = int(np.count_nonzero(recs.flags & DAMAGED)) if len(recs) else 0
+    items = {
+        "layout": (n_files, {"commitlog_files": len(store.commitlog), "consumequeue_files": sum(len(v) for v in store.consume_queues.values()),
+                             "index_files": len(store.index_files)}),
+        "commitlog": (len(recs), {"bytes": sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog),
+                                  "records_in_broker_walk": sum(fs.main_count for fs in scans if fs is not None),
+                                  "salvaged_records": salvaged, "damaged_records": damaged, "damaged_regions": len(spans.spans)}),
+        "consumequeue": (cq_stats.get("units", 0), cq_stats),
+        "index": (ix_stats.get("entries", 0), ix_stats),
+        "checkpoint": (1 if store.checkpoint_present else 0, {**ckpt._asdict(), "min_timestamp": ckpt.min_timestamp,
+                                                              "min_timestamp_index": ckpt.min_timestamp_index,
+                                                              "newest_record_store_timestamp": int(recs.store_ts.max()) if len(recs) else None}),
+        "store": (1, {"abort": store.abort_present, "lock_file": store.lock_present}),
+    }
+    checks: list[CheckSummary] = []
+    findings: list[Finding] = []
+    for name, fl in groups:
+        fl = _cap(fl)
+        findings.extend(fl)
+        n, st = items[name]
+        checks.append(CheckSummary(name, int(n), sum(1 for f in fl if f.severity == ERROR), sum(1 for f in fl if f.severity == WARNING), st))
+    summary = {
+        "errors": sum(c.errors for c in checks),
+        "warnings": sum(c.warnings for c in checks),
+        "messages": len(recs),
+        "codes": _code_counts(findings),
+        "recovery": outlook,
+        "commitlog_walk": walk_summary(store, scans, recs),
+    }
+    return VerifyReport(str(store.root), profile.label, checks, findings, summary)
+
+
+def _code_counts(findings: Iterable[Finding]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in findings:
+        out[f.code] = out.get(f.code, 0) + 1
+    return dict(sorted(out.items()))
