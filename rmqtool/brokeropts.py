@@ -21,7 +21,6 @@ import click
 from click.core import ParameterSource
 
 from .recovery.brokerconf import BrokerConf, Refusal, UnsupportedStoreError, all_refusals, read_broker_conf
-from .recovery.identify import infer_version, narrow_for_store
 from .recovery.store import Store
 from .recovery.versions import parse_delay_levels, parse_version
 
@@ -195,6 +194,10 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
                        kw.get("index_num"), commitlog_dir=meta.get("commitlog_dir"))
     except Exception:  # noqa: BLE001 - not a store: the command itself says so
         return None
+    # (identify reads the store and pulls in the batch decoder: imported when a command
+    # asks for auto, not at every start-up, about 50 ms)
+    from .recovery.identify import infer_version, narrow_for_store
+
     inf = infer_version(s)
     if inf.ambiguous and kind == "destructive":
         # what this command would do with each candidate: releases that recover this store

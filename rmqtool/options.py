@@ -10,14 +10,6 @@ from typing import Any
 import click
 
 from .formats.errors import StoreLayoutError
-from .recovery.safety import (
-    StoreLockedError,
-    broker_holds_lock,
-    check_backup_dir,
-    describe_holder,
-    pending_journals,
-    recover_pending,
-)
 from .recovery.store import Store
 from .recovery.versions import DEFAULT_VERSION, BrokerProfile
 
@@ -48,6 +40,10 @@ def check_lock(root: Path, dry_run: bool) -> None:
     """A real run refuses (status 8) a store whose lock another process holds; a dry run
     only warns and goes on read-only. Both ask read-only (F_GETLK): nothing is locked,
     created or written."""
+    # (the safety package is imported by the commands that change a store, not at start-up:
+    # about 35 ms of every command's start)
+    from .recovery.safety import StoreLockedError, broker_holds_lock, describe_holder
+
     if not broker_holds_lock(root):
         return
     if dry_run:
@@ -73,6 +69,8 @@ def refuse_obstacles(store: Store, command: str) -> None:
 def finish_pending(root: Path) -> bool:
     """Before a destructive command's own change: finish or undo an interrupted rmqtool
     transaction (a warning line each). True when one was finished (the store changed)."""
+    from .recovery.safety import recover_pending  # (start-up: see check_lock)
+
     finished = False
     for outcome in recover_pending(root):
         click.echo(f"rmqtool: warning: {outcome.describe()}", err=True)
@@ -84,6 +82,8 @@ def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
     """What a destructive command's dry run says and refuses before planning, as its real
     run would: a pending interrupted transaction (warned: the real run finishes or undoes
     it first) and a backup directory the real run refuses (BackupDirError, status 8)."""
+    from .recovery.safety import check_backup_dir, pending_journals  # (start-up: see check_lock)
+
     for j in pending_journals(root):
         click.echo(f"rmqtool: warning: an interrupted rmqtool transaction is pending ({j.name}); "
                    "a real run finishes or undoes it first", err=True)
