@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
 from ..formats.commitlog import PREFIX
@@ -188,24 +188,34 @@ def crc_status(r: Record) -> Record:
     return r
 
 
-def commitlog_records(
-    store: Store,
-    profile: Any,
-    *,
-    topic: str | None = None,
-    queue_id: int | None = None,
-    key: str | None = None,
-    msg_id: str | None = None,
-    from_offset: int | None = None,
-    to_offset: int | None = None,
-    since: int | None = None,
-    until: int | None = None,
-    with_body: bool = False,
-    body_hash: bool = False,
-    scan: bool = False,
-) -> Iterator[Record]:
+class RecordFilter(TypedDict, total=False):
+    """What ``dump commitlog`` selects and shows (each absent or None: no condition): a
+    topic, a queue id, an index key or msg id (looked up, or walked with ``scan``), a
+    commitlog offset range [from_offset, to_offset), a store time range [since, until] in
+    ms; the body (``with_body``) or its hash (``body_hash``)."""
+
+    topic: str | None
+    queue_id: int | None
+    key: str | None
+    msg_id: str | None
+    from_offset: int | None
+    to_offset: int | None
+    since: int | None
+    until: int | None
+    with_body: bool
+    body_hash: bool
+    scan: bool
+
+
+def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilter]) -> Iterator[Record]:
     """The records ``dump commitlog`` prints, in commitlog order (the core of the command;
     the benchmark calls it too)."""
+    topic, queue_id = selected.get("topic"), selected.get("queue_id")
+    key, msg_id = selected.get("key"), selected.get("msg_id")
+    from_offset, to_offset = selected.get("from_offset"), selected.get("to_offset")
+    since, until = selected.get("since"), selected.get("until")
+    with_body, body_hash = selected.get("with_body", False), selected.get("body_hash", False)
+    scan = selected.get("scan", False)
 
     def keep(c: ck.Checked, pos_off: int) -> bool:
         rec = c.rec

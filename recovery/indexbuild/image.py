@@ -113,14 +113,10 @@ class IndexFileImage:
         return self.index_count if self.puts else self._disk_index_count
 
     def header(self) -> dict[str, int]:
-        return {
-            "begin_timestamp": self.begin_timestamp,
-            "end_timestamp": self.end_timestamp,
-            "begin_phy_offset": self.begin_phy_offset,
-            "end_phy_offset": self.end_phy_offset,
-            "hash_slot_count": self.hash_slot_count,
-            "index_count": self.disk_index_count,
-        }
+        """The header's fields, named and ordered as the schema's dtype (indexCount as on
+        disk)."""
+        names = index_header_dtype.names or ()
+        return {k: self.disk_index_count if k == "index_count" else int(getattr(self, k)) for k in names}
 
     def header_bytes(self) -> bytes:
         h = np.zeros(1, dtype=index_header_dtype)
