@@ -173,6 +173,14 @@ def _check_round_trip(result: dict[str, Any], view: dict[str, Any], kill: bool, 
     for m in acked:
         if m["topic"] not in ("RMQ_SYS_TRANS_OP_HALF_TOPIC",):
             assert (f"{m['topic']}/{m['queue_id']}", m["phys_offset"]) in cq
+    if kill:
+        # After a kill the broker's IndexService.load deletes every index file whose
+        # endTimestamp is past the checkpoint's indexMsgTimestamp, and its abnormal recovery
+        # re-indexes only from its start file on (recovery.broker.index_file_deleted_at_load):
+        # an acknowledged message in an earlier commitlog file whose index file went is not
+        # found by key any more (seen once with 4.9.4 in CI: the kill landed between an index
+        # put and the next checkpoint flush). Which ones depends on where the kill landed.
+        return
     found = {(q["topic"], q["key"]): q["phys_offsets"] for q in view["query_message_by_key"]}
     for m in acked:
         if m["uniq_key"] and m["topic"] != "RMQ_SYS_TRANS_OP_HALF_TOPIC":
