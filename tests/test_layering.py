@@ -32,17 +32,21 @@ def test_core_does_not_import_presentation() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
-def test_core_does_not_import_the_cli_package() -> None:
-    """No module of formats/ or recovery/ imports rmqtool's CLI modules."""
+def _core_files_naming(*names: str) -> list[tuple[str, str]]:
+    """(file, name) for every module of formats/ and recovery/, subpackages included, whose
+    text holds one of ``names``."""
     root = Path(rmqtool.formats.__file__).resolve().parent.parent
     bad = []
     for folder in ("formats", "recovery"):
-        for p in (root / folder).glob("*.py"):
+        for p in sorted((root / folder).rglob("*.py")):
             text = p.read_text(encoding="utf-8")
-            for name in ("rmqtool.cli", "rmqtool.render", "rmqtool.options", "rmqtool.cmd_", "from .. import cli"):
-                if name in text:
-                    bad.append((p.name, name))
-    assert not bad
+            bad += [(str(p.relative_to(root)), name) for name in names if name in text]
+    return bad
+
+
+def test_core_does_not_import_the_cli_package() -> None:
+    """No module of formats/ or recovery/ imports rmqtool's CLI modules."""
+    assert not _core_files_naming("rmqtool.cli", "rmqtool.render", "rmqtool.options", "rmqtool.cmd_", "from .. import cli")
 
 
 def _imported_names(path: Path) -> list[str]:
@@ -164,12 +168,5 @@ def test_cli_modules_import_no_circle() -> None:
 
 def test_core_does_not_import_the_export_package() -> None:
     """recovery/ and formats/ never import the export subpackage (nor its old module names)."""
-    root = Path(rmqtool.formats.__file__).resolve().parent.parent
-    bad = []
-    for folder in ("formats", "recovery"):
-        for p in (root / folder).rglob("*.py"):
-            text = p.read_text(encoding="utf-8")
-            for name in ("rmqtool.export", "from ..export", "export_spark", "export_arrow", "export_parquet", "spark_job"):
-                if name in text:
-                    bad.append((p.name, name))
-    assert not bad
+    assert not _core_files_naming("rmqtool.export", "from ..export", "export_spark", "export_arrow", "export_parquet",
+                                  "spark_job")

@@ -1,5 +1,5 @@
 """numpy helpers of the block decoders of plainly valid commitlog records that ``dump``
-(:mod:`rmqtool.cmd_dump`, JSON lines) and ``export`` (the CLI's Arrow renderer, Arrow
+(the CLI's JSON-lines renderer) and ``export`` (the CLI's Arrow renderer, Arrow
 batches) render: byte rows, distinct rows, runs of V1 starts, the V1 lengths rule, body
 CRCs, host keys. Only numpy: ``dump`` must not need pyarrow. (Formerly
 ``rmqtool.blocks``, which still re-exports them.)"""

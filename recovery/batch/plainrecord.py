@@ -2,7 +2,7 @@
 (:mod:`.plainrun`) do not take: a record of another host layout (IPv6 born or store
 host), with UTF-8 beyond ASCII in its properties, of a properties shape of its own, or
 among too few plain records for a run. ``dump``'s per-record JSON lines
-(:mod:`rmqtool.cmd_dump`) render what :func:`plain_record` decodes.
+(the CLI's dump command) render what :func:`plain_record` decodes.
 
 A record is plain here when it is a V1 record whose lengths add up (a one-byte topic
 length <= 127, a properties length in (0, 0x7FFF]), whose body CRC matches, whose topic

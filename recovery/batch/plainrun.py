@@ -1,5 +1,5 @@
 """Runs of *plain* commitlog records decoded at once: the columns and byte spans that
-``dump``'s JSON lines (:mod:`rmqtool.cmd_dump`) and ``export``'s Arrow batches
+``dump``'s JSON lines (the CLI's dump command) and ``export``'s Arrow batches
 (the export command's block renderer) render, so that both are renderers of one decode.
 
 A record is plain when it is a V1 record with IPv4 hosts whose lengths add up
