@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import REAL_NAMES, copy_store, tree_digest
+from intact import intact_records
 from relaid import relaid
 
 from rmqtool.cli import run
@@ -28,7 +29,7 @@ from rmqtool.recovery import check as ck
 from rmqtool.recovery import filler
 from rmqtool.recovery.query import index_query
 from rmqtool.recovery.store import Store
-from rmqtool.recovery.verify import DAMAGED, scan_commitlog, to_queue, verify_store
+from rmqtool.recovery.verify import verify_store
 from rmqtool.recovery.versions import BrokerProfile
 
 P494 = BrokerProfile.for_version("4.9.4")
@@ -45,25 +46,8 @@ def _copy(tmp: Path, name: str) -> Path:
 
 
 def _records(root: Path) -> list[dict[str, Any]]:
-    """The intact records of a store: offset, size, sha256 of the bytes, queue, keys."""
-    store = Store.open(root)
-    _scans, recs = scan_commitlog(store, P494)
-    out = []
-    for j in range(len(recs)):
-        if recs.flags[j] & DAMAGED:
-            continue
-        off = int(recs.off[j])
-        f = store.commitlog_file_for(off)
-        assert f is not None
-        with store.map(f) as mf:
-            c = ck.check_record(mf.buf, off - f.base, mf.size, P494)
-            raw = bytes(mf.buf[off - f.base : off - f.base + int(recs.size[j])])
-        assert c.rec is not None
-        keys = [k for k in (c.keys or "").split(" ") if k] + ([c.uniq_key] if c.uniq_key else [])
-        out.append({"off": off, "size": int(recs.size[j]), "sha": hashlib.sha256(raw).hexdigest(), "topic": c.rec.topic,
-                    "qid": c.rec.queue_id, "qoff": c.rec.queue_offset, "queued": bool(to_queue(recs.flags[j : j + 1])[0]),
-                    "keys": keys, "tx": c.rec.sys_flag & 0xC})
-    return out
+    """The intact records of a store under 4.9.4 rules (tests/intact.py)."""
+    return intact_records(root, P494)
 
 
 def _bytes_at(root: Path, off: int, size: int) -> bytes:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -37,8 +38,11 @@ from rmqtool.formats import commitlog as cl
 from rmqtool.recovery import check as ck
 from rmqtool.recovery.filler import QUARANTINE_TOPIC, ROLLBACK_SYSFLAG, TOMBSTONE_PROPERTY
 from rmqtool.recovery.store import Store
-from rmqtool.recovery.verify import DAMAGED, scan_commitlog, to_queue, verify_store
+from rmqtool.recovery.verify import verify_store
 from rmqtool.recovery.versions import BrokerProfile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from intact import intact_records  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
@@ -91,27 +95,6 @@ def _scenario(extra: dict[str, Any], v2: bool) -> dict[str, Any]:
 def _profile(name: str) -> BrokerProfile:
     version, _w, _v, opts = CONFIGS[name]
     return BrokerProfile.for_version(version, force_verify_prop_crc="--force-verify-prop-crc" in opts)
-
-
-def _intact(root: Path, prof: BrokerProfile) -> list[dict[str, Any]]:
-    """The records of a store that the repair must keep: offset, size, identity, keys."""
-    store = Store.open(root)
-    _s, recs = scan_commitlog(store, prof)
-    out = []
-    for j in range(len(recs)):
-        if recs.flags[j] & DAMAGED:
-            continue
-        off = int(recs.off[j])
-        f = store.commitlog_file_for(off)
-        assert f is not None
-        with store.map(f) as mf:
-            c = ck.check_record(mf.buf, off - f.base, mf.size, prof)
-        assert c.rec is not None
-        keys = [k for k in (c.keys or "").split(" ") if k] + ([c.uniq_key] if c.uniq_key else [])
-        out.append({"off": off, "size": int(recs.size[j]), "topic": c.rec.topic, "qid": c.rec.queue_id,
-                    "qoff": c.rec.queue_offset, "queued": bool(to_queue(recs.flags[j : j + 1])[0]), "keys": keys,
-                    "tx": c.rec.sys_flag & 0xC})
-    return out
 
 
 def _nth(root: Path, prof: BrokerProfile, file_idx: int, n: int) -> tuple[int, int, int]:
@@ -266,7 +249,7 @@ def damage_repair_view(oracle: ModuleType, version: str, prof: BrokerProfile, op
             os.chmod(p, 0o755 if p.is_dir() else 0o644)
         for d in damages:
             j.facts[d] = DAMAGES[d](root, prof)
-        j.before[group] = _intact(root, prof)
+        j.before[group] = intact_records(root, prof)
         j.repair_exit[group] = run(["repair", "--yes", str(root), "--quiet", "--jobs", "1", "--broker-version", version,
                                     *(o for o in opts if o not in REPAIR_WITHOUT)])
         j.verify_exit[group] = run(["verify", str(root), "--quiet", "--broker-version", version, *opts])
