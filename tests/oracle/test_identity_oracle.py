@@ -13,12 +13,16 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rmqtool.cli import run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from test_version_behaviour import cq_units  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
@@ -81,14 +85,7 @@ def _entries(view: dict[str, Any]) -> dict[str, list[tuple[int, int, int]]]:
 def _rmqtool_entries(root: Path) -> dict[str, list[tuple[int, int, int]]]:
     out: dict[str, list[tuple[int, int, int]]] = {}
     for d in sorted((root / "consumequeue").glob("*/*")):
-        units = []
-        for f in sorted(d.iterdir()):
-            data = f.read_bytes()
-            for p in range(0, len(data) - 19, 20):
-                u = struct.unpack_from(">qiq", data, p)
-                if u == (0, 0, 0):
-                    break
-                units.append(u)
+        units = cq_units(root, d.parent.name, int(d.name))
         if units:
             out[f"{d.parent.name}/{d.name}"] = units
     return out
