@@ -13,7 +13,9 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import fuzzdamage as fd
 import pytest
@@ -373,6 +375,17 @@ def _units(root: Path, topic: str, queue: int) -> int:
     return sum(1 for _ in iter_cq_entries(Store.open(root), topic, queue))
 
 
+def _recover_thrice(capsys: pytest.CaptureFixture[str], tmp_path: Path, root: Path,
+                    observe: Callable[[], Any]) -> list[tuple[int, Any]]:
+    """``recover`` run three times on ``root`` (a backup directory each): its exit status
+    and what ``observe()`` sees after each run."""
+    seen = []
+    for i in range(3):
+        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        seen.append((code, observe()))
+    return seen
+
+
 def test_recover_repeats_the_brokers_own_q6_reindexing_at_every_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak (9 non-idempotent recovers, e.g. seed 58): the only commitlog file of ``delay``
     renamed to 65536. The broker re-indexes the record at the index's endPhyOffset at every
@@ -398,10 +411,7 @@ def test_recover_cuts_a_queue_unit_past_the_end_at_the_second_run_like_the_broke
     the ten after it; the third changes nothing. recover's runs do the same."""
     root = copy(tmp_path, "crash_midwrite")
     fd.broker_not_a_fixed_point_cq_unit(root)
-    seen = []
-    for i in range(3):
-        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        seen.append((code, _units(root, "TopicA", 2)))
+    seen = _recover_thrice(capsys, tmp_path, root, lambda: _units(root, "TopicA", 2))
     assert seen == [(1, 192), (1, 181), (0, 181)]
 
 
@@ -415,10 +425,8 @@ def test_recover_writes_a_queue_anew_at_the_second_run_after_the_first_emptied_i
     root = copy(tmp_path, "delay")
     fd.broker_not_a_fixed_point_queue_emptied(root)
     qdir = root / "consumequeue" / "%RETRY%GroupD" / "0"
-    seen = []
-    for i in range(3):
-        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        seen.append((code, sorted(p.name for p in qdir.iterdir()) if qdir.is_dir() else []))
+    seen = _recover_thrice(capsys, tmp_path, root,
+                           lambda: sorted(p.name for p in qdir.iterdir()) if qdir.is_dir() else [])
     assert seen == [(1, []), (1, ["00000000000000000000"]), (0, ["00000000000000000000"])]
     assert _units(root, "%RETRY%GroupD", 0) == 2
 
@@ -433,10 +441,7 @@ def test_recover_drops_a_queue_file_at_the_second_run_when_its_walk_reaches_a_ze
     root = copy(tmp_path, "crash_midwrite")
     fd.broker_not_a_fixed_point_queue_walk_from_the_third_last_file(root)
     qdir = root / "consumequeue" / "TopicB" / "1"
-    seen = []
-    for i in range(3):
-        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        seen.append((code, len(list(qdir.iterdir()))))
+    seen = _recover_thrice(capsys, tmp_path, root, lambda: len(list(qdir.iterdir())))
     assert seen == [(1, 2), (1, 1), (0, 1)]
 
 

@@ -29,6 +29,22 @@ CASES = {
 }
 
 
+def _interrupt_at(monkeypatch: pytest.MonkeyPatch, phase: str, nth: int) -> list[int]:
+    """Ctrl-C (KeyboardInterrupt) at the ``nth`` progress step of ``phase``; the steps seen
+    of it are in the list returned."""
+    real, calls = progress._Lines.advance, []
+
+    def advance(self: progress._Lines, n: int) -> None:
+        real(self, n)
+        if self.desc == phase:
+            calls.append(n)
+            if len(calls) == nth:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(progress._Lines, "advance", advance)
+    return calls
+
+
 def _listing(d: Path) -> set[str]:
     return {os.path.relpath(os.path.join(a, n), d) for a, dirs, files in os.walk(d) for n in dirs + files}
 
@@ -40,17 +56,7 @@ def test_ctrl_c_during_the_long_work(name: str, tmp_path: Path, monkeypatch: pyt
     root = copy_store("crash_midwrite", tmp_path / "s")
     before, beside = tree_digest(root), _listing(tmp_path)
     subs = {"STORE": str(root), "OUT": str(tmp_path / "out.jsonl"), "SALVAGE": str(tmp_path / "salvage")}
-    calls = []
-    real = progress._Lines.advance
-
-    def advance(self: progress._Lines, n: int) -> None:
-        real(self, n)
-        if self.desc == phase:
-            calls.append(n)
-            if len(calls) == 3:
-                raise KeyboardInterrupt
-
-    monkeypatch.setattr(progress._Lines, "advance", advance)
+    calls = _interrupt_at(monkeypatch, phase, 3)
     code = run([subs.get(a, a) for a in argv] + ["--progress"])
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln and not ln.startswith(f"rmqtool: {phase}: ")
            and not ln.startswith("rmqtool: recover: walk: ")]  # (and click's newline after the ^C)
@@ -107,16 +113,7 @@ def test_ctrl_c_during_restore(phase: str, tmp_path: Path, monkeypatch: pytest.M
     assert run(["recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / "bk")]) == Exit.REPAIRED
     capsys.readouterr()
     before, beside = tree_digest(root), _listing(tmp_path)
-    real, calls = progress._Lines.advance, []
-
-    def advance(self: progress._Lines, n: int) -> None:
-        real(self, n)
-        if self.desc == phase:
-            calls.append(n)
-            if len(calls) == 2:
-                raise KeyboardInterrupt
-
-    monkeypatch.setattr(progress._Lines, "advance", advance)
+    _interrupt_at(monkeypatch, phase, 2)
     code = run(["restore", str(tmp_path / "bk"), str(root), "--yes", "--progress"])
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln and not ln.startswith("rmqtool: restore")]
     assert code == Exit.INTERRUPTED and len(err) == 1, err
