@@ -6,8 +6,8 @@ commitlog by default) and prints, for one process on one core:
 
 * the record-boundary walk (``recovery.scan.boundary_walk``): records/s and MB/s;
 * the full decode to JSON lines on /dev/null, through exactly the code path of
-  ``rmqtool dump commitlog --format jsonl`` (``rmqtool.cmd_dump.commitlog_records`` +
-  ``rmqtool.cmd_dump.output``): messages/s and MB/s;
+  ``rmqtool dump commitlog --format jsonl`` (``rmqtool.recovery.records.commitlog_records`` +
+  ``rmqtool.dump_output.output``): messages/s and MB/s;
 * wall-clock and CPU-time (``time.process_time``) rates: on a shared machine the CPU-time
   rate is the one-core figure;
 * peak RSS (``resource.getrusage``; it includes the file pages of the memory maps, which
