@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import REAL_NAMES, real_store
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from rmqtool.formats import commitlog as cl
@@ -218,7 +218,10 @@ def test_sub_file_splits_equal_the_walk_on_synthetic_stores(tmp_path_factory: py
         damage(root, kind, where, s)
     store = Store.open(root)
     expected = sequential(store)
-    assert expected and all(r[0] for r in expected)
+    # a damage that zeroes the head of a store smaller than a page leaves no record at all
+    # (CI drew zeros at 0.0 twice on one 16 KiB partial file): nothing to split, not an example
+    assume(expected)
+    assert all(r[0] for r in expected)
     for size in sizes + [0]:
         if 0 < size < 256:
             size = 256 + size  # tiny splits are test_tiny_splits' job; keep examples fast
