@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commit", default=None, help="--report: only the batches run with these commits (comma-separated)")
     ap.add_argument("--until", default=None, help="stop starting batches at this UTC time (HH:MM)")
     args = ap.parse_args(argv)
+    # the fixtures are 4.9.4 stores that --broker-version auto cannot always pin (tests/conftest.py
+    # sets the same); the commands given "--broker-version auto" guess it from the damaged store
+    os.environ.setdefault("RMQTOOL_BROKER_VERSION", "4.9.4")
 
     if args.report:
         lines = [json.loads(x) for p in sorted(RESULTS.glob("fuzz_soak-*.jsonl"))

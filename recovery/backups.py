@@ -59,9 +59,9 @@ def needed_backups(store: Path) -> set[Path]:
     for j in pending_journals(store):
         try:
             doc = json.loads((j / "journal.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
-        if doc.get("backup_dir"):
+        if isinstance(doc, dict) and doc.get("backup_dir"):
             out.add(Path(doc["backup_dir"]).resolve())
     return out
 

@@ -10,7 +10,6 @@ are told apart only where their recovery differs.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..formats import commitlog as cl
-from ..formats.config import read_config_bytes
+from ..formats.config import loads, read_config_bytes
 from ..formats.errors import FormatError
 from ..formats.indexfile import HEADER_SIZE, SLOT_SIZE, unpack_header
 from ..formats.properties import parse_properties, parse_properties_legacy
@@ -162,8 +161,8 @@ def four_x_shutdown(store: Store) -> str | None:
         raw = read_config_bytes(store.root / "config" / "topics.json")  # (never a FIFO or device, bounded)
         if raw is None:
             return None
-        doc = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError, FormatError):
+        doc = loads(raw.decode("utf-8"), str(store.root / "config" / "topics.json"))
+    except (OSError, UnicodeDecodeError, FormatError):
         return None
     table = doc.get("topicConfigTable") if isinstance(doc, dict) else None
     if not isinstance(table, dict) or not table or not all(isinstance(t, dict) for t in table.values()):
@@ -188,11 +187,12 @@ def index_counting_rule(store: Store) -> tuple[str, str] | None:
         try:
             with open(f.path, "rb") as fh:
                 head = fh.read(HEADER_SIZE)
-                slots = np.frombuffer(fh.read(g.index_slot_num * SLOT_SIZE), dtype=">i4")
+                raw = fh.read(g.index_slot_num * SLOT_SIZE)
         except OSError:
             continue
-        if len(head) < HEADER_SIZE or len(slots) < g.index_slot_num:
-            continue
+        if len(head) < HEADER_SIZE or len(raw) < g.index_slot_num * SLOT_SIZE:
+            continue  # a truncated file: its slot table is not whole, no evidence either way
+        slots = np.frombuffer(raw, dtype=">i4")
         h = unpack_header(head)
         hsc, count = h.hash_slot_count, h.index_count
         if count != g.index_num:

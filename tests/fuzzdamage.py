@@ -34,7 +34,11 @@ READ_ONLY = [
     ("dump", "commitlog"), ("dump", "consumequeue"), ("dump", "index"), ("dump", "index", "--key", "ORDER-1"),
     ("dump", "checkpoint"), ("dump", "config"), ("verify",), ("recover", "--dry-run"), ("rebuild-index", "--dry-run"),
     ("info",), ("offsets",), ("backups",), ("repair", "--dry-run"),
+    # the release guessed from the damaged store itself (the runs above are given 4.9.4, which
+    # auto cannot always pin on the fixtures: it then refuses with exit 2, naming the option)
+    ("verify", "--broker-version", "auto"), ("recover", "--dry-run", "--broker-version", "auto"),
 ]
+AUTO_REFUSAL = "--broker-version auto:"
 EXITS = {"dump": {0, 1, 4, 8}, "verify": {0, 4, 8}, "recover": {0, 1, 4, 5, 8}, "rebuild-index": {0, 1, 4, 5, 8},
          "restore": {0, 1, 4, 8}, "info": {0, 4, 8}, "offsets": {0, 4, 8}, "backups": {0, 4, 8},
          "repair": {0, 1, 4, 5, 8}}
@@ -630,7 +634,7 @@ def run_store(dest: Path, seed: int, kind: str | None = None, *, timeout: float 
             res.failures.append((name, "memory", o.err.strip()[-200:]))
         elif "internal error" in o.err or "Traceback" in o.err:
             res.failures.append((name, "internal error", o.err.strip()[-300:]))
-        elif o.code not in EXITS[top]:
+        elif o.code not in EXITS[top] and not (o.code == 2 and "auto" in argv and AUTO_REFUSAL in o.err):
             res.failures.append((name, "exit code", f"{o.code}: {o.err.strip()[-200:]}"))
         elif o.err.count("\n") > 40:
             res.failures.append((name, "noisy stderr", o.err[:200]))

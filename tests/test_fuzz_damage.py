@@ -781,3 +781,58 @@ def test_damages_never_read_a_sparse_huge_file_whole(tmp_path: Path) -> None:
     assert huge.stat().st_size == 64 << 30
     with open(huge, "rb") as f:
         assert f.read(4096) == head
+
+
+# ---------------------------------------------------------------------------------------
+# found by the soak with --broker-version auto (the soak had pinned 4.9.4 before)
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("argv", [("verify",), ("recover", "--dry-run"), ("info",)])
+def test_the_version_guess_survives_a_topics_json_nested_too_deep(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  argv: tuple[str, ...]) -> None:
+    from rmqtool.recovery.identify import four_x_shutdown
+    from rmqtool.recovery.store import Store
+
+    monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
+    root = copy(tmp_path, "clean")
+    (root / "config" / "topics.json").write_text(DEEP_JSON, encoding="utf-8")
+    assert four_x_shutdown(Store.open(root, 65536, 640, 100, 400)) is None  # not evidence of anything (was: RecursionError)
+    before = snapshot(root)
+    code, _out, _err = cli(capsys, argv[0], str(root), *argv[1:], *(("--broker-version", "auto") if argv[0] != "info" else ()))
+    assert code in (0, 2, 4, 8)
+    assert snapshot(root) == before
+
+
+def test_the_version_guess_skips_a_truncated_index_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rmqtool.recovery.identify import index_counting_rule
+    from rmqtool.recovery.store import Store
+
+    monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
+    root = copy(tmp_path, "delay")
+    newest = sorted((root / "index").iterdir())[-1]
+    os.truncate(newest, 5039)  # the header and part of the slot table, not a multiple of 4 bytes
+    index_counting_rule(Store.open(root, 65536, 640, 100, 400))  # (was: ValueError from numpy)
+    for argv in (("recover", "--dry-run"), ("rebuild-index", "--dry-run"), ("repair", "--dry-run")):
+        code, _out, _err = cli(capsys, argv[0], str(root), *argv[1:], "--broker-version", "auto")
+        assert code in (0, 2, 4, 8)
+
+
+def test_journal_and_manifest_nested_too_deep_are_clear_errors(tmp_path: Path) -> None:
+    from rmqtool.recovery.backups import needed_backups
+    from rmqtool.recovery.safety import JOURNAL_DIR
+    from rmqtool.recovery.safety.journal import JournalError, _read_journal
+    from rmqtool.recovery.safety.restore import ManifestError, load_manifest
+
+    (tmp_path / "manifest.json").write_text(DEEP_JSON, encoding="utf-8")
+    with pytest.raises(ManifestError, match="corrupt manifest"):
+        load_manifest(tmp_path)
+    jdir = tmp_path / "store" / JOURNAL_DIR / "0001"
+    jdir.mkdir(parents=True)
+    (jdir / "journal.json").write_text(DEEP_JSON, encoding="utf-8")
+    with pytest.raises(JournalError, match="not valid JSON"):
+        _read_journal(jdir)
+    assert needed_backups(tmp_path / "store") == set()

@@ -79,7 +79,7 @@ def _read_journal(jdir: Path) -> dict[str, Any] | None:
         return None
     try:
         doc = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep)
         raise JournalError(f"journal is not valid JSON ({exc}); inspect it by hand", path) from exc
     if not isinstance(doc, dict) or doc.get("format") != JOURNAL_FORMAT or doc.get("version") not in _READABLE_VERSIONS:
         raise JournalError("not an rmqtool journal of a known version; inspect it by hand", path)

@@ -33,7 +33,7 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
         raise ManifestError(f"cannot read: {_one_line(exc)}", path) from exc
     try:
         doc = json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep)
         raise ManifestError(f"corrupt manifest (not JSON: {exc})", path) from exc
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise ManifestError("not an rmqtool backup manifest", path)
