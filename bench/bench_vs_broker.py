@@ -452,17 +452,18 @@ HEADER = ("| shape | case | rmqtool, process s: wall median (min) [cpu] | rmqtoo
 
 LEGEND = """\
 Columns: *rmqtool, process* is the wall time of `python -m rmqtool` (Python's start-up and
-imports included: about 0.25 s of CPU, 0.25-0.35 s of wall on a quiet machine) and its CPU time (user + sys of the process and its worker
-processes); *rmqtool, in-process* is the same run timed inside Python (`RMQTOOL_TIMING`:
-from after the imports to the end of the command, workers included), the figure comparable
-with the broker's, which is timed inside a running JVM (`rocketmq-oracle time`: `load()`,
-then `start()` and the wait until the reput has dispatched everything, `nanoTime` and the
-JVM's process CPU time; JVM start-up left out; one cold run, then warm runs in the same
-JVM). The bare loop walks the records by TOTALSIZE and checks each body CRC (struct +
-zlib). Ratios are of medians: recovery and rebuild cases against the broker, `verify
---jobs 1` against the bare loop, `--jobs 2` against `--jobs 1`. The last column is a fixed
-calibration loop (zlib CRC of 256 MiB + 3 M Python steps) timed before and after the
-shape, and the load average (1, 5, 15 min) after it: the machine's drift."""
+imports included: about 0.25 s of CPU, 0.25-0.35 s of wall on a quiet machine) and its CPU
+time (user + sys of the process and its worker processes); *rmqtool, in-process* is the same
+run timed inside Python (`RMQTOOL_TIMING`: from after the imports to the end of the command,
+workers included), the figure comparable with the broker's, which is timed inside a running
+JVM (`rocketmq-oracle time`: `load()`, then `start()` and the wait until the reput has
+dispatched everything, `nanoTime` and the JVM's process CPU time; JVM start-up left out; one
+cold run, then warm runs in the same JVM). The bare loop walks the records by TOTALSIZE and
+checks each body CRC (struct + zlib). Ratios are of medians: recovery and rebuild cases
+against the broker, `verify --jobs 1` against the bare loop, `--jobs 2` against `--jobs 1`.
+The last column is a fixed calibration loop (zlib CRC of 256 MiB + 3 M Python steps) timed
+before and after the shape, and the load average (1, 5, 15 min) after it: the machine's
+drift."""
 
 
 class Table:
