@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from . import __version__
+from . import __version__, timing
 from .errors import is_closed_pipe, report_exception, silence_stdout
 from .exitcodes import Exit
 
@@ -98,6 +98,7 @@ def cli() -> None:
     nothing matched), 2 usage error, 4 problems found and left uncorrected, 5 = 1 + 4, 8
     operational error or refusal, 130 interrupted.
     """
+    timing.start(click.get_current_context().invoked_subcommand)  # RMQTOOL_TIMING
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,6 +107,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit code (never raises, never prints a traceback)."""
+    code = _run(argv)
+    timing.finish(code)
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         rv = cli.main(args=argv, prog_name="rmqtool", standalone_mode=False)
     except SystemExit as exc:  # click's own exits (e.g. --help) and ctx.exit

@@ -53,3 +53,25 @@ def test_time_verb_runs_the_abnormal_recovery_when_the_abort_file_is_there(oracl
     (r,) = got["runs"]
     assert r["load_ok"] is True and "start_and_reput_ms" not in r
     assert r["commitlog_max_offset"] == view["after_load_before_start"]["commitlog_max_offset"]
+
+
+def test_time_verb_with_link_shares_the_commitlog_files_before_the_last_and_leaves_them_alone(
+        oracle: ModuleType, tmp_path: Path) -> None:
+    """--link (for the 5 GiB benchmark): the copy hard-links every commitlog file but the last;
+    the broker's normal recovery and reput only read them, and the copy is gone afterwards."""
+    store = tmp_path / "s" / "store"
+    shutil.copytree(FIX / "clean" / "store", store)
+    shutil.rmtree(store / "consumequeue")
+    files = sorted((store / "commitlog").iterdir())
+    assert len(files) > 2
+    before = _digest(store)
+    mtimes = [p.stat().st_mtime_ns for p in files]
+    got = _time(oracle, store, tmp_path, "--warmup", "0", "--repeats", "1", "--reput", "--link")
+    view = json.loads((FIX / "clean" / "verify_after_rocketmq_recovery.json").read_text())
+    assert got["link"] is True
+    (r,) = got["runs"]
+    assert r["load_ok"] is True and r["commitlog_max_offset"] == view["commitlog_max_offset"]
+    assert _digest(store) == before
+    assert [p.stat().st_mtime_ns for p in files] == mtimes
+    assert [p.stat().st_nlink for p in files] == [1] * len(files)  # the copy's links are gone with it
+    assert not list(store.parent.glob("rmq-oracle-time-*"))

@@ -86,6 +86,7 @@ public final class Main {
         int warmup = 1;
         int repeats = 3;
         boolean reput;
+        boolean link;
     }
 
     static Args parse(String[] a) {
@@ -108,6 +109,7 @@ public final class Main {
                 case "--warmup": r.warmup = Integer.parseInt(need(a, ++i, s)); break;
                 case "--repeats": r.repeats = Integer.parseInt(need(a, ++i, s)); break;
                 case "--reput": r.reput = true; break;
+                case "--link": r.link = true; break;
                 default:
                     if (s.startsWith("--")) {
                         throw new UsageError("unknown option " + s);
@@ -165,7 +167,8 @@ public final class Main {
                     throw new UsageError("time needs STORE");
                 }
                 JsonObject cfg = a.config == null ? new JsonObject() : readJson(a.config).getAsJsonObject();
-                Json.print(realOut, Timer.time(a.version, cfg, Paths.get(a.store), a.warmup, a.repeats, a.reput, a.timeoutMs));
+                Json.print(realOut, Timer.time(a.version, cfg, Paths.get(a.store), a.warmup, a.repeats, a.reput, a.link,
+                    a.timeoutMs));
                 return 0;
             }
             case "batch":

@@ -5,9 +5,16 @@ import com.google.gson.JsonObject;
 import org.apache.rocketmq.store.DefaultMessageStore;
 import org.apache.rocketmq.store.config.MessageStoreConfig;
 
+import java.io.IOException;
 import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.stream.Collectors;
+import java.util.stream.Stream;
 
 /**
  * The `time` verb: how long the broker's own store code takes on a store, and nothing else (no view
@@ -23,11 +30,17 @@ import java.nio.file.Path;
  * and reported apart (a cold JVM is what a starting broker is; warm runs are the JIT-compiled code).
  * Besides wall times, the JVM process's CPU time over the same spans (all its threads: the reput
  * service, GC, the JIT compiler), the figure to compare on a machine shared with other work.
+ *
+ * With --link the copy hard-links the commitlog files before the last one instead of copying them
+ * (a 5 GiB store is then not written out again before every run, and its dirty pages are not
+ * flushed during the next timed run): the broker's recovery cuts or zeroes only the last file and
+ * its reput writes consume queues and index, so it only reads them; bench_vs_broker.py checks their
+ * size and mtime after every run.
  */
 final class Timer {
 
     static JsonObject time(String version, JsonObject cfg, Path store, int warmup, int repeats, boolean reput,
-        long timeoutMs) throws Exception {
+        boolean link, long timeoutMs) throws Exception {
         if (!Files.isDirectory(store)) {
             throw new Main.UsageError("store " + store + " is not a directory");
         }
@@ -38,10 +51,11 @@ final class Timer {
         out.addProperty("abort_file_present", Files.exists(store.resolve("abort")));
         out.addProperty("consumequeue_present", Files.isDirectory(store.resolve("consumequeue")));
         out.addProperty("reput", reput);
+        out.addProperty("link", link);
         JsonArray warm = new JsonArray();
         JsonArray runs = new JsonArray();
         for (int i = 0; i < warmup + repeats; i++) {
-            JsonObject r = once(version, cfg, store, reput, timeoutMs);
+            JsonObject r = once(version, cfg, store, reput, link, timeoutMs);
             (i < warmup ? warm : runs).add(r);
         }
         out.add("warmup", warm);
@@ -49,15 +63,44 @@ final class Timer {
         return out;
     }
 
-    static JsonObject once(String version, JsonObject cfg, Path store, boolean reput, long timeoutMs)
+    static JsonObject once(String version, JsonObject cfg, Path store, boolean reput, boolean link, long timeoutMs)
         throws Exception {
         Path parent = store.toAbsolutePath().getParent();
         Path root = Files.createTempDirectory(parent, "rmq-oracle-time-");
         try {
-            Viewer.copyTree(store, root);
+            if (link) {
+                linkTree(store, root);
+            } else {
+                Viewer.copyTree(store, root);
+            }
             return Timeout.run(() -> timed(cfg, root, reput), timeoutMs, "time of " + store);
         } finally {
             Main.deleteTree(root);
+        }
+    }
+
+    /** A copy of the tree whose commitlog files before the last one (by name) are hard links. */
+    static void linkTree(Path from, Path to) throws IOException {
+        Set<Path> linked = new HashSet<>();
+        Path commitlog = from.resolve("commitlog");
+        if (Files.isDirectory(commitlog)) {
+            List<Path> files;
+            try (Stream<Path> s = Files.list(commitlog)) {
+                files = s.filter(Files::isRegularFile).sorted().collect(Collectors.toList());
+            }
+            linked.addAll(files.subList(0, Math.max(0, files.size() - 1)));
+        }
+        try (Stream<Path> s = Files.walk(from)) {
+            for (Path p : (Iterable<Path>) s::iterator) {
+                Path t = to.resolve(from.relativize(p).toString());
+                if (Files.isDirectory(p)) {
+                    Files.createDirectories(t);
+                } else if (linked.contains(p)) {
+                    Files.createLink(t, p);
+                } else {
+                    Files.copy(p, t, StandardCopyOption.REPLACE_EXISTING);
+                }
+            }
         }
     }
 
