@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -13,8 +14,9 @@ from ...formats.properties import JAVA_REPLACE, decode_crc32_digits
 from .. import check as ck
 from ..batch import PropertyColumns
 from ..batch.header import HeaderColumns
-from ..batch.properties import dropped_entries, nonascii_records, record_starts, topic_key_hashes
+from ..batch.properties import dropped_entries, record_starts, topic_key_hashes
 from .records import _AR9, _CRC_TAG, _KNOWN_SYSFLAG_BITS, _MASK31, _SCHEDULE, MAIN, MAX_PER_PART, _Ctx, _Rec, _tx_flags
+from .utf8 import invalid_utf8_records
 
 
 def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: HeaderColumns, n: int, flag: int) -> int:
@@ -65,6 +67,9 @@ class _Props:
     slow: np.ndarray  # bool
     key_i: np.ndarray
     key_h: np.ndarray
+    # the dropped-entry findings of records with valid non-ASCII properties, by record:
+    # reported in the one-by-one order (where their check used to run)
+    late: dict[int, tuple[str, int, str, dict[str, Any]]] = field(default_factory=dict)
 
 
 def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: np.ndarray, pv: _Props) -> int:
@@ -73,6 +78,8 @@ def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: 
     their tagsCode and index keys into ``pv``. Returns the index of the first record the
     broker refuses, or ``len(P)``."""
     slow = np.flatnonzero(pv.slow | pv.odd)
+    if pv.late:
+        slow = np.union1d(slow, np.array(list(pv.late), dtype=np.int64))
     if not len(slow):
         return len(P)
     buf = ctx.buf
@@ -84,6 +91,9 @@ def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: 
         a, ln = int(pp[i]), int(pl[i])
         if pv.slow[i] and ctx.opts.check_props and ln > 0:
             _check_props(out, buf[a : a + ln], int(P[i]), structure=ctx.profile.new_properties_parser)
+        late = pv.late.get(i)
+        if late is not None:
+            out.anomalies.append(late)
         if not pv.odd[i]:
             continue
         # (the body CRC and the length are checked already)
@@ -145,7 +155,7 @@ def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarr
         if pc.odd:
             pv.odd[lo + np.array(pc.odd, dtype=np.int64)] = True
         if ctx.profile.new_properties_parser:
-            _props_checks(ctx, out, P[lo:hi], plp[lo:hi], pc, pv.slow[lo:hi])
+            _props_checks(ctx, out, P[lo:hi], plp[lo:hi], pc, pv.slow[lo:hi], pv.late, lo)
         if pc.index_keys is not None and len(pc.index_keys.rec):
             key_i.append(lo + pc.index_keys.rec)
             key_h.append(topic_key_hashes(pc.index_keys, tids[lo:hi], out.topics, ctx.topic_prefix))
@@ -158,20 +168,30 @@ def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarr
     return pv
 
 
-def _props_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, plp: np.ndarray, pc: PropertyColumns, slow: np.ndarray) -> None:
-    """4.9.1+ parser: the records with non-ASCII properties (and 5.x inner batches) are
-    checked one by one (``slow``, a view of one batch); the others' dropped entries are
-    counted here."""
+def _props_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, plp: np.ndarray, pc: PropertyColumns, slow: np.ndarray,
+                  late: dict[int, tuple[str, int, str, dict[str, Any]]], lo: int) -> None:
+    """4.9.1+ parser: the records whose properties are not valid UTF-8 (and 5.x inner
+    batches) are checked one by one (``slow``, a view of one batch); the others' dropped
+    entries are counted here. (In valid UTF-8 the bytes 01 and 02 are characters of their
+    own, so the bytes give the parser's count; the findings of records with non-ASCII
+    properties go to ``late``, keyed by ``lo`` + their index in the batch.)"""
     rs = record_starts(plp)
-    slow |= nonascii_records(pc.joined, rs)
+    J = pc.joined
+    slow |= invalid_utf8_records(J, rs)
+    pending: list[tuple[int, tuple[str, int, str, dict[str, Any]]]] = []
     if ctx.opts.check_props:
-        cnt = dropped_entries(pc.joined, rs)
+        cnt = dropped_entries(J, rs)
         for r in np.flatnonzero((cnt > 0) & ~slow).tolist():
             c = int(cnt[r])
-            out.anomalies.append(("CL_PROPERTIES", int(P[r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c}))
+            f = ("CL_PROPERTIES", int(P[r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c})
+            if int(J[int(rs[r]) : int(rs[r]) + int(plp[r])].max(initial=0)) >= 0x80:
+                pending.append((r, f))
+            else:
+                out.anomalies.append(f)
     for nm in (b"INNER_NUM", b"INNER_BASE"):
         if nm in pc.found:
             slow[pc.found[nm][0]] = True
+    late.update((lo + r, f) for r, f in pending if not slow[r])  # (a slow record's check finds it again)
 
 
 _FP_MUL = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
