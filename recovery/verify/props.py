@@ -198,25 +198,43 @@ _FP_MUL = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 
                     0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9], dtype=np.uint64)
 
 
+_TOPIC_WORDS_MAX = 256  # longer topics (V2 records allow 32767 bytes) go one by one
+
+
 def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.ndarray:
     """Topic id of every record. A topic of at most 8*m bytes is exactly described by its
     length and m big-endian words (the last one ending at the topic's end, bytes before
     its start masked): the words are fingerprinted, grouped with ``np.unique`` and every
     record's words compared with its group's first record. One Python step per distinct
-    topic; topics longer than 64 bytes or near the file end go one by one."""
+    topic. New topics get their ids in fingerprint order when no topic is longer than 64
+    bytes, else in order of first appearance (the order of the one-by-one walk these runs
+    had before); topics longer than :data:`_TOPIC_WORDS_MAX` bytes or near the file end go
+    one by one."""
     n = len(tpos)
     tids = np.empty(n, dtype=np.int32)
     if n == 0:
         return tids
     width = int(tlen.max())
     words = ctx.words
-    if width > 64 or int(tpos.max()) + width + 8 > words.end:
+    if width > _TOPIC_WORDS_MAX or int(tpos.max()) + width + 8 > words.end:
         buf = ctx.buf
         for i in range(n):
             tids[i] = out.tid(bytes(buf[int(tpos[i]) : int(tpos[i]) + int(tlen[i])]))
         return tids
-    m = max(1, (width + 7) // 8)
     tl = tlen.astype(np.int64)
+    first, inv = _topic_groups(words, tpos, tl, max(1, (width + 7) // 8))
+    buf = ctx.buf
+    ids = np.empty(len(first), dtype=np.int32)
+    for g in (range(len(first)) if width <= 64 else np.argsort(first, kind="stable").tolist()):
+        j = int(first[g])
+        ids[g] = out.tid(bytes(buf[int(tpos[j]) : int(tpos[j]) + int(tl[j])]))
+    tids[:] = ids[inv]
+    return tids
+
+
+def _topic_groups(words: Any, tpos: np.ndarray, tl: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first record of each distinct topic, each record's group) from the topics' lengths
+    and ``m`` words each (:func:`_topic_ids`); groups in fingerprint order."""
     parts = []
     for j in range(m):
         # word j covers [tpos + 8j, +8) clamped to end at the topic's end
@@ -243,10 +261,7 @@ def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.n
         stacked = np.ascontiguousarray(np.stack([tl.astype(np.uint64), *parts], axis=1))
         _u, first, inv = np.unique(stacked.view(np.dtype((np.void, 8 * (m + 1)))).ravel(), return_index=True, return_inverse=True)
         inv = inv.ravel()
-    buf = ctx.buf
-    ids = np.array([out.tid(bytes(buf[int(tpos[j]) : int(tpos[j]) + int(tl[j])])) for j in first.tolist()], dtype=np.int32)
-    tids[:] = ids[inv]
-    return tids
+    return first, inv
 
 
 def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: np.ndarray, flag: int) -> None:
