@@ -222,7 +222,8 @@ def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.n
             tids[i] = out.tid(bytes(buf[int(tpos[i]) : int(tpos[i]) + int(tlen[i])]))
         return tids
     tl = tlen.astype(np.int64)
-    first, inv = _topic_groups(words, tpos, tl, max(1, (width + 7) // 8))
+    m = max(1, (width + 7) // 8)
+    first, inv = _topic_groups(words, tpos, tl, m) if width <= 64 else _long_topic_groups(words, tpos, tl, m)
     buf = ctx.buf
     ids = np.empty(len(first), dtype=np.int32)
     for g in (range(len(first)) if width <= 64 else np.argsort(first, kind="stable").tolist()):
@@ -232,21 +233,41 @@ def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.n
     return tids
 
 
+def _long_topic_groups(words: Any, tpos: np.ndarray, tl: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_topic_groups` for runs with a topic longer than 64 bytes: each topic as its
+    length and the ``m`` words from its start (one gather), the bytes past its end
+    masked; the same fingerprint, check and exact fall-back."""
+    W = words.grouped(tpos).words(0, m)
+    valid = np.clip(tl[:, None] - 8 * np.arange(m, dtype=np.int64)[None, :], 0, 8).astype(np.uint64)
+    W &= ~((np.uint64(1) << (np.uint64(64) - 8 * valid)) - np.uint64(1)) & np.where(valid > 0, np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0))
+    return _group_words(tl, [W[:, j] for j in range(m)])
+
+
 def _topic_groups(words: Any, tpos: np.ndarray, tl: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     """(first record of each distinct topic, each record's group) from the topics' lengths
     and ``m`` words each (:func:`_topic_ids`); groups in fingerprint order."""
     parts = []
+    short = tl < 8  # whole topic inside one word: keep its first tl bytes
+    head = None
+    if short.any():
+        keep_bits = (tl * 8).astype(np.uint64)
+        mask = np.where(short, ~((np.uint64(1) << (np.uint64(64) - keep_bits)) - np.uint64(1)), np.uint64(0xFFFFFFFFFFFFFFFF))
+        mask = np.where(tl == 0, np.uint64(0), mask)
+        head = words.at(tpos) & mask
     for j in range(m):
         # word j covers [tpos + 8j, +8) clamped to end at the topic's end
         start = np.minimum(tpos + 8 * j, tpos + tl - 8)
         wv = words.at(np.maximum(start, 0))
-        short = tl < 8  # whole topic inside one word: keep its first tl bytes
-        if short.any():
-            keep_bits = (tl * 8).astype(np.uint64)
-            mask = np.where(short, ~((np.uint64(1) << (np.uint64(64) - keep_bits)) - np.uint64(1)), np.uint64(0xFFFFFFFFFFFFFFFF))
-            mask = np.where(tl == 0, np.uint64(0), mask)
-            wv = np.where(short, words.at(tpos) & mask, wv)
+        if head is not None:
+            wv = np.where(short, head, wv)
         parts.append(wv)
+    return _group_words(tl, parts)
+
+
+def _group_words(tl: np.ndarray, parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Groups of equal (length, words) rows: fingerprints grouped with ``np.unique``, every
+    row compared with its group's first, an exact grouping on all words after a collision."""
+    m = len(parts)
     fp = tl.astype(np.uint64)
     for j, wv in enumerate(parts):
         fp = fp * _FP_MUL[j % 8] + wv
