@@ -83,18 +83,32 @@ def _read_index_header(f: StoreFile) -> ixf.IndexHeader | None:
     return ixf.read_whole_header(f.path)
 
 
-class _IndexFile:
-    """One index file's slots and entries while they are checked (read from its map)."""
+def _read(fd: int, at: int, n: int) -> bytes:
+    """``n`` bytes of a file from ``at`` (the caller checked its size)."""
+    parts = []
+    while n > 0:
+        b = os.pread(fd, min(n, 1 << 30), at)
+        if not b:
+            raise OSError(f"index file shorter than {at + n} bytes")
+        parts.append(b)
+        at += len(b)
+        n -= len(b)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def __init__(self, mm: Any, size: int, count: int, eff: int, S: int) -> None:
-        self.u8 = np.frombuffer(mm, dtype=np.uint8)
+
+class _IndexFile:
+    """One index file's slots and entries while they are checked (read, not mapped: the
+    file's pages do not add to this process's memory while the entries are checked)."""
+
+    def __init__(self, fd: int, size: int, count: int, eff: int, S: int) -> None:
+        self.fd = fd
         self.entries_at = ixf.HEADER_SIZE + S * ixf.SLOT_SIZE
         avail_slots = max(0, min(S, (size - ixf.HEADER_SIZE) // ixf.SLOT_SIZE))
-        self.slots = (np.frombuffer(mm, dtype=">i4", count=avail_slots, offset=ixf.HEADER_SIZE).astype(np.int64) if avail_slots
-                      else np.zeros(0, dtype=np.int64))
+        self.slots = (np.frombuffer(_read(fd, ixf.HEADER_SIZE, avail_slots * ixf.SLOT_SIZE), dtype=">i4").astype(np.int64)
+                      if avail_slots else np.zeros(0, dtype=np.int64))
         avail = max(0, (size - self.entries_at) // ixf.ENTRY_SIZE) if size > self.entries_at else 0
         self.ne = min(eff, avail)
-        E = (np.frombuffer(mm, dtype=ixf.ENTRY_DTYPE, count=self.ne, offset=self.entries_at) if self.ne
+        E = (np.frombuffer(_read(fd, self.entries_at, self.ne * ixf.ENTRY_SIZE), dtype=ixf.ENTRY_DTYPE) if self.ne
              else np.zeros(0, dtype=ixf.ENTRY_DTYPE))
         self.kh = E["key_hash"][1:].astype(np.int32)
         self.eoff = E["commitlog_offset"][1:].astype(np.int64)
@@ -139,8 +153,6 @@ class _IndexCheck:
 
     def file(self, f: StoreFile, h: ixf.IndexHeader) -> None:
         """The findings about one index file whose header is ``h``."""
-        import mmap
-
         self.rel = _rel(self.store, f.path)
         count = int(h.index_count)
         eff = max(count, 1)
@@ -150,11 +162,7 @@ class _IndexCheck:
             eff = self.N
         fd = os.open(f.path, os.O_RDONLY)
         try:
-            mm = mmap.mmap(fd, f.size, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-        try:
-            x = _IndexFile(mm, f.size, count, eff, self.S)
+            x = _IndexFile(fd, f.size, count, eff, self.S)
             self.stats["entries"] += len(x.ks)
             hdr_problems += self._tail(x, f.size)
             self._slots(x)
@@ -166,10 +174,7 @@ class _IndexCheck:
             self.prev_end_ts = int(h.end_timestamp)
             del x
         finally:
-            try:
-                mm.close()
-            except BufferError:
-                pass
+            os.close(fd)
 
     def _tail(self, x: _IndexFile, size: int) -> list[str]:
         """Entries after indexCount must be empty. Entries a stale header hides (its page
@@ -178,7 +183,8 @@ class _IndexCheck:
         tail_from = self.entries_at + x.eff * ixf.ENTRY_SIZE
         tail_to = min(size, self.entries_at + self.N * ixf.ENTRY_SIZE, tail_from + (1 << 20))
         if tail_from < tail_to:
-            nz = _first_nonzero(x.u8, tail_from, tail_to)
+            nz = _first_nonzero(np.frombuffer(_read(x.fd, tail_from, tail_to - tail_from), dtype=np.uint8), 0, tail_to - tail_from)
+            nz = tail_from + nz if nz >= 0 else -1
             if nz >= 0:
                 return [f"non-zero entry bytes at {nz}, after indexCount {x.count}"]
         return []
