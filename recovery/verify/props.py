@@ -10,7 +10,7 @@ import numpy as np
 from ...formats import commitlog as cl
 from ...formats.crc import crc32_raw
 from ...formats.javahash import index_hash_batch, java_hash_batch
-from ...formats.properties import JAVA_REPLACE, decode_crc32_digits
+from ...formats.properties import JAVA_REPLACE
 from .. import check as ck
 from ..batch import PropertyColumns
 from ..batch.header import HeaderColumns
@@ -336,6 +336,18 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
         out.anomalies.append(("CL_PROPERTIES", pos, f"{dropped} propert{'y' if dropped == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": dropped}))
 
 
+_AR10 = np.arange(10, dtype=np.int64)
+_POW10 = 10 ** np.arange(10, dtype=np.int64)
+
+
+def _crc32_digits(d: np.ndarray) -> np.ndarray:
+    """:func:`formats.properties.decode_crc32_digits` of rows of 10 bytes: sum of
+    (byte - '0') * 10**i, wrapped as a Java int."""
+    v = ((d.astype(np.int64) - 48) * _POW10).sum(axis=1) & 0xFFFFFFFF
+    out: np.ndarray = np.where(v >= 1 << 31, v - (1 << 32), v)
+    return out
+
+
 def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.ndarray) -> None:
     """The 5.2+ ``__CRC32#`` tail: crc32(record[0 : TOTALSIZE-20]) & 0x7FFFFFFF, its digits
     stored least significant first (STORE_FORMAT §7.1). Checked wherever present: an error
@@ -351,13 +363,15 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
     last = u8[np.clip(P[cand] + T[cand] - 1, 0, len(u8) - 1)]
     tag = np.frombuffer(_CRC_TAG, dtype=np.uint8)
     hit = cand[(head == tag).all(axis=1) & (last == 2)]
-    buf = ctx.buf
-    for i in hit.tolist():
-        p = int(P[i])
-        t = int(T[i])
-        at = p + t - cl.CRC32_RESERVED_LEN
-        stored = decode_crc32_digits(buf[at + 9 : at + 19].decode("latin-1"))
-        computed = crc32_raw(ctx.mv[p:at]) & _MASK31
-        if stored != computed:
-            code = "CL_PROP_CRC" if ctx.profile.has_prop_crc else "CL_PROP_CRC_PRE_5_2"
-            out.anomalies.append((code, p, f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}", {"stored": stored, "computed": computed}))
+    if not len(hit):
+        return
+    ps = P[hit]
+    ats = ps + T[hit] - cl.CRC32_RESERVED_LEN
+    stored_all = _crc32_digits(u8[ats[:, None] + 9 + _AR10])
+    computed_all = np.fromiter(map(crc32_raw, map(ctx.mv.__getitem__, map(slice, ps.tolist(), ats.tolist()))), dtype=np.int64,
+                               count=len(ps)) & _MASK31
+    for k in np.flatnonzero(stored_all != computed_all).tolist():
+        p, t = int(ps[k]), int(T[hit[k]])
+        stored, computed = int(stored_all[k]), int(computed_all[k])
+        code = "CL_PROP_CRC" if ctx.profile.has_prop_crc else "CL_PROP_CRC_PRE_5_2"
+        out.anomalies.append((code, p, f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}", {"stored": stored, "computed": computed}))
