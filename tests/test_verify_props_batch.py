@@ -104,3 +104,57 @@ def test_crc32_digits_of_rows_equal_the_broker_reading() -> None:
     rows += [bytes(rng.randrange(256) for _ in range(10)) for _ in range(300)]  # not digits: wraps like Java
     got = vprops._crc32_digits(np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(-1, 10))
     assert got.tolist() == [decode_crc32_digits(r.decode("latin-1")) for r in rows]
+
+
+# 5.x inner batches: (properties, UTF-8, dropped, inner batch)
+_INNER_KINDS: list[tuple[bytes, bool, int, bool]] = [
+    (b"TAGS\x01A\x02", True, 0, False),
+    (b"TAGS\x01A\x02\x01x\x02", True, 1, False),
+    ("TAGS\x01Ω\x02\x01x\x02".encode(), True, 1, False),
+    (b"INNER_NUM\x012\x02INNER_BASE\x0140\x02", True, 0, True),
+    (b"INNER_NUM\x012\x02INNER_BASE\x0140\x02\x01x\x02", True, 1, True),
+    ("INNER_NUM\x012\x02INNER_BASE\x0140\x02n\x01Ω\x02lone\x02".encode(), True, 1, True),
+    (b"INNER_NUM\x012\x02INNER_BASE\x0140\x02n\x01\xff\x02", False, 0, True),
+]
+
+
+def test_inner_batch_and_non_ascii_findings_keep_their_order_and_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One run: first the dropped-entry findings of ASCII records, in record order; then,
+    in record order, those of records with non-ASCII bytes and of 5.x inner batches (an
+    ASCII inner batch's a second time: the count of the one-by-one check inner batches
+    went through) and the UTF-8 findings."""
+    kinds = [k for _ in range(12) for k in _INNER_KINDS]
+
+    def make(rng: random.Random, n: int) -> tuple[str, int, dict[str, Any], str | None]:
+        f = sh._base(rng, n, "InnerTopic", 0, rng.randbytes(rng.randrange(0, 64)), {}, "5.3.3")
+        f["properties"] = kinds[n][0]
+        return "InnerTopic", 0, f, None
+
+    root = tmp_path / "s"
+    sh.write_shape_store(root, sh.Shape("inner_mix", "5.3.3", make), len(kinds), file_size=1 << 20)
+    pos = [st.checked.rec.pos for st in _walk(root)]
+    assert len(pos) == len(kinds)
+    first, then = [], []
+    for p, (raw, ok, drop, inner) in zip(pos, kinds):
+        nonascii = max(raw) >= 0x80
+        if drop and not nonascii:
+            first.append((p, "drops"))
+        if not ok:
+            then.append((p, "utf8"))
+        elif drop and (nonascii or inner):
+            then.append((p, "drops"))
+    capsys.readouterr()
+    rc = run(["verify", str(root), "--format", "jsonl", "--quiet", "--jobs", "1", "--broker-version", "5.3.3"])
+    got = [(f["pos"], "utf8" if "UTF-8" in f["message"] else "drops")
+           for x in capsys.readouterr().out.splitlines() if x.strip() for f in [json.loads(x)] if f["code"] == "CL_PROPERTIES"]
+    assert rc in (0, 4) and got == first + then
+
+
+def _walk(root: Path) -> list[Any]:
+    from rmqtool.recovery import scan
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.versions import BrokerProfile
+
+    s = Store.open(root)
+    with s.map(s.commitlog[0]) as m:
+        return [st for st in scan.walk_file(m.buf, m.size, BrokerProfile.for_version("5.3.3")) if st.checked.is_message]

@@ -170,28 +170,30 @@ def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarr
 
 def _props_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, plp: np.ndarray, pc: PropertyColumns, slow: np.ndarray,
                   late: dict[int, tuple[str, int, str, dict[str, Any]]], lo: int) -> None:
-    """4.9.1+ parser: the records whose properties are not valid UTF-8 (and 5.x inner
-    batches) are checked one by one (``slow``, a view of one batch); the others' dropped
-    entries are counted here. (In valid UTF-8 the bytes 01 and 02 are characters of their
-    own, so the bytes give the parser's count; the findings of records with non-ASCII
-    properties go to ``late``, keyed by ``lo`` + their index in the batch.)"""
+    """4.9.1+ parser: the records whose properties are not valid UTF-8 are checked one by
+    one (``slow``, a view of one batch); the others' dropped entries are counted here. (In
+    valid UTF-8 the bytes 01 and 02 are characters of their own, so the bytes give the
+    parser's count.) The findings of records with non-ASCII properties go to ``late``,
+    keyed by ``lo`` + their index in the batch, and so does a second copy of those of 5.x
+    inner batches: the order and count of the one-by-one check they used to go through."""
     rs = record_starts(plp)
     J = pc.joined
     slow |= invalid_utf8_records(J, rs)
-    pending: list[tuple[int, tuple[str, int, str, dict[str, Any]]]] = []
-    if ctx.opts.check_props:
-        cnt = dropped_entries(J, rs)
-        for r in np.flatnonzero((cnt > 0) & ~slow).tolist():
-            c = int(cnt[r])
-            f = ("CL_PROPERTIES", int(P[r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c})
-            if int(J[int(rs[r]) : int(rs[r]) + int(plp[r])].max(initial=0)) >= 0x80:
-                pending.append((r, f))
-            else:
-                out.anomalies.append(f)
+    if not ctx.opts.check_props:
+        return
+    inner = np.zeros(len(slow), dtype=bool)
     for nm in (b"INNER_NUM", b"INNER_BASE"):
         if nm in pc.found:
-            slow[pc.found[nm][0]] = True
-    late.update((lo + r, f) for r, f in pending if not slow[r])  # (a slow record's check finds it again)
+            inner[pc.found[nm][0]] = True
+    cnt = dropped_entries(J, rs)
+    for r in np.flatnonzero((cnt > 0) & ~slow).tolist():
+        c = int(cnt[r])
+        f = ("CL_PROPERTIES", int(P[r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c})
+        nonascii = int(J[int(rs[r]) : int(rs[r]) + int(plp[r])].max(initial=0)) >= 0x80
+        if not nonascii:
+            out.anomalies.append(f)
+        if nonascii or inner[r]:
+            late[lo + r] = f
 
 
 _FP_MUL = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
