@@ -43,3 +43,21 @@ def test_inner_batch_odd_records_equal_the_rule() -> None:
             sure = _inner_batch_sure(J, f[b"INNER_NUM"], f[b"INNER_BASE"])
             assert all(ck.inner_batch_ok({k: v for k, v in recs[r][1].items() if v}) for r in f[b"INNER_BASE"][0][sure].tolist())
             assert sure.any() and not sure.all()
+
+
+def test_non_ascii_tags_codes_equal_the_decoded_strings() -> None:
+    """Non-ASCII TAGS values are decoded once per distinct value (grouped by their bytes):
+    every record's tagsCode is still hashCode of its own decoded value."""
+    from rmqtool.formats.javahash import tags_code
+
+    rng = random.Random(4)
+    pool = ["café", "订单", "🙂", "Ω" * 40, "Ω" * 70, "a\u00e9", "\u00e9a", "plain", "x" * 80 + "é"]
+    for _trial in range(10):
+        vals = [rng.choice(pool) for _ in range(400)]
+        recs = [f"TAGS\x01{v}\x02k\x01v\x02".encode() for v in vals]
+        buf = b"".join(recs)
+        pl = np.array([len(r) for r in recs], dtype=np.int64)
+        pa = np.concatenate(([0], np.cumsum(pl)[:-1])).astype(np.int64)
+        dec = BatchDecoder(BrokerProfile.for_version("4.9.4"), 18)
+        pc = dec.properties(buf, pa, pl, ["T"] * len(recs), np.zeros(len(recs), dtype=np.int64))
+        assert pc.tags_code.tolist() == [tags_code(v) for v in vals]

@@ -56,6 +56,18 @@ def _inner_batch_sure(J: np.ndarray, num: tuple[np.ndarray, np.ndarray, np.ndarr
     return out
 
 
+def _equal_spans(J: np.ndarray, a: np.ndarray, b: np.ndarray, ln: np.ndarray, most: int) -> np.ndarray:
+    """Whether the spans of ``J`` at ``a`` and ``b`` (``ln`` bytes each, at most ``most``)
+    hold the same bytes; False for longer ones."""
+    ok = ln <= most
+    width = int(ln[ok].max()) if ok.any() else 0
+    last = max(len(J) - 1, 0)
+    for k in range(width):
+        ok &= (k >= ln) | (J[np.minimum(a + k, last)] == J[np.minimum(b + k, last)])
+    out: np.ndarray = ok
+    return out
+
+
 def _plain_digits(J: np.ndarray, a: np.ndarray, b: np.ndarray, most: int) -> np.ndarray:
     """Whether each span [a, b) of ``J`` is 1 to ``most`` ASCII digits."""
     ln = b - a
@@ -341,14 +353,27 @@ class BatchDecoder:
         h, _units, nonascii = hash_spans(J, va, vb, JW)
         codes = h.view(np.int32).astype(np.int64)
         if nonascii.any():
-            tc = self.tags
-            for i in np.flatnonzero(nonascii).tolist():
-                v = joined[int(va[i]) : int(vb[i])]
-                c = tc.get(v)
-                if c is None:
-                    c = tc[v] = _tags_code(v.decode("utf-8", JAVA_REPLACE))
-                codes[i] = c
+            # equal values decoded once: grouped by (bytes hash, length), each compared with
+            # its group's first; the others (a hash collision, a long value) one by one
+            idx = np.flatnonzero(nonascii)
+            ln = (vb - va)[idx]
+            _u, first, inv = np.unique((h[idx].astype(np.uint64) << np.uint64(32)) | ln.astype(np.uint64),
+                                       return_index=True, return_inverse=True)
+            inv = inv.ravel()
+            same = _equal_spans(J, va[idx], va[idx[first]][inv], ln, 64)
+            ucodes = np.empty(len(first), dtype=np.int64)
+            for g, i in enumerate(idx[first].tolist()):
+                ucodes[g] = self._tag_code(joined[int(va[i]) : int(vb[i])])
+            codes[idx[same]] = ucodes[inv[same]]
+            for i in idx[~same].tolist():
+                codes[i] = self._tag_code(joined[int(va[i]) : int(vb[i])])
         return codes
+
+    def _tag_code(self, v: bytes) -> int:
+        c = self.tags.get(v)
+        if c is None:
+            c = self.tags[v] = _tags_code(v.decode("utf-8", JAVA_REPLACE))
+        return c
 
     def _delay(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray], joined: bytes, topics: Sequence[str],
                store_ts: np.ndarray, tags_code: np.ndarray) -> list[int]:
