@@ -19,6 +19,23 @@ from .parts import _rel
 # Consume queues: loading, and the broker's own queue recovery (for maxPhyOffsetOfCQ).
 
 
+_CHUNK = 1 << 20
+
+
+def _last_nonzero_in(fd: int, hi: int, scratch: bytearray) -> int:
+    """The last non-zero byte of a file before ``hi``, or -1: read backwards a chunk at a
+    time into ``scratch`` (a file's zero tail is looked at, not kept)."""
+    mv = memoryview(scratch)
+    while hi > 0:
+        a = max(0, hi - len(scratch))
+        got = os.preadv(fd, [mv[: hi - a]], a)
+        p = _last_nonzero(np.frombuffer(scratch, dtype=np.uint8, count=got))
+        if p >= 0:
+            return a + p
+        hi = a
+    return -1
+
+
 class Queue:
     """One consume queue; its units are read on demand (:meth:`load`) and can be dropped
     again (:meth:`release`), so a big store's queues need not all be in memory at once."""
@@ -54,6 +71,7 @@ class Queue:
         A file is read (not mapped) up to the end of its last data extent: a pre-allocated
         file's hole after it is zeros (:mod:`.holes`)."""
         ks = list(ks)
+        scratch = bytearray(_CHUNK)
         blocks: list[np.ndarray] = []
         counts: list[int] = []
         for k in ks:
@@ -63,12 +81,13 @@ class Queue:
             if n:
                 fd = os.open(f.path, os.O_RDONLY)
                 try:
-                    view = np.frombuffer(os.pread(fd, used_length(fd, n * cqf.CQ_UNIT_SIZE), 0), dtype=np.uint8)
+                    last = _last_nonzero_in(fd, used_length(fd, n * cqf.CQ_UNIT_SIZE), scratch)
+                    used = (last // cqf.CQ_UNIT_SIZE + 1) if last >= 0 else 0
+                    data = os.pread(fd, used * cqf.CQ_UNIT_SIZE, 0) if used else b""
                 finally:
                     os.close(fd)
-                last = _last_nonzero(view)
-                used = (last // cqf.CQ_UNIT_SIZE + 1) if last >= 0 else 0
-                blocks.append(view[: used * cqf.CQ_UNIT_SIZE])
+                used = len(data) // cqf.CQ_UNIT_SIZE
+                blocks.append(np.frombuffer(data, dtype=np.uint8, count=used * cqf.CQ_UNIT_SIZE))
             counts.append(used)
         raw = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.uint8)
         total = sum(counts)
