@@ -117,6 +117,55 @@ class _IndexFile:
         self.prev = E["prev_index"][1:].astype(np.int32)
         self.ks = np.arange(1, self.ne, dtype=np.int32)
         self.count, self.eff = count, eff
+        self.chains: tuple[np.ndarray, ...] | None = None  # _file_chains, when computed ahead
+
+    def file_chains(self, S: int) -> tuple[np.ndarray, ...]:
+        """(links out of range, links not to an older entry, then :func:`_chains`'s result)."""
+        if self.chains is None:
+            ks, prev, eff = self.ks, self.prev, self.eff
+            prev_range = (prev < 0) | (prev >= eff)
+            cycle = ~prev_range & (prev >= ks)
+            self.chains = (prev_range, cycle, *_chains(ks, np.where(prev_range | cycle, 0, prev), self.slots, eff, self.kh, S,
+                                                       sound_links=not (prev_range.any() or cycle.any())))
+        return self.chains
+
+
+def _effective_count(h: ixf.IndexHeader, N: int) -> int:
+    """The entries of a file whose header is ``h`` that are checked: indexCount (at least 1,
+    at most maxIndexNum ``N``)."""
+    count = int(h.index_count)
+    return N if count > N else max(count, 1)
+
+
+class Prepared:
+    """The first index file read and its hash chains followed ahead of the check (while the
+    commitlog is scanned): they need no record. Owns the open file until the check takes it."""
+
+    def __init__(self, store: Store, headers: list[tuple[str, Any]]) -> None:
+        self.path: Any = None
+        self.fd = -1
+        self.x: _IndexFile | None = None
+        for (_name, h), f in zip(headers, store.index_files):
+            if h is None:
+                continue
+            g = store.geometry
+            self.fd = os.open(f.path, os.O_RDONLY)
+            self.path = f.path
+            self.x = _IndexFile(self.fd, f.size, int(h.index_count), _effective_count(h, g.index_num), g.index_slot_num)
+            if len(self.x.ks):
+                self.x.file_chains(g.index_slot_num)
+            break
+
+    def take(self, f: StoreFile) -> tuple[int, _IndexFile] | None:
+        if self.x is None or f.path != self.path:
+            return None
+        out, self.x = (self.fd, self.x), None
+        return out
+
+    def close(self) -> None:
+        if self.x is not None:
+            self.x = None
+            os.close(self.fd)
 
 
 class _IndexCheck:
@@ -137,6 +186,7 @@ class _IndexCheck:
         self.prev_end_ts = 0
         self.entries_at = ixf.HEADER_SIZE + self.S * ixf.SLOT_SIZE
         self.rel = ""
+        self.prepared: Prepared | None = None
 
     def emit(self, code: str, ks: np.ndarray, eoff: np.ndarray | None, text: Callable[[int, int], str], **extra: Any) -> None:
         """Findings ``code`` about the entries ``ks`` of the current file, one per run of
@@ -160,9 +210,10 @@ class _IndexCheck:
         if count > self.N:
             hdr_problems.append(f"indexCount {count} exceeds maxIndexNum {self.N}")
             eff = self.N
-        fd = os.open(f.path, os.O_RDONLY)
+        got = self.prepared.take(f) if self.prepared is not None else None
+        fd = os.open(f.path, os.O_RDONLY) if got is None else got[0]
         try:
-            x = _IndexFile(fd, f.size, count, eff, self.S)
+            x = _IndexFile(fd, f.size, count, eff, self.S) if got is None else got[1]
             self.stats["entries"] += len(x.ks)
             hdr_problems += self._tail(x, f.size)
             self._slots(x)
@@ -250,12 +301,9 @@ class _IndexCheck:
         """Links out of range or to newer entries, slots into the middle of a chain,
         entries reached twice or from no slot; returns (orphan, chain slot, key's slot)."""
         ks, prev, eoff, eff, slots = x.ks, x.prev, x.eoff, x.eff, x.slots
-        prev_range = (prev < 0) | (prev >= eff)
-        cycle = ~prev_range & (prev >= ks)
+        prev_range, cycle, chain_slot, slot_of, into_middle, shared, dup_target = x.file_chains(self.S)
         self.emit("IDX_SLOT_RANGE", ks[prev_range], eoff[prev_range], lambda k, s: f"chain link {int(prev[k - 1])} outside [0, indexCount {eff})")
         self.emit("IDX_CHAIN_CYCLE", ks[cycle], eoff[cycle], lambda k, s: f"chain link {int(prev[k - 1])} does not point to an older entry")
-        chain_slot, slot_of, into_middle, shared, dup_target = _chains(ks, np.where(prev_range | cycle, 0, prev), slots, eff, x.kh, self.S,
-                                                                       sound_links=not (prev_range.any() or cycle.any()))
         for s_i in into_middle[:MAX_RUNS].tolist():
             self.out.append(finding("IDX_CHAIN_BROKEN", self.rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
                                     f"hash slot {s_i} points to entry {int(slots[s_i])}, which a newer entry links to", slot=s_i))
@@ -342,11 +390,17 @@ class _IndexCheck:
 
 
 def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any],
-                    broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
+                    broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint,
+                    prepared: Prepared | None = None) -> tuple[list[Finding], dict[str, Any]]:
     check = _IndexCheck(store, profile, recs, spans, outlook)
-    for (_name, h), f in zip(headers, store.index_files):
-        if h is not None:
-            check.file(f, h)
+    check.prepared = prepared
+    try:
+        for (_name, h), f in zip(headers, store.index_files):
+            if h is not None:
+                check.file(f, h)
+    finally:
+        if prepared is not None:
+            prepared.close()
     if store.index_files and len(recs.key_rec):
         check.missing(broker, headers, ckpt)
     elif not store.index_files:
