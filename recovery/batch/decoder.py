@@ -37,6 +37,49 @@ _PROP_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"INNER_NUM", b"INNER_BA
 _Found = dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]  # name -> (record, value start, value end)
 
 
+def _inner_batch_sure(J: np.ndarray, num: tuple[np.ndarray, np.ndarray, np.ndarray],
+                      base: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """For each INNER_BASE value (``base``: record, start, end in ``J``): True where the
+    record's INNER_NUM and INNER_BASE certainly parse (``Short.parseShort``,
+    ``Long.parseLong``): 1-4 and 1-18 ASCII digits, no sign; or it has no INNER_NUM.
+    False leaves it to the parse."""
+    nr, na, nb = num
+    br, ba, bb = base
+    if len(nr) > 1 and bool((nr[1:] < nr[:-1]).any()):
+        order = np.argsort(nr, kind="stable")
+        nr, na, nb = nr[order], na[order], nb[order]
+    num_ok = _plain_digits(J, na, nb, 4)
+    at = np.minimum(np.searchsorted(nr, br), max(len(nr) - 1, 0))
+    has = (nr[at] == br) if len(nr) else np.zeros(len(br), dtype=bool)
+    # (a record without INNER_NUM is not an inner batch: nothing to parse)
+    out: np.ndarray = ~has | (num_ok[at] & _plain_digits(J, ba, bb, 18))
+    return out
+
+
+def _equal_spans(J: np.ndarray, a: np.ndarray, b: np.ndarray, ln: np.ndarray, most: int) -> np.ndarray:
+    """Whether the spans of ``J`` at ``a`` and ``b`` (``ln`` bytes each, at most ``most``)
+    hold the same bytes; False for longer ones."""
+    ok = ln <= most
+    width = int(ln[ok].max()) if ok.any() else 0
+    last = max(len(J) - 1, 0)
+    for k in range(width):
+        ok &= (k >= ln) | (J[np.minimum(a + k, last)] == J[np.minimum(b + k, last)])
+    out: np.ndarray = ok
+    return out
+
+
+def _plain_digits(J: np.ndarray, a: np.ndarray, b: np.ndarray, most: int) -> np.ndarray:
+    """Whether each span [a, b) of ``J`` is 1 to ``most`` ASCII digits."""
+    ln = b - a
+    ok = (ln >= 1) & (ln <= most)
+    last = max(len(J) - 1, 0)
+    for k in range(most):
+        c = J[np.minimum(a + k, last)]
+        ok &= (k >= ln) | ((c >= 0x30) & (c <= 0x39))
+    out: np.ndarray = ok
+    return out
+
+
 class BatchDecoder:
     """Per-walk state and caches of the fast path."""
 
@@ -289,9 +332,12 @@ class BatchDecoder:
                 bad = np.searchsorted(ones, vb, side="left") - np.searchsorted(ones, va, side="left") > 0
                 odd.extend(rec[bad].tolist())
         if b"INNER_NUM" in found and b"INNER_BASE" in found:
-            # 5.x setBatchSizeIfNeeded: a record with both must parse them (check_record's rule)
-            num = dict(zip(found[b"INNER_NUM"][0].tolist(), zip(found[b"INNER_NUM"][1].tolist(), found[b"INNER_NUM"][2].tolist())))
-            for r, a, b in zip(*(x.tolist() for x in found[b"INNER_BASE"])):
+            # 5.x setBatchSizeIfNeeded: a record with both must parse them (check_record's rule);
+            # plain digits that fit (1-4 for the short, 1-18 for the long) need no parse
+            unsure = ~_inner_batch_sure(J, found[b"INNER_NUM"], found[b"INNER_BASE"])
+            num = (dict(zip(found[b"INNER_NUM"][0].tolist(), zip(found[b"INNER_NUM"][1].tolist(), found[b"INNER_NUM"][2].tolist())))
+                   if unsure.any() else {})
+            for r, a, b in zip(*(x[unsure].tolist() for x in found[b"INNER_BASE"])):
                 if r in num:
                     na, nb = num[r]
                     if not ck.inner_batch_ok({INNER_NUM: joined[na:nb].decode("utf-8", JAVA_REPLACE),
@@ -307,14 +353,27 @@ class BatchDecoder:
         h, _units, nonascii = hash_spans(J, va, vb, JW)
         codes = h.view(np.int32).astype(np.int64)
         if nonascii.any():
-            tc = self.tags
-            for i in np.flatnonzero(nonascii).tolist():
-                v = joined[int(va[i]) : int(vb[i])]
-                c = tc.get(v)
-                if c is None:
-                    c = tc[v] = _tags_code(v.decode("utf-8", JAVA_REPLACE))
-                codes[i] = c
+            # equal values decoded once: grouped by (bytes hash, length), each compared with
+            # its group's first; the others (a hash collision, a long value) one by one
+            idx = np.flatnonzero(nonascii)
+            ln = (vb - va)[idx]
+            _u, first, inv = np.unique((h[idx].astype(np.uint64) << np.uint64(32)) | ln.astype(np.uint64),
+                                       return_index=True, return_inverse=True)
+            inv = inv.ravel()
+            same = _equal_spans(J, va[idx], va[idx[first]][inv], ln, 64)
+            ucodes = np.empty(len(first), dtype=np.int64)
+            for g, i in enumerate(idx[first].tolist()):
+                ucodes[g] = self._tag_code(joined[int(va[i]) : int(vb[i])])
+            codes[idx[same]] = ucodes[inv[same]]
+            for i in idx[~same].tolist():
+                codes[i] = self._tag_code(joined[int(va[i]) : int(vb[i])])
         return codes
+
+    def _tag_code(self, v: bytes) -> int:
+        c = self.tags.get(v)
+        if c is None:
+            c = self.tags[v] = _tags_code(v.decode("utf-8", JAVA_REPLACE))
+        return c
 
     def _delay(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray], joined: bytes, topics: Sequence[str],
                store_ts: np.ndarray, tags_code: np.ndarray) -> list[int]:

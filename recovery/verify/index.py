@@ -83,18 +83,33 @@ def _read_index_header(f: StoreFile) -> ixf.IndexHeader | None:
     return ixf.read_whole_header(f.path)
 
 
-class _IndexFile:
-    """One index file's slots and entries while they are checked (read from its map)."""
+def _read(fd: int, at: int, n: int) -> bytes:
+    """``n`` bytes of a file from ``at`` (the caller checked its size)."""
+    parts = []
+    while n > 0:
+        b = os.pread(fd, min(n, 1 << 30), at)
+        if not b:
+            raise OSError(f"index file shorter than {at + n} bytes")
+        parts.append(b)
+        at += len(b)
+        n -= len(b)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def __init__(self, mm: Any, size: int, count: int, eff: int, S: int) -> None:
-        self.u8 = np.frombuffer(mm, dtype=np.uint8)
+
+class _IndexFile:
+    """One index file's slots and entries while they are checked (read, not mapped: the
+    file's pages do not add to this process's memory while the entries are checked)."""
+
+    def __init__(self, fd: int, size: int, count: int, eff: int, S: int) -> None:
+        self.fd = fd
         self.entries_at = ixf.HEADER_SIZE + S * ixf.SLOT_SIZE
         avail_slots = max(0, min(S, (size - ixf.HEADER_SIZE) // ixf.SLOT_SIZE))
-        self.slots = (np.frombuffer(mm, dtype=">i4", count=avail_slots, offset=ixf.HEADER_SIZE).astype(np.int64) if avail_slots
-                      else np.zeros(0, dtype=np.int64))
+        # (int32, as stored: 5 M slots take 20 MB, not 40)
+        self.slots = (np.frombuffer(_read(fd, ixf.HEADER_SIZE, avail_slots * ixf.SLOT_SIZE), dtype=">i4").astype(np.int32)
+                      if avail_slots else np.zeros(0, dtype=np.int32))
         avail = max(0, (size - self.entries_at) // ixf.ENTRY_SIZE) if size > self.entries_at else 0
         self.ne = min(eff, avail)
-        E = (np.frombuffer(mm, dtype=ixf.ENTRY_DTYPE, count=self.ne, offset=self.entries_at) if self.ne
+        E = (np.frombuffer(_read(fd, self.entries_at, self.ne * ixf.ENTRY_SIZE), dtype=ixf.ENTRY_DTYPE) if self.ne
              else np.zeros(0, dtype=ixf.ENTRY_DTYPE))
         self.kh = E["key_hash"][1:].astype(np.int32)
         self.eoff = E["commitlog_offset"][1:].astype(np.int64)
@@ -103,6 +118,55 @@ class _IndexFile:
         self.prev = E["prev_index"][1:].astype(np.int32)
         self.ks = np.arange(1, self.ne, dtype=np.int32)
         self.count, self.eff = count, eff
+        self.chains: tuple[np.ndarray, ...] | None = None  # _file_chains, when computed ahead
+
+    def file_chains(self, S: int) -> tuple[np.ndarray, ...]:
+        """(links out of range, links not to an older entry, then :func:`_chains`'s result)."""
+        if self.chains is None:
+            ks, prev, eff = self.ks, self.prev, self.eff
+            prev_range = (prev < 0) | (prev >= eff)
+            cycle = ~prev_range & (prev >= ks)
+            self.chains = (prev_range, cycle, *_chains(ks, np.where(prev_range | cycle, 0, prev), self.slots, eff, self.kh, S,
+                                                       sound_links=not (prev_range.any() or cycle.any())))
+        return self.chains
+
+
+def _effective_count(h: ixf.IndexHeader, N: int) -> int:
+    """The entries of a file whose header is ``h`` that are checked: indexCount (at least 1,
+    at most maxIndexNum ``N``)."""
+    count = int(h.index_count)
+    return N if count > N else max(count, 1)
+
+
+class Prepared:
+    """The first index file read and its hash chains followed ahead of the check (while the
+    commitlog is scanned): they need no record. Owns the open file until the check takes it."""
+
+    def __init__(self, store: Store, headers: list[tuple[str, Any]]) -> None:
+        self.path: Any = None
+        self.fd = -1
+        self.x: _IndexFile | None = None
+        for (_name, h), f in zip(headers, store.index_files):
+            if h is None:
+                continue
+            g = store.geometry
+            self.fd = os.open(f.path, os.O_RDONLY)
+            self.path = f.path
+            self.x = _IndexFile(self.fd, f.size, int(h.index_count), _effective_count(h, g.index_num), g.index_slot_num)
+            if len(self.x.ks):
+                self.x.file_chains(g.index_slot_num)
+            break
+
+    def take(self, f: StoreFile) -> tuple[int, _IndexFile] | None:
+        if self.x is None or f.path != self.path:
+            return None
+        out, self.x = (self.fd, self.x), None
+        return out
+
+    def close(self) -> None:
+        if self.x is not None:
+            self.x = None
+            os.close(self.fd)
 
 
 class _IndexCheck:
@@ -123,6 +187,7 @@ class _IndexCheck:
         self.prev_end_ts = 0
         self.entries_at = ixf.HEADER_SIZE + self.S * ixf.SLOT_SIZE
         self.rel = ""
+        self.prepared: Prepared | None = None
 
     def emit(self, code: str, ks: np.ndarray, eoff: np.ndarray | None, text: Callable[[int, int], str], **extra: Any) -> None:
         """Findings ``code`` about the entries ``ks`` of the current file, one per run of
@@ -139,8 +204,6 @@ class _IndexCheck:
 
     def file(self, f: StoreFile, h: ixf.IndexHeader) -> None:
         """The findings about one index file whose header is ``h``."""
-        import mmap
-
         self.rel = _rel(self.store, f.path)
         count = int(h.index_count)
         eff = max(count, 1)
@@ -148,13 +211,10 @@ class _IndexCheck:
         if count > self.N:
             hdr_problems.append(f"indexCount {count} exceeds maxIndexNum {self.N}")
             eff = self.N
-        fd = os.open(f.path, os.O_RDONLY)
+        got = self.prepared.take(f) if self.prepared is not None else None
+        fd = os.open(f.path, os.O_RDONLY) if got is None else got[0]
         try:
-            mm = mmap.mmap(fd, f.size, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-        try:
-            x = _IndexFile(mm, f.size, count, eff, self.S)
+            x = _IndexFile(fd, f.size, count, eff, self.S) if got is None else got[1]
             self.stats["entries"] += len(x.ks)
             hdr_problems += self._tail(x, f.size)
             self._slots(x)
@@ -166,10 +226,7 @@ class _IndexCheck:
             self.prev_end_ts = int(h.end_timestamp)
             del x
         finally:
-            try:
-                mm.close()
-            except BufferError:
-                pass
+            os.close(fd)
 
     def _tail(self, x: _IndexFile, size: int) -> list[str]:
         """Entries after indexCount must be empty. Entries a stale header hides (its page
@@ -178,7 +235,8 @@ class _IndexCheck:
         tail_from = self.entries_at + x.eff * ixf.ENTRY_SIZE
         tail_to = min(size, self.entries_at + self.N * ixf.ENTRY_SIZE, tail_from + (1 << 20))
         if tail_from < tail_to:
-            nz = _first_nonzero(x.u8, tail_from, tail_to)
+            nz = _first_nonzero(np.frombuffer(_read(x.fd, tail_from, tail_to - tail_from), dtype=np.uint8), 0, tail_to - tail_from)
+            nz = tail_from + nz if nz >= 0 else -1
             if nz >= 0:
                 return [f"non-zero entry bytes at {nz}, after indexCount {x.count}"]
         return []
@@ -244,12 +302,9 @@ class _IndexCheck:
         """Links out of range or to newer entries, slots into the middle of a chain,
         entries reached twice or from no slot; returns (orphan, chain slot, key's slot)."""
         ks, prev, eoff, eff, slots = x.ks, x.prev, x.eoff, x.eff, x.slots
-        prev_range = (prev < 0) | (prev >= eff)
-        cycle = ~prev_range & (prev >= ks)
+        prev_range, cycle, chain_slot, slot_of, into_middle, shared, dup_target = x.file_chains(self.S)
         self.emit("IDX_SLOT_RANGE", ks[prev_range], eoff[prev_range], lambda k, s: f"chain link {int(prev[k - 1])} outside [0, indexCount {eff})")
         self.emit("IDX_CHAIN_CYCLE", ks[cycle], eoff[cycle], lambda k, s: f"chain link {int(prev[k - 1])} does not point to an older entry")
-        chain_slot, slot_of, into_middle, shared, dup_target = _chains(ks, np.where(prev_range | cycle, 0, prev), slots, eff, x.kh, self.S,
-                                                                       sound_links=not (prev_range.any() or cycle.any()))
         for s_i in into_middle[:MAX_RUNS].tolist():
             self.out.append(finding("IDX_CHAIN_BROKEN", self.rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
                                     f"hash slot {s_i} points to entry {int(slots[s_i])}, which a newer entry links to", slot=s_i))
@@ -336,11 +391,17 @@ class _IndexCheck:
 
 
 def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any],
-                    broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> tuple[list[Finding], dict[str, Any]]:
+                    broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint,
+                    prepared: Prepared | None = None) -> tuple[list[Finding], dict[str, Any]]:
     check = _IndexCheck(store, profile, recs, spans, outlook)
-    for (_name, h), f in zip(headers, store.index_files):
-        if h is not None:
-            check.file(f, h)
+    check.prepared = prepared
+    try:
+        for (_name, h), f in zip(headers, store.index_files):
+            if h is not None:
+                check.file(f, h)
+    finally:
+        if prepared is not None:
+            prepared.close()
     if store.index_files and len(recs.key_rec):
         check.missing(broker, headers, ckpt)
     elif not store.index_files:

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ...formats import commitlog as cl
 from ...formats.crc import crc32_raw
 from ...formats.javahash import index_hash_batch, java_hash_batch
-from ...formats.properties import JAVA_REPLACE, decode_crc32_digits
+from ...formats.properties import JAVA_REPLACE
 from .. import check as ck
 from ..batch import PropertyColumns
 from ..batch.header import HeaderColumns
-from ..batch.properties import dropped_entries, nonascii_records, record_starts, topic_key_hashes
+from ..batch.properties import dropped_entries, record_starts, topic_key_hashes
 from .records import _AR9, _CRC_TAG, _KNOWN_SYSFLAG_BITS, _MASK31, _SCHEDULE, MAIN, MAX_PER_PART, _Ctx, _Rec, _tx_flags
+from .utf8 import invalid_utf8_records
 
 
 def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: HeaderColumns, n: int, flag: int) -> int:
@@ -65,6 +67,9 @@ class _Props:
     slow: np.ndarray  # bool
     key_i: np.ndarray
     key_h: np.ndarray
+    # the dropped-entry findings of records with valid non-ASCII properties, by record:
+    # reported in the one-by-one order (where their check used to run)
+    late: dict[int, tuple[str, int, str, dict[str, Any]]] = field(default_factory=dict)
 
 
 def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: np.ndarray, pv: _Props) -> int:
@@ -73,6 +78,8 @@ def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: 
     their tagsCode and index keys into ``pv``. Returns the index of the first record the
     broker refuses, or ``len(P)``."""
     slow = np.flatnonzero(pv.slow | pv.odd)
+    if pv.late:
+        slow = np.union1d(slow, np.array(list(pv.late), dtype=np.int64))
     if not len(slow):
         return len(P)
     buf = ctx.buf
@@ -84,6 +91,9 @@ def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: 
         a, ln = int(pp[i]), int(pl[i])
         if pv.slow[i] and ctx.opts.check_props and ln > 0:
             _check_props(out, buf[a : a + ln], int(P[i]), structure=ctx.profile.new_properties_parser)
+        late = pv.late.get(i)
+        if late is not None:
+            out.anomalies.append(late)
         if not pv.odd[i]:
             continue
         # (the body CRC and the length are checked already)
@@ -145,7 +155,7 @@ def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarr
         if pc.odd:
             pv.odd[lo + np.array(pc.odd, dtype=np.int64)] = True
         if ctx.profile.new_properties_parser:
-            _props_checks(ctx, out, P[lo:hi], plp[lo:hi], pc, pv.slow[lo:hi])
+            _props_checks(ctx, out, P[lo:hi], plp[lo:hi], pc, pv.slow[lo:hi], pv.late, lo)
         if pc.index_keys is not None and len(pc.index_keys.rec):
             key_i.append(lo + pc.index_keys.rec)
             key_h.append(topic_key_hashes(pc.index_keys, tids[lo:hi], out.topics, ctx.topic_prefix))
@@ -158,24 +168,39 @@ def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarr
     return pv
 
 
-def _props_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, plp: np.ndarray, pc: PropertyColumns, slow: np.ndarray) -> None:
-    """4.9.1+ parser: the records with non-ASCII properties (and 5.x inner batches) are
-    checked one by one (``slow``, a view of one batch); the others' dropped entries are
-    counted here."""
+def _props_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, plp: np.ndarray, pc: PropertyColumns, slow: np.ndarray,
+                  late: dict[int, tuple[str, int, str, dict[str, Any]]], lo: int) -> None:
+    """4.9.1+ parser: the records whose properties are not valid UTF-8 are checked one by
+    one (``slow``, a view of one batch); the others' dropped entries are counted here. (In
+    valid UTF-8 the bytes 01 and 02 are characters of their own, so the bytes give the
+    parser's count.) The findings of records with non-ASCII properties go to ``late``,
+    keyed by ``lo`` + their index in the batch, and so does a second copy of those of 5.x
+    inner batches: the order and count of the one-by-one check they used to go through."""
     rs = record_starts(plp)
-    slow |= nonascii_records(pc.joined, rs)
-    if ctx.opts.check_props:
-        cnt = dropped_entries(pc.joined, rs)
-        for r in np.flatnonzero((cnt > 0) & ~slow).tolist():
-            c = int(cnt[r])
-            out.anomalies.append(("CL_PROPERTIES", int(P[r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c}))
+    J = pc.joined
+    slow |= invalid_utf8_records(J, rs)
+    if not ctx.opts.check_props:
+        return
+    inner = np.zeros(len(slow), dtype=bool)
     for nm in (b"INNER_NUM", b"INNER_BASE"):
         if nm in pc.found:
-            slow[pc.found[nm][0]] = True
+            inner[pc.found[nm][0]] = True
+    cnt = dropped_entries(J, rs)
+    for r in np.flatnonzero((cnt > 0) & ~slow).tolist():
+        c = int(cnt[r])
+        f = ("CL_PROPERTIES", int(P[r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c})
+        nonascii = int(J[int(rs[r]) : int(rs[r]) + int(plp[r])].max(initial=0)) >= 0x80
+        if not nonascii:
+            out.anomalies.append(f)
+        if nonascii or inner[r]:
+            late[lo + r] = f
 
 
 _FP_MUL = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
                     0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9], dtype=np.uint64)
+
+
+_TOPIC_WORDS_MAX = 256  # longer topics (V2 records allow 32767 bytes) go one by one
 
 
 def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.ndarray:
@@ -183,32 +208,68 @@ def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.n
     length and m big-endian words (the last one ending at the topic's end, bytes before
     its start masked): the words are fingerprinted, grouped with ``np.unique`` and every
     record's words compared with its group's first record. One Python step per distinct
-    topic; topics longer than 64 bytes or near the file end go one by one."""
+    topic. New topics get their ids in fingerprint order when no topic is longer than 64
+    bytes, else in order of first appearance (the order of the one-by-one walk these runs
+    had before); topics longer than :data:`_TOPIC_WORDS_MAX` bytes or near the file end go
+    one by one."""
     n = len(tpos)
     tids = np.empty(n, dtype=np.int32)
     if n == 0:
         return tids
     width = int(tlen.max())
     words = ctx.words
-    if width > 64 or int(tpos.max()) + width + 8 > words.end:
+    if width > _TOPIC_WORDS_MAX or int(tpos.max()) + width + 8 > words.end:
         buf = ctx.buf
         for i in range(n):
             tids[i] = out.tid(bytes(buf[int(tpos[i]) : int(tpos[i]) + int(tlen[i])]))
         return tids
-    m = max(1, (width + 7) // 8)
     tl = tlen.astype(np.int64)
+    m = max(1, (width + 7) // 8)
+    first, inv = _topic_groups(words, tpos, tl, m) if width <= 64 else _long_topic_groups(words, tpos, tl, m)
+    buf = ctx.buf
+    ids = np.empty(len(first), dtype=np.int32)
+    for g in (range(len(first)) if width <= 64 else np.argsort(first, kind="stable").tolist()):
+        j = int(first[g])
+        ids[g] = out.tid(bytes(buf[int(tpos[j]) : int(tpos[j]) + int(tl[j])]))
+    tids[:] = ids[inv]
+    return tids
+
+
+def _long_topic_groups(words: Any, tpos: np.ndarray, tl: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_topic_groups` for runs with a topic longer than 64 bytes: each topic as its
+    length and the ``m`` words from its start (one gather), the bytes past its end
+    masked; the same fingerprint, check and exact fall-back."""
+    W = words.grouped(tpos).words(0, m)
+    valid = np.clip(tl[:, None] - 8 * np.arange(m, dtype=np.int64)[None, :], 0, 8).astype(np.uint64)
+    W &= ~((np.uint64(1) << (np.uint64(64) - 8 * valid)) - np.uint64(1)) & np.where(valid > 0, np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0))
+    return _group_words(tl, [W[:, j] for j in range(m)])
+
+
+def _topic_groups(words: Any, tpos: np.ndarray, tl: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first record of each distinct topic, each record's group) from the topics' lengths
+    and ``m`` words each (:func:`_topic_ids`); groups in fingerprint order."""
     parts = []
+    short = tl < 8  # whole topic inside one word: keep its first tl bytes
+    head = None
+    if short.any():
+        keep_bits = (tl * 8).astype(np.uint64)
+        mask = np.where(short, ~((np.uint64(1) << (np.uint64(64) - keep_bits)) - np.uint64(1)), np.uint64(0xFFFFFFFFFFFFFFFF))
+        mask = np.where(tl == 0, np.uint64(0), mask)
+        head = words.at(tpos) & mask
     for j in range(m):
         # word j covers [tpos + 8j, +8) clamped to end at the topic's end
         start = np.minimum(tpos + 8 * j, tpos + tl - 8)
         wv = words.at(np.maximum(start, 0))
-        short = tl < 8  # whole topic inside one word: keep its first tl bytes
-        if short.any():
-            keep_bits = (tl * 8).astype(np.uint64)
-            mask = np.where(short, ~((np.uint64(1) << (np.uint64(64) - keep_bits)) - np.uint64(1)), np.uint64(0xFFFFFFFFFFFFFFFF))
-            mask = np.where(tl == 0, np.uint64(0), mask)
-            wv = np.where(short, words.at(tpos) & mask, wv)
+        if head is not None:
+            wv = np.where(short, head, wv)
         parts.append(wv)
+    return _group_words(tl, parts)
+
+
+def _group_words(tl: np.ndarray, parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Groups of equal (length, words) rows: fingerprints grouped with ``np.unique``, every
+    row compared with its group's first, an exact grouping on all words after a collision."""
+    m = len(parts)
     fp = tl.astype(np.uint64)
     for j, wv in enumerate(parts):
         fp = fp * _FP_MUL[j % 8] + wv
@@ -223,10 +284,7 @@ def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.n
         stacked = np.ascontiguousarray(np.stack([tl.astype(np.uint64), *parts], axis=1))
         _u, first, inv = np.unique(stacked.view(np.dtype((np.void, 8 * (m + 1)))).ravel(), return_index=True, return_inverse=True)
         inv = inv.ravel()
-    buf = ctx.buf
-    ids = np.array([out.tid(bytes(buf[int(tpos[j]) : int(tpos[j]) + int(tl[j])])) for j in first.tolist()], dtype=np.int32)
-    tids[:] = ids[inv]
-    return tids
+    return first, inv
 
 
 def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: np.ndarray, flag: int) -> None:
@@ -280,6 +338,18 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
         out.anomalies.append(("CL_PROPERTIES", pos, f"{dropped} propert{'y' if dropped == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": dropped}))
 
 
+_AR10 = np.arange(10, dtype=np.int64)
+_POW10 = 10 ** np.arange(10, dtype=np.int64)
+
+
+def _crc32_digits(d: np.ndarray) -> np.ndarray:
+    """:func:`formats.properties.decode_crc32_digits` of rows of 10 bytes: sum of
+    (byte - '0') * 10**i, wrapped as a Java int."""
+    v = ((d.astype(np.int64) - 48) * _POW10).sum(axis=1) & 0xFFFFFFFF
+    out: np.ndarray = np.where(v >= 1 << 31, v - (1 << 32), v)
+    return out
+
+
 def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.ndarray) -> None:
     """The 5.2+ ``__CRC32#`` tail: crc32(record[0 : TOTALSIZE-20]) & 0x7FFFFFFF, its digits
     stored least significant first (STORE_FORMAT §7.1). Checked wherever present: an error
@@ -295,13 +365,15 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
     last = u8[np.clip(P[cand] + T[cand] - 1, 0, len(u8) - 1)]
     tag = np.frombuffer(_CRC_TAG, dtype=np.uint8)
     hit = cand[(head == tag).all(axis=1) & (last == 2)]
-    buf = ctx.buf
-    for i in hit.tolist():
-        p = int(P[i])
-        t = int(T[i])
-        at = p + t - cl.CRC32_RESERVED_LEN
-        stored = decode_crc32_digits(buf[at + 9 : at + 19].decode("latin-1"))
-        computed = crc32_raw(ctx.mv[p:at]) & _MASK31
-        if stored != computed:
-            code = "CL_PROP_CRC" if ctx.profile.has_prop_crc else "CL_PROP_CRC_PRE_5_2"
-            out.anomalies.append((code, p, f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}", {"stored": stored, "computed": computed}))
+    if not len(hit):
+        return
+    ps = P[hit]
+    ats = ps + T[hit] - cl.CRC32_RESERVED_LEN
+    stored_all = _crc32_digits(u8[ats[:, None] + 9 + _AR10])
+    computed_all = np.fromiter(map(crc32_raw, map(ctx.mv.__getitem__, map(slice, ps.tolist(), ats.tolist()))), dtype=np.int64,
+                               count=len(ps)) & _MASK31
+    for k in np.flatnonzero(stored_all != computed_all).tolist():
+        p, t = int(ps[k]), int(T[hit[k]])
+        stored, computed = int(stored_all[k]), int(computed_all[k])
+        code = "CL_PROP_CRC" if ctx.profile.has_prop_crc else "CL_PROP_CRC_PRE_5_2"
+        out.anomalies.append((code, p, f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}", {"stored": stored, "computed": computed}))

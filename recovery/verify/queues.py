@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 import numpy as np
@@ -12,9 +13,27 @@ from ..broker import (
 )
 from ..scan import last_nonzero as _last_nonzero
 from ..store import Store, StoreFile
+from .holes import used_length
 from .parts import _rel
 
 # Consume queues: loading, and the broker's own queue recovery (for maxPhyOffsetOfCQ).
+
+
+_CHUNK = 1 << 20
+
+
+def _last_nonzero_in(fd: int, hi: int, scratch: bytearray) -> int:
+    """The last non-zero byte of a file before ``hi``, or -1: read backwards a chunk at a
+    time into ``scratch`` (a file's zero tail is looked at, not kept)."""
+    mv = memoryview(scratch)
+    while hi > 0:
+        a = max(0, hi - len(scratch))
+        got = os.preadv(fd, [mv[: hi - a]], a)
+        p = _last_nonzero(np.frombuffer(scratch, dtype=np.uint8, count=got))
+        if p >= 0:
+            return a + p
+        hi = a
+    return -1
 
 
 class Queue:
@@ -48,33 +67,27 @@ class Queue:
 
     def _read(self, ks: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Units of the given files. The all-zero tail of a file (unwritten units after
-        its last non-zero byte) is not read: such units end the queue and say nothing."""
-        import mmap
-
+        its last non-zero byte) is not read: such units end the queue and say nothing.
+        A file is read (not mapped) up to the end of its last data extent: a pre-allocated
+        file's hole after it is zeros (:mod:`.holes`)."""
         ks = list(ks)
+        scratch = bytearray(_CHUNK)
         blocks: list[np.ndarray] = []
         counts: list[int] = []
         for k in ks:
             f = self.files[k]
-            size = min(f.size, self.fsize)
-            n = size // cqf.CQ_UNIT_SIZE
+            n = min(f.size, self.fsize) // cqf.CQ_UNIT_SIZE
             used = 0
             if n:
-                with open(f.path, "rb") as fh:
-                    try:
-                        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                    except ValueError:  # shrank to zero meanwhile
-                        mm = None
-                    if mm is not None:
-                        view = np.frombuffer(mm, dtype=np.uint8, count=min(n * cqf.CQ_UNIT_SIZE, len(mm)))
-                        last = _last_nonzero(view)
-                        used = (last // cqf.CQ_UNIT_SIZE + 1) if last >= 0 else 0
-                        blocks.append(view[: used * cqf.CQ_UNIT_SIZE].copy())
-                        del view
-                        try:
-                            mm.close()
-                        except BufferError:
-                            pass
+                fd = os.open(f.path, os.O_RDONLY)
+                try:
+                    last = _last_nonzero_in(fd, used_length(fd, n * cqf.CQ_UNIT_SIZE), scratch)
+                    used = (last // cqf.CQ_UNIT_SIZE + 1) if last >= 0 else 0
+                    data = os.pread(fd, used * cqf.CQ_UNIT_SIZE, 0) if used else b""
+                finally:
+                    os.close(fd)
+                used = len(data) // cqf.CQ_UNIT_SIZE
+                blocks.append(np.frombuffer(data, dtype=np.uint8, count=used * cqf.CQ_UNIT_SIZE))
             counts.append(used)
         raw = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.uint8)
         total = sum(counts)

@@ -17,6 +17,7 @@ from ..broker import (
 )
 from ..scan import byte_views
 from ..versions import BrokerProfile
+from .holes import DataExtents
 
 # Commitlog scanning core (runs in worker processes too: module-level, picklable results).
 
@@ -173,6 +174,7 @@ class _Ctx:
         self.words = _Words(buf, end)
         self.views = byte_views(buf)
         self.hints: np.ndarray | None = None  # sorted record starts the consume queues point at (file positions)
+        self.data: DataExtents | None = None  # the file's data extents around the part (None: all of it is data)
 
     def release(self) -> None:
         self.views = None  # type: ignore[assignment]

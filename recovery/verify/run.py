@@ -14,7 +14,7 @@ from ..store import Store
 from ..versions import BrokerProfile
 from .commitlog import _commitlog_findings, _commitlog_spans, _layout_findings, _zero_length_lost, walk_summary
 from .consumequeue import _Broker, _cq_findings
-from .index import _index_findings, _read_index_header
+from .index import Prepared, _index_findings, _read_index_header
 from .outlook import recovery_outlook
 from .parts import FileScan, Records, scan_commitlog
 from .queues import Queue, cq_recover_max_phy, load_queues
@@ -65,6 +65,7 @@ def verify_store(
         pre["queues"] = load_queues(store)
         per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
         pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
+        pre["index"] = Prepared(store, headers)  # the first index file's own structure (no record needed)
 
     # the offsets the consume queues point at speed the commitlog walk up
     scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress,
@@ -75,7 +76,7 @@ def verify_store(
     spans = _Spans(_commitlog_spans(store, scans, recs))
     broker = _Broker(store, profile, outlook)
     cl_f, (cq_f, cq_stats), (ix_f, ix_stats) = _cross_checks(store, profile, jobs, queues, scans, recs, spans, outlook,
-                                                             broker, headers, ckpt)
+                                                             broker, headers, ckpt, pre["index"])
     cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
     st_f = _state_findings(store)
     groups = [("layout", layout), ("commitlog", cl_f), ("consumequeue", cq_f), ("index", ix_f), ("checkpoint", cp_f), ("store", st_f)]
@@ -87,7 +88,8 @@ _Checked = tuple[list[Finding], dict[str, Any]]
 
 def _cross_checks(store: Store, profile: BrokerProfile, jobs: int, queues: list[Queue], scans: Sequence[FileScan | None],
                   recs: Records, spans: _Spans, outlook: dict[str, Any], broker: _Broker,
-                  headers: list[tuple[str, Any]], ckpt: Checkpoint) -> tuple[list[Finding], _Checked, _Checked]:
+                  headers: list[tuple[str, Any]], ckpt: Checkpoint,
+                  prepared: Prepared | None = None) -> tuple[list[Finding], _Checked, _Checked]:
     """The commitlog, consume queue and index findings. The consume queue cross-check is
     the longest and spends its time in numpy (which lets go of the GIL): with more than
     one core it runs beside the others."""
@@ -106,7 +108,7 @@ def _cross_checks(store: Store, profile: BrokerProfile, jobs: int, queues: list[
         cq_thread.start()
     try:
         cl_f = _commitlog_findings(store, profile, scans, recs, outlook, spans)
-        ix = _index_findings(store, profile, recs, spans, outlook, broker, headers, ckpt)
+        ix = _index_findings(store, profile, recs, spans, outlook, broker, headers, ckpt, prepared)
     finally:
         if cq_thread is not None:
             cq_thread.join()

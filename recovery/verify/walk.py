@@ -21,6 +21,7 @@ from ..batch.header import HeaderColumns, header_columns, ipv6_body_crc_bad, sal
 from ..scan import chase_starts, hints_in, sorted_unique
 from ..scan import first_nonzero as _first_nonzero
 from ..versions import BrokerProfile
+from .holes import DataExtents
 from .props import _index_keys, _keep, _record_checks
 from .records import (
     _INTACT_FAILURES,
@@ -42,8 +43,26 @@ from .records import (
 
 def _resync(ctx: _Ctx, start: int, limit: int) -> int | None:
     """The first position in [start, limit) holding an intact record (CRC on):
-    :func:`recovery.parallel.resync`."""
-    return parallel.resync(ctx.buf, start, ctx.end, ctx.base, ctx.profile, True, limit=limit)
+    :func:`recovery.parallel.resync`, searched in the file's data extents only (a record's
+    magic has no zero byte, so it lies inside one extent)."""
+    if ctx.data is None:
+        return parallel.resync(ctx.buf, start, ctx.end, ctx.base, ctx.profile, True, limit=limit)
+    for a, b in ctx.data.within(start, min(limit + 4, ctx.end)):
+        q = parallel.resync(ctx.buf, max(start, a - 8), ctx.end, ctx.base, ctx.profile, True, limit=min(limit, b))
+        if q is not None:
+            return q
+    return None
+
+
+def _first_nonzero_data(ctx: _Ctx, a: int, b: int) -> int:
+    """The first non-zero byte in [a, b) (-1: none), looked for in the data extents only."""
+    if ctx.data is None:
+        return _first_nonzero(ctx.u8, a, b)
+    for x, y in ctx.data.within(a, b):
+        p = _first_nonzero(ctx.u8, x, y)
+        if p >= 0:
+            return p
+    return -1
 
 
 _V4_BODY_LEN_AT = _V4["body_length"]  # BODYLENGTH with IPv4 born/store hosts (STORE_FORMAT §4)
@@ -229,9 +248,11 @@ def scan_part(task: PartTask) -> Part:
         size = os.fstat(fd).st_size
         end = min(task.end, size)
         mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        data = DataExtents(fd, task.start, min(end, task.stop + 8))
     finally:
         os.close(fd)
     ctx = _Ctx(mm, end, task.base, task.profile, task.opts)
+    ctx.data = data
     if task.hints is not None and len(task.hints):
         ctx.hints = task.hints if task.hints_sorted else sorted_unique(task.hints)
     try:
@@ -256,7 +277,7 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
         part.first_pos = q
         gap_end = stop if q is None else q
         if gap_end > pos:
-            part.gaps.append(Gap(pos, gap_end, "", "", _first_nonzero(ctx.u8, pos, gap_end), q is not None))
+            part.gaps.append(Gap(pos, gap_end, "", "", _first_nonzero_data(ctx, pos, gap_end), q is not None))
         if q is None:
             _finish(part, out, max(stop, task.stop), "SS")
             return
@@ -295,7 +316,7 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
         q = _resync(ctx, pos + 1, stop)
         gap_end = stop if q is None else q
         part.events.append(Event(pos, c.reason, c.field, c.size, "gap", main, _rec_info(c) or _header_info(ctx.buf, pos, ctx.end)))
-        part.gaps.append(Gap(pos, gap_end, c.reason, c.field, _first_nonzero(ctx.u8, pos, gap_end), q is not None))
+        part.gaps.append(Gap(pos, gap_end, c.reason, c.field, _first_nonzero_data(ctx, pos, gap_end), q is not None))
         if q is None:
             _finish(part, out, max(stop, task.stop), "SS")
             return
