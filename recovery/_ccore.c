@@ -178,6 +178,65 @@ done:
     return out;
 }
 
+/* ---- join_spans ------------------------------------------------------------------- */
+
+static PyObject *join_spans(PyObject *self, PyObject *args)
+{
+    Py_buffer buf, va, vb;
+    PyObject *ao, *bo;
+    int sep;
+    if (!PyArg_ParseTuple(args, "y*OOi:join_spans", &buf, &ao, &bo, &sep))
+        return NULL;
+    if (get_i64(ao, &va, "starts") < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    if (get_i64(bo, &vb, "ends") < 0) {
+        PyBuffer_Release(&va);
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    Py_ssize_t m = va.len / 8;
+    const int64_t *A = (const int64_t *)va.buf;
+    const int64_t *B = (const int64_t *)vb.buf;
+    const unsigned char *b = (const unsigned char *)buf.buf;
+    long long n = (long long)buf.len;
+    if (vb.len / 8 != m || sep < 0 || sep > 255) {
+        PyErr_SetString(PyExc_ValueError, "join_spans: starts and ends differ in length, or sep is not a byte");
+        goto done;
+    }
+    {
+        long long total = m > 0 ? m - 1 : 0; /* the separators */
+        for (Py_ssize_t i = 0; i < m; i++) {
+            long long a = A[i], e = B[i];
+            clamp_slice(n, &a, &e);
+            total += e - a; /* each <= n < 2^62: checked below before it can overflow */
+            if (total > (long long)PY_SSIZE_T_MAX - n) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+        if (out == NULL)
+            goto done;
+        unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < m; i++) {
+            long long a = A[i], e = B[i];
+            clamp_slice(n, &a, &e);
+            if (i)
+                *o++ = (unsigned char)sep;
+            memcpy(o, b + a, (size_t)(e - a));
+            o += e - a;
+        }
+    }
+done:
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&va);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 /* ---- chase ------------------------------------------------------------------------ */
 
 enum { STOP_LIMIT = 0, STOP_CAPPED = 1, STOP_SHORT = 2, STOP_MAGIC = 3, STOP_SIZE = 4, STOP_FIT = 5 };
@@ -313,6 +372,7 @@ static PyMethodDef methods[] = {
     {"chase", chase, METH_VARARGS,
      "chase(buf, pos, stop, end, max_count, min_total, need, magics) -> (starts, pos, reason)"},
     {"crc32_spans", crc32_spans, METH_VARARGS, "crc32_spans(buf, starts, ends) -> int64 CRC-32 of each slice"},
+    {"join_spans", join_spans, METH_VARARGS, "join_spans(buf, starts, ends, sep) -> bytes: sep.join(buf[a:b] ...)"},
     {"set_crc_library", set_crc_library, METH_O, "set_crc_library(path or None) -> bool"},
     {"crc_backend", crc_backend, METH_NOARGS, "crc_backend() -> 'zlib-ng' or 'portable'"},
     {NULL, NULL, 0, NULL},

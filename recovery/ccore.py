@@ -1,5 +1,6 @@
 """The per-record loops numpy cannot vectorise, in one place: following TOTALSIZE from
-record to record (:func:`chase`) and the CRC-32 of many byte spans (:func:`crc32_spans`).
+record to record (:func:`chase`), the CRC-32 of many byte spans (:func:`crc32_spans`) and
+their bytes joined (:func:`join_spans`).
 
 Two backends give the same results: the optional compiled core
 ``rmqtool.recovery._ccore`` (recovery/_ccore.c, built by ``pip install`` when a C
@@ -17,11 +18,13 @@ import os
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ..formats import commitlog as cl
 from ..formats.crc import CRC_BACKEND, crc32_raw
 
-__all__ = ["BACKEND", "CAPPED", "FIT", "LIMIT", "MAGIC", "SHORT", "SIZE", "available", "chase", "crc32_spans", "use"]
+__all__ = ["BACKEND", "CAPPED", "FIT", "LIMIT", "MAGIC", "SHORT", "SIZE", "available", "chase", "crc32_spans", "join_spans",
+           "use"]
 
 # why chase stopped
 LIMIT, CAPPED, SHORT, MAGIC, SIZE, FIT = range(6)
@@ -102,6 +105,34 @@ def crc32_spans_py(buf: Any, starts: np.ndarray, ends: np.ndarray) -> np.ndarray
     return np.fromiter(map(crc32_raw, map(mv.__getitem__, map(slice, a, b))), dtype=np.int64, count=len(a))
 
 
+def join_spans_py(buf: Any, starts: np.ndarray, ends: np.ndarray, sep: int) -> bytes:
+    """``bytes([sep]).join(buf[a:b] ...)`` for each ``a`` of ``starts`` and ``b`` of
+    ``ends`` (Python's slice rules): spans of similar lengths are copied as rows of a
+    sliding-window view of the buffer (one gather, one mask), others one by one."""
+    a = np.asarray(starts, dtype=np.int64)
+    ln = np.asarray(ends, dtype=np.int64) - a
+    n = len(a)
+    if len(ends) != n or not 0 <= sep <= 255:
+        raise ValueError("join_spans: starts and ends differ in length, or sep is not a byte")
+    if n == 0:
+        return b""
+    w = int(ln.max())
+    total = int(ln.sum()) + n
+    if (w <= 0 or int(ln.min()) < 0 or w * n > 3 * total + 4096 or int(a.min()) < 0
+            or int(a.max()) + w > len(buf)):
+        return bytes([sep]).join([buf[x:y] for x, y in zip(a.tolist(), np.asarray(ends, dtype=np.int64).tolist())])
+    A = np.frombuffer(buf, dtype=np.uint8)
+    M = np.empty((n, w + 1), dtype=np.uint8)
+    M[:, :w] = sliding_window_view(A, w)[a]
+    del A
+    if int(ln.min()) == w:  # one length: the rows as they are
+        M[:, w] = sep
+        return M.ravel()[:-1].tobytes()
+    M[np.arange(n), ln] = sep
+    out = M[np.arange(w + 1)[None, :] <= ln[:, None]]
+    return bytes(out[:-1].tobytes())
+
+
 def chase_c(buf: Any, pos: int, stop: int, end: int, max_count: int, min_total: int, need: int,
             magics: tuple[int, ...] | None) -> tuple[np.ndarray, int, int]:
     """:func:`chase_py` in C."""
@@ -117,20 +148,28 @@ def crc32_spans_c(buf: Any, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 chase = chase_py
 crc32_spans = crc32_spans_py
+join_spans = join_spans_py
 BACKEND = "python"
+
+
+def join_spans_c(buf: Any, starts: np.ndarray, ends: np.ndarray, sep: int) -> bytes:
+    """:func:`join_spans_py` in C."""
+    out: bytes = _ccore.join_spans(buf, np.ascontiguousarray(starts, dtype=np.int64),
+                                   np.ascontiguousarray(ends, dtype=np.int64), sep)
+    return out
 
 
 def use(backend: str) -> None:
     """Pick the backend: ``"c"`` (ImportError when the compiled core is not built) or
     ``"python"``. The functions of this module are rebound; callers look them up here at
     each call."""
-    global chase, crc32_spans, BACKEND
+    global chase, crc32_spans, join_spans, BACKEND
     if backend == "c":
         if _ccore is None:
             raise ImportError("rmqtool.recovery._ccore is not built")
-        chase, crc32_spans = chase_c, crc32_spans_c
+        chase, crc32_spans, join_spans = chase_c, crc32_spans_c, join_spans_c
     elif backend == "python":
-        chase, crc32_spans = chase_py, crc32_spans_py
+        chase, crc32_spans, join_spans = chase_py, crc32_spans_py, join_spans_py
     else:
         raise ValueError(f"unknown backend {backend!r}")
     BACKEND = backend

@@ -122,6 +122,23 @@ def test_crc32_spans_is_the_same_in_c_and_python_and_as_slices(buf: bytes, spans
     assert ccore.crc32_spans_c(memoryview(buf), a, b).tolist() == want
 
 
+@settings(max_examples=300, deadline=None)
+@given(buf=st.binary(max_size=600), starts=st.lists(st.integers(-700, 700), max_size=30), data=st.data())
+def test_join_spans_is_the_same_in_c_and_python_and_as_a_join(buf: bytes, starts: list[int], data: st.DataObject) -> None:
+    """Spans of one length (the numpy rows path of the Python version), of mixed lengths,
+    past the end, negative (Python's slice rules)."""
+    _need_c()
+    same = data.draw(st.booleans())
+    w = data.draw(st.integers(-3, 80))
+    ends = [a + w for a in starts] if same else [data.draw(st.integers(-700, 700)) for _ in starts]
+    a = np.array(starts, dtype=np.int64)
+    b = np.array(ends, dtype=np.int64)
+    want = b"\x02".join(buf[x:y] for x, y in zip(starts, ends))
+    assert ccore.join_spans_py(buf, a, b, 2) == want
+    assert ccore.join_spans_c(buf, a, b, 2) == want
+    assert ccore.join_spans_c(memoryview(buf), a, b, 0) == b"\0".join(buf[x:y] for x, y in zip(starts, ends))
+
+
 def test_compiled_crc_agrees_with_the_reference_with_and_without_zlib_ng() -> None:
     """zlib-ng's zng_crc32 (when the package is loaded) and the portable table CRC of the C
     core: every length up to 1100 bytes and every alignment, against crcmod's model."""
@@ -161,6 +178,7 @@ def test_the_backend_fixture_switches_the_functions_callers_look_up(ccore_backen
     assert ccore.BACKEND == ccore_backend
     assert ccore.chase is (ccore.chase_c if ccore_backend == "c" else ccore.chase_py)
     assert ccore.crc32_spans is (ccore.crc32_spans_c if ccore_backend == "c" else ccore.crc32_spans_py)
+    assert ccore.join_spans is (ccore.join_spans_c if ccore_backend == "c" else ccore.join_spans_py)
 
 
 def test_pure_python_variable_forces_the_python_backend() -> None:
