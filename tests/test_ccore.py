@@ -189,3 +189,37 @@ def test_pure_python_variable_forces_the_python_backend() -> None:
     env.pop("RMQTOOL_PURE_PYTHON")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
     assert out == (["c", "True"] if ccore.available() else ["python", "False"])
+
+
+def test_fast_walk_takes_the_plain_records_of_a_shape_in_bulk(tmp_path, monkeypatch, ccore_backend: str) -> None:
+    """check.fast_walk (the --broker-version auto parser probe's walk) tests records one by
+    one only where a bulk step stops (the BLANK or end of each file), and its outcome is the
+    broker's walk (scan.walk_file) on the gen_commitlog shape (IPv6 hosts, many topics)."""
+    from rmqtool.recovery import check as ck
+    from rmqtool.recovery.scan import walk_file
+    from rmqtool.recovery.shapes import SHAPES, write_shape_store
+
+    root = tmp_path / "s"
+    write_shape_store(root, SHAPES["gen_commitlog"], 400, file_size=256 << 10, cq=False)
+    profile = SHAPES["gen_commitlog"].profile
+    one_by_one = [0]
+    real = ck._inline_total
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        one_by_one[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(ck, "_inline_total", counted)
+    files = sorted((root / "commitlog").iterdir())
+    walked = 0
+    for f in files:
+        buf = f.read_bytes()
+        w = ck.fast_walk(buf, len(buf), profile, collect=True)
+        steps = list(walk_file(buf, len(buf), profile))
+        want = [s.pos for s in steps if s.checked.is_message]
+        assert list(w.starts) == want and w.count == len(want)
+        last = steps[-1]
+        assert (w.stop_pos, w.stop) == ((last.pos, last.checked) if not last.checked.is_message else (len(buf), None))
+        walked += len(want)
+    assert walked == 400 and len(files) > 1
+    assert one_by_one[0] <= len(files)
