@@ -226,8 +226,10 @@ static PyObject *join_spans(PyObject *self, PyObject *args)
             clamp_slice(n, &a, &e);
             if (i)
                 *o++ = (unsigned char)sep;
-            memcpy(o, b + a, (size_t)(e - a));
-            o += e - a;
+            if (e > a) {
+                memcpy(o, b + a, (size_t)(e - a));
+                o += e - a;
+            }
         }
     }
 done:
