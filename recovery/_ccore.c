@@ -131,30 +131,42 @@ static void clamp_slice(long long n, long long *a, long long *b)
         *b = *a;
 }
 
+/* the starts and ends arrays of a spans call (m items each) beside its buffer; on failure
+ * every buffer is released (``buf`` too) and -1 returned */
+static int get_spans(Py_buffer *buf, PyObject *ao, PyObject *bo, Py_buffer *va, Py_buffer *vb, Py_ssize_t *m)
+{
+    if (get_i64(ao, va, "starts") < 0) {
+        PyBuffer_Release(buf);
+        return -1;
+    }
+    if (get_i64(bo, vb, "ends") < 0) {
+        PyBuffer_Release(va);
+        PyBuffer_Release(buf);
+        return -1;
+    }
+    *m = va->len / 8;
+    if (vb->len / 8 != *m) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends differ in length");
+        PyBuffer_Release(vb);
+        PyBuffer_Release(va);
+        PyBuffer_Release(buf);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- crc32_spans ------------------------------------------------------------------ */
 
 static PyObject *crc32_spans(PyObject *self, PyObject *args)
 {
     Py_buffer buf, va, vb;
     PyObject *ao, *bo;
+    Py_ssize_t m;
     if (!PyArg_ParseTuple(args, "y*OO:crc32_spans", &buf, &ao, &bo))
         return NULL;
-    if (get_i64(ao, &va, "starts") < 0) {
-        PyBuffer_Release(&buf);
+    if (get_spans(&buf, ao, bo, &va, &vb, &m) < 0)
         return NULL;
-    }
-    if (get_i64(bo, &vb, "ends") < 0) {
-        PyBuffer_Release(&va);
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
-    PyObject *out = NULL;
-    Py_ssize_t m = va.len / 8;
-    if (vb.len / 8 != m) {
-        PyErr_SetString(PyExc_ValueError, "crc32_spans: starts and ends differ in length");
-        goto done;
-    }
-    out = PyByteArray_FromStringAndSize(NULL, m * 8);
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, m * 8);
     if (out == NULL)
         goto done;
     {
@@ -185,25 +197,18 @@ static PyObject *join_spans(PyObject *self, PyObject *args)
     Py_buffer buf, va, vb;
     PyObject *ao, *bo;
     int sep;
+    Py_ssize_t m;
     if (!PyArg_ParseTuple(args, "y*OOi:join_spans", &buf, &ao, &bo, &sep))
         return NULL;
-    if (get_i64(ao, &va, "starts") < 0) {
-        PyBuffer_Release(&buf);
+    if (get_spans(&buf, ao, bo, &va, &vb, &m) < 0)
         return NULL;
-    }
-    if (get_i64(bo, &vb, "ends") < 0) {
-        PyBuffer_Release(&va);
-        PyBuffer_Release(&buf);
-        return NULL;
-    }
     PyObject *out = NULL;
-    Py_ssize_t m = va.len / 8;
     const int64_t *A = (const int64_t *)va.buf;
     const int64_t *B = (const int64_t *)vb.buf;
     const unsigned char *b = (const unsigned char *)buf.buf;
     long long n = (long long)buf.len;
-    if (vb.len / 8 != m || sep < 0 || sep > 255) {
-        PyErr_SetString(PyExc_ValueError, "join_spans: starts and ends differ in length, or sep is not a byte");
+    if (sep < 0 || sep > 255) {
+        PyErr_SetString(PyExc_ValueError, "join_spans: sep is not a byte");
         goto done;
     }
     {
