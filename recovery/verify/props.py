@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...formats import commitlog as cl
-from ...formats.crc import crc32_raw
 from ...formats.javahash import index_hash_batch, java_hash_batch
-from ...formats.properties import JAVA_REPLACE, decode_crc32_digits
+from ...formats.properties import JAVA_REPLACE
+from .. import ccore
 from .. import check as ck
 from ..batch import PropertyColumns
 from ..batch.header import HeaderColumns
@@ -280,6 +280,9 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
         out.anomalies.append(("CL_PROPERTIES", pos, f"{dropped} propert{'y' if dropped == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": dropped}))
 
 
+_POW10 = np.array([10**k for k in range(10)], dtype=np.int64)  # the digits of a __CRC32# value, least significant first
+
+
 def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.ndarray) -> None:
     """The 5.2+ ``__CRC32#`` tail: crc32(record[0 : TOTALSIZE-20]) & 0x7FFFFFFF, its digits
     stored least significant first (STORE_FORMAT §7.1). Checked wherever present: an error
@@ -295,13 +298,21 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
     last = u8[np.clip(P[cand] + T[cand] - 1, 0, len(u8) - 1)]
     tag = np.frombuffer(_CRC_TAG, dtype=np.uint8)
     hit = cand[(head == tag).all(axis=1) & (last == 2)]
-    buf = ctx.buf
-    for i in hit.tolist():
-        p = int(P[i])
-        t = int(T[i])
-        at = p + t - cl.CRC32_RESERVED_LEN
-        stored = decode_crc32_digits(buf[at + 9 : at + 19].decode("latin-1"))
-        computed = crc32_raw(ctx.mv[p:at]) & _MASK31
+    if not len(hit):
+        return
+    ph = P[hit]
+    at = ph + T[hit] - cl.CRC32_RESERVED_LEN
+    # decode_crc32_digits of the ten bytes after the tag, every record at once: read
+    # reversed as a decimal, each byte counting ord(c) - ord('0'), wrapping as a Java int
+    digits = u8[np.clip(at + 9, 0, len(u8) - 10)[:, None] + np.arange(10)].astype(np.int64) - 48
+    stored_all = (digits * _POW10).sum(axis=1) & 0xFFFFFFFF
+    stored_all = np.where(stored_all >= 1 << 31, stored_all - (1 << 32), stored_all)
+    computed_all = ccore.crc32_spans(ctx.mv, ph, at) & _MASK31
+    for i in np.flatnonzero(stored_all != computed_all).tolist():
+        p = int(ph[i])
+        t = int(T[hit[i]])
+        stored = int(stored_all[i])
+        computed = int(computed_all[i])
         if stored != computed:
             code = "CL_PROP_CRC" if ctx.profile.has_prop_crc else "CL_PROP_CRC_PRE_5_2"
             out.anomalies.append((code, p, f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}", {"stored": stored, "computed": computed}))
