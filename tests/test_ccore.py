@@ -223,3 +223,30 @@ def test_fast_walk_takes_the_plain_records_of_a_shape_in_bulk(tmp_path, monkeypa
         walked += len(want)
     assert walked == 400 and len(files) > 1
     assert one_by_one[0] <= len(files)
+
+
+def test_verify_reads_altered_crc32_property_digits_as_the_broker(tmp_path, ccore_backend: str) -> None:
+    """verify's __CRC32# check reads every record's ten stored digits at once: each byte
+    counts ord(c) - ord('0') (not validated, as the broker), read reversed, wrapping as a
+    Java int (formats.properties.decode_crc32_digits); the CRC of each record comes from
+    ccore.crc32_spans. Digits altered to other digits, letters and control bytes."""
+    from rmqtool.formats.properties import decode_crc32_digits
+    from rmqtool.recovery.shapes import SHAPES, write_shape_store
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.verify import verify_store
+
+    root = tmp_path / "s"
+    write_shape_store(root, SHAPES["prop_crc_5x"], 40, file_size=1 << 20, cq=True)
+    (f,) = sorted((root / "commitlog").iterdir())
+    data = bytearray(f.read_bytes())
+    tags = [i for i in range(len(data)) if data.startswith(b"__CRC32#\x01", i)]
+    assert len(tags) == 40
+    want = {}
+    for k, new in zip((3, 11, 27, 39), (b"0000000000", b"a1b2c3d4e5", b"\x01\xff9999999.", b"4294967295")):
+        at = tags[k]
+        data[at + 9 : at + 19] = new
+        want[k] = decode_crc32_digits(new.decode("latin-1"))
+    f.write_bytes(bytes(data))
+    report = verify_store(Store.open(root), SHAPES["prop_crc_5x"].profile, jobs=1)
+    got = sorted(x.details["stored"] for x in report.findings if x.code == "CL_PROP_CRC")
+    assert got == sorted(want.values())
