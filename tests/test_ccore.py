@@ -5,6 +5,7 @@ read outside the buffer (a crash here is a crash of every command on a damaged s
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import subprocess
@@ -28,6 +29,18 @@ def _need_c() -> None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("CI=true but rmqtool.recovery._ccore is not built")
         pytest.skip("rmqtool.recovery._ccore is not built (no C compiler at install time)")
+
+
+def _with_c(test):  # type: ignore[no-untyped-def]
+    """A property test that compares the compiled core with Python: skipped (failed under
+    CI=true) before hypothesis draws anything when the core is not built."""
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):  # type: ignore[no-untyped-def]
+        _need_c()
+        return test(*args, **kwargs)
+
+    return run
 
 
 _sizes = st.one_of(st.integers(-3, 300), st.sampled_from([0, -1, 0x7FFFFFFF, -0x80000000, 1 << 30]))
@@ -71,12 +84,12 @@ def _call(f, *args):  # type: ignore[no-untyped-def]
     return starts.tolist(), pos, why
 
 
+@_with_c
 @settings(max_examples=300, deadline=None)
 @given(buf=_buffers(), pos=_positions, stop=_positions, end=_positions, max_count=st.integers(-1, 20),
        min_total=st.one_of(st.integers(-1, 100), st.just(0)), need=st.sampled_from([0, 4, 8, 40, 88, -1]),
        magics=st.sampled_from([None, (V1,), (V1, V2)]), kind=st.sampled_from([bytes, bytearray, memoryview]))
 def test_chase_is_the_same_in_c_and_python_on_damaged_buffers(buf, pos, stop, end, max_count, min_total, need, magics, kind) -> None:
-    _need_c()
     b = kind(buf)
     want = _call(ccore.chase_py, b, pos, stop, end, max_count, min_total, need, magics)
     got = _call(ccore.chase_c, b, pos, stop, end, max_count, min_total, need, magics)
@@ -108,12 +121,12 @@ def test_chase_follows_totalsize_and_names_why_it_stopped() -> None:
             f(recs, -1, 10, 10, 1, 0, 0, None)
 
 
+@_with_c
 @settings(max_examples=300, deadline=None)
 @given(buf=st.binary(max_size=3000),
        spans=st.lists(st.tuples(st.integers(-4000, 4000) | st.sampled_from([-(1 << 62), 1 << 62]),
                                 st.integers(-4000, 4000) | st.sampled_from([-(1 << 62), 1 << 62])), max_size=20))
 def test_crc32_spans_is_the_same_in_c_and_python_and_as_slices(buf: bytes, spans) -> None:
-    _need_c()
     a = np.array([x for x, _ in spans], dtype=np.int64)
     b = np.array([y for _, y in spans], dtype=np.int64)
     want = [zlib.crc32(buf[x:y]) for x, y in spans]
@@ -122,12 +135,12 @@ def test_crc32_spans_is_the_same_in_c_and_python_and_as_slices(buf: bytes, spans
     assert ccore.crc32_spans_c(memoryview(buf), a, b).tolist() == want
 
 
+@_with_c
 @settings(max_examples=300, deadline=None)
 @given(buf=st.binary(max_size=600), starts=st.lists(st.integers(-700, 700), max_size=30), data=st.data())
 def test_join_spans_is_the_same_in_c_and_python_and_as_a_join(buf: bytes, starts: list[int], data: st.DataObject) -> None:
     """Spans of one length (the numpy rows path of the Python version), of mixed lengths,
     past the end, negative (Python's slice rules)."""
-    _need_c()
     same = data.draw(st.booleans())
     w = data.draw(st.integers(-3, 80))
     ends = [a + w for a in starts] if same else [data.draw(st.integers(-700, 700)) for _ in starts]
