@@ -244,73 +244,106 @@ def _walk_setup(profile: BrokerProfile, check_crc: bool, read_body: bool, max_de
 
 
 def _walk(buf: Any, mv: Any, pos: int, end: int, profile: BrokerProfile, setup: _WalkSetup, starts: Any) -> FastWalk:
-    """:func:`fast_walk`'s loop: the plain-record test inline (it runs once per record),
-    :func:`check_record` for every record it is not sure of."""
-    prefix = cl.PREFIX.unpack_from
-    i32 = cl.SYSFLAG.unpack_from
-    i16 = cl._I16.unpack_from
-    layouts, remaining_checks, read_body, crc_on, slow_always, is5, slow_kwargs = setup
+    """:func:`fast_walk`'s loop: runs of plainly valid records in bulk
+    (:class:`recovery.batch.plainprefix.PlainPrefix`), the record after each run with the
+    plain test inline (:func:`_inline_total`), :func:`check_record` for every record that
+    test is not sure of. After a bulk step that took few records the next ones go one by
+    one for a while (a stretch of records that are not plain costs no numpy pass each)."""
     sched = SCHEDULE_TOPIC.encode()
     count = 0
-    while pos < end:
-        ok = False
-        rem = end - pos
-        if rem >= 40 and not slow_always:
-            total, magic = prefix(buf, pos)
-            (sys_flag,) = i32(buf, pos + 36)
-            lay = layouts.get((magic, sys_flag & 0x30))
-            if lay is not None and total > 0 and (not remaining_checks or rem - 4 >= total - 4):
-                hsize, v2, fixed = lay
-                p = pos + hsize
-                if p <= end:
-                    (body_len,) = i32(buf, p - 4)
-                    good = True
-                    if body_len > 0:
-                        if (read_body and body_len > total) or p + body_len > end:
-                            good = False
-                        elif crc_on:
-                            (stored,) = i32(buf, pos + 8)
-                            if (crc32_raw(mv[p : p + body_len]) & 0x7FFFFFFF) != stored:
-                                good = False
-                        p += body_len
-                    if good:
-                        if v2:
-                            if p + 2 <= end:
-                                (tl,) = i16(buf, p)
-                                p += 2
-                            else:
-                                good = False
-                        elif p + 1 <= end:
-                            tl = buf[p]
-                            if tl > 127:
-                                tl -= 256
-                            p += 1
-                        else:
-                            good = False
-                    if good and 0 <= tl <= total and p + tl + 2 <= end:
-                        tstart = p
-                        p += tl
-                        (pl,) = i16(buf, p)
-                        p += 2
-                        if pl <= total and (pl <= 0 or p + pl <= end):
-                            if fixed + max(body_len, 0) + tl + max(pl, 0) == total:
-                                ok = not (tl == 19 and mv[tstart : tstart + 19] == sched)
-                                if ok and is5 and pl > 0 and b"INNER_" in bytes(mv[p : p + pl]):
-                                    ok = False
-        if ok:
+    bulk = None
+    if not setup.slow_always:
+        from .batch.plainprefix import PlainPrefix, searchable  # (batch imports this module)
+
+        whole = searchable(buf)
+        bulk = PlainPrefix(whole, mv, end, profile, setup.crc_on) if whole is not None else None
+    wait = 0
+    try:
+        while pos < end:
+            if bulk is not None and wait <= 0:
+                k, pos = bulk.take(pos, starts)
+                count += k
+                wait = 0 if k >= _BULK_MIN else _BULK_WAIT
+                if pos >= end:
+                    break
+            wait -= 1
+            total = _inline_total(buf, mv, pos, end, setup, sched)
+            if total:
+                if starts is not None:
+                    starts.append(pos)
+                count += 1
+                pos += total
+                continue
+            c = check_record(buf, pos, end, profile, **setup.slow_kwargs)
+            if not c.is_message:
+                return FastWalk(pos, c, count, starts)
             if starts is not None:
                 starts.append(pos)
             count += 1
-            pos += total
-            continue
-        c = check_record(buf, pos, end, profile, **slow_kwargs)
-        if not c.is_message:
-            return FastWalk(pos, c, count, starts)
-        if starts is not None:
-            starts.append(pos)
-        count += 1
-        pos += c.size
-    return FastWalk(pos, None, count, starts)
+            pos += c.size
+        return FastWalk(pos, None, count, starts)
+    finally:
+        if bulk is not None:
+            bulk.close()
+
+
+_BULK_MIN = 128  # a bulk step that took fewer records...
+_BULK_WAIT = 128  # ...is followed by this many records one by one
+
+
+def _inline_total(buf: Any, mv: Any, pos: int, end: int, setup: _WalkSetup, sched: bytes) -> int:
+    """The TOTALSIZE of the record at ``pos`` if it is plainly valid (the plain test, one
+    record), else 0 (then :func:`check_record` decides)."""
+    prefix = cl.PREFIX.unpack_from
+    i32 = cl.SYSFLAG.unpack_from
+    i16 = cl._I16.unpack_from
+    layouts, remaining_checks, read_body, crc_on, slow_always, is5, _slow_kwargs = setup
+    rem = end - pos
+    if rem < 40 or slow_always:
+        return 0
+    total, magic = prefix(buf, pos)
+    (sys_flag,) = i32(buf, pos + 36)
+    lay = layouts.get((magic, sys_flag & 0x30))
+    if lay is None or total <= 0 or (remaining_checks and rem - 4 < total - 4):
+        return 0
+    hsize, v2, fixed = lay
+    p = pos + hsize
+    if p > end:
+        return 0
+    (body_len,) = i32(buf, p - 4)
+    if body_len > 0:
+        if (read_body and body_len > total) or p + body_len > end:
+            return 0
+        if crc_on:
+            (stored,) = i32(buf, pos + 8)
+            if (crc32_raw(mv[p : p + body_len]) & 0x7FFFFFFF) != stored:
+                return 0
+        p += body_len
+    if v2:
+        if p + 2 > end:
+            return 0
+        (tl,) = i16(buf, p)
+        p += 2
+    elif p + 1 <= end:
+        tl = buf[p]
+        if tl > 127:
+            tl -= 256
+        p += 1
+    else:
+        return 0
+    if not (0 <= tl <= total and p + tl + 2 <= end):
+        return 0
+    tstart = p
+    p += tl
+    (pl,) = i16(buf, p)
+    p += 2
+    if not (pl <= total and (pl <= 0 or p + pl <= end)) or fixed + max(body_len, 0) + tl + max(pl, 0) != total:
+        return 0
+    if tl == 19 and mv[tstart : tstart + 19] == sched:
+        return 0
+    if is5 and pl > 0 and b"INNER_" in bytes(mv[p : p + pl]):
+        return 0
+    return int(total)
 
 
 def fast_walk(buf: Any, end: int, profile: BrokerProfile, *, force_verify_prop_crc: bool = False, collect: bool = False,

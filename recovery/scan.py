@@ -19,6 +19,7 @@ from ..formats import commitlog as cl
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE
 from ..formats.crc import crc32_fast
 from ..formats.properties import KEYS, TAGS, UNIQ_KEY, split_keys
+from . import ccore
 from . import check as ck
 from .store import Store, StoreFile
 from .versions import BrokerProfile
@@ -551,25 +552,14 @@ def chase_starts(mv: memoryview, v: ByteViews, pos: int, lim: int, end: int, hin
                 taken += j
                 pos = int(h[j])
                 break  # h[j] is >= lim or its TOTALSIZE stops the walk
-            total = int.from_bytes(mv[pos : pos + 4], "big", signed=True)
-            if total <= 0 or pos + total > end:
+            # not a hint: one record at a time up to the next hint
+            s, pos, why = ccore.chase(mv, pos, min(lim, int(hints[i])) if i < len(hints) else lim, end,
+                                      CHASE_BATCH * 16 - taken, 0, 0, None)
+            out.append(s)
+            taken += len(s)
+            if why != ccore.LIMIT:
                 break
-            out.append(np.array([pos], dtype=np.int64))
-            taken += 1
-            pos += total
         starts = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
         return starts, pos, pos < lim and taken >= CHASE_BATCH * 16
-    fb = int.from_bytes
-    lst: list[int] = []
-    ap = lst.append
-    k = 0
-    while pos < lim:
-        total = fb(mv[pos : pos + 4], "big", signed=True)
-        if total <= 0 or pos + total > end:
-            break
-        ap(pos)
-        pos += total
-        k += 1
-        if k == CHASE_BATCH:
-            return lst, pos, True
-    return lst, pos, False
+    lst, pos, why = ccore.chase(mv, pos, lim, end, CHASE_BATCH, 0, 0, None)
+    return lst, pos, why == ccore.CAPPED

@@ -74,3 +74,22 @@ def spark() -> Iterator[Any]:
     handle = spark_session("local[2]", java_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     yield handle.spark
     handle.stop(keep_log=False)
+
+
+@pytest.fixture(params=["c", "python"])
+def ccore_backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs a test once with the compiled core (rmqtool.recovery._ccore) and once with its
+    pure-Python twin (recovery/ccore.py). Without the compiled core the C run skips with one
+    line, except under CI=true, where it fails: CI builds it."""
+    from rmqtool.recovery import ccore
+
+    if request.param == "c" and not ccore.available():
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("CI=true but rmqtool.recovery._ccore is not built (pip install -e . builds it with a C compiler)")
+        pytest.skip("rmqtool.recovery._ccore is not built (no C compiler at install time)")
+    before = ccore.BACKEND
+    ccore.use(request.param)
+    try:
+        yield request.param
+    finally:
+        ccore.use(before)

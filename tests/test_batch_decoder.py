@@ -23,6 +23,9 @@ from rmqtool.recovery.scan import byte_views
 from rmqtool.recovery.shapes import SHAPES, write_shape_store
 from rmqtool.recovery.versions import BrokerProfile
 
+# every test once with the compiled core and once with its pure-Python twin (recovery/ccore.py)
+pytestmark = pytest.mark.usefixtures("ccore_backend")
+
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real"
 REAL_STORES = sorted(p.name for p in REAL.iterdir() if (p / "store" / "commitlog").is_dir())
 COUNTS = {"bodies_0_4mib": 24}

@@ -14,6 +14,9 @@ from rmqtool.recovery.check import Checked, fast_walk
 from rmqtool.recovery.scan import walk_file
 from rmqtool.recovery.versions import BrokerProfile
 
+# every test once with the compiled core and once with its pure-Python twin (recovery/ccore.py)
+pytestmark = pytest.mark.usefixtures("ccore_backend")
+
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real"
 
 

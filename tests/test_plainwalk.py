@@ -25,6 +25,9 @@ from rmqtool.recovery.store import Store
 from rmqtool.recovery.synth import write_synthetic_store
 from rmqtool.recovery.versions import BrokerProfile
 
+# every test once with the compiled core and once with its pure-Python twin (recovery/ccore.py)
+pytestmark = pytest.mark.usefixtures("ccore_backend")
+
 COUNTS = {"bodies_0_4mib": 40}
 
 

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from rmqtool.recovery import recover as rc
 from rmqtool.recovery.shapes import SHAPES, write_shape_store
 from rmqtool.recovery.store import Store
+
+# every test once with the compiled core and once with its pure-Python twin (recovery/ccore.py)
+pytestmark = pytest.mark.usefixtures("ccore_backend")
 
 
 def test_walk_slices_stop_at_the_last_data_extent_and_the_walk_is_unchanged(tmp_path: Path, monkeypatch) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...formats import commitlog as cl
-from ...formats.crc import crc32_raw
+from .. import ccore
 
 
 def rows(A: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
@@ -104,20 +104,10 @@ def v1_run_starts(buf: Any, A: np.ndarray, pos: int, end: int, start_before: int
             if m >= min_count:
                 run: np.ndarray = cand[:m]
                 return run
-    starts: list[int] = []
-    append = starts.append
-    p = pos
-    for _ in range(max_count):
-        if p >= start_before or p + header > end:
-            break
-        total, magic = unpack(buf, p)
-        if magic != v1 or total <= header or p + total > end:
-            break
-        append(p)
-        p += total
+    starts, _p, _why = ccore.chase(buf, pos, start_before, end, max_count, header, header, (v1,))
     if len(starts) < min_count:
         return None
-    return np.array(starts, dtype=np.int64)
+    return starts
 
 
 def v1_lengths(A: np.ndarray, P: np.ndarray, total: np.ndarray, sys_flag: np.ndarray, body_length: np.ndarray,
@@ -141,11 +131,10 @@ def v1_lengths(A: np.ndarray, P: np.ndarray, total: np.ndarray, sys_flag: np.nda
 def body_crcs_match(mv: memoryview, P: np.ndarray, body_length: np.ndarray, body_crc: np.ndarray,
                     header: int) -> np.ndarray:
     """Whether each record's body (at ``P + header``) has its stored BODYCRC (masked CRC-32,
-    STORE_FORMAT §5; an empty body's stored value is not checked): one CRC call per body
-    through ``map``, no Python loop."""
+    STORE_FORMAT §5; an empty body's stored value is not checked):
+    :func:`recovery.ccore.crc32_spans`, one pass without Python per body."""
     bs = P + header
-    bodies = map(mv.__getitem__, map(slice, bs.tolist(), (bs + body_length).tolist()))
-    crcs = np.fromiter(map(crc32_raw, bodies), dtype=np.int64, count=len(P))
+    crcs = ccore.crc32_spans(mv, bs, bs + body_length)
     out: np.ndarray = (body_length == 0) | ((crcs & 0x7FFFFFFF) == body_crc)
     return out
 

@@ -16,6 +16,7 @@ import numpy as np
 from ...formats import commitlog as cl
 from ...formats.javahash import tags_code as _tags_code
 from ...formats.properties import INNER_BASE, INNER_NUM, JAVA_REPLACE
+from .. import ccore
 from .. import check as ck
 from ..indexbuild import TopicList, take_names
 from ..scan import ByteViews, chase_starts
@@ -123,24 +124,9 @@ class BatchDecoder:
     def boundaries(buf: Any, start: int, end: int, v2: bool = False) -> list[int]:
         """Positions of consecutive V1 (and with ``v2`` V2) records from ``start`` trusting
         TOTALSIZE; stops at anything else (that spot is then checked by ``check_record``)."""
-        unpack = cl.PREFIX.unpack_from
-        v1 = cl.MAGIC_V1
-        m2 = cl.MAGIC_V2 if v2 else v1
-        out: list[int] = []
-        app = out.append
-        pos = start
-        lim = end - 8
-        n = 0
-        while pos <= lim and n < MAX_RUN:
-            total, magic = unpack(buf, pos)
-            if (magic != v1 and magic != m2) or total <= 0:
-                break
-            nxt = pos + total
-            if nxt > end:
-                break
-            app(pos)
-            pos = nxt
-            n += 1
+        magics = (cl.MAGIC_V1, cl.MAGIC_V2) if v2 else (cl.MAGIC_V1,)
+        starts, _p, _why = ccore.chase(buf, start, end - 7, end, MAX_RUN, 0, 8, magics)
+        out: list[int] = starts.tolist()
         return out
 
     def decode(self, buf: Any, W: Words, starts: list[int] | np.ndarray, end: int, base: int) -> tuple[DispatchColumns, np.ndarray]:

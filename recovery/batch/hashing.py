@@ -10,6 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ...formats.javahash import java_hash_units_batch
+from .. import ccore
 from ..scan import sorted_unique
 from .columns import IndexKeys, LazyValues
 from .words import Words
@@ -20,26 +21,8 @@ _U64 = np.uint64
 
 
 def join_spans(buf: Any, a: np.ndarray, ln: np.ndarray) -> bytes:
-    """``b"\\x02".join(buf[a:a + ln] for each span)``: spans of similar lengths are copied
-    as rows of a sliding-window view of the buffer (one gather, one mask), others one by
-    one."""
-    n = len(a)
-    if n == 0:
-        return b""
-    w = int(ln.max())
-    total = int(ln.sum()) + n
-    if w <= 0 or w * n > 3 * total + 4096 or int(a.min()) < 0 or int(a.max()) + w > len(buf):
-        return b"\x02".join([buf[x:y] for x, y in zip(a.tolist(), (a + ln).tolist())])
-    A = np.frombuffer(buf, dtype=np.uint8)
-    M = np.empty((n, w + 1), dtype=np.uint8)
-    M[:, :w] = sliding_window_view(A, w)[a]
-    del A
-    if int(ln.min()) == w:  # one length: the rows as they are
-        M[:, w] = 2
-        return M.ravel()[:-1].tobytes()
-    M[np.arange(n), ln] = 2
-    out = M[np.arange(w + 1)[None, :] <= ln[:, None]]
-    return out[:-1].tobytes()
+    """``b"\\x02".join(buf[a:a + ln] for each span)``: :func:`recovery.ccore.join_spans`."""
+    return ccore.join_spans(buf, a, a + ln, 2)
 
 
 def hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: Words | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ...formats import commitlog as cl
-from ...formats.crc import crc32_raw
+from .. import ccore
 from .. import check as ck
 from .. import parallel as engine
 from ..batch import crc_failures, plain_records
@@ -67,8 +67,7 @@ def _prop_crc_plain(mv: memoryview, v: ByteViews, s: np.ndarray, tot: np.ndarray
     bad = np.flatnonzero(~ok)
     d = int(bad[0]) if len(bad) else n
     if d:
-        crcs = np.fromiter(map(crc32_raw, map(mv.__getitem__, map(slice, s[:d].tolist(), tail[:d].tolist()))),
-                           dtype=np.int64, count=d) & 0x7FFFFFFF
+        crcs = ccore.crc32_spans(mv, s[:d], tail[:d]) & 0x7FFFFFFF
         bad = np.flatnonzero(crcs != value[:d])
         if len(bad):
             d = int(bad[0])

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from ...formats import commitlog as cl
-from ...formats.crc import crc32_raw
 from ...formats.javahash import index_hash_batch, java_hash_batch
 from ...formats.properties import JAVA_REPLACE
+from .. import ccore
 from .. import check as ck
 from ..batch import PropertyColumns
 from ..batch.header import HeaderColumns
@@ -369,9 +369,8 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
         return
     ps = P[hit]
     ats = ps + T[hit] - cl.CRC32_RESERVED_LEN
-    stored_all = _crc32_digits(u8[ats[:, None] + 9 + _AR10])
-    computed_all = np.fromiter(map(crc32_raw, map(ctx.mv.__getitem__, map(slice, ps.tolist(), ats.tolist()))), dtype=np.int64,
-                               count=len(ps)) & _MASK31
+    stored_all = _crc32_digits(u8[np.clip(ats + 9, 0, len(u8) - 10)[:, None] + _AR10])
+    computed_all = ccore.crc32_spans(ctx.mv, ps, ats) & _MASK31
     for k in np.flatnonzero(stored_all != computed_all).tolist():
         p, t = int(ps[k]), int(T[hit[k]])
         stored, computed = int(stored_all[k]), int(computed_all[k])

@@ -11,11 +11,10 @@ from typing import Any
 import numpy as np
 
 from ...formats import commitlog as cl
-from ...formats.crc import crc32_raw
 from ...formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ...formats.names import offset_msg_id
+from .. import ccore, parallel
 from .. import check as ck
-from .. import parallel
 from ..batch import body_crcs_match, first_unsure
 from ..batch.header import HeaderColumns, header_columns, ipv6_body_crc_bad, salvage_mismatch
 from ..scan import chase_starts, hints_in, sorted_unique
@@ -25,7 +24,6 @@ from .holes import DataExtents
 from .props import _index_keys, _keep, _record_checks
 from .records import (
     _INTACT_FAILURES,
-    _MASK31,
     _V4,
     DAMAGED,
     MAIN,
@@ -118,34 +116,22 @@ def _first_prop_crc_stop(ctx: _Ctx, P: np.ndarray, f: int) -> int:
 
 def _plain_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[int]]:
     """The walk of :func:`_fast_run`, one record per step: (starts, position where it
-    stopped, indexes of the starts whose body CRC does not match)."""
-    buf, end = ctx.buf, ctx.end
-    hdr = _HEAD.unpack_from
-    crc32 = crc32_raw
-    mv = ctx.mv
-    magics = ctx.magics
-    m1 = magics[0]
-    m2 = magics[-1]
-    poss: list[int] = []
-    bad_crc: list[int] = []
-    ap = poss.append
-    body_at = _V4_BODY_AT
-    mask = _MASK31
-    last = end - body_at  # beyond it no message fits: BLANK, END_OF_DATA or a short read
-    p = pos
-    while p < stop and p <= last:
-        total, magic, crc, bl = hdr(buf, p)
-        if (magic != m1 and magic != m2) or not 0 < total <= end - p:
-            break
-        # a length past the record is a size mismatch for _validate (or, with IPv6 hosts,
-        # not the body length at all): never a CRC over the rest of the file
-        if 0 < bl <= total - body_at:
-            q = p + body_at
-            if crc32(mv[q : q + bl]) & mask != crc:
-                bad_crc.append(len(poss))
-        ap(p)
-        p += total
-    return np.array(poss, dtype=np.int64), p, bad_crc
+    stopped, indexes of the starts whose body CRC does not match): the starts by
+    :func:`recovery.ccore.chase` (a record's IPv4 header must fit before the end: beyond
+    it no message fits, a BLANK, END_OF_DATA or a short read), then every body CRC in one
+    pass."""
+    end = ctx.end
+    P, p, _why = ccore.chase(ctx.buf, pos, stop, end, max(end - pos, 0) + 1, 0, _V4_BODY_AT,
+                             (ctx.magics[0], ctx.magics[-1]))
+    if not len(P):
+        return P, p, []
+    i4 = ctx.views.i4
+    bl = i4[P + _V4_BODY_LEN_AT].astype(np.int64)
+    # a length past the record is a size mismatch for _validate (or, with IPv6 hosts,
+    # not the body length at all): never a CRC over the rest of the file
+    here = (bl > 0) & (bl <= np.diff(P, append=p) - _V4_BODY_AT)
+    ok = body_crcs_match(ctx.mv, P, np.where(here, bl, 0), i4[P + 8], _V4_BODY_AT)
+    return P, p, np.flatnonzero(here & ~ok).tolist()
 
 
 def _hinted_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[int]]:
