@@ -97,3 +97,21 @@ def test_commit_fsyncs_each_file_before_its_rename_and_each_directory_once_after
     assert any(j > abort_at for j in synced_at[store])
     assert (root / "consumequeue/T/0/00000000000000000000").read_bytes() == b"new" * 100
     assert not (root / "abort").exists()
+
+
+def test_journal_text_holds_every_step_field_one_step_a_line() -> None:
+    import dataclasses
+    import json
+
+    from rmqtool.recovery.safety.plan import _Step, journal_text
+
+    steps = [_Step("create", "consumequeue/T/0/x", staged="000001", mode=0o644, new_size=3, new_sha256="ab",
+                   created_dirs=["consumequeue/T"]),
+             _Step("truncate_tail", "commitlog/0", offset=5, length=7, zero_fill=True, orig_size=12),
+             _Step("remove", "abort", orig_size=0)]
+    head = {"format": "rmqtool-journal", "state": "prepared", "backup_dir": None, "description": "tab\tquote\"é"}
+    for some in (steps, []):
+        text = journal_text(head, some)
+        assert json.loads(text) == {**head, "steps": [dataclasses.asdict(s) for s in some]}
+        assert len(text.splitlines()) == len(head) + 3 + (len(some) + 1 if some else 0)
+        assert [_Step.from_dict(d) for d in json.loads(text)["steps"]] == some

@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import stat
-from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -35,7 +33,7 @@ from .hooks import _active_journals, _checkpoint
 from .journal import _drop_backup, _journal_root, _naming, _remove_journal_dir, pending_journals
 from .lock import StoreLock
 from .paths import _regular_stat, _relpath
-from .plan import CommitResult, PlannedAction, _Step
+from .plan import CommitResult, PlannedAction, _Step, journal_text
 from .staging import dry_run_content, write_staged
 
 
@@ -186,10 +184,9 @@ class StoreTransaction:
             "store": str(self.store),
             "backup_dir": str(self._backup_dir) if self._backup_dir else None,
             "backup_dir_preexisted": self._backup_preexisted,
-            "steps": [asdict(s) for s in self._steps],
         }
         with _naming(self.journal_dir / JOURNAL_FILE):
-            atomic_write(self.journal_dir / JOURNAL_FILE, json.dumps(doc, indent=1).encode())
+            atomic_write(self.journal_dir / JOURNAL_FILE, journal_text(doc, self._steps).encode())
         _checkpoint()
 
     def _stage(
