@@ -95,6 +95,12 @@ def test_commit_fsyncs_each_file_before_its_rename_and_each_directory_once_after
     (abort_at,) = [i for i, e in enumerate(events) if e == ("unlink", f"{store}/abort")]
     assert all(max(synced_at[os.path.dirname(e[2])]) < abort_at for _i, e in renames)
     assert any(j > abort_at for j in synced_at[store])
+    # the backup of the replaced file (and of the abort file) is durable before its manifest
+    bk = os.path.realpath(tmp_path / "bk")
+    (manifest_at,) = [i for i, e in enumerate(events) if e[0] == "rename" and e[2] == f"{bk}/manifest.json"]
+    for rel in ("consumequeue/T/0/00000000000000000000", "abort"):
+        assert any(j < manifest_at for j in synced_at[f"{bk}/files/{rel}"]), rel
+    assert any(j < manifest_at for j in synced_at[f"{bk}/files/consumequeue/T/0"])
     assert (root / "consumequeue/T/0/00000000000000000000").read_bytes() == b"new" * 100
     assert not (root / "abort").exists()
 

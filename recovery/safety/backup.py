@@ -25,6 +25,7 @@ from .fileio import (
     deferred_dir_syncs,
     flush_dir_syncs,
     fsync_dir_later,
+    fsync_file_later,
 )
 from .hooks import _checkpoint
 from .journal import _naming, check_backup_dir
@@ -68,8 +69,8 @@ class _BackupFile:
     ) -> None:
         try:
             self._f.flush()
-            os.fsync(self._f.fileno())
             self._f.close()
+            fsync_file_later(self.path)  # (write_backup fsyncs them together, before the manifest)
             fsync_dir_later(self.path.parent)
         except OSError as err:
             self._f.close()
@@ -326,7 +327,7 @@ def link_to_backup(src: Path, dst: Path, pre: _PreHash | None = None) -> str:
     try:
         fd = os.open(dst, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            os.fsync(fd)
+            fsync_file_later(dst)
             fst = os.fstat(fd)
             digest = pre.result(fst) if pre is not None else None
         finally:

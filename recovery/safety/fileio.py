@@ -63,16 +63,20 @@ def fsync_many(paths: Iterable[str | Path], *, dirs: bool = False) -> None:
 
 
 class _DirSyncs:
-    """Directories whose entries changed, to be fsynced together (``late``: after the
-    others, e.g. the directory a file was renamed out of, after the one it went to)."""
+    """Files and directories whose data or entries changed, to be fsynced together: the
+    files first, then the directories (``late``: after the others, e.g. the directory a
+    file was renamed out of, after the one it went to)."""
 
     def __init__(self) -> None:
+        self.files: dict[str, None] = {}
         self.early: dict[str, None] = {}
         self.late: dict[str, None] = {}
 
     def flush(self) -> None:
+        fsync_many(self.files)
         fsync_many(self.early, dirs=True)
         fsync_many([d for d in self.late if d not in self.early], dirs=True)
+        self.files.clear()
         self.early.clear()
         self.late.clear()
 
@@ -87,6 +91,15 @@ def fsync_dir_later(path: str | Path, *, late: bool = False) -> None:
         fsync_dir(path)
     else:
         (_deferred.late if late else _deferred.early).setdefault(str(path))
+
+
+def fsync_file_later(path: str | Path) -> None:
+    """:func:`fsync_file`, or inside :func:`deferred_dir_syncs` noted to be fsynced (with
+    the others, before the directories) when it ends."""
+    if _deferred is None:
+        fsync_file(path)
+    else:
+        _deferred.files.setdefault(str(path))
 
 
 def flush_dir_syncs() -> None:
