@@ -16,6 +16,7 @@ from .. import check as ck
 from ..batch import BatchDecoder, Words
 from ..batch.header import header_columns
 from ..broker import goes_to_consume_queue_batch
+from ..indexbuild import IndexBuilder
 from ..indexbuild.common import _ids
 from ..scan import sorted_hints_in
 from ..store import StoreFile
@@ -40,13 +41,26 @@ def _chain(words: Words, P: np.ndarray, end: int) -> tuple[np.ndarray, np.ndarra
     return P[:k], T[:k]
 
 
-def skip_built_prefix(a: _Applying, lo: int, hi: int, mdl: int | None) -> tuple[int, int, int | None]:
+def index_skips_upto(ib: IndexBuilder) -> int | None:
+    """The offset up to which the index builder skips every record without any other
+    effect (its ``skip_through``, while the file it puts into exists, is not full and has
+    a sane end offset: a batch then neither creates nor rolls a file), or None."""
+    f = ib.current
+    if ib.skip_through is None or f is None or f.is_full or f.end_phy_offset < 0:
+        return None
+    return ib.skip_through
+
+
+def skip_built_prefix(a: _Applying, lo: int, hi: int, mdl: int | None, index_upto: int | None = None
+                      ) -> tuple[int, int, int | None]:
     """The run of records from ``lo`` (a record start the recovery walk accepted, as every
     record up to ``hi``) whose dispatch only skips: each one's consume queue exists, is
     not frozen, and already holds it (its PHYSICALOFFSET + TOTALSIZE <= the queue's
-    maxPhysicOffset), or it goes to no consume queue. The run ends at the first record not
-    so, or where the consume queues' offsets (the hints) do not lead on; it goes on into
-    the next file after a BLANK. Returns (where the pass goes on, the run's records, the
+    maxPhysicOffset), or it goes to no consume queue; its PHYSICALOFFSET is its own
+    position; with ``index_upto`` (the index is fed) it is at or below that offset, which
+    the index builder skips (:func:`index_skips_upto`). The run ends at the first record
+    not so, or where the consume queues' offsets (the hints) do not lead on; it goes on
+    into the next file after a BLANK. Returns (where the pass goes on, the run's records, the
     store timestamp of its last record that goes to a consume queue: the
     logicsMsgTimestamp it sets, or None); the schedule topic's rows (``mdl == 0``) go to
     ``a.sched_rows``."""
@@ -57,7 +71,7 @@ def skip_built_prefix(a: _Applying, lo: int, hi: int, mdl: int | None) -> tuple[
         f = files.get(lo - lo % F)
         if f is None:
             break
-        got = _in_file(a, f, lo, min(hi, f.base + min(f.size, F)), mdl)
+        got = _in_file(a, f, lo, min(hi, f.base + min(f.size, F)), mdl, index_upto)
         if got is None:
             break
         lo, k, ts, blank = got
@@ -71,7 +85,8 @@ def skip_built_prefix(a: _Applying, lo: int, hi: int, mdl: int | None) -> tuple[
     return lo, total, last_ts
 
 
-def _in_file(a: _Applying, f: StoreFile, lo: int, end: int, mdl: int | None) -> tuple[int, int, int | None, bool] | None:
+def _in_file(a: _Applying, f: StoreFile, lo: int, end: int, mdl: int | None, index_upto: int | None
+             ) -> tuple[int, int, int | None, bool] | None:
     """:func:`skip_built_prefix` in file ``f`` from ``lo`` up to ``end``: (where it goes
     on, records, logicsMsgTimestamp or None, whether it reached a BLANK), or None when it
     takes no record."""
@@ -82,7 +97,7 @@ def _in_file(a: _Applying, f: StoreFile, lo: int, end: int, mdl: int | None) -> 
         buf = mf.buf
         words = Words(buf, len(buf))
         P, T = _chain(words, hints - f.base, end - f.base)
-        k, last_ts = _skipped(a, buf, words, P, T, mdl)
+        k, last_ts = _skipped(a, buf, words, P, T, mdl, f.base, index_upto)
         del words
         if k == 0:
             return None
@@ -96,7 +111,7 @@ def _in_file(a: _Applying, f: StoreFile, lo: int, end: int, mdl: int | None) -> 
 
 
 def _skipped(a: _Applying, buf: object, words: Words, P: np.ndarray, T: np.ndarray,
-             mdl: int | None) -> tuple[int, int | None]:
+             mdl: int | None, base: int, index_upto: int | None) -> tuple[int, int | None]:
     """How many leading records of the chain ``P``/``T`` (positions in the mapped file
     ``buf``) the dispatch would skip, and the store timestamp of the last of them that
     goes to a consume queue (None: none does)."""
@@ -106,6 +121,9 @@ def _skipped(a: _Applying, buf: object, words: Words, P: np.ndarray, T: np.ndarr
     h = header_columns(words, u8, P, T, a.profile.accepts_v2)
     magic = _i32_at(words, P + 4)
     ok = ~h.bad & np.isin(magic, _MESSAGE_MAGICS) & (h.topic_pos + h.topic_len <= len(u8))
+    ok &= h.physical_offset == base + P
+    if index_upto is not None:
+        ok &= h.physical_offset <= index_upto
     dec = BatchDecoder(a.profile, a.profile.max_delay_level if mdl is None else mdl, False, False)
     names, tid = _ids(dec._topics(buf, words, h.topic_pos, np.where(ok, h.topic_len, 0), len(P)))
     qid = h.queue_id & 0xFFFFFFFF
