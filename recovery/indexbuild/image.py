@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import numpy as np
@@ -197,6 +198,9 @@ class IndexFileImage:
         u8 = np.frombuffer(base, dtype=np.uint8)  # (no copy: blocks are tested and written as views)
         mv = memoryview(base)
         block = min(block, 4 << 20)
+        # where the base is a map of a sparse file, the blocks in its holes are zeros
+        # without reading them (a default index file is 420 MB, mostly a hole)
+        extents: list[tuple[int, int]] | None = getattr(base, "data_extents", None)
         pos = s_end
         while pos < self.size:
             hi = min(self.size, pos + block)
@@ -206,7 +210,7 @@ class IndexFileImage:
                 fileobj.write(over[pos - p : hi - p])
             else:
                 b_hi = min(hi, len(base))
-                if pos < b_hi and u8[pos:b_hi].any():
+                if pos < b_hi and (extents is None or _overlaps(extents, pos, b_hi)) and u8[pos:b_hi].any():
                     fileobj.write(mv[pos:b_hi])
                 elif pos < b_hi:
                     write_zeros(fileobj, b_hi - pos, block)
@@ -235,3 +239,11 @@ class IndexFileImage:
             fileobj.write(bytes(first * INDEX_ENTRY_SIZE))
             fileobj.write(ents.tobytes())
         write_zeros(fileobj, (self.index_num - first - count) * INDEX_ENTRY_SIZE, block)
+
+
+def _overlaps(extents: list[tuple[int, int]], lo: int, hi: int) -> bool:
+    """Whether ``[lo, hi)`` overlaps one of the sorted, disjoint ``extents``."""
+    i = bisect.bisect_right(extents, (hi, hi)) - 1  # the last extent starting before hi
+    while i >= 0 and extents[i][0] >= hi:
+        i -= 1
+    return i >= 0 and extents[i][1] > lo

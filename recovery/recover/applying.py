@@ -24,6 +24,7 @@ from ..scan import sorted_hints_in
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from .applystate import ApplyResult, _Applying, _LazyWriters
+from .builtprefix import index_skips_upto, skip_built_prefix
 from .indexfiles import infer_index_tz
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
 from .queues import _Queue, _recover_queue_files, frozen_queues
@@ -210,6 +211,14 @@ def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bo
     # that is all of them, their keys are not even hashed)
     last_start = plan.last_valid_offset if hi >= process and plan.last_valid_offset >= 0 else hi - 1
     index = index and not a.queues_only and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
+    upto = index_skips_upto(a.ib) if index else None
+    if name == "abnormal_recovery" and cq and cqset is not None and skip_upto is None and (not index or upto is not None):
+        # the records the queues already hold, and the index needs not: only counted
+        lo, n, last_ts = skip_built_prefix(a, lo, hi, mdl, upto)
+        if last_ts is not None:
+            cqset.logics_msg_timestamp = last_ts
+        if index:
+            a.ib.records_skipped += n
     for cols in _dispatch_iter(a.store, a.profile, lo, hi, mdl, a.progress, a.jobs, tags=bool(cq and cqset is not None),
                                hints=a.ctx.hints, index_keys=index, problems=a.reput_problems):
         if skip_upto is not None:

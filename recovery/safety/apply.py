@@ -14,7 +14,7 @@ import numpy as np
 from .consts import _CHUNK, _ZEROS, JOURNAL_FILE, STAGING_DIR
 from .digests import _BIG_CHUNK, digest_matches
 from .errors import ChecksumMismatchError, JournalError
-from .fileio import _makedirs_synced, fsync_dir, fsync_file
+from .fileio import _makedirs_synced, fsync_dir_later, fsync_file
 from .paths import _copy_owner
 from .plan import _Step
 
@@ -86,14 +86,14 @@ def _apply_step(store: Path, jdir: Path, step: _Step) -> None:
             for d in _makedirs_synced(target.parent):
                 _copy_owner(d, d.parent)
         os.replace(staged, target)
-        fsync_dir(target.parent)
-        fsync_dir(staged.parent)
+        fsync_dir_later(target.parent)
+        fsync_dir_later(staged.parent, late=True)  # (the new entry durable before the old one goes)
     elif step.action == "remove":
         try:
             os.unlink(target)
         except FileNotFoundError:
             return
-        fsync_dir(target.parent)
+        fsync_dir_later(target.parent)
     elif step.action in ("truncate_tail", "write_at"):
         assert step.offset is not None
         fd = os.open(target, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))

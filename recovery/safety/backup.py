@@ -17,7 +17,16 @@ from typing import Any, BinaryIO
 from .consts import _CHUNK, _ZEROS, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
 from .digests import _BIG_CHUNK, _SPARSE_MIN, _digest, _Hasher, _PreHash, _trailing_zeros, file_digest
 from .errors import BackupDirError, SafetyError
-from .fileio import _makedirs_synced, _now_utc, _one_line, atomic_write, fsync_dir
+from .fileio import (
+    _makedirs_synced,
+    _now_utc,
+    _one_line,
+    atomic_write,
+    deferred_dir_syncs,
+    flush_dir_syncs,
+    fsync_dir_later,
+    fsync_file_later,
+)
 from .hooks import _checkpoint
 from .journal import _naming, check_backup_dir
 from .paths import _regular_stat
@@ -60,9 +69,9 @@ class _BackupFile:
     ) -> None:
         try:
             self._f.flush()
-            os.fsync(self._f.fileno())
             self._f.close()
-            fsync_dir(self.path.parent)
+            fsync_file_later(self.path)  # (write_backup fsyncs them together, before the manifest)
+            fsync_dir_later(self.path.parent)
         except OSError as err:
             self._f.close()
             if exc is None:
@@ -117,10 +126,15 @@ def write_backup(
     not touched."""
     _prepare_backup_dir(bdir, steps)
     entries = []
-    for step in steps:
-        with _naming(bdir / step.path, "the store is unchanged"):
-            entries.append(backup_one(step, bdir))
-        _checkpoint()
+    with deferred_dir_syncs():  # (each backup directory fsynced once, before the manifest)
+        for step in steps:
+            with _naming(bdir / step.path, "the store is unchanged"):
+                entries.append(backup_one(step, bdir))
+            _checkpoint()
+        try:
+            flush_dir_syncs()
+        except OSError as exc:
+            raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", Path(exc.filename or bdir)) from exc
     manifest = {
         "format": MANIFEST_FORMAT,
         "version": FORMAT_VERSION,
@@ -313,14 +327,14 @@ def link_to_backup(src: Path, dst: Path, pre: _PreHash | None = None) -> str:
     try:
         fd = os.open(dst, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            os.fsync(fd)
+            fsync_file_later(dst)
             fst = os.fstat(fd)
             digest = pre.result(fst) if pre is not None else None
         finally:
             os.close(fd)
         if digest is None:
             digest = file_digest(dst)
-        fsync_dir(dst.parent)
+        fsync_dir_later(dst.parent)
     except OSError as exc:
         raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", dst) from exc
     return digest

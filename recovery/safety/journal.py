@@ -36,7 +36,7 @@ def _naming(path: Path, then: str = "") -> Iterator[None]:
     except OSError as exc:
         if exc.filename is None:
             exc.filename = str(path)
-        if then:
+        if then and then not in (exc.strerror or ""):  # (once, when namings nest)
             exc.strerror = f"{exc.strerror or exc}; {then}"
         raise
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from .apply import _apply_step, _check_step_resumable, _verify_step
 from .consts import _ROLLBACK_STATES, JOURNAL_FILE
 from .errors import JournalError
-from .fileio import atomic_write
+from .fileio import atomic_write, deferred_dir_syncs, flush_dir_syncs
 from .hooks import _active_journals, _checkpoint
 from .journal import _drop_backup, _journal_root, _read_journal, _remove_journal_dir, pending_journals
 from .lock import StoreLock
@@ -42,9 +42,12 @@ def _recover_one(store: Path, jdir: Path) -> RecoveryOutcome:
         for step in steps:
             _check_relpath(step.path, jdir / JOURNAL_FILE)
             _check_step_resumable(store, jdir, step, backup)
-        for step in steps:
-            _apply_step(store, jdir, step)
-            _checkpoint()
+        with deferred_dir_syncs():
+            for step in steps:
+                if step is steps[-1]:
+                    flush_dir_syncs()  # (as the commit: the last step after every other is durable)
+                _apply_step(store, jdir, step)
+                _checkpoint()
         for step in steps:
             _verify_step(store, step)
         doc["state"] = "done"

@@ -27,7 +27,8 @@ def dry_run_content(data: Data) -> tuple[str | None, int | None, str | None]:
 
 
 def write_staged(dst: Path, data: Data, mode: int, h: Any, owner_ref: Path, mtime_ns: int | None) -> int:
-    """Write the staged file, give it its mode, owner and mtime, and fsync it once."""
+    """Write the staged file and give it its mode, owner and mtime (the transaction fsyncs
+    its staged files together before the commit)."""
     with open(dst, "x+b") as f:
         if isinstance(data, (bytes, bytearray, memoryview)):
             h.update(data if isinstance(data, bytes) else bytes(data))
@@ -50,5 +51,4 @@ def write_staged(dst: Path, data: Data, mode: int, h: Any, owner_ref: Path, mtim
         _copy_owner(dst, owner_ref)
         if mtime_ns is not None:
             os.utime(f.fileno(), ns=(mtime_ns, mtime_ns))
-        os.fsync(f.fileno())
         return os.fstat(f.fileno()).st_size

@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import stat
-from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,12 +28,12 @@ from .digests import (
     _PreHash,
 )
 from .errors import PendingJournalError, SafetyError
-from .fileio import _makedirs_synced, _now_utc, atomic_write, fsync_dir
+from .fileio import _makedirs_synced, _now_utc, atomic_write, deferred_dir_syncs, flush_dir_syncs, fsync_dir, fsync_many
 from .hooks import _active_journals, _checkpoint
 from .journal import _drop_backup, _journal_root, _naming, _remove_journal_dir, pending_journals
 from .lock import StoreLock
 from .paths import _regular_stat, _relpath
-from .plan import CommitResult, PlannedAction, _Step
+from .plan import CommitResult, PlannedAction, _Step, journal_text
 from .staging import dry_run_content, write_staged
 
 
@@ -88,6 +86,7 @@ class StoreTransaction:
         self._backup_dir: Path | None = None
         self._backup_preexisted = False
         self._prehash: dict[str, _PreHash] = {}  # relpath -> digest computed ahead (big files)
+        self._unsynced: list[Path] = []  # staged files not fsynced yet (see _sync_staged)
 
     # -- context management
 
@@ -185,10 +184,9 @@ class StoreTransaction:
             "store": str(self.store),
             "backup_dir": str(self._backup_dir) if self._backup_dir else None,
             "backup_dir_preexisted": self._backup_preexisted,
-            "steps": [asdict(s) for s in self._steps],
         }
         with _naming(self.journal_dir / JOURNAL_FILE):
-            atomic_write(self.journal_dir / JOURNAL_FILE, json.dumps(doc, indent=1).encode())
+            atomic_write(self.journal_dir / JOURNAL_FILE, journal_text(doc, self._steps).encode())
         _checkpoint()
 
     def _stage(
@@ -213,14 +211,26 @@ class StoreTransaction:
             except OSError:
                 pass
             raise
-        with _naming(dst.parent, "the store is unchanged"):
-            fsync_dir(dst.parent)
+        self._unsynced.append(dst)
         _checkpoint()
         # the digest is taken at commit (or when the journal is written): meanwhile the
         # hasher's thread goes on while the caller stages the next files
         return name, size, _PendingDigest(h)  # type: ignore[return-value]
 
     _write_staged = staticmethod(write_staged)
+
+    def _sync_staged(self) -> None:
+        """fsync the staged files and the staging directory, all together, before the
+        journal first names them in a state that is rolled forward (``prepared`` is still
+        rolled back; this runs before it, so a journal that lists a step always lists
+        durable staged data)."""
+        if not self._unsynced:
+            return
+        staging = self.journal_dir / STAGING_DIR
+        with _naming(staging, "the store is unchanged"):
+            fsync_many(self._unsynced)
+            fsync_dir(staging)
+        self._unsynced = []
 
     def _add(self, step: _Step) -> PlannedAction:
         self._steps.append(step)
@@ -341,6 +351,7 @@ class StoreTransaction:
 
         # Phase 1: backup. The store is not touched; any failure rolls back.
         try:
+            self._sync_staged()
             self._backup_dir, self._backup_preexisted = choose_backup_dir(self.store, self.requested_backup_dir)
             self._state = "prepared"
             self._write_journal()
@@ -354,10 +365,13 @@ class StoreTransaction:
         self._state = "applying"
         self._write_journal()
         pending = f"the change is half made: the journal {jdir} finishes it at the next rmqtool run on this store"
-        for step in self._steps:
-            with _naming(self.store / step.path, pending):
-                _apply_step(self.store, jdir, step)
-            _checkpoint()
+        with _naming(jdir, pending), deferred_dir_syncs():  # (each changed directory fsynced once, at the end)
+            for step in self._steps:
+                if step is self._steps[-1]:
+                    flush_dir_syncs()  # the last step (recover: the abort file) after every other is durable
+                with _naming(self.store / step.path, pending):
+                    _apply_step(self.store, jdir, step)
+                _checkpoint()
         # Phase 3: done, clean up.
         self._state = "done"
         with _naming(jdir / JOURNAL_FILE, pending):
