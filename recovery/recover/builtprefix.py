@@ -66,7 +66,7 @@ def skip_built_prefix(a: _Applying, lo: int, hi: int, mdl: int | None, index_upt
     ``a.sched_rows``."""
     F = a.store.geometry.commitlog_file_size
     files = {f.base: f for f in a.store.commitlog if f.size > 0}
-    start, total, last_ts = lo, 0, None
+    done, total, last_ts = lo, 0, None  # (done: the progress reported so far, a file at a time)
     while a.ctx.hints is not None and lo < hi:
         f = files.get(lo - lo % F)
         if f is None:
@@ -80,8 +80,11 @@ def skip_built_prefix(a: _Applying, lo: int, hi: int, mdl: int | None, index_upt
         if not blank:
             break
         lo = f.base + F  # rollNextFile
-    if a.progress and lo > start:
-        a.progress(lo - start)
+        if a.progress:
+            a.progress(lo - done)
+            done = lo
+    if a.progress and lo > done:
+        a.progress(lo - done)
     return lo, total, last_ts
 
 
