@@ -11,22 +11,23 @@ import datetime as _dt
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 
-from .cmd_offsets import past_end_rows
 from .confirm import ask, require_yes_or_terminal
 from .interrupts import settle_on_interrupt
 from .options import check_lock, dry_run_preamble, finish_pending, open_store, refuse_obstacles
 from .output import SCHEMA_VERSION
-from .recovery.offsets import OffsetChange
-from .recovery.recover import RecoveryPlan
-from .recovery.repair import RepairPlan
 from .recovery.safety import StoreLock
 from .recovery.store import Store
 from .render import render
+
+if TYPE_CHECKING:  # start-up time: the plans' packages are imported by the command that makes them
+    from .recovery.offsets import OffsetChange
+    from .recovery.recover import RecoveryPlan
+    from .recovery.repair import RepairPlan
 
 
 def store_root(store_opts: dict[str, Any]) -> Path:
@@ -89,6 +90,17 @@ def render_plan(command: str, plan: RecoveryPlan | RepairPlan, dry_run: bool, su
     render(({"what": k, "value": v} for k, v in summary), "table", [("what", "step"), ("value", "plan")], title=title)
     if changes:
         render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
+
+
+def past_end_rows(past: list[OffsetChange], *, dry_run: bool, fix_offsets: bool) -> list[dict[str, str]]:
+    """``cmd_offsets.past_end_rows``, imported only when there are rows to make: start-up
+    time, as it imports recovery.offsets, which a recovery without offsets left past the
+    end never needs."""
+    if not past:
+        return []
+    from .cmd_offsets import past_end_rows as rows
+
+    return rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
 
 
 def json_doc(plan: RecoveryPlan | RepairPlan, dry_run: bool, past: list[OffsetChange], plan_only: bool, *,
