@@ -17,14 +17,21 @@ import sys
 import types
 from typing import Any
 
+from .lazy import LazyExports
+
 
 class PatchablePackage(types.ModuleType):
     """A package module whose attribute assignments reach its submodules."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if not isinstance(value, types.ModuleType):  # (the import system attaching a submodule)
-            for sub in self.__dict__.get("_LAZY_SUBMODULES", ()):
-                importlib.import_module(sub, self.__name__)
+        if isinstance(value, types.ModuleType):  # the import system attaching a submodule imported lazily
+            super().__setattr__(name, value)
+            exports = self.__dict__.get("__getattr__")
+            if isinstance(exports, LazyExports):
+                exports.bind(value)  # (a name it exports stays the name, not the submodule)
+            return
+        for sub in self.__dict__.get("_LAZY_SUBMODULES", ()):
+            importlib.import_module(sub, self.__name__)
         for modname, mod in list(sys.modules.items()):
             if modname.startswith(f"{self.__name__}.") and name in vars(mod):
                 setattr(mod, name, value)

@@ -27,15 +27,14 @@ from .interrupts import salvage_cleanup
 from .options import make_profile
 from .output import output_file_options
 from .progress import progress_bar, progress_option
-from .recovery.recover import infer_index_tz, plan_recovery
-from .recovery.safety import StoreTransaction
-from .recovery.store import Store
-from .recovery.versions import BrokerProfile
 from .render import dumps
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # start-up time (--help): the recovery packages are imported where they are used
     from .recovery.offsets import OffsetChange
     from .recovery.recover import ApplyResult, RecoveryPlan
+    from .recovery.safety import StoreTransaction
+    from .recovery.store import Store
+    from .recovery.versions import BrokerProfile
 
 
 @click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
@@ -157,7 +156,7 @@ def _show_plan(plan: RecoveryPlan, fmt: str) -> None:
 def _apply_plan(store: Store, plan: RecoveryPlan, profile: BrokerProfile, backup_dir: Path | None,
                 salvage_to: Path | None, quiet: bool, jobs: int | None, tz: _dt.tzinfo | None,
                 extra: OffsetsHook | None) -> ApplyResult:
-    from .recovery.recover import apply_recovery  # start-up time: reput, for a recovery that changes the store
+    from .recovery.recover import apply_recovery, infer_index_tz  # start-up time: reput, for a recovery that changes it
 
     # what the dispatch walks: its passes (the 4.x start-up reput's range is a lower
     # bound that the abnormal dispatch moves past: counted only when it runs alone)
@@ -171,6 +170,8 @@ def _apply_plan(store: Store, plan: RecoveryPlan, profile: BrokerProfile, backup
 
 
 def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
+    from .recovery.recover import plan_recovery
+
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "recover: walk", quiet) as advance:
         return plan_recovery(store, profile, progress=advance, **opts)
@@ -186,7 +187,7 @@ def _past_end(store: Store, plan: RecoveryPlan, profile: BrokerProfile, jobs: in
 
 
 # apply_recovery's ``extra``: (the transaction, the queues as the recovery leaves them)
-OffsetsHook = Callable[[StoreTransaction, dict[tuple[str, int], Any]], None]
+OffsetsHook = Callable[["StoreTransaction", dict[tuple[str, int], Any]], None]
 
 
 def _offsets_hook(store: Store, plan: RecoveryPlan, profile: BrokerProfile, fix: bool,

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 
@@ -20,14 +19,13 @@ from .confirm import ask, require_yes_or_terminal
 from .interrupts import settle_on_interrupt
 from .options import check_lock, dry_run_preamble, finish_pending, open_store, refuse_obstacles
 from .output import SCHEMA_VERSION
-from .recovery.safety import StoreLock
-from .recovery.store import Store
 from .render import render
 
-if TYPE_CHECKING:  # start-up time: the plans' packages are imported by the command that makes them
+if TYPE_CHECKING:  # start-up time (--help): the packages are imported where they are used
     from .recovery.offsets import OffsetChange
     from .recovery.recover import RecoveryPlan
     from .recovery.repair import RepairPlan
+    from .recovery.store import Store
 
 
 def store_root(store_opts: dict[str, Any]) -> Path:
@@ -60,6 +58,8 @@ def applying(command: str, store_opts: dict[str, Any], yes: bool,
     an interrupted transaction (``finished``: one was completed, the store changed), then
     inside ``around`` (if any), the interrupt settlement and the store lock yields the store
     as that left it, its obstacles refused, and ``finished``."""
+    from .recovery.safety import StoreLock  # start-up time (--help)
+
     root = store_root(store_opts)
     require_yes_or_terminal(yes, command, root)
     finished = finish_pending(root)
@@ -123,6 +123,8 @@ def json_doc(plan: RecoveryPlan | RepairPlan, dry_run: bool, past: list[OffsetCh
 
 def parse_tz(text: str) -> _dt.tzinfo:
     """``UTC``, ``local`` or an IANA zone name such as ``Asia/Shanghai``."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # start-up time: only --index-tz names a zone
+
     if text.upper() == "UTC":
         return _dt.UTC
     if text == "local":
