@@ -24,7 +24,8 @@ class PatchablePackage(types.ModuleType):
     """A package module whose attribute assignments reach its submodules."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType):  # the import system attaching a submodule imported lazily
+        if isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}":
+            # the import system attaching a submodule imported lazily
             super().__setattr__(name, value)
             exports = self.__dict__.get("__getattr__")
             if isinstance(exports, LazyExports):
