@@ -31,7 +31,6 @@ from ..formats.config import loads as config_loads
 from ..formats.config import read_config_bytes
 from ..formats.errors import FormatError, RmqToolError
 from .query import CommitlogReader
-from .recover import _cq_units, apply_recovery, plan_recovery
 from .rocksoffsets import RocksUnavailable, read_store
 from .store import CQ_UNIT, Store
 from .versions import BrokerProfile
@@ -77,6 +76,8 @@ def queue_views(store: Store, profile: BrokerProfile, *, plan: Any = None, jobs:
     """The consume queues as the broker's start-up leaves them: its recovery of ``plan``
     (default: the recovery the broker would choose) and the catch-up dispatch, computed
     without writing (``apply_recovery(queues_only=True)``)."""
+    from .recover import apply_recovery, plan_recovery  # start-up time: verify reads config_findings alone
+
     if plan is None:
         plan = plan_recovery(store, profile, check_unread=False, salvage=False, jobs=jobs)
     queues = apply_recovery(store, plan, profile, queues_only=True, jobs=jobs)
@@ -103,6 +104,8 @@ def views_of(store: Store, queues: dict[tuple[str, int], Any]) -> dict[tuple[str
 
 def _disk_end(q: Any) -> int:
     """End of the queue's files on disk as CQ recovery leaves them (before any dispatch)."""
+    from .recover import _cq_units  # start-up time, as in queue_views
+
     end = 0
     for b in sorted(q.disk):
         units = _cq_units(q.disk[b], q.F)
@@ -565,6 +568,8 @@ def recovery_offset_changes(store: Store, plan: Any, profile: BrokerProfile, *, 
     past their queue's end after the recovery and its dispatch. ``queues``: the queues
     ``apply_recovery`` leaves (given to its ``extra`` hook); computed without writing when
     omitted."""
+    from .recover import apply_recovery  # start-up time, as in queue_views
+
     if not has_committed_offsets(store.root):
         return []
     if queues is None:

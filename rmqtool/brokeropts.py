@@ -21,7 +21,6 @@ import click
 from click.core import ParameterSource
 
 from .recovery.brokerconf import BrokerConf, Refusal, UnsupportedStoreError, all_refusals, read_broker_conf
-from .recovery.store import Store
 from .recovery.versions import parse_delay_levels, parse_version
 
 F = Callable[..., Any]
@@ -189,6 +188,8 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
             raise click.BadParameter(str(exc), param_hint="--broker-version") from None
     if store is None:
         return None
+    from .recovery.store import Store  # start-up time: numpy and the schemas, when a store is opened
+
     try:
         s = Store.open(store, kw.get("commitlog_file_size"), kw.get("cq_file_size"), kw.get("index_slot_num"),
                        kw.get("index_num"), commitlog_dir=meta.get("commitlog_dir"))

@@ -15,7 +15,6 @@ from .exitcodes import Exit
 from .options import make_profile, open_store
 from .output import console, output_options, resolve
 from .progress import progress_bar, progress_option
-from .recovery.storeinfo import store_info
 from .render import dumps, render
 from .times import iso
 
@@ -51,6 +50,8 @@ def command(broker_version: str, deep: bool, all_queues: bool, fmt: str | None, 
     Exit status: 0 the store looks clean (no abort, no pending change, not locked), 4 the
     broker will run its abnormal recovery or a change is pending, 8 operational error or
     a broker holds the lock, 2 usage error."""
+    from .recovery.storeinfo import store_info  # start-up time (--help)
+
     store = open_store(**store_opts)
     profile = make_profile(broker_version)
     fmt = resolve(fmt, "table", "json")

@@ -16,7 +16,7 @@ import io
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -28,18 +28,12 @@ from .exitcodes import Exit
 from .options import make_profile
 from .output import SCHEMA_VERSION, output_file_options
 from .progress import later_bar, progress_bar, progress_option
-from .recovery.rebuild import (
-    REMOVE,
-    UNCHANGED,
-    RebuildPlan,
-    apply_rebuild,
-    check_from_offset,
-    check_index_scope,
-    plan_rebuild,
-)
-from .recovery.store import Store
-from .recovery.versions import BrokerProfile
 from .render import dumps
+
+if TYPE_CHECKING:  # start-up time (--help): recovery.rebuild is imported where it is used
+    from .recovery.rebuild import RebuildPlan
+    from .recovery.store import Store
+    from .recovery.versions import BrokerProfile
 
 
 @click.command("rebuild-index", context_settings={"help_option_names": ["-h", "--help"]})
@@ -98,6 +92,8 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
 def _run(store: Store, profile: BrokerProfile, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
          dry_run: bool, backup_dir: Path | None, tz: _dt.tzinfo, jobs: int | None, quiet: bool,
          store_opts: dict[str, Any], yes: bool = True) -> int:
+    from .recovery.rebuild import apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
+
     t0 = time.perf_counter()
     if from_offset is not None:
         why = check_from_offset(store, profile, from_offset)
@@ -145,6 +141,8 @@ _LAST: dict[str, Any] = {}
 
 def _json_run(run: Callable[[], int], dry_run: bool) -> int:
     """--format json: the text output is kept out of stdout; one JSON document instead."""
+    from .recovery.rebuild import UNCHANGED
+
     _LAST.clear()
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -169,6 +167,8 @@ def _json_run(run: Callable[[], int], dry_run: bool) -> int:
 
 
 def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[str, Any]) -> None:
+    from .recovery.rebuild import REMOVE, UNCHANGED
+
     g = store.geometry
     what = "consume queues and index" if plan.cq and plan.index else "consume queues" if plan.cq else "index"
     scope = f"topics {', '.join(plan.topics)}" if plan.topics else "all topics"

@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,12 +27,14 @@ from .interrupts import salvage_cleanup
 from .options import make_profile
 from .output import output_file_options
 from .progress import progress_bar, progress_option
-from .recovery.offsets import OffsetChange, add_offset_fix, has_committed_offsets, recovery_offset_changes
-from .recovery.recover import ApplyResult, RecoveryPlan, apply_recovery, infer_index_tz, plan_recovery, write_salvage
-from .recovery.safety import StoreTransaction
-from .recovery.store import Store
-from .recovery.versions import BrokerProfile
 from .render import dumps
+
+if TYPE_CHECKING:  # start-up time (--help): the recovery packages are imported where they are used
+    from .recovery.offsets import OffsetChange
+    from .recovery.recover import ApplyResult, RecoveryPlan
+    from .recovery.safety import StoreTransaction
+    from .recovery.store import Store
+    from .recovery.versions import BrokerProfile
 
 
 @click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
@@ -98,6 +100,8 @@ def command(broker_version: str, normal: bool | None, dry_run: bool, no_crc: boo
 
 def _dry_run(store_opts: dict[str, Any], profile: BrokerProfile, opts: dict[str, Any], backup_dir: Path | None,
              salvage_to: Path | None, fmt: str, quiet: bool, jobs: int | None, fix_offsets: bool) -> int:
+    from .recovery.recover import write_salvage  # start-up time: only a dry run lists the cut records here
+
     store = ds.dry_run_store("recover", store_opts, backup_dir)
     plan = _plan(store, profile, opts, quiet)
     past = _past_end(store, plan, profile, jobs)
@@ -152,6 +156,8 @@ def _show_plan(plan: RecoveryPlan, fmt: str) -> None:
 def _apply_plan(store: Store, plan: RecoveryPlan, profile: BrokerProfile, backup_dir: Path | None,
                 salvage_to: Path | None, quiet: bool, jobs: int | None, tz: _dt.tzinfo | None,
                 extra: OffsetsHook | None) -> ApplyResult:
+    from .recovery.recover import apply_recovery, infer_index_tz  # start-up time: reput, for a recovery that changes it
+
     # what the dispatch walks: its passes (the 4.x start-up reput's range is a lower
     # bound that the abnormal dispatch moves past: counted only when it runs alone)
     runs = [d for d in plan.dispatch if d.name != "startup_reput"] or plan.dispatch
@@ -164,6 +170,8 @@ def _apply_plan(store: Store, plan: RecoveryPlan, profile: BrokerProfile, backup
 
 
 def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
+    from .recovery.recover import plan_recovery
+
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "recover: walk", quiet) as advance:
         return plan_recovery(store, profile, progress=advance, **opts)
@@ -171,19 +179,23 @@ def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: boo
 
 def _past_end(store: Store, plan: RecoveryPlan, profile: BrokerProfile, jobs: int | None) -> list[OffsetChange]:
     """The committed offsets the recovery leaves past their queue's new end (recovery.offsets)."""
+    from .recovery.offsets import recovery_offset_changes  # start-up time: for a recovery that changes the store
+
     if plan.nothing_to_do:
         return []
     return recovery_offset_changes(store, plan, profile, jobs=jobs)
 
 
 # apply_recovery's ``extra``: (the transaction, the queues as the recovery leaves them)
-OffsetsHook = Callable[[StoreTransaction, dict[tuple[str, int], Any]], None]
+OffsetsHook = Callable[["StoreTransaction", dict[tuple[str, int], Any]], None]
 
 
 def _offsets_hook(store: Store, plan: RecoveryPlan, profile: BrokerProfile, fix: bool,
                   out: list[OffsetChange]) -> OffsetsHook | None:
     """apply_recovery's ``extra``: list (and with --fix-offsets, correct in the same
     transaction) the committed offsets past the queues' exact new ends."""
+    from .recovery.offsets import add_offset_fix, has_committed_offsets, recovery_offset_changes  # start-up time
+
     if not has_committed_offsets(store.root):
         return None
 

@@ -11,22 +11,21 @@ import datetime as _dt
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .cmd_offsets import past_end_rows
 from .confirm import ask, require_yes_or_terminal
 from .interrupts import settle_on_interrupt
 from .options import check_lock, dry_run_preamble, finish_pending, open_store, refuse_obstacles
 from .output import SCHEMA_VERSION
-from .recovery.offsets import OffsetChange
-from .recovery.recover import RecoveryPlan
-from .recovery.repair import RepairPlan
-from .recovery.safety import StoreLock
-from .recovery.store import Store
 from .render import render
+
+if TYPE_CHECKING:  # start-up time (--help): the packages are imported where they are used
+    from .recovery.offsets import OffsetChange
+    from .recovery.recover import RecoveryPlan
+    from .recovery.repair import RepairPlan
+    from .recovery.store import Store
 
 
 def store_root(store_opts: dict[str, Any]) -> Path:
@@ -59,6 +58,8 @@ def applying(command: str, store_opts: dict[str, Any], yes: bool,
     an interrupted transaction (``finished``: one was completed, the store changed), then
     inside ``around`` (if any), the interrupt settlement and the store lock yields the store
     as that left it, its obstacles refused, and ``finished``."""
+    from .recovery.safety import StoreLock  # start-up time (--help)
+
     root = store_root(store_opts)
     require_yes_or_terminal(yes, command, root)
     finished = finish_pending(root)
@@ -91,6 +92,17 @@ def render_plan(command: str, plan: RecoveryPlan | RepairPlan, dry_run: bool, su
         render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
 
 
+def past_end_rows(past: list[OffsetChange], *, dry_run: bool, fix_offsets: bool) -> list[dict[str, str]]:
+    """``cmd_offsets.past_end_rows``, imported only when there are rows to make: start-up
+    time, as it imports recovery.offsets, which a recovery without offsets left past the
+    end never needs."""
+    if not past:
+        return []
+    from .cmd_offsets import past_end_rows as rows
+
+    return rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
+
+
 def json_doc(plan: RecoveryPlan | RepairPlan, dry_run: bool, past: list[OffsetChange], plan_only: bool, *,
              offsets_fixed: bool, result: dict[str, Any] | None, seconds: float | None, finished: bool) -> dict[str, Any]:
     """recover's and repair's --format json document: the plan (``plan_only``: the plan shown
@@ -111,6 +123,8 @@ def json_doc(plan: RecoveryPlan | RepairPlan, dry_run: bool, past: list[OffsetCh
 
 def parse_tz(text: str) -> _dt.tzinfo:
     """``UTC``, ``local`` or an IANA zone name such as ``Asia/Shanghai``."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # start-up time: only --index-tz names a zone
+
     if text.upper() == "UTC":
         return _dt.UTC
     if text == "local":

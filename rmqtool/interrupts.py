@@ -16,8 +16,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .recovery.safety import pending_journals, recover_pending
-
 
 class Interrupted(KeyboardInterrupt):
     """A KeyboardInterrupt with the line to print (exit status 130)."""
@@ -45,6 +43,9 @@ def fingerprint(root: Path) -> dict[str, tuple[int, int]]:
 
 @contextmanager
 def settle_on_interrupt(root: Path, command: str) -> Iterator[None]:
+    # start-up time (--help): imported here, before the work, never while handling Ctrl-C
+    from .recovery.safety import pending_journals, recover_pending
+
     before = fingerprint(root)
     try:
         yield

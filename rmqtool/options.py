@@ -5,13 +5,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .formats.errors import StoreLayoutError
-from .recovery.store import Store
 from .recovery.versions import DEFAULT_VERSION, BrokerProfile
+
+if TYPE_CHECKING:  # start-up time: recovery.store (numpy, the schemas) is imported when a store is opened
+    from .recovery.store import Store
 
 F = Callable[..., Any]
 
@@ -28,6 +30,8 @@ def store_argument(f: F) -> F:
 
 def open_store(store: Path, commitlog_file_size: int | None = None, cq_file_size: int | None = None,
                index_slot_num: int | None = None, index_num: int | None = None, **_: Any) -> Store:
+    from .recovery.store import Store
+
     if store is None:
         raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
     if (index_slot_num is None) != (index_num is None):

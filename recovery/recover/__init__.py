@@ -58,18 +58,18 @@ applying), :mod:`.walk` (step 3, the parallel walk), :mod:`.indexfiles` (index f
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from ...formats.consumequeue import read_units as read_units
 from .. import check as ck  # noqa: F401  (tests patch recover.ck.check_record)
 from ..broker import _FIRST_CHUNK as _FIRST_CHUNK
 from ..broker import first_unit_where as _first_bad_unit  # noqa: F401  (an old name tests use)
 from ..broker import truncate_dirty_logic_files as _truncate_units  # noqa: F401  (an old name tests use)
+from ..lazy import LazyExports
 from ..patchable import PatchablePackage
 from ..scan import queue_hint_runs as queue_hint_runs
 from ..times import add_times as add_times
 from ..transfer import fork_context as fork_context
-from .applying import apply_recovery
-from .applystate import ApplyResult
 from .indexfiles import _keys_indexed_at as _keys_indexed_at
 from .indexfiles import infer_index_tz
 from .model import (
@@ -125,6 +125,15 @@ __all__ = [
     "scan_files",
     "write_salvage",
 ]
+
+if TYPE_CHECKING:
+    from .applying import apply_recovery
+    from .applystate import ApplyResult
+
+# start-up time: applying (reput, the writers) is imported at the first use of one of its
+# names, which a plan alone (rmqtool info, verify, recover with nothing to do) never makes
+__getattr__ = LazyExports(__name__, {"apply_recovery": ".applying", "ApplyResult": ".applystate"})
+_LAZY_SUBMODULES = (".applying", ".applystate", ".writing")  # loaded before a test sets a name (PatchablePackage)
 
 
 # tests set names of the old module (``_read_cq``, ``_span_task``, ``_WALK_BATCH``,

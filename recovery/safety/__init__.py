@@ -74,10 +74,11 @@ have completed, which lets tests kill a commit at every step boundary.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
+from ..lazy import LazyExports
 from ..patchable import PatchablePackage
 from . import hooks as _hooks
-from .apply import _apply_step as _apply_step
 from .consts import (
     BROKER_DIRS,
     CRASH_ENV,
@@ -109,10 +110,23 @@ from .journal import _remove_journal_dir as _remove_journal_dir
 from .journal import check_backup_dir, pending_journals
 from .lock import StoreLock, broker_holds_lock, describe_holder, lock_holder, lock_probe
 from .lock import _held_key as _held_key
-from .pending import recover_pending
-from .plan import CommitResult, PlannedAction, RecoveryOutcome, format_plan
-from .restore import load_manifest, restore, restore_work, verify_backup
-from .transaction import StoreTransaction
+
+if TYPE_CHECKING:
+    from .apply import _apply_step as _apply_step
+    from .pending import recover_pending
+    from .plan import CommitResult, PlannedAction, RecoveryOutcome, format_plan
+    from .restore import load_manifest, restore, restore_work, verify_backup
+    from .transaction import StoreTransaction
+
+# start-up time: what finishes, makes or undoes a change is imported at the first use of one
+# of its names (rmqtool info asks only about the lock and pending journals; a recovery
+# with nothing to do never opens a transaction)
+_FROM = {".apply": ("_apply_step",), ".pending": ("recover_pending",),
+         ".plan": ("CommitResult", "PlannedAction", "RecoveryOutcome", "format_plan"),
+         ".restore": ("load_manifest", "restore", "restore_work", "verify_backup"),
+         ".transaction": ("StoreTransaction",)}
+__getattr__ = LazyExports(__name__, {name: mod for mod, names in _FROM.items() for name in names})
+_LAZY_SUBMODULES = tuple(_FROM) + (".backup", ".staging")  # loaded before a test sets a name (PatchablePackage)
 
 __all__ = [
     "BROKER_DIRS",
