@@ -836,3 +836,26 @@ def test_journal_and_manifest_nested_too_deep_are_clear_errors(tmp_path: Path) -
     with pytest.raises(JournalError, match="not valid JSON"):
         _read_journal(jdir)
     assert needed_backups(tmp_path / "store") == set()
+
+
+def test_a_queue_offset_of_long_max_wraps_as_the_brokers_long_multiply(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """QUEUEOFFSET = Long.MAX_VALUE (found by the soak, seed 1003386): the broker's
+    expectLogicOffset = cqOffset * 20 is a long multiply, -20; the first put of a queue
+    then creates its file at 0 and skips the record (expect < the write position), where a
+    Python product (1.8e20) made the scalar put start the queue's file there and the batch
+    put fail converting it to int64 (rebuild-index and repair: internal error)."""
+    from rmqtool.recovery.indexbuild import CQ_SKIPPED_BEHIND, ConsumeQueueWriter
+
+    w = ConsumeQueueWriter(file_size=600)
+    assert w.put(1000, 100, 0, (1 << 63) - 1) == CQ_SKIPPED_BEHIND
+    assert w._write == 0 and w._last_from == 0
+    root = copy(tmp_path, "delay")
+    p = root / "commitlog" / "00000000000000000000"
+    b = bytearray(p.read_bytes())
+    assert struct.unpack_from(">i", b, 851 + 4)[0] == -626843481  # (MAGICCODE: a record starts at 851)
+    struct.pack_into(">q", b, 851 + 20, (1 << 63) - 1)
+    p.write_bytes(bytes(b))
+    for argv in (("rebuild-index", "--dry-run"), ("repair", "--dry-run"), ("recover", "--dry-run")):
+        code, _out, _err = cli(capsys, argv[0], str(root), *argv[1:])
+        assert code in (0, 1, 4, 5, 8)

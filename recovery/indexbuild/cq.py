@@ -19,6 +19,7 @@ from .common import (
     _first_false,
     _i64,
     _ids,
+    _java_long,
     _java_rem,
     cq_file_name,
     cq_unit_dtype,
@@ -150,7 +151,7 @@ class ConsumeQueueWriter:
         if commitlog_offset + msg_size <= self.max_physic_offset:
             return CQ_SKIPPED_DEDUP
         F = self.file_size
-        expect = cq_offset * CQ_UNIT_SIZE
+        expect = _java_long(cq_offset * CQ_UNIT_SIZE)  # (a long multiply: a QUEUEOFFSET of Long.MAX_VALUE gives -20)
         if self._write is None:
             self._create_file(expect - _java_rem(expect, F), first=True)
         elif self._write - self._last_from >= F:  # type: ignore[operator]
