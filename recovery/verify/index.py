@@ -58,13 +58,8 @@ def _chains(ks: np.ndarray, pv: np.ndarray, slots: np.ndarray, eff: int, kh: np.
     # belongs to the entry's own slot. Then, by induction up every chain, each entry is
     # reachable from exactly the slot of its hash.
     if _CHAIN_LOCAL_TEST and sound_links and not len(shared) and not len(dup_target):
-        has_up = upk != 0
-        hs = head_slot[ks]
-        if bool(np.all(has_up != (hs >= 0))):
-            so = np.full(eff, -2, dtype=np.int32)
-            so[ks] = slot_of
-            if np.array_equal(np.where(has_up, so[upk], hs), slot_of):
-                return slot_of, slot_of, into_middle, shared, dup_target
+        if _local_test(ks, upk, head_slot, slot_of, eff):
+            return slot_of, slot_of, into_middle, shared, dup_target
     # chain heads by pointer jumping, only over the entries not yet at their head
     # (up[k] > k, so every chain converges; log2(chain length) rounds)
     root = np.arange(eff, dtype=np.int32)
@@ -76,6 +71,20 @@ def _chains(ks: np.ndarray, pv: np.ndarray, slots: np.ndarray, eff: int, kh: np.
         root[pend] = rr
         pend = pend[rr != r]
     return head_slot[root[ks]], slot_of, into_middle, shared, dup_target
+
+
+def _local_test(ks: np.ndarray, upk: np.ndarray, head_slot: np.ndarray, slot_of: np.ndarray, eff: int) -> bool:
+    """Whether every entry ``ks`` has exactly one parent (``upk``: the newer entry linking
+    to it, or a hash slot) and that parent belongs to the entry's own slot; checked
+    :data:`ENTRY_CHUNK` entries at a time."""
+    so = np.full(eff, -2, dtype=np.int32)  # each entry's slot
+    so[ks] = slot_of
+    for lo in range(0, len(ks), ENTRY_CHUNK):
+        up, hs = upk[lo : lo + ENTRY_CHUNK], head_slot[ks[lo : lo + ENTRY_CHUNK]]
+        has_up = up != 0
+        if not bool(np.all(has_up != (hs >= 0))) or not np.array_equal(np.where(has_up, so[up], hs), slot_of[lo : lo + ENTRY_CHUNK]):
+            return False
+    return True
 
 
 def _reached_twice(targets: np.ndarray, distinct: int, eff: int) -> np.ndarray:
@@ -139,8 +148,9 @@ class _IndexFile:
             ks, prev, eff = self.ks, self.prev, self.eff
             prev_range = (prev < 0) | (prev >= eff)
             cycle = ~prev_range & (prev >= ks)
-            self.chains = (prev_range, cycle, *_chains(ks, np.where(prev_range | cycle, 0, prev), self.slots, eff, self.kh, S,
-                                                       sound_links=not (prev_range.any() or cycle.any())))
+            sound = not (prev_range.any() or cycle.any())  # (then the links need no copy)
+            self.chains = (prev_range, cycle, *_chains(ks, prev if sound else np.where(prev_range | cycle, 0, prev), self.slots, eff,
+                                                       self.kh, S, sound_links=sound))
         return self.chains
 
 
