@@ -27,6 +27,8 @@ from .spans import MAX_RUNS, _runs, _Spans, in_sorted
 # Index cross-check.
 
 _INT_MAX = 0x7FFFFFFF
+ENTRY_CHUNK = 1 << 18  # index entries checked against their records at a time (bounds verify's memory)
+_ENTRY_KINDS = ("neg", "in_span", "past", "bad", "wrong", "misplaced", "time_diff")
 
 
 def _chains(ks: np.ndarray, pv: np.ndarray, slots: np.ndarray, eff: int, kh: np.ndarray, S: int,
@@ -37,14 +39,16 @@ def _chains(ks: np.ndarray, pv: np.ndarray, slots: np.ndarray, eff: int, kh: np.
     the link is out of range or not to an older entry (``sound_links`` says none is)."""
     up = np.zeros(eff, dtype=np.int32)  # the newer entry linking to each entry (0: none)
     linked = pv > 0
-    shared = np.flatnonzero(np.bincount(pv[linked], minlength=eff) > 1)
-    up[pv[linked]] = ks[linked]
+    tgt = pv[linked]
+    up[tgt] = ks[linked]
     del linked
+    shared = _reached_twice(tgt, int(np.count_nonzero(up)), eff)
+    del tgt
     head_slot = np.full(eff, -1, dtype=np.int32)  # the slot pointing to each entry (-1: none)
     sv = np.flatnonzero((slots > 0) & (slots < eff))
     sv_val = slots[sv]
-    dup_target = np.flatnonzero(np.bincount(sv_val, minlength=eff) > 1)
     head_slot[sv_val] = sv
+    dup_target = _reached_twice(sv_val, int(np.count_nonzero(head_slot >= 0)), eff)
     into_middle = sv[up[sv_val] != 0]
     upk = up[ks]
     del up
@@ -54,13 +58,8 @@ def _chains(ks: np.ndarray, pv: np.ndarray, slots: np.ndarray, eff: int, kh: np.
     # belongs to the entry's own slot. Then, by induction up every chain, each entry is
     # reachable from exactly the slot of its hash.
     if _CHAIN_LOCAL_TEST and sound_links and not len(shared) and not len(dup_target):
-        has_up = upk != 0
-        hs = head_slot[ks]
-        if bool(np.all(has_up != (hs >= 0))):
-            so = np.full(eff, -2, dtype=np.int32)
-            so[ks] = slot_of
-            if np.array_equal(np.where(has_up, so[upk], hs), slot_of):
-                return slot_of, slot_of, into_middle, shared, dup_target
+        if _local_test(ks, upk, head_slot, slot_of, eff):
+            return slot_of, slot_of, into_middle, shared, dup_target
     # chain heads by pointer jumping, only over the entries not yet at their head
     # (up[k] > k, so every chain converges; log2(chain length) rounds)
     root = np.arange(eff, dtype=np.int32)
@@ -72,6 +71,29 @@ def _chains(ks: np.ndarray, pv: np.ndarray, slots: np.ndarray, eff: int, kh: np.
         root[pend] = rr
         pend = pend[rr != r]
     return head_slot[root[ks]], slot_of, into_middle, shared, dup_target
+
+
+def _local_test(ks: np.ndarray, upk: np.ndarray, head_slot: np.ndarray, slot_of: np.ndarray, eff: int) -> bool:
+    """Whether every entry ``ks`` has exactly one parent (``upk``: the newer entry linking
+    to it, or a hash slot) and that parent belongs to the entry's own slot; checked
+    :data:`ENTRY_CHUNK` entries at a time."""
+    so = np.full(eff, -2, dtype=np.int32)  # each entry's slot
+    so[ks] = slot_of
+    for lo in range(0, len(ks), ENTRY_CHUNK):
+        up, hs = upk[lo : lo + ENTRY_CHUNK], head_slot[ks[lo : lo + ENTRY_CHUNK]]
+        has_up = up != 0
+        if not bool(np.all(has_up != (hs >= 0))) or not np.array_equal(np.where(has_up, so[up], hs), slot_of[lo : lo + ENTRY_CHUNK]):
+            return False
+    return True
+
+
+def _reached_twice(targets: np.ndarray, distinct: int, eff: int) -> np.ndarray:
+    """The entries named more than once in ``targets`` (``distinct``: how many different
+    entries it names). When none is, no count per entry (an int64 array as long as the
+    file) is made."""
+    if distinct == len(targets):
+        return np.zeros(0, dtype=np.intp)
+    return np.flatnonzero(np.bincount(targets, minlength=eff) > 1)
 
 
 _CHAIN_LOCAL_TEST = True  # tests turn it off to compare with the pointer jumping alone
@@ -126,8 +148,9 @@ class _IndexFile:
             ks, prev, eff = self.ks, self.prev, self.eff
             prev_range = (prev < 0) | (prev >= eff)
             cycle = ~prev_range & (prev >= ks)
-            self.chains = (prev_range, cycle, *_chains(ks, np.where(prev_range | cycle, 0, prev), self.slots, eff, self.kh, S,
-                                                       sound_links=not (prev_range.any() or cycle.any())))
+            sound = not (prev_range.any() or cycle.any())  # (then the links need no copy)
+            self.chains = (prev_range, cycle, *_chains(ks, prev if sound else np.where(prev_range | cycle, 0, prev), self.slots, eff,
+                                                       self.kh, S, sound_links=sound))
         return self.chains
 
 
@@ -318,43 +341,62 @@ class _IndexCheck:
         return orphan, chain_slot, slot_of
 
     def _records(self, x: _IndexFile, h: ixf.IndexHeader, orphan: np.ndarray, chain_slot: np.ndarray, slot_of: np.ndarray) -> None:
-        """Each entry against the record it points to: found, key hash, slot, timeDiff."""
-        ks, kh, eoff, spans, data_end = x.ks, x.kh, x.eoff, self.spans, self.data_end
+        """Each entry against the record it points to: found, key hash, slot, timeDiff.
+        :data:`ENTRY_CHUNK` entries at a time, so that the working arrays stay the same
+        size however many entries the file holds; the flagged entries of each kind are
+        gathered across the chunks and reported after, in the same order."""
+        kh, eoff, spans, data_end = x.kh, x.eoff, self.spans, self.data_end
+        got: dict[str, list[np.ndarray]] = {k: [] for k in _ENTRY_KINDS}
+        for lo in range(0, len(x.ks), ENTRY_CHUNK):
+            self._records_chunk(x, h, lo, min(lo + ENTRY_CHUNK, len(x.ks)), orphan, chain_slot, slot_of, got)
+        at = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in got.items()}
+
+        def emit(kind: str, code: str, text: Callable[[int, int], str]) -> None:
+            self.emit(code, x.ks[at[kind]], eoff[at[kind]], text)
+
+        emit("neg", "IDX_BAD_ENTRY", lambda k, s: f"negative key hash {int(kh[k - 1])}")
+        emit("in_span", "IDX_INTO_DAMAGE", lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})")
+        emit("past", "IDX_PAST_END", lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})")
+        emit("bad", "IDX_BAD_ENTRY", lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
+        emit("wrong", "IDX_WRONG_HASH", lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}")
+        emit("misplaced", "IDX_CHAIN_BROKEN",
+             lambda k, s: f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}")
+        emit("time_diff", "IDX_TIME_DIFF", lambda k, s: f"timeDiff {int(x.td[k - 1])} does not match the record's store timestamp")
+
+    def _records_chunk(self, x: _IndexFile, h: ixf.IndexHeader, lo: int, hi: int, orphan: np.ndarray, chain_slot: np.ndarray,
+                       slot_of: np.ndarray, got: dict[str, list[np.ndarray]]) -> None:
+        """Entries ``[lo, hi)`` (positions in ``x``'s arrays): appends the positions of
+        each kind of flagged entry to ``got``."""
+        kh, eoff = x.kh[lo:hi], x.eoff[lo:hi]
         rj, found = self.recs.find(eoff)
         neg = kh < 0
-        self.emit("IDX_BAD_ENTRY", ks[neg], eoff[neg], lambda k, s: f"negative key hash {int(kh[k - 1])}")
         expired = ~found & (eoff < self.cl_min)
         self.stats["expired_entries"] += int(np.count_nonzero(expired))
-        in_span = ~found & ~expired & spans.contains(eoff)
-        past = ~found & ~expired & ~in_span & (eoff >= data_end)
+        in_span = ~found & ~expired & self.spans.contains(eoff)
+        past = ~found & ~expired & ~in_span & (eoff >= self.data_end)
         bad = ~found & ~expired & ~in_span & ~past
-        self.emit("IDX_INTO_DAMAGE", ks[in_span], eoff[in_span], lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})")
-        self.emit("IDX_PAST_END", ks[past], eoff[past], lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})")
-        self.emit("IDX_BAD_ENTRY", ks[bad & ~neg], eoff[bad & ~neg], lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
         hash_ok = self.km.match(rj, found, kh)
         wrong = found & ~hash_ok & ~neg
-        self.emit("IDX_WRONG_HASH", ks[wrong], eoff[wrong],
-                  lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}")
         self.wrong_recs.append(rj[wrong])
-        misplaced = ~orphan & ~wrong & ~neg & (chain_slot != slot_of)
-        self.emit("IDX_CHAIN_BROKEN", ks[misplaced], eoff[misplaced],
-                  lambda k, s: f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}")
-        self._time_diffs(x, h, rj, found)
+        misplaced = ~orphan[lo:hi] & ~wrong & ~neg & (chain_slot[lo:hi] != slot_of[lo:hi])
+        for kind, mask in (("neg", neg), ("in_span", in_span), ("past", past), ("bad", bad & ~neg), ("wrong", wrong), ("misplaced", misplaced)):
+            got[kind].append(np.flatnonzero(mask) + lo)
+        got["time_diff"].append(self._time_diffs(x, h, lo, rj, found) + lo)
 
-    def _time_diffs(self, x: _IndexFile, h: ixf.IndexHeader, rj: np.ndarray, found: np.ndarray) -> None:
+    def _time_diffs(self, x: _IndexFile, h: ixf.IndexHeader, lo: int, rj: np.ndarray, found: np.ndarray) -> np.ndarray:
+        """The entries (from ``lo``) whose record was found and whose timeDiff is not the
+        record's store time's."""
         fk = np.flatnonzero(found)
         if not len(fk):
-            return
-        td = x.td
+            return fk
         st = self.recs.store_ts[rj[fk]]
-        begin = np.where(x.ks[fk] == 1, self.prev_end_ts, int(h.begin_timestamp))
+        begin = np.where(x.ks[lo + fk] == 1, self.prev_end_ts, int(h.begin_timestamp))
         # Java truncates toward zero, then clamps to [0, MAX]: for a negative difference
         # floor division clamps to the same 0
         exp = np.clip((st - begin) // 1000, 0, _INT_MAX)
         exp = np.where(begin <= 0, 0, exp)
-        bad_td = fk[exp != td[fk]]
-        if len(bad_td):
-            self.emit("IDX_TIME_DIFF", x.ks[bad_td], x.eoff[bad_td], lambda k, s: f"timeDiff {int(td[k - 1])} does not match the record's store timestamp")
+        out: np.ndarray = fk[exp != x.td[lo + fk]]
+        return out
 
     def missing(self, broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> None:
         """Messages whose keys are missing from the index: dispatch lag (the broker's

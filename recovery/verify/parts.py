@@ -171,12 +171,15 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
     plan = _plan_parts(store, max(part_size, 1 << 12))
     tasks = [PartTask(str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts).with_hints(hints)
              for i, f, end, s, e in plan]
-    parts = _run_parts(tasks, jobs, progress, meanwhile)
+    # without a pool, ``meanwhile`` runs once the parts are joined into the table (and let go)
+    later = meanwhile if jobs <= 1 or len(tasks) <= 1 else None
+    parts = _run_parts(tasks, jobs, progress, None if later else meanwhile)
     by_file: dict[int, list[Part]] = {}
     for p in parts:
         by_file.setdefault(p.file_idx, []).append(p)
     scans: list[FileScan | None] = []
     table = _Table()
+    fparts: list[Part] = []
     for i, f in enumerate(store.commitlog):
         end = min(f.size, mapped)
         if end <= 0:
@@ -192,7 +195,16 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
             table.add(fs, p)
         fs.rec_hi = table.count
         scans.append(fs)
-    return scans, table.records(store, scans)
+    if parts:  # the table holds the parts' columns now: each is let go once joined
+        del p
+    parts.clear()
+    by_file.clear()
+    fparts.clear()
+    recs = table.records(store, scans)
+    del table
+    if later:
+        later()
+    return scans, recs
 
 
 class _Table:
@@ -239,10 +251,16 @@ class _Table:
                 fs.gaps.append(g)
         self.anomalies.extend((i, code, pos, msg, det) for code, pos, msg, det in p.anomalies)
 
+    def _join(self, name: str, dtype: Any) -> np.ndarray:
+        """One column of the whole table; the parts' pieces of it are let go (so that the
+        table and all the parts' columns are not held at once)."""
+        pieces, self.cols[name] = self.cols[name], []
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=dtype)
+
     def records(self, store: Store, scans: list[FileScan | None]) -> Records:
         """The record table in offset order (overlapping files: the first record at each
         offset), with the queue keys."""
-        cat = {n: (np.concatenate(self.cols[n]) if self.cols[n] else np.zeros(0, dtype=dt)) for n, dt in zip(_Rec.NAMES, _Rec.DTYPES)}
+        cat = {n: self._join(n, dt) for n, dt in zip(_Rec.NAMES, _Rec.DTYPES)}
         fidx = np.concatenate(self.file_col) if self.file_col else np.zeros(0, dtype=np.int32)
         base_of = np.array([f.base for f in store.commitlog] or [0], dtype=np.int64)
         off = base_of[fidx] + cat["pos"] if len(fidx) else np.zeros(0, dtype=np.int64)

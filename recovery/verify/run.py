@@ -62,7 +62,9 @@ def verify_store(
     pre: dict[str, Any] = {}
 
     def meanwhile() -> None:  # runs while the workers scan the commitlog
-        pre["queues"] = load_queues(store)
+        # beside a pool, the queues are read while the workers scan; without one, each is
+        # read when it is checked (and let go after), so that they are never all held at once
+        pre["queues"] = load_queues(store) if jobs > 1 else load_queues(store, budget_units=0)
         per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
         pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
         pre["index"] = Prepared(store, headers)  # the first index file's own structure (no record needed)

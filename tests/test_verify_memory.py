@@ -1,0 +1,85 @@
+"""verify's memory does not follow the size of an index file: its entries are checked
+against their records a chunk at a time (``recovery.verify.index.ENTRY_CHUNK``), and the
+chunking changes no finding, no statistic and no exit code."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import copy_store
+
+from rmqtool.recovery import verify as v
+from rmqtool.recovery.store import Store
+from rmqtool.recovery.versions import BrokerProfile
+
+P494 = BrokerProfile.for_version("4.9.4")
+
+
+def _patch(path: Path, pos: int, data: bytes) -> None:
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as fh:
+        fh.seek(pos)
+        fh.write(data)
+
+
+def _damage(root: Path, rng: random.Random, n: int) -> None:
+    """``n`` damaged entry fields (hash, offset, timeDiff, link, slot), some in runs of
+    consecutive entries so that runs cross the chunk boundaries."""
+    files = sorted((root / "index").iterdir())
+    S = Store.open(root).geometry.index_slot_num
+    at = 40 + S * 4
+    for _ in range(n):
+        f = rng.choice(files)
+        raw = f.read_bytes()
+        count = struct.unpack(">i", raw[36:40])[0]
+        k0 = rng.randrange(1, max(2, count))
+        what = rng.randrange(6)
+        for k in range(k0, min(count, k0 + rng.choice((1, 1, 4, 7)))):
+            e = at + k * 20
+            (h,) = struct.unpack(">i", raw[e : e + 4])
+            if what == 0:  # a hash of none of the record's keys
+                _patch(f, e, struct.pack(">i", h ^ 0x1000))
+            elif what == 1:  # no record starts there
+                (off,) = struct.unpack(">q", raw[e + 4 : e + 12])
+                _patch(f, e + 4, struct.pack(">q", off + 3))
+            elif what == 2:  # past the end of the data
+                _patch(f, e + 4, struct.pack(">q", (1 << 40) + k))
+            elif what == 3:  # a timeDiff the record's store time does not give
+                _patch(f, e + 12, struct.pack(">i", 987654))
+            elif what == 4:  # a link to another entry
+                _patch(f, e + 16, struct.pack(">i", rng.randrange(count)))
+            else:  # a negative hash, a slot naming another entry
+                _patch(f, e, struct.pack(">i", -rng.randrange(1, 1 << 30)))
+                _patch(f, 40 + rng.randrange(S) * 4, struct.pack(">i", rng.randrange(count)))
+
+
+def _key(r: v.VerifyReport) -> tuple[Any, ...]:
+    return ([(f.code, f.severity, f.file, f.pos, f.physical_offset, f.message, f.details) for f in r.findings],
+            [(c.name, c.items, c.errors, c.warnings, c.stats) for c in r.checks], r.summary["codes"])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_index_entries_checked_in_chunks_give_the_same_report(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    root = copy_store(["clean", "many_files", "delay"][seed % 3], tmp_path)
+    if seed >= 3:
+        _damage(root, rng, 8)
+    whole = v.verify_store(Store.open(root), P494)
+    chunk = rng.choice((1, 3, 5, 64))
+    monkeypatch.setattr(v.index, "ENTRY_CHUNK", chunk)  # (read by the index check's module)
+    chunked = v.verify_store(Store.open(root), P494)
+    assert _key(chunked) == _key(whole)
+    entries = next(c for c in whole.checks if c.name == "index").stats["entries"]
+    assert entries > chunk  # more than one chunk
+    if seed >= 3:
+        assert any(c.startswith("IDX_") and c != "IDX_DISPATCH_LAG" for c in whole.summary["codes"])
+
+
+def test_index_entry_chunk_is_bounded() -> None:
+    """The working arrays of the entry check are sized by the chunk, not by the file."""
+    assert 1 << 12 <= v.index.ENTRY_CHUNK <= 1 << 20
