@@ -24,7 +24,9 @@ these, with numpy:
   entry of the same slot), 16,384 record starts (the PHYSICALOFFSET field equals the
   entry's offset, below the commitlog's end), and 256 records decoded, always the first
   and the last: each entry's hash is one of its record's keys, the record has all of
-  them (the last one may not: it is then cut and indexed again), it is not a ROLLBACK,
+  them (the last one may not: it is then cut and indexed again; the first one may not
+  only when the previous file ends with it, where the broker put its other keys), it is
+  not a ROLLBACK,
   and its store time gives the entries' timeDiff (the header's begin time, for the
   first record);
 * the header: indexCount, endPhyOffset, endTimestamp, hashSlotCount and the bytes after
@@ -92,20 +94,24 @@ def check_index_file(
     *,
     end: int,
     prev_end_timestamp: int | None,
+    prev_end_phy_offset: int | None = None,
     sample: int = SAMPLE,
 ) -> IndexCheck:
     """Whether the index file ``f`` holds what the broker put into it, up to the
     commitlog end ``end`` (the recovery's end offset). ``prev_end_timestamp``: the
     previous index file's endTimestamp (the first entry's timeDiff is counted from it),
-    None if no previous file is left (the first entry's timeDiff is then not checked)."""
+    None if no previous file is left (the first entry's timeDiff is then not checked).
+    ``prev_end_phy_offset``: that file's endPhyOffset; the first record may lack keys only
+    when it is that file's last record (the broker goes on with a record's keys in the
+    next file when one fills), None if no previous file is left."""
     try:
-        return _check_file(store, profile, f, end, prev_end_timestamp, sample)
+        return _check_file(store, profile, f, end, prev_end_timestamp, sample, prev_end_phy_offset)
     except (OSError, ValueError) as exc:  # (an unreadable file, or a file that changed)
         return _fail(f"cannot be checked: {exc}", 0)
 
 
 def _check_file(store: Store, profile: BrokerProfile, f: StoreFile, end: int, prev_end_timestamp: int | None,
-                sample: int) -> IndexCheck:
+                sample: int, prev_end_phy: int | None = None) -> IndexCheck:
     g = store.geometry
     S, N = g.index_slot_num, g.index_num
     first = HEADER_SIZE + S * SLOT_SIZE
@@ -128,7 +134,7 @@ def _check_file(store: Store, profile: BrokerProfile, f: StoreFile, end: int, pr
         # where such a put lands
         tail = np.zeros(max(0, min(size, first + count * ENTRY_SIZE + (1 << 20)) - first - count * ENTRY_SIZE), dtype=np.uint8)
         _read_into(fh, first + count * ENTRY_SIZE, tail)
-    return _check(store, profile, h, slots, E, bool(tail.any()), S, end, prev_end_timestamp, sample)
+    return _check(store, profile, h, slots, E, bool(tail.any()), S, end, prev_end_timestamp, sample, prev_end_phy)
 
 
 def _read_into(fh: object, at: int, arr: np.ndarray) -> None:
@@ -143,7 +149,7 @@ def _read_into(fh: object, at: int, arr: np.ndarray) -> None:
 
 
 def _check(store: Store, profile: BrokerProfile, h: IndexHeader, slots_be: np.ndarray, E: np.ndarray, tail_nonzero: bool,
-           S: int, end: int, prev_end_ts: int | None, sample: int) -> IndexCheck:
+           S: int, end: int, prev_end_ts: int | None, sample: int, prev_end_phy: int | None = None) -> IndexCheck:
     n = len(E)
     full = n + 1 >= store.geometry.index_num
     off = E["commitlog_offset"].astype(np.int64)
@@ -177,7 +183,8 @@ def _check(store: Store, profile: BrokerProfile, h: IndexHeader, slots_be: np.nd
     # -- keys, store times and flags of a sample of records, always the first and last
     begin = int(h.begin_timestamp)
     last_lo = int(np.searchsorted(off, off[m - 1], side="left"))
-    got_sample = _check_sampled_records(store, profile, h, E, off, td, _spread(0, m - 1, sample), last_lo, prev_end_ts)
+    got_sample = _check_sampled_records(store, profile, h, E, off, td, _spread(0, m - 1, sample), last_lo, prev_end_ts,
+                                        prev_end_phy)
     if got_sample.why:
         return _fail(got_sample.why, n)
     sampled, end_ts, last_complete = got_sample.sampled, got_sample.end_ts, got_sample.last_complete
@@ -248,7 +255,8 @@ class _Sampled:
 
 
 def _check_sampled_records(store: Store, profile: BrokerProfile, h: IndexHeader, E: np.ndarray, off: np.ndarray,
-                           td: np.ndarray, picks: np.ndarray, last_lo: int, prev_end_ts: int | None) -> _Sampled:
+                           td: np.ndarray, picks: np.ndarray, last_lo: int, prev_end_ts: int | None,
+                           prev_end_phy: int | None = None) -> _Sampled:
     """Keys, store times and flags of the records at entries ``picks`` against their entries."""
     begin = int(h.begin_timestamp)
     out = _Sampled()
@@ -281,8 +289,11 @@ def _check_sampled_records(store: Store, profile: BrokerProfile, h: IndexHeader,
             if lo == last_lo:
                 out.last_complete = complete
                 out.end_ts = ts
-            elif not complete and lo != 0:  # the first record may have begun in the previous file
-                out.why = f"the record at {phy} lacks some of its keys"
+            elif not complete and (lo != 0 or (prev_end_phy is not None and prev_end_phy != phy)):
+                # the first record may have begun in the previous file, only if that file
+                # ends with it (its endPhyOffset); else its other keys are nowhere
+                out.why = f"the record at {phy} lacks some of its keys" + (
+                    f" (the previous index file ends at {prev_end_phy}, not with it)" if lo == 0 else "")
                 return out
     return out
 

@@ -509,3 +509,34 @@ def test_a_record_whose_keys_span_a_lost_file(tmp_path: Path) -> None:
     assert ik.keyed_record_between(st, P494, h[lost - 1][3], h[lost + 1][2], after_lo=True, keys_at_lo=held) == h[lost - 1][3]
     assert run(["recover", "--yes", str(root), "--quiet", *geo, "--backup-dir", str(tmp_path / "bk")]) == 1
     assert run(["verify", str(root), "--quiet", *geo]) == 0
+
+
+def test_a_first_record_lacking_keys_is_kept_only_after_a_file_ending_with_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A store RocketMQ 4.9.8 wrote and the oracle killed (tests/oracle/test_diff_oracle.py,
+    seed 53, checkpoint removed; tests/data/oracle_498_seed53_rm_checkpoint.tar.gz). Its
+    record at 12246 has 11 keys; index file ...758 (9 entries a file) begins with two of
+    them, and the file before it ends at 6860: the other nine are in no index file. The
+    first record of a file may lack keys only when the previous file ends with it (the
+    broker goes on with a record's keys in the next file); the check sampled ...758's first
+    record, took it for such a record and kept the file, and K13 was lost where the broker,
+    re-indexing everything, finds it."""
+    import json
+    import tarfile
+
+    with tarfile.open(Path(__file__).parent / "data" / "oracle_498_seed53_rm_checkpoint.tar.gz") as t:
+        t.extractall(tmp_path, filter="data")
+    store = tmp_path / "store"
+    geo = ["--broker-version", "4.9.8", "--commitlog-file-size", "16384", "--cq-file-size", "6000",
+           "--index-slots", "4", "--index-entries", "10"]
+    capsys.readouterr()
+    code = run(["recover", "--yes", str(store), "--backup-dir", str(tmp_path / "bk"), *geo, "-q", "-j", "1",
+                "--format", "json"])
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert code == 1
+    assert "index/20261127125725758" not in [k["file"] for k in plan["index_kept"]]
+    why = {d["file"]: d["reason"] for d in plan["index_discarded"]}["index/20261127125725758"]
+    assert "the record at 12246 lacks some of its keys (the previous index file ends at 6860" in why
+    run(["dump", "index", str(store), "--key", "K13", "--topic", "topic_c-1", *geo, "--format", "jsonl"])
+    found = [json.loads(x)["commitlog_offset"] for x in capsys.readouterr().out.splitlines() if x.strip()]
+    assert found == [12246]

@@ -50,8 +50,9 @@ def _plan_walks(p: _Planning) -> None:
         if p.keep_candidates:
             assert p.first_discard is not None
             f = store.index_files[p.first_discard]
-            prev_end = p.headers[store.index_files[p.first_discard - 1].name][1] if p.first_discard > 0 else None
-            p.early[f.name] = check_index_file(store, profile, f, end=NO_END, prev_end_timestamp=prev_end)
+            prev_h = p.headers[store.index_files[p.first_discard - 1].name] if p.first_discard > 0 else None
+            p.early[f.name] = check_index_file(store, profile, f, end=NO_END, prev_end_timestamp=prev_h[1] if prev_h else None,
+                                               prev_end_phy_offset=prev_h[3] if prev_h else None)
 
     walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=p.opts.jobs,
                         progress=p.opts.progress, hints=hints, meanwhile=check_first_discard)

@@ -68,7 +68,8 @@ def _keep_checked_index(p: _Planning, w: _IndexWalk, f: StoreFile, h: tuple[int,
         # (a lost file between two the broker deletes: what it held is in neither)
         chk = IndexCheck(False, f"the records from {hole} on before its first entry are in no index file", max(h[5], 1) - 1)
     elif chk is None or not chk.ok or chk.last_offset >= p.process:
-        chk = check_index_file(p.store, p.profile, f, end=p.process, prev_end_timestamp=w.prev_end)
+        chk = check_index_file(p.store, p.profile, f, end=p.process, prev_end_timestamp=w.prev_end,
+                               prev_end_phy_offset=w.prev_h[3] if w.prev_h is not None else None)
     if not chk.ok:
         w.checking = False  # (a later file cannot be kept without this one)
         return f"{reason}; not kept: {chk.reason}"
