@@ -98,11 +98,12 @@ def _valid(b: bytes) -> bool:
 
 def test_crc32_digits_of_rows_equal_the_broker_reading() -> None:
     from rmqtool.formats.properties import decode_crc32_digits, encode_crc32_digits
+    from rmqtool.recovery.batch.properties import crc32_digit_values
 
     rng = random.Random(3)
     rows = [encode_crc32_digits(rng.randrange(1 << 31)).encode() for _ in range(300)]
     rows += [bytes(rng.randrange(256) for _ in range(10)) for _ in range(300)]  # not digits: wraps like Java
-    got = vprops._crc32_digits(np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(-1, 10))
+    got = crc32_digit_values(np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(-1, 10))
     assert got.tolist() == [decode_crc32_digits(r.decode("latin-1")) for r in rows]
 
 

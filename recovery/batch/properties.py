@@ -91,3 +91,15 @@ def topic_key_hashes(ik: IndexKeys, rec_topic: np.ndarray, topics: Sequence[str]
     full = pref * pow31(int(ik.units.max()) + 1)[ik.units] + ik.hash.astype(np.uint32)
     out: np.ndarray = index_hash_batch(full.view(np.int32))
     return out
+
+
+_POW10 = 10 ** np.arange(10, dtype=np.int64)
+
+
+def crc32_digit_values(rows: np.ndarray) -> np.ndarray:
+    """:func:`formats.properties.decode_crc32_digits` of rows of the ten bytes of a
+    ``__CRC32#`` value, every row at once: each byte counts ``byte - '0'`` (not validated,
+    as the broker does not), least significant first, and the sum wraps as a Java int."""
+    v = ((rows.astype(np.int64) - 48) * _POW10).sum(axis=1) & 0xFFFFFFFF
+    out: np.ndarray = np.where(v >= 1 << 31, v - (1 << 32), v)
+    return out

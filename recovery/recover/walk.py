@@ -16,6 +16,7 @@ from .. import ccore
 from .. import check as ck
 from .. import parallel as engine
 from ..batch import crc_failures, plain_records
+from ..batch.properties import crc32_digit_values
 from ..scan import ByteViews, _data_extents, byte_at, byte_views, chase_starts, hints_in, sorted_hints_in, sorted_unique
 from ..store import Store, StoreFile
 from ..transfer import Inherited, fork_context, inherited
@@ -41,7 +42,6 @@ class _SpanResult(NamedTuple):
 _WALK_BATCH = 1 << 13  # records checked per numpy pass: their header lines stay in cache between the gathers
 _WALK_BATCH_BYTES = 64 << 20  # and at most about this many bytes (bounds the CRCs computed past a stop)
 _CRC_TAG = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
-_POW10 = np.array([10 ** i for i in range(10)], dtype=np.int64)
 
 
 def _prop_crc_plain(mv: memoryview, v: ByteViews, s: np.ndarray, tot: np.ndarray, pl: np.ndarray,
@@ -59,10 +59,9 @@ def _prop_crc_plain(mv: memoryview, v: ByteViews, s: np.ndarray, tot: np.ndarray
     ok &= (head == _CRC_TAG).all(axis=1)
     ok &= byte_at(v.u1, s + tot - 1) == 2
     ok &= (pl == cl.CRC32_RESERVED_LEN) | (byte_at(v.u1, tail - 1) == 2)
-    digits = byte_at(v.u1, (tail + 9)[:, None] + np.arange(10)).astype(np.int64) - 48
-    ok &= ((digits >= 0) & (digits <= 9)).all(axis=1)
-    value = (digits * _POW10).sum(axis=1) & 0xFFFFFFFF
-    value = np.where(value >= 1 << 31, value - (1 << 32), value)  # Java int overflow
+    digits = byte_at(v.u1, (tail + 9)[:, None] + np.arange(10))
+    ok &= ((digits >= 48) & (digits <= 57)).all(axis=1)
+    value = crc32_digit_values(digits)
     ok &= value >= 0 if profile.prop_crc_zero_accepted else value > 0
     bad = np.flatnonzero(~ok)
     d = int(bad[0]) if len(bad) else n

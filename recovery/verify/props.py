@@ -14,7 +14,7 @@ from .. import ccore
 from .. import check as ck
 from ..batch import PropertyColumns
 from ..batch.header import HeaderColumns
-from ..batch.properties import dropped_entries, record_starts, topic_key_hashes
+from ..batch.properties import crc32_digit_values, dropped_entries, record_starts, topic_key_hashes
 from .records import _AR9, _CRC_TAG, _KNOWN_SYSFLAG_BITS, _MASK31, _SCHEDULE, MAIN, MAX_PER_PART, _Ctx, _Rec, _tx_flags
 from .utf8 import invalid_utf8_records
 
@@ -339,15 +339,6 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
 
 
 _AR10 = np.arange(10, dtype=np.int64)
-_POW10 = 10 ** np.arange(10, dtype=np.int64)
-
-
-def _crc32_digits(d: np.ndarray) -> np.ndarray:
-    """:func:`formats.properties.decode_crc32_digits` of rows of 10 bytes: sum of
-    (byte - '0') * 10**i, wrapped as a Java int."""
-    v = ((d.astype(np.int64) - 48) * _POW10).sum(axis=1) & 0xFFFFFFFF
-    out: np.ndarray = np.where(v >= 1 << 31, v - (1 << 32), v)
-    return out
 
 
 def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.ndarray) -> None:
@@ -369,7 +360,7 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
         return
     ps = P[hit]
     ats = ps + T[hit] - cl.CRC32_RESERVED_LEN
-    stored_all = _crc32_digits(u8[np.clip(ats + 9, 0, len(u8) - 10)[:, None] + _AR10])
+    stored_all = crc32_digit_values(u8[np.clip(ats + 9, 0, len(u8) - 10)[:, None] + _AR10])
     computed_all = ccore.crc32_spans(ctx.mv, ps, ats) & _MASK31
     for k in np.flatnonzero(stored_all != computed_all).tolist():
         p, t = int(ps[k]), int(T[hit[k]])
