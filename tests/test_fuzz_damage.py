@@ -445,20 +445,59 @@ def test_recover_drops_a_queue_file_at_the_second_run_when_its_walk_reaches_a_ze
     assert seen == [(1, 2), (1, 1), (0, 1)]
 
 
-def test_recover_reindexes_the_record_of_a_queue_it_leaves_alone_at_every_run(
+def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak (seed 192): a consume queue file of ``crash_midwrite`` renamed to Long.MAX_VALUE.
     recover leaves the queue alone (status 4 and the one line), so the last record never
-    gets its unit and each run's start-up reput indexes it again (Q6), as each broker
-    start does."""
+    gets its unit and each run's start-up reput dispatches it again. The broker
+    re-indexes it at every start (Q6); recover does not index again a record of a queue
+    it leaves alone that the index holds with every key (a deviation: man
+    rmqtool-recover; tests/oracle/test_fixed_point_oracle.py shows the broker's starts):
+    the second run changes nothing."""
     root = copy(tmp_path, "crash_midwrite")
     fd.broker_not_a_fixed_point_misnamed_queue(root)
-    counts = [_index_count(root)]
+    codes, shots = [], []
     for i in range(3):
         code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        assert code == 5 and "09223372036854775807" in err
-        counts.append(_index_count(root))
-    assert counts[2] - counts[1] == counts[3] - counts[2] == 3
+        assert "09223372036854775807" in err
+        codes.append(code)
+        shots.append(snapshot(root))
+    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
+
+
+def _entries_at(root: Path, phy: int) -> int:
+    """How many index entries (every index file) point at commitlog offset ``phy``."""
+    from rmqtool.recovery.store import Store
+
+    store = Store.open(root)
+    g = store.geometry
+    n = 0
+    for f in store.index_files:
+        b = f.path.read_bytes()
+        count = struct.unpack_from(">i", b, 36)[0]
+        base = 40 + 4 * g.index_slot_num
+        n += sum(1 for i in range(1, count) if struct.unpack_from(">q", b, base + 20 * i + 4)[0] == phy)
+    return n
+
+
+def test_a_queue_file_renamed_unaligned_is_left_alone_and_recover_settles(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seeds 1004319, 1005570, 1007561: ``crash_midwrite``'s TopicA/0 file 1920 renamed
+    1921. recover leaves the queue alone; its last record (at 770931, never given a unit)
+    was indexed by the abnormal dispatch and again by every run's start-up reput (Q6),
+    so no run was ever the last. The broker appends the unit to file 1921 and then
+    changes nothing (tests/oracle/test_fixed_point_oracle.py: the same index bytes): the
+    record's three keys are indexed once, and the second run is nothing to do."""
+    root = copy(tmp_path, "crash_midwrite")
+    fd.queue_file_renamed_unaligned(root)
+    codes, shots = [], []
+    for i in range(3):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        assert "offset 1921 is not a multiple of the file size 640" in err
+        codes.append(code)
+        shots.append(snapshot(root))
+    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
+    assert _entries_at(root, 770931) == 3
 
 
 def test_recover_twice_is_once_where_the_broker_refuses_the_store_and_a_queue_is_left_alone(
@@ -468,8 +507,8 @@ def test_recover_twice_is_once_where_the_broker_refuses_the_store_and_a_queue_is
     alone, so its last record never gets its unit and each run's start-up reput dispatched
     it again, re-indexing it (Q6) every time. With no broker behaviour to follow, recover
     does not index again a record the index holds in full: the second run changes nothing.
-    (Where the broker loads the store it re-indexes at every start, and so does recover:
-    test_recover_reindexes_the_record_of_a_queue_it_leaves_alone_at_every_run.)"""
+    (Where the broker loads the store and cannot append the unit either, it re-indexes at
+    every start; recover does not: test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once.)"""
     root = copy(tmp_path, "crash_midwrite")
     (root / "consumequeue" / "TopicA" / "0" / "12").write_bytes(bytes(range(20)))
     codes = []
@@ -480,6 +519,34 @@ def test_recover_twice_is_once_where_the_broker_refuses_the_store_and_a_queue_is
         if i == 0:
             h1 = snapshot(root)
     assert codes == [5, 4, 4] and snapshot(root) == h1
+
+
+def test_a_queue_file_of_another_size_is_left_alone_and_recover_settles(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1006009: ``clean`` with an absurd TOTALSIZE (a cut at 370025) and
+    TopicB/0's file 640 truncated to 1 byte, which the broker refuses to load. recover
+    read that file as zero-padded, truncated the queue at the end offset (the broker's
+    truncateDirtyLogicFiles takes the last file's first unit as written), appended the
+    reput's unit after it and replaced the file; the next run's queue walk stopped at the
+    zero unit, so it appended again and re-indexed (exit 1): no run was the last. A
+    queue with a file of another size is now left alone as a misnamed one is: the file
+    stays as it is, the second run changes nothing."""
+    root = copy(tmp_path, "clean")
+    p = root / "commitlog" / "00000000000000327680"
+    b = bytearray(p.read_bytes())
+    struct.pack_into(">i", b, 42345, 268435456)
+    p.write_bytes(bytes(b))
+    short = root / "consumequeue" / "TopicB" / "0" / "00000000000000000640"
+    short.write_bytes(short.read_bytes()[:1])
+    codes, shots = [], []
+    for i in range(3):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        assert "00000000000000000640: consumequeue file is 1 bytes" in err and "neither cuts nor appends" in err
+        assert err.count("problem:") == 1
+        codes.append(code)
+        shots.append(snapshot(root))
+    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
+    assert short.stat().st_size == 1
 
 
 def test_a_queue_file_with_a_19_digit_name_still_counts_for_the_reput_start(

@@ -132,7 +132,15 @@ class IndexBuilder:
         order. Quirk Q6 indexes that record again (its offset is not below endPhyOffset);
         when this holds, doing so only adds duplicates."""
         f = self._current
-        if f is None or f.created or f.puts or not goes_to_index(sys_flag):
+        if f is None or f.created or f.puts:
+            return False
+        return self.ends_with_record(topic, keys, uniq, sys_flag)
+
+    def ends_with_record(self, topic: str, keys: str | None, uniq: str | None, sys_flag: int) -> bool:
+        """Whether the current file, as it now stands (this run's puts included), ends with
+        every key of the record at its endPhyOffset, in put order."""
+        f = self._current
+        if f is None or not goes_to_index(sys_flag):
             return False
         want = record_key_hashes(topic, keys, uniq)
         n = f.index_count - 1

@@ -16,7 +16,7 @@ from ...formats.checkpoint import CHECKPOINT_READ_LIMIT
 from ...formats.names import topic_path_problem
 from ...formats.safeio import read_small
 from .. import check as ck
-from ..broker import MODE_ABNORMAL
+from ..broker import MODE_ABNORMAL, goes_to_consume_queue
 from ..indexbuild import ConsumeQueueSet, IndexBuilder
 from ..query import CommitlogReader
 from ..reput import BAD_TOPIC, SIZE_ACCOUNTING, ReputProblem, feed_cq, feed_index, iter_dispatch_parallel
@@ -219,6 +219,12 @@ def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bo
             cqset.logics_msg_timestamp = last_ts
         if index:
             a.ib.records_skipped += n
+    # the start-up reput begins at the consume queues' max physical offset; a record there
+    # that goes to a queue recover leaves alone (frozen) is one the broker would have put in
+    # that queue, moving the offset past it: where the index already ends with all of its
+    # keys, indexing it again (quirk Q6, a record at endPhyOffset is not below it) would
+    # only add duplicates, and every later run would add them again
+    frozen_at = _frozen_reindex_offset(a) if name == "startup_reput" and index and a.ctx.frozen else None
     for cols in _dispatch_iter(a.store, a.profile, lo, hi, mdl, a.progress, a.jobs, tags=bool(cq and cqset is not None),
                                hints=a.ctx.hints, index_keys=index, problems=a.reput_problems):
         if skip_upto is not None:
@@ -227,6 +233,12 @@ def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bo
                 cols = cols.select(mask)
         if cols.count == 0:
             continue
+        if frozen_at is not None:
+            index_cols = _without_frozen_duplicate(a, cols, frozen_at)
+            if index_cols is not cols:
+                frozen_at = None
+        else:
+            index_cols = cols
         n += cols.count
         if cq and cqset is not None:
             feed_cq(cqset, cols)
@@ -236,11 +248,35 @@ def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bo
             # an entry at or past the end offset (a record whose PHYSICALOFFSET field
             # says so) is what the next recover cuts from the index: not written now, so
             # a second run finds nothing to do
-            past = cols.commitlog_offset >= process
-            feed_index(a.ib, cols.select(~past) if past.any() else cols)
+            past = index_cols.commitlog_offset >= process
+            feed_index(a.ib, index_cols.select(~past) if past.any() else index_cols)
     a.dispatched[name] = a.dispatched.get(name, 0) + n
     if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
         a.logics = cqset.logics_msg_timestamp
+
+
+def _frozen_reindex_offset(a: _Applying) -> int | None:
+    """The current index file's endPhyOffset (the record the start-up reput would index
+    again), or None."""
+    f = a.ib.current
+    return f.end_phy_offset if f is not None and f.end_phy_offset >= 0 else None
+
+
+def _without_frozen_duplicate(a: _Applying, cols: Any, at: int) -> Any:
+    """``cols`` less the record at ``at`` when it goes to a frozen queue and the index
+    already ends with all of its keys (the same ``cols`` object otherwise)."""
+    hit = np.flatnonzero(cols.commitlog_offset == at)
+    if not len(hit):
+        return cols
+    j = int(hit[0])
+    key = (cols.topic[j], int(cols.queue_id[j]))
+    if key not in a.ctx.frozen or not goes_to_consume_queue(int(cols.sys_flag[j])):
+        return cols
+    if not a.ib.ends_with_record(cols.topic[j], cols.keys[j], cols.uniq_key[j], int(cols.sys_flag[j])):
+        return cols
+    keep = np.ones(cols.count, dtype=bool)
+    keep[j] = False
+    return cols.select(keep)
 
 
 def _cqset_of(a: _Applying) -> ConsumeQueueSet:

@@ -16,7 +16,7 @@ from .plancommitlog import (
 )
 from .planindex import _plan_index_discards, _plan_index_past_end
 from .planstate import _Planning, _PlanOptions, _rel
-from .queues import _recover_queue_files, frozen_queues
+from .queues import WRONG_SIZE, _recover_queue_files, frozen_queues
 
 
 def plan_recovery(
@@ -100,7 +100,8 @@ def _layout_problems(store: Store, profile: BrokerProfile, ctx: RecoveryContext)
                 or (issue.code == "ZERO_LENGTH_FILE" and not (issue.path in last_cq and profile.zero_length_last_file_deleted))):
             # the broker's MappedFileQueue.load refuses a file of another size: it does not start
             problems.append(Problem(LAYOUT, issue.path, None, f"{issue.message}; recovery does not repair consume queue "
-                                    "files: rmqtool rebuild-index --cq-only --topic TOPIC writes them anew"))
+                                    "files" + ("" if issue.code == "ZERO_LENGTH_FILE" else ": recover neither cuts nor appends to "
+                                               "this queue") + " (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
     return problems, zero_last_cl
 
 
@@ -113,6 +114,8 @@ def _plan_queues(store: Store, profile: BrokerProfile, ctx: RecoveryContext,
     max_cq = -1
     frozen = frozen_queues(store)
     for key in sorted(frozen):
+        if WRONG_SIZE in frozen[key]:  # (the file's own LAYOUT problem says so)
+            continue
         problems.append(Problem(LAYOUT, f"consumequeue/{key[0]}/{key[1]}", None, f"{frozen[key]}: recover neither cuts nor "
                                 "appends to this queue (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
     for (t, q), qfiles in sorted(store.consume_queues.items()):

@@ -111,11 +111,18 @@ def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
     return _QueueState(kept, removed, offset if kept else None, r.max_physic_offset)
 
 
+WRONG_SIZE = "not the mapped size"  # (frozen_queues: a queue frozen for a file of another size)
+
+
 def frozen_queues(store: Store) -> dict[tuple[str, int], str]:
     """Queues recover must not write: a file whose name is not 20 digits or whose offset is
     not a multiple of the file size, so no cut or append can address it (a writer would
-    name files that do not exist, or start mid-file). key -> why. (A file of the wrong
-    length is a problem of its own, LAYOUT, and its queue is recovered as before.)"""
+    name files that do not exist, or start mid-file), or a file of neither the mapped size
+    nor zero length, which the broker refuses to load (a problem of its own, LAYOUT):
+    recover does not repair consume queue files, and a queue whose walk reads such a file
+    as zero-padded would take units the broker never gave it and be walked differently
+    by the next run. key -> why. (A zero-length file is not loaded: its queue is
+    recovered without it.)"""
     F = store.geometry.cq_file_size
     out: dict[tuple[str, int], str] = {}
     for key, files in store.consume_queues.items():
@@ -125,6 +132,8 @@ def frozen_queues(store: Store) -> dict[tuple[str, int], str]:
                 why = f"{f.name}: file name is not 20 digits"
             elif f.base % F:
                 why = f"{f.name}: offset {f.base} is not a multiple of the file size {F}"
+            elif f.size not in (0, F):
+                why = f"{f.name}: {f.size} bytes, {WRONG_SIZE} {F}"
             if why is not None:
                 out[key] = why
                 break

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import struct
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -65,15 +66,54 @@ def test_a_queue_unit_past_the_end_goes_at_the_second_start_as_in_the_broker(ora
         assert (code, len(mine)) == [(1, 192), (1, 181), (0, 181)][i]
 
 
-def test_a_queue_left_alone_is_reindexed_at_every_start_by_the_broker_too(oracle: ModuleType, tmp_path: Path) -> None:
+def test_a_queue_left_alone_is_indexed_once_where_the_broker_reindexes_at_every_start(
+        oracle: ModuleType, tmp_path: Path) -> None:
+    """The deviation (man rmqtool-recover): the broker cannot append the last record's unit
+    to a queue file named Long.MAX_VALUE and re-indexes the record at every start; recover
+    leaves the queue alone and does not index again a record of it that the index holds
+    with every key, so its second run changes nothing."""
     ours, theirs, fixture = _pair(tmp_path, "misnamed_queue_file")
-    views = []
+    views, codes, changed = [], [], []
     for i in range(2):
         h0 = fd.tree_digest(ours)
-        assert _recover(ours, tmp_path / f"b{i}") == 5
-        changed = fd.changed_areas(h0, fd.tree_digest(ours))
+        codes.append(_recover(ours, tmp_path / f"b{i}"))
+        changed.append(fd.changed_areas(h0, fd.tree_digest(ours)))
         views.append(oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True))
-    assert changed == {"index"} and "index" in fd.broker_changed_areas(*views)
+    assert codes == [5, 4] and changed[1] == set()
+    assert "index" in fd.broker_changed_areas(*views)
+
+
+def _entries_at(root: Path, phy: int) -> int:
+    """How many index entries of ``root``'s index files point at commitlog offset ``phy``."""
+    store = Store.open(root)
+    base = 40 + 4 * store.geometry.index_slot_num
+    n = 0
+    for f in store.index_files:
+        b = f.path.read_bytes()
+        count = struct.unpack_from(">i", b, 36)[0]
+        n += sum(1 for i in range(1, count) if struct.unpack_from(">q", b, base + 20 * i + 4)[0] == phy)
+    return n
+
+
+def test_a_queue_file_renamed_unaligned_is_indexed_as_by_the_broker_and_a_second_run_changes_nothing(
+        oracle: ModuleType, tmp_path: Path) -> None:
+    """Soak seed 1007561: the broker appends the last record's unit (at 770931) to the file
+    renamed 1921 and is a fixed point after its first start; recover leaves the queue
+    alone, indexes that record's keys as often as the broker does (once: it used to index
+    them again at every run), and its second run changes nothing. (The index files' bytes
+    differ by recover's documented deviation after a crash: it keeps index files the
+    broker deletes.)"""
+    ours, theirs, fixture = _pair(tmp_path, "queue_file_renamed_unaligned")
+    codes, views = [], []
+    for i in range(2):
+        h0 = fd.tree_digest(ours)
+        codes.append(_recover(ours, tmp_path / f"b{i}"))
+        views.append(oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True))
+        assert _entries_at(ours, 770931) == _entries_at(theirs, 770931) == 3, f"start {i + 1}"
+        if i == 1:
+            assert fd.changed_areas(h0, fd.tree_digest(ours)) == set()
+    assert codes == [5, 4]
+    assert "index" not in fd.broker_changed_areas(*views)
 
 
 def test_a_queue_emptied_by_the_first_start_is_written_anew_by_the_second_as_by_the_broker(
