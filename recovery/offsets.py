@@ -586,12 +586,27 @@ def _cq_file_end(data: bytes) -> int:
     return int(bad[0]) if len(bad) else n
 
 
-def _cq_end(files: list[tuple[int, bytes]], F: int) -> int:
-    """Max offset of a queue from its files ``(byte base, content)``: the broker's
-    ConsumeQueue.recover stops at the first file not full."""
+_CQ_CHUNK = CQ_UNIT << 16  # (1.3 MB)
+
+
+def _cq_path_end(path: Path) -> int:
+    """:func:`_cq_file_end` of a file on disk, read a chunk at a time up to its first empty
+    unit (a queue file of a rebuilt store is read only as far as it holds units)."""
+    n = 0
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(_CQ_CHUNK)
+            k = _cq_file_end(chunk)
+            n += k
+            if k * CQ_UNIT < len(chunk) or len(chunk) < _CQ_CHUNK:
+                return n
+
+
+def _cq_end(files: list[tuple[int, int]], F: int) -> int:
+    """Max offset of a queue from its files ``(byte base, units up to the first empty
+    one)``: the broker's ConsumeQueue.recover stops at the first file not full."""
     end = 0
-    for base, data in sorted(files, key=lambda x: x[0]):
-        n = _cq_file_end(data)
+    for base, n in sorted(files, key=lambda x: x[0]):
         end = (base + n * CQ_UNIT) // CQ_UNIT
         if n * CQ_UNIT < F:
             break
@@ -605,23 +620,23 @@ def repair_offset_changes(store: Store, plan: Any) -> list[OffsetChange]:
     if plan.nothing_to_do or not has_committed_offsets(store.root):
         return []
     F = store.geometry.cq_file_size
-    new: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
-    old: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+    new: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    old: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for ch in plan.changes:
         if ch.kind != "consumequeue":
             continue
         parts = ch.relpath.split("/")
         key, base = (parts[-3], int(parts[-2])), int(parts[-1])
         p = store.root / ch.relpath
-        on_disk = p.read_bytes() if p.is_file() else None
+        on_disk = _cq_path_end(p) if p.is_file() else None
         if on_disk is not None:
             old.setdefault(key, []).append((base, on_disk))
         new.setdefault(key, [])
         if ch.action == "unchanged" and on_disk is not None:
             new[key].append((base, on_disk))
         elif ch.action != "remove" and isinstance(ch.content, (bytes, bytearray)):
-            new[key].append((base, bytes(ch.content)))
+            new[key].append((base, _cq_file_end(bytes(ch.content))))
         elif ch.action != "remove" and isinstance(ch.content, Path):  # repair's rebuilt file beside the store
-            new[key].append((base, ch.content.read_bytes()))
+            new[key].append((base, _cq_path_end(ch.content)))
     return offsets_past_end(store.root, {k: _cq_end(v, F) for k, v in new.items()},
                             {k: _cq_end(v, F) for k, v in old.items()})

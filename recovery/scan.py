@@ -6,7 +6,6 @@ and ``export`` (one parser for both paths).
 from __future__ import annotations
 
 import base64
-import errno
 import hashlib
 import mmap
 import os
@@ -21,7 +20,8 @@ from ..formats.crc import crc32_fast
 from ..formats.properties import KEYS, TAGS, UNIQ_KEY, split_keys
 from . import ccore
 from . import check as ck
-from .store import Store, StoreFile
+from .store import Store, StoreFile, next_data
+from .store import data_extents as _data_extents
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -128,30 +128,6 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
     return x[np.concatenate(([True], x[1:] != x[:-1]))]
 
 
-def _data_extents(fd: int, lo: int, hi: int) -> list[tuple[int, int]]:
-    """The data extents of ``[lo, hi)`` of an open file (SEEK_DATA/SEEK_HOLE; where the
-    file system cannot tell, the whole range)."""
-    seek_data = getattr(os, "SEEK_DATA", None)
-    seek_hole = getattr(os, "SEEK_HOLE", None)
-    if seek_data is None or seek_hole is None:
-        return [(lo, hi)] if lo < hi else []
-    out: list[tuple[int, int]] = []
-    pos = lo
-    while pos < hi:
-        try:
-            a = os.lseek(fd, pos, seek_data)
-            b = os.lseek(fd, a, seek_hole)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # only a hole after pos
-                break
-            return [(lo, hi)]
-        if a >= hi:
-            break
-        out.append((a, min(b, hi)))
-        pos = b
-    return out
-
-
 def last_nonzero_in_file(path: Any, lo: int, hi: int) -> int:
     """Position of the last non-zero byte of a file in ``[lo, hi)``, or -1: holes are
     skipped (SEEK_DATA/SEEK_HOLE), data extents searched backwards on words."""
@@ -200,9 +176,15 @@ def _search_window(fd: int, a: int, b: int, last: bool) -> int:
 
 def first_nonzero_block(buf: Any, pos: int, end: int, block: int = 1 << 20) -> int | None:
     """Start of the first ``block``-aligned block (clipped to ``[pos, end)``) of ``buf``
-    holding a non-zero byte, or None when ``[pos, end)`` is all zeros (numpy, ~10 GB/s)."""
+    holding a non-zero byte, or None when ``[pos, end)`` is all zeros (numpy, ~10 GB/s;
+    the holes of a :class:`~recovery.store.FileMap`'s file are skipped unread)."""
     a = pos
     while a < end:
+        d = next_data(buf, a)
+        if d is None or d >= end:
+            return None
+        if d > a:
+            a = max(a, d - d % block)
         b = min(end, (a // block + 1) * block)
         if first_nonzero(np.frombuffer(buf, dtype=np.uint8, count=b - a, offset=a), 0, b - a, block) >= 0:
             return a

@@ -8,6 +8,8 @@ files) as records instead of failing. Files are read through read-only memory ma
 
 from __future__ import annotations
 
+import bisect
+import errno
 import mmap
 import os
 from collections import Counter
@@ -75,6 +77,68 @@ def _most_common(sizes: list[int]) -> int | None:
     return Counter(sizes).most_common(1)[0][0]
 
 
+MAX_EXTENTS = 1 << 16  # a file split into more data extents than this is taken as all data from there
+
+
+def data_extents(fd: int, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The data extents of ``[lo, hi)`` of an open file (SEEK_DATA/SEEK_HOLE; outside them
+    the file is a hole, zeros). Where the file system cannot tell, the whole range; past
+    MAX_EXTENTS extents, the rest of the range as one."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    seek_hole = getattr(os, "SEEK_HOLE", None)
+    if seek_data is None or seek_hole is None:
+        return [(lo, hi)] if lo < hi else []
+    out: list[tuple[int, int]] = []
+    pos = lo
+    while pos < hi:
+        if len(out) >= MAX_EXTENTS:
+            out.append((pos, hi))
+            break
+        try:
+            a = os.lseek(fd, pos, seek_data)
+            b = os.lseek(fd, a, seek_hole)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # only a hole after pos
+                break
+            return [(lo, hi)]
+        if a >= hi:
+            break
+        out.append((a, min(b, hi)))
+        pos = b
+    return out
+
+
+class FileMap(mmap.mmap):
+    """A read-only map of a whole file that knows where the file holds data
+    (``data_extents``, taken when it was mapped; everything else is a hole, zeros): the
+    zero-block scans (:func:`recovery.scan.first_nonzero_block`), the reput's page
+    population and :class:`IndexFileImage` skip the holes instead of reading them."""
+
+    data_extents: list[tuple[int, int]]
+    _ends: list[int]
+
+    def next_data(self, pos: int) -> int | None:
+        """The first position at or after ``pos`` that is not in a hole, or None."""
+        i = bisect.bisect_right(self._ends, pos)
+        if i >= len(self.data_extents):
+            return None
+        return max(pos, self.data_extents[i][0])
+
+
+def map_readonly(fd: int, size: int) -> FileMap:
+    """A :class:`FileMap` of the first ``size`` bytes of an open file (``size`` > 0)."""
+    m = FileMap(fd, size, access=mmap.ACCESS_READ)
+    m.data_extents = data_extents(fd, 0, size)
+    m._ends = [b for _, b in m.data_extents]
+    return m
+
+
+def next_data(buf: Any, pos: int) -> int | None:
+    """:meth:`FileMap.next_data` for any buffer (every byte of one that is not a
+    :class:`FileMap` counts as data)."""
+    return buf.next_data(pos) if isinstance(buf, FileMap) else pos
+
+
 class MappedFile:
     """A read-only view of a file: an mmap (or empty bytes for a zero-length file)."""
 
@@ -83,7 +147,7 @@ class MappedFile:
         self._fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(self._fd).st_size
-            self.buf: Any = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else b""
+            self.buf: Any = map_readonly(self._fd, size) if size else b""
         except BaseException:
             os.close(self._fd)
             raise

@@ -10,8 +10,8 @@ import numpy as np
 from ...formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..broker import _FIRST_CHUNK, consume_queue_recover, truncate_dirty_files, truncate_dirty_logic_files
 from ..indexbuild import ConsumeQueueWriter
-from ..scan import _data_extents
 from ..store import Store, StoreFile
+from ..store import data_extents as _data_extents
 from ..versions import BrokerProfile
 from .model import _QueueState
 

@@ -17,8 +17,9 @@ from .. import check as ck
 from .. import parallel as engine
 from ..batch import crc_failures, plain_records
 from ..batch.properties import crc32_digit_values
-from ..scan import ByteViews, _data_extents, byte_at, byte_views, chase_starts, hints_in, sorted_hints_in, sorted_unique
-from ..store import Store, StoreFile
+from ..scan import ByteViews, byte_at, byte_views, chase_starts, hints_in, sorted_hints_in, sorted_unique
+from ..store import Store, StoreFile, map_readonly
+from ..store import data_extents as _data_extents
 from ..transfer import Inherited, fork_context, inherited
 from ..versions import BrokerProfile
 from .model import FileScan, Progress
@@ -156,7 +157,7 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
         end = min(end, size)
         if end <= 0:
             return _SpanResult(file_index, lo, lo, 0, lo, lo, ck.SHORT, "total_size")
-        buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        buf = map_readonly(fd, size)  # (resync skips the file's holes)
     finally:
         os.close(fd)
     mv = memoryview(buf)

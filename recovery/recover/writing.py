@@ -4,7 +4,6 @@ checkpoint."""
 from __future__ import annotations
 
 import datetime as _dt
-import mmap
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +12,8 @@ from ...formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, encode_check
 from ...formats.names import offset_to_file_name
 from ..broker import MODE_ABNORMAL, new_index_file_name
 from ..indexbuild import write_zeros
-from ..scan import _data_extents, file_has_nonzero
+from ..scan import file_has_nonzero
+from ..store import map_readonly
 from ..versions import BrokerProfile
 from .applystate import _Applying
 from .queues import _read_prefix, _zeros_from
@@ -119,17 +119,7 @@ def _index_file_bytes(path: Path) -> Any:
     if size < (64 << 20):
         return path.read_bytes()
     with open(path, "rb") as fh:
-        m = _MappedFile(fh.fileno(), size, access=mmap.ACCESS_READ)
-        m.data_extents = _data_extents(fh.fileno(), 0, size)
-    return m
-
-
-class _MappedFile(mmap.mmap):
-    """A read-only map that knows where its file holds data (``data_extents``: outside
-    them the file is a hole, zeros): :class:`IndexFileImage` writes such blocks as zeros
-    without reading them."""
-
-    data_extents: list[tuple[int, int]]
+        return map_readonly(fh.fileno(), size)  # (IndexFileImage writes its holes as zeros unread)
 
 
 def _units_writer(units: bytes, size: int) -> Callable[[Any], None]:

@@ -15,7 +15,7 @@ from .. import check as ck
 from ..batch import MAX_RUN, BatchDecoder, DispatchColumns, Words, add_index_keys
 from ..indexbuild import DispatchRequest
 from ..scan import ByteViews, byte_views
-from ..store import Store, StoreFile
+from ..store import FileMap, Store, StoreFile
 from ..versions import BrokerProfile
 from .model import FILE_GAP, SIZE_ACCOUNTING, STOPPED, ReputProblem, ReputStats, WalkArgs
 
@@ -344,11 +344,15 @@ def _populate(buf: Any, start: int, end: int) -> None:
     page fault per page touched; ignored where unsupported."""
     if not isinstance(buf, mmap.mmap) or not hasattr(buf, "madvise"):
         return
-    a = start - start % mmap.PAGESIZE
-    try:
-        buf.madvise(_MADV_POPULATE_READ, a, max(end - a, 0))
-    except (OSError, ValueError, OverflowError):
-        pass
+    spans = [(start, end)]
+    if isinstance(buf, FileMap):  # only where the file holds data: a hole's zero pages are not worth a table entry
+        spans = [(max(a, start), min(b, end)) for a, b in buf.data_extents if a < end and b > start]
+    for lo, hi in spans:
+        a = lo - lo % mmap.PAGESIZE
+        try:
+            buf.madvise(_MADV_POPULATE_READ, a, max(hi - a, 0))
+        except (OSError, ValueError, OverflowError):
+            return
 
 
 def iter_dispatch(store: Store, profile: BrokerProfile, *, fast: bool = True, **walk: Unpack[WalkArgs]

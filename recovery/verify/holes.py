@@ -8,7 +8,7 @@ non-zero byte and no record magic)."""
 
 from __future__ import annotations
 
-from ..scan import _data_extents
+from ..store import data_extents as _data_extents
 
 
 class DataExtents:
