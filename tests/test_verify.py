@@ -241,7 +241,10 @@ def test_damaged_walk_stops_where_the_broker_stops(tmp_path: Path, seed: int) ->
 
 
 @pytest.mark.parametrize("name", REAL_NAMES)
-def test_parts_and_jobs_do_not_change_the_report(name: str) -> None:
+def test_parts_and_jobs_do_not_change_the_report(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rmqtool.recovery.verify.parts as parts
+
+    monkeypatch.setattr(parts, "IN_PROCESS_BYTES", 0)  # the pool even for a store this small
     ref = report(real_store(name))
     for part_size, jobs in ((4096, 1), (2000, 2)):
         r = report(real_store(name), part_size=part_size, jobs=jobs)
@@ -734,11 +737,14 @@ def test_header_read_as_blank_hides_the_rest_of_the_file(tmp_path: Path, capsys:
     assert sum(f["details"]["units"] for f in lost) == 1
 
 
-def test_jobs_with_another_thread_alive_uses_forkserver() -> None:
+def test_jobs_with_another_thread_alive_uses_forkserver(monkeypatch: pytest.MonkeyPatch) -> None:
     """With a thread alive (a progress-bar monitor), workers are not forked from this
     process but from a fork server; the report is the same."""
     import threading
 
+    import rmqtool.recovery.verify.parts as parts
+
+    monkeypatch.setattr(parts, "IN_PROCESS_BYTES", 0)
     stop = threading.Event()
     t = threading.Thread(target=stop.wait, daemon=True)
     t.start()
@@ -1072,3 +1078,20 @@ def test_unit_pointing_at_a_prepared_record(tmp_path: Path, capsys: pytest.Captu
     assert rc == 4
     assert [(c, p) for c, _f, p in errors(findings)] == [("CQ_WRONG_RECORD", 12 * 20)]
     assert "PREPARED" in next(x["message"] for x in findings if x["code"] == "CQ_WRONG_RECORD")
+
+
+def test_a_small_store_is_scanned_without_starting_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store of fewer than IN_PROCESS_BYTES is scanned in this process whatever --jobs
+    says (a pool takes longer to start than the scan): the same report, no pool."""
+    import rmqtool.recovery.parallel as parallel
+    import rmqtool.recovery.verify.parts as parts
+
+    def no_pool(*_a: object, **_k: object) -> None:
+        raise AssertionError("a pool was started")
+
+    ref = report(real_store("crash_midwrite"))
+    monkeypatch.setattr(parallel, "pool", no_pool)
+    assert key(report(real_store("crash_midwrite"), jobs=2, part_size=8192)) == key(ref)
+    monkeypatch.setattr(parts, "IN_PROCESS_BYTES", 0)
+    with pytest.raises(AssertionError, match="a pool was started"):
+        report(real_store("crash_midwrite"), jobs=2, part_size=8192)

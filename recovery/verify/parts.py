@@ -99,11 +99,16 @@ def _plan_parts(store: Store, part_size: int) -> list[tuple[int, StoreFile, int,
     return plan
 
 
+IN_PROCESS_BYTES = 16 << 20  # (a pool of two workers takes ~50 ms to start; 16 MiB scan in about as long)
+
+
 def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
                meanwhile: Callable[[], None] | None = None) -> list[Part]:
     """Run the parts in this process or in a pool of ``jobs`` processes; ``meanwhile``
-    runs in this process while the workers scan (after the scan when there is no pool)."""
-    if jobs <= 1 or len(tasks) <= 1:
+    runs in this process while the workers scan (after the scan when there is no pool).
+    Parts of fewer than IN_PROCESS_BYTES in all are scanned here: starting the workers
+    would take longer than the scan."""
+    if jobs <= 1 or len(tasks) <= 1 or sum(map(_part_bytes, tasks)) < IN_PROCESS_BYTES:
         out = parallel.run(scan_part, tasks, 1, weight=_part_bytes, progress=progress)
         if meanwhile:
             meanwhile()
