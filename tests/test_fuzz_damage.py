@@ -445,6 +445,28 @@ def test_recover_drops_a_queue_file_at_the_second_run_when_its_walk_reaches_a_ze
     assert seen == [(1, 2), (1, 1), (0, 1)]
 
 
+def test_where_the_broker_refuses_the_store_recover_settles_the_queues_in_one_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1001346: ``crash_midwrite`` with commitlog file 196608 cut to 32768 bytes
+    (the broker refuses to load the store) and TopicB/1's first file zeroed from byte 74.
+    The truncation at the end offset left TopicB/1 two files, so the next run's queue walk
+    began at the first file, stopped at its zeroed units and dropped the second: no run
+    was the last but the third. With no broker behaviour to follow, the one run leaves
+    the queue as those next starts would (the loadable variant still takes two runs, as
+    the broker's starts do: test_recover_drops_a_queue_file_at_the_second_run_...)."""
+    root = copy(tmp_path, "crash_midwrite")
+    cl = root / "commitlog" / "00000000000000196608"
+    os.truncate(cl, 32768)
+    q0 = root / "consumequeue" / "TopicB" / "1" / "00000000000000000000"
+    b = bytearray(q0.read_bytes())
+    b[74:] = bytes(len(b) - 74)
+    q0.write_bytes(bytes(b))
+    qdir = q0.parent
+    seen = _recover_thrice(capsys, tmp_path, root, lambda: (len(list(qdir.iterdir())), snapshot(root)))
+    assert [c for c, _ in seen] == [5, 4, 4]
+    assert seen[0][1][0] == 1 and seen[0][1] == seen[1][1] == seen[2][1]
+
+
 def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak (seed 192): a consume queue file of ``crash_midwrite`` renamed to Long.MAX_VALUE.

@@ -27,7 +27,7 @@ from .applystate import ApplyResult, _Applying, _LazyWriters
 from .builtprefix import index_skips_upto, skip_built_prefix
 from .indexfiles import infer_index_tz
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
-from .queues import _Queue, _recover_queue_files, frozen_queues
+from .queues import _Queue, _recover_queue_files, broker_refuses, frozen_queues
 from .salvage import write_salvage
 from .writing import _checkpoint_bytes, _index_changes, _index_file_bytes, _queue_changes, _recovered_checkpoint
 
@@ -154,7 +154,7 @@ def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile,
         assert ib.current is not None and kept_index and t.file == f"index/{kept_index[-1].name}"
         ib.current.truncate(t.entries_kept, t.end_timestamp, profile.hash_slot_count_every_put)
     ib.skip_through = plan.index_skip_upto
-    if frozen and ib.current is not None and ib.current.index_count > 1 and _broker_refuses(store, profile):
+    if frozen and ib.current is not None and ib.current.index_count > 1 and broker_refuses(store, profile):
         # our improvement where the broker has no behaviour to follow: it refuses to load
         # this store, and recover leaves a queue alone, whose last records then never get
         # their units, so every run's start-up reput dispatches them again; the record at
@@ -164,14 +164,6 @@ def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile,
         if _index_holds_record(store, profile, ib, end):
             ib.skip_through = max(end, ib.skip_through if ib.skip_through is not None else -1)
     return kept_index, ib
-
-
-def _broker_refuses(store: Store, profile: BrokerProfile) -> bool:
-    """Whether the broker refuses to load the store (a stray, zero-length or wrong-sized
-    commitlog or consume queue file: verify's load blockers)."""
-    from ..verify import _layout_findings  # lazy: ~190 ms, needed only for a store with queues recover leaves alone
-
-    return bool(_layout_findings(store, profile)[1])
 
 
 def _index_holds_record(store: Store, profile: BrokerProfile, ib: IndexBuilder, end: int) -> bool:
@@ -332,6 +324,9 @@ def _apply_dispatch(a: _Applying) -> None:
     if plan.cq_truncation:
         for q in a.queues.values():
             q.truncate(process)
+    if a.ctx.settle:  # (the broker refuses the store: as its next starts would leave the queues)
+        for q in a.queues.values():
+            q.settle()
     # the 4.x start-up reput from the consume queues' max physical offset
     if a.profile.startup_reput_from_cq:
         fmax = a.ctx.frozen_max

@@ -17,7 +17,7 @@ from ..store import StoreFile
 from .model import UNREAD_DAMAGE, CommitlogCut, Problem, RemovedFile
 from .planindex import _index_keep_candidates
 from .planstate import _Planning, _rel
-from .queues import _cq_units
+from .queues import _cq_units, broker_refuses, settle_queue
 from .salvage import _salvage_positions
 from .walk import scan_files
 
@@ -162,17 +162,19 @@ def _plan_next_normal_start(p: _Planning) -> None:
 
 
 def _plan_cq_truncation(p: _Planning) -> None:
-    """Step 4b, truncate_dirty_logic_files (every queue), when maxPhyOffsetOfCQ >= processOffset."""
+    """Step 4b, truncate_dirty_logic_files (every queue), when maxPhyOffsetOfCQ >= processOffset.
+    Where the broker refuses the store, each queue then goes on as far as the broker's
+    next starts would cut it (:func:`~recovery.recover.queues.settle_queue`: their queue
+    walk begins at the third-last of the files this run leaves), so that a second run has
+    nothing to do (``ctx.settle``: apply does the same)."""
     plan, process, Fcq = p.plan, p.process, p.store.geometry.cq_file_size
     plan.cq_truncation = plan.max_phy_offset_of_cq >= process
-    p.post_trunc_max = [st.max_physic_offset for st in p.ctx.queue_states.values()]
-    if not plan.cq_truncation:
-        return
     p.post_trunc_max = []
     for qp in plan.queues:
         st = p.ctx.queue_states[qp.key]
         if not st.kept:
-            p.post_trunc_max.append(process)  # cq_truncate sets maxPhysicOffset := phyOffset first
+            # (cq_truncate sets maxPhysicOffset := phyOffset first)
+            p.post_trunc_max.append(process if plan.cq_truncation else st.max_physic_offset)
             continue
         bases = [f.base for f in st.kept]
         by_base = {f.base: f for f in st.kept}
@@ -180,10 +182,27 @@ def _plan_cq_truncation(p: _Planning) -> None:
         def units_of(b: int, by_base: dict[int, StoreFile] = by_base) -> np.ndarray:
             return _cq_units(by_base[b], Fcq)
 
-        n, write, mp_after = truncate_dirty_logic_files(units_of, bases, Fcq, process)
+        if plan.cq_truncation:
+            n, write, mp_after = truncate_dirty_logic_files(units_of, bases, Fcq, process)
+        else:
+            n, write, mp_after = len(bases), st.write_offset, st.max_physic_offset
+        settled = settle_queue(units_of, bases, Fcq, n, write, mp_after)
+        if settled[:2] != (n, write) and _broker_refuses(p):
+            n, write, mp_after = settled
+            p.ctx.settle = True
+        elif not plan.cq_truncation:
+            p.post_trunc_max.append(mp_after)
+            continue
         p.post_trunc_max.append(mp_after)
         qp.truncate_to = write
         qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept[n:]]
         before = st.write_offset if st.write_offset is not None else 0
         after = write if write is not None else 0
         qp.units_cut = max(0, (before - after) // CQ_UNIT_SIZE) if write is not None else (before - st.kept[0].base) // CQ_UNIT_SIZE
+
+
+def _broker_refuses(p: _Planning) -> bool:
+    """:func:`~recovery.recover.queues.broker_refuses`, asked once per plan."""
+    if p.ctx.broker_refuses is None:
+        p.ctx.broker_refuses = broker_refuses(p.store, p.profile)
+    return p.ctx.broker_refuses

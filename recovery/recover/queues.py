@@ -4,6 +4,7 @@ broker's scans look, the queue's recovery, and a queue as apply holds it in memo
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
@@ -111,6 +112,49 @@ def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
     return _QueueState(kept, removed, offset if kept else None, r.max_physic_offset)
 
 
+def next_start_cuts(units_of: Any, bases: list[int], F: int, n: int, write: int | None) -> tuple[int, int | None, int] | None:
+    """What the broker's next start would cut from a queue this run leaves with the files
+    ``bases[:n]`` and write offset ``write``: its ConsumeQueue.recover walks from the
+    third-last of those files (not those this run walked from, when this run dropped
+    files), up to ``write``, and truncateDirtyFiles drops the files after where it stops.
+    (files kept, write offset, maxPhysicOffset) when that is short of ``write``, else None.
+    ``units_of(base)``: a file's units (``CQ_DTYPE``)."""
+    if n <= 0 or write is None:
+        return None
+
+    def walk_units(i: int) -> tuple[np.ndarray, np.ndarray]:
+        u = units_of(bases[i])
+        k = max(0, min(len(u), (write - bases[i]) // CQ_UNIT_SIZE))  # (nothing past the write offset)
+        return u["commitlog_offset"][:k], u["size"][:k]
+
+    r = consume_queue_recover(n, walk_units, F)
+    stop = bases[r.stop_file] + r.valid_units * CQ_UNIT_SIZE
+    if stop >= write:
+        return None
+    kept = sum(1 for b in bases[:n] if b <= stop)  # (truncateDirtyFiles: a file holding the offset stays)
+    return kept, stop, r.max_physic_offset
+
+
+def settle_queue(units_of: Any, bases: list[int], F: int, n: int, write: int | None,
+                 max_phy: int) -> tuple[int, int | None, int]:
+    """:func:`next_start_cuts` until the next start would cut nothing: the queue as the
+    broker's starts leave it once they stop changing it (where the broker refuses the
+    store, recover's one run goes there at once, so that a second run has nothing to do)."""
+    while True:
+        cut = next_start_cuts(units_of, bases, F, n, write)
+        if cut is None:
+            return n, write, max_phy
+        n, write, max_phy = cut
+
+
+def broker_refuses(store: Store, profile: BrokerProfile) -> bool:
+    """Whether the broker refuses to load the store (a stray, zero-length or wrong-sized
+    commitlog or consume queue file: verify's load blockers)."""
+    from ..verify import _layout_findings  # lazy: ~190 ms, needed only where a queue would settle further
+
+    return bool(_layout_findings(store, profile)[1])
+
+
 WRONG_SIZE = "not the mapped size"  # (frozen_queues: a queue frozen for a file of another size)
 
 
@@ -207,7 +251,17 @@ class _Queue:
         self.max_phy = w.max_physic_offset
 
     def truncate(self, phy: int) -> None:
-        n, write, max_phy = truncate_dirty_logic_files(self.units, self.bases, self.F, phy)
+        self._cut(*truncate_dirty_logic_files(self.units, self.bases, self.F, phy))
+
+    def settle(self) -> bool:
+        """:func:`settle_queue`: whether it cut anything."""
+        n, write, max_phy = settle_queue(self.units, self.bases, self.F, len(self.bases), self.write, self.max_phy)
+        if (n, write) == (len(self.bases), self.write):
+            return False
+        self._cut(n, write, max_phy)
+        return True
+
+    def _cut(self, n: int, write: int | None, max_phy: int) -> None:
         for b in self.bases[n:]:
             if b in self.disk:
                 self.removed.append(self.disk.pop(b))
