@@ -6,16 +6,14 @@ stray bytes past indexCount included."""
 from __future__ import annotations
 
 import io
-import mmap
 from pathlib import Path
 
 import pytest
 
 from rmqtool.recovery.indexbuild import DispatchRequest, IndexBuilder
 from rmqtool.recovery.indexbuild import image as image_mod
-from rmqtool.recovery.recover import writing
 from rmqtool.recovery.recover.writing import _index_file_bytes
-from rmqtool.recovery.scan import _data_extents
+from rmqtool.recovery.store import map_readonly
 
 SLOTS, ENTRIES = 1000, 200_000  # 4 MB: room for holes between the data
 SIZE = 40 + SLOTS * 4 + ENTRIES * 20
@@ -49,8 +47,7 @@ def test_continued_index_file_over_a_sparse_map_streams_to_bytes(tmp_path: Path,
     plain = path.read_bytes()
     # (the recover path maps files of 64 MB and more; this one is mapped the same way)
     with open(path, "rb") as fh:
-        mapped = writing._MappedFile(fh.fileno(), SIZE, access=mmap.ACCESS_READ)
-        mapped.data_extents = _data_extents(fh.fileno(), 0, SIZE)
+        mapped = map_readonly(fh.fileno(), SIZE)
     outs = []
     for base in (plain, mapped):
         cont = IndexBuilder(SLOTS, ENTRIES, existing_last=base)
