@@ -147,7 +147,10 @@ class MappedFile:
         self._fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(self._fd).st_size
-            self.buf: Any = map_readonly(self._fd, size) if size else b""
+            try:
+                self.buf: Any = map_readonly(self._fd, size) if size else b""
+            except OSError as exc:  # (ENOMEM under an address-space limit, say): the file named
+                raise OSError(exc.errno, f"{exc.strerror} (mapping {size} bytes)", str(path)) from None
         except BaseException:
             os.close(self._fd)
             raise

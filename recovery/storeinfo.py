@@ -21,10 +21,20 @@ from ..formats.errors import FormatError
 from ..formats.safeio import read_small
 from .query import CommitlogReader, read_index_header
 from .safety import broker_holds_lock, lock_holder, pending_journals
-from .store import Store
+from .store import FileMap, Store
 from .versions import BrokerProfile
 
 SCHEMA_VERSION = 1
+
+
+def _data_prefix(buf: Any) -> Any:
+    """``buf`` up to the end of its file's last data extent (a unit in a hole is all zeros:
+    neither the first nor the last unit looked for; a sparse-extended queue file is not
+    read to its end)."""
+    if isinstance(buf, FileMap):
+        end = buf.data_extents[-1][1] if buf.data_extents else 0
+        return memoryview(buf)[: end - end % CQ_UNIT_SIZE] if end < len(buf) else buf
+    return buf
 
 
 def _queue_info(store: Store, reader: CommitlogReader, topic: str, qid: int, files: list[Any]) -> dict[str, Any]:
@@ -36,7 +46,7 @@ def _queue_info(store: Store, reader: CommitlogReader, topic: str, qid: int, fil
         return out
     first_unit = last_unit = None
     with store.map(live[0]) as mf:
-        u = read_units(mf.buf)
+        u = read_units(_data_prefix(mf.buf))
         nz = np.flatnonzero((u["commitlog_offset"] > 0) | (u["size"] > 0))
         if len(nz):
             i = int(nz[0])
@@ -45,7 +55,7 @@ def _queue_info(store: Store, reader: CommitlogReader, topic: str, qid: int, fil
         del u, nz
     for f in reversed(live):
         with store.map(f) as mf:
-            u = read_units(mf.buf)
+            u = read_units(_data_prefix(mf.buf))
             nz = np.flatnonzero((u["commitlog_offset"] != 0) | (u["size"] != 0) | (u["tags_code"] != 0))
             if len(nz):
                 i = int(nz[-1])
