@@ -266,7 +266,10 @@ class Store:
                     files = self._offset_dir(q_dir, "consumequeue")
                     self.consume_queues[(topic_dir.name, qid)] = files
                     all_cq.extend(files)
-        g.cq_file_size = _round_cq(cq_file_size) if cq_file_size else (_most_common([f.size for f in all_cq]) or DEFAULT_CQ_FILE_SIZE)
+        # (inferred from the files' sizes that can be one: the broker rounds
+        # mappedFileSizeConsumeQueue up to whole units, so a size of another kind is damage)
+        g.cq_file_size = _round_cq(cq_file_size) if cq_file_size else (
+            _most_common([f.size for f in all_cq if f.size % CQ_UNIT == 0]) or DEFAULT_CQ_FILE_SIZE)
         for files in self.consume_queues.values():
             self._check_sizes(files, g.cq_file_size, "consumequeue")
             self._check_sequence(files, g.cq_file_size, "consumequeue")

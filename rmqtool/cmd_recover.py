@@ -293,6 +293,9 @@ def _print_outcome(plan: RecoveryPlan, result: ApplyResult | None, dry_run: bool
                    + (f", in {seconds:.2f} s" if seconds is not None else ""))
         if result.delay_tags_mismatch:
             click.echo(f"quirk Q1: {result.delay_tags_mismatch} SCHEDULE_TOPIC_XXXX units carry the TAGS hash, not the delivery time")
+        if result.settled_starts:
+            click.echo(f"the broker refuses this store: its next {result.settled_starts} start(s) would cut the consume queues "
+                       "further, as this run did (so a second run has nothing to do)")
         if result.salvage:
             click.echo(f"salvaged: {result.salvage['records']} intact records to {result.salvage['dir']}")
         elif salvage_to is not None:

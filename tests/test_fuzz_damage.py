@@ -467,6 +467,53 @@ def test_where_the_broker_refuses_the_store_recover_settles_the_queues_in_one_ru
     assert seen[0][1][0] == 1 and seen[0][1] == seen[1][1] == seen[2][1]
 
 
+def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_truncation_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1011773: ``crash_midwrite`` with a stray ``.hidden`` in TopicB/0 (the broker
+    refuses the store) and two bit flips in that queue's last file: its first unit now
+    points 2^34 past the commitlog's end. The abnormal dispatch completes the queues to
+    the end offset, so the next (normal) run truncated them there, dropping that file
+    (status 1 twice). With no broker start to leave it to, the one run does that start's
+    truncation too, and says so; the second run has nothing to do."""
+    root = copy(tmp_path, "crash_midwrite")
+    q = root / "consumequeue" / "TopicB" / "0"
+    f = q / "00000000000000003200"
+    b = bytearray(f.read_bytes())
+    b[3] ^= 4
+    b[126] ^= 16
+    f.write_bytes(bytes(b))
+    (q / ".hidden").write_bytes(b"E")
+    codes, shots = [], []
+    for i in range(3):
+        code, out, _ = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        codes.append(code)
+        shots.append(snapshot(root))
+        if i == 0:
+            assert "the broker refuses this store: its next 1 start(s) would cut the consume queues further" in out
+            assert not f.exists()
+    assert codes == [1, 0, 0] and shots[0] == shots[1] == shots[2]
+
+
+def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1012006: ``delay`` without its commitlog directory and SCHEDULE_TOPIC_XXXX/3's
+    file cut to 639 bytes. The first run destroys every other queue, as the broker would;
+    the second took the queue file size from the one file left, 639, found it sound and
+    destroyed it too. The size is now inferred only from sizes a queue file can have
+    (whole 20-byte units): the queue stays left alone, the second run changes nothing."""
+    root = copy(tmp_path, "delay")
+    shutil.rmtree(root / "commitlog")
+    short = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "3" / "00000000000000000000"
+    os.truncate(short, 639)
+    codes, shots = [], []
+    for i in range(3):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        assert "consumequeue file is 639 bytes" in err
+        codes.append(code)
+        shots.append(snapshot(root))
+    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2] and short.stat().st_size == 639
+
+
 def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak (seed 192): a consume queue file of ``crash_midwrite`` renamed to Long.MAX_VALUE.

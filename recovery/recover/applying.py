@@ -108,6 +108,7 @@ def apply_recovery(
         problems=list(plan.problems) + [Problem(p.code, p.path, p.offset, p.message) for p in a.reput_problems
                                         if p.code == SIZE_ACCOUNTING],
         cq_warnings=a.cq_warnings,
+        settled_starts=a.settled_starts,
     )
 
 
@@ -327,16 +328,55 @@ def _apply_dispatch(a: _Applying) -> None:
     if a.ctx.settle:  # (the broker refuses the store: as its next starts would leave the queues)
         for q in a.queues.values():
             q.settle()
-    # the 4.x start-up reput from the consume queues' max physical offset
-    if a.profile.startup_reput_from_cq:
-        fmax = a.ctx.frozen_max
-        fmax = min(fmax, process) if plan.cq_truncation else fmax
-        reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in a.queues.values()])
-        reput_from = max(reput_from, 0, plan.commitlog_min_offset)
-        cqset = _cqset_of(a)
-        if reput_from < process:
-            _run_pass(a, "startup_reput", reput_from, process, None, True, True, cqset)
-        _absorb(a, cqset)
+    _startup_reput(a, plan.cq_truncation)
+    if a.queues and max(q.max_phy for q in a.queues.values()) >= process and _refused(a):
+        _settle_next_starts(a)
+
+
+def _startup_reput(a: _Applying, truncated: bool) -> None:
+    """The 4.x start-up reput from the consume queues' max physical offset."""
+    plan, process = a.plan, a.process
+    if not a.profile.startup_reput_from_cq:
+        return
+    fmax = a.ctx.frozen_max
+    fmax = min(fmax, process) if truncated else fmax
+    reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in a.queues.values()])
+    reput_from = max(reput_from, 0, plan.commitlog_min_offset)
+    cqset = _cqset_of(a)
+    if reput_from < process:
+        _run_pass(a, "startup_reput", reput_from, process, None, True, True, cqset)
+    _absorb(a, cqset)
+
+
+def _refused(a: _Applying) -> bool:
+    """Whether the broker refuses to load the store (asked once)."""
+    if a.ctx.broker_refuses is None:
+        a.ctx.broker_refuses = broker_refuses(a.store, a.profile)
+    return a.ctx.broker_refuses
+
+
+_NEXT_STARTS = 4  # (each one cuts a queue further or ends it: a bound, not a budget)
+
+
+def _settle_next_starts(a: _Applying) -> None:
+    """Where the broker refuses the store, there is no next start to leave the rest to: the
+    dispatch passes have completed the queues to the end offset, so the broker's next
+    (normal) start would truncate them there, cutting a unit that points past the end
+    and every later one of its queue (a bit flip in an offset), walk them from their
+    third-last files and reput from their new maximum. This run does the same, until a
+    start would change no queue, so that a second run has nothing to do."""
+    process = a.process
+    for _ in range(_NEXT_STARTS):
+        before = {k: (tuple(q.bases), q.write) for k, q in a.queues.items()}
+        if max((q.max_phy for q in a.queues.values()), default=-1) >= process:
+            for q in a.queues.values():
+                q.truncate(process)
+        for q in a.queues.values():
+            q.settle()
+        if {k: (tuple(q.bases), q.write) for k, q in a.queues.items()} == before:
+            return
+        a.settled_starts += 1
+        _startup_reput(a, True)
 
 
 def _count_delay_mismatch(store: Store, profile: BrokerProfile, cqset: ConsumeQueueSet, positions: list[int],

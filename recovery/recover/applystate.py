@@ -31,6 +31,7 @@ class ApplyResult:
     salvage: dict[str, Any] | None
     problems: list[Problem]
     cq_warnings: int
+    settled_starts: int = 0  # the broker's next starts done too (it refuses the store: recover.applying._settle_next_starts)
 
 
 class _LazyWriters(dict):  # type: ignore[type-arg]
@@ -77,6 +78,7 @@ class _Applying:
     cq_warnings: int = 0
     appended_units: int = 0
     delay_mismatch: int = 0
+    settled_starts: int = 0  # the broker's next starts this run did too (_settle_next_starts)
 
     @property
     def Fcq(self) -> int:
