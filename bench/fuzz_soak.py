@@ -60,18 +60,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", action="store_true", help="only print the table of every recorded range")
     ap.add_argument("--commit", default=None, help="--report: only the batches run with these commits (comma-separated)")
     ap.add_argument("--until", default=None, help="stop starting batches at this UTC time (HH:MM)")
+    ap.add_argument("--rerun-failing", action="store_true",
+                    help="run every failing seed of the records again with this code (and replay it against the "
+                         "broker); the outcomes go to bench/results/fuzz_soak-reruns.jsonl, which --report adds")
     args = ap.parse_args(argv)
     # the fixtures are 4.9.4 stores that --broker-version auto cannot always pin (tests/conftest.py
     # sets the same); the commands given "--broker-version auto" guess it from the damaged store
     os.environ.setdefault("RMQTOOL_BROKER_VERSION", "4.9.4")
 
     if args.report:
-        lines = [json.loads(x) for p in sorted(RESULTS.glob("fuzz_soak-*.jsonl"))
-                 for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+        lines = _records()
         if args.commit:
             lines = [x for x in lines if x.get("commit") in args.commit.split(",")]
         print(report(lines))
+        print()
+        print(report_reruns(lines, _reruns()))
         return 0
+    if args.rerun_failing:
+        return rerun_failing(args)
     first, last = args.seed, args.seed + args.stores - 1
     record = None if args.record == "-" else Path(args.record or RESULTS / f"fuzz_soak-{first}-{last}.jsonl")
     done_lines: list[dict] = []
@@ -115,6 +121,73 @@ def main(argv: list[str] | None = None) -> int:
         for f in r["failures"][:3]:
             print(f"    {f[0]} | {f[1]} | {str(f[2])[:200]}")
     return 1 if bad else 0
+
+
+RERUNS = RESULTS / "fuzz_soak-reruns.jsonl"
+
+
+def _records() -> list[dict]:
+    """Every recorded batch line (bench/results/fuzz_soak-FIRST-LAST.jsonl)."""
+    return [json.loads(x) for p in sorted(RESULTS.glob("fuzz_soak-*-*.jsonl")) if p != RERUNS
+            for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def _reruns() -> list[dict]:
+    if not RERUNS.exists():
+        return []
+    return [json.loads(x) for x in RERUNS.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def rerun_failing(args: argparse.Namespace) -> int:
+    """Every seed that failed in a recorded batch, run again with this code: one line per
+    seed in RERUNS (its failures then and now, both commits)."""
+    commit = _commit()
+    before = {r["seed"]: (x["commit"], r) for x in _records() for r in x["failing"]}
+    seeds = sorted(before)
+    if not seeds:
+        print("no failing seed recorded")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="rmqtool-soak-", dir=args.tmp) as tmp:
+        results = fd.run_many(seeds, Path(tmp), jobs=args.jobs, timeout=args.timeout,
+                              mem_bytes=int(args.mem * (1 << 30)), fsync=args.fsync)
+        fd.cleanup(Path(tmp))
+    bad = 0
+    with open(RERUNS, "a", encoding="utf-8") as f:
+        for r in sorted(results, key=lambda r: r["seed"]):
+            if not args.no_oracle:
+                _replay_against_broker(r, args.tmp)
+            was_commit, was = before[r["seed"]]
+            failing = any(x[1] != INFO for x in r["failures"])
+            bad += failing
+            line = {"seed": r["seed"], "kind": r["kind"], "desc": r["desc"], "commit": commit, "failures": r["failures"],
+                    "before": {"commit": was_commit, "failures": was["failures"]}}
+            f.write(json.dumps(line, sort_keys=True) + "\n")
+            print(f"seed {r['seed']} ({was_commit}: {sorted({x[1] for x in was['failures']})}) -> {commit}: "
+                  + (", ".join(sorted({x[1] for x in r["failures"]})) or "passes"))
+    return 1 if bad else 0
+
+
+def report_reruns(lines: list[dict], reruns: list[dict]) -> str:
+    """The failing seeds of the records and what their latest rerun gave."""
+    failed = {r["seed"]: (x["commit"], r) for x in lines for r in x["failing"]}
+    if not failed:
+        return "no failing seed"
+    latest = {r["seed"]: r for r in reruns}  # (the file is in run order: the last line of a seed wins)
+    out = [f"{len(failed)} failing seed(s) in the records; their latest rerun:"]
+    still = 0
+    for seed in sorted(failed):
+        c, r = failed[seed]
+        then = ", ".join(sorted({x[1] for x in r["failures"]}))
+        if seed in latest:
+            now_f = [x for x in latest[seed]["failures"] if x[1] != INFO]
+            still += bool(now_f)
+            now = ", ".join(sorted({x[1] for x in latest[seed]["failures"]})) or "passes"
+            out.append(f"  {seed} {r['kind']}: {then} at {c} -> {now} at {latest[seed]['commit']}")
+        else:
+            still += 1
+            out.append(f"  {seed} {r['kind']}: {then} at {c} -> not rerun")
+    out.append(f"{still} still failing or not rerun")
+    return "\n".join(out)
 
 
 def _replay_against_broker(r: dict, tmp: str | None) -> None:
