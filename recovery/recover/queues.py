@@ -149,8 +149,11 @@ def settle_queue(units_of: Any, bases: list[int], F: int, n: int, write: int | N
 
 def broker_refuses(store: Store, profile: BrokerProfile) -> bool:
     """Whether the broker refuses to load the store (a stray, zero-length or wrong-sized
-    commitlog or consume queue file: verify's load blockers)."""
-    from ..verify import _layout_findings  # lazy: ~190 ms, needed only where a queue would settle further
+    commitlog or consume queue file: verify's load blockers, all among the store's layout
+    issues)."""
+    if not store.issues:
+        return False
+    from ..verify import _layout_findings  # lazy: ~190 ms, needed only for a store with layout issues
 
     return bool(_layout_findings(store, profile)[1])
 
