@@ -149,3 +149,52 @@ def test_several_files_hashed_behind_the_staging(tmp_path: Path) -> None:
         want = b"".join(bytes(x) if isinstance(x, int) else x for x in p)
         assert (root / rel).read_bytes() == want
         assert got[rel] == hashlib.sha256(want).hexdigest()
+
+
+def test_a_sparse_file_is_backed_up_with_its_holes_and_hashed_whole(tmp_path: Path) -> None:
+    """copy_to_backup (a backup on another file system) keeps a sparse file's holes: a
+    commitlog file sparse-extended to 64 GiB takes its few data blocks, not 64 GiB of
+    zeros written (the sha256 is still that of every byte)."""
+    from rmqtool.recovery.safety.backup import copy_to_backup
+    from rmqtool.recovery.safety.digests import digest_matches
+
+    src = tmp_path / "src"
+    with open(src, "wb") as f:
+        f.write(b"\x01" * 5000)
+        f.seek(1 << 30)
+        f.write(b"\x02" * 100)
+        f.truncate(64 << 30)
+    if os.stat(src).st_blocks * 512 > (1 << 20):
+        pytest.skip("this file system does not keep holes")
+    dst = tmp_path / "dst"
+    digest = copy_to_backup(src, dst)
+    assert os.stat(dst).st_size == 64 << 30 and os.stat(dst).st_blocks * 512 < (1 << 20)
+    assert digest.endswith("z") and digest_matches(src, digest) and digest_matches(dst, digest)
+    with open(dst, "r+b") as f:  # (and it tells a changed byte in the hole)
+        f.seek(3 << 30)
+        f.write(b"\x03")
+    assert not digest_matches(dst, digest)
+    with open(dst, "rb") as f:
+        assert f.read(5001) == b"\x01" * 5000 + b"\0"
+        f.seek(1 << 30)
+        assert f.read(101) == b"\x02" * 100 + b"\0"
+
+
+def test_the_room_a_backup_needs_counts_links_and_allocated_blocks(tmp_path: Path) -> None:
+    """A whole file the transaction removes or replaces is hard-linked into a backup on the
+    store's file system (no room needed) and copied with its holes elsewhere (its
+    allocated blocks): recover on a store with a commitlog file sparse-extended to 64 GiB
+    needed 64 GiB free and refused."""
+    from rmqtool.recovery.safety.backup import backup_bytes_needed
+    from rmqtool.recovery.safety.plan import _Step
+
+    store = tmp_path / "store"
+    store.mkdir()
+    with open(store / "big", "wb") as f:
+        f.write(b"\x01" * 4096)
+        f.truncate(64 << 30)
+    steps = [_Step("remove", "big", orig_size=64 << 30), _Step("truncate_tail", "other", offset=10, length=300)]
+    assert backup_bytes_needed(steps) == (64 << 30) + 300
+    assert backup_bytes_needed(steps, store, linked=True) == 300
+    allocated = os.stat(store / "big").st_blocks * 512
+    assert backup_bytes_needed(steps, store) == min(allocated, 64 << 30) + 300

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -92,18 +93,32 @@ def choose_backup_dir(store: Path, requested: Path | None) -> tuple[Path, bool]:
     return bdir, check_backup_dir(store, bdir)
 
 
-def backup_bytes_needed(steps: list[_Step]) -> int:
-    """Bytes the backup of ``steps`` takes at most (whole files, cut pieces)."""
+def backup_bytes_needed(steps: list[_Step], store: Path | None = None, linked: bool = False) -> int:
+    """Bytes the backup of ``steps`` takes at most (whole files, cut pieces). With the
+    ``store``, a whole file counts its allocated bytes (the copy keeps its holes: a
+    commitlog sparse-extended to 64 GiB is backed up in its few data blocks), and none when
+    ``linked`` (the backup directory is on the store's file system: whole files are hard
+    links)."""
     total = 0
     for s in steps:
-        if s.action in ("replace", "remove", "truncate_tail"):
-            total += (s.length if s.action == "truncate_tail" else s.orig_size) or 0
+        if s.action in ("replace", "remove"):
+            if linked:
+                continue
+            size = s.orig_size or 0
+            if store is not None:
+                try:
+                    size = min(size, os.lstat(store / s.path).st_blocks * 512)
+                except OSError:
+                    pass
+            total += size
+        elif s.action == "truncate_tail":
+            total += s.length or 0
         elif s.action == "write_at":
             total += (s.orig_size or 0) - (s.offset or 0)
     return total
 
 
-def _prepare_backup_dir(bdir: Path, steps: list[_Step]) -> None:
+def _prepare_backup_dir(bdir: Path, steps: list[_Step], store: Path | None = None) -> None:
     """Create ``bdir`` (fsynced) and check it is writable and has room for the backup."""
     try:
         _makedirs_synced(bdir)
@@ -112,7 +127,13 @@ def _prepare_backup_dir(bdir: Path, steps: list[_Step]) -> None:
     if not os.access(bdir, os.W_OK):
         raise BackupDirError("backup directory is not writable", bdir)
     _checkpoint()
-    need = backup_bytes_needed(steps)
+    linked = False
+    if store is not None:
+        try:
+            linked = os.stat(bdir).st_dev == os.stat(store).st_dev
+        except OSError:
+            pass
+    need = backup_bytes_needed(steps, store, linked)
     free = shutil.disk_usage(bdir).free
     if need + (1 << 20) > free:
         raise BackupDirError(f"needs {need} bytes for the backup, only {free} free", bdir)
@@ -124,7 +145,7 @@ def write_backup(
     """Phase 1 of a commit: back up every step with ``backup_one`` into ``bdir``, then write
     the manifest (``head`` gives its txid, store and description) atomically. The store is
     not touched."""
-    _prepare_backup_dir(bdir, steps)
+    _prepare_backup_dir(bdir, steps, Path(head["store"]) if head.get("store") else None)
     entries = []
     with deferred_dir_syncs():  # (each backup directory fsynced once, before the manifest)
         for step in steps:
@@ -341,13 +362,45 @@ def link_to_backup(src: Path, dst: Path, pre: _PreHash | None = None) -> str:
 
 
 def copy_to_backup(src: Path, dst: Path) -> str:
-    """Copy the whole file ``src`` to the new backup file ``dst``; returns its sha256."""
+    """Copy the whole file ``src`` to the new backup file ``dst``; returns its sha256. The
+    holes of a sparse ``src`` (SEEK_DATA/SEEK_HOLE) stay holes, hashed as zeros unread."""
     h = _Hasher()
     try:
         with open(src, "rb") as f, _BackupFile(dst) as out:
-            while chunk := f.read(_BIG_CHUNK):
-                h.update(chunk)
-                out.write(chunk)
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            pos = 0
+            while pos < size:
+                a, b = _next_extent(fd, pos, size)
+                if a > pos:
+                    h.update_zeros(a - pos)
+                    out.write_zeros(a - pos)
+                f.seek(a)
+                pos = a
+                while pos < b and (chunk := f.read(min(_BIG_CHUNK, b - pos))):
+                    h.update(chunk)
+                    out.write(chunk)
+                    pos += len(chunk)
+                if pos < b:  # (the file shrank under us: what was read is what is kept)
+                    break
         return h.hexdigest()
     finally:
         h.close()
+
+
+def _next_extent(fd: int, pos: int, size: int) -> tuple[int, int]:
+    """The next data extent at or after ``pos`` as ``(start, end)``; ``(size, size)`` when
+    only a hole follows; ``(pos, size)`` where the file system cannot tell."""
+    try:
+        a = os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return size, size
+        return pos, size
+    except AttributeError:  # pragma: no cover - no SEEK_DATA
+        return pos, size
+    try:
+        b = os.lseek(fd, a, os.SEEK_HOLE)
+    except OSError:  # pragma: no cover
+        b = size
+    return min(a, size), min(b, size)
