@@ -7,7 +7,7 @@ cost about what they cost on the same store without the hole. This script copies
 fixture twice: as it is (the baseline) and with one file extended to ``--size`` (default
 64 GiB, a hole: no disk space), then times each read-only command and ``recover`` on both
 copies, in child processes (``python -m rmqtool``, as an operator runs it), best of
-``--repeat`` runs, with the peak RSS of the slowest run. Same machine, same run: the two
+``--repeat`` runs, with the peak RSS of the last run of each. Same machine, same run: the two
 columns compare.
 
 Usage: bench/bench_sparse.py [--fixture crash_midwrite] [--file commitlog|consumequeue]
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -43,13 +42,13 @@ def victim(store: Path, which: str) -> Path:
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, float]:
     """(seconds, exit status, peak RSS MiB of the child)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "rmqtool", *argv], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, env=env, check=False)
+    p = subprocess.Popen([sys.executable, "-m", "rmqtool", *argv], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(p.pid, 0)
     dt = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return dt, p.returncode, max(after, before) / 1024
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return dt, p.returncode, usage.ru_maxrss / 1024
 
 
 def main() -> int:
@@ -68,7 +67,7 @@ def main() -> int:
         os.truncate(v, args.size)
         print(f"fixture {args.fixture}; sparse copy: {v.relative_to(sparse)} extended to {args.size:,} bytes "
               f"({os.stat(v).st_blocks * 512:,} on disk); best of {args.repeat}")
-        print(f"{'command':28s} {'dense s':>9s} {'sparse s':>9s} {'exit':>9s} {'sparse RSS MiB':>15s}")
+        print(f"{'command':28s} {'dense s':>9s} {'sparse s':>9s} {'exit':>9s} {'dense MiB':>10s} {'sparse MiB':>10s}")
         for cmd in COMMANDS + [("recover", "--yes", "-q")]:
             row = []
             for store in (dense, sparse):
@@ -80,8 +79,8 @@ def main() -> int:
                     dt, code, rss = timed(argv, env)
                     best = min(best, dt)
                 row.append((best, code, rss))
-            (d, dc, _), (s, sc, srss) = row
-            print(f"{' '.join(cmd):28s} {d:9.2f} {s:9.2f} {f'{dc}/{sc}':>9s} {srss:15,.0f}")
+            (d, dc, drss), (s, sc, srss) = row
+            print(f"{' '.join(cmd):28s} {d:9.2f} {s:9.2f} {f'{dc}/{sc}':>9s} {drss:10,.0f} {srss:10,.0f}")
     return 0
 
 
