@@ -33,6 +33,7 @@ def _data_prefix(buf: Any) -> Any:
     read to its end)."""
     if isinstance(buf, FileMap):
         end = buf.data_extents[-1][1] if buf.data_extents else 0
+        end = min(len(buf), end + (-end) % CQ_UNIT_SIZE)  # (a unit the extent's end cuts through is whole)
         return memoryview(buf)[: end - end % CQ_UNIT_SIZE] if end < len(buf) else buf
     return buf
 

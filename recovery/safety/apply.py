@@ -24,7 +24,7 @@ def _copy_holes_kept(src: Path, f: BinaryIO, h: Any) -> None:
     read and written, the holes (SEEK_DATA/SEEK_HOLE) become holes again and are fed to
     the hasher as zeros without being read (a 64 GiB sparse file restores in moments)."""
     zeros = getattr(h, "update_zeros", None)
-    with open(src, "rb") as s:
+    with open(src, "rb", buffering=0) as s:  # (unbuffered: lseek below moves the same descriptor)
         size = os.fstat(s.fileno()).st_size
         fdi = s.fileno()
         pos = 0

@@ -93,17 +93,15 @@ def choose_backup_dir(store: Path, requested: Path | None) -> tuple[Path, bool]:
     return bdir, check_backup_dir(store, bdir)
 
 
-def backup_bytes_needed(steps: list[_Step], store: Path | None = None, linked: bool = False) -> int:
+def backup_bytes_needed(steps: list[_Step], store: Path | None = None) -> int:
     """Bytes the backup of ``steps`` takes at most (whole files, cut pieces). With the
-    ``store``, a whole file counts its allocated bytes (the copy keeps its holes: a
-    commitlog sparse-extended to 64 GiB is backed up in its few data blocks), and none when
-    ``linked`` (the backup directory is on the store's file system: whole files are hard
-    links)."""
+    ``store``, a whole file counts its allocated bytes (a copy keeps its holes: a commitlog
+    sparse-extended to 64 GiB is backed up in its few data blocks; on the store's file
+    system it is a hard link, but a link can still fail, e.g. across bind mounts, and the
+    copy then needs that room)."""
     total = 0
     for s in steps:
         if s.action in ("replace", "remove"):
-            if linked:
-                continue
             size = s.orig_size or 0
             if store is not None:
                 try:
@@ -127,13 +125,7 @@ def _prepare_backup_dir(bdir: Path, steps: list[_Step], store: Path | None = Non
     if not os.access(bdir, os.W_OK):
         raise BackupDirError("backup directory is not writable", bdir)
     _checkpoint()
-    linked = False
-    if store is not None:
-        try:
-            linked = os.stat(bdir).st_dev == os.stat(store).st_dev
-        except OSError:
-            pass
-    need = backup_bytes_needed(steps, store, linked)
+    need = backup_bytes_needed(steps, store)
     free = shutil.disk_usage(bdir).free
     if need + (1 << 20) > free:
         raise BackupDirError(f"needs {need} bytes for the backup, only {free} free", bdir)
@@ -366,7 +358,9 @@ def copy_to_backup(src: Path, dst: Path) -> str:
     holes of a sparse ``src`` (SEEK_DATA/SEEK_HOLE) stay holes, hashed as zeros unread."""
     h = _Hasher()
     try:
-        with open(src, "rb") as f, _BackupFile(dst) as out:
+        # (unbuffered: the extents are found with lseek on the same descriptor, which a
+        # buffered reader would not see; its seek could be served from its buffer)
+        with open(src, "rb", buffering=0) as f, _BackupFile(dst) as out:
             fd = f.fileno()
             size = os.fstat(fd).st_size
             pos = 0
