@@ -102,6 +102,12 @@ def _layout_problems(store: Store, profile: BrokerProfile, ctx: RecoveryContext)
             problems.append(Problem(LAYOUT, issue.path, None, f"{issue.message}; recovery does not repair consume queue "
                                     "files" + ("" if issue.code == "ZERO_LENGTH_FILE" else ": recover neither cuts nor appends to "
                                                "this queue") + " (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
+        elif issue.path.startswith("consumequeue/") and issue.severity == "error" and issue.code == "MISNAMED_FILE":
+            # a file in a queue directory whose name is no offset (.hidden, stray): the
+            # broker cannot load it and refuses to start; recover never reads, moves or
+            # removes it
+            problems.append(Problem(LAYOUT, issue.path, None, f"{issue.message}; recover leaves it where it is: move it "
+                                    "out of the store for the broker to start"))
     return problems, zero_last_cl
 
 
