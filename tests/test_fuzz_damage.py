@@ -500,21 +500,67 @@ def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_truncat
 def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak seed 1012006: ``delay`` without its commitlog directory and SCHEDULE_TOPIC_XXXX/3's
-    file cut to 639 bytes. The first run destroys every other queue, as the broker would;
-    the second took the queue file size from the one file left, 639, found it sound and
-    destroyed it too. The size is now inferred only from sizes a queue file can have
-    (whole 20-byte units): the queue stays left alone, the second run changes nothing."""
+    file cut to 639 bytes. The first run destroyed every other queue and left that one; the
+    second took the queue file size from the one file left, 639, found it sound and
+    destroyed it. Now the size is inferred only from sizes a queue file can have (whole
+    20-byte units), and without commitlog data the broker's destruction of every queue
+    takes that one too, in the first run; the second changes nothing."""
+    from rmqtool.recovery.store import DEFAULT_CQ_FILE_SIZE, Store
+
     root = copy(tmp_path, "delay")
     shutil.rmtree(root / "commitlog")
     short = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "3" / "00000000000000000000"
     os.truncate(short, 639)
+    lone = tmp_path / "lone"
+    shutil.copytree(root, lone)
+    for q in (lone / "consumequeue").rglob("0000*"):
+        if q != lone / short.relative_to(root):
+            q.unlink()
+    assert Store.open(lone).geometry.cq_file_size == DEFAULT_CQ_FILE_SIZE
     codes, shots = [], []
     for i in range(3):
         code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        assert "consumequeue file is 639 bytes" in err
         codes.append(code)
         shots.append(snapshot(root))
-    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2] and short.stat().st_size == 639
+    assert not short.exists() and shots[0] == shots[1] == shots[2] and codes[1:] == [0, 0]
+
+
+def test_where_the_broker_refuses_the_store_the_q6_record_is_indexed_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seeds 1018737, 1022452: ``delay``'s only commitlog file renamed to 65536 (every
+    start-up reput dispatches from the commitlog's start and re-indexes the record at the
+    index's endPhyOffset, Q6: the broker does it at every start,
+    test_recover_repeats_the_brokers_own_q6_reindexing_at_every_run) plus a stray
+    ``00000000000000000001`` in a queue directory, so the broker refuses the store: with
+    no start to follow, that record is not indexed again when the index holds all its
+    keys, and the second run changes nothing."""
+    root = copy(tmp_path, "delay")
+    fd.broker_not_a_fixed_point_q6(root)
+    (root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "7" / "00000000000000000001").write_bytes(bytes(range(20)))
+    counts, shots = [_index_count(root)], []
+    for i in range(3):
+        cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        counts.append(_index_count(root))
+        shots.append(snapshot(root))
+    assert counts[1] == counts[2] == counts[3] and shots[0] == shots[1] == shots[2]
+
+
+def test_without_a_commitlog_a_queue_of_another_size_is_destroyed_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1022440: ``delay`` without its commitlog and SCHEDULE_TOPIC_XXXX/16's file cut
+    to 320 bytes (a whole number of units). The broker destroys every consume queue; recover
+    left that one alone, and at the next run it was the only queue file, its size became
+    the file size, and it went then. Now it goes with the others in the first run."""
+    root = copy(tmp_path, "delay")
+    (root / "commitlog" / "00000000000000000000").unlink()
+    short = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "16" / "00000000000000000000"
+    os.truncate(short, 320)
+    codes, shots = [], []
+    for i in range(2):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        codes.append(code)
+        shots.append(snapshot(root))
+    assert not short.exists() and shots[0] == shots[1] and codes[1] in (0, 4)
 
 
 def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(

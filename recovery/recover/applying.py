@@ -216,8 +216,10 @@ def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bo
     # that goes to a queue recover leaves alone (frozen) is one the broker would have put in
     # that queue, moving the offset past it: where the index already ends with all of its
     # keys, indexing it again (quirk Q6, a record at endPhyOffset is not below it) would
-    # only add duplicates, and every later run would add them again
-    frozen_at = _frozen_reindex_offset(a) if name == "startup_reput" and index and a.ctx.frozen else None
+    # only add duplicates, and every later run would add them again. Where the broker
+    # refuses the store there is no start whose duplicates to repeat: any such record
+    frozen_at = (_frozen_reindex_offset(a) if name == "startup_reput" and index and (a.ctx.frozen or _refused(a))
+                 else None)
     for cols in _dispatch_iter(a.store, a.profile, lo, hi, mdl, a.progress, a.jobs, tags=bool(cq and cqset is not None),
                                hints=a.ctx.hints, index_keys=index, problems=a.reput_problems):
         if skip_upto is not None:
@@ -256,14 +258,16 @@ def _frozen_reindex_offset(a: _Applying) -> int | None:
 
 
 def _without_frozen_duplicate(a: _Applying, cols: Any, at: int) -> Any:
-    """``cols`` less the record at ``at`` when it goes to a frozen queue and the index
-    already ends with all of its keys (the same ``cols`` object otherwise)."""
+    """``cols`` less the record at ``at`` when it goes to a frozen queue (any record, where
+    the broker refuses the store) and the index already ends with all of its keys (the
+    same ``cols`` object otherwise)."""
     hit = np.flatnonzero(cols.commitlog_offset == at)
     if not len(hit):
         return cols
     j = int(hit[0])
     key = (cols.topic[j], int(cols.queue_id[j]))
-    if key not in a.ctx.frozen or not goes_to_consume_queue(int(cols.sys_flag[j])):
+    frozen = key in a.ctx.frozen and goes_to_consume_queue(int(cols.sys_flag[j]))
+    if not frozen and not _refused(a):
         return cols
     if not a.ib.ends_with_record(cols.topic[j], cols.keys[j], cols.uniq_key[j], int(cols.sys_flag[j])):
         return cols

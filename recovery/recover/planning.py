@@ -99,9 +99,10 @@ def _layout_problems(store: Store, profile: BrokerProfile, ctx: RecoveryContext)
                 issue.code == "WRONG_FILE_SIZE"
                 or (issue.code == "ZERO_LENGTH_FILE" and not (issue.path in last_cq and profile.zero_length_last_file_deleted))):
             # the broker's MappedFileQueue.load refuses a file of another size: it does not start
+            alone = issue.code != "ZERO_LENGTH_FILE" and any(f.size > 0 for f in store.commitlog)
             problems.append(Problem(LAYOUT, issue.path, None, f"{issue.message}; recovery does not repair consume queue "
-                                    "files" + ("" if issue.code == "ZERO_LENGTH_FILE" else ": recover neither cuts nor appends to "
-                                               "this queue") + " (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
+                                    "files" + (": recover neither cuts nor appends to this queue" if alone else "")
+                                    + " (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
         elif issue.path.startswith("consumequeue/") and issue.severity == "error" and issue.code == "MISNAMED_FILE":
             # a file in a queue directory whose name is no offset (.hidden, stray): the
             # broker cannot load it and refuses to start; recover never reads, moves or
@@ -118,7 +119,10 @@ def _plan_queues(store: Store, profile: BrokerProfile, ctx: RecoveryContext,
     Fcq = store.geometry.cq_file_size
     queues: list[QueuePlan] = []
     max_cq = -1
-    frozen = frozen_queues(store)
+    # (no commitlog data: the broker destroys every consume queue, a misnamed or
+    # wrong-sized one as well; left, it would be the only evidence of the file size at the
+    # next run, and taken apart then)
+    frozen = frozen_queues(store) if any(f.size > 0 for f in store.commitlog) else {}
     for key in sorted(frozen):
         if WRONG_SIZE in frozen[key]:  # (the file's own LAYOUT problem says so)
             continue
