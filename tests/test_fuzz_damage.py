@@ -1061,3 +1061,17 @@ def test_info_on_a_sparse_queue_file_reads_only_its_data(tmp_path: Path) -> None
     os.truncate(last, 64 << 30)
     o = child("info", str(root))
     assert o.code == 8 and f"{last}: Cannot allocate memory (mapping 68719476736 bytes)" in o.err, o.err
+
+
+def test_a_second_cut_is_the_brokers_with_recovers_deviations() -> None:
+    """Soak seed 1017050: the first run's cut removed the last files, so the second run (as
+    the broker's second start) walked from further back and cut again at a body CRC
+    mismatch. The broker's start changed the files it deleted and the queues; recover's
+    also the bytes it zero-fills in the file holding the new end and the index entries
+    past it (its deviations): the same cut. Without a commitlog cut by the broker, those
+    are not excused."""
+    theirs = {"commitlog/00000000000000458752", "consumequeue/TopicM/0"}
+    ours = {"commitlog/00000000000000393216", "commitlog/00000000000000458752", "consumequeue/TopicM/0", "index"}
+    assert ours <= fd.deviation_cover(theirs, ours)
+    assert not ours <= fd.deviation_cover({"consumequeue/TopicM/0"}, ours)
+    assert not {"consumequeue/TopicA/2"} <= fd.deviation_cover(theirs, {"consumequeue/TopicA/2"})
