@@ -294,8 +294,9 @@ def _print_outcome(plan: RecoveryPlan, result: ApplyResult | None, dry_run: bool
         if result.delay_tags_mismatch:
             click.echo(f"quirk Q1: {result.delay_tags_mismatch} SCHEDULE_TOPIC_XXXX units carry the TAGS hash, not the delivery time")
         if result.settled_starts:
-            click.echo(f"the broker refuses this store: its next {result.settled_starts} start(s) would cut the consume queues "
-                       "further, as this run did (so a second run has nothing to do)")
+            click.echo(f"no broker start to follow (the broker refuses this store, or a topic that cannot be a path stops "
+                       f"its dispatch): this run also cut the consume queues as its next {result.settled_starts} start(s) "
+                       "would (so a second run has nothing to do)")
         if result.salvage:
             click.echo(f"salvaged: {result.salvage['records']} intact records to {result.salvage['dir']}")
         elif salvage_to is not None:

@@ -492,7 +492,8 @@ def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_truncat
         assert "consumequeue/TopicB/0/.hidden: consumequeue file name is not a decimal offset" in err
         assert "move it out of the store for the broker to start" in err
         if i == 0:
-            assert "the broker refuses this store: its next 1 start(s) would cut the consume queues further" in out
+            assert "no broker start to follow (the broker refuses this store" in out
+            assert "this run also cut the consume queues as its next 1 start(s) would" in out
             assert not f.exists()
     assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
 
@@ -561,6 +562,35 @@ def test_without_a_commitlog_a_queue_of_another_size_is_destroyed_too(
         codes.append(code)
         shots.append(snapshot(root))
     assert not short.exists() and shots[0] == shots[1] and codes[1] in (0, 4)
+
+
+def test_where_a_topic_that_cannot_be_a_path_stops_the_brokers_dispatch_recover_settles_in_one_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1019302: ``crash_midwrite`` with two NUL bytes in a record's topic (recover
+    does not dispatch it; the broker's dispatch fails on it and does not go on as recover
+    does) and bit flips in TopicA/2's last file, one unit now pointing past the end. The
+    abnormal dispatch completed the queues, so the next run truncated TopicA/2 there
+    (status 1 twice); the broker's second start did not (its dispatch had stopped). With
+    no broker start to follow, the one run does that truncation too."""
+    root = copy(tmp_path, "crash_midwrite")
+    q = root / "consumequeue" / "TopicA" / "2" / "00000000000000003200"
+    b = bytearray(q.read_bytes())
+    for i, v in ((69, 64), (144, 2), (273, 2), (364, 1)):
+        b[i] ^= v
+    q.write_bytes(bytes(b))
+    cl = root / "commitlog" / "00000000000000458752"
+    c = bytearray(cl.read_bytes())
+    c[2984:2986] = b"\0\0"
+    cl.write_bytes(bytes(c))
+    codes, shots = [], []
+    for i in range(3):
+        code, out, _ = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        codes.append(code)
+        shots.append(snapshot(root))
+        if i == 0:
+            assert "this run also cut the consume queues as its next 1 start(s) would" in out
+    assert codes[1:] == [codes[1], codes[1]] and codes[1] in (0, 4) and shots[0] == shots[1] == shots[2]
+    assert _units(root, "TopicA", 2) == 167  # (cut at logical offset 167: the unit flipped past the end)
 
 
 def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(

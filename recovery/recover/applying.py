@@ -333,8 +333,16 @@ def _apply_dispatch(a: _Applying) -> None:
         for q in a.queues.values():
             q.settle()
     _startup_reput(a, plan.cq_truncation)
-    if a.queues and max(q.max_phy for q in a.queues.values()) >= process and _refused(a):
+    if a.queues and max(q.max_phy for q in a.queues.values()) >= process and (_refused(a) or _bad_topics(a)):
         _settle_next_starts(a)
+
+
+def _bad_topics(a: _Applying) -> bool:
+    """Whether the dispatch met messages whose topic cannot be a path: recover does not
+    dispatch them, where the broker's dispatch fails on them (it cannot make the queue's
+    directory) and does not go on as recover does, so its next start is no behaviour to
+    follow either."""
+    return any(p.code == BAD_TOPIC for p in a.reput_problems)
 
 
 def _startup_reput(a: _Applying, truncated: bool) -> None:
@@ -363,7 +371,8 @@ _NEXT_STARTS = 4  # (each one cuts a queue further or ends it: a bound, not a bu
 
 
 def _settle_next_starts(a: _Applying) -> None:
-    """Where the broker refuses the store, there is no next start to leave the rest to: the
+    """Where the broker refuses the store (or its dispatch cannot go past a topic that
+    cannot be a path), there is no next start to leave the rest to: the
     dispatch passes have completed the queues to the end offset, so the broker's next
     (normal) start would truncate them there, cutting a unit that points past the end
     and every later one of its queue (a bit flip in an offset), walk them from their
