@@ -593,6 +593,31 @@ def test_where_a_topic_that_cannot_be_a_path_stops_the_brokers_dispatch_recover_
     assert _units(root, "TopicA", 2) == 167  # (cut at logical offset 167: the unit flipped past the end)
 
 
+def test_a_queue_of_another_size_cut_whole_by_the_truncation_goes_with_the_others(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1016899: ``delay`` with its first record's topic length byte set to 255 (the
+    walk stops at once: end offset 0, every queue truncated away) and SCHEDULE_TOPIC_XXXX/16's
+    file cut to 320 bytes, a queue recover left alone. At the next run it was the only queue
+    file: its size became the file size, and the queue was cut then. Now a queue left alone
+    for a file of another size whose every unit the truncation cuts goes whole in the first
+    run, as the broker's would; the second run changes nothing."""
+    root = copy(tmp_path, "delay")
+    cl = root / "commitlog" / "00000000000000000000"
+    b = bytearray(cl.read_bytes())
+    b[278] = 255
+    cl.write_bytes(bytes(b))
+    short = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "16" / "00000000000000000000"
+    os.truncate(short, 320)
+    codes, shots = [], []
+    for i in range(3):
+        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        codes.append(code)
+        shots.append(snapshot(root))
+        if i == 0:
+            assert "every unit of this queue is at or past the end offset: its files go with the truncation" in err
+    assert not short.exists() and shots[0] == shots[1] == shots[2] and codes[1] == codes[2] and codes[1] in (0, 4)
+
+
 def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak (seed 192): a consume queue file of ``crash_midwrite`` renamed to Long.MAX_VALUE.

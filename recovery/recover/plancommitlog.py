@@ -14,10 +14,10 @@ from ..broker import index_header_load, start_file_index, truncate_dirty_logic_f
 from ..indexkeep import NO_END, check_index_file
 from ..scan import file_has_nonzero, queue_hint_runs
 from ..store import StoreFile
-from .model import UNREAD_DAMAGE, CommitlogCut, Problem, RemovedFile
+from .model import UNREAD_DAMAGE, CommitlogCut, Problem, QueuePlan, RemovedFile
 from .planindex import _index_keep_candidates
 from .planstate import _Planning, _rel
-from .queues import _cq_units, broker_refuses, settle_queue
+from .queues import _cq_units, _recover_queue_files, broker_refuses, settle_queue
 from .salvage import _salvage_positions
 from .walk import scan_files
 
@@ -170,6 +170,8 @@ def _plan_cq_truncation(p: _Planning) -> None:
     plan, process, Fcq = p.plan, p.process, p.store.geometry.cq_file_size
     plan.cq_truncation = plan.max_phy_offset_of_cq >= process
     p.post_trunc_max = []
+    if plan.cq_truncation:
+        _unfreeze_queues_cut_whole(p)
     for qp in plan.queues:
         st = p.ctx.queue_states[qp.key]
         if not st.kept:
@@ -199,6 +201,35 @@ def _plan_cq_truncation(p: _Planning) -> None:
         before = st.write_offset if st.write_offset is not None else 0
         after = write if write is not None else 0
         qp.units_cut = max(0, (before - after) // CQ_UNIT_SIZE) if write is not None else (before - st.kept[0].base) // CQ_UNIT_SIZE
+
+
+def _unfreeze_queues_cut_whole(p: _Planning) -> None:
+    """A queue left alone for a file of another size (its files all well named) whose every
+    unit the truncation at the end offset cuts goes whole, as the broker's would: left, it
+    could be the only queue file at the next run (an end offset of 0 cuts every other
+    queue), whose size would then be taken for the file size and the queue cut then."""
+    plan, process, Fcq = p.plan, p.process, p.store.geometry.cq_file_size
+    for key in sorted(p.ctx.frozen):
+        files = p.store.consume_queues.get(key) or []
+        if not files or any(len(f.name) != 20 or f.base % Fcq for f in files):
+            continue
+        by_base = {f.base: f for f in files}
+
+        def units_of(b: int, by_base: dict[int, StoreFile] = by_base) -> np.ndarray:
+            return _cq_units(by_base[b], Fcq)
+
+        if truncate_dirty_logic_files(units_of, [f.base for f in files], Fcq, process)[0]:
+            continue
+        st = _recover_queue_files(files, Fcq, p.profile)
+        p.ctx.queue_states[key] = st
+        p.ctx.frozen.discard(key)
+        plan.queues.append(QueuePlan(key[0], key[1], len(files), st.write_offset, st.max_physic_offset,
+                                     [_rel(p.store, f.path) for f in st.removed]))
+        rels = {_rel(p.store, f.path) for f in files}
+        plan.problems[:] = [Problem(x.code, x.path, x.offset, x.message.replace(
+            "recover neither cuts nor appends to this queue", "every unit of this queue is at or past the end offset: its "
+            "files go with the truncation")) if x.path in rels else x for x in plan.problems]
+    plan.queues.sort(key=lambda q: q.key)
 
 
 def _broker_refuses(p: _Planning) -> bool:
