@@ -618,6 +618,29 @@ def test_a_queue_of_another_size_cut_whole_by_the_truncation_goes_with_the_other
     assert not short.exists() and shots[0] == shots[1] == shots[2] and codes[1] == codes[2] and codes[1] in (0, 4)
 
 
+def test_a_misaligned_queue_file_counts_for_the_reput_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1025539: ``delay`` with an absurd TOTALSIZE at 851 (a cut there) and
+    SCHEDULE_TOPIC_XXXX/1's file renamed 00000000000000000001. The broker loads the file as
+    file 1 and counts its units for the consume queues' max physical offset; recover, which
+    leaves that queue alone, counted only aligned files, so every run re-dispatched the
+    record only that file holds and moved the checkpoint's logicsMsgTimestamp back (status
+    5 twice, the checkpoint changed). Now the second run changes nothing."""
+    root = copy(tmp_path, "delay")
+    cl = root / "commitlog" / "00000000000000000000"
+    b = bytearray(cl.read_bytes())
+    struct.pack_into(">i", b, 851, 65535)
+    cl.write_bytes(bytes(b))
+    q = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "1"
+    (q / "00000000000000000000").rename(q / "00000000000000000001")
+    codes, shots = [], []
+    for i in range(3):
+        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
+        codes.append(code)
+        shots.append(snapshot(root))
+    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
+
+
 def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak (seed 192): a consume queue file of ``crash_midwrite`` renamed to Long.MAX_VALUE.

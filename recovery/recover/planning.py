@@ -133,9 +133,11 @@ def _plan_queues(store: Store, profile: BrokerProfile, ctx: RecoveryContext,
             # never written, but what its units point at counts, as for the broker's queue
             # recovery (else every run dispatches its last records again)
             # (every file the broker loads: any decimal name, in name order, as its
-            # MappedFileQueue sorts them; a 19-digit 0000000000000000640 is file 640)
-            aligned = [f for f in qfiles if f.base % Fcq == 0]
-            ctx.frozen_max = max(ctx.frozen_max, _recover_queue_files(aligned, Fcq, profile).max_physic_offset)
+            # MappedFileQueue sorts them; a 19-digit 0000000000000000640 is file 640, and a
+            # file renamed 00000000000000000001 is file 1, misaligned or not: soak seed
+            # 1025539, whose last record only such a file holds, was dispatched again by
+            # every run, moving the checkpoint's logicsMsgTimestamp)
+            ctx.frozen_max = max(ctx.frozen_max, _recover_queue_files(list(qfiles), Fcq, profile).max_physic_offset)
             max_cq = max(max_cq, ctx.frozen_max)
             continue
         st = _recover_queue_files(qfiles, Fcq, profile)
