@@ -682,7 +682,7 @@ def test_a_queue_file_renamed_unaligned_is_left_alone_and_recover_settles(
     1921. recover leaves the queue alone; its last record (at 770931, never given a unit)
     was indexed by the abnormal dispatch and again by every run's start-up reput (Q6),
     so no run was ever the last. The broker appends the unit to file 1921 and then
-    changes nothing (tests/oracle/test_fixed_point_oracle.py: the same index bytes): the
+    changes nothing (tests/oracle/test_fixed_point_oracle.py: as many entries there): the
     record's three keys are indexed once, and the second run is nothing to do."""
     root = copy(tmp_path, "crash_midwrite")
     fd.queue_file_renamed_unaligned(root)
