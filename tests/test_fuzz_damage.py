@@ -498,6 +498,29 @@ def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_truncat
     assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
 
 
+def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_commitlog_walk_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1029408: ``clean`` with commitlog file 262144 cut to 42661 bytes (the
+    broker refuses to load the store) and four bytes of file 131072 zeroed (a body CRC
+    mismatch at 163529). The walk from the last three files stops in the short file and
+    removes the file after it; the next run's walk then began one file earlier, met the
+    damaged record and cut again (status 5 twice). With no broker start to follow, the one
+    run walks from there too and cuts at 163529; the second run has nothing to do."""
+    root = copy(tmp_path, "clean")
+    os.truncate(root / "commitlog" / "00000000000000262144", 42661)
+    p = root / "commitlog" / "00000000000000131072"
+    b = bytearray(p.read_bytes())
+    b[53839:53843] = bytes(4)
+    p.write_bytes(bytes(b))
+    cl = root / "commitlog"
+    seen = _recover_thrice(capsys, tmp_path, root, lambda: (sorted(f.name for f in cl.iterdir()), snapshot(root)))
+    assert [c for c, _ in seen] == [5, 0, 0]
+    assert seen[0][1][0] == ["00000000000000000000", "00000000000000065536", "00000000000000131072"]
+    assert seen[0][1] == seen[1][1] == seen[2][1]
+    assert (p.read_bytes()[163529 - 131072:] == bytes(65536 - (163529 - 131072))
+            and p.read_bytes()[:163529 - 131072] == bytes(b[:163529 - 131072]))
+
+
 def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak seed 1012006: ``delay`` without its commitlog directory and SCHEDULE_TOPIC_XXXX/3's

@@ -10,7 +10,7 @@ import numpy as np
 from ...formats import commitlog as cl
 from ...formats.consumequeue import CQ_UNIT_SIZE
 from .. import check as ck
-from ..broker import index_header_load, start_file_index, truncate_dirty_logic_files
+from ..broker import MODE_NORMAL, index_header_load, start_file_index, truncate_dirty_logic_files
 from ..indexkeep import NO_END, check_index_file
 from ..scan import file_has_nonzero, queue_hint_runs
 from ..store import StoreFile
@@ -95,8 +95,45 @@ def _plan_process_offset(p: _Planning) -> None:
     plan.stop_pos = last.stop_pos
     plan.stop_reason = last.stop_reason
     if last.stop_reason not in (ck.BLANK, ck.END_OF_DATA):
-        plan.notes.append(f"the walk stopped at commitlog offset {process} ({last.stop_reason}"
+        plan.notes.append(f"{_WALK_STOPPED}{process} ({last.stop_reason}"
                           f"{', ' + last.stop_field if last.stop_field else ''}): everything after it is cut")
+
+
+_WALK_STOPPED = "the walk stopped at commitlog offset "
+
+
+def _plan_refused_next_starts(p: _Planning) -> None:
+    """Where the broker refuses the store, no start of its follows this run to walk the
+    commitlog again: its next normal start would walk from the third-last of the files
+    this run leaves, with the CRC, and cut where that walk stops. When files are removed
+    here, that start file moves back to files this run did not read; if the walk from
+    there stops earlier, this run walks from there too (its cut and the next start's in
+    one), until the start file stays, so that a second run has nothing to cut. (Where the
+    broker starts, its next start is the behaviour to follow: step 4a reports the damage.)"""
+    files, plan = p.files, p.plan
+    if plan.mode != MODE_NORMAL or p.profile.normal_recovery_walkback or not _broker_refuses(p):
+        return
+    for _ in range(len(files)):
+        nxt = max(0, sum(1 for f in files if f.base <= p.process) - 3)
+        if nxt >= p.start:
+            return
+        again = scan_files(p.store, p.profile, files[nxt:p.start], check_crc=p.opts.check_crc, jobs=p.opts.jobs)
+        if all(s.blank for s in again):
+            return  # (the walk from there reaches this run's start file: the same end)
+        was = files[p.start].name
+        moved = {f"commitlog/{f.name}" for f in files[nxt:p.start]}
+        plan.problems = [pr for pr in plan.problems if not (pr.code == UNREAD_DAMAGE and pr.path in moved)]
+        unread = plan.files[: len(plan.files) - len(p.scans)]
+        p.start, p.scans = nxt, again + p.scans
+        plan.files = unread[:nxt] + p.scans
+        plan.start_file, plan.start_offset = files[nxt].name, files[nxt].base
+        plan.bytes_to_scan = sum(min(f.size, p.F) for f in files[nxt:])
+        plan.notes = [n for n in plan.notes if not n.startswith(_WALK_STOPPED)]
+        _plan_process_offset(p)
+        plan.notes.append(
+            f"the broker refuses this store, so no start of its follows this run: the walk from commitlog/{was} "
+            f"removes files, and the broker's next normal start would walk from commitlog/{files[nxt].name} "
+            f"(the third-last file left) and stop earlier; this run walks from there (end offset {p.process})")
 
 
 def _salvage_count(p: _Planning, f: StoreFile, pos: int, end: int | None) -> tuple[int, int]:

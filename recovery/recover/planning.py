@@ -12,6 +12,7 @@ from .plancommitlog import (
     _plan_cq_truncation,
     _plan_next_normal_start,
     _plan_process_offset,
+    _plan_refused_next_starts,
     _plan_walks,
 )
 from .planindex import _plan_index_discards, _plan_index_past_end
@@ -55,6 +56,7 @@ def plan_recovery(
         return _plan_without_commitlog(p)
     _plan_walks(p)
     _plan_process_offset(p)
+    _plan_refused_next_starts(p)
     _plan_commitlog_cuts(p)
     _plan_next_normal_start(p)
     _plan_cq_truncation(p)
