@@ -941,6 +941,33 @@ def _oracle_harness():  # noqa: ANN202 - tests/oracle/harness.py, loaded by path
     return mod
 
 
+def copy_tree_holes_kept(src: Path, dst: Path) -> None:
+    """``shutil.copytree`` whose files keep their holes: a damaged store may hold a sparse
+    64 GiB file (seed 1028792's checkpoint), which a plain copy writes out whole."""
+    from rmqtool.recovery.safety.backup import _next_extent
+
+    def copy_file(a: str, b: str) -> str:
+        with open(a, "rb", buffering=0) as f, open(b, "wb") as out:
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            pos = 0
+            while pos < size:
+                lo, hi = _next_extent(fd, pos, size)
+                f.seek(lo)
+                out.seek(lo)
+                pos = lo
+                while pos < hi and (chunk := f.read(min(1 << 20, hi - pos))):
+                    out.write(chunk)
+                    pos += len(chunk)
+                if pos < hi:
+                    break
+            out.truncate(size)
+        shutil.copystat(a, b)
+        return b
+
+    shutil.copytree(src, dst, symlinks=True, copy_function=copy_file)
+
+
 def broker_starts(store: Path, fixture: str, n: int = 2, version: str = "4.9.4") -> list[dict]:
     """The broker's views after starting ``store`` (changed in place) ``n`` times."""
     h = _oracle_harness()
@@ -954,11 +981,11 @@ def recover_vs_broker(seed: int, dest: Path, kind: str | None = None) -> tuple[b
     root, _kind, desc = make_store(dest, seed, kind)
     fixture = desc.split(":", 1)[0]
     twin = dest / "broker"
-    shutil.copytree(root, twin, symlinks=True)
+    copy_tree_holes_kept(root, twin)
     run_inprocess(["recover", "--yes", "-q", str(root), "--backup-dir", str(dest / "b1")], 120)
     h1 = tree_digest(root)
     first = dest / "broker-on-first"
-    shutil.copytree(root, first, symlinks=True)
+    copy_tree_holes_kept(root, first)
     run_inprocess(["recover", "--yes", "-q", str(root), "--backup-dir", str(dest / "b2")], 120)
     ours = changed_areas(h1, tree_digest(root))
     where = ""

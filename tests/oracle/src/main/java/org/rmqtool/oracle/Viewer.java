@@ -184,9 +184,14 @@ final class Viewer {
                 continue;
             }
             JsonObject h = new JsonObject();
-            byte[] b = Files.readAllBytes(root.resolve(rel));
-            h.addProperty("sha256", sha256(b));
-            h.addProperty("size", b.length);
+            // (streamed; a damaged store may hold a sparse file of 64 GiB, of which only the
+            // first HASHED bytes are hashed: more than the broker maps of any store file)
+            long size = Files.size(root.resolve(rel));
+            h.addProperty("sha256", sha256(root.resolve(rel), HASHED));
+            h.addProperty("size", size);
+            if (size > HASHED) {
+                h.addProperty("hashed_bytes", HASHED);
+            }
             if (rel.startsWith("index/")) {
                 idx.add(h);
                 idxNames.add(rel);
@@ -250,9 +255,13 @@ final class Viewer {
         JsonObject o = new JsonObject();
         o.addProperty("present", Files.exists(p));
         if (Files.exists(p)) {
-            byte[] b = Files.readAllBytes(p);
-            o.addProperty("file_size", b.length);
-            if (b.length >= 24) {
+            long size = Files.size(p);
+            o.addProperty("file_size", size);
+            if (size >= 24) {
+                byte[] b = new byte[24];
+                try (RandomAccessFile f = new RandomAccessFile(p.toFile(), "r")) {
+                    f.readFully(b);
+                }
                 ByteBuffer bb = ByteBuffer.wrap(b);
                 o.addProperty("physicMsgTimestamp", bb.getLong(0));
                 o.addProperty("logicsMsgTimestamp", bb.getLong(8));
@@ -278,6 +287,35 @@ final class Viewer {
             o.addProperty(rel, Files.size(root.resolve(rel)));
         }
         return o;
+    }
+
+    /** Bytes of a file the view hashes: the default mapped size of a commitlog file (the largest store file the broker maps). */
+    static final long HASHED = 1L << 30;
+
+    /** SHA-256 of the first limit bytes of p (all of them when it is no larger), read in chunks. */
+    static String sha256(Path p, long limit) throws IOException {
+        try {
+            MessageDigest md = MessageDigest.getInstance("SHA-256");
+            byte[] buf = new byte[1 << 20];
+            long left = limit;
+            try (java.io.InputStream in = Files.newInputStream(p)) {
+                for (int n; left > 0 && (n = in.read(buf, 0, (int) Math.min(buf.length, left))) > 0; ) {
+                    md.update(buf, 0, n);
+                    left -= n;
+                }
+            }
+            return hex(md.digest());
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new RuntimeException(e);
+        }
+    }
+
+    static String hex(byte[] d) {
+        StringBuilder sb = new StringBuilder();
+        for (byte x : d) {
+            sb.append(String.format("%02x", x & 0xff));
+        }
+        return sb.toString();
     }
 
     static String sha256(byte[] b) {
