@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..formats.javanum import java_long
+
 DEFAULT_VERSION = "4.9.4"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -199,4 +201,4 @@ class BrokerProfile:
         """``computeDeliverTimestamp``: the store timestamp plus the level's delay, a Java
         long sum (it wraps: a store timestamp near Long.MAX gives a negative tagsCode)."""
         t = store_timestamp + self.delay_millis(level)
-        return (t + (1 << 63)) % (1 << 64) - (1 << 63)
+        return java_long(t)

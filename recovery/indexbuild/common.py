@@ -55,10 +55,6 @@ def index_file_size(slot_num: int, index_num: int) -> int:
     return INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
 
 
-def _java_long(x: int) -> int:
-    """``x`` wrapped to a Java long (two's complement, 64 bits), as Java's long arithmetic
-    leaves a product that overflows."""
-    return ((x + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
 
 
 def _java_rem(a: int, b: int) -> int:

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ...formats.javanum import java_long
 from ...formats.names import topic_path_problem
 from ..broker import goes_to_consume_queue_batch
 from .common import (
@@ -19,7 +20,6 @@ from .common import (
     _first_false,
     _i64,
     _ids,
-    _java_long,
     _java_rem,
     cq_file_name,
     cq_unit_dtype,
@@ -151,7 +151,7 @@ class ConsumeQueueWriter:
         if commitlog_offset + msg_size <= self.max_physic_offset:
             return CQ_SKIPPED_DEDUP
         F = self.file_size
-        expect = _java_long(cq_offset * CQ_UNIT_SIZE)  # (a long multiply: a QUEUEOFFSET of Long.MAX_VALUE gives -20)
+        expect = java_long(cq_offset * CQ_UNIT_SIZE)  # (a long multiply: a QUEUEOFFSET of Long.MAX_VALUE gives -20)
         if self._write is None:
             self._create_file(expect - _java_rem(expect, F), first=True)
         elif self._write - self._last_from >= F:  # type: ignore[operator]
