@@ -941,6 +941,20 @@ def _oracle_harness():  # noqa: ANN202 - tests/oracle/harness.py, loaded by path
     return mod
 
 
+def entries_at(root: Path, phy: int) -> int:
+    """How many index entries of ``root``'s index files point at commitlog offset ``phy``."""
+    from rmqtool.recovery.store import Store
+
+    store = Store.open(root)
+    base = 40 + 4 * store.geometry.index_slot_num
+    n = 0
+    for f in store.index_files:
+        b = f.path.read_bytes()
+        count = struct.unpack_from(">i", b, 36)[0]
+        n += sum(1 for i in range(1, count) if struct.unpack_from(">q", b, base + 20 * i + 4)[0] == phy)
+    return n
+
+
 def copy_tree_holes_kept(src: Path, dst: Path) -> None:
     """``shutil.copytree`` whose files keep their holes: a damaged store may hold a sparse
     64 GiB file (seed 1028792's checkpoint), which a plain copy writes out whole."""

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import fuzzdamage as fd
 import pytest
@@ -375,15 +375,42 @@ def _units(root: Path, topic: str, queue: int) -> int:
     return sum(1 for _ in iter_cq_entries(Store.open(root), topic, queue))
 
 
+class _Run(NamedTuple):
+    """One ``recover`` run of :func:`_recover_runs`."""
+
+    code: int
+    out: str
+    err: str
+    shot: Any  # snapshot(root) after the run
+    seen: Any  # what observe() saw after the run (None without it)
+
+
+def _recover_runs(capsys: pytest.CaptureFixture[str], tmp_path: Path, root: Path, n: int = 3, quiet: bool = True,
+                  observe: Callable[[], Any] | None = None) -> list[_Run]:
+    """``recover --yes`` run ``n`` times on ``root`` (a backup directory each; ``-q`` when
+    ``quiet``): each run's exit status, output, snapshot and what ``observe()`` sees."""
+    runs = []
+    for i in range(n):
+        code, out, err = cli(capsys, "recover", "--yes", *(["-q"] if quiet else []), str(root),
+                             "--backup-dir", str(tmp_path / f"b{i}"))
+        runs.append(_Run(code, out, err, snapshot(root), observe() if observe else None))
+    return runs
+
+
+def _codes(runs: list[_Run]) -> list[int]:
+    return [r.code for r in runs]
+
+
+def _settled(runs: list[_Run]) -> bool:
+    """Whether no run after the first changed the store."""
+    return all(r.shot == runs[0].shot for r in runs[1:])
+
+
 def _recover_thrice(capsys: pytest.CaptureFixture[str], tmp_path: Path, root: Path,
                     observe: Callable[[], Any]) -> list[tuple[int, Any]]:
-    """``recover`` run three times on ``root`` (a backup directory each): its exit status
-    and what ``observe()`` sees after each run."""
-    seen = []
-    for i in range(3):
-        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        seen.append((code, observe()))
-    return seen
+    """``recover`` run three times on ``root``: its exit status and what ``observe()`` sees
+    after each run."""
+    return [(r.code, r.seen) for r in _recover_runs(capsys, tmp_path, root, observe=observe)]
 
 
 def test_recover_repeats_the_brokers_own_q6_reindexing_at_every_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -393,13 +420,11 @@ def test_recover_repeats_the_brokers_own_q6_reindexing_at_every_run(tmp_path: Pa
     same bytes as the broker after each start); recover does the same: exit 1 each run."""
     root = copy(tmp_path, "delay")
     fd.broker_not_a_fixed_point_q6(root)
-    counts = [_index_count(root)]
-    for i in range(3):
-        h0 = snapshot(root)
-        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        assert code == 1
-        assert fd.changed_areas(h0, snapshot(root)) == {"index"}
-        counts.append(_index_count(root))
+    counts, h0 = [_index_count(root)], snapshot(root)
+    runs = _recover_runs(capsys, tmp_path, root, observe=lambda: _index_count(root))
+    assert _codes(runs) == [1, 1, 1]
+    assert [fd.changed_areas(a, r.shot) for a, r in zip([h0] + [r.shot for r in runs], runs)] == [{"index"}] * 3
+    counts += [r.seen for r in runs]
     assert [b - a for a, b in zip(counts, counts[1:])] == [3, 3, 3]
 
 
@@ -483,19 +508,13 @@ def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_truncat
     b[126] ^= 16
     f.write_bytes(bytes(b))
     (q / ".hidden").write_bytes(b"E")
-    codes, shots = [], []
-    for i in range(3):
-        code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        codes.append(code)
-        shots.append(snapshot(root))
-        # (the stray file is named at every run: the broker refuses the store while it is there)
-        assert "consumequeue/TopicB/0/.hidden: consumequeue file name is not a decimal offset" in err
-        assert "move it out of the store for the broker to start" in err
-        if i == 0:
-            assert "no broker start to follow (the broker refuses this store" in out
-            assert "this run also cut the consume queues as its next 1 start(s) would" in out
-            assert not f.exists()
-    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
+    runs = _recover_runs(capsys, tmp_path, root, quiet=False)
+    # (the stray file is named at every run: the broker refuses the store while it is there)
+    assert all("consumequeue/TopicB/0/.hidden: consumequeue file name is not a decimal offset" in r.err
+               and "move it out of the store for the broker to start" in r.err for r in runs)
+    assert "no broker start to follow (the broker refuses this store" in runs[0].out
+    assert "this run also cut the consume queues as its next 1 start(s) would" in runs[0].out
+    assert _codes(runs) == [5, 4, 4] and _settled(runs) and not f.exists()
 
 
 def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_commitlog_walk_too(
@@ -541,12 +560,8 @@ def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(
         if q != lone / short.relative_to(root):
             q.unlink()
     assert Store.open(lone).geometry.cq_file_size == DEFAULT_CQ_FILE_SIZE
-    codes, shots = [], []
-    for i in range(3):
-        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        codes.append(code)
-        shots.append(snapshot(root))
-    assert not short.exists() and shots[0] == shots[1] == shots[2] and codes[1:] == [0, 0]
+    runs = _recover_runs(capsys, tmp_path, root)
+    assert not short.exists() and _settled(runs) and _codes(runs)[1:] == [0, 0]
 
 
 def test_where_the_broker_refuses_the_store_the_q6_record_is_indexed_once(
@@ -561,12 +576,8 @@ def test_where_the_broker_refuses_the_store_the_q6_record_is_indexed_once(
     root = copy(tmp_path, "delay")
     fd.broker_not_a_fixed_point_q6(root)
     (root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "7" / "00000000000000000001").write_bytes(bytes(range(20)))
-    counts, shots = [_index_count(root)], []
-    for i in range(3):
-        cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        counts.append(_index_count(root))
-        shots.append(snapshot(root))
-    assert counts[1] == counts[2] == counts[3] and shots[0] == shots[1] == shots[2]
+    runs = _recover_runs(capsys, tmp_path, root, observe=lambda: _index_count(root))
+    assert runs[0].seen == runs[1].seen == runs[2].seen and _settled(runs)
 
 
 def test_without_a_commitlog_a_queue_of_another_size_is_destroyed_too(
@@ -579,12 +590,8 @@ def test_without_a_commitlog_a_queue_of_another_size_is_destroyed_too(
     (root / "commitlog" / "00000000000000000000").unlink()
     short = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "16" / "00000000000000000000"
     os.truncate(short, 320)
-    codes, shots = [], []
-    for i in range(2):
-        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        codes.append(code)
-        shots.append(snapshot(root))
-    assert not short.exists() and shots[0] == shots[1] and codes[1] in (0, 4)
+    runs = _recover_runs(capsys, tmp_path, root, n=2)
+    assert not short.exists() and _settled(runs) and runs[1].code in (0, 4)
 
 
 def test_where_a_topic_that_cannot_be_a_path_stops_the_brokers_dispatch_recover_settles_in_one_run(
@@ -605,14 +612,9 @@ def test_where_a_topic_that_cannot_be_a_path_stops_the_brokers_dispatch_recover_
     c = bytearray(cl.read_bytes())
     c[2984:2986] = b"\0\0"
     cl.write_bytes(bytes(c))
-    codes, shots = [], []
-    for i in range(3):
-        code, out, _ = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        codes.append(code)
-        shots.append(snapshot(root))
-        if i == 0:
-            assert "this run also cut the consume queues as its next 1 start(s) would" in out
-    assert codes[1:] == [codes[1], codes[1]] and codes[1] in (0, 4) and shots[0] == shots[1] == shots[2]
+    runs = _recover_runs(capsys, tmp_path, root, quiet=False)
+    assert "this run also cut the consume queues as its next 1 start(s) would" in runs[0].out
+    assert runs[1].code == runs[2].code and runs[1].code in (0, 4) and _settled(runs)
     assert _units(root, "TopicA", 2) == 167  # (cut at logical offset 167: the unit flipped past the end)
 
 
@@ -631,14 +633,9 @@ def test_a_queue_of_another_size_cut_whole_by_the_truncation_goes_with_the_other
     cl.write_bytes(bytes(b))
     short = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "16" / "00000000000000000000"
     os.truncate(short, 320)
-    codes, shots = [], []
-    for i in range(3):
-        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        codes.append(code)
-        shots.append(snapshot(root))
-        if i == 0:
-            assert "every unit of this queue is at or past the end offset: its files go with the truncation" in err
-    assert not short.exists() and shots[0] == shots[1] == shots[2] and codes[1] == codes[2] and codes[1] in (0, 4)
+    runs = _recover_runs(capsys, tmp_path, root)
+    assert "every unit of this queue is at or past the end offset: its files go with the truncation" in runs[0].err
+    assert not short.exists() and _settled(runs) and runs[1].code == runs[2].code and runs[1].code in (0, 4)
 
 
 def test_a_misaligned_queue_file_counts_for_the_reput_start(
@@ -656,12 +653,8 @@ def test_a_misaligned_queue_file_counts_for_the_reput_start(
     cl.write_bytes(bytes(b))
     q = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "1"
     (q / "00000000000000000000").rename(q / "00000000000000000001")
-    codes, shots = [], []
-    for i in range(3):
-        code, _, _ = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        codes.append(code)
-        shots.append(snapshot(root))
-    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
+    runs = _recover_runs(capsys, tmp_path, root)
+    assert _codes(runs) == [5, 4, 4] and _settled(runs)
 
 
 def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(
@@ -675,28 +668,9 @@ def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(
     the second run changes nothing."""
     root = copy(tmp_path, "crash_midwrite")
     fd.broker_not_a_fixed_point_misnamed_queue(root)
-    codes, shots = [], []
-    for i in range(3):
-        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        assert "09223372036854775807" in err
-        codes.append(code)
-        shots.append(snapshot(root))
-    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
-
-
-def _entries_at(root: Path, phy: int) -> int:
-    """How many index entries (every index file) point at commitlog offset ``phy``."""
-    from rmqtool.recovery.store import Store
-
-    store = Store.open(root)
-    g = store.geometry
-    n = 0
-    for f in store.index_files:
-        b = f.path.read_bytes()
-        count = struct.unpack_from(">i", b, 36)[0]
-        base = 40 + 4 * g.index_slot_num
-        n += sum(1 for i in range(1, count) if struct.unpack_from(">q", b, base + 20 * i + 4)[0] == phy)
-    return n
+    runs = _recover_runs(capsys, tmp_path, root)
+    assert all("09223372036854775807" in r.err for r in runs)
+    assert _codes(runs) == [5, 4, 4] and _settled(runs)
 
 
 def test_a_queue_file_renamed_unaligned_is_left_alone_and_recover_settles(
@@ -709,14 +683,10 @@ def test_a_queue_file_renamed_unaligned_is_left_alone_and_recover_settles(
     record's three keys are indexed once, and the second run is nothing to do."""
     root = copy(tmp_path, "crash_midwrite")
     fd.queue_file_renamed_unaligned(root)
-    codes, shots = [], []
-    for i in range(3):
-        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        assert "offset 1921 is not a multiple of the file size 640" in err
-        codes.append(code)
-        shots.append(snapshot(root))
-    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
-    assert _entries_at(root, 770931) == 3
+    runs = _recover_runs(capsys, tmp_path, root)
+    assert all("offset 1921 is not a multiple of the file size 640" in r.err for r in runs)
+    assert _codes(runs) == [5, 4, 4] and _settled(runs)
+    assert fd.entries_at(root, 770931) == 3
 
 
 def test_recover_twice_is_once_where_the_broker_refuses_the_store_and_a_queue_is_left_alone(
@@ -730,14 +700,9 @@ def test_recover_twice_is_once_where_the_broker_refuses_the_store_and_a_queue_is
     every start; recover does not: test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once.)"""
     root = copy(tmp_path, "crash_midwrite")
     (root / "consumequeue" / "TopicA" / "0" / "12").write_bytes(bytes(range(20)))
-    codes = []
-    for i in range(3):
-        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        codes.append(code)
-        assert "consumequeue/TopicA/0: 12: file name is not 20 digits" in err
-        if i == 0:
-            h1 = snapshot(root)
-    assert codes == [5, 4, 4] and snapshot(root) == h1
+    runs = _recover_runs(capsys, tmp_path, root)
+    assert all("consumequeue/TopicA/0: 12: file name is not 20 digits" in r.err for r in runs)
+    assert _codes(runs) == [5, 4, 4] and _settled(runs)
 
 
 def test_a_queue_file_of_another_size_is_left_alone_and_recover_settles(
@@ -757,14 +722,10 @@ def test_a_queue_file_of_another_size_is_left_alone_and_recover_settles(
     p.write_bytes(bytes(b))
     short = root / "consumequeue" / "TopicB" / "0" / "00000000000000000640"
     short.write_bytes(short.read_bytes()[:1])
-    codes, shots = [], []
-    for i in range(3):
-        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        assert "00000000000000000640: consumequeue file is 1 bytes" in err and "neither cuts nor appends" in err
-        assert err.count("problem:") == 1
-        codes.append(code)
-        shots.append(snapshot(root))
-    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
+    runs = _recover_runs(capsys, tmp_path, root)
+    assert all("00000000000000000640: consumequeue file is 1 bytes" in r.err and "neither cuts nor appends" in r.err
+               and r.err.count("problem:") == 1 for r in runs)
+    assert _codes(runs) == [5, 4, 4] and _settled(runs)
     assert short.stat().st_size == 1
 
 
@@ -780,10 +741,9 @@ def test_a_queue_file_with_a_19_digit_name_still_counts_for_the_reput_start(
     q = root / "consumequeue" / "TopicC" / "0"
     (q / "00000000000000000640").rename(q / "0000000000000000640")
     before = snapshot(root)
-    for i in range(2):
-        code, _, err = cli(capsys, "recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / f"b{i}"))
-        assert code == 4 and "0000000000000000640: file name is not 20 digits" in err
-        assert snapshot(root) == before
+    runs = _recover_runs(capsys, tmp_path, root, n=2)
+    assert all(r.code == 4 and "0000000000000000640: file name is not 20 digits" in r.err and r.shot == before
+               for r in runs)
 
 
 def test_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
