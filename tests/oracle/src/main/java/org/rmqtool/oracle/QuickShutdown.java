@@ -10,9 +10,28 @@ package org.rmqtool.oracle;
  * with the rest of shutdown(), which then runs exactly as before). Nothing else is interrupted:
  * the watcher looks at the caller's stack every 2 ms and fires only on that frame, early in the
  * sleep. ROCKETMQ_ORACLE_SLOW_SHUTDOWN=1 keeps the pause.
+ *
+ * <p>One thing may still run then: IndexService starts a FlushIndexFileThread for each index
+ * file that fills up, which sets the checkpoint's indexMsgTimestamp and flushes it. The pause
+ * lets it finish before shutdown() writes the checkpoint, so the quick shutdown first waits for
+ * those threads. (Two of them started together still race each other: that is RocketMQ's.)
  */
 final class QuickShutdown {
     private QuickShutdown() {
+    }
+
+    /** Waits (at most 10 s each) for every FlushIndexFileThread still running. */
+    static void awaitIndexFlushes() {
+        for (Thread t : Thread.getAllStackTraces().keySet()) {
+            if ("FlushIndexFileThread".equals(t.getName())) {
+                try {
+                    t.join(10_000);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return;
+                }
+            }
+        }
     }
 
     static void run(Runnable shutdown) {
@@ -20,6 +39,7 @@ final class QuickShutdown {
             shutdown.run();
             return;
         }
+        awaitIndexFlushes();
         final Thread caller = Thread.currentThread();
         final Object lock = new Object();
         final boolean[] over = {false};

@@ -202,6 +202,7 @@ final class Viewer {
         v.add("files_after_rocketmq_shutdown", files);
         v.add("index_files_after_rocketmq_shutdown_in_name_order", idx);
         nonCanon.add("index_file_names_after_rocketmq_shutdown", idxNames);
+        nonCanon.add("checkpoint_raw_after_rocketmq_shutdown", rawCheckpoint(root.resolve("checkpoint")));
         if (rocks.size() > 0) {
             nonCanon.add("rocksdb_files_after_rocketmq_shutdown", rocks);
         }
