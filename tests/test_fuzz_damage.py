@@ -540,6 +540,27 @@ def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_commitl
             and p.read_bytes()[:163529 - 131072] == bytes(b[:163529 - 131072]))
 
 
+def test_where_the_broker_refuses_the_store_a_queue_cut_whole_is_written_anew_in_the_one_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1035645: ``delay``'s %RETRY%GroupD/0 file cut to 639 bytes (the broker
+    refuses the store) with bit flips that send both its units past the commitlog's end.
+    The truncation at the end offset takes the queue whole; the next start loads no file
+    of it, and its reput, from the other queues' maximum, writes it anew. recover's
+    settling of the next starts still counted the queue's old maximum (the end offset it
+    holds in memory, and its maximum as a queue left alone), so the second run wrote it
+    (status 5, then 1). Now the one run does, and the second has nothing to do."""
+    root = copy(tmp_path, "delay")
+    f = root / "consumequeue" / "%RETRY%GroupD" / "0" / "00000000000000000000"
+    b = bytearray(f.read_bytes()[:639])
+    for i, v in {5: 16, 9: 2, 10: 32, 16: 16, 24: 32, 33: 8}.items():
+        b[i] ^= v
+    f.write_bytes(bytes(b))
+    runs = _recover_runs(capsys, tmp_path, root, quiet=False)
+    assert "this run also cut the consume queues as its next 1 start(s) would" in runs[0].out
+    assert _codes(runs) == [5, 0, 0] and _settled(runs)
+    assert f.stat().st_size == 640 and _units(root, "%RETRY%GroupD", 0) == 2
+
+
 def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak seed 1012006: ``delay`` without its commitlog directory and SCHEDULE_TOPIC_XXXX/3's

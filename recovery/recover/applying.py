@@ -381,12 +381,20 @@ def _settle_next_starts(a: _Applying) -> None:
     process = a.process
     for _ in range(_NEXT_STARTS):
         before = {k: (tuple(q.bases), q.write) for k, q in a.queues.items()}
+        emptied = False
+        for q in a.queues.values():
+            if not q.bases and q.max_phy >= 0:
+                # a queue whose every file went: the next start loads none, so it counts
+                # -1, not the end offset the truncation left it in memory, and that start's
+                # reput (from the other queues' maximum) writes it anew
+                q.max_phy = -1
+                emptied = True
         if max((q.max_phy for q in a.queues.values()), default=-1) >= process:
             for q in a.queues.values():
                 q.truncate(process)
         for q in a.queues.values():
             q.settle()
-        if {k: (tuple(q.bases), q.write) for k, q in a.queues.items()} == before:
+        if not emptied and {k: (tuple(q.bases), q.write) for k, q in a.queues.items()} == before:
             return
         a.settled_starts += 1
         _startup_reput(a, True)

@@ -167,6 +167,7 @@ class RecoveryContext:
     frozen: set[tuple[str, int]] = field(default_factory=set)  # queues apply never writes
     blocked: list[str] = field(default_factory=list)  # commitlog files that stop recover from applying anything
     frozen_max: int = -1  # the frozen queues' maxPhysicOffset (-1: none)
+    frozen_each: dict[tuple[str, int], int] = field(default_factory=dict)  # each frozen queue's maxPhysicOffset
     broker_refuses: bool | None = None  # whether the broker refuses to load the store (None: not asked)
     settle: bool = False  # apply settles the queues as the broker's next starts would (the broker refuses the store)
     hints: Any = None  # the consume queues' offsets, reused by apply's dispatch

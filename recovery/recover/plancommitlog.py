@@ -260,6 +260,9 @@ def _unfreeze_queues_cut_whole(p: _Planning) -> None:
         st = _recover_queue_files(files, Fcq, p.profile)
         p.ctx.queue_states[key] = st
         p.ctx.frozen.discard(key)
+        # (its files go: it no longer holds the frozen queues' maximum up, which the next
+        # starts' reput, done here where the broker refuses the store, must not count)
+        p.ctx.frozen_max = max((v for k, v in p.ctx.frozen_each.items() if k in p.ctx.frozen), default=-1)
         plan.queues.append(QueuePlan(key[0], key[1], len(files), st.write_offset, st.max_physic_offset,
                                      [_rel(p.store, f.path) for f in st.removed]))
         rels = {_rel(p.store, f.path) for f in files}

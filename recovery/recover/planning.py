@@ -139,7 +139,8 @@ def _plan_queues(store: Store, profile: BrokerProfile, ctx: RecoveryContext,
             # file renamed 00000000000000000001 is file 1, misaligned or not: soak seed
             # 1025539, whose last record only such a file holds, was dispatched again by
             # every run, moving the checkpoint's logicsMsgTimestamp)
-            ctx.frozen_max = max(ctx.frozen_max, _recover_queue_files(list(qfiles), Fcq, profile).max_physic_offset)
+            ctx.frozen_each[(t, q)] = _recover_queue_files(list(qfiles), Fcq, profile).max_physic_offset
+            ctx.frozen_max = max(ctx.frozen_max, ctx.frozen_each[(t, q)])
             max_cq = max(max_cq, ctx.frozen_max)
             continue
         st = _recover_queue_files(qfiles, Fcq, profile)
