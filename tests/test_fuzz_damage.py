@@ -561,6 +561,28 @@ def test_where_the_broker_refuses_the_store_a_queue_cut_whole_is_written_anew_in
     assert f.stat().st_size == 640 and _units(root, "%RETRY%GroupD", 0) == 2
 
 
+def test_recover_does_the_next_starts_walk_where_that_start_would_abort_on_a_totalsize_no_jvm_array_holds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1039718: ``clean`` with TOTALSIZE -2^31 at 196608+11166 (the walk from the
+    last three files stops there and removes two files) and 2^31-1 at 131072+891. The
+    next normal start walks from 65536 and meets the second, whose TOTALSIZE no JVM array
+    holds: before 5.3.2 that start aborts (OutOfMemoryError, quirk Q10; the broker's own
+    behaviour: tests/oracle/test_fixed_point_oracle.py), and the second run cut there
+    (status 5, then 1). No start follows to leave it to: the one run walks from there too,
+    says why, and leaves a store the broker starts on; the second has nothing to do."""
+    root = copy(tmp_path, "clean")
+    for name, pos, total in (("00000000000000196608", 11166, -(1 << 31)), ("00000000000000131072", 891, (1 << 31) - 1)):
+        p = root / "commitlog" / name
+        b = bytearray(p.read_bytes())
+        struct.pack_into(">i", b, pos, total)
+        p.write_bytes(bytes(b))
+    runs = _recover_runs(capsys, tmp_path, root, quiet=False)
+    assert "the broker's next normal start would abort at the record at commitlog offset 131963" in runs[0].out
+    assert _codes(runs)[1:] == [0, 0] and _settled(runs)
+    assert sorted(f.name for f in (root / "commitlog").iterdir()) == [
+        "00000000000000000000", "00000000000000065536", "00000000000000131072"]
+
+
 def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak seed 1012006: ``delay`` without its commitlog directory and SCHEDULE_TOPIC_XXXX/3's

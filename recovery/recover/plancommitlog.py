@@ -14,7 +14,7 @@ from ..broker import MODE_NORMAL, index_header_load, start_file_index, truncate_
 from ..indexkeep import NO_END, check_index_file
 from ..scan import file_has_nonzero, queue_hint_runs
 from ..store import StoreFile
-from .model import UNREAD_DAMAGE, CommitlogCut, Problem, QueuePlan, RemovedFile
+from .model import UNREAD_DAMAGE, CommitlogCut, FileScan, Problem, QueuePlan, RemovedFile
 from .planindex import _index_keep_candidates
 from .planstate import _Planning, _rel
 from .queues import _cq_units, _recover_queue_files, broker_refuses, settle_queue
@@ -103,16 +103,20 @@ _WALK_STOPPED = "the walk stopped at commitlog offset "
 
 
 def _plan_refused_next_starts(p: _Planning) -> None:
-    """Where the broker refuses the store, no start of its follows this run to walk the
-    commitlog again: its next normal start would walk from the third-last of the files
+    """Where no start of the broker follows this run to walk the commitlog again, this run
+    does that walk too: its next normal start would walk from the third-last of the files
     this run leaves, with the CRC, and cut where that walk stops. When files are removed
     here, that start file moves back to files this run did not read; if the walk from
     there stops earlier, this run walks from there too (its cut and the next start's in
-    one), until the start file stays, so that a second run has nothing to cut. (Where the
-    broker starts, its next start is the behaviour to follow: step 4a reports the damage.)"""
+    one), until the start file stays, so that a second run has nothing to cut. No start
+    follows where the broker refuses the store, or where that walk stops at a record
+    whose start aborts the broker (quirk Q10, :func:`_start_aborts`): left there, the
+    broker would not start on what this run leaves. (Where the broker starts and walks
+    on, its next start is the behaviour to follow: step 4a reports the damage.)"""
     files, plan = p.files, p.plan
-    if plan.mode != MODE_NORMAL or p.profile.normal_recovery_walkback or not _broker_refuses(p):
+    if plan.mode != MODE_NORMAL or p.profile.normal_recovery_walkback:
         return
+    refused = _broker_refuses(p)
     for _ in range(len(files)):
         nxt = max(0, sum(1 for f in files if f.base <= p.process) - 3)
         if nxt >= p.start:
@@ -120,6 +124,9 @@ def _plan_refused_next_starts(p: _Planning) -> None:
         again = scan_files(p.store, p.profile, files[nxt:p.start], check_crc=p.opts.check_crc, jobs=p.opts.jobs)
         if all(s.blank for s in again):
             return  # (the walk from there reaches this run's start file: the same end)
+        aborts = _start_aborts(p, again)
+        if not refused and aborts is None:
+            return
         was = files[p.start].name
         moved = {f"commitlog/{f.name}" for f in files[nxt:p.start]}
         plan.problems = [pr for pr in plan.problems if not (pr.code == UNREAD_DAMAGE and pr.path in moved)]
@@ -130,10 +137,51 @@ def _plan_refused_next_starts(p: _Planning) -> None:
         plan.bytes_to_scan = sum(min(f.size, p.F) for f in files[nxt:])
         plan.notes = [n for n in plan.notes if not n.startswith(_WALK_STOPPED)]
         _plan_process_offset(p)
+        why = ("the broker refuses this store, so no start of its follows this run" if aborts is None else
+               f"the broker's next normal start would abort at the record at commitlog offset {aborts[0]} "
+               f"(TOTALSIZE {aborts[1]}: no JVM array holds it, OutOfMemoryError, quirk Q10)")
         plan.notes.append(
-            f"the broker refuses this store, so no start of its follows this run: the walk from commitlog/{was} "
-            f"removes files, and the broker's next normal start would walk from commitlog/{files[nxt].name} "
-            f"(the third-last file left) and stop earlier; this run walks from there (end offset {p.process})")
+            f"{why}: the walk from commitlog/{was} removes files, and the broker's next normal start would walk "
+            f"from commitlog/{files[nxt].name} (the third-last file left) and stop earlier; this run walks from "
+            f"there (end offset {p.process})")
+
+
+def _note_q10(p: _Planning) -> None:
+    """Where the walk stops at a record whose start aborts the broker (quirk Q10), say so:
+    recover cuts there as at any invalid record; the broker does not start at all."""
+    q10 = _start_aborts(p, p.scans)
+    if q10 is not None and q10[0] == p.process and not any("quirk Q10)" in n for n in p.plan.notes):
+        p.plan.notes.append(f"quirk Q10: the broker's own start aborts at the record at commitlog offset {q10[0]} "
+                            f"(TOTALSIZE {q10[1]}: no JVM array holds it, OutOfMemoryError); recover cuts there, and "
+                            "the broker starts on what it leaves")
+
+
+# HotSpot's largest byte[] is Integer.MAX_VALUE - 2 elements; a larger one raises
+# OutOfMemoryError ("Requested array size exceeds VM limit") whatever the heap
+_JVM_MAX_BYTE_ARRAY = (1 << 31) - 3
+
+
+def _start_aborts(p: _Planning, walked: list[FileScan]) -> tuple[int, int] | None:
+    """Quirk Q10: before 5.3.2 checkMessageAndReturnSize allocates a TOTALSIZE-byte array
+    before any check, so a record whose TOTALSIZE no JVM array can hold raises
+    OutOfMemoryError, an Error recovery does not catch: the broker's start aborts. Where
+    the walk over ``walked`` stops at such a record: (its offset, its TOTALSIZE); else
+    None. (Smaller absurd sizes fail or not by the broker's heap: not claimed.)"""
+    if p.profile.remaining_checks:
+        return None
+    s = next((s for s in walked if not s.blank), None)
+    if s is None:
+        return None
+    f = next(f for f in p.files if f.name == s.name)
+    with open(f.path, "rb") as fh:
+        fh.seek(s.stop_pos)
+        head = fh.read(cl.PREFIX.size)
+    if len(head) < cl.PREFIX.size:
+        return None
+    total, magic = cl.PREFIX.unpack(head)
+    if (magic == cl.MAGIC_V1 or (magic == cl.MAGIC_V2 and p.profile.accepts_v2)) and total > _JVM_MAX_BYTE_ARRAY:
+        return s.base + s.stop_pos, total
+    return None
 
 
 def _salvage_count(p: _Planning, f: StoreFile, pos: int, end: int | None) -> tuple[int, int]:

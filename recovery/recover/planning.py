@@ -8,6 +8,7 @@ from ..store import Store
 from ..versions import BrokerProfile
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
 from .plancommitlog import (
+    _note_q10,
     _plan_commitlog_cuts,
     _plan_cq_truncation,
     _plan_next_normal_start,
@@ -57,6 +58,7 @@ def plan_recovery(
     _plan_walks(p)
     _plan_process_offset(p)
     _plan_refused_next_starts(p)
+    _note_q10(p)
     _plan_commitlog_cuts(p)
     _plan_next_normal_start(p)
     _plan_cq_truncation(p)

@@ -127,3 +127,37 @@ def test_a_queue_walk_from_the_third_last_file_drops_a_file_at_the_second_start_
         assert files == sorted(p.name for p in (theirs / "consumequeue/TopicB/1").iterdir()), f"start {i + 1}"
         seen.append((code, len(files), view["consume_queues"]["TopicB/1"]["max_offset"]))
     assert seen == [(1, 2, 56), (1, 1, 4), (0, 1, 4)]  # recover's status, the queue's files, the broker's queue end
+
+
+def _q10_store(tmp_path: Path) -> Path:
+    """``clean`` with the TOTALSIZE of the last file's first record (in every start's walk)
+    set to Integer.MAX_VALUE."""
+    store = tmp_path / "store"
+    shutil.copytree(fd.REAL / "clean" / "store", store, symlinks=True)
+    p = store / "commitlog" / "00000000000000327680"
+    p.chmod(0o644)
+    b = bytearray(p.read_bytes())
+    b[0:4] = (0x7FFFFFFF).to_bytes(4, "big")
+    p.write_bytes(bytes(b))
+    return store
+
+
+@pytest.mark.parametrize(("version", "aborts"), [("4.9.4", True), ("5.1.4", True), ("5.3.3", False)])
+def test_a_totalsize_no_jvm_array_holds_aborts_the_brokers_start_before_5_3_2(
+        oracle: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, aborts: bool) -> None:
+    """Quirk Q10: before 5.3.2 the broker's walk allocates TOTALSIZE bytes before any check,
+    and a TOTALSIZE of Integer.MAX_VALUE raises OutOfMemoryError, which its recovery does not
+    catch: the start aborts. 5.3.2+ checks the bytes remaining first and cuts there.
+    recover cuts there for every version, and says which brokers would not start."""
+    store = _q10_store(tmp_path)
+    if aborts:
+        with pytest.raises(Exception) as e:  # noqa: PT011 - the harness's error carries the JVM's
+            oracle.view(version, store, fd.fixture_config("clean"))
+        assert "OutOfMemoryError: Requested array size exceeds VM limit" in str(e.value)
+    else:
+        view = oracle.view(version, store, fd.fixture_config("clean"))
+        assert view["load_ok"] and view["after_load_before_start"]["commitlog_max_offset"] == 327680
+    code = run(["recover", "--dry-run", "--broker-version", version, str(store)])
+    out = capsys.readouterr().out
+    assert code == 4 and "the walk stopped at commitlog offset 327680" in out  # (4: a dry run with changes to make)
+    assert ("quirk Q10: the broker's own start aborts at the record at commitlog offset 327680" in out) == aborts
