@@ -104,6 +104,8 @@ def command(broker_version: str, groups: tuple[str, ...], topics: tuple[str, ...
             sys.stdout.write(dumps({"schema_version": SCHEMA_VERSION, **report.to_dict()}) + "\n")
         elif fmt == "jsonl":
             render(iter(report.rows), "jsonl", ROW_COLUMNS)
+        elif not report.rows and not report.groups and not report.files:
+            click.echo(f"rmqtool offsets {store.root}: no consumer offsets found (no offset file under config/)")
         else:
             render(iter(report.rows), "table", ROW_COLUMNS, title=f"rmqtool offsets {store.root}")
             render(iter(report.groups), "table", GROUP_COLUMNS, title="per group")

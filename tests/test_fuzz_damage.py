@@ -583,6 +583,24 @@ def test_recover_does_the_next_starts_walk_where_that_start_would_abort_on_a_tot
         "00000000000000000000", "00000000000000065536", "00000000000000131072"]
 
 
+def test_without_a_commitlog_every_queue_file_goes_even_one_whose_first_unit_is_negative(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1042800: ``crash_midwrite`` without its commitlog and a 1-byte stray ``12``
+    in TopicB/0 (read zero-padded, its unit points below 0). The broker destroys every
+    consume queue; recover's model cut each queue at 0, which keeps a file whose first unit
+    points below 0, and then forgot the files: ``offsets`` failed with an internal error
+    (KeyError). Now every queue is empty, and the empty answer is said."""
+    root = copy(tmp_path, "crash_midwrite")
+    shutil.rmtree(root / "commitlog")
+    (root / "consumequeue" / "TopicB" / "0" / "12").write_bytes(b"\x8c")
+    code, out, err = cli(capsys, "offsets", str(root), "--format", "table")
+    assert code == 0 and "internal error" not in err
+    assert "no consumer offsets found" in out
+    code, out, err = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b"))
+    assert code in (1, 5) and "internal error" not in err
+    assert not any((root / "consumequeue").rglob("0000*"))
+
+
 def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak seed 1012006: ``delay`` without its commitlog directory and SCHEDULE_TOPIC_XXXX/3's
