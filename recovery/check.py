@@ -79,6 +79,21 @@ class Checked(NamedTuple):
         return self.ok and self.size == 0
 
 
+# HotSpot's largest byte[] is Integer.MAX_VALUE - 2 elements; a larger one raises
+# OutOfMemoryError ("Requested array size exceeds VM limit") whatever the heap
+JVM_MAX_BYTE_ARRAY = (1 << 31) - 3
+
+
+def aborts_broker_start(total: int, magic: int, profile: BrokerProfile) -> bool:
+    """Quirk Q10: before 5.3.2 ``checkMessageAndReturnSize`` allocates a TOTALSIZE-byte
+    array before any check, once the MAGIC is a message's; a TOTALSIZE no JVM array can
+    hold raises OutOfMemoryError, an Error recovery does not catch: the broker's start
+    aborts. (Smaller absurd sizes fail or not by the broker's heap: not claimed.)"""
+    if profile.remaining_checks:
+        return False
+    return (magic == cl.MAGIC_V1 or (magic == cl.MAGIC_V2 and profile.accepts_v2)) and total > JVM_MAX_BYTE_ARRAY
+
+
 def java_parse_int(text: str) -> int | None:
     """``Integer.parseInt``: optional sign, decimal digits (Unicode Nd too), int32 range."""
     body = text[1:] if text[:1] in "+-" else text

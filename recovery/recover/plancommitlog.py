@@ -156,21 +156,12 @@ def _note_q10(p: _Planning) -> None:
                             "the broker starts on what it leaves")
 
 
-# HotSpot's largest byte[] is Integer.MAX_VALUE - 2 elements; a larger one raises
-# OutOfMemoryError ("Requested array size exceeds VM limit") whatever the heap
-_JVM_MAX_BYTE_ARRAY = (1 << 31) - 3
-
-
 def _start_aborts(p: _Planning, walked: list[FileScan]) -> tuple[int, int] | None:
-    """Quirk Q10: before 5.3.2 checkMessageAndReturnSize allocates a TOTALSIZE-byte array
-    before any check, so a record whose TOTALSIZE no JVM array can hold raises
-    OutOfMemoryError, an Error recovery does not catch: the broker's start aborts. Where
-    the walk over ``walked`` stops at such a record: (its offset, its TOTALSIZE); else
-    None. (Smaller absurd sizes fail or not by the broker's heap: not claimed.)"""
-    if p.profile.remaining_checks:
-        return None
+    """Where the walk over ``walked`` stops at a record whose start aborts the broker
+    (quirk Q10, :func:`recovery.check.aborts_broker_start`): (its offset, its TOTALSIZE);
+    else None."""
     s = next((s for s in walked if not s.blank), None)
-    if s is None:
+    if s is None or p.profile.remaining_checks:
         return None
     f = next(f for f in p.files if f.name == s.name)
     with open(f.path, "rb") as fh:
@@ -179,9 +170,7 @@ def _start_aborts(p: _Planning, walked: list[FileScan]) -> tuple[int, int] | Non
     if len(head) < cl.PREFIX.size:
         return None
     total, magic = cl.PREFIX.unpack(head)
-    if (magic == cl.MAGIC_V1 or (magic == cl.MAGIC_V2 and p.profile.accepts_v2)) and total > _JVM_MAX_BYTE_ARRAY:
-        return s.base + s.stop_pos, total
-    return None
+    return (s.base + s.stop_pos, total) if ck.aborts_broker_start(total, magic, p.profile) else None
 
 
 def _salvage_count(p: _Planning, f: StoreFile, pos: int, end: int | None) -> tuple[int, int]:

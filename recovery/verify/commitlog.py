@@ -281,6 +281,10 @@ class _ClCheck:
             out.append(self._torn(rel, e, g_off, info, what, where))
             return
         stops = "the broker's record walk stops here" if e.main else "after earlier damage"
+        q10 = e.main and self._aborts_start(fs, e.pos)
+        if q10:
+            stops = (f"the broker's start aborts at this record (TOTALSIZE {q10}: no JVM array holds it, "
+                     "OutOfMemoryError, quirk Q10): it does not start until the record is cut")
         cut = ""
         if e.main and self.po == g_off:
             n_cut = self.outlook[self.mode]['records_cut']
@@ -289,6 +293,18 @@ class _ClCheck:
                 f" ({n_cut} intact messages after this record; {why or 'rmqtool repair keeps them'})" if n_cut else "")
         out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: {stops}{cut}", reason=e.reason, field=e.field,
                            broker_stop=e.main, **info))
+
+    def _aborts_start(self, fs: FileScan, pos: int) -> int:
+        """The record's TOTALSIZE where it aborts the broker's start (quirk Q10), else 0."""
+        if self.profile.remaining_checks:
+            return 0
+        with open(fs.file.path, "rb") as fh:
+            fh.seek(pos)
+            head = fh.read(cl.PREFIX.size)
+        if len(head) < cl.PREFIX.size:
+            return 0
+        total, magic = cl.PREFIX.unpack(head)
+        return total if ck.aborts_broker_start(total, magic, self.profile) else 0
 
     @staticmethod
     def _torn(rel: str, e: Event, g_off: int, info: dict[str, Any], what: str, where: str) -> Finding:

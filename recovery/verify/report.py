@@ -36,7 +36,10 @@ CODES: dict[str, tuple[str, str]] = {
     "CL_V2_UNSUPPORTED": (ERROR, "a V2 record (5.1.0+ magic), which the emulated broker version cannot read: its walk stops there"),
     "CL_TRUNCATED_RECORD": (ERROR, "a record that runs past the end of its file"),
     "CL_BAD_LENGTH": (ERROR, "a negative TOTALSIZE or topic length, or a field longer than the whole record"),
-    "CL_SIZE_MISMATCH": (ERROR, "TOTALSIZE differs from the length computed from the record's fields"),
+    "CL_SIZE_MISMATCH": (ERROR, "TOTALSIZE differs from the length computed from the record's fields. Where the broker's "
+                         "walk stops there and TOTALSIZE is Integer.MAX_VALUE or one less (more than any JVM array holds), "
+                         "the finding says that the broker's start aborts there (OutOfMemoryError, quirk Q10, before "
+                         "5.3.2): it does not start until the record is cut (rmqtool recover)"),
     "CL_BODY_CRC": (ERROR, "the body CRC (crc32 & 0x7FFFFFFF) does not match the body. Under checkCRCOnRecover=false (--no-crc or --broker-config) the broker's recovery does not check it and keeps the record: the finding says so, and the recovery outlook walks on past it"),
     "CL_BAD_DELAY_LEVEL": (ERROR, "a SCHEDULE_TOPIC_XXXX record whose DELAY property is not an int: the broker rejects the record"),
     "CL_BAD_INNER_BATCH": (ERROR, "a 5.x inner-batch record whose INNER_NUM is not a Java short or INNER_BASE not a Java long"),

@@ -7,6 +7,7 @@ often on another copy."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -161,3 +162,6 @@ def test_a_totalsize_no_jvm_array_holds_aborts_the_brokers_start_before_5_3_2(
     out = capsys.readouterr().out
     assert code == 4 and "the walk stopped at commitlog offset 327680" in out  # (4: a dry run with changes to make)
     assert ("quirk Q10: the broker's own start aborts at the record at commitlog offset 327680" in out) == aborts
+    run(["verify", "--broker-version", version, "--format", "json", str(store)])
+    stops = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["physical_offset"] == 327680 and f["severity"] == "error"]
+    assert len(stops) == 1 and ("the broker's start aborts at this record" in stops[0]["message"]) == aborts
