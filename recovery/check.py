@@ -79,8 +79,10 @@ class Checked(NamedTuple):
         return self.ok and self.size == 0
 
 
-# HotSpot's largest byte[] is Integer.MAX_VALUE - 2 elements; a larger one raises
-# OutOfMemoryError ("Requested array size exceeds VM limit") whatever the heap
+# HotSpot's largest byte[] is Integer.MAX_VALUE - 2 elements with compressed class
+# pointers (the default), - 3 without; a larger one raises OutOfMemoryError ("Requested
+# array size exceeds VM limit") whatever the heap. Only the two sizes above the smaller
+# bound (MAX_VALUE, MAX_VALUE - 1) are claimed: they fail under either.
 JVM_MAX_BYTE_ARRAY = (1 << 31) - 3
 
 

@@ -601,6 +601,73 @@ def test_without_a_commitlog_every_queue_file_goes_even_one_whose_first_unit_is_
     assert not any((root / "consumequeue").rglob("0000*"))
 
 
+def test_a_walk_moved_back_that_finds_no_record_leaves_no_last_valid_offset(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review of the next-start walk: ``clean`` with a stray ``.hidden`` (the broker refuses
+    the store) and TOTALSIZE -1 at 199372 and at 65536. The walk moves back to file 65536
+    and finds no valid record there; the plan kept the first walk's last valid record
+    (198958, past the new end), which 5.1.1+ writes as the checkpoint's confirm offset."""
+    root = copy(tmp_path, "clean")
+    for name, pos in (("00000000000000196608", 199372 - 196608), ("00000000000000065536", 0)):
+        p = root / "commitlog" / name
+        b = bytearray(p.read_bytes())
+        struct.pack_into(">i", b, pos, -1)
+        p.write_bytes(bytes(b))
+    (root / "consumequeue" / "TopicA" / "0" / ".hidden").write_bytes(b"E")
+    _, out, _ = cli(capsys, "recover", "--dry-run", "--broker-version", "5.1.4", "--format", "json", str(root))
+    plan = json.loads(out)["plan"]
+    assert (plan["start_offset"], plan["end_offset"], plan["last_valid_offset"]) == (65536, 65536, -1)
+
+
+def test_verify_says_the_broker_aborts_only_where_its_recovery_walk_stops(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review of quirk Q10 in verify: every file's own walk stops at its first bad record,
+    but the broker's start aborts only where its recovery walk stops. TOTALSIZE
+    Integer.MAX_VALUE at the start of file 0 (normal recovery starts at 196608): not
+    claimed. On the last record of the data with the abort file present: claimed, where
+    the torn-record finding had hidden it."""
+    first = copy(tmp_path / "a", "clean")
+    p = first / "commitlog" / "00000000000000000000"
+    b = bytearray(p.read_bytes())
+    struct.pack_into(">i", b, 0, 0x7FFFFFFF)
+    p.write_bytes(bytes(b))
+    _, out, _ = cli(capsys, "verify", str(first), "--broker-version", "4.9.4", "--format", "json")
+    assert not any("start aborts" in f["message"] for f in json.loads(out)["findings"])
+    last = copy(tmp_path / "b", "clean")
+    (last / "abort").write_bytes(b"")
+    p = last / "commitlog" / "00000000000000327680"
+    b = bytearray(p.read_bytes())
+    struct.pack_into(">i", b, 377646 - 327680, 0x7FFFFFFF)
+    p.write_bytes(bytes(b))
+    _, out, _ = cli(capsys, "verify", str(last), "--broker-version", "4.9.4", "--format", "json")
+    at = {f["code"]: f["message"] for f in json.loads(out)["findings"] if f["physical_offset"] == 377646}
+    assert "CL_TORN_MESSAGE" not in at and "the broker's start aborts at this record" in at["CL_SIZE_MISMATCH"]
+
+
+def test_an_abnormal_run_names_a_record_that_aborts_the_next_normal_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Quirk Q10 where the run is abnormal: the checkpoint puts the start at the last file,
+    and TOTALSIZE Integer.MAX_VALUE opens file 262144, before it. The run does not read that
+    file (the abnormal walk, dispatch and index rules from a moved start are not emulated),
+    but the next, normal, start walks from the third-last file and aborts there: the
+    problem says so, and the second run cuts it, after which the broker starts."""
+    root = copy(tmp_path, "clean")
+    (root / "abort").write_bytes(b"")
+    ck = root / "checkpoint"
+    b = bytearray(ck.read_bytes())
+    struct.pack_into(">qqq", b, 0, 1900000000000, 1900000000000, 1900000000000)
+    ck.write_bytes(bytes(b))
+    p = root / "commitlog" / "00000000000000262144"
+    b = bytearray(p.read_bytes())
+    struct.pack_into(">i", b, 0, 0x7FFFFFFF)
+    p.write_bytes(bytes(b))
+    runs = _recover_runs(capsys, tmp_path, root, quiet=False)
+    assert "commitlog/00000000000000262144 at offset 262144" in runs[0].err
+    assert "the broker's next normal start will (its last three files include it) and abort there" in runs[0].err
+    assert _codes(runs) == [5, 1, 0]
+    assert "quirk Q10: the broker's own start aborts at the record at commitlog offset 262144" in runs[1].out
+
+
 def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak seed 1012006: ``delay`` without its commitlog directory and SCHEDULE_TOPIC_XXXX/3's

@@ -83,6 +83,7 @@ def _plan_process_offset(p: _Planning) -> None:
         break
     last = scans[stop_idx - start]
     p.data_end = files[start].base
+    plan.last_valid_offset = -1  # (a walk moved back may find none)
     for s in reversed(scans[: stop_idx - start + 1]):
         if s.last_record_pos >= 0:
             plan.last_valid_offset = s.base + s.last_record_pos
@@ -121,7 +122,7 @@ def _plan_refused_next_starts(p: _Planning) -> None:
         nxt = max(0, sum(1 for f in files if f.base <= p.process) - 3)
         if nxt >= p.start:
             return
-        again = scan_files(p.store, p.profile, files[nxt:p.start], check_crc=p.opts.check_crc, jobs=p.opts.jobs)
+        again = _next_walk(p, nxt)
         if all(s.blank for s in again):
             return  # (the walk from there reaches this run's start file: the same end)
         aborts = _start_aborts(p, again)
@@ -154,6 +155,15 @@ def _note_q10(p: _Planning) -> None:
         p.plan.notes.append(f"quirk Q10: the broker's own start aborts at the record at commitlog offset {q10[0]} "
                             f"(TOTALSIZE {q10[1]}: no JVM array holds it, OutOfMemoryError); recover cuts there, and "
                             "the broker starts on what it leaves")
+
+
+def _next_walk(p: _Planning, nxt: int) -> list[FileScan]:
+    """The next normal start's walk (with the CRC) of the files from ``nxt`` to this run's
+    start file, done once per range (step 4a asks again)."""
+    if p.next_walk is None or p.next_walk[:2] != (nxt, p.start):
+        p.next_walk = (nxt, p.start, scan_files(p.store, p.profile, p.files[nxt:p.start], check_crc=p.opts.check_crc,
+                                                jobs=p.opts.jobs))
+    return p.next_walk[2]
 
 
 def _start_aborts(p: _Planning, walked: list[FileScan]) -> tuple[int, int] | None:
@@ -225,9 +235,21 @@ def _plan_next_normal_start(p: _Planning) -> None:
     if nxt >= start:
         return
     reported = {pr.path for pr in plan.problems if pr.code == UNREAD_DAMAGE}
-    again = scan_files(p.store, p.profile, files[nxt:start], check_crc=p.opts.check_crc, jobs=p.opts.jobs)
+    again = _next_walk(p, nxt)
+    first = next((s for s in again if not s.blank), None)
+    aborts = _start_aborts(p, again)
     for s in again:
-        if not s.blank and f"commitlog/{s.name}" not in reported:
+        path = f"commitlog/{s.name}"
+        if s is first and aborts is not None:
+            # (found by the walk before the start file too: said here as what it does)
+            plan.problems = [pr for pr in plan.problems if not (pr.code == UNREAD_DAMAGE and pr.path == path)]
+            plan.problems.append(Problem(
+                UNREAD_DAMAGE, path, aborts[0],
+                f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records: "
+                "this recovery does not read this file, but the broker's next normal start will (its last three "
+                f"files include it) and abort there (TOTALSIZE {aborts[1]}: no JVM array holds it, OutOfMemoryError, "
+                "quirk Q10): the broker will not start on what this run leaves until a second recover cuts it"))
+        elif not s.blank and path not in reported:
             plan.problems.append(Problem(
                 UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
                 f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records, "

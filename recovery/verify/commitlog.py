@@ -277,11 +277,12 @@ class _ClCheck:
                                "(checkCRCOnRecover=false: its walk checks no CRC) and serves its damaged bytes",
                                reason=e.reason, field=e.field, broker_stop=False, **info))
             return
-        if self.after(g_off) == 0 and self.abort and e.kind in ("gap", "damaged") and not short:
+        # (only where the recovery walk stops: each file's own walk stops too)
+        q10 = self._aborts_start(fs, e.pos) if e.main and self.po == g_off else 0
+        if not q10 and self.after(g_off) == 0 and self.abort and e.kind in ("gap", "damaged") and not short:
             out.append(self._torn(rel, e, g_off, info, what, where))
             return
         stops = "the broker's record walk stops here" if e.main else "after earlier damage"
-        q10 = e.main and self._aborts_start(fs, e.pos)
         if q10:
             stops = (f"the broker's start aborts at this record (TOTALSIZE {q10}: no JVM array holds it, "
                      "OutOfMemoryError, quirk Q10): it does not start until the record is cut")
