@@ -983,9 +983,18 @@ def copy_tree_holes_kept(src: Path, dst: Path) -> None:
 
 
 def broker_starts(store: Path, fixture: str, n: int = 2, version: str = "4.9.4") -> list[dict]:
-    """The broker's views after starting ``store`` (changed in place) ``n`` times."""
+    """The broker's views after starting ``store`` (changed in place) ``n`` times. The JVM
+    gets the broker's own default heap (runbroker.sh: -Xmx8g), not the harness's 768 MiB:
+    a damaged store may hold a 1 GiB config file, which the broker reads whole (seed
+    1046035: out of memory at 768 MiB and at 4 GiB, the broker's Q6 repeat at 8 GiB)."""
     h = _oracle_harness()
-    return [h.view(version, store, fixture_config(fixture), no_copy=True) for _ in range(n)]
+    xmx = os.environ.get("ROCKETMQ_ORACLE_XMX")
+    os.environ["ROCKETMQ_ORACLE_XMX"] = xmx or "8g"
+    try:
+        return [h.view(version, store, fixture_config(fixture), no_copy=True) for _ in range(n)]
+    finally:
+        if xmx is None:
+            del os.environ["ROCKETMQ_ORACLE_XMX"]
 
 
 def recover_vs_broker(seed: int, dest: Path, kind: str | None = None) -> tuple[bool, str]:
