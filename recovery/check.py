@@ -9,6 +9,7 @@ outcome also carries a reason code, which the broker does not give, for findings
 
 from __future__ import annotations
 
+import os
 from array import array
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict, Unpack
@@ -94,6 +95,20 @@ def aborts_broker_start(total: int, magic: int, profile: BrokerProfile) -> bool:
     if profile.remaining_checks:
         return False
     return (magic == cl.MAGIC_V1 or (magic == cl.MAGIC_V2 and profile.accepts_v2)) and total > JVM_MAX_BYTE_ARRAY
+
+
+def start_aborting_size(path: str | os.PathLike[str], pos: int, profile: BrokerProfile) -> int:
+    """The TOTALSIZE of the record at ``pos`` of the commitlog file ``path`` where it aborts
+    the broker's start (:func:`aborts_broker_start`), else 0 (8 bytes read)."""
+    if profile.remaining_checks:
+        return 0
+    with open(path, "rb") as fh:
+        fh.seek(pos)
+        head = fh.read(cl.PREFIX.size)
+    if len(head) < cl.PREFIX.size:
+        return 0
+    total, magic = cl.PREFIX.unpack(head)
+    return total if aborts_broker_start(total, magic, profile) else 0
 
 
 def java_parse_int(text: str) -> int | None:

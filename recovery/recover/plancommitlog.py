@@ -171,16 +171,11 @@ def _start_aborts(p: _Planning, walked: list[FileScan]) -> tuple[int, int] | Non
     (quirk Q10, :func:`recovery.check.aborts_broker_start`): (its offset, its TOTALSIZE);
     else None."""
     s = next((s for s in walked if not s.blank), None)
-    if s is None or p.profile.remaining_checks:
+    if s is None:
         return None
     f = next(f for f in p.files if f.name == s.name)
-    with open(f.path, "rb") as fh:
-        fh.seek(s.stop_pos)
-        head = fh.read(cl.PREFIX.size)
-    if len(head) < cl.PREFIX.size:
-        return None
-    total, magic = cl.PREFIX.unpack(head)
-    return (s.base + s.stop_pos, total) if ck.aborts_broker_start(total, magic, p.profile) else None
+    total = ck.start_aborting_size(f.path, s.stop_pos, p.profile)
+    return (s.base + s.stop_pos, total) if total else None
 
 
 def _salvage_count(p: _Planning, f: StoreFile, pos: int, end: int | None) -> tuple[int, int]:

@@ -278,7 +278,7 @@ class _ClCheck:
                                reason=e.reason, field=e.field, broker_stop=False, **info))
             return
         # (only where the recovery walk stops: each file's own walk stops too)
-        q10 = self._aborts_start(fs, e.pos) if e.main and self.po == g_off else 0
+        q10 = ck.start_aborting_size(fs.file.path, e.pos, self.profile) if e.main and self.po == g_off else 0
         if not q10 and self.after(g_off) == 0 and self.abort and e.kind in ("gap", "damaged") and not short:
             out.append(self._torn(rel, e, g_off, info, what, where))
             return
@@ -294,18 +294,6 @@ class _ClCheck:
                 f" ({n_cut} intact messages after this record; {why or 'rmqtool repair keeps them'})" if n_cut else "")
         out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: {stops}{cut}", reason=e.reason, field=e.field,
                            broker_stop=e.main, **info))
-
-    def _aborts_start(self, fs: FileScan, pos: int) -> int:
-        """The record's TOTALSIZE where it aborts the broker's start (quirk Q10), else 0."""
-        if self.profile.remaining_checks:
-            return 0
-        with open(fs.file.path, "rb") as fh:
-            fh.seek(pos)
-            head = fh.read(cl.PREFIX.size)
-        if len(head) < cl.PREFIX.size:
-            return 0
-        total, magic = cl.PREFIX.unpack(head)
-        return total if ck.aborts_broker_start(total, magic, self.profile) else 0
 
     @staticmethod
     def _torn(rel: str, e: Event, g_off: int, info: dict[str, Any], what: str, where: str) -> Finding:
