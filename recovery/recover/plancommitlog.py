@@ -63,7 +63,7 @@ def _plan_walks(p: _Planning) -> None:
         if not s.blank:
             plan.problems.append(Problem(
                 UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
-                f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records: "
+                f"{_stopped(s)}: "
                 "this file comes before the recovery start file, so recovery neither reads nor repairs it"))
     plan.files = unread + p.scans
 
@@ -119,7 +119,7 @@ def _plan_refused_next_starts(p: _Planning) -> None:
         return
     refused = _broker_refuses(p)
     for _ in range(len(files)):
-        nxt = max(0, sum(1 for f in files if f.base <= p.process) - 3)
+        nxt = _next_start_file(p)
         if nxt >= p.start:
             return
         again = _next_walk(p, nxt)
@@ -155,6 +155,16 @@ def _note_q10(p: _Planning) -> None:
         p.plan.notes.append(f"quirk Q10: the broker's own start aborts at the record at commitlog offset {q10[0]} "
                             f"(TOTALSIZE {q10[1]}: no JVM array holds it, OutOfMemoryError); recover cuts there, and "
                             "the broker starts on what it leaves")
+
+
+def _next_start_file(p: _Planning) -> int:
+    """The next normal start's start file: the third-last of the files this run leaves."""
+    return max(0, sum(1 for f in p.files if f.base <= p.process) - 3)
+
+
+def _stopped(s: FileScan) -> str:
+    """Where a file's walk stopped, as the problems say it."""
+    return f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records"
 
 
 def _next_walk(p: _Planning, nxt: int) -> list[FileScan]:
@@ -223,10 +233,10 @@ def _plan_next_normal_start(p: _Planning) -> None:
     """Step 4a, the next normal start: its last three files move back when files are
     removed here (an empty pre-allocated last file, say), and then cover files this
     recovery never read, which that start walks with the CRC: damage there is cut then."""
-    files, start, plan = p.files, p.start, p.plan
+    start, plan = p.start, p.plan
     if not (p.opts.check_unread and start > 0 and not p.profile.normal_recovery_walkback):
         return
-    nxt = max(0, sum(1 for f in files if f.base <= p.process) - 3)
+    nxt = _next_start_file(p)
     if nxt >= start:
         return
     reported = {pr.path for pr in plan.problems if pr.code == UNREAD_DAMAGE}
@@ -240,14 +250,14 @@ def _plan_next_normal_start(p: _Planning) -> None:
             plan.problems = [pr for pr in plan.problems if not (pr.code == UNREAD_DAMAGE and pr.path == path)]
             plan.problems.append(Problem(
                 UNREAD_DAMAGE, path, aborts[0],
-                f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records: "
+                f"{_stopped(s)}: "
                 "this recovery does not read this file, but the broker's next normal start will (its last three "
                 f"files include it) and abort there (TOTALSIZE {aborts[1]}: no JVM array holds it, OutOfMemoryError, "
                 "quirk Q10): the broker will not start on what this run leaves until a second recover cuts it"))
         elif not s.blank and path not in reported:
             plan.problems.append(Problem(
                 UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
-                f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records, "
+                f"{_stopped(s)}, "
                 "found with the CRC: this recovery does not read this file, but the broker's next normal start "
                 "will (with the files after the end removed, its last three files include it) and will cut there"))
 
