@@ -958,23 +958,18 @@ def entries_at(root: Path, phy: int) -> int:
 def copy_tree_holes_kept(src: Path, dst: Path) -> None:
     """``shutil.copytree`` whose files keep their holes: a damaged store may hold a sparse
     64 GiB file (seed 1028792's checkpoint), which a plain copy writes out whole."""
-    from rmqtool.recovery.safety.backup import _next_extent
+    from rmqtool.recovery.store import data_extents
 
     def copy_file(a: str, b: str) -> str:
         with open(a, "rb", buffering=0) as f, open(b, "wb") as out:
-            fd = f.fileno()
-            size = os.fstat(fd).st_size
-            pos = 0
-            while pos < size:
-                lo, hi = _next_extent(fd, pos, size)
+            size = os.fstat(f.fileno()).st_size
+            for lo, hi in data_extents(f.fileno(), 0, size):
                 f.seek(lo)
                 out.seek(lo)
                 pos = lo
                 while pos < hi and (chunk := f.read(min(1 << 20, hi - pos))):
                     out.write(chunk)
                     pos += len(chunk)
-                if pos < hi:
-                    break
             out.truncate(size)
         shutil.copystat(a, b)
         return b

@@ -55,8 +55,6 @@ def index_file_size(slot_num: int, index_num: int) -> int:
     return INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
 
 
-
-
 def _java_rem(a: int, b: int) -> int:
     """Java's ``%`` on longs (remainder truncated toward zero)."""
     r = abs(a) % abs(b)

@@ -322,12 +322,7 @@ final class Viewer {
     static String sha256(byte[] b) {
         try {
             MessageDigest md = MessageDigest.getInstance("SHA-256");
-            byte[] d = md.digest(b == null ? new byte[0] : b);
-            StringBuilder sb = new StringBuilder();
-            for (byte x : d) {
-                sb.append(String.format("%02x", x & 0xff));
-            }
-            return sb.toString();
+            return hex(md.digest(b == null ? new byte[0] : b));
         } catch (Exception e) {
             throw new RuntimeException(e);
         }
