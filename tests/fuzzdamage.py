@@ -859,6 +859,24 @@ def broker_not_a_fixed_point_queue_emptied(root: Path) -> None:
     p.write_bytes(bytes(b))
 
 
+def broker_pinned_by_the_cut_units_it_keeps(root: Path) -> None:
+    """Soak seed 1055801: ``delay`` with bit flips in %RETRY%GroupD/0 (unit 1, the record at
+    45735, now points at 536917671) and in SCHEDULE_TOPIC_XXXX/6 (unit 0 now at 33556999).
+    The normal start truncates the queues at the end offset 46369: GroupD keeps unit 0,
+    SCHEDULE_TOPIC_XXXX/6 loses its only file and counts the end offset, so the reput
+    dispatches nothing. The broker leaves GroupD's cut unit in the file, so its every later
+    start reads it, truncates again and reputs nothing: the record at 45735 never gets its
+    unit back. recover zero-fills the cut unit, so the broker's next start on recover's
+    result reputs from 45735; recover's one run does that too (a deviation)."""
+    for rel, flips in (("%RETRY%GroupD/0", {12: 0x20, 24: 0x20, 26: 0x04}),
+                       ("SCHEDULE_TOPIC_XXXX/6", {4: 0x02, 20: 0x10, 34: 0x20, 337: 0x40})):
+        p = root / "consumequeue" / rel / "00000000000000000000"
+        b = bytearray(p.read_bytes())
+        for i, v in flips.items():
+            b[i] ^= v
+        p.write_bytes(bytes(b))
+
+
 def broker_not_a_fixed_point_queue_walk_from_the_third_last_file(root: Path) -> None:
     """``crash_midwrite`` with units 3-35 of TopicB/1 zeroed (its first file) and the
     commitlog zeroed from 229376 (196608 + 32768) on. ConsumeQueue.recover walks a queue

@@ -22,6 +22,7 @@ import pytest
 from conftest import real_store
 
 from rmqtool.cli import run
+from rmqtool.formats.consumequeue import read_units
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_GIB = 2 << 30
@@ -581,6 +582,26 @@ def test_recover_does_the_next_starts_walk_where_that_start_would_abort_on_a_tot
     assert _codes(runs)[1:] == [0, 0] and _settled(runs)
     assert sorted(f.name for f in (root / "commitlog").iterdir()) == [
         "00000000000000000000", "00000000000000065536", "00000000000000131072"]
+
+
+def test_where_the_cut_units_the_broker_keeps_pin_its_reput_recover_does_the_reput_of_its_next_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1055801 (fd.broker_pinned_by_the_cut_units_it_keeps): the truncation cuts
+    %RETRY%GroupD/0 after unit 0 and takes SCHEDULE_TOPIC_XXXX/6 whole, so the reput
+    dispatches nothing. recover zero-filled the cut unit, so its second run reput from
+    45735, gave that record its unit back and indexed it (status 1, then 1). Now the one
+    run does it and says why (the broker, keeping the cut unit, never does: the oracle
+    test in tests/oracle/test_fixed_point_oracle.py); the second has nothing to do."""
+    root = copy(tmp_path, "delay")
+    fd.broker_pinned_by_the_cut_units_it_keeps(root)
+    assert fd.entries_at(root, 45735) == 3
+    runs = _recover_runs(capsys, tmp_path, root, quiet=False)
+    assert "this run also did the reput of the broker's next start on its result" in runs[0].out
+    assert _codes(runs) == [1, 0, 0] and _settled(runs)
+    units = read_units((root / "consumequeue/%RETRY%GroupD/0/00000000000000000000").read_bytes())
+    assert units["commitlog_offset"][:3].tolist() == [45323, 45735, 0]
+    assert fd.entries_at(root, 45735) == 6  # quirk Q6: the record at the index's endPhyOffset is indexed again
+    assert not list((root / "consumequeue/SCHEDULE_TOPIC_XXXX/6").glob("*"))  # (its records lie before 45735)
 
 
 def test_without_a_commitlog_every_queue_file_goes_even_one_whose_first_unit_is_negative(

@@ -32,7 +32,10 @@ Deviations from the broker, by design (each reported in the plan):
 * The commitlog bytes after the end offset are zero-filled in place (after being copied to
   the backup), so the file keeps its mapped size and the cut records can never come back
   (the broker only moves its write position, quirk Q5). ConsumeQueue units past a queue's
-  end are zero-filled the same way.
+  end are zero-filled the same way. Where the cut units the broker keeps would pin its
+  every later start's reput at the end offset (a queue taken whole counts it), recover,
+  having zero-filled them, also does the reput of the broker's next start on its result,
+  so an intact record whose unit was cut gets it back and a second run has nothing to do.
 * Deleted files (commitlog files after the end, consume queue files after a queue's end,
   the index files the broker discards) are moved to the backup, not deleted.
 * The broker loses the index entries of the records between the last index file it keeps

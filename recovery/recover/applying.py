@@ -109,6 +109,7 @@ def apply_recovery(
                                         if p.code == SIZE_ACCOUNTING],
         cq_warnings=a.cq_warnings,
         settled_starts=a.settled_starts,
+        unpinned_starts=a.unpinned_starts,
     )
 
 
@@ -336,7 +337,21 @@ def _apply_dispatch(a: _Applying) -> None:
             q.settle()
     _startup_reput(a, plan.cq_truncation)
     if a.queues and max(q.max_phy for q in a.queues.values()) >= process and (_refused(a) or _bad_topics(a)):
-        _settle_next_starts(a)
+        a.settled_starts += _settle_next_starts(a)
+    elif plan.cq_truncation and _reput_pinned(a):
+        a.unpinned_starts += _settle_next_starts(a)
+
+
+def _reput_pinned(a: _Applying) -> bool:
+    """Whether the broker's next start on its own result would change nothing only
+    because of the units its truncation cut and kept: its walk of a queue reads on past
+    the cut into a unit at or past the end offset (``_Queue.past_cut``), so it truncates
+    again (a queue without a file counts the end offset, and the reput dispatches
+    nothing), and its walks cut no queue (where they do, that start changes the store
+    anyway, and recover's next run does what it does: the broker is no fixed point)."""
+    if max((q.past_cut for q in a.queues.values()), default=-1) < a.process:
+        return False
+    return not any(q.next_walk_cuts() for q in a.queues.values())
 
 
 def _bad_topics(a: _Applying) -> bool:
@@ -372,15 +387,25 @@ def _refused(a: _Applying) -> bool:
 _NEXT_STARTS = 4  # (each one cuts a queue further or ends it: a bound, not a budget)
 
 
-def _settle_next_starts(a: _Applying) -> None:
+def _settle_next_starts(a: _Applying) -> int:
     """Where the broker refuses the store (or its dispatch cannot go past a topic that
     cannot be a path), there is no next start to leave the rest to: the
     dispatch passes have completed the queues to the end offset, so the broker's next
     (normal) start would truncate them there, cutting a unit that points past the end
     and every later one of its queue (a bit flip in an offset), walk them from their
     third-last files and reput from their new maximum. This run does the same, until a
-    start would change no queue, so that a second run has nothing to do."""
+    start would change no queue, so that a second run has nothing to do.
+
+    The same where this run's truncation left units past a cut that the broker's next
+    start would read (``_Queue.past_cut``, at or past the end offset): the broker keeps
+    those bytes, so its every later start truncates again, each queue without a file
+    counts the end offset and its reput dispatches nothing; recover zero-fills them, so
+    the broker's next start on recover's result counts such a queue -1 and reputs from
+    the other queues' maximum, dispatching the intact records that lost their unit
+    (soak seed 1055801). This run does that start too (a deviation: the broker itself
+    never dispatches them). Returns the starts done."""
     process = a.process
+    done = 0
     for _ in range(_NEXT_STARTS):
         before = {k: (tuple(q.bases), q.write) for k, q in a.queues.items()}
         emptied = False
@@ -397,9 +422,10 @@ def _settle_next_starts(a: _Applying) -> None:
         for q in a.queues.values():
             q.settle()
         if not emptied and {k: (tuple(q.bases), q.write) for k, q in a.queues.items()} == before:
-            return
-        a.settled_starts += 1
+            return done
+        done += 1
         _startup_reput(a, True)
+    return done
 
 
 def _count_delay_mismatch(store: Store, profile: BrokerProfile, cqset: ConsumeQueueSet, positions: list[int],

@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 
 from ...formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
-from ..broker import _FIRST_CHUNK, consume_queue_recover, truncate_dirty_files, truncate_dirty_logic_files
+from ..broker import (
+    _FIRST_CHUNK,
+    consume_queue_recover,
+    first_invalid_unit,
+    truncate_dirty_files,
+    truncate_dirty_logic_files,
+)
 from ..indexbuild import ConsumeQueueWriter
 from ..store import Store, StoreFile
 from ..store import data_extents as _data_extents
@@ -135,6 +141,15 @@ def next_start_cuts(units_of: Any, bases: list[int], F: int, n: int, write: int 
     return kept, stop, r.max_physic_offset
 
 
+def read_past_cut(u: np.ndarray, k: int) -> int:
+    """The maxPhysicOffset the broker's next start reads in the units ``k`` on of a file its
+    truncateDirtyLogicFiles cut after ``k`` units: the truncation moves the write position
+    and leaves the bytes, and the next ConsumeQueue.recover walks on through them. The end
+    of the last unit of the valid run from ``k``; -1 when unit ``k`` is invalid."""
+    j = first_invalid_unit(u["commitlog_offset"], u["size"], k)
+    return int(u["commitlog_offset"][j - 1]) + int(u["size"][j - 1]) if j > k else -1
+
+
 def settle_queue(units_of: Any, bases: list[int], F: int, n: int, write: int | None,
                  max_phy: int) -> tuple[int, int | None, int]:
     """:func:`next_start_cuts` until the next start would cut nothing: the queue as the
@@ -211,6 +226,9 @@ class _Queue:
         self.bases: list[int] = sorted(self.disk)
         self.write: int | None = st.write_offset if st else None
         self.max_phy: int = st.max_physic_offset if st else -1
+        # what the broker's next start reads past a cut its truncation left in this queue's
+        # last file (read_past_cut); recover zero-fills those units, the broker keeps them
+        self.past_cut: int = -1
         self._cached: tuple[int, bytes] | None = None
 
     def data(self, base: int) -> bytes:
@@ -254,7 +272,16 @@ class _Queue:
         self.max_phy = w.max_physic_offset
 
     def truncate(self, phy: int) -> None:
-        self._cut(*truncate_dirty_logic_files(self.units, self.bases, self.F, phy))
+        n, write, max_phy = truncate_dirty_logic_files(self.units, self.bases, self.F, phy)
+        if n and write is not None:
+            base = self.bases[n - 1]
+            self.past_cut = max(self.past_cut, read_past_cut(self.units(base), (write - base) // CQ_UNIT_SIZE))
+        self._cut(n, write, max_phy)
+
+    def next_walk_cuts(self) -> bool:
+        """Whether the broker's next start's walk of this queue (:func:`next_start_cuts`)
+        would cut it."""
+        return next_start_cuts(self.units, self.bases, self.F, len(self.bases), self.write) is not None
 
     def settle(self) -> bool:
         """:func:`settle_queue`: whether it cut anything."""

@@ -165,3 +165,35 @@ def test_a_totalsize_no_jvm_array_holds_aborts_the_brokers_start_before_5_3_2(
     run(["verify", "--broker-version", version, "--format", "json", str(store)])
     stops = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["physical_offset"] == 327680 and f["severity"] == "error"]
     assert len(stops) == 1 and ("the broker's start aborts at this record" in stops[0]["message"]) == aborts
+
+
+def test_where_the_cut_units_the_broker_keeps_pin_its_reput_recover_gives_the_record_its_unit_back(
+        oracle: ModuleType, tmp_path: Path) -> None:
+    """Soak seed 1055801 (fd.broker_pinned_by_the_cut_units_it_keeps), recover's deviation
+    asserted exactly. The broker's truncation cuts %RETRY%GroupD/0 after unit 0, keeps the
+    cut unit's bytes and takes SCHEDULE_TOPIC_XXXX/6 whole: start after start it reads the
+    cut unit, truncates again and reputs nothing, so the record at 45735 never gets its
+    unit back. recover zero-fills the cut unit and does the reput the broker's next start
+    on that result does: the record's unit, and its keys indexed again (quirk Q6). The
+    broker started on recover's result changes neither."""
+    ours, theirs = tmp_path / "ours", tmp_path / "broker"
+    shutil.copytree(fd.REAL / "delay" / "store", ours, symlinks=True)
+    fd.broker_pinned_by_the_cut_units_it_keeps(ours)
+    shutil.copytree(ours, theirs, symlinks=True)
+    cfg = fd.fixture_config("delay")
+    q, rel = "%RETRY%GroupD/0", "consumequeue/%RETRY%GroupD/0/00000000000000000000"
+    damaged = hashlib.sha256((theirs / rel).read_bytes()).hexdigest()
+    for i in range(2):
+        view = oracle.view("4.9.4", theirs, cfg, no_copy=True)
+        assert view["load_ok"] and view["consume_queues"][q]["max_offset"] == 1, f"start {i + 1}"
+        assert view["files_after_rocketmq_shutdown"][rel]["sha256"] == damaged  # (the cut unit stays)
+    assert fd.entries_at(theirs, 45735) == 3
+    assert _recover(ours, tmp_path / "b") == 1
+    assert fd.entries_at(ours, 45735) == 6
+    after = tmp_path / "after"
+    shutil.copytree(ours, after, symlinks=True)
+    view = oracle.view("4.9.4", after, cfg, no_copy=True)
+    assert view["load_ok"] and view["consume_queues"][q]["max_offset"] == 2
+    assert view["files_after_rocketmq_shutdown"][rel]["sha256"] == hashlib.sha256((ours / rel).read_bytes()).hexdigest()
+    assert [f["sha256"] for f in view["index_files_after_rocketmq_shutdown_in_name_order"]] == _index_shas(ours)
+    assert _recover(ours, tmp_path / "b2") == 0
