@@ -141,6 +141,7 @@ def _plan_refused_next_starts(p: _Planning) -> None:
         why = ("the broker refuses this store, so no start of its follows this run" if aborts is None else
                f"the broker's next normal start would abort at the record at commitlog offset {aborts[0]} "
                f"(TOTALSIZE {aborts[1]}: no JVM array holds it, OutOfMemoryError, quirk Q10)")
+        p.q10_said = p.q10_said or aborts is not None
         plan.notes.append(
             f"{why}: the walk from commitlog/{was} removes files, and the broker's next normal start would walk "
             f"from commitlog/{files[nxt].name} (the third-last file left) and stop earlier; this run walks from "
@@ -151,7 +152,7 @@ def _note_q10(p: _Planning) -> None:
     """Where the walk stops at a record whose start aborts the broker (quirk Q10), say so:
     recover cuts there as at any invalid record; the broker does not start at all."""
     q10 = _start_aborts(p, p.scans)
-    if q10 is not None and q10[0] == p.process and not any("quirk Q10)" in n for n in p.plan.notes):
+    if q10 is not None and q10[0] == p.process and not p.q10_said:
         p.plan.notes.append(f"quirk Q10: the broker's own start aborts at the record at commitlog offset {q10[0]} "
                             f"(TOTALSIZE {q10[1]}: no JVM array holds it, OutOfMemoryError); recover cuts there, and "
                             "the broker starts on what it leaves")
