@@ -604,6 +604,23 @@ def test_where_the_cut_units_the_broker_keeps_pin_its_reput_recover_does_the_rep
     assert not list((root / "consumequeue/SCHEDULE_TOPIC_XXXX/6").glob("*"))  # (its records lie before 45735)
 
 
+def test_a_5x_broker_reputs_from_the_commitlog_so_cut_units_pin_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same store for 5.1.4, whose start-up reput begins at the commitlog's end, not at
+    the queues' maximum: nothing is pinned, nothing is dispatched, nothing is said."""
+    root = copy(tmp_path, "delay")
+    fd.broker_pinned_by_the_cut_units_it_keeps(root)
+    codes = []
+    for i in range(2):
+        code, out, _err = cli(capsys, "recover", "--yes", "--broker-version", "5.1.4", str(root),
+                              "--backup-dir", str(tmp_path / f"b{i}"))
+        codes.append(code)
+        assert "reput of the broker's next start" not in out
+    assert codes == [1, 0]
+    units = read_units((root / "consumequeue/%RETRY%GroupD/0/00000000000000000000").read_bytes())
+    assert units["commitlog_offset"][:2].tolist() == [45323, 0]
+
+
 def test_without_a_commitlog_every_queue_file_goes_even_one_whose_first_unit_is_negative(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak seed 1042800: ``crash_midwrite`` without its commitlog and a 1-byte stray ``12``

@@ -349,8 +349,8 @@ def _reput_pinned(a: _Applying) -> bool:
     again (a queue without a file counts the end offset, and the reput dispatches
     nothing), and its walks cut no queue (where they do, that start changes the store
     anyway, and recover's next run does what it does: the broker is no fixed point)."""
-    if max((q.past_cut for q in a.queues.values()), default=-1) < a.process:
-        return False
+    if not a.profile.startup_reput_from_cq or max((q.past_cut for q in a.queues.values()), default=-1) < a.process:
+        return False  # (5.x reputs from the commitlog, not from the queues: nothing to pin)
     return not any(q.next_walk_cuts() for q in a.queues.values())
 
 
