@@ -297,10 +297,11 @@ def _print_outcome(plan: RecoveryPlan, result: ApplyResult | None, dry_run: bool
             click.echo(f"no broker start to follow (the broker refuses this store, or a topic that cannot be a path stops "
                        f"its dispatch): this run also cut the consume queues as its next {result.settled_starts} start(s) "
                        "would (so a second run has nothing to do)")
-        if result.unpinned_starts:
+        if result.unpinned_records is not None:
             click.echo("deviation: the broker keeps the consume queue units its truncation cut, so each of its later "
                        "starts truncates again and reputs nothing; recover zero-fills them, so this run also did the "
-                       "reput of the broker's next start on its result (every intact message keeps its unit)")
+                       f"reput of the broker's next start on its result ({result.unpinned_records} records the broker's "
+                       "own starts leave without a unit)")
         if result.salvage:
             click.echo(f"salvaged: {result.salvage['records']} intact records to {result.salvage['dir']}")
         elif salvage_to is not None:

@@ -596,12 +596,51 @@ def test_where_the_cut_units_the_broker_keeps_pin_its_reput_recover_does_the_rep
     fd.broker_pinned_by_the_cut_units_it_keeps(root)
     assert fd.entries_at(root, 45735) == 3
     runs = _recover_runs(capsys, tmp_path, root, quiet=False)
-    assert "this run also did the reput of the broker's next start on its result" in runs[0].out
+    assert "this run also did the reput of the broker's next start on its result (1 records" in runs[0].out
     assert _codes(runs) == [1, 0, 0] and _settled(runs)
     units = read_units((root / "consumequeue/%RETRY%GroupD/0/00000000000000000000").read_bytes())
     assert units["commitlog_offset"][:3].tolist() == [45323, 45735, 0]
     assert fd.entries_at(root, 45735) == 6  # quirk Q6: the record at the index's endPhyOffset is indexed again
     assert not list((root / "consumequeue/SCHEDULE_TOPIC_XXXX/6").glob("*"))  # (its records lie before 45735)
+
+
+def _flip_first_file(root: Path, queue: str, flips: dict[int, int]) -> None:
+    p = root / "consumequeue" / queue / "00000000000000000000"
+    b = bytearray(p.read_bytes())
+    for i, v in flips.items():
+        b[i] ^= v
+    p.write_bytes(bytes(b))
+
+
+def test_the_next_start_recover_does_too_reads_zeros_past_a_queues_end_as_recover_writes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Seed 1055801's store with GroupD's unit 2, past the queue's end, made to look valid
+    (64, 2^30): the next start's reput puts the record at 45735 back at unit 1, and that
+    start's truncation read on past it into the stale unit 2, below the end, and kept it (a
+    unit pointing 1 GiB long). On recover's result that unit is zeros, so the start recover
+    models reads zeros there too (found in review)."""
+    root = copy(tmp_path, "delay")
+    fd.broker_pinned_by_the_cut_units_it_keeps(root)
+    _flip_first_file(root, "%RETRY%GroupD/0", {47: 0x40, 48: 0x40})
+    runs = _recover_runs(capsys, tmp_path, root)
+    assert _codes(runs) == [1, 0, 0] and _settled(runs)
+    units = read_units((root / "consumequeue/%RETRY%GroupD/0/00000000000000000000").read_bytes())
+    assert list(zip(units["commitlog_offset"][:3].tolist(), units["size"][:3].tolist(), strict=True)) == [
+        (45323, 412), (45735, 634), (0, 0)]
+
+
+def test_where_recovers_result_is_pinned_too_no_next_start_is_done_or_said(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SCHEDULE_TOPIC_XXXX/6 taken whole and TopicD/1 cut with a unit past the end kept by the
+    broker, while %RETRY%GroupD/0 still ends at the end offset: on recover's result too the
+    next start truncates (so the queue without a file counts the end offset) and reputs
+    nothing. No next start to do, and none said (review: it said four, 0 records)."""
+    root = copy(tmp_path, "delay")
+    _flip_first_file(root, "SCHEDULE_TOPIC_XXXX/6", {4: 0x02})
+    _flip_first_file(root, "TopicD/1", {384: 0x02})
+    runs = _recover_runs(capsys, tmp_path, root, quiet=False)
+    assert _codes(runs) == [1, 0, 0] and _settled(runs)
+    assert "deviation: the broker keeps" not in runs[0].out and "0 records dispatched" in runs[0].out
 
 
 def test_a_5x_broker_reputs_from_the_commitlog_so_cut_units_pin_nothing(

@@ -27,7 +27,8 @@ a backup with a manifest, staging, renames, fsync and a journal in the store, so
 any point followed by a rerun completes the recovery and ``rmqtool restore`` gives the
 original bytes back.
 
-Deviations from the broker, by design (each reported in the plan):
+Deviations from the broker, by design (each reported in the plan, or in the run's output
+where applying finds it):
 
 * The commitlog bytes after the end offset are zero-filled in place (after being copied to
   the backup), so the file keeps its mapped size and the cut records can never come back

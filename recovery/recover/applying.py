@@ -109,7 +109,7 @@ def apply_recovery(
                                         if p.code == SIZE_ACCOUNTING],
         cq_warnings=a.cq_warnings,
         settled_starts=a.settled_starts,
-        unpinned_starts=a.unpinned_starts,
+        unpinned_records=a.unpinned_records,
     )
 
 
@@ -339,19 +339,30 @@ def _apply_dispatch(a: _Applying) -> None:
     if a.queues and max(q.max_phy for q in a.queues.values()) >= process and (_refused(a) or _bad_topics(a)):
         a.settled_starts += _settle_next_starts(a)
     elif plan.cq_truncation and _reput_pinned(a):
-        a.unpinned_starts += _settle_next_starts(a)
+        before = sum(a.dispatched.values())
+        if _settle_next_starts(a):
+            a.unpinned_records = sum(a.dispatched.values()) - before
 
 
 def _reput_pinned(a: _Applying) -> bool:
-    """Whether the broker's next start on its own result would change nothing only
-    because of the units its truncation cut and kept: its walk of a queue reads on past
-    the cut into a unit at or past the end offset (``_Queue.past_cut``), so it truncates
-    again (a queue without a file counts the end offset, and the reput dispatches
-    nothing), and its walks cut no queue (where they do, that start changes the store
-    anyway, and recover's next run does what it does: the broker is no fixed point)."""
-    if not a.profile.startup_reput_from_cq or max((q.past_cut for q in a.queues.values()), default=-1) < a.process:
-        return False  # (5.x reputs from the commitlog, not from the queues: nothing to pin)
-    return not any(q.next_walk_cuts() for q in a.queues.values())
+    """Whether the broker's next start on its own result would dispatch nothing only
+    because of the units its truncation cut and kept, where its next start on recover's
+    result (those units zero-filled) would reput. The 4.x start-up reput (5.x with
+    recheckReputOffsetFromCq too; else 5.x reputs from the commitlog: nothing to pin)
+    begins at the queues' maximum, and a queue the truncation left without a file counts
+    the end offset, so this start's reput dispatched nothing. The broker's next start
+    walks a queue on past the cut into a unit at or past the end offset
+    (``_Queue.past_cut``), truncates again, and that queue counts the end offset again.
+    On recover's result no queue reaches the end offset (nor a queue it leaves alone), so
+    that start does not truncate, and the queue without a file counts -1. And the walks
+    of that start cut no queue: where they do, the broker's start changes the store
+    anyway, and recover's next run does what it does (the broker is no fixed point)."""
+    q = a.queues.values()
+    if (not a.profile.startup_reput_from_cq or max((x.past_cut for x in q), default=-1) < a.process
+            or all(x.bases for x in q) or max((x.max_phy for x in q if x.bases), default=-1) >= a.process
+            or a.ctx.frozen_max >= a.process):
+        return False
+    return not any(x.next_walk_cuts() for x in q)
 
 
 def _bad_topics(a: _Applying) -> bool:
@@ -403,11 +414,16 @@ def _settle_next_starts(a: _Applying) -> int:
     the broker's next start on recover's result counts such a queue -1 and reputs from
     the other queues' maximum, dispatching the intact records that lost their unit
     (soak seed 1055801). This run does that start too (a deviation: the broker itself
-    never dispatches them). Returns the starts done."""
+    never dispatches them). Each start is done on the queues as recover writes them: the
+    bytes past a queue's write offset are zeros. Returns the starts done that changed a
+    queue or dispatched a record."""
     process = a.process
     done = 0
     for _ in range(_NEXT_STARTS):
+        for q in a.queues.values():
+            q.zero_past_write()
         before = {k: (tuple(q.bases), q.write) for k, q in a.queues.items()}
+        dispatched = sum(a.dispatched.values())
         emptied = False
         for q in a.queues.values():
             if not q.bases and q.max_phy >= 0:
@@ -423,8 +439,10 @@ def _settle_next_starts(a: _Applying) -> int:
             q.settle()
         if not emptied and {k: (tuple(q.bases), q.write) for k, q in a.queues.items()} == before:
             return done
-        done += 1
         _startup_reput(a, True)
+        if sum(a.dispatched.values()) == dispatched and {k: (tuple(q.bases), q.write) for k, q in a.queues.items()} == before:
+            return done  # (a queue without a file counted the end offset again: the truncation ran)
+        done += 1
     return done
 
 

@@ -32,7 +32,7 @@ class ApplyResult:
     problems: list[Problem]
     cq_warnings: int
     settled_starts: int = 0  # the broker's next starts done too (it refuses the store: recover.applying._settle_next_starts)
-    unpinned_starts: int = 0  # the next starts done too where the broker's kept cut units pin its reput (ditto)
+    unpinned_records: int | None = None  # records the next start's reput dispatched where the broker's kept cut units pin its own (ditto)
 
 
 class _LazyWriters(dict):  # type: ignore[type-arg]
@@ -80,7 +80,7 @@ class _Applying:
     appended_units: int = 0
     delay_mismatch: int = 0
     settled_starts: int = 0  # the broker's next starts this run did too (_settle_next_starts)
-    unpinned_starts: int = 0  # the same, where the broker's kept cut units pin its own reput (_settle_next_starts)
+    unpinned_records: int | None = None  # records dispatched by the next start done where the broker's kept cut units pin its own reput (_settle_next_starts)
 
     @property
     def Fcq(self) -> int:

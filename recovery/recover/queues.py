@@ -278,6 +278,21 @@ class _Queue:
             self.past_cut = max(self.past_cut, read_past_cut(self.units(base), (write - base) // CQ_UNIT_SIZE))
         self._cut(n, write, max_phy)
 
+    def zero_past_write(self) -> None:
+        """The bytes past the write offset zeroed, as recover writes the queue (the broker
+        leaves them): a model of the broker's next start on recover's result must not read
+        units a truncation cut, or an append left after the units it wrote."""
+        if not self.bases or self.write is None:
+            return
+        last = self.bases[-1]
+        pos = self.write - last
+        if last in self.content:
+            if any(self.content[last][pos:]):
+                self.content[last] = self.content[last][:pos]
+        elif last in self.disk and not _zeros_from(self.disk[last], pos):
+            self.content[last] = _read_prefix(self.disk[last], pos)
+            self._cached = None
+
     def next_walk_cuts(self) -> bool:
         """Whether the broker's next start's walk of this queue (:func:`next_start_cuts`)
         would cut it."""
