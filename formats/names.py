@@ -51,7 +51,9 @@ def index_file_name(millis: int, tz: _dt.tzinfo | None = None) -> str:
     return f"{t.year:04d}{t.month:02d}{t.day:02d}{t.hour:02d}{t.minute:02d}{t.second:02d}{ms:03d}"
 
 
-# the last millisecond whose yyyyMMddHHmmssSSS name has four year digits in any zone
+# the first and the last millisecond whose yyyyMMddHHmmssSSS name has four year digits
+# (years 1-9999) in any zone
+_FIRST_NAMED_MS = -62135596800000 + 2 * 86400000
 _LAST_NAMED_MS = 253402300799999 - 2 * 86400000
 
 
@@ -59,7 +61,11 @@ def index_name_after(millis: int, floor: str | None, tz: _dt.tzinfo | None = Non
     """``(ms, name)``: ``millis`` and its index file name if that sorts after ``floor``,
     else the first millisecond after it whose name does, found by bisection (a floor
     far ahead, or no date at all such as month 13, costs some 50 steps, never a walk of
-    one step per millisecond). None when no name sorts after ``floor``."""
+    one step per millisecond). None when no name sorts after ``floor``. A time no such
+    name holds (a store timestamp a bit flip sent past year 9999 or before year 1) is
+    taken as 0, the epoch: the first name after ``floor``."""
+    if not _FIRST_NAMED_MS <= millis <= _LAST_NAMED_MS:
+        millis = 0
     name = index_file_name(millis, tz)
     if floor is None or name > floor:
         return millis, name

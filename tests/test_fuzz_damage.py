@@ -604,6 +604,31 @@ def test_where_the_cut_units_the_broker_keeps_pin_its_reput_recover_does_the_rep
     assert not list((root / "consumequeue/SCHEDULE_TOPIC_XXXX/6").glob("*"))  # (its records lie before 45735)
 
 
+@pytest.mark.parametrize("command", ["rebuild-index", "repair", "recover"])
+def test_a_store_timestamp_no_index_file_name_holds_names_the_file_as_time_0(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """Soak seed 1070476: a bit flip sent a record's store timestamp to year 18269340, and
+    the new index file it opened was to be named after it: ``rebuild-index`` and ``repair``
+    failed (internal error: ValueError, year out of range). Such a time counts as 0: the
+    file takes the first name after the files kept, and the keys stay findable."""
+    from rmqtool.formats import commitlog as cl
+
+    root = copy(tmp_path, "clean")
+    p = root / "commitlog" / "00000000000000000000"
+    b = bytearray(p.read_bytes())
+    struct.pack_into(">q", b, cl.HEADER_OFFSETS[0]["store_timestamp"], 576460752303423488)  # (not in the body CRC)
+    p.write_bytes(bytes(b))
+    for f in (root / "index").iterdir():
+        f.unlink()  # (every index file anew: the first opens at that record)
+    args = [command, "--yes", str(root), "--backup-dir", str(tmp_path / "b")]
+    code, _out, err = cli(capsys, *(args if command != "recover" else [*args, "--abnormal"]))
+    assert "internal error" not in err and code in (0, 1), err
+    names = sorted(f.name for f in (root / "index").iterdir())
+    assert names and names[0].startswith("1970") and all(len(n) == 17 for n in names)
+    code, out, _err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1")
+    assert code == 0 and "ORDER-1" in out
+
+
 def _flip_first_file(root: Path, queue: str, flips: dict[int, int]) -> None:
     p = root / "consumequeue" / queue / "00000000000000000000"
     b = bytearray(p.read_bytes())
