@@ -64,7 +64,7 @@ DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # MessageStoreConfig.maxMessageSize 
 
 # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
 # BORNHOST(4+4) STORETIMESTAMP STOREHOST(4+4) RECONSUMETIMES PREPAREDTXOFFSET BODYLENGTH
-_HEADER = struct.Struct(">iiiiiqqiq4sIq4sIiqi")
+_HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")  # (ports are Java ints: a neighbour's may be negative)
 HEADER_LEN = _HEADER.size  # 88
 BLANK_LEN = 8  # CommitLog.END_FILE_MIN_BLANK_LENGTH
 MIN_RECORD = HEADER_LEN + 1 + 2  # empty body, empty topic, no properties: 91 bytes

@@ -629,6 +629,41 @@ def test_a_store_timestamp_no_index_file_name_holds_names_the_file_as_time_0(
     assert code == 0 and "ORDER-1" in out
 
 
+def test_repair_fills_with_a_neighbours_negative_store_port(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review of the fuzz classes: the filler records repair writes carry the store host
+    and port of the nearest intact record; a port is a Java int (not under the body CRC),
+    and one with its high bit set failed the filler's unsigned packing (internal error:
+    struct.error). The tombstone now carries it as the broker's int."""
+    root = copy(tmp_path, "clean")
+    p = root / "commitlog" / "00000000000000000000"
+    b = bytearray(p.read_bytes())
+    b[291 + 68 : 291 + 72] = b"\xff\xff\xff\xff"  # record 1's store port: -1
+    b[738] ^= 0x01  # record 2's body: its CRC fails
+    p.write_bytes(bytes(b))
+    code, out, err = cli(capsys, "repair", "--dry-run", str(root))
+    assert "internal error" not in err and code == 4, err
+    code, out, err = cli(capsys, "repair", "--yes", str(root), "--backup-dir", str(tmp_path / "b"))
+    assert "internal error" not in err and code == 1, err
+    code, out, err = cli(capsys, "dump", "commitlog", str(root), "--format", "jsonl", "--limit", "3")
+    recs = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    assert code == 0 and recs[2]["store_host"].endswith(":-1"), recs[2]
+
+
+def test_rebuild_index_continuing_a_file_whose_header_claims_more_entries_than_it_holds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review of the fuzz classes: ``rebuild-index --topic`` continues the last index file
+    and asks whether it ends with every key of the record at its endPhyOffset; an
+    indexCount (not checksummed) above maxIndexNum made it read past the last entry
+    (internal error: IndexError). The count is taken as at most the entries the file holds."""
+    root = copy(tmp_path, "clean")
+    p = root / "index" / "20261121230159007"
+    b = bytearray(p.read_bytes())
+    struct.pack_into(">i", b, 36, 401)  # indexCount; the fixture's geometry holds 400 entries
+    p.write_bytes(bytes(b))
+    code, _out, err = cli(capsys, "rebuild-index", "--dry-run", "--topic", "TopicA", str(root))
+    assert "internal error" not in err and code in (0, 4), err
+
+
 def _flip_first_file(root: Path, queue: str, flips: dict[int, int]) -> None:
     p = root / "consumequeue" / queue / "00000000000000000000"
     b = bytearray(p.read_bytes())

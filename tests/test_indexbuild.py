@@ -590,6 +590,21 @@ def test_index_time_diff_clamped_to_int_max() -> None:
     assert b.files[0].entry(2)[2] == INT_MAX
 
 
+@pytest.mark.parametrize("scalar", [False, True])
+def test_index_time_diff_wraps_like_a_java_long(scalar: bool) -> None:
+    """IndexFile.putKey subtracts in Java long arithmetic: a store timestamp near Long.MIN
+    (a bit flip) less a positive beginTimestamp wraps to a large positive difference,
+    capped at Integer.MAX_VALUE (the scalar path gave 0; found in review)."""
+    b = IndexBuilder(7, 10)
+    rs = [req(0, 1000, "a"), req(1, -(1 << 63) + 10, "b")]
+    if scalar:
+        for r in rs:
+            b.add_one(r)
+    else:
+        b.add(rs)
+    assert b.files[0].entry(2)[2] == INT_MAX
+
+
 def test_index_keys_split_and_not_deduplicated() -> None:
     b = IndexBuilder(7, 50)
     b.add([req(0, 5000, keys=" A  A B ", uniq="A")])

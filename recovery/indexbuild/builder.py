@@ -11,6 +11,7 @@ from typing import Any, cast
 import numpy as np
 
 from ...formats.javahash import combine_hash, index_hash, index_hash_batch, java_hash, java_hash_units_batch
+from ...formats.javanum import java_long
 from ..broker import goes_to_index, goes_to_index_batch
 from .common import (
     _I64_MIN,
@@ -143,7 +144,7 @@ class IndexBuilder:
         if f is None or not goes_to_index(sys_flag):
             return False
         want = record_key_hashes(topic, keys, uniq)
-        n = f.index_count - 1
+        n = min(f.index_count, f.index_num) - 1  # (a damaged header may claim more entries than the file holds)
         if not want or n < len(want):
             return False
         tail = [f.entry(i) for i in range(n - len(want) + 1, n + 1)]
@@ -162,9 +163,8 @@ class IndexBuilder:
         if begin <= 0:
             td = 0
         else:
-            d = ts - begin
-            td = abs(d) // 1000 * (1 if d >= 0 else -1)  # Java long division
-            td = min(max(td, 0), INT_MAX)
+            d = java_long(ts - begin)  # (Java long arithmetic: a far-off timestamp wraps)
+            td = min(max(d, 0) // 1000, INT_MAX)  # (a negative difference counts 0)
         if not f._pending:
             f._pending_first = n
         f._pending.append((ih, phy, td, v))
@@ -385,7 +385,7 @@ class IndexBuilder:
         td = np.minimum(np.maximum(tss - begin, 0) // 1000, INT_MAX) if begin > 0 else np.zeros(m, dtype=np.int64)
         if n0 <= 1:
             b0 = f.begin_timestamp
-            td[0] = min(max(int(tss[0]) - b0, 0) // 1000, INT_MAX) if b0 > 0 else 0
+            td[0] = min(max(java_long(int(tss[0]) - b0), 0) // 1000, INT_MAX) if b0 > 0 else 0
         # hash chains: previous entry with the same slot, or the slot's value before the block
         order, ss = _stable_order(slots, f.slot_num)
         ns = nums[order]
