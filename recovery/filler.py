@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..formats import commitlog as cl
+from ..formats.javanum import java_long
 from ..formats.properties import encode_crc32_digits
 
 __all__ = [
@@ -252,7 +253,7 @@ def _record_bytes(spec: RecordSpec, original: Any, base_in_original: int, store_
         # digits least significant first (MessageDecoder.createCrc32)
         whole = zlib.crc32(out[: len(out) - CRC_LEN]) & 0x7FFFFFFF
         if whole == 0:  # 5.2.0-5.3.1 refuse __CRC32# 0: another born timestamp, another CRC
-            born -= 1
+            born = java_long(born - 1)  # (a store timestamp of Long.MIN wraps, as Java's would)
             continue
         return out[: len(out) - 11] + encode_crc32_digits(whole).encode() + b"\x02"
 

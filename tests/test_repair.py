@@ -602,3 +602,28 @@ def test_tombstone_of_a_topic_longer_than_127_bytes_is_a_v2_record() -> None:
     walked = _walk(data, BrokerProfile.for_version("5.1.4"))
     assert all(c.ok for c in walked) and sum(c.size for c in walked) == 1000
     assert walked[0].rec is not None and (walked[0].rec.topic, walked[0].rec.queue_offset) == (topic, 3)
+
+
+def test_a_filler_record_whose_crc_is_0_at_long_min_wraps_its_born_timestamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """5.2.0-5.3.1 refuse a __CRC32# of 0, so the filler takes the born timestamp one lower
+    and computes again; at a store timestamp of Long.MIN (a bit flip in the neighbour it
+    copies) that step wraps to Long.MAX, as Java's long does (it overflowed the packing:
+    found in review). The first whole-record CRC is made 0."""
+    lay = filler.layout_region(0, 600, [filler.Tombstone("T", 1, 7, 0)], at_file_end=True, prop_crc=True)
+    assert any(r.crc for r in lay.records)
+    real, hit = filler.zlib.crc32, []
+    magics = {struct.pack(">i", m) for m in (cl.MAGIC_V1, cl.MAGIC_V2)}
+
+    def crc32(data: bytes, *a: int) -> int:
+        if not hit and bytes(data[4:8]) in magics:  # (a whole record, not a body)
+            hit.append(1)
+            return 0
+        return real(data, *a)
+
+    monkeypatch.setattr(filler.zlib, "crc32", crc32)
+    data = filler.render_region(lay, None, store_ts=-(1 << 63))
+    borns, pos = [], 0
+    while pos + 8 <= len(data) and struct.unpack_from(">i", data, pos + 4)[0] in (cl.MAGIC_V1, cl.MAGIC_V2):
+        borns.append(struct.unpack_from(">q", data, pos + cl.HEADER_OFFSETS[0]["born_timestamp"])[0])
+        pos += struct.unpack_from(">i", data, pos)[0]
+    assert hit and (1 << 63) - 1 in borns
