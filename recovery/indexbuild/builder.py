@@ -43,6 +43,13 @@ def record_key_hashes(topic: str, keys: str | None, uniq: str | None) -> list[in
     return [key_hash(topic, k) for k in _keys_of(keys, uniq)]
 
 
+def _time_diff(ts: int, begin: int) -> int:
+    """``IndexFile.putKey``'s timeDiff: 0 when beginTimestamp <= 0, else the seconds from it,
+    subtracted in Java long arithmetic (a far-off timestamp wraps), a negative difference
+    counting 0, capped at Integer.MAX_VALUE."""
+    return min(max(java_long(ts - begin), 0) // 1000, INT_MAX) if begin > 0 else 0
+
+
 class IndexBuilder:
     """``IndexService.buildIndex`` (4.9.4) over a stream of dispatch requests.
 
@@ -159,12 +166,7 @@ class IndexBuilder:
         v = int(f.slots[slot])
         if v <= 0 or v > n:
             v = 0
-        begin = f.begin_timestamp
-        if begin <= 0:
-            td = 0
-        else:
-            d = java_long(ts - begin)  # (Java long arithmetic: a far-off timestamp wraps)
-            td = min(max(d, 0) // 1000, INT_MAX)  # (a negative difference counts 0)
+        td = _time_diff(ts, f.begin_timestamp)
         if not f._pending:
             f._pending_first = n
         f._pending.append((ih, phy, td, v))
@@ -384,8 +386,7 @@ class IndexBuilder:
         begin = int(tss[0]) if n0 <= 1 else f.begin_timestamp  # for every put but the first
         td = np.minimum(np.maximum(tss - begin, 0) // 1000, INT_MAX) if begin > 0 else np.zeros(m, dtype=np.int64)
         if n0 <= 1:
-            b0 = f.begin_timestamp
-            td[0] = min(max(java_long(int(tss[0]) - b0), 0) // 1000, INT_MAX) if b0 > 0 else 0
+            td[0] = _time_diff(int(tss[0]), f.begin_timestamp)
         # hash chains: previous entry with the same slot, or the slot's value before the block
         order, ss = _stable_order(slots, f.slot_num)
         ns = nums[order]

@@ -422,7 +422,7 @@ def _settle_next_starts(a: _Applying) -> int:
     for _ in range(_NEXT_STARTS):
         for q in a.queues.values():
             q.zero_past_write()
-        before = {k: (tuple(q.bases), q.write) for k, q in a.queues.items()}
+        before = _queue_shapes(a)
         dispatched = sum(a.dispatched.values())
         emptied = False
         for q in a.queues.values():
@@ -437,13 +437,18 @@ def _settle_next_starts(a: _Applying) -> int:
                 q.truncate(process)
         for q in a.queues.values():
             q.settle()
-        if not emptied and {k: (tuple(q.bases), q.write) for k, q in a.queues.items()} == before:
+        if not emptied and _queue_shapes(a) == before:
             return done
         _startup_reput(a, True)
-        if sum(a.dispatched.values()) == dispatched and {k: (tuple(q.bases), q.write) for k, q in a.queues.items()} == before:
+        if sum(a.dispatched.values()) == dispatched and _queue_shapes(a) == before:
             return done  # (a queue without a file counted the end offset again: the truncation ran)
         done += 1
     return done
+
+
+def _queue_shapes(a: _Applying) -> dict[tuple[str, int], tuple[tuple[int, ...], int | None]]:
+    """Each queue's files and write offset: what a start of the broker may change."""
+    return {k: (tuple(q.bases), q.write) for k, q in a.queues.items()}
 
 
 def _count_delay_mismatch(store: Store, profile: BrokerProfile, cqset: ConsumeQueueSet, positions: list[int],

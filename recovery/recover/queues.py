@@ -287,7 +287,8 @@ class _Queue:
         last = self.bases[-1]
         pos = self.write - last
         if last in self.content:
-            if any(self.content[last][pos:]):
+            data = self.content[last]
+            if data.count(0, pos) != len(data) - pos:  # (not all zeros past the write offset; at C speed)
                 self.content[last] = self.content[last][:pos]
         elif last in self.disk and not _zeros_from(self.disk[last], pos):
             self.content[last] = _read_prefix(self.disk[last], pos)
