@@ -781,13 +781,62 @@ def test_verify_says_the_broker_aborts_only_where_its_recovery_walk_stops(
     assert "CL_TORN_MESSAGE" not in at and "the broker's start aborts at this record" in at["CL_SIZE_MISMATCH"]
 
 
-def test_an_abnormal_run_names_a_record_that_aborts_the_next_normal_start(
+def test_an_abnormal_run_walks_from_the_next_normal_starts_file_where_that_start_would_abort(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Quirk Q10 where the run is abnormal: the checkpoint puts the start at the last file,
-    and TOTALSIZE Integer.MAX_VALUE opens file 262144, before it. The run does not read that
-    file (the abnormal walk, dispatch and index rules from a moved start are not emulated),
-    but the next, normal, start walks from the third-last file and aborts there: the
-    problem says so, and the second run cuts it, after which the broker starts."""
+    and TOTALSIZE Integer.MAX_VALUE opens file 262144, before it. The broker's abnormal
+    start does not read that file, but its next, normal, start walks from the third-last
+    file and aborts there (tests/oracle: the broker never starts again). recover's
+    abnormal recovery walks and dispatches from that third-last file instead (a
+    deviation, said in a note) and cuts at 262144 in one run: its second run has nothing
+    to do. (Before, the first run named the record as a problem, exit 5, and only a
+    second run cut it.)"""
+    root = _abnormal_q10_store(tmp_path)
+    runs = _recover_runs(capsys, tmp_path, root, quiet=False)
+    assert _codes(runs) == [1, 0, 0] and _settled(runs)
+    assert "the broker's next normal start will (its last three files include it) and abort there" not in runs[0].err
+    assert ("the broker's next normal start would abort at the record at commitlog offset 262144 (TOTALSIZE "
+            "2147483647") in runs[0].out
+    assert ("this run's abnormal recovery walks and dispatches from there instead (end offset 262144, a deviation)"
+            in " ".join(runs[0].out.split()))
+    assert "start file            │ 00000000000000196608" in runs[0].out
+    assert sorted(p.name for p in (root / "commitlog").iterdir())[-1] == "00000000000000262144"
+    assert not (root / "commitlog" / "00000000000000262144").read_bytes().strip(b"\0")
+    assert not (root / "abort").exists()
+
+
+def test_an_abnormal_run_the_broker_refuses_walks_from_the_next_normal_starts_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same where the broker refuses the store after an abnormal exit (a stray file in
+    a queue directory): the checkpoint puts the abnormal start at the last file, and a bit
+    flip at 262144 + 30000 fails a body CRC before it. No start of the broker follows to
+    walk from the third-last file, so the one run does that walk too and cuts at the
+    record (276208); the stray file stays, a problem (exit 4 or 5), and later runs change
+    nothing. (Before, the first run left the record and the second cut it.)"""
+    root = copy(tmp_path, "clean")
+    (root / "abort").write_bytes(b"")
+    ck = root / "checkpoint"
+    b = bytearray(ck.read_bytes())
+    struct.pack_into(">qqq", b, 0, 1900000000000, 1900000000000, 1900000000000)
+    ck.write_bytes(bytes(b))
+    p = root / "commitlog" / "00000000000000262144"
+    b = bytearray(p.read_bytes())
+    b[30000] ^= 0x10
+    p.write_bytes(bytes(b))
+    (root / "consumequeue" / "TopicA" / "0" / "stray").write_bytes(b"x")
+    runs = _recover_runs(capsys, tmp_path, root, quiet=False)
+    assert _codes(runs) == [5, 4, 4] and _settled(runs)
+    out = " ".join(runs[0].out.split())
+    assert "the walk stopped at commitlog offset 276208 (BODY_CRC_MISMATCH" in out
+    assert ("the broker refuses this store, so no start of its follows this run: after this run's abnormal recovery "
+            "(from commitlog/00000000000000327680, the checkpoint's start file)") in out
+    assert "consumequeue/TopicA/0/stray" in runs[1].err and (root / "consumequeue" / "TopicA" / "0" / "stray").exists()
+
+
+def _abnormal_q10_store(tmp_path: Path) -> Path:
+    """``clean`` after an abnormal exit whose checkpoint (timestamps in 2030) puts the
+    abnormal start at the last file, with the TOTALSIZE of file 262144's first record set
+    to Integer.MAX_VALUE (quirk Q10)."""
     root = copy(tmp_path, "clean")
     (root / "abort").write_bytes(b"")
     ck = root / "checkpoint"
@@ -798,11 +847,7 @@ def test_an_abnormal_run_names_a_record_that_aborts_the_next_normal_start(
     b = bytearray(p.read_bytes())
     struct.pack_into(">i", b, 0, 0x7FFFFFFF)
     p.write_bytes(bytes(b))
-    runs = _recover_runs(capsys, tmp_path, root, quiet=False)
-    assert "commitlog/00000000000000262144 at offset 262144" in runs[0].err
-    assert "the broker's next normal start will (its last three files include it) and abort there" in runs[0].err
-    assert _codes(runs) == [5, 1, 0]
-    assert "quirk Q10: the broker's own start aborts at the record at commitlog offset 262144" in runs[1].out
+    return root
 
 
 def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(

@@ -10,7 +10,7 @@ import numpy as np
 from ...formats import commitlog as cl
 from ...formats.consumequeue import CQ_UNIT_SIZE
 from .. import check as ck
-from ..broker import MODE_NORMAL, index_header_load, start_file_index, truncate_dirty_logic_files
+from ..broker import index_header_load, start_file_index, truncate_dirty_logic_files
 from ..indexkeep import NO_END, check_index_file
 from ..scan import file_has_nonzero, queue_hint_runs
 from ..store import StoreFile
@@ -107,15 +107,18 @@ def _plan_refused_next_starts(p: _Planning) -> None:
     """Where no start of the broker follows this run to walk the commitlog again, this run
     does that walk too: its next normal start would walk from the third-last of the files
     this run leaves, with the CRC, and cut where that walk stops. When files are removed
-    here, that start file moves back to files this run did not read; if the walk from
+    here (or, after an abnormal exit, where the checkpoint put the start file after the
+    third-last file), that start file is one this run did not read; if the walk from
     there stops earlier, this run walks from there too (its cut and the next start's in
-    one), until the start file stays, so that a second run has nothing to cut. No start
-    follows where the broker refuses the store, or where that walk stops at a record
-    whose start aborts the broker (quirk Q10, :func:`_start_aborts`): left there, the
-    broker would not start on what this run leaves. (Where the broker starts and walks
-    on, its next start is the behaviour to follow: step 4a reports the damage.)"""
+    one; after an abnormal exit its recovery walks and dispatches from there, as the
+    broker's does from an earlier start file), until the start file stays, so that a
+    second run has nothing to cut. No start follows where the broker refuses the store,
+    or where that walk stops at a record whose start aborts the broker (quirk Q10,
+    :func:`_start_aborts`): left there, the broker would not start on what this run
+    leaves. (Where the broker starts and walks on, its next start is the behaviour to
+    follow: step 4a reports the damage.)"""
     files, plan = p.files, p.plan
-    if plan.mode != MODE_NORMAL or p.profile.normal_recovery_walkback:
+    if p.profile.normal_recovery_walkback:
         return
     refused = _broker_refuses(p)
     for _ in range(len(files)):
@@ -142,10 +145,17 @@ def _plan_refused_next_starts(p: _Planning) -> None:
                f"the broker's next normal start would abort at the record at commitlog offset {aborts[0]} "
                f"(TOTALSIZE {aborts[1]}: no JVM array holds it, OutOfMemoryError, quirk Q10)")
         p.q10_said = p.q10_said or aborts is not None
-        plan.notes.append(
-            f"{why}: the walk from commitlog/{was} removes files, and the broker's next normal start would walk "
-            f"from commitlog/{files[nxt].name} (the third-last file left) and stop earlier; this run walks from "
-            f"there (end offset {p.process})")
+        if p.abnormal:
+            plan.notes.append(
+                f"{why}: after this run's abnormal recovery (from commitlog/{was}, the checkpoint's start file), "
+                f"that start would walk from commitlog/{files[nxt].name} (the third-last file left) and stop "
+                f"earlier; this run's abnormal recovery walks and dispatches from there instead (end offset "
+                f"{p.process}, a deviation)")
+        else:
+            plan.notes.append(
+                f"{why}: the walk from commitlog/{was} removes files, and the broker's next normal start would walk "
+                f"from commitlog/{files[nxt].name} (the third-last file left) and stop earlier; this run walks from "
+                f"there (end offset {p.process})")
 
 
 def _note_q10(p: _Planning) -> None:

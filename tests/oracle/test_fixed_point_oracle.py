@@ -197,3 +197,47 @@ def test_where_the_cut_units_the_broker_keeps_pin_its_reput_recover_gives_the_re
     assert view["files_after_rocketmq_shutdown"][rel]["sha256"] == hashlib.sha256((ours / rel).read_bytes()).hexdigest()
     assert [f["sha256"] for f in view["index_files_after_rocketmq_shutdown_in_name_order"]] == _index_shas(ours)
     assert _recover(ours, tmp_path / "b2") == 0
+
+
+def _abnormal_q10_store(tmp_path: Path, name: str) -> Path:
+    """``clean`` after an abnormal exit whose checkpoint (timestamps in 2030) puts the
+    abnormal start at the last file, and TOTALSIZE Integer.MAX_VALUE at file 262144's
+    first record, before it (tests/test_fuzz_damage.py builds the same store)."""
+    store = tmp_path / name
+    shutil.copytree(fd.REAL / "clean" / "store", store, symlinks=True)
+    for rel, at, value in (("commitlog/00000000000000262144", 0, (0x7FFFFFFF).to_bytes(4, "big")),
+                           ("checkpoint", 0, (1900000000000).to_bytes(8, "big") * 3)):
+        p = store / rel
+        p.chmod(0o644)
+        b = bytearray(p.read_bytes())
+        b[at:at + len(value)] = value
+        p.write_bytes(bytes(b))
+    (store / "abort").write_bytes(b"")
+    return store
+
+
+def test_where_the_next_normal_start_after_an_abnormal_one_aborts_recover_cuts_in_one_run(
+        oracle: ModuleType, tmp_path: Path) -> None:
+    """Quirk Q10 after an abnormal exit, recover's deviation asserted exactly. The broker's
+    abnormal start walks from the last file (the checkpoint's start file) and starts; its
+    next, normal, start walks from the third-last file into TOTALSIZE Integer.MAX_VALUE at
+    262144 and aborts (OutOfMemoryError): the broker never starts again. recover's one run
+    walks and dispatches from that third-last file and cuts at 262144: the broker starts on
+    its result, twice, with the end offset 262144, and recover's second run has nothing to do."""
+    theirs = _abnormal_q10_store(tmp_path, "broker")
+    first = oracle.view("4.9.4", theirs, fd.fixture_config("clean"), no_copy=True)
+    assert first["recovery_mode"] == "abnormal" and first["load_ok"]
+    assert first["after_load_before_start"]["commitlog_max_offset"] > 327680  # (the record at 262144 is not read)
+    assert first["commitlog_walk_out_of_memory_at"] == 262144  # (the harness's own walk from 0 meets it)
+    assert not (theirs / "abort").exists()
+    with pytest.raises(Exception) as e:  # noqa: PT011 - the harness's error carries the JVM's
+        oracle.view("4.9.4", theirs, fd.fixture_config("clean"), no_copy=True)
+    assert "OutOfMemoryError: Requested array size exceeds VM limit" in str(e.value)
+
+    ours = _abnormal_q10_store(tmp_path, "ours")
+    assert _recover(ours, tmp_path / "b1") == 1
+    assert _recover(ours, tmp_path / "b2") == 0
+    for start in range(2):
+        view = oracle.view("4.9.4", ours, fd.fixture_config("clean"), no_copy=True)
+        assert view["load_ok"] and view["after_load_before_start"]["commitlog_max_offset"] == 262144, f"start {start + 1}"
+        assert "commitlog_walk_out_of_memory_at" not in view

@@ -142,7 +142,12 @@ final class Viewer {
         v.addProperty("commitlog_min_offset", min);
         v.addProperty("commitlog_max_offset", max);
         JsonArray recs = new JsonArray();
-        int[] counts = walk(s, c, min, max, recs);
+        long[] oom = {-1};
+        int[] counts = walk(s, c, min, max, recs, oom);
+        if (oom[0] >= 0) {
+            // (this walk, not the broker's recovery, met a TOTALSIZE no JVM array holds: quirk Q10)
+            v.addProperty("commitlog_walk_out_of_memory_at", oom[0]);
+        }
         v.addProperty("commitlog_record_count", counts[0]);
         v.addProperty("commitlog_blank_records", counts[1]);
         v.add("commitlog_records", recs);
@@ -351,7 +356,8 @@ final class Viewer {
         return (DispatchRequest) m3.invoke(cl, bb, true, true);
     }
 
-    static int[] walk(DefaultMessageStore s, MessageStoreConfig c, long min, long max, JsonArray out) throws Exception {
+    static int[] walk(DefaultMessageStore s, MessageStoreConfig c, long min, long max, JsonArray out, long[] oom)
+            throws Exception {
         CommitLog cl = s.getCommitLog();
         boolean dup = c.isDuplicationEnable();
         int n = 0;
@@ -370,7 +376,16 @@ final class Viewer {
                 while (pos < r.getSize()) {
                     ByteBuffer probe = bb.duplicate();
                     probe.position(pos);
-                    DispatchRequest d = check(cl, probe, dup);
+                    DispatchRequest d;
+                    try {
+                        d = check(cl, probe, dup);
+                    } catch (java.lang.reflect.InvocationTargetException e) {
+                        if (!(e.getCause() instanceof OutOfMemoryError)) {
+                            throw e;
+                        }
+                        oom[0] = base + pos;
+                        break outer;
+                    }
                     if (!d.isSuccess()) {
                         break outer;
                     }
