@@ -23,6 +23,9 @@ from conftest import real_store
 
 from rmqtool.cli import run
 from rmqtool.formats.consumequeue import read_units
+from rmqtool.recovery import offsets as ro
+from rmqtool.recovery.store import Store
+from rmqtool.recovery.versions import BrokerProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_GIB = 2 << 30
@@ -848,6 +851,27 @@ def _abnormal_q10_store(tmp_path: Path) -> Path:
     struct.pack_into(">i", b, 0, 0x7FFFFFFF)
     p.write_bytes(bytes(b))
     return root
+
+
+def test_a_queue_cut_to_nothing_is_read_with_its_zero_unit_by_the_next_starts_model(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1095880: ``delay`` with bytes [9, 17) of %DLQ%GroupD/0's first unit zeroed
+    (its size field: the unit is invalid, the queue empty at its file's start) and a stray
+    file in %RETRY%GroupD/0 (the broker refuses the store). ``offsets`` models the queues
+    as the broker's next starts would leave them on recover's result, where the bytes past
+    a queue's write offset are zeros: the DLQ file's content was cut to nothing there, and
+    the truncation's read of its first unit failed (``internal error: IndexError``). A
+    file's content that ends early is read with the zero unit that follows it."""
+    root = copy(tmp_path, "delay")
+    q = root / "consumequeue" / "%DLQ%GroupD" / "0" / "00000000000000000000"
+    b = bytearray(q.read_bytes())
+    b[9:17] = bytes(8)
+    q.write_bytes(bytes(b))
+    (root / "consumequeue" / "%RETRY%GroupD" / "0" / "stray").write_bytes(b"x")
+    code, out, _err = cli(capsys, "offsets", "--format", "json", str(root))
+    assert code == 0 and json.loads(out)
+    views = ro.queue_views(Store.open(root), BrokerProfile.for_version("4.9.4"))
+    assert (views[("%DLQ%GroupD", 0)].max_offset, views[("%RETRY%GroupD", 0)].max_offset) == (0, 2)
 
 
 def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(

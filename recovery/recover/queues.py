@@ -242,9 +242,15 @@ class _Queue:
 
     def units(self, base: int) -> np.ndarray:
         """The units of file ``base`` (a file on disk through a read-only map: read only as
-        far as they are looked at)."""
+        far as they are looked at). Content that ends before the file size (a new file, or
+        one cut at its write offset, zeros after) is read with the zero unit that follows it:
+        every scan of these units stops at a zero unit (it takes the first unit of a file,
+        whatever it holds, so a file cut to nothing still has one: soak seed 1095880)."""
         if base in self.content or (self._cached is not None and self._cached[0] == base):
-            return _units_of(self.data(base))
+            data = self.data(base)
+            if len(data) < self.F:
+                data = data.ljust(min(self.F, (-(-len(data) // CQ_UNIT_SIZE) + 1) * CQ_UNIT_SIZE), b"\0")
+            return _units_of(data)
         return _cq_units(self.disk[base], self.F)
 
     def writer(self) -> ConsumeQueueWriter:
