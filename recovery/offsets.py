@@ -30,6 +30,7 @@ from ..formats import offsetfile as of
 from ..formats.config import loads as config_loads
 from ..formats.config import read_config_bytes
 from ..formats.errors import FormatError, RmqToolError
+from .configfiles import config_blocking_start
 from .query import CommitlogReader
 from .rocksoffsets import RocksUnavailable, read_store
 from .store import CQ_UNIT, Store
@@ -525,8 +526,13 @@ def config_findings(root: Path) -> list[tuple[str, str | None, int | None, str]]
     ``recovery.verify.CODES``)."""
     cfg = load_offset_config(root)
     out: list[tuple[str, str | None, int | None, str]] = []
+    blocking = config_blocking_start(root)
+    if blocking is not None:
+        out.append(("CFG_LOAD_FAILS", blocking, None,
+                    "a FIFO: the broker's start blocks opening it (its FileInputStream waits for a writer) and "
+                    "never ends: the broker does not start until it is a regular file"))
     for p in cfg.pairs.values():
-        if not p.present:
+        if not p.present or blocking in (p.main.path, p.bak.path):
             continue
         m, b = p.main, p.bak
         if p.loaded == "refused":
@@ -552,6 +558,7 @@ __all__ = [
     "QueueView", "queue_views", "views_of", "OffsetConfig", "load_offset_config", "describe_pair", "OffsetReport",
     "offset_report", "OffsetChange", "offsets_past_end", "encoded_changes", "add_offset_fix", "queue_ends",
     "plan_set", "plan_reset_to_time", "offset_by_time", "apply_offset_changes", "config_findings", "OffsetsError",
+    "config_blocking_start",
 ]
 
 

@@ -324,6 +324,66 @@ def test_a_fifo_offset_table_is_never_opened(tmp_path: Path, argv: tuple[str, ..
     assert o.code in (0, 4) and o.seconds < 20, (o.code, o.err)
 
 
+def test_recover_is_a_fixed_point_where_the_brokers_start_blocks_on_a_fifo_config(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 1103575: ``delay`` with its first commitlog file renamed to 131072 (every
+    unit points below the commitlog's first offset, so every start-up reput dispatches all
+    106 records again and re-indexes the last one: the broker's own repeat, quirk Q6) and a
+    FIFO for config/delayOffset.json. The broker's start opens that file with a
+    FileInputStream, which waits for a writer: it never starts, so no start of its repeats
+    anything, and recover added the same 3 index entries at every run. A FIFO among the
+    config files every start loads now counts as the broker not starting
+    (``config_blocking_start``, ``broker_refuses``): the record at the index's end is not
+    indexed again, and recover is a fixed point from its first run. verify says why the
+    broker does not start (CFG_LOAD_FAILS, not "loads the .bak instead")."""
+    plain = copy(tmp_path / "plain", "delay")
+    (plain / "commitlog" / "00000000000000000000").rename(plain / "commitlog" / "00000000000000131072")
+    root = tmp_path / "fifo"
+    shutil.copytree(plain, root, symlinks=True)
+    (root / "config" / "delayOffset.json").unlink()
+    os.mkfifo(root / "config" / "delayOffset.json")
+    assert _codes(_recover_runs(capsys, tmp_path / "p", plain)) == [1, 1, 1]  # (the broker's own repeat: tests/oracle)
+    runs = _recover_runs(capsys, tmp_path / "f", root)
+    assert _codes(runs) == [0, 0, 0] and _settled(runs)
+    code, out, _err = cli(capsys, "verify", "--format", "json", str(root))
+    cfg = {(f["code"], f["file"]): f["message"] for f in json.loads(out)["findings"] if f["code"].startswith("CFG")}
+    assert code == 4 and list(cfg) == [("CFG_LOAD_FAILS", "config/delayOffset.json")]
+    assert "the broker's start blocks opening it" in cfg[("CFG_LOAD_FAILS", "config/delayOffset.json")]
+
+
+def test_a_fifo_bak_blocks_the_start_only_where_the_file_is_missing(tmp_path: Path) -> None:
+    """The .bak is read only when the file is missing or empty (ConfigManager.load)."""
+    root = copy(tmp_path, "clean")
+    cdir = root / "config"
+    (cdir / "delayOffset.json.bak").unlink(missing_ok=True)
+    os.mkfifo(cdir / "delayOffset.json.bak")
+    assert ro.config_blocking_start(root) is None  # (delayOffset.json decodes: its .bak is never read)
+    (cdir / "delayOffset.json").write_bytes(b"")
+    assert ro.config_blocking_start(root) == "config/delayOffset.json.bak"
+    (cdir / "delayOffset.json").unlink()
+    assert ro.config_blocking_start(root) == "config/delayOffset.json.bak"
+
+
+def test_the_soak_copies_a_fifo_as_a_fifo(tmp_path: Path) -> None:
+    """Soak seed 1103575 hung the soak itself: its replay against the broker copied the
+    damaged store by opening every file, a FIFO too, which waits for a writer."""
+    src = copy(tmp_path, "clean")
+    (src / "config" / "delayOffset.json").unlink(missing_ok=True)
+    os.mkfifo(src / "config" / "delayOffset.json")
+    def stuck(_sig: int, _frame: Any) -> None:
+        raise TimeoutError("the copy opened the FIFO")
+
+    old = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(20)
+    try:
+        fd.copy_tree_holes_kept(src, tmp_path / "copy")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    import stat as _stat
+    assert _stat.S_ISFIFO(os.lstat(tmp_path / "copy" / "config" / "delayOffset.json").st_mode)
+
+
 def test_a_fifo_config_does_not_block_the_version_guess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--broker-version auto reads config files for 5.x-only fields: a FIFO topics.json
     hung it (read_text)."""

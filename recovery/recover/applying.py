@@ -138,14 +138,13 @@ def _start_applying(store: Store, plan: RecoveryPlan, profile: BrokerProfile, pr
         if st is None:
             st = _recover_queue_files(qfiles, Fcq, profile)
         queues[key] = _Queue(key, Fcq, st)
-    kept_index, ib = _index_as_loaded(store, plan, profile, ctx.frozen)
+    kept_index, ib = _index_as_loaded(store, plan, profile)
     a = _Applying(store, plan, profile, ctx, progress, jobs, queues_only, queues, kept_index, ib)
     a.q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
     return a
 
 
-def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile,
-                     frozen: set[tuple[str, int]]) -> tuple[list[StoreFile], IndexBuilder]:
+def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile) -> tuple[list[StoreFile], IndexBuilder]:
     """The index files IndexService.load keeps, and the IndexBuilder that goes on from them."""
     g = store.geometry
     discarded = {d.file for d in plan.index_discarded}
@@ -156,12 +155,14 @@ def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile,
         assert ib.current is not None and kept_index and t.file == f"index/{kept_index[-1].name}"
         ib.current.truncate(t.entries_kept, t.end_timestamp, profile.hash_slot_count_every_put)
     ib.skip_through = plan.index_skip_upto
-    if frozen and ib.current is not None and ib.current.index_count > 1 and broker_refuses(store, profile):
+    if ib.current is not None and ib.current.index_count > 1 and broker_refuses(store, profile):
         # our improvement where the broker has no behaviour to follow: it refuses to load
-        # this store, and recover leaves a queue alone, whose last records then never get
-        # their units, so every run's start-up reput dispatches them again; the record at
-        # the index's endPhyOffset is not indexed again when the index holds all its keys
-        # (the broker's "<" test would: quirk Q6), so a second run has nothing to do
+        # this store (or its start blocks on a FIFO config file), and where every run's
+        # start-up reput dispatches the same records again (a queue recover leaves alone,
+        # whose last records never get their units; units that all point below the
+        # commitlog's first offset, soak seed 1103575), the record at the index's
+        # endPhyOffset is not indexed again when the index holds all its keys (the
+        # broker's "<" test would: quirk Q6), so a second run has nothing to do
         end = ib.current.end_phy_offset
         if _index_holds_record(store, profile, ib, end):
             ib.skip_through = max(end, ib.skip_through if ib.skip_through is not None else -1)

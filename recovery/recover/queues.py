@@ -16,6 +16,7 @@ from ..broker import (
     truncate_dirty_files,
     truncate_dirty_logic_files,
 )
+from ..configfiles import config_blocking_start
 from ..indexbuild import ConsumeQueueWriter
 from ..store import Store, StoreFile
 from ..store import data_extents as _data_extents
@@ -165,7 +166,10 @@ def settle_queue(units_of: Any, bases: list[int], F: int, n: int, write: int | N
 def broker_refuses(store: Store, profile: BrokerProfile) -> bool:
     """Whether the broker refuses to load the store (a stray, zero-length or wrong-sized
     commitlog or consume queue file: verify's load blockers, all among the store's layout
-    issues)."""
+    issues), or never gets to (its start blocks on a FIFO config file:
+    :func:`recovery.configfiles.config_blocking_start`)."""
+    if config_blocking_start(store.root) is not None:
+        return True
     if not store.issues:
         return False
     from ..verify import _layout_findings  # lazy: ~190 ms, needed only for a store with layout issues

@@ -10,6 +10,7 @@ import numpy as np
 
 from ...formats import commitlog as cl
 from .. import check as ck
+from ..configfiles import config_blocking_start
 from ..filler import MIN_RECORD, MIN_RECORD_PROP_CRC
 from ..store import Store
 from ..versions import BrokerProfile
@@ -105,6 +106,9 @@ def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding
         out.append(finding(code, iss.path, None, phys, iss.message, layout_code=iss.code, size=iss.size))
         if code in ("FILE_STRAY", "FILE_ZERO_LENGTH", "FILE_WRONG_SIZE") and not iss.path.startswith("index"):
             blockers.append(iss.path)
+    blocking = config_blocking_start(store.root)  # (its start never gets to the store: CFG_LOAD_FAILS says why)
+    if blocking is not None:
+        blockers.append(blocking)
     return out, blockers
 
 

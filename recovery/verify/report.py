@@ -101,7 +101,7 @@ CODES: dict[str, tuple[str, str]] = {
     # offset config files (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json)
     "CFG_UNREADABLE": (ERROR, "an offset config file that is empty, truncated, not JSON or has bytes after its JSON object: the broker loads its .bak instead (older offsets)"),
     "CFG_TABLE_LOST": (ERROR, "an offset config file the broker cannot use with no usable .bak, or one that decodes to null: the broker starts with an empty offset table"),
-    "CFG_LOAD_FAILS": (ERROR, "neither an offset config file nor its .bak decodes: the broker's load fails and it does not start"),
+    "CFG_LOAD_FAILS": (ERROR, "neither an offset config file nor its .bak decodes: the broker's load fails and it does not start. Or a config file every start loads (topics.json, consumerOffset.json, subscriptionGroup.json, consumerFilter.json, delayOffset.json; its .bak where the file is missing or empty) is a FIFO: the broker's start blocks opening it (its FileInputStream waits for a writer) and never ends; rmqtool never opens it"),
     "CFG_BAK_UNREADABLE": (WARNING, "the .bak of an offset config file does not decode (the broker uses the main file)"),
     "CFG_ROCKSDB": (WARNING, "a 5.x RocksDB config store (config/consumerOffsets, config/rdb) whose offsets rmqtool does not read (rocksdict missing, or it does not open read-only)"),
 }
