@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Checkpoint, decode_checkpoint
+from ..formats.errors import StoreLayoutError
 from ..formats.safeio import read_small
 from . import check as ck
 from .reput import CqFileOut, IndexFileOut, ReputResult, index_files_after_load, load_state, reput, updated_checkpoint
@@ -230,6 +231,21 @@ def _rel(store: Store, p: Path) -> str:
     return p.relative_to(store.root).as_posix()
 
 
+JAVA_LONG_MAX = (1 << 63) - 1
+
+
+def _refuse_offsets_past_long_max(store: Store) -> None:
+    """A commitlog file whose offsets pass Long.MAX_VALUE (a name near 9223372036854775807):
+    no Java long holds them, so no consume queue unit or index entry can point at its
+    records; rebuild-index refuses the store, naming the file (soak seed 1110562)."""
+    F = store.geometry.commitlog_file_size
+    for f in store.commitlog:
+        if f.base + F - 1 > JAVA_LONG_MAX:
+            raise StoreLayoutError("its offsets pass Long.MAX_VALUE (9223372036854775807): no consume queue unit "
+                                   "or index entry can point at its records, so rebuild-index does not rebuild this "
+                                   "store; move the file out of it", f.path)
+
+
 def plan_rebuild(
     store: Store,
     profile: BrokerProfile,
@@ -247,6 +263,7 @@ def plan_rebuild(
     ``jobs``: worker processes decoding the commitlog (None: one per CPU).
     ``compare_progress(n)``: the bytes of each existing file compared with the new one."""
     t0 = time.perf_counter()
+    _refuse_offsets_past_long_max(store)
     tset = tuple(sorted(set(topics))) if topics is not None else None
     continue_cq = from_offset is not None
     continue_index = from_offset is not None or tset is not None

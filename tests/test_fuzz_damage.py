@@ -384,6 +384,22 @@ def test_the_soak_copies_a_fifo_as_a_fifo(tmp_path: Path) -> None:
     assert _stat.S_ISFIFO(os.lstat(tmp_path / "copy" / "config" / "delayOffset.json").st_mode)
 
 
+@pytest.mark.parametrize("argv", [("rebuild-index", "--dry-run"), ("rebuild-index", "--yes")])
+def test_rebuild_index_refuses_a_commitlog_file_past_long_max(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
+    """Soak seed 1110562: ``delay`` with commitlog file 0 renamed to 09223372036854775807.
+    Its records' offsets pass Long.MAX_VALUE: rebuild-index went on where no Java long (nor
+    its int64 dispatch columns: the soak's store, with an absurd length in that file too,
+    failed with ``internal error: OverflowError``) holds them. It refuses the store now,
+    naming the file; the store is not changed."""
+    root = copy(tmp_path, "delay")
+    (root / "commitlog" / "00000000000000000000").rename(root / "commitlog" / "09223372036854775807")
+    before = snapshot(root)
+    code, _out, err = cli(capsys, argv[0], str(root), *argv[1:], "--backup-dir", str(tmp_path / "b"))
+    assert code == 8 and "commitlog/09223372036854775807: its offsets pass Long.MAX_VALUE" in err
+    assert snapshot(root) == before
+
+
 def test_a_fifo_config_does_not_block_the_version_guess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--broker-version auto reads config files for 5.x-only fields: a FIFO topics.json
     hung it (read_text)."""
