@@ -20,6 +20,9 @@ DIRECTORY = "dir"
 MISSING = "missing"
 
 
+FIFO = "a FIFO, not a regular file"  # classify's ``why`` for a FIFO
+
+
 def classify(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> tuple[str, str | None]:
     """``(kind, why)`` of ``path`` without opening it: kind is ``file``, ``dir``,
     ``missing`` or ``unsafe``; ``why`` says what makes an entry unsafe (a FIFO, a device,
@@ -49,7 +52,7 @@ def classify(path: str | os.PathLike[str], root: str | os.PathLike[str] | None =
     if stat.S_ISDIR(st.st_mode):
         return DIRECTORY, None
     if stat.S_ISFIFO(st.st_mode):
-        return "unsafe", "a FIFO, not a regular file"
+        return "unsafe", FIFO
     if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
         return "unsafe", "a device, not a regular file"
     if stat.S_ISSOCK(st.st_mode):

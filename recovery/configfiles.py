@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..formats.safeio import MISSING, REGULAR, classify
+from ..formats.safeio import FIFO, MISSING, REGULAR, classify
 
 # the config files every broker's start loads (BrokerController.initialize, and the
 # schedule service's delayOffset.json), each with ConfigManager.load -> MixAll.file2String
 START_CONFIGS = ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "consumerFilter.json", "delayOffset.json")
-_FIFO = "a FIFO, not a regular file"
 
 
 def config_blocking_start(root: Path) -> str | None:
@@ -20,10 +19,10 @@ def config_blocking_start(root: Path) -> str | None:
     cdir = root / "config"
     for name in START_CONFIGS:
         kind, why = classify(cdir / name, root)
-        if kind == "unsafe" and why == _FIFO:
+        if kind == "unsafe" and why == FIFO:
             return f"config/{name}"
         if kind == MISSING or (kind == REGULAR and (cdir / name).stat().st_size == 0):
             kind, why = classify(cdir / f"{name}.bak", root)
-            if kind == "unsafe" and why == _FIFO:
+            if kind == "unsafe" and why == FIFO:
                 return f"config/{name}.bak"
     return None

@@ -558,7 +558,6 @@ __all__ = [
     "QueueView", "queue_views", "views_of", "OffsetConfig", "load_offset_config", "describe_pair", "OffsetReport",
     "offset_report", "OffsetChange", "offsets_past_end", "encoded_changes", "add_offset_fix", "queue_ends",
     "plan_set", "plan_reset_to_time", "offset_by_time", "apply_offset_changes", "config_findings", "OffsetsError",
-    "config_blocking_start",
 ]
 
 

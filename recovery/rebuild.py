@@ -36,6 +36,7 @@ from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Ch
 from ..formats.errors import StoreLayoutError
 from ..formats.safeio import read_small
 from . import check as ck
+from .query import LONG_MAX
 from .reput import CqFileOut, IndexFileOut, ReputResult, index_files_after_load, load_state, reput, updated_checkpoint
 from .safety import StoreTransaction
 from .scan import byte_views, chase_starts
@@ -231,16 +232,13 @@ def _rel(store: Store, p: Path) -> str:
     return p.relative_to(store.root).as_posix()
 
 
-JAVA_LONG_MAX = (1 << 63) - 1
-
-
 def _refuse_offsets_past_long_max(store: Store) -> None:
     """A commitlog file whose offsets pass Long.MAX_VALUE (a name near 9223372036854775807):
     no Java long holds them, so no consume queue unit or index entry can point at its
     records; rebuild-index refuses the store, naming the file (soak seed 1110562)."""
     F = store.geometry.commitlog_file_size
     for f in store.commitlog:
-        if f.base + F - 1 > JAVA_LONG_MAX:
+        if f.base + F - 1 > LONG_MAX:
             raise StoreLayoutError("its offsets pass Long.MAX_VALUE (9223372036854775807): no consume queue unit "
                                    "or index entry can point at its records, so rebuild-index does not rebuild this "
                                    "store; move the file out of it", f.path)

@@ -1028,7 +1028,7 @@ def recover_vs_broker(seed: int, dest: Path, kind: str | None = None) -> tuple[b
     run_inprocess(["recover", "--yes", "-q", str(root), "--backup-dir", str(dest / "b2")], 120)
     ours = changed_areas(h1, tree_digest(root))
     where = ""
-    from rmqtool.recovery.offsets import config_blocking_start
+    from rmqtool.recovery.configfiles import config_blocking_start
 
     blocking = config_blocking_start(twin)
     if blocking is not None:

@@ -24,6 +24,7 @@ from conftest import real_store
 from rmqtool.cli import run
 from rmqtool.formats.consumequeue import read_units
 from rmqtool.recovery import offsets as ro
+from rmqtool.recovery.configfiles import config_blocking_start
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import BrokerProfile
 
@@ -357,11 +358,11 @@ def test_a_fifo_bak_blocks_the_start_only_where_the_file_is_missing(tmp_path: Pa
     cdir = root / "config"
     (cdir / "delayOffset.json.bak").unlink(missing_ok=True)
     os.mkfifo(cdir / "delayOffset.json.bak")
-    assert ro.config_blocking_start(root) is None  # (delayOffset.json decodes: its .bak is never read)
+    assert config_blocking_start(root) is None  # (delayOffset.json decodes: its .bak is never read)
     (cdir / "delayOffset.json").write_bytes(b"")
-    assert ro.config_blocking_start(root) == "config/delayOffset.json.bak"
+    assert config_blocking_start(root) == "config/delayOffset.json.bak"
     (cdir / "delayOffset.json").unlink()
-    assert ro.config_blocking_start(root) == "config/delayOffset.json.bak"
+    assert config_blocking_start(root) == "config/delayOffset.json.bak"
 
 
 def test_the_soak_copies_a_fifo_as_a_fifo(tmp_path: Path) -> None:
@@ -892,16 +893,10 @@ def test_an_abnormal_run_the_broker_refuses_walks_from_the_next_normal_starts_fi
     walk from the third-last file, so the one run does that walk too and cuts at the
     record (276208); the stray file stays, a problem (exit 4 or 5), and later runs change
     nothing. (Before, the first run left the record and the second cut it.)"""
-    root = copy(tmp_path, "clean")
-    (root / "abort").write_bytes(b"")
-    ck = root / "checkpoint"
-    b = bytearray(ck.read_bytes())
-    struct.pack_into(">qqq", b, 0, 1900000000000, 1900000000000, 1900000000000)
-    ck.write_bytes(bytes(b))
-    p = root / "commitlog" / "00000000000000262144"
-    b = bytearray(p.read_bytes())
-    b[30000] ^= 0x10
-    p.write_bytes(bytes(b))
+    def flip(b: bytearray) -> None:
+        b[30000] ^= 0x10
+
+    root = _abnormal_store(tmp_path, flip)
     (root / "consumequeue" / "TopicA" / "0" / "stray").write_bytes(b"x")
     runs = _recover_runs(capsys, tmp_path, root, quiet=False)
     assert _codes(runs) == [5, 4, 4] and _settled(runs)
@@ -912,21 +907,23 @@ def test_an_abnormal_run_the_broker_refuses_walks_from_the_next_normal_starts_fi
     assert "consumequeue/TopicA/0/stray" in runs[1].err and (root / "consumequeue" / "TopicA" / "0" / "stray").exists()
 
 
-def _abnormal_q10_store(tmp_path: Path) -> Path:
+def _abnormal_store(tmp_path: Path, damage: Callable[[bytearray], None]) -> Path:
     """``clean`` after an abnormal exit whose checkpoint (timestamps in 2030) puts the
-    abnormal start at the last file, with the TOTALSIZE of file 262144's first record set
-    to Integer.MAX_VALUE (quirk Q10)."""
+    abnormal start at the last file, with ``damage`` done to file 262144's bytes."""
     root = copy(tmp_path, "clean")
     (root / "abort").write_bytes(b"")
-    ck = root / "checkpoint"
-    b = bytearray(ck.read_bytes())
-    struct.pack_into(">qqq", b, 0, 1900000000000, 1900000000000, 1900000000000)
-    ck.write_bytes(bytes(b))
-    p = root / "commitlog" / "00000000000000262144"
-    b = bytearray(p.read_bytes())
-    struct.pack_into(">i", b, 0, 0x7FFFFFFF)
-    p.write_bytes(bytes(b))
+    for p, change in ((root / "checkpoint", lambda b: struct.pack_into(">qqq", b, 0, *[1900000000000] * 3)),
+                      (root / "commitlog" / "00000000000000262144", damage)):
+        b = bytearray(p.read_bytes())
+        change(b)
+        p.write_bytes(bytes(b))
     return root
+
+
+def _abnormal_q10_store(tmp_path: Path) -> Path:
+    """:func:`_abnormal_store` with the TOTALSIZE of file 262144's first record set to
+    Integer.MAX_VALUE (quirk Q10)."""
+    return _abnormal_store(tmp_path, lambda b: struct.pack_into(">i", b, 0, 0x7FFFFFFF))
 
 
 def test_a_queue_cut_to_nothing_is_read_with_its_zero_unit_by_the_next_starts_model(

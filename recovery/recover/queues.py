@@ -168,10 +168,8 @@ def broker_refuses(store: Store, profile: BrokerProfile) -> bool:
     commitlog or consume queue file: verify's load blockers, all among the store's layout
     issues), or never gets to (its start blocks on a FIFO config file:
     :func:`recovery.configfiles.config_blocking_start`)."""
-    if config_blocking_start(store.root) is not None:
-        return True
     if not store.issues:
-        return False
+        return config_blocking_start(store.root) is not None
     from ..verify import _layout_findings  # lazy: ~190 ms, needed only for a store with layout issues
 
     return bool(_layout_findings(store, profile)[1])
