@@ -4,5 +4,6 @@
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("rmqtool.recovery._ccore", ["recovery/_ccore.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+setup(
+    ext_modules=[Extension("rmqtool.recovery._ccore", ["recovery/_ccore.c"], optional=True, extra_compile_args=["-O2"])]
+)

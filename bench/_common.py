@@ -10,5 +10,7 @@ def peak_memory() -> str:
 
     me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # (KiB on Linux)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return (f"peak RSS: this process {me:,.0f} MiB, largest worker process {kids:,.0f} MiB "
-            "(pages of the mapped commitlog and of shared memory count in each process that touched them)")
+    return (
+        f"peak RSS: this process {me:,.0f} MiB, largest worker process {kids:,.0f} MiB "
+        "(pages of the mapped commitlog and of shared memory count in each process that touched them)"
+    )

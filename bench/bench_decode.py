@@ -192,8 +192,12 @@ def main() -> int:
     ap.add_argument("--skip-walk", action="store_true")
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--profile", action="store_true", help="cProfile the decode (slower; top 25 to stderr)")
-    ap.add_argument("--repeat", type=int, default=1, help="run each measurement N times and report the best (noisy shared machines)")
-    ap.add_argument("--calibrate", action="store_true", help="also time the issue's prototype loop (no output) on this machine")
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="run each measurement N times and report the best (noisy shared machines)"
+    )
+    ap.add_argument(
+        "--calibrate", action="store_true", help="also time the issue's prototype loop (no output) on this machine"
+    )
     args = ap.parse_args()
 
     tmp = None
@@ -210,21 +214,29 @@ def main() -> int:
                 runs = [bench_walk(root) for _ in range(reps)]
                 n, b = runs[0][0], runs[0][1]
                 dt, ct = min(r[2] for r in runs), min(r[3] for r in runs)
-                print(f"boundary walk: {n:,} records in {dt:.2f} s wall = {n / dt:,.0f} records/s, {b / dt / 1e6:,.0f} MB/s"
-                      f" | {ct:.2f} s CPU = {n / ct:,.0f} records/s, {b / ct / 1e6:,.0f} MB/s")
+                print(
+                    f"boundary walk: {n:,} records in {dt:.2f} s wall = {n / dt:,.0f} records/s, {b / dt / 1e6:,.0f} MB/s"
+                    f" | {ct:.2f} s CPU = {n / ct:,.0f} records/s, {b / ct / 1e6:,.0f} MB/s"
+                )
             if not args.skip_decode:
                 n, nbytes = used_bytes(root)
                 runs2 = [bench_decode(root, args.profile) for _ in range(reps)]
                 dt, ct = min(r[0] for r in runs2), min(r[1] for r in runs2)
-                print(f"full decode to jsonl (/dev/null): {n:,} messages in {dt:.2f} s wall = {n / dt:,.0f} msg/s, {nbytes / dt / 1e6:,.0f} MB/s"
-                      f" | {ct:.2f} s CPU = {n / ct:,.0f} msg/s, {nbytes / ct / 1e6:,.0f} MB/s")
+                print(
+                    f"full decode to jsonl (/dev/null): {n:,} messages in {dt:.2f} s wall = {n / dt:,.0f} msg/s, {nbytes / dt / 1e6:,.0f} MB/s"
+                    f" | {ct:.2f} s CPU = {n / ct:,.0f} msg/s, {nbytes / ct / 1e6:,.0f} MB/s"
+                )
             if args.calibrate:
                 runs3 = [bench_calibration(root) for _ in range(reps)]
                 n = runs3[0][0]
                 dt, ct = min(r[1] for r in runs3), min(r[2] for r in runs3)
-                print(f"calibration (prototype loop: unpack + CRC, no output): {n / dt:,.0f} msg/s wall | {n / ct:,.0f} msg/s CPU")
+                print(
+                    f"calibration (prototype loop: unpack + CRC, no output): {n / dt:,.0f} msg/s wall | {n / ct:,.0f} msg/s CPU"
+                )
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        print(f"peak RSS: {peak / 1024:,.0f} MiB (includes mapped file pages); peak anonymous RSS: {sampler.peak / 1024:,.0f} MiB")
+        print(
+            f"peak RSS: {peak / 1024:,.0f} MiB (includes mapped file pages); peak anonymous RSS: {sampler.peak / 1024:,.0f} MiB"
+        )
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -179,13 +179,26 @@ def child_spark(store_dir: str, out: str, cores: int, split_size: int, writer: s
     store = Store.open(Path(store_dir).resolve())
     pids = tree(os.getpid())
     c0 = cpu_seconds(pids)
-    res = run_export([(store_label(store_dir), store)], out, session=handle.spark, split_size=split_size,
-                     overwrite=True, quiet=True, writer=writer)
+    res = run_export(
+        [(store_label(store_dir), store)],
+        out,
+        session=handle.spark,
+        split_size=split_size,
+        overwrite=True,
+        quiet=True,
+        writer=writer,
+    )
     pids = tree(os.getpid())
     cpu = cpu_seconds(pids) - c0  # workers that exited during the job are not counted
     handle.stop(keep_log=False)
-    return {"records": res.rows, "seconds": res.seconds_after_start, "session_start": start, "cpu": cpu,
-            "tasks": res.tasks, "problems": res.problems}
+    return {
+        "records": res.rows,
+        "seconds": res.seconds_after_start,
+        "session_start": start,
+        "cpu": cpu,
+        "tasks": res.tasks,
+        "problems": res.problems,
+    }
 
 
 def run_child(args: list[str]) -> dict[str, Any]:
@@ -217,8 +230,13 @@ def ensure_store(root: Path, total: int, file_size: int) -> dict[str, Any]:
 
     t = time.perf_counter()
     summary = write_synthetic_store(root, total_bytes=total, file_size=file_size, body_size=1024)
-    info = {"total": total, "file_size": file_size, "messages": summary["messages"], "files": summary["files"],
-            "write_seconds": time.perf_counter() - t}
+    info = {
+        "total": total,
+        "file_size": file_size,
+        "messages": summary["messages"],
+        "files": summary["files"],
+        "write_seconds": time.perf_counter() - t,
+    }
     marker.write_text(json.dumps(info))
     return info
 
@@ -231,7 +249,9 @@ def main() -> int:
         elif kind == "dump":
             res = child_dump(sys.argv[3])
         else:
-            res = child_spark(sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7], sys.argv[8] == "pin")
+            res = child_spark(
+                sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7], sys.argv[8] == "pin"
+            )
         print(json.dumps(res))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -242,39 +262,60 @@ def main() -> int:
     ap.add_argument("--cores", default="1,2", help="local[N] runs, comma separated")
     ap.add_argument("--writers", default="arrow,spark", help="--writer values to run, comma separated")
     ap.add_argument("--no-baseline", action="store_true")
-    ap.add_argument("--no-pin", action="store_true",
-                    help="do not pin local[N] to N cores (local[1] then has the JVM's threads on the other core)")
+    ap.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="do not pin local[N] to N cores (local[1] then has the JVM's threads on the other core)",
+    )
     a = ap.parse_args()
     store = a.dir / "store"
     info = ensure_store(store, int(a.size * GIB), a.file_size * MIB)
-    print(f"store: {store} ({info['files']} files of {a.file_size} MiB, {info['messages']} messages, "
-          f"{a.size:g} GiB of records); machine: {os.cpu_count()} cores")
+    print(
+        f"store: {store} ({info['files']} files of {a.file_size} MiB, {info['messages']} messages, "
+        f"{a.size:g} GiB of records); machine: {os.cpu_count()} cores"
+    )
     results: dict[str, Any] = {}
     if not a.no_baseline:
         b = run_child(["baseline", str(store)])
         results["baseline"] = b
-        print(f"baseline (dump's walk + message_fields, 1 core, no Spark): {b['records']} records in {b['seconds']:.1f} s "
-              f"= {b['records'] / b['seconds']:,.0f} records/s (CPU {b['cpu']:.1f} s: {b['records'] / max(b['cpu'], 1e-9):,.0f} "
-              f"records per CPU-second); peak RSS {b['peak_rss'] / MIB:.0f} MiB ({b['peak_anon'] / MIB:.0f} MiB anonymous); load {b['load'][0]:.1f}->{b['load'][1]:.1f}")
+        print(
+            f"baseline (dump's walk + message_fields, 1 core, no Spark): {b['records']} records in {b['seconds']:.1f} s "
+            f"= {b['records'] / b['seconds']:,.0f} records/s (CPU {b['cpu']:.1f} s: {b['records'] / max(b['cpu'], 1e-9):,.0f} "
+            f"records per CPU-second); peak RSS {b['peak_rss'] / MIB:.0f} MiB ({b['peak_anon'] / MIB:.0f} MiB anonymous); load {b['load'][0]:.1f}->{b['load'][1]:.1f}"
+        )
         d = run_child(["dump", str(store)])
         results["dump"] = d
-        print(f"rmqtool dump commitlog --format jsonl > /dev/null (1 core, no Spark; its own fast path for plain records): "
-              f"{b['records']} records in {d['seconds']:.1f} s = {b['records'] / d['seconds']:,.0f} records/s "
-              f"(CPU {d['cpu']:.1f} s); exit {d['exit']}; peak RSS {d['peak_rss'] / MIB:.0f} MiB")
+        print(
+            f"rmqtool dump commitlog --format jsonl > /dev/null (1 core, no Spark; its own fast path for plain records): "
+            f"{b['records']} records in {d['seconds']:.1f} s = {b['records'] / d['seconds']:,.0f} records/s "
+            f"(CPU {d['cpu']:.1f} s); exit {d['exit']}; peak RSS {d['peak_rss'] / MIB:.0f} MiB"
+        )
     for writer in a.writers.split(","):
         runs: dict[int, Any] = {}
         for cores in [int(x) for x in a.cores.split(",")]:
             out = a.dir / f"out-local{cores}"
-            r = run_child(["spark", str(store), str(out), str(cores), str(a.split_size * MIB), writer,
-                           "no-pin" if a.no_pin else "pin"])
+            r = run_child(
+                [
+                    "spark",
+                    str(store),
+                    str(out),
+                    str(cores),
+                    str(a.split_size * MIB),
+                    writer,
+                    "no-pin" if a.no_pin else "pin",
+                ]
+            )
             rate = r["records"] / r["seconds"]
             runs[cores] = results[f"{writer}-{cores}"] = r
-            print(f"--writer {writer} local[{cores}]{'' if a.no_pin else f' pinned to {cores} core(s)'}: session start {r['session_start']:.1f} s; {r['records']} rows in "
-                  f"{r['tasks']} tasks, {r['seconds']:.1f} s after start = {rate:,.0f} records/s = {rate / cores:,.0f} "
-                  f"records/s per core (target {TARGET_PER_CORE:,}); CPU {r['cpu']:.1f} s = "
-                  f"{r['records'] / max(r['cpu'], 1e-9):,.0f} records per CPU-second; peak RSS (driver + JVM + workers) "
-                  f"{r['peak_rss'] / MIB:.0f} MiB ({r['peak_anon'] / MIB:.0f} MiB anonymous, i.e. without the mapped "
-                  f"store files); load {r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
+            print(
+                f"--writer {writer} local[{cores}]{'' if a.no_pin else f' pinned to {cores} core(s)'}: session start {r['session_start']:.1f} s; {r['records']} rows in "
+                f"{r['tasks']} tasks, {r['seconds']:.1f} s after start = {rate:,.0f} records/s = {rate / cores:,.0f} "
+                f"records/s per core (target {TARGET_PER_CORE:,}); CPU {r['cpu']:.1f} s = "
+                f"{r['records'] / max(r['cpu'], 1e-9):,.0f} records per CPU-second; peak RSS (driver + JVM + workers) "
+                f"{r['peak_rss'] / MIB:.0f} MiB ({r['peak_anon'] / MIB:.0f} MiB anonymous, i.e. without the mapped "
+                f"store files); load {r['load'][0]:.1f}->{r['load'][1]:.1f}",
+                flush=True,
+            )
             shutil.rmtree(out, ignore_errors=True)
         if 1 in runs and 2 in runs:
             s = (runs[2]["records"] / runs[2]["seconds"]) / (runs[1]["records"] / runs[1]["seconds"])

@@ -63,8 +63,9 @@ def make_store(root: Path, gib: float, body: int, keys: int) -> dict[str, Any]:
     root.mkdir(parents=True)
     print(f"writing a {gib} GiB synthetic store in {root} ...", file=sys.stderr, flush=True)
     t = time.perf_counter()
-    s = write_synthetic_store(root, total_bytes=int(gib * (1 << 30)), body_size=body, keys_per_message=keys,
-                              topics=4, queues_per_topic=4)
+    s = write_synthetic_store(
+        root, total_bytes=int(gib * (1 << 30)), body_size=body, keys_per_message=keys, topics=4, queues_per_topic=4
+    )
     s["params"] = want
     s["write_seconds"] = time.perf_counter() - t
     marker.write_text(json.dumps(s))
@@ -78,8 +79,11 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float, float]:
 
 
 def line(name: str, n: int, wall: float, cpu: float, extra: str = "") -> None:
-    print(f"{name:<34} {n:>10,} msgs {wall:8.2f} s wall {n / wall:>12,.0f} msg/s   "
-          f"{cpu:8.2f} s cpu {n / cpu:>12,.0f} msg/s{extra}", flush=True)
+    print(
+        f"{name:<34} {n:>10,} msgs {wall:8.2f} s wall {n / wall:>12,.0f} msg/s   "
+        f"{cpu:8.2f} s cpu {n / cpu:>12,.0f} msg/s{extra}",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -101,9 +105,12 @@ def main() -> int:
     store_dir = args.dir / "store"
     summary = make_store(store_dir, args.gib, args.body, args.keys)
     n = summary["messages"]
-    print(f"store: {store_dir}, {summary['bytes'] / (1 << 30):.2f} GiB of records in {summary['files']} commitlog "
-          f"file(s), {n:,} messages, {len(summary['queues'])} queues, {args.keys + 1} index keys per message; "
-          f"default geometry; {pinned}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"store: {store_dir}, {summary['bytes'] / (1 << 30):.2f} GiB of records in {summary['files']} commitlog "
+        f"file(s), {n:,} messages, {len(summary['queues'])} queues, {args.keys + 1} index keys per message; "
+        f"default geometry; {pinned}; load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     for sub in ("consumequeue", "index"):
         shutil.rmtree(store_dir / sub, ignore_errors=True)
     store = Store.open(store_dir)
@@ -128,16 +135,26 @@ def main() -> int:
     del res
     res, wall, cpu = timed(lambda: rp.reput(store, profile, jobs=1))
     s = res.stats
-    line("both dispatchers, one pass", n, wall, cpu,
-         f"   [walk {s.seconds_walk:.2f} s, cq {s.seconds_cq:.2f} s, index {s.seconds_index:.2f} s wall]")
+    line(
+        "both dispatchers, one pass",
+        n,
+        wall,
+        cpu,
+        f"   [walk {s.seconds_walk:.2f} s, cq {s.seconds_cq:.2f} s, index {s.seconds_index:.2f} s wall]",
+    )
     del res
     if all_cores is not None:
         os.sched_setaffinity(0, all_cores)
     cores = len(all_cores) if all_cores is not None else (os.cpu_count() or 1)
     res, wall, cpu = timed(lambda: rp.reput(store, profile, jobs=None))
     s = res.stats
-    line(f"one pass, decoded on {cores} cores", n, wall, cpu,
-         f"   [{s.pieces} pieces; cpu is this process only; load average {os.getloadavg()[0]:.1f}]")
+    line(
+        f"one pass, decoded on {cores} cores",
+        n,
+        wall,
+        cpu,
+        f"   [{s.pieces} pieces; cpu is this process only; load average {os.getloadavg()[0]:.1f}]",
+    )
     del res
 
     if not args.skip_e2e:
@@ -145,7 +162,16 @@ def main() -> int:
 
         bk = args.dir / "backup"
         shutil.rmtree(bk, ignore_errors=True)
-        argv = ["rebuild-index", str(store_dir), "--yes", "--quiet", "--broker-version", "4.9.4", "--backup-dir", str(bk)]  # --jobs: one per CPU
+        argv = [
+            "rebuild-index",
+            str(store_dir),
+            "--yes",
+            "--quiet",
+            "--broker-version",
+            "4.9.4",
+            "--backup-dir",
+            str(bk),
+        ]  # --jobs: one per CPU
         out_fd = os.dup(1)
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 1)
@@ -159,9 +185,14 @@ def main() -> int:
         files = [p.stat() for d in ("consumequeue", "index") for p in (store_dir / d).rglob("*") if p.is_file()]
         size, data = sum(st.st_size for st in files), sum(st.st_blocks * 512 for st in files)
         e2e_wall = wall
-        line(f"end to end: rebuild-index, {cores} cores", n, wall, cpu,
-             f"   [{size / (1 << 20):,.0f} MiB of files, {data / (1 << 20):,.0f} MiB of them data (the rest holes), fsynced; "
-             f"{summary['bytes'] / wall / 1e6:,.0f} MB/s of commitlog; cpu is this process only]")
+        line(
+            f"end to end: rebuild-index, {cores} cores",
+            n,
+            wall,
+            cpu,
+            f"   [{size / (1 << 20):,.0f} MiB of files, {data / (1 << 20):,.0f} MiB of them data (the rest holes), fsynced; "
+            f"{summary['bytes'] / wall / 1e6:,.0f} MB/s of commitlog; cpu is this process only]",
+        )
         shutil.rmtree(bk, ignore_errors=True)
         for sub in ("consumequeue", "index"):
             shutil.rmtree(store_dir / sub, ignore_errors=True)
@@ -178,9 +209,12 @@ def main() -> int:
         nb, tb, _ = min((bare_loop(store_dir) for _ in range(2)), key=lambda r: r[1])
         ref_bare = 4.1 * nb / 3_780_000
         at_ref = e2e_wall / tb * ref_bare
-        print(f"bare loop now: {nb:,} msgs in {tb:.2f} s ({nb / tb:,.0f} msg/s; the reference machine: 922,000); "
-              f"end to end = {e2e_wall / tb:.2f}x the bare loop -> {n / at_ref:,.0f} msg/s at the reference machine's speed "
-              f"(target {rate:,.0f})", flush=True)
+        print(
+            f"bare loop now: {nb:,} msgs in {tb:.2f} s ({nb / tb:,.0f} msg/s; the reference machine: 922,000); "
+            f"end to end = {e2e_wall / tb:.2f}x the bare loop -> {n / at_ref:,.0f} msg/s at the reference machine's speed "
+            f"(target {rate:,.0f})",
+            flush=True,
+        )
     print(peak_memory(), flush=True)
     if args.profile:
         import cProfile

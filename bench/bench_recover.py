@@ -82,7 +82,9 @@ def timed(fn, *a, **k):  # type: ignore[no-untyped-def]
     r = fn(*a, **k)
     wall = time.perf_counter() - t
     c1 = os.times()
-    CPU[0] = (c1.user + c1.system + c1.children_user + c1.children_system) - (c0.user + c0.system + c0.children_user + c0.children_system)
+    CPU[0] = (c1.user + c1.system + c1.children_user + c1.children_system) - (
+        c0.user + c0.system + c0.children_user + c0.children_system
+    )
     return wall, r
 
 
@@ -93,8 +95,11 @@ def main() -> int:
     ap.add_argument("--file-size", type=int, default=GIB, help="commitlog file size")
     ap.add_argument("--runs", type=int, default=3, help="runs per case (median reported)")
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per CPU)")
-    ap.add_argument("--cases", default="normal,normal-broker-work,abnormal,abnormal-reindex-all,abnormal-noreindex,"
-                    "abnormal-broker-work,zeroed")
+    ap.add_argument(
+        "--cases",
+        default="normal,normal-broker-work,abnormal,abnormal-reindex-all,abnormal-noreindex,"
+        "abnormal-broker-work,zeroed",
+    )
     args = ap.parse_args()
     work = Path(args.dir)
     root = work / "store"
@@ -104,17 +109,29 @@ def main() -> int:
         if work.exists():
             shutil.rmtree(work)
         work.mkdir(parents=True)
-        t, summary = timed(write_synthetic_store, root, total_bytes=args.bytes, file_size=args.file_size, body_size=1024,
-                           keys_per_message=2, topics=4, queues_per_topic=4)
-        print(f"synthetic store: {summary['messages']} messages, {summary['files']} files, {summary['bytes']} bytes ({t:.1f} s)")
+        t, summary = timed(
+            write_synthetic_store,
+            root,
+            total_bytes=args.bytes,
+            file_size=args.file_size,
+            body_size=1024,
+            keys_per_message=2,
+            topics=4,
+            queues_per_topic=4,
+        )
+        print(
+            f"synthetic store: {summary['messages']} messages, {summary['files']} files, {summary['bytes']} bytes ({t:.1f} s)"
+        )
         # consume queues and index, built by rmqtool's own abnormal recovery from nothing
         (root / "abort").write_bytes(b"")
         set_checkpoint(root, 0, 0, 0)
         store = Store.open(root)
         t, plan = timed(plan_recovery, store, profile, jobs=args.jobs)
         t2, res = timed(apply_recovery, store, plan, profile, jobs=args.jobs)
-        print(f"initial build of consume queues and index: plan {t:.2f} s, apply {t2:.2f} s "
-              f"({res.cq_units_appended} CQ units, {res.index_entries_added} index entries)")
+        print(
+            f"initial build of consume queues and index: plan {t:.2f} s, apply {t2:.2f} s "
+            f"({res.cq_units_appended} CQ units, {res.index_entries_added} index entries)"
+        )
         drop_backups(root)
         marker.write_text("ok")
     full_index = work / "index.full"  # the index of the full build, put back before every run
@@ -123,16 +140,30 @@ def main() -> int:
         from rmqtool.cli import run
 
         t = time.perf_counter()
-        run(["rebuild-index", str(root), "--index-only", "--yes", "--quiet", "--broker-version", "4.9.4", "--backup-dir", str(work / "bk-index")])
+        run(
+            [
+                "rebuild-index",
+                str(root),
+                "--index-only",
+                "--yes",
+                "--quiet",
+                "--broker-version",
+                "4.9.4",
+                "--backup-dir",
+                str(work / "bk-index"),
+            ]
+        )
         shutil.rmtree(work / "bk-index", ignore_errors=True)
         shutil.copytree(root / "index", full_index)
         print(f"index of every record built ({time.perf_counter() - t:.1f} s) and saved to {full_index}")
     store = Store.open(root)
     files = [f for f in store.commitlog if f.size > 0]
     total = sum(f.size for f in files)
-    print(f"store: {len(files)} commitlog files ({total / 1e9:.2f} GB mapped), "
-          f"{len(store.index_files)} index file(s), {sum(len(v) for v in store.consume_queues.values())} CQ files; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"store: {len(files)} commitlog files ({total / 1e9:.2f} GB mapped), "
+        f"{len(store.index_files)} index file(s), {sum(len(v) for v in store.consume_queues.values())} CQ files; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
+    )
     last_ts = first_store_ts(files[-1].path)
     index_ts = 0  # the only index file never filled up: indexMsgTimestamp stays 0
 
@@ -158,8 +189,15 @@ def main() -> int:
         for _ in range(args.runs):
             scenario(case)
             st = Store.open(root)
-            t_plan, plan = timed(plan_recovery, st, profile, jobs=args.jobs, reindex=reindex, keep_sound_index=keep,
-                                 check_unread=check_unread)
+            t_plan, plan = timed(
+                plan_recovery,
+                st,
+                profile,
+                jobs=args.jobs,
+                reindex=reindex,
+                keep_sound_index=keep,
+                check_unread=check_unread,
+            )
             cpu = CPU[0]
             if plan.nothing_to_do:  # what the CLI does: nothing to apply
                 t_apply, res = 0.0, None
@@ -171,12 +209,14 @@ def main() -> int:
             applies.append(t_plan + t_apply)
             drop_backups(root)
         results[case] = (statistics.median(plans), statistics.median(applies))
-        print(f"{case:>20}: start {plan.start_file}, scanned {plan.bytes_to_scan / 1e9:.2f} GB, end {plan.end_offset}, "
-              f"dispatched {sum(res.dispatched.values()) if res else 0} records, {res.index_entries_added if res else 0} index entries, "
-              f"index files kept/discarded {len(plan.index_kept)}/{len(plan.index_discarded)} | "
-              f"dry-run plan {results[case][0]:.2f} s, full recovery {results[case][1]:.2f} s "
-              f"(broker: {BROKER.get(case.split('-')[0], float('nan'))} s) [runs: {', '.join(f'{x:.2f}' for x in applies)}; "
-              f"CPU s: {', '.join(f'{x:.1f}' for x in cpus)}; load {os.getloadavg()[0]:.1f}]")
+        print(
+            f"{case:>20}: start {plan.start_file}, scanned {plan.bytes_to_scan / 1e9:.2f} GB, end {plan.end_offset}, "
+            f"dispatched {sum(res.dispatched.values()) if res else 0} records, {res.index_entries_added if res else 0} index entries, "
+            f"index files kept/discarded {len(plan.index_kept)}/{len(plan.index_discarded)} | "
+            f"dry-run plan {results[case][0]:.2f} s, full recovery {results[case][1]:.2f} s "
+            f"(broker: {BROKER.get(case.split('-')[0], float('nan'))} s) [runs: {', '.join(f'{x:.2f}' for x in applies)}; "
+            f"CPU s: {', '.join(f'{x:.1f}' for x in cpus)}; load {os.getloadavg()[0]:.1f}]"
+        )
     (root / "abort").unlink(missing_ok=True)
     print(peak_memory())
     return 0

@@ -84,8 +84,15 @@ def main() -> int:
             shutil.rmtree(work)
         work.mkdir(parents=True)
         t = time.perf_counter()
-        s = write_synthetic_store(root, total_bytes=args.bytes, file_size=GIB, body_size=1024, keys_per_message=2,
-                                  topics=4, queues_per_topic=4)
+        s = write_synthetic_store(
+            root,
+            total_bytes=args.bytes,
+            file_size=GIB,
+            body_size=1024,
+            keys_per_message=2,
+            topics=4,
+            queues_per_topic=4,
+        )
         print(f"synthetic store: {s['messages']} messages, {s['bytes']} bytes ({time.perf_counter() - t:.1f} s)")
         (root / "abort").write_bytes(b"")
         cp = root / "checkpoint"
@@ -105,8 +112,10 @@ def main() -> int:
         rec = cl.decode_message(mf.buf, victim - f.base, mf.size)
     flip_at = rec.body_pos + 7
     total_intact = len(recs)
-    print(f"store: {total_intact} intact messages, {f.size} bytes; flipping one bit at offset {f.base + flip_at} "
-          f"(body of the message at {victim})")
+    print(
+        f"store: {total_intact} intact messages, {f.size} bytes; flipping one bit at offset {f.base + flip_at} "
+        f"(body of the message at {victim})"
+    )
 
     def flip() -> None:
         with open(f.path, "r+b") as fh:
@@ -122,8 +131,10 @@ def main() -> int:
         t = time.perf_counter()
         rplan = plan_recovery(store, profile, jobs=args.jobs)
         t_rec = time.perf_counter() - t
-        print(f"recover --dry-run ({rplan.mode}): messages cut {rplan.messages_cut} ({rplan.intact_cut} intact) "
-              f"[{t_rec:.2f} s]")
+        print(
+            f"recover --dry-run ({rplan.mode}): messages cut {rplan.messages_cut} ({rplan.intact_cut} intact) "
+            f"[{t_rec:.2f} s]"
+        )
         t = time.perf_counter()
         plan = plan_repair(store, profile, jobs=args.jobs)
         t_plan = time.perf_counter() - t
@@ -144,9 +155,11 @@ def main() -> int:
         lost = int(len(before_off) - kept.sum())
         same = _sha_outside(f.path, holes) == sha_before
         errors = [x for x in verify_store(store, profile, jobs=args.jobs).findings if x.severity == "error"]
-        print(f"repair: {len(plan.regions)} region(s) {holes}, {len(plan.quarantined)} quarantined message(s), "
-              f"plan {t_plan:.2f} s, apply {t_apply:.2f} s; intact messages before {len(before_off)}, "
-              f"lost {lost}; bytes outside the regions unchanged: {same}; verify errors after: {len(errors)}")
+        print(
+            f"repair: {len(plan.regions)} region(s) {holes}, {len(plan.quarantined)} quarantined message(s), "
+            f"plan {t_plan:.2f} s, apply {t_apply:.2f} s; intact messages before {len(before_off)}, "
+            f"lost {lost}; bytes outside the regions unchanged: {same}; verify errors after: {len(errors)}"
+        )
         print(f"ONE RUN: recover would lose {rplan.intact_cut} intact messages, repair lost {lost}")
         print(f"peak memory: {peak_memory()}")
         restore(bdir, root)

@@ -41,8 +41,24 @@ def build(root: Path, size: int, topics: int) -> None:
     print(f"built {size:,} bytes of commitlog in {time.perf_counter() - t0:.1f} s", flush=True)
     t0 = time.perf_counter()
     # small consume queue files (the topics are small): 1000 queues of 6 MB each would be 6 GB
-    code = run(["rebuild-index", str(root), "--yes", "-q", "--broker-version", "4.9.4", "--cq-file-size", "120000", "--format", "json",
-                "--output", os.devnull, "--backup-dir", str(root.parent / (root.name + "-bk0"))])
+    code = run(
+        [
+            "rebuild-index",
+            str(root),
+            "--yes",
+            "-q",
+            "--broker-version",
+            "4.9.4",
+            "--cq-file-size",
+            "120000",
+            "--format",
+            "json",
+            "--output",
+            os.devnull,
+            "--backup-dir",
+            str(root.parent / (root.name + "-bk0")),
+        ]
+    )
     print(f"rebuild-index (consume queues and index): status {code}, {time.perf_counter() - t0:.1f} s", flush=True)
 
 
@@ -116,22 +132,28 @@ def main() -> int:
     t0 = time.perf_counter()
     s = seek_start(store, profile, since=last_ts - 60_000)
     first = first_since(store, profile, s, last_ts - 60_000) if s is not None else None
-    print(f"the seek alone (--since the last minute: start found at {first}): {time.perf_counter() - t0:.3f} s; "
-          f"the rest of a case's time is printing its records")
+    print(
+        f"the seek alone (--since the last minute: start found at {first}): {time.perf_counter() - t0:.3f} s; "
+        f"the rest of a case's time is printing its records"
+    )
     cases.append(("--since the last second", ["--since", str(last_ts - 1000)]))
     worst = 0.0
     for label, extra in cases:
         argv = ["dump", "commitlog", str(root), "--format", "jsonl", *extra]
         secs, code, size, cpu = timed(argv, args.repeat)
         worst = max(worst, secs)
-        line = (f"{label:<28} {secs:6.3f} s wall, {cpu:6.3f} s CPU (status {code}, {size / 1e6:,.2f} MB of JSON lines "
-                "printed)")
+        line = (
+            f"{label:<28} {secs:6.3f} s wall, {cpu:6.3f} s CPU (status {code}, {size / 1e6:,.2f} MB of JSON lines "
+            "printed)"
+        )
         if args.with_scan:
             scan, _, _, _ = timed(argv + ["--scan"], 1)
             line += f"   full walk (--scan): {scan:6.2f} s"
         print(line, flush=True)
-    print(f"slowest: {worst:.3f} s wall ({'under' if worst < 1 else 'OVER'} the 1 s target; on a loaded machine the "
-          "CPU time is the figure to compare)")
+    print(
+        f"slowest: {worst:.3f} s wall ({'under' if worst < 1 else 'OVER'} the 1 s target; on a loaded machine the "
+        "CPU time is the figure to compare)"
+    )
     print(peak_memory())
     if tmp is not None:
         tmp.cleanup()

@@ -29,8 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "real"
 
 COMMANDS = [
-    ("dump", "commitlog"), ("dump", "consumequeue"), ("verify",), ("info",), ("offsets",),
-    ("recover", "--dry-run"), ("rebuild-index", "--dry-run"), ("repair", "--dry-run"),
+    ("dump", "commitlog"),
+    ("dump", "consumequeue"),
+    ("verify",),
+    ("info",),
+    ("offsets",),
+    ("recover", "--dry-run"),
+    ("rebuild-index", "--dry-run"),
+    ("repair", "--dry-run"),
 ]
 
 
@@ -43,8 +49,9 @@ def victim(store: Path, which: str) -> Path:
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int, float]:
     """(seconds, exit status, peak RSS MiB of the child)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "rmqtool", *argv], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, env=env)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rmqtool", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     _, status, usage = os.wait4(p.pid, 0)
     dt = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
@@ -65,8 +72,10 @@ def main() -> int:
         shutil.copytree(dense, sparse, symlinks=True)
         v = victim(sparse, args.file)
         os.truncate(v, args.size)
-        print(f"fixture {args.fixture}; sparse copy: {v.relative_to(sparse)} extended to {args.size:,} bytes "
-              f"({os.stat(v).st_blocks * 512:,} on disk); best of {args.repeat}")
+        print(
+            f"fixture {args.fixture}; sparse copy: {v.relative_to(sparse)} extended to {args.size:,} bytes "
+            f"({os.stat(v).st_blocks * 512:,} on disk); best of {args.repeat}"
+        )
         print(f"{'command':28s} {'dense s':>9s} {'sparse s':>9s} {'exit':>9s} {'dense MiB':>10s} {'sparse MiB':>10s}")
         for cmd in COMMANDS + [("recover", "--yes", "-q")]:
             row = []

@@ -44,8 +44,11 @@ def build_store(root: Path, size: int, file_size: int, body_size: int, with_inde
     kwargs = dict(total_bytes=size, file_size=file_size, body_size=body_size)
     t0 = time.perf_counter()
     summary = write_synthetic_store(root, **kwargs)
-    print(f"synthetic store: {summary['messages']} messages, {summary['files']} files, {summary['bytes']} bytes "
-          f"({time.perf_counter() - t0:.1f} s)", flush=True)
+    print(
+        f"synthetic store: {summary['messages']} messages, {summary['files']} files, {summary['bytes']} bytes "
+        f"({time.perf_counter() - t0:.1f} s)",
+        flush=True,
+    )
     plan = plan_for(kwargs)
     profile = BrokerProfile.for_version("4.9.4")
     # record positions from the lead's broker walk (not from the code under test)
@@ -68,8 +71,16 @@ def build_store(root: Path, size: int, file_size: int, body_size: int, with_inde
     tag_codes = {t: java_hash(t) for t in ("TagA", "TagB", "TagC")}
     tags = np.array([tag_codes[plan.tags(int(i))] for i in n], dtype=np.int64)
     cqs = ConsumeQueueSet(file_size=6_000_000)
-    cqs.add_columns(topics, qids, off, size_a, tags, n // plan.queue_count, np.zeros(len(n), dtype=np.int64),
-                    plan.start_timestamp + n)
+    cqs.add_columns(
+        topics,
+        qids,
+        off,
+        size_a,
+        tags,
+        n // plan.queue_count,
+        np.zeros(len(n), dtype=np.int64),
+        plan.start_timestamp + n,
+    )
     for rel, data in cqs.files().items():
         dest = root / "consumequeue" / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -80,8 +91,21 @@ def build_store(root: Path, size: int, file_size: int, body_size: int, with_inde
 
         t0 = time.perf_counter()
         ib = IndexBuilder()  # default geometry: 5,000,000 slots, 20,000,000 entries
-        ib.add(DispatchRequest(topics[i], int(qids[i]), int(off[i]), int(size_a[i]), int(tags[i]), plan.start_timestamp + i,
-                               i // plan.queue_count, plan.keys(i), plan.uniq_key(i), 0) for i in range(len(n)))
+        ib.add(
+            DispatchRequest(
+                topics[i],
+                int(qids[i]),
+                int(off[i]),
+                int(size_a[i]),
+                int(tags[i]),
+                plan.start_timestamp + i,
+                i // plan.queue_count,
+                plan.keys(i),
+                plan.uniq_key(i),
+                0,
+            )
+            for i in range(len(n))
+        )
         (root / "index").mkdir(exist_ok=True)
         for img in ib.files:
             with open(root / "index" / index_file_name(img.first_store_timestamp), "wb") as fh:
@@ -148,8 +172,12 @@ def amdahl(root: Path) -> tuple[float, float]:
 
     last = [0.0]
     t0 = time.perf_counter()
-    verify_store(Store.open(root), BrokerProfile.for_version("4.9.4"), jobs=1,
-                 progress=lambda n: last.__setitem__(0, time.perf_counter()))
+    verify_store(
+        Store.open(root),
+        BrokerProfile.for_version("4.9.4"),
+        jobs=1,
+        progress=lambda n: last.__setitem__(0, time.perf_counter()),
+    )
     return last[0] - t0, time.perf_counter() - t0
 
 
@@ -179,7 +207,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("store", nargs="?", default=os.path.join(tempfile.gettempdir(), "rmqtool-bench-verify"))
     ap.add_argument("--size", type=int, default=1 << 30, help="commitlog bytes (default 1 GiB)")
-    ap.add_argument("--file-size", type=int, default=1 << 30, help="commitlog file size (default 1 GiB, RocketMQ's default)")
+    ap.add_argument(
+        "--file-size", type=int, default=1 << 30, help="commitlog file size (default 1 GiB, RocketMQ's default)"
+    )
     ap.add_argument("--body-size", type=int, default=1024)
     ap.add_argument("--with-index", action="store_true", help="also build and check an index")
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (best is reported)")
@@ -192,9 +222,13 @@ def main() -> None:
     elif a.with_index and not (root / "index").is_dir():
         raise SystemExit(f"{root} exists without an index: remove it to rebuild with --with-index")
     size = sum(p.stat().st_size for p in (root / "commitlog").iterdir())
-    print(f"store: {root} ({size / 2**30:.2f} GiB commitlog, index: {'yes' if (root / 'index').is_dir() else 'no'}), cpus: {os.cpu_count()}")
+    print(
+        f"store: {root} ({size / 2**30:.2f} GiB commitlog, index: {'yes' if (root / 'index').is_dir() else 'no'}), cpus: {os.cpu_count()}"
+    )
 
-    print(f"load average: {os.getloadavg()[0]:.2f} (other processes share the cores: wall times are noisy, CPU times less so)")
+    print(
+        f"load average: {os.getloadavg()[0]:.2f} (other processes share the cores: wall times are noisy, CPU times less so)"
+    )
     if a.profile:
         run_verify(root, 1, profile_run=True)
     jobs_list = [int(x) for x in a.jobs.split(",")]
@@ -211,29 +245,41 @@ def main() -> None:
             cpu[jobs] = min(cpu.get(jobs, dc), dc)
             msgs = report.summary["messages"]
             if msgs != n or report.errors or report.warnings:
-                raise SystemExit(f"unexpected report: {msgs} messages, {report.errors} errors, {report.warnings} warnings: "
-                                 + "; ".join(f.code for f in report.findings[:5]))
+                raise SystemExit(
+                    f"unexpected report: {msgs} messages, {report.errors} errors, {report.warnings} warnings: "
+                    + "; ".join(f.code for f in report.findings[:5])
+                )
     t_bare = min(b[1] for b in bare)
     c_bare = min(b[2] for b in bare)
-    print(f"bare loop (walk + zlib CRC per body): {n} messages in {t_bare:.2f} s wall, {c_bare:.2f} s CPU = {n / t_bare:,.0f} msg/s")
+    print(
+        f"bare loop (walk + zlib CRC per body): {n} messages in {t_bare:.2f} s wall, {c_bare:.2f} s CPU = {n / t_bare:,.0f} msg/s"
+    )
     for jobs in jobs_list:
         best = times[jobs]
-        print(f"verify --jobs {jobs}: {n} messages in {best:.2f} s wall = {n / best:,.0f} msg/s "
-              f"({best / t_bare:.2f}x the bare loop's wall time)"
-              + (f"; {cpu[jobs]:.2f} s CPU = {cpu[jobs] / c_bare:.2f}x the bare loop's CPU time" if jobs == 1 else ""))
+        print(
+            f"verify --jobs {jobs}: {n} messages in {best:.2f} s wall = {n / best:,.0f} msg/s "
+            f"({best / t_bare:.2f}x the bare loop's wall time)"
+            + (f"; {cpu[jobs]:.2f} s CPU = {cpu[jobs] / c_bare:.2f}x the bare loop's CPU time" if jobs == 1 else "")
+        )
     if 1 in times:
         ok1 = n / times[1] >= 400_000
         ok2 = times[1] <= 2 * t_bare
-        print(f"target jobs 1 >= 400,000 msg/s: {'met' if ok1 else 'MISSED'}; within 2x the bare loop: {'met' if ok2 else 'MISSED'}")
+        print(
+            f"target jobs 1 >= 400,000 msg/s: {'met' if ok1 else 'MISSED'}; within 2x the bare loop: {'met' if ok2 else 'MISSED'}"
+        )
     if 1 in times and 2 in times:
         sp = times[1] / times[2]
         cap = parallel_capacity()
-        print(f"jobs 2 speed-up over jobs 1: {sp:.2f}x (target >= 1.6x: {'met' if sp >= 1.6 else 'MISSED'}); "
-              f"this machine's parallel capacity right now: {cap:.2f}x (two busy-loop processes vs one)")
+        print(
+            f"jobs 2 speed-up over jobs 1: {sp:.2f}x (target >= 1.6x: {'met' if sp >= 1.6 else 'MISSED'}); "
+            f"this machine's parallel capacity right now: {cap:.2f}x (two busy-loop processes vs one)"
+        )
         parts, total = min((amdahl(root) for _ in range(a.repeat)), key=lambda r: r[1])
         est = total / (total - parts + parts / 2)
-        print(f"Amdahl estimate for 2 free cores (not a measurement): parallel commitlog parts {parts:.2f} s "
-              f"of {total:.2f} s -> {est:.2f}x")
+        print(
+            f"Amdahl estimate for 2 free cores (not a measurement): parallel commitlog parts {parts:.2f} s "
+            f"of {total:.2f} s -> {est:.2f}x"
+        )
     sys.stdout.flush()
 
 

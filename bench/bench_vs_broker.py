@@ -131,8 +131,13 @@ def rmqtool(version: str, *args: str) -> Run:
         env["RMQTOOL_TIMING"] = str(timing)
         c = _children_cpu()
         t = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "rmqtool", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           text=True, env=env)
+        p = subprocess.run(
+            [sys.executable, "-m", "rmqtool", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         dt = time.perf_counter() - t
         cpu = _children_cpu() - c
         lines = timing.read_text().splitlines() if timing.exists() else []
@@ -149,15 +154,28 @@ def oracle_path(arg: str | None) -> Path | None:
     return None
 
 
-def broker_time(oracle: Path, version: str, store: Path, config: dict[str, Any], runs: int, reput: bool,
-                link: bool) -> dict[str, Any]:
+def broker_time(
+    oracle: Path, version: str, store: Path, config: dict[str, Any], runs: int, reput: bool, link: bool
+) -> dict[str, Any]:
     """``rocketmq-oracle time``: one warm-up run, then ``runs`` runs, each on a fresh copy
     (``link``: whose commitlog files before the last one are hard links)."""
     with tempfile.TemporaryDirectory() as td:
         cfg = Path(td) / "config.json"
         cfg.write_text(json.dumps(config))
-        args = [str(oracle), "time", "--version", version, "--config", str(cfg), "--warmup", "1", "--repeats", str(runs),
-                "--timeout", "900"]
+        args = [
+            str(oracle),
+            "time",
+            "--version",
+            version,
+            "--config",
+            str(cfg),
+            "--warmup",
+            "1",
+            "--repeats",
+            str(runs),
+            "--timeout",
+            "900",
+        ]
         if reput:
             args.append("--reput")
         if link:
@@ -229,8 +247,11 @@ def build_synthetic(root: Path, size: int, version: str) -> None:
 
 
 def build_gen(root: Path, size: int, script: str, version: str) -> None:
-    subprocess.run([sys.executable, script, str(root), "--size", str(size), "--cq", "--seed", "7"], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, script, str(root), "--size", str(size), "--cq", "--seed", "7"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def build_shape(root: Path, name: str, size: int) -> str:
@@ -263,9 +284,15 @@ def build_oracle_mixed(root: Path, size: int, oracle: Path, version: str, config
         blen = rng.choice([0, 10, 200, 1000, 1000, 4000, 16384, 65536])
         nk = rng.choice([0, 0, 1, 1, 2, 3, 8])
         topic = rng.choice(topics)
-        m: dict[str, Any] = {"topic": topic, "queue_id": rng.randrange(4), "tags": rng.choice(["A", "B", "标签"]),
-                             "keys": " ".join(f"k{seq}-{i}" for i in range(nk)),
-                             "properties": {"p": rng.choice(vals)}, "body_len": blen, "body_seed": seq % 1000}
+        m: dict[str, Any] = {
+            "topic": topic,
+            "queue_id": rng.randrange(4),
+            "tags": rng.choice(["A", "B", "标签"]),
+            "keys": " ".join(f"k{seq}-{i}" for i in range(nk)),
+            "properties": {"p": rng.choice(vals)},
+            "body_len": blen,
+            "body_seed": seq % 1000,
+        }
         if rng.random() < 0.05:
             m["born_host"] = "[2001:db8::%x]:40000" % rng.randrange(1 << 16)
         if not m["keys"]:
@@ -280,8 +307,12 @@ def build_oracle_mixed(root: Path, size: int, oracle: Path, version: str, config
         out = Path(td) / "out"
         # a 1 GiB scenario's messages and result are a few hundred MB of JSON in the JVM
         env = dict(os.environ, ROCKETMQ_ORACLE_XMX=os.environ.get("ROCKETMQ_ORACLE_XMX", "2g"))
-        subprocess.run([str(oracle), "write", "--version", version, "--scenario", str(sp), "--out", str(out), "--timeout", "1800"],
-                       check=True, stdout=subprocess.DEVNULL, env=env)
+        subprocess.run(
+            [str(oracle), "write", "--version", version, "--scenario", str(sp), "--out", str(out), "--timeout", "1800"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
         shutil.move(str(out / "store"), str(root))
 
 
@@ -354,8 +385,10 @@ class Guard:
         now = self._state()
         for p, a, b in zip(self.files, self.seen, now, strict=True):
             if a != b:
-                raise SystemExit(f"{what} wrote into {p}, a commitlog file the copies hard-link: the source store "
-                                 f"{p.parent.parent} is no longer the one built; delete it and rerun with --copy full")
+                raise SystemExit(
+                    f"{what} wrote into {p}, a commitlog file the copies hard-link: the source store "
+                    f"{p.parent.parent} is no longer the one built; delete it and rerun with --copy full"
+                )
 
 
 def _abort(root: Path) -> None:
@@ -431,24 +464,30 @@ def ratio(ours: list[float], theirs: list[float], ours_cpu: list[float], theirs_
 def ratios(ours: list[Run], wall: list[float], cpu: list[float], what: str) -> tuple[str, str]:
     """Ours against theirs (medians): the process figures, and the in-process ones."""
     ins = [r for r in ours if r.in_wall is not None and r.in_cpu is not None]
-    return (ratio([r.wall for r in ours], wall, [r.cpu for r in ours], cpu, what),
-            ratio([r.in_wall for r in ins], wall, [r.in_cpu for r in ins], cpu, what))  # type: ignore[misc]
+    return (
+        ratio([r.wall for r in ours], wall, [r.cpu for r in ours], cpu, what),
+        ratio([r.in_wall for r in ins], wall, [r.in_cpu for r in ins], cpu, what),
+    )  # type: ignore[misc]
 
 
 def faster(j1: list[Run], j2: list[Run]) -> tuple[str, str]:
     """How much faster --jobs 2 is than --jobs 1 (wall medians): process, in-process."""
-    out = [f"{statistics.median([r.wall for r in j1]) / statistics.median([r.wall for r in j2]):.2f}x faster than --jobs 1"]
+    out = [
+        f"{statistics.median([r.wall for r in j1]) / statistics.median([r.wall for r in j2]):.2f}x faster than --jobs 1"
+    ]
     i1 = [r.in_wall for r in j1 if r.in_wall]
     i2 = [r.in_wall for r in j2 if r.in_wall]
     out.append(f"{statistics.median(i1) / statistics.median(i2):.2f}x faster than --jobs 1" if i1 and i2 else "—")
     return out[0], out[1]
 
 
-HEADER = ("| shape | case | rmqtool, process s: wall median (min) [cpu] | rmqtool, in-process s: wall median (min) [cpu] "
-          "| broker `load()`+reput s: wall median (min) [cpu] [`load()` wall] | broker, cold JVM s [cpu] "
-          "| bare loop s [cpu] | ratio, process: wall [cpu] | ratio, in-process: wall [cpu] "
-          "| machine: calibration s before / after the shape [load average] |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| shape | case | rmqtool, process s: wall median (min) [cpu] | rmqtool, in-process s: wall median (min) [cpu] "
+    "| broker `load()`+reput s: wall median (min) [cpu] [`load()` wall] | broker, cold JVM s [cpu] "
+    "| bare loop s [cpu] | ratio, process: wall [cpu] | ratio, in-process: wall [cpu] "
+    "| machine: calibration s before / after the shape [load average] |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
 
 LEGEND = """\
 Columns: *rmqtool, process* is the wall time of `python -m rmqtool` (Python's start-up and
@@ -473,9 +512,11 @@ class Table:
         self.path = Path(path) if path else None
         self.rows: list[tuple[str, ...]] = []
         now = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        self.intro = (f"Run of `bench/bench_vs_broker.py {' '.join(argv)}`, {now}, on {os.uname().nodename} "
-                      f"({os.cpu_count()} CPUs), medians of {runs}; calibration loop at the start {cal0:.2f} s, "
-                      f"load average {_load()}.\n\n{LEGEND}\n\n{HEADER}\n")
+        self.intro = (
+            f"Run of `bench/bench_vs_broker.py {' '.join(argv)}`, {now}, on {os.uname().nodename} "
+            f"({os.cpu_count()} CPUs), medians of {runs}; calibration loop at the start {cal0:.2f} s, "
+            f"load average {_load()}.\n\n{LEGEND}\n\n{HEADER}\n"
+        )
         self._write("\n" + self.intro)
 
     def _write(self, text: str) -> None:
@@ -493,8 +534,10 @@ class Table:
         self._write("".join("| " + " | ".join(r) + " |\n" for r in self.rows[first:]))
 
     def finish(self, cals: list[float]) -> None:
-        end = (f"\nCalibration loop (fixed work) over the run: {', '.join(f'{c:.2f}' for c in cals)} s (drift: max/min "
-               f"{max(cals) / min(cals):.2f}x); load average at the end {_load()}.\n")
+        end = (
+            f"\nCalibration loop (fixed work) over the run: {', '.join(f'{c:.2f}' for c in cals)} s (drift: max/min "
+            f"{max(cals) / min(cals):.2f}x); load average at the end {_load()}.\n"
+        )
         self._write(end)
         print("\n" + self.intro + "".join("| " + " | ".join(r) + " |\n" for r in self.rows) + end)
 
@@ -516,14 +559,21 @@ def profile(out: Path, name: str, version: str, args: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     prof = out / f"{name}.prof"
     jobs = ["--jobs", "1"] if "--jobs" not in args else []
-    subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "rmqtool", *args, *jobs],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_rmqtool_env(version))
+    subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "rmqtool", *args, *jobs],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_rmqtool_env(version),
+    )
     with (out / f"{name}.txt").open("w", encoding="utf-8") as fh:
         fh.write(f"rmqtool {' '.join([*args, *jobs])}  (cProfile, one process)\n\n")
         # the whole process by cumulative time (start-up, imports, the CLI's wrappers on top), the
         # same within rmqtool's own packages (where the work goes), and by own time
-        for title, key, where in (("cumulative", "cumulative", ()), ("cumulative, rmqtool's packages", "cumulative",
-                                  (r"/(recovery|formats)/|/cmd_",)), ("own time", "tottime", ())):
+        for title, key, where in (
+            ("cumulative", "cumulative", ()),
+            ("cumulative, rmqtool's packages", "cumulative", (r"/(recovery|formats)/|/cmd_",)),
+            ("own time", "tottime", ()),
+        ):
             fh.write(f"===== top 15 by {title} =====\n")
             pstats.Stats(str(prof), stream=fh).sort_stats(key).print_stats(*where, 15)
     print(f"profile: {out / (name + '.txt')}", flush=True)
@@ -564,8 +614,12 @@ def build(shape: str, tmp: Path, size: int, a: argparse.Namespace, oracle: Path 
         if oracle is None:
             print(f"{shape}: no oracle, skipped")
             return None
-        cfg = {"mappedFileSizeCommitLog": GIB, "checkCRCOnRecover": True, "messageIndexEnable": True,
-               "flushDiskType": "ASYNC_FLUSH"}
+        cfg = {
+            "mappedFileSizeCommitLog": GIB,
+            "checkCRCOnRecover": True,
+            "messageIndexEnable": True,
+            "flushDiskType": "ASYNC_FLUSH",
+        }
         build_oracle_mixed(tmp, size, oracle, version, cfg)
     elif shape.startswith("shape:"):
         version = build_shape(tmp, shape[6:], size)
@@ -583,13 +637,33 @@ def run_verify(src: Path, version: str, runs: int, label: str, table: Table) -> 
         j1.append(rmqtool(version, "verify", str(src), "--jobs", "1"))
         j2.append(rmqtool(version, "verify", str(src), "--jobs", "2"))
     bw, bc = [r.wall for r in bare], [r.cpu for r in bare]
-    table.add((label, "verify --jobs 1", fmt_process(j1), fmt_inside(j1), "—", "—", fmt_process(bare),
-               *ratios(j1, bw, bc, "bare loop")))
+    table.add(
+        (
+            label,
+            "verify --jobs 1",
+            fmt_process(j1),
+            fmt_inside(j1),
+            "—",
+            "—",
+            fmt_process(bare),
+            *ratios(j1, bw, bc, "bare loop"),
+        )
+    )
     table.add((label, "verify --jobs 2", fmt_process(j2), fmt_inside(j2), "—", "—", fmt_process(bare), *faster(j1, j2)))
 
 
-def run_case(case: str, src: Path, copy: Path, version: str, config: dict[str, Any], a: argparse.Namespace,
-             oracle: Path | None, guard: Guard, label: str, table: Table) -> None:
+def run_case(
+    case: str,
+    src: Path,
+    copy: Path,
+    version: str,
+    config: dict[str, Any],
+    a: argparse.Namespace,
+    oracle: Path | None,
+    guard: Guard,
+    label: str,
+    table: Table,
+) -> None:
     prepare, args, timed = CASES[case]
     link = a.copy == "link"
     theirs: list[float] = []
@@ -604,8 +678,9 @@ def run_case(case: str, src: Path, copy: Path, version: str, config: dict[str, A
         theirs_cpu = [r["load_and_reput_cpu_ms"] / 1000 for r in got["runs"] if "load_and_reput_cpu_ms" in r]
         loads = [r["load_ms"] / 1000 for r in got["runs"]]
         w = got["warmup"][0]
-        cold = f"{w['load_and_reput_ms'] / 1000:.2f}" + (f" [cpu {w['load_and_reput_cpu_ms'] / 1000:.2f}]"
-                                                      if "load_and_reput_cpu_ms" in w else "")
+        cold = f"{w['load_and_reput_ms'] / 1000:.2f}" + (
+            f" [cpu {w['load_and_reput_cpu_ms'] / 1000:.2f}]" if "load_and_reput_cpu_ms" in w else ""
+        )
     ours: list[Run] = []
     for _ in range(a.runs):
         fresh(src, copy, prepare, link)
@@ -637,8 +712,13 @@ def run_shape(shape: str, a: argparse.Namespace, oracle: Path | None, table: Tab
         print(f"{shape}: built in {time.perf_counter() - t:.0f} s", flush=True)
     version = vfile.read_text().strip() if vfile.exists() else a.version
     files = sorted((src / "commitlog").iterdir())
-    config = {"mappedFileSizeCommitLog": files[0].stat().st_size, "checkCRCOnRecover": True,
-              "messageIndexEnable": True, "flushDiskType": "ASYNC_FLUSH", "duplicationEnable": False}
+    config = {
+        "mappedFileSizeCommitLog": files[0].stat().st_size,
+        "checkCRCOnRecover": True,
+        "messageIndexEnable": True,
+        "flushDiskType": "ASYNC_FLUSH",
+        "duplicationEnable": False,
+    }
     nbytes = data_bytes(files)
     label = f"{shape} ({nbytes / GIB:.2f} GiB in {len(files)} file{'s' if len(files) > 1 else ''}, {version})"
     copy = work / f"{src.name}-run"
@@ -655,7 +735,9 @@ def run_shape(shape: str, a: argparse.Namespace, oracle: Path | None, table: Tab
     _drop_backups(copy)
     cals.append(calibrate())
     table.shape_done(first, cals[-2], cals[-1])
-    print(f"calibration loop: {cals[-1]:.2f} s ({cals[-1] / cals[0]:.2f}x the first); load average {_load()}", flush=True)
+    print(
+        f"calibration loop: {cals[-1]:.2f} s ({cals[-1] / cals[0]:.2f}x the first); load average {_load()}", flush=True
+    )
     if a.drop_stores:
         shutil.rmtree(src, ignore_errors=True)
         vfile.unlink(missing_ok=True)
@@ -664,21 +746,39 @@ def run_shape(shape: str, a: argparse.Namespace, oracle: Path | None, table: Tab
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", default="/tmp/rmq-vs-broker")
-    ap.add_argument("--size", type=int, default=GIB, help="bytes of the synthetic, gen_commitlog and oracle_mixed stores")
+    ap.add_argument(
+        "--size", type=int, default=GIB, help="bytes of the synthetic, gen_commitlog and oracle_mixed stores"
+    )
     ap.add_argument("--shape-size", type=int, default=256 << 20, help="bytes of each recovery.shapes store")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--shapes", default="synthetic,gen_commitlog,oracle_mixed,shapes")
     ap.add_argument("--cases", default=",".join(list(CASES) + ["verify"]))
-    ap.add_argument("--oracle", default=None, help="rocketmq-oracle script (default: $RMQ_ORACLE, tests/oracle/rocketmq-oracle)")
-    ap.add_argument("--gen-commitlog", default=os.environ.get("RMQ_GEN_COMMITLOG", "/work/shared/bench/gen_commitlog.py"))
-    ap.add_argument("--version", default="4.9.4", help="broker version of the synthetic, gen_commitlog and oracle_mixed stores")
-    ap.add_argument("--copy", choices=("link", "full"), default="link",
-                    help="fresh copies: hard-link the commitlog files before the last one (checked unchanged after "
-                         "every run) or copy everything")
+    ap.add_argument(
+        "--oracle", default=None, help="rocketmq-oracle script (default: $RMQ_ORACLE, tests/oracle/rocketmq-oracle)"
+    )
+    ap.add_argument(
+        "--gen-commitlog", default=os.environ.get("RMQ_GEN_COMMITLOG", "/work/shared/bench/gen_commitlog.py")
+    )
+    ap.add_argument(
+        "--version", default="4.9.4", help="broker version of the synthetic, gen_commitlog and oracle_mixed stores"
+    )
+    ap.add_argument(
+        "--copy",
+        choices=("link", "full"),
+        default="link",
+        help="fresh copies: hard-link the commitlog files before the last one (checked unchanged after "
+        "every run) or copy everything",
+    )
     ap.add_argument("--table", metavar="FILE", help="append the run's markdown table (legend, rows, drift) to FILE")
-    ap.add_argument("--profile", metavar="DIR", help="run each rmqtool case once more under cProfile (--jobs 1) and write "
-                                                     "its top 15 functions by cumulative and own time to DIR")
-    ap.add_argument("--drop-stores", action="store_true", help="delete each store built under --work when its shape is done")
+    ap.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="run each rmqtool case once more under cProfile (--jobs 1) and write "
+        "its top 15 functions by cumulative and own time to DIR",
+    )
+    ap.add_argument(
+        "--drop-stores", action="store_true", help="delete each store built under --work when its shape is done"
+    )
     a = ap.parse_args()
     unknown = [c for c in a.cases.split(",") if c != "verify" and c not in CASES]
     if unknown:
@@ -694,8 +794,10 @@ def main() -> None:
         else:
             shapes.append(sh)
     cals = [calibrate()]
-    print(f"calibration loop: {cals[0]:.2f} s; load average {_load()}; oracle: {oracle or 'not found (broker column empty)'}",
-          flush=True)
+    print(
+        f"calibration loop: {cals[0]:.2f} s; load average {_load()}; oracle: {oracle or 'not found (broker column empty)'}",
+        flush=True,
+    )
     table = Table(a.table, sys.argv[1:], a.runs, cals[0])
     for shape in shapes:
         run_shape(shape, a, oracle, table, cals)

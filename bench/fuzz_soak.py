@@ -39,8 +39,20 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 import fuzzdamage as fd  # noqa: E402
 
 RESULTS = HERE / "results"
-CATEGORIES = ["internal error", "hang", "memory", "not idempotent", "blocked restore", "not byte for byte",
-              "read-only wrote", "exit code", "refusal changed the store", "worker died", "harness error", "noisy stderr"]
+CATEGORIES = [
+    "internal error",
+    "hang",
+    "memory",
+    "not idempotent",
+    "blocked restore",
+    "not byte for byte",
+    "read-only wrote",
+    "exit code",
+    "refusal changed the store",
+    "worker died",
+    "harness error",
+    "noisy stderr",
+]
 INFO = "broker repeats"  # recover's second run changes what the broker's second start changes: not a failure
 
 
@@ -53,16 +65,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem", type=float, default=2.0, help="GiB of address space per worker")
     ap.add_argument("--chunk", type=int, default=200, help="stores per batch (one recorded line each)")
     ap.add_argument("--tmp", default=None, help="where the damaged copies go (default: a temp dir)")
-    ap.add_argument("--record", default=None,
-                    help="the JSONL record (default bench/results/fuzz_soak-FIRST-LAST.jsonl; '-': none)")
-    ap.add_argument("--fsync", action="store_true", help="let the commands fsync (default: fsync is a no-op in the workers)")
+    ap.add_argument(
+        "--record", default=None, help="the JSONL record (default bench/results/fuzz_soak-FIRST-LAST.jsonl; '-': none)"
+    )
+    ap.add_argument(
+        "--fsync", action="store_true", help="let the commands fsync (default: fsync is a no-op in the workers)"
+    )
     ap.add_argument("--no-oracle", action="store_true", help="do not replay non-idempotent recovers against the broker")
     ap.add_argument("--report", action="store_true", help="only print the table of every recorded range")
-    ap.add_argument("--commit", default=None, help="--report: only the batches run with these commits (comma-separated)")
+    ap.add_argument(
+        "--commit", default=None, help="--report: only the batches run with these commits (comma-separated)"
+    )
     ap.add_argument("--until", default=None, help="stop starting batches at this UTC time (HH:MM)")
-    ap.add_argument("--rerun-failing", action="store_true",
-                    help="run every failing seed of the records again with this code (and replay it against the "
-                         "broker); the outcomes go to bench/results/fuzz_soak-reruns.jsonl, which --report adds")
+    ap.add_argument(
+        "--rerun-failing",
+        action="store_true",
+        help="run every failing seed of the records again with this code (and replay it against the "
+        "broker); the outcomes go to bench/results/fuzz_soak-reruns.jsonl, which --report adds",
+    )
     args = ap.parse_args(argv)
     # the fixtures are 4.9.4 stores that --broker-version auto cannot always pin (tests/conftest.py
     # sets the same); the commands given "--broker-version auto" guess it from the damaged store
@@ -98,8 +118,14 @@ def main(argv: list[str] | None = None) -> int:
             break
         tb = time.time()
         with tempfile.TemporaryDirectory(prefix="rmqtool-soak-", dir=args.tmp) as tmp:
-            results = fd.run_many(list(range(rng[0], rng[1] + 1)), Path(tmp), jobs=args.jobs, timeout=args.timeout,
-                                  mem_bytes=int(args.mem * (1 << 30)), fsync=args.fsync)
+            results = fd.run_many(
+                list(range(rng[0], rng[1] + 1)),
+                Path(tmp),
+                jobs=args.jobs,
+                timeout=args.timeout,
+                mem_bytes=int(args.mem * (1 << 30)),
+                fsync=args.fsync,
+            )
             fd.cleanup(Path(tmp))
         if not args.no_oracle:
             for r in results:
@@ -110,9 +136,12 @@ def main(argv: list[str] | None = None) -> int:
             with open(record, "a", encoding="utf-8") as f:
                 f.write(json.dumps(line, sort_keys=True) + "\n")
         n = sum(x["stores"] for x in new_lines)
-        print(f"[seeds {rng[0]}-{rng[1]}] {line['stores']} stores, {line['runs']} runs, {len(line['failing'])} failing, "
-              f"{line['stores'] / max(1e-9, line['seconds']):.2f} stores/s ({n} stores this session, "
-              f"{n / max(1e-9, time.time() - t0):.2f}/s)", flush=True)
+        print(
+            f"[seeds {rng[0]}-{rng[1]}] {line['stores']} stores, {line['runs']} runs, {len(line['failing'])} failing, "
+            f"{line['stores'] / max(1e-9, line['seconds']):.2f} stores/s ({n} stores this session, "
+            f"{n / max(1e-9, time.time() - t0):.2f}/s)",
+            flush=True,
+        )
     print()
     print(report(done_lines + new_lines))
     bad = [r for x in done_lines + new_lines for r in x["failing"]]
@@ -128,8 +157,13 @@ RERUNS = RESULTS / "fuzz_soak-reruns.jsonl"
 
 def _records() -> list[dict]:
     """Every recorded batch line (bench/results/fuzz_soak-FIRST-LAST.jsonl)."""
-    return [json.loads(x) for p in sorted(RESULTS.glob("fuzz_soak-*-*.jsonl")) if p != RERUNS
-            for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return [
+        json.loads(x)
+        for p in sorted(RESULTS.glob("fuzz_soak-*-*.jsonl"))
+        if p != RERUNS
+        for x in p.read_text(encoding="utf-8").splitlines()
+        if x.strip()
+    ]
 
 
 def _reruns() -> list[dict]:
@@ -148,8 +182,14 @@ def rerun_failing(args: argparse.Namespace) -> int:
         print("no failing seed recorded")
         return 0
     with tempfile.TemporaryDirectory(prefix="rmqtool-soak-", dir=args.tmp) as tmp:
-        results = fd.run_many(seeds, Path(tmp), jobs=args.jobs, timeout=args.timeout,
-                              mem_bytes=int(args.mem * (1 << 30)), fsync=args.fsync)
+        results = fd.run_many(
+            seeds,
+            Path(tmp),
+            jobs=args.jobs,
+            timeout=args.timeout,
+            mem_bytes=int(args.mem * (1 << 30)),
+            fsync=args.fsync,
+        )
         fd.cleanup(Path(tmp))
     bad = 0
     with open(RERUNS, "a", encoding="utf-8") as f:
@@ -159,11 +199,19 @@ def rerun_failing(args: argparse.Namespace) -> int:
             was_commit, was = before[r["seed"]]
             failing = any(x[1] != INFO for x in r["failures"])
             bad += failing
-            line = {"seed": r["seed"], "kind": r["kind"], "desc": r["desc"], "commit": commit, "failures": r["failures"],
-                    "before": {"commit": was_commit, "failures": was["failures"]}}
+            line = {
+                "seed": r["seed"],
+                "kind": r["kind"],
+                "desc": r["desc"],
+                "commit": commit,
+                "failures": r["failures"],
+                "before": {"commit": was_commit, "failures": was["failures"]},
+            }
             f.write(json.dumps(line, sort_keys=True) + "\n")
-            print(f"seed {r['seed']} ({was_commit}: {sorted({x[1] for x in was['failures']})}) -> {commit}: "
-                  + (", ".join(sorted({x[1] for x in r["failures"]})) or "passes"))
+            print(
+                f"seed {r['seed']} ({was_commit}: {sorted({x[1] for x in was['failures']})}) -> {commit}: "
+                + (", ".join(sorted({x[1] for x in r["failures"]})) or "passes")
+            )
     return 1 if bad else 0
 
 
@@ -217,10 +265,19 @@ def summarise(rng: tuple[int, int], results: list[dict], seconds: float, jobs: i
             by_kind[r["kind"]][c] += 1
     failing = [r for r in results if any(f[1] != INFO for f in r["failures"])]
     repeats = [r["seed"] for r in results if r["failures"] and r not in failing]
-    return {"seeds": list(rng), "stores": len(results), "runs": sum(r["runs"] for r in results),
-            "seconds": round(seconds, 1), "jobs": jobs, "commit": commit, "nproc": os.cpu_count(),
-            "load": round(os.getloadavg()[0], 1), "by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
-            "failing": failing, "broker_repeats": repeats}
+    return {
+        "seeds": list(rng),
+        "stores": len(results),
+        "runs": sum(r["runs"] for r in results),
+        "seconds": round(seconds, 1),
+        "jobs": jobs,
+        "commit": commit,
+        "nproc": os.cpu_count(),
+        "load": round(os.getloadavg()[0], 1),
+        "by_kind": {k: dict(v) for k, v in sorted(by_kind.items())},
+        "failing": failing,
+        "broker_repeats": repeats,
+    }
 
 
 def report(lines: list[dict]) -> str:
@@ -244,9 +301,11 @@ def report(lines: list[dict]) -> str:
     out += [" | ".join(c.ljust(w[i]) for i, c in enumerate(r)) for r in rows]
     ranges = _ranges([tuple(x["seeds"]) for x in lines])
     n = sum(stores.values())
-    out.append(f"({n} stores, seeds {ranges}; {runs} command runs in {seconds:.0f} s of batches, "
-               f"{n / max(1e-9, seconds):.2f} stores/s; each cell counts the stores with at least one failure of "
-               f"that category; '{INFO}': recover's second run changed what the broker's second start changes)")
+    out.append(
+        f"({n} stores, seeds {ranges}; {runs} command runs in {seconds:.0f} s of batches, "
+        f"{n / max(1e-9, seconds):.2f} stores/s; each cell counts the stores with at least one failure of "
+        f"that category; '{INFO}': recover's second run changed what the broker's second start changes)"
+    )
     return "\n".join(out)
 
 
@@ -264,8 +323,9 @@ def _commit() -> str:
     if os.environ.get("RMQTOOL_SOAK_COMMIT"):  # (a soak run from an exported snapshot of that commit)
         return os.environ["RMQTOOL_SOAK_COMMIT"]
     try:
-        return subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "?"
 

@@ -36,11 +36,32 @@ def _chunk(args: tuple[str, list[tuple[int, str]], str, int, bool, int]) -> list
     try:
         done = dc.run_cases(oracle, specs, Path(work), max_messages=max_messages, keep=keep, parallel=parallel)
     except Exception as exc:  # noqa: BLE001 - the oracle failed as a whole: every case of the chunk says so
-        return [{"seed": seed, "version": v, "results": {"oracle": [f"{type(exc).__name__}: {exc}"]}, "skipped": {},
-                 "damage": [], "seconds": 0.0, "phases": {}, "scenario": dc.gen_scenario(seed, v, max_messages=max_messages)}
-                for seed, v in specs]
-    return [{"seed": r.seed, "version": r.version, "results": r.results, "skipped": r.skipped,
-             "damage": r.damage_done, "seconds": r.seconds, "phases": r.phases, "scenario": r.scenario} for r in done]
+        return [
+            {
+                "seed": seed,
+                "version": v,
+                "results": {"oracle": [f"{type(exc).__name__}: {exc}"]},
+                "skipped": {},
+                "damage": [],
+                "seconds": 0.0,
+                "phases": {},
+                "scenario": dc.gen_scenario(seed, v, max_messages=max_messages),
+            }
+            for seed, v in specs
+        ]
+    return [
+        {
+            "seed": r.seed,
+            "version": r.version,
+            "results": r.results,
+            "skipped": r.skipped,
+            "damage": r.damage_done,
+            "seconds": r.seconds,
+            "phases": r.phases,
+            "scenario": r.scenario,
+        }
+        for r in done
+    ]
 
 
 def main() -> int:
@@ -56,15 +77,23 @@ def main() -> int:
     ap.add_argument("--out", default="oracle-soak-out", help="directory for the disagreeing cases' reports")
     ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep every case's stores")
-    ap.add_argument("--summarize", action="store_true", help="only print the table of --out's cases.jsonl (a run cut short)")
-    ap.add_argument("--results", default=None,
-                    help="also append one line per case to this JSONL file (seed, version, results, skipped, damage, "
-                         "seconds, phases, explained: the disagreements a later fix or documented deviation explains); "
-                         "with --summarize: print the table of this file instead")
-    ap.add_argument("--rerun-kept", action="store_true",
-                    help="rerun every disagreeing case of --out from the store it left in --work (killed writers do not "
-                         "make the same store again), with the current code; print each outcome, and append it to "
-                         "--results if given")
+    ap.add_argument(
+        "--summarize", action="store_true", help="only print the table of --out's cases.jsonl (a run cut short)"
+    )
+    ap.add_argument(
+        "--results",
+        default=None,
+        help="also append one line per case to this JSONL file (seed, version, results, skipped, damage, "
+        "seconds, phases, explained: the disagreements a later fix or documented deviation explains); "
+        "with --summarize: print the table of this file instead",
+    )
+    ap.add_argument(
+        "--rerun-kept",
+        action="store_true",
+        help="rerun every disagreeing case of --out from the store it left in --work (killed writers do not "
+        "make the same store again), with the current code; print each outcome, and append it to "
+        "--results if given",
+    )
     ns = ap.parse_args()
     if ns.rerun_kept:
         return rerun_kept(ns)
@@ -89,9 +118,12 @@ def main() -> int:
     for sp in specs:
         by_v[sp[1]].append(sp)
     # chunks of every version in turn, so that a run cut short still covers them all
-    chunks = [(str(script), lst[k:k + ns.chunk], str(work), ns.max_messages, ns.keep, ns.parallel)
-              for k in range(0, max(len(lst) for lst in by_v.values()), ns.chunk) for lst in by_v.values()
-              if lst[k:k + ns.chunk]]
+    chunks = [
+        (str(script), lst[k : k + ns.chunk], str(work), ns.max_messages, ns.keep, ns.parallel)
+        for k in range(0, max(len(lst) for lst in by_v.values()), ns.chunk)
+        for lst in by_v.values()
+        if lst[k : k + ns.chunk]
+    ]
 
     rows = []
     t0 = time.monotonic()
@@ -101,8 +133,13 @@ def main() -> int:
             done += 1
             rows.append(r)
             ok = not any(r["results"].values())
-            line = json.dumps({k: r[k] for k in ("seed", "version", "results", "skipped", "damage", "seconds", "phases")},
-                              ensure_ascii=False) + "\n"
+            line = (
+                json.dumps(
+                    {k: r[k] for k in ("seed", "version", "results", "skipped", "damage", "seconds", "phases")},
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
             with open(out_dir / "cases.jsonl", "a", encoding="utf-8") as f:  # for --summarize of a cut-short run
                 f.write(line)
             if ns.results:
@@ -111,8 +148,13 @@ def main() -> int:
             if not ok:
                 rep = out_dir / f"{r['version']}-{r['seed']}.json"
                 rep.write_text(json.dumps(r, ensure_ascii=False, indent=1), encoding="utf-8")
-            print(f"\r{done}/{ns.cases} cases, {sum(1 for x in rows if any(x['results'].values()))} disagreeing, "
-                  f"{time.monotonic() - t0:,.0f} s", end="", file=sys.stderr, flush=True)
+            print(
+                f"\r{done}/{ns.cases} cases, {sum(1 for x in rows if any(x['results'].values()))} disagreeing, "
+                f"{time.monotonic() - t0:,.0f} s",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     print(file=sys.stderr)
     if not ns.work:
         shutil.rmtree(work, ignore_errors=True)
@@ -122,8 +164,10 @@ def main() -> int:
 def rerun_kept(ns: argparse.Namespace) -> int:
     script = Path(ns.oracle) if ns.oracle else dc.find_oracle(ROOT)
     if script is None or not ns.work:
-        print("--rerun-kept needs the oracle and --work (the soak's scratch directory, kept for disagreeing cases)",
-              file=sys.stderr)
+        print(
+            "--rerun-kept needs the oracle and --work (the soak's scratch directory, kept for disagreeing cases)",
+            file=sys.stderr,
+        )
         return 8
     oracle = dc.Oracle(script)
     still = 0
@@ -134,18 +178,34 @@ def rerun_kept(ns: argparse.Namespace) -> int:
             print(f"seed {r['seed']} {r['version']}: no kept store in {kept}")
             continue
         with tempfile.TemporaryDirectory(prefix="oracle-rerun-") as td:
-            res = dc.rerun_kept(oracle, r["seed"], r["version"], kept, r["damage"], Path(td) / "case",
-                                max_messages=ns.max_messages)
+            res = dc.rerun_kept(
+                oracle, r["seed"], r["version"], kept, r["damage"], Path(td) / "case", max_messages=ns.max_messages
+            )
         before = {k: v for k, v in r["results"].items() if v}
         after = {k: v for k, v in res.results.items() if v}
         still += bool(after)
-        print(f"seed {r['seed']} {r['version']}: {'agrees now' if not after else 'still disagrees: ' + json.dumps(after, ensure_ascii=False)[:400]}"
-              f"  (was: {json.dumps(before, ensure_ascii=False)[:200]})", flush=True)
+        print(
+            f"seed {r['seed']} {r['version']}: {'agrees now' if not after else 'still disagrees: ' + json.dumps(after, ensure_ascii=False)[:400]}"
+            f"  (was: {json.dumps(before, ensure_ascii=False)[:200]})",
+            flush=True,
+        )
         if ns.results:
             with open(ns.results, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"seed": r["seed"], "version": r["version"], "rerun_kept": True, "damage": r["damage"],
-                                    "results_before": r["results"], "results": res.results, "skipped": res.skipped},
-                                   ensure_ascii=False) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "seed": r["seed"],
+                            "version": r["version"],
+                            "rerun_kept": True,
+                            "damage": r["damage"],
+                            "results_before": r["results"],
+                            "results": res.results,
+                            "skipped": res.skipped,
+                        },
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
     return 4 if still else 0
 
 
@@ -165,8 +225,11 @@ def print_table(rows: list[dict], versions: list[str], seconds: float) -> int:
         for check, dis in r["results"].items():
             if dis:
                 bad_lines.append(f"seed {r['seed']} {v} [{check}] {dis[0][:240]}  (damage: {r['damage']})")
-    checks = [c for c in ("write", "dump", "verify", "recover", "rebuild", "reopen", "refuse", "oracle", "harness")
-              if any(c in table[v] for v in table)]
+    checks = [
+        c
+        for c in ("write", "dump", "verify", "recover", "rebuild", "reopen", "refuse", "oracle", "harness")
+        if any(c in table[v] for v in table)
+    ]
     head = f"{'version':<9} {'cases':>6} {'agree':>6} " + " ".join(f"{c:>20}" for c in checks)
     print(head)
     print("-" * len(head))
@@ -177,8 +240,10 @@ def print_table(rows: list[dict], versions: list[str], seconds: float) -> int:
             row += f"{f'{a}/{d}' + (f' ({s} skip)' if s else ''):>20} "
         print(row)
     tot = [sum(cases[v][0] for v in versions), sum(cases[v][1] for v in versions)]
-    print(f"{'all':<9} {sum(tot):>6} {tot[0]:>6}   (agree/disagree per check; skip: not applicable, "
-          f"e.g. the broker does not load the store)")
+    print(
+        f"{'all':<9} {sum(tot):>6} {tot[0]:>6}   (agree/disagree per check; skip: not applicable, "
+        f"e.g. the broker does not load the store)"
+    )
     print(f"{seconds:,.0f} s")
     phases: dict[str, float] = defaultdict(float)
     for r in rows:
@@ -186,9 +251,12 @@ def print_table(rows: list[dict], versions: list[str], seconds: float) -> int:
             phases[k] += t
     if phases:
         n = max(1, len(rows))
-        print("per case, mean seconds: " + ", ".join(f"{k} {t / n:.2f}" for k, t in sorted(phases.items(), key=lambda kv: -kv[1]))
-              + "  (write/view/reopen: the job inside the JVM; jvm_other: JVM start and the rest of the batch; "
-                "rmqtool: rmqtool's commands and the comparisons, in-process)")
+        print(
+            "per case, mean seconds: "
+            + ", ".join(f"{k} {t / n:.2f}" for k, t in sorted(phases.items(), key=lambda kv: -kv[1]))
+            + "  (write/view/reopen: the job inside the JVM; jvm_other: JVM start and the rest of the batch; "
+            "rmqtool: rmqtool's commands and the comparisons, in-process)"
+        )
     for line in bad_lines:
         print(line)
     return 0 if not bad_lines else 4

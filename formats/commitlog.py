@@ -88,16 +88,26 @@ def _message(magic: int, v2: bool) -> cs.Struct:
         "reconsume_times" / Int32sb * "RECONSUMETIMES",
         "prepared_transaction_offset" / Int64sb * "PREPAREDTRANSACTIONOFFSET",
         "body_length" / Rebuild(Int32sb, len_(this.body)) * "BODYLENGTH: <= 0 means no body bytes",
-        "body" / IfThenElse(this.body_length > 0, Bytes(this.body_length), Bytes(0)) * "BODY (compressed if SYSFLAG bit 0)",
-        "topic_length" / Rebuild(topic_len_field, len_(this.topic)) * ("TOPICLENGTH: " + ("i16 (V2)" if v2 else "signed i8 (V1)")),
+        "body"
+        / IfThenElse(this.body_length > 0, Bytes(this.body_length), Bytes(0))
+        * "BODY (compressed if SYSFLAG bit 0)",
+        "topic_length"
+        / Rebuild(topic_len_field, len_(this.topic))
+        * ("TOPICLENGTH: " + ("i16 (V2)" if v2 else "signed i8 (V1)")),
         "topic" / Bytes(this.topic_length) * "TOPIC, UTF-8",
         "properties_length" / Rebuild(Int16sb, len_(this.properties)) * "PROPERTIESLENGTH: signed i16, <= 0 means none",
-        "properties" / IfThenElse(this.properties_length > 0, Bytes(this.properties_length), Bytes(0)) * "PROPERTIES, UTF-8 name\\x01value\\x02...",
+        "properties"
+        / IfThenElse(this.properties_length > 0, Bytes(this.properties_length), Bytes(0))
+        * "PROPERTIES, UTF-8 name\\x01value\\x02...",
     )
 
 
-MESSAGE_V1 = "CommitLog message record V1 (CommitLog.MessageExtEncoder @ 4.9.4; STORE_FORMAT §4)" * _message(MAGIC_V1, False)
-MESSAGE_V2 = "CommitLog message record V2, 5.1.0+ (MessageExtEncoder @ 5.3.3; STORE_FORMAT §4.1)" * _message(MAGIC_V2, True)
+MESSAGE_V1 = "CommitLog message record V1 (CommitLog.MessageExtEncoder @ 4.9.4; STORE_FORMAT §4)" * _message(
+    MAGIC_V1, False
+)
+MESSAGE_V2 = "CommitLog message record V2, 5.1.0+ (MessageExtEncoder @ 5.3.3; STORE_FORMAT §4.1)" * _message(
+    MAGIC_V2, True
+)
 BLANK = "BLANK end-of-file record (CommitLog.DefaultAppendMessageCallback.doAppend; STORE_FORMAT §3)" * Struct(
     "total_size" / Int32sb * "bytes from here to the end of the file",
     "magic" / Const(BLANK_MAGIC, Int32sb) * "BLANK_MAGIC_CODE",
@@ -127,9 +137,22 @@ class _Layout(NamedTuple):
 def _layout(schema: cs.Construct, v2: bool, sys_flag: int) -> _Layout:
     st, names = fixed_struct(schema, {"sys_flag": sys_flag})
     expected = [
-        "total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
-        "sys_flag", "born_timestamp", "born_host.address", "born_host.port", "store_timestamp",
-        "store_host.address", "store_host.port", "reconsume_times", "prepared_transaction_offset",
+        "total_size",
+        "magic",
+        "body_crc",
+        "queue_id",
+        "flag",
+        "queue_offset",
+        "physical_offset",
+        "sys_flag",
+        "born_timestamp",
+        "born_host.address",
+        "born_host.port",
+        "store_timestamp",
+        "store_host.address",
+        "store_host.port",
+        "reconsume_times",
+        "prepared_transaction_offset",
         "body_length",
     ]
     if names != expected:  # the tuple order below depends on it
@@ -240,7 +263,9 @@ class DecodeFailure(Exception):
         self.at = at
 
 
-def decode_message(buf: Any, pos: int, end: int | None = None, *, total_limit: bool = True, body_limit: bool | None = None) -> MessageRecord:
+def decode_message(
+    buf: Any, pos: int, end: int | None = None, *, total_limit: bool = True, body_limit: bool | None = None
+) -> MessageRecord:
     """Decode the message record at ``pos`` (fast path, no CRC check, no length check).
 
     ``end`` bounds every read (default ``len(buf)``). With ``total_limit`` a topic or
@@ -268,8 +293,23 @@ def decode_message(buf: Any, pos: int, end: int | None = None, *, total_limit: b
     if pos + hdr.size > end:
         raise DecodeFailure("short", "header", pos)
     (
-        _t, _m, body_crc, queue_id, flag, queue_offset, physical_offset, _sf, born_ts,
-        born_addr, born_port, store_ts, store_addr, store_port, reconsume, prepared, body_len,
+        _t,
+        _m,
+        body_crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        _sf,
+        born_ts,
+        born_addr,
+        born_port,
+        store_ts,
+        store_addr,
+        store_port,
+        reconsume,
+        prepared,
+        body_len,
     ) = hdr.unpack_from(buf, pos)
     p = pos + hdr.size
     body_pos = p
@@ -313,9 +353,31 @@ def decode_message(buf: Any, pos: int, end: int | None = None, *, total_limit: b
         props = bytes(buf[p : p + prop_len]).decode("utf-8", JAVA_REPLACE)
     computed = cal_msg_length(lay.v2, sys_flag, body_len, topic_len, prop_len)
     return MessageRecord(
-        pos, total, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag,
-        born_ts, born_addr, born_port, store_ts, store_addr, store_port, reconsume, prepared,
-        body_len, body_pos, topic_len, topic, prop_len, props_pos, props, computed,
+        pos,
+        total,
+        magic,
+        body_crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ts,
+        born_addr,
+        born_port,
+        store_ts,
+        store_addr,
+        store_port,
+        reconsume,
+        prepared,
+        body_len,
+        body_pos,
+        topic_len,
+        topic,
+        prop_len,
+        props_pos,
+        props,
+        computed,
     )
 
 

@@ -38,6 +38,7 @@ def _parse_float(s: str) -> float:
         raise _NumberTooLong(f"a number of {len(s)} characters")
     return float(s)
 
+
 KNOWN_FILES = {
     "topics.json": ("topicConfigTable", "dataVersion"),
     "consumerOffset.json": ("offsetTable",),

@@ -185,7 +185,9 @@ def java_hash_units_batch(
     return hashes, ulens
 
 
-def java_hash_batch(strings: Sequence[str], *, chunk_units: int = CHUNK_UNITS, cache_max: int = CACHE_MAX) -> np.ndarray:
+def java_hash_batch(
+    strings: Sequence[str], *, chunk_units: int = CHUNK_UNITS, cache_max: int = CACHE_MAX
+) -> np.ndarray:
     """Vectorised :func:`java_hash`: a numpy int32 array, one hashCode per string."""
     return java_hash_units_batch(strings, chunk_units=chunk_units, cache_max=cache_max)[0].view(np.int32)
 

@@ -82,7 +82,7 @@ def index_name_after(millis: int, floor: str | None, tz: _dt.tzinfo | None = Non
 
 
 def host_to_str(address: bytes, port: int) -> str:
-    """"ip:port", IPv6 in brackets (4 or 16 address bytes)."""
+    """ "ip:port", IPv6 in brackets (4 or 16 address bytes)."""
     if len(address) == 4:
         return f"{address[0]}.{address[1]}.{address[2]}.{address[3]}:{port}"
     return f"[{ipaddress.IPv6Address(bytes(address))}]:{port}"
@@ -123,4 +123,10 @@ def decode_uniq_key(uniq_key: str) -> dict[str, object]:
         raise ValueError(f"not a unique key: {uniq_key!r}")
     ip = ipaddress.ip_address(raw[:alen])
     pid, loader, millis, counter = struct.unpack_from(">HiiH", raw, alen)
-    return {"ip": str(ip), "pid": pid, "class_loader_hash": loader, "millis_since_month_start": millis, "counter": counter}
+    return {
+        "ip": str(ip),
+        "pid": pid,
+        "class_loader_hash": loader,
+        "millis_since_month_start": millis,
+        "counter": counter,
+    }

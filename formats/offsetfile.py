@@ -119,7 +119,7 @@ def _to_long(v: Any) -> int:
         raise ValueError(f"a number of {len(v)} digits does not fit a long")
     if isinstance(v, bool):
         raise ValueError("a boolean")
-    if isinstance(v, float) and v == v and abs(v) < 2.0 ** 63:
+    if isinstance(v, float) and v == v and abs(v) < 2.0**63:
         return int(v)  # fastjson truncates a decimal toward zero
     if isinstance(v, int):
         if not -(1 << 63) <= v < (1 << 63):
@@ -155,13 +155,21 @@ def parse_offset_text(text: str, path: str, *, flat: bool = False) -> FileState:
     try:
         obj, end = json.JSONDecoder(parse_int=_parse_int).raw_decode(quoted)
     except json.JSONDecodeError as exc:
-        return FileState(path, CORRUPT, size, error=f"not JSON ({exc.msg})", error_offset=_orig_pos(stripped, quoted, exc.pos) + lead)
+        return FileState(
+            path, CORRUPT, size, error=f"not JSON ({exc.msg})", error_offset=_orig_pos(stripped, quoted, exc.pos) + lead
+        )
     except RecursionError:
         return FileState(path, CORRUPT, size, error="nested too deep")
     end_orig = _orig_pos(stripped, quoted, end)
     if not _fastjson_tail_ok(stripped, end_orig):
-        return FileState(path, STALE_TAIL, size, error="bytes after the complete JSON object",
-                         error_offset=end_orig + lead, object_end=end_orig + lead)
+        return FileState(
+            path,
+            STALE_TAIL,
+            size,
+            error="bytes after the complete JSON object",
+            error_offset=end_orig + lead,
+            object_end=end_orig + lead,
+        )
     if obj is None or obj == []:  # null, [] (and white space, above): parseObject gives null
         return FileState(path, NULL_CONTENT, size, table={})
     if not isinstance(obj, dict):  # a number, a string, true, a non-empty array: "expect {"
@@ -262,7 +270,9 @@ def _fj_map(m: dict[Any, Any], depth: int) -> str:
     return "{" + "".join(parts) + "\n" + "\t" * depth + "}"
 
 
-def encode_offset_file(table: dict[str, dict[int, int]], other: dict[str, Any] | None = None, *, flat: bool = False) -> bytes:
+def encode_offset_file(
+    table: dict[str, dict[int, int]], other: dict[str, Any] | None = None, *, flat: bool = False
+) -> bytes:
     """The bytes ``encode(true)`` gives for this table: top-level properties in fastjson's
     order (sorted by name), entries in the order given (the broker's is its
     ConcurrentHashMap's)."""
@@ -282,6 +292,19 @@ def split_key(key: str) -> tuple[str, str] | None:
 
 
 __all__ = [
-    "OFFSET_FILES", "FileState", "ConfigPair", "parse_offset_text", "read_file_state", "load_pair",
-    "encode_offset_file", "split_key", "OK", "MISSING", "EMPTY", "NULL_CONTENT", "CORRUPT", "STALE_TAIL", "BAD_SHAPE",
+    "OFFSET_FILES",
+    "FileState",
+    "ConfigPair",
+    "parse_offset_text",
+    "read_file_state",
+    "load_pair",
+    "encode_offset_file",
+    "split_key",
+    "OK",
+    "MISSING",
+    "EMPTY",
+    "NULL_CONTENT",
+    "CORRUPT",
+    "STALE_TAIL",
+    "BAD_SHAPE",
 ]

@@ -67,8 +67,9 @@ def is_symlink(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-def read_small(path: str | os.PathLike[str], limit: int, root: str | os.PathLike[str] | None = None,
-               what: str = "file") -> bytes | None:
+def read_small(
+    path: str | os.PathLike[str], limit: int, root: str | os.PathLike[str] | None = None, what: str = "file"
+) -> bytes | None:
     """The first ``limit`` bytes of a regular file, or None when it does not exist.
 
     Raises :class:`FormatError` naming the path for anything that is not a regular file

@@ -91,7 +91,18 @@ def field_layout(schema: cs.Construct, ctx: Mapping[str, Any] | None = None) -> 
 def numpy_dtype(schema: cs.Construct) -> Any:
     """A packed big-endian numpy structured dtype for a fixed-size schema."""
     fmt, names = fixed_prefix_format(schema)
-    codes = {"b": "i1", "B": "u1", "h": ">i2", "H": ">u2", "i": ">i4", "I": ">u4", "l": ">i4", "L": ">u4", "q": ">i8", "Q": ">u8"}
+    codes = {
+        "b": "i1",
+        "B": "u1",
+        "h": ">i2",
+        "H": ">u2",
+        "i": ">i4",
+        "I": ">u4",
+        "l": ">i4",
+        "L": ">u4",
+        "q": ">i8",
+        "Q": ">u8",
+    }
     fields = []
     for code, name in zip(_split_codes(fmt[1:]), names):
         fields.append((name, codes[code] if code in codes else f"S{code[:-1]}"))
@@ -113,7 +124,9 @@ def _split_codes(fmt: str) -> list[str]:
     return out
 
 
-def parse_or_raise(schema: cs.Construct, data: bytes | memoryview, path: str | None = None, offset: int | None = None) -> Any:
+def parse_or_raise(
+    schema: cs.Construct, data: bytes | memoryview, path: str | None = None, offset: int | None = None
+) -> Any:
     """Parse with the full schema; any Construct failure becomes a FormatError naming the
     file, the offset and the schema path where decoding stopped."""
     try:

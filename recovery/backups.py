@@ -22,8 +22,19 @@ def describe_backup(p: Path, store: Path) -> dict[str, Any]:
     """One row of the listing: path, created_utc, description (the command that made it),
     txid, store, same_store, entries, actions (count per action), bytes, status (OK,
     UNUSABLE: no or a damaged manifest, OTHER_STORE) and problem (the manifest's error)."""
-    row: dict[str, Any] = {"path": str(p), "created_utc": None, "description": None, "txid": None, "store": None,
-                           "same_store": None, "entries": 0, "actions": {}, "bytes": _du(p), "status": "OK", "problem": None}
+    row: dict[str, Any] = {
+        "path": str(p),
+        "created_utc": None,
+        "description": None,
+        "txid": None,
+        "store": None,
+        "same_store": None,
+        "entries": 0,
+        "actions": {},
+        "bytes": _du(p),
+        "status": "OK",
+        "problem": None,
+    }
     try:
         doc = load_manifest(p)
     except RmqToolError as exc:
@@ -33,8 +44,14 @@ def describe_backup(p: Path, store: Path) -> dict[str, Any]:
     actions: dict[str, int] = {}
     for e in doc["entries"]:
         actions[e["action"]] = actions.get(e["action"], 0) + 1
-    row.update(created_utc=doc.get("created_utc"), description=doc.get("description"), txid=doc.get("txid"),
-               store=doc.get("store"), entries=len(doc["entries"]), actions=actions)
+    row.update(
+        created_utc=doc.get("created_utc"),
+        description=doc.get("description"),
+        txid=doc.get("txid"),
+        store=doc.get("store"),
+        entries=len(doc["entries"]),
+        actions=actions,
+    )
     row["same_store"] = doc.get("store") is None or Path(doc["store"]).resolve() == store.resolve()
     if not row["same_store"]:
         row["status"] = "OTHER_STORE"
@@ -66,20 +83,27 @@ def needed_backups(store: Path) -> set[Path]:
     return out
 
 
-def prune_selection(rows: list[dict[str, Any]], needed: set[Path], keep: int | None,
-                    older_than: float | None) -> list[dict[str, Any]]:
+def prune_selection(
+    rows: list[dict[str, Any]], needed: set[Path], keep: int | None, older_than: float | None
+) -> list[dict[str, Any]]:
     """The rows (of :func:`describe_backup`) a prune deletes: of the usable backups of this
     store no pending transaction needs, all but the newest ``keep`` and/or those older than
     ``older_than`` days (both given: both must hold)."""
     doomed: list[dict[str, Any]] = []
-    mine = sorted((r for r in rows if r["status"] == "OK" and Path(r["path"]).resolve() not in needed),
-                  key=lambda r: r["created_utc"] or "", reverse=True)
+    mine = sorted(
+        (r for r in rows if r["status"] == "OK" and Path(r["path"]).resolve() not in needed),
+        key=lambda r: r["created_utc"] or "",
+        reverse=True,
+    )
     if keep is not None:
         doomed = mine[keep:]
     if older_than is not None:
         cutoff = _dt.datetime.now(_dt.UTC) - _dt.timedelta(days=older_than)
-        old = [r for r in mine if r["created_utc"] and _dt.datetime.fromisoformat(
-            r["created_utc"].replace("Z", "+00:00")) < cutoff]
+        old = [
+            r
+            for r in mine
+            if r["created_utc"] and _dt.datetime.fromisoformat(r["created_utc"].replace("Z", "+00:00")) < cutoff
+        ]
         doomed = [r for r in mine if r in old and (keep is None or r in doomed)]
     return doomed
 

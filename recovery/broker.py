@@ -132,8 +132,9 @@ class CqRecovery(NamedTuple):
     max_physic_offset: int
 
 
-def consume_queue_recover(n_files: int, units_of: Callable[[int], tuple[np.ndarray, np.ndarray]],
-                          file_size: int) -> CqRecovery:
+def consume_queue_recover(
+    n_files: int, units_of: Callable[[int], tuple[np.ndarray, np.ndarray]], file_size: int
+) -> CqRecovery:
     """``ConsumeQueue.recover`` (RocketMQ 4.6.0-5.3.3, unchanged; RECOVERY §3): scan from
     the third-last file; the first unit with ``offset < 0 or size <= 0`` ends the queue;
     a file that is entirely valid continues into the next one. ``units_of(i)``: the
@@ -156,8 +157,9 @@ def consume_queue_recover(n_files: int, units_of: Callable[[int], tuple[np.ndarr
         return CqRecovery(i, n, max_phy)
 
 
-def truncate_dirty_files(files: Sequence[_F], bases: Sequence[int], file_size: int,
-                         offset: int) -> tuple[list[_F], list[_F]]:
+def truncate_dirty_files(
+    files: Sequence[_F], bases: Sequence[int], file_size: int, offset: int
+) -> tuple[list[_F], list[_F]]:
     """``MappedFileQueue.truncateDirtyFiles(offset)`` (every version): the files kept and
     the files deleted, those that begin after ``offset`` (a file holding ``offset`` is
     kept; its write position moves there)."""
@@ -168,8 +170,9 @@ def truncate_dirty_files(files: Sequence[_F], bases: Sequence[int], file_size: i
     return kept, removed
 
 
-def truncate_dirty_logic_files(units_of: Callable[[int], np.ndarray], bases: list[int], file_size: int,
-                               phy: int) -> tuple[int, int | None, int]:
+def truncate_dirty_logic_files(
+    units_of: Callable[[int], np.ndarray], bases: list[int], file_size: int, phy: int
+) -> tuple[int, int | None, int]:
     """``ConsumeQueue.truncateDirtyLogicFiles(phy)`` (RocketMQ 4.6.0-5.3.3, unchanged;
     RECOVERY §7.1) on a queue whose files start at ``bases`` (ascending); ``units_of(base)``:
     that file's units (``CQ_DTYPE``). Returns (files kept, write offset or None,
@@ -189,7 +192,9 @@ def truncate_dirty_logic_files(units_of: Callable[[int], np.ndarray], bases: lis
             n -= 1  # the whole file goes
             continue
         max_phy = int(off[0]) + int(size[0])
-        k = first_unit_where(u, 1, lambda r: (r["commitlog_offset"] < 0) | (r["size"] <= 0) | (r["commitlog_offset"] >= phy))
+        k = first_unit_where(
+            u, 1, lambda r: (r["commitlog_offset"] < 0) | (r["size"] <= 0) | (r["commitlog_offset"] >= phy)
+        )
         # (k: units kept in this file)
         if k > 1:
             max_phy = int(off[k - 1]) + int(size[k - 1])
@@ -242,7 +247,9 @@ def abnormal_threshold(ckpt: Checkpoint, message_index_safe: bool) -> int:
     return int(ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp)
 
 
-def abnormal_start_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, message_index_safe: bool) -> int:
+def abnormal_start_index(
+    files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, message_index_safe: bool
+) -> int:
     """``CommitLog.recoverAbnormally``'s start file (every version): the last file whose
     first record matches (:func:`is_mapped_file_matched_recover`), else the first file."""
     threshold = abnormal_threshold(ckpt, message_index_safe)
@@ -252,8 +259,14 @@ def abnormal_start_index(files: list[StoreFile], profile: BrokerProfile, ckpt: C
     return 0
 
 
-def start_file_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, mode: str, max_cq: int,
-                     message_index_safe: bool | None = None) -> tuple[int, str]:
+def start_file_index(
+    files: list[StoreFile],
+    profile: BrokerProfile,
+    ckpt: Checkpoint,
+    mode: str,
+    max_cq: int,
+    message_index_safe: bool | None = None,
+) -> tuple[int, str]:
     """The commitlog file the broker's recovery starts from, and the rule that chose it:
     ``CommitLog.recoverNormally`` (the third-last file; 5.3.2+, ``profile.normal_recovery_walkback``:
     the last file starting at or below maxPhyOffsetOfCQ) or ``CommitLog.recoverAbnormally``
@@ -268,9 +281,11 @@ def start_file_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Check
         return max(0, len(files) - 3), "third-last file"
     safe = profile.message_index_safe if message_index_safe is None else message_index_safe
     threshold = abnormal_threshold(ckpt, safe)
-    what = ("min(physic, logics, index) - 3 s (messageIndexSafe)" if safe else "min(physic, logics) - 3 s")
-    return (abnormal_start_index(files, profile, ckpt, safe),
-            f"last file whose first message is stored at or before {what} = {threshold}")
+    what = "min(physic, logics, index) - 3 s (messageIndexSafe)" if safe else "min(physic, logics) - 3 s"
+    return (
+        abnormal_start_index(files, profile, ckpt, safe),
+        f"last file whose first message is stored at or before {what} = {threshold}",
+    )
 
 
 # ======================================================================================
@@ -298,15 +313,23 @@ def parse_index_file_name(name: str, tz: _dt.tzinfo | None = None) -> int | None
     if len(name) != 17 or not name.isascii() or not name.isdigit():
         return None
     try:
-        t = _dt.datetime(int(name[0:4]), int(name[4:6]), int(name[6:8]), int(name[8:10]),
-                         int(name[10:12]), int(name[12:14]), tzinfo=tz or _dt.UTC)
+        t = _dt.datetime(
+            int(name[0:4]),
+            int(name[4:6]),
+            int(name[6:8]),
+            int(name[8:10]),
+            int(name[10:12]),
+            int(name[12:14]),
+            tzinfo=tz or _dt.UTC,
+        )
     except ValueError:
         return None
     return int(t.timestamp()) * 1000 + int(name[14:17])
 
 
-def new_index_file_name(ms: int, tz: _dt.tzinfo | None, floor: str | None,
-                        taken: Collection[str] = ()) -> tuple[int, str]:
+def new_index_file_name(
+    ms: int, tz: _dt.tzinfo | None, floor: str | None, taken: Collection[str] = ()
+) -> tuple[int, str]:
     """The name of an index file rmqtool creates, and the time it stands for: the broker
     names a new file after its wall clock (``IndexService.getAndCreateLastIndexFile``);
     rmqtool, deterministically, after ``ms`` (the store timestamp of the record that
@@ -315,8 +338,11 @@ def new_index_file_name(ms: int, tz: _dt.tzinfo | None, floor: str | None,
     while True:  # (each pass past a taken name is one step: taken is small)
         found = index_name_after(ms, floor, tz)
         if found is None:
-            raise RecoveryError(f"no index file name sorts after {floor!r}: rename or remove that index file "
-                                "(the broker orders index files by name)", "index")
+            raise RecoveryError(
+                f"no index file name sorts after {floor!r}: rename or remove that index file "
+                "(the broker orders index files by name)",
+                "index",
+            )
         ms, name = found
         if name not in taken:
             return ms, name

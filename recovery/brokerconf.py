@@ -53,8 +53,9 @@ def _load_setters() -> dict[str, Setting]:
     out: dict[str, Setting] = {}
     for line in SETTERS.strip().splitlines():
         tag, name, typ, seen = line.split()
-        out[name] = Setting(name, "MessageStoreConfig" if tag == "S" else "BrokerConfig", typ,
-                            tuple(SAMPLED[c] for c in seen))
+        out[name] = Setting(
+            name, "MessageStoreConfig" if tag == "S" else "BrokerConfig", typ, tuple(SAMPLED[c] for c in seen)
+        )
     return out
 
 
@@ -74,99 +75,219 @@ class Decision:
 DECISIONS: dict[str, Decision] = {
     # -- where the store is --------------------------------------------------------------
     "storePathRootDir": Decision(LOCATION, "the store root: STORE when STORE is not given", "STORE"),
-    "storePathCommitLog": Decision(LOCATION, "the commitlog directory (default STORE/commitlog; 4.6.0-4.9.3: "
-                                   "~/store/commitlog whatever storePathRootDir says); several directories "
-                                   "separated by ',' (5.x multi-path) are refused", "--commitlog-dir", None, "multi_path"),
-    "readOnlyCommitLogStorePaths": Decision(LOCATION, "extra read-only commitlog directories of the multi-path "
-                                            "commitlog: refused when set", None, None, "non_empty"),
-    "storePathDLedgerCommitLog": Decision(LOCATION, "the DLedger commitlog directory: only with enableDLegerCommitLog, "
-                                          "which is refused"),
-    "storePathEpochFile": Decision(LOCATION, "the controller-mode epoch file (default STORE/epochFileCheckpoint): "
-                                   "neither read nor changed by rmqtool"),
+    "storePathCommitLog": Decision(
+        LOCATION,
+        "the commitlog directory (default STORE/commitlog; 4.6.0-4.9.3: "
+        "~/store/commitlog whatever storePathRootDir says); several directories "
+        "separated by ',' (5.x multi-path) are refused",
+        "--commitlog-dir",
+        None,
+        "multi_path",
+    ),
+    "readOnlyCommitLogStorePaths": Decision(
+        LOCATION,
+        "extra read-only commitlog directories of the multi-path commitlog: refused when set",
+        None,
+        None,
+        "non_empty",
+    ),
+    "storePathDLedgerCommitLog": Decision(
+        LOCATION, "the DLedger commitlog directory: only with enableDLegerCommitLog, which is refused"
+    ),
+    "storePathEpochFile": Decision(
+        LOCATION,
+        "the controller-mode epoch file (default STORE/epochFileCheckpoint): neither read nor changed by rmqtool",
+    ),
     "storePathBrokerIdentity": Decision(LOCATION, "the broker identity file: neither read nor changed by rmqtool"),
     # -- geometry ------------------------------------------------------------------------
     "mappedFileSizeCommitLog": Decision(GEOMETRY, "commitlog file size", "--commitlog-file-size", 1 << 30),
-    "mappedFileSizeConsumeQueue": Decision(GEOMETRY, "consume queue file size (rounded up to 20-byte units)",
-                                           "--cq-file-size", 6_000_000),
+    "mappedFileSizeConsumeQueue": Decision(
+        GEOMETRY, "consume queue file size (rounded up to 20-byte units)", "--cq-file-size", 6_000_000
+    ),
     "maxHashSlotNum": Decision(GEOMETRY, "index hash slots per file", "--index-slots", 5_000_000),
     "maxIndexNum": Decision(GEOMETRY, "index entries per file", "--index-entries", 20_000_000),
-    "mappedFileSizeConsumeQueueExt": Decision(GEOMETRY, "ConsumeQueueExt file size: only with enableConsumeQueueExt, "
-                                              "which is refused"),
-    "bitMapLengthConsumeQueueExt": Decision(GEOMETRY, "ConsumeQueueExt filter bitmap: only with enableConsumeQueueExt, "
-                                            "which is refused"),
-    "mapperFileSizeBatchConsumeQueue": Decision(GEOMETRY, "BatchConsumeQueue file size: a store with "
-                                                "batchconsumequeue/ files is refused"),
+    "mappedFileSizeConsumeQueueExt": Decision(
+        GEOMETRY, "ConsumeQueueExt file size: only with enableConsumeQueueExt, which is refused"
+    ),
+    "bitMapLengthConsumeQueueExt": Decision(
+        GEOMETRY, "ConsumeQueueExt filter bitmap: only with enableConsumeQueueExt, which is refused"
+    ),
+    "mapperFileSizeBatchConsumeQueue": Decision(
+        GEOMETRY, "BatchConsumeQueue file size: a store with batchconsumequeue/ files is refused"
+    ),
     # -- what recovery and the dispatch do -------------------------------------------------
-    "checkCRCOnRecover": Decision(RECOVERY, "the recovery walk checks body CRCs (false: recover walks as with "
-                                  "--no-crc, and the recovery outlook of verify, repair and info --deep with it)",
-                                  "--no-crc", True),
-    "forceVerifyPropCRC": Decision(RECOVERY, "5.2.0+: the recovery walk checks each whole record against its "
-                                   "__CRC32# property instead of the body CRC, and cuts at a record without "
-                                   "one (5.2.0-5.3.1: also at __CRC32# 0); ignored by older brokers",
-                                   "--force-verify-prop-crc", False),
-    "enabledAppendPropCRC": Decision(RECOVERY, "5.2.0+: the broker appends __CRC32# to every record it writes; "
-                                     "recovery checks it only under forceVerifyPropCRC", None, False),
-    "messageIndexSafe": Decision(RECOVERY, "abnormal recovery's start file also honours the index timestamp "
-                                 "(recover, and the recovery outlook of verify, repair and info --deep)",
-                                 "--message-index-safe", False),
-    "messageIndexEnable": Decision(RECOVERY, "the dispatch writes index files: false is refused (rmqtool always "
-                                   "indexes)", None, True, "is_false"),
-    "messageDelayLevel": Decision(RECOVERY, "the delay levels: SCHEDULE_TOPIC_XXXX tagsCode (delivery time) of the "
-                                  "consume queue units recovery and rebuild-index write", "--message-delay-level",
-                                  "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"),
-    "recheckReputOffsetFromCq": Decision(RECOVERY, "5.x: the start-up reput catches up from the consume queues' "
-                                         "max offset, as 4.x always does", "--recheck-reput-offset-from-cq", False),
-    "duplicationEnable": Decision(RECOVERY, "recovery cuts at a record without a DUP_INFO property and dispatches "
-                                  "only up to the confirm offset: true is refused", None, False, "is_true"),
-    "enableDLegerCommitLog": Decision(RECOVERY, "the commitlog is a DLedger log (dledger-<id>/data): true is refused",
-                                      None, False, "is_true"),
-    "storeType": Decision(RECOVERY, "5.1+: defaultRocksDB keeps the consume queues in RocksDB: anything but "
-                          "default is refused", None, "default", "not_default_store"),
-    "enableConsumeQueueExt": Decision(RECOVERY, "ConsumeQueueExt (consumequeue_ext/), recovered and truncated with the "
-                                      "consume queues: true is refused", None, False, "is_true"),
-    "rocksdbCQDoubleWriteEnable": Decision(RECOVERY, "5.3+: the dispatch also writes a RocksDB consume queue: true "
-                                           "is refused", None, False, "is_true"),
-    "enableMultiDispatch": Decision(RECOVERY, "4.9.3+: LMQ multi-dispatch to the queues named in INNER_MULTI_DISPATCH: "
-                                    "true is refused", None, False, "is_true"),
-    "enableLmq": Decision(RECOVERY, "4.9.3+: light message queues (%LMQ% topics): true is refused", None, False, "is_true"),
+    "checkCRCOnRecover": Decision(
+        RECOVERY,
+        "the recovery walk checks body CRCs (false: recover walks as with "
+        "--no-crc, and the recovery outlook of verify, repair and info --deep with it)",
+        "--no-crc",
+        True,
+    ),
+    "forceVerifyPropCRC": Decision(
+        RECOVERY,
+        "5.2.0+: the recovery walk checks each whole record against its "
+        "__CRC32# property instead of the body CRC, and cuts at a record without "
+        "one (5.2.0-5.3.1: also at __CRC32# 0); ignored by older brokers",
+        "--force-verify-prop-crc",
+        False,
+    ),
+    "enabledAppendPropCRC": Decision(
+        RECOVERY,
+        "5.2.0+: the broker appends __CRC32# to every record it writes; "
+        "recovery checks it only under forceVerifyPropCRC",
+        None,
+        False,
+    ),
+    "messageIndexSafe": Decision(
+        RECOVERY,
+        "abnormal recovery's start file also honours the index timestamp "
+        "(recover, and the recovery outlook of verify, repair and info --deep)",
+        "--message-index-safe",
+        False,
+    ),
+    "messageIndexEnable": Decision(
+        RECOVERY, "the dispatch writes index files: false is refused (rmqtool always indexes)", None, True, "is_false"
+    ),
+    "messageDelayLevel": Decision(
+        RECOVERY,
+        "the delay levels: SCHEDULE_TOPIC_XXXX tagsCode (delivery time) of the "
+        "consume queue units recovery and rebuild-index write",
+        "--message-delay-level",
+        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+    ),
+    "recheckReputOffsetFromCq": Decision(
+        RECOVERY,
+        "5.x: the start-up reput catches up from the consume queues' max offset, as 4.x always does",
+        "--recheck-reput-offset-from-cq",
+        False,
+    ),
+    "duplicationEnable": Decision(
+        RECOVERY,
+        "recovery cuts at a record without a DUP_INFO property and dispatches "
+        "only up to the confirm offset: true is refused",
+        None,
+        False,
+        "is_true",
+    ),
+    "enableDLegerCommitLog": Decision(
+        RECOVERY, "the commitlog is a DLedger log (dledger-<id>/data): true is refused", None, False, "is_true"
+    ),
+    "storeType": Decision(
+        RECOVERY,
+        "5.1+: defaultRocksDB keeps the consume queues in RocksDB: anything but default is refused",
+        None,
+        "default",
+        "not_default_store",
+    ),
+    "enableConsumeQueueExt": Decision(
+        RECOVERY,
+        "ConsumeQueueExt (consumequeue_ext/), recovered and truncated with the consume queues: true is refused",
+        None,
+        False,
+        "is_true",
+    ),
+    "rocksdbCQDoubleWriteEnable": Decision(
+        RECOVERY, "5.3+: the dispatch also writes a RocksDB consume queue: true is refused", None, False, "is_true"
+    ),
+    "enableMultiDispatch": Decision(
+        RECOVERY,
+        "4.9.3+: LMQ multi-dispatch to the queues named in INNER_MULTI_DISPATCH: true is refused",
+        None,
+        False,
+        "is_true",
+    ),
+    "enableLmq": Decision(
+        RECOVERY, "4.9.3+: light message queues (%LMQ% topics): true is refused", None, False, "is_true"
+    ),
     "maxLmqConsumeQueueNum": Decision(RECOVERY, "LMQ queue limit: only with enableLmq, which is refused"),
-    "enableControllerMode": Decision(RECOVERY, "5.x controller mode: recovery dispatches only up to the confirm "
-                                     "offset: true is refused", None, False, "is_true"),
-    "messageStorePlugIn": Decision(RECOVERY, "message store plug-ins wrap the store and may change what it writes: "
-                                   "any value is refused", None, "", "non_empty"),
-    "brokerRole": Decision(RECOVERY, "ASYNC_MASTER, SYNC_MASTER or SLAVE: recovery runs the same for each; read "
-                           "and reported only", None, "ASYNC_MASTER"),
-    "maxMessageSize": Decision(RECOVERY, "checked when a message is put, never by recovery (which reads records "
-                               "of any size); repair writes no filler record longer", "--max-message-size (repair)",
-                               4 * 1024 * 1024),
-    "timerWheelEnable": Decision(RECOVERY, "5.x timer messages: the timer store (timerwheel, timerlog) recovers "
-                                 "itself at start-up from the commitlog and rmqtool neither reads nor changes it; "
-                                 "the records recovery cuts are the same", None, True),
+    "enableControllerMode": Decision(
+        RECOVERY,
+        "5.x controller mode: recovery dispatches only up to the confirm offset: true is refused",
+        None,
+        False,
+        "is_true",
+    ),
+    "messageStorePlugIn": Decision(
+        RECOVERY,
+        "message store plug-ins wrap the store and may change what it writes: any value is refused",
+        None,
+        "",
+        "non_empty",
+    ),
+    "brokerRole": Decision(
+        RECOVERY,
+        "ASYNC_MASTER, SYNC_MASTER or SLAVE: recovery runs the same for each; read and reported only",
+        None,
+        "ASYNC_MASTER",
+    ),
+    "maxMessageSize": Decision(
+        RECOVERY,
+        "checked when a message is put, never by recovery (which reads records "
+        "of any size); repair writes no filler record longer",
+        "--max-message-size (repair)",
+        4 * 1024 * 1024,
+    ),
+    "timerWheelEnable": Decision(
+        RECOVERY,
+        "5.x timer messages: the timer store (timerwheel, timerlog) recovers "
+        "itself at start-up from the commitlog and rmqtool neither reads nor changes it; "
+        "the records recovery cuts are the same",
+        None,
+        True,
+    ),
     "maxTopicLength": Decision(RECOVERY, "5.x put-side limit; recovery reads V1 and V2 records alike (5.1.0+)", None),
-    "autoMessageVersionOnTopicLen": Decision(RECOVERY, "5.1+: the broker writes V2 records for topics longer than "
-                                             "127 bytes; recovery reads both (put side only)", None),
+    "autoMessageVersionOnTopicLen": Decision(
+        RECOVERY,
+        "5.1+: the broker writes V2 records for topics longer than 127 bytes; recovery reads both (put side only)",
+        None,
+    ),
 }
 
 _IRRELEVANT_FAMILIES = [
-    (r"^(flush|commit|wake|warm|transientStore|fastFail|osPageCache|useReentrant|useABS|spinLock|putMessage|"
-     r"putMsg|maxAsyncPut|syncFlush)", "flushing and committing of a running broker (what reached the disk is what counts offline)"),
-    (r"^(clean|delete|destroy|redelete|disk|fileReserved|maxBatchDelete|logicalDiskSpace|enableCleanExpired)",
-     "clean-up of expired files by a running broker"),
-    (r"^(ha|sync|inSync|minInSync|totalReplicas|allAck|asyncLearner|enableAutoInSync|maxHa|maxSlave|slave|"
-     r"offsetCheckInSlave|replicasPerDisk|maxChecksumRange|controller|brokerElection|enableSlaveActing|"
-     r"checkSyncStateSet|dLeger|preferredLeader|enableBatchPush)", "replication (HA, DLedger election, controller) of a running broker"),
-    (r"^(timer|mappedFileSizeTimerLog|disappearTimeAfterStart)", "the 5.x timer store, which rmqtool neither reads nor changes"),
-    (r"^(compaction|enableCompaction|maxOffsetMap)", "the 5.x compaction store (compaction/), which rmqtool neither reads nor changes"),
-    (r"(?i)rocksdb|memTable|bottomMost|statRocks|cleanRocks|realTimePersist", "RocksDB tuning (a RocksDB consume queue is refused through storeType)"),
-    (r"^(pop|revive|ack|enablePop|maxPop|initPop|retrieveMessageFromPop|enableNotify|enableSkipLong|"
-     r"waitTimeMillsInAck|appendAck|appendCk|skipWhenCKRePut|defaultPop)", "POP consumption of a running broker"),
-    (r"^(maxTransfer|accessMessageInMemory|defaultQueryMaxNum|maxMsgsNumBatch|pullBatchMaxMessageCount|"
-     r"travelCq|readUnCommitted|searchBcq|maxConsumeQueueScan|dataReadAhead|cold|sampl|cgCold|globalCold|"
-     r"usePIDCold|maxFilterMessageSize)", "the read path of a running broker (pull, query, cold data)"),
+    (
+        r"^(flush|commit|wake|warm|transientStore|fastFail|osPageCache|useReentrant|useABS|spinLock|putMessage|"
+        r"putMsg|maxAsyncPut|syncFlush)",
+        "flushing and committing of a running broker (what reached the disk is what counts offline)",
+    ),
+    (
+        r"^(clean|delete|destroy|redelete|disk|fileReserved|maxBatchDelete|logicalDiskSpace|enableCleanExpired)",
+        "clean-up of expired files by a running broker",
+    ),
+    (
+        r"^(ha|sync|inSync|minInSync|totalReplicas|allAck|asyncLearner|enableAutoInSync|maxHa|maxSlave|slave|"
+        r"offsetCheckInSlave|replicasPerDisk|maxChecksumRange|controller|brokerElection|enableSlaveActing|"
+        r"checkSyncStateSet|dLeger|preferredLeader|enableBatchPush)",
+        "replication (HA, DLedger election, controller) of a running broker",
+    ),
+    (
+        r"^(timer|mappedFileSizeTimerLog|disappearTimeAfterStart)",
+        "the 5.x timer store, which rmqtool neither reads nor changes",
+    ),
+    (
+        r"^(compaction|enableCompaction|maxOffsetMap)",
+        "the 5.x compaction store (compaction/), which rmqtool neither reads nor changes",
+    ),
+    (
+        r"(?i)rocksdb|memTable|bottomMost|statRocks|cleanRocks|realTimePersist",
+        "RocksDB tuning (a RocksDB consume queue is refused through storeType)",
+    ),
+    (
+        r"^(pop|revive|ack|enablePop|maxPop|initPop|retrieveMessageFromPop|enableNotify|enableSkipLong|"
+        r"waitTimeMillsInAck|appendAck|appendCk|skipWhenCKRePut|defaultPop)",
+        "POP consumption of a running broker",
+    ),
+    (
+        r"^(maxTransfer|accessMessageInMemory|defaultQueryMaxNum|maxMsgsNumBatch|pullBatchMaxMessageCount|"
+        r"travelCq|readUnCommitted|searchBcq|maxConsumeQueueScan|dataReadAhead|cold|sampl|cgCold|globalCold|"
+        r"usePIDCold|maxFilterMessageSize)",
+        "the read path of a running broker (pull, query, cold data)",
+    ),
     (r"(?i)swap", "memory-map swapping of a running broker"),
-    (r"^(dispatch|enableAsyncReput|enableBuildConsumeQueueConcurrently|batchDispatch|topicQueueLockNum|"
-     r"putConsumeQueueDataByFileChannel|correctLogicMinOffset|recoverConcurrently|recoverThreadPoolNums)",
-     "how a running broker schedules the dispatch and recovery (same files, same bytes)"),
+    (
+        r"^(dispatch|enableAsyncReput|enableBuildConsumeQueueConcurrently|batchDispatch|topicQueueLockNum|"
+        r"putConsumeQueueDataByFileChannel|correctLogicMinOffset|recoverConcurrently|recoverThreadPoolNums)",
+        "how a running broker schedules the dispatch and recovery (same files, same bytes)",
+    ),
     (r"^(enableSchedule|scheduleAsync)", "delivery of delayed messages by a running broker"),
     (r"^maxRecoveryCommitlogFiles$", "5.x: read only by the controller-mode/HA truncation, not by recovery"),
     (r"^debugLockEnable$|^diskFallRecorded$|^enableRocksDBLog$", "diagnostics"),
@@ -269,7 +390,7 @@ def _unescape(s: str) -> str:
                 out.append(chr(int(h, 16)))
                 j += 6
                 continue
-            raise BrokerConfigError(f"malformed \\uxxxx escape ({s[j:j + 6]!r}): the broker fails to start")
+            raise BrokerConfigError(f"malformed \\uxxxx escape ({s[j : j + 6]!r}): the broker fails to start")
         out.append(_ESC.get(nxt, nxt))
         j += 2
     return "".join(out)
@@ -294,7 +415,10 @@ def convert(setting: Setting, raw: str) -> tuple[Any, str | None]:
     if t == "int" or t == "long":
         v = _java_int(raw, 32 if t == "int" else 64)
         if v is None:
-            return None, f"{'Integer.parseInt' if t == 'int' else 'Long.parseLong'}({raw!r}) fails: the broker keeps the default"
+            return (
+                None,
+                f"{'Integer.parseInt' if t == 'int' else 'Long.parseLong'}({raw!r}) fails: the broker keeps the default",
+            )
         return v, None
     if t == "boolean":
         return raw.lower() == "true", None
@@ -361,8 +485,10 @@ def read_broker_conf(path: str | Path) -> BrokerConf:
     for key, value in raw.items():
         s = SETTINGS.get(key)
         if s is None:
-            conf.notes.append(f"{key}: not a setting of MessageStoreConfig or BrokerConfig 4.6.0-5.3.3 "
-                              "(a netty setting or a typo): ignored")
+            conf.notes.append(
+                f"{key}: not a setting of MessageStoreConfig or BrokerConfig 4.6.0-5.3.3 "
+                "(a netty setting or a typo): ignored"
+            )
             continue
         v, why = convert(s, value)
         if why is not None:
@@ -439,23 +565,43 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
     if root.is_dir():
         for d in sorted(root.glob("dledger-*")):
             if (d / "data").is_dir():
-                out.append(Refusal("LAYOUT_DLEDGER", str(d.relative_to(root) / "data"),
-                                   "a DLedger commitlog (dledger-<id>/data): rmqtool does not handle DLedger stores"))
+                out.append(
+                    Refusal(
+                        "LAYOUT_DLEDGER",
+                        str(d.relative_to(root) / "data"),
+                        "a DLedger commitlog (dledger-<id>/data): rmqtool does not handle DLedger stores",
+                    )
+                )
         cq = root / "consumequeue"
         if cq.is_dir():
             hits = sorted(p.name for p in cq.iterdir() if p.is_file() and _ROCKSDB_MARKERS.match(p.name))
             if hits:
-                out.append(Refusal("LAYOUT_ROCKSDB_CQ", "consumequeue",
-                                   f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB: {', '.join(hits[:3])}): "
-                                   "rmqtool handles only file consume queues"))
+                out.append(
+                    Refusal(
+                        "LAYOUT_ROCKSDB_CQ",
+                        "consumequeue",
+                        f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB: {', '.join(hits[:3])}): "
+                        "rmqtool handles only file consume queues",
+                    )
+                )
         ext = root / "consumequeue_ext"
         if ext.is_dir() and any(p.is_file() for p in ext.rglob("*")):
-            out.append(Refusal("LAYOUT_CQ_EXT", "consumequeue_ext",
-                               "ConsumeQueueExt files (enableConsumeQueueExt): rmqtool does not recover or truncate them"))
+            out.append(
+                Refusal(
+                    "LAYOUT_CQ_EXT",
+                    "consumequeue_ext",
+                    "ConsumeQueueExt files (enableConsumeQueueExt): rmqtool does not recover or truncate them",
+                )
+            )
         bcq = root / "batchconsumequeue"
         if bcq.is_dir() and any(p.is_file() for p in bcq.rglob("*")):
-            out.append(Refusal("LAYOUT_BATCH_CQ", "batchconsumequeue",
-                               "BatchConsumeQueue files (5.x batch topics): rmqtool does not recover or truncate them"))
+            out.append(
+                Refusal(
+                    "LAYOUT_BATCH_CQ",
+                    "batchconsumequeue",
+                    "BatchConsumeQueue files (5.x batch topics): rmqtool does not recover or truncate them",
+                )
+            )
     return out
 
 
@@ -476,14 +622,16 @@ def man_section() -> str:
     def esc(t: str) -> str:
         return t.replace("\\", "\\\\").replace("-", "\\-")
 
-    lines = [".SH BROKER CONFIGURATION",
-             "With \\fB\\-\\-broker\\-config\\fR \\fIFILE\\fR, rmqtool reads the properties file the broker was",
-             "started with (\\fBmqbroker \\-c\\fR \\fIFILE\\fR) as the broker reads it: java.util.Properties syntax",
-             "(ISO\\-8859\\-1, comments, continuation lines, escapes; the last occurrence of a key wins), then",
-             "MixAll.properties2Object (an int value the broker cannot parse, such as one with a trailing",
-             "space, leaves the default in place: rmqtool says so). Options given on the command line win over",
-             "the file. STORE may be omitted when the file sets storePathRootDir. Settings it reads, and what",
-             "each changes:"]
+    lines = [
+        ".SH BROKER CONFIGURATION",
+        "With \\fB\\-\\-broker\\-config\\fR \\fIFILE\\fR, rmqtool reads the properties file the broker was",
+        "started with (\\fBmqbroker \\-c\\fR \\fIFILE\\fR) as the broker reads it: java.util.Properties syntax",
+        "(ISO\\-8859\\-1, comments, continuation lines, escapes; the last occurrence of a key wins), then",
+        "MixAll.properties2Object (an int value the broker cannot parse, such as one with a trailing",
+        "space, leaves the default in place: rmqtool says so). Options given on the command line win over",
+        "the file. STORE may be omitted when the file sets storePathRootDir. Settings it reads, and what",
+        "each changes:",
+    ]
     for kind, title in ((LOCATION, "Where the store is"), (GEOMETRY, "Geometry"), (RECOVERY, "Recovery and dispatch")):
         lines.append(f".SS {title}")
         for name, d in DECISIONS.items():
@@ -492,19 +640,21 @@ def man_section() -> str:
             lines.append(f".TP\n.B {name}")
             extra = f" (option {d.option})" if d.option else ""
             lines.append(esc(d.what + extra) + ".")
-    lines += [".SS Refused",
-              "A store whose layout or settings rmqtool does not handle is refused before anything is read",
-              "or changed: recover, rebuild\\-index and restore exit 8; verify prints one finding naming the",
-              "layout or setting (LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ,",
-              "UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger commitlog (dledger\\-\\fIid\\fR/data), a",
-              "RocksDB consume queue (RocksDB files in consumequeue/), consumequeue_ext/ files,",
-              "batchconsumequeue/ files. Settings: the ones above marked refused, with the value given.",
-              ".SS Everything else",
-              "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.3.3 (flushing,",
-              "clean\\-up, HA and controller replication, timers, compaction, POP, the read path, network,",
-              "thread pools, metrics) is a running broker's service that never changes what recovery reads,",
-              "cuts or writes: read and ignored. A key that is no setting of either class (a netty setting,",
-              "a typo) is ignored, with a note."]
+    lines += [
+        ".SS Refused",
+        "A store whose layout or settings rmqtool does not handle is refused before anything is read",
+        "or changed: recover, rebuild\\-index and restore exit 8; verify prints one finding naming the",
+        "layout or setting (LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ,",
+        "UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger commitlog (dledger\\-\\fIid\\fR/data), a",
+        "RocksDB consume queue (RocksDB files in consumequeue/), consumequeue_ext/ files,",
+        "batchconsumequeue/ files. Settings: the ones above marked refused, with the value given.",
+        ".SS Everything else",
+        "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.3.3 (flushing,",
+        "clean\\-up, HA and controller replication, timers, compaction, POP, the read path, network,",
+        "thread pools, metrics) is a running broker's service that never changes what recovery reads,",
+        "cuts or writes: read and ignored. A key that is no setting of either class (a netty setting,",
+        "a typo) is ignored, with a note.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -23,8 +23,20 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..formats import commitlog as cl
 from ..formats.crc import CRC_BACKEND, crc32_raw
 
-__all__ = ["BACKEND", "CAPPED", "FIT", "LIMIT", "MAGIC", "SHORT", "SIZE", "available", "chase", "crc32_spans", "join_spans",
-           "use"]
+__all__ = [
+    "BACKEND",
+    "CAPPED",
+    "FIT",
+    "LIMIT",
+    "MAGIC",
+    "SHORT",
+    "SIZE",
+    "available",
+    "chase",
+    "crc32_spans",
+    "join_spans",
+    "use",
+]
 
 # why chase stopped
 LIMIT, CAPPED, SHORT, MAGIC, SIZE, FIT = range(6)
@@ -47,8 +59,9 @@ def available() -> bool:
     return _ccore is not None
 
 
-def chase_py(buf: Any, pos: int, stop: int, end: int, max_count: int, min_total: int, need: int,
-             magics: tuple[int, ...] | None) -> tuple[np.ndarray, int, int]:
+def chase_py(
+    buf: Any, pos: int, stop: int, end: int, max_count: int, min_total: int, need: int, magics: tuple[int, ...] | None
+) -> tuple[np.ndarray, int, int]:
     """Record starts from ``pos`` trusting TOTALSIZE, at most ``max_count``: a start is
     taken while it is < ``stop``, its first ``need`` bytes lie before ``end``, its magic
     (at +4) is one of ``magics`` (None: not read; the 8 bytes must then be in ``buf``),
@@ -118,8 +131,7 @@ def join_spans_py(buf: Any, starts: np.ndarray, ends: np.ndarray, sep: int) -> b
         return b""
     w = int(ln.max())
     total = int(ln.sum()) + n
-    if (w <= 0 or int(ln.min()) < 0 or w * n > 3 * total + 4096 or int(a.min()) < 0
-            or int(a.max()) + w > len(buf)):
+    if w <= 0 or int(ln.min()) < 0 or w * n > 3 * total + 4096 or int(a.min()) < 0 or int(a.max()) + w > len(buf):
         return bytes([sep]).join([buf[x:y] for x, y in zip(a.tolist(), np.asarray(ends, dtype=np.int64).tolist())])
     A = np.frombuffer(buf, dtype=np.uint8)
     M = np.empty((n, w + 1), dtype=np.uint8)
@@ -133,8 +145,9 @@ def join_spans_py(buf: Any, starts: np.ndarray, ends: np.ndarray, sep: int) -> b
     return bytes(out[:-1].tobytes())
 
 
-def chase_c(buf: Any, pos: int, stop: int, end: int, max_count: int, min_total: int, need: int,
-            magics: tuple[int, ...] | None) -> tuple[np.ndarray, int, int]:
+def chase_c(
+    buf: Any, pos: int, stop: int, end: int, max_count: int, min_total: int, need: int, magics: tuple[int, ...] | None
+) -> tuple[np.ndarray, int, int]:
     """:func:`chase_py` in C."""
     raw, p, reason = _ccore.chase(buf, pos, stop, end, max_count, min_total, need, magics)
     return np.frombuffer(raw, dtype=np.int64), p, reason
@@ -142,7 +155,9 @@ def chase_c(buf: Any, pos: int, stop: int, end: int, max_count: int, min_total: 
 
 def crc32_spans_c(buf: Any, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """:func:`crc32_spans_py` in C."""
-    raw = _ccore.crc32_spans(buf, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(ends, dtype=np.int64))
+    raw = _ccore.crc32_spans(
+        buf, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(ends, dtype=np.int64)
+    )
     return np.frombuffer(raw, dtype=np.int64)
 
 
@@ -154,8 +169,9 @@ BACKEND = "python"
 
 def join_spans_c(buf: Any, starts: np.ndarray, ends: np.ndarray, sep: int) -> bytes:
     """:func:`join_spans_py` in C."""
-    out: bytes = _ccore.join_spans(buf, np.ascontiguousarray(starts, dtype=np.int64),
-                                   np.ascontiguousarray(ends, dtype=np.int64), sep)
+    out: bytes = _ccore.join_spans(
+        buf, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(ends, dtype=np.int64), sep
+    )
     return out
 
 

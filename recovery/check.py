@@ -169,7 +169,11 @@ def check_record(
     keys: str | None = None
     uniq: str | None = None
     if rec.properties_length > 0:
-        props = parse_properties(rec.properties) if profile.new_properties_parser else parse_properties_legacy(rec.properties)
+        props = (
+            parse_properties(rec.properties)
+            if profile.new_properties_parser
+            else parse_properties_legacy(rec.properties)
+        )
         keys = props.get(KEYS)
         uniq = props.get(UNIQ_KEY)
         t = props.get(TAGS)
@@ -260,8 +264,9 @@ class _WalkSetup(NamedTuple):
     slow_kwargs: dict[str, Any]  # check_record's options
 
 
-def _walk_setup(profile: BrokerProfile, check_crc: bool, read_body: bool, max_delay_level: int | None,
-                force_verify_prop_crc: bool) -> _WalkSetup:
+def _walk_setup(
+    profile: BrokerProfile, check_crc: bool, read_body: bool, max_delay_level: int | None, force_verify_prop_crc: bool
+) -> _WalkSetup:
     layouts = {}
     for (magic, hosts), layout in cl.LAYOUTS.items():
         if magic == cl.MAGIC_V2 and not profile.accepts_v2:
@@ -269,10 +274,20 @@ def _walk_setup(profile: BrokerProfile, check_crc: bool, read_body: bool, max_de
         fixed = cl.cal_msg_length(layout.v2, hosts, 0, 0, 0)
         layouts[(magic, hosts)] = (layout.header.size, layout.v2, fixed)
     prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
-    return _WalkSetup(layouts, profile.remaining_checks, read_body, check_crc and read_body and not prop_crc_mode,
-                      prop_crc_mode and check_crc, profile.is_5x,
-                      {"check_crc": check_crc, "read_body": read_body, "max_delay_level": max_delay_level,
-                       "force_verify_prop_crc": force_verify_prop_crc})
+    return _WalkSetup(
+        layouts,
+        profile.remaining_checks,
+        read_body,
+        check_crc and read_body and not prop_crc_mode,
+        prop_crc_mode and check_crc,
+        profile.is_5x,
+        {
+            "check_crc": check_crc,
+            "read_body": read_body,
+            "max_delay_level": max_delay_level,
+            "force_verify_prop_crc": force_verify_prop_crc,
+        },
+    )
 
 
 def _walk(buf: Any, mv: Any, pos: int, end: int, profile: BrokerProfile, setup: _WalkSetup, starts: Any) -> FastWalk:
@@ -378,8 +393,15 @@ def _inline_total(buf: Any, mv: Any, pos: int, end: int, setup: _WalkSetup, sche
     return int(total)
 
 
-def fast_walk(buf: Any, end: int, profile: BrokerProfile, *, force_verify_prop_crc: bool = False, collect: bool = False,
-              **walk: Unpack[WalkOptions]) -> FastWalk:
+def fast_walk(
+    buf: Any,
+    end: int,
+    profile: BrokerProfile,
+    *,
+    force_verify_prop_crc: bool = False,
+    collect: bool = False,
+    **walk: Unpack[WalkOptions],
+) -> FastWalk:
     """The broker's per-file walk (:func:`recovery.scan.walk_file`) without building a
     record per message: header fields are unpacked with the schema-derived structs, the
     body CRC with zlib, and no string is decoded. Whenever a record is not plainly valid

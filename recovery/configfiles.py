@@ -8,7 +8,13 @@ from ..formats.safeio import FIFO, MISSING, REGULAR, classify
 
 # the config files every broker's start loads (BrokerController.initialize, and the
 # schedule service's delayOffset.json), each with ConfigManager.load -> MixAll.file2String
-START_CONFIGS = ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "consumerFilter.json", "delayOffset.json")
+START_CONFIGS = (
+    "topics.json",
+    "consumerOffset.json",
+    "subscriptionGroup.json",
+    "consumerFilter.json",
+    "delayOffset.json",
+)
 
 
 def config_blocking_start(root: Path) -> str | None:

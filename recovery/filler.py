@@ -50,8 +50,21 @@ from ..formats.javanum import java_long
 from ..formats.properties import encode_crc32_digits
 
 __all__ = [
-    "QUARANTINE_TOPIC", "TOMBSTONE_PROPERTY", "QUARANTINE_PROPERTY", "ROLLBACK_SYSFLAG", "HEADER_LEN", "MIN_RECORD",
-    "BLANK_LEN", "MIN_RECORD_PROP_CRC", "Tombstone", "RecordSpec", "FillerLayout", "layout_region", "render_region", "render_region_to", "TooSmall",
+    "QUARANTINE_TOPIC",
+    "TOMBSTONE_PROPERTY",
+    "QUARANTINE_PROPERTY",
+    "ROLLBACK_SYSFLAG",
+    "HEADER_LEN",
+    "MIN_RECORD",
+    "BLANK_LEN",
+    "MIN_RECORD_PROP_CRC",
+    "Tombstone",
+    "RecordSpec",
+    "FillerLayout",
+    "layout_region",
+    "render_region",
+    "render_region_to",
+    "TooSmall",
     "DEFAULT_MAX_MESSAGE_SIZE",
 ]
 
@@ -141,8 +154,16 @@ def _quarantine_min(start: int, end: int, crc: bool = False) -> int:
     return _size(QUARANTINE_TOPIC, _quarantine_props(start, end), crc=crc)
 
 
-def _fill(recs: list[RecordSpec], a: int, b: int, start: int, end: int, max_size: int, crc: bool = False,
-          crc_required: bool = False) -> None:
+def _fill(
+    recs: list[RecordSpec],
+    a: int,
+    b: int,
+    start: int,
+    end: int,
+    max_size: int,
+    crc: bool = False,
+    crc_required: bool = False,
+) -> None:
     """Quarantine records covering [a, b) exactly (b - a >= MIN_RECORD or 0)."""
     props = _quarantine_props(start, end)
     qmin = _size(QUARANTINE_TOPIC, props, crc=crc)
@@ -162,8 +183,10 @@ def _fill(recs: list[RecordSpec], a: int, b: int, start: int, end: int, max_size
             # topic (a ROLLBACK record's topic is never used for a queue or a key)
             piece_crc = crc and size >= MIN_RECORD_PROP_CRC
             if crc_required and not piece_crc:
-                raise TooSmall(f"{size} bytes cannot hold a record with a __CRC32# property "
-                               f"(at least {MIN_RECORD_PROP_CRC}, forceVerifyPropCRC)")
+                raise TooSmall(
+                    f"{size} bytes cannot hold a record with a __CRC32# property "
+                    f"(at least {MIN_RECORD_PROP_CRC}, forceVerifyPropCRC)"
+                )
             least = MIN_RECORD_PROP_CRC if piece_crc else MIN_RECORD
             topic = QUARANTINE_TOPIC[: max(0, size - least)]
             if size < MIN_RECORD:
@@ -172,9 +195,16 @@ def _fill(recs: list[RecordSpec], a: int, b: int, start: int, end: int, max_size
         pos += size
 
 
-def layout_region(start: int, end: int, tombstones: list[Tombstone], *, at_file_end: bool,
-                  max_size: int = DEFAULT_MAX_MESSAGE_SIZE, prop_crc: bool = False,
-                  crc_required: bool = False) -> FillerLayout:
+def layout_region(
+    start: int,
+    end: int,
+    tombstones: list[Tombstone],
+    *,
+    at_file_end: bool,
+    max_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    prop_crc: bool = False,
+    crc_required: bool = False,
+) -> FillerLayout:
     """Lay out [start, end): tombstones first, quarantine records after, a BLANK at a file's
     end. Raises :class:`TooSmall` when a region not at a file's end is shorter than the
     smallest record (with ``crc_required``: the smallest record with ``__CRC32#``)."""
@@ -221,7 +251,9 @@ def layout_region(start: int, end: int, tombstones: list[Tombstone], *, at_file_
     return lay
 
 
-def _record_bytes(spec: RecordSpec, original: Any, base_in_original: int, store_ts: int, host: bytes, port: int) -> bytes:
+def _record_bytes(
+    spec: RecordSpec, original: Any, base_in_original: int, store_ts: int, host: bytes, port: int
+) -> bytes:
     topic = spec.topic.encode()
     props = spec.props.encode() + (_CRC_HEAD + b"0" * 10 + b"\x02" if spec.crc else b"")
     v2 = _v2(topic)
@@ -243,8 +275,25 @@ def _record_bytes(spec: RecordSpec, original: Any, base_in_original: int, store_
     crc = (zlib.crc32(body) & 0x7FFFFFFF) if body_len > 0 else 0
     born = store_ts
     while True:
-        head = _HEADER.pack(spec.size, cl.MAGIC_V2 if v2 else cl.MAGIC_V1, crc, qid, 0, qoff, spec.offset, sysflag, born,
-                            host, port, store_ts, host, port, 0, 0, body_len)
+        head = _HEADER.pack(
+            spec.size,
+            cl.MAGIC_V2 if v2 else cl.MAGIC_V1,
+            crc,
+            qid,
+            0,
+            qoff,
+            spec.offset,
+            sysflag,
+            born,
+            host,
+            port,
+            store_ts,
+            host,
+            port,
+            0,
+            0,
+            body_len,
+        )
         tlen = struct.pack(">h", len(topic)) if v2 else struct.pack(">b", len(topic))
         out = b"".join((head, body, tlen, topic, struct.pack(">h", len(props)), props))
         if not spec.crc:
@@ -258,8 +307,9 @@ def _record_bytes(spec: RecordSpec, original: Any, base_in_original: int, store_
         return out[: len(out) - 11] + encode_crc32_digits(whole).encode() + b"\x02"
 
 
-def render_region_to(out: Any, lay: FillerLayout, original: Any, *, store_ts: int,
-                     host: bytes = b"\x7f\x00\x00\x01", port: int = 0) -> int:
+def render_region_to(
+    out: Any, lay: FillerLayout, original: Any, *, store_ts: int, host: bytes = b"\x7f\x00\x00\x01", port: int = 0
+) -> int:
     """Write the layout's bytes to the binary file object ``out``, one record at a time (a
     missing 1 GiB file is never built in memory); returns the number of bytes written.
     ``original``: the region's current bytes or anything sliceable like them (what the
@@ -282,8 +332,9 @@ def render_region_to(out: Any, lay: FillerLayout, original: Any, *, store_ts: in
     return n
 
 
-def render_region(lay: FillerLayout, original: Any, *, store_ts: int, host: bytes = b"\x7f\x00\x00\x01",
-                  port: int = 0) -> bytes:
+def render_region(
+    lay: FillerLayout, original: Any, *, store_ts: int, host: bytes = b"\x7f\x00\x00\x01", port: int = 0
+) -> bytes:
     """The bytes of the layout (:func:`render_region_to` into memory)."""
     buf = io.BytesIO()
     render_region_to(buf, lay, original, store_ts=store_ts, host=host, port=port)

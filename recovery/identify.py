@@ -28,14 +28,27 @@ from .store import Store
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label
 
 # files and directories (relative to the store root) that only 5.x brokers create
-FIVE_X_FILES = ("timerwheel", "timerlog", "batchconsumequeue", "compaction", "epochFileCheckpoint", "brokerIdentity",
-                "config/timercheck", "config/timermetrics", "config/consumerOrderInfo.json",
-                "config/topicQueueMapping.json", "config/messageRequestMode.json")
+FIVE_X_FILES = (
+    "timerwheel",
+    "timerlog",
+    "batchconsumequeue",
+    "compaction",
+    "epochFileCheckpoint",
+    "brokerIdentity",
+    "config/timercheck",
+    "config/timermetrics",
+    "config/consumerOrderInfo.json",
+    "config/topicQueueMapping.json",
+    "config/messageRequestMode.json",
+)
 RECORDS_PER_FILE = 4096  # records read at the start of each of the last files
 # fields only 5.x writes into the broker's config files (TopicConfig.attributes,
 # SubscriptionGroupConfig.groupRetryPolicy / consumeMessageOrderly: absent up to 4.9.8)
-FIVE_X_CONFIG_FIELDS = (("config/topics.json", "attributes"), ("config/subscriptionGroup.json", "groupRetryPolicy"),
-                        ("config/subscriptionGroup.json", "consumeMessageOrderly"))
+FIVE_X_CONFIG_FIELDS = (
+    ("config/topics.json", "attributes"),
+    ("config/subscriptionGroup.json", "groupRetryPolicy"),
+    ("config/subscriptionGroup.json", "consumeMessageOrderly"),
+)
 
 
 @dataclass
@@ -169,8 +182,10 @@ def four_x_shutdown(store: Store) -> str | None:
         return None
     if any("attributes" in t for t in table.values()):
         return None
-    return (f"config/topics.json of a clean shutdown holds {len(table)} topics without the attributes field "
-            "every 5.x broker writes at its shutdown (4.x)")
+    return (
+        f"config/topics.json of a clean shutdown holds {len(table)} topics without the attributes field "
+        "every 5.x broker writes at its shutdown (4.x)"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -260,8 +275,9 @@ def _agree_in(buf: Any, v: Any, s: Any, probe: BrokerProfile) -> bool:
             prev_r = np.concatenate(([-1], r[:-1]))
             prev_p = np.concatenate(([-2], sep[:-1]))
             one = c == 1
-            bad = one & ((sep == ah[r]) | ((prev_r == r) & (prev_c == 1))
-                         | ((prev_r == r) & (prev_c == 2) & (prev_p == sep - 1)))
+            bad = one & (
+                (sep == ah[r]) | ((prev_r == r) & (prev_c == 1)) | ((prev_r == r) & (prev_c == 2) & (prev_p == sep - 1))
+            )
             suspect += idx[np.unique(r[bad])].tolist()
     for k in suspect:
         try:
@@ -290,12 +306,13 @@ def narrow_for_store(store: Store, inf: Inference, command: str, mode: str | Non
             cands = [v for v in cands if BrokerProfile(v).hash_slot_count_every_put == every]
             evidence.append(rule[1])
     if command != "recover" or mode == "normal":
-        moot["delay_table_in_abnormal_recovery"] = (
-            "quirk Q1 (4.9.2-4.9.8) acts only in abnormal recovery, which "
-            + ("this run of recover does not run" if command == "recover" else f"{command} does not run"))
+        moot["delay_table_in_abnormal_recovery"] = "quirk Q1 (4.9.2-4.9.8) acts only in abnormal recovery, which " + (
+            "this run of recover does not run" if command == "recover" else f"{command} does not run"
+        )
     # (the parser check reads every record: only when it alone can settle the question)
     settles = not Inference(cands, evidence, {**moot, "new_properties_parser": ""}).ambiguous
     if len({BrokerProfile(v).new_properties_parser for v in cands}) > 1 and settles and properties_parsers_agree(store):
-        moot["new_properties_parser"] = ("both properties parsers (4.6.0-4.9.0 and 4.9.1+) read every record "
-                                         "of the commitlog the same way")
+        moot["new_properties_parser"] = (
+            "both properties parsers (4.6.0-4.9.0 and 4.9.1+) read every record of the commitlog the same way"
+        )
     return Inference(cands, evidence, moot)

@@ -110,8 +110,15 @@ def check_index_file(
         return _fail(f"cannot be checked: {exc}", 0)
 
 
-def _check_file(store: Store, profile: BrokerProfile, f: StoreFile, end: int, prev_end_timestamp: int | None,
-                sample: int, prev_end_phy: int | None = None) -> IndexCheck:
+def _check_file(
+    store: Store,
+    profile: BrokerProfile,
+    f: StoreFile,
+    end: int,
+    prev_end_timestamp: int | None,
+    sample: int,
+    prev_end_phy: int | None = None,
+) -> IndexCheck:
     g = store.geometry
     S, N = g.index_slot_num, g.index_num
     first = HEADER_SIZE + S * SLOT_SIZE
@@ -132,7 +139,9 @@ def _check_file(store: Store, profile: BrokerProfile, f: StoreFile, end: int, pr
         _read_into(fh, first + ENTRY_SIZE, E)
         # bytes after the counted entries (a put the header never counted): the first MiB,
         # where such a put lands
-        tail = np.zeros(max(0, min(size, first + count * ENTRY_SIZE + (1 << 20)) - first - count * ENTRY_SIZE), dtype=np.uint8)
+        tail = np.zeros(
+            max(0, min(size, first + count * ENTRY_SIZE + (1 << 20)) - first - count * ENTRY_SIZE), dtype=np.uint8
+        )
         _read_into(fh, first + count * ENTRY_SIZE, tail)
     return _check(store, profile, h, slots, E, bool(tail.any()), S, end, prev_end_timestamp, sample, prev_end_phy)
 
@@ -148,8 +157,19 @@ def _read_into(fh: object, at: int, arr: np.ndarray) -> None:
         got += k
 
 
-def _check(store: Store, profile: BrokerProfile, h: IndexHeader, slots_be: np.ndarray, E: np.ndarray, tail_nonzero: bool,
-           S: int, end: int, prev_end_ts: int | None, sample: int, prev_end_phy: int | None = None) -> IndexCheck:
+def _check(
+    store: Store,
+    profile: BrokerProfile,
+    h: IndexHeader,
+    slots_be: np.ndarray,
+    E: np.ndarray,
+    tail_nonzero: bool,
+    S: int,
+    end: int,
+    prev_end_ts: int | None,
+    sample: int,
+    prev_end_phy: int | None = None,
+) -> IndexCheck:
     n = len(E)
     full = n + 1 >= store.geometry.index_num
     off = E["commitlog_offset"].astype(np.int64)
@@ -183,8 +203,9 @@ def _check(store: Store, profile: BrokerProfile, h: IndexHeader, slots_be: np.nd
     # -- keys, store times and flags of a sample of records, always the first and last
     begin = int(h.begin_timestamp)
     last_lo = int(np.searchsorted(off, off[m - 1], side="left"))
-    got_sample = _check_sampled_records(store, profile, h, E, off, td, _spread(0, m - 1, sample), last_lo, prev_end_ts,
-                                        prev_end_phy)
+    got_sample = _check_sampled_records(
+        store, profile, h, E, off, td, _spread(0, m - 1, sample), last_lo, prev_end_ts, prev_end_phy
+    )
     if got_sample.why:
         return _fail(got_sample.why, n)
     sampled, end_ts, last_complete = got_sample.sampled, got_sample.end_ts, got_sample.last_complete
@@ -197,8 +218,11 @@ def _check(store: Store, profile: BrokerProfile, h: IndexHeader, slots_be: np.nd
             return _fail(f"the last entry's record is gone and endTimestamp {end_ts} does not match its timeDiff", n)
     end_phy = int(off[m - 1])
     hsc = int(h.hash_slot_count)
-    fresh = (int(h.end_phy_offset) == end_phy and int(h.end_timestamp) == end_ts
-             and hsc == (m if profile.hash_slot_count_every_put else used))
+    fresh = (
+        int(h.end_phy_offset) == end_phy
+        and int(h.end_timestamp) == end_ts
+        and hsc == (m if profile.hash_slot_count_every_put else used)
+    )
     whole = full and m == n and fresh and not dangling and not tail_nonzero
     keep = m
     if not last_complete:
@@ -254,9 +278,18 @@ class _Sampled:
     last_complete: bool = True  # the last record has all its keys in the file
 
 
-def _check_sampled_records(store: Store, profile: BrokerProfile, h: IndexHeader, E: np.ndarray, off: np.ndarray,
-                           td: np.ndarray, picks: np.ndarray, last_lo: int, prev_end_ts: int | None,
-                           prev_end_phy: int | None = None) -> _Sampled:
+def _check_sampled_records(
+    store: Store,
+    profile: BrokerProfile,
+    h: IndexHeader,
+    E: np.ndarray,
+    off: np.ndarray,
+    td: np.ndarray,
+    picks: np.ndarray,
+    last_lo: int,
+    prev_end_ts: int | None,
+    prev_end_phy: int | None = None,
+) -> _Sampled:
     """Keys, store times and flags of the records at entries ``picks`` against their entries."""
     begin = int(h.begin_timestamp)
     out = _Sampled()
@@ -293,13 +326,23 @@ def _check_sampled_records(store: Store, profile: BrokerProfile, h: IndexHeader,
                 # the first record may have begun in the previous file, only if that file
                 # ends with it (its endPhyOffset); else its other keys are nowhere
                 out.why = f"the record at {phy} lacks some of its keys" + (
-                    f" (the previous index file ends at {prev_end_phy}, not with it)" if lo == 0 else "")
+                    f" (the previous index file ends at {prev_end_phy}, not with it)" if lo == 0 else ""
+                )
                 return out
     return out
 
 
-def _check_one_record(E: np.ndarray, td: np.ndarray, lo: int, hi: int, phy: int, ts: int, sys_flag: int, begin: int,
-                      prev_end_ts: int | None) -> str:
+def _check_one_record(
+    E: np.ndarray,
+    td: np.ndarray,
+    lo: int,
+    hi: int,
+    phy: int,
+    ts: int,
+    sys_flag: int,
+    begin: int,
+    prev_end_ts: int | None,
+) -> str:
     """The flags and store time of the record at ``phy`` against its entries ``lo..hi``."""
     if not goes_to_index(sys_flag):
         return f"entry {lo + 1} points to a ROLLBACK record (the broker never indexes one)"
@@ -327,8 +370,10 @@ def _check_slot_table(E: np.ndarray, m: int, slots: np.ndarray, S: int) -> str:
     bad = (slots != want) & (slots <= m)
     if bool(bad.any()):
         s = int(np.flatnonzero(bad)[0])
-        return (f"hash slot {s} holds {int(slots[s])}, not {int(want[s])}, the newest entry of its slot: "
-                "a stale, lost or damaged part of the slot table")
+        return (
+            f"hash slot {s} holds {int(slots[s])}, not {int(want[s])}, the newest entry of its slot: "
+            "a stale, lost or damaged part of the slot table"
+        )
     return ""
 
 
@@ -406,8 +451,9 @@ def _record_facts(reader: CommitlogReader, phy: int) -> tuple[int, int, list[int
     return int(c.rec.store_timestamp), int(c.rec.sys_flag), record_key_hashes(c.rec.topic, c.keys, c.uniq_key)
 
 
-def keyed_record_between(store: Store, profile: BrokerProfile, lo: int, hi: int, after_lo: bool = False,
-                         keys_at_lo: int = 0) -> int | None:
+def keyed_record_between(
+    store: Store, profile: BrokerProfile, lo: int, hi: int, after_lo: bool = False, keys_at_lo: int = 0
+) -> int | None:
     """The offset of the first record in [lo, hi) (``after_lo``: (lo, hi), and the record
     at lo itself when it has more than ``keys_at_lo`` keys, the entries the files around
     the range hold of it: the rest were in a lost file) that the broker's buildIndex puts

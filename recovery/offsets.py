@@ -73,7 +73,9 @@ class QueueView:
     unit: Callable[[int], tuple[int, int, int] | None] = field(repr=False, default=lambda _o: None)
 
 
-def queue_views(store: Store, profile: BrokerProfile, *, plan: Any = None, jobs: int | None = 1) -> dict[tuple[str, int], QueueView]:
+def queue_views(
+    store: Store, profile: BrokerProfile, *, plan: Any = None, jobs: int | None = 1
+) -> dict[tuple[str, int], QueueView]:
     """The consume queues as the broker's start-up leaves them: its recovery of ``plan``
     (default: the recovery the broker would choose) and the catch-up dispatch, computed
     without writing (``apply_recovery(queues_only=True)``)."""
@@ -131,6 +133,7 @@ def _unit_reader(q: Any, F: int) -> Callable[[int], tuple[int, int, int] | None]
         if pos + CQ_UNIT > len(data):
             return None
         return _UNIT.unpack_from(data, pos)
+
     return unit
 
 
@@ -223,14 +226,21 @@ def describe_pair(p: of.ConfigPair) -> dict[str, Any]:
     loaded = {
         "main": f"the broker loads {p.main.path}",
         "bak": f"the broker loads {p.bak.path} ({p.main.path} is {p.main.state})",
-        "empty": (f"the broker starts with an empty table ({p.main.path} is {p.main.state}, "
-                  f"{p.bak.path} is {p.bak.state})"),
+        "empty": (
+            f"the broker starts with an empty table ({p.main.path} is {p.main.state}, {p.bak.path} is {p.bak.state})"
+        ),
         "refused": f"the broker does not start: neither {p.main.path} nor {p.bak.path} decodes",
     }[p.loaded]
     if p.loaded == "empty" and p.main.state == of.MISSING and p.bak.state == of.MISSING:
         loaded = "absent"
-    return {"file": p.main.path, "main": _file_describe(p.main), "bak": _file_describe(p.bak), "loaded": p.loaded,
-            "verdict": loaded, "bak_entries": len(p.bak.table or {}) if p.bak.state == of.OK else None}
+    return {
+        "file": p.main.path,
+        "main": _file_describe(p.main),
+        "bak": _file_describe(p.bak),
+        "loaded": p.loaded,
+        "verdict": loaded,
+        "bak_entries": len(p.bak.table or {}) if p.bak.state == of.OK else None,
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -280,8 +290,15 @@ def committed_entries(cfg: OffsetConfig) -> Iterable[tuple[str, str | None, str,
                 yield d, group, topic, q, off, key
 
 
-def offset_report(store: Store, profile: BrokerProfile, *, groups: Iterable[str] = (), topics: Iterable[str] = (),
-                  views: dict[tuple[str, int], QueueView] | None = None, jobs: int | None = 1) -> OffsetReport:
+def offset_report(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    groups: Iterable[str] = (),
+    topics: Iterable[str] = (),
+    views: dict[tuple[str, int], QueueView] | None = None,
+    jobs: int | None = 1,
+) -> OffsetReport:
     cfg = load_offset_config(store.root)
     gsel, tsel = set(groups), set(topics)
     if views is None:
@@ -295,14 +312,30 @@ def offset_report(store: Store, profile: BrokerProfile, *, groups: Iterable[str]
             if tsel and topic not in tsel:
                 continue
             v = views.get((topic, qid))
-            row: dict[str, Any] = {"file": f"config/{name}", "group": group, "topic": topic, "queue_id": qid,
-                                   "committed": off, "min_offset": None, "max_offset": None, "lag": None, "diff": None,
-                                   "oldest_unconsumed_ms": None, "oldest_unconsumed": None, "source": None}
+            row: dict[str, Any] = {
+                "file": f"config/{name}",
+                "group": group,
+                "topic": topic,
+                "queue_id": qid,
+                "committed": off,
+                "min_offset": None,
+                "max_offset": None,
+                "lag": None,
+                "diff": None,
+                "oldest_unconsumed_ms": None,
+                "oldest_unconsumed": None,
+                "source": None,
+            }
             if v is None:
                 row["status"] = ST_NO_TOPIC if topic not in store_topics else ST_NO_QUEUE
             else:
-                row.update(min_offset=v.min_offset, max_offset=v.max_offset, source=v.source,
-                           diff=v.max_offset - off, lag=max(0, v.max_offset - max(off, v.min_offset)))
+                row.update(
+                    min_offset=v.min_offset,
+                    max_offset=v.max_offset,
+                    source=v.source,
+                    diff=v.max_offset - off,
+                    lag=max(0, v.max_offset - max(off, v.min_offset)),
+                )
                 if off > v.max_offset:
                     row["status"] = ST_AHEAD
                 elif off < v.min_offset:
@@ -326,8 +359,20 @@ def offset_report(store: Store, profile: BrokerProfile, *, groups: Iterable[str]
     rows.sort(key=lambda r: (r["group"] is None, r["group"] or "", r["topic"], r["queue_id"]))
     summary: dict[str | None, dict[str, Any]] = {}
     for r in rows:
-        s = summary.setdefault(r["group"], {"group": r["group"], "rows": 0, "topics": set(), "lag": 0, "ahead": 0,
-                                            "behind": 0, "missing": 0, "oldest_unconsumed_ms": None, "status": ST_OK})
+        s = summary.setdefault(
+            r["group"],
+            {
+                "group": r["group"],
+                "rows": 0,
+                "topics": set(),
+                "lag": 0,
+                "ahead": 0,
+                "behind": 0,
+                "missing": 0,
+                "oldest_unconsumed_ms": None,
+                "status": ST_OK,
+            },
+        )
         s["rows"] += 1
         s["topics"].add(r["topic"])
         s["lag"] += r["lag"] or 0
@@ -345,11 +390,16 @@ def offset_report(store: Store, profile: BrokerProfile, *, groups: Iterable[str]
         s["oldest_unconsumed"] = _iso(s["oldest_unconsumed_ms"])
         gl.append(s)
     files = [describe_pair(p) for p in cfg.pairs.values() if p.present]
-    notes = [f"config/{d}: a RocksDB config store (5.1.4+ consumerOffsets, 5.3.2+ rdb); the offsets it holds are not "
-             f"read: {why}" for d, why in cfg.rocks_errors.items()]
-    notes += [f"config/{d}: offsets read from the RocksDB config store (rows of file config/{d}); whether the broker "
-              "uses them or the JSON file depends on its configuration, which the store does not hold"
-              for d in cfg.rocks_tables]
+    notes = [
+        f"config/{d}: a RocksDB config store (5.1.4+ consumerOffsets, 5.3.2+ rdb); the offsets it holds are not "
+        f"read: {why}"
+        for d, why in cfg.rocks_errors.items()
+    ]
+    notes += [
+        f"config/{d}: offsets read from the RocksDB config store (rows of file config/{d}); whether the broker "
+        "uses them or the JSON file depends on its configuration, which the store does not hold"
+        for d in cfg.rocks_tables
+    ]
     for p in cfg.pairs.values():
         if p.present and p.loaded != "main":
             notes.append(describe_pair(p)["verdict"])
@@ -375,12 +425,21 @@ class OffsetChange:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": f"config/{self.file}", "key": self.key, "group": self.group, "topic": self.topic,
-                "queue_id": self.queue_id, "committed": self.old, "new_offset": self.new, "reason": self.reason}
+        return {
+            "file": f"config/{self.file}",
+            "key": self.key,
+            "group": self.group,
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "committed": self.old,
+            "new_offset": self.new,
+            "reason": self.reason,
+        }
 
 
-def offsets_past_end(root: str | Path, new_ends: dict[tuple[str, int], int],
-                     old_ends: dict[tuple[str, int], int] | None = None) -> list[OffsetChange]:
+def offsets_past_end(
+    root: str | Path, new_ends: dict[tuple[str, int], int], old_ends: dict[tuple[str, int], int] | None = None
+) -> list[OffsetChange]:
     """Every committed offset greater than its queue's new end (``new_ends``: the max
     offset of each queue after the change; queues not in it are not looked at). Setting
     it to the new end is what a consumer needs to receive every message produced after
@@ -392,8 +451,11 @@ def offsets_past_end(root: str | Path, new_ends: dict[tuple[str, int], int],
         if end is None or off <= end:
             continue
         old = (old_ends or {}).get((topic, qid))
-        why = (f"past the queue's new end {end} (its consume queue files end at {old})" if old is not None and old != end
-               else f"past the queue's end {end}")
+        why = (
+            f"past the queue's new end {end} (its consume queue files end at {old})"
+            if old is not None and old != end
+            else f"past the queue's end {end}"
+        )
         out.append(OffsetChange(name, key, group, topic, qid, off, end, why))
     return out
 
@@ -417,8 +479,10 @@ def encoded_changes(root: Path, changes: list[OffsetChange]) -> dict[str, bytes]
     for name in sorted({c.file for c in changes if c.file in of.OFFSET_FILES}):  # (RocksDB stores: read-only)
         pair = cfg.pairs[name]
         if pair.loaded == "refused":
-            raise OffsetsError(f"neither config/{name} nor its .bak decodes; the broker would not start: "
-                               "not changing offsets in it", root / "config" / name)
+            raise OffsetsError(
+                f"neither config/{name} nor its .bak decodes; the broker would not start: not changing offsets in it",
+                root / "config" / name,
+            )
         flat = name == DELAY_FILE
         src = pair.main if pair.loaded == "main" else pair.bak
         mine = [c for c in changes if c.file == name]
@@ -447,8 +511,14 @@ def queue_ends(queues: dict[tuple[str, int], Any]) -> dict[tuple[str, int], int]
 # --set and --reset-to-time
 
 
-def plan_set(root: Path, group: str, topic: str, queue_id: int, offset: int,
-             views: dict[tuple[str, int], QueueView] | None = None) -> list[OffsetChange]:
+def plan_set(
+    root: Path,
+    group: str,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    views: dict[tuple[str, int], QueueView] | None = None,
+) -> list[OffsetChange]:
     cfg = load_offset_config(root)
     key = f"{topic}{of.TOPIC_GROUP_SEPARATOR}{group}"
     name = next((n for n in CONSUMER_FILES if key in cfg.table(n)), None)
@@ -470,6 +540,7 @@ def offset_by_time(store: Store, profile: BrokerProfile, v: QueueView, ts_ms: in
     offset when none is): ``getOffsetInQueueByTime``'s answer for a time inside the queue."""
     lo, hi = v.min_offset, v.max_offset
     with CommitlogReader(store, profile) as reader:
+
         def ts_at(o: int) -> int | None:
             u = v.unit(o)
             if u is None:
@@ -477,6 +548,7 @@ def offset_by_time(store: Store, profile: BrokerProfile, v: QueueView, ts_ms: in
             loc = reader.record_at(u[0])
             rec = loc.checked.rec if loc is not None else None
             return None if rec is None else int(rec.store_timestamp)
+
         while lo < hi:
             mid = (lo + hi) // 2
             t = ts_at(mid)
@@ -487,8 +559,14 @@ def offset_by_time(store: Store, profile: BrokerProfile, v: QueueView, ts_ms: in
     return lo
 
 
-def plan_reset_to_time(store: Store, profile: BrokerProfile, group: str, ts_ms: int, topics: Iterable[str] = (),
-                       views: dict[tuple[str, int], QueueView] | None = None) -> list[OffsetChange]:
+def plan_reset_to_time(
+    store: Store,
+    profile: BrokerProfile,
+    group: str,
+    ts_ms: int,
+    topics: Iterable[str] = (),
+    views: dict[tuple[str, int], QueueView] | None = None,
+) -> list[OffsetChange]:
     cfg = load_offset_config(store.root)
     tsel = set(topics)
     views = views if views is not None else queue_views(store, profile)
@@ -506,8 +584,9 @@ def plan_reset_to_time(store: Store, profile: BrokerProfile, group: str, ts_ms: 
     return out
 
 
-def apply_offset_changes(root: Path, changes: list[OffsetChange], *, backup_dir: Path | None = None,
-                         description: str = "rmqtool offsets") -> Any:
+def apply_offset_changes(
+    root: Path, changes: list[OffsetChange], *, backup_dir: Path | None = None, description: str = "rmqtool offsets"
+) -> Any:
     """Write the changes through a StoreTransaction (lock, backup, journal); returns the
     commit result."""
     from .safety import StoreTransaction  # lazy: recovery.safety is ~90 ms of `rmqtool verify`'s start-up
@@ -528,36 +607,84 @@ def config_findings(root: Path) -> list[tuple[str, str | None, int | None, str]]
     out: list[tuple[str, str | None, int | None, str]] = []
     blocking = config_blocking_start(root)
     if blocking is not None:
-        out.append(("CFG_LOAD_FAILS", blocking, None,
-                    "a FIFO: the broker's start blocks opening it (its FileInputStream waits for a writer) and "
-                    "never ends: the broker does not start until it is a regular file"))
+        out.append(
+            (
+                "CFG_LOAD_FAILS",
+                blocking,
+                None,
+                "a FIFO: the broker's start blocks opening it (its FileInputStream waits for a writer) and "
+                "never ends: the broker does not start until it is a regular file",
+            )
+        )
     for p in cfg.pairs.values():
         if not p.present or blocking in (p.main.path, p.bak.path):
             continue
         m, b = p.main, p.bak
         if p.loaded == "refused":
-            out.append(("CFG_LOAD_FAILS", m.path, m.error_offset,
-                        f"{_file_describe(m)}; {b.path}: {_file_describe(b)}: the broker's load fails and it does not start"))
+            out.append(
+                (
+                    "CFG_LOAD_FAILS",
+                    m.path,
+                    m.error_offset,
+                    f"{_file_describe(m)}; {b.path}: {_file_describe(b)}: the broker's load fails and it does not start",
+                )
+            )
         elif p.loaded == "empty" and m.state != of.MISSING:
-            out.append(("CFG_TABLE_LOST", m.path, m.error_offset,
-                        f"{_file_describe(m)} and {b.path} is {b.state}: the broker starts with an empty offset table"))
+            out.append(
+                (
+                    "CFG_TABLE_LOST",
+                    m.path,
+                    m.error_offset,
+                    f"{_file_describe(m)} and {b.path} is {b.state}: the broker starts with an empty offset table",
+                )
+            )
         elif p.loaded == "bak":
-            out.append(("CFG_UNREADABLE", m.path, m.error_offset,
-                        f"{_file_describe(m)}: the broker loads {b.path} instead ({_file_describe(b)})"))
+            out.append(
+                (
+                    "CFG_UNREADABLE",
+                    m.path,
+                    m.error_offset,
+                    f"{_file_describe(m)}: the broker loads {b.path} instead ({_file_describe(b)})",
+                )
+            )
         elif m.state == of.NULL_CONTENT and p.bak.state == of.OK and p.bak.table:
-            out.append(("CFG_TABLE_LOST", m.path, None,
-                        f"{_file_describe(m)}: the broker starts with an empty table and ignores {b.path} ({_file_describe(b)})"))
+            out.append(
+                (
+                    "CFG_TABLE_LOST",
+                    m.path,
+                    None,
+                    f"{_file_describe(m)}: the broker starts with an empty table and ignores {b.path} ({_file_describe(b)})",
+                )
+            )
         if p.loaded == "main" and b.state not in (of.OK, of.MISSING, of.NULL_CONTENT):
-            out.append(("CFG_BAK_UNREADABLE", b.path, b.error_offset, f"{_file_describe(b)} (the broker uses {m.path})"))
+            out.append(
+                ("CFG_BAK_UNREADABLE", b.path, b.error_offset, f"{_file_describe(b)} (the broker uses {m.path})")
+            )
     for d, why in cfg.rocks_errors.items():
         out.append(("CFG_ROCKSDB", f"config/{d}", None, f"a RocksDB config store whose offsets are not read: {why}"))
     return out
 
 
 __all__ = [
-    "QueueView", "queue_views", "views_of", "OffsetConfig", "load_offset_config", "describe_pair", "OffsetReport",
-    "offset_report", "OffsetChange", "offsets_past_end", "encoded_changes", "add_offset_fix", "queue_ends",
-    "plan_set", "plan_reset_to_time", "offset_by_time", "apply_offset_changes", "config_findings", "OffsetsError",
+    "QueueView",
+    "queue_views",
+    "views_of",
+    "OffsetConfig",
+    "load_offset_config",
+    "describe_pair",
+    "OffsetReport",
+    "offset_report",
+    "OffsetChange",
+    "offsets_past_end",
+    "encoded_changes",
+    "add_offset_fix",
+    "queue_ends",
+    "plan_set",
+    "plan_reset_to_time",
+    "offset_by_time",
+    "apply_offset_changes",
+    "config_findings",
+    "OffsetsError",
 ]
 
 
@@ -568,8 +695,14 @@ def has_committed_offsets(root: str | Path) -> bool:
     return any(True for _ in committed_entries(cfg))
 
 
-def recovery_offset_changes(store: Store, plan: Any, profile: BrokerProfile, *, jobs: int | None = None,
-                            queues: dict[tuple[str, int], Any] | None = None) -> list[OffsetChange]:
+def recovery_offset_changes(
+    store: Store,
+    plan: Any,
+    profile: BrokerProfile,
+    *,
+    jobs: int | None = None,
+    queues: dict[tuple[str, int], Any] | None = None,
+) -> list[OffsetChange]:
     """The committed offsets ``plan`` (a :class:`recovery.recover.RecoveryPlan`) leaves
     past their queue's end after the recovery and its dispatch. ``queues``: the queues
     ``apply_recovery`` leaves (given to its ``extra`` hook); computed without writing when
@@ -644,5 +777,6 @@ def repair_offset_changes(store: Store, plan: Any) -> list[OffsetChange]:
             new[key].append((base, _cq_file_end(bytes(ch.content))))
         elif ch.action != "remove" and isinstance(ch.content, Path):  # repair's rebuilt file beside the store
             new[key].append((base, _cq_path_end(ch.content)))
-    return offsets_past_end(store.root, {k: _cq_end(v, F) for k, v in new.items()},
-                            {k: _cq_end(v, F) for k, v in old.items()})
+    return offsets_past_end(
+        store.root, {k: _cq_end(v, F) for k, v in new.items()}, {k: _cq_end(v, F) for k, v in old.items()}
+    )

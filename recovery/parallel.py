@@ -141,9 +141,16 @@ def _finish(ex: Any) -> None:
         shutdown(wait=True)
 
 
-def run(fn: Callable[[T], R], tasks: Sequence[T], jobs: int, *, make_pool: Callable[[int], Any] | None = None,
-        weight: Callable[[T], int] | None = None, progress: Progress | None = None,
-        meanwhile: Callable[[], None] | None = None) -> list[R]:
+def run(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    jobs: int,
+    *,
+    make_pool: Callable[[int], Any] | None = None,
+    weight: Callable[[T], int] | None = None,
+    progress: Progress | None = None,
+    meanwhile: Callable[[], None] | None = None,
+) -> list[R]:
     """``[fn(t) for t in tasks]``, computed by ``jobs`` worker processes (in this process
     when ``jobs`` <= 1 or there is one task). ``make_pool(n)``: the executor of ``n``
     workers (default :func:`pool`); ``progress(weight(t))`` as each task is done;
@@ -185,8 +192,16 @@ class Stream(Generic[T]):
     error the workers are stopped at once. :meth:`cancel` drops the queued tasks early
     (the caller goes on in this process)."""
 
-    def __init__(self, fn: Callable[[Any], R], tasks: Iterable[T], workers: int, *, window: int,
-                 make_pool: Callable[[int], Any] | None = None, arg: Callable[[T], Any] | None = None) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Any], R],
+        tasks: Iterable[T],
+        workers: int,
+        *,
+        window: int,
+        make_pool: Callable[[int], Any] | None = None,
+        arg: Callable[[T], Any] | None = None,
+    ) -> None:
         self.fn = fn
         self.tasks = tasks
         self.window = max(window, 1)

@@ -254,9 +254,14 @@ def iter_index(store: Store, *, entries: bool = False) -> Iterator[dict[str, Any
                     chunk = arr[lo : min(last, lo + 4096)].tolist()  # copies out of the map
                     for j, (kh, phy, td, prev) in enumerate(chunk):
                         yield {
-                            "type": "entry", "file": rel, "entry": lo + j,
+                            "type": "entry",
+                            "file": rel,
+                            "entry": lo + j,
                             "slot": (kh % g.index_slot_num) if kh >= 0 else None,
-                            "key_hash": kh, "commitlog_offset": phy, "time_diff": td, "prev_index": prev,
+                            "key_hash": kh,
+                            "commitlog_offset": phy,
+                            "time_diff": td,
+                            "prev_index": prev,
                         }
                 del arr
 
@@ -327,7 +332,9 @@ def find_by_key(
             yield None, loc
 
 
-def scan_messages(store: Store, profile: BrokerProfile, from_offset: int | None = None, to_offset: int | None = None) -> Iterator[Located]:
+def scan_messages(
+    store: Store, profile: BrokerProfile, from_offset: int | None = None, to_offset: int | None = None
+) -> Iterator[Located]:
     """Every message record of the commitlog (damaged spots skipped), in order."""
     from .scan import iter_store_records  # lazy: recovery.scan is ~19 ms of `rmqtool info`'s start-up
 
@@ -411,9 +418,15 @@ def iter_cq_entries(store: Store, topic: str | None = None, queue_id: int | None
                             else:
                                 status = "OK"
                             yield {
-                                "topic": t, "queue_id": q, "queue_offset": f.base // CQ_UNIT_SIZE + i,
-                                "file": rel, "pos": i * CQ_UNIT_SIZE, "commitlog_offset": off, "size": sz,
-                                "tags_code": tc, "status": status,
+                                "topic": t,
+                                "queue_id": q,
+                                "queue_offset": f.base // CQ_UNIT_SIZE + i,
+                                "file": rel,
+                                "pos": i * CQ_UNIT_SIZE,
+                                "commitlog_offset": off,
+                                "size": sz,
+                                "tags_code": tc,
+                                "status": status,
                             }
                 finally:
                     del units
@@ -424,7 +437,18 @@ def iter_cq_entries(store: Store, topic: str | None = None, queue_id: int | None
 
 
 __all__ = [
-    "CommitlogReader", "Located", "IndexHeader", "IndexHit", "index_query", "iter_index",
-    "read_index_header", "find_by_key", "find_by_msg_id", "scan_messages", "iter_cq_entries",
-    "message_has_key", "MAX_MSGS_NUM_BATCH", "LONG_MAX",
+    "CommitlogReader",
+    "Located",
+    "IndexHeader",
+    "IndexHit",
+    "index_query",
+    "iter_index",
+    "read_index_header",
+    "find_by_key",
+    "find_by_msg_id",
+    "scan_messages",
+    "iter_cq_entries",
+    "message_has_key",
+    "MAX_MSGS_NUM_BATCH",
+    "LONG_MAX",
 ]

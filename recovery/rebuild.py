@@ -128,8 +128,10 @@ def check_from_offset(store: Store, profile: BrokerProfile, offset: int) -> str 
                 _starts, p, capped = chase_starts(memoryview(mf.buf), views, p, pos, end, None)
             if p == pos:
                 return None
-            return (f"offset {offset} is not the start of a record nor the end of the data in {f.name} "
-                    f"(its records {'end' if p < pos else 'run past it'} at {f.base + p})")
+            return (
+                f"offset {offset} is not the start of a record nor the end of the data in {f.name} "
+                f"(its records {'end' if p < pos else 'run past it'} at {f.base + p})"
+            )
         return f"offset {offset} is not the start of a record ({c.reason} in {f.name} at {pos})"
 
 
@@ -152,11 +154,13 @@ def check_index_scope(store: Store, topics: Iterable[str] | None, from_offset: i
     start = kept_end if kept_end is not None else store.commitlog_min_offset()
     if topics is None and from_offset is not None and from_offset <= start:
         return None  # every topic's records from before the dropped files' first one
-    return (f"after a crash (abort present) the continued index drops index/{', index/'.join(dirty)} (newer than "
-            "the checkpoint's indexMsgTimestamp, as the broker's load does), and "
-            + ("--topic dispatches only some topics" if topics is not None else f"--from-offset starts after {start}")
-            + ": keys would be lost. Run rmqtool recover first, rebuild the index without --topic/--from-offset, "
-            "or give --cq-only")
+    return (
+        f"after a crash (abort present) the continued index drops index/{', index/'.join(dirty)} (newer than "
+        "the checkpoint's indexMsgTimestamp, as the broker's load does), and "
+        + ("--topic dispatches only some topics" if topics is not None else f"--from-offset starts after {start}")
+        + ": keys would be lost. Run rmqtool recover first, rebuild the index without --topic/--from-offset, "
+        "or give --cq-only"
+    )
 
 
 class _Mismatch(Exception):
@@ -216,8 +220,9 @@ def _same_files(files: list[StoreFile], outs: list[IndexFileOut]) -> bool:
     return len(files) == len(outs) and all(f.size == o.size and _same_content(f.path, o) for f, o in zip(files, outs))
 
 
-def _change(root: Path, relpath: str, kind: str, content: Any, size: int, note: str = "",
-            compared: Progress | None = None) -> FileChange:
+def _change(
+    root: Path, relpath: str, kind: str, content: Any, size: int, note: str = "", compared: Progress | None = None
+) -> FileChange:
     p = root / relpath
     if os.path.lexists(p):
         action = UNCHANGED if _same_content(p, content) else REPLACE
@@ -239,9 +244,12 @@ def _refuse_offsets_past_long_max(store: Store) -> None:
     F = store.geometry.commitlog_file_size
     for f in store.commitlog:
         if f.base + F - 1 > LONG_MAX:
-            raise StoreLayoutError("its offsets pass Long.MAX_VALUE (9223372036854775807): no consume queue unit "
-                                   "or index entry can point at its records, so rebuild-index does not rebuild this "
-                                   "store; move the file out of it", f.path)
+            raise StoreLayoutError(
+                "its offsets pass Long.MAX_VALUE (9223372036854775807): no consume queue unit "
+                "or index entry can point at its records, so rebuild-index does not rebuild this "
+                "store; move the file out of it",
+                f.path,
+            )
 
 
 def plan_rebuild(
@@ -268,8 +276,19 @@ def plan_rebuild(
     state = load_state(store, profile, topics=tset, cq=cq and continue_cq, index=index and continue_index)
     if not continue_index:
         state.index = None
-    result = reput(store, profile, from_offset=from_offset, topics=tset, cq=cq, index=index,
-                   state=state, index_tz=index_tz, progress=progress, jobs=jobs, skip_complete_last=continue_index)
+    result = reput(
+        store,
+        profile,
+        from_offset=from_offset,
+        topics=tset,
+        cq=cq,
+        index=index,
+        state=state,
+        index_tz=index_tz,
+        progress=progress,
+        jobs=jobs,
+        skip_complete_last=continue_index,
+    )
     changes: list[FileChange] = []
     if cq:
         if continue_cq:
@@ -284,30 +303,61 @@ def plan_rebuild(
     before, after = _checkpoint_change(store, result, tset, changes)
     warnings, problems = _rebuild_findings(store, result)
     mode = "continue" if from_offset is not None else "full"
-    return RebuildPlan(store.root, mode, cq, index, tset, from_offset, result, changes, before, after,
-                       warnings, problems, time.perf_counter() - t0)
+    return RebuildPlan(
+        store.root,
+        mode,
+        cq,
+        index,
+        tset,
+        from_offset,
+        result,
+        changes,
+        before,
+        after,
+        warnings,
+        problems,
+        time.perf_counter() - t0,
+    )
 
 
-def _continued_queue_changes(store: Store, state: Any, result: ReputResult,
-                             compare_progress: Progress | None) -> list[FileChange]:
+def _continued_queue_changes(
+    store: Store, state: Any, result: ReputResult, compare_progress: Progress | None
+) -> list[FileChange]:
     """The consume queue files a continued pass writes, and those after a queue's write
     position that it drops."""
     changes: list[FileChange] = []
     for out in sorted(result.cq_files.values(), key=lambda o: o.relpath):
-        changes.append(_change(store.root, out.relpath, "consumequeue", out, out.size,
-                               "continued" if out.existed else "new file", compare_progress))
+        changes.append(
+            _change(
+                store.root,
+                out.relpath,
+                "consumequeue",
+                out,
+                out.size,
+                "continued" if out.existed else "new file",
+                compare_progress,
+            )
+        )
     produced = set(result.cq_files)
     for _key, qs in sorted(state.queues.items()):
         for f in qs.dirty:
             rel = _rel(store, f.path)
             if rel not in produced:
-                changes.append(FileChange(REMOVE, rel, "consumequeue", None,
-                                          "after the queue's write position (ConsumeQueue.recover deletes it)"))
+                changes.append(
+                    FileChange(
+                        REMOVE,
+                        rel,
+                        "consumequeue",
+                        None,
+                        "after the queue's write position (ConsumeQueue.recover deletes it)",
+                    )
+                )
     return changes
 
 
-def _rebuilt_queue_changes(store: Store, result: ReputResult, tset: tuple[str, ...] | None,
-                           compare_progress: Progress | None) -> list[FileChange]:
+def _rebuilt_queue_changes(
+    store: Store, result: ReputResult, tset: tuple[str, ...] | None, compare_progress: Progress | None
+) -> list[FileChange]:
     """Every consume queue file of the rebuilt topics: written anew, or removed."""
     wanted = set(tset) if tset is not None else None
     by_queue: dict[tuple[str, int], list[CqFileOut]] = {}
@@ -327,8 +377,9 @@ def _rebuilt_queue_changes(store: Store, result: ReputResult, tset: tuple[str, .
     return changes
 
 
-def _continued_index_changes(store: Store, state: Any, result: ReputResult,
-                             compare_progress: Progress | None) -> list[FileChange]:
+def _continued_index_changes(
+    store: Store, state: Any, result: ReputResult, compare_progress: Progress | None
+) -> list[FileChange]:
     """The index files a continued pass writes, and those the load drops."""
     assert state.index is not None
     new_names = {o.relpath: o for o in result.index_files}
@@ -341,16 +392,32 @@ def _continued_index_changes(store: Store, state: Any, result: ReputResult,
     for io in result.index_files:
         if same and not io.existed:
             continue
-        changes.append(_change(store.root, io.relpath, "index", io, io.size, "continued" if io.existed else "new file",
-                               compare_progress))
+        changes.append(
+            _change(
+                store.root,
+                io.relpath,
+                "index",
+                io,
+                io.size,
+                "continued" if io.existed else "new file",
+                compare_progress,
+            )
+        )
     if same:
         for f, io in zip(dropped, created):
             changes.append(FileChange(UNCHANGED, _rel(store, f.path), "index", f.size, "", io))
     for f in state.index.dirty:
         rel = _rel(store, f.path)
         if rel not in new_names and not same:
-            changes.append(FileChange(REMOVE, rel, "index", None,
-                                      "end timestamp after the checkpoint's indexMsgTimestamp (IndexService.load deletes it after a crash)"))
+            changes.append(
+                FileChange(
+                    REMOVE,
+                    rel,
+                    "index",
+                    None,
+                    "end timestamp after the checkpoint's indexMsgTimestamp (IndexService.load deletes it after a crash)",
+                )
+            )
     return changes
 
 
@@ -372,8 +439,9 @@ def _rebuilt_index_changes(store: Store, result: ReputResult, compare_progress: 
     return changes
 
 
-def _checkpoint_change(store: Store, result: ReputResult, tset: tuple[str, ...] | None,
-                       changes: list[FileChange]) -> tuple[Checkpoint | None, Checkpoint | None]:
+def _checkpoint_change(
+    store: Store, result: ReputResult, tset: tuple[str, ...] | None, changes: list[FileChange]
+) -> tuple[Checkpoint | None, Checkpoint | None]:
     """The checkpoint before and after; its change, if any, goes into ``changes``."""
     root = store.root
     raw = read_small(root / "checkpoint", CHECKPOINT_READ_LIMIT, root, "checkpoint")
@@ -383,14 +451,24 @@ def _checkpoint_change(store: Store, result: ReputResult, tset: tuple[str, ...] 
     if tset is not None:
         # only some topics were dispatched: the other queues hold later messages, so
         # logicsMsgTimestamp stays, and indexMsgTimestamp never goes back
-        after = after._replace(logics_msg_timestamp=base.logics_msg_timestamp,
-                               index_msg_timestamp=max(base.index_msg_timestamp, after.index_msg_timestamp))
+        after = after._replace(
+            logics_msg_timestamp=base.logics_msg_timestamp,
+            index_msg_timestamp=max(base.index_msg_timestamp, after.index_msg_timestamp),
+        )
     if after == base:
         return before, before
     buf = bytearray((raw or b"").ljust(CHECKPOINT_FILE_SIZE, b"\0"))
     struct.pack_into(">qq", buf, 8, after.logics_msg_timestamp, after.index_msg_timestamp)
-    changes.append(_change(root, "checkpoint", "checkpoint", bytes(buf), len(buf),
-                           f"logicsMsgTimestamp {after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}"))
+    changes.append(
+        _change(
+            root,
+            "checkpoint",
+            "checkpoint",
+            bytes(buf),
+            len(buf),
+            f"logicsMsgTimestamp {after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}",
+        )
+    )
     return before, after
 
 
@@ -408,13 +486,16 @@ def _rebuild_findings(store: Store, result: ReputResult) -> tuple[list[str], lis
         problems.append(
             f"consumequeue/{t}/{q}: {len(ws)} record(s) with a QUEUEOFFSET other than the queue's write position, "
             f"appended at the write position like the broker does (first: commitlog offset {w.commitlog_offset}, "
-            f"QUEUEOFFSET {w.expected_logic_offset // 20}, queue at {w.current_logic_offset // 20}): a gap in the queue")
+            f"QUEUEOFFSET {w.expected_logic_offset // 20}, queue at {w.current_logic_offset // 20}): a gap in the queue"
+        )
     for issue in store.issues:
         if issue.path.startswith("commitlog") and issue.severity == "error":
             problems.append(f"{issue.path}: {issue.message}")
     if store.abort_present:
-        warnings.append("store/abort is present: the broker did not shut down cleanly; it will run its abnormal "
-                        "recovery at the next start (rmqtool recover does that offline)")
+        warnings.append(
+            "store/abort is present: the broker did not shut down cleanly; it will run its abnormal "
+            "recovery at the next start (rmqtool recover does that offline)"
+        )
     return warnings, problems
 
 
@@ -422,9 +503,13 @@ def apply_rebuild(plan: RebuildPlan, *, backup_dir: str | Path | None = None) ->
     """Carry out the plan in one :class:`recovery.safety.StoreTransaction` (locks the store,
     stages every new file inside it, backs up every file replaced or removed with a
     manifest, renames into place). Returns the ``CommitResult`` (``backup_dir``)."""
-    what = ("consume queues and index" if plan.cq and plan.index else "consume queues" if plan.cq else "index")
-    desc = f"rebuild-index ({what}, {plan.mode}" + (f", from offset {plan.from_offset}" if plan.from_offset is not None else "") \
-        + (f", topics {', '.join(plan.topics)}" if plan.topics else "") + ")"
+    what = "consume queues and index" if plan.cq and plan.index else "consume queues" if plan.cq else "index"
+    desc = (
+        f"rebuild-index ({what}, {plan.mode}"
+        + (f", from offset {plan.from_offset}" if plan.from_offset is not None else "")
+        + (f", topics {', '.join(plan.topics)}" if plan.topics else "")
+        + ")"
+    )
     # index files first: their hashing (mostly the unused tail) goes on in the background
     # while the consume queue files are staged
     changes = sorted(plan.changes, key=lambda ch: not isinstance(ch.content, IndexFileOut))

@@ -88,91 +88,267 @@ def _spec(kind: str, columns: Iterable[Column], table: Iterable[str], export: It
 
 
 C = Column
-COMMITLOG = _spec("commitlog", [
-    C("file", "string", hint="file"), C("pos", "bigint", hint="offset"),
-    C("physical_offset", "bigint", "OFFSET", "offset"), C("type", "string"), C("status", "string", "STATUS"),
-    C("total_size", "int", "SIZE"), C("magic", "string"), C("topic", "string", "TOPIC"), C("queue_id", "int", "QID"),
-    C("queue_offset", "bigint", "QOFF"), C("tags", "string", "TAGS"), C("keys", "array<string>", "KEYS"),
-    C("uniq_key", "string", "UNIQ_KEY"), C("msg_id", "string", "MSG ID"), C("born_timestamp", "bigint", hint="time"),
-    C("store_timestamp", "bigint", hint="time"), C("born_time", "string", hint="time"),
-    C("store_time", "string", "STORED (UTC)", "time"),
-    C("born_host", "string"), C("store_host", "string"), C("sys_flag", "int"), C("transaction_type", "string"),
-    C("reconsume_times", "int"), C("flag", "int"), C("prepared_transaction_offset", "bigint", hint="offset"),
-    C("body_length", "int"), C("body_crc", "int"), C("crc_ok", "boolean"), C("tags_code", "bigint"),
-    C("properties", "map<string,string>"),
-    C("field", "string"),  # the field where a damaged spot failed (absent for messages)
-    C("body", "binary", "BODY"), C("body_sha256", "string", "BODY SHA256"),
-], table=("physical_offset", "total_size", "topic", "queue_id", "queue_offset", "store_time", "msg_id", "uniq_key",
-          "tags", "keys", "status"),
-   export=("file", "pos", "physical_offset", "type", "status", "total_size", "magic", "topic", "queue_id", "queue_offset",
-           "tags", "keys", "uniq_key", "msg_id", "born_timestamp", "store_timestamp", "born_host", "store_host", "sys_flag",
-           "transaction_type", "reconsume_times", "flag", "prepared_transaction_offset", "body_length", "body_crc",
-           "crc_ok", "tags_code", "properties", "field"))
+COMMITLOG = _spec(
+    "commitlog",
+    [
+        C("file", "string", hint="file"),
+        C("pos", "bigint", hint="offset"),
+        C("physical_offset", "bigint", "OFFSET", "offset"),
+        C("type", "string"),
+        C("status", "string", "STATUS"),
+        C("total_size", "int", "SIZE"),
+        C("magic", "string"),
+        C("topic", "string", "TOPIC"),
+        C("queue_id", "int", "QID"),
+        C("queue_offset", "bigint", "QOFF"),
+        C("tags", "string", "TAGS"),
+        C("keys", "array<string>", "KEYS"),
+        C("uniq_key", "string", "UNIQ_KEY"),
+        C("msg_id", "string", "MSG ID"),
+        C("born_timestamp", "bigint", hint="time"),
+        C("store_timestamp", "bigint", hint="time"),
+        C("born_time", "string", hint="time"),
+        C("store_time", "string", "STORED (UTC)", "time"),
+        C("born_host", "string"),
+        C("store_host", "string"),
+        C("sys_flag", "int"),
+        C("transaction_type", "string"),
+        C("reconsume_times", "int"),
+        C("flag", "int"),
+        C("prepared_transaction_offset", "bigint", hint="offset"),
+        C("body_length", "int"),
+        C("body_crc", "int"),
+        C("crc_ok", "boolean"),
+        C("tags_code", "bigint"),
+        C("properties", "map<string,string>"),
+        C("field", "string"),  # the field where a damaged spot failed (absent for messages)
+        C("body", "binary", "BODY"),
+        C("body_sha256", "string", "BODY SHA256"),
+    ],
+    table=(
+        "physical_offset",
+        "total_size",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "store_time",
+        "msg_id",
+        "uniq_key",
+        "tags",
+        "keys",
+        "status",
+    ),
+    export=(
+        "file",
+        "pos",
+        "physical_offset",
+        "type",
+        "status",
+        "total_size",
+        "magic",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "tags",
+        "keys",
+        "uniq_key",
+        "msg_id",
+        "born_timestamp",
+        "store_timestamp",
+        "born_host",
+        "store_host",
+        "sys_flag",
+        "transaction_type",
+        "reconsume_times",
+        "flag",
+        "prepared_transaction_offset",
+        "body_length",
+        "body_crc",
+        "crc_ok",
+        "tags_code",
+        "properties",
+        "field",
+    ),
+)
 
-CONSUMEQUEUE = _spec("consumequeue", [
-    C("topic", "string", "TOPIC"), C("queue_id", "int", "QID"), C("queue_offset", "bigint", "QOFFSET"),
-    C("file", "string", "FILE"), C("pos", "bigint", "POS", "offset"),
-    C("commitlog_offset", "bigint", "COMMITLOG OFFSET", "offset"), C("size", "int", "SIZE"),
-    C("tags_code", "bigint", "TAGS CODE"), C("status", "string", "STATUS"),
-], table=("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"),
-   export=("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"))
+CONSUMEQUEUE = _spec(
+    "consumequeue",
+    [
+        C("topic", "string", "TOPIC"),
+        C("queue_id", "int", "QID"),
+        C("queue_offset", "bigint", "QOFFSET"),
+        C("file", "string", "FILE"),
+        C("pos", "bigint", "POS", "offset"),
+        C("commitlog_offset", "bigint", "COMMITLOG OFFSET", "offset"),
+        C("size", "int", "SIZE"),
+        C("tags_code", "bigint", "TAGS CODE"),
+        C("status", "string", "STATUS"),
+    ],
+    table=("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"),
+    export=("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"),
+)
 
 # dump index [--entries]: one header row per file, then its non-empty slots and its entries
-INDEX = _spec("index", [
-    C("type", "string", "TYPE"), C("file", "string", "FILE"), C("status", "string", "STATUS"), C("size", "bigint"),
-    C("begin_timestamp", "bigint", hint="time"), C("end_timestamp", "bigint", hint="time"),
-    C("begin_phy_offset", "bigint", hint="offset"), C("end_phy_offset", "bigint", hint="offset"),
-    C("hash_slot_count", "int"), C("index_count", "int", "INDEX COUNT"), C("slot", "int", "SLOT"),
-    C("entry", "int", "ENTRY"), C("key_hash", "int", "KEY HASH"),
-    C("commitlog_offset", "bigint", "COMMITLOG OFFSET", "offset"), C("time_diff", "int", "TIME DIFF"),
-    C("prev_index", "int", "PREV"),
-], table=("type", "file", "slot", "entry", "key_hash", "commitlog_offset", "time_diff", "prev_index", "index_count",
-          "status"),
-   export=("type", "file", "status", "size", "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset",
-           "hash_slot_count", "index_count", "slot", "entry", "key_hash", "commitlog_offset", "time_diff", "prev_index"))
+INDEX = _spec(
+    "index",
+    [
+        C("type", "string", "TYPE"),
+        C("file", "string", "FILE"),
+        C("status", "string", "STATUS"),
+        C("size", "bigint"),
+        C("begin_timestamp", "bigint", hint="time"),
+        C("end_timestamp", "bigint", hint="time"),
+        C("begin_phy_offset", "bigint", hint="offset"),
+        C("end_phy_offset", "bigint", hint="offset"),
+        C("hash_slot_count", "int"),
+        C("index_count", "int", "INDEX COUNT"),
+        C("slot", "int", "SLOT"),
+        C("entry", "int", "ENTRY"),
+        C("key_hash", "int", "KEY HASH"),
+        C("commitlog_offset", "bigint", "COMMITLOG OFFSET", "offset"),
+        C("time_diff", "int", "TIME DIFF"),
+        C("prev_index", "int", "PREV"),
+    ],
+    table=(
+        "type",
+        "file",
+        "slot",
+        "entry",
+        "key_hash",
+        "commitlog_offset",
+        "time_diff",
+        "prev_index",
+        "index_count",
+        "status",
+    ),
+    export=(
+        "type",
+        "file",
+        "status",
+        "size",
+        "begin_timestamp",
+        "end_timestamp",
+        "begin_phy_offset",
+        "end_phy_offset",
+        "hash_slot_count",
+        "index_count",
+        "slot",
+        "entry",
+        "key_hash",
+        "commitlog_offset",
+        "time_diff",
+        "prev_index",
+    ),
+)
 
 # dump index --key: one row per index hit (the message it leads to under "message")
-INDEX_HIT = _spec("index_hit", [
-    C("file", "string", "FILE"), C("slot", "int", "SLOT"), C("entry", "int", "ENTRY"), C("key_hash", "int", "KEY HASH"),
-    C("commitlog_offset", "bigint", "COMMITLOG OFFSET", "offset"), C("time_diff", "int", "TIME DIFF"),
-    C("prev_index", "int", "PREV"), C("topic", "string", "TOPIC"), C("key", "string", "KEY"),
-    C("status", "string", "STATUS"),
-], table=("file", "slot", "entry", "key_hash", "commitlog_offset", "time_diff", "prev_index", "topic", "key", "status"))
+INDEX_HIT = _spec(
+    "index_hit",
+    [
+        C("file", "string", "FILE"),
+        C("slot", "int", "SLOT"),
+        C("entry", "int", "ENTRY"),
+        C("key_hash", "int", "KEY HASH"),
+        C("commitlog_offset", "bigint", "COMMITLOG OFFSET", "offset"),
+        C("time_diff", "int", "TIME DIFF"),
+        C("prev_index", "int", "PREV"),
+        C("topic", "string", "TOPIC"),
+        C("key", "string", "KEY"),
+        C("status", "string", "STATUS"),
+    ],
+    table=(
+        "file",
+        "slot",
+        "entry",
+        "key_hash",
+        "commitlog_offset",
+        "time_diff",
+        "prev_index",
+        "topic",
+        "key",
+        "status",
+    ),
+)
 
-CHECKPOINT = _spec("checkpoint", [
-    C("physic_msg_timestamp", "bigint", "PHYSIC", "time"), C("logics_msg_timestamp", "bigint", "LOGICS", "time"),
-    C("index_msg_timestamp", "bigint", "INDEX", "time"), C("master_flushed_offset", "bigint", "MASTER FLUSHED", "offset"),
-    C("confirm_phy_offset", "bigint", "CONFIRM", "offset"), C("min_timestamp", "bigint", "MIN TS", "time"),
-    C("min_timestamp_index", "bigint", "MIN TS INDEX", "time"), C("status", "string", "STATUS"),
-], table=("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "master_flushed_offset",
-          "confirm_phy_offset", "min_timestamp", "min_timestamp_index", "status"))
+CHECKPOINT = _spec(
+    "checkpoint",
+    [
+        C("physic_msg_timestamp", "bigint", "PHYSIC", "time"),
+        C("logics_msg_timestamp", "bigint", "LOGICS", "time"),
+        C("index_msg_timestamp", "bigint", "INDEX", "time"),
+        C("master_flushed_offset", "bigint", "MASTER FLUSHED", "offset"),
+        C("confirm_phy_offset", "bigint", "CONFIRM", "offset"),
+        C("min_timestamp", "bigint", "MIN TS", "time"),
+        C("min_timestamp_index", "bigint", "MIN TS INDEX", "time"),
+        C("status", "string", "STATUS"),
+    ],
+    table=(
+        "physic_msg_timestamp",
+        "logics_msg_timestamp",
+        "index_msg_timestamp",
+        "master_flushed_offset",
+        "confirm_phy_offset",
+        "min_timestamp",
+        "min_timestamp_index",
+        "status",
+    ),
+)
 
-CONFIG = _spec("config", [
-    C("file", "string", "FILE"), C("source", "string", "SOURCE"), C("status", "string", "STATUS"),
-    C("content", "string", "CONTENT"),
-], table=("file", "source", "status", "content"))
+CONFIG = _spec(
+    "config",
+    [
+        C("file", "string", "FILE"),
+        C("source", "string", "SOURCE"),
+        C("status", "string", "STATUS"),
+        C("content", "string", "CONTENT"),
+    ],
+    table=("file", "source", "status", "content"),
+)
 
 # verify's findings (recovery.verify.Finding.to_dict) and its per-check summary
-FINDING = _spec("finding", [
-    C("severity", "string", "SEVERITY"), C("code", "string", "CODE"), C("file", "string", "FILE"),
-    C("pos", "bigint", "POS", "offset"), C("physical_offset", "bigint", "OFFSET", "offset"),
-    C("message", "string", "MESSAGE"),
-], table=("severity", "code", "file", "pos", "physical_offset", "message"))
-CHECK = _spec("check", [
-    C("name", "string", "CHECK"), C("status", "string", "STATUS"), C("items", "bigint", "ITEMS"),
-    C("errors", "bigint", "ERRORS"), C("warnings", "bigint", "WARNINGS"),
-], table=("name", "status", "items", "errors", "warnings"))
+FINDING = _spec(
+    "finding",
+    [
+        C("severity", "string", "SEVERITY"),
+        C("code", "string", "CODE"),
+        C("file", "string", "FILE"),
+        C("pos", "bigint", "POS", "offset"),
+        C("physical_offset", "bigint", "OFFSET", "offset"),
+        C("message", "string", "MESSAGE"),
+    ],
+    table=("severity", "code", "file", "pos", "physical_offset", "message"),
+)
+CHECK = _spec(
+    "check",
+    [
+        C("name", "string", "CHECK"),
+        C("status", "string", "STATUS"),
+        C("items", "bigint", "ITEMS"),
+        C("errors", "bigint", "ERRORS"),
+        C("warnings", "bigint", "WARNINGS"),
+    ],
+    table=("name", "status", "items", "errors", "warnings"),
+)
 del C
 
 
-def damaged_fields(file_name: str, buf: Any, pos: int, file_base: int, c: ck.Checked, with_body: bool, body_hash: bool) -> Record:
+def damaged_fields(
+    file_name: str, buf: Any, pos: int, file_base: int, c: ck.Checked, with_body: bool, body_hash: bool
+) -> Record:
     """A spot the broker's check refused: the message fields when the record decodes
     (status = the reason), else the position, the reason and the readable prefix."""
     if c.rec is not None:
         m = message_fields(file_name, c, buf, with_body=with_body, body_hash=body_hash)
         m["status"] = c.reason
         return m
-    r: Record = {"type": "damaged", "file": file_name, "pos": pos, "physical_offset": file_base + pos, "status": c.reason, "field": c.field}
+    r: Record = {
+        "type": "damaged",
+        "file": file_name,
+        "pos": pos,
+        "physical_offset": file_base + pos,
+        "status": c.reason,
+        "field": c.field,
+    }
     if pos + 8 <= len(buf):
         total, magic = PREFIX.unpack_from(buf, pos)
         r["total_size"] = total
@@ -239,11 +415,23 @@ def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilte
             located = (loc for _how, loc in qy.find_by_msg_id(store, profile, msg_id, topic=topic, use_index=not scan))
         else:
             assert key is not None
-            located = (loc for _hit, loc in qy.find_by_key(store, profile, topic, key, use_index=not scan,
-                                                            begin=since or 0, end=until if until is not None else qy.LONG_MAX))
+            located = (
+                loc
+                for _hit, loc in qy.find_by_key(
+                    store,
+                    profile,
+                    topic,
+                    key,
+                    use_index=not scan,
+                    begin=since or 0,
+                    end=until if until is not None else qy.LONG_MAX,
+                )
+            )
         for loc in located:
             if keep(loc.checked, loc.file.base + loc.pos):
-                yield crc_status(message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body, body_hash=body_hash))
+                yield crc_status(
+                    message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body, body_hash=body_hash)
+                )
         return
 
     content_filter = topic is not None or queue_id is not None or since is not None or until is not None
@@ -268,29 +456,59 @@ def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilte
             yield damaged_fields(f.name, buf, pos, f.base, c, with_body, body_hash)
 
 
-def generic_record(f: StoreFile, buf: Any, pos: int, c: ck.Checked, topic: str | None, queue_id: int | None,
-                    since: int | None, until: int | None, content_filter: bool) -> Record | None:
+def generic_record(
+    f: StoreFile,
+    buf: Any,
+    pos: int,
+    c: ck.Checked,
+    topic: str | None,
+    queue_id: int | None,
+    since: int | None,
+    until: int | None,
+    content_filter: bool,
+) -> Record | None:
     """What ``commitlog_records`` prints for one step of the generic walk (None: filtered)."""
     if c.is_blank:
         return None if content_filter else blank_fields(f.name, pos, buf, f.base)
     if c.is_message:
         rec = c.rec
         assert rec is not None
-        if (topic is not None and rec.topic != topic) or (queue_id is not None and rec.queue_id != queue_id) \
-                or (since is not None and rec.store_timestamp < since) or (until is not None and rec.store_timestamp > until):
+        if (
+            (topic is not None and rec.topic != topic)
+            or (queue_id is not None and rec.queue_id != queue_id)
+            or (since is not None and rec.store_timestamp < since)
+            or (until is not None and rec.store_timestamp > until)
+        ):
             return None
         return crc_status(message_fields(f.name, c, buf))
     return damaged_fields(f.name, buf, pos, f.base, c, False, False)
 
 
-def index_hit_records(store: Store, profile: Any, topic: str | None, key: str, since: int | None, until: int | None, with_body: bool) -> Iterator[Record]:
-    for hit, loc in qy.find_by_key(store, profile, topic, key, use_index=True, begin=since or 0,
-                                   end=until if until is not None else qy.LONG_MAX, scan_fallback=False):
+def index_hit_records(
+    store: Store, profile: Any, topic: str | None, key: str, since: int | None, until: int | None, with_body: bool
+) -> Iterator[Record]:
+    for hit, loc in qy.find_by_key(
+        store,
+        profile,
+        topic,
+        key,
+        use_index=True,
+        begin=since or 0,
+        end=until if until is not None else qy.LONG_MAX,
+        scan_fallback=False,
+    ):
         assert hit is not None and loc.checked.rec is not None
         yield {
-            "file": f"index/{hit.file.name}", "slot": hit.slot, "entry": hit.entry, "key_hash": hit.key_hash,
-            "commitlog_offset": hit.commitlog_offset, "time_diff": hit.time_diff, "prev_index": hit.prev_index,
-            "topic": loc.checked.rec.topic, "key": key, "status": "OK",
+            "file": f"index/{hit.file.name}",
+            "slot": hit.slot,
+            "entry": hit.entry,
+            "key_hash": hit.key_hash,
+            "commitlog_offset": hit.commitlog_offset,
+            "time_diff": hit.time_diff,
+            "prev_index": hit.prev_index,
+            "topic": loc.checked.rec.topic,
+            "key": key,
+            "status": "OK",
             "message": message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body),
         }
 
@@ -352,7 +570,9 @@ def config_records(store: Store, name: str | None) -> Iterator[Record]:
             rec["status"] = "OK" if cand.name == n else "FALLBACK_TO_BAK"
             break
         else:
-            rec["status"] = "UNPARSABLE" if any(not p.endswith((": missing", ": empty")) for p in problems) else "MISSING"
+            rec["status"] = (
+                "UNPARSABLE" if any(not p.endswith((": missing", ": empty")) for p in problems) else "MISSING"
+            )
         if problems:
             rec["problems"] = problems
         yield rec

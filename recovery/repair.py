@@ -128,11 +128,17 @@ class Region:
 
     def to_dict(self) -> dict[str, Any]:
         recs = self.layout.records if self.layout is not None else []
-        return {"file": self.file, "from": self.start_offset, "to": self.end_offset, "bytes": self.end - self.pos,
-                "kind": self.kind, "quarantine_records": sum(1 for r in recs if r.kind == "quarantine"),
-                "tombstones": sum(1 for r in recs if r.kind == "tombstone"),
-                "blank": any(r.kind == "blank" for r in recs),
-                "quarantined": [q.to_dict() for q in self.quarantined]}
+        return {
+            "file": self.file,
+            "from": self.start_offset,
+            "to": self.end_offset,
+            "bytes": self.end - self.pos,
+            "kind": self.kind,
+            "quarantine_records": sum(1 for r in recs if r.kind == "quarantine"),
+            "tombstones": sum(1 for r in recs if r.kind == "tombstone"),
+            "blank": any(r.kind == "blank" for r in recs),
+            "quarantined": [q.to_dict() for q in self.quarantined],
+        }
 
 
 @dataclass
@@ -175,21 +181,32 @@ class RepairPlan:
 
     @property
     def nothing_to_do(self) -> bool:
-        return not self.regions and not self.stray and not self.index_changes and self.checkpoint is None \
+        return (
+            not self.regions
+            and not self.stray
+            and not self.index_changes
+            and self.checkpoint is None
             and not self.abort_present
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "store": self.store, "broker_version": self.broker_version,
-            "intact_records": self.intact_records, "intact_records_moved_or_cut": self.intact_moved,
+            "store": self.store,
+            "broker_version": self.broker_version,
+            "intact_records": self.intact_records,
+            "intact_records_moved_or_cut": self.intact_moved,
             "recover_would_cut_intact": self.recover_would_cut,
             "regions": [r.to_dict() for r in self.regions],
             "quarantined": [q.to_dict() for q in self.quarantined],
             "stray_files": self.stray,
-            "file_changes": [{"action": c.action, "path": c.relpath, "kind": c.kind, "note": c.note} for c in self.index_changes],
+            "file_changes": [
+                {"action": c.action, "path": c.relpath, "kind": c.kind, "note": c.note} for c in self.index_changes
+            ],
             "checkpoint": self.checkpoint_note or None,
             "abort_file": "removed" if self.abort_present else "absent",
-            "unfillable_regions": self.unfillable, "problems": self.problems, "notes": self.notes,
+            "unfillable_regions": self.unfillable,
+            "problems": self.problems,
+            "notes": self.notes,
         }
 
 
@@ -215,9 +232,17 @@ def _read_units(f: StoreFile) -> np.ndarray:
     return np.fromfile(f.path, dtype=_UNIT, count=n)
 
 
-def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                jobs: int = 1, progress: Progress | None = None, index_tz: Any = None,
-                rebuild: bool = True, workdir: Path | None = None) -> RepairPlan:
+def plan_repair(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    jobs: int = 1,
+    progress: Progress | None = None,
+    index_tz: Any = None,
+    rebuild: bool = True,
+    workdir: Path | None = None,
+) -> RepairPlan:
     """The repair plan; with ``rebuild`` also the consume queue / index / checkpoint
     changes (computed on a patched copy of the changed commitlog files in ``workdir``,
     default a temporary directory beside the store, removed before returning unless
@@ -240,9 +265,18 @@ def plan_repair(store: Store, profile: BrokerProfile, *, max_message_size: int =
     unfillable = _lay_out_regions(store, profile, tb, recs, intact, ioff, max_message_size, problems)
     regions = [r for r in regions if r.layout is not None]
 
-    plan = RepairPlan(str(store.root), profile.label, regions, stray, int(len(ioff)), 0,
-                      _recover_would_cut(store, profile, scans, recs), abort_present=store.abort_present,
-                      problems=problems, unfillable=unfillable)
+    plan = RepairPlan(
+        str(store.root),
+        profile.label,
+        regions,
+        stray,
+        int(len(ioff)),
+        0,
+        _recover_would_cut(store, profile, scans, recs),
+        abort_present=store.abort_present,
+        problems=problems,
+        unfillable=unfillable,
+    )
     if rebuild:
         _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
     plan.seconds = time.perf_counter() - t0
@@ -255,27 +289,49 @@ def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan
     to load the store, and filling the "gap" up to such a name would create files without
     end. Nothing is changed, as by recover. None when the names are sound."""
     F = store.geometry.commitlog_file_size
-    blocked = [i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")]
+    blocked = [
+        i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")
+    ]
     if not blocked:
         return None
     return RepairPlan(
-        store=str(store.root), broker_version=profile.label, regions=[], stray=[],
-        intact_records=0, intact_moved=0, recover_would_cut=None,
-        problems=[f"{b}: commitlog file names overlap or are not multiples of the file size ({F}): repair changes "
-                  "nothing until the file has its right name again (or is moved away)" for b in blocked],
-        seconds=time.perf_counter() - t0)
+        store=str(store.root),
+        broker_version=profile.label,
+        regions=[],
+        stray=[],
+        intact_records=0,
+        intact_moved=0,
+        recover_would_cut=None,
+        problems=[
+            f"{b}: commitlog file names overlap or are not multiples of the file size ({F}): repair changes "
+            "nothing until the file has its right name again (or is moved away)"
+            for b in blocked
+        ],
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def _stray_files(store: Store) -> tuple[list[str], list[str]]:
     """Stray and misnamed files the broker does not load (or fails to load on: a commitlog
     name that is not an offset), which go to the backup; and the problems: a directory in
     commitlog/ (4.x fails to load it) cannot be moved by the transaction."""
-    loaded = {f.path for f in store.commitlog} | {f.path for fs in store.consume_queues.values() for f in fs} \
+    loaded = (
+        {f.path for f in store.commitlog}
+        | {f.path for fs in store.consume_queues.values() for f in fs}
         | {f.path for f in store.index_files}
-    stray = [i.path for i in store.issues if i.code in ("MISNAMED_FILE", "STRAY_FILE")
-             and (store.root / i.path).is_file() and (store.root / i.path) not in loaded]
-    problems: list[str] = [f"{i.path}: {i.message}; move it away by hand" for i in store.issues
-                           if i.path.startswith("commitlog") and i.code == "STRAY_FILE" and (store.root / i.path).is_dir()]
+    )
+    stray = [
+        i.path
+        for i in store.issues
+        if i.code in ("MISNAMED_FILE", "STRAY_FILE")
+        and (store.root / i.path).is_file()
+        and (store.root / i.path) not in loaded
+    ]
+    problems: list[str] = [
+        f"{i.path}: {i.message}; move it away by hand"
+        for i in store.issues
+        if i.path.startswith("commitlog") and i.code == "STRAY_FILE" and (store.root / i.path).is_dir()
+    ]
     return stray, problems
 
 
@@ -354,9 +410,15 @@ class _Tombstones:
                 t, q = recs.queues[qk]
                 held.add((t, q, qo))
             known_queues |= {recs.queues[k] for k in np.unique(recs.qkey[tq]).tolist()}
-        return cls(regions, np.array([r.start_offset for r in regions], dtype=np.int64),
-                   np.array([r.end_offset for r in regions], dtype=np.int64),
-                   {i: {} for i in range(len(regions))}, {i: {} for i in range(len(regions))}, held, known_queues)
+        return cls(
+            regions,
+            np.array([r.start_offset for r in regions], dtype=np.int64),
+            np.array([r.end_offset for r in regions], dtype=np.int64),
+            {i: {} for i in range(len(regions))},
+            {i: {} for i in range(len(regions))},
+            held,
+            known_queues,
+        )
 
     def region_of(self, off: int) -> int | None:
         i = int(np.searchsorted(self.starts, off, side="right")) - 1
@@ -444,8 +506,16 @@ class _Tombstones:
                 self.qinfo[i][-(len(self.qinfo[i]) + 1)] = Quarantined(None, t, q, x, None, "queue offset hole")
 
 
-def _lay_out_regions(store: Store, profile: BrokerProfile, tb: _Tombstones, recs: Any, intact: np.ndarray,
-                     ioff: np.ndarray, max_message_size: int, problems: list[str]) -> list[int]:
+def _lay_out_regions(
+    store: Store,
+    profile: BrokerProfile,
+    tb: _Tombstones,
+    recs: Any,
+    intact: np.ndarray,
+    ioff: np.ndarray,
+    max_message_size: int,
+    problems: list[str],
+) -> list[int]:
     """Each region's layout (filler and tombstones) and quarantined records; a region that
     cannot be filled has none. Returns the start offsets of those."""
     unfillable: list[int] = []
@@ -454,8 +524,15 @@ def _lay_out_regions(store: Store, profile: BrokerProfile, tb: _Tombstones, recs
     crc_required = profile.verify_prop_crc
     prop_crc = crc_required or (profile.has_prop_crc and _carries_prop_crc(store, profile, recs, intact))
     for i, r in enumerate(tb.regions):
-        ts = sorted(tb.wanted[i].values(), key=lambda t: (t.original_offset if t.original_offset is not None else r.end_offset,
-                                                         t.queue_offset, t.topic, t.queue_id))
+        ts = sorted(
+            tb.wanted[i].values(),
+            key=lambda t: (
+                t.original_offset if t.original_offset is not None else r.end_offset,
+                t.queue_offset,
+                t.topic,
+                t.queue_id,
+            ),
+        )
         tomb_keys = {(t.topic, t.queue_id, t.queue_offset) for t in ts}
         if r.kind == "end of data":
             r.layout = FillerLayout(r.start_offset, r.end_offset)
@@ -463,18 +540,30 @@ def _lay_out_regions(store: Store, profile: BrokerProfile, tb: _Tombstones, recs
             try:
                 if r.at_file_end and r.end - r.pos < BLANK_LEN:
                     raise TooSmall(f"{r.end - r.pos} bytes before the file's end cannot hold a BLANK record")
-                r.layout = layout_region(r.start_offset, r.end_offset, ts, at_file_end=r.at_file_end,
-                                         max_size=max_message_size, prop_crc=prop_crc, crc_required=crc_required)
+                r.layout = layout_region(
+                    r.start_offset,
+                    r.end_offset,
+                    ts,
+                    at_file_end=r.at_file_end,
+                    max_size=max_message_size,
+                    prop_crc=prop_crc,
+                    crc_required=crc_required,
+                )
             except TooSmall as exc:
                 problems.append(_unfillable_problem(r, exc, int(len(ioff) - np.searchsorted(ioff, r.start_offset))))
                 unfillable.append(r.start_offset)
                 r.layout = None
                 continue
             for t in r.layout.dropped:
-                problems.append(f"{r.file}: no room in [{r.pos}, {r.end}) for the tombstone of {t.topic}/{t.queue_id} "
-                                f"queue offset {t.queue_offset}: the queue has a hole there")
+                problems.append(
+                    f"{r.file}: no room in [{r.pos}, {r.end}) for the tombstone of {t.topic}/{t.queue_id} "
+                    f"queue offset {t.queue_offset}: the queue has a hole there"
+                )
                 tomb_keys.discard((t.topic, t.queue_id, t.queue_offset))
-        qs = sorted(tb.qinfo[i].values(), key=lambda q: (q.offset if q.offset is not None else r.end_offset, q.queue_offset or 0))
+        qs = sorted(
+            tb.qinfo[i].values(),
+            key=lambda q: (q.offset if q.offset is not None else r.end_offset, q.queue_offset or 0),
+        )
         for q in qs:
             q.tombstone = (q.topic, q.queue_id, q.queue_offset) in tomb_keys
         r.quarantined = qs
@@ -498,10 +587,12 @@ def _unfillable_problem(r: Region, exc: Exception, n_after: int) -> str:
     record is at least MIN_RECORD bytes, a BLANK makes the walk go on at the next file, any
     other bytes fail the check), with what the broker does there."""
     where = "before the file's end" if r.at_file_end else "between two intact records"
-    return (f"{r.file}: bytes [{r.pos}, {r.end}) (offsets {r.start_offset}-{r.end_offset}) left as they are: "
-            f"{r.end - r.pos} bytes {where} hold no record the broker's walk accepts ({exc}; a BLANK there would "
-            f"end this file's walk); the broker's recovery stops at offset {r.start_offset} and cuts the {n_after} "
-            f"intact records after it, as rmqtool recover does; repair cannot keep them")
+    return (
+        f"{r.file}: bytes [{r.pos}, {r.end}) (offsets {r.start_offset}-{r.end_offset}) left as they are: "
+        f"{r.end - r.pos} bytes {where} hold no record the broker's walk accepts ({exc}; a BLANK there would "
+        f"end this file's walk); the broker's recovery stops at offset {r.start_offset} and cuts the {n_after} "
+        f"intact records after it, as rmqtool recover does; repair cannot keep them"
+    )
 
 
 def _carries_prop_crc(store: Store, profile: BrokerProfile, recs: Any, intact: np.ndarray) -> bool:
@@ -545,8 +636,9 @@ def _write_region(store: Store, r: Region, out: Any, store_ts: int, host: bytes,
         render_region_to(out, r.layout, None, store_ts=store_ts, host=host, port=port)
         return
     with open(src, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        render_region_to(out, r.layout, Window(mm, r.pos, min(r.end, size) - r.pos), store_ts=store_ts, host=host,
-                         port=port)
+        render_region_to(
+            out, r.layout, Window(mm, r.pos, min(r.end, size) - r.pos), store_ts=store_ts, host=host, port=port
+        )
 
 
 def _neighbour(store: Store, recs: Any, intact: np.ndarray, off: int) -> tuple[int, bytes, int]:
@@ -582,8 +674,16 @@ class _Workdir:
     keep: bool = False
 
 
-def _plan_rebuild(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: Any, intact: np.ndarray,
-                  index_tz: Any, jobs: int, workdir: Path | None) -> None:
+def _plan_rebuild(
+    store: Store,
+    profile: BrokerProfile,
+    plan: RepairPlan,
+    recs: Any,
+    intact: np.ndarray,
+    index_tz: Any,
+    jobs: int,
+    workdir: Path | None,
+) -> None:
     own = workdir is None
     wd = Path(tempfile.mkdtemp(prefix=f".{store.root.name}.rmqtool-repair-", dir=store.root.parent)) if own else workdir
     assert wd is not None
@@ -688,10 +788,14 @@ def _plan_checkpoint(store: Store, plan: RepairPlan, rb: Any, recs: Any, intact:
             after = after._replace(**{name: newest})
     if after != before or len(raw) != CHECKPOINT_FILE_SIZE:
         buf = bytearray(raw.ljust(CHECKPOINT_FILE_SIZE, b"\0")[:CHECKPOINT_FILE_SIZE])
-        struct.pack_into(">qqq", buf, 0, after.physic_msg_timestamp, after.logics_msg_timestamp, after.index_msg_timestamp)
+        struct.pack_into(
+            ">qqq", buf, 0, after.physic_msg_timestamp, after.logics_msg_timestamp, after.index_msg_timestamp
+        )
         plan.checkpoint = bytes(buf)
-        plan.checkpoint_note = (f"physicMsgTimestamp {after.physic_msg_timestamp}, logicsMsgTimestamp "
-                                f"{after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}")
+        plan.checkpoint_note = (
+            f"physicMsgTimestamp {after.physic_msg_timestamp}, logicsMsgTimestamp "
+            f"{after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}"
+        )
 
 
 def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChange]:
@@ -710,14 +814,23 @@ def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChang
     for f, c in zip(old, rebuilt):
         rel = _rel(store, f.path)
         same = same_content(f.path, c.content)
-        out.append(FileChange(UNCHANGED if same else "replace", rel, "index", content_size(c.content),
-                              "" if same else "rebuilt (entries of quarantined records dropped)", None if same else c.content))
+        out.append(
+            FileChange(
+                UNCHANGED if same else "replace",
+                rel,
+                "index",
+                content_size(c.content),
+                "" if same else "rebuilt (entries of quarantined records dropped)",
+                None if same else c.content,
+            )
+        )
     del removed
     return out
 
 
-def apply_repair(store: Store, plan: RepairPlan, *, backup_dir: str | Path | None = None,
-                 extra: Callable[[Any], None] | None = None) -> Any:
+def apply_repair(
+    store: Store, plan: RepairPlan, *, backup_dir: str | Path | None = None, extra: Callable[[Any], None] | None = None
+) -> Any:
     """Carry the plan out in one StoreTransaction; returns its CommitResult. ``extra(tx)``
     adds more changes to the same transaction (rmqtool repair --fix-offsets)."""
     with StoreTransaction(store.root, backup_dir=backup_dir, description="repair") as tx:

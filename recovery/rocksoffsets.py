@@ -39,7 +39,9 @@ def _open(path: Path) -> tuple[object, list[str]]:
         cfs = Rdict.list_cf(str(path))
         db = Rdict(str(path), options=Options(raw_mode=True), access_type=AccessType.read_only())
     except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exceptions
-        raise RocksUnavailable(f"does not open read-only ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+        raise RocksUnavailable(
+            f"does not open read-only ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        ) from None
     return db, cfs
 
 

@@ -40,7 +40,9 @@ def walk_file(buf: Any, end: int, profile: BrokerProfile, **walk: Unpack[ck.Walk
     exactly to ``end``). Keywords: :class:`recovery.check.WalkOptions`."""
     pos, check_crc, read_body, max_delay_level = ck.walk_options(walk)
     while pos < end:
-        c = ck.check_record(buf, pos, end, profile, check_crc=check_crc, read_body=read_body, max_delay_level=max_delay_level)
+        c = ck.check_record(
+            buf, pos, end, profile, check_crc=check_crc, read_body=read_body, max_delay_level=max_delay_level
+        )
         yield WalkStep(pos, c)
         if not c.is_message:
             return
@@ -110,6 +112,7 @@ def first_nonzero(u8: np.ndarray, a: int, b: int, block: int = 1 << 20) -> int:
     if cut < b and u8[cut:b].any():
         return cut + int(np.argmax(u8[cut:b] != 0))
     return -1
+
 
 def file_has_nonzero(path: Any, pos: int, end: int) -> bool:
     """Whether bytes [pos, end) of a file hold a non-zero byte. Holes of a sparse file (a
@@ -196,8 +199,15 @@ _MAGICS_V1 = (cl.MAGIC_V1.to_bytes(4, "big", signed=True),)
 _MAGICS_V1_V2 = _MAGICS_V1 + (cl.MAGIC_V2.to_bytes(4, "big", signed=True),)
 
 
-def resync(buf: Any, start: int, end: int, file_base: int, profile: BrokerProfile, check_crc: bool = True,
-           limit: int | None = None) -> int | None:
+def resync(
+    buf: Any,
+    start: int,
+    end: int,
+    file_base: int,
+    profile: BrokerProfile,
+    check_crc: bool = True,
+    limit: int | None = None,
+) -> int | None:
     """The first position in ``[start, limit)`` (``limit`` defaults to ``end``, the
     readable bytes) holding an intact record: a V1 (or, where the profile accepts it, V2)
     magic at +4 whose 4 bytes end before ``min(limit + 4, end)``, a record that validates
@@ -502,7 +512,9 @@ def queue_hint_runs(store: Store, budget: int = HINTS_BUDGET) -> list[np.ndarray
 CHASE_BATCH = 1 << 16
 
 
-def chase_starts(mv: memoryview, v: ByteViews, pos: int, lim: int, end: int, hints: np.ndarray | None) -> tuple[list[int] | np.ndarray, int, bool]:
+def chase_starts(
+    mv: memoryview, v: ByteViews, pos: int, lim: int, end: int, hints: np.ndarray | None
+) -> tuple[list[int] | np.ndarray, int, bool]:
     """Record starts from ``pos`` by following TOTALSIZE, as the broker's walk moves:
     a start is taken while it is < ``lim`` and its TOTALSIZE is > 0 and fits before
     ``end``. Returns (starts, next position, capped): ``capped`` when the batch limit
@@ -535,8 +547,9 @@ def chase_starts(mv: memoryview, v: ByteViews, pos: int, lim: int, end: int, hin
                 pos = int(h[j])
                 break  # h[j] is >= lim or its TOTALSIZE stops the walk
             # not a hint: one record at a time up to the next hint
-            s, pos, why = ccore.chase(mv, pos, min(lim, int(hints[i])) if i < len(hints) else lim, end,
-                                      CHASE_BATCH * 16 - taken, 0, 0, None)
+            s, pos, why = ccore.chase(
+                mv, pos, min(lim, int(hints[i])) if i < len(hints) else lim, end, CHASE_BATCH * 16 - taken, 0, 0, None
+            )
             out.append(s)
             taken += len(s)
             if why != ccore.LIMIT:

@@ -122,8 +122,9 @@ def _message_at(reader: CommitlogReader, offset: int) -> Located | None:
 TIME_QUEUES = 4  # the largest queues searched by store time (their units are the densest record starts)
 
 
-def seek_start(store: Store, profile: BrokerProfile, *, from_offset: int | None = None,
-               since: int | None = None) -> int | None:
+def seek_start(
+    store: Store, profile: BrokerProfile, *, from_offset: int | None = None, since: int | None = None
+) -> int | None:
     """A record start at or before the first record a walk with these bounds prints
     (None: no better start than the beginning).
 
@@ -133,8 +134,10 @@ def seek_start(store: Store, profile: BrokerProfile, *, from_offset: int | None 
     step); the largest of them. Both: the larger start."""
     if from_offset is None and since is None:
         return None
-    queues = [np.concatenate(p) if p else np.zeros(0, dtype=np.int64)
-              for p in (_queue_offsets(store, files) for _t, _q, files in store.iter_queues())]
+    queues = [
+        np.concatenate(p) if p else np.zeros(0, dtype=np.int64)
+        for p in (_queue_offsets(store, files) for _t, _q, files in store.iter_queues())
+    ]
     queues = [np.sort(q) for q in queues if len(q)]  # a queue's offsets grow; sorting guards a damaged one
     if not queues:
         return None
@@ -180,8 +183,9 @@ def first_since(store: Store, profile: BrokerProfile, start: int, since: int) ->
     return None
 
 
-def walk_from(store: Store, profile: BrokerProfile, start: int, to_offset: int | None = None
-              ) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]]:
+def walk_from(
+    store: Store, profile: BrokerProfile, start: int, to_offset: int | None = None
+) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]]:
     """The forensic walk (``scan.iter_store_records``) beginning at the record start
     ``start`` instead of the first file's first byte."""
     for f in store.commitlog_in_range(start, to_offset):
@@ -195,8 +199,9 @@ def walk_from(store: Store, profile: BrokerProfile, start: int, to_offset: int |
             del buf
 
 
-def topic_records(store: Store, profile: BrokerProfile, topics: set[str], queue_ids: set[int] | None
-                  ) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]] | None:
+def topic_records(
+    store: Store, profile: BrokerProfile, topics: set[str], queue_ids: set[int] | None
+) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]] | None:
     """The messages of ``topics`` (and ``queue_ids``) through their consume queues, then
     the walk past the dispatched end; None when the topics have no consume queue (the
     caller walks everything)."""

@@ -50,8 +50,14 @@ class Shape:
     """One shape: the broker version whose records it has, and message ``n``'s
     (topic, queue id, fields without offsets, tags)."""
 
-    def __init__(self, name: str, version: str, make: Callable[[random.Random, int], tuple[str, int, Fields, str | None]],
-                 v2: Callable[[str], bool] | None = None, append_crc32: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        make: Callable[[random.Random, int], tuple[str, int, Fields, str | None]],
+        v2: Callable[[str], bool] | None = None,
+        append_crc32: bool = False,
+    ) -> None:
         self.name = name
         self.version = version
         self.make = make
@@ -63,17 +69,38 @@ class Shape:
         return BrokerProfile.for_version(self.version)
 
 
-def _base(rng: random.Random, n: int, topic: str, qid: int, body: bytes, props: dict[str, str], version: str,
-          born: dict[str, Any] | None = None, store: dict[str, Any] | None = None, reconsume: int = 0) -> Fields:
+def _base(
+    rng: random.Random,
+    n: int,
+    topic: str,
+    qid: int,
+    body: bytes,
+    props: dict[str, str],
+    version: str,
+    born: dict[str, Any] | None = None,
+    store: dict[str, Any] | None = None,
+    reconsume: int = 0,
+) -> Fields:
     born = born or _v4(rng)
     store = store or _STORE_V4
-    sys_flag = (BORNHOST_V6_FLAG if len(born["address"]) == 16 else 0) | (STOREHOSTADDRESS_V6_FLAG if len(store["address"]) == 16 else 0)
+    sys_flag = (BORNHOST_V6_FLAG if len(born["address"]) == 16 else 0) | (
+        STOREHOSTADDRESS_V6_FLAG if len(store["address"]) == 16 else 0
+    )
     ts = 1_795_000_000_000 + n
     trailing = BrokerProfile.for_version(version).properties_trailing_separator
     return {
-        "queue_id": qid, "flag": 0, "sys_flag": sys_flag, "born_timestamp": ts - 3, "born_host": born,
-        "store_timestamp": ts, "store_host": store, "reconsume_times": reconsume, "prepared_transaction_offset": 0,
-        "body": body, "topic": topic, "properties": serialize_properties(props, trailing),
+        "queue_id": qid,
+        "flag": 0,
+        "sys_flag": sys_flag,
+        "born_timestamp": ts - 3,
+        "born_host": born,
+        "store_timestamp": ts,
+        "store_host": store,
+        "reconsume_times": reconsume,
+        "prepared_transaction_offset": 0,
+        "body": body,
+        "topic": topic,
+        "properties": serialize_properties(props, trailing),
     }
 
 
@@ -107,11 +134,15 @@ def _gen_commitlog(v6_fraction: float) -> Callable[[random.Random, int], tuple[s
             topic, nq = rng.choice(state["topics"])
             qid = rng.randrange(nq)
         blen = int(min(4096, max(64, rng.lognormvariate(math.log(780), 0.75))))
-        body = rng.randbytes(blen) if rng.random() < 0.3 else bytes(rng.choice(b"abcdefgh {}:,\"0123") for _ in range(blen))
+        body = (
+            rng.randbytes(blen) if rng.random() < 0.3 else bytes(rng.choice(b'abcdefgh {}:,"0123') for _ in range(blen))
+        )
         tag = rng.choice(["TagA", "TagB", "order_paid"])
         props: dict[str, str] = {}
         if rng.random() < 0.7:
-            props["KEYS"] = "ORD-%d" % rng.randrange(10**9) + (" USR-%d" % rng.randrange(10**6) if rng.random() < 0.2 else "")
+            props["KEYS"] = "ORD-%d" % rng.randrange(10**9) + (
+                " USR-%d" % rng.randrange(10**6) if rng.random() < 0.2 else ""
+            )
         props["TAGS"] = tag
         props["UNIQ_KEY"] = _uniq(rng, n)
         props["WAIT"] = "true" if rng.random() < 0.9 else "false"
@@ -158,15 +189,29 @@ def _ipv6(rng: random.Random, n: int) -> tuple[str, int, Fields, str | None]:
     born = _v6(rng) if n & 1 else _v4(rng)
     store = {"address": bytes(15) + b"\x01", "port": 10911} if n & 2 else _STORE_V4
     props = {"TAGS": "H", "KEYS": f"h{n}", "UNIQ_KEY": _uniq(rng, n)}
-    return "HostTopic", n % 3, _base(rng, n, "HostTopic", n % 3, rng.randbytes(rng.randrange(0, 500)), props, "4.9.4",
-                                     born=born, store=store), "H"
+    return (
+        "HostTopic",
+        n % 3,
+        _base(rng, n, "HostTopic", n % 3, rng.randbytes(rng.randrange(0, 500)), props, "4.9.4", born=born, store=store),
+        "H",
+    )
 
 
 def _non_ascii(rng: random.Random, n: int) -> tuple[str, int, Fields, str | None]:
     vals = ["café", "订单-已支付", "🙂🙃", "Ωμέγα", "ключ", "x\u00a0y"]
     tag = vals[n % len(vals)]
-    props = {"KEYS": f"{vals[(n + 1) % len(vals)]} k{n}", "TAGS": tag, "UNIQ_KEY": _uniq(rng, n), "note": vals[(n + 2) % len(vals)] * 3}
-    return "UnicodeTopic", n % 2, _base(rng, n, "UnicodeTopic", n % 2, ("ü" * rng.randrange(0, 200)).encode(), props, "4.9.4"), tag
+    props = {
+        "KEYS": f"{vals[(n + 1) % len(vals)]} k{n}",
+        "TAGS": tag,
+        "UNIQ_KEY": _uniq(rng, n),
+        "note": vals[(n + 2) % len(vals)] * 3,
+    }
+    return (
+        "UnicodeTopic",
+        n % 2,
+        _base(rng, n, "UnicodeTopic", n % 2, ("ü" * rng.randrange(0, 200)).encode(), props, "4.9.4"),
+        tag,
+    )
 
 
 def _v2_long_topics(rng: random.Random, n: int) -> tuple[str, int, Fields, str | None]:
@@ -187,20 +232,28 @@ def _inner_batch(rng: random.Random, n: int) -> tuple[str, int, Fields, str | No
 
 def _prop_crc(rng: random.Random, n: int) -> tuple[str, int, Fields, str | None]:
     props = {"TAGS": "C", "KEYS": f"c{n}", "UNIQ_KEY": _uniq(rng, n)}
-    return "CrcTopic", n % 2, _base(rng, n, "CrcTopic", n % 2, rng.randbytes(rng.randrange(0, 300)), props, "5.3.3"), "C"
+    return (
+        "CrcTopic",
+        n % 2,
+        _base(rng, n, "CrcTopic", n % 2, rng.randbytes(rng.randrange(0, 300)), props, "5.3.3"),
+        "C",
+    )
 
 
-SHAPES: dict[str, Shape] = {s.name: s for s in (
-    Shape("gen_commitlog", "4.9.4", _gen_commitlog(0.05)),
-    Shape("many_topics", "4.9.4", _many_topics),
-    Shape("keys_0_32", "4.9.4", _keys),
-    Shape("bodies_0_4mib", "4.9.4", _bodies),
-    Shape("ipv6_hosts", "4.9.4", _ipv6),
-    Shape("non_ascii_properties", "4.9.4", _non_ascii),
-    Shape("v2_long_topics_5x", "5.3.3", _v2_long_topics, v2=lambda t: len(t.encode()) > 127),
-    Shape("inner_batch_5x", "5.3.3", _inner_batch),
-    Shape("prop_crc_5x", "5.3.3", _prop_crc, append_crc32=True),
-)}
+SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        Shape("gen_commitlog", "4.9.4", _gen_commitlog(0.05)),
+        Shape("many_topics", "4.9.4", _many_topics),
+        Shape("keys_0_32", "4.9.4", _keys),
+        Shape("bodies_0_4mib", "4.9.4", _bodies),
+        Shape("ipv6_hosts", "4.9.4", _ipv6),
+        Shape("non_ascii_properties", "4.9.4", _non_ascii),
+        Shape("v2_long_topics_5x", "5.3.3", _v2_long_topics, v2=lambda t: len(t.encode()) > 127),
+        Shape("inner_batch_5x", "5.3.3", _inner_batch),
+        Shape("prop_crc_5x", "5.3.3", _prop_crc, append_crc32=True),
+    )
+}
 
 
 def records(shape: Shape, count: int, seed: int = 0) -> Iterator[tuple[str, int, bytes, str | None]]:
@@ -211,8 +264,16 @@ def records(shape: Shape, count: int, seed: int = 0) -> Iterator[tuple[str, int,
         yield topic, qid, f, tags  # type: ignore[misc]
 
 
-def write_shape_store(root: Path, shape: Shape, count: int, *, file_size: int = 16 << 20, cq: bool = True,
-                      cq_file_size: int = 6_000_000, seed: int = 0) -> dict[str, Any]:
+def write_shape_store(
+    root: Path,
+    shape: Shape,
+    count: int,
+    *,
+    file_size: int = 16 << 20,
+    cq: bool = True,
+    cq_file_size: int = 6_000_000,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Write ``count`` messages of ``shape`` into ``root`` (commitlog/, with ``cq`` the
     consume queues, and a clean-shutdown checkpoint). Returns a summary."""
     root = Path(root)
@@ -276,7 +337,9 @@ def write_consume_queues(root: Path, profile: BrokerProfile, cq_file_size: int =
                 c = step.checked
                 if not c.is_message or c.rec is None:
                     break
-                units.setdefault((c.rec.topic, c.rec.queue_id), []).append(_CQ_UNIT.pack(base + step.pos, c.size, c.tags_code))
+                units.setdefault((c.rec.topic, c.rec.queue_id), []).append(
+                    _CQ_UNIT.pack(base + step.pos, c.size, c.tags_code)
+                )
     per = cq_file_size // _CQ_UNIT.size
     for (topic, qid), us in units.items():
         d = Path(root) / "consumequeue" / topic / str(qid)

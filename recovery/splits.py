@@ -71,7 +71,9 @@ class Split(NamedTuple):
         return self.end >= self.file_size
 
 
-def plan_splits(store: Store, split_size: int | None = DEFAULT_SPLIT_SIZE, *, label: str | None = None, first_index: int = 0) -> list[Split]:
+def plan_splits(
+    store: Store, split_size: int | None = DEFAULT_SPLIT_SIZE, *, label: str | None = None, first_index: int = 0
+) -> list[Split]:
     """The splits of a store's commitlog, in offset order. ``split_size`` None or 0 (or
     not smaller than a file) gives one split per file. Zero-length files are skipped, as
     the sequential walk skips them."""
@@ -88,8 +90,10 @@ def _file_splits(f: StoreFile, split_size: int | None, label: str, index: int) -
     if f.size <= 0:
         return []
     path = str(Path(f.path).resolve())
-    return [Split(label, path, f.base, start, stop - start, f.size, index + k)
-            for k, (start, stop) in enumerate(cut(0, f.size, split_size or f.size))]
+    return [
+        Split(label, path, f.base, start, stop - start, f.size, index + k)
+        for k, (start, stop) in enumerate(cut(0, f.size, split_size or f.size))
+    ]
 
 
 def first_record(buf: Any, end: int, base: int, start: int, profile: BrokerProfile) -> int | None:
@@ -152,7 +156,9 @@ def open_split(split: Split, profile: BrokerProfile, handoff: Handoff | None = N
         yield None if first is None or first >= stop else SplitView(mf.buf, mf.size, first, stop)
 
 
-def iter_split(split: Split, profile: BrokerProfile, *, handoff: Handoff | None = None) -> Iterator[tuple[Any, int, ck.Checked]]:
+def iter_split(
+    split: Split, profile: BrokerProfile, *, handoff: Handoff | None = None
+) -> Iterator[tuple[Any, int, ck.Checked]]:
     """(buffer, position, outcome) for every record of ``split``, exactly as
     :func:`recovery.scan.iter_store_records` yields them for those positions. The buffer
     is valid until the generator is exhausted or closed. ``handoff`` (optional) is filled
@@ -180,4 +186,3 @@ def iter_split(split: Split, profile: BrokerProfile, *, handoff: Handoff | None 
         if handoff is not None:
             handoff.landed = landed
         del buf
-

@@ -238,7 +238,9 @@ class Store:
             cl_files: list[StoreFile] = []
         else:
             cl_files = self._offset_dir(cl_dir, "commitlog")
-        g.commitlog_file_size = commitlog_file_size or _most_common([f.size for f in cl_files]) or DEFAULT_COMMITLOG_FILE_SIZE
+        g.commitlog_file_size = (
+            commitlog_file_size or _most_common([f.size for f in cl_files]) or DEFAULT_COMMITLOG_FILE_SIZE
+        )
         self.commitlog = cl_files
         self._check_sizes(cl_files, g.commitlog_file_size, "commitlog")
         self._check_sequence(cl_files, g.commitlog_file_size, "commitlog")
@@ -253,7 +255,14 @@ class Store:
                 if tkind == "unsafe":
                     continue
                 if tkind != DIRECTORY:
-                    self.issues.append(LayoutIssue("STRAY_FILE", self._rel(topic_dir), "a file where a topic directory belongs (ignored by the broker)", "warning"))
+                    self.issues.append(
+                        LayoutIssue(
+                            "STRAY_FILE",
+                            self._rel(topic_dir),
+                            "a file where a topic directory belongs (ignored by the broker)",
+                            "warning",
+                        )
+                    )
                     continue
                 for q_dir in sorted(topic_dir.iterdir(), key=lambda p: p.name):
                     qid = _java_int(q_dir.name)
@@ -261,15 +270,25 @@ class Store:
                     if qkind == "unsafe":
                         continue
                     if qid is None or qkind != DIRECTORY:
-                        self.issues.append(LayoutIssue("STRAY_FILE", self._rel(q_dir), "not a queue directory (name is not an int; ignored by the broker)", "warning"))
+                        self.issues.append(
+                            LayoutIssue(
+                                "STRAY_FILE",
+                                self._rel(q_dir),
+                                "not a queue directory (name is not an int; ignored by the broker)",
+                                "warning",
+                            )
+                        )
                         continue
                     files = self._offset_dir(q_dir, "consumequeue")
                     self.consume_queues[(topic_dir.name, qid)] = files
                     all_cq.extend(files)
         # (inferred from the files' sizes that can be one: the broker rounds
         # mappedFileSizeConsumeQueue up to whole units, so a size of another kind is damage)
-        g.cq_file_size = _round_cq(cq_file_size) if cq_file_size else (
-            _most_common([f.size for f in all_cq if f.size % CQ_UNIT == 0]) or DEFAULT_CQ_FILE_SIZE)
+        g.cq_file_size = (
+            _round_cq(cq_file_size)
+            if cq_file_size
+            else (_most_common([f.size for f in all_cq if f.size % CQ_UNIT == 0]) or DEFAULT_CQ_FILE_SIZE)
+        )
         for files in self.consume_queues.values():
             self._check_sizes(files, g.cq_file_size, "consumequeue")
             self._check_sequence(files, g.cq_file_size, "consumequeue")
@@ -288,7 +307,15 @@ class Store:
                     continue
                 size = p.stat().st_size
                 if not (p.name.isascii() and p.name.isdigit() and len(p.name) <= 18):
-                    self.issues.append(LayoutIssue("MISNAMED_FILE", self._rel(p), "index file name is not a yyyyMMddHHmmssSSS number (the broker skips it)", "warning", size))
+                    self.issues.append(
+                        LayoutIssue(
+                            "MISNAMED_FILE",
+                            self._rel(p),
+                            "index file name is not a yyyyMMddHHmmssSSS number (the broker skips it)",
+                            "warning",
+                            size,
+                        )
+                    )
                     continue
                 idx_files.append(StoreFile(p, int(p.name), size))
         if index_slot_num and index_num:
@@ -300,9 +327,19 @@ class Store:
                 g.index_slot_num, g.index_num = cands[0]
         for f in idx_files:
             if f.size == 0:
-                self.issues.append(LayoutIssue("ZERO_LENGTH_FILE", self._rel(f.path), "zero-length index file", "error", 0))
+                self.issues.append(
+                    LayoutIssue("ZERO_LENGTH_FILE", self._rel(f.path), "zero-length index file", "error", 0)
+                )
             elif f.size != g.index_file_size:
-                self.issues.append(LayoutIssue("WRONG_FILE_SIZE", self._rel(f.path), f"index file is {f.size} bytes, expected {g.index_file_size}", "error", f.size))
+                self.issues.append(
+                    LayoutIssue(
+                        "WRONG_FILE_SIZE",
+                        self._rel(f.path),
+                        f"index file is {f.size} bytes, expected {g.index_file_size}",
+                        "error",
+                        f.size,
+                    )
+                )
         self.index_files = idx_files
 
     def _discover_markers(self) -> None:
@@ -327,15 +364,38 @@ class Store:
         destructive ones refuse it before changing anything)."""
         kind, why = classify(p, self.root)
         if kind not in (REGULAR, DIRECTORY):
-            self.issues.append(LayoutIssue("UNSAFE_FILE", self._rel(p), f"{why}: rmqtool never opens it; remove it or put the real file or directory there", "error"))
+            self.issues.append(
+                LayoutIssue(
+                    "UNSAFE_FILE",
+                    self._rel(p),
+                    f"{why}: rmqtool never opens it; remove it or put the real file or directory there",
+                    "error",
+                )
+            )
             return "unsafe"
         if is_symlink(p):
-            self.issues.append(LayoutIssue("SYMLINK", self._rel(p), "a symlink inside the store: read through, but never changed (recover and rebuild-index refuse it)", "warning"))
+            self.issues.append(
+                LayoutIssue(
+                    "SYMLINK",
+                    self._rel(p),
+                    "a symlink inside the store: read through, but never changed (recover and rebuild-index refuse it)",
+                    "warning",
+                )
+            )
         if kind == DIRECTORY and not os.access(p, os.R_OK | os.X_OK):
-            self.issues.append(LayoutIssue("UNSAFE_FILE", self._rel(p), "a directory that cannot be read (permission denied)", "error"))
+            self.issues.append(
+                LayoutIssue("UNSAFE_FILE", self._rel(p), "a directory that cannot be read (permission denied)", "error")
+            )
             return "unsafe"
         if kind == DIRECTORY and not os.access(p, os.W_OK):
-            self.issues.append(LayoutIssue("UNWRITABLE_DIR", self._rel(p), "a directory without write permission: recover and rebuild-index cannot change it", "warning"))
+            self.issues.append(
+                LayoutIssue(
+                    "UNWRITABLE_DIR",
+                    self._rel(p),
+                    "a directory without write permission: recover and rebuild-index cannot change it",
+                    "warning",
+                )
+            )
         return kind
 
     @property
@@ -358,15 +418,32 @@ class Store:
             if pkind == "unsafe":
                 continue
             if pkind == DIRECTORY:
-                self.issues.append(LayoutIssue("STRAY_FILE", self._rel(p), f"a directory inside {kind}/ (4.x fails to load it, 5.1+ skips it)", "error"))
+                self.issues.append(
+                    LayoutIssue(
+                        "STRAY_FILE",
+                        self._rel(p),
+                        f"a directory inside {kind}/ (4.x fails to load it, 5.1+ skips it)",
+                        "error",
+                    )
+                )
                 continue
             base = parse_offset_file_name(p.name)
             size = p.stat().st_size
             if base is None:
-                self.issues.append(LayoutIssue("MISNAMED_FILE", self._rel(p), f"{kind} file name is not a decimal offset (the broker fails to load the store)", "error", size))
+                self.issues.append(
+                    LayoutIssue(
+                        "MISNAMED_FILE",
+                        self._rel(p),
+                        f"{kind} file name is not a decimal offset (the broker fails to load the store)",
+                        "error",
+                        size,
+                    )
+                )
                 continue
             if len(p.name) != 20:
-                self.issues.append(LayoutIssue("MISNAMED_FILE", self._rel(p), f"{kind} file name is not 20 digits", "warning", size))
+                self.issues.append(
+                    LayoutIssue("MISNAMED_FILE", self._rel(p), f"{kind} file name is not 20 digits", "warning", size)
+                )
             out.append(StoreFile(p, base, size))
         out.sort(key=lambda f: f.name)
         return out
@@ -375,27 +452,63 @@ class Store:
         for i, f in enumerate(files):
             if f.size == 0:
                 last = i == len(files) - 1
-                self.issues.append(LayoutIssue(
-                    "ZERO_LENGTH_FILE", self._rel(f.path),
-                    f"zero-length {kind} file" + (" (5.1.3+ deletes it when it is the last one; older brokers fail to load)" if last else " (the broker fails to load the store)"),
-                    "error", 0))
+                self.issues.append(
+                    LayoutIssue(
+                        "ZERO_LENGTH_FILE",
+                        self._rel(f.path),
+                        f"zero-length {kind} file"
+                        + (
+                            " (5.1.3+ deletes it when it is the last one; older brokers fail to load)"
+                            if last
+                            else " (the broker fails to load the store)"
+                        ),
+                        "error",
+                        0,
+                    )
+                )
             elif f.size != expected:
-                self.issues.append(LayoutIssue("WRONG_FILE_SIZE", self._rel(f.path), f"{kind} file is {f.size} bytes, mapped size is {expected} (the broker fails to load the store)", "error", f.size))
+                self.issues.append(
+                    LayoutIssue(
+                        "WRONG_FILE_SIZE",
+                        self._rel(f.path),
+                        f"{kind} file is {f.size} bytes, mapped size is {expected} (the broker fails to load the store)",
+                        "error",
+                        f.size,
+                    )
+                )
 
     def _check_sequence(self, files: list[StoreFile], size: int, kind: str) -> None:
         if kind == "commitlog" and files and files[0].base % size:
             # the first file too (a lone file renamed to 09223372036854775807: offsets past
             # it overflow a Java long)
-            self.issues.append(LayoutIssue("MISALIGNED_FILE", self._rel(files[0].path), f"{kind} file offset {files[0].base} is not a multiple of the mapped size {size}", "warning"))
+            self.issues.append(
+                LayoutIssue(
+                    "MISALIGNED_FILE",
+                    self._rel(files[0].path),
+                    f"{kind} file offset {files[0].base} is not a multiple of the mapped size {size}",
+                    "warning",
+                )
+            )
         for prev, cur in zip(files, files[1:]):
             if cur.base - prev.base != size:
                 gap = cur.base - prev.base - size
-                self.issues.append(LayoutIssue(
-                    "FILE_GAP" if gap > 0 else "FILE_OVERLAP", self._rel(cur.path),
-                    f"{kind} file starts at {cur.base}, previous ends at {prev.base + size} ({'missing' if gap > 0 else 'overlapping'} {abs(gap)} bytes)",
-                    "error"))
+                self.issues.append(
+                    LayoutIssue(
+                        "FILE_GAP" if gap > 0 else "FILE_OVERLAP",
+                        self._rel(cur.path),
+                        f"{kind} file starts at {cur.base}, previous ends at {prev.base + size} ({'missing' if gap > 0 else 'overlapping'} {abs(gap)} bytes)",
+                        "error",
+                    )
+                )
             if cur.base % size:
-                self.issues.append(LayoutIssue("MISALIGNED_FILE", self._rel(cur.path), f"{kind} file offset {cur.base} is not a multiple of the mapped size {size}", "warning"))
+                self.issues.append(
+                    LayoutIssue(
+                        "MISALIGNED_FILE",
+                        self._rel(cur.path),
+                        f"{kind} file offset {cur.base} is not a multiple of the mapped size {size}",
+                        "warning",
+                    )
+                )
 
     # ----------------------------------------------------------------------------------
     @property
@@ -422,8 +535,12 @@ class Store:
                 return f
         return None
 
-    def commitlog_in_range(self, from_offset: int | None = None, to_offset: int | None = None,
-                           skipped: Callable[[StoreFile], None] | None = None) -> Iterator[StoreFile]:
+    def commitlog_in_range(
+        self,
+        from_offset: int | None = None,
+        to_offset: int | None = None,
+        skipped: Callable[[StoreFile], None] | None = None,
+    ) -> Iterator[StoreFile]:
         """The non-empty commitlog files, in order, that may hold records in
         ``[from_offset, to_offset)`` (None: unbounded); ``skipped(f)`` is called for each
         file passed over because it lies wholly before ``from_offset``."""
@@ -442,7 +559,9 @@ class Store:
     def topics(self) -> list[str]:
         return sorted({t for t, _ in self.consume_queues})
 
-    def iter_queues(self, topic: str | None = None, queue_id: int | None = None) -> Iterator[tuple[str, int, list[StoreFile]]]:
+    def iter_queues(
+        self, topic: str | None = None, queue_id: int | None = None
+    ) -> Iterator[tuple[str, int, list[StoreFile]]]:
         for (t, q), files in sorted(self.consume_queues.items()):
             if topic is not None and t != topic:
                 continue

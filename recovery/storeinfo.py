@@ -40,9 +40,17 @@ def _data_prefix(buf: Any) -> Any:
 
 def _queue_info(store: Store, reader: CommitlogReader, topic: str, qid: int, files: list[Any]) -> dict[str, Any]:
     live = [f for f in files if f.size > 0]
-    out: dict[str, Any] = {"topic": topic, "queue_id": qid, "files": len(files), "min_offset": None, "max_offset": None,
-                           "messages": 0, "first_store_timestamp": None, "last_store_timestamp": None,
-                           "max_commitlog_offset": None}
+    out: dict[str, Any] = {
+        "topic": topic,
+        "queue_id": qid,
+        "files": len(files),
+        "min_offset": None,
+        "max_offset": None,
+        "messages": 0,
+        "first_store_timestamp": None,
+        "last_store_timestamp": None,
+        "max_commitlog_offset": None,
+    }
     if not live:
         return out
     first_unit = last_unit = None
@@ -78,8 +86,9 @@ def _queue_info(store: Store, reader: CommitlogReader, topic: str, qid: int, fil
     return out
 
 
-def store_info(store: Store, profile: BrokerProfile, *, deep: bool = False,
-               progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+def store_info(
+    store: Store, profile: BrokerProfile, *, deep: bool = False, progress: Callable[[int], None] | None = None
+) -> dict[str, Any]:
     root = store.root
     F = store.geometry.commitlog_file_size
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "store": str(root), "broker_version": profile.label}
@@ -91,17 +100,35 @@ def store_info(store: Store, profile: BrokerProfile, *, deep: bool = False,
                 loc = reader.record_at(f.base)
                 if loc is not None and loc.checked.rec is not None:
                     first = loc.checked.rec.store_timestamp
-            files.append({"file": f"commitlog/{f.name}", "base": f.base, "size": f.size, "full_size": f.size == F,
-                          "first_store_timestamp": first})
-        doc["commitlog"] = {"file_size": F, "files": files,
-                            "bytes": sum(f.size for f in store.commitlog),
-                            "min_offset": store.commitlog[0].base if store.commitlog else None}
+            files.append(
+                {
+                    "file": f"commitlog/{f.name}",
+                    "base": f.base,
+                    "size": f.size,
+                    "full_size": f.size == F,
+                    "first_store_timestamp": first,
+                }
+            )
+        doc["commitlog"] = {
+            "file_size": F,
+            "files": files,
+            "bytes": sum(f.size for f in store.commitlog),
+            "min_offset": store.commitlog[0].base if store.commitlog else None,
+        }
         queues = [_queue_info(store, reader, t, q, fs) for t, q, fs in store.iter_queues()]
     doc["queues"] = queues
     topics: dict[str, dict[str, Any]] = {}
     for q in queues:
-        t = topics.setdefault(q["topic"], {"topic": q["topic"], "queues": 0, "messages": 0,
-                                           "first_store_timestamp": None, "last_store_timestamp": None})
+        t = topics.setdefault(
+            q["topic"],
+            {
+                "topic": q["topic"],
+                "queues": 0,
+                "messages": 0,
+                "first_store_timestamp": None,
+                "last_store_timestamp": None,
+            },
+        )
         t["queues"] += 1
         t["messages"] += q["messages"]
         for k, pick in (("first_store_timestamp", min), ("last_store_timestamp", max)):
@@ -114,8 +141,16 @@ def store_info(store: Store, profile: BrokerProfile, *, deep: bool = False,
     index = []
     for f in store.index_files:
         h = read_index_header(store, f)
-        index.append({"file": f"index/{f.name}", "size": f.size, "begin_timestamp": h.begin_timestamp,
-                      "end_timestamp": h.end_timestamp, "end_phy_offset": h.end_phy_offset, "index_count": h.index_count})
+        index.append(
+            {
+                "file": f"index/{f.name}",
+                "size": f.size,
+                "begin_timestamp": h.begin_timestamp,
+                "end_timestamp": h.end_timestamp,
+                "end_phy_offset": h.end_phy_offset,
+                "index_count": h.index_count,
+            }
+        )
     doc["index"] = index
     cp_path = root / "checkpoint"
     raw = None
@@ -126,8 +161,12 @@ def store_info(store: Store, profile: BrokerProfile, *, deep: bool = False,
             raw = None
     if raw is not None:
         cp = decode_checkpoint(raw)
-        doc["checkpoint"] = {"physic_msg_timestamp": cp.physic_msg_timestamp, "logics_msg_timestamp": cp.logics_msg_timestamp,
-                             "index_msg_timestamp": cp.index_msg_timestamp, "min_timestamp": cp.min_timestamp}
+        doc["checkpoint"] = {
+            "physic_msg_timestamp": cp.physic_msg_timestamp,
+            "logics_msg_timestamp": cp.logics_msg_timestamp,
+            "index_msg_timestamp": cp.index_msg_timestamp,
+            "min_timestamp": cp.min_timestamp,
+        }
     else:
         doc["checkpoint"] = None
     abort = (root / "abort").exists()
@@ -135,8 +174,12 @@ def store_info(store: Store, profile: BrokerProfile, *, deep: bool = False,
     journals = [p.name for p in pending_journals(root)]
     doc["abort"] = abort
     holder = lock_holder(root / "lock") if held else None
-    doc["lock"] = {"present": (root / "lock").exists(), "held": held,
-                   "holder_pid": holder[0] if holder else None, "holder_command": holder[1] if holder else None}
+    doc["lock"] = {
+        "present": (root / "lock").exists(),
+        "held": held,
+        "holder_pid": holder[0] if holder else None,
+        "holder_command": holder[1] if holder else None,
+    }
     doc["pending_transactions"] = journals
     doc["backups"] = sorted(p.name for p in root.parent.glob(f"{root.name}.rmqtool-backup-*") if p.is_dir())
     doc["outlook"] = _outlook(root, abort, held, journals, doc)
@@ -150,19 +193,30 @@ def _outlook(root: Path, abort: bool, held: bool, journals: list[str], doc: dict
     steps: list[str] = []
     if held:
         who = doc["lock"].get("holder_pid")
-        verdict = ("a broker (or another rmqtool) holds the lock" + (f" (PID {who}: {doc['lock']['holder_command'] or '?'})" if who else "")
-                   + ": it is running on this store")
+        verdict = (
+            "a broker (or another rmqtool) holds the lock"
+            + (f" (PID {who}: {doc['lock']['holder_command'] or '?'})" if who else "")
+            + ": it is running on this store"
+        )
         steps.append("stop the broker before any repair; read-only commands (info, verify, dump) work meanwhile")
     elif journals:
         verdict = "an interrupted rmqtool change is pending"
-        steps.append(f"rmqtool recover {s} --dry-run, then rmqtool recover {s} --yes (it finishes or undoes the pending change first)")
+        steps.append(
+            f"rmqtool recover {s} --dry-run, then rmqtool recover {s} --yes (it finishes or undoes the pending change first)"
+        )
     elif abort:
-        verdict = ("the broker did not shut down cleanly (abort present): its next start runs the abnormal recovery, "
-                   "from the commitlog file the checkpoint points at")
+        verdict = (
+            "the broker did not shut down cleanly (abort present): its next start runs the abnormal recovery, "
+            "from the commitlog file the checkpoint points at"
+        )
         steps.append(f"rmqtool verify {s}  (what is damaged)")
-        steps.append(f"rmqtool recover {s} --dry-run  (what the broker's recovery will cut), then --yes to do it offline")
+        steps.append(
+            f"rmqtool recover {s} --dry-run  (what the broker's recovery will cut), then --yes to do it offline"
+        )
     else:
-        verdict = "clean shutdown (no abort file): the next start runs the normal recovery of the last three commitlog files"
+        verdict = (
+            "clean shutdown (no abort file): the next start runs the normal recovery of the last three commitlog files"
+        )
         steps.append(f"rmqtool verify {s}  (a full check, if something is wrong anyway)")
     if not doc["commitlog"]["files"]:
         verdict += "; the commitlog is empty"
@@ -173,10 +227,17 @@ def _deep(store: Store, profile: BrokerProfile, progress: Callable[[int], None] 
     from .recover import plan_recovery  # lazy: recovery.recover is ~210 ms of `rmqtool info`'s start-up
 
     plan = plan_recovery(store, profile, progress=progress)
-    return {"mode": plan.mode, "mode_reason": plan.mode_reason, "start_file": plan.start_file,
-            "end_offset": plan.end_offset, "bytes_cut": plan.bytes_cut, "messages_cut": plan.messages_cut,
-            "queues_changed": len(plan.changed_queues), "nothing_to_do": plan.nothing_to_do,
-            "problems": [p.one_line() for p in plan.problems]}
+    return {
+        "mode": plan.mode,
+        "mode_reason": plan.mode_reason,
+        "start_file": plan.start_file,
+        "end_offset": plan.end_offset,
+        "bytes_cut": plan.bytes_cut,
+        "messages_cut": plan.messages_cut,
+        "queues_changed": len(plan.changed_queues),
+        "nothing_to_do": plan.nothing_to_do,
+        "problems": [p.one_line() for p in plan.problems],
+    }
 
 
 __all__ = ["store_info", "SCHEMA_VERSION"]

@@ -296,8 +296,25 @@ def _write_records(plan: SyntheticPlan, templates: list[_Template], out: _Commit
         body = pool[at : at + bs]
         rec = bytearray(tp.raw)
         header_pack(
-            rec, 0, tp.size, magic, crc32_fast(body), q % qpt, 0, n // nq, out.base + out.pos, 0,
-            ts - 1, born_addr, born_port, ts, store_addr, store_port, 0, 0, bs,
+            rec,
+            0,
+            tp.size,
+            magic,
+            crc32_fast(body),
+            q % qpt,
+            0,
+            n // nq,
+            out.base + out.pos,
+            0,
+            ts - 1,
+            born_addr,
+            born_port,
+            ts,
+            store_addr,
+            store_port,
+            0,
+            0,
+            bs,
         )
         rec[tp.body_pos : tp.body_pos + bs] = body
         if kpm:

@@ -61,7 +61,10 @@ def _line(s: str) -> str:
     """One finished JSON line with the twins inserted (find and slice: no regex)."""
     # top-level keys: born_timestamp is the first such key (only body* precede it), store_timestamp
     # the last (only scalars follow it); a property of that name sits in between
-    for key, twin, find in (('"store_timestamp":', '"store_time":', s.rfind), ('"born_timestamp":', '"born_time":', None)):
+    for key, twin, find in (
+        ('"store_timestamp":', '"store_time":', s.rfind),
+        ('"born_timestamp":', '"born_time":', None),
+    ):
         i = find(key) if find is not None else s.find(key)
         if i < 0:
             return _LINE.sub(_sub_str, s)

@@ -176,8 +176,9 @@ def pool(workers: int, ctx: Any = None, initializer: Any = None) -> Any:
     then ``initializer``)."""
     _PARENT_PID[0] = os.getpid()
     init = worker_init if initializer is None else _chain(initializer)
-    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx if ctx is not None else fork_context(),
-                                  initializer=init)
+    return cf.ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx if ctx is not None else fork_context(), initializer=init
+    )
 
 
 class _chain:

@@ -22,9 +22,30 @@ _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 # of them: "4.9" is not a release (it would silently have meant 4.9.0, outside the 4.9.2-4.9.8
 # quirk range), "5.3.99" neither.
 RELEASES: tuple[tuple[int, int, int], ...] = (
-    (4, 6, 0), (4, 6, 1), (4, 7, 0), (4, 7, 1), (4, 8, 0), (4, 9, 0), (4, 9, 1), (4, 9, 2),
-    (4, 9, 3), (4, 9, 4), (4, 9, 5), (4, 9, 6), (4, 9, 7), (4, 9, 8), (5, 0, 0), (5, 1, 0),
-    (5, 1, 1), (5, 1, 2), (5, 1, 3), (5, 1, 4), (5, 2, 0), (5, 3, 0), (5, 3, 1), (5, 3, 2),
+    (4, 6, 0),
+    (4, 6, 1),
+    (4, 7, 0),
+    (4, 7, 1),
+    (4, 8, 0),
+    (4, 9, 0),
+    (4, 9, 1),
+    (4, 9, 2),
+    (4, 9, 3),
+    (4, 9, 4),
+    (4, 9, 5),
+    (4, 9, 6),
+    (4, 9, 7),
+    (4, 9, 8),
+    (5, 0, 0),
+    (5, 1, 0),
+    (5, 1, 1),
+    (5, 1, 2),
+    (5, 1, 3),
+    (5, 1, 4),
+    (5, 2, 0),
+    (5, 3, 0),
+    (5, 3, 1),
+    (5, 3, 2),
     (5, 3, 3),
 )
 
@@ -41,8 +62,10 @@ def parse_version(text: str) -> tuple[int, int, int]:
         raise ValueError(f"not a RocketMQ version: {text!r} (expected e.g. 4.9.4 or 5.3.3)")
     v = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
     if v not in RELEASES:
-        raise ValueError(f"{text} is not a supported RocketMQ release (4.6.0 to 5.3.3: {version_label(RELEASES[0])}, "
-                         f"..., {version_label(RELEASES[-1])})")
+        raise ValueError(
+            f"{text} is not a supported RocketMQ release (4.6.0 to 5.3.3: {version_label(RELEASES[0])}, "
+            f"..., {version_label(RELEASES[-1])})"
+        )
     return v
 
 
@@ -60,10 +83,20 @@ def parse_delay_levels(text: str) -> list[int]:
 
 
 # the version-dependent decisions of recovery, dispatch and rebuild (recovery_signature)
-RECOVERY_DECISIONS = ("is_5x", "accepts_v2", "remaining_checks", "new_properties_parser", "has_prop_crc",
-                      "prop_crc_zero_accepted", "delay_table_in_abnormal_recovery", "normal_recovery_walkback",
-                      "startup_reput_from_cq", "hash_slot_count_every_put", "index_flushed_at_shutdown",
-                      "zero_length_last_file_deleted")
+RECOVERY_DECISIONS = (
+    "is_5x",
+    "accepts_v2",
+    "remaining_checks",
+    "new_properties_parser",
+    "has_prop_crc",
+    "prop_crc_zero_accepted",
+    "delay_table_in_abnormal_recovery",
+    "normal_recovery_walkback",
+    "startup_reput_from_cq",
+    "hash_slot_count_every_put",
+    "index_flushed_at_shutdown",
+    "zero_length_last_file_deleted",
+)
 
 
 def _version_rule(test: Callable[[tuple[int, int, int]], bool], doc: str | None = None) -> cached_property[bool]:
@@ -89,12 +122,27 @@ class BrokerProfile:
     message_index_safe: bool = False  # messageIndexSafe: abnormal recovery's start file honours indexMsgTimestamp
 
     @classmethod
-    def for_version(cls, text: str = DEFAULT_VERSION, delay_levels: str | None = None, *,
-                    force_verify_prop_crc: bool = False, recheck_reput_offset_from_cq: bool = False,
-                    check_crc_on_recover: bool = True, message_index_safe: bool = False) -> BrokerProfile:
-        levels = tuple(parse_delay_levels(delay_levels)) if delay_levels else tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
-        return cls(parse_version(text), levels, force_verify_prop_crc, recheck_reput_offset_from_cq,
-                   check_crc_on_recover, message_index_safe)
+    def for_version(
+        cls,
+        text: str = DEFAULT_VERSION,
+        delay_levels: str | None = None,
+        *,
+        force_verify_prop_crc: bool = False,
+        recheck_reput_offset_from_cq: bool = False,
+        check_crc_on_recover: bool = True,
+        message_index_safe: bool = False,
+    ) -> BrokerProfile:
+        levels = (
+            tuple(parse_delay_levels(delay_levels)) if delay_levels else tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
+        )
+        return cls(
+            parse_version(text),
+            levels,
+            force_verify_prop_crc,
+            recheck_reput_offset_from_cq,
+            check_crc_on_recover,
+            message_index_safe,
+        )
 
     @cached_property
     def verify_prop_crc(self) -> bool:

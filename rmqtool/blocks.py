@@ -17,7 +17,16 @@ from .recovery.batch.blocks import (
     v1_run_starts,
 )
 
-__all__ = ["body_crcs_match", "distinct", "gather", "host_keys", "host_of_key", "row_groups", "rows", "v1_lengths",
-           "v1_run_starts"]
+__all__ = [
+    "body_crcs_match",
+    "distinct",
+    "gather",
+    "host_keys",
+    "host_of_key",
+    "row_groups",
+    "rows",
+    "v1_lengths",
+    "v1_run_starts",
+]
 
 sys.modules[__name__] = sys.modules[body_crcs_match.__module__]

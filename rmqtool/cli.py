@@ -63,7 +63,7 @@ class LazyGroup(click.Group):
 
 
 def unknown_command(name: str, known: list[str]) -> str:
-    """"No such command" with the close matches (difflib), or the list when none is close."""
+    """ "No such command" with the close matches (difflib), or the list when none is close."""
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     if not close:
         close = [k for k in known if k.startswith(name[:3])] if len(name) >= 3 else []

@@ -19,22 +19,55 @@ from .output import SCHEMA_VERSION, output_options, resolve
 from .recovery.backups import describe_backup, find_backups, needed_backups, prune_selection
 from .render import dumps, render
 
-COLUMNS = [("path", "BACKUP"), ("created_utc", "CREATED (UTC)"), ("description", "MADE BY"), ("entries", "FILES"),
-           ("bytes", "BYTES"), ("actions", "ACTIONS"), ("status", "STATUS")]
+COLUMNS = [
+    ("path", "BACKUP"),
+    ("created_utc", "CREATED (UTC)"),
+    ("description", "MADE BY"),
+    ("entries", "FILES"),
+    ("bytes", "BYTES"),
+    ("actions", "ACTIONS"),
+    ("status", "STATUS"),
+]
 
 
 @click.command("backups", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("read")
 @click.argument("store", type=click.Path(path_type=Path, file_okay=False), required=False)
-@click.option("--dir", "dirs", multiple=True, type=click.Path(path_type=Path), metavar="DIR",
-              help="Also look here (a backup, or a directory of backups); repeatable.")
-@click.option("--prune", is_flag=True, help="Delete old backups of STORE: all but the newest --keep, or those older than --older-than.")
-@click.option("--keep", type=click.IntRange(0), default=None, metavar="N", help="With --prune: keep the newest N backups.")
-@click.option("--older-than", type=click.FloatRange(0), default=None, metavar="DAYS", help="With --prune: delete backups older than DAYS days.")
+@click.option(
+    "--dir",
+    "dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Also look here (a backup, or a directory of backups); repeatable.",
+)
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Delete old backups of STORE: all but the newest --keep, or those older than --older-than.",
+)
+@click.option(
+    "--keep", type=click.IntRange(0), default=None, metavar="N", help="With --prune: keep the newest N backups."
+)
+@click.option(
+    "--older-than",
+    type=click.FloatRange(0),
+    default=None,
+    metavar="DAYS",
+    help="With --prune: delete backups older than DAYS days.",
+)
 @yes_option
 @output_options(("table", "json"), "table", "json")
-def command(store: Path, dirs: tuple[Path, ...], prune: bool, keep: int | None, older_than: float | None, yes: bool,
-            fmt: str | None, quiet: bool) -> int:
+def command(
+    store: Path,
+    dirs: tuple[Path, ...],
+    prune: bool,
+    keep: int | None,
+    older_than: float | None,
+    yes: bool,
+    fmt: str | None,
+    quiet: bool,
+) -> int:
     """List the rmqtool backups of STORE (what each holds: the command that made it, when,
     how many files, how many bytes) and, with --prune, delete old ones. Only backups whose
     manifest names STORE are pruned; one a pending interrupted change still needs never is.
@@ -62,8 +95,12 @@ def command(store: Path, dirs: tuple[Path, ...], prune: bool, keep: int | None, 
         if fmt == "json" and not prune:
             click.echo(dumps({"schema_version": SCHEMA_VERSION, "store": str(store), "backups": rows}))
         elif fmt != "json":
-            render(iter(rows), "table", COLUMNS + ([("prune", "PRUNE")] if prune else []),
-                   title=f"rmqtool backups of {store}")
+            render(
+                iter(rows),
+                "table",
+                COLUMNS + ([("prune", "PRUNE")] if prune else []),
+                title=f"rmqtool backups of {store}",
+            )
             for r in rows:
                 if r["problem"]:
                     click.echo(f"rmqtool: problem: {r['problem']}", err=True)
@@ -77,8 +114,16 @@ def command(store: Path, dirs: tuple[Path, ...], prune: bool, keep: int | None, 
         if fmt != "json" and not quiet:
             click.echo(f"pruned: {len(doomed)} backup(s), {sum(r['bytes'] for r in doomed)} bytes freed")
     if prune and fmt == "json":
-        click.echo(dumps({"schema_version": SCHEMA_VERSION, "store": str(store), "backups": rows,
-                          "pruned": [r["path"] for r in doomed]}))
+        click.echo(
+            dumps(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "store": str(store),
+                    "backups": rows,
+                    "pruned": [r["path"] for r in doomed],
+                }
+            )
+        )
     elif prune and not doomed and fmt != "json" and not quiet:
         click.echo("nothing to prune")
     return int(Exit.PROBLEMS if any(r["status"] == "UNUSABLE" for r in rows) else Exit.OK)

@@ -61,6 +61,7 @@ _generic_record = generic_record  # (the name _file_lines calls)
 # ---------------------------------------------------------------------------------------
 # Option parsing helpers
 
+
 def parse_time(text: str | None, name: str) -> int | None:
     """Epoch milliseconds from ISO 8601, epoch seconds or milliseconds (by magnitude), or
     a relative time (``rmqtool.times.parse_time``)."""
@@ -119,23 +120,42 @@ def _commitlog_blocks(
     """:func:`commitlog_lines` with runs of plain messages as blocks of lines (``_Block``);
     ``start``: a record start to walk from (a seek's answer) instead of the beginning."""
     if not profile.new_properties_parser:  # the 4.6.0-4.9.0 parser differs on edge cases
-        yield from commitlog_records(store, profile, topic=topic, queue_id=queue_id, from_offset=from_offset,
-                                     to_offset=to_offset, since=since, until=until)
+        yield from commitlog_records(
+            store,
+            profile,
+            topic=topic,
+            queue_id=queue_id,
+            from_offset=from_offset,
+            to_offset=to_offset,
+            since=since,
+            until=until,
+        )
         return
     content_filter = topic is not None or queue_id is not None or since is not None or until is not None
     for f in store.commitlog_in_range(start if start is not None else from_offset, to_offset):
         with store.map(f) as mf:
             sp = start - f.base if start is not None and f.base <= start < f.base + mf.size else 0
-            yield from _file_lines(f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until,
-                                   content_filter, sp)
+            yield from _file_lines(
+                f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until, content_filter, sp
+            )
 
 
 class _Lines:
     """Per-file state of the per-record JSON lines: the filters (positions ``[lo, hi)``
     of the file, topic, queue id, store time) and tables cached across records."""
 
-    def __init__(self, fname: str, is5: bool, lo: int, hi: int, unfiltered: bool, topic: str | None,
-                 queue_id: int | None, since: int | None, until: int | None) -> None:
+    def __init__(
+        self,
+        fname: str,
+        is5: bool,
+        lo: int,
+        hi: int,
+        unfiltered: bool,
+        topic: str | None,
+        queue_id: int | None,
+        since: int | None,
+        until: int | None,
+    ) -> None:
         self.fname = _enc(fname)
         self.is5 = is5
         self.lo, self.hi, self.unfiltered = lo, hi, unfiltered
@@ -145,9 +165,20 @@ class _Lines:
         self.tcodes: dict[str, int] = {}
 
 
-def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | None, queue_id: int | None,
-                from_offset: int | None, to_offset: int | None, since: int | None, until: int | None,
-                content_filter: bool, start_pos: int = 0) -> Iterator[Any]:
+def _file_lines(
+    f: StoreFile,
+    buf: Any,
+    end: int,
+    profile: Any,
+    topic: str | None,
+    queue_id: int | None,
+    from_offset: int | None,
+    to_offset: int | None,
+    since: int | None,
+    until: int | None,
+    content_filter: bool,
+    start_pos: int = 0,
+) -> Iterator[Any]:
     """One file's output of :func:`_commitlog_blocks` from ``start_pos`` (a record start:
     0, or where a seek found one, recovery.seek): blocks of plain records (``_Block``,
     unfiltered only), a JSON line for each other plain record, a record of the generic
@@ -187,8 +218,9 @@ def _file_lines(f: StoreFile, buf: Any, end: int, profile: Any, topic: str | Non
 def _try_block(vec: _Vec, buf: Any, pos: int, end: int) -> tuple[tuple[int, list[bytes], int] | None, int]:
     """(a block from ``pos`` or None, how many records the per-record path takes before a
     block is tried again; -1: no limit)."""
-    if pos + _SYS_FLAG_END <= end and (buf[pos + _MAGIC_AT : pos + _MAGIC_AT + 4] != _V1_MAGIC
-                                       or buf[pos + _SYS_FLAG_END - 1] & 0x30):
+    if pos + _SYS_FLAG_END <= end and (
+        buf[pos + _MAGIC_AT : pos + _MAGIC_AT + 4] != _V1_MAGIC or buf[pos + _SYS_FLAG_END - 1] & 0x30
+    ):
         # a record the blocks never take (IPv6 hosts, V2, ...): this one alone goes to the
         # per-record paths, and the next one gets a block again (a record of another layout
         # among plain ones must not end the blocks for a whole run; 2: when the per-record
@@ -203,7 +235,9 @@ def _try_block(vec: _Vec, buf: Any, pos: int, end: int) -> tuple[tuple[int, list
     return None, budget
 
 
-def _record_lines(st: _Lines, buf: Any, mv: memoryview, pos: int, end: int, budget: int) -> Generator[str, None, tuple[int, int]]:
+def _record_lines(
+    st: _Lines, buf: Any, mv: memoryview, pos: int, end: int, budget: int
+) -> Generator[str, None, tuple[int, int]]:
     """JSON lines of the plain records from ``pos`` (at most ``budget``, -1: no limit),
     filtered; returns where they end and the budget left. Each line is what
     ``message_line(message_fields(...))`` gives, keys in sorted order as render.dumps
@@ -220,13 +254,20 @@ def _record_lines(st: _Lines, buf: Any, mv: memoryview, pos: int, end: int, budg
         if t is None:
             name = tb.decode("utf-8", JAVA_REPLACE)
             t = topics[tb] = (name, _enc(name))
-        if unfiltered or (st.lo <= pos < st.hi and (st.topic is None or t[0] == st.topic)
-                          and (st.queue_id is None or qid == st.queue_id)
-                          and (st.since is None or stt >= st.since) and (st.until is None or stt <= st.until)):
+        if unfiltered or (
+            st.lo <= pos < st.hi
+            and (st.topic is None or t[0] == st.topic)
+            and (st.queue_id is None or qid == st.queue_id)
+            and (st.since is None or stt >= st.since)
+            and (st.until is None or stt <= st.until)
+        ):
             hj = hosts.get((ba, bp, sa, sp))
             if hj is None:
-                hj = hosts[(ba, bp, sa, sp)] = (_enc(host_to_str(ba, bp)), _enc(host_to_str(sa, sp)),
-                                                '"' + (bytes(sa) + struct.pack(">i", sp)).hex().upper())
+                hj = hosts[(ba, bp, sa, sp)] = (
+                    _enc(host_to_str(ba, bp)),
+                    _enc(host_to_str(sa, sp)),
+                    '"' + (bytes(sa) + struct.pack(">i", sp)).hex().upper(),
+                )
             tags = d.get("TAGS")
             keys = d.get("KEYS")
             uniq = d.get("UNIQ_KEY")
@@ -262,8 +303,9 @@ def _record_lines(st: _Lines, buf: Any, mv: memoryview, pos: int, end: int, budg
     return pos, budget
 
 
-def _generic_lines(f: StoreFile, buf: Any, end: int, profile: Any, pos: int, st: _Lines,
-                   content_filter: bool) -> Generator[Record, None, int | None]:
+def _generic_lines(
+    f: StoreFile, buf: Any, end: int, profile: Any, pos: int, st: _Lines, content_filter: bool
+) -> Generator[Record, None, int | None]:
     """The records of the generic walk from ``pos`` until the next message after it,
     filtered; returns where that message starts (None: the walk ended)."""
     for p2, c in walk_records(buf, end, f.base, profile, start=pos):
@@ -296,8 +338,6 @@ _FIRST_BLOCK = 512  # a block grows to _BLOCK while blocks run to their end, and
 _MIN_BLOCK = 8
 _SUB = 1024  # lines laid out at once
 _BLOCK_BYTES = 32 << 20  # and at most about this much of the file per block (bounded memory)
-
-
 
 
 class _Vec:
@@ -439,14 +479,21 @@ def _host_pieces(vec: _Vec, run: PlainRun) -> tuple[Any, Any, Any]:
         h = vec.hosts.get(key)
         if h is None:
             addr, port = host_of_key(key)
-            h = vec.hosts[key] = (_enc(host_to_str(addr, port)).encode(), b'"' + (addr + struct.pack(">i", port)).hex().upper().encode())
+            h = vec.hosts[key] = (
+                _enc(host_to_str(addr, port)).encode(),
+                b'"' + (addr + struct.pack(">i", port)).hex().upper().encode(),
+            )
         return h
 
     bu, binv = np.unique(run.host_keys("born_host"), return_inverse=True)
     su, sinv = np.unique(run.host_keys("store_host"), return_inverse=True)
     born = _table_piece(np, binv.reshape(-1), [host_info(x)[0] for x in bu.tolist()])
     sinfo = [host_info(x) for x in su.tolist()]
-    return born, _table_piece(np, sinv.reshape(-1), [h[0] for h in sinfo]), _table_piece(np, sinv.reshape(-1), [h[1] for h in sinfo])
+    return (
+        born,
+        _table_piece(np, sinv.reshape(-1), [h[0] for h in sinfo]),
+        _table_piece(np, sinv.reshape(-1), [h[1] for h in sinfo]),
+    )
 
 
 def _topic_piece(vec: _Vec, run: PlainRun) -> Any:
@@ -479,16 +526,52 @@ def _line_pieces(vec: _Vec, run: PlainRun) -> list[Any]:
     props.append(b'"}')
     uniq = [b'"', run.value("UNIQ_KEY"), b'"'] if "UNIQ_KEY" in run.names else [b"null"]
     return [
-        b'{"body_crc":', *d("body_crc"), b',"body_length":', *d("body_length"), b',"born_host":', born,
-        b',"born_timestamp":', *d("born_timestamp"), b',"crc_ok":true,"file":' + vec.fname + b',"flag":', *d("flag"),
-        b',"keys":', *_keys_piece(run), b',"magic":"V1","msg_id":', mid, mid_hex,
-        b'","physical_offset":', *d("physical_offset"), b',"pos":', *_digits(np, run.P[:n]),
-        b',"prepared_transaction_offset":', *d("prepared_transaction_offset"), b',"properties":', *props,
-        b',"queue_id":', *d("queue_id"), b',"queue_offset":', *d("queue_offset"),
-        b',"reconsume_times":', *d("reconsume_times"), b',"status":"OK","store_host":', store,
-        b',"store_timestamp":', *d("store_timestamp"), b',"sys_flag":', *d("sys_flag"), b",", _tags_piece(vec, run),
-        b',"topic":', _topic_piece(vec, run), b',"total_size":', *d("total_size"), b',"transaction_type":', tx,
-        b',"type":"message","uniq_key":', *uniq, b"}\n",
+        b'{"body_crc":',
+        *d("body_crc"),
+        b',"body_length":',
+        *d("body_length"),
+        b',"born_host":',
+        born,
+        b',"born_timestamp":',
+        *d("born_timestamp"),
+        b',"crc_ok":true,"file":' + vec.fname + b',"flag":',
+        *d("flag"),
+        b',"keys":',
+        *_keys_piece(run),
+        b',"magic":"V1","msg_id":',
+        mid,
+        mid_hex,
+        b'","physical_offset":',
+        *d("physical_offset"),
+        b',"pos":',
+        *_digits(np, run.P[:n]),
+        b',"prepared_transaction_offset":',
+        *d("prepared_transaction_offset"),
+        b',"properties":',
+        *props,
+        b',"queue_id":',
+        *d("queue_id"),
+        b',"queue_offset":',
+        *d("queue_offset"),
+        b',"reconsume_times":',
+        *d("reconsume_times"),
+        b',"status":"OK","store_host":',
+        store,
+        b',"store_timestamp":',
+        *d("store_timestamp"),
+        b',"sys_flag":',
+        *d("sys_flag"),
+        b",",
+        _tags_piece(vec, run),
+        b',"topic":',
+        _topic_piece(vec, run),
+        b',"total_size":',
+        *d("total_size"),
+        b',"transaction_type":',
+        tx,
+        b',"type":"message","uniq_key":',
+        *uniq,
+        b"}\n",
     ]
 
 
@@ -537,7 +620,13 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
     """What ``dump commitlog`` prints: for jsonl without --key/--msg-id/--body/--body-hash
     the fast :func:`commitlog_lines`, else :func:`commitlog_records` (the benchmark calls
     this, with the same arguments as the command)."""
-    if fmt == "jsonl" and kw.get("key") is None and kw.get("msg_id") is None and not kw.get("with_body") and not kw.get("body_hash"):
+    if (
+        fmt == "jsonl"
+        and kw.get("key") is None
+        and kw.get("msg_id") is None
+        and not kw.get("with_body")
+        and not kw.get("body_hash")
+    ):
         lines_kw = {k: kw.get(k) for k in ("topic", "queue_id", "from_offset", "to_offset", "since", "until")}
         if not kw.get("scan"):
             from .recovery import seek as sk
@@ -546,8 +635,11 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
                 return commitlog_records(store, profile, **kw)  # through its consume queues
             lines_kw["start"] = sk.seek_start(store, profile, from_offset=kw.get("from_offset"), since=kw.get("since"))
             since = kw.get("since")
-            if lines_kw["start"] is not None and since is not None and all(
-                    kw.get(k) is None for k in ("topic", "queue_id", "until", "from_offset", "to_offset")):
+            if (
+                lines_kw["start"] is not None
+                and since is not None
+                and all(kw.get(k) is None for k in ("topic", "queue_id", "until", "from_offset", "to_offset"))
+            ):
                 # --since alone: print everything from the first message stored at or after the time, as the
                 # broker's search by time does (store times grow along the commitlog); the vectorised path
                 first = sk.first_since(store, profile, lines_kw["start"], since)
@@ -559,6 +651,7 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
 
 # ---------------------------------------------------------------------------------------
 # Commands
+
 
 @click.group("dump", context_settings={"help_option_names": ["-h", "--help"]})
 def command() -> None:
@@ -584,22 +677,67 @@ def refuse_unsafe(store: Store, prefix: str) -> None:
 
 @command.command("commitlog")
 @store_command_options("read", output_file_options, progress_option, quiet_flag)
-@click.option("--topic", "topics", multiple=True, metavar="TOPIC", help="Only messages of this topic (repeatable: any of them).")
-@click.option("--queue-id", "--queue", "queue_ids", type=int, multiple=True, metavar="QID", help="Only messages of this queue id (repeatable).")
-@click.option("--key", "keys", multiple=True, metavar="KEY", help="Only messages with this key (KEYS or UNIQ_KEY; repeatable): through the Index when present, else a scan.")
-@click.option("--msg-id", "msg_ids", multiple=True, metavar="ID", help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan); repeatable; any case.")
+@click.option(
+    "--topic", "topics", multiple=True, metavar="TOPIC", help="Only messages of this topic (repeatable: any of them)."
+)
+@click.option(
+    "--queue-id",
+    "--queue",
+    "queue_ids",
+    type=int,
+    multiple=True,
+    metavar="QID",
+    help="Only messages of this queue id (repeatable).",
+)
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    metavar="KEY",
+    help="Only messages with this key (KEYS or UNIQ_KEY; repeatable): through the Index when present, else a scan.",
+)
+@click.option(
+    "--msg-id",
+    "msg_ids",
+    multiple=True,
+    metavar="ID",
+    help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan); repeatable; any case.",
+)
 @click.option("--scan", is_flag=True, help="For --key/--msg-id: scan the commitlog instead of using the Index.")
 @click.option("--from-offset", type=click.IntRange(0), default=None, help="Start at this physical offset (inclusive).")
 @click.option("--to-offset", type=click.IntRange(0), default=None, help="Stop before this physical offset.")
-@click.option("--since", default=None, help="Only messages stored at or after this time: ISO 8601 (UTC unless an offset is given), epoch s or ms (by magnitude), or relative (-10m, -2h, -1d).")
+@click.option(
+    "--since",
+    default=None,
+    help="Only messages stored at or after this time: ISO 8601 (UTC unless an offset is given), epoch s or ms (by magnitude), or relative (-10m, -2h, -1d).",
+)
 @click.option("--until", default=None, help="Only messages stored at or before this time (the same forms as --since).")
-@click.option("--body", "with_body", is_flag=True, help="Include message bodies (UTF-8 when valid, else base64; see body_encoding).")
+@click.option(
+    "--body",
+    "with_body",
+    is_flag=True,
+    help="Include message bodies (UTF-8 when valid, else base64; see body_encoding).",
+)
 @click.option("--body-hash", is_flag=True, help="Include body_sha256, the SHA-256 of the stored body.")
 @limit_option
 @format_option()
-def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topics: tuple[str, ...], queue_ids: tuple[int, ...],
-                   keys: tuple[str, ...], msg_ids: tuple[str, ...], scan: bool, from_offset: int | None, to_offset: int | None,
-                   since: str | None, until: str | None, with_body: bool, body_hash: bool, **store_opts: Any) -> int:
+def dump_commitlog(
+    fmt: str | None,
+    limit: int | None,
+    broker_version: str,
+    topics: tuple[str, ...],
+    queue_ids: tuple[int, ...],
+    keys: tuple[str, ...],
+    msg_ids: tuple[str, ...],
+    scan: bool,
+    from_offset: int | None,
+    to_offset: int | None,
+    since: str | None,
+    until: str | None,
+    with_body: bool,
+    body_hash: bool,
+    **store_opts: Any,
+) -> int:
     """Commitlog records (messages, BLANK end-of-file records, damaged spots). When filters
     select no message: "not found" on stderr and exit status 1."""
     from . import dump_select as sel
@@ -621,21 +759,53 @@ def dump_commitlog(fmt: str | None, limit: int | None, broker_version: str, topi
     fmt = resolve_format(fmt)
     one_topic = topics[0] if len(topics) == 1 else None
     one_queue = queue_ids[0] if len(queue_ids) == 1 else None
-    kw = dict(topic=one_topic, queue_id=one_queue, from_offset=from_offset, to_offset=to_offset, since=since_ms,
-              until=until_ms, with_body=with_body, body_hash=body_hash, scan=scan)
+    kw = dict(
+        topic=one_topic,
+        queue_id=one_queue,
+        from_offset=from_offset,
+        to_offset=to_offset,
+        since=since_ms,
+        until=until_ms,
+        with_body=with_body,
+        body_hash=body_hash,
+        scan=scan,
+    )
     records = _selected(store, profile, fmt, topics, queue_ids, keys, msg_ids, kw)
     matches = sel.Matches()
-    columns = COMMITLOG_COLUMNS + rec.COMMITLOG.headed((["body"] if with_body else []) + (["body_sha256"] if body_hash else []))
-    filtered = keys or msg_ids or topics or queue_ids or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
+    columns = COMMITLOG_COLUMNS + rec.COMMITLOG.headed(
+        (["body"] if with_body else []) + (["body_sha256"] if body_hash else [])
+    )
+    filtered = (
+        keys
+        or msg_ids
+        or topics
+        or queue_ids
+        or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
+    )
     code = output(matches.watch(records), fmt, columns, limit, "commitlog", say_empty=not (filtered and limit != 0))
     if filtered and matches.messages == 0 and limit != 0:
-        return int(code) | _not_found(store, profile, topics, queue_ids, keys, msg_ids, {
-            "from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until})
+        return int(code) | _not_found(
+            store,
+            profile,
+            topics,
+            queue_ids,
+            keys,
+            msg_ids,
+            {"from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until},
+        )
     return code
 
 
-def _selected(store: Store, profile: Any, fmt: str, topics: tuple[str, ...], queue_ids: tuple[int, ...],
-              keys: tuple[str, ...], msg_ids: tuple[str, ...], kw: dict[str, Any]) -> Iterable[Record | str]:
+def _selected(
+    store: Store,
+    profile: Any,
+    fmt: str,
+    topics: tuple[str, ...],
+    queue_ids: tuple[int, ...],
+    keys: tuple[str, ...],
+    msg_ids: tuple[str, ...],
+    kw: dict[str, Any],
+) -> Iterable[Record | str]:
     """The records ``dump commitlog`` prints for its filters (several values of a filter:
     the union, in commitlog order), with progress when a walk over a range goes to a file."""
     from . import dump_select as sel
@@ -647,7 +817,9 @@ def _selected(store: Store, profile: Any, fmt: str, topics: tuple[str, ...], que
             lookups.append(_msg_id_lookup(store, profile, m, kw))
         return sel.filter_many(sel.union_by_offset(lookups), topics, queue_ids)
     if len(topics) > 1 or len(queue_ids) > 1:
-        records = sel.filter_many(commitlog_records(store, profile, **{**kw, "topic": None, "queue_id": None}), topics, queue_ids)
+        records = sel.filter_many(
+            commitlog_records(store, profile, **{**kw, "topic": None, "queue_id": None}), topics, queue_ids
+        )
     else:
         records = commitlog_stream(store, profile, fmt, **kw)
     if store.commitlog:  # a walk over a range: progress when it goes to a file
@@ -656,12 +828,21 @@ def _selected(store: Store, profile: Any, fmt: str, topics: tuple[str, ...], que
         first, last = store.commitlog[0], store.commitlog[-1]
         end = last.base + last.size
         from_offset, to_offset = kw["from_offset"], kw["to_offset"]
-        records = with_progress(records, max(from_offset or 0, first.base), min(end if to_offset is None else to_offset, end))
+        records = with_progress(
+            records, max(from_offset or 0, first.base), min(end if to_offset is None else to_offset, end)
+        )
     return records
 
 
-def _not_found(store: Store, profile: Any, topics: tuple[str, ...], queue_ids: tuple[int, ...], keys: tuple[str, ...],
-               msg_ids: tuple[str, ...], bounds: dict[str, Any]) -> int:
+def _not_found(
+    store: Store,
+    profile: Any,
+    topics: tuple[str, ...],
+    queue_ids: tuple[int, ...],
+    keys: tuple[str, ...],
+    msg_ids: tuple[str, ...],
+    bounds: dict[str, Any],
+) -> int:
     """Filters that selected no message: "not found" on stderr (with a hint where one helps)."""
     from . import dump_select as sel
 
@@ -692,15 +873,36 @@ def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) 
 @broker_version_option
 @click.option("--topic", default=None, help="Only this topic's queues.")
 @click.option("--queue-id", "--queue", "queue_id", type=int, default=None, help="Only this queue id.")
-@click.option("--from", "from_qoffset", type=click.IntRange(0), default=None, metavar="QOFFSET",
-              help="Only units at or after this queue offset (logical offset).")
-@click.option("--to", "to_qoffset", type=click.IntRange(0), default=None, metavar="QOFFSET",
-              help="Only units before this queue offset.")
+@click.option(
+    "--from",
+    "from_qoffset",
+    type=click.IntRange(0),
+    default=None,
+    metavar="QOFFSET",
+    help="Only units at or after this queue offset (logical offset).",
+)
+@click.option(
+    "--to",
+    "to_qoffset",
+    type=click.IntRange(0),
+    default=None,
+    metavar="QOFFSET",
+    help="Only units before this queue offset.",
+)
 @click.option("--resolve", is_flag=True, help="Show the message each unit points at (and whether it matches the unit).")
 @limit_option
 @format_option()
-def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, queue_id: int | None, broker_version: str,
-                      from_qoffset: int | None, to_qoffset: int | None, resolve: bool, **store_opts: Any) -> int:
+def dump_consumequeue(
+    fmt: str | None,
+    limit: int | None,
+    topic: str | None,
+    queue_id: int | None,
+    broker_version: str,
+    from_qoffset: int | None,
+    to_qoffset: int | None,
+    resolve: bool,
+    **store_opts: Any,
+) -> int:
     """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped).
     STORE may be one consume queue file (STORE/consumequeue/TOPIC/QID/NAME)."""
     from .dump_files import in_queue_range, only_file, resolved, split_file_arg
@@ -724,14 +926,30 @@ def dump_consumequeue(fmt: str | None, limit: int | None, topic: str | None, que
 @store_command_options("read", output_file_options, quiet_flag)
 @click.option("--entries", is_flag=True, help="Also print every non-empty hash slot and every entry.")
 @click.option("--topic", default=None, help="With --key: the topic (default: every topic with a consume queue).")
-@click.option("--key", default=None, help="Walk the hash chain of TOPIC#KEY like the broker's index lookup; print the entries whose message has the key.")
-@click.option("--since", default=None, help="With --key: only entries stored at or after this time (epoch ms or ISO 8601).")
+@click.option(
+    "--key",
+    default=None,
+    help="Walk the hash chain of TOPIC#KEY like the broker's index lookup; print the entries whose message has the key.",
+)
+@click.option(
+    "--since", default=None, help="With --key: only entries stored at or after this time (epoch ms or ISO 8601)."
+)
 @click.option("--until", default=None, help="With --key: only entries stored at or before this time.")
 @click.option("--body", "with_body", is_flag=True, help="With --key: include the message bodies.")
 @limit_option
 @format_option()
-def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries: bool, topic: str | None, key: str | None,
-               since: str | None, until: str | None, with_body: bool, **store_opts: Any) -> int:
+def dump_index(
+    fmt: str | None,
+    limit: int | None,
+    broker_version: str,
+    entries: bool,
+    topic: str | None,
+    key: str | None,
+    since: str | None,
+    until: str | None,
+    with_body: bool,
+    **store_opts: Any,
+) -> int:
     """Index files: headers, optionally slots and entries, or a key lookup. STORE may be
     one index file (STORE/index/NAME)."""
     from .dump_files import only_file, split_file_arg
@@ -741,9 +959,14 @@ def dump_index(fmt: str | None, limit: int | None, broker_version: str, entries:
     refuse_unsafe(store, "index")
     if key is not None:
         profile = make_profile(broker_version)
-        recs = index_hit_records(store, profile, topic, key, parse_time(since, "--since"), parse_time(until, "--until"), with_body)
-        title = ("index lookup" if qy.index_usable(store) and (topic is not None or store.topics()) else
-                 "index lookup (no usable index file, or no topic to look up; dump commitlog --key scans the commitlog)")
+        recs = index_hit_records(
+            store, profile, topic, key, parse_time(since, "--since"), parse_time(until, "--until"), with_body
+        )
+        title = (
+            "index lookup"
+            if qy.index_usable(store) and (topic is not None or store.topics())
+            else "index lookup (no usable index file, or no topic to look up; dump commitlog --key scans the commitlog)"
+        )
         return output(recs, fmt, INDEX_HIT_COLUMNS, limit, title)
     if topic is not None:
         raise click.UsageError("--topic needs --key")
@@ -770,7 +993,9 @@ def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
 @output_file_options
 @quiet_flag
 @store_argument
-@click.option("--file", "name", default=None, metavar="NAME", help="Only config/NAME (default: every known config file present).")
+@click.option(
+    "--file", "name", default=None, metavar="NAME", help="Only config/NAME (default: every known config file present)."
+)
 @format_option()
 def dump_config(fmt: str | None, name: str | None, **store_opts: Any) -> int:
     """The fastjson config files (unquoted integer keys accepted), with .bak fallback."""
@@ -778,4 +1003,12 @@ def dump_config(fmt: str | None, name: str | None, **store_opts: Any) -> int:
     return output(config_records(store, name), fmt, CONFIG_COLUMNS, None, "config")
 
 
-__all__ = ["command", "commitlog_records", "commitlog_lines", "commitlog_stream", "message_line", "write_jsonl", "output"]
+__all__ = [
+    "command",
+    "commitlog_records",
+    "commitlog_lines",
+    "commitlog_stream",
+    "message_line",
+    "write_jsonl",
+    "output",
+]

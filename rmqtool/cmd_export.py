@@ -74,36 +74,116 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @output_file_options
 @progress_option
 @click.argument("stores", nargs=-1, required=False, type=click.Path(path_type=Path), metavar="STORE...")
-@click.option("--to", "out", required=True, type=click.Path(path_type=Path), metavar="OUT",
-              help="Output directory (a Parquet dataset; any path Spark can write: file, hdfs://, s3a://).")
-@click.option("--what", type=click.Choice(["commitlog", "consumequeue", "index"]), default="commitlog", show_default=True,
-              help="What to export: commitlog records, ConsumeQueue units, or index headers/slots/entries.")
-@click.option("--master", default=None, metavar="URL",
-              help="Spark master (default local[*]; ignored under spark-submit, which sets it).")
-@click.option("--split-size", type=SizeType(), default="64MiB", show_default=True,
-              help="Commitlog bytes per task (sub-file splits); 0 = one task per file. ConsumeQueue tasks group queues up to this size.")
+@click.option(
+    "--to",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    metavar="OUT",
+    help="Output directory (a Parquet dataset; any path Spark can write: file, hdfs://, s3a://).",
+)
+@click.option(
+    "--what",
+    type=click.Choice(["commitlog", "consumequeue", "index"]),
+    default="commitlog",
+    show_default=True,
+    help="What to export: commitlog records, ConsumeQueue units, or index headers/slots/entries.",
+)
+@click.option(
+    "--master",
+    default=None,
+    metavar="URL",
+    help="Spark master (default local[*]; ignored under spark-submit, which sets it).",
+)
+@click.option(
+    "--split-size",
+    type=SizeType(),
+    default="64MiB",
+    show_default=True,
+    help="Commitlog bytes per task (sub-file splits); 0 = one task per file. ConsumeQueue tasks group queues up to this size.",
+)
 @click.option("--with-body", is_flag=True, help="Add the message body as a binary column (commitlog only).")
-@click.option("--partition-by", type=click.Choice(["topic", "store"]), multiple=True,
-              help="Partition the Parquet output by this column (repeatable; Hive-style directories).")
-@click.option("--writer", type=click.Choice(["arrow", "spark"]), default="arrow", show_default=True,
-              help="Who writes the Parquet files: each task with pyarrow (fast; OUT must be a path every executor sees) "
-                   "or Spark's writer (any Hadoop file system: hdfs://, s3a://).")
+@click.option(
+    "--partition-by",
+    type=click.Choice(["topic", "store"]),
+    multiple=True,
+    help="Partition the Parquet output by this column (repeatable; Hive-style directories).",
+)
+@click.option(
+    "--writer",
+    type=click.Choice(["arrow", "spark"]),
+    default="arrow",
+    show_default=True,
+    help="Who writes the Parquet files: each task with pyarrow (fast; OUT must be a path every executor sees) "
+    "or Spark's writer (any Hadoop file system: hdfs://, s3a://).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (default: refuse).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the summary (the result) is still printed.")
-@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True,
-              help="text: the one-line summary on stderr; json: the summary as one JSON document on stdout.")
-@click.option("--verbose", "-v", is_flag=True, help="Spark's own logging on stderr (default: to a temporary log file), "
-              "and on a Spark start-up failure the whole Java/py4j error, not just its one line.")
-@click.option("--commitlog-file-size", type=click.IntRange(1), default=None, help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).")
-@click.option("--cq-file-size", type=click.IntRange(20), default=None, help="ConsumeQueue file size in bytes; mirrors mappedFileSizeConsumeQueue (default: --broker-config, else inferred, else 6000000).")
-@click.option("--index-slots", "index_slot_num", type=click.IntRange(1), default=None, help="Index hash slots per file; mirrors maxHashSlotNum (default: --broker-config, else inferred, else 5000000).")
-@click.option("--index-entries", "index_num", type=click.IntRange(1), default=None, help="Index entries per file; mirrors maxIndexNum (default: --broker-config, else inferred, else 20000000).")
+@click.option(
+    "--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the summary (the result) is still printed."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(("text", "json")),
+    default="text",
+    show_default=True,
+    help="text: the one-line summary on stderr; json: the summary as one JSON document on stdout.",
+)
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Spark's own logging on stderr (default: to a temporary log file), "
+    "and on a Spark start-up failure the whole Java/py4j error, not just its one line.",
+)
+@click.option(
+    "--commitlog-file-size",
+    type=click.IntRange(1),
+    default=None,
+    help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).",
+)
+@click.option(
+    "--cq-file-size",
+    type=click.IntRange(20),
+    default=None,
+    help="ConsumeQueue file size in bytes; mirrors mappedFileSizeConsumeQueue (default: --broker-config, else inferred, else 6000000).",
+)
+@click.option(
+    "--index-slots",
+    "index_slot_num",
+    type=click.IntRange(1),
+    default=None,
+    help="Index hash slots per file; mirrors maxHashSlotNum (default: --broker-config, else inferred, else 5000000).",
+)
+@click.option(
+    "--index-entries",
+    "index_num",
+    type=click.IntRange(1),
+    default=None,
+    help="Index entries per file; mirrors maxIndexNum (default: --broker-config, else inferred, else 20000000).",
+)
 @broker_version_option
-def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, split_size: int, with_body: bool,
-            partition_by: tuple[str, ...], writer: str, overwrite: bool, confs: tuple[str, ...], quiet: bool, verbose: bool, fmt: str,
-            commitlog_file_size: int | None, cq_file_size: int | None, index_slot_num: int | None,
-            index_num: int | None, broker_version: str) -> int:
+def command(
+    stores: tuple[Path, ...],
+    out: Path,
+    what: str,
+    master: str | None,
+    split_size: int,
+    with_body: bool,
+    partition_by: tuple[str, ...],
+    writer: str,
+    overwrite: bool,
+    confs: tuple[str, ...],
+    quiet: bool,
+    verbose: bool,
+    fmt: str,
+    commitlog_file_size: int | None,
+    cq_file_size: int | None,
+    index_slot_num: int | None,
+    index_num: int | None,
+    broker_version: str,
+) -> int:
     """Export stores to Parquet through Spark (local[*] by default), one row per record.
 
     The commitlog rows are the records of `rmqtool dump commitlog` plus a `store` column
@@ -118,21 +198,51 @@ def command(stores: tuple[Path, ...], out: Path, what: str, master: str | None, 
     profile = make_profile(broker_version)
     conf = _conf_pairs(confs)
     scheme = _check_target(out, stores, writer, overwrite)
-    opened = [(_label(s), Store.open(s.resolve(), commitlog_file_size, cq_file_size, index_slot_num, index_num,
-                                     commitlog_dir=_commitlog_dir(len(stores)))) for s in stores]
+    opened = [
+        (
+            _label(s),
+            Store.open(
+                s.resolve(),
+                commitlog_file_size,
+                cq_file_size,
+                index_slot_num,
+                index_num,
+                commitlog_dir=_commitlog_dir(len(stores)),
+            ),
+        )
+        for s in stores
+    ]
 
     existed = scheme is None and out.exists()
     try:
-        res = export_spark.run_export(opened, str(out), what=what, master=master, split_size=split_size or None, with_body=with_body,
-                         partition_by=partition_by, version=profile, overwrite=overwrite, quiet=not progress_enabled(quiet), conf=conf,
-                         writer=writer, verbose=verbose)
+        res = export_spark.run_export(
+            opened,
+            str(out),
+            what=what,
+            master=master,
+            split_size=split_size or None,
+            with_body=with_body,
+            partition_by=partition_by,
+            version=profile,
+            overwrite=overwrite,
+            quiet=not progress_enabled(quiet),
+            conf=conf,
+            writer=writer,
+            verbose=verbose,
+        )
     except KeyboardInterrupt:
         raise _interrupted(out, scheme is None, existed) from None
     return _report(res, what, out, [label for label, _ in opened], fmt)
 
 
-def _check_options(stores: tuple[Path, ...], what: str, with_body: bool, partition_by: tuple[str, ...],
-                   index_slot_num: int | None, index_num: int | None) -> None:
+def _check_options(
+    stores: tuple[Path, ...],
+    what: str,
+    with_body: bool,
+    partition_by: tuple[str, ...],
+    index_slot_num: int | None,
+    index_num: int | None,
+) -> None:
     if not stores:
         raise click.UsageError("missing STORE... (or --broker-config FILE whose storePathRootDir names it)")
     if with_body and what != "commitlog":
@@ -147,8 +257,11 @@ def _check_target(out: Path, stores: tuple[Path, ...], writer: str, overwrite: b
     """OUT's URL scheme (None: a local path), refused where the writer cannot write it."""
     scheme = url_scheme(str(out))
     if writer == "arrow" and scheme not in (None, "file"):
-        raise click.BadParameter(f"{out}: --writer arrow writes to a file system path every executor sees; "
-                                 "use --writer spark for hdfs://, s3a:// and other Hadoop file systems", param_hint="--to")
+        raise click.BadParameter(
+            f"{out}: --writer arrow writes to a file system path every executor sees; "
+            "use --writer spark for hdfs://, s3a:// and other Hadoop file systems",
+            param_hint="--to",
+        )
     if scheme is None:
         _check_output(out, stores, overwrite)
     return scheme
@@ -158,21 +271,39 @@ def _report(res: ExportResult, what: str, out: Path, labels: list[str], fmt: str
     """The summary (JSON on stdout, or one line on stderr) and the split warnings; the exit status."""
     status = Exit.PROBLEMS if res.exit_problems else Exit.OK
     if fmt == "json":
-        click.echo(dumps({"schema_version": SCHEMA_VERSION, "what": what, "out": str(out), "stores": labels,
-                          "rows": res.rows, "messages": res.messages if what == "commitlog" else None,
-                          "blanks": res.blanks if what == "commitlog" else None, "tasks": res.tasks,
-                          "damaged_rows": res.problems, "split_conflicts": res.conflict_at,
-                          "seconds_total": round(res.seconds_total, 3), "seconds_after_start": round(res.seconds_after_start, 3),
-                          "exit_status": int(status)}))
+        click.echo(
+            dumps(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "what": what,
+                    "out": str(out),
+                    "stores": labels,
+                    "rows": res.rows,
+                    "messages": res.messages if what == "commitlog" else None,
+                    "blanks": res.blanks if what == "commitlog" else None,
+                    "tasks": res.tasks,
+                    "damaged_rows": res.problems,
+                    "split_conflicts": res.conflict_at,
+                    "seconds_total": round(res.seconds_total, 3),
+                    "seconds_after_start": round(res.seconds_after_start, 3),
+                    "exit_status": int(status),
+                }
+            )
+        )
     if fmt == "text":  # the summary is the result: printed with -q too (one meaning of -q everywhere)
         extra = f", {res.messages} messages, {res.blanks} blanks" if what == "commitlog" else ""
         click.echo(
             f"rmqtool: exported {res.rows} {what} rows{extra} from {len(labels)} store(s) in {res.tasks} tasks to {out}; "
             f"{res.problems} rows with a damage status; {res.seconds_total:.1f} s "
-            f"({res.seconds_after_start:.1f} s after the session start)", err=True)
+            f"({res.seconds_after_start:.1f} s after the session start)",
+            err=True,
+        )
     for where in res.conflict_at:
-        click.echo(f"rmqtool: warning: {where}: the split boundary falls inside a record the walk accepted; "
-                   "rows after it may differ from dump (rerun with --split-size 0)", err=True)
+        click.echo(
+            f"rmqtool: warning: {where}: the split boundary falls inside a record the walk accepted; "
+            "rows after it may differ from dump (rerun with --split-size 0)",
+            err=True,
+        )
     return status
 
 
@@ -180,7 +311,9 @@ def _interrupted(out: Path, local: bool, existed: bool) -> BaseException:
     """Ctrl-C: the partial output goes (a rerun would refuse an existing OUT), one line says so."""
     if local and out.exists():
         shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink(missing_ok=True)
-        what = f"the partial output {out} was removed" + (" (it replaced an earlier export, which is gone too)" if existed else "")
+        what = f"the partial output {out} was removed" + (
+            " (it replaced an earlier export, which is gone too)" if existed else ""
+        )
     elif local:
         what = f"nothing was written to {out}"
     else:

@@ -18,8 +18,16 @@ from .progress import progress_bar, progress_option
 from .render import dumps, render
 from .times import iso
 
-TIME_KEYS = ("first_store_timestamp", "last_store_timestamp", "begin_timestamp", "end_timestamp",
-             "physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "min_timestamp")
+TIME_KEYS = (
+    "first_store_timestamp",
+    "last_store_timestamp",
+    "begin_timestamp",
+    "end_timestamp",
+    "physic_msg_timestamp",
+    "logics_msg_timestamp",
+    "index_msg_timestamp",
+    "min_timestamp",
+)
 
 
 def with_iso(obj: Any) -> Any:
@@ -37,7 +45,9 @@ def with_iso(obj: Any) -> Any:
 
 @click.command("info", context_settings={"help_option_names": ["-h", "--help"]})
 @store_command_options("read", recovery_walk_options)
-@click.option("--deep", is_flag=True, help="Also plan the broker's recovery (walks the commitlog files recovery reads).")
+@click.option(
+    "--deep", is_flag=True, help="Also plan the broker's recovery (walks the commitlog files recovery reads)."
+)
 @click.option("--all-queues", is_flag=True, help="A row per queue (default: a row per topic).")
 @output_options(("table", "json"), "table", "json")
 @progress_option
@@ -66,7 +76,11 @@ def command(broker_version: str, deep: bool, all_queues: bool, fmt: str | None, 
     if doc["lock"]["held"]:
         return int(Exit.OPERATIONAL)
     plan = doc.get("recovery_plan")
-    if doc["abort"] or doc["pending_transactions"] or (plan is not None and (plan["problems"] or not plan["nothing_to_do"])):
+    if (
+        doc["abort"]
+        or doc["pending_transactions"]
+        or (plan is not None and (plan["problems"] or not plan["nothing_to_do"]))
+    ):
         return int(Exit.PROBLEMS)
     return int(Exit.OK)
 
@@ -81,38 +95,65 @@ def _table(doc: dict[str, Any], all_queues: bool) -> None:
         con.print(f"next: {step}", highlight=False, markup=False)
     plan = doc.get("recovery_plan")
     if plan is not None:
-        con.print(f"recovery plan: {plan['mode']} from {plan['start_file'] or '-'}, end offset {plan['end_offset']}, "
-                  f"{plan['bytes_cut']} bytes / {plan['messages_cut']} messages cut, {plan['queues_changed']} queues changed"
-                  + ("; nothing to do" if plan["nothing_to_do"] else ""), highlight=False, markup=False)
+        con.print(
+            f"recovery plan: {plan['mode']} from {plan['start_file'] or '-'}, end offset {plan['end_offset']}, "
+            f"{plan['bytes_cut']} bytes / {plan['messages_cut']} messages cut, {plan['queues_changed']} queues changed"
+            + ("; nothing to do" if plan["nothing_to_do"] else ""),
+            highlight=False,
+            markup=False,
+        )
         for p in plan["problems"]:
             con.print(f"problem: {p}", highlight=False, markup=False)
     cl = doc["commitlog"]
     files = cl["files"]
-    con.print(f"commitlog: {len(files)} files, {cl['bytes']} bytes (file size {cl['file_size']}); "
-              f"max offset in consume queues {doc['max_phy_offset_of_cq']}", highlight=False, markup=False)
+    con.print(
+        f"commitlog: {len(files)} files, {cl['bytes']} bytes (file size {cl['file_size']}); "
+        f"max offset in consume queues {doc['max_phy_offset_of_cq']}",
+        highlight=False,
+        markup=False,
+    )
     cp = doc["checkpoint"]
     if cp is not None:
-        con.print(f"checkpoint: physic {cp['physic_msg_time'] or '-'}, logics {cp['logics_msg_time'] or '-'}, "
-                  f"index {cp['index_msg_time'] or '-'}", highlight=False, markup=False)
+        con.print(
+            f"checkpoint: physic {cp['physic_msg_time'] or '-'}, logics {cp['logics_msg_time'] or '-'}, "
+            f"index {cp['index_msg_time'] or '-'}",
+            highlight=False,
+            markup=False,
+        )
     else:
         con.print("checkpoint: missing", highlight=False, markup=False)
     lock = doc["lock"]
-    con.print(f"abort: {'present' if doc['abort'] else 'absent'}; lock: "
-              f"{_held_by(lock) if lock['held'] else ('present, not held' if lock['present'] else 'absent')}; "
-              f"pending rmqtool changes: {len(doc['pending_transactions'])}; backups beside the store: {len(doc['backups'])}",
-              highlight=False, markup=False)
+    con.print(
+        f"abort: {'present' if doc['abort'] else 'absent'}; lock: "
+        f"{_held_by(lock) if lock['held'] else ('present, not held' if lock['present'] else 'absent')}; "
+        f"pending rmqtool changes: {len(doc['pending_transactions'])}; backups beside the store: {len(doc['backups'])}",
+        highlight=False,
+        markup=False,
+    )
     shown = files if len(files) <= 6 else files[:3] + files[-3:]
-    render(iter(shown), "table", [("file", "COMMITLOG FILE"), ("size", "SIZE"), ("first_store_time", "FIRST STORED")],
-           title=None if len(shown) == len(files) else f"commitlog files (first 3 and last 3 of {len(files)})", out=out)
+    render(
+        iter(shown),
+        "table",
+        [("file", "COMMITLOG FILE"), ("size", "SIZE"), ("first_store_time", "FIRST STORED")],
+        title=None if len(shown) == len(files) else f"commitlog files (first 3 and last 3 of {len(files)})",
+        out=out,
+    )
     rows = doc["queues"] if all_queues else doc["topics"]
-    cols = ([("topic", "TOPIC"), ("queue_id", "QID"), ("min_offset", "MIN QOFF"), ("max_offset", "MAX QOFF")]
-            if all_queues else [("topic", "TOPIC"), ("queues", "QUEUES")])
+    cols = (
+        [("topic", "TOPIC"), ("queue_id", "QID"), ("min_offset", "MIN QOFF"), ("max_offset", "MAX QOFF")]
+        if all_queues
+        else [("topic", "TOPIC"), ("queues", "QUEUES")]
+    )
     cols += [("messages", "MESSAGES"), ("first_store_time", "FIRST STORED"), ("last_store_time", "LAST STORED")]
     render(iter(rows), "table", cols, out=out)
     idx = doc["index"]
     if idx:
-        con.print(f"index: {len(idx)} files, {idx[0]['begin_time']} to {idx[-1]['end_time']}, "
-                  f"last ends at commitlog offset {idx[-1]['end_phy_offset']}", highlight=False, markup=False)
+        con.print(
+            f"index: {len(idx)} files, {idx[0]['begin_time']} to {idx[-1]['end_time']}, "
+            f"last ends at commitlog offset {idx[-1]['end_phy_offset']}",
+            highlight=False,
+            markup=False,
+        )
     else:
         con.print("index: no files", highlight=False, markup=False)
 

@@ -37,13 +37,37 @@ from .recovery.versions import BrokerProfile
 from .render import dumps, render
 
 FORMATS = ("table", "json", "jsonl")
-ROW_COLUMNS = [("group", "GROUP"), ("topic", "TOPIC"), ("queue_id", "QUEUE"), ("committed", "COMMITTED"),
-               ("min_offset", "MIN"), ("max_offset", "MAX"), ("lag", "LAG"), ("oldest_unconsumed", "OLDEST UNCONSUMED"),
-               ("status", "STATUS")]
-GROUP_COLUMNS = [("group", "GROUP"), ("topics", "TOPICS"), ("rows", "QUEUES"), ("lag", "LAG"), ("ahead", "AHEAD"),
-                 ("behind", "BEHIND"), ("missing", "MISSING"), ("oldest_unconsumed", "OLDEST UNCONSUMED"), ("status", "STATUS")]
-CHANGE_COLUMNS = [("file", "FILE"), ("group", "GROUP"), ("topic", "TOPIC"), ("queue_id", "QUEUE"), ("committed", "COMMITTED"),
-                  ("new_offset", "NEW"), ("reason", "REASON")]
+ROW_COLUMNS = [
+    ("group", "GROUP"),
+    ("topic", "TOPIC"),
+    ("queue_id", "QUEUE"),
+    ("committed", "COMMITTED"),
+    ("min_offset", "MIN"),
+    ("max_offset", "MAX"),
+    ("lag", "LAG"),
+    ("oldest_unconsumed", "OLDEST UNCONSUMED"),
+    ("status", "STATUS"),
+]
+GROUP_COLUMNS = [
+    ("group", "GROUP"),
+    ("topics", "TOPICS"),
+    ("rows", "QUEUES"),
+    ("lag", "LAG"),
+    ("ahead", "AHEAD"),
+    ("behind", "BEHIND"),
+    ("missing", "MISSING"),
+    ("oldest_unconsumed", "OLDEST UNCONSUMED"),
+    ("status", "STATUS"),
+]
+CHANGE_COLUMNS = [
+    ("file", "FILE"),
+    ("group", "GROUP"),
+    ("topic", "TOPIC"),
+    ("queue_id", "QUEUE"),
+    ("committed", "COMMITTED"),
+    ("new_offset", "NEW"),
+    ("reason", "REASON"),
+]
 
 
 def parse_time(text: str) -> int:
@@ -55,7 +79,9 @@ def parse_time(text: str) -> int:
     try:
         d = _dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
-        raise click.BadParameter(f"{text!r} is neither milliseconds nor an ISO 8601 time", param_hint="--reset-to-time") from None
+        raise click.BadParameter(
+            f"{text!r} is neither milliseconds nor an ISO 8601 time", param_hint="--reset-to-time"
+        ) from None
     if d.tzinfo is None:
         d = d.replace(tzinfo=_dt.UTC)
     return int(d.timestamp() * 1000)
@@ -65,22 +91,60 @@ def parse_time(text: str) -> int:
 @store_command_options("read", recovery_walk_options, output_file_options, quiet_flag)
 @click.option("--group", "-g", "groups", multiple=True, metavar="GROUP", help="Only this consumer group (repeatable).")
 @click.option("--topic", "-t", "topics", multiple=True, metavar="TOPIC", help="Only this topic (repeatable).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="table (default on a terminal): rows and the summary per group; json: one document; jsonl: one row per line (default when piped).")
-@click.option("--set", "set_", nargs=4, default=None, metavar="GROUP TOPIC QUEUE OFFSET",
-              help="Set one committed offset (in the file the broker loads), with a backup.")
-@click.option("--reset-to-time", "reset_time", default=None, metavar="TIME",
-              help="Set every committed offset of --group (one group; --topic narrows) to the first message stored at or after TIME "
-                   "(milliseconds or ISO 8601, UTC unless a zone is given), with a backup.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="table (default on a terminal): rows and the summary per group; json: one document; jsonl: one row per line (default when piped).",
+)
+@click.option(
+    "--set",
+    "set_",
+    nargs=4,
+    default=None,
+    metavar="GROUP TOPIC QUEUE OFFSET",
+    help="Set one committed offset (in the file the broker loads), with a backup.",
+)
+@click.option(
+    "--reset-to-time",
+    "reset_time",
+    default=None,
+    metavar="TIME",
+    help="Set every committed offset of --group (one group; --topic narrows) to the first message stored at or after TIME "
+    "(milliseconds or ISO 8601, UTC unless a zone is given), with a backup.",
+)
 @click.option("--dry-run", is_flag=True, help="With --set/--reset-to-time: print the change and write nothing.")
-@click.option("--backup-dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
-              help="Where the replaced config files go (default: a new STORE.rmqtool-backup-<time> beside the store).")
-@click.option("--jobs", "-j", type=click.IntRange(1), default=1, show_default=True, metavar="N",
-              help="Processes for the commitlog walk and the dispatch that find each queue's end.")
+@click.option(
+    "--backup-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Where the replaced config files go (default: a new STORE.rmqtool-backup-<time> beside the store).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Processes for the commitlog walk and the dispatch that find each queue's end.",
+)
 @yes_option
-def command(broker_version: str, groups: tuple[str, ...], topics: tuple[str, ...], fmt: str | None,
-            set_: tuple[str, str, str, str] | None, reset_time: str | None, dry_run: bool, backup_dir: Path | None,
-            jobs: int, yes: bool, **store_opts: Any) -> int:
+def command(
+    broker_version: str,
+    groups: tuple[str, ...],
+    topics: tuple[str, ...],
+    fmt: str | None,
+    set_: tuple[str, str, str, str] | None,
+    reset_time: str | None,
+    dry_run: bool,
+    backup_dir: Path | None,
+    jobs: int,
+    yes: bool,
+    **store_opts: Any,
+) -> int:
     """Committed consumer offsets of a stopped broker's STORE against its queues: for every
     group, topic and queue in config/consumerOffset.json (and lmqConsumerOffset.json, and
     the delayOffset.json progress of SCHEDULE_TOPIC_XXXX) the committed offset, the queue's
@@ -109,15 +173,29 @@ def command(broker_version: str, groups: tuple[str, ...], topics: tuple[str, ...
         else:
             render(iter(report.rows), "table", ROW_COLUMNS, title=f"rmqtool offsets {store.root}")
             render(iter(report.groups), "table", GROUP_COLUMNS, title="per group")
-            render(iter(report.files), "table", [("file", "FILE"), ("main", "STATE"), ("bak", ".bak"), ("verdict", "BROKER LOAD")])
+            render(
+                iter(report.files),
+                "table",
+                [("file", "FILE"), ("main", "STATE"), ("bak", ".bak"), ("verdict", "BROKER LOAD")],
+            )
     for n in report.notes:
         click.echo(f"rmqtool: note: {n}", err=True)
     return int(Exit.PROBLEMS if report.problems else Exit.OK)
 
 
-def _change(store: Store, profile: BrokerProfile, set_: tuple[str, str, str, str] | None, reset_time: str | None,
-            groups: tuple[str, ...], topics: tuple[str, ...], dry_run: bool, backup_dir: Path | None, jobs: int,
-            fmt: str | None, yes: bool = False) -> int:
+def _change(
+    store: Store,
+    profile: BrokerProfile,
+    set_: tuple[str, str, str, str] | None,
+    reset_time: str | None,
+    groups: tuple[str, ...],
+    topics: tuple[str, ...],
+    dry_run: bool,
+    backup_dir: Path | None,
+    jobs: int,
+    fmt: str | None,
+    yes: bool = False,
+) -> int:
     if set_ is not None and reset_time is not None:
         raise click.UsageError("--set and --reset-to-time exclude each other")
     root = store.root
@@ -156,8 +234,16 @@ def _change(store: Store, profile: BrokerProfile, set_: tuple[str, str, str, str
         result = ro.apply_offset_changes(root, changes, backup_dir=backup_dir, description=desc)
     with closed_stdout_ignored():
         if fmt == "json":
-            click.echo(dumps({"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "changes": rows,
-                              "backup_dir": str(result.backup_dir) if result is not None and result.backup_dir else None}))
+            click.echo(
+                dumps(
+                    {
+                        "schema_version": SCHEMA_VERSION,
+                        "dry_run": dry_run,
+                        "changes": rows,
+                        "backup_dir": str(result.backup_dir) if result is not None and result.backup_dir else None,
+                    }
+                )
+            )
         else:
             render(iter(rows), "table", CHANGE_COLUMNS, title=desc + (" -- dry run" if dry_run else ""))
             if result is not None and result.backup_dir:
@@ -174,11 +260,20 @@ def past_end_rows(past: list[ro.OffsetChange], *, dry_run: bool, fix_offsets: bo
     its queue's new end."""
     rows = []
     for o in past:
-        verb = ("set to" if not dry_run else "would be set to") if fix_offsets else "left past the end; --fix-offsets sets it to"
+        verb = (
+            ("set to" if not dry_run else "would be set to")
+            if fix_offsets
+            else "left past the end; --fix-offsets sets it to"
+        )
         if not o.file.endswith(".json"):
             verb = "left past the end (a RocksDB store, which rmqtool only reads); the consumer needs"
-        rows.append({"action": "offset", "path": f"{o.file} {o.key} queue {o.queue_id}",
-                     "detail": f"committed {o.old} is {o.reason}: {verb} {o.new}"})
+        rows.append(
+            {
+                "action": "offset",
+                "path": f"{o.file} {o.key} queue {o.queue_id}",
+                "detail": f"committed {o.old} is {o.reason}: {verb} {o.new}",
+            }
+        )
     return rows
 
 

@@ -40,24 +40,70 @@ if TYPE_CHECKING:  # start-up time (--help): recovery.rebuild is imported where 
 @store_command_options("destructive", output_file_options, progress_option)
 @click.option("--cq-only", is_flag=True, help="Rebuild the consume queues only (the index is left alone).")
 @click.option("--index-only", is_flag=True, help="Rebuild the index only (the consume queues are left alone).")
-@click.option("--topic", "topics", multiple=True, metavar="TOPIC",
-              help="Only this topic's records, queues and keys (repeatable). The index is then continued, not rebuilt.")
-@click.option("--from-offset", type=click.IntRange(0), default=None, metavar="OFFSET",
-              help="Dispatch only from this commitlog offset (a record start), continuing the existing files: fills a gap.")
+@click.option(
+    "--topic",
+    "topics",
+    multiple=True,
+    metavar="TOPIC",
+    help="Only this topic's records, queues and keys (repeatable). The index is then continued, not rebuilt.",
+)
+@click.option(
+    "--from-offset",
+    type=click.IntRange(0),
+    default=None,
+    metavar="OFFSET",
+    help="Dispatch only from this commitlog offset (a record start), continuing the existing files: fills a gap.",
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be written, replaced and removed; change nothing.")
-@click.option("--backup-dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
-              help="Where replaced and removed files go (default: a new STORE.rmqtool-backup-<time> beside the store).")
-@click.option("--index-tz", default="UTC", show_default=True, metavar="ZONE",
-              help="Time zone of new index file names (UTC, local or an IANA name).")
-@click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
-              help="Worker processes decoding the commitlog (default: one per CPU); the files written are the same.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed.")
-@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True,
-              help="text for people, or one JSON document (schema_version, plan, result) at the end.")
+@click.option(
+    "--backup-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Where replaced and removed files go (default: a new STORE.rmqtool-backup-<time> beside the store).",
+)
+@click.option(
+    "--index-tz",
+    default="UTC",
+    show_default=True,
+    metavar="ZONE",
+    help="Time zone of new index file names (UTC, local or an IANA name).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(1),
+    default=None,
+    metavar="N",
+    help="Worker processes decoding the commitlog (default: one per CPU); the files written are the same.",
+)
+@click.option(
+    "--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(("text", "json")),
+    default="text",
+    show_default=True,
+    help="text for people, or one JSON document (schema_version, plan, result) at the end.",
+)
 @yes_option
-def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
-            dry_run: bool, backup_dir: Path | None, index_tz: str, jobs: int | None, quiet: bool, yes: bool,
-            fmt: str = "text", **store_opts: Any) -> int:
+def command(
+    broker_version: str,
+    cq_only: bool,
+    index_only: bool,
+    topics: tuple[str, ...],
+    from_offset: int | None,
+    dry_run: bool,
+    backup_dir: Path | None,
+    index_tz: str,
+    jobs: int | None,
+    quiet: bool,
+    yes: bool,
+    fmt: str = "text",
+    **store_opts: Any,
+) -> int:
     """Rebuild the consume queues and the index of a stopped broker's STORE from its
     commitlog, as the broker's reput writes them (byte for byte). Prints the plan, backs
     up every file it replaces or removes, applies the change atomically; restore it with
@@ -74,24 +120,67 @@ def command(broker_version: str, cq_only: bool, index_only: bool, topics: tuple[
         raise click.UsageError("--cq-only and --index-only exclude each other")
     profile = make_profile(broker_version)
     tz = parse_tz(index_tz)
-    store = locked_check(store_opts, dry_run, lock=fmt != "json")  # (the json run calls this command again, which checks it once)
+    store = locked_check(
+        store_opts, dry_run, lock=fmt != "json"
+    )  # (the json run calls this command again, which checks it once)
     if fmt == "json":
         # (click types a command's callback as optional; this one has it)
-        return _json_run(lambda: command.callback(  # type: ignore[misc]
-            broker_version=broker_version, cq_only=cq_only, index_only=index_only, topics=topics, from_offset=from_offset,
-            dry_run=dry_run, backup_dir=backup_dir, index_tz=index_tz, jobs=jobs, quiet=quiet, yes=yes, fmt="json-inner",
-            **store_opts), dry_run)
+        return _json_run(
+            lambda: command.callback(  # type: ignore[misc]
+                broker_version=broker_version,
+                cq_only=cq_only,
+                index_only=index_only,
+                topics=topics,
+                from_offset=from_offset,
+                dry_run=dry_run,
+                backup_dir=backup_dir,
+                index_tz=index_tz,
+                jobs=jobs,
+                quiet=quiet,
+                yes=yes,
+                fmt="json-inner",
+                **store_opts,
+            ),
+            dry_run,
+        )
     if dry_run:
         store = dry_run_store("rebuild-index", store_opts, backup_dir, store)
-        return _run(store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts)
+        return _run(
+            store, profile, cq_only, index_only, topics, from_offset, True, backup_dir, tz, jobs, quiet, store_opts
+        )
     with applying("rebuild-index", store_opts, yes) as (store, _finished):
-        return _run(store, profile, cq_only, index_only, topics, from_offset, False, backup_dir, tz, jobs, quiet, store_opts,
-                    yes=yes)
+        return _run(
+            store,
+            profile,
+            cq_only,
+            index_only,
+            topics,
+            from_offset,
+            False,
+            backup_dir,
+            tz,
+            jobs,
+            quiet,
+            store_opts,
+            yes=yes,
+        )
 
 
-def _run(store: Store, profile: BrokerProfile, cq_only: bool, index_only: bool, topics: tuple[str, ...], from_offset: int | None,
-         dry_run: bool, backup_dir: Path | None, tz: _dt.tzinfo, jobs: int | None, quiet: bool,
-         store_opts: dict[str, Any], yes: bool = True) -> int:
+def _run(
+    store: Store,
+    profile: BrokerProfile,
+    cq_only: bool,
+    index_only: bool,
+    topics: tuple[str, ...],
+    from_offset: int | None,
+    dry_run: bool,
+    backup_dir: Path | None,
+    tz: _dt.tzinfo,
+    jobs: int | None,
+    quiet: bool,
+    store_opts: dict[str, Any],
+    yes: bool = True,
+) -> int:
     from .recovery.rebuild import apply_rebuild, check_from_offset, check_index_scope, plan_rebuild
 
     t0 = time.perf_counter()
@@ -106,12 +195,25 @@ def _run(store: Store, profile: BrokerProfile, cq_only: bool, index_only: bool, 
     F = store.geometry.commitlog_file_size
     lo = from_offset or 0
     total = sum(min(f.size, F) - max(0, min(lo - f.base, min(f.size, F))) for f in store.commitlog)
-    compared = (sum(f.size for fs in store.consume_queues.values() for f in fs) if not index_only else 0) \
-        + (sum(f.size for f in store.index_files) if not cq_only else 0)  # (at most: the files in scope)
-    with progress_bar(total, "rebuild-index", quiet) as advance, \
-            later_bar(compared, "rebuild-index: compare", quiet) as compare:
-        plan = plan_rebuild(store, profile, cq=not index_only, index=not cq_only, topics=topics or None,
-                            from_offset=from_offset, index_tz=tz, progress=advance, jobs=jobs, compare_progress=compare)
+    compared = (sum(f.size for fs in store.consume_queues.values() for f in fs) if not index_only else 0) + (
+        sum(f.size for f in store.index_files) if not cq_only else 0
+    )  # (at most: the files in scope)
+    with (
+        progress_bar(total, "rebuild-index", quiet) as advance,
+        later_bar(compared, "rebuild-index: compare", quiet) as compare,
+    ):
+        plan = plan_rebuild(
+            store,
+            profile,
+            cq=not index_only,
+            index=not cq_only,
+            topics=topics or None,
+            from_offset=from_offset,
+            index_tz=tz,
+            progress=advance,
+            jobs=jobs,
+            compare_progress=compare,
+        )
     _LAST["plan"] = plan
     with closed_stdout_ignored():  # the output may go away (| head): the rebuild does not depend on it
         print_plan(store, plan, profile.label, store_opts)
@@ -152,13 +254,27 @@ def _json_run(run: Callable[[], int], dry_run: bool) -> int:
     if plan is not None:
         s = plan.result.stats
         doc["plan"] = {
-            "cq": plan.cq, "index": plan.index, "topics": list(plan.topics or []), "from_offset": plan.from_offset,
-            "counts": plan.counts(), "warnings": list(plan.warnings), "problems": list(plan.problems),
-            "reput": {"from_offset": s.from_offset, "end_offset": s.end_offset, "records": s.records,
-                      "dispatched": s.dispatched, "cq_records": s.cq_records, "index_keys": s.index_keys,
-                      "blanks": s.blanks},
-            "changes": [{"action": c.action, "path": c.relpath, "size": c.size, "note": c.note}
-                        for c in plan.changes if c.action != UNCHANGED],
+            "cq": plan.cq,
+            "index": plan.index,
+            "topics": list(plan.topics or []),
+            "from_offset": plan.from_offset,
+            "counts": plan.counts(),
+            "warnings": list(plan.warnings),
+            "problems": list(plan.problems),
+            "reput": {
+                "from_offset": s.from_offset,
+                "end_offset": s.end_offset,
+                "records": s.records,
+                "dispatched": s.dispatched,
+                "cq_records": s.cq_records,
+                "index_keys": s.index_keys,
+                "blanks": s.blanks,
+            },
+            "changes": [
+                {"action": c.action, "path": c.relpath, "size": c.size, "note": c.note}
+                for c in plan.changes
+                if c.action != UNCHANGED
+            ],
         }
     doc["applied"] = bool(code & int(Exit.REPAIRED))
     doc["backup_dir"] = str(_LAST["backup"]) if _LAST.get("backup") else None
@@ -176,18 +292,26 @@ def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[s
     click.echo(f"rebuild-index {store.root} (broker {version}): {what}, {scope}, {mode}")
     notes = []
     if plan.cq and not any(store.consume_queues.values()) and store_opts.get("cq_file_size") is None:
-        notes.append("no consume queue file to infer the size from: default; give --cq-file-size if the broker used another")
+        notes.append(
+            "no consume queue file to infer the size from: default; give --cq-file-size if the broker used another"
+        )
     if plan.index and not store.index_files and store_opts.get("index_slot_num") is None:
-        notes.append("no index file to infer the geometry from: default; give --index-slots/--index-entries if the broker used others")
-    click.echo(f"geometry: commitlog file {g.commitlog_file_size} B, consume queue file {g.cq_file_size} B, "
-               f"index {g.index_slot_num} slots / {g.index_num} entries ({g.index_file_size} B)")
+        notes.append(
+            "no index file to infer the geometry from: default; give --index-slots/--index-entries if the broker used others"
+        )
+    click.echo(
+        f"geometry: commitlog file {g.commitlog_file_size} B, consume queue file {g.cq_file_size} B, "
+        f"index {g.index_slot_num} slots / {g.index_num} entries ({g.index_file_size} B)"
+    )
     for n in notes:
         click.echo(f"  note: {n}")
     s = plan.result.stats
-    click.echo(f"reput: commitlog offsets [{s.from_offset}, {s.end_offset}): {s.records} records, "
-               f"{s.dispatched} dispatched ({s.cq_records} to consume queues, {s.index_keys} index keys"
-               f"{f', {s.index_skipped} already indexed' if s.index_skipped else ''}), {s.blanks} BLANK, "
-               f"{len(plan.result.problems)} problem(s)")
+    click.echo(
+        f"reput: commitlog offsets [{s.from_offset}, {s.end_offset}): {s.records} records, "
+        f"{s.dispatched} dispatched ({s.cq_records} to consume queues, {s.index_keys} index keys"
+        f"{f', {s.index_skipped} already indexed' if s.index_skipped else ''}), {s.blanks} BLANK, "
+        f"{len(plan.result.problems)} problem(s)"
+    )
     cp = plan.checkpoint_after
     for ch in plan.changes:
         if ch.action == UNCHANGED:
@@ -196,8 +320,10 @@ def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[s
         note = f": {ch.note}" if ch.note and (ch.action == REMOVE or ch.kind == "checkpoint") else ""
         click.echo(f"  {ch.action:<8}{ch.relpath}{size}{note}")
     c = plan.counts()
-    click.echo(f"files: {c['create']} to create, {c['replace']} to replace, {c['remove']} to remove, "
-               f"{c['unchanged']} unchanged")
+    click.echo(
+        f"files: {c['create']} to create, {c['replace']} to replace, {c['remove']} to remove, "
+        f"{c['unchanged']} unchanged"
+    )
     if cp is not None and plan.checkpoint_before is not None and cp == plan.checkpoint_before:
         click.echo("checkpoint: unchanged")
 
@@ -206,9 +332,11 @@ def print_summary(plan: RebuildPlan, seconds: float, backup: Path | None) -> Non
     s = plan.result.stats
     c = plan.counts()
     rate = s.dispatched / s.seconds if s.seconds > 0 else 0.0
-    click.echo(f"done: {s.dispatched} records dispatched, {c['create'] + c['replace']} files written "
-               f"({c['create']} created, {c['replace']} replaced), {c['remove']} removed, in {seconds:.2f} s "
-               f"(reput {s.seconds:.2f} s, {rate:,.0f} messages/s)")
+    click.echo(
+        f"done: {s.dispatched} records dispatched, {c['create'] + c['replace']} files written "
+        f"({c['create']} created, {c['replace']} replaced), {c['remove']} removed, in {seconds:.2f} s "
+        f"(reput {s.seconds:.2f} s, {rate:,.0f} messages/s)"
+    )
     if backup is not None:
         click.echo(f"backup: {backup} (rmqtool restore {backup} {plan.root})")
 

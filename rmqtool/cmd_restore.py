@@ -45,14 +45,35 @@ from .render import dumps
 @click.argument("backup_dir", type=click.Path(path_type=Path, readable=False))
 @click.argument("store", type=click.Path(path_type=Path, readable=False), required=False)
 @click.option("--dry-run", is_flag=True, help="Print what would be restored; change nothing.")
-@click.option("--backup-dir", "new_backup_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
-              help="Where the restore's own backup of the files it replaces goes (default: a new STORE.rmqtool-backup-<time>).")
-@click.option("--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True,
-              help="text for people, or one JSON document (schema_version, plan, applied) at the end.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed.")
+@click.option(
+    "--backup-dir",
+    "new_backup_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Where the restore's own backup of the files it replaces goes (default: a new STORE.rmqtool-backup-<time>).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(("text", "json")),
+    default="text",
+    show_default=True,
+    help="text for people, or one JSON document (schema_version, plan, applied) at the end.",
+)
+@click.option(
+    "--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed."
+)
 @yes_option
-def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir: Path | None, yes: bool, fmt: str = "text",
-            quiet: bool = False) -> int:
+def command(
+    backup_dir: Path,
+    store: Path | None,
+    dry_run: bool,
+    new_backup_dir: Path | None,
+    yes: bool,
+    fmt: str = "text",
+    quiet: bool = False,
+) -> int:
     """Put STORE back as it was before the rmqtool run that wrote BACKUP_DIR: removed
     files come back, replaced files get their old bytes, created files go. Every backup
     copy is checked against the manifest's sha256 first and every restored file after.
@@ -73,8 +94,10 @@ def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir:
     if not dry_run:
         require_yes_or_terminal(yes, "restore", store)
     with closed_stdout_ignored():  # the output may go away (| head): the restore does not depend on it
-        click.echo(f"restore {store} from {backup_dir} (transaction {doc.get('txid')}: {doc.get('description') or '-'}, "
-                   f"{doc.get('created_utc')})")
+        click.echo(
+            f"restore {store} from {backup_dir} (transaction {doc.get('txid')}: {doc.get('description') or '-'}, "
+            f"{doc.get('created_utc')})"
+        )
     if dry_run:
         dry_run_preamble(store, None)
     else:
@@ -82,8 +105,15 @@ def command(backup_dir: Path, store: Path | None, dry_run: bool, new_backup_dir:
     try:
         return _restore(backup_dir, store, doc, dry_run, new_backup_dir, yes, quiet)
     except RestoreConflictError as exc:
-        click.echo(f"rmqtool: {exc.one_line()}" + (f" (this backup belongs to {owner}; next: rmqtool restore {backup_dir} {owner})"
-                                                   if owner is not None else ""), err=True)
+        click.echo(
+            f"rmqtool: {exc.one_line()}"
+            + (
+                f" (this backup belongs to {owner}; next: rmqtool restore {backup_dir} {owner})"
+                if owner is not None
+                else ""
+            ),
+            err=True,
+        )
         return int(Exit.PROBLEMS)
 
 
@@ -97,13 +127,23 @@ def _check_store(backup_dir: Path, store: Path, doc: dict[str, Any]) -> str | No
     owner = doc.get("store")
     if owner is None or Path(owner).resolve() == store.resolve():
         return None
-    click.echo(f"rmqtool: warning: {backup_dir} is a backup of {owner}, not of {store}: a moved copy of that store "
-               "restores; any other store is refused file by file", err=True)
+    click.echo(
+        f"rmqtool: warning: {backup_dir} is a backup of {owner}, not of {store}: a moved copy of that store "
+        "restores; any other store is refused file by file",
+        err=True,
+    )
     return str(owner)
 
 
-def _restore(backup_dir: Path, store: Path, doc: dict[str, Any], dry_run: bool, new_backup_dir: Path | None, yes: bool,
-             quiet: bool) -> int:
+def _restore(
+    backup_dir: Path,
+    store: Path,
+    doc: dict[str, Any],
+    dry_run: bool,
+    new_backup_dir: Path | None,
+    yes: bool,
+    quiet: bool,
+) -> int:
     """The plan (checked against the manifest), the question, the restore."""
     with progress_bar(restore_work(doc, dry_run=True), "restore: check", quiet) as advance:
         planned = restore(backup_dir, store, dry_run=True, new_backup_dir=new_backup_dir, progress=advance)
@@ -121,22 +161,46 @@ def _restore(backup_dir: Path, store: Path, doc: dict[str, Any], dry_run: bool, 
     with settle_on_interrupt(store, "restore"), progress_bar(restore_work(doc), "restore: apply", quiet) as advance:
         restore(backup_dir, store, new_backup_dir=new_backup_dir, progress=advance)
     with closed_stdout_ignored():
-        click.echo(f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
-                   + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else ""))
+        click.echo(
+            f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
+            + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else "")
+        )
     return int(Exit.REPAIRED)
 
 
-def _json(backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool, quiet: bool = False) -> int:
+def _json(
+    backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool, quiet: bool = False
+) -> int:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):  # (click types a command's callback as optional; this one has it)
-        code = int(command.callback(backup_dir=backup_dir, store=store, dry_run=dry_run,  # type: ignore[misc]
-                                    new_backup_dir=new_backup_dir, yes=yes, fmt="text", quiet=quiet))
+        code = int(
+            command.callback(
+                backup_dir=backup_dir,
+                store=store,
+                dry_run=dry_run,  # type: ignore[misc]
+                new_backup_dir=new_backup_dir,
+                yes=yes,
+                fmt="text",
+                quiet=quiet,
+            )
+        )
     lines = buf.getvalue().splitlines()
     doc = load_manifest(backup_dir)
-    click.echo(dumps({"schema_version": SCHEMA_VERSION, "backup": str(backup_dir), "store": str(store),
-                      "backup_of": doc.get("store"), "txid": doc.get("txid"), "dry_run": dry_run,
-                      "plan": [ln.split(". ", 1)[1] for ln in lines if ln[:4].strip().rstrip(".").isdigit()],
-                      "applied": bool(code & int(Exit.REPAIRED)), "exit_status": code}))
+    click.echo(
+        dumps(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "backup": str(backup_dir),
+                "store": str(store),
+                "backup_of": doc.get("store"),
+                "txid": doc.get("txid"),
+                "dry_run": dry_run,
+                "plan": [ln.split(". ", 1)[1] for ln in lines if ln[:4].strip().rstrip(".").isdigit()],
+                "applied": bool(code & int(Exit.REPAIRED)),
+                "exit_status": code,
+            }
+        )
+    )
     return code
 
 

@@ -38,10 +38,21 @@ FINDING_COLUMNS = records.FINDING.table_columns()
 
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
 @store_command_options("verify", recovery_walk_options, output_file_options, progress_option)
-@click.option("--jobs", "-j", type=click.IntRange(1), default=1, show_default=True,
-              help="Check commitlog files (and parts of big files) in N processes.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
-              help="table: summary for people (default on a terminal); json: one report object; jsonl: one finding per line (default when piped).")
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Check commitlog files (and parts of big files) in N processes.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="table: summary for people (default on a terminal); json: one report object; jsonl: one finding per line (default when piped).",
+)
 @click.option("--strict", is_flag=True, help="Exit 4 on warnings too.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet: bool, **store_opts: Any) -> int:
@@ -71,12 +82,25 @@ def command(broker_version: str, jobs: int, fmt: str | None, strict: bool, quiet
 def write_refusals(findings: list[dict[str, Any]], fmt: str, root: str | Path, out: TextIO | None = None) -> None:
     out = out or sys.stdout
     if fmt == "json":
-        out.write(dumps({"schema_version": SCHEMA_VERSION, "store": str(root), "refused": True, "errors": len(findings), "findings": findings}) + "\n")
+        out.write(
+            dumps(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "store": str(root),
+                    "refused": True,
+                    "errors": len(findings),
+                    "findings": findings,
+                }
+            )
+            + "\n"
+        )
     elif fmt == "jsonl":
         for f in findings:
             out.write(dumps(f) + "\n")
     else:
         render(findings, "table", FINDING_COLUMNS, title=f"rmqtool verify {root}: refused", out=out)
+
+
 def _stdout_is_regular_file() -> bool:
     try:
         return stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode)
@@ -115,14 +139,25 @@ def _summary(report: VerifyReport, out: TextIO) -> None:
     rec = report.summary.get("recovery") or {}
     lines = [f"verdict: {_verdict(report)} ({report.summary.get('messages', 0)} messages)"]
     if rec.get("normal"):
-        lines.append(f"next start: {rec['mode']} recovery" + ("" if rec.get("loads") else f" - the broker refuses to load the store ({', '.join(rec.get('load_blockers', []))})"))
+        lines.append(
+            f"next start: {rec['mode']} recovery"
+            + (
+                ""
+                if rec.get("loads")
+                else f" - the broker refuses to load the store ({', '.join(rec.get('load_blockers', []))})"
+            )
+        )
         for key in ("normal", "abnormal"):
             o = rec[key]
-            lines.append(f"{key} recovery: starts at {o['start_file']} ({o['rule']}), scans {o['bytes_scanned']} bytes, "
-                         f"stops at offset {o['stop_offset']}, cuts {o['records_cut']} records"
-                         + (f", deletes {len(o['files_deleted'])} file(s)" if o["files_deleted"] else ""))
+            lines.append(
+                f"{key} recovery: starts at {o['start_file']} ({o['rule']}), scans {o['bytes_scanned']} bytes, "
+                f"stops at offset {o['stop_offset']}, cuts {o['records_cut']} records"
+                + (f", deletes {len(o['files_deleted'])} file(s)" if o["files_deleted"] else "")
+            )
         if rec.get("abnormal", {}).get("index_files_deleted"):
-            lines.append(f"abnormal recovery deletes index files {', '.join(rec['abnormal']['index_files_deleted'])} and re-indexes")
+            lines.append(
+                f"abnormal recovery deletes index files {', '.join(rec['abnormal']['index_files_deleted'])} and re-indexes"
+            )
     steps: dict[str, str] = {}
     for f in sorted(report.findings, key=lambda f: f.severity != "error"):
         d = f.to_dict()
@@ -131,12 +166,24 @@ def _summary(report: VerifyReport, out: TextIO) -> None:
         lines.append(f"next ({code}): {step}")
     for line in lines:
         console.print(line, highlight=False, markup=False)
-    render((c.to_dict() for c in report.checks), "table", CHECK_COLUMNS,
-           title=f"rmqtool verify {report.store} (broker {report.broker_version})", out=out)
+    render(
+        (c.to_dict() for c in report.checks),
+        "table",
+        CHECK_COLUMNS,
+        title=f"rmqtool verify {report.store} (broker {report.broker_version})",
+        out=out,
+    )
     shown = sorted(report.findings, key=lambda f: f.severity != "error")[:FIRST_FINDINGS]  # errors first
     if shown:
-        render((f.to_dict() for f in shown), "table", FINDING_COLUMNS,
-               title=f"findings ({len(report.findings)}; first {len(shown)} shown)" if len(report.findings) > len(shown) else "findings", out=out)
+        render(
+            (f.to_dict() for f in shown),
+            "table",
+            FINDING_COLUMNS,
+            title=f"findings ({len(report.findings)}; first {len(shown)} shown)"
+            if len(report.findings) > len(shown)
+            else "findings",
+            out=out,
+        )
 
 
 __all__ = ["command", "write_report"]

@@ -21,6 +21,7 @@ def _stack(decorators: list[Callable[[F], F]]) -> Callable[[F], F]:
         for d in reversed(decorators):  # as if written one above the other, the first on top
             f = d(f)
         return f
+
     return apply
 
 
@@ -34,17 +35,32 @@ def store_command_options(mode: str, *shared: Callable[[F], F]) -> Callable[[F],
 def change_options(work: str, change: str) -> Callable[[F], F]:
     """--index-tz (default: inferred), --jobs (processes for the commitlog walk and ``work``)
     and --fix-offsets (the offsets that ``change`` leaves past their queue's new end)."""
-    return _stack([
-        click.option("--index-tz", default=None, metavar="ZONE",
-                     help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the "
-                          "existing names)."),
-        click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
-                     help=f"Worker processes for the commitlog walk and the {work} (default: one per CPU)."),
-        click.option("--fix-offsets", is_flag=True,
-                     help="Set each committed consumer offset (config/consumerOffset.json, lmqConsumerOffset.json, "
-                          f"delayOffset.json) that the {change} leaves past its queue's new end to that end, in the same "
-                          "backup and journal."),
-    ])
+    return _stack(
+        [
+            click.option(
+                "--index-tz",
+                default=None,
+                metavar="ZONE",
+                help="Time zone of new index file names (UTC, local or an IANA name; default: inferred from the "
+                "existing names).",
+            ),
+            click.option(
+                "--jobs",
+                "-j",
+                type=click.IntRange(1),
+                default=None,
+                metavar="N",
+                help=f"Worker processes for the commitlog walk and the {work} (default: one per CPU).",
+            ),
+            click.option(
+                "--fix-offsets",
+                is_flag=True,
+                help="Set each committed consumer offset (config/consumerOffset.json, lmqConsumerOffset.json, "
+                f"delayOffset.json) that the {change} leaves past its queue's new end to that end, in the same "
+                "backup and journal.",
+            ),
+        ]
+    )
 
 
 __all__ = ["change_options", "store_command_options"]

@@ -26,7 +26,9 @@ class ConfirmationNeeded(RmqToolError):
 
 def yes_option(f: F) -> F:
     return click.option(
-        "--yes", "-y", is_flag=True,
+        "--yes",
+        "-y",
+        is_flag=True,
         help="Apply the plan without asking. Needed when standard input is not a terminal (cron, scripts).",
     )(f)
 
@@ -38,15 +40,21 @@ def stdin_is_terminal() -> bool:
         return False
 
 
-def require_yes_or_terminal(yes: bool, command: str, store: str | Path, what: str = "changes the store",
-                            preview: str = "with --dry-run to see the plan") -> None:
+def require_yes_or_terminal(
+    yes: bool,
+    command: str,
+    store: str | Path,
+    what: str = "changes the store",
+    preview: str = "with --dry-run to see the plan",
+) -> None:
     """Refuse early (before the plan is computed) when nobody can be asked."""
     if yes or stdin_is_terminal():
         return
     raise ConfirmationNeeded(
         f"{command} {what} and standard input is not a terminal to ask on, so nothing was changed; "
         f"next: rerun {preview}, then with --yes to apply it",
-        store)
+        store,
+    )
 
 
 def ask(yes: bool, question: str) -> bool:

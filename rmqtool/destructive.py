@@ -41,7 +41,9 @@ def locked_check(store_opts: dict[str, Any], dry_run: bool, lock: bool = True) -
     return store
 
 
-def dry_run_store(command: str, store_opts: dict[str, Any], backup_dir: Path | None, store: Store | None = None) -> Store:
+def dry_run_store(
+    command: str, store_opts: dict[str, Any], backup_dir: Path | None, store: Store | None = None
+) -> Store:
     """What a dry run says and refuses before planning, as the real run would; the store to
     plan on (``store``, or opened anew)."""
     dry_run_preamble(store_root(store_opts), backup_dir)
@@ -52,8 +54,9 @@ def dry_run_store(command: str, store_opts: dict[str, Any], backup_dir: Path | N
 
 
 @contextmanager
-def applying(command: str, store_opts: dict[str, Any], yes: bool,
-             around: AbstractContextManager[Any] | None = None) -> Iterator[tuple[Store, bool]]:
+def applying(
+    command: str, store_opts: dict[str, Any], yes: bool, around: AbstractContextManager[Any] | None = None
+) -> Iterator[tuple[Store, bool]]:
     """The frame of a real run: refuses early without --yes or a terminal, finishes or undoes
     an interrupted transaction (``finished``: one was completed, the store changed), then
     inside ``around`` (if any), the interrupt settlement and the store lock yields the store
@@ -80,8 +83,15 @@ def confirmed(yes: bool, question: str, show: Callable[[], None] | None = None) 
     return False
 
 
-def render_plan(command: str, plan: RecoveryPlan | RepairPlan, dry_run: bool, summary: list[tuple[str, str]],
-                changes: list[dict[str, Any]], past: list[OffsetChange], fix_offsets: bool) -> None:
+def render_plan(
+    command: str,
+    plan: RecoveryPlan | RepairPlan,
+    dry_run: bool,
+    summary: list[tuple[str, str]],
+    changes: list[dict[str, Any]],
+    past: list[OffsetChange],
+    fix_offsets: bool,
+) -> None:
     """A destructive command's plan as tables: the summary (step, plan) under the title, then
     the changes (action, what, detail), with the committed offsets left past their queue's
     new end (``past``), if any."""
@@ -103,8 +113,17 @@ def past_end_rows(past: list[OffsetChange], *, dry_run: bool, fix_offsets: bool)
     return rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
 
 
-def json_doc(plan: RecoveryPlan | RepairPlan, dry_run: bool, past: list[OffsetChange], plan_only: bool, *,
-             offsets_fixed: bool, result: dict[str, Any] | None, seconds: float | None, finished: bool) -> dict[str, Any]:
+def json_doc(
+    plan: RecoveryPlan | RepairPlan,
+    dry_run: bool,
+    past: list[OffsetChange],
+    plan_only: bool,
+    *,
+    offsets_fixed: bool,
+    result: dict[str, Any] | None,
+    seconds: float | None,
+    finished: bool,
+) -> dict[str, Any]:
     """recover's and repair's --format json document: the plan (``plan_only``: the plan shown
     before the question, alone), the committed offsets left past their queue's new end, the
     result, the time taken."""
@@ -134,8 +153,10 @@ def parse_tz(text: str) -> _dt.tzinfo:
     try:
         return ZoneInfo(text)
     except (ZoneInfoNotFoundError, ValueError):
-        raise click.BadParameter(f"unknown time zone {text!r} (use UTC, local or an IANA name such as Asia/Shanghai)",
-                                 param_hint="--index-tz") from None
+        raise click.BadParameter(
+            f"unknown time zone {text!r} (use UTC, local or an IANA name such as Asia/Shanghai)",
+            param_hint="--index-tz",
+        ) from None
 
 
 def optional_tz(text: str | None) -> _dt.tzinfo | None:
@@ -147,5 +168,14 @@ def warn(msg: str, kind: str = "warning") -> None:
     click.echo(f"rmqtool: {kind}: {msg}", err=True)
 
 
-__all__ = ["applying", "confirmed", "dry_run_store", "locked_check", "optional_tz", "parse_tz", "render_plan", "store_root",
-           "warn"]
+__all__ = [
+    "applying",
+    "confirmed",
+    "dry_run_store",
+    "locked_check",
+    "optional_tz",
+    "parse_tz",
+    "render_plan",
+    "store_root",
+    "warn",
+]

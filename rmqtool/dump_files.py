@@ -27,14 +27,19 @@ def split_file_arg(path: Path, kind: str) -> tuple[Path, dict[str, Any]]:
     if kind == "commitlog" and p.parent.name == "commitlog" and p.name.isdigit():
         return p.parent.parent, {"file_base": int(p.name), "file_size": p.stat().st_size}
     if kind == "consumequeue" and len(parts) >= 4 and parts[-4] == "consumequeue" and parts[-2].isdigit():
-        return p.parents[3], {"topic": parts[-3], "queue_id": int(parts[-2]), "file": f"consumequeue/{parts[-3]}/{parts[-2]}/{p.name}"}
+        return p.parents[3], {
+            "topic": parts[-3],
+            "queue_id": int(parts[-2]),
+            "file": f"consumequeue/{parts[-3]}/{parts[-2]}/{p.name}",
+        }
     if kind == "index" and p.parent.name == "index":
         return p.parent.parent, {"file": f"index/{p.name}"}
     if kind == "checkpoint" and p.name == "checkpoint":
         return p.parent, {}
     raise click.BadParameter(
         f"{path}: a file, but not a {kind} file inside a store layout (STORE/{'commitlog/<offset>' if kind == 'commitlog' else kind})",
-        param_hint="STORE")
+        param_hint="STORE",
+    )
 
 
 def only_file(records: Iterable[dict[str, Any]], name: str | None) -> Iterator[dict[str, Any]]:
@@ -72,8 +77,15 @@ def resolved(store: Store, profile: BrokerProfile, units: Iterable[dict[str, Any
             else:
                 rec = loc.checked.rec
                 u["message"] = message_fields(loc.file.name, loc.checked, loc.buf)
-                u["points_to"] = ("OTHER_TOPIC" if rec.topic != u["topic"] else "OTHER_QUEUE" if rec.queue_id != u["queue_id"]
-                                  else "SIZE_MISMATCH" if rec.total_size != u["size"] else "OK")
+                u["points_to"] = (
+                    "OTHER_TOPIC"
+                    if rec.topic != u["topic"]
+                    else "OTHER_QUEUE"
+                    if rec.queue_id != u["queue_id"]
+                    else "SIZE_MISMATCH"
+                    if rec.total_size != u["size"]
+                    else "OK"
+                )
                 u["msg_id"] = rec.msg_id
                 u["store_timestamp"] = rec.store_timestamp
             yield u

@@ -62,8 +62,15 @@ class StatusTracker:
         return Exit.PROBLEMS if self.damaged else Exit.OK
 
 
-def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple[str, str]], limit: int | None, title: str, out: Any = None,
-           say_empty: bool = True) -> int:
+def output(
+    records: Iterable[Record | str],
+    fmt: str | None,
+    columns: list[tuple[str, str]],
+    limit: int | None,
+    title: str,
+    out: Any = None,
+    say_empty: bool = True,
+) -> int:
     """Render (at most ``limit``) records on ``out`` (default stdout); return the exit code.
     ``say_empty``: say "no ... records found" on stderr when nothing was printed (False
     where the caller says "not found" itself)."""
@@ -100,6 +107,7 @@ def output(records: Iterable[Record | str], fmt: str | None, columns: list[tuple
 # Fast JSON lines for message records: the same bytes as render.dumps, without the generic
 # encoder's per-key work. The field order is the sorted key order, computed once.
 
+
 def _json_str_encoder() -> Callable[[str], str]:
     try:
         from _json import encode_basestring  # C accelerator
@@ -109,12 +117,40 @@ def _json_str_encoder() -> Callable[[str], str]:
 
 
 encode_json_str = _json_str_encoder()
-MESSAGE_KEYS = frozenset({
-    "type", "file", "pos", "physical_offset", "total_size", "magic", "body_crc", "crc_ok", "queue_id",
-    "flag", "queue_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
-    "reconsume_times", "prepared_transaction_offset", "body_length", "topic", "properties", "tags",
-    "keys", "uniq_key", "msg_id", "transaction_type", "tags_code", "status", "born_time", "store_time",
-})
+MESSAGE_KEYS = frozenset(
+    {
+        "type",
+        "file",
+        "pos",
+        "physical_offset",
+        "total_size",
+        "magic",
+        "body_crc",
+        "crc_ok",
+        "queue_id",
+        "flag",
+        "queue_offset",
+        "sys_flag",
+        "born_timestamp",
+        "born_host",
+        "store_timestamp",
+        "store_host",
+        "reconsume_times",
+        "prepared_transaction_offset",
+        "body_length",
+        "topic",
+        "properties",
+        "tags",
+        "keys",
+        "uniq_key",
+        "msg_id",
+        "transaction_type",
+        "tags_code",
+        "status",
+        "born_time",
+        "store_time",
+    }
+)
 
 
 def value_json(key: str, v: Any) -> str:

@@ -33,7 +33,9 @@ def check_msg_id(text: str) -> str:
     if not _HEX.fullmatch(t) or len(t) not in ID_LENGTHS:
         raise click.BadParameter(
             f"{text!r} is not a message id (an offset msg id or a UNIQ_KEY: 32 or 56 hex digits); "
-            "for any other key use --key", param_hint="--msg-id")
+            "for any other key use --key",
+            param_hint="--msg-id",
+        )
     return t
 
 
@@ -87,8 +89,13 @@ def not_found(what: list[str], hint: str | None = None) -> int:
     return int(Exit.REPAIRED)  # 1: grep's "nothing selected"; dump never changes a store
 
 
-def describe(topics: tuple[str, ...], queue_ids: tuple[int, ...], keys: tuple[str, ...], msg_ids: tuple[str, ...],
-             other: dict[str, Any]) -> list[str]:
+def describe(
+    topics: tuple[str, ...],
+    queue_ids: tuple[int, ...],
+    keys: tuple[str, ...],
+    msg_ids: tuple[str, ...],
+    other: dict[str, Any],
+) -> list[str]:
     out = [f"--msg-id {m}" for m in msg_ids] + [f"--key {k}" for k in keys]
     out += [f"--topic {t}" for t in topics] + [f"--queue-id {q}" for q in queue_ids]
     out += [f"--{k.replace('_', '-')} {v}" for k, v in other.items() if v is not None]
@@ -113,8 +120,10 @@ def foreign_id_hint(store: Store, profile: BrokerProfile, msg_ids: tuple[str, ..
             continue
         named = f"{ipaddress.ip_address(bytes(addr))}:{port}"
         if named not in hosts:
-            return (f"read as an offset msg id, {m} names store host {named}, offset {off}, while this store's "
-                    f"messages were stored by {', '.join(sorted(hosts))}: another broker's id?")
+            return (
+                f"read as an offset msg id, {m} names store host {named}, offset {off}, while this store's "
+                f"messages were stored by {', '.join(sorted(hosts))}: another broker's id?"
+            )
     return None
 
 

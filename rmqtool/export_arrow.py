@@ -88,7 +88,7 @@ def _indices(a: pa.Array) -> np.ndarray:
     if a.null_count or dt is None:
         out = a.to_numpy(zero_copy_only=False)  # (not met: every row of a plain block has the value)
     else:
-        out = np.frombuffer(a.buffers()[1], dtype=dt, count=a.offset + len(a))[a.offset:]
+        out = np.frombuffer(a.buffers()[1], dtype=dt, count=a.offset + len(a))[a.offset :]
     return out
 
 
@@ -248,8 +248,10 @@ def _property_columns(st: _State, run: PlainRun) -> dict[str, pa.Array]:
     cols["uniq_key"] = values_of("UNIQ_KEY") if "UNIQ_KEY" in names else pa.nulls(n, pa.string())
     mo = np.arange(n + 1, dtype=np.int32) * k
     klens = np.tile([len(x) for x in names], n)
-    mkeys = _str_array(np.concatenate([[0], np.cumsum(klens)]).astype(np.int32),
-                       np.frombuffer("".join(names).encode() * n, dtype=np.uint8))
+    mkeys = _str_array(
+        np.concatenate([[0], np.cumsum(klens)]).astype(np.int32),
+        np.frombuffer("".join(names).encode() * n, dtype=np.uint8),
+    )
     cols["properties"] = pa.MapArray.from_arrays(_num(mo), mkeys, mvals)
     return cols
 
@@ -279,4 +281,3 @@ def _host_columns(st: _State, run: PlainRun) -> dict[str, pa.Array]:
         "born_host": _table([host_info(int(x))[0] for x in bk[bfirst].tolist()], binv, pa.string()),
         "store_host": _table([h[0] for h in sinfo], sinv, pa.string()),
     }
-

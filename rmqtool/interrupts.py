@@ -57,19 +57,29 @@ def settle_on_interrupt(root: Path, command: str) -> Iterator[None]:
             try:
                 outcomes = recover_pending(root) if pending_journals(root) else []
             except Exception as exc:  # noqa: BLE001 - say what is left; the next run deals with it
-                raise Interrupted(f"interrupted: {command} could not settle its change ({exc}); the store may be "
-                                  f"half changed: the next destructive rmqtool run finishes or undoes it first "
-                                  f"(rmqtool recover {root} --dry-run shows the state)") from None
+                raise Interrupted(
+                    f"interrupted: {command} could not settle its change ({exc}); the store may be "
+                    f"half changed: the next destructive rmqtool run finishes or undoes it first "
+                    f"(rmqtool recover {root} --dry-run shows the state)"
+                ) from None
         finally:
             signal.signal(signal.SIGINT, old)
         if any(o.outcome == "completed" for o in outcomes) or fingerprint(root) != before:
             backup = next((o.backup_dir for o in outcomes if o.backup_dir), None)
-            raise Interrupted(f"interrupted: the store WAS changed: {command} had begun applying its change, which "
-                              f"was completed (its backup is kept" + (f": {backup}" if backup else "") + ")"
-                              + "; the next run starts from the changed store", changed=True) from None
-        raise Interrupted(f"interrupted: the store was not changed ({command} had not begun applying its change"
-                          + ("; its temporary files and partial backup were removed" if outcomes else "")
-                          + "); the next run starts over", changed=False) from None
+            raise Interrupted(
+                f"interrupted: the store WAS changed: {command} had begun applying its change, which "
+                f"was completed (its backup is kept"
+                + (f": {backup}" if backup else "")
+                + ")"
+                + "; the next run starts from the changed store",
+                changed=True,
+            ) from None
+        raise Interrupted(
+            f"interrupted: the store was not changed ({command} had not begun applying its change"
+            + ("; its temporary files and partial backup were removed" if outcomes else "")
+            + "); the next run starts over",
+            changed=False,
+        ) from None
 
 
 @contextmanager

@@ -19,12 +19,21 @@ BY_CODE: dict[str, str] = {
     "CQ_TOPIC_DELETED": "none: queues of a deleted topic; the broker ignores them",
     "CQ_DISPATCH_LAG": "rmqtool recover {store} --dry-run: the start-up dispatch catches up; or " + CQ,
     "IDX_DISPATCH_LAG": "rmqtool recover {store} --dry-run: the start-up dispatch catches up; or " + INDEX,
-    "CL_QUEUE_OFFSET": AS_WRITTEN, "CL_SYSFLAG": AS_WRITTEN, "CL_PROPERTIES": AS_WRITTEN,
-    "CL_BAD_DELAY_LEVEL": AS_WRITTEN, "CL_BAD_INNER_BATCH": AS_WRITTEN, "CL_PROP_CRC": AS_WRITTEN,
+    "CL_QUEUE_OFFSET": AS_WRITTEN,
+    "CL_SYSFLAG": AS_WRITTEN,
+    "CL_PROPERTIES": AS_WRITTEN,
+    "CL_BAD_DELAY_LEVEL": AS_WRITTEN,
+    "CL_BAD_INNER_BATCH": AS_WRITTEN,
+    "CL_PROP_CRC": AS_WRITTEN,
     "CL_SALVAGEABLE_RECORDS": "rmqtool recover {store} --dry-run --salvage-to DIR: writes the intact records out before the cut",
 }
-BY_PREFIX = (("CL_", RECOVER), ("CQ_", CQ), ("IDX_", INDEX), ("CKPT_", RECOVER),
-             ("FILE_", "the broker refuses or mis-reads such files: " + RECOVER))
+BY_PREFIX = (
+    ("CL_", RECOVER),
+    ("CQ_", CQ),
+    ("IDX_", INDEX),
+    ("CKPT_", RECOVER),
+    ("FILE_", "the broker refuses or mis-reads such files: " + RECOVER),
+)
 
 
 def next_step(finding: dict[str, Any], store: str) -> str:

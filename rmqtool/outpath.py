@@ -23,10 +23,10 @@ def local_path(out: str) -> str | None:
         return out
     if scheme != "file":
         return None
-    rest = out[len("file:"):]
+    rest = out[len("file:") :]
     if rest.startswith("//"):  # file://host/path or file:///path
         rest = rest[2:]
-        rest = rest[rest.index("/"):] if "/" in rest else "/"
+        rest = rest[rest.index("/") :] if "/" in rest else "/"
     return rest
 
 

@@ -32,11 +32,24 @@ def output_file_options(f: F) -> F:
         with color_mode(color), redirected(output_file):
             return f(*a, **k)
 
-    wrapper = click.option("--color", "color", type=click.Choice(("auto", "always", "never")), default="auto",
-                           show_default=True, help="Colour in tables: auto (on a terminal), always, never.")(wrapper)
-    wrapper = click.option("--output", "-o", "output_file", type=click.Path(path_type=Path, dir_okay=False), default=None,
-                           metavar="FILE", help="Write the results to FILE instead of standard output "
-                           "(complete or not at all: written beside and renamed).")(wrapper)
+    wrapper = click.option(
+        "--color",
+        "color",
+        type=click.Choice(("auto", "always", "never")),
+        default="auto",
+        show_default=True,
+        help="Colour in tables: auto (on a terminal), always, never.",
+    )(wrapper)
+    wrapper = click.option(
+        "--output",
+        "-o",
+        "output_file",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        metavar="FILE",
+        help="Write the results to FILE instead of standard output "
+        "(complete or not at all: written beside and renamed).",
+    )(wrapper)
     return wrapper
 
 
@@ -90,8 +103,14 @@ def redirected(path: Path | None) -> Iterator[None]:
 
 def format_option(choices: tuple[str, ...], default_tty: str, default_pipe: str) -> Callable[[F], F]:
     def deco(f: F) -> F:
-        return click.option("--format", "fmt", type=click.Choice(choices), default=None,
-                            help=f"Output format (default: {default_tty} on a terminal, {default_pipe} otherwise).")(f)
+        return click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(choices),
+            default=None,
+            help=f"Output format (default: {default_tty} on a terminal, {default_pipe} otherwise).",
+        )(f)
+
     return deco
 
 
@@ -105,14 +124,19 @@ def resolve(fmt: str | None, default_tty: str, default_pipe: str) -> str:
 
 
 def quiet_option(f: F) -> F:
-    return click.option("--quiet", "-q", is_flag=True, help="No progress bar and no chatter; results are still printed.")(f)
+    return click.option(
+        "--quiet", "-q", is_flag=True, help="No progress bar and no chatter; results are still printed."
+    )(f)
 
 
-def output_options(choices: tuple[str, ...] = ("table", "json"), default_tty: str = "table",
-                   default_pipe: str = "json") -> Callable[[F], F]:
+def output_options(
+    choices: tuple[str, ...] = ("table", "json"), default_tty: str = "table", default_pipe: str = "json"
+) -> Callable[[F], F]:
     """--format, --output, --color, -q/--quiet."""
+
     def deco(f: F) -> F:
         return output_file_options(quiet_option(format_option(choices, default_tty, default_pipe)(f)))
+
     return deco
 
 
@@ -129,5 +153,14 @@ def console(out: Any = None) -> Any:
     return Console(file=out) if tty else Console(file=out, width=100_000)
 
 
-__all__ = ["SCHEMA_VERSION", "output_file_options", "output_options", "format_option", "resolve", "quiet_option",
-           "color_mode", "redirected", "console"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "output_file_options",
+    "output_options",
+    "format_option",
+    "resolve",
+    "quiet_option",
+    "color_mode",
+    "redirected",
+    "console",
+]

@@ -36,9 +36,13 @@ def progress_option(f: F) -> F:
         finally:
             _FORCED.reset(token)
 
-    return click.option("--progress", "progress", is_flag=True,
-                        help="Show progress on standard error also when it is not a terminal (plain lines, one per "
-                             f"{STEP}% of the work); -q turns it off.")(wrapper)
+    return click.option(
+        "--progress",
+        "progress",
+        is_flag=True,
+        help="Show progress on standard error also when it is not a terminal (plain lines, one per "
+        f"{STEP}% of the work); -q turns it off.",
+    )(wrapper)
 
 
 _QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("rmqtool_quiet", default=False)
@@ -56,8 +60,9 @@ def quiet_flag(f: F) -> F:
         finally:
             _QUIET.reset(token)
 
-    return click.option("--quiet", "-q", "quiet", is_flag=True,
-                        help="No progress and no chatter; results are still printed.")(wrapper)
+    return click.option(
+        "--quiet", "-q", "quiet", is_flag=True, help="No progress and no chatter; results are still printed."
+    )(wrapper)
 
 
 def _stderr_tty() -> bool:
@@ -145,7 +150,9 @@ class _Lines:
 
     def _line(self) -> None:
         pct = self.done * 100 // self.total
-        sys.stderr.write(f"rmqtool: {self.desc}: {pct}% ({_amount(self.done, self.unit)} of {_amount(self.total, self.unit)})\n")
+        sys.stderr.write(
+            f"rmqtool: {self.desc}: {pct}% ({_amount(self.done, self.unit)} of {_amount(self.total, self.unit)})\n"
+        )
         sys.stderr.flush()
 
 

@@ -46,7 +46,9 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def render(records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[Column], title: str | None = None, out: Any = None) -> int:
+def render(
+    records: Iterable[dict[str, Any]], fmt: str, columns: Sequence[Column], title: str | None = None, out: Any = None
+) -> int:
     """Write ``records`` in ``fmt``; return how many were written."""
     out = out or sys.stdout
     n = 0

@@ -37,7 +37,11 @@ def package_dirs() -> list[tuple[Path, str]]:
     import rmqtool.recovery
 
     out: dict[str, Path] = {}
-    for pkg, arc in ((rmqtool, "rmqtool"), (rmqtool.formats, "rmqtool/formats"), (rmqtool.recovery, "rmqtool/recovery")):
+    for pkg, arc in (
+        (rmqtool, "rmqtool"),
+        (rmqtool.formats, "rmqtool/formats"),
+        (rmqtool.recovery, "rmqtool/recovery"),
+    ):
         # (__file__ is typed optional; a regular package, as these are, has it)
         root = Path(pkg.__file__).resolve().parent  # type: ignore[arg-type]
         for d, dirs, _files in os.walk(root):  # (a symlink, as rmqtool/formats in a checkout, is not followed)

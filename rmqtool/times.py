@@ -11,7 +11,16 @@ import click
 
 SECONDS_BELOW = 10**11  # an integer below this is epoch seconds (year 5138), else milliseconds
 _REL = re.compile(r"^(?:now)?\s*([+-])\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|d|w)$", re.I)
-_UNIT_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_UNIT_MS = {
+    "ms": 1,
+    "s": 1000,
+    "sec": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+    "w": 604_800_000,
+}
 
 
 def iso(ms: object) -> str | None:
@@ -48,7 +57,9 @@ def parse_time(text: str | None, name: str, now_ms: int | None = None) -> int | 
     except ValueError:
         raise click.BadParameter(
             f"{text!r} is not a time: give ISO 8601 (2026-11-21T23:02:32Z), epoch seconds or milliseconds "
-            "(by magnitude), or a relative time (-10m, -2h, -1d)", param_hint=name) from None
+            "(by magnitude), or a relative time (-10m, -2h, -1d)",
+            param_hint=name,
+        ) from None
     if d.tzinfo is None:
         d = d.replace(tzinfo=_dt.UTC)
     return int(d.timestamp() * 1000)

@@ -24,8 +24,12 @@ def start(command: str | None) -> None:
     """Called when the command's work starts (the group's callback)."""
     global _start
     if os.environ.get("RMQTOOL_TIMING"):
-        _start = (command or "", time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF),
-                  resource.getrusage(resource.RUSAGE_CHILDREN))
+        _start = (
+            command or "",
+            time.perf_counter(),
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
 
 
 def finish(code: int) -> None:
@@ -43,8 +47,15 @@ def finish(code: int) -> None:
     user = me.ru_utime - self0.ru_utime + kids.ru_utime - kids0.ru_utime
     sys_ = me.ru_stime - self0.ru_stime + kids.ru_stime - kids0.ru_stime
     children = kids.ru_utime + kids.ru_stime - kids0.ru_utime - kids0.ru_stime
-    line = {"command": command, "exit": code, "wall_s": round(wall, 6), "cpu_s": round(user + sys_, 6),
-            "user_s": round(user, 6), "sys_s": round(sys_, 6), "children_cpu_s": round(children, 6)}
+    line = {
+        "command": command,
+        "exit": code,
+        "wall_s": round(wall, 6),
+        "cpu_s": round(user + sys_, 6),
+        "user_s": round(user, 6),
+        "sys_s": round(sys_, 6),
+        "children_cpu_s": round(children, 6),
+    }
     try:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(line) + "\n")

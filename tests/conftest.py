@@ -85,7 +85,9 @@ def ccore_backend(request: pytest.FixtureRequest) -> Iterator[str]:
 
     if request.param == "c" and not ccore.available():
         if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true but rmqtool.recovery._ccore is not built (pip install -e . builds it with a C compiler)")
+            pytest.fail(
+                "CI=true but rmqtool.recovery._ccore is not built (pip install -e . builds it with a C compiler)"
+            )
         pytest.skip("rmqtool.recovery._ccore is not built (no C compiler at install time)")
     before = ccore.BACKEND
     ccore.use(request.param)

@@ -31,21 +31,41 @@ REAL = ROOT / "fixtures" / "real"
 FIXTURES = ["clean", "delay", "crash_midwrite", "many_files"]
 
 READ_ONLY = [
-    ("dump", "commitlog"), ("dump", "consumequeue"), ("dump", "index"), ("dump", "index", "--key", "ORDER-1"),
-    ("dump", "checkpoint"), ("dump", "config"), ("verify",), ("recover", "--dry-run"), ("rebuild-index", "--dry-run"),
-    ("info",), ("offsets",), ("backups",), ("repair", "--dry-run"),
+    ("dump", "commitlog"),
+    ("dump", "consumequeue"),
+    ("dump", "index"),
+    ("dump", "index", "--key", "ORDER-1"),
+    ("dump", "checkpoint"),
+    ("dump", "config"),
+    ("verify",),
+    ("recover", "--dry-run"),
+    ("rebuild-index", "--dry-run"),
+    ("info",),
+    ("offsets",),
+    ("backups",),
+    ("repair", "--dry-run"),
     # the release guessed from the damaged store itself (the runs above are given 4.9.4, which
     # auto cannot always pin on the fixtures: it then refuses with exit 2, naming the option)
-    ("verify", "--broker-version", "auto"), ("recover", "--dry-run", "--broker-version", "auto"),
+    ("verify", "--broker-version", "auto"),
+    ("recover", "--dry-run", "--broker-version", "auto"),
 ]
 AUTO_REFUSAL = "--broker-version auto:"
-EXITS = {"dump": {0, 1, 4, 8}, "verify": {0, 4, 8}, "recover": {0, 1, 4, 5, 8}, "rebuild-index": {0, 1, 4, 5, 8},
-         "restore": {0, 1, 4, 8}, "info": {0, 4, 8}, "offsets": {0, 4, 8}, "backups": {0, 4, 8},
-         "repair": {0, 1, 4, 5, 8}}
+EXITS = {
+    "dump": {0, 1, 4, 8},
+    "verify": {0, 4, 8},
+    "recover": {0, 1, 4, 5, 8},
+    "rebuild-index": {0, 1, 4, 5, 8},
+    "restore": {0, 1, 4, 8},
+    "info": {0, 4, 8},
+    "offsets": {0, 4, 8},
+    "backups": {0, 4, 8},
+    "repair": {0, 1, 4, 5, 8},
+}
 
 
 # --------------------------------------------------------------------------------------
 # the damage kinds
+
 
 def _in_store(root: Path, p: Path) -> bool:
     """Whether ``p`` lies in the store by real directories only: no symlink between
@@ -94,9 +114,13 @@ def _readable(paths: list[Path]) -> list[Path]:
     return [p for p in paths if p.stat().st_size <= DAMAGE_READ_LIMIT]
 
 
-def _pick_file(root: Path, rng: random.Random, subs: tuple[str, ...] = ("commitlog", "consumequeue", "index")) -> Path | None:
+def _pick_file(
+    root: Path, rng: random.Random, subs: tuple[str, ...] = ("commitlog", "consumequeue", "index")
+) -> Path | None:
     cands = _readable([p for s in subs for p in _files(root, s)])
-    extra = [root / n for n in ("checkpoint",) if (root / n).is_file() and not (root / n).is_symlink()] + _files(root, "config")
+    extra = [root / n for n in ("checkpoint",) if (root / n).is_file() and not (root / n).is_symlink()] + _files(
+        root, "config"
+    )
     cands += _readable(extra) if rng.random() < 0.2 else []
     return rng.choice(cands) if cands else None
 
@@ -158,7 +182,9 @@ def d_absurd_length(root: Path, rng: random.Random) -> str:
         if t < len(b):
             b[t] = rng.choice([0, 0xFF, 0x7F])
     elif which == "props":
-        struct.pack_into(">h", b, pos + total - 2 - rng.randrange(0, 64) if total > 70 else pos, rng.choice([-1, 0x7FFF, 0]))
+        struct.pack_into(
+            ">h", b, pos + total - 2 - rng.randrange(0, 64) if total > 70 else pos, rng.choice([-1, 0x7FFF, 0])
+        )
     elif which == "queue_offset":
         struct.pack_into(">q", b, pos + 20, rng.choice([-1, 1 << 62, 0x7FFFFFFFFFFFFFFF]))
     else:
@@ -199,13 +225,33 @@ def d_rename(root: Path, rng: random.Random) -> str:
     p = rng.choice(files)
     name = p.name
     if sub == "index":
-        new = rng.choice(["20261399999999999", "99999999999999999", "20261121240000000", "1", name[:-1], name + "0",
-                          "20991231235959999", "00000000000000000"])
+        new = rng.choice(
+            [
+                "20261399999999999",
+                "99999999999999999",
+                "20261121240000000",
+                "1",
+                name[:-1],
+                name + "0",
+                "20991231235959999",
+                "00000000000000000",
+            ]
+        )
     else:
         v = int(name) if name.isdigit() else 0
         size = p.stat().st_size or 1
-        new = rng.choice([f"{v + size:020d}", f"{v + 2 * size:020d}", f"{max(0, v - size):020d}", str(v), f"{v + 1:020d}",
-                          f"{v:019d}", "x" + name, f"{(1 << 63) - 1:020d}"])
+        new = rng.choice(
+            [
+                f"{v + size:020d}",
+                f"{v + 2 * size:020d}",
+                f"{max(0, v - size):020d}",
+                str(v),
+                f"{v + 1:020d}",
+                f"{v:019d}",
+                "x" + name,
+                f"{(1 << 63) - 1:020d}",
+            ]
+        )
     dst = p.with_name(new)
     if dst.exists() or dst == p:
         return "rename: taken"
@@ -217,7 +263,9 @@ def d_stray(root: Path, rng: random.Random) -> str:
     dirs = [root, root / "commitlog", root / "index", root / "config"] + _real_dirs(root / "consumequeue")[1:]
     dirs = [d for d in dirs if d.is_dir() and not d.is_symlink() and _in_store(root, d / "x")]
     d = rng.choice(dirs)
-    name = rng.choice(["00000000000000000001", "stray", ".hidden", "12", "00000000000000065536.tmp", "abort", "x" * 200])
+    name = rng.choice(
+        ["00000000000000000001", "stray", ".hidden", "12", "00000000000000065536.tmp", "abort", "x" * 200]
+    )
     p = d / name
     if os.path.lexists(p):
         return "stray: taken"
@@ -229,7 +277,13 @@ def d_stray(root: Path, rng: random.Random) -> str:
 
 
 def _victim(root: Path, rng: random.Random) -> Path:
-    cands = [root / "checkpoint", root / "lock", root / "index", root / "commitlog", root / "config" / "delayOffset.json"]
+    cands = [
+        root / "checkpoint",
+        root / "lock",
+        root / "index",
+        root / "commitlog",
+        root / "config" / "delayOffset.json",
+    ]
     cands += [d for d in _real_dirs(root / "consumequeue") if len(d.relative_to(root).parts) == 3]
     cands += _files(root, "index")[-1:] + _files(root, "commitlog")[-1:] + _files(root, "consumequeue")[:1]
     return rng.choice([c for c in cands if os.path.lexists(c) and _in_store(root, c)] or [root / "checkpoint"])
@@ -275,7 +329,12 @@ def d_symlink(root: Path, rng: random.Random) -> str:
 
 
 def d_sparse_huge(root: Path, rng: random.Random) -> str:
-    cands = [root / "checkpoint", root / "config" / "delayOffset.json"] + _files(root, "commitlog")[-1:] + _files(root, "consumequeue")[:1] + _files(root, "index")[-1:]
+    cands = (
+        [root / "checkpoint", root / "config" / "delayOffset.json"]
+        + _files(root, "commitlog")[-1:]
+        + _files(root, "consumequeue")[:1]
+        + _files(root, "index")[-1:]
+    )
     cands = [c for c in cands if c.is_file() and not c.is_symlink() and _in_store(root, c)]
     if not cands:
         return "sparse: nothing"
@@ -311,7 +370,11 @@ def d_config(root: Path, rng: random.Random) -> str:
     if (root / "config").is_symlink() or (os.path.lexists(root / "config") and not (root / "config").is_dir()):
         _remove(root / "config")
     (root / "config").mkdir(exist_ok=True)
-    p = root / "config" / rng.choice(["delayOffset.json", "topics.json", "consumerOffset.json", "subscriptionGroup.json"])
+    p = (
+        root
+        / "config"
+        / rng.choice(["delayOffset.json", "topics.json", "consumerOffset.json", "subscriptionGroup.json"])
+    )
     if os.path.lexists(p) and (p.is_symlink() or not p.is_file()):
         _remove(p)  # (writing into a FIFO an earlier damage put there would block the harness)
     kind = rng.choice(["digits", "deep", "garbage", "float", "empty"])
@@ -331,7 +394,9 @@ def d_config(root: Path, rng: random.Random) -> str:
 
 def d_unwritable(root: Path, rng: random.Random) -> str:
     """chmod 555 a directory (a root run ignores it: the soak runs it as nobody when it can)."""
-    dirs = [root / "index", root / "commitlog"] + [d for d in _real_dirs(root / "consumequeue") if len(d.relative_to(root).parts) == 3]
+    dirs = [root / "index", root / "commitlog"] + [
+        d for d in _real_dirs(root / "consumequeue") if len(d.relative_to(root).parts) == 3
+    ]
     dirs = [d for d in dirs if d.is_dir() and not d.is_symlink() and _in_store(root, d)]
     if not dirs:
         return "unwritable: none"
@@ -341,8 +406,11 @@ def d_unwritable(root: Path, rng: random.Random) -> str:
 
 
 def d_remove(root: Path, rng: random.Random) -> str:
-    p = rng.choice([root / "index", root / "commitlog", root / "checkpoint", root / "lock", root / "consumequeue"]
-                   + _files(root, "index") + _files(root, "commitlog")[:1])
+    p = rng.choice(
+        [root / "index", root / "commitlog", root / "checkpoint", root / "lock", root / "consumequeue"]
+        + _files(root, "index")
+        + _files(root, "commitlog")[:1]
+    )
     if not os.path.lexists(p):
         return "remove: nothing"
     _remove(p)
@@ -350,9 +418,19 @@ def d_remove(root: Path, rng: random.Random) -> str:
 
 
 KINDS: dict[str, Callable[[Path, random.Random], str]] = {
-    "bitflip": d_bitflip, "absurd_length": d_absurd_length, "zero_range": d_zero_range, "truncate": d_truncate,
-    "rename": d_rename, "stray": d_stray, "fifo": d_fifo, "symlink": d_symlink, "sparse_huge": d_sparse_huge,
-    "nul_topic": d_nul_topic, "config": d_config, "unwritable": d_unwritable, "remove": d_remove,
+    "bitflip": d_bitflip,
+    "absurd_length": d_absurd_length,
+    "zero_range": d_zero_range,
+    "truncate": d_truncate,
+    "rename": d_rename,
+    "stray": d_stray,
+    "fifo": d_fifo,
+    "symlink": d_symlink,
+    "sparse_huge": d_sparse_huge,
+    "nul_topic": d_nul_topic,
+    "config": d_config,
+    "unwritable": d_unwritable,
+    "remove": d_remove,
 }
 # kinds that could hang or exhaust memory if mishandled: their commands run in a child
 # process under a time limit and an address-space limit
@@ -375,6 +453,7 @@ def make_store(dest: Path, seed: int, kind: str | None = None) -> tuple[Path, st
 
 # --------------------------------------------------------------------------------------
 # the tree digest (sparse-aware: a 64 GiB hole is not read)
+
 
 def tree_digest(root: Path) -> dict[str, str]:
     out: dict[str, str] = {}
@@ -441,6 +520,7 @@ def _data_hash(path: str, size: int) -> str:
 
 # --------------------------------------------------------------------------------------
 # running the commands
+
 
 @dataclass
 class Outcome:
@@ -570,6 +650,7 @@ def run_child(argv: list[str], timeout: float, mem_bytes: int, user: str | None 
     a forked child, :func:`run_forked`)."""
     if user is not None:
         return run_forked(argv, timeout, mem_bytes, user)
+
     def limits() -> None:
         import resource
 
@@ -583,8 +664,14 @@ def run_child(argv: list[str], timeout: float, mem_bytes: int, user: str | None 
 
     t0 = time.perf_counter()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.Popen([sys.executable, "-m", "rmqtool", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         preexec_fn=limits, env=env, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rmqtool", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=limits,
+        env=env,
+        start_new_session=True,
+    )
     try:
         _, err_b = p.communicate(timeout=timeout)
         hang = False
@@ -610,8 +697,16 @@ def _cmd_name(argv: tuple[str, ...]) -> str:
     return " ".join(a for a in argv[:3] if not a.startswith("/"))
 
 
-def run_store(dest: Path, seed: int, kind: str | None = None, *, timeout: float = 60.0, mem_bytes: int = 2 << 30,
-              child: bool | None = None, user: str | None = None) -> StoreResult:
+def run_store(
+    dest: Path,
+    seed: int,
+    kind: str | None = None,
+    *,
+    timeout: float = 60.0,
+    mem_bytes: int = 2 << 30,
+    child: bool | None = None,
+    user: str | None = None,
+) -> StoreResult:
     """Make one damaged store under ``dest`` and run every command on it, checking the
     rules of issue 23. ``child``: run the commands in child processes (default: only for
     the kinds in GUARDED)."""
@@ -657,7 +752,9 @@ def run_store(dest: Path, seed: int, kind: str | None = None, *, timeout: float 
     o2 = cmd("recover", "--yes", str(root), "--backup-dir", str(dest / "backup-recover2"))
     h2 = tree_digest(root)
     if h2 != h1 or (o1.code in (0, 1, 4, 5) and o2.code in (1, 5)):
-        res.failures.append(("recover", "not idempotent", f"run 1 exit {o1.code}, run 2 exit {o2.code}; {_diff(h1, h2)}"))
+        res.failures.append(
+            ("recover", "not idempotent", f"run 1 exit {o1.code}, run 2 exit {o2.code}; {_diff(h1, h2)}")
+        )
     elif o1.code == 8 and o2.code != 8:
         res.failures.append(("recover", "not idempotent", f"run 1 refused, run 2 exit {o2.code}"))
     if o1.code == 8 and h1 != h0:
@@ -678,7 +775,9 @@ def run_store(dest: Path, seed: int, kind: str | None = None, *, timeout: float 
 
 def _diff(a: dict[str, str], b: dict[str, str]) -> str:
     keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-    return ", ".join(f"{k}: {a.get(k, '-')[:24]} -> {b.get(k, '-')[:24]}" for k in keys[:4]) + (" ..." if len(keys) > 4 else "")
+    return ", ".join(f"{k}: {a.get(k, '-')[:24]} -> {b.get(k, '-')[:24]}" for k in keys[:4]) + (
+        " ..." if len(keys) > 4 else ""
+    )
 
 
 def cleanup(dest: Path) -> None:
@@ -723,24 +822,41 @@ def _child_main(queue_fd: int, tmp: Path, out_path: Path, timeout: float, mem_by
                 r = run_store(d, seed, timeout=timeout, mem_bytes=mem_bytes, child=False)
                 doc = {"seed": seed, "kind": r.kind, "desc": r.desc, "runs": r.runs, "failures": r.failures}
             except MemoryError:
-                doc = {"seed": seed, "kind": "?", "desc": "", "runs": 0, "failures": [("harness", "memory", "MemoryError")]}
+                doc = {
+                    "seed": seed,
+                    "kind": "?",
+                    "desc": "",
+                    "runs": 0,
+                    "failures": [("harness", "memory", "MemoryError")],
+                }
             except Exception as exc:  # noqa: BLE001 - the harness's own failure, reported for its seed
-                doc = {"seed": seed, "kind": "?", "desc": "", "runs": 0, "failures": [("harness", "harness error", repr(exc)[:300])]}
+                doc = {
+                    "seed": seed,
+                    "kind": "?",
+                    "desc": "",
+                    "runs": 0,
+                    "failures": [("harness", "harness error", repr(exc)[:300])],
+                }
             doc["seconds"] = round(time.perf_counter() - t0, 3)
             out.write(json.dumps(doc) + "\n")
             out.flush()
             cleanup(d)
 
 
-def run_many(seeds: list[int], tmp: Path, jobs: int = 2, timeout: float = 60.0, mem_bytes: int = 2 << 30,
-             fsync: bool = True) -> list[dict]:
+def run_many(
+    seeds: list[int], tmp: Path, jobs: int = 2, timeout: float = 60.0, mem_bytes: int = 2 << 30, fsync: bool = True
+) -> list[dict]:
     """Run :func:`run_store` for every seed in ``jobs`` forked workers, each under an
     address-space limit of ``mem_bytes`` (commands in-process, under SIGALRM timeouts),
     taking seeds off one work pipe (a slow store holds up one worker, not a share of the
     seeds). A worker that dies is reported for the seed it was on and replaced."""
     step = 4000  # seeds a pipe holds (64 KiB) before any worker reads
     if len(seeds) > step:
-        return [d for i in range(0, len(seeds), step) for d in run_many(seeds[i : i + step], tmp, jobs, timeout, mem_bytes, fsync)]
+        return [
+            d
+            for i in range(0, len(seeds), step)
+            for d in run_many(seeds[i : i + step], tmp, jobs, timeout, mem_bytes, fsync)
+        ]
     tmp.mkdir(parents=True, exist_ok=True)
     r, w = os.pipe()
     os.write(w, b"".join(f"{s:>{_REC}d}".encode("ascii") for s in seeds))
@@ -786,8 +902,16 @@ def run_many(seeds: list[int], tmp: Path, jobs: int = 2, timeout: float = 60.0, 
                         results.append(doc)
                         started = None
             if started is not None:  # died on that store: report it, go on without it
-                results.append({"seed": started, "kind": "?", "desc": "", "runs": 0, "seconds": 0,
-                                "failures": [("harness", "worker died", f"wait status {status}")]})
+                results.append(
+                    {
+                        "seed": started,
+                        "kind": "?",
+                        "desc": "",
+                        "runs": 0,
+                        "seconds": 0,
+                        "failures": [("harness", "worker died", f"wait status {status}")],
+                    }
+                )
                 npid, npath = spawn()
                 workers[npid] = npath
     os.close(r)
@@ -802,6 +926,7 @@ def run_many(seeds: list[int], tmp: Path, jobs: int = 2, timeout: float = 60.0, 
 # (fidelity), so a second run that changes the store again is checked against the broker
 # started twice on the same damaged input (tests/oracle): every area recover's second run
 # changes must be one the broker's second start changes as well.
+
 
 def broker_not_a_fixed_point_q6(root: Path) -> None:
     """``delay`` with its only commitlog file renamed to the next file's name: the commitlog
@@ -868,8 +993,10 @@ def broker_pinned_by_the_cut_units_it_keeps(root: Path) -> None:
     start reads it, truncates again and reputs nothing: the record at 45735 never gets its
     unit back. recover zero-fills the cut unit, so the broker's next start on recover's
     result reputs from 45735; recover's one run does that too (a deviation)."""
-    for rel, flips in (("%RETRY%GroupD/0", {12: 0x20, 24: 0x20, 26: 0x04}),
-                       ("SCHEDULE_TOPIC_XXXX/6", {4: 0x02, 20: 0x10, 34: 0x20, 337: 0x40})):
+    for rel, flips in (
+        ("%RETRY%GroupD/0", {12: 0x20, 24: 0x20, 26: 0x04}),
+        ("SCHEDULE_TOPIC_XXXX/6", {4: 0x02, 20: 0x10, 34: 0x20, 337: 0x40}),
+    ):
         p = root / "consumequeue" / rel / "00000000000000000000"
         b = bytearray(p.read_bytes())
         for i, v in flips.items():
@@ -897,7 +1024,10 @@ def broker_not_a_fixed_point_queue_walk_from_the_third_last_file(root: Path) -> 
 # (tests/oracle/test_fixed_point_oracle.py): the broker's starts are no fixed point, or
 # (a queue recover leaves alone) recover's are where the broker's are not
 NOT_A_FIXED_POINT: dict[str, tuple[str, Callable[[Path], None]]] = {
-    "queue_walk_from_the_third_last_file": ("crash_midwrite", broker_not_a_fixed_point_queue_walk_from_the_third_last_file),
+    "queue_walk_from_the_third_last_file": (
+        "crash_midwrite",
+        broker_not_a_fixed_point_queue_walk_from_the_third_last_file,
+    ),
     "queue_emptied_at_first_start": ("delay", broker_not_a_fixed_point_queue_emptied),
     "q6_first_commitlog_renamed": ("delay", broker_not_a_fixed_point_q6),
     "cq_unit_past_the_end": ("crash_midwrite", broker_not_a_fixed_point_cq_unit),
@@ -931,7 +1061,9 @@ def broker_changed_areas(v1: dict, v2: dict) -> set[str]:
     for q in set(q1) | set(q2):
         if q1.get(q) != q2.get(q):
             out.add("consumequeue/" + q)
-    if v1.get("index_files_after_rocketmq_shutdown_in_name_order") != v2.get("index_files_after_rocketmq_shutdown_in_name_order"):
+    if v1.get("index_files_after_rocketmq_shutdown_in_name_order") != v2.get(
+        "index_files_after_rocketmq_shutdown_in_name_order"
+    ):
         out.add("index")
     f1, f2 = v1.get("files_after_rocketmq_shutdown") or {}, v2.get("files_after_rocketmq_shutdown") or {}
     for k in set(f1) | set(f2):

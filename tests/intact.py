@@ -30,7 +30,17 @@ def intact_records(root: Path, profile: BrokerProfile) -> list[dict[str, Any]]:
             raw = bytes(mf.buf[off - f.base : off - f.base + int(recs.size[j])])
         assert c.rec is not None
         keys = [k for k in (c.keys or "").split(" ") if k] + ([c.uniq_key] if c.uniq_key else [])
-        out.append({"off": off, "size": int(recs.size[j]), "sha": hashlib.sha256(raw).hexdigest(), "topic": c.rec.topic,
-                    "qid": c.rec.queue_id, "qoff": c.rec.queue_offset, "queued": bool(to_queue(recs.flags[j : j + 1])[0]),
-                    "keys": keys, "tx": c.rec.sys_flag & 0xC})
+        out.append(
+            {
+                "off": off,
+                "size": int(recs.size[j]),
+                "sha": hashlib.sha256(raw).hexdigest(),
+                "topic": c.rec.topic,
+                "qid": c.rec.queue_id,
+                "qoff": c.rec.queue_offset,
+                "queued": bool(to_queue(recs.flags[j : j + 1])[0]),
+                "keys": keys,
+                "tx": c.rec.sys_flag & 0xC,
+            }
+        )
     return out

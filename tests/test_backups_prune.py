@@ -38,6 +38,10 @@ def test_keep_and_older_than_must_both_hold(tmp_path: Path) -> None:
 
 
 def test_never_another_store_an_unusable_or_a_needed_backup(tmp_path: Path) -> None:
-    rows = [_row(tmp_path, "a", 30, "OTHER_STORE"), _row(tmp_path, "b", 30, "UNUSABLE"), _row(tmp_path, "c", 30),
-            _row(tmp_path, "d", 30)]
+    rows = [
+        _row(tmp_path, "a", 30, "OTHER_STORE"),
+        _row(tmp_path, "b", 30, "UNUSABLE"),
+        _row(tmp_path, "c", 30),
+        _row(tmp_path, "d", 30),
+    ]
     assert _names(prune_selection(rows, {(tmp_path / "c").resolve()}, 0, None)) == ["d"]

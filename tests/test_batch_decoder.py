@@ -74,8 +74,9 @@ def _compare_file(path: Path, profile: BrokerProfile) -> tuple[int, int, list[in
         for r, h, u in zip(ik.rec.tolist(), ik.hash.tolist(), ik.units.tolist()):
             keys_of.setdefault(r, []).append((h, u))
         for j, p in enumerate(s.tolist()):
-            c = ck.check_record(buf, p, end, profile, check_crc=False, read_body=False,
-                                max_delay_level=profile.max_delay_level)
+            c = ck.check_record(
+                buf, p, end, profile, check_crc=False, read_body=False, max_delay_level=profile.max_delay_level
+            )
             if not sure[j]:
                 if c.is_message:
                     unsure_ok.append(p)
@@ -83,11 +84,30 @@ def _compare_file(path: Path, profile: BrokerProfile) -> tuple[int, int, list[in
             assert c.is_message, f"{path}@{p}: the decoder is sure of a record check_record refuses ({c})"
             rec = c.rec
             assert rec is not None
-            got = (cols.topic[j], int(cols.queue_id[j]), int(cols.commitlog_offset[j]), int(cols.msg_size[j]),
-                   int(cols.tags_code[j]), int(cols.store_timestamp[j]), int(cols.consume_queue_offset[j]),
-                   cols.keys[j], cols.uniq_key[j], int(cols.sys_flag[j]))
-            want = (rec.topic, rec.queue_id, rec.physical_offset, rec.total_size, c.tags_code, rec.store_timestamp,
-                    rec.queue_offset, c.keys, c.uniq_key, rec.sys_flag)
+            got = (
+                cols.topic[j],
+                int(cols.queue_id[j]),
+                int(cols.commitlog_offset[j]),
+                int(cols.msg_size[j]),
+                int(cols.tags_code[j]),
+                int(cols.store_timestamp[j]),
+                int(cols.consume_queue_offset[j]),
+                cols.keys[j],
+                cols.uniq_key[j],
+                int(cols.sys_flag[j]),
+            )
+            want = (
+                rec.topic,
+                rec.queue_id,
+                rec.physical_offset,
+                rec.total_size,
+                c.tags_code,
+                rec.store_timestamp,
+                rec.queue_offset,
+                c.keys,
+                c.uniq_key,
+                rec.sys_flag,
+            )
             assert got == want, f"{path}@{p}"
             assert keys_of.get(j, []) == _index_keys_of(c.uniq_key, c.keys), f"{path}@{p}: index keys"
         decoded += len(s)
@@ -103,8 +123,13 @@ def shape_stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pa
     out = {}
     for name, shape in SHAPES.items():
         root = tmp_path_factory.mktemp(name)
-        write_shape_store(root, shape, COUNTS.get(name, 300), file_size=(16 << 20) if name == "bodies_0_4mib" else (256 << 10),
-                          cq=False)
+        write_shape_store(
+            root,
+            shape,
+            COUNTS.get(name, 300),
+            file_size=(16 << 20) if name == "bodies_0_4mib" else (256 << 10),
+            cq=False,
+        )
         out[name] = (root, shape.profile)
     return out
 
@@ -143,7 +168,6 @@ def test_first_unsure_is_the_first_false() -> None:
     assert first_unsure(np.array([True, True, False, True])) == 2
     assert first_unsure(np.array([True, True])) == 2
     assert first_unsure(np.zeros(0, dtype=bool)) == 0
-
 
 
 @pytest.mark.parametrize("name", ["gen_commitlog", "keys_0_32", "non_ascii_properties"])

@@ -46,7 +46,13 @@ def test_consume_queue_recover_all_zero_first_unit_ends_the_queue_at_its_start()
 
 
 def test_consume_queue_recover_starts_at_the_third_last_file_and_crosses_full_files() -> None:
-    files = [_units([(-1, 0)]), _units([(-1, 0)]), _units(_full(0)), _units(_full(800)), _units([(1600, 50), (1650, 60)])]
+    files = [
+        _units([(-1, 0)]),
+        _units([(-1, 0)]),
+        _units(_full(0)),
+        _units(_full(800)),
+        _units([(1600, 50), (1650, 60)]),
+    ]
     # files 0 and 1 are invalid from their first unit, but the scan never looks at them
     assert _recover(files) == br.CqRecovery(4, 2, 1710)
 
@@ -112,12 +118,24 @@ def test_truncate_dirty_logic_files_cuts_at_phy_and_drops_later_files() -> None:
 def _record(store_ts: int, *, sys_flag: int = 0, v2: bool = False) -> bytes:
     born = bytes(16) if sys_flag & cl.BORNHOST_V6_FLAG else bytes(4)
     store = bytes(16) if sys_flag & cl.STOREHOSTADDRESS_V6_FLAG else bytes(4)
-    return cl.build_message({
-        "queue_id": 0, "flag": 0, "queue_offset": 0, "physical_offset": 0, "sys_flag": sys_flag,
-        "born_timestamp": 1, "born_host": {"address": born, "port": 1}, "store_timestamp": store_ts,
-        "store_host": {"address": store, "port": 2}, "reconsume_times": 0, "prepared_transaction_offset": 0,
-        "topic": "T", "body": b"x",
-    }, v2=v2)
+    return cl.build_message(
+        {
+            "queue_id": 0,
+            "flag": 0,
+            "queue_offset": 0,
+            "physical_offset": 0,
+            "sys_flag": sys_flag,
+            "born_timestamp": 1,
+            "born_host": {"address": born, "port": 1},
+            "store_timestamp": store_ts,
+            "store_host": {"address": store, "port": 2},
+            "reconsume_times": 0,
+            "prepared_transaction_offset": 0,
+            "topic": "T",
+            "body": b"x",
+        },
+        v2=v2,
+    )
 
 
 @pytest.mark.parametrize("sys_flag", [0x0, cl.BORNHOST_V6_FLAG, cl.STOREHOSTADDRESS_V6_FLAG, 0x30])
@@ -163,7 +181,9 @@ def test_abnormal_start_is_the_last_file_whose_first_record_matches(tmp_path: Pa
     assert br.abnormal_start_index(files, p, ck, False) == 2
     assert br.abnormal_threshold(ck, True) == 21_000
     assert br.abnormal_start_index(files, p, ck, True) == 1
-    i, rule = br.start_file_index(files, BrokerProfile.for_version("4.9.4", message_index_safe=True), ck, br.MODE_ABNORMAL, 0)
+    i, rule = br.start_file_index(
+        files, BrokerProfile.for_version("4.9.4", message_index_safe=True), ck, br.MODE_ABNORMAL, 0
+    )
     assert i == 1 and "messageIndexSafe" in rule and "21000" in rule
     assert br.abnormal_start_index(files, p, _ckpt(0, 0, 0), False) == 0
 
@@ -171,7 +191,10 @@ def test_abnormal_start_is_the_last_file_whose_first_record_matches(tmp_path: Pa
 def test_normal_start_third_last_before_5_3_2_and_the_walk_back_after() -> None:
     files = [StoreFile(Path(f"{k:020d}"), k * 1000, 1000) for k in range(6)]
     ck = _ckpt(0, 0, 0)
-    assert br.start_file_index(files, BrokerProfile.for_version("4.9.4"), ck, br.MODE_NORMAL, 1500) == (3, "third-last file")
+    assert br.start_file_index(files, BrokerProfile.for_version("4.9.4"), ck, br.MODE_NORMAL, 1500) == (
+        3,
+        "third-last file",
+    )
     i, rule = br.start_file_index(files, BrokerProfile.for_version("5.3.2"), ck, br.MODE_NORMAL, 1500)
     assert i == 1 and "5.3.2+" in rule
     assert br.start_file_index(files, BrokerProfile.for_version("5.3.2"), ck, br.MODE_NORMAL, -1)[0] == 0
@@ -189,14 +212,25 @@ def test_dispatch_predicates_by_transaction_type() -> None:
     assert br.goes_to_consume_queue(0x8 | 0x30 | 0x1) and not br.goes_to_index(0xC | 0x80)
 
 
-@pytest.mark.parametrize(("version", "flushed", "confirm", "home"), [
-    ("4.6.0", 24, False, True), ("4.9.3", 24, False, True), ("4.9.4", 24, False, False),
-    ("5.0.0", 32, False, False), ("5.1.0", 32, False, False), ("5.1.1", 40, True, False), ("5.3.3", 40, True, False),
-])
+@pytest.mark.parametrize(
+    ("version", "flushed", "confirm", "home"),
+    [
+        ("4.6.0", 24, False, True),
+        ("4.9.3", 24, False, True),
+        ("4.9.4", 24, False, False),
+        ("5.0.0", 32, False, False),
+        ("5.1.0", 32, False, False),
+        ("5.1.1", 40, True, False),
+        ("5.3.3", 40, True, False),
+    ],
+)
 def test_profile_checkpoint_and_commitlog_dir_decisions(version: str, flushed: int, confirm: bool, home: bool) -> None:
     p: Any = BrokerProfile.for_version(version)
-    assert (p.checkpoint_flushed_bytes, p.checkpoint_persists_confirm_offset, p.commitlog_default_under_home) == \
-        (flushed, confirm, home)
+    assert (p.checkpoint_flushed_bytes, p.checkpoint_persists_confirm_offset, p.commitlog_default_under_home) == (
+        flushed,
+        confirm,
+        home,
+    )
 
 
 def test_index_file_names_parse_back_and_new_names_skip_the_floor_and_taken_ones() -> None:
@@ -206,7 +240,10 @@ def test_index_file_names_parse_back_and_new_names_skip_the_floor_and_taken_ones
     ms = 1700000000123
     assert br.new_index_file_name(ms, None, None) == (ms, "20231114221320123")
     assert br.new_index_file_name(ms, None, "20231114221320500") == (ms + 378, "20231114221320501")
-    assert br.new_index_file_name(ms, None, None, {"20231114221320123", "20231114221320124"}) == (ms + 2, "20231114221320125")
+    assert br.new_index_file_name(ms, None, None, {"20231114221320123", "20231114221320124"}) == (
+        ms + 2,
+        "20231114221320125",
+    )
     with pytest.raises(RecoveryError):
         br.new_index_file_name(ms, None, "99999999999999999")
 

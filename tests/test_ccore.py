@@ -86,10 +86,20 @@ def _call(f, *args):  # type: ignore[no-untyped-def]
 
 @_with_c
 @settings(max_examples=300, deadline=None)
-@given(buf=_buffers(), pos=_positions, stop=_positions, end=_positions, max_count=st.integers(-1, 20),
-       min_total=st.one_of(st.integers(-1, 100), st.just(0)), need=st.sampled_from([0, 4, 8, 40, 88, -1]),
-       magics=st.sampled_from([None, (V1,), (V1, V2)]), kind=st.sampled_from([bytes, bytearray, memoryview]))
-def test_chase_is_the_same_in_c_and_python_on_damaged_buffers(buf, pos, stop, end, max_count, min_total, need, magics, kind) -> None:
+@given(
+    buf=_buffers(),
+    pos=_positions,
+    stop=_positions,
+    end=_positions,
+    max_count=st.integers(-1, 20),
+    min_total=st.one_of(st.integers(-1, 100), st.just(0)),
+    need=st.sampled_from([0, 4, 8, 40, 88, -1]),
+    magics=st.sampled_from([None, (V1,), (V1, V2)]),
+    kind=st.sampled_from([bytes, bytearray, memoryview]),
+)
+def test_chase_is_the_same_in_c_and_python_on_damaged_buffers(
+    buf, pos, stop, end, max_count, min_total, need, magics, kind
+) -> None:
     b = kind(buf)
     want = _call(ccore.chase_py, b, pos, stop, end, max_count, min_total, need, magics)
     got = _call(ccore.chase_c, b, pos, stop, end, max_count, min_total, need, magics)
@@ -123,9 +133,16 @@ def test_chase_follows_totalsize_and_names_why_it_stopped() -> None:
 
 @_with_c
 @settings(max_examples=300, deadline=None)
-@given(buf=st.binary(max_size=3000),
-       spans=st.lists(st.tuples(st.integers(-4000, 4000) | st.sampled_from([-(1 << 62), 1 << 62]),
-                                st.integers(-4000, 4000) | st.sampled_from([-(1 << 62), 1 << 62])), max_size=20))
+@given(
+    buf=st.binary(max_size=3000),
+    spans=st.lists(
+        st.tuples(
+            st.integers(-4000, 4000) | st.sampled_from([-(1 << 62), 1 << 62]),
+            st.integers(-4000, 4000) | st.sampled_from([-(1 << 62), 1 << 62]),
+        ),
+        max_size=20,
+    ),
+)
 def test_crc32_spans_is_the_same_in_c_and_python_and_as_slices(buf: bytes, spans) -> None:
     a = np.array([x for x, _ in spans], dtype=np.int64)
     b = np.array([y for _, y in spans], dtype=np.int64)
@@ -138,7 +155,9 @@ def test_crc32_spans_is_the_same_in_c_and_python_and_as_slices(buf: bytes, spans
 @_with_c
 @settings(max_examples=300, deadline=None)
 @given(buf=st.binary(max_size=600), starts=st.lists(st.integers(-700, 700), max_size=30), data=st.data())
-def test_join_spans_is_the_same_in_c_and_python_and_as_a_join(buf: bytes, starts: list[int], data: st.DataObject) -> None:
+def test_join_spans_is_the_same_in_c_and_python_and_as_a_join(
+    buf: bytes, starts: list[int], data: st.DataObject
+) -> None:
     """Spans of one length (the numpy rows path of the Python version), of mixed lengths,
     past the end, negative (Python's slice rules)."""
     same = data.draw(st.booleans())
@@ -163,7 +182,9 @@ def test_compiled_crc_agrees_with_the_reference_with_and_without_zlib_ng() -> No
     a = np.array([k % 8 for k in range(1100)], dtype=np.int64)
     b = a + np.arange(1100, dtype=np.int64)
     want = [zlib.crc32(data[x:y]) for x, y in zip(a.tolist(), b.tolist())]
-    assert all(w & 0x7FFFFFFF == crc32_reference(data[x:y]) for w, x, y in list(zip(want, a.tolist(), b.tolist()))[::37])
+    assert all(
+        w & 0x7FFFFFFF == crc32_reference(data[x:y]) for w, x, y in list(zip(want, a.tolist(), b.tolist()))[::37]
+    )
     try:
         assert c.set_crc_library(None) is False and c.crc_backend() == "portable"
         assert ccore.crc32_spans_c(data, a, b).tolist() == want
@@ -197,10 +218,14 @@ def test_the_backend_fixture_switches_the_functions_callers_look_up(ccore_backen
 def test_pure_python_variable_forces_the_python_backend() -> None:
     code = "from rmqtool.recovery import ccore; print(ccore.BACKEND, ccore.available())"
     env = dict(os.environ, RMQTOOL_PURE_PYTHON="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out[0] == "python"
     env.pop("RMQTOOL_PURE_PYTHON")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == (["c", "True"] if ccore.available() else ["python", "False"])
 
 

@@ -60,8 +60,12 @@ def test_writer_files_trim_new_is_the_full_file_without_its_zero_tail() -> None:
     F = 20 * 1000
     w = ib.ConsumeQueueWriter(F)
     n = 2500  # two full files and half a third
-    w.put_batch(np.arange(n, dtype=np.int64) * 64, np.full(n, 64, dtype=np.int64), np.zeros(n, dtype=np.int64),
-                np.arange(n, dtype=np.int64))
+    w.put_batch(
+        np.arange(n, dtype=np.int64) * 64,
+        np.full(n, 64, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+        np.arange(n, dtype=np.int64),
+    )
     full = w.files()
     trimmed = w.files(trim_new=True)
     assert sorted(full) == sorted(trimmed) and len(full) == 3
@@ -72,8 +76,12 @@ def test_writer_files_trim_new_is_the_full_file_without_its_zero_tail() -> None:
     # an existing last file appended to keeps its bytes outside the appended range
     old = bytes(range(256)) * (F // 256) + bytes(F % 256)
     w2 = ib.ConsumeQueueWriter(F, [(0, old, 200)], 0)
-    w2.put_batch(np.array([10**6, 10**6 + 64], dtype=np.int64), np.array([64, 64], dtype=np.int64), np.zeros(2, dtype=np.int64),
-                 np.array([10, 11], dtype=np.int64))
+    w2.put_batch(
+        np.array([10**6, 10**6 + 64], dtype=np.int64),
+        np.array([64, 64], dtype=np.int64),
+        np.zeros(2, dtype=np.int64),
+        np.array([10, 11], dtype=np.int64),
+    )
     (data,) = w2.files(changed_only=True).values()
     assert data[:200] == old[:200] and data[240:] == old[240:] and data[200:240] != old[200:240]
 
@@ -85,7 +93,9 @@ def gen_store(tmp_path: Path) -> Path:
     return root
 
 
-def test_clean_normal_recovery_makes_no_queue_writer_and_reads_no_whole_queue_file(gen_store: Path, monkeypatch) -> None:
+def test_clean_normal_recovery_makes_no_queue_writer_and_reads_no_whole_queue_file(
+    gen_store: Path, monkeypatch
+) -> None:
     made: list[int] = []
     real_init = ib.ConsumeQueueWriter.__init__
 

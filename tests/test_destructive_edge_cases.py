@@ -58,15 +58,21 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def _lookups(root: Path, name: str, topic: str) -> dict[str, set[int]]:
     store = Store.open(root)
-    return {q["key"]: {h.commitlog_offset for h in index_query(store, topic, q["key"], max_num=64)}
-            for q in broker_view(name)["query_message_by_key"] if q["topic"] == topic}
+    return {
+        q["key"]: {h.commitlog_offset for h in index_query(store, topic, q["key"], max_num=64)}
+        for q in broker_view(name)["query_message_by_key"]
+        if q["topic"] == topic
+    }
 
 
 def _flip_body_near_the_end(root: Path) -> int:
     """tests/test_recover.py's damage: a body byte of the 20th-last record of ``clean``
     flipped, so normal recovery (CRC on) ends there and cuts index entries after it."""
-    recs = [r for r in broker_view("clean")["commitlog_records"]
-            if "blank_end_of_file_record" not in r and r["body_len"] > 10]
+    recs = [
+        r
+        for r in broker_view("clean")["commitlog_records"]
+        if "blank_end_of_file_record" not in r and r["body_len"] > 10
+    ]
     victim = recs[-20]
     base = victim["phys_offset"] // F_CL * F_CL
     path = root / "commitlog" / f"{base:020d}"
@@ -93,15 +99,26 @@ def test_from_offset_inside_a_record_is_a_usage_error(tmp_path: Path, capsys: py
     rec = next(r for r in broker_view("clean")["commitlog_records"] if r.get("queue_id") == 0)
     off = rec["phys_offset"] + 12  # inside the record (its QUEUEID field)
     before = _digest(root)
-    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--from-offset", str(off), "-q",
-                           "--backup-dir", str(tmp_path / "bk"))
+    code, _out, err = _cli(
+        capsys,
+        "rebuild-index",
+        "--yes",
+        str(root),
+        "--from-offset",
+        str(off),
+        "-q",
+        "--backup-dir",
+        str(tmp_path / "bk"),
+    )
     assert code == 2, (code, err)
     assert "not the start of a record" in err
     assert _digest(root) == before
 
 
 @pytest.mark.parametrize("where", ["zeros_after_the_data", "far_past_the_last_file"])
-def test_from_offset_past_the_end_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str) -> None:
+def test_from_offset_past_the_end_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
     """man rebuild-index: OFFSET "must be the start of a record" (exit 2 otherwise). The end
     of the data itself (where the next record goes) is accepted and is a no-op; an offset
     past it is no record start and is silently taken as "nothing to do" (exit 0)."""
@@ -128,19 +145,31 @@ def test_topic_rebuild_keeps_the_other_topics_index_keys(tmp_path: Path, capsys:
     b_before = _lookups(root, name, "TopicB")
     assert sum(map(len, b_before.values())) > 100
     before = _digest(root)
-    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "-q",
-                           "--backup-dir", str(tmp_path / "bk"))
+    code, _out, err = _cli(
+        capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "-q", "--backup-dir", str(tmp_path / "bk")
+    )
     # the fix: refused (usage error, nothing changed) rather than losing keys silently
     assert code == 2 and "keys would be lost" in err, err
     assert _digest(root) == before
     # what the message suggests works: --cq-only, or recover first and then --topic
-    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "--cq-only", "-q",
-                           "--backup-dir", str(tmp_path / "bk1"))
+    code, _out, err = _cli(
+        capsys,
+        "rebuild-index",
+        "--yes",
+        str(root),
+        "--topic",
+        "TopicA",
+        "--cq-only",
+        "-q",
+        "--backup-dir",
+        str(tmp_path / "bk1"),
+    )
     assert code == 1, err
     assert _cli(capsys, "recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bk2"))[0] == 1
     b_recovered = _lookups(root, name, "TopicB")
-    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "-q",
-                           "--backup-dir", str(tmp_path / "bk3"))
+    code, _out, err = _cli(
+        capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "-q", "--backup-dir", str(tmp_path / "bk3")
+    )
     assert code == 0, err
     b_after = _lookups(root, name, "TopicB")
     lost = {k: sorted(v - b_after[k]) for k, v in b_recovered.items() if v - b_after[k]}
@@ -164,7 +193,9 @@ def test_topic_rebuild_twice_is_a_noop_the_second_time(tmp_path: Path, capsys: p
     assert "nothing to do" in out
 
 
-def test_topic_rebuild_appends_and_leaves_other_topics_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_topic_rebuild_appends_and_leaves_other_topics_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--topic without --cq-only on a clean store (no abort): TopicA's queues rebuilt, the
     index continued: the kept index files' entries stay byte-identical (only appended to),
     other topics' queue files and lookups are unchanged, TopicA's keys are all found."""
@@ -176,12 +207,14 @@ def test_topic_rebuild_appends_and_leaves_other_topics_bytes(tmp_path: Path, cap
     kept = {p.name: p.read_bytes() for p in idx[:-1]}
     before = _digest(root)
     others = {t: _lookups(root, name, t) for t in ("TopicB", "TopicC")}
-    code, _out, err = _cli(capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "-q",
-                           "--backup-dir", str(tmp_path / "bk"))
+    code, _out, err = _cli(
+        capsys, "rebuild-index", "--yes", str(root), "--topic", "TopicA", "-q", "--backup-dir", str(tmp_path / "bk")
+    )
     assert code == 1, err
     after = _digest(root)
-    assert {k: v for k, v in after.items() if k.startswith("consumequeue/") and not k.startswith("consumequeue/TopicA/")} \
-        == {k: v for k, v in before.items() if k.startswith("consumequeue/") and not k.startswith("consumequeue/TopicA/")}
+    assert {
+        k: v for k, v in after.items() if k.startswith("consumequeue/") and not k.startswith("consumequeue/TopicA/")
+    } == {k: v for k, v in before.items() if k.startswith("consumequeue/") and not k.startswith("consumequeue/TopicA/")}
     # logicsMsgTimestamp is left alone by a topic-limited run
     assert (root / "checkpoint").read_bytes()[8:16] == (real_store(name) / "checkpoint").read_bytes()[8:16]
     S = 100
@@ -189,19 +222,29 @@ def test_topic_rebuild_appends_and_leaves_other_topics_bytes(tmp_path: Path, cap
         now = (root / "index" / fname).read_bytes()
         count = struct.unpack_from(">i", raw, 36)[0]
         lo = 40 + 4 * S
-        assert now[lo: lo + 20 * count] == raw[lo: lo + 20 * count], fname  # existing entries untouched
+        assert now[lo : lo + 20 * count] == raw[lo : lo + 20 * count], fname  # existing entries untouched
     for t in ("TopicB", "TopicC"):
         assert _lookups(root, name, t) == others[t]
-    want = {q["key"]: set(q["phys_offsets"]) for q in broker_view(name)["query_message_by_key"] if q["topic"] == "TopicA"}
+    want = {
+        q["key"]: set(q["phys_offsets"]) for q in broker_view(name)["query_message_by_key"] if q["topic"] == "TopicA"
+    }
     got = _lookups(root, name, "TopicA")
     assert {k: got[k] for k in want} == want
 
 
-@pytest.mark.parametrize("opts", [["--topic", "TopicA"], ["--cq-only", "--topic", "TopicA"],
-                                  ["--index-only", "--from-offset", "0"], ["--from-offset", "0", "--topic", "TopicB"],
-                                  ["--index-only", "--topic", "TopicC"]])
-def test_dry_run_with_option_combinations_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          opts: list[str]) -> None:
+@pytest.mark.parametrize(
+    "opts",
+    [
+        ["--topic", "TopicA"],
+        ["--cq-only", "--topic", "TopicA"],
+        ["--index-only", "--from-offset", "0"],
+        ["--from-offset", "0", "--topic", "TopicB"],
+        ["--index-only", "--topic", "TopicC"],
+    ],
+)
+def test_dry_run_with_option_combinations_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], opts: list[str]
+) -> None:
     """man rebuild-index --dry-run: "change nothing, write nothing (not even the lock or the
     staging directory)", for every combination of scope options."""
     root = _copy(tmp_path, "crash_midwrite")
@@ -227,11 +270,17 @@ def _recover_sub(root: Path, bk: Path, crash_after: int | None = None) -> subpro
     env = dict(os.environ)
     if crash_after is not None:
         env["RMQTOOL_TEST_CRASH_AFTER"] = str(crash_after)
-    return subprocess.Popen([*RMQTOOL, "recover", "--yes", str(root), "--quiet", "--format", "json", "--backup-dir", str(bk)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [*RMQTOOL, "recover", "--yes", str(root), "--quiet", "--format", "json", "--backup-dir", str(bk)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
-def _kill_rerun_restore(tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, points: list[tuple[str, float]]) -> None:
+def _kill_rerun_restore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, points: list[tuple[str, float]]
+) -> None:
     ref = make(tmp_path / "ref")
     damaged = _digest(ref)
     code, _o, err = _cli(capsys, "recover", "--yes", str(ref), "--quiet", "--backup-dir", str(tmp_path / "refbk"))
@@ -260,42 +309,59 @@ def _kill_rerun_restore(tmp_path: Path, capsys: pytest.CaptureFixture[str], make
         # the backups give back the damaged original (the rerun's own first, if it made one)
         for bk in (bk2, bk1):
             if (bk / "manifest.json").is_file():
-                code, _o, err = _cli(capsys, "restore", "--yes", str(bk), str(root), "--backup-dir", str(tmp_path / f"k{i}own{bk.name}"))
+                code, _o, err = _cli(
+                    capsys, "restore", "--yes", str(bk), str(root), "--backup-dir", str(tmp_path / f"k{i}own{bk.name}")
+                )
                 assert code == 1, (how, at, bk.name, err)
         assert _digest(root) == damaged, (how, at)
         assert _no_journal(root)
 
 
-def test_kill_recover_that_cuts_index_entries_then_rerun_and_restore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_kill_recover_that_cuts_index_entries_then_rerun_and_restore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """man recover, Safety: "If recover is killed at any moment, running it again completes
     the recovery. rmqtool restore BACKUP_DIR STORE puts the original bytes back." The path:
     normal recovery cutting the commitlog tail, the queues and index entries past the end
     (27 durable steps)."""
+
     def make(d: Path) -> Path:
         root = _copy(d, "clean")
         _flip_body_near_the_end(root)
         return root
 
     rnd = random.Random(2026)
-    points: list[tuple[str, float]] = [("step", 0), ("step", rnd.randint(1, 8)), ("step", rnd.randint(9, 16)),
-                                       ("step", rnd.randint(17, 21)), ("step", rnd.randint(22, 25)),
-                                       ("time", rnd.uniform(0.0, 0.04))]
+    points: list[tuple[str, float]] = [
+        ("step", 0),
+        ("step", rnd.randint(1, 8)),
+        ("step", rnd.randint(9, 16)),
+        ("step", rnd.randint(17, 21)),
+        ("step", rnd.randint(22, 25)),
+        ("time", rnd.uniform(0.0, 0.04)),
+    ]
     _kill_rerun_restore(tmp_path, capsys, make, points)
 
 
-def test_kill_recover_with_an_empty_last_index_file_then_rerun_and_restore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_kill_recover_with_an_empty_last_index_file_then_rerun_and_restore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The same promise for the empty-last-index-file path (the file is written at its full
     size, abnormal recovery re-indexes into it; 41 durable steps); restore gives back the
     zero-byte file."""
+
     def make(d: Path) -> Path:
         root = _copy(d, "crash_midwrite")
         _empty_last_index(root)
         return root
 
     rnd = random.Random(1122)
-    points: list[tuple[str, float]] = [("step", rnd.randint(1, 10)), ("step", rnd.randint(11, 20)),
-                                       ("step", rnd.randint(21, 30)), ("step", rnd.randint(31, 39)),
-                                       ("time", rnd.uniform(0.0, 0.05))]
+    points: list[tuple[str, float]] = [
+        ("step", rnd.randint(1, 10)),
+        ("step", rnd.randint(11, 20)),
+        ("step", rnd.randint(21, 30)),
+        ("step", rnd.randint(31, 39)),
+        ("time", rnd.uniform(0.0, 0.05)),
+    ]
     _kill_rerun_restore(tmp_path, capsys, make, points)
 
 
@@ -355,7 +421,9 @@ def _damage_manifest(bk: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["truncated", "mtime_not_a_number", "created_dirs_not_a_list"])
-def test_damaged_manifest_is_a_clear_error_and_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
+def test_damaged_manifest_is_a_clear_error_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
     """man restore, EXIT STATUS 8: "its manifest is damaged"; errors are one line (no
     internal error); "a kill at any moment leaves the store as it was or restored, and
     running it again completes it". A manifest field that load_manifest does not check

@@ -44,6 +44,7 @@ def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[Any]
 # ---------------------------------------------------------------------------------------
 # commitlog
 
+
 @pytest.mark.parametrize("name", REAL_NAMES)
 def test_commitlog_jsonl_is_the_record_stream(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, recs, err = dump(capsys, "commitlog", str(real_store(name)))
@@ -61,8 +62,15 @@ def test_jsonl_line_writer_equals_generic_dumps() -> None:
     for name in REAL_NAMES:
         for r in commitlog_records(Store.open(real_store(name)), P494, body_hash=True, with_body=True):
             assert message_line(r) == dumps(r)
-    odd = {"type": "message", "properties": {"b": "x\"\\\n\x01", "a": "é"}, "keys": ["k\t"], "tags": None, "crc_ok": False,
-           "pos": -1, "topic": "\u2028"}
+    odd = {
+        "type": "message",
+        "properties": {"b": 'x"\\\n\x01', "a": "é"},
+        "keys": ["k\t"],
+        "tags": None,
+        "crc_ok": False,
+        "pos": -1,
+        "topic": "\u2028",
+    }
     assert message_line(odd) == dumps(odd)
 
 
@@ -70,7 +78,13 @@ def test_formats(capsys: pytest.CaptureFixture[str]) -> None:
     code, arr, _ = dump(capsys, "commitlog", CLEAN, "--format", "json", "--limit", "5")
     assert code == 0 and len(arr) == 5 and arr[0]["physical_offset"] == 0
     code, lines, _ = dump(capsys, "commitlog", CLEAN, "--format", "text", "--limit", "3")
-    assert code == 0 and len(lines) == 3 and lines[0].startswith("physical_offset=0  total_size=291  topic=TopicA  queue_id=0  queue_offset=0  store_time=2026-")
+    assert (
+        code == 0
+        and len(lines) == 3
+        and lines[0].startswith(
+            "physical_offset=0  total_size=291  topic=TopicA  queue_id=0  queue_offset=0  store_time=2026-"
+        )
+    )
     code, lines, _ = dump(capsys, "commitlog", CLEAN, "--format", "table", "--limit", "2")
     text = "\n".join(lines)
     assert code == 0 and "TopicA" in text and "SIZE" in text and "291" in text
@@ -94,7 +108,9 @@ def test_filters(capsys: pytest.CaptureFixture[str]) -> None:
 
     iso = dt.datetime.fromtimestamp(t0 / 1000, dt.UTC).isoformat()
     _, recs2, _ = dump(capsys, "commitlog", CLEAN, "--since", iso, "--until", str(t1))
-    assert [r["physical_offset"] for r in recs2] == [r["physical_offset"] for r in msgs if t0 <= r["store_timestamp"] <= t1]
+    assert [r["physical_offset"] for r in recs2] == [
+        r["physical_offset"] for r in msgs if t0 <= r["store_timestamp"] <= t1
+    ]
     assert iso.endswith("+00:00") and "." in iso
     code, _, err = dump(capsys, "commitlog", CLEAN, "--since", "yesterday-ish")
     assert code == 2 and "--since" in err
@@ -125,8 +141,12 @@ def test_key_lookup_index_and_scan(capsys: pytest.CaptureFixture[str]) -> None:
         assert all(q["key"] in r["keys"] or q["key"] == r["uniq_key"] for r in recs)
     # without --topic: every topic with a consume queue
     _, recs, _ = dump(capsys, "commitlog", CLEAN, "--key", q["key"])
-    everywhere = sorted(o for k in broker_view("clean")["query_message_by_key"] if k["key"] == q["key"]
-                        for o in k["phys_offsets_whose_message_has_this_key"])
+    everywhere = sorted(
+        o
+        for k in broker_view("clean")["query_message_by_key"]
+        if k["key"] == q["key"]
+        for o in k["phys_offsets_whose_message_has_this_key"]
+    )
     assert [r["physical_offset"] for r in recs] == everywhere
     assert len({r["topic"] for r in recs}) > 1
     code, recs, err = dump(capsys, "commitlog", CLEAN, "--key", "no-such-key")
@@ -165,14 +185,26 @@ def test_msg_id_lookups(capsys: pytest.CaptureFixture[str]) -> None:
 # ---------------------------------------------------------------------------------------
 # consumequeue, index, checkpoint, config
 
+
 def test_consumequeue(capsys: pytest.CaptureFixture[str]) -> None:
     code, recs, _ = dump(capsys, "consumequeue", CLEAN, "--topic", "TopicA", "--queue-id", "2")
     assert code == 0
     view = broker_view("clean")["consume_queues"]["TopicA/2"]["entries"]
-    assert [(r["queue_offset"], r["commitlog_offset"], r["size"], r["tags_code"]) for r in recs] == \
-        [(e["cq_offset"], e["phys_offset"], e["size"], e["tags_code"]) for e in view]
+    assert [(r["queue_offset"], r["commitlog_offset"], r["size"], r["tags_code"]) for r in recs] == [
+        (e["cq_offset"], e["phys_offset"], e["size"], e["tags_code"]) for e in view
+    ]
     assert recs[0]["file"] == "consumequeue/TopicA/2/00000000000000000000" and recs[1]["pos"] == 20
-    assert set(recs[0]) == {"topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"}
+    assert set(recs[0]) == {
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "file",
+        "pos",
+        "commitlog_offset",
+        "size",
+        "tags_code",
+        "status",
+    }
 
 
 def test_index(capsys: pytest.CaptureFixture[str]) -> None:
@@ -191,7 +223,11 @@ def test_index(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert sorted(h["commitlog_offset"] for h in hits) == sorted(q["phys_offsets_whose_message_has_this_key"])
     for h in hits:
-        assert h["topic"] == q["topic"] and h["key"] == q["key"] and h["message"]["physical_offset"] == h["commitlog_offset"]
+        assert (
+            h["topic"] == q["topic"]
+            and h["key"] == q["key"]
+            and h["message"]["physical_offset"] == h["commitlog_offset"]
+        )
         assert {"file", "slot", "key_hash", "commitlog_offset", "time_diff", "prev_index"} <= set(h)
     code, _, err = dump(capsys, "index", CLEAN, "--topic", "TopicA")
     assert code == 2
@@ -202,8 +238,11 @@ def test_checkpoint(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, (r,), _ = dump(capsys, "checkpoint", str(real_store(name)))
     raw = broker_view(name)["before_recovery"]["checkpoint_raw"]
     assert code == 0 and r["status"] == "OK" and r["size"] == 4096
-    assert (r["physic_msg_timestamp"], r["logics_msg_timestamp"], r["index_msg_timestamp"]) == \
-        (raw["physicMsgTimestamp"], raw["logicsMsgTimestamp"], raw["indexMsgTimestamp"])
+    assert (r["physic_msg_timestamp"], r["logics_msg_timestamp"], r["index_msg_timestamp"]) == (
+        raw["physicMsgTimestamp"],
+        raw["logicsMsgTimestamp"],
+        raw["indexMsgTimestamp"],
+    )
     assert r["min_timestamp"] == max(0, min(r["physic_msg_timestamp"], r["logics_msg_timestamp"]) - 3000)
     assert r["min_timestamp_index"] == min(r["min_timestamp"], r["index_msg_timestamp"])
 
@@ -212,7 +251,9 @@ def test_checkpoint_damaged(store_copy: Callable[[str], Path], capsys: pytest.Ca
     root = store_copy("clean")
     (root / "checkpoint").write_bytes(b"\0\0\0\1")
     code, (r,), _ = dump(capsys, "checkpoint", str(root))
-    assert code == 4 and r["status"] == "TRUNCATED" and r["physic_msg_timestamp"] == 1 << 32  # zero-extended like the mmap
+    assert (
+        code == 4 and r["status"] == "TRUNCATED" and r["physic_msg_timestamp"] == 1 << 32
+    )  # zero-extended like the mmap
     (root / "checkpoint").unlink()
     code, _, err = dump(capsys, "checkpoint", str(root))
     assert code == 8 and err.count("\n") == 1 and "checkpoint" in err
@@ -221,8 +262,14 @@ def test_checkpoint_damaged(store_copy: Callable[[str], Path], capsys: pytest.Ca
 def test_config(store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
     code, recs, _ = dump(capsys, "config", str(real_store("delay")))
     assert code == 0
-    assert recs == [{"file": "config/delayOffset.json", "source": "config/delayOffset.json", "status": "OK",
-                     "content": {"offsetTable": {"1": 5, "2": 5, "3": 2}}}]
+    assert recs == [
+        {
+            "file": "config/delayOffset.json",
+            "source": "config/delayOffset.json",
+            "status": "OK",
+            "content": {"offsetTable": {"1": 5, "2": 5, "3": 2}},
+        }
+    ]
     root = store_copy("delay")
     (root / "config" / "delayOffset.json").write_text("{garbage")
     code, (r,), _ = dump(capsys, "config", str(root), "--file", "delayOffset.json")
@@ -238,6 +285,7 @@ def test_config(store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture
 # ---------------------------------------------------------------------------------------
 # damage, errors, pipes
 
+
 def test_damaged_store_exit_4(store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
     root = store_copy("clean")
     f = root / "commitlog" / "00000000000000000000"
@@ -248,8 +296,16 @@ def test_damaged_store_exit_4(store_copy: Callable[[str], Path], capsys: pytest.
     code, recs, err = dump(capsys, "commitlog", str(root))
     assert code == 4 and err == ""
     assert recs[0]["status"] == "BODY_CRC_MISMATCH" and recs[0]["crc_ok"] is False
-    assert recs[1] == {"type": "damaged", "file": "00000000000000000000", "pos": 291, "physical_offset": 291,
-                       "status": "BAD_MAGIC", "field": "magic", "total_size": 356, "magic": "0x12345678"}
+    assert recs[1] == {
+        "type": "damaged",
+        "file": "00000000000000000000",
+        "pos": 291,
+        "physical_offset": 291,
+        "status": "BAD_MAGIC",
+        "field": "magic",
+        "total_size": 356,
+        "magic": "0x12345678",
+    }
     assert recs[2]["type"] == "message" and recs[2]["physical_offset"] == 647  # resynced
     assert len([r for r in recs if r["type"] == "message"]) == 419
     # a clean part of the same store still exits 0
@@ -257,7 +313,9 @@ def test_damaged_store_exit_4(store_copy: Callable[[str], Path], capsys: pytest.
     assert code == 0 and recs
 
 
-def test_size_mismatch_is_a_message_with_status(store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_size_mismatch_is_a_message_with_status(
+    store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     root = store_copy("clean")
     f = root / "commitlog" / "00000000000000000000"
     raw = bytearray(f.read_bytes())
@@ -292,8 +350,12 @@ def test_head_closes_the_pipe_quietly(fmt: str) -> None:
     """`rmqtool dump commitlog STORE | head -1`: exit 0, nothing on stderr."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     name = "clean" if fmt == "table" else "many_files"  # rich renders 1000-row batches: keep it short
-    p = subprocess.Popen([*RMQTOOL, "dump", "commitlog", str(real_store(name)), "--format", fmt],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p = subprocess.Popen(
+        [*RMQTOOL, "dump", "commitlog", str(real_store(name)), "--format", fmt],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     assert p.stdout is not None and p.stderr is not None
     first = p.stdout.readline()
     assert first
@@ -325,6 +387,7 @@ def test_crc_of_stored_bodies_is_reported(capsys: pytest.CaptureFixture[str]) ->
 # ---------------------------------------------------------------------------------------
 # the fast jsonl path (cmd_dump.commitlog_lines) prints exactly what the generic one does
 
+
 def _rendered(stream: Any) -> list[str]:
     return [r if isinstance(r, str) else (message_line(r) if r.get("type") == "message" else dumps(r)) for r in stream]
 
@@ -334,26 +397,59 @@ def _edge_store(root: Path) -> Path:
     from rmqtool.formats import commitlog as cl
 
     def msg(n: int, **kw: Any) -> bytes:
-        f = {"queue_id": n % 3, "flag": n, "queue_offset": n, "physical_offset": 0, "sys_flag": 0,
-             "born_timestamp": 1700000000000 + n, "born_host": {"address": bytes([10, 0, 0, n % 250]), "port": 4000 + n},
-             "store_timestamp": 1700000000100 + n, "store_host": {"address": bytes([192, 168, 0, 10]), "port": 10911},
-             "reconsume_times": 0, "prepared_transaction_offset": 0, "body": b"body-%d" % n, "topic": "T%d" % (n % 2),
-             "properties": "KEYS\x01k%d\x02UNIQ_KEY\x01U%d\x02TAGS\x01t" % (n, n)}
+        f = {
+            "queue_id": n % 3,
+            "flag": n,
+            "queue_offset": n,
+            "physical_offset": 0,
+            "sys_flag": 0,
+            "born_timestamp": 1700000000000 + n,
+            "born_host": {"address": bytes([10, 0, 0, n % 250]), "port": 4000 + n},
+            "store_timestamp": 1700000000100 + n,
+            "store_host": {"address": bytes([192, 168, 0, 10]), "port": 10911},
+            "reconsume_times": 0,
+            "prepared_transaction_offset": 0,
+            "body": b"body-%d" % n,
+            "topic": "T%d" % (n % 2),
+            "properties": "KEYS\x01k%d\x02UNIQ_KEY\x01U%d\x02TAGS\x01t" % (n, n),
+        }
         v2 = kw.pop("v2", False)
         f.update(kw)
         return cl.build_message(f, v2=v2)
 
     props_cases = [
-        "KEYS\x01a b\x02TAGS\x01x", "KEYS\x01 a  b \x02TAGS\x01x", "A\x01\"q\\\x02B\x01\x7f", "A\x01\x02B\x01y",
-        "\x01v\x02B\x01y", "A\x01x\x01y", "A\x01x\x02A\x01y", "A\x01x\x02", "A\x01x\x02\x02", "\x02A\x01x",
-        "A\x01x\x02\x02B\x01y", "AB\x01", "TAGS\x01\x02KEYS\x01k", "é\x01ü\x02TAGS\x01标签", "Z\x01z\x02a\x01a\x02M\x01m",
-        "A\x01\tx", "INNER_NUM\x011\x02INNER_BASE\x010", "", "DELAY\x013",
+        "KEYS\x01a b\x02TAGS\x01x",
+        "KEYS\x01 a  b \x02TAGS\x01x",
+        'A\x01"q\\\x02B\x01\x7f',
+        "A\x01\x02B\x01y",
+        "\x01v\x02B\x01y",
+        "A\x01x\x01y",
+        "A\x01x\x02A\x01y",
+        "A\x01x\x02",
+        "A\x01x\x02\x02",
+        "\x02A\x01x",
+        "A\x01x\x02\x02B\x01y",
+        "AB\x01",
+        "TAGS\x01\x02KEYS\x01k",
+        "é\x01ü\x02TAGS\x01标签",
+        "Z\x01z\x02a\x01a\x02M\x01m",
+        "A\x01\tx",
+        "INNER_NUM\x011\x02INNER_BASE\x010",
+        "",
+        "DELAY\x013",
     ]
     specs: list[tuple[int, dict[str, Any]]] = [(i, {"properties": p}) for i, p in enumerate(props_cases)]
     specs += [
         (50, {"topic": "SCHEDULE_TOPIC_XXXX", "properties": "DELAY\x013\x02TAGS\x01x"}),
         (51, {"topic": "SCHEDULE_TOPIC_XXXX", "properties": "DELAY\x01 3"}),
-        (52, {"sys_flag": 0x30, "born_host": {"address": bytes(16), "port": 1}, "store_host": {"address": bytes(15) + b"\1", "port": 2}}),
+        (
+            52,
+            {
+                "sys_flag": 0x30,
+                "born_host": {"address": bytes(16), "port": 1},
+                "store_host": {"address": bytes(15) + b"\1", "port": 2},
+            },
+        ),
         (53, {"sys_flag": 0x0C | 0x01}),
         (54, {"v2": True, "topic": "v" * 130}),
         (55, {"body": b"", "properties": "TAGS\x01e"}),
@@ -383,7 +479,9 @@ def _edge_store(root: Path) -> Path:
     cl_dir = root / "commitlog"
     cl_dir.mkdir(parents=True)
     first = file_of(0, specs)
-    (cl_dir / "00000000000000000000").write_bytes(first + cl.build_blank(size - len(first)) + bytes(size - len(first) - 8))
+    (cl_dir / "00000000000000000000").write_bytes(
+        first + cl.build_blank(size - len(first)) + bytes(size - len(first) - 8)
+    )
     second = file_of(size, [(70 + i, {}) for i in range(9)], junk_after=4)
     (cl_dir / "00000000000000065536").write_bytes(second + bytes(size - len(second)))
     return root
@@ -396,8 +494,14 @@ def test_fast_lines_equal_generic_on_edge_cases(tmp_path: Path, version: str) ->
     root = _edge_store(tmp_path)
     profile = BrokerProfile.for_version(version)
     store = Store.open(root, commitlog_file_size=65536)
-    for kw in ({}, {"topic": "T1"}, {"queue_id": 2}, {"from_offset": 300, "to_offset": 70000}, {"since": 1700000000110},
-               {"until": 1700000000105}):
+    for kw in (
+        {},
+        {"topic": "T1"},
+        {"queue_id": 2},
+        {"from_offset": 300, "to_offset": 70000},
+        {"since": 1700000000110},
+        {"until": 1700000000105},
+    ):
         fast = list(commitlog_lines(store, profile, **kw))
         assert _rendered(fast) == _rendered(commitlog_records(store, profile, **kw)), kw
     fast = list(commitlog_lines(store, profile))
@@ -433,8 +537,9 @@ def test_fast_lines_equal_generic_on_synthetic(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["table", "text", "json", "jsonl"])
-def test_every_format_on_edge_cases(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_format_on_edge_cases(
+    tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("COLUMNS", "400")  # a wide table: no cell is folded
     root = _edge_store(tmp_path)
     f = root / "commitlog" / "00000000000000000000"
@@ -448,7 +553,9 @@ def test_every_format_on_edge_cases(tmp_path: Path, fmt: str, capsys: pytest.Cap
     assert "[/]" in out and "BODY_CRC_MISMATCH" in out
 
 
-def test_key_lookup_without_consume_queues_scans(store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_key_lookup_without_consume_queues_scans(
+    store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     """No --topic and no consume queue to name the topics of the index keys: a scan."""
     import shutil
 
@@ -491,20 +598,37 @@ def test_a_closed_reader_does_not_stop_a_repair(tmp_path: Path) -> None:
     root = tmp_path / "store"
     shutil.copytree(real_store("crash_midwrite"), root)
     assert _closed_reader(["recover", "--yes", str(real_store("clean")), "--quiet", "--dry-run"]) == (0, b"")
-    assert _closed_reader(["recover", "--yes", str(real_store("clean")), "--quiet", "--dry-run", "--format", "json"]) == (0, b"")
+    assert _closed_reader(
+        ["recover", "--yes", str(real_store("clean")), "--quiet", "--dry-run", "--format", "json"]
+    ) == (0, b"")
     code, err = _closed_reader(["recover", "--yes", str(root), "--quiet", "--backup-dir", str(tmp_path / "bk")])
     assert code == 1 and b"Traceback" not in err  # repaired, despite the closed output
     assert not (root / "abort").exists()
     assert _closed_reader(["restore", "--yes", str(tmp_path / "bk"), str(root)]) == (1, b"")
     assert (root / "abort").exists()
     shutil.rmtree(root / "index")
-    code, err = _closed_reader(["rebuild-index", "--yes", str(root), "--quiet", "--index-only", "--index-slots", "100",
-                                "--index-entries", "400", "--backup-dir", str(tmp_path / "bk2")])
+    code, err = _closed_reader(
+        [
+            "rebuild-index",
+            "--yes",
+            str(root),
+            "--quiet",
+            "--index-only",
+            "--index-slots",
+            "100",
+            "--index-entries",
+            "400",
+            "--backup-dir",
+            str(tmp_path / "bk2"),
+        ]
+    )
     assert code == 1 and err.startswith(b"rmqtool: warning: store/abort is present") and err.count(b"\n") == 1
     assert len(list((root / "index").iterdir())) > 0
 
 
-def test_key_lookup_when_the_index_geometry_is_unknown(store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_key_lookup_when_the_index_geometry_is_unknown(
+    store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     """Index files of a size no geometry explains (and no --index-slots/--index-entries):
     a lookup through them would find nothing, so --key and --msg-id scan the commitlog."""
     root = store_copy("clean")

@@ -23,8 +23,12 @@ def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict
 def test_unknown_msg_id_key_and_topic_say_not_found_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
     m = scenario("clean")["messages"][3]
     unknown_uniq = "F" * 32
-    for argv in (["--msg-id", unknown_uniq], ["--key", "NOPE"], ["--topic", "NoSuchTopic"],
-                 ["--from-offset", str(10**12)]):
+    for argv in (
+        ["--msg-id", unknown_uniq],
+        ["--key", "NOPE"],
+        ["--topic", "NoSuchTopic"],
+        ["--from-offset", str(10**12)],
+    ):
         code, recs, err = dump(capsys, *argv)
         assert (code, recs) == (1, []), argv
         assert err.startswith("rmqtool: not found:") and argv[1] in err and len(err.splitlines()) == 1
@@ -54,7 +58,9 @@ def test_repeated_filters_are_a_union(capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 0 and [r["physical_offset"] for r in recs] == sorted([a["phys_offset"], b["phys_offset"]])
     keys = broker_view("clean")["query_message_by_key"]
     k1, k2 = keys[0], next(k for k in keys if k["key"] != keys[0]["key"])
-    want = sorted({o for k in keys if k["key"] in (k1["key"], k2["key"]) for o in k["phys_offsets_whose_message_has_this_key"]})
+    want = sorted(
+        {o for k in keys if k["key"] in (k1["key"], k2["key"]) for o in k["phys_offsets_whose_message_has_this_key"]}
+    )
     code, recs, _ = dump(capsys, "--key", k1["key"], "--key", k2["key"])
     assert code == 0 and [r["physical_offset"] for r in recs] == want
     code, recs, _ = dump(capsys, "--topic", "TopicA", "--topic", "TopicB")
@@ -77,7 +83,15 @@ def test_single_files_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
     recs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert recs and {r["file"] for r in recs} == {"00000000000000065536"}
     assert all(65536 <= r["physical_offset"] < 131072 for r in recs)
-    run(["dump", "consumequeue", str(root / "consumequeue" / "TopicA" / "0" / "00000000000000000640"), "--format", "jsonl"])
+    run(
+        [
+            "dump",
+            "consumequeue",
+            str(root / "consumequeue" / "TopicA" / "0" / "00000000000000000640"),
+            "--format",
+            "jsonl",
+        ]
+    )
     units = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert units and {u["file"] for u in units} == {"consumequeue/TopicA/0/00000000000000000640"}
     assert [u["queue_offset"] for u in units] == list(range(32, 32 + len(units)))
@@ -88,8 +102,24 @@ def test_single_files_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_consumequeue_range_and_resolve(capsys: pytest.CaptureFixture[str]) -> None:
-    run(["dump", "consumequeue", CLEAN, "--topic", "TopicB", "--queue", "0", "--from", "80", "--to", "83",
-         "--resolve", "--format", "jsonl"])
+    run(
+        [
+            "dump",
+            "consumequeue",
+            CLEAN,
+            "--topic",
+            "TopicB",
+            "--queue",
+            "0",
+            "--from",
+            "80",
+            "--to",
+            "83",
+            "--resolve",
+            "--format",
+            "jsonl",
+        ]
+    )
     units = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [u["queue_offset"] for u in units] == [80, 81, 82]
     by_off = {m["phys_offset"]: m for m in scenario("clean")["messages"]}

@@ -70,10 +70,25 @@ def test_synthetic_store_goes_through_blocks_with_bodies(tmp_path: Path) -> None
 def test_shapes_without_keys_tags_or_uniq_key(tmp_path: Path) -> None:
     from rmqtool.recovery.synth import write_synthetic_store
 
-    write_synthetic_store(tmp_path / "a", total_bytes=120_000, file_size=1 << 16, body_size=0, keys_per_message=0,
-                          with_tags=False, with_uniq_key=False)
-    write_synthetic_store(tmp_path / "b", total_bytes=120_000, file_size=1 << 16, body_size=50, keys_per_message=1,
-                          topics=20, queues_per_topic=1, seed=3)
+    write_synthetic_store(
+        tmp_path / "a",
+        total_bytes=120_000,
+        file_size=1 << 16,
+        body_size=0,
+        keys_per_message=0,
+        with_tags=False,
+        with_uniq_key=False,
+    )
+    write_synthetic_store(
+        tmp_path / "b",
+        total_bytes=120_000,
+        file_size=1 << 16,
+        body_size=50,
+        keys_per_message=1,
+        topics=20,
+        queues_per_topic=1,
+        seed=3,
+    )
     compare(tmp_path / "a", None)
     compare(tmp_path / "b", 10_000)
 
@@ -137,7 +152,12 @@ def test_block_refuses_a_crc_mismatch_and_stops_before_it(tmp_path: Path) -> Non
 
 
 _SHAPES = [
-    [("KEYS", "k1 k2"), ("UNIQ_KEY", "AC11000100002A9F0000000000000001"), ("CLUSTER", "DefaultCluster"), ("TAGS", "TagA")],
+    [
+        ("KEYS", "k1 k2"),
+        ("UNIQ_KEY", "AC11000100002A9F0000000000000001"),
+        ("CLUSTER", "DefaultCluster"),
+        ("TAGS", "TagA"),
+    ],
     [("TAGS", "t"), ("KEYS", "only")],
     [("UNIQ_KEY", "U1"), ("WAIT", "true")],
     [("KEYS", "a b c d"), ("TAGS", "x y")],
@@ -151,8 +171,10 @@ _SHAPES = [
 def _random_props(rng: Any, shape: list[tuple[str, str]]) -> bytes:
     """The shape with random values; sometimes a twist the block path must refuse or
     handle exactly as the row path does."""
-    pairs = [(k, v + (str(rng.randrange(10**rng.randrange(1, 12))) if k in ("KEYS", "UNIQ_KEY", "TAGS", "A") else ""))
-             for k, v in shape]
+    pairs = [
+        (k, v + (str(rng.randrange(10 ** rng.randrange(1, 12))) if k in ("KEYS", "UNIQ_KEY", "TAGS", "A") else ""))
+        for k, v in shape
+    ]
     twist = rng.randrange(40)
     if twist == 0:
         pairs = list(reversed(pairs))  # another key order
@@ -178,7 +200,9 @@ def _random_props(rng: Any, shape: list[tuple[str, str]]) -> bytes:
     return raw
 
 
-@pytest.mark.parametrize("seed,version", [(0, "4.9.4"), (1, "4.9.4"), (2, "4.9.4"), (3, "5.3.3"), (4, "5.3.3"), (5, "5.1.4")])
+@pytest.mark.parametrize(
+    "seed,version", [(0, "4.9.4"), (1, "4.9.4"), (2, "4.9.4"), (3, "5.3.3"), (4, "5.3.3"), (5, "5.1.4")]
+)
 def test_random_property_shapes_same_rows(tmp_path: Path, seed: int, version: str) -> None:
     import random
 
@@ -199,13 +223,25 @@ def test_random_property_shapes_same_rows(tmp_path: Path, seed: int, version: st
         qid = rng.randrange(3)
         k = (topic, qid)
         born = dict(BORN_HOST, port=BORN_HOST["port"] + rng.randrange(2))
-        rec = build_message({
-            "queue_id": qid, "flag": rng.choice([0, 0, 0, 7]), "queue_offset": qo.get(k, 0), "physical_offset": len(out),
-            "sys_flag": rng.choice([0] * 20 + [4, 8, 12]), "born_timestamp": 1_700_000_000_000 + len(out),
-            "born_host": born, "store_timestamp": 1_700_000_000_100 + len(out), "store_host": STORE_HOST,
-            "reconsume_times": rng.choice([0, 0, 1]), "prepared_transaction_offset": 0,
-            "body": rng.randbytes(rng.randrange(0, 300)), "topic": topic, "properties": _random_props(rng, shape),
-        }, append_crc32=version >= "5.2" and rng.randrange(4) > 0)  # 5.2+: the __CRC32# property
+        rec = build_message(
+            {
+                "queue_id": qid,
+                "flag": rng.choice([0, 0, 0, 7]),
+                "queue_offset": qo.get(k, 0),
+                "physical_offset": len(out),
+                "sys_flag": rng.choice([0] * 20 + [4, 8, 12]),
+                "born_timestamp": 1_700_000_000_000 + len(out),
+                "born_host": born,
+                "store_timestamp": 1_700_000_000_100 + len(out),
+                "store_host": STORE_HOST,
+                "reconsume_times": rng.choice([0, 0, 1]),
+                "prepared_transaction_offset": 0,
+                "body": rng.randbytes(rng.randrange(0, 300)),
+                "topic": topic,
+                "properties": _random_props(rng, shape),
+            },
+            append_crc32=version >= "5.2" and rng.randrange(4) > 0,
+        )  # 5.2+: the __CRC32# property
         if len(out) + len(rec) > F - 8:
             break
         qo[k] = qo.get(k, 0) + 1
@@ -226,7 +262,9 @@ def test_row_groups_exact_even_when_keys_collide(monkeypatch: pytest.MonkeyPatch
     mat = rng.integers(0, 3, size=(500, 13), dtype=np.uint8)
     for forced in (False, True):
         if forced:  # every key the same: the check must catch it and group exactly
-            monkeypatch.setattr(blocks, "distinct", lambda key: (np.zeros(len(key), dtype=np.int32), np.zeros(1, dtype=np.intp)))
+            monkeypatch.setattr(
+                blocks, "distinct", lambda key: (np.zeros(len(key), dtype=np.int32), np.zeros(1, dtype=np.intp))
+            )
         inv, first = blocks.row_groups(mat)
         assert (mat == mat[first[inv]]).all()
         assert len({mat[i].tobytes() for i in first.tolist()}) == len(first) == len({r.tobytes() for r in mat})
@@ -244,8 +282,14 @@ def test_arrays_from_numpy_buffers_equal_pa_array_and_never_import_pandas(tmp_pa
 
     from rmqtool import export_arrow as ea
 
-    for a in (np.arange(-3, 7, dtype=np.int64), np.arange(5, dtype=np.int32)[::2], np.array([True, False, True] * 7),
-              np.zeros(0, dtype=np.int32), np.array([2**40, -1], dtype=np.int64), np.array([1, -2, 3], dtype=">i4")):
+    for a in (
+        np.arange(-3, 7, dtype=np.int64),
+        np.arange(5, dtype=np.int32)[::2],
+        np.array([True, False, True] * 7),
+        np.zeros(0, dtype=np.int32),
+        np.array([2**40, -1], dtype=np.int64),
+        np.array([1, -2, 3], dtype=">i4"),
+    ):
         got, want = ea._num(a), pa.array(a.astype(a.dtype.newbyteorder("=")))  # (pa.array refuses big-endian)
         assert got.type == want.type and got.equals(want)
     enc = pc.dictionary_encode(pa.array(["b", "a", "b", "c", "a"]))
@@ -254,11 +298,13 @@ def test_arrays_from_numpy_buffers_equal_pa_array_and_never_import_pandas(tmp_pa
     inv = np.array([2, 0, 0, 1], dtype=np.int32)
     assert ea._table(["x", "é", ""], inv, pa.string()).to_pylist() == ["", "x", "x", "é"]
     assert ea._table(["x", None], inv[1:] % 2, pa.string()).to_pylist() == ["x", "x", None]
-    code = ("import sys, numpy as np, pyarrow as pa, pyarrow.compute as pc\n"
-            "from rmqtool import export_arrow as ea\n"
-            "ea._num(np.arange(4)); ea._num(np.ones(3, dtype=bool))\n"
-            "ea._indices(pc.dictionary_encode(ea._table(['a', 'b'], np.array([1, 0, 1], dtype=np.int32), pa.string())).indices)\n"
-            "print('pandas' in sys.modules)\n")
+    code = (
+        "import sys, numpy as np, pyarrow as pa, pyarrow.compute as pc\n"
+        "from rmqtool import export_arrow as ea\n"
+        "ea._num(np.arange(4)); ea._num(np.ones(3, dtype=bool))\n"
+        "ea._indices(pc.dictionary_encode(ea._table(['a', 'b'], np.array([1, 0, 1], dtype=np.int32), pa.string())).indices)\n"
+        "print('pandas' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -82,8 +82,9 @@ def write_commitlog(root: Path, groups: list[list[Maker]], fs: int) -> list[tupl
 def plain(i: int, topic: str = "T1", **kw: Any) -> Maker:
     """A plain record (V1, IPv4, KEYS/UNIQ_KEY/TAGS properties): what the block path takes."""
     p = props({"KEYS": f"k{i} x{i % 3}", "UNIQ_KEY": f"{i:032X}", "TAGS": f"Tag{i % 4}"})
-    return lambda phys: record(topic, props=p, phys=phys, qoff=i, body=b"b%05d" % i, store_ts=TS0 + i,
-                               born_ts=TS0 + i - 1, **kw)
+    return lambda phys: record(
+        topic, props=p, phys=phys, qoff=i, body=b"b%05d" % i, store_ts=TS0 + i, born_ts=TS0 + i - 1, **kw
+    )
 
 
 def kind(name: str, i: int, version: str) -> Maker:
@@ -131,6 +132,7 @@ def kind(name: str, i: int, version: str) -> Maker:
     elif name == "manyprops":
         p.update({f"P{j:02d}": f"v{j}" for j in range(60)})
     elif name == "bodyflip":  # §7: a flipped body byte, CRC mismatch
+
         def flip(raw: bytearray) -> None:
             raw[HDR + 2] ^= 0x5A
 
@@ -170,9 +172,28 @@ def kind(name: str, i: int, version: str) -> Maker:
     return mk
 
 
-KINDS = ["v6born", "v6store", "v6both", "v2long", "crc32prop", "prepared", "commit", "rollback", "compressed",
-         "utf8props", "badutf8props", "utf8body", "emptybody", "manyprops", "bodyflip", "nonascii_topic",
-         "badutf8_topic", "noprops", "oddkeys", "longv1topic"]
+KINDS = [
+    "v6born",
+    "v6store",
+    "v6both",
+    "v2long",
+    "crc32prop",
+    "prepared",
+    "commit",
+    "rollback",
+    "compressed",
+    "utf8props",
+    "badutf8props",
+    "utf8body",
+    "emptybody",
+    "manyprops",
+    "bodyflip",
+    "nonascii_topic",
+    "badutf8_topic",
+    "noprops",
+    "oddkeys",
+    "longv1topic",
+]
 
 
 # --------------------------------------------------------------------------- the comparison
@@ -237,8 +258,13 @@ def assert_rows_equal_dump(rows: list[dict[str, Any]], records: list[dict[str, A
                 assert v is None, (what, i, k, v)
 
 
-def check(capsys: pytest.CaptureFixture[str], root: Path, version: str, splits: tuple[int | None, ...] = (None,),
-          with_body: bool = False) -> list[dict[str, Any]]:
+def check(
+    capsys: pytest.CaptureFixture[str],
+    root: Path,
+    version: str,
+    splits: tuple[int | None, ...] = (None,),
+    with_body: bool = False,
+) -> list[dict[str, Any]]:
     records = dump_records(capsys, root, version)
     for ss in splits:
         assert_rows_equal_dump(export_rows(root, version, ss, with_body), records, f"{version} split={ss}")
@@ -249,8 +275,9 @@ def check(capsys: pytest.CaptureFixture[str], root: Path, version: str, splits: 
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_every_kind_at_a_block_start_and_inside_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                     monkeypatch: pytest.MonkeyPatch, version: str) -> None:
+def test_every_kind_at_a_block_start_and_inside_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
     """Per kind, one file: 20 records of the kind (met first by the block path), 20 plain
     records (a block), one record of the kind (cuts the block), 20 plain, then the kind
     again as the file's last record before the BLANK."""
@@ -274,8 +301,9 @@ def test_every_kind_at_a_block_start_and_inside_runs(tmp_path: Path, capsys: pyt
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_header_extremes_in_plain_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                       monkeypatch: pytest.MonkeyPatch, version: str) -> None:
+def test_header_extremes_in_plain_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
     """Plain records whose header fields take extreme values (negative, min/max, every
     sysflag bit but the IPv6 ones, many distinct hosts/topics/tags): the block path takes
     them all and gives dump's values."""
@@ -283,23 +311,45 @@ def test_header_extremes_in_plain_runs(tmp_path: Path, capsys: pytest.CaptureFix
     rng = random.Random(11)
 
     def v(bits: int) -> int:
-        return rng.choice([0, 1, -1, (1 << (bits - 1)) - 1, -(1 << (bits - 1)),
-                           rng.randrange(-(1 << (bits - 1)), 1 << (bits - 1))])
+        return rng.choice(
+            [0, 1, -1, (1 << (bits - 1)) - 1, -(1 << (bits - 1)), rng.randrange(-(1 << (bits - 1)), 1 << (bits - 1))]
+        )
 
     recs: list[Maker] = []
     for i in range(400):
         sf = rng.choice([0, 1, 2, 4, 8, 12, 0x40, 0x80, 0x300, -0x80000000 + 8, v(32) & ~0x30])
-        kw = dict(queue_id=v(32), qoff=v(64), sysflag=sf, born_ts=v(64), store_ts=v(64), prepared=v(64),
-                  born=(f"{rng.randrange(256)}.0.{i % 40}.{rng.randrange(256)}", v(32)),
-                  store=(f"10.1.{i % 20}.2", v(32)), body=rng.randbytes(rng.randrange(0, 40)))
+        kw = dict(
+            queue_id=v(32),
+            qoff=v(64),
+            sysflag=sf,
+            born_ts=v(64),
+            store_ts=v(64),
+            prepared=v(64),
+            born=(f"{rng.randrange(256)}.0.{i % 40}.{rng.randrange(256)}", v(32)),
+            store=(f"10.1.{i % 20}.2", v(32)),
+            body=rng.randbytes(rng.randrange(0, 40)),
+        )
         flag, rt = v(32), v(32)
-        p = props({"KEYS": f"k{i} j{i % 7}", "UNIQ_KEY": f"{rng.getrandbits(64):X}",
-                   "TAGS": rng.choice(["a", "b", "*", "a||b"]) + str(i % 30)})
-        topic = rng.choice(["T", "%RETRY%g", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC", "x" * 125,
-                            'q"b\\s', "", "t\x01"]) + str(i % 25)
+        p = props(
+            {
+                "KEYS": f"k{i} j{i % 7}",
+                "UNIQ_KEY": f"{rng.getrandbits(64):X}",
+                "TAGS": rng.choice(["a", "b", "*", "a||b"]) + str(i % 30),
+            }
+        )
+        topic = rng.choice(
+            ["T", "%RETRY%g", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC", "x" * 125, 'q"b\\s', "", "t\x01"]
+        ) + str(i % 25)
 
-        def mk(phys: int, topic: str = topic, p: bytes = p, kw: dict[str, Any] = kw, flag: int = flag, rt: int = rt,
-               off: int | None = v(64) if rng.random() < 0.1 else None) -> bytes:
+        def mk(
+            phys: int,
+            topic: str = topic,
+            p: bytes = p,
+            kw: dict[str, Any] = kw,
+            flag: int = flag,
+            rt: int = rt,
+            off: int | None = v(64) if rng.random() < 0.1 else None,
+        ) -> bytes:
             raw = bytearray(record(topic, props=p, phys=phys if off is None else off, **kw))
             struct.pack_into(">i", raw, 16, flag)  # FLAG
             struct.pack_into(">i", raw, 72, rt)  # RECONSUMETIMES (IPv4/IPv4 offsets, §4)
@@ -313,8 +363,9 @@ def test_header_extremes_in_plain_runs(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_torn_and_zeroed_tails_and_damage_in_the_middle(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                       version: str) -> None:
+def test_torn_and_zeroed_tails_and_damage_in_the_middle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     fs = 1 << 16
     groups = [[plain(i) for i in range(g * 200, g * 200 + 150)] for g in range(4)]
     root = tmp_path / "s"
@@ -354,7 +405,9 @@ def test_torn_and_zeroed_tails_and_damage_in_the_middle(tmp_path: Path, capsys: 
 
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("seed", [0, 1])
-def test_random_mix_with_random_damage(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, seed: int) -> None:
+def test_random_mix_with_random_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, seed: int
+) -> None:
     rng = random.Random(seed * 31 + len(version))
     recs: list[Maker] = []
     i = 0
@@ -391,13 +444,22 @@ def test_random_mix_with_random_damage(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_schedule_record_with_a_huge_store_timestamp(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                     version: str) -> None:
+def test_schedule_record_with_a_huge_store_timestamp(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """STORE_FORMAT §12.2: on SCHEDULE_TOPIC_XXXX with DELAY, tagsCode = STORETIMESTAMP +
     delay (a Java long). A damaged or crafted record with a STORETIMESTAMP near Long.MAX
     is dumped (dump prints the sum); export must write the same row, not crash."""
-    sched = lambda phys: record("SCHEDULE_TOPIC_XXXX", props=props({"DELAY": "3", "REAL_TOPIC": "T1", "REAL_QID": "0"}),  # noqa: E731
-                                phys=phys, queue_id=2, store_ts=(1 << 63) - 5)
+
+    def sched(phys: int) -> bytes:
+        return record(
+            "SCHEDULE_TOPIC_XXXX",
+            props=props({"DELAY": "3", "REAL_TOPIC": "T1", "REAL_QID": "0"}),
+            phys=phys,
+            queue_id=2,
+            store_ts=(1 << 63) - 5,
+        )
+
     root = tmp_path / "s"
     write_commitlog(root, [[plain(i) for i in range(20)] + [sched] + [plain(i) for i in range(20, 40)]], 1 << 16)
     records = dump_records(capsys, root, version)
@@ -417,6 +479,7 @@ def test_spark_arrow_writer_parquet_equals_dump(tmp_path: Path, capsys: pytest.C
     import pyarrow.parquet as pq
 
     from rmqtool.export_spark import run_export
+
     version = "5.3.3"
     recs: list[Maker] = []
     i = 0
@@ -430,8 +493,15 @@ def test_spark_arrow_writer_parquet_equals_dump(tmp_path: Path, capsys: pytest.C
     root = tmp_path / "s"
     write_commitlog(root, [recs], 1 << 16)
     records = dump_records(capsys, root, version)
-    res = run_export([("audit", Store.open(root))], str(tmp_path / "out"), session=spark, quiet=True,
-                     split_size=20000, version=version, with_body=True)
+    res = run_export(
+        [("audit", Store.open(root))],
+        str(tmp_path / "out"),
+        session=spark,
+        quiet=True,
+        split_size=20000,
+        version=version,
+        with_body=True,
+    )
     assert res.rows == len(records) and res.problems == sum(r["status"] not in ("OK", "BLANK") for r in records)
     table = pq.read_table(str(tmp_path / "out"))
     rows = sorted(table.to_pylist(), key=lambda r: (r["file"], r["pos"]))

@@ -30,8 +30,11 @@ def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict
     code = run(["dump", *argv, "--format", "jsonl"])
     out = capsys.readouterr().out
     # not splitlines: U+2028 may be in a value; the ISO twins of dump (born_time, store_time) are not columns
-    return code, [{k: v for k, v in json.loads(line).items() if k not in ("born_time", "store_time")}
-                  for line in out.split("\n") if line]
+    return code, [
+        {k: v for k, v in json.loads(line).items() if k not in ("born_time", "store_time")}
+        for line in out.split("\n")
+        if line
+    ]
 
 
 def read_rows(spark: Any, out: Path) -> list[dict[str, Any]]:
@@ -74,16 +77,38 @@ def exported(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     return {"cl": (cl, out / "cl", read_rows(spark, out / "cl")), "cq": (cq, out / "cq", read_rows(spark, out / "cq"))}
 
 
-def test_commitlog_rows_equal_dump_on_every_real_store(exported: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_commitlog_rows_equal_dump_on_every_real_store(
+    exported: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     res, _out, rows = exported["cl"]
     assert res.tasks == sum(len(Store.open(real_store(n)).commitlog) for n in REAL_NAMES) * 4
     assert 1 < res.partitions < res.tasks
     assert res.problems == 0 and res.conflicts == 0 and not res.exit_problems
     assert res.rows == len(rows)
-    assert set(rows[0]) >= {"store", "file", "pos", "physical_offset", "topic", "queue_id", "queue_offset", "tags", "keys",
-                            "uniq_key", "msg_id", "born_timestamp", "store_timestamp", "born_host", "store_host",
-                            "sys_flag", "transaction_type", "reconsume_times", "body_length", "body_crc", "crc_ok",
-                            "properties"}
+    assert set(rows[0]) >= {
+        "store",
+        "file",
+        "pos",
+        "physical_offset",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "tags",
+        "keys",
+        "uniq_key",
+        "msg_id",
+        "born_timestamp",
+        "store_timestamp",
+        "born_host",
+        "store_host",
+        "sys_flag",
+        "transaction_type",
+        "reconsume_times",
+        "body_length",
+        "body_crc",
+        "crc_ok",
+        "properties",
+    }
     assert "body" not in rows[0]
     total_messages = 0
     for name in REAL_NAMES:
@@ -120,26 +145,36 @@ def test_man_page_spark_sql_examples(spark: Any, exported: dict[str, Any]) -> No
     undispatched = spark.sql(
         "SELECT cl.store, cl.topic, cl.queue_id, cl.queue_offset, cl.physical_offset, cl.msg_id "
         "FROM cl LEFT ANTI JOIN cq ON cq.store = cl.store AND cq.commitlog_offset = cl.physical_offset "
-        "AND cq.status = 'OK' WHERE cl.type = 'message' ORDER BY cl.store, cl.physical_offset").collect()
+        "AND cq.status = 'OK' WHERE cl.type = 'message' ORDER BY cl.store, cl.physical_offset"
+    ).collect()
     in_cq = {(r["store"], r["commitlog_offset"]) for r in cq_rows if r["status"] == "OK"}
-    expected = sorted((r["store"], r["physical_offset"]) for r in cl_rows if r["type"] == "message" and (r["store"], r["physical_offset"]) not in in_cq)
+    expected = sorted(
+        (r["store"], r["physical_offset"])
+        for r in cl_rows
+        if r["type"] == "message" and (r["store"], r["physical_offset"]) not in in_cq
+    )
     assert [(r["store"], r["physical_offset"]) for r in undispatched] == expected
     assert {s for s, _o in expected} <= {"crash_midwrite"}  # only the crashed broker lags behind its commitlog
     key = "ORDER-7"
     by_key = spark.sql(
         "SELECT store, topic, physical_offset, msg_id, uniq_key, timestamp_millis(store_timestamp) AS stored FROM cl "
-        f"WHERE array_contains(keys, '{key}') OR uniq_key = '{key}' ORDER BY stored").collect()
+        f"WHERE array_contains(keys, '{key}') OR uniq_key = '{key}' ORDER BY stored"
+    ).collect()
     assert by_key and sorted(r["physical_offset"] for r in by_key) == sorted(
-        r["physical_offset"] for r in cl_rows if r["type"] == "message" and key in r["keys"])
+        r["physical_offset"] for r in cl_rows if r["type"] == "message" and key in r["keys"]
+    )
     per_minute = spark.sql(
         "SELECT topic, date_trunc('minute', timestamp_millis(store_timestamp)) AS minute, count(*) AS messages, "
         "sum(body_length) AS body_bytes FROM cl WHERE type = 'message' AND store = 'many_files' "
-        "GROUP BY topic, minute ORDER BY minute, topic").collect()
+        "GROUP BY topic, minute ORDER BY minute, topic"
+    ).collect()
     totals: dict[str, int] = {}
     for r in per_minute:
         totals[r["topic"]] = totals.get(r["topic"], 0) + r["messages"]
-    assert totals == {t: sum(1 for r in cl_rows if r["store"] == "many_files" and r["type"] == "message" and r["topic"] == t)
-                      for t in {"TopicM", "TopicN"}}
+    assert totals == {
+        t: sum(1 for r in cl_rows if r["store"] == "many_files" and r["type"] == "message" and r["topic"] == t)
+        for t in {"TopicM", "TopicN"}
+    }
 
 
 def test_index_rows_equal_dump(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,8 +184,12 @@ def test_index_rows_equal_dump(spark: Any, tmp_path: Path, capsys: pytest.Captur
     for name in ["clean", "crash_midwrite"]:
         code, records = dump(capsys, "index", str(real_store(name)), "--entries")
         assert any(r["type"] == "entry" for r in records)
-        assert_rows_equal_dump(rows, records, name,
-                               key=lambda r: (r["file"], order[r["type"]], r.get("slot") if r["type"] == "slot" else r.get("entry")))
+        assert_rows_equal_dump(
+            rows,
+            records,
+            name,
+            key=lambda r: (r["file"], order[r["type"]], r.get("slot") if r["type"] == "slot" else r.get("entry")),
+        )
     assert res.rows == len(rows)
 
 
@@ -158,13 +197,29 @@ def test_cli_with_body_and_partition_by_topic(spark: Any, tmp_path: Path, capsys
     store = real_store("clean")
     out = tmp_path / "body"
     capsys.readouterr()
-    code = run(["export", str(store), "--to", str(out), "--with-body", "--partition-by", "topic", "--split-size", "30000",
-                "--progress"])  # (progress off a terminal only when asked)
+    code = run(
+        [
+            "export",
+            str(store),
+            "--to",
+            str(out),
+            "--with-body",
+            "--partition-by",
+            "topic",
+            "--split-size",
+            "30000",
+            "--progress",
+        ]
+    )  # (progress off a terminal only when asked)
     err = capsys.readouterr().err
     assert code == 0, err
     assert "splits done" in err and "exported 425 commitlog rows" in err
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [
-        "topic=TopicA", "topic=TopicB", "topic=TopicC", "topic=__HIVE_DEFAULT_PARTITION__"]  # BLANKs have no topic
+        "topic=TopicA",
+        "topic=TopicB",
+        "topic=TopicC",
+        "topic=__HIVE_DEFAULT_PARTITION__",
+    ]  # BLANKs have no topic
     rows = read_rows(spark, out)
     assert {r["store"] for r in rows} == {os.path.normpath(str(store))}
     by_offset = {r["physical_offset"]: r for r in rows if r["type"] == "message"}
@@ -204,7 +259,9 @@ def _damaged_store(root: Path) -> Path:
     return root
 
 
-def test_damaged_store_exits_4_and_still_equals_dump(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_damaged_store_exits_4_and_still_equals_dump(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = _damaged_store(tmp_path / "store")
     code_dump, records = dump(capsys, "commitlog", str(store))
     assert code_dump == 4
@@ -289,8 +346,15 @@ def test_spark_submit_zip_and_entry_point(tmp_path: Path) -> None:
     z = tmp_path / "rmqtool.zip"
     assert main(["--make-zip", str(z)]) == 0
     names = set(zipfile.ZipFile(z).namelist())
-    for n in ("rmqtool/__init__.py", "rmqtool/export_spark.py", "rmqtool/cmd_export.py", "rmqtool/cmd_dump.py",
-              "rmqtool/recovery/splits.py", "rmqtool/recovery/scan.py", "rmqtool/formats/commitlog.py"):
+    for n in (
+        "rmqtool/__init__.py",
+        "rmqtool/export_spark.py",
+        "rmqtool/cmd_export.py",
+        "rmqtool/cmd_dump.py",
+        "rmqtool/recovery/splits.py",
+        "rmqtool/recovery/scan.py",
+        "rmqtool/formats/commitlog.py",
+    ):
         assert n in names, n
     code = (
         "import sys\n"
@@ -315,10 +379,15 @@ def _canon(rows: list[dict[str, Any]]) -> list[tuple]:
     return sorted(out)
 
 
-@pytest.mark.parametrize("what,kw", [("commitlog", {"with_body": True, "partition_by": ("topic",)}),
-                                     ("commitlog", {"split_size": 7000}),
-                                     ("consumequeue", {"partition_by": ("topic",)}),
-                                     ("index", {})])
+@pytest.mark.parametrize(
+    "what,kw",
+    [
+        ("commitlog", {"with_body": True, "partition_by": ("topic",)}),
+        ("commitlog", {"split_size": 7000}),
+        ("consumequeue", {"partition_by": ("topic",)}),
+        ("index", {}),
+    ],
+)
 def test_arrow_writer_equals_spark_writer(spark: Any, tmp_path: Path, what: str, kw: dict[str, Any]) -> None:
     """The executors' pyarrow files read back exactly as Spark's own writer's: same rows,
     same columns and types, same partition directories."""
@@ -353,7 +422,9 @@ def test_partition_values_escaped_as_spark_does(spark: Any, tmp_path: Path) -> N
     assert escape_path_name("%RETRY%g/1") == "%25RETRY%25g%2F1"
     # what Spark's own writer names the same partitions
     sp = tmp_path / "spark"
-    spark.createDataFrame([(t, i) for i, t in enumerate(topics)], "topic string, n long").write.partitionBy("topic").parquet(str(sp))
+    spark.createDataFrame([(t, i) for i, t in enumerate(topics)], "topic string, n long").write.partitionBy(
+        "topic"
+    ).parquet(str(sp))
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == sorted(p.name for p in sp.iterdir() if p.is_dir())
 
 
@@ -419,11 +490,24 @@ def test_arrow_writer_gathers_batches_into_row_groups(tmp_path: Path, monkeypatc
         want = [n for n in range(5000) if (n % 2 == 0) == (k == "a")]
         assert pq.read_table(f).column("n").to_pylist() == want
     # min/max statistics on the flat columns, none on nested ones (map, list)
-    nested = pa.schema([pa.field("n", pa.int64()), pa.field("m", pa.map_(pa.string(), pa.string())),
-                        pa.field("l", pa.list_(pa.string()))])
+    nested = pa.schema(
+        [
+            pa.field("n", pa.int64()),
+            pa.field("m", pa.map_(pa.string(), pa.string())),
+            pa.field("l", pa.list_(pa.string())),
+        ]
+    )
     tn = ep.TaskWriter(str(staging), 3, nested, [], True)
-    tn.write(pa.record_batch([pa.array([5, 3]), pa.array([[("a", "b")], []], type=pa.map_(pa.string(), pa.string())),
-                              pa.array([["x"], ["y", "z"]])], schema=nested))
+    tn.write(
+        pa.record_batch(
+            [
+                pa.array([5, 3]),
+                pa.array([[("a", "b")], []], type=pa.map_(pa.string(), pa.string())),
+                pa.array([["x"], ["y", "z"]]),
+            ],
+            schema=nested,
+        )
+    )
     tn.commit()
     rg = pq.ParquetFile(next((staging / "task-00003" / "done").glob("*.parquet"))).metadata.row_group(0)
     stats = {rg.column(i).path_in_schema: rg.column(i).is_stats_set for i in range(rg.num_columns)}
@@ -458,7 +542,12 @@ def test_output_url_schemes() -> None:
     assert url_scheme("hdfs:/x") == url_scheme("hdfs:///x") == "hdfs"  # what click's Path makes of hdfs:///x
     assert url_scheme("s3a://b/k") == "s3a" and url_scheme("/tmp/out") is None and url_scheme("out/cl") is None
     assert local_path("/tmp/out") == "/tmp/out" and local_path("rel/out") == "rel/out"
-    assert local_path("file:///tmp/out") == "/tmp/out" == local_path("file:/tmp/out") == local_path("file://localhost/tmp/out")
+    assert (
+        local_path("file:///tmp/out")
+        == "/tmp/out"
+        == local_path("file:/tmp/out")
+        == local_path("file://localhost/tmp/out")
+    )
     assert local_path("hdfs:/x") is None and local_path("s3a://b/k") is None
 
 
@@ -499,7 +588,8 @@ def test_session_leaves_no_log4j_file_behind(spark: Any) -> None:
 
 
 def test_arrow_writer_runs_a_few_tasks_per_core_and_counts_committed_groups(
-        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Many split groups run as at most TASKS_PER_CORE Spark tasks per core (each writes
     several groups in turn); the progress counts the groups' committed files while the
     tasks run, and at the end it shows every split."""

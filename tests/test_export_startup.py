@@ -25,8 +25,10 @@ def export(tmp_path: Path, env_changes: dict[str, str | None], *extra: str) -> s
         else:
             env[k] = v
     env["TMPDIR"] = str(tmp_path)  # the JVM log (named in the message) stays in the test's directory
-    code = ("import sys\nfrom rmqtool.cli import run\n"
-            f"sys.exit(run(['export', {str(real_store('delay'))!r}, '--to', {str(tmp_path / 'o')!r}, *sys.argv[1:]]))\n")
+    code = (
+        "import sys\nfrom rmqtool.cli import run\n"
+        f"sys.exit(run(['export', {str(real_store('delay'))!r}, '--to', {str(tmp_path / 'o')!r}, *sys.argv[1:]]))\n"
+    )
     return subprocess.run([sys.executable, "-c", code, *extra], env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -109,8 +111,10 @@ def test_unreachable_master_is_said_at_once(tmp_path: Path) -> None:
     t0 = time.monotonic()
     line = one_line(export(tmp_path, {}, "--master", f"spark://127.0.0.1:{port}"), tmp_path)
     assert time.monotonic() - t0 < 30
-    assert line == (f"rmqtool: Spark master spark://127.0.0.1:{port} is not reachable "
-                    f"(127.0.0.1:{port}: Connection refused): start it, or give another --master")
+    assert line == (
+        f"rmqtool: Spark master spark://127.0.0.1:{port} is not reachable "
+        f"(127.0.0.1:{port}: Connection refused): start it, or give another --master"
+    )
 
 
 def test_export_json_summary_on_stdout(spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,8 +139,9 @@ def test_export_json_summary_on_stdout(spark: object, tmp_path: Path, capsys: py
 
 
 @pytest.mark.parametrize("verbose", [False, True], ids=["default", "--verbose"])
-def test_spark_logging_goes_to_a_file_unless_verbose(verbose: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_spark_logging_goes_to_a_file_unless_verbose(
+    verbose: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """What the JVM is started with, seen from a stand-in for SparkSession's builder: by
     default the quiet log4j2 configuration and a log file as its stderr; with --verbose
     neither (Spark's own logging on this stderr)."""

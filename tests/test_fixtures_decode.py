@@ -50,6 +50,7 @@ def messages_by_offset(name: str) -> dict[int, dict[str, Any]]:
 # ---------------------------------------------------------------------------------------
 # scenario.json
 
+
 @pytest.mark.parametrize("name", REAL_NAMES)
 def test_every_scenario_message_decodes_at_its_offset(name: str) -> None:
     by_off = messages_by_offset(name)
@@ -82,7 +83,12 @@ def test_crash_unacknowledged_message_is_complete() -> None:
     assert len(hits) == 1
     r = hits[0]
     assert r["status"] == "OK" and r["crc_ok"]
-    assert (r["topic"], r["queue_id"], r["tags"], r["keys"]) == (m["topic"], m["queue_id"], m["tags"], split_keys(m["keys"]))
+    assert (r["topic"], r["queue_id"], r["tags"], r["keys"]) == (
+        m["topic"],
+        m["queue_id"],
+        m["tags"],
+        split_keys(m["keys"]),
+    )
     assert r["body_sha256"] == m["body_sha256"]
     # it is the last record before the all-zero tail RocketMQ's recovery stopped at
     assert r["physical_offset"] + r["total_size"] == broker_view("crash_midwrite")["commitlog_max_offset"]
@@ -94,7 +100,12 @@ def test_delay_schedule_service_records() -> None:
     assert len(extra) == 12
     for m in extra:
         r = by_off[m["phys_offset"]]
-        assert (r["topic"], r["queue_id"], r["queue_offset"], r["total_size"]) == (m["topic"], m["queue_id"], m["queue_offset"], m["size"])
+        assert (r["topic"], r["queue_id"], r["queue_offset"], r["total_size"]) == (
+            m["topic"],
+            m["queue_id"],
+            m["queue_offset"],
+            m["size"],
+        )
         assert r["msg_id"] == m["msg_id"] and r["uniq_key"] == m["uniq_key"] and r["keys"] == split_keys(m["keys"])
         assert r["store_timestamp"] == m["store_timestamp"] and r["body_sha256"] == m["body_sha256"]
 
@@ -104,13 +115,29 @@ def test_delay_schedule_service_records() -> None:
 
 # verifier name -> dump field (values compared as is)
 FIELD_MAP = {
-    "phys_offset": "physical_offset", "size": "total_size", "body_len": "body_length",
-    "body_crc_stored": "body_crc", "body_crc_ok": "crc_ok", "tags_code_computed_by_dispatch": "tags_code",
-    "born_host": "born_host", "born_timestamp": "born_timestamp", "flag": "flag", "msg_id": "msg_id",
-    "prepared_transaction_offset": "prepared_transaction_offset", "properties": "properties",
-    "queue_id": "queue_id", "queue_offset": "queue_offset", "reconsume_times": "reconsume_times",
-    "store_host": "store_host", "store_timestamp": "store_timestamp", "sys_flag": "sys_flag", "tags": "tags",
-    "topic": "topic", "transaction_type": "transaction_type", "uniq_key": "uniq_key", "body_sha256": "body_sha256",
+    "phys_offset": "physical_offset",
+    "size": "total_size",
+    "body_len": "body_length",
+    "body_crc_stored": "body_crc",
+    "body_crc_ok": "crc_ok",
+    "tags_code_computed_by_dispatch": "tags_code",
+    "born_host": "born_host",
+    "born_timestamp": "born_timestamp",
+    "flag": "flag",
+    "msg_id": "msg_id",
+    "prepared_transaction_offset": "prepared_transaction_offset",
+    "properties": "properties",
+    "queue_id": "queue_id",
+    "queue_offset": "queue_offset",
+    "reconsume_times": "reconsume_times",
+    "store_host": "store_host",
+    "store_timestamp": "store_timestamp",
+    "sys_flag": "sys_flag",
+    "tags": "tags",
+    "topic": "topic",
+    "transaction_type": "transaction_type",
+    "uniq_key": "uniq_key",
+    "body_sha256": "body_sha256",
 }
 
 
@@ -140,6 +167,7 @@ def test_commitlog_records_match_field_by_field(name: str) -> None:
 
 # ---------------------------------------------------------------------------------------
 # consume_queues
+
 
 def cq_by_queue(name: str) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
@@ -181,13 +209,14 @@ def test_consume_queue_crash_is_a_prefix_of_the_recovered_one() -> None:
         if mine:
             assert mine[0][0] == q["min_offset"]
             covered = max(e[1] for e in mine)
-            assert all(e[1] > covered for e in theirs[len(mine):])
+            assert all(e[1] > covered for e in theirs[len(mine) :])
         missing += len(theirs) - len(mine)
     assert missing >= 1  # the unacknowledged message at least
 
 
 # ---------------------------------------------------------------------------------------
 # query_message_by_key
+
 
 @pytest.mark.parametrize("name", CLEAN_NAMES)
 def test_key_lookups_through_the_index(name: str) -> None:
@@ -197,7 +226,10 @@ def test_key_lookups_through_the_index(name: str) -> None:
     for q in queries:
         raw = [h.commitlog_offset for h in qy.index_query(store, q["topic"], q["key"], max_num=qy.MAX_MSGS_NUM_BATCH)]
         assert sorted(raw) == sorted(q["phys_offsets"]), q["key"]  # the chain walk finds what the broker found
-        got = [loc.file.base + loc.pos for _hit, loc in qy.find_by_key(store, P494, q["topic"], q["key"], max_num=qy.MAX_MSGS_NUM_BATCH)]
+        got = [
+            loc.file.base + loc.pos
+            for _hit, loc in qy.find_by_key(store, P494, q["topic"], q["key"], max_num=qy.MAX_MSGS_NUM_BATCH)
+        ]
         assert got == sorted(q["phys_offsets_whose_message_has_this_key"]), q["key"]  # the broker sorts too
 
 
@@ -218,7 +250,9 @@ def test_key_lookups_by_scan(name: str) -> None:
         assert sorted(by_key.get((q["topic"], q["key"]), [])) == expected, q["key"]
     # and the scan path of find_by_key on a sample
     for q in queries[:: max(1, len(queries) // 25)]:
-        got = [loc.file.base + loc.pos for _h, loc in qy.find_by_key(store, P494, q["topic"], q["key"], use_index=False)]
+        got = [
+            loc.file.base + loc.pos for _h, loc in qy.find_by_key(store, P494, q["topic"], q["key"], use_index=False)
+        ]
         assert got == sorted(q["phys_offsets_whose_message_has_this_key"])
 
 
@@ -256,7 +290,9 @@ def test_index_lookup_drops_hash_collisions(store_copy: Callable[[str], Path]) -
             continue
         keys_at[r["physical_offset"]] = set(r["keys"]) | {r["uniq_key"]}
         for k in keys_at[r["physical_offset"]] - {None}:
-            by_slot.setdefault(index_hash(java_hash("TopicA#" + k)) % g.index_slot_num, []).append((k, r["physical_offset"]))
+            by_slot.setdefault(index_hash(java_hash("TopicA#" + k)) % g.index_slot_num, []).append(
+                (k, r["physical_offset"])
+            )
     a, b = next((v[0][0], w[0]) for v in by_slot.values() for w in v if v[0][0] not in keys_at[w[1]])
     hb = index_hash(java_hash("TopicA#" + b))
     ha = index_hash(java_hash("TopicA#" + a))

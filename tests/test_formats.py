@@ -47,15 +47,27 @@ def fixture_records(name: str) -> Iterator[tuple[str, int, bytes, ck.Checked]]:
 # ---------------------------------------------------------------------------------------
 # Two decode paths (STYLE.md §3): the Construct schema and the fast struct reader.
 
+
 def _via_schema(raw: bytes) -> dict[str, Any]:
     c = cl.parse_message(raw)
     return {
-        "total_size": c.total_size, "magic": c.magic, "body_crc": c.body_crc, "queue_id": c.queue_id, "flag": c.flag,
-        "queue_offset": c.queue_offset, "physical_offset": c.physical_offset, "sys_flag": c.sys_flag,
-        "born_timestamp": c.born_timestamp, "born_host": host_to_str(bytes(c.born_host.address), c.born_host.port),
-        "store_timestamp": c.store_timestamp, "store_host": host_to_str(bytes(c.store_host.address), c.store_host.port),
-        "reconsume_times": c.reconsume_times, "prepared_transaction_offset": c.prepared_transaction_offset,
-        "body_length": c.body_length, "body": bytes(c.body), "topic": bytes(c.topic).decode("utf-8", "replace"),
+        "total_size": c.total_size,
+        "magic": c.magic,
+        "body_crc": c.body_crc,
+        "queue_id": c.queue_id,
+        "flag": c.flag,
+        "queue_offset": c.queue_offset,
+        "physical_offset": c.physical_offset,
+        "sys_flag": c.sys_flag,
+        "born_timestamp": c.born_timestamp,
+        "born_host": host_to_str(bytes(c.born_host.address), c.born_host.port),
+        "store_timestamp": c.store_timestamp,
+        "store_host": host_to_str(bytes(c.store_host.address), c.store_host.port),
+        "reconsume_times": c.reconsume_times,
+        "prepared_transaction_offset": c.prepared_transaction_offset,
+        "body_length": c.body_length,
+        "body": bytes(c.body),
+        "topic": bytes(c.topic).decode("utf-8", "replace"),
         "properties": bytes(c.properties).decode("utf-8", "replace"),
     }
 
@@ -63,12 +75,24 @@ def _via_schema(raw: bytes) -> dict[str, Any]:
 def _via_fast(raw: bytes) -> dict[str, Any]:
     r = cl.decode_message(raw, 0)
     return {
-        "total_size": r.total_size, "magic": r.magic, "body_crc": r.body_crc, "queue_id": r.queue_id, "flag": r.flag,
-        "queue_offset": r.queue_offset, "physical_offset": r.physical_offset, "sys_flag": r.sys_flag,
-        "born_timestamp": r.born_timestamp, "born_host": r.born_host, "store_timestamp": r.store_timestamp,
-        "store_host": r.store_host, "reconsume_times": r.reconsume_times,
-        "prepared_transaction_offset": r.prepared_transaction_offset, "body_length": r.body_length,
-        "body": r.body(raw), "topic": r.topic, "properties": r.properties,
+        "total_size": r.total_size,
+        "magic": r.magic,
+        "body_crc": r.body_crc,
+        "queue_id": r.queue_id,
+        "flag": r.flag,
+        "queue_offset": r.queue_offset,
+        "physical_offset": r.physical_offset,
+        "sys_flag": r.sys_flag,
+        "born_timestamp": r.born_timestamp,
+        "born_host": r.born_host,
+        "store_timestamp": r.store_timestamp,
+        "store_host": r.store_host,
+        "reconsume_times": r.reconsume_times,
+        "prepared_transaction_offset": r.prepared_transaction_offset,
+        "body_length": r.body_length,
+        "body": r.body(raw),
+        "topic": r.topic,
+        "properties": r.properties,
     }
 
 
@@ -91,7 +115,9 @@ def test_both_paths_read_the_broker_view(name: str, reader: Callable[[bytes], di
         if exp is None:
             continue
         d = reader(raw)
-        assert d["topic"] == exp["topic"] and d["queue_id"] == exp["queue_id"] and d["queue_offset"] == exp["queue_offset"]
+        assert (
+            d["topic"] == exp["topic"] and d["queue_id"] == exp["queue_id"] and d["queue_offset"] == exp["queue_offset"]
+        )
         assert d["total_size"] == exp["size"] and d["body_length"] == exp["body_len"]
         assert d["body_crc"] == exp["body_crc_stored"] and d["store_timestamp"] == exp["store_timestamp"]
         assert d["born_host"] == exp["born_host"] and d["store_host"] == exp["store_host"]
@@ -114,6 +140,7 @@ def test_schema_and_fast_agree(name: str) -> None:
 # ---------------------------------------------------------------------------------------
 # parse -> build -> identical bytes on every record of every fixture
 
+
 @pytest.mark.parametrize("name", REAL_NAMES)
 def test_round_trip_every_record(name: str) -> None:
     messages = blanks = 0
@@ -126,7 +153,11 @@ def test_round_trip_every_record(name: str) -> None:
         fields = {k: v for k, v in parsed.items() if not k.startswith("_")}
         rebuilt = cl.build_message(fields, v2=parsed.magic == cl.MAGIC_V2)
         assert rebuilt == raw
-        assert parsed.total_size == len(raw) == cl.cal_msg_length(False, parsed.sys_flag, len(parsed.body), len(parsed.topic), len(parsed.properties))
+        assert (
+            parsed.total_size
+            == len(raw)
+            == cl.cal_msg_length(False, parsed.sys_flag, len(parsed.body), len(parsed.topic), len(parsed.properties))
+        )
         assert parsed.body_crc == crc32_reference(parsed.body) or not parsed.body
         messages += 1
     assert messages > 0
@@ -135,11 +166,24 @@ def test_round_trip_every_record(name: str) -> None:
 
 
 def test_parse_message_diagnoses() -> None:
-    good = cl.build_message({"queue_id": 0, "flag": 0, "queue_offset": 0, "physical_offset": 0, "sys_flag": 0,
-                             "born_timestamp": 1, "born_host": {"address": b"\x7f\0\0\1", "port": 1},
-                             "store_timestamp": 2, "store_host": {"address": b"\x7f\0\0\1", "port": 2},
-                             "reconsume_times": 0, "prepared_transaction_offset": 0, "body": b"abc",
-                             "topic": "T", "properties": "A\x01b"})
+    good = cl.build_message(
+        {
+            "queue_id": 0,
+            "flag": 0,
+            "queue_offset": 0,
+            "physical_offset": 0,
+            "sys_flag": 0,
+            "born_timestamp": 1,
+            "born_host": {"address": b"\x7f\0\0\1", "port": 1},
+            "store_timestamp": 2,
+            "store_host": {"address": b"\x7f\0\0\1", "port": 2},
+            "reconsume_times": 0,
+            "prepared_transaction_offset": 0,
+            "body": b"abc",
+            "topic": "T",
+            "properties": "A\x01b",
+        }
+    )
     with pytest.raises(FormatError) as e:
         cl.parse_message(good[:50], "commitlog/0", 123)
     assert e.value.path == "commitlog/0" and e.value.offset == 123
@@ -155,10 +199,16 @@ def test_parse_message_diagnoses() -> None:
 # ---------------------------------------------------------------------------------------
 # hypothesis: build -> parse
 
-_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), min_size=1, max_size=12)
+_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), min_size=1, max_size=12
+)
 _props = st.dictionaries(_text, _text, max_size=6)
-_v4 = st.builds(lambda b, p: {"address": b, "port": p}, st.binary(min_size=4, max_size=4), st.integers(-(2**31), 2**31 - 1))
-_v6 = st.builds(lambda b, p: {"address": b, "port": p}, st.binary(min_size=16, max_size=16), st.integers(-(2**31), 2**31 - 1))
+_v4 = st.builds(
+    lambda b, p: {"address": b, "port": p}, st.binary(min_size=4, max_size=4), st.integers(-(2**31), 2**31 - 1)
+)
+_v6 = st.builds(
+    lambda b, p: {"address": b, "port": p}, st.binary(min_size=16, max_size=16), st.integers(-(2**31), 2**31 - 1)
+)
 _i32 = st.integers(-(2**31), 2**31 - 1)
 _i64 = st.integers(-(2**63), 2**63 - 1)
 
@@ -176,11 +226,19 @@ def messages(draw: Any) -> tuple[dict[str, Any], bool]:
     props = draw(_props)
     trailing = draw(st.booleans())
     fields = {
-        "queue_id": draw(_i32), "flag": draw(_i32), "queue_offset": draw(_i64), "physical_offset": draw(_i64),
-        "sys_flag": sys_flag, "born_timestamp": draw(_i64), "born_host": draw(_v6 if born_v6 else _v4),
-        "store_timestamp": draw(_i64), "store_host": draw(_v6 if store_v6 else _v4),
-        "reconsume_times": draw(_i32), "prepared_transaction_offset": draw(_i64),
-        "body": draw(st.binary(max_size=300)), "topic": topic_b,
+        "queue_id": draw(_i32),
+        "flag": draw(_i32),
+        "queue_offset": draw(_i64),
+        "physical_offset": draw(_i64),
+        "sys_flag": sys_flag,
+        "born_timestamp": draw(_i64),
+        "born_host": draw(_v6 if born_v6 else _v4),
+        "store_timestamp": draw(_i64),
+        "store_host": draw(_v6 if store_v6 else _v4),
+        "reconsume_times": draw(_i32),
+        "prepared_transaction_offset": draw(_i64),
+        "body": draw(st.binary(max_size=300)),
+        "topic": topic_b,
         "properties": serialize_properties(props, trailing).encode("utf-8", "surrogatepass"),
         "_props": props,
     }
@@ -194,8 +252,17 @@ def test_hypothesis_build_then_parse(m: tuple[dict[str, Any], bool]) -> None:
     props = fields.pop("_props")
     raw = cl.build_message(fields, v2=v2)
     parsed = cl.parse_message(raw)
-    for k in ("queue_id", "flag", "queue_offset", "physical_offset", "sys_flag", "born_timestamp", "store_timestamp",
-              "reconsume_times", "prepared_transaction_offset"):
+    for k in (
+        "queue_id",
+        "flag",
+        "queue_offset",
+        "physical_offset",
+        "sys_flag",
+        "born_timestamp",
+        "store_timestamp",
+        "reconsume_times",
+        "prepared_transaction_offset",
+    ):
         assert parsed[k] == fields[k]
     assert bytes(parsed.body) == fields["body"] and bytes(parsed.topic) == fields["topic"]
     assert bytes(parsed.born_host.address) == fields["born_host"]["address"]
@@ -225,6 +292,7 @@ def test_hypothesis_properties_round_trip(props: dict[str, str], trailing: bool)
 # ---------------------------------------------------------------------------------------
 # Fast readers derived from the schemas agree with them
 
+
 @pytest.mark.parametrize("name", REAL_NAMES)
 def test_cq_fast_reader_equals_schema(name: str) -> None:
     store = Store.open(real_store(name))
@@ -235,7 +303,11 @@ def test_cq_fast_reader_equals_schema(name: str) -> None:
             units = cq.read_units(raw)
             for i, u in enumerate(units[:40]):
                 p = cq.CQ_UNIT.parse(raw[i * 20 : i * 20 + 20])
-                assert (int(u["commitlog_offset"]), int(u["size"]), int(u["tags_code"])) == (p.commitlog_offset, p.size, p.tags_code)
+                assert (int(u["commitlog_offset"]), int(u["size"]), int(u["tags_code"])) == (
+                    p.commitlog_offset,
+                    p.size,
+                    p.tags_code,
+                )
                 assert cq.CQ_UNIT_STRUCT.unpack_from(raw, i * 20) == (p.commitlog_offset, p.size, p.tags_code)
                 n += 1
     assert n > 0
@@ -258,14 +330,19 @@ def test_index_fast_reader_equals_schema(name: str) -> None:
             at = 40 + g.index_slot_num * 4 + n * 20
             p = indexfile.INDEX_ENTRY.parse(raw[at : at + 20])
             e = ents[n]
-            assert (int(e["key_hash"]), int(e["commitlog_offset"]), int(e["time_diff"]), int(e["prev_index"])) == \
-                (p.key_hash, p.commitlog_offset, p.time_diff, p.prev_index)
+            assert (int(e["key_hash"]), int(e["commitlog_offset"]), int(e["time_diff"]), int(e["prev_index"])) == (
+                p.key_hash,
+                p.commitlog_offset,
+                p.time_diff,
+                p.prev_index,
+            )
             assert 0 <= p.prev_index < n  # chains point backwards
         assert int(slots.max()) < h.index_count
 
 
 def test_struct_formats_are_derived() -> None:
     """The fast layouts come from the schemas: check a few by hand."""
+
     def norm(fmt: str) -> str:
         return fmt.replace("l", "i")  # construct spells Int32sb ">l" (4 bytes in standard mode)
 
@@ -295,6 +372,7 @@ def test_checkpoint_of_fixture(name: str) -> None:
 # ---------------------------------------------------------------------------------------
 # fastjson config files
 
+
 def test_fastjson_fixture_file() -> None:
     p = real_store("delay") / "config" / "delayOffset.json"
     assert load_config_file(p) == {"offsetTable": {"1": 5, "2": 5, "3": 2}}
@@ -305,7 +383,7 @@ def test_fastjson_fixture_file() -> None:
 def test_fastjson_keys_in_strings_untouched() -> None:
     text = '{"a":{0:1,-2:3},"s":"{5:6}","t":"x,7:8"}'
     assert loads(text) == {"a": {"0": 1, "-2": 3}, "s": "{5:6}", "t": "x,7:8"}
-    assert quote_numeric_keys('{\n\t1 : 2}') == '{\n\t"1" : 2}'
+    assert quote_numeric_keys("{\n\t1 : 2}") == '{\n\t"1" : 2}'
     with pytest.raises(FormatError):
         loads("{nope")
 
@@ -323,6 +401,7 @@ def test_config_bak_fallback(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------------
 # Store model
+
 
 @pytest.mark.parametrize("name", REAL_NAMES)
 def test_store_model_on_fixtures(name: str) -> None:
@@ -448,11 +527,14 @@ def test_synth_keys_tags_uniq(synth_store: tuple[Path, dict[str, Any]]) -> None:
     assert len(uniqs) == sum(seen_g.values())  # unique keys are unique
 
 
-@pytest.mark.parametrize("kw", [
-    {"keys_per_message": 0, "with_tags": False, "with_uniq_key": False},
-    {"keys_per_message": 4, "topics": 1, "queues_per_topic": 1, "body_size": 0},
-    {"version": "5.3.3", "topics": 3},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"keys_per_message": 0, "with_tags": False, "with_uniq_key": False},
+        {"keys_per_message": 4, "topics": 1, "queues_per_topic": 1, "body_size": 0},
+        {"version": "5.3.3", "topics": 3},
+    ],
+)
 def test_synth_variants(tmp_path: Path, kw: dict[str, Any]) -> None:
     args = {"total_bytes": 70_000, "file_size": 32768, "seed": 1, **kw}
     summary = write_synthetic_store(tmp_path, **args)

@@ -36,8 +36,22 @@ from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import BrokerProfile
 
 PROFILES = [BrokerProfile.for_version(v) for v in ("4.6.0", "4.9.4", "5.1.4", "5.3.3")]
-REASONS = {ck.OK, ck.BLANK, ck.END_OF_DATA, ck.BAD_MAGIC, ck.V2_NOT_SUPPORTED, ck.SHORT, ck.NEGATIVE_TOTAL, ck.TOO_LONG,
-           ck.NEGATIVE_TOPIC, ck.CRC, ck.DELAY_PARSE, ck.PROP_CRC, ck.SIZE_MISMATCH, ck.INNER_BATCH}
+REASONS = {
+    ck.OK,
+    ck.BLANK,
+    ck.END_OF_DATA,
+    ck.BAD_MAGIC,
+    ck.V2_NOT_SUPPORTED,
+    ck.SHORT,
+    ck.NEGATIVE_TOTAL,
+    ck.TOO_LONG,
+    ck.NEGATIVE_TOPIC,
+    ck.CRC,
+    ck.DELAY_PARSE,
+    ck.PROP_CRC,
+    ck.SIZE_MISMATCH,
+    ck.INNER_BATCH,
+}
 
 
 def first_record() -> bytes:
@@ -67,6 +81,7 @@ def check_everywhere(buf: bytes, profile: BrokerProfile) -> None:
 
 # ---------------------------------------------------------------------------------------
 # commitlog record parsers
+
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=600), st.sampled_from(PROFILES))
@@ -105,16 +120,19 @@ def test_truncation_at_every_length() -> None:
     assert ck.check_record(REC, 0, len(REC), profile).size == len(REC)
 
 
-@pytest.mark.parametrize("field_at,fmt,value", [
-    (0, ">i", 2**31 - 1),        # TOTALSIZE
-    (0, ">i", -5),               # negative TOTALSIZE
-    (84, ">i", 2**31 - 1),       # BODYLENGTH
-    (84, ">i", -(2**31)),        # negative BODYLENGTH
-    (None, "topic", 0xFF),       # TOPICLENGTH byte 0xFF = -1 (V1 signed)
-    (None, "topic", 0x7F),       # 127, longer than what follows
-    (None, "props", 0x7FFF),     # PROPERTIESLENGTH 32767
-    (None, "props", -1),         # negative PROPERTIESLENGTH
-])
+@pytest.mark.parametrize(
+    "field_at,fmt,value",
+    [
+        (0, ">i", 2**31 - 1),  # TOTALSIZE
+        (0, ">i", -5),  # negative TOTALSIZE
+        (84, ">i", 2**31 - 1),  # BODYLENGTH
+        (84, ">i", -(2**31)),  # negative BODYLENGTH
+        (None, "topic", 0xFF),  # TOPICLENGTH byte 0xFF = -1 (V1 signed)
+        (None, "topic", 0x7F),  # 127, longer than what follows
+        (None, "props", 0x7FFF),  # PROPERTIESLENGTH 32767
+        (None, "props", -1),  # negative PROPERTIESLENGTH
+    ],
+)
 def test_absurd_lengths_do_not_allocate(field_at: int | None, fmt: str, value: int) -> None:
     buf = bytearray(REC)
     body_len = struct.unpack_from(">i", REC, 84)[0]
@@ -161,6 +179,7 @@ def test_zero_filled_and_blank_buffers() -> None:
 # ---------------------------------------------------------------------------------------
 # other parsers
 
+
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=200))
 def test_fixed_size_parsers(data: bytes) -> None:
@@ -192,9 +211,15 @@ def test_text_parsers(text: str) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4) | st.integers().map(str), c, max_size=3),
-                    max_leaves=10))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda c: (
+            st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4) | st.integers().map(str), c, max_size=3)
+        ),
+        max_leaves=10,
+    )
+)
 def test_fastjson_round_trip(doc: Any) -> None:
     text = json.dumps(doc, indent="\t")
     assert loads(text) == doc
@@ -202,6 +227,7 @@ def test_fastjson_round_trip(doc: Any) -> None:
 
 # ---------------------------------------------------------------------------------------
 # damaged stores through the commitlog walk and the CLI
+
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = run(list(argv))
@@ -220,18 +246,25 @@ def assert_clean_failure(code: int, out: str, err: str, argv: tuple[str, ...]) -
 
 def all_dumps(root: Path, capsys: pytest.CaptureFixture[str]) -> list[int]:
     codes = []
-    for argv in (("dump", "commitlog", str(root)), ("dump", "consumequeue", str(root)),
-                 ("dump", "index", str(root), "--entries"), ("dump", "index", str(root), "--key", "ORDER-1"),
-                 ("dump", "commitlog", str(root), "--key", "USER-3", "--topic", "TopicA"),
-                 ("dump", "commitlog", str(root), "--msg-id", "C0A8000A00002A9F0000000000000123"),
-                 ("dump", "checkpoint", str(root)), ("dump", "config", str(root))):
+    for argv in (
+        ("dump", "commitlog", str(root)),
+        ("dump", "consumequeue", str(root)),
+        ("dump", "index", str(root), "--entries"),
+        ("dump", "index", str(root), "--key", "ORDER-1"),
+        ("dump", "commitlog", str(root), "--key", "USER-3", "--topic", "TopicA"),
+        ("dump", "commitlog", str(root), "--msg-id", "C0A8000A00002A9F0000000000000123"),
+        ("dump", "checkpoint", str(root)),
+        ("dump", "config", str(root)),
+    ):
         code, out, err = cli(capsys, *argv)
         assert_clean_failure(code, out, err, argv)
         codes.append(code)
     return codes
 
 
-def test_cli_on_random_files_in_every_directory(store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_on_random_files_in_every_directory(
+    store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     rnd = random.Random(20261122)
     root = store_copy("clean")
     files = sorted(p for p in root.rglob("*") if p.is_file())
@@ -270,16 +303,29 @@ def test_cli_on_zero_filled_store(store_copy: Callable[[str], Path], capsys: pyt
 def test_cli_on_random_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rnd = random.Random(5)
     root = tmp_path / "store"
-    for rel in ("commitlog/00000000000000000000", "commitlog/00000000000000065536", "consumequeue/T/0/00000000000000000000",
-                "consumequeue/T/x/00000000000000000000", "consumequeue/T/1/zzz", "index/20260101000000000",
-                "index/20260101000000001", "checkpoint", "config/topics.json", "config/delayOffset.json.bak", "lock", "abort"):
+    for rel in (
+        "commitlog/00000000000000000000",
+        "commitlog/00000000000000065536",
+        "consumequeue/T/0/00000000000000000000",
+        "consumequeue/T/x/00000000000000000000",
+        "consumequeue/T/1/zzz",
+        "index/20260101000000000",
+        "index/20260101000000001",
+        "checkpoint",
+        "config/topics.json",
+        "config/delayOffset.json.bak",
+        "lock",
+        "abort",
+    ):
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(rnd.randbytes(rnd.choice([0, 3, 640, 8440, 65536])))
     all_dumps(root, capsys)
 
 
-def test_cli_bogus_total_size_constant_memory(store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_bogus_total_size_constant_memory(
+    store_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     root = store_copy("clean")
     f = root / "commitlog" / "00000000000000000000"
     raw = bytearray(f.read_bytes())
@@ -354,9 +400,15 @@ def test_recover_with_absurd_index_counts_stays_small(tmp_path: Path, mode: str)
         raw = bytearray(f.read_bytes())
         struct.pack_into(">i", raw, 36, 2**31 - 1)
         f.write_bytes(bytes(raw))
-    script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
-              "from rmqtool.cli import run; sys.exit(run(sys.argv[1:]))")
+    script = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+        "from rmqtool.cli import run; sys.exit(run(sys.argv[1:]))"
+    )
     for extra in (["--dry-run"], ["--backup-dir", str(tmp_path / "bk")]):
-        p = subprocess.run([sys.executable, "-c", script, "recover", "--yes", str(root), "-q", "-j", "1", mode, *extra],
-                           capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-c", script, "recover", "--yes", str(root), "-q", "-j", "1", mode, *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode in (1, 4) and "out of memory" not in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -70,6 +70,7 @@ def snapshot(root: Path) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------
 # F1-F12
 
+
 def test_dump_index_key_without_any_index_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy(tmp_path, "clean")
     for p in (root / "index").iterdir():
@@ -95,7 +96,9 @@ def test_config_number_of_5000_digits_falls_back_to_bak(tmp_path: Path, capsys: 
     assert rec["status"] == "FALLBACK_TO_BAK" and rec["content"] == json.loads(good)
 
 
-def test_salvage_with_an_index_symlink_loop_is_refused_up_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_salvage_with_an_index_symlink_loop_is_refused_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy(tmp_path, "crash_midwrite")
     shutil.rmtree(root / "index")
     (root / "index").symlink_to(root / "index2")
@@ -105,10 +108,14 @@ def test_salvage_with_an_index_symlink_loop_is_refused_up_front(tmp_path: Path, 
     assert code == 8 and err.count("\n") == 1 and "/index:" in err and "symbolic links" in err
     assert snapshot(root) == before and not (tmp_path / "salvage").exists()
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
-    assert code == 4 and any(json.loads(line)["code"] == "FILE_UNSAFE" and json.loads(line)["file"] == "index" for line in out.splitlines())
+    assert code == 4 and any(
+        json.loads(line)["code"] == "FILE_UNSAFE" and json.loads(line)["file"] == "index" for line in out.splitlines()
+    )
 
 
-def test_a_stray_one_byte_queue_file_leaves_that_queue_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_stray_one_byte_queue_file_leaves_that_queue_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy(tmp_path, "delay")
     stray = root / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "0" / "00000000000000000001"
     stray.write_bytes(b"x")
@@ -147,7 +154,9 @@ def test_a_topic_of_nul_bytes_never_becomes_a_path(tmp_path: Path, capsys: pytes
 
 
 @pytest.mark.parametrize("how", ["dangling", "loop", "outside"])
-def test_a_symlinked_queue_directory_is_a_finding_and_a_refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str) -> None:
+def test_a_symlinked_queue_directory_is_a_finding_and_a_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
     root = copy(tmp_path, "crash_midwrite")
     q = root / "consumequeue" / "TopicA" / "0"
     shutil.rmtree(q)
@@ -161,9 +170,16 @@ def test_a_symlinked_queue_directory_is_a_finding_and_a_refusal(tmp_path: Path, 
         q.symlink_to(tmp_path / "elsewhere")
     before = snapshot(root)
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
-    assert code == 4 and any(json.loads(line)["code"] == "FILE_UNSAFE" and json.loads(line)["file"] == "consumequeue/TopicA/0"
-                             for line in out.splitlines())
-    for argv in (("recover", "--yes"), ("rebuild-index", "--yes", "--quiet"), ("recover", "--dry-run"), ("rebuild-index", "--dry-run", "--quiet")):
+    assert code == 4 and any(
+        json.loads(line)["code"] == "FILE_UNSAFE" and json.loads(line)["file"] == "consumequeue/TopicA/0"
+        for line in out.splitlines()
+    )
+    for argv in (
+        ("recover", "--yes"),
+        ("rebuild-index", "--yes", "--quiet"),
+        ("recover", "--dry-run"),
+        ("rebuild-index", "--dry-run", "--quiet"),
+    ):
         code, out, err = cli(capsys, argv[0], str(root), *argv[1:])
         assert code == 8 and err.count("\n") == 1 and "consumequeue/TopicA/0" in err, (argv, err)
         assert snapshot(root) == before and not (root / ".rmqtool-journal").exists()
@@ -234,8 +250,12 @@ def test_a_huge_checkpoint_is_never_read_whole(tmp_path: Path, what: str) -> Non
     else:
         os.truncate(cp, 64 << 30)
     before = snapshot(root)
-    for argv, codes in ((("verify",), {0, 4}), (("dump", "checkpoint"), {0, 4, 8}), (("recover", "--dry-run"), {0, 4, 8}),
-                        (("rebuild-index", "--dry-run"), {0, 4, 8})):
+    for argv, codes in (
+        (("verify",), {0, 4}),
+        (("dump", "checkpoint"), {0, 4, 8}),
+        (("recover", "--dry-run"), {0, 4, 8}),
+        (("rebuild-index", "--dry-run"), {0, 4, 8}),
+    ):
         full = [argv[0], *argv[1:], str(root)] if argv[0] == "dump" else [argv[0], str(root), *argv[1:]]
         o = child(*full, mem=TWO_GIB)
         assert o.code in codes and not o.memory, (argv, o.code, o.err)
@@ -288,16 +308,27 @@ def test_an_unreadable_store_is_an_operational_error_not_usage(tmp_path: Path, p
     try:
         for argv in (("verify", str(root)), ("dump", "commitlog", str(root)), ("recover", str(root), "--dry-run")):
             o = child(*argv, user="nobody")
-            assert o.code == 8 and "permission denied" in o.err.lower() and o.err.count("\n") == 1, (argv, o.code, o.err)
+            assert o.code == 8 and "permission denied" in o.err.lower() and o.err.count("\n") == 1, (
+                argv,
+                o.code,
+                o.err,
+            )
     finally:
         root.chmod(0o755)
 
 
-@pytest.mark.parametrize("where,argv", [
-    ("checkpoint", ("verify",)), ("checkpoint", ("recover", "--yes")), ("checkpoint", ("recover", "--dry-run")),
-    ("lock", ("verify",)), ("config/delayOffset.json", ("dump", "config")), ("index/LAST", ("recover", "--yes")),
-    ("checkpoint", ("dump", "checkpoint")),
-])
+@pytest.mark.parametrize(
+    "where,argv",
+    [
+        ("checkpoint", ("verify",)),
+        ("checkpoint", ("recover", "--yes")),
+        ("checkpoint", ("recover", "--dry-run")),
+        ("lock", ("verify",)),
+        ("config/delayOffset.json", ("dump", "config")),
+        ("index/LAST", ("recover", "--yes")),
+        ("checkpoint", ("dump", "checkpoint")),
+    ],
+)
 def test_a_fifo_is_never_opened(tmp_path: Path, where: str, argv: tuple[str, ...]) -> None:
     root = copy(tmp_path, "clean")
     if where == "index/LAST":
@@ -326,7 +357,8 @@ def test_a_fifo_offset_table_is_never_opened(tmp_path: Path, argv: tuple[str, ..
 
 
 def test_recover_is_a_fixed_point_where_the_brokers_start_blocks_on_a_fifo_config(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1103575: ``delay`` with its first commitlog file renamed to 131072 (every
     unit points below the commitlog's first offset, so every start-up reput dispatches all
     106 records again and re-indexes the last one: the broker's own repeat, quirk Q6) and a
@@ -371,6 +403,7 @@ def test_the_soak_copies_a_fifo_as_a_fifo(tmp_path: Path) -> None:
     src = copy(tmp_path, "clean")
     (src / "config" / "delayOffset.json").unlink(missing_ok=True)
     os.mkfifo(src / "config" / "delayOffset.json")
+
     def stuck(_sig: int, _frame: Any) -> None:
         raise TimeoutError("the copy opened the FIFO")
 
@@ -382,12 +415,14 @@ def test_the_soak_copies_a_fifo_as_a_fifo(tmp_path: Path) -> None:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     import stat as _stat
+
     assert _stat.S_ISFIFO(os.lstat(tmp_path / "copy" / "config" / "delayOffset.json").st_mode)
 
 
 @pytest.mark.parametrize("argv", [("rebuild-index", "--dry-run"), ("rebuild-index", "--yes")])
 def test_rebuild_index_refuses_a_commitlog_file_past_long_max(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
+) -> None:
     """Soak seed 1110562: ``delay`` with commitlog file 0 renamed to 09223372036854775807.
     Its records' offsets pass Long.MAX_VALUE: rebuild-index went on where no Java long (nor
     its int64 dispatch columns: the soak's store, with an absurd length in that file too,
@@ -420,7 +455,9 @@ def test_info_reads_40_bytes_of_a_sparse_64_gib_checkpoint(tmp_path: Path) -> No
     assert o.code in (0, 4) and not o.memory and o.seconds < 30, (o.code, o.err)
 
 
-def test_recover_twice_is_recover_once_after_a_renamed_commitlog_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recover_twice_is_recover_once_after_a_renamed_commitlog_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy(tmp_path, "clean")
     (root / "commitlog" / "00000000000000327680").rename(root / "commitlog" / "00000000000000458752")
     code1, _, _ = cli(capsys, "recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b1"))
@@ -466,14 +503,21 @@ class _Run(NamedTuple):
     seen: Any  # what observe() saw after the run (None without it)
 
 
-def _recover_runs(capsys: pytest.CaptureFixture[str], tmp_path: Path, root: Path, n: int = 3, quiet: bool = True,
-                  observe: Callable[[], Any] | None = None) -> list[_Run]:
+def _recover_runs(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    root: Path,
+    n: int = 3,
+    quiet: bool = True,
+    observe: Callable[[], Any] | None = None,
+) -> list[_Run]:
     """``recover --yes`` run ``n`` times on ``root`` (a backup directory each; ``-q`` when
     ``quiet``): each run's exit status, output, snapshot and what ``observe()`` sees."""
     runs = []
     for i in range(n):
-        code, out, err = cli(capsys, "recover", "--yes", *(["-q"] if quiet else []), str(root),
-                             "--backup-dir", str(tmp_path / f"b{i}"))
+        code, out, err = cli(
+            capsys, "recover", "--yes", *(["-q"] if quiet else []), str(root), "--backup-dir", str(tmp_path / f"b{i}")
+        )
         runs.append(_Run(code, out, err, snapshot(root), observe() if observe else None))
     return runs
 
@@ -487,14 +531,17 @@ def _settled(runs: list[_Run]) -> bool:
     return all(r.shot == runs[0].shot for r in runs[1:])
 
 
-def _recover_thrice(capsys: pytest.CaptureFixture[str], tmp_path: Path, root: Path,
-                    observe: Callable[[], Any]) -> list[tuple[int, Any]]:
+def _recover_thrice(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, root: Path, observe: Callable[[], Any]
+) -> list[tuple[int, Any]]:
     """``recover`` run three times on ``root``: its exit status and what ``observe()`` sees
     after each run."""
     return [(r.code, r.seen) for r in _recover_runs(capsys, tmp_path, root, observe=observe)]
 
 
-def test_recover_repeats_the_brokers_own_q6_reindexing_at_every_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recover_repeats_the_brokers_own_q6_reindexing_at_every_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak (9 non-idempotent recovers, e.g. seed 58): the only commitlog file of ``delay``
     renamed to 65536. The broker re-indexes the record at the index's endPhyOffset at every
     start (quirk Q6), three entries each time (tests/oracle/test_fixed_point_oracle.py: the
@@ -510,7 +557,8 @@ def test_recover_repeats_the_brokers_own_q6_reindexing_at_every_run(tmp_path: Pa
 
 
 def test_recover_cuts_a_queue_unit_past_the_end_at_the_second_run_like_the_broker(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak (seed 73): a bit flip makes unit 181 of ``crash_midwrite``'s TopicA/2 point 2^48
     past its record. The abnormal first start keeps the queue; the normal second start
     truncates the (now complete) queues at the commitlog's end, which cuts that unit and
@@ -522,7 +570,8 @@ def test_recover_cuts_a_queue_unit_past_the_end_at_the_second_run_like_the_broke
 
 
 def test_recover_writes_a_queue_anew_at_the_second_run_after_the_first_emptied_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak (seed 108): the first unit of ``delay``'s %RETRY%GroupD/0 points 2^48 past its
     record. The first (normal) start truncates the queues at the end and so deletes that
     queue's file; the second writes the queue anew from the commitlog; the third changes
@@ -531,14 +580,16 @@ def test_recover_writes_a_queue_anew_at_the_second_run_after_the_first_emptied_i
     root = copy(tmp_path, "delay")
     fd.broker_not_a_fixed_point_queue_emptied(root)
     qdir = root / "consumequeue" / "%RETRY%GroupD" / "0"
-    seen = _recover_thrice(capsys, tmp_path, root,
-                           lambda: sorted(p.name for p in qdir.iterdir()) if qdir.is_dir() else [])
+    seen = _recover_thrice(
+        capsys, tmp_path, root, lambda: sorted(p.name for p in qdir.iterdir()) if qdir.is_dir() else []
+    )
     assert seen == [(1, []), (1, ["00000000000000000000"]), (0, ["00000000000000000000"])]
     assert _units(root, "%RETRY%GroupD", 0) == 2
 
 
 def test_recover_drops_a_queue_file_at_the_second_run_when_its_walk_reaches_a_zeroed_unit(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1001346 (there with a wrong-sized commitlog file the broker refuses; here
     the loadable variant): the broker walks a queue from its third-last file, so the
     zeroed units of TopicB/1's first file are read only once the first start's
@@ -552,7 +603,8 @@ def test_recover_drops_a_queue_file_at_the_second_run_when_its_walk_reaches_a_ze
 
 
 def test_where_the_broker_refuses_the_store_recover_settles_the_queues_in_one_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1001346: ``crash_midwrite`` with commitlog file 196608 cut to 32768 bytes
     (the broker refuses to load the store) and TopicB/1's first file zeroed from byte 74.
     The truncation at the end offset left TopicB/1 two files, so the next run's queue walk
@@ -574,7 +626,8 @@ def test_where_the_broker_refuses_the_store_recover_settles_the_queues_in_one_ru
 
 
 def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_truncation_too(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1011773: ``crash_midwrite`` with a stray ``.hidden`` in TopicB/0 (the broker
     refuses the store) and two bit flips in that queue's last file: its first unit now
     points 2^34 past the commitlog's end. The abnormal dispatch completes the queues to
@@ -591,15 +644,19 @@ def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_truncat
     (q / ".hidden").write_bytes(b"E")
     runs = _recover_runs(capsys, tmp_path, root, quiet=False)
     # (the stray file is named at every run: the broker refuses the store while it is there)
-    assert all("consumequeue/TopicB/0/.hidden: consumequeue file name is not a decimal offset" in r.err
-               and "move it out of the store for the broker to start" in r.err for r in runs)
+    assert all(
+        "consumequeue/TopicB/0/.hidden: consumequeue file name is not a decimal offset" in r.err
+        and "move it out of the store for the broker to start" in r.err
+        for r in runs
+    )
     assert "no broker start to follow (the broker refuses this store" in runs[0].out
     assert "this run also cut the consume queues as its next 1 start(s) would" in runs[0].out
     assert _codes(runs) == [5, 4, 4] and _settled(runs) and not f.exists()
 
 
 def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_commitlog_walk_too(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1029408: ``clean`` with commitlog file 262144 cut to 42661 bytes (the
     broker refuses to load the store) and four bytes of file 131072 zeroed (a body CRC
     mismatch at 163529). The walk from the last three files stops in the short file and
@@ -617,12 +674,14 @@ def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_commitl
     assert [c for c, _ in seen] == [5, 0, 0]
     assert seen[0][1][0] == ["00000000000000000000", "00000000000000065536", "00000000000000131072"]
     assert seen[0][1] == seen[1][1] == seen[2][1]
-    assert (p.read_bytes()[163529 - 131072:] == bytes(65536 - (163529 - 131072))
-            and p.read_bytes()[:163529 - 131072] == bytes(b[:163529 - 131072]))
+    assert p.read_bytes()[163529 - 131072 :] == bytes(65536 - (163529 - 131072)) and p.read_bytes()[
+        : 163529 - 131072
+    ] == bytes(b[: 163529 - 131072])
 
 
 def test_where_the_broker_refuses_the_store_a_queue_cut_whole_is_written_anew_in_the_one_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1035645: ``delay``'s %RETRY%GroupD/0 file cut to 639 bytes (the broker
     refuses the store) with bit flips that send both its units past the commitlog's end.
     The truncation at the end offset takes the queue whole; the next start loads no file
@@ -643,7 +702,8 @@ def test_where_the_broker_refuses_the_store_a_queue_cut_whole_is_written_anew_in
 
 
 def test_recover_does_the_next_starts_walk_where_that_start_would_abort_on_a_totalsize_no_jvm_array_holds(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1039718: ``clean`` with TOTALSIZE -2^31 at 196608+11166 (the walk from the
     last three files stops there and removes two files) and 2^31-1 at 131072+891. The
     next normal start walks from 65536 and meets the second, whose TOTALSIZE no JVM array
@@ -661,11 +721,15 @@ def test_recover_does_the_next_starts_walk_where_that_start_would_abort_on_a_tot
     assert "the broker's next normal start would abort at the record at commitlog offset 131963" in runs[0].out
     assert _codes(runs)[1:] == [0, 0] and _settled(runs)
     assert sorted(f.name for f in (root / "commitlog").iterdir()) == [
-        "00000000000000000000", "00000000000000065536", "00000000000000131072"]
+        "00000000000000000000",
+        "00000000000000065536",
+        "00000000000000131072",
+    ]
 
 
 def test_where_the_cut_units_the_broker_keeps_pin_its_reput_recover_does_the_reput_of_its_next_start(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1055801 (fd.broker_pinned_by_the_cut_units_it_keeps): the truncation cuts
     %RETRY%GroupD/0 after unit 0 and takes SCHEDULE_TOPIC_XXXX/6 whole, so the reput
     dispatches nothing. recover zero-filled the cut unit, so its second run reput from
@@ -686,7 +750,8 @@ def test_where_the_cut_units_the_broker_keeps_pin_its_reput_recover_does_the_rep
 
 @pytest.mark.parametrize("command", ["rebuild-index", "repair", "recover"])
 def test_a_store_timestamp_no_index_file_name_holds_names_the_file_as_time_0(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
     """Soak seed 1070476: a bit flip sent a record's store timestamp to year 18269340, and
     the new index file it opened was to be named after it: ``rebuild-index`` and ``repair``
     failed (internal error: ValueError, year out of range). Such a time counts as 0: the
@@ -730,7 +795,8 @@ def test_repair_fills_with_a_neighbours_negative_store_port(tmp_path: Path, caps
 
 
 def test_rebuild_index_continuing_a_file_whose_header_claims_more_entries_than_it_holds(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Review of the fuzz classes: ``rebuild-index --topic`` continues the last index file
     and asks whether it ends with every key of the record at its endPhyOffset; an
     indexCount (not checksummed) above maxIndexNum made it read past the last entry
@@ -753,7 +819,8 @@ def _flip_first_file(root: Path, queue: str, flips: dict[int, int]) -> None:
 
 
 def test_the_next_start_recover_does_too_reads_zeros_past_a_queues_end_as_recover_writes_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Seed 1055801's store with GroupD's unit 2, past the queue's end, made to look valid
     (64, 2^30): the next start's reput puts the record at 45735 back at unit 1, and that
     start's truncation read on past it into the stale unit 2, below the end, and kept it (a
@@ -766,11 +833,15 @@ def test_the_next_start_recover_does_too_reads_zeros_past_a_queues_end_as_recove
     assert _codes(runs) == [1, 0, 0] and _settled(runs)
     units = read_units((root / "consumequeue/%RETRY%GroupD/0/00000000000000000000").read_bytes())
     assert list(zip(units["commitlog_offset"][:3].tolist(), units["size"][:3].tolist(), strict=True)) == [
-        (45323, 412), (45735, 634), (0, 0)]
+        (45323, 412),
+        (45735, 634),
+        (0, 0),
+    ]
 
 
 def test_where_recovers_result_is_pinned_too_no_next_start_is_done_or_said(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """SCHEDULE_TOPIC_XXXX/6 taken whole and TopicD/1 cut with a unit past the end kept by the
     broker, while %RETRY%GroupD/0 still ends at the end offset: on recover's result too the
     next start truncates (so the queue without a file counts the end offset) and reputs
@@ -784,15 +855,17 @@ def test_where_recovers_result_is_pinned_too_no_next_start_is_done_or_said(
 
 
 def test_a_5x_broker_reputs_from_the_commitlog_so_cut_units_pin_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The same store for 5.1.4, whose start-up reput begins at the commitlog's end, not at
     the queues' maximum: nothing is pinned, nothing is dispatched, nothing is said."""
     root = copy(tmp_path, "delay")
     fd.broker_pinned_by_the_cut_units_it_keeps(root)
     codes = []
     for i in range(2):
-        code, out, _err = cli(capsys, "recover", "--yes", "--broker-version", "5.1.4", str(root),
-                              "--backup-dir", str(tmp_path / f"b{i}"))
+        code, out, _err = cli(
+            capsys, "recover", "--yes", "--broker-version", "5.1.4", str(root), "--backup-dir", str(tmp_path / f"b{i}")
+        )
         codes.append(code)
         assert "reput of the broker's next start" not in out
     assert codes == [1, 0]
@@ -801,7 +874,8 @@ def test_a_5x_broker_reputs_from_the_commitlog_so_cut_units_pin_nothing(
 
 
 def test_without_a_commitlog_every_queue_file_goes_even_one_whose_first_unit_is_negative(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1042800: ``crash_midwrite`` without its commitlog and a 1-byte stray ``12``
     in TopicB/0 (read zero-padded, its unit points below 0). The broker destroys every
     consume queue; recover's model cut each queue at 0, which keeps a file whose first unit
@@ -819,7 +893,8 @@ def test_without_a_commitlog_every_queue_file_goes_even_one_whose_first_unit_is_
 
 
 def test_a_walk_moved_back_that_finds_no_record_leaves_no_last_valid_offset(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Review of the next-start walk: ``clean`` with a stray ``.hidden`` (the broker refuses
     the store) and TOTALSIZE -1 at 199372 and at 65536. The walk moves back to file 65536
     and finds no valid record there; the plan kept the first walk's last valid record
@@ -837,7 +912,8 @@ def test_a_walk_moved_back_that_finds_no_record_leaves_no_last_valid_offset(
 
 
 def test_verify_says_the_broker_aborts_only_where_its_recovery_walk_stops(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Review of quirk Q10 in verify: every file's own walk stops at its first bad record,
     but the broker's start aborts only where its recovery walk stops. TOTALSIZE
     Integer.MAX_VALUE at the start of file 0 (normal recovery starts at 196608): not
@@ -862,7 +938,8 @@ def test_verify_says_the_broker_aborts_only_where_its_recovery_walk_stops(
 
 
 def test_an_abnormal_run_walks_from_the_next_normal_starts_file_where_that_start_would_abort(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Quirk Q10 where the run is abnormal: the checkpoint puts the start at the last file,
     and TOTALSIZE Integer.MAX_VALUE opens file 262144, before it. The broker's abnormal
     start does not read that file, but its next, normal, start walks from the third-last
@@ -875,10 +952,13 @@ def test_an_abnormal_run_walks_from_the_next_normal_starts_file_where_that_start
     runs = _recover_runs(capsys, tmp_path, root, quiet=False)
     assert _codes(runs) == [1, 0, 0] and _settled(runs)
     assert "the broker's next normal start will (its last three files include it) and abort there" not in runs[0].err
-    assert ("the broker's next normal start would abort at the record at commitlog offset 262144 (TOTALSIZE "
-            "2147483647") in runs[0].out
-    assert ("this run's abnormal recovery walks and dispatches from there instead (end offset 262144, a deviation)"
-            in " ".join(runs[0].out.split()))
+    assert (
+        "the broker's next normal start would abort at the record at commitlog offset 262144 (TOTALSIZE 2147483647"
+    ) in runs[0].out
+    assert (
+        "this run's abnormal recovery walks and dispatches from there instead (end offset 262144, a deviation)"
+        in " ".join(runs[0].out.split())
+    )
     assert "start file            │ 00000000000000196608" in runs[0].out
     assert sorted(p.name for p in (root / "commitlog").iterdir())[-1] == "00000000000000262144"
     assert not (root / "commitlog" / "00000000000000262144").read_bytes().strip(b"\0")
@@ -886,13 +966,15 @@ def test_an_abnormal_run_walks_from_the_next_normal_starts_file_where_that_start
 
 
 def test_an_abnormal_run_the_broker_refuses_walks_from_the_next_normal_starts_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The same where the broker refuses the store after an abnormal exit (a stray file in
     a queue directory): the checkpoint puts the abnormal start at the last file, and a bit
     flip at 262144 + 30000 fails a body CRC before it. No start of the broker follows to
     walk from the third-last file, so the one run does that walk too and cuts at the
     record (276208); the stray file stays, a problem (exit 4 or 5), and later runs change
     nothing. (Before, the first run left the record and the second cut it.)"""
+
     def flip(b: bytearray) -> None:
         b[30000] ^= 0x10
 
@@ -902,8 +984,10 @@ def test_an_abnormal_run_the_broker_refuses_walks_from_the_next_normal_starts_fi
     assert _codes(runs) == [5, 4, 4] and _settled(runs)
     out = " ".join(runs[0].out.split())
     assert "the walk stopped at commitlog offset 276208 (BODY_CRC_MISMATCH" in out
-    assert ("the broker refuses this store, so no start of its follows this run: after this run's abnormal recovery "
-            "(from commitlog/00000000000000327680, the checkpoint's start file)") in out
+    assert (
+        "the broker refuses this store, so no start of its follows this run: after this run's abnormal recovery "
+        "(from commitlog/00000000000000327680, the checkpoint's start file)"
+    ) in out
     assert "consumequeue/TopicA/0/stray" in runs[1].err and (root / "consumequeue" / "TopicA" / "0" / "stray").exists()
 
 
@@ -912,8 +996,10 @@ def _abnormal_store(tmp_path: Path, damage: Callable[[bytearray], None]) -> Path
     abnormal start at the last file, with ``damage`` done to file 262144's bytes."""
     root = copy(tmp_path, "clean")
     (root / "abort").write_bytes(b"")
-    for p, change in ((root / "checkpoint", lambda b: struct.pack_into(">qqq", b, 0, *[1900000000000] * 3)),
-                      (root / "commitlog" / "00000000000000262144", damage)):
+    for p, change in (
+        (root / "checkpoint", lambda b: struct.pack_into(">qqq", b, 0, *[1900000000000] * 3)),
+        (root / "commitlog" / "00000000000000262144", damage),
+    ):
         b = bytearray(p.read_bytes())
         change(b)
         p.write_bytes(bytes(b))
@@ -927,7 +1013,8 @@ def _abnormal_q10_store(tmp_path: Path) -> Path:
 
 
 def test_a_queue_cut_to_nothing_is_read_with_its_zero_unit_by_the_next_starts_model(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1095880: ``delay`` with bytes [9, 17) of %DLQ%GroupD/0's first unit zeroed
     (its size field: the unit is invalid, the queue empty at its file's start) and a stray
     file in %RETRY%GroupD/0 (the broker refuses the store). ``offsets`` models the queues
@@ -948,7 +1035,8 @@ def test_a_queue_cut_to_nothing_is_read_with_its_zero_unit_by_the_next_starts_mo
 
 
 def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1012006: ``delay`` without its commitlog directory and SCHEDULE_TOPIC_XXXX/3's
     file cut to 639 bytes. The first run destroyed every other queue and left that one; the
     second took the queue file size from the one file left, 639, found it sound and
@@ -972,7 +1060,8 @@ def test_a_lone_queue_file_of_another_size_does_not_become_the_queue_file_size(
 
 
 def test_where_the_broker_refuses_the_store_the_q6_record_is_indexed_once(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seeds 1018737, 1022452: ``delay``'s only commitlog file renamed to 65536 (every
     start-up reput dispatches from the commitlog's start and re-indexes the record at the
     index's endPhyOffset, Q6: the broker does it at every start,
@@ -988,7 +1077,8 @@ def test_where_the_broker_refuses_the_store_the_q6_record_is_indexed_once(
 
 
 def test_without_a_commitlog_a_queue_of_another_size_is_destroyed_too(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1022440: ``delay`` without its commitlog and SCHEDULE_TOPIC_XXXX/16's file cut
     to 320 bytes (a whole number of units). The broker destroys every consume queue; recover
     left that one alone, and at the next run it was the only queue file, its size became
@@ -1002,7 +1092,8 @@ def test_without_a_commitlog_a_queue_of_another_size_is_destroyed_too(
 
 
 def test_where_a_topic_that_cannot_be_a_path_stops_the_brokers_dispatch_recover_settles_in_one_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1019302: ``crash_midwrite`` with two NUL bytes in a record's topic (recover
     does not dispatch it; the broker's dispatch fails on it and does not go on as recover
     does) and bit flips in TopicA/2's last file, one unit now pointing past the end. The
@@ -1026,7 +1117,8 @@ def test_where_a_topic_that_cannot_be_a_path_stops_the_brokers_dispatch_recover_
 
 
 def test_a_queue_of_another_size_cut_whole_by_the_truncation_goes_with_the_others(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1016899: ``delay`` with its first record's topic length byte set to 255 (the
     walk stops at once: end offset 0, every queue truncated away) and SCHEDULE_TOPIC_XXXX/16's
     file cut to 320 bytes, a queue recover left alone. At the next run it was the only queue
@@ -1045,8 +1137,7 @@ def test_a_queue_of_another_size_cut_whole_by_the_truncation_goes_with_the_other
     assert not short.exists() and _settled(runs) and runs[1].code == runs[2].code and runs[1].code in (0, 4)
 
 
-def test_a_misaligned_queue_file_counts_for_the_reput_start(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_misaligned_queue_file_counts_for_the_reput_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Soak seed 1025539: ``delay`` with an absurd TOTALSIZE at 851 (a cut there) and
     SCHEDULE_TOPIC_XXXX/1's file renamed 00000000000000000001. The broker loads the file as
     file 1 and counts its units for the consume queues' max physical offset; recover, which
@@ -1065,7 +1156,8 @@ def test_a_misaligned_queue_file_counts_for_the_reput_start(
 
 
 def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak (seed 192): a consume queue file of ``crash_midwrite`` renamed to Long.MAX_VALUE.
     recover leaves the queue alone (status 4 and the one line), so the last record never
     gets its unit and each run's start-up reput dispatches it again. The broker
@@ -1081,7 +1173,8 @@ def test_recover_indexes_the_record_of_a_queue_it_leaves_alone_once(
 
 
 def test_a_queue_file_renamed_unaligned_is_left_alone_and_recover_settles(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seeds 1004319, 1005570, 1007561: ``crash_midwrite``'s TopicA/0 file 1920 renamed
     1921. recover leaves the queue alone; its last record (at 770931, never given a unit)
     was indexed by the abnormal dispatch and again by every run's start-up reput (Q6),
@@ -1097,7 +1190,8 @@ def test_a_queue_file_renamed_unaligned_is_left_alone_and_recover_settles(
 
 
 def test_recover_twice_is_once_where_the_broker_refuses_the_store_and_a_queue_is_left_alone(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1000084: a stray 20-byte ``12`` in ``crash_midwrite``'s TopicA/0. The broker
     refuses to load the store (a queue file of the wrong size); recover leaves the queue
     alone, so its last record never gets its unit and each run's start-up reput dispatched
@@ -1113,7 +1207,8 @@ def test_recover_twice_is_once_where_the_broker_refuses_the_store_and_a_queue_is
 
 
 def test_a_queue_file_of_another_size_is_left_alone_and_recover_settles(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1006009: ``clean`` with an absurd TOTALSIZE (a cut at 370025) and
     TopicB/0's file 640 truncated to 1 byte, which the broker refuses to load. recover
     read that file as zero-padded, truncated the queue at the end offset (the broker's
@@ -1130,14 +1225,19 @@ def test_a_queue_file_of_another_size_is_left_alone_and_recover_settles(
     short = root / "consumequeue" / "TopicB" / "0" / "00000000000000000640"
     short.write_bytes(short.read_bytes()[:1])
     runs = _recover_runs(capsys, tmp_path, root)
-    assert all("00000000000000000640: consumequeue file is 1 bytes" in r.err and "neither cuts nor appends" in r.err
-               and r.err.count("problem:") == 1 for r in runs)
+    assert all(
+        "00000000000000000640: consumequeue file is 1 bytes" in r.err
+        and "neither cuts nor appends" in r.err
+        and r.err.count("problem:") == 1
+        for r in runs
+    )
     assert _codes(runs) == [5, 4, 4] and _settled(runs)
     assert short.stat().st_size == 1
 
 
 def test_a_queue_file_with_a_19_digit_name_still_counts_for_the_reput_start(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1000759: ``clean``'s consumequeue/TopicC/0/00000000000000000640 renamed to
     0000000000000000640. The broker loads it as file 640 (any decimal name) and its start
     changes nothing; recover leaves the queue alone but counted only 20-digit files for
@@ -1149,8 +1249,9 @@ def test_a_queue_file_with_a_19_digit_name_still_counts_for_the_reput_start(
     (q / "00000000000000000640").rename(q / "0000000000000000640")
     before = snapshot(root)
     runs = _recover_runs(capsys, tmp_path, root, n=2)
-    assert all(r.code == 4 and "0000000000000000640: file name is not 20 digits" in r.err and r.shot == before
-               for r in runs)
+    assert all(
+        r.code == 4 and "0000000000000000640: file name is not 20 digits" in r.err and r.shot == before for r in runs
+    )
 
 
 def test_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -1171,7 +1272,8 @@ def test_a_misnamed_queue_file_and_a_cut(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_a_stray_commitlog_file_overlapping_the_first_does_not_make_recover_cut_everything(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Found by the soak (seed 100386): a 20-byte stray commitlog/00000000000000000001 made
     the emulated walk end at offset 1, and recover cut every commitlog file after it."""
     root = copy(tmp_path, "crash_midwrite")
@@ -1186,18 +1288,27 @@ def test_a_stray_commitlog_file_overlapping_the_first_does_not_make_recover_cut_
 # ---------------------------------------------------------------------------------------
 # also seen
 
+
 def _hold_lock(path: Path) -> subprocess.Popen[str]:
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); "
-         "fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0); print('locked', flush=True); time.sleep(60)", str(path)],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); "
+            "fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0); print('locked', flush=True); time.sleep(60)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
     return holder
 
 
 @pytest.mark.parametrize("command", ["recover", "rebuild-index"])
-def test_dry_runs_take_no_lock_and_only_warn_while_a_broker_holds_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                     monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+def test_dry_runs_take_no_lock_and_only_warn_while_a_broker_holds_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
     root = copy(tmp_path, "crash_midwrite")
     holder = _hold_lock(root / "lock")
     try:
@@ -1233,7 +1344,9 @@ def test_a_missing_lock_file_is_not_left_behind(tmp_path: Path, capsys: pytest.C
 
 
 @pytest.mark.parametrize("setup", ["no commitlog dir", "only a stray file"])
-def test_dump_commitlog_says_when_it_found_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str) -> None:
+def test_dump_commitlog_says_when_it_found_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str
+) -> None:
     root = copy(tmp_path, "clean")
     shutil.rmtree(root / "commitlog")
     if setup == "only a stray file":
@@ -1243,7 +1356,9 @@ def test_dump_commitlog_says_when_it_found_nothing(tmp_path: Path, capsys: pytes
     assert out == "" and "no commitlog records found" in err
 
 
-def test_dump_checkpoint_names_a_fifo_or_device_for_what_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dump_checkpoint_names_a_fifo_or_device_for_what_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy(tmp_path, "clean")
     (root / "checkpoint").unlink()
     os.mkfifo(root / "checkpoint")
@@ -1269,8 +1384,9 @@ def test_workers_die_with_their_parent(tmp_path: Path) -> None:
         "print(' '.join(str(p) for p in ex._processes), flush=True)\n"
         "time.sleep(60)\n"
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT))
+    )
     assert p.stdout is not None
     pids = [int(x) for x in p.stdout.readline().split()]
     assert len(pids) == 2
@@ -1328,7 +1444,8 @@ def test_repair_of_a_store_without_its_commitlog_directory(tmp_path: Path, capsy
 
 
 def test_repair_changes_nothing_while_a_commitlog_file_is_named_far_past_the_others(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1000110: a commitlog file of ``many_files`` renamed to Long.MAX_VALUE made
     repair fill the "gap" up to it with missing-file regions, 65536 bytes at a time, without
     end (a hang). Names that do not tile the offsets stop repair as they stop recover:
@@ -1343,7 +1460,8 @@ def test_repair_changes_nothing_while_a_commitlog_file_is_named_far_past_the_oth
 
 
 def test_a_lone_commitlog_file_named_long_max_value_stops_recover_and_repair(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Soak seed 1000935: ``delay``'s only commitlog file renamed to 09223372036854775807.
     The first file's alignment was never checked: repair's walk overflowed (internal
     error: OverflowError), verify warned of a numpy overflow, and recover changed the
@@ -1352,10 +1470,13 @@ def test_a_lone_commitlog_file_named_long_max_value_stops_recover_and_repair(
     root = copy(tmp_path, "delay")
     (root / "commitlog" / "00000000000000000000").rename(root / "commitlog" / "09223372036854775807")
     before = snapshot(root)
-    for argv in (("verify", str(root)), ("repair", "--dry-run", str(root)),
-                 ("repair", "--yes", str(root), "--backup-dir", str(tmp_path / "b1")),
-                 ("recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2")),
-                 ("recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b3"))):
+    for argv in (
+        ("verify", str(root)),
+        ("repair", "--dry-run", str(root)),
+        ("repair", "--yes", str(root), "--backup-dir", str(tmp_path / "b1")),
+        ("recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b2")),
+        ("recover", "--yes", str(root), "--backup-dir", str(tmp_path / "b3")),
+    ):
         code, out, err = cli(capsys, *argv)
         assert code == 4 and "commitlog/09223372036854775807" in out + err and "Warning" not in err, (argv, code, err)
     assert snapshot(root) == before
@@ -1393,7 +1514,9 @@ FUZZ_SEED = int(os.environ.get("RMQTOOL_FUZZ_SEED", "2300"))
 
 
 def test_fuzz_damaged_stores(tmp_path: Path) -> None:
-    results = fd.run_many(list(range(FUZZ_SEED, FUZZ_SEED + FUZZ_STORES)), tmp_path, jobs=2, timeout=60, mem_bytes=TWO_GIB)
+    results = fd.run_many(
+        list(range(FUZZ_SEED, FUZZ_SEED + FUZZ_STORES)), tmp_path, jobs=2, timeout=60, mem_bytes=TWO_GIB
+    )
     assert len(results) == FUZZ_STORES
     bad = [(r["seed"], r["kind"], r["desc"][:120], f) for r in results for f in r["failures"]]
     assert bad == [], "\n".join(map(str, bad[:20]))
@@ -1443,24 +1566,29 @@ DEEP_JSON = "[" * 100_000 + "]" * 100_000
 
 
 @pytest.mark.parametrize("argv", [("verify",), ("recover", "--dry-run"), ("info",)])
-def test_the_version_guess_survives_a_topics_json_nested_too_deep(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                  monkeypatch: pytest.MonkeyPatch,
-                                                                  argv: tuple[str, ...]) -> None:
+def test_the_version_guess_survives_a_topics_json_nested_too_deep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...]
+) -> None:
     from rmqtool.recovery.identify import four_x_shutdown
     from rmqtool.recovery.store import Store
 
     monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
     root = copy(tmp_path, "clean")
     (root / "config" / "topics.json").write_text(DEEP_JSON, encoding="utf-8")
-    assert four_x_shutdown(Store.open(root, 65536, 640, 100, 400)) is None  # not evidence of anything (was: RecursionError)
+    assert (
+        four_x_shutdown(Store.open(root, 65536, 640, 100, 400)) is None
+    )  # not evidence of anything (was: RecursionError)
     before = snapshot(root)
-    code, _out, _err = cli(capsys, argv[0], str(root), *argv[1:], *(("--broker-version", "auto") if argv[0] != "info" else ()))
+    code, _out, _err = cli(
+        capsys, argv[0], str(root), *argv[1:], *(("--broker-version", "auto") if argv[0] != "info" else ())
+    )
     assert code in (0, 2, 4, 8)
     assert snapshot(root) == before
 
 
-def test_the_version_guess_skips_a_truncated_index_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_version_guess_skips_a_truncated_index_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rmqtool.recovery.identify import index_counting_rule
     from rmqtool.recovery.store import Store
 
@@ -1491,8 +1619,9 @@ def test_journal_and_manifest_nested_too_deep_are_clear_errors(tmp_path: Path) -
     assert needed_backups(tmp_path / "store") == set()
 
 
-def test_a_queue_offset_of_long_max_wraps_as_the_brokers_long_multiply(tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_queue_offset_of_long_max_wraps_as_the_brokers_long_multiply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """QUEUEOFFSET = Long.MAX_VALUE (found by the soak, seed 1003386): the broker's
     expectLogicOffset = cqOffset * 20 is a long multiply, -20; the first put of a queue
     then creates its file at 0 and skips the record (expect < the write position), where a

@@ -22,9 +22,22 @@ from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import RELEASES, BrokerProfile, parse_version
 
 MAN = Path(__file__).resolve().parent.parent / "man"
-REAL_GEOMETRY = {"mappedFileSizeCommitLog": "65536", "mappedFileSizeConsumeQueue": "640",
-                 "maxHashSlotNum": "100", "maxIndexNum": "400"}
-REAL_OPTIONS = ["--commitlog-file-size", "65536", "--cq-file-size", "640", "--index-slots", "100", "--index-entries", "400"]
+REAL_GEOMETRY = {
+    "mappedFileSizeCommitLog": "65536",
+    "mappedFileSizeConsumeQueue": "640",
+    "maxHashSlotNum": "100",
+    "maxIndexNum": "400",
+}
+REAL_OPTIONS = [
+    "--commitlog-file-size",
+    "65536",
+    "--cq-file-size",
+    "640",
+    "--index-slots",
+    "100",
+    "--index-entries",
+    "400",
+]
 
 
 def write_conf(path: Path, settings: dict[str, str]) -> Path:
@@ -43,8 +56,10 @@ def cli(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
 
 
 def test_properties_syntax_is_java_util_properties() -> None:
-    text = ("# comment\n! also a comment \\\nnot=continued\n  key1 = value one  \nkey2:v2\nkey3 v3\n"
-            "multi = a \\\n    b\\\n c\nesc\\ key=\\u0041\\tB\\=\nempty\nkey1=again\r\nlast\\\\=x\n")
+    text = (
+        "# comment\n! also a comment \\\nnot=continued\n  key1 = value one  \nkey2:v2\nkey3 v3\n"
+        "multi = a \\\n    b\\\n c\nesc\\ key=\\u0041\\tB\\=\nempty\nkey1=again\r\nlast\\\\=x\n"
+    )
     p = bc.load_properties(text)
     assert p["not"] == "continued"  # a comment line is never continued
     assert p["key1"] == "again"  # the last occurrence wins
@@ -56,14 +71,20 @@ def test_properties_syntax_is_java_util_properties() -> None:
 
 
 def test_properties2object_conversions(tmp_path: Path) -> None:
-    conf = bc.read_broker_conf(write_conf(tmp_path / "b.conf", {
-        "mappedFileSizeCommitLog": "65536 ",  # Integer.parseInt does not trim: the default stays
-        "mappedFileSizeConsumeQueue": "640",
-        "checkCRCOnRecover": "FALSE", "messageIndexSafe": "yes",  # parseBoolean: only "true", any case
-        "storePathRootDir": "  /data/store  ",  # a String is trimmed
-        "brokerRole": "MASTER",  # BrokerRole.valueOf fails: the default stays
-        "serverWorkerThreads": "8",  # a netty setting: not a store or broker setting
-    }))
+    conf = bc.read_broker_conf(
+        write_conf(
+            tmp_path / "b.conf",
+            {
+                "mappedFileSizeCommitLog": "65536 ",  # Integer.parseInt does not trim: the default stays
+                "mappedFileSizeConsumeQueue": "640",
+                "checkCRCOnRecover": "FALSE",
+                "messageIndexSafe": "yes",  # parseBoolean: only "true", any case
+                "storePathRootDir": "  /data/store  ",  # a String is trimmed
+                "brokerRole": "MASTER",  # BrokerRole.valueOf fails: the default stays
+                "serverWorkerThreads": "8",  # a netty setting: not a store or broker setting
+            },
+        )
+    )
     assert not conf.has("mappedFileSizeCommitLog")
     assert conf.get("mappedFileSizeConsumeQueue") == 640
     assert conf.get("checkCRCOnRecover") is False and conf.get("messageIndexSafe") is False
@@ -102,10 +123,18 @@ def test_man_pages_carry_the_decision_table(page: str) -> None:
 
 
 @pytest.mark.parametrize("text", ["4.9", "5.3", "5.3.99", "4.5.2", "4.9.4.1", "latest"])
-def test_a_version_that_is_not_a_release_is_a_usage_error(text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_version_that_is_not_a_release_is_a_usage_error(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("clean", tmp_path)
     before = tree_digest(root)
-    for cmd in (["verify"], ["recover", "--yes", "--dry-run"], ["recover", "--yes"], ["rebuild-index", "--yes"], ["dump", "commitlog"]):
+    for cmd in (
+        ["verify"],
+        ["recover", "--yes", "--dry-run"],
+        ["recover", "--yes"],
+        ["rebuild-index", "--yes"],
+        ["dump", "commitlog"],
+    ):
         code, _out, err = cli(capsys, *cmd, root, "--broker-version", text)
         assert code == 2, (cmd, err)
         assert "--broker-version" in err
@@ -120,8 +149,9 @@ def test_releases_parse_and_4_9_is_not_4_9_0() -> None:
         parse_version("4.9")
 
 
-def test_auto_on_a_store_that_shows_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_on_a_store_that_shows_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
     root = copy_store("crash_midwrite", tmp_path)
     before = tree_digest(root)
@@ -141,16 +171,21 @@ def test_auto_on_a_store_that_shows_nothing(tmp_path: Path, capsys: pytest.Captu
     assert tree_digest(root) == before
 
 
-def test_auto_names_its_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_names_its_evidence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
     root = tmp_path / "s"
-    recs = write_store(root, [dict(topic="CrcT", props=props({"KEYS": f"c{i}"}, trailing=True), crc32_prop=True)
-                              for i in range(4)])
+    recs = write_store(
+        root, [dict(topic="CrcT", props=props({"KEYS": f"c{i}"}, trailing=True), crc32_prop=True) for i in range(4)]
+    )
     inf = infer_version(Store.open(root))
     assert inf.candidates == [v for v in RELEASES if v >= (5, 2, 0)]
     assert inf.describe_candidates() == "5.2.0-5.3.1, 5.3.2-5.3.3"
     assert f"__CRC32# property in the record at offset {recs[0]['offset']}" in inf.describe_evidence()
-    code, _out, err = cli(capsys, "verify", root, "--cq-file-size", CQ_FS, "--index-slots", SLOTS, "--index-entries", ENTRIES)
+    code, _out, err = cli(
+        capsys, "verify", root, "--cq-file-size", CQ_FS, "--index-slots", SLOTS, "--index-entries", ENTRIES
+    )
     assert "assuming 5.3.3" in err and "__CRC32#" in err
     # a 5.x-only file
     other = copy_store("clean", tmp_path)
@@ -161,14 +196,18 @@ def test_auto_names_its_evidence(tmp_path: Path, capsys: pytest.CaptureFixture[s
     third = copy_store("delay", tmp_path)
     (third / "config" / "topics.json").write_text(
         '{"topicConfigTable":{"TopicA":{"attributes":{},"order":false,"perm":6,"readQueueNums":4,'
-        '"topicFilterType":"SINGLE_TAG","topicName":"TopicA","topicSysFlag":0,"writeQueueNums":4}}}')
+        '"topicFilterType":"SINGLE_TAG","topicName":"TopicA","topicSysFlag":0,"writeQueueNums":4}}}'
+    )
     inf = infer_version(Store.open(third))
     assert inf.candidates[0] == (5, 0, 0) and "config/topics.json has the field attributes" in inf.describe_evidence()
     # without it, after a clean shutdown: the last broker was a 4.x one (every 5.x one
     # writes the field at its shutdown); after a crash: no evidence
     (third / "config" / "topics.json").write_text('{"topicConfigTable":{"TopicA":{"order":false,"perm":6}}}')
     inf = infer_version(Store.open(third))
-    assert inf.candidates == [v for v in RELEASES if v < (5, 0, 0)] and "without the attributes field" in inf.describe_evidence()
+    assert (
+        inf.candidates == [v for v in RELEASES if v < (5, 0, 0)]
+        and "without the attributes field" in inf.describe_evidence()
+    )
     (third / "abort").write_bytes(b"")
     assert infer_version(Store.open(third)).candidates == list(RELEASES)
 
@@ -206,12 +245,18 @@ def rocksdb_copy(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("make, code", [(dledger_copy, "LAYOUT_DLEDGER"), (rocksdb_copy, "LAYOUT_ROCKSDB_CQ")])
-def test_unsupported_layouts_are_refused_and_left_unchanged(make: Any, code: str, tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_unsupported_layouts_are_refused_and_left_unchanged(
+    make: Any, code: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = make(tmp_path)
     before = tree_digest(root)
-    for cmd in (["recover", "--yes"], ["recover", "--yes", "--dry-run"], ["recover", "--yes", "--abnormal"], ["rebuild-index", "--yes"],
-                ["rebuild-index", "--yes", "--dry-run"]):
+    for cmd in (
+        ["recover", "--yes"],
+        ["recover", "--yes", "--dry-run"],
+        ["recover", "--yes", "--abnormal"],
+        ["rebuild-index", "--yes"],
+        ["rebuild-index", "--yes", "--dry-run"],
+    ):
         rc, out, err = cli(capsys, *cmd, root)
         assert rc == 8 and "refused, nothing changed" in err, (cmd, rc, err)
     rc, out, err = cli(capsys, "verify", root, "--format", "jsonl")
@@ -231,11 +276,15 @@ def test_a_store_that_is_only_a_dledger_log_is_reported(tmp_path: Path, capsys: 
     rc, out, _err = cli(capsys, "verify", root, "--format", "json")
     doc = json.loads(out)
     assert rc == 8 and doc["refused"] is True
-    assert [f["code"] for f in doc["findings"]] == ["LAYOUT_DLEDGER"] and doc["findings"][0]["file"] == "dledger-n1/data"
+    assert [f["code"] for f in doc["findings"]] == ["LAYOUT_DLEDGER"] and doc["findings"][0][
+        "file"
+    ] == "dledger-n1/data"
 
 
 @pytest.mark.parametrize("version", ["auto", "4.9.4"])
-def test_dledger_store_no_longer_gets_repaired(version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dledger_store_no_longer_gets_repaired(
+    version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The report of issue 18: recover moved every consume queue into the backup and said
     'repaired'. Now: refused, no backup, exit 8 (the refusal comes before the question of
     the version)."""
@@ -248,16 +297,27 @@ def test_dledger_store_no_longer_gets_repaired(version: str, tmp_path: Path, cap
 
 
 REFUSED_SETTINGS = [
-    ("enableDLegerCommitLog", "true"), ("storeType", "defaultRocksDB"), ("enableConsumeQueueExt", "true"),
-    ("duplicationEnable", "true"), ("enableMultiDispatch", "true"), ("enableLmq", "true"),
-    ("messageIndexEnable", "false"), ("enableControllerMode", "true"), ("rocksdbCQDoubleWriteEnable", "true"),
-    ("readOnlyCommitLogStorePaths", "/mnt/old"), ("messageStorePlugIn", "com.example.Plugin"),
+    ("enableDLegerCommitLog", "true"),
+    ("storeType", "defaultRocksDB"),
+    ("enableConsumeQueueExt", "true"),
+    ("duplicationEnable", "true"),
+    ("enableMultiDispatch", "true"),
+    ("enableLmq", "true"),
+    ("messageIndexEnable", "false"),
+    ("enableControllerMode", "true"),
+    ("rocksdbCQDoubleWriteEnable", "true"),
+    ("readOnlyCommitLogStorePaths", "/mnt/old"),
+    ("messageStorePlugIn", "com.example.Plugin"),
     ("storePathCommitLog", "/data/cl1,/data/cl2"),  # the 5.x multi-path commitlog
 ]
 
 
-@pytest.mark.parametrize("command", [["verify"], ["recover", "--yes"], ["rebuild-index", "--yes"], ["dump", "commitlog"], ["export"]])
-def test_options_that_mirror_a_broker_setting_say_so_in_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "command", [["verify"], ["recover", "--yes"], ["rebuild-index", "--yes"], ["dump", "commitlog"], ["export"]]
+)
+def test_options_that_mirror_a_broker_setting_say_so_in_help(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _err = cli(capsys, *command, "--help")
     text = " ".join(out.split())
     assert code == 0
@@ -273,8 +333,9 @@ def test_options_that_mirror_a_broker_setting_say_so_in_help(command: list[str],
 
 
 @pytest.mark.parametrize("name, value", REFUSED_SETTINGS)
-def test_settings_rmqtool_does_not_implement_are_refused(name: str, value: str, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_settings_rmqtool_does_not_implement_are_refused(
+    name: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("crash_midwrite", tmp_path)
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY, name: value})
     before = tree_digest(root)
@@ -291,9 +352,17 @@ def test_a_setting_a_version_does_not_have_is_not_refused(tmp_path: Path, capsys
     """storeType came with 5.1: a 4.9.4 broker ignores it (properties2Object finds no
     setter), so rmqtool does too; the default values of refused settings refuse nothing."""
     root = copy_store("clean", tmp_path)
-    conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY,
-                                                 "storeType": "defaultRocksDB", "enableDLegerCommitLog": "false",
-                                                 "messageIndexEnable": "true", "duplicationEnable": "FALSE"})
+    conf = write_conf(
+        tmp_path / "broker.conf",
+        {
+            "storePathRootDir": str(root),
+            **REAL_GEOMETRY,
+            "storeType": "defaultRocksDB",
+            "enableDLegerCommitLog": "false",
+            "messageIndexEnable": "true",
+            "duplicationEnable": "FALSE",
+        },
+    )
     rc, _out, err = cli(capsys, "recover", "--yes", "--broker-config", conf, "--broker-version", "4.9.4", "--dry-run")
     assert rc == 0, err
     rc, _out, err = cli(capsys, "recover", "--yes", "--broker-config", conf, "--broker-version", "5.2.0", "--dry-run")
@@ -325,15 +394,26 @@ READ_ONLY = [
 
 
 @pytest.mark.parametrize("fixture", ["delay", "crash_midwrite"])
-def test_broker_config_alone_equals_the_explicit_options(fixture: str, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_broker_config_alone_equals_the_explicit_options(
+    fixture: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     a = bare_copy(fixture, tmp_path / "a")
     b = bare_copy(fixture, tmp_path / "b")
     levels = "1s 5s 10s 30s 1m 2m"
-    conf = write_conf(tmp_path / "broker.conf", {
-        "brokerClusterName": "DefaultCluster", "storePathRootDir": str(a), **REAL_GEOMETRY,
-        "checkCRCOnRecover": "false", "messageIndexSafe": "true", "messageDelayLevel": levels,
-        "flushDiskType": "ASYNC_FLUSH", "brokerRole": "ASYNC_MASTER", "fileReservedTime": "48"})
+    conf = write_conf(
+        tmp_path / "broker.conf",
+        {
+            "brokerClusterName": "DefaultCluster",
+            "storePathRootDir": str(a),
+            **REAL_GEOMETRY,
+            "checkCRCOnRecover": "false",
+            "messageIndexSafe": "true",
+            "messageDelayLevel": levels,
+            "flushDiskType": "ASYNC_FLUSH",
+            "brokerRole": "ASYNC_MASTER",
+            "fileReservedTime": "48",
+        },
+    )
     explicit = [*REAL_OPTIONS, "--message-delay-level", levels]  # (the destructive commands)
     for cmd in READ_ONLY:
         extra = []
@@ -346,7 +426,10 @@ def test_broker_config_alone_equals_the_explicit_options(fixture: str, tmp_path:
         assert (code1, out1) == (code2, out2), cmd
         assert out1 or cmd[1] in ("consumequeue", "index", "config")  # (crash_midwrite has no config/)
     # the destructive commands leave the same bytes
-    for cmd, extra in ((["rebuild-index", "--yes", "-q"], []), (["recover", "--yes", "-q", "--abnormal"], ["--no-crc", "--message-index-safe"])):
+    for cmd, extra in (
+        (["rebuild-index", "--yes", "-q"], []),
+        (["recover", "--yes", "-q", "--abnormal"], ["--no-crc", "--message-index-safe"]),
+    ):
         code1, _o, e1 = cli(capsys, *cmd, "--broker-config", conf, "--backup-dir", tmp_path / f"bk-a-{cmd[0]}")
         code2, _o, e2 = cli(capsys, *cmd, b, *explicit, *extra, "--backup-dir", tmp_path / f"bk-b-{cmd[0]}")
         assert code1 == code2 and code1 in (0, 1), (cmd, e1, e2)
@@ -356,7 +439,9 @@ def test_broker_config_alone_equals_the_explicit_options(fixture: str, tmp_path:
             assert cq and all(p.stat().st_size == 640 for p in cq)
             assert all(p.stat().st_size == 40 + 100 * 4 + 400 * 20 for p in (a / "index").iterdir())
     # and restore, with STORE from the config
-    last = "recover" if (tmp_path / "bk-a-recover").exists() else "rebuild-index"  # (a sound store: recover did nothing)
+    last = (
+        "recover" if (tmp_path / "bk-a-recover").exists() else "rebuild-index"
+    )  # (a sound store: recover did nothing)
     assert (tmp_path / f"bk-b-{last}").exists()
     code1, _o, e1 = cli(capsys, "restore", "--yes", tmp_path / f"bk-a-{last}", "--broker-config", conf)
     code2, _o, e2 = cli(capsys, "restore", "--yes", tmp_path / f"bk-b-{last}", b)
@@ -374,11 +459,32 @@ def _without_index_names(d: dict[str, str]) -> list[tuple[str, str]]:
 
 def test_explicit_options_win_over_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = bare_copy("clean", tmp_path)
-    conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(tmp_path / "elsewhere"),
-                                                 "mappedFileSizeConsumeQueue": "6000000", "maxHashSlotNum": "5000000",
-                                                 "maxIndexNum": "20000000", "mappedFileSizeCommitLog": "65536"})
-    code, out, err = cli(capsys, "rebuild-index", "--yes", root, "--broker-config", conf, "--dry-run", "-q",
-                         "--cq-file-size", "640", "--index-slots", "100", "--index-entries", "400")
+    conf = write_conf(
+        tmp_path / "broker.conf",
+        {
+            "storePathRootDir": str(tmp_path / "elsewhere"),
+            "mappedFileSizeConsumeQueue": "6000000",
+            "maxHashSlotNum": "5000000",
+            "maxIndexNum": "20000000",
+            "mappedFileSizeCommitLog": "65536",
+        },
+    )
+    code, out, err = cli(
+        capsys,
+        "rebuild-index",
+        "--yes",
+        root,
+        "--broker-config",
+        conf,
+        "--dry-run",
+        "-q",
+        "--cq-file-size",
+        "640",
+        "--index-slots",
+        "100",
+        "--index-entries",
+        "400",
+    )
     assert code == 0, err
     assert f"rebuild-index {root} " in out
     assert "consume queue file 640 B, index 100 slots / 400 entries" in out
@@ -425,8 +531,14 @@ def test_commitlog_directory_from_the_file(tmp_path: Path, capsys: pytest.Captur
 def crc_store(root: Path, *, abort: bool) -> list[dict[str, Any]]:
     """A 5.2+ store whose every record carries __CRC32#; record 3's FLAG (outside the body,
     so its body CRC still matches) is changed afterwards: its __CRC32# no longer does."""
-    recs = write_store(root, [dict(topic="CrcT", props=props({"KEYS": f"c{i}", "TAGS": "TagA"}, trailing=True),
-                                   crc32_prop=True) for i in range(12)], abort=abort)
+    recs = write_store(
+        root,
+        [
+            dict(topic="CrcT", props=props({"KEYS": f"c{i}", "TAGS": "TagA"}, trailing=True), crc32_prop=True)
+            for i in range(12)
+        ],
+        abort=abort,
+    )
     off = recs[3]["offset"]
     path = root / "commitlog" / f"{off // FS * FS:020d}"
     raw = bytearray(path.read_bytes())
@@ -440,27 +552,86 @@ GEOM = ["--cq-file-size", str(CQ_FS), "--index-slots", str(SLOTS), "--index-entr
 
 @pytest.mark.parametrize("mode", ["--normal", "--abnormal"])
 @pytest.mark.parametrize("version", ["5.2.0", "5.3.3"])
-def test_recover_honours_force_verify_prop_crc(mode: str, version: str, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_recover_honours_force_verify_prop_crc(
+    mode: str, version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "s"
     recs = crc_store(root, abort=mode == "--abnormal")
-    conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "enabledAppendPropCRC": "true",
-                                                 "forceVerifyPropCRC": "true"})
-    code, out, _ = cli(capsys, "recover", "--yes", "--dry-run", "--format", "json", "-q", mode, *GEOM, "--broker-version", version,
-                       "--broker-config", conf)
+    conf = write_conf(
+        tmp_path / "broker.conf",
+        {"storePathRootDir": str(root), "enabledAppendPropCRC": "true", "forceVerifyPropCRC": "true"},
+    )
+    code, out, _ = cli(
+        capsys,
+        "recover",
+        "--yes",
+        "--dry-run",
+        "--format",
+        "json",
+        "-q",
+        mode,
+        *GEOM,
+        "--broker-version",
+        version,
+        "--broker-config",
+        conf,
+    )
     plan = json.loads(out)["plan"]
     assert plan["end_offset"] == recs[3]["offset"]  # the broker cuts at the record and everything after it
-    code2, out2, _ = cli(capsys, "recover", "--yes", root, "--dry-run", "--format", "json", "-q", mode, *GEOM,
-                         "--broker-version", version, "--force-verify-prop-crc")
+    code2, out2, _ = cli(
+        capsys,
+        "recover",
+        "--yes",
+        root,
+        "--dry-run",
+        "--format",
+        "json",
+        "-q",
+        mode,
+        *GEOM,
+        "--broker-version",
+        version,
+        "--force-verify-prop-crc",
+    )
     assert (code2, json.loads(out2)["plan"]) == (code, plan)
     # without the setting the record is kept (the body CRC matches)
-    _c, out3, _ = cli(capsys, "recover", "--yes", root, "--dry-run", "--format", "json", "-q", mode, *GEOM, "--broker-version", version)
+    _c, out3, _ = cli(
+        capsys,
+        "recover",
+        "--yes",
+        root,
+        "--dry-run",
+        "--format",
+        "json",
+        "-q",
+        mode,
+        *GEOM,
+        "--broker-version",
+        version,
+    )
     assert json.loads(out3)["plan"]["end_offset"] == recs[-1]["offset"] + recs[-1]["size"]
     # the real run leaves the broker's end: every byte from record 3 on is zero
-    assert cli(capsys, "recover", "--yes", "-q", mode, *GEOM, "--broker-version", version, "--broker-config", conf,
-               "--backup-dir", tmp_path / "bk", "--jobs", "1")[0] == 1
+    assert (
+        cli(
+            capsys,
+            "recover",
+            "--yes",
+            "-q",
+            mode,
+            *GEOM,
+            "--broker-version",
+            version,
+            "--broker-config",
+            conf,
+            "--backup-dir",
+            tmp_path / "bk",
+            "--jobs",
+            "1",
+        )[0]
+        == 1
+    )
     data = b"".join(p.read_bytes() for p in sorted((root / "commitlog").iterdir()))
-    assert data[recs[3]["offset"]:].strip(b"\0") == b""
+    assert data[recs[3]["offset"] :].strip(b"\0") == b""
     # dispatched: after a crash, and on 5.3.2+ also by normal recovery (the walk-back); a
     # 5.0-5.3.1 normal start dispatches nothing (no start-up catch-up in 5.x)
     dispatched = mode == "--abnormal" or version == "5.3.3"
@@ -471,21 +642,47 @@ def test_force_verify_prop_crc_is_ignored_before_5_2(tmp_path: Path, capsys: pyt
     root = tmp_path / "s"
     recs = crc_store(root, abort=True)
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "forceVerifyPropCRC": "true"})
-    _c, out, _ = cli(capsys, "recover", "--yes", "--dry-run", "--format", "json", "-q", *GEOM, "--broker-version", "5.1.4",
-                     "--broker-config", conf)
+    _c, out, _ = cli(
+        capsys,
+        "recover",
+        "--yes",
+        "--dry-run",
+        "--format",
+        "json",
+        "-q",
+        *GEOM,
+        "--broker-version",
+        "5.1.4",
+        "--broker-config",
+        conf,
+    )
     assert json.loads(out)["plan"]["end_offset"] == recs[-1]["offset"] + recs[-1]["size"]
     assert not BrokerProfile.for_version("5.1.4", force_verify_prop_crc=True).verify_prop_crc
 
 
-def test_rebuild_index_dispatches_as_the_reput_does_under_force_verify(tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_rebuild_index_dispatches_as_the_reput_does_under_force_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The broker's reput calls checkMessageAndReturnSize with checkCRC=false: the forced
     whole-record check is a recovery check only, so rebuild-index dispatches record 3."""
     root = tmp_path / "s"
     recs = crc_store(root, abort=False)
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "forceVerifyPropCRC": "true"})
-    code, _o, err = cli(capsys, "rebuild-index", "--yes", "-q", *GEOM, "--broker-version", "5.3.3", "--broker-config", conf,
-                        "--backup-dir", tmp_path / "bk", "--jobs", "1")
+    code, _o, err = cli(
+        capsys,
+        "rebuild-index",
+        "--yes",
+        "-q",
+        *GEOM,
+        "--broker-version",
+        "5.3.3",
+        "--broker-config",
+        conf,
+        "--backup-dir",
+        tmp_path / "bk",
+        "--jobs",
+        "1",
+    )
     assert code == 1, err  # files were written
     assert cq_units(root, "CrcT") == [unit_of(r) for r in recs]
 
@@ -494,7 +691,9 @@ def test_verify_reports_the_record_force_verify_cuts(tmp_path: Path, capsys: pyt
     root = tmp_path / "s"
     recs = crc_store(root, abort=True)
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "forceVerifyPropCRC": "true"})
-    code, out, _ = cli(capsys, "verify", "--format", "jsonl", *GEOM, "--broker-version", "5.3.3", "--broker-config", conf)
+    code, out, _ = cli(
+        capsys, "verify", "--format", "jsonl", *GEOM, "--broker-version", "5.3.3", "--broker-config", conf
+    )
     findings = [json.loads(line) for line in out.splitlines()]
     assert code == 4
     hits = [f for f in findings if f["physical_offset"] == recs[3]["offset"] and f["severity"] == "error"]
@@ -516,7 +715,9 @@ def test_verify_reports_the_record_force_verify_cuts(tmp_path: Path, capsys: pyt
 
 
 @pytest.mark.parametrize("how", ["option", "config", "none"])
-def test_recheck_reput_offset_from_cq_catches_up_on_5x(how: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recheck_reput_offset_from_cq_catches_up_on_5x(
+    how: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A clean 5.1.4 store whose consume queues lag the commitlog: 5.x starts its reput at
     the commitlog end (the lag stays) unless recheckReputOffsetFromCq=true, which catches up
     from the consume queues' max offset as 4.x does."""
@@ -526,8 +727,21 @@ def test_recheck_reput_offset_from_cq_catches_up_on_5x(how: str, tmp_path: Path,
     recs = write_store(root, [dict(topic="LagT", props=props({"KEYS": f"k{i}", "TAGS": "TagA"})) for i in range(10)])
     write_cq(root, "LagT", 0, [unit_of(r) for r in recs[:4]])
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "recheckReputOffsetFromCq": "true"})
-    args = ["recover", "--yes", "-q", *GEOM, "--broker-version", "5.1.4", "--backup-dir", tmp_path / "bk", "--jobs", "1"]
-    args += {"option": ["--recheck-reput-offset-from-cq", root], "config": ["--broker-config", conf], "none": [root]}[how]
+    args = [
+        "recover",
+        "--yes",
+        "-q",
+        *GEOM,
+        "--broker-version",
+        "5.1.4",
+        "--backup-dir",
+        tmp_path / "bk",
+        "--jobs",
+        "1",
+    ]
+    args += {"option": ["--recheck-reput-offset-from-cq", root], "config": ["--broker-config", conf], "none": [root]}[
+        how
+    ]
     code, _out, err = cli(capsys, *args)
     if how == "none":
         assert code == 0 and cq_units(root, "LagT") == [unit_of(r) for r in recs[:4]], err
@@ -551,18 +765,23 @@ MUTATIONS = {
 
 @pytest.mark.parametrize("version", ["5.2.0", "5.3.3"])
 @pytest.mark.parametrize("mutation", [*MUTATIONS, "no_property", "earlier_duplicate_key", "intact"])
-def test_force_verify_fast_path_agrees_with_the_broker_check(version: str, mutation: str, tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_force_verify_fast_path_agrees_with_the_broker_check(
+    version: str, mutation: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """recover's numpy fast path for forceVerifyPropCRC ends the walk exactly where the
     broker's check (check_record, RECOVERY §2 step 9) does."""
     from rmqtool.recovery import check as ck
 
-    specs: list[dict[str, Any]] = [dict(topic="CrcT", props=props({"KEYS": f"c{i}", "TAGS": "TagA"}, trailing=True),
-                                        crc32_prop=True) for i in range(10)]
+    specs: list[dict[str, Any]] = [
+        dict(topic="CrcT", props=props({"KEYS": f"c{i}", "TAGS": "TagA"}, trailing=True), crc32_prop=True)
+        for i in range(10)
+    ]
     if mutation == "no_property":
         specs[5] = dict(topic="CrcT", props=props({"KEYS": "c5"}))
     if mutation == "earlier_duplicate_key":  # the map keeps the last __CRC32#: the appended, right one
-        specs[5] = dict(topic="CrcT", props=props({"__CRC32#": "1234567890", "KEYS": "c5"}, trailing=True), crc32_prop=True)
+        specs[5] = dict(
+            topic="CrcT", props=props({"__CRC32#": "1234567890", "KEYS": "c5"}, trailing=True), crc32_prop=True
+        )
     root = tmp_path / "s"
     recs = write_store(root, specs, abort=True)
     if mutation in MUTATIONS:
@@ -581,8 +800,22 @@ def test_force_verify_fast_path_agrees_with_the_broker_check(version: str, mutat
         if not ck.check_record(buf, r["offset"] % FS, FS, profile).is_message:
             expected = r["offset"]
             break
-    code, out, _ = cli(capsys, "recover", "--yes", root, "--dry-run", "--format", "json", "-q", *GEOM, "--broker-version", version,
-                       "--force-verify-prop-crc", "--jobs", "1")
+    code, out, _ = cli(
+        capsys,
+        "recover",
+        "--yes",
+        root,
+        "--dry-run",
+        "--format",
+        "json",
+        "-q",
+        *GEOM,
+        "--broker-version",
+        version,
+        "--force-verify-prop-crc",
+        "--jobs",
+        "1",
+    )
     assert json.loads(out)["plan"]["end_offset"] == expected
     if mutation in ("intact", "earlier_duplicate_key"):
         assert expected == recs[-1]["offset"] + recs[-1]["size"]
@@ -600,8 +833,9 @@ def test_force_verify_fast_path_takes_intact_records_at_once(tmp_path: Path) -> 
     from rmqtool.recovery.scan import byte_views
 
     root = tmp_path / "s"
-    recs = write_store(root, [dict(topic="CrcT", props=props({"KEYS": f"c{i}"}, trailing=True), crc32_prop=True)
-                              for i in range(12)])
+    recs = write_store(
+        root, [dict(topic="CrcT", props=props({"KEYS": f"c{i}"}, trailing=True), crc32_prop=True) for i in range(12)]
+    )
     buf = bytearray((root / "commitlog" / f"{0:020d}").read_bytes())
     starts = np.array([r["offset"] for r in recs if r["offset"] < FS], dtype=np.int64)
     tots = np.array([r["size"] for r in recs if r["offset"] < FS], dtype=np.int64)

@@ -50,7 +50,8 @@ def recover_plan(capsys: pytest.CaptureFixture[str], *args: Any) -> dict[str, An
 
 @pytest.mark.parametrize("check_crc", [True, False], ids=["checkCRCOnRecover=true", "checkCRCOnRecover=false"])
 def test_outlook_stops_where_recover_stops_under_check_crc_on_recover(
-        check_crc: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    check_crc: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A body byte changed in the middle of the last file: with the CRC on both recover and
     verify's outlook stop at that record; with checkCRCOnRecover=false both walk on to the
     end of the data (the record is kept), whether the setting comes from --broker-config or
@@ -59,8 +60,10 @@ def test_outlook_stops_where_recover_stops_under_check_crc_on_recover(
     recs = records(capsys, root)
     bad = recs[-5]
     corrupt_body(root, bad)
-    conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY,
-                                                 "checkCRCOnRecover": str(check_crc).lower()})
+    conf = write_conf(
+        tmp_path / "broker.conf",
+        {"storePathRootDir": str(root), **REAL_GEOMETRY, "checkCRCOnRecover": str(check_crc).lower()},
+    )
     data_end = recs[-1]["physical_offset"] + recs[-1]["total_size"]
     want = bad["physical_offset"] if check_crc else data_end
     o = verify_outlook(capsys, "--broker-config", conf)
@@ -108,12 +111,15 @@ def _safe_checkpoint(capsys: pytest.CaptureFixture[str], root: Path) -> tuple[st
 
 @pytest.mark.parametrize("safe", [False, True], ids=["messageIndexSafe=false", "messageIndexSafe=true"])
 def test_outlook_starts_where_recover_starts_under_message_index_safe(
-        safe: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    safe: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("crash_midwrite", tmp_path)
     without, with_safe = _safe_checkpoint(capsys, root)
     want = with_safe if safe else without
-    conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY,
-                                                 "messageIndexSafe": str(safe).lower()})
+    conf = write_conf(
+        tmp_path / "broker.conf",
+        {"storePathRootDir": str(root), **REAL_GEOMETRY, "messageIndexSafe": str(safe).lower()},
+    )
     o = verify_outlook(capsys, "--broker-config", conf)
     plan = recover_plan(capsys, "--broker-config", conf)
     assert o["mode"] == plan["mode"] == "abnormal"
@@ -182,7 +188,8 @@ def _dump(capsys: pytest.CaptureFixture[str], *args: Any) -> list[str]:
 
 @pytest.mark.spark
 def test_export_with_broker_config_equals_dump_and_the_explicit_options(
-        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """export --broker-config (STORE, geometry, messageDelayLevel, checkCRCOnRecover from
     the file) writes the rows dump --broker-config prints, and the same rows as export with
     the explicit options."""
@@ -191,12 +198,25 @@ def test_export_with_broker_config_equals_dump_and_the_explicit_options(
     orig = es.run_export
     monkeypatch.setattr(es, "run_export", lambda *a, **k: orig(*a, session=spark, **k))  # the shared session
     root = copy_store("delay", tmp_path)
-    conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), **REAL_GEOMETRY,
-                                                 "messageDelayLevel": LEVELS, "checkCRCOnRecover": "false"})
+    conf = write_conf(
+        tmp_path / "broker.conf",
+        {"storePathRootDir": str(root), **REAL_GEOMETRY, "messageDelayLevel": LEVELS, "checkCRCOnRecover": "false"},
+    )
     code, _o, err = cli(capsys, "export", "--broker-config", conf, "--to", tmp_path / "a", "--split-size", "0", "-q")
     assert code == 0, err
-    code, _o, err = cli(capsys, "export", root, *REAL_OPTIONS, "--message-delay-level", LEVELS,
-                        "--to", tmp_path / "b", "--split-size", "0", "-q")
+    code, _o, err = cli(
+        capsys,
+        "export",
+        root,
+        *REAL_OPTIONS,
+        "--message-delay-level",
+        LEVELS,
+        "--to",
+        tmp_path / "b",
+        "--split-size",
+        "0",
+        "-q",
+    )
     assert code == 0, err
     a = sorted(spark.read.parquet(str(tmp_path / "a")).drop("store").collect(), key=lambda r: r["physical_offset"])
     b = sorted(spark.read.parquet(str(tmp_path / "b")).drop("store").collect(), key=lambda r: r["physical_offset"])
@@ -211,6 +231,7 @@ def test_export_with_broker_config_equals_dump_and_the_explicit_options(
 
 def _norm(out: str) -> Any:
     """JSON output without the run's timings; other output as it is."""
+
     def strip(x: Any) -> Any:
         if isinstance(x, dict):
             return {k: strip(v) for k, v in x.items() if "seconds" not in k and "elapsed" not in k}
@@ -248,22 +269,37 @@ def damaged_delay(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "rmqtool", "dump", "commitlog", str(root), "--format", "jsonl"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "rmqtool", "dump", "commitlog", str(root), "--format", "jsonl"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     recs = [r for r in map(json.loads, out.split("\n")[:-1]) if r.get("type") == "message"]
     # the last record of a delay queue with an offset in delayOffset.json (levels 1-3): the
     # queue ends offsets reports depend on the CRC too
     sched = [i for i, r in enumerate(recs[:-1]) if r["topic"] == "SCHEDULE_TOPIC_XXXX" and r["queue_id"] < 3]
     corrupt_body(root, recs[sched[-1]])
-    conf = write_conf(tmp / "broker.conf", {
-        "storePathRootDir": str(root), **REAL_GEOMETRY, "checkCRCOnRecover": "false", "messageIndexSafe": "true",
-        "messageDelayLevel": LEVELS, "maxMessageSize": "65536", "brokerRole": "ASYNC_MASTER", "fileReservedTime": "48"})
+    conf = write_conf(
+        tmp / "broker.conf",
+        {
+            "storePathRootDir": str(root),
+            **REAL_GEOMETRY,
+            "checkCRCOnRecover": "false",
+            "messageIndexSafe": "true",
+            "messageDelayLevel": LEVELS,
+            "maxMessageSize": "65536",
+            "brokerRole": "ASYNC_MASTER",
+            "fileReservedTime": "48",
+        },
+    )
     return root, conf
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_command_with_the_broker_config_alone_equals_the_explicit_options(
-        name: str, damaged_delay: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    name: str, damaged_delay: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     """(restore: tests/test_identity.py, with the real runs of recover and rebuild-index;
     export: test_export_with_broker_config_equals_dump_and_the_explicit_options.)"""
     root, conf = damaged_delay
@@ -281,9 +317,11 @@ def test_every_command_with_the_broker_config_alone_equals_the_explicit_options(
 
 # ------------------------------------------- --broker-version auto on 4.x stores (issue 18 gap 4)
 
-TOPICS_4X = ('{"dataVersion":{"counter":3,"timestamp":1795302118000},"topicConfigTable":{"TopicA":{"order":false,'
-             '"perm":6,"readQueueNums":4,"topicFilterType":"SINGLE_TAG","topicName":"TopicA","topicSysFlag":0,'
-             '"writeQueueNums":4}}}')
+TOPICS_4X = (
+    '{"dataVersion":{"counter":3,"timestamp":1795302118000},"topicConfigTable":{"TopicA":{"order":false,'
+    '"perm":6,"readQueueNums":4,"topicFilterType":"SINGLE_TAG","topicName":"TopicA","topicSysFlag":0,'
+    '"writeQueueNums":4}}}'
+)
 
 
 def four_x_copy(name: str, tmp_path: Path) -> Path:
@@ -295,7 +333,8 @@ def four_x_copy(name: str, tmp_path: Path) -> Path:
 
 
 def test_auto_proceeds_on_a_4x_store_whose_candidates_recover_it_identically(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A cleanly shut down 4.x store: topics.json bounds it to 4.x, a full index file's
     hashSlotCount to 4.7.1+, quirk Q1 cannot act in normal recovery or in rebuild-index, and
     both properties parsers read every record alike: recover and rebuild-index proceed,
@@ -315,7 +354,10 @@ def test_auto_proceeds_on_a_4x_store_whose_candidates_recover_it_identically(
     code, out, err = cli(capsys, "recover", "--yes", root)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     # (the parser check, which reads every record, is not run when it could not settle it)
-    assert "4.7.1-4.9.0, 4.9.1-4.9.8, 5.0.0," in err and "e.g. --broker-version 4.9.4 or RMQTOOL_BROKER_VERSION=4.9.4" in err
+    assert (
+        "4.7.1-4.9.0, 4.9.1-4.9.8, 5.0.0," in err
+        and "e.g. --broker-version 4.9.4 or RMQTOOL_BROKER_VERSION=4.9.4" in err
+    )
     assert tree_digest(root) == before
 
 
@@ -325,7 +367,8 @@ def _run_norm(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, Any]
 
 
 def test_auto_still_refuses_where_a_quirk_acts_on_the_store(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
     # a record whose KEYS value holds a second 0x01: the 4.6.0-4.9.0 parser drops KEYS, 4.9.1+ keeps it
     root = four_x_copy("clean", tmp_path / "a")
@@ -384,18 +427,23 @@ def test_a_rocksdb_config_directory_is_5x_evidence(tmp_path: Path) -> None:
     assert inf.candidates[0] == (5, 0, 0) and "config/topics is a RocksDB database" in inf.describe_evidence()
 
 
-@pytest.mark.parametrize("raw,agree", [
-    (b"KEYS\x01a b\x02TAGS\x01t", True),
-    (b"KEYS\x01a b\x02TAGS\x01t\x02", True),  # trailing separator
-    (b"KEYS\x01\x02TAGS\x01t", True),  # empty value: both drop it
-    (b"\x02\x02KEYS\x01k", True),  # empty segments
-    (b"\x01", True),  # a lone separator: both drop it
-    (b"KEYS\x01a\x01b\x02TAGS\x01t", False),  # two separators: 4.9.1+ keeps KEYS=a\x01b, 4.6.0-4.9.0 drops it
-    (b"TAGS\x01t\x02\x01v", False),  # empty key: only 4.6.0-4.9.0 keeps it
-    (b"\x01v\x02TAGS\x01t", False),  # the same at the start
-    (b"KEYS\x01a\x01\x02TAGS\x01t", False),  # 4.6.0-4.9.0 drops the trailing empty part: KEYS=a
-])
-def test_properties_parsers_agree_exactly_where_both_parsers_read_the_same(raw: bytes, agree: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "raw,agree",
+    [
+        (b"KEYS\x01a b\x02TAGS\x01t", True),
+        (b"KEYS\x01a b\x02TAGS\x01t\x02", True),  # trailing separator
+        (b"KEYS\x01\x02TAGS\x01t", True),  # empty value: both drop it
+        (b"\x02\x02KEYS\x01k", True),  # empty segments
+        (b"\x01", True),  # a lone separator: both drop it
+        (b"KEYS\x01a\x01b\x02TAGS\x01t", False),  # two separators: 4.9.1+ keeps KEYS=a\x01b, 4.6.0-4.9.0 drops it
+        (b"TAGS\x01t\x02\x01v", False),  # empty key: only 4.6.0-4.9.0 keeps it
+        (b"\x01v\x02TAGS\x01t", False),  # the same at the start
+        (b"KEYS\x01a\x01\x02TAGS\x01t", False),  # 4.6.0-4.9.0 drops the trailing empty part: KEYS=a
+    ],
+)
+def test_properties_parsers_agree_exactly_where_both_parsers_read_the_same(
+    raw: bytes, agree: bool, tmp_path: Path
+) -> None:
     from test_version_behaviour import props, write_store
 
     from rmqtool.formats.properties import parse_properties, parse_properties_legacy

@@ -78,6 +78,8 @@ def test_index_file_map_knows_the_data_extents(tmp_path: Path) -> None:
 
 def test_blocks_outside_the_extents_are_not_read() -> None:
     ext = [(0, 10), (20, 30), (50, 60)]
-    got = [image_mod._overlaps(ext, lo, hi) for lo, hi in [(10, 20), (9, 20), (30, 50), (29, 31), (60, 70), (55, 56),
-                                                           (0, 1), (15, 21), (61, 62)]]
+    got = [
+        image_mod._overlaps(ext, lo, hi)
+        for lo, hi in [(10, 20), (9, 20), (30, 50), (29, 31), (60, 70), (55, 56), (0, 1), (15, 21), (61, 62)]
+    ]
     assert got == [False, True, False, True, False, True, True, True, False]

@@ -85,7 +85,9 @@ class RefCQ:
     def __init__(self, F: int, existing: list[tuple[int, bytes, int]] | None = None, max_phys: int = -1) -> None:
         self.F = F
         # [from, buffer, wrote position, firstCreateInQueue]
-        self.files: list[list[Any]] = [[frm, bytearray(d.ljust(F, b"\0")), pos, False] for frm, d, pos in existing or []]
+        self.files: list[list[Any]] = [
+            [frm, bytearray(d.ljust(F, b"\0")), pos, False] for frm, d, pos in existing or []
+        ]
         self.max_phys = max_phys
         self.min_logic = 0
         self.warnings: list[tuple[int, int, int]] = []
@@ -231,7 +233,12 @@ class RefIndex:
 
 def test_dispatch_filters() -> None:
     assert [goes_to_consume_queue(f) for f in (0x0, 0x4, 0x8, 0xC, 0x1 | 0x8, 0x10 | 0x4)] == [
-        True, False, True, False, True, False,
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
     ]
     assert [goes_to_index(f) for f in (0x0, 0x4, 0x8, 0xC, 0x2 | 0xC)] == [True, True, True, False, False]
 
@@ -470,7 +477,9 @@ def make_cq_stream(first_cq: int, ops: list[tuple[str, int]]) -> list[tuple[int,
     st.lists(st.integers(1, 200), max_size=3),
     st.booleans(),
 )
-def test_cq_fast_equals_reference(F: int, first_cq: int, ops: list[Any], splits: list[int], start_existing: bool) -> None:
+def test_cq_fast_equals_reference(
+    F: int, first_cq: int, ops: list[Any], splits: list[int], start_existing: bool
+) -> None:
     stream = make_cq_stream(first_cq, ops)
     existing = None
     max_phys = -1
@@ -518,9 +527,7 @@ class _SmallWindows(ConsumeQueueWriter):
 # =============================================================================================
 
 V11_UNIQ = "C0A8016430391B6D358647B760000001"
-V11_HEADER = bytes.fromhex(
-    "0000018BCFE5687B" "0000018BCFE5687B" "0000000040000100" "0000000040000100" "00000002" "00000003"
-)
+V11_HEADER = bytes.fromhex("0000018BCFE5687B0000018BCFE5687B000000004000010000000000400001000000000200000003")
 
 
 @pytest.mark.parametrize("scalar", [False, True])
@@ -533,8 +540,8 @@ def test_index_vectors_default_geometry(scalar: bool) -> None:
         b.add([r])
     (img,) = b.files
     assert img.size == 420_000_040 == index_file_size(5_000_000, 20_000_000)
-    assert img.entry_bytes(1) == bytes.fromhex("13C5DA86" "0000000040000100" "00000000" "00000000")
-    assert img.entry_bytes(2) == bytes.fromhex("62C3592C" "0000000040000100" "00000000" "00000000")
+    assert img.entry_bytes(1) == bytes.fromhex("13C5DA8600000000400001000000000000000000")
+    assert img.entry_bytes(2) == bytes.fromhex("62C3592C00000000400001000000000000000000")
     assert img.entry_bytes(0) == bytes(20) and img.entry_bytes(3) == bytes(20)
     # entry n is at 40 + 5,000,000*4 + n*20: entry 1 at 20000060, entry 2 at 20000080
     assert 40 + 5_000_000 * 4 + 1 * 20 == 20000060
@@ -559,7 +566,7 @@ def test_index_image_bytes_small_geometry() -> None:
     s2 = (1656969516 % 100) * 4 + 40
     assert data[s1 : s1 + 4] == struct.pack(">i", 1) and data[s2 : s2 + 4] == struct.pack(">i", 2)
     assert data[440 + 20 : 440 + 60] == bytes.fromhex(
-        "13C5DA86000000004000010000000000000000006" "2C3592C00000000400001000000000000000000"
+        "13C5DA860000000040000100000000000000000062C3592C00000000400001000000000000000000"
     )
     out = io.BytesIO()
     img.write_to(out, block=1000)
@@ -839,8 +846,16 @@ def fixture_requests(store: Path) -> list[DispatchRequest]:
                     tc = r.store_timestamp + DELAY_MS[level - 1]
             out.append(
                 DispatchRequest(
-                    r.topic, r.queue_id, r.physical_offset, r.total_size, tc, r.store_timestamp,
-                    r.queue_offset, props.get("KEYS"), props.get("UNIQ_KEY"), r.sys_flag,
+                    r.topic,
+                    r.queue_id,
+                    r.physical_offset,
+                    r.total_size,
+                    tc,
+                    r.store_timestamp,
+                    r.queue_offset,
+                    props.get("KEYS"),
+                    props.get("UNIQ_KEY"),
+                    r.sys_flag,
                 )  # fmt: skip
             )
             pos += total
@@ -937,8 +952,12 @@ def test_rebuild_real_store_after_crash() -> None:
     got_idx = [sha(d) for d in kept[:-1]] + [sha(d) for d, _ in w.index.outputs()]
     assert got_idx == want_idx
     assert w.index.records_skipped > 0
-    assert w.index.index_msg_timestamp == v["non_canonical"]["checkpoint_in_memory_right_after_load"]["indexMsgTimestamp"]
-    assert w.cq.logics_msg_timestamp == v["non_canonical"]["checkpoint_in_memory_right_after_load"]["logicsMsgTimestamp"]
+    assert (
+        w.index.index_msg_timestamp == v["non_canonical"]["checkpoint_in_memory_right_after_load"]["indexMsgTimestamp"]
+    )
+    assert (
+        w.cq.logics_msg_timestamp == v["non_canonical"]["checkpoint_in_memory_right_after_load"]["logicsMsgTimestamp"]
+    )
 
 
 def test_header_counters_wrap_like_java_ints() -> None:
@@ -964,8 +983,10 @@ def test_header_counters_wrap_like_java_ints() -> None:
 def test_truncate_equals_never_having_put_the_rest(every_put: bool) -> None:
     """IndexFileImage.truncate(keep) gives the bytes of a file that only ever got the
     first records' puts: entries, slot heads, hashSlotCount, indexCount and the end fields."""
-    reqs = [DispatchRequest("T", 0, 100 * i, 100, 0, 1_700_000_000_000 + 700 * i, i, f"k{i % 7} u{i}", None, 0)
-            for i in range(40)]
+    reqs = [
+        DispatchRequest("T", 0, 100 * i, 100, 0, 1_700_000_000_000 + 700 * i, i, f"k{i % 7} u{i}", None, 0)
+        for i in range(40)
+    ]
     full = IndexBuilder(13, 200, count_every_put=every_put)
     for r in reqs:
         full.add_one(r)
@@ -979,7 +1000,6 @@ def test_truncate_equals_never_having_put_the_rest(every_put: bool) -> None:
         assert img.to_bytes() == want.files[0].to_bytes(), n
     with pytest.raises(ValueError):
         img.truncate(0, 0)
-
 
 
 @pytest.mark.parametrize("block", [7, 64, 1 << 24])

@@ -41,7 +41,22 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[bytes]]:
 
     root = tmp_path_factory.mktemp("indexkeep") / "store"
     write_synthetic_store(root, total_bytes=3_000_000, file_size=1 << 20, body_size=200, keys_per_message=2)
-    assert run(["rebuild-index", "--yes", str(root), "--quiet", *GEOMETRY, "--cq-file-size", "40000", "--backup-dir", str(root.parent / "bk0")]) == 1
+    assert (
+        run(
+            [
+                "rebuild-index",
+                "--yes",
+                str(root),
+                "--quiet",
+                *GEOMETRY,
+                "--cq-file-size",
+                "40000",
+                "--backup-dir",
+                str(root.parent / "bk0"),
+            ]
+        )
+        == 1
+    )
     shutil.rmtree(root.parent / "bk0", ignore_errors=True)
     contents = [p.read_bytes() for p in sorted((root / "index").iterdir())]
     assert len(contents) == 3  # two full files and a third
@@ -216,11 +231,27 @@ def _rebuilt_from_scratch(root: Path, tmp_path: Path) -> list[bytes]:
     shutil.copytree(root, other)
     shutil.rmtree(other / "index")
     (other / "index").mkdir()
-    assert run(["rebuild-index", "--yes", str(other), "--index-only", "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk-scratch")]) == 1
+    assert (
+        run(
+            [
+                "rebuild-index",
+                "--yes",
+                str(other),
+                "--index-only",
+                "--quiet",
+                *GEOMETRY,
+                "--backup-dir",
+                str(tmp_path / "bk-scratch"),
+            ]
+        )
+        == 1
+    )
     return _lookup_all(other)
 
 
-def test_a_sound_index_stays_untouched(built: tuple[Path, list[bytes]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_sound_index_stays_untouched(
+    built: tuple[Path, list[bytes]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = _copy(built, tmp_path)
     store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
     plan = plan_recovery(store, P494)
@@ -241,8 +272,14 @@ def test_a_sound_index_stays_untouched(built: tuple[Path, list[bytes]], tmp_path
 
 
 @pytest.mark.parametrize("which,damage,kept,reason", CASES, ids=[f"{c[0]}-{c[1].__name__}" for c in CASES])
-def test_damaged_index_files(built: tuple[Path, list[bytes]], tmp_path: Path, which: int, damage: Callable[[bytearray], None],
-                             kept: list[int], reason: str | None) -> None:
+def test_damaged_index_files(
+    built: tuple[Path, list[bytes]],
+    tmp_path: Path,
+    which: int,
+    damage: Callable[[bytearray], None],
+    kept: list[int],
+    reason: str | None,
+) -> None:
     root = _copy(built, tmp_path)
     files = _files(root)
     _patch(files[which], damage)
@@ -292,8 +329,9 @@ def test_spread() -> None:
     assert ik._spread(1, 4, 100).tolist() == [1, 2, 3, 4]
 
 
-
-def test_nothing_is_kept_after_a_file_the_broker_keeps_that_they_do_not_continue(built: tuple[Path, list[bytes]], tmp_path: Path) -> None:
+def test_nothing_is_kept_after_a_file_the_broker_keeps_that_they_do_not_continue(
+    built: tuple[Path, list[bytes]], tmp_path: Path
+) -> None:
     """The first file's header lost (zeros: endTimestamp 0, so the broker keeps it, and
     endPhyOffset 0, so its dispatch indexes every record into it again): the files after
     it are not kept either, whatever their check says; the broker's rule and a re-index."""
@@ -337,7 +375,9 @@ def test_a_cut_commitlog_cuts_the_kept_index(built: tuple[Path, list[bytes]], tm
     plan = plan_recovery(Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES), P494)
     assert plan.end_offset == victim
     assert [k.file for k in plan.index_kept] == [f"index/{files[0].name}", f"index/{files[1].name}"]
-    assert [(t.file, t.entries_kept) for t in plan.index_truncated] == [(f"index/{files[1].name}", int((e[1:] < victim).sum()))]
+    assert [(t.file, t.entries_kept) for t in plan.index_truncated] == [
+        (f"index/{files[1].name}", int((e[1:] < victim).sum()))
+    ]
     assert [d.file for d in plan.index_discarded] == [f"index/{files[2].name}"]
     assert "follows the last index file kept" in plan.index_discarded[0].reason
     assert run(["recover", "--yes", str(root), "--quiet", *GEOMETRY, "--backup-dir", str(tmp_path / "bk")]) == 1
@@ -345,15 +385,21 @@ def test_a_cut_commitlog_cuts_the_kept_index(built: tuple[Path, list[bytes]], tm
     assert run(["verify", str(root), "--quiet", *GEOMETRY]) == 0
 
 
-@pytest.mark.parametrize("specs,version", [("v6", "4.9.4"), ("v6", "5.3.3"), ("v2", "5.1.4"), ("tx", "4.9.4"), ("crc", "5.3.3")])
+@pytest.mark.parametrize(
+    "specs,version", [("v6", "4.9.4"), ("v6", "5.3.3"), ("v2", "5.1.4"), ("tx", "4.9.4"), ("crc", "5.3.3")]
+)
 def test_kept_across_record_layouts(tmp_path: Path, specs: str, version: str) -> None:
     """IPv6 hosts, V2 records, transactions (a ROLLBACK is never indexed) and 5.2+
     __CRC32# records (STORE_FORMAT, built by test_version_behaviour from the spec): the index
     rebuild-index writes is kept by an abnormal recovery, untouched, and verify agrees."""
     import test_version_behaviour as av
 
-    recs = {"v6": lambda: av.V6_SPECS * 40, "v2": lambda: av.v2_specs() * 10, "tx": lambda: av.tx_specs() * 8,
-            "crc": lambda: av.crc_specs(60)}[specs]()
+    recs = {
+        "v6": lambda: av.V6_SPECS * 40,
+        "v2": lambda: av.v2_specs() * 10,
+        "tx": lambda: av.tx_specs() * 8,
+        "crc": lambda: av.crc_specs(60),
+    }[specs]()
     root = tmp_path / "store"
     av.write_store(root, recs)
     geom = av.GEOM + ["--broker-version", version]
@@ -506,13 +552,17 @@ def test_a_record_whose_keys_span_a_lost_file(tmp_path: Path) -> None:
     fp, fc = st.index_files[lost - 1], st.index_files[lost]
     held = _keys_indexed_at(fp, h[lost - 1], fc, h[lost + 1], 16)
     assert 0 < held < 21  # UNIQ_KEY and 20 keys
-    assert ik.keyed_record_between(st, P494, h[lost - 1][3], h[lost + 1][2], after_lo=True, keys_at_lo=held) == h[lost - 1][3]
+    assert (
+        ik.keyed_record_between(st, P494, h[lost - 1][3], h[lost + 1][2], after_lo=True, keys_at_lo=held)
+        == h[lost - 1][3]
+    )
     assert run(["recover", "--yes", str(root), "--quiet", *geo, "--backup-dir", str(tmp_path / "bk")]) == 1
     assert run(["verify", str(root), "--quiet", *geo]) == 0
 
 
 def test_a_first_record_lacking_keys_is_kept_only_after_a_file_ending_with_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A store RocketMQ 4.9.8 wrote and the oracle killed (tests/oracle/test_diff_oracle.py,
     seed 53, checkpoint removed; tests/data/oracle_498_seed53_rm_checkpoint.tar.gz). Its
     record at 12246 has 11 keys; index file ...758 (9 entries a file) begins with two of
@@ -527,11 +577,34 @@ def test_a_first_record_lacking_keys_is_kept_only_after_a_file_ending_with_it(
     with tarfile.open(Path(__file__).parent / "data" / "oracle_498_seed53_rm_checkpoint.tar.gz") as t:
         t.extractall(tmp_path, filter="data")
     store = tmp_path / "store"
-    geo = ["--broker-version", "4.9.8", "--commitlog-file-size", "16384", "--cq-file-size", "6000",
-           "--index-slots", "4", "--index-entries", "10"]
+    geo = [
+        "--broker-version",
+        "4.9.8",
+        "--commitlog-file-size",
+        "16384",
+        "--cq-file-size",
+        "6000",
+        "--index-slots",
+        "4",
+        "--index-entries",
+        "10",
+    ]
     capsys.readouterr()
-    code = run(["recover", "--yes", str(store), "--backup-dir", str(tmp_path / "bk"), *geo, "-q", "-j", "1",
-                "--format", "json"])
+    code = run(
+        [
+            "recover",
+            "--yes",
+            str(store),
+            "--backup-dir",
+            str(tmp_path / "bk"),
+            *geo,
+            "-q",
+            "-j",
+            "1",
+            "--format",
+            "json",
+        ]
+    )
     plan = json.loads(capsys.readouterr().out)["plan"]
     assert code == 1
     assert "index/20261127125725758" not in [k["file"] for k in plan["index_kept"]]

@@ -13,7 +13,23 @@ from rmqtool.recovery.batch import BatchDecoder
 from rmqtool.recovery.batch.decoder import _inner_batch_sure
 from rmqtool.recovery.versions import BrokerProfile
 
-_VALUES = ["0", "7", "9999", "32767", "32768", "-1", "+3", "", "12a", "٣", "1" * 18, "9" * 19, "-" + "9" * 18, " 5", "05"]
+_VALUES = [
+    "0",
+    "7",
+    "9999",
+    "32767",
+    "32768",
+    "-1",
+    "+3",
+    "",
+    "12a",
+    "٣",
+    "1" * 18,
+    "9" * 19,
+    "-" + "9" * 18,
+    " 5",
+    "05",
+]
 
 
 def _props(rng: random.Random) -> tuple[bytes, dict[str, str]]:
@@ -41,7 +57,10 @@ def test_inner_batch_odd_records_equal_the_rule() -> None:
         f = pc.found
         if b"INNER_NUM" in f and b"INNER_BASE" in f:
             sure = _inner_batch_sure(J, f[b"INNER_NUM"], f[b"INNER_BASE"])
-            assert all(ck.inner_batch_ok({k: v for k, v in recs[r][1].items() if v}) for r in f[b"INNER_BASE"][0][sure].tolist())
+            assert all(
+                ck.inner_batch_ok({k: v for k, v in recs[r][1].items() if v})
+                for r in f[b"INNER_BASE"][0][sure].tolist()
+            )
             assert sure.any() and not sure.all()
 
 

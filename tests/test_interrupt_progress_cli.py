@@ -50,16 +50,20 @@ def _listing(d: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_ctrl_c_during_the_long_work(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_ctrl_c_during_the_long_work(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     argv, phase = CASES[name]
     root = copy_store("crash_midwrite", tmp_path / "s")
     before, beside = tree_digest(root), _listing(tmp_path)
     subs = {"STORE": str(root), "OUT": str(tmp_path / "out.jsonl"), "SALVAGE": str(tmp_path / "salvage")}
     calls = _interrupt_at(monkeypatch, phase, 3)
     code = run([subs.get(a, a) for a in argv] + ["--progress"])
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln and not ln.startswith(f"rmqtool: {phase}: ")
-           and not ln.startswith("rmqtool: recover: walk: ")]  # (and click's newline after the ^C)
+    err = [
+        ln
+        for ln in capsys.readouterr().err.splitlines()
+        if ln and not ln.startswith(f"rmqtool: {phase}: ") and not ln.startswith("rmqtool: recover: walk: ")
+    ]  # (and click's newline after the ^C)
     assert len(calls) == 3, (calls, err)
     assert code == Exit.INTERRUPTED, err
     assert len(err) == 1 and err[0].startswith(("rmqtool: interrupted", "interrupted")), err
@@ -72,8 +76,9 @@ def test_ctrl_c_during_the_long_work(name: str, tmp_path: Path, monkeypatch: pyt
 
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["recover", "recover --dry-run"])
-def test_ctrl_c_while_salvaging_leaves_no_temporary_file(dry_run: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_ctrl_c_while_salvaging_leaves_no_temporary_file(
+    dry_run: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """(An interrupted recover left its salvage files behind, ~130 MB on a big store.) The
     interrupt lands in the middle of writing them; a salvage directory that was there
     before keeps what it held."""
@@ -107,8 +112,9 @@ def test_ctrl_c_while_salvaging_leaves_no_temporary_file(dry_run: bool, tmp_path
 
 
 @pytest.mark.parametrize("phase", ["restore: check", "restore: apply"])
-def test_ctrl_c_during_restore(phase: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_ctrl_c_during_restore(
+    phase: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("crash_midwrite", tmp_path / "s")
     assert run(["recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / "bk")]) == Exit.REPAIRED
     capsys.readouterr()

@@ -46,7 +46,9 @@ def _core_files_naming(*names: str) -> list[tuple[str, str]]:
 
 def test_core_does_not_import_the_cli_package() -> None:
     """No module of formats/ or recovery/ imports rmqtool's CLI modules."""
-    assert not _core_files_naming("rmqtool.cli", "rmqtool.render", "rmqtool.options", "rmqtool.cmd_", "from .. import cli")
+    assert not _core_files_naming(
+        "rmqtool.cli", "rmqtool.render", "rmqtool.options", "rmqtool.cmd_", "from .. import cli"
+    )
 
 
 def _imported_names(path: Path) -> list[str]:
@@ -74,8 +76,12 @@ def test_formats_does_not_import_recovery_statically() -> None:
     root = Path(rmqtool.formats.__file__).resolve().parent
     files = sorted(root.glob("*.py"))
     assert root / "commitlog.py" in files
-    bad = [(p.name, n) for p in files for n in _imported_names(p)
-           if n.startswith(("rmqtool.recovery", "recovery")) or n == "rmqtool.cli" or n.startswith("rmqtool.cmd_")]
+    bad = [
+        (p.name, n)
+        for p in files
+        for n in _imported_names(p)
+        if n.startswith(("rmqtool.recovery", "recovery")) or n == "rmqtool.cli" or n.startswith("rmqtool.cmd_")
+    ]
     assert not bad
 
 
@@ -131,8 +137,12 @@ def test_cli_modules_import_no_private_names_of_each_other() -> None:
     is public there."""
     mods = _cli_modules()
     assert "rmqtool.cmd_dump" in mods and "rmqtool.export.spark" in mods
-    bad = [(name, module, imported) for name, path in mods.items() for module, imported in _imports_from(name, path)
-           if module.startswith("rmqtool") and imported.startswith("_") and not imported.startswith("__")]
+    bad = [
+        (name, module, imported)
+        for name, path in mods.items()
+        for module, imported in _imports_from(name, path)
+        if module.startswith("rmqtool") and imported.startswith("_") and not imported.startswith("__")
+    ]
     assert not bad
 
 
@@ -155,7 +165,7 @@ def test_cli_modules_import_no_circle() -> None:
         state[u] = 1
         for v in sorted(graph[u]):
             if state.get(v) == 1:
-                circles.append(path[path.index(v):] + [v])
+                circles.append(path[path.index(v) :] + [v])
             elif not state.get(v):
                 visit(v, path + [v])
         state[u] = 2
@@ -168,5 +178,6 @@ def test_cli_modules_import_no_circle() -> None:
 
 def test_core_does_not_import_the_export_package() -> None:
     """recovery/ and formats/ never import the export subpackage (nor its old module names)."""
-    assert not _core_files_naming("rmqtool.export", "from ..export", "export_spark", "export_arrow", "export_parquet",
-                                  "spark_job")
+    assert not _core_files_naming(
+        "rmqtool.export", "from ..export", "export_spark", "export_arrow", "export_parquet", "spark_job"
+    )

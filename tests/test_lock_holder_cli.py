@@ -45,8 +45,9 @@ def _names_holder(text: str, child: subprocess.Popen[str]) -> bool:
 
 
 @pytest.mark.parametrize("argv", [["recover", "--yes"], ["repair", "--yes"], ["rebuild-index", "--yes"]])
-def test_refusal_names_the_holders_pid_and_command(argv: list[str], held: tuple[Path, subprocess.Popen[str]],
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_refusal_names_the_holders_pid_and_command(
+    argv: list[str], held: tuple[Path, subprocess.Popen[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
     root, child = held
     before = tree_digest(root)
     assert run([*argv, "-q", str(root)]) == Exit.OPERATIONAL
@@ -57,8 +58,9 @@ def test_refusal_names_the_holders_pid_and_command(argv: list[str], held: tuple[
 
 
 @pytest.mark.parametrize("command", ["recover", "repair", "rebuild-index"])
-def test_dry_run_works_while_held_and_its_warning_names_the_holder(command: str, held: tuple[Path, subprocess.Popen[str]],
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_works_while_held_and_its_warning_names_the_holder(
+    command: str, held: tuple[Path, subprocess.Popen[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
     root, child = held
     before = tree_digest(root)
     code = run([command, "--dry-run", "--format", "json", str(root)])
@@ -70,8 +72,9 @@ def test_dry_run_works_while_held_and_its_warning_names_the_holder(command: str,
     assert tree_digest(root) == before
 
 
-def test_restore_refusal_names_the_holder(held: tuple[Path, subprocess.Popen[str]], tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_restore_refusal_names_the_holder(
+    held: tuple[Path, subprocess.Popen[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root, child = held
     other = copy_store("crash_midwrite", tmp_path / "other")
     assert run(["recover", "--yes", "-q", str(other), "--backup-dir", str(tmp_path / "bk")]) == Exit.REPAIRED
@@ -127,8 +130,9 @@ def test_a_java_lock_as_the_broker_takes_it_is_named(tmp_path: Path, capsys: pyt
     root = copy_store("crash_midwrite", tmp_path)
     src = tmp_path / "HoldLock.java"
     src.write_text(HOLD_JAVA)
-    child = subprocess.Popen([java, "-Xshare:auto", "-XX:TieredStopAtLevel=1", str(src), str(root)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [java, "-Xshare:auto", "-XX:TieredStopAtLevel=1", str(src), str(root)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "locked"
         assert run(["recover", "--yes", "-q", str(root)]) == Exit.OPERATIONAL
@@ -146,8 +150,21 @@ def test_a_long_command_line_keeps_the_program_and_its_tail(tmp_path: Path, caps
     script = tmp_path / "fake_broker.py"
     script.write_text(BROKER)
     opts = [f"-Dopt{i}=value{i}" for i in range(60)]  # (read by nobody: after the script, in sys.argv)
-    child = subprocess.Popen([sys.executable, "-X", "utf8", str(script), str(root), *opts,
-                              "org.apache.rocketmq.broker.BrokerStartup", "-c", "broker.conf"], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-X",
+            "utf8",
+            str(script),
+            str(root),
+            *opts,
+            "org.apache.rocketmq.broker.BrokerStartup",
+            "-c",
+            "broker.conf",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "locked"
         assert run(["recover", "--yes", "-q", str(root)]) == Exit.OPERATIONAL

@@ -100,5 +100,7 @@ def test_man_pages_hold_no_control_characters() -> None:
     escape is lost and the page shows "B--from-offsetR"."""
     for page in sorted(MAN.glob("*.1")):
         text = page.read_text(encoding="utf-8")
-        bad = [(i, hex(ord(c))) for i, c in enumerate(text) if ord(c) < 0x20 and c not in "\n\t"]  # tabs: roff tab stops
+        bad = [
+            (i, hex(ord(c))) for i, c in enumerate(text) if ord(c) < 0x20 and c not in "\n\t"
+        ]  # tabs: roff tab stops
         assert not bad, (page.name, bad[:5])

@@ -23,8 +23,10 @@ P = BrokerProfile.for_version("4.9.4")
 # JSON.toJSONString(ConsumerOffsetManager-like bean, true) from fastjson 1.2.69_noneautotype
 # (the jar RocketMQ 4.9.4 ships), for a table of three keys; the broker's own output
 # shape: tabs, "topic@group" keys each on a new line, integer queue ids unquoted on one line.
-FASTJSON_BYTES = (b'{\n\t"offsetTable":{\n\t\t"%RETRY%g1@g1":{0:0\n\t\t},\n\t\t"TopicA@g1":{0:5,1:12,10:3000000000\n\t\t},'
-                  b'\n\t\t"TopicB@g2":{}\n\t}\n}')
+FASTJSON_BYTES = (
+    b'{\n\t"offsetTable":{\n\t\t"%RETRY%g1@g1":{0:0\n\t\t},\n\t\t"TopicA@g1":{0:5,1:12,10:3000000000\n\t\t},'
+    b'\n\t\t"TopicB@g2":{}\n\t}\n}'
+)
 ONE = '{\n\t"offsetTable":{\n\t\t"TopicA@g1":{0:5,1:12\n\t\t}\n\t}\n}'
 
 
@@ -60,30 +62,33 @@ def test_encoder_gives_the_brokers_delay_offset_file() -> None:
 
 
 # each verdict below was checked against fastjson 1.2.69 (JSON.parseObject(text, Class))
-@pytest.mark.parametrize("text,state", [
-    (ONE, of.OK),
-    (ONE + "\n\n  \t", of.OK),  # white space after the object: accepted
-    (ONE + "\x00\x00\x00", of.OK),  # NULs: accepted
-    (ONE + "\x1a}}", of.OK),  # 0x1A is fastjson's end of input
-    ("\ufeff" + ONE, of.OK),
-    (ONE + "\t\t}\n\t}\n}", of.STALE_TAIL),  # the tail of an older, longer file
-    (ONE + "\x00}", of.STALE_TAIL),
-    (ONE + "garbage", of.STALE_TAIL),
-    (ONE + '{"offsetTable":{}}', of.STALE_TAIL),
-    (ONE[:40], of.CORRUPT),  # truncated
-    ("not json", of.CORRUPT),
-    ("null", of.NULL_CONTENT),
-    ("   \n", of.NULL_CONTENT),
-    ("[]", of.NULL_CONTENT),
-    ("\x00null", of.NULL_CONTENT),
-    ("\x00" * 4, of.CORRUPT),  # NULs alone: "expect {, actual EOF"
-    (" \x00", of.CORRUPT),
-    ('{"offsetTable":{"T@g":{"x":1}}}', of.BAD_SHAPE),
-    ('{"offsetTable":{"T@g":null}}', of.BAD_SHAPE),
-    ('{"offsetTable":{"T@g":{0:true}}}', of.BAD_SHAPE),
-    ("[1]", of.CORRUPT),  # a non-empty array: "expect {"
-    ("5", of.CORRUPT),
-])
+@pytest.mark.parametrize(
+    "text,state",
+    [
+        (ONE, of.OK),
+        (ONE + "\n\n  \t", of.OK),  # white space after the object: accepted
+        (ONE + "\x00\x00\x00", of.OK),  # NULs: accepted
+        (ONE + "\x1a}}", of.OK),  # 0x1A is fastjson's end of input
+        ("\ufeff" + ONE, of.OK),
+        (ONE + "\t\t}\n\t}\n}", of.STALE_TAIL),  # the tail of an older, longer file
+        (ONE + "\x00}", of.STALE_TAIL),
+        (ONE + "garbage", of.STALE_TAIL),
+        (ONE + '{"offsetTable":{}}', of.STALE_TAIL),
+        (ONE[:40], of.CORRUPT),  # truncated
+        ("not json", of.CORRUPT),
+        ("null", of.NULL_CONTENT),
+        ("   \n", of.NULL_CONTENT),
+        ("[]", of.NULL_CONTENT),
+        ("\x00null", of.NULL_CONTENT),
+        ("\x00" * 4, of.CORRUPT),  # NULs alone: "expect {, actual EOF"
+        (" \x00", of.CORRUPT),
+        ('{"offsetTable":{"T@g":{"x":1}}}', of.BAD_SHAPE),
+        ('{"offsetTable":{"T@g":null}}', of.BAD_SHAPE),
+        ('{"offsetTable":{"T@g":{0:true}}}', of.BAD_SHAPE),
+        ("[1]", of.CORRUPT),  # a non-empty array: "expect {"
+        ("5", of.CORRUPT),
+    ],
+)
 def test_parse_like_fastjson(text: str, state: str) -> None:
     assert of.parse_offset_text(text, "config/consumerOffset.json").state == state
 
@@ -98,18 +103,23 @@ def test_stale_tail_names_where_the_object_ends() -> None:
     assert s.state == of.STALE_TAIL and s.error_offset == len(ONE)
 
 
-@pytest.mark.parametrize("main,bak,loaded,table", [
-    (ONE, None, "main", {"TopicA@g1": {0: 5, 1: 12}}),
-    (None, ONE, "bak", {"TopicA@g1": {0: 5, 1: 12}}),
-    ("", ONE, "bak", {"TopicA@g1": {0: 5, 1: 12}}),
-    (ONE[:30], ONE, "bak", {"TopicA@g1": {0: 5, 1: 12}}),
-    (ONE + "}", ONE.replace("12", "9"), "bak", {"TopicA@g1": {0: 5, 1: 9}}),
-    (ONE[:30], None, "empty", {}),
-    (ONE[:30], "", "empty", {}),
-    (ONE[:30], "x", "refused", {}),
-    ("null", ONE, "main", {}),  # null: an empty table, the .bak is not looked at
-])
-def test_load_pair_like_config_manager(tmp_path: Path, main: str | None, bak: str | None, loaded: str, table: Any) -> None:
+@pytest.mark.parametrize(
+    "main,bak,loaded,table",
+    [
+        (ONE, None, "main", {"TopicA@g1": {0: 5, 1: 12}}),
+        (None, ONE, "bak", {"TopicA@g1": {0: 5, 1: 12}}),
+        ("", ONE, "bak", {"TopicA@g1": {0: 5, 1: 12}}),
+        (ONE[:30], ONE, "bak", {"TopicA@g1": {0: 5, 1: 12}}),
+        (ONE + "}", ONE.replace("12", "9"), "bak", {"TopicA@g1": {0: 5, 1: 9}}),
+        (ONE[:30], None, "empty", {}),
+        (ONE[:30], "", "empty", {}),
+        (ONE[:30], "x", "refused", {}),
+        ("null", ONE, "main", {}),  # null: an empty table, the .bak is not looked at
+    ],
+)
+def test_load_pair_like_config_manager(
+    tmp_path: Path, main: str | None, bak: str | None, loaded: str, table: Any
+) -> None:
     if main is not None:
         (tmp_path / "consumerOffset.json").write_text(main)
     if bak is not None:
@@ -145,14 +155,20 @@ def test_crashed_queue_end_comes_from_the_commitlog() -> None:
 
 def test_rows_lag_time_and_statuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = copy_store("clean", tmp_path)
-    write_offsets(store, {"TopicA@g1": {0: 5, 1: 63, 2: 64, 9: 0}, "TopicZ@g1": {0: 1}, "TopicB@g2": {0: 10}, "bad": {0: 1}})
+    write_offsets(
+        store, {"TopicA@g1": {0: 5, 1: 63, 2: 64, 9: 0}, "TopicZ@g1": {0: 1}, "TopicB@g2": {0: 10}, "bad": {0: 1}}
+    )
     (store / "config" / "subscriptionGroup.json").write_text('{"subscriptionGroupTable":{"g1":{}},"dataVersion":{}}')
     rc, doc = run_json(["offsets", str(store), "--format", "json"], capsys)
     assert rc == 4
     rows = {(r["group"], r["topic"], r["queue_id"]): r for r in doc["rows"]}
     r = rows[("g1", "TopicA", 0)]
     assert (r["status"], r["min_offset"], r["max_offset"], r["lag"], r["diff"]) == ("ok", 0, 63, 58, 58)
-    rec = next(x for x in broker_view("clean")["commitlog_records"] if x.get("topic") == "TopicA" and x["queue_id"] == 0 and x["queue_offset"] == 5)
+    rec = next(
+        x
+        for x in broker_view("clean")["commitlog_records"]
+        if x.get("topic") == "TopicA" and x["queue_id"] == 0 and x["queue_offset"] == 5
+    )
     assert r["oldest_unconsumed_ms"] == rec["store_timestamp"]
     assert (rows[("g1", "TopicA", 1)]["status"], rows[("g1", "TopicA", 1)]["lag"]) == ("ok", 0)
     assert (rows[("g1", "TopicA", 2)]["status"], rows[("g1", "TopicA", 2)]["diff"]) == ("ahead", -1)
@@ -163,7 +179,9 @@ def test_rows_lag_time_and_statuses(tmp_path: Path, capsys: pytest.CaptureFixtur
     g1 = next(g for g in doc["groups"] if g["group"] == "g1")
     assert (g1["ahead"], g1["missing"], g1["lag"], g1["status"]) == (1, 2, 58, "no_topic")
     # the delay progress of delayOffset.json
-    assert any(r["topic"] == "SCHEDULE_TOPIC_XXXX" and r["group"] is None for r in doc["rows"]) is False  # clean: empty table
+    assert (
+        any(r["topic"] == "SCHEDULE_TOPIC_XXXX" and r["group"] is None for r in doc["rows"]) is False
+    )  # clean: empty table
 
 
 def test_delay_progress_rows() -> None:
@@ -227,7 +245,10 @@ def test_recover_lists_then_fixes_offsets_past_the_end(tmp_path: Path, capsys: p
     rc, doc = run_json(["recover", "--yes", str(store), "-q", "--format", "json", "--fix-offsets"], capsys)
     assert rc == 1 and doc["offsets_fixed"]
     assert "config/consumerOffset.json" in [a["path"] for a in doc["result"]["actions"]]
-    assert of.parse_offset_text(path.read_text(), "x").table == {"TopicA@g1": {0: 193, 1: 100}, "TopicB@g2": {0: 191, 1: 192}}
+    assert of.parse_offset_text(path.read_text(), "x").table == {
+        "TopicA@g1": {0: 193, 1: 100},
+        "TopicB@g2": {0: 191, 1: 192},
+    }
     rc, rep = run_json(["offsets", str(store), "--format", "json"], capsys)
     assert rc == 0 and all(r["status"] == "ok" for r in rep["rows"])
     # one backup for the whole recovery: restore puts the offsets back too
@@ -261,7 +282,9 @@ def test_repair_lists_then_fixes_offsets_past_the_new_end(tmp_path: Path, capsys
     argv = ["repair", "--yes", "--broker-version", "4.9.4", str(store), "-q", "--format", "json"]
     rc, doc = run_json(argv + ["--dry-run", "--fix-offsets"], capsys)
     assert rc == 4 and not doc["offsets_fixed"] and path.read_bytes() == before
-    assert [(o["key"], o["queue_id"], o["committed"], o["new_offset"]) for o in doc["offsets_past_end"]] == [("TopicC@g3", 0, 42, 41)]
+    assert [(o["key"], o["queue_id"], o["committed"], o["new_offset"]) for o in doc["offsets_past_end"]] == [
+        ("TopicC@g3", 0, 42, 41)
+    ]
     assert "new end 41" in doc["offsets_past_end"][0]["reason"] and "end at 42" in doc["offsets_past_end"][0]["reason"]
     rc, doc = run_json(argv + ["--fix-offsets"], capsys)
     assert rc == 1 and doc["offsets_fixed"]
@@ -298,7 +321,9 @@ def test_set_dry_run_then_real_then_restore(tmp_path: Path, capsys: pytest.Captu
     store = copy_store("clean", tmp_path)
     path = write_offsets(store, {"TopicA@g1": {0: 5, 1: 1200}})
     before = tree_digest(store)
-    rc, doc = run_json(["offsets", "--yes", str(store), "--set", "g1", "TopicA", "1", "63", "--dry-run", "--format", "json"], capsys)
+    rc, doc = run_json(
+        ["offsets", "--yes", str(store), "--set", "g1", "TopicA", "1", "63", "--dry-run", "--format", "json"], capsys
+    )
     assert rc == 4 and doc["dry_run"] and doc["changes"][0]["committed"] == 1200 and tree_digest(store) == before
     rc, doc = run_json(["offsets", "--yes", str(store), "--set", "g1", "TopicA", "1", "63", "--format", "json"], capsys)
     assert rc == 1
@@ -330,17 +355,24 @@ def test_set_writes_the_table_the_broker_loads_from_the_bak(tmp_path: Path) -> N
     write_offsets(store, {"TopicA@g1": {0: 5, 1: 7}}, "consumerOffset.json.bak")
     (store / "config" / "consumerOffset.json").write_text(ONE + "\t}\n}")  # stale tail: the broker loads the .bak
     assert run(["offsets", "--yes", str(store), "--set", "g1", "TopicA", "0", "9"]) == 1
-    assert of.parse_offset_text((store / "config" / "consumerOffset.json").read_text(), "x").table == {"TopicA@g1": {0: 9, 1: 7}}
+    assert of.parse_offset_text((store / "config" / "consumerOffset.json").read_text(), "x").table == {
+        "TopicA@g1": {0: 9, 1: 7}
+    }
 
 
 def test_reset_to_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = copy_store("clean", tmp_path)
     path = write_offsets(store, {"TopicA@g1": {0: 0, 1: 0}, "TopicB@g2": {0: 0}})
-    recs = sorted((r for r in broker_view("clean")["commitlog_records"] if r.get("topic") == "TopicA" and r["queue_id"] == 0),
-                  key=lambda r: r["queue_offset"])
+    recs = sorted(
+        (r for r in broker_view("clean")["commitlog_records"] if r.get("topic") == "TopicA" and r["queue_id"] == 0),
+        key=lambda r: r["queue_offset"],
+    )
     t = recs[10]["store_timestamp"]
     want0 = min(r["queue_offset"] for r in recs if r["store_timestamp"] >= t)
-    rc, doc = run_json(["offsets", "--yes", str(store), "--reset-to-time", str(t), "-g", "g1", "-t", "TopicA", "--format", "json"], capsys)
+    rc, doc = run_json(
+        ["offsets", "--yes", str(store), "--reset-to-time", str(t), "-g", "g1", "-t", "TopicA", "--format", "json"],
+        capsys,
+    )
     assert rc == 1
     tbl = of.parse_offset_text(path.read_text(), "x").table
     assert tbl["TopicA@g1"][0] == want0 and tbl["TopicB@g2"] == {0: 0}
@@ -354,15 +386,20 @@ def test_reset_to_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 # verify
 
 
-@pytest.mark.parametrize("main,bak,code", [
-    (ONE + "\t}\n}", ONE, "CFG_UNREADABLE"),
-    ("", ONE, "CFG_UNREADABLE"),
-    (ONE[:20], None, "CFG_TABLE_LOST"),
-    ("null", ONE, "CFG_TABLE_LOST"),
-    (ONE[:20], "{x", "CFG_LOAD_FAILS"),
-    (ONE, "{x", "CFG_BAK_UNREADABLE"),
-])
-def test_verify_config_findings(tmp_path: Path, capsys: pytest.CaptureFixture[str], main: str, bak: str | None, code: str) -> None:
+@pytest.mark.parametrize(
+    "main,bak,code",
+    [
+        (ONE + "\t}\n}", ONE, "CFG_UNREADABLE"),
+        ("", ONE, "CFG_UNREADABLE"),
+        (ONE[:20], None, "CFG_TABLE_LOST"),
+        ("null", ONE, "CFG_TABLE_LOST"),
+        (ONE[:20], "{x", "CFG_LOAD_FAILS"),
+        (ONE, "{x", "CFG_BAK_UNREADABLE"),
+    ],
+)
+def test_verify_config_findings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], main: str, bak: str | None, code: str
+) -> None:
     store = copy_store("clean", tmp_path)
     (store / "config" / "consumerOffset.json").write_text(main)
     if bak is not None:
@@ -418,15 +455,19 @@ def test_offset_number_longer_than_any_java_long_is_a_bad_shape_not_an_error() -
     assert parse_offset_text('{"offsetTable":{"T@G":{0:9223372036854775807}}}', "x").table == {"T@G": {0: 2**63 - 1}}
 
 
-def test_reset_to_time_takes_the_first_message_at_or_after_not_the_nearer_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_reset_to_time_takes_the_first_message_at_or_after_not_the_nearer_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The documented deliberate difference (man rmqtool-offsets, Changing offsets): TIME 1 ms
     after TopicA/0's queue offset 8 and 32 ms before offset 9. The broker's
     getOffsetInQueueByTime (4.9.4) takes the nearer message, offset 8, stored before TIME
     (consumed again); rmqtool takes offset 9, the first stored at or after TIME."""
     store = copy_store("clean", tmp_path)
     path = write_offsets(store, {"TopicA@g1": {0: 0}})
-    recs = sorted((r for r in broker_view("clean")["commitlog_records"] if r.get("topic") == "TopicA" and r["queue_id"] == 0),
-                  key=lambda r: r["queue_offset"])
+    recs = sorted(
+        (r for r in broker_view("clean")["commitlog_records"] if r.get("topic") == "TopicA" and r["queue_id"] == 0),
+        key=lambda r: r["queue_offset"],
+    )
     t = recs[8]["store_timestamp"] + 1
     before, after = recs[8]["store_timestamp"], recs[9]["store_timestamp"]
     assert before < t < after and t - before < after - t  # the broker's nearer rule picks offset 8

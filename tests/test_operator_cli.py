@@ -24,8 +24,9 @@ def _terminal(monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
 
 
 @pytest.mark.parametrize("argv", [["recover"], ["rebuild-index"], ["restore", "BACKUP"]])
-def test_destructive_command_without_terminal_needs_yes(argv: list[str], tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_destructive_command_without_terminal_needs_yes(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("crash_midwrite", tmp_path)
     before = tree_digest(root)
     args = [a if a != "BACKUP" else str(tmp_path / "bk") for a in argv]
@@ -40,8 +41,9 @@ def test_destructive_command_without_terminal_needs_yes(argv: list[str], tmp_pat
     assert tree_digest(root) == before
 
 
-def test_recover_on_a_terminal_shows_the_plan_and_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_recover_on_a_terminal_shows_the_plan_and_asks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("crash_midwrite", tmp_path)
     before = tree_digest(root)
     _terminal(monkeypatch, "n\n")
@@ -56,15 +58,18 @@ def test_recover_on_a_terminal_shows_the_plan_and_asks(tmp_path: Path, monkeypat
     assert not (root / "abort").exists()
 
 
-def test_yes_skips_the_question_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_yes_skips_the_question_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("crash_midwrite", tmp_path)
     _terminal(monkeypatch, "")  # nothing to read: a question would abort
     assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == Exit.REPAIRED
     assert "Apply" not in capsys.readouterr().err
 
 
-def test_rebuild_and_restore_exit_1_when_they_changed_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_rebuild_and_restore_exit_1_when_they_changed_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import shutil
 
     root = copy_store("clean", tmp_path)
@@ -87,7 +92,7 @@ def test_exit_status_bits_combine() -> None:
 def test_every_man_page_has_the_one_exit_status_table(page: str) -> None:
     text = (MAN / page).read_text(encoding="utf-8")
     assert MAN_TABLE in text, page
-    block = text[text.index(".SH EXIT STATUS"):]
+    block = text[text.index(".SH EXIT STATUS") :]
     block = block[: block.index("\n.SH ", 3)]
     assert re.search(r"^\.B 5$", block, re.M)
 
@@ -115,7 +120,12 @@ def test_info_json_of_a_crashed_store(capsys: pytest.CaptureFixture[str]) -> Non
     assert doc["messages_in_queues"] == sum(q["messages"] for q in doc["queues"])
     by_topic = {t["topic"]: t["messages"] for t in doc["topics"]}
     assert by_topic["TopicC"] == sum(1 for m in clean if m["topic"] == "TopicC")
-    assert doc["outlook"]["mode"] == "normal" and doc["lock"] == {"present": True, "held": False, "holder_pid": None, "holder_command": None}
+    assert doc["outlook"]["mode"] == "normal" and doc["lock"] == {
+        "present": True,
+        "held": False,
+        "holder_pid": None,
+        "holder_command": None,
+    }
 
 
 def test_info_table_leads_with_verdict_and_next_step(capsys: pytest.CaptureFixture[str]) -> None:
@@ -138,19 +148,27 @@ def test_info_deep_plans_the_recovery(tmp_path: Path, capsys: pytest.CaptureFixt
     assert tree_digest(root) == before  # read-only
 
 
-def test_readme_first_example_runs_info_verify_recover_dry_run_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_readme_first_example_runs_info_verify_recover_dry_run_in_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import shlex
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     block = readme.split("```sh\n", 1)[1].split("```", 1)[0]
-    calls = [shlex.split(part.strip()) for line in block.splitlines() for part in line.split(";")
-             if part.strip().startswith((".venv/bin/rmqtool ", "rmqtool "))]
+    calls = [
+        shlex.split(part.strip())
+        for line in block.splitlines()
+        for part in line.split(";")
+        if part.strip().startswith((".venv/bin/rmqtool ", "rmqtool "))
+    ]
     names = [c[1] + (" --dry-run" if "--dry-run" in c else "") for c in calls]
     assert names[:3] == ["info", "verify", "recover --dry-run"]
     root = copy_store("crash_midwrite", tmp_path)
     codes = []
     for c in calls:
-        argv = [{"/tmp/rmqtool-demo": str(root), "/tmp/rmqtool-demo-backup": str(tmp_path / "bk")}.get(a, a) for a in c[1:]]
+        argv = [
+            {"/tmp/rmqtool-demo": str(root), "/tmp/rmqtool-demo-backup": str(tmp_path / "bk")}.get(a, a) for a in c[1:]
+        ]
         if argv[0] == "recover" and "--dry-run" not in argv and "--backup-dir" not in argv:
             argv += ["--backup-dir", str(tmp_path / "bk")]
         codes.append(run(argv))
@@ -219,8 +237,12 @@ def test_man_pages_install_with_the_package(tmp_path: Path) -> None:
         shutil.copy(repo / name, src / name)
     for d in ("rmqtool", "formats", "recovery", "man"):
         shutil.copytree(repo / d, src / d, ignore=shutil.ignore_patterns("__pycache__"))
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "w"), str(src)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "w"), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if p.returncode != 0 and ("Could not find a version" in p.stderr or "NewConnectionError" in p.stderr):
         pytest.skip("no package index to fetch the build backend from")
     assert p.returncode == 0, p.stderr
@@ -229,12 +251,19 @@ def test_man_pages_install_with_the_package(tmp_path: Path) -> None:
     assert man == sorted(p.name for p in MAN.glob("*.1"))
 
 
-@pytest.mark.parametrize("argv,want", [(["verfy", "x"], "did you mean 'verify'"),
-                                       (["rebuild", "x"], "did you mean 'rebuild-index'"),
-                                       (["dump", "comitlog", "x"], "Did you mean 'commitlog'"),
-                                       (["frobnicate"], "the commands: backups, dump"),
-                                       (["verify", "--strct", "x"], "Did you mean '--strict'")])
-def test_mistyped_commands_and_options_get_close_matches(argv: list[str], want: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv,want",
+    [
+        (["verfy", "x"], "did you mean 'verify'"),
+        (["rebuild", "x"], "did you mean 'rebuild-index'"),
+        (["dump", "comitlog", "x"], "Did you mean 'commitlog'"),
+        (["frobnicate"], "the commands: backups, dump"),
+        (["verify", "--strct", "x"], "Did you mean '--strict'"),
+    ],
+)
+def test_mistyped_commands_and_options_get_close_matches(
+    argv: list[str], want: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run(argv) == Exit.USAGE
     assert want in capsys.readouterr().err
 
@@ -243,8 +272,9 @@ def test_mistyped_commands_and_options_get_close_matches(argv: list[str], want: 
 
 
 @pytest.mark.parametrize("step,changed", [(2, False), (12, False), (20, True)])
-def test_ctrl_c_during_recover_says_whether_the_store_changed(step: int, changed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_ctrl_c_during_recover_says_whether_the_store_changed(
+    step: int, changed: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Ctrl-C after N durable steps of the recovery's transaction (the test hook's step
     counter, with a KeyboardInterrupt instead of a kill): one line says whether the store
     changed; the store is then either as before or completely recovered, with no journal
@@ -278,8 +308,9 @@ def test_ctrl_c_during_recover_says_whether_the_store_changed(step: int, changed
         assert "the store was not changed" in err[0] and tree_digest(root) == before
 
 
-def test_ctrl_c_during_export_removes_the_partial_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_ctrl_c_during_export_removes_the_partial_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The export job interrupted after it wrote part of OUT (run_export stands in for
     Spark): OUT is gone, one line says so, status 130; a rerun is not refused."""
     from conftest import real_store

@@ -59,7 +59,9 @@ def test_since_in_seconds_and_relative_through_the_cli(capsys: pytest.CaptureFix
     recs = [json.loads(x) for x in out.splitlines()]
     assert code == 0 and recs and all(r["store_timestamp"] >= 1795302119000 for r in recs)
     assert len(recs) == sum(1 for m in scenario("clean")["messages"] if m["store_timestamp"] >= 1795302119000)
-    code, out, err = _out(capsys, "dump", "commitlog", CLEAN, "--since", "-1m", "--until", "+1m")  # the fixture is older
+    code, out, err = _out(
+        capsys, "dump", "commitlog", CLEAN, "--since", "-1m", "--until", "+1m"
+    )  # the fixture is older
     assert code == 1 and out == "" and "not found" in err
     code, _o, err = _out(capsys, "dump", "commitlog", CLEAN, "--since", "yesterday-ish")
     assert code == 2 and "relative time" in err
@@ -72,7 +74,9 @@ def test_output_file_is_complete_and_leaves_no_temporary(tmp_path: Path, capsys:
     text = target.read_text()
     assert text.startswith("verdict: sound") and "CHECK" in text
     assert [p.name for p in tmp_path.iterdir()] == ["report.txt"]
-    code, _o, _e = _out(capsys, "dump", "commitlog", CLEAN, "--limit", "3", "--format", "jsonl", "-o", str(tmp_path / "d.jsonl"))
+    code, _o, _e = _out(
+        capsys, "dump", "commitlog", CLEAN, "--limit", "3", "--format", "jsonl", "-o", str(tmp_path / "d.jsonl")
+    )
     assert len((tmp_path / "d.jsonl").read_text().splitlines()) == 3
 
 
@@ -108,8 +112,22 @@ def test_json_documents_carry_schema_version_and_next_steps(tmp_path: Path, caps
     doc = json.loads(out)
     assert code == 1 and doc["schema_version"] == 1 and doc["applied"] and doc["plan"]
     shutil.rmtree(root / "index")
-    code, out, _ = _out(capsys, "rebuild-index", "--yes", str(root), "-q", "--index-only", "--index-slots", "100",
-                        "--index-entries", "400", "--format", "json", "--backup-dir", str(tmp_path / "bk2"))
+    code, out, _ = _out(
+        capsys,
+        "rebuild-index",
+        "--yes",
+        str(root),
+        "-q",
+        "--index-only",
+        "--index-slots",
+        "100",
+        "--index-entries",
+        "400",
+        "--format",
+        "json",
+        "--backup-dir",
+        str(tmp_path / "bk2"),
+    )
     doc = json.loads(out)
     assert code == 1 and doc["schema_version"] == 1 and doc["applied"] and doc["plan"]["counts"]["create"] > 0
 
@@ -127,8 +145,15 @@ def test_verify_redirected_to_a_file_writes_the_report(tmp_path: Path) -> None:
 
     target = tmp_path / "report.txt"
     with open(target, "w") as fh:
-        p = subprocess.run([sys.executable, "-m", "rmqtool", "verify", CLEAN, "-q"], stdout=fh, stderr=subprocess.PIPE,
-                           text=True, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-m", "rmqtool", "verify", CLEAN, "-q"],
+            stdout=fh,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     assert p.returncode == 0 and target.read_text().startswith("verdict: sound")
-    p = subprocess.run([sys.executable, "-m", "rmqtool", "verify", CLEAN, "-q"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "rmqtool", "verify", CLEAN, "-q"], capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 0 and p.stdout == ""  # a pipe: jsonl, one line per finding (none)

@@ -89,7 +89,9 @@ def _map(path: Path) -> mmap.mmap:
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def test_resync_lands_on_the_first_record_start_at_or_after_the_position(commitlog: tuple[Path, list[int], int]) -> None:
+def test_resync_lands_on_the_first_record_start_at_or_after_the_position(
+    commitlog: tuple[Path, list[int], int],
+) -> None:
     path, starts, end = commitlog
     buf = _map(path)
     try:
@@ -277,5 +279,7 @@ def test_inheriting_shares_a_value_with_forked_workers_for_the_block_only() -> N
         assert none is None
     with deadline(60), engine.inheriting("test.values", [1, 2, 3], True) as token:
         assert token is not None and transfer.is_shared(token)
-        assert engine.run(_read_inherited, [token, token], 2, make_pool=lambda n: engine.pool(n, engine.context(inherit=True))) == [6, 6]
+        assert engine.run(
+            _read_inherited, [token, token], 2, make_pool=lambda n: engine.pool(n, engine.context(inherit=True))
+        ) == [6, 6]
     assert not transfer.is_shared(token)

@@ -36,8 +36,13 @@ def shape_stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Pa
     out = {}
     for name, shape in SHAPES.items():
         root = tmp_path_factory.mktemp(name)
-        write_shape_store(root, shape, COUNTS.get(name, 400), file_size=(16 << 20) if name == "bodies_0_4mib" else (256 << 10),
-                          cq_file_size=12000)
+        write_shape_store(
+            root,
+            shape,
+            COUNTS.get(name, 400),
+            file_size=(16 << 20) if name == "bodies_0_4mib" else (256 << 10),
+            cq_file_size=12000,
+        )
         out[name] = (root, shape.profile)
     root = tmp_path_factory.mktemp("synthetic")
     write_synthetic_store(root, total_bytes=600 << 10, file_size=256 << 10)
@@ -116,10 +121,24 @@ def test_plain_test_leaves_refused_inner_batches_and_delays_to_check_record(tmp_
     from rmqtool.formats.commitlog import build_message
 
     def rec(topic: str, props: str, body: bytes = b"abc") -> bytes:
-        return build_message({"queue_id": 0, "flag": 0, "queue_offset": 0, "physical_offset": 0, "sys_flag": 0,
-                              "born_timestamp": 1, "born_host": {"address": bytes(4), "port": 1}, "store_timestamp": 2,
-                              "store_host": {"address": bytes(4), "port": 2}, "reconsume_times": 0,
-                              "prepared_transaction_offset": 0, "body": body, "topic": topic, "properties": props})
+        return build_message(
+            {
+                "queue_id": 0,
+                "flag": 0,
+                "queue_offset": 0,
+                "physical_offset": 0,
+                "sys_flag": 0,
+                "born_timestamp": 1,
+                "born_host": {"address": bytes(4), "port": 1},
+                "store_timestamp": 2,
+                "store_host": {"address": bytes(4), "port": 2},
+                "reconsume_times": 0,
+                "prepared_transaction_offset": 0,
+                "body": body,
+                "topic": topic,
+                "properties": props,
+            }
+        )
 
     good = rec("T", "INNER_NUM\x0112\x02INNER_BASE\x0140\x02")
     bad = rec("T", "INNER_NUM\x0199999\x02INNER_BASE\x0140\x02")
@@ -135,11 +154,19 @@ def test_plain_test_leaves_refused_inner_batches_and_delays_to_check_record(tmp_
     assert ck.check_record(buf, int(s[1]), len(buf), p5).reason == ck.INNER_BATCH
     assert crc_failures(memoryview(buf), pl, 3, 5) == 3
     # 4.x: INNER_ properties mean nothing to the broker
-    assert plain_records(buf, byte_views(buf), s, tot, BrokerProfile.for_version("4.9.4")).ok.tolist() == [True, True, False, True, True]
+    assert plain_records(buf, byte_views(buf), s, tot, BrokerProfile.for_version("4.9.4")).ok.tolist() == [
+        True,
+        True,
+        False,
+        True,
+        True,
+    ]
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_reput_fast_decoder_takes_every_record_and_dispatches_as_check_record(shape_stores, name: str, monkeypatch) -> None:
+def test_reput_fast_decoder_takes_every_record_and_dispatches_as_check_record(
+    shape_stores, name: str, monkeypatch
+) -> None:
     """The reput (rebuild-index, recover's dispatch): the fast decoder's columns equal the
     one-record-at-a-time dispatch through check_record, and it asks check_record about
     nothing but the stop of each file (IPv6 hosts, V2 records and inner batches used to
@@ -164,7 +191,9 @@ def test_reput_fast_decoder_takes_every_record_and_dispatches_as_check_record(sh
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_dump_fast_lines_equal_generic_and_leave_only_odd_records_to_check_record(shape_stores, name: str, monkeypatch) -> None:
+def test_dump_fast_lines_equal_generic_and_leave_only_odd_records_to_check_record(
+    shape_stores, name: str, monkeypatch
+) -> None:
     """``dump commitlog`` (jsonl): on every shape the fast lines equal the generic path's,
     and check_record (the generic walk) sees only the records the fast paths cannot print
     (5.x V2 records and inner batches: about one in three records of those two shapes),
@@ -176,7 +205,9 @@ def test_dump_fast_lines_equal_generic_and_leave_only_odd_records_to_check_recor
     store = Store.open(root)
 
     def rendered(stream):  # type: ignore[no-untyped-def]
-        return [r if isinstance(r, str) else (message_line(r) if r.get("type") == "message" else dumps(r)) for r in stream]
+        return [
+            r if isinstance(r, str) else (message_line(r) if r.get("type") == "message" else dumps(r)) for r in stream
+        ]
 
     generic = rendered(commitlog_records(store, profile))
     calls: list[int] = []
@@ -190,5 +221,7 @@ def test_dump_fast_lines_equal_generic_and_leave_only_odd_records_to_check_recor
     fast = rendered(commitlog_lines(store, profile))
     monkeypatch.undo()
     assert fast == generic
-    odd = {"v2_long_topics_5x": 2 * 400 // 3 * 2 + 8, "inner_batch_5x": 2 * 400 * 3 // 4 + 8}.get(name, 2 * len(store.commitlog))
+    odd = {"v2_long_topics_5x": 2 * 400 // 3 * 2 + 8, "inner_batch_5x": 2 * 400 * 3 // 4 + 8}.get(
+        name, 2 * len(store.commitlog)
+    )
     assert len(calls) <= odd, f"{name}: check_record called {len(calls)} times"

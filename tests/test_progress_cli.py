@@ -44,9 +44,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("argv,store,phases,status", CASES, ids=[" ".join(c[0][:2]) for c in CASES])
-def test_forced_progress_moves_with_the_work_and_json_stays_clean(argv: list[str], store: str, phases: set[str],
-                                                                   status: int, tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_forced_progress_moves_with_the_work_and_json_stays_clean(
+    argv: list[str], store: str, phases: set[str], status: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store(store, tmp_path)
     assert len(list((root / "commitlog").iterdir())) >= 10
     code = run([*argv, "--progress", str(root)] + (["--backup-dir", str(tmp_path / "bk")] if "--yes" in argv else []))
@@ -71,8 +71,9 @@ def test_rebuild_index_progress_reaches_100(tmp_path: Path, capsys: pytest.Captu
 
 
 @pytest.mark.parametrize("extra", [[], ["-q", "--progress"]], ids=["not a terminal", "quiet wins"])
-def test_no_progress_without_a_terminal_or_under_quiet(extra: list[str], tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_progress_without_a_terminal_or_under_quiet(
+    extra: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("many_files", tmp_path)
     assert run(["verify", "--format", "json", *extra, str(root)]) == Exit.OK
     cap = capsys.readouterr()
@@ -80,8 +81,9 @@ def test_no_progress_without_a_terminal_or_under_quiet(extra: list[str], tmp_pat
     json.loads(cap.out)
 
 
-def test_progress_on_a_terminal_is_a_tqdm_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_on_a_terminal_is_a_tqdm_bar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a terminal (no --progress needed) the bar is tqdm's, on stderr; stdout is untouched."""
     import sys
 
@@ -94,8 +96,9 @@ def test_progress_on_a_terminal_is_a_tqdm_bar(tmp_path: Path, capsys: pytest.Cap
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "json", "table"])
-def test_dump_to_a_file_shows_progress_through_the_range(fmt: str, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_dump_to_a_file_shows_progress_through_the_range(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("many_files", tmp_path)
     out = tmp_path / f"dump.{fmt}"
     assert run(["dump", "commitlog", str(root), "--format", fmt, "--progress", "-o", str(out)]) == Exit.OK
@@ -112,8 +115,23 @@ def test_dump_to_a_file_shows_progress_through_the_range(fmt: str, tmp_path: Pat
 
 def test_dump_progress_covers_the_asked_range_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy_store("many_files", tmp_path)
-    assert run(["dump", "commitlog", str(root), "--format", "jsonl", "--progress", "--from-offset", "327680",
-                "-o", str(tmp_path / "d")]) == Exit.OK
+    assert (
+        run(
+            [
+                "dump",
+                "commitlog",
+                str(root),
+                "--format",
+                "jsonl",
+                "--progress",
+                "--from-offset",
+                "327680",
+                "-o",
+                str(tmp_path / "d"),
+            ]
+        )
+        == Exit.OK
+    )
     err = capsys.readouterr().err
     assert_moves(progress_lines(err)["dump commitlog"])
     assert "of 320.0 KiB)" in err  # the last five 64 KiB files, not the store
@@ -151,9 +169,22 @@ def test_restore_progress_moves_within_a_big_file(tmp_path: Path, capsys: pytest
     assert_moves(seen["restore: apply"], at_least=5)
 
 
-COMMANDS = [["info"], ["verify"], ["recover"], ["repair"], ["rebuild-index"], ["restore"], ["backups"], ["offsets"],
-            ["export"], ["dump", "commitlog"], ["dump", "consumequeue"], ["dump", "index"], ["dump", "checkpoint"],
-            ["dump", "config"]]
+COMMANDS = [
+    ["info"],
+    ["verify"],
+    ["recover"],
+    ["repair"],
+    ["rebuild-index"],
+    ["restore"],
+    ["backups"],
+    ["offsets"],
+    ["export"],
+    ["dump", "commitlog"],
+    ["dump", "consumequeue"],
+    ["dump", "index"],
+    ["dump", "checkpoint"],
+    ["dump", "config"],
+]
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
@@ -166,7 +197,10 @@ def test_every_command_takes_quiet_and_a_machine_format(argv: list[str], capsys:
 
 def test_dump_quiet_keeps_the_records_and_drops_progress(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = copy_store("many_files", tmp_path)
-    assert run(["dump", "commitlog", str(root), "-q", "--progress", "--format", "jsonl", "-o", str(tmp_path / "q")]) == Exit.OK
+    assert (
+        run(["dump", "commitlog", str(root), "-q", "--progress", "--format", "jsonl", "-o", str(tmp_path / "q")])
+        == Exit.OK
+    )
     assert progress_lines(capsys.readouterr().err) == {}
     assert len((tmp_path / "q").read_text().splitlines()) > 1000
     assert run(["offsets", str(root), "-q", "--format", "json"]) == Exit.OK
@@ -194,11 +228,11 @@ def test_readme_first_example_pasted_into_a_shell(tmp_path: Path) -> None:
     text = "\n".join(lines[1:]).replace(demo, str(tmp_path / "demo"))
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "rmqtool").write_text(f"#!/bin/sh\nexec {sys.executable} -m rmqtool \"$@\"\n")
+    (bindir / "rmqtool").write_text(f'#!/bin/sh\nexec {sys.executable} -m rmqtool "$@"\n')
     (bindir / "rmqtool").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "RMQTOOL_BROKER_VERSION"}
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
-    script = "\n".join(f"{ln}\necho \"rc=$?\"" for ln in text.splitlines())
+    script = "\n".join(f'{ln}\necho "rc=$?"' for ln in text.splitlines())
     p = subprocess.run(["sh", "-c", script], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     codes = [int(ln[3:]) for ln in p.stdout.splitlines() if ln.startswith("rc=")]
     assert codes == [0, 0, 4, 0, 4, 1, 0], (codes, p.stderr[-2000:])
@@ -211,7 +245,10 @@ def test_recover_dispatch_total_is_the_dispatch_passes(tmp_path: Path, capsys: p
     from rmqtool.progress import _amount
 
     root = copy_store("crash_midwrite", tmp_path)
-    assert run(["recover", "--yes", "--progress", "--format", "json", str(root), "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert (
+        run(["recover", "--yes", "--progress", "--format", "json", str(root), "--backup-dir", str(tmp_path / "bk")])
+        == 1
+    )
     cap = capsys.readouterr()
     plan = json.loads(cap.out)["plan"]
     passes = [d for d in plan["dispatch"] if d["name"] != "startup_reput"]

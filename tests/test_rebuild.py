@@ -124,7 +124,9 @@ def delete_queues_and_index(root: Path) -> None:
 
 
 @pytest.mark.parametrize("name", REAL_NAMES)
-def test_full_rebuild_is_byte_identical_to_rocketmq(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_full_rebuild_is_byte_identical_to_rocketmq(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = writable_copy(name, tmp_path)
     delete_queues_and_index(root)
     code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), *GEOM, "--backup-dir", str(tmp_path / "bk"))
@@ -153,7 +155,9 @@ def test_full_rebuild_is_byte_identical_to_rocketmq(name: str, tmp_path: Path, c
 
 @pytest.mark.parametrize("template", [False, True])
 @pytest.mark.parametrize("seg", [(0, 2000), (40, 100), (7000, 100), (0, 0)])
-def test_cq_file_streams_its_units_and_leaves_the_zeros_as_holes(tmp_path: Path, template: bool, seg: tuple[int, int]) -> None:
+def test_cq_file_streams_its_units_and_leaves_the_zeros_as_holes(
+    tmp_path: Path, template: bool, seg: tuple[int, int]
+) -> None:
     """CqFileOut.write_to gives data()'s bytes; through a staging file of the safety layer
     the zeros around the units are holes (the broker's mapped files are sparse too)."""
     from rmqtool.recovery.safety import StoreTransaction
@@ -162,8 +166,9 @@ def test_cq_file_streams_its_units_and_leaves_the_zeros_as_holes(tmp_path: Path,
     seg_start, n = seg
     stream = bytes(random.Random(n).randrange(1, 256) for _ in range(20 * n))
     tpl = bytes([7]) * size if template else None
-    out = rp.CqFileOut("consumequeue/T/0/00000000000000000000", ("T", 0), 0, size, template, lambda: stream,
-                       seg_start, tpl)
+    out = rp.CqFileOut(
+        "consumequeue/T/0/00000000000000000000", ("T", 0), 0, size, template, lambda: stream, seg_start, tpl
+    )
     want = out.data()
     assert len(want) == size
     (tmp_path / "store").mkdir()
@@ -183,7 +188,9 @@ def test_cq_file_streams_its_units_and_leaves_the_zeros_as_holes(tmp_path: Path,
 
 
 @pytest.mark.parametrize("name", REAL_NAMES)
-def test_key_lookups_after_rebuild_equal_query_message_by_key(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_key_lookups_after_rebuild_equal_query_message_by_key(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = writable_copy(name, tmp_path)
     delete_queues_and_index(root)
     assert cli(capsys, "rebuild-index", "--yes", str(root), *GEOM, "-q")[0] == 1
@@ -220,8 +227,18 @@ def test_index_only_rebuild_with_queues_intact(name: str, tmp_path: Path, capsys
     root = writable_copy(name, tmp_path)
     shutil.rmtree(root / "index")
     before = cq_files(root)
-    code, _out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--index-only", "--index-slots", "100",
-                          "--index-entries", "400", "-q")
+    code, _out, err = cli(
+        capsys,
+        "rebuild-index",
+        "--yes",
+        str(root),
+        "--index-only",
+        "--index-slots",
+        "100",
+        "--index-entries",
+        "400",
+        "-q",
+    )
     assert code == 1, err
     assert cq_files(root) == before
     assert [sha(p) for p in index_names(root)] == broker_index(name)
@@ -238,8 +255,9 @@ def test_topic_rebuild_touches_only_that_topic(tmp_path: Path, capsys: pytest.Ca
     assert code == 1, err
     after = digest(root)
     want = broker_cq("clean")
-    assert {k: v for k, v in after.items() if k.startswith("consumequeue/TopicA/")} == \
-        {k: v for k, v in want.items() if k.startswith("consumequeue/TopicA/")}
+    assert {k: v for k, v in after.items() if k.startswith("consumequeue/TopicA/")} == {
+        k: v for k, v in want.items() if k.startswith("consumequeue/TopicA/")
+    }
     # nothing else changed (TopicB keeps its damaged file: not in scope)
     assert {k: v for k, v in after.items() if not k.startswith("consumequeue/TopicA/")} == before
     assert "topics TopicA" in out
@@ -263,7 +281,9 @@ def test_from_offset_fills_a_gap(tmp_path: Path, capsys: pytest.CaptureFixture[s
     # there again (quirk Q6: here its keys were split over the lost file and the kept one),
     # every later record once; the kept files stay as they were and every key is found
     end_phy = struct.unpack_from(">q", idx[-2].read_bytes(), 24)[0]
-    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--index-only", "--from-offset", str(end_phy), "-q")
+    code, out, err = cli(
+        capsys, "rebuild-index", "--yes", str(root), "--index-only", "--from-offset", str(end_phy), "-q"
+    )
     assert code == 1, err
     now = index_names(root)
     assert [sha(p) for p in now[:-1]] == kept and len(now) == len(idx)
@@ -305,12 +325,16 @@ def test_lock_held_by_another_process_is_refused(tmp_path: Path, capsys: pytest.
     root = writable_copy("clean", tmp_path)
     shutil.rmtree(root / "index")
     before = digest(root)
-    holder = subprocess.Popen([sys.executable, "-c", LOCKER, str(root / "lock")], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(root / "lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        for argv in (["rebuild-index", "--yes", str(root), *GEOM], ["rebuild-index", "--yes", str(root), *GEOM, "--dry-run"],
-                     ["restore", "--yes", str(tmp_path / "nothing"), str(root)]):
+        for argv in (
+            ["rebuild-index", "--yes", str(root), *GEOM],
+            ["rebuild-index", "--yes", str(root), *GEOM, "--dry-run"],
+            ["restore", "--yes", str(tmp_path / "nothing"), str(root)],
+        ):
             code, out, err = cli(capsys, *argv)
             if argv[0] == "restore":
                 assert code == 8  # no such backup: refused before the store is looked at
@@ -342,7 +366,9 @@ def _damaged_clean(dest: Path) -> Path:
     return root
 
 
-def test_kill_at_random_points_then_rerun_gives_the_same_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_kill_at_random_points_then_rerun_gives_the_same_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ref = _damaged_clean(tmp_path / "ref")
     assert cli(capsys, "rebuild-index", "--yes", str(ref), "-q")[0] == 1
     expected = digest(ref)
@@ -357,7 +383,9 @@ def test_kill_at_random_points_then_rerun_gives_the_same_bytes(tmp_path: Path, c
         root = _damaged_clean(tmp_path / f"k{i}")
         argv = [*RMQTOOL, "rebuild-index", "--yes", str(root), "-q"]
         if how == "step":
-            p = subprocess.run(argv, env={**env, "RMQTOOL_TEST_CRASH_AFTER": str(int(at))}, capture_output=True, text=True)
+            p = subprocess.run(
+                argv, env={**env, "RMQTOOL_TEST_CRASH_AFTER": str(int(at))}, capture_output=True, text=True
+            )
             assert p.returncode in (137, 1), p.stderr
         else:
             proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -421,8 +449,23 @@ def test_usage_and_operational_errors(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_index_names_follow_the_first_record_and_the_zone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = writable_copy("delay", tmp_path)
     shutil.rmtree(root / "index")
-    assert cli(capsys, "rebuild-index", "--yes", str(root), "--index-only", "--index-slots", "100", "--index-entries", "400",
-               "--index-tz", "Asia/Shanghai", "-q")[0] == 1
+    assert (
+        cli(
+            capsys,
+            "rebuild-index",
+            "--yes",
+            str(root),
+            "--index-only",
+            "--index-slots",
+            "100",
+            "--index-entries",
+            "400",
+            "--index-tz",
+            "Asia/Shanghai",
+            "-q",
+        )[0]
+        == 1
+    )
     first_ts = broker_view("delay")["commitlog_records"][0]["store_timestamp"]
     from zoneinfo import ZoneInfo
 
@@ -470,8 +513,28 @@ def _same_dispatch(store: Store, profile: BrokerProfile) -> tuple[rp.DispatchCol
 _TOPICS = ["TopicA", "SCHEDULE_TOPIC_XXXX", "T", "主题-é", "%RETRY%g"]
 _PROP_NAMES = ["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "CLUSTER", "X", "INNER_NUM", "INNER_BASE", "TAG"]
 _VALUES = st.one_of(
-    st.sampled_from(["TagA", "3", "+3", "03", "-1", "0", "99", "x", " 3", "K1 K2", " K1  K2 ", "订单-1 K",
-                     "A\x01B", "", "1_0", "😀", "polygenelubricants", "a b c d e f g h i j"]),
+    st.sampled_from(
+        [
+            "TagA",
+            "3",
+            "+3",
+            "03",
+            "-1",
+            "0",
+            "99",
+            "x",
+            " 3",
+            "K1 K2",
+            " K1  K2 ",
+            "订单-1 K",
+            "A\x01B",
+            "",
+            "1_0",
+            "😀",
+            "polygenelubricants",
+            "a b c d e f g h i j",
+        ]
+    ),
     st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00\x02"), max_size=12),
 )
 
@@ -506,7 +569,9 @@ def _message(draw: Any) -> tuple[str, Any]:
     return kind, (fields, delta)
 
 
-def _write_store(root: Path, items: list[tuple[str, Any]], file_size: int = 2048, trailing_zero_file: bool = False) -> Store:
+def _write_store(
+    root: Path, items: list[tuple[str, Any]], file_size: int = 2048, trailing_zero_file: bool = False
+) -> Store:
     (root / "commitlog").mkdir(parents=True)
     files: list[bytearray] = [bytearray()]
     for kind, item in items:
@@ -524,7 +589,9 @@ def _write_store(root: Path, items: list[tuple[str, Any]], file_size: int = 2048
             cur += cl.build_blank(file_size - len(cur))
             files.append(bytearray())
             cur = files[-1]
-            rec = bytearray(cl.build_message({**fields, "physical_offset": (len(files) - 1) * file_size}, v2=kind == "v2"))
+            rec = bytearray(
+                cl.build_message({**fields, "physical_offset": (len(files) - 1) * file_size}, v2=kind == "v2")
+            )
         if delta:
             struct.pack_into(">i", rec, 0, len(rec) + delta)
         cur += rec
@@ -538,10 +605,19 @@ def _write_store(root: Path, items: list[tuple[str, Any]], file_size: int = 2048
 _counter = [0]
 
 
-@settings(max_examples=int(os.environ.get("RMQTOOL_HYPOTHESIS_EXAMPLES", "25")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(items=st.lists(_message(), min_size=1, max_size=30), version=st.sampled_from(["4.9.4", "4.9.0", "5.3.3", "4.7.0"]),
-       zero_file=st.booleans())
-def test_fast_dispatch_equals_check_record_dispatch_on_generated_stores(tmp_path: Path, items: list[Any], version: str, zero_file: bool) -> None:
+@settings(
+    max_examples=int(os.environ.get("RMQTOOL_HYPOTHESIS_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    items=st.lists(_message(), min_size=1, max_size=30),
+    version=st.sampled_from(["4.9.4", "4.9.0", "5.3.3", "4.7.0"]),
+    zero_file=st.booleans(),
+)
+def test_fast_dispatch_equals_check_record_dispatch_on_generated_stores(
+    tmp_path: Path, items: list[Any], version: str, zero_file: bool
+) -> None:
     _counter[0] += 1
     root = tmp_path / f"s{_counter[0]}"
     store = _write_store(root, items, trailing_zero_file=zero_file)
@@ -556,7 +632,13 @@ def test_fast_dispatch_equals_check_record_dispatch_on_generated_stores(tmp_path
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=70), min_size=1, max_size=50))
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=70),
+        min_size=1,
+        max_size=50,
+    )
+)
 def test_vectorised_span_hash_is_java_hashcode(strings: list[str]) -> None:
     raw = [s.encode("utf-8") for s in strings]
     J = b"".join(raw)
@@ -593,14 +675,27 @@ def test_reput_result_api(tmp_path: Path) -> None:
 def test_unwritten_successor_index_file_header(tmp_path: Path, version: str, count: int) -> None:
     """A successor created for a record without keys (the last file was full) is never
     written: 4.x leaves indexCount 0 on disk, 5.x flushes it at shutdown (1)."""
-    base = {"queue_id": 0, "flag": 0, "sys_flag": 0, "born_timestamp": 1700000000000,
-            "born_host": {"address": b"\x0a\x00\x00\x01", "port": 1}, "store_host": {"address": b"\x0a\x00\x00\x02", "port": 2},
-            "reconsume_times": 0, "prepared_transaction_offset": 0, "body": b"x", "topic": "T"}
+    base = {
+        "queue_id": 0,
+        "flag": 0,
+        "sys_flag": 0,
+        "born_timestamp": 1700000000000,
+        "born_host": {"address": b"\x0a\x00\x00\x01", "port": 1},
+        "store_host": {"address": b"\x0a\x00\x00\x02", "port": 2},
+        "reconsume_times": 0,
+        "prepared_transaction_offset": 0,
+        "body": b"x",
+        "topic": "T",
+    }
     items: list[tuple[str, Any]] = []
     for i in range(15):  # 29 keys fill the 30-entry file (29 puts)
         props = "KEYS\x01A B" if i < 14 else "KEYS\x01C"
-        items.append(("msg", ({**base, "queue_offset": i, "store_timestamp": 1700000000000 + i, "properties": props}, 0)))
-    items.append(("msg", ({**base, "queue_offset": 15, "store_timestamp": 1700000009000, "properties": "TAGS\x01t"}, 0)))
+        items.append(
+            ("msg", ({**base, "queue_offset": i, "store_timestamp": 1700000000000 + i, "properties": props}, 0))
+        )
+    items.append(
+        ("msg", ({**base, "queue_offset": 15, "store_timestamp": 1700000009000, "properties": "TAGS\x01t"}, 0))
+    )
     store = _write_store(tmp_path / "s", items)
     res = rp.reput(store, BrokerProfile.for_version(version))
     assert len(res.index_files) == 2
@@ -631,16 +726,33 @@ def test_a_bogus_totalsize_does_not_lose_the_later_files(tmp_path: Path, capsys:
     assert code == 5
     assert "commitlog/00000000000000000000 at offset 0: TOTALSIZE 2147483647" in err
     assert "REPUT" not in err and "rmqtool goes on at 65536" in err
-    units = sum(1 for p in (root / "consumequeue").rglob("*") if p.is_file()
-                for k in range(0, 640, 20) if 0 < struct.unpack_from(">i", p.read_bytes(), k + 8)[0] < 0x7FFFFFFF)
+    units = sum(
+        1
+        for p in (root / "consumequeue").rglob("*")
+        if p.is_file()
+        for k in range(0, 640, 20)
+        if 0 < struct.unpack_from(">i", p.read_bytes(), k + 8)[0] < 0x7FFFFFFF
+    )
     assert units == 419  # every record but the damaged one (its queue starts with a fill-blank unit)
 
 
 def test_topic_index_rebuild_holds_only_that_topics_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = writable_copy("clean", tmp_path)
     shutil.rmtree(root / "index")
-    code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--index-only", "--topic", "TopicC",
-                         "--index-slots", "100", "--index-entries", "400", "-q")
+    code, out, err = cli(
+        capsys,
+        "rebuild-index",
+        "--yes",
+        str(root),
+        "--index-only",
+        "--topic",
+        "TopicC",
+        "--index-slots",
+        "100",
+        "--index-entries",
+        "400",
+        "-q",
+    )
     assert code == 1, err
     files = index_names(root)
     assert files
@@ -655,7 +767,9 @@ def test_topic_index_rebuild_holds_only_that_topics_keys(tmp_path: Path, capsys:
 
 
 @pytest.mark.parametrize("version", ["5.1.4", "5.3.3", "4.6.0"])
-def test_other_broker_versions_rebuild_the_same_queues(version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_other_broker_versions_rebuild_the_same_queues(
+    version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = writable_copy("delay", tmp_path)
     delete_queues_and_index(root)
     code, _out, err = cli(capsys, "rebuild-index", "--yes", str(root), *GEOM, "--broker-version", version, "-q")
@@ -664,7 +778,9 @@ def test_other_broker_versions_rebuild_the_same_queues(version: str, tmp_path: P
 
 
 @pytest.mark.parametrize("name", ["clean", "delay", "many_files"])
-def test_full_rebuild_of_an_intact_store_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+def test_full_rebuild_of_an_intact_store_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
     """Every consume queue file and every index file of an intact store is what the rebuild
     writes (the index files under other names: creation times): all of them are left as
     they are, and no byte changes."""
@@ -682,7 +798,8 @@ def test_full_rebuild_of_an_intact_store_changes_nothing(tmp_path: Path, capsys:
 
 
 def test_continued_rebuild_after_a_crash_rewrites_only_what_the_broker_would(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """crash_midwrite (abort present): every --from-offset run is a broker start after a
     crash, which drops the index file newer than the checkpoint and writes it again. The
     second run indexes the record at the full file's end a second time, as the broker
@@ -697,7 +814,20 @@ def test_continued_rebuild_after_a_crash_rewrites_only_what_the_broker_would(
     digests = []
     codes = []
     for i in range(3):
-        codes.append(run(["rebuild-index", "--yes", str(root), "-q", "--from-offset", "0", "--backup-dir", str(tmp_path / f"b{i}")]))
+        codes.append(
+            run(
+                [
+                    "rebuild-index",
+                    "--yes",
+                    str(root),
+                    "-q",
+                    "--from-offset",
+                    "0",
+                    "--backup-dir",
+                    str(tmp_path / f"b{i}"),
+                ]
+            )
+        )
         digests.append(tree_digest(root))
     assert digests[1] != digests[0]
     assert digests[2] == digests[1]
@@ -724,5 +854,8 @@ def test_dropped_index_file_written_again_keeps_its_name(tmp_path: Path, capsys:
     capsys.readouterr()
     assert run(["rebuild-index", "--yes", str(root), "--from-offset", "0", "--dry-run"]) == 0
     assert "0 to create, 0 to replace, 0 to remove" in capsys.readouterr().out
-    assert run(["rebuild-index", "--yes", str(root), "-q", "--from-offset", "0", "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert (
+        run(["rebuild-index", "--yes", str(root), "-q", "--from-offset", "0", "--backup-dir", str(tmp_path / "bk")])
+        == 0
+    )
     assert {p.name: p.read_bytes() for p in sorted((root / "index").iterdir())} == before

@@ -41,8 +41,16 @@ def test_the_export_columns_are_the_spec_in_export_order() -> None:
 
 
 def test_every_table_column_has_a_heading() -> None:
-    for spec in (rec.COMMITLOG, rec.CONSUMEQUEUE, rec.INDEX, rec.INDEX_HIT, rec.CHECKPOINT, rec.CONFIG, rec.FINDING,
-                 rec.CHECK):
+    for spec in (
+        rec.COMMITLOG,
+        rec.CONSUMEQUEUE,
+        rec.INDEX,
+        rec.INDEX_HIT,
+        rec.CHECKPOINT,
+        rec.CONFIG,
+        rec.FINDING,
+        rec.CHECK,
+    ):
         headed = spec.table_columns()
         assert [k for k, _h in headed] == list(spec.table)
         assert all(h for _k, h in headed)

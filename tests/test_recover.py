@@ -62,8 +62,20 @@ def _records(root: Path) -> list[tuple[Any, ...]]:
                 if c.is_message:
                     r = c.rec
                     body = r.body(mf.buf)
-                    out.append((f.base + step.pos, r.total_size, r.topic, r.queue_id, r.queue_offset, r.store_timestamp,
-                                r.msg_id, hashlib.sha256(body).hexdigest(), c.keys, c.uniq_key))
+                    out.append(
+                        (
+                            f.base + step.pos,
+                            r.total_size,
+                            r.topic,
+                            r.queue_id,
+                            r.queue_offset,
+                            r.store_timestamp,
+                            r.msg_id,
+                            hashlib.sha256(body).hexdigest(),
+                            c.keys,
+                            c.uniq_key,
+                        )
+                    )
                 elif c.is_blank:
                     total = struct.unpack_from(">i", mf.buf, step.pos)[0]
                     out.append((f.base + step.pos, "blank", total))
@@ -80,8 +92,20 @@ def _broker_records(view: dict[str, Any], cut: int | None = None) -> list[tuple[
         if "blank_end_of_file_record" in r:
             out.append((r["phys_offset"], "blank", r["blank_total_size_field"]))
         else:
-            out.append((r["phys_offset"], r["size"], r["topic"], r["queue_id"], r["queue_offset"], r["store_timestamp"],
-                        r["msg_id"], r["body_sha256"], r["keys"], r["uniq_key"]))
+            out.append(
+                (
+                    r["phys_offset"],
+                    r["size"],
+                    r["topic"],
+                    r["queue_id"],
+                    r["queue_offset"],
+                    r["store_timestamp"],
+                    r["msg_id"],
+                    r["body_sha256"],
+                    r["keys"],
+                    r["uniq_key"],
+                )
+            )
     return out
 
 
@@ -103,8 +127,12 @@ def _cq_view(root: Path) -> dict[str, dict[str, Any]]:
         valid = np.flatnonzero(units["commitlog_offset"] >= 0)
         lo = int(valid[0]) if len(valid) else n
         out[f"{t}/{q}"] = {
-            "min_offset": base + lo, "max_offset": base + n,
-            "entries": [(base + i, int(u["commitlog_offset"]), int(u["size"]), int(u["tags_code"])) for i, u in enumerate(units[lo:], lo)],
+            "min_offset": base + lo,
+            "max_offset": base + n,
+            "entries": [
+                (base + i, int(u["commitlog_offset"]), int(u["size"]), int(u["tags_code"]))
+                for i, u in enumerate(units[lo:], lo)
+            ],
         }
     return out
 
@@ -114,8 +142,11 @@ def _broker_cq(view: dict[str, Any], cut: int | None = None) -> dict[str, dict[s
     for k, v in view["consume_queues"].items():
         if not v["entries"] and v["max_offset"] == 0:
             continue  # a queue the broker only has in memory (no file)
-        entries = [(e["cq_offset"], e["phys_offset"], e["size"], e["tags_code"]) for e in v["entries"]
-                   if cut is None or e["phys_offset"] < cut]
+        entries = [
+            (e["cq_offset"], e["phys_offset"], e["size"], e["tags_code"])
+            for e in v["entries"]
+            if cut is None or e["phys_offset"] < cut
+        ]
         mx = entries[-1][0] + 1 if cut is not None and entries else v["max_offset"]
         out[k] = {"min_offset": v["min_offset"], "max_offset": mx, "entries": entries}
     return out
@@ -123,12 +154,19 @@ def _broker_cq(view: dict[str, Any], cut: int | None = None) -> dict[str, dict[s
 
 def _lookups(root: Path, view: dict[str, Any]) -> dict[tuple[str, str], list[int]]:
     store = Store.open(root)
-    return {(q["topic"], q["key"]): sorted({h.commitlog_offset for h in index_query(store, q["topic"], q["key"], max_num=64)})
-            for q in view["query_message_by_key"]}
+    return {
+        (q["topic"], q["key"]): sorted(
+            {h.commitlog_offset for h in index_query(store, q["topic"], q["key"], max_num=64)}
+        )
+        for q in view["query_message_by_key"]
+    }
 
 
 def _broker_lookups(view: dict[str, Any], cut: int | None = None) -> dict[tuple[str, str], list[int]]:
-    return {(q["topic"], q["key"]): [o for o in q["phys_offsets"] if cut is None or o < cut] for q in view["query_message_by_key"]}
+    return {
+        (q["topic"], q["key"]): [o for o in q["phys_offsets"] if cut is None or o < cut]
+        for q in view["query_message_by_key"]
+    }
 
 
 def _sha(p: Path) -> str:
@@ -150,7 +188,9 @@ def _plan_json(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tu
 
 
 def _last_file_records(view: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for r in view["commitlog_records"] if r["phys_offset"] >= LAST_FILE and "blank_end_of_file_record" not in r]
+    return [
+        r for r in view["commitlog_records"] if r["phys_offset"] >= LAST_FILE and "blank_end_of_file_record" not in r
+    ]
 
 
 # ------------------------------------------------------------------------------ ground truth
@@ -176,8 +216,10 @@ def test_crash_midwrite_equals_rocketmq(tmp_path: Path, capsys: pytest.CaptureFi
         assert plan["index_kept"] == []
     else:  # both pass the check and stay: the first whole (full, the second continues it)
         assert plan["index_discarded"] == []
-        assert [(k["file"], k["entries"], k["entries_kept"]) for k in plan["index_kept"]] == \
-            [(last_two[0], 399, 399), (last_two[1], 195, 195)]
+        assert [(k["file"], k["entries"], k["entries_kept"]) for k in plan["index_kept"]] == [
+            (last_two[0], 399, 399),
+            (last_two[1], 195, 195),
+        ]
         assert plan["index_truncated"] == []
     assert plan["messages_cut"] == 0 and not plan["problems"]
     assert _digest(root).keys() == before  # the dry run wrote nothing
@@ -200,8 +242,9 @@ def test_crash_midwrite_equals_rocketmq(tmp_path: Path, capsys: pytest.CaptureFi
         if rel.startswith("config/"):
             continue  # written by the broker's schedule service, not by recovery
         assert _sha(root / rel) == want["sha256"], rel
-    assert sorted(p.relative_to(root).as_posix() for p in (root / "consumequeue").rglob("*") if p.is_file()) == \
-        sorted(k for k in view["files_after_rocketmq_shutdown"] if k.startswith("consumequeue/"))
+    assert sorted(p.relative_to(root).as_posix() for p in (root / "consumequeue").rglob("*") if p.is_file()) == sorted(
+        k for k in view["files_after_rocketmq_shutdown"] if k.startswith("consumequeue/")
+    )
     idx = sorted((root / "index").iterdir())
     broker_idx = [x["sha256"] for x in view["index_files_after_rocketmq_shutdown_in_name_order"]]
     if reindex_all:
@@ -263,7 +306,9 @@ def _damage(root: Path, rec: dict[str, Any], how: str) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("how,reason", [("flip_body", "BODY_CRC_MISMATCH"), ("zero_region", "END_OF_DATA"), ("bad_magic", "BAD_MAGIC")])
+@pytest.mark.parametrize(
+    "how,reason", [("flip_body", "BODY_CRC_MISMATCH"), ("zero_region", "END_OF_DATA"), ("bad_magic", "BAD_MAGIC")]
+)
 def test_damage_in_the_last_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str, reason: str) -> None:
     view = broker_view(CRASH)
     last = _last_file_records(view)
@@ -278,7 +323,11 @@ def test_damage_in_the_last_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert plan["end_offset"] == cut and plan["stop_reason"] == reason
     after = [r for r in last if r["phys_offset"] > cut]
     zeroed = {r["phys_offset"] for r in after if r["phys_offset"] < cut + 3000} if how == "zero_region" else set()
-    intact = [r for r in after if r["phys_offset"] not in zeroed and r["phys_offset"] + r["size"] > cut + (3000 if how == "zero_region" else 0)]
+    intact = [
+        r
+        for r in after
+        if r["phys_offset"] not in zeroed and r["phys_offset"] + r["size"] > cut + (3000 if how == "zero_region" else 0)
+    ]
     assert plan["cuts"][0]["offset"] == cut and plan["cuts"][0]["file"] == f"commitlog/{LAST_FILE:020d}"
     assert plan["intact_cut"] == len(intact)
     assert plan["messages_cut"] == len(intact) + (1 if how == "flip_body" else 0)
@@ -315,7 +364,9 @@ def test_damage_in_the_last_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert _digest(root) == _digest(damaged)
 
 
-def test_normal_recovery_cuts_a_flipped_byte_in_the_last_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_normal_recovery_cuts_a_flipped_byte_in_the_last_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     view = broker_view("clean")
     recs = [r for r in view["commitlog_records"] if "blank_end_of_file_record" not in r and r["body_len"] > 10]
     victim = recs[-20]
@@ -323,7 +374,11 @@ def test_normal_recovery_cuts_a_flipped_byte_in_the_last_file(tmp_path: Path, ca
     _damage(root, victim, "flip_body")
     code, doc = _plan_json(root, capsys)
     assert doc["plan"]["mode"] == "normal" and doc["plan"]["end_offset"] == victim["phys_offset"]
-    after = [r for r in view["commitlog_records"] if "blank_end_of_file_record" not in r and r["phys_offset"] > victim["phys_offset"]]
+    after = [
+        r
+        for r in view["commitlog_records"]
+        if "blank_end_of_file_record" not in r and r["phys_offset"] > victim["phys_offset"]
+    ]
     assert doc["plan"]["intact_cut"] == len(after) and doc["plan"]["messages_cut"] == len(after) + 1
     # --no-crc mirrors checkCRCOnRecover=false: nothing to cut then
     code, doc = _plan_json(root, capsys, "--no-crc")
@@ -337,11 +392,19 @@ def _index_contents(root: Path) -> list[bytes]:
     return [p.read_bytes() for p in sorted((root / "index").iterdir())]
 
 
-@pytest.mark.parametrize("name,mode,where", [("clean", "--normal", "last"), ("many_files", "--normal", "last"),
-                                             ("clean", "--abnormal", 1), ("clean", "--normal", 1),
-                                             ("many_files", "--normal", 5)])
-def test_index_entries_past_the_end_are_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, mode: str,
-                                            where: str | int) -> None:
+@pytest.mark.parametrize(
+    "name,mode,where",
+    [
+        ("clean", "--normal", "last"),
+        ("many_files", "--normal", "last"),
+        ("clean", "--abnormal", 1),
+        ("clean", "--normal", 1),
+        ("many_files", "--normal", 5),
+    ],
+)
+def test_index_entries_past_the_end_are_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, mode: str, where: str | int
+) -> None:
     """The broker keeps index entries of the records its recovery cuts; rmqtool zeroes them
     (with a backup), so the index is exactly what a rebuild of the recovered commitlog
     writes, verify finds nothing, and no key lookup returns a record twice. ``where``: the
@@ -355,7 +418,9 @@ def test_index_entries_past_the_end_are_cut(tmp_path: Path, capsys: pytest.Captu
     else:
         assert isinstance(where, int)
         lo, hi = struct.unpack_from(">qq", sorted((real_store(name) / "index").iterdir())[where].read_bytes(), 16)
-        victim = [r for r in recs if lo < r["phys_offset"] < hi][len([r for r in recs if lo < r["phys_offset"] < hi]) // 2]
+        victim = [r for r in recs if lo < r["phys_offset"] < hi][
+            len([r for r in recs if lo < r["phys_offset"] < hi]) // 2
+        ]
     cut = victim["phys_offset"]
     root = _copy(tmp_path, name)
     _damage(root, victim, "flip_body")
@@ -383,7 +448,9 @@ def test_index_entries_past_the_end_are_cut(tmp_path: Path, capsys: pytest.Captu
             assert truncated[f"index/{f}"] == (below, above)
         else:
             assert f"index/{f}" in emptied
-    assert plan["summary"]["index_entries_cut"] >= sum(a for f, (_b, a) in cut_files.items() if f"index/{f}" not in by_ts_rule)
+    assert plan["summary"]["index_entries_cut"] >= sum(
+        a for f, (_b, a) in cut_files.items() if f"index/{f}" not in by_ts_rule
+    )
 
     bk = tmp_path / "bk"
     assert _recover(root, mode, "--backup-dir", str(bk)) == 1
@@ -395,8 +462,24 @@ def test_index_entries_past_the_end_are_cut(tmp_path: Path, capsys: pytest.Captu
     again = tmp_path / "rebuilt" / "store"
     shutil.copytree(root, again, ignore=shutil.ignore_patterns(".rmqtool*"))
     shutil.rmtree(again / "index")
-    assert run(["rebuild-index", "--yes", str(again), "--index-only", "--quiet", "--index-slots", str(S), "--index-entries", "400",
-                "--backup-dir", str(tmp_path / "bk2")]) == 1
+    assert (
+        run(
+            [
+                "rebuild-index",
+                "--yes",
+                str(again),
+                "--index-only",
+                "--quiet",
+                "--index-slots",
+                str(S),
+                "--index-entries",
+                "400",
+                "--backup-dir",
+                str(tmp_path / "bk2"),
+            ]
+        )
+        == 1
+    )
     assert _index_contents(root) == _index_contents(again)
     # every key finds its records below the cut, each once
     store = Store.open(root)
@@ -417,7 +500,9 @@ def test_damage_normal_recovery_never_reads_is_reported(tmp_path: Path, capsys: 
     code, doc = _plan_json(root, capsys)
     assert code == 4
     probs = doc["plan"]["problems"]
-    assert [(p["code"], p["path"], p["offset"]) for p in probs] == [("UNREAD_FILE_DAMAGE", "commitlog/00000000000000000000", victim["phys_offset"])]
+    assert [(p["code"], p["path"], p["offset"]) for p in probs] == [
+        ("UNREAD_FILE_DAMAGE", "commitlog/00000000000000000000", victim["phys_offset"])
+    ]
     assert doc["plan"]["summary"]["nothing_to_do"]
     assert _recover(root) == 4
     assert tree_digest(root) == snap
@@ -479,9 +564,12 @@ def test_reindex_keeps_every_key_findable(tmp_path: Path, capsys: pytest.Capture
         assert plan["start_file"] == "00000000000000655360"
         # by default both files pass the check and stay (nothing to re-index); with
         # --reindex-all they go and a pass re-indexes what they held before the start file
-        assert [k["file"] for k in plan["index_kept"]] == \
-            (["index/20261121230240406", "index/20261121230240656"] if not opt else [])
-        assert [d["name"] for d in plan["dispatch"]][:1] == (["reindex"] if opt == "--reindex-all" else ["abnormal_recovery"])
+        assert [k["file"] for k in plan["index_kept"]] == (
+            ["index/20261121230240406", "index/20261121230240656"] if not opt else []
+        )
+        assert [d["name"] for d in plan["dispatch"]][:1] == (
+            ["reindex"] if opt == "--reindex-all" else ["abnormal_recovery"]
+        )
         assert _recover(root, *opts) == 1
         got = _lookups(root, view)
         if opt != "--no-reindex":
@@ -501,7 +589,11 @@ def test_quirk_q1_delay_tags(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     abnormal recovery rebuilds them with the TAGS hash (0 here) as tagsCode; the start-up
     reput of a clean store writes the delivery time. --correct-delay-tags writes that."""
     orig = real_store("delay")
-    sched = {p.relative_to(orig).as_posix(): read_units(p.read_bytes()) for p in (orig / "consumequeue" / "SCHEDULE_TOPIC_XXXX").rglob("*") if p.is_file()}
+    sched = {
+        p.relative_to(orig).as_posix(): read_units(p.read_bytes())
+        for p in (orig / "consumequeue" / "SCHEDULE_TOPIC_XXXX").rglob("*")
+        if p.is_file()
+    }
     assert sched
     outs = {}
     for correct in (False, True):
@@ -527,7 +619,9 @@ def test_quirk_q1_delay_tags(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 @pytest.mark.parametrize("name", ["crash_midwrite", "clean", "delay"])
-def test_parallel_sliced_walk_equals_the_broker_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+def test_parallel_sliced_walk_equals_the_broker_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
     root = _copy(tmp_path, name)
     view = broker_view(name)
     recs = [r for r in view["commitlog_records"] if "blank_end_of_file_record" not in r]
@@ -545,12 +639,21 @@ def test_parallel_sliced_walk_equals_the_broker_walk(tmp_path: Path, monkeypatch
     # offsets, and garbage (positions inside records, past the data, another chain) alike
     true_starts = np.array([r["phys_offset"] for r in view["commitlog_records"]], dtype=np.int64)
     rng = np.random.default_rng(7)
-    garbage = np.concatenate([true_starts + rng.integers(1, 90, len(true_starts)), rng.integers(0, files[-1].base + 65536, 500)])
+    garbage = np.concatenate(
+        [true_starts + rng.integers(1, 90, len(true_starts)), rng.integers(0, files[-1].base + 65536, 500)]
+    )
     cq = rc.queue_hint_runs(store)  # runs, one per queue file: every walk task sorts its share
     merged = np.unique(np.concatenate(cq))
-    for span, jobs, hints in ((1 << 20, 1, None), (3000, 2, None), (777, 1, None), (1 << 20, 1, cq), (3000, 2, cq),
-                              (1 << 20, 1, merged),
-                              (5000, 2, np.unique(np.concatenate([true_starts, garbage]))), (1 << 20, 1, np.unique(garbage))):
+    for span, jobs, hints in (
+        (1 << 20, 1, None),
+        (3000, 2, None),
+        (777, 1, None),
+        (1 << 20, 1, cq),
+        (3000, 2, cq),
+        (1 << 20, 1, merged),
+        (5000, 2, np.unique(np.concatenate([true_starts, garbage]))),
+        (1 << 20, 1, np.unique(garbage)),
+    ):
         for batch in (rc._WALK_BATCH, 5):  # records per numpy pass: with 5, many batch boundaries
             monkeypatch.setattr(rc, "_WALK_BATCH", batch)
             got = rc.scan_files(store, P494, files, check_crc=True, jobs=jobs, span=span, hints=hints)
@@ -616,8 +719,13 @@ def test_dispatch_in_worker_processes_gives_the_same_store(tmp_path: Path, monke
 def _run_cli(root: Path, env: dict[str, str] | None = None) -> int:
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "rmqtool", "recover", "--yes", str(root), "--quiet", "--format", "json"],
-                          env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120).returncode
+    return subprocess.run(
+        [sys.executable, "-m", "rmqtool", "recover", "--yes", str(root), "--quiet", "--format", "json"],
+        env=e,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    ).returncode
 
 
 def test_killed_at_random_points_then_rerun(tmp_path: Path) -> None:
@@ -652,9 +760,16 @@ def test_restore_gives_back_the_original_bytes(tmp_path: Path) -> None:
 def test_refuses_a_store_locked_by_a_broker(tmp_path: Path) -> None:
     root = _copy(tmp_path, CRASH)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); "
-         "fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0); print('locked', flush=True); time.sleep(60)", str(root / "lock")],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); "
+            "fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0); print('locked', flush=True); time.sleep(60)",
+            str(root / "lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         snap = tree_digest(root)
@@ -675,7 +790,9 @@ def test_not_a_store_and_usage(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("opt", ["", "--reindex-all"])
-def test_empty_checkpoint_rescans_from_the_first_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], opt: str) -> None:
+def test_empty_checkpoint_rescans_from_the_first_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], opt: str
+) -> None:
     root = _copy(tmp_path, "many_files")
     (root / "abort").write_bytes(b"")
     (root / "checkpoint").unlink()
@@ -703,7 +820,9 @@ def test_empty_checkpoint_rescans_from_the_first_file(tmp_path: Path, capsys: py
     assert run(["verify", str(root)]) == 0
 
 
-def test_consume_queue_files_the_broker_refuses_are_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_consume_queue_files_the_broker_refuses_are_problems(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """MappedFileQueue.load refuses a consume queue file of another size (the broker does
     not start): recover reports it (status 4) and names the repair; after rebuild-index
     the store needs nothing. A zero-length last file only troubles brokers before 5.1.3."""
@@ -712,9 +831,26 @@ def test_consume_queue_files_the_broker_refuses_are_problems(tmp_path: Path, cap
     short.write_bytes(short.read_bytes()[:300])
     code, doc = _plan_json(root, capsys)
     assert code == 4
-    assert [(p["code"], p["path"]) for p in doc["plan"]["problems"]] == [("LAYOUT", "consumequeue/TopicA/0/00000000000000000000")]
+    assert [(p["code"], p["path"]) for p in doc["plan"]["problems"]] == [
+        ("LAYOUT", "consumequeue/TopicA/0/00000000000000000000")
+    ]
     assert "rebuild-index" in doc["plan"]["problems"][0]["message"]
-    assert run(["rebuild-index", "--yes", str(root), "--cq-only", "--topic", "TopicA", "--quiet", "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert (
+        run(
+            [
+                "rebuild-index",
+                "--yes",
+                str(root),
+                "--cq-only",
+                "--topic",
+                "TopicA",
+                "--quiet",
+                "--backup-dir",
+                str(tmp_path / "bk"),
+            ]
+        )
+        == 1
+    )
     code, doc = _plan_json(root, capsys)
     assert code == 0 and doc["plan"]["problems"] == []
     # a zero-length file after the last one of a queue
@@ -722,7 +858,9 @@ def test_consume_queue_files_the_broker_refuses_are_problems(tmp_path: Path, cap
     last = sorted(q.iterdir())[-1]
     (q / f"{int(last.name) + 640:020d}").write_bytes(b"")
     code, doc = _plan_json(root, capsys)
-    assert code == 4 and [p["path"] for p in doc["plan"]["problems"]] == [f"consumequeue/TopicB/1/{int(last.name) + 640:020d}"]
+    assert code == 4 and [p["path"] for p in doc["plan"]["problems"]] == [
+        f"consumequeue/TopicB/1/{int(last.name) + 640:020d}"
+    ]
     code, doc = _plan_json(root, capsys, "--broker-version", "5.3.3")
     assert doc["plan"]["problems"] == []
 
@@ -748,7 +886,9 @@ def test_an_empty_index_file_is_kept_as_the_broker_loads_it(tmp_path: Path, caps
     assert last.read_bytes() == b""
 
 
-def test_relative_store_path(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_store_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A relative STORE argument: recovery that removes files (a flipped byte in an early
     file of many_files, the checkpoint gone: every later commitlog and queue file goes)
     works as with an absolute one, and restore with relative paths puts every byte back."""
@@ -784,8 +924,9 @@ def _blank_at_end(root: Path, next_empty: bool) -> None:
 
 
 @pytest.mark.parametrize("version,next_empty", [("4.9.4", False), ("4.9.4", True), ("5.3.3", False), ("5.3.3", True)])
-def test_clean_store_ending_in_a_blank_needs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str,
-                                                     next_empty: bool) -> None:
+def test_clean_store_ending_in_a_blank_needs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, next_empty: bool
+) -> None:
     """A clean store whose last data file ends with a BLANK (with or without the empty next
     file of a rollover): the broker's recovery changes nothing on disk, so the dry run says
     so (exit 0: no cut of the BLANK, no dispatch of a range without records) and a real
@@ -797,7 +938,10 @@ def test_clean_store_ending_in_a_blank_needs_nothing(tmp_path: Path, capsys: pyt
     assert run(["recover", "--yes", str(root), "--dry-run", "-q", "--format", "json", "--broker-version", version]) == 0
     plan = json.loads(capsys.readouterr().out)["plan"]
     assert plan["cuts"] == [] and all(d["records"] == 0 for d in plan["dispatch"])
-    assert run(["recover", "--yes", str(root), "-q", "--broker-version", version, "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert (
+        run(["recover", "--yes", str(root), "-q", "--broker-version", version, "--backup-dir", str(tmp_path / "bk")])
+        == 0
+    )
     assert _digest(root) == before
     assert run(["verify", str(root), "-q", "--broker-version", version]) == 0
 
@@ -812,7 +956,10 @@ def test_rollover_file_alone_after_retention_needs_nothing(tmp_path: Path, capsy
     before = _digest(root)
     capsys.readouterr()
     assert run(["recover", "--yes", str(root), "--dry-run", "-q", "--format", "json", "--broker-version", "5.3.3"]) == 0
-    assert run(["recover", "--yes", str(root), "-q", "--broker-version", "5.3.3", "--backup-dir", str(tmp_path / "bk")]) == 0
+    assert (
+        run(["recover", "--yes", str(root), "-q", "--broker-version", "5.3.3", "--backup-dir", str(tmp_path / "bk")])
+        == 0
+    )
     assert _digest(root) == before
 
 
@@ -833,5 +980,6 @@ def test_damage_the_next_normal_start_reads_is_reported(tmp_path: Path, capsys: 
     assert code == 5
     assert plan["removed_files"] and plan["start_offset"] == 655360
     assert [(p["code"], p["path"], p["offset"]) for p in plan["problems"]] == [
-        ("UNREAD_FILE_DAMAGE", f"commitlog/{589824:020d}", 605042)]
+        ("UNREAD_FILE_DAMAGE", f"commitlog/{589824:020d}", 605042)
+    ]
     assert "next normal start" in plan["problems"][0]["message"]

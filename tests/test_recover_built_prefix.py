@@ -52,7 +52,8 @@ SKIPPED: list[int] = []
 @pytest.mark.parametrize("name", ["clean", "crash_midwrite", "delay", "many_files"])
 @pytest.mark.parametrize("damage", ["abort", "zeroed", "cut_queues"])
 def test_abnormal_dispatch_skipping_built_records_changes_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, name: str, damage: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, name: str, damage: str
+) -> None:
     results = []
     real = builtprefix.skip_built_prefix
 
@@ -74,7 +75,9 @@ def test_abnormal_dispatch_skipping_built_records_changes_nothing(
             _cut_queues(root)
         monkeypatch.setattr(applying, "skip_built_prefix", fn)
         got = _recover(root, tmp_path / "bk", capsys)
-        backup = {k: v for k, v in tree_digest(tmp_path / "bk").items() if k != "manifest.json"}  # (its txid and time differ)
+        backup = {
+            k: v for k, v in tree_digest(tmp_path / "bk").items() if k != "manifest.json"
+        }  # (its txid and time differ)
         results.append((got, tree_digest(root), backup))
     assert results[0][0][0] in (0, 1)  # (a recover that failed would compare equal too)
     assert results[0] == results[1]

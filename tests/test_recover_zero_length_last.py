@@ -23,16 +23,45 @@ def _store(tmp_path: Path) -> tuple[Path, str]:
 
 def test_recover_removes_a_zero_length_last_commitlog_file_from_5_1_3(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     store, rel = _store(tmp_path)
-    rc = run(["recover", "--yes", str(store), "--broker-version", "5.3.3", "-q", "-j", "1", "--format", "json",
-              "--backup-dir", str(tmp_path / "bk")])
+    rc = run(
+        [
+            "recover",
+            "--yes",
+            str(store),
+            "--broker-version",
+            "5.3.3",
+            "-q",
+            "-j",
+            "1",
+            "--format",
+            "json",
+            "--backup-dir",
+            str(tmp_path / "bk"),
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert rc == 1
     assert out["plan"]["summary"]["commitlog_files_removed"] == [rel]
-    assert out["plan"]["problems"] == [] and out["plan"]["removed_files"][0]["reason"].startswith("zero-length last file")
+    assert out["plan"]["problems"] == [] and out["plan"]["removed_files"][0]["reason"].startswith(
+        "zero-length last file"
+    )
     assert not (store / rel).exists()
     assert (tmp_path / "bk").is_dir()
     # the consume queue units that pointed into the lost file are cut, as the broker cuts them
-    rc = run(["recover", "--yes", str(store), "--broker-version", "5.3.3", "-q", "-j", "1", "--backup-dir", str(tmp_path / "bk2")])
+    rc = run(
+        [
+            "recover",
+            "--yes",
+            str(store),
+            "--broker-version",
+            "5.3.3",
+            "-q",
+            "-j",
+            "1",
+            "--backup-dir",
+            str(tmp_path / "bk2"),
+        ]
+    )
     assert rc == 0
     # and restore puts the zero-length file back
     assert run(["restore", "--yes", str(tmp_path / "bk"), str(store)]) in (0, 1)
@@ -41,7 +70,20 @@ def test_recover_removes_a_zero_length_last_commitlog_file_from_5_1_3(tmp_path: 
 
 def test_recover_still_refuses_a_zero_length_commitlog_file_before_5_1_3(tmp_path: Path) -> None:
     store, rel = _store(tmp_path)
-    rc = run(["recover", "--yes", str(store), "--broker-version", "5.1.2", "-q", "-j", "1", "--backup-dir", str(tmp_path / "bk")])
+    rc = run(
+        [
+            "recover",
+            "--yes",
+            str(store),
+            "--broker-version",
+            "5.1.2",
+            "-q",
+            "-j",
+            "1",
+            "--backup-dir",
+            str(tmp_path / "bk"),
+        ]
+    )
     assert rc == 5  # the rest recovered (1), the zero-length file left as a problem (4)
     assert (store / rel).exists()
 

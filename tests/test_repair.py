@@ -201,8 +201,14 @@ def _zeroed_checkpoint(root: Path) -> None:
 
 
 DAMAGES: dict[str, Callable[[Path], None]] = {
-    "body": _body_flip, "header": _header_flip, "size": _size_flip, "zeroed": _zeroed_range,
-    "truncated": _truncated_file, "missing": _missing_middle_file, "cq_unit": _cq_unit, "index_entry": _index_entry,
+    "body": _body_flip,
+    "header": _header_flip,
+    "size": _size_flip,
+    "zeroed": _zeroed_range,
+    "truncated": _truncated_file,
+    "missing": _missing_middle_file,
+    "cq_unit": _cq_unit,
+    "index_entry": _index_entry,
     "checkpoint": _zeroed_checkpoint,
 }
 
@@ -228,7 +234,9 @@ def test_repair_keeps_every_intact_record_and_verify_passes(tmp_path: Path, name
     assert tree_digest(root) == snap
 
 
-def test_body_flip_becomes_a_tombstone_and_a_quarantine_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_body_flip_becomes_a_tombstone_and_a_quarantine_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = _copy(tmp_path, "clean")
     victim = _nth_record(root, 1, 3)
     _flip(root, _body_pos(root, victim["off"]) + 2)
@@ -236,8 +244,9 @@ def test_body_flip_becomes_a_tombstone_and_a_quarantine_record(tmp_path: Path, c
     code, doc = _plan(root, capsys, "--dry-run")
     assert code == 4
     q = doc["plan"]["quarantined"]
-    assert [(x["offset"], x["topic"], x["queue_id"], x["queue_offset"], x["tombstone"]) for x in q] == \
-        [(victim["off"], victim["topic"], victim["qid"], victim["qoff"], True)]
+    assert [(x["offset"], x["topic"], x["queue_id"], x["queue_offset"], x["tombstone"]) for x in q] == [
+        (victim["off"], victim["topic"], victim["qid"], victim["qoff"], True)
+    ]
     assert q[0]["msg_id"] and len(q[0]["msg_id"]) == 32
     assert _repair(root) == 1
     store = Store.open(root)
@@ -247,8 +256,12 @@ def test_body_flip_becomes_a_tombstone_and_a_quarantine_record(tmp_path: Path, c
         t = ck.check_record(mf.buf, victim["off"] - f.base, mf.size, P494)
         assert t.ok and t.rec is not None
         # the tombstone: the lost message's topic, queue and queue offset, empty body, no key
-        assert (t.rec.topic, t.rec.queue_id, t.rec.queue_offset, t.rec.body_length) == \
-            (victim["topic"], victim["qid"], victim["qoff"], 0)
+        assert (t.rec.topic, t.rec.queue_id, t.rec.queue_offset, t.rec.body_length) == (
+            victim["topic"],
+            victim["qid"],
+            victim["qoff"],
+            0,
+        )
         assert t.props == {filler.TOMBSTONE_PROPERTY: str(victim["off"])}
         assert t.rec.physical_offset == victim["off"]
         qpos = victim["off"] - f.base + t.size
@@ -268,7 +281,9 @@ def test_body_flip_becomes_a_tombstone_and_a_quarantine_record(tmp_path: Path, c
     assert not any(k[0] == filler.QUARANTINE_TOPIC for k in store.consume_queues)
 
 
-def test_no_crc_still_quarantines_a_record_whose_body_crc_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_crc_still_quarantines_a_record_whose_body_crc_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The documented difference (man rmqtool-repair, --no-crc): under checkCRCOnRecover=false
     the broker's recovery keeps a record whose body CRC fails (nothing is cut: the plan's
     recover_would_cut_intact is 0), but repair still replaces it by a tombstone and a
@@ -326,8 +341,13 @@ def _digest(root: Path) -> dict[str, str]:
 def _run_cli(root: Path, env: dict[str, str]) -> int:
     e = dict(os.environ)
     e.update(env)
-    return subprocess.run([sys.executable, "-m", "rmqtool", "repair", "--yes", str(root), "--quiet", "--jobs", "1"],
-                          env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120).returncode
+    return subprocess.run(
+        [sys.executable, "-m", "rmqtool", "repair", "--yes", str(root), "--quiet", "--jobs", "1"],
+        env=e,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    ).returncode
 
 
 def _damage_for_kill(root: Path) -> None:
@@ -390,7 +410,9 @@ def test_layout_of_small_and_long_regions() -> None:
         assert pos == len(data)
 
 
-def test_verify_recover_and_repair_count_the_same_intact_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_recover_and_repair_count_the_same_intact_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = _copy(tmp_path, "clean")
     store = Store.open(root)
     last = store.commitlog[-2].base  # normal recovery walks the last three files
@@ -446,13 +468,31 @@ def test_filler_bytes_are_the_schema_s_bytes() -> None:
     file); the bytes are those MESSAGE_V1 builds from the same fields."""
     t = filler.Tombstone("TopicX", 3, 42, 1000)
     lay = filler.layout_region(1000, 1000 + 700, [t], at_file_end=False)
-    data = filler.render_region(lay, bytes(range(256)) * 3, store_ts=1795302151971, host=b"\x0a\x00\x00\x01", port=10911)
+    data = filler.render_region(
+        lay, bytes(range(256)) * 3, store_ts=1795302151971, host=b"\x0a\x00\x00\x01", port=10911
+    )
     at = 0
     for spec in lay.records:
         rec = cl.parse_message(data[at : at + spec.size])
-        fields = {k: rec[k] for k in ("queue_id", "flag", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
-                                       "born_host", "store_timestamp", "store_host", "reconsume_times",
-                                       "prepared_transaction_offset", "body", "topic", "properties")}
+        fields = {
+            k: rec[k]
+            for k in (
+                "queue_id",
+                "flag",
+                "queue_offset",
+                "physical_offset",
+                "sys_flag",
+                "born_timestamp",
+                "born_host",
+                "store_timestamp",
+                "store_host",
+                "reconsume_times",
+                "prepared_transaction_offset",
+                "body",
+                "topic",
+                "properties",
+            )
+        }
         assert cl.build_message(fields) == data[at : at + spec.size]
         assert rec["physical_offset"] == spec.offset and rec["total_size"] == spec.size
         at += spec.size
@@ -514,7 +554,8 @@ def _gap_between_records(root: Path, gap: int) -> tuple[int, int]:
 
 @pytest.mark.parametrize("gap", [40, filler.MIN_RECORD - 1])
 def test_a_gap_shorter_than_the_smallest_record_is_reported_with_the_broker_s_cut(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], gap: int) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], gap: int
+) -> None:
     """No filler exists for fewer than 91 bytes between two intact records (the broker's walk
     accepts a message record of 91 bytes or more, or a BLANK, which ends the file's walk):
     verify and repair say so and what the broker does there (its recovery cuts every intact
@@ -523,10 +564,14 @@ def test_a_gap_shorter_than_the_smallest_record_is_reported_with_the_broker_s_cu
     at, after = _gap_between_records(root, gap)
     assert after > 50
     rep = verify_store(Store.open(root), P494)
-    stop = next(f for f in rep.findings if f.code.startswith("CL_") and f.physical_offset == at and f.severity == "error")
+    stop = next(
+        f for f in rep.findings if f.code.startswith("CL_") and f.physical_offset == at and f.severity == "error"
+    )
     assert f"recovery cuts {after} intact records" in stop.message
-    assert (f"rmqtool repair cannot keep them either: the {gap} bytes from here to the next intact record "
-            f"(offset {at + gap}) are fewer than the smallest record the broker's walk accepts (91 bytes)") in stop.message
+    assert (
+        f"rmqtool repair cannot keep them either: the {gap} bytes from here to the next intact record "
+        f"(offset {at + gap}) are fewer than the smallest record the broker's walk accepts (91 bytes)"
+    ) in stop.message
     assert "rmqtool repair keeps them" not in stop.message
     code, doc = _plan(root, capsys, "--dry-run")
     assert code == 4
@@ -573,8 +618,9 @@ def test_filler_carries_a_matching_prop_crc_where_the_broker_checks_it() -> None
     5.2.0-5.3.1 walk (which refuses 0) and the 5.3.3 walk accept them all."""
     t = filler.Tombstone("TopicX", 1, 9, 4000)
     forced = [BrokerProfile.for_version(v, force_verify_prop_crc=True) for v in ("5.2.0", "5.3.3")]
-    plain = filler.render_region(filler.layout_region(4000, 13000, [t], at_file_end=False, max_size=4000),
-                                 bytes(range(256)) * 40, store_ts=7)
+    plain = filler.render_region(
+        filler.layout_region(4000, 13000, [t], at_file_end=False, max_size=4000), bytes(range(256)) * 40, store_ts=7
+    )
     for prof in forced:
         first = _walk(plain, prof)[0]
         assert not first.ok and first.reason == ck.PROP_CRC

@@ -33,8 +33,11 @@ def _ranges(store: Store) -> list[tuple[int | None, int | None]]:
     files = [f for f in store.commitlog if f.size > 0]
     F = store.geometry.commitlog_file_size
     f = files[0]
-    return [(None, None), (f.base, f.base + min(f.size, F) // 2 + 7),  # ends inside a record
-            (f.base + 3, None)]  # starts inside one
+    return [
+        (None, None),
+        (f.base, f.base + min(f.size, F) // 2 + 7),  # ends inside a record
+        (f.base + 3, None),
+    ]  # starts inside one
 
 
 def _damage_first_file(root: Path) -> None:
@@ -71,13 +74,31 @@ def test_parallel_dispatch_equals_sequential(tmp_path: Path, name: str, damage: 
         for jobs, piece in ((2, 4096), (3, 777)):
             probs2: list = []
             st2 = ReputStats()
-            got = _rows(list(iter_dispatch_parallel(store, P494, jobs=jobs, from_offset=lo, to_offset=hi,
-                                                    problems=probs2, stats=st2, piece_size=piece, min_bytes=0)))
+            got = _rows(
+                list(
+                    iter_dispatch_parallel(
+                        store,
+                        P494,
+                        jobs=jobs,
+                        from_offset=lo,
+                        to_offset=hi,
+                        problems=probs2,
+                        stats=st2,
+                        piece_size=piece,
+                        min_bytes=0,
+                    )
+                )
+            )
             assert got == want, (lo, hi, jobs, piece)
             assert st2.pieces > 1 or probs  # pieces were used unless the walk met damage
             assert probs2 == probs
-            assert (st2.records, st2.blanks, st2.commitlog_bytes, st2.from_offset, st2.end_offset) == \
-                (st.records, st.blanks, st.commitlog_bytes, st.from_offset, st.end_offset)
+            assert (st2.records, st2.blanks, st2.commitlog_bytes, st2.from_offset, st2.end_offset) == (
+                st.records,
+                st.blanks,
+                st.commitlog_bytes,
+                st.from_offset,
+                st.end_offset,
+            )
             used_pieces = True
     assert used_pieces
     if damage:
@@ -102,8 +123,19 @@ def test_laid_end_to_end_detects_gaps() -> None:
     def cols(pos: list[int], size: list[int]) -> DispatchColumns:
         n = len(pos)
         z = np.zeros(n, dtype=np.int64)
-        return DispatchColumns(np.array(pos, dtype=np.int64), ["T"] * n, z, z, np.array(size, dtype=np.int64), z, z, z,
-                               [None] * n, [None] * n, z)
+        return DispatchColumns(
+            np.array(pos, dtype=np.int64),
+            ["T"] * n,
+            z,
+            z,
+            np.array(size, dtype=np.int64),
+            z,
+            z,
+            z,
+            [None] * n,
+            [None] * n,
+            z,
+        )
 
     assert rp._laid_end_to_end([cols([10, 20], [10, 5]), cols([25], [5])], 10, 30)
     assert not rp._laid_end_to_end([cols([10, 20], [10, 5]), cols([26], [4])], 10, 30)
@@ -137,12 +169,18 @@ def test_hints_change_nothing(tmp_path: Path, name: str, damage: bool) -> None:
         for hints in (right, mixed, np.sort(junk)):
             probs2: list = []
             st2 = ReputStats()
-            got = _rows(list(iter_dispatch(store, P494, from_offset=lo, to_offset=hi, problems=probs2, stats=st2,
-                                           hints=hints)))
+            got = _rows(
+                list(iter_dispatch(store, P494, from_offset=lo, to_offset=hi, problems=probs2, stats=st2, hints=hints))
+            )
             assert got == want and probs2 == probs
             assert (st2.records, st2.blanks, st2.end_offset) == (st.records, st.blanks, st.end_offset)
-            got = _rows(list(iter_dispatch_parallel(store, P494, jobs=2, from_offset=lo, to_offset=hi, piece_size=4096,
-                                                    min_bytes=0, hints=hints)))
+            got = _rows(
+                list(
+                    iter_dispatch_parallel(
+                        store, P494, jobs=2, from_offset=lo, to_offset=hi, piece_size=4096, min_bytes=0, hints=hints
+                    )
+                )
+            )
             assert got == want
 
 
@@ -150,20 +188,27 @@ def test_hinted_boundaries_stop_where_the_loop_stops() -> None:
     from rmqtool.formats import commitlog as cl
     from rmqtool.recovery.scan import byte_views
 
-    rec = lambda total, magic=cl.MAGIC_V1: total.to_bytes(4, "big", signed=True) + magic.to_bytes(4, "big", signed=True) + bytes(total - 8)  # noqa: E731
+    def rec(total: int, magic: int = cl.MAGIC_V1) -> bytes:
+        return total.to_bytes(4, "big", signed=True) + magic.to_bytes(4, "big", signed=True) + bytes(total - 8)
+
     buf = rec(100) + rec(120) + rec(90, cl.MAGIC_V2) + rec(100) + rec(-5 & 0xFF) + bytes(64)
     views = byte_views(buf)
     fast = rp._FastDecoder
     for start in (0, 100):
         want = fast.boundaries(buf, start, len(buf))
-        for hints in (np.array([0, 100, 220, 310], dtype=np.int64), np.array([100], dtype=np.int64), np.zeros(0, dtype=np.int64)):
+        for hints in (
+            np.array([0, 100, 220, 310], dtype=np.int64),
+            np.array([100], dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+        ):
             assert list(fast.hinted_boundaries(buf, views, hints, start, len(buf))) == want
     del views
 
 
 @pytest.mark.parametrize("slot_size", [None, 64])
-def test_pieces_come_back_through_shared_memory_or_plainly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          slot_size: int | None) -> None:
+def test_pieces_come_back_through_shared_memory_or_plainly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slot_size: int | None
+) -> None:
     """Results come back through the arena's slots (recovery.transfer), or, where a result
     does not fit its slot, plainly through the pool: the same requests either way."""
     from rmqtool.recovery import transfer

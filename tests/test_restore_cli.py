@@ -79,8 +79,9 @@ def test_restore_refuses_a_changed_file_and_a_bad_backup(tmp_path: Path, capsys:
 def test_restore_refuses_while_a_broker_holds_the_lock(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root, bk, original = _rebuilt(tmp_path, capsys)
     rebuilt = digest(root)
-    holder = subprocess.Popen([sys.executable, "-c", LOCKER, str(root / "lock")], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(root / "lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         for extra in ([], ["--dry-run"]):
@@ -96,10 +97,16 @@ def test_restore_refuses_while_a_broker_holds_the_lock(tmp_path: Path, capsys: p
 
 
 @pytest.mark.parametrize("crash_after", [3, 11, 19])
-def test_killed_restore_then_rerun_restores(tmp_path: Path, capsys: pytest.CaptureFixture[str], crash_after: int) -> None:
+def test_killed_restore_then_rerun_restores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], crash_after: int
+) -> None:
     root, bk, original = _rebuilt(tmp_path, capsys)
-    p = subprocess.run([*RMQTOOL, "restore", "--yes", str(bk), str(root)], capture_output=True, text=True,
-                       env={**os.environ, "RMQTOOL_TEST_CRASH_AFTER": str(crash_after)})
+    p = subprocess.run(
+        [*RMQTOOL, "restore", "--yes", str(bk), str(root)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RMQTOOL_TEST_CRASH_AFTER": str(crash_after)},
+    )
     assert p.returncode in (137, 1), p.stderr
     code, _out, err = cli(capsys, "restore", "--yes", str(bk), str(root))
     assert code in (0, 1), err

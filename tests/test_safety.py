@@ -206,9 +206,7 @@ def journal_state(store: Path) -> str | None:
 
 def test_lock_held_by_another_process_is_detected_and_refused(tmp_path: Path) -> None:
     store = make_store(tmp_path)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_LOCK, str(store / "lock")], stdout=subprocess.PIPE, text=True
-    )
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(store / "lock")], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         assert broker_holds_lock(store) is True
@@ -294,7 +292,13 @@ def test_commit_then_restore_gives_back_identical_bytes(tmp_path: Path) -> None:
 
     manifest = load_manifest(result.backup_dir)
     assert [e["action"] for e in manifest["entries"]] == [
-        "replace", "truncate_tail", "create", "remove", "truncate_tail", "write_at"]
+        "replace",
+        "truncate_tail",
+        "create",
+        "remove",
+        "truncate_tail",
+        "write_at",
+    ]
     by_path = {e["path"]: e for e in manifest["entries"]}
     assert by_path[CQ0]["original"]["sha256"] == before[CQ0][0]
     assert by_path[CQ_NEW]["result"]["sha256"] == hashlib.sha256(b"\x03" * 600).hexdigest()
@@ -375,7 +379,10 @@ def test_dry_run_restore_changes_nothing(tmp_path: Path) -> None:
     siblings = sorted(os.listdir(tmp_path))
     plan = restore(result.backup_dir, store, dry_run=True)
     assert [(a.action, a.path) for a in plan] == [
-        ("remove", CQ_NEW), ("create", IDX), ("rmdir", "consumequeue/TopicA/7")]
+        ("remove", CQ_NEW),
+        ("create", IDX),
+        ("rmdir", "consumequeue/TopicA/7"),
+    ]
     assert snapshot(store) == after
     assert sorted(os.listdir(tmp_path)) == siblings
 
@@ -447,10 +454,23 @@ def test_manifest_missing_or_corrupt(tmp_path: Path) -> None:
     (bdir / "manifest.json").write_text("{not json")
     with pytest.raises(ManifestError, match="corrupt"):
         restore(bdir, store)
-    (bdir / "manifest.json").write_text(json.dumps({
-        "format": "rmqtool-backup", "version": 1,
-        "entries": [{"action": "remove", "path": "../../etc/passwd", "original": {"size": 1, "sha256": "x"},
-                     "result": None, "backup": "files/x"}]}))
+    (bdir / "manifest.json").write_text(
+        json.dumps(
+            {
+                "format": "rmqtool-backup",
+                "version": 1,
+                "entries": [
+                    {
+                        "action": "remove",
+                        "path": "../../etc/passwd",
+                        "original": {"size": 1, "sha256": "x"},
+                        "result": None,
+                        "backup": "files/x",
+                    }
+                ],
+            }
+        )
+    )
     with pytest.raises(ManifestError):
         restore(bdir, store)
 
@@ -727,7 +747,7 @@ def test_real_store_cut_and_rebuild_then_restore(tmp_path: Path) -> None:
             tx.remove_file(idx[0])
         tx.commit()
     assert last_cl.stat().st_size == 65536  # the mapped size is kept
-    assert last_cl.read_bytes()[data_end // 2:] == bytes(65536 - data_end // 2)
+    assert last_cl.read_bytes()[data_end // 2 :] == bytes(65536 - data_end // 2)
     assert (store / "lock").read_bytes() == (REAL_STORE / "lock").read_bytes()
     assert snapshot(store) != before
     restore(tmp_path / "bk", store)
@@ -744,8 +764,11 @@ def _described(content: bytes, digest: str) -> bool:
     hexd, _, zeros = digest.partition("+")
     n = int(zeros[:-1]) if zeros else 0
     assert not zeros or zeros.endswith("z")
-    return (n <= len(content) and content[len(content) - n :] == bytes(n)
-            and hashlib.sha256(content[: len(content) - n]).hexdigest() == hexd)
+    return (
+        n <= len(content)
+        and content[len(content) - n :] == bytes(n)
+        and hashlib.sha256(content[: len(content) - n]).hexdigest() == hexd
+    )
 
 
 def test_zero_tails_are_described_in_manifest_digests(tmp_path: Path) -> None:
@@ -779,7 +802,9 @@ def test_zero_tails_are_described_in_manifest_digests(tmp_path: Path) -> None:
     assert all((store / rel).read_bytes() == b for rel, b in before.items())
 
 
-def test_digest_matches_with_seen_reads_a_file_once_per_tail_length(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_digest_matches_with_seen_reads_a_file_once_per_tail_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Checked against several digests (restore: the original, then the result), a file is
     hashed once per zero-tail length; the answers are those of separate checks."""
     p = tmp_path / "f"
@@ -810,8 +835,17 @@ def test_digest_matches_reads_every_byte(tmp_path: Path) -> None:
     assert safety.digest_matches(p, described) and safety.digest_matches(p, full)
     # a shorter description of the same content matches too (the rest is hashed)
     assert safety.digest_matches(p, hashlib.sha256(data[:5000]).hexdigest() + f"+{len(data) - 5000}z")
-    for bad in ("", "xyz", full.upper(), full + "+", full + "+12", described + "z", None, 42,
-                hashlib.sha256(b"").hexdigest() + f"+{len(data) + 1}z"):
+    for bad in (
+        "",
+        "xyz",
+        full.upper(),
+        full + "+",
+        full + "+12",
+        described + "z",
+        None,
+        42,
+        hashlib.sha256(b"").hexdigest() + f"+{len(data) + 1}z",
+    ):
         assert not safety.digest_matches(p, bad), bad
     # one byte anywhere, in the hashed head or in the described tail, is seen
     for pos in (0, 3999, 4000, len(data) // 2, len(data) - 1):
@@ -863,8 +897,9 @@ def _enospc(*_a: object, **_k: object) -> None:
     raise OSError(28, "No space left on device")  # (no file name: what os.write/os.fsync raise)
 
 
-def test_full_disk_while_staging_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_disk_while_staging_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from conftest import copy_store, tree_digest
 
     from rmqtool.cli import run
@@ -881,7 +916,8 @@ def test_full_disk_while_staging_names_the_file(tmp_path: Path, capsys: pytest.C
 
 
 def test_io_error_while_applying_names_the_file_and_the_next_run_finishes(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from conftest import copy_store, tree_digest
 
     from rmqtool.cli import run
@@ -912,8 +948,9 @@ def test_io_error_while_applying_names_the_file_and_the_next_run_finishes(
 
 @pytest.mark.parametrize("command", ["recover", "rebuild-index"])
 @pytest.mark.parametrize("where", ["commitlog", "nonempty"])
-def test_dry_run_refuses_the_backup_dir_the_real_run_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                             command: str, where: str) -> None:
+def test_dry_run_refuses_the_backup_dir_the_real_run_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, where: str
+) -> None:
     from conftest import copy_store
 
     from rmqtool.cli import run
@@ -932,8 +969,9 @@ def test_dry_run_refuses_the_backup_dir_the_real_run_refuses(tmp_path: Path, cap
     assert ("inside the store's commitlog/" if where == "commitlog" else "not empty") in results[0][1]
 
 
-def test_failed_cleanup_after_a_complete_change(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_cleanup_after_a_complete_change(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The journal directory cannot be removed after every change is made (EIO on the last
     rmdir): the run still reports its repair (status 1), and the next run removes the
     leftover without calling it a rolled-back transaction."""

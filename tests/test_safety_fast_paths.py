@@ -36,12 +36,15 @@ def _seq_writer(parts: list[Any]) -> Any:
     return write
 
 
-@pytest.mark.parametrize("parts", [
-    [b"head", 1 << 20, b"tail"],            # a hole in the middle
-    [b"x" * 100_000, 3 * (1 << 23) + 5],    # ends in a hole longer than the hash chunk
-    [bytearray(b"abc") * 50_000, memoryview(b"defg" * 40_000), 7],
-    [],
-])
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [b"head", 1 << 20, b"tail"],  # a hole in the middle
+        [b"x" * 100_000, 3 * (1 << 23) + 5],  # ends in a hole longer than the hash chunk
+        [bytearray(b"abc") * 50_000, memoryview(b"defg" * 40_000), 7],
+        [],
+    ],
+)
 def test_sequential_writer_content_and_sha_match(tmp_path: Path, parts: list[Any]) -> None:
     root = _store(tmp_path)
     want = b"".join(bytes(p) if isinstance(p, int) else bytes(p) for p in parts)
@@ -200,8 +203,9 @@ def test_the_room_a_backup_needs_counts_allocated_blocks(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("which", ["backup", "restore"])
-def test_a_file_of_many_extents_is_copied_byte_for_byte(tmp_path: Path, which: str,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_of_many_extents_is_copied_byte_for_byte(
+    tmp_path: Path, which: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Both hole-keeping copies (a backup's copy_to_backup, the staging copy of restore)
     find the extents with lseek on the descriptor they read from: through a buffered
     reader, a seek inside its buffer did not move the descriptor and bytes were skipped

@@ -55,7 +55,8 @@ def _record(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
 def test_commit_fsyncs_each_file_before_its_rename_and_each_directory_once_after(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _store(tmp_path)
     events = _record(monkeypatch)
     with StoreTransaction(root, backup_dir=tmp_path / "bk") as tx:
@@ -111,11 +112,20 @@ def test_journal_text_holds_every_step_field_one_step_a_line() -> None:
 
     from rmqtool.recovery.safety.plan import _Step, journal_text
 
-    steps = [_Step("create", "consumequeue/T/0/x", staged="000001", mode=0o644, new_size=3, new_sha256="ab",
-                   created_dirs=["consumequeue/T"]),
-             _Step("truncate_tail", "commitlog/0", offset=5, length=7, zero_fill=True, orig_size=12),
-             _Step("remove", "abort", orig_size=0)]
-    head = {"format": "rmqtool-journal", "state": "prepared", "backup_dir": None, "description": "tab\tquote\"é"}
+    steps = [
+        _Step(
+            "create",
+            "consumequeue/T/0/x",
+            staged="000001",
+            mode=0o644,
+            new_size=3,
+            new_sha256="ab",
+            created_dirs=["consumequeue/T"],
+        ),
+        _Step("truncate_tail", "commitlog/0", offset=5, length=7, zero_fill=True, orig_size=12),
+        _Step("remove", "abort", orig_size=0),
+    ]
+    head = {"format": "rmqtool-journal", "state": "prepared", "backup_dir": None, "description": 'tab\tquote"é'}
     for some in (steps, []):
         text = journal_text(head, some)
         assert json.loads(text) == {**head, "steps": [dataclasses.asdict(s) for s in some]}

@@ -50,7 +50,21 @@ def test_salvage_lines_are_dumps_lines(tmp_path: Path, capsys: pytest.CaptureFix
     assert listed and all(json.loads(x)["physical_offset"] > cut for x in listed)
     assert listed == [want[json.loads(x)["physical_offset"]] for x in listed]
     # the real run writes the same lines and the bytes
-    assert run(["recover", "--yes", str(root), "--quiet", "--salvage-to", str(tmp_path / "s"), "--backup-dir", str(tmp_path / "bk")]) == 1
+    assert (
+        run(
+            [
+                "recover",
+                "--yes",
+                str(root),
+                "--quiet",
+                "--salvage-to",
+                str(tmp_path / "s"),
+                "--backup-dir",
+                str(tmp_path / "bk"),
+            ]
+        )
+        == 1
+    )
     got = (tmp_path / "s" / "salvaged.jsonl").read_text().splitlines()
     assert got == listed
     raw = (tmp_path / "s" / "salvaged.bin").read_bytes()

@@ -28,10 +28,14 @@ def test_seeks_print_what_the_full_walk_prints(name: str, fmt: str, capsys: pyte
     walked = _msgs(capsys, store, "--format", "jsonl", "--scan")
     offsets = [r["physical_offset"] for r in walked]
     times = sorted(r["store_timestamp"] for r in walked)
-    cases = [["--from-offset", str(offsets[len(offsets) * 3 // 4] + 7)], ["--from-offset", str(offsets[-1])],
-             ["--since", str(times[len(times) * 9 // 10])], ["--topic", walked[-1]["topic"]],
-             ["--topic", walked[0]["topic"], "--queue-id", str(walked[0]["queue_id"])],
-             ["--since", str(times[len(times) // 2]), "--from-offset", str(offsets[len(offsets) // 3])]]
+    cases = [
+        ["--from-offset", str(offsets[len(offsets) * 3 // 4] + 7)],
+        ["--from-offset", str(offsets[-1])],
+        ["--since", str(times[len(times) * 9 // 10])],
+        ["--topic", walked[-1]["topic"]],
+        ["--topic", walked[0]["topic"], "--queue-id", str(walked[0]["queue_id"])],
+        ["--since", str(times[len(times) // 2]), "--from-offset", str(offsets[len(offsets) // 3])],
+    ]
     for case in cases:
         capsys.readouterr()
         if fmt == "json":

@@ -198,22 +198,43 @@ def damage(root: Path, kind: str, where: float, seed: int) -> None:
     p.write_bytes(bytes(data))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(
     first_file=st.sampled_from([0, 1, 7, 1000, (1 << 40) // 32768]),
     file_size=st.sampled_from([16384, 32768, 50000]),
     n_files=st.integers(1, 3),
     last_partial=st.booleans(),
-    damages=st.lists(st.tuples(st.sampled_from(["body_byte", "magic", "total_size", "zeros", "physical_offset", "garbage"]),
-                               st.floats(0, 1), st.integers(0, 1000)), max_size=3),
+    damages=st.lists(
+        st.tuples(
+            st.sampled_from(["body_byte", "magic", "total_size", "zeros", "physical_offset", "garbage"]),
+            st.floats(0, 1),
+            st.integers(0, 1000),
+        ),
+        max_size=3,
+    ),
     sizes=st.lists(st.integers(min_value=1, max_value=70000), min_size=1, max_size=4),
     seed=st.integers(0, 10_000),
 )
-def test_sub_file_splits_equal_the_walk_on_synthetic_stores(tmp_path_factory: pytest.TempPathFactory, first_file: int,
-                                                            file_size: int, n_files: int, last_partial: bool,
-                                                            damages: list[tuple[str, float, int]], sizes: list[int], seed: int) -> None:
-    root = build_store(tmp_path_factory.mktemp("synth"), file_size=file_size, first_file=first_file,
-                       n_files=n_files, seed=seed, last_partial=last_partial)
+def test_sub_file_splits_equal_the_walk_on_synthetic_stores(
+    tmp_path_factory: pytest.TempPathFactory,
+    first_file: int,
+    file_size: int,
+    n_files: int,
+    last_partial: bool,
+    damages: list[tuple[str, float, int]],
+    sizes: list[int],
+    seed: int,
+) -> None:
+    root = build_store(
+        tmp_path_factory.mktemp("synth"),
+        file_size=file_size,
+        first_file=first_file,
+        n_files=n_files,
+        seed=seed,
+        last_partial=last_partial,
+    )
     for kind, where, s in damages:
         damage(root, kind, where, s)
     store = Store.open(root)
@@ -261,7 +282,9 @@ def test_embedded_record_image_is_a_reported_conflict(tmp_path: Path) -> None:
     outer_at = len(first)
     # the outer record's header up to the body starts at outer_at; the image sits in its body
     probe = cl.build_message({**plan.fields(1, 1, outer_at), "body": bytes(2000)})
-    body_at = outer_at + (len(probe) - 2000 - len(plan.fields(1, 1, 0)["topic"]) - 1 - 2 - len(plan.properties(1).encode()))
+    body_at = outer_at + (
+        len(probe) - 2000 - len(plan.fields(1, 1, 0)["topic"]) - 1 - 2 - len(plan.properties(1).encode())
+    )
     image_at = body_at + 100
     image = cl.build_message({**plan.fields(2, 2, image_at), "body": b"inner"})
     body = bytearray(2000)
@@ -279,8 +302,10 @@ def test_embedded_record_image_is_a_reported_conflict(tmp_path: Path) -> None:
     assert [r[1] for r in expected] == [0, outer_at, end]
     assert by_splits(plan_splits(store, 0))[0] == expected
     split_at = image_at - 10  # the boundary falls inside the outer body, before the image
-    splits = [Split("s", str(d / offset_to_file_name(0)), 0, 0, split_at, file_size),
-              Split("s", str(d / offset_to_file_name(0)), 0, split_at, file_size - split_at, file_size)]
+    splits = [
+        Split("s", str(d / offset_to_file_name(0)), 0, 0, split_at, file_size),
+        Split("s", str(d / offset_to_file_name(0)), 0, split_at, file_size - split_at, file_size),
+    ]
     got, handoffs = by_splits(splits)
     assert handoffs[0].conflict and handoffs[0].stop == image_at
     assert got != expected  # the image shows up as a record: exactly what the check reports

@@ -18,14 +18,25 @@ from conftest import real_store
 # the Spark extra is export's alone; hypothesis is the tests'; tqdm draws bars on a terminal only
 NEVER = ("pyspark", "pyarrow", "pandas", "hypothesis", "tqdm")
 # what a command's --help needs is click and the option declarations: no store code at all
-HELP_NEVER = NEVER + ("numpy", "construct", "crcmod", "rich", "rmqtool.recovery.store", "rmqtool.recovery.safety",
-                      "rmqtool.recovery.recover", "rmqtool.recovery.batch", "multiprocessing")
+HELP_NEVER = NEVER + (
+    "numpy",
+    "construct",
+    "crcmod",
+    "rich",
+    "rmqtool.recovery.store",
+    "rmqtool.recovery.safety",
+    "rmqtool.recovery.recover",
+    "rmqtool.recovery.batch",
+    "multiprocessing",
+)
 
-_RUN = ("import json, sys\n"
-        "from rmqtool.cli import run\n"
-        "out = sys.argv.pop(1)\n"
-        "rc = run(sys.argv[1:])\n"
-        "json.dump({'rc': rc, 'modules': sorted(sys.modules)}, open(out, 'w'))\n")
+_RUN = (
+    "import json, sys\n"
+    "from rmqtool.cli import run\n"
+    "out = sys.argv.pop(1)\n"
+    "rc = run(sys.argv[1:])\n"
+    "json.dump({'rc': rc, 'modules': sorted(sys.modules)}, open(out, 'w'))\n"
+)
 
 
 def _loaded(tmp_path: Path, *args: str) -> tuple[int, set[str]]:
@@ -63,45 +74,108 @@ def test_recover_with_nothing_to_do_loads_no_apply_path(tmp_path: Path) -> None:
     stay unloaded."""
     rc, modules = _loaded(tmp_path, "recover", "--normal", "--yes", str(_copy(tmp_path)))
     assert rc == 0 and "rmqtool.recovery.recover.planning" in modules
-    assert _present(modules, NEVER + (
-        "rmqtool.recovery.recover.applying", "rmqtool.recovery.recover.writing", "rmqtool.recovery.reput",
-        "rmqtool.recovery.repair", "rmqtool.recovery.verify", "rmqtool.recovery.offsets", "rmqtool.cmd_offsets",
-        "rmqtool.recovery.batch.decoder", "rmqtool.recovery.safety.transaction")) == []
+    assert (
+        _present(
+            modules,
+            NEVER
+            + (
+                "rmqtool.recovery.recover.applying",
+                "rmqtool.recovery.recover.writing",
+                "rmqtool.recovery.reput",
+                "rmqtool.recovery.repair",
+                "rmqtool.recovery.verify",
+                "rmqtool.recovery.offsets",
+                "rmqtool.cmd_offsets",
+                "rmqtool.recovery.batch.decoder",
+                "rmqtool.recovery.safety.transaction",
+            ),
+        )
+        == []
+    )
 
 
 def test_abnormal_recovery_loads_no_repair_nor_verify(tmp_path: Path) -> None:
     rc, modules = _loaded(tmp_path, "recover", "--abnormal", "--yes", str(_copy(tmp_path, abort=True)))
     assert rc == 1 and "rmqtool.recovery.reput" in modules
-    assert _present(modules, NEVER + ("rmqtool.recovery.repair", "rmqtool.recovery.verify", "rmqtool.cmd_offsets")) == []
+    assert (
+        _present(modules, NEVER + ("rmqtool.recovery.repair", "rmqtool.recovery.verify", "rmqtool.cmd_offsets")) == []
+    )
 
 
 def test_rebuild_index_loads_no_recovery_plan(tmp_path: Path) -> None:
     rc, modules = _loaded(tmp_path, "rebuild-index", "--yes", str(_copy(tmp_path)))
     assert rc == 0 and "rmqtool.recovery.rebuild" in modules
-    assert _present(modules, NEVER + ("rmqtool.recovery.recover", "rmqtool.recovery.repair", "rmqtool.recovery.verify",
-                                      "rmqtool.recovery.offsets")) == []
+    assert (
+        _present(
+            modules,
+            NEVER
+            + (
+                "rmqtool.recovery.recover",
+                "rmqtool.recovery.repair",
+                "rmqtool.recovery.verify",
+                "rmqtool.recovery.offsets",
+            ),
+        )
+        == []
+    )
 
 
 def test_verify_loads_no_recovery_nor_dispatch(tmp_path: Path) -> None:
     rc, modules = _loaded(tmp_path, "verify", str(real_store("clean")))
     assert rc == 0 and "rmqtool.recovery.verify.run" in modules
-    assert _present(modules, NEVER + ("rmqtool.recovery.recover", "rmqtool.recovery.reput", "rmqtool.recovery.repair",
-                                      "rmqtool.recovery.safety", "rmqtool.destructive")) == []
+    assert (
+        _present(
+            modules,
+            NEVER
+            + (
+                "rmqtool.recovery.recover",
+                "rmqtool.recovery.reput",
+                "rmqtool.recovery.repair",
+                "rmqtool.recovery.safety",
+                "rmqtool.destructive",
+            ),
+        )
+        == []
+    )
 
 
 def test_dump_commitlog_loads_no_decoder_nor_writers(tmp_path: Path) -> None:
     rc, modules = _loaded(tmp_path, "dump", "commitlog", str(real_store("clean")))
     assert rc == 0 and "rmqtool.recovery.batch.plainrun" in modules
-    assert _present(modules, NEVER + ("rmqtool.recovery.batch.decoder", "rmqtool.recovery.indexbuild",
-                                      "rmqtool.recovery.recover", "rmqtool.recovery.safety", "rmqtool.recovery.verify")) == []
+    assert (
+        _present(
+            modules,
+            NEVER
+            + (
+                "rmqtool.recovery.batch.decoder",
+                "rmqtool.recovery.indexbuild",
+                "rmqtool.recovery.recover",
+                "rmqtool.recovery.safety",
+                "rmqtool.recovery.verify",
+            ),
+        )
+        == []
+    )
 
 
 def test_info_loads_no_recovery_nor_verify(tmp_path: Path) -> None:
     rc, modules = _loaded(tmp_path, "info", str(real_store("clean")))
     assert rc == 0 and "rmqtool.recovery.storeinfo" in modules
-    assert _present(modules, NEVER + ("rmqtool.recovery.recover", "rmqtool.recovery.verify", "rmqtool.recovery.reput",
-                                      "rmqtool.recovery.repair", "rmqtool.recovery.safety.transaction",
-                                      "rmqtool.recovery.safety.apply")) == []
+    assert (
+        _present(
+            modules,
+            NEVER
+            + (
+                "rmqtool.recovery.recover",
+                "rmqtool.recovery.verify",
+                "rmqtool.recovery.reput",
+                "rmqtool.recovery.repair",
+                "rmqtool.recovery.safety.transaction",
+                "rmqtool.recovery.safety.apply",
+            ),
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize("package", ["rmqtool.recovery.batch", "rmqtool.recovery.recover", "rmqtool.recovery.safety"])
@@ -125,10 +199,12 @@ def test_a_name_set_on_the_safety_package_reaches_its_lazy_submodules() -> None:
     """A test's ``monkeypatch.setattr(safety, name, ...)`` reaches a submodule the package
     imports lazily, as it did when every submodule was imported with the package (the
     submodule is imported first)."""
-    code = ("import rmqtool.recovery.safety as s, sys\n"
-            "assert 'rmqtool.recovery.safety.transaction' not in sys.modules\n"
-            "s._apply_step = 'patched'\n"
-            "print(sys.modules['rmqtool.recovery.safety.transaction']._apply_step)\n")
+    code = (
+        "import rmqtool.recovery.safety as s, sys\n"
+        "assert 'rmqtool.recovery.safety.transaction' not in sys.modules\n"
+        "s._apply_step = 'patched'\n"
+        "print(sys.modules['rmqtool.recovery.safety.transaction']._apply_step)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "patched"
 
@@ -138,9 +214,11 @@ def test_safety_restore_stays_the_function_when_its_module_loads_lazily(first: s
     """``safety.restore`` is a function in a submodule of the same name: importing that
     submodule lazily (through another of its names, or directly) leaves the package's
     ``restore`` the function, as the eager import did."""
-    code = ("import types\nimport rmqtool.recovery.safety as s\n"
-            f"{first}\n"
-            "from rmqtool.recovery.safety import restore\n"
-            "print(isinstance(restore, types.FunctionType), isinstance(s.restore, types.FunctionType))\n")
+    code = (
+        "import types\nimport rmqtool.recovery.safety as s\n"
+        f"{first}\n"
+        "from rmqtool.recovery.safety import restore\n"
+        "print(isinstance(restore, types.FunctionType), isinstance(s.restore, types.FunctionType))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "True"]

@@ -55,8 +55,10 @@ def test_timing_counts_the_worker_processes(tmp_path: Path, monkeypatch: pytest.
     out = tmp_path / "t.jsonl"
     monkeypatch.setenv("RMQTOOL_TIMING", str(out))
     timing.start("verify")
-    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"],
+        check=True,
+    )
     timing.finish(0)
     (got,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert got["children_cpu_s"] >= 0.2

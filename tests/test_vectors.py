@@ -48,11 +48,20 @@ REC_208_HEX = (
 REC_208 = bytes.fromhex(REC_208_HEX)
 PROPS_208 = "KEYS\x01KEY1\x02CLUSTER\x01DefaultCluster\x02UNIQ_KEY\x01C0A8016430391B6D358647B760000001\x02WAIT\x01true\x02TAGS\x01TagA"
 FIELDS_208 = {
-    "queue_id": 2, "flag": 0, "queue_offset": 7, "physical_offset": 1073742080, "sys_flag": 0,
-    "born_timestamp": 1700000000000, "born_host": {"address": bytes([192, 168, 1, 100]), "port": 54321},
-    "store_timestamp": 1700000000123, "store_host": {"address": bytes([192, 168, 1, 10]), "port": 10911},
-    "reconsume_times": 0, "prepared_transaction_offset": 0, "body": b"Hello RocketMQ",
-    "topic": "TopicTest", "properties": PROPS_208,
+    "queue_id": 2,
+    "flag": 0,
+    "queue_offset": 7,
+    "physical_offset": 1073742080,
+    "sys_flag": 0,
+    "born_timestamp": 1700000000000,
+    "born_host": {"address": bytes([192, 168, 1, 100]), "port": 54321},
+    "store_timestamp": 1700000000123,
+    "store_host": {"address": bytes([192, 168, 1, 10]), "port": 10911},
+    "reconsume_times": 0,
+    "prepared_transaction_offset": 0,
+    "body": b"Hello RocketMQ",
+    "topic": "TopicTest",
+    "properties": PROPS_208,
 }
 
 # --- §8: the 229-byte record with __CRC32# ------------------------------------------------
@@ -79,25 +88,50 @@ REC_229 = bytes.fromhex("".join(_XXD_229.split()))
 REC_117 = bytes.fromhex(
     "00000075daa320a70cdc168300000000"
     "00000000000000000000000000000000"
-    "0000000000000030" "0000018bcfe56800"
-    "20010db8000000000000000000000001" "00009c40" "0000018bcfe56801" "20010db8"
-    "000000000000000000000002" "00002a9f"
+    "0000000000000030"
+    "0000018bcfe56800"
+    "20010db8000000000000000000000001"
+    "00009c40"
+    "0000018bcfe56801"
+    "20010db8"
+    "000000000000000000000002"
+    "00002a9f"
     "00000000000000000000000000000001"
     "7801540000"
 )
 FIELDS_117 = {
-    "queue_id": 0, "flag": 0, "queue_offset": 0, "physical_offset": 0, "sys_flag": 0x30,
-    "born_timestamp": 1700000000000, "born_host": {"address": bytes.fromhex("20010db8000000000000000000000001"), "port": 40000},
-    "store_timestamp": 1700000000001, "store_host": {"address": bytes.fromhex("20010db8000000000000000000000002"), "port": 10911},
-    "reconsume_times": 0, "prepared_transaction_offset": 0, "body": b"x", "topic": "T", "properties": b"",
+    "queue_id": 0,
+    "flag": 0,
+    "queue_offset": 0,
+    "physical_offset": 0,
+    "sys_flag": 0x30,
+    "born_timestamp": 1700000000000,
+    "born_host": {"address": bytes.fromhex("20010db8000000000000000000000001"), "port": 40000},
+    "store_timestamp": 1700000000001,
+    "store_host": {"address": bytes.fromhex("20010db8000000000000000000000002"), "port": 10911},
+    "reconsume_times": 0,
+    "prepared_transaction_offset": 0,
+    "body": b"x",
+    "topic": "T",
+    "properties": b"",
 }
 
 # --- §14.3: V2, 221 bytes -------------------------------------------------------------------
 FIELDS_221 = {
-    "queue_id": 1, "flag": 0, "queue_offset": 5, "physical_offset": 4096, "sys_flag": 0,
-    "born_timestamp": 1700000000000, "born_host": {"address": bytes([10, 0, 0, 1]), "port": 50000},
-    "store_timestamp": 1700000000001, "store_host": {"address": bytes([10, 0, 0, 2]), "port": 10911},
-    "reconsume_times": 0, "prepared_transaction_offset": 0, "body": b"x", "topic": "a" * 128, "properties": b"",
+    "queue_id": 1,
+    "flag": 0,
+    "queue_offset": 5,
+    "physical_offset": 4096,
+    "sys_flag": 0,
+    "born_timestamp": 1700000000000,
+    "born_host": {"address": bytes([10, 0, 0, 1]), "port": 50000},
+    "store_timestamp": 1700000000001,
+    "store_host": {"address": bytes([10, 0, 0, 2]), "port": 10911},
+    "reconsume_times": 0,
+    "prepared_transaction_offset": 0,
+    "body": b"x",
+    "topic": "a" * 128,
+    "properties": b"",
 }
 
 
@@ -135,11 +169,22 @@ class TestJavaHash:
     @pytest.mark.parametrize(
         "text,expected",
         [
-            ("TagA", 2598919), ("TagB", 2598920), ("TagA||TagB", 1789476431), ("*", 42),
-            ("TopicTest", -1902610879), ("TopicTest#KEY1", -1656969516), ("TopicTest#KEY2", -1656969515),
-            ("TopicTest#C0A8016430391B6D358647B760000001", -331733638), ("SCHEDULE_TOPIC_XXXX", -1995822632),
-            ("polygenelubricants", -2147483648), ("标签", 857175), ("TopicTest#订单123", -609830755),
-            ("\u00dcn\u00efc\u00f6d\u00e9", 1055431381), ("😀", 1772899), ("a😀b", 57849694), ("", 0),
+            ("TagA", 2598919),
+            ("TagB", 2598920),
+            ("TagA||TagB", 1789476431),
+            ("*", 42),
+            ("TopicTest", -1902610879),
+            ("TopicTest#KEY1", -1656969516),
+            ("TopicTest#KEY2", -1656969515),
+            ("TopicTest#C0A8016430391B6D358647B760000001", -331733638),
+            ("SCHEDULE_TOPIC_XXXX", -1995822632),
+            ("polygenelubricants", -2147483648),
+            ("标签", 857175),
+            ("TopicTest#订单123", -609830755),
+            ("\u00dcn\u00efc\u00f6d\u00e9", 1055431381),
+            ("😀", 1772899),
+            ("a😀b", 57849694),
+            ("", 0),
         ],
     )
     def test_hash_code(self, text: str, expected: int) -> None:
@@ -148,11 +193,14 @@ class TestJavaHash:
     def test_non_bmp_by_hand(self) -> None:
         assert 31 * 0xD83D + 0xDE00 == 1772899 == java_hash("😀")
 
-    @pytest.mark.parametrize("tags,code,raw", [
-        ("TagA", 2598919, "000000000027A807"),
-        ("TopicTest", -1902610879, "FFFFFFFF8E987641"),
-        ("TagA||TagB", 1789476431, "000000006AA93E4F"),
-    ])
+    @pytest.mark.parametrize(
+        "tags,code,raw",
+        [
+            ("TagA", 2598919, "000000000027A807"),
+            ("TopicTest", -1902610879, "FFFFFFFF8E987641"),
+            ("TagA||TagB", 1789476431, "000000006AA93E4F"),
+        ],
+    )
     def test_tags_code(self, tags: str, code: int, raw: str) -> None:
         assert tags_code(tags) == code
         assert code.to_bytes(8, "big", signed=True).hex().upper() == raw
@@ -181,16 +229,20 @@ class TestIndexHash:
     def test_entry_positions(self) -> None:
         def entry_at(n: int) -> int:
             return indexfile.HEADER_SIZE + 5_000_000 * indexfile.SLOT_SIZE + n * indexfile.ENTRY_SIZE
+
         assert entry_at(1) == 20000060 and entry_at(2) == 20000080
 
 
 class TestCrc:
-    @pytest.mark.parametrize("data,raw,masked", [
-        (b"123456789", 0xCBF43926, 1274296614),
-        (b"Hello RocketMQ", 0x69C865ED, 1774740973),
-        (b"x", 0x8CDC1683, 215750275),
-        (b"", 0, 0),
-    ])
+    @pytest.mark.parametrize(
+        "data,raw,masked",
+        [
+            (b"123456789", 0xCBF43926, 1274296614),
+            (b"Hello RocketMQ", 0x69C865ED, 1774740973),
+            (b"x", 0x8CDC1683, 215750275),
+            (b"", 0, 0),
+        ],
+    )
     def test_crc_vectors(self, data: bytes, raw: int, masked: int) -> None:
         assert zlib.crc32(data) == raw
         assert crc32_reference(data) == masked == crc32_fast(data)
@@ -211,20 +263,29 @@ class TestCrc:
             assert crc32_reference(data) == crc32_fast(data) == zlib.crc32(data) & 0x7FFFFFFF
             assert crc32_fast(memoryview(data)) == crc32_reference(data)
 
-    @pytest.mark.parametrize("value,digits", [
-        (1381225465, "5645221831"), (12345, "5432100000"), (0, "0000000000"), (2147483647, "7463847412"),
-    ])
+    @pytest.mark.parametrize(
+        "value,digits",
+        [
+            (1381225465, "5645221831"),
+            (12345, "5432100000"),
+            (0, "0000000000"),
+            (2147483647, "7463847412"),
+        ],
+    )
     def test_crc32_property_digits(self, value: int, digits: str) -> None:
         assert encode_crc32_digits(value) == digits
         assert decode_crc32_digits(digits) == value
 
 
 class TestMessageIds:
-    @pytest.mark.parametrize("host,offset,msg_id", [
-        ("192.168.1.10:10911", 1073742080, "C0A8010A00002A9F0000000040000100"),
-        ("192.168.1.10:10911", 0, "C0A8010A00002A9F0000000000000000"),
-        ("[2001:db8::1]:10911", 74565, "20010DB800000000000000000000000100002A9F0000000000012345"),
-    ])
+    @pytest.mark.parametrize(
+        "host,offset,msg_id",
+        [
+            ("192.168.1.10:10911", 1073742080, "C0A8010A00002A9F0000000040000100"),
+            ("192.168.1.10:10911", 0, "C0A8010A00002A9F0000000000000000"),
+            ("[2001:db8::1]:10911", 74565, "20010DB800000000000000000000000100002A9F0000000000012345"),
+        ],
+    )
     def test_offset_msg_id(self, host: str, offset: int, msg_id: str) -> None:
         addr, port = parse_host(host)
         assert offset_msg_id(addr, port, offset) == msg_id
@@ -233,8 +294,13 @@ class TestMessageIds:
 
     def test_uniq_key(self) -> None:
         d = decode_uniq_key("C0A8016430391B6D358647B760000001")
-        assert d == {"ip": "192.168.1.100", "pid": 12345, "class_loader_hash": 460141958,
-                     "millis_since_month_start": 1203200000, "counter": 1}
+        assert d == {
+            "ip": "192.168.1.100",
+            "pid": 12345,
+            "class_loader_hash": 460141958,
+            "millis_since_month_start": 1203200000,
+            "counter": 1,
+        }
         anchor = dt.datetime(2023, 11, 1, tzinfo=dt.UTC)
         assert int(anchor.timestamp() * 1000) + d["millis_since_month_start"] == 1700000000000  # type: ignore[operator]
 
@@ -249,27 +315,51 @@ class TestMessageIds:
 def reader(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """Decode a record through the Construct schema or the fast struct path, to the same
     plain dict (STYLE.md §3: every test on both paths)."""
+
     def via_schema(raw: bytes) -> dict:
         c = cl.parse_message(raw)
         return {
-            "total_size": c.total_size, "body_crc": c.body_crc, "queue_id": c.queue_id, "flag": c.flag,
-            "queue_offset": c.queue_offset, "physical_offset": c.physical_offset, "sys_flag": c.sys_flag,
-            "born_timestamp": c.born_timestamp, "born_address": bytes(c.born_host.address), "born_port": c.born_host.port,
-            "store_timestamp": c.store_timestamp, "store_address": bytes(c.store_host.address), "store_port": c.store_host.port,
-            "reconsume_times": c.reconsume_times, "prepared_transaction_offset": c.prepared_transaction_offset,
-            "body": bytes(c.body), "topic": bytes(c.topic).decode("utf-8", "replace"),
+            "total_size": c.total_size,
+            "body_crc": c.body_crc,
+            "queue_id": c.queue_id,
+            "flag": c.flag,
+            "queue_offset": c.queue_offset,
+            "physical_offset": c.physical_offset,
+            "sys_flag": c.sys_flag,
+            "born_timestamp": c.born_timestamp,
+            "born_address": bytes(c.born_host.address),
+            "born_port": c.born_host.port,
+            "store_timestamp": c.store_timestamp,
+            "store_address": bytes(c.store_host.address),
+            "store_port": c.store_host.port,
+            "reconsume_times": c.reconsume_times,
+            "prepared_transaction_offset": c.prepared_transaction_offset,
+            "body": bytes(c.body),
+            "topic": bytes(c.topic).decode("utf-8", "replace"),
             "properties": bytes(c.properties).decode("utf-8", "replace"),
         }
 
     def via_fast(raw: bytes) -> dict:
         r = cl.decode_message(raw, 0)
         return {
-            "total_size": r.total_size, "body_crc": r.body_crc, "queue_id": r.queue_id, "flag": r.flag,
-            "queue_offset": r.queue_offset, "physical_offset": r.physical_offset, "sys_flag": r.sys_flag,
-            "born_timestamp": r.born_timestamp, "born_address": bytes(r.born_address), "born_port": r.born_port,
-            "store_timestamp": r.store_timestamp, "store_address": bytes(r.store_address), "store_port": r.store_port,
-            "reconsume_times": r.reconsume_times, "prepared_transaction_offset": r.prepared_transaction_offset,
-            "body": r.body(raw), "topic": r.topic, "properties": r.properties,
+            "total_size": r.total_size,
+            "body_crc": r.body_crc,
+            "queue_id": r.queue_id,
+            "flag": r.flag,
+            "queue_offset": r.queue_offset,
+            "physical_offset": r.physical_offset,
+            "sys_flag": r.sys_flag,
+            "born_timestamp": r.born_timestamp,
+            "born_address": bytes(r.born_address),
+            "born_port": r.born_port,
+            "store_timestamp": r.store_timestamp,
+            "store_address": bytes(r.store_address),
+            "store_port": r.store_port,
+            "reconsume_times": r.reconsume_times,
+            "prepared_transaction_offset": r.prepared_transaction_offset,
+            "body": r.body(raw),
+            "topic": r.topic,
+            "properties": r.properties,
         }
 
     return via_schema if request.param == "schema" else via_fast
@@ -296,7 +386,9 @@ class TestRecord208:
         assert r.born_host == "192.168.1.100:54321" and r.store_host == "192.168.1.10:10911"
         assert r.physical_offset + r.total_size == 1073742288
         assert offset_to_file_name(r.physical_offset - 256) == "00000000001073741824"
-        unit = cq.CQ_UNIT.build({"commitlog_offset": r.physical_offset, "size": r.total_size, "tags_code": tags_code("TagA")})
+        unit = cq.CQ_UNIT.build(
+            {"commitlog_offset": r.physical_offset, "size": r.total_size, "tags_code": tags_code("TagA")}
+        )
         assert unit.hex().upper() == "0000000040000100000000D0000000000027A807"
         assert (r.queue_offset * 20) == 140  # CQ byte position (unit 7)
 
@@ -409,8 +501,12 @@ class TestProperties:
 
 class TestConsumeQueue:
     def test_units(self) -> None:
-        assert cq.CQ_UNIT.build({"commitlog_offset": 1073742080, "size": 208, "tags_code": tags_code("TopicTest")}).hex().upper() == \
-            "0000000040000100000000D0FFFFFFFF8E987641"
+        assert (
+            cq.CQ_UNIT.build({"commitlog_offset": 1073742080, "size": 208, "tags_code": tags_code("TopicTest")})
+            .hex()
+            .upper()
+            == "0000000040000100000000D0FFFFFFFF8E987641"
+        )
         assert cq.FILL_BLANK_UNIT.hex().upper() == "00000000000000007FFFFFFF0000000000000000"
         assert cq.unit_valid(0, cq.FILL_BLANK_SIZE)
 
@@ -423,15 +519,39 @@ class TestConsumeQueue:
         assert cq.CQ_UNIT_STRUCT.unpack_from(raw, 0) == (1073742080, 208, -1902610879)
 
     def test_delay_tags_code(self) -> None:
-        rec = cl.build_message({**FIELDS_208, "topic": "SCHEDULE_TOPIC_XXXX", "queue_id": 2,
-                                "properties": "DELAY\x013\x02REAL_TOPIC\x01TopicTest"})
+        rec = cl.build_message(
+            {
+                **FIELDS_208,
+                "topic": "SCHEDULE_TOPIC_XXXX",
+                "queue_id": 2,
+                "properties": "DELAY\x013\x02REAL_TOPIC\x01TopicTest",
+            }
+        )
         c = ck.check_record(rec, 0, len(rec), P494)
         assert c.tags_code == 1700000010123
         assert c.tags_code.to_bytes(8, "big").hex().upper() == "0000018BCFE58F8B"
 
     def test_delay_table(self) -> None:
-        ms = [1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000, 360000, 420000, 480000,
-              540000, 600000, 1200000, 1800000, 3600000, 7200000]
+        ms = [
+            1000,
+            5000,
+            10000,
+            30000,
+            60000,
+            120000,
+            180000,
+            240000,
+            300000,
+            360000,
+            420000,
+            480000,
+            540000,
+            600000,
+            1200000,
+            1800000,
+            3600000,
+            7200000,
+        ]
         assert [P494.delay_millis(level) for level in range(1, 19)] == ms
         assert P494.max_delay_level == 18
 
@@ -445,6 +565,7 @@ class TestConsumeQueue:
     def test_ext_addresses(self) -> None:
         def decorate(off: int) -> int:
             return off + cq.LONG_MIN
+
         assert decorate(0) == -9223372036854775808 and cq.is_ext_address(decorate(0))
         assert decorate(20) == -9223372036854775788
         assert (decorate(20) & (2**64 - 1)).to_bytes(8, "big").hex().upper() == "8000000000000014"
@@ -456,14 +577,27 @@ class TestConsumeQueue:
 class TestIndexVectors:
     def test_two_puts(self) -> None:
         """Replay §11 with the header/entry schemas: the entries and the header bytes."""
-        e1 = indexfile.INDEX_ENTRY.build({"key_hash": 331733638, "commitlog_offset": 1073742080, "time_diff": 0, "prev_index": 0})
-        e2 = indexfile.INDEX_ENTRY.build({"key_hash": 1656969516, "commitlog_offset": 1073742080, "time_diff": 0, "prev_index": 0})
-        assert e1.hex().upper() == "13C5DA86" "0000000040000100" "00000000" "00000000"
-        assert e2.hex().upper() == "62C3592C" "0000000040000100" "00000000" "00000000"
-        header = indexfile.INDEX_HEADER.build({
-            "begin_timestamp": 1700000000123, "end_timestamp": 1700000000123, "begin_phy_offset": 1073742080,
-            "end_phy_offset": 1073742080, "hash_slot_count": 2, "index_count": 3})
-        assert header.hex().upper() == ("0000018BCFE5687B" "0000018BCFE5687B" "0000000040000100" "0000000040000100" "00000002" "00000003")
+        e1 = indexfile.INDEX_ENTRY.build(
+            {"key_hash": 331733638, "commitlog_offset": 1073742080, "time_diff": 0, "prev_index": 0}
+        )
+        e2 = indexfile.INDEX_ENTRY.build(
+            {"key_hash": 1656969516, "commitlog_offset": 1073742080, "time_diff": 0, "prev_index": 0}
+        )
+        assert e1.hex().upper() == "13C5DA8600000000400001000000000000000000"
+        assert e2.hex().upper() == "62C3592C00000000400001000000000000000000"
+        header = indexfile.INDEX_HEADER.build(
+            {
+                "begin_timestamp": 1700000000123,
+                "end_timestamp": 1700000000123,
+                "begin_phy_offset": 1073742080,
+                "end_phy_offset": 1073742080,
+                "hash_slot_count": 2,
+                "index_count": 3,
+            }
+        )
+        assert header.hex().upper() == (
+            "0000018BCFE5687B0000018BCFE5687B000000004000010000000000400001000000000200000003"
+        )
         assert indexfile.HEADER_STRUCT.unpack(header) == (1700000000123, 1700000000123, 1073742080, 1073742080, 2, 3)
         assert indexfile.ENTRY_STRUCT.unpack(e1) == (331733638, 1073742080, 0, 0)
         assert index_hash(java_hash("TopicTest#C0A8016430391B6D358647B760000001")) == 331733638
@@ -476,7 +610,11 @@ class TestCheckpoint:
 
     def test_4x(self) -> None:
         cp = decode_checkpoint(self.CP4.ljust(4096, b"\0"))
-        assert (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp) == (1700000000123, 1700000000100, 1699999990000)
+        assert (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp) == (
+            1700000000123,
+            1700000000100,
+            1699999990000,
+        )
         assert cp.min_timestamp == 1699999997100
         assert cp.min_timestamp_index == 1699999990000
 
@@ -493,8 +631,11 @@ class TestCheckpoint:
         """§12 start-file choice over the derived thresholds: scanning from the last file,
         the first whose first store timestamp <= threshold (else the first file)."""
         cp = decode_checkpoint(self.CP4)
-        firsts = [("00000000000000000000", 1699990000000), ("00000000001073741824", 1699999995000),
-                  ("00000000002147483648", 1699999999000)]
+        firsts = [
+            ("00000000000000000000", 1699990000000),
+            ("00000000001073741824", 1699999995000),
+            ("00000000002147483648", 1699999999000),
+        ]
 
         def start(threshold: int) -> str:
             for name, ts in reversed(firsts):
@@ -508,10 +649,15 @@ class TestCheckpoint:
 
 
 class TestFileNames:
-    @pytest.mark.parametrize("offset,name", [
-        (0, "00000000000000000000"), (6_000_000, "00000000000006000000"),
-        (1_073_741_824, "00000000001073741824"), (3_221_225_472, "00000000003221225472"),
-    ])
+    @pytest.mark.parametrize(
+        "offset,name",
+        [
+            (0, "00000000000000000000"),
+            (6_000_000, "00000000000006000000"),
+            (1_073_741_824, "00000000001073741824"),
+            (3_221_225_472, "00000000003221225472"),
+        ],
+    )
     def test_offset_names(self, offset: int, name: str) -> None:
         assert offset_to_file_name(offset) == name
 
@@ -537,6 +683,8 @@ class TestBlank:
 
 
 class TestJavaParseInt:
-    @pytest.mark.parametrize("text,value", [("3", 3), ("+3", 3), ("03", 3), (" 3", None), ("3 ", None), ("1_0", None), ("", None)])
+    @pytest.mark.parametrize(
+        "text,value", [("3", 3), ("+3", 3), ("03", 3), (" 3", None), ("3 ", None), ("1_0", None), ("", None)]
+    )
     def test_parse_int(self, text: str, value: int | None) -> None:
         assert ck.java_parse_int(text) == value

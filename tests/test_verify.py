@@ -142,7 +142,11 @@ def test_crash_midwrite_warns_abort_and_lag_only(capsys: pytest.CaptureFixture[s
     assert warning_codes(findings) == {"STORE_ABORT", "CQ_DISPATCH_LAG", "IDX_DISPATCH_LAG"}
     view = broker_view("crash_midwrite")
     # the dispatch lag per queue is what RocketMQ's recovery added to each queue
-    lag = {f"{f['details']['topic']}/{f['details']['queue_id']}": f["details"]["count"] for f in findings if f["code"] == "CQ_DISPATCH_LAG"}
+    lag = {
+        f"{f['details']['topic']}/{f['details']['queue_id']}": f["details"]["count"]
+        for f in findings
+        if f["code"] == "CQ_DISPATCH_LAG"
+    }
     expected = {}
     for q in v.load_queues(Store.open(root)):
         units_on_disk = int(np.count_nonzero((q.off >= 0) & (q.size > 0)))
@@ -210,7 +214,11 @@ def corrupt_randomly(root: Path, rng: random.Random, n: int) -> None:
         size = f.stat().st_size
         pos = rng.randrange(size)
         mode = rng.randrange(3)
-        data = bytes([rng.randrange(256)]) if mode == 0 else (b"\0" * rng.randrange(1, 600) if mode == 1 else rng.randbytes(rng.randrange(1, 40)))
+        data = (
+            bytes([rng.randrange(256)])
+            if mode == 0
+            else (b"\0" * rng.randrange(1, 600) if mode == 1 else rng.randbytes(rng.randrange(1, 40)))
+        )
         patch(f, pos, data[: size - pos])
 
 
@@ -272,11 +280,17 @@ def test_flipped_body_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert d["broker_discards"] == 0  # normal recovery starts at the third-last file
 
 
-def test_flipped_byte_in_recovery_range_counts_what_recovery_cuts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_flipped_byte_in_recovery_range_counts_what_recovery_cuts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("clean", tmp_path)
     recs = records_of(root, F5)
     r = recs[3]
-    patch(root / "commitlog" / F5, r.body_pos, bytes([(Path(root / "commitlog" / F5).read_bytes()[r.body_pos] + 1) & 0xFF]))
+    patch(
+        root / "commitlog" / F5,
+        r.body_pos,
+        bytes([(Path(root / "commitlog" / F5).read_bytes()[r.body_pos] + 1) & 0xFF]),
+    )
     rc, findings = verify_cli(root, capsys)
     assert rc == 4
     assert errors(findings) == [("CL_BODY_CRC", "commitlog/" + F5, r.pos)]
@@ -288,8 +302,10 @@ def test_flipped_byte_in_recovery_range_counts_what_recovery_cuts(tmp_path: Path
     # that fails its CRC is cut too but is not intact (issue 19: verify said one more)
     assert rep.summary["recovery"]["normal"]["records_cut"] == len(recs) - 4 == d["broker_discards"]
     body_crc = next(f for f in findings if f["code"] == "CL_BODY_CRC")
-    assert f"recovery cuts {len(recs) - 4} intact records ({len(recs) - 4} intact messages after this record; " \
+    assert (
+        f"recovery cuts {len(recs) - 4} intact records ({len(recs) - 4} intact messages after this record; "
         "rmqtool repair keeps them)" in body_crc["message"]
+    )
 
 
 def test_zero_filled_tail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -448,19 +464,33 @@ def build_crc_store(root: Path, n: int = 6) -> list[tuple[int, int]]:
     ts = 1_790_000_000_000
     for i in range(n):
         props = f"KEYS\x01k{i}\x02UNIQ_KEY\x01{i:032X}\x02CLUSTER\x01DefaultCluster\x02color\x01red\x02TAGS\x01TagA\x02"
-        rec = cl.build_message({
-            "queue_id": 0, "flag": 0, "queue_offset": i, "physical_offset": len(data), "sys_flag": 0,
-            "born_timestamp": ts + i - 1, "born_host": {"address": bytes([10, 0, 0, 1]), "port": 40000},
-            "store_timestamp": ts + i, "store_host": {"address": bytes([192, 168, 0, 10]), "port": 10911},
-            "reconsume_times": 0, "prepared_transaction_offset": 0, "body": f"body {i}".encode() * 7,
-            "topic": "TopicP", "properties": props,
-        }, append_crc32=True)
+        rec = cl.build_message(
+            {
+                "queue_id": 0,
+                "flag": 0,
+                "queue_offset": i,
+                "physical_offset": len(data),
+                "sys_flag": 0,
+                "born_timestamp": ts + i - 1,
+                "born_host": {"address": bytes([10, 0, 0, 1]), "port": 40000},
+                "store_timestamp": ts + i,
+                "store_host": {"address": bytes([192, 168, 0, 10]), "port": 10911},
+                "reconsume_times": 0,
+                "prepared_transaction_offset": 0,
+                "body": f"body {i}".encode() * 7,
+                "topic": "TopicP",
+                "properties": props,
+            },
+            append_crc32=True,
+        )
         spans.append((len(data), len(rec)))
         units += struct.pack(">qiq", len(data), len(rec), java_hash("TagA"))
         data += rec
     (root / "commitlog" / F0).write_bytes(bytes(data).ljust(8192, b"\0"))
     (qdir / F0).write_bytes(bytes(units).ljust(600, b"\0"))
-    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(ts + n - 1, ts + n - 1, 0, 0, len(data) - spans[-1][1])))
+    (root / "checkpoint").write_bytes(
+        encode_checkpoint(Checkpoint(ts + n - 1, ts + n - 1, 0, 0, len(data) - spans[-1][1]))
+    )
     (root / "lock").write_bytes(b"lock")
     return spans
 
@@ -502,12 +532,25 @@ def build_mixed_store(root: Path) -> list[int]:
         sys_flag = (0x10 if i % 3 == 1 else 0) | (0x20 if i % 3 == 2 else 0)
         key = (topic, 0)
         qoff = len(queues.get(key, b"")) // 20
-        rec = cl.build_message({
-            "queue_id": 0, "flag": 0, "queue_offset": qoff, "physical_offset": len(data), "sys_flag": sys_flag,
-            "born_timestamp": ts + i, "born_host": v6 if sys_flag & 0x10 else v4, "store_timestamp": ts + i,
-            "store_host": v6 if sys_flag & 0x20 else v4, "reconsume_times": 0, "prepared_transaction_offset": 0,
-            "body": bytes([i]) * (50 + i), "topic": topic, "properties": f"KEYS\x01m{i}\x02TAGS\x01T{i % 2}",
-        }, v2=len(topic) > 127)
+        rec = cl.build_message(
+            {
+                "queue_id": 0,
+                "flag": 0,
+                "queue_offset": qoff,
+                "physical_offset": len(data),
+                "sys_flag": sys_flag,
+                "born_timestamp": ts + i,
+                "born_host": v6 if sys_flag & 0x10 else v4,
+                "store_timestamp": ts + i,
+                "store_host": v6 if sys_flag & 0x20 else v4,
+                "reconsume_times": 0,
+                "prepared_transaction_offset": 0,
+                "body": bytes([i]) * (50 + i),
+                "topic": topic,
+                "properties": f"KEYS\x01m{i}\x02TAGS\x01T{i % 2}",
+            },
+            v2=len(topic) > 127,
+        )
         starts.append(len(data))
         queues.setdefault(key, bytearray()).extend(struct.pack(">qiq", len(data), len(rec), java_hash(f"T{i % 2}")))
         data += rec
@@ -571,7 +614,9 @@ def zero_unit_of(root: Path, offset: int) -> tuple[str, int]:
     raise AssertionError("no unit")
 
 
-def test_lost_last_dispatch_is_lag_but_an_older_one_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_lost_last_dispatch_is_lag_but_an_older_one_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # the last dispatched message: a 4.x broker's start-up reput dispatches it again
     root = copy_store("clean", tmp_path / "a")
     last = records_of(root, F5)[-1]
@@ -619,12 +664,19 @@ def test_torn_last_message_after_crash_is_an_error(tmp_path: Path, capsys: pytes
     torn = [f for f in findings if f["code"] == "CL_TORN_MESSAGE"]
     assert len(torn) == 1 and torn[0]["pos"] == r.pos and torn[0]["severity"] == "error"
     d = torn[0]["details"]
-    assert (d["topic"], d["queue_id"], d["queue_offset"], d["msg_id"]) == (r.topic, r.queue_id, r.queue_offset, r.msg_id)
+    assert (d["topic"], d["queue_id"], d["queue_offset"], d["msg_id"]) == (
+        r.topic,
+        r.queue_id,
+        r.queue_offset,
+        r.msg_id,
+    )
     assert r.msg_id in torn[0]["message"] and f"queue offset {r.queue_offset}" in torn[0]["message"]
     assert not [f for f in findings if f["code"] == "CL_TORN_TAIL"]
 
 
-def test_torn_last_record_without_a_header_after_crash_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_torn_last_record_without_a_header_after_crash_is_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("crash_midwrite", tmp_path)
     name = "00000000000000720896"
     r = records_of(root, name)[-1]
@@ -639,8 +691,15 @@ def test_lock_held_by_another_process(tmp_path: Path, capsys: pytest.CaptureFixt
     root = copy_store("delay", tmp_path)
     writable(root / "lock")
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl,sys,time;f=open(sys.argv[1],'r+');fcntl.lockf(f,fcntl.LOCK_EX|fcntl.LOCK_NB,1,0);print('ok',flush=True);time.sleep(60)", str(root / "lock")],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,sys,time;f=open(sys.argv[1],'r+');fcntl.lockf(f,fcntl.LOCK_EX|fcntl.LOCK_NB,1,0);print('ok',flush=True);time.sleep(60)",
+            str(root / "lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
         rc, findings = verify_cli(root, capsys)
@@ -786,8 +845,10 @@ def test_schedule_tags_code_quirk_q1(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def scan_key(scans: list[Any], recs: v.Records) -> Any:
     walk = [None if fs is None else (fs.main_count, fs.stop, fs.events, fs.gaps) for fs in scans]
-    cols = {n: getattr(recs, n).tolist() for n in ("off", "size", "qkey", "queue_offset", "store_ts", "tags", "flags",
-                                                   "file_idx", "key_rec", "key_hash")}
+    cols = {
+        n: getattr(recs, n).tolist()
+        for n in ("off", "size", "qkey", "queue_offset", "store_ts", "tags", "flags", "file_idx", "key_rec", "key_hash")
+    }
     return walk, cols, recs.queues, recs.anomalies
 
 
@@ -813,7 +874,7 @@ def test_hinted_walk_equals_plain_walk(tmp_path: Path, seed: int, monkeypatch: p
     total = sum(f.size for f in s.commitlog)
     noise = np.array([rng.randrange(total) for _ in range(200)], dtype=np.int64)
     inside = hints[:-1] + rng.randrange(1, 90)  # positions inside records
-    mixed = np.unique(np.concatenate([hints[rng.randrange(2):: rng.randrange(1, 3)], noise, inside]))
+    mixed = np.unique(np.concatenate([hints[rng.randrange(2) :: rng.randrange(1, 3)], noise, inside]))
     for part_size in (4096, 1 << 20):
         ref = scan_key(*v.scan_commitlog(s, P494, part_size=part_size))
         for h in (hints, mixed, noise):
@@ -822,7 +883,6 @@ def test_hinted_walk_equals_plain_walk(tmp_path: Path, seed: int, monkeypatch: p
         runs = scan.queue_hint_runs(s) + [np.sort(noise), np.sort(inside)]
         assert scan_key(*v.scan_commitlog(s, P494, part_size=part_size, hints=runs)) == ref
     assert calls[0] > 0
-
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.1.4"])
@@ -898,7 +958,9 @@ def test_hash_slot_count_of_another_version_is_a_warning(tmp_path: Path, capsys:
 # index entries against their records' keys (the grouped comparison of _KeyMatch)
 
 
-def _naive_key_match(key_rec: np.ndarray, key_hash: np.ndarray, entries: list[tuple[int, bool, int]]) -> tuple[list[bool], list[int]]:
+def _naive_key_match(
+    key_rec: np.ndarray, key_hash: np.ndarray, entries: list[tuple[int, bool, int]]
+) -> tuple[list[bool], list[int]]:
     """The definition: an entry is good when (its record, its hash) is one of the records'
     (record, key hash) pairs; a record is missing when one of its pairs no good entry names."""
     pairs = set(zip(key_rec.tolist(), key_hash.tolist()))
@@ -918,10 +980,20 @@ def test_key_match_equals_the_pair_definition(seed: int) -> None:
     if seed % 2:  # keys not grouped by record (overlapping commitlog files re-order records)
         o = rng.permutation(len(key_rec))
         key_rec, key_hash = key_rec[o], key_hash[o]
-    recs = v.Records(off=np.arange(n_rec, dtype=np.int64) * 100, size=np.zeros(n_rec, np.int32), qkey=np.zeros(n_rec, np.int32),
-                     queue_offset=np.zeros(n_rec, np.int64), store_ts=np.zeros(n_rec, np.int64), tags=np.zeros(n_rec, np.int64),
-                     flags=np.zeros(n_rec, np.uint8), file_idx=np.zeros(n_rec, np.int32), queues=[], key_rec=key_rec,
-                     key_hash=key_hash, anomalies=[])
+    recs = v.Records(
+        off=np.arange(n_rec, dtype=np.int64) * 100,
+        size=np.zeros(n_rec, np.int32),
+        qkey=np.zeros(n_rec, np.int32),
+        queue_offset=np.zeros(n_rec, np.int64),
+        store_ts=np.zeros(n_rec, np.int64),
+        tags=np.zeros(n_rec, np.int64),
+        flags=np.zeros(n_rec, np.uint8),
+        file_idx=np.zeros(n_rec, np.int32),
+        queues=[],
+        key_rec=key_rec,
+        key_hash=key_hash,
+        anomalies=[],
+    )
     km = v._KeyMatch(recs)
     all_entries: list[tuple[int, bool, int]] = []
     got_ok: list[bool] = []
@@ -948,8 +1020,13 @@ def test_index_of_records_with_many_keys(tmp_path: Path, capsys: pytest.CaptureF
     import test_version_behaviour as av
 
     root = tmp_path / "store"
-    specs = [dict(topic="Many", props=av.props({"KEYS": " ".join(f"m{i}k{j}" for j in range(25)) + f" m{i}k0", "TAGS": "TagA"}))
-             for i in range(3)]
+    specs = [
+        dict(
+            topic="Many",
+            props=av.props({"KEYS": " ".join(f"m{i}k{j}" for j in range(25)) + f" m{i}k0", "TAGS": "TagA"}),
+        )
+        for i in range(3)
+    ]
     specs += [dict(topic="Few", props=av.props({"KEYS": f"f{i}", "TAGS": "TagB"})) for i in range(20)]
     av.write_store(root, specs)
     assert av.rebuild(capsys, root, tmp_path) == 1

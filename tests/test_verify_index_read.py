@@ -14,7 +14,9 @@ from rmqtool.formats import indexfile as ixf
 from rmqtool.recovery.store import Store
 
 
-def test_non_zero_byte_after_index_count_is_named_at_its_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_zero_byte_after_index_count_is_named_at_its_position(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = copy_store("clean", tmp_path)
     first = Store.open(root).index_files[-1].path  # (not full: entries follow indexCount)
     h = ixf.read_header(first)

@@ -59,12 +59,17 @@ def _damage(root: Path, rng: random.Random, n: int) -> None:
 
 
 def _key(r: v.VerifyReport) -> tuple[Any, ...]:
-    return ([(f.code, f.severity, f.file, f.pos, f.physical_offset, f.message, f.details) for f in r.findings],
-            [(c.name, c.items, c.errors, c.warnings, c.stats) for c in r.checks], r.summary["codes"])
+    return (
+        [(f.code, f.severity, f.file, f.pos, f.physical_offset, f.message, f.details) for f in r.findings],
+        [(c.name, c.items, c.errors, c.warnings, c.stats) for c in r.checks],
+        r.summary["codes"],
+    )
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_index_entries_checked_in_chunks_give_the_same_report(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_index_entries_checked_in_chunks_give_the_same_report(
+    tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = random.Random(seed)
     root = copy_store(["clean", "many_files", "delay"][seed % 3], tmp_path)
     if seed >= 3:

@@ -59,8 +59,9 @@ def _findings(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list
 
 
 @pytest.mark.parametrize("bad_every", [97, 7])  # a few bad records (each located), many (the fall-back)
-def test_batch_utf8_findings_equal_one_by_one(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                              monkeypatch: pytest.MonkeyPatch, bad_every: int) -> None:
+def test_batch_utf8_findings_equal_one_by_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, bad_every: int
+) -> None:
     n_bad, n_drop = _store(tmp_path / "s", bad_every)
     rc, got = _findings(tmp_path / "s", capsys)
     # the one-by-one check of every record with a non-ASCII byte (the check before the batch one)
@@ -119,7 +120,9 @@ _INNER_KINDS: list[tuple[bytes, bool, int, bool]] = [
 ]
 
 
-def test_inner_batch_and_non_ascii_findings_keep_their_order_and_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inner_batch_and_non_ascii_findings_keep_their_order_and_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """One run: first the dropped-entry findings of ASCII records, in record order; then,
     in record order, those of records with non-ASCII bytes and of 5.x inner batches (an
     ASCII inner batch's a second time: the count of the one-by-one check inner batches
@@ -146,8 +149,13 @@ def test_inner_batch_and_non_ascii_findings_keep_their_order_and_count(tmp_path:
             then.append((p, "drops"))
     capsys.readouterr()
     rc = run(["verify", str(root), "--format", "jsonl", "--quiet", "--jobs", "1", "--broker-version", "5.3.3"])
-    got = [(f["pos"], "utf8" if "UTF-8" in f["message"] else "drops")
-           for x in capsys.readouterr().out.splitlines() if x.strip() for f in [json.loads(x)] if f["code"] == "CL_PROPERTIES"]
+    got = [
+        (f["pos"], "utf8" if "UTF-8" in f["message"] else "drops")
+        for x in capsys.readouterr().out.splitlines()
+        if x.strip()
+        for f in [json.loads(x)]
+        if f["code"] == "CL_PROPERTIES"
+    ]
     assert rc in (0, 4) and got == first + then
 
 

@@ -61,8 +61,15 @@ def test_sparse_store_reports_like_its_written_out_copy(tmp_path: Path, extra: s
     if extra == "garbage":
         bytes_in = [(used + 150_000, b"\x13\x37" * 10)]
     elif extra == "record":  # an intact record (its PHYSICALOFFSET patched) far past the end of the data
-        raw = bytearray(sh.build_message({**next(iter(sh.records(sh.SHAPES["gen_commitlog"], 1)))[2],
-                                          "queue_offset": 0, "physical_offset": base + used + 60_000}))
+        raw = bytearray(
+            sh.build_message(
+                {
+                    **next(iter(sh.records(sh.SHAPES["gen_commitlog"], 1)))[2],
+                    "queue_offset": 0,
+                    "physical_offset": base + used + 60_000,
+                }
+            )
+        )
         bytes_in = [(used + 60_000, bytes(raw))]
     sparse = tmp_path / "sparse"
     _sparse_copy(dense, sparse, bytes_in)

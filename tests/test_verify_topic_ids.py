@@ -28,7 +28,9 @@ def _run(topics: list[bytes], seed: int) -> tuple[bytes, np.ndarray, np.ndarray]
     return bytes(buf), np.array(pos, dtype=np.int64), np.array(lens, dtype=np.int32)
 
 
-def _ids(buf: bytes, pos: np.ndarray, lens: np.ndarray, one_by_one: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[str]]:
+def _ids(
+    buf: bytes, pos: np.ndarray, lens: np.ndarray, one_by_one: bool, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[int], list[str]]:
     ctx = _Ctx(buf, len(buf), 0, BrokerProfile.for_version("5.3.3"), ScanOptions())
     out = _Rec()
     with monkeypatch.context() as m:
@@ -42,8 +44,17 @@ def _ids(buf: bytes, pos: np.ndarray, lens: np.ndarray, one_by_one: bool, monkey
 def test_long_topic_ids_equal_one_by_one(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(seed)
     # long topics sharing long prefixes and suffixes, short ones, one of 256 bytes
-    topics = [b"T", b"orders", "主题".encode(), b"x" * 100, b"x" * 99 + b"y", b"y" + b"x" * 99, b"z" * 256,
-              b"p-" * 40, (b"p-" * 40)[:-1] + b"q"] + [rng.randbytes(rng.randrange(65, 200)) for _ in range(5)]
+    topics = [
+        b"T",
+        b"orders",
+        "主题".encode(),
+        b"x" * 100,
+        b"x" * 99 + b"y",
+        b"y" + b"x" * 99,
+        b"z" * 256,
+        b"p-" * 40,
+        (b"p-" * 40)[:-1] + b"q",
+    ] + [rng.randbytes(rng.randrange(65, 200)) for _ in range(5)]
     buf, pos, lens = _run(topics, seed)
     got = _ids(buf, pos, lens, False, monkeypatch)
     want = _ids(buf, pos, lens, True, monkeypatch)

@@ -35,7 +35,9 @@ def store(tmp_path: Path) -> tuple[Path, list[tuple[int, int]]]:
 
 def _verify(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[dict]]:
     capsys.readouterr()
-    rc = run(["verify", str(root), "--broker-version", "5.3.3", "--commitlog-file-size", str(FILE), "-q", "--format", "json"])
+    rc = run(
+        ["verify", str(root), "--broker-version", "5.3.3", "--commitlog-file-size", str(FILE), "-q", "--format", "json"]
+    )
     return rc, json.loads(capsys.readouterr().out)["findings"]
 
 
@@ -46,8 +48,9 @@ def _zero(root: Path, start: int, end: int) -> None:
     p.write_bytes(bytes(d))
 
 
-def test_a_tail_zeroed_from_inside_a_records_properties_is_an_error(store: tuple[Path, list[tuple[int, int]]],
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_tail_zeroed_from_inside_a_records_properties_is_an_error(
+    store: tuple[Path, list[tuple[int, int]]], capsys: pytest.CaptureFixture[str]
+) -> None:
     root, recs = store
     assert _verify(root, capsys)[0] == 0
     (pos, size), end = recs[-4], recs[-1][0] + recs[-1][1]
@@ -55,11 +58,16 @@ def test_a_tail_zeroed_from_inside_a_records_properties_is_an_error(store: tuple
     rc, findings = _verify(root, capsys)
     hits = [f for f in findings if f["code"] == "CL_ZEROED_RECORD_TAIL"]
     assert rc == 4 and len(hits) == 1
-    assert hits[0]["physical_offset"] == pos and (hits[0].get("details") or hits[0]).get("zero_bytes") == 7 and hits[0]["severity"] == "error"
+    assert (
+        hits[0]["physical_offset"] == pos
+        and (hits[0].get("details") or hits[0]).get("zero_bytes") == 7
+        and hits[0]["severity"] == "error"
+    )
 
 
-def test_a_tail_zeroed_from_a_record_boundary_leaves_no_trace(store: tuple[Path, list[tuple[int, int]]],
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_tail_zeroed_from_a_record_boundary_leaves_no_trace(
+    store: tuple[Path, list[tuple[int, int]]], capsys: pytest.CaptureFixture[str]
+) -> None:
     """What cannot be known offline: zeros from a record's start on look like the end of
     the data (the broker loses the records there just the same)."""
     root, recs = store

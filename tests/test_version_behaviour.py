@@ -72,10 +72,23 @@ def props(d: dict[str, str], trailing: bool = False) -> bytes:
     return s.encode()
 
 
-def record(topic: str, *, body: bytes = b"hello", props: bytes = b"", queue_id: int = 0, qoff: int = 0,
-           phys: int = 0, sysflag: int = 0, born: tuple[str, int] = ("10.0.0.1", 50000),
-           store: tuple[str, int] = ("10.0.0.2", 10911), born_ts: int = TS0, store_ts: int = TS0 + 1,
-           prepared: int = 0, v2: bool | None = None, crc32_prop: bool = False) -> bytes:
+def record(
+    topic: str,
+    *,
+    body: bytes = b"hello",
+    props: bytes = b"",
+    queue_id: int = 0,
+    qoff: int = 0,
+    phys: int = 0,
+    sysflag: int = 0,
+    born: tuple[str, int] = ("10.0.0.1", 50000),
+    store: tuple[str, int] = ("10.0.0.2", 10911),
+    born_ts: int = TS0,
+    store_ts: int = TS0 + 1,
+    prepared: int = 0,
+    v2: bool | None = None,
+    crc32_prop: bool = False,
+) -> bytes:
     """A message record per STORE_FORMAT §4 / §4.1 / §5 / §7.1 / §9."""
     bh, b6 = host(*born)
     sh, s6 = host(*store)
@@ -88,8 +101,9 @@ def record(topic: str, *, body: bytes = b"hello", props: bytes = b"", queue_id: 
             props += b"\x02"
         props += b"__CRC32#\x01" + b"0" * 10 + b"\x02"
     total = 48 + len(bh) + 8 + len(sh) + 12 + 4 + len(body) + (2 if v2 else 1) + len(tb) + 2 + len(props)
-    out = struct.pack(">iiiiiqqiq", total, MAGIC_V2 if v2 else MAGIC_V1, crc(body), queue_id, 0, qoff, phys,
-                      sysflag, born_ts)
+    out = struct.pack(
+        ">iiiiiqqiq", total, MAGIC_V2 if v2 else MAGIC_V1, crc(body), queue_id, 0, qoff, phys, sysflag, born_ts
+    )
     out += bh + struct.pack(">q", store_ts) + sh + struct.pack(">iqi", 0, prepared, len(body)) + body
     out += struct.pack(">h" if v2 else ">b", len(tb)) + tb + struct.pack(">h", len(props)) + props
     assert len(out) == total
@@ -99,8 +113,14 @@ def record(topic: str, *, body: bytes = b"hello", props: bytes = b"", queue_id: 
     return out
 
 
-def write_store(root: Path, specs: list[dict[str, Any]], *, extra_files: int = 0,
-                checkpoint: tuple[int, int, int] | None = None, abort: bool = False) -> list[dict[str, Any]]:
+def write_store(
+    root: Path,
+    specs: list[dict[str, Any]],
+    *,
+    extra_files: int = 0,
+    checkpoint: tuple[int, int, int] | None = None,
+    abort: bool = False,
+) -> list[dict[str, Any]]:
     """Records laid out with the writer rules of STORE_FORMAT §3 (a record of length L goes
     in only if L + 8 <= bytes left, else a BLANK and the next file). Queue offsets advance
     per (topic, queue) for NOT/COMMIT; PREPARED/ROLLBACK get 0 (STORE_FORMAT §4).
@@ -229,12 +249,16 @@ def recover_plan(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> 
 
 
 def recover(capsys: pytest.CaptureFixture[str], root: Path, tmp: Path, *args: str) -> int:
-    code, _out = cli(capsys, "recover", "--yes", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp / "bk"), *GEOM, *args)
+    code, _out = cli(
+        capsys, "recover", "--yes", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp / "bk"), *GEOM, *args
+    )
     return code
 
 
 def rebuild(capsys: pytest.CaptureFixture[str], root: Path, tmp: Path, *args: str) -> int:
-    code, _out = cli(capsys, "rebuild-index", "--yes", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp / "bkr"), *GEOM, *args)
+    code, _out = cli(
+        capsys, "rebuild-index", "--yes", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp / "bkr"), *GEOM, *args
+    )
     return code
 
 
@@ -254,16 +278,24 @@ def codes(findings: list[dict[str, Any]], severity: str | None = None) -> set[st
 
 
 def msgs(topic: str, n: int, **kw: Any) -> list[dict[str, Any]]:
-    return [dict(topic=topic, props=props({"KEYS": f"K{i}", "UNIQ_KEY": f"{i:032X}", "TAGS": "TagA"}), **kw)
-            for i in range(n)]
+    return [
+        dict(topic=topic, props=props({"KEYS": f"K{i}", "UNIQ_KEY": f"{i:032X}", "TAGS": "TagA"}), **kw)
+        for i in range(n)
+    ]
 
 
 # ============================================================================ IPv6 hosts
 
 V6_SPECS = [
-    dict(topic="T6", born=("2001:db8::1", 40000), store=("2001:db8::2", 10911),
-         props=props({"KEYS": "k0", "UNIQ_KEY": "A" * 32, "TAGS": "TagA"})),
-    dict(topic="T6", born=("10.0.0.1", 1234), store=("2001:db8::2", 10911), props=props({"KEYS": "k1", "TAGS": "TagB"})),
+    dict(
+        topic="T6",
+        born=("2001:db8::1", 40000),
+        store=("2001:db8::2", 10911),
+        props=props({"KEYS": "k0", "UNIQ_KEY": "A" * 32, "TAGS": "TagA"}),
+    ),
+    dict(
+        topic="T6", born=("10.0.0.1", 1234), store=("2001:db8::2", 10911), props=props({"KEYS": "k1", "TAGS": "TagB"})
+    ),
     dict(topic="T6", born=("2001:db8::1", 40001), store=("10.0.0.2", 10911), props=props({"KEYS": "k2"})),
     dict(topic="T6", born=("10.0.0.1", 1235), store=("10.0.0.2", 10911), props=props({"KEYS": "k3"})),
 ]
@@ -295,13 +327,22 @@ def test_ipv6_rebuild_then_verify(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert code == 0 and codes(findings, "error") == set()
 
 
-def test_ipv6_abnormal_start_file_reads_store_ts_after_20_byte_born_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ipv6_abnormal_start_file_reads_store_ts_after_20_byte_born_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """RECOVERY §5.1: storeTs at 48 + 20 when the born host is IPv6."""
     root = tmp_path / "s"
     specs = []
     for i in range(100):  # 3+ files
-        specs.append(dict(topic="T6", born=("2001:db8::1", 40000), store=("2001:db8::2", 10911),
-                          props=props({"KEYS": f"k{i}"}), store_ts=TS0 + 1000 * i))
+        specs.append(
+            dict(
+                topic="T6",
+                born=("2001:db8::1", 40000),
+                store=("2001:db8::2", 10911),
+                props=props({"KEYS": f"k{i}"}),
+                store_ts=TS0 + 1000 * i,
+            )
+        )
     recs = write_store(root, specs, abort=True)
     bases = sorted({r["offset"] // FS * FS for r in recs})
     assert len(bases) >= 3
@@ -315,7 +356,9 @@ def test_ipv6_abnormal_start_file_reads_store_ts_after_20_byte_born_host(tmp_pat
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
-def test_ipv6_recover_abnormal_cuts_torn_record(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_ipv6_recover_abnormal_cuts_torn_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     root = tmp_path / "s"
     recs = write_store(root, V6_SPECS * 3, abort=True)
     last = recs[-1]
@@ -347,12 +390,15 @@ def v2_specs() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("version", ["5.1.4", "5.3.3"])
-def test_v2_records_5x_dump_rebuild_verify_recover(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_v2_records_5x_dump_rebuild_verify_recover(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     root = tmp_path / "s"
     recs = write_store(root, v2_specs(), abort=True)
     rows = [r for r in dump(capsys, root, "--broker-version", version) if r["type"] == "message"]
     assert [(r["physical_offset"], r["topic"], r["magic"]) for r in rows] == [
-        (r["offset"], r["topic"], "V2" if r["topic"] == LONG else "V1") for r in recs]
+        (r["offset"], r["topic"], "V2" if r["topic"] == LONG else "V1") for r in recs
+    ]
     _code, plan = recover_plan(capsys, root, "--broker-version", version)
     assert plan["end_offset"] == recs[-1]["offset"] + recs[-1]["size"]
     assert plan["records_valid"] == len(recs)
@@ -394,8 +440,12 @@ def test_v2_first_record_matches_abnormal_start_file_5x(tmp_path: Path, capsys: 
 
 
 def crc_specs(n: int = 8) -> list[dict[str, Any]]:
-    return [dict(topic="CrcT", props=props({"KEYS": f"c{i}", "TAGS": "TagA", "CLUSTER": "C"}, trailing=True),
-                 crc32_prop=True) for i in range(n)]
+    return [
+        dict(
+            topic="CrcT", props=props({"KEYS": f"c{i}", "TAGS": "TagA", "CLUSTER": "C"}, trailing=True), crc32_prop=True
+        )
+        for i in range(n)
+    ]
 
 
 def _patch(root: Path, off: int, data: bytes) -> None:
@@ -415,7 +465,9 @@ def test_crc32_property_intact_store_is_sound(tmp_path: Path, capsys: pytest.Cap
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.2.0", "5.3.3"])
-def test_crc32_property_mismatch_not_verified_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_crc32_property_mismatch_not_verified_by_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """forceVerifyPropCRC defaults to false (STORE_FORMAT §2.4): recovery checks the body CRC
     only, so a header byte outside the body (FLAG at +16) changed under an intact body is
     not cut; 4.x does not know the property at all."""
@@ -428,7 +480,9 @@ def test_crc32_property_mismatch_not_verified_by_default(tmp_path: Path, capsys:
 
 
 @pytest.mark.parametrize("version", ["5.2.0", "5.3.3"])
-def test_body_crc_still_checked_on_5x_with_crc32_property(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_body_crc_still_checked_on_5x_with_crc32_property(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     root = tmp_path / "s"
     recs = write_store(root, crc_specs(), abort=True)
     r = recs[4]
@@ -465,8 +519,13 @@ def tx_specs() -> list[dict[str, Any]]:
     u = lambda i: f"{0xABC0 + i:032X}"  # noqa: E731
     return [
         dict(topic="TxT", props=props({"KEYS": "kN", "UNIQ_KEY": u(0), "TAGS": "TagA"})),
-        dict(topic="TxT", sysflag=0x4, props=props({"KEYS": "kP", "UNIQ_KEY": u(1), "TAGS": "TagA", "TRAN_MSG": "true"})),
-        dict(topic=HALF, props=props({"KEYS": "kH", "UNIQ_KEY": u(2), "REAL_TOPIC": "TxT", "REAL_QID": "0", "TRAN_MSG": "true"})),
+        dict(
+            topic="TxT", sysflag=0x4, props=props({"KEYS": "kP", "UNIQ_KEY": u(1), "TAGS": "TagA", "TRAN_MSG": "true"})
+        ),
+        dict(
+            topic=HALF,
+            props=props({"KEYS": "kH", "UNIQ_KEY": u(2), "REAL_TOPIC": "TxT", "REAL_QID": "0", "TRAN_MSG": "true"}),
+        ),
         dict(topic="TxT", sysflag=0x8, prepared=0, props=props({"KEYS": "kC", "UNIQ_KEY": u(3), "TAGS": "TagB"})),
         dict(topic=OP, props=props({"KEYS": "kO", "TAGS": "d"})),
         dict(topic="TxT", sysflag=0xC, props=props({"KEYS": "kR", "UNIQ_KEY": u(4), "TAGS": "TagA"})),
@@ -501,7 +560,9 @@ def test_transactions_rebuild(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.1.4", "5.3.3"])
-def test_transactions_abnormal_recovery_dispatch(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_transactions_abnormal_recovery_dispatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     root = tmp_path / "s"
     recs = write_store(root, tx_specs(), abort=True)
     assert recover(capsys, root, tmp_path, "--broker-version", version) == 1
@@ -534,7 +595,9 @@ def _zero(root: Path, off: int, n: int) -> None:
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.1.4", "5.3.3"])
 @pytest.mark.parametrize("mode", ["--normal", "--abnormal"])
-def test_torn_record_cut_midway_at_end_of_last_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, mode: str) -> None:
+def test_torn_record_cut_midway_at_end_of_last_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, mode: str
+) -> None:
     root = tmp_path / "s"
     recs = write_store(root, msgs("TornT", 30), abort=True)
     last = recs[-1]
@@ -557,7 +620,9 @@ def test_torn_record_cut_midway_at_end_of_last_file(tmp_path: Path, capsys: pyte
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
 @pytest.mark.parametrize("header_bytes", [4, 8, 12, 40])
-def test_partial_header_at_end_of_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, header_bytes: int) -> None:
+def test_partial_header_at_end_of_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, header_bytes: int
+) -> None:
     """Only the first bytes of the last record's header reached the disk: the walk stops
     at that record (bad magic, or an inconsistent length: RECOVERY §2)."""
     root = tmp_path / "s"
@@ -588,7 +653,9 @@ def test_zero_filled_region_inside_file(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
-def test_torn_end_of_non_last_file_removes_later_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_torn_end_of_non_last_file_removes_later_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """A file whose data ends in zeros without a BLANK (torn), followed by a later file: the
     walk stops in the first file and every later file is deleted (RECOVERY §4, §6)."""
     root = tmp_path / "s"
@@ -720,11 +787,15 @@ def test_trailing_prepared_reindexed_by_4x_startup_reput(tmp_path: Path, capsys:
     CQ max (the start of the trailing PREPARED record, which has no CQ unit) and indexes it
     again: its offset equals endPhyOffset, and the skip test is strictly less."""
     root = tmp_path / "s"
-    recs = write_store(root, [
-        dict(topic="TxT", props=props({"KEYS": "k0", "UNIQ_KEY": "0" * 31 + "1"})),
-        dict(topic="TxT", props=props({"KEYS": "k1", "UNIQ_KEY": "0" * 31 + "2"})),
-        dict(topic="TxT", sysflag=0x4, props=props({"KEYS": "kP", "UNIQ_KEY": "0" * 31 + "3"})),
-    ], abort=True)
+    recs = write_store(
+        root,
+        [
+            dict(topic="TxT", props=props({"KEYS": "k0", "UNIQ_KEY": "0" * 31 + "1"})),
+            dict(topic="TxT", props=props({"KEYS": "k1", "UNIQ_KEY": "0" * 31 + "2"})),
+            dict(topic="TxT", sysflag=0x4, props=props({"KEYS": "kP", "UNIQ_KEY": "0" * 31 + "3"})),
+        ],
+        abort=True,
+    )
     assert recover(capsys, root, tmp_path, "--broker-version", "4.9.4") == 1
     entries = index_list(root)
     p = recs[2]["offset"]
@@ -735,16 +806,22 @@ def test_trailing_prepared_reindexed_by_4x_startup_reput(tmp_path: Path, capsys:
 
 def test_no_startup_reput_in_5x(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "s"
-    recs = write_store(root, [
-        dict(topic="TxT", props=props({"KEYS": "k0"})),
-        dict(topic="TxT", sysflag=0x4, props=props({"KEYS": "kP"})),
-    ], abort=True)
+    recs = write_store(
+        root,
+        [
+            dict(topic="TxT", props=props({"KEYS": "k0"})),
+            dict(topic="TxT", sysflag=0x4, props=props({"KEYS": "kP"})),
+        ],
+        abort=True,
+    )
     assert recover(capsys, root, tmp_path, "--broker-version", "5.1.4") == 1
     assert index_list(root).count((index_hash("TxT#kP"), recs[1]["offset"])) == 1
 
 
 @pytest.mark.parametrize("version,stops", [("4.9.4", False), ("5.3.1", False), ("5.3.3", True)])
-def test_blank_longer_than_the_rest_of_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, stops: bool) -> None:
+def test_blank_longer_than_the_rest_of_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, stops: bool
+) -> None:
     """RECOVERY §2 steps 0-2: the 5.3.2+ remaining-bytes check comes before the magic test,
     so a BLANK whose TOTALSIZE exceeds the rest of the file stops the walk there; before
     5.3.2 a BLANK's TOTALSIZE is never checked and the walk moves to the next file."""
@@ -763,7 +840,9 @@ def test_blank_longer_than_the_rest_of_the_file(tmp_path: Path, capsys: pytest.C
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
 @pytest.mark.parametrize("mode", ["--normal", "--abnormal"])
-def test_cq_ahead_of_torn_commitlog_is_truncated(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, mode: str) -> None:
+def test_cq_ahead_of_torn_commitlog_is_truncated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, mode: str
+) -> None:
     """The CQ holds units for records the torn commitlog lost: maxPhyOffsetOfCQ >=
     processOffset, so every queue is truncated to units with offset < processOffset
     (RECOVERY §4, §5.2, §7.1)."""
@@ -781,10 +860,24 @@ def test_cq_ahead_of_torn_commitlog_is_truncated(tmp_path: Path, capsys: pytest.
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
-def test_ipv6_body_crc_damage_found_by_verify_and_recover(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_ipv6_body_crc_damage_found_by_verify_and_recover(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     root = tmp_path / "s"
-    recs = write_store(root, [dict(topic="T6", born=("2001:db8::1", 1), store=("2001:db8:0:0:1234:5678::1", 2),
-                                   props=props({"KEYS": f"k{i}"}), body=b"body%03d" % i) for i in range(12)], abort=True)
+    recs = write_store(
+        root,
+        [
+            dict(
+                topic="T6",
+                born=("2001:db8::1", 1),
+                store=("2001:db8:0:0:1234:5678::1", 2),
+                props=props({"KEYS": f"k{i}"}),
+                body=b"body%03d" % i,
+            )
+            for i in range(12)
+        ],
+        abort=True,
+    )
     r = recs[6]
     _patch(root, r["offset"] + r["size"] - len(r["props"]) - 2 - 1 - 2 - 7, b"X")  # a body byte
     code, findings = verify(capsys, root, "--broker-version", version)
@@ -794,8 +887,9 @@ def test_ipv6_body_crc_damage_found_by_verify_and_recover(tmp_path: Path, capsys
 
 
 @pytest.mark.parametrize("with_cq", [False, True])
-def test_verify_ipv6_hashes_only_bodies(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-                                        with_cq: bool) -> None:
+def test_verify_ipv6_hashes_only_bodies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, with_cq: bool
+) -> None:
     """The body CRC covers exactly BODYLENGTH bytes at 72 + b + s (STORE_FORMAT §4, §7).
     verify must not CRC other spans: with both hosts IPv6, the bytes it reads as BODYLENGTH
     at the IPv4 position (84) are store-address bytes 8-11 (here 0x12345678 = 305 MB), and
@@ -809,8 +903,15 @@ def test_verify_ipv6_hashes_only_bodies(tmp_path: Path, capsys: pytest.CaptureFi
     data = bytearray()
     units = []
     for i in range(50):
-        raw = record("T6", born=("2001:db8::1", 1), store=("2001:db8:0:0:1234:5678::1", 10911), phys=len(data),
-                     qoff=i, props=props({"KEYS": f"k{i}"}), store_ts=TS0 + i)
+        raw = record(
+            "T6",
+            born=("2001:db8::1", 1),
+            store=("2001:db8:0:0:1234:5678::1", 10911),
+            phys=len(data),
+            qoff=i,
+            props=props({"KEYS": f"k{i}"}),
+            store_ts=TS0 + i,
+        )
         units.append((len(data), len(raw), 0))
         data += raw
     if with_cq:  # the consume queue's offsets drive verify's hinted walk
@@ -836,15 +937,18 @@ def test_verify_ipv6_hashes_only_bodies(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 @pytest.mark.parametrize("version", ["4.6.0", "4.9.0"])
-def test_crc32_named_property_is_not_checked_before_5_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_crc32_named_property_is_not_checked_before_5_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """``__CRC32#`` is a 5.2.0+ property (STORE_FORMAT §7.1, §8.3). An older broker neither
     writes nor verifies it nor removes a client-supplied one; such a property is ordinary
     data there, so it cannot make the record (or the store) bad. (4.6.0-4.9.0 serialize
     with a trailing 0x02, so a client's ``__CRC32#`` entry stored last looks exactly like
     the 5.2 tail.)"""
     root = tmp_path / "s"
-    write_store(root, [dict(topic="OldT", props=props({"KEYS": f"o{i}"}) + b"\x02__CRC32#\x011234567890\x02")
-                              for i in range(5)])
+    write_store(
+        root, [dict(topic="OldT", props=props({"KEYS": f"o{i}"}) + b"\x02__CRC32#\x011234567890\x02") for i in range(5)]
+    )
     assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1
     assert len(cq_units(root, "OldT")) == 5
     code, findings = verify(capsys, root, "--broker-version", version)
@@ -858,7 +962,9 @@ def test_crc32_named_property_is_not_checked_before_5_2(tmp_path: Path, capsys: 
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
-def test_abnormal_dispatch_skips_units_already_built(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_abnormal_dispatch_skips_units_already_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """RECOVERY §9.2: offset + size <= maxPhysicOffset -> already built; the abnormal
     dispatch from the first file leaves every unit exactly once."""
     root = tmp_path / "s"
@@ -891,30 +997,52 @@ def test_zeroed_first_record_of_last_file(tmp_path: Path, capsys: pytest.Capture
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
-def test_index_keys_split_duplicates_and_utf16(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_index_keys_split_duplicates_and_utf16(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """RECOVERY §9.3 / STORE_FORMAT §15.4: UNIQ_KEY first, then KEYS split on single spaces
     (empty pieces dropped, duplicates NOT removed), hash over UTF-16 units of topic#key."""
     root = tmp_path / "s"
-    recs = write_store(root, [
-        dict(topic="IxT", props=props({"KEYS": " dup  dup ", "UNIQ_KEY": "F" * 32}, trailing=version >= "5.2"),
-             born=("2001:db8::1", 1)),
-        dict(topic="IxT", props=props({"KEYS": "a\U0001F600b 订单123"}, trailing=version >= "5.2")),
-    ])
+    recs = write_store(
+        root,
+        [
+            dict(
+                topic="IxT",
+                props=props({"KEYS": " dup  dup ", "UNIQ_KEY": "F" * 32}, trailing=version >= "5.2"),
+                born=("2001:db8::1", 1),
+            ),
+            dict(topic="IxT", props=props({"KEYS": "a\U0001f600b 订单123"}, trailing=version >= "5.2")),
+        ],
+    )
     assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1
     got = index_list(root)
-    want = [(index_hash("IxT#" + "F" * 32), recs[0]["offset"]), (index_hash("IxT#dup"), recs[0]["offset"]),
-            (index_hash("IxT#dup"), recs[0]["offset"]), (index_hash("IxT#a\U0001F600b"), recs[1]["offset"]),
-            (index_hash("IxT#订单123"), recs[1]["offset"])]
+    want = [
+        (index_hash("IxT#" + "F" * 32), recs[0]["offset"]),
+        (index_hash("IxT#dup"), recs[0]["offset"]),
+        (index_hash("IxT#dup"), recs[0]["offset"]),
+        (index_hash("IxT#a\U0001f600b"), recs[1]["offset"]),
+        (index_hash("IxT#订单123"), recs[1]["offset"]),
+    ]
     assert got == want
 
 
 @pytest.mark.parametrize("version,q1", [("4.9.1", False), ("4.9.4", True), ("5.1.4", False), ("5.3.3", False)])
-def test_schedule_tags_code_in_abnormal_recovery(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, q1: bool) -> None:
+def test_schedule_tags_code_in_abnormal_recovery(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, q1: bool
+) -> None:
     """STORE_FORMAT §12.2 rule 3 and RECOVERY §10 Q1 (4.9.2-4.9.8 only: maxDelayLevel 0)."""
     root = tmp_path / "s"
-    recs = write_store(root, [dict(topic="SCHEDULE_TOPIC_XXXX", queue_id=2,
-                                   props=props({"DELAY": "3", "REAL_TOPIC": "T", "REAL_QID": "0", "TAGS": "TagA"}))],
-                       abort=True)
+    recs = write_store(
+        root,
+        [
+            dict(
+                topic="SCHEDULE_TOPIC_XXXX",
+                queue_id=2,
+                props=props({"DELAY": "3", "REAL_TOPIC": "T", "REAL_QID": "0", "TAGS": "TagA"}),
+            )
+        ],
+        abort=True,
+    )
     assert recover(capsys, root, tmp_path, "--broker-version", version) == 1
     (unit,) = cq_units(root, "SCHEDULE_TOPIC_XXXX", 2)
     assert unit[:2] == (recs[0]["offset"], recs[0]["size"])
@@ -924,18 +1052,29 @@ def test_schedule_tags_code_in_abnormal_recovery(tmp_path: Path, capsys: pytest.
 # ============================================================================ inner batches (5.x)
 
 
-@pytest.mark.parametrize("version,value,dispatched", [
-    ("5.1.4", "40000", 1), ("5.3.3", "32768", 1), ("5.3.3", "-32769", 1), ("5.1.4", "2147483647", 1),
-    ("5.1.4", "32767", 3), ("5.3.3", "-32768", 3), ("4.9.4", "40000", 3),
-])
-def test_inner_num_is_a_java_short(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, value: str,
-                                   dispatched: int) -> None:
+@pytest.mark.parametrize(
+    "version,value,dispatched",
+    [
+        ("5.1.4", "40000", 1),
+        ("5.3.3", "32768", 1),
+        ("5.3.3", "-32769", 1),
+        ("5.1.4", "2147483647", 1),
+        ("5.1.4", "32767", 3),
+        ("5.3.3", "-32768", 3),
+        ("4.9.4", "40000", 3),
+    ],
+)
+def test_inner_num_is_a_java_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, value: str, dispatched: int
+) -> None:
     """RECOVERY §2 step 13: a 5.x record with INNER_NUM and INNER_BASE is checked with
     Short.parseShort(INNER_NUM), so a value outside [-32768, 32767] fails the record and
     the reput stops there; before 5.0 INNER_NUM is ordinary data."""
-    specs = [dict(topic="IS", props=props({"KEYS": "a", "TAGS": "t"})),
-             dict(topic="IS", props=props({"INNER_NUM": value, "INNER_BASE": "1", "KEYS": "b"})),
-             dict(topic="IS", props=props({"KEYS": "c", "TAGS": "t"}))]
+    specs = [
+        dict(topic="IS", props=props({"KEYS": "a", "TAGS": "t"})),
+        dict(topic="IS", props=props({"INNER_NUM": value, "INNER_BASE": "1", "KEYS": "b"})),
+        dict(topic="IS", props=props({"KEYS": "c", "TAGS": "t"})),
+    ]
     root = tmp_path / "store"
     write_store(root, specs)
     rebuild(capsys, root, tmp_path, "--broker-version", version)
@@ -949,13 +1088,17 @@ def test_inner_num_is_a_java_short(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
-def test_index_header_after_the_store_clock_stepped_back(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_index_header_after_the_store_clock_stepped_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """IndexFile.putKey sets beginTimestamp at the first put and endTimestamp at every put:
     when the store clock steps back (NTP) the broker's header has begin after end. verify
     accepts that header; a header with begin after end and no entry stays an error."""
-    specs = [dict(topic="TC", props=props({"KEYS": "a"}), store_ts=TS0 + 5000),
-             dict(topic="TC", props=props({"KEYS": "b"}), store_ts=TS0 + 6000),
-             dict(topic="TC", props=props({"KEYS": "c"}), store_ts=TS0 + 1000)]
+    specs = [
+        dict(topic="TC", props=props({"KEYS": "a"}), store_ts=TS0 + 5000),
+        dict(topic="TC", props=props({"KEYS": "b"}), store_ts=TS0 + 6000),
+        dict(topic="TC", props=props({"KEYS": "c"}), store_ts=TS0 + 1000),
+    ]
     root = tmp_path / "store"
     write_store(root, specs)
     assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1
@@ -970,14 +1113,18 @@ def test_index_header_after_the_store_clock_stepped_back(tmp_path: Path, capsys:
     struct.pack_into(">ii", data, 32, 0, 1)
     f.write_bytes(bytes(data))
     code, findings = verify(capsys, root, "--broker-version", version)
-    assert code == 4 and [x["message"] for x in findings if x["code"] == "IDX_HEADER"] == ["begin values after end values"]
+    assert code == 4 and [x["message"] for x in findings if x["code"] == "IDX_HEADER"] == [
+        "begin values after end values"
+    ]
 
 
 # ============================================================================ malformed UTF-8
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
-def test_encoded_surrogates_decode_as_java_does(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_encoded_surrogates_decode_as_java_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """A UTF-8-encoded surrogate (CESU-8, ED A0..BF 80..BF, as some non-Java clients send)
     in TAGS or KEYS: Java's new String(bytes, UTF_8) makes it one U+FFFD, so the tags code
     is hashCode("x\\uFFFD") = 69253 (Python's plain 'replace' makes three) and the index
@@ -991,8 +1138,11 @@ def test_encoded_surrogates_decode_as_java_does(tmp_path: Path, capsys: pytest.C
     assert rebuild(capsys, root, tmp_path, "--broker-version", version) == 1
     assert java_hash("x\ufffd") == 69253
     assert cq_units(root, "IT")[0] == (recs[0]["offset"], recs[0]["size"], 69253)
-    assert index_pairs(root) == {(index_hash("IT#k\ufffd"), recs[0]["offset"]), (index_hash("IT#m\ufffdz"), recs[0]["offset"]),
-                                 (index_hash("IT#plain"), recs[1]["offset"])}
+    assert index_pairs(root) == {
+        (index_hash("IT#k\ufffd"), recs[0]["offset"]),
+        (index_hash("IT#m\ufffdz"), recs[0]["offset"]),
+        (index_hash("IT#plain"), recs[1]["offset"]),
+    }
     code, findings = verify(capsys, root, "--broker-version", version)
     assert code == 0 and not codes(findings, "error")
     rows = dump(capsys, root)
@@ -1002,9 +1152,19 @@ def test_encoded_surrogates_decode_as_java_does(tmp_path: Path, capsys: pytest.C
 # ============================================================================ a queue file removed, then written again
 
 
-@pytest.mark.parametrize("version,mode", [("4.9.4", "--abnormal"), ("4.9.4", "--normal"), ("5.1.4", "--abnormal"),
-                                          ("5.3.3", "--abnormal"), ("5.3.3", "--normal")])
-def test_queue_file_removed_then_written_again(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, mode: str) -> None:
+@pytest.mark.parametrize(
+    "version,mode",
+    [
+        ("4.9.4", "--abnormal"),
+        ("4.9.4", "--normal"),
+        ("5.1.4", "--abnormal"),
+        ("5.3.3", "--abnormal"),
+        ("5.3.3", "--normal"),
+    ],
+)
+def test_queue_file_removed_then_written_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, mode: str
+) -> None:
     """A lost unit in a consume queue file that is not the last (a torn page): the queue's
     recovery stops there and removes every later file (RECOVERY §3, §6), then the dispatch
     appends from the hole and creates the next file again under the same name (§9.2).
@@ -1041,7 +1201,9 @@ def test_queue_file_removed_then_written_again(tmp_path: Path, capsys: pytest.Ca
 # ============================================================================ quirk Q13 in the start-up reput
 
 
-def test_startup_reput_after_a_length_mismatch_goes_where_the_broker_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_startup_reput_after_a_length_mismatch_goes_where_the_broker_goes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """4.x normal start: the queues lag into file 1, before the recovery's start file, and a
     record there has its fields zeroed after TOTALSIZE and MAGIC (a torn page). The broker's
     reput moves its offset by TOTALSIZE but reads on at the parsed length, then skips the
@@ -1066,10 +1228,26 @@ def test_startup_reput_after_a_length_mismatch_goes_where_the_broker_goes(tmp_pa
     land = 2 * FS + victim["size"]
     starts = {r["offset"] for r in recs}
     resume = land if land in starts else 3 * FS
-    want = lag + [unit_of(r) for r in recs if lag[-1][0] < r["offset"] < victim["offset"]] \
+    want = (
+        lag
+        + [unit_of(r) for r in recs if lag[-1][0] < r["offset"] < victim["offset"]]
         + [unit_of(r) for r in recs if r["offset"] >= resume]
-    code, out = cli(capsys, "recover", "--yes", str(root), "-q", "--jobs", "1", "--backup-dir", str(tmp_path / "bk"), *GEOM,
-                    "--normal", "--format", "json")
+    )
+    code, out = cli(
+        capsys,
+        "recover",
+        "--yes",
+        str(root),
+        "-q",
+        "--jobs",
+        "1",
+        "--backup-dir",
+        str(tmp_path / "bk"),
+        *GEOM,
+        "--normal",
+        "--format",
+        "json",
+    )
     assert code == 5  # damage before the start file: recovery neither reads nor repairs it
     probs = {(p["code"], p["path"]) for p in json.loads(out)["result"]["problems"]}
     assert probs == {("UNREAD_FILE_DAMAGE", f"commitlog/{FS:020d}"), ("REPUT_OFFSET_DIVERGED", f"commitlog/{FS:020d}")}
@@ -1082,7 +1260,9 @@ def test_startup_reput_after_a_length_mismatch_goes_where_the_broker_goes(tmp_pa
 
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.0.0", "5.1.4", "5.3.3"])
-def test_zero_length_last_queue_file_after_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_zero_length_last_queue_file_after_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """A zero-length last consume queue file and a crash whose dispatch writes into it. From
     5.1.3 the broker deletes that file at load (MappedFileQueue.doLoad) and the abnormal
     dispatch creates it again with the missing units: recover replaces it (it failed with
@@ -1114,7 +1294,9 @@ def test_zero_length_last_queue_file_after_a_crash(tmp_path: Path, capsys: pytes
 
 
 @pytest.mark.parametrize("version", ["5.1.4", "5.3.1"])
-def test_confirm_offset_when_the_normal_walk_finds_no_record(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_confirm_offset_when_the_normal_walk_finds_no_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """CommitLog.recoverNormally starts lastValidMsgPhyOffset at getConfirmOffset(), the max
     offset at load (async flush: every file loaded full), and stores it as the confirm
     offset: with no valid record in the walk (the first record of the third-last file
@@ -1135,7 +1317,9 @@ def test_confirm_offset_when_the_normal_walk_finds_no_record(tmp_path: Path, cap
 
 
 @pytest.mark.parametrize("version", ["5.1.4", "5.3.3"])
-def test_confirm_offset_when_the_abnormal_walk_finds_no_record(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
+def test_confirm_offset_when_the_abnormal_walk_finds_no_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str
+) -> None:
     """CommitLog.recoverAbnormally starts lastValidMsgPhyOffset at the start file's offset:
     the only record torn, confirmPhyOffset becomes 0."""
     root = tmp_path / "store"

@@ -38,12 +38,14 @@ if TYPE_CHECKING:
 
 # start-up time: each submodule is imported at the first use of one of its names (recover's
 # walk needs plain, dump the blocks, only the dispatch and verify the decoder)
-_FROM = {".blocks": ("body_crcs_match", "v1_lengths", "v1_run_starts"),
-         ".columns": ("DispatchColumns", "IndexKeys", "LazyValues", "PropertyColumns"),
-         ".decoder": ("MAX_RUN", "BatchDecoder", "first_unsure"),
-         ".hashing": ("add_index_keys", "hash_spans", "index_keys", "join_spans", "last_per_record"),
-         ".plain": ("Plain", "crc_failures", "plain_records"),
-         ".words": ("GroupedWords", "ShiftedWords", "Words")}
+_FROM = {
+    ".blocks": ("body_crcs_match", "v1_lengths", "v1_run_starts"),
+    ".columns": ("DispatchColumns", "IndexKeys", "LazyValues", "PropertyColumns"),
+    ".decoder": ("MAX_RUN", "BatchDecoder", "first_unsure"),
+    ".hashing": ("add_index_keys", "hash_spans", "index_keys", "join_spans", "last_per_record"),
+    ".plain": ("Plain", "crc_failures", "plain_records"),
+    ".words": ("GroupedWords", "ShiftedWords", "Words"),
+}
 __getattr__ = LazyExports(__name__, {name: mod for mod, names in _FROM.items() for name in names})
 
 __all__ = [

@@ -82,8 +82,9 @@ def row_groups(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return inv.reshape(-1).astype(np.int32), first
 
 
-def v1_run_starts(buf: Any, A: np.ndarray, pos: int, end: int, start_before: int, max_count: int,
-                  min_count: int, header: int) -> np.ndarray | None:
+def v1_run_starts(
+    buf: Any, A: np.ndarray, pos: int, end: int, start_before: int, max_count: int, min_count: int, header: int
+) -> np.ndarray | None:
     """Starts of consecutive V1 records from ``pos``, trusting TOTALSIZE: each one's
     TOTALSIZE exceeds ``header``, it fits before ``end``, it starts before
     ``start_before`` with its ``header`` bytes before ``end``; at most ``max_count``.
@@ -110,8 +111,9 @@ def v1_run_starts(buf: Any, A: np.ndarray, pos: int, end: int, start_before: int
     return starts
 
 
-def v1_lengths(A: np.ndarray, P: np.ndarray, total: np.ndarray, sys_flag: np.ndarray, body_length: np.ndarray,
-               header: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def v1_lengths(
+    A: np.ndarray, P: np.ndarray, total: np.ndarray, sys_flag: np.ndarray, body_length: np.ndarray, header: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The lengths rule of a plain V1 record at each of ``P`` (``header`` = the IPv4 V1
     header size): IPv4 hosts, BODYLENGTH >= 0, a one-byte topic length <= 127, a two-byte
     properties length in (0, 0x7FFF], and all of them adding up to TOTALSIZE. Returns
@@ -128,8 +130,9 @@ def v1_lengths(A: np.ndarray, P: np.ndarray, total: np.ndarray, sys_flag: np.nda
     return ok, tpos, tl, q, pl
 
 
-def body_crcs_match(mv: memoryview, P: np.ndarray, body_length: np.ndarray, body_crc: np.ndarray,
-                    header: int) -> np.ndarray:
+def body_crcs_match(
+    mv: memoryview, P: np.ndarray, body_length: np.ndarray, body_crc: np.ndarray, header: int
+) -> np.ndarray:
     """Whether each record's body (at ``P + header``) has its stored BODYCRC (masked CRC-32,
     STORE_FORMAT §5; an empty body's stored value is not checked):
     :func:`recovery.ccore.crc32_spans`, one pass without Python per body."""

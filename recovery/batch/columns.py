@@ -82,7 +82,9 @@ class LazyValues(Sequence[str | None]):
 
 
 def _lazy_from_list(values: list[str | None]) -> LazyValues:
-    out = LazyValues(len(values), b"", np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    out = LazyValues(
+        len(values), b"", np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    )
     out._list, out._src = values, None
     return out
 
@@ -143,10 +145,18 @@ class DispatchColumns(NamedTuple):
             kk = mask[self.index_keys.rec]
             ik = IndexKeys(new_row[self.index_keys.rec[kk]], self.index_keys.hash[kk], self.index_keys.units[kk])
         return DispatchColumns(
-            self.position[mask], [self.topic[i] for i in idx], self.queue_id[mask],
-            self.commitlog_offset[mask], self.msg_size[mask], self.tags_code[mask],
-            self.store_timestamp[mask], self.consume_queue_offset[mask],
-            [keys[i] for i in idx], [uniq[i] for i in idx], self.sys_flag[mask], ik,
+            self.position[mask],
+            [self.topic[i] for i in idx],
+            self.queue_id[mask],
+            self.commitlog_offset[mask],
+            self.msg_size[mask],
+            self.tags_code[mask],
+            self.store_timestamp[mask],
+            self.consume_queue_offset[mask],
+            [keys[i] for i in idx],
+            [uniq[i] for i in idx],
+            self.sys_flag[mask],
+            ik,
         )
 
     def requests(self) -> Iterator[DispatchRequest]:
@@ -155,9 +165,16 @@ class DispatchColumns(NamedTuple):
         uniq = list(self.uniq_key)
         for i in range(self.count):
             yield DispatchRequest(
-                self.topic[i], int(self.queue_id[i]), int(self.commitlog_offset[i]), int(self.msg_size[i]),
-                int(self.tags_code[i]), int(self.store_timestamp[i]), int(self.consume_queue_offset[i]),
-                keys[i], uniq[i], int(self.sys_flag[i]),
+                self.topic[i],
+                int(self.queue_id[i]),
+                int(self.commitlog_offset[i]),
+                int(self.msg_size[i]),
+                int(self.tags_code[i]),
+                int(self.store_timestamp[i]),
+                int(self.consume_queue_offset[i]),
+                keys[i],
+                uniq[i],
+                int(self.sys_flag[i]),
             )
 
     @staticmethod
@@ -166,11 +183,17 @@ class DispatchColumns(NamedTuple):
             return np.fromiter(xs, dtype=np.int64, count=len(rows))
 
         return DispatchColumns(
-            i64(positions), [r.topic for r in rows], i64(r.queue_id for r in rows),
-            i64(r.commitlog_offset for r in rows), i64(r.msg_size for r in rows),
-            i64(r.tags_code for r in rows), i64(r.store_timestamp for r in rows),
-            i64(r.consume_queue_offset for r in rows), [r.keys for r in rows],
-            [r.uniq_key for r in rows], i64(r.sys_flag for r in rows),
+            i64(positions),
+            [r.topic for r in rows],
+            i64(r.queue_id for r in rows),
+            i64(r.commitlog_offset for r in rows),
+            i64(r.msg_size for r in rows),
+            i64(r.tags_code for r in rows),
+            i64(r.store_timestamp for r in rows),
+            i64(r.consume_queue_offset for r in rows),
+            [r.keys for r in rows],
+            [r.uniq_key for r in rows],
+            i64(r.sys_flag for r in rows),
         )
 
     @staticmethod

@@ -38,8 +38,9 @@ _PROP_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"INNER_NUM", b"INNER_BA
 _Found = dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]  # name -> (record, value start, value end)
 
 
-def _inner_batch_sure(J: np.ndarray, num: tuple[np.ndarray, np.ndarray, np.ndarray],
-                      base: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+def _inner_batch_sure(
+    J: np.ndarray, num: tuple[np.ndarray, np.ndarray, np.ndarray], base: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> np.ndarray:
     """For each INNER_BASE value (``base``: record, start, end in ``J``): True where the
     record's INNER_NUM and INNER_BASE certainly parse (``Short.parseShort``,
     ``Long.parseLong``): 1-4 and 1-18 ASCII digits, no sign; or it has no INNER_NUM.
@@ -84,7 +85,9 @@ def _plain_digits(J: np.ndarray, a: np.ndarray, b: np.ndarray, most: int) -> np.
 class BatchDecoder:
     """Per-walk state and caches of the fast path."""
 
-    def __init__(self, profile: BrokerProfile, max_delay_level: int, tags: bool = True, index_keys: bool = True) -> None:
+    def __init__(
+        self, profile: BrokerProfile, max_delay_level: int, tags: bool = True, index_keys: bool = True
+    ) -> None:
         self.profile = profile
         self.max_delay_level = max_delay_level
         self.want_tags = tags
@@ -104,7 +107,9 @@ class BatchDecoder:
             self._seps.append((name, len(sep), words))
 
     @staticmethod
-    def hinted_boundaries(buf: Any, views: ByteViews, hints: np.ndarray, start: int, end: int, v2: bool = False) -> list[int] | np.ndarray:
+    def hinted_boundaries(
+        buf: Any, views: ByteViews, hints: np.ndarray, start: int, end: int, v2: bool = False
+    ) -> list[int] | np.ndarray:
         """:meth:`boundaries` with ``hints`` (sorted file positions the consume queues point
         at): runs of hints chained by their TOTALSIZEs are taken at once
         (:func:`recovery.scan.chase_starts`), the V1 magic checked with numpy; the same
@@ -129,7 +134,9 @@ class BatchDecoder:
         out: list[int] = starts.tolist()
         return out
 
-    def decode(self, buf: Any, W: Words, starts: list[int] | np.ndarray, end: int, base: int) -> tuple[DispatchColumns, np.ndarray]:
+    def decode(
+        self, buf: Any, W: Words, starts: list[int] | np.ndarray, end: int, base: int
+    ) -> tuple[DispatchColumns, np.ndarray]:
         """Decode the records at ``starts`` (consecutive, V1 magic, TOTALSIZE fits).
         Returns (cols, sure): ``cols`` holds every record's fields as the fast path read
         them, ``sure[i]`` says whether record i is certainly ``(N, True)`` with exactly
@@ -175,8 +182,9 @@ class BatchDecoder:
         keys, uniq, ikeys, odd = self._properties(buf, p_a, pl, n, topics, store_ts, tags_code)
         if odd:
             sure[odd] = False
-        cols = DispatchColumns(P + base, topics, queue_id, phys, total, tags_code, store_ts,
-                               queue_offset, keys, uniq, sys_flag, ikeys)
+        cols = DispatchColumns(
+            P + base, topics, queue_id, phys, total, tags_code, store_ts, queue_offset, keys, uniq, sys_flag, ikeys
+        )
         return cols, sure
 
     # -- topics ----------------------------------------------------------------------------
@@ -193,8 +201,11 @@ class BatchDecoder:
         for k in range(maxw):
             w = W.u64(t_a + 8 * k)
             rem = np.clip(tl - 8 * k, 0, 8)  # bytes of this word inside the topic
-            mask = np.where(rem >= 8, _U64(0xFFFFFFFFFFFFFFFF),
-                            ~(_U64(0xFFFFFFFFFFFFFFFF) >> (rem.astype(_U64) << _U64(3)) >> _U64(0)))
+            mask = np.where(
+                rem >= 8,
+                _U64(0xFFFFFFFFFFFFFFFF),
+                ~(_U64(0xFFFFFFFFFFFFFFFF) >> (rem.astype(_U64) << _U64(3)) >> _U64(0)),
+            )
             mask[rem == 0] = _U64(0)
             words[:, k] = w & mask
         h = tl.astype(_U64) * _U64(0x9E3779B97F4A7C15)
@@ -234,7 +245,13 @@ class BatchDecoder:
 
     # -- properties ------------------------------------------------------------------------
     def _properties(
-        self, buf: Any, p_a: np.ndarray, pl: np.ndarray, n: int, topics: list[str], store_ts: np.ndarray,
+        self,
+        buf: Any,
+        p_a: np.ndarray,
+        pl: np.ndarray,
+        n: int,
+        topics: list[str],
+        store_ts: np.ndarray,
         tags_code: np.ndarray,
     ) -> tuple[Sequence[str | None], Sequence[str | None], IndexKeys | None, list[int]]:
         """:meth:`properties`, filling ``tags_code`` in place; returns the KEYS and UNIQ_KEY
@@ -242,8 +259,15 @@ class BatchDecoder:
         pc = self.properties(buf, p_a, pl, topics, store_ts, tags_code)
         return pc.keys, pc.uniq, pc.index_keys, pc.odd
 
-    def properties(self, buf: Any, p_a: np.ndarray, pl: np.ndarray, topics: Sequence[str], store_ts: np.ndarray,
-                   tags_code: np.ndarray | None = None) -> PropertyColumns:
+    def properties(
+        self,
+        buf: Any,
+        p_a: np.ndarray,
+        pl: np.ndarray,
+        topics: Sequence[str],
+        store_ts: np.ndarray,
+        tags_code: np.ndarray | None = None,
+    ) -> PropertyColumns:
         """Find TAGS, KEYS, UNIQ_KEY, DELAY (and the 5.x INNER_* pair) in the properties of
         the records at ``p_a`` (``pl`` bytes each, >= 0) whose topics are ``topics``:
         the tagsCode (into ``tags_code`` when given), the KEYS and UNIQ_KEY values (lazy),
@@ -321,18 +345,31 @@ class BatchDecoder:
             # 5.x setBatchSizeIfNeeded: a record with both must parse them (check_record's rule);
             # plain digits that fit (1-4 for the short, 1-18 for the long) need no parse
             unsure = ~_inner_batch_sure(J, found[b"INNER_NUM"], found[b"INNER_BASE"])
-            num = (dict(zip(found[b"INNER_NUM"][0].tolist(), zip(found[b"INNER_NUM"][1].tolist(), found[b"INNER_NUM"][2].tolist())))
-                   if unsure.any() else {})
+            num = (
+                dict(
+                    zip(
+                        found[b"INNER_NUM"][0].tolist(),
+                        zip(found[b"INNER_NUM"][1].tolist(), found[b"INNER_NUM"][2].tolist()),
+                    )
+                )
+                if unsure.any()
+                else {}
+            )
             for r, a, b in zip(*(x[unsure].tolist() for x in found[b"INNER_BASE"])):
                 if r in num:
                     na, nb = num[r]
-                    if not ck.inner_batch_ok({INNER_NUM: joined[na:nb].decode("utf-8", JAVA_REPLACE),
-                                              INNER_BASE: joined[a:b].decode("utf-8", JAVA_REPLACE)}):
+                    if not ck.inner_batch_ok(
+                        {
+                            INNER_NUM: joined[na:nb].decode("utf-8", JAVA_REPLACE),
+                            INNER_BASE: joined[a:b].decode("utf-8", JAVA_REPLACE),
+                        }
+                    ):
                         odd.append(r)
         return odd
 
-    def _tags(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray], joined: bytes, J: np.ndarray,
-              JW: Words) -> np.ndarray:
+    def _tags(
+        self, spans: tuple[np.ndarray, np.ndarray, np.ndarray], joined: bytes, J: np.ndarray, JW: Words
+    ) -> np.ndarray:
         """tagsCode (``String.hashCode`` of TAGS) of the records holding TAGS: hashed from
         the bytes, non-ASCII values from their decoded strings (cached)."""
         _rec, va, vb = spans
@@ -343,8 +380,11 @@ class BatchDecoder:
             # its group's first; the others (a hash collision, a long value) one by one
             idx = np.flatnonzero(nonascii)
             ln = (vb - va)[idx]
-            _u, first, inv = np.unique((h[idx].astype(np.uint64) << np.uint64(32)) | ln.astype(np.uint64),
-                                       return_index=True, return_inverse=True)
+            _u, first, inv = np.unique(
+                (h[idx].astype(np.uint64) << np.uint64(32)) | ln.astype(np.uint64),
+                return_index=True,
+                return_inverse=True,
+            )
             inv = inv.ravel()
             same = _equal_spans(J, va[idx], va[idx[first]][inv], ln, 64)
             ucodes = np.empty(len(first), dtype=np.int64)
@@ -361,8 +401,14 @@ class BatchDecoder:
             c = self.tags[v] = _tags_code(v.decode("utf-8", JAVA_REPLACE))
         return c
 
-    def _delay(self, spans: tuple[np.ndarray, np.ndarray, np.ndarray], joined: bytes, topics: Sequence[str],
-               store_ts: np.ndarray, tags_code: np.ndarray) -> list[int]:
+    def _delay(
+        self,
+        spans: tuple[np.ndarray, np.ndarray, np.ndarray],
+        joined: bytes,
+        topics: Sequence[str],
+        store_ts: np.ndarray,
+        tags_code: np.ndarray,
+    ) -> list[int]:
         """The schedule topic's tagsCode (the delivery time of its DELAY level) into
         ``tags_code``; returns the records whose DELAY does not parse (check_record
         refuses them)."""

@@ -25,7 +25,9 @@ def join_spans(buf: Any, a: np.ndarray, ln: np.ndarray) -> bytes:
     return ccore.join_spans(buf, a, a + ln, 2)
 
 
-def hash_spans(J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: Words | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def hash_spans(
+    J: np.ndarray, va: np.ndarray, vb: np.ndarray, JW: Words | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Java ``String.hashCode`` of the byte spans ``[va, vb)`` of ``J`` read as ASCII (a
     byte is then one UTF-16 unit): (hash as uint32, length, True where a byte >= 0x80 makes
     that reading wrong).
@@ -88,13 +90,21 @@ def add_index_keys(ik: IndexKeys, rows: list[tuple[int, str | None, str | None]]
     h, units = java_hash_units_batch(strs)
     r = np.concatenate((ik.rec, np.asarray(rec, dtype=np.int64)))
     order = np.argsort(r, kind="stable")  # rows' keys were appended in put order
-    return IndexKeys(r[order], np.concatenate((ik.hash, h.astype(np.uint32)))[order],
-                     np.concatenate((ik.units, units.astype(np.int64)))[order])
+    return IndexKeys(
+        r[order],
+        np.concatenate((ik.hash, h.astype(np.uint32)))[order],
+        np.concatenate((ik.units, units.astype(np.int64)))[order],
+    )
 
 
 def index_keys(
-    joined: bytes, J: np.ndarray, JW: Words, fu: tuple[np.ndarray, np.ndarray, np.ndarray],
-    fk: tuple[np.ndarray, np.ndarray, np.ndarray], uniq: LazyValues, keys: LazyValues,
+    joined: bytes,
+    J: np.ndarray,
+    JW: Words,
+    fu: tuple[np.ndarray, np.ndarray, np.ndarray],
+    fk: tuple[np.ndarray, np.ndarray, np.ndarray],
+    uniq: LazyValues,
+    keys: LazyValues,
 ) -> IndexKeys:
     """The index keys (``IndexService.buildIndex``: UNIQ_KEY, then each non-empty piece of
     KEYS split on a single space, duplicates kept) hashed from the bytes. Records with a
@@ -136,7 +146,9 @@ def index_keys(
     return IndexKeys(rec.astype(np.int64), h.astype(np.uint32), units.astype(np.int64))
 
 
-def _key_pieces(J: np.ndarray, rec_k: np.ndarray, ka: np.ndarray, kb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _key_pieces(
+    J: np.ndarray, rec_k: np.ndarray, ka: np.ndarray, kb: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """KEYS values ``[ka, kb)`` of records ``rec_k`` split on b" ": (record, start, end) of
     every piece in order, empty ones included. Piece t of a value runs from (t == 0 ?
     start : space[t-1] + 1) to (t == last ? end : space[t])."""

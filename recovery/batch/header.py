@@ -26,7 +26,9 @@ __all__ = ["HeaderColumns", "header_columns", "ipv6_body_crc_bad", "salvage_mism
 
 _QI = V4["queue_id"]
 _ST = V4["store_timestamp"]
-if (V4["queue_offset"] - _QI, V4["physical_offset"] - _QI, V4["sys_flag"] - _QI) != (8, 16, 24) or V4["body_length"] - _ST != 28:
+if (V4["queue_offset"] - _QI, V4["physical_offset"] - _QI, V4["sys_flag"] - _QI) != (8, 16, 24) or V4[
+    "body_length"
+] - _ST != 28:
     raise RuntimeError("message schema changed: header word offsets")
 
 
@@ -63,7 +65,9 @@ class HeaderColumns(NamedTuple):
     grouped: GroupedWords  # the starts' word reader (more fields of the same records)
 
 
-def _host_fields(words: Words, G: GroupedWords, P: np.ndarray, hosts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _host_fields(
+    words: Words, G: GroupedWords, P: np.ndarray, hosts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(STORETIMESTAMP, BODYLENGTH, body position): with IPv4 hosts everywhere from the
     four words at STORETIMESTAMP, else per host layout."""
     if not hosts.any():
@@ -95,8 +99,21 @@ def header_columns(words: Words, u8: np.ndarray, P: np.ndarray, T: np.ndarray, a
     pl_pos = topic_pos + np.maximum(tl, 0)
     pl = _i16_at(u8, pl_pos)
     bad = ~length_matches(hosts >> 4, v2, bl, tl, pl, T) | (tl < 0)
-    return HeaderColumns(_hi32(w4[:, 0]), w4[:, 1].view(np.int64), w4[:, 2].view(np.int64), sysf, store_ts,
-                         body_pos, bl, topic_pos, tl, pl_pos + 2, pl, bad, G)
+    return HeaderColumns(
+        _hi32(w4[:, 0]),
+        w4[:, 1].view(np.int64),
+        w4[:, 2].view(np.int64),
+        sysf,
+        store_ts,
+        body_pos,
+        bl,
+        topic_pos,
+        tl,
+        pl_pos + 2,
+        pl,
+        bad,
+        G,
+    )
 
 
 def ipv6_body_crc_bad(mv: memoryview, h: HeaderColumns) -> tuple[np.ndarray, np.ndarray]:

@@ -35,8 +35,13 @@ _INNER = b"INNER_"
 _BODY_AT = AT_HOSTS["body"]
 _BODY_CRC_AT = cl.HEADER_OFFSETS[0]["body_crc"]
 _SYS_FLAG_AT = cl.HEADER_OFFSETS[0]["sys_flag"]
-if any(o["body_crc"] != _BODY_CRC_AT or o["sys_flag"] != _SYS_FLAG_AT or o["body_length"] != o["body"] - 4
-       for o in cl.HEADER_OFFSETS) or _BODY_CRC_AT != 8:
+if (
+    any(
+        o["body_crc"] != _BODY_CRC_AT or o["sys_flag"] != _SYS_FLAG_AT or o["body_length"] != o["body"] - 4
+        for o in cl.HEADER_OFFSETS
+    )
+    or _BODY_CRC_AT != 8
+):
     raise RuntimeError("message schema changed: the plain test's offsets are derived from it")
 
 
@@ -100,8 +105,9 @@ def plain_records(buf: Any, v: ByteViews, s: np.ndarray, tot: np.ndarray, profil
     return Plain(ok, s + body_at, np.where(ok, bl, 0), magic_crc & 0xFFFFFFFF, np.where(ok, pl, 0))
 
 
-def _mark_inner(buf: Any, s: np.ndarray, tot: np.ndarray, pstart: np.ndarray, pl: np.ndarray, ok: np.ndarray,
-                profile: BrokerProfile) -> None:
+def _mark_inner(
+    buf: Any, s: np.ndarray, tot: np.ndarray, pstart: np.ndarray, pl: np.ndarray, ok: np.ndarray, profile: BrokerProfile
+) -> None:
     """Clear ``ok`` of the records whose properties name ``INNER_`` properties (a 5.x
     inner batch) that the broker's ``setBatchSizeIfNeeded`` refuses: only those
     properties are parsed, with the same parser and rule as ``check_record``. One

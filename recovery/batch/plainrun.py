@@ -266,8 +266,14 @@ def _bytes(run: PlainRun, ok: np.ndarray) -> np.ndarray:
         ok &= ~((np.arange(pw)[None, :] < pl[:, None]) & (CLASSES[PM] == 3)).any(axis=1)
     if run.f.is5:
         find = run.f.buf.find
-        ok &= np.fromiter(map(find, itertools.repeat(b"INNER_", n), pstart.tolist(), (pstart + pl).tolist()),
-                          dtype=np.int64, count=n) < 0
+        ok &= (
+            np.fromiter(
+                map(find, itertools.repeat(b"INNER_", n), pstart.tolist(), (pstart + pl).tolist()),
+                dtype=np.int64,
+                count=n,
+            )
+            < 0
+        )
     return ok
 
 
@@ -292,8 +298,9 @@ def _shape(run: PlainRun, ok: np.ndarray) -> np.ndarray | None:
         run.seps = np.broadcast_to(np.flatnonzero(crow == 2), (n, m2)) if m2 else np.zeros((n, 1), dtype=np.int64)
         return ok
     is2 = PM[:n] == 2
-    ok &= ((PM[:n] == 1).view(np.uint8).sum(axis=1, dtype=np.int32) == k) & \
-        (is2.view(np.uint8).sum(axis=1, dtype=np.int32) == m2)
+    ok &= ((PM[:n] == 1).view(np.uint8).sum(axis=1, dtype=np.int32) == k) & (
+        is2.view(np.uint8).sum(axis=1, dtype=np.int32) == m2
+    )
     D = run.seps = np.zeros((n, max(m2, 1)), dtype=np.int64)
     if m2 and ok.all():
         D[:] = np.nonzero(is2)[1].reshape(-1, m2)

@@ -67,8 +67,9 @@ def dropped_entries(J: np.ndarray, rs: np.ndarray) -> np.ndarray:
     return counts
 
 
-def topic_key_hashes(ik: IndexKeys, rec_topic: np.ndarray, topics: Sequence[str],
-                     prefix_cache: dict[int, int]) -> np.ndarray:
+def topic_key_hashes(
+    ik: IndexKeys, rec_topic: np.ndarray, topics: Sequence[str], prefix_cache: dict[int, int]
+) -> np.ndarray:
     """``IndexService``'s hash of each index key of ``ik`` with its record's topic:
     ``hashCode(topic + "#" + key)`` = hashCode(topic + "#") * 31^units + hashCode(key) in
     32-bit arithmetic (STORE_FORMAT §15.4), made non-negative as the index stores it

@@ -54,8 +54,10 @@ class Words:
         first use; no copy)."""
         if self._views is None:
             end, buf = self.end, self.buf
-            self._views = [np.frombuffer(buf, dtype="<u8", count=(end - k) // 8, offset=k) if end - k >= 8 else None
-                           for k in range(8)]
+            self._views = [
+                np.frombuffer(buf, dtype="<u8", count=(end - k) // 8, offset=k) if end - k >= 8 else None
+                for k in range(8)
+            ]
         return self._views
 
     def at(self, pos: np.ndarray) -> np.ndarray:

@@ -187,9 +187,7 @@ class IndexBuilder:
         """``buildIndex`` for one record (scalar)."""
         self._build_scalar(r.topic, r.commitlog_offset, r.store_timestamp, r.keys, r.uniq_key, r.sys_flag)
 
-    def _build_scalar(
-        self, topic: str, phy: int, ts: int, keys: str | None, uniq: str | None, sys_flag: int
-    ) -> None:
+    def _build_scalar(self, topic: str, phy: int, ts: int, keys: str | None, uniq: str | None, sys_flag: int) -> None:
         f = self._get_or_create(ts)
         if phy < f.end_phy_offset or (self.skip_through is not None and phy <= self.skip_through):
             self.records_skipped += 1
@@ -341,8 +339,16 @@ class IndexBuilder:
         put_rec: np.ndarray = capable & ~skipped
         return put_rec
 
-    def _put_keys(self, f: IndexFileImage, topics: Sequence[str], key_rec: np.ndarray, h_suf: np.ndarray,
-                  l_suf: np.ndarray, off: np.ndarray, ts: np.ndarray) -> None:
+    def _put_keys(
+        self,
+        f: IndexFileImage,
+        topics: Sequence[str],
+        key_rec: np.ndarray,
+        h_suf: np.ndarray,
+        l_suf: np.ndarray,
+        off: np.ndarray,
+        ts: np.ndarray,
+    ) -> None:
         """Put the batch's keys (``key_rec``: their records, at least one) into ``f`` and the
         files created after it, as the put loop fills them."""
         n = len(off)

@@ -274,8 +274,15 @@ class ConsumeQueueWriter:
             out[cq_file_name(frm)] = self._spliced(None, frm, stream, seg_start, seg_end, trim_new)
         return out
 
-    def _spliced(self, data: bytes | None, frm: int, stream: bytes, seg_start: int | None, seg_end: int | None,
-                 trim: bool = False) -> bytes:
+    def _spliced(
+        self,
+        data: bytes | None,
+        frm: int,
+        stream: bytes,
+        seg_start: int | None,
+        seg_end: int | None,
+        trim: bool = False,
+    ) -> bytes:
         """File ``frm``'s bytes (``data``, or zeros for a new file) with the appended
         stream laid over them, in one copy: a ``bytearray`` of the file overlaid and turned
         back into ``bytes`` copied every byte of a 6 MB file twice (40 ms a file on a VM,
@@ -300,8 +307,12 @@ class ConsumeQueueSet:
     ``existing``: ``{(topic, queue_id): [(file_from, bytes, write_position), ...]}`` as left by
     CQ recovery, or ready-made :class:`ConsumeQueueWriter` objects."""
 
-    def __init__(self, file_size: int = 6_000_000, existing: dict[tuple[str, int], Any] | None = None,
-                 frozen: Iterable[tuple[str, int]] = ()) -> None:
+    def __init__(
+        self,
+        file_size: int = 6_000_000,
+        existing: dict[tuple[str, int], Any] | None = None,
+        frozen: Iterable[tuple[str, int]] = (),
+    ) -> None:
         self.file_size = file_size
         # queues whose files cannot be written in place (misnamed, misaligned, wrongly
         # sized): nothing is dispatched to them; key -> units skipped

@@ -95,7 +95,9 @@ class IndexFileImage:
                 slots[s] = (rev[at] + 1).astype(np.int32)
         # every entry after the kept ones is zero, as in a file that never got them (also
         # bytes past indexCount: a put the header never counted, or damage)
-        np.frombuffer(base, dtype=np.uint8)[first + (keep + 1) * INDEX_ENTRY_SIZE : first + self.index_num * INDEX_ENTRY_SIZE] = 0
+        np.frombuffer(base, dtype=np.uint8)[
+            first + (keep + 1) * INDEX_ENTRY_SIZE : first + self.index_num * INDEX_ENTRY_SIZE
+        ] = 0
         self._base = bytes(base[: self.size])
         self.index_count = self._disk_index_count = keep + 1
         self.hash_slot_count = keep if count_every_put else int(np.count_nonzero(slots > 0))
@@ -227,7 +229,9 @@ class IndexFileImage:
         fileobj.write(self.slots.astype(">i4").tobytes())
         self._flush_pending()
         chunks = self._chunks
-        if len(chunks) > 1 and all(chunks[i][0] + len(chunks[i][1]) == chunks[i + 1][0] for i in range(len(chunks) - 1)):
+        if len(chunks) > 1 and all(
+            chunks[i][0] + len(chunks[i][1]) == chunks[i + 1][0] for i in range(len(chunks) - 1)
+        ):
             # consecutive chunks: streamed one by one, never concatenated
             first, count = chunks[0][0], sum(len(c) for _, c in chunks)
             fileobj.write(bytes(first * INDEX_ENTRY_SIZE))

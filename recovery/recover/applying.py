@@ -58,7 +58,11 @@ def apply_recovery(
 
     ckpt_before = store.read_checkpoint()
     cp_path = store.root / "checkpoint"
-    cp_bytes = (read_small(cp_path, CHECKPOINT_READ_LIMIT, store.root, "checkpoint") or b"") if store.checkpoint_present else b""
+    cp_bytes = (
+        (read_small(cp_path, CHECKPOINT_READ_LIMIT, store.root, "checkpoint") or b"")
+        if store.checkpoint_present
+        else b""
+    )
 
     # -- salvage first: nothing is cut before the intact records are saved
     salvage_info = None
@@ -105,8 +109,8 @@ def apply_recovery(
         checkpoint_after=cp._asdict(),
         delay_tags_mismatch=a.delay_mismatch,
         salvage=salvage_info,
-        problems=list(plan.problems) + [Problem(p.code, p.path, p.offset, p.message) for p in a.reput_problems
-                                        if p.code == SIZE_ACCOUNTING],
+        problems=list(plan.problems)
+        + [Problem(p.code, p.path, p.offset, p.message) for p in a.reput_problems if p.code == SIZE_ACCOUNTING],
         cq_warnings=a.cq_warnings,
         settled_starts=a.settled_starts,
         unpinned_records=a.unpinned_records,
@@ -124,8 +128,14 @@ def _fsync_sealed(store: Store, plan: RecoveryPlan) -> None:
             os.close(fd)
 
 
-def _start_applying(store: Store, plan: RecoveryPlan, profile: BrokerProfile, progress: Progress | None,
-                    jobs: int | None, queues_only: bool) -> _Applying:
+def _start_applying(
+    store: Store,
+    plan: RecoveryPlan,
+    profile: BrokerProfile,
+    progress: Progress | None,
+    jobs: int | None,
+    queues_only: bool,
+) -> _Applying:
     """The consume queues as CQ recovery leaves them, the index files as IndexService.load
     leaves them."""
     Fcq = store.geometry.cq_file_size
@@ -150,7 +160,9 @@ def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile) -
     discarded = {d.file for d in plan.index_discarded}
     kept_index = [f for f in store.index_files if f"index/{f.name}" not in discarded]
     last_bytes = _index_file_bytes(kept_index[-1].path) if kept_index else None
-    ib = IndexBuilder(g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put)
+    ib = IndexBuilder(
+        g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put
+    )
     for t in plan.index_truncated:
         assert ib.current is not None and kept_index and t.file == f"index/{kept_index[-1].name}"
         ib.current.truncate(t.entries_kept, t.end_timestamp, profile.hash_slot_count_every_put)
@@ -175,14 +187,28 @@ def _index_holds_record(store: Store, profile: BrokerProfile, ib: IndexBuilder, 
     with CommitlogReader(store, profile) as reader:
         loc = reader.record_at(end)
         c = loc.checked if loc is not None else None
-        return bool(c is not None and c.is_message and c.rec is not None and c.rec.physical_offset == end
-                    and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag))
+        return bool(
+            c is not None
+            and c.is_message
+            and c.rec is not None
+            and c.rec.physical_offset == end
+            and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag)
+        )
 
 
-def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: int | None,
-                   progress: Progress | None, jobs: int | None = None, tags: bool = True,
-                   hints: np.ndarray | list[np.ndarray] | None = None, index_keys: bool = True,
-                   problems: list[Any] | None = None) -> Iterable[Any]:
+def _dispatch_iter(
+    store: Store,
+    profile: BrokerProfile,
+    lo: int,
+    hi: int,
+    mdl: int | None,
+    progress: Progress | None,
+    jobs: int | None = None,
+    tags: bool = True,
+    hints: np.ndarray | list[np.ndarray] | None = None,
+    index_keys: bool = True,
+    problems: list[Any] | None = None,
+) -> Iterable[Any]:
     """The dispatch requests of ``[lo, hi)`` in column form, in commitlog order: the reput
     pass (``recovery.reput.iter_dispatch_parallel``, decoded on ``jobs`` cores).
     ``tags=False`` (a pass that feeds only the index) leaves tags_code unset on the fast
@@ -190,13 +216,33 @@ def _dispatch_iter(store: Store, profile: BrokerProfile, lo: int, hi: int, mdl: 
     ``hints`` (the consume queues' offsets) only speed it up."""
     if hi <= lo:
         return iter(())
-    return iter_dispatch_parallel(store, profile, jobs=jobs, from_offset=lo, to_offset=hi, max_delay_level=mdl,
-                                  progress=progress, tags=tags, index_keys=index_keys, hints=sorted_hints_in(hints, lo, hi),
-                                  problems=problems, broker_offset_after_mismatch=True)
+    return iter_dispatch_parallel(
+        store,
+        profile,
+        jobs=jobs,
+        from_offset=lo,
+        to_offset=hi,
+        max_delay_level=mdl,
+        progress=progress,
+        tags=tags,
+        index_keys=index_keys,
+        hints=sorted_hints_in(hints, lo, hi),
+        problems=problems,
+        broker_offset_after_mismatch=True,
+    )
 
 
-def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bool, index: bool,
-              cqset: ConsumeQueueSet | None, skip_upto: int | None = None) -> None:
+def _run_pass(
+    a: _Applying,
+    name: str,
+    lo: int,
+    hi: int,
+    mdl: int | None,
+    cq: bool,
+    index: bool,
+    cqset: ConsumeQueueSet | None,
+    skip_upto: int | None = None,
+) -> None:
     """One dispatch pass over ``[lo, hi)``: units into ``cqset`` (``cq``), keys into the index."""
     plan, process = a.plan, a.process
     if a.queues_only and not cq:
@@ -205,9 +251,17 @@ def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bo
     # (records the kept index already holds in full are skipped by the builder: when
     # that is all of them, their keys are not even hashed)
     last_start = plan.last_valid_offset if hi >= process and plan.last_valid_offset >= 0 else hi - 1
-    index = index and not a.queues_only and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
+    index = (
+        index and not a.queues_only and not (plan.index_skip_upto is not None and plan.index_skip_upto >= last_start)
+    )
     upto = index_skips_upto(a.ib) if index else None
-    if name == "abnormal_recovery" and cq and cqset is not None and skip_upto is None and (not index or upto is not None):
+    if (
+        name == "abnormal_recovery"
+        and cq
+        and cqset is not None
+        and skip_upto is None
+        and (not index or upto is not None)
+    ):
         # the records the queues already hold, and the index needs not: only counted
         lo, n, last_ts = skip_built_prefix(a, lo, hi, mdl, upto)
         if last_ts is not None:
@@ -220,10 +274,22 @@ def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bo
     # keys, indexing it again (quirk Q6, a record at endPhyOffset is not below it) would
     # only add duplicates, and every later run would add them again. Where the broker
     # refuses the store there is no start whose duplicates to repeat: any such record
-    frozen_at = (_frozen_reindex_offset(a) if name == "startup_reput" and index and (a.ctx.frozen or _refused(a))
-                 else None)
-    for cols in _dispatch_iter(a.store, a.profile, lo, hi, mdl, a.progress, a.jobs, tags=bool(cq and cqset is not None),
-                               hints=a.ctx.hints, index_keys=index, problems=a.reput_problems):
+    frozen_at = (
+        _frozen_reindex_offset(a) if name == "startup_reput" and index and (a.ctx.frozen or _refused(a)) else None
+    )
+    for cols in _dispatch_iter(
+        a.store,
+        a.profile,
+        lo,
+        hi,
+        mdl,
+        a.progress,
+        a.jobs,
+        tags=bool(cq and cqset is not None),
+        hints=a.ctx.hints,
+        index_keys=index,
+        problems=a.reput_problems,
+    ):
         if skip_upto is not None:
             mask = cols.commitlog_offset > skip_upto  # the PHYSICALOFFSET field, strictly (quirk Q2)
             if not mask.all():
@@ -240,7 +306,9 @@ def _run_pass(a: _Applying, name: str, lo: int, hi: int, mdl: int | None, cq: bo
         if cq and cqset is not None:
             feed_cq(cqset, cols)
             if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
-                a.sched_rows.extend(int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC)
+                a.sched_rows.extend(
+                    int(p) for p, t in zip(cols.commitlog_offset.tolist(), cols.topic) if t == ck.SCHEDULE_TOPIC
+                )
         if index:
             # an entry at or past the end offset (a record whose PHYSICALOFFSET field
             # says so) is what the next recover cuts from the index: not written now, so
@@ -291,8 +359,16 @@ def _absorb(a: _Applying, cqset: ConsumeQueueSet) -> None:
     a.cq_warnings += len(cqset.warnings)
     a.appended_units += sum(w.appended_units for w in cqset.writers.values())
     for t, n in sorted(cqset.bad_topics.items()):
-        a.reput_problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
-                                             f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
+        a.reput_problems.append(
+            ReputProblem(
+                BAD_TOPIC,
+                "commitlog",
+                -1,
+                0,
+                f"{n} message(s) of topic {t!r}: "
+                f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched",
+            )
+        )
     for key, w in cqset.writers.items():
         if key not in a.queues:
             a.queues[key] = _Queue(key, a.Fcq, None)
@@ -325,7 +401,9 @@ def _apply_dispatch(a: _Applying) -> None:
         if d.name == "abnormal_recovery":
             _run_pass(a, d.name, d.from_offset, d.to_offset, mdl_a, True, True, cqset)
         elif d.name == "walkback_dispatch":
-            _run_pass(a, d.name, d.from_offset, d.to_offset, None, True, True, cqset, skip_upto=plan.max_phy_offset_of_cq)
+            _run_pass(
+                a, d.name, d.from_offset, d.to_offset, None, True, True, cqset, skip_upto=plan.max_phy_offset_of_cq
+            )
     if a.sched_rows and a.q1:
         a.delay_mismatch = _count_delay_mismatch(a.store, a.profile, cqset, a.sched_rows, plan.correct_delay_tags)
     _absorb(a, cqset)
@@ -359,9 +437,13 @@ def _reput_pinned(a: _Applying) -> bool:
     of that start cut no queue: where they do, the broker's start changes the store
     anyway, and recover's next run does what it does (the broker is no fixed point)."""
     q = a.queues.values()
-    if (not a.profile.startup_reput_from_cq or max((x.past_cut for x in q), default=-1) < a.process
-            or all(x.bases for x in q) or max((x.max_phy for x in q if x.bases), default=-1) >= a.process
-            or a.ctx.frozen_max >= a.process):
+    if (
+        not a.profile.startup_reput_from_cq
+        or max((x.past_cut for x in q), default=-1) < a.process
+        or all(x.bases for x in q)
+        or max((x.max_phy for x in q if x.bases), default=-1) >= a.process
+        or a.ctx.frozen_max >= a.process
+    ):
         return False
     return not any(x.next_walk_cuts() for x in q)
 
@@ -452,8 +534,9 @@ def _queue_shapes(a: _Applying) -> dict[tuple[str, int], tuple[tuple[int, ...], 
     return {k: (tuple(q.bases), q.write) for k, q in a.queues.items()}
 
 
-def _count_delay_mismatch(store: Store, profile: BrokerProfile, cqset: ConsumeQueueSet, positions: list[int],
-                          corrected: bool) -> int:
+def _count_delay_mismatch(
+    store: Store, profile: BrokerProfile, cqset: ConsumeQueueSet, positions: list[int], corrected: bool
+) -> int:
     """Quirk Q1: how many SCHEDULE_TOPIC_XXXX units appended by the abnormal dispatch carry
     a tagsCode other than the real delivery time (0 when ``corrected``)."""
     if corrected:

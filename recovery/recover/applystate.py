@@ -31,8 +31,12 @@ class ApplyResult:
     salvage: dict[str, Any] | None
     problems: list[Problem]
     cq_warnings: int
-    settled_starts: int = 0  # the broker's next starts done too (it refuses the store: recover.applying._settle_next_starts)
-    unpinned_records: int | None = None  # records the next start's reput dispatched where the broker's kept cut units pin its own (ditto)
+    settled_starts: int = (
+        0  # the broker's next starts done too (it refuses the store: recover.applying._settle_next_starts)
+    )
+    unpinned_records: int | None = (
+        None  # records the next start's reput dispatched where the broker's kept cut units pin its own (ditto)
+    )
 
 
 class _LazyWriters(dict):  # type: ignore[type-arg]
@@ -74,13 +78,19 @@ class _Applying:
     q1: bool = False  # quirk Q1: the abnormal dispatch runs with maxDelayLevel 0
     dispatched: dict[str, int] = field(default_factory=dict)  # records per dispatch pass
     logics: int | None = None  # the consume queues' last store timestamp (logicsMsgTimestamp)
-    sched_rows: list[int] = field(default_factory=list)  # positions of SCHEDULE_TOPIC_XXXX records dispatched with mdl 0
-    reput_problems: list[Any] = field(default_factory=list)  # what the dispatch passes met (damage the broker's reput skips too)
+    sched_rows: list[int] = field(
+        default_factory=list
+    )  # positions of SCHEDULE_TOPIC_XXXX records dispatched with mdl 0
+    reput_problems: list[Any] = field(
+        default_factory=list
+    )  # what the dispatch passes met (damage the broker's reput skips too)
     cq_warnings: int = 0
     appended_units: int = 0
     delay_mismatch: int = 0
     settled_starts: int = 0  # the broker's next starts this run did too (_settle_next_starts)
-    unpinned_records: int | None = None  # records dispatched by the next start done where the broker's kept cut units pin its own reput (_settle_next_starts)
+    unpinned_records: int | None = (
+        None  # records dispatched by the next start done where the broker's kept cut units pin its own reput (_settle_next_starts)
+    )
 
     @property
     def Fcq(self) -> int:

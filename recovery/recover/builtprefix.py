@@ -51,8 +51,9 @@ def index_skips_upto(ib: IndexBuilder) -> int | None:
     return ib.skip_through
 
 
-def skip_built_prefix(a: _Applying, lo: int, hi: int, mdl: int | None, index_upto: int | None = None
-                      ) -> tuple[int, int, int | None]:
+def skip_built_prefix(
+    a: _Applying, lo: int, hi: int, mdl: int | None, index_upto: int | None = None
+) -> tuple[int, int, int | None]:
     """The run of records from ``lo`` (a record start the recovery walk accepted, as every
     record up to ``hi``) whose dispatch only skips: each one's consume queue exists, is
     not frozen, and already holds it (its PHYSICALOFFSET + TOTALSIZE <= the queue's
@@ -88,8 +89,9 @@ def skip_built_prefix(a: _Applying, lo: int, hi: int, mdl: int | None, index_upt
     return lo, total, last_ts
 
 
-def _in_file(a: _Applying, f: StoreFile, lo: int, end: int, mdl: int | None, index_upto: int | None
-             ) -> tuple[int, int, int | None, bool] | None:
+def _in_file(
+    a: _Applying, f: StoreFile, lo: int, end: int, mdl: int | None, index_upto: int | None
+) -> tuple[int, int, int | None, bool] | None:
     """:func:`skip_built_prefix` in file ``f`` from ``lo`` up to ``end``: (where it goes
     on, records, logicsMsgTimestamp or None, whether it reached a BLANK), or None when it
     takes no record."""
@@ -113,8 +115,16 @@ def _in_file(a: _Applying, f: StoreFile, lo: int, end: int, mdl: int | None, ind
     return f.base + x, k, last_ts, blank
 
 
-def _skipped(a: _Applying, buf: object, words: Words, P: np.ndarray, T: np.ndarray,
-             mdl: int | None, base: int, index_upto: int | None) -> tuple[int, int | None]:
+def _skipped(
+    a: _Applying,
+    buf: object,
+    words: Words,
+    P: np.ndarray,
+    T: np.ndarray,
+    mdl: int | None,
+    base: int,
+    index_upto: int | None,
+) -> tuple[int, int | None]:
     """How many leading records of the chain ``P``/``T`` (positions in the mapped file
     ``buf``) the dispatch would skip, and the store timestamp of the last of them that
     goes to a consume queue (None: none does)."""

@@ -99,7 +99,16 @@ def infer_index_tz(store: Store) -> _dt.tzinfo:
         if len(name) != 17 or not name.isdigit():
             continue
         try:
-            naive = _dt.datetime(int(name[0:4]), int(name[4:6]), int(name[6:8]), int(name[8:10]), int(name[10:12]), int(name[12:14]), int(name[14:17]) * 1000, tzinfo=_dt.UTC)
+            naive = _dt.datetime(
+                int(name[0:4]),
+                int(name[4:6]),
+                int(name[6:8]),
+                int(name[8:10]),
+                int(name[10:12]),
+                int(name[12:14]),
+                int(name[14:17]) * 1000,
+                tzinfo=_dt.UTC,
+            )
         except ValueError:
             continue
         begin = index_header_load(f)[0]

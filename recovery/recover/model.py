@@ -231,8 +231,14 @@ class RecoveryPlan:
         """True when the store is already what the broker's recovery would leave and there
         is nothing to dispatch: no cut, no removal, no abort file, and every consume queue
         and the index reach the commitlog end."""
-        if (self.abort_present or self.cuts or self.removed_files or self.index_discarded or self.index_truncated
-                or self.index_extended):
+        if (
+            self.abort_present
+            or self.cuts
+            or self.removed_files
+            or self.index_discarded
+            or self.index_truncated
+            or self.index_extended
+        ):
             return False
         if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing:
             return False
@@ -240,7 +246,9 @@ class RecoveryPlan:
 
     @property
     def bytes_cut(self) -> int:
-        return sum(c.length for c in self.cuts) + sum(r.size for r in self.removed_files if r.path.startswith("commitlog/"))
+        return sum(c.length for c in self.cuts) + sum(
+            r.size for r in self.removed_files if r.path.startswith("commitlog/")
+        )
 
     def summary(self) -> dict[str, Any]:
         """The headline numbers (one flat dict, for tables and tests)."""

@@ -26,7 +26,9 @@ def _plan_walks(p: _Planning) -> None:
     """Step 3: the start file, then the walks (recovery files with the CRC, earlier files
     cheaply), all in one go; damage in the files recovery never reads is a problem."""
     store, profile, files, plan, F = p.store, p.profile, p.files, p.plan, p.F
-    start, _rule = start_file_index(files, profile, p.ckpt, plan.mode, plan.max_phy_offset_of_cq, p.opts.message_index_safe)
+    start, _rule = start_file_index(
+        files, profile, p.ckpt, plan.mode, plan.max_phy_offset_of_cq, p.opts.message_index_safe
+    )
     p.start = start
     plan.start_file = files[start].name
     plan.start_offset = files[start].base
@@ -51,20 +53,40 @@ def _plan_walks(p: _Planning) -> None:
             assert p.first_discard is not None
             f = store.index_files[p.first_discard]
             prev_h = p.headers[store.index_files[p.first_discard - 1].name] if p.first_discard > 0 else None
-            p.early[f.name] = check_index_file(store, profile, f, end=NO_END, prev_end_timestamp=prev_h[1] if prev_h else None,
-                                               prev_end_phy_offset=prev_h[3] if prev_h else None)
+            p.early[f.name] = check_index_file(
+                store,
+                profile,
+                f,
+                end=NO_END,
+                prev_end_timestamp=prev_h[1] if prev_h else None,
+                prev_end_phy_offset=prev_h[3] if prev_h else None,
+            )
 
-    walked = scan_files(store, profile, todo, check_crc=crcs, max_delay_level=walk_mdl, jobs=p.opts.jobs,
-                        progress=p.opts.progress, hints=hints, meanwhile=check_first_discard)
+    walked = scan_files(
+        store,
+        profile,
+        todo,
+        check_crc=crcs,
+        max_delay_level=walk_mdl,
+        jobs=p.opts.jobs,
+        progress=p.opts.progress,
+        hints=hints,
+        meanwhile=check_first_discard,
+    )
     p.ctx.hints = hints
     p.scans = walked[: len(files) - start]
     unread = walked[len(files) - start :]
     for s in unread:
         if not s.blank:
-            plan.problems.append(Problem(
-                UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
-                f"{_stopped(s)}: "
-                "this file comes before the recovery start file, so recovery neither reads nor repairs it"))
+            plan.problems.append(
+                Problem(
+                    UNREAD_DAMAGE,
+                    f"commitlog/{s.name}",
+                    s.base + s.stop_pos,
+                    f"{_stopped(s)}: "
+                    "this file comes before the recovery start file, so recovery neither reads nor repairs it",
+                )
+            )
     plan.files = unread + p.scans
 
 
@@ -96,8 +118,10 @@ def _plan_process_offset(p: _Planning) -> None:
     plan.stop_pos = last.stop_pos
     plan.stop_reason = last.stop_reason
     if last.stop_reason not in (ck.BLANK, ck.END_OF_DATA):
-        plan.notes.append(f"{_WALK_STOPPED}{process} ({last.stop_reason}"
-                          f"{', ' + last.stop_field if last.stop_field else ''}): everything after it is cut")
+        plan.notes.append(
+            f"{_WALK_STOPPED}{process} ({last.stop_reason}"
+            f"{', ' + last.stop_field if last.stop_field else ''}): everything after it is cut"
+        )
 
 
 _WALK_STOPPED = "the walk stopped at commitlog offset "
@@ -132,7 +156,7 @@ def _plan_refused_next_starts(p: _Planning) -> None:
         if not refused and aborts is None:
             return
         was = files[p.start].name
-        moved = {f"commitlog/{f.name}" for f in files[nxt:p.start]}
+        moved = {f"commitlog/{f.name}" for f in files[nxt : p.start]}
         plan.problems = [pr for pr in plan.problems if not (pr.code == UNREAD_DAMAGE and pr.path in moved)]
         unread = plan.files[: len(plan.files) - len(p.scans)]
         p.start, p.scans = nxt, again + p.scans
@@ -141,21 +165,26 @@ def _plan_refused_next_starts(p: _Planning) -> None:
         plan.bytes_to_scan = sum(min(f.size, p.F) for f in files[nxt:])
         plan.notes = [n for n in plan.notes if not n.startswith(_WALK_STOPPED)]
         _plan_process_offset(p)
-        why = ("the broker refuses this store, so no start of its follows this run" if aborts is None else
-               f"the broker's next normal start would abort at the record at commitlog offset {aborts[0]} "
-               f"(TOTALSIZE {aborts[1]}: no JVM array holds it, OutOfMemoryError, quirk Q10)")
+        why = (
+            "the broker refuses this store, so no start of its follows this run"
+            if aborts is None
+            else f"the broker's next normal start would abort at the record at commitlog offset {aborts[0]} "
+            f"(TOTALSIZE {aborts[1]}: no JVM array holds it, OutOfMemoryError, quirk Q10)"
+        )
         p.q10_said = p.q10_said or aborts is not None
         if p.abnormal:
             plan.notes.append(
                 f"{why}: after this run's abnormal recovery (from commitlog/{was}, the checkpoint's start file), "
                 f"that start would walk from commitlog/{files[nxt].name} (the third-last file left) and stop "
                 f"earlier; this run's abnormal recovery walks and dispatches from there instead (end offset "
-                f"{p.process}, a deviation)")
+                f"{p.process}, a deviation)"
+            )
         else:
             plan.notes.append(
                 f"{why}: the walk from commitlog/{was} removes files, and the broker's next normal start would walk "
                 f"from commitlog/{files[nxt].name} (the third-last file left) and stop earlier; this run walks from "
-                f"there (end offset {p.process})")
+                f"there (end offset {p.process})"
+            )
 
 
 def _note_q10(p: _Planning) -> None:
@@ -163,9 +192,11 @@ def _note_q10(p: _Planning) -> None:
     recover cuts there as at any invalid record; the broker does not start at all."""
     q10 = _start_aborts(p, p.scans)
     if q10 is not None and q10[0] == p.process and not p.q10_said:
-        p.plan.notes.append(f"quirk Q10: the broker's own start aborts at the record at commitlog offset {q10[0]} "
-                            f"(TOTALSIZE {q10[1]}: no JVM array holds it, OutOfMemoryError); recover cuts there, and "
-                            "the broker starts on what it leaves")
+        p.plan.notes.append(
+            f"quirk Q10: the broker's own start aborts at the record at commitlog offset {q10[0]} "
+            f"(TOTALSIZE {q10[1]}: no JVM array holds it, OutOfMemoryError); recover cuts there, and "
+            "the broker starts on what it leaves"
+        )
 
 
 def _next_start_file(p: _Planning) -> int:
@@ -182,8 +213,11 @@ def _next_walk(p: _Planning, nxt: int) -> list[FileScan]:
     """The next normal start's walk (with the CRC) of the files from ``nxt`` to this run's
     start file, done once per range (step 4a asks again)."""
     if p.next_walk is None or p.next_walk[:2] != (nxt, p.start):
-        p.next_walk = (nxt, p.start, scan_files(p.store, p.profile, p.files[nxt:p.start], check_crc=p.opts.check_crc,
-                                                jobs=p.opts.jobs))
+        p.next_walk = (
+            nxt,
+            p.start,
+            scan_files(p.store, p.profile, p.files[nxt : p.start], check_crc=p.opts.check_crc, jobs=p.opts.jobs),
+        )
     return p.next_walk[2]
 
 
@@ -222,7 +256,9 @@ def _plan_commitlog_cuts(p: _Planning) -> None:
                     plan.cuts.append(CommitlogCut(f"commitlog/{f.name}", pos, f.size - pos, process, msgs, intact))
             else:
                 msgs, intact = _salvage_count(p, f, 0, None)
-                plan.removed_files.append(RemovedFile(f"commitlog/{f.name}", f.size, "starts after the end offset", msgs, intact))
+                plan.removed_files.append(
+                    RemovedFile(f"commitlog/{f.name}", f.size, "starts after the end offset", msgs, intact)
+                )
     plan.removed_files[:0] = p.zero_last_cl
     plan.messages_cut = sum(c.messages for c in plan.cuts) + sum(r.messages for r in plan.removed_files)
     plan.intact_cut = sum(c.intact for c in plan.cuts) + sum(r.intact for r in plan.removed_files)
@@ -259,18 +295,28 @@ def _plan_next_normal_start(p: _Planning) -> None:
         if s is first and aborts is not None:
             # (found by the walk before the start file too: said here as what it does)
             plan.problems = [pr for pr in plan.problems if not (pr.code == UNREAD_DAMAGE and pr.path == path)]
-            plan.problems.append(Problem(
-                UNREAD_DAMAGE, path, aborts[0],
-                f"{_stopped(s)}: "
-                "this recovery does not read this file, but the broker's next normal start will (its last three "
-                f"files include it) and abort there (TOTALSIZE {aborts[1]}: no JVM array holds it, OutOfMemoryError, "
-                "quirk Q10): the broker will not start on what this run leaves until a second recover cuts it"))
+            plan.problems.append(
+                Problem(
+                    UNREAD_DAMAGE,
+                    path,
+                    aborts[0],
+                    f"{_stopped(s)}: "
+                    "this recovery does not read this file, but the broker's next normal start will (its last three "
+                    f"files include it) and abort there (TOTALSIZE {aborts[1]}: no JVM array holds it, OutOfMemoryError, "
+                    "quirk Q10): the broker will not start on what this run leaves until a second recover cuts it",
+                )
+            )
         elif not s.blank and path not in reported:
-            plan.problems.append(Problem(
-                UNREAD_DAMAGE, f"commitlog/{s.name}", s.base + s.stop_pos,
-                f"{_stopped(s)}, "
-                "found with the CRC: this recovery does not read this file, but the broker's next normal start "
-                "will (with the files after the end removed, its last three files include it) and will cut there"))
+            plan.problems.append(
+                Problem(
+                    UNREAD_DAMAGE,
+                    f"commitlog/{s.name}",
+                    s.base + s.stop_pos,
+                    f"{_stopped(s)}, "
+                    "found with the CRC: this recovery does not read this file, but the broker's next normal start "
+                    "will (with the files after the end removed, its last three files include it) and will cut there",
+                )
+            )
 
 
 def _plan_cq_truncation(p: _Planning) -> None:
@@ -312,7 +358,11 @@ def _plan_cq_truncation(p: _Planning) -> None:
         qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept[n:]]
         before = st.write_offset if st.write_offset is not None else 0
         after = write if write is not None else 0
-        qp.units_cut = max(0, (before - after) // CQ_UNIT_SIZE) if write is not None else (before - st.kept[0].base) // CQ_UNIT_SIZE
+        qp.units_cut = (
+            max(0, (before - after) // CQ_UNIT_SIZE)
+            if write is not None
+            else (before - st.kept[0].base) // CQ_UNIT_SIZE
+        )
 
 
 def _unfreeze_queues_cut_whole(p: _Planning) -> None:
@@ -338,12 +388,31 @@ def _unfreeze_queues_cut_whole(p: _Planning) -> None:
         # (its files go: it no longer holds the frozen queues' maximum up, which the next
         # starts' reput, done here where the broker refuses the store, must not count)
         p.ctx.frozen_max = max((v for k, v in p.ctx.frozen_each.items() if k in p.ctx.frozen), default=-1)
-        plan.queues.append(QueuePlan(key[0], key[1], len(files), st.write_offset, st.max_physic_offset,
-                                     [_rel(p.store, f.path) for f in st.removed]))
+        plan.queues.append(
+            QueuePlan(
+                key[0],
+                key[1],
+                len(files),
+                st.write_offset,
+                st.max_physic_offset,
+                [_rel(p.store, f.path) for f in st.removed],
+            )
+        )
         rels = {_rel(p.store, f.path) for f in files}
-        plan.problems[:] = [Problem(x.code, x.path, x.offset, x.message.replace(
-            "recover neither cuts nor appends to this queue", "every unit of this queue is at or past the end offset: its "
-            "files go with the truncation")) if x.path in rels else x for x in plan.problems]
+        plan.problems[:] = [
+            Problem(
+                x.code,
+                x.path,
+                x.offset,
+                x.message.replace(
+                    "recover neither cuts nor appends to this queue",
+                    "every unit of this queue is at or past the end offset: its files go with the truncation",
+                ),
+            )
+            if x.path in rels
+            else x
+            for x in plan.problems
+        ]
     plan.queues.sort(key=lambda q: q.key)
 
 

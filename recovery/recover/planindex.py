@@ -23,8 +23,13 @@ def _index_keep_candidates(p: _Planning) -> None:
     first_discard = next((i for i, gone in enumerate(deleted) if gone), None)
     # (only when the files the broker deletes are the newest ones: one it keeps after them,
     # like an empty last file, would take the dispatch's keys)
-    keep_candidates = (p.abnormal and p.opts.reindex and p.opts.keep_sound_index and first_discard is not None
-                       and all(deleted[first_discard:]))
+    keep_candidates = (
+        p.abnormal
+        and p.opts.reindex
+        and p.opts.keep_sound_index
+        and first_discard is not None
+        and all(deleted[first_discard:])
+    )
     if keep_candidates and first_discard:
         # and when the file the broker keeps before them is a full one they continue (one
         # with a damaged header, endPhyOffset 0 say, takes the dispatch's keys in the broker)
@@ -38,9 +43,13 @@ def _index_keep_candidates(p: _Planning) -> None:
         assert first_discard is not None
         lo = headers[store.index_files[first_discard - 1].name][3] if first_discard else p.plan.commitlog_min_offset
         hi = headers[store.index_files[first_discard].name][2]
-        fp, fc = (store.index_files[first_discard - 1], store.index_files[first_discard]) if first_discard else (None, None)
+        fp, fc = (
+            (store.index_files[first_discard - 1], store.index_files[first_discard]) if first_discard else (None, None)
+        )
         at_lo = _keys_indexed_at(fp, headers[fp.name], fc, headers[fc.name], g.index_slot_num) if fp and fc else 0
-        keep_candidates = keyed_record_between(store, p.profile, lo, hi, after_lo=bool(first_discard), keys_at_lo=at_lo) is None
+        keep_candidates = (
+            keyed_record_between(store, p.profile, lo, hi, after_lo=bool(first_discard), keys_at_lo=at_lo) is None
+        )
     p.first_discard, p.keep_candidates = first_discard, keep_candidates
 
 
@@ -61,15 +70,32 @@ def _keep_checked_index(p: _Planning, w: _IndexWalk, f: StoreFile, h: tuple[int,
     None when kept, else the reason it is discarded."""
     plan, g = p.plan, p.store.geometry
     chk = p.early.get(f.name)
-    hole = (keyed_record_between(p.store, p.profile, w.prev_h[3], h[2], after_lo=True,
-                                 keys_at_lo=_keys_indexed_at(p.kept_index[-1], w.prev_h, f, h, g.index_slot_num))
-            if w.last_chk is not None and w.prev_h is not None and p.kept_index else None)
+    hole = (
+        keyed_record_between(
+            p.store,
+            p.profile,
+            w.prev_h[3],
+            h[2],
+            after_lo=True,
+            keys_at_lo=_keys_indexed_at(p.kept_index[-1], w.prev_h, f, h, g.index_slot_num),
+        )
+        if w.last_chk is not None and w.prev_h is not None and p.kept_index
+        else None
+    )
     if hole is not None:
         # (a lost file between two the broker deletes: what it held is in neither)
-        chk = IndexCheck(False, f"the records from {hole} on before its first entry are in no index file", max(h[5], 1) - 1)
+        chk = IndexCheck(
+            False, f"the records from {hole} on before its first entry are in no index file", max(h[5], 1) - 1
+        )
     elif chk is None or not chk.ok or chk.last_offset >= p.process:
-        chk = check_index_file(p.store, p.profile, f, end=p.process, prev_end_timestamp=w.prev_end,
-                               prev_end_phy_offset=w.prev_h[3] if w.prev_h is not None else None)
+        chk = check_index_file(
+            p.store,
+            p.profile,
+            f,
+            end=p.process,
+            prev_end_timestamp=w.prev_end,
+            prev_end_phy_offset=w.prev_h[3] if w.prev_h is not None else None,
+        )
     if not chk.ok:
         w.checking = False  # (a later file cannot be kept without this one)
         return f"{reason}; not kept: {chk.reason}"
@@ -105,9 +131,16 @@ def _plan_index_discards(p: _Planning) -> None:
             elif w.after_kept:
                 reason = w.after_kept
             if reason is not None:
-                plan.index_discarded.append(IndexDiscard(
-                    f"index/{f.name}", h[1], h[3], count - 1, _entries_below(f, g.index_slot_num, count, p.process),
-                    reason=reason))
+                plan.index_discarded.append(
+                    IndexDiscard(
+                        f"index/{f.name}",
+                        h[1],
+                        h[3],
+                        count - 1,
+                        _entries_below(f, g.index_slot_num, count, p.process),
+                        reason=reason,
+                    )
+                )
         else:
             p.kept_index.append(f)
         w.prev_end = h[1]
@@ -117,13 +150,21 @@ def _plan_index_discards(p: _Planning) -> None:
         # are cut; a stale header or slot is rewritten
         last_chk = w.last_chk
         if last_chk.rewrite and plan.index_kept[-1].file == f"index/{p.kept_index[-1].name}":
-            plan.index_truncated.append(IndexTruncation(
-                plan.index_kept[-1].file, last_chk.keep, last_chk.entries - last_chk.keep, last_chk.end_phy_offset,
-                last_chk.end_timestamp))
+            plan.index_truncated.append(
+                IndexTruncation(
+                    plan.index_kept[-1].file,
+                    last_chk.keep,
+                    last_chk.entries - last_chk.keep,
+                    last_chk.end_phy_offset,
+                    last_chk.end_timestamp,
+                )
+            )
         plan.index_skip_upto = last_chk.skip_through
     if plan.index_kept:
-        plan.notes.append("deviation: index files the broker deletes after an abnormal exit are kept when they pass "
-                          "rmqtool's check (every entry's order, chain and slot; a sample of records and keys)")
+        plan.notes.append(
+            "deviation: index files the broker deletes after an abnormal exit are kept when they pass "
+            "rmqtool's check (every entry's order, chain and slot; a sample of records and keys)"
+        )
 
 
 def _plan_index_past_end(p: _Planning) -> None:
@@ -149,23 +190,48 @@ def _plan_index_past_end(p: _Planning) -> None:
         keep = int(past[0])  # entries are in commitlog order: the rest is past the end too
         for later in [f] * (keep == 0) + kept_index[k + 1 :]:
             hl = headers[later.name]
-            plan.index_discarded.append(IndexDiscard(
-                f"index/{later.name}", hl[1], hl[3], max(hl[5], 1) - 1, 0, reason="every entry points at or past the commitlog end"))
+            plan.index_discarded.append(
+                IndexDiscard(
+                    f"index/{later.name}",
+                    hl[1],
+                    hl[3],
+                    max(hl[5], 1) - 1,
+                    0,
+                    reason="every entry points at or past the commitlog end",
+                )
+            )
         if keep:
             end_phy = int(offs[keep - 1])
-            plan.index_truncated.append(IndexTruncation(
-                f"index/{f.name}", keep, len(offs) - keep, end_phy, _store_timestamp_at(p.store, p.profile, end_phy, f)))
+            plan.index_truncated.append(
+                IndexTruncation(
+                    f"index/{f.name}",
+                    keep,
+                    len(offs) - keep,
+                    end_phy,
+                    _store_timestamp_at(p.store, p.profile, end_phy, f),
+                )
+            )
         kept_index = p.kept_index = kept_index[: k + (keep > 0)]
         if kept_index:
             # the last kept record has all its keys (an entry of a later record follows
             # them): the dispatch must not index it again (the broker's endPhyOffset test
             # would, as its end still lies past the cut)
-            last_offs = offs[:keep] if keep else _entry_offsets(kept_index[-1], g.index_slot_num, headers[kept_index[-1].name][5])
+            last_offs = (
+                offs[:keep]
+                if keep
+                else _entry_offsets(kept_index[-1], g.index_slot_num, headers[kept_index[-1].name][5])
+            )
             plan.index_skip_upto = int(last_offs[-1]) if len(last_offs) else None
-        plan.notes.append("deviation: index entries that point at or past the commitlog end are cut (the broker keeps them)")
+        plan.notes.append(
+            "deviation: index entries that point at or past the commitlog end are cut (the broker keeps them)"
+        )
     plan.index_extended = [f"index/{f.name}" for f in kept_index if f.size < g.index_file_size]
     if kept_index:
         plan.index_kept_last = f"index/{kept_index[-1].name}"
-        plan.index_kept_end_phy_offset = (plan.index_truncated[-1].end_phy_offset if plan.index_truncated
-                                          else plan.index_kept[-1].end_phy_offset if plan.index_kept
-                                          else headers[kept_index[-1].name][3])
+        plan.index_kept_end_phy_offset = (
+            plan.index_truncated[-1].end_phy_offset
+            if plan.index_truncated
+            else plan.index_kept[-1].end_phy_offset
+            if plan.index_kept
+            else headers[kept_index[-1].name][3]
+        )

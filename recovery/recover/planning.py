@@ -51,7 +51,15 @@ def plan_recovery(
     opts = _PlanOptions(
         profile.check_crc_on_recover if check_crc is None else check_crc,
         profile.message_index_safe if message_index_safe is None else message_index_safe,
-        correct_delay_tags, reindex, keep_sound_index, check_unread, salvage, jobs, progress, use_hints)
+        correct_delay_tags,
+        reindex,
+        keep_sound_index,
+        check_unread,
+        salvage,
+        jobs,
+        progress,
+        use_hints,
+    )
     p = _start_planning(store, profile, mode, opts)
     if not p.files:
         return _plan_without_commitlog(p)
@@ -72,7 +80,11 @@ def _recovery_mode(store: Store, mode: str | None) -> tuple[str, str]:
     """The recovery mode and why: the one asked for, else the broker's choice."""
     if mode is None:
         mode = MODE_ABNORMAL if store.abort_present else MODE_NORMAL
-        reason = "abort file present (the broker did not shut down cleanly)" if store.abort_present else "no abort file (clean shutdown)"
+        reason = (
+            "abort file present (the broker did not shut down cleanly)"
+            if store.abort_present
+            else "no abort file (clean shutdown)"
+        )
     else:
         reason = f"--{mode} given" + (" (abort file present)" if store.abort_present else " (no abort file)")
     if mode not in (MODE_NORMAL, MODE_ABNORMAL):
@@ -80,7 +92,9 @@ def _recovery_mode(store: Store, mode: str | None) -> tuple[str, str]:
     return mode, reason
 
 
-def _layout_problems(store: Store, profile: BrokerProfile, ctx: RecoveryContext) -> tuple[list[Problem], list[RemovedFile]]:
+def _layout_problems(
+    store: Store, profile: BrokerProfile, ctx: RecoveryContext
+) -> tuple[list[Problem], list[RemovedFile]]:
     """The store's layout issues as problems; the commitlog files that block recover go to
     ``ctx.blocked``; returns the problems and a zero-length last commitlog file 5.1.3+ removes."""
     problems: list[Problem] = []
@@ -93,31 +107,54 @@ def _layout_problems(store: Store, profile: BrokerProfile, ctx: RecoveryContext)
             # renamed into another's range): the broker refuses to load such a store, and
             # emulating its walk over them would cut every later file. Nothing is applied.
             ctx.blocked.append(issue.path)
-        if (issue.code == "ZERO_LENGTH_FILE" and issue.path == last_cl and profile.zero_length_last_file_deleted
-                and len(store.commitlog) > 1):
+        if (
+            issue.code == "ZERO_LENGTH_FILE"
+            and issue.path == last_cl
+            and profile.zero_length_last_file_deleted
+            and len(store.commitlog) > 1
+        ):
             # 5.1.3+ MappedFileQueue.load deletes a zero-length last file and loads the rest
             zero_last_cl.append(RemovedFile(issue.path, 0, "zero-length last file (5.1.3+ deletes it at load)"))
         elif issue.severity == "error" and issue.path.startswith("commitlog"):
             problems.append(Problem(LAYOUT, issue.path, None, issue.message))
         elif issue.path.startswith("consumequeue/") and (
-                issue.code == "WRONG_FILE_SIZE"
-                or (issue.code == "ZERO_LENGTH_FILE" and not (issue.path in last_cq and profile.zero_length_last_file_deleted))):
+            issue.code == "WRONG_FILE_SIZE"
+            or (
+                issue.code == "ZERO_LENGTH_FILE"
+                and not (issue.path in last_cq and profile.zero_length_last_file_deleted)
+            )
+        ):
             # the broker's MappedFileQueue.load refuses a file of another size: it does not start
             alone = issue.code != "ZERO_LENGTH_FILE" and any(f.size > 0 for f in store.commitlog)
-            problems.append(Problem(LAYOUT, issue.path, None, f"{issue.message}; recovery does not repair consume queue "
-                                    "files" + (": recover neither cuts nor appends to this queue" if alone else "")
-                                    + " (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
+            problems.append(
+                Problem(
+                    LAYOUT,
+                    issue.path,
+                    None,
+                    f"{issue.message}; recovery does not repair consume queue "
+                    "files"
+                    + (": recover neither cuts nor appends to this queue" if alone else "")
+                    + " (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)",
+                )
+            )
         elif issue.path.startswith("consumequeue/") and issue.severity == "error" and issue.code == "MISNAMED_FILE":
             # a file in a queue directory whose name is no offset (.hidden, stray): the
             # broker cannot load it and refuses to start; recover never reads, moves or
             # removes it
-            problems.append(Problem(LAYOUT, issue.path, None, f"{issue.message}; recover leaves it where it is: move it "
-                                    "out of the store for the broker to start"))
+            problems.append(
+                Problem(
+                    LAYOUT,
+                    issue.path,
+                    None,
+                    f"{issue.message}; recover leaves it where it is: move it out of the store for the broker to start",
+                )
+            )
     return problems, zero_last_cl
 
 
-def _plan_queues(store: Store, profile: BrokerProfile, ctx: RecoveryContext,
-                 problems: list[Problem]) -> tuple[list[QueuePlan], int]:
+def _plan_queues(
+    store: Store, profile: BrokerProfile, ctx: RecoveryContext, problems: list[Problem]
+) -> tuple[list[QueuePlan], int]:
     """Steps 1 and 2: ConsumeQueue recovery of every queue, and maxPhyOffsetOfCQ. Fills in
     ``ctx.queue_states``, ``ctx.frozen`` and ``ctx.frozen_max``."""
     Fcq = store.geometry.cq_file_size
@@ -130,8 +167,15 @@ def _plan_queues(store: Store, profile: BrokerProfile, ctx: RecoveryContext,
     for key in sorted(frozen):
         if WRONG_SIZE in frozen[key]:  # (the file's own LAYOUT problem says so)
             continue
-        problems.append(Problem(LAYOUT, f"consumequeue/{key[0]}/{key[1]}", None, f"{frozen[key]}: recover neither cuts nor "
-                                "appends to this queue (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)"))
+        problems.append(
+            Problem(
+                LAYOUT,
+                f"consumequeue/{key[0]}/{key[1]}",
+                None,
+                f"{frozen[key]}: recover neither cuts nor "
+                "appends to this queue (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)",
+            )
+        )
     for (t, q), qfiles in sorted(store.consume_queues.items()):
         if (t, q) in frozen:
             # never written, but what its units point at counts, as for the broker's queue
@@ -148,8 +192,11 @@ def _plan_queues(store: Store, profile: BrokerProfile, ctx: RecoveryContext,
         st = _recover_queue_files(qfiles, Fcq, profile)
         ctx.queue_states[(t, q)] = st
         max_cq = max(max_cq, st.max_physic_offset)
-        queues.append(QueuePlan(t, q, len(qfiles), st.write_offset, st.max_physic_offset,
-                                [_rel(store, f.path) for f in st.removed]))
+        queues.append(
+            QueuePlan(
+                t, q, len(qfiles), st.write_offset, st.max_physic_offset, [_rel(store, f.path) for f in st.removed]
+            )
+        )
     ctx.frozen = set(frozen)
     return queues, max_cq
 
@@ -165,13 +212,31 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
     files = [f for f in store.commitlog if f.size > 0]
     min_offset = files[0].base if files else -1
     plan = RecoveryPlan(
-        store=str(store.root), broker_version=profile.label, mode=mode, mode_reason=reason,
-        check_crc=opts.check_crc, message_index_safe=opts.message_index_safe,
-        correct_delay_tags=opts.correct_delay_tags, reindex=opts.reindex, checkpoint=ckpt._asdict(),
-        abort_present=store.abort_present, start_file=None, start_offset=0, bytes_to_scan=0,
-        end_offset=0, stop_file=None, stop_pos=None, stop_reason=None, records_valid=0,
-        max_phy_offset_of_cq=max_cq, commitlog_min_offset=min_offset, queues=queues,
-        problems=problems, notes=notes, checkpoint_missing=not store.checkpoint_present, context=ctx,
+        store=str(store.root),
+        broker_version=profile.label,
+        mode=mode,
+        mode_reason=reason,
+        check_crc=opts.check_crc,
+        message_index_safe=opts.message_index_safe,
+        correct_delay_tags=opts.correct_delay_tags,
+        reindex=opts.reindex,
+        checkpoint=ckpt._asdict(),
+        abort_present=store.abort_present,
+        start_file=None,
+        start_offset=0,
+        bytes_to_scan=0,
+        end_offset=0,
+        stop_file=None,
+        stop_pos=None,
+        stop_reason=None,
+        records_valid=0,
+        max_phy_offset_of_cq=max_cq,
+        commitlog_min_offset=min_offset,
+        queues=queues,
+        problems=problems,
+        notes=notes,
+        checkpoint_missing=not store.checkpoint_present,
+        context=ctx,
     )
     return _Planning(store, profile, ckpt, opts, plan, ctx, files, zero_last_cl)
 
@@ -194,19 +259,43 @@ def _plan_dispatch(p: _Planning) -> None:
         if plan.reindex and plan.index_discarded:
             kept_end = plan.index_kept_end_phy_offset if p.kept_index else min_offset
             if kept_end < plan.start_offset:
-                plan.dispatch.append(DispatchRange(
-                    "reindex", kept_end, plan.start_offset, None, cq=False, index=True,
-                    note="records the discarded index files held that the broker's recovery does not re-index (RocketMQ #3868, #8007)"))
-        plan.dispatch.append(DispatchRange(
-            "abnormal_recovery", plan.start_offset, process, p.records,
-            note="every valid record from the start file (already-built CQ units are skipped)"
-            + ("; SCHEDULE_TOPIC_XXXX with maxDelayLevel 0 (quirk Q1)" if p.q1 and not plan.correct_delay_tags else "")))
+                plan.dispatch.append(
+                    DispatchRange(
+                        "reindex",
+                        kept_end,
+                        plan.start_offset,
+                        None,
+                        cq=False,
+                        index=True,
+                        note="records the discarded index files held that the broker's recovery does not re-index (RocketMQ #3868, #8007)",
+                    )
+                )
+        plan.dispatch.append(
+            DispatchRange(
+                "abnormal_recovery",
+                plan.start_offset,
+                process,
+                p.records,
+                note="every valid record from the start file (already-built CQ units are skipped)"
+                + (
+                    "; SCHEDULE_TOPIC_XXXX with maxDelayLevel 0 (quirk Q1)"
+                    if p.q1 and not plan.correct_delay_tags
+                    else ""
+                ),
+            )
+        )
     elif p.profile.normal_recovery_walkback:
         # (records with commitLogOffset > maxPhyOffsetOfCQ: none when it is at or past the last one)
         none = max_cq >= process or plan.start_offset >= process or max_cq >= plan.last_valid_offset
-        plan.dispatch.append(DispatchRange(
-            "walkback_dispatch", plan.start_offset, process, 0 if none else None,
-            note="5.3.2+: records with commitLogOffset > maxPhyOffsetOfCQ (quirk Q2)"))
+        plan.dispatch.append(
+            DispatchRange(
+                "walkback_dispatch",
+                plan.start_offset,
+                process,
+                0 if none else None,
+                note="5.3.2+: records with commitLogOffset > maxPhyOffsetOfCQ (quirk Q2)",
+            )
+        )
     frozen_max = p.ctx.frozen_max
     if frozen_max >= 0:  # a queue recover leaves alone still holds what it holds
         p.post_trunc_max.append(min(frozen_max, process) if plan.cq_truncation else frozen_max)
@@ -215,22 +304,30 @@ def _plan_dispatch(p: _Planning) -> None:
         # abnormal dispatch raises it further, so there it is decided while applying
         after = max([min_offset] + p.post_trunc_max)
         known = plan.mode == MODE_NORMAL or after >= process
-        plan.dispatch.append(DispatchRange(
-            "startup_reput", max(after, 0), process,
-            0 if after >= process or after >= p.data_end else None,
-            note="4.x start-up reput from the consume queues' max physical offset"
-            + ("" if known else " (at least; the abnormal dispatch moves it)")))
+        plan.dispatch.append(
+            DispatchRange(
+                "startup_reput",
+                max(after, 0),
+                process,
+                0 if after >= process or after >= p.data_end else None,
+                note="4.x start-up reput from the consume queues' max physical offset"
+                + ("" if known else " (at least; the abnormal dispatch moves it)"),
+            )
+        )
     _plan_notes(p)
 
 
 def _plan_notes(p: _Planning) -> None:
     plan = p.plan
     if p.q1:
-        plan.notes.append("quirk Q1 (4.9.2-4.9.8): SCHEDULE_TOPIC_XXXX units written by the abnormal dispatch get the "
-                          "TAGS hash (or 0) as tagsCode, not the delivery time"
-                          + ("; --correct-delay-tags: the real delivery time is written instead"
-                             if plan.correct_delay_tags else ""))
+        plan.notes.append(
+            "quirk Q1 (4.9.2-4.9.8): SCHEDULE_TOPIC_XXXX units written by the abnormal dispatch get the "
+            "TAGS hash (or 0) as tagsCode, not the delivery time"
+            + ("; --correct-delay-tags: the real delivery time is written instead" if plan.correct_delay_tags else "")
+        )
     if plan.cuts or plan.removed_files:
-        plan.notes.append("deviation: the cut bytes are copied to the backup and zero-filled (the broker only moves its write position)")
+        plan.notes.append(
+            "deviation: the cut bytes are copied to the backup and zero-filled (the broker only moves its write position)"
+        )
     if plan.index_discarded:
         plan.notes.append("deviation: discarded index files move to the backup instead of being deleted")

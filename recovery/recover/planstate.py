@@ -59,7 +59,9 @@ class _Planning:
     early: dict[str, IndexCheck] = field(default_factory=dict)  # index checks done during the walk
     keep_candidates: bool = False  # index files the broker discards may be checked and kept
     first_discard: int | None = None  # the first index file the broker discards
-    next_walk: tuple[int, int, list[FileScan]] | None = None  # (i, j, scans): the next normal start's walk of files[i:j], with the CRC
+    next_walk: tuple[int, int, list[FileScan]] | None = (
+        None  # (i, j, scans): the next normal start's walk of files[i:j], with the CRC
+    )
     q10_said: bool = False  # a note says the next normal start would abort (quirk Q10): _note_q10 adds none
     post_trunc_max: list[int] = field(default_factory=list)  # queues' maxPhysicOffset after the truncation
     kept_index: list[StoreFile] = field(default_factory=list)  # index files that stay

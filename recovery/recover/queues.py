@@ -119,7 +119,9 @@ def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
     return _QueueState(kept, removed, offset if kept else None, r.max_physic_offset)
 
 
-def next_start_cuts(units_of: Any, bases: list[int], F: int, n: int, write: int | None) -> tuple[int, int | None, int] | None:
+def next_start_cuts(
+    units_of: Any, bases: list[int], F: int, n: int, write: int | None
+) -> tuple[int, int | None, int] | None:
     """What the broker's next start would cut from a queue this run leaves with the files
     ``bases[:n]`` and write offset ``write``: its ConsumeQueue.recover walks from the
     third-last of those files (not those this run walked from, when this run dropped
@@ -151,8 +153,9 @@ def read_past_cut(u: np.ndarray, k: int) -> int:
     return int(u["commitlog_offset"][j - 1]) + int(u["size"][j - 1]) if j > k else -1
 
 
-def settle_queue(units_of: Any, bases: list[int], F: int, n: int, write: int | None,
-                 max_phy: int) -> tuple[int, int | None, int]:
+def settle_queue(
+    units_of: Any, bases: list[int], F: int, n: int, write: int | None, max_phy: int
+) -> tuple[int, int | None, int]:
     """:func:`next_start_cuts` until the next start would cut nothing: the queue as the
     broker's starts leave it once they stop changing it (where the broker refuses the
     store, recover's one run goes there at once, so that a second run has nothing to do)."""
@@ -224,7 +227,9 @@ class _Queue:
         self.F = F
         self.disk: dict[int, StoreFile] = {f.base: f for f in st.kept} if st else {}
         self.removed: list[StoreFile] = list(st.removed) if st else []
-        self.content: dict[int, bytes] = {}  # changed or new files: their content (a new file's may end where its units end: zeros follow)
+        self.content: dict[
+            int, bytes
+        ] = {}  # changed or new files: their content (a new file's may end where its units end: zeros follow)
         self.bases: list[int] = sorted(self.disk)
         self.write: int | None = st.write_offset if st else None
         self.max_phy: int = st.max_physic_offset if st else -1

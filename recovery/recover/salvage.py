@@ -40,8 +40,9 @@ def _salvage_positions(buf: Any, pos: int, end: int, base: int, profile: BrokerP
     return out
 
 
-def write_salvage(store: Store, plan: RecoveryPlan, profile: BrokerProfile, out_dir: str | Path,
-                  *, list_only: bool = False) -> dict[str, Any]:
+def write_salvage(
+    store: Store, plan: RecoveryPlan, profile: BrokerProfile, out_dir: str | Path, *, list_only: bool = False
+) -> dict[str, Any]:
     """Write the intact records of the bytes that will be cut: ``salvaged.jsonl``, exactly
     the lines ``rmqtool dump commitlog --format jsonl --body-hash`` prints for them, and
     ``salvaged.bin`` (the records' raw bytes, back to back in the same order: a line's bytes

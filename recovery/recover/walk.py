@@ -45,8 +45,9 @@ _WALK_BATCH_BYTES = 64 << 20  # and at most about this many bytes (bounds the CR
 _CRC_TAG = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
 
 
-def _prop_crc_plain(mv: memoryview, v: ByteViews, s: np.ndarray, tot: np.ndarray, pl: np.ndarray,
-                    profile: BrokerProfile) -> int:
+def _prop_crc_plain(
+    mv: memoryview, v: ByteViews, s: np.ndarray, tot: np.ndarray, pl: np.ndarray, profile: BrokerProfile
+) -> int:
     """How many leading records of ``s`` (plainly valid otherwise) pass the forced
     whole-record check the plain way: the properties end with the ``__CRC32#`` entry the
     broker appends (``\x02__CRC32#\x01`` + ten digits + ``\x02``, the last occurrence of
@@ -75,8 +76,16 @@ def _prop_crc_plain(mv: memoryview, v: ByteViews, s: np.ndarray, tot: np.ndarray
 
 
 def _walk_span(
-    buf: Any, mv: memoryview, arr: ByteViews, start: int, limit: int, end: int,
-    profile: BrokerProfile, check_crc: bool, max_delay_level: int | None, hints: np.ndarray | None = None,
+    buf: Any,
+    mv: memoryview,
+    arr: ByteViews,
+    start: int,
+    limit: int,
+    end: int,
+    profile: BrokerProfile,
+    check_crc: bool,
+    max_delay_level: int | None,
+    hints: np.ndarray | None = None,
 ) -> tuple[int, int, ck.Checked | None, int]:
     """The broker's recovery walk from ``start`` until the next record would start at or
     after ``limit`` (or the walk stops). Returns (records, position, outcome, last): the
@@ -117,7 +126,9 @@ def _walk_span(
                 if d == len(chunk):
                     break
                 q = int(chunk[d])
-                c = ck.check_record(buf, q, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level)
+                c = ck.check_record(
+                    buf, q, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level
+                )
                 if not c.is_message:  # (always so after a CRC failure)
                     return count, q, c, last
                 count += 1  # (a valid record's size is its TOTALSIZE: the chain goes on)
@@ -241,10 +252,31 @@ def scan_files(
             else:
                 h, h_sorted = hints_in(hints, f.base + lo, f.base + hi)
                 hh = h - f.base if h is not None else None
-            tasks.append((i, str(f.path), f.base, lo, hi, end, profile, profile.delay_levels, crc_of[i],
-                          max_delay_level, hh, h_sorted))
-        results = engine.run(_span_task, tasks, jobs if parallel else 1, make_pool=lambda n: _pool(n),
-                             weight=_span_bytes, progress=progress, meanwhile=meanwhile)
+            tasks.append(
+                (
+                    i,
+                    str(f.path),
+                    f.base,
+                    lo,
+                    hi,
+                    end,
+                    profile,
+                    profile.delay_levels,
+                    crc_of[i],
+                    max_delay_level,
+                    hh,
+                    h_sorted,
+                )
+            )
+        results = engine.run(
+            _span_task,
+            tasks,
+            jobs if parallel else 1,
+            make_pool=lambda n: _pool(n),
+            weight=_span_bytes,
+            progress=progress,
+            meanwhile=meanwhile,
+        )
     by_file: dict[int, list[_SpanResult]] = {}
     for r in results:
         by_file.setdefault(r.file_index, []).append(r)
@@ -270,8 +302,15 @@ def _last_data_end(path: Any, end: int) -> int:
     return min(end, ext[-1][1]) if ext else 0
 
 
-def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile, check_crc: bool, mdl: int | None,
-          hints: np.ndarray | list[np.ndarray] | None = None) -> FileScan:
+def _join(
+    f: StoreFile,
+    spans: list[_SpanResult],
+    F: int,
+    profile: BrokerProfile,
+    check_crc: bool,
+    mdl: int | None,
+    hints: np.ndarray | list[np.ndarray] | None = None,
+) -> FileScan:
     """Chain the slices of one file into the file's walk (``hints``: all of them, this
     file's share taken only if a part must be walked here)."""
     end = min(f.size, F)
@@ -297,8 +336,15 @@ def _join(f: StoreFile, spans: list[_SpanResult], F: int, profile: BrokerProfile
             return FileScan(f.name, f.base, count, end, ck.SHORT, "total_size", last)
 
 
-def _walk_from(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool, mdl: int | None,
-               hints: np.ndarray | None = None) -> _SpanResult:
+def _walk_from(
+    f: StoreFile,
+    pos: int,
+    end: int,
+    profile: BrokerProfile,
+    check_crc: bool,
+    mdl: int | None,
+    hints: np.ndarray | None = None,
+) -> _SpanResult:
     with open(f.path, "rb") as fh:
         buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     mv = memoryview(buf)

@@ -126,6 +126,7 @@ def _units_writer(units: bytes, size: int) -> Callable[[Any], None]:
     """A writer of a file of ``size`` bytes that begins with ``units`` (a consume queue
     file's units, or a short index file's bytes): the zeros after them are a hole in the
     staging file (recovery.safety), as in the broker's own mapped files."""
+
     def write(fobj: Any) -> None:
         fobj.write(units[:size])
         write_zeros(fobj, size - min(len(units), size))
@@ -138,7 +139,6 @@ def _index_writer(img: Any) -> Callable[[Any], None]:
         img.write_to(fobj)
 
     return write
-
 
 
 def _checkpoint_bytes(old: bytes, cp: Checkpoint, profile: BrokerProfile) -> bytes:

@@ -28,8 +28,16 @@ from .walk import iter_dispatch
 
 def feed_cq(cqset: ConsumeQueueSet, cols: DispatchColumns) -> None:
     """Dispatch a run to the consume queues (``CommitLogDispatcherBuildConsumeQueue``)."""
-    cqset.add_columns(cols.topic, cols.queue_id, cols.commitlog_offset, cols.msg_size,
-                      cols.tags_code, cols.consume_queue_offset, cols.sys_flag, cols.store_timestamp)
+    cqset.add_columns(
+        cols.topic,
+        cols.queue_id,
+        cols.commitlog_offset,
+        cols.msg_size,
+        cols.tags_code,
+        cols.consume_queue_offset,
+        cols.sys_flag,
+        cols.store_timestamp,
+    )
 
 
 def feed_index(ib: IndexBuilder, cols: DispatchColumns) -> None:
@@ -41,13 +49,13 @@ def feed_index(ib: IndexBuilder, cols: DispatchColumns) -> None:
     if ik is not None and hasattr(type(ib), "_record_keys"):
         ib._record_keys = lambda keys, uniq_keys, n: (ik.rec, ik.hash, ik.units)  # type: ignore[method-assign]
         try:
-            ib.add_columns(cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys,
-                           cols.uniq_key, cols.sys_flag)
+            ib.add_columns(
+                cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys, cols.uniq_key, cols.sys_flag
+            )
         finally:
             del ib._record_keys
         return
-    ib.add_columns(cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys,
-                   cols.uniq_key, cols.sys_flag)
+    ib.add_columns(cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys, cols.uniq_key, cols.sys_flag)
 
 
 def reput(
@@ -86,10 +94,22 @@ def reput(
     cqset = _queue_set(store, state, existing_last) if cq else None
     ib = _index_builder(store, profile, state, skip_complete_last) if index else None
     if fast and jobs != 1:
-        runs = iter_dispatch_parallel(store, profile, jobs=jobs, piece_size=piece_size, min_bytes=min_bytes,
-                                      problems=problems, stats=stats, tags=cq, index_keys=index, **span)
+        runs = iter_dispatch_parallel(
+            store,
+            profile,
+            jobs=jobs,
+            piece_size=piece_size,
+            min_bytes=min_bytes,
+            problems=problems,
+            stats=stats,
+            tags=cq,
+            index_keys=index,
+            **span,
+        )
     else:
-        runs = iter_dispatch(store, profile, fast=fast, problems=problems, stats=stats, tags=cq, index_keys=index, **span)
+        runs = iter_dispatch(
+            store, profile, fast=fast, problems=problems, stats=stats, tags=cq, index_keys=index, **span
+        )
     _dispatch(runs, set(topics) if topics is not None else None, cqset, ib, stats)
     cq_files: dict[str, CqFileOut] = {}
     cq_queues: dict[tuple[str, int], list[str]] = {}
@@ -97,17 +117,33 @@ def reput(
     if cqset is not None:
         _queue_files(cqset, store.geometry.cq_file_size, state, existing_last, stats, cq_files, cq_queues)
         for t, n in sorted(cqset.bad_topics.items()):
-            problems.append(ReputProblem(BAD_TOPIC, "commitlog", -1, 0, f"{n} message(s) of topic {t!r}: "
-                                         f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched"))
+            problems.append(
+                ReputProblem(
+                    BAD_TOPIC,
+                    "commitlog",
+                    -1,
+                    0,
+                    f"{n} message(s) of topic {t!r}: "
+                    f"{topic_path_problem(t)}; no consume queue can have that name: not dispatched",
+                )
+            )
     if ib is not None:
         index_files = _index_files(ib, profile, state, index_tz, stats)
-    return ReputResult(cq_files, cq_queues, index_files, cqset.logics_msg_timestamp if cqset is not None else None,
-                       ib.index_msg_timestamp if ib is not None else None, stats, problems,
-                       cqset.warnings if cqset is not None else [])
+    return ReputResult(
+        cq_files,
+        cq_queues,
+        index_files,
+        cqset.logics_msg_timestamp if cqset is not None else None,
+        ib.index_msg_timestamp if ib is not None else None,
+        stats,
+        problems,
+        cqset.warnings if cqset is not None else [],
+    )
 
 
-def _queue_set(store: Store, state: ReputState, existing_last: dict[tuple[str, int], tuple[int, bytes, int]]
-               ) -> ConsumeQueueSet:
+def _queue_set(
+    store: Store, state: ReputState, existing_last: dict[tuple[str, int], tuple[int, bytes, int]]
+) -> ConsumeQueueSet:
     """The consume queues the pass appends to: each queue of ``state`` continued from its
     last file's bytes and write position (recorded in ``existing_last``)."""
     F = store.geometry.cq_file_size
@@ -125,21 +161,32 @@ def _index_builder(store: Store, profile: BrokerProfile, state: ReputState, skip
     :func:`reput`'s ``skip_complete_last``)."""
     g = store.geometry
     last_bytes = state.index.last_bytes if state.index is not None else None
-    ib = IndexBuilder(g.index_slot_num, g.index_num, existing_last=last_bytes,
-                      count_every_put=profile.hash_slot_count_every_put)
+    ib = IndexBuilder(
+        g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put
+    )
     if skip_complete_last and ib.current is not None and ib.current.index_count > 1:
         end = ib.current.end_phy_offset
         with CommitlogReader(store, profile) as reader:
             loc = reader.record_at(end)
             c = loc.checked if loc is not None else None
-            if (c is not None and c.is_message and c.rec is not None and c.rec.physical_offset == end
-                    and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag)):
+            if (
+                c is not None
+                and c.is_message
+                and c.rec is not None
+                and c.rec.physical_offset == end
+                and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag)
+            ):
                 ib.skip_through = end
     return ib
 
 
-def _dispatch(runs: Iterator[DispatchColumns], wanted: set[str] | None, cqset: ConsumeQueueSet | None,
-              ib: IndexBuilder | None, stats: ReputStats) -> None:
+def _dispatch(
+    runs: Iterator[DispatchColumns],
+    wanted: set[str] | None,
+    cqset: ConsumeQueueSet | None,
+    ib: IndexBuilder | None,
+    stats: ReputStats,
+) -> None:
     """Feed the runs of ``wanted`` topics (None: all) to the dispatchers, timing the walk
     and each dispatcher."""
     t_walk = time.perf_counter()
@@ -167,9 +214,15 @@ def _dispatch(runs: Iterator[DispatchColumns], wanted: set[str] | None, cqset: C
     stats.seconds_walk = time.perf_counter() - t_walk - t_cq - t_idx
 
 
-def _queue_files(cqset: ConsumeQueueSet, F: int, state: ReputState,
-                 existing_last: dict[tuple[str, int], tuple[int, bytes, int]], stats: ReputStats,
-                 cq_files: dict[str, CqFileOut], cq_queues: dict[tuple[str, int], list[str]]) -> None:
+def _queue_files(
+    cqset: ConsumeQueueSet,
+    F: int,
+    state: ReputState,
+    existing_last: dict[tuple[str, int], tuple[int, bytes, int]],
+    stats: ReputStats,
+    cq_files: dict[str, CqFileOut],
+    cq_queues: dict[tuple[str, int], list[str]],
+) -> None:
     """The consume queue files the pass created or appended to (into ``cq_files``) and
     each queue's file names afterwards (into ``cq_queues``)."""
     for key, w in sorted(cqset.writers.items()):
@@ -195,8 +248,9 @@ def _queue_files(cqset: ConsumeQueueSet, F: int, state: ReputState,
         cq_queues[key] = sorted(set(kept) | set(names))
 
 
-def _index_files(ib: IndexBuilder, profile: BrokerProfile, state: ReputState, index_tz: _dt.tzinfo | None,
-                 stats: ReputStats) -> list[IndexFileOut]:
+def _index_files(
+    ib: IndexBuilder, profile: BrokerProfile, state: ReputState, index_tz: _dt.tzinfo | None, stats: ReputStats
+) -> list[IndexFileOut]:
     """The index files the pass created (named by :func:`name_new_index_files`) or
     continued."""
     stats.index_keys = ib.keys_put

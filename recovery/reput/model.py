@@ -18,6 +18,7 @@ BAD_TOPIC = "TOPIC_BAD_NAME"  # a topic that cannot be a directory name (never d
 STOPPED = "REPUT_STOPPED"  # 5.x: a record crosses the end of the confirmed range
 SIZE_ACCOUNTING = "REPUT_OFFSET_DIVERGED"  # Q13: where the broker's reput offset would go instead
 
+
 @dataclass(frozen=True)
 class ReputProblem:
     """Something the reput could not dispatch: ``code`` (a ``check.py`` reason code such as

@@ -175,7 +175,6 @@ def name_new_index_files(images: list[IndexFileImage], floor_name: str | None, t
     return names
 
 
-
 def lazy_stream(w: ConsumeQueueWriter) -> Callable[[], bytes]:
     cache: list[bytes] = []
 
@@ -197,4 +196,3 @@ def updated_checkpoint(old: Checkpoint, result: ReputResult) -> Checkpoint:
     if result.index_msg_timestamp is not None:
         cp = cp._replace(index_msg_timestamp=result.index_msg_timestamp)
     return cp
-

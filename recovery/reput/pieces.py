@@ -81,8 +81,20 @@ def _piece_task(t: _Piece) -> _PieceResult:
     stats = ReputStats()
     runs: list[DispatchColumns] = []
     if start < stop:
-        runs = list(iter_dispatch(store, profile, from_offset=start, to_offset=stop, max_delay_level=t.mdl,
-                                  problems=problems, stats=stats, tags=t.tags, index_keys=t.index_keys, hints=hints))
+        runs = list(
+            iter_dispatch(
+                store,
+                profile,
+                from_offset=start,
+                to_offset=stop,
+                max_delay_level=t.mdl,
+                problems=problems,
+                stats=stats,
+                tags=t.tags,
+                index_keys=t.index_keys,
+                hints=hints,
+            )
+        )
     result: _PieceResult = place(t.slot, _PieceResult(start, stop, runs, problems, stats))
     return result
 
@@ -103,8 +115,15 @@ def _laid_end_to_end(runs: list[DispatchColumns], a: int, b: int) -> bool:
     return pos == b
 
 
-def iter_dispatch_parallel(store: Store, profile: BrokerProfile, *, jobs: int | None = None, piece_size: int | None = None,
-                           min_bytes: int | None = None, **walk: Unpack[WalkArgs]) -> Iterator[DispatchColumns]:
+def iter_dispatch_parallel(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    jobs: int | None = None,
+    piece_size: int | None = None,
+    min_bytes: int | None = None,
+    **walk: Unpack[WalkArgs],
+) -> Iterator[DispatchColumns]:
     """:func:`iter_dispatch`'s requests, the same ones in the same order, decoded by
     ``jobs`` worker processes (default: one per CPU) in pieces of about ``piece_size``
     bytes (default :data:`PIECE_SIZE`); ``stats.pieces`` counts the pieces taken from them.
@@ -125,8 +144,17 @@ def iter_dispatch_parallel(store: Store, profile: BrokerProfile, *, jobs: int | 
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     piece_size = PIECE_SIZE if piece_size is None else piece_size
     files = [f for f in store.commitlog if f.size > 0]
-    span = _parallel_span(store, files, walk.get("from_offset"), walk.get("to_offset"),
-                          PARALLEL_MIN_BYTES if min_bytes is None else min_bytes) if jobs > 1 and files else None
+    span = (
+        _parallel_span(
+            store,
+            files,
+            walk.get("from_offset"),
+            walk.get("to_offset"),
+            PARALLEL_MIN_BYTES if min_bytes is None else min_bytes,
+        )
+        if jobs > 1 and files
+        else None
+    )
     if span is None:
         return (yield from iter_dispatch(store, profile, **seq))
     lo, END = span
@@ -135,8 +163,17 @@ def iter_dispatch_parallel(store: Store, profile: BrokerProfile, *, jobs: int | 
     # with fork the pieces take their share of the hints from the parent's copy, not as
     # arrays pickled through the pool's pipe
     with engine.inheriting("reput.hints", hints, ctx is not None) as token:
-        tasks = _plan_pieces(store, profile, files, lo, END, piece_size, hints, token,
-                             (walk.get("max_delay_level"), walk.get("tags", True), walk.get("index_keys", True)))
+        tasks = _plan_pieces(
+            store,
+            profile,
+            files,
+            lo,
+            END,
+            piece_size,
+            hints,
+            token,
+            (walk.get("max_delay_level"), walk.get("tags", True), walk.get("index_keys", True)),
+        )
         if len(tasks) < 2:
             return (yield from iter_dispatch(store, profile, **seq))
         stats.from_offset = lo
@@ -144,8 +181,9 @@ def iter_dispatch_parallel(store: Store, profile: BrokerProfile, *, jobs: int | 
         yield from _run_pieces(store, profile, tasks, min(jobs, len(tasks)), 2 * jobs, piece_size, ctx, seq)
 
 
-def _parallel_span(store: Store, files: list[StoreFile], from_offset: int | None, to_offset: int | None,
-                   min_bytes: int) -> tuple[int, int] | None:
+def _parallel_span(
+    store: Store, files: list[StoreFile], from_offset: int | None, to_offset: int | None, min_bytes: int
+) -> tuple[int, int] | None:
     """The range ``(lo, END)`` the parallel pass cuts into pieces, or None when it walks in
     order: files not all of the mapped size or not contiguous, or a range under
     ``min_bytes``."""
@@ -153,14 +191,23 @@ def _parallel_span(store: Store, files: list[StoreFile], from_offset: int | None
     lo = files[0].base if from_offset is None else max(from_offset, files[0].base)
     END = files[-1].base + F if to_offset is None else min(to_offset, files[-1].base + F)
     regular = all(f.size == F for f in files) and all(
-        files[k + 1].base == files[k].base + F for k in range(len(files) - 1))
+        files[k + 1].base == files[k].base + F for k in range(len(files) - 1)
+    )
     if not regular or END - lo < min_bytes or lo < files[0].base:
         return None
     return lo, END
 
 
-def _run_pieces(store: Store, profile: BrokerProfile, tasks: list[_Piece], workers: int, window: int, piece_size: int,
-                ctx: Any, seq: WalkArgs) -> Iterator[DispatchColumns]:
+def _run_pieces(
+    store: Store,
+    profile: BrokerProfile,
+    tasks: list[_Piece],
+    workers: int,
+    window: int,
+    piece_size: int,
+    ctx: Any,
+    seq: WalkArgs,
+) -> Iterator[DispatchColumns]:
     """Run the piece tasks in ``workers`` processes started by ``ctx`` and merge them
     (:func:`_merge_pieces`). The workers hand their columns back through shared memory
     (:mod:`recovery.transfer`) where ``ctx`` forks: one slot per task in flight (2 per
@@ -179,8 +226,9 @@ def _run_pieces(store: Store, profile: BrokerProfile, tasks: list[_Piece], worke
 
     install(arena)
     try:
-        with engine.Stream(_piece_task, tasks, workers, window=window,
-                           make_pool=lambda n: engine.pool(n, ctx), arg=with_slot) as st:
+        with engine.Stream(
+            _piece_task, tasks, workers, window=window, make_pool=lambda n: engine.pool(n, ctx), arg=with_slot
+        ) as st:
             yield from _merge_pieces(st, arena, store, profile, seq)
     finally:
         install(None)
@@ -188,8 +236,17 @@ def _run_pieces(store: Store, profile: BrokerProfile, tasks: list[_Piece], worke
             arena.close()
 
 
-def _plan_pieces(store: Store, profile: BrokerProfile, files: list[StoreFile], lo: int, END: int, piece_size: int,
-                 hints: np.ndarray | None, token: Inherited | None, walk: tuple[int | None, bool, bool]) -> list[_Piece]:
+def _plan_pieces(
+    store: Store,
+    profile: BrokerProfile,
+    files: list[StoreFile],
+    lo: int,
+    END: int,
+    piece_size: int,
+    hints: np.ndarray | None,
+    token: Inherited | None,
+    walk: tuple[int | None, bool, bool],
+) -> list[_Piece]:
     """The piece tasks of ``[lo, END)``: each file's range cut into pieces of
     ``piece_size`` (:func:`recovery.parallel.cut`) up to the end of its data, the last
     piece taking the rest of the range. ``walk``: (max delay level, tags, index keys)."""
@@ -206,17 +263,36 @@ def _plan_pieces(store: Store, profile: BrokerProfile, files: list[StoreFile], l
         cuts = [start for start, _stop in pieces] + [b]
         for k in range(len(cuts) - 1):
             last = k == len(cuts) - 2
-            ph: np.ndarray | Inherited | None = token  # the hints of the piece's nominal range (past it the walk goes on without)
+            ph: np.ndarray | Inherited | None = (
+                token  # the hints of the piece's nominal range (past it the walk goes on without)
+            )
             if hints is not None and token is None:
                 i0, i1 = np.searchsorted(hints, [cuts[k], cuts[k + 1]])
                 ph = hints[i0:i1] if i1 > i0 else None
-            tasks.append(_Piece(store, profile, str(f.path), f.base, a,
-                                cuts[k], cuts[k + 1], b, mdl, tags, index_keys, ph, None, last))
+            tasks.append(
+                _Piece(
+                    store,
+                    profile,
+                    str(f.path),
+                    f.base,
+                    a,
+                    cuts[k],
+                    cuts[k + 1],
+                    b,
+                    mdl,
+                    tags,
+                    index_keys,
+                    ph,
+                    None,
+                    last,
+                )
+            )
     return tasks
 
 
-def _merge_pieces(st: engine.Stream[_Piece], arena: Arena | None, store: Store, profile: BrokerProfile,
-                  seq: WalkArgs) -> Iterator[DispatchColumns]:
+def _merge_pieces(
+    st: engine.Stream[_Piece], arena: Arena | None, store: Store, profile: BrokerProfile, seq: WalkArgs
+) -> Iterator[DispatchColumns]:
     """The merge: the pieces' runs in commitlog order while each piece is one the
     sequential walk would have made; from the first that is not, the sequential pass
     itself (``seq``: :func:`iter_dispatch`'s arguments, its ``stats`` filled in)."""

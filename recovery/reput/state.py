@@ -113,4 +113,3 @@ def load_state(
         last = kept[-1].path.read_bytes() if kept else None
         state.index = IndexState(kept, last, dirty)
     return state
-

@@ -26,8 +26,18 @@ _GO, _BREAK, _STOP = 0, 1, 2
 def _request_of(c: ck.Checked) -> DispatchRequest:
     r = c.rec
     assert r is not None
-    return DispatchRequest(r.topic, r.queue_id, r.physical_offset, r.total_size, c.tags_code,
-                           r.store_timestamp, r.queue_offset, c.keys, c.uniq_key, r.sys_flag)
+    return DispatchRequest(
+        r.topic,
+        r.queue_id,
+        r.physical_offset,
+        r.total_size,
+        c.tags_code,
+        r.store_timestamp,
+        r.queue_offset,
+        c.keys,
+        c.uniq_key,
+        r.sys_flag,
+    )
 
 
 class _Region:
@@ -36,8 +46,21 @@ class _Region:
     bytes ``read`` of the region, the reput offset ``reput_from``); ``rows`` are the
     requests of records ``check_record`` decided, not yet handed on."""
 
-    __slots__ = ("i", "f", "buf", "start", "end", "size", "END", "cursor", "read", "reput_from", "diverged",
-                 "rows", "row_pos")
+    __slots__ = (
+        "i",
+        "f",
+        "buf",
+        "start",
+        "end",
+        "size",
+        "END",
+        "cursor",
+        "read",
+        "reput_from",
+        "diverged",
+        "rows",
+        "row_pos",
+    )
 
     def __init__(self, i: int, f: StoreFile, buf: Any, start: int, end: int, reput_from: int, END: int) -> None:
         self.i, self.f, self.buf, self.start, self.end, self.END = i, f, buf, start, end, END
@@ -73,7 +96,9 @@ class _Walker:
         self.to_offset = walk.get("to_offset")
         mdl = walk.get("max_delay_level")
         self.mdl = profile.max_delay_level if mdl is None else mdl
-        self.fast = BatchDecoder(profile, self.mdl, walk.get("tags", True), walk.get("index_keys", True)) if fast else None
+        self.fast = (
+            BatchDecoder(profile, self.mdl, walk.get("tags", True), walk.get("index_keys", True)) if fast else None
+        )
         self.progress = walk.get("progress")
         self._ticked = 0  # bytes of the current region already reported
         problems, stats, hints = walk.get("problems"), walk.get("stats"), walk.get("hints")
@@ -145,7 +170,9 @@ class _Walker:
             with self.store.map(f) as mf:
                 buf = mf.buf
                 _populate(buf, region_start, region_end)
-                reput_from, stop = yield from self._region(_Region(i, f, buf, region_start, region_end, reput_from, END))
+                reput_from, stop = yield from self._region(
+                    _Region(i, f, buf, region_start, region_end, reput_from, END)
+                )
                 del buf
             self.stats.files += 1
             self.stats.commitlog_bytes += region_end - region_start
@@ -163,9 +190,15 @@ class _Walker:
         j = bisect.bisect_right(self.bases, reput_from)
         nxt = self.bases[j] if j < len(self.bases) else END
         nxt = min(nxt, END)
-        self.problems.append(ReputProblem(
-            FILE_GAP, "commitlog", reput_from, nxt - reput_from,
-            f"no commitlog file holds offset {reput_from}: {nxt - reput_from} bytes missing (the broker's reput would stop here)"))
+        self.problems.append(
+            ReputProblem(
+                FILE_GAP,
+                "commitlog",
+                reput_from,
+                nxt - reput_from,
+                f"no commitlog file holds offset {reput_from}: {nxt - reput_from} bytes missing (the broker's reput would stop here)",
+            )
+        )
         if self.follow_q13:
             # recover's pass goes where the broker's goes: nowhere past the gap (going
             # on made every later recover dispatch the records after it again, since
@@ -209,8 +242,9 @@ class _Walker:
                 return words, self.hints[a:b] - base, byte_views(r.buf)
         return words, None, None
 
-    def _fast_run(self, r: _Region, words: Words, hints: np.ndarray | None, views: ByteViews | None
-                  ) -> Generator[DispatchColumns, None, bool]:
+    def _fast_run(
+        self, r: _Region, words: Words, hints: np.ndarray | None, views: ByteViews | None
+    ) -> Generator[DispatchColumns, None, bool]:
         """Decode the run of records from the cursor (up to ``MAX_RUN``) with the batch
         decoder, the records it is unsure of settled by ``check_record``; the walk stays
         at the first invalid one. Returns whether a full run was taken (decode the next)."""
@@ -244,14 +278,21 @@ class _Walker:
         """The record at the cursor through ``check_record`` (``checkMessageAndReturnSize``):
         dispatched, a BLANK (next file), a TOTALSIZE mismatch (quirk Q13) or unreadable
         (the rest of the region skipped: ``_BREAK``); ``_STOP``: the reput stops for good."""
-        c = ck.check_record(r.buf, r.cursor, r.end, self.profile, check_crc=False, read_body=False,
-                            max_delay_level=self.mdl)
+        c = ck.check_record(
+            r.buf, r.cursor, r.end, self.profile, check_crc=False, read_body=False, max_delay_level=self.mdl
+        )
         f = r.f
         if c.ok and c.size > 0:
             if self.profile.is_5x and r.reput_from + c.size > r.END:
-                self.problems.append(ReputProblem(
-                    STOPPED, self._rel(f), r.reput_from, r.END - r.reput_from,
-                    f"the record at {f.base + r.cursor} ends beyond the end offset {r.END}: the reput stops"))
+                self.problems.append(
+                    ReputProblem(
+                        STOPPED,
+                        self._rel(f),
+                        r.reput_from,
+                        r.END - r.reput_from,
+                        f"the record at {f.base + r.cursor} ends beyond the end offset {r.END}: the reput stops",
+                    )
+                )
                 return _STOP
             r.rows.append(_request_of(c))
             r.row_pos.append(f.base + r.cursor)
@@ -265,9 +306,15 @@ class _Walker:
             # (TOTALSIZE, False): "[BUG]read total count not equals msg total size";
             # the offset moves by TOTALSIZE, the buffer cursor by the length read (Q13)
             assert c.rec is not None
-            self.problems.append(ReputProblem(
-                c.reason, self._rel(f), f.base + r.cursor, c.size,
-                f"TOTALSIZE {c.size} does not match the record's fields ({c.rec.computed_size} bytes): not dispatched"))
+            self.problems.append(
+                ReputProblem(
+                    c.reason,
+                    self._rel(f),
+                    f.base + r.cursor,
+                    c.size,
+                    f"TOTALSIZE {c.size} does not match the record's fields ({c.rec.computed_size} bytes): not dispatched",
+                )
+            )
             r.reput_from += c.size
             r.cursor += c.rec.computed_size
             r.diverged = True
@@ -276,9 +323,15 @@ class _Walker:
             clean = c.reason == ck.END_OF_DATA and self._nothing_after(r.i)
             if not clean and lost > 0:
                 what = c.reason + (f" ({c.field})" if c.field else "")
-                self.problems.append(ReputProblem(
-                    c.reason, self._rel(f), f.base + r.cursor, lost,
-                    f"unreadable record ({what}): the rest of this file, {lost} bytes, is not dispatched"))
+                self.problems.append(
+                    ReputProblem(
+                        c.reason,
+                        self._rel(f),
+                        f.base + r.cursor,
+                        lost,
+                        f"unreadable record ({what}): the rest of this file, {lost} bytes, is not dispatched",
+                    )
+                )
             r.reput_from += r.size - r.read  # what a master broker does: skip the rest of the region
             return _BREAK
         return _GO
@@ -291,24 +344,36 @@ class _Walker:
         f = r.f
         nxt = f.base + (r.end if r.end < min(f.size, self.F) else self.F)
         if r.reput_from != nxt:
-            self.problems.append(ReputProblem(
-                SIZE_ACCOUNTING, self._rel(f), f.base + r.cursor, 0,
-                f"after the TOTALSIZE mismatch in this file the broker's reput goes on at offset {r.reput_from}, "
-                f"not at the next file ({nxt}) (quirk Q13)"
-                + ("; so does this dispatch: the records between are in no consume queue" if self.follow_q13
-                   else f"; rmqtool goes on at {nxt}")))
+            self.problems.append(
+                ReputProblem(
+                    SIZE_ACCOUNTING,
+                    self._rel(f),
+                    f.base + r.cursor,
+                    0,
+                    f"after the TOTALSIZE mismatch in this file the broker's reput goes on at offset {r.reput_from}, "
+                    f"not at the next file ({nxt}) (quirk Q13)"
+                    + (
+                        "; so does this dispatch: the records between are in no consume queue"
+                        if self.follow_q13
+                        else f"; rmqtool goes on at {nxt}"
+                    ),
+                )
+            )
         if not self.follow_q13:
             r.reput_from = nxt
 
-    def _settle(self, buf: Any, starts: list[int] | np.ndarray, end: int, cols: DispatchColumns, sure: np.ndarray) -> tuple[DispatchColumns, int]:
+    def _settle(
+        self, buf: Any, starts: list[int] | np.ndarray, end: int, cols: DispatchColumns, sure: np.ndarray
+    ) -> tuple[DispatchColumns, int]:
         """Ask ``check_record`` about the records the fast decoder was unsure of. Returns the
         corrected columns and how many leading records are valid (the walk continues
         through ``check_record`` at the first invalid one)."""
         fixes: list[tuple[int, DispatchRequest]] = []
         k = len(starts)
         for j in np.flatnonzero(~sure).tolist():
-            c = ck.check_record(buf, starts[j], end, self.profile, check_crc=False, read_body=False,
-                                max_delay_level=self.mdl)
+            c = ck.check_record(
+                buf, starts[j], end, self.profile, check_crc=False, read_body=False, max_delay_level=self.mdl
+            )
             if c.ok and c.size > 0 and c.size == int(cols.msg_size[j]):
                 fixes.append((j, _request_of(c)))
             else:
@@ -355,8 +420,9 @@ def _populate(buf: Any, start: int, end: int) -> None:
             return
 
 
-def iter_dispatch(store: Store, profile: BrokerProfile, *, fast: bool = True, **walk: Unpack[WalkArgs]
-                  ) -> Iterator[DispatchColumns]:
+def iter_dispatch(
+    store: Store, profile: BrokerProfile, *, fast: bool = True, **walk: Unpack[WalkArgs]
+) -> Iterator[DispatchColumns]:
     """Every dispatch request of a reput pass from ``from_offset`` (default: the commitlog's
     min offset) to ``to_offset`` (default: the end of the last file; ``recover`` passes its
     processOffset), in commitlog order, in column form. Problems (damage the reput skips)

@@ -121,10 +121,13 @@ if TYPE_CHECKING:
 # start-up time: what finishes, makes or undoes a change is imported at the first use of one
 # of its names (rmqtool info asks only about the lock and pending journals; a recovery
 # with nothing to do never opens a transaction)
-_FROM = {".apply": ("_apply_step",), ".pending": ("recover_pending",),
-         ".plan": ("CommitResult", "PlannedAction", "RecoveryOutcome", "format_plan"),
-         ".restore": ("load_manifest", "restore", "restore_work", "verify_backup"),
-         ".transaction": ("StoreTransaction",)}
+_FROM = {
+    ".apply": ("_apply_step",),
+    ".pending": ("recover_pending",),
+    ".plan": ("CommitResult", "PlannedAction", "RecoveryOutcome", "format_plan"),
+    ".restore": ("load_manifest", "restore", "restore_work", "verify_backup"),
+    ".transaction": ("StoreTransaction",),
+}
 __getattr__ = LazyExports(__name__, {name: mod for mod, names in _FROM.items() for name in names})
 _LAZY_SUBMODULES = tuple(_FROM) + (".backup", ".staging")  # loaded before a test sets a name (PatchablePackage)
 
@@ -173,6 +176,7 @@ __all__ = [
     "sha256_file",
     "verify_backup",
 ]
+
 
 class _Package(PatchablePackage):
     """The package as a module whose names tests may set (``monkeypatch.setattr(safety,

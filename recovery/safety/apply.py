@@ -1,6 +1,5 @@
 """Applying one journalled step to the store, and the checks before and after it."""
 
-
 from __future__ import annotations
 
 import errno
@@ -220,4 +219,5 @@ def _verify_step(store: Path, step: _Step) -> None:
         raise ChecksumMismatchError("missing after applying the journal", target)
     if not digest_matches(target, step.result_sha256):
         raise ChecksumMismatchError(
-            f"content after applying does not match the journal's sha256 {step.result_sha256[:16]}...", target)
+            f"content after applying does not match the journal's sha256 {step.result_sha256[:16]}...", target
+        )

@@ -1,6 +1,5 @@
 """Writing the backup of the bytes a transaction cuts or replaces."""
 
-
 from __future__ import annotations
 
 import errno
@@ -173,14 +172,19 @@ def backup_step(store: Path, staging: Path, step: _Step, bdir: Path, prehash: di
     if step.action == "create":
         if os.path.lexists(target):
             raise SafetyError("appeared after the plan was made; refusing to overwrite it", target)
-        entry.update(original=None, result={"size": step.new_size, "sha256": step.new_sha256},
-                     created_dirs=step.created_dirs)
+        entry.update(
+            original=None, result={"size": step.new_size, "sha256": step.new_sha256}, created_dirs=step.created_dirs
+        )
         return entry
     st = _regular_stat(target)
     if st.st_size != step.orig_size:
         raise SafetyError(f"size changed since the plan was made ({step.orig_size} -> {st.st_size})", target)
     original: dict[str, Any] = {
-        "size": st.st_size, "sha256": "", "mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns}
+        "size": st.st_size,
+        "sha256": "",
+        "mode": stat.S_IMODE(st.st_mode),
+        "mtime_ns": st.st_mtime_ns,
+    }
     if step.action in ("replace", "remove"):
         return _backup_whole(target, step, bdir, prehash.pop(step.path, None), entry, original)
     return _backup_in_place(target, staging, step, bdir, entry, original)
@@ -263,8 +267,14 @@ def _backup_in_place(
     original["sha256"] = step.orig_sha256
     result_size = cut.result_size(step)
     step.result_size, step.result_sha256 = result_size, _digest(res_h.hexdigest(), res_zeros)
-    entry.update(original=original, result={"size": result_size, "sha256": step.result_sha256},
-                 backup=rel_backup, offset=off, length=cut_end - off, piece_sha256=piece_sha)
+    entry.update(
+        original=original,
+        result={"size": result_size, "sha256": step.result_sha256},
+        backup=rel_backup,
+        offset=off,
+        length=cut_end - off,
+        piece_sha256=piece_sha,
+    )
     if step.action == "truncate_tail":
         entry["zero_fill"] = step.zero_fill
     else:
@@ -273,7 +283,13 @@ def _backup_in_place(
 
 
 def _read_prefix_and_piece(
-    f: BinaryIO, target: Path, step: _Step, cut: _Cut, stop: int, head_end: int, piece: _BackupFile,
+    f: BinaryIO,
+    target: Path,
+    step: _Step,
+    cut: _Cut,
+    stop: int,
+    head_end: int,
+    piece: _BackupFile,
     hashes: tuple[Any, Any, Any],
 ) -> None:
     """Read ``[0, stop)`` of the file: hash the original up to its zero tail, hash the prefix

@@ -1,6 +1,5 @@
 """File and directory names, format markers and the content types of the safety package."""
 
-
 from __future__ import annotations
 
 import os

@@ -1,7 +1,6 @@
 """Digests of files (whole, or with a zero tail described instead of hashed) and the
 background hashers that compute them while other work goes on."""
 
-
 from __future__ import annotations
 
 import contextlib

@@ -1,6 +1,5 @@
 """The errors of the safety machinery."""
 
-
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,6 +1,5 @@
 """fsync, atomic writes and directory creation that survive a crash."""
 
-
 from __future__ import annotations
 
 import contextlib
@@ -143,7 +142,7 @@ def atomic_write(path: str | Path, data: bytes, mode: int = 0o644) -> None:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -1,6 +1,5 @@
 """The crash test hook and the registry of this process's open transactions."""
 
-
 from __future__ import annotations
 
 import os

@@ -1,6 +1,5 @@
 """The journal directory inside the store, and the backup directory's placement."""
 
-
 from __future__ import annotations
 
 import contextlib

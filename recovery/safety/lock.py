@@ -1,6 +1,5 @@
 """The broker's store lock: probing it, naming its holder, and holding it."""
 
-
 from __future__ import annotations
 
 import errno
@@ -204,7 +203,9 @@ class StoreLock:
                 same = False
             if not same:  # a holder that made the file removed it as we opened it
                 os.close(fd)
-                raise StoreLockedError("the lock file changed while it was being locked (another rmqtool); run again", self.path)
+                raise StoreLockedError(
+                    "the lock file changed while it was being locked (another rmqtool); run again", self.path
+                )
             # a lock file this run made is removed again at release: the store is left
             # as it was (a missing lock file is no damage; the broker creates it)
             _held[key] = [fd, 1, created]

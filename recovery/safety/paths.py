@@ -1,6 +1,5 @@
 """Store-relative paths and the checks on the files they name."""
 
-
 from __future__ import annotations
 
 import os

@@ -1,6 +1,5 @@
 """Finishing or undoing the transactions an interrupted rmqtool left behind."""
 
-
 from __future__ import annotations
 
 import json

@@ -1,6 +1,5 @@
 """What a transaction plans: its actions for printing, its steps for the journal, its results."""
 
-
 from __future__ import annotations
 
 import json
@@ -71,8 +70,10 @@ class RecoveryOutcome:
         if self.outcome == "leftover":
             return f"an empty journal directory {self.txid} was left by an earlier run: removed"
         if self.outcome == "rolled_back":
-            return (f"transaction {self.txid} was interrupted in state '{self.state}' before touching "
-                    "the store: rolled back")
+            return (
+                f"transaction {self.txid} was interrupted in state '{self.state}' before touching "
+                "the store: rolled back"
+            )
         return f"transaction {self.txid} was interrupted in state '{self.state}': finished; backup in {self.backup_dir}"
 
 

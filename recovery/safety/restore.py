@@ -1,6 +1,5 @@
 """Reading a backup's manifest, checking it, and putting the store back from it."""
 
-
 from __future__ import annotations
 
 import json
@@ -56,8 +55,12 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
                 v = e[key]
                 if v is None:
                     continue
-                if not (_is_int(v.get("size")) and v["size"] >= 0 and isinstance(v.get("sha256"), str)
-                        and _DIGEST_RE.fullmatch(v["sha256"])):
+                if not (
+                    _is_int(v.get("size"))
+                    and v["size"] >= 0
+                    and isinstance(v.get("sha256"), str)
+                    and _DIGEST_RE.fullmatch(v["sha256"])
+                ):
                     raise ValueError(f"bad {key} size or sha256")
                 for opt in ("mode", "mtime_ns"):  # what restore puts back: checked before anything happens
                     if opt in v and not (v[opt] is None or (_is_int(v[opt]) and v[opt] >= 0)):
@@ -67,8 +70,14 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
             if action != "create":
                 _check_relpath(e["backup"], path)
             if action in ("truncate_tail", "write_at"):
-                if not (_is_int(e["offset"]) and _is_int(e["length"]) and e["offset"] >= 0 and e["length"] >= 0
-                        and isinstance(e["piece_sha256"], str) and _DIGEST_RE.fullmatch(e["piece_sha256"])):
+                if not (
+                    _is_int(e["offset"])
+                    and _is_int(e["length"])
+                    and e["offset"] >= 0
+                    and e["length"] >= 0
+                    and isinstance(e["piece_sha256"], str)
+                    and _DIGEST_RE.fullmatch(e["piece_sha256"])
+                ):
                     raise ValueError("bad offset/length/piece_sha256")
                 if not isinstance(e.get("zero_fill", False), bool):
                     raise ValueError("bad zero_fill")
@@ -84,8 +93,9 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
     return doc
 
 
-def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None,
-                  progress: Callable[[int], None] | None = None) -> None:
+def verify_backup(
+    backup_dir: str | Path, manifest: dict[str, Any] | None = None, progress: Callable[[int], None] | None = None
+) -> None:
     """Check every backed-up file and piece against the manifest's sizes and sha256.
     Raises :class:`ManifestError` (missing file) or :class:`ChecksumMismatchError`.
     ``progress(n)``: the bytes hashed, as they are read."""
@@ -107,7 +117,9 @@ def verify_backup(backup_dir: str | Path, manifest: dict[str, Any] | None = None
             raise ChecksumMismatchError(f"backup copy has {size} bytes, manifest says {want_size}", piece)
         with _hashing(progress):
             if not digest_matches(piece, want_sha):
-                raise ChecksumMismatchError(f"backup copy does not match the manifest's sha256 {str(want_sha)[:16]}...", piece)
+                raise ChecksumMismatchError(
+                    f"backup copy does not match the manifest's sha256 {str(want_sha)[:16]}...", piece
+                )
 
 
 def restore_work(manifest: dict[str, Any], dry_run: bool = False) -> int:
@@ -165,8 +177,9 @@ def restore(
     doc = load_manifest(backup_dir)
     verify_backup(backup_dir, doc, progress)
     entries = doc["entries"]
-    with StoreTransaction(store, backup_dir=new_backup_dir, dry_run=dry_run,
-                          description=f"restore from {backup_dir}") as tx:
+    with StoreTransaction(
+        store, backup_dir=new_backup_dir, dry_run=dry_run, description=f"restore from {backup_dir}"
+    ) as tx:
         for e in reversed(entries):
             rel, action = e["path"], e["action"]
             target = store / rel
@@ -179,7 +192,9 @@ def restore(
             if not _matches(target, res, seen):
                 raise RestoreConflictError(
                     f"changed since the backup was taken (expected the {action} result or the original); "
-                    "restore it by hand from the backup", target)
+                    "restore it by hand from the backup",
+                    target,
+                )
             src = backup_dir / e["backup"] if action != "create" else None
             if action == "create":
                 tx.remove_file(rel)

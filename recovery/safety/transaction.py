@@ -1,6 +1,5 @@
 """StoreTransaction: a set of changes applied all together or not at all, with a backup."""
 
-
 from __future__ import annotations
 
 import os
@@ -159,8 +158,12 @@ class StoreTransaction:
         return jdir
 
     def _pending_digests(self) -> list[tuple[_Step, str, _PendingDigest]]:
-        return [(st, name, v) for st in self._steps for name in ("new_sha256", "result_sha256")
-                if isinstance(v := getattr(st, name), _PendingDigest)]
+        return [
+            (st, name, v)
+            for st in self._steps
+            for name in ("new_sha256", "result_sha256")
+            if isinstance(v := getattr(st, name), _PendingDigest)
+        ]
 
     def _resolve_digests(self) -> None:
         """Wait for the staged files' digests (see :meth:`_stage`)."""
@@ -254,8 +257,18 @@ class StoreTransaction:
         self._start_prehash(rel, st)
         name, size, sha = self._stage(data, new_mode, target, mtime_ns)
         return self._add(
-            _Step("replace", rel, staged=name, mode=new_mode, mtime_ns=mtime_ns, orig_size=st.st_size,
-                  new_size=size, new_sha256=sha, result_size=size, result_sha256=sha)
+            _Step(
+                "replace",
+                rel,
+                staged=name,
+                mode=new_mode,
+                mtime_ns=mtime_ns,
+                orig_size=st.st_size,
+                new_size=size,
+                new_sha256=sha,
+                result_size=size,
+                result_sha256=sha,
+            )
         )
 
     def create_file(
@@ -276,8 +289,18 @@ class StoreTransaction:
             raise SafetyError("parent is not a directory", parent)
         name, size, sha = self._stage(data, mode, parent, mtime_ns)
         return self._add(
-            _Step("create", rel, staged=name, mode=mode, mtime_ns=mtime_ns, new_size=size, new_sha256=sha,
-                  result_size=size, result_sha256=sha, created_dirs=list(reversed(created)))
+            _Step(
+                "create",
+                rel,
+                staged=name,
+                mode=mode,
+                mtime_ns=mtime_ns,
+                new_size=size,
+                new_sha256=sha,
+                result_size=size,
+                result_sha256=sha,
+                created_dirs=list(reversed(created)),
+            )
         )
 
     def remove_file(self, relpath: str | os.PathLike[str]) -> PlannedAction:
@@ -305,12 +328,23 @@ class StoreTransaction:
         if not 0 <= offset <= st.st_size:
             raise SafetyError(f"offset {offset} is outside the file (size {st.st_size})", self.store / rel)
         return self._add(
-            _Step("truncate_tail", rel, offset=offset, length=st.st_size - offset, zero_fill=zero_fill,
-                  orig_size=st.st_size)
+            _Step(
+                "truncate_tail",
+                rel,
+                offset=offset,
+                length=st.st_size - offset,
+                zero_fill=zero_fill,
+                orig_size=st.st_size,
+            )
         )
 
     def write_at(
-        self, relpath: str | os.PathLike[str], offset: int, data: Data, *, truncate: bool = False,
+        self,
+        relpath: str | os.PathLike[str],
+        offset: int,
+        data: Data,
+        *,
+        truncate: bool = False,
         mtime_ns: int | None = None,
     ) -> PlannedAction:
         """Overwrite bytes in place starting at ``offset`` (at most at EOF; writing past EOF
@@ -322,8 +356,18 @@ class StoreTransaction:
         if not 0 <= offset <= st.st_size:
             raise SafetyError(f"offset {offset} is outside the file (size {st.st_size})", target)
         name, size, sha = self._stage(data, 0o600, target, None)
-        step = _Step("write_at", rel, staged=name, offset=offset, length=size, truncate=truncate,
-                     mtime_ns=mtime_ns, orig_size=st.st_size, new_size=size, new_sha256=sha)
+        step = _Step(
+            "write_at",
+            rel,
+            staged=name,
+            offset=offset,
+            length=size,
+            truncate=truncate,
+            mtime_ns=mtime_ns,
+            orig_size=st.st_size,
+            new_size=size,
+            new_sha256=sha,
+        )
         return self._add(step)
 
     def plan(self) -> list[PlannedAction]:
@@ -355,8 +399,12 @@ class StoreTransaction:
             self._backup_dir, self._backup_preexisted = choose_backup_dir(self.store, self.requested_backup_dir)
             self._state = "prepared"
             self._write_journal()
-            write_backup(self._backup_dir, self._steps, self._backup_step,
-                         {"txid": self.txid, "store": str(self.store), "description": self.description})
+            write_backup(
+                self._backup_dir,
+                self._steps,
+                self._backup_step,
+                {"txid": self.txid, "store": str(self.store), "description": self.description},
+            )
         except BaseException:
             self._rollback()
             raise

@@ -61,9 +61,15 @@ def _zero_length_lost(f: Finding, store: Store, max_phy_cq: int) -> Finding:
     base = store.commitlog[-1].base if store.commitlog else None
     if base is None or max_phy_cq < base:
         return f
-    return finding("FILE_ZERO_LENGTH_LOST", f.file, None, base,
-                   f"zero-length last commitlog file; consume queue units point up to offset {max_phy_cq} in it: "
-                   "the broker deletes it at load and cuts them, their messages are lost", **f.details)
+    return finding(
+        "FILE_ZERO_LENGTH_LOST",
+        f.file,
+        None,
+        base,
+        f"zero-length last commitlog file; consume queue units point up to offset {max_phy_cq} in it: "
+        "the broker deletes it at load and cuts them, their messages are lost",
+        **f.details,
+    )
 
 
 def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding], list[str]]:
@@ -80,7 +86,11 @@ def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding
         if iss.code == "STRAY_FILE":
             code = "FILE_STRAY" if sev == "error" else "FILE_IGNORED"
         elif iss.code == "MISNAMED_FILE":
-            code = "FILE_STRAY" if sev == "error" else ("FILE_IGNORED" if iss.path.startswith("index") else "FILE_MISNAMED")
+            code = (
+                "FILE_STRAY"
+                if sev == "error"
+                else ("FILE_IGNORED" if iss.path.startswith("index") else "FILE_MISNAMED")
+            )
         elif iss.code == "ZERO_LENGTH_FILE":
             lastfile = iss.path in last
             code = "FILE_ZERO_LENGTH_LAST" if lastfile and profile.zero_length_last_file_deleted else "FILE_ZERO_LENGTH"
@@ -138,7 +148,13 @@ def _commitlog_spans(store: Store, scans: Sequence[FileScan | None], recs: Recor
             if blank_at is not None and g.start > blank_at:
                 continue  # after a BLANK the bytes are undefined (or covered just above)
             if f.base + g.start < last_rec or (f.size < mapped and g.end >= fs.end):
-                spans.append((f.base + g.start, f.base + g.end, _REASON_TEXT.get(g.reason, "unreadable region") if g.reason else "unreadable region"))
+                spans.append(
+                    (
+                        f.base + g.start,
+                        f.base + g.end,
+                        _REASON_TEXT.get(g.reason, "unreadable region") if g.reason else "unreadable region",
+                    )
+                )
     spans.sort()
     return spans
 
@@ -159,7 +175,7 @@ def _zeroed_properties_tail(path: Path, pos: int, size: int) -> int:
     n = int(rec.properties_length)
     if n <= 0 or len(data) != size or rec.total_size != size:
         return 0
-    props = data[size - n:]
+    props = data[size - n :]
     return n - len(props.rstrip(b"\0"))
 
 
@@ -200,9 +216,11 @@ class _ClCheck:
         nxt = int(intact_offs[i])
         if nxt >= file_base + self.mapped or nxt - g_off >= min_rec:
             return ""
-        return (f"rmqtool repair cannot keep them either: the {nxt - g_off} bytes from here to the next intact record "
-                f"(offset {nxt}) are fewer than the smallest record the broker's walk accepts ({min_rec} bytes), "
-                "and a BLANK there would end this file's walk")
+        return (
+            f"rmqtool repair cannot keep them either: the {nxt - g_off} bytes from here to the next intact record "
+            f"(offset {nxt}) are fewer than the smallest record the broker's walk accepts ({min_rec} bytes), "
+            "and a BLANK there would end this file's walk"
+        )
 
     def file(self, fs: FileScan) -> None:
         """The findings about one file's walk."""
@@ -222,9 +240,16 @@ class _ClCheck:
         if fs.stop is None and not short and fs.end == self.mapped:
             n_after = self.after(base + fs.end - 1)
             if n_after:
-                self.out.append(finding("CL_DATA_AFTER_END", fs.rel, fs.end, base + fs.end,
-                                        f"the file has no BLANK record at its end: the record walk stops there, {n_after} intact records follow in later files",
-                                        records_after=n_after))
+                self.out.append(
+                    finding(
+                        "CL_DATA_AFTER_END",
+                        fs.rel,
+                        fs.end,
+                        base + fs.end,
+                        f"the file has no BLANK record at its end: the record walk stops there, {n_after} intact records follow in later files",
+                        records_after=n_after,
+                    )
+                )
         if fs.stop is not None:
             self._salvageable(fs, fs.stop)
 
@@ -232,12 +257,30 @@ class _ClCheck:
         rel, g_off, mapped = fs.rel, fs.file.base + e.pos, self.mapped
         total = int(e.info.get("total_size", 0))
         if total != mapped - e.pos:
-            self.out.append(finding("CL_BAD_BLANK", rel, e.pos, g_off, f"BLANK record says {total} bytes remain, the file has {mapped - e.pos} after it", total_size=total))
+            self.out.append(
+                finding(
+                    "CL_BAD_BLANK",
+                    rel,
+                    e.pos,
+                    g_off,
+                    f"BLANK record says {total} bytes remain, the file has {mapped - e.pos} after it",
+                    total_size=total,
+                )
+            )
         hidden = self.in_file_after(fs, e.pos)
         if len(hidden):
-            self.out.append(finding("CL_DATA_AFTER_END", rel, e.pos, g_off,
-                                    f"the record walk ends at a BLANK record (the broker goes on at the next file), but {len(hidden)} intact records follow in this file (next at {int(hidden[0])})",
-                                    records_after=int(len(hidden)), next_record_offset=fs.file.base + int(hidden[0]), broker_stop=e.main))
+            self.out.append(
+                finding(
+                    "CL_DATA_AFTER_END",
+                    rel,
+                    e.pos,
+                    g_off,
+                    f"the record walk ends at a BLANK record (the broker goes on at the next file), but {len(hidden)} intact records follow in this file (next at {int(hidden[0])})",
+                    records_after=int(len(hidden)),
+                    next_record_offset=fs.file.base + int(hidden[0]),
+                    broker_stop=e.main,
+                )
+            )
 
     def _end_of_data(self, fs: FileScan, e: Event, g: Gap | None) -> None:
         rel, base, offs, recs = fs.rel, fs.file.base, self.offs, self.recs
@@ -245,14 +288,30 @@ class _ClCheck:
         n_after = self.after(g_off)
         if n_after:
             nxt = int(offs[np.searchsorted(offs, g_off, side="right")])
-            self.out.append(finding("CL_DATA_AFTER_END", rel, e.pos, g_off,
-                                    f"the record walk ends at an all-zero header, but {n_after} intact records follow (next at offset {nxt})",
-                                    records_after=n_after, next_record_offset=nxt, broker_stop=e.main))
+            self.out.append(
+                finding(
+                    "CL_DATA_AFTER_END",
+                    rel,
+                    e.pos,
+                    g_off,
+                    f"the record walk ends at an all-zero header, but {n_after} intact records follow (next at offset {nxt})",
+                    records_after=n_after,
+                    next_record_offset=nxt,
+                    broker_stop=e.main,
+                )
+            )
             return
         if g is not None and g.first_nonzero >= 0:
-            self.out.append(finding("CL_GARBAGE_AFTER_END", rel, g.first_nonzero, base + g.first_nonzero,
-                                    f"non-zero bytes after the end of the data (from {g.first_nonzero} to {g.end}) hold no intact record",
-                                    region_end=g.end))
+            self.out.append(
+                finding(
+                    "CL_GARBAGE_AFTER_END",
+                    rel,
+                    g.first_nonzero,
+                    base + g.first_nonzero,
+                    f"non-zero bytes after the end of the data (from {g.first_nonzero} to {g.end}) hold no intact record",
+                    region_end=g.end,
+                )
+            )
         k = int(np.searchsorted(offs, g_off)) - 1 if self.n_rec else -1
         if k >= 0 and int(offs[k]) + int(recs.size[k]) == g_off:
             zeros = _zeroed_properties_tail(fs.file.path, int(offs[k]) - base, int(recs.size[k]))
@@ -260,10 +319,18 @@ class _ClCheck:
                 # (oracle soak seed 5089: a zeroed tail that began inside the last record's
                 # properties; the broker keeps that record, and the acknowledged messages
                 # after it leave no other trace)
-                self.out.append(finding("CL_ZEROED_RECORD_TAIL", rel, int(offs[k]) - base, int(offs[k]),
-                                        f"the last record of the data ends in {zeros} zero bytes inside its properties: "
-                                        "its tail was zeroed or its write torn; the broker keeps it with those properties, "
-                                        "and any records after it are gone", zero_bytes=zeros))
+                self.out.append(
+                    finding(
+                        "CL_ZEROED_RECORD_TAIL",
+                        rel,
+                        int(offs[k]) - base,
+                        int(offs[k]),
+                        f"the last record of the data ends in {zeros} zero bytes inside its properties: "
+                        "its tail was zeroed or its write torn; the broker keeps it with those properties, "
+                        "and any records after it are gone",
+                        zero_bytes=zeros,
+                    )
+                )
 
     def _failure(self, fs: FileScan, e: Event, short: bool) -> None:
         """A record that fails a check: kept under checkCRCOnRecover=false, torn at the
@@ -277,9 +344,20 @@ class _ClCheck:
         if e.reason in (ck.CRC, ck.PROP_CRC) and not self.profile.check_crc_on_recover:
             # checkCRCOnRecover=false: the broker's walk does not check it, keeps the
             # record and goes on (the recovery outlook walks on past it too)
-            out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: the broker's recovery keeps this record "
-                               "(checkCRCOnRecover=false: its walk checks no CRC) and serves its damaged bytes",
-                               reason=e.reason, field=e.field, broker_stop=False, **info))
+            out.append(
+                finding(
+                    code,
+                    rel,
+                    e.pos,
+                    g_off,
+                    f"{what}{where}: the broker's recovery keeps this record "
+                    "(checkCRCOnRecover=false: its walk checks no CRC) and serves its damaged bytes",
+                    reason=e.reason,
+                    field=e.field,
+                    broker_stop=False,
+                    **info,
+                )
+            )
             return
         # (only where the recovery walk stops: each file's own walk stops too)
         q10 = ck.start_aborting_size(fs.file.path, e.pos, self.profile) if e.main and self.po == g_off else 0
@@ -288,16 +366,30 @@ class _ClCheck:
             return
         stops = "the broker's record walk stops here" if e.main else "after earlier damage"
         if q10:
-            stops = (f"the broker's start aborts at this record (TOTALSIZE {q10}: no JVM array holds it, "
-                     "OutOfMemoryError, quirk Q10): it does not start until the record is cut")
+            stops = (
+                f"the broker's start aborts at this record (TOTALSIZE {q10}: no JVM array holds it, "
+                "OutOfMemoryError, quirk Q10): it does not start until the record is cut"
+            )
         cut = ""
         if e.main and self.po == g_off:
-            n_cut = self.outlook[self.mode]['records_cut']
+            n_cut = self.outlook[self.mode]["records_cut"]
             why = self.unfillable(base, g_off)
             cut = f"; recovery cuts {n_cut} intact records" + (
-                f" ({n_cut} intact messages after this record; {why or 'rmqtool repair keeps them'})" if n_cut else "")
-        out.append(finding(code, rel, e.pos, g_off, f"{what}{where}: {stops}{cut}", reason=e.reason, field=e.field,
-                           broker_stop=e.main, **info))
+                f" ({n_cut} intact messages after this record; {why or 'rmqtool repair keeps them'})" if n_cut else ""
+            )
+        out.append(
+            finding(
+                code,
+                rel,
+                e.pos,
+                g_off,
+                f"{what}{where}: {stops}{cut}",
+                reason=e.reason,
+                field=e.field,
+                broker_stop=e.main,
+                **info,
+            )
+        )
 
     @staticmethod
     def _torn(rel: str, e: Event, g_off: int, info: dict[str, Any], what: str, where: str) -> Finding:
@@ -305,13 +397,32 @@ class _ClCheck:
         header readable) or a torn tail."""
         if "queue_offset" in info:  # a message header: the message is lost
             topic = info.get("topic")
-            who = (f"{topic}/{info['queue_id']}" if topic is not None else f"queue {info['queue_id']}") + \
-                f" queue offset {info['queue_offset']}" + (f", msg id {info['msg_id']}" if info.get("msg_id") else "")
-            return finding("CL_TORN_MESSAGE", rel, e.pos, g_off,
-                           f"the last record of the data ({who}) fails the broker's check ({what}): "
-                           "recovery cuts it and the message is lost", reason=e.reason, field=e.field, **info)
-        return finding("CL_TORN_TAIL", rel, e.pos, g_off, f"the last record of the data is unreadable ({what}){where}: recovery cuts it",
-                       reason=e.reason, field=e.field, **info)
+            who = (
+                (f"{topic}/{info['queue_id']}" if topic is not None else f"queue {info['queue_id']}")
+                + f" queue offset {info['queue_offset']}"
+                + (f", msg id {info['msg_id']}" if info.get("msg_id") else "")
+            )
+            return finding(
+                "CL_TORN_MESSAGE",
+                rel,
+                e.pos,
+                g_off,
+                f"the last record of the data ({who}) fails the broker's check ({what}): "
+                "recovery cuts it and the message is lost",
+                reason=e.reason,
+                field=e.field,
+                **info,
+            )
+        return finding(
+            "CL_TORN_TAIL",
+            rel,
+            e.pos,
+            g_off,
+            f"the last record of the data is unreadable ({what}){where}: recovery cuts it",
+            reason=e.reason,
+            field=e.field,
+            **info,
+        )
 
     def _salvageable(self, fs: FileScan, stop: Event) -> None:
         """Intact records beyond the broker's stop in this file (and later ones)."""
@@ -327,20 +438,42 @@ class _ClCheck:
             thrown = int(self.outlook[mode]["records_cut"])  # intact records, as recover counts them
         sample = [int(x) for x in inside[:50]]
         why = self.unfillable(base, g_stop) if thrown else ""
-        fate = (f"the broker's {mode} recovery stops here and throws away {thrown} of them "
-                f"({why or 'rmqtool repair keeps them'})" if thrown
-                else "the broker skips them (it goes on at the next file)" if stop.reason == ck.BLANK
-                else f"the broker's {mode} recovery does not stop here")
-        self.out.append(finding(
-            "CL_SALVAGEABLE_RECORDS", fs.rel, sp, g_stop,
-            f"{len(inside)} intact records in this file after the stop at {sp}"
-            + (f" and {later} in later files" if later else "") + f"; {fate}",
-            in_file=len(inside), in_later_files=later, positions=sample, positions_truncated=len(inside) > len(sample),
-            runs=_record_runs(recs, fs, sp), broker_discards=thrown, recovery_mode=mode))
+        fate = (
+            f"the broker's {mode} recovery stops here and throws away {thrown} of them "
+            f"({why or 'rmqtool repair keeps them'})"
+            if thrown
+            else "the broker skips them (it goes on at the next file)"
+            if stop.reason == ck.BLANK
+            else f"the broker's {mode} recovery does not stop here"
+        )
+        self.out.append(
+            finding(
+                "CL_SALVAGEABLE_RECORDS",
+                fs.rel,
+                sp,
+                g_stop,
+                f"{len(inside)} intact records in this file after the stop at {sp}"
+                + (f" and {later} in later files" if later else "")
+                + f"; {fate}",
+                in_file=len(inside),
+                in_later_files=later,
+                positions=sample,
+                positions_truncated=len(inside) > len(sample),
+                runs=_record_runs(recs, fs, sp),
+                broker_discards=thrown,
+                recovery_mode=mode,
+            )
+        )
 
 
-def _commitlog_findings(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
-                        outlook: dict[str, Any], spans: _Spans | None = None) -> list[Finding]:
+def _commitlog_findings(
+    store: Store,
+    profile: BrokerProfile,
+    scans: Sequence[FileScan | None],
+    recs: Records,
+    outlook: dict[str, Any],
+    spans: _Spans | None = None,
+) -> list[Finding]:
     check = _ClCheck(store, profile, recs, outlook)
     for fs in scans:
         if fs is not None:
@@ -360,13 +493,20 @@ def _record_runs(recs: Records, fs: FileScan, after: int, limit: int = 100) -> l
     brk = np.flatnonzero(pos[1:] != pos[:-1] + size[:-1]) + 1
     starts = np.concatenate(([0], brk))
     ends = np.concatenate((brk, [len(pos)]))
-    return [[int(pos[a]), int(pos[b - 1] + size[b - 1]), int(b - a)] for a, b in zip(starts[:limit].tolist(), ends[:limit].tolist())]
+    return [
+        [int(pos[a]), int(pos[b - 1] + size[b - 1]), int(b - a)]
+        for a, b in zip(starts[:limit].tolist(), ends[:limit].tolist())
+    ]
 
 
 def walk_summary(store: Store, scans: Sequence[FileScan | None], recs: Records) -> list[dict[str, Any]]:
     """Per commitlog file: where the broker's record walk stops and what lies after."""
     out = []
-    counts = np.bincount(recs.file_idx, minlength=len(store.commitlog)) if len(recs) else np.zeros(len(store.commitlog), dtype=np.int64)
+    counts = (
+        np.bincount(recs.file_idx, minlength=len(store.commitlog))
+        if len(recs)
+        else np.zeros(len(store.commitlog), dtype=np.int64)
+    )
     for k, f in enumerate(store.commitlog):
         fs = scans[k] if k < len(scans) else None
         row: dict[str, Any] = {"file": _rel(store, f.path), "size": f.size}
@@ -391,8 +531,9 @@ def walk_summary(store: Store, scans: Sequence[FileScan | None], recs: Records) 
     return out
 
 
-def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
-                      spans: _Spans | None = None) -> list[Finding]:
+def _record_anomalies(
+    store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records, spans: _Spans | None = None
+) -> list[Finding]:
     out: list[Finding] = []
     files = store.commitlog
     rels = [_rel(store, f.path) for f in files]
@@ -408,8 +549,17 @@ def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[File
             continue
         out.append(finding(code, rels[fidx], pos, int(bases[fidx]) + pos, msg, **det))
     for (fidx, why), (pos, count, sf0) in sysflag.items():
-        out.append(finding("CL_SYSFLAG", rels[fidx], pos, int(bases[fidx]) + pos,
-                           f"{why} in {count} record(s), first SYSFLAG 0x{sf0:X}", count=count, reason=why))
+        out.append(
+            finding(
+                "CL_SYSFLAG",
+                rels[fidx],
+                pos,
+                int(bases[fidx]) + pos,
+                f"{why} in {count} record(s), first SYSFLAG 0x{sf0:X}",
+                count=count,
+                reason=why,
+            )
+        )
     n = len(recs)
     if not n:
         return out
@@ -438,7 +588,18 @@ def _record_anomalies(store: Store, profile: BrokerProfile, scans: Sequence[File
                 i = int(order[b1 + 1])
                 fi = int(recs.file_idx[i])
                 t, qid = recs.queues[q]
-                out.append(finding("CL_QUEUE_OFFSET", rels[fi], int(recs.off[i] - bases[fi]), int(recs.off[i]),
-                                   f"{t}/{qid}: QUEUEOFFSET goes from {int(qo[b1])} to {int(qo[b1 + 1])} ({len(bl)} break(s) in this queue)",
-                                   topic=t, queue_id=qid, breaks=len(bl), previous=int(qo[b1]), value=int(qo[b1 + 1])))
+                out.append(
+                    finding(
+                        "CL_QUEUE_OFFSET",
+                        rels[fi],
+                        int(recs.off[i] - bases[fi]),
+                        int(recs.off[i]),
+                        f"{t}/{qid}: QUEUEOFFSET goes from {int(qo[b1])} to {int(qo[b1 + 1])} ({len(bl)} break(s) in this queue)",
+                        topic=t,
+                        queue_id=qid,
+                        breaks=len(bl),
+                        previous=int(qo[b1]),
+                        value=int(qo[b1 + 1]),
+                    )
+                )
     return out

@@ -122,8 +122,9 @@ class _Broker:
         return np.zeros(len(off), dtype=bool)
 
 
-def _units_records(recs: Records, qk: int | None, ro: np.ndarray,
-                   by_queue: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...] | None]:
+def _units_records(
+    recs: Records, qk: int | None, ro: np.ndarray, by_queue: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...] | None]:
     """:meth:`Records.find` for the offsets ``ro`` of one queue's units, plus, when the
     common case holds, the records' (size, queue offset, tags) columns. The common case:
     the units point, in order, at consecutive records of the queue's own (the records of
@@ -137,8 +138,14 @@ def _units_records(recs: Records, qk: int | None, ro: np.ndarray,
             order = np.argsort(key, kind="stable")  # (a radix sort for 16-bit keys)
             bounds = np.zeros(len(recs.queues) + 1, dtype=np.int64)
             np.cumsum(np.bincount(q, minlength=len(recs.queues)), out=bounds[1:])
-            by_queue.update(order=order, bounds=bounds, off=recs.off[order], size=recs.size[order],
-                            qoff=recs.queue_offset[order], tags=recs.tags[order])
+            by_queue.update(
+                order=order,
+                bounds=bounds,
+                off=recs.off[order],
+                size=recs.size[order],
+                qoff=recs.queue_offset[order],
+                tags=recs.tags[order],
+            )
     if qk is not None and len(ro) and by_queue["ok"]:
         bounds = by_queue["bounds"]
         if 0 <= qk < len(bounds) - 1:
@@ -148,8 +155,11 @@ def _units_records(recs: Records, qk: int | None, ro: np.ndarray,
             k1 = k0 + len(ro)
             if k1 <= len(co) and np.array_equal(co[k0:k1], ro):
                 g = slice(a + k0, a + k1)
-                return (by_queue["order"][g], np.ones(len(ro), dtype=bool),
-                        (by_queue["size"][g], by_queue["qoff"][g], by_queue["tags"][g]))
+                return (
+                    by_queue["order"][g],
+                    np.ones(len(ro), dtype=bool),
+                    (by_queue["size"][g], by_queue["qoff"][g], by_queue["tags"][g]),
+                )
     i, found = recs.find(ro)
     return i, found, None
 
@@ -176,21 +186,45 @@ class _QueueUnits:
         for r, (s, ln) in enumerate(runs):
             if r == MAX_RUNS:
                 rest = sum(l2 for _s2, l2 in runs[r:])
-                self.out.append(finding(code, q.rels[int(q.file_no[idx[s]])], None, None,
-                                        f"{q.name}: {len(runs) - r} more runs ({rest} units) like the above", queue=q.name, omitted_units=rest))
+                self.out.append(
+                    finding(
+                        code,
+                        q.rels[int(q.file_no[idx[s]])],
+                        None,
+                        None,
+                        f"{q.name}: {len(runs) - r} more runs ({rest} units) like the above",
+                        queue=q.name,
+                        omitted_units=rest,
+                    )
+                )
                 break
             u = int(idx[s])
-            self.out.append(finding(code, q.rels[int(q.file_no[u])], int(q.pos[u]), int(off[u]) if self.valid[u] else None,
-                                    f"{q.name} queue offset {int(logical[u])}" + (f"-{int(logical[u]) + ln - 1}" if ln > 1 else "") + ": " + text(u, ln),
-                                    topic=q.topic, queue_id=q.queue_id, queue_offset=int(logical[u]), units=ln, **extra))
+            self.out.append(
+                finding(
+                    code,
+                    q.rels[int(q.file_no[u])],
+                    int(q.pos[u]),
+                    int(off[u]) if self.valid[u] else None,
+                    f"{q.name} queue offset {int(logical[u])}"
+                    + (f"-{int(logical[u]) + ln - 1}" if ln > 1 else "")
+                    + ": "
+                    + text(u, ln),
+                    topic=q.topic,
+                    queue_id=q.queue_id,
+                    queue_offset=int(logical[u]),
+                    units=ln,
+                    **extra,
+                )
+            )
 
 
 class _CqCheck:
     """The consume queue cross-check (:func:`_cq_findings`): every queue's units against
     the records, then the records no unit points at."""
 
-    def __init__(self, store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any],
-                 n_queues: int) -> None:
+    def __init__(
+        self, store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any], n_queues: int
+    ) -> None:
         self.store, self.profile, self.recs, self.spans = store, profile, recs, spans
         self.out: list[Finding] = []
         self.cl_min = store.commitlog_min_offset()
@@ -198,8 +232,13 @@ class _CqCheck:
         self.referenced = np.zeros(len(recs), dtype=bool)
         self.explained: dict[int, list[np.ndarray]] = {}
         self.missing_ranges: dict[int, list[tuple[int, int]]] = {}
-        self.stats: dict[str, Any] = {"queues": n_queues, "units": 0, "fill_blank_units": 0, "expired_units": 0,
-                                      "ext_address_units": 0}
+        self.stats: dict[str, Any] = {
+            "queues": n_queues,
+            "units": 0,
+            "fill_blank_units": 0,
+            "expired_units": 0,
+            "ext_address_units": 0,
+        }
         self.sched_q1 = not profile.delay_table_in_abnormal_recovery
         self.by_queue: dict[str, Any] = {}  # filled on first use: the records of each queue, in commitlog order
 
@@ -230,11 +269,23 @@ class _CqCheck:
         ri = np.flatnonzero(valid & ~fill)
         first_real = int(ri[0]) if len(ri) else len(off)
         self.stats["fill_blank_units"] += int(np.count_nonzero(fill))
-        u.emit("CQ_HOLE", np.flatnonzero(zero & (ar < lastv)),
-               lambda k, ln: f"{'an all-zero unit' if ln == 1 else f'{ln} all-zero units'} before the last valid unit (queue offset {int(logical[lastv])}): the broker's queue recovery stops there")
-        u.emit("CQ_BAD_UNIT", np.flatnonzero(~valid & ~zero),
-               lambda k, ln: f"invalid unit (offset {int(off[k])}, size {int(size[k])})" + (f" and {ln - 1} more" if ln > 1 else ""))
-        u.emit("CQ_BAD_UNIT", np.flatnonzero(fill & (ar > first_real)), lambda k, ln: "fill-blank unit after real units")
+        u.emit(
+            "CQ_HOLE",
+            np.flatnonzero(zero & (ar < lastv)),
+            lambda k, ln: (
+                f"{'an all-zero unit' if ln == 1 else f'{ln} all-zero units'} before the last valid unit (queue offset {int(logical[lastv])}): the broker's queue recovery stops there"
+            ),
+        )
+        u.emit(
+            "CQ_BAD_UNIT",
+            np.flatnonzero(~valid & ~zero),
+            lambda k, ln: (
+                f"invalid unit (offset {int(off[k])}, size {int(size[k])})" + (f" and {ln - 1} more" if ln > 1 else "")
+            ),
+        )
+        u.emit(
+            "CQ_BAD_UNIT", np.flatnonzero(fill & (ar > first_real)), lambda k, ln: "fill-blank unit after real units"
+        )
         return ri
 
     def _all_good(self, u: _QueueUnits, qk: int | None, ri: np.ndarray) -> bool:
@@ -247,8 +298,12 @@ class _CqCheck:
             if own is not None:  # (records of this very queue, their columns at hand)
                 good = (own[0] == rs) & (own[1] == u.logical[ri]) & ((own[2] == rt) | (rt <= cqf.EXT_MAX_ADDR))
             else:
-                good = ((recs.qkey[rec_i] == qk) & (recs.size[rec_i] == rs) & (recs.queue_offset[rec_i] == u.logical[ri])
-                        & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR)))
+                good = (
+                    (recs.qkey[rec_i] == qk)
+                    & (recs.size[rec_i] == rs)
+                    & (recs.queue_offset[rec_i] == u.logical[ri])
+                    & ((recs.tags[rec_i] == rt) | (rt <= cqf.EXT_MAX_ADDR))
+                )
             if good.all():
                 good = to_queue(recs.flags[rec_i])
             if good.all():
@@ -276,30 +331,63 @@ class _CqCheck:
         in_span = ~found & ~expired & spans.contains(ro)
         past = ~found & ~expired & ~in_span & (ro >= data_end)
         bad_ptr = ~found & ~expired & ~in_span & ~past
-        u.emit("CQ_BEFORE_MIN", ri[before_min], lambda k, ln: f"points to {int(off[k])}, below the commitlog's first file ({cl_min}), after units pointing at live data")
-        u.emit("CQ_INTO_DAMAGE", ri[in_span], lambda k, ln: f"points into a damaged commitlog region ({spans.what(int(off[k]))}): the message is lost" + (f" ({ln} units)" if ln > 1 else ""))
-        u.emit("CQ_PAST_END", ri[past], lambda k, ln: f"points to {int(off[k])}, past the end of the commitlog data ({data_end})" + (f" ({ln} units)" if ln > 1 else ""))
+        u.emit(
+            "CQ_BEFORE_MIN",
+            ri[before_min],
+            lambda k, ln: (
+                f"points to {int(off[k])}, below the commitlog's first file ({cl_min}), after units pointing at live data"
+            ),
+        )
+        u.emit(
+            "CQ_INTO_DAMAGE",
+            ri[in_span],
+            lambda k, ln: (
+                f"points into a damaged commitlog region ({spans.what(int(off[k]))}): the message is lost"
+                + (f" ({ln} units)" if ln > 1 else "")
+            ),
+        )
+        u.emit(
+            "CQ_PAST_END",
+            ri[past],
+            lambda k, ln: (
+                f"points to {int(off[k])}, past the end of the commitlog data ({data_end})"
+                + (f" ({ln} units)" if ln > 1 else "")
+            ),
+        )
         u.emit("CQ_BAD_POINTER", ri[bad_ptr], lambda k, ln: f"points to {int(off[k])}, where no record starts")
 
-    def _pointed_records(self, u: _QueueUnits, qk: int | None, ri: np.ndarray, rec_i: np.ndarray, fi: np.ndarray) -> None:
+    def _pointed_records(
+        self, u: _QueueUnits, qk: int | None, ri: np.ndarray, rec_i: np.ndarray, fi: np.ndarray
+    ) -> None:
         """Units ``ri[fi]`` that point at a record: of another queue, queue offset or size,
         a transaction record no queue holds, or another tagsCode."""
         recs, size = self.recs, u.size
         rj = rec_i[fi]
         same_q = recs.qkey[rj] == (qk if qk is not None else -1)
         self.referenced[rj[same_q]] = True
-        wrong = ~same_q | (recs.size[rj] != size[ri][fi]) | (recs.queue_offset[rj] != u.logical[ri[fi]]) | ~to_queue(recs.flags[rj])
+        wrong = (
+            ~same_q
+            | (recs.size[rj] != size[ri][fi])
+            | (recs.queue_offset[rj] != u.logical[ri[fi]])
+            | ~to_queue(recs.flags[rj])
+        )
         wi = fi[wrong]
         if len(wi):
+
             def wtext(k: int, ln: int) -> str:
                 j = int(rec_i[int(np.searchsorted(ri, k))])
                 t, qid = recs.queues[int(recs.qkey[j])]
                 if not to_queue(recs.flags[j : j + 1])[0]:
                     tt = int(tx_type(recs.flags[j : j + 1])[0])
-                    return (f"points to a {'PREPARED' if tt == 4 else 'ROLLBACK'} transaction record of {t}/{qid}, "
-                            "which the broker never puts in a queue")
-                return (f"points to a record of {t}/{qid} queue offset {int(recs.queue_offset[j])} size {int(recs.size[j])}"
-                        f" (the unit says size {int(size[k])})")
+                    return (
+                        f"points to a {'PREPARED' if tt == 4 else 'ROLLBACK'} transaction record of {t}/{qid}, "
+                        "which the broker never puts in a queue"
+                    )
+                return (
+                    f"points to a record of {t}/{qid} queue offset {int(recs.queue_offset[j])} size {int(recs.size[j])}"
+                    f" (the unit says size {int(size[k])})"
+                )
+
             u.emit("CQ_WRONG_RECORD", ri[wi], wtext)
         ok = fi[~wrong]
         if len(ok):
@@ -320,11 +408,20 @@ class _CqCheck:
         if self.sched_q1 and u.q.topic == ck.SCHEDULE_TOPIC:
             for m_i, k in enumerate(mism.tolist()):
                 q1[m_i] = _q1_tags(self.store, self.profile, recs, int(rec_i[k])) == int(rt[k])
-        u.emit("CQ_TAGS_CODE_Q1", ri[mism[q1]], lambda k, ln: f"tagsCode {int(tag[k])} is the TAGS hash, not the delivery time (quirk Q1 of 4.9.2-4.9.8 abnormal recovery)")
+        u.emit(
+            "CQ_TAGS_CODE_Q1",
+            ri[mism[q1]],
+            lambda k, ln: (
+                f"tagsCode {int(tag[k])} is the TAGS hash, not the delivery time (quirk Q1 of 4.9.2-4.9.8 abnormal recovery)"
+            ),
+        )
 
         def ttext(k: int, ln: int) -> str:
             j = int(rec_i[int(np.searchsorted(ri, k))])
-            return f"tagsCode {int(tag[k])}, the record's TAGS give {int(recs.tags[j])}" + (f" ({ln} units)" if ln > 1 else "")
+            return f"tagsCode {int(tag[k])}, the record's TAGS give {int(recs.tags[j])}" + (
+                f" ({ln} units)" if ln > 1 else ""
+            )
+
         u.emit("CQ_TAGS_CODE", ri[mism[~q1]], ttext)
 
     def missing(self, broker: _Broker) -> None:
@@ -344,10 +441,19 @@ class _CqCheck:
                 self._missing_of_queue(k, missing[sel], fixed[sel], expl[sel], deleted, gone)
             for t, idx in sorted(gone.items()):
                 first = min(idx)
-                self.out.append(finding("CQ_TOPIC_DELETED", f"consumequeue/{t}", None, int(recs.off[first]),
-                                        f"{t}: {len(idx)} message(s) from offset {int(recs.off[first])} have no consume queue, and the "
-                                        "topic has no consume queue file and is not in config/topics.json: a deleted topic (the broker "
-                                        "serves none of them)", topic=t, count=len(idx)))
+                self.out.append(
+                    finding(
+                        "CQ_TOPIC_DELETED",
+                        f"consumequeue/{t}",
+                        None,
+                        int(recs.off[first]),
+                        f"{t}: {len(idx)} message(s) from offset {int(recs.off[first])} have no consume queue, and the "
+                        "topic has no consume queue file and is not in config/topics.json: a deleted topic (the broker "
+                        "serves none of them)",
+                        topic=t,
+                        count=len(idx),
+                    )
+                )
         self.stats["messages_missing"] = int(len(missing))
 
     def _explained(self, missing: np.ndarray, qks: np.ndarray) -> np.ndarray:
@@ -365,8 +471,15 @@ class _CqCheck:
             expl[sel] = e
         return expl
 
-    def _missing_of_queue(self, k: int, missing: np.ndarray, fixed: np.ndarray, expl: np.ndarray, deleted: set[str],
-                          gone: dict[str, list[int]]) -> None:
+    def _missing_of_queue(
+        self,
+        k: int,
+        missing: np.ndarray,
+        fixed: np.ndarray,
+        expl: np.ndarray,
+        deleted: set[str],
+        gone: dict[str, list[int]],
+    ) -> None:
         """The findings about the records of queue ``k`` that no unit points at."""
         recs, out = self.recs, self.out
         t, qid = recs.queues[k]
@@ -374,17 +487,37 @@ class _CqCheck:
         why = topic_path_problem(t)
         if why is not None:  # no queue can exist for it: recover never makes its path
             j = int(missing[0])
-            out.append(finding("TOPIC_BAD_NAME", "commitlog", None, int(recs.off[j]),
-                               f"{len(missing)} message(s) from offset {int(recs.off[j])} of topic {t!r}: {why}; "
-                               "the broker could not have created its queue, and recover or rebuild-index dispatch none of them",
-                               topic=t, queue_id=qid, count=len(missing)))
+            out.append(
+                finding(
+                    "TOPIC_BAD_NAME",
+                    "commitlog",
+                    None,
+                    int(recs.off[j]),
+                    f"{len(missing)} message(s) from offset {int(recs.off[j])} of topic {t!r}: {why}; "
+                    "the broker could not have created its queue, and recover or rebuild-index dispatch none of them",
+                    topic=t,
+                    queue_id=qid,
+                    count=len(missing),
+                )
+            )
             return
         lag = missing[fixed & ~expl]
         if len(lag):
-            out.append(finding("CQ_DISPATCH_LAG", qdir, None, int(recs.off[lag[0]]),
-                               f"{t}/{qid}: {len(lag)} message(s) not yet in the queue (queue offsets {int(recs.queue_offset[lag[0]])}-{int(recs.queue_offset[lag[-1]])}); the broker dispatches them at its next start",
-                               topic=t, queue_id=qid, count=int(len(lag)), first_offset=int(recs.off[lag[0]]),
-                               first_queue_offset=int(recs.queue_offset[lag[0]]), last_queue_offset=int(recs.queue_offset[lag[-1]])))
+            out.append(
+                finding(
+                    "CQ_DISPATCH_LAG",
+                    qdir,
+                    None,
+                    int(recs.off[lag[0]]),
+                    f"{t}/{qid}: {len(lag)} message(s) not yet in the queue (queue offsets {int(recs.queue_offset[lag[0]])}-{int(recs.queue_offset[lag[-1]])}); the broker dispatches them at its next start",
+                    topic=t,
+                    queue_id=qid,
+                    count=int(len(lag)),
+                    first_offset=int(recs.off[lag[0]]),
+                    first_queue_offset=int(recs.queue_offset[lag[0]]),
+                    last_queue_offset=int(recs.queue_offset[lag[-1]]),
+                )
+            )
         lost = missing[~fixed & ~expl]
         if len(lost) and t in deleted:
             gone.setdefault(t, []).extend(lost.tolist())
@@ -399,20 +532,47 @@ class _CqCheck:
         for r, (s, ln) in enumerate(runs):
             if r == MAX_RUNS:
                 more = sum(l2 for _s2, l2 in runs[r:])
-                self.out.append(finding("CQ_MISSING_MESSAGE", qdir, None, None,
-                                        f"{t}/{qid}: {more} more message(s) missing, in {len(runs) - r} more runs",
-                                        topic=t, queue_id=qid, count=more))
+                self.out.append(
+                    finding(
+                        "CQ_MISSING_MESSAGE",
+                        qdir,
+                        None,
+                        None,
+                        f"{t}/{qid}: {more} more message(s) missing, in {len(runs) - r} more runs",
+                        topic=t,
+                        queue_id=qid,
+                        count=more,
+                    )
+                )
                 break
             j = int(lost[s])
             q0 = int(recs.queue_offset[j])
-            self.out.append(finding("CQ_MISSING_MESSAGE", qdir, None, int(recs.off[j]),
-                                    f"{t}/{qid}: {ln} message(s) from offset {int(recs.off[j])} (queue offset {q0}"
-                                    + (f"-{q0 + ln - 1}" if ln > 1 else "") + ") missing from the queue; the broker will not dispatch them again",
-                                    topic=t, queue_id=qid, count=ln, queue_offset=q0))
+            self.out.append(
+                finding(
+                    "CQ_MISSING_MESSAGE",
+                    qdir,
+                    None,
+                    int(recs.off[j]),
+                    f"{t}/{qid}: {ln} message(s) from offset {int(recs.off[j])} (queue offset {q0}"
+                    + (f"-{q0 + ln - 1}" if ln > 1 else "")
+                    + ") missing from the queue; the broker will not dispatch them again",
+                    topic=t,
+                    queue_id=qid,
+                    count=ln,
+                    queue_offset=q0,
+                )
+            )
 
 
-def _cq_findings(store: Store, profile: BrokerProfile, queues: list[Queue], recs: Records, spans: _Spans,
-                 outlook: dict[str, Any], broker: _Broker) -> tuple[list[Finding], dict[str, Any]]:
+def _cq_findings(
+    store: Store,
+    profile: BrokerProfile,
+    queues: list[Queue],
+    recs: Records,
+    spans: _Spans,
+    outlook: dict[str, Any],
+    broker: _Broker,
+) -> tuple[list[Finding], dict[str, Any]]:
     check = _CqCheck(store, profile, recs, spans, outlook, len(queues))
     for q in queues:
         try:

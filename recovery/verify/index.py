@@ -31,8 +31,9 @@ ENTRY_CHUNK = 1 << 18  # index entries checked against their records at a time (
 _ENTRY_KINDS = ("neg", "in_span", "past", "bad", "wrong", "misplaced", "time_diff")
 
 
-def _chains(ks: np.ndarray, pv: np.ndarray, slots: np.ndarray, eff: int, kh: np.ndarray, S: int,
-            sound_links: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _chains(
+    ks: np.ndarray, pv: np.ndarray, slots: np.ndarray, eff: int, kh: np.ndarray, S: int, sound_links: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The hash slot whose chain reaches each entry ``ks`` (-1: none), the slot of each
     entry's hash (-1: negative hash), the slots that point into the middle of a chain, and
     the entries reached from two links or two slots. ``pv``: each entry's link, 0 where
@@ -82,7 +83,9 @@ def _local_test(ks: np.ndarray, upk: np.ndarray, head_slot: np.ndarray, slot_of:
     for lo in range(0, len(ks), ENTRY_CHUNK):
         up, hs = upk[lo : lo + ENTRY_CHUNK], head_slot[ks[lo : lo + ENTRY_CHUNK]]
         has_up = up != 0
-        if not bool(np.all(has_up != (hs >= 0))) or not np.array_equal(np.where(has_up, so[up], hs), slot_of[lo : lo + ENTRY_CHUNK]):
+        if not bool(np.all(has_up != (hs >= 0))) or not np.array_equal(
+            np.where(has_up, so[up], hs), slot_of[lo : lo + ENTRY_CHUNK]
+        ):
             return False
     return True
 
@@ -127,12 +130,18 @@ class _IndexFile:
         self.entries_at = ixf.HEADER_SIZE + S * ixf.SLOT_SIZE
         avail_slots = max(0, min(S, (size - ixf.HEADER_SIZE) // ixf.SLOT_SIZE))
         # (int32, as stored: 5 M slots take 20 MB, not 40)
-        self.slots = (np.frombuffer(_read(fd, ixf.HEADER_SIZE, avail_slots * ixf.SLOT_SIZE), dtype=">i4").astype(np.int32)
-                      if avail_slots else np.zeros(0, dtype=np.int32))
+        self.slots = (
+            np.frombuffer(_read(fd, ixf.HEADER_SIZE, avail_slots * ixf.SLOT_SIZE), dtype=">i4").astype(np.int32)
+            if avail_slots
+            else np.zeros(0, dtype=np.int32)
+        )
         avail = max(0, (size - self.entries_at) // ixf.ENTRY_SIZE) if size > self.entries_at else 0
         self.ne = min(eff, avail)
-        E = (np.frombuffer(_read(fd, self.entries_at, self.ne * ixf.ENTRY_SIZE), dtype=ixf.ENTRY_DTYPE) if self.ne
-             else np.zeros(0, dtype=ixf.ENTRY_DTYPE))
+        E = (
+            np.frombuffer(_read(fd, self.entries_at, self.ne * ixf.ENTRY_SIZE), dtype=ixf.ENTRY_DTYPE)
+            if self.ne
+            else np.zeros(0, dtype=ixf.ENTRY_DTYPE)
+        )
         self.kh = E["key_hash"][1:].astype(np.int32)
         self.eoff = E["commitlog_offset"][1:].astype(np.int64)
         self.td = E["time_diff"][1:].astype(np.int32)
@@ -149,8 +158,19 @@ class _IndexFile:
             prev_range = (prev < 0) | (prev >= eff)
             cycle = ~prev_range & (prev >= ks)
             sound = not (prev_range.any() or cycle.any())  # (then the links need no copy)
-            self.chains = (prev_range, cycle, *_chains(ks, prev if sound else np.where(prev_range | cycle, 0, prev), self.slots, eff,
-                                                       self.kh, S, sound_links=sound))
+            self.chains = (
+                prev_range,
+                cycle,
+                *_chains(
+                    ks,
+                    prev if sound else np.where(prev_range | cycle, 0, prev),
+                    self.slots,
+                    eff,
+                    self.kh,
+                    S,
+                    sound_links=sound,
+                ),
+            )
         return self.chains
 
 
@@ -197,7 +217,9 @@ class _IndexCheck:
     chains, entries against the records' keys and store times; then the messages missing
     from the index."""
 
-    def __init__(self, store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any]) -> None:
+    def __init__(
+        self, store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any]
+    ) -> None:
         self.store, self.profile, self.recs, self.spans = store, profile, recs, spans
         self.out: list[Finding] = []
         g = store.geometry
@@ -212,18 +234,38 @@ class _IndexCheck:
         self.rel = ""
         self.prepared: Prepared | None = None
 
-    def emit(self, code: str, ks: np.ndarray, eoff: np.ndarray | None, text: Callable[[int, int], str], **extra: Any) -> None:
+    def emit(
+        self, code: str, ks: np.ndarray, eoff: np.ndarray | None, text: Callable[[int, int], str], **extra: Any
+    ) -> None:
         """Findings ``code`` about the entries ``ks`` of the current file, one per run of
         consecutive entries (at most :data:`MAX_RUNS`); ``text(entry, run start)``."""
         runs = _runs(ks)
         for r, (s, ln) in enumerate(runs):
             if r == MAX_RUNS:
-                self.out.append(finding(code, self.rel, None, None, f"{len(runs) - r} more runs like the above",
-                                        omitted_entries=sum(l2 for _s2, l2 in runs[r:])))
+                self.out.append(
+                    finding(
+                        code,
+                        self.rel,
+                        None,
+                        None,
+                        f"{len(runs) - r} more runs like the above",
+                        omitted_entries=sum(l2 for _s2, l2 in runs[r:]),
+                    )
+                )
                 break
             k = int(ks[s])
-            self.out.append(finding(code, self.rel, self.entries_at + k * ixf.ENTRY_SIZE, None if eoff is None else int(eoff[s]),
-                                    f"entry {k}" + (f"-{k + ln - 1}" if ln > 1 else "") + ": " + text(k, s), entry=k, entries=ln, **extra))
+            self.out.append(
+                finding(
+                    code,
+                    self.rel,
+                    self.entries_at + k * ixf.ENTRY_SIZE,
+                    None if eoff is None else int(eoff[s]),
+                    f"entry {k}" + (f"-{k + ln - 1}" if ln > 1 else "") + ": " + text(k, s),
+                    entry=k,
+                    entries=ln,
+                    **extra,
+                )
+            )
 
     def file(self, f: StoreFile, h: ixf.IndexHeader) -> None:
         """The findings about one index file whose header is ``h``."""
@@ -243,7 +285,11 @@ class _IndexCheck:
             self._slots(x)
             hsc = self._header(x, h, hdr_problems)
             if hdr_problems:
-                self.out.append(finding("IDX_HEADER", self.rel, 0, None, "; ".join(hdr_problems), index_count=count, hash_slot_count=hsc))
+                self.out.append(
+                    finding(
+                        "IDX_HEADER", self.rel, 0, None, "; ".join(hdr_problems), index_count=count, hash_slot_count=hsc
+                    )
+                )
             if len(x.ks):
                 self._entries(x, h)
             self.prev_end_ts = int(h.end_timestamp)
@@ -258,7 +304,9 @@ class _IndexCheck:
         tail_from = self.entries_at + x.eff * ixf.ENTRY_SIZE
         tail_to = min(size, self.entries_at + self.N * ixf.ENTRY_SIZE, tail_from + (1 << 20))
         if tail_from < tail_to:
-            nz = _first_nonzero(np.frombuffer(_read(x.fd, tail_from, tail_to - tail_from), dtype=np.uint8), 0, tail_to - tail_from)
+            nz = _first_nonzero(
+                np.frombuffer(_read(x.fd, tail_from, tail_to - tail_from), dtype=np.uint8), 0, tail_to - tail_from
+            )
             nz = tail_from + nz if nz >= 0 else -1
             if nz >= 0:
                 return [f"non-zero entry bytes at {nz}, after indexCount {x.count}"]
@@ -268,11 +316,28 @@ class _IndexCheck:
         slots, eff = x.slots, x.eff
         bad_slot = np.flatnonzero((slots != 0) & ((slots < 0) | (slots >= eff)))
         for s_i in bad_slot[:MAX_RUNS].tolist():
-            self.out.append(finding("IDX_SLOT_RANGE", self.rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
-                                    f"hash slot {s_i} holds {int(slots[s_i])}, outside [0, indexCount {eff})", slot=s_i, value=int(slots[s_i])))
+            self.out.append(
+                finding(
+                    "IDX_SLOT_RANGE",
+                    self.rel,
+                    ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE,
+                    None,
+                    f"hash slot {s_i} holds {int(slots[s_i])}, outside [0, indexCount {eff})",
+                    slot=s_i,
+                    value=int(slots[s_i]),
+                )
+            )
         if len(bad_slot) > MAX_RUNS:
-            self.out.append(finding("IDX_SLOT_RANGE", self.rel, None, None, f"{len(bad_slot) - MAX_RUNS} more slots out of range",
-                                    omitted=int(len(bad_slot) - MAX_RUNS)))
+            self.out.append(
+                finding(
+                    "IDX_SLOT_RANGE",
+                    self.rel,
+                    None,
+                    None,
+                    f"{len(bad_slot) - MAX_RUNS} more slots out of range",
+                    omitted=int(len(bad_slot) - MAX_RUNS),
+                )
+            )
 
     def _header(self, x: _IndexFile, h: ixf.IndexHeader, hdr_problems: list[str]) -> int:
         """hashSlotCount (by the profile's rule), begin/end offsets and timestamps against
@@ -288,11 +353,15 @@ class _IndexCheck:
             for which, k_e, field_name in (("begin", 0, "begin_timestamp"), ("end", len(eoff) - 1, "end_timestamp")):
                 j, hit = self.recs.find(eoff[k_e : k_e + 1])
                 if hit[0] and int(self.recs.store_ts[j[0]]) != int(getattr(h, field_name)):
-                    hdr_problems.append(f"{which}Timestamp {int(getattr(h, field_name))}, its entry's record was stored at {int(self.recs.store_ts[j[0]])}")
+                    hdr_problems.append(
+                        f"{which}Timestamp {int(getattr(h, field_name))}, its entry's record was stored at {int(self.recs.store_ts[j[0]])}"
+                    )
         # a file with no put has begin == end (IndexFile's constructor). After puts, begin
         # is the first put's and end the last put's: a store clock that stepped back
         # puts begin after end, as the broker writes it (the entries are checked above)
-        if count < 2 and (int(h.begin_timestamp) > int(h.end_timestamp) or int(h.begin_phy_offset) > int(h.end_phy_offset)):
+        if count < 2 and (
+            int(h.begin_timestamp) > int(h.end_timestamp) or int(h.begin_phy_offset) > int(h.end_phy_offset)
+        ):
             hdr_problems.append("begin values after end values")
         return hsc
 
@@ -306,13 +375,21 @@ class _IndexCheck:
         if not profile.hash_slot_count_every_put and hsc != nonempty:
             used = sorted_unique((x.kh[x.kh >= 0] % np.int32(self.S)).astype(np.int64))
             if len(used) == hsc:  # the entries' slots agree with the header: the slot table
-                want_hsc = hsc    # is what is damaged, and the slot checks below say so
+                want_hsc = hsc  # is what is damaged, and the slot checks below say so
         if hsc != want_hsc and hsc == other_hsc:
-            self.out.append(finding("IDX_SLOT_COUNT_VERSION", self.rel, 32, None,
-                                    f"hashSlotCount {hsc} is the {'slots in use' if profile.hash_slot_count_every_put else 'number of puts'}"
-                                    f" ({'4.7.1+' if profile.hash_slot_count_every_put else '4.6.0-4.7.0'} rule), not {want_hsc} "
-                                    f"({profile.label}): give the --broker-version that wrote the store",
-                                    hash_slot_count=hsc, expected=want_hsc))
+            self.out.append(
+                finding(
+                    "IDX_SLOT_COUNT_VERSION",
+                    self.rel,
+                    32,
+                    None,
+                    f"hashSlotCount {hsc} is the {'slots in use' if profile.hash_slot_count_every_put else 'number of puts'}"
+                    f" ({'4.7.1+' if profile.hash_slot_count_every_put else '4.6.0-4.7.0'} rule), not {want_hsc} "
+                    f"({profile.label}): give the --broker-version that wrote the store",
+                    hash_slot_count=hsc,
+                    expected=want_hsc,
+                )
+            )
         elif hsc != want_hsc:
             hdr_problems.append(f"hashSlotCount {hsc}, expected {want_hsc}")
 
@@ -326,21 +403,49 @@ class _IndexCheck:
         entries reached twice or from no slot; returns (orphan, chain slot, key's slot)."""
         ks, prev, eoff, eff, slots = x.ks, x.prev, x.eoff, x.eff, x.slots
         prev_range, cycle, chain_slot, slot_of, into_middle, shared, dup_target = x.file_chains(self.S)
-        self.emit("IDX_SLOT_RANGE", ks[prev_range], eoff[prev_range], lambda k, s: f"chain link {int(prev[k - 1])} outside [0, indexCount {eff})")
-        self.emit("IDX_CHAIN_CYCLE", ks[cycle], eoff[cycle], lambda k, s: f"chain link {int(prev[k - 1])} does not point to an older entry")
+        self.emit(
+            "IDX_SLOT_RANGE",
+            ks[prev_range],
+            eoff[prev_range],
+            lambda k, s: f"chain link {int(prev[k - 1])} outside [0, indexCount {eff})",
+        )
+        self.emit(
+            "IDX_CHAIN_CYCLE",
+            ks[cycle],
+            eoff[cycle],
+            lambda k, s: f"chain link {int(prev[k - 1])} does not point to an older entry",
+        )
         for s_i in into_middle[:MAX_RUNS].tolist():
-            self.out.append(finding("IDX_CHAIN_BROKEN", self.rel, ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE, None,
-                                    f"hash slot {s_i} points to entry {int(slots[s_i])}, which a newer entry links to", slot=s_i))
+            self.out.append(
+                finding(
+                    "IDX_CHAIN_BROKEN",
+                    self.rel,
+                    ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE,
+                    None,
+                    f"hash slot {s_i} points to entry {int(slots[s_i])}, which a newer entry links to",
+                    slot=s_i,
+                )
+            )
         for t_raw in list(shared[:MAX_RUNS]) + list(dup_target[:MAX_RUNS]):
             t_k = int(t_raw)
             if t_k >= 1:
-                self.out.append(finding("IDX_CHAIN_BROKEN", self.rel, self.entries_at + t_k * ixf.ENTRY_SIZE, None,
-                                        f"entry {t_k} is reached from two places (two links or two slots)", entry=t_k))
+                self.out.append(
+                    finding(
+                        "IDX_CHAIN_BROKEN",
+                        self.rel,
+                        self.entries_at + t_k * ixf.ENTRY_SIZE,
+                        None,
+                        f"entry {t_k} is reached from two places (two links or two slots)",
+                        entry=t_k,
+                    )
+                )
         orphan = chain_slot < 0
         self.emit("IDX_CHAIN_BROKEN", ks[orphan], eoff[orphan], lambda k, s: "not reachable from any hash slot")
         return orphan, chain_slot, slot_of
 
-    def _records(self, x: _IndexFile, h: ixf.IndexHeader, orphan: np.ndarray, chain_slot: np.ndarray, slot_of: np.ndarray) -> None:
+    def _records(
+        self, x: _IndexFile, h: ixf.IndexHeader, orphan: np.ndarray, chain_slot: np.ndarray, slot_of: np.ndarray
+    ) -> None:
         """Each entry against the record it points to: found, key hash, slot, timeDiff.
         :data:`ENTRY_CHUNK` entries at a time, so that the working arrays stay the same
         size however many entries the file holds; the flagged entries of each kind are
@@ -355,16 +460,46 @@ class _IndexCheck:
             self.emit(code, x.ks[at[kind]], eoff[at[kind]], text)
 
         emit("neg", "IDX_BAD_ENTRY", lambda k, s: f"negative key hash {int(kh[k - 1])}")
-        emit("in_span", "IDX_INTO_DAMAGE", lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})")
-        emit("past", "IDX_PAST_END", lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})")
+        emit(
+            "in_span",
+            "IDX_INTO_DAMAGE",
+            lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})",
+        )
+        emit(
+            "past",
+            "IDX_PAST_END",
+            lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})",
+        )
         emit("bad", "IDX_BAD_ENTRY", lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
-        emit("wrong", "IDX_WRONG_HASH", lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}")
-        emit("misplaced", "IDX_CHAIN_BROKEN",
-             lambda k, s: f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}")
-        emit("time_diff", "IDX_TIME_DIFF", lambda k, s: f"timeDiff {int(x.td[k - 1])} does not match the record's store timestamp")
+        emit(
+            "wrong",
+            "IDX_WRONG_HASH",
+            lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}",
+        )
+        emit(
+            "misplaced",
+            "IDX_CHAIN_BROKEN",
+            lambda k, s: (
+                f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}"
+            ),
+        )
+        emit(
+            "time_diff",
+            "IDX_TIME_DIFF",
+            lambda k, s: f"timeDiff {int(x.td[k - 1])} does not match the record's store timestamp",
+        )
 
-    def _records_chunk(self, x: _IndexFile, h: ixf.IndexHeader, lo: int, hi: int, orphan: np.ndarray, chain_slot: np.ndarray,
-                       slot_of: np.ndarray, got: dict[str, list[np.ndarray]]) -> None:
+    def _records_chunk(
+        self,
+        x: _IndexFile,
+        h: ixf.IndexHeader,
+        lo: int,
+        hi: int,
+        orphan: np.ndarray,
+        chain_slot: np.ndarray,
+        slot_of: np.ndarray,
+        got: dict[str, list[np.ndarray]],
+    ) -> None:
         """Entries ``[lo, hi)`` (positions in ``x``'s arrays): appends the positions of
         each kind of flagged entry to ``got``."""
         kh, eoff = x.kh[lo:hi], x.eoff[lo:hi]
@@ -379,7 +514,14 @@ class _IndexCheck:
         wrong = found & ~hash_ok & ~neg
         self.wrong_recs.append(rj[wrong])
         misplaced = ~orphan[lo:hi] & ~wrong & ~neg & (chain_slot[lo:hi] != slot_of[lo:hi])
-        for kind, mask in (("neg", neg), ("in_span", in_span), ("past", past), ("bad", bad & ~neg), ("wrong", wrong), ("misplaced", misplaced)):
+        for kind, mask in (
+            ("neg", neg),
+            ("in_span", in_span),
+            ("past", past),
+            ("bad", bad & ~neg),
+            ("wrong", wrong),
+            ("misplaced", misplaced),
+        ):
             got[kind].append(np.flatnonzero(mask) + lo)
         got["time_diff"].append(self._time_diffs(x, h, lo, rj, found) + lo)
 
@@ -418,23 +560,56 @@ class _IndexCheck:
         fixed = broker.index_fixed(recs.off[miss_rec], last_end, rem_end)
         lag = miss_rec[fixed]
         if len(lag):
-            self.out.append(finding("IDX_DISPATCH_LAG", "index", None, int(recs.off[lag[0]]),
-                                    f"{len(lag)} message(s) from offset {int(recs.off[lag[0]])} not yet indexed; the broker indexes them at its next start",
-                                    count=int(len(lag)), first_offset=int(recs.off[lag[0]]), last_offset=int(recs.off[lag[-1]])))
+            self.out.append(
+                finding(
+                    "IDX_DISPATCH_LAG",
+                    "index",
+                    None,
+                    int(recs.off[lag[0]]),
+                    f"{len(lag)} message(s) from offset {int(recs.off[lag[0]])} not yet indexed; the broker indexes them at its next start",
+                    count=int(len(lag)),
+                    first_offset=int(recs.off[lag[0]]),
+                    last_offset=int(recs.off[lag[-1]]),
+                )
+            )
         lost = miss_rec[~fixed]
         for r, (s, ln) in enumerate(_runs(lost)):
             if r == MAX_RUNS:
-                self.out.append(finding("IDX_MISSING_KEYS", "index", None, None, "more runs of messages missing from the index", omitted=int(len(lost))))
+                self.out.append(
+                    finding(
+                        "IDX_MISSING_KEYS",
+                        "index",
+                        None,
+                        None,
+                        "more runs of messages missing from the index",
+                        omitted=int(len(lost)),
+                    )
+                )
                 break
             j = int(lost[s])
-            self.out.append(finding("IDX_MISSING_KEYS", "index", None, int(recs.off[j]),
-                                    f"{ln} message(s) from offset {int(recs.off[j])} have keys missing from the index; the broker will not index them again",
-                                    count=ln))
+            self.out.append(
+                finding(
+                    "IDX_MISSING_KEYS",
+                    "index",
+                    None,
+                    int(recs.off[j]),
+                    f"{ln} message(s) from offset {int(recs.off[j])} have keys missing from the index; the broker will not index them again",
+                    count=ln,
+                )
+            )
 
 
-def _index_findings(store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any],
-                    broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint,
-                    prepared: Prepared | None = None) -> tuple[list[Finding], dict[str, Any]]:
+def _index_findings(
+    store: Store,
+    profile: BrokerProfile,
+    recs: Records,
+    spans: _Spans,
+    outlook: dict[str, Any],
+    broker: _Broker,
+    headers: list[tuple[str, Any]],
+    ckpt: Checkpoint,
+    prepared: Prepared | None = None,
+) -> tuple[list[Finding], dict[str, Any]]:
     check = _IndexCheck(store, profile, recs, spans, outlook)
     check.prepared = prepared
     try:

@@ -24,8 +24,9 @@ from .records import DAMAGED
 # Recovery outlook: where normal and abnormal recovery start, and where they stop.
 
 
-def _process_offset(store: Store, scans: Sequence[FileScan | None], i0: int,
-                    profile: BrokerProfile | None = None, n: int | None = None) -> tuple[int, int]:
+def _process_offset(
+    store: Store, scans: Sequence[FileScan | None], i0: int, profile: BrokerProfile | None = None, n: int | None = None
+) -> tuple[int, int]:
     """Where the broker's recovery walk, started at file ``i0``, stops: (processOffset,
     index of the file it stops in); ``n``: the first n commitlog files only. verify's scan
     walks with the CRC on; under checkCRCOnRecover=false (``profile.check_crc_on_recover``)
@@ -57,8 +58,16 @@ def _process_offset(store: Store, scans: Sequence[FileScan | None], i0: int,
     return (files[-1].base if files else 0), max(len(files) - 1, 0)
 
 
-def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records,
-                     max_phy_cq: int, ckpt: Checkpoint, load_blockers: list[str], index_headers: list[tuple[str, Any]]) -> dict[str, Any]:
+def recovery_outlook(
+    store: Store,
+    profile: BrokerProfile,
+    scans: Sequence[FileScan | None],
+    recs: Records,
+    max_phy_cq: int,
+    ckpt: Checkpoint,
+    load_blockers: list[str],
+    index_headers: list[tuple[str, Any]],
+) -> dict[str, Any]:
     files = store.commitlog
     if profile.zero_length_last_file_deleted and len(files) > 1 and files[-1].size == 0:
         # 5.1.3+ deletes it at load, before recovery: the walk ends in the file before it,
@@ -86,14 +95,24 @@ def recovery_outlook(store: Store, profile: BrokerProfile, scans: Sequence[FileS
         po, istop = _process_offset(store, scans, i0, profile, len(files))
         # intact records only (as recover counts them): a readable record that fails its CRC
         # is in the table but is not intact
-        cut = int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, po):] & DAMAGED) == 0)) if len(recs) else 0
+        cut = int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, po) :] & DAMAGED) == 0)) if len(recs) else 0
         out[key] = {
-            "start_file": _rel(store, files[i0].path), "start_offset": files[i0].base, "rule": why,
-            "stop_offset": po, "stop_file": _rel(store, files[istop].path), "bytes_scanned": po - files[i0].base,
+            "start_file": _rel(store, files[i0].path),
+            "start_offset": files[i0].base,
+            "rule": why,
+            "stop_offset": po,
+            "stop_file": _rel(store, files[istop].path),
+            "bytes_scanned": po - files[i0].base,
             "records_cut": cut,
-            "files_deleted": [_rel(store, f.path) for f in files if f.base > po and f.base >= files[istop].base and f is not files[istop]]
-            + [_rel(store, f.path) for f in store.commitlog[len(files):]],
+            "files_deleted": [
+                _rel(store, f.path)
+                for f in files
+                if f.base > po and f.base >= files[istop].base and f is not files[istop]
+            ]
+            + [_rel(store, f.path) for f in store.commitlog[len(files) :]],
         }
     out["abnormal"]["threshold_timestamp"] = threshold
-    out["abnormal"]["index_files_deleted"] = [name for name, h in index_headers if h is not None and index_file_deleted_at_load(h, ckpt)]
+    out["abnormal"]["index_files_deleted"] = [
+        name for name, h in index_headers if h is not None and index_file_deleted_at_load(h, ckpt)
+    ]
     return out

@@ -102,8 +102,9 @@ def _plan_parts(store: Store, part_size: int) -> list[tuple[int, StoreFile, int,
 IN_PROCESS_BYTES = 16 << 20  # (a pool of two workers takes ~50 ms to start; 16 MiB scan in about as long)
 
 
-def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
-               meanwhile: Callable[[], None] | None = None) -> list[Part]:
+def _run_parts(
+    tasks: list[PartTask], jobs: int, progress: Progress | None, meanwhile: Callable[[], None] | None = None
+) -> list[Part]:
     """Run the parts in this process or in a pool of ``jobs`` processes; ``meanwhile``
     runs in this process while the workers scan (after the scan when there is no pool).
     Parts of fewer than IN_PROCESS_BYTES in all are scanned here: starting the workers
@@ -113,8 +114,15 @@ def _run_parts(tasks: list[PartTask], jobs: int, progress: Progress | None,
         if meanwhile:
             meanwhile()
         return out
-    return parallel.run(scan_part, tasks, jobs, make_pool=lambda n: parallel.pool(n, _mp_context()),
-                        weight=_part_bytes, progress=progress, meanwhile=meanwhile)
+    return parallel.run(
+        scan_part,
+        tasks,
+        jobs,
+        make_pool=lambda n: parallel.pool(n, _mp_context()),
+        weight=_part_bytes,
+        progress=progress,
+        meanwhile=meanwhile,
+    )
 
 
 def _part_bytes(t: PartTask) -> int:
@@ -163,10 +171,17 @@ class Records:
         return i, self.off[i] == offsets
 
 
-def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_size: int = DEFAULT_PART_SIZE,
-                   opts: ScanOptions | None = None, progress: Progress | None = None,
-                   meanwhile: Callable[[], None] | None = None,
-                   hints: np.ndarray | list[np.ndarray] | None = None) -> tuple[list[FileScan | None], Records]:
+def scan_commitlog(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    jobs: int = 1,
+    part_size: int = DEFAULT_PART_SIZE,
+    opts: ScanOptions | None = None,
+    progress: Progress | None = None,
+    meanwhile: Callable[[], None] | None = None,
+    hints: np.ndarray | list[np.ndarray] | None = None,
+) -> tuple[list[FileScan | None], Records]:
     """Walk every commitlog file (in parts, possibly in parallel) and stitch the parts back
     into the per-file broker walk. Returns one FileScan per commitlog file (None for an
     empty file) and the record table. ``hints``: sorted commitlog offsets (e.g.
@@ -174,8 +189,10 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
     opts = opts or ScanOptions()
     mapped = store.geometry.commitlog_file_size
     plan = _plan_parts(store, max(part_size, 1 << 12))
-    tasks = [PartTask(str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts).with_hints(hints)
-             for i, f, end, s, e in plan]
+    tasks = [
+        PartTask(str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts).with_hints(hints)
+        for i, f, end, s, e in plan
+    ]
     # without a pool, ``meanwhile`` runs once the parts are joined into the table (and let go)
     later = meanwhile if jobs <= 1 or len(tasks) <= 1 else None
     parts = _run_parts(tasks, jobs, progress, None if later else meanwhile)
@@ -192,7 +209,9 @@ def scan_commitlog(store: Store, profile: BrokerProfile, *, jobs: int = 1, part_
             continue
 
         def run(start: int, stop: int, mode: str, _f: StoreFile = f, _i: int = i, _end: int = end) -> Part:
-            return scan_part(PartTask(str(_f.path), _i, _f.base, _end, start, stop, mode, profile, opts).with_hints(hints))
+            return scan_part(
+                PartTask(str(_f.path), _i, _f.base, _end, start, stop, mode, profile, opts).with_hints(hints)
+            )
 
         fparts = _stitch(sorted(by_file.get(i, []), key=lambda p: p.start), f, end, run)
         fs = FileScan(f, i, _rel(store, f.path), end, mapped, rec_lo=table.count)
@@ -284,10 +303,20 @@ class _Table:
                 if fs is not None:
                     fs.rec_lo = fs.rec_hi = 0
         qkey, queues = _queue_keys(cat["tid"].astype(np.int64), cat["queue_id"].astype(np.int64), self.topic_names)
-        return Records(off=off, size=cat["total"].astype(np.int32), qkey=qkey.astype(np.int32),
-                       queue_offset=cat["queue_offset"], store_ts=cat["store_ts"],
-                       tags=cat["tags"], flags=cat["flags"], file_idx=fidx, queues=queues, key_rec=krec, key_hash=khash,
-                       anomalies=self.anomalies)
+        return Records(
+            off=off,
+            size=cat["total"].astype(np.int32),
+            qkey=qkey.astype(np.int32),
+            queue_offset=cat["queue_offset"],
+            store_ts=cat["store_ts"],
+            tags=cat["tags"],
+            flags=cat["flags"],
+            file_idx=fidx,
+            queues=queues,
+            key_rec=krec,
+            key_hash=khash,
+            anomalies=self.anomalies,
+        )
 
 
 def _queue_keys(tid: np.ndarray, qid: np.ndarray, topic_names: list[str]) -> tuple[np.ndarray, list[tuple[str, int]]]:

@@ -45,8 +45,16 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: HeaderColumn
     sysf = cols.sys_flag[:n]
     flags = _tx_flags(sysf) | np.uint8(flag)
     _record_checks(ctx, out, P[:n], cols.physical_offset[:n], sysf, flag)
-    out.add(pos=P[:n], total=T[:n], queue_id=cols.queue_id[:n], queue_offset=cols.queue_offset[:n],
-            store_ts=cols.store_timestamp[:n], tid=tids[:n], tags=pv.tags[:n], flags=flags)
+    out.add(
+        pos=P[:n],
+        total=T[:n],
+        queue_id=cols.queue_id[:n],
+        queue_offset=cols.queue_offset[:n],
+        store_ts=cols.store_timestamp[:n],
+        tid=tids[:n],
+        tags=pv.tags[:n],
+        flags=flags,
+    )
     base_idx = out.count - n
     key_i, key_h = pv.key_i, pv.key_h
     if ctx.opts.want_keys and len(key_i):
@@ -123,16 +131,22 @@ def _index_keys(uniq: str | None, keys: str | None) -> list[str]:
 _PROPS_BATCH = 8 << 20  # bytes of properties decoded per numpy pass
 
 
-def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarray, tids: np.ndarray,
-               store_ts: np.ndarray) -> _Props:
+def _props_vec(
+    ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarray, tids: np.ndarray, store_ts: np.ndarray
+) -> _Props:
     """The batch decoder's properties pass over the records (in batches of at most
     :data:`_PROPS_BATCH` property bytes): tagsCode (the schedule topic's delivery times
     included), index key hashes, the records it is unsure of, the records whose
     properties are checked one by one; the dropped-entry findings of the others."""
     n = len(P)
     plp = np.maximum(pl, 0)
-    pv = _Props(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), np.zeros(0, dtype=np.int64),
-                np.zeros(0, dtype=np.int32))
+    pv = _Props(
+        np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=bool),
+        np.zeros(0, dtype=np.int64),
+        np.zeros(0, dtype=np.int32),
+    )
     if not ctx.profile.new_properties_parser:
         pv.slow[:] = pl > 0  # the 4.6.0-4.9.0 split parser: only UTF-8 is checked, one by one
     else:
@@ -168,8 +182,16 @@ def _props_vec(ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarr
     return pv
 
 
-def _props_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, plp: np.ndarray, pc: PropertyColumns, slow: np.ndarray,
-                  late: dict[int, tuple[str, int, str, dict[str, Any]]], lo: int) -> None:
+def _props_checks(
+    ctx: _Ctx,
+    out: _Rec,
+    P: np.ndarray,
+    plp: np.ndarray,
+    pc: PropertyColumns,
+    slow: np.ndarray,
+    late: dict[int, tuple[str, int, str, dict[str, Any]]],
+    lo: int,
+) -> None:
     """4.9.1+ parser: the records whose properties are not valid UTF-8 are checked one by
     one (``slow``, a view of one batch); the others' dropped entries are counted here. (In
     valid UTF-8 the bytes 01 and 02 are characters of their own, so the bytes give the
@@ -188,7 +210,12 @@ def _props_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, plp: np.ndarray, pc: Prop
     cnt = dropped_entries(J, rs)
     for r in np.flatnonzero((cnt > 0) & ~slow).tolist():
         c = int(cnt[r])
-        f = ("CL_PROPERTIES", int(P[r]), f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": c})
+        f = (
+            "CL_PROPERTIES",
+            int(P[r]),
+            f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)",
+            {"reason": "dropped_entries", "dropped": c},
+        )
         nonascii = int(J[int(rs[r]) : int(rs[r]) + int(plp[r])].max(initial=0)) >= 0x80
         if not nonascii:
             out.anomalies.append(f)
@@ -196,8 +223,19 @@ def _props_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, plp: np.ndarray, pc: Prop
             late[lo + r] = f
 
 
-_FP_MUL = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93,
-                    0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x94D049BB133111EB, 0xBF58476D1CE4E5B9], dtype=np.uint64)
+_FP_MUL = np.array(
+    [
+        0x9E3779B97F4A7C15,
+        0xC2B2AE3D27D4EB4F,
+        0x165667B19E3779F9,
+        0xD6E8FEB86659FD93,
+        0xFF51AFD7ED558CCD,
+        0xC4CEB9FE1A85EC53,
+        0x94D049BB133111EB,
+        0xBF58476D1CE4E5B9,
+    ],
+    dtype=np.uint64,
+)
 
 
 _TOPIC_WORDS_MAX = 256  # longer topics (V2 records allow 32767 bytes) go one by one
@@ -228,7 +266,7 @@ def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.n
     first, inv = _topic_groups(words, tpos, tl, m) if width <= 64 else _long_topic_groups(words, tpos, tl, m)
     buf = ctx.buf
     ids = np.empty(len(first), dtype=np.int32)
-    for g in (range(len(first)) if width <= 64 else np.argsort(first, kind="stable").tolist()):
+    for g in range(len(first)) if width <= 64 else np.argsort(first, kind="stable").tolist():
         j = int(first[g])
         ids[g] = out.tid(bytes(buf[int(tpos[j]) : int(tpos[j]) + int(tl[j])]))
     tids[:] = ids[inv]
@@ -241,7 +279,9 @@ def _long_topic_groups(words: Any, tpos: np.ndarray, tl: np.ndarray, m: int) -> 
     masked; the same fingerprint, check and exact fall-back."""
     W = words.grouped(tpos).words(0, m)
     valid = np.clip(tl[:, None] - 8 * np.arange(m, dtype=np.int64)[None, :], 0, 8).astype(np.uint64)
-    W &= ~((np.uint64(1) << (np.uint64(64) - 8 * valid)) - np.uint64(1)) & np.where(valid > 0, np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0))
+    W &= ~((np.uint64(1) << (np.uint64(64) - 8 * valid)) - np.uint64(1)) & np.where(
+        valid > 0, np.uint64(0xFFFFFFFFFFFFFFFF), np.uint64(0)
+    )
     return _group_words(tl, [W[:, j] for j in range(m)])
 
 
@@ -253,7 +293,9 @@ def _topic_groups(words: Any, tpos: np.ndarray, tl: np.ndarray, m: int) -> tuple
     head = None
     if short.any():
         keep_bits = (tl * 8).astype(np.uint64)
-        mask = np.where(short, ~((np.uint64(1) << (np.uint64(64) - keep_bits)) - np.uint64(1)), np.uint64(0xFFFFFFFFFFFFFFFF))
+        mask = np.where(
+            short, ~((np.uint64(1) << (np.uint64(64) - keep_bits)) - np.uint64(1)), np.uint64(0xFFFFFFFFFFFFFFFF)
+        )
         mask = np.where(tl == 0, np.uint64(0), mask)
         head = words.at(tpos) & mask
     for j in range(m):
@@ -282,7 +324,9 @@ def _group_words(tl: np.ndarray, parts: list[np.ndarray]) -> tuple[np.ndarray, n
         same &= wv == wv[rep]
     if not same.all():  # a fingerprint collision: exact grouping on all words
         stacked = np.ascontiguousarray(np.stack([tl.astype(np.uint64), *parts], axis=1))
-        _u, first, inv = np.unique(stacked.view(np.dtype((np.void, 8 * (m + 1)))).ravel(), return_index=True, return_inverse=True)
+        _u, first, inv = np.unique(
+            stacked.view(np.dtype((np.void, 8 * (m + 1)))).ravel(), return_index=True, return_inverse=True
+        )
         inv = inv.ravel()
     return first, inv
 
@@ -294,18 +338,34 @@ def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: 
     if len(bad) and flag == MAIN:
         out.main_phys_ok = False
     for i in bad[:MAX_PER_PART].tolist():
-        out.anomalies.append(("CL_PHYS_OFFSET_MISMATCH", int(P[i]),
-                              f"stored PHYSICALOFFSET is {int(phys[i])}, the record is at {ctx.base + int(P[i])}: its queue and index entries point elsewhere",
-                              {"stored": int(phys[i])}))
+        out.anomalies.append(
+            (
+                "CL_PHYS_OFFSET_MISMATCH",
+                int(P[i]),
+                f"stored PHYSICALOFFSET is {int(phys[i])}, the record is at {ctx.base + int(P[i])}: its queue and index entries point elsewhere",
+                {"stored": int(phys[i])},
+            )
+        )
     sf = sysf.astype(np.int64)
     unknown = (sf & ~_KNOWN_SYSFLAG_BITS) != 0
     bad_ctype = ((sf & 0x1) != 0) & (((sf & 0x700) >> 8) > 3)
     inner4 = ((sf & 0xC0) != 0) & (not ctx.profile.is_5x)
-    for mask, why in ((unknown, "unknown SYSFLAG bits"), (bad_ctype, "invalid compression type"), (inner4, "inner-batch bits on a 4.x store")):
+    for mask, why in (
+        (unknown, "unknown SYSFLAG bits"),
+        (bad_ctype, "invalid compression type"),
+        (inner4, "inner-batch bits on a 4.x store"),
+    ):
         idx = np.flatnonzero(mask)
         if len(idx):
             i = int(idx[0])
-            out.anomalies.append(("CL_SYSFLAG", int(P[i]), why, {"count": int(len(idx)), "reason": why, "sys_flag": int(sf[i]) & 0xFFFFFFFF}))
+            out.anomalies.append(
+                (
+                    "CL_SYSFLAG",
+                    int(P[i]),
+                    why,
+                    {"count": int(len(idx)), "reason": why, "sys_flag": int(sf[i]) & 0xFFFFFFFF},
+                )
+            )
 
 
 _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
@@ -321,13 +381,25 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
         try:
             pb.decode("utf-8")
         except UnicodeDecodeError as exc:
-            out.anomalies.append(("CL_PROPERTIES", pos, f"properties are not valid UTF-8 (byte {exc.start} of the properties)", {"reason": "utf8"}))
+            out.anomalies.append(
+                (
+                    "CL_PROPERTIES",
+                    pos,
+                    f"properties are not valid UTF-8 (byte {exc.start} of the properties)",
+                    {"reason": "utf8"},
+                )
+            )
             return
     if not structure:  # the 4.6.0-4.9.0 split parser has other rules; only UTF-8 is checked
         return
     seps = pb.translate(None, _NOT_SEPARATORS)
-    if (seps == _ALTERNATING[: len(seps)] and b"\x01\x02" not in pb and b"\x02\x01" not in pb
-            and pb[:1] != b"\x01" and pb[-1:] != b"\x01"):
+    if (
+        seps == _ALTERNATING[: len(seps)]
+        and b"\x01\x02" not in pb
+        and b"\x02\x01" not in pb
+        and pb[:1] != b"\x01"
+        and pb[-1:] != b"\x01"
+    ):
         return
     dropped = 0
     for seg in pb.decode("utf-8", JAVA_REPLACE).split("\x02"):
@@ -335,7 +407,14 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
         if seg and not (0 < k < len(seg) - 1):
             dropped += 1
     if dropped:
-        out.anomalies.append(("CL_PROPERTIES", pos, f"{dropped} propert{'y' if dropped == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)", {"reason": "dropped_entries", "dropped": dropped}))
+        out.anomalies.append(
+            (
+                "CL_PROPERTIES",
+                pos,
+                f"{dropped} propert{'y' if dropped == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)",
+                {"reason": "dropped_entries", "dropped": dropped},
+            )
+        )
 
 
 _AR10 = np.arange(10, dtype=np.int64)
@@ -366,4 +445,11 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
         p, t = int(ps[k]), int(T[hit[k]])
         stored, computed = int(stored_all[k]), int(computed_all[k])
         code = "CL_PROP_CRC" if ctx.profile.has_prop_crc else "CL_PROP_CRC_PRE_5_2"
-        out.anomalies.append((code, p, f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}", {"stored": stored, "computed": computed}))
+        out.anomalies.append(
+            (
+                code,
+                p,
+                f"__CRC32# property holds {stored}, the record's first {t - cl.CRC32_RESERVED_LEN} bytes give {computed}",
+                {"stored": stored, "computed": computed},
+            )
+        )

@@ -94,8 +94,13 @@ class Queue:
         u = raw.view(cqf.CQ_DTYPE)
         fno = np.repeat(np.array(ks, dtype=np.int32), counts)
         logical = self.first[fno] + (np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts))
-        return (u["commitlog_offset"].astype(np.int64), u["size"].astype(np.int32), u["tags_code"].astype(np.int64),
-                logical, fno)
+        return (
+            u["commitlog_offset"].astype(np.int64),
+            u["size"].astype(np.int32),
+            u["tags_code"].astype(np.int64),
+            logical,
+            fno,
+        )
 
     def load(self) -> Queue:
         if self._units is None:

@@ -44,6 +44,8 @@ def to_queue(flags: np.ndarray) -> np.ndarray:
     transaction types do; PREPARED and ROLLBACK never do (RECOVERY §9.1;
     :func:`recovery.broker.goes_to_consume_queue`)."""
     return goes_to_consume_queue_batch(tx_type(flags))
+
+
 PHYS = "PHYSICAL_OFFSET_MISMATCH"  # salvage-mode stop: a record whose PHYSICALOFFSET is not its position
 # outcomes of check_record where the record itself is readable and its size trustworthy
 _INTACT_FAILURES = frozenset({ck.CRC, ck.DELAY_PARSE, ck.INNER_BATCH, ck.PROP_CRC})

@@ -70,28 +70,54 @@ def verify_store(
         pre["index"] = Prepared(store, headers)  # the first index file's own structure (no record needed)
 
     # the offsets the consume queues point at speed the commitlog walk up
-    scans, recs = scan_commitlog(store, profile, jobs=jobs, part_size=part_size, opts=opts, progress=progress,
-                                 meanwhile=meanwhile, hints=queue_hint_runs(store))
+    scans, recs = scan_commitlog(
+        store,
+        profile,
+        jobs=jobs,
+        part_size=part_size,
+        opts=opts,
+        progress=progress,
+        meanwhile=meanwhile,
+        hints=queue_hint_runs(store),
+    )
     queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
     outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
     layout = [_zero_length_lost(f, store, max_phy_cq) for f in layout]
     spans = _Spans(_commitlog_spans(store, scans, recs))
     broker = _Broker(store, profile, outlook)
-    cl_f, (cq_f, cq_stats), (ix_f, ix_stats) = _cross_checks(store, profile, jobs, queues, scans, recs, spans, outlook,
-                                                             broker, headers, ckpt, pre["index"])
+    cl_f, (cq_f, cq_stats), (ix_f, ix_stats) = _cross_checks(
+        store, profile, jobs, queues, scans, recs, spans, outlook, broker, headers, ckpt, pre["index"]
+    )
     cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
     st_f = _state_findings(store)
-    groups = [("layout", layout), ("commitlog", cl_f), ("consumequeue", cq_f), ("index", ix_f), ("checkpoint", cp_f), ("store", st_f)]
+    groups = [
+        ("layout", layout),
+        ("commitlog", cl_f),
+        ("consumequeue", cq_f),
+        ("index", ix_f),
+        ("checkpoint", cp_f),
+        ("store", st_f),
+    ]
     return _report(store, profile, scans, recs, spans, outlook, ckpt, groups, cq_stats, ix_stats)
 
 
 _Checked = tuple[list[Finding], dict[str, Any]]
 
 
-def _cross_checks(store: Store, profile: BrokerProfile, jobs: int, queues: list[Queue], scans: Sequence[FileScan | None],
-                  recs: Records, spans: _Spans, outlook: dict[str, Any], broker: _Broker,
-                  headers: list[tuple[str, Any]], ckpt: Checkpoint,
-                  prepared: Prepared | None = None) -> tuple[list[Finding], _Checked, _Checked]:
+def _cross_checks(
+    store: Store,
+    profile: BrokerProfile,
+    jobs: int,
+    queues: list[Queue],
+    scans: Sequence[FileScan | None],
+    recs: Records,
+    spans: _Spans,
+    outlook: dict[str, Any],
+    broker: _Broker,
+    headers: list[tuple[str, Any]],
+    ckpt: Checkpoint,
+    prepared: Prepared | None = None,
+) -> tuple[list[Finding], _Checked, _Checked]:
     """The commitlog, consume queue and index findings. The consume queue cross-check is
     the longest and spends its time in numpy (which lets go of the GIL): with more than
     one core it runs beside the others."""
@@ -123,25 +149,55 @@ def _cross_checks(store: Store, profile: BrokerProfile, jobs: int, queues: list[
     return cl_f, cq, ix
 
 
-def _report(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records, spans: _Spans,
-            outlook: dict[str, Any], ckpt: Checkpoint, groups: list[tuple[str, list[Finding]]], cq_stats: dict[str, Any],
-            ix_stats: dict[str, Any]) -> VerifyReport:
+def _report(
+    store: Store,
+    profile: BrokerProfile,
+    scans: Sequence[FileScan | None],
+    recs: Records,
+    spans: _Spans,
+    outlook: dict[str, Any],
+    ckpt: Checkpoint,
+    groups: list[tuple[str, list[Finding]]],
+    cq_stats: dict[str, Any],
+    ix_stats: dict[str, Any],
+) -> VerifyReport:
     """The report: each check's findings (capped per file), counts and statistics, and
     the summary."""
-    n_files = sum(1 for _ in store.commitlog) + sum(len(v) for v in store.consume_queues.values()) + len(store.index_files)
+    n_files = (
+        sum(1 for _ in store.commitlog) + sum(len(v) for v in store.consume_queues.values()) + len(store.index_files)
+    )
     salvaged = int(np.count_nonzero(recs.flags & SALVAGED)) if len(recs) else 0
     damaged = int(np.count_nonzero(recs.flags & DAMAGED)) if len(recs) else 0
     items = {
-        "layout": (n_files, {"commitlog_files": len(store.commitlog), "consumequeue_files": sum(len(v) for v in store.consume_queues.values()),
-                             "index_files": len(store.index_files)}),
-        "commitlog": (len(recs), {"bytes": sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog),
-                                  "records_in_broker_walk": sum(fs.main_count for fs in scans if fs is not None),
-                                  "salvaged_records": salvaged, "damaged_records": damaged, "damaged_regions": len(spans.spans)}),
+        "layout": (
+            n_files,
+            {
+                "commitlog_files": len(store.commitlog),
+                "consumequeue_files": sum(len(v) for v in store.consume_queues.values()),
+                "index_files": len(store.index_files),
+            },
+        ),
+        "commitlog": (
+            len(recs),
+            {
+                "bytes": sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog),
+                "records_in_broker_walk": sum(fs.main_count for fs in scans if fs is not None),
+                "salvaged_records": salvaged,
+                "damaged_records": damaged,
+                "damaged_regions": len(spans.spans),
+            },
+        ),
         "consumequeue": (cq_stats.get("units", 0), cq_stats),
         "index": (ix_stats.get("entries", 0), ix_stats),
-        "checkpoint": (1 if store.checkpoint_present else 0, {**ckpt._asdict(), "min_timestamp": ckpt.min_timestamp,
-                                                              "min_timestamp_index": ckpt.min_timestamp_index,
-                                                              "newest_record_store_timestamp": int(recs.store_ts.max()) if len(recs) else None}),
+        "checkpoint": (
+            1 if store.checkpoint_present else 0,
+            {
+                **ckpt._asdict(),
+                "min_timestamp": ckpt.min_timestamp,
+                "min_timestamp_index": ckpt.min_timestamp_index,
+                "newest_record_store_timestamp": int(recs.store_ts.max()) if len(recs) else None,
+            },
+        ),
         "store": (1, {"abort": store.abort_present, "lock_file": store.lock_present}),
     }
     checks: list[CheckSummary] = []
@@ -150,7 +206,11 @@ def _report(store: Store, profile: BrokerProfile, scans: Sequence[FileScan | Non
         fl = _cap(fl)
         findings.extend(fl)
         n, st = items[name]
-        checks.append(CheckSummary(name, int(n), sum(1 for f in fl if f.severity == ERROR), sum(1 for f in fl if f.severity == WARNING), st))
+        checks.append(
+            CheckSummary(
+                name, int(n), sum(1 for f in fl if f.severity == ERROR), sum(1 for f in fl if f.severity == WARNING), st
+            )
+        )
     summary = {
         "errors": sum(c.errors for c in checks),
         "warnings": sum(c.warnings for c in checks),

@@ -16,32 +16,78 @@ from .report import Finding, finding
 # Checkpoint, lock, abort.
 
 
-def _checkpoint_findings(store: Store, profile: BrokerProfile, recs: Records, ckpt: Checkpoint, outlook: dict[str, Any]) -> list[Finding]:
+def _checkpoint_findings(
+    store: Store, profile: BrokerProfile, recs: Records, ckpt: Checkpoint, outlook: dict[str, Any]
+) -> list[Finding]:
     out: list[Finding] = []
     has_data = len(recs) > 0
     if not store.checkpoint_present:
         if has_data:
-            out.append(finding("CKPT_MISSING", "checkpoint", None, None, "no checkpoint file: the broker creates a zero one (an abnormal recovery would then scan every commitlog file)"))
+            out.append(
+                finding(
+                    "CKPT_MISSING",
+                    "checkpoint",
+                    None,
+                    None,
+                    "no checkpoint file: the broker creates a zero one (an abnormal recovery would then scan every commitlog file)",
+                )
+            )
         return out
     if store.checkpoint_size != CHECKPOINT_FILE_SIZE:
-        out.append(finding("CKPT_SIZE", "checkpoint", None, None, f"checkpoint is {store.checkpoint_size} bytes, not {CHECKPOINT_FILE_SIZE}", size=store.checkpoint_size))
+        out.append(
+            finding(
+                "CKPT_SIZE",
+                "checkpoint",
+                None,
+                None,
+                f"checkpoint is {store.checkpoint_size} bytes, not {CHECKPOINT_FILE_SIZE}",
+                size=store.checkpoint_size,
+            )
+        )
     zero = ckpt.physic_msg_timestamp == 0 and ckpt.logics_msg_timestamp == 0 and ckpt.index_msg_timestamp == 0
     if zero and has_data and not store.abort_present:
-        out.append(finding("CKPT_ZERO", "checkpoint", 0, None,
-                           "physicMsgTimestamp, logicsMsgTimestamp and indexMsgTimestamp are all 0 on a cleanly shut down store with data; "
-                           "an abnormal recovery would scan every commitlog file and delete every non-empty index file"))
+        out.append(
+            finding(
+                "CKPT_ZERO",
+                "checkpoint",
+                0,
+                None,
+                "physicMsgTimestamp, logicsMsgTimestamp and indexMsgTimestamp are all 0 on a cleanly shut down store with data; "
+                "an abnormal recovery would scan every commitlog file and delete every non-empty index file",
+            )
+        )
     if has_data:
         newest = int(recs.store_ts.max())
-        for name, pos, v in (("physicMsgTimestamp", 0, ckpt.physic_msg_timestamp), ("logicsMsgTimestamp", 8, ckpt.logics_msg_timestamp),
-                             ("indexMsgTimestamp", 16, ckpt.index_msg_timestamp)):
+        for name, pos, v in (
+            ("physicMsgTimestamp", 0, ckpt.physic_msg_timestamp),
+            ("logicsMsgTimestamp", 8, ckpt.logics_msg_timestamp),
+            ("indexMsgTimestamp", 16, ckpt.index_msg_timestamp),
+        ):
             if v > newest:
-                out.append(finding("CKPT_AHEAD", "checkpoint", pos, None,
-                                   f"{name} {v} is newer than every record (newest store timestamp {newest}): flushed data is missing",
-                                   field=name, value=v, newest_record=newest))
+                out.append(
+                    finding(
+                        "CKPT_AHEAD",
+                        "checkpoint",
+                        pos,
+                        None,
+                        f"{name} {v} is newer than every record (newest store timestamp {newest}): flushed data is missing",
+                        field=name,
+                        value=v,
+                        newest_record=newest,
+                    )
+                )
         if profile.checkpoint_persists_confirm_offset and ckpt.confirm_phy_offset > int(outlook.get("data_end", 0)):
-            out.append(finding("CKPT_AHEAD", "checkpoint", 32, ckpt.confirm_phy_offset,
-                               f"confirmPhyOffset {ckpt.confirm_phy_offset} is past the end of the data ({outlook.get('data_end')})",
-                               field="confirmPhyOffset", value=ckpt.confirm_phy_offset))
+            out.append(
+                finding(
+                    "CKPT_AHEAD",
+                    "checkpoint",
+                    32,
+                    ckpt.confirm_phy_offset,
+                    f"confirmPhyOffset {ckpt.confirm_phy_offset} is past the end of the data ({outlook.get('data_end')})",
+                    field="confirmPhyOffset",
+                    value=ckpt.confirm_phy_offset,
+                )
+            )
     return out
 
 
@@ -90,15 +136,39 @@ def _state_findings(store: Store) -> list[Finding]:
     out: list[Finding] = []
     held = lock_held(store.root)
     if held:
-        out.append(finding("STORE_LOCKED", "lock", None, None, "a process holds store/lock: a broker seems to be running; the store may change while it is read"))
+        out.append(
+            finding(
+                "STORE_LOCKED",
+                "lock",
+                None,
+                None,
+                "a process holds store/lock: a broker seems to be running; the store may change while it is read",
+            )
+        )
     if store.abort_present:
-        out.append(finding("STORE_ABORT", "abort", None, None, "abort file present: the broker did not shut down cleanly; its next start runs abnormal recovery"))
+        out.append(
+            finding(
+                "STORE_ABORT",
+                "abort",
+                None,
+                None,
+                "abort file present: the broker did not shut down cleanly; its next start runs abnormal recovery",
+            )
+        )
     jdir = store.root / ".rmqtool-journal"
     if jdir.is_dir():
         pending = sorted(p.name for p in jdir.iterdir() if p.is_dir())
         if pending:
-            out.append(finding("STORE_PENDING_JOURNAL", ".rmqtool-journal", None, None,
-                               f"{len(pending)} unfinished rmqtool transaction(s): run rmqtool recover to finish or roll back", journals=pending))
+            out.append(
+                finding(
+                    "STORE_PENDING_JOURNAL",
+                    ".rmqtool-journal",
+                    None,
+                    None,
+                    f"{len(pending)} unfinished rmqtool transaction(s): run rmqtool recover to finish or roll back",
+                    journals=pending,
+                )
+            )
     from ..offsets import config_findings
 
     for code, path, pos, msg in config_findings(store.root):

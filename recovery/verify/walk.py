@@ -121,8 +121,9 @@ def _plain_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[i
     it no message fits, a BLANK, END_OF_DATA or a short read), then every body CRC in one
     pass."""
     end = ctx.end
-    P, p, _why = ccore.chase(ctx.buf, pos, stop, end, max(end - pos, 0) + 1, 0, _V4_BODY_AT,
-                             (ctx.magics[0], ctx.magics[-1]))
+    P, p, _why = ccore.chase(
+        ctx.buf, pos, stop, end, max(end - pos, 0) + 1, 0, _V4_BODY_AT, (ctx.magics[0], ctx.magics[-1])
+    )
     if not len(P):
         return P, p, []
     i4 = ctx.views.i4
@@ -301,7 +302,9 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
             continue
         q = _resync(ctx, pos + 1, stop)
         gap_end = stop if q is None else q
-        part.events.append(Event(pos, c.reason, c.field, c.size, "gap", main, _rec_info(c) or _header_info(ctx.buf, pos, ctx.end)))
+        part.events.append(
+            Event(pos, c.reason, c.field, c.size, "gap", main, _rec_info(c) or _header_info(ctx.buf, pos, ctx.end))
+        )
         part.gaps.append(Gap(pos, gap_end, c.reason, c.field, _first_nonzero_data(ctx, pos, gap_end), q is not None))
         if q is None:
             _finish(part, out, max(stop, task.stop), "SS")
@@ -323,8 +326,15 @@ def _rec_info(c: ck.Checked) -> dict[str, Any]:
     r = c.rec
     if r is None:
         return {}
-    return {"topic": r.topic, "queue_id": r.queue_id, "queue_offset": r.queue_offset, "total_size": r.total_size,
-            "physical_offset_field": r.physical_offset, "store_timestamp": r.store_timestamp, "msg_id": r.msg_id}
+    return {
+        "topic": r.topic,
+        "queue_id": r.queue_id,
+        "queue_offset": r.queue_offset,
+        "total_size": r.total_size,
+        "physical_offset_field": r.physical_offset,
+        "store_timestamp": r.store_timestamp,
+        "msg_id": r.msg_id,
+    }
 
 
 _TORN_HEAD = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP (STORE_FORMAT §4)
@@ -346,8 +356,14 @@ def _header_info(buf: Any, pos: int, end: int) -> dict[str, Any]:
     p += 8
     addr = bytes(buf[p : p + (16 if v6 else 4)])
     (port,) = struct.unpack_from(">i", buf, p + (16 if v6 else 4))
-    return {"queue_id": qid, "queue_offset": qoff, "total_size": total, "physical_offset_field": phys,
-            "store_timestamp": store_ts, "msg_id": offset_msg_id(addr, port, phys)}
+    return {
+        "queue_id": qid,
+        "queue_offset": qoff,
+        "total_size": total,
+        "physical_offset_field": phys,
+        "store_timestamp": store_ts,
+        "msg_id": offset_msg_id(addr, port, phys),
+    }
 
 
 def _add_damaged(ctx: _Ctx, out: _Rec, pos: int, c: ck.Checked) -> None:
@@ -363,11 +379,20 @@ def _add_damaged(ctx: _Ctx, out: _Rec, pos: int, c: ck.Checked) -> None:
     if c2.is_message:
         code = c2.tags_code
     _record_checks(ctx, out, np.array([pos]), np.array([r.physical_offset]), np.array([r.sys_flag]), DAMAGED)
-    out.add(pos=np.array([pos]), total=np.array([r.total_size]), queue_id=np.array([r.queue_id]),
-            queue_offset=np.array([r.queue_offset]), store_ts=np.array([r.store_timestamp]), tid=np.array([tid]),
-            tags=np.array([code]), flags=_tx_flags(np.array([r.sys_flag])) | np.uint8(DAMAGED))
+    out.add(
+        pos=np.array([pos]),
+        total=np.array([r.total_size]),
+        queue_id=np.array([r.queue_id]),
+        queue_offset=np.array([r.queue_offset]),
+        store_ts=np.array([r.store_timestamp]),
+        tid=np.array([tid]),
+        tags=np.array([code]),
+        flags=_tx_flags(np.array([r.sys_flag])) | np.uint8(DAMAGED),
+    )
     if ctx.opts.want_keys:
         keys = _index_keys(props.get("UNIQ_KEY"), props.get("KEYS"))
         if keys:
             topic = out.topics[tid]
-            out.add_keys(np.full(len(keys), out.count - 1), index_hash_batch(java_hash_batch([topic + "#" + k for k in keys])))
+            out.add_keys(
+                np.full(len(keys), out.count - 1), index_hash_batch(java_hash_batch([topic + "#" + k for k in keys]))
+            )

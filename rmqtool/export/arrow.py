@@ -20,7 +20,11 @@ from ..recovery.versions import BrokerProfile
 from .rows import record_row, worker_profile
 
 _ARROW_TYPES = {
-    "string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "boolean": pa.bool_(), "binary": pa.binary(),
+    "string": pa.string(),
+    "bigint": pa.int64(),
+    "int": pa.int32(),
+    "boolean": pa.bool_(),
+    "binary": pa.binary(),
     "array<string>": pa.list_(pa.string()),
     "map<string,string>": pa.map_(pa.string(), pa.string()),
 }
@@ -45,8 +49,14 @@ def rows_batch(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def split_batches(split: Split, version: str | BrokerProfile, with_body: bool, schema: pa.Schema, counts: list[int] | None = None,
-                  handoff: Handoff | None = None) -> Iterator[pa.RecordBatch]:
+def split_batches(
+    split: Split,
+    version: str | BrokerProfile,
+    with_body: bool,
+    schema: pa.Schema,
+    counts: list[int] | None = None,
+    handoff: Handoff | None = None,
+) -> Iterator[pa.RecordBatch]:
     """The rows of :func:`rmqtool.export.rows.commitlog_rows` for ``split`` as
     RecordBatches (same rows, same order). ``counts`` (rows, messages, blanks, problems)
     is updated in place; ``handoff`` filled as :func:`recovery.splits.iter_split` does."""

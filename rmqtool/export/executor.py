@@ -16,7 +16,9 @@ from ..recovery.versions import BrokerProfile
 from .rows import DICTIONARY_COLUMNS, columns_for, commitlog_rows, consumequeue_rows, index_rows
 
 
-def partition_rows(kind: str, version: str | BrokerProfile, with_body: bool, accs: Any, groups: Iterable[list[Any]]) -> Iterator[tuple[Any, ...]]:
+def partition_rows(
+    kind: str, version: str | BrokerProfile, with_body: bool, accs: Any, groups: Iterable[list[Any]]
+) -> Iterator[tuple[Any, ...]]:
     """mapPartitions body: the rows of every task of the partition (a partition holds one
     group of tasks), bumping the counters after each task."""
     for task in (t for g in groups for t in g):
@@ -38,7 +40,9 @@ def partition_rows(kind: str, version: str | BrokerProfile, with_body: bool, acc
             done.add(1)
 
 
-def partition_batches(version: str | BrokerProfile, with_body: bool, accs: Any, batches: Iterable[Any]) -> Iterator[Any]:
+def partition_batches(
+    version: str | BrokerProfile, with_body: bool, accs: Any, batches: Iterable[Any]
+) -> Iterator[Any]:
     """mapInArrow body of the columnar commitlog path: the input rows carry pickled groups
     of splits (column ``g``); yields the RecordBatches of every split, bumping the
     counters after each split as :func:`partition_rows` does."""
@@ -60,8 +64,15 @@ def partition_batches(version: str | BrokerProfile, with_body: bool, accs: Any, 
                     done.add(1)
 
 
-def write_partition(kind: str, version: str | BrokerProfile, with_body: bool, partition_by: Sequence[str], staging: str,
-                     done: Any, items: Iterable[tuple[int, list[Any]]]) -> Iterator[tuple[Any, ...]]:
+def write_partition(
+    kind: str,
+    version: str | BrokerProfile,
+    with_body: bool,
+    partition_by: Sequence[str],
+    staging: str,
+    done: Any,
+    items: Iterable[tuple[int, list[Any]]],
+) -> Iterator[tuple[Any, ...]]:
     """mapPartitions body of ``--writer arrow``: every task of the partition decoded (the
     commitlog through the columnar path, queues and index through the row functions) and
     written to Parquet by this executor (:mod:`rmqtool.export.parquet`). Yields one tuple

@@ -42,7 +42,7 @@ ROW_GROUP_ROWS = 1 << 17  # rows gathered into one Parquet row group at most (ar
 ROW_GROUP_BYTES = 64 << 20  # and bytes (Arrow's in-memory size of the batches)
 
 # the characters Spark's ExternalCatalogUtils.escapePathName escapes in partition values
-_ESCAPED = frozenset([chr(c) for c in range(0x01, 0x20)] + list('"#%\'*/:=?\\\x7f{[]^'))
+_ESCAPED = frozenset([chr(c) for c in range(0x01, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
 
 
 def escape_path_name(value: str) -> str:
@@ -64,7 +64,7 @@ DONE = "done"
 
 def committed_tasks(staging: str | Path) -> list[int]:
     """The tasks whose files are committed (their ``done`` directories) so far."""
-    return [int(d.parent.name[len(TASK_PREFIX):]) for d in Path(staging).glob(f"{TASK_PREFIX}*/{DONE}")]
+    return [int(d.parent.name[len(TASK_PREFIX) :]) for d in Path(staging).glob(f"{TASK_PREFIX}*/{DONE}")]
 
 
 class TaskWriter:
@@ -73,8 +73,9 @@ class TaskWriter:
     :data:`ROW_GROUP_ROWS` rows or :data:`ROW_GROUP_BYTES` bytes (a row group per batch
     cost about 5% more CPU and made the files larger)."""
 
-    def __init__(self, staging: str, task: int, schema: pa.Schema, partition_by: Sequence[str],
-                 dictionary: Sequence[str] | bool) -> None:
+    def __init__(
+        self, staging: str, task: int, schema: pa.Schema, partition_by: Sequence[str], dictionary: Sequence[str] | bool
+    ) -> None:
         self.task = task
         self.root = Path(staging) / f"{TASK_PREFIX}{task:05d}"
         self.attempt = self.root / f"attempt-{uuid.uuid4().hex}"
@@ -96,8 +97,13 @@ class TaskWriter:
             folder = self.attempt / d if d else self.attempt
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"part-{self.task:05d}-{len(self.writers):03d}.snappy.parquet"
-            w = pq.ParquetWriter(str(path), self.file_schema, compression="snappy", use_dictionary=self.dictionary,
-                                 write_statistics=self.statistics)
+            w = pq.ParquetWriter(
+                str(path),
+                self.file_schema,
+                compression="snappy",
+                use_dictionary=self.dictionary,
+                write_statistics=self.statistics,
+            )
             self.writers[d] = w
         return w
 
@@ -155,7 +161,9 @@ class TaskWriter:
         shutil.rmtree(self.attempt, ignore_errors=True)
 
 
-def rows_to_batches(rows: Iterable[tuple[Any, ...]], schema: pa.Schema, size: int = ROWS_PER_BATCH) -> Iterator[pa.RecordBatch]:
+def rows_to_batches(
+    rows: Iterable[tuple[Any, ...]], schema: pa.Schema, size: int = ROWS_PER_BATCH
+) -> Iterator[pa.RecordBatch]:
     """Row tuples (column order of ``schema``) as RecordBatches of up to ``size`` rows."""
     chunk: list[tuple[Any, ...]] = []
     for r in rows:

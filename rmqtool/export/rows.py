@@ -27,8 +27,20 @@ COMMITLOG_COLUMNS: list[tuple[str, str]] = [STORE_COLUMN, *rec.COMMITLOG.typed_c
 BODY_COLUMN = ("body", rec.COMMITLOG.column("body").type)
 # commitlog columns of few distinct values: the Parquet writer keeps dictionary encoding for
 # these only (Parquet column paths; a map's keys are properties.key_value.key)
-DICTIONARY_COLUMNS = ("store", "file", "type", "status", "magic", "topic", "tags", "born_host", "store_host",
-                      "transaction_type", "field", "properties.key_value.key")
+DICTIONARY_COLUMNS = (
+    "store",
+    "file",
+    "type",
+    "status",
+    "magic",
+    "topic",
+    "tags",
+    "born_host",
+    "store_host",
+    "transaction_type",
+    "field",
+    "properties.key_value.key",
+)
 
 CONSUMEQUEUE_COLUMNS: list[tuple[str, str]] = [STORE_COLUMN, *rec.CONSUMEQUEUE.typed_columns()]
 # dump index --entries: one header row per file, then its non-empty slots and its entries
@@ -45,7 +57,9 @@ def columns_for(what: str, with_body: bool = False) -> list[tuple[str, str]]:
     raise ValueError(f"unknown export {what!r}")
 
 
-def record_row(label: str, name: str, base: int, buf: Any, pos: int, c: Checked, with_body: bool, n: list[int]) -> tuple[Any, ...]:
+def record_row(
+    label: str, name: str, base: int, buf: Any, pos: int, c: Checked, with_body: bool, n: list[int]
+) -> tuple[Any, ...]:
     """The row tuple (column order of :data:`COMMITLOG_COLUMNS`, plus the body with
     ``with_body``) of one step of the walk: the record of ``dump commitlog`` (same field
     functions) with ``store`` first. ``n`` (rows, messages, blanks, problems) is bumped."""
@@ -82,8 +96,13 @@ def worker_profile(version: str | BrokerProfile) -> BrokerProfile:
     return version if isinstance(version, BrokerProfile) else BrokerProfile.for_version(version)
 
 
-def commitlog_rows(split: Split, version: str | BrokerProfile, with_body: bool, counts: list[int] | None = None,
-                   handoff: Handoff | None = None) -> Iterator[tuple[Any, ...]]:
+def commitlog_rows(
+    split: Split,
+    version: str | BrokerProfile,
+    with_body: bool,
+    counts: list[int] | None = None,
+    handoff: Handoff | None = None,
+) -> Iterator[tuple[Any, ...]]:
     """Row tuples (column order of :data:`COMMITLOG_COLUMNS`) of one split: the records of
     ``dump commitlog`` (same walk, same field functions), plus ``store`` first and, with
     ``with_body``, the raw body bytes last. ``counts`` (rows, messages, blanks,

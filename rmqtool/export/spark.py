@@ -49,6 +49,7 @@ TASKS_PER_CORE = 2  # --writer arrow: Spark tasks per core (each runs several sp
 # ---------------------------------------------------------------------------------------
 # Driver side.
 
+
 @dataclass
 class ExportResult:
     what: str
@@ -142,7 +143,9 @@ def find_java() -> str | None:
     return shutil.which("java")
 
 
-JAVA_MISSING = "Java not found: export runs on Spark, which needs a Java 17+ runtime (set JAVA_HOME or put java on PATH)"
+JAVA_MISSING = (
+    "Java not found: export runs on Spark, which needs a Java 17+ runtime (set JAVA_HOME or put java on PATH)"
+)
 
 
 def startup_problem() -> str | None:
@@ -153,14 +156,18 @@ def startup_problem() -> str | None:
     if home:
         cand = Path(home) / "bin" / "java"
         if not (cand.is_file() and os.access(cand, os.X_OK)):
-            return (f"Java not found: JAVA_HOME={home} has no executable bin/java (Spark runs $JAVA_HOME/bin/java "
-                    "when JAVA_HOME is set): point it at a Java 17+ runtime, or unset it to use java from PATH")
+            return (
+                f"Java not found: JAVA_HOME={home} has no executable bin/java (Spark runs $JAVA_HOME/bin/java "
+                "when JAVA_HOME is set): point it at a Java 17+ runtime, or unset it to use java from PATH"
+            )
     elif shutil.which("java") is None:
         return JAVA_MISSING
     spark_home = os.environ.get("SPARK_HOME")
     if spark_home and not (Path(spark_home) / "bin" / "spark-submit").is_file():
-        return (f"SPARK_HOME={spark_home} is not a Spark installation (no bin/spark-submit): point it at one, "
-                "or unset it to use the Spark that pyspark brings")
+        return (
+            f"SPARK_HOME={spark_home} is not a Spark installation (no bin/spark-submit): point it at one, "
+            "or unset it to use the Spark that pyspark brings"
+        )
     return None
 
 
@@ -171,7 +178,7 @@ def master_problem(master: str | None, timeout: float = 5.0) -> str | None:
     if not master or not master.startswith("spark://"):
         return None
     tried = []
-    for hp in master[len("spark://"):].split(","):
+    for hp in master[len("spark://") :].split(","):
         host, _, port = hp.strip().rpartition(":")
         host = host.strip("[]")
         if not host or not port.isdigit():
@@ -202,8 +209,11 @@ def _startup_detail(exc: BaseException | None, log_path: str | None) -> str:
     return "\n".join(parts)
 
 
-_CAUSE = re.compile(r"no such file|not found|cannot|could not|unable|denied|error|exception|invalid|unrecognized|"
-                    r"unsupported|bad array|refused", re.I)
+_CAUSE = re.compile(
+    r"no such file|not found|cannot|could not|unable|denied|error|exception|invalid|unrecognized|"
+    r"unsupported|bad array|refused",
+    re.I,
+)
 
 
 def _log_cause(log_path: str | None) -> str | None:
@@ -264,8 +274,9 @@ class SessionHandle:
 LIGHT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
-def session_settings(conf: dict[str, str] | None, quiet_log: str, java_options: str = "",
-                     light_jvm: bool = False) -> dict[str, str]:
+def session_settings(
+    conf: dict[str, str] | None, quiet_log: str, java_options: str = "", light_jvm: bool = False
+) -> dict[str, str]:
     """The Spark settings of :func:`spark_session` (``conf`` overrides the defaults; JVM
     options are added to the driver's, which local executors share)."""
     settings = {
@@ -282,9 +293,17 @@ def session_settings(conf: dict[str, str] | None, quiet_log: str, java_options: 
     return settings
 
 
-def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf: dict[str, str] | None = None,
-                  log_path: str | None = None, java_options: str = "", warm_up: bool = True,
-                  light_jvm: bool = False, verbose: bool = False) -> SessionHandle:
+def spark_session(
+    master: str | None,
+    *,
+    app_name: str = "rmqtool export",
+    conf: dict[str, str] | None = None,
+    log_path: str | None = None,
+    java_options: str = "",
+    warm_up: bool = True,
+    light_jvm: bool = False,
+    verbose: bool = False,
+) -> SessionHandle:
     """Start (or join, under spark-submit) a Spark session with the quiet defaults: no UI,
     no console progress, log level ERROR, executors on this interpreter. The JVM's stderr
     goes to ``log_path`` (a temp file by default), so py4j/JVM noise never reaches the
@@ -321,8 +340,9 @@ def spark_session(master: str | None, *, app_name: str = "rmqtool export", conf:
     b = SparkSession.builder.appName(app_name)
     if not under_submit:
         b = b.master(master or "local[*]")
-    settings = session_settings(conf, "" if verbose else f"-Dlog4j2.configurationFile=file:{log4j.name}", java_options,
-                                light_jvm)
+    settings = session_settings(
+        conf, "" if verbose else f"-Dlog4j2.configurationFile=file:{log4j.name}", java_options, light_jvm
+    )
     for k, v in settings.items():
         b = b.config(k, v)
     if under_submit:
@@ -422,8 +442,11 @@ def spark_schema(columns: Sequence[tuple[str, str]]) -> Any:
     from pyspark.sql import types as T
 
     simple = {
-        "string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(),
-        "boolean": T.BooleanType(), "binary": T.BinaryType(),
+        "string": T.StringType(),
+        "bigint": T.LongType(),
+        "int": T.IntegerType(),
+        "boolean": T.BooleanType(),
+        "binary": T.BinaryType(),
         "array<string>": T.ArrayType(T.StringType(), containsNull=False),
         "map<string,string>": T.MapType(T.StringType(), T.StringType(), valueContainsNull=False),
     }
@@ -542,8 +565,11 @@ def run_export(
         if p not in names:
             raise ValueError(f"cannot partition by {p!r}: not a column of the {what} export")
     t0 = time.perf_counter()
-    handle = (SessionHandle(session, None, False, 0.0) if session is not None
-              else spark_session(master, conf=conf, log_path=log_path, light_jvm=writer == "arrow", verbose=verbose))
+    handle = (
+        SessionHandle(session, None, False, 0.0)
+        if session is not None
+        else spark_session(master, conf=conf, log_path=log_path, light_jvm=writer == "arrow", verbose=verbose)
+    )
     result = ExportResult(what, str(out), len(tasks), session_start=handle.started_in)
     try:
         sc = handle.spark.sparkContext
@@ -552,11 +578,40 @@ def run_export(
         groups = pack_tasks(tasks, group_bytes or split_size or DEFAULT_SPLIT_SIZE)
         result.partitions = len(groups)
         if writer == "arrow":
-            _arrow_write(sc, handle, result, groups, what, version, with_body, partition_by, str(out), overwrite,
-                         columns, done, len(tasks), quiet)
+            _arrow_write(
+                sc,
+                handle,
+                result,
+                groups,
+                what,
+                version,
+                with_body,
+                partition_by,
+                str(out),
+                overwrite,
+                columns,
+                done,
+                len(tasks),
+                quiet,
+            )
         else:
-            _spark_write(handle, result, groups, what, version, with_body, partition_by, str(out), overwrite, columns,
-                         done, len(tasks), quiet, conf, columnar)
+            _spark_write(
+                handle,
+                result,
+                groups,
+                what,
+                version,
+                with_body,
+                partition_by,
+                str(out),
+                overwrite,
+                columns,
+                done,
+                len(tasks),
+                quiet,
+                conf,
+                columnar,
+            )
         result.seconds_after_start = time.perf_counter() - t1
         result.seconds_total = time.perf_counter() - t0
     finally:
@@ -569,16 +624,31 @@ def _check_writer(writer: str, out: str | Path) -> None:
         raise ValueError(f"unknown writer {writer!r} (one of {', '.join(WRITERS)})")
     if writer == "arrow":
         if local_path(str(out)) is None:
-            raise ValueError(f"--writer arrow writes to a file system path every executor sees, not {out}; "
-                             "use --writer spark for hdfs://, s3a:// and other Hadoop file systems")
+            raise ValueError(
+                f"--writer arrow writes to a file system path every executor sees, not {out}; "
+                "use --writer spark for hdfs://, s3a:// and other Hadoop file systems"
+            )
         if not arrow_available():
             raise ValueError("--writer arrow needs pyarrow (pip install 'rmqtool[spark]'); or use --writer spark")
 
 
-def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[ExportTask]], what: str, version: BrokerProfile,
-                 with_body: bool, partition_by: Sequence[str], out: str, overwrite: bool,
-                 columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool, conf: dict[str, str] | None,
-                 columnar: bool | None) -> None:
+def _spark_write(
+    handle: SessionHandle,
+    result: ExportResult,
+    groups: list[list[ExportTask]],
+    what: str,
+    version: BrokerProfile,
+    with_body: bool,
+    partition_by: Sequence[str],
+    out: str,
+    overwrite: bool,
+    columns: Sequence[tuple[str, str]],
+    done: Any,
+    ntasks: int,
+    quiet: bool,
+    conf: dict[str, str] | None,
+    columnar: bool | None,
+) -> None:
     """The job of ``--writer spark``: the executors decode, Spark's Parquet writer writes."""
     spark = handle.spark
     sc = spark.sparkContext
@@ -593,14 +663,16 @@ def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[
         blobs = sc.parallelize([(i, pickle.dumps(g)) for i, g in enumerate(groups)], max(len(groups), 1))
         gschema = T.StructType([T.StructField("i", T.IntegerType()), T.StructField("g", T.BinaryType())])
         df = spark.createDataFrame(blobs, gschema, verifySchema=False).mapInArrow(
-            partial(partition_batches, version, with_body, accs), spark_schema(columns))
+            partial(partition_batches, version, with_body, accs), spark_schema(columns)
+        )
     else:
         rdd = sc.parallelize(groups, len(groups)) if groups else sc.emptyRDD()
         rows = rdd.mapPartitions(partial(partition_rows, what, version, with_body, accs), preservesPartitioning=True)
         df = spark.createDataFrame(rows, spark_schema(columns), verifySchema=False)
     writer = df.write.mode("overwrite" if overwrite else "errorifexists")
-    if what == "commitlog" and not any(k.startswith(("spark.hadoop.parquet.enable.dictionary", "parquet.enable.dictionary"))
-                                       for k in (conf or {})):
+    if what == "commitlog" and not any(
+        k.startswith(("spark.hadoop.parquet.enable.dictionary", "parquet.enable.dictionary")) for k in (conf or {})
+    ):
         # dictionary pages only for the columns of few distinct values: the writer's
         # dictionary attempt on unique columns (offsets, ids, timestamps) costs JVM time
         # and is thrown away (same file size on the benchmark store, less CPU)
@@ -620,9 +692,22 @@ def _spark_write(handle: SessionHandle, result: ExportResult, groups: list[list[
     result.conflict_at = sorted(where.value)
 
 
-def _arrow_write(sc: Any, handle: SessionHandle, result: ExportResult, groups: list[list[ExportTask]], what: str, version: BrokerProfile,
-                 with_body: bool, partition_by: Sequence[str], out: str, overwrite: bool,
-                 columns: Sequence[tuple[str, str]], done: Any, ntasks: int, quiet: bool) -> None:
+def _arrow_write(
+    sc: Any,
+    handle: SessionHandle,
+    result: ExportResult,
+    groups: list[list[ExportTask]],
+    what: str,
+    version: BrokerProfile,
+    with_body: bool,
+    partition_by: Sequence[str],
+    out: str,
+    overwrite: bool,
+    columns: Sequence[tuple[str, str]],
+    done: Any,
+    ntasks: int,
+    quiet: bool,
+) -> None:
     """The job of ``--writer arrow``: the executors write, the driver publishes."""
     # pyarrow: only for this writer
     from .arrow import arrow_schema

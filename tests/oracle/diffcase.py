@@ -61,8 +61,12 @@ def rmq(args: list[str]) -> tuple[int, str, str]:
 
 def geometry_args(config: dict[str, Any]) -> list[str]:
     args = []
-    for opt, key in (("--commitlog-file-size", "mappedFileSizeCommitLog"), ("--cq-file-size", "mappedFileSizeConsumeQueue"),
-                     ("--index-slots", "maxHashSlotNum"), ("--index-entries", "maxIndexNum")):
+    for opt, key in (
+        ("--commitlog-file-size", "mappedFileSizeCommitLog"),
+        ("--cq-file-size", "mappedFileSizeConsumeQueue"),
+        ("--index-slots", "maxHashSlotNum"),
+        ("--index-entries", "maxIndexNum"),
+    ):
         if key in config:
             args += [opt, str(config[key])]
     return args
@@ -86,20 +90,47 @@ def rmq_version(version: str) -> str:
 
 # broker view field -> rmqtool dump field
 RECORD_FIELDS = {
-    "phys_offset": "physical_offset", "size": "total_size", "body_len": "body_length",
-    "body_crc_stored": "body_crc", "body_crc_ok": "crc_ok", "tags_code_computed_by_dispatch": "tags_code",
-    "born_host": "born_host", "born_timestamp": "born_timestamp", "flag": "flag", "msg_id": "msg_id",
-    "prepared_transaction_offset": "prepared_transaction_offset", "properties": "properties",
-    "queue_id": "queue_id", "queue_offset": "queue_offset", "reconsume_times": "reconsume_times",
-    "store_host": "store_host", "store_timestamp": "store_timestamp", "sys_flag": "sys_flag", "tags": "tags",
-    "topic": "topic", "transaction_type": "transaction_type", "uniq_key": "uniq_key", "body_sha256": "body_sha256",
+    "phys_offset": "physical_offset",
+    "size": "total_size",
+    "body_len": "body_length",
+    "body_crc_stored": "body_crc",
+    "body_crc_ok": "crc_ok",
+    "tags_code_computed_by_dispatch": "tags_code",
+    "born_host": "born_host",
+    "born_timestamp": "born_timestamp",
+    "flag": "flag",
+    "msg_id": "msg_id",
+    "prepared_transaction_offset": "prepared_transaction_offset",
+    "properties": "properties",
+    "queue_id": "queue_id",
+    "queue_offset": "queue_offset",
+    "reconsume_times": "reconsume_times",
+    "store_host": "store_host",
+    "store_timestamp": "store_timestamp",
+    "sys_flag": "sys_flag",
+    "tags": "tags",
+    "topic": "topic",
+    "transaction_type": "transaction_type",
+    "uniq_key": "uniq_key",
+    "body_sha256": "body_sha256",
 }
 
 
 def dump_records(store: Path, version: str, config: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
     """``rmqtool dump commitlog --body-hash --format jsonl``: (status, records)."""
-    rc, out, err = rmq(["dump", "commitlog", str(store), "--body-hash", "--format", "jsonl",
-                        "--broker-version", rmq_version(version), *geometry_args(config)])
+    rc, out, err = rmq(
+        [
+            "dump",
+            "commitlog",
+            str(store),
+            "--body-hash",
+            "--format",
+            "jsonl",
+            "--broker-version",
+            rmq_version(version),
+            *geometry_args(config),
+        ]
+    )
     if rc not in (0, 4):
         raise RuntimeError(f"rmqtool dump commitlog: status {rc}: {err.strip()}")
     return rc, [json.loads(line) for line in out.splitlines() if line.strip()]
@@ -120,8 +151,14 @@ def dump_queues(store: Path, config: dict[str, Any]) -> dict[str, dict[str, Any]
             continue
         q = qs.setdefault(f"{u['topic']}/{u['queue_id']}", {"entries": []})
         if u.get("status", "OK") in ("OK", "FILL_BLANK"):  # the broker lists its fill-blank units too
-            q["entries"].append({"cq_offset": u["queue_offset"], "phys_offset": u["commitlog_offset"],
-                                 "size": u["size"], "tags_code": u["tags_code"]})
+            q["entries"].append(
+                {
+                    "cq_offset": u["queue_offset"],
+                    "phys_offset": u["commitlog_offset"],
+                    "size": u["size"],
+                    "tags_code": u["tags_code"],
+                }
+            )
     for q in qs.values():
         es = q["entries"]
         q["min_offset"] = es[0]["cq_offset"] if es else 0
@@ -129,18 +166,29 @@ def dump_queues(store: Path, config: dict[str, Any]) -> dict[str, dict[str, Any]
     return qs
 
 
-def key_lookups(store: Path, config: dict[str, Any], queries: list[tuple[str, str]]) -> dict[tuple[str, str], list[int]]:
+def key_lookups(
+    store: Path, config: dict[str, Any], queries: list[tuple[str, str]]
+) -> dict[tuple[str, str], list[int]]:
     """The broker's ``queryMessage(topic, key, 64, 0, Long.MAX_VALUE)`` physical offsets, by
     rmqtool's index walk (the code behind ``dump --key``)."""
     from rmqtool.recovery import query as qy
     from rmqtool.recovery.store import Store
 
-    st = Store.open(store, config.get("mappedFileSizeCommitLog"), config.get("mappedFileSizeConsumeQueue"),
-                    config.get("maxHashSlotNum"), config.get("maxIndexNum"))
+    st = Store.open(
+        store,
+        config.get("mappedFileSizeCommitLog"),
+        config.get("mappedFileSizeConsumeQueue"),
+        config.get("maxHashSlotNum"),
+        config.get("maxIndexNum"),
+    )
     size = int(config.get("mappedFileSizeCommitLog") or st.geometry.commitlog_file_size)
-    return {(t, k): sorted(stored_phys(store, size, h.commitlog_offset)
-                           for h in qy.index_query(st, t, k, max_num=qy.MAX_MSGS_NUM_BATCH))
-            for t, k in queries}
+    return {
+        (t, k): sorted(
+            stored_phys(store, size, h.commitlog_offset)
+            for h in qy.index_query(st, t, k, max_num=qy.MAX_MSGS_NUM_BATCH)
+        )
+        for t, k in queries
+    }
 
 
 def stored_phys(store: Path, size: int, pos: int) -> int:
@@ -170,12 +218,16 @@ def index_digests(store: Path) -> list[dict[str, Any]]:
     d = store / "index"
     if not d.is_dir():
         return []
-    return [{"size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-            for p in sorted(d.iterdir()) if p.is_file()]
+    return [
+        {"size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        for p in sorted(d.iterdir())
+        if p.is_file()
+    ]
 
 
 # ---------------------------------------------------------------------------------------
 # comparisons (each returns disagreements, one line each)
+
 
 def _records_in_view(view: dict[str, Any]) -> list[dict[str, Any]]:
     return list(view.get("commitlog_records") or [])
@@ -222,7 +274,9 @@ def compare_dump(view: dict[str, Any], ours: list[dict[str, Any]], limit: int = 
             bad.append(f"dump: no record at {off} (broker: {exp.get('topic')} size {exp.get('size')})")
         elif exp.get("blank_end_of_file_record"):
             if r.get("type") != "blank" or r.get("total_size") != exp.get("blank_total_size_field"):
-                bad.append(f"dump: {off}: broker BLANK of {exp.get('blank_total_size_field')}, rmqtool {r.get('type')} {r.get('total_size')}")
+                bad.append(
+                    f"dump: {off}: broker BLANK of {exp.get('blank_total_size_field')}, rmqtool {r.get('type')} {r.get('total_size')}"
+                )
         else:
             if r.get("type") != "message":
                 bad.append(f"dump: {off}: broker message, rmqtool {r.get('type')} {r.get('status')}")
@@ -237,7 +291,9 @@ def compare_dump(view: dict[str, Any], ours: list[dict[str, Any]], limit: int = 
                     if tn in exp and r.get(on) != exp[tn]:
                         bad.append(f"dump: {off}: {tn} broker {exp[tn]!r} rmqtool {r.get(on)!r}")
                 if "keys" in exp and (r.get("properties") or {}).get("KEYS") != exp["keys"]:
-                    bad.append(f"dump: {off}: keys broker {exp['keys']!r} rmqtool {(r.get('properties') or {}).get('KEYS')!r}")
+                    bad.append(
+                        f"dump: {off}: keys broker {exp['keys']!r} rmqtool {(r.get('properties') or {}).get('KEYS')!r}"
+                    )
         if len(bad) >= limit:
             return bad + ["dump: ..."]
     lo, hi = view.get("commitlog_min_offset", 0), view.get("commitlog_max_offset", 0)
@@ -247,7 +303,9 @@ def compare_dump(view: dict[str, Any], ours: list[dict[str, Any]], limit: int = 
         # CRC on where checkCRCOnRecover=false let the broker's recovery go on): only the
         # range it lists is compared for records it lacks
         hi = min(hi, max(e["phys_offset"] + max(e.get("size") or 0, 1) for e in theirs))
-    extra = sorted(o for o, r in by_off.items() if lo <= o < hi and r.get("status") in ("OK", "BLANK") and o not in want)
+    extra = sorted(
+        o for o, r in by_off.items() if lo <= o < hi and r.get("status") in ("OK", "BLANK") and o not in want
+    )
     if extra and theirs:
         bad.append(f"dump: intact records the broker did not parse in [{lo}, {hi}): {extra[:5]}")
     return bad
@@ -266,16 +324,23 @@ def compare_queues(view: dict[str, Any], ours: dict[str, dict[str, Any]], what: 
         # counts them again (oracle soak seed 20055). The bytes are the same either way.
         lo = q.get("min_offset") or 0
         oe = [x for x in oe if not (x[0] < lo and x[1:] == FILL_BLANK)]
-        if te != oe and te and q.get("max_offset") == mine.get("max_offset") and te[-1][0] + 1 < (q.get("max_offset") or 0) \
-                and oe[:len(te)] == te:
+        if (
+            te != oe
+            and te
+            and q.get("max_offset") == mine.get("max_offset")
+            and te[-1][0] + 1 < (q.get("max_offset") or 0)
+            and oe[: len(te)] == te
+        ):
             # the view lists a queue only up to its first missing file (getIndexBuffer has
             # nothing there), while the broker's queue goes on to its max offset after the
             # hole, as rmqtool's does (oracle soak seed 20590): equal as far as listed, same end
             continue
         if te != oe:
             diff = next((i for i, (a, b) in enumerate(zip(te, oe)) if a != b), min(len(te), len(oe)))
-            bad.append(f"{what}: {key}: {len(te)} broker entries, {len(oe)} rmqtool; first difference at #{diff}: "
-                       f"broker {te[diff] if diff < len(te) else None} rmqtool {oe[diff] if diff < len(oe) else None}")
+            bad.append(
+                f"{what}: {key}: {len(te)} broker entries, {len(oe)} rmqtool; first difference at #{diff}: "
+                f"broker {te[diff] if diff < len(te) else None} rmqtool {oe[diff] if diff < len(oe) else None}"
+            )
         elif te and (q.get("max_offset") != mine["max_offset"]):
             bad.append(f"{what}: {key}: max_offset broker {q.get('max_offset')} rmqtool {mine['max_offset']}")
     for key, mine in sorted(ours.items()):
@@ -293,11 +358,18 @@ def compare_queues_superset(view: dict[str, Any], ours: dict[str, dict[str, Any]
     again and rebuild-index does (by design)."""
     bad = []
     for key, q in sorted((view.get("consume_queues") or {}).items()):
-        mine = {e["cq_offset"]: (e["phys_offset"], e["size"], e["tags_code"]) for e in ours.get(key, {"entries": []})["entries"]}
+        mine = {
+            e["cq_offset"]: (e["phys_offset"], e["size"], e["tags_code"])
+            for e in ours.get(key, {"entries": []})["entries"]
+        }
         for e in q.get("entries", []):
             t = (e["phys_offset"], e["size"], e["tags_code"])
             msg = e.get("message") or {}
-            if e.get("consistent") is False and msg.get("queue_offset") is not None and mine.get(msg["queue_offset"]) == t:
+            if (
+                e.get("consistent") is False
+                and msg.get("queue_offset") is not None
+                and mine.get(msg["queue_offset"]) == t
+            ):
                 # the broker's unit sits at the wrong queue offset: a normal start after a
                 # crash (no abort file) does not dispatch the records the reput had not
                 # reached, and the next dispatched record of the queue goes to the first free
@@ -320,8 +392,9 @@ def their_offsets(q: dict[str, Any]) -> list[int]:
     return sorted(q["phys_offsets_raw"] if "phys_offsets_raw" in q else q["phys_offsets"])
 
 
-def compare_lookups(view: dict[str, Any], ours: dict[tuple[str, str], list[int]], what: str, superset: bool = False,
-                    limit: int = 5) -> list[str]:
+def compare_lookups(
+    view: dict[str, Any], ours: dict[tuple[str, str], list[int]], what: str, superset: bool = False, limit: int = 5
+) -> list[str]:
     """Key lookups equal (superset=True: rmqtool's hits include the broker's; extra hits are
     only allowed for records that are in the broker's recovered commitlog)."""
     bad = []
@@ -375,8 +448,15 @@ def logical_end_in_file(view: dict[str, Any], rel: str, size: int) -> int | None
     return max(0, min(size, end - base))
 
 
-def compare_files_zeroed(theirs: dict[str, Any], ours_root: Path, orig_root: Path, view: dict[str, Any],
-                         prefix: str, what: str, skip_queues: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+def compare_files_zeroed(
+    theirs: dict[str, Any],
+    ours_root: Path,
+    orig_root: Path,
+    view: dict[str, Any],
+    prefix: str,
+    what: str,
+    skip_queues: set[str] = frozenset(),
+) -> list[str]:  # type: ignore[assignment]
     """Files rmqtool wrote against the broker's (sha256 only): equal, or equal but for the
     bytes after the logical end, which rmqtool zero-fills and the broker leaves as they were
     in the input store (man rmqtool-recover, Deviations; man rmqtool-rebuild-index): then
@@ -397,7 +477,7 @@ def compare_files_zeroed(theirs: dict[str, Any], ours_root: Path, orig_root: Pat
             mine, orig = (ours_root / k).read_bytes(), (orig_root / k).read_bytes()
             cut = logical_end_in_file(view, k, len(mine))
             if cut is not None and len(orig) >= len(mine) and not any(mine[cut:]):
-                hybrid = mine[:cut] + orig[cut:len(mine)]
+                hybrid = mine[:cut] + orig[cut : len(mine)]
                 if hashlib.sha256(hybrid).hexdigest() == t[k][1]:
                     continue
         bad.append(f"{what}: {k}: broker {t.get(k, 'absent')} rmqtool {o.get(k, 'absent')}"[:200])
@@ -411,8 +491,7 @@ def verify_outlook(report: dict[str, Any]) -> dict[str, Any]:
     stop = side.get("stop_offset")
     if not side and rec.get("commitlog_min_offset") == -1:
         stop = rec.get("data_end")  # no commitlog file: no walk, the outlook is the empty end (0)
-    return {"mode": mode, "stop_offset": stop, "loads": rec.get("loads"),
-            "load_blockers": rec.get("load_blockers")}
+    return {"mode": mode, "stop_offset": stop, "loads": rec.get("loads"), "load_blockers": rec.get("load_blockers")}
 
 
 def view_mode(view: dict[str, Any]) -> str:
@@ -431,8 +510,9 @@ def prop_crc_cut(view: dict[str, Any], report: dict[str, Any], config: dict[str,
     return any(f.get("code") == "CL_PROP_CRC" and f.get("physical_offset") == end for f in report.get("findings") or [])
 
 
-def compare_verify(view: dict[str, Any], rc: int, report: dict[str, Any], lost_acked: int | None,
-                   config: dict[str, Any] | None = None) -> list[str]:
+def compare_verify(
+    view: dict[str, Any], rc: int, report: dict[str, Any], lost_acked: int | None, config: dict[str, Any] | None = None
+) -> list[str]:
     bad = []
     o = verify_outlook(report)
     if prop_crc_cut(view, report, config or {}):
@@ -450,8 +530,10 @@ def compare_verify(view: dict[str, Any], rc: int, report: dict[str, Any], lost_a
     want = view.get("commitlog_max_offset")
     if o["stop_offset"] != want:
         bad.append(f"verify: outlook stop offset {o['stop_offset']}, broker's recovery ended at {want}")
-    torn = any(f.get("code") == "CL_TORN_TAIL" and f.get("physical_offset") == view.get("commitlog_max_offset")
-               for f in report.get("findings") or [])
+    torn = any(
+        f.get("code") == "CL_TORN_TAIL" and f.get("physical_offset") == view.get("commitlog_max_offset")
+        for f in report.get("findings") or []
+    )
     if lost_acked and rc == 0 and not torn:
         # (a last record torn at the broker's cut after a crash is what a kill mid-write
         # leaves: CL_TORN_TAIL, a warning by design, man rmqtool-verify; the bytes cannot say
@@ -465,14 +547,27 @@ def compare_verify(view: dict[str, Any], rc: int, report: dict[str, Any], lost_a
 # ---------------------------------------------------------------------------------------
 # the comparison of rmqtool's view with a recorded broker view (fixtures/real, or a case)
 
-def rmqtool_read_only_checks(store: Path, version: str, config: dict[str, Any], view: dict[str, Any],
-                             lost_acked: int | None = None) -> dict[str, list[str]]:
+
+def rmqtool_read_only_checks(
+    store: Path, version: str, config: dict[str, Any], view: dict[str, Any], lost_acked: int | None = None
+) -> dict[str, list[str]]:
     """``dump`` and ``verify`` of STORE (never written) against the broker's view of it."""
     out: dict[str, list[str]] = {}
     _rc, recs = dump_records(store, version, config)
     out["dump"] = compare_dump(view, recs)
-    rc, txt, err = rmq(["verify", str(store), "--format", "json", "-q", "--broker-version", rmq_version(version),
-                        *geometry_args(config), *walk_args(config)])
+    rc, txt, err = rmq(
+        [
+            "verify",
+            str(store),
+            "--format",
+            "json",
+            "-q",
+            "--broker-version",
+            rmq_version(version),
+            *geometry_args(config),
+            *walk_args(config),
+        ]
+    )
     try:
         report = json.loads(txt)
     except ValueError:
@@ -480,7 +575,11 @@ def rmqtool_read_only_checks(store: Path, version: str, config: dict[str, Any], 
     else:
         end = view.get("commitlog_max_offset")
         at_cut = next((r for r in recs if _where(r) == end and r.get("type") == "message"), None)
-        if config.get("forceVerifyPropCRC") and at_cut is not None and "__CRC32#" not in (at_cut.get("properties") or {}):
+        if (
+            config.get("forceVerifyPropCRC")
+            and at_cut is not None
+            and "__CRC32#" not in (at_cut.get("properties") or {})
+        ):
             # the same unmodelled setting (man rmqtool-recover, Deviations): such a broker also
             # cuts at a record whose __CRC32# property is gone (a flipped bit in its name, seed
             # 30167); rmqtool walks on, and verify has no finding for a missing one (open)
@@ -501,15 +600,25 @@ def refusal_checks(store: Path, version: str, config: dict[str, Any], work: Path
     gen_scenario): every command that reads recovery settings refuses the store with exit 8
     and one line naming the setting, and changes nothing."""
     conf = work / "duplication.conf"
-    conf.write_text("duplicationEnable=true\n" + "".join(f"{k}={v}\n" for k, v in config.items()
-                                                         if k in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue",
-                                                                  "maxHashSlotNum", "maxIndexNum")), encoding="utf-8")
+    conf.write_text(
+        "duplicationEnable=true\n"
+        + "".join(
+            f"{k}={v}\n"
+            for k, v in config.items()
+            if k in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum")
+        ),
+        encoding="utf-8",
+    )
     before = file_digests(store, ("",))
     bad = []
     for cmd in REFUSE_COMMANDS:
-        rc, out, err = rmq([cmd[0], str(store), *cmd[1:], "--broker-config", str(conf), "--broker-version", rmq_version(version), "-q"])
+        rc, out, err = rmq(
+            [cmd[0], str(store), *cmd[1:], "--broker-config", str(conf), "--broker-version", rmq_version(version), "-q"]
+        )
         if rc != 8 or "duplicationEnable" not in err + out:  # (verify names it in its report's UNSUPPORTED_SETTING)
-            bad.append(f"refuse: {' '.join(cmd)} with duplicationEnable=true: status {rc} (want 8): {err.strip()[-160:]}")
+            bad.append(
+                f"refuse: {' '.join(cmd)} with duplicationEnable=true: status {rc} (want 8): {err.strip()[-160:]}"
+            )
     if file_digests(store, ("",)) != before:
         bad.append("refuse: the store changed although every command refused it")
     return bad
@@ -536,8 +645,9 @@ def run_recover(store: Path, version: str, config: dict[str, Any], extra: list[s
     return rc, (err.strip() or out[-300:])
 
 
-def zero_head_allowed(view: dict[str, Any], ours: dict[str, dict[str, Any]], store: Path,
-                      config: dict[str, Any]) -> dict[str, Any]:
+def zero_head_allowed(
+    view: dict[str, Any], ours: dict[str, dict[str, Any]], store: Path, config: dict[str, Any]
+) -> dict[str, Any]:
     """The broker's truncateDirtyLogicFiles (run at start when a queue reaches the
     commitlog's end) takes the first unit of a queue's last file as written without
     checking it, so a queue file a crash left all zeros (created, its first unit not
@@ -568,8 +678,9 @@ def zero_head_allowed(view: dict[str, Any], ours: dict[str, dict[str, Any]], sto
     return out or view
 
 
-def recovered_checks(store: Path, version: str, config: dict[str, Any], view: dict[str, Any],
-                     superset_keys: bool) -> list[str]:
+def recovered_checks(
+    store: Path, version: str, config: dict[str, Any], view: dict[str, Any], superset_keys: bool
+) -> list[str]:
     """STORE as rmqtool left it after recover, against the broker's view after its own
     recovery of the same input: end offset, consume queues, key lookups."""
     bad = []
@@ -615,8 +726,16 @@ def q1_allowed(view: dict[str, Any], ours: dict[str, dict[str, Any]], version: s
     return out
 
 
-def rebuild_checks(recovered: Path, version: str, config: dict[str, Any], view: dict[str, Any], work: Path,
-                   exact_index: bool, queues_lost: bool = False, original: Path | None = None) -> list[str]:
+def rebuild_checks(
+    recovered: Path,
+    version: str,
+    config: dict[str, Any],
+    view: dict[str, Any],
+    work: Path,
+    exact_index: bool,
+    queues_lost: bool = False,
+    original: Path | None = None,
+) -> list[str]:
     """rebuild-index on a copy of the recovered store without consumequeue/ and index/
     (ORIGINAL: the store the broker viewed, default RECOVERED)."""
     original = original or recovered
@@ -625,8 +744,21 @@ def rebuild_checks(recovered: Path, version: str, config: dict[str, Any], view: 
     shutil.copytree(recovered, cp, ignore=shutil.ignore_patterns("consumequeue", "index"))
     (cp / "consumequeue").mkdir()
     (cp / "index").mkdir()
-    rc, out, err = rmq(["rebuild-index", "--yes", str(cp), "--backup-dir", str(work / "rebuilt.bk"), "-q", "-j", "1",
-                        "--broker-version", rmq_version(version), *geometry_args(config)])
+    rc, out, err = rmq(
+        [
+            "rebuild-index",
+            "--yes",
+            str(cp),
+            "--backup-dir",
+            str(work / "rebuilt.bk"),
+            "-q",
+            "-j",
+            "1",
+            "--broker-version",
+            rmq_version(version),
+            *geometry_args(config),
+        ]
+    )
     if rc not in (0, 1):  # 1: files were written
         return [f"rebuild: status {rc}: {err.strip()[:200]}"]
     ours_q = dump_queues(cp, config)
@@ -660,8 +792,10 @@ def rebuild_checks(recovered: Path, version: str, config: dict[str, Any], view: 
     bad += compare_lookups(view, key_lookups(cp, config, view_queries(view)), "rebuild keys", superset=not exact_index)
     if exact_index and "index_files_after_rocketmq_shutdown_in_name_order" in view:
         if theirs != mine:
-            bad.append(f"rebuild index files: broker {len(theirs)} files, rmqtool {len(mine)}; "
-                       f"first differing #{next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))}")
+            bad.append(
+                f"rebuild index files: broker {len(theirs)} files, rmqtool {len(mine)}; "
+                f"first differing #{next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))}"
+            )
     return bad
 
 
@@ -669,8 +803,9 @@ def rebuild_checks(recovered: Path, version: str, config: dict[str, Any], view: 
 REOPEN_SAME = ("commitlog_min_offset", "commitlog_max_offset", "commitlog_records", "consume_queues")
 
 
-def compare_reopen(before: dict[str, Any], after: dict[str, Any], recovered: Path | None = None,
-                   original: Path | None = None) -> list[str]:
+def compare_reopen(
+    before: dict[str, Any], after: dict[str, Any], recovered: Path | None = None, original: Path | None = None
+) -> list[str]:
     """The broker's view of the store rmqtool recovered against its view of the original
     after its own recovery: the same records, offsets, consume queues and commitlog /
     consumequeue bytes; key lookups: the same or more (rmqtool keeps intact index files the
@@ -700,18 +835,24 @@ def compare_reopen(before: dict[str, Any], after: dict[str, Any], recovered: Pat
     for key, q in aq.items():
         bq = (before.get("consume_queues") or {}).get(key) or {"entries": [], "max_offset": 0}
         be, ae = bq.get("entries") or [], q.get("entries") or []
-        if len(ae) > len(be) and ae[:len(be)] == be and all(e.get("consistent") and e["phys_offset"] in recs for e in ae[len(be):]):
+        if (
+            len(ae) > len(be)
+            and ae[: len(be)] == be
+            and all(e.get("consistent") and e["phys_offset"] in recs for e in ae[len(be) :])
+        ):
             grown.add(key)
             aq[key] = dict(q, entries=be, max_offset=bq.get("max_offset"))
-        elif len(ae) < len(be) and be[:len(ae)] == ae and all(e["phys_offset"] >= (before.get("commitlog_max_offset") or 0)
-                                                               for e in be[len(ae):]):
+        elif (
+            len(ae) < len(be)
+            and be[: len(ae)] == ae
+            and all(e["phys_offset"] >= (before.get("commitlog_max_offset") or 0) for e in be[len(ae) :])
+        ):
             # units past the commitlog's end that the broker's abnormal recovery wrote from a
             # record whose PHYSICALOFFSET field is damaged: its next start cuts them, on its
             # own store as on rmqtool's (oracle soak seed 30064, 4.7.1: two starts, checked)
             grown.add(key)
             aq[key] = dict(q, entries=be, max_offset=bq.get("max_offset"))
-    bad += [s.replace("rmqtool", "after rmqtool") for s in
-            compare_queues(before, aq, "reopen cq")]
+    bad += [s.replace("rmqtool", "after rmqtool") for s in compare_queues(before, aq, "reopen cq")]
     fb, fa = before.get("files_after_rocketmq_shutdown") or {}, after.get("files_after_rocketmq_shutdown") or {}
     for prefix in ("commitlog/", "consumequeue/"):
         mine = file_digests(recovered, (prefix,)) if recovered is not None else {}
@@ -734,6 +875,7 @@ def compare_reopen(before: dict[str, Any], after: dict[str, Any], recovered: Pat
 # ---------------------------------------------------------------------------------------
 # the broker oracle (the harness's command line)
 
+
 class OracleError(RuntimeError):
     pass
 
@@ -747,8 +889,7 @@ class Oracle:
     def _run(self, args: list[str], timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         timeout = timeout or self.timeout
         try:
-            return subprocess.run([str(self.script), *args], capture_output=True, text=True,
-                                  timeout=timeout)
+            return subprocess.run([str(self.script), *args], capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             raise OracleError(f"rocketmq-oracle {args[0]}: timed out after {timeout:.0f} s") from exc
 
@@ -778,14 +919,18 @@ class Oracle:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 for j in jobs:
                     f.write(json.dumps(j, ensure_ascii=False) + "\n")
-            p = self._run(["batch", "--version", version, "--parallel", str(parallel), path],
-                          timeout=self.timeout + 120.0 * len(jobs) / max(1, parallel))
+            p = self._run(
+                ["batch", "--version", version, "--parallel", str(parallel), path],
+                timeout=self.timeout + 120.0 * len(jobs) / max(1, parallel),
+            )
         finally:
             os.unlink(path)
         outs = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
         if len(outs) != len(jobs):
-            raise OracleError(f"rocketmq-oracle batch: status {p.returncode}, {len(outs)} results for {len(jobs)} jobs: "
-                              f"{p.stderr.strip()[-400:]}")
+            raise OracleError(
+                f"rocketmq-oracle batch: status {p.returncode}, {len(outs)} results for {len(jobs)} jobs: "
+                f"{p.stderr.strip()[-400:]}"
+            )
         return outs
 
     def view(self, version: str, config: dict[str, Any], store: Path) -> dict[str, Any]:
@@ -894,25 +1039,53 @@ def gen_scenario(seed: int, version: str, *, max_messages: int = 120) -> dict[st
             m["store_host"] = "[2001:db8::10]:10911"
         if rng.random() < 0.05:
             m["flag"] = rng.randint(1, 2**31 - 1)
-        if brng.random() < 0.06 and not topic.startswith("%RETRY%") and "delay_level" not in m and "transaction" not in m:
+        if (
+            brng.random() < 0.06
+            and not topic.startswith("%RETRY%")
+            and "delay_level" not in m
+            and "transaction" not in m
+        ):
             # a client batch (DefaultMQProducer.send(Collection)): one putMessages, a record per message, each
             # with the batch's properties appended to its own (the client refuses retry topics and delays)
             m = {k: m[k] for k in ("topic", "queue_id", "born_timestamp", "born_host", "store_host") if k in m}
-            m["batch"] = [{"keys": _key(brng), "tags": brng.choice(["TagA", "标签-ü"]), "body_len": brng.randint(0, 300),
-                           "body_seed": brng.randint(0, 2**31)} | ({"properties": {"b-é": _key(brng)}} if brng.random() < 0.3 else {})
-                          for _ in range(brng.randint(2, 6))]
+            m["batch"] = [
+                {
+                    "keys": _key(brng),
+                    "tags": brng.choice(["TagA", "标签-ü"]),
+                    "body_len": brng.randint(0, 300),
+                    "body_seed": brng.randint(0, 2**31),
+                }
+                | ({"properties": {"b-é": _key(brng)}} if brng.random() < 0.3 else {})
+                for _ in range(brng.randint(2, 6))
+            ]
         msgs.append(m)
     if rng.random() < 0.6:
         end: dict[str, Any] = {"mode": "clean"}
     else:
         end = {"mode": "kill", "after_acks": rng.randint(0, n), "writers": rng.choice([1, 2])}
     damage = gen_damage(rng, end["mode"])
-    return {"config": config, "messages": msgs, "end": end, "damage": damage, "seed": seed, "version": version,
-            "probe_duplication": probe_duplication}
+    return {
+        "config": config,
+        "messages": msgs,
+        "end": end,
+        "damage": damage,
+        "seed": seed,
+        "version": version,
+        "probe_duplication": probe_duplication,
+    }
 
 
-DAMAGE_KINDS = ["bitflip", "zero_tail", "truncate_last", "remove_cq_file", "remove_index_file",
-                "remove_abort", "add_abort", "zero_checkpoint", "remove_checkpoint"]
+DAMAGE_KINDS = [
+    "bitflip",
+    "zero_tail",
+    "truncate_last",
+    "remove_cq_file",
+    "remove_index_file",
+    "remove_abort",
+    "add_abort",
+    "zero_checkpoint",
+    "remove_checkpoint",
+]
 
 
 def gen_damage(rng: random.Random, end_mode: str) -> list[dict[str, Any]]:
@@ -961,7 +1134,11 @@ def apply_damage(store: Path, damage: list[dict[str, Any]]) -> list[str]:
                 os.truncate(p, size)
                 done.append(f"truncate {p.name} to {size}")
         elif k == "remove_cq_file":
-            files = sorted(x for x in (store / "consumequeue").rglob("*") if x.is_file()) if (store / "consumequeue").is_dir() else []
+            files = (
+                sorted(x for x in (store / "consumequeue").rglob("*") if x.is_file())
+                if (store / "consumequeue").is_dir()
+                else []
+            )
             if files:
                 p = files[int(r * len(files)) % len(files)]
                 p.unlink()
@@ -1015,8 +1192,10 @@ class CaseResult:
         return not any(self.results.values())
 
     def report(self) -> str:
-        lines = [f"seed {self.seed} version {self.version} damage {self.damage_done} "
-                 f"(rerun: bench/oracle_soak.py --cases 1 --seed {self.seed} --versions {self.version} --keep)"]
+        lines = [
+            f"seed {self.seed} version {self.version} damage {self.damage_done} "
+            f"(rerun: bench/oracle_soak.py --cases 1 --seed {self.seed} --versions {self.version} --keep)"
+        ]
         for c, bad in self.results.items():
             lines += [f"  [{c}] {b}" for b in bad]
         lines.append("scenario: " + json.dumps(self.scenario, ensure_ascii=False))
@@ -1025,8 +1204,14 @@ class CaseResult:
 
 def lost_acknowledged(result: dict[str, Any], view: dict[str, Any]) -> int:
     kept = {r["phys_offset"] for r in view.get("commitlog_records") or []}
-    return sum(1 for m in result.get("messages", []) if m.get("acknowledged", True) and m.get("put_status", "PUT_OK") == "PUT_OK"
-               and m.get("phys_offset") is not None and m["phys_offset"] not in kept)
+    return sum(
+        1
+        for m in result.get("messages", [])
+        if m.get("acknowledged", True)
+        and m.get("put_status", "PUT_OK") == "PUT_OK"
+        and m.get("phys_offset") is not None
+        and m["phys_offset"] not in kept
+    )
 
 
 def lost_without_trace(store: Path, result: dict[str, Any], view: dict[str, Any], config: dict[str, Any]) -> bool:
@@ -1037,8 +1222,14 @@ def lost_without_trace(store: Path, result: dict[str, Any], view: dict[str, Any]
     (CL_ZEROED_RECORD_TAIL)."""
     kept = {r["phys_offset"] for r in view.get("commitlog_records") or []}
     size = int(config.get("mappedFileSizeCommitLog", 1 << 30))
-    lost = [m for m in result.get("messages", []) if m.get("acknowledged", True) and m.get("put_status", "PUT_OK") == "PUT_OK"
-            and m.get("phys_offset") is not None and m["phys_offset"] not in kept]
+    lost = [
+        m
+        for m in result.get("messages", [])
+        if m.get("acknowledged", True)
+        and m.get("put_status", "PUT_OK") == "PUT_OK"
+        and m.get("phys_offset") is not None
+        and m["phys_offset"] not in kept
+    ]
     for m in lost:
         off, n = int(m["phys_offset"]), int(m.get("wrote_bytes") or 0)
         f = store / "commitlog" / f"{off - off % size:020d}"
@@ -1100,7 +1291,13 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
         # (exit 8, man rmqtool-verify, EXIT STATUS): exactly that (oracle soak seed 21386)
         rc, _out, err = rmq(["verify", str(c.store), "-q", "--broker-version", rmq_version(res.version)])
         ok = rc == 8 and "not a RocketMQ store" in err and not view.get("commitlog_records")
-        res.results["verify"] = [] if ok else [f"verify: status {rc} on a directory holding only {sorted(p.name for p in c.store.iterdir())}: {err.strip()[-160:]}"]
+        res.results["verify"] = (
+            []
+            if ok
+            else [
+                f"verify: status {rc} on a directory holding only {sorted(p.name for p in c.store.iterdir())}: {err.strip()[-160:]}"
+            ]
+        )
         for k in ("dump", "recover", "rebuild", "reopen"):
             res.skipped[k] = "no store: rmqtool refuses it (exit 8)"
         return False
@@ -1144,8 +1341,10 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
         if frc not in (0, 1):
             res.results["recover"].append(f"recover {flag}: status {frc}: {fmsg}")
         else:
-            res.results["recover"] += [f"recover {flag}: {b}" for b in
-                                       recovered_checks(forced, res.version, c.config, view, superset_keys=not c.undamaged_clean)]
+            res.results["recover"] += [
+                f"recover {flag}: {b}"
+                for b in recovered_checks(forced, res.version, c.config, view, superset_keys=not c.undamaged_clean)
+            ]
     shutil.rmtree(c.work / "forced", ignore_errors=True)
     if "rebuild" in checks and any(d.startswith(("bitflip", "zero_tail", "truncate")) for d in res.damage_done):
         # the broker's consume queues were dispatched from the bytes before the damage (a
@@ -1156,9 +1355,18 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
         # does not dispatch what the reput had not reached: the broker keeps that gap,
         # rebuild-index fills it)
         lost = any(d.startswith("rm consumequeue/") for d in res.damage_done) or (
-            res.scenario["end"]["mode"] == "kill" and "rm abort" in res.damage_done)
-        res.results["rebuild"] = rebuild_checks(c.rec, res.version, c.config, view, c.work, exact_index=c.undamaged_clean,
-                                                queues_lost=lost, original=c.store)
+            res.scenario["end"]["mode"] == "kill" and "rm abort" in res.damage_done
+        )
+        res.results["rebuild"] = rebuild_checks(
+            c.rec,
+            res.version,
+            c.config,
+            view,
+            c.work,
+            exact_index=c.undamaged_clean,
+            queues_lost=lost,
+            original=c.store,
+        )
     if "reopen" not in checks:
         return False
     if rc == 0:
@@ -1167,9 +1375,17 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
     return True
 
 
-def run_cases(oracle: Oracle, specs: list[tuple[int, str]], work: Path, *, max_messages: int = 120,
-              checks: tuple[str, ...] = CHECKS, parallel: int = 1, keep: bool = False,
-              progress: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
+def run_cases(
+    oracle: Oracle,
+    specs: list[tuple[int, str]],
+    work: Path,
+    *,
+    max_messages: int = 120,
+    checks: tuple[str, ...] = CHECKS,
+    parallel: int = 1,
+    keep: bool = False,
+    progress: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
     """Every (seed, version) case: per version one ``batch`` JVM writes every store, one views
     the damaged stores, one views the stores rmqtool recovered."""
     out: list[CaseResult] = []
@@ -1184,8 +1400,10 @@ def run_cases(oracle: Oracle, specs: list[tuple[int, str]], work: Path, *, max_m
             w.mkdir(parents=True)
             cases.append(_Case(CaseResult(seed, version, gen_scenario(seed, version, max_messages=max_messages)), w))
         # 1. the broker writes
-        jobs = [{"id": i, "verb": "write", "scenario": harness_scenario(c.res.scenario), "out": str(c.work / "w")}
-                for i, c in enumerate(cases)]
+        jobs = [
+            {"id": i, "verb": "write", "scenario": harness_scenario(c.res.scenario), "out": str(c.work / "w")}
+            for i, c in enumerate(cases)
+        ]
         for c, r in zip(cases, _batch(oracle, version, jobs, parallel, cases, "write")):
             c.t += r.get("elapsed_ms", 0) / 1000
             if r.get("exit") != 0:
@@ -1237,11 +1455,22 @@ def _view_and_compare(oracle: Oracle, version: str, live: list[_Case], parallel:
                 c.res.results["reopen"] = [f"reopen: the broker fails on the store rmqtool recovered: {r.get('error')}"]
             else:
                 assert c.view is not None
-                c.res.results["reopen"] = _timed(c, lambda c=c, r=r: compare_reopen(c.view, r["result"], c.rec, c.store))
+                c.res.results["reopen"] = _timed(
+                    c, lambda c=c, r=r: compare_reopen(c.view, r["result"], c.rec, c.store)
+                )
 
 
-def rerun_kept(oracle: Oracle, seed: int, version: str, kept: Path, damage_done: list[str], work: Path, *,
-               max_messages: int = 120, checks: tuple[str, ...] = CHECKS) -> CaseResult:
+def rerun_kept(
+    oracle: Oracle,
+    seed: int,
+    version: str,
+    kept: Path,
+    damage_done: list[str],
+    work: Path,
+    *,
+    max_messages: int = 120,
+    checks: tuple[str, ...] = CHECKS,
+) -> CaseResult:
     """A case again from the store it left (``--keep`` or a disagreeing case's work
     directory: KEPT/w/store after the damage, KEPT/w/result.json): the broker's view and
     every comparison, without the write. For killed writers, whose store a rerun of the
@@ -1258,8 +1487,9 @@ def rerun_kept(oracle: Oracle, seed: int, version: str, kept: Path, damage_done:
     return c.res
 
 
-def _batch(oracle: Oracle, version: str, jobs: list[dict[str, Any]], parallel: int, cases: list[_Case],
-           phase: str) -> list[dict[str, Any]]:
+def _batch(
+    oracle: Oracle, version: str, jobs: list[dict[str, Any]], parallel: int, cases: list[_Case], phase: str
+) -> list[dict[str, Any]]:
     """oracle.batch, noting in each case's ``phases`` its job's time inside the JVM
     (PHASE) and its share of the rest of the batch's wall time (``jvm_other``: JVM start,
     class loading, the harness's JSON)."""

@@ -51,8 +51,9 @@ def missing_tools() -> str | None:
 
 
 def _run(args: list[str], timeout: float | None = None, stdin: str | None = None) -> str:
-    p = subprocess.run([str(SCRIPT), *args], input=stdin, capture_output=True, text=True,
-                       timeout=timeout, encoding="utf-8")
+    p = subprocess.run(
+        [str(SCRIPT), *args], input=stdin, capture_output=True, text=True, timeout=timeout, encoding="utf-8"
+    )
     if p.returncode != 0:
         lines = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith("RocketMQLog:")]
         tail = lines[-1] if lines else f"exit {p.returncode}"
@@ -76,14 +77,21 @@ def write(version: str, scenario: dict[str, Any], out: Path, timeout: float = 30
     out.mkdir(parents=True, exist_ok=True)
     spath = out / "scenario.json"
     spath.write_text(json.dumps(scenario, ensure_ascii=False), encoding="utf-8")
-    _run(["write", "--version", version, "--scenario", str(spath), "--out", str(out),
-          "--timeout", str(timeout)], timeout=timeout + 60)
+    _run(
+        ["write", "--version", version, "--scenario", str(spath), "--out", str(out), "--timeout", str(timeout)],
+        timeout=timeout + 60,
+    )
     return json.loads((out / "result.json").read_text(encoding="utf-8"))
 
 
-def view(version: str, store: Path, config: dict[str, Any] | None = None,
-         query_keys: Iterable[tuple[str, str]] | None = None, no_copy: bool = False,
-         timeout: float = 300) -> dict[str, Any]:
+def view(
+    version: str,
+    store: Path,
+    config: dict[str, Any] | None = None,
+    query_keys: Iterable[tuple[str, str]] | None = None,
+    no_copy: bool = False,
+    timeout: float = 300,
+) -> dict[str, Any]:
     """RocketMQ version's view of (a copy of) store after its own recovery."""
     with tempfile.TemporaryDirectory(prefix="oracle-view-") as td:
         cpath = Path(td) / "config.json"
@@ -99,20 +107,26 @@ def view(version: str, store: Path, config: dict[str, Any] | None = None,
         return json.loads(_run(args, timeout=timeout + 60))
 
 
-def batch(version: str, jobs: list[dict[str, Any]], parallel: int = 1,
-          timeout: float = 300) -> list[dict[str, Any]]:
+def batch(version: str, jobs: list[dict[str, Any]], parallel: int = 1, timeout: float = 300) -> list[dict[str, Any]]:
     """Run write/view jobs in one JVM; one answer per job, in order (see README: batch)."""
     if not jobs:
         return []
     stdin = "".join(json.dumps(j, ensure_ascii=False) + "\n" for j in jobs)
-    p = subprocess.run([str(SCRIPT), "batch", "--version", version, "--parallel", str(parallel),
-                        "--timeout", str(timeout), "-"], input=stdin, capture_output=True, text=True,
-                       encoding="utf-8", timeout=timeout * len(jobs) + 120)
+    p = subprocess.run(
+        [str(SCRIPT), "batch", "--version", version, "--parallel", str(parallel), "--timeout", str(timeout), "-"],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=timeout * len(jobs) + 120,
+    )
     answers = [json.loads(ln) for ln in p.stdout.splitlines() if ln.strip()]
     if len(answers) != len(jobs):
         lines = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.startswith("RocketMQLog:")]
-        raise OracleError(f"rocketmq-oracle batch answered {len(answers)} of {len(jobs)} jobs: "
-                          f"{lines[-1] if lines else 'exit ' + str(p.returncode)}")
+        raise OracleError(
+            f"rocketmq-oracle batch answered {len(answers)} of {len(jobs)} jobs: "
+            f"{lines[-1] if lines else 'exit ' + str(p.returncode)}"
+        )
     return answers
 
 

@@ -24,9 +24,19 @@ NAMES = ["clean", "delay", "crash_midwrite", "many_files"]
 def load(name: str) -> tuple[Path, dict, dict, dict]:
     view = json.loads((REAL / name / "verify_after_rocketmq_recovery.json").read_text(encoding="utf-8"))
     sc = json.loads((REAL / name / "scenario.json").read_text(encoding="utf-8"))
-    cfg = {k: v for k, v in sc["message_store_config"].items()
-           if k in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum",
-                    "checkCRCOnRecover", "messageIndexSafe")}
+    cfg = {
+        k: v
+        for k, v in sc["message_store_config"].items()
+        if k
+        in (
+            "mappedFileSizeCommitLog",
+            "mappedFileSizeConsumeQueue",
+            "maxHashSlotNum",
+            "maxIndexNum",
+            "checkCRCOnRecover",
+            "messageIndexSafe",
+        )
+    }
     return REAL / name / "store", view, sc, cfg
 
 
@@ -52,6 +62,7 @@ def test_recover_and_rebuild_agree_with_recorded_broker_view(name: str, tmp_path
 
 # --- the comparison finds what it must find (each check can fail) ---------------------
 
+
 def test_dump_comparison_names_a_field_that_differs() -> None:
     store, view, _sc, cfg = load("clean")
     v = copy.deepcopy(view)
@@ -61,7 +72,9 @@ def test_dump_comparison_names_a_field_that_differs() -> None:
     assert len(bad) == 1 and "queue_offset" in bad[0] and str(v["commitlog_records"][3]["phys_offset"]) in bad[0]
     v = copy.deepcopy(view)
     gone = v["commitlog_records"].pop(7)
-    assert dc.compare_dump(v, recs) == [f"dump: intact records the broker did not parse in [0, {v['commitlog_max_offset']}): [{gone['phys_offset']}]"]
+    assert dc.compare_dump(v, recs) == [
+        f"dump: intact records the broker did not parse in [0, {v['commitlog_max_offset']}): [{gone['phys_offset']}]"
+    ]
 
 
 def test_verify_comparison_catches_a_wrong_outlook_and_a_silent_loss() -> None:
@@ -108,8 +121,11 @@ def test_scenario_generator_is_deterministic_and_damage_reproducible(tmp_path: P
     s1, s2 = tmp_path / "a", tmp_path / "b"
     shutil.copytree(REAL / "crash_midwrite" / "store", s1)
     shutil.copytree(REAL / "crash_midwrite" / "store", s2)
-    dmg = [{"kind": "bitflip", "r": 0.3, "bit": 2, "n": 10}, {"kind": "zero_tail", "r": 0.1, "bit": 0, "n": 300},
-           {"kind": "remove_abort", "r": 0, "bit": 0, "n": 0}]
+    dmg = [
+        {"kind": "bitflip", "r": 0.3, "bit": 2, "n": 10},
+        {"kind": "zero_tail", "r": 0.1, "bit": 0, "n": 300},
+        {"kind": "remove_abort", "r": 0, "bit": 0, "n": 0},
+    ]
     d1, d2 = dc.apply_damage(s1, dmg), dc.apply_damage(s2, dmg)
     assert d1 == d2 and len(d1) == 3 and not (s1 / "abort").exists()
 
@@ -150,8 +166,10 @@ def test_zero_filled_tail_is_the_only_file_difference_allowed(tmp_path: Path) ->
 def test_prop_crc_cut_is_excused_only_at_a_cl_prop_crc_finding() -> None:
     """man rmqtool-recover: forceVerifyPropCRC=true is not modelled; verify names the record."""
     view = {"commitlog_max_offset": 8581, "recovery_mode": "normal"}
-    report = {"findings": [{"code": "CL_PROP_CRC", "physical_offset": 8581}],
-              "summary": {"recovery": {"mode": "normal", "normal": {"stop_offset": 10252}, "loads": True}}}
+    report = {
+        "findings": [{"code": "CL_PROP_CRC", "physical_offset": 8581}],
+        "summary": {"recovery": {"mode": "normal", "normal": {"stop_offset": 10252}, "loads": True}},
+    }
     cfg = {"forceVerifyPropCRC": True}
     assert dc.compare_verify(view, 4, report, 0, cfg) == []
     assert dc.compare_verify(view, 0, report, 0, cfg) != []

@@ -44,14 +44,20 @@ def results(broker_oracle: dc.Oracle, tmp_path_factory: pytest.TempPathFactory) 
     known = broker_oracle.versions()
     versions = sorted({v for v in (resolve(known, s) for s in VERSIONS) if v})
     specs = [(seed, v) for v in versions for seed in SEEDS]
-    done = dc.run_cases(broker_oracle, specs, tmp_path_factory.mktemp("oracle-diff"), max_messages=MAX_MESSAGES, parallel=1)
+    done = dc.run_cases(
+        broker_oracle, specs, tmp_path_factory.mktemp("oracle-diff"), max_messages=MAX_MESSAGES, parallel=1
+    )
     return {(r.seed, r.version): r for r in done}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("slot", VERSIONS)
-def test_rmqtool_agrees_with_the_broker(broker_oracle: dc.Oracle, results: dict[tuple[int, str], dc.CaseResult],  # noqa: F811
-                                        slot: str, seed: int) -> None:
+def test_rmqtool_agrees_with_the_broker(
+    broker_oracle: dc.Oracle,  # noqa: F811
+    results: dict[tuple[int, str], dc.CaseResult],  # noqa: F811
+    slot: str,
+    seed: int,
+) -> None:
     version = resolve(broker_oracle.versions(), slot)
     if version is None:
         pytest.skip(f"the oracle does not list {slot}")

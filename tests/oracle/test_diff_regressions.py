@@ -29,9 +29,14 @@ QUEUE = "%RETRY%GroupX/2"
 def test_seed_5131_an_all_zero_first_unit_the_broker_lists(broker_oracle: dc.Oracle, tmp_path: Path) -> None:  # noqa: F811
     known = broker_oracle.versions()
     version = "5.3.3" if "5.3.3" in known else max((v for v in known if v.startswith("5.")), key=dc._vt)
-    sc = {"config": CONFIG, "end": {"mode": "clean"}, "messages": [
-        {"topic": "TopicB", "queue_id": 2, "keys": "K1", "body_len": 100, "body_seed": 1},
-        {"topic": "TopicA", "queue_id": 0, "keys": "K3", "body_len": 100, "body_seed": 3}]}
+    sc = {
+        "config": CONFIG,
+        "end": {"mode": "clean"},
+        "messages": [
+            {"topic": "TopicB", "queue_id": 2, "keys": "K1", "body_len": 100, "body_seed": 1},
+            {"topic": "TopicA", "queue_id": 0, "keys": "K3", "body_len": 100, "body_seed": 3},
+        ],
+    }
     w = broker_oracle.batch(version, [{"id": 0, "verb": "write", "scenario": sc, "out": str(tmp_path / "w")}])[0]
     assert w["exit"] == 0, w
     store = tmp_path / "w" / "store"
@@ -53,11 +58,14 @@ def test_seed_5131_an_all_zero_first_unit_the_broker_lists(broker_oracle: dc.Ora
     assert QUEUE not in ours or ours[QUEUE]["entries"] == []
     # exactly that difference: without the allowance it is the only disagreement
     assert dc.compare_queues(view, ours, "recover cq") == [
-        f"recover cq: {QUEUE}: 1 broker entries, 0 rmqtool; first difference at #0: broker (0, 0, 0, 0) rmqtool None"]
+        f"recover cq: {QUEUE}: 1 broker entries, 0 rmqtool; first difference at #0: broker (0, 0, 0, 0) rmqtool None"
+    ]
     assert dc.recovered_checks(rec, version, CONFIG, view, superset_keys=True) == []
 
 
-@pytest.mark.parametrize("seed,version", [(20590, "4.9.4"), (20340, "5.1.4"), (20607, "5.3.3"), (21514, "4.9.4"), (21658, "5.5.1")])
+@pytest.mark.parametrize(
+    "seed,version", [(20590, "4.9.4"), (20340, "5.1.4"), (20607, "5.3.3"), (21514, "4.9.4"), (21658, "5.5.1")]
+)
 def test_soak_seed_agrees(broker_oracle: dc.Oracle, tmp_path: Path, seed: int, version: str) -> None:  # noqa: F811
     """Clean-shutdown cases of the seed-20000 soak, deterministic, that disagreed before the
     comparison knew the broker's side: 20590 (a consume queue file removed in the middle:

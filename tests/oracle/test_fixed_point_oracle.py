@@ -55,19 +55,24 @@ def test_every_start_adds_the_same_index_entries_as_the_broker(oracle: ModuleTyp
     assert seen[0] != seen[1]  # the broker's second start changed the index again
 
 
-def test_a_queue_unit_past_the_end_goes_at_the_second_start_as_in_the_broker(oracle: ModuleType, tmp_path: Path) -> None:
+def test_a_queue_unit_past_the_end_goes_at_the_second_start_as_in_the_broker(
+    oracle: ModuleType, tmp_path: Path
+) -> None:
     ours, theirs, fixture = _pair(tmp_path, "cq_unit_past_the_end")
     for i in range(3):
         code = _recover(ours, tmp_path / f"b{i}")
         view = oracle.view("4.9.4", theirs, fd.fixture_config(fixture), no_copy=True)
         broker = [(e["phys_offset"], e["size"], e["tags_code"]) for e in view["consume_queues"]["TopicA/2"]["entries"]]
-        mine = [(r["commitlog_offset"], r["size"], r["tags_code"]) for r in iter_cq_entries(Store.open(ours), "TopicA", 2)]
+        mine = [
+            (r["commitlog_offset"], r["size"], r["tags_code"]) for r in iter_cq_entries(Store.open(ours), "TopicA", 2)
+        ]
         assert mine == broker, f"start {i + 1}"
         assert (code, len(mine)) == [(1, 192), (1, 181), (0, 181)][i]
 
 
 def test_a_queue_left_alone_is_indexed_once_where_the_broker_reindexes_at_every_start(
-        oracle: ModuleType, tmp_path: Path) -> None:
+    oracle: ModuleType, tmp_path: Path
+) -> None:
     """The deviation (man rmqtool-recover): the broker cannot append the last record's unit
     to a queue file named Long.MAX_VALUE and re-indexes the record at every start; recover
     leaves the queue alone and does not index again a record of it that the index holds
@@ -84,7 +89,8 @@ def test_a_queue_left_alone_is_indexed_once_where_the_broker_reindexes_at_every_
 
 
 def test_a_queue_file_renamed_unaligned_is_indexed_as_by_the_broker_and_a_second_run_changes_nothing(
-        oracle: ModuleType, tmp_path: Path) -> None:
+    oracle: ModuleType, tmp_path: Path
+) -> None:
     """Soak seed 1007561: the broker appends the last record's unit (at 770931) to the file
     renamed 1921 and is a fixed point after its first start; recover leaves the queue
     alone, indexes that record's keys as often as the broker does (once: it used to index
@@ -105,7 +111,8 @@ def test_a_queue_file_renamed_unaligned_is_indexed_as_by_the_broker_and_a_second
 
 
 def test_a_queue_emptied_by_the_first_start_is_written_anew_by_the_second_as_by_the_broker(
-        oracle: ModuleType, tmp_path: Path) -> None:
+    oracle: ModuleType, tmp_path: Path
+) -> None:
     ours, theirs, fixture = _pair(tmp_path, "queue_emptied_at_first_start")
     q = "consumequeue/%RETRY%GroupD/0/"
     for i in range(2):
@@ -118,7 +125,8 @@ def test_a_queue_emptied_by_the_first_start_is_written_anew_by_the_second_as_by_
 
 
 def test_a_queue_walk_from_the_third_last_file_drops_a_file_at_the_second_start_as_in_the_broker(
-        oracle: ModuleType, tmp_path: Path) -> None:
+    oracle: ModuleType, tmp_path: Path
+) -> None:
     ours, theirs, fixture = _pair(tmp_path, "queue_walk_from_the_third_last_file")
     seen = []
     for i in range(3):
@@ -145,7 +153,8 @@ def _q10_store(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("version", "aborts"), [("4.9.4", True), ("5.1.4", True), ("5.3.3", False)])
 def test_a_totalsize_no_jvm_array_holds_aborts_the_brokers_start_before_5_3_2(
-        oracle: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, aborts: bool) -> None:
+    oracle: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, aborts: bool
+) -> None:
     """Quirk Q10: before 5.3.2 the broker's walk allocates TOTALSIZE bytes before any check,
     and a TOTALSIZE of Integer.MAX_VALUE raises OutOfMemoryError, which its recovery does not
     catch: the start aborts. 5.3.2+ checks the bytes remaining first and cuts there.
@@ -163,12 +172,17 @@ def test_a_totalsize_no_jvm_array_holds_aborts_the_brokers_start_before_5_3_2(
     assert code == 4 and "the walk stopped at commitlog offset 327680" in out  # (4: a dry run with changes to make)
     assert ("quirk Q10: the broker's own start aborts at the record at commitlog offset 327680" in out) == aborts
     run(["verify", "--broker-version", version, "--format", "json", str(store)])
-    stops = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["physical_offset"] == 327680 and f["severity"] == "error"]
+    stops = [
+        f
+        for f in json.loads(capsys.readouterr().out)["findings"]
+        if f["physical_offset"] == 327680 and f["severity"] == "error"
+    ]
     assert len(stops) == 1 and ("the broker's start aborts at this record" in stops[0]["message"]) == aborts
 
 
 def test_where_the_cut_units_the_broker_keeps_pin_its_reput_recover_gives_the_record_its_unit_back(
-        oracle: ModuleType, tmp_path: Path) -> None:
+    oracle: ModuleType, tmp_path: Path
+) -> None:
     """Soak seed 1055801 (fd.broker_pinned_by_the_cut_units_it_keeps), recover's deviation
     asserted exactly. The broker's truncation cuts %RETRY%GroupD/0 after unit 0, keeps the
     cut unit's bytes and takes SCHEDULE_TOPIC_XXXX/6 whole: start after start it reads the
@@ -205,19 +219,22 @@ def _abnormal_q10_store(tmp_path: Path, name: str) -> Path:
     first record, before it (tests/test_fuzz_damage.py builds the same store)."""
     store = tmp_path / name
     shutil.copytree(fd.REAL / "clean" / "store", store, symlinks=True)
-    for rel, at, value in (("commitlog/00000000000000262144", 0, (0x7FFFFFFF).to_bytes(4, "big")),
-                           ("checkpoint", 0, (1900000000000).to_bytes(8, "big") * 3)):
+    for rel, at, value in (
+        ("commitlog/00000000000000262144", 0, (0x7FFFFFFF).to_bytes(4, "big")),
+        ("checkpoint", 0, (1900000000000).to_bytes(8, "big") * 3),
+    ):
         p = store / rel
         p.chmod(0o644)
         b = bytearray(p.read_bytes())
-        b[at:at + len(value)] = value
+        b[at : at + len(value)] = value
         p.write_bytes(bytes(b))
     (store / "abort").write_bytes(b"")
     return store
 
 
 def test_where_the_next_normal_start_after_an_abnormal_one_aborts_recover_cuts_in_one_run(
-        oracle: ModuleType, tmp_path: Path) -> None:
+    oracle: ModuleType, tmp_path: Path
+) -> None:
     """Quirk Q10 after an abnormal exit, recover's deviation asserted exactly. The broker's
     abnormal start walks from the last file (the checkpoint's start file) and starts; its
     next, normal, start walks from the third-last file into TOTALSIZE Integer.MAX_VALUE at
@@ -239,5 +256,7 @@ def test_where_the_next_normal_start_after_an_abnormal_one_aborts_recover_cuts_i
     assert _recover(ours, tmp_path / "b2") == 0
     for start in range(2):
         view = oracle.view("4.9.4", ours, fd.fixture_config("clean"), no_copy=True)
-        assert view["load_ok"] and view["after_load_before_start"]["commitlog_max_offset"] == 262144, f"start {start + 1}"
+        assert view["load_ok"] and view["after_load_before_start"]["commitlog_max_offset"] == 262144, (
+            f"start {start + 1}"
+        )
         assert "commitlog_walk_out_of_memory_at" not in view

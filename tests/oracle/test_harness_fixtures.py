@@ -33,8 +33,15 @@ def fixture_views(oracle: ModuleType) -> dict[str, dict[str, Any]]:
     jobs = []
     for name in FIXTURES:
         keys = [[q["topic"], q["key"]] for q in _recorded(name)["query_message_by_key"]]
-        jobs.append({"id": name, "verb": "view", "store": str(REAL / name / "store"),
-                     "config": _fixture_config(name), "query_keys": keys})
+        jobs.append(
+            {
+                "id": name,
+                "verb": "view",
+                "store": str(REAL / name / "store"),
+                "config": _fixture_config(name),
+                "query_keys": keys,
+            }
+        )
     answers = oracle.batch("4.9.4", jobs, parallel=1)
     out = {}
     for a in answers:
@@ -48,8 +55,13 @@ def test_view_reproduces_recorded_commitlog_of(name: str, fixture_views: dict[st
     got, want = fixture_views[name], _recorded(name)
     assert got["load_ok"] is True
     assert want["recovery_mode"].startswith(got["recovery_mode"] + " ")
-    for k in ("commitlog_min_offset", "commitlog_max_offset", "commitlog_record_count",
-              "commitlog_blank_records", "dispatch_behind_bytes_after_start"):
+    for k in (
+        "commitlog_min_offset",
+        "commitlog_max_offset",
+        "commitlog_record_count",
+        "commitlog_blank_records",
+        "dispatch_behind_bytes_after_start",
+    ):
         assert got[k] == want[k], k
     assert got["commitlog_records"] == want["commitlog_records"]
 
@@ -63,8 +75,7 @@ def test_view_reproduces_recorded_consume_queues_of(name: str, fixture_views: di
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_view_reproduces_recorded_key_lookups_of(name: str, fixture_views: dict[str, Any]) -> None:
-    got = [{k: v for k, v in q.items() if k != "phys_offsets_raw"}
-           for q in fixture_views[name]["query_message_by_key"]]
+    got = [{k: v for k, v in q.items() if k != "phys_offsets_raw"} for q in fixture_views[name]["query_message_by_key"]]
     want = _recorded(name)["query_message_by_key"]
     key = lambda q: (q["topic"], q["key"])  # noqa: E731
     assert sorted(got, key=key) == sorted(want, key=key)
@@ -84,9 +95,13 @@ def test_view_reproduces_recorded_files_after_shutdown_of(name: str, fixture_vie
     # are exact)
     files = {k: v for k, v in got["files_after_rocketmq_shutdown"].items() if k != "checkpoint"}
     assert files == {k: v for k, v in want["files_after_rocketmq_shutdown"].items() if k != "checkpoint"}
-    assert ("checkpoint" in got["files_after_rocketmq_shutdown"]) == ("checkpoint" in want["files_after_rocketmq_shutdown"])
-    assert got["index_files_after_rocketmq_shutdown_in_name_order"] == \
-        want["index_files_after_rocketmq_shutdown_in_name_order"]
+    assert ("checkpoint" in got["files_after_rocketmq_shutdown"]) == (
+        "checkpoint" in want["files_after_rocketmq_shutdown"]
+    )
+    assert (
+        got["index_files_after_rocketmq_shutdown_in_name_order"]
+        == want["index_files_after_rocketmq_shutdown_in_name_order"]
+    )
     assert got["files_after_recovery_except_index"] == want["files_after_recovery_except_index"]
 
 
@@ -108,9 +123,13 @@ def _scenario(kill: bool) -> dict[str, Any]:
     msgs: list[dict[str, Any]] = []
     n = 400 if kill else 36
     for i in range(n):
-        m: dict[str, Any] = {"topic": ["TopicA", "TopicB", "Top%ic-C"][i % 3], "queue_id": i % 2,
-                             "body_len": [0, 17, 300, 2500][i % 4], "body_seed": i,
-                             "born_timestamp": 1_700_000_000_000 + i}
+        m: dict[str, Any] = {
+            "topic": ["TopicA", "TopicB", "Top%ic-C"][i % 3],
+            "queue_id": i % 2,
+            "body_len": [0, 17, 300, 2500][i % 4],
+            "body_seed": i,
+            "born_timestamp": 1_700_000_000_000 + i,
+        }
         if i % 2:
             m["keys"] = f"K-{i} G-{i % 4}"
         if i % 3 == 1:
@@ -122,13 +141,18 @@ def _scenario(kill: bool) -> dict[str, Any]:
     msgs[4]["store_host"] = "[2001:db8::10]:10911"
     msgs[5]["delay_level"] = 2
     msgs[6]["uniq_key"] = None
-    msgs[7]["body_len"] = 6000                     # does not fit the rest of an 8 KiB file
+    msgs[7]["body_len"] = 6000  # does not fit the rest of an 8 KiB file
     msgs[8]["transaction"] = "prepare"
     msgs[9].update(transaction="commit", prepared_seq=8)
     msgs[10]["transaction"] = "prepare"
     msgs[11].update(transaction="rollback", prepared_seq=10)
-    cfg = {"mappedFileSizeCommitLog": 8192, "mappedFileSizeConsumeQueue": 200,
-           "maxHashSlotNum": 16, "maxIndexNum": 32, "flushDiskType": "ASYNC_FLUSH"}
+    cfg = {
+        "mappedFileSizeCommitLog": 8192,
+        "mappedFileSizeConsumeQueue": 200,
+        "maxHashSlotNum": 16,
+        "maxIndexNum": 32,
+        "flushDiskType": "ASYNC_FLUSH",
+    }
     end = {"mode": "kill", "after_acks": 120, "writers": 2} if kill else {"mode": "clean"}
     return {"config": cfg, "messages": msgs, "end": end}
 
@@ -141,8 +165,11 @@ def _check_round_trip(result: dict[str, Any], view: dict[str, Any], kill: bool, 
         # store (MappedFileQueue.load: file size not matched). That is the broker's answer, but only
         # with such a file present.
         sizes = {"commitlog": 8192, "consumequeue": 200}
-        odd = [p for p, n in view["before_recovery"]["files"].items()
-               if p.split("/")[0] in sizes and n != sizes[p.split("/")[0]]]
+        odd = [
+            p
+            for p, n in view["before_recovery"]["files"].items()
+            if p.split("/")[0] in sizes and n != sizes[p.split("/")[0]]
+        ]
         assert odd, "RocketMQ refused a killed store that has no file of the wrong size"
         return
     assert view["load_ok"] is True and view["recovery_mode"] == ("abnormal" if kill else "normal")
@@ -155,11 +182,20 @@ def _check_round_trip(result: dict[str, Any], view: dict[str, Any], kill: bool, 
         assert len(acked) == len(result["messages"])
     assert view["commitlog_blank_records"] >= 1
     for m in acked:
-        r = records[m["phys_offset"]]     # a process kill loses nothing RocketMQ acknowledged
-        assert (r["topic"], r["queue_id"], r["queue_offset"], r["msg_id"], r["size"]) == \
-            (m["topic"], m["queue_id"], m["queue_offset"], m["msg_id"], m["wrote_bytes"])
-        assert (r["keys"], r["uniq_key"], r["body_sha256"], r["sys_flag"]) == \
-            (m["keys"], m["uniq_key"], m["body_sha256"], m["sys_flag"])
+        r = records[m["phys_offset"]]  # a process kill loses nothing RocketMQ acknowledged
+        assert (r["topic"], r["queue_id"], r["queue_offset"], r["msg_id"], r["size"]) == (
+            m["topic"],
+            m["queue_id"],
+            m["queue_offset"],
+            m["msg_id"],
+            m["wrote_bytes"],
+        )
+        assert (r["keys"], r["uniq_key"], r["body_sha256"], r["sys_flag"]) == (
+            m["keys"],
+            m["uniq_key"],
+            m["body_sha256"],
+            m["sys_flag"],
+        )
         assert r["body_crc_ok"] is True
     by_seq = {m["seq"]: m for m in result["messages"]}
     if by_seq[9]["acknowledged"]:
@@ -208,21 +244,31 @@ def _versions() -> list[str]:
         spec.loader.exec_module(mod)
     try:
         return mod.versions()
-    except Exception:               # noqa: BLE001 - no bash/java here: the oracle fixture says why
+    except Exception:  # noqa: BLE001 - no bash/java here: the oracle fixture says why
         return ["4.9.4"]
 
 
 @pytest.mark.parametrize("version", _versions())
 def test_write_then_view_round_trip_with(version: str, oracle: ModuleType, tmp_path: Path) -> None:
-    writes = [{"id": mode, "verb": "write", "scenario": _scenario(mode == "kill"), "out": str(tmp_path / mode)}
-              for mode in ("clean", "kill")]
+    writes = [
+        {"id": mode, "verb": "write", "scenario": _scenario(mode == "kill"), "out": str(tmp_path / mode)}
+        for mode in ("clean", "kill")
+    ]
     results = {a["id"]: a for a in oracle.batch(version, writes, parallel=2)}
     for a in results.values():
         assert a["exit"] == 0, a.get("error")
     cfg = _scenario(False)["config"]
-    views = {a["id"]: a for a in oracle.batch(
-        version, [{"id": mode, "verb": "view", "store": str(tmp_path / mode / "store"), "config": cfg}
-                  for mode in ("clean", "kill")], parallel=1)}
+    views = {
+        a["id"]: a
+        for a in oracle.batch(
+            version,
+            [
+                {"id": mode, "verb": "view", "store": str(tmp_path / mode / "store"), "config": cfg}
+                for mode in ("clean", "kill")
+            ],
+            parallel=1,
+        )
+    }
     for mode in ("clean", "kill"):
         assert views[mode]["exit"] == 0, views[mode].get("error")
         assert views[mode]["result"]["rocketmq_version"] == version
@@ -235,7 +281,11 @@ def test_unknown_setting_is_a_usage_error(oracle: ModuleType, tmp_path: Path) ->
 
 
 def test_body_bytes_match_the_java_generator(oracle: ModuleType, tmp_path: Path) -> None:
-    sc = {"config": {"mappedFileSizeCommitLog": 4096, "mappedFileSizeConsumeQueue": 200}, "messages": [{"topic": "T", "body_len": 77, "body_seed": 5}], "end": {"mode": "clean"}}
+    sc = {
+        "config": {"mappedFileSizeCommitLog": 4096, "mappedFileSizeConsumeQueue": 200},
+        "messages": [{"topic": "T", "body_len": 77, "body_seed": 5}],
+        "end": {"mode": "clean"},
+    }
     res = oracle.write("4.9.4", sc, tmp_path / "w")
     import hashlib
 
@@ -245,10 +295,16 @@ def test_body_bytes_match_the_java_generator(oracle: ModuleType, tmp_path: Path)
 def test_multi_dispatch_puts_each_message_in_every_lmq_queue(oracle: ModuleType, tmp_path: Path) -> None:
     """Multi-dispatch (LMQ) needs no harness support: the INNER_MULTI_DISPATCH property and the
     enableMultiDispatch/enableLmq settings make RocketMQ's CommitLog do it."""
-    cfg = {"mappedFileSizeCommitLog": 16384, "mappedFileSizeConsumeQueue": 200,
-           "enableMultiDispatch": True, "enableLmq": True}
-    msgs = [{"topic": "TopicM", "properties": {"INNER_MULTI_DISPATCH": "%LMQ%q1,%LMQ%q2"},
-             "body_len": 40, "body_seed": i} for i in range(3)]
+    cfg = {
+        "mappedFileSizeCommitLog": 16384,
+        "mappedFileSizeConsumeQueue": 200,
+        "enableMultiDispatch": True,
+        "enableLmq": True,
+    }
+    msgs = [
+        {"topic": "TopicM", "properties": {"INNER_MULTI_DISPATCH": "%LMQ%q1,%LMQ%q2"}, "body_len": 40, "body_seed": i}
+        for i in range(3)
+    ]
     res = oracle.write("4.9.4", {"config": cfg, "messages": msgs, "end": {"mode": "clean"}}, tmp_path / "w")
     v = oracle.view("4.9.4", tmp_path / "w" / "store", cfg)
     offsets = [m["phys_offset"] for m in res["messages"]]

@@ -29,7 +29,12 @@ pytestmark = pytest.mark.oracle
 HERE = Path(__file__).resolve().parent
 HARNESS = Path(os.environ.get("RMQ_ORACLE") or HERE / "rocketmq-oracle")
 VERSION = "5.3.3"
-GEOMETRY = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 640, "maxHashSlotNum": 100, "maxIndexNum": 400}
+GEOMETRY = {
+    "mappedFileSizeCommitLog": 65536,
+    "mappedFileSizeConsumeQueue": 640,
+    "maxHashSlotNum": 100,
+    "maxIndexNum": 400,
+}
 CUT = 3  # the message whose FLAG is changed after the write (its body CRC still matches)
 
 
@@ -54,10 +59,21 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, A
     shutdown; then message CUT's FLAG is changed: its whole-record CRC no longer matches."""
     _harness()
     work = tmp_path_factory.mktemp("oracle-identity")
-    scenario = {"config": {**GEOMETRY, "enabledAppendPropCRC": True},
-                "messages": [{"topic": "TopicA", "queue_id": i % 2, "tags": f"t{i % 3}", "keys": f"K{i} G{i % 2}",
-                              "body_len": 100 + i, "body_seed": i} for i in range(8)],
-                "end": {"mode": "clean"}}
+    scenario = {
+        "config": {**GEOMETRY, "enabledAppendPropCRC": True},
+        "messages": [
+            {
+                "topic": "TopicA",
+                "queue_id": i % 2,
+                "tags": f"t{i % 3}",
+                "keys": f"K{i} G{i % 2}",
+                "body_len": 100 + i,
+                "body_seed": i,
+            }
+            for i in range(8)
+        ],
+        "end": {"mode": "clean"},
+    }
     (work / "scenario.json").write_text(json.dumps(scenario))
     _oracle("write", "--version", VERSION, "--scenario", str(work / "scenario.json"), "--out", str(work / "out"))
     result = json.loads((work / "out" / "result.json").read_text())
@@ -78,8 +94,11 @@ def _broker_view(store: Path, work: Path, config: dict[str, Any]) -> dict[str, A
 
 
 def _entries(view: dict[str, Any]) -> dict[str, list[tuple[int, int, int]]]:
-    return {k: [(e["phys_offset"], e["size"], e["tags_code"]) for e in q["entries"]]
-            for k, q in view["consume_queues"].items() if q["entries"]}
+    return {
+        k: [(e["phys_offset"], e["size"], e["tags_code"]) for e in q["entries"]]
+        for k, q in view["consume_queues"].items()
+        if q["entries"]
+    }
 
 
 def _rmqtool_entries(root: Path) -> dict[str, list[tuple[int, int, int]]]:
@@ -93,7 +112,8 @@ def _rmqtool_entries(root: Path) -> dict[str, list[tuple[int, int, int]]]:
 
 @pytest.mark.parametrize("abort", [True, False], ids=["abnormal", "normal"])
 def test_recover_ends_where_the_broker_ends_under_force_verify_prop_crc(
-        written: tuple[Path, dict[str, Any]], abort: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    written: tuple[Path, dict[str, Any]], abort: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src, result = written
     broker_copy = tmp_path / "broker"
     shutil.copytree(src, broker_copy)
@@ -109,11 +129,28 @@ def test_recover_ends_where_the_broker_ends_under_force_verify_prop_crc(
     assert view["recovery_mode"] == ("abnormal" if abort else "normal")
     assert view["commitlog_max_offset"] == cut_at  # the broker cuts at the record and after it
     conf = tmp_path / "broker.conf"
-    conf.write_text("".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
-                            for k, v in {"storePathRootDir": ours, **settings}.items()))
+    conf.write_text(
+        "".join(
+            f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
+            for k, v in {"storePathRootDir": ours, **settings}.items()
+        )
+    )
     capsys.readouterr()
-    code = run(["recover", "--yes", "--broker-config", str(conf), "--broker-version", VERSION, "-q", "--format", "json",
-                "--backup-dir", str(tmp_path / "bk")])
+    code = run(
+        [
+            "recover",
+            "--yes",
+            "--broker-config",
+            str(conf),
+            "--broker-version",
+            VERSION,
+            "-q",
+            "--format",
+            "json",
+            "--backup-dir",
+            str(tmp_path / "bk"),
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert code == 1
     assert doc["plan"]["end_offset"] == view["commitlog_max_offset"]
@@ -125,8 +162,9 @@ def test_recover_ends_where_the_broker_ends_under_force_verify_prop_crc(
     assert run(["verify", "--broker-config", str(conf), "--broker-version", VERSION, "--format", "json"]) == 0
 
 
-def test_without_force_verify_the_broker_keeps_the_record(written: tuple[Path, dict[str, Any]], tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_force_verify_the_broker_keeps_the_record(
+    written: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The default (forceVerifyPropCRC=false): the body CRC matches, the broker keeps every
     record, and so does rmqtool given the same broker.conf."""
     src, result = written
@@ -134,10 +172,24 @@ def test_without_force_verify_the_broker_keeps_the_record(written: tuple[Path, d
     shutil.copytree(src, ours)
     (ours / "abort").write_bytes(b"")
     conf = tmp_path / "broker.conf"
-    conf.write_text("".join(f"{k}={v}\n" for k, v in {"storePathRootDir": ours, **GEOMETRY,
-                                                      "enabledAppendPropCRC": "true"}.items()))
+    conf.write_text(
+        "".join(f"{k}={v}\n" for k, v in {"storePathRootDir": ours, **GEOMETRY, "enabledAppendPropCRC": "true"}.items())
+    )
     capsys.readouterr()
-    run(["recover", "--yes", "--broker-config", str(conf), "--broker-version", VERSION, "--dry-run", "-q", "--format", "json"])
+    run(
+        [
+            "recover",
+            "--yes",
+            "--broker-config",
+            str(conf),
+            "--broker-version",
+            VERSION,
+            "--dry-run",
+            "-q",
+            "--format",
+            "json",
+        ]
+    )
     plan = json.loads(capsys.readouterr().out)["plan"]
     last = result["messages"][-1]
     assert plan["end_offset"] == last["phys_offset"] + last["wrote_bytes"]
@@ -145,7 +197,8 @@ def test_without_force_verify_the_broker_keeps_the_record(written: tuple[Path, d
 
 @pytest.mark.parametrize("check_crc", [False, True], ids=["checkCRCOnRecover=false", "checkCRCOnRecover=true"])
 def test_recover_ends_where_the_broker_ends_under_check_crc_on_recover(
-        written: tuple[Path, dict[str, Any]], check_crc: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    written: tuple[Path, dict[str, Any]], check_crc: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A body byte of message 5 changed after a crash: with checkCRCOnRecover=false the
     broker keeps it (and what follows), with the default it cuts there; rmqtool given the
     same broker.conf does the same."""
@@ -167,15 +220,34 @@ def test_recover_ends_where_the_broker_ends_under_check_crc_on_recover(
     settings = {**GEOMETRY, "enabledAppendPropCRC": True, "checkCRCOnRecover": check_crc}
     view = _broker_view(broker_copy, tmp_path, settings)
     conf = tmp_path / "broker.conf"
-    conf.write_text("".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
-                            for k, v in {"storePathRootDir": ours, **settings}.items()))
+    conf.write_text(
+        "".join(
+            f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
+            for k, v in {"storePathRootDir": ours, **settings}.items()
+        )
+    )
     capsys.readouterr()
-    code = run(["recover", "--yes", "--broker-config", str(conf), "--broker-version", VERSION, "-q", "--format", "json",
-                "--backup-dir", str(tmp_path / "bk")])
+    code = run(
+        [
+            "recover",
+            "--yes",
+            "--broker-config",
+            str(conf),
+            "--broker-version",
+            VERSION,
+            "-q",
+            "--format",
+            "json",
+            "--backup-dir",
+            str(tmp_path / "bk"),
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     last = result["messages"][-1]
     # the message whose body changed was cut (default) or kept (checkCRCOnRecover=false);
     # the forced prop-CRC check is off either way
-    assert view["commitlog_max_offset"] == (m["phys_offset"] if check_crc else last["phys_offset"] + last["wrote_bytes"])
+    assert view["commitlog_max_offset"] == (
+        m["phys_offset"] if check_crc else last["phys_offset"] + last["wrote_bytes"]
+    )
     assert code == 1 and doc["plan"]["end_offset"] == view["commitlog_max_offset"]
     assert _rmqtool_entries(ours) == _entries(view)

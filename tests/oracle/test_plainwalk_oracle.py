@@ -33,8 +33,14 @@ def mixed_messages(n: int, seed: int = 22) -> list[dict]:
     out = []
     for seq in range(n):
         nk = rng.choice([0, 0, 1, 1, 2, 3, 8])
-        m = {"topic": rng.choice(topics), "queue_id": rng.randrange(4), "tags": rng.choice(["A", "B", "标签"]),
-             "properties": {"p": rng.choice(vals)}, "body_len": rng.choice([0, 10, 200, 1000, 4000, 16384]), "body_seed": seq}
+        m = {
+            "topic": rng.choice(topics),
+            "queue_id": rng.randrange(4),
+            "tags": rng.choice(["A", "B", "标签"]),
+            "properties": {"p": rng.choice(vals)},
+            "body_len": rng.choice([0, 10, 200, 1000, 4000, 16384]),
+            "body_seed": seq,
+        }
         if nk:
             m["keys"] = " ".join(f"k{seq}-{i}" for i in range(nk))
         if seq % 7 == 3:
@@ -46,8 +52,16 @@ def mixed_messages(n: int, seed: int = 22) -> list[dict]:
 @pytest.fixture(scope="module")
 def mixed_store(oracle: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("oracle-mixed")
-    scen = {"config": {"mappedFileSizeCommitLog": 256 << 10, "mappedFileSizeConsumeQueue": 2000, "maxHashSlotNum": 100,
-                       "maxIndexNum": 400}, "messages": mixed_messages(120), "end": {"mode": "clean"}}
+    scen = {
+        "config": {
+            "mappedFileSizeCommitLog": 256 << 10,
+            "mappedFileSizeConsumeQueue": 2000,
+            "maxHashSlotNum": 100,
+            "maxIndexNum": 400,
+        },
+        "messages": mixed_messages(120),
+        "end": {"mode": "clean"},
+    }
     oracle.write("4.9.4", scen, out)
     return out / "store"
 
@@ -75,8 +89,9 @@ def test_plain_test_accepts_every_record_the_broker_wrote_that_check_record_acce
 
 
 @pytest.mark.parametrize("hints", [True, False], ids=["cq-hints", "no-hints"])
-def test_recover_walk_calls_check_record_only_where_it_stops_on_the_broker_written_store(mixed_store: Path, hints: bool,
-                                                                                         monkeypatch) -> None:
+def test_recover_walk_calls_check_record_only_where_it_stops_on_the_broker_written_store(
+    mixed_store: Path, hints: bool, monkeypatch
+) -> None:
     store = Store.open(mixed_store)
     calls: list[int] = []
     real = ck.check_record

@@ -48,8 +48,18 @@ _CACHE: dict[str, Any] = {}
 
 def _config(name: str) -> dict[str, Any]:
     cfg = json.loads((REAL / name / "scenario.json").read_text())["message_store_config"]
-    keep = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "flushDiskType",
-            "checkCRCOnRecover", "messageIndexSafe", "duplicationEnable", "messageDelayLevel", "maxMessageSize")
+    keep = (
+        "mappedFileSizeCommitLog",
+        "mappedFileSizeConsumeQueue",
+        "maxHashSlotNum",
+        "maxIndexNum",
+        "flushDiskType",
+        "checkCRCOnRecover",
+        "messageIndexSafe",
+        "duplicationEnable",
+        "messageDelayLevel",
+        "maxMessageSize",
+    )
     return {k: cfg[k] for k in keep if k in cfg}
 
 
@@ -73,8 +83,9 @@ def judged(oracle: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Call
 @pytest.mark.parametrize("mode", ["normal", "abnormal"])
 @pytest.mark.parametrize("group", sorted(V.GROUPS))
 @pytest.mark.parametrize("name", NAMES)
-def test_broker_keeps_every_record_of_the_fixture_intact_before_the_repair(judged: Callable[[str], Any], name: str,
-                                                                           group: str, mode: str) -> None:
+def test_broker_keeps_every_record_of_the_fixture_intact_before_the_repair(
+    judged: Callable[[str], Any], name: str, group: str, mode: str
+) -> None:
     V.check_kept(judged(name), group, mode)
 
 

@@ -46,8 +46,14 @@ from intact import intact_records  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
-GEOMETRY = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 640, "maxHashSlotNum": 100,
-            "maxIndexNum": 400, "checkCRCOnRecover": True, "flushDiskType": "ASYNC_FLUSH"}
+GEOMETRY = {
+    "mappedFileSizeCommitLog": 65536,
+    "mappedFileSizeConsumeQueue": 640,
+    "maxHashSlotNum": 100,
+    "maxIndexNum": 400,
+    "checkCRCOnRecover": True,
+    "flushDiskType": "ASYNC_FLUSH",
+}
 
 # name -> (version, write config extra, view config extra, repair/verify options)
 CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any], list[str]]] = {
@@ -57,15 +63,21 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], dict[str, Any], list[str]]] = {
     "4.9.8": ("4.9.8", {}, {}, []),
     "5.1.4": ("5.1.4", {}, {}, []),
     "5.3.3": ("5.3.3", {}, {}, []),
-    "5.3.3-propcrc": ("5.3.3", {"enabledAppendPropCRC": True},
-                      {"enabledAppendPropCRC": True, "forceVerifyPropCRC": True}, ["--force-verify-prop-crc"]),
+    "5.3.3-propcrc": (
+        "5.3.3",
+        {"enabledAppendPropCRC": True},
+        {"enabledAppendPropCRC": True, "forceVerifyPropCRC": True},
+        ["--force-verify-prop-crc"],
+    ),
 }
 # repair is run without --force-verify-prop-crc: it sees that the store's records carry
 # __CRC32# and gives its filler records one too (verify and the broker check them forced)
 REPAIR_WITHOUT = {"--force-verify-prop-crc"}
 
-GROUPS = {"records": ("body", "header", "size", "zeroed", "cq_unit", "index_entry"),
-          "files": ("truncated", "missing", "checkpoint")}
+GROUPS = {
+    "records": ("body", "header", "size", "zeroed", "cq_unit", "index_entry"),
+    "files": ("truncated", "missing", "checkpoint"),
+}
 GROUP_OF = {d: g for g, ds in GROUPS.items() for d in ds}
 
 
@@ -78,9 +90,15 @@ def _scenario(extra: dict[str, Any], v2: bool) -> dict[str, Any]:
     longer than 127 bytes, so the store has V2 records (the body damage hits one)."""
     msgs = []
     for i in range(300):
-        m: dict[str, Any] = {"topic": f"Topic{'AB'[i % 2]}", "queue_id": i % 3, "tags": f"t{i % 4}",
-                             "keys": f"K{i} J{i % 7}", "body_len": 300 + (i * 37) % 900, "body_seed": i,
-                             "born_timestamp": 1795302151971 + i}
+        m: dict[str, Any] = {
+            "topic": f"Topic{'AB'[i % 2]}",
+            "queue_id": i % 3,
+            "tags": f"t{i % 4}",
+            "keys": f"K{i} J{i % 7}",
+            "body_len": 300 + (i * 37) % 900,
+            "body_seed": i,
+            "born_timestamp": 1795302151971 + i,
+        }
         if i % 23 == 11:
             m["delay_level"] = 3
         elif v2 and i % 10 == 3:
@@ -156,8 +174,11 @@ def _zeroed(root: Path, prof: BrokerProfile) -> dict[str, Any]:
 def _cq_unit(root: Path, prof: BrokerProfile) -> dict[str, Any]:
     store = Store.open(root)
     # the first queue (by name) with a fourth unit
-    (t, q), files = next((k, fs) for k, fs in sorted(store.consume_queues.items()) if fs[0].size >= 4 * 20
-                         and struct.unpack(">qi", fs[0].path.read_bytes()[60:72])[1] > 0)
+    (t, q), files = next(
+        (k, fs)
+        for k, fs in sorted(store.consume_queues.items())
+        if fs[0].size >= 4 * 20 and struct.unpack(">qi", fs[0].path.read_bytes()[60:72])[1] > 0
+    )
     with open(files[0].path, "r+b") as fh:
         fh.seek(3 * 20)
         orig = fh.read(20)
@@ -199,8 +220,15 @@ def _checkpoint(root: Path, prof: BrokerProfile) -> dict[str, Any]:
 
 
 DAMAGES: dict[str, Callable[[Path, BrokerProfile], dict[str, Any]]] = {
-    "body": _body, "header": _header, "size": _size, "zeroed": _zeroed, "cq_unit": _cq_unit,
-    "index_entry": _index_entry, "truncated": _truncated, "missing": _missing, "checkpoint": _checkpoint,
+    "body": _body,
+    "header": _header,
+    "size": _size,
+    "zeroed": _zeroed,
+    "cq_unit": _cq_unit,
+    "index_entry": _index_entry,
+    "truncated": _truncated,
+    "missing": _missing,
+    "checkpoint": _checkpoint,
 }
 
 
@@ -233,8 +261,15 @@ def _judge(oracle: ModuleType, name: str, tmp: Path) -> Judged:
     return damage_repair_view(oracle, version, prof, opts, base / "store", {**GEOMETRY, **wextra, **vextra}, tmp)
 
 
-def damage_repair_view(oracle: ModuleType, version: str, prof: BrokerProfile, opts: list[str], base: Path,
-                       view_config: dict[str, Any], tmp: Path) -> Judged:
+def damage_repair_view(
+    oracle: ModuleType,
+    version: str,
+    prof: BrokerProfile,
+    opts: list[str],
+    base: Path,
+    view_config: dict[str, Any],
+    tmp: Path,
+) -> Judged:
     """Two damaged copies of ``base`` (GROUPS), repaired and verified with that version, and
     that version's four views of them (one batch)."""
     assert len(Store.open(base).commitlog) >= 5
@@ -250,8 +285,19 @@ def damage_repair_view(oracle: ModuleType, version: str, prof: BrokerProfile, op
         for d in damages:
             j.facts[d] = DAMAGES[d](root, prof)
         j.before[group] = intact_records(root, prof)
-        j.repair_exit[group] = run(["repair", "--yes", str(root), "--quiet", "--jobs", "1", "--broker-version", version,
-                                    *(o for o in opts if o not in REPAIR_WITHOUT)])
+        j.repair_exit[group] = run(
+            [
+                "repair",
+                "--yes",
+                str(root),
+                "--quiet",
+                "--jobs",
+                "1",
+                "--broker-version",
+                version,
+                *(o for o in opts if o not in REPAIR_WITHOUT),
+            ]
+        )
         j.verify_exit[group] = run(["verify", str(root), "--quiet", "--broker-version", version, *opts])
         abnormal = tmp / f"{group}-abnormal" / "store"
         shutil.copytree(root, abnormal)
@@ -266,10 +312,16 @@ def damage_repair_view(oracle: ModuleType, version: str, prof: BrokerProfile, op
     return j
 
 
-def judged_getter(cache: dict[str, Judged], judge: Callable[[ModuleType, str, Path], Judged], oracle: ModuleType,
-                  tmp_path_factory: pytest.TempPathFactory, prefix: str) -> Callable[[str], Judged]:
+def judged_getter(
+    cache: dict[str, Judged],
+    judge: Callable[[ModuleType, str, Path], Judged],
+    oracle: ModuleType,
+    tmp_path_factory: pytest.TempPathFactory,
+    prefix: str,
+) -> Callable[[str], Judged]:
     """``judge`` each name once (a failure is kept too, and every test of that name
     reports it)."""
+
     def get(name: str) -> Judged:
         if name not in cache:
             try:
@@ -312,8 +364,9 @@ def _hits(view: dict[str, Any]) -> dict[tuple[str, str], set[int]]:
 @pytest.mark.parametrize("mode", ["normal", "abnormal"])
 @pytest.mark.parametrize("group", sorted(GROUPS))
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_broker_keeps_every_record_intact_before_the_repair(judged: Callable[[str], Judged], name: str, group: str,
-                                                            mode: str) -> None:
+def test_broker_keeps_every_record_intact_before_the_repair(
+    judged: Callable[[str], Judged], name: str, group: str, mode: str
+) -> None:
     check_kept(judged(name), group, mode)
 
 
@@ -329,8 +382,13 @@ def check_kept(j: Judged, group: str, mode: str) -> None:
     for r in before:
         got = recs.get(r["off"])
         assert got is not None, (mode, r["off"])
-        assert (got["size"], got["topic"], got["queue_id"], got["queue_offset"], got["body_crc_ok"]) == \
-            (r["size"], r["topic"], r["qid"], r["qoff"], True), (mode, r["off"])
+        assert (got["size"], got["topic"], got["queue_id"], got["queue_offset"], got["body_crc_ok"]) == (
+            r["size"],
+            r["topic"],
+            r["qid"],
+            r["qoff"],
+            True,
+        ), (mode, r["off"])
     end = max(r["off"] + r["size"] for r in before)
     assert view["commitlog_max_offset"] >= end
     # the quarantine records: in the walk, ROLLBACK (no unit, no key, no queue)
@@ -342,8 +400,10 @@ def check_kept(j: Judged, group: str, mode: str) -> None:
     for r in before:
         if r["queued"]:
             e = units.get((f"{r['topic']}/{r['qid']}", r["qoff"]))
-            assert e is not None and (e["phys_offset"], e["size"], e["consistent"]) == (r["off"], r["size"], True), \
-                (mode, r)
+            assert e is not None and (e["phys_offset"], e["size"], e["consistent"]) == (r["off"], r["size"], True), (
+                mode,
+                r,
+            )
     # every unit the broker serves: an intact record or a tombstone of that queue offset
     intact = {r["off"] for r in before}
     for (k, qo), e in units.items():
@@ -457,8 +517,9 @@ def check_damage(j: Judged, damage: str, *, accepts_v2: bool | None = None) -> N
             assert after and all(o in recs for o in after)
             # the filler file holds quarantine records and tombstones only
             inside = [r for o, r in recs.items() if facts["file"] <= o < facts["file"] + F]
-            assert inside and all(r["topic"] == QUARANTINE_TOPIC or TOMBSTONE_PROPERTY in (r.get("properties") or {})
-                                  for r in inside)
+            assert inside and all(
+                r["topic"] == QUARANTINE_TOPIC or TOMBSTONE_PROPERTY in (r.get("properties") or {}) for r in inside
+            )
         elif damage == "checkpoint":
             cp = (j.stores[group] / "checkpoint").read_bytes()
             physic, _logics, _index = struct.unpack(">qqq", cp[:24])

@@ -25,8 +25,13 @@ import diffcase as dc  # noqa: E402
 pytestmark = pytest.mark.oracle
 
 VERSION = "4.9.4"
-SETTINGS = {"mappedFileSizeCommitLog": 4096, "mappedFileSizeConsumeQueue": 200, "maxHashSlotNum": 16,
-            "maxIndexNum": 24, "messageDelayLevel": "1s 5s 10s"}
+SETTINGS = {
+    "mappedFileSizeCommitLog": 4096,
+    "mappedFileSizeConsumeQueue": 200,
+    "maxHashSlotNum": 16,
+    "maxIndexNum": 24,
+    "messageDelayLevel": "1s 5s 10s",
+}
 N = 40
 DAMAGED = 30  # the message whose body byte is changed (in one of the last files)
 
@@ -36,24 +41,46 @@ def written(oracle: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> tup
     """Messages of two topics and delay levels 1-5 (levels 4 and 5 are clamped to the three
     levels configured), several keys each: six commitlog files, several index files."""
     work = tmp_path_factory.mktemp("oracle-settings")
-    messages = [{"topic": "TopicA" if i % 3 else "TopicB", "queue_id": i % 2, "tags": f"t{i % 4}",
-                 "keys": f"K{i} G{i % 5}", "body_len": 200 + 7 * i, "body_seed": i,
-                 "delay_level": (i % 6) if i % 4 == 1 else 0} for i in range(N)]
+    messages = [
+        {
+            "topic": "TopicA" if i % 3 else "TopicB",
+            "queue_id": i % 2,
+            "tags": f"t{i % 4}",
+            "keys": f"K{i} G{i % 5}",
+            "body_len": 200 + 7 * i,
+            "body_seed": i,
+            "delay_level": (i % 6) if i % 4 == 1 else 0,
+        }
+        for i in range(N)
+    ]
     result = oracle.write(VERSION, {"config": SETTINGS, "messages": messages, "end": {"mode": "clean"}}, work / "out")
     return work / "out" / "store", result
 
 
 def _conf(path: Path, root: Path, settings: dict[str, Any]) -> Path:
-    path.write_text("".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
-                            for k, v in {"storePathRootDir": root, **settings}.items()), encoding="latin-1")
+    path.write_text(
+        "".join(
+            f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
+            for k, v in {"storePathRootDir": root, **settings}.items()
+        ),
+        encoding="latin-1",
+    )
     return path
 
 
-@pytest.mark.parametrize("check_crc,safe", [(False, True), (True, False)],
-                         ids=["checkCRCOnRecover=false,messageIndexSafe=true", "checkCRCOnRecover=true"])
+@pytest.mark.parametrize(
+    "check_crc,safe",
+    [(False, True), (True, False)],
+    ids=["checkCRCOnRecover=false,messageIndexSafe=true", "checkCRCOnRecover=true"],
+)
 def test_recover_ends_where_the_broker_ends_under_the_broker_config(
-        oracle: ModuleType, written: tuple[Path, dict[str, Any]], check_crc: bool, safe: bool, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    oracle: ModuleType,
+    written: tuple[Path, dict[str, Any]],
+    check_crc: bool,
+    safe: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     src, result = written
     m = result["messages"][DAMAGED]
     assert m["phys_offset"] >= 3 * SETTINGS["mappedFileSizeCommitLog"]  # (several files before it)
@@ -80,8 +107,21 @@ def test_recover_ends_where_the_broker_ends_under_the_broker_config(
     outlook = json.loads(capsys.readouterr().out)["summary"]["recovery"]
     assert outlook["abnormal"]["stop_offset"] == want
     # recover ends there, with the broker's queues (delay levels clamped to three) and lookups
-    code = run(["recover", "--yes", "--broker-config", str(conf), "--broker-version", VERSION, "-q", "--format", "json",
-                "--backup-dir", str(tmp_path / "bk")])
+    code = run(
+        [
+            "recover",
+            "--yes",
+            "--broker-config",
+            str(conf),
+            "--broker-version",
+            VERSION,
+            "-q",
+            "--format",
+            "json",
+            "--backup-dir",
+            str(tmp_path / "bk"),
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert code == 1 and doc["plan"]["end_offset"] == want
     assert doc["plan"]["message_index_safe"] is safe and doc["plan"]["check_crc"] is check_crc
@@ -93,18 +133,27 @@ def test_recover_ends_where_the_broker_ends_under_the_broker_config(
     assert len(list((ours / "index").iterdir())) >= 2
 
 
-@pytest.mark.parametrize("recheck", [True, False], ids=["recheckReputOffsetFromCq=true", "recheckReputOffsetFromCq=false"])
+@pytest.mark.parametrize(
+    "recheck", [True, False], ids=["recheckReputOffsetFromCq=true", "recheckReputOffsetFromCq=false"]
+)
 def test_recover_catches_up_where_the_5x_broker_does_under_recheck_reput_offset_from_cq(
-        oracle: ModuleType, recheck: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    oracle: ModuleType, recheck: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A 5.1.4 store shut down cleanly whose two queues lost their last unit each: a 5.x
     broker's start-up reput catches them up only under recheckReputOffsetFromCq=true (4.x
     always does; 5.3.2+ dispatches them in its normal recovery anyway); rmqtool recover
     given the same broker.conf leaves the broker's queues."""
     version = "5.1.4"
-    geometry = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 640, "maxHashSlotNum": 100,
-                "maxIndexNum": 400}
-    messages = [{"topic": "TopicA", "queue_id": i % 2, "tags": f"t{i}", "keys": f"K{i}", "body_len": 100 + i,
-                 "body_seed": i} for i in range(8)]
+    geometry = {
+        "mappedFileSizeCommitLog": 65536,
+        "mappedFileSizeConsumeQueue": 640,
+        "maxHashSlotNum": 100,
+        "maxIndexNum": 400,
+    }
+    messages = [
+        {"topic": "TopicA", "queue_id": i % 2, "tags": f"t{i}", "keys": f"K{i}", "body_len": 100 + i, "body_seed": i}
+        for i in range(8)
+    ]
     oracle.write(version, {"config": geometry, "messages": messages, "end": {"mode": "clean"}}, tmp_path / "out")
     src = tmp_path / "out" / "store"
     for qid in (0, 1):  # the last unit of each queue (messages 6 and 7) gone
@@ -121,7 +170,20 @@ def test_recover_catches_up_where_the_5x_broker_does_under_recheck_reput_offset_
         assert len(view["consume_queues"][key]["entries"]) == (4 if recheck else 3)
     conf = _conf(tmp_path / "broker.conf", ours, settings)
     capsys.readouterr()
-    code = run(["recover", "--yes", "--broker-config", str(conf), "--broker-version", version, "-q", "--format", "json",
-                "--backup-dir", str(tmp_path / "bk")])
+    code = run(
+        [
+            "recover",
+            "--yes",
+            "--broker-config",
+            str(conf),
+            "--broker-version",
+            version,
+            "-q",
+            "--format",
+            "json",
+            "--backup-dir",
+            str(tmp_path / "bk"),
+        ]
+    )
     assert code in (0, 1), capsys.readouterr().err
     assert dc.compare_queues(view, dc.dump_queues(ours, geometry), "recover cq") == []

@@ -11,21 +11,34 @@ from pathlib import Path
 from types import ModuleType
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "real"
-SMALL = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 640, "maxHashSlotNum": 100, "maxIndexNum": 400,
-         "checkCRCOnRecover": True}
+SMALL = {
+    "mappedFileSizeCommitLog": 65536,
+    "mappedFileSizeConsumeQueue": 640,
+    "maxHashSlotNum": 100,
+    "maxIndexNum": 400,
+    "checkCRCOnRecover": True,
+}
 
 
 def _digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _time(oracle: ModuleType, store: Path, tmp: Path, *extra: str) -> dict:
     cfg = tmp / "cfg.json"
     cfg.write_text(json.dumps(SMALL))
-    return json.loads(oracle._run(["time", "--version", "4.9.4", "--config", str(cfg), *extra, str(store)], timeout=300))
+    return json.loads(
+        oracle._run(["time", "--version", "4.9.4", "--config", str(cfg), *extra, str(store)], timeout=300)
+    )
 
 
-def test_time_verb_times_load_and_reput_of_a_copy_and_leaves_the_store_alone(oracle: ModuleType, tmp_path: Path) -> None:
+def test_time_verb_times_load_and_reput_of_a_copy_and_leaves_the_store_alone(
+    oracle: ModuleType, tmp_path: Path
+) -> None:
     store = tmp_path / "s" / "store"
     shutil.copytree(FIX / "clean" / "store", store)
     shutil.rmtree(store / "consumequeue")
@@ -56,7 +69,8 @@ def test_time_verb_runs_the_abnormal_recovery_when_the_abort_file_is_there(oracl
 
 
 def test_time_verb_with_link_shares_the_commitlog_files_before_the_last_and_leaves_them_alone(
-        oracle: ModuleType, tmp_path: Path) -> None:
+    oracle: ModuleType, tmp_path: Path
+) -> None:
     """--link (for the 5 GiB benchmark): the copy hard-links every commitlog file but the last;
     the broker's normal recovery and reput only read them, and the copy is gone afterwards."""
     store = tmp_path / "s" / "store"

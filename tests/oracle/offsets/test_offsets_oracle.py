@@ -52,9 +52,14 @@ def as_table(t: dict[str, dict[str, int]]) -> dict[str, dict[int, int]]:
 def test_broker_persisted_files_read_and_encode_back(tmp_path: Path) -> None:
     f = tmp_path / "config" / "consumerOffset.json"
     first = [{"group": "g1", "topic": "TopicA", "queue": q, "offset": 10 * q} for q in range(4)]
-    first += [{"group": "g2", "topic": "TopicB", "queue": 0, "offset": 3_000_000_000},
-              {"group": "g1", "topic": "%RETRY%g1", "queue": 0, "offset": 0}]
-    second = [{"group": "g1", "topic": "TopicA", "queue": 1, "offset": 77}, {"group": "g3", "topic": "TopicC", "queue": 9, "offset": 5}]
+    first += [
+        {"group": "g2", "topic": "TopicB", "queue": 0, "offset": 3_000_000_000},
+        {"group": "g1", "topic": "%RETRY%g1", "queue": 0, "offset": 0},
+    ]
+    second = [
+        {"group": "g1", "topic": "TopicA", "queue": 1, "offset": 77},
+        {"group": "g3", "topic": "TopicC", "queue": 9, "offset": 5},
+    ]
     (tmp_path / "c1.json").write_text(json.dumps(first))
     (tmp_path / "c2.json").write_text(json.dumps(second))
     oracle("persist", str(f), str(tmp_path / "c1.json"))
@@ -124,8 +129,11 @@ def test_broker_loads_what_rmqtool_writes(tmp_path: Path) -> None:
     store = tmp_path / "store"
     shutil.copytree(REAL / "crash_midwrite" / "store", store)
     f = store / "config" / "consumerOffset.json"
-    commits = [{"group": "g1", "topic": "TopicA", "queue": 0, "offset": 200}, {"group": "g1", "topic": "TopicA", "queue": 1, "offset": 100},
-               {"group": "g2", "topic": "TopicB", "queue": 1, "offset": 250}]
+    commits = [
+        {"group": "g1", "topic": "TopicA", "queue": 0, "offset": 200},
+        {"group": "g1", "topic": "TopicA", "queue": 1, "offset": 100},
+        {"group": "g2", "topic": "TopicB", "queue": 1, "offset": 250},
+    ]
     (tmp_path / "c.json").write_text(json.dumps(commits))
     oracle("persist", str(f), str(tmp_path / "c.json"))
     assert run(["recover", "--yes", str(store), "-q", "--fix-offsets", "--format", "json"]) == 1
@@ -135,19 +143,28 @@ def test_broker_loads_what_rmqtool_writes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind,subdir", [("v1", "consumerOffsets"), ("v2", "rdb")])
-def test_rocksdb_stores_written_by_the_broker(tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, subdir: str) -> None:
+def test_rocksdb_stores_written_by_the_broker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, subdir: str
+) -> None:
     """5.3.3's RocksDBConsumerOffsetManager (config/consumerOffsets) and
     ConsumerOffsetManagerV2 (config/rdb) commit and persist; rmqtool reads the offsets."""
     pytest.importorskip("rocksdict")
     store = tmp_path / "store"
     shutil.copytree(REAL / "clean" / "store", store)
-    commits = [{"group": "g1", "topic": "TopicA", "queue": 0, "offset": 5}, {"group": "g1", "topic": "TopicA", "queue": 3, "offset": 3_000_000_000},
-               {"group": "g2", "topic": "TopicB", "queue": 1, "offset": 42}]
+    commits = [
+        {"group": "g1", "topic": "TopicA", "queue": 0, "offset": 5},
+        {"group": "g1", "topic": "TopicA", "queue": 3, "offset": 3_000_000_000},
+        {"group": "g2", "topic": "TopicB", "queue": 1, "offset": 42},
+    ]
     (tmp_path / "c.json").write_text(json.dumps(commits))
     if shutil.which("java") is None or shutil.which("mvn") is None:
         oracle("load")  # skips (or fails on CI) with its one line
-    r = subprocess.run([str(HERE / "offsets-oracle-rocksdb"), "write", kind, str(store), str(tmp_path / "c.json")],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [str(HERE / "offsets-oracle-rocksdb"), "write", kind, str(store), str(tmp_path / "c.json")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     # RocksDB's JNI library may abort in its own teardown after the databases were closed
     # (SIGABRT, "pthread lock: Invalid argument"); the helper prints PERSISTED once they are.
     assert "PERSISTED" in r.stdout.split(), (r.returncode, r.stderr[-2000:])
@@ -155,12 +172,25 @@ def test_rocksdb_stores_written_by_the_broker(tmp_path: Path, capsys: pytest.Cap
     assert (store / "config" / subdir).is_dir()
     assert run(["offsets", str(store), "--format", "json"]) == 4
     doc = json.loads(capsys.readouterr().out)
-    rows = {(r["group"], r["topic"], r["queue_id"]): (r["committed"], r["status"]) for r in doc["rows"] if r["file"] == f"config/{subdir}"}
-    assert rows == {("g1", "TopicA", 0): (5, "ok"), ("g1", "TopicA", 3): (3_000_000_000, "ahead"), ("g2", "TopicB", 1): (42, "ok")}
+    rows = {
+        (r["group"], r["topic"], r["queue_id"]): (r["committed"], r["status"])
+        for r in doc["rows"]
+        if r["file"] == f"config/{subdir}"
+    }
+    assert rows == {
+        ("g1", "TopicA", 0): (5, "ok"),
+        ("g1", "TopicA", 3): (3_000_000_000, "ahead"),
+        ("g2", "TopicB", 1): (42, "ok"),
+    }
 
 
-STORE_CONFIG = {"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 640, "maxHashSlotNum": 100,
-                "maxIndexNum": 400, "checkCRCOnRecover": True}  # crash_midwrite's (verifier_store_config)
+STORE_CONFIG = {
+    "mappedFileSizeCommitLog": 65536,
+    "mappedFileSizeConsumeQueue": 640,
+    "maxHashSlotNum": 100,
+    "maxIndexNum": 400,
+    "checkCRCOnRecover": True,
+}  # crash_midwrite's (verifier_store_config)
 
 
 def broker_pull(store: Path, tmp_path: Path, n: int) -> dict[tuple[str, int], dict[str, Any]]:
@@ -179,8 +209,11 @@ def test_pull_from_fixed_offsets_returns_the_first_new_message(tmp_path: Path, f
     store = tmp_path / "store"
     shutil.copytree(REAL / "crash_midwrite" / "store", store)
     f = store / "config" / "consumerOffset.json"
-    commits = [{"group": "g1", "topic": "TopicA", "queue": 0, "offset": 200}, {"group": "g1", "topic": "TopicA", "queue": 1, "offset": 100},
-               {"group": "g2", "topic": "TopicB", "queue": 1, "offset": 250}]
+    commits = [
+        {"group": "g1", "topic": "TopicA", "queue": 0, "offset": 200},
+        {"group": "g1", "topic": "TopicA", "queue": 1, "offset": 100},
+        {"group": "g2", "topic": "TopicB", "queue": 1, "offset": 250},
+    ]
     (tmp_path / "c.json").write_text(json.dumps(commits))
     oracle("persist", str(f), str(tmp_path / "c.json"))
     argv = ["recover", "--yes", str(store), "-q", "--format", "json"] + (["--fix-offsets"] if fix else [])
@@ -191,7 +224,11 @@ def test_pull_from_fixed_offsets_returns_the_first_new_message(tmp_path: Path, f
         r = got[key]
         if fix:
             assert r["committed"] == r["max_offset_before"]  # rmqtool's new end is the broker's
-            assert (r["status"], r["queue_offset"], r["body"]) == ("FOUND", r["max_offset_before"], f"after-restart {key[0]}/{key[1]} #0")
+            assert (r["status"], r["queue_offset"], r["body"]) == (
+                "FOUND",
+                r["max_offset_before"],
+                f"after-restart {key[0]}/{key[1]} #0",
+            )
         else:
             assert r["committed"] > r["max_offset_after"] and r["status"] != "FOUND"
     r = got[("TopicA", 1)]  # an offset inside the queue is left alone
@@ -212,10 +249,15 @@ def test_pull_after_repair_fix_offsets_returns_the_first_new_message(tmp_path: P
         fh.seek(pos + size // 2)
         fh.write(bytes(size - size // 2))
     (store / "config").mkdir(exist_ok=True)
-    commits = [{"group": "g3", "topic": "TopicC", "queue": 0, "offset": 42}, {"group": "g1", "topic": "TopicA", "queue": 1, "offset": 20}]
+    commits = [
+        {"group": "g3", "topic": "TopicC", "queue": 0, "offset": 42},
+        {"group": "g1", "topic": "TopicA", "queue": 1, "offset": 20},
+    ]
     (tmp_path / "c.json").write_text(json.dumps(commits))
     oracle("persist", str(store / "config" / "consumerOffset.json"), str(tmp_path / "c.json"))
-    argv = ["repair", "--yes", "--broker-version", "4.9.4", str(store), "-q", "--format", "json"] + (["--fix-offsets"] if fix else [])
+    argv = ["repair", "--yes", "--broker-version", "4.9.4", str(store), "-q", "--format", "json"] + (
+        ["--fix-offsets"] if fix else []
+    )
     assert run(argv) == 1
     got = broker_pull(store, tmp_path, 3)
     r = got[("TopicC", 0)]
