@@ -201,7 +201,7 @@ def check_record(
             return Checked(-1, False, PROP_CRC, rec, props, field="properties.__CRC32#")
     if rec.total_size != rec.computed_size:
         return Checked(rec.total_size, False, SIZE_MISMATCH, rec, props, tags_code, keys, uniq, field="total_size")
-    if profile.is_5x and props is not None and not inner_batch_ok(props):
+    if profile.checks_inner_batch and props is not None and not inner_batch_ok(props):
         return Checked(-1, False, INNER_BATCH, rec, props, field="properties.INNER_NUM")
     return Checked(rec.total_size, True, OK, rec, props, tags_code, keys, uniq)
 
@@ -280,7 +280,7 @@ def _walk_setup(
         read_body,
         check_crc and read_body and not prop_crc_mode,
         prop_crc_mode and check_crc,
-        profile.is_5x,
+        profile.checks_inner_batch,
         {
             "check_crc": check_crc,
             "read_body": read_body,

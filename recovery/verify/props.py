@@ -349,7 +349,7 @@ def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: 
     sf = sysf.astype(np.int64)
     unknown = (sf & ~_KNOWN_SYSFLAG_BITS) != 0
     bad_ctype = ((sf & 0x1) != 0) & (((sf & 0x700) >> 8) > 3)
-    inner4 = ((sf & 0xC0) != 0) & (not ctx.profile.is_5x)
+    inner4 = ((sf & 0xC0) != 0) & (not ctx.profile.writes_inner_batches)
     for mask, why in (
         (unknown, "unknown SYSFLAG bits"),
         (bad_ctype, "invalid compression type"),
