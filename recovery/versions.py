@@ -202,10 +202,10 @@ class BrokerProfile:
 
     writes_inner_batches = _version_rule(
         lambda v: v >= (5, 0, 0),
-        """5.0.0+: inner-batch records exist (the send path of BatchConsumeQueue topics sets
-        MessageSysFlag's INNER_BATCH_FLAG 0x80 and NEED_UNWRAP_FLAG 0x40, STORE_FORMAT §6); no
-        4.x broker writes those bits (4.9.4-4.9.8 only name them), so on a 4.x store they
-        are an anomaly (verify: CL_SYSFLAG).""",
+        """5.0.0+: inner-batch records exist (the 5.x send path of BatchConsumeQueue topics
+        sets MessageSysFlag's INNER_BATCH_FLAG 0x80 and NEED_UNWRAP_FLAG 0x40, STORE_FORMAT
+        §6); a 4.x broker has no inner batches, so those bits on a 4.x store are an anomaly
+        (verify: CL_SYSFLAG).""",
     )
 
     reput_stops_at_end_offset = _version_rule(
