@@ -135,7 +135,6 @@ def check_record(
     check_crc: bool = True,
     read_body: bool = True,
     max_delay_level: int | None = None,
-    force_verify_prop_crc: bool = False,
 ) -> Checked:
     """Validate the record at ``pos`` the way the emulated broker does.
 
@@ -160,7 +159,7 @@ def check_record(
         rec = cl.decode_message(buf, pos, end, total_limit=True, body_limit=read_body)
     except cl.DecodeFailure as exc:
         return Checked(-1, False, _DECODE_REASONS[exc.reason], field=exc.field)
-    prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
+    prop_crc_mode = profile.verify_prop_crc
     if read_body and check_crc and rec.body_length > 0 and not prop_crc_mode:
         if crc32_fast(buf[rec.body_pos : rec.body_pos + rec.body_length]) != rec.body_crc:
             return Checked(-1, False, CRC, rec, field="body_crc")
@@ -264,16 +263,14 @@ class _WalkSetup(NamedTuple):
     slow_kwargs: dict[str, Any]  # check_record's options
 
 
-def _walk_setup(
-    profile: BrokerProfile, check_crc: bool, read_body: bool, max_delay_level: int | None, force_verify_prop_crc: bool
-) -> _WalkSetup:
+def _walk_setup(profile: BrokerProfile, check_crc: bool, read_body: bool, max_delay_level: int | None) -> _WalkSetup:
     layouts = {}
     for (magic, hosts), layout in cl.LAYOUTS.items():
         if magic == cl.MAGIC_V2 and not profile.accepts_v2:
             continue
         fixed = cl.cal_msg_length(layout.v2, hosts, 0, 0, 0)
         layouts[(magic, hosts)] = (layout.header.size, layout.v2, fixed)
-    prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
+    prop_crc_mode = profile.verify_prop_crc
     return _WalkSetup(
         layouts,
         profile.remaining_checks,
@@ -285,7 +282,6 @@ def _walk_setup(
             "check_crc": check_crc,
             "read_body": read_body,
             "max_delay_level": max_delay_level,
-            "force_verify_prop_crc": force_verify_prop_crc,
         },
     )
 
@@ -398,7 +394,6 @@ def fast_walk(
     end: int,
     profile: BrokerProfile,
     *,
-    force_verify_prop_crc: bool = False,
     collect: bool = False,
     **walk: Unpack[WalkOptions],
 ) -> FastWalk:
@@ -412,7 +407,7 @@ def fast_walk(
     starts = array("q") if collect else None
     mv = memoryview(buf) if not isinstance(buf, (bytes, bytearray)) else buf
     try:
-        setup = _walk_setup(profile, check_crc, read_body, max_delay_level, force_verify_prop_crc)
+        setup = _walk_setup(profile, check_crc, read_body, max_delay_level)
         return _walk(buf, mv, start, end, profile, setup, starts)
     finally:
         if isinstance(mv, memoryview):

@@ -123,27 +123,11 @@ class BrokerProfile:
     message_index_safe: bool = False  # messageIndexSafe: abnormal recovery's start file honours indexMsgTimestamp
 
     @classmethod
-    def for_version(
-        cls,
-        text: str = DEFAULT_VERSION,
-        delay_levels: str | None = None,
-        *,
-        force_verify_prop_crc: bool = False,
-        recheck_reput_offset_from_cq: bool = False,
-        check_crc_on_recover: bool = True,
-        message_index_safe: bool = False,
-    ) -> BrokerProfile:
-        levels = (
-            tuple(parse_delay_levels(delay_levels)) if delay_levels else tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
-        )
-        return cls(
-            parse_version(text),
-            levels,
-            force_verify_prop_crc,
-            recheck_reput_offset_from_cq,
-            check_crc_on_recover,
-            message_index_safe,
-        )
+    def for_version(cls, text: str = DEFAULT_VERSION) -> BrokerProfile:
+        """The profile of release ``text`` with the broker's default settings. A setting
+        travels one road: ``dataclasses.replace(profile, field=value)`` (the CLI does it
+        from broker.conf and its options through recovery.brokerconf.DECISIONS)."""
+        return cls(parse_version(text))
 
     @cached_property
     def verify_prop_crc(self) -> bool:
