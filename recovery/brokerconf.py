@@ -32,6 +32,7 @@ from typing import Any
 
 from ..formats.errors import RmqToolError
 from .brokersetters import SAMPLED, SETTERS
+from .findingcodes import FindingCode
 from .versions import DEFAULT_DELAY_LEVELS, BrokerProfile, parse_delay_levels, parse_version
 
 LOCATION = "location"
@@ -584,7 +585,7 @@ class BrokerConf:
         """The refusal of a commitlog directory outside STORE/commitlog (a command that
         changes the store handles only one laid out under one root)."""
         return Refusal(
-            "UNSUPPORTED_SETTING",
+            FindingCode.UNSUPPORTED_SETTING,
             str(self.path),
             f"storePathCommitLog={cl_dir}: a commitlog outside STORE/commitlog "
             "(rmqtool changes only stores laid out under one root)",
@@ -671,7 +672,7 @@ def _known_in(s: Setting, version: tuple[int, int, int]) -> bool:
 class Refusal:
     """A store layout or setting rmqtool does not handle."""
 
-    code: str  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, UNSUPPORTED_SETTING
+    code: FindingCode  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, UNSUPPORTED_SETTING
     path: str
     message: str
 
@@ -691,7 +692,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
             if (d / "data").is_dir():
                 out.append(
                     Refusal(
-                        "LAYOUT_DLEDGER",
+                        FindingCode.LAYOUT_DLEDGER,
                         str(d.relative_to(root) / "data"),
                         "a DLedger commitlog (dledger-<id>/data): rmqtool does not handle DLedger stores",
                     )
@@ -702,7 +703,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
             if hits:
                 out.append(
                     Refusal(
-                        "LAYOUT_ROCKSDB_CQ",
+                        FindingCode.LAYOUT_ROCKSDB_CQ,
                         "consumequeue",
                         f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB: {', '.join(hits[:3])}): "
                         "rmqtool handles only file consume queues",
@@ -712,7 +713,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
         if ext.is_dir() and any(p.is_file() for p in ext.rglob("*")):
             out.append(
                 Refusal(
-                    "LAYOUT_CQ_EXT",
+                    FindingCode.LAYOUT_CQ_EXT,
                     "consumequeue_ext",
                     "ConsumeQueueExt files (enableConsumeQueueExt): rmqtool does not recover or truncate them",
                 )
@@ -721,7 +722,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
         if bcq.is_dir() and any(p.is_file() for p in bcq.rglob("*")):
             out.append(
                 Refusal(
-                    "LAYOUT_BATCH_CQ",
+                    FindingCode.LAYOUT_BATCH_CQ,
                     "batchconsumequeue",
                     "BatchConsumeQueue files (5.x batch topics): rmqtool does not recover or truncate them",
                 )
@@ -732,7 +733,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
 def all_refusals(root: Path, conf: BrokerConf | None, version: tuple[int, int, int] | None = None) -> list[Refusal]:
     out = layout_refusals(root, conf)
     for line in setting_refusals(conf, version):
-        out.append(Refusal("UNSUPPORTED_SETTING", str(conf.path) if conf else "broker.conf", line))
+        out.append(Refusal(FindingCode.UNSUPPORTED_SETTING, str(conf.path) if conf else "broker.conf", line))
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from array import array
 from dataclasses import dataclass
+from enum import StrEnum, unique
 from typing import Any, NamedTuple, TypedDict, Unpack
 
 from ..formats import commitlog as cl
@@ -33,21 +34,46 @@ from .versions import BrokerProfile
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
-# reason codes
-OK = "OK"
-BLANK = "BLANK"
-END_OF_DATA = "END_OF_DATA"  # an all-zero header: where a file being written stops
-BAD_MAGIC = "BAD_MAGIC"
-V2_NOT_SUPPORTED = "V2_NOT_SUPPORTED"
-SHORT = "TRUNCATED"
-NEGATIVE_TOTAL = "NEGATIVE_TOTAL_SIZE"
-TOO_LONG = "FIELD_LONGER_THAN_RECORD"
-NEGATIVE_TOPIC = "NEGATIVE_TOPIC_LENGTH"
-CRC = "BODY_CRC_MISMATCH"
-DELAY_PARSE = "BAD_DELAY_LEVEL"
-PROP_CRC = "PROPERTY_CRC_MISMATCH"
-SIZE_MISMATCH = "SIZE_MISMATCH"
-INNER_BATCH = "BAD_INNER_BATCH"
+
+@unique
+class Reason(StrEnum):
+    """The reason code of an outcome of :func:`check_record`: its value is the stable text
+    of the output (a dumped or exported record's ``status``, which holds the plain value,
+    a recovery plan's ``stop_reason``)."""
+
+    OK = "OK"
+    BLANK = "BLANK"
+    END_OF_DATA = "END_OF_DATA"  # an all-zero header: where a file being written stops
+    BAD_MAGIC = "BAD_MAGIC"
+    V2_NOT_SUPPORTED = "V2_NOT_SUPPORTED"
+    SHORT = "TRUNCATED"
+    NEGATIVE_TOTAL = "NEGATIVE_TOTAL_SIZE"
+    TOO_LONG = "FIELD_LONGER_THAN_RECORD"
+    NEGATIVE_TOPIC = "NEGATIVE_TOPIC_LENGTH"
+    CRC = "BODY_CRC_MISMATCH"
+    DELAY_PARSE = "BAD_DELAY_LEVEL"
+    PROP_CRC = "PROPERTY_CRC_MISMATCH"
+    SIZE_MISMATCH = "SIZE_MISMATCH"
+    INNER_BATCH = "BAD_INNER_BATCH"
+    # verify's salvage walk only (recovery.verify.records.PHYS), never the broker's outcome
+    PHYSICAL_OFFSET_MISMATCH = "PHYSICAL_OFFSET_MISMATCH"
+
+
+# the reasons by their short names (ck.CRC, ck.SHORT, ...)
+OK = Reason.OK
+BLANK = Reason.BLANK
+END_OF_DATA = Reason.END_OF_DATA
+BAD_MAGIC = Reason.BAD_MAGIC
+V2_NOT_SUPPORTED = Reason.V2_NOT_SUPPORTED
+SHORT = Reason.SHORT
+NEGATIVE_TOTAL = Reason.NEGATIVE_TOTAL
+TOO_LONG = Reason.TOO_LONG
+NEGATIVE_TOPIC = Reason.NEGATIVE_TOPIC
+CRC = Reason.CRC
+DELAY_PARSE = Reason.DELAY_PARSE
+PROP_CRC = Reason.PROP_CRC
+SIZE_MISMATCH = Reason.SIZE_MISMATCH
+INNER_BATCH = Reason.INNER_BATCH
 
 _DECODE_REASONS = {
     "short": SHORT,
@@ -63,7 +89,7 @@ class Checked(NamedTuple):
 
     size: int
     ok: bool
-    reason: str
+    reason: Reason
     rec: cl.MessageRecord | None = None
     props: dict[str, str] | None = None
     tags_code: int = 0

@@ -32,6 +32,7 @@ from .recovery.brokerconf import (
     all_refusals,
     read_broker_conf,
 )
+from .recovery.findingcodes import FindingCode
 from .recovery.versions import parse_version
 
 F = Callable[..., Any]
@@ -163,7 +164,7 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                     more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
                     raise UnsupportedStoreError(
                         f"refused, nothing changed: {r.message}{more}",
-                        Path(store) / r.path if r.code != "UNSUPPORTED_SETTING" else r.path,
+                        Path(store) / r.path if r.code != FindingCode.UNSUPPORTED_SETTING else r.path,
                     )
             if meta.get("ambiguous") is not None:
                 raise meta["ambiguous"]

@@ -28,6 +28,7 @@ from .interrupts import salvage_cleanup
 from .options import make_profile
 from .output import output_file_options
 from .progress import progress_bar, progress_option
+from .recovery.findingcodes import FindingCode
 from .render import dumps
 
 if TYPE_CHECKING:  # start-up time (--help): the recovery packages are imported where they are used
@@ -222,7 +223,7 @@ def _apply(
                 fix_offsets=fix_offsets,
             )
     _warn_problems(plan)
-    bad_topics = [p for p in (result.problems if result is not None else []) if p.code == "TOPIC_BAD_NAME"]
+    bad_topics = [p for p in (result.problems if result is not None else []) if p.code == FindingCode.TOPIC_BAD_NAME]
     for p in bad_topics:
         ds.warn(p.one_line(), "problem")
     changed = (result is not None and result.changed) or finished

@@ -4,6 +4,7 @@ recovery), the steps in the broker's order, the dispatch passes and the notes.""
 from __future__ import annotations
 
 from ..broker import MODE_ABNORMAL, MODE_NORMAL
+from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
@@ -98,7 +99,7 @@ def _layout_problems(
     last_cl = _rel(store, store.commitlog[-1].path) if store.commitlog else None
     zero_last_cl: list[RemovedFile] = []
     for issue in store.issues:
-        if issue.path.startswith("commitlog") and issue.code in ("FILE_OVERLAP", "MISALIGNED_FILE"):
+        if issue.path.startswith("commitlog") and issue.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE"):
             # file names that do not tile the offsets (a stray 00000000000000000001, a file
             # renamed into another's range): the broker refuses to load such a store, and
             # emulating its walk over them would cut every later file. Nothing is applied.
