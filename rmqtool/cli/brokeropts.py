@@ -1,0 +1,276 @@
+"""``--broker-config FILE`` and ``--broker-version auto``: one decorator per command that
+resolves, before the command runs, what the broker's own properties file and the store
+say (recovery.brokerconf holds the decision table; recovery.identify the inference).
+
+Every honoured setting travels the road its row of ``recovery.brokerconf.DECISIONS``
+names (``ROADS``), in one loop (:func:`_walk_roads`): the file, unless the option that
+mirrors it is given (explicit options win), fills either the command's parameter (STORE,
+the geometry, repair's filler size) or a ``BrokerProfile`` field, which ``make_profile``
+sets with ``dataclasses.replace`` and every rule of recovery reads (the option's own
+parameter is taken away from the command: the profile is the only road). The options of
+the settings are declared here from the same rows. A store or setting rmqtool does not
+handle is refused (exit 8) by the destructive commands before anything else; verify
+reports it as a finding.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from ..recovery.brokerconf import (
+    ROADS,
+    BrokerConf,
+    Road,
+    UnsupportedStoreError,
+    all_refusals,
+    read_broker_conf,
+)
+from ..recovery.findingcodes import FindingCode
+from ..recovery.versions import parse_version
+
+F = Callable[..., Any]
+
+
+class AmbiguousVersion(click.ClickException):
+    """--broker-version auto left releases whose recovery differs: a usage error (exit 2),
+    one line."""
+
+    exit_code = 2
+
+
+def _declare(group: str) -> Callable[[F], F]:
+    """The options of the honoured settings of ``group`` (see ``Road.group``), in the
+    table's order."""
+
+    def deco(f: F) -> F:
+        for road in reversed([r for r in ROADS.values() if r.group == group]):
+            if road.toggle:
+                decls = [f"{road.flag}/--no-{road.flag[2:]}", road.param]
+                f = click.option(*decls, default=None, help=road.help)(f)
+            elif road.metavar is not None:
+                f = click.option(road.flag, road.param, default=None, metavar=road.metavar, help=road.help)(f)
+            else:
+                f = click.option(road.flag, road.param, is_flag=True, help=road.help)(f)
+        return f
+
+    return deco
+
+
+broker_setting_options = _declare("every")
+broker_setting_options.__doc__ = """The options of the recovery settings every store command takes (explicit
+options win over --broker-config)."""
+
+recovery_walk_options = _declare("recovery")
+recovery_walk_options.__doc__ = """The options of the settings of the broker's recovery walk, for the commands
+that run it (recover) or predict it without running it (verify's and repair's outlook,
+info --deep, offsets' queue ends)."""
+
+
+def _explicit(ctx: click.Context, name: str) -> bool:
+    src = ctx.get_parameter_source(name)
+    return src in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+def _note(msg: str) -> None:
+    click.echo(f"rmqtool: note: {msg}", err=True)
+
+
+def _walk_roads(ctx: click.Context, conf: BrokerConf | None, kw: dict[str, Any]) -> dict[str, Any]:
+    """Every honoured setting along its road: fills the command's parameters in ``kw`` from
+    ``conf`` (where not given explicitly) and returns the profile fields to set."""
+    fields: dict[str, Any] = {}
+    for name, road in ROADS.items():
+        if road.param in ("store", "stores"):
+            continue  # where the store is: _locate
+        given = road.param in kw and _explicit(ctx, road.param)
+        if road.field is None:
+            if road.param in kw and not given and conf is not None and conf.has(name):
+                kw[road.param] = conf.get(name)
+            continue
+        value = kw.pop(road.param, None)  # the profile is the only road
+        if given:
+            value = (not value) if road.negated else value
+        elif conf is not None and conf.has(name):
+            value = conf.get(name)
+        else:
+            continue  # the broker's default: the profile's
+        try:
+            fields[road.field] = road.convert(value) if road.convert is not None else value
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=_hint(name, road)) from None
+    return fields
+
+
+def _hint(name: str, road: Road) -> str:
+    return f"{road.flag} ({name})"
+
+
+def _locate(conf: BrokerConf, kw: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Where the store is: STORE (export: its one STORE) and the commitlog directory."""
+    if "store" in kw and kw.get("store") is None and conf.store_root is not None:
+        kw["store"] = conf.store_root
+    if "stores" in kw and not kw.get("stores") and conf.store_root is not None:  # export
+        kw["stores"] = (conf.store_root,)
+    if conf.sets_commitlog_dir:
+        meta["commitlog_dir"] = conf.commitlog_dir()
+
+
+def broker_config_option(kind: str = "read") -> Callable[[F], F]:
+    """``kind``: "read" (dump, export: notes only), "verify" (refusals become findings and
+    exit 8, in the command), "destructive" (recover, rebuild-index: refusals exit 8, an
+    ambiguous auto version exits 2), "restore" (refusals exit 8)."""
+
+    def deco(f: F) -> F:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            ctx = click.get_current_context()
+            meta = ctx.meta.setdefault("rmqtool.broker", {})
+            path = kw.pop("broker_config", None)
+            conf = read_broker_conf(path) if path is not None else None
+            meta["conf"] = conf
+            if conf is not None:
+                for n in conf.notes:
+                    _note(f"{conf.path}: {n}")
+                _locate(conf, kw, meta)
+            meta["settings"] = _walk_roads(ctx, conf, kw)
+            store = kw.get("store")
+            stores: tuple[str | Path, ...] = kw.get("stores") or ()
+            # (export: the version of its one store is inferred as for the other commands)
+            version = _resolve_version(ctx, kw, store if store is not None or len(stores) != 1 else stores[0], kind)
+            home = conf.home_commitlog_dir(version) if conf is not None and version is not None else None
+            if home is not None:  # 4.6.0-4.9.3
+                meta["commitlog_dir"], why = home
+                _note(f"{conf.path}: {why}")  # type: ignore[union-attr]
+            if store is not None and kind in ("destructive", "restore", "verify"):
+                refusals = all_refusals(Path(store), conf, version)
+                cl_dir = meta.get("commitlog_dir")
+                if (
+                    conf is not None
+                    and cl_dir is not None
+                    and kind != "verify"
+                    and Path(os.path.abspath(cl_dir)) != Path(os.path.abspath(store)) / "commitlog"
+                ):
+                    refusals.append(conf.commitlog_outside_store(cl_dir))
+                meta["refusals"] = refusals
+                if refusals and kind != "verify":
+                    r = refusals[0]
+                    more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
+                    raise UnsupportedStoreError(
+                        f"refused, nothing changed: {r.message}{more}",
+                        Path(store) / r.path if r.code != FindingCode.UNSUPPORTED_SETTING else r.path,
+                    )
+            if meta.get("ambiguous") is not None:
+                raise meta["ambiguous"]
+            return f(*args, **kw)
+
+        return click.option(
+            "--broker-config",
+            type=click.Path(path_type=Path, dir_okay=False),
+            default=None,
+            metavar="FILE",
+            help="The broker's own properties file (mqbroker -c FILE): STORE, the commitlog directory, the geometry "
+            "and the recovery settings are read from it (explicit options win); settings rmqtool does not "
+            "implement are refused.",
+        )(wrapper)
+
+    return deco
+
+
+def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: str) -> tuple[int, int, int] | None:
+    meta = ctx.meta["rmqtool.broker"]
+    v = kw.get("broker_version")
+    if v is None:
+        return None
+    if v != "auto":
+        try:
+            return parse_version(v)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--broker-version") from None
+    if store is None:
+        return None
+    from ..recovery.store import Store  # start-up time: numpy and the schemas, when a store is opened
+
+    try:
+        s = Store.open(
+            store,
+            kw.get("commitlog_file_size"),
+            kw.get("cq_file_size"),
+            kw.get("index_slot_num"),
+            kw.get("index_num"),
+            commitlog_dir=meta.get("commitlog_dir"),
+        )
+    except Exception:  # noqa: BLE001 - not a store: the command itself says so
+        return None
+    # (identify reads the store and pulls in the batch decoder: imported when a command
+    # asks for auto, not at every start-up, about 50 ms)
+    from ..recovery.identify import infer_version, narrow_for_store
+
+    inf = infer_version(s)
+    if inf.ambiguous and kind == "destructive":
+        # what this command would do with each candidate: releases that recover this store
+        # identically (the quirks between them cannot act on it) are no longer told apart
+        mode = None
+        if ctx.info_name == "recover":
+            normal = kw.get("normal")
+            mode = (
+                ("abnormal" if s.abort_present else "normal")
+                if normal is None
+                else ("normal" if normal else "abnormal")
+            )
+        inf = narrow_for_store(s, inf, ctx.info_name or "", mode)
+    if inf.ambiguous and kind == "destructive":  # raised after the refusals (which come first: exit 8)
+        example = ".".join(map(str, inf.assumed()))
+        meta["ambiguous"] = AmbiguousVersion(
+            f"--broker-version auto: the store leaves releases that recover it differently: {inf.describe_candidates()} "
+            f"({inf.describe_evidence()}); give the release the broker runs, e.g. --broker-version {example} "
+            f"or RMQTOOL_BROKER_VERSION={example} (the broker's lib/rocketmq-store-VERSION.jar names it)"
+        )
+        return None
+    chosen = inf.assumed()
+    label = ".".join(map(str, chosen))
+    meta["version"] = label
+    kw["broker_version"] = label
+    moot = f"; {inf.describe_moot()}" if inf.moot else ""
+    if inf.ambiguous:
+        _note(
+            f"--broker-version auto: assuming {label} (candidates {inf.describe_candidates()}; {inf.describe_evidence()})"
+        )
+    elif len(inf.candidates) > 1:
+        _note(
+            f"--broker-version auto: {_span_of(inf.candidates)} recover this store identically "
+            f"({inf.describe_evidence()}{moot}); emulating {label}"
+        )
+    else:
+        _note(f"--broker-version auto: {inf.describe_candidates()} ({inf.describe_evidence()}); emulating {label}")
+    return chosen
+
+
+def _span_of(cands: list[tuple[int, int, int]]) -> str:
+    def lab(v: tuple[int, int, int]) -> str:
+        return ".".join(map(str, v))
+
+    return lab(cands[0]) if len(cands) == 1 else f"{lab(cands[0])}-{lab(cands[-1])}"
+
+
+def refusal_findings() -> list[dict[str, Any]]:
+    """verify: the refusals the decorator found, as findings (code, severity, file, message)."""
+    meta = click.get_current_context().meta.get("rmqtool.broker", {})
+    return [
+        {
+            "code": r.code,
+            "severity": "error",
+            "file": r.path,
+            "pos": None,
+            "physical_offset": None,
+            "message": f"{r.message}: rmqtool refuses the store (nothing checked)",
+            "details": {},
+        }
+        for r in meta.get("refusals", [])
+    ]
