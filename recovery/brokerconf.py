@@ -77,7 +77,7 @@ class Road:
     wins), lands either in a ``BrokerProfile`` field (``field``: every rule of recovery,
     verify's outlook and the dispatch reads it there; ``dataclasses.replace(profile, ...)``
     sets it) or, where it is no broker behaviour, in a parameter of the command (``param``
-    alone: the store's geometry, repair's filler size). rmqtool/brokeropts.py walks these
+    alone: the store's geometry, repair's filler size). rmqtool/cli/brokeropts.py walks these
     roads in one loop and declares the options of the ``group``\ s it owns."""
 
     flag: str  # the option as --help spells it ("STORE": the argument)

@@ -145,9 +145,9 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
             # (export: the version of its one store is inferred as for the other commands)
             version = _resolve_version(ctx, kw, store if store is not None or len(stores) != 1 else stores[0], kind)
             home = conf.home_commitlog_dir(version) if conf is not None and version is not None else None
-            if home is not None:  # 4.6.0-4.9.3
+            if conf is not None and home is not None:  # 4.6.0-4.9.3
                 meta["commitlog_dir"], why = home
-                _note(f"{conf.path}: {why}")  # type: ignore[union-attr]
+                _note(f"{conf.path}: {why}")
             if store is not None and kind in ("destructive", "restore", "verify"):
                 refusals = all_refusals(Path(store), conf, version)
                 cl_dir = meta.get("commitlog_dir")
