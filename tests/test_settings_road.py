@@ -237,8 +237,8 @@ def test_a_bad_delay_level_names_the_option_and_the_setting(tmp_path: Path) -> N
     "func, gone",
     [
         (plan_recovery, ("check_crc", "message_index_safe")),
-        (br.start_file_index, ("message_index_safe",)),
-        (br.abnormal_start_index, ("message_index_safe",)),
+        (br.start_file_index, ("message_index_safe", "check_crc")),
+        (br.abnormal_start_index, ("message_index_safe", "check_crc")),
         (ck.check_record, ("force_verify_prop_crc",)),
         (ck.fast_walk, ("force_verify_prop_crc",)),
         (BrokerProfile.for_version, ("delay_levels", "force_verify_prop_crc", "check_crc_on_recover")),
