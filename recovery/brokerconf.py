@@ -321,11 +321,63 @@ DECISIONS: dict[str, Decision] = {
     ),
     "timerWheelEnable": Decision(
         RECOVERY,
-        "5.x timer messages: the timer store (timerwheel, timerlog) recovers "
-        "itself at start-up from the commitlog and rmqtool neither reads nor changes it; "
-        "the records recovery cuts are the same",
+        "5.x timer messages: the broker keeps them in its timer store (timerwheel, timerlog/, config/timercheck), "
+        "which rmqtool timers, verify and info read; false: the broker refuses timer messages and never loads "
+        "the timer store (rmqtool still reads what an earlier run left)",
         None,
         True,
+    ),
+    "timerPrecisionMs": Decision(
+        RECOVERY,
+        "the timer wheel's slot width: a slot holds delivery time / precision, and the timer store's recovery "
+        "reads the wheel from now - 604,800 slots on (rmqtool timers, verify, info)",
+        Road(
+            "--timer-precision-ms",
+            "timer_precision_ms",
+            "timer_precision_ms",
+            convert=int,
+            group="timer",
+            metavar="MS",
+            help="Mirrors timerPrecisionMs: the timer wheel's slot width in ms (default: 1000, or the broker config).",
+        ),
+        1000,
+    ),
+    "timerRollWindowSlot": Decision(
+        RECOVERY,
+        "how far ahead (in slots) a timer message goes into the wheel at its time; further ones are rolled "
+        "(rmqtool timers' next-start model)",
+        Road(
+            "--timer-roll-window-slot",
+            "timer_roll_window_slot",
+            "timer_roll_window_slot",
+            convert=int,
+            group="timer",
+            metavar="SLOTS",
+            help="Mirrors timerRollWindowSlot: the timer's roll window in slots (default: 172800, or the broker "
+            "config).",
+        ),
+        3600 * 24 * 2,
+    ),
+    "mappedFileSizeTimerLog": Decision(
+        RECOVERY,
+        "the timer log's file size (timerlog/): the broker refuses to load a file of another size",
+        Road(
+            "--timer-log-file-size",
+            "timer_log_file_size",
+            "timer_log_file_size",
+            convert=int,
+            group="timer",
+            metavar="BYTES",
+            help="Mirrors mappedFileSizeTimerLog: the timer log's file size (default: 100 MiB, or the broker config).",
+        ),
+        100 * 1024 * 1024,
+    ),
+    "timerSkipUnknownError": Decision(
+        RECOVERY,
+        "the timer skips a message it cannot handle instead of retrying it for ever (read; rmqtool timers "
+        "reports such messages either way)",
+        None,
+        False,
     ),
     "maxTopicLength": Decision(RECOVERY, "5.x put-side limit; recovery reads V1 and V2 records alike (5.1.0+)", None),
     "autoMessageVersionOnTopicLen": Decision(
@@ -352,8 +404,9 @@ _IRRELEVANT_FAMILIES = [
         "replication (HA, DLedger election, controller) of a running broker",
     ),
     (
-        r"^(timer|mappedFileSizeTimerLog|disappearTimeAfterStart)",
-        "the 5.x timer store, which rmqtool neither reads nor changes",
+        r"^(timer|disappearTimeAfterStart)",
+        "the running services of the 5.x timer store (threads, flushing, metrics, flow control): never read by "
+        "its recovery",
     ),
     (
         r"^(compaction|enableCompaction|maxOffsetMap)",
@@ -775,8 +828,8 @@ def man_section() -> str:
         "batchconsumequeue/ files. Settings: the ones above marked refused, with the value given.",
         ".SS Everything else",
         "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.3.3 (flushing,",
-        "clean\\-up, HA and controller replication, timers, compaction, POP, the read path, network,",
-        "thread pools, metrics) is a running broker's service that never changes what recovery reads,",
+        "clean\\-up, HA and controller replication, the timer store's services, compaction, POP, the read path,",
+        "network, thread pools, metrics) is a running broker's service that never changes what recovery reads,",
         "cuts or writes: read and ignored. A key that is no setting of either class (a netty setting,",
         "a typo) is ignored, with a note.",
     ]

@@ -121,6 +121,11 @@ class BrokerProfile:
     recheck_reput_offset_from_cq: bool = False  # recheckReputOffsetFromCq (5.x)
     check_crc_on_recover: bool = True  # checkCRCOnRecover: the recovery walk checks body CRCs
     message_index_safe: bool = False  # messageIndexSafe: abnormal recovery's start file honours indexMsgTimestamp
+    # the 5.x timer store (TimerMessageStore; recovery/timerstore.py): what its recovery and
+    # its dequeue read besides the files
+    timer_precision_ms: int = 1000  # timerPrecisionMs: a wheel slot's width
+    timer_roll_window_slot: int = 3600 * 24 * 2  # timerRollWindowSlot: beyond it a message is rolled
+    timer_log_file_size: int = 100 * 1024 * 1024  # mappedFileSizeTimerLog
 
     @classmethod
     def for_version(cls, text: str = DEFAULT_VERSION) -> BrokerProfile:
@@ -247,6 +252,40 @@ class BrokerProfile:
         lambda v: v >= (5, 0, 0),
         """5.0.0+ flushes every index file at shutdown (indexCount 0 -> 1 on disk; RECOVERY §12).""",
     )
+
+    has_timer_store = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+: the broker runs the timer store (TimerMessageStore: timerwheel, timerlog/,
+        config/timercheck, config/timermetrics) beside the commitlog; 4.x has none.""",
+    )
+
+    timer_recovery_clamps_queue_offset = _version_rule(
+        lambda v: v >= (5, 3, 2),
+        """5.3.2+: TimerMessageStore.recover corrects the timer's queue offset into the
+        rmq_sys_wheel_timer queue's [min, max] (older releases keep what the checkpoint and
+        the last timer log unit give).""",
+    )
+
+    timer_read_time_int_product = _version_rule(
+        lambda v: v < (5, 1, 0),
+        """5.0.x: TimerMessageStore.recover computes ``slotsTotal * precisionMs`` in int (it
+        wraps for a precision above 3550 ms); 5.1.0 made it a long product.""",
+    )
+
+    @cached_property
+    def timer_delete_key_has_topic(self) -> bool:
+        """How a cancel names its message: 5.3.2-5.3.3 always ``REAL_TOPIC + "+" + UNIQ_KEY``
+        (TimerMessageStore.buildDeleteKey), 5.4.0+ only under appendTopicForTimerDeleteKey
+        (default false: the key alone), older releases the UNIQ_KEY alone."""
+        return (5, 3, 2) <= self.version < (5, 4, 0)
+
+    @cached_property
+    def timer_roll_window_slots(self) -> int:
+        """TimerMessageStore's roll window: timerRollWindowSlot, or slotsTotal - 60 when it is
+        larger than that or below 2 (the constructor's rule)."""
+        total = 7 * 24 * 3600
+        w = self.timer_roll_window_slot
+        return total - 60 if w > total - 60 or w < 2 else w
 
     @cached_property
     def max_delay_level(self) -> int:

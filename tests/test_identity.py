@@ -107,7 +107,10 @@ def test_every_setting_of_every_version_has_a_decision() -> None:
     # the table is read from the sources: forceVerifyPropCRC came with 5.2.0
     assert bc.SETTINGS["forceVerifyPropCRC"].seen_in == ("5.2.0", "5.3.3")
     assert bc.decision("flushIntervalCommitLog").kind == bc.IRRELEVANT
-    assert bc.decision("timerPrecisionMs").kind == bc.IRRELEVANT
+    # the timer store's running services are irrelevant; what its recovery reads is not (issue 36)
+    assert bc.decision("timerFlushIntervalMs").kind == bc.IRRELEVANT
+    assert bc.decision("timerPrecisionMs").kind == bc.RECOVERY
+    assert bc.decision("timerPrecisionMs").road is not None
 
 
 @pytest.mark.parametrize("page", ["dump", "verify", "recover", "rebuild-index", "restore", "export"])

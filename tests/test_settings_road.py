@@ -144,7 +144,7 @@ def _probe() -> tuple[click.Command, dict[str, Any]]:
     seen: dict[str, Any] = {}
 
     @click.command()
-    @cmdopts.store_command_options("read", brokeropts.recovery_walk_options)
+    @cmdopts.store_command_options("read", brokeropts.recovery_walk_options, brokeropts.timer_setting_options)
     @click.option("--max-message-size", type=int, default=4 * 1024 * 1024)
     def probe(broker_version: str, **kw: Any) -> None:
         seen.clear()

@@ -73,6 +73,12 @@ that run it (recover) or predict it without running it (verify's and repair's ou
 info --deep, offsets' queue ends)."""
 
 
+timer_setting_options = _declare("timer")
+timer_setting_options.__doc__ = """The options of the 5.x timer store's settings (precision, roll window, timer log
+file size), for the commands that read the timer store (timers, dump timerlog|timerwheel,
+verify, info, recover, repair)."""
+
+
 def _explicit(ctx: click.Context, name: str) -> bool:
     src = ctx.get_parameter_source(name)
     return src in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)

@@ -185,10 +185,12 @@ public final class TimerOracle {
         bc.getMessageStore().start();
         TimerMessageStore t = bc.getTimerMessageStore();
         if (t != null) {
-            t.start();
-            // a master: changeScheduleServiceStatus(true) sets this (and starts the schedule service,
-            // which the harness starts only where a step asks for deliveries)
-            t.setShouldRunningDequeue(true);
+            // a master: BrokerController.start() starts the timer, then changeScheduleServiceStatus(true)
+            // sets shouldRunningDequeue (and starts the schedule service, which the harness starts only
+            // where a step asks for deliveries). The harness sets it first (TimerMessageStore.start(true)):
+            // in the broker's window between the two the enqueue may put an already-due message into the
+            // wheel instead of delivering it at once, which moves every later timer log unit
+            t.start(true);
         }
     }
 
@@ -297,7 +299,7 @@ public final class TimerOracle {
                 if (waitMs > 0) {
                     Thread.sleep(waitMs);
                 }
-                deliveries.add(deliver(bc, System.currentTimeMillis()));
+                deliveries.add(deliver(bc, System.currentTimeMillis(), bc.getMessageStore().getMaxPhyOffset()));
             } else if (st.has("sleep_ms")) {
                 Thread.sleep(st.get("sleep_ms").getAsLong());
             } else if (st.has("flush")) {
@@ -378,11 +380,10 @@ public final class TimerOracle {
      * entries) caught up, and every delay level's offset passed its last entry due at the cutoff.
      * Returns what the commitlog gained meanwhile. Then both are held again.
      */
-    static JsonObject deliver(BrokerController bc, long cutoff) throws Exception {
+    static JsonObject deliver(BrokerController bc, long cutoff, long before) throws Exception {
         MessageStoreConfig c = msc(bc);
         DefaultMessageStore s = (DefaultMessageStore) bc.getMessageStore();
         TimerMessageStore t = bc.getTimerMessageStore();
-        long before = s.getMaxPhyOffset();
         Object sms = bc.getScheduleMessageService();
         Store.call(sms, "start");
         holdDequeue(c, false);
@@ -484,10 +485,13 @@ public final class TimerOracle {
             v.add("timer_checkpoint_after_shutdown", rawTimerCheckpoint(root.resolve("config").resolve("timercheck")));
             return v;
         }
+        // what the commitlog gains from here on is the broker's doing: the enqueue delivers
+        // at once what is already due, the dequeue and the schedule service the rest
+        long mark = bc.getMessageStore().getMaxPhyOffset();
         holdDequeue(c, true);
         startStore(bc);
         waitEnqueued(bc, 120_000);
-        JsonObject d = deliver(bc, startMs);
+        JsonObject d = deliver(bc, startMs, mark);
         v.add("run", d);
         // hold everything, then what is still waiting
         c.setTimerStopEnqueue(true);

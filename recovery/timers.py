@@ -1,0 +1,552 @@
+"""Every timer and delay message of a store, with its real topic and queue, its delivery time
+and one state at a given time ``at`` (``rmqtool timers``, ``info``, ``verify``).
+
+Two kinds:
+
+* **timer** (5.x): a message with TIMER_DELIVER_MS, TIMER_DELAY_SEC or TIMER_DELAY_MS, stored
+  by the broker's put hook in ``rmq_sys_wheel_timer`` queue 0 with REAL_TOPIC, REAL_QID and
+  TIMER_OUT_MS (``HookUtils.transformTimerMessage``); the timer enqueues it into the timer log
+  and the wheel, and at its time puts a copy to its real topic (``convertMessage``: TIMER_
+  ENQUEUE_MS and TIMER_DEQUEUE_MS added) or, when it is further off than the roll window, a
+  roll copy back to the timer topic (TIMER_ROLL_TIMES). A message with TIMER_DEL_UNIQKEY is a
+  cancel: at the dequeue of its slot it drops the message of that key in the same slot.
+* **delay** (4.x and 5.x): a message with a delay level, stored in ``SCHEDULE_TOPIC_XXXX``
+  queue ``level - 1`` (4.x ``CommitLog.putMessage``, 5.x ``HookUtils.
+  transformDelayLevelMessage``), delivered by ``ScheduleMessageService`` in queue order from
+  the level's offset in ``config/delayOffset.json`` once its consume queue tagsCode (store
+  time + the level's delay) has passed.
+
+The states are computed by playing the broker's next start at ``at``: its commitlog recovery
+(what it can still read), ``TimerMessageStore.recover`` (:mod:`recovery.timerstore`), the
+enqueue from the recovered queue offset, the dequeue of every slot from the recovered read
+time up to ``at``, and the schedule service from each level's corrected offset:
+
+``pending``   due after ``at``, waiting (in the wheel, the timer queue, a delay queue);
+``due``       due at or before ``at``, not delivered: the broker's next start delivers it;
+``delivered`` a copy is in its real topic (``delivered_twice``: the next start delivers it again);
+``cancelled`` a cancel (TIMER_DEL_UNIQKEY) drops it, or the row is the cancel itself;
+``lost``      nothing will deliver it: its commitlog record is gone, its timer log unit or
+              its slot is gone, or its slot lies before the wheel's span at ``at`` (a broker
+              down longer than the wheel spans skips those slots), with ``lost_reason``.
+
+``rolled`` is a flag: the message went round the wheel at least once (a roll copy exists).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..formats import timer as tf
+from ..formats.offsetfile import load_pair
+from . import timerstore as ts
+from .scan import iter_store_records
+from .store import Store
+from .versions import BrokerProfile
+
+TIMER_TOPIC = tf.TIMER_TOPIC
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+STATES = ("pending", "due", "delivered", "cancelled", "lost")
+_KEEP = (
+    "REAL_TOPIC",
+    "REAL_QID",
+    "TIMER_OUT_MS",
+    "TIMER_ROLL_TIMES",
+    "TIMER_DEL_UNIQKEY",
+    "TIMER_DEQUEUE_MS",
+    "TIMER_ENQUEUE_MS",
+    "TIMER_DELIVER_MS",
+    "TIMER_DELAY_SEC",
+    "TIMER_DELAY_MS",
+    "DELAY",
+)
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Rec:
+    """A commitlog record the timers care about (its properties kept: _KEEP)."""
+
+    phys: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    store_timestamp: int
+    uniq_key: str | None
+    props: dict[str, str]
+
+
+@dataclass
+class Collected:
+    """The records of one commitlog walk: the timer topic's, the schedule topic's, the
+    delivered copies (by UNIQ_KEY), and where the broker's recovery ends the commitlog."""
+
+    end_offset: int
+    min_offset: int
+    timer: list[Rec] = field(default_factory=list)
+    schedule: dict[int, list[Rec]] = field(default_factory=dict)
+    delivered: dict[str, list[Rec]] = field(default_factory=dict)
+    by_phys: dict[int, Rec] = field(default_factory=dict)
+
+    def readable(self, phys: int, size: int) -> Rec | None:
+        """The record the broker reads at (offsetPy, sizePy) after its recovery: a record
+        starting there, within the recovered commitlog, that sizePy bytes hold."""
+        r = self.by_phys.get(phys)
+        if r is None or phys < self.min_offset or phys + size > self.end_offset or size < r.size:
+            return None
+        return r
+
+
+def _is_delivered_copy(topic: str, props: dict[str, str]) -> bool:
+    if topic in (TIMER_TOPIC, SCHEDULE_TOPIC):
+        return False
+    if "TIMER_DEQUEUE_MS" in props and "TIMER_OUT_MS" in props:
+        return True  # TimerMessageStore.convertMessage's copy
+    return "DELAY" in props and "REAL_TOPIC" in props  # ScheduleMessageService.messageTimeUp's
+
+
+def collect(
+    store: Store, profile: BrokerProfile, end_offset: int | None = None, progress: Progress | None = None
+) -> Collected:
+    """One walk of the commitlog: the records of the timer and schedule topics and the
+    delivered copies. ``end_offset``: where the broker's recovery ends the commitlog (None:
+    where the walk ends)."""
+    got = Collected(end_offset=0, min_offset=store.commitlog_min_offset() if store.commitlog else 0)
+    last_end = got.min_offset
+    for f, _buf, pos, c in iter_store_records(store, profile, salvage=False, progress=progress):
+        if not c.is_message or c.rec is None:
+            continue
+        r = c.rec
+        phys = f.base + pos
+        last_end = phys + c.size
+        props = c.props or {}
+        topic = r.topic
+        interesting = topic in (TIMER_TOPIC, SCHEDULE_TOPIC) or _is_delivered_copy(topic, props)
+        if not interesting:
+            continue
+        keep = {k: props[k] for k in _KEEP if k in props}
+        rec = Rec(phys, c.size, topic, r.queue_id, r.queue_offset, r.store_timestamp, c.uniq_key, keep)
+        if topic == TIMER_TOPIC:
+            got.timer.append(rec)
+            got.by_phys[phys] = rec
+        elif topic == SCHEDULE_TOPIC:
+            got.schedule.setdefault(r.queue_id, []).append(rec)
+            got.by_phys[phys] = rec
+        elif c.uniq_key:
+            got.delivered.setdefault(c.uniq_key, []).append(rec)
+    got.end_offset = last_end if end_offset is None else end_offset
+    return got
+
+
+# ---------------------------------------------------------------------------------------
+# the timer's next start
+
+
+@dataclass
+class Entry:
+    """A timer log unit the model reaches (a chain of a valid slot, or an enqueue)."""
+
+    slot_time: int
+    magic: int
+    offset_py: int
+    size_py: int
+    rec: Rec | None  # the message it reads (None: unreadable)
+    pos: int | None  # its timer log position (None: enqueued at the next start)
+
+
+@dataclass
+class TimerOutlook:
+    """What the broker's next start at ``at`` does with the timer store."""
+
+    at: int
+    present: bool
+    recovered: ts.Recovered | None = None
+    files: ts.TimerFiles | None = None
+    due_entries: list[Entry] = field(default_factory=list)  # dequeued at or before at
+    pending_entries: list[Entry] = field(default_factory=list)  # waiting after at
+    direct: list[Rec] = field(default_factory=list)  # enqueued already due: delivered at once
+    cancelled: set[str] = field(default_factory=set)  # keys a cancel drops
+    looping_slots: list[int] = field(default_factory=list)
+    skipped_slots: int = 0  # valid slots before the read time (their units are never dequeued)
+    skipped_entries: list[Entry] = field(default_factory=list)
+    enqueue_from: int = 0
+    queue_bounds: tuple[int, int] | None = None
+    unreadable: list[Entry] = field(default_factory=list)
+
+
+def _queue_units(got: Collected) -> dict[int, Rec]:
+    """rmq_sys_wheel_timer queue 0 as the broker's recovery leaves it: its records within the
+    recovered commitlog by queue offset."""
+    out: dict[int, Rec] = {}
+    for r in got.timer:
+        if r.queue_id == 0 and got.readable(r.phys, r.size) is not None:
+            out[r.queue_offset] = r
+    return out
+
+
+def _delete_key(profile: BrokerProfile, rec: Rec) -> str | None:
+    uk = rec.uniq_key
+    if uk is None:
+        return None
+    if profile.timer_delete_key_has_topic:
+        return f"{rec.props.get('REAL_TOPIC')}+{uk}"
+    return uk
+
+
+def timer_outlook(
+    store: Store, profile: BrokerProfile, got: Collected, at: int, tfiles: ts.TimerFiles | None = None
+) -> TimerOutlook:
+    """Play TimerMessageStore's next start at ``at`` (ms): recover, then the enqueue of the
+    timer queue from the recovered offset, the dequeue of every slot up to ``at``, and what
+    the wheel keeps after it."""
+    tfiles = tfiles if tfiles is not None else ts.open_timer_files(store, profile)
+    out = TimerOutlook(at=at, present=tfiles.present or bool(got.timer), files=tfiles)
+    if not profile.has_timer_store or not out.present:
+        return out
+    units = _queue_units(got)
+    bounds = (min(units), max(units) + 1) if units else None
+    if bounds is None and (store.root / "consumequeue" / TIMER_TOPIC / "0").is_dir():
+        bounds = (0, 0)
+    out.queue_bounds = bounds
+
+    def queue_offset_of(offset_py: int, size_py: int) -> int:
+        rec = got.readable(offset_py, size_py)
+        if rec is None:
+            return -1
+        if rec.topic != TIMER_TOPIC or bounds is None:
+            return rec.queue_offset
+        tmp = rec.queue_offset
+        for _ in range(20000):  # reviseQueueOffset's search back through the consume queue
+            if tmp < 0:
+                break
+            u = units.get(tmp)
+            if u is not None and u.phys == offset_py and u.size == size_py:
+                return tmp
+            tmp -= 1
+        return rec.queue_offset
+
+    rc = ts.recover(tfiles, profile, at, queue_offset_of, bounds)
+    out.recovered = rc
+    prec = profile.timer_precision_ms
+    write_time = tf.format_time(at, prec)
+    # the enqueue: every unit of the timer queue from the recovered offset
+    start = rc.curr_queue_offset
+    if bounds is not None and start < bounds[0]:
+        start = bounds[0]
+    out.enqueue_from = start
+    for qo in sorted(k for k in units if k >= start):
+        rec = units[qo]
+        try:
+            delayed = int(rec.props.get("TIMER_OUT_MS", ""))
+        except ValueError:
+            out.unreadable.append(Entry(0, 0, rec.phys, rec.size, rec, None))
+            continue
+        if delayed < write_time:
+            # TimerEnqueuePutService: already due, straight to the put (a cancel is refused there)
+            if "TIMER_DEL_UNIQKEY" not in rec.props:
+                out.direct.append(rec)
+            continue
+        ts.do_enqueue(
+            rc.log,
+            rc.wheel,
+            profile,
+            write_time,
+            rec.phys,
+            rec.size,
+            delayed,
+            "TIMER_DEL_UNIQKEY" in rec.props,
+            rec.props.get("REAL_TOPIC"),
+        )
+    # the dequeue and what the wheel keeps
+    idx, times = ts.valid_slots(rc.wheel, rc.curr_read_time, prec)
+    wheel = rc.wheel
+    for j, t in zip(idx.tolist(), times.tolist()):
+        entries: list[Entry] = []
+        n = 0
+        for u in ts.slot_chain(rc.log, int(wheel["last_pos"][j])):
+            n += 1
+            if not u.read:
+                continue
+            found = got.readable(u.offset_py, u.size_py)
+            e = Entry(int(t), u.magic, u.offset_py, u.size_py, found, u.pos)
+            entries.append(e)
+            if found is None:
+                out.unreadable.append(e)
+        if n >= 10_000_000 or _loops(rc.log, int(wheel["last_pos"][j])):
+            out.looping_slots.append(int(t))
+        # cancels of the slot first (TimerMessageStore.dequeue: the delete stack, then the rest)
+        dels = {
+            e.rec.props["TIMER_DEL_UNIQKEY"]
+            for e in entries
+            if e.rec is not None
+            and tf.needs_delete(e.magic)
+            and not tf.needs_roll(e.magic)
+            and "TIMER_DEL_UNIQKEY" in e.rec.props
+        }
+        for e in entries:
+            if e.rec is None or (tf.needs_delete(e.magic) and not tf.needs_roll(e.magic)):
+                continue
+            key = _delete_key(profile, e.rec)
+            if dels and key in dels and e.rec.uniq_key:
+                out.cancelled.add(e.rec.uniq_key)
+        (out.due_entries if t <= at else out.pending_entries).extend(entries)
+    # slots the read time moved past (a broker down longer than the wheel spans): read from
+    # the checkpoint's read time, the units they chain are never dequeued
+    if rc.skipped_slots:
+        sidx, stimes = ts.valid_slots(rc.wheel, rc.checkpoint_read_time, prec)
+        for j, t in zip(sidx.tolist(), stimes.tolist()):
+            if t >= rc.curr_read_time:
+                break
+            out.skipped_slots += 1
+            for u in ts.slot_chain(rc.log, int(wheel["last_pos"][j])):
+                if u.read:
+                    out.skipped_entries.append(
+                        Entry(int(t), u.magic, u.offset_py, u.size_py, got.readable(u.offset_py, u.size_py), u.pos)
+                    )
+    return out
+
+
+def _loops(log: ts.TimerLog, last_pos: int) -> bool:
+    seen: set[int] = set()
+    for u in ts.slot_chain(log, last_pos):
+        if u.pos in seen:
+            return True
+        seen.add(u.pos)
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+# the schedule service
+
+
+@dataclass
+class LevelOutlook:
+    level: int
+    delay_ms: int
+    offset: int  # the level's offset after correctDelayOffset
+    stored_offset: int | None  # as config/delayOffset.json holds it
+    min_offset: int
+    max_offset: int
+    entries: list[tuple[int, Rec, int]]  # (queue offset, record, delivery time)
+    due_upto: int  # queue offsets in [offset, due_upto) the service delivers at `at`
+
+
+def schedule_outlook(store: Store, profile: BrokerProfile, got: Collected, at: int) -> list[LevelOutlook]:
+    """ScheduleMessageService at ``at``: each level's offset as load() corrects it
+    (correctDelayOffset: into the queue's [min, max]), and how far its delivery runs (queue
+    order, stopping at the first entry not yet due; correctDeliverTimestamp: an entry due
+    later than now + the level's delay is due now)."""
+    pair = load_pair(store.root / "config", "delayOffset.json")
+    table = pair.table.get("", {})
+    out = []
+    for qid in sorted(got.schedule):
+        level = qid + 1
+        delay = profile.delay_millis(level)
+        recs = [r for r in got.schedule[qid] if got.readable(r.phys, r.size) is not None]
+        entries = [(r.queue_offset, r, profile.deliver_timestamp(r.store_timestamp, level)) for r in recs]
+        entries.sort(key=lambda x: x[0])
+        lo = entries[0][0] if entries else 0
+        hi = entries[-1][0] + 1 if entries else 0
+        stored = table.get(level)
+        offset = 0 if stored is None else min(max(stored, lo), hi)
+        upto = offset
+        for qo, _r, t in entries:
+            if qo < offset:
+                continue
+            deliver = at if t > at + delay else t
+            if deliver > at:
+                break
+            upto = qo + 1
+        out.append(LevelOutlook(level, delay, offset, stored, lo, hi, entries, upto))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# one row per message
+
+
+def _int(v: str | None) -> int | None:
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def timer_rows(profile: BrokerProfile, got: Collected, out: TimerOutlook) -> Iterator[dict[str, Any]]:
+    """One row per timer message (UNIQ_KEY; roll copies folded in), per cancel, and per
+    timer log unit whose message the broker can no longer read."""
+    at = out.at
+    by_key: dict[str, list[Rec]] = defaultdict(list)
+    keyless: list[Rec] = []
+    for r in got.timer:
+        (by_key[r.uniq_key] if r.uniq_key else keyless).append(r)
+    due = Counter(e.rec.uniq_key for e in out.due_entries if e.rec is not None and e.rec.uniq_key)
+    due_roll = Counter(
+        e.rec.uniq_key
+        for e in out.due_entries
+        if e.rec is not None and e.rec.uniq_key and tf.needs_roll(e.magic) and not tf.needs_delete(e.magic)
+    )
+    pend = Counter(e.rec.uniq_key for e in out.pending_entries if e.rec is not None and e.rec.uniq_key)
+    direct = Counter(r.uniq_key for r in out.direct if r.uniq_key)
+    skipped = {e.rec.uniq_key for e in out.skipped_entries if e.rec is not None and e.rec.uniq_key}
+    rolling = {
+        e.rec.uniq_key for e in (*out.due_entries, *out.pending_entries) if e.rec is not None and tf.needs_roll(e.magic)
+    }
+    for key, recs in by_key.items():
+        first = recs[0]
+        cancel = "TIMER_DEL_UNIQKEY" in first.props
+        out_ms = _int(first.props.get("TIMER_OUT_MS"))
+        roll_times = max((_int(r.props.get("TIMER_ROLL_TIMES")) or 0) for r in recs)
+        copies = [c for c in got.delivered.get(key, []) if "TIMER_DEQUEUE_MS" in c.props]
+        # the next start's deliveries up to at: units dequeued (a roll unit re-puts a copy,
+        # delivered at once when the message is due by then), units enqueued already due
+        deliveries = direct[key] + (due[key] - due_roll[key])
+        if due_roll[key] and out_ms is not None and out_ms <= at:
+            deliveries += due_roll[key]
+        waiting = pend[key] + (due_roll[key] if out_ms is not None and out_ms > at else 0)
+        lost_reason = None
+        if cancel:
+            state = "cancelled"
+        elif key in out.cancelled:
+            state = "cancelled"
+        elif copies:
+            state = "delivered"
+        elif deliveries:
+            state = "due"
+        elif waiting:
+            state = "pending"
+        else:
+            state = "lost"
+            lost_reason = _lost_reason(got, recs, key, skipped, out)
+        row: dict[str, Any] = {
+            "kind": "cancel" if cancel else "timer",
+            "uniq_key": key,
+            "topic": first.props.get("REAL_TOPIC"),
+            "queue_id": _int(first.props.get("REAL_QID")),
+            "deliver_timestamp": out_ms,
+            "state": state,
+            "rolled": roll_times > 0 or key in rolling,
+            "roll_times": roll_times,
+            "delivered_copies": len(copies),
+            "next_start_deliveries": deliveries,
+            "waiting_units": waiting,
+            "delivered_twice": bool(copies) and deliveries > 0 or deliveries > 1,
+            "physical_offset": first.phys,
+            "queue_offset": first.queue_offset,
+            "store_timestamp": first.store_timestamp,
+        }
+        if cancel:
+            row["cancels"] = first.props.get("TIMER_DEL_UNIQKEY")
+        if lost_reason:
+            row["lost_reason"] = lost_reason
+        yield row
+    gone = [e for e in out.unreadable if e.rec is None and e.pos is not None]
+    for e in gone:
+        yield {
+            "kind": "timer",
+            "uniq_key": None,
+            "topic": None,
+            "queue_id": None,
+            "deliver_timestamp": e.slot_time,
+            "state": "lost",
+            "rolled": tf.needs_roll(e.magic),
+            "roll_times": None,
+            "delivered_copies": 0,
+            "next_start_deliveries": 0,
+            "waiting_units": 0,
+            "delivered_twice": False,
+            "physical_offset": e.offset_py,
+            "queue_offset": None,
+            "store_timestamp": None,
+            "timer_log_pos": e.pos,
+            "lost_reason": "its commitlog record is gone (a timer log unit points at it)",
+        }
+
+
+def _lost_reason(got: Collected, recs: list[Rec], key: str, skipped: set[str], out: TimerOutlook) -> str:
+    if all(got.readable(r.phys, r.size) is None for r in recs):
+        return "its commitlog record is gone"
+    if key in skipped:
+        return "its slot lies before the wheel's span at --at (the broker was down longer than the wheel spans)"
+    if out.recovered is not None and out.recovered.dropped_files:
+        return "its timer log unit is gone (the timer log was cut)"
+    return "no timer log unit reaches it and the enqueue does not read it again"
+
+
+def delay_rows(profile: BrokerProfile, got: Collected, levels: list[LevelOutlook]) -> Iterator[dict[str, Any]]:
+    for lv in levels:
+        for qo, r, t in lv.entries:
+            key = r.uniq_key
+            copies = [
+                c for c in got.delivered.get(key or "", []) if "DELAY" in c.props and "TIMER_DEQUEUE_MS" not in c.props
+            ]
+            will = lv.offset <= qo < lv.due_upto
+            if qo < lv.offset or copies:
+                state = "delivered"
+            elif will:
+                state = "due"
+            else:
+                state = "pending"
+            yield {
+                "kind": "delay",
+                "uniq_key": key,
+                "topic": r.props.get("REAL_TOPIC"),
+                "queue_id": _int(r.props.get("REAL_QID")),
+                "deliver_timestamp": t,
+                "state": state,
+                "rolled": False,
+                "roll_times": 0,
+                "delivered_copies": len(copies),
+                "next_start_deliveries": 1 if will else 0,
+                "waiting_units": 1 if qo >= lv.offset and not will else 0,
+                "delivered_twice": bool(copies) and will,
+                "physical_offset": r.phys,
+                "queue_offset": qo,
+                "store_timestamp": r.store_timestamp,
+                "delay_level": lv.level,
+            }
+
+
+@dataclass
+class TimersReport:
+    at: int
+    rows: list[dict[str, Any]]
+    timer: TimerOutlook
+    levels: list[LevelOutlook]
+    collected: Collected
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(r["state"] for r in self.rows)
+        return {s: c.get(s, 0) for s in STATES}
+
+    @property
+    def waiting(self) -> list[dict[str, Any]]:
+        """The messages not yet delivered (due or pending)."""
+        return [r for r in self.rows if r["state"] in ("due", "pending")]
+
+    def next_due(self) -> int | None:
+        ts_ = [
+            r["deliver_timestamp"] for r in self.rows if r["state"] == "pending" and r["deliver_timestamp"] is not None
+        ]
+        return min(ts_) if ts_ else None
+
+
+def timers_report(
+    store: Store,
+    profile: BrokerProfile,
+    at: int,
+    end_offset: int | None = None,
+    progress: Progress | None = None,
+    tfiles: ts.TimerFiles | None = None,
+) -> TimersReport:
+    """Every timer and delay message of ``store`` with its state at ``at``."""
+    got = collect(store, profile, end_offset, progress)
+    out = timer_outlook(store, profile, got, at, tfiles)
+    levels = schedule_outlook(store, profile, got, at)
+    rows = list(timer_rows(profile, got, out)) + list(delay_rows(profile, got, levels))
+    rows.sort(key=lambda r: (r["deliver_timestamp"] is None, r["deliver_timestamp"] or 0, r["physical_offset"] or 0))
+    return TimersReport(at, rows, out, levels, got)
