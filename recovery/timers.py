@@ -311,12 +311,10 @@ def timer_outlook(
 
 
 def _loops(log: ts.TimerLog, last_pos: int) -> bool:
-    seen: set[int] = set()
-    for u in ts.slot_chain(log, last_pos):
-        if u.pos in seen:
-            return True
-        seen.add(u.pos)
-    return False
+    """Whether the chain from ``last_pos`` comes back to a unit it passed (the dequeue
+    would go round it for ever)."""
+    units = list(ts.slot_chain(log, last_pos))
+    return bool(units) and units[-1].prev_pos != -1 and units[-1].prev_pos in {u.pos for u in units}
 
 
 # ---------------------------------------------------------------------------------------

@@ -657,6 +657,9 @@ def slot_chain(log: TimerLog, last_pos: int, limit: int = 10_000_000) -> Iterato
     n = 0
     seen: set[int] = set()
     while cur != -1 and n < limit:
+        if cur in seen:
+            return  # a loop: the broker would go round it for ever
+        seen.add(cur)
         if buf is None or start > cur:
             f = log.find(cur)
             if f is None:
@@ -677,7 +680,4 @@ def slot_chain(log: TimerLog, last_pos: int, limit: int = 10_000_000) -> Iterato
         else:
             yield ChainUnit(cur, prev, 0, 0, 0, -1, 0, read=False)
         n += 1
-        if cur in seen:
-            return  # a loop: the broker would go round it for ever
-        seen.add(cur)
         cur = prev

@@ -38,7 +38,7 @@ from ...recovery.records import (
 )
 from ...recovery.scan import walk_records
 from ...recovery.store import Store, StoreFile
-from ..brokeropts import broker_config_option
+from ..brokeropts import broker_config_option, timer_setting_options
 from ..cmdopts import store_command_options
 from ..options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
 from ..output import output_file_options
@@ -1001,6 +1001,117 @@ def dump_config(fmt: str | None, name: str | None, **store_opts: Any) -> int:
     """The fastjson config files (unquoted integer keys accepted), with .bak fallback."""
     store = open_store(**store_opts)
     return output(config_records(store, name), fmt, CONFIG_COLUMNS, None, "config")
+
+
+@command.command("timerlog")
+@store_command_options("read", timer_setting_options, output_file_options, quiet_flag)
+@click.option(
+    "--from-offset", type=click.IntRange(0), default=None, help="Only units at or after this timer log offset."
+)
+@click.option("--to-offset", type=click.IntRange(0), default=None, help="Only units before this timer log offset.")
+@click.option(
+    "--since",
+    default=None,
+    help="Only units whose slot (delivery or roll time) is at or after this time (the forms of dump commitlog --since).",
+)
+@click.option("--until", default=None, help="Only units whose slot is at or before this time.")
+@click.option(
+    "--resolve", is_flag=True, help="Show each unit's message: its UNIQ_KEY and REAL_TOPIC (a commitlog walk)."
+)
+@limit_option
+@format_option()
+def dump_timerlog(
+    fmt: str | None,
+    limit: int | None,
+    broker_version: str,
+    from_offset: int | None,
+    to_offset: int | None,
+    since: str | None,
+    until: str | None,
+    resolve: bool,
+    **store_opts: Any,
+) -> int:
+    """The 5.x timer log (timerlog/): one record per 52-byte unit (its slot's time, its roll and
+    delete bits, the commitlog record it points at, the previous unit of its slot), up to each
+    file's last written byte."""
+    from ...recovery import timerrecords as tr
+
+    profile = make_profile(broker_version)
+    store = open_store(**store_opts)
+    refuse_unsafe(store, "timerlog")
+    recs = tr.timerlog_records(
+        store,
+        profile,
+        from_offset=from_offset,
+        to_offset=to_offset,
+        since=parse_time(since, "--since"),
+        until=parse_time(until, "--until"),
+        resolve=tr.resolve_map(store, profile) if resolve else None,
+    )
+    columns = tr.TIMERLOG.table_columns()
+    if resolve:
+        columns += [("uniq_key", "UNIQ_KEY"), ("real_topic", "REAL TOPIC")]
+    return output(recs, fmt, columns, limit, "timerlog")
+
+
+@command.command("timerwheel")
+@store_command_options("read", timer_setting_options, output_file_options, quiet_flag)
+@click.option("--since", default=None, help="Only slots whose time is at or after this time.")
+@click.option("--until", default=None, help="Only slots whose time is at or before this time.")
+@click.option(
+    "--at",
+    "at_text",
+    default=None,
+    metavar="TIME",
+    help="Say of each slot whether it is current: read by the broker's dequeue from the read time its recovery "
+    "starts at when it starts at TIME (see rmqtool timers --at).",
+)
+@limit_option
+@format_option()
+def dump_timerwheel(
+    fmt: str | None,
+    limit: int | None,
+    broker_version: str,
+    since: str | None,
+    until: str | None,
+    at_text: str | None,
+    **store_opts: Any,
+) -> int:
+    """The 5.x timer wheel (timerwheel): one record per slot in use (its time, the first and
+    last timer log unit of its chain, its count)."""
+    from ...recovery import timerrecords as tr
+
+    profile = make_profile(broker_version)
+    store = open_store(**store_opts)
+    read_time = None
+    if at_text is not None:
+        from ...recovery import timerstore as ts
+
+        at = parse_time(at_text, "--at")
+        assert at is not None
+        tfiles = ts.open_timer_files(store, profile)
+        cp = tfiles.checkpoint
+        floor = (
+            at // profile.timer_precision_ms * profile.timer_precision_ms - (604800 - 60) * profile.timer_precision_ms
+        )
+        read_time = max(cp.last_read_time_ms, floor)
+    recs = tr.timerwheel_records(
+        store, profile, since=parse_time(since, "--since"), until=parse_time(until, "--until"), read_time=read_time
+    )
+    return output(recs, fmt, tr.TIMERWHEEL.table_columns(), limit, "timerwheel")
+
+
+@command.command("timercheck")
+@store_command_options("read", timer_setting_options, output_file_options, quiet_flag)
+@format_option()
+def dump_timercheck(fmt: str | None, broker_version: str, **store_opts: Any) -> int:
+    """The 5.x timer checkpoint (config/timercheck): the dequeue's read time, the flushed timer
+    log position, the enqueued timer queue offsets and the data version."""
+    from ...recovery import timerrecords as tr
+
+    profile = make_profile(broker_version)
+    store = open_store(**store_opts)
+    return output([tr.timercheck_record(store, profile)], fmt, tr.TIMERCHECK.table_columns(), None, "timercheck")
 
 
 __all__ = [

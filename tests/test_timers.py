@@ -1,0 +1,391 @@
+"""The 5.x timer store (issue 36) without Java: the schemas and their fast readers, the rules of
+TimerMessageStore's recovery rmqtool mirrors (each against a plain per-unit reference), and
+``rmqtool timers`` / ``dump timerlog|timerwheel|timercheck`` on the recorded 5.1.4 fixtures
+(fixtures/timer: stores the broker module wrote, with the broker's recorded view), whose
+states must equal what that broker delivered and kept."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rmqtool.cli import run
+from rmqtool.formats import timer as tf
+from rmqtool.recovery import timerstore as ts
+from rmqtool.recovery.store import StoreFile
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "timer"
+OPTS = [
+    "--broker-version",
+    "5.1.4",
+    "--timer-precision-ms",
+    "100",
+    "--timer-roll-window-slot",
+    "50",
+    "--timer-log-file-size",
+    "2048",
+    "--cq-file-size",
+    "600",
+]
+
+
+# --------------------------------------------------------------------------- formats
+
+
+def test_blank_magic_is_javas_precedence() -> None:
+    # TimerLog.BLANK_MAGIC_CODE = 0xBBCCDDEE ^ 1880681586 + 8: + binds before ^ in Java
+    def i32(v: int) -> int:
+        return (v + (1 << 31)) % (1 << 32) - (1 << 31)
+
+    assert tf.BLANK_MAGIC_CODE == i32(0xBBCCDDEE ^ (1880681586 + 8)) == -875286124
+    assert tf.BLANK_MAGIC_CODE != i32((0xBBCCDDEE ^ 1880681586) + 8)
+    assert not tf.is_magic_ok(tf.BLANK_MAGIC_CODE)
+
+
+def test_sizes_and_last_unit() -> None:
+    assert tf.TIMER_LOG_UNIT.sizeof() == tf.UNIT_SIZE == tf.UNIT_DTYPE.itemsize == 52
+    assert tf.TIMER_WHEEL_SLOT.sizeof() == tf.SLOT_SIZE == tf.SLOT_DTYPE.itemsize == 32
+    assert tf.TIMER_CHECKPOINT.sizeof() == tf.CHECKPOINT_BYTES == 56
+    assert tf.WHEEL_FILE_SIZE == 2 * 604800 * 32
+    # TimerLog.getOffsetForLastUnit: 38 units fit a 2048-byte file before the blank's 16 bytes
+    assert tf.last_unit_offset(2048) == 1976
+    assert tf.last_unit_offset(100 * 1024 * 1024) % 52 == 0
+
+
+@given(
+    st.integers(-(1 << 31), (1 << 31) - 1),
+    st.integers(-(1 << 63), (1 << 63) - 1),
+    st.integers(0, 15),
+    st.integers(0, (1 << 62)),
+    st.integers(-(1 << 31), (1 << 31) - 1),
+    st.integers(-(1 << 63), (1 << 63) - 1),
+)
+@settings(max_examples=80, deadline=None)
+def test_unit_schema_and_fast_reader_agree(size: int, prev: int, magic: int, wt: int, delay: int, opy: int) -> None:
+    raw = tf.encode_unit(
+        size=size,
+        prev_pos=prev,
+        magic=magic,
+        curr_write_time=wt,
+        delayed_time=delay,
+        offset_py=opy,
+        size_py=7,
+        real_topic_hash=-3,
+        reserved=0,
+    )
+    parsed = tf.TIMER_LOG_UNIT.parse(raw)
+    fast = tf.read_units(raw)[0]
+    for name in tf.UNIT_NAMES:
+        assert int(fast[name]) == parsed[name], name
+    assert tf.UNIT_STRUCT.unpack(raw) == tuple(parsed[n] for n in tf.UNIT_NAMES)
+
+
+def test_slot_and_checkpoint_round_trip() -> None:
+    raw = tf.encode_slot(17966450428, 52, 104, 2, 0)
+    assert tuple(tf.read_slots(raw)[0].tolist()) == (17966450428, 52, 104, 2, 0)
+    cp = tf.TimerCheckpoint(1, 2, 3, 4, 5, 6, 7)
+    data = tf.encode_timer_checkpoint(cp)
+    assert len(data) == 4096 and tf.decode_timer_checkpoint(data) == cp
+    assert tf.decode_timer_checkpoint(data[:20]) == tf.TimerCheckpoint(1, 2, 0, 0, 0, 0, 0)
+    blank = tf.encode_blank(20)
+    assert tf.TIMER_LOG_BLANK.parse(blank).magic == tf.BLANK_MAGIC_CODE and len(blank) == 16
+
+
+# --------------------------------------------------------------------------- recovery rules
+
+
+def _revise_reference(wheel: np.ndarray, times: list[int], positions: list[int], prec: int) -> None:
+    """TimerWheel.reviseSlot(delayTime, IGNORE, pos, true), one unit at a time."""
+    for t, pos in zip(times, positions):
+        s = wheel[tf.slot_index(t, prec)]
+        if int(s["time_slot"]) != t // prec:
+            s["time_slot"], s["first_pos"], s["last_pos"] = t // prec, pos, pos
+        else:
+            s["last_pos"] = pos
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2)), min_size=1, max_size=40),
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.integers(0, 999)), max_size=6),
+)
+@settings(max_examples=120, deadline=None)
+def test_vectorised_revision_equals_revise_slot_per_unit(
+    units: list[tuple[int, int]], initial: list[tuple[int, int, int]]
+) -> None:
+    prec = 100
+    base = 17_000_000_000
+    wheel_a = np.zeros(tf.WHEEL_SLOTS, dtype=tf.SLOT_DTYPE)
+    for slot, rnd, first in initial:  # slots already holding this round's or an older round's time
+        t = base + slot + rnd * tf.WHEEL_SLOTS
+        wheel_a[tf.slot_index(t * prec, prec)] = (t, first, first + 52, 3, 0)
+    wheel_b = wheel_a.copy()
+    times = [(base + slot + rnd * tf.WHEEL_SLOTS) * prec + 7 for slot, rnd in units]
+    positions = [52 * i for i in range(len(units))]
+    ts._revise_slots(wheel_a, np.array(times, dtype=np.int64), np.array(positions, dtype=np.int64), prec)
+    _revise_reference(wheel_b, times, positions, prec)
+    assert (wheel_a == wheel_b).all()
+
+
+def _files(
+    tmp: Path, files: dict[int, bytes], size: int, checkpoint: tf.TimerCheckpoint | None = None
+) -> ts.TimerFiles:
+    d = tmp / "timerlog"
+    d.mkdir(parents=True, exist_ok=True)
+    out = ts.TimerFiles(root=tmp, log_file_size=size)
+    for base, data in sorted(files.items()):
+        p = d / f"{base:020d}"
+        p.write_bytes(data.ljust(size, b"\0"))
+        out.log_files.append(StoreFile(p, base, size))
+    if checkpoint is not None:
+        out.checkpoint_raw = tf.encode_timer_checkpoint(checkpoint)
+    return out
+
+
+def _unit(prev: int, t: int, opy: int, magic: int = 1, size: int = 52) -> bytes:
+    return tf.encode_unit(
+        size=size,
+        prev_pos=prev,
+        magic=magic,
+        curr_write_time=t,
+        delayed_time=0,
+        offset_py=opy,
+        size_py=10,
+        real_topic_hash=0,
+        reserved=0,
+    )
+
+
+def test_recover_and_revise_stops_where_the_broker_does(tmp_path: Path) -> None:
+    t0 = 1_800_000_000_000
+    good = _unit(-1, t0, 0) + _unit(0, t0, 100)
+    # a zero unit ends the walk
+    log = ts.TimerLog(_files(tmp_path / "a", {0: good}, 2048))
+    w = np.zeros(tf.WHEEL_SLOTS, dtype=tf.SLOT_DTYPE)
+    r = ts.recover_and_revise(log, w, 0, True, 1000)
+    assert (r.check_offset, r.units, r.stop_reason) == (104, 2, "end")
+    s = w[tf.slot_index(t0, 1000)]
+    assert (int(s["first_pos"]), int(s["last_pos"])) == (0, 52)
+    # a magic with a bit above the lowest four stops it, a wrong size too
+    for bad in (_unit(52, t0, 200, magic=0x10), _unit(52, t0, 200, size=51)):
+        log = ts.TimerLog(
+            _files(tmp_path / f"b{len(bad)}{bad[12:16].hex()}", {0: good + bad + _unit(104, t0, 300)}, 2048)
+        )
+        r = ts.recover_and_revise(log, np.zeros(tf.WHEEL_SLOTS, dtype=tf.SLOT_DTYPE), 0, True, 1000)
+        assert (r.check_offset, r.stop_reason) == (104, "bad_unit")
+    # the end-of-file blank sends the walk to the next file, which it reads from its start
+    first = good + tf.encode_blank(2048 - 104)
+    log = ts.TimerLog(_files(tmp_path / "c", {0: first, 2048: _unit(52, t0 + 1000, 400)}, 2048))
+    r = ts.recover_and_revise(log, np.zeros(tf.WHEEL_SLOTS, dtype=tf.SLOT_DTYPE), 0, True, 1000)
+    assert (r.check_offset, r.units) == (2048 + 52, 3)
+    # truncateDirtyFiles: the files after the stop go, the stop's file reads up to it
+    tfiles = _files(tmp_path / "d", {0: good, 2048: _unit(-1, t0, 9), 4096: _unit(-1, t0, 9)}, 2048)
+    (tfiles.root / "timerlog" / f"{2048:020d}").write_bytes(bytes(2048))  # a zeroed middle file
+    log = ts.TimerLog(tfiles)
+    r = ts.recover_and_revise(log, np.zeros(tf.WHEEL_SLOTS, dtype=tf.SLOT_DTYPE), 0, True, 1000)
+    assert r.check_offset == 104  # the zero unit at 104 stops it in the first file
+    assert [f.base for f in log.files] == [0] and log.read_pos[0] == 104
+
+
+def test_recover_starts_one_file_before_the_flushed_position(tmp_path: Path) -> None:
+    t0 = 1_800_000_000_000
+    data = {0: _unit(-1, t0, 0) + tf.encode_blank(2048 - 52), 2048: _unit(-1, t0 + 1000, 1)}
+    cp = tf.TimerCheckpoint(t0, 2048 + 52, 0, 0, 0, 0, 0)
+    tfiles = _files(tmp_path, data, 2048, cp)
+    prof = _profile()
+    rc = ts.recover(tfiles, prof, t0 + 5000, lambda o, s: -1, None)
+    # lastTimerLogFlushPos minus a file: from 52 the walk starts at file 0, so both units revise
+    assert rc.process_offset == 2048 + 52 and rc.first_revise.units == 2
+    assert rc.curr_queue_offset == 0  # nothing readable: the checkpoint's, then min(master)
+    assert rc.curr_read_time == t0
+
+
+def _profile(**kw: Any) -> Any:
+    import dataclasses
+
+    from rmqtool.recovery.versions import BrokerProfile
+
+    return dataclasses.replace(BrokerProfile.for_version("5.1.4"), **kw)
+
+
+def test_read_time_never_before_the_wheels_span(tmp_path: Path) -> None:
+    t0 = 1_800_000_000_000
+    tfiles = _files(tmp_path, {0: b""}, 2048, tf.TimerCheckpoint(t0, 0, 0, 0, 0, 0, 0))
+    now = t0 + 8 * 86_400_000  # eight days later: a seven-day wheel of 1000 ms slots
+    rc = ts.recover(tfiles, _profile(), now, lambda o, s: -1, None)
+    assert rc.curr_read_time == now - 604_800_000 + 60_000 and rc.skipped_slots
+    # 5.0.x multiplied in int: 604800 * 5000 wraps
+    rc0 = ts.recover(tfiles, _profile(timer_precision_ms=5000, version=(5, 0, 0)), now, lambda o, s: -1, None)
+    wrapped = ((604_800 * 5000 + (1 << 31)) % (1 << 32)) - (1 << 31)
+    assert rc0.wheel_floor == now // 5000 * 5000 - wrapped + 60 * 5000
+
+
+def test_slot_chain_reading_quirks(tmp_path: Path) -> None:
+    t0 = 1_800_000_000_000
+    # file 0: units at 0 and 52; file 1 (2048): a unit whose prev points forward into file 1 again
+    f0 = _unit(-1, t0, 1) + _unit(0, t0, 2)
+    f1 = _unit(52 + 2048, t0, 3) + _unit(-1, t0, 4)
+    log = ts.TimerLog(_files(tmp_path, {0: f0, 2048: f1}, 2048))
+    got = [u.offset_py for u in ts.slot_chain(log, 52)]
+    assert got == [2, 1]
+    # a chain that moves to a later file reads the earlier file's buffer at the in-file position
+    got = [(u.pos, u.offset_py) for u in ts.slot_chain(log, 2048)]
+    assert got[0] == (2048, 3) and got[1] == (2048 + 52, 4)
+    # a loop ends (the broker would go round it for ever)
+    loop = _unit(52, t0, 1) + _unit(0, t0, 2)
+    log = ts.TimerLog(_files(tmp_path / "l", {0: loop}, 2048))
+    assert len(list(ts.slot_chain(log, 52))) == 2
+    # a position past the readable end ends the chain; a unit cut by it is skipped, its prev kept
+    log = ts.TimerLog(_files(tmp_path / "r", {0: f0}, 2048))
+    log.read_pos[0] = 52 + 20
+    units = list(ts.slot_chain(log, 52))
+    assert [(u.pos, u.read) for u in units] == [(52, False), (0, True)]
+
+
+# --------------------------------------------------------------------------- the recorded fixtures
+
+
+@pytest.fixture(params=["clean514", "kill514"])
+def fixture(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    with tarfile.open(FIXTURES / f"{request.param}.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    return {
+        "name": request.param,
+        "store": tmp_path / "store",
+        "view": json.loads((tmp_path / "view.json").read_text()),
+        "result": json.loads((tmp_path / "result.json").read_text()),
+    }
+
+
+def _timers(store: Path, *args: str) -> tuple[int, Any, str]:
+    p = subprocess.run(
+        [sys.executable, "-m", "rmqtool", "timers", str(store), *OPTS, "-q", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return p.returncode, p.stdout, p.stderr
+
+
+def _delivered(records: list[dict[str, Any]]) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for r in records:
+        props = r.get("properties") or {}
+        topic = r.get("topic") or ""
+        if r.get("uniq_key") and not topic.startswith("rmq_sys_") and topic != "SCHEDULE_TOPIC_XXXX":
+            if "TIMER_DEQUEUE_MS" in props or "REAL_TOPIC" in props:
+                out[r["uniq_key"]] += 1
+    return out
+
+
+def test_timers_equal_the_recorded_broker(fixture: dict[str, Any]) -> None:
+    view = fixture["view"]
+    rc, out, err = _timers(fixture["store"], "--at", str(view["start_ms"]), "--format", "json")
+    doc = json.loads(out)
+    msgs = [m for m in doc["messages"] if m["uniq_key"]]
+    predicted = Counter({m["uniq_key"]: m["next_start_deliveries"] for m in msgs if m["next_start_deliveries"]})
+    assert _delivered(view["run"]["records"]) == predicted
+    waiting = Counter({m["uniq_key"]: m["waiting_units"] for m in msgs if m["state"] == "pending"})
+    held: Counter[str] = Counter()
+    for e in view["pending_after_run"]:
+        if e.get("uniq_key") and not e.get("del_uniq_key"):
+            held[e["uniq_key"]] += 1
+    sched = view["schedule_after_run"]
+    for q, qo in sched["queues"].items():
+        start = sched["offset_table"].get(str(int(q) + 1), 0)
+        held.update(e["uniq_key"] for e in qo["entries"] if e["queue_offset"] >= start)
+    assert held == waiting
+    states = {m["uniq_key"]: m["state"] for m in msgs}
+    assert states == {
+        "T1": "delivered",
+        "D1": "delivered",
+        "T2": "due",
+        "D2": "due",
+        "T3": "pending",
+        "T4": "pending",
+        "D3": "pending",
+    }
+    twice = {m["uniq_key"] for m in msgs if m["delivered_twice"]}
+    assert twice == (set() if fixture["name"] == "clean514" else {"T1", "T2"})
+    assert rc == (0 if fixture["name"] == "clean514" else 4)
+    assert doc["schema_version"] == 1 and doc["counts"]["due"] + doc["counts"]["pending"] == 5
+    # real topics and delivery times as put
+    put = {m["uniq_key"]: m for m in fixture["result"]["messages"]}
+    for m in msgs:
+        assert m["topic"] == put[m["uniq_key"]]["requested_topic"]
+        if put[m["uniq_key"]]["timer_out_ms"]:
+            assert m["deliver_timestamp"] == int(put[m["uniq_key"]]["timer_out_ms"])
+
+
+def test_timers_filters_and_exit_statuses(fixture: dict[str, Any]) -> None:
+    at = str(fixture["view"]["start_ms"])
+    rc, out, _ = _timers(fixture["store"], "--at", at, "--format", "jsonl", "--state", "pending", "--topic", "TopicB")
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert sorted(r["uniq_key"] for r in rows) == ["D3", "T4"]
+    # an hour and a half later, T4 (one hour) is due too, T3 (two hours) still pending
+    later = str(fixture["view"]["start_ms"] + 5_400_000)
+    rc, out, _ = _timers(fixture["store"], "--at", later, "--format", "jsonl", "--state", "due")
+    assert "T4" in {json.loads(x)["uniq_key"] for x in out.splitlines()}
+    rc, out, err = _timers(fixture["store"], "--at", at, "--state", "cancelled")
+    assert rc == 1 and out == "" and "no timer or delay message matched" in err
+    assert _timers(fixture["store"], "--at", "yesterday-ish")[0] == 2
+    assert _timers(fixture["store"], "--state", "gone")[0] == 2
+
+
+def test_damaged_timer_files_exit_8_with_one_line(fixture: dict[str, Any]) -> None:
+    store = fixture["store"]
+    wheel = store / "timerwheel"
+    with open(wheel, "r+b") as fh:
+        fh.truncate(1000)
+    rc, out, err = _timers(store, "--at", "0")
+    assert rc == 8 and out == ""
+    assert err.strip().count("\n") == 0 and f"{wheel} at offset 1000" in err
+    wheel.unlink()
+    log = store / "timerlog" / "00000000000000000000"
+    with open(log, "r+b") as fh:
+        fh.truncate(2000)
+    rc, out, err = _timers(store, "--at", "0")
+    assert rc == 8 and f"{log} at offset 2000" in err and "mappedFileSizeTimerLog" in err
+
+
+def test_dump_timer_files(fixture: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(fixture["store"])
+    assert run(["dump", "timerlog", store, *OPTS, "--format", "jsonl", "--resolve"]) == 0
+    units = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [u["status"] for u in units] == ["OK"] * 4
+    assert [u["uniq_key"] for u in units] == ["T1", "T3", "T4", "T2"]
+    assert [u["magic_flags"] for u in units] == ["default", "default|roll", "default|roll", "default"]
+    assert units[2]["prev_pos"] == 52 and all(u["size"] == 52 for u in units)
+    assert run(["dump", "timerwheel", store, *OPTS, "--format", "jsonl"]) == 0
+    slots = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert sorted((s["first_pos"], s["last_pos"]) for s in slots)[-1][1] >= 104
+    assert run(["dump", "timercheck", store, *OPTS, "--format", "jsonl"]) == 0
+    cp = json.loads(capsys.readouterr().out)
+    assert cp["size"] == 4096 and cp["status"] == "OK"
+    if fixture["name"] == "clean514":
+        assert cp["last_timer_queue_offset"] == cp["master_timer_queue_offset"] == 4
+    else:  # the first flush only
+        assert cp["last_timer_queue_offset"] == 0 and cp["last_timer_log_flush_pos"] == 0
+    # --since/--until on the units' slots, --from-offset on their positions
+    assert (
+        run(["dump", "timerlog", store, *OPTS, "--format", "jsonl", "--from-offset", "100", "--to-offset", "150"]) == 0
+    )
+    assert [json.loads(x)["pos"] for x in capsys.readouterr().out.splitlines()] == [104]
+
+
+def test_dump_timerlog_refuses_a_store_without_timer_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "s"
+    shutil.copytree(ROOT / "fixtures" / "real" / "clean" / "store", store)
+    assert run(["dump", "timerlog", str(store), "--broker-version", "4.9.4"]) == 8
+    assert "no timer log" in capsys.readouterr().err
