@@ -44,6 +44,8 @@ KNOWN_FILES = {
     "consumerOffset.json": ("offsetTable",),
     "delayOffset.json": ("offsetTable",),
     "subscriptionGroup.json": ("subscriptionGroupTable", "dataVersion"),
+    # 5.x TimerMetrics (config/timermetrics, no extension): timer messages waiting per real topic
+    "timermetrics": ("timingCount", "dataVersion"),
 }
 
 

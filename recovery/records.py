@@ -122,6 +122,13 @@ COMMITLOG = _spec(
         C("tags_code", "bigint"),
         C("properties", "map<string,string>"),
         C("field", "string"),  # the field where a damaged spot failed (absent for messages)
+        # a scheduled record (rmq_sys_wheel_timer, SCHEDULE_TOPIC_XXXX; recovery.scan.scheduled_fields)
+        C("scheduled", "boolean"),
+        C("schedule_kind", "string"),
+        C("real_topic", "string", "REAL TOPIC"),
+        C("real_queue_id", "int"),
+        C("deliver_timestamp", "bigint", hint="time"),
+        C("deliver_time", "string", "DELIVER AT (UTC)", "time"),
         C("body", "binary", "BODY"),
         C("body_sha256", "string", "BODY SHA256"),
     ],
@@ -168,6 +175,11 @@ COMMITLOG = _spec(
         "tags_code",
         "properties",
         "field",
+        "scheduled",
+        "schedule_kind",
+        "real_topic",
+        "real_queue_id",
+        "deliver_timestamp",
     ),
 )
 
@@ -511,6 +523,33 @@ def index_hit_records(
             "status": "OK",
             "message": message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body),
         }
+
+
+def scheduled_records(
+    store: Store,
+    profile: Any,
+    topics: Iterable[str],
+    queue_ids: Iterable[int] | None = None,
+    *,
+    with_body: bool = False,
+    body_hash: bool = False,
+) -> Iterator[Record]:
+    """``dump commitlog --topic T``'s second part: the messages still scheduled for T (a
+    timer or delay record whose REAL_TOPIC is T without a delivered copy in T), once each,
+    as their scheduled record (``scheduled`` true, ``real_topic``, ``deliver_timestamp``), in
+    commitlog order (one commitlog walk: recovery.timers.still_scheduled)."""
+    from .timers import collect, still_scheduled
+
+    got = collect(store, profile)
+    qids = set(queue_ids) if queue_ids else None
+    with qy.CommitlogReader(store, profile) as reader:
+        for r in still_scheduled(got, set(topics), qids):
+            loc = reader.record_at(r.phys)
+            if loc is None or not loc.checked.is_message:
+                continue
+            yield crc_status(
+                message_fields(loc.file.name, loc.checked, loc.buf, with_body=with_body, body_hash=body_hash)
+            )
 
 
 def checkpoint_record(store: Store) -> Record:

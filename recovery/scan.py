@@ -290,6 +290,8 @@ def message_fields(
         "tags_code": c.tags_code,
         "status": c.reason.value,  # (a record holds plain values: the output's contract)
     }
+    if rec.topic in SCHEDULED_TOPICS:
+        out.update(scheduled_fields(rec.topic, props, c.tags_code))
     if body_hash or with_body:
         body = rec.body(buf)
         if body_hash:
@@ -302,6 +304,40 @@ def message_fields(
                 out["body"] = base64.b64encode(body).decode("ascii")
                 out["body_encoding"] = "base64"
     return out
+
+
+SCHEDULED_TOPICS = frozenset({ck.SCHEDULE_TOPIC, "rmq_sys_wheel_timer"})
+
+
+def scheduled_fields(topic: str, props: dict[str, str], tags_code: int) -> dict[str, Any]:
+    """What a scheduled record of ``topic`` (rmq_sys_wheel_timer or SCHEDULE_TOPIC_XXXX) is
+    for: ``scheduled`` true, ``real_topic`` and ``real_queue_id`` (REAL_TOPIC, REAL_QID: where
+    it is delivered), ``deliver_timestamp`` (a timer message's TIMER_OUT_MS; a delay message's
+    consume queue tagsCode, its store time plus its level's delay) and ``schedule_kind``
+    (timer, timer_roll: a roll copy, timer_cancel: a cancel, or delay)."""
+    qid = props.get("REAL_QID")
+    deliver: int | None
+    if topic == ck.SCHEDULE_TOPIC:
+        kind, deliver = "delay", tags_code
+    else:
+        kind = (
+            "timer_cancel" if "TIMER_DEL_UNIQKEY" in props else "timer_roll" if "TIMER_ROLL_TIMES" in props else "timer"
+        )
+        try:
+            deliver = int(props.get("TIMER_OUT_MS", ""))
+        except ValueError:
+            deliver = None
+    try:
+        real_qid: int | None = int(qid) if qid is not None else None
+    except ValueError:
+        real_qid = None
+    return {
+        "scheduled": True,
+        "schedule_kind": kind,
+        "real_topic": props.get("REAL_TOPIC"),
+        "real_queue_id": real_qid,
+        "deliver_timestamp": deliver,
+    }
 
 
 def blank_fields(file_name: str, pos: int, buf: Any, file_base: int) -> dict[str, Any]:

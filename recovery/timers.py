@@ -142,6 +142,32 @@ def collect(
     return got
 
 
+def still_scheduled(got: Collected, topics: set[str], queue_ids: set[int] | None = None) -> list[Rec]:
+    """The scheduled messages whose real topic is one of ``topics`` (and real queue one of
+    ``queue_ids``) that have no delivered copy there, once each (a timer message's latest
+    copy: the roll copies share its UNIQ_KEY), in commitlog order. Cancels and messages a
+    cancel names are left out."""
+    cancelled = {r.props["TIMER_DEL_UNIQKEY"].split("+")[-1] for r in got.timer if "TIMER_DEL_UNIQKEY" in r.props}
+    latest: dict[str, Rec] = {}
+    keyless: list[Rec] = []
+    for r in [*got.timer, *(x for recs in got.schedule.values() for x in recs)]:
+        if "TIMER_DEL_UNIQKEY" in r.props or r.props.get("REAL_TOPIC") not in topics:
+            continue
+        if queue_ids is not None and _int(r.props.get("REAL_QID")) not in queue_ids:
+            continue
+        if r.uniq_key is None:
+            keyless.append(r)
+            continue
+        if r.uniq_key in cancelled:
+            continue
+        copies = [c for c in got.delivered.get(r.uniq_key, []) if c.topic == r.props.get("REAL_TOPIC")]
+        if copies:
+            continue
+        if r.uniq_key not in latest or latest[r.uniq_key].phys < r.phys:
+            latest[r.uniq_key] = r
+    return sorted([*latest.values(), *keyless], key=lambda r: r.phys)
+
+
 # ---------------------------------------------------------------------------------------
 # the timer's next start
 

@@ -1,5 +1,6 @@
-"""ISO 8601 beside epoch milliseconds in every dump format: each ``born_timestamp`` and
-``store_timestamp`` gets a twin ``born_time`` / ``store_time`` (UTC, millisecond
+"""ISO 8601 beside epoch milliseconds in every dump format: each ``born_timestamp``,
+``store_timestamp`` and ``deliver_timestamp`` (a scheduled message's, a timer log unit's)
+gets a twin ``born_time`` / ``store_time`` / ``deliver_time`` (UTC, millisecond
 precision, ``Z``), in the records (table, text, json) and in the finished JSON lines of
 the fast path (inserted before the epoch field, which keeps the keys sorted)."""
 
@@ -14,7 +15,7 @@ _SECONDS: dict[int, str] = {}
 _UTC = _dt.UTC
 _LINE = re.compile(r'"(born|store)_timestamp":(-?\d+)')
 _BYTES = re.compile(rb'"(born|store)_timestamp":(-?\d+)')
-FIELDS = (("born_timestamp", "born_time"), ("store_timestamp", "store_time"))
+FIELDS = (("born_timestamp", "born_time"), ("store_timestamp", "store_time"), ("deliver_timestamp", "deliver_time"))
 
 
 def iso_ms(ms: int) -> str | None:

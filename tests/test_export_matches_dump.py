@@ -237,7 +237,7 @@ def export_rows(root: Path, version: str, split_size: int | None, with_body: boo
     return rows
 
 
-ISO_TWINS = {"born_time": "born_timestamp", "store_time": "store_timestamp"}
+ISO_TWINS = {"born_time": "born_timestamp", "store_time": "store_timestamp", "deliver_time": "deliver_timestamp"}
 
 
 def assert_rows_equal_dump(rows: list[dict[str, Any]], records: list[dict[str, Any]], what: str) -> None:

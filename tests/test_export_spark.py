@@ -29,9 +29,9 @@ def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict
     capsys.readouterr()
     code = run(["dump", *argv, "--format", "jsonl"])
     out = capsys.readouterr().out
-    # not splitlines: U+2028 may be in a value; the ISO twins of dump (born_time, store_time) are not columns
+    # not splitlines: U+2028 may be in a value; the ISO twins of dump (born_time, store_time, deliver_time) are not columns
     return code, [
-        {k: v for k, v in json.loads(line).items() if k not in ("born_time", "store_time")}
+        {k: v for k, v in json.loads(line).items() if k not in ("born_time", "store_time", "deliver_time")}
         for line in out.split("\n")
         if line
     ]

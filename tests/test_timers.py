@@ -389,3 +389,36 @@ def test_dump_timerlog_refuses_a_store_without_timer_files(tmp_path: Path, capsy
     shutil.copytree(ROOT / "fixtures" / "real" / "clean" / "store", store)
     assert run(["dump", "timerlog", str(store), "--broker-version", "4.9.4"]) == 8
     assert "no timer log" in capsys.readouterr().err
+
+
+def test_dump_commitlog_shows_real_topic_and_delivery_and_topic_includes_scheduled_once(
+    fixture: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = str(fixture["store"])
+    assert run(["dump", "commitlog", store, "--broker-version", "5.1.4", "--format", "jsonl"]) == 0
+    recs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    put = {m["uniq_key"]: m for m in fixture["result"]["messages"]}
+    sched = [r for r in recs if r["topic"] in ("rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX")]
+    assert len(sched) == 7 and all(r["scheduled"] for r in sched)
+    for r in sched:
+        assert r["real_topic"] == put[r["uniq_key"]]["requested_topic"]
+        if r["topic"] == "rmq_sys_wheel_timer":
+            assert r["deliver_timestamp"] == int(put[r["uniq_key"]]["timer_out_ms"]) and r["schedule_kind"] == "timer"
+        else:
+            assert r["deliver_timestamp"] == r["tags_code"] and r["schedule_kind"] == "delay"
+        assert r["deliver_time"].endswith("Z")
+    assert all("scheduled" not in r for r in recs if r not in sched)
+    # --topic TopicB: its own records (D1's delivered copy) and what is still scheduled for it
+    # (T4, D3), once each; T2 and D2 (TopicA, TopicC) not
+    assert run(["dump", "commitlog", store, "--broker-version", "5.1.4", "--format", "jsonl", "--topic", "TopicB"]) == 0
+    got = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(r["topic"], r["uniq_key"], r.get("scheduled", False)) for r in got] == [
+        ("TopicB", "D1", False),
+        ("rmq_sys_wheel_timer", "T4", True),
+        ("SCHEDULE_TOPIC_XXXX", "D3", True),
+    ]
+    # TopicA: T1 delivered (its copy only, not its scheduled record), T3 and T2 still scheduled
+    assert run(["dump", "commitlog", store, "--broker-version", "5.1.4", "--format", "jsonl", "--topic", "TopicA"]) == 0
+    got = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert sorted(r["uniq_key"] for r in got) == ["T1", "T2", "T3"]
+    assert [r["uniq_key"] for r in got if r.get("scheduled")] == ["T3", "T2"]

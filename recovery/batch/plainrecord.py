@@ -28,6 +28,7 @@ HEADERS_V1 = {h: cl.LAYOUTS[(cl.MAGIC_V1, h)].header for h in (0x00, 0x10, 0x20,
 HSIZE = HEADERS_V1[0].size
 _BAD_JSON_BYTES = bytes(range(0, 1)) + bytes(range(3, 32)) + b'"\\'
 _SCHEDULE = ck.SCHEDULE_TOPIC.encode()
+_TIMER = b"rmq_sys_wheel_timer"
 _SEP1 = repeat("\x01")
 _V1 = cl.MAGIC_V1
 _split = str.split
@@ -69,7 +70,7 @@ def plain_record(buf: Any, mv: memoryview, pos: int, end: int, is5: bool) -> Pla
     if bl and (crc32_raw(mv[pos + hs : p]) & 0x7FFFFFFF) != crc:
         return None
     tb = buf[p + 1 : q]
-    if tb == _SCHEDULE:
+    if tb == _SCHEDULE or tb == _TIMER:
         return None
     pb = buf[q + 2 : q + 2 + pl]
     if len(pb.translate(None, _BAD_JSON_BYTES)) != pl or (is5 and b"INNER_" in pb):

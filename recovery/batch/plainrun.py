@@ -36,6 +36,10 @@ __all__ = ["HEADER_COLUMNS", "HEADER_DTYPE", "HSIZE", "PlainFile", "PlainRun", "
 
 HSIZE = int(V4["body"])  # the V1 header with IPv4 hosts (88 bytes)
 SCHEDULE = ck.SCHEDULE_TOPIC.encode()
+TIMER = b"rmq_sys_wheel_timer"
+# topics whose records are never plain: their scheduled fields (real topic, delivery time) come
+# from the record walk's message_fields (recovery.scan), not from the vectorised lines
+NOT_PLAIN = frozenset({SCHEDULE, TIMER})
 
 
 def _header_dtype() -> np.dtype[Any]:
@@ -230,7 +234,8 @@ def _lengths(f: PlainFile, pos: int, start_before: int, max_count: int, min_coun
 
 
 def _crc_and_topic(run: PlainRun, ok: np.ndarray) -> np.ndarray:
-    """The body CRCs; the distinct topics (SCHEDULE_TOPIC_XXXX is not plain)."""
+    """The body CRCs; the distinct topics (SCHEDULE_TOPIC_XXXX and rmq_sys_wheel_timer are
+    not plain)."""
     n = run.n
     A = run.f.A
     ok = ok & body_crcs_match(run.f.mv, run.P[:n], run.body_length[:n], run.field("body_crc")[:n], HSIZE)
@@ -243,7 +248,7 @@ def _crc_and_topic(run: PlainRun, ok: np.ndarray) -> np.ndarray:
     run.topic_inv = tinv
     run.topics = [row[1 : 1 + int(row[0])].tobytes() for row in tk[tfirst]]
     for i, raw in enumerate(run.topics):
-        if raw == SCHEDULE:
+        if raw in NOT_PLAIN:
             ok &= tinv != i
     return ok
 

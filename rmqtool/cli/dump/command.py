@@ -9,6 +9,7 @@ not OK), 8 operational error.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
@@ -27,7 +28,7 @@ from ...recovery.batch.layout import V4
 from ...recovery.batch.plainrecord import HSIZE as _HSIZE
 from ...recovery.batch.plainrecord import plain_record
 from ...recovery.batch.plainrun import HEADER_COLUMNS, PlainFile, PlainRun, lead, plain_run
-from ...recovery.batch.plainrun import SCHEDULE as _SCHEDULE
+from ...recovery.batch.plainrun import NOT_PLAIN as _NOT_PLAIN
 from ...recovery.records import (
     Record,
     checkpoint_record,
@@ -501,8 +502,8 @@ def _topic_piece(vec: _Vec, run: PlainRun) -> Any:
     entries: list[bytes] = []
     for raw in run.topics:
         js = vec.topics.get(raw)
-        if js is None:  # (SCHEDULE_TOPIC_XXXX: no record of the run has it)
-            js = vec.topics[raw] = b"null" if raw == _SCHEDULE else _enc(raw.decode("utf-8", JAVA_REPLACE)).encode()
+        if js is None:  # (SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer: no record of the run has it)
+            js = vec.topics[raw] = b"null" if raw in _NOT_PLAIN else _enc(raw.decode("utf-8", JAVA_REPLACE)).encode()
         entries.append(js)
     return _table_piece(np, run.topic_inv[: run.n], entries)
 
@@ -772,7 +773,7 @@ def dump_commitlog(
     )
     records = _selected(store, profile, fmt, topics, queue_ids, keys, msg_ids, kw)
     matches = sel.Matches()
-    columns = COMMITLOG_COLUMNS + rec.COMMITLOG.headed(
+    columns = _with_scheduled(store, COMMITLOG_COLUMNS) + rec.COMMITLOG.headed(
         (["body"] if with_body else []) + (["body_sha256"] if body_hash else [])
     )
     filtered = (
@@ -822,6 +823,14 @@ def _selected(
         )
     else:
         records = commitlog_stream(store, profile, fmt, **kw)
+    if topics and _no_bounds(kw):
+        # then the messages still scheduled for the topics (timer and delay), once each
+        records = itertools.chain(
+            records,
+            rec.scheduled_records(
+                store, profile, topics, queue_ids or None, with_body=kw["with_body"], body_hash=kw["body_hash"]
+            ),
+        )
     if store.commitlog:  # a walk over a range: progress when it goes to a file
         from .progress import with_progress
 
@@ -832,6 +841,28 @@ def _selected(
             records, max(from_offset or 0, first.base), min(end if to_offset is None else to_offset, end)
         )
     return records
+
+
+def _with_scheduled(store: Store, columns: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The table's columns, with REAL TOPIC after TOPIC and DELIVER AT after STORED when the
+    store holds scheduled messages (a timer or schedule topic's consume queue, or a timer log):
+    where it holds none, the table is as it always was."""
+    if not ({"rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX"} & set(store.topics()) or (store.root / "timerlog").is_dir()):
+        return columns
+    out: list[tuple[str, str]] = []
+    for key, head in columns:
+        out.append((key, head))
+        if key == "topic":
+            out += rec.COMMITLOG.headed(["real_topic"])
+        elif key == "store_time":
+            out += rec.COMMITLOG.headed(["deliver_time"])
+    return out
+
+
+def _no_bounds(kw: dict[str, Any]) -> bool:
+    """No offset or time bound: the scheduled messages of --topic are listed too (their own
+    offsets and times are not those of the messages they become)."""
+    return all(kw.get(k) is None for k in ("from_offset", "to_offset", "since", "until"))
 
 
 def _not_found(

@@ -37,7 +37,7 @@ from ...formats.properties import JAVA_REPLACE
 from ...recovery import check as ck
 from ...recovery.batch.blocks import distinct, host_of_key
 from ...recovery.batch.blocks import rows as byte_rows
-from ...recovery.batch.plainrun import HEADER_COLUMNS, SCHEDULE, PlainFile, PlainRun, plain_run
+from ...recovery.batch.plainrun import HEADER_COLUMNS, NOT_PLAIN, PlainFile, PlainRun, plain_run
 from ...recovery.splits import Split
 from ...recovery.versions import BrokerProfile
 
@@ -171,6 +171,9 @@ def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int
     return run.end_pos, run.n, batch
 
 
+SCHEDULED_COLUMNS = ("scheduled", "schedule_kind", "real_topic", "real_queue_id", "deliver_timestamp")
+
+
 def _header_columns(st: _State, run: PlainRun, schema: pa.Schema) -> dict[str, pa.Array]:
     """The columns of the header fields (of the schema's types), the topic and the
     constants."""
@@ -186,8 +189,8 @@ def _header_columns(st: _State, run: PlainRun, schema: pa.Schema) -> dict[str, p
     cols["magic"] = _const_str("V1", n)
     tnames: list[str | None] = []
     for raw in run.topics:
-        if raw not in st.topics:  # (SCHEDULE_TOPIC_XXXX: no record of the run has it)
-            st.topics[raw] = None if raw == SCHEDULE else raw.decode("utf-8", JAVA_REPLACE)
+        if raw not in st.topics:  # (SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer: no record of the run has it)
+            st.topics[raw] = None if raw in NOT_PLAIN else raw.decode("utf-8", JAVA_REPLACE)
         tnames.append(st.topics[raw])
     cols["topic"] = _table(tnames, run.topic_inv[:n], pa.string())
     txc = run.sys_flag[:n] & cl.TRANSACTION_MASK
@@ -195,6 +198,8 @@ def _header_columns(st: _State, run: PlainRun, schema: pa.Schema) -> dict[str, p
     cols["transaction_type"] = _table([cl.TRANSACTION_TYPES[int(c)] for c in txc[txfirst].tolist()], txinv, pa.string())
     cols["crc_ok"] = _num(np.ones(n, dtype=bool))
     cols["field"] = pa.nulls(n, pa.string())
+    for name in SCHEDULED_COLUMNS:  # a plain record is never a scheduled one
+        cols[name] = pa.nulls(n, schema.field(name).type)
     return cols
 
 

@@ -76,7 +76,7 @@ def record_row(
         n[3] += 1
     row: tuple[Any, ...]
     if d["type"] == "message" and "field" not in d:
-        row = (label,) + _MESSAGE_ROW(d) + (None,)
+        row = (label,) + _MESSAGE_ROW(d) + (None,) + tuple(map(d.get, _SCHEDULED_KEYS))
     else:
         row = (label,) + tuple(map(d.get, _ROW_KEYS))
     if with_body:
@@ -86,7 +86,11 @@ def record_row(
 
 
 _ROW_KEYS = [c for c, _t in COMMITLOG_COLUMNS[1:]]
-_MESSAGE_ROW = operator.itemgetter(*_ROW_KEYS[:-1])  # every column but "field" (last)
+_FIELD_AT = _ROW_KEYS.index("field")
+# a message has every column before "field"; a scheduled one (recovery.scan.scheduled_fields)
+# also the columns after it, which are null for the others
+_MESSAGE_ROW = operator.itemgetter(*_ROW_KEYS[:_FIELD_AT])
+_SCHEDULED_KEYS = _ROW_KEYS[_FIELD_AT + 1 :]
 
 
 def worker_profile(version: str | BrokerProfile) -> BrokerProfile:
