@@ -202,6 +202,7 @@ class TimerOutlook:
     enqueue_from: int = 0
     queue_bounds: tuple[int, int] | None = None
     unreadable: list[Entry] = field(default_factory=list)
+    wheel_after_recovery: Any = None  # the wheel as TimerMessageStore.recover leaves it (before the enqueue)
 
 
 def _queue_units(got: Collected) -> dict[int, Rec]:
@@ -257,6 +258,7 @@ def timer_outlook(
 
     rc = ts.recover(tfiles, profile, at, queue_offset_of, bounds)
     out.recovered = rc
+    out.wheel_after_recovery = rc.wheel.copy()
     prec = profile.timer_precision_ms
     write_time = tf.format_time(at, prec)
     # the enqueue: every unit of the timer queue from the recovered offset

@@ -756,7 +756,15 @@ def test_json_report_object(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert set(doc) == {"schema_version", "store", "broker_version", "verdict", "checks", "findings", "summary"}
-    assert [c["name"] for c in doc["checks"]] == ["layout", "commitlog", "consumequeue", "index", "checkpoint", "store"]
+    assert [c["name"] for c in doc["checks"]] == [
+        "layout",
+        "commitlog",
+        "consumequeue",
+        "index",
+        "checkpoint",
+        "store",
+        "timer",
+    ]
     assert doc["summary"]["warnings"] == 3 and doc["summary"]["errors"] == 0
     assert doc["summary"]["recovery"]["abnormal"]["stop_offset"] == 771428
     for f in doc["findings"]:

@@ -272,6 +272,51 @@ CODES: dict[FindingCode, tuple[str, str]] = {
         WARNING,
         "a 5.x RocksDB config store (config/consumerOffsets, config/rdb) whose offsets rmqtool does not read (rocksdict missing, or it does not open read-only)",
     ),
+    # the 5.x timer store and the schedule queues (recovery.verify.timers)
+    FindingCode.TIMER_FILE: (
+        ERROR,
+        "a timer file the broker cannot load: a timer log file of another size than mappedFileSizeTimerLog (MappedFileQueue.load fails), a timer wheel of another length than 38,707,200 bytes (TimerWheel throws), a file that is not a regular file or whose name is not an offset: the broker does not start",
+    ),
+    FindingCode.TIMER_LOG_CUT: (
+        WARNING,
+        "the broker's timer recovery ends the timer log before written units: at a unit whose size or magic is wrong (a zeroed or damaged page), dropping the units and files after it; the messages the timer queue still holds past the recovered queue offset are enqueued again, the others are lost",
+    ),
+    FindingCode.TIMER_UNIT_PAST_END: (
+        ERROR,
+        "a timer log unit the broker's next start reads (its slot is dequeued or still waits) points at a commitlog record that is gone (past the commitlog's end after the broker's recovery, or before its start): its message is lost",
+    ),
+    FindingCode.TIMER_UNIT_NOT_TIMER: (
+        ERROR,
+        "a timer log unit points at a commitlog record that is not a timer message (not in rmq_sys_wheel_timer): the broker delivers that record at the slot's time",
+    ),
+    FindingCode.TIMER_CHAIN_LOOP: (
+        ERROR,
+        "a timer wheel slot's chain of timer log units comes back to a unit it passed: the broker's dequeue goes round it for ever and the timer stops",
+    ),
+    FindingCode.TIMER_CHAIN_OUTSIDE: (
+        WARNING,
+        "a timer wheel slot the broker reads points outside the timer log (past its recovered end or into no file): the dequeue reads nothing there, whatever the slot held is lost",
+    ),
+    FindingCode.TIMER_CKPT_AHEAD: (
+        ERROR,
+        "the timer checkpoint is ahead of its data: a read time later than now (the slots before it are never dequeued), a flushed position past the timer log's end, or a queue offset past the timer queue's end",
+    ),
+    FindingCode.TIMER_CKPT_BEHIND: (
+        WARNING,
+        "the timer checkpoint is behind its queue: the broker's next start enqueues timer messages again that its timer log already holds (the broker was killed before the timer's checkpoint was flushed)",
+    ),
+    FindingCode.TIMER_LOST: (
+        ERROR,
+        "timer or delay messages that nothing will deliver: their commitlog record, their timer log unit or their slot is gone, or their slot lies before the read time the broker's next start begins at",
+    ),
+    FindingCode.TIMER_DELIVERED_TWICE: (
+        WARNING,
+        "messages already delivered (a copy is in their real topic) that the broker's next start delivers again",
+    ),
+    FindingCode.DELAY_OFFSET_PAST_END: (
+        WARNING,
+        "a delay level's offset in config/delayOffset.json is past its schedule queue's end (or before its start): the broker corrects it into the queue at its load",
+    ),
 }
 
 

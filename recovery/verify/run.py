@@ -52,9 +52,11 @@ def verify_store(
     jobs: int = 1,
     progress: Progress | None = None,
     part_size: int = DEFAULT_PART_SIZE,
+    at: int | None = None,
 ) -> VerifyReport:
     """Check everything; return the report (findings, per-check counts, recovery outlook).
-    Never writes; every file is opened read-only."""
+    Never writes; every file is opened read-only. ``at``: the time the timer check judges the
+    broker's next start at (default now: its timer recovery reads the wall clock)."""
     # layout
     layout, blockers = _layout_findings(store, profile)
     ckpt = store.read_checkpoint()
@@ -91,6 +93,7 @@ def verify_store(
     )
     cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
     st_f = _state_findings(store)
+    tm_f, tm_stats = _timer_check(store, profile, outlook, at)
     groups = [
         ("layout", layout),
         ("commitlog", cl_f),
@@ -98,8 +101,22 @@ def verify_store(
         ("index", ix_f),
         ("checkpoint", cp_f),
         ("store", st_f),
+        ("timer", tm_f),
     ]
-    return _report(store, profile, scans, recs, spans, outlook, ckpt, groups, cq_stats, ix_stats)
+    return _report(store, profile, scans, recs, spans, outlook, ckpt, groups, cq_stats, ix_stats, tm_stats)
+
+
+def _timer_check(
+    store: Store, profile: BrokerProfile, outlook: dict[str, Any], at: int | None
+) -> tuple[list[Finding], dict[str, Any]]:
+    """The timer store and the schedule queues (recovery.verify.timers), at ``at`` (now)."""
+    import time
+
+    from .timers import timer_findings
+
+    mode = outlook.get(outlook.get("mode") or "normal")
+    end = mode.get("stop_offset") if isinstance(mode, dict) else None
+    return timer_findings(store, profile, int(time.time() * 1000) if at is None else at, end_offset=end)
 
 
 _Checked = tuple[list[Finding], dict[str, Any]]
@@ -161,6 +178,7 @@ def _report(
     groups: list[tuple[str, list[Finding]]],
     cq_stats: dict[str, Any],
     ix_stats: dict[str, Any],
+    tm_stats: dict[str, Any] | None = None,
 ) -> VerifyReport:
     """The report: each check's findings (capped per file), counts and statistics, and
     the summary."""
@@ -200,6 +218,7 @@ def _report(
             },
         ),
         "store": (1, {"abort": store.abort_present, "lock_file": store.lock_present}),
+        "timer": (int((tm_stats or {}).get("messages", 0)), tm_stats or {}),
     }
     checks: list[CheckSummary] = []
     findings: list[Finding] = []

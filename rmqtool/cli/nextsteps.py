@@ -28,6 +28,17 @@ BY_CODE: dict[str, str] = {  # (keyed by the members: a misspelt code fails the 
     FindingCode.CL_BAD_INNER_BATCH: AS_WRITTEN,
     FindingCode.CL_PROP_CRC: AS_WRITTEN,
     FindingCode.CL_SALVAGEABLE_RECORDS: "rmqtool recover {store} --dry-run --salvage-to DIR: writes the intact records out before the cut",
+    FindingCode.TIMER_FILE: "the broker does not start with it: restore the file from a backup (rmqtool backups {store}), or move it out of the store: the broker then starts without it and rmqtool timers {store} --state lost lists what it loses",
+    FindingCode.TIMER_LOG_CUT: "rmqtool timers {store} shows what the broker's next start still delivers (--state lost: what it loses); rmqtool dump timerlog {store} shows the units",
+    FindingCode.TIMER_UNIT_PAST_END: "rmqtool timers {store} --state lost lists the messages; rmqtool repair {store} --dry-run, then --yes: takes such units out of their slots' chains (with a backup)",
+    FindingCode.TIMER_UNIT_NOT_TIMER: "rmqtool repair {store} --dry-run, then --yes: takes such units out of their slots' chains (with a backup)",
+    FindingCode.TIMER_CHAIN_LOOP: "rmqtool repair {store} --dry-run, then --yes: cuts the loop (with a backup); the broker's dequeue would stop at it",
+    FindingCode.TIMER_CHAIN_OUTSIDE: "none: the broker's dequeue reads nothing there; rmqtool timers {store} --state lost lists what is lost",
+    FindingCode.TIMER_CKPT_AHEAD: "rmqtool timers {store} --state lost lists the messages the broker's next start skips; rmqtool dump timercheck {store} shows the checkpoint",
+    FindingCode.TIMER_CKPT_BEHIND: "none: the broker's next start enqueues them again (rmqtool timers {store} names the messages it delivers twice)",
+    FindingCode.TIMER_LOST: "rmqtool timers {store} --state lost: the messages, each with why; resend them from their producer",
+    FindingCode.TIMER_DELIVERED_TWICE: "none: consumers see them twice; rmqtool timers {store} names them",
+    FindingCode.DELAY_OFFSET_PAST_END: "none: the broker corrects the offset into the queue when it loads it",
 }
 BY_PREFIX = (
     ("CL_", RECOVER),

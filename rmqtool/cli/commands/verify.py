@@ -18,7 +18,7 @@ import click
 
 from ...recovery import records
 from ...recovery.verify import VerifyReport, verify_store
-from ..brokeropts import recovery_walk_options, refusal_findings
+from ..brokeropts import recovery_walk_options, refusal_findings, timer_setting_options
 from ..cmdopts import store_command_options
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
@@ -37,7 +37,7 @@ FINDING_COLUMNS = records.FINDING.table_columns()
 
 
 @click.command("verify", context_settings={"help_option_names": ["-h", "--help"]})
-@store_command_options("verify", recovery_walk_options, output_file_options, progress_option)
+@store_command_options("verify", recovery_walk_options, timer_setting_options, output_file_options, progress_option)
 @click.option(
     "--jobs",
     "-j",
