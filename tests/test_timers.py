@@ -422,3 +422,68 @@ def test_dump_commitlog_shows_real_topic_and_delivery_and_topic_includes_schedul
     got = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert sorted(r["uniq_key"] for r in got) == ["T1", "T2", "T3"]
     assert [r["uniq_key"] for r in got if r.get("scheduled")] == ["T3", "T2"]
+
+
+def _verify_codes(store: Path, *extra: str) -> tuple[int, set[str]]:
+    p = subprocess.run(
+        [sys.executable, "-m", "rmqtool", "verify", str(store), *OPTS, "--format", "jsonl", "-q", *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return p.returncode, {json.loads(x)["code"] for x in p.stdout.splitlines() if x.startswith("{")}
+
+
+def _patch(path: Path, at: int, data: bytes) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        fh.write(data)
+
+
+def test_verify_flags_each_timer_damage(fixture: dict[str, Any]) -> None:
+    store = fixture["store"]
+    rc, codes = _verify_codes(store)
+    timer_codes = {c for c in codes if c.startswith(("TIMER_", "DELAY_"))}
+    if fixture["name"] == "kill514":
+        assert timer_codes == {"TIMER_CKPT_BEHIND", "TIMER_DELIVERED_TWICE"}
+        return
+    assert rc == 0 and timer_codes == set()
+    log = store / "timerlog" / "00000000000000000000"
+    original = log.read_bytes()
+    # a zeroed page: the recovery ends the timer log at unit 1; T2's slot points past it
+    _patch(log, 52, bytes(104))
+    rc, codes = _verify_codes(store)
+    assert {"TIMER_LOG_CUT", "TIMER_CHAIN_OUTSIDE"} <= codes
+    log.write_bytes(original)
+    # a unit pointing past the commitlog's end, and one at a record that is not a timer message
+    _patch(log, 52 + 28, (10**9).to_bytes(8, "big"))
+    rc, codes = _verify_codes(store)
+    assert rc == 4 and "TIMER_UNIT_PAST_END" in codes and "TIMER_LOST" in codes
+    log.write_bytes(original)
+    scheduled = fixture["result"]["messages"]
+    plain = next(m for m in scheduled if m["topic"] == "TopicC" and not m["delay_level"])
+    _patch(log, 52 + 28, plain["phys_offset"].to_bytes(8, "big") + plain["wrote_bytes"].to_bytes(4, "big"))
+    rc, codes = _verify_codes(store)
+    assert "TIMER_UNIT_NOT_TIMER" in codes
+    log.write_bytes(original)
+    # a loop: unit 1's previous unit is unit 2, whose previous unit is unit 1
+    _patch(log, 52 + 4, (104).to_bytes(8, "big", signed=True))
+    rc, codes = _verify_codes(store)
+    assert rc == 4 and "TIMER_CHAIN_LOOP" in codes
+    log.write_bytes(original)
+    # the checkpoint's read time an hour ahead of now
+    cp = store / "config" / "timercheck"
+    import time
+
+    _patch(cp, 0, (int(time.time() * 1000) + 3_600_000).to_bytes(8, "big"))
+    rc, codes = _verify_codes(store)
+    assert rc == 4 and {"TIMER_CKPT_AHEAD", "TIMER_LOST"} <= codes
+    # a delay level's offset past its queue
+    (store / "config" / "delayOffset.json").write_text('{"offsetTable":{1:9,18:0}}')
+    rc, codes = _verify_codes(store)
+    assert "DELAY_OFFSET_PAST_END" in codes
+    # a timer log file the broker cannot load
+    with open(log, "r+b") as fh:
+        fh.truncate(100)
+    rc, codes = _verify_codes(store)
+    assert rc == 4 and "TIMER_FILE" in codes

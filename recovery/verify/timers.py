@@ -42,7 +42,7 @@ def timer_findings(
         stats["read_time_timestamp"] = rc.curr_read_time
         stats["timer_log_end"] = rc.process_offset
         out += _cut(tfiles, rc)
-        out += _unit_findings(got, t)
+        out += _unit_findings(store, profile, got, t)
         for slot_time in t.looping_slots[:MAX_EACH]:
             out.append(
                 finding(
@@ -100,14 +100,25 @@ def timer_findings(
     return out, stats
 
 
-def _unit_findings(got: rt.Collected, t: rt.TimerOutlook) -> list[Finding]:
+def _unit_findings(store: Store, profile: BrokerProfile, got: rt.Collected, t: rt.TimerOutlook) -> list[Finding]:
+    from ..query import CommitlogReader
+
     out: list[Finding] = []
     seen: set[int] = set()
+    reader = CommitlogReader(store, profile)
     for e in (*t.due_entries, *t.pending_entries):
         if e.pos is None or e.pos in seen:
             continue
         seen.add(e.pos)
-        if e.rec is None:
+        other_topic = None
+        if e.rec is None and got.min_offset <= e.offset_py and e.offset_py + e.size_py <= got.end_offset:
+            loc = reader.record_at(e.offset_py)
+            if loc is not None and loc.checked.is_message and loc.checked.rec is not None:
+                other_topic = loc.checked.rec.topic
+        if other_topic is not None and other_topic != rt.TIMER_TOPIC:
+            code = FindingCode.TIMER_UNIT_NOT_TIMER
+            msg = f"unit at {e.pos} (slot {e.slot_time} ms) points at a record of {other_topic} at {e.offset_py}"
+        elif e.rec is None:
             code = FindingCode.TIMER_UNIT_PAST_END
             other = got.by_phys.get(e.offset_py)
             if e.offset_py < got.min_offset or e.offset_py + e.size_py > got.end_offset or other is None:
@@ -124,6 +135,7 @@ def _unit_findings(got: rt.Collected, t: rt.TimerOutlook) -> list[Finding]:
         else:
             continue
         out.append(finding(code, _log_file(e.pos, t), _in_file(e.pos, t), e.offset_py, msg, timer_log_offset=e.pos))
+    reader.close()
     return _capped(out)
 
 

@@ -56,6 +56,28 @@ def timers(store: Path, version: str, at: int, *extra: str) -> tuple[int, dict[s
     return p.returncode, doc, p.stderr
 
 
+def verify_codes(store: Path, version: str) -> set[str]:
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmqtool",
+            "verify",
+            str(store),
+            "--broker-version",
+            RMQ_VERSION[version],
+            *OPTS,
+            "--format",
+            "jsonl",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return {json.loads(x)["code"] for x in p.stdout.splitlines() if x.startswith("{")}
+
+
 def compare(doc: dict[str, Any], view: dict[str, Any], units: bool = True) -> None:
     """rmqtool's due/delivered-again counts equal the broker's deliveries during its run;
     its pending ones (with their units; ``units`` False: the messages only) equal what the
@@ -136,6 +158,7 @@ def test_kill_before_the_checkpoint_flush_delivered_twice(
     compare(doc, view)
     twice = {m["uniq_key"] for m in doc["messages"] if m["delivered_twice"]}
     assert twice == {"T1", "T2"}
+    assert {"TIMER_CKPT_BEHIND", "TIMER_DELIVERED_TWICE"} <= verify_codes(store, v)
 
 
 def test_zeroed_timer_log_page(timer_oracle: ModuleType, written: dict[str, Any], tmp_path: Path) -> None:
@@ -151,6 +174,7 @@ def test_zeroed_timer_log_page(timer_oracle: ModuleType, written: dict[str, Any]
     data = bytearray(log.read_bytes())
     data[52:156] = bytes(104)
     log.write_bytes(bytes(data))
+    assert "TIMER_LOG_CUT" in verify_codes(store, v)
     view = th.view(v, store)
     rc, doc, err = timers(store, v, view["start_ms"])
     compare(doc, view, units=False)
@@ -168,6 +192,7 @@ def test_checkpoint_ahead(timer_oracle: ModuleType, written: dict[str, Any], tmp
     ahead = int.from_bytes(data[0:8], "big") + 1_800_000
     data[0:8] = ahead.to_bytes(8, "big")
     cp.write_bytes(bytes(data))
+    assert {"TIMER_CKPT_AHEAD", "TIMER_LOST"} <= verify_codes(store, v)
     view = th.view(v, store)
     rc, doc, err = timers(store, v, view["start_ms"])
     assert rc == 4, err
@@ -185,6 +210,7 @@ def test_truncated_timer_log_refused_like_the_broker(
     log = store / "timerlog" / "00000000000000000000"
     with open(log, "r+b") as fh:
         fh.truncate(1000)
+    assert "TIMER_FILE" in verify_codes(store, v)
     with pytest.raises(th.TimerOracleError, match="initialize"):
         th.view(v, store)
     rc, doc, err = timers(store, v, 0)
