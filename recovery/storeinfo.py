@@ -183,6 +183,7 @@ def store_info(
     doc["pending_transactions"] = journals
     doc["backups"] = sorted(p.name for p in root.parent.glob(f"{root.name}.rmqtool-backup-*") if p.is_dir())
     doc["outlook"] = _outlook(root, abort, held, journals, doc)
+    doc["scheduled"] = _scheduled(store, profile, doc, deep)
     if deep:
         doc["recovery_plan"] = _deep(store, profile, progress)
     return doc
@@ -221,6 +222,40 @@ def _outlook(root: Path, abort: bool, held: bool, journals: list[str], doc: dict
     if not doc["commitlog"]["files"]:
         verdict += "; the commitlog is empty"
     return {"mode": "abnormal" if abort else "normal", "verdict": verdict, "next": steps}
+
+
+def _scheduled(store: Store, profile: BrokerProfile, doc: dict[str, Any], deep: bool) -> dict[str, Any]:
+    """Timer and delay messages waiting, the next due, and ``messages``: the messages of the
+    store counted once: the queues' messages less the scheduled topics' (their delivered
+    copies are in their real topics) plus those still waiting. Without ``deep`` the waiting
+    timer messages are the broker's own count after its recovery (recovery.timers.
+    quick_summary: after a kill that left the timer's checkpoint behind it counts the
+    messages it enqueues again twice); with ``deep`` each message once, by its state
+    (recovery.timers.timers_report: a commitlog walk)."""
+    import time
+
+    from .timers import SCHEDULE_TOPIC, TIMER_TOPIC, quick_summary, timers_report
+
+    now = int(time.time() * 1000)
+    s = quick_summary(store, profile, now)
+    if deep:
+        from . import timerstore as ts
+
+        tfiles = ts.open_timer_files(store, profile) if profile.has_timer_store else None
+        if tfiles is None or not tfiles.fatal:
+            rep = timers_report(store, profile, now, tfiles=tfiles)
+            waiting = rep.waiting
+            s["timer_waiting"] = sum(1 for r in waiting if r["kind"] == "timer") if profile.has_timer_store else None
+            s["delay_waiting"] = sum(1 for r in waiting if r["kind"] == "delay")
+            s["waiting"] = len(waiting)
+            s["next_due_timestamp"] = min(
+                (r["deliver_timestamp"] for r in waiting if r["deliver_timestamp"]), default=None
+            )
+            s["counts"] = rep.counts()
+            s["exact"] = True
+    in_scheduled = sum(q["messages"] for q in doc["queues"] if q["topic"] in (SCHEDULE_TOPIC, TIMER_TOPIC))
+    s["messages"] = doc["messages_in_queues"] - in_scheduled + s["waiting"]
+    return s
 
 
 def _deep(store: Store, profile: BrokerProfile, progress: Callable[[int], None] | None) -> dict[str, Any]:

@@ -576,3 +576,81 @@ def timers_report(
     rows = list(timer_rows(profile, got, out)) + list(delay_rows(profile, got, levels))
     rows.sort(key=lambda r: (r["deliver_timestamp"] is None, r["deliver_timestamp"] or 0, r["physical_offset"] or 0))
     return TimersReport(at, rows, out, levels, got)
+
+
+# ---------------------------------------------------------------------------------------
+# info's quick count (no commitlog walk)
+
+
+def quick_summary(store: Store, profile: BrokerProfile, now: int) -> dict[str, Any]:
+    """How many timer and delay messages wait and when the next is due, from the queues and
+    the timer files alone (``info``): per delay level the schedule queue's entries from its
+    offset as load() corrects it (the next due: the first one's tagsCode); the timer's
+    count as TimerMessageStore reports it after its recovery at ``now`` (the wheel's counts
+    of the slots it reads from its read time on, TimerWheel.getAllNum, plus the timer queue's
+    entries past the checkpoint's queue offset not yet enqueued) and its next slot in use."""
+    from ..formats.consumequeue import read_units as read_cq
+
+    out: dict[str, Any] = {"delay_waiting": 0, "timer_waiting": None, "next_due_timestamp": None}
+    nexts: list[int] = []
+    pair = load_pair(store.root / "config", "delayOffset.json")
+    table = pair.table.get("", {})
+    for (topic, qid), files in sorted(store.consume_queues.items()):
+        if topic not in (SCHEDULE_TOPIC, TIMER_TOPIC) or not files:
+            continue
+        units: list[Any] = []
+        for f in files:
+            with open(f.path, "rb") as fh:
+                data = fh.read(f.size)
+            u = read_cq(data)
+            units.append((f.base // 20, u[(u["commitlog_offset"] >= 0) & (u["size"] > 0)], u))
+        lo = min((b + int(valid_start(u)) for b, v, u in units if len(v)), default=0)
+        hi = max((b + int(written(u)) for b, v, u in units), default=0)
+        if topic == SCHEDULE_TOPIC:
+            stored = table.get(qid + 1)
+            off = 0 if stored is None else min(max(stored, lo), hi)
+            out["delay_waiting"] += max(0, hi - max(off, lo))
+            for b, _v, u in units:
+                i = off - b
+                if 0 <= i < written(u):
+                    nexts.append(int(u["tags_code"][i]))
+                    break
+        elif qid == 0:
+            out["timer_queue"] = {"min_offset": lo, "max_offset": hi}
+    if profile.has_timer_store:
+        tfiles = ts.open_timer_files(store, profile)
+        if tfiles.present and not tfiles.fatal:
+            prec = profile.timer_precision_ms
+            wheel = tfiles.read_wheel()
+            cp = tfiles.checkpoint
+            floor = tf.format_time(now, prec) - tf.SLOTS_TOTAL * prec + tf.TIMER_BLANK_SLOTS * prec
+            read = max(cp.last_read_time_ms, floor)
+            idx, times = ts.valid_slots(wheel, read, prec)
+            nums = wheel["num"][idx]
+            behind = 0
+            tq = out.get("timer_queue")
+            if tq is not None:
+                behind = max(0, tq["max_offset"] - min(cp.last_timer_queue_offset, cp.master_timer_queue_offset))
+            out["timer_waiting"] = int(nums.sum()) + behind
+            out["timer_enqueue_behind"] = behind
+            used = times[nums > 0]
+            if len(used):
+                nexts.append(int(used[0]))
+    out["next_due_timestamp"] = min(nexts) if nexts else None
+    out["waiting"] = out["delay_waiting"] + (out["timer_waiting"] or 0)
+    return out
+
+
+def written(units: Any) -> int:
+    """Units written in a consume queue file (up to the last non-zero unit)."""
+    import numpy as np
+
+    nz = np.flatnonzero((units["commitlog_offset"] != 0) | (units["size"] != 0) | (units["tags_code"] != 0))
+    return int(nz[-1]) + 1 if len(nz) else 0
+
+
+def valid_start(units: Any) -> int:
+    import numpy as np
+
+    ok = np.flatnonzero((units["commitlog_offset"] >= 0) & (units["size"] > 0))
+    return int(ok[0]) if len(ok) else 0

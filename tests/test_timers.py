@@ -487,3 +487,25 @@ def test_verify_flags_each_timer_damage(fixture: dict[str, Any]) -> None:
         fh.truncate(100)
     rc, codes = _verify_codes(store)
     assert rc == 4 and "TIMER_FILE" in codes
+
+
+def test_info_counts_waiting_messages_once(fixture: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(fixture["store"])
+    assert run(["info", store, *OPTS, "--format", "json"]) in (0, 4)
+    quick = json.loads(capsys.readouterr().out)["scheduled"]
+    assert run(["info", store, *OPTS, "--format", "json", "--deep"]) in (0, 4)
+    deep = json.loads(capsys.readouterr().out)["scheduled"]
+    # eight messages (T1-T4, D1-D3, P1): each counted once, whatever copies the store holds
+    assert deep["messages"] == 8 and deep["waiting"] == 5 and deep["delay_waiting"] == 2 and deep["exact"]
+    assert deep["counts"] == {"pending": 3, "due": 2, "delivered": 2, "cancelled": 0, "lost": 0}
+    assert quick["delay_waiting"] == 2
+    if fixture["name"] == "clean514":
+        # the broker's own count (the wheel's slots from its read time) equals it after a clean stop
+        assert quick["timer_waiting"] == deep["timer_waiting"] == 3 and quick["messages"] == 8
+        assert quick["next_due_timestamp"] == deep["next_due_timestamp"]
+    else:
+        # after the kill it counts the four messages it enqueues again on top of its wheel
+        assert quick["timer_enqueue_behind"] == 4 and quick["timer_waiting"] > deep["timer_waiting"]
+    assert run(["info", store, *OPTS, "--format", "table"]) in (0, 4)
+    waiting = 5 if fixture["name"] == "clean514" else 9  # (the kill: the broker's own count, see above)
+    assert f"scheduled: {waiting} message(s) waiting" in capsys.readouterr().out

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..brokeropts import recovery_walk_options
+from ..brokeropts import recovery_walk_options, timer_setting_options
 from ..cmdopts import store_command_options
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
@@ -27,6 +27,7 @@ TIME_KEYS = (
     "logics_msg_timestamp",
     "index_msg_timestamp",
     "min_timestamp",
+    "next_due_timestamp",
 )
 
 
@@ -44,7 +45,7 @@ def with_iso(obj: Any) -> Any:
 
 
 @click.command("info", context_settings={"help_option_names": ["-h", "--help"]})
-@store_command_options("read", recovery_walk_options)
+@store_command_options("read", recovery_walk_options, timer_setting_options)
 @click.option(
     "--deep", is_flag=True, help="Also plan the broker's recovery (walks the commitlog files recovery reads)."
 )
@@ -146,6 +147,16 @@ def _table(doc: dict[str, Any], all_queues: bool) -> None:
     )
     cols += [("messages", "MESSAGES"), ("first_store_time", "FIRST STORED"), ("last_store_time", "LAST STORED")]
     render(iter(rows), "table", cols, out=out)
+    sch = doc.get("scheduled")
+    if sch is not None and (sch["waiting"] or sch["timer_waiting"] is not None):
+        timer = "-" if sch["timer_waiting"] is None else str(sch["timer_waiting"])
+        con.print(
+            f"scheduled: {sch['waiting']} message(s) waiting ({timer} timer, {sch['delay_waiting']} delay); "
+            f"next due {sch.get('next_due_time') or '-'}; messages counted once: {sch['messages']} "
+            "(rmqtool timers lists them)",
+            highlight=False,
+            markup=False,
+        )
     idx = doc["index"]
     if idx:
         con.print(
