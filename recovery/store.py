@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formats import indexfile
-from ..formats.checkpoint import Checkpoint, decode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_READ_SIZE, Checkpoint, decode_checkpoint
 from ..formats.errors import StoreLayoutError
 from ..formats.names import parse_offset_file_name
 from ..formats.safeio import DIRECTORY, MISSING, REGULAR, classify, is_symlink, read_small
@@ -522,7 +522,9 @@ class Store:
     def read_checkpoint(self) -> Checkpoint:
         if not self.checkpoint_present:
             return decode_checkpoint(b"")
-        return decode_checkpoint(read_small(self.root / "checkpoint", 40, self.root, "checkpoint") or b"")
+        return decode_checkpoint(
+            read_small(self.root / "checkpoint", CHECKPOINT_READ_SIZE, self.root, "checkpoint") or b""
+        )
 
     def map(self, f: StoreFile | Path) -> MappedFile:
         return MappedFile(f.path if isinstance(f, StoreFile) else f)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..formats.checkpoint import decode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_READ_SIZE, decode_checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.errors import FormatError
 from ..formats.safeio import read_small
@@ -155,8 +155,8 @@ def store_info(
     cp_path = root / "checkpoint"
     raw = None
     if cp_path.is_file():
-        try:  # (the first 40 bytes only: a sparse 64 GiB checkpoint is not read)
-            raw = read_small(cp_path, 40, root, "checkpoint")
+        try:  # (the first 48 bytes only: a sparse 64 GiB checkpoint is not read)
+            raw = read_small(cp_path, CHECKPOINT_READ_SIZE, root, "checkpoint")
         except FormatError:
             raw = None
     if raw is not None:

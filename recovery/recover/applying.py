@@ -265,7 +265,7 @@ def _run_pass(
         # the records the queues already hold, and the index needs not: only counted
         lo, n, last_ts = skip_built_prefix(a, lo, hi, mdl, upto)
         if last_ts is not None:
-            cqset.logics_msg_timestamp = last_ts
+            cqset.logics_msg_timestamp, cqset.logics_physical_offset = last_ts
         if index:
             a.ib.records_skipped += n
     # the start-up reput begins at the consume queues' max physical offset; a record there
@@ -318,6 +318,7 @@ def _run_pass(
     a.dispatched[name] = a.dispatched.get(name, 0) + n
     if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
         a.logics = cqset.logics_msg_timestamp
+        a.logics_offset = cqset.logics_physical_offset
 
 
 def _frozen_reindex_offset(a: _Applying) -> int | None:

@@ -138,6 +138,9 @@ def reput(
         stats,
         problems,
         cqset.warnings if cqset is not None else [],
+        cqset.logics_physical_offset
+        if cqset is not None and profile.checkpoint_persists_logics_physical_offset
+        else None,
     )
 
 
