@@ -161,7 +161,11 @@ def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile) -
     kept_index = [f for f in store.index_files if f"index/{f.name}" not in discarded]
     last_bytes = _index_file_bytes(kept_index[-1].path) if kept_index else None
     ib = IndexBuilder(
-        g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put
+        g.index_slot_num,
+        g.index_num,
+        existing_last=last_bytes,
+        count_every_put=profile.hash_slot_count_every_put,
+        index_tags=profile.indexes_tags,
     )
     for t in plan.index_truncated:
         assert ib.current is not None and kept_index and t.file == f"index/{kept_index[-1].name}"
@@ -192,7 +196,7 @@ def _index_holds_record(store: Store, profile: BrokerProfile, ib: IndexBuilder, 
             and c.is_message
             and c.rec is not None
             and c.rec.physical_offset == end
-            and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag)
+            and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag, c.tags)
         )
 
 
@@ -340,7 +344,9 @@ def _without_frozen_duplicate(a: _Applying, cols: Any, at: int) -> Any:
     frozen = key in a.ctx.frozen and goes_to_consume_queue(int(cols.sys_flag[j]))
     if not frozen and not _refused(a):
         return cols
-    if not a.ib.ends_with_record(cols.topic[j], cols.keys[j], cols.uniq_key[j], int(cols.sys_flag[j])):
+    if not a.ib.ends_with_record(
+        cols.topic[j], cols.keys[j], cols.uniq_key[j], int(cols.sys_flag[j]), cols.tag_values()[j]
+    ):
         return cols
     keep = np.ones(cols.count, dtype=bool)
     keep[j] = False

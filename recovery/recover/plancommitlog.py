@@ -27,7 +27,7 @@ def _plan_walks(p: _Planning) -> None:
     cheaply), all in one go; damage in the files recovery never reads is a problem."""
     store, profile, files, plan, F = p.store, p.profile, p.files, p.plan, p.F
     start, _rule = start_file_index(
-        files, profile, p.ckpt, plan.mode, plan.max_phy_offset_of_cq, p.opts.message_index_safe
+        files, profile, p.ckpt, plan.mode, plan.max_phy_offset_of_cq, p.opts.message_index_safe, p.opts.check_crc
     )
     p.start = start
     plan.start_file = files[start].name
