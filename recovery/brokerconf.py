@@ -596,7 +596,7 @@ def _known_in(s: Setting, version: tuple[int, int, int]) -> bool:
 class Refusal:
     """A store layout or setting rmqtool does not handle."""
 
-    code: str  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, UNSUPPORTED_SETTING
+    code: str  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, LAYOUT_COMPACTION, UNSUPPORTED_SETTING (and, from --broker-version auto, LAYOUT_NEWER_RELEASE, VERSION_CONTRADICTION)
     path: str
     message: str
 
@@ -642,6 +642,20 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
                     "ConsumeQueueExt files (enableConsumeQueueExt): rmqtool does not recover or truncate them",
                 )
             )
+        comp = root / "compaction"
+        for sub in ("compactionLog", "compactionCq"):
+            d = comp / sub
+            if d.is_dir() and any(p.is_file() for p in d.rglob("*")):
+                out.append(
+                    Refusal(
+                        "LAYOUT_COMPACTION",
+                        f"compaction/{sub}",
+                        "a compaction topic's log (compaction/compactionLog, compaction/compactionCq: 5.x "
+                        "topics with cleanup.policy=COMPACTION): rmqtool does not recover or truncate them "
+                        "(compaction/position-checkpoint alone, which every 5.x broker writes, is no such log)",
+                    )
+                )
+                break
         bcq = root / "batchconsumequeue"
         if bcq.is_dir() and any(p.is_file() for p in bcq.rglob("*")):
             out.append(
@@ -694,9 +708,13 @@ def man_section() -> str:
         "A store whose layout or settings rmqtool does not handle is refused before anything is read",
         "or changed: recover, rebuild\\-index and restore exit 8; verify prints one finding naming the",
         "layout or setting (LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ,",
-        "UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger commitlog (dledger\\-\\fIid\\fR/data), a",
-        "RocksDB consume queue (RocksDB files in consumequeue/), consumequeue_ext/ files,",
-        "batchconsumequeue/ files. Settings: the ones above marked refused, with the value given.",
+        "LAYOUT_COMPACTION, UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger commitlog",
+        "(dledger\\-\\fIid\\fR/data), a RocksDB consume queue (RocksDB files in consumequeue/),",
+        "consumequeue_ext/ files, batchconsumequeue/ files, a compaction topic's log",
+        "(compaction/compactionLog, compaction/compactionCq). With \\fB\\-\\-broker\\-version auto\\fR (the",
+        "default), evidence of a release newer than rmqtool knows is refused too (LAYOUT_NEWER_RELEASE,",
+        "VERSION_CONTRADICTION: see \\fBrmqtool\\fR(1), BROKER VERSIONS). Settings: the ones above marked",
+        "refused, with the value given.",
         ".SS Everything else",
         "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.5.1 (flushing,",
         "clean\\-up, HA and controller replication, timers, compaction, POP, the read path, network,",
