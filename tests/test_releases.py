@@ -353,3 +353,50 @@ def test_a_compaction_topics_log_is_refused_by_name(tmp_path: Path, capsys: pyte
     code, _out, err = cli(capsys, "recover", root, "--yes", "--broker-version", "5.5.1")
     assert code == 8 and "compaction topic's log" in err
     assert tree_digest(root) == before
+
+
+# ------------------------------------------------------------------------ geometry evidence
+
+
+def _indexed_store(tmp_path: Path, capsys: pytest.CaptureFixture[str], n: int, slots: int, entries: int) -> Path:
+    root = tmp_path / "s"
+    recs = write_store(root, [dict(topic="T", props=props({"KEYS": f"k{i} j{i}"})) for i in range(n)])
+    write_cq(root, "T", 0, [unit_of(r) for r in recs])
+    (root / "index").mkdir()
+    geom = ["--commitlog-file-size", str(FS), "--cq-file-size", str(CQ_FS)]
+    geom += ["--index-slots", str(slots), "--index-entries", str(entries)]
+    code, _out, err = cli(capsys, "rebuild-index", root, "--yes", "--broker-version", "4.9.4", "-q", *geom)
+    assert code in (0, 1), err
+    return root
+
+
+def test_index_geometry_is_read_from_the_index_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Index files smaller than the default, of no ratio the size alone tells (16 slots, 32
+    entries): without --broker-config verify judged them by the default geometry (hundreds
+    of FILE_WRONG_SIZE and IDX_SLOT_RANGE); their full files' indexCount and where their
+    keys' hashes land in the slots give the geometry."""
+    root = _indexed_store(tmp_path, capsys, 40, 16, 32)
+    assert len(list((root / "index").iterdir())) >= 2
+    g = Store.open(root).geometry
+    assert (g.index_slot_num, g.index_num, g.index_assumption) == (16, 32, "inferred")
+    code, out, err = cli(capsys, "verify", root, "--broker-version", "4.9.4", "--format", "json", "-q")
+    assert code == 0 and json.loads(out)["findings"] == [], err
+
+
+def test_an_index_geometry_the_files_leave_open_is_said_and_not_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One index file and no entry yet (a 5.x broker flushes its new index file at
+    shutdown with indexCount 1): every geometry its size allows fits its empty slots."""
+    root = _indexed_store(tmp_path, capsys, 1, 16, 32)
+    (f,) = (root / "index").iterdir()
+    head = bytearray(HEADER_SIZE)
+    struct.pack_into(">i", head, 36, 1)  # indexCount 1: no entry
+    f.write_bytes(bytes(head).ljust(f.stat().st_size, b"\0"))
+    g = Store.open(root).geometry
+    assert g.index_assumption is not None and g.index_assumption != "inferred"
+    code, out, _err = cli(capsys, "verify", root, "--broker-version", "4.9.4", "--format", "json", "-q")
+    codes = [f["code"] for f in json.loads(out)["findings"]]
+    assert codes.count("GEOMETRY_ASSUMED") == 1 and "FILE_WRONG_SIZE" not in codes
+    (f,) = [f for f in json.loads(out)["findings"] if f["code"] == "GEOMETRY_ASSUMED"]
+    assert "assumed maxHashSlotNum=" in f["message"]

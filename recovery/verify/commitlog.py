@@ -106,6 +106,8 @@ def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding
             code = "FILE_SYMLINK"
         elif iss.code == "UNWRITABLE_DIR":
             code = "DIR_UNWRITABLE"
+        elif iss.code == "GEOMETRY_ASSUMED":
+            code = "GEOMETRY_ASSUMED"
         else:
             code = "FILE_STRAY" if sev == "error" else "FILE_IGNORED"
         phys = None

@@ -21,7 +21,15 @@ import click
 from click.core import ParameterSource
 
 from ..recovery.brokerconf import BrokerConf, Refusal, UnsupportedStoreError, all_refusals, read_broker_conf
-from ..recovery.versions import NEWEST, RELEASES, parse_delay_levels, parse_version, supported_range, version_label
+from ..recovery.versions import (
+    NEWEST,
+    RELEASES,
+    BrokerProfile,
+    parse_delay_levels,
+    parse_version,
+    supported_range,
+    version_label,
+)
 
 F = Callable[..., Any]
 
@@ -281,6 +289,20 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
             return None
         _note(meta["version_refusals"][0].message)
         inf = Inference(list(RELEASES), inf.evidence)
+    if inf.ambiguous and kind != "destructive":
+        # quirk Q8 read back from a full index file is evidence for every command: a
+        # read-only one then judges the index by the release that counted it so
+        from ..recovery.identify import index_counting_rule
+
+        counted = {BrokerProfile(v).hash_slot_count_every_put for v in inf.candidates}
+        rule = index_counting_rule(s) if len(counted) > 1 else None
+        if rule is not None:
+            every = rule[0] == "every_put"
+            inf = Inference(
+                [v for v in inf.candidates if BrokerProfile(v).hash_slot_count_every_put == every],
+                [*inf.evidence, rule[1]],
+                inf.moot,
+            )
     if inf.ambiguous and kind == "destructive":
         # what this command would do with each candidate: releases that recover this store
         # identically (the quirks between them cannot act on it) are no longer told apart
