@@ -204,9 +204,9 @@ def infer_version(store: Store) -> Inference:
     if store.checkpoint_present and store.read_checkpoint().logics_physical_offset > 0:
         evidence.append("the checkpoint holds logicsPhysicalOffset at byte 40 (only 5.5.0+ writes it)")
         lo = max(lo, (5, 5, 0))
-    for why, since in _attribute_evidence(store.root):
+    for said, since in _attribute_evidence(store.root):
         if since > lo:
-            evidence.append(why)
+            evidence.append(said)
             lo = since
     hi = RELEASES[-1]
     tagged = index_tags_rule(store)

@@ -67,7 +67,8 @@ def skip_built_prefix(
     ``a.sched_rows``."""
     F = a.store.geometry.commitlog_file_size
     files = {f.base: f for f in a.store.commitlog if f.size > 0}
-    done, total, last_ts = lo, 0, None  # (done: the progress reported so far, a file at a time)
+    last_ts: tuple[int, int] | None = None
+    done, total = lo, 0  # (done: the progress reported so far, a file at a time)
     while a.ctx.hints is not None and lo < hi:
         f = files.get(lo - lo % F)
         if f is None:
@@ -91,7 +92,7 @@ def skip_built_prefix(
 
 def _in_file(
     a: _Applying, f: StoreFile, lo: int, end: int, mdl: int | None, index_upto: int | None
-) -> tuple[int, int, int | None, bool] | None:
+) -> tuple[int, int, tuple[int, int] | None, bool] | None:
     """:func:`skip_built_prefix` in file ``f`` from ``lo`` up to ``end``: (where it goes
     on, records, (logicsMsgTimestamp, logicsPhysicalOffset) or None, whether it reached a BLANK), or None when it
     takes no record."""
