@@ -247,12 +247,11 @@ def abnormal_threshold(ckpt: Checkpoint, message_index_safe: bool) -> int:
     return int(ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp)
 
 
-def abnormal_start_index(
-    files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, message_index_safe: bool
-) -> int:
+def abnormal_start_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint) -> int:
     """``CommitLog.recoverAbnormally``'s start file (every version): the last file whose
-    first record matches (:func:`is_mapped_file_matched_recover`), else the first file."""
-    threshold = abnormal_threshold(ckpt, message_index_safe)
+    first record matches (:func:`is_mapped_file_matched_recover`) against the profile's
+    messageIndexSafe threshold (:func:`abnormal_threshold`), else the first file."""
+    threshold = abnormal_threshold(ckpt, profile.message_index_safe)
     for i in range(len(files) - 1, -1, -1):
         if is_mapped_file_matched_recover(files[i], profile, threshold):
             return i
@@ -334,19 +333,17 @@ def start_file_index(
     ckpt: Checkpoint,
     mode: str,
     max_cq: int,
-    message_index_safe: bool | None = None,
-    check_crc: bool | None = None,
 ) -> tuple[int, str]:
     """The commitlog file the broker's recovery starts from, and the rule that chose it:
     ``CommitLog.recoverNormally`` (the third-last file; 5.3.2+, ``profile.normal_recovery_walkback``:
     the last file starting at or below maxPhyOffsetOfCQ; 5.4.0+ the first record's test,
     :func:`first_record_matched_recover`) or ``CommitLog.recoverAbnormally``
     (:func:`abnormal_start_index`; 5.4.0+ :func:`first_record_matched_recover`). The one
-    place recover's plan and verify's (and repair's) recovery outlook take it from.
-    ``message_index_safe``, ``check_crc`` (checkCRCOnRecover): None takes the profile's."""
-    safe = profile.message_index_safe if message_index_safe is None else message_index_safe
+    place recover's plan and verify's (and repair's) recovery outlook take it from;
+    messageIndexSafe and checkCRCOnRecover are the profile's."""
+    safe = profile.message_index_safe
     if profile.recovery_start_checks_first_record and files:
-        crc = profile.check_crc_on_recover if check_crc is None else check_crc
+        crc = profile.check_crc_on_recover
         normal = mode == MODE_NORMAL
         i = _start_by_first_record(files, profile, ckpt, normal, max_cq, safe, crc)
         limit = f", at most {profile.recovery_start_file_limit} files from the last (commitLogRecoverMaxNum)"
@@ -370,7 +367,7 @@ def start_file_index(
     threshold = abnormal_threshold(ckpt, safe)
     what = "min(physic, logics, index) - 3 s (messageIndexSafe)" if safe else "min(physic, logics) - 3 s"
     return (
-        abnormal_start_index(files, profile, ckpt, safe),
+        abnormal_start_index(files, profile, ckpt),
         f"last file whose first message is stored at or before {what} = {threshold}",
     )
 

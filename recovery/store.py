@@ -25,6 +25,7 @@ from ..formats.checkpoint import CHECKPOINT_READ_SIZE, Checkpoint, decode_checkp
 from ..formats.errors import StoreLayoutError
 from ..formats.names import parse_offset_file_name
 from ..formats.safeio import DIRECTORY, MISSING, REGULAR, classify, is_symlink, read_small
+from .findingcodes import FindingCode
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
 DEFAULT_CQ_FILE_SIZE = 6_000_000
@@ -411,7 +412,7 @@ class Store:
                         )
         assumed = g.index_assumption not in (None, "inferred")
         if assumed:
-            self.issues.append(LayoutIssue("GEOMETRY_ASSUMED", "index", str(g.index_assumption), "warning"))
+            self.issues.append(LayoutIssue(FindingCode.GEOMETRY_ASSUMED, "index", str(g.index_assumption), "warning"))
         for f in idx_files:
             if assumed:
                 break  # (judge nothing by an assumption)
@@ -583,7 +584,7 @@ class Store:
                 gap = cur.base - prev.base - size
                 self.issues.append(
                     LayoutIssue(
-                        "FILE_GAP" if gap > 0 else "FILE_OVERLAP",
+                        FindingCode.FILE_GAP if gap > 0 else FindingCode.FILE_OVERLAP,
                         self._rel(cur.path),
                         f"{kind} file starts at {cur.base}, previous ends at {prev.base + size} ({'missing' if gap > 0 else 'overlapping'} {abs(gap)} bytes)",
                         "error",
