@@ -25,9 +25,7 @@ from tests.oracle.timer.conftest import timerharness as th
 pytestmark = pytest.mark.oracle
 
 OPTS = ["--timer-precision-ms", "100", "--timer-roll-window-slot", "50", "--timer-log-file-size", "2048"]
-# 5.5.1 is not a release rmqtool lists before the releases branch; its timer code is 5.3.3's
-# where the timer store's load and recovery are concerned (the diffs of TimerMessageStore)
-RMQ_VERSION = {"5.1.4": "5.1.4", "5.5.1": "5.3.3"}
+RMQ_VERSION = {"5.1.4": "5.1.4", "5.5.1": "5.5.1"}
 
 
 def timers(store: Path, version: str, at: int, *extra: str) -> tuple[int, dict[str, Any], str]:
