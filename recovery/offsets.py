@@ -83,7 +83,7 @@ def queue_views(
     from .recover import apply_recovery, plan_recovery  # start-up time: verify reads config_findings alone
 
     if plan is None:
-        plan = plan_recovery(store, profile, check_unread=False, salvage=False, jobs=jobs)
+        plan = plan_recovery(store, profile, check_unread=False, salvage=False, jobs=jobs, timer=False)
     queues = apply_recovery(store, plan, profile, queues_only=True, jobs=jobs)
     return views_of(store, queues)
 

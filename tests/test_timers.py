@@ -509,3 +509,61 @@ def test_info_counts_waiting_messages_once(fixture: dict[str, Any], capsys: pyte
     assert run(["info", store, *OPTS, "--format", "table"]) in (0, 4)
     waiting = 5 if fixture["name"] == "clean514" else 9  # (the kill: the broker's own count, see above)
     assert f"scheduled: {waiting} message(s) waiting" in capsys.readouterr().out
+
+
+def _recover(store: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    p = subprocess.run(
+        [sys.executable, "-m", "rmqtool", "recover", str(store), *OPTS, "--format", "json", "-q", *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return p.returncode, json.loads(p.stdout) if p.stdout.strip() else {}
+
+
+def test_recover_leaves_timer_files_as_the_next_start_and_reports_cut_units(
+    fixture: dict[str, Any], tmp_path: Path
+) -> None:
+    store = fixture["store"]
+    before = {p.name: p.read_bytes() for p in (store / "timerwheel", store / "config" / "timercheck")}
+    rc, doc = _recover(store, "--dry-run")
+    timer = doc["plan"]["timer"]
+    if fixture["name"] == "clean514":
+        # nothing for the broker's start to change: nothing to do
+        assert rc == 0 and timer["slots_revised"] == 0 and timer["timer_log_files_dropped"] == []
+        assert not timer["queue_offset_moved"] and timer["delivered_twice"] == []
+        # a cut of the commitlog before T2's record: its timer log unit points at a cut record
+        t2 = next(m for m in fixture["result"]["messages"] if m["uniq_key"] == "T2")
+        cl = store / "commitlog" / "00000000000000000000"
+        _patch(cl, t2["phys_offset"] + 4, b"\0\0\0\0")  # its magic: the walk stops there
+        (store / "abort").write_bytes(b"")
+        rc, doc = _recover(store, "--dry-run")
+        timer = doc["plan"]["timer"]
+        assert timer["units_cut"] == 1 and timer["units_cut_first"][0]["offset_py"] == t2["phys_offset"]
+        return
+    # the kill: the wheel on disk lacks T2's slot, which the recovery revises from the timer log;
+    # the checkpoint of its first flush goes with it
+    assert rc == 4 and timer["slots_revised"] == 1 and sorted(timer["delivered_twice"]) == ["T1", "T2"]
+    rc, doc = _recover(store, "--yes", "--backup-dir", str(tmp_path / "bk"))
+    assert rc == 1
+    cp = json.loads(_dump_json(store, "timercheck"))
+    assert (
+        cp["last_timer_log_flush_pos"] == 208
+        and cp["data_version_counter"] == timer["checkpoint_before"]["data_version_counter"] + 1
+    )
+    slots = [json.loads(x) for x in _dump_json(store, "timerwheel").splitlines()]
+    assert any(s["first_pos"] == s["last_pos"] == 156 for s in slots)
+    # a fixed point, and restore gives the original bytes back
+    assert _recover(store, "--yes")[0] == 0
+    assert run(["restore", str(tmp_path / "bk"), str(store), "--yes", "-q"]) == 1
+    assert {p.name: p.read_bytes() for p in (store / "timerwheel", store / "config" / "timercheck")} == before
+
+
+def _dump_json(store: Path, what: str) -> str:
+    p = subprocess.run(
+        [sys.executable, "-m", "rmqtool", "dump", what, str(store), *OPTS, "--format", "jsonl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return p.stdout

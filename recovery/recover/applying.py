@@ -89,6 +89,7 @@ def apply_recovery(
         new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
         if new_cp != cp_bytes:
             tx.replace_file("checkpoint", new_cp)
+        _timer_changes(tx, plan)
         if extra is not None:
             extra(tx, a.queues)
         # the abort file goes last
@@ -115,6 +116,21 @@ def apply_recovery(
         settled_starts=a.settled_starts,
         unpinned_records=a.unpinned_records,
     )
+
+
+def _timer_changes(tx: Any, plan: RecoveryPlan) -> None:
+    """The timer files as the broker's next start leaves them (recover.timerplan): the timer
+    log files after its recovered end to the backup, the revised wheel slots written in place
+    (the old bytes to the backup), the checkpoint of the timer's first flush."""
+    t = plan.timer
+    if t is None or not t.changes:
+        return
+    for rel in t.dropped_files:
+        tx.remove_file(rel)
+    for offset, data in t.wheel_patches:
+        tx.write_at("timerwheel", offset, data)
+    if t.checkpoint_bytes is not None:
+        tx.replace_file("config/timercheck", t.checkpoint_bytes)
 
 
 def _fsync_sealed(store: Store, plan: RecoveryPlan) -> None:

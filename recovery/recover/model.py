@@ -220,6 +220,8 @@ class RecoveryPlan:
     last_valid_offset: int = -1  # start of the last valid record (5.x confirmOffset)
     destroy_consume_queues: bool = False  # empty commitlog: the broker destroys every queue
     context: RecoveryContext | None = field(default=None, repr=False, compare=False)  # (not rendered)
+    # the 5.x timer store as the broker's next start leaves it (recover.timerplan.TimerPlan)
+    timer: Any = field(default=None, repr=False, compare=False)
 
     # -- derived ------------------------------------------------------------------------
     @property
@@ -241,6 +243,8 @@ class RecoveryPlan:
         ):
             return False
         if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing:
+            return False
+        if self.timer is not None and self.timer.changes:
             return False
         return not any(d.records is None or d.records > 0 for d in self.dispatch)
 
@@ -287,7 +291,8 @@ class RecoveryPlan:
         return self.context.blocked if self.context is not None else []
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(replace(self, context=None))
+        d = asdict(replace(self, context=None, timer=None))
         del d["context"]
+        d["timer"] = self.timer.to_dict() if self.timer is not None else None
         d["summary"] = self.summary()
         return d

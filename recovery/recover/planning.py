@@ -35,6 +35,7 @@ def plan_recovery(
     jobs: int | None = None,
     progress: Progress | None = None,
     use_hints: bool = True,
+    timer: bool = True,
 ) -> RecoveryPlan:
     """Compute what the broker's recovery does to ``store`` (nothing is written).
 
@@ -45,7 +46,8 @@ def plan_recovery(
     would discard that passes :func:`recovery.indexkeep.check_index_file`.
     ``check_unread``: also walk (without the CRC) the commitlog files before the start
     file, which recovery never reads, and report damage there as problems. ``salvage``:
-    count the records found in the bytes that will be cut.
+    count the records found in the bytes that will be cut. ``timer``: also plan the 5.x
+    timer store (recover.timerplan; a commitlog walk where a timer store is present).
     """
     opts = _PlanOptions(
         correct_delay_tags,
@@ -70,7 +72,16 @@ def plan_recovery(
     _plan_index_discards(p)
     _plan_index_past_end(p)
     _plan_dispatch(p)
+    if timer:
+        _plan_timer(p)
     return p.plan
+
+
+def _plan_timer(p: _Planning) -> None:
+    """The 5.x timer store as the broker's next start leaves it (recover.timerplan)."""
+    from .timerplan import plan_timer
+
+    p.plan.timer = plan_timer(p.store, p.profile, p.plan.end_offset)
 
 
 def _recovery_mode(store: Store, mode: str | None) -> tuple[str, str]:

@@ -20,7 +20,7 @@ import click
 
 from ...recovery.findingcodes import FindingCode
 from .. import destructive as ds
-from ..brokeropts import recovery_walk_options
+from ..brokeropts import recovery_walk_options, timer_setting_options
 from ..cmdopts import change_options, store_command_options
 from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
@@ -40,7 +40,9 @@ if TYPE_CHECKING:  # start-up time (--help): the recovery packages are imported 
 
 
 @click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
-@store_command_options("destructive", recovery_walk_options, output_file_options, progress_option)
+@store_command_options(
+    "destructive", recovery_walk_options, timer_setting_options, output_file_options, progress_option
+)
 @click.option(
     "--normal/--abnormal",
     "normal",
@@ -442,6 +444,34 @@ def _change_rows(plan: RecoveryPlan) -> list[dict[str, Any]]:
                 f"{t.end_phy_offset}",
             }
         )
+    tp = plan.timer
+    if tp is not None and (tp.changes or tp.units_cut or tp.delivered_twice or tp.refused):
+        if tp.refused:
+            tdetail = f"not read (the broker does not load it: {tp.refused})"
+        else:
+            bits = []
+            if tp.dropped_files:
+                bits.append(
+                    f"timer log files after its recovered end {tp.process_offset} to the backup: {', '.join(tp.dropped_files)}"
+                )
+            if tp.wheel_patches:
+                bits.append(f"{tp.slots_revised} wheel slot(s) revised from the timer log")
+            if tp.checkpoint_bytes is not None:
+                ca = tp.checkpoint_after or {}
+                bits.append(
+                    "the checkpoint of its first flush (timer log end "
+                    f"{ca.get('last_timer_log_flush_pos')}, queue offset {ca.get('last_timer_queue_offset')})"
+                )
+            if tp.units_cut:
+                bits.append(
+                    f"{tp.units_cut} timer log unit(s) point at records this recovery cuts (their messages are lost; rmqtool repair takes them out of their slots)"
+                )
+            if tp.delivered_twice:
+                bits.append(
+                    f"the broker's next start delivers {len(tp.delivered_twice)} message(s) again: {', '.join(tp.delivered_twice[:5])}"
+                )
+            tdetail = "; ".join(bits)
+        changes.append({"action": "timer", "path": "timerwheel, timerlog/, config/timercheck", "detail": tdetail})
     for run in plan.dispatch:
         n = "?" if run.records is None else str(run.records)
         changes.append(

@@ -200,7 +200,7 @@ def _recovered_end(store: Any, profile: Any) -> int | None:
     from ...recovery.recover import plan_recovery
 
     try:
-        plan = plan_recovery(store, profile, check_unread=False, salvage=False, reindex=False)
+        plan = plan_recovery(store, profile, check_unread=False, salvage=False, reindex=False, timer=False)
     except Exception:  # noqa: BLE001 - a store recover refuses: read as far as the walk goes
         return None
     return int(plan.end_offset)

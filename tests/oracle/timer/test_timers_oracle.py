@@ -215,3 +215,96 @@ def test_truncated_timer_log_refused_like_the_broker(
     assert rc == 8 and doc == {}
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "timerlog/00000000000000000000 at offset 1000" in lines[0]
+
+
+def recover(store: Path, version: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmqtool",
+            "recover",
+            str(store),
+            "--broker-version",
+            RMQ_VERSION[version],
+            *OPTS,
+            "--yes",
+            "-q",
+            "--backup-dir",
+            str(store) + ".backup",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def timer_file_hashes(store: Path) -> dict[str, str]:
+    import hashlib
+
+    out = {}
+    for p in sorted([store / "timerwheel", *(store / "timerlog").iterdir()]):
+        out[str(p.relative_to(store))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("case", ["kill", "zeroed"])
+def test_recover_leaves_the_timer_files_the_broker_leaves(
+    timer_oracle: ModuleType, written: dict[str, Any], tmp_path: Path, case: str
+) -> None:
+    """recover's timer files equal those the broker's next start leaves (its start, held before
+    the timer moves, and a clean shutdown): the timer log files and the wheel byte for byte,
+    the checkpoint's flushed position and queue offsets (its read time and data version move
+    with the clock); and the broker opening recover's result delivers and keeps what it does
+    on the original."""
+    v = written["version"]
+    cfg = written["kill_config"] if case == "kill" else th.CONFIG
+    src = written["base"] / ("kill" if case == "kill" else "clean") / "store"
+
+    def prepared(name: str) -> Path:
+        s = copy(src, tmp_path / name)
+        if case == "zeroed":
+            log = s / "timerlog" / "00000000000000000000"
+            data = bytearray(log.read_bytes())
+            data[52:156] = bytes(104)
+            log.write_bytes(bytes(data))
+        return s
+
+    broker = th.view(v, prepared("a"), config=cfg, start_stop=True)
+    mine = prepared("b")
+    r = recover(mine, v)
+    assert r.returncode in (1, 5), r.stderr
+    ours = timer_file_hashes(mine)
+    theirs = {k: f["sha256"] for k, f in broker["timer_files_after_shutdown"].items() if not k.startswith("config/")}
+    assert ours == theirs
+    ck_broker = broker["timer_checkpoint_after_shutdown"]
+    ck_ours = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rmqtool",
+                "dump",
+                "timercheck",
+                str(mine),
+                "--broker-version",
+                RMQ_VERSION[v],
+                *OPTS,
+                "--format",
+                "jsonl",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
+    assert ck_ours["last_timer_log_flush_pos"] == ck_broker["lastTimerLogFlushPos"]
+    assert ck_ours["last_timer_queue_offset"] == ck_broker["lastTimerQueueOffset"]
+    assert ck_ours["master_timer_queue_offset"] == ck_broker["masterTimerQueueOffset"]
+    # a second recover changes nothing
+    again = recover(mine, v)
+    assert again.returncode == 0, again.stdout + again.stderr
+    # the broker on recover's result and on the original: the same deliveries, the same pending set
+    on_ours = th.view(v, mine, config=cfg)
+    on_orig = th.view(v, prepared("c"), config=cfg)
+    assert th.delivered(on_ours["run"]["records"]) == th.delivered(on_orig["run"]["records"])
+    assert set(th.pending(on_ours)) == set(th.pending(on_orig))
