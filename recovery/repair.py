@@ -160,6 +160,8 @@ class RepairPlan:
     seconds: float = 0.0
     unfillable: list[int] = field(default_factory=list)  # offsets of regions no filler fits (left as they are)
     workdir: Path | None = None  # holds the rebuilt files (content paths of ``changes``)
+    # timer log units whose record repair replaces or that is gone: pointed at nothing (timerrepair)
+    timer_units: list[Any] = field(default_factory=list)
     _cleanup: Any = None
 
     def own_workdir(self, wd: Path) -> None:
@@ -188,6 +190,7 @@ class RepairPlan:
             and not self.index_changes
             and self.checkpoint is None
             and not self.abort_present
+            and not self.timer_units
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -206,6 +209,7 @@ class RepairPlan:
             "checkpoint": self.checkpoint_note or None,
             "abort_file": "removed" if self.abort_present else "absent",
             "unfillable_regions": self.unfillable,
+            "timer_units": [u.to_dict() for u in self.timer_units],
             "problems": self.problems,
             "notes": self.notes,
         }
@@ -278,10 +282,21 @@ def plan_repair(
         problems=problems,
         unfillable=unfillable,
     )
+    plan.timer_units = _timer_units(store, profile, plan, recs, intact)
     if rebuild:
         _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
     plan.seconds = time.perf_counter() - t0
     return plan
+
+
+def _timer_units(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: Any, intact: np.ndarray) -> list[Any]:
+    """The timer log units repair points at nothing (recovery.timerrepair)."""
+    from .timerrepair import plan_timer_units
+
+    filled = [(r.start_offset, r.end_offset) for r in plan.regions]
+    ends = [int(recs.off[i]) + int(recs.size[i]) for i in np.flatnonzero(intact)[-1:]] if len(recs) else []
+    data_end = max([*ends, *(b for _a, b in filled)], default=0)
+    return plan_timer_units(store, profile, sorted(filled), data_end)
 
 
 def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan | None:
@@ -868,6 +883,11 @@ def apply_repair(
                 tx.replace_file(ch.relpath, ch.content)
         if plan.checkpoint is not None:
             tx.replace_file("checkpoint", plan.checkpoint)
+        if plan.timer_units:
+            from .timerrepair import patched_ranges
+
+            for rel, lo, data in patched_ranges(store, plan.timer_units):
+                tx.write_at(rel, lo, data)
         if extra is not None:
             extra(tx)
         if plan.abort_present and (store.root / "abort").exists():

@@ -567,3 +567,70 @@ def _dump_json(store: Path, what: str) -> str:
         timeout=120,
     )
     return p.stdout
+
+
+def test_repair_points_units_of_replaced_records_at_nothing(fixture: dict[str, Any], tmp_path: Path) -> None:
+    """A deviation from the broker (man rmqtool-repair, The 5.x timer store): repair replaces a
+    damaged timer message by fillers and points its timer log unit at nothing (offsetPy -1),
+    so that the broker's dequeue skips it instead of reading a filler as a message to
+    deliver; the broker leaves the unit pointing at the filler."""
+    if fixture["name"] != "clean514":
+        pytest.skip("one store is enough")
+    store = fixture["store"]
+    t2 = next(m for m in fixture["result"]["messages"] if m["uniq_key"] == "T2")
+    cl = store / "commitlog" / "00000000000000000000"
+    _patch(cl, t2["phys_offset"] + 8, b"\x00\x00\x00\x01")  # its BODYCRC: the CRC check fails
+    log = store / "timerlog" / "00000000000000000000"
+    before = log.read_bytes()
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmqtool",
+            "repair",
+            str(store),
+            *OPTS,
+            "--yes",
+            "-q",
+            "--format",
+            "json",
+            "--backup-dir",
+            str(tmp_path / "bk"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode in (1, 5), p.stderr
+    doc = json.loads(p.stdout)
+    units = (doc.get("plan") or doc)["timer_units"]
+    assert [(u["pos"], u["offset_py"]) for u in units] == [(156, t2["phys_offset"])]
+    after = log.read_bytes()
+    # exactly T2's unit's offsetPy changed: the unit stays in its chain, size, magic and times as they were
+    diff = [i for i in range(len(after)) if after[i] != before[i]]
+    assert diff and min(diff) >= 156 + 28 and max(diff) < 156 + 36
+    assert int.from_bytes(after[156 + 28 : 156 + 36], "big", signed=True) == -1
+    # T2 is lost (its record is a filler now), nothing else changes state, and verify finds no unit
+    # pointing at a non-timer record
+    rc, out, _ = _timers(store, "--at", str(fixture["view"]["start_ms"]), "--format", "json")
+    states = {m["uniq_key"]: m["state"] for m in json.loads(out)["messages"] if m["uniq_key"]}
+    assert states.pop("T2", "lost") == "lost" and states == {
+        "T1": "delivered",
+        "D1": "delivered",
+        "D2": "due",
+        "T3": "pending",
+        "T4": "pending",
+        "D3": "pending",
+    }
+    rc, codes = _verify_codes(store)
+    assert "TIMER_UNIT_NOT_TIMER" not in codes
+    # a second repair has nothing to do; restore gives the bytes back
+    p2 = subprocess.run(
+        [sys.executable, "-m", "rmqtool", "repair", str(store), *OPTS, "--dry-run", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p2.returncode == 0, p2.stdout
+    assert run(["restore", str(tmp_path / "bk"), str(store), "--yes", "-q"]) == 1
+    assert log.read_bytes() == before

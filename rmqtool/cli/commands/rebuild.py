@@ -303,6 +303,12 @@ def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[s
         f"geometry: commitlog file {g.commitlog_file_size} B, consume queue file {g.cq_file_size} B, "
         f"index {g.index_slot_num} slots / {g.index_num} entries ({g.index_file_size} B)"
     )
+    if (store.root / "timerlog").is_dir() or (store.root / "timerwheel").exists():
+        notes.append(
+            "the 5.x timer store (timerlog/, timerwheel, config/timercheck) is left as it is: its units name "
+            "commitlog offsets and the rebuilt rmq_sys_wheel_timer queue keeps each record at its QUEUEOFFSET, "
+            "so nothing there refers to what is rebuilt (rmqtool timers shows its state)"
+        )
     for n in notes:
         click.echo(f"  note: {n}")
     s = plan.result.stats

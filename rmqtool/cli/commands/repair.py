@@ -24,7 +24,7 @@ from ...recovery.safety import CommitResult, StoreTransaction
 from ...recovery.store import Store
 from ...recovery.versions import BrokerProfile
 from .. import destructive as ds
-from ..brokeropts import recovery_walk_options
+from ..brokeropts import recovery_walk_options, timer_setting_options
 from ..cmdopts import change_options, store_command_options
 from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
@@ -36,7 +36,9 @@ from ..render import dumps, render
 
 
 @click.command("repair", context_settings={"help_option_names": ["-h", "--help"]})
-@store_command_options("destructive", recovery_walk_options, output_file_options, progress_option)
+@store_command_options(
+    "destructive", recovery_walk_options, timer_setting_options, output_file_options, progress_option
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan (every quarantined message) and change nothing.")
 @click.option(
     "--backup-dir",
@@ -298,6 +300,19 @@ def _change_rows(plan: RepairPlan) -> list[dict[str, Any]]:
     for c in plan.index_changes:
         changes.append(
             {"action": c.action, "path": c.relpath, "detail": c.note or "rebuilt from the repaired commitlog"}
+        )
+    by_file: dict[str, list[Any]] = {}
+    for u in plan.timer_units:
+        by_file.setdefault(u.file, []).append(u)
+    for rel, us in sorted(by_file.items()):
+        changes.append(
+            {
+                "action": "timer",
+                "path": rel,
+                "detail": f"{len(us)} unit(s) pointed at nothing (commitlog offset -1; the broker's dequeue skips them): "
+                + "; ".join(f"at {u.pos}: {u.why} ({u.offset_py})" for u in us[:3])
+                + (" ..." if len(us) > 3 else ""),
+            }
         )
     return changes
 
