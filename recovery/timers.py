@@ -470,7 +470,8 @@ def timer_rows(profile: BrokerProfile, got: Collected, out: TimerOutlook) -> Ite
         if lost_reason:
             row["lost_reason"] = lost_reason
         yield row
-    gone = [e for e in out.unreadable if e.rec is None and e.pos is not None]
+    # (a unit rmqtool repair pointed at nothing, offsetPy -1, is no message: not listed)
+    gone = [e for e in out.unreadable if e.rec is None and e.pos is not None and e.offset_py != -1]
     for e in gone:
         yield {
             "kind": "timer",

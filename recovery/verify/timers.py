@@ -107,7 +107,7 @@ def _unit_findings(store: Store, profile: BrokerProfile, got: rt.Collected, t: r
     seen: set[int] = set()
     reader = CommitlogReader(store, profile)
     for e in (*t.due_entries, *t.pending_entries):
-        if e.pos is None or e.pos in seen:
+        if e.pos is None or e.pos in seen or e.offset_py == -1:  # (-1: rmqtool repair's, a unit of nothing)
             continue
         seen.add(e.pos)
         other_topic = None
