@@ -308,3 +308,93 @@ def test_recover_leaves_the_timer_files_the_broker_leaves(
     on_orig = th.view(v, prepared("c"), config=cfg)
     assert th.delivered(on_ours["run"]["records"]) == th.delivered(on_orig["run"]["records"])
     assert set(th.pending(on_ours)) == set(th.pending(on_orig))
+
+
+REAL = Path(__file__).resolve().parents[3] / "fixtures" / "real"
+DELAY4_CONFIG = {
+    "mappedFileSizeCommitLog": 65536,
+    "mappedFileSizeConsumeQueue": 640,
+    "maxHashSlotNum": 100,
+    "maxIndexNum": 400,
+}
+
+
+def delay4_timers(store: Path, at: int) -> dict[str, Any]:
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmqtool",
+            "timers",
+            str(store),
+            "--broker-version",
+            "4.9.4",
+            "--at",
+            str(at),
+            "--format",
+            "json",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode in (0, 4), p.stderr
+    doc: dict[str, Any] = json.loads(p.stdout)
+    return doc
+
+
+def compare_delay4(doc: dict[str, Any], view: dict[str, Any]) -> None:
+    """rmqtool's 4.x delay states against the 4.9.4 store's own ScheduleMessageService: what it
+    delivers up to its start is exactly the due ones, what it had delivered (the entries below
+    each level's offset as its load corrects it) exactly the delivered ones, and every delivery
+    time is the queue's tagsCode."""
+    rows = [m for m in doc["messages"] if m["kind"] == "delay"]
+    assert th.delivered(view["run"]["records"]) == Counter({m["uniq_key"]: 1 for m in rows if m["state"] == "due"})
+    loaded = view["schedule_after_load"]
+    below = set()
+    times = {}
+    for q, qo in loaded["queues"].items():
+        off = loaded["offset_table"].get(str(int(q) + 1), 0)
+        for e in qo["entries"]:
+            times[e["uniq_key"]] = e["deliver_ms"]
+            if e["queue_offset"] < off:
+                below.add(e["uniq_key"])
+    assert {m["uniq_key"] for m in rows if m["state"] == "delivered"} == below
+    assert {m["uniq_key"]: m["deliver_timestamp"] for m in rows} == times
+    after = view["schedule_after_run"]
+    waiting = set()
+    for q, qo in after["queues"].items():
+        off = after["offset_table"].get(str(int(q) + 1), 0)
+        waiting |= {e["uniq_key"] for e in qo["entries"] if e["queue_offset"] >= off}
+    assert {m["uniq_key"] for m in rows if m["state"] == "pending"} == waiting
+
+
+def test_delay_fixture_against_the_494_schedule_service(timer_oracle: ModuleType, tmp_path: Path) -> None:
+    """fixtures/real/delay (4.9.4, every message long due): the broker delivers the 51 messages
+    past the offsets of config/delayOffset.json, rmqtool's due ones."""
+    timerharness_build = th.build("4.9.4")
+    assert timerharness_build.is_dir()
+    view = th.view("4.9.4", REAL / "delay" / "store", config=DELAY4_CONFIG)
+    doc = delay4_timers(REAL / "delay" / "store", view["start_ms"])
+    compare_delay4(doc, view)
+    assert doc["counts"] == {"pending": 0, "due": 51, "delivered": 12, "cancelled": 0, "lost": 0}
+
+
+def test_written_494_delay_store_due_and_pending(timer_oracle: ModuleType, oracle: ModuleType, tmp_path: Path) -> None:
+    """A 4.9.4 store written by the broker's own CommitLog.putMessage (delay levels 1, 2 and 18),
+    the schedule service held: at the view, levels 1 and 2 are due, level 18 (two hours) pending."""
+    msgs = [
+        {"topic": "TopicD", "queue_id": q, "delay_level": lv, "uniq_key": f"L{lv}-{q}", "body_len": 8, "body_seed": q}
+        for lv in (1, 2, 18)
+        for q in range(3)
+    ]
+    res = oracle.write("4.9.4", {"config": DELAY4_CONFIG, "messages": msgs, "end": {"mode": "clean"}}, tmp_path / "w")
+    assert all(m["acknowledged"] and m["topic"] == "SCHEDULE_TOPIC_XXXX" for m in res["messages"])
+    th.wait_until(max(m["store_timestamp"] for m in res["messages"]) + 5000)
+    store = tmp_path / "w" / "store"
+    view = th.view("4.9.4", store, config=DELAY4_CONFIG)
+    doc = delay4_timers(store, view["start_ms"])
+    compare_delay4(doc, view)
+    states = {m["uniq_key"]: m["state"] for m in doc["messages"]}
+    assert states == {m["uniq_key"]: ("pending" if m["delay_level"] == 18 else "due") for m in msgs}

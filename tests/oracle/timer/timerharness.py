@@ -20,8 +20,8 @@ SCRIPT = HERE / "timer-oracle"
 
 #: The releases the timer oracle runs in CI (issue 36): the first and the last 5.x family with jars.
 CI_VERSIONS = ("5.1.4", "5.5.1")
-#: Releases it builds and round-trips (the soak's).
-VERSIONS = ("5.1.4", "5.3.3", "5.5.1")
+#: Releases it builds and round-trips (the soak's); 4.9.4: view only (delay levels).
+VERSIONS = ("4.9.4", "5.1.4", "5.3.3", "5.5.1")
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
