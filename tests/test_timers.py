@@ -636,3 +636,31 @@ def test_repair_points_units_of_replaced_records_at_nothing(fixture: dict[str, A
     assert p2.returncode == 0, p2.stdout
     assert run(["restore", str(tmp_path / "bk"), str(store), "--yes", "-q"]) == 1
     assert log.read_bytes() == before
+
+
+def test_delay_fixture_states_follow_at(capsys: pytest.CaptureFixture[str]) -> None:
+    """fixtures/real/delay (4.9.4): below each level's offset in config/delayOffset.json the
+    messages are delivered (12); the rest are due once their tagsCode (store time + the level's
+    delay) has passed, pending before (the oracle checks the same split against the broker)."""
+    store = str(ROOT / "fixtures" / "real" / "delay" / "store")
+    assert (
+        run(["timers", store, "--broker-version", "4.9.4", "--at", "2030-01-01T00:00:00Z", "--format", "json", "-q"])
+        == 0
+    )
+    late = json.loads(capsys.readouterr().out)
+    assert late["counts"] == {"pending": 0, "due": 51, "delivered": 12, "cancelled": 0, "lost": 0}
+    assert late["timer_store"] == {"present": False}
+    # a minute after the last store time: due exactly those whose delivery time has passed (levels
+    # 4 and 5, 30 s and 1 min; each level's queue grows in delivery time, so the service's stop
+    # at the first one not yet due cuts nothing), pending the rest (3 min and more)
+    at = max(m["store_timestamp"] for m in late["messages"]) + 60_000
+    assert run(["timers", store, "--broker-version", "4.9.4", "--at", str(at), "--format", "json", "-q"]) == 0
+    mid = json.loads(capsys.readouterr().out)
+    delays = [1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200]
+    for m in mid["messages"]:
+        assert m["deliver_timestamp"] == m["store_timestamp"] + delays[m["delay_level"] - 1] * 1000
+        want = "delivered" if m["state"] == "delivered" else ("due" if m["deliver_timestamp"] <= at else "pending")
+        assert m["state"] == want, m
+    assert mid["counts"] == {"pending": 40, "due": 11, "delivered": 12, "cancelled": 0, "lost": 0}
+    for m in mid["messages"]:
+        assert m["topic"] == "TopicD" or m["topic"].startswith("%RETRY%")
