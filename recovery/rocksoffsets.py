@@ -45,6 +45,25 @@ def _open(path: Path) -> tuple[object, list[str]]:
     return db, cfs
 
 
+def has_timer_records(path: Path) -> bool | None:
+    """Whether the 5.4+ message RocksDB store (``rocksdbstore``, MessageRocksDBStorage) holds
+    timer records (column family ``timer``: TimerRocksDBRecord, written under
+    timerRocksDBEnable); None when that cannot be told (rocksdict missing, no such store)."""
+    try:
+        db, cfs = _open(path)
+    except RocksUnavailable:
+        return None
+    try:
+        if "timer" not in cfs:
+            return False
+        c = db.get_column_family("timer")  # type: ignore[attr-defined]
+        for _k in c.keys():
+            return True
+        return False
+    finally:
+        db.close()  # type: ignore[attr-defined]
+
+
 def _items(db: object, cf: str) -> list[tuple[bytes, bytes]]:
     c = db.get_column_family(cf)  # type: ignore[attr-defined]
     return [(bytes(k), bytes(v)) for k, v in c.items()]

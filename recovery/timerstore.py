@@ -199,6 +199,20 @@ def open_timer_files(store: Store, profile: BrokerProfile) -> TimerFiles:
         tfiles.snapshots = sorted(
             n for n in os.listdir(root) if n.startswith(WHEEL + ".") and n[len(WHEEL) + 1 :].isdigit()
         )
+    rocks = root / "rocksdbstore"
+    if rocks.is_dir() and profile.version >= (5, 4, 0):
+        from .rocksoffsets import has_timer_records
+
+        if has_timer_records(rocks):
+            tfiles.problems.append(
+                TimerProblem(
+                    "TIMER_ROCKSDB",
+                    "rocksdbstore",
+                    None,
+                    "the 5.4+ RocksDB timer store (column family timer, timerRocksDBEnable) holds timer messages: "
+                    "rmqtool does not read it",
+                )
+            )
     cp = root / CHECKPOINT
     try:
         raw = read_small(cp, tf.CHECKPOINT_FILE_SIZE, root, "timer checkpoint")

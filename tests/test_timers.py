@@ -664,3 +664,26 @@ def test_delay_fixture_states_follow_at(capsys: pytest.CaptureFixture[str]) -> N
     assert mid["counts"] == {"pending": 40, "due": 11, "delivered": 12, "cancelled": 0, "lost": 0}
     for m in mid["messages"]:
         assert m["topic"] == "TopicD" or m["topic"].startswith("%RETRY%")
+
+
+def test_a_rocksdb_timer_store_is_refused_by_name(fixture: dict[str, Any]) -> None:
+    """5.4+: timer messages kept in rocksdbstore's column family timer (timerRocksDBEnable) are
+    not read: timers refuses (8, one line naming it), verify reports TIMER_FILE."""
+    rocksdict = pytest.importorskip("rocksdict")
+    if fixture["name"] != "clean514":
+        pytest.skip("one store is enough")
+    store = fixture["store"]
+    db = rocksdict.Rdict(str(store / "rocksdbstore"), options=rocksdict.Options(raw_mode=True))
+    db.create_column_family("timer", rocksdict.Options(raw_mode=True))
+    db.get_column_family("timer")[b"\x00" * 8 + b"KEY"] = b"\x00" * 12
+    db.close()
+    opts = [o if o != "5.1.4" else "5.5.1" for o in OPTS]
+    p = subprocess.run(
+        [sys.executable, "-m", "rmqtool", "timers", str(store), *opts, "-q", "--at", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 8 and "RocksDB timer store" in p.stderr and p.stderr.count("\n") == 1
+    # a release without it (5.1.4) has no such store: the directory is not its
+    assert _timers(store, "--at", "0", "--format", "json")[0] in (0, 4)

@@ -26,7 +26,7 @@ def timer_findings(
     stats: dict[str, Any] = {}
     tfiles = ts.open_timer_files(store, profile) if profile.has_timer_store else None
     if tfiles is not None:
-        for p in tfiles.problems:
+        for p in tfiles.fatal:
             out.append(finding(FindingCode.TIMER_FILE, p.path, p.offset, None, p.message, problem=p.code))
         if tfiles.fatal:
             stats["timer_store"] = "not loadable"
