@@ -25,7 +25,7 @@ from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..options import make_profile, open_store, resolve_format
 from ..output import SCHEMA_VERSION, output_file_options
-from ..progress import progress_bar, progress_option, quiet_flag
+from ..progress import _QUIET, progress_bar, progress_option, quiet_flag
 from ..render import dumps, render
 from ..times import iso, parse_time
 
@@ -142,7 +142,7 @@ def command(
     now = int(time.time() * 1000)
     at = parse_time(at_text, "--at", now) if at_text is not None else now
     assert at is not None
-    if at_text is None:
+    if at_text is None and not _QUIET.get():
         click.echo(f"rmqtool: timers at {iso(at)} (now; --at changes it)", err=True)
     fmt = resolve_format(fmt, FORMATS)
     profile = make_profile(broker_version)
