@@ -31,9 +31,11 @@ RMQTOOL = [sys.executable, "-m", "rmqtool"]
 
 
 def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[Any], str]:
+    if "--format" not in argv:  # the records as JSON lines, asked for (a pipe gets the table)
+        argv = (*argv, "--format", "jsonl")
     code = run(["dump", *argv])
     out, err = capsys.readouterr()
-    fmt = argv[argv.index("--format") + 1] if "--format" in argv else "jsonl"
+    fmt = argv[argv.index("--format") + 1]
     if fmt == "jsonl":
         return code, [json.loads(line) for line in out.splitlines()], err
     if fmt == "json":
@@ -366,7 +368,7 @@ def test_head_closes_the_pipe_quietly(fmt: str) -> None:
 
 
 def test_real_shell_pipe_to_head(tmp_path: Path) -> None:
-    script = f"set -o pipefail; {sys.executable} -m rmqtool dump commitlog {real_store('many_files')} 2>{tmp_path / 'err'} | head -3"
+    script = f"set -o pipefail; {sys.executable} -m rmqtool dump commitlog {real_store('many_files')} --format jsonl 2>{tmp_path / 'err'} | head -3"
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert len(out.stdout.splitlines()) == 3 and json.loads(out.stdout.splitlines()[0])["physical_offset"] == 0

@@ -256,6 +256,7 @@ def all_dumps(root: Path, capsys: pytest.CaptureFixture[str]) -> list[int]:
         ("dump", "checkpoint", str(root)),
         ("dump", "config", str(root)),
     ):
+        argv = (*argv, "--format", "jsonl")  # the lines assert_clean_failure parses
         code, out, err = cli(capsys, *argv)
         assert_clean_failure(code, out, err, argv)
         codes.append(code)
@@ -296,7 +297,7 @@ def test_cli_on_zero_filled_store(store_copy: Callable[[str], Path], capsys: pyt
             p.write_bytes(bytes(p.stat().st_size))
     codes = all_dumps(root, capsys)
     assert codes[0] == 0  # an all-zero commitlog is just empty
-    code, out, _ = cli(capsys, "dump", "consumequeue", str(root))
+    code, out, _ = cli(capsys, "dump", "consumequeue", str(root), "--format", "jsonl")
     assert code == 0 and out == ""
 
 
@@ -339,7 +340,7 @@ def test_cli_bogus_total_size_constant_memory(
     finally:
         tracemalloc.stop()
     assert recs > 400 and peak < 8 << 20
-    code, out, err = cli(capsys, "dump", "commitlog", str(root))
+    code, out, err = cli(capsys, "dump", "commitlog", str(root), "--format", "jsonl")
     assert code == 4 and err == ""
     recs_out = [json.loads(line) for line in out.splitlines()]
     assert recs_out[0]["status"] == "SIZE_MISMATCH" and recs_out[0]["total_size"] == 2**31 - 1

@@ -75,10 +75,10 @@ def test_dump_index_key_without_any_index_file(tmp_path: Path, capsys: pytest.Ca
     root = copy(tmp_path, "clean")
     for p in (root / "index").iterdir():
         p.unlink()
-    code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1")
+    code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1", "--format", "jsonl")
     assert code == 0 and out == "" and "no usable index file" in err
     shutil.rmtree(root / "consumequeue")  # no topic to look up either
-    code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1")
+    code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1", "--format", "jsonl")
     assert code == 0 and out == "" and "no index lookup" in err
 
 
@@ -87,11 +87,11 @@ def test_config_number_of_5000_digits_falls_back_to_bak(tmp_path: Path, capsys: 
     cfg = root / "config" / "delayOffset.json"
     good = cfg.read_text(encoding="utf-8")
     cfg.write_text('{"a":' + "9" * 5000 + "}", encoding="utf-8")
-    code, out, err = cli(capsys, "dump", "config", str(root))
+    code, out, err = cli(capsys, "dump", "config", str(root), "--format", "jsonl")
     rec = json.loads(out)
     assert code == 4 and rec["status"] == "UNPARSABLE" and "5000 digits" in rec["problems"][0]
     (root / "config" / "delayOffset.json.bak").write_text(good, encoding="utf-8")
-    code, out, err = cli(capsys, "dump", "config", str(root))
+    code, out, err = cli(capsys, "dump", "config", str(root), "--format", "jsonl")
     rec = json.loads(out)
     assert rec["status"] == "FALLBACK_TO_BAK" and rec["content"] == json.loads(good)
 
@@ -1352,7 +1352,7 @@ def test_dump_commitlog_says_when_it_found_nothing(
     if setup == "only a stray file":
         (root / "commitlog").mkdir()
         (root / "commitlog" / "README").write_text("x")
-    code, out, err = cli(capsys, "dump", "commitlog", str(root))
+    code, out, err = cli(capsys, "dump", "commitlog", str(root), "--format", "jsonl")
     assert out == "" and "no commitlog records found" in err
 
 

@@ -60,7 +60,7 @@ def test_since_in_seconds_and_relative_through_the_cli(capsys: pytest.CaptureFix
     assert code == 0 and recs and all(r["store_timestamp"] >= 1795302119000 for r in recs)
     assert len(recs) == sum(1 for m in scenario("clean")["messages"] if m["store_timestamp"] >= 1795302119000)
     code, out, err = _out(
-        capsys, "dump", "commitlog", CLEAN, "--since", "-1m", "--until", "+1m"
+        capsys, "dump", "commitlog", CLEAN, "--since", "-1m", "--until", "+1m", "--format", "jsonl"
     )  # the fixture is older
     assert code == 1 and out == "" and "not found" in err
     code, _o, err = _out(capsys, "dump", "commitlog", CLEAN, "--since", "yesterday-ish")
@@ -154,6 +154,9 @@ def test_verify_redirected_to_a_file_writes_the_report(tmp_path: Path) -> None:
         )
     assert p.returncode == 0 and target.read_text().startswith("verdict: sound")
     p = subprocess.run(
-        [sys.executable, "-m", "rmqtool", "verify", CLEAN, "-q"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "rmqtool", "verify", CLEAN, "-q", "--format", "jsonl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert p.returncode == 0 and p.stdout == ""  # a pipe: jsonl, one line per finding (none)
+    assert p.returncode == 0 and p.stdout == ""  # jsonl: one line per finding (none)
