@@ -24,7 +24,7 @@ from .safety import broker_holds_lock, lock_holder, pending_journals
 from .store import FileMap, Store
 from .versions import BrokerProfile
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # info --format json: the one number every JSON document of the CLI carries
 
 
 def _data_prefix(buf: Any) -> Any:

@@ -37,10 +37,26 @@ def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[Any]
     out, err = capsys.readouterr()
     fmt = argv[argv.index("--format") + 1]
     if fmt == "jsonl":
-        return code, [json.loads(line) for line in out.splitlines()], err
+        return code, without_summary([json.loads(line) for line in out.splitlines()], code, argv), err
     if fmt == "json":
-        return code, json.loads(out), err
+        doc = json.loads(out) if out else None
+        if doc is None:  # (an operational error: nothing printed)
+            return code, [], err
+        assert doc["exit_status"] == code and doc["schema_version"] == 2 and doc["verdict"], doc
+        assert doc["command"] == f"dump {argv[0]}" and doc["count"] == len(doc["records"])
+        return code, doc["records"], err
     return code, out.splitlines(), err
+
+
+def without_summary(lines: list[Any], code: int, argv: tuple[str, ...] = ()) -> list[Any]:
+    """The records of a jsonl output, its last line checked: the summary record, with the
+    exit status and the number of records before it."""
+    if not lines and code in (2, 8):  # a usage or operational error: nothing printed
+        return lines
+    s = lines[-1]
+    assert s["type"] == "summary" and s["exit_status"] == code and s["schema_version"] == 2, (argv, s)
+    assert s["count"] == len(lines) - 1 and s["verdict"], (argv, s)
+    return lines[:-1]
 
 
 # ---------------------------------------------------------------------------------------

@@ -3,11 +3,10 @@ is a usage error (2), filters repeat (their union), UNIQ_KEYs match in any case.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
-from conftest import broker_view, real_store, scenario
+from conftest import broker_view, jsonl_records, real_store, scenario
 
 from rmqtool.cli import run
 
@@ -17,7 +16,7 @@ CLEAN = str(real_store("clean"))
 def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict[str, Any]], str]:
     code = run(["dump", "commitlog", CLEAN, "--format", "jsonl", *argv])
     out, err = capsys.readouterr()
-    return code, [json.loads(line) for line in out.splitlines()], err
+    return code, jsonl_records(out, code), err
 
 
 def test_unknown_msg_id_key_and_topic_say_not_found_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,7 +79,7 @@ def test_uniq_key_in_lower_case_is_found(capsys: pytest.CaptureFixture[str]) -> 
 def test_single_files_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
     root = real_store("clean")
     run(["dump", "commitlog", str(root / "commitlog" / "00000000000000065536"), "--format", "jsonl"])
-    recs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    recs = jsonl_records(capsys.readouterr().out)
     assert recs and {r["file"] for r in recs} == {"00000000000000065536"}
     assert all(65536 <= r["physical_offset"] < 131072 for r in recs)
     run(
@@ -92,12 +91,12 @@ def test_single_files_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
             "jsonl",
         ]
     )
-    units = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    units = jsonl_records(capsys.readouterr().out)
     assert units and {u["file"] for u in units} == {"consumequeue/TopicA/0/00000000000000000640"}
     assert [u["queue_offset"] for u in units] == list(range(32, 32 + len(units)))
     name = sorted((root / "index").iterdir())[1].name
     run(["dump", "index", str(root / "index" / name), "--format", "jsonl"])
-    assert {json.loads(x)["file"] for x in capsys.readouterr().out.splitlines()} == {f"index/{name}"}
+    assert {x["file"] for x in jsonl_records(capsys.readouterr().out)} == {f"index/{name}"}
     assert run(["dump", "index", str(root / "checkpoint")]) == 2  # not an index file
 
 
@@ -120,7 +119,7 @@ def test_consumequeue_range_and_resolve(capsys: pytest.CaptureFixture[str]) -> N
             "jsonl",
         ]
     )
-    units = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    units = jsonl_records(capsys.readouterr().out)
     assert [u["queue_offset"] for u in units] == [80, 81, 82]
     by_off = {m["phys_offset"]: m for m in scenario("clean")["messages"]}
     for u in units:

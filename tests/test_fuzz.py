@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import real_store
+from conftest import jsonl_records, real_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -342,7 +342,7 @@ def test_cli_bogus_total_size_constant_memory(
     assert recs > 400 and peak < 8 << 20
     code, out, err = cli(capsys, "dump", "commitlog", str(root), "--format", "jsonl")
     assert code == 4 and err == ""
-    recs_out = [json.loads(line) for line in out.splitlines()]
+    recs_out = jsonl_records(out, 4)
     assert recs_out[0]["status"] == "SIZE_MISMATCH" and recs_out[0]["total_size"] == 2**31 - 1
     assert all(r["status"] != "OK" for r in recs_out if r["physical_offset"] == 291)  # skipped by the resync or damaged
     assert recs_out[1]["physical_offset"] == 647 and recs_out[1]["status"] == "OK"

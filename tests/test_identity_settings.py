@@ -183,7 +183,9 @@ def test_export_workers_decode_with_the_drivers_whole_profile(capsys: pytest.Cap
 def _dump(capsys: pytest.CaptureFixture[str], *args: Any) -> list[str]:
     code, out, err = cli(capsys, "dump", "commitlog", "--format", "jsonl", *args)
     assert code == 0, err
-    return [x for x in out.split("\n") if x]
+    lines = [x for x in out.split("\n") if x]
+    assert json.loads(lines[-1])["type"] == "summary"  # the verdict, last
+    return lines[:-1]
 
 
 @pytest.mark.spark

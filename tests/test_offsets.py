@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REAL, broker_view, copy_store, tree_digest
+from conftest import REAL, broker_view, copy_store, jsonl_records, tree_digest
 
 from rmqtool.cli import run
 from rmqtool.formats import offsetfile as of
@@ -206,7 +206,7 @@ def test_filters_and_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     store = copy_store("clean", tmp_path)
     write_offsets(store, {"TopicA@g1": {0: 5}, "TopicB@g2": {0: 1}})
     assert run(["offsets", str(store), "--format", "jsonl", "--group", "g2"]) == 0
-    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    lines = jsonl_records(capsys.readouterr().out, 0)
     assert [(x["group"], x["topic"]) for x in lines] == [("g2", "TopicB")]
 
 
@@ -405,7 +405,7 @@ def test_verify_config_findings(
     if bak is not None:
         (store / "config" / "consumerOffset.json.bak").write_text(bak)
     rc = run(["verify", str(store), "--format", "jsonl", "-q"])
-    codes = [json.loads(x)["code"] for x in capsys.readouterr().out.splitlines()]
+    codes = [x["code"] for x in jsonl_records(capsys.readouterr().out, rc)]
     assert [c for c in codes if c.startswith("CFG_")] == [code]
     assert rc == (0 if code == "CFG_BAK_UNREADABLE" else 4)
 

@@ -26,9 +26,9 @@ from ..destructive import applying, confirmed, dry_run_store, locked_check, pars
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..options import make_profile
-from ..output import SCHEMA_VERSION, output_file_options
+from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns
 from ..progress import later_bar, progress_bar, progress_option
-from ..render import dumps
+from ..render import emit, summary_record
 
 if TYPE_CHECKING:  # start-up time (--help): recovery.rebuild is imported where it is used
     from ...recovery.rebuild import RebuildPlan
@@ -80,14 +80,7 @@ if TYPE_CHECKING:  # start-up time (--help): recovery.rebuild is imported where 
 @click.option(
     "--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed."
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(("text", "json")),
-    default="text",
-    show_default=True,
-    help="text for people, or one JSON document (schema_version, plan, result) at the end.",
-)
+@format_options(aliases={"text": "table"}, columns="the changed files (action, path, size, note)")
 @yes_option
 def command(
     broker_version: str,
@@ -101,7 +94,8 @@ def command(
     jobs: int | None,
     quiet: bool,
     yes: bool,
-    fmt: str = "text",
+    fmt: str = "table",
+    columns: tuple[str, ...] | None = None,
     **store_opts: Any,
 ) -> int:
     """Rebuild the consume queues and the index of a stopped broker's STORE from its
@@ -120,10 +114,11 @@ def command(
         raise click.UsageError("--cq-only and --index-only exclude each other")
     profile = make_profile(broker_version)
     tz = parse_tz(index_tz)
+    shown = pick_columns(columns, CHANGE_COLUMNS, CHANGE_COLUMNS + [("type", "type")])
     store = locked_check(
-        store_opts, dry_run, lock=fmt != "json"
-    )  # (the json run calls this command again, which checks it once)
-    if fmt == "json":
+        store_opts, dry_run, lock=fmt in ("table", "machine-inner")
+    )  # (a machine format's run calls this command again, which checks it once)
+    if fmt not in ("table", "machine-inner"):
         # (click types a command's callback as optional; this one has it)
         return _json_run(
             lambda: command.callback(  # type: ignore[misc]
@@ -138,10 +133,12 @@ def command(
                 jobs=jobs,
                 quiet=quiet,
                 yes=yes,
-                fmt="json-inner",
+                fmt="machine-inner",
                 **store_opts,
             ),
             dry_run,
+            fmt,
+            shown,
         )
     if dry_run:
         store = dry_run_store("rebuild-index", store_opts, backup_dir, store)
@@ -241,8 +238,12 @@ def _run(
 _LAST: dict[str, Any] = {}
 
 
-def _json_run(run: Callable[[], int], dry_run: bool) -> int:
-    """--format json: the text output is kept out of stdout; one JSON document instead."""
+CHANGE_COLUMNS = [("action", "ACTION"), ("path", "PATH"), ("size", "SIZE"), ("note", "NOTE")]
+
+
+def _json_run(run: Callable[[], int], dry_run: bool, fmt: str, columns: list[tuple[str, str]]) -> int:
+    """A machine format: the text output is kept out of stdout; one JSON document (json),
+    the changes and a summary record (jsonl), or the changes and a summary row (csv)."""
     from ...recovery.rebuild import UNCHANGED
 
     _LAST.clear()
@@ -251,8 +252,14 @@ def _json_run(run: Callable[[], int], dry_run: bool) -> int:
         code = int(run())
     plan: RebuildPlan | None = _LAST.get("plan")
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "exit_status": code}
+    changes: list[dict[str, Any]] = []
     if plan is not None:
         s = plan.result.stats
+        changes = [
+            {"action": c.action, "path": c.relpath, "size": c.size, "note": c.note}
+            for c in plan.changes
+            if c.action != UNCHANGED
+        ]
         doc["plan"] = {
             "cq": plan.cq,
             "index": plan.index,
@@ -270,15 +277,44 @@ def _json_run(run: Callable[[], int], dry_run: bool) -> int:
                 "index_keys": s.index_keys,
                 "blanks": s.blanks,
             },
-            "changes": [
-                {"action": c.action, "path": c.relpath, "size": c.size, "note": c.note}
-                for c in plan.changes
-                if c.action != UNCHANGED
-            ],
+            "changes": changes,
         }
     doc["applied"] = bool(code & int(Exit.REPAIRED))
     doc["backup_dir"] = str(_LAST["backup"]) if _LAST.get("backup") else None
-    click.echo(dumps(doc))
+    counts = plan.counts() if plan is not None else {}
+    written = counts.get("create", 0) + counts.get("replace", 0)
+    if doc["applied"]:
+        verdict = f"rebuilt: {written} file(s) written, {counts.get('remove', 0)} removed"
+    elif plan is None:
+        verdict = "nothing was planned"
+    elif not plan.effective:
+        verdict = "nothing to do: every file is already as the rebuild makes it"
+    else:
+        verdict = (
+            f"{'dry run' if dry_run else 'not applied'}: {written} file(s) to write, {counts.get('remove', 0)} "
+            "to remove; nothing was changed"
+        )
+    if plan is not None and plan.problems:
+        verdict += f"; {len(plan.problems)} problem(s) remain"
+    doc["verdict"] = verdict
+    emit(
+        fmt,
+        records=[{"type": "change", **c} for c in changes],
+        columns=columns,
+        kind="change",
+        summary=lambda: summary_record(
+            "rebuild-index",
+            verdict,
+            code,
+            dry_run=dry_run,
+            applied=doc["applied"],
+            backup_dir=doc["backup_dir"],
+            counts=counts,
+            problems=len(plan.problems) if plan is not None else 0,
+        ),
+        table=lambda: None,
+        document=lambda: doc,
+    )
     return code
 
 

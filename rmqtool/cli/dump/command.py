@@ -40,8 +40,8 @@ from ...recovery.scan import walk_records
 from ...recovery.store import Store, StoreFile
 from ..brokeropts import broker_config_option
 from ..cmdopts import store_command_options
-from ..options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
-from ..output import output_file_options
+from ..options import broker_version_option, make_profile, open_store, store_argument
+from ..output import format_options, output_file_options, pick_columns
 from ..progress import progress_option, quiet_flag
 from .output import Block as _Block
 from .output import encode_json_str as _enc
@@ -72,6 +72,16 @@ def parse_time(text: str | None, name: str) -> int | None:
 
 def limit_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--limit", type=click.IntRange(0), default=None, help="Print at most N records.")(f)
+
+
+# --format table|json|jsonl|csv|text (text: one record per line, field=value) and --columns;
+# before the one output rule, dump printed JSON lines into a pipe (RMQTOOL_FORMAT=jsonl)
+dump_format = format_options("jsonl", extra=("text",))
+
+
+def fields(spec: rec.RecordSpec, extra: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """(field, heading) of every field of ``spec`` (and ``extra``): what --columns may name."""
+    return [(c.name, c.header or c.name.upper()) for c in spec.columns] + (extra or [])
 
 
 # ---------------------------------------------------------------------------------------
@@ -657,8 +667,8 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
 def command() -> None:
     """Print the records of a store's files (read-only).
 
-    Output is a table on a terminal and JSON lines when piped (see --format); the JSON
-    fields are documented in rmqtool-dump(1). Exit status 0 when every record read
+    Output is a table for people, into a pipe or a file too, unless --format asks for
+    json, jsonl, csv or text; the JSON fields are documented in rmqtool-dump(1). Exit status 0 when every record read
     cleanly, 4 when damage was met (records with a status other than OK), 8 on an
     operational error.
     """
@@ -720,9 +730,10 @@ def refuse_unsafe(store: Store, prefix: str) -> None:
 )
 @click.option("--body-hash", is_flag=True, help="Include body_sha256, the SHA-256 of the stored body.")
 @limit_option
-@format_option()
+@dump_format
 def dump_commitlog(
-    fmt: str | None,
+    fmt: str,
+    columns: tuple[str, ...] | None,
     limit: int | None,
     broker_version: str,
     topics: tuple[str, ...],
@@ -756,7 +767,6 @@ def dump_commitlog(
     store = open_store(**store_opts)
     refuse_unsafe(store, "commitlog")
     profile = make_profile(broker_version)
-    fmt = resolve_format(fmt)
     one_topic = topics[0] if len(topics) == 1 else None
     one_queue = queue_ids[0] if len(queue_ids) == 1 else None
     kw = dict(
@@ -772,8 +782,11 @@ def dump_commitlog(
     )
     records = _selected(store, profile, fmt, topics, queue_ids, keys, msg_ids, kw)
     matches = sel.Matches()
-    columns = COMMITLOG_COLUMNS + rec.COMMITLOG.headed(
-        (["body"] if with_body else []) + (["body_sha256"] if body_hash else [])
+    shown = pick_columns(
+        columns,
+        COMMITLOG_COLUMNS
+        + rec.COMMITLOG.headed((["body"] if with_body else []) + (["body_sha256"] if body_hash else [])),
+        fields(rec.COMMITLOG),
     )
     filtered = (
         keys
@@ -782,18 +795,31 @@ def dump_commitlog(
         or queue_ids
         or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
     )
-    code = output(matches.watch(records), fmt, columns, limit, "commitlog", say_empty=not (filtered and limit != 0))
-    if filtered and matches.messages == 0 and limit != 0:
-        return int(code) | _not_found(
-            store,
-            profile,
-            topics,
-            queue_ids,
-            keys,
-            msg_ids,
-            {"from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until},
-        )
-    return code
+
+    def finish(code: int) -> tuple[int, str]:
+        if filtered and matches.messages == 0 and limit != 0:
+            what = _not_found(
+                store,
+                profile,
+                topics,
+                queue_ids,
+                keys,
+                msg_ids,
+                {"from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until},
+            )
+            return code | int(sel.NOT_FOUND), what
+        return code, f"{matches.messages} messages" + (", with damage met" if code else "")
+
+    return output(
+        matches.watch(records),
+        fmt,
+        shown,
+        limit,
+        "commitlog",
+        say_empty=not (filtered and limit != 0),
+        command="dump commitlog",
+        finish=finish,
+    )
 
 
 def _selected(
@@ -842,8 +868,9 @@ def _not_found(
     keys: tuple[str, ...],
     msg_ids: tuple[str, ...],
     bounds: dict[str, Any],
-) -> int:
-    """Filters that selected no message: "not found" on stderr (with a hint where one helps)."""
+) -> str:
+    """Filters that selected no message: "not found" on stderr (with a hint where one helps);
+    the same words (the verdict of the machine formats) returned."""
     from . import select as sel
 
     hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
@@ -851,7 +878,7 @@ def _not_found(
         unknown = [t for t in topics if t not in store.topics()]
         if unknown:
             hint = f"no consume queue for {', '.join(unknown)}; the topics with one: {', '.join(store.topics()) or '-'}"
-    return int(sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, bounds), hint))
+    return sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, bounds), hint)
 
 
 def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) -> Iterator[Record]:
@@ -891,9 +918,10 @@ def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) 
 )
 @click.option("--resolve", is_flag=True, help="Show the message each unit points at (and whether it matches the unit).")
 @limit_option
-@format_option()
+@dump_format
 def dump_consumequeue(
-    fmt: str | None,
+    fmt: str,
+    columns: tuple[str, ...] | None,
     limit: int | None,
     topic: str | None,
     queue_id: int | None,
@@ -915,11 +943,13 @@ def dump_consumequeue(
     recs: Iterable[Record] = only_file(qy.iter_cq_entries(store, topic, queue_id), one.get("file"))
     if from_qoffset is not None or to_qoffset is not None:
         recs = in_queue_range(recs, from_qoffset, to_qoffset)
-    columns = CQ_COLUMNS
+    shown = CQ_COLUMNS
+    more = [("points_to", "POINTS TO"), ("msg_id", "MSG ID"), ("store_time", "STORED (UTC)")]
     if resolve:
         recs = resolved(store, make_profile(broker_version), recs)
-        columns = CQ_COLUMNS + [("points_to", "POINTS TO"), ("msg_id", "MSG ID"), ("store_time", "STORED (UTC)")]
-    return output(recs, fmt, columns, limit, "consumequeue")
+        shown = CQ_COLUMNS + more
+    shown = pick_columns(columns, shown, fields(rec.CONSUMEQUEUE, more if resolve else []))
+    return output(recs, fmt, shown, limit, "consumequeue", command="dump consumequeue")
 
 
 @command.command("index")
@@ -937,9 +967,10 @@ def dump_consumequeue(
 @click.option("--until", default=None, help="With --key: only entries stored at or before this time.")
 @click.option("--body", "with_body", is_flag=True, help="With --key: include the message bodies.")
 @limit_option
-@format_option()
+@dump_format
 def dump_index(
-    fmt: str | None,
+    fmt: str,
+    columns: tuple[str, ...] | None,
     limit: int | None,
     broker_version: str,
     entries: bool,
@@ -967,10 +998,19 @@ def dump_index(
             if qy.index_usable(store) and (topic is not None or store.topics())
             else "index lookup (no usable index file, or no topic to look up; dump commitlog --key scans the commitlog)"
         )
-        return output(recs, fmt, INDEX_HIT_COLUMNS, limit, title)
+        shown = pick_columns(columns, INDEX_HIT_COLUMNS, fields(rec.INDEX_HIT))
+        return output(recs, fmt, shown, limit, title, command="dump index")
     if topic is not None:
         raise click.UsageError("--topic needs --key")
-    return output(only_file(qy.iter_index(store, entries=entries), one.get("file")), fmt, INDEX_COLUMNS, limit, "index")
+    shown = pick_columns(columns, INDEX_COLUMNS, fields(rec.INDEX))
+    return output(
+        only_file(qy.iter_index(store, entries=entries), one.get("file")),
+        fmt,
+        shown,
+        limit,
+        "index",
+        command="dump index",
+    )
 
 
 @command.command("checkpoint")
@@ -978,14 +1018,15 @@ def dump_index(
 @output_file_options
 @quiet_flag
 @store_argument
-@format_option()
-def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
+@dump_format
+def dump_checkpoint(fmt: str, columns: tuple[str, ...] | None, **store_opts: Any) -> int:
     """The checkpoint file, with the derived min_timestamp and min_timestamp_index."""
     from .files import split_file_arg
 
     store_opts["store"], _one = split_file_arg(store_opts["store"], "checkpoint")
     store = open_store(**store_opts)
-    return output([checkpoint_record(store)], fmt, CHECKPOINT_COLUMNS, None, "checkpoint")
+    shown = pick_columns(columns, CHECKPOINT_COLUMNS, fields(rec.CHECKPOINT))
+    return output([checkpoint_record(store)], fmt, shown, None, "checkpoint", command="dump checkpoint")
 
 
 @command.command("config")
@@ -996,11 +1037,12 @@ def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
 @click.option(
     "--file", "name", default=None, metavar="NAME", help="Only config/NAME (default: every known config file present)."
 )
-@format_option()
-def dump_config(fmt: str | None, name: str | None, **store_opts: Any) -> int:
+@dump_format
+def dump_config(fmt: str, columns: tuple[str, ...] | None, name: str | None, **store_opts: Any) -> int:
     """The fastjson config files (unquoted integer keys accepted), with .bak fallback."""
     store = open_store(**store_opts)
-    return output(config_records(store, name), fmt, CONFIG_COLUMNS, None, "config")
+    shown = pick_columns(columns, CONFIG_COLUMNS, fields(rec.CONFIG))
+    return output(config_records(store, name), fmt, shown, None, "config", command="dump config")
 
 
 __all__ = [

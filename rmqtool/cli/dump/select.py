@@ -81,12 +81,16 @@ def filter_many(records: Iterable[Any], topics: tuple[str, ...], queue_ids: tupl
         yield r
 
 
-def not_found(what: list[str], hint: str | None = None) -> int:
+NOT_FOUND = Exit.REPAIRED  # 1: grep's "nothing selected"; dump never changes a store
+
+
+def not_found(what: list[str], hint: str | None = None) -> str:
+    """Say "not found" on stderr; the same words returned (the verdict of the machine formats)."""
     msg = "not found: no message matches " + ", ".join(what)
     if hint:
         msg += f" ({hint})"
     click.echo(f"rmqtool: {msg}", err=True)
-    return int(Exit.REPAIRED)  # 1: grep's "nothing selected"; dump never changes a store
+    return msg
 
 
 def describe(
@@ -127,4 +131,13 @@ def foreign_id_hint(store: Store, profile: BrokerProfile, msg_ids: tuple[str, ..
     return None
 
 
-__all__ = ["check_msg_id", "Matches", "union_by_offset", "filter_many", "not_found", "describe", "foreign_id_hint"]
+__all__ = [
+    "NOT_FOUND",
+    "check_msg_id",
+    "Matches",
+    "union_by_offset",
+    "filter_many",
+    "not_found",
+    "describe",
+    "foreign_id_hint",
+]
