@@ -19,6 +19,7 @@ that removes or renames a field raises it.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import os
 import sys
@@ -70,6 +71,15 @@ installed with the package, one file per command: \fBrmqtool/cli/schemas/\fR\fIN
 (\fBpython3 \-c 'import rmqtool.cli.schemas as s; print(s.load("verify"))'\fR).
 \fB\-q\fR/\fB\-\-quiet\fR means the same for every command: no progress bar and no chatter on
 stderr; the results are still printed.
+.PP
+\fBLayout.\fR The report for people is laid out for a width: on a terminal its width (COLUMNS),
+elsewhere none (a file or a pipe gets whole rows) unless \fBRMQTOOL_WIDTH\fR gives one. A
+column is as wide as its widest cell; msg ids, codes, file names, offsets and times are never
+split across lines, only prose wraps (on spaces). A table wider than the width leaves out
+its optional columns (named under it: "left out at 80 columns: ..."), then shows a msg id by
+its end ("…000000000123": the offset part); when even that does not fit, each row is printed
+one field per line ("*** 1. row ***", as mysql's \\G). verify repeats its verdict on its last
+line.
 """
 
 
@@ -271,16 +281,61 @@ def output_options(legacy: str | Callable[[], str] | None = None, *, columns: st
 
 
 def console(out: Any = None) -> Any:
-    """A rich console on ``out`` (stdout): the terminal's width on a terminal, wide enough
-    for any row otherwise (a file or pipe gets whole codes and paths, never folded)."""
+    """A rich console on ``out`` (stdout) as wide as :func:`width` says."""
     from rich.console import Console
 
     out = out or sys.stdout
+    return Console(file=out, width=width(out))
+
+
+WIDTH_ENV = "RMQTOOL_WIDTH"
+_UNLIMITED: contextvars.ContextVar[bool] = contextvars.ContextVar("rmqtool_unlimited_width", default=False)
+
+
+@contextmanager
+def unlimited_width() -> Iterator[None]:
+    """No wrapping inside (a machine format that reads the report for people back)."""
+    token = _UNLIMITED.set(True)
     try:
-        tty = out.isatty()
-    except (ValueError, AttributeError):
-        tty = False
-    return Console(file=out) if tty else Console(file=out, width=100_000)
+        yield
+    finally:
+        _UNLIMITED.reset(token)
+
+
+def say(text: str = "", out: Any = None) -> None:
+    """A line of the report for people, wrapped on spaces at :func:`width` (a word, path or
+    code longer than the width stays whole on its own line)."""
+    import textwrap
+
+    out = out or sys.stdout
+    w = width(out)
+    lines = text.split("\n")
+    if w < 100_000:
+        lines = [
+            wrapped
+            for ln in lines
+            for wrapped in (
+                textwrap.wrap(ln, w, break_long_words=False, break_on_hyphens=False, subsequent_indent="  ") or [""]
+            )
+        ]
+    out.write("\n".join(lines) + "\n")
+
+
+def width(out: Any = None) -> int:
+    """The width the report for people is laid out in: RMQTOOL_WIDTH when set; on a terminal
+    its width (COLUMNS, else the terminal's); off a terminal no limit (a file or pipe gets
+    whole rows, as wide as they are: the same whatever reads them)."""
+    out = out or sys.stdout
+    if _UNLIMITED.get():
+        return 100_000
+    cols = os.environ.get(WIDTH_ENV, "")
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    if _is_terminal(out):
+        import shutil
+
+        return shutil.get_terminal_size((80, 24)).columns
+    return 100_000
 
 
 __all__ = [
@@ -299,4 +354,8 @@ __all__ = [
     "color_mode",
     "redirected",
     "console",
+    "width",
+    "WIDTH_ENV",
+    "say",
+    "unlimited_width",
 ]

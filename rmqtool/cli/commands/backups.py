@@ -16,7 +16,7 @@ from ..brokeropts import broker_config_option
 from ..confirm import ask, require_yes_or_terminal, yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
-from ..output import SCHEMA_VERSION, output_options, pick_columns
+from ..output import SCHEMA_VERSION, output_options, pick_columns, say
 from ..render import emit, render, summary_record
 
 COLUMNS = [
@@ -106,11 +106,11 @@ def command(
                 shutil.rmtree(r["path"])
             pruned = doomed
             if fmt == "table" and not quiet:
-                click.echo(f"pruned: {len(doomed)} backup(s), {sum(r['bytes'] for r in doomed)} bytes freed")
+                say(f"pruned: {len(doomed)} backup(s), {sum(r['bytes'] for r in doomed)} bytes freed")
         else:
             click.echo("not pruned: nothing was deleted", err=True)
     elif prune and fmt == "table" and not quiet:
-        click.echo("nothing to prune")
+        say("nothing to prune")
     code = int(Exit.PROBLEMS if any(r["status"] == "UNUSABLE" for r in rows) else Exit.OK)
     unusable = sum(1 for r in rows if r["status"] == "UNUSABLE")
     verdict = f"{len(rows)} backup(s)" + (f", {unusable} unusable" if unusable else "")

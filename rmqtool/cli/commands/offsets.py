@@ -26,7 +26,7 @@ from ..confirm import ask, require_yes_or_terminal, yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..options import check_lock, dry_run_preamble, make_profile, open_store
-from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns
+from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns, say
 from ..progress import quiet_flag
 from ..render import emit, render, summary_record
 
@@ -197,7 +197,7 @@ def _verdict(report: ro.OffsetReport) -> str:
 
 def _table(root: Path, report: ro.OffsetReport, shown: list[tuple[str, str]]) -> None:
     if not report.rows and not report.groups and not report.files:
-        click.echo(f"rmqtool offsets {root}: no consumer offsets found (no offset file under config/)")
+        say(f"rmqtool offsets {root}: no consumer offsets found (no offset file under config/)")
         return
     render(iter(report.rows), "table", shown, title=f"rmqtool offsets {root}")
     render(iter(report.groups), "table", GROUP_COLUMNS, title="per group")
@@ -270,9 +270,9 @@ def _change(
     def table() -> None:
         render(iter(rows), "table", shown, title=desc + (" -- dry run" if dry_run else ""))
         if backup:
-            click.echo(f"backup: {backup} (rmqtool restore {backup} {root})")
+            say(f"backup: {backup} (rmqtool restore {backup} {root})")
         elif dry_run:
-            click.echo("dry run: nothing was changed")
+            say("dry run: nothing was changed")
 
     with closed_stdout_ignored():
         emit(

@@ -26,7 +26,7 @@ from ..destructive import applying, confirmed, dry_run_store, locked_check, pars
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..options import make_profile
-from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns
+from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns, say, unlimited_width
 from ..progress import later_bar, progress_bar, progress_option
 from ..render import emit, summary_record
 
@@ -221,10 +221,10 @@ def _run(
     code = int(Exit.PROBLEMS if plan.problems else Exit.OK)
     with closed_stdout_ignored():
         if dry_run:
-            click.echo("dry run: nothing was changed")
+            say("dry run: nothing was changed")
             return code
         if not plan.effective:
-            click.echo("nothing to do: every file is already as the rebuild makes it")
+            say("nothing to do: every file is already as the rebuild makes it")
             return code
     if not confirmed(yes, f"Apply this rebuild to {store.root}?"):
         return code
@@ -248,7 +248,7 @@ def _json_run(run: Callable[[], int], dry_run: bool, fmt: str, columns: list[tup
 
     _LAST.clear()
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
+    with contextlib.redirect_stdout(buf), unlimited_width():
         code = int(run())
     plan: RebuildPlan | None = _LAST.get("plan")
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "exit_status": code}
@@ -325,7 +325,7 @@ def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[s
     what = "consume queues and index" if plan.cq and plan.index else "consume queues" if plan.cq else "index"
     scope = f"topics {', '.join(plan.topics)}" if plan.topics else "all topics"
     mode = f"continuing from commitlog offset {plan.from_offset}" if plan.from_offset is not None else "full rebuild"
-    click.echo(f"rebuild-index {store.root} (broker {version}): {what}, {scope}, {mode}")
+    say(f"rebuild-index {store.root} (broker {version}): {what}, {scope}, {mode}")
     notes = []
     if plan.cq and not any(store.consume_queues.values()) and store_opts.get("cq_file_size") is None:
         notes.append(
@@ -335,14 +335,14 @@ def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[s
         notes.append(
             "no index file to infer the geometry from: default; give --index-slots/--index-entries if the broker used others"
         )
-    click.echo(
+    say(
         f"geometry: commitlog file {g.commitlog_file_size} B, consume queue file {g.cq_file_size} B, "
         f"index {g.index_slot_num} slots / {g.index_num} entries ({g.index_file_size} B)"
     )
     for n in notes:
-        click.echo(f"  note: {n}")
+        say(f"  note: {n}")
     s = plan.result.stats
-    click.echo(
+    say(
         f"reput: commitlog offsets [{s.from_offset}, {s.end_offset}): {s.records} records, "
         f"{s.dispatched} dispatched ({s.cq_records} to consume queues, {s.index_keys} index keys"
         f"{f', {s.index_skipped} already indexed' if s.index_skipped else ''}), {s.blanks} BLANK, "
@@ -354,27 +354,27 @@ def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[s
             continue
         size = f" ({ch.size} bytes)" if ch.size is not None else ""
         note = f": {ch.note}" if ch.note and (ch.action == REMOVE or ch.kind == "checkpoint") else ""
-        click.echo(f"  {ch.action:<8}{ch.relpath}{size}{note}")
+        say(f"  {ch.action:<8}{ch.relpath}{size}{note}")
     c = plan.counts()
-    click.echo(
+    say(
         f"files: {c['create']} to create, {c['replace']} to replace, {c['remove']} to remove, "
         f"{c['unchanged']} unchanged"
     )
     if cp is not None and plan.checkpoint_before is not None and cp == plan.checkpoint_before:
-        click.echo("checkpoint: unchanged")
+        say("checkpoint: unchanged")
 
 
 def print_summary(plan: RebuildPlan, seconds: float, backup: Path | None) -> None:
     s = plan.result.stats
     c = plan.counts()
     rate = s.dispatched / s.seconds if s.seconds > 0 else 0.0
-    click.echo(
+    say(
         f"done: {s.dispatched} records dispatched, {c['create'] + c['replace']} files written "
         f"({c['create']} created, {c['replace']} replaced), {c['remove']} removed, in {seconds:.2f} s "
         f"(reput {s.seconds:.2f} s, {rate:,.0f} messages/s)"
     )
     if backup is not None:
-        click.echo(f"backup: {backup} (rmqtool restore {backup} {plan.root})")
+        say(f"backup: {backup} (rmqtool restore {backup} {plan.root})")
 
 
 __all__ = ["command", "parse_tz", "print_plan", "print_summary"]

@@ -27,7 +27,7 @@ from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..interrupts import salvage_cleanup
 from ..options import make_profile
-from ..output import format_options, output_file_options, pick_columns
+from ..output import format_options, output_file_options, pick_columns, say
 from ..progress import progress_bar, progress_option
 from ..render import dumps
 
@@ -241,7 +241,7 @@ def _show_plan(plan: RecoveryPlan, out: _Out) -> None:
     with closed_stdout_ignored():
         ds.render_plan("recover", plan, False, _summary_rows(plan), _change_rows(plan), [], False, out.columns, to)
         for n in plan.notes:
-            click.echo(f"note: {n}", file=to)
+            say(f"note: {n}", to)
     _warn_problems(plan)
 
 
@@ -346,11 +346,9 @@ def _print(
             "recover", plan, dry_run, _summary_rows(plan), _change_rows(plan), past, fix_offsets, out.columns
         )
         for n in plan.notes:
-            click.echo(f"note: {n}")
+            say(f"note: {n}")
         if listed is not None:
-            click.echo(
-                f"would be cut: {listed['records']} intact records listed in {Path(listed['dir']) / listed['list']}"
-            )
+            say(f"would be cut: {listed['records']} intact records listed in {Path(listed['dir']) / listed['list']}")
         _print_outcome(plan, result, dry_run, seconds, finished, salvage_to)
 
     ds.emit_outcome(
@@ -531,40 +529,40 @@ def _print_outcome(
             if isinstance(result.dispatched, dict)
             else str(result.dispatched)
         )
-        click.echo(
+        say(
             f"done: {len(result.actions)} changes, {dispatched or 0} records dispatched, {result.cq_units_appended} CQ units "
             f"appended, {result.index_entries_added} index entries, new index files {result.index_files_created or '-'}"
             + (f", in {seconds:.2f} s" if seconds is not None else "")
         )
         if result.delay_tags_mismatch:
-            click.echo(
+            say(
                 f"quirk Q1: {result.delay_tags_mismatch} SCHEDULE_TOPIC_XXXX units carry the TAGS hash, not the delivery time"
             )
         if result.settled_starts:
-            click.echo(
+            say(
                 f"no broker start to follow (the broker refuses this store, or a topic that cannot be a path stops "
                 f"its dispatch): this run also cut the consume queues as its next {result.settled_starts} start(s) "
                 "would (so a second run has nothing to do)"
             )
         if result.unpinned_records is not None:
-            click.echo(
+            say(
                 "deviation: the broker keeps the consume queue units its truncation cut, so each of its later "
                 "starts truncates again and reputs nothing; recover zero-fills them, so this run also did the "
                 f"reput of the broker's next start on its result ({result.unpinned_records} records the broker's "
                 "own starts leave without a unit)"
             )
         if result.salvage:
-            click.echo(f"salvaged: {result.salvage['records']} intact records to {result.salvage['dir']}")
+            say(f"salvaged: {result.salvage['records']} intact records to {result.salvage['dir']}")
         elif salvage_to is not None:
-            click.echo("salvage: nothing is cut, nothing to salvage")
+            say("salvage: nothing is cut, nothing to salvage")
         if result.backup_dir:
-            click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
+            say(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
-        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else "; " + _recap(plan)))
+        say("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else "; " + _recap(plan)))
     elif plan.blocked:
-        click.echo("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
+        say("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
     else:
-        click.echo(
+        say(
             "nothing to do: the store is as the broker's recovery leaves it"
             if not finished
             else "the interrupted recovery was finished; nothing else to do"

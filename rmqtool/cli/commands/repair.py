@@ -30,7 +30,7 @@ from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..options import make_profile
-from ..output import format_options, output_file_options, pick_columns
+from ..output import format_options, output_file_options, pick_columns, say
 from ..progress import progress_bar, progress_option
 from ..render import render
 
@@ -328,7 +328,7 @@ def _plan_tables(
             out=to,
         )
     for n in plan.notes:
-        click.echo(f"note: {n}", file=to)
+        say(f"note: {n}", to)
 
 
 def _summary_rows(plan: RepairPlan) -> list[tuple[str, str]]:
@@ -385,13 +385,13 @@ def _print_outcome(
     plan: RepairPlan, result: CommitResult | None, dry_run: bool, seconds: float | None, finished: bool
 ) -> None:
     if result is not None:
-        click.echo(f"done: {len(result.actions)} changes" + (f", in {seconds:.2f} s" if seconds is not None else ""))
+        say(f"done: {len(result.actions)} changes" + (f", in {seconds:.2f} s" if seconds is not None else ""))
         if result.backup_dir:
-            click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
+            say(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
-        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
+        say("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
     else:
-        click.echo(
+        say(
             "nothing to do: no damage found"
             if not finished
             else "the interrupted repair was finished; nothing else to do"

@@ -33,7 +33,7 @@ from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..interrupts import settle_on_interrupt
 from ..options import dry_run_preamble, finish_pending
-from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns
+from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns, say, unlimited_width
 from ..progress import progress_bar, progress_option
 from ..render import emit, summary_record
 
@@ -89,7 +89,7 @@ def command(
     if not dry_run:
         require_yes_or_terminal(yes, "restore", store)
     with closed_stdout_ignored():  # the output may go away (| head): the restore does not depend on it
-        click.echo(
+        say(
             f"restore {store} from {backup_dir} (transaction {doc.get('txid')}: {doc.get('description') or '-'}, "
             f"{doc.get('created_utc')})"
         )
@@ -143,12 +143,12 @@ def _restore(
     with progress_bar(restore_work(doc, dry_run=True), "restore: check", quiet) as advance:
         planned = restore(backup_dir, store, dry_run=True, new_backup_dir=new_backup_dir, progress=advance)
     with closed_stdout_ignored():
-        click.echo(format_plan(planned))
+        say(format_plan(planned))
         if dry_run:
-            click.echo("dry run: nothing was changed")
+            say("dry run: nothing was changed")
             return int(Exit.OK)
         if not planned:
-            click.echo("nothing to do: the store already holds the backed-up bytes")
+            say("nothing to do: the store already holds the backed-up bytes")
             return int(Exit.OK)
     if not ask(yes, f"Restore {store} from {backup_dir}?"):
         click.echo("not applied: nothing was changed", err=True)
@@ -156,7 +156,7 @@ def _restore(
     with settle_on_interrupt(store, "restore"), progress_bar(restore_work(doc), "restore: apply", quiet) as advance:
         restore(backup_dir, store, new_backup_dir=new_backup_dir, progress=advance)
     with closed_stdout_ignored():
-        click.echo(
+        say(
             f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
             + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else "")
         )
@@ -179,7 +179,7 @@ def _json(
     """A machine format: the text output kept out of stdout; one JSON document (json), the
     planned actions and a summary record (jsonl), or the actions and a summary row (csv)."""
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):  # (click types a command's callback as optional; this one has it)
+    with contextlib.redirect_stdout(buf), unlimited_width():  # (click types a command's callback as optional)
         code = int(
             command.callback(
                 backup_dir=backup_dir,

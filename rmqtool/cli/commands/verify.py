@@ -239,6 +239,8 @@ def _summary(report: VerifyReport, out: TextIO, columns: list[tuple[str, str]]) 
             else "findings",
             out=out,
         )
+    # the verdict again, last: the first lines have scrolled away above a long table
+    console.print(lines[0], highlight=False, markup=False)
 
 
 __all__ = ["command", "write_report"]
