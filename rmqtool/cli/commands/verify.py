@@ -24,7 +24,7 @@ from ..brokeropts import recovery_walk_options, refusal_findings
 from ..cmdopts import store_command_options
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
-from ..nextsteps import next_step
+from ..nextsteps import next_command, next_step
 from ..options import make_profile, open_store
 from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns
 from ..output import console as _console
@@ -85,6 +85,7 @@ def _finding_fields() -> list[tuple[str, str]]:
     """What --columns may name: every field of a finding."""
     return [(c.name, c.header or c.name.upper()) for c in records.FINDING.columns] + [
         ("next", "NEXT"),
+        ("next_command", "NEXT COMMAND"),
         ("details", "DETAILS"),
     ]
 
@@ -140,7 +141,7 @@ def write_report(
     def document() -> dict[str, Any]:
         doc = report.to_dict()
         for f in doc["findings"]:
-            f["next"] = next_step(f, report.store)
+            _with_next(f, report)
         doc["schema_version"] = SCHEMA_VERSION
         doc["verdict"] = _verdict(report)
         doc["exit_status"] = code
@@ -160,9 +161,16 @@ def write_report(
 
 def _findings(report: VerifyReport) -> Iterator[dict[str, Any]]:
     for f in report.findings:
-        d = f.to_dict()
-        d["next"] = next_step(d, report.store)
-        yield d
+        yield _with_next(f.to_dict(), report)
+
+
+def _with_next(d: dict[str, Any], report: VerifyReport) -> dict[str, Any]:
+    """The finding with ``next`` (the step in words) and ``next_command`` (its argv after
+    ``rmqtool``, or null), decided with the recovery outlook."""
+    outlook = report.summary.get("recovery")
+    d["next"] = next_step(d, report.store, outlook)
+    d["next_command"] = next_command(d, report.store, outlook)
+    return d
 
 
 def _summary_record(report: VerifyReport, code: int) -> dict[str, Any]:
@@ -216,7 +224,7 @@ def _summary(report: VerifyReport, out: TextIO, columns: list[tuple[str, str]]) 
     steps: dict[str, str] = {}
     for f in sorted(report.findings, key=lambda f: f.severity != "error"):
         d = f.to_dict()
-        steps.setdefault(next_step(d, report.store), d["code"])
+        steps.setdefault(next_step(d, report.store, report.summary.get("recovery")), d["code"])
     for step, code in list(steps.items())[:8]:
         lines.append(f"next ({code}): {step}")
     for line in lines:
@@ -231,7 +239,7 @@ def _summary(report: VerifyReport, out: TextIO, columns: list[tuple[str, str]]) 
     shown = sorted(report.findings, key=lambda f: f.severity != "error")[:FIRST_FINDINGS]  # errors first
     if shown:
         render(
-            (dict(f.to_dict(), next=next_step(f.to_dict(), report.store)) for f in shown),
+            (_with_next(f.to_dict(), report) for f in shown),
             "table",
             columns,
             title=f"findings ({len(report.findings)}; first {len(shown)} shown)"

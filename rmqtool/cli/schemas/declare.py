@@ -191,8 +191,9 @@ def verify() -> dict[str, Any]:
             "message": S,
             "details": OBJ,
             "next": S,
+            "next_command": null(arr(S)),
         },
-        ("code", "severity", "message", "next"),
+        ("code", "severity", "message", "next", "next_command"),
     )
     check = obj({"name": S, "status": S, "items": I, "errors": I, "warnings": I, "stats": OBJ}, ("name", "status"))
     checked = obj(
