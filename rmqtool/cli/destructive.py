@@ -72,6 +72,14 @@ def applying(
         yield store, finished
 
 
+def backup_place(root: Path, backup_dir: Path | None) -> str:
+    """Where a real run's backup goes, for the question: --backup-dir, or the new directory
+    beside the store (its time is taken when the change starts)."""
+    if backup_dir is not None:
+        return str(backup_dir)
+    return f"a new {root.name}.rmqtool-backup-<time> beside it ({root.parent})"
+
+
 def confirmed(yes: bool, question: str, show: Callable[[], None] | None = None) -> bool:
     """True when the change may be applied: --yes, or the operator, shown the plan
     (``show``, only when asking), answers yes; a refusal is said on stderr."""
@@ -208,6 +216,7 @@ def warn(msg: str, kind: str = "warning") -> None:
 
 __all__ = [
     "CHANGE_COLUMNS",
+    "backup_place",
     "emit_outcome",
     "applying",
     "confirmed",

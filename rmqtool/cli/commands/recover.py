@@ -202,11 +202,14 @@ def _apply(
                 "recover changes nothing until that file is removed or renamed (see the problems below)",
                 "problem",
             )
+        prompt = 0.0  # the time spent at the question: not the command's
+        shown = False
         if not blocked and not plan.nothing_to_do:
-            if not ds.confirmed(
-                yes, f"Apply this recovery to {ds.store_root(store_opts)}?", lambda: _show_plan(plan, out)
-            ):
+            t_q = time.perf_counter()
+            shown = not yes  # the plan is shown once, above the question
+            if not ds.confirmed(yes, _question(plan, store_opts, backup_dir), lambda: _show_plan(plan, out)):
                 return int(Exit.PROBLEMS)
+            prompt = time.perf_counter() - t_q if shown else 0.0
             extra = _offsets_hook(store, plan, profile, fix_offsets, past)
             result = _apply_plan(store, plan, profile, backup_dir, salvage_to, quiet, jobs, tz, extra)
         bad_topics = [
@@ -221,16 +224,27 @@ def _apply(
                 out,
                 dry_run=False,
                 code=code,
-                seconds=time.perf_counter() - t0,
+                seconds=time.perf_counter() - t0 - prompt,
                 finished=finished,
                 salvage_to=salvage_to,
                 past=past,
                 fix_offsets=fix_offsets,
+                plan_shown=shown,
             )
     _warn_problems(plan)
     for p in bad_topics:
         ds.warn(p.one_line(), "problem")
     return code
+
+
+def _question(plan: RecoveryPlan, store_opts: dict[str, Any], backup_dir: Path | None) -> str:
+    """The question: what the recovery cuts, what repair would keep, where the cut bytes go."""
+    root = ds.store_root(store_opts)
+    keep = f" ({plan.intact_cut} intact: rmqtool repair would keep them)" if plan.intact_cut else ""
+    return (
+        f"Apply this recovery to {root}? It cuts {plan.bytes_cut} commitlog bytes, {plan.messages_cut} "
+        f"messages{keep}; every byte cut goes to {ds.backup_place(root, backup_dir)}"
+    )
 
 
 def _show_plan(plan: RecoveryPlan, out: _Out) -> None:
@@ -337,16 +351,18 @@ def _print(
     past: list[OffsetChange] | None = None,
     fix_offsets: bool = False,
     listed: dict[str, Any] | None = None,
+    plan_shown: bool = False,
 ) -> None:
     past = past or []
     offsets_fixed = bool(fix_offsets and past and not dry_run)
 
     def table() -> None:
-        ds.render_plan(
-            "recover", plan, dry_run, _summary_rows(plan), _change_rows(plan), past, fix_offsets, out.columns
-        )
-        for n in plan.notes:
-            say(f"note: {n}")
+        if not plan_shown:  # (shown above the question already: the outcome alone now)
+            ds.render_plan(
+                "recover", plan, dry_run, _summary_rows(plan), _change_rows(plan), past, fix_offsets, out.columns
+            )
+            for n in plan.notes:
+                say(f"note: {n}")
         if listed is not None:
             say(f"would be cut: {listed['records']} intact records listed in {Path(listed['dir']) / listed['list']}")
         _print_outcome(plan, result, dry_run, seconds, finished, salvage_to)

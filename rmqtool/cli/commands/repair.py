@@ -144,10 +144,17 @@ def _apply(
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
         result: CommitResult | None = None
+        prompt = 0.0  # the time spent at the question: not the command's
+        shown = False
         if not plan.nothing_to_do:
-            if not ds.confirmed(yes, f"Apply this repair to {root}?", lambda: _show_plan(plan, out, past, fix_offsets)):
+            t_q = time.perf_counter()
+            shown = not yes  # the plan is shown once, above the question
+            if not ds.confirmed(
+                yes, _question(plan, root, backup_dir), lambda: _show_plan(plan, out, past, fix_offsets)
+            ):
                 plan.discard()
                 return int(Exit.PROBLEMS)
+            prompt = time.perf_counter() - t_q if shown else 0.0
             extra = _offsets_fix(root, past) if fix_offsets and past else None
             result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
         plan.discard()
@@ -159,13 +166,25 @@ def _apply(
                 out,
                 dry_run=False,
                 code=code,
-                seconds=time.perf_counter() - t0,
+                seconds=time.perf_counter() - t0 - prompt,
                 finished=finished,
                 past=past,
                 fix_offsets=fix_offsets,
+                plan_shown=shown,
             )
     _warn_problems(plan)
     return code
+
+
+def _question(plan: RepairPlan, root: Path, backup_dir: Path | None) -> str:
+    """The question: what the repair replaces, the intact messages it keeps, where the
+    replaced bytes go."""
+    regions = sum(1 for r in plan.regions if r.kind != "end of data")
+    return (
+        f"Apply this repair to {root}? It fills {regions} damaged region(s), quarantines "
+        f"{len(plan.quarantined)} message(s) and keeps all {plan.intact_records} intact messages "
+        f"(recover would cut {plan.recover_would_cut}); every byte replaced goes to {ds.backup_place(root, backup_dir)}"
+    )
 
 
 def _show_plan(plan: RepairPlan, out: _Out, past: list[OffsetChange], fix_offsets: bool) -> None:
@@ -208,6 +227,7 @@ def _print(
     finished: bool = False,
     past: list[OffsetChange] | None = None,
     fix_offsets: bool = False,
+    plan_shown: bool = False,
 ) -> None:
     past = past or []
     done = (
@@ -217,7 +237,8 @@ def _print(
     )
 
     def table() -> None:
-        _plan_tables(plan, dry_run, past, fix_offsets, out.columns, None)
+        if not plan_shown:  # (shown above the question already: the outcome alone now)
+            _plan_tables(plan, dry_run, past, fix_offsets, out.columns, None)
         _print_outcome(plan, result, dry_run, seconds, finished)
 
     ds.emit_outcome(
