@@ -32,7 +32,7 @@ def test_unknown_msg_id_key_and_topic_say_not_found_and_exit_1(capsys: pytest.Ca
         assert (code, recs) == (1, []), argv
         assert err.startswith("rmqtool: not found:") and argv[1] in err and len(err.splitlines()) == 1
     _, _, err = dump(capsys, "--topic", "NoSuchTopic")
-    assert "no consume queue for NoSuchTopic" in err and "TopicA" in err
+    assert "no consume queue for NoSuchTopic" in err and "3 topics have one" in err  # (not a list of them all)
     code, recs, err = dump(capsys, "--msg-id", m["msg_id"])
     assert code == 0 and len(recs) == 1 and err == ""
 
@@ -125,3 +125,45 @@ def test_consumequeue_range_and_resolve(capsys: pytest.CaptureFixture[str]) -> N
     for u in units:
         assert u["points_to"] == "OK" and u["message"]["physical_offset"] == u["commitlog_offset"]
         assert u["msg_id"] == by_off[u["commitlog_offset"]]["msg_id"] and u["store_time"].endswith("Z")
+
+
+def test_every_dump_miss_is_not_found_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 34, pain 6: dump consumequeue --topic Nope and dump index --key NOPE exited 0."""
+    for argv, what in (
+        (["consumequeue", CLEAN, "--topic", "Nope"], "no unit matches --topic Nope"),
+        (["consumequeue", CLEAN, "--topic", "TopicA", "--queue", "9"], "no unit matches --topic TopicA, --queue-id 9"),
+        (["index", CLEAN, "--key", "NOPE"], "no index entry matches --key NOPE"),
+    ):
+        capsys.readouterr()
+        code = run(["dump", *argv, "--format", "jsonl"])
+        cap = capsys.readouterr()
+        assert code == 1 and jsonl_records(cap.out, 1) == [] and what in cap.err, (argv, code, cap.err)
+
+
+def test_a_misspelt_topic_gets_did_you_mean_not_every_topic(capsys: pytest.CaptureFixture[str]) -> None:
+    for sub in ("commitlog", "consumequeue"):
+        capsys.readouterr()
+        assert run(["dump", sub, CLEAN, "--topic", "TopicX", "--format", "jsonl"]) == 1
+        err = capsys.readouterr().err
+        assert "did you mean TopicC or TopicB or TopicA?" in err and "3 topics have one" in err, err
+        assert "the topics with one" not in err  # (the list of every topic: 16 KB on a 1,000-topic store)
+
+
+def test_repeated_filters_are_unions_on_every_dump(capsys: pytest.CaptureFixture[str]) -> None:
+    def recs(*argv: str) -> list[dict[str, Any]]:
+        capsys.readouterr()
+        code = run(["dump", *argv, "--format", "jsonl"])
+        return jsonl_records(capsys.readouterr().out, code)
+
+    b0 = recs("consumequeue", CLEAN, "--topic", "TopicB", "--queue", "0")
+    b1 = recs("consumequeue", CLEAN, "--topic", "TopicB", "--queue", "1")
+    c = recs("consumequeue", CLEAN, "--topic", "TopicC")
+    assert b0 and b1 and c
+    assert recs("consumequeue", CLEAN, "--topic", "TopicB", "--queue", "0", "--queue", "1") == b0 + b1
+    assert recs("consumequeue", CLEAN, "--topic", "TopicC", "--topic", "TopicB", "--queue", "0") == (
+        [u for u in c if u["queue_id"] == 0] + b0
+    )
+    k1 = recs("index", CLEAN, "--key", "ORDER-1")
+    k2 = recs("index", CLEAN, "--key", "USER-3")
+    both = recs("index", CLEAN, "--key", "USER-3", "--key", "ORDER-1", "--key", "ORDER-1")
+    assert k1 and k2 and both == sorted(k1 + k2, key=lambda r: r["commitlog_offset"])

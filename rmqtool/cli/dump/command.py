@@ -875,9 +875,7 @@ def _not_found(
 
     hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
     if topics and not hint:
-        unknown = [t for t in topics if t not in store.topics()]
-        if unknown:
-            hint = f"no consume queue for {', '.join(unknown)}; the topics with one: {', '.join(store.topics()) or '-'}"
+        hint = sel.topic_hint(store, topics)
     return sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, bounds), hint)
 
 
@@ -898,8 +896,18 @@ def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) 
 @quiet_flag
 @store_argument
 @broker_version_option
-@click.option("--topic", default=None, help="Only this topic's queues.")
-@click.option("--queue-id", "--queue", "queue_id", type=int, default=None, help="Only this queue id.")
+@click.option(
+    "--topic", "topics", multiple=True, metavar="TOPIC", help="Only this topic's queues (repeatable: any of them)."
+)
+@click.option(
+    "--queue-id",
+    "--queue",
+    "queue_ids",
+    type=int,
+    multiple=True,
+    metavar="QID",
+    help="Only this queue id (repeatable: any of them).",
+)
 @click.option(
     "--from",
     "from_qoffset",
@@ -923,8 +931,8 @@ def dump_consumequeue(
     fmt: str,
     columns: tuple[str, ...] | None,
     limit: int | None,
-    topic: str | None,
-    queue_id: int | None,
+    topics: tuple[str, ...],
+    queue_ids: tuple[int, ...],
     broker_version: str,
     from_qoffset: int | None,
     to_qoffset: int | None,
@@ -932,15 +940,17 @@ def dump_consumequeue(
     **store_opts: Any,
 ) -> int:
     """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped).
-    STORE may be one consume queue file (STORE/consumequeue/TOPIC/QID/NAME)."""
+    STORE may be one consume queue file (STORE/consumequeue/TOPIC/QID/NAME). When filters
+    select no unit: "not found" on stderr and exit status 1."""
+    from . import select as sel
     from .files import in_queue_range, only_file, resolved, split_file_arg
 
     store_opts["store"], one = split_file_arg(store_opts["store"], "consumequeue")
     if one:
-        topic, queue_id = one["topic"], one["queue_id"]
+        topics, queue_ids = (one["topic"],), (one["queue_id"],)
     store = open_store(**store_opts)
     refuse_unsafe(store, "consumequeue")
-    recs: Iterable[Record] = only_file(qy.iter_cq_entries(store, topic, queue_id), one.get("file"))
+    recs: Iterable[Record] = only_file(sel.cq_units(store, topics, queue_ids), one.get("file"))
     if from_qoffset is not None or to_qoffset is not None:
         recs = in_queue_range(recs, from_qoffset, to_qoffset)
     shown = CQ_COLUMNS
@@ -949,7 +959,25 @@ def dump_consumequeue(
         recs = resolved(store, make_profile(broker_version), recs)
         shown = CQ_COLUMNS + more
     shown = pick_columns(columns, shown, fields(rec.CONSUMEQUEUE, more if resolve else []))
-    return output(recs, fmt, shown, limit, "consumequeue", command="dump consumequeue")
+    filtered = bool(topics or queue_ids) or from_qoffset is not None or to_qoffset is not None
+    counted = sel.Matches()
+
+    def finish(code: int) -> tuple[int, str]:
+        if filtered and counted.seen == 0 and limit != 0:
+            what = sel.describe(topics, queue_ids, (), (), {"from": from_qoffset, "to": to_qoffset})
+            return code | int(sel.NOT_FOUND), sel.not_found(what, sel.topic_hint(store, topics), "unit")
+        return code, f"{counted.seen} units" + (", with damage met" if code else "")
+
+    return output(
+        counted.watch(recs),
+        fmt,
+        shown,
+        limit,
+        "consumequeue",
+        say_empty=not (filtered and limit != 0),
+        command="dump consumequeue",
+        finish=finish,
+    )
 
 
 @command.command("index")
@@ -958,8 +986,11 @@ def dump_consumequeue(
 @click.option("--topic", default=None, help="With --key: the topic (default: every topic with a consume queue).")
 @click.option(
     "--key",
-    default=None,
-    help="Walk the hash chain of TOPIC#KEY like the broker's index lookup; print the entries whose message has the key.",
+    "keys",
+    multiple=True,
+    metavar="KEY",
+    help="Walk the hash chain of TOPIC#KEY like the broker's index lookup; print the entries whose message has the "
+    "key (repeatable: any of them).",
 )
 @click.option(
     "--since", default=None, help="With --key: only entries stored at or after this time (epoch ms or ISO 8601)."
@@ -975,7 +1006,7 @@ def dump_index(
     broker_version: str,
     entries: bool,
     topic: str | None,
-    key: str | None,
+    keys: tuple[str, ...],
     since: str | None,
     until: str | None,
     with_body: bool,
@@ -988,18 +1019,33 @@ def dump_index(
     store_opts["store"], one = split_file_arg(store_opts["store"], "index")
     store = open_store(**store_opts)
     refuse_unsafe(store, "index")
-    if key is not None:
+    if keys:
+        from . import select as sel
+
         profile = make_profile(broker_version)
-        recs = index_hit_records(
-            store, profile, topic, key, parse_time(since, "--since"), parse_time(until, "--until"), with_body
+        since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
+        recs = sel.union_of_hits(
+            [index_hit_records(store, profile, topic, k, since_ms, until_ms, with_body) for k in keys]
         )
+        usable = qy.index_usable(store) and (topic is not None or bool(store.topics()))
         title = (
             "index lookup"
-            if qy.index_usable(store) and (topic is not None or store.topics())
+            if usable
             else "index lookup (no usable index file, or no topic to look up; dump commitlog --key scans the commitlog)"
         )
         shown = pick_columns(columns, INDEX_HIT_COLUMNS, fields(rec.INDEX_HIT))
-        return output(recs, fmt, shown, limit, title, command="dump index")
+        counted = sel.Matches()
+
+        def finish(code: int) -> tuple[int, str]:
+            if counted.seen == 0 and limit != 0 and usable:
+                what = sel.describe((topic,) if topic else (), (), keys, (), {"since": since, "until": until})
+                hint = sel.topic_hint(store, (topic,)) if topic else None
+                return code | int(sel.NOT_FOUND), sel.not_found(what, hint, "index entry")
+            return code, f"{counted.seen} index entries" + (", with damage met" if code else "")
+
+        return output(
+            counted.watch(recs), fmt, shown, limit, title, say_empty=not usable, command="dump index", finish=finish
+        )
     if topic is not None:
         raise click.UsageError("--topic needs --key")
     shown = pick_columns(columns, INDEX_COLUMNS, fields(rec.INDEX))
