@@ -238,6 +238,8 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
     meta["version"] = label
     kw["broker_version"] = label
     moot = f"; {inf.describe_moot()}" if inf.moot else ""
+    if kw.get("quiet"):  # -q: no chatter (the note changes no result; the refusal above still speaks)
+        return chosen
     if inf.ambiguous:
         _note(
             f"--broker-version auto: assuming {label} (candidates {inf.describe_candidates()}; {inf.describe_evidence()})"
