@@ -154,6 +154,34 @@ def _table(doc: dict[str, Any], all_queues: bool, cols: list[tuple[str, str]]) -
     con.print(f"verdict: {o['verdict']}", highlight=False, markup=False)
     for step in o["next"]:
         con.print(f"next: {step}", highlight=False, markup=False)
+    safe = doc["safe_to_start"]
+    con.print(
+        "safe to start the broker: "
+        + ("yes" if safe else "no" if safe is False else "unknown without the walk of --deep"),
+        highlight=False,
+        markup=False,
+    )
+    if doc["would_lose"] is not None:
+        at_risk = doc["intact_at_risk"]
+        con.print(
+            f"the next start would lose: {doc['would_lose']} messages"
+            + (f" ({at_risk} of them intact: rmqtool repair keeps them)" if at_risk else "")
+            + f"; {doc['undispatched']} messages not yet in the consume queues (its start dispatches them)",
+            highlight=False,
+            markup=False,
+        )
+    co = doc["consumer_offsets"]
+    if co["offsets"]:
+        behind = doc["consumers_behind"]
+        con.print(
+            f"consumers: {co['groups']} group(s), {co['offsets']} committed offsets, {co['lag']} messages not "
+            f"consumed"
+            + (f" (behind: {', '.join(behind)})" if behind else "")
+            + (f"; {co['ahead']} ahead of their queue's end" if co["ahead"] else "")
+            + (f"; {co['behind']} behind its start" if co["behind"] else ""),
+            highlight=False,
+            markup=False,
+        )
     plan = doc.get("recovery_plan")
     if plan is not None:
         con.print(
