@@ -83,3 +83,20 @@ def test_without_deep_safe_to_start_is_unknown_after_a_crash(
     run(["info", str(root), "-q", "--broker-version", V, "--deep"])
     out = capsys.readouterr().out
     assert "safe to start the broker: yes" in out and "the next start would lose: 0 messages" in out
+
+
+def test_a_contradicted_release_is_refused_with_the_evidence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, pain 8: --broker-version 4.9.4 on a store only 5.x writes was accepted
+    silently (and every 4.9.4 rule applied); now a usage error naming the evidence."""
+    root = copy_store("clean", tmp_path / "s")
+    (root / "timerwheel").write_bytes(b"")
+    for argv in (["verify", str(root)], ["recover", str(root), "--dry-run"], ["info", str(root)]):
+        capsys.readouterr()
+        assert run([*argv, "-q", "--broker-version", "4.9.4"]) == 2, argv
+        err = capsys.readouterr().err
+        assert "timerwheel exists (only 5.x writes it)" in err and "4.9.4 is a 4.x release" in err, err
+    capsys.readouterr()
+    assert run(["verify", str(root), "-q", "--broker-version", "5.3.3", "--format", "json"]) == 0
+    assert run(["verify", str(copy_store("clean", tmp_path / "t")), "-q", "--broker-version", "4.9.4"]) == 0
