@@ -189,6 +189,12 @@ def store_info(
     return doc
 
 
+def _timers_waiting(store: Store) -> int | None:
+    """The timer and delay messages waiting for their time (5.x timer store, 4.x schedule
+    queues): the hook the timer and delay issue (36) fills; None (unknown) until then."""
+    return None
+
+
 def _consumer_offsets(root: Path, queues: list[dict[str, Any]]) -> dict[str, Any]:
     """The committed offsets (consumerOffset.json and lmqConsumerOffset.json, as the broker
     loads them) against the queues as they are: how many, how many ahead of their queue's end
@@ -261,6 +267,7 @@ def _at_a_glance(store: Store, profile: BrokerProfile, doc: dict[str, Any]) -> d
         "undispatched": plan["undispatched"] if plan is not None else None,
         "next": nxt,
         "consumers_behind": offsets["groups_behind"],
+        "timers_waiting": _timers_waiting(store),
         "consumer_offsets": {k: v for k, v in offsets.items() if k != "groups_behind"},
     }
 

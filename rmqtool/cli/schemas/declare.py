@@ -308,6 +308,7 @@ def info() -> dict[str, Any]:
             "undispatched": null(I),
             "next": null(arr(S)),
             "consumers_behind": arr(S),
+            "timers_waiting": null(I),
             "consumer_offsets": obj(
                 {"groups": I, "offsets": I, "ahead": I, "behind": I, "lag": I},
                 ("groups", "offsets", "ahead", "behind", "lag"),
