@@ -270,6 +270,19 @@ def iter_index(store: Store, *, entries: bool = False) -> Iterator[dict[str, Any
 # Lookups of messages
 
 
+def index_end(store: Store) -> int | None:
+    """The physical offset of the last record the index holds (its newest file's
+    endPhyOffset), or None when no index file says."""
+    end = None
+    for f in store.index_files:
+        if f.size != store.geometry.index_file_size:
+            continue
+        h = read_index_header(store, f)
+        if h.end_phy_offset > 0 and (end is None or h.end_phy_offset > end):
+            end = h.end_phy_offset
+    return end
+
+
 def index_usable(store: Store) -> bool:
     """Whether some index file has the size of the store's index geometry. When none has
     (a geometry that neither the sizes nor the options give), a lookup through the index
@@ -369,13 +382,18 @@ def find_by_msg_id(
                     yield "offset", loc
                     return
     found = False
+    scan_from: int | None = None
     if use_index and index_usable(store):
         for _hit, loc in find_by_key(store, profile, topic, text, use_index=True):
             found = True
             yield "index", loc
+        # the index answers for the records it holds: a miss there is a miss, and only the
+        # records after its last entry (not yet indexed) are walked (a miss walked the whole
+        # commitlog: 45 s on 1 GiB)
+        scan_from = index_end(store)
     if found:
         return
-    for loc in scan_messages(store, profile):
+    for loc in scan_messages(store, profile, from_offset=scan_from):
         c = loc.checked
         if c.rec is None or c.uniq_key != text or (topic is not None and c.rec.topic != topic):
             continue

@@ -167,3 +167,35 @@ def test_repeated_filters_are_unions_on_every_dump(capsys: pytest.CaptureFixture
     k2 = recs("index", CLEAN, "--key", "USER-3")
     both = recs("index", CLEAN, "--key", "USER-3", "--key", "ORDER-1", "--key", "ORDER-1")
     assert k1 and k2 and both == sorted(k1 + k2, key=lambda r: r["commitlog_offset"])
+
+
+def test_a_msg_id_miss_is_answered_by_the_index_never_a_scan(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, pain 6: dump commitlog --msg-id <absent> walked the whole commitlog (45 s on
+    1 GiB). The offset in the id and the index answer it: only the records after the
+    index's last entry are walked, and few records are decoded in all."""
+    from rmqtool.recovery import query as qy
+
+    decoded = [0]
+    scan = qy.scan_messages
+    record_at = qy.CommitlogReader.record_at
+
+    def counting_scan(*a: Any, **k: Any) -> Any:
+        for loc in scan(*a, **k):
+            decoded[0] += 1
+            yield loc
+
+    def counting_record_at(self: Any, off: int) -> Any:
+        decoded[0] += 1
+        return record_at(self, off)
+
+    monkeypatch.setattr(qy, "scan_messages", counting_scan)
+    monkeypatch.setattr(qy.CommitlogReader, "record_at", counting_record_at)
+    store = str(real_store("many_files"))  # 1,300 messages, every one indexed
+    for absent in ("0A0000010F2C1B2C3D4E0000FFFF0001", "C0A8000A00002A9F00000000000FFFF0"):
+        decoded[0] = 0
+        capsys.readouterr()
+        code = run(["dump", "commitlog", store, "--msg-id", absent, "--format", "jsonl", "--broker-version", "4.9.4"])
+        assert code == 1 and jsonl_records(capsys.readouterr().out, 1) == []
+        assert decoded[0] <= 20, (absent, decoded[0])  # was 1,300 and more: every record

@@ -711,7 +711,8 @@ def refuse_unsafe(store: Store, prefix: str) -> None:
     "msg_ids",
     multiple=True,
     metavar="ID",
-    help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan); repeatable; any case.",
+    help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan; a miss "
+    "walks only the records the Index does not hold yet); repeatable; any case.",
 )
 @click.option("--scan", is_flag=True, help="For --key/--msg-id: scan the commitlog instead of using the Index.")
 @click.option("--from-offset", type=click.IntRange(0), default=None, help="Start at this physical offset (inclusive).")
