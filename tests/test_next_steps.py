@@ -114,3 +114,36 @@ def test_bit_rot_in_an_old_file_names_repair_and_the_cut_a_crash_would_make(
     assert run(["repair", str(root), "--dry-run", "-q", "--broker-version", V, "--format", "json"]) == 4
     plan = json.loads(capsys.readouterr().out.splitlines()[-1])["plan"]
     assert plan["intact_records"] == 1299 and len(plan["quarantined"]) == 1
+
+
+def test_a_setting_the_store_does_not_show_gets_both_outcomes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, pain 4: on a 5.3 store whose every record carries __CRC32#, verify said
+    "cuts 0 records" and named no step, while a broker with forceVerifyPropCRC=true cuts
+    the intact records from the first mismatch. Now both outcomes, and a step that acts."""
+    import test_identity as ti
+
+    root = tmp_path / "crc"
+    recs = ti.crc_store(root, abort=False)
+    argv = ["verify", str(root), *ti.GEOM, "--broker-version", "5.3.3", "-q"]
+    capsys.readouterr()
+    assert run([*argv, "--format", "json"]) == 4
+    doc = json.loads(capsys.readouterr().out)
+    normal = doc["summary"]["recovery"]["normal"]
+    assert normal["records_cut"] == 0
+    assert normal["if_force_verify_prop_crc"] == {"stop_offset": recs[3]["offset"], "records_cut": 9}
+    f = next(f for f in doc["findings"] if f["code"] == "CL_PROP_CRC")
+    assert f["next_command"] == ["repair", str(root), "--dry-run", "--force-verify-prop-crc"]
+    assert "with forceVerifyPropCRC=true its recovery stops here and cuts 9 records" in f["next"]
+    assert run([*f["next_command"], *ti.GEOM, "--broker-version", "5.3.3", "-q"]) == 4  # repair acts
+    assert "nothing to do" not in capsys.readouterr().out
+    assert run(argv) == 4
+    out = capsys.readouterr().out
+    assert (
+        f"with forceVerifyPropCRC=true (the usual companion of enabledAppendPropCRC) it stops at offset {recs[3]['offset']} and cuts 9 records"
+        in out.replace("\n", " ")
+    )
+    assert run([*argv, "--force-verify-prop-crc", "--format", "json"]) == 4  # the setting given: one outcome
+    normal = json.loads(capsys.readouterr().out)["summary"]["recovery"]["normal"]
+    assert "if_force_verify_prop_crc" not in normal and normal["stop_offset"] == recs[3]["offset"]

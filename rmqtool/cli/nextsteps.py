@@ -94,7 +94,24 @@ def step_for(finding: dict[str, Any], outlook: dict[str, Any] | None = None) -> 
             step = Step(INDEX.argv, "the broker refuses or mis-reads such a file; " + INDEX.why)
     if outlook and step.argv is not None and step.argv[0] == "recover" and code.startswith("CL_"):
         step = _commitlog_damage(finding, outlook) or step
+    if outlook and code == FindingCode.CL_PROP_CRC:
+        step = _prop_crc(finding, outlook) or step
     return step
+
+
+def _prop_crc(finding: dict[str, Any], outlook: dict[str, Any]) -> Step | None:
+    """A __CRC32# mismatch where the broker's walk would stop under forceVerifyPropCRC=true
+    (not set here: the usual companion of enabledAppendPropCRC): the outcome for both values."""
+    nxt = outlook.get(str(outlook.get("mode") or ""))
+    cond = nxt.get("if_force_verify_prop_crc") if isinstance(nxt, dict) else None
+    if not cond or cond["stop_offset"] != finding.get("physical_offset") or not cond["records_cut"]:
+        return None
+    return Step(
+        ("repair", "{store}", "--dry-run", "--force-verify-prop-crc"),
+        f"then with --yes: with forceVerifyPropCRC=false (as here) the broker reads on and nothing is lost; with "
+        f"forceVerifyPropCRC=true its recovery stops here and cuts {cond['records_cut']} records, which repair "
+        "keeps (give the setting the broker runs with: --broker-config)",
+    )
 
 
 def _commitlog_damage(finding: dict[str, Any], outlook: dict[str, Any]) -> Step | None:

@@ -217,6 +217,13 @@ def _summary(report: VerifyReport, out: TextIO, columns: list[tuple[str, str]]) 
                 f"stops at offset {o['stop_offset']}, cuts {o['records_cut']} records"
                 + (f", deletes {len(o['files_deleted'])} file(s)" if o["files_deleted"] else "")
             )
+            cond = o.get("if_force_verify_prop_crc")
+            if cond:  # a setting the store does not show decides: both outcomes
+                lines.append(
+                    f"  that with forceVerifyPropCRC=false (as given); with forceVerifyPropCRC=true (the usual "
+                    f"companion of enabledAppendPropCRC) it stops at offset {cond['stop_offset']} and cuts "
+                    f"{cond['records_cut']} records"
+                )
         if rec.get("abnormal", {}).get("index_files_deleted"):
             lines.append(
                 f"abnormal recovery deletes index files {', '.join(rec['abnormal']['index_files_deleted'])} and re-indexes"
