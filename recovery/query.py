@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -302,6 +302,7 @@ def find_by_key(
     begin: int = 0,
     end: int = LONG_MAX,
     scan_fallback: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[IndexHit | None, Located]]:
     """Messages whose own KEYS or UNIQ_KEY contain ``key`` (and whose topic is ``topic``
     when given), sorted by physical offset like the broker's ``queryMessage``.
@@ -335,7 +336,7 @@ def find_by_key(
         return
     if not scan_fallback:
         return
-    for loc in scan_messages(store, profile):
+    for loc in scan_messages(store, profile, progress=progress):
         c = loc.checked
         if c.rec is None or (topic is not None and c.rec.topic != topic):
             continue
@@ -346,12 +347,18 @@ def find_by_key(
 
 
 def scan_messages(
-    store: Store, profile: BrokerProfile, from_offset: int | None = None, to_offset: int | None = None
+    store: Store,
+    profile: BrokerProfile,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Iterator[Located]:
-    """Every message record of the commitlog (damaged spots skipped), in order."""
+    """Every message record of the commitlog (damaged spots skipped), in order; ``progress``
+    is advanced by the bytes of each file walked."""
     from .scan import iter_store_records  # lazy: recovery.scan is ~19 ms of `rmqtool info`'s start-up
 
-    for f, buf, pos, c in iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset):
+    walk = iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset, progress=progress)
+    for f, buf, pos, c in walk:
         if c.rec is not None and c.is_message:
             yield Located(f, buf, pos, c)
 
@@ -363,6 +370,7 @@ def find_by_msg_id(
     *,
     topic: str | None = None,
     use_index: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[str, Located]]:
     """The message with this id: first as an offset msg id (decode it, seek to its
     physical offset, and accept the record there only if its own msg id is the same),
@@ -393,7 +401,7 @@ def find_by_msg_id(
         scan_from = index_end(store)
     if found:
         return
-    for loc in scan_messages(store, profile, from_offset=scan_from):
+    for loc in scan_messages(store, profile, from_offset=scan_from, progress=progress):
         c = loc.checked
         if c.rec is None or c.uniq_key != text or (topic is not None and c.rec.topic != topic):
             continue

@@ -199,3 +199,16 @@ def test_a_msg_id_miss_is_answered_by_the_index_never_a_scan(
         code = run(["dump", "commitlog", store, "--msg-id", absent, "--format", "jsonl", "--broker-version", "4.9.4"])
         assert code == 1 and jsonl_records(capsys.readouterr().out, 1) == []
         assert decoded[0] <= 20, (absent, decoded[0])  # was 1,300 and more: every record
+
+
+def test_a_scan_a_lookup_cannot_avoid_shows_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    """--scan (or a store without a usable index) walks the commitlog: a progress bar says so
+    (--progress: plain lines on a non-terminal stderr); a lookup through the index shows none."""
+    store = str(real_store("many_files"))
+    base = ["dump", "commitlog", store, "--format", "jsonl", "--broker-version", "4.9.4", "--progress"]
+    capsys.readouterr()
+    assert run([*base, "--key", "NOPE", "--scan"]) == 1
+    err = capsys.readouterr().err
+    assert "rmqtool: dump commitlog: scan: 100% (640.0 KiB of 640.0 KiB)" in err, err
+    assert run([*base, "--key", "MKEY-3"]) == 0
+    assert "scan:" not in capsys.readouterr().err

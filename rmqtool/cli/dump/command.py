@@ -839,10 +839,7 @@ def _selected(
 
     records: Iterable[Record | str]
     if keys or msg_ids:
-        lookups = [commitlog_records(store, profile, key=k, **kw) for k in keys]
-        for m in msg_ids:
-            lookups.append(_msg_id_lookup(store, profile, m, kw))
-        return sel.filter_many(sel.union_by_offset(lookups), topics, queue_ids)
+        return sel.filter_many(_lookups(store, profile, keys, msg_ids, kw), topics, queue_ids)
     if len(topics) > 1 or len(queue_ids) > 1:
         records = sel.filter_many(
             commitlog_records(store, profile, **{**kw, "topic": None, "queue_id": None}), topics, queue_ids
@@ -859,6 +856,25 @@ def _selected(
             records, max(from_offset or 0, first.base), min(end if to_offset is None else to_offset, end)
         )
     return records
+
+
+def _lookups(
+    store: Store, profile: Any, keys: tuple[str, ...], msg_ids: tuple[str, ...], kw: dict[str, Any]
+) -> Iterator[Record]:
+    """The records of every --key and --msg-id lookup (their union, in commitlog order), with
+    a progress bar on stderr from the moment a lookup has to walk the commitlog (--scan, no
+    usable index, the records the index does not hold yet): a scan of a big store is never
+    silent."""
+    from ..progress import later_bar
+    from . import select as sel
+
+    total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
+    with later_bar(total * max(1, len(keys) + len(msg_ids)), "dump commitlog: scan") as advance:
+        kw = {**kw, "progress": advance}
+        lookups: list[Iterable[Record]] = [commitlog_records(store, profile, key=k, **kw) for k in keys]
+        for m in msg_ids:
+            lookups.append(_msg_id_lookup(store, profile, m, kw))
+        yield from sel.union_by_offset(lookups)
 
 
 def _not_found(
