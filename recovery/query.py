@@ -363,6 +363,25 @@ def scan_messages(
             yield Located(f, buf, pos, c)
 
 
+def _messages_from(
+    store: Store, profile: BrokerProfile, start: int | None, progress: Callable[[int], None] | None
+) -> Iterator[Located]:
+    """The messages from the record start ``start`` on (walked from there, not from the start
+    of its file: a 1 GiB file is decoded whole otherwise); every message when ``start`` is
+    None or is no record start."""
+    if start is not None:
+        with CommitlogReader(store, profile) as reader:
+            at = reader.record_at(start)
+        if at is not None and at.checked.rec is not None:
+            from .seek import walk_from  # (seek imports this module)
+
+            for f, buf, pos, c in walk_from(store, profile, start):
+                if c.rec is not None and c.is_message:
+                    yield Located(f, buf, pos, c)
+            return
+    yield from scan_messages(store, profile, progress=progress)
+
+
 def find_by_msg_id(
     store: Store,
     profile: BrokerProfile,
@@ -401,7 +420,7 @@ def find_by_msg_id(
         scan_from = index_end(store)
     if found:
         return
-    for loc in scan_messages(store, profile, from_offset=scan_from, progress=progress):
+    for loc in _messages_from(store, profile, scan_from, progress):
         c = loc.checked
         if c.rec is None or c.uniq_key != text or (topic is not None and c.rec.topic != topic):
             continue
