@@ -770,7 +770,17 @@ def test_json_report_object(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["summary"]["warnings"] == 3 and doc["summary"]["errors"] == 0
     assert doc["summary"]["recovery"]["abnormal"]["stop_offset"] == 771428
     for f in doc["findings"]:
-        assert set(f) == {"code", "severity", "file", "pos", "physical_offset", "message", "details", "next"}
+        assert set(f) == {
+            "code",
+            "severity",
+            "file",
+            "pos",
+            "physical_offset",
+            "message",
+            "details",
+            "next",
+            "next_command",
+        }
 
 
 def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
