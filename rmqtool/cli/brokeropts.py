@@ -195,7 +195,10 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
             given = parse_version(v)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--broker-version") from None
-        _refuse_contradicted(given, v, store, kw, meta)
+        if ctx.get_parameter_source("broker_version") == click.core.ParameterSource.COMMANDLINE:
+            # (RMQTOOL_BROKER_VERSION is a default for every store a shell or a test run
+            # touches: only the release given for this store on its command line is checked)
+            _refuse_contradicted(given, v, store, kw, meta)
         return given
     if store is None:
         return None
