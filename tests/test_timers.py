@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import jsonl_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -256,21 +257,45 @@ def test_slot_chain_reading_quirks(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the recorded fixtures
 
 
+# The timer code's "now" (timers without --at, verify, info, recover) is
+# recovery.timerstore.wall_clock_ms: on a recorded fixture the tests set it to five minutes
+# after the recorded broker's start, so that its messages stay as pending or due as they were
+# then whatever the day the tests run (its one-hour and two-hour timers, the wheel's 7 days).
+# In a subprocess: the rmqtool CLI with the clock set from RMQTOOL_TEST_CLOCK_MS (tests only).
+CLOCKED = (
+    "import os, sys\n"
+    "from rmqtool.recovery import timerstore\n"
+    "c = os.environ.get('RMQTOOL_TEST_CLOCK_MS')\n"
+    "if c:\n"
+    "    timerstore.wall_clock_ms = lambda: int(c)\n"
+    "from rmqtool.cli import main\n"
+    "sys.argv[0] = 'rmqtool'\n"
+    "main()\n"
+)
+RMQTOOL = [sys.executable, "-c", CLOCKED]
+SINCE_START_MS = 300_000
+
+
 @pytest.fixture(params=["clean514", "kill514"])
-def fixture(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+def fixture(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     with tarfile.open(FIXTURES / f"{request.param}.tar.gz") as tar:
         tar.extractall(tmp_path, filter="data")
+    view = json.loads((tmp_path / "view.json").read_text())
+    clock = view["start_ms"] + SINCE_START_MS
+    monkeypatch.setattr(ts, "wall_clock_ms", lambda: clock)
+    monkeypatch.setenv("RMQTOOL_TEST_CLOCK_MS", str(clock))
     return {
         "name": request.param,
         "store": tmp_path / "store",
-        "view": json.loads((tmp_path / "view.json").read_text()),
+        "view": view,
         "result": json.loads((tmp_path / "result.json").read_text()),
+        "clock": clock,
     }
 
 
 def _timers(store: Path, *args: str) -> tuple[int, Any, str]:
     p = subprocess.run(
-        [sys.executable, "-m", "rmqtool", "timers", str(store), *OPTS, "-q", *args],
+        [*RMQTOOL, "timers", str(store), *OPTS, "-q", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -319,7 +344,9 @@ def test_timers_equal_the_recorded_broker(fixture: dict[str, Any]) -> None:
     twice = {m["uniq_key"] for m in msgs if m["delivered_twice"]}
     assert twice == (set() if fixture["name"] == "clean514" else {"T1", "T2"})
     assert rc == (0 if fixture["name"] == "clean514" else 4)
-    assert doc["schema_version"] == 1 and doc["counts"]["due"] + doc["counts"]["pending"] == 5
+    assert (
+        doc["schema_version"] == 2 and doc["exit_status"] == rc and doc["counts"]["due"] + doc["counts"]["pending"] == 5
+    )
     # real topics and delivery times as put
     put = {m["uniq_key"]: m for m in fixture["result"]["messages"]}
     for m in msgs:
@@ -331,12 +358,12 @@ def test_timers_equal_the_recorded_broker(fixture: dict[str, Any]) -> None:
 def test_timers_filters_and_exit_statuses(fixture: dict[str, Any]) -> None:
     at = str(fixture["view"]["start_ms"])
     rc, out, _ = _timers(fixture["store"], "--at", at, "--format", "jsonl", "--state", "pending", "--topic", "TopicB")
-    rows = [json.loads(x) for x in out.splitlines()]
+    rows = jsonl_records(out)
     assert sorted(r["uniq_key"] for r in rows) == ["D3", "T4"]
     # an hour and a half later, T4 (one hour) is due too, T3 (two hours) still pending
     later = str(fixture["view"]["start_ms"] + 5_400_000)
     rc, out, _ = _timers(fixture["store"], "--at", later, "--format", "jsonl", "--state", "due")
-    assert "T4" in {json.loads(x)["uniq_key"] for x in out.splitlines()}
+    assert "T4" in {r["uniq_key"] for r in jsonl_records(out)}
     rc, out, err = _timers(fixture["store"], "--at", at, "--state", "cancelled")
     assert rc == 1 and out == "" and "no timer or delay message matched" in err
     assert _timers(fixture["store"], "--at", "yesterday-ish")[0] == 2
@@ -362,16 +389,16 @@ def test_damaged_timer_files_exit_8_with_one_line(fixture: dict[str, Any]) -> No
 def test_dump_timer_files(fixture: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     store = str(fixture["store"])
     assert run(["dump", "timerlog", store, *OPTS, "--format", "jsonl", "--resolve"]) == 0
-    units = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    units = jsonl_records(capsys.readouterr().out)
     assert [u["status"] for u in units] == ["OK"] * 4
     assert [u["uniq_key"] for u in units] == ["T1", "T3", "T4", "T2"]
     assert [u["magic_flags"] for u in units] == ["default", "default|roll", "default|roll", "default"]
     assert units[2]["prev_pos"] == 52 and all(u["size"] == 52 for u in units)
     assert run(["dump", "timerwheel", store, *OPTS, "--format", "jsonl"]) == 0
-    slots = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    slots = jsonl_records(capsys.readouterr().out)
     assert sorted((s["first_pos"], s["last_pos"]) for s in slots)[-1][1] >= 104
     assert run(["dump", "timercheck", store, *OPTS, "--format", "jsonl"]) == 0
-    cp = json.loads(capsys.readouterr().out)
+    (cp,) = jsonl_records(capsys.readouterr().out)
     assert cp["size"] == 4096 and cp["status"] == "OK"
     if fixture["name"] == "clean514":
         assert cp["last_timer_queue_offset"] == cp["master_timer_queue_offset"] == 4
@@ -381,7 +408,7 @@ def test_dump_timer_files(fixture: dict[str, Any], capsys: pytest.CaptureFixture
     assert (
         run(["dump", "timerlog", store, *OPTS, "--format", "jsonl", "--from-offset", "100", "--to-offset", "150"]) == 0
     )
-    assert [json.loads(x)["pos"] for x in capsys.readouterr().out.splitlines()] == [104]
+    assert [r["pos"] for r in jsonl_records(capsys.readouterr().out)] == [104]
 
 
 def test_dump_timerlog_refuses_a_store_without_timer_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -396,7 +423,7 @@ def test_dump_commitlog_shows_real_topic_and_delivery_and_topic_includes_schedul
 ) -> None:
     store = str(fixture["store"])
     assert run(["dump", "commitlog", store, "--broker-version", "5.1.4", "--format", "jsonl"]) == 0
-    recs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    recs = jsonl_records(capsys.readouterr().out)
     put = {m["uniq_key"]: m for m in fixture["result"]["messages"]}
     sched = [r for r in recs if r["topic"] in ("rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX")]
     assert len(sched) == 7 and all(r["scheduled"] for r in sched)
@@ -411,7 +438,7 @@ def test_dump_commitlog_shows_real_topic_and_delivery_and_topic_includes_schedul
     # --topic TopicB: its own records (D1's delivered copy) and what is still scheduled for it
     # (T4, D3), once each; T2 and D2 (TopicA, TopicC) not
     assert run(["dump", "commitlog", store, "--broker-version", "5.1.4", "--format", "jsonl", "--topic", "TopicB"]) == 0
-    got = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    got = jsonl_records(capsys.readouterr().out)
     assert [(r["topic"], r["uniq_key"], r.get("scheduled", False)) for r in got] == [
         ("TopicB", "D1", False),
         ("rmq_sys_wheel_timer", "T4", True),
@@ -419,19 +446,19 @@ def test_dump_commitlog_shows_real_topic_and_delivery_and_topic_includes_schedul
     ]
     # TopicA: T1 delivered (its copy only, not its scheduled record), T3 and T2 still scheduled
     assert run(["dump", "commitlog", store, "--broker-version", "5.1.4", "--format", "jsonl", "--topic", "TopicA"]) == 0
-    got = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    got = jsonl_records(capsys.readouterr().out)
     assert sorted(r["uniq_key"] for r in got) == ["T1", "T2", "T3"]
     assert [r["uniq_key"] for r in got if r.get("scheduled")] == ["T3", "T2"]
 
 
 def _verify_codes(store: Path, *extra: str) -> tuple[int, set[str]]:
     p = subprocess.run(
-        [sys.executable, "-m", "rmqtool", "verify", str(store), *OPTS, "--format", "jsonl", "-q", *extra],
+        [*RMQTOOL, "verify", str(store), *OPTS, "--format", "jsonl", "-q", *extra],
         capture_output=True,
         text=True,
         timeout=300,
     )
-    return p.returncode, {json.loads(x)["code"] for x in p.stdout.splitlines() if x.startswith("{")}
+    return p.returncode, {r["code"] for r in map(json.loads, p.stdout.splitlines()) if r.get("type") != "summary"}
 
 
 def _patch(path: Path, at: int, data: bytes) -> None:
@@ -513,7 +540,7 @@ def test_info_counts_waiting_messages_once(fixture: dict[str, Any], capsys: pyte
 
 def _recover(store: Path, *extra: str) -> tuple[int, dict[str, Any]]:
     p = subprocess.run(
-        [sys.executable, "-m", "rmqtool", "recover", str(store), *OPTS, "--format", "json", "-q", *extra],
+        [*RMQTOOL, "recover", str(store), *OPTS, "--format", "json", "-q", *extra],
         capture_output=True,
         text=True,
         timeout=300,
@@ -546,12 +573,12 @@ def test_recover_leaves_timer_files_as_the_next_start_and_reports_cut_units(
     assert rc == 4 and timer["slots_revised"] == 1 and sorted(timer["delivered_twice"]) == ["T1", "T2"]
     rc, doc = _recover(store, "--yes", "--backup-dir", str(tmp_path / "bk"))
     assert rc == 1
-    cp = json.loads(_dump_json(store, "timercheck"))
+    (cp,) = jsonl_records(_dump_json(store, "timercheck"))
     assert (
         cp["last_timer_log_flush_pos"] == 208
         and cp["data_version_counter"] == timer["checkpoint_before"]["data_version_counter"] + 1
     )
-    slots = [json.loads(x) for x in _dump_json(store, "timerwheel").splitlines()]
+    slots = jsonl_records(_dump_json(store, "timerwheel"))
     assert any(s["first_pos"] == s["last_pos"] == 156 for s in slots)
     # a fixed point, and restore gives the original bytes back
     assert _recover(store, "--yes")[0] == 0
@@ -561,7 +588,7 @@ def test_recover_leaves_timer_files_as_the_next_start_and_reports_cut_units(
 
 def _dump_json(store: Path, what: str) -> str:
     p = subprocess.run(
-        [sys.executable, "-m", "rmqtool", "dump", what, str(store), *OPTS, "--format", "jsonl"],
+        [*RMQTOOL, "dump", what, str(store), *OPTS, "--format", "jsonl"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -584,9 +611,7 @@ def test_repair_points_units_of_replaced_records_at_nothing(fixture: dict[str, A
     before = log.read_bytes()
     p = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "rmqtool",
+            *RMQTOOL,
             "repair",
             str(store),
             *OPTS,
@@ -628,7 +653,7 @@ def test_repair_points_units_of_replaced_records_at_nothing(fixture: dict[str, A
     assert not {c for c in codes if c.startswith("TIMER_")}
     # a second repair has nothing to do; restore gives the bytes back
     p2 = subprocess.run(
-        [sys.executable, "-m", "rmqtool", "repair", str(store), *OPTS, "--dry-run", "-q"],
+        [*RMQTOOL, "repair", str(store), *OPTS, "--dry-run", "-q"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -679,7 +704,7 @@ def test_a_rocksdb_timer_store_is_refused_by_name(fixture: dict[str, Any]) -> No
     db.close()
     opts = [o if o != "5.1.4" else "5.5.1" for o in OPTS]
     p = subprocess.run(
-        [sys.executable, "-m", "rmqtool", "timers", str(store), *opts, "-q", "--at", "0"],
+        [*RMQTOOL, "timers", str(store), *opts, "-q", "--at", "0"],
         capture_output=True,
         text=True,
         timeout=300,

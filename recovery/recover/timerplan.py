@@ -18,7 +18,6 @@ every other byte recover writes is the broker's.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,7 +93,7 @@ def plan_timer(store: Store, profile: BrokerProfile, end_offset: int, at: int | 
     tfiles = ts.open_timer_files(store, profile)
     if not tfiles.present:
         return None
-    now = int(time.time() * 1000) if at is None else at
+    now = ts.wall_clock_ms() if at is None else at
     if tfiles.fatal:
         p = tfiles.fatal[0]
         return TimerPlan(now, 0, refused=p.one_line(store.root))

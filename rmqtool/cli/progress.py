@@ -65,6 +65,11 @@ def quiet_flag(f: F) -> F:
     )(wrapper)
 
 
+def quiet() -> bool:
+    """-q/--quiet was given (to this command): no chatter on stderr."""
+    return _QUIET.get()
+
+
 def _stderr_tty() -> bool:
     try:
         return sys.stderr.isatty()
@@ -167,4 +172,4 @@ def _amount(n: int, unit: str) -> str:
     return f"{n} B"
 
 
-__all__ = ["later_bar", "progress_bar", "progress_option", "progress_enabled", "quiet_flag", "STEP"]
+__all__ = ["later_bar", "progress_bar", "progress_option", "progress_enabled", "quiet", "quiet_flag", "STEP"]

@@ -10,8 +10,6 @@ messages listed, 4 a listed message is lost or will be delivered twice, 1 nothin
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Any
 
 import click
@@ -23,15 +21,12 @@ from ..brokeropts import recovery_walk_options, timer_setting_options
 from ..cmdopts import store_command_options
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
-from ..options import make_profile, open_store, resolve_format
-from ..output import SCHEMA_VERSION, output_file_options
-from ..progress import _QUIET, progress_bar, progress_option, quiet_flag
-from ..render import dumps, render
+from ..options import make_profile, open_store
+from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns, say
+from ..progress import progress_bar, progress_option, quiet, quiet_flag
+from ..render import emit, render, summary_record
 from ..times import iso, parse_time
 
-FORMATS = ("table", "json", "jsonl")
-#: the JSON version of this command's output (man rmqtool-timers, JSON)
-TIMERS_SCHEMA_VERSION = 1
 COLUMNS = [
     ("state", "STATE"),
     ("deliver_time", "DELIVER AT (UTC)"),
@@ -41,6 +36,20 @@ COLUMNS = [
     ("uniq_key", "UNIQ_KEY"),
     ("rolled", "ROLLED"),
     ("note", "NOTE"),
+]
+
+
+FIELDS = COLUMNS + [
+    ("kind", "KIND"),
+    ("queue_id", "QID"),
+    ("deliver_timestamp", "DELIVER AT (MS)"),
+    ("store_timestamp", "STORED (MS)"),
+    ("store_time", "STORED (UTC)"),
+    ("physical_offset", "OFFSET"),
+    ("delivered_twice", "DELIVERED TWICE"),
+    ("lost_reason", "LOST BECAUSE"),
+    ("delay_level", "LEVEL"),
+    ("cancels", "CANCELS"),
 ]
 
 
@@ -111,20 +120,15 @@ def timer_store_summary(rep: rt.TimersReport) -> dict[str, Any]:
     help="The time the states are computed at, as the broker's next start then would see them (default: now): ISO "
     "8601 (UTC unless an offset is given), epoch s or ms (by magnitude), or relative (+2h, -1d).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default=None,
-    help="table (default on a terminal); json: one document with the counts and the timer store; jsonl: one message "
-    "per line (default when piped).",
-)
+# before the one output rule, timers printed JSON lines into a pipe (RMQTOOL_FORMAT=jsonl)
+@format_options("jsonl", columns="the messages")
 def command(
     broker_version: str,
     topics: tuple[str, ...],
     states: tuple[str, ...],
     at_text: str | None,
-    fmt: str | None,
+    fmt: str,
+    columns: tuple[str, ...] | None,
     **store_opts: Any,
 ) -> int:
     """Every timer message (5.x: TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, waiting in
@@ -139,12 +143,12 @@ def command(
     Exit status: 0 messages listed, 4 a listed message is lost or will be delivered twice,
     1 nothing matched, 2 usage error (a bad --at or --state), 8 a timer file the broker
     cannot load (one line naming the file and offset), 130 interrupted."""
-    now = int(time.time() * 1000)
+    now = ts.wall_clock_ms()
     at = parse_time(at_text, "--at", now) if at_text is not None else now
     assert at is not None
-    if at_text is None and not _QUIET.get():
+    if at_text is None and not quiet():
         click.echo(f"rmqtool: timers at {iso(at)} (now; --at changes it)", err=True)
-    fmt = resolve_format(fmt, FORMATS)
+    shown = pick_columns(columns, COLUMNS, FIELDS)
     profile = make_profile(broker_version)
     store = open_store(**store_opts)
     tfiles = ts.open_timer_files(store, profile)
@@ -160,37 +164,71 @@ def command(
     ]
     for r in rows:
         r["note"] = _note(r)
+    counts = rep.counts()
+    nxt = rep.next_due()
+    if not rows:
+        code = int(Exit.REPAIRED)  # nothing matched: 1, grep's convention (as dump)
+    elif any(r["state"] == "lost" or r.get("delivered_twice") for r in rows):
+        code = int(Exit.PROBLEMS)
+    else:
+        code = int(Exit.OK)
+    verdict = _verdict(rows, at)
+    figures = {
+        "store": str(store.root),
+        "broker_version": profile.label,
+        "at_timestamp": at,
+        "at": iso(at),
+        "counts": counts,
+        "listed": len(rows),
+        "next_due_timestamp": nxt,
+        "next_due": iso(nxt),
+    }
     with closed_stdout_ignored():
-        if fmt == "json":
-            doc = {
-                "schema_version": TIMERS_SCHEMA_VERSION,
-                "output_schema_version": SCHEMA_VERSION,
-                "store": str(store.root),
-                "at_timestamp": at,
-                "at": iso(at),
-                "broker_version": profile.label,
-                "counts": rep.counts(),
-                "listed": len(rows),
-                "next_due_timestamp": rep.next_due(),
-                "next_due": iso(rep.next_due()),
+        emit(
+            fmt,
+            records=({"type": "message", **r} for r in rows),
+            columns=shown,
+            kind="message",
+            summary=lambda: summary_record("timers", verdict, code, **figures),
+            table=lambda: _table(store.root, at, rows, shown, counts, nxt, verdict),
+            document=lambda: {
+                "schema_version": SCHEMA_VERSION,
+                **figures,
                 "timer_store": timer_store_summary(rep),
                 "messages": rows,
-            }
-            sys.stdout.write(dumps(doc) + "\n")
-        elif fmt == "jsonl":
-            render(iter(rows), "jsonl", COLUMNS)
-        else:
-            render(iter(rows), "table", COLUMNS, title=f"rmqtool timers {store.root} at {iso(at)}")
-            c = rep.counts()
-            click.echo(
-                ", ".join(f"{n} {s}" for s, n in c.items())
-                + (f"; next due {iso(rep.next_due())}" if rep.next_due() else "")
-            )
+            },
+        )
     if not rows:
         click.echo("rmqtool: timers: no timer or delay message matched", err=True)
-        return int(Exit.REPAIRED)  # nothing matched: 1, grep's convention (as dump)
-    problems = any(r["state"] == "lost" or r.get("delivered_twice") for r in rows)
-    return int(Exit.PROBLEMS if problems else Exit.OK)
+    return code
+
+
+def _verdict(rows: list[dict[str, Any]], at: int) -> str:
+    """The listed messages in one sentence."""
+    if not rows:
+        return f"no timer or delay message matched at {iso(at)}"
+    lost = sum(1 for r in rows if r["state"] == "lost")
+    twice = sum(1 for r in rows if r.get("delivered_twice"))
+    head = f"{len(rows)} timer/delay message(s) at {iso(at)}"
+    bad = [f"{lost} lost"] if lost else []
+    bad += [f"{twice} delivered twice by the broker's next start"] if twice else []
+    return head + (": " + ", ".join(bad) if bad else "")
+
+
+def _table(
+    root: Any,
+    at: int,
+    rows: list[dict[str, Any]],
+    shown: list[tuple[str, str]],
+    counts: dict[str, int],
+    nxt: int | None,
+    verdict: str,
+) -> None:
+    if not rows:
+        return  # (nothing matched: said on stderr, as dump commitlog's misses)
+    render(iter(rows), "table", shown, title=f"rmqtool timers {root} at {iso(at)}")
+    say(", ".join(f"{n} {s}" for s, n in counts.items()) + (f"; next due {iso(nxt)}" if nxt else ""))
+    say(verdict)
 
 
 def _recovered_end(store: Any, profile: Any) -> int | None:
