@@ -296,7 +296,13 @@ def _timer_units(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: A
     filled = [(r.start_offset, r.end_offset) for r in plan.regions]
     ends = [int(recs.off[i]) + int(recs.size[i]) for i in np.flatnonzero(intact)[-1:]] if len(recs) else []
     data_end = max([*ends, *(b for _a, b in filled)], default=0)
-    return plan_timer_units(store, profile, sorted(filled), data_end)
+    kept = None
+    if len(recs) and profile.has_timer_store:
+        idx = np.flatnonzero(intact)
+        qkeys = recs.qkey[idx]
+        topics = [recs.queues[int(q)][0] if 0 <= int(q) < len(recs.queues) else None for q in qkeys.tolist()]
+        kept = (recs.off[idx].astype(np.int64), topics)
+    return plan_timer_units(store, profile, sorted(filled), data_end, kept)
 
 
 def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan | None:

@@ -48,11 +48,19 @@ class UnitPatch:
 
 
 def plan_timer_units(
-    store: Store, profile: BrokerProfile, filled: list[tuple[int, int]], data_end: int
+    store: Store,
+    profile: BrokerProfile,
+    filled: list[tuple[int, int]],
+    data_end: int,
+    kept: tuple[np.ndarray, list[str | None]] | None = None,
 ) -> list[UnitPatch]:
     """The timer log units whose commitlog record repair replaces by a filler (an offset in
     one of ``filled``'s [start, end) ranges) or that is gone (at or past ``data_end``, the end
-    of the commitlog's data after repair)."""
+    of the commitlog's data after repair); with ``kept`` (the start offsets of the records
+    repair keeps, sorted, and each one's topic), also the units that point where no kept
+    record starts or at a record of another topic than the timer's (verify's
+    TIMER_UNIT_PAST_END and TIMER_UNIT_NOT_TIMER): the broker's dequeue would put such a
+    record to a real topic it does not name, as it would a filler."""
     if not profile.has_timer_store:
         return []
     tfiles = ts.open_timer_files(store, profile)
@@ -74,10 +82,23 @@ def plan_timer_units(
             else np.zeros(len(opy), dtype=bool)
         )
         gone = opy >= data_end
-        for k in np.flatnonzero(written & (inside | gone) & (opy != -1)).tolist():
-            why = (
-                "its record is replaced by a filler" if inside[k] else "its record is gone (past the commitlog's data)"
-            )
+        other = np.zeros(len(opy), dtype=bool)
+        at = np.zeros(len(opy), dtype=np.int64)
+        if kept is not None:
+            starts, topics = kept
+            at = np.clip(np.searchsorted(starts, opy), 0, max(len(starts) - 1, 0))
+            found = (starts[at] == opy) if len(starts) else np.zeros(len(opy), dtype=bool)
+            timer = np.array([t == tf.TIMER_TOPIC for t in topics], dtype=bool)
+            other = ~found | ~(timer[at] if len(starts) else found)
+        for k in np.flatnonzero(written & (inside | gone | other) & (opy != -1)).tolist():
+            if inside[k]:
+                why = "its record is replaced by a filler"
+            elif gone[k]:
+                why = "its record is gone (past the commitlog's data)"
+            elif kept is not None and len(kept[0]) and int(kept[0][at[k]]) == int(opy[k]):
+                why = f"it points at a record of {kept[1][at[k]]}, not a timer message"
+            else:
+                why = "no record starts where it points"
             out.append(UnitPatch(f"{ts.LOG_DIR}/{f.path.name}", k * tf.UNIT_SIZE, int(opy[k]), why))
     return out
 

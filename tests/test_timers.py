@@ -663,6 +663,55 @@ def test_repair_points_units_of_replaced_records_at_nothing(fixture: dict[str, A
     assert log.read_bytes() == before
 
 
+def test_repair_points_units_at_other_records_at_nothing(fixture: dict[str, Any], tmp_path: Path) -> None:
+    """verify's TIMER_UNIT_NOT_TIMER and TIMER_UNIT_PAST_END inside the commitlog: a unit that
+    points at a plain message (P1) or where no record starts; repair points both at nothing
+    (the broker's dequeue would put P1 to a real topic it does not name, as it would a filler),
+    leaves the other units and every record as they are, and verify then finds nothing."""
+    if fixture["name"] != "clean514":
+        pytest.skip("one store is enough")
+    store = fixture["store"]
+    msgs = {m["uniq_key"]: m for m in fixture["result"]["messages"]}
+    p1 = msgs["P1"]["phys_offset"]
+    log = store / "timerlog" / "00000000000000000000"
+    _patch(log, 156 + 28, p1.to_bytes(8, "big"))  # T2's unit -> P1
+    _patch(log, 104 + 28, (p1 + 4).to_bytes(8, "big"))  # T4's unit -> inside P1
+    before = log.read_bytes()
+    cl_before = (store / "commitlog" / "00000000000000000000").read_bytes()
+    rc, codes = _verify_codes(store)
+    assert {"TIMER_UNIT_NOT_TIMER", "TIMER_UNIT_PAST_END"} <= codes
+    p = subprocess.run(
+        [
+            *RMQTOOL,
+            "repair",
+            str(store),
+            *OPTS,
+            "--yes",
+            "-q",
+            "--format",
+            "json",
+            "--backup-dir",
+            str(tmp_path / "bk"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode in (1, 5), p.stderr
+    units = json.loads(p.stdout)["plan"]["timer_units"]
+    assert [(u["pos"], u["offset_py"]) for u in units] == [(104, p1 + 4), (156, p1)]
+    assert units[0]["why"] == "no record starts where it points"
+    assert units[1]["why"].startswith("it points at a record of ") and "not a timer message" in units[1]["why"]
+    after = log.read_bytes()
+    diff = [i for i in range(len(after)) if after[i] != before[i]]
+    assert {i // 52 for i in diff} == {2, 3} and all(28 <= i % 52 < 36 for i in diff)
+    assert (store / "commitlog" / "00000000000000000000").read_bytes() == cl_before
+    rc, codes = _verify_codes(store)
+    assert not {c for c in codes if c.startswith("TIMER_UNIT")}
+    assert run(["restore", str(tmp_path / "bk"), str(store), "--yes", "-q"]) == 1
+    assert log.read_bytes() == before
+
+
 def test_delay_fixture_states_follow_at(capsys: pytest.CaptureFixture[str]) -> None:
     """fixtures/real/delay (4.9.4): below each level's offset in config/delayOffset.json the
     messages are delivered (12); the rest are due once their tagsCode (store time + the level's
