@@ -35,7 +35,7 @@ def timer_oracle() -> ModuleType:
         if timerharness.ci_required():
             pytest.fail(f"CI=true and the timer oracle cannot run: {why}", pytrace=False)
         pytest.skip(why)
-    for v in timerharness.CI_VERSIONS:
+    for v in timerharness.RUN_VERSIONS:
         try:
             timerharness.build(v)
         except timerharness.TimerOracleError as e:

@@ -16,7 +16,7 @@ from tests.oracle.timer.conftest import timerharness as th
 pytestmark = pytest.mark.oracle
 
 
-@pytest.mark.parametrize("version", th.CI_VERSIONS)
+@pytest.mark.parametrize("version", th.RUN_VERSIONS)
 def test_clean_store_delivers_what_is_due_and_keeps_what_waits(
     timer_oracle: ModuleType, tmp_path: Path, version: str
 ) -> None:
@@ -35,7 +35,7 @@ def test_clean_store_delivers_what_is_due_and_keeps_what_waits(
     assert all(r["properties"].get("TIMER_ROLL_TIMES") for r in rolls)
 
 
-@pytest.mark.parametrize("version", th.CI_VERSIONS)
+@pytest.mark.parametrize("version", th.RUN_VERSIONS)
 def test_kill_before_the_checkpoint_flush_delivers_twice(
     timer_oracle: ModuleType, tmp_path: Path, version: str
 ) -> None:

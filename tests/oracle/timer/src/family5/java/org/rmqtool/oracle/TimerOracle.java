@@ -357,8 +357,32 @@ public final class TimerOracle {
     static boolean quiet(BrokerController bc) throws Exception {
         TimerMessageStore t = bc.getTimerMessageStore();
         DefaultMessageStore s = (DefaultMessageStore) bc.getMessageStore();
-        return s.dispatchBehindBytes() <= 0 && (t == null || t.getEnqueueBehindMessages() <= 0
+        return s.dispatchBehindBytes() <= 0 && (t == null || enqueueBehind(t, s) <= 0
             && t.getCommitQueueOffset() >= t.getQueueOffset());
+    }
+
+    /** TimerMessageStore.getEnqueueBehindMessages (5.1.0+): the timer queue's entries not yet
+     *  enqueued; 5.0.0 lacks the method, so the same from the queue's max offset. */
+    static long enqueueBehind(TimerMessageStore t, DefaultMessageStore s) {
+        return s.getMaxOffsetInQueue(TIMER_TOPIC, 0) - t.getQueueOffset();
+    }
+
+    /** A getter some releases lack (5.0.0): the method, else the field of that name, else null. */
+    static Object member(Object o, String method, String field) {
+        try {
+            return o.getClass().getMethod(method).invoke(o);
+        } catch (ReflectiveOperationException e) {
+            for (Class<?> c = o.getClass(); c != null; c = c.getSuperclass()) {
+                try {
+                    java.lang.reflect.Field f = c.getDeclaredField(field);
+                    f.setAccessible(true);
+                    return f.get(o);
+                } catch (ReflectiveOperationException ignored) {
+                    // try the superclass
+                }
+            }
+            return null;
+        }
     }
 
     /** Until the reput caught up and the timer enqueued everything its queue holds. */
@@ -552,7 +576,7 @@ public final class TimerOracle {
         if (t == null) {
             return o;
         }
-        TimerCheckpoint cp = t.getTimerCheckpoint();
+        TimerCheckpoint cp = (TimerCheckpoint) member(t, "getTimerCheckpoint", "timerCheckpoint");
         o.addProperty("curr_read_time_ms", t.getCurrReadTimeMs());
         o.addProperty("commit_read_time_ms", t.getCommitReadTimeMs());
         o.addProperty("curr_queue_offset", t.getQueueOffset());
@@ -561,8 +585,8 @@ public final class TimerOracle {
         o.addProperty("timer_log_min_offset", t.getTimerLog().getMappedFileQueue().getMinOffset());
         o.addProperty("timer_log_max_offset", t.getTimerLog().getMappedFileQueue().getMaxOffset());
         o.addProperty("timer_log_flushed_where", t.getTimerLog().getMappedFileQueue().getFlushedWhere());
-        o.addProperty("dequeue_behind_messages", t.getDequeueBehindMessages());
-        o.addProperty("enqueue_behind_messages", t.getEnqueueBehindMessages());
+        o.addProperty("dequeue_behind_messages", (Number) member(t, "getDequeueBehindMessages", "-"));
+        o.addProperty("enqueue_behind_messages", enqueueBehind(t, s));
         o.addProperty("timer_queue_max_offset", s.getMaxOffsetInQueue(TIMER_TOPIC, 0));
         o.addProperty("timer_queue_min_offset", s.getMinOffsetInQueue(TIMER_TOPIC, 0));
         JsonObject ck = new JsonObject();
