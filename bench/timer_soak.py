@@ -36,7 +36,7 @@ def five_x() -> list[str]:
     return [".".join(map(str, r)) for r in RELEASES if r[0] == 5]
 
 
-def run_one(version: str, timeout: float) -> dict[str, object]:
+def run_one(version: str, timeout: float, logs: Path) -> dict[str, object]:
     env = dict(os.environ, RMQTOOL_TIMER_SOAK_VERSIONS=version)
     t0 = time.monotonic()
     cmd = [
@@ -58,20 +58,26 @@ def run_one(version: str, timeout: float) -> dict[str, object]:
         out, code = p.stdout + p.stderr, p.returncode
     except subprocess.TimeoutExpired as e:
         out, code = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), -1
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"timer_soak-{version}.log"
+    log.write_text(out, encoding="utf-8")
     counts = {k: 0 for k in ("passed", "failed", "skipped", "error")}
-    tail = out.strip().splitlines()[-1] if out.strip() else ""
+    ends = [ln for ln in out.splitlines() if re.search(r"\d+ (passed|failed|skipped|errors?)\b.* in ", ln)]
+    tail = ends[-1].strip("= ") if ends else (out.strip().splitlines() or [""])[-1]
     for n, what in re.findall(r"(\d+) (passed|failed|skipped|errors?)", tail):
         counts["error" if what.startswith("error") else what] += int(n)
     failures = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", out, re.M)))
     return {
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        .stdout.strip(),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
         "version": version,
         "exit": code,
         **counts,
         "failures": failures,
         "seconds": round(time.monotonic() - t0, 1),
         "summary": tail,
+        "log": str(log),
     }
 
 
@@ -104,13 +110,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--record", type=Path, default=DEFAULT_RECORD)
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per release")
     ap.add_argument("--report", action="store_true", help="print the table of the recorded runs and exit")
+    ap.add_argument("--logs", type=Path, default=Path("/tmp"), help="where each release's pytest output goes")
     a = ap.parse_args(argv)
     if a.report:
         return report(a.record)
     versions = five_x() if a.versions == "all" else [v for v in a.versions.split(",") if v]
     a.record.parent.mkdir(parents=True, exist_ok=True)
     for v in versions:
-        r = run_one(v, a.timeout)
+        r = run_one(v, a.timeout, a.logs)
         with open(a.record, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(r, sort_keys=True) + "\n")
         print(f"{v}: {r['summary']} ({r['seconds']} s)", flush=True)

@@ -48,6 +48,11 @@ def test_kill_before_the_checkpoint_flush_delivers_twice(
     got = th.delivered(v["run"]["records"])
     # the timer's checkpoint still holds its first flush: the broker enqueues the timer topic from
     # its start again and delivers T1 a second time; the schedule service's offsets were persisted
-    # when it stopped after the first delivery, so D1 is not delivered again
-    assert got == {"T1": 1, "T2": 1, "D2": 1}
+    # when it stopped after the first delivery, so D1 is not delivered again. How many times T1
+    # and T2 come depends on when that first flush ran (its read time: before or after their
+    # slots, whose units are then read too): once or twice each, on a loaded machine twice
+    # (5.0.0 and 5.1.4 at a load of 18). test_timers_oracle.py asserts the exact counts:
+    # rmqtool's prediction equals them, whichever they are.
+    assert set(got) == {"T1", "T2", "D2"} and got["D2"] == 1
+    assert 1 <= got["T1"] <= 2 and 1 <= got["T2"] <= 2
     assert set(th.pending(v)) >= {"T3", "T4", "D3"}

@@ -80,6 +80,31 @@ def verify_codes(store: Path, version: str) -> set[str]:
     return {r["code"] for r in lines if r.get("type") != "summary"}  # (jsonl ends with the summary record)
 
 
+def info_scheduled(
+    store: Path, version: str, at: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
+    """rmqtool info's ``scheduled`` with the timer's clock at ``at`` (in process: the clock is
+    recovery.timerstore.wall_clock_ms)."""
+    from rmqtool.cli import run
+    from rmqtool.recovery import timerstore
+
+    monkeypatch.setattr(timerstore, "wall_clock_ms", lambda: at)
+    capsys.readouterr()
+    code = run(["info", str(store), "--broker-version", RMQ_VERSION[version], *OPTS, "--format", "json", "-q"])
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    assert doc["exit_status"] == code
+    return dict(doc["scheduled"])
+
+
+def assert_broker_count(sch: dict[str, Any], view: dict[str, Any]) -> None:
+    """info's timer count is the broker's own after its recovery: TimerMessageStore's
+    getAllCongestNum (the wheel's counts from its read time) plus getEnqueueBehindMessages (the
+    timer queue's entries its enqueue has not read)."""
+    loaded = view["after_load"]
+    assert sch["timer_waiting"] == loaded["all_congest_num"] + loaded["enqueue_behind_messages"]
+    assert sch["timer_enqueue_behind"] == loaded["enqueue_behind_messages"]
+
+
 def compare(doc: dict[str, Any], view: dict[str, Any], units: bool = True) -> None:
     """rmqtool's due/delivered-again counts equal the broker's deliveries during its run;
     its pending ones (with their units; ``units`` False: the messages only) equal what the
@@ -125,10 +150,19 @@ def copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_clean_store_states_equal_the_broker(timer_oracle: ModuleType, written: dict[str, Any], tmp_path: Path) -> None:
+def test_clean_store_states_equal_the_broker(
+    timer_oracle: ModuleType,
+    written: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     v = written["version"]
     store = copy(written["base"] / "clean" / "store", tmp_path / "store")
     view = th.view(v, store)
+    sch = info_scheduled(store, v, view["start_ms"], monkeypatch, capsys)
+    assert_broker_count(sch, view)
+    assert sch["delay_waiting"] == 2  # D2 and D3
     rc, doc, err = timers(store, v, view["start_ms"])
     assert rc == 0, err
     compare(doc, view)
@@ -150,11 +184,16 @@ def test_clean_store_states_equal_the_broker(timer_oracle: ModuleType, written: 
 
 
 def test_kill_before_the_checkpoint_flush_delivered_twice(
-    timer_oracle: ModuleType, written: dict[str, Any], tmp_path: Path
+    timer_oracle: ModuleType,
+    written: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     v = written["version"]
     store = copy(written["base"] / "kill" / "store", tmp_path / "store")
     view = th.view(v, store, config=written["kill_config"])
+    assert_broker_count(info_scheduled(store, v, view["start_ms"], monkeypatch, capsys), view)
     rc, doc, err = timers(store, v, view["start_ms"])
     assert rc == 4, err  # T1 and T2 will be delivered again
     compare(doc, view)

@@ -363,7 +363,7 @@ public final class TimerOracle {
 
     /** TimerMessageStore.getEnqueueBehindMessages (5.1.0+): the timer queue's entries not yet
      *  enqueued; 5.0.0 lacks the method, so the same from the queue's max offset. */
-    static long enqueueBehind(TimerMessageStore t, DefaultMessageStore s) {
+    static long enqueueBehind(TimerMessageStore t, DefaultMessageStore s) throws Exception {
         return s.getMaxOffsetInQueue(TIMER_TOPIC, 0) - t.getQueueOffset();
     }
 
@@ -587,6 +587,8 @@ public final class TimerOracle {
         o.addProperty("timer_log_flushed_where", t.getTimerLog().getMappedFileQueue().getFlushedWhere());
         o.addProperty("dequeue_behind_messages", (Number) member(t, "getDequeueBehindMessages", "-"));
         o.addProperty("enqueue_behind_messages", enqueueBehind(t, s));
+        // the broker's own count of what waits in the wheel from its read time (TimerWheel.getAllNum)
+        o.addProperty("all_congest_num", (Number) member(t, "getAllCongestNum", "-"));
         o.addProperty("timer_queue_max_offset", s.getMaxOffsetInQueue(TIMER_TOPIC, 0));
         o.addProperty("timer_queue_min_offset", s.getMinOffsetInQueue(TIMER_TOPIC, 0));
         JsonObject ck = new JsonObject();
