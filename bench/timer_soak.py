@@ -46,7 +46,6 @@ def run_one(version: str, timeout: float, logs: Path) -> dict[str, object]:
         "tests/oracle/timer",
         "-m",
         "oracle",
-        "-q",
         "-rfE",
         "-p",
         "no:cacheprovider",
