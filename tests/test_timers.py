@@ -761,3 +761,80 @@ def test_a_rocksdb_timer_store_is_refused_by_name(fixture: dict[str, Any]) -> No
     assert p.returncode == 8 and "RocksDB timer store" in p.stderr and p.stderr.count("\n") == 1
     # a release without it (5.1.4) has no such store: the directory is not its
     assert _timers(store, "--at", "0", "--format", "json")[0] in (0, 4)
+
+
+def _zeroed_page(store: Path, result: dict[str, Any], clock: int) -> None:
+    _patch(store / "timerlog" / "00000000000000000000", 52, bytes(104))
+
+
+def _past_end(store: Path, result: dict[str, Any], clock: int) -> None:
+    _patch(store / "timerlog" / "00000000000000000000", 52 + 28, (10**9).to_bytes(8, "big"))
+
+
+def _not_timer(store: Path, result: dict[str, Any], clock: int) -> None:
+    p1 = next(m for m in result["messages"] if m["uniq_key"] == "P1")["phys_offset"]
+    _patch(store / "timerlog" / "00000000000000000000", 52 + 28, p1.to_bytes(8, "big"))
+
+
+def _loop(store: Path, result: dict[str, Any], clock: int) -> None:
+    _patch(store / "timerlog" / "00000000000000000000", 52 + 4, (104).to_bytes(8, "big", signed=True))
+
+
+def _ckpt_ahead(store: Path, result: dict[str, Any], clock: int) -> None:
+    _patch(store / "config" / "timercheck", 0, (clock + 3_600_000).to_bytes(8, "big"))
+
+
+def _delay_past_end(store: Path, result: dict[str, Any], clock: int) -> None:
+    (store / "config" / "delayOffset.json").write_text('{"offsetTable":{1:9,18:0}}')
+
+
+TIMER_DAMAGE = {
+    "zeroed-page": _zeroed_page,
+    "unit-past-end": _past_end,
+    "unit-not-timer": _not_timer,
+    "loop": _loop,
+    "checkpoint-ahead": _ckpt_ahead,
+    "delay-offset-past-end": _delay_past_end,
+}
+
+
+@pytest.mark.parametrize("case", ["kill", *TIMER_DAMAGE])
+def test_every_timer_finding_names_a_step_that_acts_on_its_store(
+    case: str, fixture: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The checked next steps (tests/test_next_steps.py) for the timer findings: each step's
+    command, run on the store verify found it on, does something there (a listing that is
+    not empty, a dry run that plans a change), never "nothing to do"; a step without a
+    command says why none is needed."""
+    if (case == "kill") != (fixture["name"] == "kill514"):
+        pytest.skip("the kill case is the killed fixture as it is; the damages go on the clean one")
+    store = fixture["store"]
+    if case != "kill":
+        TIMER_DAMAGE[case](store, fixture["result"], fixture["clock"])
+    capsys.readouterr()
+    run(["verify", str(store), *OPTS, "-q", "--format", "json"])
+    findings = [
+        f for f in json.loads(capsys.readouterr().out)["findings"] if str(f["code"]).startswith(("TIMER_", "DELAY_"))
+    ]
+    assert findings, case
+    ran = set()
+    for f in findings:
+        argv = f["next_command"]
+        if argv is None:
+            assert not str(f["next"]).startswith("rmqtool"), f
+            continue
+        assert str(f["next"]).startswith("rmqtool " + " ".join(argv)), f
+        if tuple(argv) in ran:
+            continue
+        ran.add(tuple(argv))
+        if argv[0] in ("recover", "repair"):
+            assert "--dry-run" in argv, argv
+        capsys.readouterr()
+        code = run([*argv, *OPTS, "-q"])
+        cap = capsys.readouterr()
+        said = cap.out + cap.err
+        assert "nothing to do" not in said, (case, f["code"], argv, said[-300:])
+        if argv[0] in ("recover", "repair"):
+            assert code & 4, (case, f["code"], argv, code)  # the dry run plans a change
+        else:
+            assert code in (0, 4) and cap.out.strip(), (case, f["code"], argv, code, said[-300:])

@@ -72,8 +72,9 @@ BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the
         "(the broker then starts without it; rmqtool timers --state lost lists what it loses)",
     ),
     FindingCode.TIMER_LOG_CUT: Step(
-        ("timers", "{store}", "--state", "lost"),
-        "the messages the broker's next start loses with the units its recovery cuts (dump timerlog shows the units)",
+        ("timers", "{store}"),
+        "what the broker's next start delivers and loses after its recovery cuts the timer log there (the units "
+        "whose messages the timer queue still holds are enqueued again; dump timerlog shows the units)",
     ),
     FindingCode.TIMER_UNIT_PAST_END: Step(
         ("repair", "{store}", "--dry-run"),
@@ -91,7 +92,9 @@ BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the
         "the timer files out of the store before the broker starts (rmqtool timers --state lost: what is lost)",
     ),
     FindingCode.TIMER_CHAIN_OUTSIDE: Step(
-        ("timers", "{store}", "--state", "lost"), "lists what is lost; the broker's dequeue reads nothing there"
+        ("timers", "{store}"),
+        "what the broker's next start delivers: its dequeue reads nothing outside the timer log (--state lost: "
+        "what is lost)",
     ),
     FindingCode.TIMER_CKPT_AHEAD: Step(
         ("timers", "{store}", "--state", "lost"),
