@@ -838,3 +838,32 @@ def test_every_timer_finding_names_a_step_that_acts_on_its_store(
             assert code & 4, (case, f["code"], argv, code)  # the dry run plans a change
         else:
             assert code in (0, 4) and cap.out.strip(), (case, f["code"], argv, code, said[-300:])
+
+
+def test_recover_revises_several_wheel_slots_in_one_change(fixture: dict[str, Any], tmp_path: Path) -> None:
+    """The killed store with a second slot gone from the wheel (T3's unit's, far from T2's): the
+    broker's recovery revises both from the timer log, and recover writes both (the store's
+    transaction takes one change per file: two slots are one write over the span between
+    them; recover exited 8, "already changed by an earlier action of this transaction", on
+    5.5.1's killed oracle store)."""
+    if fixture["name"] != "kill514":
+        pytest.skip("the killed store")
+    store = fixture["store"]
+    slots = jsonl_records(_dump_json(store, "timerwheel"))
+    gone = [s for s in slots if s["first_pos"] == 52]  # T3's unit (rolled: its slot is the roll's)
+    assert gone, slots
+    wheel = store / "timerwheel"
+    for s in gone:
+        _patch(wheel, s["slot"] * 32, bytes(32))
+    rc, doc = _recover(store, "--dry-run")
+    assert doc["plan"]["timer"]["slots_revised"] >= 2, doc["plan"]["timer"]
+    rc, doc = _recover(store, "--yes", "--backup-dir", str(tmp_path / "bk"))
+    assert rc == 1, doc
+    after = {
+        s["slot"]: (s["first_pos"], s["last_pos"], s["num"]) for s in jsonl_records(_dump_json(store, "timerwheel"))
+    }
+    for s in gone:
+        # revised from the timer log as TimerWheel.reviseSlot does: the chain's last unit again
+        # (putSlot with a count of 0: the broker's revision does not count)
+        assert after[s["slot"]][1] == s["last_pos"] and after[s["slot"]][2] == 0
+    assert _recover(store, "--yes")[0] == 0  # a fixed point

@@ -127,8 +127,17 @@ def _timer_changes(tx: Any, plan: RecoveryPlan) -> None:
         return
     for rel in t.dropped_files:
         tx.remove_file(rel)
-    for offset, data in t.wheel_patches:
-        tx.write_at("timerwheel", offset, data)
+    if t.wheel_patches:
+        # one change per file in a transaction: the revised slots as one write over the span
+        # from the first to the last (the bytes between them as they are)
+        lo = min(o for o, _d in t.wheel_patches)
+        hi = max(o + len(d) for o, d in t.wheel_patches)
+        with open(Path(tx.store) / "timerwheel", "rb") as fh:
+            fh.seek(lo)
+            span = bytearray(fh.read(hi - lo))
+        for o, d in t.wheel_patches:
+            span[o - lo : o - lo + len(d)] = d
+        tx.write_at("timerwheel", lo, bytes(span))
     if t.checkpoint_bytes is not None:
         tx.replace_file("config/timercheck", t.checkpoint_bytes)
 
