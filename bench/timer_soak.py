@@ -97,6 +97,8 @@ def report(path: Path) -> int:
             f"{v:8} {r['commit']!s:9} {r['passed']:>6} {r['failed']:>6} {r['skipped']:>7} {r['error']:>5} "
             f"{r['seconds']:>8}"
         )
+        if r.get("scope"):
+            print(f"    (only: {r['scope']})")
         for f in r["failures"]:  # type: ignore[attr-defined]
             print(f"    {f}")
     print(f"{len(last)} releases, {len(last) - bad} with every test passing")
