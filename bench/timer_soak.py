@@ -95,7 +95,7 @@ def report(path: Path) -> int:
         bad += int(bool(r["failed"] or r["error"] or r["exit"] not in (0,)))
         print(
             f"{v:8} {r['commit']!s:9} {r['passed']:>6} {r['failed']:>6} {r['skipped']:>7} {r['error']:>5} "
-            f"{r['seconds']:>8}"
+            f"{r['seconds'] if r['seconds'] is not None else '-':>8}"
         )
         if r.get("scope"):
             print(f"    (only: {r['scope']})")
