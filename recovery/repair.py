@@ -10,10 +10,13 @@ Plan (:func:`plan_repair`, nothing written to the store):
 1. walk the commitlog the way verify does (:func:`recovery.verify.scan_commitlog`): the
    broker's walk, the records salvaged after each stop, and readable records that fail a
    content check (DAMAGED: they are damage too);
-2. regions: every byte range of a commitlog file that no intact record covers, up to the
-   file's BLANK (or its end); a missing file in the middle of the sequence is a region of
-   a whole file; the last file's bytes after its last intact record are the end of the
-   data (zero-filled, as recover cuts them: nothing intact follows);
+2. regions (:func:`recovery.repairregions.commitlog_model`, recover's model of the end of
+   the data): before the end of the data, every byte range of a commitlog file that no
+   intact record covers, up to the file's BLANK (or its end), a short file completed and a
+   long one cut to the mapped size, a missing file in the middle of the sequence a region
+   of a whole file (within the write limit: the commitlog files' present size plus one
+   file); after it, nothing is damage: zeros stay, non-zero bytes are zero-filled (as
+   recover cuts them) and the files that start after it are removed;
 3. tombstones: the queue offsets whose messages lay in a region (consume queue units that
    point into it, DAMAGED records' headers, holes in a queue's offsets between intact
    records on both sides of it);
@@ -61,10 +64,10 @@ from .filler import (
     render_region_to,
 )
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
-from .repairfiles import Window, content_size, range_writer, same_content, stream_to
+from .repairfiles import Window, content_size, copy_prefix, range_writer, same_content, stream_to
+from .repairregions import Quarantined, Region, commitlog_model
 from .reput import CqFileOut, IndexFileOut
 from .safety import StoreTransaction
-from .scan import file_has_nonzero
 from .store import Store, StoreFile
 from .verify import (
     DAMAGED,
@@ -88,60 +91,6 @@ _MAX_HOLE = 1 << 20  # a larger jump of queue offsets between two intact records
 
 
 @dataclass
-class Quarantined:
-    """A message (or what is left of one) that lay in a repaired region."""
-
-    offset: int | None
-    topic: str | None
-    queue_id: int | None
-    queue_offset: int | None
-    msg_id: str | None
-    source: str  # damaged record | consume queue unit | queue offset hole
-    tombstone: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class Region:
-    file: str  # relative path of the commitlog file
-    base: int
-    pos: int
-    end: int
-    kind: str  # damaged | missing file | truncated file | end of data
-    at_file_end: bool
-    layout: FillerLayout | None = None
-    quarantined: list[Quarantined] = field(default_factory=list)
-    create: bool = False  # a missing file: created whole
-    # the file as the plan made it, beside the store (plan_repair with rebuild): apply
-    # copies the new bytes from here; not part of the plan's data
-    patched: Path | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def start_offset(self) -> int:
-        return self.base + self.pos
-
-    @property
-    def end_offset(self) -> int:
-        return self.base + self.end
-
-    def to_dict(self) -> dict[str, Any]:
-        recs = self.layout.records if self.layout is not None else []
-        return {
-            "file": self.file,
-            "from": self.start_offset,
-            "to": self.end_offset,
-            "bytes": self.end - self.pos,
-            "kind": self.kind,
-            "quarantine_records": sum(1 for r in recs if r.kind == "quarantine"),
-            "tombstones": sum(1 for r in recs if r.kind == "tombstone"),
-            "blank": any(r.kind == "blank" for r in recs),
-            "quarantined": [q.to_dict() for q in self.quarantined],
-        }
-
-
-@dataclass
 class RepairPlan:
     store: str
     broker_version: str
@@ -158,6 +107,8 @@ class RepairPlan:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     unfillable: list[int] = field(default_factory=list)  # offsets of regions no filler fits (left as they are)
+    data_end: int | None = None  # the end of the data: the broker's max offset after the repair
+    after_end: list[str] = field(default_factory=list)  # commitlog files that start after it: removed
     workdir: Path | None = None  # holds the rebuilt files (content paths of ``changes``)
     _cleanup: Any = None
 
@@ -184,6 +135,7 @@ class RepairPlan:
         return (
             not self.regions
             and not self.stray
+            and not self.after_end
             and not self.index_changes
             and self.checkpoint is None
             and not self.abort_present
@@ -199,6 +151,8 @@ class RepairPlan:
             "regions": [r.to_dict() for r in self.regions],
             "quarantined": [q.to_dict() for q in self.quarantined],
             "stray_files": self.stray,
+            "data_end": self.data_end,
+            "files_after_end": self.after_end,
             "file_changes": [
                 {"action": c.action, "path": c.relpath, "kind": c.kind, "note": c.note} for c in self.index_changes
             ],
@@ -257,7 +211,9 @@ def plan_repair(
     ioff = recs.off[intact]
     isize = recs.size[intact].astype(np.int64)
     stray, problems = _stray_files(store)
-    regions = _find_regions(store, scans, ioff, isize)
+    model = commitlog_model(store, scans, ioff, isize)
+    regions = model.regions
+    problems.extend(model.problems)
     tb = _Tombstones.of(store, regions, recs, intact)
     tb.from_damaged_records(store, recs)
     tb.from_queue_units(store)
@@ -276,6 +232,8 @@ def plan_repair(
         abort_present=store.abort_present,
         problems=problems,
         unfillable=unfillable,
+        data_end=model.end,
+        after_end=[_rel(store, f.path) for f in model.after_end],
     )
     if rebuild:
         _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
@@ -335,56 +293,9 @@ def _stray_files(store: Store) -> tuple[list[str], list[str]]:
     return stray, problems
 
 
-def _find_regions(store: Store, scans: Any, ioff: np.ndarray, isize: np.ndarray) -> list[Region]:
-    """The commitlog's regions repair fills: missing files, damaged spans between intact
-    records, truncated files, the damaged end of the data."""
-    F = store.geometry.commitlog_file_size
-    files = sorted(store.commitlog, key=lambda f: f.base)
-    regions: list[Region] = []
-    last_idx = len(files) - 1
-    idx_of = {f.path: k for k, f in enumerate(store.commitlog)}
-    for k, f in enumerate(files):
-        rel = _rel(store, f.path)
-        if k and f.base > files[k - 1].base + F:
-            b = files[k - 1].base + F
-            while b < f.base:
-                name = f"{b:020d}"
-                regions.append(Region(f"commitlog/{name}", b, 0, F, "missing file", True, create=True))
-                b += F
-        fs = scans[idx_of[f.path]]
-        lo, hi = np.searchsorted(ioff, [f.base, f.base + F])
-        pos_in = ioff[lo:hi] - f.base
-        sz_in = isize[lo:hi]
-        cursor = 0
-        for p, s in zip(pos_in.tolist(), sz_in.tolist()):
-            if p > cursor:
-                regions.append(Region(rel, f.base, cursor, p, "damaged", False))
-            cursor = max(cursor, p + s)
-        _file_tail_region(f, rel, fs, cursor, k == last_idx, F, regions)
-    return regions
-
-
-def _file_tail_region(f: StoreFile, rel: str, fs: Any, cursor: int, last: bool, F: int, regions: list[Region]) -> None:
-    """The region after a file's last intact record (at ``cursor``), if any."""
-    blank_at = None
-    if fs is not None:
-        # the file's own BLANK (the broker's end of this file), after every intact record
-        blanks = [e.pos for e in fs.events if e.reason == ck.BLANK and e.pos >= cursor]
-        if blanks and F - blanks[0] >= BLANK_LEN:
-            blank_at = blanks[0]
-    if blank_at is not None:
-        if blank_at > cursor:
-            regions.append(Region(rel, f.base, cursor, blank_at, "damaged", False))
-        if f.size < F:
-            regions.append(Region(rel, f.base, max(f.size, blank_at + BLANK_LEN), F, "truncated file", False))
-        return
-    if last:
-        # the end of the data: nothing intact follows; zeros from here (recover cuts it too)
-        if f.size < F or (cursor < f.size and _has_nonzero(f, cursor)):
-            regions.append(Region(rel, f.base, cursor, F, "end of data", False))
-        return
-    if cursor < F:
-        regions.append(Region(rel, f.base, cursor, F, "truncated file" if f.size < F else "damaged", True))
+def _fillable(r: Region) -> bool:
+    """A region that gets filler records (not zeros, not a cut)."""
+    return not (r.zero_fill or r.cut)
 
 
 @dataclass
@@ -428,7 +339,7 @@ class _Tombstones:
 
     def add(self, i: int, t: str, q: int, qo: int, off: int | None, source: str) -> None:
         key = (t, q, qo)
-        if key in self.held or self.regions[i].kind == "end of data":
+        if key in self.held or not _fillable(self.regions[i]):
             return
         if not any(key in w for w in self.wanted.values()):
             self.wanted[i][key] = Tombstone(t, q, qo, off)
@@ -475,7 +386,7 @@ class _Tombstones:
                     off = int(o[n])
                     qo = f.base // 20 + n
                     self.add(i, t, q, qo, off, "consume queue unit")
-                    if off not in qinfo[i] and self.regions[i].kind != "end of data":
+                    if off not in qinfo[i] and _fillable(self.regions[i]):
                         qinfo[i][off] = Quarantined(off, t, q, qo, _msg_id_at(store, off), "consume queue unit")
 
     def from_queue_holes(self, recs: Any, intact: np.ndarray) -> None:
@@ -494,7 +405,7 @@ class _Tombstones:
             p1, p2 = int(off[n]), int(off[n + 1])
             a = int(np.searchsorted(self.starts, p1, side="right"))
             b = int(np.searchsorted(self.starts, p2, side="left"))
-            cands = [i for i in range(a, b) if self.regions[i].kind != "end of data"]
+            cands = [i for i in range(a, b) if _fillable(self.regions[i])]
             if not cands:
                 continue
             t, q = recs.queues[int(qk[n])]
@@ -534,7 +445,7 @@ def _lay_out_regions(
             ),
         )
         tomb_keys = {(t.topic, t.queue_id, t.queue_offset) for t in ts}
-        if r.kind == "end of data":
+        if not _fillable(r):  # zeros, or a cut: no records
             r.layout = FillerLayout(r.start_offset, r.end_offset)
         else:
             try:
@@ -608,10 +519,6 @@ def _carries_prop_crc(store: Store, profile: BrokerProfile, recs: Any, intact: n
     return c.props is not None and CRC32 in c.props
 
 
-def _has_nonzero(f: StoreFile, pos: int) -> bool:
-    return bool(file_has_nonzero(f.path, pos, f.size))
-
-
 def _msg_id_at(store: Store, off: int) -> str | None:
     f = store.commitlog_file_for(off)
     if f is None or f.size <= 0:
@@ -623,7 +530,9 @@ def _msg_id_at(store: Store, off: int) -> str | None:
 def _write_region(store: Store, r: Region, out: Any, store_ts: int, host: bytes, port: int) -> None:
     """Write the new bytes of region ``r`` to ``out`` (at its position), record by record."""
     assert r.layout is not None
-    if r.kind == "end of data":
+    if r.cut:
+        return
+    if r.zero_fill:
         left = r.end - r.pos
         while left > 0:
             k = min(left, 1 << 22)
@@ -665,13 +574,25 @@ def _neighbour(store: Store, recs: Any, intact: np.ndarray, off: int) -> tuple[i
     return ts, host, port
 
 
-@dataclass
 class _Workdir:
-    """The directory beside the store that holds the patched and rebuilt files; ``keep``
-    once a file the plan refers to is in it."""
+    """The directory beside the store that holds the patched and rebuilt files, made at
+    its first use (a plan that writes no file makes none); ``keep`` once a file the plan
+    refers to is in it."""
 
-    path: Path
-    keep: bool = False
+    def __init__(self, store: Store, given: Path | None) -> None:
+        self._store = store
+        self._given = given
+        self.made: Path | None = None  # the directory this plan made (and owns)
+        self.keep = False
+
+    @property
+    def path(self) -> Path:
+        if self._given is not None:
+            return self._given
+        if self.made is None:
+            root = self._store.root
+            self.made = Path(tempfile.mkdtemp(prefix=f".{root.name}.rmqtool-repair-", dir=root.parent))
+        return self.made
 
 
 def _plan_rebuild(
@@ -684,67 +605,68 @@ def _plan_rebuild(
     jobs: int,
     workdir: Path | None,
 ) -> None:
-    own = workdir is None
-    wd = Path(tempfile.mkdtemp(prefix=f".{store.root.name}.rmqtool-repair-", dir=store.root.parent)) if own else workdir
-    assert wd is not None
-    w = _Workdir(wd)
+    w = _Workdir(store, workdir)
     try:
         patched = _patch_regions(store, plan, recs, intact, w)
-        view = dataclasses.replace(store, commitlog=_patched_view(store, patched))
+        view = dataclasses.replace(store, commitlog=_patched_view(store, patched, plan.after_end))
         rb = plan_rebuild(view, profile, cq=True, index=True, index_tz=index_tz, jobs=jobs)
         plan.problems.extend(p for p in rb.problems if not p.startswith("commitlog"))
         plan.changes = _keep_index_names(store, _streamed_changes(rb, w))
         _plan_checkpoint(store, plan, rb, recs, intact)
     finally:
-        if own:
+        if w.made is not None:
             if w.keep:
-                plan.own_workdir(wd)
+                plan.own_workdir(w.made)
             else:
-                shutil.rmtree(wd, ignore_errors=True)
+                shutil.rmtree(w.made, ignore_errors=True)
 
 
 def _patch_regions(store: Store, plan: RepairPlan, recs: Any, intact: np.ndarray, w: _Workdir) -> dict[str, Path]:
     """Copies of the commitlog files the regions change, in the work directory, with the
-    regions written; returns them by store path."""
+    regions written (a file cut to the mapped size, a short one completed); returns them by
+    store path."""
     F = store.geometry.commitlog_file_size
-    patched: dict[str, Path] = {}
+    by_file: dict[str, list[Region]] = {}
     for r in plan.regions:
-        dst = w.path / r.file
-        if r.file not in patched:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            src = store.root / r.file
-            if r.create or not src.exists():
-                with open(dst, "wb") as fh:
-                    fh.truncate(F)
-            else:
-                shutil.copyfile(src, dst)
-                if dst.stat().st_size < F:
-                    with open(dst, "r+b") as fh:
-                        fh.truncate(F)
-            patched[r.file] = dst
-        with open(dst, "r+b") as fh:
-            fh.seek(r.pos)
-            _write_region(store, r, fh, *_neighbour(store, recs, intact, r.start_offset))
-        r.patched = dst  # apply copies the new bytes from here
+        by_file.setdefault(r.file, []).append(r)
+    patched: dict[str, Path] = {}
+    for rel, rs in by_file.items():
+        dst = w.path / "commitlog" / Path(rel).name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        src = store.root / rel
+        size = 0 if rs[0].create else src.stat().st_size
+        new_size = F if any(r.cut for r in rs) else max([min(size, F)] + [r.end for r in rs])
+        copy_prefix(src if size else None, dst, min(size, new_size), new_size)
         w.keep = True
+        with open(dst, "r+b") as fh:
+            for r in rs:
+                if not r.cut:
+                    fh.seek(r.pos)
+                    _write_region(store, r, fh, *_neighbour(store, recs, intact, r.start_offset))
+        for r in rs:
+            r.patched = dst  # apply copies the new bytes from here
+        patched[rel] = dst
     return patched
 
 
-def _patched_view(store: Store, patched: dict[str, Path]) -> list[StoreFile]:
-    """The commitlog files as repair leaves them: the patched copies in place of the originals."""
-    F = store.geometry.commitlog_file_size
+def _patched_view(store: Store, patched: dict[str, Path], removed: list[str]) -> list[StoreFile]:
+    """The commitlog files as repair leaves them: the patched copies in place of the
+    originals, without the files it removes."""
     view_files = []
     seen = set()
+    gone = set(removed)
     for f in store.commitlog:
         rel = _rel(store, f.path)
+        if rel in gone:
+            continue
         if rel in patched:
-            view_files.append(StoreFile(patched[rel], f.base, F))
+            view_files.append(StoreFile(patched[rel], f.base, patched[rel].stat().st_size))
             seen.add(rel)
         else:
             view_files.append(f)
     for rel, p in patched.items():
         if rel not in seen:
-            view_files.append(StoreFile(p, int(Path(rel).name), F))
+            view_files.append(StoreFile(p, int(Path(rel).name), p.stat().st_size))
     view_files.sort(key=lambda f: f.base)
     return view_files
 
@@ -839,17 +761,26 @@ def apply_repair(
             claimed.setdefault(r.file, []).append(r)
         if any(r.patched is None for r in plan.regions):
             raise ValueError("apply_repair needs a plan made with rebuild=True (its patched copies)")
+        F = store.geometry.commitlog_file_size
         for rel, rs in claimed.items():
             patched = rs[0].patched  # the file as the plan made it, beside the store
             assert patched is not None
             if rs[0].create:
                 tx.create_file(rel, patched)
                 continue
+            cut = any(r.cut for r in rs)
+            ws = [r for r in rs if not r.cut]
+            if not ws:
+                tx.truncate_tail(rel, F, zero_fill=False)
+                continue
             # one write_at per file: from the first region's start to the last region's
-            # end, the bytes between them as they are (the patched copy holds them too)
-            lo, hi = rs[0].pos, rs[-1].end
-            tx.write_at(rel, lo, range_writer(patched, lo, hi))
-        for rel in plan.stray:
+            # end, the bytes between them as they are (the patched copy holds them too);
+            # a file longer than the mapped size ends at it
+            lo, hi = min(r.pos for r in ws), max(r.end for r in ws)
+            if cut:
+                hi = max(hi, F)
+            tx.write_at(rel, lo, range_writer(patched, lo, hi), truncate=cut)
+        for rel in [*plan.stray, *plan.after_end]:
             tx.remove_file(rel)
         for ch in sorted(plan.changes, key=lambda c: c.relpath):
             if ch.action == UNCHANGED:

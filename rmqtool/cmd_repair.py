@@ -29,6 +29,7 @@ from .recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TO
 from .recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
 from .recovery.recover import infer_index_tz
 from .recovery.repair import RepairPlan, apply_repair, plan_repair
+from .recovery.repairregions import DAMAGED, END_OF_DATA, MISSING_FILE, TRUNCATED_FILE
 from .recovery.safety import CommitResult, StoreTransaction
 from .recovery.store import Store
 from .recovery.versions import BrokerProfile
@@ -265,13 +266,21 @@ def _summary_rows(plan: RepairPlan) -> list[tuple[str, str]]:
                 else f"(the broker still cuts at offset {min(plan.unfillable)}: a gap no record fits, see the problems)"
             ),
         ),
-        ("damaged regions", str(sum(1 for r in plan.regions if r.kind != "end of data"))),
+        ("damaged regions", str(sum(1 for r in plan.regions if r.kind in _DAMAGE_KINDS))),
+        (
+            "end of the data",
+            ("-" if plan.data_end is None else f"offset {plan.data_end}")
+            + (f"; {len(plan.after_end)} commitlog file(s) after it removed" if plan.after_end else ""),
+        ),
         ("quarantined messages", f"{len(q)} ({sum(1 for x in q if x.tombstone)} with a tombstone in their queue)"),
         ("stray files", str(len(plan.stray))),
         ("queue/index files", str(len(plan.index_changes))),
         ("checkpoint", plan.checkpoint_note or "unchanged"),
         ("abort file", "present (removed last)" if plan.abort_present else "absent"),
     ]
+
+
+_DAMAGE_KINDS = (DAMAGED, MISSING_FILE, TRUNCATED_FILE)
 
 
 def _change_rows(plan: RepairPlan) -> list[dict[str, Any]]:
@@ -281,16 +290,27 @@ def _change_rows(plan: RepairPlan) -> list[dict[str, Any]]:
         n_q = sum(1 for s in lay.records if s.kind == "quarantine") if lay else 0
         n_t = sum(1 for s in lay.records if s.kind == "tombstone") if lay else 0
         blank = lay is not None and any(s.kind == "blank" for s in lay.records)
-        what = (
-            "zero-filled after backup (end of the data)"
-            if r.kind == "end of data"
-            else f"{n_t} tombstone(s), {n_q} {QUARANTINE_TOPIC} record(s)" + (", BLANK" if blank else "")
-        )
+        if r.cut:
+            what = "the bytes past the mapped file size cut (to the backup)"
+        elif r.kind == END_OF_DATA:
+            what = "zero-filled after backup (after the end of the data)"
+        elif r.zero_fill:
+            what = "zeros (the file completed to the mapped size after its BLANK)"
+        else:
+            what = f"{n_t} tombstone(s), {n_q} {QUARANTINE_TOPIC} record(s)" + (", BLANK" if blank else "")
         changes.append(
             {
-                "action": "create" if r.create else "fill",
+                "action": "create" if r.create else "cut" if r.cut else "fill",
                 "path": r.file,
                 "detail": f"{r.kind}: bytes [{r.pos}, {r.end}) (offsets {r.start_offset}-{r.end_offset}): {what}",
+            }
+        )
+    for rel in plan.after_end:
+        changes.append(
+            {
+                "action": "remove",
+                "path": rel,
+                "detail": f"starts after the end of the data ({plan.data_end}): moved to the backup, as recover does",
             }
         )
     for rel in plan.stray:

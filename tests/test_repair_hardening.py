@@ -1,0 +1,192 @@
+"""Issue 33, the ``repair`` items (R1, R2, R3, R4, R6, R10, R12): repair plans from
+recover's store model and within a write limit, leaves no debris beside the store, fixes
+wrong-size files as the broker accepts them, counts every finding of verify in its exit
+status, treats the zero tail of the data as no damage, and repairs a garbled topic and a
+damaged PHYSICALOFFSET field. Each reproducer is the issue's, on a copy of a real fixture
+(RocketMQ 4.9.4 stores)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import fuzzdamage as fd
+import pytest
+from conftest import copy_store, tree_digest
+
+from rmqtool.cli import run
+
+F = 65536  # the fixtures' commitlog file size
+
+
+def _copy(tmp: Path, name: str) -> Path:
+    root = copy_store(name, tmp)
+    for p in [root, *root.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    return root
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = run(list(argv))
+    out, err = capsys.readouterr()
+    assert "internal error" not in err and "Traceback" not in err, err
+    return code, out, err
+
+
+def _plan(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    code, out, _err = _cli(capsys, "repair", str(root), "--dry-run", "--format", "json", "--quiet", *args)
+    return code, json.loads(out)["plan"]
+
+
+def _disk_bytes(d: Path) -> int:
+    """Bytes of every file under ``d`` (apparent sizes, hard links counted once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for p in d.rglob("*"):
+        st = p.lstat()
+        if p.is_file() and not p.is_symlink() and (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
+    return total
+
+
+# ------------------------------------------------------------------------------ R1
+
+
+@pytest.mark.parametrize("name", ["00000000006553534464", "00000000000006553600"])
+def test_r1_a_commitlog_file_named_far_ahead_is_removed_never_a_gap_to_fill(tmp_path: Path, name: str) -> None:
+    """R1: a one-byte stray commitlog file named far ahead made repair (even --dry-run)
+    write a patched copy of every "missing" file beside the store (killed after 99,991
+    files, 6.2 GB), or plan to recreate 94 files. It starts after the end of the data and
+    holds nothing intact: repair removes it, as recover does; the dry run creates nothing
+    beside the store and the real run writes at most one file's size."""
+    root = _copy(tmp_path, "clean")
+    (root / "commitlog" / name).write_bytes(b"\x01")
+    beside = sorted(p.name for p in root.parent.iterdir())
+    o = fd.run_child(["repair", str(root), "--dry-run", "--quiet"], 30, 2 << 30)
+    assert not o.hang and o.code == 4 and o.seconds < 20, (o.code, o.seconds, o.err)
+    assert sorted(p.name for p in root.parent.iterdir()) == beside
+    before = _disk_bytes(tmp_path)
+    backup = tmp_path / "backup"
+    o = fd.run_child(["repair", str(root), "--yes", "--quiet", "--backup-dir", str(backup)], 30, 2 << 30)
+    assert not o.hang and o.code == 1, (o.code, o.err)
+    assert not (root / "commitlog" / name).exists() and (backup / "manifest.json").is_file()
+    assert sorted(p.name for p in root.parent.iterdir()) == beside
+    assert _disk_bytes(tmp_path) - before <= F
+    assert run(["verify", str(root), "--quiet"]) == 0
+    assert run(["recover", str(root), "--dry-run", "--quiet"]) == 0
+
+
+def test_r1_a_far_gap_before_intact_records_is_left_within_the_write_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The write limit: a file that does hold intact records, named 96 files past the
+    others, is not reached by recreating 96 files (more than the commitlog's present size
+    plus one file): the gap is left and said (status 4), the file before it gets its
+    BLANK so that the broker's walk goes on to it, and nothing is written beyond the limit."""
+    root = _copy(tmp_path, "clean")
+    last = root / "commitlog" / "00000000000000327680"
+    far = 327680 + 97 * F
+    last.rename(root / "commitlog" / f"{far:020d}")  # (its records' PHYSICALOFFSET: R10 fixes them)
+    code, plan = _plan(capsys, root)
+    assert code == 4
+    assert not any(r["kind"] == "missing file" for r in plan["regions"])
+    assert any("not recreated" in p and f"{far:020d}" in p for p in plan["problems"]), plan["problems"]
+    written = sum(r["bytes"] for r in plan["regions"] if r["kind"] != "past the file size")
+    assert written <= 6 * F + F
+    assert not list(tmp_path.glob(".store.rmqtool-repair-*"))
+
+
+# ------------------------------------------------------------------------------ R12
+
+
+def _zero_checkpoint(root: Path) -> None:
+    with open(root / "checkpoint", "r+b") as fh:
+        fh.write(bytes(24))
+
+
+def _remove_middle_cq_file(root: Path) -> None:
+    files = sorted((root / "consumequeue" / "TopicA" / "0").iterdir())
+    assert len(files) >= 3
+    files[1].unlink()
+
+
+@pytest.mark.parametrize("damage", [_zero_checkpoint, _remove_middle_cq_file])
+def test_r12_the_zero_tail_of_the_data_is_no_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: Any
+) -> None:
+    """R12: repair filled the zero tail of the last data file of ``crash_midwrite`` with a
+    BLANK (its plan said "damaged regions 1" on a store whose commitlog is undamaged), so
+    the broker's max offset after the repair was that file's end instead of the data's
+    end. Now nothing there is damage: no region, the empty pre-allocated file after the
+    data is removed (as recover removes it), and the commitlog after the repair is byte for
+    byte the one recover leaves."""
+    root = _copy(tmp_path / "a", "crash_midwrite")
+    damage(root)
+    twin = _copy(tmp_path / "b", "crash_midwrite")
+    damage(twin)
+    code, plan = _plan(capsys, root)
+    assert code == 4
+    assert plan["regions"] == [], plan["regions"]
+    assert plan["data_end"] == 771428 and plan["files_after_end"] == ["commitlog/00000000000000786432"]
+    code, out, _ = _cli(capsys, "repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b1"))
+    assert code == 1, out
+    assert "damaged regions      │ 0" in out
+    code, _, _ = _cli(capsys, "recover", str(twin), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b2"))
+    assert code == 1
+    assert tree_digest(root / "commitlog") == tree_digest(twin / "commitlog")
+    assert run(["recover", str(root), "--dry-run", "--quiet"]) == 0
+
+
+# ------------------------------------------------------------------------------ R4
+
+
+@pytest.mark.parametrize(
+    "name, size, kind",
+    [
+        ("00000000000000327680", F + 1, "past the file size"),  # the last file one zero byte longer
+        ("00000000000000327680", F + 9000, "past the file size"),
+        ("00000000000000065536", F - 1, "padding"),  # a middle file one byte short, inside its BLANK's padding
+        ("00000000000000065536", 30000, "truncated file"),  # a middle file cut inside its records
+        ("00000000000000327680", 30000, "end of data"),  # the last file cut inside a record
+    ],
+)
+def test_r4_a_commitlog_file_of_the_wrong_size_gets_the_mapped_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, size: int, kind: str
+) -> None:
+    """R4: repair said "nothing to do" (exit 0) beside verify's FILE_WRONG_SIZE (the broker
+    fails to load the store), and for a file one byte short inside its BLANK's padding it
+    changed nothing and claimed the broker would cut 275 intact records. Each file now gets
+    the mapped size the way the broker accepts it (zeros after a BLANK, filler before, the
+    bytes past the size cut to the backup); verify finds nothing, recover nothing to do."""
+    root = _copy(tmp_path, "clean")
+    os.truncate(root / "commitlog" / name, size)
+    code, plan = _plan(capsys, root)
+    assert code == 4
+    assert [r["kind"] for r in plan["regions"] if r["file"] == f"commitlog/{name}"][-1] == kind, plan["regions"]
+    assert plan["unfillable_regions"] == [] and plan["problems"] == []
+    code, _, err = _cli(capsys, "repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b"))
+    assert code == 1, err
+    assert (root / "commitlog" / name).stat().st_size == F
+    assert run(["verify", str(root), "--quiet"]) == 0
+    assert run(["recover", str(root), "--dry-run", "--quiet"]) == 0
+    code, _, _ = _cli(capsys, "restore", str(tmp_path / "b"), str(root), "--yes", "--backup-dir", str(tmp_path / "r"))
+    assert code == 1 and (root / "commitlog" / name).stat().st_size == size
+
+
+def test_r4_a_sparse_64_gib_commitlog_file_is_cut_without_copying_its_holes(tmp_path: Path) -> None:
+    """A commitlog file made 64 GiB (sparse) is cut to the mapped size; the plan's copy of
+    it beside the store holds only its data (the holes are never read or written). (The
+    address-space limit is R8's: whole-file maps of such a file are another item.)"""
+    root = _copy(tmp_path, "clean")
+    os.truncate(root / "commitlog" / "00000000000000327680", 64 << 30)
+    o = fd.run_child(["repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b")], 120, 1 << 40)
+    assert not o.hang and o.code == 1, (o.code, o.err)
+    assert (root / "commitlog" / "00000000000000327680").stat().st_size == F
+    assert not list(tmp_path.glob("*/.store.rmqtool-repair-*"))
+    assert run(["verify", str(root), "--quiet"]) == 0
+    shutil.rmtree(tmp_path / "b", ignore_errors=True)
