@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import mmap
-import shutil
 import struct
-import tempfile
 import time
 import weakref
 from collections.abc import Callable
@@ -67,7 +65,7 @@ from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
 from .repairfiles import Window, content_size, copy_prefix, range_writer, same_content, stream_to
 from .repairregions import Quarantined, Region, commitlog_model
 from .reput import CqFileOut, IndexFileOut
-from .safety import StoreTransaction
+from .safety import StoreTransaction, WorkDir
 from .store import Store, StoreFile
 from .verify import (
     DAMAGED,
@@ -112,10 +110,11 @@ class RepairPlan:
     workdir: Path | None = None  # holds the rebuilt files (content paths of ``changes``)
     _cleanup: Any = None
 
-    def own_workdir(self, wd: Path) -> None:
-        """The plan removes ``wd`` when discarded (or garbage-collected, or at exit)."""
-        self.workdir = wd
-        self._cleanup = weakref.finalize(self, shutil.rmtree, str(wd), True)
+    def own_workdir(self, wd: WorkDir) -> None:
+        """The plan removes ``wd`` (and lets go of its lock) when discarded (or
+        garbage-collected, or at exit)."""
+        self.workdir = wd.path
+        self._cleanup = weakref.finalize(self, wd.remove)
 
     def discard(self) -> None:
         """Remove the rebuilt files beside the store (a dry run's, or after apply)."""
@@ -582,7 +581,7 @@ class _Workdir:
     def __init__(self, store: Store, given: Path | None) -> None:
         self._store = store
         self._given = given
-        self.made: Path | None = None  # the directory this plan made (and owns)
+        self.made: WorkDir | None = None  # the directory this plan made (and owns)
         self.keep = False
 
     @property
@@ -590,9 +589,8 @@ class _Workdir:
         if self._given is not None:
             return self._given
         if self.made is None:
-            root = self._store.root
-            self.made = Path(tempfile.mkdtemp(prefix=f".{root.name}.rmqtool-repair-", dir=root.parent))
-        return self.made
+            self.made = WorkDir(self._store.root)
+        return self.made.path
 
 
 def _plan_rebuild(
@@ -618,7 +616,7 @@ def _plan_rebuild(
             if w.keep:
                 plan.own_workdir(w.made)
             else:
-                shutil.rmtree(w.made, ignore_errors=True)
+                w.made.remove()
 
 
 def _patch_regions(store: Store, plan: RepairPlan, recs: Any, intact: np.ndarray, w: _Workdir) -> dict[str, Path]:

@@ -16,7 +16,7 @@ from .confirm import ask, require_yes_or_terminal, yes_option
 from .errors import closed_stdout_ignored
 from .exitcodes import Exit
 from .output import SCHEMA_VERSION, output_options, resolve
-from .recovery.backups import describe_backup, find_backups, needed_backups, prune_selection
+from .recovery.backups import describe_backup, find_backups, needed_backups, prune_selection, workdir_rows
 from .render import dumps, render
 
 COLUMNS = [
@@ -72,8 +72,12 @@ def command(
     how many files, how many bytes) and, with --prune, delete old ones. Only backups whose
     manifest names STORE are pruned; one a pending interrupted change still needs never is.
 
+    Also lists the work directories of rmqtool repair beside STORE (status IN_USE, or
+    REPAIR_WORKDIR: left by an interrupted run; the real run of any destructive command
+    removes it); they are never pruned.
+
     Exit status: 0 listed (or pruned), 4 some backup is unusable (no or a damaged
-    manifest), 8 operational error or refusal (--prune without --yes and no terminal),
+    manifest) or an interrupted repair left its work directory, 8 operational error or refusal (--prune without --yes and no terminal),
     2 usage error."""
     if store is None:
         raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
@@ -85,7 +89,7 @@ def command(
     if not store.is_dir():
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
     fmt = resolve(fmt, "table", "json")
-    rows = [describe_backup(p, store) for p in find_backups(store, dirs)]
+    rows = [describe_backup(p, store) for p in find_backups(store, dirs)] + workdir_rows(store)
     doomed: list[dict[str, Any]] = []
     if prune:
         doomed = prune_selection(rows, needed_backups(store), keep, older_than)
@@ -126,7 +130,7 @@ def command(
         )
     elif prune and not doomed and fmt != "json" and not quiet:
         click.echo("nothing to prune")
-    return int(Exit.PROBLEMS if any(r["status"] == "UNUSABLE" for r in rows) else Exit.OK)
+    return int(Exit.PROBLEMS if any(r["status"] in ("UNUSABLE", "REPAIR_WORKDIR") for r in rows) else Exit.OK)
 
 
 __all__ = ["command", "find_backups", "describe_backup"]

@@ -16,6 +16,7 @@ BY_CODE: dict[str, str] = {
     "STORE_LOCKED": "stop the broker that holds store/lock before any repair; read-only commands work meanwhile",
     "STORE_ABORT": "rmqtool recover {store} --dry-run, then --yes (the abnormal recovery the broker would run at its start)",
     "STORE_PENDING_JOURNAL": "rmqtool recover {store} --yes: finishes or undoes the interrupted rmqtool change first",
+    "STORE_REPAIR_WORKDIR": "rmqtool repair {store} --yes (or the real run of any destructive rmqtool command) removes it first",
     "CQ_TOPIC_DELETED": "none: queues of a deleted topic; the broker ignores them",
     "CQ_DISPATCH_LAG": "rmqtool recover {store} --dry-run: the start-up dispatch catches up; or " + CQ,
     "IDX_DISPATCH_LAG": "rmqtool recover {store} --dry-run: the start-up dispatch catches up; or " + INDEX,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +192,116 @@ def test_r4_a_sparse_64_gib_commitlog_file_is_cut_without_copying_its_holes(tmp_
     assert not list(tmp_path.glob("*/.store.rmqtool-repair-*"))
     assert run(["verify", str(root), "--quiet"]) == 0
     shutil.rmtree(tmp_path / "b", ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ R2
+
+
+def _flip_middle_file(root: Path) -> None:
+    f = sorted((root / "commitlog").iterdir())[len(list((root / "commitlog").iterdir())) // 2]
+    with open(f, "r+b") as fh:
+        fh.seek(400)
+        b = fh.read(1)
+        fh.seek(400)
+        fh.write(bytes([b[0] ^ 0xFF]))
+
+
+def _repair_killed(root: Path, after: int) -> int:
+    env = dict(os.environ, RMQTOOL_TEST_CRASH_AFTER=str(after))
+    return subprocess.run(
+        [sys.executable, "-m", "rmqtool", "repair", "--yes", str(root), "--quiet", "--jobs", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    ).returncode
+
+
+def _workdirs(root: Path) -> list[Path]:
+    return sorted(root.parent.glob(f".{root.name}.rmqtool-repair-*"))
+
+
+def test_r2_a_killed_repair_s_work_directory_is_found_reported_and_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R2: repair killed with SIGKILL (12 of 18 trials), or its dry run out of time, left
+    its work directory beside the store for good. Now verify and info report it (naming
+    the command that clears it), backups lists it, a dry run warns and leaves it, and the
+    next real run removes it first and finishes the repair: nothing is left beside the
+    store."""
+    root = _copy(tmp_path, "many_files")
+    _flip_middle_file(root)
+    assert _repair_killed(root, 1) == 137
+    left = _workdirs(root)
+    assert len(left) == 1 and (left[0] / "commitlog").is_dir()
+    code, out, _ = _cli(capsys, "verify", str(root), "--format", "json")
+    assert "STORE_REPAIR_WORKDIR" in [f["code"] for f in json.loads(out)["findings"]]
+    code, out, _ = _cli(capsys, "info", str(root))
+    assert code == 4 and str(left[0]) in out and "rmqtool repair" in out
+    code, out, err = _cli(capsys, "backups", str(root), "--format", "json")
+    rows = json.loads(out)["backups"]
+    assert code == 4 and [r["status"] for r in rows if r["path"] == str(left[0])] == ["REPAIR_WORKDIR"]
+    code, _, err = _cli(capsys, "repair", str(root), "--dry-run", "--quiet")
+    assert code == 4 and str(left[0]) in err and _workdirs(root) == left
+    code, _, err = _cli(capsys, "repair", str(root), "--yes", "--quiet")
+    assert code == 1 and "work directory" in err
+    assert _workdirs(root) == [] and sorted(p.name for p in root.parent.iterdir()) == ["store"] + sorted(
+        p.name for p in root.parent.iterdir() if p.name.startswith("store.rmqtool-backup-")
+    )
+    assert run(["verify", str(root), "--quiet"]) == 0
+
+
+def _stale_workdir(root: Path) -> Path:
+    wd = root.parent / f".{root.name}.rmqtool-repair-stale"
+    (wd / "commitlog").mkdir(parents=True)
+    (wd / ".owner").write_bytes(b"")
+    (wd / "commitlog" / "00000000000000065536").write_bytes(bytes(4096))
+    return wd
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("recover", "--yes"),
+        ("rebuild-index", "--yes"),
+        ("repair", "--yes"),
+        ("offsets", "--set", "please_rebalance_consumer_group", "TopicA", "0", "1"),
+    ],
+)
+def test_r2_any_destructive_command_removes_a_left_work_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
+) -> None:
+    root = _copy(tmp_path, "clean")
+    wd = _stale_workdir(root)
+    code, _, err = _cli(capsys, argv[0], str(root), *argv[1:], "--yes" if argv[0] == "offsets" else "--quiet")
+    assert code in (0, 1), err
+    assert not wd.exists() and "work directory" in err
+
+
+def test_r2_restore_removes_a_left_work_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _copy(tmp_path, "clean")
+    os.truncate(root / "commitlog" / "00000000000000327680", F + 1)
+    assert run(["repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b")]) == 1
+    wd = _stale_workdir(root)
+    code, _, err = _cli(capsys, "restore", str(tmp_path / "b"), str(root), "--yes", "--backup-dir", str(tmp_path / "r"))
+    assert code == 1 and not wd.exists() and "work directory" in err
+
+
+def test_r2_a_work_directory_in_use_is_never_taken(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A running repair's work directory (its owner lock held: a dry run holds no store
+    lock) is neither removed by another command's real run nor reported as debris."""
+    from rmqtool.recovery.safety import WorkDir
+
+    root = _copy(tmp_path, "clean")
+    wd = WorkDir(root)
+    try:
+        (wd.path / "commitlog").mkdir()
+        code, _, err = _cli(capsys, "recover", str(root), "--yes", "--quiet")
+        assert code == 0 and wd.path.is_dir() and "work directory" not in err
+        code, out, _ = _cli(capsys, "verify", str(root), "--format", "json")
+        assert "STORE_REPAIR_WORKDIR" not in out
+        code, out, _ = _cli(capsys, "backups", str(root), "--format", "json")
+        assert code == 0 and [r["status"] for r in json.loads(out)["backups"]] == ["IN_USE"]
+    finally:
+        wd.remove()
+    assert not wd.path.exists()
