@@ -69,6 +69,8 @@ from .safety import StoreTransaction, WorkDir
 from .store import Store, StoreFile
 from .verify import (
     DAMAGED,
+    ERROR,
+    Finding,
     _layout_findings,
     _read_index_header,
     cq_recover_max_phy,
@@ -77,12 +79,56 @@ from .verify import (
     recovery_outlook,
     scan_commitlog,
     to_queue,
+    verify_store,
 )
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
 
-__all__ = ["Quarantined", "Region", "RepairPlan", "plan_repair", "apply_repair"]
+__all__ = [
+    "LEAVES_UNCHANGED",
+    "Quarantined",
+    "Region",
+    "RepairPlan",
+    "apply_repair",
+    "left_findings",
+    "plan_repair",
+]
+
+# The error findings of verify that repair leaves as they are, and why (man rmqtool-repair,
+# FINDINGS LEFT UNCHANGED). After ``repair --yes`` verify reports no other error; repair's
+# exit status has bit 4 whenever verify still reports one (:func:`left_findings`).
+LEAVES_UNCHANGED: dict[str, str] = {
+    "FILE_STRAY": "a directory in commitlog/ (4.x fails to load it): no transaction moves a directory; move it away",
+    "FILE_GAP": (
+        "missing commitlog files before a file that holds intact records, more than the write limit (the "
+        "commitlog files' present size plus one file) recreates: the broker's walk passes the gap"
+    ),
+    "FILE_OVERLAP": (
+        "commitlog file names that overlap: the broker refuses the store, and repair, like recover, changes "
+        "nothing at all until the file has its right name (every other finding stays too)"
+    ),
+    "TOPIC_BAD_NAME": (
+        "a message whose topic cannot be a path, with no sign of the queue it was written to (no consume queue "
+        "unit of another topic at its offset, no hole in another queue's offsets where it lies): kept, "
+        "undispatched, as recover and rebuild-index keep it"
+    ),
+    "CL_PROP_CRC": (
+        "a 5.2+ __CRC32# property that does not match the record, on a broker that checks it only under "
+        "forceVerifyPropCRC (--force-verify-prop-crc): the broker keeps and serves the record, and so does repair"
+    ),
+    "CL_ZEROED_RECORD_TAIL": (
+        "the last record of the data ends in zeros inside its properties: it passes the broker's check, which "
+        "keeps it; so does repair (what followed it is gone without a trace)"
+    ),
+    "CL_DATA_AFTER_END": (
+        "a gap between two intact records shorter than the smallest record (91 bytes, 111 with a required "
+        "__CRC32#): no filler exists; the broker still cuts there"
+    ),
+    "CFG_UNREADABLE": "an offset config file: repair changes no config file (rmqtool offsets --set writes one)",
+    "CFG_TABLE_LOST": "an offset config file: repair changes no config file (rmqtool offsets --set writes one)",
+    "CFG_LOAD_FAILS": "a config file the broker cannot load or that blocks its start: repair changes no config file",
+}
 
 _UNIT = np.dtype([("o", ">i8"), ("s", ">i4"), ("t", ">i8")])
 _MAX_HOLE = 1 << 20  # a larger jump of queue offsets between two intact records is not a hole we fill
@@ -107,6 +153,7 @@ class RepairPlan:
     unfillable: list[int] = field(default_factory=list)  # offsets of regions no filler fits (left as they are)
     data_end: int | None = None  # the end of the data: the broker's max offset after the repair
     after_end: list[str] = field(default_factory=list)  # commitlog files that start after it: removed
+    left: list[Finding] = field(default_factory=list)  # verify's error findings the repair leaves
     workdir: Path | None = None  # holds the rebuilt files (content paths of ``changes``)
     _cleanup: Any = None
 
@@ -140,6 +187,34 @@ class RepairPlan:
             and not self.abort_present
         )
 
+    def writes(self) -> list[dict[str, Any]]:
+        """Every store file the plan changes, and how: ``write`` (the byte ranges written,
+        file positions, and ``cut_at`` where the file then ends), ``create``, ``replace``,
+        ``remove``; by path. The real run changes exactly these (``--fix-offsets``' offset
+        files aside)."""
+        out: dict[str, dict[str, Any]] = {}
+        for r in self.regions:
+            if r.create:
+                out[r.file] = {"path": r.file, "action": "create"}
+                continue
+            w = out.setdefault(r.file, {"path": r.file, "action": "write", "ranges": [], "cut_at": None})
+            if r.cut:
+                w["cut_at"] = r.pos
+            else:
+                w["ranges"].append([r.pos, r.end])
+        for w in out.values():
+            if w["action"] == "write":
+                w["ranges"] = _merged(w["ranges"])
+        for rel in [*self.stray, *self.after_end]:
+            out[rel] = {"path": rel, "action": "remove"}
+        for c in self.index_changes:
+            out[c.relpath] = {"path": c.relpath, "action": "replace" if c.action not in (CREATE, REMOVE) else c.action}
+        if self.checkpoint is not None:
+            out["checkpoint"] = {"path": "checkpoint", "action": "replace"}
+        if self.abort_present:
+            out["abort"] = {"path": "abort", "action": "remove"}
+        return [out[k] for k in sorted(out)]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "store": self.store,
@@ -158,9 +233,45 @@ class RepairPlan:
             "checkpoint": self.checkpoint_note or None,
             "abort_file": "removed" if self.abort_present else "absent",
             "unfillable_regions": self.unfillable,
+            "writes": self.writes(),
+            "left_findings": [f.to_dict() for f in self.left],
             "problems": self.problems,
             "notes": self.notes,
         }
+
+
+def _merged(ranges: list[list[int]]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def left_findings(store: Store, profile: BrokerProfile, jobs: int = 1) -> list[Finding]:
+    """verify's error findings on ``store`` (after a repair: what it left; on a store with
+    nothing to repair: what it leaves)."""
+    return [f for f in verify_store(store, profile, jobs=jobs).findings if f.severity == ERROR]
+
+
+def left_problems(findings: list[Finding]) -> list[str]:
+    """One problem line per finding code verify still reports (the first of each)."""
+    by_code: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_code.setdefault(f.code, []).append(f)
+    out = []
+    for code, fs in sorted(by_code.items()):
+        f = fs[0]
+        why = (
+            "left unchanged by repair (man rmqtool-repair, FINDINGS LEFT UNCHANGED)"
+            if code in LEAVES_UNCHANGED
+            else "not a finding repair leaves: please report it"
+        )
+        more = f" (and {len(fs) - 1} more)" if len(fs) > 1 else ""
+        out.append(f"{f.file or '-'}: verify: {code}{more}: {f.message}; {why}")
+    return out
 
 
 def _rel(store: Store, p: Path) -> str:

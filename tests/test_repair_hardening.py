@@ -305,3 +305,76 @@ def test_r2_a_work_directory_in_use_is_never_taken(tmp_path: Path, capsys: pytes
     finally:
         wd.remove()
     assert not wd.path.exists()
+
+
+# ------------------------------------------------------------------------------ R6
+
+
+def _bad_delay_offset(root: Path) -> None:
+    (root / "config" / "delayOffset.json").write_bytes(b"[1,2,3]")
+
+
+def _dangling_offsets(root: Path) -> None:
+    p = root / "config" / "consumerOffset.json"
+    if p.exists():
+        p.unlink()
+    p.symlink_to(root / "config" / "nowhere")
+
+
+def _directory_offsets(root: Path) -> None:
+    p = root / "config" / "consumerOffset.json"
+    if p.exists():
+        p.unlink()
+    p.mkdir()
+
+
+def _invalid_utf8_offsets(root: Path) -> None:
+    (root / "config" / "consumerOffset.json").write_bytes(b'{"offsetTable":{"a\xff":1}}')
+
+
+@pytest.mark.parametrize("damage", [_bad_delay_offset, _dangling_offsets, _directory_offsets, _invalid_utf8_offsets])
+def test_r6_repair_s_exit_status_covers_every_finding_of_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: Any
+) -> None:
+    """R6: a config file verify flags (exit 4) gave repair exit 0 "no damage found". The
+    finding is one repair leaves (it changes no config file): the dry run and the real run
+    exit 4 and name it, and verify reports nothing outside the list man rmqtool-repair
+    gives."""
+    root = _copy(tmp_path, "clean")
+    damage(root)
+    code, out, _ = _cli(capsys, "verify", str(root), "--format", "json")
+    codes = {f["code"] for f in json.loads(out)["findings"] if f["severity"] == "error"}
+    assert code == 4 and codes
+    code, out, err = _cli(capsys, "repair", str(root), "--yes", "--quiet")
+    assert code == 4 and all(c in err for c in codes) and "left unchanged by repair" in err, (code, err)
+    assert "verify still reports" in out
+    code, plan = _plan(capsys, root)
+    assert code == 4 and {f["code"] for f in plan["left_findings"]} == codes and plan["writes"] == []
+    from rmqtool.recovery.repair import LEAVES_UNCHANGED
+
+    assert codes <= set(LEAVES_UNCHANGED), codes
+
+
+def test_r6_a_repair_that_leaves_a_finding_has_bit_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A repair that changes the store and leaves a finding exits 5, naming it."""
+    root = _copy(tmp_path, "clean")
+    _bad_delay_offset(root)
+    os.truncate(root / "commitlog" / "00000000000000327680", F + 1)
+    code, _, err = _cli(capsys, "repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b"))
+    assert code == 5 and "CFG_TABLE_LOST" in err and "FILE_WRONG_SIZE" not in err
+
+
+def test_r6_the_man_page_lists_the_findings_repair_leaves() -> None:
+    import re
+
+    from rmqtool.recovery.repair import LEAVES_UNCHANGED
+    from rmqtool.recovery.verify import CODES
+
+    text = (Path(__file__).resolve().parent.parent / "man" / "rmqtool-repair.1").read_text(encoding="utf-8")
+    section = text[text.index(".SH FINDINGS LEFT UNCHANGED") :]
+    section = section[: section.index("\n.SH ", 1)]
+    listed = set()
+    for line in re.findall(r"^\.BR? (.+)$", section, re.M):
+        listed |= {w for w in re.findall(r"[A-Z][A-Z0-9_]+", line)}
+    assert listed == set(LEAVES_UNCHANGED)
+    assert all(CODES[c][0] == "error" for c in LEAVES_UNCHANGED)

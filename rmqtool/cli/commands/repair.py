@@ -19,7 +19,7 @@ import click
 from ...recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
 from ...recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
 from ...recovery.recover import infer_index_tz
-from ...recovery.repair import RepairPlan, apply_repair, plan_repair
+from ...recovery.repair import RepairPlan, apply_repair, left_findings, left_problems, plan_repair
 from ...recovery.repairregions import DAMAGED, END_OF_DATA, MISSING_FILE, TRUNCATED_FILE
 from ...recovery.safety import CommitResult, StoreTransaction
 from ...recovery.store import Store
@@ -30,7 +30,7 @@ from ..cmdopts import change_options, store_command_options
 from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
-from ..options import make_profile
+from ..options import make_profile, open_store
 from ..output import output_file_options
 from ..progress import progress_bar, progress_option
 from ..render import dumps, render
@@ -94,8 +94,9 @@ def command(
     On a terminal it prints the plan and asks before changing anything; --yes skips the
     question, and without a terminal (cron, scripts) --yes is required.
 
-    Exit status (a bitmask): 0 nothing to do, 1 repaired, 4 problems left (with --dry-run:
-    a repair is needed), 5 = 1 + 4, 8 operational error or refusal (store locked by a
+    Exit status (a bitmask): 0 nothing to do, 1 repaired, 4 problems left: any error
+    finding verify still reports afterwards counts (with --dry-run: a repair is needed, or
+    verify reports a finding repair leaves), 5 = 1 + 4, 8 operational error or refusal (store locked by a
     broker, not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
     tz = ds.optional_tz(index_tz)
@@ -106,6 +107,8 @@ def command(
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
         plan.discard()  # the rebuilt files beside the store: not needed for the report
+        if plan.nothing_to_do:  # (else the dry run's status has its bit 4 anyway)
+            _left(plan, store, profile, njobs)
         with closed_stdout_ignored():
             _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
         _warn_problems(plan)
@@ -148,6 +151,7 @@ def _apply(
             extra = _offsets_fix(root, past) if fix_offsets and past else None
             result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
         plan.discard()
+        _left(plan, open_store(**store_opts) if result is not None else store, profile, njobs)
         with closed_stdout_ignored():
             _print(
                 plan,
@@ -161,6 +165,13 @@ def _apply(
             )
     _warn_problems(plan)
     return int(Exit.combine(changed=result is not None or finished, problems=bool(plan.problems)))
+
+
+def _left(plan: RepairPlan, store: Store, profile: BrokerProfile, jobs: int) -> None:
+    """verify's error findings on the store as the repair leaves it, each code a problem
+    (status bit 4): the exit status covers every finding of verify, fixed or left."""
+    plan.left = left_findings(store, profile, jobs)
+    plan.problems.extend(left_problems(plan.left))
 
 
 def _show_plan(plan: RepairPlan, fmt: str, past: list[OffsetChange], fix_offsets: bool) -> None:
@@ -333,9 +344,16 @@ def _print_outcome(
         click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
     else:
         click.echo(
-            "nothing to do: no damage found"
-            if not finished
-            else "the interrupted repair was finished; nothing else to do"
+            (
+                "nothing to do: no damage found"
+                if not finished
+                else "the interrupted repair was finished; nothing else to do"
+            )
+            + (
+                f" (verify still reports {len(plan.left)} error finding(s) repair leaves: see the problems)"
+                if plan.left
+                else ""
+            )
         )
 
 
