@@ -62,8 +62,9 @@ from .filler import (
     render_region_to,
 )
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
+from .repairfields import FieldFix, Misfiled, field_fixes, misfiled_records
 from .repairfiles import Window, content_size, copy_prefix, range_writer, same_content, stream_to
-from .repairregions import Quarantined, Region, commitlog_model
+from .repairregions import HEADER_FIELD, Quarantined, Region, commitlog_model
 from .reput import CqFileOut, IndexFileOut
 from .safety import StoreTransaction, WorkDir
 from .store import Store, StoreFile
@@ -318,16 +319,24 @@ def plan_repair(
     # (before the walk: offsets past such a name overflow a Java long, and numpy's int64)
     scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
     intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
+    # misfiled records bound the data (their bytes stay in it, as filler), but are damage
+    bound = intact.copy()
+    misfiled = misfiled_records(store, recs, intact)
+    for m in misfiled:
+        intact[m.index] = False
+    fixes = field_fixes(store, recs, intact)
     ioff = recs.off[intact]
-    isize = recs.size[intact].astype(np.int64)
     stray, problems = _stray_files(store)
-    model = commitlog_model(store, scans, ioff, isize)
-    regions = model.regions
+    model = commitlog_model(store, scans, recs.off[bound], recs.size[bound].astype(np.int64))
+    regions = model.regions + _misfiled_regions(store, misfiled) + _field_regions(store, fixes)
+    regions.sort(key=lambda r: (r.base, r.pos))
     problems.extend(model.problems)
-    tb = _Tombstones.of(store, regions, recs, intact)
-    tb.from_damaged_records(store, recs)
-    tb.from_queue_units(store)
-    tb.from_queue_holes(recs, intact)
+    fixed = _with_queue_offsets(recs, fixes)
+    tb = _Tombstones.of(store, regions, fixed, intact)
+    tb.from_damaged_records(store, fixed)
+    tb.from_misfiled(store, misfiled)
+    tb.from_queue_units(store, misfiled)
+    tb.from_queue_holes(fixed, intact)
     unfillable = _lay_out_regions(store, profile, tb, recs, intact, ioff, max_message_size, problems)
     regions = [r for r in regions if r.layout is not None]
 
@@ -349,6 +358,41 @@ def plan_repair(
         _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
     plan.seconds = time.perf_counter() - t0
     return plan
+
+
+def _misfiled_regions(store: Store, misfiled: list[Misfiled]) -> list[Region]:
+    """A damaged region over each misfiled record (a tombstone of the queue it was written
+    to, quarantine records with its bytes)."""
+    out = []
+    for m in misfiled:
+        f = store.commitlog_file_for(m.offset)
+        assert f is not None
+        out.append(Region(_rel(store, f.path), f.base, m.offset - f.base, m.offset - f.base + m.size, "damaged", False))
+    return out
+
+
+def _field_regions(store: Store, fixes: list[FieldFix]) -> list[Region]:
+    out = []
+    for x in fixes:
+        f = store.commitlog_file_for(x.offset)
+        assert f is not None
+        pos = x.at - f.base
+        out.append(
+            Region(_rel(store, f.path), f.base, pos, pos + 8, HEADER_FIELD, False, data=x.data(), field_name=x.field)
+        )
+    return out
+
+
+def _with_queue_offsets(recs: Any, fixes: list[FieldFix]) -> Any:
+    """The record table with the QUEUEOFFSETs repair writes back (what the tombstone
+    sources read)."""
+    qf = [x for x in fixes if x.field == "QUEUEOFFSET"]
+    if not qf:
+        return recs
+    qo = recs.queue_offset.copy()
+    idx = np.searchsorted(recs.off, np.array([x.offset for x in qf], dtype=np.int64))
+    qo[idx] = np.array([x.value for x in qf], dtype=qo.dtype)
+    return dataclasses.replace(recs, queue_offset=qo)
 
 
 def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan | None:
@@ -404,8 +448,8 @@ def _stray_files(store: Store) -> tuple[list[str], list[str]]:
 
 
 def _fillable(r: Region) -> bool:
-    """A region that gets filler records (not zeros, not a cut)."""
-    return not (r.zero_fill or r.cut)
+    """A region that gets filler records (not zeros, not a cut, not a header field)."""
+    return not (r.zero_fill or r.cut or r.header_field)
 
 
 @dataclass
@@ -475,10 +519,30 @@ class _Tombstones:
             if to_queue(recs.flags[j : j + 1])[0] and (t, q) in self.known_queues:
                 self.add(i, t, q, qo, off, "damaged record")
 
-    def from_queue_units(self, store: Store) -> None:
-        """Consume queue units that point into a region."""
+    def from_misfiled(self, store: Store, misfiled: list[Misfiled]) -> None:
+        """Records of a garbled topic or queue id: the tombstone of the queue offset they
+        hold in the queue they were written to."""
+        for m in misfiled:
+            i = self.region_of(m.offset)
+            if i is None:
+                continue
+            self.add(i, m.topic, m.queue_id, m.queue_offset, m.offset, "garbled topic or queue id")
+            self.qinfo[i][m.offset] = Quarantined(
+                m.offset,
+                m.topic,
+                m.queue_id,
+                m.queue_offset,
+                _msg_id_at(store, m.offset),
+                f"garbled topic or queue id (stored {m.stored_topic!r}/{m.stored_queue_id}; {m.evidence})",
+            )
+
+    def from_queue_units(self, store: Store, misfiled: list[Misfiled]) -> None:
+        """Consume queue units that point into a region (at a misfiled record: only the
+        unit of the queue it was written to; one of its garbled queue, which the broker's
+        dispatch or rebuild-index gave it, is not its queue offset)."""
         if not self.regions:
             return
+        true_queue = {m.offset: (m.topic, m.queue_id, m.queue_offset) for m in misfiled}
         starts, ends, qinfo = self.starts, self.ends, self.qinfo
         for (t, q), qfiles in sorted(store.consume_queues.items()):
             for f in qfiles:
@@ -495,6 +559,8 @@ class _Tombstones:
                     i = int(ri[n])
                     off = int(o[n])
                     qo = f.base // 20 + n
+                    if true_queue.get(off, (t, q, qo)) != (t, q, qo):
+                        continue
                     self.add(i, t, q, qo, off, "consume queue unit")
                     if off not in qinfo[i] and _fillable(self.regions[i]):
                         qinfo[i][off] = Quarantined(off, t, q, qo, _msg_id_at(store, off), "consume queue unit")
@@ -641,6 +707,9 @@ def _write_region(store: Store, r: Region, out: Any, store_ts: int, host: bytes,
     """Write the new bytes of region ``r`` to ``out`` (at its position), record by record."""
     assert r.layout is not None
     if r.cut:
+        return
+    if r.data is not None:
+        out.write(r.data)
         return
     if r.zero_fill:
         left = r.end - r.pos

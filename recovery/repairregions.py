@@ -38,6 +38,7 @@ from .store import Store, StoreFile
 __all__ = [
     "DAMAGED",
     "END_OF_DATA",
+    "HEADER_FIELD",
     "MISSING_FILE",
     "PADDING",
     "PAST_FILE_SIZE",
@@ -55,6 +56,7 @@ TRUNCATED_FILE = "truncated file"
 END_OF_DATA = "end of data"  # non-zero bytes after the end of the data: zero-filled
 PADDING = "padding"  # a short file's missing bytes after its BLANK: zeros
 PAST_FILE_SIZE = "past the file size"  # a file longer than the mapped size: cut there
+HEADER_FIELD = "header field"  # a record's PHYSICALOFFSET or QUEUEOFFSET written back (``data``)
 ZERO_KINDS = frozenset({END_OF_DATA, PADDING})
 
 
@@ -85,6 +87,8 @@ class Region:
     layout: FillerLayout | None = None
     quarantined: list[Quarantined] = field(default_factory=list)
     create: bool = False  # a missing file: created whole
+    data: bytes | None = None  # a header field's new bytes
+    field_name: str | None = None  # which header field
     # the file as the plan made it, beside the store (plan_repair with rebuild): apply
     # copies the new bytes from here; not part of the plan's data
     patched: Path | None = field(default=None, repr=False, compare=False)
@@ -100,6 +104,10 @@ class Region:
     @property
     def zero_fill(self) -> bool:
         return self.kind in ZERO_KINDS
+
+    @property
+    def header_field(self) -> bool:
+        return self.kind == HEADER_FIELD
 
     @property
     def cut(self) -> bool:
@@ -118,6 +126,7 @@ class Region:
             "tombstones": sum(1 for r in recs if r.kind == "tombstone"),
             "blank": any(r.kind == "blank" for r in recs),
             "quarantined": [q.to_dict() for q in self.quarantined],
+            **({"field": self.field_name, "value": int.from_bytes(self.data, "big", signed=True)} if self.data else {}),
         }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -378,3 +379,153 @@ def test_r6_the_man_page_lists_the_findings_repair_leaves() -> None:
         listed |= {w for w in re.findall(r"[A-Z][A-Z0-9_]+", line)}
     assert listed == set(LEAVES_UNCHANGED)
     assert all(CODES[c][0] == "error" for c in LEAVES_UNCHANGED)
+
+
+# ------------------------------------------------------------------------------ R3, R10
+
+VICTIM = 4664  # clean: TopicA/2 queue offset 2, 336 bytes
+
+
+def _poke(root: Path, off: int, data: bytes) -> None:
+    with open(root / "commitlog" / f"{off - off % F:020d}", "r+b") as fh:
+        fh.seek(off % F)
+        fh.write(data)
+
+
+def _garble_topic(root: Path, new: bytes = b"Top/cA") -> None:
+    with open(root / "commitlog" / "00000000000000000000", "rb") as fh:
+        fh.seek(VICTIM + 84)
+        (body_len,) = struct.unpack(">i", fh.read(4))
+    _poke(root, VICTIM + 88 + body_len + 1, new)
+
+
+def _queue_is_dense_and_true(root: Path, topic: str, qid: int) -> int:
+    """Every unit of the queue points at a record of that queue whose QUEUEOFFSET is the
+    unit's queue offset; returns the number of units."""
+    from rmqtool.formats import commitlog as cl
+    from rmqtool.formats.consumequeue import read_units
+    from rmqtool.recovery.store import Store
+
+    store = Store.open(root)
+    data = {f.base: f.path.read_bytes() for f in store.commitlog}
+    n = 0
+    for f in store.consume_queues[(topic, qid)]:
+        u = read_units(f.path.read_bytes())
+        for k in range(len(u)):
+            o, s = int(u["commitlog_offset"][k]), int(u["size"][k])
+            if s <= 0:
+                break
+            rec = cl.decode_message(data[o - o % F], o % F)
+            assert (rec.topic, rec.queue_id, rec.queue_offset) == (topic, qid, f.base // 20 + k), (o, rec.topic)
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("evidence", ["unit", "hole", "hole after rebuild-index"])
+def test_r3_a_garbled_topic_becomes_a_tombstone_of_its_queue_and_the_queue_stays_true(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], evidence: str
+) -> None:
+    """R3: ``TopicA`` -> ``Top/cA`` in the 11th TopicA record: repair kept the record but no
+    queue got it, so every later message of TopicA/2 sat one offset off (exit 5, 60
+    records). The record was written to TopicA/2 (a unit of that queue points at it, or
+    it fills that queue's hole): it becomes that queue offset's tombstone, its bytes go to
+    quarantine records, and every unit of TopicA/2 points at the record of its queue
+    offset. Without consume queues, or after rebuild-index gave the garbled topic a queue
+    of its own, the hole in TopicA/2's offsets says the same."""
+    from rmqtool.formats import commitlog as cl
+
+    root = _copy(tmp_path, "clean")
+    _garble_topic(root)
+    if evidence != "unit":
+        shutil.rmtree(root / "consumequeue")
+    if evidence == "hole after rebuild-index":
+        assert run(["rebuild-index", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "r")]) in (1, 5)
+    code, plan = _plan(capsys, root)
+    q = [x for x in plan["quarantined"] if x["offset"] == VICTIM]
+    assert code == 4 and len(q) == 1 and q[0]["tombstone"] and "garbled topic" in q[0]["source"], q
+    assert (q[0]["topic"], q[0]["queue_id"], q[0]["queue_offset"]) == ("TopicA", 2, 2)
+    code, _, err = _cli(capsys, "repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b"))
+    assert code == 1, err
+    data = (root / "commitlog" / "00000000000000000000").read_bytes()
+    t = cl.decode_message(data, VICTIM)
+    assert (t.topic, t.queue_id, t.queue_offset, t.body_length) == ("TopicA", 2, 2, 0)
+    nxt = cl.decode_message(data, VICTIM + t.total_size)
+    assert nxt.topic == filler_topic() and VICTIM + t.total_size + nxt.total_size == VICTIM + 336
+    assert _queue_is_dense_and_true(root, "TopicA", 2) > 60
+    assert not (root / "consumequeue" / "Top").exists()
+    assert run(["verify", str(root), "--quiet"]) == 0
+    assert run(["recover", str(root), "--dry-run", "--quiet"]) == 0
+
+
+def filler_topic() -> str:
+    from rmqtool.recovery.filler import QUARANTINE_TOPIC
+
+    return QUARANTINE_TOPIC
+
+
+@pytest.mark.parametrize(
+    "field, at, value", [("PHYSICALOFFSET", 28, VICTIM ^ 8), ("PHYSICALOFFSET", 28, -1), ("QUEUEOFFSET", 20, -1)]
+)
+def test_r10_a_damaged_header_offset_is_written_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, at: int, value: int
+) -> None:
+    """R10: a record whose only damage is its stored PHYSICALOFFSET (body CRC fine) was
+    left as it was, and the broker's dispatch writes the stored value into its consume
+    queue unit and index entries (tests/oracle/test_repair_fields_oracle.py): the message
+    is neither served nor found. repair writes the record's own offset back (a QUEUEOFFSET
+    that alone breaks its queue's sequence likewise): the commitlog is byte for byte the
+    undamaged one, and verify finds nothing."""
+    root = _copy(tmp_path, "clean")
+    original = (root / "commitlog" / "00000000000000000000").read_bytes()
+    _poke(root, VICTIM + at, struct.pack(">q", value))
+    code, plan = _plan(capsys, root)
+    fx = [r for r in plan["regions"] if r["kind"] == "header field"]
+    assert code == 4 and [(r["field"], r["from"], r["to"]) for r in fx] == [(field, VICTIM + at, VICTIM + at + 8)]
+    assert plan["quarantined"] == []
+    code, _, err = _cli(capsys, "repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b"))
+    assert code == 1, err
+    assert (root / "commitlog" / "00000000000000000000").read_bytes() == original
+    assert run(["verify", str(root), "--quiet"]) == 0
+    assert _queue_is_dense_and_true(root, "TopicA", 2) > 60
+
+
+def test_r10_a_queue_offset_run_written_so_is_left_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Only a QUEUEOFFSET that breaks its queue's sequence alone is written back: a run of
+    records whose QUEUEOFFSETs jump together (as the broker writes them after its queue
+    lost units) is as written, and repair leaves every one of them."""
+    from rmqtool.formats import commitlog as cl
+
+    root = _copy(tmp_path, "clean")
+    data = (root / "commitlog" / "00000000000000000000").read_bytes()
+    pos, n = 0, 0
+    while pos < 20000:  # TopicA/2's records from queue offset 2 on, in this file: +5 each
+        rec = cl.decode_message(data, pos)
+        if (rec.topic, rec.queue_id) == ("TopicA", 2) and rec.queue_offset >= 2:
+            _poke(root, pos + 20, struct.pack(">q", rec.queue_offset + 5))
+            n += 1
+        pos += rec.total_size
+    assert n >= 3
+    code, plan = _plan(capsys, root)
+    assert [r for r in plan["regions"] if r["kind"] == "header field"] == []
+
+
+def test_r10_the_crc32_property_decides_whether_a_field_was_damaged(tmp_path: Path) -> None:
+    """A record carrying ``__CRC32#`` (5.2+ enabledAppendPropCRC) covers its header: a
+    PHYSICALOFFSET is written back only where that makes the property match (a damaged
+    field), never where the property matches the stored value (as written)."""
+    from rmqtool.recovery import filler
+    from rmqtool.recovery.repairfields import FieldFix, _crc_allows
+    from rmqtool.recovery.store import Store
+
+    root = tmp_path / "store"
+    (root / "commitlog").mkdir(parents=True)
+    spec = filler.RecordSpec("quarantine", 0, 300, props="", crc=True)
+    good = filler._record_bytes(spec, None, 0, 1795302118764, b"\x7f\x00\x00\x01", 0)
+    path = root / "commitlog" / "00000000000000000000"
+    path.write_bytes(good.ljust(F, b"\0"))
+    store = Store.open(root)
+    assert not _crc_allows(store, FieldFix(0, "PHYSICALOFFSET", 0, 8))  # as written: leave it
+    with open(path, "r+b") as fh:
+        fh.seek(28)
+        fh.write(struct.pack(">q", 8))  # damaged: 0 -> 8
+    assert _crc_allows(Store.open(root), FieldFix(0, "PHYSICALOFFSET", 8, 0))

@@ -26,6 +26,7 @@ BY_CODE: dict[str, str] = {
     "CL_BAD_DELAY_LEVEL": AS_WRITTEN,
     "CL_BAD_INNER_BATCH": AS_WRITTEN,
     "CL_PROP_CRC": AS_WRITTEN,
+    "CL_PHYS_OFFSET_MISMATCH": "rmqtool repair {store} --dry-run, then --yes: writes the record's own offset back",
     "CL_SALVAGEABLE_RECORDS": "rmqtool recover {store} --dry-run --salvage-to DIR: writes the intact records out before the cut",
 }
 BY_PREFIX = (
