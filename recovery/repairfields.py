@@ -19,8 +19,9 @@ dispatch puts in the wrong place.
   unit and the index entries: a record storing another value is served from the wrong
   offset (the broker's unit is inconsistent, its keys find nothing). A QUEUEOFFSET that
   breaks its queue's sequence alone (the records before and after it are one queue
-  offset apart around it, or a consume queue unit of its queue there points at it) was
-  garbled. repair writes the value back (8 bytes; the backup keeps the stored ones),
+  offset apart around it, or a consume queue unit of its queue there points at it; at a
+  queue's first or last record, one no broker writes there: negative, more than 2^20
+  past its neighbour, or a first one not below the next) was garbled. repair writes the value back (8 bytes; the backup keeps the stored ones),
   except in a record carrying a ``__CRC32#`` property that the written-back value does not
   make match (the property covers the header: there the stored value is as written).
 """
@@ -45,6 +46,7 @@ __all__ = ["FieldFix", "Misfiled", "field_fixes", "misfiled_records", "QUEUEOFFS
 QUEUEOFFSET_AT = 20  # the header field's position in a record (STORE_FORMAT §4)
 PHYSICALOFFSET_AT = 28
 _UNIT = np.dtype([("o", ">i8"), ("s", ">i4"), ("t", ">i8")])
+_FAR = 1 << 20  # a queue offset this far past its queue's last one is no broker's
 
 
 @dataclass(frozen=True)
@@ -220,9 +222,14 @@ def _queue_offset_fixes(store: Store, recs: Any, intact: np.ndarray) -> list[Fie
     with np.errstate(over="ignore"):
         want = np.where(same_prev, prev + 1, np.where(same_next, nxt - 1, qo))
         middle = same_prev & same_next & (nxt == prev + 2) & (qo != prev + 1)
-    fix = {int(i): int(want[i]) for i in np.flatnonzero(middle).tolist()}
+    # a queue's first or last record whose QUEUEOFFSET no broker writes there (negative, or
+    # past its neighbour the wrong way, or more than _FAR beyond it)
+    with np.errstate(over="ignore"):
+        first = ~same_prev & same_next & ((qo < 0) | (qo >= nxt) | (nxt - qo > _FAR)) & (nxt >= 1)
+        last = same_prev & ~same_next & ((qo < 0) | (qo - prev > _FAR))
+    fix = {int(i): int(want[i]) for i in np.flatnonzero(middle | first | last).tolist()}
     # a queue's first or last record (or its only one): a unit of its queue points at it
-    ends = np.flatnonzero(~(same_prev & same_next))
+    ends = np.flatnonzero(~(same_prev & same_next) & ~first & ~last)
     if len(ends):
         units = _units(store)
         for i in ends.tolist():

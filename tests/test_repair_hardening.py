@@ -529,3 +529,54 @@ def test_r10_the_crc32_property_decides_whether_a_field_was_damaged(tmp_path: Pa
         fh.seek(28)
         fh.write(struct.pack(">q", 8))  # damaged: 0 -> 8
     assert _crc_allows(Store.open(root), FieldFix(0, "PHYSICALOFFSET", 8, 0))
+
+
+# ------------------------------------------------------------------------------ the dry run lists what the real run changes
+
+
+def test_the_dry_run_s_writes_are_exactly_what_the_real_run_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The plan's ``writes`` (files and byte ranges) against the page maps before and
+    after the real run, as the fuzz harness checks every damaged store
+    (fuzzdamage.repair_as_planned); and the check itself fails on a plan that misses a
+    change or promises one the run does not make."""
+    root = _copy(tmp_path, "crash_midwrite")
+    _zero_checkpoint(root)
+    _poke(root, 65536 + 400, b"\xff\xfe")  # a damaged record in the second file
+    os.truncate(root / "commitlog" / "00000000000000131072", F - 1)
+    _code, plan = _plan(capsys, root)
+    writes = plan["writes"]
+    actions = {w["path"]: w["action"] for w in writes}
+    assert actions["commitlog/00000000000000786432"] == "remove" and actions["abort"] == "remove"
+    assert actions["checkpoint"] == "replace" and actions["commitlog/00000000000000065536"] == "write"
+    before = fd.page_map(root)
+    assert run(["repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b")]) == 1
+    after = fd.page_map(root)
+    assert fd.plan_mismatch(writes, before, after) is None
+    assert "not planned" in (fd.plan_mismatch([w for w in writes if w["path"] != "checkpoint"], before, after) or "")
+    w = next(w for w in writes if w["path"] == "commitlog/00000000000000065536")
+    moved = dict(w, ranges=[[r[0] + 8192, r[1] + 8192] for r in w["ranges"]])
+    assert "outside the planned ranges" in (
+        fd.plan_mismatch([moved if x is w else x for x in writes], before, after) or ""
+    )
+    untouched = dict(w, ranges=[*w["ranges"], [60000, 60100]])
+    assert "unchanged" in (fd.plan_mismatch([untouched if x is w else x for x in writes], before, after) or "")
+
+
+@pytest.mark.parametrize("value", [-1, (1 << 63) - 1])
+def test_r10_a_queue_s_first_record_with_a_queue_offset_no_broker_writes_is_written_back(
+    tmp_path: Path, value: int
+) -> None:
+    """Fuzz seeds 12115, 12170 (absurd queue_offset): the first record of a queue (TopicA/2
+    queue offset 0, at 647) with QUEUEOFFSET -1 or Long.MAX_VALUE and no consume queue to
+    tell: no broker writes that there (the next record is queue offset 1), so repair writes
+    0 back and verify finds nothing (it left CQ_MISSING_MESSAGE)."""
+    root = _copy(tmp_path, "clean")
+    original = (root / "commitlog" / "00000000000000000000").read_bytes()
+    _poke(root, 647 + 20, struct.pack(">q", value))
+    shutil.rmtree(root / "consumequeue")
+    assert run(["repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b")]) == 1
+    assert (root / "commitlog" / "00000000000000000000").read_bytes() == original
+    assert run(["verify", str(root), "--quiet"]) == 0
+    assert _queue_is_dense_and_true(root, "TopicA", 2) > 60
