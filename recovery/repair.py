@@ -61,6 +61,7 @@ from .filler import (
     layout_region,
     render_region_to,
 )
+from .findingcodes import FindingCode
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
 from .repairfields import FieldFix, Misfiled, field_fixes, misfiled_records
 from .repairfiles import Window, content_size, copy_prefix, range_writer, same_content, stream_to
@@ -99,36 +100,36 @@ __all__ = [
 # The error findings of verify that repair leaves as they are, and why (man rmqtool-repair,
 # FINDINGS LEFT UNCHANGED). After ``repair --yes`` verify reports no other error; repair's
 # exit status has bit 4 whenever verify still reports one (:func:`left_findings`).
-LEAVES_UNCHANGED: dict[str, str] = {
-    "FILE_STRAY": "a directory in commitlog/ (4.x fails to load it): no transaction moves a directory; move it away",
-    "FILE_GAP": (
+LEAVES_UNCHANGED: dict[FindingCode, str] = {  # (keyed by the members: a misspelt code fails the type check)
+    FindingCode.FILE_STRAY: "a directory in commitlog/ (4.x fails to load it): no transaction moves a directory; move it away",
+    FindingCode.FILE_GAP: (
         "missing commitlog files before a file that holds intact records, more than the write limit (the "
         "commitlog files' present size plus one file) recreates: the broker's walk passes the gap"
     ),
-    "FILE_OVERLAP": (
+    FindingCode.FILE_OVERLAP: (
         "commitlog file names that overlap: the broker refuses the store, and repair, like recover, changes "
         "nothing at all until the file has its right name (every other finding stays too)"
     ),
-    "TOPIC_BAD_NAME": (
+    FindingCode.TOPIC_BAD_NAME: (
         "a message whose topic cannot be a path, with no sign of the queue it was written to (no consume queue "
         "unit of another topic at its offset, no hole in another queue's offsets where it lies): kept, "
         "undispatched, as recover and rebuild-index keep it"
     ),
-    "CL_PROP_CRC": (
+    FindingCode.CL_PROP_CRC: (
         "a 5.2+ __CRC32# property that does not match the record, on a broker that checks it only under "
         "forceVerifyPropCRC (--force-verify-prop-crc): the broker keeps and serves the record, and so does repair"
     ),
-    "CL_ZEROED_RECORD_TAIL": (
+    FindingCode.CL_ZEROED_RECORD_TAIL: (
         "the last record of the data ends in zeros inside its properties: it passes the broker's check, which "
         "keeps it; so does repair (what followed it is gone without a trace)"
     ),
-    "CL_DATA_AFTER_END": (
+    FindingCode.CL_DATA_AFTER_END: (
         "a gap between two intact records shorter than the smallest record (91 bytes, 111 with a required "
         "__CRC32#): no filler exists; the broker still cuts there"
     ),
-    "CFG_UNREADABLE": "an offset config file: repair changes no config file (rmqtool offsets --set writes one)",
-    "CFG_TABLE_LOST": "an offset config file: repair changes no config file (rmqtool offsets --set writes one)",
-    "CFG_LOAD_FAILS": "a config file the broker cannot load or that blocks its start: repair changes no config file",
+    FindingCode.CFG_UNREADABLE: "an offset config file: repair changes no config file (rmqtool offsets --set writes one)",
+    FindingCode.CFG_TABLE_LOST: "an offset config file: repair changes no config file (rmqtool offsets --set writes one)",
+    FindingCode.CFG_LOAD_FAILS: "a config file the broker cannot load or that blocks its start: repair changes no config file",
 }
 
 _UNIT = np.dtype([("o", ">i8"), ("s", ">i4"), ("t", ">i8")])
@@ -402,7 +403,9 @@ def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan
     end. Nothing is changed, as by recover. None when the names are sound."""
     F = store.geometry.commitlog_file_size
     blocked = [
-        i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")
+        i.path
+        for i in store.issues
+        if i.path.startswith("commitlog") and i.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE")
     ]
     if not blocked:
         return None

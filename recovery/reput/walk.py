@@ -283,7 +283,7 @@ class _Walker:
         )
         f = r.f
         if c.ok and c.size > 0:
-            if self.profile.is_5x and r.reput_from + c.size > r.END:
+            if self.profile.reput_stops_at_end_offset and r.reput_from + c.size > r.END:
                 self.problems.append(
                     ReputProblem(
                         STOPPED,
