@@ -14,6 +14,9 @@ zero tail of the data.
   record's own offset back; the broker then serves it and finds its keys. The same for a
   QUEUEOFFSET garbled to -1, which the broker's dispatch takes for a unit built already
   and skips (the queue shifts).
+* R4: a commitlog file of the wrong size (the last one a zero byte longer, a middle one a
+  byte short inside its BLANK's padding): the broker refuses to load the store (pinned);
+  after repair it loads it with every record of the undamaged store.
 * R12: after repair of ``crash_midwrite`` with a zeroed checkpoint the broker's max
   offset is the end of the data (771428), what it is after recover, not the file's end.
 """
@@ -83,6 +86,8 @@ def _queue_offset(root: Path) -> None:
     _poke(root, VICTIM + 20, struct.pack(">q", -1))
 
 
+# R4: the last file one zero byte longer, a middle file one byte short inside its BLANK's padding
+R4 = {"long": ("00000000000000327680", 65537), "short": ("00000000000000065536", 65535)}
 DAMAGES: dict[str, Callable[[Path], None]] = {"topic": _garble_topic, "phys": _phys, "queue_offset": _queue_offset}
 _CACHE: dict[str, Any] = {}
 
@@ -107,6 +112,14 @@ def _judge(oracle: ModuleType, version: str, tmp: Path) -> dict[str, Any]:
         (crashed / "abort").write_bytes(b"")
         for mode, store in (("raw", raw), ("normal", fixed), ("abnormal", crashed)):
             jobs.append({"id": f"{name}/{mode}", "verb": "view", "store": str(store), "config": _config("clean")})
+    for name, (fname, size) in R4.items():
+        raw = _copy(tmp, "clean", f"r4-{name}-raw")
+        os.truncate(raw / "commitlog" / fname, size)
+        fixed = _copy(tmp, "clean", f"r4-{name}-fixed")
+        os.truncate(fixed / "commitlog" / fname, size)
+        out[f"r4-{name}/repair-exit"] = run(["repair", "--yes", str(fixed), "--quiet", "--broker-version", version])
+        for mode, store in (("raw", raw), ("fixed", fixed)):
+            jobs.append({"id": f"r4-{name}/{mode}", "verb": "view", "store": str(store), "config": _config("clean")})
     for what in ("repair", "recover"):
         root = _copy(tmp, "crash_midwrite", f"r12-{what}")
         with open(root / "checkpoint", "r+b") as fh:
@@ -238,3 +251,17 @@ def test_r12_after_repair_the_broker_s_max_offset_is_the_end_of_the_data_as_afte
     repaired, recovered = j["r12/repair"], j["r12/recover"]
     assert repaired["load_ok"] is True and recovered["load_ok"] is True
     assert repaired["commitlog_max_offset"] == recovered["commitlog_max_offset"] == 771428
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("case", sorted(R4))
+def test_r4_a_wrong_size_commitlog_file_the_broker_refuses_loads_after_repair(
+    judged: Callable[[str], dict[str, Any]], version: str, case: str
+) -> None:
+    j = judged(version)
+    assert j[f"r4-{case}/raw"]["load_ok"] is False
+    assert j[f"r4-{case}/repair-exit"] == 1
+    view = j[f"r4-{case}/fixed"]
+    assert view["load_ok"] is True and view["commitlog_max_offset"] == 378262
+    recs = _records(view)
+    assert len(recs) == 420 and all(r["body_crc_ok"] for r in recs.values())
