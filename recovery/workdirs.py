@@ -7,7 +7,9 @@ real run calls it (through :func:`recovery.safety.recover_pending`).
 
 The owner holds an ``flock`` on the directory's ``.owner`` file for as long as it uses the
 directory (a process killed with SIGKILL lets go of it), so a sweep never takes the
-directory of a run still planning, a dry run included (which holds no store lock).
+directory of a run still planning, a dry run included (which holds no store lock). The
+directory's name holds its maker's pid, which tells a run killed between making it and
+locking it (gone) from one about to lock it (alive).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ __all__ = [
 
 WORKDIR_MARK = ".rmqtool-repair-"
 OWNER_FILE = ".owner"
-# a directory without its owner file is left alone this long (its maker is between
-# mkdtemp and the lock); older, it was left by a run killed there
+# a directory without its owner file and without its maker's pid in its name is left
+# alone this long (its maker may be between mkdtemp and the lock)
 _GRACE_S = 10.0
 
 
@@ -47,7 +49,9 @@ class WorkDir:
 
     def __init__(self, store: Path) -> None:
         root = Path(os.path.abspath(store))
-        self.path = Path(tempfile.mkdtemp(prefix=workdir_prefix(root), dir=root.parent))
+        # (the maker's pid in the name: one killed between mkdtemp and the lock is told
+        # from one about to take it by whether that process still runs)
+        self.path = Path(tempfile.mkdtemp(prefix=f"{workdir_prefix(root)}{os.getpid()}-", dir=root.parent))
         self._fd: int | None = os.open(self.path / OWNER_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
 
@@ -74,10 +78,7 @@ def in_use(path: Path) -> bool:
     try:
         fd = os.open(path / OWNER_FILE, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
-        try:
-            return time.time() - path.stat().st_mtime < _GRACE_S
-        except OSError:
-            return False
+        return _maker_alive(path)
     except OSError:
         return False
     try:
@@ -89,6 +90,25 @@ def in_use(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _maker_alive(path: Path) -> bool:
+    """A work directory without its owner file: whether the process that made it (named
+    in it) still runs, so may be about to lock it; without a pid in the name, whether it
+    is younger than a few seconds."""
+    pid = path.name.rsplit(WORKDIR_MARK, 1)[-1].split("-", 1)[0]
+    if pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True  # (another user's process: it runs)
+        return True
+    try:
+        return time.time() - path.stat().st_mtime < _GRACE_S
+    except OSError:
+        return False
 
 
 def sweep_workdirs(store: Path) -> list[Path]:

@@ -580,3 +580,20 @@ def test_r10_a_queue_s_first_record_with_a_queue_offset_no_broker_writes_is_writ
     assert (root / "commitlog" / "00000000000000000000").read_bytes() == original
     assert run(["verify", str(root), "--quiet"]) == 0
     assert _queue_is_dense_and_true(root, "TopicA", 2) > 60
+
+
+def test_r2_a_work_directory_killed_before_its_lock_is_told_by_its_maker_s_pid(tmp_path: Path) -> None:
+    """A run killed between making its work directory and locking it leaves one without
+    an owner file: the pid in its name tells it from one whose maker is about to lock it
+    (1 of 18 kill trials left one for the next run's 10 s grace before the pid)."""
+    from rmqtool.recovery.workdirs import in_use, sweep_workdirs
+
+    root = _copy(tmp_path, "clean")
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    dead = root.parent / f".store.rmqtool-repair-{p.pid}-abcd1234"
+    alive = root.parent / f".store.rmqtool-repair-{os.getpid()}-abcd1234"
+    for d in (dead, alive):
+        (d / "commitlog").mkdir(parents=True)
+    assert not in_use(dead) and in_use(alive)
+    assert sweep_workdirs(root) == [dead] and alive.is_dir() and not dead.exists()
