@@ -63,7 +63,7 @@ from .filler import (
 )
 from .findingcodes import FindingCode
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
-from .repairfields import FieldFix, Misfiled, field_fixes, misfiled_records
+from .repairfields import FieldFix, Misfiled, field_fixes, misfiled_records, queue_units
 from .repairfiles import Window, content_size, copy_prefix, range_writer, same_content, stream_to
 from .repairregions import HEADER_FIELD, Quarantined, Region, commitlog_model
 from .reput import CqFileOut, IndexFileOut
@@ -322,10 +322,12 @@ def plan_repair(
     intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
     # misfiled records bound the data (their bytes stay in it, as filler), but are damage
     bound = intact.copy()
-    misfiled = misfiled_records(store, recs, intact)
+    units = queue_units(store)
+    misfiled = misfiled_records(store, recs, intact, units)
     for m in misfiled:
         intact[m.index] = False
-    fixes = field_fixes(store, recs, intact)
+    fixes = field_fixes(store, recs, intact, units)
+    del units
     ioff = recs.off[intact]
     stray, problems = _stray_files(store)
     model = commitlog_model(store, scans, recs.off[bound], recs.size[bound].astype(np.int64))

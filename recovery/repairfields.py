@@ -41,7 +41,15 @@ from ..formats.properties import CRC32, decode_crc32_digits, parse_properties
 from .store import Store, StoreFile
 from .verify.records import to_queue
 
-__all__ = ["FieldFix", "Misfiled", "field_fixes", "misfiled_records", "QUEUEOFFSET_AT", "PHYSICALOFFSET_AT"]
+__all__ = [
+    "PHYSICALOFFSET_AT",
+    "QUEUEOFFSET_AT",
+    "FieldFix",
+    "Misfiled",
+    "field_fixes",
+    "misfiled_records",
+    "queue_units",
+]
 
 QUEUEOFFSET_AT = 20  # the header field's position in a record (STORE_FORMAT §4)
 PHYSICALOFFSET_AT = 28
@@ -78,7 +86,10 @@ class Misfiled:
     evidence: str  # "consume queue unit" | "queue offset hole"
 
 
-def _units(store: Store) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+Units = dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def queue_units(store: Store) -> Units:
     """Every queue's units: (commitlog offset, size, queue offset), valid ones only."""
     out = {}
     for key, files in store.consume_queues.items():
@@ -106,12 +117,13 @@ def _pointed(recs: Any, o: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.nd
     return j, (recs.off[j] == o) & (recs.size[j].astype(np.int64) == s)
 
 
-def misfiled_records(store: Store, recs: Any, intact: np.ndarray) -> list[Misfiled]:
+def misfiled_records(store: Store, recs: Any, intact: np.ndarray, units: Units | None = None) -> list[Misfiled]:
     """The intact records whose topic or queue id is garbled, with the queue (and queue
-    offset) they were written to."""
+    offset) they were written to (``units``: :func:`queue_units`, read here if not given)."""
     if not len(recs):
         return []
-    units = _units(store)
+    if units is None:
+        units = queue_units(store)
     queued = to_queue(recs.flags) & intact
     out: dict[int, Misfiled] = {}
     own: set[tuple[int, int]] = set()  # (record, queue key) a unit of the record's own queue confirms
@@ -175,17 +187,22 @@ def _read_header_fields(f: StoreFile, pos: np.ndarray, F: int) -> tuple[np.ndarr
     """(QUEUEOFFSET, PHYSICALOFFSET) stored in the records at ``pos`` of file ``f`` (a map
     of at most the mapped size: a sparse 64 GiB file is never mapped whole)."""
     n = min(f.size, F)
+    qo = np.empty(len(pos), dtype=np.int64)
+    ph = np.empty(len(pos), dtype=np.int64)
     with open(f.path, "rb") as fh, mmap.mmap(fh.fileno(), n, access=mmap.ACCESS_READ) as mm:
         u8 = np.frombuffer(mm, dtype=np.uint8)
-        idx = pos[:, None] + np.arange(8)
-        qo = u8[idx + QUEUEOFFSET_AT].copy().view(">i8").ravel().astype(np.int64)
-        ph = u8[idx + PHYSICALOFFSET_AT].copy().view(">i8").ravel().astype(np.int64)
+        step = 1 << 16  # records at a time: the gathered bytes stay a few MiB
+        for a in range(0, len(pos), step):
+            idx = pos[a : a + step, None] + np.arange(8)
+            qo[a : a + step] = u8[idx + QUEUEOFFSET_AT].view(">i8").ravel()
+            ph[a : a + step] = u8[idx + PHYSICALOFFSET_AT].view(">i8").ravel()
         del u8
     return qo, ph
 
 
-def field_fixes(store: Store, recs: Any, intact: np.ndarray) -> list[FieldFix]:
-    """The PHYSICALOFFSET and QUEUEOFFSET fields of intact records to write back."""
+def field_fixes(store: Store, recs: Any, intact: np.ndarray, units: Units | None = None) -> list[FieldFix]:
+    """The PHYSICALOFFSET and QUEUEOFFSET fields of intact records to write back
+    (``units``: :func:`queue_units`, read here if needed and not given)."""
     if not len(recs) or not intact.any():
         return []
     F = store.geometry.commitlog_file_size
@@ -202,11 +219,11 @@ def field_fixes(store: Store, recs: Any, intact: np.ndarray) -> list[FieldFix]:
         for i in np.flatnonzero(ph != recs.off[sel]).tolist():
             r = int(sel[i])
             fixes.append(FieldFix(int(recs.off[r]), "PHYSICALOFFSET", int(ph[i]), int(recs.off[r])))
-    fixes += _queue_offset_fixes(store, recs, intact)
+    fixes += _queue_offset_fixes(store, recs, intact, units)
     return [x for x in fixes if _crc_allows(store, x)]
 
 
-def _queue_offset_fixes(store: Store, recs: Any, intact: np.ndarray) -> list[FieldFix]:
+def _queue_offset_fixes(store: Store, recs: Any, intact: np.ndarray, units: Units | None) -> list[FieldFix]:
     """QUEUEOFFSETs that break their queue's sequence alone."""
     sel = np.flatnonzero(to_queue(recs.flags) & intact)
     if len(sel) < 2:
@@ -231,7 +248,8 @@ def _queue_offset_fixes(store: Store, recs: Any, intact: np.ndarray) -> list[Fie
     # a queue's first or last record (or its only one): a unit of its queue points at it
     ends = np.flatnonzero(~(same_prev & same_next) & ~first & ~last)
     if len(ends):
-        units = _units(store)
+        if units is None:
+            units = queue_units(store)
         for i in ends.tolist():
             t, q = recs.queues[int(qk[i])]
             if (t, q) not in units:
