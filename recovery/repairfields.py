@@ -126,20 +126,21 @@ def misfiled_records(store: Store, recs: Any, intact: np.ndarray, units: Units |
         units = queue_units(store)
     queued = to_queue(recs.flags) & intact
     out: dict[int, Misfiled] = {}
-    own: set[tuple[int, int]] = set()  # (record, queue key) a unit of the record's own queue confirms
-    for (t, q), (o, s, _n) in units.items():
+    own = np.zeros(len(recs), dtype=bool)  # records a unit of their own queue points at
+    pointed = {}
+    for (t, q), (o, s, n) in units.items():
         j, found = _pointed(recs, o, s)
+        pointed[(t, q)] = (j, found, n)
         k = recs.qkey_of(t, q)
         if k is not None:
-            hit = found & (recs.qkey[j] == k)
-            own |= {(int(x), k) for x in j[hit].tolist()}
-    for (t, q), (o, s, n) in sorted(units.items()):
-        j, found = _pointed(recs, o, s)
-        found &= queued[j]
-        for i, qo in zip(j[found].tolist(), n[found].tolist()):
+            own[j[found & (recs.qkey[j] == k)]] = True
+    for (t, q), (j, found, n) in sorted(pointed.items()):
+        k = recs.qkey_of(t, q)
+        cand = found & queued[j] & ~own[j] & (recs.queue_offset[j] == n)
+        if k is not None:
+            cand &= recs.qkey[j] != k
+        for i, qo in zip(j[cand].tolist(), n[cand].tolist()):
             st, sq = recs.queues[int(recs.qkey[i])]
-            if (st, sq) == (t, q) or int(recs.queue_offset[i]) != qo or (i, int(recs.qkey[i])) in own:
-                continue
             out.setdefault(i, Misfiled(i, int(recs.off[i]), int(recs.size[i]), t, q, qo, st, sq, "consume queue unit"))
     for m in _hole_evidence(store, recs, queued):
         out.setdefault(m.index, m)
@@ -157,7 +158,7 @@ def _hole_evidence(store: Store, recs: Any, queued: np.ndarray) -> list[Misfiled
     # (a queue of one record may have a consume queue: the broker's dispatch, or
     # rebuild-index's, gave the misfiled record one)
     known = {k for k, c in enumerate(counts.tolist()) if c >= 2}
-    alone = [int(i) for i in sel.tolist() if counts[recs.qkey[i]] == 1]
+    alone = sel[counts[qk] == 1].tolist()
     if not alone:
         return []
     per_queue: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -207,7 +208,10 @@ def field_fixes(store: Store, recs: Any, intact: np.ndarray, units: Units | None
         return []
     F = store.geometry.commitlog_file_size
     fixes: list[FieldFix] = []
-    for fidx in np.unique(recs.file_idx[intact]).tolist():
+    # only the files where the scan met a PHYSICALOFFSET other than the position (it
+    # records at least the first of each part) are read again
+    phys_files = {int(a[0]) for a in recs.anomalies if a[1] == "CL_PHYS_OFFSET_MISMATCH"}
+    for fidx in sorted(phys_files & set(np.unique(recs.file_idx[intact]).tolist())):
         f = store.commitlog[int(fidx)]
         sel = np.flatnonzero(intact & (recs.file_idx == fidx))
         pos = recs.off[sel] - f.base
