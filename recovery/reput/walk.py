@@ -37,6 +37,7 @@ def _request_of(c: ck.Checked) -> DispatchRequest:
         c.keys,
         c.uniq_key,
         r.sys_flag,
+        c.tags,
     )
 
 
@@ -383,6 +384,7 @@ class _Walker:
             return cols, k
         keys = list(cols.keys)
         uniq = list(cols.uniq_key)
+        tags = list(cols.tag_values())
         topics = list(cols.topic)  # a plain list: the decoder's topic ids no longer hold
         for j, r in fixes:
             topics[j] = r.topic
@@ -394,11 +396,13 @@ class _Walker:
             cols.consume_queue_offset[j] = r.consume_queue_offset
             keys[j] = r.keys
             uniq[j] = r.uniq_key
+            tags[j] = r.tags
             cols.sys_flag[j] = r.sys_flag
         ik = cols.index_keys
         if ik is not None:
-            ik = add_index_keys(ik, [(j, r.uniq_key, r.keys) for j, r in fixes])
-        return cols._replace(topic=topics, keys=keys, uniq_key=uniq, index_keys=ik), k
+            tagged = self.profile.indexes_tags
+            ik = add_index_keys(ik, [(j, r.uniq_key, r.keys, r.tags if tagged else None) for j, r in fixes])
+        return cols._replace(topic=topics, keys=keys, uniq_key=uniq, index_keys=ik, tags=tags), k
 
 
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux 5.14+
