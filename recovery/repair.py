@@ -153,6 +153,7 @@ class RepairPlan:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     unfillable: list[int] = field(default_factory=list)  # offsets of regions no filler fits (left as they are)
+    blocked: bool = False  # commitlog file names that do not tile: the plan changes nothing
     data_end: int | None = None  # the end of the data: the broker's max offset after the repair
     after_end: list[str] = field(default_factory=list)  # commitlog files that start after it: removed
     left: list[Finding] = field(default_factory=list)  # verify's error findings the repair leaves
@@ -258,19 +259,21 @@ def left_findings(store: Store, profile: BrokerProfile, jobs: int = 1) -> list[F
     return [f for f in verify_store(store, profile, jobs=jobs).findings if f.severity == ERROR]
 
 
-def left_problems(findings: list[Finding]) -> list[str]:
-    """One problem line per finding code verify still reports (the first of each)."""
+def left_problems(findings: list[Finding], blocked: bool = False) -> list[str]:
+    """One problem line per finding code verify still reports (the first of each);
+    ``blocked``: the plan changed nothing because commitlog file names do not tile."""
     by_code: dict[str, list[Finding]] = {}
     for f in findings:
         by_code.setdefault(f.code, []).append(f)
     out = []
     for code, fs in sorted(by_code.items()):
         f = fs[0]
-        why = (
-            "left unchanged by repair (man rmqtool-repair, FINDINGS LEFT UNCHANGED)"
-            if code in LEAVES_UNCHANGED
-            else "not a finding repair leaves: please report it"
-        )
+        if code in LEAVES_UNCHANGED:
+            why = "left unchanged by repair (man rmqtool-repair, FINDINGS LEFT UNCHANGED)"
+        elif blocked:
+            why = "left: repair changes nothing while commitlog file names overlap or are misaligned"
+        else:
+            why = "not a finding repair leaves: please report it"
         more = f" (and {len(fs) - 1} more)" if len(fs) > 1 else ""
         out.append(f"{f.file or '-'}: verify: {code}{more}: {f.message}; {why}")
     return out
@@ -425,6 +428,7 @@ def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan
             for b in blocked
         ],
         seconds=time.perf_counter() - t0,
+        blocked=True,
     )
 
 

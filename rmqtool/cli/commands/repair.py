@@ -171,7 +171,7 @@ def _left(plan: RepairPlan, store: Store, profile: BrokerProfile, jobs: int) -> 
     """verify's error findings on the store as the repair leaves it, each code a problem
     (status bit 4): the exit status covers every finding of verify, fixed or left."""
     plan.left = left_findings(store, profile, jobs)
-    plan.problems.extend(left_problems(plan.left))
+    plan.problems.extend(left_problems(plan.left, plan.blocked))
 
 
 def _show_plan(plan: RepairPlan, fmt: str, past: list[OffsetChange], fix_offsets: bool) -> None:
