@@ -38,6 +38,7 @@ import numpy as np
 from ..formats import commitlog as cl
 from ..formats.crc import crc32_fast
 from ..formats.properties import CRC32, decode_crc32_digits, parse_properties
+from .findingcodes import FindingCode
 from .store import Store, StoreFile
 from .verify.records import to_queue
 
@@ -210,7 +211,7 @@ def field_fixes(store: Store, recs: Any, intact: np.ndarray, units: Units | None
     fixes: list[FieldFix] = []
     # only the files where the scan met a PHYSICALOFFSET other than the position (it
     # records at least the first of each part) are read again
-    phys_files = {int(a[0]) for a in recs.anomalies if a[1] == "CL_PHYS_OFFSET_MISMATCH"}
+    phys_files = {int(a[0]) for a in recs.anomalies if a[1] == FindingCode.CL_PHYS_OFFSET_MISMATCH}
     for fidx in sorted(phys_files & set(np.unique(recs.file_idx[intact]).tolist())):
         f = store.commitlog[int(fidx)]
         sel = np.flatnonzero(intact & (recs.file_idx == fidx))
