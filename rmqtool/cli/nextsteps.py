@@ -61,6 +61,7 @@ BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the
     FindingCode.CQ_TOPIC_DELETED: Step(None, "none: queues of a deleted topic; the broker ignores them"),
     FindingCode.CQ_DISPATCH_LAG: Step(CQ.argv, LAG),
     FindingCode.IDX_DISPATCH_LAG: Step(INDEX.argv, LAG),
+    FindingCode.BCQ_DISPATCH_LAG: Step(None, "none: the broker's next start dispatches it"),
     FindingCode.CL_QUEUE_OFFSET: AS_WRITTEN,
     FindingCode.CL_SYSFLAG: AS_WRITTEN,
     FindingCode.CL_PROPERTIES: AS_WRITTEN,
@@ -80,6 +81,14 @@ BY_PREFIX = (
     ("IDX_", INDEX),
     ("CKPT_", RECOVER),
     ("FILE_", Step(RECOVER.argv, "the broker refuses or mis-reads such files; " + RECOVER.why)),
+    (
+        "BCQ_",
+        Step(
+            ("dump", "consumequeue", "{store}", "--topic", "{topic}", "--resolve"),
+            "shows the units and their records; nothing rmqtool runs mends a batch consume queue (recover, "
+            "repair and rebuild-index refuse it: LAYOUT_BATCH_CQ)",
+        ),
+    ),
 )
 NO_STEP = Step(None, "see the code in rmqtool-verify(1)")
 

@@ -1,0 +1,247 @@
+"""verify's check of BatchConsumeQueues (5.x BatchCQ topics, ``batchconsumequeue/``): each
+queue's units against the commitlog records, read-only. The broker writes a unit per record of
+a BatchCQ topic (``BatchConsumeQueue.putBatchMessagePositionInfo``): the record's offset, size,
+tagsCode and store time, its INNER_BASE (the queue offset the offset assigner gave it) and its
+INNER_NUM (1 for a record without the inner-batch flag, whose base is its queue offset), so:
+
+* a unit that fails ``recover``'s rule with units after it: the broker's recovery cuts them
+  (BCQ_UNIT_INVALID);
+* every kept unit points at an intact record (BCQ_NO_RECORD) of its topic and queue and of its
+  size (BCQ_WRONG_RECORD), whose INNER_NUM / INNER_BASE / queue offset are the unit's batch size
+  and base offset (BCQ_BATCH_MISMATCH), with the inner-batch flag where the batch has more than
+  one message (BCQ_NOT_INNER_BATCH), and whose store time and tagsCode the unit carries
+  (BCQ_UNIT_FIELDS);
+* the base offsets chain: each is the previous unit's base plus its batch size (BCQ_OFFSET_GAP);
+* every record of a BatchCQ topic's queue has a unit (BCQ_DISPATCH_LAG where the broker's next
+  start dispatches it, else BCQ_MISSING_MESSAGE).
+
+The records' columns come from the commitlog walk (numpy); the properties of the records the
+units point at (INNER_NUM, INNER_BASE, the sysflag) are read one record per unit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ...formats.consumequeue import bcq_valid_mask
+from ...formats.properties import INNER_BASE, INNER_NUM
+from ..batchcq import BatchQueue, batch_queues, read_queue
+from ..findingcodes import FindingCode
+from ..query import CommitlogReader
+from ..store import Store
+from ..versions import BrokerProfile
+from .consumequeue import _Broker
+from .parts import Records
+from .records import to_queue
+from .report import Finding, finding
+
+INNER_BATCH_FLAG = 0x80  # MessageSysFlag.INNER_BATCH_FLAG (1 << 7)
+MAX_PER_QUEUE = 20  # findings of one code listed per queue; the rest are counted in one
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.out: list[Finding] = []
+        self.seen: dict[tuple[FindingCode, str], int] = {}
+
+    def add(self, code: FindingCode, q: BatchQueue, i: int | None, phys: int | None, msg: str, **kw: Any) -> None:
+        key = (code, q.rel_dir)
+        n = self.seen.get(key, 0)
+        self.seen[key] = n + 1
+        if n < MAX_PER_QUEUE:
+            f = q.rel(i) if i is not None else q.rel_dir
+            pos = int(q.pos[i]) if i is not None else None
+            self.out.append(finding(code, f, pos, phys, msg, topic=q.topic, queue_id=q.queue_id, **kw))
+
+    def close(self) -> list[Finding]:
+        for (code, qdir), n in sorted(self.seen.items()):
+            if n > MAX_PER_QUEUE:
+                more = n - MAX_PER_QUEUE
+                self.out.append(
+                    finding(code, qdir, None, None, f"{more} more {code} findings in this queue not listed")
+                )
+        return self.out
+
+
+def batch_topics_of(store: Store) -> set[str]:
+    return {t for t, _q in batch_queues(store.root)}
+
+
+def batch_max_phy(store: Store) -> int:
+    """The largest commitlog offset the broker's batch queues hold after their recovery
+    (what getMaxPhyOffsetInConsumeQueue takes from them), -1 when none."""
+    best = -1
+    for (t, q), files in batch_queues(store.root).items():
+        best = max(best, read_queue(t, q, files).max_physic_offset)
+    return best
+
+
+def batch_findings(
+    store: Store, profile: BrokerProfile, recs: Records, broker: _Broker
+) -> tuple[list[Finding], dict[str, Any]]:
+    """The findings about every batch consume queue, and their figures."""
+    out = _Out()
+    stats = {"batch_queues": 0, "batch_units": 0, "batch_messages": 0}
+    referenced = np.zeros(len(recs), dtype=bool)
+    with CommitlogReader(store, profile) as reader:
+        for (t, qid), files in sorted(batch_queues(store.root).items()):
+            q = read_queue(t, qid, files)
+            stats["batch_queues"] += 1
+            stats["batch_units"] += q.recovered_units
+            if q.min_offset >= 0:
+                stats["batch_messages"] += max(0, q.max_offset - q.min_offset)
+            _queue(q, recs, reader, referenced, out)
+    _missing(store, recs, referenced, broker, out)
+    return out.close(), stats
+
+
+def _queue(q: BatchQueue, recs: Records, reader: CommitlogReader, referenced: np.ndarray, out: _Out) -> None:
+    u = q.units
+    valid = bcq_valid_mask(u)
+    cut = np.flatnonzero(~q.kept)
+    if len(cut):
+        i = int(cut[0])
+        bad = not bool(valid[i])
+        out.add(
+            FindingCode.BCQ_UNIT_INVALID,
+            q,
+            i,
+            None,
+            f"{q.topic}/{q.queue_id}: unit {'fails the broker rule' if bad else 'after the point where recovery stops'}"
+            f" (offset {int(u['commitlog_offset'][i])}, size {int(u['size'][i])}, base "
+            f"{int(u['msg_base_offset'][i])}, batch {int(u['batch_size'][i])}); the broker's recovery cuts the "
+            f"queue here: {len(cut)} written unit(s) from here on are lost",
+            units_cut=len(cut),
+        )
+    kept = np.flatnonzero(q.kept & valid)
+    if not len(kept):
+        return
+    off = u["commitlog_offset"][kept]
+    ri, found = recs.find(off) if len(recs) else (np.zeros(len(kept), dtype=np.int64), np.zeros(len(kept), bool))
+    qk = recs.qkey_of(q.topic, q.queue_id)
+    prev_end: int | None = None
+    for n, i in enumerate(kept.tolist()):
+        base, bs = int(u["msg_base_offset"][i]), int(u["batch_size"][i])
+        phys = int(u["commitlog_offset"][i])
+        if prev_end is not None and base != prev_end:
+            out.add(
+                FindingCode.BCQ_OFFSET_GAP,
+                q,
+                i,
+                phys,
+                f"{q.topic}/{q.queue_id}: base offset {base} does not continue the previous unit's batch (ends at "
+                f"{prev_end}): "
+                + (
+                    f"{base - prev_end} message(s) missing from the queue"
+                    if base > prev_end
+                    else "offsets counted twice"
+                ),
+                expected=prev_end,
+                found=base,
+            )
+        prev_end = base + bs
+        if not found[n]:
+            out.add(
+                FindingCode.BCQ_NO_RECORD,
+                q,
+                i,
+                phys,
+                f"{q.topic}/{q.queue_id}: unit at base offset {base} points at commitlog offset {phys}, where no "
+                "intact record starts",
+            )
+            continue
+        j = int(ri[n])
+        referenced[j] = True
+        size = int(u["size"][i])
+        if qk is None or int(recs.qkey[j]) != qk or int(recs.size[j]) != size:
+            rt, rq = recs.queues[int(recs.qkey[j])] if len(recs.queues) else ("?", -1)
+            out.add(
+                FindingCode.BCQ_WRONG_RECORD,
+                q,
+                i,
+                phys,
+                f"{q.topic}/{q.queue_id}: unit at base offset {base} points at a record of {rt}/{rq} of "
+                f"{int(recs.size[j])} bytes (the unit says {size})",
+            )
+            continue
+        loc = reader.record_at(phys)
+        props = (loc.checked.props or {}) if loc is not None else {}
+        sys_flag = int(loc.checked.rec.sys_flag) if loc is not None and loc.checked.rec is not None else 0
+        inner = bool(sys_flag & INNER_BATCH_FLAG)
+        num, ibase = props.get(INNER_NUM), props.get(INNER_BASE)
+        want_bs = int(num) if inner and num is not None and num.lstrip("-").isdigit() else 1
+        want_base = int(ibase) if inner and ibase is not None and ibase.lstrip("-").isdigit() else None
+        rec_qo = int(recs.queue_offset[j])
+        if bs > 1 and not inner:
+            out.add(
+                FindingCode.BCQ_NOT_INNER_BATCH,
+                q,
+                i,
+                phys,
+                f"{q.topic}/{q.queue_id}: unit of {bs} messages at base offset {base} points at a record without "
+                "the inner-batch flag",
+                batch_size=bs,
+            )
+        elif bs != want_bs or base != (want_base if want_base is not None else rec_qo) or base != rec_qo:
+            out.add(
+                FindingCode.BCQ_BATCH_MISMATCH,
+                q,
+                i,
+                phys,
+                f"{q.topic}/{q.queue_id}: unit (base {base}, batch {bs}) and its record (queue offset {rec_qo}, "
+                f"INNER_BASE {ibase}, INNER_NUM {num}) disagree",
+                batch_size=bs,
+                msg_base_offset=base,
+                record_queue_offset=rec_qo,
+            )
+        ts, tags = int(u["store_timestamp"][i]), int(u["tags_code"][i])
+        if ts != int(recs.store_ts[j]) or tags != int(recs.tags[j]):
+            out.add(
+                FindingCode.BCQ_UNIT_FIELDS,
+                q,
+                i,
+                phys,
+                f"{q.topic}/{q.queue_id}: unit at base offset {base}: store time {ts}, tagsCode {tags}; the record: "
+                f"{int(recs.store_ts[j])}, {int(recs.tags[j])}",
+            )
+
+
+def _missing(store: Store, recs: Records, referenced: np.ndarray, broker: _Broker, out: _Out) -> None:
+    """Records of a batch queue's topic and queue that no unit points at."""
+    if not len(recs):
+        return
+    qs = batch_queues(store.root)
+    topics = {t for t, _q in qs}
+    keys = [k for k, (t, _q) in enumerate(recs.queues) if t in topics]
+    if not keys:
+        return
+    in_batch = np.isin(recs.qkey, np.array(keys, dtype=recs.qkey.dtype))
+    miss = np.flatnonzero(in_batch & to_queue(recs.flags) & (recs.off < broker.po) & ~referenced)
+    if not len(miss):
+        return
+    fixed = broker.cq_fixed(recs.off[miss])
+    for k in keys:
+        sel = recs.qkey[miss] == k
+        if not sel.any():
+            continue
+        t, qid = recs.queues[k]
+        q = read_queue(t, qid, qs.get((t, qid), []))
+        for code, pick, what in (
+            (FindingCode.BCQ_DISPATCH_LAG, fixed, "the broker dispatches them at its next start"),
+            (FindingCode.BCQ_MISSING_MESSAGE, ~fixed, "the broker will not dispatch them again"),
+        ):
+            idx = miss[sel & pick]
+            if not len(idx):
+                continue
+            j = int(idx[0])
+            out.add(
+                code,
+                q,
+                None,
+                int(recs.off[j]),
+                f"{t}/{qid}: {len(idx)} record(s) from offset {int(recs.off[j])} (queue offset "
+                f"{int(recs.queue_offset[j])}) missing from the batch consume queue; {what}",
+                count=int(len(idx)),
+            )
