@@ -9,6 +9,7 @@ judge.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -99,3 +100,134 @@ def test_oracle_writes_inner_batches_into_batch_consume_queues(written: Any) -> 
     # BatchT/0 spans two files of 10 units
     files = {u["file"] for u in view["batch_consume_queues"]["BatchT/0"]["units"]}
     assert files == {f"{0:020d}", f"{UNITS_PER_FILE * 46:020d}"}
+
+
+def _rmqtool_json(argv: list[str]) -> tuple[int, dict[str, Any]]:
+    import contextlib
+    import io
+    import json
+
+    from rmqtool.cli import run
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = run(argv)
+    return rc, json.loads(buf.getvalue())
+
+
+def _broker_units(q: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            u["offset"],
+            u["size"],
+            u["tags_code"],
+            u["store_time"],
+            u["msg_base_offset"],
+            u["batch_size"],
+            u["compacted_offset"],
+            u["reserved"],
+            u["file"],
+            u["logic_offset"],
+        )
+        for u in q["units"]
+    ]
+
+
+def _dumped_units(rows: list[dict[str, Any]], key: str) -> list[tuple[Any, ...]]:
+    t, qid = key.split("/")
+    return [
+        (
+            r["commitlog_offset"],
+            r["size"],
+            r["tags_code"],
+            r["unit_store_timestamp"],
+            r["msg_base_offset"],
+            r["batch_size"],
+            r["compacted_offset"],
+            r["reserved"],
+            r["file"].rsplit("/", 1)[1],
+            int(r["file"].rsplit("/", 1)[1]) + r["pos"],
+        )
+        for r in rows
+        if r["topic"] == t and r["queue_id"] == int(qid) and r["status"] == "OK"
+    ]
+
+
+def test_dump_consumequeue_shows_the_units_the_broker_reads(written: Any) -> None:
+    v, _res, store, view = written
+    rc, doc = _rmqtool_json(["dump", "consumequeue", str(store), "--format", "json", "--broker-version", v])
+    assert rc == 0
+    rows = [r for r in doc["records"] if r.get("kind") == "batch"]
+    assert {f"{r['topic']}/{r['queue_id']}" for r in rows} == set(view["batch_consume_queues"])
+    for key, q in view["batch_consume_queues"].items():
+        assert _dumped_units(rows, key) == _broker_units(q), (v, key)
+    # the file queue beside them is listed as before
+    plain = [r for r in doc["records"] if r.get("kind") is None]
+    assert [(r["topic"], r["commitlog_offset"]) for r in plain] == [
+        ("PlainT", e["phys_offset"]) for e in view["consume_queues"]["PlainT/0"]["entries"]
+    ]
+
+
+def test_the_queue_figures_are_the_broker_s(written: Any) -> None:
+    from rmqtool.recovery import batchcq
+
+    v, _res, store, view = written
+    for q in batchcq.iter_queues(store):
+        b = view["batch_consume_queues"][f"{q.topic}/{q.queue_id}"]
+        assert (q.min_offset, q.max_offset, q.max_physic_offset) == (
+            b["min_offset"],
+            b["max_offset"],
+            b["max_physic_offset"],
+        ), v
+
+
+def test_verify_finds_the_broker_s_store_sound(written: Any) -> None:
+    v, _res, store, _view = written
+    rc, doc = _rmqtool_json(["verify", str(store), "--format", "json", "--quiet", "--broker-version", v])
+    assert rc == 0 and doc["summary"]["errors"] == 0, [f for f in doc["findings"] if f["severity"] == "error"]
+    assert not [f for f in doc["findings"] if f["code"].startswith(("BCQ_", "CQ_MISSING"))]
+
+
+@pytest.mark.parametrize("damage", ["zero_unit", "batch_size"])
+def test_verify_judges_a_damaged_batch_queue_as_the_broker_reads_it(
+    written: Any, oracle: ModuleType, tmp_path: Path, damage: str
+) -> None:
+    """The second unit of BatchT/0's first file zeroed (the broker's recovery stops there and
+    drops the second file) or its batch size changed: verify's findings against what the
+    broker's recovery and start make of it."""
+    import shutil
+    import struct
+
+    from rmqtool.recovery import batchcq
+
+    v, _res, store, view = written
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    f = copy / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}"
+    b = bytearray(f.read_bytes())
+    if damage == "zero_unit":
+        b[46:92] = bytes(46)
+    else:
+        struct.pack_into(">h", b, 46 + 36, 9)
+    f.write_bytes(bytes(b))
+    rc, doc = _rmqtool_json(["verify", str(copy), "--format", "json", "--quiet", "--broker-version", v])
+    codes = [fd["code"] for fd in doc["findings"]]
+    after = oracle.view(v, copy, config=CONFIG)["batch_consume_queues"]["BatchT/0"]
+    (q,) = [q for q in batchcq.iter_queues(copy) if (q.topic, q.queue_id) == ("BatchT", 0)]
+    kept = [int(o) for o in q.units["commitlog_offset"][q.kept]]
+    seen = [u["offset"] for u in after["units"]]
+    if damage == "zero_unit":
+        assert rc == 4 and "BCQ_UNIT_INVALID" in codes
+        lag = sum(fd["details"]["count"] for fd in doc["findings"] if fd["code"] == "BCQ_DISPATCH_LAG")
+        lost = sum(fd["details"]["count"] for fd in doc["findings"] if fd["code"] == "BCQ_MISSING_MESSAGE")
+        # the broker keeps what rmqtool keeps, and dispatches again what verify says it does
+        assert seen[: len(kept)] == kept
+        assert len(seen) - len(kept) == lag, (v, seen, kept, codes)
+        written_units = len(view["batch_consume_queues"]["BatchT/0"]["units"])
+        assert lag + lost == written_units - len(kept) and lag + lost > 0
+    else:
+        assert rc == 4 and codes.count("BCQ_BATCH_MISMATCH") == 1 and "BCQ_OFFSET_GAP" in codes
+        # the broker reads the unit as it is: the changed size moves its max offset or hides messages
+        assert seen == kept
+        unit = [u for u in after["units"] if u["logic_offset"] == 46][0]
+        assert unit["batch_size"] == 9
