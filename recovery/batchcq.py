@@ -217,14 +217,17 @@ def iter_units(root: Path, topic: str | None = None, queue_id: int | None = None
 
 
 def summary(root: Path) -> dict[str, Any]:
-    """For ``info``: how many BatchCQ queues, topics, files, units and messages (the sum of
-    each queue's max - min offset, as the broker counts them)."""
+    """For ``info``: how many BatchCQ queues, topics, files, units (kept by the broker's
+    recovery) and messages (the sum of each queue's max - min offset, as the broker counts
+    them), and the largest commitlog offset a unit holds after that recovery (None: none)."""
     qs = batch_queues(root)
     units = messages = files = 0
+    max_phy = -1
     for (t, qid), fl in qs.items():
         q = read_queue(t, qid, fl)
         files += len(fl)
         units += q.recovered_units
+        max_phy = max(max_phy, q.max_physic_offset)
         if q.min_offset >= 0:
             messages += max(0, q.max_offset - q.min_offset)
     return {
@@ -233,6 +236,7 @@ def summary(root: Path) -> dict[str, Any]:
         "files": files,
         "units": units,
         "messages": messages,
+        "max_commitlog_offset": max_phy if max_phy >= 0 else None,
     }
 
 

@@ -85,7 +85,14 @@ def test_recovery_keeps_whole_files_and_stops_at_the_first_invalid_unit(tmp_path
     assert [r["status"] for r in rows] == ["OK"] * 5 + ["INVALID", "CUT"]
     assert [r["queue_offset"] for r in rows[:5]] == [0, 3, 5, 6, 10]
     assert rows[4]["file"] == f"batchconsumequeue/T/0/{size:020d}" and rows[4]["pos"] == 0
-    assert batchcq.summary(root) == {"queues": 1, "topics": 1, "files": 2, "units": 5, "messages": 12}
+    assert batchcq.summary(root) == {
+        "queues": 1,
+        "topics": 1,
+        "files": 2,
+        "units": 5,
+        "messages": 12,
+        "max_commitlog_offset": 340,
+    }
 
 
 def test_recovery_scans_only_the_last_three_files(tmp_path: Path) -> None:
@@ -245,3 +252,24 @@ def test_destructive_commands_refuse_a_store_with_batch_queues(
     assert rc == 8, err
     assert "BatchConsumeQueue" in err and "batchconsumequeue" in err
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_info_counts_the_batch_queues(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = bcq_store(tmp_path)
+    rc = run(["info", str(root), "--format", "json", "--broker-version", "5.5.1"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    last = sum(len(_record(n, 0, 1, 0)) for n in range(len(BATCHES) - 1))  # (the sizes do not depend on base)
+    assert doc["batch_consume_queues"] == {
+        "queues": 1,
+        "topics": 1,
+        "files": 1,
+        "units": 4,
+        "messages": sum(BATCHES),
+        "max_commitlog_offset": last,
+    }
+    assert doc["max_phy_offset_of_cq"] == last and doc["topics"] == []
+    run(["info", str(root), "--broker-version", "5.5.1", "--format", "table"])
+    assert "batch consume queues (5.x BatchCQ topics, batchconsumequeue/): 1 queues of 1 topics" in (
+        capsys.readouterr().out
+    )

@@ -181,6 +181,19 @@ def test_the_queue_figures_are_the_broker_s(written: Any) -> None:
         ), v
 
 
+def test_info_counts_the_broker_s_batch_queues(written: Any) -> None:
+    v, _res, store, view = written
+    rc, doc = _rmqtool_json(["info", str(store), "--format", "json", "--broker-version", v])
+    bq = view["batch_consume_queues"]
+    assert rc == 0
+    assert doc["batch_consume_queues"]["queues"] == len(bq) == 2
+    assert doc["batch_consume_queues"]["units"] == sum(len(q["units"]) for q in bq.values())
+    assert doc["batch_consume_queues"]["messages"] == sum(q["max_offset"] - q["min_offset"] for q in bq.values())
+    # (the broker's maxPhyOffset of its consume queues, both kinds)
+    ends = [q["max_physic_offset"] for q in bq.values()] + [view["consume_queues"]["PlainT/0"]["max_physic_offset"]]
+    assert doc["max_phy_offset_of_cq"] == max(ends)
+
+
 def test_verify_finds_the_broker_s_store_sound(written: Any) -> None:
     v, _res, store, _view = written
     rc, doc = _rmqtool_json(["verify", str(store), "--format", "json", "--quiet", "--broker-version", v])
