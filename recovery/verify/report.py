@@ -123,7 +123,10 @@ CODES: dict[FindingCode, tuple[str, str]] = {
     ),
     FindingCode.LAYOUT_ROCKSDB_CQ: (ERROR, "a 5.2+ RocksDB consume queue: the store is refused (exit 8)"),
     FindingCode.LAYOUT_CQ_EXT: (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
-    FindingCode.LAYOUT_BATCH_CQ: (ERROR, "BatchConsumeQueue files (batchconsumequeue/): the store is refused (exit 8)"),
+    FindingCode.LAYOUT_BATCH_CQ: (
+        ERROR,
+        "BatchConsumeQueue files (batchconsumequeue/): recover, repair and rebuild-index refuse the store (exit 8); verify checks them instead (the BCQ_ codes) and never reports this one",
+    ),
     FindingCode.LAYOUT_COMPACTION: (
         ERROR,
         "a compaction topic's log (compaction/compactionLog, compaction/compactionCq): the store is refused (exit 8)",
