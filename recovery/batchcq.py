@@ -19,16 +19,16 @@ Only reading: recover, repair and rebuild-index refuse a store with these files 
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..formats.consumequeue import BCQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE, bcq_valid_mask, read_bcq_units
+from .scan import last_nonzero_in_file
 from .store import StoreFile
 
 BATCH_CQ_DIR = "batchconsumequeue"
@@ -79,15 +79,15 @@ def batch_topics(root: Path) -> set[str]:
 
 @dataclass
 class BatchQueue:
-    """One batch consume queue's units, read whole (numpy), and what the broker makes of them."""
+    """One batch consume queue and what the broker's recovery makes of it. Only the files the
+    recovery scans (the last three) are held; the files before them are read one at a time
+    by :meth:`chunks`, so a queue of any length costs the memory of a few files."""
 
     topic: str
     queue_id: int
     files: list[StoreFile]
-    units: Any  # structured array of BCQ_DTYPE, every file's units up to its last non-zero one
-    file_of: Any  # index into ``files`` of each unit
-    pos: Any  # position of each unit in its file
-    kept: Any  # bool: the unit survives the broker's recovery
+    start: int = 0  # the first file the recovery scans
+    tail: list[tuple[Any, Any]] = field(default_factory=list)  # per scanned file: (units, kept mask)
     recovered_units: int = 0
     min_offset: int = -1
     max_offset: int = 0
@@ -97,24 +97,31 @@ class BatchQueue:
     def rel_dir(self) -> str:
         return f"{BATCH_CQ_DIR}/{self.topic}/{self.queue_id}"
 
-    def rel(self, i: int) -> str:
-        return f"{self.rel_dir}/{self.files[int(self.file_of[i])].name}"
+    def rel(self, k: int) -> str:
+        return f"{self.rel_dir}/{self.files[k].name}"
+
+    def chunks(self) -> Iterator[tuple[int, Any, Any]]:
+        """(file index, its written units, which of them the broker keeps), file by file. The
+        files before the scan stay as loaded: the broker serves every unit of them."""
+        for k, f in enumerate(self.files):
+            if k < self.start:
+                u = written_units(f)
+                yield k, u, np.ones(len(u), dtype=bool)
+            else:
+                u, kept = self.tail[k - self.start]
+                yield k, u, kept
 
 
-def _written(path: Path, size: int) -> bytes:
-    """The bytes of a file up to its last non-zero whole unit (the zero tail is unwritten
-    space: the broker's read position ends at the first unit it does not accept)."""
-    n = size - size % BCQ_UNIT_SIZE
-    if n <= 0:
-        return b""
-    with open(path, "rb") as fh:
-        with mmap.mmap(fh.fileno(), n, access=mmap.ACCESS_READ) as m:
-            arr = np.frombuffer(m, dtype=np.uint8)
-            nz = np.flatnonzero(arr)
-            last = int(nz[-1]) if len(nz) else -1
-            del arr
-            end = (last // BCQ_UNIT_SIZE + 1) * BCQ_UNIT_SIZE if last >= 0 else 0
-            return bytes(m[:end])
+def written_units(f: StoreFile) -> Any:
+    """The units of a file up to its last non-zero one (the all-zero tail is unwritten space;
+    holes are skipped: a sparse file costs its data extents)."""
+    n = f.size - f.size % BCQ_UNIT_SIZE
+    last = last_nonzero_in_file(f.path, 0, n) if n > 0 else -1
+    if last < 0:
+        return read_bcq_units(b"").copy()
+    with open(f.path, "rb") as fh:
+        data = fh.read((last // BCQ_UNIT_SIZE + 1) * BCQ_UNIT_SIZE)
+    return read_bcq_units(data).copy()
 
 
 def _file_size(files: list[StoreFile]) -> int:
@@ -127,50 +134,56 @@ def _file_size(files: list[StoreFile]) -> int:
 
 
 def read_queue(topic: str, qid: int, files: list[StoreFile], file_size: int | None = None) -> BatchQueue:
-    """A queue's units and the broker's recovery of them (BatchConsumeQueue.recover, then
+    """A queue and the broker's recovery of it (BatchConsumeQueue.recover, then
     reviseMinOffsetInQueue / reviseMaxOffsetInQueue). ``file_size``: the broker's
     mapperFileSizeBatchConsumeQueue (default: the most common size of the queue's files)."""
-    chunks, fidx, poss = [], [], []
-    for k, f in enumerate(files):
-        data = _written(f.path, f.size) if f.size else b""
-        u = read_bcq_units(data).copy()
-        chunks.append(u)
-        fidx.append(np.full(len(u), k, dtype=np.int32))
-        poss.append(np.arange(len(u), dtype=np.int64) * BCQ_UNIT_SIZE)
-    units = np.concatenate(chunks) if chunks else read_bcq_units(b"").copy()
-    file_of = np.concatenate(fidx) if fidx else np.zeros(0, dtype=np.int32)
-    pos = np.concatenate(poss) if poss else np.zeros(0, dtype=np.int64)
-    q = BatchQueue(topic, qid, files, units, file_of, pos, np.zeros(len(units), dtype=bool))
+    q = BatchQueue(topic, qid, files)
     if not files:
         return q
     mapped = file_size or _file_size(files)
     per_file = mapped // BCQ_UNIT_SIZE + (1 if mapped % BCQ_UNIT_SIZE else 0)  # units the scan reads
-    valid = bcq_valid_mask(units)
-    start = max(0, len(files) - RECOVER_FROM_LAST)
-    q.kept[file_of < start] = True  # files before the scan stay as loaded (read position: their size)
+    q.start = start = max(0, len(files) - RECOVER_FROM_LAST)
+    before = 0  # units of the files before the scan (counted, not held)
+    for f in files[:start]:
+        n = f.size - f.size % BCQ_UNIT_SIZE
+        last = last_nonzero_in_file(f.path, 0, n) if n > 0 else -1
+        before += last // BCQ_UNIT_SIZE + 1 if last >= 0 else 0
     process = files[start].base
+    stopped = False
+    last_kept: tuple[int, int, int, int] | None = None  # (file index, offset, base, batch size)
     for k in range(start, len(files)):
-        sel = np.flatnonzero(file_of == k)
-        bad = np.flatnonzero(~valid[sel])
-        good = len(sel) if not len(bad) else int(bad[0])
-        q.kept[sel[:good]] = True
-        process = files[k].base + good * BCQ_UNIT_SIZE
-        if good < per_file or k + 1 >= len(files):
-            break  # (a file whose units all hold moves the scan to the next one)
-    scanned = np.flatnonzero(q.kept & (file_of >= start))
-    if len(scanned):
-        q.max_physic_offset = int(units["commitlog_offset"][scanned[-1]])
-    # truncateDirtyFiles(process): files wholly after it go, the one holding it ends there
+        u = written_units(files[k])
+        kept = np.zeros(len(u), dtype=bool)
+        if not stopped:
+            bad = np.flatnonzero(~bcq_valid_mask(u))
+            good = len(u) if not len(bad) else int(bad[0])
+            kept[:good] = True
+            process = files[k].base + good * BCQ_UNIT_SIZE
+            if good:
+                j = good - 1
+                last_kept = (k, int(u["commitlog_offset"][j]), int(u["msg_base_offset"][j]), int(u["batch_size"][j]))
+            stopped = good < per_file  # (a file whose units all hold moves the scan to the next one)
+        q.tail.append((u, kept))
+    q.recovered_units = before + sum(int(np.count_nonzero(kept)) for _u, kept in q.tail)
+    if last_kept is not None:
+        q.max_physic_offset = last_kept[1]
+    # min: the first unit of the first file (as loaded, or as the scan kept it)
+    if start > 0:
+        first = written_units(files[0])[:1]
+        q.min_offset = int(first["msg_base_offset"][0]) if len(first) else -1
+    elif len(q.tail[0][0]) and q.tail[0][1][0]:
+        q.min_offset = int(q.tail[0][0]["msg_base_offset"][0])
+    # max: truncateDirtyFiles(process) drops the files wholly after it; getMaxMsgOffset of the
+    # last file left, else of the one before it
     remaining = [k for k, f in enumerate(files) if f.base <= process]
-    first = np.flatnonzero(file_of == 0)
-    q.min_offset = int(units["msg_base_offset"][first[0]]) if len(first) and q.kept[first[0]] else -1
-    kept = np.flatnonzero(q.kept)
-    q.recovered_units = len(kept)
-    if remaining and len(kept):
+    if remaining:
         last_file = remaining[-1]
-        i = int(kept[-1])
-        if int(file_of[i]) >= last_file - 1:  # getMaxMsgOffset of the last file, else of the one before
-            q.max_offset = int(units["msg_base_offset"][i]) + int(units["batch_size"][i])
+        if last_kept is not None and last_kept[0] >= last_file - 1:
+            q.max_offset = last_kept[2] + last_kept[3]
+        elif last_kept is None and start > 0 and last_file - 1 < start:
+            prev = written_units(files[last_file - 1])
+            if len(prev):
+                q.max_offset = int(prev["msg_base_offset"][-1]) + int(prev["batch_size"][-1])
     return q
 
 
@@ -188,32 +201,35 @@ def iter_units(root: Path, topic: str | None = None, queue_id: int | None = None
     the fields of a consume queue unit (``queue_offset`` is the unit's ``msg_base_offset``,
     the queue offset of its first message) plus ``kind`` "batch" and the unit's own
     ``msg_base_offset``, ``batch_size``, ``unit_store_timestamp``, ``compacted_offset`` and
-    ``reserved``. ``status``: OK, INVALID (fails BatchConsumeQueue.recover's rule: the broker's
-    scan stops there) or CUT (a valid unit after the point where the broker's recovery stops:
-    it truncates it)."""
+    ``reserved``. ``status``: OK, INVALID (fails BatchConsumeQueue.recover's rule: where the
+    broker's scan stops) or CUT (a valid unit after the point where the broker's recovery
+    stops: it truncates it)."""
     for q in iter_queues(root, topic, queue_id):
-        u = q.units
-        valid = bcq_valid_mask(u)
-        rows = u.tolist()
-        for i, (off, size, tags, ts, base, bs, comp, res) in enumerate(rows):
-            status = "OK" if q.kept[i] else ("INVALID" if not valid[i] else "CUT")
-            yield {
-                "topic": q.topic,
-                "queue_id": q.queue_id,
-                "queue_offset": base,
-                "file": q.rel(i),
-                "pos": int(q.pos[i]),
-                "commitlog_offset": off,
-                "size": size,
-                "tags_code": tags,
-                "status": status,
-                "kind": "batch",
-                "msg_base_offset": base,
-                "batch_size": bs,
-                "unit_store_timestamp": ts,
-                "compacted_offset": comp,
-                "reserved": res,
-            }
+        for k, u, kept in q.chunks():
+            valid = bcq_valid_mask(u)
+            rel = q.rel(k)
+            for lo in range(0, len(u), 4096):
+                rows = u[lo : lo + 4096].tolist()
+                for j, (off, size, tags, ts, base, bs, comp, res) in enumerate(rows):
+                    i = lo + j
+                    status = "INVALID" if not valid[i] else ("OK" if kept[i] else "CUT")
+                    yield {
+                        "topic": q.topic,
+                        "queue_id": q.queue_id,
+                        "queue_offset": base,
+                        "file": rel,
+                        "pos": i * BCQ_UNIT_SIZE,
+                        "commitlog_offset": off,
+                        "size": size,
+                        "tags_code": tags,
+                        "status": status,
+                        "kind": "batch",
+                        "msg_base_offset": base,
+                        "batch_size": bs,
+                        "unit_store_timestamp": ts,
+                        "compacted_offset": comp,
+                        "reserved": res,
+                    }
 
 
 def summary(root: Path) -> dict[str, Any]:

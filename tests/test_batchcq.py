@@ -79,7 +79,7 @@ def test_recovery_keeps_whole_files_and_stops_at_the_first_invalid_unit(tmp_path
     f1 = unit(340, 60, 10, 2) + unit(400, 0, 12, 1) + unit(400, 50, 12, 1)  # size 0: the scan ends
     root = _queue(tmp_path, [f0, f1], size)
     (q,) = list(batchcq.iter_queues(root))
-    assert q.kept.tolist() == [True] * 5 + [False, False]
+    assert [m for _k, _u, kept in q.chunks() for m in kept.tolist()] == [True] * 5 + [False, False]
     assert (q.min_offset, q.max_offset, q.max_physic_offset) == (0, 12, 340)
     rows = list(batchcq.iter_units(root))
     assert [r["status"] for r in rows] == ["OK"] * 5 + ["INVALID", "CUT"]
@@ -101,7 +101,7 @@ def test_recovery_scans_only_the_last_three_files(tmp_path: Path) -> None:
     files += [unit(100 * k, 10, 2 * k, 2) + unit(100 * k + 10, 10, 2 * k + 2, 1) for k in range(1, 4)]
     root = _queue(tmp_path, files, size)
     (q,) = list(batchcq.iter_queues(root))
-    assert q.kept.tolist() == [True] * 8
+    assert [m for _k, _u, kept in q.chunks() for m in kept.tolist()] == [True] * 8
     assert q.max_physic_offset == 310 and q.max_offset == 9
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ...formats.consumequeue import bcq_valid_mask
+from ...formats.consumequeue import BCQ_UNIT_SIZE, bcq_valid_mask
 from ...formats.properties import INNER_BASE, INNER_NUM
 from ..batchcq import BatchQueue, batch_queues, read_queue
 from ..findingcodes import FindingCode
@@ -46,13 +46,16 @@ class _Out:
         self.out: list[Finding] = []
         self.seen: dict[tuple[FindingCode, str], int] = {}
 
-    def add(self, code: FindingCode, q: BatchQueue, i: int | None, phys: int | None, msg: str, **kw: Any) -> None:
+    def add(
+        self, code: FindingCode, q: BatchQueue, at: tuple[int, int] | None, phys: int | None, msg: str, **kw: Any
+    ) -> None:
+        """A finding about queue ``q``, at (file index, unit index) or about the queue."""
         key = (code, q.rel_dir)
         n = self.seen.get(key, 0)
         self.seen[key] = n + 1
         if n < MAX_PER_QUEUE:
-            f = q.rel(i) if i is not None else q.rel_dir
-            pos = int(q.pos[i]) if i is not None else None
+            f = q.rel(at[0]) if at is not None else q.rel_dir
+            pos = at[1] * BCQ_UNIT_SIZE if at is not None else None
             self.out.append(finding(code, f, pos, phys, msg, topic=q.topic, queue_id=q.queue_id, **kw))
 
     def close(self) -> list[Finding]:
@@ -98,114 +101,134 @@ def batch_findings(
 
 
 def _queue(q: BatchQueue, recs: Records, reader: CommitlogReader, referenced: np.ndarray, out: _Out) -> None:
-    u = q.units
-    valid = bcq_valid_mask(u)
-    cut = np.flatnonzero(~q.kept)
-    if len(cut):
-        i = int(cut[0])
-        bad = not bool(valid[i])
+    qk = recs.qkey_of(q.topic, q.queue_id)
+    prev_end: int | None = None
+    cut_at: tuple[int, int] | None = None
+    cut = 0
+    for k, u, kept in q.chunks():
+        valid = bcq_valid_mask(u)
+        lost = np.flatnonzero(~kept)
+        if len(lost):
+            cut += len(lost)
+            if cut_at is None:
+                cut_at = (k, int(lost[0]))
+                i = int(lost[0])
+                first_bad = (
+                    f"fails the broker rule (offset {int(u['commitlog_offset'][i])}, size {int(u['size'][i])}, "
+                    f"base {int(u['msg_base_offset'][i])}, batch {int(u['batch_size'][i])})"
+                )
+        idx = np.flatnonzero(kept & valid)
+        if not len(idx):
+            continue
+        off = u["commitlog_offset"][idx]
+        if len(recs):
+            ri, found = recs.find(off)
+        else:
+            ri, found = np.zeros(len(idx), dtype=np.int64), np.zeros(len(idx), dtype=bool)
+        for n, i in enumerate(idx.tolist()):
+            prev_end = _unit(q, (k, i), u[i], ri[n], bool(found[n]), qk, prev_end, recs, reader, referenced, out)
+    if cut_at is not None:
         out.add(
             FindingCode.BCQ_UNIT_INVALID,
             q,
-            i,
+            cut_at,
             None,
-            f"{q.topic}/{q.queue_id}: unit {'fails the broker rule' if bad else 'after the point where recovery stops'}"
-            f" (offset {int(u['commitlog_offset'][i])}, size {int(u['size'][i])}, base "
-            f"{int(u['msg_base_offset'][i])}, batch {int(u['batch_size'][i])}); the broker's recovery cuts the "
-            f"queue here: {len(cut)} written unit(s) from here on are lost",
-            units_cut=len(cut),
+            f"{q.topic}/{q.queue_id}: unit {first_bad}; the broker's recovery cuts the queue here: {cut} written "
+            "unit(s) from here on are lost",
+            units_cut=cut,
         )
-    kept = np.flatnonzero(q.kept & valid)
-    if not len(kept):
-        return
-    off = u["commitlog_offset"][kept]
-    ri, found = recs.find(off) if len(recs) else (np.zeros(len(kept), dtype=np.int64), np.zeros(len(kept), bool))
-    qk = recs.qkey_of(q.topic, q.queue_id)
-    prev_end: int | None = None
-    for n, i in enumerate(kept.tolist()):
-        base, bs = int(u["msg_base_offset"][i]), int(u["batch_size"][i])
-        phys = int(u["commitlog_offset"][i])
-        if prev_end is not None and base != prev_end:
-            out.add(
-                FindingCode.BCQ_OFFSET_GAP,
-                q,
-                i,
-                phys,
-                f"{q.topic}/{q.queue_id}: base offset {base} does not continue the previous unit's batch (ends at "
-                f"{prev_end}): "
-                + (
-                    f"{base - prev_end} message(s) missing from the queue"
-                    if base > prev_end
-                    else "offsets counted twice"
-                ),
-                expected=prev_end,
-                found=base,
-            )
-        prev_end = base + bs
-        if not found[n]:
-            out.add(
-                FindingCode.BCQ_NO_RECORD,
-                q,
-                i,
-                phys,
-                f"{q.topic}/{q.queue_id}: unit at base offset {base} points at commitlog offset {phys}, where no "
-                "intact record starts",
-            )
-            continue
-        j = int(ri[n])
-        referenced[j] = True
-        size = int(u["size"][i])
-        if qk is None or int(recs.qkey[j]) != qk or int(recs.size[j]) != size:
-            rt, rq = recs.queues[int(recs.qkey[j])] if len(recs.queues) else ("?", -1)
-            out.add(
-                FindingCode.BCQ_WRONG_RECORD,
-                q,
-                i,
-                phys,
-                f"{q.topic}/{q.queue_id}: unit at base offset {base} points at a record of {rt}/{rq} of "
-                f"{int(recs.size[j])} bytes (the unit says {size})",
-            )
-            continue
-        loc = reader.record_at(phys)
-        props = (loc.checked.props or {}) if loc is not None else {}
-        sys_flag = int(loc.checked.rec.sys_flag) if loc is not None and loc.checked.rec is not None else 0
-        inner = bool(sys_flag & INNER_BATCH_FLAG)
-        num, ibase = props.get(INNER_NUM), props.get(INNER_BASE)
-        want_bs = int(num) if inner and num is not None and num.lstrip("-").isdigit() else 1
-        want_base = int(ibase) if inner and ibase is not None and ibase.lstrip("-").isdigit() else None
-        rec_qo = int(recs.queue_offset[j])
-        if bs > 1 and not inner:
-            out.add(
-                FindingCode.BCQ_NOT_INNER_BATCH,
-                q,
-                i,
-                phys,
-                f"{q.topic}/{q.queue_id}: unit of {bs} messages at base offset {base} points at a record without "
-                "the inner-batch flag",
-                batch_size=bs,
-            )
-        elif bs != want_bs or base != (want_base if want_base is not None else rec_qo) or base != rec_qo:
-            out.add(
-                FindingCode.BCQ_BATCH_MISMATCH,
-                q,
-                i,
-                phys,
-                f"{q.topic}/{q.queue_id}: unit (base {base}, batch {bs}) and its record (queue offset {rec_qo}, "
-                f"INNER_BASE {ibase}, INNER_NUM {num}) disagree",
-                batch_size=bs,
-                msg_base_offset=base,
-                record_queue_offset=rec_qo,
-            )
-        ts, tags = int(u["store_timestamp"][i]), int(u["tags_code"][i])
-        if ts != int(recs.store_ts[j]) or tags != int(recs.tags[j]):
-            out.add(
-                FindingCode.BCQ_UNIT_FIELDS,
-                q,
-                i,
-                phys,
-                f"{q.topic}/{q.queue_id}: unit at base offset {base}: store time {ts}, tagsCode {tags}; the record: "
-                f"{int(recs.store_ts[j])}, {int(recs.tags[j])}",
-            )
+
+
+def _unit(
+    q: BatchQueue,
+    at: tuple[int, int],
+    unit: Any,
+    j: int,
+    found: bool,
+    qk: int | None,
+    prev_end: int | None,
+    recs: Records,
+    reader: CommitlogReader,
+    referenced: np.ndarray,
+    out: _Out,
+) -> int:
+    """The findings about one kept unit; returns where its batch ends (the next base offset)."""
+    base, bs = int(unit["msg_base_offset"]), int(unit["batch_size"])
+    phys, size = int(unit["commitlog_offset"]), int(unit["size"])
+    name = f"{q.topic}/{q.queue_id}"
+    if prev_end is not None and base != prev_end:
+        out.add(
+            FindingCode.BCQ_OFFSET_GAP,
+            q,
+            at,
+            phys,
+            f"{name}: base offset {base} does not continue the previous unit's batch (ends at {prev_end}): "
+            + (f"{base - prev_end} message(s) missing from the queue" if base > prev_end else "offsets counted twice"),
+            expected=prev_end,
+            found=base,
+        )
+    if not found:
+        out.add(
+            FindingCode.BCQ_NO_RECORD,
+            q,
+            at,
+            phys,
+            f"{name}: unit at base offset {base} points at commitlog offset {phys}, where no intact record starts",
+        )
+        return base + bs
+    j = int(j)
+    referenced[j] = True
+    if qk is None or int(recs.qkey[j]) != qk or int(recs.size[j]) != size:
+        rt, rq = recs.queues[int(recs.qkey[j])]
+        out.add(
+            FindingCode.BCQ_WRONG_RECORD,
+            q,
+            at,
+            phys,
+            f"{name}: unit at base offset {base} points at a record of {rt}/{rq} of {int(recs.size[j])} bytes "
+            f"(the unit says {size})",
+        )
+        return base + bs
+    loc = reader.record_at(phys)
+    props = (loc.checked.props or {}) if loc is not None else {}
+    sys_flag = int(loc.checked.rec.sys_flag) if loc is not None and loc.checked.rec is not None else 0
+    inner = bool(sys_flag & INNER_BATCH_FLAG)
+    num, ibase = props.get(INNER_NUM), props.get(INNER_BASE)
+    want_bs = int(num) if inner and num is not None and num.lstrip("-").isdigit() else 1
+    want_base = int(ibase) if inner and ibase is not None and ibase.lstrip("-").isdigit() else None
+    rec_qo = int(recs.queue_offset[j])
+    if bs > 1 and not inner:
+        out.add(
+            FindingCode.BCQ_NOT_INNER_BATCH,
+            q,
+            at,
+            phys,
+            f"{name}: unit of {bs} messages at base offset {base} points at a record without the inner-batch flag",
+            batch_size=bs,
+        )
+    elif bs != want_bs or base != rec_qo or (want_base is not None and base != want_base):
+        out.add(
+            FindingCode.BCQ_BATCH_MISMATCH,
+            q,
+            at,
+            phys,
+            f"{name}: unit (base {base}, batch {bs}) and its record (queue offset {rec_qo}, INNER_BASE {ibase}, "
+            f"INNER_NUM {num}) disagree",
+            batch_size=bs,
+            msg_base_offset=base,
+            record_queue_offset=rec_qo,
+        )
+    ts, tags = int(unit["store_timestamp"]), int(unit["tags_code"])
+    if ts != int(recs.store_ts[j]) or tags != int(recs.tags[j]):
+        out.add(
+            FindingCode.BCQ_UNIT_FIELDS,
+            q,
+            at,
+            phys,
+            f"{name}: unit at base offset {base}: store time {ts}, tagsCode {tags}; the record: "
+            f"{int(recs.store_ts[j])}, {int(recs.tags[j])}",
+        )
+    return base + bs
 
 
 def _missing(store: Store, recs: Records, referenced: np.ndarray, broker: _Broker, out: _Out) -> None:

@@ -227,7 +227,7 @@ def test_verify_judges_a_damaged_batch_queue_as_the_broker_reads_it(
     codes = [fd["code"] for fd in doc["findings"]]
     after = oracle.view(v, copy, config=CONFIG)["batch_consume_queues"]["BatchT/0"]
     (q,) = [q for q in batchcq.iter_queues(copy) if (q.topic, q.queue_id) == ("BatchT", 0)]
-    kept = [int(o) for o in q.units["commitlog_offset"][q.kept]]
+    kept = [int(o) for _k, u, m in q.chunks() for o in u["commitlog_offset"][m]]
     seen = [u["offset"] for u in after["units"]]
     if damage == "zero_unit":
         assert rc == 4 and "BCQ_UNIT_INVALID" in codes
