@@ -21,12 +21,14 @@ units point at (INNER_NUM, INNER_BASE, the sysflag) are read one record per unit
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
 
+from ...formats import commitlog as cl
 from ...formats.consumequeue import BCQ_UNIT_SIZE, bcq_valid_mask
-from ...formats.properties import INNER_BASE, INNER_NUM
+from ...formats.properties import INNER_BASE, INNER_NUM, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from ..batchcq import BatchQueue, batch_queues, read_queue
 from ..findingcodes import FindingCode
 from ..query import CommitlogReader
@@ -66,6 +68,46 @@ class _Out:
                     finding(code, qdir, None, None, f"{more} more {code} findings in this queue not listed")
                 )
         return self.out
+
+
+_I32 = struct.Struct(">i")
+_U16 = struct.Struct(">H")
+_NUM_KEY = (PROPERTY_SEPARATOR + INNER_NUM + NAME_VALUE_SEPARATOR).encode()
+_BASE_KEY = (PROPERTY_SEPARATOR + INNER_BASE + NAME_VALUE_SEPARATOR).encode()
+
+
+def _prop(props: bytes, key: bytes) -> str | None:
+    """A property's value in a properties string (``k<1>v<2>...``), the first occurrence."""
+    at = props.find(key)
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = props.find(PROPERTY_SEPARATOR.encode(), start)
+    return props[start : end if end >= 0 else len(props)].decode("utf-8", "replace")
+
+
+def inner_fields(reader: CommitlogReader, phys: int) -> tuple[int, str | None, str | None]:
+    """(SYSFLAG, INNER_NUM, INNER_BASE) of the intact record at ``phys``: the header fields at
+    the schema's offsets (formats.commitlog.HEADER_OFFSETS) and the two properties, without
+    decoding the rest of the record (the walk checked it already)."""
+    f = reader.store.commitlog_file_for(phys)
+    if f is None:
+        return 0, None, None
+    buf = reader._map(f).buf
+    pos = phys - f.base
+    magic = _I32.unpack_from(buf, pos + 4)[0]
+    sys_flag = _I32.unpack_from(buf, pos + cl.HEADER_OFFSETS[0]["sys_flag"])[0]
+    at = cl.HEADER_OFFSETS[(sys_flag & 0x30) >> 4]
+    body_len = _I32.unpack_from(buf, pos + at["body_length"])[0]
+    p = pos + at["body"] + body_len
+    if magic == cl.MAGIC_V2:
+        topic_len = _U16.unpack_from(buf, p)[0]
+        p += 2 + topic_len
+    else:
+        p += 1 + buf[p]
+    props_len = _U16.unpack_from(buf, p)[0]
+    props = PROPERTY_SEPARATOR.encode() + bytes(buf[p + 2 : p + 2 + props_len])
+    return sys_flag, _prop(props, _NUM_KEY), _prop(props, _BASE_KEY)
 
 
 def batch_topics_of(store: Store) -> set[str]:
@@ -189,11 +231,8 @@ def _unit(
             f"(the unit says {size})",
         )
         return base + bs
-    loc = reader.record_at(phys)
-    props = (loc.checked.props or {}) if loc is not None else {}
-    sys_flag = int(loc.checked.rec.sys_flag) if loc is not None and loc.checked.rec is not None else 0
+    sys_flag, num, ibase = inner_fields(reader, phys)
     inner = bool(sys_flag & INNER_BATCH_FLAG)
-    num, ibase = props.get(INNER_NUM), props.get(INNER_BASE)
     want_bs = int(num) if inner and num is not None and num.lstrip("-").isdigit() else 1
     want_base = int(ibase) if inner and ibase is not None and ibase.lstrip("-").isdigit() else None
     rec_qo = int(recs.queue_offset[j])
