@@ -87,6 +87,7 @@ class BatchQueue:
     queue_id: int
     files: list[StoreFile]
     start: int = 0  # the first file the recovery scans
+    file_size: int = DEFAULT_BCQ_FILE_SIZE  # the mapped file size: no file is read beyond it
     tail: list[tuple[Any, Any]] = field(default_factory=list)  # per scanned file: (units, kept mask)
     recovered_units: int = 0
     min_offset: int = -1
@@ -105,17 +106,20 @@ class BatchQueue:
         files before the scan stay as loaded: the broker serves every unit of them."""
         for k, f in enumerate(self.files):
             if k < self.start:
-                u = written_units(f)
+                u = written_units(f, self.file_size)
                 yield k, u, np.ones(len(u), dtype=bool)
             else:
                 u, kept = self.tail[k - self.start]
                 yield k, u, kept
 
 
-def written_units(f: StoreFile) -> Any:
+def written_units(f: StoreFile, cap: int) -> Any:
     """The units of a file up to its last non-zero one (the all-zero tail is unwritten space;
-    holes are skipped: a sparse file costs its data extents)."""
-    n = f.size - f.size % BCQ_UNIT_SIZE
+    holes are skipped: a sparse file costs its data extents), within its first ``cap`` bytes
+    (the mapped file size: a longer file is one the broker refuses to load, and reading it
+    whole would cost unbounded memory)."""
+    size = min(f.size, cap)
+    n = size - size % BCQ_UNIT_SIZE
     last = last_nonzero_in_file(f.path, 0, n) if n > 0 else -1
     if last < 0:
         return read_bcq_units(b"").copy()
@@ -140,19 +144,19 @@ def read_queue(topic: str, qid: int, files: list[StoreFile], file_size: int | No
     q = BatchQueue(topic, qid, files)
     if not files:
         return q
-    mapped = file_size or _file_size(files)
+    q.file_size = mapped = file_size or _file_size(files)
     per_file = mapped // BCQ_UNIT_SIZE + (1 if mapped % BCQ_UNIT_SIZE else 0)  # units the scan reads
     q.start = start = max(0, len(files) - RECOVER_FROM_LAST)
     before = 0  # units of the files before the scan (counted, not held)
     for f in files[:start]:
-        n = f.size - f.size % BCQ_UNIT_SIZE
+        n = min(f.size, mapped) - min(f.size, mapped) % BCQ_UNIT_SIZE
         last = last_nonzero_in_file(f.path, 0, n) if n > 0 else -1
         before += last // BCQ_UNIT_SIZE + 1 if last >= 0 else 0
     process = files[start].base
     stopped = False
     last_kept: tuple[int, int, int, int] | None = None  # (file index, offset, base, batch size)
     for k in range(start, len(files)):
-        u = written_units(files[k])
+        u = written_units(files[k], mapped)
         kept = np.zeros(len(u), dtype=bool)
         if not stopped:
             bad = np.flatnonzero(~bcq_valid_mask(u))
@@ -169,7 +173,7 @@ def read_queue(topic: str, qid: int, files: list[StoreFile], file_size: int | No
         q.max_physic_offset = last_kept[1]
     # min: the first unit of the first file (as loaded, or as the scan kept it)
     if start > 0:
-        first = written_units(files[0])[:1]
+        first = written_units(files[0], mapped)[:1]
         q.min_offset = int(first["msg_base_offset"][0]) if len(first) else -1
     elif len(q.tail[0][0]) and q.tail[0][1][0]:
         q.min_offset = int(q.tail[0][0]["msg_base_offset"][0])
@@ -181,7 +185,7 @@ def read_queue(topic: str, qid: int, files: list[StoreFile], file_size: int | No
         if last_kept is not None and last_kept[0] >= last_file - 1:
             q.max_offset = last_kept[2] + last_kept[3]
         elif last_kept is None and start > 0 and last_file - 1 < start:
-            prev = written_units(files[last_file - 1])
+            prev = written_units(files[last_file - 1], mapped)
             if len(prev):
                 q.max_offset = int(prev["msg_base_offset"][-1]) + int(prev["batch_size"][-1])
     return q

@@ -208,6 +208,7 @@ def test_verify_checks_batch_units_against_the_commitlog(tmp_path: Path, capsys:
         (FindingCode.BCQ_BATCH_MISMATCH, 46),
         (FindingCode.BCQ_OFFSET_GAP, 92),
     ]
+    assert rows[0]["next_command"] == ["dump", "consumequeue", str(root), "--topic", "BatchT", "--resolve"]
     b[46:92] = bytes(46)  # the second unit zeroed: the broker's recovery stops there
     p.write_bytes(bytes(b))
     rc, rows = _jsonl(capsys, ["verify", str(root), "--format", "jsonl", "--quiet", "--broker-version", "5.5.1"])
@@ -273,3 +274,21 @@ def test_info_counts_the_batch_queues(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "batch consume queues (5.x BatchCQ topics, batchconsumequeue/): 1 queues of 1 topics" in (
         capsys.readouterr().out
     )
+
+
+def test_a_batch_queue_file_of_another_size_is_found_and_read_no_further(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = bcq_store(tmp_path)
+    q = root / "batchconsumequeue" / "BatchT" / "0"
+    (q / f"{20 * 46:020d}").write_bytes(bytes(20 * 46))
+    big = q / f"{40 * 46:020d}"
+    with open(big, "wb") as fh:  # sparse, a byte at 1 GiB: the broker's load refuses it
+        fh.seek(1 << 30)
+        fh.write(b"\1")
+    rc, rows = _jsonl(capsys, ["verify", str(root), "--format", "jsonl", "--quiet", "--broker-version", "5.5.1"])
+    wrong = [r for r in rows if r["code"] == FindingCode.FILE_WRONG_SIZE]
+    assert rc == 4 and [r["file"] for r in wrong] == [f"batchconsumequeue/BatchT/0/{big.name}"]
+    assert "recover" not in (wrong[0].get("next_command") or []), wrong[0]
+    (qq,) = list(batchcq.iter_queues(root))
+    assert qq.file_size == 20 * 46 and qq.recovered_units == 4

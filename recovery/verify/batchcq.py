@@ -133,6 +133,19 @@ def batch_findings(
     with CommitlogReader(store, profile) as reader:
         for (t, qid), files in sorted(batch_queues(store.root).items()):
             q = read_queue(t, qid, files)
+            for f in files:
+                if f.size != q.file_size:  # (MappedFileQueue.load: "length not matched", load() fails)
+                    out.out.append(
+                        finding(
+                            FindingCode.FILE_WRONG_SIZE,
+                            q.rel(files.index(f)),
+                            None,
+                            None,
+                            f"{f.size} bytes, not the queue's file size {q.file_size} "
+                            "(mapperFileSizeBatchConsumeQueue): the broker's load fails on it",
+                            size=f.size,
+                        )
+                    )
             stats["batch_queues"] += 1
             stats["batch_units"] += q.recovered_units
             if q.min_offset >= 0:
