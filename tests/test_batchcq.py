@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from rmqtool.cli import run
@@ -292,3 +293,55 @@ def test_a_batch_queue_file_of_another_size_is_found_and_read_no_further(
     assert "recover" not in (wrong[0].get("next_command") or []), wrong[0]
     (qq,) = list(batchcq.iter_queues(root))
     assert qq.file_size == 20 * 46 and qq.recovered_units == 4
+
+
+@pytest.mark.parametrize("v2", [False, True])
+@pytest.mark.parametrize("hosts", [0x00, 0x10, 0x20, 0x30])
+def test_inner_batch_sizes_gathers_the_fields_of_every_record_layout(tmp_path: Path, v2: bool, hosts: int) -> None:
+    """The numpy gather of verify's batch check against the records' decoded properties, for
+    V1 and V2 records and every host layout (IPv4/IPv6 born and store hosts)."""
+    from rmqtool.cli.options import make_profile
+    from rmqtool.recovery.query import CommitlogReader
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.verify.batchcq import inner_batch_sizes
+
+    root = tmp_path / "store"
+    (root / "commitlog").mkdir(parents=True)
+    data, offs, want = b"", [], []
+    cases = [("7", "0", 0x80), ("3", None, 0x80), ("x", "1", 0x80), ("5", "2", 0x00), (None, "4", 0x80)]
+    for n, (num, base, flag) in enumerate(cases * 3):
+        props = {"TAGS": "a", "UNIQ_KEY": f"{n:032X}"}
+        if num is not None:
+            props["INNER_NUM"] = num
+        if base is not None:
+            props["INNER_BASE"] = base
+        v6 = {"address": bytes(16), "port": 1}
+        v4 = {"address": bytes(4), "port": 1}
+        rec = cl.build_message(
+            {
+                "queue_id": 0,
+                "flag": 0,
+                "queue_offset": n,
+                "physical_offset": len(data),
+                "sys_flag": flag | hosts,
+                "born_timestamp": 1,
+                "born_host": v6 if hosts & 0x10 else v4,
+                "store_timestamp": 2,
+                "store_host": v6 if hosts & 0x20 else v4,
+                "reconsume_times": 0,
+                "prepared_transaction_offset": 0,
+                "body": bytes(n),
+                "topic": "T" * (n + 1),
+                "properties": serialize_properties(props, True),
+            },
+            v2=v2,
+        )
+        offs.append(len(data))
+        ok = flag and num is not None and base is not None
+        want.append((int(num) if num.isdigit() else -1) if ok and num is not None else 1)
+        data += rec
+    (root / "commitlog" / f"{0:020d}").write_bytes(data.ljust(CL_SIZE, b"\0"))
+    store = Store.open(root)
+    with CommitlogReader(store, make_profile("5.5.1")) as reader:
+        got = inner_batch_sizes(reader, np.array(offs, dtype=np.int64))
+    assert got.tolist() == want

@@ -110,6 +110,64 @@ def inner_fields(reader: CommitlogReader, phys: int) -> tuple[int, str | None, s
     return sys_flag, _prop(props, _NUM_KEY), _prop(props, _BASE_KEY)
 
 
+_BODY_LEN_AT = np.array([h["body_length"] for h in cl.HEADER_OFFSETS], dtype=np.int64)
+_BODY_AT = np.array([h["body"] for h in cl.HEADER_OFFSETS], dtype=np.int64)
+_SYSFLAG_AT = cl.HEADER_OFFSETS[0]["sys_flag"]
+
+
+def _be(arr: np.ndarray, p: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian unsigned integers of ``width`` bytes at positions ``p`` of a byte array."""
+    v = np.zeros(len(p), dtype=np.int64)
+    for k in range(width):
+        v = (v << 8) | arr[p + k].astype(np.int64)
+    return v
+
+
+def inner_batch_sizes(reader: CommitlogReader, offs: np.ndarray) -> np.ndarray:
+    """For intact records at commitlog offsets ``offs``: the batch size the broker's dispatch
+    gives each (INNER_NUM where the record has the inner-batch flag and INNER_NUM and
+    INNER_BASE parse, as setBatchSizeIfNeeded requires; 1 otherwise), -1 for an inner batch
+    whose INNER_NUM is missing or not a number. The header fields are gathered with numpy at the
+    schema's offsets (formats.commitlog.HEADER_OFFSETS); only the two properties are looked up
+    record by record."""
+    out = np.ones(len(offs), dtype=np.int64)
+    store = reader.store
+    bases = np.array([f.base for f in store.commitlog], dtype=np.int64)
+    if not len(offs) or not len(bases):
+        return out
+    fidx = np.searchsorted(bases, offs, side="right") - 1
+    for k in np.unique(fidx).tolist():
+        sel = np.flatnonzero(fidx == k)
+        f = store.commitlog[k]
+        buf = reader._map(f).buf
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        p = offs[sel] - f.base
+        sys_flag = _be(arr, p + _SYSFLAG_AT, 4)
+        inner = np.flatnonzero(sys_flag & INNER_BATCH_FLAG)
+        if not len(inner):
+            del arr
+            continue
+        p, h = p[inner], (sys_flag[inner] & 0x30) >> 4
+        v2 = _be(arr, p + 4, 4) == (cl.MAGIC_V2 & 0xFFFFFFFF)
+        q = p + _BODY_AT[h] + _be(arr, p + _BODY_LEN_AT[h], 4)
+        tlen = np.where(v2, _be(arr, q, 2), arr[q].astype(np.int64))
+        q = q + np.where(v2, 2, 1) + tlen
+        plen = _be(arr, q, 2)
+        starts, lens = (q + 2).tolist(), plen.tolist()
+        del arr
+        for n, (a, ln) in enumerate(zip(starts, lens, strict=True)):
+            props = PROPERTY_SEPARATOR.encode() + bytes(buf[a : a + ln])
+            num, ibase = _prop(props, _NUM_KEY), _prop(props, _BASE_KEY)
+            if num is None or ibase is None:
+                continue  # (setBatchSizeIfNeeded needs both: the dispatch keeps batch size 1)
+            j = int(sel[inner[n]])
+            try:
+                out[j] = int(num)
+            except ValueError:
+                out[j] = -1
+    return out
+
+
 def batch_topics_of(store: Store) -> set[str]:
     return {t for t, _q in batch_queues(store.root)}
 
@@ -180,8 +238,30 @@ def _queue(q: BatchQueue, recs: Records, reader: CommitlogReader, referenced: np
             ri, found = recs.find(off)
         else:
             ri, found = np.zeros(len(idx), dtype=np.int64), np.zeros(len(idx), dtype=bool)
-        for n, i in enumerate(idx.tolist()):
-            prev_end = _unit(q, (k, i), u[i], ri[n], bool(found[n]), qk, prev_end, recs, reader, referenced, out)
+        # the common case in numpy: a unit whose record is found, of its queue and size, at its base
+        # offset, with its store time and tagsCode, continuing the previous batch, and whose
+        # record's INNER_NUM (1 without the inner-batch flag) is its batch size; the others are
+        # looked at one by one (_unit), in unit order
+        base = u["msg_base_offset"][idx].astype(np.int64)
+        bs = u["batch_size"][idx].astype(np.int64)
+        prev = np.empty(len(idx), dtype=np.int64)
+        prev[0] = base[0] if prev_end is None else prev_end
+        prev[1:] = base[:-1] + bs[:-1]
+        good = found & (base == prev)
+        if qk is None:
+            good[:] = False
+        else:
+            good &= (recs.qkey[ri] == qk) & (recs.size[ri] == u["size"][idx])
+            good &= recs.queue_offset[ri] == base
+            good &= (recs.store_ts[ri] == u["store_timestamp"][idx]) & (recs.tags[ri] == u["tags_code"][idx])
+        ok = np.flatnonzero(good)
+        good[ok] = inner_batch_sizes(reader, off[ok].astype(np.int64)) == bs[ok]
+        referenced[ri[good]] = True
+        for n in np.flatnonzero(~good).tolist():
+            at = (k, int(idx[n]))
+            p_end = int(prev[n]) if (n > 0 or prev_end is not None) else None
+            _unit(q, at, u[idx[n]], ri[n], bool(found[n]), qk, p_end, recs, reader, referenced, out)
+        prev_end = int(base[-1] + bs[-1])
     if cut_at is not None:
         out.add(
             FindingCode.BCQ_UNIT_INVALID,
@@ -246,7 +326,8 @@ def _unit(
         return base + bs
     sys_flag, num, ibase = inner_fields(reader, phys)
     inner = bool(sys_flag & INNER_BATCH_FLAG)
-    want_bs = int(num) if inner and num is not None and num.lstrip("-").isdigit() else 1
+    both = num is not None and ibase is not None  # (setBatchSizeIfNeeded needs both)
+    want_bs = int(num) if inner and both and num is not None and num.lstrip("-").isdigit() else 1
     want_base = int(ibase) if inner and ibase is not None and ibase.lstrip("-").isdigit() else None
     rec_qo = int(recs.queue_offset[j])
     if bs > 1 and not inner:
