@@ -345,3 +345,26 @@ def test_inner_batch_sizes_gathers_the_fields_of_every_record_layout(tmp_path: P
     with CommitlogReader(store, make_profile("5.5.1")) as reader:
         got = inner_batch_sizes(reader, np.array(offs, dtype=np.int64))
     assert got.tolist() == want
+
+
+def test_offsets_counts_a_batch_queue_in_messages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = bcq_store(tmp_path)
+    (root / "config").mkdir()
+    (root / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": {"BatchT@G1": {"0": 5}}}))
+    rc = run(["offsets", str(root), "--format", "json", "--broker-version", "5.5.1"])
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = [r for r in doc["rows"] if r["topic"] == "BatchT"]
+    assert (row["min_offset"], row["max_offset"], row["source"]) == (0, sum(BATCHES), "batchconsumequeue")
+    assert row["lag"] == sum(BATCHES) - 5 and row["status"] != "ahead" and rc == 0
+
+
+def test_offsets_refuses_a_reset_to_time_on_a_batch_queue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = bcq_store(tmp_path)
+    (root / "config").mkdir()
+    cfg = root / "config" / "consumerOffset.json"
+    cfg.write_text(json.dumps({"offsetTable": {"BatchT@G1": {"0": 5}}}))
+    before = cfg.read_bytes()
+    rc = run(["offsets", str(root), "-g", "G1", "--reset-to-time", "0", "--yes", "--broker-version", "5.5.1"])
+    err = capsys.readouterr().err
+    assert rc == 8 and "BatchConsumeQueue" in err, err
+    assert cfg.read_bytes() == before

@@ -244,3 +244,24 @@ def test_verify_judges_a_damaged_batch_queue_as_the_broker_reads_it(
         assert seen == kept
         unit = [u for u in after["units"] if u["logic_offset"] == 46][0]
         assert unit["batch_size"] == 9
+
+
+def test_offsets_gives_the_broker_s_queue_ends_and_refuses_a_search_by_time(written: Any) -> None:
+    """offsets' ends of a batch queue are the broker's; its search by time
+    (BatchConsumeQueue.getOffsetInQueueByTime: file by file, binarySearchRight, the last unit of
+    a file answered directly: on 5.0.0 a time two units share in two files gives the second
+    file's) is not modelled, and refused (exit 8) rather than answered differently."""
+    from rmqtool.cli.options import make_profile
+    from rmqtool.recovery import offsets as ro
+    from rmqtool.recovery.brokerconf import UnsupportedStoreError
+    from rmqtool.recovery.store import Store
+
+    v, _res, store, view = written
+    s, profile = Store.open(store), make_profile(v)
+    views = ro.batch_views(s)
+    for key, q in view["batch_consume_queues"].items():
+        t, qid = key.split("/")
+        bv = views[(t, int(qid))]
+        assert (bv.min_offset, bv.max_offset) == (q["min_offset"], q["max_offset"])
+        with pytest.raises(UnsupportedStoreError, match="BatchConsumeQueue"):
+            ro.offset_by_time(s, profile, bv, q["by_time"][1]["timestamp"])
