@@ -486,3 +486,57 @@ def test_controller_mode_a_store_whose_epoch_file_stops_the_broker(
     fo = {f["new_master"]: f for f in doc["controller"]["failover"]}
     assert "does not start" in fo[str(b)]["outcome"] and fo[str(b)]["followers"] == []
     assert fo[str(a)]["followers"][0]["outcome"] == "does_not_start"
+
+
+# ---------------------------------------------------------------------------------------
+# recover --to-consistent-point (the broker's own truncation: tests/oracle/test_replicas_oracle.py)
+
+
+def test_recover_to_the_consistent_point_of_a_new_master(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """b (behind) is the new master: a's handshake cuts a at b's end; recover
+    --to-consistent-point does it offline, backed up: afterwards the replicas are identical,
+    a second run has nothing to do, and restore gives the original bytes back."""
+    a, b = controller_pair(tmp_path)
+    before = tree_digest(a)
+    b_bytes = tree_digest(b)
+    bk = tmp_path / "bk"
+    argv = ["recover", str(a), "--to-consistent-point", str(b), "-q", "--broker-version", "5.1.4"]
+    capsys.readouterr()
+    assert run([*argv, "--dry-run", "--format", "json"]) == 4
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    end_b = int(sorted((b / "commitlog").iterdir())[-1].name)
+    assert end_b < plan["end_offset"] < end_b + FILE and plan["stop_reason"] == "CONSISTENT_POINT"
+    assert tree_digest(a) == before  # a dry run writes nothing
+    assert run([*argv, "--yes", "--backup-dir", str(bk)]) == 1
+    code, doc = diff(capsys, a, b)
+    assert code == 0 and doc["pairs"][0]["relation"] == "identical"
+    assert doc["pairs"][0]["a_end_offset"] == plan["end_offset"]
+    # the epoch file rewritten by the handshake's truncateSuffixByOffset (5.1.4: always), the
+    # previous content in .bak
+    from rmqtool.formats.epochfile import serialize
+
+    assert (a / "epochFileCheckpoint").read_bytes() == serialize([(1, 0)])
+    assert (a / "epochFileCheckpoint.bak").read_bytes() == serialize([(1, 0)])
+    capsys.readouterr()
+    assert run([*argv, "--dry-run"]) == 0  # nothing left to do
+    assert tree_digest(b) == b_bytes  # the master is only read
+    capsys.readouterr()
+    assert run(["restore", "--yes", str(bk), str(a), "-q"]) == 1
+    assert tree_digest(a) == before
+
+
+def test_recover_to_the_consistent_point_refuses_without_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No epoch of a starts where b's does: the broker's handshake fails; exit 8, nothing
+    changed, one line."""
+    from rmqtool.formats.epochfile import serialize
+
+    a, b = controller_pair(tmp_path)
+    (b / "epochFileCheckpoint").write_bytes(serialize([(1, 5)]))
+    before = tree_digest(a)
+    capsys.readouterr()
+    code = run(["recover", str(a), "--to-consistent-point", str(b), "--yes", "-q", "--broker-version", "5.1.4"])
+    err = capsys.readouterr().err
+    assert code == 8 and tree_digest(a) == before
+    assert err.count("\n") == 1 and "no consistent point" in err and "epochFileCheckpoint" in err

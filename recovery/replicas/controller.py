@@ -93,14 +93,15 @@ def epoch_summary(r: Replica) -> dict[str, Any]:
     }
 
 
-def _aligned(r: Replica, point: int) -> bool:
-    """``isOffsetAligned(point)``: the record there passes ``checkMessageAndReturnSize``
-    with the CRC (a BLANK too); nothing there (past the files) counts as aligned."""
+def aligned(r: Replica, point: int) -> bool:
+    """``isOffsetAligned(point)``: the record there passes ``checkMessageAndReturnSize(buf,
+    checkCRC=true, readBody=false)`` (so the body CRC is not checked; a BLANK passes);
+    nothing there (past the files) counts as aligned."""
     f = r.side.maps.file_at(point)
     if f is None:
         return True
     buf = r.side.maps.buf(f)
-    return check_at(buf, point - f.base, min(len(buf), r.side.file_size), r.side.profile).ok
+    return check_at(buf, point - f.base, min(len(buf), r.side.file_size), r.side.profile, read_body=False).ok
 
 
 def _behind_cut(r: Replica, lo: int, hi: int, master_ids: set[str], limit: int) -> dict[str, Any]:
@@ -150,7 +151,7 @@ def follower_handshake(r: Replica, m: Replica, promo: Promotion) -> Handshake:
     """``doTruncate`` of ``r`` against ``m`` promoted (``promo``)."""
     cuts = r.side.profile.handshake_truncates_epoch_file
     hs = handshake(r.cache, r.recovered_end, promo.pairs, m.recovered_end, cuts_epoch_file=cuts)
-    if hs.outcome == "truncate" and hs.consistent_point is not None and not _aligned(r, hs.consistent_point):
+    if hs.outcome == "truncate" and hs.consistent_point is not None and not aligned(r, hs.consistent_point):
         hs = handshake(r.cache, r.recovered_end, promo.pairs, m.recovered_end, aligned=False, cuts_epoch_file=cuts)
     return hs
 

@@ -119,16 +119,36 @@ def _queue_units(store: Store, topic: str, qid: int) -> tuple[np.ndarray, np.nda
         if f.size < CQ_UNIT_SIZE:
             continue
         try:
-            data = np.fromfile(f.path, dtype=CQ_DTYPE, count=f.size // CQ_UNIT_SIZE)
+            data = _valid_prefix(f.path, f.size // CQ_UNIT_SIZE)
         except OSError:
             continue
-        bad = np.flatnonzero((data["commitlog_offset"] < 0) | (data["size"] <= 0))
-        n = int(bad[0]) if len(bad) else len(data)
-        qos.append(f.base // CQ_UNIT_SIZE + np.arange(n, dtype=np.int64))
-        us.append(data[:n])
+        qos.append(f.base // CQ_UNIT_SIZE + np.arange(len(data), dtype=np.int64))
+        us.append(data)
     if not qos:
         return np.zeros(0, np.int64), np.zeros(0, CQ_DTYPE)
     return np.concatenate(qos), np.concatenate(us)
+
+
+_CHUNK_UNITS = 1 << 16  # units read at a time (1.25 MiB): a queue file is mostly unwritten
+
+
+def _valid_prefix(path: Any, units: int) -> np.ndarray:
+    """A consume queue file's units up to its first invalid one, read in chunks until
+    that one (a 6 MB file of a few thousand units is not read whole)."""
+    parts: list[np.ndarray] = []
+    with open(path, "rb") as fh:
+        done = 0
+        while done < units:
+            data = np.fromfile(fh, dtype=CQ_DTYPE, count=min(_CHUNK_UNITS, units - done))
+            if not len(data):
+                break
+            bad = np.flatnonzero((data["commitlog_offset"] < 0) | (data["size"] <= 0))
+            if len(bad):
+                parts.append(data[: int(bad[0])])
+                break
+            parts.append(data)
+            done += len(data)
+    return np.concatenate(parts) if parts else np.zeros(0, CQ_DTYPE)
 
 
 def _walk_messages(side: Side, lo: int, hi: int) -> Iterator[tuple[int, ck.Checked]]:

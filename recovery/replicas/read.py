@@ -53,9 +53,11 @@ def messages(buf: Any, end: int, profile: BrokerProfile, start: int) -> Iterator
         yield step.pos, step.checked
 
 
-def check_at(buf: Any, pos: int, end: int, profile: BrokerProfile, *, check_crc: bool = True) -> ck.Checked:
+def check_at(
+    buf: Any, pos: int, end: int, profile: BrokerProfile, *, check_crc: bool = True, read_body: bool = True
+) -> ck.Checked:
     """One record checked as ``checkMessageAndReturnSize`` checks it."""
-    return ck.check_record(buf, pos, end, profile, check_crc=check_crc, read_body=True)
+    return ck.check_record(buf, pos, end, profile, check_crc=check_crc, read_body=read_body)
 
 
 __all__ = ["FileWalk", "broker_walk", "check_at", "messages"]
