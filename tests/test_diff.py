@@ -517,6 +517,11 @@ def test_recover_to_the_consistent_point_of_a_new_master(tmp_path: Path, capsys:
 
     assert (a / "epochFileCheckpoint").read_bytes() == serialize([(1, 0)])
     assert (a / "epochFileCheckpoint.bak").read_bytes() == serialize([(1, 0)])
+    # controller mode's recovery keeps the checkpoint's confirm offset (0 here), not the last
+    # valid record's start (the oracle found it)
+    from rmqtool.formats.checkpoint import decode_checkpoint
+
+    assert decode_checkpoint((a / "checkpoint").read_bytes()).confirm_phy_offset == 0
     capsys.readouterr()
     assert run([*argv, "--dry-run"]) == 0  # nothing left to do
     assert tree_digest(b) == b_bytes  # the master is only read

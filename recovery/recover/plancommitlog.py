@@ -129,8 +129,17 @@ def _plan_truncate_to(p: _Planning, x: int) -> None:
     """``truncateFiles(x)`` after the recovery (a controller-mode handshake's consistent
     point): the commitlog ends at ``x`` when the recovery leaves it past ``x`` (its
     cuts, the consume queues' truncation and the dispatch then follow from there as from
-    any end); the valid records and the last one's start are counted again up to ``x``."""
+    any end); the valid records and the last one's start are counted again up to ``x``;
+    the checkpoint's confirm offset is controller mode's (checked by the oracle:
+    tests/oracle/test_replicas_oracle.py)."""
     plan = p.plan
+    # controller mode's recovery keeps the checkpoint's confirmPhyOffset (0 before 5.1.1,
+    # which does not persist it), only moved into [minPhyOffset, processOffset]; it does not
+    # take the last valid record's start; truncateDirtyFiles then lowers it to the point
+    ck_confirm = p.ckpt.confirm_phy_offset if p.profile.checkpoint_persists_confirm_offset else 0
+    lo = plan.commitlog_min_offset
+    confirm = lo if ck_confirm < lo else min(ck_confirm, p.process)
+    p.ctx.confirm_offset = min(confirm, x)
     if x >= p.process:
         plan.notes.append(
             f"the consistent point {x} is at or past the end the recovery leaves ({p.process}): "
