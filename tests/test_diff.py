@@ -351,6 +351,7 @@ class _Fake:
     def __init__(self, files: dict[int, bytes], size: int) -> None:
         self.files = [type("F", (), {"base": b, "size": len(v)})() for b, v in sorted(files.items())]
         self._data = files
+        self.digests: dict[tuple[int, int], bytes] = {}
         self.store = type("S", (), {"geometry": type("G", (), {"commitlog_file_size": size})()})()
 
     def file_at(self, offset: int) -> Any:
@@ -545,3 +546,45 @@ def test_recover_to_the_consistent_point_refuses_without_one(
     err = capsys.readouterr().err
     assert code == 8 and tree_digest(a) == before
     assert err.count("\n") == 1 and "no consistent point" in err and "epochFileCheckpoint" in err
+
+
+# ---------------------------------------------------------------------------------------
+# a replica's walk taken from another's as far as their bytes agree
+
+
+@pytest.mark.parametrize("case", ["identical", "behind", "ahead", "damaged", "diverged"])
+def test_a_shared_walk_is_the_walk(case: str, tmp_path: Path) -> None:
+    """The walk of the other replica's last file taken from the first one's (as far as
+    their bytes agree) is exactly that file's own walk: stop, count, record starts."""
+    from contextlib import ExitStack
+
+    from rmqtool.recovery.replicas.read import broker_walk
+    from rmqtool.recovery.replicas.sides import open_side
+    from rmqtool.recovery.versions import BrokerProfile
+
+    a = copy_store("many_files", tmp_path / "a")
+    b = copy_store("many_files", tmp_path / "b")
+    ra = messages_of(a)
+    last = sorted((b / "commitlog").iterdir())[-1]
+    if case == "behind":
+        cut_after(b, ra[-20]["physical_offset"], FILE)
+    elif case == "ahead":
+        cut_after(a, ra[-20]["physical_offset"], FILE)
+    elif case in ("damaged", "diverged"):
+        x = ra[-30]["physical_offset"]
+        raw = bytearray(last.read_bytes())
+        raw[x - int(last.name) + (8 if case == "damaged" else 20)] ^= 0x01  # BODYCRC / QUEUEOFFSET
+        last.write_bytes(bytes(raw))
+    profile = BrokerProfile.for_version(V)
+    with ExitStack() as stack:
+        sa = open_side("a", Store.open(a), profile, stack)
+        sb = open_side("b", Store.open(b), profile, stack, like=sa)
+        f = next(g for g in sb.maps.files if g.base == int(last.name))
+        shared = sb.walks[f.base]
+        buf = sb.maps.buf(f)
+        own = broker_walk(buf, min(len(buf), sb.file_size), profile, collect=True)
+        assert sb.maps.digests  # (the bytes were compared by the pair's range hashes)
+    assert (shared.stop_pos, shared.count) == (own.stop_pos, own.count)
+    assert (shared.stop.reason if shared.stop else None) == (own.stop.reason if own.stop else None)
+    assert own.starts is not None and shared.starts is not None
+    assert shared.starts.tolist() == own.starts.tolist()

@@ -34,6 +34,9 @@ class Maps:
         self.stack = stack
         self._maps: dict[int, MappedFile] = {}
         self.files = [f for f in store.commitlog if f.size > 0]
+        # digests of ranges already hashed ((lo, hi) -> digest): a range hashed to share a
+        # walk (recovery.replicas.sides) is not hashed again by the pair's comparison
+        self.digests: dict[tuple[int, int], bytes] = {}
 
     def file_at(self, offset: int) -> StoreFile | None:
         size = self.store.geometry.commitlog_file_size
@@ -80,6 +83,13 @@ def _digest(view: memoryview) -> bytes:
     return h.digest()
 
 
+def _digest_of(m: Maps, r: tuple[int, int]) -> bytes:
+    got = m.digests.get(r)
+    if got is None:
+        got = m.digests[r] = _digest(m.view(*r))
+    return got
+
+
 @dataclass(frozen=True)
 class FirstDifference:
     """The first differing byte of ``[lo, hi)`` (None: the two sides agree there), the
@@ -118,7 +128,7 @@ def _hashed(
     futs = []
     ahead = 2
     for i, r in enumerate(rs):
-        futs.append((r, pool.submit(_digest, a.view(*r)), pool.submit(_digest, b.view(*r))))
+        futs.append((r, pool.submit(_digest_of, a, r), pool.submit(_digest_of, b, r)))
         if i >= ahead - 1:
             r0, fa, fb = futs.pop(0)
             yield r0, fa.result(), fb.result()

@@ -40,12 +40,17 @@ class Side:
     def file_size(self) -> int:
         return self.store.geometry.commitlog_file_size
 
-    def walk(self, f: StoreFile) -> FileWalk:
-        """The broker's walk of file ``f`` from its start, record starts collected (kept)."""
+    def walk(self, f: StoreFile, like: Side | None = None) -> FileWalk:
+        """The broker's walk of file ``f`` from its start, record starts collected (kept).
+        With ``like`` (another replica that walked the same file), its walk is taken as far
+        as the two files hold the same bytes (:func:`shared_walk`)."""
         w = self.walks.get(f.base)
         if w is None:
             buf = self.maps.buf(f)
-            w = broker_walk(buf, min(len(buf), self.file_size), self.profile, collect=True)
+            end = min(len(buf), self.file_size)
+            w = shared_walk(self, f, like) if like is not None else None
+            if w is None:
+                w = broker_walk(buf, end, self.profile, collect=True)
             self.walks[f.base] = w
         return w
 
@@ -76,8 +81,41 @@ class Side:
                 yield f.base + pos, c, buf
 
 
-def open_side(label: str, store: Store, profile: BrokerProfile, stack: ExitStack) -> Side:
-    """A replica with its extent worked out (see the module)."""
+def shared_walk(side: Side, f: StoreFile, like: Side) -> FileWalk | None:
+    """``side``'s walk of ``f`` from the walk ``like`` made of its file at the same offset
+    (same file size, same release), or None (no such walk). The walk is record by record
+    and each step reads only the record's bytes, so where the two files hold the same bytes
+    up to ``x`` the two walks take the same records up to the last record start at or
+    before ``x``; ``side`` walks on from there. The bytes are compared by the hashes of the
+    pair's comparison (:func:`recovery.replicas.compare.first_difference`, kept for it)."""
+    from .compare import first_difference
+
+    g = next((h for h in like.maps.files if h.base == f.base), None)
+    lw = like.walks.get(f.base)
+    if (
+        g is None
+        or lw is None
+        or lw.starts is None
+        or like.file_size != side.file_size
+        or like.profile != side.profile
+        or g.size != f.size
+    ):
+        return None
+    fd = first_difference(like.maps, side.maps, f.base, f.base + lw.stop_pos)
+    x = lw.stop_pos if fd.offset is None else fd.offset - f.base
+    k = int(np.searchsorted(lw.starts, x, side="right"))  # records starting at or before x
+    s = lw.stop_pos if k == len(lw.starts) and x >= lw.stop_pos else (int(lw.starts[k - 1]) if k else 0)
+    k = int(np.searchsorted(lw.starts, s, side="left"))  # records before s (kept from like's walk)
+    buf = side.maps.buf(f)
+    rest = broker_walk(buf, min(len(buf), side.file_size), side.profile, start=s, collect=True)
+    tail = rest.starts if rest.starts is not None else np.zeros(0, np.int64)
+    starts = np.concatenate([lw.starts[:k], tail])
+    return FileWalk(rest.stop_pos, rest.stop, k + rest.count, starts)
+
+
+def open_side(label: str, store: Store, profile: BrokerProfile, stack: ExitStack, like: Side | None = None) -> Side:
+    """A replica with its extent worked out (see the module); ``like``: a replica opened
+    before, whose walks this one's take as far as their bytes agree."""
     side = Side(label, store, profile, Maps(store, stack))
     files = [f for f in side.maps.files if f.size >= side.file_size]
     if not files:
@@ -86,7 +124,7 @@ def open_side(label: str, store: Store, profile: BrokerProfile, stack: ExitStack
         return side
     side.first = files[0].base
     for i in range(len(files) - 1, -1, -1):
-        w = side.walk(files[i])
+        w = side.walk(files[i], like)
         if w.count == 0 and i > 0:
             continue
         if w.blank and i + 1 < len(files):

@@ -8,7 +8,6 @@ It never writes, so never 1."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -121,10 +120,10 @@ def command(
 
     with ExitStack() as stack:
         opened = [(str(s), *_open(s, broker_version, quiet)) for s in stores]
-        # each replica's extent: the recovery walk of its last file, the replicas at once
-        # (the walk's bulk steps, numpy and the CRC, let go of the GIL)
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rmqtool-diff-walk") as pool:
-            sides = list(pool.map(lambda o: open_side(o[0], o[1], o[2], stack), opened))
+        # each replica's extent: the recovery walk of its last file; the others take the
+        # first one's walk as far as their bytes agree (hashed once for the comparison too)
+        sides = [open_side(*opened[0], stack)]
+        sides += [open_side(*o, stack, like=sides[0]) for o in opened[1:]]
         total = sum(2 * max(0, min(a.end, b.end) - max(a.first, b.first)) for a, b in _pairs(sides))
         with progress_bar(total, "diff", quiet) as advance:
             report = diff_replicas(sides, limit=limit, progress=advance)
