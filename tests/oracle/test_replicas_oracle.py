@@ -323,3 +323,37 @@ def test_recover_to_the_consistent_point_is_the_brokers_truncation(
     # the epoch file and its .bak, byte for byte (5.4.0+: not cut, both as they were)
     for rel in ("epochFileCheckpoint", "epochFileCheckpoint.bak"):
         assert ours.get(rel) == theirs["files"].get(rel, {}).get("sha256"), (v, rel)
+
+
+def _diff(v: str, *stores: Path) -> tuple[int, dict[str, Any]]:
+    rc, out, err = dc.rmq(["diff", *map(str, stores), "--format", "json", "-q", "--broker-version", dc.rmq_version(v)])
+    assert rc in (0, 4), err
+    doc: dict[str, Any] = json.loads(out)
+    return rc, doc
+
+
+@pytest.mark.parametrize("slot", CLASSIC)
+def test_diff_on_the_brokers_replicas(oracle: dc.Oracle, slot: str, ha_root: Path) -> None:
+    """rmqtool diff on replicas the broker's HA wrote: a slave behind is a prefix (exit 0,
+    its lag the bytes of m*); after the failover by hand the old master (ahead, m*) and
+    the new one (n*) diverge where both wrote after k* (exit 4), m* only on a, n* only on b,
+    each side's consume queues referencing only its own."""
+    v, r, out = case(oracle, slot, "classic_failover", ha_root)
+    snaps = out / "snapshots"
+    k, m, n = (hc.put_results(r, p) for p in "kmn")
+    end_k = k[-1]["phys_offset"] + k[-1]["wrote_bytes"]
+    end_m = m[-1]["phys_offset"] + m[-1]["wrote_bytes"]
+    rc, doc = _diff(v, snaps / "a_before", snaps / "b_before")
+    p = doc["pairs"][0]
+    assert rc == 0 and p["relation"] == "prefix" and p["behind"] == "b"
+    assert (p["b_end_offset"], p["a_end_offset"], p["lag_bytes"]) == (end_k, end_m, end_m - end_k)
+    assert [x["keys"] for x in p["only_on_a"]["messages"]] == [[x["keys"]] for x in m]
+    rc, doc = _diff(v, snaps / "a_ahead", snaps / "b_master")
+    p = doc["pairs"][0]
+    assert rc == 4 and p["relation"] == "diverged" and p["divergence"]["record_offset"] == end_k
+    only_a, only_b = p["only_on_a"]["messages"], p["only_on_b"]["messages"]
+    assert [x["keys"] for x in only_a] == [[x["keys"]] for x in m]
+    assert [x["keys"] for x in only_b] == [[x["keys"]] for x in n]
+    assert [x["msg_id"] for x in only_b] == [x["msg_id"] for x in n]
+    assert all(x["in_consume_queue_a"] and not x["in_consume_queue_b"] for x in only_a)
+    assert all(x["in_consume_queue_b"] and not x["in_consume_queue_a"] for x in only_b)
