@@ -591,3 +591,12 @@ def test_a_shared_walk_is_the_walk(case: str, tmp_path: Path) -> None:
     assert (shared.stop.reason if shared.stop else None) == (own.stop.reason if own.stop else None)
     assert own.starts is not None and shared.starts is not None
     assert shared.starts.tolist() == own.starts.tolist()
+
+
+def test_identities_are_held_as_64_bit_digests() -> None:
+    from rmqtool.recovery.replicas.pairs import Identities
+
+    ids = Identities(f"u:{i:032X}" for i in range(10_000))
+    assert len(ids) == 10_000 and ids._d.dtype == np.int64  # 8 bytes a message
+    assert "u:" + f"{1234:032X}" in ids and "u:" + f"{10_001:032X}" not in ids and 5 not in ids
+    assert "x" not in Identities([])

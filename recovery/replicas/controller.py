@@ -28,7 +28,7 @@ from typing import Any
 
 from ...formats.epochfile import EpochFileRead, read_epoch_file
 from .epochs import EpochCache, Handshake, Promotion, handshake, promote
-from .pairs import identity, message_row
+from .pairs import Identities, identity, message_row
 from .read import check_at
 from .sides import Side
 
@@ -104,7 +104,7 @@ def aligned(r: Replica, point: int) -> bool:
     return check_at(buf, point - f.base, min(len(buf), r.side.file_size), r.side.profile, read_body=False).ok
 
 
-def _behind_cut(r: Replica, lo: int, hi: int, master_ids: set[str], limit: int) -> dict[str, Any]:
+def _behind_cut(r: Replica, lo: int, hi: int, master_ids: Identities, limit: int) -> dict[str, Any]:
     listed: list[dict[str, Any]] = []
     count = lost = 0
     for off, c, _buf in r.side.messages(lo, hi):
@@ -173,8 +173,8 @@ def _follower(r: Replica, m: Replica, promo: Promotion, limit: int) -> dict[str,
     f["max_offset"] = r.recovered_end
     if hs.truncates and hs.consistent_point is not None:
         p = hs.consistent_point
-        master_ids = (
-            {identity(c) for _o, c, _b in m.side.messages(p, m.recovered_end)} if p < m.recovered_end else set()
+        master_ids = Identities(
+            identity(c) for _o, c, _b in (m.side.messages(p, m.recovered_end) if p < m.recovered_end else ())
         )
         f["truncated_bytes"] = r.recovered_end - p
         f["behind_cut"] = _behind_cut(r, p, r.recovered_end, master_ids, limit)

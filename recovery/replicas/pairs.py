@@ -20,8 +20,9 @@ as moved, not lost.
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,32 @@ def identity(c: ck.Checked) -> str:
     if c.uniq_key:
         return "u:" + c.uniq_key
     return f"t:{rec.topic}|{rec.born_host}|{rec.born_timestamp}|{c.keys or ''}|{rec.body_crc}"
+
+
+class Identities:
+    """A set of message identities held as sorted 64-bit digests (BLAKE2b of
+    :func:`identity`): 8 bytes a message, not a Python string each, so the messages past an
+    early divergence of two large stores fit (a collision, about 1 in 10^7 for a million
+    messages a side, would count one message as moved)."""
+
+    def __init__(self, idents: Iterable[str]) -> None:
+        self._d = np.sort(np.fromiter((_digest64(x) for x in idents), dtype=np.int64))
+
+    def __contains__(self, ident: object) -> bool:
+        if not isinstance(ident, str) or not len(self._d):
+            return False
+        h = _digest64(ident)
+        i = int(np.searchsorted(self._d, h))
+        return i < len(self._d) and int(self._d[i]) == h
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+def _digest64(ident: str) -> int:
+    return int.from_bytes(
+        hashlib.blake2b(ident.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big", signed=True
+    )
 
 
 def message_row(offset: int, c: ck.Checked) -> dict[str, Any]:
@@ -177,7 +204,7 @@ def _past(
     side: Side,
     lo: int,
     hi: int,
-    other_ids: set[str] | None,
+    other_ids: Identities | None,
     limit: int,
     queues: tuple[QueueUnits, QueueUnits],
     sides: tuple[Side, Side],
@@ -218,8 +245,8 @@ def _past(
     }
 
 
-def _ids(side: Side, lo: int, hi: int) -> set[str]:
-    return {identity(c) for _off, c in _walk_messages(side, lo, hi)}
+def _ids(side: Side, lo: int, hi: int) -> Identities:
+    return Identities(identity(c) for _off, c in _walk_messages(side, lo, hi))
 
 
 def compare_pair(a: Side, b: Side, *, limit: int = 20, progress: Progress | None = None) -> dict[str, Any]:
@@ -446,6 +473,7 @@ def compare_configs(ra: Any, rb: Any) -> dict[str, Any]:
 
 
 __all__ = [
+    "Identities",
     "QueueUnits",
     "compare_configs",
     "compare_pair",
