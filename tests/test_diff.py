@@ -600,3 +600,21 @@ def test_identities_are_held_as_64_bit_digests() -> None:
     assert len(ids) == 10_000 and ids._d.dtype == np.int64  # 8 bytes a message
     assert "u:" + f"{1234:032X}" in ids and "u:" + f"{10_001:032X}" not in ids and 5 not in ids
     assert "x" not in Identities([])
+
+
+def test_progress_follows_the_hashing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--progress: the bytes hashed, each range once (the walk's shared hashing included),
+    to 100%; -q: none."""
+    a = copy_store("many_files", tmp_path / "a")
+    b = copy_store("many_files", tmp_path / "b")
+    capsys.readouterr()
+    assert (
+        run(
+            ["diff", str(a), str(b), "--progress", "--format", "json", "--broker-version", V, "-o", str(tmp_path / "o")]
+        )
+        == 0
+    )
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("rmqtool: diff: ")]
+    assert len(lines) >= 5 and lines[-1].startswith("rmqtool: diff: 100%")
+    assert run(["diff", str(a), str(b), "--progress", "-q", "--format", "json", "-o", str(tmp_path / "p")]) == 0
+    assert "rmqtool: diff:" not in capsys.readouterr().err

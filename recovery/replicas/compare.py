@@ -127,12 +127,16 @@ def first_difference(
     count = 0
     if hi <= lo:
         return FirstDifference(None, 0, 0)
+    rs = ranges(lo, hi, a, b)
+    # (progress counts the ranges hashed here, not those another call hashed already)
+    fresh_seen = {r for r in rs if r in a.digests and r in b.digests}
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rmqtool-diff-hash") as pool:
-        pending = _hashed(pool, a, b, ranges(lo, hi, a, b))
+        pending = _hashed(pool, a, b, rs)
         for (s, e), da, db in pending:
             count += 1
             done += e - s
-            if progress is not None:
+            if progress is not None and (s, e) not in fresh_seen:
+                fresh_seen.add((s, e))
                 progress(2 * (e - s))
             if da != db:
                 return FirstDifference(_search(a.view(s, e), b.view(s, e), s), count, done)

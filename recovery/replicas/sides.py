@@ -11,7 +11,7 @@ and the extent of its data (first and last offset) as the broker sees them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +23,8 @@ from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from .compare import Maps
 from .read import FileWalk, broker_walk, messages
+
+Progress = Callable[[int], None]
 
 
 @dataclass
@@ -40,7 +42,7 @@ class Side:
     def file_size(self) -> int:
         return self.store.geometry.commitlog_file_size
 
-    def walk(self, f: StoreFile, like: Side | None = None) -> FileWalk:
+    def walk(self, f: StoreFile, like: Side | None = None, progress: Progress | None = None) -> FileWalk:
         """The broker's walk of file ``f`` from its start, record starts collected (kept).
         With ``like`` (another replica that walked the same file), its walk is taken as far
         as the two files hold the same bytes (:func:`shared_walk`)."""
@@ -48,7 +50,7 @@ class Side:
         if w is None:
             buf = self.maps.buf(f)
             end = min(len(buf), self.file_size)
-            w = shared_walk(self, f, like) if like is not None else None
+            w = shared_walk(self, f, like, progress) if like is not None else None
             if w is None:
                 w = broker_walk(buf, end, self.profile, collect=True)
             self.walks[f.base] = w
@@ -81,7 +83,7 @@ class Side:
                 yield f.base + pos, c, buf
 
 
-def shared_walk(side: Side, f: StoreFile, like: Side) -> FileWalk | None:
+def shared_walk(side: Side, f: StoreFile, like: Side, progress: Progress | None = None) -> FileWalk | None:
     """``side``'s walk of ``f`` from the walk ``like`` made of its file at the same offset
     (same file size, same release), or None (no such walk). The walk is record by record
     and each step reads only the record's bytes, so where the two files hold the same bytes
@@ -101,7 +103,7 @@ def shared_walk(side: Side, f: StoreFile, like: Side) -> FileWalk | None:
         or g.size != f.size
     ):
         return None
-    fd = first_difference(like.maps, side.maps, f.base, f.base + lw.stop_pos)
+    fd = first_difference(like.maps, side.maps, f.base, f.base + lw.stop_pos, progress)
     x = lw.stop_pos if fd.offset is None else fd.offset - f.base
     k = int(np.searchsorted(lw.starts, x, side="right"))  # records starting at or before x
     s = lw.stop_pos if k == len(lw.starts) and x >= lw.stop_pos else (int(lw.starts[k - 1]) if k else 0)
@@ -113,7 +115,14 @@ def shared_walk(side: Side, f: StoreFile, like: Side) -> FileWalk | None:
     return FileWalk(rest.stop_pos, rest.stop, k + rest.count, starts)
 
 
-def open_side(label: str, store: Store, profile: BrokerProfile, stack: ExitStack, like: Side | None = None) -> Side:
+def open_side(
+    label: str,
+    store: Store,
+    profile: BrokerProfile,
+    stack: ExitStack,
+    like: Side | None = None,
+    progress: Progress | None = None,
+) -> Side:
     """A replica with its extent worked out (see the module); ``like``: a replica opened
     before, whose walks this one's take as far as their bytes agree."""
     side = Side(label, store, profile, Maps(store, stack))
@@ -124,7 +133,7 @@ def open_side(label: str, store: Store, profile: BrokerProfile, stack: ExitStack
         return side
     side.first = files[0].base
     for i in range(len(files) - 1, -1, -1):
-        w = side.walk(files[i], like)
+        w = side.walk(files[i], like, progress)
         if w.count == 0 and i > 0:
             continue
         if w.blank and i + 1 < len(files):

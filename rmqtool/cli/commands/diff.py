@@ -123,9 +123,11 @@ def command(
         # each replica's extent: the recovery walk of its last file; the others take the
         # first one's walk as far as their bytes agree (hashed once for the comparison too)
         sides = [open_side(*opened[0], stack)]
-        sides += [open_side(*o, stack, like=sides[0]) for o in opened[1:]]
-        total = sum(2 * max(0, min(a.end, b.end) - max(a.first, b.first)) for a, b in _pairs(sides))
-        with progress_bar(total, "diff", quiet) as advance:
+        # the bytes hashed (both sides of each pair; each range once): an estimate from the
+        # first replica's extent, the bar follows the work
+        n, size = len(opened), sides[0].end - sides[0].first
+        with progress_bar(2 * size * (n - 1) * n // 2, "diff", quiet) as advance:
+            sides += [open_side(*o, stack, like=sides[0], progress=advance) for o in opened[1:]]
             report = diff_replicas(sides, limit=limit, progress=advance)
     code = int(Exit.PROBLEMS if report["diverged"] else Exit.OK)
     report["verdict"] = verdict(report, DIVERGING)
