@@ -364,9 +364,6 @@ class _Fake:
         f = self.file_at(lo)
         return memoryview(self._data[f.base])[lo - f.base : hi - f.base]
 
-    def read(self, lo: int, hi: int) -> bytes:
-        return bytes(self.view(lo, hi))
-
 
 @pytest.mark.parametrize("at", [0, 1, 4095, 4096, 5000, (1 << 14) - 1, 1 << 14, 3 * (1 << 14) + 7, (4 << 14) - 1])
 def test_the_first_differing_byte_by_range_hashes_and_binary_search(at: int, monkeypatch: pytest.MonkeyPatch) -> None:

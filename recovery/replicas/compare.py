@@ -12,8 +12,6 @@ SHA-256 and not a CRC: a 32-bit checksum could let a differing range pass unnoti
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -39,8 +37,6 @@ class Maps:
         # digests of ranges already hashed ((lo, hi) -> digest): a range hashed to share a
         # walk (recovery.replicas.sides) is not hashed again by the pair's comparison
         self.digests: dict[tuple[int, int], bytes] = {}
-        self._fds: dict[int, int] = {}
-        self._lock = threading.Lock()
 
     def file_at(self, offset: int) -> StoreFile | None:
         size = self.store.geometry.commitlog_file_size
@@ -55,21 +51,6 @@ class Maps:
             m = self.stack.enter_context(self.store.map(f))
             self._maps[f.base] = m
         return m.buf
-
-    def read(self, lo: int, hi: int) -> bytes:
-        """The bytes ``[lo, hi)`` of one file, read (``pread``) rather than mapped: hashing
-        a whole commitlog through its map costs a page fault per page and the unmapping."""
-        f = self.file_at(lo)
-        if f is None:
-            return b""
-        with self._lock:
-            fd = self._fds.get(f.base)
-            if fd is None:
-                fd = self._fds[f.base] = os.open(f.path, os.O_RDONLY)
-                self.stack.callback(os.close, fd)
-        a = lo - f.base
-        n = max(0, min(hi - f.base, f.size) - a)
-        return os.pread(fd, n, a) if n else b""
 
     def view(self, lo: int, hi: int) -> memoryview:
         """The bytes ``[lo, hi)`` of one file (the caller keeps the range in one file)."""
@@ -105,7 +86,7 @@ def _digest(view: memoryview) -> bytes:
 def _digest_of(m: Maps, r: tuple[int, int]) -> bytes:
     got = m.digests.get(r)
     if got is None:
-        got = m.digests[r] = _digest(memoryview(m.read(*r)))
+        got = m.digests[r] = _digest(m.view(*r))
     return got
 
 
