@@ -161,14 +161,24 @@ final class Store {
     }
 
     static DefaultMessageStore open(MessageStoreConfig c) throws Exception {
-        return open(c, null);
+        return open(c, (JsonObject) null);
     }
 
+    /** A store with the harness's BrokerConfig and the topic config table of {@code cfg}. */
     static DefaultMessageStore open(MessageStoreConfig c, JsonObject cfg) throws Exception {
-        ConcurrentHashMap<String, Object> topicTable = topics(cfg);
-        new File(c.getStorePathRootDir()).mkdirs();
         BrokerConfig bc = new BrokerConfig();
         bc.setLongPollingEnable(false);
+        return open(c, bc, topics(cfg));
+    }
+
+    /** A store with the caller's BrokerConfig (Ha: brokerId, enableControllerMode). */
+    static DefaultMessageStore open(MessageStoreConfig c, BrokerConfig bc) throws Exception {
+        return open(c, bc, new ConcurrentHashMap<>());
+    }
+
+    static DefaultMessageStore open(MessageStoreConfig c, BrokerConfig bc, ConcurrentHashMap<String, Object> topicTable)
+        throws Exception {
+        new File(c.getStorePathRootDir()).mkdirs();
         Object listener = null;
         Class<?> lc = Class.forName("org.apache.rocketmq.store.MessageArrivingListener");
         listener = Proxy.newProxyInstance(Store.class.getClassLoader(), new Class<?>[] {lc}, (p, m, a) -> {
