@@ -67,7 +67,8 @@ def command(
     next command to run. Read-only and fast: no commitlog walk unless --deep.
 
     Exit status: 0 the store looks clean (no abort, no pending change, not locked), 4 the
-    broker will run its abnormal recovery or a change is pending, 8 operational error or
+    broker will run its abnormal recovery, a change is pending or an interrupted repair left
+    its work directory beside the store, 8 operational error or
     a broker holds the lock, 2 usage error."""
     from ...recovery.storeinfo import store_info  # start-up time (--help)
 
@@ -108,6 +109,7 @@ def _exit_status(doc: dict[str, Any]) -> int:
     if (
         doc["abort"]
         or doc["pending_transactions"]
+        or doc["repair_workdirs"]
         or (plan is not None and (plan["problems"] or not plan["nothing_to_do"]))
     ):
         return int(Exit.PROBLEMS)
@@ -237,6 +239,15 @@ def _table(doc: dict[str, Any], all_queues: bool, cols: list[tuple[str, str]]) -
             f"scheduled: {sch['waiting']} message(s) waiting ({timer} timer, {sch['delay_waiting']} delay); "
             f"next due {sch.get('next_due_time') or '-'}; messages counted once: {sch['messages']} "
             "(rmqtool timers lists them)",
+            highlight=False,
+            markup=False,
+        )
+    bq = doc["batch_consume_queues"]
+    if bq["queues"]:
+        con.print(
+            f"batch consume queues (5.x BatchCQ topics, batchconsumequeue/): {bq['queues']} queues of "
+            f"{bq['topics']} topics, {bq['units']} units, {bq['messages']} messages (dump consumequeue lists "
+            "them; recover, repair and rebuild-index refuse such a store)",
             highlight=False,
             markup=False,
         )
