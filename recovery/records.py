@@ -26,8 +26,9 @@ from ..formats.safeio import classify, read_small
 from . import check as ck
 from . import query as qy
 from . import seek as sk
-from .scan import blank_fields, iter_store_records, message_fields
+from .scan import blank_fields, message_fields
 from .store import Store, StoreFile
+from .walk import iter_store_records
 
 Record = dict[str, Any]
 

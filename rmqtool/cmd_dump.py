@@ -46,8 +46,8 @@ from .recovery.records import (
     generic_record,
     index_hit_records,
 )
-from .recovery.scan import walk_records
 from .recovery.store import Store, StoreFile
+from .recovery.walk import records as walk_records
 
 COMMITLOG_COLUMNS = rec.COMMITLOG.table_columns()
 CQ_COLUMNS = rec.CONSUMEQUEUE.table_columns()
@@ -84,7 +84,7 @@ def limit_option(f: Callable[..., Any]) -> Callable[..., Any]:
 # SCHEDULE_TOPIC_XXXX, whose properties are "simple": every segment key\x01value with
 # both non-empty, no duplicate keys, no character JSON must escape, and on 5.x no
 # INNER_ property). Anything else (and every BLANK or damaged spot) goes through the generic
-# walk (``recovery.scan.walk_records`` + ``message_fields``), so the output is identical;
+# walk (``recovery.walk.records`` + ``message_fields``), so the output is identical;
 # tests/test_dump_cli.py asserts it on every fixture, synthetic and damaged store.
 
 _V1_MAGIC = struct.pack(">i", cl.MAGIC_V1)

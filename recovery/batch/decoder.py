@@ -16,10 +16,8 @@ import numpy as np
 from ...formats import commitlog as cl
 from ...formats.javahash import tags_code as _tags_code
 from ...formats.properties import INNER_BASE, INNER_NUM, JAVA_REPLACE
-from .. import ccore
 from .. import check as ck
 from ..indexbuild import TopicList, take_names
-from ..scan import ByteViews, chase_starts
 from ..versions import BrokerProfile
 from .columns import DispatchColumns, IndexKeys, LazyValues, PropertyColumns
 from .hashing import hash_spans, index_keys, join_spans, last_per_record
@@ -105,34 +103,6 @@ class BatchDecoder:
                 mask = ((1 << (8 * len(part))) - 1) << (8 * (8 - len(part)))
                 words.append((k, int.from_bytes(part.ljust(8, b"\0"), "big"), mask))
             self._seps.append((name, len(sep), words))
-
-    @staticmethod
-    def hinted_boundaries(
-        buf: Any, views: ByteViews, hints: np.ndarray, start: int, end: int, v2: bool = False
-    ) -> list[int] | np.ndarray:
-        """:meth:`boundaries` with ``hints`` (sorted file positions the consume queues point
-        at): runs of hints chained by their TOTALSIZEs are taken at once
-        (:func:`recovery.scan.chase_starts`), the V1 magic checked with numpy; the same
-        positions as the one-record loop."""
-        starts, _p, _capped = chase_starts(buf, views, start, end - 7, end, hints)
-        s = np.asarray(starts, dtype=np.int64)[:MAX_RUN]
-        if len(s):
-            m = views.i4[s + 4]
-            bad = m != cl.MAGIC_V1
-            if v2:
-                bad &= m != cl.MAGIC_V2
-            if bad.any():
-                s = s[: int(np.argmax(bad))]
-        return s
-
-    @staticmethod
-    def boundaries(buf: Any, start: int, end: int, v2: bool = False) -> list[int]:
-        """Positions of consecutive V1 (and with ``v2`` V2) records from ``start`` trusting
-        TOTALSIZE; stops at anything else (that spot is then checked by ``check_record``)."""
-        magics = (cl.MAGIC_V1, cl.MAGIC_V2) if v2 else (cl.MAGIC_V1,)
-        starts, _p, _why = ccore.chase(buf, start, end - 7, end, MAX_RUN, 0, 8, magics)
-        out: list[int] = starts.tolist()
-        return out
 
     def decode(
         self, buf: Any, W: Words, starts: list[int] | np.ndarray, end: int, base: int

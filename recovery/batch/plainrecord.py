@@ -9,7 +9,7 @@ length <= 127, a properties length in (0, 0x7FFF]), whose body CRC matches, whos
 is not SCHEDULE_TOPIC_XXXX, whose properties hold no byte JSON must escape (NUL, 0x03 to
 0x1F, ``"``, ``\\``) and are ``NAME\\x01value`` segments with both non-empty and no
 name twice (an optional trailing ``\\x02``), and on 5.x name no ``INNER_`` property.
-Anything else goes to the generic walk (``recovery.scan.walk_records``)."""
+Anything else goes to the generic walk (``recovery.walk.records``)."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ import pyarrow as pa
 
 from .. import export_arrow as blocks
 from ..export_arrow import PENDING, BlockState
-from ..recovery.scan import walk_records
 from ..recovery.splits import Handoff, Split, open_split
 from ..recovery.versions import BrokerProfile
+from ..recovery.walk import records as walk_records
 from .rows import record_row, worker_profile
 
 _ARROW_TYPES = {

@@ -1,0 +1,816 @@
+"""The one record walker of the commitlog: the loop "run of entries -> first unsure record
+-> the framing's check (``check_record``) -> the policy decides -> go on, stop, skip or
+resync", written once for every framing and every command (issue 32).
+
+Three parties:
+
+* the **framing** (:class:`recovery.framing.Framing`; the classic one,
+  :data:`recovery.framing.CLASSIC`, is RocketMQ's commitlog) says how entries are found
+  and chained, where each entry's record lies, how one entry is checked, the padding at a
+  file's end, and what resync looks for. It holds no loop.
+* the **policy** (a :class:`Policy` of each command) says what the walk is for: how long
+  its runs are (:attr:`Policy.cap`, :attr:`Policy.need`, :attr:`Policy.magics`, passes of
+  :attr:`Policy.pass_records` / :attr:`Policy.pass_bytes`), which records of a run it is
+  sure of and what it does with them (:meth:`Policy.take`, vectorised, and
+  :meth:`Policy.end`), what one record checked by the framing means (:meth:`Policy.decide`
+  returns :data:`GO`, :data:`STOP`, :data:`SKIP`, :data:`READ` or a resync
+  :class:`Act`), and what it hands on (items appended to :attr:`Policy.out`, which the walk
+  yields). verify records findings and salvage; recover stops at the first bad record;
+  reput emits dispatch columns; dump and export yield rows.
+* the **walker** (:func:`walk`) moves the cursor: it is the only loop of the core that
+  advances a position by a value read from the buffer (tests/test_one_walker.py holds
+  every other module to that). It also owns the chain of the consume queues' hints
+  (:func:`chain`) and resync's search (:func:`resync`).
+
+The walk of a region ``[pos, stop)`` of one file (:class:`Source`): while ``pos <
+stop``, a run of chained entries from ``pos`` (:func:`chain`: at most ``cap``, each with
+its first ``need`` bytes before the file's readable end, the records' magic one of
+``magics``); the framing cuts the run at the first entry it is not sure of. The policy
+takes the run in passes; at the first record of a pass it is unsure of, that record goes
+to the framing's check and the policy decides: :data:`GO` takes it and the run goes on
+after it (an unsure record the check accepts costs no new run), anything else ends the
+run there. A run that ran to its end goes on with a new run (when the chain was capped) or
+with the record where the chain broke, checked alone. With :attr:`Policy.wait` > 0 the
+next records go one by one (:meth:`Policy.inline` first, a one-record test that needs no
+check, then the check). The walk ends where the policy says :data:`STOP`, where a resync
+finds nothing, or once ``pos >= stop`` and :meth:`Policy.arrived`; :func:`walk` returns a
+:class:`Walked`.
+
+An inner-batch framing (a BatchConsumeQueue's inner batch: one commitlog record holding
+several messages) plugs in below the policies: its :meth:`~Policy.take` of a run yields
+one item per inner message (``out`` takes any number of items per record) and its check
+returns the record's :class:`~recovery.check.Checked` as now; the walk still moves by
+entries, so no loop is added. A DLedger framing overrides the framing's header, chase,
+check, padding and resync rule (its entries' magic and index order).
+
+Standard policies here: :class:`BrokerWalk` (the broker's per-file recovery walk, fast or
+record by record: :func:`broker_walk`, :func:`broker_steps`) and :class:`Forensic` (dump's
+and export's tolerant walk that resyncs past damage: :func:`records`,
+:func:`iter_store_records`).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypedDict, TypeVar, Unpack
+
+import numpy as np
+
+from . import ccore
+from . import check as ck
+from .batch.plain import PlainOne, crc_failures, plain_records, searchable
+from .framing import CLASSIC, Framing
+from .scan import ByteViews, byte_views, first_nonzero_block
+from .store import Store, StoreFile
+from .versions import BrokerProfile
+
+__all__ = [
+    "GO",
+    "READ",
+    "SKIP",
+    "STOP",
+    "Act",
+    "BrokerWalk",
+    "FastWalk",
+    "Follow",
+    "Forensic",
+    "Policy",
+    "Run",
+    "Source",
+    "WalkOptions",
+    "WalkStep",
+    "Walked",
+    "broker_steps",
+    "broker_walk",
+    "chain",
+    "chained",
+    "finish",
+    "follow",
+    "iter_store_records",
+    "records",
+    "resync",
+    "walk",
+    "walk_options",
+]
+
+T = TypeVar("T")
+
+CHASE_BATCH = 1 << 16  # entries per run followed one by one (the compiled core's chase)
+HINT_BATCH = CHASE_BATCH * 16  # entries per run where the consume queues' hints chain them
+UNLIMITED = 1 << 62
+
+# what the walk does after a record checked one by one (Policy.decide)
+GO_, STOP_, SKIP_, READ_, RESYNC_ = range(5)
+
+
+class Act(NamedTuple):
+    """A policy's decision on one checked record: :data:`GO` (take it: the walk moves past
+    it, by the entry's length, or by ``at`` when >= 0), :data:`STOP` (the walk ends at it), :data:`SKIP` (move past
+    a readable record by its TOTALSIZE), :data:`READ` (move by the bytes its check read:
+    quirk Q13), or ``Act(RESYNC_, start)`` (search the next intact entry from ``start``,
+    -1: the record's position + 1; :meth:`Policy.resynced` decides on what is found)."""
+
+    kind: int
+    at: int = -1
+
+
+GO = Act(GO_)
+STOP = Act(STOP_)
+SKIP = Act(SKIP_)
+READ = Act(READ_)
+
+
+def resync_from(start: int = -1) -> Act:
+    """``Act(RESYNC_, start)``."""
+    return Act(RESYNC_, start)
+
+
+class Walked(NamedTuple):
+    """Where a walk ended: ``pos``, and the outcome of the record there when the policy
+    stopped (or a resync found nothing after it); None when it arrived at its stop."""
+
+    pos: int
+    checked: ck.Checked | None
+
+
+class Source:
+    """One mapped commitlog file as the walker reads it: the buffer, its readable end, the
+    file's offset, the profile its records are checked with and its framing."""
+
+    __slots__ = ("buf", "end", "base", "profile", "framing", "_views")
+
+    def __init__(
+        self,
+        buf: Any,
+        end: int,
+        base: int,
+        profile: BrokerProfile,
+        framing: Framing | None = None,
+        views: ByteViews | None = None,
+    ) -> None:
+        self.buf, self.end, self.base, self.profile = buf, end, base, profile
+        self.framing = CLASSIC if framing is None else framing
+        self._views = views
+
+    @property
+    def views(self) -> ByteViews:
+        """The buffer's byte views (made on first use)."""
+        if self._views is None:
+            self._views = byte_views(self.buf)
+        return self._views
+
+    def release(self) -> None:
+        self._views = None
+
+
+class Run:
+    """A run of chained entries: their starts ``S`` (int64 file positions), the position
+    after the last one ``p``, why the chain stopped (a :mod:`recovery.ccore` reason), each
+    entry's length ``E``; the records' starts ``P`` and TOTALSIZEs ``T`` (the framing's)."""
+
+    __slots__ = ("S", "p", "why", "E", "P", "T", "C", "n")
+
+    def __init__(self, S: np.ndarray, p: int, why: int, E: np.ndarray, P: np.ndarray, T: np.ndarray) -> None:
+        self.S, self.p, self.why, self.E, self.P, self.T = S, p, why, E, P, T
+        self.n = len(S)
+        self.C: np.ndarray | None = None
+
+    @property
+    def chain(self) -> np.ndarray:
+        """The starts and, last, the position after the run (n + 1 values)."""
+        if self.C is None:
+            self.C = np.append(self.S, self.p)
+        return self.C
+
+    def pass_end(self, i: int, records: int, nbytes: int) -> int:
+        """The end of the pass from entry ``i``: at most ``records`` entries and about
+        ``nbytes`` bytes (at least one entry)."""
+        k = min(i + records, self.n)
+        if nbytes < UNLIMITED:
+            C = self.chain
+            if C[k] - C[i] > nbytes:
+                k = max(i + 1, int(np.searchsorted(C, C[i] + nbytes, side="right")) - 1)
+        return k
+
+
+class Policy:
+    """What one walk is for (see the module docstring). The defaults: runs of
+    :data:`CHASE_BATCH` entries with no magic required, every record of a run sure, the
+    record where a chain breaks checked and taken while it is a message."""
+
+    batched = True  # runs at all (False: every record one by one: the reference walks)
+    cap = CHASE_BATCH  # entries per run followed one by one
+    hint_cap = HINT_BATCH  # entries per run where hints chain them
+    need = 8  # bytes of an entry that must lie before the readable end for a run to take it
+    magics: tuple[int, ...] | None = None  # record magics a run requires (None: any)
+    min_total = 0  # a run takes entries longer than this
+    uniform = 0  # > 0: runs of at least that many entries of one length taken at once
+    pass_records = UNLIMITED  # records per pass of take
+    pass_bytes = UNLIMITED  # and about this many bytes
+    hints: np.ndarray | None = None  # sorted file positions where entries likely start
+    wait = 0  # records to go one by one before the next run
+    check_opts: dict[str, Any] = {}  # check_record's keywords (a policy sets its own)
+
+    def __init__(self) -> None:
+        self.out: list[Any] = []  # items the walk yields (then clears)
+
+    def runs(self, pos: int) -> bool:
+        """Whether the walk takes a run from ``pos`` (else the record there goes one by
+        one). Default: :attr:`batched` and no :attr:`wait` left."""
+        return self.batched and self.wait <= 0
+
+    def begin(self, src: Source, run: Run) -> None:
+        """A run starts (the policy may decode it whole)."""
+
+    def take(self, src: Source, run: Run, i: int, k: int) -> tuple[int, bool]:
+        """The records ``[i, j)`` of the pass ``[i, k)`` of ``run`` the policy is sure of (it
+        takes them): ``(j, unsure)``; ``unsure``: record ``j`` goes to the framing's check
+        (else the run ends at ``j`` and the walk goes on from there). Default: all."""
+        return k, True
+
+    def end(self, src: Source, run: Run, k: int) -> None:
+        """The run ends: its first ``k`` entries taken."""
+
+    def inline(self, src: Source, pos: int) -> int:
+        """A record taken one by one without the check: its entry's length (0: not)."""
+        return 0
+
+    def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
+        """The record at ``pos`` (entry ``j`` of the current run, -1: alone) as the framing
+        checked it: GO while it is a message, else STOP."""
+        return GO if c.is_message else STOP
+
+    def resync(self, src: Source, start: int) -> int | None:
+        """The next intact entry from ``start`` (:func:`resync`, without the CRC)."""
+        return resync(src.buf, start, src.end, src.base, src.profile, False, framing=src.framing)
+
+    def resynced(self, src: Source, pos: int, c: ck.Checked, q: int | None) -> int | None:
+        """After the record at ``pos`` (outcome ``c``) a resync found ``q``: where the walk
+        goes on (None: it ends)."""
+        return q
+
+    def arrived(self, pos: int) -> bool:
+        """The walk reached its stop at ``pos``: whether it ends (False: the record at
+        ``pos`` is checked all the same; reput after quirk Q13)."""
+        return True
+
+    def broke(self, src: Source, pos: int) -> bool:
+        """A run's chain broke at ``pos`` (before the stop, not capped): whether the record
+        there is checked (False: the walk ends there, with no outcome)."""
+        return True
+
+
+class Follow(Policy):
+    """Entries followed by their lengths alone (nothing checked): the walk ends where the
+    chain breaks or at its stop (:func:`follow`)."""
+
+    need = 0
+
+    def broke(self, src: Source, pos: int) -> bool:
+        return False
+
+
+def follow(buf: Any, start: int, stop: int, end: int, profile: BrokerProfile, framing: Framing | None = None) -> int:
+    """Where following the entries' lengths from ``start`` (a length > 0 that fits before
+    ``end``) arrives: the first entry start >= ``stop``, or where the chain breaks."""
+    src = Source(buf, end, 0, profile, framing)
+    try:
+        return finish(walk(src, Follow(), start, stop)).pos
+    finally:
+        src.release()
+
+
+def finish(g: Generator[Any, None, Walked]) -> Walked:
+    """Run a walk whose policy yields nothing to its end; its :class:`Walked`."""
+    while True:
+        try:
+            next(g)
+        except StopIteration as e:
+            out: Walked = e.value
+            return out
+
+
+def walk(src: Source, pol: Policy, pos: int, stop: int) -> Generator[Any, None, Walked]:
+    """Walk ``[pos, stop)`` of ``src`` with policy ``pol``, yielding what it hands on; the
+    module docstring tells the loop."""
+    fr = src.framing
+    out = pol.out
+    c: ck.Checked | None = None
+    while True:
+        act: Act | None = None
+        if pos >= stop:
+            if pol.arrived(pos):
+                return Walked(pos, None)
+        elif pol.runs(pos):
+            run = chain(src, pos, stop, pol)
+            n, i = run.n, 0
+            ended = False  # the policy ended the run before its end
+            if n:
+                pol.begin(src, run)
+                S = run.S
+                while i < n and not ended:
+                    k = run.pass_end(i, pol.pass_records, pol.pass_bytes)
+                    while i < k:
+                        j, unsure = pol.take(src, run, i, k)
+                        if out:
+                            yield from out
+                            out.clear()
+                        if j >= k:
+                            i = k
+                            break
+                        i = j
+                        ended = True
+                        if not unsure:
+                            break
+                        q = int(S[j])
+                        size = pol.inline(src, q)
+                        if not size:
+                            c = fr.check(src.buf, q, src.end, src.profile, **pol.check_opts)
+                            act = pol.decide(src, q, c, j)
+                            if out:
+                                yield from out
+                                out.clear()
+                            if act.kind != GO_:
+                                break
+                            act = None
+                        i = j + 1  # taken: the run goes on after it
+                        ended = False
+                pol.end(src, run, i)
+                if out:
+                    yield from out
+                    out.clear()
+            if act is not None:
+                pos = int(run.S[i])
+            elif ended:
+                pos = int(run.S[i])  # (the policy ends the run here: a new run, or one by one)
+                continue
+            else:
+                pos = run.p
+                if pos >= stop or run.why == ccore.CAPPED:
+                    continue
+                if not pol.broke(src, pos):
+                    return Walked(pos, None)
+        if act is None:  # the record at pos, one by one
+            pol.wait -= 1
+            size = pol.inline(src, pos)
+            if size:
+                if out:
+                    yield from out
+                    out.clear()
+                pos += size
+                continue
+            c = fr.check(src.buf, pos, src.end, src.profile, **pol.check_opts)
+            act = pol.decide(src, pos, c, -1)
+            if out:
+                yield from out
+                out.clear()
+        assert c is not None
+        kind = act.kind
+        if kind == GO_:
+            pos += c.size if act.at < 0 else act.at
+        elif kind == STOP_ or (kind != RESYNC_ and c.rec is None):
+            return Walked(pos, c)
+        elif kind == SKIP_ and c.rec is not None:
+            pos += fr.header + c.rec.total_size
+        elif kind == READ_ and c.rec is not None:
+            pos += fr.header + c.rec.computed_size
+        else:
+            nxt = pol.resync(src, pos + 1 if act.at < 0 else act.at)
+            found = pol.resynced(src, pos, c, nxt)
+            if out:
+                yield from out
+                out.clear()
+            if found is None:
+                return Walked(pos, c)
+            pos = found
+
+
+# ---------------------------------------------------------------------------------------
+# Chains
+
+
+def chain(src: Source, pos: int, stop: int, pol: Policy) -> Run:
+    """The run of entries from ``pos`` for ``pol``: chained by the framing (or by the
+    policy's hints where they lie, :func:`_hinted`), each starting before ``stop`` with its
+    first ``pol.need`` bytes before the readable end, cut where a record's magic is not one
+    of ``pol.magics`` and at the first entry the framing is not sure of."""
+    fr = src.framing
+    end = src.end
+    lim = min(stop, end - pol.need + 1) if pol.need > 0 else stop
+    hints = pol.hints
+    if hints is not None and len(hints):
+        S, p, capped = _hinted(src, pos, lim, hints, pol.hint_cap)
+        why = ccore.CAPPED if capped else ccore.LIMIT
+        if pol.magics is not None and len(S):
+            m = fr.magics(src.views, S)
+            bad = m != pol.magics[0]
+            if len(pol.magics) > 1:
+                bad &= m != pol.magics[-1]
+            if bad.any():  # the run stops at a record with another magic
+                k = int(np.argmax(bad))
+                p, S, why = int(S[k]), S[:k], ccore.MAGIC
+    else:
+        S, p, why = fr.chase(src.buf, pos, lim, end, pol.cap, pol.min_total, pol.magics, pol.uniform)
+    S = np.asarray(S, dtype=np.int64)
+    n = len(S)
+    E = np.empty(n, dtype=np.int64)
+    if n:
+        E[:-1] = S[1:] - S[:-1]
+        E[-1] = p - S[-1]
+    P, T, sure = fr.records(src.views, S, E)
+    if sure < n:  # the framing checks that entry on its own: the run ends before it
+        p, why = int(S[sure]), ccore.SIZE
+        S, E, P, T = S[:sure], E[:sure], P[:sure], T[:sure]
+    return Run(S, p, why, E, P, T)
+
+
+def _hinted(src: Source, pos: int, lim: int, hints: np.ndarray, cap: int) -> tuple[np.ndarray, int, bool]:
+    """Entry starts from ``pos`` as the framing's chase finds them, at most ``cap``: where
+    the position is a hint (``hints``: sorted positions, e.g. the consume queues'
+    offsets), the run of hints chained by their own lengths is taken at once (vectorised),
+    exactly what following them one by one gives. Returns (starts, next position,
+    capped)."""
+    fr = src.framing
+    end = src.end
+    v = src.views
+    out: list[np.ndarray] = []
+    taken = 0
+    while pos < lim and taken < cap:
+        i = int(np.searchsorted(hints, pos))
+        if i < len(hints) and hints[i] == pos:
+            h = hints[i : i + min(CHASE_BATCH * 4, cap - taken)]
+            tot = fr.lengths(v, h)
+            nxt = h + tot
+            ok = (tot > 0) & (nxt <= end) & (h < lim)
+            cont = ok.copy()
+            cont[:-1] &= nxt[:-1] == h[1:]
+            brk = np.flatnonzero(~cont)
+            j = int(brk[0]) if len(brk) else len(h) - 1  # h[:j] chained and taken
+            if ok[j]:
+                out.append(h[: j + 1])
+                taken += j + 1
+                pos = int(nxt[j])
+                continue
+            out.append(h[:j])
+            taken += j
+            pos = int(h[j])
+            break  # h[j] is >= lim or its length stops the walk
+        # not a hint: one entry at a time up to the next hint
+        s, pos, why = fr.chase(
+            src.buf, pos, min(lim, int(hints[i])) if i < len(hints) else lim, end, cap - taken, 0, None
+        )
+        out.append(s)
+        taken += len(s)
+        if why != ccore.LIMIT:
+            break
+    starts = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    return starts, pos, pos < lim and taken >= cap
+
+
+# ---------------------------------------------------------------------------------------
+# Slices walked apart, chained
+
+
+def chained(first: int, pieces: dict[int, T], arrival: Callable[[T], int | None], rest: Callable[[int], T]) -> list[T]:
+    """The pieces of a walk cut in slices (walked apart, by worker processes), in the
+    order of the sequential walk: from ``first``, the piece that starts where the walk
+    arrived (``pieces``: by start), or where none does ``rest(position)``, the walk from
+    there in order. ``arrival(piece)``: where the walk goes on after it (None: it ended in
+    it). A piece is used only where the sequential walk arrives at its start, so the result
+    is the sequential walk's whatever the slicing (:mod:`recovery.parallel`)."""
+    out: list[T] = []
+    pos: int | None = first
+    while pos is not None:
+        r = pieces.get(pos)
+        if r is None:
+            r = rest(pos)
+        out.append(r)
+        pos = arrival(r)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Resync
+
+
+def resync(
+    buf: Any,
+    start: int,
+    end: int,
+    file_base: int,
+    profile: BrokerProfile,
+    check_crc: bool = True,
+    limit: int | None = None,
+    *,
+    framing: Framing | None = None,
+) -> int | None:
+    """The first position in ``[start, limit)`` (``limit`` defaults to ``end``, the readable
+    bytes) where an intact entry starts: the framing's candidate (classic: a V1, or where
+    the profile reads it V2, magic at +4 whose 4 bytes end before ``min(limit + 4, end)``)
+    whose record validates (its body CRC too when ``check_crc``) and holds its own offset
+    (the framing's stored-offset rule). Entries are not aligned, so every byte is a
+    candidate; the magic is searched with ``find`` after whole zero blocks are skipped (no
+    magic starts in one; an entry starting up to 8 bytes before the first non-zero block
+    stays in view). None when there is none."""
+    fr = CLASSIC if framing is None else framing
+    limit = end if limit is None else limit
+    bound = min(limit + fr.magic_at, end)  # the magic's last byte lies before this
+    nz = first_nonzero_block(buf, start, bound)
+    if nz is None:
+        return None
+    pos = max(start, nz - 8)
+    while pos < limit:
+        cand = fr.candidate(buf, pos, bound, profile)
+        if cand == -1 or cand >= limit:
+            return None
+        if cand >= start and fr.intact(buf, cand, end, file_base, profile, check_crc):
+            return cand
+        pos = cand + 1
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# The broker's per-file recovery walk
+
+
+class WalkOptions(TypedDict, total=False):
+    """The keyword arguments of the broker's per-file walk (:func:`broker_walk`,
+    :func:`broker_steps`): where it starts (``start``, default 0) and how each record is
+    checked (``check_crc``, ``read_body``: default True; ``max_delay_level``: default the
+    profile's), as :func:`recovery.check.check_record` takes them."""
+
+    start: int
+    check_crc: bool
+    read_body: bool
+    max_delay_level: int | None
+
+
+def walk_options(o: WalkOptions) -> tuple[int, bool, bool, int | None]:
+    """(start, check_crc, read_body, max_delay_level) of ``o``, the defaults filled in."""
+    return o.get("start", 0), o.get("check_crc", True), o.get("read_body", True), o.get("max_delay_level")
+
+
+class WalkStep(NamedTuple):
+    """A record (or the stop) of the broker's walk; ``pos`` is the file position."""
+
+    pos: int
+    checked: ck.Checked
+
+
+@dataclass(frozen=True)
+class FastWalk:
+    """Result of :func:`broker_walk` over one file region."""
+
+    stop_pos: int  # where the walk stopped: BLANK position, failure position, or end
+    stop: ck.Checked | None  # the BLANK/failure outcome there (None: ran exactly to ``end``)
+    count: int  # valid messages walked
+    starts: Any  # array('q') of message start positions when collect=True, else None
+
+
+BULK_BATCH = 1 << 13  # entries per run of the fast broker walk (their header lines stay in cache)
+BULK_MIN = 128  # a run that took fewer records...
+BULK_WAIT = 128  # ...is followed by this many records one by one
+
+
+class BrokerWalk(Policy):
+    """The broker's recovery walk of one file (``CommitLog.recoverNormally``'s loop over
+    ``checkMessageAndReturnSize``): every message taken, the walk stops at the first
+    outcome that is not one (a BLANK, a failure). ``fast``: runs of plainly valid records
+    (:func:`recovery.batch.plain.plain_records`, their body CRCs when checked) in bulk and
+    the plain test of one record (:func:`recovery.batch.plain.plain_total`) before the
+    check; a record the plain test is not sure of (a failure, the schedule topic's DELAY,
+    a 5.x inner batch, property-CRC mode) goes to the check, so the outcome is the
+    record-by-record walk's. After a run that took few records the next ones go one by
+    one for a while (a stretch of records that are not plain costs no run each).
+    ``steps``: every step is handed on as a :class:`WalkStep`."""
+
+    cap = BULK_BATCH
+    need = 0
+
+    def __init__(
+        self,
+        src: Source,
+        *,
+        fast: bool = True,
+        steps: bool = False,
+        collect: bool = False,
+        check_crc: bool = True,
+        read_body: bool = True,
+        max_delay_level: int | None = None,
+        force_verify_prop_crc: bool = False,
+    ) -> None:
+        super().__init__()
+        profile = src.profile
+        self.check_opts = {
+            "check_crc": check_crc,
+            "read_body": read_body,
+            "max_delay_level": max_delay_level,
+            "force_verify_prop_crc": force_verify_prop_crc,
+        }
+        prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
+        slow_always = prop_crc_mode and check_crc  # every record goes to the check
+        self.crc_on = check_crc and read_body and not prop_crc_mode
+        self.fast = fast and not slow_always
+        self.whole = searchable(src.buf) if self.fast else None
+        self.batched = self.whole is not None
+        self.mv: Any = memoryview(src.buf) if not isinstance(src.buf, (bytes, bytearray)) else src.buf
+        self.one = PlainOne(profile, read_body, self.crc_on) if self.fast else None
+        self.steps = steps
+        self.count = 0
+        self.starts = array("q") if collect else None
+
+    def release(self) -> None:
+        if isinstance(self.mv, memoryview):
+            self.mv.release()
+
+    def take(self, src: Source, run: Run, i: int, k: int) -> tuple[int, bool]:
+        n = k - i
+        pl = plain_records(self.whole, src.views, run.P[i:k], run.T[i:k], src.profile)
+        bad = np.flatnonzero(~pl.ok)
+        t = int(bad[0]) if len(bad) else n
+        if self.crc_on:
+            t = crc_failures(self.mv, pl, 0, t)
+        self.count += t
+        if t and self.starts is not None:
+            self.starts.frombytes(np.ascontiguousarray(run.S[i : i + t], dtype=np.int64).tobytes())
+        # after a run that took few, a stretch one by one; else the record it stopped at alone
+        self.wait = BULK_WAIT if t < BULK_MIN else (1 if t < n else 0)
+        return i + t, False
+
+    def inline(self, src: Source, pos: int) -> int:
+        one = self.one
+        if one is None:
+            return 0
+        total = one.total(src.buf, self.mv, pos, src.end)
+        if total:
+            self.count += 1
+            if self.starts is not None:
+                self.starts.append(pos)
+        return total
+
+    def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
+        if self.steps:
+            self.out.append(WalkStep(pos, c))
+        if c.is_message:
+            self.count += 1
+            if self.starts is not None:
+                self.starts.append(pos)
+            return GO
+        return STOP
+
+
+def broker_walk(
+    buf: Any,
+    end: int,
+    profile: BrokerProfile,
+    *,
+    force_verify_prop_crc: bool = False,
+    collect: bool = False,
+    fast: bool = True,
+    base: int = 0,
+    framing: Framing | None = None,
+    **opts: Unpack[WalkOptions],
+) -> FastWalk:
+    """The broker's per-file walk of ``buf`` up to ``end`` (:class:`BrokerWalk`) without a
+    record per message: where it stops, why, how many messages it took (and, with
+    ``collect``, their starts). ``fast=False`` checks every record (the reference walk); a
+    test asserts both give one outcome."""
+    start, check_crc, read_body, max_delay_level = walk_options(opts)
+    src = Source(buf, end, base, profile, framing)
+    pol = BrokerWalk(
+        src,
+        fast=fast,
+        collect=collect,
+        check_crc=check_crc,
+        read_body=read_body,
+        max_delay_level=max_delay_level,
+        force_verify_prop_crc=force_verify_prop_crc,
+    )
+    try:
+        w = finish(walk(src, pol, start, end))
+    finally:
+        pol.release()
+        src.release()
+    return FastWalk(w.pos, w.checked, pol.count, pol.starts)
+
+
+def broker_steps(
+    buf: Any,
+    end: int,
+    profile: BrokerProfile,
+    *,
+    base: int = 0,
+    framing: Framing | None = None,
+    **opts: Unpack[WalkOptions],
+) -> Generator[WalkStep, None, Walked]:
+    """The broker's recovery walk inside one file, record by record: every valid message,
+    then the BLANK or the failure that stops the walk (none when the walk runs exactly to
+    ``end``). Keywords: :class:`WalkOptions`."""
+    start, check_crc, read_body, max_delay_level = walk_options(opts)
+    src = Source(buf, end, base, profile, framing)
+    pol = BrokerWalk(
+        src, fast=False, steps=True, check_crc=check_crc, read_body=read_body, max_delay_level=max_delay_level
+    )
+    try:
+        return (yield from walk(src, pol, start, end))
+    finally:
+        pol.release()
+
+
+# ---------------------------------------------------------------------------------------
+# The forensic walk (dump, export, seek, query)
+
+
+class Forensic(Policy):
+    """The tolerant walk of dump and export: unlike the broker's it never stops at damage.
+    Hands on ``(position, outcome)`` for every message (a record whose body CRC fails is
+    kept, checked again without the CRC: ``crc_ok`` false), the BLANK (where it stops) and
+    every damaged spot (a record that cannot be read), after which it resyncs
+    (``salvage``; without, it stops there)."""
+
+    batched = False
+
+    def __init__(self, *, salvage: bool = True, check_crc: bool = False) -> None:
+        super().__init__()
+        self.salvage = salvage
+        self.check_opts = {"check_crc": check_crc, "read_body": True}
+
+    def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
+        if c.is_blank:
+            self.out.append((pos, c))
+            return STOP
+        if c.is_message or (c.rec is not None and c.reason == ck.CRC):
+            if c.reason == ck.CRC:  # keep the record, report crc_ok = false
+                c = src.framing.check(src.buf, pos, src.end, src.profile, check_crc=False, read_body=True)
+            if c.is_message:
+                self.out.append((pos, c))
+                return Act(GO_, c.size)
+        if c.reason == ck.END_OF_DATA and not self.salvage:
+            return STOP
+        if not self.salvage:
+            self.out.append((pos, c))
+            return STOP
+        return resync_from(pos + 1)
+
+    def resynced(self, src: Source, pos: int, c: ck.Checked, q: int | None) -> int | None:
+        if c.reason != ck.END_OF_DATA:
+            self.out.append((pos, c))  # the damaged spot itself, as a non-message outcome
+        return q
+
+
+def records(
+    buf: Any,
+    end: int,
+    file_base: int,
+    profile: BrokerProfile,
+    *,
+    start: int = 0,
+    salvage: bool = True,
+    check_crc: bool = False,
+    framing: Framing | None = None,
+) -> Generator[tuple[int, ck.Checked], None, Walked]:
+    """The forensic walk (:class:`Forensic`) of one file from ``start``: (position, outcome)
+    for every record :func:`iter_store_records` reports there (messages, the BLANK, damaged
+    spots), resyncing past damage when ``salvage``. Shared by :func:`iter_store_records`,
+    the splits of ``recovery.splits``, seeks and lookups (one walk for dump and export)."""
+    src = Source(buf, end, file_base, profile, framing)
+    return (yield from walk(src, Forensic(salvage=salvage, check_crc=check_crc), start, end))
+
+
+Progress = Callable[[int], None]
+
+
+def iter_store_records(
+    store: Store,
+    profile: BrokerProfile,
+    *,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
+    salvage: bool = True,
+    check_crc: bool = False,
+    progress: Progress | None = None,
+) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]]:
+    """Every record of the commitlog in order: (file, buffer, position, outcome), by
+    :func:`records` file by file (the store's framing). The buffer stays valid until the
+    next file starts."""
+    skipped = (lambda f: progress(f.size)) if progress else None
+    framing = store_framing(store)
+    for f in store.commitlog_in_range(from_offset, to_offset, skipped):
+        with store.map(f) as mf:
+            buf = mf.buf
+            for pos, c in records(buf, mf.size, f.base, profile, salvage=salvage, check_crc=check_crc, framing=framing):
+                off = f.base + pos
+                if (from_offset is None or off >= from_offset) and (to_offset is None or off < to_offset):
+                    yield f, buf, pos, c
+            del buf
+        if progress:
+            progress(f.size)
+
+
+def store_framing(store: Store) -> Framing:
+    """The framing of a store's commitlog (:attr:`recovery.store.Store.framing`; the
+    classic one unless the store declares another)."""
+    fr = getattr(store, "framing", None)
+    return fr if isinstance(fr, Framing) else CLASSIC
