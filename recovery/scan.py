@@ -261,8 +261,9 @@ def byte_at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 def queue_hints(store: Store) -> np.ndarray | None:
     """Sorted distinct commitlog offsets the consume queue units point at: likely record
-    starts for :func:`chase_starts`, which checks every one it uses against the TOTALSIZE
-    chain, so they only ever speed a walk up (:func:`queue_hint_runs`, merged)."""
+    starts for the walker's runs (:func:`recovery.walk.chain`), which check every one they
+    use against the TOTALSIZE chain, so they only ever speed a walk up
+    (:func:`queue_hint_runs`, merged)."""
     parts = queue_hint_runs(store)
     if not parts:
         return None

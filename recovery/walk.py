@@ -206,6 +206,7 @@ class Policy:
     need = 8  # bytes of an entry that must lie before the readable end for a run to take it
     magics: tuple[int, ...] | None = None  # record magics a run requires (None: any)
     min_total = 0  # a run takes entries longer than this
+    run_bytes = UNLIMITED  # a run takes entries starting within about this many bytes of its start
     uniform = 0  # > 0: runs of at least that many entries of one length taken at once
     pass_records = UNLIMITED  # records per pass of take
     pass_bytes = UNLIMITED  # and about this many bytes
@@ -231,7 +232,7 @@ class Policy:
         return k, True
 
     def end(self, src: Source, run: Run, k: int) -> None:
-        """The run ends: its first ``k`` entries taken."""
+        """The run ends: its first ``k`` entries taken (every run ends, an empty one too)."""
 
     def inline(self, src: Source, pos: int) -> int:
         """A record taken one by one without the check: its entry's length (0: not)."""
@@ -337,10 +338,10 @@ def walk(src: Source, pol: Policy, pos: int, stop: int) -> Generator[Any, None, 
                             act = None
                         i = j + 1  # taken: the run goes on after it
                         ended = False
-                pol.end(src, run, i)
-                if out:
-                    yield from out
-                    out.clear()
+            pol.end(src, run, i)
+            if out:
+                yield from out
+                out.clear()
             if act is not None:
                 pos = int(run.S[i])
             elif ended:
@@ -399,6 +400,8 @@ def chain(src: Source, pos: int, stop: int, pol: Policy) -> Run:
     fr = src.framing
     end = src.end
     lim = min(stop, end - pol.need + 1) if pol.need > 0 else stop
+    if pol.run_bytes < UNLIMITED:
+        lim = min(lim, pos + pol.run_bytes - pol.need + 1)
     hints = pol.hints
     if hints is not None and len(hints):
         S, p, capped = _hinted(src, pos, lim, hints, pol.hint_cap)
@@ -737,26 +740,30 @@ class Forensic(Policy):
         self.salvage = salvage
         self.check_opts = {"check_crc": check_crc, "read_body": True}
 
+    def hand_on(self, pos: int, c: ck.Checked) -> None:
+        """A step of the walk handed on: ``(pos, c)``."""
+        self.out.append((pos, c))
+
     def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
         if c.is_blank:
-            self.out.append((pos, c))
+            self.hand_on(pos, c)
             return STOP
         if c.is_message or (c.rec is not None and c.reason == ck.CRC):
             if c.reason == ck.CRC:  # keep the record, report crc_ok = false
                 c = src.framing.check(src.buf, pos, src.end, src.profile, check_crc=False, read_body=True)
             if c.is_message:
-                self.out.append((pos, c))
+                self.hand_on(pos, c)
                 return Act(GO_, c.size)
         if c.reason == ck.END_OF_DATA and not self.salvage:
             return STOP
         if not self.salvage:
-            self.out.append((pos, c))
+            self.hand_on(pos, c)
             return STOP
         return resync_from(pos + 1)
 
     def resynced(self, src: Source, pos: int, c: ck.Checked, q: int | None) -> int | None:
         if c.reason != ck.END_OF_DATA:
-            self.out.append((pos, c))  # the damaged spot itself, as a non-message outcome
+            self.hand_on(pos, c)  # the damaged spot itself, as a non-message outcome
         return q
 
 

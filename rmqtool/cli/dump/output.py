@@ -63,7 +63,7 @@ class StatusTracker:
 
 
 def output(
-    records: Iterable[Record | str],
+    records: Iterable[Record | str | Block],
     fmt: str | None,
     columns: list[tuple[str, str]],
     limit: int | None,

@@ -12,9 +12,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from ...recovery.batch.plainrun import PlainRun
+from ...recovery.rows import region_rows
 from ...recovery.splits import Handoff, Split, open_split
 from ...recovery.versions import BrokerProfile
-from ...recovery.walk import records as walk_records
+from ...recovery.walk import Walked
 from . import block as blocks
 from .block import PENDING, BlockState
 from .rows import record_row, worker_profile
@@ -68,63 +70,44 @@ def split_batches(
         if view is None:
             return
         buf, end, first, stop = view
-        st = BlockState(split, buf, end, profile, with_body) if profile.new_properties_parser else None
-        landed: int | None = None
-        pos = first
-        budget_next = 256
+        st = BlockState(split, with_body) if profile.new_properties_parser else None
+        spec = None if st is None else (blocks.BODY_BLOCKS if with_body else blocks.BLOCKS)
+        walk = region_rows(buf, end, base, profile, first, stop, spec, framing=split.framing)
         try:
             while True:
-                if pos >= stop:
-                    landed = pos
+                try:
+                    item = next(walk)
+                except StopIteration as e:
+                    walked: Walked = e.value
                     break
-                blk = blocks.plain_block(st, pos, stop, schema) if st is not None else None
-                if blk is not None:
+                if type(item) is PlainRun:
+                    assert st is not None
                     if pending:
                         yield rows_batch(pending, schema)
                         pending = []
-                    pos, m, batch = blk
+                    _p, m, batch = blocks.plain_block(st, item, schema)
                     n[0] += m
                     n[1] += m
-                    budget_next = 256
                     yield batch
                     continue
-                budget = budget_next  # messages for the per-record path before trying again
-                budget_next = min(budget_next * 2, 1 << 16)
-                resume: int | None = None
-                reached = False
-                # (a generator: closed here when the loop leaves it early)
-                walker = walk_records(buf, end, base, profile, start=pos)
-                try:
-                    for p2, c in walker:
-                        if p2 >= stop:
-                            landed, reached = p2, True
-                            break
-                        if p2 > pos and c.is_message and st is not None:
-                            budget -= 1
-                            if budget <= 0:
-                                resume = p2
-                                break
-                        pending.append(record_row(split.store, name, base, buf, p2, c, with_body, n))
-                        if len(pending) >= PENDING:
-                            yield rows_batch(pending, schema)
-                            pending = []
-                finally:
-                    walker.close()
-                if reached:
-                    break
-                if resume is None:  # the walk ended before the next split's first record
-                    if stop < end:
-                        landed = end
-                    break
-                pos = resume
-            if pending:
-                yield rows_batch(pending, schema)
-                pending = []
+                p2, c = item
+                pending.append(record_row(split.store, name, base, buf, p2, c, with_body, n))
+                if len(pending) >= PENDING:
+                    yield rows_batch(pending, schema)
+                    pending = []
         finally:
-            if st is not None:
-                del st.A
-                st.mv.release()
-                del st
+            walk.close()  # (the walk's views of the map go before the map)
+        if pending:
+            yield rows_batch(pending, schema)
+            pending = []
+        # where the walk arrived: the next split's first record (a conflict when it is not
+        # there: :class:`recovery.splits.Handoff`); a walk that ended inside the split (a
+        # BLANK, the end of what it could read) arrives at the file's end
+        landed: int | None = None
+        if walked.checked is None and walked.pos < end:
+            landed = walked.pos
+        elif stop < end:
+            landed = end
         if handoff is not None:
             handoff.landed = landed
         del buf
