@@ -79,11 +79,12 @@ class Plain(NamedTuple):
 
 class FileRows(NamedTuple):
     """The walk enters a file: its name, offset and buffer (valid until the next
-    :class:`FileRows`)."""
+    :class:`FileRows`) and the store's framing."""
 
     file: StoreFile
     buf: Any
     end: int
+    framing: Framing
 
 
 @dataclass
@@ -287,7 +288,7 @@ def store_rows(
             hi = end + 1 if to_offset is None else to_offset - f.base
             unfiltered = lo < 0 and hi > end and not content
             sel = None if unfiltered else Selection(lo, hi, select.topic, select.queue_id, select.since, select.until)
-            yield FileRows(f, mf.buf, end)
+            yield FileRows(f, mf.buf, end, framing)
             yield from region_rows(
                 mf.buf,
                 end,

@@ -215,8 +215,10 @@ def message_fields(
     return out
 
 
-def blank_fields(file_name: str, pos: int, buf: Any, file_base: int) -> dict[str, Any]:
-    total, _magic = cl.PREFIX.unpack_from(buf, pos)
+def blank_fields(file_name: str, pos: int, buf: Any, file_base: int, framing: Any = None) -> dict[str, Any]:
+    """The fields of the padding at the end of a file (a BLANK record in the classic
+    framing; ``framing``: a :class:`recovery.framing.Framing`, None for the classic one)."""
+    total = framing.padding(buf, pos) if framing is not None else cl.PREFIX.unpack_from(buf, pos)[0]
     return {
         "type": "blank",
         "file": file_name,

@@ -203,9 +203,9 @@ class Policy:
     batched = True  # runs at all (False: every record one by one: the reference walks)
     cap = CHASE_BATCH  # entries per run followed one by one
     hint_cap = HINT_BATCH  # entries per run where hints chain them
-    need = 8  # bytes of an entry that must lie before the readable end for a run to take it
+    need = 8  # bytes of a record that must lie before the readable end for a run to take it
     magics: tuple[int, ...] | None = None  # record magics a run requires (None: any)
-    min_total = 0  # a run takes entries longer than this
+    min_total = 0  # a run takes records longer than this
     run_bytes = UNLIMITED  # a run takes entries starting within about this many bytes of its start
     uniform = 0  # > 0: runs of at least that many entries of one length taken at once
     pass_records = UNLIMITED  # records per pass of take
@@ -394,16 +394,20 @@ def walk(src: Source, pol: Policy, pos: int, stop: int) -> Generator[Any, None, 
 
 def chain(src: Source, pos: int, stop: int, pol: Policy) -> Run:
     """The run of entries from ``pos`` for ``pol``: chained by the framing (or by the
-    policy's hints where they lie, :func:`_hinted`), each starting before ``stop`` with its
-    first ``pol.need`` bytes before the readable end, cut where a record's magic is not one
-    of ``pol.magics`` and at the first entry the framing is not sure of."""
+    policy's hints where they lie, :func:`_hinted`), each starting before ``stop`` with the
+    first ``pol.need`` bytes of its record before the readable end, each record longer than
+    ``pol.min_total``, cut where a record's magic is not one of ``pol.magics`` and at the
+    first entry the framing is not sure of."""
     fr = src.framing
     end = src.end
-    lim = min(stop, end - pol.need + 1) if pol.need > 0 else stop
+    need = pol.need + fr.header if pol.need > 0 else 0  # (bytes of the entry)
+    lim = min(stop, end - need + 1) if need > 0 else stop
     if pol.run_bytes < UNLIMITED:
-        lim = min(lim, pos + pol.run_bytes - pol.need + 1)
+        lim = min(lim, pos + pol.run_bytes - need + 1)
     hints = pol.hints
     if hints is not None and len(hints):
+        if fr.header:  # (the hints are where records start; entries start before them)
+            hints = hints - fr.header
         S, p, capped = _hinted(src, pos, lim, hints, pol.hint_cap)
         why = ccore.CAPPED if capped else ccore.LIMIT
         if pol.magics is not None and len(S):
@@ -415,7 +419,8 @@ def chain(src: Source, pos: int, stop: int, pol: Policy) -> Run:
                 k = int(np.argmax(bad))
                 p, S, why = int(S[k]), S[:k], ccore.MAGIC
     else:
-        S, p, why = fr.chase(src.buf, pos, lim, end, pol.cap, pol.min_total, pol.magics, pol.uniform)
+        min_total = pol.min_total + fr.header if pol.min_total > 0 else 0
+        S, p, why = fr.chase(src.buf, pos, lim, end, pol.cap, min_total, pol.magics, pol.uniform)
     S = np.asarray(S, dtype=np.int64)
     n = len(S)
     E = np.empty(n, dtype=np.int64)

@@ -17,12 +17,13 @@ from .. import check as ck
 from .. import parallel as engine
 from ..batch.plain import crc_failures, plain_records
 from ..batch.properties import crc32_digit_values
+from ..framing import Framing
 from ..scan import ByteViews, byte_at, byte_views, hints_in, sorted_hints_in, sorted_unique
 from ..store import Store, StoreFile, map_readonly
 from ..store import data_extents as _data_extents
 from ..transfer import Inherited, fork_context, inherited
 from ..versions import BrokerProfile
-from ..walk import GO, STOP, Act, Policy, Run, Source, chained, finish, walk
+from ..walk import GO, STOP, Act, Policy, Run, Source, chained, finish, store_framing, walk
 from .model import FileScan, Progress
 
 _SPAN = 128 << 20  # bytes of commitlog per walk task (big files are split)
@@ -152,6 +153,7 @@ def walk_span(
     max_delay_level: int | None,
     hints: np.ndarray | None = None,
     views: ByteViews | None = None,
+    framing: Framing | None = None,
 ) -> tuple[int, int, ck.Checked | None, int]:
     """The broker's recovery walk from ``start`` until the next record would start at or
     after ``limit`` (or the walk stops): :class:`RecoveryWalk` through the walker. Returns
@@ -159,7 +161,7 @@ def walk_span(
     ``limit`` (position = the first record start >= limit), else the BLANK or failure at
     position; ``last`` is the start of the last valid record (-1: none)."""
     pol = RecoveryWalk(profile, check_crc, max_delay_level, hints)
-    src = Source(buf, end, 0, profile, views=views)
+    src = Source(buf, end, 0, profile, framing, views)
     w = finish(walk(src, pol, start, limit))
     return pol.count, w.pos, w.checked, pol.last
 
@@ -168,11 +170,12 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     """One walk task (runs in a worker process): file ``path``, slice ``[lo, hi)``."""
     file_index, path, base, lo, hi, end, version, delay_levels, check_crc, mdl = args[:10]
     hints = args[10] if len(args) > 10 else None
+    h_sorted = args[11] if len(args) > 11 else True
+    framing = args[12] if len(args) > 12 else None
     if isinstance(hints, Inherited):  # the parent's hints, inherited through fork
         h, h_sorted = hints_in(inherited(hints), base + lo, base + hi)
         hints = h - base if h is not None else None
-        args = args[:11] + (h_sorted,)
-    if hints is not None and len(args) > 11 and not args[11]:
+    if hints is not None and not h_sorted:
         hints = sorted_unique(hints)  # runs' pieces: this worker sorts its share
     profile = version if isinstance(version, BrokerProfile) else BrokerProfile(version, delay_levels)
     fd = os.open(path, os.O_RDONLY)
@@ -189,12 +192,12 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     try:
         first: int | None = lo
         if lo > 0:
-            first = engine.resync(buf, lo, end, base, profile, check_crc)  # (skips zero blocks first)
+            first = engine.resync(buf, lo, end, base, profile, check_crc, framing=framing)  # (skips zero blocks first)
             if first is not None and first >= hi:
                 first = None
         if first is None:
             return _SpanResult(file_index, lo, None, 0, hi, None, None, "")
-        count, pos, c, last = walk_span(buf, first, hi, end, profile, check_crc, mdl, hints, arr)
+        count, pos, c, last = walk_span(buf, first, hi, end, profile, check_crc, mdl, hints, arr, framing)
         if c is None:
             return _SpanResult(file_index, lo, first, count, pos, None, None, "", last)
         return _SpanResult(file_index, lo, first, count, pos, pos, c.reason, c.field, last)
@@ -256,6 +259,7 @@ def scan_files(
     parallel = jobs > 1 and len(spans) > 1 and total >= _PARALLEL_MIN_BYTES
     # with fork the walk tasks take their share of the hints from the parent's copy, not as
     # arrays pickled through the pool's pipe (32 MB for 4 million records)
+    fr = store_framing(store)
     with engine.inheriting("walk.hints", hints, parallel and fork_context() is not None) as token:
         tasks = []
         for i, f, lo, hi, end in spans:
@@ -279,6 +283,7 @@ def scan_files(
                     max_delay_level,
                     hh,
                     h_sorted,
+                    fr,
                 )
             )
         results = engine.run(
@@ -295,7 +300,7 @@ def scan_files(
         by_file.setdefault(r.file_index, []).append(r)
     out: list[FileScan] = []
     for i, f in enumerate(files):
-        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level, hints))
+        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level, hints, fr))
     return out
 
 
@@ -323,6 +328,7 @@ def _join(
     check_crc: bool,
     mdl: int | None,
     hints: np.ndarray | list[np.ndarray] | None = None,
+    framing: Framing | None = None,
 ) -> FileScan:
     """Chain the slices of one file into the file's walk (``hints``: all of them, this
     file's share taken only if a part must be walked here)."""
@@ -332,7 +338,7 @@ def _join(
     def rest(pos: int) -> _SpanResult:
         # no slice starts where the walk arrived: walk the rest of the file in order
         fh = sorted_hints_in(hints, f.base, f.base + F)
-        return _walk_from(f, pos, end, profile, check_crc, mdl, fh - f.base if fh is not None else None)
+        return _walk_from(f, pos, end, profile, check_crc, mdl, fh - f.base if fh is not None else None, framing)
 
     pieces = chained(0, starts, lambda r: None if r.stop_pos is not None or r.arrival >= end else r.arrival, rest)
     count = sum(r.records for r in pieces)
@@ -353,13 +359,14 @@ def _walk_from(
     check_crc: bool,
     mdl: int | None,
     hints: np.ndarray | None = None,
+    framing: Framing | None = None,
 ) -> _SpanResult:
     with open(f.path, "rb") as fh:
         buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     mv = memoryview(buf)
     arr = byte_views(buf)
     try:
-        count, p, c, last = walk_span(buf, pos, end, end, profile, check_crc, mdl, hints, arr)
+        count, p, c, last = walk_span(buf, pos, end, end, profile, check_crc, mdl, hints, arr, framing)
         if c is None:
             return _SpanResult(0, pos, pos, count, p, None, None, "", last)
         return _SpanResult(0, pos, pos, count, p, p, c.reason, c.field, last)
@@ -368,12 +375,14 @@ def _walk_from(
         _close(mv, buf)
 
 
-def recovery_stop(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool) -> tuple[int, str | None]:
+def recovery_stop(
+    f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool, framing: Framing | None = None
+) -> tuple[int, str | None]:
     """The broker's walk of file ``f`` from ``pos`` (a record start) with ``check_crc``:
     where it stops (a position in the file) and why (ck.BLANK, a failure reason, or None
     when it ran to ``end``). verify's outlook walks again from a CRC failure with this when
     checkCRCOnRecover=false."""
-    r = _walk_from(f, pos, end, profile, check_crc, None)
+    r = _walk_from(f, pos, end, profile, check_crc, None, None, framing)
     if r.stop_pos is None:
         return r.arrival, None
     return r.stop_pos, r.stop_reason

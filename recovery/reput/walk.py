@@ -70,6 +70,7 @@ class _Region(Policy):
         self.sure: np.ndarray | None = None
         self.fixes: list[tuple[int, DispatchRequest]] = []
         self.closed = True
+        self.run: Run | None = None
 
     def inputs(self, buf: Any) -> None:
         """What the fast decoder reads the region with: the buffer's words, and the hints
@@ -107,6 +108,7 @@ class _Region(Policy):
         self.cols, self.sure = fast.decode(src.buf, self.words, run.P, src.end, self.f.base)
         self.fixes = []
         self.closed = False
+        self.run = run
 
     def take(self, src: Source, run: Run, i: int, k: int) -> tuple[int, bool]:
         sure = self.sure
@@ -123,16 +125,16 @@ class _Region(Policy):
         if self.closed:
             return
         self.closed = True
-        cols = self.cols
-        assert cols is not None
-        self.cols = self.sure = None
+        cols, run = self.cols, self.run
+        assert cols is not None and run is not None
+        self.cols = self.sure = self.run = None
         if not k:
             return
         if self.fixes:
             cols = _fixed(cols, self.fixes)
         if k < len(cols.topic):
             cols = cols.select(np.arange(len(cols.topic)) < k)
-        consumed = int(cols.msg_size.sum())
+        consumed = int(run.E[:k].sum())  # (the entries' lengths: TOTALSIZEs in the classic framing)
         w = self.w
         w.stats.records += k
         self.advance(consumed)

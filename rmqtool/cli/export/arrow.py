@@ -91,7 +91,7 @@ def split_batches(
                     yield batch
                     continue
                 p2, c = item
-                pending.append(record_row(split.store, name, base, buf, p2, c, with_body, n))
+                pending.append(record_row(split.store, name, base, buf, p2, c, with_body, n, split.framing))
                 if len(pending) >= PENDING:
                     yield rows_batch(pending, schema)
                     pending = []

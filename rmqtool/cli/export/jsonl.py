@@ -75,6 +75,7 @@ def commitlog_items(
     blocks = BLOCKS
     f: StoreFile | None = None
     buf: Any = None
+    framing: Any = None
     lines: _Lines | None = None
     vec: _Vec | None = None
     for item in rows.store_rows(store, profile, sel, blocks, start=start, from_offset=from_offset, to_offset=to_offset):
@@ -86,13 +87,13 @@ def commitlog_items(
             assert vec is not None
             yield _block(vec, item)
         elif kind is rows.FileRows:
-            f, buf = item.file, item.buf
+            f, buf, framing = item.file, item.buf, item.framing
             lines = _Lines(f.name)
             vec = _Vec(f.name)
         else:
             assert f is not None
             pos, c = item
-            r = generic_record(f, buf, pos, c, topic, queue_id, since, until, content)
+            r = generic_record(f, buf, pos, c, topic, queue_id, since, until, content, framing)
             if r is not None:
                 yield r
 

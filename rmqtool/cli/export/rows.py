@@ -58,20 +58,29 @@ def columns_for(what: str, with_body: bool = False) -> list[tuple[str, str]]:
 
 
 def record_row(
-    label: str, name: str, base: int, buf: Any, pos: int, c: Checked, with_body: bool, n: list[int]
+    label: str,
+    name: str,
+    base: int,
+    buf: Any,
+    pos: int,
+    c: Checked,
+    with_body: bool,
+    n: list[int],
+    framing: Any = None,
 ) -> tuple[Any, ...]:
     """The row tuple (column order of :data:`COMMITLOG_COLUMNS`, plus the body with
     ``with_body``) of one step of the walk: the record of ``dump commitlog`` (same field
-    functions) with ``store`` first. ``n`` (rows, messages, blanks, problems) is bumped."""
+    functions) with ``store`` first. ``n`` (rows, messages, blanks, problems) is bumped;
+    ``framing``: the store's (None: classic)."""
     n[0] += 1
     if c.is_message:
         d = crc_status(message_fields(name, c, buf))
         n[1] += 1
     elif c.is_blank:
-        d = blank_fields(name, pos, buf, base)
+        d = blank_fields(name, pos, buf, base, framing)
         n[2] += 1
     else:
-        d = damaged_fields(name, buf, pos, base, c, False, False)
+        d = damaged_fields(name, buf, pos, base, c, False, False, framing)
     if d["status"] not in CLEAN_STATUSES:
         n[3] += 1
     row: tuple[Any, ...]
@@ -113,7 +122,7 @@ def commitlog_rows(
     base = split.base
     n = [0, 0, 0, 0] if counts is None else counts
     for buf, pos, c in iter_split(split, profile, handoff=handoff):
-        yield record_row(split.store, name, base, buf, pos, c, with_body, n)
+        yield record_row(split.store, name, base, buf, pos, c, with_body, n, split.framing)
 
 
 def restricted_store(store: Store, **parts: Any) -> Store:
