@@ -247,12 +247,11 @@ def abnormal_threshold(ckpt: Checkpoint, message_index_safe: bool) -> int:
     return int(ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp)
 
 
-def abnormal_start_index(
-    files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, message_index_safe: bool
-) -> int:
+def abnormal_start_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint) -> int:
     """``CommitLog.recoverAbnormally``'s start file (every version): the last file whose
-    first record matches (:func:`is_mapped_file_matched_recover`), else the first file."""
-    threshold = abnormal_threshold(ckpt, message_index_safe)
+    first record matches (:func:`is_mapped_file_matched_recover`) against the profile's
+    messageIndexSafe threshold (:func:`abnormal_threshold`), else the first file."""
+    threshold = abnormal_threshold(ckpt, profile.message_index_safe)
     for i in range(len(files) - 1, -1, -1):
         if is_mapped_file_matched_recover(files[i], profile, threshold):
             return i
@@ -265,13 +264,12 @@ def start_file_index(
     ckpt: Checkpoint,
     mode: str,
     max_cq: int,
-    message_index_safe: bool | None = None,
 ) -> tuple[int, str]:
     """The commitlog file the broker's recovery starts from, and the rule that chose it:
     ``CommitLog.recoverNormally`` (the third-last file; 5.3.2+, ``profile.normal_recovery_walkback``:
     the last file starting at or below maxPhyOffsetOfCQ) or ``CommitLog.recoverAbnormally``
     (:func:`abnormal_start_index`). The one place recover's plan and verify's (and repair's)
-    recovery outlook take it from. ``message_index_safe``: None takes the profile's."""
+    recovery outlook take it from; messageIndexSafe is the profile's."""
     if mode == MODE_NORMAL:
         if profile.normal_recovery_walkback:
             i = len(files) - 1
@@ -279,11 +277,11 @@ def start_file_index(
                 i -= 1
             return i, "last file starting at or below maxPhyOffsetOfCQ (5.3.2+)"
         return max(0, len(files) - 3), "third-last file"
-    safe = profile.message_index_safe if message_index_safe is None else message_index_safe
+    safe = profile.message_index_safe
     threshold = abnormal_threshold(ckpt, safe)
     what = "min(physic, logics, index) - 3 s (messageIndexSafe)" if safe else "min(physic, logics) - 3 s"
     return (
-        abnormal_start_index(files, profile, ckpt, safe),
+        abnormal_start_index(files, profile, ckpt),
         f"last file whose first message is stored at or before {what} = {threshold}",
     )
 

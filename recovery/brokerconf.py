@@ -25,13 +25,15 @@ A setting whose value rmqtool does not implement makes every command refuse the 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..formats.errors import RmqToolError
 from .brokersetters import SAMPLED, SETTERS
-from .versions import BrokerProfile, parse_version
+from .findingcodes import FindingCode
+from .versions import DEFAULT_DELAY_LEVELS, BrokerProfile, parse_delay_levels, parse_version
 
 LOCATION = "location"
 GEOMETRY = "geometry"
@@ -62,25 +64,66 @@ def _load_setters() -> dict[str, Setting]:
 SETTINGS: dict[str, Setting] = _load_setters()
 
 
+def _delay_levels(text: str) -> tuple[int, ...]:
+    """messageDelayLevel as the profile holds it: the delay of each level in ms (an empty
+    value: the broker's 18 levels)."""
+    return tuple(parse_delay_levels(text or DEFAULT_DELAY_LEVELS))
+
+
+@dataclass(frozen=True)
+class Road:
+    r"""How an honoured setting reaches the code that honours it, and the one way it does:
+    broker.conf, unless the rmqtool option that mirrors it is given (an explicit option
+    wins), lands either in a ``BrokerProfile`` field (``field``: every rule of recovery,
+    verify's outlook and the dispatch reads it there; ``dataclasses.replace(profile, ...)``
+    sets it) or, where it is no broker behaviour, in a parameter of the command (``param``
+    alone: the store's geometry, repair's filler size). rmqtool/cli/brokeropts.py walks these
+    roads in one loop and declares the options of the ``group``\ s it owns."""
+
+    flag: str  # the option as --help spells it ("STORE": the argument)
+    param: str  # the parameter click passes the option as (the profile field's value comes from it)
+    field: str | None = None  # the BrokerProfile field it sets
+    negated: bool = False  # the option states the setting's opposite (--no-crc: checkCRCOnRecover=false)
+    convert: Callable[[Any], Any] | None = None  # the setting's value -> the field's (ValueError: a bad value)
+    # the option stack that declares it: "every" (brokeropts: every store command), "recovery"
+    # (brokeropts: the commands that run or predict the broker's recovery), "" (the command
+    # itself, or options.store_argument)
+    group: str = ""
+    only: str = ""  # the commands that have the option, when not every store command (the man page says so)
+    toggle: bool = False  # a --X/--no-X pair, unset by default (else a plain flag, or a value with metavar)
+    metavar: str | None = None
+    help: str = ""  # --help of an option brokeropts declares
+
+    @property
+    def option(self) -> str:
+        return f"{self.flag} ({self.only})" if self.only else self.flag
+
+
 @dataclass(frozen=True)
 class Decision:
     kind: str
     what: str  # what the setting changes and what rmqtool does with it
-    option: str | None = None  # the rmqtool option that mirrors it
+    road: Road | None = None  # how rmqtool honours it: the option that mirrors it and where its value lands
     default: Any = None  # the broker's default (of the typed value)
     refuse: str | None = None  # name of the refusal rule (see _REFUSE)
+
+    @property
+    def option(self) -> str | None:
+        """The rmqtool option that mirrors the setting (as the man pages name it)."""
+        return self.road.option if self.road is not None else None
 
 
 # The settings rmqtool reads. Everything else in SETTINGS is IRRELEVANT (see _irrelevant_why).
 DECISIONS: dict[str, Decision] = {
     # -- where the store is --------------------------------------------------------------
-    "storePathRootDir": Decision(LOCATION, "the store root: STORE when STORE is not given", "STORE"),
+    # (both read through BrokerConf.store_root and BrokerConf.commitlog_dir)
+    "storePathRootDir": Decision(LOCATION, "the store root: STORE when STORE is not given", Road("STORE", "store")),
     "storePathCommitLog": Decision(
         LOCATION,
         "the commitlog directory (default STORE/commitlog; 4.6.0-4.9.3: "
         "~/store/commitlog whatever storePathRootDir says); several directories "
         "separated by ',' (5.x multi-path) are refused",
-        "--commitlog-dir",
+        None,
         None,
         "multi_path",
     ),
@@ -100,12 +143,19 @@ DECISIONS: dict[str, Decision] = {
     ),
     "storePathBrokerIdentity": Decision(LOCATION, "the broker identity file: neither read nor changed by rmqtool"),
     # -- geometry ------------------------------------------------------------------------
-    "mappedFileSizeCommitLog": Decision(GEOMETRY, "commitlog file size", "--commitlog-file-size", 1 << 30),
-    "mappedFileSizeConsumeQueue": Decision(
-        GEOMETRY, "consume queue file size (rounded up to 20-byte units)", "--cq-file-size", 6_000_000
+    "mappedFileSizeCommitLog": Decision(
+        GEOMETRY, "commitlog file size", Road("--commitlog-file-size", "commitlog_file_size"), 1 << 30
     ),
-    "maxHashSlotNum": Decision(GEOMETRY, "index hash slots per file", "--index-slots", 5_000_000),
-    "maxIndexNum": Decision(GEOMETRY, "index entries per file", "--index-entries", 20_000_000),
+    "mappedFileSizeConsumeQueue": Decision(
+        GEOMETRY,
+        "consume queue file size (rounded up to 20-byte units)",
+        Road("--cq-file-size", "cq_file_size"),
+        6_000_000,
+    ),
+    "maxHashSlotNum": Decision(
+        GEOMETRY, "index hash slots per file", Road("--index-slots", "index_slot_num"), 5_000_000
+    ),
+    "maxIndexNum": Decision(GEOMETRY, "index entries per file", Road("--index-entries", "index_num"), 20_000_000),
     "mappedFileSizeConsumeQueueExt": Decision(
         GEOMETRY, "ConsumeQueueExt file size: only with enableConsumeQueueExt, which is refused"
     ),
@@ -120,7 +170,16 @@ DECISIONS: dict[str, Decision] = {
         RECOVERY,
         "the recovery walk checks body CRCs (false: recover walks as with "
         "--no-crc, and the recovery outlook of verify, repair and info --deep with it)",
-        "--no-crc",
+        Road(
+            "--no-crc",
+            "no_crc",
+            "check_crc_on_recover",
+            negated=True,
+            group="recovery",
+            help="Mirrors checkCRCOnRecover=false: the walk of the broker's recovery, which this command runs or "
+            "predicts, does not stop at a record whose body CRC fails (verify still checks and reports every "
+            "CRC; default: --broker-config, else CRC on).",
+        ),
         True,
     ),
     "forceVerifyPropCRC": Decision(
@@ -128,7 +187,15 @@ DECISIONS: dict[str, Decision] = {
         "5.2.0+: the recovery walk checks each whole record against its "
         "__CRC32# property instead of the body CRC, and cuts at a record without "
         "one (5.2.0-5.3.1: also at __CRC32# 0); ignored by older brokers",
-        "--force-verify-prop-crc",
+        Road(
+            "--force-verify-prop-crc",
+            "force_verify_prop_crc",
+            "force_verify_prop_crc",
+            group="every",
+            toggle=True,
+            help="Mirrors forceVerifyPropCRC (5.2.0+): recovery checks each whole record against its __CRC32# "
+            "property instead of the body CRC (default: false, or the broker config).",
+        ),
         False,
     ),
     "enabledAppendPropCRC": Decision(
@@ -142,7 +209,15 @@ DECISIONS: dict[str, Decision] = {
         RECOVERY,
         "abnormal recovery's start file also honours the index timestamp "
         "(recover, and the recovery outlook of verify, repair and info --deep)",
-        "--message-index-safe",
+        Road(
+            "--message-index-safe",
+            "message_index_safe",
+            "message_index_safe",
+            group="recovery",
+            help="Mirrors messageIndexSafe=true: the abnormal start file of the broker's recovery, which this "
+            "command runs or predicts, also honours the checkpoint's indexMsgTimestamp (default: "
+            "--broker-config, else false).",
+        ),
         False,
     ),
     "messageIndexEnable": Decision(
@@ -152,13 +227,30 @@ DECISIONS: dict[str, Decision] = {
         RECOVERY,
         "the delay levels: SCHEDULE_TOPIC_XXXX tagsCode (delivery time) of the "
         "consume queue units recovery and rebuild-index write",
-        "--message-delay-level",
-        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        Road(
+            "--message-delay-level",
+            "message_delay_level",
+            "delay_levels",
+            convert=_delay_levels,
+            group="every",
+            metavar="LEVELS",
+            help='Mirrors messageDelayLevel: the delay levels, e.g. "1s 5s 10s 30s 1m" (default: the broker\'s '
+            "18 levels, or the broker config).",
+        ),
+        DEFAULT_DELAY_LEVELS,
     ),
     "recheckReputOffsetFromCq": Decision(
         RECOVERY,
         "5.x: the start-up reput catches up from the consume queues' max offset, as 4.x always does",
-        "--recheck-reput-offset-from-cq",
+        Road(
+            "--recheck-reput-offset-from-cq",
+            "recheck_reput_offset_from_cq",
+            "recheck_reput_offset_from_cq",
+            group="every",
+            toggle=True,
+            help="Mirrors recheckReputOffsetFromCq (5.x): the start-up reput catches up from the consume queues' "
+            "max offset, as 4.x always does (default: false, or the broker config).",
+        ),
         False,
     ),
     "duplicationEnable": Decision(
@@ -224,7 +316,7 @@ DECISIONS: dict[str, Decision] = {
         RECOVERY,
         "checked when a message is put, never by recovery (which reads records "
         "of any size); repair writes no filler record longer",
-        "--max-message-size (repair)",
+        Road("--max-message-size", "max_message_size", only="repair"),
         4 * 1024 * 1024,
     ),
     "timerWheelEnable": Decision(
@@ -302,6 +394,10 @@ def _irrelevant_why(name: str) -> str:
     if s is not None and s.owner == "BrokerConfig":
         return "a broker service setting (network, thread pools, name server, ACL, transactions, POP, metrics): never read by the store's recovery"
     return "a running broker's service: never read by the store's recovery"
+
+
+# The honoured settings and how each travels (one row each; tests/test_settings_road.py).
+ROADS: dict[str, Road] = {name: d.road for name, d in DECISIONS.items() if d.road is not None}
 
 
 def decision(name: str) -> Decision:
@@ -466,6 +562,35 @@ class BrokerConf:
             return Path.home() / "store" / "commitlog"  # System.getProperty("user.home")
         return None
 
+    @property
+    def sets_commitlog_dir(self) -> bool:
+        """The file sets storePathCommitLog (to anything, an empty value too)."""
+        return self.has("storePathCommitLog")
+
+    def home_commitlog_dir(self, version: tuple[int, int, int]) -> tuple[Path, str] | None:
+        """Where ``version`` reads the commitlog when the file leaves storePathCommitLog
+        unset but not the root (:meth:`commitlog_dir`: 4.6.0-4.9.3, ~/store/commitlog), and
+        a note saying so; None when that is STORE/commitlog."""
+        if self.sets_commitlog_dir:
+            return None
+        cl_dir = self.commitlog_dir(version)
+        if cl_dir is None:
+            return None
+        return cl_dir, (
+            f"storePathCommitLog is not set: RocketMQ {'.'.join(map(str, version))} reads the commitlog from "
+            f"{cl_dir} (its default up to 4.9.3, whatever storePathRootDir says)"
+        )
+
+    def commitlog_outside_store(self, cl_dir: Path) -> Refusal:
+        """The refusal of a commitlog directory outside STORE/commitlog (a command that
+        changes the store handles only one laid out under one root)."""
+        return Refusal(
+            FindingCode.UNSUPPORTED_SETTING,
+            str(self.path),
+            f"storePathCommitLog={cl_dir}: a commitlog outside STORE/commitlog "
+            "(rmqtool changes only stores laid out under one root)",
+        )
+
 
 def read_broker_conf(path: str | Path) -> BrokerConf:
     p = Path(path)
@@ -547,7 +672,7 @@ def _known_in(s: Setting, version: tuple[int, int, int]) -> bool:
 class Refusal:
     """A store layout or setting rmqtool does not handle."""
 
-    code: str  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, UNSUPPORTED_SETTING
+    code: FindingCode  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, UNSUPPORTED_SETTING
     path: str
     message: str
 
@@ -567,7 +692,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
             if (d / "data").is_dir():
                 out.append(
                     Refusal(
-                        "LAYOUT_DLEDGER",
+                        FindingCode.LAYOUT_DLEDGER,
                         str(d.relative_to(root) / "data"),
                         "a DLedger commitlog (dledger-<id>/data): rmqtool does not handle DLedger stores",
                     )
@@ -578,7 +703,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
             if hits:
                 out.append(
                     Refusal(
-                        "LAYOUT_ROCKSDB_CQ",
+                        FindingCode.LAYOUT_ROCKSDB_CQ,
                         "consumequeue",
                         f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB: {', '.join(hits[:3])}): "
                         "rmqtool handles only file consume queues",
@@ -588,7 +713,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
         if ext.is_dir() and any(p.is_file() for p in ext.rglob("*")):
             out.append(
                 Refusal(
-                    "LAYOUT_CQ_EXT",
+                    FindingCode.LAYOUT_CQ_EXT,
                     "consumequeue_ext",
                     "ConsumeQueueExt files (enableConsumeQueueExt): rmqtool does not recover or truncate them",
                 )
@@ -597,7 +722,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
         if bcq.is_dir() and any(p.is_file() for p in bcq.rglob("*")):
             out.append(
                 Refusal(
-                    "LAYOUT_BATCH_CQ",
+                    FindingCode.LAYOUT_BATCH_CQ,
                     "batchconsumequeue",
                     "BatchConsumeQueue files (5.x batch topics): rmqtool does not recover or truncate them",
                 )
@@ -608,7 +733,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
 def all_refusals(root: Path, conf: BrokerConf | None, version: tuple[int, int, int] | None = None) -> list[Refusal]:
     out = layout_refusals(root, conf)
     for line in setting_refusals(conf, version):
-        out.append(Refusal("UNSUPPORTED_SETTING", str(conf.path) if conf else "broker.conf", line))
+        out.append(Refusal(FindingCode.UNSUPPORTED_SETTING, str(conf.path) if conf else "broker.conf", line))
     return out
 
 

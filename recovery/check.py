@@ -10,6 +10,7 @@ outcome also carries a reason code, which the broker does not give, for findings
 from __future__ import annotations
 
 import os
+from enum import StrEnum, unique
 from typing import Any, NamedTuple
 
 from ..formats import commitlog as cl
@@ -31,21 +32,46 @@ from .versions import BrokerProfile
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
-# reason codes
-OK = "OK"
-BLANK = "BLANK"
-END_OF_DATA = "END_OF_DATA"  # an all-zero header: where a file being written stops
-BAD_MAGIC = "BAD_MAGIC"
-V2_NOT_SUPPORTED = "V2_NOT_SUPPORTED"
-SHORT = "TRUNCATED"
-NEGATIVE_TOTAL = "NEGATIVE_TOTAL_SIZE"
-TOO_LONG = "FIELD_LONGER_THAN_RECORD"
-NEGATIVE_TOPIC = "NEGATIVE_TOPIC_LENGTH"
-CRC = "BODY_CRC_MISMATCH"
-DELAY_PARSE = "BAD_DELAY_LEVEL"
-PROP_CRC = "PROPERTY_CRC_MISMATCH"
-SIZE_MISMATCH = "SIZE_MISMATCH"
-INNER_BATCH = "BAD_INNER_BATCH"
+
+@unique
+class Reason(StrEnum):
+    """The reason code of an outcome of :func:`check_record`: its value is the stable text
+    of the output (a dumped or exported record's ``status``, which holds the plain value,
+    a recovery plan's ``stop_reason``)."""
+
+    OK = "OK"
+    BLANK = "BLANK"
+    END_OF_DATA = "END_OF_DATA"  # an all-zero header: where a file being written stops
+    BAD_MAGIC = "BAD_MAGIC"
+    V2_NOT_SUPPORTED = "V2_NOT_SUPPORTED"
+    SHORT = "TRUNCATED"
+    NEGATIVE_TOTAL = "NEGATIVE_TOTAL_SIZE"
+    TOO_LONG = "FIELD_LONGER_THAN_RECORD"
+    NEGATIVE_TOPIC = "NEGATIVE_TOPIC_LENGTH"
+    CRC = "BODY_CRC_MISMATCH"
+    DELAY_PARSE = "BAD_DELAY_LEVEL"
+    PROP_CRC = "PROPERTY_CRC_MISMATCH"
+    SIZE_MISMATCH = "SIZE_MISMATCH"
+    INNER_BATCH = "BAD_INNER_BATCH"
+    # verify's salvage walk only (recovery.verify.records.PHYS), never the broker's outcome
+    PHYSICAL_OFFSET_MISMATCH = "PHYSICAL_OFFSET_MISMATCH"
+
+
+# the reasons by their short names (ck.CRC, ck.SHORT, ...)
+OK = Reason.OK
+BLANK = Reason.BLANK
+END_OF_DATA = Reason.END_OF_DATA
+BAD_MAGIC = Reason.BAD_MAGIC
+V2_NOT_SUPPORTED = Reason.V2_NOT_SUPPORTED
+SHORT = Reason.SHORT
+NEGATIVE_TOTAL = Reason.NEGATIVE_TOTAL
+TOO_LONG = Reason.TOO_LONG
+NEGATIVE_TOPIC = Reason.NEGATIVE_TOPIC
+CRC = Reason.CRC
+DELAY_PARSE = Reason.DELAY_PARSE
+PROP_CRC = Reason.PROP_CRC
+SIZE_MISMATCH = Reason.SIZE_MISMATCH
+INNER_BATCH = Reason.INNER_BATCH
 
 _DECODE_REASONS = {
     "short": SHORT,
@@ -61,7 +87,7 @@ class Checked(NamedTuple):
 
     size: int
     ok: bool
-    reason: str
+    reason: Reason
     rec: cl.MessageRecord | None = None
     props: dict[str, str] | None = None
     tags_code: int = 0
@@ -133,7 +159,6 @@ def check_record(
     check_crc: bool = True,
     read_body: bool = True,
     max_delay_level: int | None = None,
-    force_verify_prop_crc: bool = False,
 ) -> Checked:
     """Validate the record at ``pos`` the way the emulated broker does.
 
@@ -158,7 +183,7 @@ def check_record(
         rec = cl.decode_message(buf, pos, end, total_limit=True, body_limit=read_body)
     except cl.DecodeFailure as exc:
         return Checked(-1, False, _DECODE_REASONS[exc.reason], field=exc.field)
-    prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
+    prop_crc_mode = profile.verify_prop_crc
     if read_body and check_crc and rec.body_length > 0 and not prop_crc_mode:
         if crc32_fast(buf[rec.body_pos : rec.body_pos + rec.body_length]) != rec.body_crc:
             return Checked(-1, False, CRC, rec, field="body_crc")
@@ -199,7 +224,7 @@ def check_record(
             return Checked(-1, False, PROP_CRC, rec, props, field="properties.__CRC32#")
     if rec.total_size != rec.computed_size:
         return Checked(rec.total_size, False, SIZE_MISMATCH, rec, props, tags_code, keys, uniq, field="total_size")
-    if profile.is_5x and props is not None and not inner_batch_ok(props):
+    if profile.checks_inner_batch and props is not None and not inner_batch_ok(props):
         return Checked(-1, False, INNER_BATCH, rec, props, field="properties.INNER_NUM")
     return Checked(rec.total_size, True, OK, rec, props, tags_code, keys, uniq)
 

@@ -348,14 +348,14 @@ def damaged_fields(
     record (``framing``: a :class:`recovery.framing.Framing`, None for the classic one)."""
     if c.rec is not None:
         m = message_fields(file_name, c, buf, with_body=with_body, body_hash=body_hash)
-        m["status"] = c.reason
+        m["status"] = c.reason.value
         return m
     r: Record = {
         "type": "damaged",
         "file": file_name,
         "pos": pos,
         "physical_offset": file_base + pos,
-        "status": c.reason,
+        "status": c.reason.value,
         "field": c.field,
     }
     at = pos + (framing.header if framing is not None else 0)
@@ -370,7 +370,7 @@ def crc_status(r: Record) -> Record:
     """A message whose body CRC does not match is damage: the broker's recovery (with
     checkCRCOnRecover) refuses it. ``crc_ok`` says so and ``status`` too."""
     if r["status"] == ck.OK and r["crc_ok"] is False:
-        r["status"] = ck.CRC
+        r["status"] = ck.CRC.value
     return r
 
 

@@ -60,6 +60,7 @@ from .filler import (
     layout_region,
     render_region_to,
 )
+from .findingcodes import FindingCode
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
 from .repairfiles import Window, content_size, range_writer, same_content, stream_to
 from .reput import CqFileOut, IndexFileOut
@@ -290,7 +291,9 @@ def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan
     end. Nothing is changed, as by recover. None when the names are sound."""
     F = store.geometry.commitlog_file_size
     blocked = [
-        i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")
+        i.path
+        for i in store.issues
+        if i.path.startswith("commitlog") and i.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE")
     ]
     if not blocked:
         return None

@@ -130,9 +130,9 @@ class RowWalk(Forensic):
         self.header = src.framing.header
         self.buf = src.buf
         self.end_ = src.end
-        self.file = PlainFile(src.buf, src.end, src.profile.is_5x) if blocks is not None else None
+        self.file = PlainFile(src.buf, src.end, src.profile.checks_inner_batch) if blocks is not None else None
         self.mv = memoryview(src.buf) if one_by_one else None
-        self.is5 = src.profile.is_5x
+        self.is5 = src.profile.checks_inner_batch
         self.select = select
         self.again = again
         self.topics: dict[bytes, str] = {}

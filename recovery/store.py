@@ -23,6 +23,7 @@ from ..formats.checkpoint import Checkpoint, decode_checkpoint
 from ..formats.errors import StoreLayoutError
 from ..formats.names import parse_offset_file_name
 from ..formats.safeio import DIRECTORY, MISSING, REGULAR, classify, is_symlink, read_small
+from .findingcodes import FindingCode
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
 DEFAULT_CQ_FILE_SIZE = 6_000_000
@@ -510,7 +511,7 @@ class Store:
                 gap = cur.base - prev.base - size
                 self.issues.append(
                     LayoutIssue(
-                        "FILE_GAP" if gap > 0 else "FILE_OVERLAP",
+                        FindingCode.FILE_GAP if gap > 0 else FindingCode.FILE_OVERLAP,
                         self._rel(cur.path),
                         f"{kind} file starts at {cur.base}, previous ends at {prev.base + size} ({'missing' if gap > 0 else 'overlapping'} {abs(gap)} bytes)",
                         "error",

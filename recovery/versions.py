@@ -84,7 +84,8 @@ def parse_delay_levels(text: str) -> list[int]:
 
 # the version-dependent decisions of recovery, dispatch and rebuild (recovery_signature)
 RECOVERY_DECISIONS = (
-    "is_5x",
+    "checks_inner_batch",
+    "reput_stops_at_end_offset",
     "accepts_v2",
     "remaining_checks",
     "new_properties_parser",
@@ -122,27 +123,11 @@ class BrokerProfile:
     message_index_safe: bool = False  # messageIndexSafe: abnormal recovery's start file honours indexMsgTimestamp
 
     @classmethod
-    def for_version(
-        cls,
-        text: str = DEFAULT_VERSION,
-        delay_levels: str | None = None,
-        *,
-        force_verify_prop_crc: bool = False,
-        recheck_reput_offset_from_cq: bool = False,
-        check_crc_on_recover: bool = True,
-        message_index_safe: bool = False,
-    ) -> BrokerProfile:
-        levels = (
-            tuple(parse_delay_levels(delay_levels)) if delay_levels else tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
-        )
-        return cls(
-            parse_version(text),
-            levels,
-            force_verify_prop_crc,
-            recheck_reput_offset_from_cq,
-            check_crc_on_recover,
-            message_index_safe,
-        )
+    def for_version(cls, text: str = DEFAULT_VERSION) -> BrokerProfile:
+        """The profile of release ``text`` with the broker's default settings. A setting
+        travels one road: ``dataclasses.replace(profile, field=value)`` (the CLI does it
+        from broker.conf and its options through recovery.brokerconf.DECISIONS)."""
+        return cls(parse_version(text))
 
     @cached_property
     def verify_prop_crc(self) -> bool:
@@ -173,7 +158,13 @@ class BrokerProfile:
         confirmPhyOffset (40) (STORE_FORMAT §16)."""
         if self.checkpoint_persists_confirm_offset:
             return 40
-        return 32 if self.is_5x else 24
+        return 32 if self.checkpoint_persists_master_flushed_offset else 24
+
+    checkpoint_persists_master_flushed_offset = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+: StoreCheckpoint.flush also writes masterFlushedOffset at byte 24
+        (STORE_FORMAT §16); 4.x writes the three timestamps only.""",
+    )
 
     commitlog_default_under_home = _version_rule(
         lambda v: v < (4, 9, 4),
@@ -185,7 +176,28 @@ class BrokerProfile:
     def label(self) -> str:
         return ".".join(map(str, self.version))
 
-    is_5x = _version_rule(lambda v: v >= (5, 0, 0))
+    checks_inner_batch = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+: ``CommitLog.checkMessageAndReturnSize`` ends with ``setBatchSizeIfNeeded``:
+        a record whose properties hold both INNER_NUM and INNER_BASE is unreadable (-1) when
+        ``Short.parseShort(INNER_NUM)`` or ``Long.parseLong(INNER_BASE)`` throws (RECOVERY
+        §2 step 13). 4.x has no inner batches and reads such properties as any others.""",
+    )
+
+    writes_inner_batches = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+: inner-batch records exist (the 5.x send path of BatchConsumeQueue topics
+        sets MessageSysFlag's INNER_BATCH_FLAG 0x80 and NEED_UNWRAP_FLAG 0x40, STORE_FORMAT
+        §6); a 4.x broker has no inner batches, so those bits on a 4.x store are an anomaly
+        (verify: CL_SYSFLAG).""",
+    )
+
+    reput_stops_at_end_offset = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+: ``ReputMessageService.doReput`` stops for good at a record that ends beyond
+        the reput's end offset (``reputFromOffset + size > getConfirmOffset()``, later
+        ``getReputEndOffset()``; RECOVERY §9.5); 4.x dispatches it.""",
+    )
 
     accepts_v2 = _version_rule(
         lambda v: v >= (5, 1, 0),
@@ -224,17 +236,17 @@ class BrokerProfile:
     def startup_reput_from_cq(self) -> bool:
         """4.x catches up from the consume queues' max offset at start-up; 5.x does not
         (unless recheckReputOffsetFromCq)."""
-        return not self.is_5x or self.recheck_reput_offset_from_cq
+        return self.version < (5, 0, 0) or self.recheck_reput_offset_from_cq
 
     hash_slot_count_every_put = _version_rule(
         lambda v: v <= (4, 7, 0),
         """Quirk Q8: 4.6.0-4.7.0 counted every put in hashSlotCount.""",
     )
 
-    @cached_property
-    def index_flushed_at_shutdown(self) -> bool:
-        """5.x flushes every index file at shutdown (indexCount 0 -> 1 on disk)."""
-        return self.is_5x
+    index_flushed_at_shutdown = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+ flushes every index file at shutdown (indexCount 0 -> 1 on disk; RECOVERY §12).""",
+    )
 
     @cached_property
     def max_delay_level(self) -> int:

@@ -607,17 +607,11 @@ class BrokerWalk(Policy):
         check_crc: bool = True,
         read_body: bool = True,
         max_delay_level: int | None = None,
-        force_verify_prop_crc: bool = False,
     ) -> None:
         super().__init__()
         profile = src.profile
-        self.check_opts = {
-            "check_crc": check_crc,
-            "read_body": read_body,
-            "max_delay_level": max_delay_level,
-            "force_verify_prop_crc": force_verify_prop_crc,
-        }
-        prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
+        self.check_opts = {"check_crc": check_crc, "read_body": read_body, "max_delay_level": max_delay_level}
+        prop_crc_mode = profile.verify_prop_crc
         slow_always = prop_crc_mode and check_crc  # every record goes to the check
         self.crc_on = check_crc and read_body and not prop_crc_mode
         self.fast = fast and not slow_always
@@ -674,7 +668,6 @@ def broker_walk(
     end: int,
     profile: BrokerProfile,
     *,
-    force_verify_prop_crc: bool = False,
     collect: bool = False,
     fast: bool = True,
     base: int = 0,
@@ -694,7 +687,6 @@ def broker_walk(
         check_crc=check_crc,
         read_body=read_body,
         max_delay_level=max_delay_level,
-        force_verify_prop_crc=force_verify_prop_crc,
     )
     try:
         w = finish(walk(src, pol, start, end))

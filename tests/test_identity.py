@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -657,7 +658,7 @@ def test_force_verify_prop_crc_is_ignored_before_5_2(tmp_path: Path, capsys: pyt
         conf,
     )
     assert json.loads(out)["plan"]["end_offset"] == recs[-1]["offset"] + recs[-1]["size"]
-    assert not BrokerProfile.for_version("5.1.4", force_verify_prop_crc=True).verify_prop_crc
+    assert not replace(BrokerProfile.for_version("5.1.4"), force_verify_prop_crc=True).verify_prop_crc
 
 
 def test_rebuild_index_dispatches_as_the_reput_does_under_force_verify(
@@ -793,7 +794,7 @@ def test_force_verify_fast_path_agrees_with_the_broker_check(
         data[r["offset"] % FS : r["offset"] % FS + len(raw)] = raw
         path.write_bytes(bytes(data))
     # the broker's walk, one check_record per record
-    profile = BrokerProfile.for_version(version, force_verify_prop_crc=True)
+    profile = replace(BrokerProfile.for_version(version), force_verify_prop_crc=True)
     expected = recs[-1]["offset"] + recs[-1]["size"]
     for r in recs:
         buf = (root / "commitlog" / f"{r['offset'] // FS * FS:020d}").read_bytes()
@@ -839,7 +840,7 @@ def test_force_verify_fast_path_takes_intact_records_at_once(tmp_path: Path) -> 
     buf = bytearray((root / "commitlog" / f"{0:020d}").read_bytes())
     starts = np.array([r["offset"] for r in recs if r["offset"] < FS], dtype=np.int64)
     tots = np.array([r["size"] for r in recs if r["offset"] < FS], dtype=np.int64)
-    profile = BrokerProfile.for_version("5.3.3", force_verify_prop_crc=True)
+    profile = replace(BrokerProfile.for_version("5.3.3"), force_verify_prop_crc=True)
 
     def plain_then_prop_crc(data: bytes) -> int:
         mv = memoryview(data)

@@ -93,7 +93,7 @@ class BatchDecoder:
         self.topics: dict[bytes, str] = {}
         self.tags: dict[bytes, int] = {}
         self.legacy = not profile.new_properties_parser
-        self.is5 = profile.is_5x
+        self.is5 = profile.checks_inner_batch
         self._seps = []
         for name in _PROP_NAMES:
             sep = name + b"\x01"

@@ -102,7 +102,7 @@ def plain_records(buf: Any, v: ByteViews, s: np.ndarray, tot: np.ndarray, profil
         idx = np.flatnonzero(sched)
         tb = _at(v.u1, (tpos[idx] + tlw[idx])[:, None] + np.arange(len(_SCHED)))
         ok[idx[(tb == _SCHED).all(axis=1)]] = False
-    if profile.is_5x and len(s):
+    if profile.checks_inner_batch and len(s):
         _mark_inner(buf, s, tot, ppos + 2, np.where(ok, pl, 0), ok, profile)
     return Plain(ok, s + body_at, np.where(ok, bl, 0), magic_crc & 0xFFFFFFFF, np.where(ok, pl, 0))
 
@@ -178,7 +178,7 @@ class PlainOne:
         self.remaining_checks = profile.remaining_checks
         self.read_body = read_body
         self.crc_on = crc_on
-        self.is5 = profile.is_5x
+        self.is5 = profile.checks_inner_batch
 
     def total(self, buf: Any, mv: Any, pos: int, end: int) -> int:
         """The TOTALSIZE of the record at ``pos`` if it is plainly valid, else 0."""

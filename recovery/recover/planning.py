@@ -4,6 +4,7 @@ recovery), the steps in the broker's order, the dispatch passes and the notes.""
 from __future__ import annotations
 
 from ..broker import MODE_ABNORMAL, MODE_NORMAL
+from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
@@ -26,8 +27,6 @@ def plan_recovery(
     profile: BrokerProfile,
     *,
     mode: str | None = None,
-    check_crc: bool | None = None,
-    message_index_safe: bool | None = None,
     correct_delay_tags: bool = False,
     reindex: bool = True,
     keep_sound_index: bool = True,
@@ -40,17 +39,15 @@ def plan_recovery(
     """Compute what the broker's recovery does to ``store`` (nothing is written).
 
     ``mode``: ``"normal"``, ``"abnormal"`` or None (the broker's choice: abort file present
-    -> abnormal). ``check_crc``: checkCRCOnRecover. ``message_index_safe``: the
-    messageIndexSafe start-file variant (None, for both: the profile's settings). ``reindex``: re-index what discarded index files
-    held (else the broker's loss). ``keep_sound_index``: keep, instead, a file the broker
+    -> abnormal). The broker's settings (checkCRCOnRecover, messageIndexSafe, ...) come
+    from ``profile`` only (``dataclasses.replace(profile, ...)`` to change one). ``reindex``:
+    re-index what discarded index files held (else the broker's loss). ``keep_sound_index``: keep, instead, a file the broker
     would discard that passes :func:`recovery.indexkeep.check_index_file`.
     ``check_unread``: also walk (without the CRC) the commitlog files before the start
     file, which recovery never reads, and report damage there as problems. ``salvage``:
     count the records found in the bytes that will be cut.
     """
     opts = _PlanOptions(
-        profile.check_crc_on_recover if check_crc is None else check_crc,
-        profile.message_index_safe if message_index_safe is None else message_index_safe,
         correct_delay_tags,
         reindex,
         keep_sound_index,
@@ -102,7 +99,7 @@ def _layout_problems(
     last_cl = _rel(store, store.commitlog[-1].path) if store.commitlog else None
     zero_last_cl: list[RemovedFile] = []
     for issue in store.issues:
-        if issue.path.startswith("commitlog") and issue.code in ("FILE_OVERLAP", "MISALIGNED_FILE"):
+        if issue.path.startswith("commitlog") and issue.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE"):
             # file names that do not tile the offsets (a stray 00000000000000000001, a file
             # renamed into another's range): the broker refuses to load such a store, and
             # emulating its walk over them would cut every later file. Nothing is applied.
@@ -216,8 +213,8 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
         broker_version=profile.label,
         mode=mode,
         mode_reason=reason,
-        check_crc=opts.check_crc,
-        message_index_safe=opts.message_index_safe,
+        check_crc=profile.check_crc_on_recover,
+        message_index_safe=profile.message_index_safe,
         correct_delay_tags=opts.correct_delay_tags,
         reindex=opts.reindex,
         checkpoint=ckpt._asdict(),

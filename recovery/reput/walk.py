@@ -160,7 +160,7 @@ class _Region(Policy):
         skipped); the reput stops for good at a record past END (5.x)."""
         w, f = self.w, self.f
         if c.ok and c.size > 0:
-            if w.profile.is_5x and self.reput_from + c.size > self.END:
+            if w.profile.reput_stops_at_end_offset and self.reput_from + c.size > self.END:
                 w.problems.append(
                     ReputProblem(
                         STOPPED,

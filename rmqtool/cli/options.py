@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -149,21 +150,18 @@ def broker_version_option(f: F) -> F:
     )(f)
 
 
-def make_profile(version: str, delay_levels: str | None = None) -> BrokerProfile:
+def make_profile(version: str) -> BrokerProfile:
+    """The profile of the release ``version`` ("auto": what --broker-version auto chose)
+    with the broker settings --broker-config and the options resolved (brokeropts), each
+    set by ``dataclasses.replace``: the one road a setting travels to the code."""
     meta = broker_meta()
     if version == "auto":
         version = meta.get("version") or DEFAULT_VERSION
     try:
-        return BrokerProfile.for_version(
-            version,
-            delay_levels or meta.get("message_delay_level"),
-            force_verify_prop_crc=bool(meta.get("force_verify_prop_crc")),
-            recheck_reput_offset_from_cq=bool(meta.get("recheck_reput_offset_from_cq")),
-            check_crc_on_recover=bool(meta.get("check_crc_on_recover", True)),
-            message_index_safe=bool(meta.get("message_index_safe")),
-        )
+        profile = BrokerProfile.for_version(version)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--broker-version") from None
+    return dataclasses.replace(profile, **meta.get("settings", {}))
 
 
 def broker_meta() -> dict[str, Any]:
