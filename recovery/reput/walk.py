@@ -105,7 +105,7 @@ class _Region(Policy):
         fast = self.w.fast
         assert fast is not None
         self.pending()
-        self.cols, self.sure = fast.decode(src.buf, self.words, run.P, src.end, self.f.base)
+        self.cols, self.sure = fast.decode(src.buf, self.words, run.P, src.end, self.f.base, run.T)
         self.fixes = []
         self.closed = False
         self.run = run
