@@ -39,7 +39,7 @@ def build_store(root: Path, size: int, file_size: int, body_size: int, with_inde
     from rmqtool.recovery.indexbuild import ConsumeQueueSet
     from rmqtool.recovery.synth import plan_for, write_synthetic_store
     from rmqtool.recovery.versions import BrokerProfile
-    from rmqtool.recovery.walk import broker_walk as fast_walk
+    from rmqtool.recovery.walks import broker_walk as fast_walk
 
     kwargs = dict(total_bytes=size, file_size=file_size, body_size=body_size)
     t0 = time.perf_counter()

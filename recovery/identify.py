@@ -26,7 +26,8 @@ from .plainwalk import plain_records
 from .scan import byte_views
 from .store import Store, StoreFile
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label
-from .walk import GO, STOP, Act, Policy, Source, broker_walk, finish, store_framing, walk
+from .walk import GO, STOP, Act, Policy, Source, finish, store_framing, walk
+from .walks import broker_walk
 
 # files and directories (relative to the store root) that only 5.x brokers create
 FIVE_X_FILES = (

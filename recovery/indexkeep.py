@@ -56,7 +56,8 @@ from .query import CommitlogReader
 from .scan import byte_views
 from .store import Store, StoreFile
 from .versions import BrokerProfile
-from .walk import records, store_framing
+from .walk import store_framing
+from .walks import records
 
 INT_MAX = (1 << 31) - 1
 NO_END = 1 << 62  # ``end`` for a check made before the commitlog end is known

@@ -28,7 +28,8 @@ from . import query as qy
 from . import seek as sk
 from .scan import blank_fields, message_fields
 from .store import Store, StoreFile
-from .walk import iter_store_records, store_framing
+from .walk import store_framing
+from .walks import iter_store_records
 
 Record = dict[str, Any]
 

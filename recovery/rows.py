@@ -13,7 +13,7 @@ The walk of one file (or of one split of it) hands on, in order:
   :func:`recovery.batch.plainrun.plain_record`, the same rule for one record of any
   host layout);
 * ``(position, outcome)`` for every other record: the forensic walk's
-  (:class:`recovery.walk.Forensic`: messages, a BLANK, damaged spots, resync past them).
+  (:class:`recovery.walks.Forensic`: messages, a BLANK, damaged spots, resync past them).
 
 Blocks are tried while they come; after a block attempt that takes too few records, the
 next records go one by one for a while (256 records, doubling up to 65536 while blocks keep
@@ -39,7 +39,8 @@ from .batch.plainrun import HSIZE, PlainFile, PlainRecord, PlainRun, plain_recor
 from .framing import Framing
 from .store import Store, StoreFile
 from .versions import BrokerProfile
-from .walk import UNLIMITED, Act, Forensic, Policy, Run, Source, Walked, chain, store_framing, walk
+from .walk import UNLIMITED, Act, Policy, Run, Source, Walked, chain, store_framing, walk
+from .walks import Forensic
 
 __all__ = ["Blocks", "FileRows", "Plain", "RowWalk", "Selection", "region_rows", "run_starts", "store_rows"]
 

@@ -34,7 +34,8 @@ from . import check as ck
 from .query import CommitlogReader, Located
 from .store import Store, StoreFile
 from .versions import BrokerProfile
-from .walk import records, store_framing
+from .walk import store_framing
+from .walks import records
 
 
 def written_units(units: Any) -> int:
@@ -186,7 +187,7 @@ def first_since(store: Store, profile: BrokerProfile, start: int, since: int) ->
 def walk_from(
     store: Store, profile: BrokerProfile, start: int, to_offset: int | None = None
 ) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]]:
-    """The forensic walk (``walk.iter_store_records``) beginning at the record start
+    """The forensic walk (``walks.iter_store_records``) beginning at the record start
     ``start`` instead of the first file's first byte."""
     for f in store.commitlog_in_range(start, to_offset):
         with store.map(f) as mf:

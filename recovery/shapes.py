@@ -27,7 +27,7 @@ from ..formats.javahash import tags_code
 from ..formats.names import offset_to_file_name
 from ..formats.properties import serialize_properties
 from .versions import BrokerProfile
-from .walk import broker_steps
+from .walks import broker_steps
 
 _CQ_UNIT = struct.Struct(">qiq")
 

@@ -2,7 +2,7 @@
 
 The driver plans ``(file, start, length)`` splits: whole files, or sub-file splits of a
 fixed size. Each split is read on its own, by path, with the walk ``dump`` uses
-(:func:`recovery.walk.records` over :func:`recovery.check.check_record`), and its
+(:func:`recovery.walks.records` over :func:`recovery.check.check_record`), and its
 records become fields through the same functions as ``dump``'s
 (:func:`recovery.scan.message_fields` and friends): one parser, no second copy.
 
@@ -40,7 +40,7 @@ from . import check as ck
 from .parallel import cut, resync
 from .store import MappedFile, Store, StoreFile
 from .versions import BrokerProfile
-from .walk import records
+from .walks import records
 
 MiB = 1 << 20
 DEFAULT_SPLIT_SIZE = 64 * MiB
@@ -161,7 +161,7 @@ def iter_split(
     split: Split, profile: BrokerProfile, *, handoff: Handoff | None = None
 ) -> Iterator[tuple[Any, int, ck.Checked]]:
     """(buffer, position, outcome) for every record of ``split``, exactly as
-    :func:`recovery.walk.iter_store_records` yields them for those positions. The buffer
+    :func:`recovery.walks.iter_store_records` yields them for those positions. The buffer
     is valid until the generator is exhausted or closed. ``handoff`` (optional) is filled
     with where the walk stopped."""
     with open_split(split, profile, handoff) as view:

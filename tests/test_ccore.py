@@ -230,12 +230,12 @@ def test_pure_python_variable_forces_the_python_backend() -> None:
 
 
 def test_fast_walk_takes_the_plain_records_of_a_shape_in_bulk(tmp_path, monkeypatch, ccore_backend: str) -> None:
-    """walk.broker_walk (the --broker-version auto parser probe's walk) tests records one by
+    """walks.broker_walk (the --broker-version auto parser probe's walk) tests records one by
     one only where a bulk step stops (the BLANK or end of each file), and its outcome is the
     broker's walk (tests/walkref.py) on the gen_commitlog shape (IPv6 hosts, many topics)."""
     from walkref import walk_file
 
-    from rmqtool.recovery import walk as wk
+    from rmqtool.recovery import walks as wk
     from rmqtool.recovery.batch.plain import PlainOne
     from rmqtool.recovery.shapes import SHAPES, write_shape_store
 

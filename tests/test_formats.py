@@ -30,7 +30,7 @@ from rmqtool.recovery import check as ck
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.synth import SyntheticPlan, plan_for, write_synthetic_store
 from rmqtool.recovery.versions import BrokerProfile
-from rmqtool.recovery.walk import iter_store_records
+from rmqtool.recovery.walks import iter_store_records
 
 P494 = BrokerProfile.for_version("4.9.4")
 P514 = BrokerProfile.for_version("5.1.4")

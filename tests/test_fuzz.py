@@ -34,7 +34,7 @@ from rmqtool.recovery import check as ck
 from rmqtool.recovery import query as qy
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import BrokerProfile
-from rmqtool.recovery.walk import records as walk_records
+from rmqtool.recovery.walks import records as walk_records
 
 PROFILES = [BrokerProfile.for_version(v) for v in ("4.6.0", "4.9.4", "5.1.4", "5.3.3")]
 REASONS = {

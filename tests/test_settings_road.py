@@ -25,7 +25,7 @@ from rmqtool.recovery import brokerconf as bc
 from rmqtool.recovery import check as ck
 from rmqtool.recovery.recover import plan_recovery
 from rmqtool.recovery.versions import BrokerProfile
-from rmqtool.recovery.walk import broker_walk
+from rmqtool.recovery.walks import broker_walk
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,5 @@
 """Sub-file splits of the commitlog (recovery.splits, no Spark): cut anywhere, the splits
-together yield exactly the records of the sequential walk (recovery.walk.iter_store_records,
+together yield exactly the records of the sequential walk (recovery.walks.iter_store_records,
 what ``dump`` reads), on the real stores and on synthetic ones with other file bases and
 with damage; the handoff check catches the one layout where cutting cannot work."""
 
@@ -23,7 +23,7 @@ from rmqtool.recovery.splits import DEFAULT_SPLIT_SIZE, Handoff, Split, first_re
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.synth import SyntheticPlan
 from rmqtool.recovery.versions import BrokerProfile
-from rmqtool.recovery.walk import iter_store_records
+from rmqtool.recovery.walks import iter_store_records
 
 PROFILE = BrokerProfile.for_version("4.9.4")
 

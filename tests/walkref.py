@@ -10,7 +10,7 @@ from typing import Any
 
 from rmqtool.recovery import check as ck
 from rmqtool.recovery.versions import BrokerProfile
-from rmqtool.recovery.walk import WalkStep
+from rmqtool.recovery.walks import WalkStep
 
 
 def walk_file(
