@@ -45,7 +45,8 @@ READ_ONLY = [
     ("backups",),
     ("repair", "--dry-run"),
     # the release guessed from the damaged store itself (the runs above are given 4.9.4, which
-    # auto cannot always pin on the fixtures: it then refuses with exit 2, naming the option)
+    # auto cannot always pin on the fixtures: verify then assumes one, recover --dry-run shows the
+    # plan of each group of candidates, a real run refuses with exit 2, naming the option)
     ("verify", "--broker-version", "auto"),
     ("recover", "--dry-run", "--broker-version", "auto"),
 ]

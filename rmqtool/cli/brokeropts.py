@@ -133,6 +133,7 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
         def wrapper(*args: Any, **kw: Any) -> Any:
             ctx = click.get_current_context()
             meta = ctx.meta.setdefault("rmqtool.broker", {})
+            given = dict(kw)  # (a dry run per group of releases runs the command again from these)
             path = kw.pop("broker_config", None)
             conf = read_broker_conf(path) if path is not None else None
             meta["conf"] = conf
@@ -170,6 +171,17 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                     )
             if meta.get("ambiguous") is not None:
                 raise meta["ambiguous"]
+            groups = meta.pop("version_groups", None)
+            if groups is not None:
+                # a dry run without a release: one plan per group of candidates (issue 34, pain 8)
+                from .versiongroups import run_per_group
+
+                def again(k: dict[str, Any]) -> int:
+                    for key in ("version_refusals", "refusals", "ambiguous", "version"):
+                        meta.pop(key, None)
+                    return int(wrapper(*args, **k))
+
+                return run_per_group(ctx.info_name or "", groups, again, given, bool(given.get("quiet")))
             return f(*args, **kw)
 
         return click.option(
@@ -276,6 +288,11 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
                 else ("normal" if normal else "abnormal")
             )
         inf = narrow_for_store(s, inf, ctx.info_name or "", mode)
+    if inf.ambiguous and kind == "destructive" and kw.get("dry_run") and kw.get("salvage_to") is None:
+        # "what would the broker do?" has an answer per group of candidates: the command
+        # runs once per group (after the refusals, which come first: exit 8)
+        meta["version_groups"] = inf
+        return None
     if inf.ambiguous and kind == "destructive":  # raised after the refusals (which come first: exit 8)
         example = ".".join(map(str, inf.assumed()))
         meta["ambiguous"] = AmbiguousVersion(

@@ -290,6 +290,7 @@ def console(out: Any = None) -> Any:
 
 WIDTH_ENV = "RMQTOOL_WIDTH"
 _UNLIMITED: contextvars.ContextVar[bool] = contextvars.ContextVar("rmqtool_unlimited_width", default=False)
+_FIXED: contextvars.ContextVar[int | None] = contextvars.ContextVar("rmqtool_fixed_width", default=None)
 
 
 @contextmanager
@@ -300,6 +301,17 @@ def unlimited_width() -> Iterator[None]:
         yield
     finally:
         _UNLIMITED.reset(token)
+
+
+@contextmanager
+def fixed_width(w: int) -> Iterator[None]:
+    """The report for people laid out for ``w`` columns inside, whatever it is written to
+    (a report captured to be printed later on the terminal it was measured on)."""
+    token = _FIXED.set(w)
+    try:
+        yield
+    finally:
+        _FIXED.reset(token)
 
 
 def say(text: str = "", out: Any = None) -> None:
@@ -328,6 +340,9 @@ def width(out: Any = None) -> int:
     out = out or sys.stdout
     if _UNLIMITED.get():
         return 100_000
+    fixed = _FIXED.get()
+    if fixed is not None:
+        return fixed
     cols = os.environ.get(WIDTH_ENV, "")
     if cols.isdigit() and int(cols) > 0:
         return int(cols)
@@ -358,4 +373,5 @@ __all__ = [
     "WIDTH_ENV",
     "say",
     "unlimited_width",
+    "fixed_width",
 ]

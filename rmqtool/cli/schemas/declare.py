@@ -457,7 +457,45 @@ def backups() -> dict[str, Any]:
 
 # --------------------------------------------------------------- recover, repair, rebuild
 
-_CHANGE = {"type": {"const": "change"}, "action": S, "path": S, "detail": S}
+_CHANGE = {"type": {"const": "change"}, "action": S, "path": S, "detail": S, "releases": S}
+
+
+def by_release_group(command: str, defs: dict[str, Any]) -> dict[str, Any]:
+    """A dry run without a release where the candidates plan differently
+    (rmqtool.cli.versiongroups): the document holds each group's own document; jsonl has a
+    ``release_group`` record per group carrying its summary record (its records carry
+    ``releases``)."""
+    defs = dict(defs)
+    defs["plan_document"] = defs["document"]
+    grouped = obj(
+        {
+            "command": {"const": command},
+            "dry_run": {"const": True},
+            "broker_version": {"const": "auto"},
+            "candidates": S,
+            "evidence": arr(S),
+            "release_groups": arr(
+                obj(
+                    {"releases": S, "versions": arr(S), "broker_version": S, "document": ref("plan_document")},
+                    ("releases", "versions", "broker_version", "document"),
+                )
+            ),
+            **verdict_fields(),
+        },
+        ("command", "dry_run", "candidates", "release_groups", "schema_version", "verdict", "exit_status"),
+    )
+    defs["document"] = {"anyOf": [ref("plan_document"), grouped]}
+    defs["release_group"] = obj(
+        {
+            "type": {"const": "release_group"},
+            "releases": S,
+            "versions": arr(S),
+            "broker_version": S,
+            "summary": null(ref("summary")),
+        },
+        ("type", "releases", "versions", "broker_version", "summary"),
+    )
+    return defs
 
 
 def _plan_doc(plan: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
@@ -528,12 +566,14 @@ def recover() -> dict[str, Any]:
             "problems": I,
             "applied": B,
             "backup_dir": null(S),
+            "release_groups": I,
         },
         ("dry_run", "nothing_to_do", "applied"),
     )
     change = obj(_CHANGE, ("type", "action", "path", "detail"))
     doc = _plan_doc(plan, OBJ)
-    return command_file("recover", {"change": change, "summary": summ, "document": doc}, ["change"])
+    defs = by_release_group("recover", {"change": change, "summary": summ, "document": doc})
+    return command_file("recover", defs, ["change", "release_group"])
 
 
 def repair() -> dict[str, Any]:
@@ -566,6 +606,7 @@ def repair() -> dict[str, Any]:
             "problems": I,
             "applied": B,
             "backup_dir": null(S),
+            "release_groups": I,
         },
         ("dry_run", "nothing_to_do", "applied"),
     )
@@ -583,18 +624,19 @@ def repair() -> dict[str, Any]:
             "msg_id": null(S),
             "found_by": S,
             "tombstone": B,
+            "releases": S,
         },
         ("type", "action", "detail", "offset", "topic", "found_by", "tombstone"),
     )
     result = obj({"backup_dir": null(S), "changes": I}, ("backup_dir", "changes"))
     doc = _plan_doc(plan, result)
     defs = {"change": change, "quarantined": quarantined, "summary": summ, "document": doc}
-    return command_file("repair", defs, ["change", "quarantined"])
+    return command_file("repair", by_release_group("repair", defs), ["change", "quarantined", "release_group"])
 
 
 def rebuild_index() -> dict[str, Any]:
     change = obj(
-        {"type": {"const": "change"}, "action": S, "path": S, "size": null(I), "note": null(S)},
+        {"type": {"const": "change"}, "action": S, "path": S, "size": null(I), "note": null(S), "releases": S},
         ("type", "action", "path"),
     )
     plan = obj(
@@ -623,10 +665,12 @@ def rebuild_index() -> dict[str, Any]:
             "backup_dir": null(S),
             "counts": {"type": "object", "additionalProperties": I},
             "problems": I,
+            "release_groups": I,
         },
         ("dry_run", "applied"),
     )
-    return command_file("rebuild-index", {"change": change, "summary": summ, "document": doc}, ["change"])
+    defs = by_release_group("rebuild-index", {"change": change, "summary": summ, "document": doc})
+    return command_file("rebuild-index", defs, ["change", "release_group"])
 
 
 def restore() -> dict[str, Any]:
