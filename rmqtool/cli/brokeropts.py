@@ -357,6 +357,26 @@ def _span_of(cands: list[tuple[int, int, int]]) -> str:
     return lab(cands[0]) if len(cands) == 1 else f"{lab(cands[0])}-{lab(cands[-1])}"
 
 
+def version_for_store(store: Path, kw: dict[str, Any]) -> tuple[str, list[Refusal]]:
+    """A command of several STOREs (report): the release to emulate for one of them, and
+    what rmqtool refuses in it. ``kw["broker_version"]`` is the release given, or auto
+    (resolved for this store as a read-only command resolves it, its note said unless -q);
+    the refusals are the evidence auto refuses (a newer release, a contradiction) and the
+    layouts and settings rmqtool does not handle, as verify finds them."""
+    from ..recovery.versions import DEFAULT_VERSION
+
+    ctx = click.get_current_context()
+    meta = ctx.meta.setdefault("rmqtool.broker", {})
+    for key in ("version_refusals", "version", "ambiguous"):
+        meta.pop(key, None)
+    k = dict(kw)
+    given = k.get("broker_version") or "auto"
+    version = _resolve_version(ctx, k, store, "verify") if given == "auto" else parse_version(given)
+    label = given if given != "auto" else (k.get("broker_version") if version is not None else DEFAULT_VERSION)
+    refusals = [*meta.pop("version_refusals", []), *all_refusals(Path(store), meta.get("conf"), version)]
+    return str(label), refusals
+
+
 def refusal_findings() -> list[dict[str, Any]]:
     """verify: the refusals the decorator found, as findings (code, severity, file, message)."""
     meta = click.get_current_context().meta.get("rmqtool.broker", {})
