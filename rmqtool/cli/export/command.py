@@ -30,7 +30,7 @@ from ..render import emit, summary_record
 # imported inside it
 from . import spark as export_spark
 from .outpath import url_scheme
-from .spark import ExportResult, store_label
+from .spark import MASTER_TIMEOUT, ExportResult, store_label
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.I)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -94,6 +94,15 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
     default=None,
     metavar="URL",
     help="Spark master (default local[*]; ignored under spark-submit, which sets it).",
+)
+@click.option(
+    "--master-timeout",
+    type=click.FloatRange(min=1),
+    default=MASTER_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds a standalone master (spark://) has to register the export, counted from the JVM's start; "
+    "then one line and exit 8.",
 )
 @click.option(
     "--split-size",
@@ -162,6 +171,7 @@ def command(
     out: Path,
     what: str,
     master: str | None,
+    master_timeout: float,
     split_size: int,
     with_body: bool,
     partition_by: tuple[str, ...],
@@ -215,6 +225,7 @@ def command(
             str(out),
             what=what,
             master=master,
+            master_timeout=master_timeout,
             split_size=split_size or None,
             with_body=with_body,
             partition_by=partition_by,

@@ -79,7 +79,10 @@ class TaskWriter:
         self.task = task
         self.root = Path(staging) / f"{TASK_PREFIX}{task:05d}"
         self.attempt = self.root / f"attempt-{uuid.uuid4().hex}"
-        self.attempt.mkdir(parents=True, exist_ok=False)
+        # (never the staging directory itself: a task still running after the driver gave
+        # up (Ctrl-C) and removed the output fails here instead of making it again)
+        self.root.mkdir(exist_ok=True)
+        self.attempt.mkdir(exist_ok=False)
         self.partition_by = list(partition_by)
         self.file_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
         names = set(self.file_schema.names)
@@ -95,6 +98,8 @@ class TaskWriter:
         w = self.writers.get(d)
         if w is None:
             folder = self.attempt / d if d else self.attempt
+            if not self.attempt.is_dir():
+                raise FileNotFoundError(f"{self.attempt}: the output was removed")
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"part-{self.task:05d}-{len(self.writers):03d}.snappy.parquet"
             w = pq.ParquetWriter(
