@@ -30,6 +30,7 @@ from ..render import emit, summary_record
 # imported inside it
 from . import spark as export_spark
 from .outpath import url_scheme
+from .rows import EXPORT_SCHEMA_VERSION
 from .spark import MASTER_TIMEOUT, ExportResult, store_label
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.I)
@@ -287,6 +288,7 @@ SUMMARY_FIELDS = [
         "split_conflicts",
         "seconds_total",
         "seconds_after_start",
+        "export_schema_version",
     )
 ]
 
@@ -314,6 +316,7 @@ def _report(
         "split_conflicts": res.conflict_at,
         "seconds_total": round(res.seconds_total, 3),
         "seconds_after_start": round(res.seconds_after_start, 3),
+        "export_schema_version": EXPORT_SCHEMA_VERSION,
     }
     verdict = f"exported {res.rows} {what} rows to {out}; {res.problems} rows with a damage status"
     if fmt != "table":

@@ -84,7 +84,7 @@ class TaskWriter:
         self.root.mkdir(exist_ok=True)
         self.attempt.mkdir(exist_ok=False)
         self.partition_by = list(partition_by)
-        self.file_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
+        self.file_schema = pa.schema([f for f in schema if f.name not in self.partition_by], metadata=schema.metadata)
         names = set(self.file_schema.names)
         self.dictionary = [c for c in dictionary if c in names] if not isinstance(dictionary, bool) else dictionary
         # min/max statistics for the flat columns only: nobody prunes on the smallest map
@@ -205,7 +205,7 @@ def publish(out: str | Path, schema: pa.Schema, partition_by: Sequence[str]) -> 
                 files += 1
         shutil.rmtree(tmp)
     if files == 0 and not partition_by:
-        fs = pa.schema([f for f in schema if f.name not in partition_by])
+        fs = pa.schema([f for f in schema if f.name not in partition_by], metadata=schema.metadata)
         pq.write_table(fs.empty_table(), str(out / "part-00000-000.snappy.parquet"), compression="snappy")
         files = 1
     (out / SUCCESS).write_bytes(b"")

@@ -43,7 +43,7 @@ from ...recovery.store import Store, StoreFile
 from ...recovery.versions import BrokerProfile
 from .executor import arrow_available, partition_batches, partition_rows, write_partition
 from .outpath import local_path
-from .rows import DICTIONARY_COLUMNS, FileTask, columns_for, restricted_store, worker_profile
+from .rows import DICTIONARY_COLUMNS, TIME_COLUMNS, FileTask, columns_for, restricted_store, worker_profile
 
 WRITERS = ("arrow", "spark")
 # a standalone master that accepts the connection but registers no application within this
@@ -881,6 +881,14 @@ def _spark_write(
         rdd = sc.parallelize(groups, len(groups)) if groups else sc.emptyRDD()
         rows = rdd.mapPartitions(partial(partition_rows, what, version, with_body, accs), preservesPartitioning=True)
         df = spark.createDataFrame(rows, spark_schema(columns), verifySchema=False)
+    from pyspark.sql import functions as F
+
+    for name, src in TIME_COLUMNS[what]:
+        df = df.withColumn(name, F.timestamp_millis(F.col(src)))
+    if TIME_COLUMNS[what] and "spark.sql.parquet.outputTimestampType" not in (conf or {}):
+        # a Parquet TIMESTAMP(MILLIS) adjusted to UTC, as the arrow writer's, not Spark's
+        # default INT96 (which readers take for a time without a zone)
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
     writer = df.write.mode("overwrite" if overwrite else "errorifexists")
     if what == "commitlog" and not any(
         k.startswith(("spark.hadoop.parquet.enable.dictionary", "parquet.enable.dictionary")) for k in (conf or {})
@@ -922,7 +930,7 @@ def _arrow_write(
 ) -> None:
     """The job of ``--writer arrow``: the executors write, the driver publishes."""
     # pyarrow: only for this writer
-    from .arrow import arrow_schema
+    from .arrow import file_schema
     from .parquet import committed_tasks, prepare, publish
 
     path = local_path(out)
@@ -957,7 +965,7 @@ def _arrow_write(
         result.conflicts += p[4]
         result.conflict_at.extend(p[5])
     result.conflict_at.sort()
-    publish(path, arrow_schema(columns), partition_by)
+    publish(path, file_schema(what, with_body), partition_by)
 
 
 class _TupleSum:

@@ -706,6 +706,7 @@ def export() -> dict[str, Any]:
         "split_conflicts": arr(ANY),
         "seconds_total": N,
         "seconds_after_start": N,
+        "export_schema_version": I,
     }
     doc = obj({**figures, **verdict_fields()}, ("what", "out", "stores", "rows", "schema_version", "exit_status"))
     summ = summary("export", figures, ("what", "out", "rows"))
