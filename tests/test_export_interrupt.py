@@ -25,7 +25,23 @@ pytest.importorskip("pyspark")
 pytestmark = pytest.mark.spark
 
 
-def interrupted_export(tmp_path: Path, when: Callable[[], bool]) -> tuple[subprocess.CompletedProcess[str], int]:
+def spark_jvm_in(group: int) -> bool:
+    """A Spark JVM (spark-submit) runs in the process group ``group`` (Linux /proc)."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.getpgid(int(d)) != group:
+                continue
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                if b"SparkSubmit" in fh.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def interrupted_export(tmp_path: Path, when: Callable[[int], bool]) -> tuple[subprocess.CompletedProcess[str], int]:
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYSPARK_GATEWAY_PORT")}
     env["TMPDIR"] = str(tmp_path)
     code = (
@@ -42,12 +58,17 @@ def interrupted_export(tmp_path: Path, when: Callable[[], bool]) -> tuple[subpro
         start_new_session=True,
     )
     deadline = time.monotonic() + 240
-    while not when():
+    while not when(proc.pid):
         assert proc.poll() is None, "the export ended before the moment came"
         assert time.monotonic() < deadline
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the export did not end within 120 s of Ctrl-C: {err[-2000:]}")
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), proc.pid
 
 
@@ -69,12 +90,13 @@ def assert_one_line_and_nothing_left(p: subprocess.CompletedProcess[str], group:
 
 
 def test_ctrl_c_while_the_jvm_starts(tmp_path: Path) -> None:
-    p, group = interrupted_export(tmp_path, lambda: any(tmp_path.glob("rmqtool-spark-*.log")))
+    """(The JVM whose launch Ctrl-C cut short ran on for good, an orphan.)"""
+    p, group = interrupted_export(tmp_path, lambda pid: any(tmp_path.glob("rmqtool-spark-*.log")) and spark_jvm_in(pid))
     assert_one_line_and_nothing_left(p, group, tmp_path)
     assert "nothing was written to" in p.stderr or "partial output" in p.stderr
 
 
 def test_ctrl_c_while_the_job_runs(tmp_path: Path) -> None:
-    p, group = interrupted_export(tmp_path, lambda: any((tmp_path / "o" / "_temporary").glob("task-*")))
+    p, group = interrupted_export(tmp_path, lambda _pid: any((tmp_path / "o" / "_temporary").glob("task-*")))
     assert_one_line_and_nothing_left(p, group, tmp_path)
     assert "the partial output" in p.stderr and "was removed" in p.stderr

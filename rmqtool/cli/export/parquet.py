@@ -97,10 +97,12 @@ class TaskWriter:
     def _writer(self, d: str) -> pq.ParquetWriter:
         w = self.writers.get(d)
         if w is None:
-            folder = self.attempt / d if d else self.attempt
-            if not self.attempt.is_dir():
-                raise FileNotFoundError(f"{self.attempt}: the output was removed")
-            folder.mkdir(parents=True, exist_ok=True)
+            # each level made under an existing one (never parents=True): a task still
+            # running after the driver removed the output fails here, it does not make it again
+            folder = self.attempt
+            for part in Path(d).parts if d else ():
+                folder = folder / part
+                folder.mkdir(exist_ok=True)
             path = folder / f"part-{self.task:05d}-{len(self.writers):03d}.snappy.parquet"
             w = pq.ParquetWriter(
                 str(path),

@@ -198,16 +198,15 @@ def master_problem(master: str | None, timeout: float = 5.0) -> str | None:
     return f"Spark master {master} is not reachable ({'; '.join(tried)}): start it, or give another --master"
 
 
-def _kill_our_jvms() -> None:
-    """Kill the Spark JVM this process launched and gave up on. (A JVM whose launch
-    Ctrl-C cut short ran on for good, an orphan: pyspark removes the directory where it
-    was to say its port, and only a started gateway watches its stdin.) Linux: the
-    children of this process in /proc running spark-submit; elsewhere nothing."""
+def _our_jvms() -> set[int]:
+    """The Spark JVMs (spark-submit) that are children of this process (Linux /proc;
+    elsewhere none)."""
     me = os.getpid()
+    found: set[int] = set()
     try:
         pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
     except OSError:
-        return
+        return found
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
@@ -216,10 +215,23 @@ def _kill_our_jvms() -> None:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as fb:
                 cmd = fb.read()
-            if b"SparkSubmit" in cmd or b"spark-submit" in cmd or b"spark-class" in cmd:
-                os.kill(pid, signal.SIGKILL)
         except (OSError, ValueError, IndexError):
             continue
+        if b"SparkSubmit" in cmd or b"spark-submit" in cmd or b"spark-class" in cmd:
+            found.add(pid)
+    return found
+
+
+def _kill_new_jvms(before: set[int]) -> None:
+    """Kill the Spark JVM this process launched and gave up on (not one that ran before:
+    another session of this process). A JVM whose launch Ctrl-C cut short ran on for good,
+    an orphan: pyspark removes the directory where it was to say its port, and only a
+    started gateway watches its stdin."""
+    for pid in _our_jvms() - before:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _standalone(master: str | None) -> bool:
@@ -448,16 +460,19 @@ def spark_session(
     main = threading.current_thread() is threading.main_thread()
     handler = signal.getsignal(signal.SIGINT) if main else None
     watch = _MasterWatch(master, master_timeout) if _standalone(master) else None
+    jvms = _our_jvms()
     try:
         try:
             spark = _with_stderr_to(log_path or "", watch.run(b.getOrCreate) if watch else b.getOrCreate, verbose)
         except SparkUnavailable:
-            _kill_our_jvms()
+            _kill_new_jvms(jvms)
+            if _CTRL_C:
+                raise KeyboardInterrupt from None
             if watch is not None and watch.fired:
                 raise SparkUnavailable(watch.message()) from None
             raise
         except BaseException:  # Ctrl-C while the JVM started: it would have run on, orphaned
-            _kill_our_jvms()
+            _kill_new_jvms(jvms)
             raise
     finally:
         if main and handler is not None:
@@ -715,6 +730,9 @@ def _py4j_logging_off(off: bool) -> Iterator[None]:
         logging.disable(before)
 
 
+_CTRL_C: list[int] = []  # Ctrl-C seen during the export (see _ctrl_c_noted)
+
+
 @contextmanager
 def _ctrl_c_noted() -> Iterator[list[int]]:
     """Ctrl-C noted as well as raised: a KeyboardInterrupt raised while Python runs a
@@ -724,7 +742,8 @@ def _ctrl_c_noted() -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():
         yield []
         return
-    noted: list[int] = []
+    noted = _CTRL_C
+    noted.clear()
     before = signal.getsignal(signal.SIGINT)
     if before is signal.SIG_IGN:  # (started in the background by a shell: Ctrl-C is not ours)
         yield noted
@@ -739,6 +758,7 @@ def _ctrl_c_noted() -> Iterator[list[int]]:
         yield noted
     finally:
         signal.signal(signal.SIGINT, before)
+        noted.clear()
 
 
 def _run_export(
@@ -907,6 +927,8 @@ def _spark_write(
     except KeyboardInterrupt:
         raise
     except Exception as exc:
+        if _CTRL_C:  # (a py4j call Ctrl-C cut short fails later with "Answer from Java side is empty")
+            raise KeyboardInterrupt from None
         raise _spark_error(exc, handle.log_path) from None
     (result.rows, result.messages, result.blanks, result.problems, result.conflicts) = counts.value
     result.conflict_at = sorted(where.value)
@@ -956,6 +978,8 @@ def _arrow_write(
     except KeyboardInterrupt:
         raise
     except Exception as exc:
+        if _CTRL_C:  # (a py4j call Ctrl-C cut short fails later with "Answer from Java side is empty")
+            raise KeyboardInterrupt from None
         raise _spark_error(exc, handle.log_path) from None
     for p in parts:
         result.rows += p[0]
