@@ -13,6 +13,7 @@ from ..findingcodes import FindingCode
 from ..scan import queue_hint_runs
 from ..store import Store
 from ..versions import BrokerProfile
+from .batchcq import batch_max_phy
 from .commitlog import _commitlog_findings, _commitlog_spans, _layout_findings, _zero_length_lost, walk_summary
 from .consumequeue import _Broker, _cq_findings
 from .index import Prepared, _index_findings, _read_index_header
@@ -22,7 +23,7 @@ from .queues import Queue, cq_recover_max_phy, load_queues
 from .records import DAMAGED, DEFAULT_PART_SIZE, SALVAGED, ScanOptions
 from .report import ERROR, WARNING, CheckSummary, Finding, Progress, VerifyReport, finding
 from .spans import _Spans
-from .state import _checkpoint_findings, _state_findings
+from .state import _checkpoint_findings, _epoch_findings, _state_findings
 
 # The whole check.
 
@@ -68,6 +69,8 @@ def verify_store(
         pre["queues"] = load_queues(store) if jobs > 1 else load_queues(store, budget_units=0)
         per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
         pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
+        # (5.x: getMaxPhyOffsetInConsumeQueue takes the batch consume queues' too)
+        pre["max_phy_cq"] = max(pre["max_phy_cq"], batch_max_phy(store))
         pre["index"] = Prepared(store, headers)  # the first index file's own structure (no record needed)
 
     # the offsets the consume queues point at speed the commitlog walk up
@@ -89,7 +92,7 @@ def verify_store(
     cl_f, (cq_f, cq_stats), (ix_f, ix_stats) = _cross_checks(
         store, profile, jobs, queues, scans, recs, spans, outlook, broker, headers, ckpt, pre["index"]
     )
-    cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
+    cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook) + _epoch_findings(store, recs, outlook)
     st_f = _state_findings(store)
     prop_crc_condition(
         outlook,
@@ -194,7 +197,7 @@ def _report(
                 "damaged_regions": len(spans.spans),
             },
         ),
-        "consumequeue": (cq_stats.get("units", 0), cq_stats),
+        "consumequeue": (cq_stats.get("units", 0) + cq_stats.get("batch_units", 0), cq_stats),
         "index": (ix_stats.get("entries", 0), ix_stats),
         "checkpoint": (
             1 if store.checkpoint_present else 0,

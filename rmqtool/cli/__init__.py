@@ -32,6 +32,7 @@ COMMANDS = {
     "offsets": "rmqtool.cli.commands.offsets",
     "backups": "rmqtool.cli.commands.backups",
     "report": "rmqtool.cli.report.command",
+    "diff": "rmqtool.cli.commands.diff",
 }
 
 

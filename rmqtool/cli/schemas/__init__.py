@@ -32,6 +32,7 @@ NAMES = (
     "restore",
     "export",
     "report",
+    "diff",
 )
 
 
