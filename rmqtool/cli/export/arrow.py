@@ -19,7 +19,7 @@ from ...recovery.versions import BrokerProfile
 from ...recovery.walk import Walked
 from . import block as blocks
 from .block import PENDING, BlockState
-from .rows import record_row, worker_profile
+from .rows import EXPORT_SCHEMA_KEY, EXPORT_SCHEMA_VERSION, TIME_COLUMNS, file_columns, record_row, worker_profile
 
 _ARROW_TYPES = {
     "string": pa.string(),
@@ -34,6 +34,26 @@ _ARROW_TYPES = {
 
 def arrow_schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
     return pa.schema([pa.field(name, _ARROW_TYPES[t]) for name, t in columns])
+
+
+TIMESTAMP = pa.timestamp("ms", tz="UTC")
+_ARROW_TYPES["timestamp"] = TIMESTAMP
+
+
+def file_schema(what: str, with_body: bool) -> pa.Schema:
+    """The schema of the Parquet files (the rows' columns, then the timestamps), with
+    the export's schema version in its metadata."""
+    schema = arrow_schema(file_columns(what, with_body))
+    return schema.with_metadata({EXPORT_SCHEMA_KEY: str(EXPORT_SCHEMA_VERSION)})
+
+
+def with_times(batch: pa.RecordBatch, what: str, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (the rows' columns) with the timestamp columns made from their epoch
+    columns (a cast of the same int64 milliseconds: no copy, nulls kept)."""
+    cols = list(batch.columns)
+    for _name, src in TIME_COLUMNS[what]:
+        cols.append(batch.column(src).cast(TIMESTAMP))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 # ---------------------------------------------------------------------------------------

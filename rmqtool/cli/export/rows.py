@@ -42,6 +42,23 @@ DICTIONARY_COLUMNS = (
     "properties.key_value.key",
 )
 
+# The export's schema version: in every Parquet file's key-value metadata (key
+# EXPORT_SCHEMA_KEY; --writer arrow) and in the summary (export_schema_version).
+#   1: the columns of dump plus store, times as epoch milliseconds only.
+#   2: (issue 34) plus a Parquet timestamp (UTC, milliseconds) beside each epoch column
+#      (TIME_COLUMNS), the epoch columns kept.
+# NOTE: the timer issue's columns (real topic, delivery time, state; branch `timer`) come
+# under this same bump to 2: add them here, do not bump again.
+EXPORT_SCHEMA_VERSION = 2
+EXPORT_SCHEMA_KEY = "rmqtool.export_schema_version"
+# (timestamp column, the epoch-millisecond column it is made from), appended after the
+# columns of the rows (and after body)
+TIME_COLUMNS: dict[str, list[tuple[str, str]]] = {
+    "commitlog": [("born_time", "born_timestamp"), ("store_time", "store_timestamp")],
+    "consumequeue": [],
+    "index": [("begin_time", "begin_timestamp"), ("end_time", "end_timestamp")],
+}
+
 CONSUMEQUEUE_COLUMNS: list[tuple[str, str]] = [STORE_COLUMN, *rec.CONSUMEQUEUE.typed_columns()]
 # dump index --entries: one header row per file, then its non-empty slots and its entries
 INDEX_COLUMNS: list[tuple[str, str]] = [STORE_COLUMN, *rec.INDEX.typed_columns()]
@@ -55,6 +72,11 @@ def columns_for(what: str, with_body: bool = False) -> list[tuple[str, str]]:
     if what == "index":
         return list(INDEX_COLUMNS)
     raise ValueError(f"unknown export {what!r}")
+
+
+def file_columns(what: str, with_body: bool = False) -> list[tuple[str, str]]:
+    """The columns of the Parquet files: those of the rows, then the timestamps."""
+    return columns_for(what, with_body) + [(name, "timestamp") for name, _src in TIME_COLUMNS[what]]
 
 
 def record_row(
