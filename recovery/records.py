@@ -456,8 +456,8 @@ def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilte
                 walk = sk.walk_from(store, profile, start, to_offset)
     if walk is None:
         walk = iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset)
-    framing = store_framing(store)
     for f, buf, pos, c in walk:
+        framing = store_framing(store, f)
         if c.is_blank:
             if not content_filter:
                 yield blank_fields(f.name, pos, buf, f.base, framing)

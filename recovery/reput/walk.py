@@ -262,7 +262,6 @@ class _Walker:
         self.stats = stats if stats is not None else ReputStats()
         self._empty_after: dict[int, bool] = {}
         self.hints: np.ndarray | None = hints if hints is not None and len(hints) else None
-        self.framing = store_framing(store)
 
     # -- helpers ------------------------------------------------------------------------
     def _rel(self, f: StoreFile) -> str:
@@ -366,7 +365,7 @@ class _Walker:
     def _region(self, r: _Region, buf: Any) -> Generator[DispatchColumns, None, tuple[int, bool]]:
         """One ``getData`` region: returns (new reput offset, stop-for-good)."""
         r.inputs(buf)
-        src = Source(buf, r.stop, r.f.base, self.profile, self.framing)
+        src = Source(buf, r.stop, r.f.base, self.profile, store_framing(self.store, r.f))
         try:
             w = yield from walk(src, r, r.start, r.stop)
         finally:
