@@ -279,6 +279,11 @@ class Store:
         self._check_sizes(cl_files, g.commitlog_file_size, "commitlog")
         self._check_sequence(cl_files, g.commitlog_file_size, "commitlog")
 
+    @staticmethod
+    def file_entry(p: Path) -> StoreFile:
+        """A StoreFile of an offset-named file (its name parsed, its size stat'ed)."""
+        return StoreFile(p, parse_offset_file_name(p.name) or 0, p.stat().st_size)
+
     def _discover_dledger(self, hint: Any) -> None:
         """A DLedger member's files (recovery.dledger.layout): the member, its data and
         index files (:meth:`_join_dledger` then joins the data files to the commitlog)."""

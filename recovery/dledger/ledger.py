@@ -50,7 +50,7 @@ from ..walk import STOP, Act, Policy, Run, Source, finish, walk
 from . import framing as fr_mod
 from .layout import Member, read_checkpoint
 
-__all__ = ["IndexList", "LedgerRecovery", "recover_ledger"]
+__all__ = ["IndexList", "LedgerRecovery", "ledger_for", "recover_ledger"]
 
 _LONG = 1 << 64
 _LONG_MIN = -(1 << 63)
@@ -153,6 +153,7 @@ class LedgerRecovery:
     stop_why: str = ""  # why (a padding past the last file, or the check that failed)
     index_rewrite_from: int | None = None  # first entry index whose unit the walk rewrites
     rewritten: Any = None  # the units it writes from there (an INDEX_DTYPE array, in entry order)
+    last_end: int = -1  # the commitlog offset after the last entry kept (-1: none)
     index_files_replaced: bool = False  # rebuildWithPos: every index file replaced
     committed_index: int = -1  # after load (the checkpoint's, bounded)
     committed_pos: int = -1  # its entry's position + size
@@ -163,6 +164,12 @@ class LedgerRecovery:
     data_removed: list[StoreFile] = field(default_factory=list)  # data files DLedger deletes
     index_removed: list[StoreFile] = field(default_factory=list)  # index files DLedger deletes
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def entries_end(self) -> int:
+        """Where the last entry the recovery keeps ends (its start offset when none): the
+        committed position once a member alone in its group has committed them all."""
+        return self.last_end if self.last_end >= 0 else self.process_offset
 
     @property
     def loads(self) -> bool:
@@ -394,7 +401,7 @@ def _walk_files(data: list[StoreFile], index: IndexList, r: LedgerRecovery, prof
             r.stop_pos, r.stop_why = f.base + f.size, "end of file"
         break
     r.process_offset = process
-    r.last_index, r.last_term, r.entries = s.last_index, s.last_term, s.entries
+    r.last_index, r.last_term, r.entries, r.last_end = s.last_index, s.last_term, s.entries, s.last_end
     r.index_rewrite_from = s.rewrite_from
     if s.rewritten:
         r.rewritten = np.concatenate(s.rewritten)
@@ -458,3 +465,26 @@ def _load_committed(index: IndexList, r: LedgerRecovery, committed: str | None) 
         r.refused = f"no index unit for the committed index {n} (getEntryPosAndSize)"
         return
     r.committed_index, r.committed_pos = n, u.pos + u.size
+
+
+_CACHE: dict[int, tuple[Any, Any, LedgerRecovery]] = {}
+
+
+def ledger_for(store: Any, profile: Any) -> LedgerRecovery:
+    """DLedger's recovery of a store's member (:func:`recover_ledger`), for the profile's
+    release; the last answer is kept (verify, the reput and recover ask for it in turn)."""
+    got = _CACHE.get(id(store))
+    if got is not None and got[0] is store and got[1] == profile:
+        return got[2]
+    lr = recover_ledger(
+        store.dledger_data,
+        store.dledger_index,
+        store.dledger,
+        store.root,
+        profile.version,
+        store.geometry.commitlog_file_size,
+        profile,
+    )
+    _CACHE.clear()
+    _CACHE[id(store)] = (store, profile, lr)
+    return lr

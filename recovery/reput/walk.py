@@ -298,6 +298,13 @@ class _Walker:
         if not self.files:
             return 0
         max_off = self.files[-1].base + self.F
+        if self.store.dledger is not None and self.store.dledger_data:
+            # a DLedger commitlog hands the reput its entries up to the committed position
+            # only (DLedgerCommitLog.getData): a member alone in its group commits every
+            # entry its own recovery keeps, so the ledger's end (recovery.dledger.ledger)
+            from ..dledger.ledger import ledger_for
+
+            max_off = min(max_off, ledger_for(self.store, self.profile).entries_end)
         return max_off if self.to_offset is None else min(self.to_offset, max_off)
 
     # -- the walk -----------------------------------------------------------------------

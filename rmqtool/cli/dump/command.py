@@ -450,6 +450,40 @@ def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
     return output([checkpoint_record(store)], fmt, CHECKPOINT_COLUMNS, None, "checkpoint")
 
 
+@command.command("dledger")
+@broker_config_option("read")
+@output_file_options
+@quiet_flag
+@store_argument
+@broker_version_option
+@click.option("--units", is_flag=True, help="The index units instead of the entries.")
+@click.option(
+    "--state", is_flag=True, help="One record: the checkpoint, currterm and the ledger DLedger's recovery leaves."
+)
+@limit_option
+@format_option()
+def dump_dledger(
+    fmt: str | None, limit: int | None, broker_version: str, units: bool, state: bool, **store_opts: Any
+) -> int:
+    """A DLedger store's entries (each header, its index unit agreeing, committed or not,
+    where DLedger's recovery ends the ledger), its index units, or its state."""
+    from ...recovery.dledger import entries as dle
+
+    if units and state:
+        raise click.UsageError("--units and --state go alone")
+    store = open_store(**store_opts)
+    if store.dledger is None:
+        if store.dledger_refusal is not None:
+            raise click.UsageError(f"{store.dledger_refusal.path}: {store.dledger_refusal.message}")
+        raise click.UsageError(f"{store.root} holds no DLedger member (dledger-<selfId>/)")
+    profile = make_profile(broker_version)
+    if state:
+        return output([dle.state_record(store, profile)], fmt, rec.DLEDGER_STATE.table_columns(), None, "dledger state")
+    if units:
+        return output(dle.unit_records(store, profile), fmt, rec.DLEDGER_UNIT.table_columns(), limit, "dledger units")
+    return output(dle.entry_records(store, profile), fmt, rec.DLEDGER_ENTRY.table_columns(), limit, "dledger entries")
+
+
 @command.command("config")
 @broker_config_option("read")
 @output_file_options

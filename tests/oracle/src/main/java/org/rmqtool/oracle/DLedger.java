@@ -221,4 +221,40 @@ final class DLedger {
         }
         return c;
     }
+
+    /**
+     * DLedgerMmapFileStore calls System.exit(-1) where a file has the wrong size (load) and where
+     * its recovery ends more than a file before the last data file: a broker process ends there.
+     * The view turns that exit into an exception inside load() (the broker's load() then returns
+     * false) and records that the broker would have exited. Main's own halt() is let through.
+     */
+    static final class ExitGuard extends SecurityManager {
+        static volatile Integer requested;
+        static volatile boolean allow;
+
+        @Override
+        public void checkExit(int status) {
+            if (allow) {
+                return;
+            }
+            requested = status;
+            throw new SecurityException("System.exit(" + status + ") called by the broker");
+        }
+
+        @Override
+        public void checkPermission(java.security.Permission perm) {
+        }
+
+        @Override
+        public void checkPermission(java.security.Permission perm, Object context) {
+        }
+    }
+
+    @SuppressWarnings("removal")
+    static void guardExit() {
+        ExitGuard.requested = null;
+        if (!(System.getSecurityManager() instanceof ExitGuard)) {
+            System.setSecurityManager(new ExitGuard());
+        }
+    }
 }

@@ -124,11 +124,17 @@ final class Viewer {
         v.addProperty("recovery_mode_detail", abort ? "abnormal (abort file present -> CommitLog.recoverAbnormally)"
             : "normal (CommitLog.recoverNormally)");
 
+        if (dledger) {
+            DLedger.guardExit();
+        }
         DefaultMessageStore s = Store.open(c);
         long t0 = System.nanoTime();
         boolean ok = s.load();
         double loadMs = (System.nanoTime() - t0) / 1e6;
         v.addProperty("load_ok", ok);
+        if (dledger && DLedger.ExitGuard.requested != null) {
+            v.addProperty("broker_exit_requested", DLedger.ExitGuard.requested);
+        }
         JsonObject timing = new JsonObject();
         timing.addProperty("load_and_recover_ms", loadMs);
         JsonObject nonCanon = new JsonObject();
