@@ -238,6 +238,14 @@ class BrokerProfile:
         (unless recheckReputOffsetFromCq)."""
         return self.version < (5, 0, 0) or self.recheck_reput_offset_from_cq
 
+    dledger_recovery_walk = _version_rule(
+        lambda v: v >= (5, 2, 0),
+        """5.2.0+: after a crash DLedgerCommitLog.dledgerRecoverAbnormally walks the DLedger data
+        from the last file isMmapFileMatchedRecover accepts, dispatching every message, and
+        truncates the queues at an offset it adds up without the entries' headers; before,
+        a crash is recovered as a clean shutdown (recovery.dledger.recover).""",
+    )
+
     hash_slot_count_every_put = _version_rule(
         lambda v: v <= (4, 7, 0),
         """Quirk Q8: 4.6.0-4.7.0 counted every put in hashSlotCount.""",

@@ -154,6 +154,7 @@ class LedgerRecovery:
     index_rewrite_from: int | None = None  # first entry index whose unit the walk rewrites
     rewritten: Any = None  # the units it writes from there (an INDEX_DTYPE array, in entry order)
     last_end: int = -1  # the commitlog offset after the last entry kept (-1: none)
+    last_pos: int = -1  # the commitlog offset of the last entry kept (-1: none)
     index_files_replaced: bool = False  # rebuildWithPos: every index file replaced
     committed_index: int = -1  # after load (the checkpoint's, bounded)
     committed_pos: int = -1  # its entry's position + size
@@ -188,6 +189,7 @@ class _State:
         self.entries = 0
         self.rewrite_from: int | None = None
         self.last_end = -1  # the commitlog offset after the last entry taken
+        self.last_pos = -1  # the commitlog offset of the last entry taken
         self.rewritten: list[np.ndarray] = []  # the units written from the first mismatch on
 
 
@@ -254,6 +256,7 @@ class LedgerWalk(Policy):
             self.s.last_index, self.s.last_term = int(idx[t - 1]), int(term[t - 1])
             self.s.entries += t
             self.s.last_end = src.base + int(S[t - 1]) + int(E[t - 1])
+            self.s.last_pos = src.base + int(S[t - 1])
         if t < n:
             self.stop_why = _why(src, int(S[t]), self.s)
         return i + t, False
@@ -401,7 +404,13 @@ def _walk_files(data: list[StoreFile], index: IndexList, r: LedgerRecovery, prof
             r.stop_pos, r.stop_why = f.base + f.size, "end of file"
         break
     r.process_offset = process
-    r.last_index, r.last_term, r.entries, r.last_end = s.last_index, s.last_term, s.entries, s.last_end
+    r.last_index, r.last_term, r.entries, r.last_end, r.last_pos = (
+        s.last_index,
+        s.last_term,
+        s.entries,
+        s.last_end,
+        s.last_pos,
+    )
     r.index_rewrite_from = s.rewrite_from
     if s.rewritten:
         r.rewritten = np.concatenate(s.rewritten)

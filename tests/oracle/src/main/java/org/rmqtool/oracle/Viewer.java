@@ -495,8 +495,22 @@ final class Viewer {
     }
 
     static JsonObject record(ByteBuffer one, long phys, DispatchRequest d) {
-        MessageExt m = MessageDecoder.decode(one, true, false);
+        MessageExt m = MessageDecoder.decode(one.duplicate(), true, false);
         JsonObject o = new JsonObject();
+        if (m == null) {
+            // the store's parser accepted a record MessageDecoder cannot decode (a DLedger
+            // entry's message whose fields the check does not read)
+            o.addProperty("phys_offset", phys);
+            o.addProperty("size", d.getMsgSize());
+            o.addProperty("decode_failed", true);
+            o.addProperty("topic", d.getTopic());
+            o.addProperty("queue_id", d.getQueueId());
+            o.addProperty("queue_offset", d.getConsumeQueueOffset());
+            o.add("keys", JsonNull.INSTANCE);
+            o.add("uniq_key", JsonNull.INSTANCE);
+            o.add("tags", JsonNull.INSTANCE);
+            return o;
+        }
         byte[] body = m.getBody() == null ? new byte[0] : m.getBody();
         CRC32 crc = new CRC32();
         crc.update(body);
