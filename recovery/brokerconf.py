@@ -1,6 +1,6 @@
 """The broker's own configuration file (``mqbroker -c broker.conf``), read as the broker
 reads it, and the one table that decides, for every setting of ``MessageStoreConfig`` and
-``BrokerConfig`` of RocketMQ 4.6.0-5.3.3, what rmqtool does with it.
+``BrokerConfig`` of RocketMQ 4.6.0-5.5.1, what rmqtool does with it.
 
 Reading: ``java.util.Properties.load(InputStream)`` (ISO-8859-1, ``#``/``!`` comments,
 ``=``/``:``/white-space separators, backslash continuation lines and escapes, the last
@@ -341,6 +341,53 @@ DECISIONS: dict[str, Decision] = {
         None,
         True,
     ),
+    "commitLogRecoverMaxNum": Decision(
+        RECOVERY,
+        "5.4.0+: the recovery's search for its start file looks at most at this many commitlog "
+        "files from the last (<= 0 counts as 10): any other value than 10 is refused",
+        None,
+        10,
+        "not_ten",
+    ),
+    "enableAcceleratedRecovery": Decision(
+        RECOVERY,
+        "5.4.0+: recovery starts its walk at the dispatch offset inside its start file "
+        "(5.4: RocksDB consume queues only; 5.5.0+: abnormal recovery of any store): true is refused",
+        None,
+        False,
+        "is_true",
+    ),
+    "checkCommitLogOffsetOnRecover": Decision(
+        RECOVERY,
+        "5.5.0+: abnormal recovery also stops at a record whose PHYSICALOFFSET field lies outside "
+        "its file: true is refused",
+        None,
+        False,
+        "is_true",
+    ),
+    "indexFileWriteEnable": Decision(
+        RECOVERY,
+        "5.4.0+: the dispatch writes index files: false is refused (rmqtool always indexes)",
+        None,
+        True,
+        "is_false",
+    ),
+    "indexRocksDBEnable": Decision(
+        RECOVERY,
+        "5.4.0+: the dispatch also writes a RocksDB index, which also chooses the recovery's start "
+        "file: true is refused",
+        None,
+        False,
+        "is_true",
+    ),
+    "transRocksDBEnable": Decision(
+        RECOVERY,
+        "5.4.0+: transaction half messages indexed in RocksDB, which also chooses the recovery's "
+        "start file: true is refused",
+        None,
+        False,
+        "is_true",
+    ),
     "maxTopicLength": Decision(RECOVERY, "5.x put-side limit; recovery reads V1 and V2 records alike (5.1.0+)", None),
     "autoMessageVersionOnTopicLen": Decision(
         RECOVERY,
@@ -639,7 +686,7 @@ def read_broker_conf(path: str | Path) -> BrokerConf:
         s = SETTINGS.get(key)
         if s is None:
             conf.notes.append(
-                f"{key}: not a setting of MessageStoreConfig or BrokerConfig 4.6.0-5.3.3 "
+                f"{key}: not a setting of MessageStoreConfig or BrokerConfig 4.6.0-5.5.1 "
                 "(a netty setting or a typo): ignored"
             )
             continue
@@ -664,6 +711,8 @@ def _refuse_rule(rule: str, value: Any) -> bool:
         return bool(value)
     if rule == "not_default_store":
         return isinstance(value, str) and value != "default"
+    if rule == "not_ten":
+        return isinstance(value, int) and value > 0 and value != 10
     if rule == "multi_path":
         return isinstance(value, str) and "," in value
     return False
@@ -700,7 +749,7 @@ def _known_in(s: Setting, version: tuple[int, int, int]) -> bool:
 class Refusal:
     """A store layout or setting rmqtool does not handle."""
 
-    code: FindingCode  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, UNSUPPORTED_SETTING
+    code: FindingCode  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, LAYOUT_COMPACTION, UNSUPPORTED_SETTING (and, from --broker-version auto, LAYOUT_NEWER_RELEASE, VERSION_CONTRADICTION)
     path: str
     message: str
 
@@ -738,6 +787,20 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
                     "ConsumeQueueExt files (enableConsumeQueueExt): rmqtool does not recover or truncate them",
                 )
             )
+        comp = root / "compaction"
+        for sub in ("compactionLog", "compactionCq"):
+            d = comp / sub
+            if d.is_dir() and any(p.is_file() for p in d.rglob("*")):
+                out.append(
+                    Refusal(
+                        FindingCode.LAYOUT_COMPACTION,
+                        f"compaction/{sub}",
+                        "a compaction topic's log (compaction/compactionLog, compaction/compactionCq: 5.x "
+                        "topics with cleanup.policy=COMPACTION): rmqtool does not recover or truncate them "
+                        "(compaction/position-checkpoint alone, which every 5.x broker writes, is no such log)",
+                    )
+                )
+                break
         bcq = root / "batchconsumequeue"
         if bcq.is_dir() and any(p.is_file() for p in bcq.rglob("*")):
             out.append(
@@ -842,13 +905,17 @@ def man_section() -> str:
         "A store whose layout or settings rmqtool does not handle is refused before anything is read",
         "or changed: recover, rebuild\\-index and restore exit 8; verify prints one finding naming the",
         "layout or setting (LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ,",
-        "UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger member's directory under a name no DLedger",
-        "release uses, several members without dLegerSelfId, DLedger data files holding classic records, a",
-        "RocksDB consume queue (RocksDB files in consumequeue/), consumequeue_ext/ files,",
-        "batchconsumequeue/ files. Settings: the ones above marked refused, with the value given. A DLedger",
-        "store (dledger\\-\\fIselfId\\fR/, after a mixed store's classic commitlog) is read as one.",
+        "LAYOUT_COMPACTION, UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger member's directory",
+        "under a name no DLedger release uses, several members without dLegerSelfId, DLedger data files",
+        "holding classic records, a RocksDB consume queue (RocksDB files in consumequeue/),",
+        "consumequeue_ext/ files, batchconsumequeue/ files, a compaction topic's log",
+        "(compaction/compactionLog, compaction/compactionCq). With \\fB\\-\\-broker\\-version auto\\fR (the",
+        "default), evidence of a release newer than rmqtool knows is refused too (LAYOUT_NEWER_RELEASE,",
+        "VERSION_CONTRADICTION: see \\fBrmqtool\\fR(1), BROKER VERSIONS). Settings: the ones above marked",
+        "refused, with the value given. A DLedger store (dledger\\-\\fIselfId\\fR/, after a mixed store's",
+        "classic commitlog) is read as one.",
         ".SS Everything else",
-        "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.3.3 (flushing,",
+        "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.5.1 (flushing,",
         "clean\\-up, HA and controller replication, timers, compaction, POP, the read path, network,",
         "thread pools, metrics) is a running broker's service that never changes what recovery reads,",
         "cuts or writes: read and ignored. A key that is no setting of either class (a netty setting,",

@@ -100,6 +100,11 @@ class Checked(NamedTuple):
         return self.ok and self.size > 0
 
     @property
+    def tags(self) -> str | None:
+        """The TAGS property (the DispatchRequest's properties map; 5.4.0+ indexes it)."""
+        return self.props.get("TAGS") if self.props else None
+
+    @property
     def is_blank(self) -> bool:
         return self.ok and self.size == 0
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
-from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_SIZE, decode_checkpoint
 from ..formats.commitlog import PREFIX
 from ..formats.config import KNOWN_FILES, loads, read_config_bytes
 from ..formats.errors import FormatError, StoreLayoutError
@@ -280,6 +280,7 @@ CHECKPOINT = _spec(
         C("index_msg_timestamp", "bigint", "INDEX", "time"),
         C("master_flushed_offset", "bigint", "MASTER FLUSHED", "offset"),
         C("confirm_phy_offset", "bigint", "CONFIRM", "offset"),
+        C("logics_physical_offset", "bigint", "LOGICS OFFSET", "offset"),
         C("min_timestamp", "bigint", "MIN TS", "time"),
         C("min_timestamp_index", "bigint", "MIN TS INDEX", "time"),
         C("status", "string", "STATUS"),
@@ -290,6 +291,7 @@ CHECKPOINT = _spec(
         "index_msg_timestamp",
         "master_flushed_offset",
         "confirm_phy_offset",
+        "logics_physical_offset",
         "min_timestamp",
         "min_timestamp_index",
         "status",
@@ -619,7 +621,7 @@ def checkpoint_record(store: Store) -> Record:
         raise StoreLayoutError(f"{why}; rmqtool does not open it as a checkpoint", p)
     size = p.stat().st_size
     raw = read_small(p, CHECKPOINT_FILE_SIZE, store.root, "checkpoint") or b""
-    cp = decode_checkpoint(raw[:40])
+    cp = decode_checkpoint(raw[:CHECKPOINT_READ_SIZE])
     status = "OK"
     if len(raw) < 24:
         status = "TRUNCATED"

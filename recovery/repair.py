@@ -794,6 +794,9 @@ def _plan_checkpoint(store: Store, plan: RepairPlan, rb: Any, recs: Any, intact:
         struct.pack_into(
             ">qqq", buf, 0, after.physic_msg_timestamp, after.logics_msg_timestamp, after.index_msg_timestamp
         )
+        if after.logics_physical_offset != before.logics_physical_offset:
+            # 5.5.0+ (only such a rebuild sets it): the rebuilt queues' last record
+            struct.pack_into(">q", buf, 40, after.logics_physical_offset)
         plan.checkpoint = bytes(buf)
         plan.checkpoint_note = (
             f"physicMsgTimestamp {after.physic_msg_timestamp}, logicsMsgTimestamp "

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..formats.checkpoint import decode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_READ_SIZE, decode_checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.errors import FormatError
 from ..formats.safeio import read_small
@@ -155,8 +155,8 @@ def store_info(
     cp_path = root / "checkpoint"
     raw = None
     if cp_path.is_file():
-        try:  # (the first 40 bytes only: a sparse 64 GiB checkpoint is not read)
-            raw = read_small(cp_path, 40, root, "checkpoint")
+        try:  # (the first 48 bytes only: a sparse 64 GiB checkpoint is not read)
+            raw = read_small(cp_path, CHECKPOINT_READ_SIZE, root, "checkpoint")
         except FormatError:
             raw = None
     if raw is not None:
@@ -182,13 +182,15 @@ def store_info(
     }
     doc["pending_transactions"] = journals
     doc["backups"] = sorted(p.name for p in root.parent.glob(f"{root.name}.rmqtool-backup-*") if p.is_dir())
-    doc["outlook"] = _outlook(root, abort, held, journals, doc)
+    doc["outlook"] = _outlook(root, abort, held, journals, doc, profile)
     if deep:
         doc["recovery_plan"] = _deep(store, profile, progress)
     return doc
 
 
-def _outlook(root: Path, abort: bool, held: bool, journals: list[str], doc: dict[str, Any]) -> dict[str, Any]:
+def _outlook(
+    root: Path, abort: bool, held: bool, journals: list[str], doc: dict[str, Any], profile: BrokerProfile
+) -> dict[str, Any]:
     s = str(root)
     steps: list[str] = []
     if held:
@@ -207,16 +209,19 @@ def _outlook(root: Path, abort: bool, held: bool, journals: list[str], doc: dict
     elif abort:
         verdict = (
             "the broker did not shut down cleanly (abort present): its next start runs the abnormal recovery, "
-            "from the commitlog file the checkpoint points at"
+            f"from the commitlog file the checkpoint points at ({profile.label})"
         )
         steps.append(f"rmqtool verify {s}  (what is damaged)")
         steps.append(
             f"rmqtool recover {s} --dry-run  (what the broker's recovery will cut), then --yes to do it offline"
         )
     else:
-        verdict = (
-            "clean shutdown (no abort file): the next start runs the normal recovery of the last three commitlog files"
+        which = (
+            "from the last commitlog file its consume queues reach"
+            if profile.normal_recovery_walkback
+            else "of the last three commitlog files"
         )
+        verdict = f"clean shutdown (no abort file): the next start runs the normal recovery {which} ({profile.label})"
         steps.append(f"rmqtool verify {s}  (a full check, if something is wrong anyway)")
     if not doc["commitlog"]["files"]:
         verdict += "; the commitlog is empty"

@@ -47,11 +47,20 @@ RELEASES: tuple[tuple[int, int, int], ...] = (
     (5, 3, 1),
     (5, 3, 2),
     (5, 3, 3),
+    (5, 4, 0),
+    (5, 5, 0),
+    (5, 5, 1),
 )
+NEWEST = RELEASES[-1]
 
 
 def version_label(v: tuple[int, int, int]) -> str:
     return ".".join(map(str, v))
+
+
+def supported_range() -> str:
+    """The supported releases as one span, e.g. ``4.6.0-5.5.1`` (every message and man page says it)."""
+    return f"{version_label(RELEASES[0])}-{version_label(NEWEST)}"
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -63,8 +72,8 @@ def parse_version(text: str) -> tuple[int, int, int]:
     v = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
     if v not in RELEASES:
         raise ValueError(
-            f"{text} is not a supported RocketMQ release (4.6.0 to 5.3.3: {version_label(RELEASES[0])}, "
-            f"..., {version_label(RELEASES[-1])})"
+            f"{text} is not a supported RocketMQ release (supported: {supported_range()}; a newer release: "
+            f"give the nearest, {version_label(NEWEST)}, at your own risk: man rmqtool, BROKER VERSIONS)"
         )
     return v
 
@@ -97,6 +106,10 @@ RECOVERY_DECISIONS = (
     "hash_slot_count_every_put",
     "index_flushed_at_shutdown",
     "zero_length_last_file_deleted",
+    "indexes_tags",
+    "recovery_start_checks_first_record",
+    "abnormal_start_by_logics_offset",
+    "checkpoint_persists_logics_physical_offset",
 )
 
 
@@ -151,11 +164,21 @@ class BrokerProfile:
         """5.1.1+: StoreCheckpoint.flush writes confirmPhyOffset (STORE_FORMAT §16).""",
     )
 
+    checkpoint_persists_logics_physical_offset = _version_rule(
+        lambda v: v >= (5, 5, 0),
+        """5.5.0+: StoreCheckpoint keeps logicsPhysicalOffset at byte 40 (read at load, written
+        by flush): the commitlog offset of the last record a consume queue took, set with
+        logicsMsgTimestamp (ConsumeQueue.putMessagePositionInfoWrapper sets both as
+        "tmp" values; FlushConsumeQueueService copies them at its thorough flushes).""",
+    )
+
     @cached_property
     def checkpoint_flushed_bytes(self) -> int:
         """How many leading bytes of the checkpoint StoreCheckpoint.flush writes: 4.x the
         three timestamps (24), 5.0.0+ also masterFlushedOffset (32), 5.1.1+ also
-        confirmPhyOffset (40) (STORE_FORMAT §16)."""
+        confirmPhyOffset (40), 5.5.0+ also logicsPhysicalOffset (48) (STORE_FORMAT §16)."""
+        if self.checkpoint_persists_logics_physical_offset:
+            return 48
         if self.checkpoint_persists_confirm_offset:
             return 40
         return 32 if self.checkpoint_persists_master_flushed_offset else 24
@@ -244,6 +267,41 @@ class BrokerProfile:
         from the last file isMmapFileMatchedRecover accepts, dispatching every message, and
         truncates the queues at an offset it adds up without the entries' headers; before,
         a crash is recovered as a clean shutdown (recovery.dledger.recover).""",
+    )
+
+    indexes_tags = _version_rule(
+        lambda v: v >= (5, 4, 0),
+        """5.4.0+: IndexService.buildIndex also puts a record's TAGS property (the whole
+        value, when not empty) under the key ``topic#T#tags`` (MessageConst.INDEX_TAG_TYPE),
+        after its UNIQ_KEY and KEYS keys; rollback records are skipped as before.""",
+    )
+
+    recovery_start_checks_first_record = _version_rule(
+        lambda v: v >= (5, 4, 0),
+        """5.4.0+: CommitLog.isMappedFileMatchedRecover reads a file's first record with
+        checkMessageAndReturnSize (body CRC under checkCRCOnRecover, every check of the walk)
+        and takes the file only where that succeeds with a message; normal recovery then
+        compares that record's PHYSICALOFFSET field with maxPhyOffsetOfCQ (5.3.2-5.3.3: the
+        file's own offset), messageIndexSafe acts in normal recovery too, and both searches
+        look at no more than commitLogRecoverMaxNum (10) files from the last
+        (recovery_start_file_limit).""",
+    )
+
+    @cached_property
+    def recovery_start_file_limit(self) -> int | None:
+        """5.4.0+: how many commitlog files, from the last, the recovery's search for its
+        start file looks at (commitLogRecoverMaxNum, default 10; rmqtool refuses any other
+        value); None: no limit (up to 5.3.3)."""
+        return 10 if self.recovery_start_checks_first_record else None
+
+    abnormal_start_by_logics_offset = _version_rule(
+        lambda v: v >= (5, 5, 0),
+        """5.5.0+: abnormal recovery takes the last file whose first record's PHYSICALOFFSET
+        is at or below the checkpoint's logicsPhysicalOffset (ConsumeQueueStore
+        .isMappedFileMatchedRecover); where that field is 0 or less (a checkpoint an older
+        release wrote) it takes the first record's store timestamp at or below the
+        checkpoint's logicsMsgTimestamp, without the 3 s margin and without
+        physicMsgTimestamp (up to 5.4.0: min(physic, logics) - 3 s).""",
     )
 
     hash_slot_count_every_put = _version_rule(

@@ -286,13 +286,19 @@ def walk(src: Source, pol: Policy, pos: int, stop: int) -> Generator[Any, None, 
     module docstring tells the loop."""
     fr = src.framing
     out = pol.out
+    buf, end, profile, opts = src.buf, src.end, src.profile, pol.check_opts
+    # (bound once: the one-by-one path is per record; the classic framing's check is
+    # check_record itself, looked up now so that a test's patch of it is seen)
+    check = ck.check_record if type(fr).check is _CLASSIC_CHECK else fr.check
+    decide, runs = pol.decide, pol.runs
+    inline = pol.inline if type(pol).inline is not Policy.inline else None
     c: ck.Checked | None = None
     while True:
         act: Act | None = None
         if pos >= stop:
             if pol.arrived(pos):
                 return Walked(pos, None)
-        elif pol.runs(pos):
+        elif runs(pos):
             run = chain(src, pos, stop, pol)
             i, act, checked = yield from _take(src, pol, run)
             if i < run.n:  # an unsure record the policy does not take, or the policy ends the run
@@ -308,18 +314,22 @@ def walk(src: Source, pol: Policy, pos: int, stop: int) -> Generator[Any, None, 
                     return Walked(pos, None)
         if act is None:  # the record at pos, one by one
             pol.wait -= 1
-            size = pol.inline(src, pos)
-            if size:
-                if out:
+            if inline is not None:
+                size = inline(src, pos)
+                if size:
+                    if out:
+                        yield from out
+                        out.clear()
+                    pos += size
+                    continue
+            c = check(buf, pos, end, profile, **opts)
+            act = decide(src, pos, c, -1)
+            if out:
+                if len(out) == 1:
+                    yield out.pop()
+                else:
                     yield from out
                     out.clear()
-                pos += size
-                continue
-            c = fr.check(src.buf, pos, src.end, src.profile, **pol.check_opts)
-            act = pol.decide(src, pos, c, -1)
-            if out:
-                yield from out
-                out.clear()
         assert c is not None
         kind = act.kind
         if kind == GO_:
@@ -380,6 +390,9 @@ def _take(src: Source, pol: Policy, run: Run) -> Generator[Any, None, tuple[int,
         yield from out
         out.clear()
     return i, act, c
+
+
+_CLASSIC_CHECK = Framing.check
 
 
 # ---------------------------------------------------------------------------------------

@@ -232,12 +232,11 @@ class Forensic(Policy):
         self.out.append((pos, c))
 
     def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
-        if c.is_blank:
+        if c.ok:
             self.hand_on(pos, c)
-            return STOP
-        if c.is_message or (c.rec is not None and c.reason == ck.CRC):
-            if c.reason == ck.CRC:  # keep the record, report crc_ok = false
-                c = src.framing.check(src.buf, pos, src.end, src.profile, check_crc=False, read_body=True)
+            return GO if c.size > 0 else STOP  # (a message; a BLANK ends the walk)
+        if c.rec is not None and c.reason == ck.CRC:  # keep the record, report crc_ok = false
+            c = src.framing.check(src.buf, pos, src.end, src.profile, check_crc=False, read_body=True)
             if c.is_message:
                 self.hand_on(pos, c)
                 return Act(GO_, c.size)
@@ -264,13 +263,14 @@ def records(
     salvage: bool = True,
     check_crc: bool = False,
     framing: Framing | None = None,
-) -> Generator[tuple[int, ck.Checked], None, Walked]:
+) -> Generator[Any, None, Walked]:
     """The forensic walk (:class:`Forensic`) of one file from ``start``: (position, outcome)
     for every record :func:`iter_store_records` reports there (messages, the BLANK, damaged
     spots), resyncing past damage when ``salvage``. Shared by :func:`iter_store_records`,
     the splits of ``recovery.splits``, seeks and lookups (one walk for dump and export)."""
-    src = Source(buf, end, file_base, profile, framing)
-    return (yield from walk(src, Forensic(salvage=salvage, check_crc=check_crc), start, end))
+    return walk(
+        Source(buf, end, file_base, profile, framing), Forensic(salvage=salvage, check_crc=check_crc), start, end
+    )
 
 
 Progress = Callable[[int], None]

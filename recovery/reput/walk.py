@@ -35,6 +35,7 @@ def _request_of(c: ck.Checked) -> DispatchRequest:
         c.keys,
         c.uniq_key,
         r.sys_flag,
+        c.tags,
     )
 
 
@@ -131,7 +132,7 @@ class _Region(Policy):
         if not k:
             return
         if self.fixes:
-            cols = _fixed(cols, self.fixes)
+            cols = _fixed(cols, self.fixes, self.w.profile.indexes_tags)
         if k < len(cols.topic):
             cols = cols.select(np.arange(len(cols.topic)) < k)
         consumed = int(run.E[:k].sum())  # (the entries' lengths: TOTALSIZEs in the classic framing)
@@ -218,10 +219,12 @@ class _Region(Policy):
         return self.read >= self.size
 
 
-def _fixed(cols: DispatchColumns, fixes: list[tuple[int, DispatchRequest]]) -> DispatchColumns:
-    """``cols`` with the rows ``check_record`` settled put in."""
+def _fixed(cols: DispatchColumns, fixes: list[tuple[int, DispatchRequest]], tagged: bool) -> DispatchColumns:
+    """``cols`` with the rows ``check_record`` settled put in (``tagged``: the release
+    indexes TAGS, 5.4.0+)."""
     keys = list(cols.keys)
     uniq = list(cols.uniq_key)
+    tags = list(cols.tag_values())
     topics = list(cols.topic)  # a plain list: the decoder's topic ids no longer hold
     for j, r in fixes:
         topics[j] = r.topic
@@ -233,11 +236,12 @@ def _fixed(cols: DispatchColumns, fixes: list[tuple[int, DispatchRequest]]) -> D
         cols.consume_queue_offset[j] = r.consume_queue_offset
         keys[j] = r.keys
         uniq[j] = r.uniq_key
+        tags[j] = r.tags
         cols.sys_flag[j] = r.sys_flag
     ik = cols.index_keys
     if ik is not None:
-        ik = add_index_keys(ik, [(j, r.uniq_key, r.keys) for j, r in fixes])
-    return cols._replace(topic=topics, keys=keys, uniq_key=uniq, index_keys=ik)
+        ik = add_index_keys(ik, [(j, r.uniq_key, r.keys, r.tags if tagged else None) for j, r in fixes])
+    return cols._replace(topic=topics, keys=keys, uniq_key=uniq, index_keys=ik, tags=tags)
 
 
 class _Walker:

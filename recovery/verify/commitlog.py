@@ -111,6 +111,8 @@ def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding
             code = FindingCode.FILE_SYMLINK
         elif iss.code == "UNWRITABLE_DIR":
             code = FindingCode.DIR_UNWRITABLE
+        elif iss.code == FindingCode.GEOMETRY_ASSUMED:
+            code = FindingCode.GEOMETRY_ASSUMED
         else:
             code = FindingCode.FILE_STRAY if sev == "error" else FindingCode.FILE_IGNORED
         phys = None

@@ -16,6 +16,7 @@ from ..batch import PropertyColumns
 from ..batch.header import HeaderColumns
 from ..batch.properties import crc32_digit_values, dropped_entries, record_starts, topic_key_hashes
 from ..findingcodes import FindingCode
+from ..indexbuild.builder import _keys_of
 from .records import _AR9, _CRC_TAG, _KNOWN_SYSFLAG_BITS, _MASK31, _SCHEDULE, MAIN, MAX_PER_PART, _Ctx, _Rec, _tx_flags
 from .utf8 import invalid_utf8_records
 
@@ -112,7 +113,8 @@ def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: 
             break
         pv.tags[i] = c.tags_code
         topic = out.topics[int(tids[i])]
-        extra_s.extend(topic + "#" + k for k in _index_keys(c.uniq_key, c.keys))
+        tags = c.tags if ctx.profile.indexes_tags else None
+        extra_s.extend(topic + "#" + k for k in _index_keys(c.uniq_key, c.keys, tags))
         extra_i.extend([i] * (len(extra_s) - len(extra_i)))
     if ctx.opts.want_keys and extra_i:
         pv.key_i = np.concatenate((pv.key_i, np.array(extra_i, dtype=np.int64)))
@@ -120,13 +122,11 @@ def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: 
     return stop_at
 
 
-def _index_keys(uniq: str | None, keys: str | None) -> list[str]:
-    """``IndexService.buildIndex``'s keys of a record: UNIQ_KEY, then the non-empty pieces
-    of KEYS split on a single space."""
-    out = [] if uniq is None else [uniq]
-    if keys:
-        out.extend(k for k in keys.split(" ") if k)
-    return out
+def _index_keys(uniq: str | None, keys: str | None, tags: str | None = None) -> list[str]:
+    """``IndexService.buildIndex``'s keys of a record (after ``topic#``): UNIQ_KEY, then the
+    non-empty pieces of KEYS split on a single space, then (``tags``: a release that
+    indexes them, 5.4.0+) ``T#`` and a non-empty TAGS."""
+    return _keys_of(keys, uniq, tags)
 
 
 _PROPS_BATCH = 8 << 20  # bytes of properties decoded per numpy pass

@@ -24,6 +24,10 @@ CODES: dict[FindingCode, tuple[str, str]] = {
         ERROR,
         "an entry in commitlog/ or in a queue directory that is not an offset-named file (a directory, or a name that is not a decimal offset): the broker fails to load the store",
     ),
+    FindingCode.GEOMETRY_ASSUMED: (
+        WARNING,
+        "the index files' size fits several geometries (maxHashSlotNum, maxIndexNum) and neither an option nor --broker-config gave one: the message names the one assumed; the index files' sizes are not judged by it",
+    ),
     FindingCode.FILE_IGNORED: (
         WARNING,
         "an entry the broker ignores: a queue directory whose name is not an int, a file where a topic directory belongs, a directory or non-numeric name in index/",
@@ -122,6 +126,18 @@ CODES: dict[FindingCode, tuple[str, str]] = {
     FindingCode.LAYOUT_ROCKSDB_CQ: (ERROR, "a 5.2+ RocksDB consume queue: the store is refused (exit 8)"),
     FindingCode.LAYOUT_CQ_EXT: (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
     FindingCode.LAYOUT_BATCH_CQ: (ERROR, "BatchConsumeQueue files (batchconsumequeue/): the store is refused (exit 8)"),
+    FindingCode.LAYOUT_COMPACTION: (
+        ERROR,
+        "a compaction topic's log (compaction/compactionLog, compaction/compactionCq): the store is refused (exit 8)",
+    ),
+    FindingCode.LAYOUT_NEWER_RELEASE: (
+        ERROR,
+        "--broker-version auto: a file, directory, topic field or attribute no supported release writes (a newer release wrote the store): the store is refused (exit 8); --broker-version of the newest supported release judges it as that one, at the operator's risk",
+    ),
+    FindingCode.VERSION_CONTRADICTION: (
+        ERROR,
+        "--broker-version auto: the store's evidence names no one release (files of a newer release, an index or config of an older one): the store is refused (exit 8) until --broker-version names the release",
+    ),
     FindingCode.UNSUPPORTED_SETTING: (
         ERROR,
         "a broker.conf setting whose effect on recovery rmqtool does not implement: the store is refused (exit 8)",

@@ -27,13 +27,14 @@ from click.core import ParameterSource
 from ..recovery.brokerconf import (
     ROADS,
     BrokerConf,
+    Refusal,
     Road,
     UnsupportedStoreError,
     all_refusals,
     read_broker_conf,
 )
 from ..recovery.findingcodes import FindingCode
-from ..recovery.versions import parse_version
+from ..recovery.versions import NEWEST, RELEASES, BrokerProfile, parse_version, supported_range, version_label
 
 F = Callable[..., Any]
 
@@ -159,6 +160,7 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                     and Path(os.path.abspath(cl_dir)) != Path(os.path.abspath(store)) / "commitlog"
                 ):
                     refusals.append(conf.commitlog_outside_store(cl_dir))
+                refusals = [*meta.get("version_refusals", []), *refusals]
                 meta["refusals"] = refusals
                 if refusals and kind != "verify":
                     r = refusals[0]
@@ -212,9 +214,53 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
         return None
     # (identify reads the store and pulls in the batch decoder: imported when a command
     # asks for auto, not at every start-up, about 50 ms)
-    from ..recovery.identify import infer_version, narrow_for_store
+    from ..recovery.identify import Inference, infer_version, narrow_for_store, newer_release_evidence
 
+    newer = newer_release_evidence(s.root)
+    if newer:
+        # the policy for a release rmqtool does not know yet (man rmqtool, BROKER VERSIONS)
+        newest = version_label(NEWEST)
+        more = f" (and {len(newer) - 1} more)" if len(newer) > 1 else ""
+        meta["version_refusals"] = [
+            Refusal(
+                FindingCode.LAYOUT_NEWER_RELEASE,
+                str(store),
+                f"{newer[0]}{more}: a RocketMQ release newer than rmqtool knows ({supported_range()}) wrote this "
+                f"store; to judge it as the newest one rmqtool knows, give --broker-version {newest} "
+                "(at your own risk: man rmqtool, BROKER VERSIONS)",
+            )
+        ]
+        if kind in ("destructive", "restore", "verify"):
+            return None
+        _note(f"--broker-version auto: {meta['version_refusals'][0].message}")
     inf = infer_version(s)
+    if not inf.candidates:
+        meta["version_refusals"] = [
+            Refusal(
+                FindingCode.VERSION_CONTRADICTION,
+                str(store),
+                f"--broker-version auto: the store's evidence contradicts itself ({inf.describe_evidence()}): "
+                "no one release wrote it as it is; give the release the broker runs with --broker-version",
+            )
+        ]
+        if kind in ("destructive", "restore", "verify"):
+            return None
+        _note(meta["version_refusals"][0].message)
+        inf = Inference(list(RELEASES), inf.evidence)
+    if inf.ambiguous and kind != "destructive":
+        # quirk Q8 read back from a full index file is evidence for every command: a
+        # read-only one then judges the index by the release that counted it so
+        from ..recovery.identify import index_counting_rule
+
+        counted = {BrokerProfile(v).hash_slot_count_every_put for v in inf.candidates}
+        rule = index_counting_rule(s) if len(counted) > 1 else None
+        if rule is not None:
+            every = rule[0] == "every_put"
+            inf = Inference(
+                [v for v in inf.candidates if BrokerProfile(v).hash_slot_count_every_put == every],
+                [*inf.evidence, rule[1]],
+                inf.moot,
+            )
     if inf.ambiguous and kind == "destructive":
         # what this command would do with each candidate: releases that recover this store
         # identically (the quirks between them cannot act on it) are no longer told apart

@@ -145,7 +145,7 @@ def broker_version_option(f: F) -> F:
         show_default=True,
         metavar="VERSION",
         envvar="RMQTOOL_BROKER_VERSION",
-        help="RocketMQ release whose behaviour to emulate (a release from 4.6.0 to 5.3.3, e.g. 4.9.4, 5.1.4, 5.3.3), "
+        help="RocketMQ release whose behaviour to emulate (a release from 4.6.0 to 5.5.1, e.g. 4.9.4, 5.3.3, 5.5.1), "
         "or auto: inferred from what the store shows (destructive commands refuse when that leaves releases "
         "whose recovery differs). Environment: RMQTOOL_BROKER_VERSION.",
     )(f)
