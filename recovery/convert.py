@@ -282,7 +282,7 @@ def _rewrite(raw: bytearray, rec: cl.MessageRecord, new_phy: int, moved: dict[in
     record; ``__CRC32#`` computed again when the record has one."""
     struct.pack_into(">q", raw, _PHYS_AT, new_phy)
     flags = rec.sys_flag & (cl.BORNHOST_V6_FLAG | cl.STOREHOSTADDRESS_V6_FLAG)
-    ptx_at = cl.HEADER_OFFSETS[flags]["prepared_transaction_offset"]
+    ptx_at = cl.HEADER_OFFSETS[flags >> 4]["prepared_transaction_offset"]
     if rec.prepared_transaction_offset in moved:
         struct.pack_into(">q", raw, ptx_at, moved[rec.prepared_transaction_offset])
     marker = (CRC32 + "\x01").encode()

@@ -34,7 +34,7 @@ from .walks import iter_store_records
 Record = dict[str, Any]
 
 # statuses that are not damage
-CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK"})
+CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK", "PADDING"})  # (PADDING: a DLedger end-of-file padding)
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,7 @@ def dledger_findings(store: Store, profile: BrokerProfile, recs: Records) -> lis
             )
         )
     out += _uncommitted(store, lr)
+    out += _units_against_entries(store, lr)
     out += _header_fields(store, lr)
     return out + _small_file_findings(store, lr)
 
@@ -206,6 +207,65 @@ def _uncommitted(store: Store, lr: LedgerRecovery) -> list[Finding]:
             first_index=first,
             last_index=lr.last_index,
             committed_index=n,
+        )
+    ]
+
+
+def _units_against_entries(store: Store, lr: LedgerRecovery) -> list[Finding]:
+    """Every entry the ledger keeps against its index unit (magic, pos, size, index, term;
+    DLedgerEntryCoder.encodeIndex), also in the data files before the recovery's start file,
+    which DLedger's recovery never compares: there a wrong unit stays, and
+    DLedgerMmapFileStore.get of that index (replication, a follower catching up) fails."""
+    from ..dledger.ledger import IndexList
+
+    start = store.dledger_data[lr.start_file].base if store.dledger_data else 0
+    index = IndexList(store.dledger_index)
+    bad: list[int] = []
+    count = 0
+    try:
+        for f in store.dledger_data:
+            if f.base >= lr.process_offset:
+                break
+            with MappedFile(f.path) as mf:
+                if not mf.size:
+                    continue
+                end = min(mf.size, lr.process_offset - f.base)
+                starts = _entry_starts(mf.buf, end)
+                if not len(starts):
+                    continue
+                i4 = np.ndarray((max(mf.size - 3, 0),), dtype=">i4", buffer=mf.buf, strides=(1,))
+                i8 = np.ndarray((max(mf.size - 7, 0),), dtype=">i8", buffer=mf.buf, strides=(1,))
+                idx = i8[starts + 8].astype(np.int64)
+                units, present = index.units(idx)
+                ok = (
+                    present
+                    & (units["magic"] == i4[starts])
+                    & (units["pos"] == starts + f.base)
+                    & (units["size"] == i4[starts + 4])
+                    & (units["index"] == idx)
+                    & (units["term"] == i8[starts + 16])
+                )
+                wrong = idx[~ok]
+                # (the recovery's own range is its finding above: it rewrites from the first)
+                if f.base < start or lr.index_rewrite_from is None:
+                    count += len(wrong)
+                    bad += [int(x) for x in wrong[: max(0, 5 - len(bad))]]
+                del i4, i8
+    finally:
+        index.close()
+    if not count:
+        return []
+    return [
+        finding(
+            FindingCode.DL_INDEX_MISMATCH,
+            _rel(store, store.dledger.index_dir) if store.dledger is not None else None,
+            None,
+            None,
+            f"{count} index unit(s) disagree with their entries (or are missing), first at entry "
+            f"{', '.join(map(str, bad))}; DLedger's recovery compares the units from its start file only "
+            "and leaves these: reading those entries by index (DLedgerMmapFileStore.get) fails",
+            entry_indexes=bad,
+            count=count,
         )
     ]
 
