@@ -10,8 +10,9 @@ hook), an end-of-file padding where the next entry and a padding's header would 
 offset, the index units in a sparse 160 MiB index file, ``checkpoint`` and ``currterm``.
 ``classic_files`` keeps that many of the classic files in commitlog/ (a mixed store: the
 DLedger data start at the divided offset, the end of the last kept file). config/ and the
-store's checkpoint are copied; consumequeue/ and index/ are not (rebuild-index, recover and
-convert build them). Returns where every message went."""
+store's checkpoint are copied; consumequeue/ is with ``queues`` (each unit's
+physical offset moved where its message went, units of lost messages as they were), index/
+never (rebuild-index, recover and convert build them). Returns where every message went."""
 
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ def dledger_twin(
     term: int = 0,
     committed: int | None = -1,
     self_id: str = "n0",
+    queues: bool = False,
 ) -> DlTwin:
     """The DLedger twin of the classic store ``src`` at ``dst`` (see the module docstring).
     ``committed``: the checkpoint's committedIndex (-1: the last entry; None: no such key)."""
@@ -121,7 +123,27 @@ def dledger_twin(
         for i, p, n in twin.entries:
             f.seek(i * dl.INDEX_UNIT_SIZE)
             f.write(dl.build_index_unit(p, n, i, term))
+    if queues and (src / "consumequeue").is_dir():
+        _moved_queues(src / "consumequeue", dst / "consumequeue", dict(twin.moved))
     last = index - 1
     write_checkpoint(member, last, last if committed == -1 else committed)
     (member / dl.TERM_FILE).write_text(f"{dl.VOTE_KEY}={self_id}\n{dl.TERM_KEY}={term}\n")
     return twin
+
+
+def _moved_queues(src: Path, dst: Path, moved: dict[int, int]) -> None:
+    """The consume queue files of ``src`` with every unit's physical offset moved."""
+    for p in sorted(src.rglob("*")):
+        rel = p.relative_to(src)
+        if p.is_dir():
+            (dst / rel).mkdir(parents=True, exist_ok=True)
+            continue
+        if not p.is_file() or p.is_symlink():
+            continue
+        buf = bytearray(p.read_bytes())
+        for k in range(0, len(buf) - len(buf) % 20, 20):
+            off = struct.unpack_from(">q", buf, k)[0]
+            if off in moved:
+                struct.pack_into(">q", buf, k, moved[off])
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dst / rel).write_bytes(bytes(buf))

@@ -437,3 +437,28 @@ def test_convert_of_messages_with_ipv6_hosts(tmp_path: Path, capsys: pytest.Capt
     assert code == 0, err
     for p in sorted((classic / "commitlog").iterdir()):
         assert (out / "commitlog" / p.name).read_bytes() == p.read_bytes(), p.name
+
+
+def test_recover_after_a_crash_reads_a_first_message_with_an_ipv6_born_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression (the soak, seeds 37019, 37026, 37033): 5.2.0+'s recovery after a crash
+    (dledgerRecoverAbnormally) reads each data file's first message's store timestamp; one
+    with an IPv6 born host made recover and verify fail (an internal error: the host
+    layout's offsets looked up by the SYSFLAG bit instead of their index)."""
+    from rmqtool.recovery.shapes import SHAPES, write_shape_store
+
+    shape = SHAPES["gen_commitlog"]
+    classic = tmp_path / "classic"
+    write_shape_store(classic, shape, 300, file_size=32 << 10, cq=False)
+    root = tmp_path / "dl"
+    t = dledger_twin(classic, root, shape.profile)
+    firsts = []
+    for f in sorted((t.member / "data").iterdir()):
+        sys_flag = struct.unpack_from(">i", f.read_bytes(), 48 + 36)[0]
+        firsts.append(sys_flag & 0x10)
+    assert any(firsts), "no data file opens with an IPv6 born host: the test needs one"
+    (root / "abort").write_bytes(b"")
+    code, out, err = cli(capsys, "recover", root, "--dry-run", "--broker-version", "5.3.3", "-q")
+    assert code in (0, 4), err
+    assert "internal error" not in err

@@ -188,7 +188,7 @@ def _matched(f: StoreFile, threshold: int) -> bool:
     only), stored at a time other than 0 and at or before ``threshold``."""
     at = dl.BODY_OFFSET
     with open(f.path, "rb") as fh:
-        head = fh.read(at + cl.HEADER_OFFSETS[0x10]["store_timestamp"] + 8)
+        head = fh.read(at + cl.HEADER_OFFSETS[1]["store_timestamp"] + 8)  # (the IPv6 born host layout: the farthest)
     magic_at, flag_at = cl.HEADER_OFFSETS[0]["magic"], cl.HEADER_OFFSETS[0]["sys_flag"]
     if (
         len(head) < at + flag_at + 4
@@ -196,7 +196,9 @@ def _matched(f: StoreFile, threshold: int) -> bool:
     ):
         return False
     sys_flag = int.from_bytes(head[at + flag_at : at + flag_at + 4], "big", signed=True)
-    ts_at = cl.HEADER_OFFSETS[sys_flag & cl.BORNHOST_V6_FLAG]["store_timestamp"]
+    ts_at = cl.HEADER_OFFSETS[1 if sys_flag & cl.BORNHOST_V6_FLAG else 0][
+        "store_timestamp"
+    ]  # (only the born host moves it)
     if len(head) < at + ts_at + 8:
         return False
     ts = int.from_bytes(head[at + ts_at : at + ts_at + 8], "big", signed=True)

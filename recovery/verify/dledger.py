@@ -53,15 +53,16 @@ def dledger_outlook(
     }
     cut = int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, po) :] & DAMAGED) == 0)) if len(recs) else 0
     istop = max((i for i, f in enumerate(data) if f.base <= po), default=0)
+    first = data[lr.start_file] if data else None
     for key in ("normal", "abnormal"):
         out[key] = {
-            "start_file": _rel(store, data[lr.start_file].path),
-            "start_offset": data[lr.start_file].base,
+            "start_file": _rel(store, first.path) if first is not None else None,
+            "start_offset": first.base if first is not None else po,
             "rule": "DLedger: the third-last data file back to the first, the first whose first entry passes "
             "DLedgerMmapFileStore.recover's pre-check",
             "stop_offset": po,
-            "stop_file": _rel(store, data[istop].path),
-            "bytes_scanned": po - data[lr.start_file].base,
+            "stop_file": _rel(store, data[istop].path) if data else None,
+            "bytes_scanned": po - first.base if first is not None else 0,
             "records_cut": cut,
             "files_deleted": [_rel(store, f.path) for f in lr.data_removed],
         }

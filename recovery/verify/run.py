@@ -83,7 +83,9 @@ def verify_store(
         hints=queue_hint_runs(store),
     )
     queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
-    dledger = store.dledger is not None and bool(store.dledger_data)
+    # (a member without data files: DLedger's recovery of nothing, unless classic files lie
+    # before it: DLedgerCommitLog then recovers those as a classic store, normally)
+    dledger = store.dledger is not None and (bool(store.dledger_data) or not store.commitlog)
     if dledger:
         outlook = dledger_outlook(store, profile, scans, recs, max_phy_cq)
         outlook["load_blockers"] = blockers + outlook["load_blockers"]
