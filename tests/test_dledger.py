@@ -462,3 +462,60 @@ def test_recover_after_a_crash_reads_a_first_message_with_an_ipv6_born_host(
     code, out, err = cli(capsys, "recover", root, "--dry-run", "--broker-version", "5.3.3", "-q")
     assert code in (0, 4), err
     assert "internal error" not in err
+
+
+def test_recover_cuts_where_the_ledger_ends_and_restore_gives_every_byte_back(
+    twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An entry whose header says another index: DLedger's recovery ends the ledger before
+    it (the data after it zero-filled, later data files and index units removed); recover
+    does that with every byte it cuts backed up (data/, index/, checkpoint), and restore
+    puts the store back byte for byte (the index file stays sparse)."""
+    root, t = twin
+    _i, pos, _n = t.entries[-10]  # (in the last data file: an earlier cut makes the broker exit)
+    base = pos - pos % t.file_size
+    with open(t.member / "data" / f"{base:020d}", "r+b") as f:
+        f.seek(pos - base + 8)  # the entry's index
+        f.write(struct.pack(">q", 999999))
+    before = sparse_digest(root)
+    bk = tmp_path / "bk"
+    code, out, err = cli(capsys, "recover", "--yes", root, "--backup-dir", bk, "-q")
+    assert code in (1, 5), err
+    code, out, err = cli(capsys, "dump", "dledger", root, "--format", "jsonl")
+    entries = [r for r in jsonl(out) if r["type"] == "entry"]
+    assert [e["index"] for e in entries] == list(range(len(t.entries) - 10))
+    idx = t.member / "index" / f"{0:020d}"
+    assert idx.stat().st_blocks * 512 < 1 << 20  # (sparse)
+    code, out, err = cli(capsys, "restore", "--yes", bk, root, "--backup-dir", tmp_path / "bk2")
+    assert code == 1, err
+    after = sparse_digest(root)
+    assert {k: v for k, v in after.items() if k.startswith("dledger-n0")} == {
+        k: v for k, v in before.items() if k.startswith("dledger-n0")
+    }
+    assert idx.stat().st_blocks * 512 < 1 << 20
+
+
+def test_an_entry_failing_dledgers_check_mid_run_ends_the_walk(twin: tuple[Path, DlTwin]) -> None:
+    """Regression (the damaged-store fuzz, seeds 5028 and 5334): an entry whose header fails
+    DLedger's check after entries that pass (its pos field changed) made DLedger's recovery
+    walk chain the same run again and again: verify, recover, rebuild-index and offsets hung.
+    Now the walk ends the ledger before that entry."""
+    import subprocess
+
+    root, t = twin
+    _i, pos, _n = t.entries[-30]
+    base = pos - pos % t.file_size
+    with open(t.member / "data" / f"{base:020d}", "r+b") as f:
+        f.seek(pos - base + dl.POS_OFFSET + 6)
+        f.write(b"\x00")
+    rmqtool = Path(sys.executable).parent / "rmqtool"
+    p = subprocess.run(
+        [str(rmqtool), "verify", str(root), "-q", "--format", "json", "--broker-version", "4.9.4"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    report = json.loads(p.stdout)
+    d = report["summary"]["recovery"]["dledger"]
+    assert d["end_index"] == len(t.entries) - 31 and d["end_offset"] == pos, d
+    assert "DL_LEDGER_CUT" in {f["code"] for f in report["findings"]}

@@ -259,7 +259,9 @@ class LedgerWalk(Policy):
             self.s.last_pos = src.base + int(S[t - 1])
         if t < n:
             self.stop_why = _why(src, int(S[t]), self.s)
-        return i + t, False
+        # (an entry that fails is handed to decide, which stops the walk: a run that takes
+        # none of its entries and is not unsure would be chained again from the same place)
+        return i + t, t < n
 
     def decide(self, src: Source, pos: int, c: Any, j: int) -> Act:
         self.stop_why = _why(src, pos, self.s)
