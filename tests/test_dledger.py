@@ -519,3 +519,22 @@ def test_an_entry_failing_dledgers_check_mid_run_ends_the_walk(twin: tuple[Path,
     d = report["summary"]["recovery"]["dledger"]
     assert d["end_index"] == len(t.entries) - 31 and d["end_offset"] == pos, d
     assert "DL_LEDGER_CUT" in {f["code"] for f in report["findings"]}
+
+
+def test_info_names_the_data_files_and_the_ledger(
+    twin: tuple[Path, DlTwin], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """info on a DLedger store: the data files under their own paths with their first
+    message's store time (48 bytes in), the member's state, an outlook of DLedger's own
+    recovery (it spoke of commitlog/ files and the classic normal recovery)."""
+    root, t = twin
+    code, out, err = cli(capsys, "info", root, "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    files = doc["commitlog"]["files"]
+    assert [f["file"] for f in files] == [f"dledger-n0/data/{p.name}" for p in sorted((t.member / "data").iterdir())]
+    assert all(f["first_store_timestamp"] for f in files)
+    assert doc["dledger"]["end_index"] == t.last_index and doc["dledger"]["member"] == "dledger-n0"
+    assert "DLedger's own recovery" in doc["outlook"]["verdict"]
+    code, out, err = cli(capsys, "info", real_store("clean"), "--format", "json")
+    assert json.loads(out)["dledger"] is None
