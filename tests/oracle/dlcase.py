@@ -401,6 +401,13 @@ def recover_dl(
         (e["offset"] + e["size"] for e in entries if e.get("type") == "entry" and e.get("status") == "OK"),
         default=None,
     )
+    if mine_end is None:  # (no entry: the ledger ends where its data begin, the divided offset)
+        rc3, out3, _err = dc.rmq(
+            ["dump", "dledger", "--state", str(rec), "--format", "jsonl", "--broker-version", dc.rmq_version(version)]
+            + dc.geometry_args(config)
+        )
+        states = [json.loads(x) for x in out3.splitlines() if x.startswith("{")]
+        mine_end = states[0].get("entries_end") if states else None
     if end and mine_end != end:
         bad.append(f"recover: the ledger's last entry ends at {mine_end}, the broker's DLedger store at {end}")
     ours = dc.dump_queues(rec, config)
@@ -560,6 +567,10 @@ def convert_dl(
             )
             for e in (aq.get(key) or {}).get("entries", [])
         ]
+        if damaged and set(te) <= set(ae):
+            # (a store that lost queue units, or whose messages were damaged after their
+            # dispatch: the converted store's queues are dispatched from the ledger whole)
+            continue
         if te != ae:
             bad.append(
                 f"convert: queue {key}: {len(te)} units before, {len(ae)} after; first difference {next((x for x in zip(te, ae) if x[0] != x[1]), None)}"
