@@ -221,7 +221,7 @@ def _units_against_entries(store: Store, lr: LedgerRecovery) -> list[Finding]:
 
     start = store.dledger_data[lr.start_file].base if store.dledger_data else 0
     index = IndexList(store.dledger_index)
-    bad: list[int] = []
+    firsts: list[np.ndarray] = []
     count = 0
     try:
         for f in store.dledger_data:
@@ -250,12 +250,13 @@ def _units_against_entries(store: Store, lr: LedgerRecovery) -> list[Finding]:
                 # (the recovery's own range is its finding above: it rewrites from the first)
                 if f.base < start or lr.index_rewrite_from is None:
                     count += len(wrong)
-                    bad += [int(x) for x in wrong[: max(0, 5 - len(bad))]]
+                    firsts.append(wrong[:5])
                 del i4, i8
     finally:
         index.close()
     if not count:
         return []
+    bad = [int(x) for w in firsts for x in w][:5]
     return [
         finding(
             FindingCode.DL_INDEX_MISMATCH,
