@@ -538,3 +538,43 @@ def test_info_names_the_data_files_and_the_ledger(
     assert "DLedger's own recovery" in doc["outlook"]["verdict"]
     code, out, err = cli(capsys, "info", real_store("clean"), "--format", "json")
     assert json.loads(out)["dledger"] is None
+
+
+def test_verify_of_a_member_without_entries_is_dledgers_outlook(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broker killed before its first entry leaves dledger-n0/ with currterm and an empty
+    data/: the outlook is DLedger's (the ledger ends at 0, no entry, committed index -1, as
+    the broker loads it); it had no stop offset and no dledger section (the soak, seed 37009)."""
+    root = tmp_path / "dl"
+    (root / "dledger-n0" / "data").mkdir(parents=True)
+    (root / "dledger-n0" / "currterm").write_text("voteLeader=n0\ncurrTerm=0\n")
+    (root / "abort").write_bytes(b"")
+    code, out, err = cli(capsys, "verify", root, "--format", "json", "-q")
+    rec = json.loads(out)["summary"]["recovery"]
+    assert rec[rec["mode"]]["stop_offset"] == 0
+    d = rec["dledger"]
+    assert (d["end_index"], d["committed_index"], d["begin_index"], d["committed_pos"]) == (-1, -1, -1, -1)
+
+
+def test_offsets_reads_the_queues_of_a_dledger_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """offsets on a DLedger store: the consumer offsets against its queues (the units at the
+    entries' message offsets), the same lags as on the classic store it was made from."""
+    src = tmp_path / "classic"
+    shutil.copytree(real_store("clean"), src)
+    (src / "config" / "consumerOffset.json").write_text(
+        json.dumps({"offsetTable": {"TopicA@g1": {"0": 5, "1": 63, "2": 70}, "TopicB@g2": {"0": 0}}})
+    )
+    root = tmp_path / "dl"
+    dledger_twin(src, root, PROFILE, queues=True)
+    code, out, err = cli(capsys, "offsets", src, "--format", "json")
+    want = json.loads(out)
+    code, out, err = cli(capsys, "offsets", root, "--format", "json")
+    assert code in (0, 4), err
+    got = json.loads(out)
+    key = lambda r: (r.get("group"), r.get("topic"), r.get("queue_id"))  # noqa: E731
+    pick = ("group", "topic", "queue_id", "committed", "min_offset", "max_offset", "lag")
+    rows = lambda doc: sorted(  # noqa: E731
+        ({k: r.get(k) for k in pick} for r in doc.get("offsets") or doc.get("rows") or []), key=key
+    )
+    assert rows(got) == rows(want) and rows(want)
