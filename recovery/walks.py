@@ -17,16 +17,18 @@ from .batch.plain import PlainOne, crc_failures, plain_records, searchable
 from .framing import Framing
 from .store import Store, StoreFile
 from .versions import BrokerProfile
-from .walk import GO, GO_, STOP, Act, Policy, Run, Source, Walked, finish, resync_from, store_framing, walk
+from .walk import GO, GO_, SKIP, STOP, Act, Policy, Run, Source, Walked, finish, resync_from, store_framing, walk
 
 __all__ = [
     "BrokerWalk",
+    "CountMessages",
     "FastWalk",
     "Forensic",
     "WalkOptions",
     "WalkStep",
     "broker_steps",
     "broker_walk",
+    "count_messages",
     "iter_store_records",
     "records",
     "walk_options",
@@ -301,3 +303,45 @@ def iter_store_records(
             del buf
         if progress:
             progress(f.size)
+
+
+# ---------------------------------------------------------------------------------------
+# The messages between two offsets (info --deep's undispatched)
+
+
+class CountMessages(Policy):
+    """The messages of a file counted record by record as the broker reads them (no CRC):
+    a readable record that is no message is passed by its TOTALSIZE; the walk of the file
+    ends where no record can be read (its BLANK, damage, the end of its data)."""
+
+    batched = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.check_opts = {"check_crc": False, "read_body": True}
+        self.count = 0
+
+    def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
+        if c.rec is None or c.rec.total_size <= 0:
+            return STOP
+        if c.is_message:
+            self.count += 1
+            return GO
+        return SKIP
+
+
+def count_messages(store: Store, profile: BrokerProfile, lo: int, hi: int) -> int:
+    """The messages of the records starting from commitlog offset ``lo`` up to ``hi``, file
+    by file (:class:`CountMessages`; the store's framing)."""
+    pol = CountMessages()
+    framing = store_framing(store)
+    for f in store.commitlog:
+        if f.size == 0 or f.base + f.size <= lo or f.base >= hi:
+            continue
+        with store.map(f) as mf:
+            start, stop = max(lo - f.base, 0), min(mf.size, hi - f.base)
+            if start < stop:
+                src = Source(mf.buf, mf.size, f.base, profile, framing)
+                finish(walk(src, pol, start, stop))
+                src.release()
+    return pol.count

@@ -9,13 +9,13 @@ start overwritten (a gap, resync on the framing's own magic)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import wrapframing as wf
+from conftest import jsonl_records, jsonl_summary
 
 from rmqtool.cli import run
 from rmqtool.formats import commitlog as cl
@@ -242,11 +242,9 @@ def _dump(root: Path, twin: Any, wrapped: bool, capsys: pytest.CaptureFixture[st
     code = run(["dump", "commitlog", str(root), "--format", "jsonl", "--broker-version", "4.9.4"])
     assert code in (0, 4)
     F = twin.F2 if wrapped else twin.F
-    out = []
-    for line in capsys.readouterr().out.split("\n"):
-        if not line:
-            continue
-        r = json.loads(line)
+    text = capsys.readouterr().out
+    out: list[dict[str, Any]] = [jsonl_summary(text)]  # (the summary record: counts, verdict)
+    for r in jsonl_records(text, code):
         k = int(r.pop("file")) // F
         r.pop("msg_id", None)  # (the msg id holds the offset)
         r.pop("born_time", None)

@@ -102,16 +102,24 @@ def backup_bytes_needed(steps: list[_Step], store: Path | None = None) -> int:
     for s in steps:
         if s.action in ("replace", "remove"):
             size = s.orig_size or 0
-            if store is not None:
-                try:
-                    size = min(size, os.lstat(store / s.path).st_blocks * 512)
-                except OSError:
-                    pass
-            total += size
         elif s.action == "truncate_tail":
-            total += s.length or 0
+            size = s.length or 0
         elif s.action == "write_at":
-            total += (s.orig_size or 0) - (s.offset or 0)
+            size = (s.orig_size or 0) - (s.offset or 0)
+        else:
+            continue
+        if store is not None:
+            try:
+                if s.action in ("replace", "remove"):
+                    size = min(size, os.lstat(store / s.path).st_blocks * 512)
+                elif s.orig_size is not None:
+                    # a cut piece is copied up to the file's zero tail, which stays a hole
+                    # (a 64 GiB sparse tail cut off a commitlog file takes nothing)
+                    orig = s.orig_size or 0
+                    size = min(size, max(0, orig - _trailing_zeros(store / s.path, orig) - (s.offset or 0)))
+            except OSError:
+                pass
+        total += size
     return total
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,9 +123,11 @@ def finish_pending(root: Path) -> bool:
 
 def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
     """What a destructive command's dry run says and refuses before planning, as its real
-    run would: a pending interrupted transaction (warned: the real run finishes or undoes
-    it first) and a backup directory the real run refuses (BackupDirError, status 8)."""
-    from ..recovery.safety import check_backup_dir, pending_journals  # (start-up: see check_lock)
+    run would: a pending interrupted transaction or an interrupted repair's work directory
+    (warned: the real run finishes, undoes or removes it first) and a backup directory the
+    real run refuses (BackupDirError, status 8)."""
+    from ..recovery.safety import check_backup_dir, find_workdirs, pending_journals  # (start-up: see check_lock)
+    from ..recovery.workdirs import in_use
 
     for j in pending_journals(root):
         click.echo(
@@ -134,6 +135,12 @@ def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
             "a real run finishes or undoes it first",
             err=True,
         )
+    for wd in find_workdirs(root):
+        if not in_use(wd):
+            click.echo(
+                f"rmqtool: warning: {wd}: the work directory of an interrupted rmqtool repair; a real run removes it first",
+                err=True,
+            )
     if backup_dir is not None:
         check_backup_dir(root, backup_dir)
 
@@ -171,34 +178,10 @@ def broker_meta() -> dict[str, Any]:
     return ctx.meta.setdefault("rmqtool.broker", {}) if ctx is not None else {}
 
 
-def format_option(choices: tuple[str, ...] = ("table", "jsonl", "json", "text")) -> Callable[[F], F]:
-    def deco(f: F) -> F:
-        return click.option(
-            "--format",
-            "fmt",
-            type=click.Choice(choices),
-            default=None,
-            help=f"Output format (default: {choices[0]} on a terminal, "
-            f"{'jsonl' if 'jsonl' in choices else choices[-1]} when piped).",
-        )(f)
-
-    return deco
-
-
-def resolve_format(fmt: str | None, choices: tuple[str, ...] = ("table", "jsonl", "json", "text")) -> str:
-    if fmt:
-        return fmt
-    if sys.stdout.isatty():
-        return choices[0]
-    return "jsonl" if "jsonl" in choices else choices[-1]
-
-
 __all__ = [
     "store_argument",
     "open_store",
     "broker_version_option",
     "make_profile",
-    "format_option",
-    "resolve_format",
     "StoreLayoutError",
 ]

@@ -17,9 +17,9 @@ from ..cmdopts import store_command_options
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..options import check_lock, make_profile, open_store
-from ..output import SCHEMA_VERSION, output_file_options
+from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns
 from ..progress import progress_bar, progress_option
-from ..render import dumps
+from ..render import emit, summary_record
 
 
 @click.command("convert", context_settings={"help_option_names": ["-h", "--help"]})
@@ -49,14 +49,7 @@ from ..render import dumps
 @click.option(
     "--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed."
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(("text", "json")),
-    default="text",
-    show_default=True,
-    help="text for people, or one JSON document (schema_version, plan, result) at the end.",
-)
+@format_options(aliases={"text": "table"}, columns="the entries left out (index, entry_offset, topic, ...)")
 def command(
     broker_version: str,
     target: str,
@@ -65,7 +58,8 @@ def command(
     include_uncommitted: bool,
     mapping: Path | None,
     quiet: bool,
-    fmt: str = "text",
+    fmt: str = "table",
+    columns: tuple[str, ...] | None = None,
     **store_opts: Any,
 ) -> int:
     """Write a classic store OUT holding every committed message of the DLedger (or mixed)
@@ -80,29 +74,80 @@ def command(
     # (a store or target convert refuses: recovery.convert.ConvertError, one line, exit 8)
     plan = plan_convert(store, profile, out, include_uncommitted=include_uncommitted, mapping=mapping)
     with closed_stdout_ignored():
-        if fmt == "text":
+        if fmt == "table":
             _print_plan(plan, dry_run)
-    if dry_run:
-        if fmt == "json":
-            click.echo(
-                dumps({"schema_version": SCHEMA_VERSION, "dry_run": True, "plan": plan.to_dict(), "result": None})
-            )
-        return Exit.OK
-    total = plan.bytes + sum(f.size for f in store.commitlog if f.base < plan.divided_offset)
-    with progress_bar(total, "convert", quiet) as tick:
-        result = convert(store, profile, plan, progress=tick)
+    result = None
+    if not dry_run:
+        total = plan.bytes + sum(f.size for f in store.commitlog if f.base < plan.divided_offset)
+        with progress_bar(total, "convert", quiet) as tick:
+            result = convert(store, profile, plan, progress=tick)
     with closed_stdout_ignored():
-        if fmt == "json":
-            click.echo(
-                dumps({"schema_version": SCHEMA_VERSION, "dry_run": False, "plan": plan.to_dict(), "result": result})
-            )
+        if fmt == "table":
+            if result is not None:
+                click.echo(
+                    f"done: {result['messages']} messages in {result['commitlog_files']} new commitlog files, "
+                    f"{result['consume_queue_files']} consume queue files, {result['index_files']} index files: "
+                    f"{plan.out}"
+                )
+                click.echo(f"mapping: {plan.mapping}")
         else:
-            click.echo(
-                f"done: {result['messages']} messages in {result['commitlog_files']} new commitlog files, "
-                f"{result['consume_queue_files']} consume queue files, {result['index_files']} index files: {plan.out}"
-            )
-            click.echo(f"mapping: {plan.mapping}")
+            _machine(plan, result, dry_run, fmt, columns)
     return Exit.OK
+
+
+LEFT_OUT_COLUMNS = [
+    ("index", "INDEX"),
+    ("entry_offset", "ENTRY OFFSET"),
+    ("message_offset", "MESSAGE OFFSET"),
+    ("topic", "TOPIC"),
+    ("queue_id", "QUEUE"),
+    ("queue_offset", "QUEUE OFFSET"),
+]
+
+
+def _machine(plan: Any, result: dict[str, Any] | None, dry_run: bool, fmt: str, columns: Any) -> None:
+    """The machine formats of the one output rule: json, the document (plan, result);
+    jsonl and csv, the entries left out (past committedIndex), then the summary."""
+    if dry_run:
+        verdict = f"dry run: {plan.messages} messages would be converted to {plan.out}; nothing was written"
+    else:
+        assert result is not None
+        verdict = f"converted: {result['messages']} messages to {plan.out}; mapping {plan.mapping}"
+    records = [
+        {
+            "type": "left_out",
+            "index": x.index,
+            "entry_offset": x.entry_offset,
+            "message_offset": x.message_offset,
+            "topic": x.topic,
+            "queue_id": x.queue_id,
+            "queue_offset": x.queue_offset,
+        }
+        for x in plan.left_out
+    ]
+    emit(
+        fmt,
+        records=records,
+        columns=pick_columns(columns, LEFT_OUT_COLUMNS, LEFT_OUT_COLUMNS + [("type", "TYPE")]),
+        kind="left_out",
+        summary=lambda: summary_record(
+            "convert",
+            verdict,
+            int(Exit.OK),
+            dry_run=dry_run,
+            out=plan.out,
+            mapping=plan.mapping,
+            messages=plan.messages if result is None else result["messages"],
+            left_out=len(plan.left_out),
+        ),
+        table=lambda: None,
+        document=lambda: {
+            "schema_version": SCHEMA_VERSION,
+            "dry_run": dry_run,
+            "plan": plan.to_dict(),
+            "result": result,
+        },
+    )
 
 
 def _print_plan(plan: Any, dry_run: bool) -> None:
