@@ -600,3 +600,21 @@ def test_export_rows_of_a_dledger_store_equal_its_dump(
         (r["physical_offset"], r["type"], r["status"]) for r in dumped
     )
     assert sorted(r["physical_offset"] for r in rows if r["type"] == "message") == [new for _old, new in t.moved]
+
+
+def test_an_intact_entry_header_keeps_its_damaged_message_in_the_ledger(
+    twin: tuple[Path, DlTwin], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DLedger's recovery reads the entries' headers only: the last entry's message zeroed
+    behind its intact header stays in the ledger (the broker's DLedger store ends after it;
+    the oracle, tests/oracle/test_dledger_oracle.py 4.9.8 seed 24). rmqtool ended the
+    ledger before it."""
+    root, t = twin
+    _i, pos, size = t.entries[-1]
+    base = pos - pos % t.file_size
+    with open(t.member / "data" / f"{base:020d}", "r+b") as f:
+        f.seek(pos - base + dl.BODY_OFFSET + 2)
+        f.write(bytes(size - dl.BODY_OFFSET - 2))
+    code, out, err = cli(capsys, "verify", root, "--format", "json", "-q")
+    d = json.loads(out)["summary"]["recovery"]["dledger"]
+    assert d["end_index"] == t.last_index and d["end_offset"] == pos + size, d

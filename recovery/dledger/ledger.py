@@ -46,7 +46,7 @@ import numpy as np
 
 from ...formats import dledger as dl
 from ..store import StoreFile
-from ..walk import STOP, Act, Policy, Run, Source, finish, walk
+from ..walk import GO_, STOP, Act, Policy, Run, Source, finish, walk
 from . import framing as fr_mod
 from .layout import Member, read_checkpoint
 
@@ -209,8 +209,14 @@ class LedgerWalk(Policy):
         self.padding = False
 
     def take(self, src: Source, run: Run, i: int, k: int) -> tuple[int, bool]:
-        S = run.S[i:k]
-        E = run.E[i:k]
+        t = self._accept(src, run.S[i:k], run.E[i:k])
+        # (an entry that fails is handed to decide, which stops the walk: a run that takes
+        # none of its entries and is not unsure would be chained again from the same place)
+        return i + t, t < k - i
+
+    def _accept(self, src: Source, S: np.ndarray, E: np.ndarray) -> int:
+        """How many leading entries (at ``S``, of sizes ``E``) DLedger's walk takes; the
+        state moves past them (their units compared, and rewritten from a mismatch on)."""
         v = src.views
         n = len(S)
         fits = S + dl.BODY_OFFSET <= v.n
@@ -259,11 +265,20 @@ class LedgerWalk(Policy):
             self.s.last_pos = src.base + int(S[t - 1])
         if t < n:
             self.stop_why = _why(src, int(S[t]), self.s)
-        # (an entry that fails is handed to decide, which stops the walk: a run that takes
-        # none of its entries and is not unsure would be chained again from the same place)
-        return i + t, t < n
+        return t
 
     def decide(self, src: Source, pos: int, c: Any, j: int) -> Act:
+        # An entry the framing's runs leave out (its message disagrees with its header, or
+        # fails the broker's check): DLedger's recovery reads the entry's header only, and
+        # takes it when that passes (a message damaged behind an intact header stays in the
+        # ledger: the broker's reput then steps over it)
+        if src.end - pos >= dl.BODY_OFFSET:
+            h = dl.read_entry_header(src.buf, pos)
+            if h.magic == dl.MAGIC_1 and dl.HEADER_SIZE < h.size <= src.end - pos:
+                S = np.array([pos], dtype=np.int64)
+                E = np.array([h.size], dtype=np.int64)
+                if self._accept(src, S, E) == 1:
+                    return Act(GO_, h.size)
         self.stop_why = _why(src, pos, self.s)
         self.padding = self.stop_why == "padding"
         return STOP
