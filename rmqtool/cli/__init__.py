@@ -32,6 +32,7 @@ COMMANDS = {
     "offsets": "rmqtool.cli.commands.offsets",
     "backups": "rmqtool.cli.commands.backups",
     "convert": "rmqtool.cli.commands.convert",
+    "diff": "rmqtool.cli.commands.diff",
 }
 
 
