@@ -185,6 +185,15 @@ CONSUMEQUEUE = _spec(
         C("size", "int", "SIZE"),
         C("tags_code", "bigint", "TAGS CODE"),
         C("status", "string", "STATUS"),
+        # a BatchConsumeQueue unit (5.x BatchCQ topics, batchconsumequeue/) only: queue_offset is its
+        # msg_base_offset, the queue offset of the first of its batch_size messages
+        C("kind", "string", "KIND"),
+        C("msg_base_offset", "bigint"),
+        C("batch_size", "int", "BATCH"),
+        C("unit_store_timestamp", "bigint", hint="time"),
+        C("unit_store_time", "string", "UNIT STORED (UTC)"),
+        C("compacted_offset", "int"),
+        C("reserved", "int"),
     ],
     table=("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"),
     export=("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"),

@@ -141,6 +141,13 @@ def store_info(
     doc["topics"] = sorted(topics.values(), key=lambda t: t["topic"])
     doc["messages_in_queues"] = sum(q["messages"] for q in queues)
     cq_ends = [q["max_commitlog_offset"] for q in queues if q["max_commitlog_offset"] is not None]
+    # 5.x BatchCQ topics' queues (batchconsumequeue/): counted apart; the broker's
+    # getMaxPhyOffsetInConsumeQueue takes their largest offset too
+    from .batchcq import summary as batch_summary
+
+    doc["batch_consume_queues"] = batch_summary(root)
+    if doc["batch_consume_queues"]["max_commitlog_offset"] is not None:
+        cq_ends.append(doc["batch_consume_queues"]["max_commitlog_offset"])
     doc["max_phy_offset_of_cq"] = max(cq_ends) if cq_ends else None
     index = []
     for f in store.index_files:

@@ -418,9 +418,11 @@ def dump_consumequeue(
     resolve: bool,
     **store_opts: Any,
 ) -> int:
-    """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped).
-    STORE may be one consume queue file (STORE/consumequeue/TOPIC/QID/NAME). When filters
-    select no unit: "not found" on stderr and exit status 1."""
+    """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped), then
+    the units of 5.x BatchConsumeQueues (batchconsumequeue/: kind "batch", one unit per
+    record of batch_size messages from queue_offset on). STORE may be one consume queue file
+    (STORE/consumequeue/TOPIC/QID/NAME or STORE/batchconsumequeue/TOPIC/QID/NAME). When
+    filters select no unit: "not found" on stderr and exit status 1."""
     from . import select as sel
     from .files import in_queue_range, only_file, resolved, split_file_arg
 
@@ -433,10 +435,12 @@ def dump_consumequeue(
     if from_qoffset is not None or to_qoffset is not None:
         recs = in_queue_range(recs, from_qoffset, to_qoffset)
     shown = CQ_COLUMNS
+    if _has_batch_queues(store, topics, queue_ids):  # (5.x BatchCQ topics: each unit stands for a batch)
+        shown = CQ_COLUMNS + [("batch_size", "BATCH")]
     more = [("points_to", "POINTS TO"), ("msg_id", "MSG ID"), ("store_time", "STORED (UTC)")]
     if resolve:
         recs = resolved(store, make_profile(broker_version), recs)
-        shown = CQ_COLUMNS + more
+        shown = shown + more
     shown = pick_columns(columns, shown, fields(rec.CONSUMEQUEUE, more if resolve else []))
     filtered = bool(topics or queue_ids) or from_qoffset is not None or to_qoffset is not None
     counted = sel.Matches()
@@ -457,6 +461,12 @@ def dump_consumequeue(
         command="dump consumequeue",
         finish=finish,
     )
+
+
+def _has_batch_queues(store: Store, topics: tuple[str, ...], queue_ids: tuple[int, ...]) -> bool:
+    from ...recovery.batchcq import batch_queues
+
+    return any((not topics or t in topics) and (not queue_ids or q in queue_ids) for t, q in batch_queues(store.root))
 
 
 @command.command("index")

@@ -297,6 +297,10 @@ def info() -> dict[str, Any]:
             "lock": obj({"present": B, "held": B}, ("present", "held"), closed=False),
             "max_phy_offset_of_cq": null(I),
             "messages_in_queues": I,
+            "batch_consume_queues": obj(
+                {"queues": I, "topics": I, "files": I, "units": I, "messages": I, "max_commitlog_offset": null(I)},
+                ("queues", "topics", "files", "units", "messages", "max_commitlog_offset"),
+            ),
             "outlook": ref("outlook"),
             "pending_transactions": arr(ANY),
             "repair_workdirs": arr(S),
