@@ -280,7 +280,7 @@ def infer_version(store: Store) -> Inference:
             end = min(mf.size, store.geometry.commitlog_file_size)
             pol.file = f
             pol.left = RECORDS_PER_FILE
-            finish(walk(Source(mf.buf, end, f.base, probe, store_framing(store)), pol, 0, end))
+            finish(walk(Source(mf.buf, end, f.base, probe, store_framing(store, f)), pol, 0, end))
     seen_v2, seen_crc = pol.seen_v2, pol.seen_crc
     if seen_v2:
         lo = max(lo, (5, 1, 0))

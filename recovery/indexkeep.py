@@ -477,7 +477,7 @@ def keyed_record_between(
         with store.map(f) as mf:
             buf = mf.buf
             for pos, c in records(
-                buf, mf.size, f.base, profile, start=max(0, lo - f.base), salvage=True, framing=store_framing(store)
+                buf, mf.size, f.base, profile, start=max(0, lo - f.base), salvage=True, framing=store_framing(store, f)
             ):
                 at = f.base + pos
                 if at >= hi and not (after_lo and at == lo):

@@ -122,7 +122,9 @@ def check_from_offset(store: Store, profile: BrokerProfile, offset: int) -> str 
         if c.reason == ck.END_OF_DATA:
             # zeros there: the end of the data only if the records of the file lead to it
             # (four zero bytes inside a record read the same)
-            p = follow(mf.buf, 0, pos, end, profile, store_framing(store))  # TOTALSIZE from the file's start up to pos
+            p = follow(
+                mf.buf, 0, pos, end, profile, store_framing(store, f)
+            )  # TOTALSIZE from the file's start up to pos
             if p == pos:
                 return None
             return (

@@ -34,7 +34,7 @@ from .walks import iter_store_records
 Record = dict[str, Any]
 
 # statuses that are not damage
-CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK"})
+CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK", "PADDING"})  # (PADDING: a DLedger end-of-file padding)
 
 
 @dataclass(frozen=True)
@@ -318,6 +318,89 @@ CONFIG = _spec(
     table=("file", "source", "status", "content"),
 )
 
+# a DLedger member (dump dledger; recovery.dledger.entries)
+DLEDGER_ENTRY = _spec(
+    "dledger_entry",
+    [
+        C("type", "string"),
+        C("file", "string", "FILE", "file"),
+        C("pos", "bigint", "POS", "offset"),
+        C("offset", "bigint", "OFFSET", "offset"),
+        C("magic", "int", "MAGIC"),
+        C("size", "int", "SIZE"),
+        C("index", "bigint", "INDEX"),
+        C("term", "bigint", "TERM"),
+        C("pos_field", "bigint", "POS FIELD", "offset"),
+        C("channel", "int"),
+        C("chain_crc", "int"),
+        C("body_crc", "int"),
+        C("body_length", "int", "BODY"),
+        C("message_offset", "bigint", "MESSAGE AT", "offset"),
+        C("index_unit", "boolean", "UNIT OK"),
+        C("committed", "boolean", "COMMITTED"),
+        C("status", "string", "STATUS"),
+    ],
+    table=("file", "pos", "index", "term", "size", "message_offset", "index_unit", "committed", "status"),
+)
+DLEDGER_UNIT = _spec(
+    "dledger_unit",
+    [
+        C("type", "string"),
+        C("file", "string", "FILE", "file"),
+        C("pos", "bigint", "POS", "offset"),
+        C("place", "bigint", "PLACE"),
+        C("magic", "int", "MAGIC"),
+        C("entry_pos", "bigint", "ENTRY AT", "offset"),
+        C("size", "int", "SIZE"),
+        C("index", "bigint", "INDEX"),
+        C("term", "bigint", "TERM"),
+        C("status", "string", "STATUS"),
+    ],
+    table=("file", "place", "index", "term", "entry_pos", "size", "status"),
+)
+DLEDGER_STATE = _spec(
+    "dledger_state",
+    [
+        C("type", "string"),
+        C("member", "string", "MEMBER"),
+        C("self_id", "string", "SELF ID"),
+        C("data_files", "int", "DATA FILES"),
+        C("index_files", "int", "INDEX FILES"),
+        C("divided_commitlog_offset", "bigint", "DIVIDED AT", "offset"),
+        C("checkpoint_present", "boolean"),
+        C("checkpoint_end_index", "string", "CP END"),
+        C("checkpoint_committed_index", "string", "CP COMMITTED"),
+        C("currterm_present", "boolean"),
+        C("curr_term", "string", "TERM"),
+        C("vote_leader", "string", "VOTE"),
+        C("library", "string", "DLEDGER"),
+        C("begin_index", "bigint", "BEGIN"),
+        C("end_index", "bigint", "END"),
+        C("end_term", "bigint", "END TERM"),
+        C("end_offset", "bigint", "END OFFSET", "offset"),
+        C("entries_end", "bigint", "ENTRIES END", "offset"),
+        C("committed_index", "bigint", "COMMITTED"),
+        C("committed_pos", "bigint", "COMMITTED POS", "offset"),
+        C("index_rewrite_from", "bigint", "UNITS REWRITTEN FROM"),
+        C("stop_reason", "string", "STOP"),
+        C("broker_exits", "string"),
+        C("load_refused", "string"),
+        C("status", "string", "STATUS"),
+    ],
+    table=(
+        "member",
+        "library",
+        "checkpoint_committed_index",
+        "curr_term",
+        "begin_index",
+        "end_index",
+        "end_term",
+        "committed_index",
+        "end_offset",
+        "status",
+    ),
+)
+
 # verify's findings (recovery.verify.Finding.to_dict) and its per-check summary
 FINDING = _spec(
     "finding",
@@ -475,8 +558,8 @@ def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilte
                 walk = sk.walk_from(store, profile, start, to_offset)
     if walk is None:
         walk = iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset)
-    framing = store_framing(store)
     for f, buf, pos, c in walk:
+        framing = store_framing(store, f)
         if c.is_blank:
             if not content_filter:
                 yield blank_fields(f.name, pos, buf, f.base, framing)

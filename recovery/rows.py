@@ -279,9 +279,9 @@ def store_rows(
     blocks only in a file nothing is filtered out of, dump's filters ``select`` and the
     file's share of the offset range applied); ``start``: a record start to walk from (a
     seek's answer) instead of the beginning."""
-    framing = store_framing(store)
     content = select.content
     for f in store.commitlog_in_range(start if start is not None else from_offset, to_offset):
+        framing = store_framing(store, f)
         with store.map(f) as mf:
             end = mf.size
             sp = start - f.base if start is not None and f.base <= start < f.base + end else 0

@@ -193,7 +193,7 @@ def walk_from(
         with store.map(f) as mf:
             buf = mf.buf
             s = start - f.base if f.base <= start < f.base + mf.size else 0
-            for pos, c in records(buf, mf.size, f.base, profile, start=s, framing=store_framing(store)):
+            for pos, c in records(buf, mf.size, f.base, profile, start=s, framing=store_framing(store, f)):
                 if to_offset is not None and f.base + pos >= to_offset:
                     break
                 yield f, buf, pos, c

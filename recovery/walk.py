@@ -546,8 +546,14 @@ def resync(
     return None
 
 
-def store_framing(store: Store) -> Framing:
+def store_framing(store: Store, f: Any = None) -> Framing:
     """The framing of a store's commitlog (:attr:`recovery.store.Store.framing`; the
-    classic one unless the store declares another)."""
+    classic one unless the store declares another), of its file ``f`` when given: a mixed
+    store's classic files, before the framing's ``begins_at`` (DLedger's divided offset),
+    are classic."""
     fr = getattr(store, "framing", None)
-    return fr if isinstance(fr, Framing) else CLASSIC
+    if not isinstance(fr, Framing):
+        return CLASSIC
+    if f is not None and f.base < getattr(fr, "begins_at", 0):
+        return CLASSIC
+    return fr

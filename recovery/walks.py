@@ -292,8 +292,8 @@ def iter_store_records(
     :func:`records` file by file (the store's framing). The buffer stays valid until the
     next file starts."""
     skipped = (lambda f: progress(f.size)) if progress else None
-    framing = store_framing(store)
     for f in store.commitlog_in_range(from_offset, to_offset, skipped):
+        framing = store_framing(store, f)
         with store.map(f) as mf:
             buf = mf.buf
             for pos, c in records(buf, mf.size, f.base, profile, salvage=salvage, check_crc=check_crc, framing=framing):

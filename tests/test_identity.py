@@ -357,15 +357,23 @@ def test_unsupported_layouts_are_refused_and_left_unchanged(
 
 
 def test_a_store_that_is_only_a_dledger_log_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 37: a DLedger member's directory (dledger-<selfId>) is read as a DLedger store
+    (its data file of zeros: an empty ledger, no checkpoint, no currterm); the same files
+    under a name no DLedger release uses are refused by that name, nothing checked."""
     root = tmp_path / "store"
     (root / "dledger-n1" / "data").mkdir(parents=True)
     (root / "dledger-n1" / "data" / "00000000000000000000").write_bytes(bytes(4096))
+    rc, out, _err = cli(capsys, "verify", root, "--format", "json", "--broker-version", "4.9.4")
+    doc = json.loads(out)
+    codes = [f["code"] for f in doc["findings"]]
+    assert rc == 0 and not doc.get("refused") and "LAYOUT_DLEDGER" not in codes
+    assert "DL_CHECKPOINT" in codes and "DL_TERM" in codes
+    assert doc["summary"]["recovery"]["dledger"]["end_index"] == -1
+    (root / "dledger-n1").rename(root / "brokerA-n1")
     rc, out, _err = cli(capsys, "verify", root, "--format", "json")
     doc = json.loads(out)
     assert rc == 8 and doc["refused"] is True
-    assert [f["code"] for f in doc["findings"]] == ["LAYOUT_DLEDGER"] and doc["findings"][0][
-        "file"
-    ] == "dledger-n1/data"
+    assert [f["code"] for f in doc["findings"]] == ["LAYOUT_DLEDGER"] and doc["findings"][0]["file"] == "brokerA-n1"
 
 
 @pytest.mark.parametrize("version", ["auto", "4.9.4"])

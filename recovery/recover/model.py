@@ -220,6 +220,8 @@ class RecoveryPlan:
     checkpoint_missing: bool = False
     last_valid_offset: int = -1  # start of the last valid record (5.x confirmOffset)
     destroy_consume_queues: bool = False  # empty commitlog: the broker destroys every queue
+    cq_truncate_at: int | None = None  # where the queues are truncated, when not end_offset (DLedger 5.2+)
+    dledger_unit_writes: list[tuple[str, int, bytes]] = field(default_factory=list)  # DLedger index units rewritten
     context: RecoveryContext | None = field(default=None, repr=False, compare=False)  # (not rendered)
 
     # -- derived ------------------------------------------------------------------------
@@ -241,7 +243,7 @@ class RecoveryPlan:
             or self.index_extended
         ):
             return False
-        if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing:
+        if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing or self.dledger_unit_writes:
             return False
         return not any(d.records is None or d.records > 0 for d in self.dispatch)
 
@@ -290,5 +292,8 @@ class RecoveryPlan:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(replace(self, context=None))
         del d["context"]
+        d["dledger_unit_writes"] = [
+            {"file": f, "pos": pos, "units": len(b) // 32} for f, pos, b in self.dledger_unit_writes
+        ]
         d["summary"] = self.summary()
         return d

@@ -310,7 +310,7 @@ def _salvage_count(p: _Planning, f: StoreFile, pos: int, end: int | None) -> tup
         return 0, 0
     with p.store.map(f) as mf:
         found = _salvage_positions(
-            mf.buf, pos, min(mf.size, p.F) if end is None else end, f.base, p.profile, store_framing(p.store)
+            mf.buf, pos, min(mf.size, p.F) if end is None else end, f.base, p.profile, store_framing(p.store, f)
         )
     return len(found), sum(1 for x in found if x[2])
 

@@ -259,7 +259,6 @@ def scan_files(
     parallel = jobs > 1 and len(spans) > 1 and total >= _PARALLEL_MIN_BYTES
     # with fork the walk tasks take their share of the hints from the parent's copy, not as
     # arrays pickled through the pool's pipe (32 MB for 4 million records)
-    fr = store_framing(store)
     with engine.inheriting("walk.hints", hints, parallel and fork_context() is not None) as token:
         tasks = []
         for i, f, lo, hi, end in spans:
@@ -283,7 +282,7 @@ def scan_files(
                     max_delay_level,
                     hh,
                     h_sorted,
-                    fr,
+                    store_framing(store, f),
                 )
             )
         results = engine.run(
@@ -300,7 +299,7 @@ def scan_files(
         by_file.setdefault(r.file_index, []).append(r)
     out: list[FileScan] = []
     for i, f in enumerate(files):
-        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level, hints, fr))
+        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level, hints, store_framing(store, f)))
     return out
 
 

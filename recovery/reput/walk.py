@@ -266,7 +266,6 @@ class _Walker:
         self.stats = stats if stats is not None else ReputStats()
         self._empty_after: dict[int, bool] = {}
         self.hints: np.ndarray | None = hints if hints is not None and len(hints) else None
-        self.framing = store_framing(store)
 
     # -- helpers ------------------------------------------------------------------------
     def _rel(self, f: StoreFile) -> str:
@@ -303,6 +302,13 @@ class _Walker:
         if not self.files:
             return 0
         max_off = self.files[-1].base + self.F
+        if self.store.dledger is not None and self.store.dledger_data:
+            # a DLedger commitlog hands the reput its entries up to the committed position
+            # only (DLedgerCommitLog.getData): a member alone in its group commits every
+            # entry its own recovery keeps, so the ledger's end (recovery.dledger.ledger)
+            from ..dledger.ledger import ledger_for
+
+            max_off = min(max_off, ledger_for(self.store, self.profile).entries_end)
         return max_off if self.to_offset is None else min(self.to_offset, max_off)
 
     # -- the walk -----------------------------------------------------------------------
@@ -370,7 +376,7 @@ class _Walker:
     def _region(self, r: _Region, buf: Any) -> Generator[DispatchColumns, None, tuple[int, bool]]:
         """One ``getData`` region: returns (new reput offset, stop-for-good)."""
         r.inputs(buf)
-        src = Source(buf, r.stop, r.f.base, self.profile, self.framing)
+        src = Source(buf, r.stop, r.f.base, self.profile, store_framing(self.store, r.f))
         try:
             w = yield from walk(src, r, r.start, r.stop)
         finally:

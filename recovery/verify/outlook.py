@@ -45,7 +45,7 @@ def _process_offset(
             from ..recover import recovery_stop
 
             assert profile is not None
-            pos, why = recovery_stop(files[i], fs.stop.pos, fs.end, profile, False, store_framing(store))
+            pos, why = recovery_stop(files[i], fs.stop.pos, fs.end, profile, False, store_framing(store, files[i]))
             stop_pos = pos if why is not None else None
             blank = why == ck.BLANK
         if blank:

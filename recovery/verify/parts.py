@@ -191,11 +191,10 @@ def scan_commitlog(
     opts = opts or ScanOptions()
     mapped = store.geometry.commitlog_file_size
     plan = _plan_parts(store, max(part_size, 1 << 12))
-    fr = store_framing(store)
     tasks = [
-        PartTask(str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts, framing=fr).with_hints(
-            hints
-        )
+        PartTask(
+            str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts, framing=store_framing(store, f)
+        ).with_hints(hints)
         for i, f, end, s, e in plan
     ]
     # without a pool, ``meanwhile`` runs once the parts are joined into the table (and let go)
@@ -215,9 +214,9 @@ def scan_commitlog(
 
         def run(start: int, stop: int, mode: str, _f: StoreFile = f, _i: int = i, _end: int = end) -> Part:
             return scan_part(
-                PartTask(str(_f.path), _i, _f.base, _end, start, stop, mode, profile, opts, framing=fr).with_hints(
-                    hints
-                )
+                PartTask(
+                    str(_f.path), _i, _f.base, _end, start, stop, mode, profile, opts, framing=store_framing(store, _f)
+                ).with_hints(hints)
             )
 
         fparts = _stitch(sorted(by_file.get(i, []), key=lambda p: p.start), f, end, run)

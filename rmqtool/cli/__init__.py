@@ -32,6 +32,7 @@ COMMANDS = {
     "offsets": "rmqtool.cli.commands.offsets",
     "backups": "rmqtool.cli.commands.backups",
     "report": "rmqtool.cli.report.command",
+    "convert": "rmqtool.cli.commands.convert",
     "diff": "rmqtool.cli.commands.diff",
 }
 

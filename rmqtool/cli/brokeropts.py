@@ -121,6 +121,7 @@ def _locate(conf: BrokerConf, kw: dict[str, Any], meta: dict[str, Any]) -> None:
         kw["stores"] = (conf.store_root,)
     if conf.sets_commitlog_dir:
         meta["commitlog_dir"] = conf.commitlog_dir()
+    meta["dledger"] = conf.dledger_hint()
 
 
 def broker_config_option(kind: str = "read") -> Callable[[F], F]:
@@ -226,6 +227,7 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
             kw.get("index_slot_num"),
             kw.get("index_num"),
             commitlog_dir=meta.get("commitlog_dir"),
+            dledger=meta.get("dledger"),
         )
     except Exception:  # noqa: BLE001 - not a store: the command itself says so
         return None

@@ -84,6 +84,7 @@ def open_store(
         index_slot_num,
         index_num,
         commitlog_dir=broker_meta().get("commitlog_dir"),
+        dledger=broker_meta().get("dledger"),
     )
 
 

@@ -564,6 +564,50 @@ def dump_checkpoint(fmt: str, columns: tuple[str, ...] | None, **store_opts: Any
     return output([checkpoint_record(store)], fmt, shown, None, "checkpoint", command="dump checkpoint")
 
 
+@command.command("dledger")
+@broker_config_option("read")
+@output_file_options
+@quiet_flag
+@store_argument
+@broker_version_option
+@click.option("--units", is_flag=True, help="The index units instead of the entries.")
+@click.option(
+    "--state", is_flag=True, help="One record: the checkpoint, currterm and the ledger DLedger's recovery leaves."
+)
+@limit_option
+@dump_format
+def dump_dledger(
+    fmt: str,
+    columns: tuple[str, ...] | None,
+    limit: int | None,
+    broker_version: str,
+    units: bool,
+    state: bool,
+    **store_opts: Any,
+) -> int:
+    """A DLedger store's entries (each header, its index unit agreeing, committed or not,
+    where DLedger's recovery ends the ledger), its index units, or its state."""
+    from ...recovery.dledger import entries as dle
+
+    if units and state:
+        raise click.UsageError("--units and --state go alone")
+    store = open_store(**store_opts)
+    if store.dledger is None:
+        if store.dledger_refusal is not None:
+            raise click.UsageError(f"{store.dledger_refusal.path}: {store.dledger_refusal.message}")
+        raise click.UsageError(f"{store.root} holds no DLedger member (dledger-<selfId>/)")
+    profile = make_profile(broker_version)
+    cmd = "dump dledger"
+    if state:
+        shown = pick_columns(columns, rec.DLEDGER_STATE.table_columns(), fields(rec.DLEDGER_STATE))
+        return output([dle.state_record(store, profile)], fmt, shown, None, "dledger state", command=cmd)
+    if units:
+        shown = pick_columns(columns, rec.DLEDGER_UNIT.table_columns(), fields(rec.DLEDGER_UNIT))
+        return output(dle.unit_records(store, profile), fmt, shown, limit, "dledger units", command=cmd)
+    shown = pick_columns(columns, rec.DLEDGER_ENTRY.table_columns(), fields(rec.DLEDGER_ENTRY))
+    return output(dle.entry_records(store, profile), fmt, shown, limit, "dledger entries", command=cmd)
+
+
 @command.command("config")
 @broker_config_option("read")
 @output_file_options

@@ -214,6 +214,7 @@ def command(
                 index_slot_num,
                 index_num,
                 commitlog_dir=_commitlog_dir(len(stores)),
+                dledger=broker_meta().get("dledger") if len(stores) == 1 else None,
             ),
         )
         for s in stores

@@ -304,6 +304,7 @@ def info() -> dict[str, Any]:
             "outlook": ref("outlook"),
             "pending_transactions": arr(ANY),
             "repair_workdirs": arr(S),
+            "dledger": null(obj(spec_props(rec.DLEDGER_STATE, skip=("type", "status")))),
             "queues": arr(ref("queue")),
             "topics": arr(ref("topic")),
             "recovery_plan": null(OBJ),
