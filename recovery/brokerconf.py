@@ -135,7 +135,15 @@ DECISIONS: dict[str, Decision] = {
         "non_empty",
     ),
     "storePathDLedgerCommitLog": Decision(
-        LOCATION, "the DLedger commitlog directory: only with enableDLegerCommitLog, which is refused"
+        LOCATION,
+        "the DLedger data directory (4.9.x+; default STORE/dledger-<dLegerSelfId>/data): the entries are read "
+        "from it; recover, repair and rebuild-index refuse one outside the store",
+    ),
+    "dLegerSelfId": Decision(
+        LOCATION, "the DLedger member's id: its files are STORE/dledger-<dLegerSelfId> (chooses among several)"
+    ),
+    "dLegerGroup": Decision(
+        LOCATION, "the DLedger group: a member directory named <dLegerGroup>-<dLegerSelfId> is read too"
     ),
     "storePathEpochFile": Decision(
         LOCATION,
@@ -264,7 +272,13 @@ DECISIONS: dict[str, Decision] = {
         "is_true",
     ),
     "enableDLegerCommitLog": Decision(
-        RECOVERY, "the commitlog is a DLedger log (dledger-<id>/data): true is refused", None, False, "is_true"
+        RECOVERY,
+        "the commitlog is a DLedger log (dledger-<selfId>/data, after a mixed store's classic files): read as one; "
+        "true on a store without DLedger data (the broker's first DLedger start, which pads the last classic file "
+        "and starts the log after it) and false on a store holding DLedger data (the broker would not read it) "
+        "are refused",
+        None,
+        False,
     ),
     "storeType": Decision(
         RECOVERY,
@@ -679,6 +693,20 @@ class BrokerConf:
     def has(self, name: str) -> bool:
         return name in self.values
 
+    def dledger_hint(self) -> Any:
+        """What the file says of the DLedger member (recovery.dledger.layout.Hint): its
+        selfId, group and data directory, when enableDLegerCommitLog is true."""
+        from .dledger.layout import Hint
+
+        if not self.values.get("enableDLegerCommitLog"):
+            return None
+        data = self.values.get("storePathDLedgerCommitLog")
+        return Hint(
+            self.values.get("dLegerSelfId") or None,
+            self.values.get("dLegerGroup") or None,
+            Path(data) if data else None,
+        )
+
     @property
     def store_root(self) -> Path | None:
         v = self.values.get("storePathRootDir")
@@ -823,15 +851,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
     """Layouts rmqtool does not handle, seen in the store directory itself."""
     out: list[Refusal] = []
     if root.is_dir():
-        for d in sorted(root.glob("dledger-*")):
-            if (d / "data").is_dir():
-                out.append(
-                    Refusal(
-                        FindingCode.LAYOUT_DLEDGER,
-                        str(d.relative_to(root) / "data"),
-                        "a DLedger commitlog (dledger-<id>/data): rmqtool does not handle DLedger stores",
-                    )
-                )
+        out += dledger_refusals(root, conf)
         cq = root / "consumequeue"
         if cq.is_dir():
             hits = sorted(p.name for p in cq.iterdir() if p.is_file() and _ROCKSDB_MARKERS.match(p.name))
@@ -881,6 +901,58 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
     return out
 
 
+def dledger_refusals(root: Path, conf: BrokerConf | None) -> list[Refusal]:
+    """The DLedger layouts rmqtool does not decide on (recovery.dledger.layout): a member
+    under an unknown name, several members and no selfId, data files of classic records;
+    and the broker config's enableDLegerCommitLog against what the store holds."""
+    from .dledger import layout as dlay
+    from .store import Store
+
+    hint = conf.dledger_hint() if conf is not None else None
+    try:
+        member = dlay.find_member(root, hint)
+    except dlay.LayoutRefusal as exc:
+        return [Refusal(FindingCode.LAYOUT_DLEDGER, exc.path, exc.message)]
+    data: list[Any] = []
+    if member is not None and member.data_dir.is_dir():
+        data = sorted((p for p in member.data_dir.iterdir() if p.is_file() and p.name.isdigit()), key=lambda p: p.name)
+        files = [Store.file_entry(p) for p in data]
+        why = dlay.not_entries(files)
+        if why is not None:
+            return [Refusal(FindingCode.LAYOUT_DLEDGER, _relpath(member.data_dir, root), why)]
+    if conf is not None and conf.has("enableDLegerCommitLog"):
+        on = bool(conf.get("enableDLegerCommitLog"))
+        if on and not data:
+            return [
+                Refusal(
+                    FindingCode.UNSUPPORTED_SETTING,
+                    str(conf.path),
+                    f"enableDLegerCommitLog={conf.raw.get('enableDLegerCommitLog', 'true')} on a store without DLedger "
+                    "data files: the broker's first DLedger start "
+                    "(it recovers the classic commitlog as after a clean shutdown, pads its last file and starts the "
+                    "DLedger log after it), which rmqtool does not emulate",
+                )
+            ]
+        if not on and data:
+            return [
+                Refusal(
+                    FindingCode.UNSUPPORTED_SETTING,
+                    str(conf.path),
+                    f"enableDLegerCommitLog={conf.raw.get('enableDLegerCommitLog', 'false')} on a store holding DLedger "
+                    "data files: the broker would read only "
+                    "commitlog/ and never the DLedger log (give the broker's real configuration)",
+                )
+            ]
+    return []
+
+
+def _relpath(p: Path, root: Path) -> str:
+    try:
+        return str(p.relative_to(root))
+    except ValueError:
+        return str(p)
+
+
 def all_refusals(root: Path, conf: BrokerConf | None, version: tuple[int, int, int] | None = None) -> list[Refusal]:
     out = layout_refusals(root, conf)
     for line in setting_refusals(conf, version):
@@ -921,14 +993,16 @@ def man_section() -> str:
         "A store whose layout or settings rmqtool does not handle is refused before anything is read",
         "or changed: recover, repair, rebuild\\-index and restore exit 8; verify prints one finding naming the",
         "layout or setting (LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ,",
-        "LAYOUT_COMPACTION, UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger commitlog",
-        "(dledger\\-\\fIid\\fR/data), a RocksDB consume queue (RocksDB files in consumequeue/),",
+        "LAYOUT_COMPACTION, UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger member's directory",
+        "under a name no DLedger release uses, several members without dLegerSelfId, DLedger data files",
+        "holding classic records, a RocksDB consume queue (RocksDB files in consumequeue/),",
         "consumequeue_ext/ files, batchconsumequeue/ files (verify checks these instead: its BCQ_*",
         "findings; recover, repair and rebuild\\-index refuse them with LAYOUT_BATCH_CQ), a compaction topic's log",
         "(compaction/compactionLog, compaction/compactionCq). With \\fB\\-\\-broker\\-version auto\\fR (the",
         "default), evidence of a release newer than rmqtool knows is refused too (LAYOUT_NEWER_RELEASE,",
         "VERSION_CONTRADICTION: see \\fBrmqtool\\fR(1), BROKER VERSIONS). Settings: the ones above marked",
-        "refused, with the value given.",
+        "refused, with the value given. A DLedger store (dledger\\-\\fIselfId\\fR/, after a mixed store's",
+        "classic commitlog) is read as one.",
         ".SS Everything else",
         "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.5.1 (flushing,",
         "clean\\-up, HA and controller replication, the timer store's services, compaction, POP, the read path,",

@@ -26,13 +26,15 @@ from ..formats.safeio import classify, read_small
 from . import check as ck
 from . import query as qy
 from . import seek as sk
-from .scan import blank_fields, iter_store_records, message_fields
+from .scan import blank_fields, message_fields
 from .store import Store, StoreFile
+from .walk import store_framing
+from .walks import iter_store_records
 
 Record = dict[str, Any]
 
 # statuses that are not damage
-CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK"})
+CLEAN_STATUSES = frozenset({"OK", ck.BLANK, "FILL_BLANK", "PADDING"})  # (PADDING: a DLedger end-of-file padding)
 
 
 @dataclass(frozen=True)
@@ -328,6 +330,89 @@ CONFIG = _spec(
     table=("file", "source", "status", "content"),
 )
 
+# a DLedger member (dump dledger; recovery.dledger.entries)
+DLEDGER_ENTRY = _spec(
+    "dledger_entry",
+    [
+        C("type", "string"),
+        C("file", "string", "FILE", "file"),
+        C("pos", "bigint", "POS", "offset"),
+        C("offset", "bigint", "OFFSET", "offset"),
+        C("magic", "int", "MAGIC"),
+        C("size", "int", "SIZE"),
+        C("index", "bigint", "INDEX"),
+        C("term", "bigint", "TERM"),
+        C("pos_field", "bigint", "POS FIELD", "offset"),
+        C("channel", "int"),
+        C("chain_crc", "int"),
+        C("body_crc", "int"),
+        C("body_length", "int", "BODY"),
+        C("message_offset", "bigint", "MESSAGE AT", "offset"),
+        C("index_unit", "boolean", "UNIT OK"),
+        C("committed", "boolean", "COMMITTED"),
+        C("status", "string", "STATUS"),
+    ],
+    table=("file", "pos", "index", "term", "size", "message_offset", "index_unit", "committed", "status"),
+)
+DLEDGER_UNIT = _spec(
+    "dledger_unit",
+    [
+        C("type", "string"),
+        C("file", "string", "FILE", "file"),
+        C("pos", "bigint", "POS", "offset"),
+        C("place", "bigint", "PLACE"),
+        C("magic", "int", "MAGIC"),
+        C("entry_pos", "bigint", "ENTRY AT", "offset"),
+        C("size", "int", "SIZE"),
+        C("index", "bigint", "INDEX"),
+        C("term", "bigint", "TERM"),
+        C("status", "string", "STATUS"),
+    ],
+    table=("file", "place", "index", "term", "entry_pos", "size", "status"),
+)
+DLEDGER_STATE = _spec(
+    "dledger_state",
+    [
+        C("type", "string"),
+        C("member", "string", "MEMBER"),
+        C("self_id", "string", "SELF ID"),
+        C("data_files", "int", "DATA FILES"),
+        C("index_files", "int", "INDEX FILES"),
+        C("divided_commitlog_offset", "bigint", "DIVIDED AT", "offset"),
+        C("checkpoint_present", "boolean"),
+        C("checkpoint_end_index", "string", "CP END"),
+        C("checkpoint_committed_index", "string", "CP COMMITTED"),
+        C("currterm_present", "boolean"),
+        C("curr_term", "string", "TERM"),
+        C("vote_leader", "string", "VOTE"),
+        C("library", "string", "DLEDGER"),
+        C("begin_index", "bigint", "BEGIN"),
+        C("end_index", "bigint", "END"),
+        C("end_term", "bigint", "END TERM"),
+        C("end_offset", "bigint", "END OFFSET", "offset"),
+        C("entries_end", "bigint", "ENTRIES END", "offset"),
+        C("committed_index", "bigint", "COMMITTED"),
+        C("committed_pos", "bigint", "COMMITTED POS", "offset"),
+        C("index_rewrite_from", "bigint", "UNITS REWRITTEN FROM"),
+        C("stop_reason", "string", "STOP"),
+        C("broker_exits", "string"),
+        C("load_refused", "string"),
+        C("status", "string", "STATUS"),
+    ],
+    table=(
+        "member",
+        "library",
+        "checkpoint_committed_index",
+        "curr_term",
+        "begin_index",
+        "end_index",
+        "end_term",
+        "committed_index",
+        "end_offset",
+        "status",
+    ),
+)
+
 # verify's findings (recovery.verify.Finding.to_dict) and its per-check summary
 FINDING = _spec(
     "finding",
@@ -356,10 +441,18 @@ del C
 
 
 def damaged_fields(
-    file_name: str, buf: Any, pos: int, file_base: int, c: ck.Checked, with_body: bool, body_hash: bool
+    file_name: str,
+    buf: Any,
+    pos: int,
+    file_base: int,
+    c: ck.Checked,
+    with_body: bool,
+    body_hash: bool,
+    framing: Any = None,
 ) -> Record:
     """A spot the broker's check refused: the message fields when the record decodes
-    (status = the reason), else the position, the reason and the readable prefix."""
+    (status = the reason), else the position, the reason and the readable prefix of the
+    record (``framing``: a :class:`recovery.framing.Framing`, None for the classic one)."""
     if c.rec is not None:
         m = message_fields(file_name, c, buf, with_body=with_body, body_hash=body_hash)
         m["status"] = c.reason.value
@@ -372,8 +465,9 @@ def damaged_fields(
         "status": c.reason.value,
         "field": c.field,
     }
-    if pos + 8 <= len(buf):
-        total, magic = PREFIX.unpack_from(buf, pos)
+    at = pos + (framing.header if framing is not None else 0)
+    if at + 8 <= len(buf):
+        total, magic = PREFIX.unpack_from(buf, at)
         r["total_size"] = total
         r["magic"] = f"0x{magic & 0xFFFFFFFF:08X}"
     return r
@@ -477,14 +571,15 @@ def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilte
     if walk is None:
         walk = iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset)
     for f, buf, pos, c in walk:
+        framing = store_framing(store, f)
         if c.is_blank:
             if not content_filter:
-                yield blank_fields(f.name, pos, buf, f.base)
+                yield blank_fields(f.name, pos, buf, f.base, framing)
         elif c.is_message:
             if keep(c, f.base + pos):
                 yield crc_status(message_fields(f.name, c, buf, with_body=with_body, body_hash=body_hash))
         else:
-            yield damaged_fields(f.name, buf, pos, f.base, c, with_body, body_hash)
+            yield damaged_fields(f.name, buf, pos, f.base, c, with_body, body_hash, framing)
 
 
 def generic_record(
@@ -497,10 +592,12 @@ def generic_record(
     since: int | None,
     until: int | None,
     content_filter: bool,
+    framing: Any = None,
 ) -> Record | None:
-    """What ``commitlog_records`` prints for one step of the generic walk (None: filtered)."""
+    """What ``commitlog_records`` prints for one step of the generic walk (None: filtered;
+    ``framing``: the store's, None for the classic one)."""
     if c.is_blank:
-        return None if content_filter else blank_fields(f.name, pos, buf, f.base)
+        return None if content_filter else blank_fields(f.name, pos, buf, f.base, framing)
     if c.is_message:
         rec = c.rec
         assert rec is not None
@@ -512,7 +609,7 @@ def generic_record(
         ):
             return None
         return crc_status(message_fields(f.name, c, buf))
-    return damaged_fields(f.name, buf, pos, f.base, c, False, False)
+    return damaged_fields(f.name, buf, pos, f.base, c, False, False, framing)
 
 
 def index_hit_records(

@@ -245,6 +245,14 @@ class MappedFile:
         self.close()
 
 
+# How a store declares a commitlog framing other than the classic one (issue 32): a
+# framing's module appends a detector, called with the discovered store, that returns its
+# recovery.framing.Framing when it recognises the store's layout (a DLedger store's entry
+# files, say), else None. Every walk of the commitlog reads the store's framing
+# (recovery.walk.store_framing); no command changes.
+FRAMINGS: list[Callable[[Store], Any]] = []
+
+
 @dataclass
 class Store:
     """Everything discovered about a store root."""
@@ -259,6 +267,18 @@ class Store:
     checkpoint_size: int = 0
     abort_present: bool = False
     lock_present: bool = False
+    # how the commitlog's entries are laid out: a recovery.framing.Framing, None for the
+    # classic commitlog (recovery.walk.store_framing reads it); set by the first of
+    # FRAMINGS that recognises the store
+    framing: Any = None
+    # a DLedger commitlog (enableDLegerCommitLog): the member's directory
+    # (recovery.dledger.layout.Member), its data files (also in ``commitlog``, after the
+    # classic files of a mixed store) and index files; None for a classic store
+    dledger: Any = None
+    dledger_data: list[StoreFile] = field(default_factory=list)
+    dledger_index: list[StoreFile] = field(default_factory=list)
+    # why the store's DLedger files cannot be read (a layout rmqtool refuses), else None
+    dledger_refusal: LayoutIssue | None = None
 
     # ----------------------------------------------------------------------------------
     @classmethod
@@ -270,6 +290,7 @@ class Store:
         index_slot_num: int | None = None,
         index_num: int | None = None,
         commitlog_dir: str | Path | None = None,
+        dledger: Any = None,
     ) -> Store:
         # absolute: every file path the store hands out then names the same file whatever
         # the working directory, and the safety layer never reads a relative path as one
@@ -283,14 +304,21 @@ class Store:
         if not os.access(root, os.R_OK | os.X_OK):
             raise StoreLayoutError("permission denied (the store directory cannot be read)", root)
         cl_dir = Path(os.path.abspath(commitlog_dir)) if commitlog_dir else root / "commitlog"
+        from .dledger.layout import member_dirs
+
         markers = [cl_dir, root / "consumequeue", root / "index", root / "checkpoint"]
-        if not any(os.path.lexists(m) for m in markers):
+        if not any(os.path.lexists(m) for m in markers) and not member_dirs(root):
             raise StoreLayoutError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)", root)
         store = cls(root=root, geometry=Geometry())
         try:
-            store._discover(cl_dir, commitlog_file_size, cq_file_size, index_slot_num, index_num)
+            store._discover(cl_dir, commitlog_file_size, cq_file_size, index_slot_num, index_num, dledger)
         except PermissionError as exc:
             raise StoreLayoutError(f"permission denied ({exc.filename})", root) from None
+        if store.framing is None:
+            for detect in FRAMINGS:
+                store.framing = detect(store)
+                if store.framing is not None:
+                    break
         return store
 
     def _discover(
@@ -300,8 +328,11 @@ class Store:
         cq_file_size: int | None,
         index_slot_num: int | None,
         index_num: int | None,
+        dledger: Any = None,
     ) -> None:
+        self._discover_dledger(dledger)
         self._discover_commitlog(cl_dir, commitlog_file_size)
+        self._join_dledger()
         self._discover_consume_queues(cq_file_size)
         self._discover_index(index_slot_num, index_num)
         self._discover_markers()
@@ -313,11 +344,61 @@ class Store:
         else:
             cl_files = self._offset_dir(cl_dir, "commitlog")
         g.commitlog_file_size = (
-            commitlog_file_size or _most_common([f.size for f in cl_files]) or DEFAULT_COMMITLOG_FILE_SIZE
+            commitlog_file_size
+            or _most_common([f.size for f in cl_files + self.dledger_data])
+            or DEFAULT_COMMITLOG_FILE_SIZE
         )
         self.commitlog = cl_files
         self._check_sizes(cl_files, g.commitlog_file_size, "commitlog")
         self._check_sequence(cl_files, g.commitlog_file_size, "commitlog")
+
+    @staticmethod
+    def file_entry(p: Path) -> StoreFile:
+        """A StoreFile of an offset-named file (its name parsed, its size stat'ed)."""
+        return StoreFile(p, parse_offset_file_name(p.name) or 0, p.stat().st_size)
+
+    def _discover_dledger(self, hint: Any) -> None:
+        """A DLedger member's files (recovery.dledger.layout): the member, its data and
+        index files (:meth:`_join_dledger` then joins the data files to the commitlog)."""
+        from .dledger import layout as dlay
+
+        try:
+            member = dlay.find_member(self.root, hint)
+        except dlay.LayoutRefusal as exc:
+            self.dledger_refusal = LayoutIssue(FindingCode.LAYOUT_DLEDGER, exc.path, exc.message)
+            return
+        if member is None:
+            return
+        data = self._offset_dir(member.data_dir, "DLedger data") if self._kind_ok(member.data_dir) else []
+        index = self._offset_dir(member.index_dir, "DLedger index") if self._kind_ok(member.index_dir) else []
+        why = dlay.not_entries(data)
+        if why is not None:
+            self.dledger_refusal = LayoutIssue(FindingCode.LAYOUT_DLEDGER, self._rel(member.data_dir), why)
+            return
+        self.dledger, self.dledger_data, self.dledger_index = member, data, index
+
+    def _join_dledger(self) -> None:
+        """The DLedger data files join the commitlog after the classic files of a mixed
+        store (the broker reads the classic files below the divided offset, the first data
+        file's offset); the framing is DLedger's there."""
+        from ..formats.dledger import INDEX_FILE_SIZE
+
+        if self.dledger is None:
+            return
+        data = self.dledger_data
+        size = self.geometry.commitlog_file_size
+        self._check_sizes(data, size, "DLedger data")
+        self._check_sequence(data, size, "DLedger data")
+        self._check_sizes(self.dledger_index, INDEX_FILE_SIZE, "DLedger index")
+        self._check_sequence(self.dledger_index, INDEX_FILE_SIZE, "DLedger index")
+        if data:
+            from .dledger.framing import DLedgerFraming
+
+            self.framing = DLedgerFraming(begins_at=data[0].base)
+            self.commitlog = [f for f in self.commitlog if f.base < data[0].base] + data
+
+    def _kind_ok(self, d: Path) -> bool:
+        return os.path.lexists(d) and self._kind(d) == DIRECTORY
 
     def _discover_consume_queues(self, cq_file_size: int | None) -> None:
         g = self.geometry

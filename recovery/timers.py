@@ -42,9 +42,9 @@ from typing import Any
 from ..formats import timer as tf
 from ..formats.offsetfile import load_pair
 from . import timerstore as ts
-from .scan import iter_store_records
 from .store import Store
 from .versions import BrokerProfile
+from .walks import iter_store_records
 
 TIMER_TOPIC = tf.TIMER_TOPIC
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

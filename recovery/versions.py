@@ -276,6 +276,14 @@ class BrokerProfile:
         (unless recheckReputOffsetFromCq)."""
         return self.version < (5, 0, 0) or self.recheck_reput_offset_from_cq
 
+    dledger_recovery_walk = _version_rule(
+        lambda v: v >= (5, 2, 0),
+        """5.2.0+: after a crash DLedgerCommitLog.dledgerRecoverAbnormally walks the DLedger data
+        from the last file isMmapFileMatchedRecover accepts, dispatching every message, and
+        truncates the queues at an offset it adds up without the entries' headers; before,
+        a crash is recovered as a clean shutdown (recovery.dledger.recover).""",
+    )
+
     indexes_tags = _version_rule(
         lambda v: v >= (5, 4, 0),
         """5.4.0+: IndexService.buildIndex also puts a record's TAGS property (the whole

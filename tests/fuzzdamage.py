@@ -44,15 +44,24 @@ READ_ONLY = [
     ("offsets",),
     ("backups",),
     ("repair", "--dry-run"),
+    ("report",),
     # the release guessed from the damaged store itself (the runs above are given 4.9.4, which
-    # auto cannot always pin on the fixtures: it then refuses with exit 2, naming the option)
+    # auto cannot always pin on the fixtures: verify then assumes one, recover --dry-run shows the
+    # plan of each group of candidates, a real run refuses with exit 2, naming the option)
     ("verify", "--broker-version", "auto"),
     ("recover", "--dry-run", "--broker-version", "auto"),
 ]
 AUTO_REFUSAL = "--broker-version auto:"
 # the read-only commands' output format, asked for explicitly (stdout is dropped; these are
 # the formats they wrote into a pipe before the one output rule made the table the default)
-FORMATS = {"dump": "jsonl", "verify": "jsonl", "offsets": "jsonl", "info": "json", "backups": "json"}
+FORMATS = {
+    "dump": "jsonl",
+    "verify": "jsonl",
+    "offsets": "jsonl",
+    "info": "json",
+    "backups": "json",
+    "report": "json",  # (its page is the default: the json document is the same data)
+}
 EXITS = {
     "dump": {0, 1, 4, 8},
     "verify": {0, 4, 8},
@@ -63,6 +72,7 @@ EXITS = {
     "offsets": {0, 4, 8},
     "backups": {0, 4, 8},
     "repair": {0, 1, 4, 5, 8},
+    "report": {0, 4, 8},
 }
 
 
@@ -118,7 +128,9 @@ def _readable(paths: list[Path]) -> list[Path]:
 
 
 def _pick_file(
-    root: Path, rng: random.Random, subs: tuple[str, ...] = ("commitlog", "consumequeue", "index")
+    root: Path,
+    rng: random.Random,
+    subs: tuple[str, ...] = ("commitlog", "consumequeue", "index", "dledger-n0/data"),
 ) -> Path | None:
     cands = _readable([p for s in subs for p in _files(root, s)])
     extra = [root / n for n in ("checkpoint",) if (root / n).is_file() and not (root / n).is_symlink()] + _files(
@@ -131,6 +143,14 @@ def _pick_file(
 def _record_starts(path: Path, limit: int = 64) -> list[int]:
     data = path.read_bytes()
     out, pos = [], 0
+    if len(data) >= 8 and struct.unpack_from(">ii", data, 0)[0] == 1:  # a DLedger data file: the messages 48 bytes in
+        while pos + 56 <= len(data) and len(out) < limit:
+            magic, size = struct.unpack_from(">ii", data, pos)
+            if magic != 1 or size <= 48:
+                break
+            out.append(pos + 48)
+            pos += size
+        return out
     while pos + 8 <= len(data) and len(out) < limit:
         total, magic = struct.unpack_from(">iI", data, pos)
         if total <= 0 or magic not in (0xDAA320A7, 0xCBD43194, 0xDAA320A8):
@@ -162,7 +182,7 @@ _ABSURD = [0x7FFFFFFF, -1, -0x80000000, 0x10000000, 0, 1, 7, 0xFFFF]
 
 
 def d_absurd_length(root: Path, rng: random.Random) -> str:
-    files = _readable(_files(root, "commitlog"))
+    files = _readable(_files(root, "commitlog") + _files(root, "dledger-n0/data"))
     if not files:
         return "absurd: no commitlog"
     p = rng.choice(files)
@@ -348,7 +368,7 @@ def d_sparse_huge(root: Path, rng: random.Random) -> str:
 
 
 def d_nul_topic(root: Path, rng: random.Random) -> str:
-    files = _readable(_files(root, "commitlog"))
+    files = _readable(_files(root, "commitlog") + _files(root, "dledger-n0/data"))
     if not files:
         return "nul: none"
     p = rng.choice(files)
@@ -440,14 +460,92 @@ KINDS: dict[str, Callable[[Path, random.Random], str]] = {
 GUARDED = {"fifo", "symlink", "sparse_huge"}
 
 
+# DLedger stores (issue 37): a share of the seeds damage a DLedger twin of the fixture
+# (tests/dlstore.py: the fixture's messages as a lone DLedger member writes them, its
+# consume queues at the moved offsets; mixed now and then), half of them with a DLedger
+# damage first (in place: the member's 160 MiB index file stays sparse)
+DLEDGER_SHARE = 0.25
+
+
+def make_dledger(src: Path, root: Path, rng: random.Random) -> str:
+    from dlstore import dledger_twin
+
+    from rmqtool.recovery.versions import BrokerProfile
+
+    n_files = len(list((src / "commitlog").iterdir()))
+    classic = rng.randint(1, n_files - 1) if n_files > 1 and rng.random() < 0.3 else 0
+    twin = dledger_twin(src, root, BrokerProfile.for_version("4.9.4"), classic_files=classic, queues=True)
+    desc = f"DLedger twin ({len(twin.entries)} entries" + (f", {classic} classic files first)" if classic else ")")
+    if rng.random() < 0.5:
+        desc += "; " + d_dledger(root, rng)
+    return desc
+
+
+def d_dledger(root: Path, rng: random.Random) -> str:
+    """A DLedger damage, in place: an entry header's bytes, an index unit, the checkpoint's
+    committedIndex, currterm or the checkpoint removed, an index file removed."""
+    member = root / "dledger-n0"
+    what = rng.choice(["entry", "unit", "committed", "rm_currterm", "rm_checkpoint", "rm_index"])
+    data = _files(root, "dledger-n0/data")
+    if what == "entry" and data:
+        p = rng.choice(data)
+        starts = []
+        with open(p, "r+b") as f:
+            buf = f.read(DAMAGE_READ_LIMIT)
+            pos = 0
+            while pos + 48 <= len(buf):
+                magic, size = struct.unpack_from(">ii", buf, pos)
+                if magic != 1 or size <= 48:
+                    break
+                starts.append(pos)
+                pos += size
+            if not starts:
+                return "dledger entry: none"
+            at = rng.choice(starts) + rng.randrange(48)
+            value = rng.choice([b"\xff", b"\x00", b"\x7f", bytes([rng.randrange(256)])])
+            f.seek(at)
+            f.write(value)
+        return f"dledger entry header byte {p.name}@{at} := {value.hex()}"
+    if what == "unit" and (member / "index").is_dir():
+        idx = _files(root, "dledger-n0/index")
+        if idx:
+            with open(idx[0], "r+b") as f:
+                at = 32 * rng.randrange(64) + rng.randrange(32)
+                f.seek(at)
+                f.write(bytes([rng.randrange(256)]))
+            return f"dledger index byte @{at}"
+    if what == "committed" and (member / "checkpoint").is_file():
+        value = rng.choice(["-1", "0", "x", "99999999", "", "9223372036854775808"])
+        (member / "checkpoint").write_text(f"endIndex=0\ncommittedIndex={value}\n")
+        return f"dledger committedIndex={value!r}"
+    if what == "rm_currterm" and (member / "currterm").is_file():
+        (member / "currterm").unlink()
+        return "rm dledger currterm"
+    if what == "rm_checkpoint" and (member / "checkpoint").is_file():
+        (member / "checkpoint").unlink()
+        return "rm dledger checkpoint"
+    if what == "rm_index":
+        idx = _files(root, "dledger-n0/index")
+        if idx:
+            idx[0].unlink()
+            return "rm dledger index file"
+    return f"dledger {what}: nothing"
+
+
 def make_store(dest: Path, seed: int, kind: str | None = None) -> tuple[Path, str, str]:
     """A damaged copy under ``dest``: (store root, damage kind, description)."""
     rng = random.Random(seed)
     fixture = rng.choice(FIXTURES)
     kind = kind or rng.choice(sorted(KINDS))
     root = dest / "store"
-    shutil.copytree(REAL / fixture / "store", root, symlinks=True)
-    descs = [KINDS[kind](root, rng)]
+    dl_rng = random.Random(f"dledger:{seed}")  # (its own stream: the classic seeds' stores stay as they were)
+    descs = []
+    if dl_rng.random() < DLEDGER_SHARE:
+        descs.append(make_dledger(REAL / fixture / "store", root, dl_rng))
+        fixture = f"{fixture} (DLedger twin)"
+    else:
+        shutil.copytree(REAL / fixture / "store", root, symlinks=True)
+    descs.append(KINDS[kind](root, rng))
     if rng.random() < 0.15:  # now and then a second damage of another kind
         k2 = rng.choice(sorted(set(KINDS) - GUARDED - {"unwritable"}))
         descs.append(KINDS[k2](root, rng))

@@ -256,7 +256,7 @@ def test_man_pages_install_with_the_package(tmp_path: Path) -> None:
         (["verfy", "x"], "did you mean 'verify'"),
         (["rebuild", "x"], "did you mean 'rebuild-index'"),
         (["dump", "comitlog", "x"], "Did you mean 'commitlog'"),
-        (["frobnicate"], "the commands: backups, dump"),
+        (["frobnicate"], "the commands: backups, convert, diff, dump"),
         (["verify", "--strct", "x"], "Did you mean '--strict'"),
     ],
 )

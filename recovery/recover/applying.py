@@ -83,6 +83,8 @@ def apply_recovery(
             tx.truncate_tail(c.file, c.pos, zero_fill=True)
         for r in plan.removed_files:
             tx.remove_file(r.path)
+        for rel, pos, units in plan.dledger_unit_writes:
+            tx.write_at(rel, pos, units)
         _queue_changes(tx, a)
         created_names = _index_changes(tx, a, tz)
         cp = _recovered_checkpoint(a, ckpt_before)
@@ -441,12 +443,20 @@ def _apply_dispatch(a: _Applying) -> None:
     _absorb(a, cqset)
     # truncate_dirty_logic_files
     if plan.cq_truncation:
+        at = plan.cq_truncate_at if plan.cq_truncate_at is not None else process
         for q in a.queues.values():
-            q.truncate(process)
+            q.truncate(at)
     if a.ctx.settle:  # (the broker refuses the store: as its next starts would leave the queues)
         for q in a.queues.values():
             q.settle()
     _startup_reput(a, plan.cq_truncation)
+    for d in plan.dispatch:
+        if d.name == "dledger_reput":  # 5.x on a DLedger store: from the committed position
+            cqset = _cqset_of(a)
+            lo = max(d.from_offset, plan.commitlog_min_offset, 0)
+            if lo < d.to_offset:
+                _run_pass(a, d.name, lo, d.to_offset, None, True, True, cqset)
+            _absorb(a, cqset)
     if a.queues and max(q.max_phy for q in a.queues.values()) >= process and (_refused(a) or _bad_topics(a)):
         a.settled_starts += _settle_next_starts(a)
     elif plan.cq_truncation and _reput_pinned(a):

@@ -220,6 +220,8 @@ class RecoveryPlan:
     checkpoint_missing: bool = False
     last_valid_offset: int = -1  # start of the last valid record (5.x confirmOffset)
     destroy_consume_queues: bool = False  # empty commitlog: the broker destroys every queue
+    cq_truncate_at: int | None = None  # where the queues are truncated, when not end_offset (DLedger 5.2+)
+    dledger_unit_writes: list[tuple[str, int, bytes]] = field(default_factory=list)  # DLedger index units rewritten
     context: RecoveryContext | None = field(default=None, repr=False, compare=False)  # (not rendered)
     # the 5.x timer store as the broker's next start leaves it (recover.timerplan.TimerPlan)
     timer: Any = field(default=None, repr=False, compare=False)
@@ -243,7 +245,7 @@ class RecoveryPlan:
             or self.index_extended
         ):
             return False
-        if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing:
+        if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing or self.dledger_unit_writes:
             return False
         if self.timer is not None and self.timer.changes:
             return False
@@ -294,6 +296,9 @@ class RecoveryPlan:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(replace(self, context=None, timer=None))
         del d["context"]
+        d["dledger_unit_writes"] = [
+            {"file": f, "pos": pos, "units": len(b) // 32} for f, pos, b in self.dledger_unit_writes
+        ]
         d["timer"] = self.timer.to_dict() if self.timer is not None else None
         d["summary"] = self.summary()
         return d

@@ -68,6 +68,10 @@ def plan_recovery(
         truncate_to,
     )
     p = _start_planning(store, profile, mode, opts)
+    if store.dledger is not None and store.dledger_data:
+        from ..dledger.recover import plan_dledger
+
+        return plan_dledger(p)
     if not p.files:
         return _plan_without_commitlog(p)
     _plan_walks(p)

@@ -119,7 +119,9 @@ CODES: dict[FindingCode, tuple[str, str]] = {
     ),
     FindingCode.LAYOUT_DLEDGER: (
         ERROR,
-        "a DLedger commitlog (dledger-<id>/data): the store is refused (exit 8, nothing checked)",
+        "a DLedger layout rmqtool does not decide on: a member's directory under a name no DLedger release uses, "
+        "several members and no dLegerSelfId, data files holding classic commitlog records: the store is refused "
+        "(exit 8, nothing checked)",
     ),
     FindingCode.LAYOUT_ROCKSDB_CQ: (ERROR, "a 5.2+ RocksDB consume queue: the store is refused (exit 8)"),
     FindingCode.LAYOUT_CQ_EXT: (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
@@ -166,6 +168,47 @@ CODES: dict[FindingCode, tuple[str, str]] = {
         "QUEUEOFFSET values of a queue that do not advance by one in commitlog order",
     ),
     # consume queues
+    FindingCode.DL_LEDGER_CUT: (
+        ERROR,
+        "DLedger's own recovery (DLedgerMmapFileStore.recover) stops at this entry (its pos, size, body length, "
+        "magic, index sequence or term order fails) and truncates the ledger there: the messages after it are lost",
+    ),
+    FindingCode.DL_INDEX_MISMATCH: (
+        WARNING,
+        "a DLedger index unit differs from its entry or is missing: DLedger's recovery truncates the index there "
+        "and rewrites every later unit from the entries (nothing is lost)",
+    ),
+    FindingCode.DL_UNCOMMITTED: (
+        WARNING,
+        "entries past the DLedger checkpoint's committedIndex: a broker alone in its group commits and dispatches "
+        "them at its next start; in a group of several members the new leader may truncate them",
+    ),
+    FindingCode.DL_CHECKPOINT: (
+        WARNING,
+        "the DLedger checkpoint is missing or holds no committedIndex: no committed index is loaded at start",
+    ),
+    FindingCode.DL_TERM: (
+        WARNING,
+        "the DLedger currterm is missing, unreadable, or below the last entry's term",
+    ),
+    FindingCode.DL_ENTRY_FIELDS: (
+        WARNING,
+        "DLedger entries whose channel, chainCrc or bodyCrc is not 0 (no DLedger release writes them)",
+    ),
+    FindingCode.DL_BROKER_EXITS: (
+        ERROR,
+        "the broker exits at its start (System.exit(-1) in DLedgerMmapFileStore): a data or index file of the "
+        "wrong size, or a ledger that ends more than a file before the last data file",
+    ),
+    FindingCode.DL_LOAD_REFUSED: (
+        ERROR,
+        "the broker's load() fails on the DLedger store: data or index files not one mapped size apart, or a "
+        "checkpoint committedIndex that is not a number",
+    ),
+    FindingCode.DL_CLASSIC_AFTER_DIVIDE: (
+        WARNING,
+        "a classic commitlog file at or after the DLedger data's first offset: the broker never reads it",
+    ),
     FindingCode.CQ_HOLE: (
         ERROR,
         "an all-zero unit before the queue's last valid unit: the broker's queue recovery truncates the queue there",

@@ -16,6 +16,7 @@ from ..versions import BrokerProfile
 from .batchcq import batch_max_phy
 from .commitlog import _commitlog_findings, _commitlog_spans, _layout_findings, _zero_length_lost, walk_summary
 from .consumequeue import _Broker, _cq_findings
+from .dledger import dledger_findings, dledger_outlook
 from .index import Prepared, _index_findings, _read_index_header
 from .outlook import prop_crc_condition, recovery_outlook
 from .parts import FileScan, Records, scan_commitlog
@@ -87,7 +88,15 @@ def verify_store(
         hints=queue_hint_runs(store),
     )
     queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
-    outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
+    # (a member without data files: DLedger's recovery of nothing, unless classic files lie
+    # before it: DLedgerCommitLog then recovers those as a classic store, normally)
+    dledger = store.dledger is not None and (bool(store.dledger_data) or not store.commitlog)
+    if dledger:
+        outlook = dledger_outlook(store, profile, scans, recs, max_phy_cq)
+        outlook["load_blockers"] = blockers + outlook["load_blockers"]
+        outlook["loads"] = not outlook["load_blockers"]
+    else:
+        outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
     layout = [_zero_length_lost(f, store, max_phy_cq) for f in layout]
     spans = _Spans(_commitlog_spans(store, scans, recs))
     broker = _Broker(store, profile, outlook)
@@ -112,6 +121,8 @@ def verify_store(
         ("store", st_f),
         ("timer", tm_f),
     ]
+    if store.dledger is not None:
+        groups.append(("dledger", dledger_findings(store, profile, recs)))
     return _report(store, profile, scans, recs, spans, outlook, ckpt, groups, cq_stats, ix_stats, tm_stats)
 
 
@@ -227,6 +238,7 @@ def _report(
         ),
         "store": (1, {"abort": store.abort_present, "lock_file": store.lock_present}),
         "timer": (int((tm_stats or {}).get("messages", 0)), tm_stats or {}),
+        "dledger": (len(store.dledger_data), outlook.get("dledger") or {}),
     }
     checks: list[CheckSummary] = []
     findings: list[Finding] = []

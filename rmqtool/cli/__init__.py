@@ -31,6 +31,8 @@ COMMANDS = {
     "export": "rmqtool.cli.export.command",
     "offsets": "rmqtool.cli.commands.offsets",
     "backups": "rmqtool.cli.commands.backups",
+    "report": "rmqtool.cli.report.command",
+    "convert": "rmqtool.cli.commands.convert",
     "diff": "rmqtool.cli.commands.diff",
     "timers": "rmqtool.cli.commands.timers",
 }

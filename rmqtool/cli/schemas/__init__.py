@@ -35,6 +35,7 @@ NAMES = (
     "rebuild-index",
     "restore",
     "export",
+    "report",
     "diff",
 )
 

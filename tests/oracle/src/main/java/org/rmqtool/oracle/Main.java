@@ -50,6 +50,7 @@ public final class Main {
         }
         realOut.flush();
         System.err.flush();
+        DLedger.ExitGuard.allow = true;
         Runtime.getRuntime().halt(rc);
     }
 

@@ -91,7 +91,58 @@ final class Put {
         return r;
     }
 
+    /**
+     * A mixed store (scenario "classic_first": N with enableDLegerCommitLog): the first N messages are
+     * put by a classic store (DLedger off), which shuts down cleanly; the DLedger commitlog then opens
+     * the same store (it recovers the classic files, pads the last one and starts its entries at the
+     * next file's offset) and takes the rest.
+     */
+    static int classicFirst(JsonObject scen) {
+        return scen.has("classic_first") ? scen.get("classic_first").getAsInt() : 0;
+    }
+
+    static void classicPhase(JsonObject scen, Path storeDir, int n, Map<Integer, JsonObject> done,
+        List<JsonObject> results, Log log) throws Exception {
+        MessageStoreConfig c = Store.config(DLedger.classic(config(scen)), storeDir);
+        DefaultMessageStore s = Store.open(c);
+        if (!s.load()) {
+            throw new IllegalStateException("DefaultMessageStore.load() failed on a new store");
+        }
+        Object schedule = Viewer.holdSchedule(s);
+        s.start();
+        JsonArray msgs = scen.getAsJsonArray("messages");
+        for (int i = 0; i < n && i < msgs.size(); i++) {
+            Built b = build(s, c, msgs.get(i).getAsJsonObject(), i, done, "classic");
+            JsonObject r = b.info;
+            PutMessageResult pr = put(s, b);
+            if (b.inner != null) {
+                describe(r, b.inner);
+            }
+            fill(r, pr);
+            r.addProperty("acknowledged", ok(pr));
+            if (b.op != null && ok(pr)) {
+                putOp(s, b, r);
+            }
+            done.put(i, r);
+            results.add(r);
+            if (log != null) {
+                log.line("attempt", b.info);
+                log.line("ack", r);
+            }
+        }
+        Store.waitReput(s, 60_000);
+        Viewer.persistSchedule(schedule);
+        QuickShutdown.run(s::shutdown);
+    }
+
     static JsonObject clean(String version, JsonObject scen, Path storeDir) throws Exception {
+        JsonArray msgs = scen.has("messages") ? scen.getAsJsonArray("messages") : new JsonArray();
+        Map<Integer, JsonObject> done = new ConcurrentHashMap<>();
+        List<JsonObject> results = new ArrayList<>();
+        int first = classicFirst(scen);
+        if (first > 0) {
+            classicPhase(scen, storeDir, first, done, results, null);
+        }
         MessageStoreConfig c = Store.config(config(scen), storeDir);
         DefaultMessageStore s = Store.open(c, config(scen));
         if (!s.load()) {
@@ -101,10 +152,8 @@ final class Put {
         boolean scheduleRuns = end.has("schedule_service") && end.get("schedule_service").getAsBoolean();
         Object schedule = scheduleRuns ? null : Viewer.holdSchedule(s);
         s.start();
-        JsonArray msgs = scen.has("messages") ? scen.getAsJsonArray("messages") : new JsonArray();
-        Map<Integer, JsonObject> done = new ConcurrentHashMap<>();
-        List<JsonObject> results = new ArrayList<>();
-        for (int i = 0; i < msgs.size(); i++) {
+        DLedger.awaitLeader(s, 60_000);
+        for (int i = first; i < msgs.size(); i++) {
             Built b = build(s, c, msgs.get(i).getAsJsonObject(), i, done, "main");
             JsonObject r = b.info;
             PutMessageResult pr = put(s, b);
@@ -119,6 +168,7 @@ final class Put {
             }
             results.add(r);
         }
+        DLedger.awaitCommitted(s, 60_000);
         Store.waitReput(s, 60_000);
         if (end.has("wait_ms")) {
             Thread.sleep(end.get("wait_ms").getAsLong());
@@ -660,6 +710,12 @@ final class Put {
         int afterAcks = end.has("after_acks") ? end.get("after_acks").getAsInt() : 1;
         int writers = end.has("writers") ? end.get("writers").getAsInt() : 2;
         long paceMs = end.has("pace_ms") ? end.get("pace_ms").getAsLong() : 0;
+        Log log = new Log(out.resolve("put-log.jsonl"));
+        Map<Integer, JsonObject> done = new ConcurrentHashMap<>();
+        int first = classicFirst(scen);
+        if (first > 0) {
+            classicPhase(scen, storeDir, first, done, new ArrayList<>(), log);
+        }
         MessageStoreConfig c = Store.config(config(scen), storeDir);
         DefaultMessageStore s = Store.open(c, config(scen));
         if (!s.load()) {
@@ -667,19 +723,18 @@ final class Put {
         }
         Viewer.holdSchedule(s);
         s.start();
+        DLedger.awaitLeader(s, 60_000);
         long pid = ProcessHandle.current().pid();
         // The killer is started now and waits for one line on its stdin: when the moment comes the
         // SIGKILL lands within microseconds, instead of after a fork+exec from a busy JVM.
         Process killer = new ProcessBuilder("bash", "-c", "read -r _; kill -KILL " + pid)
             .redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
         java.io.OutputStream trigger = killer.getOutputStream();
-        Log log = new Log(out.resolve("put-log.jsonl"));
         JsonArray msgs = scen.getAsJsonArray("messages");
-        AtomicInteger next = new AtomicInteger();
-        AtomicInteger acks = new AtomicInteger();
+        AtomicInteger next = new AtomicInteger(first);
+        AtomicInteger acks = new AtomicInteger(done.size());
         AtomicInteger inProgress = new AtomicInteger();
         AtomicInteger finished = new AtomicInteger();
-        Map<Integer, JsonObject> done = new ConcurrentHashMap<>();
         for (int w = 0; w < writers; w++) {
             final String name = "writer-" + w;
             Thread t = new Thread(() -> {

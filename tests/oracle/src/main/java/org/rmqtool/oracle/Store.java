@@ -68,13 +68,16 @@ final class Store {
         c.setStorePathCommitLog(root.resolve("commitlog").toString());
         trySet(c, "storePathEpochFile", root.resolve("epochFileCheckpoint").toString());
         trySet(c, "storePathBrokerIdentity", root.resolve("brokerIdentity").toString());
+        DLedger.configure(c, cfg);
         return c;
     }
 
     static Method setter(Object o, String key) {
         String name = "set" + Character.toUpperCase(key.charAt(0)) + key.substring(1);
+        // (the DLedger settings keep their lower-case second letter: setdLegerSelfId)
+        String literal = "set" + key;
         for (Method m : o.getClass().getMethods()) {
-            if (m.getName().equals(name) && m.getParameterCount() == 1) {
+            if ((m.getName().equals(name) || m.getName().equals(literal)) && m.getParameterCount() == 1) {
                 return m;
             }
         }

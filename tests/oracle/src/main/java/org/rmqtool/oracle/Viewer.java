@@ -25,7 +25,6 @@ import java.net.SocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
 import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -68,9 +67,33 @@ final class Viewer {
                 if (Files.isDirectory(p)) {
                     Files.createDirectories(t);
                 } else {
-                    Files.copy(p, t, StandardCopyOption.REPLACE_EXISTING);
+                    copySparse(p, t);
                 }
             }
+        }
+    }
+
+    /**
+     * A copy that keeps the source's holes (DLedger's 160 MiB index files are sparse: a dense copy
+     * per view would write them out): blocks of zeros are skipped, the length set at the end.
+     */
+    static void copySparse(Path from, Path to) throws IOException {
+        byte[] buf = new byte[1 << 16];
+        try (java.io.InputStream in = Files.newInputStream(from);
+             RandomAccessFile out = new RandomAccessFile(to.toFile(), "rw")) {
+            out.setLength(0);
+            long pos = 0;
+            for (int n; (n = in.readNBytes(buf, 0, buf.length)) > 0; pos += n) {
+                boolean zero = true;
+                for (int i = 0; i < n && zero; i++) {
+                    zero = buf[i] == 0;
+                }
+                if (!zero) {
+                    out.seek(pos);
+                    out.write(buf, 0, n);
+                }
+            }
+            out.setLength(pos);
         }
     }
 
@@ -91,17 +114,27 @@ final class Viewer {
         before.addProperty("abort_file_present", abort);
         before.add("checkpoint_raw", rawCheckpoint(root.resolve("checkpoint")));
         before.add("files", sizes(root, false));
+        MessageStoreConfig c = Store.config(cfg, root);
+        boolean dledger = DLedger.on(c);
+        if (dledger) {
+            before.add("dledger_files", DLedger.smallFiles(root));
+        }
         v.add("before_recovery", before);
         v.addProperty("recovery_mode", abort ? "abnormal" : "normal");
         v.addProperty("recovery_mode_detail", abort ? "abnormal (abort file present -> CommitLog.recoverAbnormally)"
             : "normal (CommitLog.recoverNormally)");
 
-        MessageStoreConfig c = Store.config(cfg, root);
+        if (dledger) {
+            DLedger.guardExit();
+        }
         DefaultMessageStore s = Store.open(c, cfg);
         long t0 = System.nanoTime();
         boolean ok = s.load();
         double loadMs = (System.nanoTime() - t0) / 1e6;
         v.addProperty("load_ok", ok);
+        if (dledger && DLedger.ExitGuard.requested != null) {
+            v.addProperty("broker_exit_requested", DLedger.ExitGuard.requested);
+        }
         JsonObject timing = new JsonObject();
         timing.addProperty("load_and_recover_ms", loadMs);
         JsonObject nonCanon = new JsonObject();
@@ -126,11 +159,20 @@ final class Viewer {
         JsonObject alb = new JsonObject();
         alb.addProperty("commitlog_max_offset", s.getMaxPhyOffset());
         alb.addProperty("commitlog_min_offset", s.getMinPhyOffset());
+        if (dledger) {
+            alb.add("dledger", DLedger.state(s));
+        }
         v.add("after_load_before_start", alb);
 
         Object schedule = holdSchedule(s);
         long t1 = System.nanoTime();
         s.start();
+        if (dledger) {
+            // the member elects itself (a new term), then commits what it holds: only then does the
+            // DLedger commitlog hand its entries to the reput (getMaxOffset is the committed position)
+            DLedger.awaitLeader(s, 60_000);
+            v.addProperty("dledger_committed_all", DLedger.awaitCommitted(s, 60_000));
+        }
         boolean caught = Store.waitReput(s, 60_000);
         persistSchedule(schedule);
         timing.addProperty("start_and_reput_catchup_ms", (System.nanoTime() - t1) / 1e6);
@@ -151,6 +193,10 @@ final class Viewer {
         v.addProperty("commitlog_record_count", counts[0]);
         v.addProperty("commitlog_blank_records", counts[1]);
         v.add("commitlog_records", recs);
+        if (dledger) {
+            v.add("dledger", DLedger.state(s));
+            v.add("dledger_entries", DLedger.entries(s));
+        }
         v.add("commitlog_topic_queue_table", topicQueueTable(s));
         v.add("consume_queues", consumeQueues(s));
         if (Store.major() >= 5) {
@@ -178,6 +224,9 @@ final class Viewer {
         QuickShutdown.run(s::shutdown);
         timing.addProperty("shutdown_ms", (System.nanoTime() - t2) / 1e6);
         v.addProperty("abort_file_present_after_shutdown", Files.exists(root.resolve("abort")));
+        if (dledger) {
+            v.add("dledger_files_after_shutdown", DLedger.smallFiles(root));
+        }
         JsonObject files = new JsonObject();
         JsonArray idx = new JsonArray();
         JsonArray idxNames = new JsonArray();
@@ -397,17 +446,27 @@ final class Viewer {
                         b.addProperty("blank_end_of_file_record", true);
                         b.addProperty("blank_total_size_field", bb.getInt(pos));
                         b.addProperty("phys_offset", base + pos);
+                        if (pos + 8 <= bb.limit() && bb.getInt(pos) == -1 && bb.getInt(pos + 4) != -875286124) {
+                            // DLedger's end-of-file padding: magic -1, then the length of the rest of the file
+                            b.addProperty("dledger_blank_length", bb.getInt(pos + 4));
+                        }
                         out.add(b);
                         blanks++;
                         off = cl.rollNextFile(base + pos);
                         continue outer;
                     }
+                    // a DLedger entry: its header (DLedgerEntry.BODY_OFFSET bytes) before the message
+                    int head = d.getBufferSize() > d.getMsgSize() ? d.getBufferSize() - d.getMsgSize() : 0;
                     ByteBuffer one = bb.duplicate();
-                    one.position(pos);
-                    one.limit(pos + d.getMsgSize());
-                    out.add(record(one.slice(), base + pos, d));
+                    one.position(pos + head);
+                    one.limit(pos + head + d.getMsgSize());
+                    JsonObject rec = record(one.slice(), base + pos + head, d);
+                    if (head > 0) {
+                        rec.add("dledger_entry", DLedger.header(bb, pos, base + pos));
+                    }
+                    out.add(rec);
                     n++;
-                    pos += d.getMsgSize();
+                    pos += head + d.getMsgSize();
                 }
                 off = base + pos;
                 if (pos < r.getSize()) {
@@ -439,8 +498,22 @@ final class Viewer {
     }
 
     static JsonObject record(ByteBuffer one, long phys, DispatchRequest d) {
-        MessageExt m = MessageDecoder.decode(one, true, false);
+        MessageExt m = MessageDecoder.decode(one.duplicate(), true, false);
         JsonObject o = new JsonObject();
+        if (m == null) {
+            // the store's parser accepted a record MessageDecoder cannot decode (a DLedger
+            // entry's message whose fields the check does not read)
+            o.addProperty("phys_offset", phys);
+            o.addProperty("size", d.getMsgSize());
+            o.addProperty("decode_failed", true);
+            o.addProperty("topic", d.getTopic());
+            o.addProperty("queue_id", d.getQueueId());
+            o.addProperty("queue_offset", d.getConsumeQueueOffset());
+            o.add("keys", JsonNull.INSTANCE);
+            o.add("uniq_key", JsonNull.INSTANCE);
+            o.add("tags", JsonNull.INSTANCE);
+            return o;
+        }
         byte[] body = m.getBody() == null ? new byte[0] : m.getBody();
         CRC32 crc = new CRC32();
         crc.update(body);
