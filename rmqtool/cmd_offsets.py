@@ -225,12 +225,14 @@ def _change(
     ro.encoded_changes(root, changes)  # refuses a file the broker cannot load, before anything
     rows = [c.to_dict() for c in changes]
     result = None
-    if not dry_run and not yes and any(c.old != c.new for c in changes):
+    pending = any(c.old != c.new for c in changes)
+    if not dry_run and not yes and pending:
         render(iter(rows), "table", CHANGE_COLUMNS, title=desc + " -- plan")
         if not ask(yes, f"Apply these offset changes to {root}?"):
             click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
             return int(Exit.PROBLEMS)
-    if not dry_run:
+    if not dry_run and pending:
+        # (an offset set to what is committed already changes nothing: no backup, status 0)
         result = ro.apply_offset_changes(root, changes, backup_dir=backup_dir, description=desc)
     with closed_stdout_ignored():
         if fmt == "json":
@@ -250,8 +252,10 @@ def _change(
                 click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {root})")
             elif dry_run:
                 click.echo("dry run: nothing was changed")
-    if dry_run:
-        return int(Exit.PROBLEMS if any(c.old != c.new for c in changes) else Exit.OK)
+            elif not pending:
+                click.echo("nothing to change: every offset is committed already")
+    if dry_run or not pending:
+        return int(Exit.PROBLEMS if pending else Exit.OK)
     return int(Exit.REPAIRED)
 
 
