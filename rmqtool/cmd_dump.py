@@ -962,12 +962,26 @@ def dump_index(
         recs = index_hit_records(
             store, profile, topic, key, parse_time(since, "--since"), parse_time(until, "--until"), with_body
         )
-        title = (
-            "index lookup"
-            if qy.index_usable(store) and (topic is not None or store.topics())
-            else "index lookup (no usable index file, or no topic to look up; dump commitlog --key scans the commitlog)"
-        )
-        return output(recs, fmt, INDEX_HIT_COLUMNS, limit, title)
+        from . import dump_select as sel
+
+        usable = qy.index_usable(store) and (topic is not None or bool(store.topics()))
+        hits = [0]
+
+        def counted(rs: Any) -> Any:
+            for r in rs:
+                hits[0] += 1
+                yield r
+
+        code = output(counted(recs), fmt, INDEX_HIT_COLUMNS, limit, "index lookup", say_empty=False)
+        if hits[0] == 0 and limit != 0:
+            # (grep's "nothing selected", as dump commitlog --key says it: status 1, one line)
+            hint = (
+                None
+                if usable
+                else "no usable index file, or no topic to look up; dump commitlog --key scans the commitlog"
+            )
+            return int(code) | sel.not_found(sel.describe((topic,) if topic else (), (), (key,), (), {}), hint)
+        return code
     if topic is not None:
         raise click.UsageError("--topic needs --key")
     return output(only_file(qy.iter_index(store, entries=entries), one.get("file")), fmt, INDEX_COLUMNS, limit, "index")

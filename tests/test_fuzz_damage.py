@@ -75,11 +75,12 @@ def test_dump_index_key_without_any_index_file(tmp_path: Path, capsys: pytest.Ca
     root = copy(tmp_path, "clean")
     for p in (root / "index").iterdir():
         p.unlink()
+    # (nothing matched: status 1, grep's convention, as dump commitlog --key; issue 33 R9)
     code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1")
-    assert code == 0 and out == "" and "no usable index file" in err
+    assert code == 1 and out == "" and "no usable index file" in err and err.count("\n") == 1
     shutil.rmtree(root / "consumequeue")  # no topic to look up either
     code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1")
-    assert code == 0 and out == "" and "no index lookup" in err
+    assert code == 1 and out == "" and "not found: no message matches --key ORDER-1" in err and "no topic" in err
 
 
 def test_config_number_of_5000_digits_falls_back_to_bak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
