@@ -117,6 +117,31 @@ def apply_recovery(
     )
 
 
+def dispatch_changes(
+    store: Store, plan: RecoveryPlan, profile: BrokerProfile, *, jobs: int | None = None
+) -> tuple[bool, dict[str, int]]:
+    """Whether :func:`apply_recovery` of ``plan`` would change a file, and the records
+    each dispatch pass dispatched: its dispatch passes (and the next starts it settles)
+    run in memory as they do there, and the changes go into a dry-run transaction, which
+    plans them and writes nothing (no lock, no journal)."""
+    from ..safety import StoreTransaction  # lazy, as in apply_recovery
+
+    ckpt_before = store.read_checkpoint()
+    cp_path = store.root / "checkpoint"
+    cp_bytes = (
+        (read_small(cp_path, CHECKPOINT_READ_LIMIT, store.root, "checkpoint") or b"")
+        if store.checkpoint_present
+        else b""
+    )
+    a = _start_applying(store, plan, profile, None, jobs, False)
+    _apply_dispatch(a)
+    tx = StoreTransaction(store.root, dry_run=True)
+    _queue_changes(tx, a)
+    _index_changes(tx, a, infer_index_tz(store))
+    cp_changed = _checkpoint_bytes(cp_bytes, _recovered_checkpoint(a, ckpt_before), profile) != cp_bytes
+    return cp_changed or bool(tx.plan()), dict(a.dispatched)
+
+
 def _fsync_sealed(store: Store, plan: RecoveryPlan) -> None:
     """fsync the kept full index files the next one continues (unchanged files: the
     checkpoint will say they are on disk)."""

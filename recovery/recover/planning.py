@@ -3,6 +3,8 @@ recovery), the steps in the broker's order, the dispatch passes and the notes.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..broker import MODE_ABNORMAL, MODE_NORMAL
 from ..store import Store
 from ..versions import BrokerProfile
@@ -73,7 +75,28 @@ def plan_recovery(
     _plan_index_discards(p)
     _plan_index_past_end(p)
     _plan_dispatch(p)
+    _plan_dispatch_writes(p)
     return p.plan
+
+
+def _plan_dispatch_writes(p: _Planning) -> None:
+    """Where the dispatch passes are all the plan holds, whether they write anything: the
+    same dispatch the real run does (``recovery.recover.applying``), in memory, with its
+    changes planned and not made. A dispatch pass can have records that reach no file
+    (the start-up reput from the consume queues' max physical offset over a repaired
+    store's quarantine records, which are rollback transactions: no unit, no key; issue 33
+    R5): the dry run then says there is nothing to do, as the real run finds, and
+    promises no change that run would not make."""
+    plan = p.plan
+    if plan.changes_besides_dispatch or not plan.dispatch_pending or p.ctx.blocked:
+        return
+    from .applying import dispatch_changes  # lazy: the reput and the writers, only where asked
+
+    plan.dispatch_writes, counts = dispatch_changes(p.store, plan, p.profile, jobs=p.opts.jobs)
+    plan.dispatch = [
+        replace(d, records=counts.get(d.name, 0)) if d.records is None and d.from_offset < d.to_offset else d
+        for d in plan.dispatch
+    ]
 
 
 def _recovery_mode(store: Store, mode: str | None) -> tuple[str, str]:
@@ -244,7 +267,9 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
 def _plan_without_commitlog(p: _Planning) -> RecoveryPlan:
     """No commitlog file: the broker destroys every consume queue."""
     plan = p.plan
-    plan.destroy_consume_queues = bool(p.store.consume_queues)
+    # (a queue directory without files has nothing to destroy: the real run changes
+    # nothing there, and a plan that said it would made every dry run exit 4; issue 33 R5)
+    plan.destroy_consume_queues = any(files for files in p.store.consume_queues.values())
     for qp in plan.queues:
         st = p.ctx.queue_states[qp.key]
         qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept]

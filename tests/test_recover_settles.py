@@ -1,0 +1,96 @@
+"""recover agrees with itself and settles in one run (issue 33): a dry run never promises
+a change the real run does not make (R5), one run leaves nothing for a second after a
+missing middle commitlog file or a short file (R7), a store the broker refuses to load is
+refused and left as it is (R11), and a deleted middle consume queue file is a problem
+that names repair (R13)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import fuzzdamage as fd
+import pytest
+from conftest import copy_store
+
+from rmqtool.cli import run
+
+ROLLBACK = 12  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+
+
+def _recover(root: Path, tmp_path: Path, *extra: str, name: str = "b") -> tuple[int, dict]:
+    """recover on ``root`` (--yes with a backup under ``tmp_path``, unless a dry run):
+    its status and its JSON document."""
+    args = ["recover", str(root), "-q", "--format", "json", *extra]
+    if "--dry-run" not in extra:
+        args += ["--yes", "--backup-dir", str(tmp_path / name)]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = run(args)
+    return rc, json.loads(buf.getvalue()) if buf.getvalue().strip() else {}
+
+
+def _rollback_after_the_last_message(root: Path) -> int:
+    """A copy of ``clean``'s last message written after it as a ROLLBACK transaction (the
+    kind of record repair's quarantine records are): the consume queues end before it, so
+    the 4.x start-up reput dispatches it at every start, and it reaches no queue and no
+    index. Returns its offset."""
+    f = root / "commitlog" / "00000000000000327680"
+    b = bytearray(f.read_bytes())
+    last = 377646 - 327680
+    (size,) = struct.unpack_from(">i", b, last)
+    pos = last + size
+    rec = bytearray(b[last : last + size])
+    struct.pack_into(">q", rec, 28, 327680 + pos)  # PHYSICALOFFSET
+    (sysflag,) = struct.unpack_from(">i", rec, 36)
+    struct.pack_into(">i", rec, 36, (sysflag & ~0xC) | ROLLBACK)
+    b[pos : pos + size] = rec
+    f.write_bytes(bytes(b))
+    return 327680 + pos
+
+
+def test_a_dispatch_that_writes_nothing_is_nothing_to_do_in_the_dry_run_too(tmp_path: Path) -> None:
+    """R5: records after the consume queues' end that reach no queue and no index (a
+    ROLLBACK record; repair's quarantine records are such records) made every dry run exit
+    4 ("? records" to dispatch) while the real run said "0 changes": the dry run now does
+    the dispatch in memory, as the real run does, and finds nothing to do."""
+    root = copy_store("clean", tmp_path)
+    at = _rollback_after_the_last_message(root)
+    before = fd.tree_digest(root)
+    rc, doc = _recover(root, tmp_path, "--dry-run")
+    assert rc == 0, doc
+    plan = doc["plan"]
+    assert plan["summary"]["nothing_to_do"] and plan["dispatch_writes"] is False
+    assert [(d["name"], d["from_offset"], d["records"]) for d in plan["dispatch"]] == [("startup_reput", at, 1)]
+    rc, doc = _recover(root, tmp_path)
+    assert rc == 0 and doc.get("result") is None and fd.tree_digest(root) == before
+
+
+@pytest.mark.parametrize("case", ["zeroed_tail", "no_commitlog"])
+def test_after_repair_recover_agrees_with_itself(tmp_path: Path, case: str) -> None:
+    """R5, the issue's reproducers: after repair, recover --dry-run exited 4 for ever while
+    recover --yes said "0 changes" (a zeroed tail of crash_midwrite's last full file,
+    which repair fills with a quarantine record; clean without commitlog/, whose empty
+    queue directories the plan said it would destroy). Now the dry run, the real run and
+    the dry run after it agree: nothing to do."""
+    if case == "zeroed_tail":
+        root = copy_store("crash_midwrite", tmp_path)
+        p = root / "commitlog" / "00000000000000720896"
+        b = bytearray(p.read_bytes())
+        b[49336 : 49336 + 16200] = bytes(16200)
+        p.write_bytes(bytes(b))
+    else:
+        root = copy_store("clean", tmp_path)
+        shutil.rmtree(root / "commitlog")
+    assert run(["repair", str(root), "--yes", "-q", "--backup-dir", str(tmp_path / "r")]) in (0, 1)
+    d1, doc1 = _recover(root, tmp_path, "--dry-run", name="d1")
+    h = fd.tree_digest(root)
+    r, doc = _recover(root, tmp_path, name="r")
+    d2, _ = _recover(root, tmp_path, "--dry-run", name="d2")
+    assert (d1, r, d2) == (0, 0, 0), doc1["plan"]["summary"]
+    assert fd.tree_digest(root) == h
+
