@@ -10,6 +10,9 @@ CQ = "rmqtool rebuild-index {store} --cq-only{topic}: writes the consume queue a
 INDEX = "rmqtool rebuild-index {store} --index-only: writes the index anew from the commitlog"
 AS_WRITTEN = "none: the record is as its producer or broker wrote it; rmqtool dump commitlog {store} --from-offset {offset} --limit 1 shows it"
 
+# a missing middle consume queue file: recover, as the broker, leaves the gap (issue 33 R13)
+CQ_GAP = "rmqtool repair {store} --dry-run, then --yes: writes the queue anew from the commitlog (recover, as the broker, leaves the gap)"
+
 BY_CODE: dict[str, str] = {
     "FILE_STRAY": "none: the broker ignores it; move it out of the store if unwanted",
     "FILE_IGNORED": "none: the broker ignores it",
@@ -39,6 +42,8 @@ BY_PREFIX = (
 def next_step(finding: dict[str, Any], store: str) -> str:
     code = str(finding.get("code") or "")
     text = BY_CODE.get(code)
+    if code == "FILE_GAP" and str(finding.get("file") or "").startswith("consumequeue/"):
+        text = CQ_GAP
     if text is None:
         text = next((t for p, t in BY_PREFIX if code.startswith(p)), "see the code in rmqtool-verify(1)")
     f = str(finding.get("file") or "")

@@ -94,3 +94,28 @@ def test_after_repair_recover_agrees_with_itself(tmp_path: Path, case: str) -> N
     assert (d1, r, d2) == (0, 0, 0), doc1["plan"]["summary"]
     assert fd.tree_digest(root) == h
 
+
+def test_a_deleted_middle_queue_file_is_a_problem_that_names_repair(tmp_path: Path) -> None:
+    """R13: with a middle file of a queue of six gone, recover exited 1 ("changed") and left
+    the gap, which verify then reported (FILE_GAP): the gap is a problem now (status 5 for
+    the run that changes the store, 4 after), named with repair, which writes the queue
+    anew; verify's next step for it is repair too."""
+    root = copy_store("crash_midwrite", tmp_path)
+    (root / "consumequeue" / "TopicA" / "0" / "00000000000000001280").unlink()
+    gap = "consumequeue/TopicA/0/00000000000000001920"
+    rc, doc = _recover(root, tmp_path, "--dry-run")
+    assert rc == 4
+    assert [(p["code"], p["path"]) for p in doc["plan"]["problems"]] == [("LAYOUT", gap)]
+    assert "rmqtool repair" in doc["plan"]["problems"][0]["message"]
+    rc, _ = _recover(root, tmp_path, name="r1")
+    assert rc == 5
+    rc, _ = _recover(root, tmp_path, name="r2")
+    assert rc == 4 and not (tmp_path / "r2").exists()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert run(["verify", str(root), "--format", "json"]) == 4
+    findings = [f for f in json.loads(buf.getvalue())["findings"] if f["code"] == "FILE_GAP"]
+    assert [f["file"] for f in findings] == [gap] and findings[0]["next"].startswith(f"rmqtool repair {root}")
+    assert run(["repair", str(root), "--yes", "-q", "--backup-dir", str(tmp_path / "rp")]) == 1
+    rc, _ = _recover(root, tmp_path, "--dry-run")
+    assert rc == 0

@@ -124,6 +124,7 @@ def _layout_problems(
     last_cq = {_rel(store, files[-1].path) for files in store.consume_queues.values() if files}
     last_cl = _rel(store, store.commitlog[-1].path) if store.commitlog else None
     zero_last_cl: list[RemovedFile] = []
+    has_data = any(f.size > 0 for f in store.commitlog)  # (else every queue file goes)
     for issue in store.issues:
         if issue.path.startswith("commitlog") and issue.code in ("FILE_OVERLAP", "MISALIGNED_FILE"):
             # file names that do not tile the offsets (a stray 00000000000000000001, a file
@@ -158,6 +159,19 @@ def _layout_problems(
                     "files"
                     + (": recover neither cuts nor appends to this queue" if alone else "")
                     + " (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)",
+                )
+            )
+        elif issue.path.startswith("consumequeue/") and issue.code == "FILE_GAP" and has_data:
+            # a missing middle file (issue 33 R13): the broker loads the queue as it is (its
+            # file lookup by offset then reads the wrong file for every unit after the gap),
+            # and so does recover: the gap stays, a problem that repair mends
+            problems.append(
+                Problem(
+                    LAYOUT,
+                    issue.path,
+                    None,
+                    f"{issue.message}; the broker serves the units after the gap from the wrong file, and "
+                    "recover, as the broker, leaves the gap (rmqtool repair writes the queue anew)",
                 )
             )
         elif issue.path.startswith("consumequeue/") and issue.severity == "error" and issue.code == "MISNAMED_FILE":
