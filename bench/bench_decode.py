@@ -7,7 +7,7 @@ commitlog by default) and prints, for one process on one core:
 * the record-boundary walk (``recovery.scan.boundary_walk``): records/s and MB/s;
 * the full decode to JSON lines on /dev/null, through exactly the code path of
   ``rmqtool dump commitlog --format jsonl`` (``rmqtool.recovery.records.commitlog_records`` +
-  ``rmqtool.dump_output.output``): messages/s and MB/s;
+  ``rmqtool.cli.dump.output.output``): messages/s and MB/s;
 * wall-clock and CPU-time (``time.process_time``) rates: on a shared machine the CPU-time
   rate is the one-core figure;
 * peak RSS (``resource.getrusage``; it includes the file pages of the memory maps, which
@@ -101,7 +101,7 @@ def bench_walk(store_root: Path) -> tuple[int, int, float, float]:
 def bench_decode(store_root: Path, profile_run: bool) -> tuple[float, float]:
     """Exactly ``rmqtool dump commitlog STORE --format jsonl > /dev/null``: the command's
     record stream (``cmd_dump.commitlog_stream``) through its writer (``cmd_dump.output``)."""
-    from rmqtool import cmd_dump
+    from rmqtool.cli.dump import command as cmd_dump
     from rmqtool.recovery.store import Store
     from rmqtool.recovery.versions import BrokerProfile
 

@@ -65,7 +65,7 @@ def store_copy(tmp_path: Path) -> Callable[[str], Path]:
 def spark() -> Iterator[Any]:
     """One local[2] Spark session for every test that needs one (its start is the slow part)."""
     pytest.importorskip("pyspark")
-    from rmqtool.export_spark import find_java, spark_session
+    from rmqtool.cli.export.spark import find_java, spark_session
 
     if find_java() is None:
         pytest.skip("no Java runtime")

@@ -1,4 +1,4 @@
-"""rmqtool.blocks: the numpy helpers dump's and export's block decoders share."""
+"""rmqtool.recovery.batch.blocks: the numpy helpers dump's and export's block decoders share."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import random
 
 import numpy as np
 
-from rmqtool.blocks import gather, rows, v1_run_starts
 from rmqtool.formats import commitlog as cl
+from rmqtool.recovery.batch.blocks import gather, rows, v1_run_starts
 
 
 def test_rows_and_gather_pad_with_nul_past_the_end() -> None:

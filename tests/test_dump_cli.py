@@ -19,11 +19,11 @@ import pytest
 from conftest import REAL_NAMES, broker_view, real_store, scenario
 
 from rmqtool.cli import run
-from rmqtool.cmd_dump import commitlog_records, message_line
+from rmqtool.cli.dump.command import commitlog_records, message_line
+from rmqtool.cli.render import dumps
 from rmqtool.formats.crc import crc32_fast
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import BrokerProfile
-from rmqtool.render import dumps
 
 P494 = BrokerProfile.for_version("4.9.4")
 CLEAN = str(real_store("clean"))
@@ -49,7 +49,7 @@ def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[Any]
 def test_commitlog_jsonl_is_the_record_stream(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, recs, err = dump(capsys, "commitlog", str(real_store(name)))
     assert code == 0 and err == ""
-    from rmqtool.dump_times import add_times
+    from rmqtool.recovery.times import add_times
 
     expected = [add_times(r) for r in commitlog_records(Store.open(real_store(name)), P494)]  # + ISO twins
     assert recs == json.loads(json.dumps(expected))
@@ -398,7 +398,7 @@ def test_crc_of_stored_bodies_is_reported(capsys: pytest.CaptureFixture[str]) ->
 
 
 # ---------------------------------------------------------------------------------------
-# the fast jsonl path (cmd_dump.commitlog_lines) prints exactly what the generic one does
+# the fast jsonl path (dump.command.commitlog_lines) prints exactly what the generic one does
 
 
 def _rendered(stream: Any) -> list[str]:
@@ -502,7 +502,7 @@ def _edge_store(root: Path) -> Path:
 
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3", "4.9.0"])
 def test_fast_lines_equal_generic_on_edge_cases(tmp_path: Path, version: str) -> None:
-    from rmqtool.cmd_dump import commitlog_lines
+    from rmqtool.cli.dump.command import commitlog_lines
 
     root = _edge_store(tmp_path)
     profile = BrokerProfile.for_version(version)
@@ -528,7 +528,7 @@ def test_fast_lines_equal_generic_on_edge_cases(tmp_path: Path, version: str) ->
 @pytest.mark.parametrize("name", REAL_NAMES)
 @pytest.mark.parametrize("version", ["4.9.4", "5.3.3"])
 def test_fast_lines_equal_generic_on_fixtures(name: str, version: str) -> None:
-    from rmqtool.cmd_dump import commitlog_lines
+    from rmqtool.cli.dump.command import commitlog_lines
 
     store = Store.open(real_store(name))
     profile = BrokerProfile.for_version(version)
@@ -539,7 +539,7 @@ def test_fast_lines_equal_generic_on_fixtures(name: str, version: str) -> None:
 
 
 def test_fast_lines_equal_generic_on_synthetic(tmp_path: Path) -> None:
-    from rmqtool.cmd_dump import commitlog_lines
+    from rmqtool.cli.dump.command import commitlog_lines
     from rmqtool.recovery.synth import write_synthetic_store
 
     write_synthetic_store(tmp_path, total_bytes=200_000, file_size=65536, keys_per_message=3, body_size=200)

@@ -1,4 +1,4 @@
-"""The columnar commitlog path of ``rmqtool export`` (rmqtool.export_arrow) against the row
+"""The columnar commitlog path of ``rmqtool export`` (rmqtool.cli.export.block) against the row
 path (export_spark.commitlog_rows, the dump's walk and field functions), without Spark:
 same rows, same order, same counters and split handoffs, on the real fixtures, synthetic
 stores (one properties shape, no keys/tags, varying shapes) and a damaged store."""
@@ -14,9 +14,9 @@ pa = pytest.importorskip("pyarrow")
 
 from conftest import REAL_NAMES, real_store  # noqa: E402
 
-from rmqtool.export.arrow import arrow_schema, split_batches  # noqa: E402
-from rmqtool.export.rows import columns_for, commitlog_rows  # noqa: E402
-from rmqtool.export_arrow import plain_block  # noqa: E402
+from rmqtool.cli.export.arrow import arrow_schema, split_batches  # noqa: E402
+from rmqtool.cli.export.block import plain_block  # noqa: E402
+from rmqtool.cli.export.rows import columns_for, commitlog_rows  # noqa: E402
 from rmqtool.recovery.splits import Handoff, plan_splits  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402
 
@@ -122,7 +122,7 @@ def test_damaged_store_same_rows(tmp_path: Path) -> None:
 
 
 def test_block_refuses_a_crc_mismatch_and_stops_before_it(tmp_path: Path) -> None:
-    from rmqtool.export_arrow import _State
+    from rmqtool.cli.export.block import _State
     from rmqtool.formats import commitlog as cl
     from rmqtool.recovery.store import MappedFile
     from rmqtool.recovery.synth import write_synthetic_store
@@ -256,7 +256,7 @@ def test_random_property_shapes_same_rows(tmp_path: Path, seed: int, version: st
 def test_row_groups_exact_even_when_keys_collide(monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
-    from rmqtool import blocks
+    from rmqtool.recovery.batch import blocks
 
     rng = np.random.default_rng(7)
     mat = rng.integers(0, 3, size=(500, 13), dtype=np.uint8)
@@ -280,7 +280,7 @@ def test_arrays_from_numpy_buffers_equal_pa_array_and_never_import_pandas(tmp_pa
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from rmqtool import export_arrow as ea
+    from rmqtool.cli.export import block as ea
 
     for a in (
         np.arange(-3, 7, dtype=np.int64),
@@ -300,7 +300,7 @@ def test_arrays_from_numpy_buffers_equal_pa_array_and_never_import_pandas(tmp_pa
     assert ea._table(["x", None], inv[1:] % 2, pa.string()).to_pylist() == ["x", "x", None]
     code = (
         "import sys, numpy as np, pyarrow as pa, pyarrow.compute as pc\n"
-        "from rmqtool import export_arrow as ea\n"
+        "from rmqtool.cli.export import block as ea\n"
         "ea._num(np.arange(4)); ea._num(np.ones(3, dtype=bool))\n"
         "ea._indices(pc.dictionary_encode(ea._table(['a', 'b'], np.array([1, 0, 1], dtype=np.int32), pa.string())).indices)\n"
         "print('pandas' in sys.modules)\n"

@@ -1,4 +1,4 @@
-"""``rmqtool export`` (the arrow writer's per-split decode, rmqtool.export_arrow) against
+"""``rmqtool export`` (the arrow writer's per-split decode, rmqtool.cli.export.block) against
 ``rmqtool dump commitlog --format jsonl`` (the documented contract, man/rmqtool-export.1:
 "the rows are exactly the records of dump commitlog ... field by field, plus store").
 
@@ -31,8 +31,8 @@ pa = pytest.importorskip("pyarrow")
 from test_version_behaviour import BLANK, MAGIC_V1, props, record  # noqa: E402  (spec-built record writer)
 
 from rmqtool.cli import run  # noqa: E402
-from rmqtool.export.arrow import arrow_schema, split_batches  # noqa: E402
-from rmqtool.export_spark import columns_for  # noqa: E402
+from rmqtool.cli.export.arrow import arrow_schema, split_batches  # noqa: E402
+from rmqtool.cli.export.spark import columns_for  # noqa: E402
 from rmqtool.recovery.splits import Handoff, plan_splits  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402
 from rmqtool.recovery.times import iso_ms
@@ -212,7 +212,7 @@ class Coverage:
     """Rows the block path (plain_block) produced, counted by wrapping it."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from rmqtool import export_arrow as ea
+        from rmqtool.cli.export import block as ea
 
         self.rows = 0
         orig = ea.plain_block
@@ -478,7 +478,7 @@ def test_spark_arrow_writer_parquet_equals_dump(tmp_path: Path, capsys: pytest.C
     5.3.3 store, read back with pyarrow: the Parquet rows equal dump's records."""
     import pyarrow.parquet as pq
 
-    from rmqtool.export_spark import run_export
+    from rmqtool.cli.export.spark import run_export
 
     version = "5.3.3"
     recs: list[Maker] = []

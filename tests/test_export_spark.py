@@ -61,7 +61,7 @@ def assert_rows_equal_dump(rows: list[dict[str, Any]], records: list[dict[str, A
 
 
 def export(spark: Any, out: Path, names: list[str], **kw: Any) -> Any:
-    from rmqtool.export_spark import run_export
+    from rmqtool.cli.export.spark import run_export
 
     stores = [(n, Store.open(real_store(n).resolve())) for n in names]
     return run_export(stores, str(out), session=spark, quiet=True, **kw)
@@ -291,7 +291,7 @@ def test_file_vanishing_under_the_job_is_one_line(spark: Any, tmp_path: Path) ->
     """An executor that cannot read its split fails the job: one line naming the file."""
     import shutil
 
-    from rmqtool.export_spark import run_export
+    from rmqtool.cli.export.spark import run_export
     from rmqtool.formats.errors import RmqToolError
 
     shutil.copytree(real_store("delay"), tmp_path / "store")
@@ -341,16 +341,16 @@ def test_spark_submit_zip_and_entry_point(tmp_path: Path) -> None:
     and the spark_job entry point runs the export command from it."""
     import zipfile
 
-    from rmqtool.spark_job import main
+    from rmqtool.cli.export.spark_job import main
 
     z = tmp_path / "rmqtool.zip"
     assert main(["--make-zip", str(z)]) == 0
     names = set(zipfile.ZipFile(z).namelist())
     for n in (
         "rmqtool/__init__.py",
-        "rmqtool/export_spark.py",
-        "rmqtool/cmd_export.py",
-        "rmqtool/cmd_dump.py",
+        "rmqtool/cli/export/spark.py",
+        "rmqtool/cli/export/command.py",
+        "rmqtool/cli/dump/command.py",
         "rmqtool/recovery/splits.py",
         "rmqtool/recovery/scan.py",
         "rmqtool/formats/commitlog.py",
@@ -359,9 +359,9 @@ def test_spark_submit_zip_and_entry_point(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         f"sys.path.insert(0, {str(z)!r})\n"
-        "import rmqtool.recovery.splits, rmqtool.export_spark\n"
-        "from rmqtool.spark_job import main\n"
-        "assert rmqtool.export_spark.__file__.startswith(sys.path[0]), rmqtool.export_spark.__file__\n"
+        "import rmqtool.recovery.splits, rmqtool.cli.export.spark\n"
+        "from rmqtool.cli.export.spark_job import main\n"
+        "assert rmqtool.cli.export.spark.__file__.startswith(sys.path[0]), rmqtool.cli.export.spark.__file__\n"
         "sys.exit(main(['--help']))\n"
     )
     p = _subprocess(code)
@@ -405,7 +405,7 @@ def test_arrow_writer_equals_spark_writer(spark: Any, tmp_path: Path, what: str,
 def test_partition_values_escaped_as_spark_does(spark: Any, tmp_path: Path) -> None:
     import pyarrow as pa
 
-    from rmqtool.export_parquet import TaskWriter, escape_path_name, prepare, publish
+    from rmqtool.cli.export.parquet import TaskWriter, escape_path_name, prepare, publish
 
     topics = ["%RETRY%group", "a/b", "x=y:z", "sp ace", "#[^]{}*?'\"\\", "", None, "plain"]
     schema = pa.schema([pa.field("topic", pa.string()), pa.field("n", pa.int64())])
@@ -435,7 +435,7 @@ def test_arrow_writer_commit_protocol(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rmqtool.export_parquet import TaskWriter, prepare, publish
+    from rmqtool.cli.export.parquet import TaskWriter, prepare, publish
 
     schema = pa.schema([pa.field("n", pa.int64())])
     out = tmp_path / "o"
@@ -466,7 +466,7 @@ def test_arrow_writer_gathers_batches_into_row_groups(tmp_path: Path, monkeypatc
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rmqtool import export_parquet as ep
+    from rmqtool.cli.export import parquet as ep
 
     monkeypatch.setattr(ep, "ROW_GROUP_ROWS", 2500)
     schema = pa.schema([pa.field("k", pa.string()), pa.field("n", pa.int64())])
@@ -530,14 +530,14 @@ def test_arrow_writer_refuses_hadoop_paths(tmp_path: Path, capsys: pytest.Captur
     assert run(["export", str(store), "--to", "hdfs:///incident/cl"]) == 2
     err = capsys.readouterr().err
     assert "--writer spark" in err and "Traceback" not in err  # click's usage error, like every command's
-    from rmqtool.export_spark import run_export
+    from rmqtool.cli.export.spark import run_export
 
     with pytest.raises(ValueError, match="--writer spark"):
         run_export([("c", Store.open(store.resolve()))], "s3a://bucket/cl", session=object())
 
 
 def test_output_url_schemes() -> None:
-    from rmqtool.outpath import local_path, url_scheme
+    from rmqtool.cli.export.outpath import local_path, url_scheme
 
     assert url_scheme("hdfs:/x") == url_scheme("hdfs:///x") == "hdfs"  # what click's Path makes of hdfs:///x
     assert url_scheme("s3a://b/k") == "s3a" and url_scheme("/tmp/out") is None and url_scheme("out/cl") is None
@@ -552,7 +552,7 @@ def test_output_url_schemes() -> None:
 
 
 def test_session_settings_light_jvm_only_for_the_arrow_writer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from rmqtool import export_spark as es
+    from rmqtool.cli.export import spark as es
 
     heavy = es.session_settings({"spark.driver.extraJavaOptions": "-Xss4m"}, "-Dq=1")
     light = es.session_settings(None, "-Dq=1", "-Dx=2", light_jvm=True)
@@ -593,7 +593,7 @@ def test_arrow_writer_runs_a_few_tasks_per_core_and_counts_committed_groups(
     """Many split groups run as at most TASKS_PER_CORE Spark tasks per core (each writes
     several groups in turn); the progress counts the groups' committed files while the
     tasks run, and at the end it shows every split."""
-    from rmqtool import export_spark as es
+    from rmqtool.cli.export import spark as es
 
     sc = spark.sparkContext
     slices: list[int] = []

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from conftest import CLEAN_NAMES, REAL_NAMES, broker_view, real_store, scenario
 
-from rmqtool.cmd_dump import commitlog_records
+from rmqtool.cli.dump.command import commitlog_records
 from rmqtool.formats import indexfile
 from rmqtool.formats.javahash import index_hash, java_hash
 from rmqtool.formats.properties import split_keys

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmqtool.cli import run
-from rmqtool.cmd_dump import commitlog_records
+from rmqtool.cli.dump.command import commitlog_records
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats import consumequeue as cq
 from rmqtool.formats import indexfile

@@ -150,8 +150,8 @@ def test_export_workers_decode_with_the_drivers_whole_profile(capsys: pytest.Cap
     pytest.importorskip("pyarrow")
     from conftest import real_store
 
-    from rmqtool.export.arrow import arrow_schema, split_batches
-    from rmqtool.export.rows import columns_for, commitlog_rows
+    from rmqtool.cli.export.arrow import arrow_schema, split_batches
+    from rmqtool.cli.export.rows import columns_for, commitlog_rows
     from rmqtool.recovery.splits import plan_splits
     from rmqtool.recovery.store import Store
     from rmqtool.recovery.versions import BrokerProfile
@@ -193,7 +193,7 @@ def test_export_with_broker_config_equals_dump_and_the_explicit_options(
     """export --broker-config (STORE, geometry, messageDelayLevel, checkCRCOnRecover from
     the file) writes the rows dump --broker-config prints, and the same rows as export with
     the explicit options."""
-    import rmqtool.export_spark as es
+    import rmqtool.cli.export.spark as es
 
     orig = es.run_export
     monkeypatch.setattr(es, "run_export", lambda *a, **k: orig(*a, session=spark, **k))  # the shared session

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import copy_store, tree_digest
 
-from rmqtool import progress
-from rmqtool.cli import run
-from rmqtool.exitcodes import Exit
+from rmqtool.cli import progress, run
+from rmqtool.cli.exitcodes import Exit
 
 CASES = {
     "verify": (["verify", "--format", "json", "STORE"], "verify"),

@@ -17,7 +17,7 @@ import pytest
 from conftest import copy_store, tree_digest
 
 from rmqtool.cli import run
-from rmqtool.exitcodes import Exit
+from rmqtool.cli.exitcodes import Exit
 
 BROKER = """\
 import fcntl, os, sys, time

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import copy_store, tree_digest
 
-from rmqtool import confirm
-from rmqtool.cli import run
-from rmqtool.exitcodes import MAN_TABLE, Exit
+from rmqtool.cli import confirm, run
+from rmqtool.cli.exitcodes import MAN_TABLE, Exit
 
 MAN = Path(__file__).resolve().parent.parent / "man"
 
@@ -315,7 +314,7 @@ def test_ctrl_c_during_export_removes_the_partial_output(
     Spark): OUT is gone, one line says so, status 130; a rerun is not refused."""
     from conftest import real_store
 
-    from rmqtool import export_spark
+    from rmqtool.cli.export import spark as export_spark
 
     out = tmp_path / "out"
 

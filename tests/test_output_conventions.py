@@ -12,7 +12,7 @@ import pytest
 from conftest import copy_store, real_store, scenario
 
 from rmqtool.cli import run
-from rmqtool.times import parse_time
+from rmqtool.cli.times import parse_time
 
 CLEAN = str(real_store("clean"))
 

@@ -198,8 +198,8 @@ def test_dump_fast_lines_equal_generic_and_leave_only_odd_records_to_check_recor
     and check_record (the generic walk) sees only the records the fast paths cannot print
     (5.x V2 records and inner batches: about one in three records of those two shapes),
     never a whole run after one odd record."""
-    from rmqtool.cmd_dump import commitlog_lines, commitlog_records, message_line
-    from rmqtool.render import dumps
+    from rmqtool.cli.dump.command import commitlog_lines, commitlog_records, message_line
+    from rmqtool.cli.render import dumps
 
     root, profile = shape_stores[name]
     store = Store.open(root)

@@ -12,7 +12,7 @@ import pytest
 from conftest import copy_store
 
 from rmqtool.cli import run
-from rmqtool.exitcodes import Exit
+from rmqtool.cli.exitcodes import Exit
 
 LINE = re.compile(r"^rmqtool: (?P<phase>[a-z :-]+): (?P<pct>\d+)% \((?P<done>[\d.]+ \w+) of (?P<total>[\d.]+ \w+)\)$")
 
@@ -242,7 +242,7 @@ def test_readme_first_example_pasted_into_a_shell(tmp_path: Path) -> None:
 def test_recover_dispatch_total_is_the_dispatch_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """(The dispatch bar's total was the walk's bytes to scan: it ended at 44% on a 1 GiB
     store, 90% here; the 4.x start-up reput range is a lower bound, not counted.)"""
-    from rmqtool.progress import _amount
+    from rmqtool.cli.progress import _amount
 
     root = copy_store("crash_midwrite", tmp_path)
     assert (

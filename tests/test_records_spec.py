@@ -7,8 +7,8 @@ from typing import Any
 
 from conftest import real_store
 
-from rmqtool.export.rows import columns_for
-from rmqtool.options import make_profile
+from rmqtool.cli.export.rows import columns_for
+from rmqtool.cli.options import make_profile
 from rmqtool.recovery import records as rec
 from rmqtool.recovery.query import iter_cq_entries, iter_index
 from rmqtool.recovery.store import Store

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from rmqtool.cli import run
-from rmqtool.cmd_recover import QUEUE_ROWS
-from rmqtool.exitcodes import Exit
+from rmqtool.cli.commands.recover import QUEUE_ROWS
+from rmqtool.cli.exitcodes import Exit
 
 
 def test_many_changed_queues_fit_the_screen(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

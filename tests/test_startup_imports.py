@@ -64,7 +64,7 @@ def _copy(tmp_path: Path, abort: bool = False) -> Path:
 @pytest.mark.parametrize("command", ["recover", "rebuild-index", "info"])
 def test_command_help_loads_no_store_code(tmp_path: Path, command: str) -> None:
     rc, modules = _loaded(tmp_path, command, "--help")
-    assert rc == 0 and f"rmqtool.cmd_{command.split('-')[0]}" in modules
+    assert rc == 0 and f"rmqtool.cli.commands.{command.split('-')[0]}" in modules
     assert _present(modules, HELP_NEVER) == []
 
 
@@ -85,7 +85,7 @@ def test_recover_with_nothing_to_do_loads_no_apply_path(tmp_path: Path) -> None:
                 "rmqtool.recovery.repair",
                 "rmqtool.recovery.verify",
                 "rmqtool.recovery.offsets",
-                "rmqtool.cmd_offsets",
+                "rmqtool.cli.commands.offsets",
                 "rmqtool.recovery.batch.decoder",
                 "rmqtool.recovery.safety.transaction",
             ),
@@ -98,7 +98,10 @@ def test_abnormal_recovery_loads_no_repair_nor_verify(tmp_path: Path) -> None:
     rc, modules = _loaded(tmp_path, "recover", "--abnormal", "--yes", str(_copy(tmp_path, abort=True)))
     assert rc == 1 and "rmqtool.recovery.reput" in modules
     assert (
-        _present(modules, NEVER + ("rmqtool.recovery.repair", "rmqtool.recovery.verify", "rmqtool.cmd_offsets")) == []
+        _present(
+            modules, NEVER + ("rmqtool.recovery.repair", "rmqtool.recovery.verify", "rmqtool.cli.commands.offsets")
+        )
+        == []
     )
 
 
@@ -132,7 +135,7 @@ def test_verify_loads_no_recovery_nor_dispatch(tmp_path: Path) -> None:
                 "rmqtool.recovery.reput",
                 "rmqtool.recovery.repair",
                 "rmqtool.recovery.safety",
-                "rmqtool.destructive",
+                "rmqtool.cli.destructive",
             ),
         )
         == []

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rmqtool import timing
-from rmqtool.cli import run
+from rmqtool.cli import run, timing
 
 STORE = Path(__file__).resolve().parent.parent / "fixtures" / "real" / "clean" / "store"
 FIELDS = {"command", "exit", "wall_s", "cpu_s", "user_s", "sys_s", "children_cpu_s"}

@@ -2,7 +2,7 @@
 (the CLI's JSON-lines renderer) and ``export`` (the CLI's Arrow renderer, Arrow
 batches) render: byte rows, distinct rows, runs of V1 starts, the V1 lengths rule, body
 CRCs, host keys. Only numpy: ``dump`` must not need pyarrow. (Formerly
-``rmqtool.blocks``, which still re-exports them.)"""
+``rmqtool.recovery.batch.blocks``, which still re-exports them.)"""
 
 from __future__ import annotations
 

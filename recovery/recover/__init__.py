@@ -50,7 +50,7 @@ where applying finds it):
   from the real delivery time are counted.
 
 Only ``formats``, the stdlib and numpy are imported here; the CLI lives in
-``rmqtool/cmd_recover.py``. Progress is a plain callback ``progress(n_bytes)``.
+``rmqtool/cli/commands/recover.py``. Progress is a plain callback ``progress(n_bytes)``.
 
 Modules: :mod:`.model` (the plan's records), :mod:`.queues` (step 1, and a queue while
 applying), :mod:`.walk` (step 3, the parallel walk), :mod:`.indexfiles` (index file reads),

@@ -1,0 +1,174 @@
+"""``rmqtool info STORE``: one screen on what a store holds and what its broker will do at
+the next start, fast on big stores (file names, consume queues, index headers,
+checkpoint; no commitlog walk unless --deep). The work is ``recovery.storeinfo``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..brokeropts import recovery_walk_options
+from ..cmdopts import store_command_options
+from ..errors import closed_stdout_ignored
+from ..exitcodes import Exit
+from ..options import make_profile, open_store
+from ..output import console, output_options, resolve
+from ..progress import progress_bar, progress_option
+from ..render import dumps, render
+from ..times import iso
+
+TIME_KEYS = (
+    "first_store_timestamp",
+    "last_store_timestamp",
+    "begin_timestamp",
+    "end_timestamp",
+    "physic_msg_timestamp",
+    "logics_msg_timestamp",
+    "index_msg_timestamp",
+    "min_timestamp",
+)
+
+
+def with_iso(obj: Any) -> Any:
+    """Every ``*_timestamp`` field gets an ISO 8601 twin ``*_time`` (UTC)."""
+    if isinstance(obj, list):
+        return [with_iso(x) for x in obj]
+    if isinstance(obj, dict):
+        out = {k: with_iso(v) for k, v in obj.items()}
+        for k in TIME_KEYS:
+            if k in obj:
+                out[k.replace("timestamp", "time")] = iso(obj[k])
+        return out
+    return obj
+
+
+@click.command("info", context_settings={"help_option_names": ["-h", "--help"]})
+@store_command_options("read", recovery_walk_options)
+@click.option(
+    "--deep", is_flag=True, help="Also plan the broker's recovery (walks the commitlog files recovery reads)."
+)
+@click.option("--all-queues", is_flag=True, help="A row per queue (default: a row per topic).")
+@output_options(("table", "json"), "table", "json")
+@progress_option
+def command(broker_version: str, deep: bool, all_queues: bool, fmt: str | None, quiet: bool, **store_opts: Any) -> int:
+    """One screen on a stopped broker's STORE: per topic (or queue) the message count,
+    queue offsets and time range; the commitlog files and their first times; the index
+    files; the checkpoint as dates; abort and lock; what the next start will do and the
+    next command to run. Read-only and fast: no commitlog walk unless --deep.
+
+    Exit status: 0 the store looks clean (no abort, no pending change, not locked), 4 the
+    broker will run its abnormal recovery or a change is pending, 8 operational error or
+    a broker holds the lock, 2 usage error."""
+    from ...recovery.storeinfo import store_info  # start-up time (--help)
+
+    store = open_store(**store_opts)
+    profile = make_profile(broker_version)
+    fmt = resolve(fmt, "table", "json")
+    total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog) if deep else 0
+    with progress_bar(total, "info: plan recovery", quiet) as advance:
+        doc = with_iso(store_info(store, profile, deep=deep, progress=advance))
+    with closed_stdout_ignored():
+        if fmt == "json":
+            click.echo(dumps(doc))
+        else:
+            _table(doc, all_queues)
+    if doc["lock"]["held"]:
+        return int(Exit.OPERATIONAL)
+    plan = doc.get("recovery_plan")
+    if (
+        doc["abort"]
+        or doc["pending_transactions"]
+        or doc["problems"]
+        or (plan is not None and (plan["problems"] or not plan["nothing_to_do"]))
+    ):
+        return int(Exit.PROBLEMS)
+    return int(Exit.OK)
+
+
+def _table(doc: dict[str, Any], all_queues: bool) -> None:
+    con = console()
+    out = con.file
+    o = doc["outlook"]
+    con.print(f"rmqtool info {doc['store']} (broker {doc['broker_version']})", highlight=False, markup=False)
+    con.print(f"verdict: {o['verdict']}", highlight=False, markup=False)
+    for step in o["next"]:
+        con.print(f"next: {step}", highlight=False, markup=False)
+    plan = doc.get("recovery_plan")
+    if plan is not None:
+        con.print(
+            f"recovery plan: {plan['mode']} from {plan['start_file'] or '-'}, end offset {plan['end_offset']}, "
+            f"{plan['bytes_cut']} bytes / {plan['messages_cut']} messages cut, {plan['queues_changed']} queues changed"
+            + ("; nothing to do" if plan["nothing_to_do"] else ""),
+            highlight=False,
+            markup=False,
+        )
+        for p in plan["problems"]:
+            con.print(f"problem: {p}", highlight=False, markup=False)
+    cl = doc["commitlog"]
+    files = cl["files"]
+    con.print(
+        f"commitlog: {len(files)} files, {cl['bytes']} bytes (file size {cl['file_size']}); "
+        f"max offset in consume queues {doc['max_phy_offset_of_cq']}",
+        highlight=False,
+        markup=False,
+    )
+    cp = doc["checkpoint"]
+    if cp is not None:
+        con.print(
+            f"checkpoint: physic {cp['physic_msg_time'] or '-'}, logics {cp['logics_msg_time'] or '-'}, "
+            f"index {cp['index_msg_time'] or '-'}",
+            highlight=False,
+            markup=False,
+        )
+    else:
+        bad = any(p.startswith("checkpoint:") for p in doc["problems"])
+        con.print(
+            f"checkpoint: {'not read (see the problem below)' if bad else 'missing'}", highlight=False, markup=False
+        )
+    lock = doc["lock"]
+    odd = any(p.startswith("lock:") for p in doc["problems"])
+    con.print(
+        f"abort: {'present' if doc['abort'] else 'absent'}; lock: "
+        f"{_held_by(lock) if lock['held'] else ('not a regular file' if odd else 'present, not held' if lock['present'] else 'absent')}; "
+        f"pending rmqtool changes: {len(doc['pending_transactions'])}; backups beside the store: {len(doc['backups'])}",
+        highlight=False,
+        markup=False,
+    )
+    for p in doc["problems"]:
+        con.print(f"problem: {p}", highlight=False, markup=False)
+    shown = files if len(files) <= 6 else files[:3] + files[-3:]
+    render(
+        iter(shown),
+        "table",
+        [("file", "COMMITLOG FILE"), ("size", "SIZE"), ("first_store_time", "FIRST STORED")],
+        title=None if len(shown) == len(files) else f"commitlog files (first 3 and last 3 of {len(files)})",
+        out=out,
+    )
+    rows = doc["queues"] if all_queues else doc["topics"]
+    cols = (
+        [("topic", "TOPIC"), ("queue_id", "QID"), ("min_offset", "MIN QOFF"), ("max_offset", "MAX QOFF")]
+        if all_queues
+        else [("topic", "TOPIC"), ("queues", "QUEUES")]
+    )
+    cols += [("messages", "MESSAGES"), ("first_store_time", "FIRST STORED"), ("last_store_time", "LAST STORED")]
+    render(iter(rows), "table", cols, out=out)
+    idx = doc["index"]
+    if idx:
+        con.print(
+            f"index: {len(idx)} files, {idx[0]['begin_time']} to {idx[-1]['end_time']}, "
+            f"last ends at commitlog offset {idx[-1]['end_phy_offset']}",
+            highlight=False,
+            markup=False,
+        )
+    else:
+        con.print("index: no files", highlight=False, markup=False)
+
+
+def _held_by(lock: dict[str, Any]) -> str:
+    if not lock.get("holder_pid"):
+        return "held by a running process"
+    return f"held by PID {lock['holder_pid']}" + (f" ({lock['holder_command']})" if lock.get("holder_command") else "")
+
+
+__all__ = ["command"]

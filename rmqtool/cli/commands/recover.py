@@ -1,0 +1,536 @@
+"""``rmqtool recover STORE``: the broker's start-up recovery, offline, shown first.
+
+The work is in ``recovery.recover`` (plan and apply through ``recovery.safety``); this
+module checks the options, refuses a store locked by a broker, prints the plan (table or
+JSON on stdout; warnings and problems on stderr, progress on stderr) and maps the outcome
+to the shared exit codes: 0 nothing to do, 1 repaired, 4 problems remain that recovery
+does not touch (or, with --dry-run, a recovery is needed), 8 operational error.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .. import destructive as ds
+from ..cmdopts import change_options, store_command_options
+from ..confirm import yes_option
+from ..errors import closed_stdout_ignored
+from ..exitcodes import Exit
+from ..interrupts import salvage_cleanup
+from ..options import make_profile
+from ..output import output_file_options
+from ..progress import progress_bar, progress_option
+from ..render import dumps
+
+if TYPE_CHECKING:  # start-up time (--help): the recovery packages are imported where they are used
+    from ...recovery.offsets import OffsetChange
+    from ...recovery.recover import ApplyResult, RecoveryPlan
+    from ...recovery.safety import StoreTransaction
+    from ...recovery.store import Store
+    from ...recovery.versions import BrokerProfile
+
+
+@click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
+@store_command_options("destructive", output_file_options, progress_option)
+@click.option(
+    "--normal/--abnormal",
+    "normal",
+    default=None,
+    help="Force normal recovery (the last three commitlog files; 5.3.2+: the walk-back) or abnormal "
+    "recovery (start file from the checkpoint). Default: what the broker does (abort file -> abnormal).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
+@click.option(
+    "--no-crc",
+    is_flag=True,
+    help="Do not check body CRCs while walking; mirrors checkCRCOnRecover=false (default: --broker-config, else CRC on).",
+)
+@click.option(
+    "--salvage-to",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Before cutting, write the intact records found in the cut bytes to DIR (salvaged.jsonl: the lines of "
+    "dump commitlog --format jsonl --body-hash; salvaged.bin: their bytes). With --dry-run: would_be_cut.jsonl, "
+    "the same lines, and no bytes.",
+)
+@click.option(
+    "--backup-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Where cut bytes and removed or replaced files go (default: a new STORE.rmqtool-backup-<time> beside the store).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(("table", "json")),
+    default="table",
+    show_default=True,
+    help="Output format of the plan and the result.",
+)
+@click.option(
+    "--message-index-safe",
+    is_flag=True,
+    help="Abnormal start file by the messageIndexSafe rule (min of the checkpoint timestamps and indexMsgTimestamp); "
+    "mirrors messageIndexSafe=true (default: --broker-config, else false).",
+)
+@click.option(
+    "--correct-delay-tags",
+    is_flag=True,
+    help="Write the real delivery time as tagsCode of SCHEDULE_TOPIC_XXXX units dispatched by abnormal recovery "
+    "(4.9.2-4.9.8 write the TAGS hash or 0: quirk Q1, reproduced by default).",
+)
+@click.option(
+    "--no-reindex",
+    is_flag=True,
+    help="Like the broker, do not re-index the records that the discarded index files held before the start file.",
+)
+@click.option(
+    "--reindex-all",
+    is_flag=True,
+    help="Do not keep index files the broker deletes after a crash even when they pass rmqtool's check: "
+    "re-index everything they held (slower).",
+)
+@click.option(
+    "--no-check-unread",
+    is_flag=True,
+    help="Do not walk the commitlog files before the start file (which recovery never reads) looking for damage.",
+)
+@change_options("dispatch", "recovery")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@yes_option
+def command(
+    broker_version: str,
+    normal: bool | None,
+    dry_run: bool,
+    no_crc: bool,
+    salvage_to: Path | None,
+    backup_dir: Path | None,
+    fmt: str,
+    message_index_safe: bool,
+    correct_delay_tags: bool,
+    no_reindex: bool,
+    reindex_all: bool,
+    no_check_unread: bool,
+    index_tz: str | None,
+    jobs: int | None,
+    quiet: bool,
+    yes: bool,
+    fix_offsets: bool = False,
+    **store_opts: Any,
+) -> int:
+    """Run the broker's start-up recovery on a stopped broker's STORE, offline: ConsumeQueue
+    recovery, the commitlog walk (normal or abnormal, CRC on), truncation of everything
+    after the valid end, the index files a crash invalidates, the catch-up dispatch, the
+    checkpoint, and the abort file removed last. Prints the plan first; keeps every byte it
+    cuts in the backup; rmqtool restore puts it back.
+
+    On a terminal it prints the plan and asks before changing anything; --yes skips the
+    question, and without a terminal (cron, scripts) --yes is required.
+
+    Exit status (a bitmask): 0 nothing to do, 1 repaired (the store changed), 4 problems
+    remain that recovery does not touch (with --dry-run: a recovery is needed), 5 = 1 + 4
+    repaired but problems remain, 8 operational error or refusal (store locked by a broker,
+    not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
+    profile = make_profile(broker_version)
+    tz = ds.optional_tz(index_tz)
+    ds.locked_check(store_opts, dry_run)
+    mode = None if normal is None else ("normal" if normal else "abnormal")
+    opts = dict(
+        mode=mode,
+        check_crc=not no_crc,
+        message_index_safe=message_index_safe,
+        correct_delay_tags=correct_delay_tags,
+        reindex=not no_reindex,
+        keep_sound_index=not reindex_all,
+        check_unread=not no_check_unread,
+        jobs=jobs,
+    )
+    if dry_run:
+        return _dry_run(store_opts, profile, opts, backup_dir, salvage_to, fmt, quiet, jobs, fix_offsets)
+    return _apply(store_opts, profile, opts, backup_dir, salvage_to, fmt, quiet, jobs, fix_offsets, yes, tz)
+
+
+def _dry_run(
+    store_opts: dict[str, Any],
+    profile: BrokerProfile,
+    opts: dict[str, Any],
+    backup_dir: Path | None,
+    salvage_to: Path | None,
+    fmt: str,
+    quiet: bool,
+    jobs: int | None,
+    fix_offsets: bool,
+) -> int:
+    from ...recovery.recover import write_salvage  # start-up time: only a dry run lists the cut records here
+
+    store = ds.dry_run_store("recover", store_opts, backup_dir)
+    plan = _plan(store, profile, opts, quiet)
+    past = _past_end(store, plan, profile, jobs)
+    listed = None
+    if salvage_to is not None and (plan.cuts or plan.removed_files):
+        with salvage_cleanup(salvage_to):
+            listed = write_salvage(store, plan, profile, salvage_to, list_only=True)
+    with closed_stdout_ignored():
+        _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
+        if listed is not None and fmt != "json":
+            click.echo(
+                f"would be cut: {listed['records']} intact records listed in {Path(listed['dir']) / listed['list']}"
+            )
+    _warn_problems(plan)
+    if plan.problems or not plan.nothing_to_do:
+        return int(Exit.PROBLEMS)
+    return int(Exit.OK)
+
+
+def _apply(
+    store_opts: dict[str, Any],
+    profile: BrokerProfile,
+    opts: dict[str, Any],
+    backup_dir: Path | None,
+    salvage_to: Path | None,
+    fmt: str,
+    quiet: bool,
+    jobs: int | None,
+    fix_offsets: bool,
+    yes: bool,
+    tz: _dt.tzinfo | None,
+) -> int:
+    with ds.applying("recover", store_opts, yes, around=salvage_cleanup(salvage_to)) as (store, finished):
+        t0 = time.perf_counter()
+        plan = _plan(store, profile, opts, quiet)
+        result: ApplyResult | None = None
+        past: list[OffsetChange] = []
+        blocked = plan.blocked
+        if blocked:
+            ds.warn(
+                f"{blocked[0]}: commitlog file names that do not tile the offsets (overlapping or misaligned): "
+                "recover changes nothing until that file is removed or renamed (see the problems below)",
+                "problem",
+            )
+        if not blocked and not plan.nothing_to_do:
+            if not ds.confirmed(
+                yes, f"Apply this recovery to {ds.store_root(store_opts)}?", lambda: _show_plan(plan, fmt)
+            ):
+                return int(Exit.PROBLEMS)
+            extra = _offsets_hook(store, plan, profile, fix_offsets, past)
+            result = _apply_plan(store, plan, profile, backup_dir, salvage_to, quiet, jobs, tz, extra)
+        with closed_stdout_ignored():
+            _print(
+                plan,
+                result,
+                fmt,
+                dry_run=False,
+                seconds=time.perf_counter() - t0,
+                finished=finished,
+                salvage_to=salvage_to,
+                past=past,
+                fix_offsets=fix_offsets,
+            )
+    _warn_problems(plan)
+    bad_topics = [p for p in (result.problems if result is not None else []) if p.code == "TOPIC_BAD_NAME"]
+    for p in bad_topics:
+        ds.warn(p.one_line(), "problem")
+    changed = (result is not None and result.changed) or finished
+    return int(Exit.combine(changed=changed, problems=bool(plan.problems or bad_topics or blocked)))
+
+
+def _show_plan(plan: RecoveryPlan, fmt: str) -> None:
+    with closed_stdout_ignored():
+        _print(plan, None, fmt, dry_run=False, plan_only=True)
+    _warn_problems(plan)
+
+
+def _apply_plan(
+    store: Store,
+    plan: RecoveryPlan,
+    profile: BrokerProfile,
+    backup_dir: Path | None,
+    salvage_to: Path | None,
+    quiet: bool,
+    jobs: int | None,
+    tz: _dt.tzinfo | None,
+    extra: OffsetsHook | None,
+) -> ApplyResult:
+    from ...recovery.recover import (  # start-up time: reput, for a recovery that changes it
+        apply_recovery,
+        infer_index_tz,
+    )
+
+    # what the dispatch walks: its passes (the 4.x start-up reput's range is a lower
+    # bound that the abnormal dispatch moves past: counted only when it runs alone)
+    runs = [d for d in plan.dispatch if d.name != "startup_reput"] or plan.dispatch
+    passes = sum(max(0, d.to_offset - d.from_offset) for d in runs)
+    with progress_bar(passes or plan.bytes_to_scan, "recover: dispatch", quiet) as advance:
+        result: ApplyResult = apply_recovery(
+            store,
+            plan,
+            profile,
+            backup_dir=backup_dir,
+            salvage_to=salvage_to,
+            index_tz=tz if tz is not None else infer_index_tz(store),
+            progress=advance,
+            jobs=jobs,
+            extra=extra,
+        )
+    return result
+
+
+def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
+    from ...recovery.recover import plan_recovery
+
+    total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
+    with progress_bar(total, "recover: walk", quiet) as advance:
+        return plan_recovery(store, profile, progress=advance, **opts)
+
+
+def _past_end(store: Store, plan: RecoveryPlan, profile: BrokerProfile, jobs: int | None) -> list[OffsetChange]:
+    """The committed offsets the recovery leaves past their queue's new end (recovery.offsets)."""
+    from ...recovery.offsets import recovery_offset_changes  # start-up time: for a recovery that changes the store
+
+    if plan.nothing_to_do:
+        return []
+    return recovery_offset_changes(store, plan, profile, jobs=jobs)
+
+
+# apply_recovery's ``extra``: (the transaction, the queues as the recovery leaves them)
+OffsetsHook = Callable[["StoreTransaction", dict[tuple[str, int], Any]], None]
+
+
+def _offsets_hook(
+    store: Store, plan: RecoveryPlan, profile: BrokerProfile, fix: bool, out: list[OffsetChange]
+) -> OffsetsHook | None:
+    """apply_recovery's ``extra``: list (and with --fix-offsets, correct in the same
+    transaction) the committed offsets past the queues' exact new ends."""
+    from ...recovery.offsets import add_offset_fix, has_committed_offsets, recovery_offset_changes  # start-up time
+
+    if not has_committed_offsets(store.root):
+        return None
+
+    def hook(tx: StoreTransaction, queues: dict[tuple[str, int], Any]) -> None:
+        out.extend(recovery_offset_changes(store, plan, profile, queues=queues))
+        if fix and out:
+            add_offset_fix(tx, store.root, out)
+
+    return hook
+
+
+def _warn_problems(plan: RecoveryPlan) -> None:
+    for p in plan.problems:
+        ds.warn(p.one_line(), "problem")
+
+
+def _print(
+    plan: RecoveryPlan,
+    result: ApplyResult | None,
+    fmt: str,
+    *,
+    dry_run: bool,
+    seconds: float | None = None,
+    finished: bool = False,
+    salvage_to: Path | None = None,
+    past: list[OffsetChange] | None = None,
+    fix_offsets: bool = False,
+    plan_only: bool = False,
+) -> None:
+    if fmt == "json":
+        click.echo(
+            dumps(
+                ds.json_doc(
+                    plan,
+                    dry_run,
+                    past or [],
+                    plan_only,
+                    offsets_fixed=bool(fix_offsets and past and not dry_run),
+                    result=json.loads(dumps(result)) if result is not None else None,
+                    seconds=seconds,
+                    finished=finished,
+                )
+            )
+        )
+        return
+    ds.render_plan("recover", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
+    for n in plan.notes:
+        click.echo(f"note: {n}")
+    if not plan_only:
+        _print_outcome(plan, result, dry_run, seconds, finished, salvage_to)
+
+
+def _summary_rows(plan: RecoveryPlan) -> list[tuple[str, str]]:
+    s = plan.summary()
+    return [
+        ("mode", f"{plan.mode}: {plan.mode_reason}"),
+        ("start file", f"{plan.start_file} (offset {plan.start_offset})" if plan.start_file else "-"),
+        ("bytes to scan", f"{plan.bytes_to_scan} (CRC {'on' if plan.check_crc else 'off'})"),
+        ("valid records", str(plan.records_valid)),
+        ("stopped at", s["stop"] or "-"),
+        ("end offset", str(plan.end_offset)),
+        ("maxPhyOffsetOfCQ", str(plan.max_phy_offset_of_cq)),
+        ("bytes cut", str(plan.bytes_cut)),
+        ("messages cut", f"{plan.messages_cut} ({plan.intact_cut} intact, found by the salvage scan)"),
+        ("queues changed", str(len(plan.changed_queues))),
+        ("index files kept", f"{len(plan.index_kept)} (deleted by the broker after a crash; passed rmqtool's check)"),
+        ("index files discarded", f"{len(plan.index_discarded)} ({s['index_entries_rebuilt']} entries rebuilt)"),
+        (
+            "index entries cut",
+            f"{s['index_entries_cut']} (at or past the end offset, or of a last record short of keys)",
+        ),
+        ("abort file", "present (removed last)" if plan.abort_present else "absent"),
+    ]
+
+
+def _change_rows(plan: RecoveryPlan) -> list[dict[str, Any]]:
+    changes: list[dict[str, Any]] = []
+    for c in plan.cuts:
+        changes.append(
+            {
+                "action": "cut",
+                "path": c.file,
+                "detail": f"bytes [{c.pos}, {c.pos + c.length}) zero-filled "
+                f"after backup; {c.messages} messages ({c.intact} intact)",
+            }
+        )
+    for r in plan.removed_files:
+        changes.append(
+            {"action": "remove", "path": r.path, "detail": f"{r.reason}; {r.messages} messages ({r.intact} intact)"}
+        )
+    for q in plan.changed_queues[:QUEUE_ROWS]:
+        detail = []
+        if q.recover_removed:
+            detail.append(f"CQ recovery drops {len(q.recover_removed)} file(s) after offset {q.write_offset}")
+        if q.truncate_to is not None and (q.units_cut or q.truncate_removed):
+            detail.append(
+                f"truncated to logical offset {q.truncate_to // 20} ({q.units_cut} units, {len(q.truncate_removed)} files)"
+            )
+        changes.append({"action": "queue", "path": f"consumequeue/{q.topic}/{q.queue_id}", "detail": "; ".join(detail)})
+    if len(plan.changed_queues) > QUEUE_ROWS:
+        changes.append(
+            {
+                "action": "queue",
+                "path": f"... {len(plan.changed_queues) - QUEUE_ROWS} more queues",
+                "detail": "--format json lists every one",
+            }
+        )
+    for d in plan.index_discarded:
+        changes.append(
+            {
+                "action": "discard",
+                "path": d.file,
+                "detail": f"{d.reason}; {d.entries} entries ({d.entries_below_end} below the end) moved to the backup",
+            }
+        )
+    for k in plan.index_kept:
+        changes.append(
+            {
+                "action": "keep",
+                "path": k.file,
+                "detail": "the broker deletes it (endTimestamp > indexMsgTimestamp); "
+                f"checked (entry order, slot table, {k.sampled} records' keys): {k.entries_kept} of {k.entries} entries kept",
+            }
+        )
+    for rel in plan.index_extended:
+        changes.append(
+            {
+                "action": "extend",
+                "path": rel,
+                "detail": "shorter than the index file size: zeros appended, "
+                "as the broker's load (which maps the full size) leaves it",
+            }
+        )
+    for t in plan.index_truncated:
+        changes.append(
+            {
+                "action": "cut",
+                "path": t.file,
+                "detail": f"{t.entries_cut} entries zeroed after backup (at or past "
+                f"the end offset, or a last record short of keys); {t.entries_kept} kept, the header ends at offset "
+                f"{t.end_phy_offset}",
+            }
+        )
+    for run in plan.dispatch:
+        n = "?" if run.records is None else str(run.records)
+        changes.append(
+            {
+                "action": "dispatch",
+                "path": run.name,
+                "detail": f"[{run.from_offset}, {run.to_offset}): {n} records; {run.note}",
+            }
+        )
+    return changes
+
+
+def _print_outcome(
+    plan: RecoveryPlan,
+    result: ApplyResult | None,
+    dry_run: bool,
+    seconds: float | None,
+    finished: bool,
+    salvage_to: Path | None,
+) -> None:
+    if result is not None:
+        dispatched = (
+            ", ".join(f"{n} ({k.replace('_', ' ')})" for k, n in result.dispatched.items())
+            if isinstance(result.dispatched, dict)
+            else str(result.dispatched)
+        )
+        click.echo(
+            f"done: {len(result.actions)} changes, {dispatched or 0} records dispatched, {result.cq_units_appended} CQ units "
+            f"appended, {result.index_entries_added} index entries, new index files {result.index_files_created or '-'}"
+            + (f", in {seconds:.2f} s" if seconds is not None else "")
+        )
+        if result.delay_tags_mismatch:
+            click.echo(
+                f"quirk Q1: {result.delay_tags_mismatch} SCHEDULE_TOPIC_XXXX units carry the TAGS hash, not the delivery time"
+            )
+        if result.settled_starts:
+            click.echo(
+                f"no broker start to follow (the broker refuses this store, or a topic that cannot be a path stops "
+                f"its dispatch): this run also cut the consume queues as its next {result.settled_starts} start(s) "
+                "would (so a second run has nothing to do)"
+            )
+        if result.unpinned_records is not None:
+            click.echo(
+                "deviation: the broker keeps the consume queue units its truncation cut, so each of its later "
+                "starts truncates again and reputs nothing; recover zero-fills them, so this run also did the "
+                f"reput of the broker's next start on its result ({result.unpinned_records} records the broker's "
+                "own starts leave without a unit)"
+            )
+        if result.salvage:
+            click.echo(f"salvaged: {result.salvage['records']} intact records to {result.salvage['dir']}")
+        elif salvage_to is not None:
+            click.echo("salvage: nothing is cut, nothing to salvage")
+        if result.backup_dir:
+            click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
+    elif dry_run:
+        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else "; " + _recap(plan)))
+    elif plan.blocked:
+        click.echo("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
+    else:
+        click.echo(
+            "nothing to do: the store is as the broker's recovery leaves it"
+            if not finished
+            else "the interrupted recovery was finished; nothing else to do"
+        )
+
+
+QUEUE_ROWS = 10  # queue rows in the table (a store of 200 queues would push the summary off the screen)
+
+
+def _recap(plan: RecoveryPlan) -> str:
+    """The plan in one line, last on the screen (the summary table may have scrolled away)."""
+    return (
+        f"the {plan.mode} recovery would cut {plan.bytes_cut} commitlog bytes ({plan.messages_cut} messages, "
+        f"{plan.intact_cut} intact), remove {len(plan.removed_files)} file(s), change {len(plan.changed_queues)} "
+        f"consume queue(s) and discard {len(plan.index_discarded)} index file(s); --yes applies it"
+    )
+
+
+__all__ = ["command"]

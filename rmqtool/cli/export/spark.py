@@ -1,0 +1,777 @@
+"""The Spark side of ``rmqtool export``: stores -> Parquet through PySpark.
+
+The only module of rmqtool that imports pyspark, and only inside functions, so nothing
+else pays the 6-15 s session start. The driver opens each store, plans the splits
+(:mod:`recovery.splits`) and hands them to Spark as an RDD (consecutive small splits
+packed into one partition); executors open the files *by path* (the store must be
+readable at the same path on every executor) and read them with the walk and the field
+functions ``dump`` uses. Rows travel as tuples in column
+order into ``createDataFrame`` with an explicit schema, then Spark's Parquet writer.
+``binaryFile`` is not used: it loads whole files into JVM memory.
+
+Also a ``spark-submit`` entry point: ``spark-submit --py-files rmqtool.zip
+rmqtool/spark_job.py STORE... --to OUT`` (see ``man rmqtool-export``), and
+``python -m rmqtool.cli.export.spark STORE... --to OUT`` (same as ``rmqtool export``). The rows
+are those of :mod:`rmqtool.cli.export.rows`, decoded on the executors by
+:mod:`rmqtool.cli.export.executor`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ...formats.errors import RmqToolError
+from ...recovery.splits import DEFAULT_SPLIT_SIZE, Split, plan_splits
+from ...recovery.store import Store, StoreFile
+from ...recovery.versions import BrokerProfile
+from .executor import arrow_available, partition_batches, partition_rows, write_partition
+from .outpath import local_path
+from .rows import DICTIONARY_COLUMNS, FileTask, columns_for, restricted_store, worker_profile
+
+WRITERS = ("arrow", "spark")
+TASKS_PER_CORE = 2  # --writer arrow: Spark tasks per core (each runs several split groups)
+
+
+# ---------------------------------------------------------------------------------------
+# Driver side.
+
+
+@dataclass
+class ExportResult:
+    what: str
+    out: str
+    tasks: int
+    partitions: int = 0
+    rows: int = 0
+    messages: int = 0
+    blanks: int = 0
+    problems: int = 0  # rows with a status other than OK/BLANK/FILL_BLANK (dump's rule)
+    conflicts: int = 0
+    conflict_at: list[str] = field(default_factory=list)
+    seconds_total: float = 0.0
+    seconds_after_start: float = 0.0
+    session_start: float = 0.0
+
+    @property
+    def exit_problems(self) -> bool:
+        return bool(self.problems or self.conflicts)
+
+
+class SparkUnavailable(RmqToolError):
+    """No Java, no pyspark, or the JVM would not start (exit 8)."""
+
+
+def store_label(arg: str | Path) -> str:
+    """How a store is named in the rows: the path as given, normalised."""
+    return os.path.normpath(str(arg))
+
+
+# one task of an export: a commitlog split, or a group of queue / index files
+ExportTask = Split | FileTask
+
+
+def plan_tasks(stores: Sequence[tuple[str, Store]], what: str, split_size: int | None) -> list[ExportTask]:
+    """All tasks of an export, in store then offset order: commitlog :class:`Split`s, or
+    :class:`FileTask`s (ConsumeQueue: whole queues grouped up to ``split_size`` bytes;
+    index: one per file)."""
+    tasks: list[ExportTask] = []
+    for label, store in stores:
+        if what == "commitlog":
+            tasks.extend(plan_splits(store, split_size, label=label, first_index=len(tasks)))
+        elif what == "consumequeue":
+            group: dict[tuple[str, int], list[StoreFile]] = {}
+            weight = 0
+            for topic, qid, files in store.iter_queues():
+                group[(topic, qid)] = files
+                weight += sum(f.size for f in files)
+                if split_size and weight >= split_size:
+                    tasks.append(FileTask("consumequeue", label, restricted_store(store, consume_queues=group), weight))
+                    group, weight = {}, 0
+            if group:
+                tasks.append(FileTask("consumequeue", label, restricted_store(store, consume_queues=group), weight))
+        elif what == "index":
+            for f in store.index_files:
+                tasks.append(FileTask("index", label, restricted_store(store, index_files=[f]), f.size))
+        else:
+            raise ValueError(f"unknown export {what!r}")
+    return tasks
+
+
+def task_weight(task: ExportTask) -> int:
+    return int(task.length if isinstance(task, Split) else task.weight)
+
+
+def pack_tasks(tasks: Sequence[ExportTask], target: int | None) -> list[list[ExportTask]]:
+    """Consecutive tasks grouped into Spark partitions of about ``target`` bytes: a big
+    split is a partition of its own, small files (or small queues) share one, so a store of
+    many small files is not thousands of Spark tasks. ``target`` None: one task each."""
+    groups: list[list[ExportTask]] = []
+    cur: list[ExportTask] = []
+    weight = 0
+    for t in tasks:
+        w = task_weight(t)
+        if cur and (not target or weight + w > target):
+            groups.append(cur)
+            cur, weight = [], 0
+        cur.append(t)
+        weight += w
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def find_java() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        cand = Path(home) / "bin" / "java"
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return shutil.which("java")
+
+
+JAVA_MISSING = (
+    "Java not found: export runs on Spark, which needs a Java 17+ runtime (set JAVA_HOME or put java on PATH)"
+)
+
+
+def startup_problem() -> str | None:
+    """Why Spark cannot start, as far as the environment tells before starting it (the
+    launcher, pyspark's spark-class, runs $JAVA_HOME/bin/java when JAVA_HOME is set, else
+    java from PATH, and $SPARK_HOME/bin/spark-submit when SPARK_HOME is set)."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        cand = Path(home) / "bin" / "java"
+        if not (cand.is_file() and os.access(cand, os.X_OK)):
+            return (
+                f"Java not found: JAVA_HOME={home} has no executable bin/java (Spark runs $JAVA_HOME/bin/java "
+                "when JAVA_HOME is set): point it at a Java 17+ runtime, or unset it to use java from PATH"
+            )
+    elif shutil.which("java") is None:
+        return JAVA_MISSING
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home and not (Path(spark_home) / "bin" / "spark-submit").is_file():
+        return (
+            f"SPARK_HOME={spark_home} is not a Spark installation (no bin/spark-submit): point it at one, "
+            "or unset it to use the Spark that pyspark brings"
+        )
+    return None
+
+
+def master_problem(master: str | None, timeout: float = 5.0) -> str | None:
+    """A standalone master (``spark://host:port[,host2:port2]``) none of whose addresses
+    accepts a connection: said at once, where Spark's client would retry for about a minute
+    and then log "All masters are unresponsive" to a file nobody reads."""
+    if not master or not master.startswith("spark://"):
+        return None
+    tried = []
+    for hp in master[len("spark://") :].split(","):
+        host, _, port = hp.strip().rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit():
+            return None  # (a form this check does not know: Spark judges it)
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return None
+        except OSError as exc:
+            tried.append(f"{host}:{port}: {exc.strerror or exc}")
+    return f"Spark master {master} is not reachable ({'; '.join(tried)}): start it, or give another --master"
+
+
+def _startup_detail(exc: BaseException | None, log_path: str | None) -> str:
+    """What --verbose adds to a start-up failure: the environment the launcher saw, the
+    whole Java/py4j error and the JVM's own output."""
+    env = ", ".join(f"{k}={os.environ.get(k) or '(unset)'}" for k in ("JAVA_HOME", "SPARK_HOME", "PYSPARK_PYTHON"))
+    parts = [f"rmqtool: Spark start-up: {env}; java on PATH: {shutil.which('java') or '(none)'}"]
+    if exc is not None:
+        parts.append("".join(traceback.format_exception(exc)).rstrip())
+    if log_path:
+        try:
+            with open(log_path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read(1 << 20).rstrip()
+        except OSError:
+            text = ""
+        if text:
+            parts.append(f"rmqtool: the JVM's output ({log_path}):\n{text}")
+    return "\n".join(parts)
+
+
+_CAUSE = re.compile(
+    r"no such file|not found|cannot|could not|unable|denied|error|exception|invalid|unrecognized|"
+    r"unsupported|bad array|refused",
+    re.I,
+)
+
+
+def _log_cause(log_path: str | None) -> str | None:
+    """The line of the JVM's start-up output that names the cause (the launcher's
+    ``.../spark-class: line 71: /x/bin/java: No such file or directory``, a JVM's
+    ``Error: ...``), without the launcher's script prefix."""
+    if not log_path:
+        return None
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            lines = [ln.strip() for ln in fh.read(1 << 20).splitlines() if ln.strip()]
+    except OSError:
+        return None
+    for ln in lines:
+        if _CAUSE.search(ln) and not ln.startswith("at "):
+            return re.sub(r"^\S*/(?:spark-class|spark-submit|load-spark-env\.sh): line \d+: ", "", ln)[:300]
+    return lines[-1][:300] if lines else None
+
+
+_LOG4J2 = """\
+status = error
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+@dataclass
+class SessionHandle:
+    spark: Any
+    log_path: str | None
+    owned: bool  # we created it (stop it at the end)
+    started_in: float
+
+    def stop(self, keep_log: bool) -> None:
+        if not self.owned:
+            return
+        try:
+            self.spark.stop()
+        except Exception:  # noqa: BLE001 - stopping is best effort
+            pass
+        if self.log_path and not keep_log:
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
+
+
+# For ``--writer arrow`` the JVM only plans and schedules tasks; its optimizing JIT (C2)
+# and parallel GC threads then cost more CPU than they save: measured on 2 cores, 1.1-1.8 s
+# of JVM CPU for a 1 GiB export with the defaults, 0.5 s with these options, time taken
+# from the Python workers on the same cores. Spark's own writer (``--writer spark``)
+# encodes in the JVM and keeps the defaults.
+LIGHT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def session_settings(
+    conf: dict[str, str] | None, quiet_log: str, java_options: str = "", light_jvm: bool = False
+) -> dict[str, str]:
+    """The Spark settings of :func:`spark_session` (``conf`` overrides the defaults; JVM
+    options are added to the driver's, which local executors share)."""
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.parquet.compression.codec": "snappy",
+        "spark.python.worker.reuse": "true",
+    }
+    settings.update(conf or {})
+    key = "spark.driver.extraJavaOptions"  # local executors live in the driver's JVM
+    light = LIGHT_JVM_OPTIONS if light_jvm else ""
+    settings[key] = " ".join(x for x in (settings.get(key, ""), light, java_options, quiet_log) if x)
+    return settings
+
+
+def spark_session(
+    master: str | None,
+    *,
+    app_name: str = "rmqtool export",
+    conf: dict[str, str] | None = None,
+    log_path: str | None = None,
+    java_options: str = "",
+    warm_up: bool = True,
+    light_jvm: bool = False,
+    verbose: bool = False,
+) -> SessionHandle:
+    """Start (or join, under spark-submit) a Spark session with the quiet defaults: no UI,
+    no console progress, log level ERROR, executors on this interpreter. The JVM's stderr
+    goes to ``log_path`` (a temp file by default), so py4j/JVM noise never reaches the
+    terminal; errors are reported as one line by the caller. A session started here is
+    warmed up (:func:`warm_up`) unless ``warm_up`` is False; that time counts as start-up.
+    ``light_jvm``: a JVM that only schedules (:data:`LIGHT_JVM_OPTIONS`; no effect under
+    spark-submit, whose JVM is already running). ``verbose``: Spark's own logging stays on
+    stderr (its defaults), and a start-up failure prints the whole Java/py4j detail before
+    its one line."""
+    t0 = time.perf_counter()
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkUnavailable("pyspark is not installed: install it with pip install 'rmqtool[spark]'") from None
+    active = SparkSession.getActiveSession()
+    if active is not None:  # a session already runs in this process (pyspark shell, tests)
+        return SessionHandle(active, None, False, time.perf_counter() - t0)
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this interpreter
+    why = None if under_submit else (startup_problem() or master_problem(master))
+    if why:
+        if verbose:
+            sys.stderr.write(_startup_detail(None, None) + "\n")
+        raise SparkUnavailable(why)
+    if not under_submit and (master or "local[*]").startswith("local"):
+        # local executors must run this very interpreter (the one rmqtool is installed in)
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    else:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if not under_submit:
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    log4j = tempfile.NamedTemporaryFile("w", prefix="rmqtool-log4j2-", suffix=".properties", delete=False)
+    with log4j:
+        log4j.write(_LOG4J2)
+    b = SparkSession.builder.appName(app_name)
+    if not under_submit:
+        b = b.master(master or "local[*]")
+    settings = session_settings(
+        conf, "" if verbose else f"-Dlog4j2.configurationFile=file:{log4j.name}", java_options, light_jvm
+    )
+    for k, v in settings.items():
+        b = b.config(k, v)
+    if under_submit:
+        spark = b.getOrCreate()
+        os.unlink(log4j.name)
+        return SessionHandle(spark, None, False, time.perf_counter() - t0)
+    if log_path is None and not verbose:
+        fd, log_path = tempfile.mkstemp(prefix="rmqtool-spark-", suffix=".log")
+        os.close(fd)
+    try:
+        spark = _with_stderr_to(log_path or "", b.getOrCreate, verbose)
+    finally:
+        # log4j2 read its configuration while the JVM started: the file is not needed
+        # any more, and removing it now leaves nothing behind if this process is killed
+        os.unlink(log4j.name)
+    try:
+        if not verbose:
+            spark.sparkContext.setLogLevel("ERROR")
+    except Exception:  # noqa: BLE001 - cosmetic
+        pass
+    if warm_up:
+        _warm_up(spark)
+    return SessionHandle(spark, log_path, True, time.perf_counter() - t0)
+
+
+def _executor_imports(it: Iterable[Any]) -> Iterator[int]:
+    import pyarrow as pa
+    import pyarrow.parquet  # noqa: F401
+
+    from . import arrow, parquet, rows  # noqa: F401  (rows: the row path's fields)
+
+    # pyarrow's first pa.array() on a Python list imports pandas when it is installed
+    # (its pandas shim checks every such object): half a CPU-second, once per process
+    pa.array([0])
+    yield 0
+
+
+def _warm_up(spark: Any) -> None:
+    """Run one trivial job over every local core: the first job of a session pays for the
+    JVM's class loading and the Python workers' start (and here, their imports of numpy,
+    pyarrow and the decoder): 2-4 s on a small machine, whatever the data size. Paying it
+    with the session start keeps the export's own time about the data. Best effort: a
+    failure here is left to the real job to report."""
+    try:
+        sc = spark.sparkContext
+        n = max(int(sc.defaultParallelism), 1)
+        sc.parallelize(range(n), n).mapPartitions(_executor_imports).collect()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _with_stderr_to(path: str, fn: Callable[[], Any], verbose: bool = False) -> Any:
+    """Run ``fn`` (which starts the JVM) with fd 2 pointing at ``path``: the JVM keeps it
+    as its stderr for good, this process gets its own stderr back (``verbose``: fd 2 is
+    left alone, the JVM writes to this process's stderr). A failure is one line naming
+    the cause (the JVM's own line when it wrote one); ``verbose`` prints the detail first."""
+    if verbose:
+        try:
+            return fn()
+        except Exception as exc:
+            sys.stderr.write(_startup_detail(exc, None) + "\n")
+            raise SparkUnavailable(f"Spark did not start: {_one_line(exc)} (the JVM's output is above)") from None
+    sys.stderr.flush()
+    saved = os.dup(2)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    failed: BaseException | None = None
+    try:
+        os.dup2(log, 2)
+        try:
+            return fn()
+        except Exception as exc:
+            failed = exc
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log)
+    assert failed is not None
+    cause = _log_cause(path)
+    what = _one_line(failed)
+    if cause and ("GATEWAY_EXITED" in what or "gateway process exited" in what):
+        what = f"the Java gateway exited before sending its port: {cause}"
+    elif cause:
+        what = f"{what}: {cause}"
+    raise SparkUnavailable(f"Spark did not start: {what} (JVM log: {path}; --verbose shows the whole error)") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("at ", "JVM stacktrace", "----")):
+            return line[:300]
+    return type(exc).__name__
+
+
+def spark_schema(columns: Sequence[tuple[str, str]]) -> Any:
+    from pyspark.sql import types as T
+
+    simple = {
+        "string": T.StringType(),
+        "bigint": T.LongType(),
+        "int": T.IntegerType(),
+        "boolean": T.BooleanType(),
+        "binary": T.BinaryType(),
+        "array<string>": T.ArrayType(T.StringType(), containsNull=False),
+        "map<string,string>": T.MapType(T.StringType(), T.StringType(), valueContainsNull=False),
+    }
+    return T.StructType([T.StructField(name, simple[t], nullable=True) for name, t in columns])
+
+
+class _Progress:
+    """Splits done / total on stderr, from an accumulator the tasks bump (the driver
+    sees it as each task finishes) or, sooner, from ``poll`` (a count the driver can read
+    while tasks run; the larger of the two is shown)."""
+
+    def __init__(self, acc: Any, total: int, desc: str, enabled: bool, poll: Callable[[], int] | None = None) -> None:
+        self.acc = acc
+        self.poll = poll
+        self.total = total
+        self.desc = desc
+        self.enabled = enabled and total > 0
+        self.tty = sys.stderr.isatty()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rmqtool-export-progress", daemon=True)
+        self._last = -1
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            self._show(0)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._stop.set()
+            self._thread.join(timeout=2)
+            self._show(self._value(), final=exc[0] is None)
+
+    def _value(self) -> int:
+        try:
+            v = int(self.acc.value)
+        except Exception:  # noqa: BLE001
+            v = self._last
+        if self.poll is not None:
+            try:
+                v = max(v, min(int(self.poll()), self.total))
+            except Exception:  # noqa: BLE001
+                pass
+        return v
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5 if self.tty else 2.0):
+            v = self._value()
+            if v != self._last:
+                self._show(v)
+
+    def _show(self, v: int, final: bool = False) -> None:
+        self._last = v
+        msg = f"{self.desc}: {v}/{self.total} splits done"
+        try:
+            if self.tty:
+                sys.stderr.write("\r" + msg + ("\n" if final else ""))
+            elif final or v != self.total:
+                sys.stderr.write(msg + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _spark_error(exc: BaseException, log_path: str | None) -> RmqToolError:
+    msg = _one_line(exc)
+    # the Python worker's own error travels inside the Java exception text: keep its last line
+    text = str(exc)
+    if "Traceback (most recent call last)" in text:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        for ln in reversed(lines):
+            if not ln.startswith(("at ", "...", "File ")) and ("Error" in ln or "Exception" in ln):
+                msg = ln[:300]
+                break
+    where = f" (JVM log: {log_path})" if log_path else ""
+    return RmqToolError(f"Spark job failed: {msg}{where}")
+
+
+def run_export(
+    stores: Sequence[tuple[str, Store]],
+    out: str | Path,
+    *,
+    what: str = "commitlog",
+    master: str | None = None,
+    split_size: int | None = DEFAULT_SPLIT_SIZE,
+    with_body: bool = False,
+    partition_by: Sequence[str] = (),
+    version: str | BrokerProfile = "4.9.4",
+    overwrite: bool = False,
+    quiet: bool = False,
+    conf: dict[str, str] | None = None,
+    session: Any = None,
+    log_path: str | None = None,
+    group_bytes: int | None = None,
+    columnar: bool | None = None,
+    writer: str = "arrow",
+    verbose: bool = False,
+) -> ExportResult:
+    """Export ``stores`` (label, opened Store) to Parquet at ``out``. With ``session`` an
+    existing SparkSession is used (tests share one) and left running. Tasks are packed
+    into Spark partitions of about ``group_bytes`` (default: the split size). The
+    commitlog goes through the columnar path (Arrow batches, :mod:`rmqtool.cli.export.arrow`)
+    when pyarrow and pandas are installed, unless ``columnar`` is False (the row path:
+    one pickled tuple per record). ``writer``: "arrow" (default) has every task write its
+    own Parquet files with pyarrow (:mod:`rmqtool.cli.export.parquet`; ``out`` must be a path
+    every executor sees), "spark" hands the rows to Spark's writer (any Hadoop file system:
+    hdfs://, s3a://)."""
+    version = worker_profile(version)  # fail on the driver, not on every executor; the
+    # workers get this very profile (pickled with each task), so they decide as the driver
+    _check_writer(writer, out)
+    tasks = plan_tasks(stores, what, split_size)
+    columns = columns_for(what, with_body)
+    names = {c for c, _ in columns}
+    for p in partition_by:
+        if p not in names:
+            raise ValueError(f"cannot partition by {p!r}: not a column of the {what} export")
+    t0 = time.perf_counter()
+    handle = (
+        SessionHandle(session, None, False, 0.0)
+        if session is not None
+        else spark_session(master, conf=conf, log_path=log_path, light_jvm=writer == "arrow", verbose=verbose)
+    )
+    result = ExportResult(what, str(out), len(tasks), session_start=handle.started_in)
+    try:
+        sc = handle.spark.sparkContext
+        done = sc.accumulator(0)
+        t1 = time.perf_counter()
+        groups = pack_tasks(tasks, group_bytes or split_size or DEFAULT_SPLIT_SIZE)
+        result.partitions = len(groups)
+        if writer == "arrow":
+            _arrow_write(
+                sc,
+                handle,
+                result,
+                groups,
+                what,
+                version,
+                with_body,
+                partition_by,
+                str(out),
+                overwrite,
+                columns,
+                done,
+                len(tasks),
+                quiet,
+            )
+        else:
+            _spark_write(
+                handle,
+                result,
+                groups,
+                what,
+                version,
+                with_body,
+                partition_by,
+                str(out),
+                overwrite,
+                columns,
+                done,
+                len(tasks),
+                quiet,
+                conf,
+                columnar,
+            )
+        result.seconds_after_start = time.perf_counter() - t1
+        result.seconds_total = time.perf_counter() - t0
+    finally:
+        handle.stop(keep_log=not result.seconds_total or bool(os.environ.get("RMQTOOL_KEEP_SPARK_LOG")))
+    return result
+
+
+def _check_writer(writer: str, out: str | Path) -> None:
+    if writer not in WRITERS:
+        raise ValueError(f"unknown writer {writer!r} (one of {', '.join(WRITERS)})")
+    if writer == "arrow":
+        if local_path(str(out)) is None:
+            raise ValueError(
+                f"--writer arrow writes to a file system path every executor sees, not {out}; "
+                "use --writer spark for hdfs://, s3a:// and other Hadoop file systems"
+            )
+        if not arrow_available():
+            raise ValueError("--writer arrow needs pyarrow (pip install 'rmqtool[spark]'); or use --writer spark")
+
+
+def _spark_write(
+    handle: SessionHandle,
+    result: ExportResult,
+    groups: list[list[ExportTask]],
+    what: str,
+    version: BrokerProfile,
+    with_body: bool,
+    partition_by: Sequence[str],
+    out: str,
+    overwrite: bool,
+    columns: Sequence[tuple[str, str]],
+    done: Any,
+    ntasks: int,
+    quiet: bool,
+    conf: dict[str, str] | None,
+    columnar: bool | None,
+) -> None:
+    """The job of ``--writer spark``: the executors decode, Spark's Parquet writer writes."""
+    spark = handle.spark
+    sc = spark.sparkContext
+    counts = sc.accumulator((0, 0, 0, 0, 0), _TupleSum())
+    where = sc.accumulator([], _ListAdd())
+    accs = (done, counts, where)
+    if what == "commitlog" and (columnar if columnar is not None else arrow_available()):
+        # columnar path: one input row per partition (its pickled group of splits),
+        # Arrow RecordBatches out (rmqtool.cli.export.arrow)
+        from pyspark.sql import types as T
+
+        blobs = sc.parallelize([(i, pickle.dumps(g)) for i, g in enumerate(groups)], max(len(groups), 1))
+        gschema = T.StructType([T.StructField("i", T.IntegerType()), T.StructField("g", T.BinaryType())])
+        df = spark.createDataFrame(blobs, gschema, verifySchema=False).mapInArrow(
+            partial(partition_batches, version, with_body, accs), spark_schema(columns)
+        )
+    else:
+        rdd = sc.parallelize(groups, len(groups)) if groups else sc.emptyRDD()
+        rows = rdd.mapPartitions(partial(partition_rows, what, version, with_body, accs), preservesPartitioning=True)
+        df = spark.createDataFrame(rows, spark_schema(columns), verifySchema=False)
+    writer = df.write.mode("overwrite" if overwrite else "errorifexists")
+    if what == "commitlog" and not any(
+        k.startswith(("spark.hadoop.parquet.enable.dictionary", "parquet.enable.dictionary")) for k in (conf or {})
+    ):
+        # dictionary pages only for the columns of few distinct values: the writer's
+        # dictionary attempt on unique columns (offsets, ids, timestamps) costs JVM time
+        # and is thrown away (same file size on the benchmark store, less CPU)
+        writer = writer.option("parquet.enable.dictionary", "false")
+        for col in DICTIONARY_COLUMNS:
+            writer = writer.option(f"parquet.enable.dictionary#{col}", "true")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    try:
+        with _Progress(done, ntasks, f"export {what}", not quiet):
+            writer.parquet(out)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        raise _spark_error(exc, handle.log_path) from None
+    (result.rows, result.messages, result.blanks, result.problems, result.conflicts) = counts.value
+    result.conflict_at = sorted(where.value)
+
+
+def _arrow_write(
+    sc: Any,
+    handle: SessionHandle,
+    result: ExportResult,
+    groups: list[list[ExportTask]],
+    what: str,
+    version: BrokerProfile,
+    with_body: bool,
+    partition_by: Sequence[str],
+    out: str,
+    overwrite: bool,
+    columns: Sequence[tuple[str, str]],
+    done: Any,
+    ntasks: int,
+    quiet: bool,
+) -> None:
+    """The job of ``--writer arrow``: the executors write, the driver publishes."""
+    # pyarrow: only for this writer
+    from .arrow import arrow_schema
+    from .parquet import committed_tasks, prepare, publish
+
+    path = local_path(out)
+    assert path is not None
+    try:
+        staging = str(prepare(path, overwrite).resolve())
+    except OSError as exc:
+        raise RmqToolError(f"cannot create the output {out}: {exc.strerror or exc}") from None
+    # a few partitions per core, each writing several groups in turn: every Spark task
+    # costs a round trip through the scheduler (tens of ms of idle core), and the groups
+    # are of even size already; the progress comes from the groups' committed files
+    slices = max(1, min(len(groups), TASKS_PER_CORE * max(int(sc.defaultParallelism), 1)))
+    items = sc.parallelize(list(enumerate(groups)), slices)
+    body = partial(write_partition, what, version, with_body, tuple(partition_by), staging, done)
+    sizes = [len(g) for g in groups]
+
+    def committed() -> int:
+        return sum(sizes[i] for i in committed_tasks(staging))
+
+    try:
+        with _Progress(done, ntasks, f"export {what}", not quiet, poll=committed):
+            parts = items.mapPartitions(body).collect()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        raise _spark_error(exc, handle.log_path) from None
+    for p in parts:
+        result.rows += p[0]
+        result.messages += p[1]
+        result.blanks += p[2]
+        result.problems += p[3]
+        result.conflicts += p[4]
+        result.conflict_at.extend(p[5])
+    result.conflict_at.sort()
+    publish(path, arrow_schema(columns), partition_by)
+
+
+class _TupleSum:
+    """AccumulatorParam for tuples of counters (duck-typed: pyspark only calls these)."""
+
+    def zero(self, value: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(0 for _ in value)
+
+    def addInPlace(self, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:  # noqa: N802 - pyspark's name
+        return tuple(x + y for x, y in zip(a, b))
+
+
+class _ListAdd:
+    def zero(self, value: list[str]) -> list[str]:
+        return []
+
+    def addInPlace(self, a: list[str], b: list[str]) -> list[str]:  # noqa: N802
+        return a + b
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rmqtool.cli.export.spark STORE... --to OUT`` == ``rmqtool export ...``."""
+    from .. import run  # only here: the executors import this module and need nothing of the CLI
+
+    return run(["export", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
