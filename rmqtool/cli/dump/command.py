@@ -962,7 +962,7 @@ def dump_index(
         recs = index_hit_records(
             store, profile, topic, key, parse_time(since, "--since"), parse_time(until, "--until"), with_body
         )
-        from . import dump_select as sel
+        from . import select as sel
 
         usable = qy.index_usable(store) and (topic is not None or bool(store.topics()))
         hits = [0]
