@@ -119,3 +119,25 @@ def test_a_deleted_middle_queue_file_is_a_problem_that_names_repair(tmp_path: Pa
     assert run(["repair", str(root), "--yes", "-q", "--backup-dir", str(tmp_path / "rp")]) == 1
     rc, _ = _recover(root, tmp_path, "--dry-run")
     assert rc == 0
+
+
+def test_a_missing_middle_commitlog_file_settles_in_one_run(tmp_path: Path) -> None:
+    """R7: with ``crash_midwrite``'s file 131072 gone, the abnormal recovery's walk goes from
+    file to file across the gap, as the broker's does, but its dispatch stopped at the gap
+    (the reput's rule): the checkpoint's logicsMsgTimestamp came from the last record before
+    it, and every --abnormal run wrote the checkpoint again (status 5, 5, then 4). The
+    dispatch now walks as the recovery walk does: one run, and logicsMsgTimestamp is the
+    last record's, as the broker's abnormal start leaves it (the oracle test:
+    tests/oracle/test_fixed_point_oracle.py)."""
+    root = copy_store("crash_midwrite", tmp_path)
+    (root / "commitlog" / "00000000000000131072").unlink()
+    codes, shots = [], []
+    for i in range(3):
+        rc, doc = _recover(root, tmp_path, "--abnormal", name=f"b{i}")
+        codes.append(rc)
+        shots.append(fd.tree_digest(root))
+        if i == 0:
+            assert doc["result"]["dispatched"]["abnormal_recovery"] == doc["plan"]["records_valid"] == 1059
+    assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
+    cp = struct.unpack(">qqq", (root / "checkpoint").read_bytes()[:24])
+    assert cp == (0, 1795302160670, 1795302160655)  # physic, logics (the last record's), index
