@@ -603,27 +603,56 @@ def test_recover_drops_a_queue_file_at_the_second_run_when_its_walk_reaches_a_ze
     assert seen == [(1, 2), (1, 1), (0, 1)]
 
 
+def _refused_thrice(capsys: pytest.CaptureFixture[str], tmp_path: Path, root: Path, name: str) -> None:
+    """recover run three times on a store whose commitlog the broker refuses to load: each
+    run refuses (status 8, one line naming the file and repair) and changes nothing
+    (issue 33 R11)."""
+    before = snapshot(root)
+    runs = _recover_runs(capsys, tmp_path / "refused", root)
+    assert _codes(runs) == [8, 8, 8] and all(r.shot == before for r in runs)
+    assert all(f"commitlog/{name}: commitlog file is" in r.err and "rmqtool repair" in r.err for r in runs)
+
+
+def _hidden_stray(root: Path) -> None:
+    """A stray ``.hidden`` in a queue directory: the broker refuses the store while it is
+    there, and recover goes on (a problem it leaves where it is)."""
+    (root / "consumequeue" / "TopicA" / "0" / ".hidden").write_bytes(b"E")
+
+
 def test_where_the_broker_refuses_the_store_recover_settles_the_queues_in_one_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Soak seed 1001346: ``crash_midwrite`` with commitlog file 196608 cut to 32768 bytes
     (the broker refuses to load the store) and TopicB/1's first file zeroed from byte 74.
-    The truncation at the end offset left TopicB/1 two files, so the next run's queue walk
-    began at the first file, stopped at its zeroed units and dropped the second: no run
-    was the last but the third. With no broker behaviour to follow, the one run leaves
-    the queue as those next starts would (the loadable variant still takes two runs, as
-    the broker's starts do: test_recover_drops_a_queue_file_at_the_second_run_...)."""
-    root = copy(tmp_path, "crash_midwrite")
-    cl = root / "commitlog" / "00000000000000196608"
-    os.truncate(cl, 32768)
-    q0 = root / "consumequeue" / "TopicB" / "1" / "00000000000000000000"
-    b = bytearray(q0.read_bytes())
-    b[74:] = bytes(len(b) - 74)
-    q0.write_bytes(bytes(b))
-    qdir = q0.parent
-    seen = _recover_thrice(capsys, tmp_path, root, lambda: (len(list(qdir.iterdir())), snapshot(root)))
-    assert [c for c, _ in seen] == [5, 4, 4]
-    assert seen[0][1][0] == 1 and seen[0][1] == seen[1][1] == seen[2][1]
+    recover now refuses that store as the broker does (issue 33 R11). With the commitlog
+    zeroed from the same offset instead and the broker refusing the store for a stray file
+    in a queue directory: the truncation at the end offset leaves TopicB/1 two files, so
+    the next run's queue walk begins at the first file, stops at its zeroed units and
+    drops the second: no run was the last but the third. With no broker behaviour to
+    follow, the one run leaves the queue as those next starts would (the loadable variant
+    still takes two runs, as the broker's starts do:
+    test_recover_drops_a_queue_file_at_the_second_run_...)."""
+    for cut in (True, False):
+        root = copy(tmp_path / str(cut), "crash_midwrite")
+        cl = root / "commitlog" / "00000000000000196608"
+        if cut:
+            os.truncate(cl, 32768)
+        else:
+            b = bytearray(cl.read_bytes())
+            b[32768:] = bytes(len(b) - 32768)
+            cl.write_bytes(bytes(b))
+            _hidden_stray(root)
+        q0 = root / "consumequeue" / "TopicB" / "1" / "00000000000000000000"
+        b = bytearray(q0.read_bytes())
+        b[74:] = bytes(len(b) - 74)
+        q0.write_bytes(bytes(b))
+        if cut:
+            _refused_thrice(capsys, tmp_path / str(cut), root, cl.name)
+            continue
+        qdir = q0.parent
+        seen = _recover_thrice(capsys, tmp_path, root, lambda q=qdir, r=root: (len(list(q.iterdir())), snapshot(r)))
+        assert [c for c, _ in seen] == [5, 4, 4]
+        assert seen[0][1][0] == 1 and seen[0][1] == seen[1][1] == seen[2][1]
 
 
 def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_truncation_too(
@@ -660,24 +689,40 @@ def test_where_the_broker_refuses_the_store_recover_does_its_next_starts_commitl
 ) -> None:
     """Soak seed 1029408: ``clean`` with commitlog file 262144 cut to 42661 bytes (the
     broker refuses to load the store) and four bytes of file 131072 zeroed (a body CRC
-    mismatch at 163529). The walk from the last three files stops in the short file and
-    removes the file after it; the next run's walk then began one file earlier, met the
-    damaged record and cut again (status 5 twice). With no broker start to follow, the one
-    run walks from there too and cuts at 163529; the second run has nothing to do."""
-    root = copy(tmp_path, "clean")
-    os.truncate(root / "commitlog" / "00000000000000262144", 42661)
-    p = root / "commitlog" / "00000000000000131072"
-    b = bytearray(p.read_bytes())
-    b[53839:53843] = bytes(4)
-    p.write_bytes(bytes(b))
-    cl = root / "commitlog"
-    seen = _recover_thrice(capsys, tmp_path, root, lambda: (sorted(f.name for f in cl.iterdir()), snapshot(root)))
-    assert [c for c, _ in seen] == [5, 0, 0]
-    assert seen[0][1][0] == ["00000000000000000000", "00000000000000065536", "00000000000000131072"]
-    assert seen[0][1] == seen[1][1] == seen[2][1]
-    assert p.read_bytes()[163529 - 131072 :] == bytes(65536 - (163529 - 131072)) and p.read_bytes()[
-        : 163529 - 131072
-    ] == bytes(b[: 163529 - 131072])
+    mismatch at 163529). recover now refuses that store as the broker does (issue 33
+    R11). With file 262144 zeroed from 42661 instead and the broker refusing the store for
+    a stray file in a queue directory: the walk from the last three files stops in that
+    file and removes the file after it; the next run's walk then began one file earlier,
+    met the damaged record and cut again (status 5 twice). With no broker start to follow,
+    the one run walks from there too and cuts at 163529; the second run has nothing to do
+    (but the stray file, a problem at every run)."""
+    for cut in (True, False):
+        root = copy(tmp_path / str(cut), "clean")
+        short = root / "commitlog" / "00000000000000262144"
+        if cut:
+            os.truncate(short, 42661)
+        else:
+            b = bytearray(short.read_bytes())
+            b[42661:] = bytes(len(b) - 42661)
+            short.write_bytes(bytes(b))
+            _hidden_stray(root)
+        p = root / "commitlog" / "00000000000000131072"
+        b = bytearray(p.read_bytes())
+        b[53839:53843] = bytes(4)
+        p.write_bytes(bytes(b))
+        if cut:
+            _refused_thrice(capsys, tmp_path / str(cut), root, short.name)
+            continue
+        cl = root / "commitlog"
+        seen = _recover_thrice(
+            capsys, tmp_path, root, lambda c=cl, r=root: (sorted(f.name for f in c.iterdir()), snapshot(r))
+        )
+        assert [c for c, _ in seen] == [5, 4, 4]
+        assert seen[0][1][0] == ["00000000000000000000", "00000000000000065536", "00000000000000131072"]
+        assert seen[0][1] == seen[1][1] == seen[2][1]
+        assert p.read_bytes()[163529 - 131072 :] == bytes(65536 - (163529 - 131072)) and p.read_bytes()[
+            : 163529 - 131072
+        ] == bytes(b[: 163529 - 131072])
 
 
 def test_where_the_broker_refuses_the_store_a_queue_cut_whole_is_written_anew_in_the_one_run(
@@ -1411,9 +1456,14 @@ def _alive(pid: int) -> bool:
 
 def test_restore_streams_in_bounded_memory(tmp_path: Path) -> None:
     """A backup holding a 1 GiB file (sparse here, its bytes still go through restore's
-    copy and hash): restore runs under a 1 GiB address-space limit."""
+    copy and hash): restore runs under a 1 GiB address-space limit. (The store: ``clean``
+    with only its first commitlog file, extended to 1 GiB, the mapped size then: recover
+    cuts the GiB after its records. A file of 1 GiB among files of 64 KiB, as this test
+    had, makes the broker refuse the store, and recover now refuses it too: issue 33 R11.)"""
     root = copy(tmp_path, "clean")
-    big = root / "commitlog" / "00000000000000327680"
+    for f in sorted((root / "commitlog").iterdir())[1:]:
+        f.unlink()
+    big = root / "commitlog" / "00000000000000000000"
     with open(big, "r+b") as f:
         f.truncate(1 << 30)
         f.seek((1 << 30) - 4096)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -141,3 +142,29 @@ def test_a_missing_middle_commitlog_file_settles_in_one_run(tmp_path: Path) -> N
     assert codes == [5, 4, 4] and shots[0] == shots[1] == shots[2]
     cp = struct.unpack(">qqq", (root / "checkpoint").read_bytes()[:24])
     assert cp == (0, 1795302160670, 1795302160655)  # physic, logics (the last record's), index
+
+
+def test_a_store_the_broker_refuses_to_load_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    """R11: with a middle commitlog file of ``many_files`` cut to 30000 bytes the broker
+    refuses the store and changes nothing (4.9.4 and 5.x: the oracle test); recover cut at
+    the short file, removed every later file (their intact messages to the backup) and
+    the broker still refused the result (status 5). It now refuses too: status 8, nothing
+    changed, no backup, one line naming the file and repair; the dry run says the same."""
+    root = copy_store("many_files", tmp_path)
+    short = root / "commitlog" / "00000000000000458752"
+    os.truncate(short, 30000)
+    before = fd.tree_digest(root)
+    for extra in ((), ("--dry-run",), ("--abnormal",)):
+        args = ["recover", str(root), "-q", *extra]
+        if "--dry-run" not in extra:
+            args += ["--yes", "--backup-dir", str(tmp_path / "b")]
+        o = fd.run_inprocess(args, 60)
+        assert o.code == 8 and o.err.count("\n") == 1, (extra, o.err)
+        assert f"{short}: commitlog file is 30000 bytes" in o.err and "rmqtool repair" in o.err
+        assert fd.tree_digest(root) == before and not (tmp_path / "b").exists()
+    # the next step verify names for it is repair (recover refuses the store)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert run(["verify", str(root), "--format", "json"]) == 4
+    sizes = [f for f in json.loads(buf.getvalue())["findings"] if f["code"] == "FILE_WRONG_SIZE"]
+    assert len(sizes) == 1 and sizes[0]["next"].startswith(f"rmqtool repair {root}")

@@ -27,6 +27,7 @@ from .applystate import ApplyResult, _Applying, _LazyWriters
 from .builtprefix import index_skips_upto, skip_built_prefix
 from .indexfiles import infer_index_tz
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
+from .planning import refuse_unloadable
 from .queues import _Queue, _recover_queue_files, broker_refuses, frozen_queues
 from .salvage import write_salvage
 from .writing import _checkpoint_bytes, _index_changes, _index_file_bytes, _queue_changes, _recovered_checkpoint
@@ -56,6 +57,8 @@ def apply_recovery(
     committed offsets of ``recovery.offsets``) to the same backup and journal."""
     from ..safety import StoreTransaction  # lazy: ~110 ms, which a plan alone (rmqtool info, --dry-run) never needs
 
+    if not queues_only:
+        refuse_unloadable(store, profile)  # (the broker changes nothing in such a store: nor does recover)
     ckpt_before = store.read_checkpoint()
     cp_path = store.root / "checkpoint"
     cp_bytes = (

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ...formats.errors import RecoveryError
 from ..broker import MODE_ABNORMAL, MODE_NORMAL
-from ..store import Store
+from ..store import LayoutIssue, Store
 from ..versions import BrokerProfile
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
 from .plancommitlog import (
@@ -97,6 +98,40 @@ def _plan_dispatch_writes(p: _Planning) -> None:
         replace(d, records=counts.get(d.name, 0)) if d.records is None and d.from_offset < d.to_offset else d
         for d in plan.dispatch
     ]
+
+
+def refused_commitlog_file(store: Store, profile: BrokerProfile) -> LayoutIssue | None:
+    """The first commitlog file whose length makes the broker refuse to load the store, or
+    None. MappedFileQueue.load takes only files of mappedFileSizeCommitLog bytes: one cut
+    short (a middle file cut to 30000 bytes), extended (a sparse 64 GiB file) or empty
+    fails the load, and the broker changes nothing (4.9.4 and 5.x alike: the oracle); 5.1.3
+    and later delete an empty last file and load the rest. recover then refuses the store
+    too (issue 33 R11: it cut at the short file, removed every later file with its intact
+    messages, and the broker still refused the result); repair is the way out."""
+    last = _rel(store, store.commitlog[-1].path) if store.commitlog else None
+    # (a file whose name does not tile the offsets stops recover anyway: status 4, nothing
+    # changed, the problem naming it; see _layout_problems)
+    untiled = {i.path for i in store.issues if i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")}
+    for issue in store.issues:
+        if not issue.path.startswith("commitlog") or issue.path in untiled:
+            continue
+        if issue.code == "WRONG_FILE_SIZE":
+            return issue
+        if issue.code == "ZERO_LENGTH_FILE" and not (issue.path == last and profile.zero_length_last_file_deleted):
+            return issue
+    return None
+
+
+def refuse_unloadable(store: Store, profile: BrokerProfile) -> None:
+    """Raise :class:`RecoveryError` (status 8, nothing changed) for a store whose commitlog
+    the broker refuses to load (:func:`refused_commitlog_file`), naming the file and repair."""
+    issue = refused_commitlog_file(store, profile)
+    if issue is not None:
+        raise RecoveryError(
+            f"{issue.message.split(' (')[0]}: the broker refuses to load this store and changes nothing, "
+            "and so does recover (rmqtool repair mends the file and keeps the intact messages)",
+            store.root / issue.path,
+        )
 
 
 def _recovery_mode(store: Store, mode: str | None) -> tuple[str, str]:

@@ -13,6 +13,11 @@ AS_WRITTEN = "none: the record is as its producer or broker wrote it; rmqtool du
 # a missing middle consume queue file: recover, as the broker, leaves the gap (issue 33 R13)
 CQ_GAP = "rmqtool repair {store} --dry-run, then --yes: writes the queue anew from the commitlog (recover, as the broker, leaves the gap)"
 
+# a commitlog file of another size: the broker refuses to load the store, and so does recover (issue 33 R11)
+CL_SIZE = (
+    "rmqtool repair {store} --dry-run, then --yes: the broker refuses to load the store, and recover refuses it too"
+)
+
 BY_CODE: dict[str, str] = {
     "FILE_STRAY": "none: the broker ignores it; move it out of the store if unwanted",
     "FILE_IGNORED": "none: the broker ignores it",
@@ -44,6 +49,8 @@ def next_step(finding: dict[str, Any], store: str) -> str:
     text = BY_CODE.get(code)
     if code == "FILE_GAP" and str(finding.get("file") or "").startswith("consumequeue/"):
         text = CQ_GAP
+    elif code in ("FILE_WRONG_SIZE", "FILE_ZERO_LENGTH") and str(finding.get("file") or "").startswith("commitlog"):
+        text = CL_SIZE
     if text is None:
         text = next((t for p, t in BY_PREFIX if code.startswith(p)), "see the code in rmqtool-verify(1)")
     f = str(finding.get("file") or "")

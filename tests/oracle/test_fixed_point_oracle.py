@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -289,3 +290,21 @@ def test_a_missing_middle_commitlog_file_recovers_as_the_broker_in_one_run(oracl
     assert "checkpoint" in checked and len(checked) == 38  # (37 queue files and the checkpoint)
     for rel in checked:
         assert hashlib.sha256((ours / rel).read_bytes()).hexdigest() == files[rel]["sha256"], rel
+
+
+@pytest.mark.parametrize("version", ["4.9.4", "5.1.4", "5.3.3"])
+def test_a_store_the_broker_refuses_to_load_recover_refuses_too(
+    oracle: ModuleType, tmp_path: Path, version: str
+) -> None:
+    """R11: ``many_files`` with its commitlog file 458752 cut to 30000 bytes: the broker
+    (4.9.4 and 5.x) refuses to load the store and changes nothing; recover refuses it too
+    (status 8, nothing changed), where it used to cut at the short file and remove every
+    later file, leaving a store the broker still refused."""
+    ours = tmp_path / "ours"
+    shutil.copytree(fd.REAL / "many_files" / "store", ours)
+    os.truncate(ours / "commitlog" / "00000000000000458752", 30000)
+    before = fd.tree_digest(ours)
+    view = oracle.view(version, ours, fd.fixture_config("many_files"))
+    assert view["load_ok"] is False
+    rc = run(["recover", "--yes", "-q", str(ours), "--broker-version", version, "--backup-dir", str(tmp_path / "b")])
+    assert rc == 8 and fd.tree_digest(ours) == before and not (tmp_path / "b").exists()
