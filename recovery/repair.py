@@ -47,9 +47,10 @@ from typing import Any
 import numpy as np
 
 from ..formats import commitlog as cl
-from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, decode_checkpoint
 from ..formats.names import offset_msg_id
 from ..formats.properties import CRC32
+from ..formats.safeio import read_small
 from . import check as ck
 from .filler import (
     BLANK_LEN,
@@ -773,7 +774,9 @@ def _streamed_changes(rb: Any, w: _Workdir) -> list[FileChange]:
 def _plan_checkpoint(store: Store, plan: RepairPlan, rb: Any, recs: Any, intact: np.ndarray) -> None:
     """The checkpoint after the repair: the rebuild's, no time newer than every record."""
     cp_path = store.root / "checkpoint"
-    raw = cp_path.read_bytes() if cp_path.is_file() else b""
+    # (at most CHECKPOINT_READ_LIMIT bytes: a sparse 64 GiB checkpoint is not read whole; a
+    # file of another size than the page is rewritten either way)
+    raw = (read_small(cp_path, CHECKPOINT_READ_LIMIT, store.root, "checkpoint") or b"") if cp_path.is_file() else b""
     before = decode_checkpoint(raw) if raw else decode_checkpoint(b"")
     after = rb.checkpoint_after or before
     newest = int(recs.store_ts[intact].max()) if intact.any() else 0

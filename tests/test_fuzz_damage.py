@@ -1697,9 +1697,10 @@ def test_a_queue_offset_of_long_max_wraps_as_the_brokers_long_multiply(
 def test_info_on_a_sparse_queue_file_reads_only_its_data(tmp_path: Path) -> None:
     """``info`` looked for a queue's first and last unit over every unit of its files: a
     queue file sparse-extended to 1 GiB made 53 million-unit arrays (1.2 GB resident,
-    0.67 s; now 39 MB, 0.23 s): only the file's data extents are looked at. Where a file
-    cannot even be mapped under the 2 GiB limit (64 GiB), the one line names it (it said
-    only "Cannot allocate memory")."""
+    0.67 s; now 39 MB, 0.23 s): only the file's data extents are looked at. A file of 64
+    GiB, which could not even be mapped under the 2 GiB limit (status 8, the one line
+    naming it), is now mapped only to the queue file size, as the broker maps it (issue 33
+    R8): info works on it too."""
     root = copy(tmp_path, "clean")
     q = root / "consumequeue" / "TopicB" / "0"
     last = sorted(q.iterdir())[-1]
@@ -1707,8 +1708,8 @@ def test_info_on_a_sparse_queue_file_reads_only_its_data(tmp_path: Path) -> None
     o = child("info", str(root), "--format", "json")
     assert o.code == 0 and not o.hang and not o.memory, o.err
     os.truncate(last, 64 << 30)
-    o = child("info", str(root))
-    assert o.code == 8 and f"{last}: Cannot allocate memory (mapping 68719476736 bytes)" in o.err, o.err
+    o = child("info", str(root), "--format", "json")
+    assert o.code == 0 and not o.memory and "allocate memory" not in o.err, o.err
 
 
 def test_a_second_cut_is_the_brokers_with_recovers_deviations() -> None:

@@ -187,7 +187,7 @@ def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile) -
     g = store.geometry
     discarded = {d.file for d in plan.index_discarded}
     kept_index = [f for f in store.index_files if f"index/{f.name}" not in discarded]
-    last_bytes = _index_file_bytes(kept_index[-1].path) if kept_index else None
+    last_bytes = _index_file_bytes(kept_index[-1].path, g.index_file_size) if kept_index else None
     ib = IndexBuilder(
         g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put
     )

@@ -19,6 +19,7 @@ from ..batch import body_crcs_match, first_unsure
 from ..batch.header import HeaderColumns, header_columns, ipv6_body_crc_bad, salvage_mismatch
 from ..scan import chase_starts, hints_in, sorted_unique
 from ..scan import first_nonzero as _first_nonzero
+from ..store import map_readonly
 from ..versions import BrokerProfile
 from .holes import DataExtents
 from .props import _index_keys, _keep, _record_checks
@@ -224,8 +225,6 @@ class PartTask:
 
 def scan_part(task: PartTask) -> Part:
     """Worker entry: open the file read-only and scan one part."""
-    import mmap
-
     part = Part(task.file_idx, task.start, task.stop, task.mode)
     if task.end <= 0:
         part.end, part.end_mode = task.stop, "done"
@@ -234,7 +233,10 @@ def scan_part(task: PartTask) -> Part:
     try:
         size = os.fstat(fd).st_size
         end = min(task.end, size)
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        if end <= 0:  # (a file emptied since the plan: nothing to map)
+            part.end, part.end_mode = task.stop, "done"
+            return part
+        mm = map_readonly(fd, end)  # (the scan reads nothing past end: not a sparse 64 GiB file whole)
         data = DataExtents(fd, task.start, min(end, task.stop + 8))
     finally:
         os.close(fd)
