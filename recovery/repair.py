@@ -226,8 +226,10 @@ def _msg_id(buf: Any, pos: int, end: int, offset: int) -> str | None:
     return offset_msg_id(rec.store_address, rec.store_port, offset)
 
 
-def _read_units(f: StoreFile) -> np.ndarray:
-    n = f.size // _UNIT.itemsize
+def _read_units(f: StoreFile, limit: int) -> np.ndarray:
+    """The units of a queue file, at most its mapped size ``limit`` of them (the broker
+    maps no more; a sparse 64 GiB file is not read whole)."""
+    n = min(f.size, limit) // _UNIT.itemsize
     if n <= 0:
         return np.zeros(0, dtype=_UNIT)
     return np.fromfile(f.path, dtype=_UNIT, count=n)
@@ -462,7 +464,7 @@ class _Tombstones:
         starts, ends, qinfo = self.starts, self.ends, self.qinfo
         for (t, q), qfiles in sorted(store.consume_queues.items()):
             for f in qfiles:
-                u = _read_units(f)
+                u = _read_units(f, store.geometry.cq_file_size)
                 if not len(u):
                     continue
                 o = u["o"].astype(np.int64)

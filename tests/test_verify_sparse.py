@@ -96,14 +96,16 @@ TWO_GIB = 2 << 30
 
 def _absurd(tmp_path: Path, what: str) -> Path:
     """``clean`` with one file sparse-extended to 64 GiB: the last commitlog file, the
-    checkpoint, the last index file; or a store of one commitlog file of 64 GiB (no file of
-    the mapped size to infer it from)."""
+    checkpoint, the last index file; ``crash_midwrite`` with a queue's first file so; or a
+    store of one commitlog file of 64 GiB (no file of the mapped size to infer it from)."""
     import shutil
 
     from conftest import real_store
 
     root = tmp_path / what
-    shutil.copytree(real_store("clean"), root)
+    # (crash_midwrite for the queue file: repair reads the queues' units where the
+    # commitlog has a damaged region, as that store's torn last record)
+    shutil.copytree(real_store("crash_midwrite" if what == "queue" else "clean"), root)
     if what == "single":
         for p in sorted((root / "commitlog").iterdir())[1:]:
             p.unlink()
@@ -113,6 +115,7 @@ def _absurd(tmp_path: Path, what: str) -> Path:
             "commitlog": sorted((root / "commitlog").iterdir())[-1],
             "checkpoint": root / "checkpoint",
             "index": sorted((root / "index").iterdir())[-1],
+            "queue": sorted((root / "consumequeue" / "TopicA" / "0").iterdir())[0],
         }[what]
     os.truncate(target, 64 << 30)
     return root
@@ -131,6 +134,7 @@ _COMMANDS: dict[str, list[tuple[tuple[str, ...], set[int]]]] = {
     ],
     "checkpoint": [(("repair", "--dry-run"), {0, 4})],
     "index": [(("offsets",), {0, 4}), (("dump", "index", "--key", "ORDER-1"), {0, 1, 4})],
+    "queue": [(("repair", "--dry-run"), {0, 4}), (("info",), {0, 4})],
     "single": [
         (("info",), {0, 4}),
         (("dump", "commitlog"), {0, 4}),
