@@ -1,7 +1,7 @@
 """The checkpoint file (StoreCheckpoint, 4096 bytes; STORE_FORMAT.md §16).
 
-4.x uses the first 24 bytes (three i64); 5.0.0+ adds masterFlushedOffset at 24 and 5.1.1+
-confirmPhyOffset at 32. The rest of the page is zero.
+4.x uses the first 24 bytes (three i64); 5.0.0+ adds masterFlushedOffset at 24, 5.1.1+
+confirmPhyOffset at 32 and 5.5.0+ logicsPhysicalOffset at 40. The rest of the page is zero.
 """
 
 from __future__ import annotations
@@ -29,7 +29,18 @@ CHECKPOINT_5X = "StoreCheckpoint 5.1.1+ (StoreCheckpoint @ 5.3.3)" * Struct(
     "master_flushed_offset" / Int64sb * "masterFlushedOffset (5.0.0+, HA)",
     "confirm_phy_offset" / Int64sb * "confirmPhyOffset (5.1.1+)",
 )
-_FAST, _NAMES = fixed_struct(CHECKPOINT_5X)
+CHECKPOINT_55 = "StoreCheckpoint 5.5.0+ (StoreCheckpoint @ 5.5.1)" * Struct(
+    "physic_msg_timestamp" / Int64sb,
+    "logics_msg_timestamp" / Int64sb,
+    "index_msg_timestamp" / Int64sb,
+    "master_flushed_offset" / Int64sb,
+    "confirm_phy_offset" / Int64sb,
+    "logics_physical_offset"
+    / Int64sb
+    * "logicsPhysicalOffset (5.5.0+): commitlog offset of the last message dispatched to a CQ",
+)
+_FAST, _NAMES = fixed_struct(CHECKPOINT_55)
+CHECKPOINT_READ_SIZE = _FAST.size  # the bytes any release reads (48)
 
 
 class Checkpoint(NamedTuple):
@@ -38,6 +49,7 @@ class Checkpoint(NamedTuple):
     index_msg_timestamp: int
     master_flushed_offset: int
     confirm_phy_offset: int
+    logics_physical_offset: int = 0  # 5.5.0+
 
     @property
     def min_timestamp(self) -> int:
@@ -53,10 +65,10 @@ class Checkpoint(NamedTuple):
 def decode_checkpoint(data: bytes) -> Checkpoint:
     """Decode a checkpoint's bytes; a short or missing file reads as zeros, as the broker's
     mmap of one page extends it with zeros."""
-    raw = bytes(data[:40]).ljust(40, b"\0")
+    raw = bytes(data[:CHECKPOINT_READ_SIZE]).ljust(CHECKPOINT_READ_SIZE, b"\0")
     return Checkpoint(*_FAST.unpack(raw))
 
 
 def encode_checkpoint(cp: Checkpoint, size: int = CHECKPOINT_FILE_SIZE) -> bytes:
-    built: bytes = CHECKPOINT_5X.build(cp._asdict())
+    built: bytes = CHECKPOINT_55.build(cp._asdict())
     return built.ljust(size, b"\0")

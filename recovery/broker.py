@@ -247,16 +247,84 @@ def abnormal_threshold(ckpt: Checkpoint, message_index_safe: bool) -> int:
     return int(ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp)
 
 
-def abnormal_start_index(
-    files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint, message_index_safe: bool
-) -> int:
+def abnormal_start_index(files: list[StoreFile], profile: BrokerProfile, ckpt: Checkpoint) -> int:
     """``CommitLog.recoverAbnormally``'s start file (every version): the last file whose
-    first record matches (:func:`is_mapped_file_matched_recover`), else the first file."""
-    threshold = abnormal_threshold(ckpt, message_index_safe)
+    first record matches (:func:`is_mapped_file_matched_recover`) against the profile's
+    messageIndexSafe threshold (:func:`abnormal_threshold`), else the first file."""
+    threshold = abnormal_threshold(ckpt, profile.message_index_safe)
     for i in range(len(files) - 1, -1, -1):
         if is_mapped_file_matched_recover(files[i], profile, threshold):
             return i
     return 0
+
+
+def first_record_matched_recover(
+    f: StoreFile,
+    profile: BrokerProfile,
+    ckpt: Checkpoint,
+    normal: bool,
+    max_cq: int,
+    message_index_safe: bool,
+    check_crc: bool,
+) -> bool:
+    """5.4.0+ ``CommitLog.isMappedFileMatchedRecover(mappedFile, recoverNormally)``
+    (``profile.recovery_start_checks_first_record``): the file's first record read by
+    ``checkMessageAndReturnSize`` (every check of the walk, the body CRC under
+    checkCRCOnRecover) must be a message with a store timestamp other than 0; with
+    messageIndexSafe (messageIndexEnable is on: rmqtool refuses it off) its store timestamp
+    must not pass the checkpoint's indexMsgTimestamp (5.5.0+: IndexService's rule, the same);
+    then the consume queue store's rule: normal recovery, its PHYSICALOFFSET field at or
+    below maxPhyOffsetOfCQ; abnormal recovery, 5.4.0 its store timestamp at or below
+    min(physic, logics) - 3 s, 5.5.0+ (``profile.abnormal_start_by_logics_offset``) its
+    PHYSICALOFFSET at or below the checkpoint's logicsPhysicalOffset, or where that is 0 or
+    less its store timestamp at or below logicsMsgTimestamp."""
+    from . import check as ck  # (check does not import this module; kept local all the same)
+    from .store import MappedFile
+
+    if f.size < 8:
+        return False
+    with MappedFile(f.path) as mf:
+        c = ck.check_record(mf.buf, 0, mf.size, profile, check_crc=check_crc, read_body=True)
+        if not c.is_message or c.rec is None:
+            return False
+        ts, phy = int(c.rec.store_timestamp), int(c.rec.physical_offset)
+        del c
+    if ts == 0:
+        return False
+    if message_index_safe and ts > ckpt.index_msg_timestamp:
+        return False
+    if normal:
+        return phy <= max_cq
+    if profile.abnormal_start_by_logics_offset:
+        if ckpt.logics_physical_offset <= 0:
+            return ts <= ckpt.logics_msg_timestamp
+        return phy <= ckpt.logics_physical_offset
+    return ts <= ckpt.min_timestamp
+
+
+def _start_by_first_record(
+    files: list[StoreFile],
+    profile: BrokerProfile,
+    ckpt: Checkpoint,
+    normal: bool,
+    max_cq: int,
+    safe: bool,
+    check_crc: bool,
+) -> int:
+    """5.4.0+ recoverNormally / recoverAbnormally: from the last file back, the first file
+    :func:`first_record_matched_recover` takes, looking at no more than
+    ``profile.recovery_start_file_limit`` files (commitLogRecoverMaxNum: the last one looked
+    at is taken); normal recovery never looks at the first file (it is taken when nothing
+    later is), abnormal recovery takes the first file when no file matched."""
+    limit = profile.recovery_start_file_limit or len(files)
+    i = len(files) - 1
+    left = limit
+    while i > 0 if normal else i >= 0:
+        left -= 1
+        if first_record_matched_recover(files[i], profile, ckpt, normal, max_cq, safe, check_crc) or left <= 0:
+            break
+        i -= 1
+    return max(i, 0)
 
 
 def start_file_index(
@@ -265,13 +333,30 @@ def start_file_index(
     ckpt: Checkpoint,
     mode: str,
     max_cq: int,
-    message_index_safe: bool | None = None,
 ) -> tuple[int, str]:
     """The commitlog file the broker's recovery starts from, and the rule that chose it:
     ``CommitLog.recoverNormally`` (the third-last file; 5.3.2+, ``profile.normal_recovery_walkback``:
-    the last file starting at or below maxPhyOffsetOfCQ) or ``CommitLog.recoverAbnormally``
-    (:func:`abnormal_start_index`). The one place recover's plan and verify's (and repair's)
-    recovery outlook take it from. ``message_index_safe``: None takes the profile's."""
+    the last file starting at or below maxPhyOffsetOfCQ; 5.4.0+ the first record's test,
+    :func:`first_record_matched_recover`) or ``CommitLog.recoverAbnormally``
+    (:func:`abnormal_start_index`; 5.4.0+ :func:`first_record_matched_recover`). The one
+    place recover's plan and verify's (and repair's) recovery outlook take it from;
+    messageIndexSafe and checkCRCOnRecover are the profile's."""
+    safe = profile.message_index_safe
+    if profile.recovery_start_checks_first_record and files:
+        crc = profile.check_crc_on_recover
+        normal = mode == MODE_NORMAL
+        i = _start_by_first_record(files, profile, ckpt, normal, max_cq, safe, crc)
+        limit = f", at most {profile.recovery_start_file_limit} files from the last (commitLogRecoverMaxNum)"
+        if normal:
+            what = "whose PHYSICALOFFSET is at or below maxPhyOffsetOfCQ"
+        elif profile.abnormal_start_by_logics_offset and ckpt.logics_physical_offset > 0:
+            what = f"whose PHYSICALOFFSET is at or below the checkpoint's logicsPhysicalOffset {ckpt.logics_physical_offset}"
+        elif profile.abnormal_start_by_logics_offset:
+            what = f"stored at or before the checkpoint's logicsMsgTimestamp {ckpt.logics_msg_timestamp}"
+        else:
+            what = f"stored at or before min(physic, logics) - 3 s = {ckpt.min_timestamp}"
+        index = f", not after indexMsgTimestamp {ckpt.index_msg_timestamp} (messageIndexSafe)" if safe else ""
+        return i, f"last file whose first record reads as a message {what}{index}{limit} ({profile.label})"
     if mode == MODE_NORMAL:
         if profile.normal_recovery_walkback:
             i = len(files) - 1
@@ -279,11 +364,10 @@ def start_file_index(
                 i -= 1
             return i, "last file starting at or below maxPhyOffsetOfCQ (5.3.2+)"
         return max(0, len(files) - 3), "third-last file"
-    safe = profile.message_index_safe if message_index_safe is None else message_index_safe
     threshold = abnormal_threshold(ckpt, safe)
     what = "min(physic, logics, index) - 3 s (messageIndexSafe)" if safe else "min(physic, logics) - 3 s"
     return (
-        abnormal_start_index(files, profile, ckpt, safe),
+        abnormal_start_index(files, profile, ckpt),
         f"last file whose first message is stored at or before {what} = {threshold}",
     )
 

@@ -1,6 +1,6 @@
 """The broker's own configuration file (``mqbroker -c broker.conf``), read as the broker
 reads it, and the one table that decides, for every setting of ``MessageStoreConfig`` and
-``BrokerConfig`` of RocketMQ 4.6.0-5.3.3, what rmqtool does with it.
+``BrokerConfig`` of RocketMQ 4.6.0-5.5.1, what rmqtool does with it.
 
 Reading: ``java.util.Properties.load(InputStream)`` (ISO-8859-1, ``#``/``!`` comments,
 ``=``/``:``/white-space separators, backslash continuation lines and escapes, the last
@@ -25,13 +25,15 @@ A setting whose value rmqtool does not implement makes every command refuse the 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..formats.errors import RmqToolError
 from .brokersetters import SAMPLED, SETTERS
-from .versions import BrokerProfile, parse_version
+from .findingcodes import FindingCode
+from .versions import DEFAULT_DELAY_LEVELS, BrokerProfile, parse_delay_levels, parse_version
 
 LOCATION = "location"
 GEOMETRY = "geometry"
@@ -62,25 +64,66 @@ def _load_setters() -> dict[str, Setting]:
 SETTINGS: dict[str, Setting] = _load_setters()
 
 
+def _delay_levels(text: str) -> tuple[int, ...]:
+    """messageDelayLevel as the profile holds it: the delay of each level in ms (an empty
+    value: the broker's 18 levels)."""
+    return tuple(parse_delay_levels(text or DEFAULT_DELAY_LEVELS))
+
+
+@dataclass(frozen=True)
+class Road:
+    r"""How an honoured setting reaches the code that honours it, and the one way it does:
+    broker.conf, unless the rmqtool option that mirrors it is given (an explicit option
+    wins), lands either in a ``BrokerProfile`` field (``field``: every rule of recovery,
+    verify's outlook and the dispatch reads it there; ``dataclasses.replace(profile, ...)``
+    sets it) or, where it is no broker behaviour, in a parameter of the command (``param``
+    alone: the store's geometry, repair's filler size). rmqtool/cli/brokeropts.py walks these
+    roads in one loop and declares the options of the ``group``\ s it owns."""
+
+    flag: str  # the option as --help spells it ("STORE": the argument)
+    param: str  # the parameter click passes the option as (the profile field's value comes from it)
+    field: str | None = None  # the BrokerProfile field it sets
+    negated: bool = False  # the option states the setting's opposite (--no-crc: checkCRCOnRecover=false)
+    convert: Callable[[Any], Any] | None = None  # the setting's value -> the field's (ValueError: a bad value)
+    # the option stack that declares it: "every" (brokeropts: every store command), "recovery"
+    # (brokeropts: the commands that run or predict the broker's recovery), "" (the command
+    # itself, or options.store_argument)
+    group: str = ""
+    only: str = ""  # the commands that have the option, when not every store command (the man page says so)
+    toggle: bool = False  # a --X/--no-X pair, unset by default (else a plain flag, or a value with metavar)
+    metavar: str | None = None
+    help: str = ""  # --help of an option brokeropts declares
+
+    @property
+    def option(self) -> str:
+        return f"{self.flag} ({self.only})" if self.only else self.flag
+
+
 @dataclass(frozen=True)
 class Decision:
     kind: str
     what: str  # what the setting changes and what rmqtool does with it
-    option: str | None = None  # the rmqtool option that mirrors it
+    road: Road | None = None  # how rmqtool honours it: the option that mirrors it and where its value lands
     default: Any = None  # the broker's default (of the typed value)
     refuse: str | None = None  # name of the refusal rule (see _REFUSE)
+
+    @property
+    def option(self) -> str | None:
+        """The rmqtool option that mirrors the setting (as the man pages name it)."""
+        return self.road.option if self.road is not None else None
 
 
 # The settings rmqtool reads. Everything else in SETTINGS is IRRELEVANT (see _irrelevant_why).
 DECISIONS: dict[str, Decision] = {
     # -- where the store is --------------------------------------------------------------
-    "storePathRootDir": Decision(LOCATION, "the store root: STORE when STORE is not given", "STORE"),
+    # (both read through BrokerConf.store_root and BrokerConf.commitlog_dir)
+    "storePathRootDir": Decision(LOCATION, "the store root: STORE when STORE is not given", Road("STORE", "store")),
     "storePathCommitLog": Decision(
         LOCATION,
         "the commitlog directory (default STORE/commitlog; 4.6.0-4.9.3: "
         "~/store/commitlog whatever storePathRootDir says); several directories "
         "separated by ',' (5.x multi-path) are refused",
-        "--commitlog-dir",
+        None,
         None,
         "multi_path",
     ),
@@ -100,12 +143,19 @@ DECISIONS: dict[str, Decision] = {
     ),
     "storePathBrokerIdentity": Decision(LOCATION, "the broker identity file: neither read nor changed by rmqtool"),
     # -- geometry ------------------------------------------------------------------------
-    "mappedFileSizeCommitLog": Decision(GEOMETRY, "commitlog file size", "--commitlog-file-size", 1 << 30),
-    "mappedFileSizeConsumeQueue": Decision(
-        GEOMETRY, "consume queue file size (rounded up to 20-byte units)", "--cq-file-size", 6_000_000
+    "mappedFileSizeCommitLog": Decision(
+        GEOMETRY, "commitlog file size", Road("--commitlog-file-size", "commitlog_file_size"), 1 << 30
     ),
-    "maxHashSlotNum": Decision(GEOMETRY, "index hash slots per file", "--index-slots", 5_000_000),
-    "maxIndexNum": Decision(GEOMETRY, "index entries per file", "--index-entries", 20_000_000),
+    "mappedFileSizeConsumeQueue": Decision(
+        GEOMETRY,
+        "consume queue file size (rounded up to 20-byte units)",
+        Road("--cq-file-size", "cq_file_size"),
+        6_000_000,
+    ),
+    "maxHashSlotNum": Decision(
+        GEOMETRY, "index hash slots per file", Road("--index-slots", "index_slot_num"), 5_000_000
+    ),
+    "maxIndexNum": Decision(GEOMETRY, "index entries per file", Road("--index-entries", "index_num"), 20_000_000),
     "mappedFileSizeConsumeQueueExt": Decision(
         GEOMETRY, "ConsumeQueueExt file size: only with enableConsumeQueueExt, which is refused"
     ),
@@ -120,7 +170,16 @@ DECISIONS: dict[str, Decision] = {
         RECOVERY,
         "the recovery walk checks body CRCs (false: recover walks as with "
         "--no-crc, and the recovery outlook of verify, repair and info --deep with it)",
-        "--no-crc",
+        Road(
+            "--no-crc",
+            "no_crc",
+            "check_crc_on_recover",
+            negated=True,
+            group="recovery",
+            help="Mirrors checkCRCOnRecover=false: the walk of the broker's recovery, which this command runs or "
+            "predicts, does not stop at a record whose body CRC fails (verify still checks and reports every "
+            "CRC; default: --broker-config, else CRC on).",
+        ),
         True,
     ),
     "forceVerifyPropCRC": Decision(
@@ -128,7 +187,15 @@ DECISIONS: dict[str, Decision] = {
         "5.2.0+: the recovery walk checks each whole record against its "
         "__CRC32# property instead of the body CRC, and cuts at a record without "
         "one (5.2.0-5.3.1: also at __CRC32# 0); ignored by older brokers",
-        "--force-verify-prop-crc",
+        Road(
+            "--force-verify-prop-crc",
+            "force_verify_prop_crc",
+            "force_verify_prop_crc",
+            group="every",
+            toggle=True,
+            help="Mirrors forceVerifyPropCRC (5.2.0+): recovery checks each whole record against its __CRC32# "
+            "property instead of the body CRC (default: false, or the broker config).",
+        ),
         False,
     ),
     "enabledAppendPropCRC": Decision(
@@ -142,7 +209,15 @@ DECISIONS: dict[str, Decision] = {
         RECOVERY,
         "abnormal recovery's start file also honours the index timestamp "
         "(recover, and the recovery outlook of verify, repair and info --deep)",
-        "--message-index-safe",
+        Road(
+            "--message-index-safe",
+            "message_index_safe",
+            "message_index_safe",
+            group="recovery",
+            help="Mirrors messageIndexSafe=true: the abnormal start file of the broker's recovery, which this "
+            "command runs or predicts, also honours the checkpoint's indexMsgTimestamp (default: "
+            "--broker-config, else false).",
+        ),
         False,
     ),
     "messageIndexEnable": Decision(
@@ -152,13 +227,30 @@ DECISIONS: dict[str, Decision] = {
         RECOVERY,
         "the delay levels: SCHEDULE_TOPIC_XXXX tagsCode (delivery time) of the "
         "consume queue units recovery and rebuild-index write",
-        "--message-delay-level",
-        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        Road(
+            "--message-delay-level",
+            "message_delay_level",
+            "delay_levels",
+            convert=_delay_levels,
+            group="every",
+            metavar="LEVELS",
+            help='Mirrors messageDelayLevel: the delay levels, e.g. "1s 5s 10s 30s 1m" (default: the broker\'s '
+            "18 levels, or the broker config).",
+        ),
+        DEFAULT_DELAY_LEVELS,
     ),
     "recheckReputOffsetFromCq": Decision(
         RECOVERY,
         "5.x: the start-up reput catches up from the consume queues' max offset, as 4.x always does",
-        "--recheck-reput-offset-from-cq",
+        Road(
+            "--recheck-reput-offset-from-cq",
+            "recheck_reput_offset_from_cq",
+            "recheck_reput_offset_from_cq",
+            group="every",
+            toggle=True,
+            help="Mirrors recheckReputOffsetFromCq (5.x): the start-up reput catches up from the consume queues' "
+            "max offset, as 4.x always does (default: false, or the broker config).",
+        ),
         False,
     ),
     "duplicationEnable": Decision(
@@ -224,7 +316,7 @@ DECISIONS: dict[str, Decision] = {
         RECOVERY,
         "checked when a message is put, never by recovery (which reads records "
         "of any size); repair writes no filler record longer",
-        "--max-message-size (repair)",
+        Road("--max-message-size", "max_message_size", only="repair"),
         4 * 1024 * 1024,
     ),
     "timerWheelEnable": Decision(
@@ -234,6 +326,53 @@ DECISIONS: dict[str, Decision] = {
         "the records recovery cuts are the same",
         None,
         True,
+    ),
+    "commitLogRecoverMaxNum": Decision(
+        RECOVERY,
+        "5.4.0+: the recovery's search for its start file looks at most at this many commitlog "
+        "files from the last (<= 0 counts as 10): any other value than 10 is refused",
+        None,
+        10,
+        "not_ten",
+    ),
+    "enableAcceleratedRecovery": Decision(
+        RECOVERY,
+        "5.4.0+: recovery starts its walk at the dispatch offset inside its start file "
+        "(5.4: RocksDB consume queues only; 5.5.0+: abnormal recovery of any store): true is refused",
+        None,
+        False,
+        "is_true",
+    ),
+    "checkCommitLogOffsetOnRecover": Decision(
+        RECOVERY,
+        "5.5.0+: abnormal recovery also stops at a record whose PHYSICALOFFSET field lies outside "
+        "its file: true is refused",
+        None,
+        False,
+        "is_true",
+    ),
+    "indexFileWriteEnable": Decision(
+        RECOVERY,
+        "5.4.0+: the dispatch writes index files: false is refused (rmqtool always indexes)",
+        None,
+        True,
+        "is_false",
+    ),
+    "indexRocksDBEnable": Decision(
+        RECOVERY,
+        "5.4.0+: the dispatch also writes a RocksDB index, which also chooses the recovery's start "
+        "file: true is refused",
+        None,
+        False,
+        "is_true",
+    ),
+    "transRocksDBEnable": Decision(
+        RECOVERY,
+        "5.4.0+: transaction half messages indexed in RocksDB, which also chooses the recovery's "
+        "start file: true is refused",
+        None,
+        False,
+        "is_true",
     ),
     "maxTopicLength": Decision(RECOVERY, "5.x put-side limit; recovery reads V1 and V2 records alike (5.1.0+)", None),
     "autoMessageVersionOnTopicLen": Decision(
@@ -302,6 +441,10 @@ def _irrelevant_why(name: str) -> str:
     if s is not None and s.owner == "BrokerConfig":
         return "a broker service setting (network, thread pools, name server, ACL, transactions, POP, metrics): never read by the store's recovery"
     return "a running broker's service: never read by the store's recovery"
+
+
+# The honoured settings and how each travels (one row each; tests/test_settings_road.py).
+ROADS: dict[str, Road] = {name: d.road for name, d in DECISIONS.items() if d.road is not None}
 
 
 def decision(name: str) -> Decision:
@@ -466,6 +609,35 @@ class BrokerConf:
             return Path.home() / "store" / "commitlog"  # System.getProperty("user.home")
         return None
 
+    @property
+    def sets_commitlog_dir(self) -> bool:
+        """The file sets storePathCommitLog (to anything, an empty value too)."""
+        return self.has("storePathCommitLog")
+
+    def home_commitlog_dir(self, version: tuple[int, int, int]) -> tuple[Path, str] | None:
+        """Where ``version`` reads the commitlog when the file leaves storePathCommitLog
+        unset but not the root (:meth:`commitlog_dir`: 4.6.0-4.9.3, ~/store/commitlog), and
+        a note saying so; None when that is STORE/commitlog."""
+        if self.sets_commitlog_dir:
+            return None
+        cl_dir = self.commitlog_dir(version)
+        if cl_dir is None:
+            return None
+        return cl_dir, (
+            f"storePathCommitLog is not set: RocketMQ {'.'.join(map(str, version))} reads the commitlog from "
+            f"{cl_dir} (its default up to 4.9.3, whatever storePathRootDir says)"
+        )
+
+    def commitlog_outside_store(self, cl_dir: Path) -> Refusal:
+        """The refusal of a commitlog directory outside STORE/commitlog (a command that
+        changes the store handles only one laid out under one root)."""
+        return Refusal(
+            FindingCode.UNSUPPORTED_SETTING,
+            str(self.path),
+            f"storePathCommitLog={cl_dir}: a commitlog outside STORE/commitlog "
+            "(rmqtool changes only stores laid out under one root)",
+        )
+
 
 def read_broker_conf(path: str | Path) -> BrokerConf:
     p = Path(path)
@@ -486,7 +658,7 @@ def read_broker_conf(path: str | Path) -> BrokerConf:
         s = SETTINGS.get(key)
         if s is None:
             conf.notes.append(
-                f"{key}: not a setting of MessageStoreConfig or BrokerConfig 4.6.0-5.3.3 "
+                f"{key}: not a setting of MessageStoreConfig or BrokerConfig 4.6.0-5.5.1 "
                 "(a netty setting or a typo): ignored"
             )
             continue
@@ -511,6 +683,8 @@ def _refuse_rule(rule: str, value: Any) -> bool:
         return bool(value)
     if rule == "not_default_store":
         return isinstance(value, str) and value != "default"
+    if rule == "not_ten":
+        return isinstance(value, int) and value > 0 and value != 10
     if rule == "multi_path":
         return isinstance(value, str) and "," in value
     return False
@@ -547,7 +721,7 @@ def _known_in(s: Setting, version: tuple[int, int, int]) -> bool:
 class Refusal:
     """A store layout or setting rmqtool does not handle."""
 
-    code: str  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, UNSUPPORTED_SETTING
+    code: FindingCode  # LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ, LAYOUT_COMPACTION, UNSUPPORTED_SETTING (and, from --broker-version auto, LAYOUT_NEWER_RELEASE, VERSION_CONTRADICTION)
     path: str
     message: str
 
@@ -567,7 +741,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
             if (d / "data").is_dir():
                 out.append(
                     Refusal(
-                        "LAYOUT_DLEDGER",
+                        FindingCode.LAYOUT_DLEDGER,
                         str(d.relative_to(root) / "data"),
                         "a DLedger commitlog (dledger-<id>/data): rmqtool does not handle DLedger stores",
                     )
@@ -578,7 +752,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
             if hits:
                 out.append(
                     Refusal(
-                        "LAYOUT_ROCKSDB_CQ",
+                        FindingCode.LAYOUT_ROCKSDB_CQ,
                         "consumequeue",
                         f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB: {', '.join(hits[:3])}): "
                         "rmqtool handles only file consume queues",
@@ -588,16 +762,30 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
         if ext.is_dir() and any(p.is_file() for p in ext.rglob("*")):
             out.append(
                 Refusal(
-                    "LAYOUT_CQ_EXT",
+                    FindingCode.LAYOUT_CQ_EXT,
                     "consumequeue_ext",
                     "ConsumeQueueExt files (enableConsumeQueueExt): rmqtool does not recover or truncate them",
                 )
             )
+        comp = root / "compaction"
+        for sub in ("compactionLog", "compactionCq"):
+            d = comp / sub
+            if d.is_dir() and any(p.is_file() for p in d.rglob("*")):
+                out.append(
+                    Refusal(
+                        FindingCode.LAYOUT_COMPACTION,
+                        f"compaction/{sub}",
+                        "a compaction topic's log (compaction/compactionLog, compaction/compactionCq: 5.x "
+                        "topics with cleanup.policy=COMPACTION): rmqtool does not recover or truncate them "
+                        "(compaction/position-checkpoint alone, which every 5.x broker writes, is no such log)",
+                    )
+                )
+                break
         bcq = root / "batchconsumequeue"
         if bcq.is_dir() and any(p.is_file() for p in bcq.rglob("*")):
             out.append(
                 Refusal(
-                    "LAYOUT_BATCH_CQ",
+                    FindingCode.LAYOUT_BATCH_CQ,
                     "batchconsumequeue",
                     "BatchConsumeQueue files (5.x batch topics): rmqtool does not recover or truncate them",
                 )
@@ -608,7 +796,7 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
 def all_refusals(root: Path, conf: BrokerConf | None, version: tuple[int, int, int] | None = None) -> list[Refusal]:
     out = layout_refusals(root, conf)
     for line in setting_refusals(conf, version):
-        out.append(Refusal("UNSUPPORTED_SETTING", str(conf.path) if conf else "broker.conf", line))
+        out.append(Refusal(FindingCode.UNSUPPORTED_SETTING, str(conf.path) if conf else "broker.conf", line))
     return out
 
 
@@ -645,11 +833,15 @@ def man_section() -> str:
         "A store whose layout or settings rmqtool does not handle is refused before anything is read",
         "or changed: recover, rebuild\\-index and restore exit 8; verify prints one finding naming the",
         "layout or setting (LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ,",
-        "UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger commitlog (dledger\\-\\fIid\\fR/data), a",
-        "RocksDB consume queue (RocksDB files in consumequeue/), consumequeue_ext/ files,",
-        "batchconsumequeue/ files. Settings: the ones above marked refused, with the value given.",
+        "LAYOUT_COMPACTION, UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger commitlog",
+        "(dledger\\-\\fIid\\fR/data), a RocksDB consume queue (RocksDB files in consumequeue/),",
+        "consumequeue_ext/ files, batchconsumequeue/ files, a compaction topic's log",
+        "(compaction/compactionLog, compaction/compactionCq). With \\fB\\-\\-broker\\-version auto\\fR (the",
+        "default), evidence of a release newer than rmqtool knows is refused too (LAYOUT_NEWER_RELEASE,",
+        "VERSION_CONTRADICTION: see \\fBrmqtool\\fR(1), BROKER VERSIONS). Settings: the ones above marked",
+        "refused, with the value given.",
         ".SS Everything else",
-        "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.3.3 (flushing,",
+        "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.5.1 (flushing,",
         "clean\\-up, HA and controller replication, timers, compaction, POP, the read path, network,",
         "thread pools, metrics) is a running broker's service that never changes what recovery reads,",
         "cuts or writes: read and ignored. A key that is no setting of either class (a netty setting,",

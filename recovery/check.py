@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from array import array
 from dataclasses import dataclass
+from enum import StrEnum, unique
 from typing import Any, NamedTuple, TypedDict, Unpack
 
 from ..formats import commitlog as cl
@@ -33,21 +34,46 @@ from .versions import BrokerProfile
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
-# reason codes
-OK = "OK"
-BLANK = "BLANK"
-END_OF_DATA = "END_OF_DATA"  # an all-zero header: where a file being written stops
-BAD_MAGIC = "BAD_MAGIC"
-V2_NOT_SUPPORTED = "V2_NOT_SUPPORTED"
-SHORT = "TRUNCATED"
-NEGATIVE_TOTAL = "NEGATIVE_TOTAL_SIZE"
-TOO_LONG = "FIELD_LONGER_THAN_RECORD"
-NEGATIVE_TOPIC = "NEGATIVE_TOPIC_LENGTH"
-CRC = "BODY_CRC_MISMATCH"
-DELAY_PARSE = "BAD_DELAY_LEVEL"
-PROP_CRC = "PROPERTY_CRC_MISMATCH"
-SIZE_MISMATCH = "SIZE_MISMATCH"
-INNER_BATCH = "BAD_INNER_BATCH"
+
+@unique
+class Reason(StrEnum):
+    """The reason code of an outcome of :func:`check_record`: its value is the stable text
+    of the output (a dumped or exported record's ``status``, which holds the plain value,
+    a recovery plan's ``stop_reason``)."""
+
+    OK = "OK"
+    BLANK = "BLANK"
+    END_OF_DATA = "END_OF_DATA"  # an all-zero header: where a file being written stops
+    BAD_MAGIC = "BAD_MAGIC"
+    V2_NOT_SUPPORTED = "V2_NOT_SUPPORTED"
+    SHORT = "TRUNCATED"
+    NEGATIVE_TOTAL = "NEGATIVE_TOTAL_SIZE"
+    TOO_LONG = "FIELD_LONGER_THAN_RECORD"
+    NEGATIVE_TOPIC = "NEGATIVE_TOPIC_LENGTH"
+    CRC = "BODY_CRC_MISMATCH"
+    DELAY_PARSE = "BAD_DELAY_LEVEL"
+    PROP_CRC = "PROPERTY_CRC_MISMATCH"
+    SIZE_MISMATCH = "SIZE_MISMATCH"
+    INNER_BATCH = "BAD_INNER_BATCH"
+    # verify's salvage walk only (recovery.verify.records.PHYS), never the broker's outcome
+    PHYSICAL_OFFSET_MISMATCH = "PHYSICAL_OFFSET_MISMATCH"
+
+
+# the reasons by their short names (ck.CRC, ck.SHORT, ...)
+OK = Reason.OK
+BLANK = Reason.BLANK
+END_OF_DATA = Reason.END_OF_DATA
+BAD_MAGIC = Reason.BAD_MAGIC
+V2_NOT_SUPPORTED = Reason.V2_NOT_SUPPORTED
+SHORT = Reason.SHORT
+NEGATIVE_TOTAL = Reason.NEGATIVE_TOTAL
+TOO_LONG = Reason.TOO_LONG
+NEGATIVE_TOPIC = Reason.NEGATIVE_TOPIC
+CRC = Reason.CRC
+DELAY_PARSE = Reason.DELAY_PARSE
+PROP_CRC = Reason.PROP_CRC
+SIZE_MISMATCH = Reason.SIZE_MISMATCH
+INNER_BATCH = Reason.INNER_BATCH
 
 _DECODE_REASONS = {
     "short": SHORT,
@@ -63,7 +89,7 @@ class Checked(NamedTuple):
 
     size: int
     ok: bool
-    reason: str
+    reason: Reason
     rec: cl.MessageRecord | None = None
     props: dict[str, str] | None = None
     tags_code: int = 0
@@ -74,6 +100,11 @@ class Checked(NamedTuple):
     @property
     def is_message(self) -> bool:
         return self.ok and self.size > 0
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property (the DispatchRequest's properties map; 5.4.0+ indexes it)."""
+        return self.props.get("TAGS") if self.props else None
 
     @property
     def is_blank(self) -> bool:
@@ -135,7 +166,6 @@ def check_record(
     check_crc: bool = True,
     read_body: bool = True,
     max_delay_level: int | None = None,
-    force_verify_prop_crc: bool = False,
 ) -> Checked:
     """Validate the record at ``pos`` the way the emulated broker does.
 
@@ -160,7 +190,7 @@ def check_record(
         rec = cl.decode_message(buf, pos, end, total_limit=True, body_limit=read_body)
     except cl.DecodeFailure as exc:
         return Checked(-1, False, _DECODE_REASONS[exc.reason], field=exc.field)
-    prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
+    prop_crc_mode = profile.verify_prop_crc
     if read_body and check_crc and rec.body_length > 0 and not prop_crc_mode:
         if crc32_fast(buf[rec.body_pos : rec.body_pos + rec.body_length]) != rec.body_crc:
             return Checked(-1, False, CRC, rec, field="body_crc")
@@ -201,7 +231,7 @@ def check_record(
             return Checked(-1, False, PROP_CRC, rec, props, field="properties.__CRC32#")
     if rec.total_size != rec.computed_size:
         return Checked(rec.total_size, False, SIZE_MISMATCH, rec, props, tags_code, keys, uniq, field="total_size")
-    if profile.is_5x and props is not None and not inner_batch_ok(props):
+    if profile.checks_inner_batch and props is not None and not inner_batch_ok(props):
         return Checked(-1, False, INNER_BATCH, rec, props, field="properties.INNER_NUM")
     return Checked(rec.total_size, True, OK, rec, props, tags_code, keys, uniq)
 
@@ -264,28 +294,25 @@ class _WalkSetup(NamedTuple):
     slow_kwargs: dict[str, Any]  # check_record's options
 
 
-def _walk_setup(
-    profile: BrokerProfile, check_crc: bool, read_body: bool, max_delay_level: int | None, force_verify_prop_crc: bool
-) -> _WalkSetup:
+def _walk_setup(profile: BrokerProfile, check_crc: bool, read_body: bool, max_delay_level: int | None) -> _WalkSetup:
     layouts = {}
     for (magic, hosts), layout in cl.LAYOUTS.items():
         if magic == cl.MAGIC_V2 and not profile.accepts_v2:
             continue
         fixed = cl.cal_msg_length(layout.v2, hosts, 0, 0, 0)
         layouts[(magic, hosts)] = (layout.header.size, layout.v2, fixed)
-    prop_crc_mode = profile.has_prop_crc and (force_verify_prop_crc or profile.force_verify_prop_crc)
+    prop_crc_mode = profile.verify_prop_crc
     return _WalkSetup(
         layouts,
         profile.remaining_checks,
         read_body,
         check_crc and read_body and not prop_crc_mode,
         prop_crc_mode and check_crc,
-        profile.is_5x,
+        profile.checks_inner_batch,
         {
             "check_crc": check_crc,
             "read_body": read_body,
             "max_delay_level": max_delay_level,
-            "force_verify_prop_crc": force_verify_prop_crc,
         },
     )
 
@@ -398,7 +425,6 @@ def fast_walk(
     end: int,
     profile: BrokerProfile,
     *,
-    force_verify_prop_crc: bool = False,
     collect: bool = False,
     **walk: Unpack[WalkOptions],
 ) -> FastWalk:
@@ -412,7 +438,7 @@ def fast_walk(
     starts = array("q") if collect else None
     mv = memoryview(buf) if not isinstance(buf, (bytes, bytearray)) else buf
     try:
-        setup = _walk_setup(profile, check_crc, read_body, max_delay_level, force_verify_prop_crc)
+        setup = _walk_setup(profile, check_crc, read_body, max_delay_level)
         return _walk(buf, mv, start, end, profile, setup, starts)
     finally:
         if isinstance(mv, memoryview):

@@ -231,7 +231,7 @@ def _check(
             return _fail("the only record indexed lacks some of its keys", n)
         end_phy = int(off[keep - 1])
         with CommitlogReader(store, profile) as reader:
-            got = _record_facts(reader, end_phy)
+            got = _record_facts(reader, end_phy, profile.indexes_tags)
         end_ts = got[0] if got is not None else begin + int(td[keep - 1]) * 1000
     rewrite = keep < n or not fresh or dangling or tail_nonzero
     # the last kept record has all its keys (when one was cut, the next record's entries
@@ -302,7 +302,7 @@ def _check_sampled_records(
             done.add(phy)
             lo = int(np.searchsorted(off, phy, side="left"))
             hi = int(np.searchsorted(off, phy, side="right"))
-            got = _record_facts(reader, phy)
+            got = _record_facts(reader, phy, profile.indexes_tags)
             if got is None:
                 if phy < store.commitlog_min_offset():
                     continue  # its file is gone (retention): nothing to compare with
@@ -441,14 +441,16 @@ def _check_record_starts(store: Store, u: np.ndarray, end: int) -> str:
     return ""
 
 
-def _record_facts(reader: CommitlogReader, phy: int) -> tuple[int, int, list[int]] | None:
-    """(store timestamp, SYSFLAG, index hashes of its keys in put order) of the record at
-    ``phy``; None if no message record starts there."""
+def _record_facts(reader: CommitlogReader, phy: int, tagged: bool) -> tuple[int, int, list[int]] | None:
+    """(store timestamp, SYSFLAG, index hashes of its keys in put order; ``tagged``: the
+    release indexes TAGS too) of the record at ``phy``; None if no message record starts
+    there."""
     loc = reader.record_at(phy)
     c = loc.checked if loc is not None else None
     if c is None or not c.is_message or c.rec is None or c.rec.physical_offset != phy:
         return None
-    return int(c.rec.store_timestamp), int(c.rec.sys_flag), record_key_hashes(c.rec.topic, c.keys, c.uniq_key)
+    tags = c.tags if tagged else None
+    return int(c.rec.store_timestamp), int(c.rec.sys_flag), record_key_hashes(c.rec.topic, c.keys, c.uniq_key, tags)
 
 
 def keyed_record_between(
@@ -481,9 +483,14 @@ def keyed_record_between(
                 elif not goes_to_index(c.rec.sys_flag):
                     continue
                 elif after_lo and at == lo:
-                    if len(record_key_hashes(c.rec.topic, c.keys, c.uniq_key)) > keys_at_lo:
+                    tags = c.tags if profile.indexes_tags else None
+                    if len(record_key_hashes(c.rec.topic, c.keys, c.uniq_key, tags)) > keys_at_lo:
                         found, done = at, True  # (oracle soak seed 20198: the rest of its keys were in the lost file)
-                elif c.uniq_key is not None or any(k for k in (c.keys or "").split(" ")):
+                elif (
+                    c.uniq_key is not None
+                    or any(k for k in (c.keys or "").split(" "))
+                    or (profile.indexes_tags and c.tags)
+                ):
                     found, done = at, True
                 if done:
                     break

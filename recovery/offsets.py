@@ -31,6 +31,7 @@ from ..formats.config import loads as config_loads
 from ..formats.config import read_config_bytes
 from ..formats.errors import FormatError, RmqToolError
 from .configfiles import config_blocking_start
+from .findingcodes import FindingCode
 from .query import CommitlogReader
 from .rocksoffsets import RocksUnavailable, read_store
 from .store import CQ_UNIT, Store
@@ -600,16 +601,16 @@ def apply_offset_changes(
 # verify findings
 
 
-def config_findings(root: Path) -> list[tuple[str, str | None, int | None, str]]:
+def config_findings(root: Path) -> list[tuple[FindingCode, str | None, int | None, str]]:
     """``(code, file, pos, message)`` for the offset config files (codes in
     ``recovery.verify.CODES``)."""
     cfg = load_offset_config(root)
-    out: list[tuple[str, str | None, int | None, str]] = []
+    out: list[tuple[FindingCode, str | None, int | None, str]] = []
     blocking = config_blocking_start(root)
     if blocking is not None:
         out.append(
             (
-                "CFG_LOAD_FAILS",
+                FindingCode.CFG_LOAD_FAILS,
                 blocking,
                 None,
                 "a FIFO: the broker's start blocks opening it (its FileInputStream waits for a writer) and "
@@ -623,7 +624,7 @@ def config_findings(root: Path) -> list[tuple[str, str | None, int | None, str]]
         if p.loaded == "refused":
             out.append(
                 (
-                    "CFG_LOAD_FAILS",
+                    FindingCode.CFG_LOAD_FAILS,
                     m.path,
                     m.error_offset,
                     f"{_file_describe(m)}; {b.path}: {_file_describe(b)}: the broker's load fails and it does not start",
@@ -632,7 +633,7 @@ def config_findings(root: Path) -> list[tuple[str, str | None, int | None, str]]
         elif p.loaded == "empty" and m.state != of.MISSING:
             out.append(
                 (
-                    "CFG_TABLE_LOST",
+                    FindingCode.CFG_TABLE_LOST,
                     m.path,
                     m.error_offset,
                     f"{_file_describe(m)} and {b.path} is {b.state}: the broker starts with an empty offset table",
@@ -641,7 +642,7 @@ def config_findings(root: Path) -> list[tuple[str, str | None, int | None, str]]
         elif p.loaded == "bak":
             out.append(
                 (
-                    "CFG_UNREADABLE",
+                    FindingCode.CFG_UNREADABLE,
                     m.path,
                     m.error_offset,
                     f"{_file_describe(m)}: the broker loads {b.path} instead ({_file_describe(b)})",
@@ -650,7 +651,7 @@ def config_findings(root: Path) -> list[tuple[str, str | None, int | None, str]]
         elif m.state == of.NULL_CONTENT and p.bak.state == of.OK and p.bak.table:
             out.append(
                 (
-                    "CFG_TABLE_LOST",
+                    FindingCode.CFG_TABLE_LOST,
                     m.path,
                     None,
                     f"{_file_describe(m)}: the broker starts with an empty table and ignores {b.path} ({_file_describe(b)})",
@@ -658,10 +659,17 @@ def config_findings(root: Path) -> list[tuple[str, str | None, int | None, str]]
             )
         if p.loaded == "main" and b.state not in (of.OK, of.MISSING, of.NULL_CONTENT):
             out.append(
-                ("CFG_BAK_UNREADABLE", b.path, b.error_offset, f"{_file_describe(b)} (the broker uses {m.path})")
+                (
+                    FindingCode.CFG_BAK_UNREADABLE,
+                    b.path,
+                    b.error_offset,
+                    f"{_file_describe(b)} (the broker uses {m.path})",
+                )
             )
     for d, why in cfg.rocks_errors.items():
-        out.append(("CFG_ROCKSDB", f"config/{d}", None, f"a RocksDB config store whose offsets are not read: {why}"))
+        out.append(
+            (FindingCode.CFG_ROCKSDB, f"config/{d}", None, f"a RocksDB config store whose offsets are not read: {why}")
+        )
     return out
 
 

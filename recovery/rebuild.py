@@ -300,7 +300,7 @@ def plan_rebuild(
             changes += _continued_index_changes(store, state, result, compare_progress)
         else:
             changes += _rebuilt_index_changes(store, result, compare_progress)
-    before, after = _checkpoint_change(store, result, tset, changes)
+    before, after = _checkpoint_change(store, result, tset, changes, profile)
     warnings, problems = _rebuild_findings(store, result)
     mode = "continue" if from_offset is not None else "full"
     return RebuildPlan(
@@ -440,7 +440,11 @@ def _rebuilt_index_changes(store: Store, result: ReputResult, compare_progress: 
 
 
 def _checkpoint_change(
-    store: Store, result: ReputResult, tset: tuple[str, ...] | None, changes: list[FileChange]
+    store: Store,
+    result: ReputResult,
+    tset: tuple[str, ...] | None,
+    changes: list[FileChange],
+    profile: BrokerProfile,
 ) -> tuple[Checkpoint | None, Checkpoint | None]:
     """The checkpoint before and after; its change, if any, goes into ``changes``."""
     root = store.root
@@ -453,12 +457,15 @@ def _checkpoint_change(
         # logicsMsgTimestamp stays, and indexMsgTimestamp never goes back
         after = after._replace(
             logics_msg_timestamp=base.logics_msg_timestamp,
+            logics_physical_offset=base.logics_physical_offset,
             index_msg_timestamp=max(base.index_msg_timestamp, after.index_msg_timestamp),
         )
     if after == base:
         return before, before
     buf = bytearray((raw or b"").ljust(CHECKPOINT_FILE_SIZE, b"\0"))
     struct.pack_into(">qq", buf, 8, after.logics_msg_timestamp, after.index_msg_timestamp)
+    if profile.checkpoint_persists_logics_physical_offset:
+        struct.pack_into(">q", buf, 40, after.logics_physical_offset)
     changes.append(
         _change(
             root,

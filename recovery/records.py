@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
-from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_SIZE, decode_checkpoint
 from ..formats.commitlog import PREFIX
 from ..formats.config import KNOWN_FILES, loads, read_config_bytes
 from ..formats.errors import FormatError, StoreLayoutError
@@ -278,6 +278,7 @@ CHECKPOINT = _spec(
         C("index_msg_timestamp", "bigint", "INDEX", "time"),
         C("master_flushed_offset", "bigint", "MASTER FLUSHED", "offset"),
         C("confirm_phy_offset", "bigint", "CONFIRM", "offset"),
+        C("logics_physical_offset", "bigint", "LOGICS OFFSET", "offset"),
         C("min_timestamp", "bigint", "MIN TS", "time"),
         C("min_timestamp_index", "bigint", "MIN TS INDEX", "time"),
         C("status", "string", "STATUS"),
@@ -288,6 +289,7 @@ CHECKPOINT = _spec(
         "index_msg_timestamp",
         "master_flushed_offset",
         "confirm_phy_offset",
+        "logics_physical_offset",
         "min_timestamp",
         "min_timestamp_index",
         "status",
@@ -339,14 +341,14 @@ def damaged_fields(
     (status = the reason), else the position, the reason and the readable prefix."""
     if c.rec is not None:
         m = message_fields(file_name, c, buf, with_body=with_body, body_hash=body_hash)
-        m["status"] = c.reason
+        m["status"] = c.reason.value
         return m
     r: Record = {
         "type": "damaged",
         "file": file_name,
         "pos": pos,
         "physical_offset": file_base + pos,
-        "status": c.reason,
+        "status": c.reason.value,
         "field": c.field,
     }
     if pos + 8 <= len(buf):
@@ -360,7 +362,7 @@ def crc_status(r: Record) -> Record:
     """A message whose body CRC does not match is damage: the broker's recovery (with
     checkCRCOnRecover) refuses it. ``crc_ok`` says so and ``status`` too."""
     if r["status"] == ck.OK and r["crc_ok"] is False:
-        r["status"] = ck.CRC
+        r["status"] = ck.CRC.value
     return r
 
 
@@ -522,7 +524,7 @@ def checkpoint_record(store: Store) -> Record:
         raise StoreLayoutError(f"{why}; rmqtool does not open it as a checkpoint", p)
     size = p.stat().st_size
     raw = read_small(p, CHECKPOINT_FILE_SIZE, store.root, "checkpoint") or b""
-    cp = decode_checkpoint(raw[:40])
+    cp = decode_checkpoint(raw[:CHECKPOINT_READ_SIZE])
     status = "OK"
     if len(raw) < 24:
         status = "TRUNCATED"

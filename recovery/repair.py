@@ -61,6 +61,7 @@ from .filler import (
     layout_region,
     render_region_to,
 )
+from .findingcodes import FindingCode
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
 from .repairfiles import Window, content_size, range_writer, same_content, stream_to
 from .reput import CqFileOut, IndexFileOut
@@ -293,7 +294,9 @@ def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan
     end. Nothing is changed, as by recover. None when the names are sound."""
     F = store.geometry.commitlog_file_size
     blocked = [
-        i.path for i in store.issues if i.path.startswith("commitlog") and i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")
+        i.path
+        for i in store.issues
+        if i.path.startswith("commitlog") and i.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE")
     ]
     if not blocked:
         return None
@@ -796,6 +799,9 @@ def _plan_checkpoint(store: Store, plan: RepairPlan, rb: Any, recs: Any, intact:
         struct.pack_into(
             ">qqq", buf, 0, after.physic_msg_timestamp, after.logics_msg_timestamp, after.index_msg_timestamp
         )
+        if after.logics_physical_offset != before.logics_physical_offset:
+            # 5.5.0+ (only such a rebuild sets it): the rebuilt queues' last record
+            struct.pack_into(">q", buf, 40, after.logics_physical_offset)
         plan.checkpoint = bytes(buf)
         plan.checkpoint_note = (
             f"physicMsgTimestamp {after.physic_msg_timestamp}, logicsMsgTimestamp "

@@ -283,7 +283,7 @@ def message_fields(
         "msg_id": rec.msg_id,
         "transaction_type": rec.transaction_type,
         "tags_code": c.tags_code,
-        "status": c.reason,
+        "status": c.reason.value,  # (a record holds plain values: the output's contract)
     }
     if body_hash or with_body:
         body = rec.body(buf)
@@ -308,7 +308,7 @@ def blank_fields(file_name: str, pos: int, buf: Any, file_base: int) -> dict[str
         "physical_offset": file_base + pos,
         "total_size": total,
         "magic": "BLANK",
-        "status": ck.BLANK,
+        "status": ck.BLANK.value,
     }
 
 

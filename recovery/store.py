@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..formats import indexfile
-from ..formats.checkpoint import Checkpoint, decode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_READ_SIZE, Checkpoint, decode_checkpoint
 from ..formats.errors import StoreLayoutError
 from ..formats.names import parse_offset_file_name
 from ..formats.safeio import DIRECTORY, MISSING, REGULAR, classify, is_symlink, read_small
+from .findingcodes import FindingCode
 
 DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
 DEFAULT_CQ_FILE_SIZE = 6_000_000
@@ -59,10 +62,81 @@ class Geometry:
     cq_file_size: int = DEFAULT_CQ_FILE_SIZE
     index_slot_num: int = indexfile.DEFAULT_SLOT_NUM
     index_num: int = indexfile.DEFAULT_INDEX_NUM
+    # how the index geometry was found where no option gave it: None (given, or the files'
+    # size is a known geometry), "inferred" (the files' own headers and slots leave one),
+    # or the sentence saying which one was assumed among several (judge nothing by it)
+    index_assumption: str | None = None
 
     @property
     def index_file_size(self) -> int:
         return indexfile.index_file_size(self.index_slot_num, self.index_num)
+
+
+MAX_GEOMETRY_CANDIDATES = 64  # index geometries tried against one file's slots
+
+
+def infer_index_geometry(paths: list[Path], size: int) -> list[tuple[int, int]]:
+    """The (maxHashSlotNum, maxIndexNum) pairs index files of ``size`` bytes can have been
+    written with, judged by the files themselves (IndexFile: 40-byte header, slots of 4,
+    entries of 20; ``size = 40 + 4 * slots + 20 * entries``): a file whose header's
+    indexCount fills it (a full file: indexCount == maxIndexNum) fixes both; otherwise every
+    pair that the size allows and that leaves indexCount room is tried, and a pair stays
+    where every non-empty slot names an entry within indexCount whose key hash lands in that
+    slot (``hash % slots``). Most likely first (the most entries that fit)."""
+    body = size - indexfile.HEADER_SIZE
+    if body <= 4 + 2 * indexfile.ENTRY_SIZE:
+        return []
+    heads: list[tuple[Path, int]] = []
+    for p in paths[-8:]:
+        try:
+            with open(p, "rb") as fh:
+                h = indexfile.unpack_header(fh.read(indexfile.HEADER_SIZE))
+        except (OSError, ValueError):
+            continue
+        heads.append((p, int(h.index_count)))
+    if not heads:
+        return []
+    top = max(c for _p, c in heads)
+    if top >= 2 and (body - top * indexfile.ENTRY_SIZE) > 0 and (body - top * indexfile.ENTRY_SIZE) % 4 == 0:
+        full = ((body - top * indexfile.ENTRY_SIZE) // 4, top)  # the fullest file, taken as full
+        if all(_slots_agree(p, full[0], c) for p, c in heads):
+            return [full]
+    out: list[tuple[int, int]] = []
+    for n in range(body // indexfile.ENTRY_SIZE, max(top, 2) - 1, -1):
+        rest = body - n * indexfile.ENTRY_SIZE
+        if rest <= 0 or rest % 4:
+            continue
+        if all(_slots_agree(p, rest // 4, c) for p, c in heads):
+            out.append((rest // 4, n))
+            if len(out) >= MAX_GEOMETRY_CANDIDATES:
+                break
+    return out
+
+
+def _slots_agree(path: Path, slots: int, count: int) -> bool:
+    """Whether index file ``path`` read with ``slots`` hash slots is consistent: every
+    non-empty slot names an entry below ``count`` whose key hash % slots is that slot."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(indexfile.HEADER_SIZE)
+            raw = fh.read(slots * indexfile.SLOT_SIZE)
+            if len(raw) < slots * indexfile.SLOT_SIZE:
+                return False
+            sl = np.frombuffer(raw, dtype=">i4")
+            used = np.flatnonzero(sl)
+            if not len(used):
+                return count <= 1
+            v = sl[used].astype(np.int64)
+            if int(v.min()) < 1 or int(v.max()) >= max(count, 1):
+                return False
+            base = indexfile.HEADER_SIZE + slots * indexfile.SLOT_SIZE
+            hashes = []
+            for e in v[:256].tolist():
+                fh.seek(base + e * indexfile.ENTRY_SIZE)
+                hashes.append(int.from_bytes(fh.read(4), "big", signed=True))
+    except OSError:
+        return False
+    return all(h >= 0 and h % slots == int(u) for h, u in zip(hashes, used[:256].tolist()))
 
 
 def _round_cq(size: int) -> int:
@@ -368,7 +442,23 @@ class Store:
             cands = indexfile.geometry_from_size(common) if common else []
             if cands:
                 g.index_slot_num, g.index_num = cands[0]
+            elif common:
+                found = infer_index_geometry([f.path for f in idx_files if f.size == common], common)
+                if found:
+                    g.index_slot_num, g.index_num = found[0]
+                    g.index_assumption = "inferred"
+                    if len(found) > 1:
+                        g.index_assumption = (
+                            f"index geometry: the index files ({common} bytes) fit {len(found)} geometries; "
+                            f"assumed maxHashSlotNum={found[0][0]} maxIndexNum={found[0][1]} (give --index-slots "
+                            "and --index-entries, or --broker-config); their sizes and slots are not judged"
+                        )
+        assumed = g.index_assumption not in (None, "inferred")
+        if assumed:
+            self.issues.append(LayoutIssue(FindingCode.GEOMETRY_ASSUMED, "index", str(g.index_assumption), "warning"))
         for f in idx_files:
+            if assumed:
+                break  # (judge nothing by an assumption)
             if f.size == 0:
                 self.issues.append(
                     LayoutIssue("ZERO_LENGTH_FILE", self._rel(f.path), "zero-length index file", "error", 0)
@@ -537,7 +627,7 @@ class Store:
                 gap = cur.base - prev.base - size
                 self.issues.append(
                     LayoutIssue(
-                        "FILE_GAP" if gap > 0 else "FILE_OVERLAP",
+                        FindingCode.FILE_GAP if gap > 0 else FindingCode.FILE_OVERLAP,
                         self._rel(cur.path),
                         f"{kind} file starts at {cur.base}, previous ends at {prev.base + size} ({'missing' if gap > 0 else 'overlapping'} {abs(gap)} bytes)",
                         "error",
@@ -565,7 +655,9 @@ class Store:
     def read_checkpoint(self) -> Checkpoint:
         if not self.checkpoint_present:
             return decode_checkpoint(b"")
-        return decode_checkpoint(read_small(self.root / "checkpoint", 40, self.root, "checkpoint") or b"")
+        return decode_checkpoint(
+            read_small(self.root / "checkpoint", CHECKPOINT_READ_SIZE, self.root, "checkpoint") or b""
+        )
 
     def mapped_size(self, f: StoreFile | Path) -> int | None:
         """The mapped file size of ``f``'s kind (the commitlog's, a consume queue's, an

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..formats.checkpoint import decode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_READ_SIZE, decode_checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.errors import FormatError
 from ..formats.safeio import MISSING, REGULAR, classify, read_small
@@ -160,8 +160,8 @@ def store_info(
         # (a FIFO, a device, a symlink to /dev/zero: never opened, and not a clean store)
         problems.append(f"checkpoint: {cp_why or 'not a regular file'}: rmqtool never opens it")
     elif cp_kind == REGULAR:
-        try:  # (the first 40 bytes only: a sparse 64 GiB checkpoint is not read)
-            raw = read_small(cp_path, 40, root, "checkpoint")
+        try:  # (the first 48 bytes only: a sparse 64 GiB checkpoint is not read)
+            raw = read_small(cp_path, CHECKPOINT_READ_SIZE, root, "checkpoint")
         except FormatError:  # (swapped for a FIFO since: read_small never blocks on it)
             problems.append("checkpoint: not a regular file: rmqtool never opens it")
     if raw is not None:
@@ -193,13 +193,15 @@ def store_info(
     doc["pending_transactions"] = journals
     doc["problems"] = problems
     doc["backups"] = sorted(p.name for p in root.parent.glob(f"{root.name}.rmqtool-backup-*") if p.is_dir())
-    doc["outlook"] = _outlook(root, abort, held, journals, doc)
+    doc["outlook"] = _outlook(root, abort, held, journals, doc, profile)
     if deep:
         doc["recovery_plan"] = _deep(store, profile, progress)
     return doc
 
 
-def _outlook(root: Path, abort: bool, held: bool, journals: list[str], doc: dict[str, Any]) -> dict[str, Any]:
+def _outlook(
+    root: Path, abort: bool, held: bool, journals: list[str], doc: dict[str, Any], profile: BrokerProfile
+) -> dict[str, Any]:
     s = str(root)
     steps: list[str] = []
     if held:
@@ -218,16 +220,19 @@ def _outlook(root: Path, abort: bool, held: bool, journals: list[str], doc: dict
     elif abort:
         verdict = (
             "the broker did not shut down cleanly (abort present): its next start runs the abnormal recovery, "
-            "from the commitlog file the checkpoint points at"
+            f"from the commitlog file the checkpoint points at ({profile.label})"
         )
         steps.append(f"rmqtool verify {s}  (what is damaged)")
         steps.append(
             f"rmqtool recover {s} --dry-run  (what the broker's recovery will cut), then --yes to do it offline"
         )
     else:
-        verdict = (
-            "clean shutdown (no abort file): the next start runs the normal recovery of the last three commitlog files"
+        which = (
+            "from the last commitlog file its consume queues reach"
+            if profile.normal_recovery_walkback
+            else "of the last three commitlog files"
         )
+        verdict = f"clean shutdown (no abort file): the next start runs the normal recovery {which} ({profile.label})"
         steps.append(f"rmqtool verify {s}  (a full check, if something is wrong anyway)")
     if not doc["commitlog"]["files"]:
         verdict += "; the commitlog is empty"

@@ -47,11 +47,20 @@ RELEASES: tuple[tuple[int, int, int], ...] = (
     (5, 3, 1),
     (5, 3, 2),
     (5, 3, 3),
+    (5, 4, 0),
+    (5, 5, 0),
+    (5, 5, 1),
 )
+NEWEST = RELEASES[-1]
 
 
 def version_label(v: tuple[int, int, int]) -> str:
     return ".".join(map(str, v))
+
+
+def supported_range() -> str:
+    """The supported releases as one span, e.g. ``4.6.0-5.5.1`` (every message and man page says it)."""
+    return f"{version_label(RELEASES[0])}-{version_label(NEWEST)}"
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -63,8 +72,8 @@ def parse_version(text: str) -> tuple[int, int, int]:
     v = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
     if v not in RELEASES:
         raise ValueError(
-            f"{text} is not a supported RocketMQ release (4.6.0 to 5.3.3: {version_label(RELEASES[0])}, "
-            f"..., {version_label(RELEASES[-1])})"
+            f"{text} is not a supported RocketMQ release (supported: {supported_range()}; a newer release: "
+            f"give the nearest, {version_label(NEWEST)}, at your own risk: man rmqtool, BROKER VERSIONS)"
         )
     return v
 
@@ -84,7 +93,8 @@ def parse_delay_levels(text: str) -> list[int]:
 
 # the version-dependent decisions of recovery, dispatch and rebuild (recovery_signature)
 RECOVERY_DECISIONS = (
-    "is_5x",
+    "checks_inner_batch",
+    "reput_stops_at_end_offset",
     "accepts_v2",
     "remaining_checks",
     "new_properties_parser",
@@ -96,6 +106,10 @@ RECOVERY_DECISIONS = (
     "hash_slot_count_every_put",
     "index_flushed_at_shutdown",
     "zero_length_last_file_deleted",
+    "indexes_tags",
+    "recovery_start_checks_first_record",
+    "abnormal_start_by_logics_offset",
+    "checkpoint_persists_logics_physical_offset",
 )
 
 
@@ -122,27 +136,11 @@ class BrokerProfile:
     message_index_safe: bool = False  # messageIndexSafe: abnormal recovery's start file honours indexMsgTimestamp
 
     @classmethod
-    def for_version(
-        cls,
-        text: str = DEFAULT_VERSION,
-        delay_levels: str | None = None,
-        *,
-        force_verify_prop_crc: bool = False,
-        recheck_reput_offset_from_cq: bool = False,
-        check_crc_on_recover: bool = True,
-        message_index_safe: bool = False,
-    ) -> BrokerProfile:
-        levels = (
-            tuple(parse_delay_levels(delay_levels)) if delay_levels else tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))
-        )
-        return cls(
-            parse_version(text),
-            levels,
-            force_verify_prop_crc,
-            recheck_reput_offset_from_cq,
-            check_crc_on_recover,
-            message_index_safe,
-        )
+    def for_version(cls, text: str = DEFAULT_VERSION) -> BrokerProfile:
+        """The profile of release ``text`` with the broker's default settings. A setting
+        travels one road: ``dataclasses.replace(profile, field=value)`` (the CLI does it
+        from broker.conf and its options through recovery.brokerconf.DECISIONS)."""
+        return cls(parse_version(text))
 
     @cached_property
     def verify_prop_crc(self) -> bool:
@@ -166,14 +164,30 @@ class BrokerProfile:
         """5.1.1+: StoreCheckpoint.flush writes confirmPhyOffset (STORE_FORMAT §16).""",
     )
 
+    checkpoint_persists_logics_physical_offset = _version_rule(
+        lambda v: v >= (5, 5, 0),
+        """5.5.0+: StoreCheckpoint keeps logicsPhysicalOffset at byte 40 (read at load, written
+        by flush): the commitlog offset of the last record a consume queue took, set with
+        logicsMsgTimestamp (ConsumeQueue.putMessagePositionInfoWrapper sets both as
+        "tmp" values; FlushConsumeQueueService copies them at its thorough flushes).""",
+    )
+
     @cached_property
     def checkpoint_flushed_bytes(self) -> int:
         """How many leading bytes of the checkpoint StoreCheckpoint.flush writes: 4.x the
         three timestamps (24), 5.0.0+ also masterFlushedOffset (32), 5.1.1+ also
-        confirmPhyOffset (40) (STORE_FORMAT §16)."""
+        confirmPhyOffset (40), 5.5.0+ also logicsPhysicalOffset (48) (STORE_FORMAT §16)."""
+        if self.checkpoint_persists_logics_physical_offset:
+            return 48
         if self.checkpoint_persists_confirm_offset:
             return 40
-        return 32 if self.is_5x else 24
+        return 32 if self.checkpoint_persists_master_flushed_offset else 24
+
+    checkpoint_persists_master_flushed_offset = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+: StoreCheckpoint.flush also writes masterFlushedOffset at byte 24
+        (STORE_FORMAT §16); 4.x writes the three timestamps only.""",
+    )
 
     commitlog_default_under_home = _version_rule(
         lambda v: v < (4, 9, 4),
@@ -185,7 +199,28 @@ class BrokerProfile:
     def label(self) -> str:
         return ".".join(map(str, self.version))
 
-    is_5x = _version_rule(lambda v: v >= (5, 0, 0))
+    checks_inner_batch = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+: ``CommitLog.checkMessageAndReturnSize`` ends with ``setBatchSizeIfNeeded``:
+        a record whose properties hold both INNER_NUM and INNER_BASE is unreadable (-1) when
+        ``Short.parseShort(INNER_NUM)`` or ``Long.parseLong(INNER_BASE)`` throws (RECOVERY
+        §2 step 13). 4.x has no inner batches and reads such properties as any others.""",
+    )
+
+    writes_inner_batches = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+: inner-batch records exist (the 5.x send path of BatchConsumeQueue topics
+        sets MessageSysFlag's INNER_BATCH_FLAG 0x80 and NEED_UNWRAP_FLAG 0x40, STORE_FORMAT
+        §6); a 4.x broker has no inner batches, so those bits on a 4.x store are an anomaly
+        (verify: CL_SYSFLAG).""",
+    )
+
+    reput_stops_at_end_offset = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+: ``ReputMessageService.doReput`` stops for good at a record that ends beyond
+        the reput's end offset (``reputFromOffset + size > getConfirmOffset()``, later
+        ``getReputEndOffset()``; RECOVERY §9.5); 4.x dispatches it.""",
+    )
 
     accepts_v2 = _version_rule(
         lambda v: v >= (5, 1, 0),
@@ -224,17 +259,52 @@ class BrokerProfile:
     def startup_reput_from_cq(self) -> bool:
         """4.x catches up from the consume queues' max offset at start-up; 5.x does not
         (unless recheckReputOffsetFromCq)."""
-        return not self.is_5x or self.recheck_reput_offset_from_cq
+        return self.version < (5, 0, 0) or self.recheck_reput_offset_from_cq
+
+    indexes_tags = _version_rule(
+        lambda v: v >= (5, 4, 0),
+        """5.4.0+: IndexService.buildIndex also puts a record's TAGS property (the whole
+        value, when not empty) under the key ``topic#T#tags`` (MessageConst.INDEX_TAG_TYPE),
+        after its UNIQ_KEY and KEYS keys; rollback records are skipped as before.""",
+    )
+
+    recovery_start_checks_first_record = _version_rule(
+        lambda v: v >= (5, 4, 0),
+        """5.4.0+: CommitLog.isMappedFileMatchedRecover reads a file's first record with
+        checkMessageAndReturnSize (body CRC under checkCRCOnRecover, every check of the walk)
+        and takes the file only where that succeeds with a message; normal recovery then
+        compares that record's PHYSICALOFFSET field with maxPhyOffsetOfCQ (5.3.2-5.3.3: the
+        file's own offset), messageIndexSafe acts in normal recovery too, and both searches
+        look at no more than commitLogRecoverMaxNum (10) files from the last
+        (recovery_start_file_limit).""",
+    )
+
+    @cached_property
+    def recovery_start_file_limit(self) -> int | None:
+        """5.4.0+: how many commitlog files, from the last, the recovery's search for its
+        start file looks at (commitLogRecoverMaxNum, default 10; rmqtool refuses any other
+        value); None: no limit (up to 5.3.3)."""
+        return 10 if self.recovery_start_checks_first_record else None
+
+    abnormal_start_by_logics_offset = _version_rule(
+        lambda v: v >= (5, 5, 0),
+        """5.5.0+: abnormal recovery takes the last file whose first record's PHYSICALOFFSET
+        is at or below the checkpoint's logicsPhysicalOffset (ConsumeQueueStore
+        .isMappedFileMatchedRecover); where that field is 0 or less (a checkpoint an older
+        release wrote) it takes the first record's store timestamp at or below the
+        checkpoint's logicsMsgTimestamp, without the 3 s margin and without
+        physicMsgTimestamp (up to 5.4.0: min(physic, logics) - 3 s).""",
+    )
 
     hash_slot_count_every_put = _version_rule(
         lambda v: v <= (4, 7, 0),
         """Quirk Q8: 4.6.0-4.7.0 counted every put in hashSlotCount.""",
     )
 
-    @cached_property
-    def index_flushed_at_shutdown(self) -> bool:
-        """5.x flushes every index file at shutdown (indexCount 0 -> 1 on disk)."""
-        return self.is_5x
+    index_flushed_at_shutdown = _version_rule(
+        lambda v: v >= (5, 0, 0),
+        """5.0.0+ flushes every index file at shutdown (indexCount 0 -> 1 on disk; RECOVERY §12).""",
+    )
 
     @cached_property
     def max_delay_level(self) -> int:

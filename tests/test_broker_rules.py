@@ -4,6 +4,7 @@ choices and the dispatch predicates."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -178,14 +179,13 @@ def test_abnormal_start_is_the_last_file_whose_first_record_matches(tmp_path: Pa
         files.append(StoreFile(path, k * 1000, path.stat().st_size))
     ck = _ckpt(33_000, 34_000, 21_000)
     assert br.abnormal_threshold(ck, False) == 30_000
-    assert br.abnormal_start_index(files, p, ck, False) == 2
+    assert br.abnormal_start_index(files, p, ck) == 2
     assert br.abnormal_threshold(ck, True) == 21_000
-    assert br.abnormal_start_index(files, p, ck, True) == 1
-    i, rule = br.start_file_index(
-        files, BrokerProfile.for_version("4.9.4", message_index_safe=True), ck, br.MODE_ABNORMAL, 0
-    )
+    safe = replace(p, message_index_safe=True)
+    assert br.abnormal_start_index(files, safe, ck) == 1
+    i, rule = br.start_file_index(files, safe, ck, br.MODE_ABNORMAL, 0)
     assert i == 1 and "messageIndexSafe" in rule and "21000" in rule
-    assert br.abnormal_start_index(files, p, _ckpt(0, 0, 0), False) == 0
+    assert br.abnormal_start_index(files, p, _ckpt(0, 0, 0)) == 0
 
 
 def test_normal_start_third_last_before_5_3_2_and_the_walk_back_after() -> None:

@@ -11,6 +11,7 @@ import shutil
 import struct
 import tracemalloc
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +74,11 @@ def assert_outcome(c: ck.Checked) -> None:
 
 
 def check_everywhere(buf: bytes, profile: BrokerProfile) -> None:
+    forced = replace(profile, force_verify_prop_crc=True)
     for pos in range(0, len(buf), max(1, len(buf) // 64)):
         for crc in (True, False):
             assert_outcome(ck.check_record(buf, pos, len(buf), profile, check_crc=crc))
-        assert_outcome(ck.check_record(buf, pos, len(buf), profile, force_verify_prop_crc=True))
+        assert_outcome(ck.check_record(buf, pos, len(buf), forced))
 
 
 # ---------------------------------------------------------------------------------------

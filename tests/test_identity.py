@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,11 @@ def test_every_setting_of_every_version_has_a_decision() -> None:
         assert d.kind in kinds and d.what, name
     assert set(bc.DECISIONS) <= set(bc.SETTINGS), set(bc.DECISIONS) - set(bc.SETTINGS)
     # the table is read from the sources: forceVerifyPropCRC came with 5.2.0
-    assert bc.SETTINGS["forceVerifyPropCRC"].seen_in == ("5.2.0", "5.3.3")
+    assert bc.SETTINGS["forceVerifyPropCRC"].seen_in == ("5.2.0", "5.3.3", "5.4.0", "5.5.0", "5.5.1")
+    # 5.4.0 and 5.5.0 settings that change the recovery's start file or walk
+    assert bc.SETTINGS["commitLogRecoverMaxNum"].seen_in == ("5.4.0", "5.5.0", "5.5.1")
+    assert bc.SETTINGS["checkCommitLogOffsetOnRecover"].seen_in == ("5.5.0", "5.5.1")
+    assert bc.decision("commitLogRecoverMaxNum").kind == bc.RECOVERY
     assert bc.decision("flushIntervalCommitLog").kind == bc.IRRELEVANT
     assert bc.decision("timerPrecisionMs").kind == bc.IRRELEVANT
 
@@ -156,11 +161,15 @@ def test_auto_on_a_store_that_shows_nothing(
     root = copy_store("crash_midwrite", tmp_path)
     before = tree_digest(root)
     inf = infer_version(Store.open(root))
-    assert inf.candidates == list(RELEASES) and inf.ambiguous and inf.evidence == []
+    # (its index tells one thing: the broker did not index TAGS, so up to 5.3.3)
+    assert inf.candidates == [v for v in RELEASES if v <= (5, 3, 3)] and inf.ambiguous
+    assert len(inf.evidence) == 1 and "lack its tag key" in inf.evidence[0]
     # read-only commands state what they assume
     code, out, err = cli(capsys, "verify", root, "--format", "json")
     assert code == 0 and json.loads(out)["broker_version"] == "4.9.4"
-    assert "--broker-version auto: assuming 4.9.4 (candidates 4.6.0-4.7.0, 4.7.1-4.9.0, 4.9.1, 4.9.2-4.9.8" in err
+    # (the full index file's hashSlotCount tells 4.7.1+ for read-only commands too: quirk Q8)
+    assert "--broker-version auto: assuming 4.9.4 (candidates 4.7.1-4.9.0, 4.9.1, 4.9.2-4.9.8" in err
+    assert "counts 100 slots in use, not 399 puts (4.7.1+)" in err
     # destructive ones refuse with exit 2 and one line naming the candidates
     for cmd in (["recover", "--yes"], ["recover", "--yes", "--dry-run"], ["rebuild-index", "--yes"]):
         code, out, err = cli(capsys, *cmd, root)
@@ -181,12 +190,12 @@ def test_auto_names_its_evidence(
     )
     inf = infer_version(Store.open(root))
     assert inf.candidates == [v for v in RELEASES if v >= (5, 2, 0)]
-    assert inf.describe_candidates() == "5.2.0-5.3.1, 5.3.2-5.3.3"
+    assert inf.describe_candidates() == "5.2.0-5.3.1, 5.3.2-5.3.3, 5.4.0, 5.5.0-5.5.1"
     assert f"__CRC32# property in the record at offset {recs[0]['offset']}" in inf.describe_evidence()
     code, _out, err = cli(
         capsys, "verify", root, "--cq-file-size", CQ_FS, "--index-slots", SLOTS, "--index-entries", ENTRIES
     )
-    assert "assuming 5.3.3" in err and "__CRC32#" in err
+    assert "assuming 5.5.1" in err and "__CRC32#" in err
     # a 5.x-only file
     other = copy_store("clean", tmp_path)
     (other / "timerwheel").write_bytes(b"")
@@ -209,7 +218,8 @@ def test_auto_names_its_evidence(
         and "without the attributes field" in inf.describe_evidence()
     )
     (third / "abort").write_bytes(b"")
-    assert infer_version(Store.open(third)).candidates == list(RELEASES)
+    # (then only its index tells: TAGS not indexed, up to 5.3.3)
+    assert infer_version(Store.open(third)).candidates == [v for v in RELEASES if v <= (5, 3, 3)]
 
 
 def test_recovery_signature_tells_apart_what_recovery_does() -> None:
@@ -217,6 +227,7 @@ def test_recovery_signature_tells_apart_what_recovery_does() -> None:
     assert sig("4.9.2") == sig("4.9.8") != sig("4.9.1")
     assert sig("5.3.2") == sig("5.3.3") != sig("5.3.1")
     assert sig("5.2.0") == sig("5.3.1")
+    assert sig("5.3.3") != sig("5.4.0") != sig("5.5.0") == sig("5.5.1")
 
 
 # ------------------------------------------------------------------------------- refusals
@@ -657,7 +668,7 @@ def test_force_verify_prop_crc_is_ignored_before_5_2(tmp_path: Path, capsys: pyt
         conf,
     )
     assert json.loads(out)["plan"]["end_offset"] == recs[-1]["offset"] + recs[-1]["size"]
-    assert not BrokerProfile.for_version("5.1.4", force_verify_prop_crc=True).verify_prop_crc
+    assert not replace(BrokerProfile.for_version("5.1.4"), force_verify_prop_crc=True).verify_prop_crc
 
 
 def test_rebuild_index_dispatches_as_the_reput_does_under_force_verify(
@@ -793,7 +804,7 @@ def test_force_verify_fast_path_agrees_with_the_broker_check(
         data[r["offset"] % FS : r["offset"] % FS + len(raw)] = raw
         path.write_bytes(bytes(data))
     # the broker's walk, one check_record per record
-    profile = BrokerProfile.for_version(version, force_verify_prop_crc=True)
+    profile = replace(BrokerProfile.for_version(version), force_verify_prop_crc=True)
     expected = recs[-1]["offset"] + recs[-1]["size"]
     for r in recs:
         buf = (root / "commitlog" / f"{r['offset'] // FS * FS:020d}").read_bytes()
@@ -839,7 +850,7 @@ def test_force_verify_fast_path_takes_intact_records_at_once(tmp_path: Path) -> 
     buf = bytearray((root / "commitlog" / f"{0:020d}").read_bytes())
     starts = np.array([r["offset"] for r in recs if r["offset"] < FS], dtype=np.int64)
     tots = np.array([r["size"] for r in recs if r["offset"] < FS], dtype=np.int64)
-    profile = BrokerProfile.for_version("5.3.3", force_verify_prop_crc=True)
+    profile = replace(BrokerProfile.for_version("5.3.3"), force_verify_prop_crc=True)
 
     def plain_then_prop_crc(data: bytes) -> int:
         mv = memoryview(data)

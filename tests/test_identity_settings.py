@@ -7,6 +7,7 @@ equivalent explicit options. On copies of the real fixtures (RocketMQ 4.9.4)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -154,10 +155,15 @@ def test_export_workers_decode_with_the_drivers_whole_profile(capsys: pytest.Cap
     from rmqtool.cli.export.rows import columns_for, commitlog_rows
     from rmqtool.recovery.splits import plan_splits
     from rmqtool.recovery.store import Store
-    from rmqtool.recovery.versions import BrokerProfile
+    from rmqtool.recovery.versions import BrokerProfile, parse_delay_levels
 
     root = real_store("delay")
-    profile = BrokerProfile.for_version("4.9.4", LEVELS, check_crc_on_recover=False, message_index_safe=True)
+    profile = replace(
+        BrokerProfile.for_version("4.9.4"),
+        delay_levels=tuple(parse_delay_levels(LEVELS)),
+        check_crc_on_recover=False,
+        message_index_safe=True,
+    )
     store = Store.open(root)
     names = [c for c, _t in columns_for("commitlog", False)]
     schema = arrow_schema(columns_for("commitlog", False))

@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -617,7 +618,7 @@ def test_filler_carries_a_matching_prop_crc_where_the_broker_checks_it() -> None
     prop_crc every filler record ends with one over its bytes (the encoder's layout), the
     5.2.0-5.3.1 walk (which refuses 0) and the 5.3.3 walk accept them all."""
     t = filler.Tombstone("TopicX", 1, 9, 4000)
-    forced = [BrokerProfile.for_version(v, force_verify_prop_crc=True) for v in ("5.2.0", "5.3.3")]
+    forced = [replace(BrokerProfile.for_version(v), force_verify_prop_crc=True) for v in ("5.2.0", "5.3.3")]
     plain = filler.render_region(
         filler.layout_region(4000, 13000, [t], at_file_end=False, max_size=4000), bytes(range(256)) * 40, store_ts=7
     )

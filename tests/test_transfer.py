@@ -30,7 +30,10 @@ def _columns(n: int = 5) -> DispatchColumns:
     topics.distinct, topics.ids = ["A", "B"], np.array([0, 1, 0, 0, 1][:n], dtype=np.int64)
     ar = np.arange(n, dtype=np.int64)
     ik = IndexKeys(np.array([0, 0, 3], dtype=np.int64), np.array([7, 8, 9], dtype=np.uint32), np.array([1, 1, 1]))
-    return DispatchColumns(ar * 100, topics, ar % 2, ar * 100, ar + 90, ar * 3, ar + 10**12, ar, keys, uniq, ar * 0, ik)
+    tags = _lazy(joined, [(0, 26, 27)], n)  # (the TAGS values: 5.4.0+ index keys)
+    return DispatchColumns(
+        ar * 100, topics, ar % 2, ar * 100, ar + 90, ar * 3, ar + 10**12, ar, keys, uniq, ar * 0, ik, tags
+    )
 
 
 def _same(a: DispatchColumns, b: DispatchColumns) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zlib
+from dataclasses import replace
 
 import pytest
 
@@ -427,11 +428,12 @@ class TestRecord229:
         assert crc32_reference(REC_229[:209]) == 1381225465
 
     def test_5x_force_verify(self) -> None:
-        c = ck.check_record(REC_229, 0, len(REC_229), P533, force_verify_prop_crc=True)
+        forced = replace(P533, force_verify_prop_crc=True)
+        c = ck.check_record(REC_229, 0, len(REC_229), forced)
         assert c.ok and c.size == 229
         bad = bytearray(REC_229)
         bad[100] ^= 0x20  # inside the topic: the body CRC stays right, the record CRC does not
-        c = ck.check_record(bytes(bad), 0, len(bad), P533, force_verify_prop_crc=True)
+        c = ck.check_record(bytes(bad), 0, len(bad), forced)
         assert (c.ok, c.reason) == (False, ck.PROP_CRC)
 
 

@@ -15,6 +15,7 @@ import json
 import shutil
 import struct
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -497,19 +498,20 @@ def test_force_verify_prop_crc_semantics() -> None:
     the whole-record CRC is."""
     raw = bytearray(record("CrcT", props=props({"KEYS": "x"}, trailing=True), crc32_prop=True))
     p533 = BrokerProfile.for_version("5.3.3")
-    assert ck.check_record(bytes(raw), 0, len(raw), p533, force_verify_prop_crc=True).is_message
+    forced = replace(p533, force_verify_prop_crc=True)
+    assert ck.check_record(bytes(raw), 0, len(raw), forced).is_message
     bad = bytearray(raw)
     bad[16] ^= 1  # FLAG: not covered by the body CRC
     assert ck.check_record(bytes(bad), 0, len(bad), p533).is_message
-    c = ck.check_record(bytes(bad), 0, len(bad), p533, force_verify_prop_crc=True)
+    c = ck.check_record(bytes(bad), 0, len(bad), forced)
     assert (c.size, c.ok) == (-1, False)
     # a record with no __CRC32# fails the forced check (expected = -1)
     plain = record("CrcT", props=props({"KEYS": "x"}, trailing=True))
-    c = ck.check_record(plain, 0, len(plain), p533, force_verify_prop_crc=True)
+    c = ck.check_record(plain, 0, len(plain), forced)
     assert (c.size, c.ok) == (-1, False)
     # 5.1.4 has no such check
-    p514 = BrokerProfile.for_version("5.1.4")
-    assert ck.check_record(bytes(bad), 0, len(bad), p514, force_verify_prop_crc=True).is_message
+    p514 = replace(BrokerProfile.for_version("5.1.4"), force_verify_prop_crc=True)
+    assert ck.check_record(bytes(bad), 0, len(bad), p514).is_message
 
 
 # ============================================================================ transactions

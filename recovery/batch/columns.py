@@ -104,6 +104,7 @@ class PropertyColumns(NamedTuple):
     odd: list[int]
     joined: np.ndarray
     found: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    tags: LazyValues | None = None  # the TAGS values
 
 
 class DispatchColumns(NamedTuple):
@@ -127,6 +128,11 @@ class DispatchColumns(NamedTuple):
     uniq_key: Sequence[str | None]
     sys_flag: np.ndarray
     index_keys: IndexKeys | None = None
+    tags: Sequence[str | None] | None = None  # TAGS values (5.4.0+ index keys); None: not read
+
+    def tag_values(self) -> Sequence[str | None]:
+        """The TAGS values, one per row (all None where the run did not read them)."""
+        return self.tags if self.tags is not None else [None] * self.count
 
     @property
     def count(self) -> int:  # type: ignore[override]  # (tuple.count is not used on a run)
@@ -139,6 +145,7 @@ class DispatchColumns(NamedTuple):
         idx = np.flatnonzero(mask).tolist()
         keys = list(self.keys)
         uniq = list(self.uniq_key)
+        tags = list(self.tags) if self.tags is not None else None
         ik = None
         if self.index_keys is not None:
             new_row = np.cumsum(mask) - 1
@@ -157,12 +164,14 @@ class DispatchColumns(NamedTuple):
             [uniq[i] for i in idx],
             self.sys_flag[mask],
             ik,
+            [tags[i] for i in idx] if tags is not None else None,
         )
 
     def requests(self) -> Iterator[DispatchRequest]:
         """The rows as :class:`recovery.indexbuild.DispatchRequest` objects."""
         keys = list(self.keys)
         uniq = list(self.uniq_key)
+        tags = list(self.tag_values())
         for i in range(self.count):
             yield DispatchRequest(
                 self.topic[i],
@@ -175,6 +184,7 @@ class DispatchColumns(NamedTuple):
                 keys[i],
                 uniq[i],
                 int(self.sys_flag[i]),
+                tags[i],
             )
 
     @staticmethod
@@ -194,6 +204,8 @@ class DispatchColumns(NamedTuple):
             [r.keys for r in rows],
             [r.uniq_key for r in rows],
             i64(r.sys_flag for r in rows),
+            None,
+            [r.tags for r in rows],
         )
 
     @staticmethod
@@ -205,6 +217,9 @@ class DispatchColumns(NamedTuple):
         for i, name in enumerate(DispatchColumns._fields):
             if name == "index_keys":
                 out.append(None)
+                continue
+            if name == "tags":
+                out.append([x for p in parts for x in p.tag_values()])
                 continue
             vals: list[Any] = [p[i] for p in parts]
             if isinstance(vals[0], np.ndarray):

@@ -95,7 +95,7 @@ class BatchDecoder:
         self.topics: dict[bytes, str] = {}
         self.tags: dict[bytes, int] = {}
         self.legacy = not profile.new_properties_parser
-        self.is5 = profile.is_5x
+        self.is5 = profile.checks_inner_batch
         self._seps = []
         for name in _PROP_NAMES:
             sep = name + b"\x01"
@@ -179,11 +179,23 @@ class BatchDecoder:
 
         topics = self._topics(buf, W, t_a, tl, n)
         tags_code = np.zeros(n, dtype=np.int64)
-        keys, uniq, ikeys, odd = self._properties(buf, p_a, pl, n, topics, store_ts, tags_code)
+        keys, uniq, ikeys, odd, tags = self._properties(buf, p_a, pl, n, topics, store_ts, tags_code)
         if odd:
             sure[odd] = False
         cols = DispatchColumns(
-            P + base, topics, queue_id, phys, total, tags_code, store_ts, queue_offset, keys, uniq, sys_flag, ikeys
+            P + base,
+            topics,
+            queue_id,
+            phys,
+            total,
+            tags_code,
+            store_ts,
+            queue_offset,
+            keys,
+            uniq,
+            sys_flag,
+            ikeys,
+            tags,
         )
         return cols, sure
 
@@ -253,11 +265,12 @@ class BatchDecoder:
         topics: list[str],
         store_ts: np.ndarray,
         tags_code: np.ndarray,
-    ) -> tuple[Sequence[str | None], Sequence[str | None], IndexKeys | None, list[int]]:
+    ) -> tuple[Sequence[str | None], Sequence[str | None], IndexKeys | None, list[int], Sequence[str | None] | None]:
         """:meth:`properties`, filling ``tags_code`` in place; returns the KEYS and UNIQ_KEY
-        values (lazy), the index keys hashed, and the records to leave to check_record."""
+        values (lazy), the index keys hashed, the records to leave to check_record and the
+        TAGS values (lazy)."""
         pc = self.properties(buf, p_a, pl, topics, store_ts, tags_code)
-        return pc.keys, pc.uniq, pc.index_keys, pc.odd
+        return pc.keys, pc.uniq, pc.index_keys, pc.odd, pc.tags
 
     def properties(
         self,
@@ -290,8 +303,10 @@ class BatchDecoder:
         fu = found.get(b"UNIQ_KEY", empty)
         keys = LazyValues(n, J, *fk)  # (J: one array of the joined properties for both)
         uniq = LazyValues(n, J, *fu)
-        ikeys = index_keys(joined, J, JW, fu, fk, uniq, keys) if self.want_index_keys else None
-        return PropertyColumns(tags_code, keys, uniq, ikeys, odd, J, found)
+        tags = LazyValues(n, J, *found.get(b"TAGS", empty))
+        tagged = tags if self.profile.indexes_tags else None
+        ikeys = index_keys(joined, J, JW, fu, fk, uniq, keys, tagged) if self.want_index_keys else None
+        return PropertyColumns(tags_code, keys, uniq, ikeys, odd, J, found, tags)
 
     def _find(self, J: np.ndarray, JW: Words, pl: np.ndarray, n: int, topics: Sequence[str]) -> _Found:
         """Where the wanted properties' values lie in the joined properties ``J`` (records

@@ -11,6 +11,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ...formats.javahash import java_hash_units_batch
 from .. import ccore
+from ..indexbuild.builder import TAG_KEY_PREFIX, with_tag_keys
 from ..scan import sorted_unique
 from .columns import IndexKeys, LazyValues
 from .words import Words
@@ -68,15 +69,15 @@ def hash_spans(
     return h, lens, nonascii
 
 
-def add_index_keys(ik: IndexKeys, rows: list[tuple[int, str | None, str | None]]) -> IndexKeys:
-    """``ik`` with the keys of ``rows`` (row, UNIQ_KEY, KEYS) replaced by keys hashed from
-    those strings."""
-    drop = np.isin(ik.rec, np.asarray([j for j, _u, _k in rows], dtype=np.int64))
+def add_index_keys(ik: IndexKeys, rows: list[tuple[int, str | None, str | None, str | None]]) -> IndexKeys:
+    """``ik`` with the keys of ``rows`` (row, UNIQ_KEY, KEYS, TAGS or None where the release
+    does not index it) replaced by keys hashed from those strings."""
+    drop = np.isin(ik.rec, np.asarray([j for j, _u, _k, _t in rows], dtype=np.int64))
     if drop.any():
         ik = IndexKeys(ik.rec[~drop], ik.hash[~drop], ik.units[~drop])
     rec: list[int] = []
     strs: list[str] = []
-    for j, u, k in rows:
+    for j, u, k, t in rows:
         if u is not None:
             rec.append(j)
             strs.append(u)
@@ -85,6 +86,9 @@ def add_index_keys(ik: IndexKeys, rows: list[tuple[int, str | None, str | None]]
                 if piece:
                     rec.append(j)
                     strs.append(piece)
+        if t:
+            rec.append(j)
+            strs.append(TAG_KEY_PREFIX + t)
     if not rec:
         return ik
     h, units = java_hash_units_batch(strs)
@@ -105,10 +109,12 @@ def index_keys(
     fk: tuple[np.ndarray, np.ndarray, np.ndarray],
     uniq: LazyValues,
     keys: LazyValues,
+    tags: LazyValues | None = None,
 ) -> IndexKeys:
     """The index keys (``IndexService.buildIndex``: UNIQ_KEY, then each non-empty piece of
-    KEYS split on a single space, duplicates kept) hashed from the bytes. Records with a
-    non-ASCII key are hashed from their decoded strings instead."""
+    KEYS split on a single space, duplicates kept; with ``tags``, 5.4.0+, then ``T#`` and
+    a non-empty TAGS) hashed from the bytes. Records with a non-ASCII key are hashed from
+    their decoded strings instead (the tags: from their strings)."""
     rec_u, ua, ub = fu
     rec_k, ka, kb = fk
     prec, pa, pb = _key_pieces(J, rec_k, ka, kb)
@@ -143,6 +149,8 @@ def index_keys(
         pos = np.arange(len(rec))
         order = np.lexsort((pos, rec))  # stable by record; the fixed keys are in put order
         rec, h, units = rec[order], h[order], units[order]
+    if tags is not None:
+        rec, h, units = with_tag_keys(rec, h, units, tags)
     return IndexKeys(rec.astype(np.int64), h.astype(np.uint32), units.astype(np.int64))
 
 

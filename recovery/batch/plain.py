@@ -100,7 +100,7 @@ def plain_records(buf: Any, v: ByteViews, s: np.ndarray, tot: np.ndarray, profil
         idx = np.flatnonzero(sched)
         tb = _at(v.u1, (tpos[idx] + tlw[idx])[:, None] + np.arange(len(_SCHED)))
         ok[idx[(tb == _SCHED).all(axis=1)]] = False
-    if profile.is_5x and len(s):
+    if profile.checks_inner_batch and len(s):
         _mark_inner(buf, s, tot, ppos + 2, np.where(ok, pl, 0), ok, profile)
     return Plain(ok, s + body_at, np.where(ok, bl, 0), magic_crc & 0xFFFFFFFF, np.where(ok, pl, 0))
 

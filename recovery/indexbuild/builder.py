@@ -26,11 +26,18 @@ from .common import (
 )
 from .image import IndexFileImage
 
+TAG_KEY_PREFIX = "T#"  # 5.4.0+: buildKey(topic, tags, MessageConst.INDEX_TAG_TYPE) is topic#T#tags
 
-def _keys_of(keys: str | None, uniq: str | None) -> list[str]:
-    """A record's index keys in put order (``buildIndex``): UNIQ_KEY, then each non-empty
-    key of KEYS split at spaces."""
-    return ([uniq] if uniq is not None else []) + [k for k in (keys or "").split(" ") if k]
+
+def _keys_of(keys: str | None, uniq: str | None, tags: str | None = None) -> list[str]:
+    """A record's index keys (after ``topic#``) in put order (``buildIndex``): UNIQ_KEY,
+    then each non-empty key of KEYS split at spaces, then (5.4.0+: pass ``tags`` only for
+    a release that indexes them, ``BrokerProfile.indexes_tags``) ``T#`` and the whole TAGS
+    value when not empty."""
+    out = ([uniq] if uniq is not None else []) + [k for k in (keys or "").split(" ") if k]
+    if tags:
+        out.append(TAG_KEY_PREFIX + tags)
+    return out
 
 
 def key_hash(topic: str, key: str) -> int:
@@ -38,9 +45,32 @@ def key_hash(topic: str, key: str) -> int:
     return int(index_hash(java_hash(topic + "#" + key)))
 
 
-def record_key_hashes(topic: str, keys: str | None, uniq: str | None) -> list[int]:
-    """The index hashes a record's puts carry, in put order."""
-    return [key_hash(topic, k) for k in _keys_of(keys, uniq)]
+def record_key_hashes(topic: str, keys: str | None, uniq: str | None, tags: str | None = None) -> list[int]:
+    """The index hashes a record's puts carry, in put order (``tags``: see :func:`_keys_of`)."""
+    return [key_hash(topic, k) for k in _keys_of(keys, uniq, tags)]
+
+
+def with_tag_keys(
+    rec: np.ndarray, h: np.ndarray, ln: np.ndarray, tags: Sequence[str | None]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Index keys ``(record, hashCode as uint32, UTF-16 length)`` in put order (record
+    ascending) with each record's tag key ``T#`` + TAGS (5.4.0+) put after its others: the
+    tag's hash combined with the prefix's (no ``T#...`` string is built)."""
+    trec = np.fromiter((i for i, t in enumerate(tags) if t), dtype=np.int64)
+    if not len(trec):
+        return rec, h, ln
+    th, tl = java_hash_units_batch([cast(str, tags[i]) for i in trec.tolist()])
+    kh = combine_hash(_TAG_PREFIX_HASH, th.astype(np.uint32), tl)
+    r = np.concatenate((np.asarray(rec, dtype=np.int64), trec))
+    order = np.argsort(r, kind="stable")  # (a record's tag key after its other keys)
+    return (
+        r[order],
+        np.concatenate((np.asarray(h, dtype=np.uint32), kh.astype(np.uint32)))[order],
+        np.concatenate((np.asarray(ln, dtype=np.int64), tl.astype(np.int64) + len(TAG_KEY_PREFIX)))[order],
+    )
+
+
+_TAG_PREFIX_HASH = java_hash(TAG_KEY_PREFIX) & 0xFFFFFFFF
 
 
 def _time_diff(ts: int, begin: int) -> int:
@@ -57,7 +87,8 @@ class IndexBuilder:
     ``None`` to start without index files.  ``count_every_put``: hashSlotCount semantics of
     4.6.0-4.7.0 (Q8).  ``on_sealed(image)``: called when a file is full and its successor has
     been created (the broker flushes it then); with ``keep_sealed=False`` the image is then
-    dropped from :attr:`files` to bound memory.
+    dropped from :attr:`files` to bound memory. ``index_tags``: the release also indexes
+    each record's TAGS (5.4.0+, ``BrokerProfile.indexes_tags``).
 
     :attr:`files` lists the images in creation order (the continued existing file first);
     new ones carry ``first_store_timestamp`` (store timestamp of the record during which the
@@ -74,6 +105,7 @@ class IndexBuilder:
         count_every_put: bool = False,
         on_sealed: Callable[[IndexFileImage], None] | None = None,
         keep_sealed: bool = True,
+        index_tags: bool = False,
     ) -> None:
         if slot_num <= 0:
             raise ValueError("slot_num must be positive")
@@ -84,6 +116,7 @@ class IndexBuilder:
         self.count_every_put = count_every_put
         self.on_sealed = on_sealed
         self.keep_sealed = keep_sealed
+        self.index_tags = index_tags
         self.files: list[IndexFileImage] = []
         self._current: IndexFileImage | None = None
         if existing_last is not None:
@@ -134,7 +167,9 @@ class IndexBuilder:
         return f
 
     # -- scalar path (exact Java port) ---------------------------------------------------------
-    def last_record_complete(self, topic: str, keys: str | None, uniq: str | None, sys_flag: int) -> bool:
+    def last_record_complete(
+        self, topic: str, keys: str | None, uniq: str | None, sys_flag: int, tags: str | None = None
+    ) -> bool:
         """Whether the continued file ends with every key of the record at its
         endPhyOffset (``topic``, ``keys``, ``uniq``, ``sys_flag``: that record), in put
         order. Quirk Q6 indexes that record again (its offset is not below endPhyOffset);
@@ -142,15 +177,17 @@ class IndexBuilder:
         f = self._current
         if f is None or f.created or f.puts:
             return False
-        return self.ends_with_record(topic, keys, uniq, sys_flag)
+        return self.ends_with_record(topic, keys, uniq, sys_flag, tags)
 
-    def ends_with_record(self, topic: str, keys: str | None, uniq: str | None, sys_flag: int) -> bool:
+    def ends_with_record(
+        self, topic: str, keys: str | None, uniq: str | None, sys_flag: int, tags: str | None = None
+    ) -> bool:
         """Whether the current file, as it now stands (this run's puts included), ends with
         every key of the record at its endPhyOffset, in put order."""
         f = self._current
         if f is None or not goes_to_index(sys_flag):
             return False
-        want = record_key_hashes(topic, keys, uniq)
+        want = record_key_hashes(topic, keys, uniq, tags if self.index_tags else None)
         n = min(f.index_count, f.index_num) - 1  # (a damaged header may claim more entries than the file holds)
         if not want or n < len(want):
             return False
@@ -185,16 +222,18 @@ class IndexBuilder:
 
     def add_one(self, r: DispatchRequest) -> None:
         """``buildIndex`` for one record (scalar)."""
-        self._build_scalar(r.topic, r.commitlog_offset, r.store_timestamp, r.keys, r.uniq_key, r.sys_flag)
+        self._build_scalar(r.topic, r.commitlog_offset, r.store_timestamp, r.keys, r.uniq_key, r.sys_flag, r.tags)
 
-    def _build_scalar(self, topic: str, phy: int, ts: int, keys: str | None, uniq: str | None, sys_flag: int) -> None:
+    def _build_scalar(
+        self, topic: str, phy: int, ts: int, keys: str | None, uniq: str | None, sys_flag: int, tags: str | None = None
+    ) -> None:
         f = self._get_or_create(ts)
         if phy < f.end_phy_offset or (self.skip_through is not None and phy <= self.skip_through):
             self.records_skipped += 1
             return
         if not goes_to_index(sys_flag):
             return
-        for ih in record_key_hashes(topic, keys, uniq):
+        for ih in record_key_hashes(topic, keys, uniq, tags if self.index_tags else None):
             while not self._put_one(f, ih, phy, ts):
                 f = self._get_or_create(ts)
 
@@ -202,7 +241,7 @@ class IndexBuilder:
     def add(self, requests: Iterable[DispatchRequest], batch: int = 1 << 16) -> None:
         """Index requests in stream order (ROLLBACK records are skipped, RECOVERY §9.3)."""
         for c in _batches(requests, batch):
-            self.add_columns(c[0], c[2], c[5], c[7], c[8], c[9])
+            self.add_columns(c[0], c[2], c[5], c[7], c[8], c[9], tags=c[10])
 
     def _prefix_hashes(self, tnames: Sequence[str]) -> np.ndarray:
         """hashCode of ``topic + "#"`` as uint32 for each distinct topic (cached)."""
@@ -217,11 +256,25 @@ class IndexBuilder:
 
     @staticmethod
     def _record_keys(
-        keys: Sequence[str | None], uniq_keys: Sequence[str | None], n: int
+        keys: Sequence[str | None],
+        uniq_keys: Sequence[str | None],
+        n: int,
+        tags: Sequence[str | None] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All index keys of a batch, without the topic prefix: ``(record index, hashCode as
         uint32, length in UTF-16 units)`` in put order (per record: UNIQ_KEY first, then the
-        non-empty pieces of KEYS split on " ", duplicates kept)."""
+        non-empty pieces of KEYS split on " ", duplicates kept, then with ``tags`` (5.4.0+)
+        ``T#`` + a non-empty TAGS)."""
+        rec, h, ln = IndexBuilder._uniq_and_keys(keys, uniq_keys, n)
+        if tags is None:
+            return rec, h, ln
+        return with_tag_keys(rec, h, ln, tags)
+
+    @staticmethod
+    def _uniq_and_keys(
+        keys: Sequence[str | None], uniq_keys: Sequence[str | None], n: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_record_keys` without the tags."""
         has_u = np.fromiter(map(is_not, uniq_keys, repeat(None)), dtype=bool, count=n)
         u_list = cast("list[str]", list(compress(uniq_keys, has_u.tolist())))
         has_k = np.fromiter(map(bool, keys), dtype=bool, count=n)
@@ -271,6 +324,7 @@ class IndexBuilder:
         uniq_keys: Sequence[str | None],
         sys_flags: Any,
         index_keys: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        tags: Sequence[str | None] | None = None,
     ) -> None:
         """Column form of :meth:`add`.
 
@@ -278,7 +332,9 @@ class IndexBuilder:
         :meth:`_record_keys` returns (record index ascending, hashCode of the key without the
         ``topic#`` prefix as uint32, its length in UTF-16 units; per record UNIQ_KEY first,
         then the non-empty KEYS pieces).  ``keys``/``uniq_keys`` are then only read on the
-        scalar fallback path (negative offsets).
+        scalar fallback path (negative offsets). ``tags``: the TAGS values, read only where
+        the builder indexes them (``index_tags``) and ``index_keys`` is not given (which then
+        includes the tag keys).
 
         The broker's per-record skip test ``phy < endPhyOffset(current file)`` is a prefix
         scan: the end offset only changes when a record puts a key, and a record that can put
@@ -297,9 +353,13 @@ class IndexBuilder:
         if len(off) != n or len(ts) != n or len(flags) != n or len(keys) != n or len(uniq_keys) != n:
             raise ValueError("column lengths differ")
         cur = self._current
+        tagv = tags if self.index_tags else None
+        if tagv is not None and len(tagv) != n:
+            raise ValueError("column lengths differ")
         if int(off.min()) < 0 or (cur is not None and cur.end_phy_offset < 0):
             for i in range(n):
-                self._build_scalar(topics[i], int(off[i]), int(ts[i]), keys[i], uniq_keys[i], int(flags[i]))
+                t = tagv[i] if tagv is not None else None
+                self._build_scalar(topics[i], int(off[i]), int(ts[i]), keys[i], uniq_keys[i], int(flags[i]), t)
             return
 
         rollback = ~goes_to_index_batch(flags)
@@ -309,7 +369,7 @@ class IndexBuilder:
             h_suf = h_suf.astype(np.uint32, copy=False)
             l_suf = l_suf.astype(np.int64, copy=False)
         else:
-            key_rec, h_suf, l_suf = self._record_keys(keys, uniq_keys, n)
+            key_rec, h_suf, l_suf = self._record_keys(keys, uniq_keys, n, tagv)
         counts = np.bincount(key_rec, minlength=n)
         counts[rollback] = 0
 

@@ -44,6 +44,7 @@ class DispatchRequest(NamedTuple):
     keys: str | None  # raw KEYS property value
     uniq_key: str | None  # UNIQ_KEY property value
     sys_flag: int
+    tags: str | None = None  # TAGS property value (5.4.0+ indexes it: BrokerProfile.indexes_tags)
 
 
 def cq_file_name(offset: int) -> str:

@@ -321,6 +321,7 @@ class ConsumeQueueSet:
         for key, v in (existing or {}).items():
             self.writers[key] = v if isinstance(v, ConsumeQueueWriter) else ConsumeQueueWriter(file_size, v)
         self.logics_msg_timestamp: int | None = None  # ckpt.logicsMsgTimestamp (in memory)
+        self.logics_physical_offset: int | None = None  # 5.5.0+ ckpt.logicsPhysicalOffset (set with it)
         # topics that cannot be a path (a NUL byte, a slash, ...): never dispatched, so no
         # queue directory is ever made of them; topic -> units skipped
         self.bad_topics: dict[str, int] = {}
@@ -380,7 +381,9 @@ class ConsumeQueueSet:
             off, size, tag, cq, qids, tid = (a[keep] for a in (off, size, tag, cq, qids, tid))
         if store_timestamps is not None:
             ts = _i64(store_timestamps)
-            self.logics_msg_timestamp = int(ts[-1] if sel_idx is None else ts[sel_idx[-1]])
+            last = n - 1 if sel_idx is None else int(sel_idx[-1])
+            self.logics_msg_timestamp = int(ts[last])
+            self.logics_physical_offset = int(_i64(commitlog_offsets)[last])
         # group by (topic, queue id), keeping stream order inside each group
         gkey = tid * (1 << 32) + (qids & 0xFFFFFFFF)
         if (gkey == gkey[0]).all():

@@ -35,4 +35,4 @@ class ReputWriters:
                 ts = _i64(c[5])
             self.cq.add_columns(c[0], c[1], off, c[3], c[4], c[6], flags, ts)
             if self.message_index_enable:
-                self.index.add_columns(c[0], off, ts, c[7], c[8], flags)
+                self.index.add_columns(c[0], off, ts, c[7], c[8], flags, tags=c[10])

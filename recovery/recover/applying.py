@@ -189,7 +189,11 @@ def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile) -
     kept_index = [f for f in store.index_files if f"index/{f.name}" not in discarded]
     last_bytes = _index_file_bytes(kept_index[-1].path, g.index_file_size) if kept_index else None
     ib = IndexBuilder(
-        g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put
+        g.index_slot_num,
+        g.index_num,
+        existing_last=last_bytes,
+        count_every_put=profile.hash_slot_count_every_put,
+        index_tags=profile.indexes_tags,
     )
     for t in plan.index_truncated:
         assert ib.current is not None and kept_index and t.file == f"index/{kept_index[-1].name}"
@@ -220,7 +224,7 @@ def _index_holds_record(store: Store, profile: BrokerProfile, ib: IndexBuilder, 
             and c.is_message
             and c.rec is not None
             and c.rec.physical_offset == end
-            and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag)
+            and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag, c.tags)
         )
 
 
@@ -295,7 +299,7 @@ def _run_pass(
         # the records the queues already hold, and the index needs not: only counted
         lo, n, last_ts = skip_built_prefix(a, lo, hi, mdl, upto)
         if last_ts is not None:
-            cqset.logics_msg_timestamp = last_ts
+            cqset.logics_msg_timestamp, cqset.logics_physical_offset = last_ts
         if index:
             a.ib.records_skipped += n
     # the start-up reput begins at the consume queues' max physical offset; a record there
@@ -353,6 +357,7 @@ def _run_pass(
     a.dispatched[name] = a.dispatched.get(name, 0) + n
     if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
         a.logics = cqset.logics_msg_timestamp
+        a.logics_offset = cqset.logics_physical_offset
 
 
 def _frozen_reindex_offset(a: _Applying) -> int | None:
@@ -374,7 +379,9 @@ def _without_frozen_duplicate(a: _Applying, cols: Any, at: int) -> Any:
     frozen = key in a.ctx.frozen and goes_to_consume_queue(int(cols.sys_flag[j]))
     if not frozen and not _refused(a):
         return cols
-    if not a.ib.ends_with_record(cols.topic[j], cols.keys[j], cols.uniq_key[j], int(cols.sys_flag[j])):
+    if not a.ib.ends_with_record(
+        cols.topic[j], cols.keys[j], cols.uniq_key[j], int(cols.sys_flag[j]), cols.tag_values()[j]
+    ):
         return cols
     keep = np.ones(cols.count, dtype=bool)
     keep[j] = False

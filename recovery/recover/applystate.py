@@ -78,6 +78,7 @@ class _Applying:
     q1: bool = False  # quirk Q1: the abnormal dispatch runs with maxDelayLevel 0
     dispatched: dict[str, int] = field(default_factory=dict)  # records per dispatch pass
     logics: int | None = None  # the consume queues' last store timestamp (logicsMsgTimestamp)
+    logics_offset: int | None = None  # and that record's PHYSICALOFFSET (5.5.0+ logicsPhysicalOffset)
     sched_rows: list[int] = field(
         default_factory=list
     )  # positions of SCHEDULE_TOPIC_XXXX records dispatched with mdl 0

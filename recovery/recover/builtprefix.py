@@ -53,7 +53,7 @@ def index_skips_upto(ib: IndexBuilder) -> int | None:
 
 def skip_built_prefix(
     a: _Applying, lo: int, hi: int, mdl: int | None, index_upto: int | None = None
-) -> tuple[int, int, int | None]:
+) -> tuple[int, int, tuple[int, int] | None]:
     """The run of records from ``lo`` (a record start the recovery walk accepted, as every
     record up to ``hi``) whose dispatch only skips: each one's consume queue exists, is
     not frozen, and already holds it (its PHYSICALOFFSET + TOTALSIZE <= the queue's
@@ -62,12 +62,13 @@ def skip_built_prefix(
     the index builder skips (:func:`index_skips_upto`). The run ends at the first record
     not so, or where the consume queues' offsets (the hints) do not lead on; it goes on
     into the next file after a BLANK. Returns (where the pass goes on, the run's records, the
-    store timestamp of its last record that goes to a consume queue: the
-    logicsMsgTimestamp it sets, or None); the schedule topic's rows (``mdl == 0``) go to
+    store timestamp and PHYSICALOFFSET of its last record that goes to a consume queue: the
+    logicsMsgTimestamp and, 5.5.0+, logicsPhysicalOffset it sets, or None); the schedule topic's rows (``mdl == 0``) go to
     ``a.sched_rows``."""
     F = a.store.geometry.commitlog_file_size
     files = {f.base: f for f in a.store.commitlog if f.size > 0}
-    done, total, last_ts = lo, 0, None  # (done: the progress reported so far, a file at a time)
+    last_ts: tuple[int, int] | None = None
+    done, total = lo, 0  # (done: the progress reported so far, a file at a time)
     while a.ctx.hints is not None and lo < hi:
         f = files.get(lo - lo % F)
         if f is None:
@@ -91,9 +92,9 @@ def skip_built_prefix(
 
 def _in_file(
     a: _Applying, f: StoreFile, lo: int, end: int, mdl: int | None, index_upto: int | None
-) -> tuple[int, int, int | None, bool] | None:
+) -> tuple[int, int, tuple[int, int] | None, bool] | None:
     """:func:`skip_built_prefix` in file ``f`` from ``lo`` up to ``end``: (where it goes
-    on, records, logicsMsgTimestamp or None, whether it reached a BLANK), or None when it
+    on, records, (logicsMsgTimestamp, logicsPhysicalOffset) or None, whether it reached a BLANK), or None when it
     takes no record."""
     hints = sorted_hints_in(a.ctx.hints, lo, end)
     if hints is None or int(hints[0]) != lo:
@@ -124,10 +125,10 @@ def _skipped(
     mdl: int | None,
     base: int,
     index_upto: int | None,
-) -> tuple[int, int | None]:
+) -> tuple[int, tuple[int, int] | None]:
     """How many leading records of the chain ``P``/``T`` (positions in the mapped file
-    ``buf``) the dispatch would skip, and the store timestamp of the last of them that
-    goes to a consume queue (None: none does)."""
+    ``buf``) the dispatch would skip, and the store timestamp and PHYSICALOFFSET of the
+    last of them that goes to a consume queue (None: none does)."""
     if not len(P):
         return 0, None
     u8 = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
@@ -159,4 +160,6 @@ def _skipped(
         sched = np.flatnonzero(tid[:k] == names.index(ck.SCHEDULE_TOPIC))
         a.sched_rows.extend(h.physical_offset[sched].tolist())
     cq_rows = np.flatnonzero(to_cq[:k])
-    return k, (int(h.store_timestamp[cq_rows[-1]]) if len(cq_rows) else None)
+    if not len(cq_rows):
+        return k, None
+    return k, (int(h.store_timestamp[cq_rows[-1]]), int(h.physical_offset[cq_rows[-1]]))

@@ -26,9 +26,7 @@ def _plan_walks(p: _Planning) -> None:
     """Step 3: the start file, then the walks (recovery files with the CRC, earlier files
     cheaply), all in one go; damage in the files recovery never reads is a problem."""
     store, profile, files, plan, F = p.store, p.profile, p.files, p.plan, p.F
-    start, _rule = start_file_index(
-        files, profile, p.ckpt, plan.mode, plan.max_phy_offset_of_cq, p.opts.message_index_safe
-    )
+    start, _rule = start_file_index(files, profile, p.ckpt, plan.mode, plan.max_phy_offset_of_cq)
     p.start = start
     plan.start_file = files[start].name
     plan.start_offset = files[start].base
@@ -40,7 +38,7 @@ def _plan_walks(p: _Planning) -> None:
     walk_mdl = 0 if p.q1 else None
 
     todo = files[start:] + (files[:start] if p.opts.check_unread else [])
-    crcs = [p.opts.check_crc] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
+    crcs = [profile.check_crc_on_recover] * (len(files) - start) + [False] * (len(todo) - (len(files) - start))
     hints = queue_hint_runs(store) if p.opts.use_hints else None  # (each walk task sorts its share)
     # step 5's check of an index file the broker would discard reads the index and a few
     # records: this process does it while the workers walk, against no end yet (redone
@@ -216,7 +214,9 @@ def _next_walk(p: _Planning, nxt: int) -> list[FileScan]:
         p.next_walk = (
             nxt,
             p.start,
-            scan_files(p.store, p.profile, p.files[nxt : p.start], check_crc=p.opts.check_crc, jobs=p.opts.jobs),
+            scan_files(
+                p.store, p.profile, p.files[nxt : p.start], check_crc=p.profile.check_crc_on_recover, jobs=p.opts.jobs
+            ),
         )
     return p.next_walk[2]
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ...formats.errors import RecoveryError
 from ..broker import MODE_ABNORMAL, MODE_NORMAL
+from ..findingcodes import FindingCode
 from ..store import LayoutIssue, Store
 from ..versions import BrokerProfile
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
@@ -29,8 +30,6 @@ def plan_recovery(
     profile: BrokerProfile,
     *,
     mode: str | None = None,
-    check_crc: bool | None = None,
-    message_index_safe: bool | None = None,
     correct_delay_tags: bool = False,
     reindex: bool = True,
     keep_sound_index: bool = True,
@@ -43,17 +42,15 @@ def plan_recovery(
     """Compute what the broker's recovery does to ``store`` (nothing is written).
 
     ``mode``: ``"normal"``, ``"abnormal"`` or None (the broker's choice: abort file present
-    -> abnormal). ``check_crc``: checkCRCOnRecover. ``message_index_safe``: the
-    messageIndexSafe start-file variant (None, for both: the profile's settings). ``reindex``: re-index what discarded index files
-    held (else the broker's loss). ``keep_sound_index``: keep, instead, a file the broker
+    -> abnormal). The broker's settings (checkCRCOnRecover, messageIndexSafe, ...) come
+    from ``profile`` only (``dataclasses.replace(profile, ...)`` to change one). ``reindex``:
+    re-index what discarded index files held (else the broker's loss). ``keep_sound_index``: keep, instead, a file the broker
     would discard that passes :func:`recovery.indexkeep.check_index_file`.
     ``check_unread``: also walk (without the CRC) the commitlog files before the start
     file, which recovery never reads, and report damage there as problems. ``salvage``:
     count the records found in the bytes that will be cut.
     """
     opts = _PlanOptions(
-        profile.check_crc_on_recover if check_crc is None else check_crc,
-        profile.message_index_safe if message_index_safe is None else message_index_safe,
         correct_delay_tags,
         reindex,
         keep_sound_index,
@@ -111,7 +108,7 @@ def refused_commitlog_file(store: Store, profile: BrokerProfile) -> LayoutIssue 
     last = _rel(store, store.commitlog[-1].path) if store.commitlog else None
     # (a file whose name does not tile the offsets stops recover anyway: status 4, nothing
     # changed, the problem naming it; see _layout_problems)
-    untiled = {i.path for i in store.issues if i.code in ("FILE_OVERLAP", "MISALIGNED_FILE")}
+    untiled = {i.path for i in store.issues if i.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE")}
     for issue in store.issues:
         if not issue.path.startswith("commitlog") or issue.path in untiled:
             continue
@@ -161,7 +158,7 @@ def _layout_problems(
     zero_last_cl: list[RemovedFile] = []
     has_data = any(f.size > 0 for f in store.commitlog)  # (else every queue file goes)
     for issue in store.issues:
-        if issue.path.startswith("commitlog") and issue.code in ("FILE_OVERLAP", "MISALIGNED_FILE"):
+        if issue.path.startswith("commitlog") and issue.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE"):
             # file names that do not tile the offsets (a stray 00000000000000000001, a file
             # renamed into another's range): the broker refuses to load such a store, and
             # emulating its walk over them would cut every later file. Nothing is applied.
@@ -196,7 +193,7 @@ def _layout_problems(
                     + " (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)",
                 )
             )
-        elif issue.path.startswith("consumequeue/") and issue.code == "FILE_GAP" and has_data:
+        elif issue.path.startswith("consumequeue/") and issue.code == FindingCode.FILE_GAP and has_data:
             # a missing middle file (issue 33 R13): the broker loads the queue as it is (its
             # file lookup by offset then reads the wrong file for every unit after the gap),
             # and so does recover: the gap stays, a problem that repair mends
@@ -288,8 +285,8 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
         broker_version=profile.label,
         mode=mode,
         mode_reason=reason,
-        check_crc=opts.check_crc,
-        message_index_safe=opts.message_index_safe,
+        check_crc=profile.check_crc_on_recover,
+        message_index_safe=profile.message_index_safe,
         correct_delay_tags=opts.correct_delay_tags,
         reindex=opts.reindex,
         checkpoint=ckpt._asdict(),

@@ -23,10 +23,8 @@ def _rel(store: Store, p: Path) -> str:
 
 @dataclass
 class _PlanOptions:
-    """plan_recovery's options (see its doc), resolved against the profile."""
+    """plan_recovery's options (see its doc); the broker's settings are in the profile."""
 
-    check_crc: bool
-    message_index_safe: bool
     correct_delay_tags: bool
     reindex: bool
     keep_sound_index: bool

@@ -88,6 +88,8 @@ def _recovered_checkpoint(a: _Applying, cp: Checkpoint) -> Checkpoint:
     plan, profile, store = a.plan, a.profile, a.store
     if a.logics is not None:
         cp = cp._replace(logics_msg_timestamp=a.logics)
+        if a.logics_offset is not None and profile.checkpoint_persists_logics_physical_offset:
+            cp = cp._replace(logics_physical_offset=a.logics_offset)
     if a.ib.index_msg_timestamp is not None:
         cp = cp._replace(index_msg_timestamp=a.ib.index_msg_timestamp)
     elif plan.index_sealed_timestamp is not None and plan.index_sealed_timestamp > cp.index_msg_timestamp:

@@ -47,15 +47,29 @@ def feed_index(ib: IndexBuilder, cols: DispatchColumns) -> None:
     same (a test compares both)."""
     ik = cols.index_keys
     if ik is not None and hasattr(type(ib), "_record_keys"):
-        ib._record_keys = lambda keys, uniq_keys, n: (ik.rec, ik.hash, ik.units)  # type: ignore[method-assign]
+        ib._record_keys = lambda keys, uniq_keys, n, tags=None: (ik.rec, ik.hash, ik.units)  # type: ignore[method-assign]
         try:
             ib.add_columns(
-                cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys, cols.uniq_key, cols.sys_flag
+                cols.topic,
+                cols.commitlog_offset,
+                cols.store_timestamp,
+                cols.keys,
+                cols.uniq_key,
+                cols.sys_flag,
+                tags=cols.tag_values(),
             )
         finally:
             del ib._record_keys
         return
-    ib.add_columns(cols.topic, cols.commitlog_offset, cols.store_timestamp, cols.keys, cols.uniq_key, cols.sys_flag)
+    ib.add_columns(
+        cols.topic,
+        cols.commitlog_offset,
+        cols.store_timestamp,
+        cols.keys,
+        cols.uniq_key,
+        cols.sys_flag,
+        tags=cols.tag_values(),
+    )
 
 
 def reput(
@@ -138,6 +152,9 @@ def reput(
         stats,
         problems,
         cqset.warnings if cqset is not None else [],
+        cqset.logics_physical_offset
+        if cqset is not None and profile.checkpoint_persists_logics_physical_offset
+        else None,
     )
 
 
@@ -162,7 +179,11 @@ def _index_builder(store: Store, profile: BrokerProfile, state: ReputState, skip
     g = store.geometry
     last_bytes = state.index.last_bytes if state.index is not None else None
     ib = IndexBuilder(
-        g.index_slot_num, g.index_num, existing_last=last_bytes, count_every_put=profile.hash_slot_count_every_put
+        g.index_slot_num,
+        g.index_num,
+        existing_last=last_bytes,
+        count_every_put=profile.hash_slot_count_every_put,
+        index_tags=profile.indexes_tags,
     )
     if skip_complete_last and ib.current is not None and ib.current.index_count > 1:
         end = ib.current.end_phy_offset
@@ -174,7 +195,7 @@ def _index_builder(store: Store, profile: BrokerProfile, state: ReputState, skip
                 and c.is_message
                 and c.rec is not None
                 and c.rec.physical_offset == end
-                and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag)
+                and ib.last_record_complete(c.rec.topic, c.keys, c.uniq_key, c.rec.sys_flag, c.tags)
             ):
                 ib.skip_through = end
     return ib

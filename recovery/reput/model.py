@@ -10,11 +10,13 @@ from typing import TypedDict
 
 import numpy as np
 
+from ..findingcodes import FindingCode
+
 Progress = Callable[[int], None]
 
 # problem codes beyond check.py's reason codes
 FILE_GAP = "COMMITLOG_FILE_GAP"  # no commitlog file holds the reput offset
-BAD_TOPIC = "TOPIC_BAD_NAME"  # a topic that cannot be a directory name (never dispatched)
+BAD_TOPIC = FindingCode.TOPIC_BAD_NAME  # a topic that cannot be a directory name (never dispatched)
 STOPPED = "REPUT_STOPPED"  # 5.x: a record crosses the end of the confirmed range
 SIZE_ACCOUNTING = "REPUT_OFFSET_DIVERGED"  # Q13: where the broker's reput offset would go instead
 

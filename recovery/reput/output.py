@@ -150,6 +150,7 @@ class ReputResult:
     stats: ReputStats
     problems: list[ReputProblem]
     cq_warnings: list[tuple[str, int, Any]]
+    logics_physical_offset: int | None = None  # set with logics_msg_timestamp (5.5.0+ checkpoint)
 
     @property
     def dispatched(self) -> int:
@@ -193,6 +194,8 @@ def updated_checkpoint(old: Checkpoint, result: ReputResult) -> Checkpoint:
     cp = old
     if result.logics_msg_timestamp is not None:
         cp = cp._replace(logics_msg_timestamp=result.logics_msg_timestamp)
+        if result.logics_physical_offset is not None:
+            cp = cp._replace(logics_physical_offset=result.logics_physical_offset)
     if result.index_msg_timestamp is not None:
         cp = cp._replace(index_msg_timestamp=result.index_msg_timestamp)
     return cp

@@ -37,6 +37,7 @@ def _request_of(c: ck.Checked) -> DispatchRequest:
         c.keys,
         c.uniq_key,
         r.sys_flag,
+        c.tags,
     )
 
 
@@ -284,7 +285,7 @@ class _Walker:
         )
         f = r.f
         if c.ok and c.size > 0:
-            if self.profile.is_5x and r.reput_from + c.size > r.END:
+            if self.profile.reput_stops_at_end_offset and r.reput_from + c.size > r.END:
                 self.problems.append(
                     ReputProblem(
                         STOPPED,
@@ -384,6 +385,7 @@ class _Walker:
             return cols, k
         keys = list(cols.keys)
         uniq = list(cols.uniq_key)
+        tags = list(cols.tag_values())
         topics = list(cols.topic)  # a plain list: the decoder's topic ids no longer hold
         for j, r in fixes:
             topics[j] = r.topic
@@ -395,11 +397,13 @@ class _Walker:
             cols.consume_queue_offset[j] = r.consume_queue_offset
             keys[j] = r.keys
             uniq[j] = r.uniq_key
+            tags[j] = r.tags
             cols.sys_flag[j] = r.sys_flag
         ik = cols.index_keys
         if ik is not None:
-            ik = add_index_keys(ik, [(j, r.uniq_key, r.keys) for j, r in fixes])
-        return cols._replace(topic=topics, keys=keys, uniq_key=uniq, index_keys=ik), k
+            tagged = self.profile.indexes_tags
+            ik = add_index_keys(ik, [(j, r.uniq_key, r.keys, r.tags if tagged else None) for j, r in fixes])
+        return cols._replace(topic=topics, keys=keys, uniq_key=uniq, index_keys=ik, tags=tags), k
 
 
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux 5.14+

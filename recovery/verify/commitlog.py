@@ -12,6 +12,7 @@ from ...formats import commitlog as cl
 from .. import check as ck
 from ..configfiles import config_blocking_start
 from ..filler import MIN_RECORD, MIN_RECORD_PROP_CRC
+from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
 from .parts import FileScan, Records, _rel
@@ -21,22 +22,22 @@ from .spans import _Spans
 
 # Findings: layout and commitlog.
 
-_REASON_CODES = {
-    ck.BAD_MAGIC: "CL_BAD_MAGIC",
-    ck.V2_NOT_SUPPORTED: "CL_V2_UNSUPPORTED",
-    ck.SHORT: "CL_TRUNCATED_RECORD",
-    ck.NEGATIVE_TOTAL: "CL_BAD_LENGTH",
-    ck.TOO_LONG: "CL_BAD_LENGTH",
-    ck.NEGATIVE_TOPIC: "CL_BAD_LENGTH",
-    ck.CRC: "CL_BODY_CRC",
-    ck.DELAY_PARSE: "CL_BAD_DELAY_LEVEL",
-    ck.PROP_CRC: "CL_PROP_CRC",
-    ck.SIZE_MISMATCH: "CL_SIZE_MISMATCH",
-    ck.INNER_BATCH: "CL_BAD_INNER_BATCH",
-    PHYS: "CL_PHYS_OFFSET_MISMATCH",
+_REASON_CODES: dict[str, FindingCode] = {
+    ck.BAD_MAGIC: FindingCode.CL_BAD_MAGIC,
+    ck.V2_NOT_SUPPORTED: FindingCode.CL_V2_UNSUPPORTED,
+    ck.SHORT: FindingCode.CL_TRUNCATED_RECORD,
+    ck.NEGATIVE_TOTAL: FindingCode.CL_BAD_LENGTH,
+    ck.TOO_LONG: FindingCode.CL_BAD_LENGTH,
+    ck.NEGATIVE_TOPIC: FindingCode.CL_BAD_LENGTH,
+    ck.CRC: FindingCode.CL_BODY_CRC,
+    ck.DELAY_PARSE: FindingCode.CL_BAD_DELAY_LEVEL,
+    ck.PROP_CRC: FindingCode.CL_PROP_CRC,
+    ck.SIZE_MISMATCH: FindingCode.CL_SIZE_MISMATCH,
+    ck.INNER_BATCH: FindingCode.CL_BAD_INNER_BATCH,
+    PHYS: FindingCode.CL_PHYS_OFFSET_MISMATCH,
 }
 
-_REASON_TEXT = {
+_REASON_TEXT: dict[str, str] = {
     ck.BAD_MAGIC: "bad magic",
     ck.V2_NOT_SUPPORTED: "V2 magic, unreadable for this broker version",
     ck.SHORT: "the record runs past the end of the file",
@@ -56,13 +57,13 @@ _REASON_TEXT = {
 def _zero_length_lost(f: Finding, store: Store, max_phy_cq: int) -> Finding:
     """A zero-length last commitlog file is harmless to 5.1.3+ unless the consume queues
     point into it: then its messages are gone (found by the broker oracle, tests/oracle)."""
-    if f.code != "FILE_ZERO_LENGTH_LAST" or not (f.file or "").startswith("commitlog/"):
+    if f.code != FindingCode.FILE_ZERO_LENGTH_LAST or not (f.file or "").startswith("commitlog/"):
         return f
     base = store.commitlog[-1].base if store.commitlog else None
     if base is None or max_phy_cq < base:
         return f
     return finding(
-        "FILE_ZERO_LENGTH_LOST",
+        FindingCode.FILE_ZERO_LENGTH_LOST,
         f.file,
         None,
         base,
@@ -84,37 +85,47 @@ def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding
     for iss in store.issues:
         sev = iss.severity
         if iss.code == "STRAY_FILE":
-            code = "FILE_STRAY" if sev == "error" else "FILE_IGNORED"
+            code = FindingCode.FILE_STRAY if sev == "error" else FindingCode.FILE_IGNORED
         elif iss.code == "MISNAMED_FILE":
             code = (
-                "FILE_STRAY"
+                FindingCode.FILE_STRAY
                 if sev == "error"
-                else ("FILE_IGNORED" if iss.path.startswith("index") else "FILE_MISNAMED")
+                else (FindingCode.FILE_IGNORED if iss.path.startswith("index") else FindingCode.FILE_MISNAMED)
             )
         elif iss.code == "ZERO_LENGTH_FILE":
             lastfile = iss.path in last
-            code = "FILE_ZERO_LENGTH_LAST" if lastfile and profile.zero_length_last_file_deleted else "FILE_ZERO_LENGTH"
+            code = (
+                FindingCode.FILE_ZERO_LENGTH_LAST
+                if lastfile and profile.zero_length_last_file_deleted
+                else FindingCode.FILE_ZERO_LENGTH
+            )
         elif iss.code == "WRONG_FILE_SIZE":
-            code = "FILE_WRONG_SIZE"
-        elif iss.code in ("FILE_GAP", "FILE_OVERLAP"):
-            code = iss.code
+            code = FindingCode.FILE_WRONG_SIZE
+        elif iss.code in (FindingCode.FILE_GAP, FindingCode.FILE_OVERLAP):
+            code = FindingCode(iss.code)
         elif iss.code == "MISALIGNED_FILE":
-            code = "FILE_MISALIGNED"
+            code = FindingCode.FILE_MISALIGNED
         elif iss.code == "UNSAFE_FILE":
-            code = "FILE_UNSAFE"
+            code = FindingCode.FILE_UNSAFE
         elif iss.code == "SYMLINK":
-            code = "FILE_SYMLINK"
+            code = FindingCode.FILE_SYMLINK
         elif iss.code == "UNWRITABLE_DIR":
-            code = "DIR_UNWRITABLE"
+            code = FindingCode.DIR_UNWRITABLE
+        elif iss.code == FindingCode.GEOMETRY_ASSUMED:
+            code = FindingCode.GEOMETRY_ASSUMED
         else:
-            code = "FILE_STRAY" if sev == "error" else "FILE_IGNORED"
+            code = FindingCode.FILE_STRAY if sev == "error" else FindingCode.FILE_IGNORED
         phys = None
-        if code in ("FILE_GAP", "FILE_OVERLAP") and iss.path in cl_index:
+        if code in (FindingCode.FILE_GAP, FindingCode.FILE_OVERLAP) and iss.path in cl_index:
             k = cl_index[iss.path]
             if k:  # the missing/overlapping range starts where the previous file ends
                 phys = store.commitlog[k - 1].base + store.geometry.commitlog_file_size
         out.append(finding(code, iss.path, None, phys, iss.message, layout_code=iss.code, size=iss.size))
-        if code in ("FILE_STRAY", "FILE_ZERO_LENGTH", "FILE_WRONG_SIZE") and not iss.path.startswith("index"):
+        if code in (
+            FindingCode.FILE_STRAY,
+            FindingCode.FILE_ZERO_LENGTH,
+            FindingCode.FILE_WRONG_SIZE,
+        ) and not iss.path.startswith("index"):
             blockers.append(iss.path)
     blocking = config_blocking_start(store.root)  # (its start never gets to the store: CFG_LOAD_FAILS says why)
     if blocking is not None:
@@ -242,7 +253,7 @@ class _ClCheck:
             if n_after:
                 self.out.append(
                     finding(
-                        "CL_DATA_AFTER_END",
+                        FindingCode.CL_DATA_AFTER_END,
                         fs.rel,
                         fs.end,
                         base + fs.end,
@@ -259,7 +270,7 @@ class _ClCheck:
         if total != mapped - e.pos:
             self.out.append(
                 finding(
-                    "CL_BAD_BLANK",
+                    FindingCode.CL_BAD_BLANK,
                     rel,
                     e.pos,
                     g_off,
@@ -271,7 +282,7 @@ class _ClCheck:
         if len(hidden):
             self.out.append(
                 finding(
-                    "CL_DATA_AFTER_END",
+                    FindingCode.CL_DATA_AFTER_END,
                     rel,
                     e.pos,
                     g_off,
@@ -290,7 +301,7 @@ class _ClCheck:
             nxt = int(offs[np.searchsorted(offs, g_off, side="right")])
             self.out.append(
                 finding(
-                    "CL_DATA_AFTER_END",
+                    FindingCode.CL_DATA_AFTER_END,
                     rel,
                     e.pos,
                     g_off,
@@ -304,7 +315,7 @@ class _ClCheck:
         if g is not None and g.first_nonzero >= 0:
             self.out.append(
                 finding(
-                    "CL_GARBAGE_AFTER_END",
+                    FindingCode.CL_GARBAGE_AFTER_END,
                     rel,
                     g.first_nonzero,
                     base + g.first_nonzero,
@@ -321,7 +332,7 @@ class _ClCheck:
                 # after it leave no other trace)
                 self.out.append(
                     finding(
-                        "CL_ZEROED_RECORD_TAIL",
+                        FindingCode.CL_ZEROED_RECORD_TAIL,
                         rel,
                         int(offs[k]) - base,
                         int(offs[k]),
@@ -338,7 +349,7 @@ class _ClCheck:
         rel, base, out = fs.rel, fs.file.base, self.out
         g_off = base + e.pos
         info = dict(e.info)
-        code = _REASON_CODES.get(e.reason, "CL_BAD_LENGTH")
+        code = _REASON_CODES.get(e.reason, FindingCode.CL_BAD_LENGTH)
         what = _REASON_TEXT.get(e.reason, e.reason)
         where = f" ({info['topic']}/{info['queue_id']} queue offset {info['queue_offset']})" if "topic" in info else ""
         if e.reason in (ck.CRC, ck.PROP_CRC) and not self.profile.check_crc_on_recover:
@@ -403,7 +414,7 @@ class _ClCheck:
                 + (f", msg id {info['msg_id']}" if info.get("msg_id") else "")
             )
             return finding(
-                "CL_TORN_MESSAGE",
+                FindingCode.CL_TORN_MESSAGE,
                 rel,
                 e.pos,
                 g_off,
@@ -414,7 +425,7 @@ class _ClCheck:
                 **info,
             )
         return finding(
-            "CL_TORN_TAIL",
+            FindingCode.CL_TORN_TAIL,
             rel,
             e.pos,
             g_off,
@@ -448,7 +459,7 @@ class _ClCheck:
         )
         self.out.append(
             finding(
-                "CL_SALVAGEABLE_RECORDS",
+                FindingCode.CL_SALVAGEABLE_RECORDS,
                 fs.rel,
                 sp,
                 g_stop,
@@ -540,7 +551,7 @@ def _record_anomalies(
     bases = np.array([f.base for f in files] or [0], dtype=np.int64)
     sysflag: dict[tuple[int, str], list[Any]] = {}
     for fidx, code, pos, msg, det in recs.anomalies:
-        if code == "CL_SYSFLAG":  # counted per part: one finding per file and kind
+        if code == FindingCode.CL_SYSFLAG:  # counted per part: one finding per file and kind
             k = (fidx, det["reason"])
             if k in sysflag:
                 sysflag[k][1] += det["count"]
@@ -551,7 +562,7 @@ def _record_anomalies(
     for (fidx, why), (pos, count, sf0) in sysflag.items():
         out.append(
             finding(
-                "CL_SYSFLAG",
+                FindingCode.CL_SYSFLAG,
                 rels[fidx],
                 pos,
                 int(bases[fidx]) + pos,
@@ -590,7 +601,7 @@ def _record_anomalies(
                 t, qid = recs.queues[q]
                 out.append(
                     finding(
-                        "CL_QUEUE_OFFSET",
+                        FindingCode.CL_QUEUE_OFFSET,
                         rels[fi],
                         int(recs.off[i] - bases[fi]),
                         int(recs.off[i]),

@@ -10,6 +10,7 @@ import numpy as np
 from ...formats import consumequeue as cqf
 from ...formats.names import topic_path_problem
 from .. import check as ck
+from ..findingcodes import FindingCode
 from ..scan import sorted_unique
 from ..store import Store
 from ..versions import BrokerProfile
@@ -175,7 +176,7 @@ class _QueueUnits:
         self.valid = (self.off >= 0) & (self.size > 0)
         self.flagged: list[np.ndarray] = []
 
-    def emit(self, code: str, idx: np.ndarray, text: Callable[[int, int], str], **extra: Any) -> None:
+    def emit(self, code: FindingCode, idx: np.ndarray, text: Callable[[int, int], str], **extra: Any) -> None:
         """Findings ``code`` about the units ``idx``, one per run of consecutive units (at
         most :data:`MAX_RUNS`, then one summary); ``text(unit, run length)``."""
         if not len(idx):
@@ -270,21 +271,23 @@ class _CqCheck:
         first_real = int(ri[0]) if len(ri) else len(off)
         self.stats["fill_blank_units"] += int(np.count_nonzero(fill))
         u.emit(
-            "CQ_HOLE",
+            FindingCode.CQ_HOLE,
             np.flatnonzero(zero & (ar < lastv)),
             lambda k, ln: (
                 f"{'an all-zero unit' if ln == 1 else f'{ln} all-zero units'} before the last valid unit (queue offset {int(logical[lastv])}): the broker's queue recovery stops there"
             ),
         )
         u.emit(
-            "CQ_BAD_UNIT",
+            FindingCode.CQ_BAD_UNIT,
             np.flatnonzero(~valid & ~zero),
             lambda k, ln: (
                 f"invalid unit (offset {int(off[k])}, size {int(size[k])})" + (f" and {ln - 1} more" if ln > 1 else "")
             ),
         )
         u.emit(
-            "CQ_BAD_UNIT", np.flatnonzero(fill & (ar > first_real)), lambda k, ln: "fill-blank unit after real units"
+            FindingCode.CQ_BAD_UNIT,
+            np.flatnonzero(fill & (ar > first_real)),
+            lambda k, ln: "fill-blank unit after real units",
         )
         return ri
 
@@ -332,14 +335,14 @@ class _CqCheck:
         past = ~found & ~expired & ~in_span & (ro >= data_end)
         bad_ptr = ~found & ~expired & ~in_span & ~past
         u.emit(
-            "CQ_BEFORE_MIN",
+            FindingCode.CQ_BEFORE_MIN,
             ri[before_min],
             lambda k, ln: (
                 f"points to {int(off[k])}, below the commitlog's first file ({cl_min}), after units pointing at live data"
             ),
         )
         u.emit(
-            "CQ_INTO_DAMAGE",
+            FindingCode.CQ_INTO_DAMAGE,
             ri[in_span],
             lambda k, ln: (
                 f"points into a damaged commitlog region ({spans.what(int(off[k]))}): the message is lost"
@@ -347,14 +350,16 @@ class _CqCheck:
             ),
         )
         u.emit(
-            "CQ_PAST_END",
+            FindingCode.CQ_PAST_END,
             ri[past],
             lambda k, ln: (
                 f"points to {int(off[k])}, past the end of the commitlog data ({data_end})"
                 + (f" ({ln} units)" if ln > 1 else "")
             ),
         )
-        u.emit("CQ_BAD_POINTER", ri[bad_ptr], lambda k, ln: f"points to {int(off[k])}, where no record starts")
+        u.emit(
+            FindingCode.CQ_BAD_POINTER, ri[bad_ptr], lambda k, ln: f"points to {int(off[k])}, where no record starts"
+        )
 
     def _pointed_records(
         self, u: _QueueUnits, qk: int | None, ri: np.ndarray, rec_i: np.ndarray, fi: np.ndarray
@@ -388,7 +393,7 @@ class _CqCheck:
                     f" (the unit says size {int(size[k])})"
                 )
 
-            u.emit("CQ_WRONG_RECORD", ri[wi], wtext)
+            u.emit(FindingCode.CQ_WRONG_RECORD, ri[wi], wtext)
         ok = fi[~wrong]
         if len(ok):
             self._tags_codes(u, ri, rec_i, ok)
@@ -409,7 +414,7 @@ class _CqCheck:
             for m_i, k in enumerate(mism.tolist()):
                 q1[m_i] = _q1_tags(self.store, self.profile, recs, int(rec_i[k])) == int(rt[k])
         u.emit(
-            "CQ_TAGS_CODE_Q1",
+            FindingCode.CQ_TAGS_CODE_Q1,
             ri[mism[q1]],
             lambda k, ln: (
                 f"tagsCode {int(tag[k])} is the TAGS hash, not the delivery time (quirk Q1 of 4.9.2-4.9.8 abnormal recovery)"
@@ -422,7 +427,7 @@ class _CqCheck:
                 f" ({ln} units)" if ln > 1 else ""
             )
 
-        u.emit("CQ_TAGS_CODE", ri[mism[~q1]], ttext)
+        u.emit(FindingCode.CQ_TAGS_CODE, ri[mism[~q1]], ttext)
 
     def missing(self, broker: _Broker) -> None:
         """Commitlog messages missing from their queue: dispatch lag (the broker's start-up
@@ -443,7 +448,7 @@ class _CqCheck:
                 first = min(idx)
                 self.out.append(
                     finding(
-                        "CQ_TOPIC_DELETED",
+                        FindingCode.CQ_TOPIC_DELETED,
                         f"consumequeue/{t}",
                         None,
                         int(recs.off[first]),
@@ -489,7 +494,7 @@ class _CqCheck:
             j = int(missing[0])
             out.append(
                 finding(
-                    "TOPIC_BAD_NAME",
+                    FindingCode.TOPIC_BAD_NAME,
                     "commitlog",
                     None,
                     int(recs.off[j]),
@@ -505,7 +510,7 @@ class _CqCheck:
         if len(lag):
             out.append(
                 finding(
-                    "CQ_DISPATCH_LAG",
+                    FindingCode.CQ_DISPATCH_LAG,
                     qdir,
                     None,
                     int(recs.off[lag[0]]),
@@ -534,7 +539,7 @@ class _CqCheck:
                 more = sum(l2 for _s2, l2 in runs[r:])
                 self.out.append(
                     finding(
-                        "CQ_MISSING_MESSAGE",
+                        FindingCode.CQ_MISSING_MESSAGE,
                         qdir,
                         None,
                         None,
@@ -549,7 +554,7 @@ class _CqCheck:
             q0 = int(recs.queue_offset[j])
             self.out.append(
                 finding(
-                    "CQ_MISSING_MESSAGE",
+                    FindingCode.CQ_MISSING_MESSAGE,
                     qdir,
                     None,
                     int(recs.off[j]),

@@ -14,6 +14,7 @@ from ..broker import (
     goes_to_index_batch,
     index_file_deleted_at_load,
 )
+from ..findingcodes import FindingCode
 from ..scan import first_nonzero as _first_nonzero
 from ..scan import sorted_unique
 from ..store import Store, StoreFile
@@ -235,7 +236,7 @@ class _IndexCheck:
         self.prepared: Prepared | None = None
 
     def emit(
-        self, code: str, ks: np.ndarray, eoff: np.ndarray | None, text: Callable[[int, int], str], **extra: Any
+        self, code: FindingCode, ks: np.ndarray, eoff: np.ndarray | None, text: Callable[[int, int], str], **extra: Any
     ) -> None:
         """Findings ``code`` about the entries ``ks`` of the current file, one per run of
         consecutive entries (at most :data:`MAX_RUNS`); ``text(entry, run start)``."""
@@ -287,7 +288,13 @@ class _IndexCheck:
             if hdr_problems:
                 self.out.append(
                     finding(
-                        "IDX_HEADER", self.rel, 0, None, "; ".join(hdr_problems), index_count=count, hash_slot_count=hsc
+                        FindingCode.IDX_HEADER,
+                        self.rel,
+                        0,
+                        None,
+                        "; ".join(hdr_problems),
+                        index_count=count,
+                        hash_slot_count=hsc,
                     )
                 )
             if len(x.ks):
@@ -318,7 +325,7 @@ class _IndexCheck:
         for s_i in bad_slot[:MAX_RUNS].tolist():
             self.out.append(
                 finding(
-                    "IDX_SLOT_RANGE",
+                    FindingCode.IDX_SLOT_RANGE,
                     self.rel,
                     ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE,
                     None,
@@ -330,7 +337,7 @@ class _IndexCheck:
         if len(bad_slot) > MAX_RUNS:
             self.out.append(
                 finding(
-                    "IDX_SLOT_RANGE",
+                    FindingCode.IDX_SLOT_RANGE,
                     self.rel,
                     None,
                     None,
@@ -379,7 +386,7 @@ class _IndexCheck:
         if hsc != want_hsc and hsc == other_hsc:
             self.out.append(
                 finding(
-                    "IDX_SLOT_COUNT_VERSION",
+                    FindingCode.IDX_SLOT_COUNT_VERSION,
                     self.rel,
                     32,
                     None,
@@ -404,13 +411,13 @@ class _IndexCheck:
         ks, prev, eoff, eff, slots = x.ks, x.prev, x.eoff, x.eff, x.slots
         prev_range, cycle, chain_slot, slot_of, into_middle, shared, dup_target = x.file_chains(self.S)
         self.emit(
-            "IDX_SLOT_RANGE",
+            FindingCode.IDX_SLOT_RANGE,
             ks[prev_range],
             eoff[prev_range],
             lambda k, s: f"chain link {int(prev[k - 1])} outside [0, indexCount {eff})",
         )
         self.emit(
-            "IDX_CHAIN_CYCLE",
+            FindingCode.IDX_CHAIN_CYCLE,
             ks[cycle],
             eoff[cycle],
             lambda k, s: f"chain link {int(prev[k - 1])} does not point to an older entry",
@@ -418,7 +425,7 @@ class _IndexCheck:
         for s_i in into_middle[:MAX_RUNS].tolist():
             self.out.append(
                 finding(
-                    "IDX_CHAIN_BROKEN",
+                    FindingCode.IDX_CHAIN_BROKEN,
                     self.rel,
                     ixf.HEADER_SIZE + s_i * ixf.SLOT_SIZE,
                     None,
@@ -431,7 +438,7 @@ class _IndexCheck:
             if t_k >= 1:
                 self.out.append(
                     finding(
-                        "IDX_CHAIN_BROKEN",
+                        FindingCode.IDX_CHAIN_BROKEN,
                         self.rel,
                         self.entries_at + t_k * ixf.ENTRY_SIZE,
                         None,
@@ -440,7 +447,9 @@ class _IndexCheck:
                     )
                 )
         orphan = chain_slot < 0
-        self.emit("IDX_CHAIN_BROKEN", ks[orphan], eoff[orphan], lambda k, s: "not reachable from any hash slot")
+        self.emit(
+            FindingCode.IDX_CHAIN_BROKEN, ks[orphan], eoff[orphan], lambda k, s: "not reachable from any hash slot"
+        )
         return orphan, chain_slot, slot_of
 
     def _records(
@@ -456,36 +465,36 @@ class _IndexCheck:
             self._records_chunk(x, h, lo, min(lo + ENTRY_CHUNK, len(x.ks)), orphan, chain_slot, slot_of, got)
         at = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in got.items()}
 
-        def emit(kind: str, code: str, text: Callable[[int, int], str]) -> None:
+        def emit(kind: str, code: FindingCode, text: Callable[[int, int], str]) -> None:
             self.emit(code, x.ks[at[kind]], eoff[at[kind]], text)
 
-        emit("neg", "IDX_BAD_ENTRY", lambda k, s: f"negative key hash {int(kh[k - 1])}")
+        emit("neg", FindingCode.IDX_BAD_ENTRY, lambda k, s: f"negative key hash {int(kh[k - 1])}")
         emit(
             "in_span",
-            "IDX_INTO_DAMAGE",
+            FindingCode.IDX_INTO_DAMAGE,
             lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})",
         )
         emit(
             "past",
-            "IDX_PAST_END",
+            FindingCode.IDX_PAST_END,
             lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})",
         )
-        emit("bad", "IDX_BAD_ENTRY", lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
+        emit("bad", FindingCode.IDX_BAD_ENTRY, lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
         emit(
             "wrong",
-            "IDX_WRONG_HASH",
+            FindingCode.IDX_WRONG_HASH,
             lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}",
         )
         emit(
             "misplaced",
-            "IDX_CHAIN_BROKEN",
+            FindingCode.IDX_CHAIN_BROKEN,
             lambda k, s: (
                 f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}"
             ),
         )
         emit(
             "time_diff",
-            "IDX_TIME_DIFF",
+            FindingCode.IDX_TIME_DIFF,
             lambda k, s: f"timeDiff {int(x.td[k - 1])} does not match the record's store timestamp",
         )
 
@@ -562,7 +571,7 @@ class _IndexCheck:
         if len(lag):
             self.out.append(
                 finding(
-                    "IDX_DISPATCH_LAG",
+                    FindingCode.IDX_DISPATCH_LAG,
                     "index",
                     None,
                     int(recs.off[lag[0]]),
@@ -577,7 +586,7 @@ class _IndexCheck:
             if r == MAX_RUNS:
                 self.out.append(
                     finding(
-                        "IDX_MISSING_KEYS",
+                        FindingCode.IDX_MISSING_KEYS,
                         "index",
                         None,
                         None,
@@ -589,7 +598,7 @@ class _IndexCheck:
             j = int(lost[s])
             self.out.append(
                 finding(
-                    "IDX_MISSING_KEYS",
+                    FindingCode.IDX_MISSING_KEYS,
                     "index",
                     None,
                     int(recs.off[j]),

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import check as ck
 from .. import parallel
+from ..findingcodes import FindingCode
 from ..scan import sorted_unique
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
@@ -151,7 +152,7 @@ class Records:
     queues: list[tuple[str, int]]
     key_rec: np.ndarray
     key_hash: np.ndarray
-    anomalies: list[tuple[int, str, int, str, dict[str, Any]]]  # (file idx, code, pos, message, details)
+    anomalies: list[tuple[int, FindingCode, int, str, dict[str, Any]]]  # (file idx, code, pos, message, details)
 
     def __len__(self) -> int:
         return len(self.off)
@@ -242,7 +243,7 @@ class _Table:
         self.file_col: list[np.ndarray] = []
         self.key_rec: list[np.ndarray] = []
         self.key_hash: list[np.ndarray] = []
-        self.anomalies: list[tuple[int, str, int, str, dict[str, Any]]] = []
+        self.anomalies: list[tuple[int, FindingCode, int, str, dict[str, Any]]] = []
         self.count = 0
 
     def add(self, fs: FileScan, p: Part) -> None:

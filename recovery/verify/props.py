@@ -15,6 +15,8 @@ from .. import check as ck
 from ..batch import PropertyColumns
 from ..batch.header import HeaderColumns
 from ..batch.properties import crc32_digit_values, dropped_entries, record_starts, topic_key_hashes
+from ..findingcodes import FindingCode
+from ..indexbuild.builder import _keys_of
 from .records import _AR9, _CRC_TAG, _KNOWN_SYSFLAG_BITS, _MASK31, _SCHEDULE, MAIN, MAX_PER_PART, _Ctx, _Rec, _tx_flags
 from .utf8 import invalid_utf8_records
 
@@ -77,7 +79,7 @@ class _Props:
     key_h: np.ndarray
     # the dropped-entry findings of records with valid non-ASCII properties, by record:
     # reported in the one-by-one order (where their check used to run)
-    late: dict[int, tuple[str, int, str, dict[str, Any]]] = field(default_factory=dict)
+    late: dict[int, tuple[FindingCode, int, str, dict[str, Any]]] = field(default_factory=dict)
 
 
 def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: np.ndarray, pv: _Props) -> int:
@@ -111,7 +113,8 @@ def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: 
             break
         pv.tags[i] = c.tags_code
         topic = out.topics[int(tids[i])]
-        extra_s.extend(topic + "#" + k for k in _index_keys(c.uniq_key, c.keys))
+        tags = c.tags if ctx.profile.indexes_tags else None
+        extra_s.extend(topic + "#" + k for k in _index_keys(c.uniq_key, c.keys, tags))
         extra_i.extend([i] * (len(extra_s) - len(extra_i)))
     if ctx.opts.want_keys and extra_i:
         pv.key_i = np.concatenate((pv.key_i, np.array(extra_i, dtype=np.int64)))
@@ -119,13 +122,11 @@ def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: 
     return stop_at
 
 
-def _index_keys(uniq: str | None, keys: str | None) -> list[str]:
-    """``IndexService.buildIndex``'s keys of a record: UNIQ_KEY, then the non-empty pieces
-    of KEYS split on a single space."""
-    out = [] if uniq is None else [uniq]
-    if keys:
-        out.extend(k for k in keys.split(" ") if k)
-    return out
+def _index_keys(uniq: str | None, keys: str | None, tags: str | None = None) -> list[str]:
+    """``IndexService.buildIndex``'s keys of a record (after ``topic#``): UNIQ_KEY, then the
+    non-empty pieces of KEYS split on a single space, then (``tags``: a release that
+    indexes them, 5.4.0+) ``T#`` and a non-empty TAGS."""
+    return _keys_of(keys, uniq, tags)
 
 
 _PROPS_BATCH = 8 << 20  # bytes of properties decoded per numpy pass
@@ -189,7 +190,7 @@ def _props_checks(
     plp: np.ndarray,
     pc: PropertyColumns,
     slow: np.ndarray,
-    late: dict[int, tuple[str, int, str, dict[str, Any]]],
+    late: dict[int, tuple[FindingCode, int, str, dict[str, Any]]],
     lo: int,
 ) -> None:
     """4.9.1+ parser: the records whose properties are not valid UTF-8 are checked one by
@@ -211,7 +212,7 @@ def _props_checks(
     for r in np.flatnonzero((cnt > 0) & ~slow).tolist():
         c = int(cnt[r])
         f = (
-            "CL_PROPERTIES",
+            FindingCode.CL_PROPERTIES,
             int(P[r]),
             f"{c} propert{'y' if c == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)",
             {"reason": "dropped_entries", "dropped": c},
@@ -340,7 +341,7 @@ def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: 
     for i in bad[:MAX_PER_PART].tolist():
         out.anomalies.append(
             (
-                "CL_PHYS_OFFSET_MISMATCH",
+                FindingCode.CL_PHYS_OFFSET_MISMATCH,
                 int(P[i]),
                 f"stored PHYSICALOFFSET is {int(phys[i])}, the record is at {ctx.base + int(P[i])}: its queue and index entries point elsewhere",
                 {"stored": int(phys[i])},
@@ -349,7 +350,7 @@ def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: 
     sf = sysf.astype(np.int64)
     unknown = (sf & ~_KNOWN_SYSFLAG_BITS) != 0
     bad_ctype = ((sf & 0x1) != 0) & (((sf & 0x700) >> 8) > 3)
-    inner4 = ((sf & 0xC0) != 0) & (not ctx.profile.is_5x)
+    inner4 = ((sf & 0xC0) != 0) & (not ctx.profile.writes_inner_batches)
     for mask, why in (
         (unknown, "unknown SYSFLAG bits"),
         (bad_ctype, "invalid compression type"),
@@ -360,7 +361,7 @@ def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: 
             i = int(idx[0])
             out.anomalies.append(
                 (
-                    "CL_SYSFLAG",
+                    FindingCode.CL_SYSFLAG,
                     int(P[i]),
                     why,
                     {"count": int(len(idx)), "reason": why, "sys_flag": int(sf[i]) & 0xFFFFFFFF},
@@ -383,7 +384,7 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
         except UnicodeDecodeError as exc:
             out.anomalies.append(
                 (
-                    "CL_PROPERTIES",
+                    FindingCode.CL_PROPERTIES,
                     pos,
                     f"properties are not valid UTF-8 (byte {exc.start} of the properties)",
                     {"reason": "utf8"},
@@ -409,7 +410,7 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
     if dropped:
         out.anomalies.append(
             (
-                "CL_PROPERTIES",
+                FindingCode.CL_PROPERTIES,
                 pos,
                 f"{dropped} propert{'y' if dropped == 1 else 'ies'} the broker's parser drops (empty name or value, or no name/value separator)",
                 {"reason": "dropped_entries", "dropped": dropped},
@@ -444,7 +445,7 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
     for k in np.flatnonzero(stored_all != computed_all).tolist():
         p, t = int(ps[k]), int(T[hit[k]])
         stored, computed = int(stored_all[k]), int(computed_all[k])
-        code = "CL_PROP_CRC" if ctx.profile.has_prop_crc else "CL_PROP_CRC_PRE_5_2"
+        code = FindingCode.CL_PROP_CRC if ctx.profile.has_prop_crc else FindingCode.CL_PROP_CRC_PRE_5_2
         out.anomalies.append(
             (
                 code,

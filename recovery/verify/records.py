@@ -15,6 +15,7 @@ from ..batch import Words as _Words
 from ..broker import (
     goes_to_consume_queue_batch,
 )
+from ..findingcodes import FindingCode
 from ..scan import byte_views
 from ..versions import BrokerProfile
 from .holes import DataExtents
@@ -46,7 +47,7 @@ def to_queue(flags: np.ndarray) -> np.ndarray:
     return goes_to_consume_queue_batch(tx_type(flags))
 
 
-PHYS = "PHYSICAL_OFFSET_MISMATCH"  # salvage-mode stop: a record whose PHYSICALOFFSET is not its position
+PHYS = ck.Reason.PHYSICAL_OFFSET_MISMATCH  # salvage-mode stop: a record whose PHYSICALOFFSET is not its position
 # outcomes of check_record where the record itself is readable and its size trustworthy
 _INTACT_FAILURES = frozenset({ck.CRC, ck.DELAY_PARSE, ck.INNER_BATCH, ck.PROP_CRC})
 DEFAULT_PART_SIZE = 64 << 20
@@ -74,7 +75,7 @@ class _Rec:
         self.topic_ids: dict[bytes, int] = {}
         self.key_idx: list[np.ndarray] = []
         self.key_hash: list[np.ndarray] = []
-        self.anomalies: list[tuple[str, int, str, dict[str, Any]]] = []  # (code, pos, message, details)
+        self.anomalies: list[tuple[FindingCode, int, str, dict[str, Any]]] = []  # (code, pos, message, details)
         self.count = 0
         self.main_phys_ok = True  # every MAIN record has PHYSICALOFFSET == its position
 
@@ -148,7 +149,7 @@ class Part:
     gaps: list[Gap] = field(default_factory=list)
     rec: dict[str, np.ndarray] = field(default_factory=dict)
     topics: list[str] = field(default_factory=list)
-    anomalies: list[tuple[str, int, str, dict[str, Any]]] = field(default_factory=list)
+    anomalies: list[tuple[FindingCode, int, str, dict[str, Any]]] = field(default_factory=list)
     main_phys_ok: bool = True
 
 

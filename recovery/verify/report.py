@@ -8,250 +8,290 @@ from typing import Any
 
 import numpy as np
 
+from ..findingcodes import FindingCode
+
 Progress = Callable[[int], None]
 
 ERROR = "error"
 WARNING = "warning"
 
-# The finding codes: code -> (severity, meaning). man/rmqtool-verify.1 lists exactly these.
+# The finding codes (recovery.findingcodes.FindingCode, one entry each): code -> (severity,
+# meaning). man/rmqtool-verify.1 lists exactly these.
 
-CODES: dict[str, tuple[str, str]] = {
+CODES: dict[FindingCode, tuple[str, str]] = {
     # layout (recovery.store.Store.issues)
-    "FILE_STRAY": (
+    FindingCode.FILE_STRAY: (
         ERROR,
         "an entry in commitlog/ or in a queue directory that is not an offset-named file (a directory, or a name that is not a decimal offset): the broker fails to load the store",
     ),
-    "FILE_IGNORED": (
+    FindingCode.GEOMETRY_ASSUMED: (
+        WARNING,
+        "the index files' size fits several geometries (maxHashSlotNum, maxIndexNum) and neither an option nor --broker-config gave one: the message names the one assumed; the index files' sizes are not judged by it",
+    ),
+    FindingCode.FILE_IGNORED: (
         WARNING,
         "an entry the broker ignores: a queue directory whose name is not an int, a file where a topic directory belongs, a directory or non-numeric name in index/",
     ),
-    "FILE_UNSAFE": (
+    FindingCode.FILE_UNSAFE: (
         ERROR,
         "an entry rmqtool never opens: a FIFO, a device, a socket, a dangling or looping symlink, a symlink leaving the store, a directory that cannot be read; recover and rebuild-index refuse the store until it is removed or replaced by a regular file or directory",
     ),
-    "FILE_SYMLINK": (
+    FindingCode.FILE_SYMLINK: (
         WARNING,
         "a symlink inside the store that resolves inside it: read-only commands read through it, recover and rebuild-index refuse to change the store while it is there",
     ),
-    "DIR_UNWRITABLE": (
+    FindingCode.DIR_UNWRITABLE: (
         WARNING,
         "a directory that recover or rebuild-index would have to write in and cannot (no write permission): they refuse the store",
     ),
-    "TOPIC_BAD_NAME": (
+    FindingCode.TOPIC_BAD_NAME: (
         ERROR,
         "a message whose topic the broker could not have created (empty, a NUL byte, a slash, . or .., longer than 255 bytes): it can have no consume queue, and recover and rebuild-index never make a path of it",
     ),
-    "FILE_MISNAMED": (WARNING, "an offset-named file whose name is not 20 digits"),
-    "FILE_ZERO_LENGTH": (
+    FindingCode.FILE_MISNAMED: (WARNING, "an offset-named file whose name is not 20 digits"),
+    FindingCode.FILE_ZERO_LENGTH: (
         ERROR,
         "a zero-length commitlog, consume queue or index file: the broker fails to load the store, and its range holds no data",
     ),
-    "FILE_ZERO_LENGTH_LAST": (
+    FindingCode.FILE_ZERO_LENGTH_LAST: (
         WARNING,
         "a zero-length last file of its directory, which 5.1.3 and later delete at load",
     ),
-    "FILE_ZERO_LENGTH_LOST": (
+    FindingCode.FILE_ZERO_LENGTH_LOST: (
         ERROR,
         "a zero-length last commitlog file that consume queue units point into: 5.1.3 and later delete it at load and cut those units, so their messages are lost",
     ),
-    "FILE_WRONG_SIZE": (
+    FindingCode.FILE_WRONG_SIZE: (
         ERROR,
         "a file whose length is not the mapped file size (a truncated or extended file): the broker fails to load the store",
     ),
-    "FILE_GAP": (ERROR, "a missing range between two files of a directory (a missing file)"),
-    "FILE_OVERLAP": (ERROR, "two files of a directory whose ranges overlap"),
-    "FILE_MISALIGNED": (WARNING, "a file whose start offset is not a multiple of the mapped file size"),
+    FindingCode.FILE_GAP: (ERROR, "a missing range between two files of a directory (a missing file)"),
+    FindingCode.FILE_OVERLAP: (ERROR, "two files of a directory whose ranges overlap"),
+    FindingCode.FILE_MISALIGNED: (WARNING, "a file whose start offset is not a multiple of the mapped file size"),
     # commitlog records
-    "CL_BAD_MAGIC": (ERROR, "the record walk stops at a record whose magic is neither a message nor BLANK"),
-    "CL_V2_UNSUPPORTED": (
+    FindingCode.CL_BAD_MAGIC: (ERROR, "the record walk stops at a record whose magic is neither a message nor BLANK"),
+    FindingCode.CL_V2_UNSUPPORTED: (
         ERROR,
         "a V2 record (5.1.0+ magic), which the emulated broker version cannot read: its walk stops there",
     ),
-    "CL_TRUNCATED_RECORD": (ERROR, "a record that runs past the end of its file"),
-    "CL_BAD_LENGTH": (ERROR, "a negative TOTALSIZE or topic length, or a field longer than the whole record"),
-    "CL_SIZE_MISMATCH": (
+    FindingCode.CL_TRUNCATED_RECORD: (ERROR, "a record that runs past the end of its file"),
+    FindingCode.CL_BAD_LENGTH: (ERROR, "a negative TOTALSIZE or topic length, or a field longer than the whole record"),
+    FindingCode.CL_SIZE_MISMATCH: (
         ERROR,
         "TOTALSIZE differs from the length computed from the record's fields. Where the broker's "
         "walk stops there and TOTALSIZE is Integer.MAX_VALUE or one less (more than any JVM array holds), "
         "the finding says that the broker's start aborts there (OutOfMemoryError, quirk Q10, before "
         "5.3.2): it does not start until the record is cut (rmqtool recover)",
     ),
-    "CL_BODY_CRC": (
+    FindingCode.CL_BODY_CRC: (
         ERROR,
         "the body CRC (crc32 & 0x7FFFFFFF) does not match the body. Under checkCRCOnRecover=false (--no-crc or --broker-config) the broker's recovery does not check it and keeps the record: the finding says so, and the recovery outlook walks on past it",
     ),
-    "CL_BAD_DELAY_LEVEL": (
+    FindingCode.CL_BAD_DELAY_LEVEL: (
         ERROR,
         "a SCHEDULE_TOPIC_XXXX record whose DELAY property is not an int: the broker rejects the record",
     ),
-    "CL_BAD_INNER_BATCH": (
+    FindingCode.CL_BAD_INNER_BATCH: (
         ERROR,
         "a 5.x inner-batch record whose INNER_NUM is not a Java short or INNER_BASE not a Java long",
     ),
-    "CL_PROP_CRC": (ERROR, "the 5.2+ __CRC32# property does not match the record bytes"),
-    "CL_PROP_CRC_PRE_5_2": (
+    FindingCode.CL_PROP_CRC: (ERROR, "the 5.2+ __CRC32# property does not match the record bytes"),
+    FindingCode.CL_PROP_CRC_PRE_5_2: (
         WARNING,
         "a __CRC32# property that does not match the record bytes, under a broker version "
         "before 5.2 (which neither writes nor checks it: for such a broker it is ordinary data)",
     ),
-    "CL_PHYS_OFFSET_MISMATCH": (
+    FindingCode.CL_PHYS_OFFSET_MISMATCH: (
         ERROR,
         "a record's stored PHYSICALOFFSET differs from file base + position (queues and index point at the stored value)",
     ),
-    "CL_DATA_AFTER_END": (
+    FindingCode.CL_DATA_AFTER_END: (
         ERROR,
         "the record walk ends (an all-zero header, a file end without BLANK, or a damaged header read as BLANK) but intact records follow: a zeroed or lost region inside the data, which recovery cuts or skips",
     ),
-    "CL_TORN_TAIL": (
+    FindingCode.CL_TORN_TAIL: (
         WARNING,
         "after a crash (abort present), the last record of the data is incomplete or garbled (no readable message header); recovery cuts it",
     ),
-    "CL_TORN_MESSAGE": (
+    FindingCode.CL_TORN_MESSAGE: (
         ERROR,
         "after a crash (abort present), the last record of the data has a readable message header but fails the broker's check (torn body, CRC, __CRC32# under forceVerifyPropCRC): recovery cuts it and the message is lost (offset, topic, queue offset and msg id where readable)",
     ),
-    "LAYOUT_DLEDGER": (
+    FindingCode.LAYOUT_DLEDGER: (
         ERROR,
         "a DLedger commitlog (dledger-<id>/data): the store is refused (exit 8, nothing checked)",
     ),
-    "LAYOUT_ROCKSDB_CQ": (ERROR, "a 5.2+ RocksDB consume queue: the store is refused (exit 8)"),
-    "LAYOUT_CQ_EXT": (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
-    "LAYOUT_BATCH_CQ": (ERROR, "BatchConsumeQueue files (batchconsumequeue/): the store is refused (exit 8)"),
-    "UNSUPPORTED_SETTING": (
+    FindingCode.LAYOUT_ROCKSDB_CQ: (ERROR, "a 5.2+ RocksDB consume queue: the store is refused (exit 8)"),
+    FindingCode.LAYOUT_CQ_EXT: (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
+    FindingCode.LAYOUT_BATCH_CQ: (ERROR, "BatchConsumeQueue files (batchconsumequeue/): the store is refused (exit 8)"),
+    FindingCode.LAYOUT_COMPACTION: (
+        ERROR,
+        "a compaction topic's log (compaction/compactionLog, compaction/compactionCq): the store is refused (exit 8)",
+    ),
+    FindingCode.LAYOUT_NEWER_RELEASE: (
+        ERROR,
+        "--broker-version auto: a file, directory, topic field or attribute no supported release writes (a newer release wrote the store): the store is refused (exit 8); --broker-version of the newest supported release judges it as that one, at the operator's risk",
+    ),
+    FindingCode.VERSION_CONTRADICTION: (
+        ERROR,
+        "--broker-version auto: the store's evidence names no one release (files of a newer release, an index or config of an older one): the store is refused (exit 8) until --broker-version names the release",
+    ),
+    FindingCode.UNSUPPORTED_SETTING: (
         ERROR,
         "a broker.conf setting whose effect on recovery rmqtool does not implement: the store is refused (exit 8)",
     ),
-    "CL_ZEROED_RECORD_TAIL": (
+    FindingCode.CL_ZEROED_RECORD_TAIL: (
         ERROR,
         "the last record of the data ends in zero bytes inside its properties, its last field (a tail zeroed, or a write torn, inside the record): the broker keeps the record with those properties, and whatever followed it, acknowledged messages included, is gone without another trace",
     ),
-    "CL_GARBAGE_AFTER_END": (WARNING, "non-zero bytes after the end of the data that hold no intact record"),
-    "CL_SALVAGEABLE_RECORDS": (
+    FindingCode.CL_GARBAGE_AFTER_END: (WARNING, "non-zero bytes after the end of the data that hold no intact record"),
+    FindingCode.CL_SALVAGEABLE_RECORDS: (
         WARNING,
         'intact records found beyond a point where the record walk stops (how many, where, and how many the broker\'s recovery throws away). Where the broker\'s recovery throws them away, the message (and that of the stop itself) says "rmqtool repair keeps them", or, when the bytes from the stop to the next intact record of the file are fewer than the smallest record the broker\'s walk accepts (91 bytes; 111 under forceVerifyPropCRC), "rmqtool repair cannot keep them either": no filler exists for such a gap (rmqtool-repair(1))',
     ),
-    "CL_BAD_BLANK": (WARNING, "a BLANK end-of-file record whose TOTALSIZE is not the rest of the file"),
-    "CL_SYSFLAG": (
+    FindingCode.CL_BAD_BLANK: (WARNING, "a BLANK end-of-file record whose TOTALSIZE is not the rest of the file"),
+    FindingCode.CL_SYSFLAG: (
         WARNING,
         "SYSFLAG with unknown bits, an invalid compression type, or inner-batch bits on a 4.x store",
     ),
-    "CL_PROPERTIES": (WARNING, "a properties string that is not valid UTF-8 or has entries the broker's parser drops"),
-    "CL_QUEUE_OFFSET": (WARNING, "QUEUEOFFSET values of a queue that do not advance by one in commitlog order"),
+    FindingCode.CL_PROPERTIES: (
+        WARNING,
+        "a properties string that is not valid UTF-8 or has entries the broker's parser drops",
+    ),
+    FindingCode.CL_QUEUE_OFFSET: (
+        WARNING,
+        "QUEUEOFFSET values of a queue that do not advance by one in commitlog order",
+    ),
     # consume queues
-    "CQ_HOLE": (
+    FindingCode.CQ_HOLE: (
         ERROR,
         "an all-zero unit before the queue's last valid unit: the broker's queue recovery truncates the queue there",
     ),
-    "CQ_BAD_UNIT": (
+    FindingCode.CQ_BAD_UNIT: (
         ERROR,
         "an invalid unit (negative offset or non-positive size) that is not the end marker, or a fill-blank unit after real units",
     ),
-    "CQ_BAD_POINTER": (ERROR, "a unit whose commitlog offset is not the start of any record"),
-    "CQ_WRONG_RECORD": (
+    FindingCode.CQ_BAD_POINTER: (ERROR, "a unit whose commitlog offset is not the start of any record"),
+    FindingCode.CQ_WRONG_RECORD: (
         ERROR,
         "a unit pointing at a record of another topic/queue, with another size or queue offset, or at a PREPARED or ROLLBACK transaction record (never in a queue)",
     ),
-    "CQ_TAGS_CODE": (
+    FindingCode.CQ_TAGS_CODE: (
         ERROR,
         "a unit whose tagsCode is not the hash of the record's TAGS (or the delivery time on SCHEDULE_TOPIC_XXXX)",
     ),
-    "CQ_TAGS_CODE_Q1": (
+    FindingCode.CQ_TAGS_CODE_Q1: (
         WARNING,
         "a SCHEDULE_TOPIC_XXXX unit with the TAGS-hash tagsCode that 4.9.2-4.9.8 write during abnormal recovery (quirk Q1)",
     ),
-    "CQ_PAST_END": (ERROR, "a unit pointing past the end of the commitlog data (the message is gone)"),
-    "CQ_BEFORE_MIN": (ERROR, "a unit pointing below the commitlog's first file after units that point at live data"),
-    "CQ_INTO_DAMAGE": (
+    FindingCode.CQ_PAST_END: (ERROR, "a unit pointing past the end of the commitlog data (the message is gone)"),
+    FindingCode.CQ_BEFORE_MIN: (
+        ERROR,
+        "a unit pointing below the commitlog's first file after units that point at live data",
+    ),
+    FindingCode.CQ_INTO_DAMAGE: (
         WARNING,
         "a unit pointing into a damaged or missing commitlog region reported by another finding (the message is lost)",
     ),
-    "CQ_DISPATCH_LAG": (
+    FindingCode.CQ_DISPATCH_LAG: (
         WARNING,
         "messages missing from their queue that the broker dispatches itself at its next start (a crash left the queue behind the commitlog)",
     ),
-    "CQ_MISSING_MESSAGE": (ERROR, "messages missing from their queue that the broker will not dispatch again"),
-    "CQ_TOPIC_DELETED": (
+    FindingCode.CQ_MISSING_MESSAGE: (
+        ERROR,
+        "messages missing from their queue that the broker will not dispatch again",
+    ),
+    FindingCode.CQ_TOPIC_DELETED: (
         WARNING,
         "messages of a topic with no consume queue file that config/topics.json does not list: a deleted topic, whose messages stay in the commitlog",
     ),
     # index
-    "IDX_HEADER": (
+    FindingCode.IDX_HEADER: (
         ERROR,
         "an index header inconsistent with its entries (counts, begin/end timestamps or offsets, entries after indexCount)",
     ),
-    "IDX_SLOT_COUNT_VERSION": (
+    FindingCode.IDX_SLOT_COUNT_VERSION: (
         WARNING,
         "an index header's hashSlotCount follows the other versions' rule (4.6.0-4.7.0 count every put, "
         "later versions the slots in use): the file was written by a version other than --broker-version",
     ),
-    "IDX_SLOT_RANGE": (ERROR, "a hash slot or a chain link pointing outside [0, indexCount)"),
-    "IDX_CHAIN_CYCLE": (ERROR, "a chain link that does not point to an older entry (a possible cycle)"),
-    "IDX_CHAIN_BROKEN": (ERROR, "an entry not reachable from the hash slot of its key, or a chain shared or orphaned"),
-    "IDX_BAD_ENTRY": (ERROR, "an entry pointing to no record start, or with a negative key hash"),
-    "IDX_PAST_END": (ERROR, "an entry pointing past the end of the commitlog data"),
-    "IDX_INTO_DAMAGE": (
+    FindingCode.IDX_SLOT_RANGE: (ERROR, "a hash slot or a chain link pointing outside [0, indexCount)"),
+    FindingCode.IDX_CHAIN_CYCLE: (ERROR, "a chain link that does not point to an older entry (a possible cycle)"),
+    FindingCode.IDX_CHAIN_BROKEN: (
+        ERROR,
+        "an entry not reachable from the hash slot of its key, or a chain shared or orphaned",
+    ),
+    FindingCode.IDX_BAD_ENTRY: (ERROR, "an entry pointing to no record start, or with a negative key hash"),
+    FindingCode.IDX_PAST_END: (ERROR, "an entry pointing past the end of the commitlog data"),
+    FindingCode.IDX_INTO_DAMAGE: (
         WARNING,
         "an entry pointing into a damaged or missing commitlog region reported by another finding",
     ),
-    "IDX_WRONG_HASH": (
+    FindingCode.IDX_WRONG_HASH: (
         ERROR,
         "an entry whose key hash matches none of the keys (topic#UNIQ_KEY, topic#KEYS) of the record it points to",
     ),
-    "IDX_TIME_DIFF": (WARNING, "an entry whose timeDiff does not match the record's store timestamp"),
-    "IDX_DISPATCH_LAG": (WARNING, "messages missing from the index that the broker indexes itself at its next start"),
-    "IDX_MISSING_KEYS": (
+    FindingCode.IDX_TIME_DIFF: (WARNING, "an entry whose timeDiff does not match the record's store timestamp"),
+    FindingCode.IDX_DISPATCH_LAG: (
+        WARNING,
+        "messages missing from the index that the broker indexes itself at its next start",
+    ),
+    FindingCode.IDX_MISSING_KEYS: (
         ERROR,
         "messages (or some of their keys) missing from the index that the broker will not index again",
     ),
     # checkpoint
-    "CKPT_MISSING": (
+    FindingCode.CKPT_MISSING: (
         WARNING,
         "no checkpoint file (the broker creates a zero one; an abnormal recovery then scans every commitlog file)",
     ),
-    "CKPT_SIZE": (WARNING, "a checkpoint file whose size is not 4096 bytes"),
-    "CKPT_ZERO": (
+    FindingCode.CKPT_SIZE: (WARNING, "a checkpoint file whose size is not 4096 bytes"),
+    FindingCode.CKPT_ZERO: (
         ERROR,
         "an all-zero checkpoint on a store with data that was shut down cleanly: it was lost or overwritten",
     ),
-    "CKPT_AHEAD": (
+    FindingCode.CKPT_AHEAD: (
         WARNING,
         "checkpoint values beyond the data (a timestamp newer than every record, or a confirm offset past the end): flushed data is missing",
     ),
     # store state
-    "STORE_LOCKED": (WARNING, "a process holds store/lock: a broker seems to be running (results may be inconsistent)"),
-    "STORE_ABORT": (
+    FindingCode.STORE_LOCKED: (
+        WARNING,
+        "a process holds store/lock: a broker seems to be running (results may be inconsistent)",
+    ),
+    FindingCode.STORE_ABORT: (
         WARNING,
         "the abort file is present: the broker did not shut down cleanly and runs abnormal recovery at its next start",
     ),
-    "STORE_PENDING_JOURNAL": (
+    FindingCode.STORE_PENDING_JOURNAL: (
         WARNING,
         "an unfinished rmqtool transaction journal (run rmqtool recover to finish or roll it back)",
     ),
     # offset config files (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json)
-    "CFG_UNREADABLE": (
+    FindingCode.CFG_UNREADABLE: (
         ERROR,
         "an offset config file that is empty, truncated, not JSON or has bytes after its JSON object: the broker loads its .bak instead (older offsets)",
     ),
-    "CFG_TABLE_LOST": (
+    FindingCode.CFG_TABLE_LOST: (
         ERROR,
         "an offset config file the broker cannot use with no usable .bak, or one that decodes to null: the broker starts with an empty offset table",
     ),
-    "CFG_LOAD_FAILS": (
+    FindingCode.CFG_LOAD_FAILS: (
         ERROR,
         "neither an offset config file nor its .bak decodes: the broker's load fails and it does not start. Or a config file every start loads (topics.json, consumerOffset.json, subscriptionGroup.json, consumerFilter.json, delayOffset.json; its .bak where the file is missing or empty) is a FIFO: the broker's start blocks opening it (its FileInputStream waits for a writer) and never ends; rmqtool never opens it",
     ),
-    "CFG_BAK_UNREADABLE": (
+    FindingCode.CFG_BAK_UNREADABLE: (
         WARNING,
         "the .bak of an offset config file does not decode (the broker uses the main file)",
     ),
-    "CFG_ROCKSDB": (
+    FindingCode.CFG_ROCKSDB: (
         WARNING,
         "a 5.x RocksDB config store (config/consumerOffsets, config/rdb) whose offsets rmqtool does not read (rocksdict missing, or it does not open read-only)",
     ),
 }
 
 
-def severity_of(code: str) -> str:
+def severity_of(code: FindingCode) -> str:
     return CODES[code][0]
 
 
@@ -259,7 +299,7 @@ def severity_of(code: str) -> str:
 class Finding:
     """One problem: a stable code, its severity, where, and a one-line explanation."""
 
-    code: str
+    code: FindingCode
     severity: str
     file: str | None
     pos: int | None
@@ -291,7 +331,7 @@ def _plain(v: Any) -> Any:
 
 
 def finding(
-    code: str, file: str | None, pos: int | None, physical_offset: int | None, message: str, **details: Any
+    code: FindingCode, file: str | None, pos: int | None, physical_offset: int | None, message: str, **details: Any
 ) -> Finding:
     return Finding(
         code,

@@ -9,6 +9,7 @@ import numpy as np
 
 from ...formats import consumequeue as cqf
 from ...formats.checkpoint import Checkpoint
+from ..findingcodes import FindingCode
 from ..scan import queue_hint_runs
 from ..store import Store
 from ..versions import BrokerProfile
@@ -28,9 +29,9 @@ from .state import _checkpoint_findings, _state_findings
 
 def _cap(findings: list[Finding], limit: int = 200) -> list[Finding]:
     """At most ``limit`` findings per (code, file); the rest become one summary finding."""
-    seen: dict[tuple[str, str | None], int] = {}
+    seen: dict[tuple[FindingCode, str | None], int] = {}
     out: list[Finding] = []
-    dropped: dict[tuple[str, str | None], int] = {}
+    dropped: dict[tuple[FindingCode, str | None], int] = {}
     for f in findings:
         k = (f.code, f.file)
         n = seen.get(k, 0)

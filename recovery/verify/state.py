@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ...formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
+from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
 from .parts import Records
@@ -25,7 +26,7 @@ def _checkpoint_findings(
         if has_data:
             out.append(
                 finding(
-                    "CKPT_MISSING",
+                    FindingCode.CKPT_MISSING,
                     "checkpoint",
                     None,
                     None,
@@ -36,7 +37,7 @@ def _checkpoint_findings(
     if store.checkpoint_size != CHECKPOINT_FILE_SIZE:
         out.append(
             finding(
-                "CKPT_SIZE",
+                FindingCode.CKPT_SIZE,
                 "checkpoint",
                 None,
                 None,
@@ -48,7 +49,7 @@ def _checkpoint_findings(
     if zero and has_data and not store.abort_present:
         out.append(
             finding(
-                "CKPT_ZERO",
+                FindingCode.CKPT_ZERO,
                 "checkpoint",
                 0,
                 None,
@@ -66,7 +67,7 @@ def _checkpoint_findings(
             if v > newest:
                 out.append(
                     finding(
-                        "CKPT_AHEAD",
+                        FindingCode.CKPT_AHEAD,
                         "checkpoint",
                         pos,
                         None,
@@ -79,7 +80,7 @@ def _checkpoint_findings(
         if profile.checkpoint_persists_confirm_offset and ckpt.confirm_phy_offset > int(outlook.get("data_end", 0)):
             out.append(
                 finding(
-                    "CKPT_AHEAD",
+                    FindingCode.CKPT_AHEAD,
                     "checkpoint",
                     32,
                     ckpt.confirm_phy_offset,
@@ -138,7 +139,7 @@ def _state_findings(store: Store) -> list[Finding]:
     if held:
         out.append(
             finding(
-                "STORE_LOCKED",
+                FindingCode.STORE_LOCKED,
                 "lock",
                 None,
                 None,
@@ -148,7 +149,7 @@ def _state_findings(store: Store) -> list[Finding]:
     if store.abort_present:
         out.append(
             finding(
-                "STORE_ABORT",
+                FindingCode.STORE_ABORT,
                 "abort",
                 None,
                 None,
@@ -161,7 +162,7 @@ def _state_findings(store: Store) -> list[Finding]:
         if pending:
             out.append(
                 finding(
-                    "STORE_PENDING_JOURNAL",
+                    FindingCode.STORE_PENDING_JOURNAL,
                     ".rmqtool-journal",
                     None,
                     None,

@@ -392,7 +392,9 @@ def _add_damaged(ctx: _Ctx, out: _Rec, pos: int, c: ck.Checked) -> None:
         flags=_tx_flags(np.array([r.sys_flag])) | np.uint8(DAMAGED),
     )
     if ctx.opts.want_keys:
-        keys = _index_keys(props.get("UNIQ_KEY"), props.get("KEYS"))
+        keys = _index_keys(
+            props.get("UNIQ_KEY"), props.get("KEYS"), props.get("TAGS") if ctx.profile.indexes_tags else None
+        )
         if keys:
             topic = out.topics[tid]
             out.add_keys(

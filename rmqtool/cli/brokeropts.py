@@ -2,11 +2,15 @@
 resolves, before the command runs, what the broker's own properties file and the store
 say (recovery.brokerconf holds the decision table; recovery.identify the inference).
 
-Explicit options win over the file; the file fills STORE (storePathRootDir), the geometry
-options, the recovery switches (--no-crc from checkCRCOnRecover, --message-index-safe,
-forceVerifyPropCRC, messageDelayLevel, recheckReputOffsetFromCq) and the commitlog
-directory. A store or setting rmqtool does not handle is refused (exit 8) by the
-destructive commands before anything else; verify reports it as a finding.
+Every honoured setting travels the road its row of ``recovery.brokerconf.DECISIONS``
+names (``ROADS``), in one loop (:func:`_walk_roads`): the file, unless the option that
+mirrors it is given (explicit options win), fills either the command's parameter (STORE,
+the geometry, repair's filler size) or a ``BrokerProfile`` field, which ``make_profile``
+sets with ``dataclasses.replace`` and every rule of recovery reads (the option's own
+parameter is taken away from the command: the profile is the only road). The options of
+the settings are declared here from the same rows. A store or setting rmqtool does not
+handle is refused (exit 8) by the destructive commands before anything else; verify
+reports it as a finding.
 """
 
 from __future__ import annotations
@@ -20,17 +24,19 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from ..recovery.brokerconf import BrokerConf, Refusal, UnsupportedStoreError, all_refusals, read_broker_conf
-from ..recovery.versions import parse_delay_levels, parse_version
+from ..recovery.brokerconf import (
+    ROADS,
+    BrokerConf,
+    Refusal,
+    Road,
+    UnsupportedStoreError,
+    all_refusals,
+    read_broker_conf,
+)
+from ..recovery.findingcodes import FindingCode
+from ..recovery.versions import NEWEST, RELEASES, BrokerProfile, parse_version, supported_range, version_label
 
 F = Callable[..., Any]
-
-GEOMETRY = (
-    ("commitlog_file_size", "mappedFileSizeCommitLog"),
-    ("cq_file_size", "mappedFileSizeConsumeQueue"),
-    ("index_slot_num", "maxHashSlotNum"),
-    ("index_num", "maxIndexNum"),
-)
 
 
 class AmbiguousVersion(click.ClickException):
@@ -40,31 +46,32 @@ class AmbiguousVersion(click.ClickException):
     exit_code = 2
 
 
-def broker_setting_options(f: F) -> F:
-    """The recovery settings of broker.conf that have no older rmqtool option, as options
-    (explicit options win over --broker-config)."""
-    f = click.option(
-        "--recheck-reput-offset-from-cq/--no-recheck-reput-offset-from-cq",
-        "recheck_reput_offset_from_cq",
-        default=None,
-        help="Mirrors recheckReputOffsetFromCq (5.x): the start-up reput catches up from the "
-        "consume queues' max offset, as 4.x always does (default: false, or the broker config).",
-    )(f)
-    f = click.option(
-        "--message-delay-level",
-        default=None,
-        metavar="LEVELS",
-        help='Mirrors messageDelayLevel: the delay levels, e.g. "1s 5s 10s 30s 1m" (default: the broker\'s '
-        "18 levels, or the broker config).",
-    )(f)
-    f = click.option(
-        "--force-verify-prop-crc/--no-force-verify-prop-crc",
-        "force_verify_prop_crc",
-        default=None,
-        help="Mirrors forceVerifyPropCRC (5.2.0+): recovery checks each whole record against its __CRC32# "
-        "property instead of the body CRC (default: false, or the broker config).",
-    )(f)
-    return f
+def _declare(group: str) -> Callable[[F], F]:
+    """The options of the honoured settings of ``group`` (see ``Road.group``), in the
+    table's order."""
+
+    def deco(f: F) -> F:
+        for road in reversed([r for r in ROADS.values() if r.group == group]):
+            if road.toggle:
+                decls = [f"{road.flag}/--no-{road.flag[2:]}", road.param]
+                f = click.option(*decls, default=None, help=road.help)(f)
+            elif road.metavar is not None:
+                f = click.option(road.flag, road.param, default=None, metavar=road.metavar, help=road.help)(f)
+            else:
+                f = click.option(road.flag, road.param, is_flag=True, help=road.help)(f)
+        return f
+
+    return deco
+
+
+broker_setting_options = _declare("every")
+broker_setting_options.__doc__ = """The options of the recovery settings every store command takes (explicit
+options win over --broker-config)."""
+
+recovery_walk_options = _declare("recovery")
+recovery_walk_options.__doc__ = """The options of the settings of the broker's recovery walk, for the commands
+that run it (recover) or predict it without running it (verify's and repair's outlook,
+info --deep, offsets' queue ends)."""
 
 
 def _explicit(ctx: click.Context, name: str) -> bool:
@@ -74,6 +81,46 @@ def _explicit(ctx: click.Context, name: str) -> bool:
 
 def _note(msg: str) -> None:
     click.echo(f"rmqtool: note: {msg}", err=True)
+
+
+def _walk_roads(ctx: click.Context, conf: BrokerConf | None, kw: dict[str, Any]) -> dict[str, Any]:
+    """Every honoured setting along its road: fills the command's parameters in ``kw`` from
+    ``conf`` (where not given explicitly) and returns the profile fields to set."""
+    fields: dict[str, Any] = {}
+    for name, road in ROADS.items():
+        if road.param in ("store", "stores"):
+            continue  # where the store is: _locate
+        given = road.param in kw and _explicit(ctx, road.param)
+        if road.field is None:
+            if road.param in kw and not given and conf is not None and conf.has(name):
+                kw[road.param] = conf.get(name)
+            continue
+        value = kw.pop(road.param, None)  # the profile is the only road
+        if given:
+            value = (not value) if road.negated else value
+        elif conf is not None and conf.has(name):
+            value = conf.get(name)
+        else:
+            continue  # the broker's default: the profile's
+        try:
+            fields[road.field] = road.convert(value) if road.convert is not None else value
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=_hint(name, road)) from None
+    return fields
+
+
+def _hint(name: str, road: Road) -> str:
+    return f"{road.flag} ({name})"
+
+
+def _locate(conf: BrokerConf, kw: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Where the store is: STORE (export: its one STORE) and the commitlog directory."""
+    if "store" in kw and kw.get("store") is None and conf.store_root is not None:
+        kw["store"] = conf.store_root
+    if "stores" in kw and not kw.get("stores") and conf.store_root is not None:  # export
+        kw["stores"] = (conf.store_root,)
+    if conf.sets_commitlog_dir:
+        meta["commitlog_dir"] = conf.commitlog_dir()
 
 
 def broker_config_option(kind: str = "read") -> Callable[[F], F]:
@@ -87,61 +134,39 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
             ctx = click.get_current_context()
             meta = ctx.meta.setdefault("rmqtool.broker", {})
             path = kw.pop("broker_config", None)
-            explicit = {
-                k: kw.pop(k)
-                for k in ("force_verify_prop_crc", "message_delay_level", "recheck_reput_offset_from_cq")
-                if k in kw
-            }
             conf = read_broker_conf(path) if path is not None else None
             meta["conf"] = conf
             if conf is not None:
                 for n in conf.notes:
                     _note(f"{conf.path}: {n}")
-                _apply(ctx, conf, kw, meta)
-            for k, v in explicit.items():  # explicit options win over the file
-                if v is not None:
-                    meta[k] = v
-            _recovery_walk_settings(conf, kw, meta)
-            if meta.get("message_delay_level") is not None:
-                try:
-                    parse_delay_levels(meta["message_delay_level"])
-                except ValueError as exc:
-                    raise click.BadParameter(str(exc), param_hint="--message-delay-level (messageDelayLevel)") from None
+                _locate(conf, kw, meta)
+            meta["settings"] = _walk_roads(ctx, conf, kw)
             store = kw.get("store")
             stores: tuple[str | Path, ...] = kw.get("stores") or ()
             # (export: the version of its one store is inferred as for the other commands)
             version = _resolve_version(ctx, kw, store if store is not None or len(stores) != 1 else stores[0], kind)
-            if conf is not None and version is not None and not conf.has("storePathCommitLog"):
-                cl_dir = conf.commitlog_dir(version)
-                if cl_dir is not None:  # 4.6.0-4.9.3
-                    meta["commitlog_dir"] = cl_dir
-                    _note(
-                        f"{conf.path}: storePathCommitLog is not set: RocketMQ {'.'.join(map(str, version))} reads the "
-                        f"commitlog from {cl_dir} (its default up to 4.9.3, whatever storePathRootDir says)"
-                    )
+            home = conf.home_commitlog_dir(version) if conf is not None and version is not None else None
+            if conf is not None and home is not None:  # 4.6.0-4.9.3
+                meta["commitlog_dir"], why = home
+                _note(f"{conf.path}: {why}")
             if store is not None and kind in ("destructive", "restore", "verify"):
                 refusals = all_refusals(Path(store), conf, version)
                 cl_dir = meta.get("commitlog_dir")
                 if (
-                    cl_dir is not None
+                    conf is not None
+                    and cl_dir is not None
                     and kind != "verify"
                     and Path(os.path.abspath(cl_dir)) != Path(os.path.abspath(store)) / "commitlog"
                 ):
-                    refusals.append(
-                        Refusal(
-                            "UNSUPPORTED_SETTING",
-                            str(conf.path if conf else ""),
-                            f"storePathCommitLog={cl_dir}: a commitlog outside STORE/commitlog "
-                            "(rmqtool changes only stores laid out under one root)",
-                        )
-                    )
+                    refusals.append(conf.commitlog_outside_store(cl_dir))
+                refusals = [*meta.get("version_refusals", []), *refusals]
                 meta["refusals"] = refusals
                 if refusals and kind != "verify":
                     r = refusals[0]
                     more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
                     raise UnsupportedStoreError(
                         f"refused, nothing changed: {r.message}{more}",
-                        Path(store) / r.path if r.code != "UNSUPPORTED_SETTING" else r.path,
+                        Path(store) / r.path if r.code != FindingCode.UNSUPPORTED_SETTING else r.path,
                     )
             if meta.get("ambiguous") is not None:
                 raise meta["ambiguous"]
@@ -158,66 +183,6 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
         )(wrapper)
 
     return deco
-
-
-def _apply(ctx: click.Context, conf: BrokerConf, kw: dict[str, Any], meta: dict[str, Any]) -> None:
-    if "store" in kw and kw.get("store") is None and conf.store_root is not None:
-        kw["store"] = conf.store_root
-    if "stores" in kw and not kw.get("stores") and conf.store_root is not None:  # export
-        kw["stores"] = (conf.store_root,)
-    for param, name in GEOMETRY:
-        if param in kw and kw[param] is None and conf.has(name):
-            kw[param] = conf.get(name)
-    if conf.has("storePathCommitLog"):
-        meta["commitlog_dir"] = conf.commitlog_dir()
-    if "no_crc" in kw and not _explicit(ctx, "no_crc") and conf.has("checkCRCOnRecover"):
-        kw["no_crc"] = not conf.get("checkCRCOnRecover")
-    if "message_index_safe" in kw and not _explicit(ctx, "message_index_safe") and conf.has("messageIndexSafe"):
-        kw["message_index_safe"] = conf.get("messageIndexSafe")
-    if "max_message_size" in kw and not _explicit(ctx, "max_message_size") and conf.has("maxMessageSize"):
-        kw["max_message_size"] = conf.get("maxMessageSize")  # (repair: no filler record is longer)
-    for name, key in (
-        ("forceVerifyPropCRC", "force_verify_prop_crc"),
-        ("messageDelayLevel", "message_delay_level"),
-        ("recheckReputOffsetFromCq", "recheck_reput_offset_from_cq"),
-    ):
-        if conf.has(name):
-            meta[key] = conf.get(name)
-
-
-def _recovery_walk_settings(conf: BrokerConf | None, kw: dict[str, Any], meta: dict[str, Any]) -> None:
-    """checkCRCOnRecover and messageIndexSafe as the command will use them (its --no-crc /
-    --message-index-safe, already filled from the file by _apply, else the file): kept in
-    the context so that make_profile puts them into the profile, which every recovery rule
-    (recover's plan, verify's and repair's recovery outlook, info --deep) reads."""
-    if "no_crc" in kw:
-        meta["check_crc_on_recover"] = not kw["no_crc"]
-    elif conf is not None and conf.has("checkCRCOnRecover"):
-        meta["check_crc_on_recover"] = bool(conf.get("checkCRCOnRecover"))
-    if "message_index_safe" in kw:
-        meta["message_index_safe"] = bool(kw["message_index_safe"])
-    elif conf is not None and conf.has("messageIndexSafe"):
-        meta["message_index_safe"] = bool(conf.get("messageIndexSafe"))
-
-
-def recovery_walk_options(f: F) -> F:
-    """--no-crc and --message-index-safe for the commands that predict the broker's
-    recovery without running it (verify's and repair's outlook, info --deep, offsets' queue
-    ends): recover has its own, which also change what it does."""
-    f = click.option(
-        "--message-index-safe",
-        is_flag=True,
-        help="Mirrors messageIndexSafe=true: the abnormal start file of the broker's recovery this command "
-        "predicts also honours the checkpoint's indexMsgTimestamp (default: --broker-config, else false).",
-    )(f)
-    f = click.option(
-        "--no-crc",
-        is_flag=True,
-        help="Mirrors checkCRCOnRecover=false: the walk of the broker's recovery this command predicts does not "
-        "stop at a record whose body CRC fails (verify still checks and reports every CRC; default: "
-        "--broker-config, else CRC on).",
-    )(f)
-    return f
 
 
 def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: str) -> tuple[int, int, int] | None:
@@ -247,9 +212,53 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
         return None
     # (identify reads the store and pulls in the batch decoder: imported when a command
     # asks for auto, not at every start-up, about 50 ms)
-    from ..recovery.identify import infer_version, narrow_for_store
+    from ..recovery.identify import Inference, infer_version, narrow_for_store, newer_release_evidence
 
+    newer = newer_release_evidence(s.root)
+    if newer:
+        # the policy for a release rmqtool does not know yet (man rmqtool, BROKER VERSIONS)
+        newest = version_label(NEWEST)
+        more = f" (and {len(newer) - 1} more)" if len(newer) > 1 else ""
+        meta["version_refusals"] = [
+            Refusal(
+                FindingCode.LAYOUT_NEWER_RELEASE,
+                str(store),
+                f"{newer[0]}{more}: a RocketMQ release newer than rmqtool knows ({supported_range()}) wrote this "
+                f"store; to judge it as the newest one rmqtool knows, give --broker-version {newest} "
+                "(at your own risk: man rmqtool, BROKER VERSIONS)",
+            )
+        ]
+        if kind in ("destructive", "restore", "verify"):
+            return None
+        _note(f"--broker-version auto: {meta['version_refusals'][0].message}")
     inf = infer_version(s)
+    if not inf.candidates:
+        meta["version_refusals"] = [
+            Refusal(
+                FindingCode.VERSION_CONTRADICTION,
+                str(store),
+                f"--broker-version auto: the store's evidence contradicts itself ({inf.describe_evidence()}): "
+                "no one release wrote it as it is; give the release the broker runs with --broker-version",
+            )
+        ]
+        if kind in ("destructive", "restore", "verify"):
+            return None
+        _note(meta["version_refusals"][0].message)
+        inf = Inference(list(RELEASES), inf.evidence)
+    if inf.ambiguous and kind != "destructive":
+        # quirk Q8 read back from a full index file is evidence for every command: a
+        # read-only one then judges the index by the release that counted it so
+        from ..recovery.identify import index_counting_rule
+
+        counted = {BrokerProfile(v).hash_slot_count_every_put for v in inf.candidates}
+        rule = index_counting_rule(s) if len(counted) > 1 else None
+        if rule is not None:
+            every = rule[0] == "every_put"
+            inf = Inference(
+                [v for v in inf.candidates if BrokerProfile(v).hash_slot_count_every_put == every],
+                [*inf.evidence, rule[1]],
+                inf.moot,
+            )
     if inf.ambiguous and kind == "destructive":
         # what this command would do with each candidate: releases that recover this store
         # identically (the quirks between them cannot act on it) are no longer told apart

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -143,27 +144,24 @@ def broker_version_option(f: F) -> F:
         show_default=True,
         metavar="VERSION",
         envvar="RMQTOOL_BROKER_VERSION",
-        help="RocketMQ release whose behaviour to emulate (a release from 4.6.0 to 5.3.3, e.g. 4.9.4, 5.1.4, 5.3.3), "
+        help="RocketMQ release whose behaviour to emulate (a release from 4.6.0 to 5.5.1, e.g. 4.9.4, 5.3.3, 5.5.1), "
         "or auto: inferred from what the store shows (destructive commands refuse when that leaves releases "
         "whose recovery differs). Environment: RMQTOOL_BROKER_VERSION.",
     )(f)
 
 
-def make_profile(version: str, delay_levels: str | None = None) -> BrokerProfile:
+def make_profile(version: str) -> BrokerProfile:
+    """The profile of the release ``version`` ("auto": what --broker-version auto chose)
+    with the broker settings --broker-config and the options resolved (brokeropts), each
+    set by ``dataclasses.replace``: the one road a setting travels to the code."""
     meta = broker_meta()
     if version == "auto":
         version = meta.get("version") or DEFAULT_VERSION
     try:
-        return BrokerProfile.for_version(
-            version,
-            delay_levels or meta.get("message_delay_level"),
-            force_verify_prop_crc=bool(meta.get("force_verify_prop_crc")),
-            recheck_reput_offset_from_cq=bool(meta.get("recheck_reput_offset_from_cq")),
-            check_crc_on_recover=bool(meta.get("check_crc_on_recover", True)),
-            message_index_safe=bool(meta.get("message_index_safe")),
-        )
+        profile = BrokerProfile.for_version(version)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--broker-version") from None
+    return dataclasses.replace(profile, **meta.get("settings", {}))
 
 
 def broker_meta() -> dict[str, Any]:

@@ -73,16 +73,19 @@ def geometry_args(config: dict[str, Any]) -> list[str]:
 
 
 def rmq_version(version: str) -> str:
-    """The --broker-version rmqtool is given for a harness version (rmqtool knows 4.6-5.3:
-    a newer release is emulated as 5.3.3, its nearest, and a disagreement then counts
-    against that release in the soak table)."""
+    """The --broker-version rmqtool is given for a harness version: the same release
+    (rmqtool knows every release the harness lists); one rmqtool does not know would be
+    emulated as the newest it knows, and a disagreement then counts against that release
+    in the soak table."""
     from rmqtool.recovery.versions import parse_version
 
     try:
         parse_version(version)
         return version
     except ValueError:
-        return "5.3.3"
+        from rmqtool.recovery.versions import NEWEST, version_label
+
+        return version_label(NEWEST)
 
 
 # ---------------------------------------------------------------------------------------
@@ -778,8 +781,8 @@ def rebuild_checks(
     # what the reput had indexed: RECOVERY Q6), and lost index files hold nothing: a fresh
     # rebuild then finds each hit once, and more
     if rmq_version(version) != version:
-        # a release after rmqtool's range (5.5.1 indexes each message's TAGS too:
-        # IndexService.buildIndex, INDEX_TAG_TYPE): the index bytes are not compared
+        # a release after rmqtool's range (it may index differently, as 5.4.0 began to
+        # index each message's TAGS): the index bytes are not compared
         exact_index = False
     theirs = [(d["size"], d["sha256"]) for d in view.get("index_files_after_rocketmq_shutdown_in_name_order") or []]
     mine = [(d["size"], d["sha256"]) for d in index_digests(cp)]

@@ -64,7 +64,8 @@ def test_seed_5131_an_all_zero_first_unit_the_broker_lists(broker_oracle: dc.Ora
 
 
 @pytest.mark.parametrize(
-    "seed,version", [(20590, "4.9.4"), (20340, "5.1.4"), (20607, "5.3.3"), (21514, "4.9.4"), (21658, "5.5.1")]
+    "seed,version",
+    [(20590, "4.9.4"), (20340, "5.1.4"), (20607, "5.3.3"), (21514, "4.9.4"), (21658, "5.5.1"), (21875, "5.5.1")],
 )
 def test_soak_seed_agrees(broker_oracle: dc.Oracle, tmp_path: Path, seed: int, version: str) -> None:  # noqa: F811
     """Clean-shutdown cases of the seed-20000 soak, deterministic, that disagreed before the
@@ -77,7 +78,11 @@ def test_soak_seed_agrees(broker_oracle: dc.Oracle, tmp_path: Path, seed: int, v
     rmqtool's index walk the entry's offset, the record's place; the comparison maps one to
     the other), 21658 (a zero-length last commitlog file after one that ends with a BLANK:
     5.1.3+ delete it at load, so the recovery walk ends at that BLANK; verify's outlook said
-    the zero-length file's start, an rmqtool bug fixed)."""
+    the zero-length file's start, an rmqtool bug fixed), 21875 (a lost consume queue file and
+    an added abort file: 5.5.1's abnormal recovery starts at the file its checkpoint's
+    logicsPhysicalOffset names and dispatches only the queue's last message, where 5.3.3's
+    start file dispatched all three; rmqtool emulated 5.5.1 as 5.3.3 then, and now follows
+    5.5.0+'s rule, abnormal_start_by_logics_offset)."""
     if version not in broker_oracle.versions():
         pytest.skip(f"the oracle does not list {version}")
     res = dc.run_case(broker_oracle, seed, version, tmp_path)

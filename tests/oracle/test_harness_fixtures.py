@@ -207,13 +207,15 @@ def _check_round_trip(result: dict[str, Any], view: dict[str, Any], kill: bool, 
         assert records[by_seq[5]["phys_offset"]]["topic"] == "SCHEDULE_TOPIC_XXXX"
     if by_seq[3]["acknowledged"]:
         assert records[by_seq[3]["phys_offset"]]["born_host"] == "[0:0:0:0:0:0:0:1]:40000"
-    assert all(e["consistent"] for q in view["consume_queues"].values() for e in q["entries"])
-    if kill and version.startswith("5.5"):
-        # Observed with 5.5.1 (not with 4.6-5.3): after the abnormal recovery of a killed store
-        # some acknowledged messages that are in the commitlog have no index entry, and
-        # occasionally no consume queue entry. That is the broker's answer, not the harness's;
-        # which messages depends on where the kill landed, so there is nothing exact to assert.
+    if kill and version.startswith(("5.4", "5.5")):
+        # Observed with 5.5.1 and 5.5.0 (not with 4.6-5.3): after the abnormal recovery of a
+        # killed store some acknowledged messages that are in the commitlog have no index
+        # entry, occasionally no consume queue entry, and once (5.5.0, 1 run in 12) a consume
+        # queue entry whose message does not match it. That is the broker's answer, not the
+        # harness's; which messages depends on where the kill landed, so there is nothing
+        # exact to assert (the soak compares rmqtool with each such store).
         return
+    assert all(e["consistent"] for q in view["consume_queues"].values() for e in q["entries"])
     cq = {(t, e["phys_offset"]) for t, q in view["consume_queues"].items() for e in q["entries"]}
     for m in acked:
         if m["topic"] not in ("RMQ_SYS_TRANS_OP_HALF_TOPIC",):
@@ -248,8 +250,50 @@ def _versions() -> list[str]:
         return ["4.9.4"]
 
 
+def _damage(result: dict[str, Any], store: Path) -> int:
+    """One damage on a copy of the clean store: the body of its last message with a body
+    gets a flipped byte (its CRC fails) and the store an abort file. Returns that record's
+    commitlog offset: where the broker's abnormal recovery cuts."""
+    m = max((m for m in result["messages"] if m["acknowledged"] and m["body_len"] > 0), key=lambda m: m["phys_offset"])
+    tail = len(m["properties_string"].encode("utf-8")) + 2 + len(m["topic"].encode("utf-8")) + 1
+    at = m["phys_offset"] + m["wrote_bytes"] - tail - 1  # the body's last byte
+    size = 8192
+    f = store / "commitlog" / f"{at - at % size:020d}"
+    data = bytearray(f.read_bytes())
+    data[at % size] ^= 0x5A
+    f.write_bytes(bytes(data))
+    (store / "abort").write_bytes(b"")
+    return int(m["phys_offset"])
+
+
+def _rmqtool_verify(store: Path, version: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    from rmqtool.cli import run
+
+    geometry = [
+        "--commitlog-file-size",
+        "8192",
+        "--cq-file-size",
+        "200",
+        "--index-slots",
+        "16",
+        "--index-entries",
+        "32",
+    ]
+    capsys.readouterr()
+    code = run(["verify", str(store), "--broker-version", version, *geometry, "--format", "json", "-q"])
+    out, _err = capsys.readouterr()
+    return code, json.loads(out)
+
+
 @pytest.mark.parametrize("version", _versions())
-def test_write_then_view_round_trip_with(version: str, oracle: ModuleType, tmp_path: Path) -> None:
+def test_write_then_view_round_trip_with(
+    version: str, oracle: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Clean, killed and damaged stores of every listed release: the broker reads back what
+    it wrote, and rmqtool, told the release or left to infer it, finds the clean store sound
+    and the broker's cut in the damaged one."""
+    import shutil
+
     writes = [
         {"id": mode, "verb": "write", "scenario": _scenario(mode == "kill"), "out": str(tmp_path / mode)}
         for mode in ("clean", "kill")
@@ -257,15 +301,16 @@ def test_write_then_view_round_trip_with(version: str, oracle: ModuleType, tmp_p
     results = {a["id"]: a for a in oracle.batch(version, writes, parallel=2)}
     for a in results.values():
         assert a["exit"] == 0, a.get("error")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tmp_path / "clean" / "store", damaged)
+    cut = _damage(results["clean"]["result"], damaged)
     cfg = _scenario(False)["config"]
+    stores = {"clean": tmp_path / "clean" / "store", "kill": tmp_path / "kill" / "store", "damaged": damaged}
     views = {
         a["id"]: a
         for a in oracle.batch(
             version,
-            [
-                {"id": mode, "verb": "view", "store": str(tmp_path / mode / "store"), "config": cfg}
-                for mode in ("clean", "kill")
-            ],
+            [{"id": mode, "verb": "view", "store": str(st), "config": cfg} for mode, st in stores.items()],
             parallel=1,
         )
     }
@@ -273,6 +318,23 @@ def test_write_then_view_round_trip_with(version: str, oracle: ModuleType, tmp_p
         assert views[mode]["exit"] == 0, views[mode].get("error")
         assert views[mode]["result"]["rocketmq_version"] == version
         _check_round_trip(results[mode]["result"], views[mode]["result"], mode == "kill", version)
+    # the damage: the broker's abnormal recovery cuts at the damaged record, and rmqtool's
+    # outlook says so
+    dv = views["damaged"]["result"]
+    assert views["damaged"]["exit"] == 0 and dv["load_ok"] and dv["recovery_mode"] == "abnormal"
+    assert dv["commitlog_max_offset"] == cut
+    code, doc = _rmqtool_verify(damaged, version, capsys)
+    assert doc["summary"]["recovery"]["abnormal"]["stop_offset"] == cut, doc["summary"]["recovery"]
+    # rmqtool judges the clean store sound, told the release and under auto (5.5.1 once got
+    # dozens of IDX_WRONG_HASH judged by 5.3.3's index keys)
+    for v in (version, "auto"):
+        code, doc = _rmqtool_verify(stores["clean"], v, capsys)
+        assert code == 0 and doc["findings"] == [], (v, doc["findings"][:3])
+        if v == "auto":
+            from rmqtool.recovery.versions import BrokerProfile
+
+            judged = BrokerProfile.for_version(doc["broker_version"])
+            assert judged.indexes_tags == BrokerProfile.for_version(version).indexes_tags
 
 
 def test_unknown_setting_is_a_usage_error(oracle: ModuleType, tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ import shutil
 import struct
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -112,7 +113,7 @@ def _scenario(extra: dict[str, Any], v2: bool) -> dict[str, Any]:
 
 def _profile(name: str) -> BrokerProfile:
     version, _w, _v, opts = CONFIGS[name]
-    return BrokerProfile.for_version(version, force_verify_prop_crc="--force-verify-prop-crc" in opts)
+    return replace(BrokerProfile.for_version(version), force_verify_prop_crc="--force-verify-prop-crc" in opts)
 
 
 def _nth(root: Path, prof: BrokerProfile, file_idx: int, n: int) -> tuple[int, int, int]:

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ...recovery.findingcodes import FindingCode
 from .. import destructive as ds
+from ..brokeropts import recovery_walk_options
 from ..cmdopts import change_options, store_command_options
 from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
@@ -38,7 +40,7 @@ if TYPE_CHECKING:  # start-up time (--help): the recovery packages are imported 
 
 
 @click.command("recover", context_settings={"help_option_names": ["-h", "--help"]})
-@store_command_options("destructive", output_file_options, progress_option)
+@store_command_options("destructive", recovery_walk_options, output_file_options, progress_option)
 @click.option(
     "--normal/--abnormal",
     "normal",
@@ -47,11 +49,6 @@ if TYPE_CHECKING:  # start-up time (--help): the recovery packages are imported 
     "recovery (start file from the checkpoint). Default: what the broker does (abort file -> abnormal).",
 )
 @click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
-@click.option(
-    "--no-crc",
-    is_flag=True,
-    help="Do not check body CRCs while walking; mirrors checkCRCOnRecover=false (default: --broker-config, else CRC on).",
-)
 @click.option(
     "--salvage-to",
     type=click.Path(path_type=Path),
@@ -75,12 +72,6 @@ if TYPE_CHECKING:  # start-up time (--help): the recovery packages are imported 
     default="table",
     show_default=True,
     help="Output format of the plan and the result.",
-)
-@click.option(
-    "--message-index-safe",
-    is_flag=True,
-    help="Abnormal start file by the messageIndexSafe rule (min of the checkpoint timestamps and indexMsgTimestamp); "
-    "mirrors messageIndexSafe=true (default: --broker-config, else false).",
 )
 @click.option(
     "--correct-delay-tags",
@@ -111,11 +102,9 @@ def command(
     broker_version: str,
     normal: bool | None,
     dry_run: bool,
-    no_crc: bool,
     salvage_to: Path | None,
     backup_dir: Path | None,
     fmt: str,
-    message_index_safe: bool,
     correct_delay_tags: bool,
     no_reindex: bool,
     reindex_all: bool,
@@ -146,8 +135,6 @@ def command(
     mode = None if normal is None else ("normal" if normal else "abnormal")
     opts = dict(
         mode=mode,
-        check_crc=not no_crc,
-        message_index_safe=message_index_safe,
         correct_delay_tags=correct_delay_tags,
         reindex=not no_reindex,
         keep_sound_index=not reindex_all,
@@ -240,7 +227,7 @@ def _apply(
                 fix_offsets=fix_offsets,
             )
     _warn_problems(plan)
-    bad_topics = [p for p in (result.problems if result is not None else []) if p.code == "TOPIC_BAD_NAME"]
+    bad_topics = [p for p in (result.problems if result is not None else []) if p.code == FindingCode.TOPIC_BAD_NAME]
     for p in bad_topics:
         ds.warn(p.one_line(), "problem")
     changed = (result is not None and result.changed) or finished

@@ -186,7 +186,7 @@ def _file_lines(
     lo = -1 if from_offset is None else from_offset - f.base  # position range [lo, hi) of this file
     hi = end + 1 if to_offset is None else to_offset - f.base
     unfiltered = lo < 0 and hi > end and not content_filter
-    st = _Lines(f.name, profile.is_5x, lo, hi, unfiltered, topic, queue_id, since, until)
+    st = _Lines(f.name, profile.checks_inner_batch, lo, hi, unfiltered, topic, queue_id, since, until)
     mv = memoryview(buf)
     vec = _Vec(buf, mv, end, f.name, profile) if unfiltered else None
     try:
@@ -344,7 +344,7 @@ class _Vec:
     """Per-file state of the vectorised path (tables cached across blocks)."""
 
     def __init__(self, buf: Any, mv: memoryview, end: int, fname: str, profile: Any) -> None:
-        self.file = PlainFile(buf, end, profile.is_5x, mv)
+        self.file = PlainFile(buf, end, profile.checks_inner_batch, mv)
         self.fname = _enc(fname).encode()
         self.hosts: dict[int, tuple[bytes, bytes]] = {}
         self.topics: dict[bytes, bytes] = {}

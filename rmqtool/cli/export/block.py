@@ -126,7 +126,7 @@ class _State:
     """Per-file state: the mapped bytes and tables cached across blocks."""
 
     def __init__(self, split: Split, buf: Any, end: int, profile: BrokerProfile, with_body: bool) -> None:
-        self.file = PlainFile(buf, end, profile.is_5x)
+        self.file = PlainFile(buf, end, profile.checks_inner_batch)
         self.with_body = with_body
         self.store = split.store
         self.file_name = split.file_name

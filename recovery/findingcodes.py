@@ -1,0 +1,103 @@
+"""The finding codes of ``rmqtool verify``: one :class:`FindingCode` member per code, its
+value the code itself, the stable JSON contract that man/rmqtool-verify.1 documents
+(FINDING CODES). Code is written with the members, never with a bare string, so that a
+misspelt code fails the type check (and at run time as an AttributeError where it is
+written), not as a ``KeyError`` when the finding is made. Severities and meanings:
+:data:`recovery.verify.report.CODES`. A leaf module: the store's layout issues, the
+offsets' config findings and the broker-config refusals take their codes from here too.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum, unique
+
+
+@unique
+class FindingCode(StrEnum):
+    # layout (recovery.store.Store.issues)
+    FILE_STRAY = "FILE_STRAY"
+    GEOMETRY_ASSUMED = "GEOMETRY_ASSUMED"
+    FILE_IGNORED = "FILE_IGNORED"
+    FILE_UNSAFE = "FILE_UNSAFE"
+    FILE_SYMLINK = "FILE_SYMLINK"
+    DIR_UNWRITABLE = "DIR_UNWRITABLE"
+    TOPIC_BAD_NAME = "TOPIC_BAD_NAME"
+    FILE_MISNAMED = "FILE_MISNAMED"
+    FILE_ZERO_LENGTH = "FILE_ZERO_LENGTH"
+    FILE_ZERO_LENGTH_LAST = "FILE_ZERO_LENGTH_LAST"
+    FILE_ZERO_LENGTH_LOST = "FILE_ZERO_LENGTH_LOST"
+    FILE_WRONG_SIZE = "FILE_WRONG_SIZE"
+    FILE_GAP = "FILE_GAP"
+    FILE_OVERLAP = "FILE_OVERLAP"
+    FILE_MISALIGNED = "FILE_MISALIGNED"
+    # commitlog records
+    CL_BAD_MAGIC = "CL_BAD_MAGIC"
+    CL_V2_UNSUPPORTED = "CL_V2_UNSUPPORTED"
+    CL_TRUNCATED_RECORD = "CL_TRUNCATED_RECORD"
+    CL_BAD_LENGTH = "CL_BAD_LENGTH"
+    CL_SIZE_MISMATCH = "CL_SIZE_MISMATCH"
+    CL_BODY_CRC = "CL_BODY_CRC"
+    CL_BAD_DELAY_LEVEL = "CL_BAD_DELAY_LEVEL"
+    CL_BAD_INNER_BATCH = "CL_BAD_INNER_BATCH"
+    CL_PROP_CRC = "CL_PROP_CRC"
+    CL_PROP_CRC_PRE_5_2 = "CL_PROP_CRC_PRE_5_2"
+    CL_PHYS_OFFSET_MISMATCH = "CL_PHYS_OFFSET_MISMATCH"
+    CL_DATA_AFTER_END = "CL_DATA_AFTER_END"
+    CL_TORN_TAIL = "CL_TORN_TAIL"
+    CL_TORN_MESSAGE = "CL_TORN_MESSAGE"
+    LAYOUT_DLEDGER = "LAYOUT_DLEDGER"
+    LAYOUT_ROCKSDB_CQ = "LAYOUT_ROCKSDB_CQ"
+    LAYOUT_CQ_EXT = "LAYOUT_CQ_EXT"
+    LAYOUT_BATCH_CQ = "LAYOUT_BATCH_CQ"
+    LAYOUT_COMPACTION = "LAYOUT_COMPACTION"
+    LAYOUT_NEWER_RELEASE = "LAYOUT_NEWER_RELEASE"
+    VERSION_CONTRADICTION = "VERSION_CONTRADICTION"
+    UNSUPPORTED_SETTING = "UNSUPPORTED_SETTING"
+    CL_ZEROED_RECORD_TAIL = "CL_ZEROED_RECORD_TAIL"
+    CL_GARBAGE_AFTER_END = "CL_GARBAGE_AFTER_END"
+    CL_SALVAGEABLE_RECORDS = "CL_SALVAGEABLE_RECORDS"
+    CL_BAD_BLANK = "CL_BAD_BLANK"
+    CL_SYSFLAG = "CL_SYSFLAG"
+    CL_PROPERTIES = "CL_PROPERTIES"
+    CL_QUEUE_OFFSET = "CL_QUEUE_OFFSET"
+    # consume queues
+    CQ_HOLE = "CQ_HOLE"
+    CQ_BAD_UNIT = "CQ_BAD_UNIT"
+    CQ_BAD_POINTER = "CQ_BAD_POINTER"
+    CQ_WRONG_RECORD = "CQ_WRONG_RECORD"
+    CQ_TAGS_CODE = "CQ_TAGS_CODE"
+    CQ_TAGS_CODE_Q1 = "CQ_TAGS_CODE_Q1"
+    CQ_PAST_END = "CQ_PAST_END"
+    CQ_BEFORE_MIN = "CQ_BEFORE_MIN"
+    CQ_INTO_DAMAGE = "CQ_INTO_DAMAGE"
+    CQ_DISPATCH_LAG = "CQ_DISPATCH_LAG"
+    CQ_MISSING_MESSAGE = "CQ_MISSING_MESSAGE"
+    CQ_TOPIC_DELETED = "CQ_TOPIC_DELETED"
+    # index
+    IDX_HEADER = "IDX_HEADER"
+    IDX_SLOT_COUNT_VERSION = "IDX_SLOT_COUNT_VERSION"
+    IDX_SLOT_RANGE = "IDX_SLOT_RANGE"
+    IDX_CHAIN_CYCLE = "IDX_CHAIN_CYCLE"
+    IDX_CHAIN_BROKEN = "IDX_CHAIN_BROKEN"
+    IDX_BAD_ENTRY = "IDX_BAD_ENTRY"
+    IDX_PAST_END = "IDX_PAST_END"
+    IDX_INTO_DAMAGE = "IDX_INTO_DAMAGE"
+    IDX_WRONG_HASH = "IDX_WRONG_HASH"
+    IDX_TIME_DIFF = "IDX_TIME_DIFF"
+    IDX_DISPATCH_LAG = "IDX_DISPATCH_LAG"
+    IDX_MISSING_KEYS = "IDX_MISSING_KEYS"
+    # checkpoint
+    CKPT_MISSING = "CKPT_MISSING"
+    CKPT_SIZE = "CKPT_SIZE"
+    CKPT_ZERO = "CKPT_ZERO"
+    CKPT_AHEAD = "CKPT_AHEAD"
+    # store state
+    STORE_LOCKED = "STORE_LOCKED"
+    STORE_ABORT = "STORE_ABORT"
+    STORE_PENDING_JOURNAL = "STORE_PENDING_JOURNAL"
+    # offset config files (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json)
+    CFG_UNREADABLE = "CFG_UNREADABLE"
+    CFG_TABLE_LOST = "CFG_TABLE_LOST"
+    CFG_LOAD_FAILS = "CFG_LOAD_FAILS"
+    CFG_BAK_UNREADABLE = "CFG_BAK_UNREADABLE"
+    CFG_ROCKSDB = "CFG_ROCKSDB"
