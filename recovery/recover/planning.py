@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...formats.errors import RecoveryError
-from ..broker import MODE_ABNORMAL, MODE_NORMAL
+from ..broker import MODE_ABNORMAL, MODE_NORMAL, mapped_file_queue_load
 from ..findingcodes import FindingCode
 from ..store import LayoutIssue, Store
 from ..versions import BrokerProfile
@@ -105,18 +105,15 @@ def refused_commitlog_file(store: Store, profile: BrokerProfile) -> LayoutIssue 
     and later delete an empty last file and load the rest. recover then refuses the store
     too (issue 33 R11: it cut at the short file, removed every later file with its intact
     messages, and the broker still refused the result); repair is the way out."""
-    last = _rel(store, store.commitlog[-1].path) if store.commitlog else None
     # (a file whose name does not tile the offsets stops recover anyway: status 4, nothing
     # changed, the problem naming it; see _layout_problems)
     untiled = {i.path for i in store.issues if i.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE")}
-    for issue in store.issues:
-        if not issue.path.startswith("commitlog") or issue.path in untiled:
-            continue
-        if issue.code == "WRONG_FILE_SIZE":
-            return issue
-        if issue.code == "ZERO_LENGTH_FILE" and not (issue.path == last and profile.zero_length_last_file_deleted):
-            return issue
-    return None
+    files = [f for f in store.commitlog if _rel(store, f.path) not in untiled]
+    f = mapped_file_queue_load(files, store.geometry.commitlog_file_size, profile)
+    if f is None:
+        return None
+    rel = _rel(store, f.path)
+    return next((i for i in store.issues if i.path == rel and i.code in ("WRONG_FILE_SIZE", "ZERO_LENGTH_FILE")), None)
 
 
 def refuse_unloadable(store: Store, profile: BrokerProfile) -> None:
