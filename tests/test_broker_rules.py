@@ -272,11 +272,7 @@ def test_mapped_file_queue_load_refuses_a_file_of_another_size() -> None:
     """MappedFileQueue.load: a file cut short, extended or empty fails the load (issue 33
     R11: recover refuses such a store as the broker does); 5.1.3+ delete an empty last file
     first and load the rest."""
-    from pathlib import Path
-
-    from rmqtool.recovery.broker import mapped_file_queue_load
-    from rmqtool.recovery.store import StoreFile
-    from rmqtool.recovery.versions import BrokerProfile
+    mapped_file_queue_load = br.mapped_file_queue_load
 
     def files(*sizes: int) -> list[StoreFile]:
         return [StoreFile(Path(f"{i * 64:020d}"), i * 64, s) for i, s in enumerate(sizes)]
