@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
 
+from ..store import data_extents
 from .consts import _CHUNK, _ZEROS, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
 from .digests import _BIG_CHUNK, _SPARSE_MIN, _digest, _Hasher, _PreHash, _trailing_zeros, file_digest
 from .errors import BackupDirError, SafetyError
@@ -97,7 +98,8 @@ def backup_bytes_needed(steps: list[_Step], store: Path | None = None) -> int:
     ``store``, a whole file counts its allocated bytes (a copy keeps its holes: a commitlog
     sparse-extended to 64 GiB is backed up in its few data blocks; on the store's file
     system it is a hard link, but a link can still fail, e.g. across bind mounts, and the
-    copy then needs that room)."""
+    copy then needs that room), and a cut or overwritten piece its bytes up to its last
+    data (its copy leaves its zero tail a hole)."""
     total = 0
     for s in steps:
         if s.action in ("replace", "remove"):
@@ -108,11 +110,27 @@ def backup_bytes_needed(steps: list[_Step], store: Path | None = None) -> int:
                 except OSError:
                     pass
             total += size
-        elif s.action == "truncate_tail":
-            total += s.length or 0
-        elif s.action == "write_at":
-            total += (s.orig_size or 0) - (s.offset or 0)
+        elif s.action in ("truncate_tail", "write_at"):
+            lo = s.offset or 0
+            hi = lo + (s.length or 0) if s.action == "truncate_tail" else (s.orig_size or 0)
+            total += _piece_bytes(store / s.path, lo, hi) if store is not None else max(0, hi - lo)
     return total
+
+
+def _piece_bytes(path: Path, lo: int, hi: int) -> int:
+    """Bytes of ``[lo, hi)`` of a store file up to the end of its last data extent there:
+    at most what the copy of that piece takes, its zero tail left as a hole (a cut of a file
+    sparse-extended to 64 GiB backs up its data, not the hole after it); the whole range
+    where the file cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return max(0, hi - lo)
+    try:
+        extents = data_extents(fd, lo, hi)
+    finally:
+        os.close(fd)
+    return extents[-1][1] - lo if extents else 0
 
 
 def _prepare_backup_dir(bdir: Path, steps: list[_Step], store: Path | None = None) -> None:
@@ -333,9 +351,18 @@ def _hash_result_rest(f: BinaryIO, staging: Path, step: _Step, cut: _Cut, res_h:
             left -= n
     else:
         assert step.staged is not None
-        with open(staging / step.staged, "rb") as src:
-            while chunk := src.read(_CHUNK):
+        src_path = staging / step.staged
+        n = os.stat(src_path).st_size
+        # (a zero tail of the new bytes that ends the file is described, not read: a
+        # restored piece of a sparse 64 GiB file is not read through its hole)
+        ends_file = cut.cut_to_end or cut.off + cut.new_len >= cut.size
+        tail = _trailing_zeros(src_path, n) if ends_file else 0
+        with open(src_path, "rb") as src:
+            left = n - tail
+            while left and (chunk := src.read(min(_CHUNK, left))):
                 res_h.update(chunk)
+                left -= len(chunk)
+        res_zeros = tail
     if not cut.cut_to_end and cut.off + cut.new_len < cut.size:
         f.seek(cut.off + cut.new_len)
         while chunk := f.read(_CHUNK):
