@@ -126,6 +126,10 @@ def main() -> int:
         ("--since the last minute", ["--since", str(last_ts - 60_000)]),
         ("--topic of a small topic", ["--topic", "SynthTopic7"]),
         ("--msg-id", ["--msg-id", msg_id]),
+        # misses (issue 34): answered by the offset in the id and the index, not a walk
+        ("--msg-id absent (offset id)", ["--msg-id", msg_id[:16] + "7FFFFFFFFFFFFFF0"]),
+        ("--msg-id absent (UNIQ_KEY)", ["--msg-id", "0A0000010F2C1B2C3D4EFFFFFFFF0001"]),
+        ("--key absent", ["--key", "NO-SUCH-KEY", "--topic", "SynthTopic7"]),
     ]
     from rmqtool.recovery.seek import first_since, seek_start
 

@@ -634,8 +634,9 @@ def run_verify(src: Path, version: str, runs: int, label: str, table: Table) -> 
     j2: list[Run] = []
     for _ in range(runs):  # alternated: each sees the machine in the same state
         bare.append(bare_loop(src))
-        j1.append(rmqtool(version, "verify", str(src), "--jobs", "1"))
-        j2.append(rmqtool(version, "verify", str(src), "--jobs", "2"))
+        # (--format jsonl: the findings as written into a pipe before the one output rule)
+        j1.append(rmqtool(version, "verify", str(src), "--jobs", "1", "--format", "jsonl"))
+        j2.append(rmqtool(version, "verify", str(src), "--jobs", "2", "--format", "jsonl"))
     bw, bc = [r.wall for r in bare], [r.cpu for r in bare]
     table.add(
         (
@@ -728,7 +729,12 @@ def run_shape(shape: str, a: argparse.Namespace, oracle: Path | None, table: Tab
         if case == "verify":
             run_verify(src, version, a.runs, label, table)
             if a.profile:
-                profile(Path(a.profile), f"{src.name}-verify", version, ["verify", str(src), "--jobs", "1"])
+                profile(
+                    Path(a.profile),
+                    f"{src.name}-verify",
+                    version,
+                    ["verify", str(src), "--jobs", "1", "--format", "jsonl"],
+                )
         else:
             run_case(case, src, copy, version, config, a, oracle, guard, label, table)
     shutil.rmtree(copy, ignore_errors=True)

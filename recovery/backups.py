@@ -25,6 +25,7 @@ def describe_backup(p: Path, store: Path) -> dict[str, Any]:
     row: dict[str, Any] = {
         "path": str(p),
         "created_utc": None,
+        "created_time": None,
         "description": None,
         "txid": None,
         "store": None,
@@ -52,6 +53,7 @@ def describe_backup(p: Path, store: Path) -> dict[str, Any]:
         entries=len(doc["entries"]),
         actions=actions,
     )
+    row["created_time"] = row["created_utc"]  # the name every command gives an ISO time (created_utc: until 3)
     row["same_store"] = doc.get("store") is None or Path(doc["store"]).resolve() == store.resolve()
     if not row["same_store"]:
         row["status"] = "OTHER_STORE"

@@ -169,6 +169,30 @@ def _span(g: list[tuple[int, int, int]]) -> str:
     return version_label(g[0]) if len(g) == 1 else f"{version_label(g[0])}-{version_label(g[-1])}"
 
 
+def five_x_layout(store: Store) -> str | None:
+    """What in the store's layout only a 5.x broker writes (a file or directory, a RocksDB
+    config store, a config field), said as evidence; None when nothing does. (Records are
+    not looked at: a client may set any property.)"""
+    for rel in FIVE_X_FILES:
+        if (store.root / rel).exists():
+            return f"{rel} exists (only 5.x writes it)"
+    cfg = store.root / "config"
+    for d in sorted(cfg.iterdir()) if cfg.is_dir() else []:
+        if d.is_dir() and (d / "CURRENT").is_file():
+            return f"config/{d.name} is a RocksDB database (only 5.x keeps its config in RocksDB)"
+    for rel, name in FIVE_X_CONFIG_FIELDS:
+        try:
+            raw = read_config_bytes(store.root / rel)  # (never a FIFO or device, bounded)
+        except FormatError:
+            continue
+        if raw is None:
+            continue
+        text = raw.decode("utf-8", "replace")
+        if re.search(rf'"{name}"\s*:', text):
+            return f"{rel} has the field {name} (only 5.x writes it)"
+    return None
+
+
 def infer_version(store: Store) -> Inference:
     lo = RELEASES[0]
     evidence: list[str] = []

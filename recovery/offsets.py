@@ -404,6 +404,9 @@ def offset_report(
     for p in cfg.pairs.values():
         if p.present and p.loaded != "main":
             notes.append(describe_pair(p)["verdict"])
+    for r in (*rows, *gl):  # the names every command gives a time (schema_version 2); the old ones stay until 3
+        r["oldest_unconsumed_timestamp"] = r["oldest_unconsumed_ms"]
+        r["oldest_unconsumed_time"] = r["oldest_unconsumed"]
     return OffsetReport(rows, gl, files, notes)
 
 

@@ -14,7 +14,7 @@ and verify's findings table all read their columns from here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
@@ -383,6 +383,7 @@ class RecordFilter(TypedDict, total=False):
     with_body: bool
     body_hash: bool
     scan: bool
+    progress: Callable[[int], None] | None  # advanced by the bytes a lookup's unavoidable walk reads
 
 
 def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilter]) -> Iterator[Record]:
@@ -394,6 +395,7 @@ def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilte
     since, until = selected.get("since"), selected.get("until")
     with_body, body_hash = selected.get("with_body", False), selected.get("body_hash", False)
     scan = selected.get("scan", False)
+    progress = selected.get("progress")
 
     def keep(c: ck.Checked, pos_off: int) -> bool:
         rec = c.rec
@@ -414,7 +416,12 @@ def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilte
 
     if key is not None or msg_id is not None:
         if msg_id is not None:
-            located = (loc for _how, loc in qy.find_by_msg_id(store, profile, msg_id, topic=topic, use_index=not scan))
+            located = (
+                loc
+                for _how, loc in qy.find_by_msg_id(
+                    store, profile, msg_id, topic=topic, use_index=not scan, progress=progress
+                )
+            )
         else:
             assert key is not None
             located = (
@@ -427,6 +434,7 @@ def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilte
                     use_index=not scan,
                     begin=since or 0,
                     end=until if until is not None else qy.LONG_MAX,
+                    progress=progress,
                 )
             )
         for loc in located:

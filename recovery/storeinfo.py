@@ -24,7 +24,7 @@ from .safety import broker_holds_lock, lock_file_problem, lock_holder, pending_j
 from .store import FileMap, Store
 from .versions import BrokerProfile
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # info --format json: the one number every JSON document of the CLI carries
 
 
 def _data_prefix(buf: Any) -> Any:
@@ -195,8 +195,92 @@ def store_info(
     doc["backups"] = sorted(p.name for p in root.parent.glob(f"{root.name}.rmqtool-backup-*") if p.is_dir())
     doc["outlook"] = _outlook(root, abort, held, journals, doc, profile)
     if deep:
-        doc["recovery_plan"] = _deep(store, profile, progress)
+        doc["recovery_plan"] = _deep(store, profile, progress, doc["max_phy_offset_of_cq"])
+    doc.update(_at_a_glance(store, profile, doc))
     return doc
+
+
+def _timers_waiting(store: Store) -> int | None:
+    """The timer and delay messages waiting for their time (5.x timer store, 4.x schedule
+    queues): the hook the timer and delay issue (36) fills; None (unknown) until then."""
+    return None
+
+
+def _consumer_offsets(root: Path, queues: list[dict[str, Any]]) -> dict[str, Any]:
+    """The committed offsets (consumerOffset.json and lmqConsumerOffset.json, as the broker
+    loads them) against the queues as they are: how many, how many ahead of their queue's end
+    or behind its start, the messages not consumed, and the groups behind. Cheap: no walk
+    (rmqtool offsets has the exact ends the broker's start leaves)."""
+    from .offsets import CONSUMER_FILES, committed_entries, load_offset_config
+
+    ends = {(q["topic"], q["queue_id"]): q for q in queues}
+    out: dict[str, Any] = {"groups": 0, "offsets": 0, "ahead": 0, "behind": 0, "lag": 0}
+    behind: set[str] = set()
+    groups: set[str] = set()
+    try:
+        cfg = load_offset_config(root, read_rocksdb=False)
+    except (OSError, ValueError, FormatError):
+        return {**out, "groups_behind": []}
+    for name, group, topic, qid, off, _key in committed_entries(cfg):
+        if name not in CONSUMER_FILES or group is None:
+            continue  # (the schedule progress of delayOffset.json is the broker's own)
+        groups.add(group)
+        out["offsets"] += 1
+        q = ends.get((topic, qid))
+        if q is None or q["max_offset"] is None:
+            continue
+        if off > q["max_offset"] + 1:
+            out["ahead"] += 1
+        elif q["min_offset"] is not None and off < q["min_offset"]:
+            out["behind"] += 1
+        lag = max(0, q["max_offset"] + 1 - max(off, q["min_offset"] or 0))
+        if lag:
+            out["lag"] += lag
+            behind.add(group)
+    out["groups"] = len(groups)
+    return {**out, "groups_behind": sorted(behind)}
+
+
+def _at_a_glance(store: Store, profile: BrokerProfile, doc: dict[str, Any]) -> dict[str, Any]:
+    """What an operator asks first: is it safe to start the broker (``safe_to_start``; null
+    where only the walk of --deep can tell), what would its next start lose (``would_lose``,
+    messages; ``intact_at_risk``: of them the intact ones repair keeps; ``undispatched``: the
+    messages its start dispatches to the queues), what to run next (``next``: the command
+    after ``rmqtool``), and which consumer groups are behind (``consumers_behind``)."""
+    root = str(store.root)
+    offsets = _consumer_offsets(store.root, doc["queues"])
+    plan = doc.get("recovery_plan")
+    held, journals = doc["lock"]["held"], doc["pending_transactions"]
+    safe: bool | None
+    if held or journals:
+        safe = False
+    elif plan is not None:
+        safe = plan["messages_cut"] == 0 and not plan["problems"]
+    else:
+        safe = None if doc["abort"] else True
+    nxt: list[str] | None
+    if held:
+        nxt = None
+    elif journals:
+        nxt = ["recover", root, "--dry-run"]
+    elif plan is not None and plan["intact_cut"]:
+        nxt = ["repair", root, "--dry-run"]  # it keeps the intact messages the broker's start cuts
+    elif doc["abort"] or (plan is not None and not plan["nothing_to_do"]):
+        nxt = ["recover", root, "--dry-run"]
+    elif offsets["ahead"] or offsets["behind"]:
+        nxt = ["offsets", root]
+    else:
+        nxt = ["verify", root]
+    return {
+        "safe_to_start": safe,
+        "would_lose": plan["messages_cut"] if plan is not None else None,
+        "intact_at_risk": plan["intact_cut"] if plan is not None else None,
+        "undispatched": plan["undispatched"] if plan is not None else None,
+        "next": nxt,
+        "consumers_behind": offsets["groups_behind"],
+        "timers_waiting": _timers_waiting(store),
+        "consumer_offsets": {k: v for k, v in offsets.items() if k != "groups_behind"},
+    }
 
 
 def _outlook(
@@ -243,11 +327,18 @@ def _outlook(
     return {"mode": "abnormal" if abort else "normal", "verdict": verdict, "next": steps}
 
 
-def _deep(store: Store, profile: BrokerProfile, progress: Callable[[int], None] | None) -> dict[str, Any]:
+def _deep(
+    store: Store, profile: BrokerProfile, progress: Callable[[int], None] | None, cq_end: int | None
+) -> dict[str, Any]:
     from .recover import plan_recovery  # lazy: recovery.recover is ~210 ms of `rmqtool info`'s start-up
 
     plan = plan_recovery(store, profile, progress=progress)
     return {
+        # the messages between the queues' end and the commitlog's end after the recovery
+        "undispatched": _records_between(
+            store, profile, cq_end if cq_end is not None else plan.commitlog_min_offset, plan.end_offset
+        ),
+        "intact_cut": plan.intact_cut,
         "mode": plan.mode,
         "mode_reason": plan.mode_reason,
         "start_file": plan.start_file,
@@ -258,6 +349,27 @@ def _deep(store: Store, profile: BrokerProfile, progress: Callable[[int], None] 
         "nothing_to_do": plan.nothing_to_do,
         "problems": [p.one_line() for p in plan.problems],
     }
+
+
+def _records_between(store: Store, profile: BrokerProfile, lo: int, hi: int) -> int:
+    """The messages from commitlog offset ``lo`` to ``hi`` (record by record; BLANK records
+    and the end of a file skipped): those the consume queues do not hold yet."""
+    n = 0
+    off = lo
+    with CommitlogReader(store, profile) as reader:
+        while off < hi:
+            loc = reader.record_at(off)
+            rec = loc.checked.rec if loc is not None else None
+            if rec is None or rec.total_size <= 0:
+                nxt = next((f.base for f in store.commitlog if f.base > off), None)
+                if nxt is None:
+                    break
+                off = nxt
+                continue
+            if loc is not None and loc.checked.is_message:
+                n += 1
+            off += rec.total_size
+    return n
 
 
 __all__ = ["store_info", "SCHEMA_VERSION"]

@@ -49,6 +49,34 @@ def tree_digest(root: Path) -> dict[str, str]:
     return out
 
 
+def jsonl_records(text: str, code: int | None = None) -> list[dict[str, Any]]:
+    """The records of a ``--format jsonl`` output: its lines but the last, which is checked
+    to be the summary record (``type`` summary, the verdict, ``code`` as its exit status)."""
+    lines = [json.loads(x) for x in text.splitlines()]
+    if not lines and code in (2, 8):  # a usage or operational error: nothing printed
+        return lines
+    assert lines, "no summary record"
+    s = lines[-1]
+    assert s.get("type") == "summary" and s.get("schema_version") == 2 and s.get("verdict"), s
+    assert code is None or s["exit_status"] == code, (s, code)
+    return lines[:-1]
+
+
+def jsonl_summary(text: str) -> dict[str, Any]:
+    """The summary record of a ``--format jsonl`` output (its last line)."""
+    s: dict[str, Any] = json.loads(text.splitlines()[-1])
+    assert s.get("type") == "summary", s
+    return s
+
+
+def json_records(text: str) -> list[dict[str, Any]]:
+    """The records of ``dump --format json`` (one document: ``records``, the verdict)."""
+    doc = json.loads(text)
+    assert doc["schema_version"] == 2 and "exit_status" in doc and doc["verdict"], doc
+    records: list[dict[str, Any]] = doc["records"]
+    return records
+
+
 def copy_store(name: str, dest: Path) -> Path:
     """A writable copy of a real fixture store at dest/<name>/store."""
     target = dest / name / "store"

@@ -51,6 +51,9 @@ READ_ONLY = [
     ("recover", "--dry-run", "--broker-version", "auto"),
 ]
 AUTO_REFUSAL = "--broker-version auto:"
+# the read-only commands' output format, asked for explicitly (stdout is dropped; these are
+# the formats they wrote into a pipe before the one output rule made the table the default)
+FORMATS = {"dump": "jsonl", "verify": "jsonl", "offsets": "jsonl", "info": "json", "backups": "json"}
 EXITS = {
     "dump": {0, 1, 4, 8},
     "verify": {0, 4, 8},
@@ -790,6 +793,9 @@ class StoreResult:
 
 
 def _cmd_name(argv: tuple[str, ...]) -> str:
+    if "--format" in argv:  # (the names of the soak records: without the format asked for)
+        i = argv.index("--format")
+        argv = argv[:i] + argv[i + 2 :]
     return " ".join(a for a in argv[:3] if not a.startswith("/"))
 
 
@@ -877,6 +883,8 @@ def run_store(
     dry: dict[tuple[str, ...], int] = {}
     for ro in READ_ONLY:
         argv = [*ro[:2], str(root), *ro[2:]] if ro[0] == "dump" else [ro[0], str(root), *ro[1:]]
+        if ro[0] in FORMATS:
+            argv += ["--format", FORMATS[ro[0]]]
         dry[ro] = cmd(*argv).code
         if tree_stat(root) != s0:  # (cheap: names, types, sizes, mtimes; the bytes below)
             res.failures.append((_cmd_name(tuple(ro)), "read-only wrote", _diff(h0, tree_digest(root))))

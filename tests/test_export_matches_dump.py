@@ -205,7 +205,9 @@ def dump_records(capsys: pytest.CaptureFixture[str], root: Path, version: str) -
     out = capsys.readouterr().out
     assert code in (0, 4), code
     # JSON lines end with "\n" only (str.splitlines would also cut at U+2028, U+0085, ...)
-    return [json.loads(line) for line in out.split("\n") if line]
+    lines = [json.loads(line) for line in out.split("\n") if line]
+    assert lines[-1]["type"] == "summary" and lines[-1]["exit_status"] == code  # the verdict, last
+    return lines[:-1]
 
 
 class Coverage:

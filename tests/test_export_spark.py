@@ -30,11 +30,9 @@ def dump(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict
     code = run(["dump", *argv, "--format", "jsonl"])
     out = capsys.readouterr().out
     # not splitlines: U+2028 may be in a value; the ISO twins of dump (born_time, store_time) are not columns
-    return code, [
-        {k: v for k, v in json.loads(line).items() if k not in ("born_time", "store_time")}
-        for line in out.split("\n")
-        if line
-    ]
+    lines = [json.loads(line) for line in out.split("\n") if line]
+    assert lines[-1]["type"] == "summary" and lines[-1]["exit_status"] == code  # the verdict, last
+    return code, [{k: v for k, v in r.items() if k not in ("born_time", "store_time")} for r in lines[:-1]]
 
 
 def read_rows(spark: Any, out: Path) -> list[dict[str, Any]]:

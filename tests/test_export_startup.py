@@ -130,9 +130,18 @@ def test_export_json_summary_on_stdout(spark: object, tmp_path: Path, capsys: py
     cap = capsys.readouterr()
     doc = json.loads(cap.out)
     assert "exported" not in cap.err and "splits done" not in cap.err
-    assert doc["schema_version"] == 1 and doc["what"] == "commitlog" and doc["exit_status"] == 0
+    assert doc["schema_version"] == 2 and doc["what"] == "commitlog" and doc["exit_status"] == 0
     assert doc["rows"] == 425 and doc["messages"] + doc["blanks"] == 425 and doc["damaged_rows"] == 0
     assert doc["stores"] == [str(store)] and doc["out"] == str(tmp_path / "j")
+    from test_schemas import check_output
+
+    check_output("export", "json", cap.out, 0)
+    assert run(["export", str(store), "--to", str(tmp_path / "l"), "--format", "jsonl"]) == 0
+    out = capsys.readouterr().out
+    check_output("export", "jsonl", out, 0)
+    summary = json.loads(out)
+    assert summary["rows"] == doc["rows"] and summary["verdict"].endswith("; 0 rows with a damage status")
+    assert doc["verdict"] == f"exported {doc['rows']} commitlog rows to {tmp_path / 'j'}; 0 rows with a damage status"
     assert run(["export", str(store), "--to", str(tmp_path / "t")]) == 0
     err = capsys.readouterr().err
     assert f"rmqtool: exported {doc['rows']} commitlog rows, {doc['messages']} messages, {doc['blanks']} blanks" in err

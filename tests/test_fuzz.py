@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import real_store
+from conftest import jsonl_records, real_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -258,6 +258,7 @@ def all_dumps(root: Path, capsys: pytest.CaptureFixture[str]) -> list[int]:
         ("dump", "checkpoint", str(root)),
         ("dump", "config", str(root)),
     ):
+        argv = (*argv, "--format", "jsonl")  # the lines assert_clean_failure parses
         code, out, err = cli(capsys, *argv)
         assert_clean_failure(code, out, err, argv)
         codes.append(code)
@@ -298,8 +299,8 @@ def test_cli_on_zero_filled_store(store_copy: Callable[[str], Path], capsys: pyt
             p.write_bytes(bytes(p.stat().st_size))
     codes = all_dumps(root, capsys)
     assert codes[0] == 0  # an all-zero commitlog is just empty
-    code, out, _ = cli(capsys, "dump", "consumequeue", str(root))
-    assert code == 0 and out == ""
+    code, out, _ = cli(capsys, "dump", "consumequeue", str(root), "--format", "jsonl")
+    assert code == 0 and jsonl_records(out, 0) == []
 
 
 def test_cli_on_random_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -341,9 +342,9 @@ def test_cli_bogus_total_size_constant_memory(
     finally:
         tracemalloc.stop()
     assert recs > 400 and peak < 8 << 20
-    code, out, err = cli(capsys, "dump", "commitlog", str(root))
+    code, out, err = cli(capsys, "dump", "commitlog", str(root), "--format", "jsonl")
     assert code == 4 and err == ""
-    recs_out = [json.loads(line) for line in out.splitlines()]
+    recs_out = jsonl_records(out, 4)
     assert recs_out[0]["status"] == "SIZE_MISMATCH" and recs_out[0]["total_size"] == 2**31 - 1
     assert all(r["status"] != "OK" for r in recs_out if r["physical_offset"] == 291)  # skipped by the resync or damaged
     assert recs_out[1]["physical_offset"] == 647 and recs_out[1]["status"] == "OK"

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import fuzzdamage as fd
 import pytest
-from conftest import real_store
+from conftest import jsonl_records, real_store
 
 from rmqtool.cli import run
 from rmqtool.formats.consumequeue import read_units
@@ -75,12 +75,11 @@ def test_dump_index_key_without_any_index_file(tmp_path: Path, capsys: pytest.Ca
     root = copy(tmp_path, "clean")
     for p in (root / "index").iterdir():
         p.unlink()
-    # (nothing matched: status 1, grep's convention, as dump commitlog --key; issue 33 R9)
-    code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1")
-    assert code == 1 and out == "" and "no usable index file" in err and err.count("\n") == 1
+    code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1", "--format", "jsonl")
+    assert code == 0 and jsonl_records(out, 0) == [] and "no usable index file" in err
     shutil.rmtree(root / "consumequeue")  # no topic to look up either
-    code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1")
-    assert code == 1 and out == "" and "not found: no message matches --key ORDER-1" in err and "no topic" in err
+    code, out, err = cli(capsys, "dump", "index", str(root), "--key", "ORDER-1", "--format", "jsonl")
+    assert code == 0 and jsonl_records(out, 0) == [] and "no index lookup" in err
 
 
 def test_config_number_of_5000_digits_falls_back_to_bak(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -88,12 +87,12 @@ def test_config_number_of_5000_digits_falls_back_to_bak(tmp_path: Path, capsys: 
     cfg = root / "config" / "delayOffset.json"
     good = cfg.read_text(encoding="utf-8")
     cfg.write_text('{"a":' + "9" * 5000 + "}", encoding="utf-8")
-    code, out, err = cli(capsys, "dump", "config", str(root))
-    rec = json.loads(out)
+    code, out, err = cli(capsys, "dump", "config", str(root), "--format", "jsonl")
+    (rec,) = jsonl_records(out, code)
     assert code == 4 and rec["status"] == "UNPARSABLE" and "5000 digits" in rec["problems"][0]
     (root / "config" / "delayOffset.json.bak").write_text(good, encoding="utf-8")
-    code, out, err = cli(capsys, "dump", "config", str(root))
-    rec = json.loads(out)
+    code, out, err = cli(capsys, "dump", "config", str(root), "--format", "jsonl")
+    (rec,) = jsonl_records(out, code)
     assert rec["status"] == "FALLBACK_TO_BAK" and rec["content"] == json.loads(good)
 
 
@@ -109,9 +108,7 @@ def test_salvage_with_an_index_symlink_loop_is_refused_up_front(
     assert code == 8 and err.count("\n") == 1 and "/index:" in err and "symbolic links" in err
     assert snapshot(root) == before and not (tmp_path / "salvage").exists()
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
-    assert code == 4 and any(
-        json.loads(line)["code"] == "FILE_UNSAFE" and json.loads(line)["file"] == "index" for line in out.splitlines()
-    )
+    assert code == 4 and any(f["code"] == "FILE_UNSAFE" and f["file"] == "index" for f in jsonl_records(out, code))
 
 
 def test_a_stray_one_byte_queue_file_leaves_that_queue_alone(
@@ -143,7 +140,7 @@ def test_a_topic_of_nul_bytes_never_becomes_a_path(tmp_path: Path, capsys: pytes
     _nul_topic(root)
     h0 = snapshot(root)
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
-    assert code == 4 and any(json.loads(line)["code"] == "TOPIC_BAD_NAME" for line in out.splitlines())
+    assert code == 4 and any(f["code"] == "TOPIC_BAD_NAME" for f in jsonl_records(out, code))
     code, out, err = cli(capsys, "rebuild-index", "--yes", str(root), "--quiet", "--backup-dir", str(tmp_path / "b1"))
     assert code == 5 and "NUL byte" in err  # the other queues written (1), this topic left (4)
     assert not (root / ".rmqtool-journal").exists()
@@ -172,8 +169,7 @@ def test_a_symlinked_queue_directory_is_a_finding_and_a_refusal(
     before = snapshot(root)
     code, out, err = cli(capsys, "verify", str(root), "--format", "jsonl")
     assert code == 4 and any(
-        json.loads(line)["code"] == "FILE_UNSAFE" and json.loads(line)["file"] == "consumequeue/TopicA/0"
-        for line in out.splitlines()
+        f["code"] == "FILE_UNSAFE" and f["file"] == "consumequeue/TopicA/0" for f in jsonl_records(out, code)
     )
     for argv in (
         ("recover", "--yes"),
@@ -836,7 +832,7 @@ def test_repair_fills_with_a_neighbours_negative_store_port(tmp_path: Path, caps
     code, out, err = cli(capsys, "repair", "--yes", str(root), "--backup-dir", str(tmp_path / "b"))
     assert "internal error" not in err and code == 1, err
     code, out, err = cli(capsys, "dump", "commitlog", str(root), "--format", "jsonl", "--limit", "3")
-    recs = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    recs = jsonl_records(out, code)
     assert code == 0 and recs[2]["store_host"].endswith(":-1"), recs[2]
 
 
@@ -1398,8 +1394,8 @@ def test_dump_commitlog_says_when_it_found_nothing(
     if setup == "only a stray file":
         (root / "commitlog").mkdir()
         (root / "commitlog" / "README").write_text("x")
-    code, out, err = cli(capsys, "dump", "commitlog", str(root))
-    assert out == "" and "no commitlog records found" in err
+    code, out, err = cli(capsys, "dump", "commitlog", str(root), "--format", "jsonl")
+    assert jsonl_records(out, code) == [] and "no commitlog records found" in err
 
 
 def test_dump_checkpoint_names_a_fifo_or_device_for_what_it_is(

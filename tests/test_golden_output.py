@@ -1,7 +1,9 @@
 r"""The output of verify (JSON, JSON lines), recover --dry-run (JSON) and the damaged records
 of dump commitlog, byte for byte, on the four fixtures and three damaged copies: golden
 files written by main's code before the finding codes and check reasons became ``StrEnum``\ s
-(issue 32), which must leave every byte as it was.
+(issue 32), which must leave every byte as it was; rewritten for the one output rule
+(schema_version 2: the verdict and exit status in the JSON documents, the summary record
+last in JSON lines), every other byte the same.
 
 Golden files: tests/data/golden/. After an intended change of the output, rewrite them
 with ``RMQTOOL_WRITE_GOLDEN=1 pytest tests/test_golden_output.py`` and review the diff."""

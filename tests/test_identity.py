@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import copy_store, tree_digest
+from conftest import copy_store, jsonl_records, tree_digest
 from test_version_behaviour import CQ_FS, ENTRIES, FS, SLOTS, cq_units, props, unit_of, write_store
 
 from rmqtool.cli import run
@@ -272,7 +272,7 @@ def test_unsupported_layouts_are_refused_and_left_unchanged(
         assert rc == 8 and "refused, nothing changed" in err, (cmd, rc, err)
     rc, out, err = cli(capsys, "verify", root, "--format", "jsonl")
     assert rc == 8
-    findings = [json.loads(line) for line in out.splitlines()]
+    findings = jsonl_records(out)
     assert [f["code"] for f in findings] == [code] and findings[0]["severity"] == "error"
     rc, _out, err = cli(capsys, "restore", "--yes", tmp_path / "no-backup", root)
     assert rc == 8 and "refused" in err
@@ -354,7 +354,7 @@ def test_settings_rmqtool_does_not_implement_are_refused(
         rc, _out, err = cli(capsys, *cmd, "--broker-config", conf, "--broker-version", "5.3.3")
         assert rc == 8 and f"{name}={value}" in err, (cmd, err)
     rc, out, _err = cli(capsys, "verify", "--broker-config", conf, "--broker-version", "5.3.3", "--format", "jsonl")
-    f = [json.loads(line) for line in out.splitlines()]
+    f = jsonl_records(out, rc)
     assert rc == 8 and [x["code"] for x in f] == ["UNSUPPORTED_SETTING"] and f"{name}={value}" in f[0]["message"]
     assert tree_digest(root) == before
 
@@ -520,7 +520,7 @@ def test_commitlog_directory_from_the_file(tmp_path: Path, capsys: pytest.Captur
     shutil.move(str(root / "commitlog"), str(moved))
     conf = write_conf(tmp_path / "broker.conf", {"storePathRootDir": str(root), "storePathCommitLog": str(moved)})
     code, out, _err = cli(capsys, "dump", "commitlog", "--broker-config", conf, "--format", "jsonl", "--limit", "3")
-    assert code == 0 and len(out.splitlines()) == 3
+    assert code == 0 and len(jsonl_records(out, 0)) == 3
     before = tree_digest(tmp_path)
     code, _out, err = cli(capsys, "recover", "--yes", "--broker-config", conf, "--broker-version", "4.9.4")
     assert code == 8 and "storePathCommitLog" in err
@@ -705,7 +705,7 @@ def test_verify_reports_the_record_force_verify_cuts(tmp_path: Path, capsys: pyt
     code, out, _ = cli(
         capsys, "verify", "--format", "jsonl", *GEOM, "--broker-version", "5.3.3", "--broker-config", conf
     )
-    findings = [json.loads(line) for line in out.splitlines()]
+    findings = jsonl_records(out)
     assert code == 4
     hits = [f for f in findings if f["physical_offset"] == recs[3]["offset"] and f["severity"] == "error"]
     assert [f["code"] for f in hits] == ["CL_PROP_CRC"]
@@ -718,7 +718,7 @@ def test_verify_reports_the_record_force_verify_cuts(tmp_path: Path, capsys: pyt
     assert salv and salv[0]["details"]["broker_discards"] == len(recs) - 4
     # without the setting: the mismatch is still an error, but not where recovery stops
     code, out, _ = cli(capsys, "verify", root, "--format", "jsonl", *GEOM, "--broker-version", "5.3.3")
-    findings = [json.loads(line) for line in out.splitlines()]
+    findings = jsonl_records(out)
     assert code == 4 and not [f for f in findings if f["code"] == "CL_SALVAGEABLE_RECORDS"]
 
 

@@ -189,7 +189,9 @@ def test_export_workers_decode_with_the_drivers_whole_profile(capsys: pytest.Cap
 def _dump(capsys: pytest.CaptureFixture[str], *args: Any) -> list[str]:
     code, out, err = cli(capsys, "dump", "commitlog", "--format", "jsonl", *args)
     assert code == 0, err
-    return [x for x in out.split("\n") if x]
+    lines = [x for x in out.split("\n") if x]
+    assert json.loads(lines[-1])["type"] == "summary"  # the verdict, last
+    return lines[:-1]
 
 
 @pytest.mark.spark
@@ -347,9 +349,11 @@ def test_auto_proceeds_on_a_4x_store_whose_candidates_recover_it_identically(
     say which range they assumed, and do exactly what --broker-version 4.9.4 does."""
     monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
     root = four_x_copy("clean", tmp_path)
-    for cmd in (["recover", "--dry-run", "--format", "json", "-q"], ["rebuild-index", "--dry-run", "-q"]):
+    for cmd in (["recover", "--dry-run", "--format", "json"], ["rebuild-index", "--dry-run"]):
         code, out, err = cli(capsys, *cmd, root)
         assert code == 0, err
+        _c, _o, quiet_err = cli(capsys, *cmd, root, "-q")
+        assert "--broker-version auto" not in quiet_err  # -q: no chatter, the note too (issue 34, pain 8)
         assert "--broker-version auto: 4.7.1-4.9.8 recover this store identically" in err
         assert "without the attributes field" in err and "(4.7.1+)" in err and "emulating 4.9.4" in err
         assert "quirk Q1" in err and "both properties parsers" in err

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import tree_digest
+from conftest import jsonl_records, tree_digest
 
 from rmqtool.cli import run
 from rmqtool.formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
@@ -611,5 +611,5 @@ def test_a_first_record_lacking_keys_is_kept_only_after_a_file_ending_with_it(
     why = {d["file"]: d["reason"] for d in plan["index_discarded"]}["index/20261127125725758"]
     assert "the record at 12246 lacks some of its keys (the previous index file ends at 6860" in why
     run(["dump", "index", str(store), "--key", "K13", "--topic", "topic_c-1", *geo, "--format", "jsonl"])
-    found = [json.loads(x)["commitlog_offset"] for x in capsys.readouterr().out.splitlines() if x.strip()]
+    found = [x["commitlog_offset"] for x in jsonl_records(capsys.readouterr().out, 0)]
     assert found == [12246]

@@ -104,3 +104,26 @@ def test_man_pages_hold_no_control_characters() -> None:
             (i, hex(ord(c))) for i, c in enumerate(text) if ord(c) < 0x20 and c not in "\n\t"
         ]  # tabs: roff tab stops
         assert not bad, (page.name, bad[:5])
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in MAN.glob("*.1")))
+def test_every_man_page_states_the_one_output_rule(page: str) -> None:
+    """The output rule, the breaking change for scripts, RMQTOOL_FORMAT and the schemas: the
+    same paragraphs on every page (rmqtool.cli.output.MAN_OUTPUT)."""
+    from rmqtool.cli.output import MAN_OUTPUT
+
+    assert MAN_OUTPUT.lstrip("\n") in (MAN / page).read_text(encoding="utf-8"), page
+
+
+@pytest.mark.parametrize("name", AVAILABLE)
+def test_every_command_takes_the_same_formats(name: str) -> None:
+    """--format table|json|jsonl|csv and --columns on every command (dump: text too)."""
+    command = importlib.import_module(COMMANDS[name]).command
+    for path, cmd in walk(command):
+        if isinstance(cmd, click.Group):
+            continue
+        opts = {o: p for p in cmd.params if isinstance(p, click.Option) for o in p.opts}
+        assert "--columns" in opts, (name, path)
+        choices = set(opts["--format"].type.choices)  # type: ignore[attr-defined]
+        assert {"table", "json", "jsonl", "csv"} <= choices, (name, path, choices)
+        assert opts["--format"].default is None  # resolved by the one rule, never by the terminal

@@ -107,7 +107,7 @@ def test_info_json_of_a_crashed_store(capsys: pytest.CaptureFixture[str]) -> Non
     code = run(["info", str(real_store("crash_midwrite")), "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == Exit.PROBLEMS  # abort present: the next start runs the abnormal recovery
-    assert doc["schema_version"] == 1 and doc["abort"] is True and doc["outlook"]["mode"] == "abnormal"
+    assert doc["schema_version"] == 2 and doc["abort"] is True and doc["outlook"]["mode"] == "abnormal"
     assert any("recover" in s and "--dry-run" in s for s in doc["outlook"]["next"])
     assert [t["topic"] for t in doc["topics"]] == ["TopicA", "TopicB"]
     assert len(doc["commitlog"]["files"]) == 13
@@ -189,7 +189,7 @@ def test_backups_lists_what_each_holds_and_prunes(tmp_path: Path, capsys: pytest
     capsys.readouterr()
     assert run(["backups", str(root), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema_version"] == 1 and len(doc["backups"]) == 2
+    assert doc["schema_version"] == 2 and len(doc["backups"]) == 2
     rec = next(b for b in doc["backups"] if "recover" in b["description"])
     assert rec["status"] == "OK" and rec["same_store"] and rec["entries"] == sum(rec["actions"].values()) > 0
     assert rec["bytes"] > 0

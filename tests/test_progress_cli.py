@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import copy_store
+from conftest import copy_store, jsonl_records
 
 from rmqtool.cli import run
 from rmqtool.cli.exitcodes import Exit
@@ -202,9 +202,9 @@ def test_dump_quiet_keeps_the_records_and_drops_progress(tmp_path: Path, capsys:
         == Exit.OK
     )
     assert progress_lines(capsys.readouterr().err) == {}
-    assert len((tmp_path / "q").read_text().splitlines()) > 1000
+    assert len(jsonl_records((tmp_path / "q").read_text(), 0)) > 1000
     assert run(["offsets", str(root), "-q", "--format", "json"]) == Exit.OK
-    assert json.loads(capsys.readouterr().out)["schema_version"] == 1
+    assert json.loads(capsys.readouterr().out)["schema_version"] == 2
 
 
 def test_readme_first_example_pasted_into_a_shell(tmp_path: Path) -> None:

@@ -34,7 +34,9 @@ def test_many_changed_queues_fit_the_screen(tmp_path: Path, capsys: pytest.Captu
     out = capsys.readouterr().out.splitlines()
     rows = [ln for ln in out if ln.startswith("│ queue ")]
     assert (
-        len(rows) == QUEUE_ROWS + 1 and "... 6 more queues" in rows[-1] and "--format json lists every one" in rows[-1]
+        len(rows) == QUEUE_ROWS + 1
+        and "... 6 more queues" in rows[-1]
+        and "--format json, jsonl and csv list every one" in rows[-1]
     )
     assert out[-1].startswith("dry run: nothing was changed; the normal recovery would cut 65536 commitlog bytes (")
     assert "change 16 consume queue(s)" in out[-1] and out[-1].endswith("; --yes applies it")

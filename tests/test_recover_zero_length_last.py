@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from conftest import copy_store, tree_digest
+from conftest import copy_store, jsonl_records, tree_digest
 
 from rmqtool.cli import run
 
@@ -95,7 +95,7 @@ def test_verify_calls_a_zero_length_last_file_with_queued_messages_an_error(tmp_
     """5.1.3+ deletes the file, and the messages the consume queues held in it are lost: status 4."""
     store, rel = _store(tmp_path)
     rc = run(["verify", str(store), "--broker-version", "5.3.3", "--format", "jsonl", "-q"])
-    findings = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
+    findings = jsonl_records(capsys.readouterr().out, rc)
     assert rc == 4
     lost = [f for f in findings if f["code"] == "FILE_ZERO_LENGTH_LOST"]
     assert [(f["file"], f["severity"], f["physical_offset"]) for f in lost] == [(rel, "error", int(rel.split("/")[1]))]

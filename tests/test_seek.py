@@ -40,7 +40,7 @@ def test_seeks_print_what_the_full_walk_prints(name: str, fmt: str, capsys: pyte
         capsys.readouterr()
         if fmt == "json":
             run(["dump", "commitlog", store, "--format", "json", *case])
-            seeked = [r for r in json.loads(capsys.readouterr().out) if r["type"] == "message"]
+            seeked = [r for r in json.loads(capsys.readouterr().out)["records"] if r["type"] == "message"]
         else:
             seeked = _msgs(capsys, store, "--format", "jsonl", *case)
         full = _msgs(capsys, store, "--format", "jsonl", "--scan", *case)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import CLEAN_NAMES, REAL_NAMES, broker_view, copy_store, real_store, tree_digest
+from conftest import CLEAN_NAMES, REAL_NAMES, broker_view, copy_store, jsonl_records, real_store, tree_digest
 
 from rmqtool.cli import run
 from rmqtool.formats import commitlog as cl
@@ -65,7 +65,7 @@ def verify_cli(root: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> t
     rc = run(["verify", str(root), "--format", "jsonl", "--quiet", *extra])
     out = capsys.readouterr().out
     assert tree_digest(root) == before, "verify changed the store"
-    return rc, [json.loads(line) for line in out.splitlines() if line.strip()]
+    return rc, jsonl_records(out, rc)
 
 
 def errors(findings: list[dict[str, Any]]) -> list[tuple[str, str | None, int | None]]:
@@ -755,12 +755,32 @@ def test_json_report_object(capsys: pytest.CaptureFixture[str]) -> None:
     rc = run(["verify", str(real_store("crash_midwrite")), "--format", "json", "--quiet"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0
-    assert set(doc) == {"schema_version", "store", "broker_version", "verdict", "checks", "findings", "summary"}
+    assert set(doc) == {
+        "schema_version",
+        "store",
+        "broker_version",
+        "verdict",
+        "exit_status",
+        "checks",
+        "findings",
+        "summary",
+    }
+    assert doc["schema_version"] == 2 and doc["exit_status"] == rc
     assert [c["name"] for c in doc["checks"]] == ["layout", "commitlog", "consumequeue", "index", "checkpoint", "store"]
     assert doc["summary"]["warnings"] == 3 and doc["summary"]["errors"] == 0
     assert doc["summary"]["recovery"]["abnormal"]["stop_offset"] == 771428
     for f in doc["findings"]:
-        assert set(f) == {"code", "severity", "file", "pos", "physical_offset", "message", "details", "next"}
+        assert set(f) == {
+            "code",
+            "severity",
+            "file",
+            "pos",
+            "physical_offset",
+            "message",
+            "details",
+            "next",
+            "next_command",
+        }
 
 
 def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,11 +3,10 @@ looked at, and a non-zero byte there is named at its exact position."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from conftest import copy_store
+from conftest import copy_store, jsonl_records
 
 from rmqtool.cli import run
 from rmqtool.formats import indexfile as ixf
@@ -28,7 +27,7 @@ def test_non_zero_byte_after_index_count_is_named_at_its_position(
     Path(first).write_bytes(bytes(raw))
     capsys.readouterr()
     rc = run(["verify", str(root), "--format", "jsonl", "--quiet"])
-    found = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
+    found = jsonl_records(capsys.readouterr().out, rc)
     hdr = [f for f in found if f["code"] == "IDX_HEADER"]
     assert rc == 4 and len(hdr) == 1
     assert f"non-zero entry bytes at {at}, after indexCount {h.index_count}" in hdr[0]["message"]

@@ -5,13 +5,13 @@ check, in the same order."""
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import jsonl_records
 
 from rmqtool.cli import run
 from rmqtool.recovery import shapes as sh
@@ -55,7 +55,7 @@ def _store(root: Path, bad_every: int, count: int = 400) -> tuple[int, int]:
 def _findings(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[dict[str, Any]]]:
     capsys.readouterr()
     rc = run(["verify", str(root), "--format", "jsonl", "--quiet", "--jobs", "1"])
-    return rc, [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
+    return rc, jsonl_records(capsys.readouterr().out, rc)
 
 
 @pytest.mark.parametrize("bad_every", [97, 7])  # a few bad records (each located), many (the fall-back)
@@ -151,9 +151,7 @@ def test_inner_batch_and_non_ascii_findings_keep_their_order_and_count(
     rc = run(["verify", str(root), "--format", "jsonl", "--quiet", "--jobs", "1", "--broker-version", "5.3.3"])
     got = [
         (f["pos"], "utf8" if "UTF-8" in f["message"] else "drops")
-        for x in capsys.readouterr().out.splitlines()
-        if x.strip()
-        for f in [json.loads(x)]
+        for f in jsonl_records(capsys.readouterr().out, rc)
         if f["code"] == "CL_PROPERTIES"
     ]
     assert rc in (0, 4) and got == first + then

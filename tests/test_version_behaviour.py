@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import jsonl_records
 
 from rmqtool.cli import run
 from rmqtool.recovery import check as ck
@@ -265,13 +266,13 @@ def rebuild(capsys: pytest.CaptureFixture[str], root: Path, tmp: Path, *args: st
 
 def verify(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> tuple[int, list[dict[str, Any]]]:
     code, out = cli(capsys, "verify", str(root), "--format", "jsonl", "-q", *GEOM, *args)
-    return code, [json.loads(x) for x in out.splitlines() if x.strip()]
+    return code, jsonl_records(out, code)
 
 
 def dump(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> list[dict[str, Any]]:
     code, out = cli(capsys, "dump", "commitlog", str(root), "--format", "jsonl", *args)
     assert code == 0
-    return [json.loads(x) for x in out.splitlines() if x.strip()]
+    return jsonl_records(out, code)
 
 
 def codes(findings: list[dict[str, Any]], severity: str | None = None) -> set[str]:

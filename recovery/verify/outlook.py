@@ -116,3 +116,26 @@ def recovery_outlook(
         name for name, h in index_headers if h is not None and index_file_deleted_at_load(h, ckpt)
     ]
     return out
+
+
+def prop_crc_condition(
+    outlook: dict[str, Any], profile: BrokerProfile, recs: Records, prop_crc_offsets: Sequence[int]
+) -> None:
+    """Where a broker setting the store does not show decides the outcome: on 5.2+ without
+    forceVerifyPropCRC (not given: off), a record whose __CRC32# does not match is read on;
+    with forceVerifyPropCRC=true (the usual companion of enabledAppendPropCRC) the broker's
+    walk stops at the first one it reads and cuts from there. Each mode's outlook gets
+    ``if_force_verify_prop_crc`` {stop_offset, records_cut} (intact records, counted as the
+    outlook counts them) where that first mismatch lies in its walk."""
+    if not profile.has_prop_crc or profile.force_verify_prop_crc or not prop_crc_offsets:
+        return
+    xs = sorted(prop_crc_offsets)
+    for key in ("normal", "abnormal"):
+        o = outlook.get(key)
+        if not isinstance(o, dict):
+            continue
+        x = next((x for x in xs if o["start_offset"] <= x < o["stop_offset"]), None)
+        if x is None:
+            continue
+        cut = int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, x) :] & DAMAGED) == 0)) if len(recs) else 0
+        o["if_force_verify_prop_crc"] = {"stop_offset": x, "records_cut": cut}

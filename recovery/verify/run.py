@@ -16,7 +16,7 @@ from ..versions import BrokerProfile
 from .commitlog import _commitlog_findings, _commitlog_spans, _layout_findings, _zero_length_lost, walk_summary
 from .consumequeue import _Broker, _cq_findings
 from .index import Prepared, _index_findings, _read_index_header
-from .outlook import recovery_outlook
+from .outlook import prop_crc_condition, recovery_outlook
 from .parts import FileScan, Records, scan_commitlog
 from .queues import Queue, cq_recover_max_phy, load_queues
 from .records import DAMAGED, DEFAULT_PART_SIZE, SALVAGED, ScanOptions
@@ -91,6 +91,12 @@ def verify_store(
     )
     cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
     st_f = _state_findings(store)
+    prop_crc_condition(
+        outlook,
+        profile,
+        recs,
+        [f.physical_offset for f in cl_f if f.code == FindingCode.CL_PROP_CRC and f.physical_offset is not None],
+    )
     groups = [
         ("layout", layout),
         ("commitlog", cl_f),

@@ -192,9 +192,14 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
         return None
     if v != "auto":
         try:
-            return parse_version(v)
+            given = parse_version(v)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--broker-version") from None
+        if ctx.get_parameter_source("broker_version") == click.core.ParameterSource.COMMANDLINE:
+            # (RMQTOOL_BROKER_VERSION is a default for every store a shell or a test run
+            # touches: only the release given for this store on its command line is checked)
+            _refuse_contradicted(given, v, store, kw, meta)
+        return given
     if store is None:
         return None
     from ..recovery.store import Store  # start-up time: numpy and the schemas, when a store is opened
@@ -284,6 +289,8 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
     meta["version"] = label
     kw["broker_version"] = label
     moot = f"; {inf.describe_moot()}" if inf.moot else ""
+    if kw.get("quiet"):  # -q: no chatter (the note changes no result; the refusal above still speaks)
+        return chosen
     if inf.ambiguous:
         _note(
             f"--broker-version auto: assuming {label} (candidates {inf.describe_candidates()}; {inf.describe_evidence()})"
@@ -296,6 +303,34 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
     else:
         _note(f"--broker-version auto: {inf.describe_candidates()} ({inf.describe_evidence()}); emulating {label}")
     return chosen
+
+
+def _refuse_contradicted(given: tuple[int, int, int], text: str, store: Any, kw: dict[str, Any], meta: Any) -> None:
+    """A 4.x release given for a store whose layout only 5.x writes: a usage error (2) with
+    the evidence (it was accepted silently, and every rule of the wrong release applied)."""
+    if given >= (5, 0, 0) or store is None:
+        return
+    from ..recovery.identify import five_x_layout
+    from ..recovery.store import Store
+
+    try:
+        s = Store.open(
+            store,
+            kw.get("commitlog_file_size"),
+            kw.get("cq_file_size"),
+            kw.get("index_slot_num"),
+            kw.get("index_num"),
+            commitlog_dir=meta.get("commitlog_dir"),
+        )
+    except Exception:  # noqa: BLE001 - not a store: the command itself says so
+        return
+    why = five_x_layout(s)
+    if why is not None:
+        raise click.BadParameter(
+            f"{text} is a 4.x release, but {why}: the store was written by 5.x; give its release "
+            "(--broker-version auto names the candidates)",
+            param_hint="--broker-version",
+        )
 
 
 def _span_of(cands: list[tuple[int, int, int]]) -> str:

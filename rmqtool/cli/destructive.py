@@ -19,7 +19,7 @@ from .confirm import ask, require_yes_or_terminal
 from .interrupts import settle_on_interrupt
 from .options import check_lock, dry_run_preamble, finish_pending, open_store, refuse_obstacles
 from .output import SCHEMA_VERSION
-from .render import render
+from .render import emit, render, summary_record
 
 if TYPE_CHECKING:  # start-up time (--help): the packages are imported where they are used
     from ..recovery.offsets import OffsetChange
@@ -72,6 +72,14 @@ def applying(
         yield store, finished
 
 
+def backup_place(root: Path, backup_dir: Path | None) -> str:
+    """Where a real run's backup goes, for the question: --backup-dir, or the new directory
+    beside the store (its time is taken when the change starts)."""
+    if backup_dir is not None:
+        return str(backup_dir)
+    return f"a new {root.name}.rmqtool-backup-<time> beside it ({root.parent})"
+
+
 def confirmed(yes: bool, question: str, show: Callable[[], None] | None = None) -> bool:
     """True when the change may be applied: --yes, or the operator, shown the plan
     (``show``, only when asking), answers yes; a refusal is said on stderr."""
@@ -83,6 +91,9 @@ def confirmed(yes: bool, question: str, show: Callable[[], None] | None = None) 
     return False
 
 
+CHANGE_COLUMNS = [("action", "action"), ("path", "what"), ("detail", "detail")]
+
+
 def render_plan(
     command: str,
     plan: RecoveryPlan | RepairPlan,
@@ -91,15 +102,50 @@ def render_plan(
     changes: list[dict[str, Any]],
     past: list[OffsetChange],
     fix_offsets: bool,
+    columns: list[tuple[str, str]] | None = None,
+    out: Any = None,
 ) -> None:
     """A destructive command's plan as tables: the summary (step, plan) under the title, then
     the changes (action, what, detail), with the committed offsets left past their queue's
     new end (``past``), if any."""
     changes = changes + past_end_rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
     title = f"rmqtool {command} {plan.store} (broker {plan.broker_version})" + (" -- dry run" if dry_run else "")
-    render(({"what": k, "value": v} for k, v in summary), "table", [("what", "step"), ("value", "plan")], title=title)
+    render(
+        ({"what": k, "value": v} for k, v in summary),
+        "table",
+        [("what", "step"), ("value", "plan")],
+        title=title,
+        out=out,
+    )
     if changes:
-        render(iter(changes), "table", [("action", "action"), ("path", "what"), ("detail", "detail")])
+        render(iter(changes), "table", columns or CHANGE_COLUMNS, out=out)
+
+
+def emit_outcome(
+    fmt: str,
+    command: str,
+    *,
+    changes: list[dict[str, Any]],
+    columns: list[tuple[str, str]] | None,
+    verdict: str,
+    exit_status: int,
+    figures: dict[str, Any],
+    document: Callable[[], dict[str, Any]],
+    table: Callable[[], None],
+) -> None:
+    """A destructive command's result in ``fmt``: ``table()`` for people; the json
+    ``document()``; jsonl one record per change (``"type": "change"``) and the summary record
+    (``verdict``, ``exit_status`` and the plan's ``figures``); csv the changes and the summary
+    row."""
+    emit(
+        fmt,
+        records=[{"type": "change", **c} for c in changes],  # (a change that names its type keeps it)
+        columns=columns or CHANGE_COLUMNS,
+        kind="change",
+        summary=lambda: summary_record(command, verdict, exit_status, **figures),
+        table=table,
+        document=lambda: dict(document(), verdict=verdict, exit_status=int(exit_status)),
+    )
 
 
 def past_end_rows(past: list[OffsetChange], *, dry_run: bool, fix_offsets: bool) -> list[dict[str, str]]:
@@ -169,6 +215,9 @@ def warn(msg: str, kind: str = "warning") -> None:
 
 
 __all__ = [
+    "CHANGE_COLUMNS",
+    "backup_place",
+    "emit_outcome",
     "applying",
     "confirmed",
     "dry_run_store",

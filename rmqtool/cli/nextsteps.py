@@ -1,67 +1,186 @@
-"""The next step for every finding code: the command that fixes it, or why none is
-needed. Shown by verify (a NEXT line per distinct step, a ``next`` field in JSON)."""
+"""The next step for every finding: the command that acts on it, or why none is needed.
+Shown by verify (a NEXT line per distinct step; ``next`` in JSON, and ``next_command``, the
+argv of the command to run first: a dry run where the command changes the store).
+
+Every command a step names does something on the store it is given (tests/test_next_steps.py
+runs each one on fixtures and damaged copies and asserts it does not answer "nothing to do").
+Commitlog damage is the case that needs the recovery outlook: ``recover`` does what the
+broker's next start does, so it acts only where that start's walk reaches the damage; damage
+in a file the next start does not read (an old file: the normal recovery walks the last
+three) is left for a later crash to expose, and ``repair`` is the command that mends it, as
+it is wherever it keeps intact messages that ``recover`` cuts.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..recovery.findingcodes import FindingCode
 
-RECOVER = "rmqtool recover {store} --dry-run, then --yes: recovery cuts what the broker's start-up cuts (--salvage-to DIR keeps intact records)"
-CQ = "rmqtool rebuild-index {store} --cq-only{topic}: writes the consume queue anew from the commitlog"
-INDEX = "rmqtool rebuild-index {store} --index-only: writes the index anew from the commitlog"
-AS_WRITTEN = "none: the record is as its producer or broker wrote it; rmqtool dump commitlog {store} --from-offset {offset} --limit 1 shows it"
+
+@dataclass(frozen=True)
+class Step:
+    """``argv`` (after ``rmqtool``; ``{store}``, ``{topic}``, ``{offset}`` filled in), or None:
+    no command; ``why``: what it does, or why nothing is needed."""
+
+    argv: tuple[str, ...] | None
+    why: str
+
+
+RECOVER = Step(
+    ("recover", "{store}", "--dry-run"),
+    "then --yes: recovery cuts what the broker's start-up cuts (--salvage-to DIR keeps intact records)",
+)
+CQ = Step(
+    ("rebuild-index", "{store}", "--cq-only", "{topic}", "--dry-run"), "then --yes: writes the consume queue anew"
+)
+INDEX = Step(("rebuild-index", "{store}", "--index-only", "--dry-run"), "then --yes: writes the index anew")
+AS_WRITTEN = Step(
+    ("dump", "commitlog", "{store}", "--from-offset", "{offset}", "--limit", "1"),
+    "shows it; nothing to mend: the record is as its producer or broker wrote it",
+)
+LAG = "the broker's next start dispatches it; recover --dry-run shows that start, rebuild-index writes the files now"
 
 # a missing middle consume queue file: recover, as the broker, leaves the gap (issue 33 R13)
-CQ_GAP = "rmqtool repair {store} --dry-run, then --yes: writes the queue anew from the commitlog (recover, as the broker, leaves the gap)"
-
+CQ_GAP = Step(
+    ("repair", "{store}", "--dry-run"),
+    "then --yes: writes the queue anew from the commitlog (recover, as the broker, leaves the gap)",
+)
 # a commitlog file of another size: the broker refuses to load the store, and so does recover (issue 33 R11)
-CL_SIZE = (
-    "rmqtool repair {store} --dry-run, then --yes: the broker refuses to load the store, and recover refuses it too"
+CL_SIZE = Step(
+    ("repair", "{store}", "--dry-run"),
+    "then --yes: the broker refuses to load the store, and recover refuses it too",
 )
 
-BY_CODE: dict[str, str] = {  # (keyed by the members: a misspelt code fails the type check)
-    FindingCode.FILE_STRAY: "none: the broker ignores it; move it out of the store if unwanted",
-    FindingCode.FILE_IGNORED: "none: the broker ignores it",
-    FindingCode.STORE_LOCKED: "stop the broker that holds store/lock before any repair; read-only commands work meanwhile",
-    FindingCode.STORE_ABORT: "rmqtool recover {store} --dry-run, then --yes (the abnormal recovery the broker would run at its start)",
-    FindingCode.STORE_PENDING_JOURNAL: "rmqtool recover {store} --yes: finishes or undoes the interrupted rmqtool change first",
-    FindingCode.CQ_TOPIC_DELETED: "none: queues of a deleted topic; the broker ignores them",
-    FindingCode.CQ_DISPATCH_LAG: "rmqtool recover {store} --dry-run: the start-up dispatch catches up; or " + CQ,
-    FindingCode.IDX_DISPATCH_LAG: "rmqtool recover {store} --dry-run: the start-up dispatch catches up; or " + INDEX,
+BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the type check)
+    FindingCode.FILE_STRAY: Step(None, "none: the broker ignores it; move it out of the store if unwanted"),
+    FindingCode.FILE_IGNORED: Step(None, "none: the broker ignores it"),
+    FindingCode.STORE_LOCKED: Step(
+        None, "stop the broker that holds store/lock before any repair; read-only commands work meanwhile"
+    ),
+    FindingCode.STORE_ABORT: Step(
+        ("recover", "{store}", "--dry-run"), "then --yes (the abnormal recovery the broker would run at its start)"
+    ),
+    FindingCode.STORE_PENDING_JOURNAL: Step(
+        ("recover", "{store}", "--dry-run"), "then --yes: finishes or undoes the interrupted rmqtool change first"
+    ),
+    FindingCode.CQ_TOPIC_DELETED: Step(None, "none: queues of a deleted topic; the broker ignores them"),
+    FindingCode.CQ_DISPATCH_LAG: Step(CQ.argv, LAG),
+    FindingCode.IDX_DISPATCH_LAG: Step(INDEX.argv, LAG),
     FindingCode.CL_QUEUE_OFFSET: AS_WRITTEN,
     FindingCode.CL_SYSFLAG: AS_WRITTEN,
     FindingCode.CL_PROPERTIES: AS_WRITTEN,
     FindingCode.CL_BAD_DELAY_LEVEL: AS_WRITTEN,
     FindingCode.CL_BAD_INNER_BATCH: AS_WRITTEN,
     FindingCode.CL_PROP_CRC: AS_WRITTEN,
-    FindingCode.CL_SALVAGEABLE_RECORDS: "rmqtool recover {store} --dry-run --salvage-to DIR: writes the intact records out before the cut",
+    FindingCode.CL_SALVAGEABLE_RECORDS: Step(
+        ("recover", "{store}", "--dry-run", "--salvage-to", "DIR"), "writes the intact records out before the cut"
+    ),
 }
 BY_PREFIX = (
     ("CL_", RECOVER),
     ("CQ_", CQ),
     ("IDX_", INDEX),
     ("CKPT_", RECOVER),
-    ("FILE_", "the broker refuses or mis-reads such files: " + RECOVER),
+    ("FILE_", Step(RECOVER.argv, "the broker refuses or mis-reads such files; " + RECOVER.why)),
 )
+NO_STEP = Step(None, "see the code in rmqtool-verify(1)")
 
 
-def next_step(finding: dict[str, Any], store: str) -> str:
+def step_for(finding: dict[str, Any], outlook: dict[str, Any] | None = None) -> Step:
+    """The step for ``finding``; with the recovery ``outlook`` (verify's summary.recovery),
+    commitlog damage the next start does not reach gets ``repair``."""
     code = str(finding.get("code") or "")
-    text = BY_CODE.get(code)
-    if code == FindingCode.FILE_GAP and str(finding.get("file") or "").startswith("consumequeue/"):
-        text = CQ_GAP
-    elif code in (FindingCode.FILE_WRONG_SIZE, FindingCode.FILE_ZERO_LENGTH) and str(
-        finding.get("file") or ""
-    ).startswith("commitlog"):
-        text = CL_SIZE
-    if text is None:
-        text = next((t for p, t in BY_PREFIX if code.startswith(p)), "see the code in rmqtool-verify(1)")
+    step = BY_CODE.get(code)
+    if step is None:
+        step = next((s for p, s in BY_PREFIX if code.startswith(p)), NO_STEP)
+    f = str(finding.get("file") or "")
+    if code == FindingCode.FILE_GAP and f.startswith("consumequeue/"):
+        step = CQ_GAP
+    elif code in (FindingCode.FILE_WRONG_SIZE, FindingCode.FILE_ZERO_LENGTH) and f.startswith("commitlog"):
+        step = CL_SIZE
+    if code.startswith("FILE_") and step.argv is not None and step.argv[0] == "recover":
+        # a consume queue or index file the broker refuses or mis-reads: recovery does not
+        # rewrite those files, the rebuild does
+        if f.startswith("consumequeue/"):
+            step = Step(CQ.argv, "the broker refuses or mis-reads such a file; " + CQ.why)
+        elif f.startswith("index/"):
+            step = Step(INDEX.argv, "the broker refuses or mis-reads such a file; " + INDEX.why)
+    if outlook and step.argv is not None and step.argv[0] == "recover" and code.startswith("CL_"):
+        step = _commitlog_damage(finding, outlook) or step
+    if outlook and code == FindingCode.CL_PROP_CRC:
+        step = _prop_crc(finding, outlook) or step
+    return step
+
+
+def _prop_crc(finding: dict[str, Any], outlook: dict[str, Any]) -> Step | None:
+    """A __CRC32# mismatch where the broker's walk would stop under forceVerifyPropCRC=true
+    (not set here: the usual companion of enabledAppendPropCRC): the outcome for both values."""
+    nxt = outlook.get(str(outlook.get("mode") or ""))
+    cond = nxt.get("if_force_verify_prop_crc") if isinstance(nxt, dict) else None
+    if not cond or cond["stop_offset"] != finding.get("physical_offset") or not cond["records_cut"]:
+        return None
+    return Step(
+        ("repair", "{store}", "--dry-run", "--force-verify-prop-crc"),
+        f"then with --yes: with forceVerifyPropCRC=false (as here) the broker reads on and nothing is lost; with "
+        f"forceVerifyPropCRC=true its recovery stops here and cuts {cond['records_cut']} records, which repair "
+        "keeps (give the setting the broker runs with: --broker-config)",
+    )
+
+
+def _commitlog_damage(finding: dict[str, Any], outlook: dict[str, Any]) -> Step | None:
+    """``repair`` where the broker's next start does not cut at this damage (it does not read
+    the file, or stops before it); with what a crash would cut there."""
+    off = finding.get("physical_offset")
+    nxt = outlook.get(str(outlook.get("mode") or ""))
+    if off is None or not isinstance(nxt, dict) or nxt.get("start_offset") is None:
+        return None
+    if nxt["start_offset"] <= off and nxt.get("stop_offset", off + 1) <= off:
+        return None  # the next start walks to here and cuts: recover does exactly that
+    risk = ""
+    ab = outlook.get("abnormal")
+    if outlook.get("mode") != "abnormal" and isinstance(ab, dict) and ab.get("stop_offset") is not None:
+        if ab["start_offset"] <= off and ab["stop_offset"] <= off and ab.get("records_cut"):
+            risk = (
+                f"; recover has nothing to do (the next normal start does not read it), but after a crash the "
+                f"broker's abnormal recovery stops here and cuts {ab['records_cut']} messages"
+            )
+    return Step(
+        ("repair", "{store}", "--dry-run"),
+        "then --yes: replaces the damaged bytes by filler records and keeps every intact message" + risk,
+    )
+
+
+def next_command(finding: dict[str, Any], store: str, outlook: dict[str, Any] | None = None) -> list[str] | None:
+    """The argv of the step's command (after ``rmqtool``), filled in; None: no command."""
+    step = step_for(finding, outlook)
+    if step.argv is None:
+        return None
     f = str(finding.get("file") or "")
     parts = f.split("/")
-    topic = f" --topic {parts[1]}" if len(parts) >= 3 and parts[0] == "consumequeue" else ""
+    topic = parts[1] if len(parts) >= 3 and parts[0] == "consumequeue" else None
     off = finding.get("physical_offset")
-    return text.format(store=store, topic=topic, offset=off if off is not None else "OFFSET")
+    out: list[str] = []
+    for a in step.argv:
+        if a == "{topic}":
+            out += ["--topic", topic] if topic else []
+        else:
+            out.append(a.format(store=store, offset=off if off is not None else "OFFSET"))
+    return out
 
 
-__all__ = ["next_step", "BY_CODE"]
+def next_step(finding: dict[str, Any], store: str, outlook: dict[str, Any] | None = None) -> str:
+    """The step in words: ``rmqtool`` and the command, then what it does."""
+    step = step_for(finding, outlook)
+    argv = next_command(finding, store, outlook)
+    if argv is None:
+        return step.why
+    return (
+        "rmqtool " + " ".join(argv) + ", " + step.why
+        if step.why.startswith("then")
+        else ("rmqtool " + " ".join(argv) + ": " + step.why)
+    )
+
+
+__all__ = ["BY_CODE", "Step", "next_command", "next_step", "step_for"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -170,34 +169,10 @@ def broker_meta() -> dict[str, Any]:
     return ctx.meta.setdefault("rmqtool.broker", {}) if ctx is not None else {}
 
 
-def format_option(choices: tuple[str, ...] = ("table", "jsonl", "json", "text")) -> Callable[[F], F]:
-    def deco(f: F) -> F:
-        return click.option(
-            "--format",
-            "fmt",
-            type=click.Choice(choices),
-            default=None,
-            help=f"Output format (default: {choices[0]} on a terminal, "
-            f"{'jsonl' if 'jsonl' in choices else choices[-1]} when piped).",
-        )(f)
-
-    return deco
-
-
-def resolve_format(fmt: str | None, choices: tuple[str, ...] = ("table", "jsonl", "json", "text")) -> str:
-    if fmt:
-        return fmt
-    if sys.stdout.isatty():
-        return choices[0]
-    return "jsonl" if "jsonl" in choices else choices[-1]
-
-
 __all__ = [
     "store_argument",
     "open_store",
     "broker_version_option",
     "make_profile",
-    "format_option",
-    "resolve_format",
     "StoreLayoutError",
 ]

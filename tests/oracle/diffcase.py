@@ -136,7 +136,10 @@ def dump_records(store: Path, version: str, config: dict[str, Any]) -> tuple[int
     )
     if rc not in (0, 4):
         raise RuntimeError(f"rmqtool dump commitlog: status {rc}: {err.strip()}")
-    return rc, [json.loads(line) for line in out.splitlines() if line.strip()]
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    if lines and lines[-1].get("type") == "summary":  # the verdict, last (schema_version 2)
+        lines.pop()
+    return rc, lines
 
 
 def dump_queues(store: Path, config: dict[str, Any]) -> dict[str, dict[str, Any]]:

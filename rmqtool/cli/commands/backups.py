@@ -18,8 +18,8 @@ from ..brokeropts import broker_config_option
 from ..confirm import ask, require_yes_or_terminal, yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
-from ..output import SCHEMA_VERSION, output_options, resolve
-from ..render import dumps, render
+from ..output import SCHEMA_VERSION, output_options, pick_columns, say
+from ..render import emit, render, summary_record
 
 COLUMNS = [
     ("path", "BACKUP"),
@@ -59,7 +59,7 @@ COLUMNS = [
     help="With --prune: delete backups older than DAYS days.",
 )
 @yes_option
-@output_options(("table", "json"), "table", "json")
+@output_options("json", columns="the backups")
 def command(
     store: Path,
     dirs: tuple[Path, ...],
@@ -67,7 +67,8 @@ def command(
     keep: int | None,
     older_than: float | None,
     yes: bool,
-    fmt: str | None,
+    fmt: str,
+    columns: tuple[str, ...] | None,
     quiet: bool,
 ) -> int:
     """List the rmqtool backups of STORE (what each holds: the command that made it, when,
@@ -89,49 +90,72 @@ def command(
     if not os.access(store, os.R_OK | os.X_OK):
         # (an operational error, as every other command says it: status 8, not a usage error)
         raise StoreLayoutError("permission denied (the store directory cannot be read)", store)
-    fmt = resolve(fmt, "table", "json")
     rows = [describe_backup(p, store) for p in find_backups(store, dirs)]
     doomed: list[dict[str, Any]] = []
     if prune:
         doomed = prune_selection(rows, needed_backups(store), keep, older_than)
         for r in rows:
             r["prune"] = r in doomed
-    with closed_stdout_ignored():
-        if fmt == "json" and not prune:
-            click.echo(dumps({"schema_version": SCHEMA_VERSION, "store": str(store), "backups": rows}))
-        elif fmt != "json":
-            render(
-                iter(rows),
-                "table",
-                COLUMNS + ([("prune", "PRUNE")] if prune else []),
-                title=f"rmqtool backups of {store}",
-            )
+    shown = pick_columns(columns, COLUMNS + ([("prune", "PRUNE")] if prune else []), FIELDS)
+    if fmt == "table":
+        with closed_stdout_ignored():
+            render(iter(rows), "table", shown, title=f"rmqtool backups of {store}")
             for r in rows:
                 if r["problem"]:
                     click.echo(f"rmqtool: problem: {r['problem']}", err=True)
+    pruned: list[dict[str, Any]] = []
     if prune and doomed:
         require_yes_or_terminal(yes, "backups --prune", store, "deletes backups", "without --prune to see them")
-        if not ask(yes, f"Delete {len(doomed)} backup(s) ({sum(r['bytes'] for r in doomed)} bytes)?"):
+        if ask(yes, f"Delete {len(doomed)} backup(s) ({sum(r['bytes'] for r in doomed)} bytes)?"):
+            for r in doomed:
+                shutil.rmtree(r["path"])
+            pruned = doomed
+            if fmt == "table" and not quiet:
+                say(f"pruned: {len(doomed)} backup(s), {sum(r['bytes'] for r in doomed)} bytes freed")
+        else:
             click.echo("not pruned: nothing was deleted", err=True)
-            return int(Exit.OK)
-        for r in doomed:
-            shutil.rmtree(r["path"])
-        if fmt != "json" and not quiet:
-            click.echo(f"pruned: {len(doomed)} backup(s), {sum(r['bytes'] for r in doomed)} bytes freed")
-    if prune and fmt == "json":
-        click.echo(
-            dumps(
-                {
-                    "schema_version": SCHEMA_VERSION,
-                    "store": str(store),
-                    "backups": rows,
-                    "pruned": [r["path"] for r in doomed],
-                }
+    elif prune and fmt == "table" and not quiet:
+        say("nothing to prune")
+    code = int(Exit.PROBLEMS if any(r["status"] == "UNUSABLE" for r in rows) else Exit.OK)
+    unusable = sum(1 for r in rows if r["status"] == "UNUSABLE")
+    verdict = f"{len(rows)} backup(s)" + (f", {unusable} unusable" if unusable else "")
+    if prune:
+        verdict += f"; {len(pruned)} pruned"
+
+    def document() -> dict[str, Any]:
+        doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "store": str(store), "backups": rows}
+        if prune:
+            doc["pruned"] = [r["path"] for r in pruned]
+        return doc
+
+    if fmt != "table":
+        with closed_stdout_ignored():
+            emit(
+                fmt,
+                records=rows,
+                columns=shown,
+                kind="backup",
+                summary=lambda: summary_record(
+                    "backups",
+                    verdict,
+                    code,
+                    store=str(store),
+                    **({"pruned": [r["path"] for r in pruned]} if prune else {}),
+                ),
+                table=lambda: None,
+                document=document,
             )
-        )
-    elif prune and not doomed and fmt != "json" and not quiet:
-        click.echo("nothing to prune")
-    return int(Exit.PROBLEMS if any(r["status"] == "UNUSABLE" for r in rows) else Exit.OK)
+    return code
+
+
+FIELDS = COLUMNS + [
+    ("created_time", "CREATED"),
+    ("txid", "TXID"),
+    ("store", "STORE"),
+    ("same_store", "SAME STORE"),
+    ("problem", "PROBLEM"),
+    ("prune", "PRUNE"),
+]
 
 
 __all__ = ["command", "find_backups", "describe_backup"]

@@ -13,9 +13,9 @@ from ..cmdopts import store_command_options
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..options import make_profile, open_store
-from ..output import console, output_options, resolve
+from ..output import SCHEMA_VERSION, console, output_options, pick_columns
 from ..progress import progress_bar, progress_option
-from ..render import dumps, render
+from ..render import emit, render, summary_record
 from ..times import iso
 
 TIME_KEYS = (
@@ -49,9 +49,17 @@ def with_iso(obj: Any) -> Any:
     "--deep", is_flag=True, help="Also plan the broker's recovery (walks the commitlog files recovery reads)."
 )
 @click.option("--all-queues", is_flag=True, help="A row per queue (default: a row per topic).")
-@output_options(("table", "json"), "table", "json")
+@output_options("json", columns="the topic rows (the queue rows with --all-queues)")
 @progress_option
-def command(broker_version: str, deep: bool, all_queues: bool, fmt: str | None, quiet: bool, **store_opts: Any) -> int:
+def command(
+    broker_version: str,
+    deep: bool,
+    all_queues: bool,
+    fmt: str,
+    columns: tuple[str, ...] | None,
+    quiet: bool,
+    **store_opts: Any,
+) -> int:
     """One screen on a stopped broker's STORE: per topic (or queue) the message count,
     queue offsets and time range; the commitlog files and their first times; the index
     files; the checkpoint as dates; abort and lock; what the next start will do and the
@@ -64,15 +72,35 @@ def command(broker_version: str, deep: bool, all_queues: bool, fmt: str | None, 
 
     store = open_store(**store_opts)
     profile = make_profile(broker_version)
-    fmt = resolve(fmt, "table", "json")
+    shown = pick_columns(columns, _row_columns(all_queues), QUEUE_FIELDS if all_queues else TOPIC_FIELDS)
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog) if deep else 0
     with progress_bar(total, "info: plan recovery", quiet) as advance:
         doc = with_iso(store_info(store, profile, deep=deep, progress=advance))
+    code = _exit_status(doc)
+    rows = doc["queues"] if all_queues else doc["topics"]
     with closed_stdout_ignored():
-        if fmt == "json":
-            click.echo(dumps(doc))
-        else:
-            _table(doc, all_queues)
+        emit(
+            fmt,
+            records=rows,
+            columns=shown,
+            kind="queue" if all_queues else "topic",
+            summary=lambda: summary_record(
+                "info",
+                doc["outlook"]["verdict"],
+                code,
+                store=doc["store"],
+                broker_version=doc["broker_version"],
+                next=doc["outlook"]["next"],
+            ),
+            table=lambda: _table(doc, all_queues, shown),
+            document=lambda: dict(
+                doc, schema_version=SCHEMA_VERSION, verdict=doc["outlook"]["verdict"], exit_status=code
+            ),
+        )
+    return code
+
+
+def _exit_status(doc: dict[str, Any]) -> int:
     if doc["lock"]["held"]:
         return int(Exit.OPERATIONAL)
     plan = doc.get("recovery_plan")
@@ -86,7 +114,40 @@ def command(broker_version: str, deep: bool, all_queues: bool, fmt: str | None, 
     return int(Exit.OK)
 
 
-def _table(doc: dict[str, Any], all_queues: bool) -> None:
+TOPIC_FIELDS = [
+    ("topic", "TOPIC"),
+    ("queues", "QUEUES"),
+    ("messages", "MESSAGES"),
+    ("first_store_timestamp", "FIRST STORED (MS)"),
+    ("last_store_timestamp", "LAST STORED (MS)"),
+    ("first_store_time", "FIRST STORED"),
+    ("last_store_time", "LAST STORED"),
+]
+QUEUE_FIELDS = [
+    ("topic", "TOPIC"),
+    ("queue_id", "QID"),
+    ("min_offset", "MIN QOFF"),
+    ("max_offset", "MAX QOFF"),
+    ("messages", "MESSAGES"),
+    ("files", "FILES"),
+    ("max_commitlog_offset", "MAX COMMITLOG OFFSET"),
+    ("first_store_timestamp", "FIRST STORED (MS)"),
+    ("last_store_timestamp", "LAST STORED (MS)"),
+    ("first_store_time", "FIRST STORED"),
+    ("last_store_time", "LAST STORED"),
+]
+
+
+def _row_columns(all_queues: bool) -> list[tuple[str, str]]:
+    cols = (
+        [("topic", "TOPIC"), ("queue_id", "QID"), ("min_offset", "MIN QOFF"), ("max_offset", "MAX QOFF")]
+        if all_queues
+        else [("topic", "TOPIC"), ("queues", "QUEUES")]
+    )
+    return cols + [("messages", "MESSAGES"), ("first_store_time", "FIRST STORED"), ("last_store_time", "LAST STORED")]
+
+
+def _table(doc: dict[str, Any], all_queues: bool, cols: list[tuple[str, str]]) -> None:
     con = console()
     out = con.file
     o = doc["outlook"]
@@ -94,6 +155,34 @@ def _table(doc: dict[str, Any], all_queues: bool) -> None:
     con.print(f"verdict: {o['verdict']}", highlight=False, markup=False)
     for step in o["next"]:
         con.print(f"next: {step}", highlight=False, markup=False)
+    safe = doc["safe_to_start"]
+    con.print(
+        "safe to start the broker: "
+        + ("yes" if safe else "no" if safe is False else "unknown without the walk of --deep"),
+        highlight=False,
+        markup=False,
+    )
+    if doc["would_lose"] is not None:
+        at_risk = doc["intact_at_risk"]
+        con.print(
+            f"the next start would lose: {doc['would_lose']} messages"
+            + (f" ({at_risk} of them intact: rmqtool repair keeps them)" if at_risk else "")
+            + f"; {doc['undispatched']} messages not yet in the consume queues (its start dispatches them)",
+            highlight=False,
+            markup=False,
+        )
+    co = doc["consumer_offsets"]
+    if co["offsets"]:
+        behind = doc["consumers_behind"]
+        con.print(
+            f"consumers: {co['groups']} group(s), {co['offsets']} committed offsets, {co['lag']} messages not "
+            f"consumed"
+            + (f" (behind: {', '.join(behind)})" if behind else "")
+            + (f"; {co['ahead']} ahead of their queue's end" if co["ahead"] else "")
+            + (f"; {co['behind']} behind its start" if co["behind"] else ""),
+            highlight=False,
+            markup=False,
+        )
     plan = doc.get("recovery_plan")
     if plan is not None:
         con.print(
@@ -146,12 +235,6 @@ def _table(doc: dict[str, Any], all_queues: bool) -> None:
         out=out,
     )
     rows = doc["queues"] if all_queues else doc["topics"]
-    cols = (
-        [("topic", "TOPIC"), ("queue_id", "QID"), ("min_offset", "MIN QOFF"), ("max_offset", "MAX QOFF")]
-        if all_queues
-        else [("topic", "TOPIC"), ("queues", "QUEUES")]
-    )
-    cols += [("messages", "MESSAGES"), ("first_store_time", "FIRST STORED"), ("last_store_time", "LAST STORED")]
     render(iter(rows), "table", cols, out=out)
     idx = doc["index"]
     if idx:

@@ -25,12 +25,11 @@ from ..cmdopts import store_command_options
 from ..confirm import ask, require_yes_or_terminal, yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
-from ..options import check_lock, dry_run_preamble, make_profile, open_store, resolve_format
-from ..output import SCHEMA_VERSION, output_file_options
+from ..options import check_lock, dry_run_preamble, make_profile, open_store
+from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns, say
 from ..progress import quiet_flag
-from ..render import dumps, render
+from ..render import emit, render, summary_record
 
-FORMATS = ("table", "json", "jsonl")
 ROW_COLUMNS = [
     ("group", "GROUP"),
     ("topic", "TOPIC"),
@@ -85,13 +84,7 @@ def parse_time(text: str) -> int:
 @store_command_options("read", recovery_walk_options, output_file_options, quiet_flag)
 @click.option("--group", "-g", "groups", multiple=True, metavar="GROUP", help="Only this consumer group (repeatable).")
 @click.option("--topic", "-t", "topics", multiple=True, metavar="TOPIC", help="Only this topic (repeatable).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default=None,
-    help="table (default on a terminal): rows and the summary per group; json: one document; jsonl: one row per line (default when piped).",
-)
+@format_options("jsonl", columns="the offset rows (the change rows with --set/--reset-to-time)")
 @click.option(
     "--set",
     "set_",
@@ -130,7 +123,8 @@ def command(
     broker_version: str,
     groups: tuple[str, ...],
     topics: tuple[str, ...],
-    fmt: str | None,
+    fmt: str,
+    columns: tuple[str, ...] | None,
     set_: tuple[str, str, str, str] | None,
     reset_time: str | None,
     dry_run: bool,
@@ -152,29 +146,66 @@ def command(
     profile = make_profile(broker_version)
     store = open_store(**store_opts)
     if set_ is not None or reset_time is not None:
-        return _change(store, profile, set_, reset_time, groups, topics, dry_run, backup_dir, jobs, fmt, yes)
+        shown = pick_columns(columns, CHANGE_COLUMNS, CHANGE_COLUMNS + [("key", "KEY")])
+        return _change(store, profile, set_, reset_time, groups, topics, dry_run, backup_dir, jobs, fmt, yes, shown)
     if dry_run or backup_dir is not None:
         raise click.UsageError("--dry-run and --backup-dir go with --set or --reset-to-time")
-    fmt = resolve_format(fmt, FORMATS)
+    shown = pick_columns(columns, ROW_COLUMNS, ROW_FIELDS)
     report = ro.offset_report(store, profile, groups=groups, topics=topics, jobs=jobs)
+    code = int(Exit.PROBLEMS if report.problems else Exit.OK)
     with closed_stdout_ignored():
-        if fmt == "json":
-            sys.stdout.write(dumps({"schema_version": SCHEMA_VERSION, **report.to_dict()}) + "\n")
-        elif fmt == "jsonl":
-            render(iter(report.rows), "jsonl", ROW_COLUMNS)
-        elif not report.rows and not report.groups and not report.files:
-            click.echo(f"rmqtool offsets {store.root}: no consumer offsets found (no offset file under config/)")
-        else:
-            render(iter(report.rows), "table", ROW_COLUMNS, title=f"rmqtool offsets {store.root}")
-            render(iter(report.groups), "table", GROUP_COLUMNS, title="per group")
-            render(
-                iter(report.files),
-                "table",
-                [("file", "FILE"), ("main", "STATE"), ("bak", ".bak"), ("verdict", "BROKER LOAD")],
-            )
+        emit(
+            fmt,
+            records=report.rows,
+            columns=shown,
+            kind="offset",
+            summary=lambda: summary_record(
+                "offsets", _verdict(report), code, store=str(store.root), groups=report.groups
+            ),
+            table=lambda: _table(store.root, report, shown),
+            document=lambda: {"schema_version": SCHEMA_VERSION, **report.to_dict()},
+        )
     for n in report.notes:
         click.echo(f"rmqtool: note: {n}", err=True)
-    return int(Exit.PROBLEMS if report.problems else Exit.OK)
+    return code
+
+
+ROW_FIELDS = ROW_COLUMNS + [
+    ("file", "FILE"),
+    ("diff", "DIFF"),
+    ("source", "SOURCE"),
+    ("group_known", "GROUP KNOWN"),
+    ("deleted_unconsumed", "DELETED UNCONSUMED"),
+    ("oldest_unconsumed_timestamp", "OLDEST UNCONSUMED (MS)"),
+    ("oldest_unconsumed_time", "OLDEST UNCONSUMED (UTC)"),
+]
+
+
+def _verdict(report: ro.OffsetReport) -> str:
+    """The offsets in one sentence: how many, and how many a consumer cannot resume from."""
+    if not report.rows:
+        return "no committed consumer offsets"
+    bad = sum(1 for r in report.rows if r["status"] in ro.PROBLEM_STATUSES)
+    lag = sum(r["lag"] or 0 for r in report.rows)
+    groups = sum(1 for g in report.groups if g["lag"])
+    head = f"{len(report.rows)} committed offsets of {len(report.groups)} group(s), {lag} messages unconsumed"
+    head += f" ({groups} group(s) behind)" if groups else ""
+    if bad:
+        return f"{head}; {bad} ahead of their queue's end or behind its start"
+    return head
+
+
+def _table(root: Path, report: ro.OffsetReport, shown: list[tuple[str, str]]) -> None:
+    if not report.rows and not report.groups and not report.files:
+        say(f"rmqtool offsets {root}: no consumer offsets found (no offset file under config/)")
+        return
+    render(iter(report.rows), "table", shown, title=f"rmqtool offsets {root}")
+    render(iter(report.groups), "table", GROUP_COLUMNS, title="per group")
+    render(
+        iter(report.files),
+        "table",
+        [("file", "FILE"), ("main", "STATE"), ("bak", ".bak"), ("verdict", "BROKER LOAD")],
+    )
 
 
 def _change(
@@ -187,8 +218,9 @@ def _change(
     dry_run: bool,
     backup_dir: Path | None,
     jobs: int,
-    fmt: str | None,
+    fmt: str,
     yes: bool = False,
+    shown: list[tuple[str, str]] = CHANGE_COLUMNS,
 ) -> int:
     if set_ is not None and reset_time is not None:
         raise click.UsageError("--set and --reset-to-time exclude each other")
@@ -221,36 +253,50 @@ def _change(
     result = None
     pending = any(c.old != c.new for c in changes)
     if not dry_run and not yes and pending:
-        render(iter(rows), "table", CHANGE_COLUMNS, title=desc + " -- plan")
+        # the plan once, before the question (on stderr in a machine format: stdout holds one result)
+        render(iter(rows), "table", CHANGE_COLUMNS, title=desc + " -- plan", out=None if fmt == "table" else sys.stderr)
         if not ask(yes, f"Apply these offset changes to {root}?"):
             click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
             return int(Exit.PROBLEMS)
     if not dry_run and pending:
         # (an offset set to what is committed already changes nothing: no backup, status 0)
         result = ro.apply_offset_changes(root, changes, backup_dir=backup_dir, description=desc)
+    code = int(Exit.OK if not pending else Exit.PROBLEMS if dry_run else Exit.REPAIRED)
+    backup = str(result.backup_dir) if result is not None and result.backup_dir else None
+    if dry_run:
+        verdict = f"dry run: {len(rows)} offset(s) would be set; nothing was changed"
+    elif not pending:
+        verdict = "nothing to change: every offset is committed already"
+    else:
+        verdict = f"{len(rows)} offset(s) set" + (f"; backup {backup}" if backup else "")
+
+    def table() -> None:
+        render(iter(rows), "table", shown, title=desc + (" -- dry run" if dry_run else ""))
+        if backup:
+            say(f"backup: {backup} (rmqtool restore {backup} {root})")
+        elif dry_run:
+            say("dry run: nothing was changed")
+        elif not pending:
+            say(verdict)
+
     with closed_stdout_ignored():
-        if fmt == "json":
-            click.echo(
-                dumps(
-                    {
-                        "schema_version": SCHEMA_VERSION,
-                        "dry_run": dry_run,
-                        "changes": rows,
-                        "backup_dir": str(result.backup_dir) if result is not None and result.backup_dir else None,
-                    }
-                )
-            )
-        else:
-            render(iter(rows), "table", CHANGE_COLUMNS, title=desc + (" -- dry run" if dry_run else ""))
-            if result is not None and result.backup_dir:
-                click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {root})")
-            elif dry_run:
-                click.echo("dry run: nothing was changed")
-            elif not pending:
-                click.echo("nothing to change: every offset is committed already")
-    if dry_run or not pending:
-        return int(Exit.PROBLEMS if pending else Exit.OK)
-    return int(Exit.REPAIRED)
+        emit(
+            fmt,
+            records=rows,
+            columns=shown,
+            kind="change",
+            summary=lambda: summary_record(
+                "offsets", verdict, code, store=str(root), dry_run=dry_run, backup_dir=backup
+            ),
+            table=table,
+            document=lambda: {
+                "schema_version": SCHEMA_VERSION,
+                "dry_run": dry_run,
+                "changes": rows,
+                "backup_dir": backup,
+            },
+        )
+    return code
 
 
 def past_end_rows(past: list[ro.OffsetChange], *, dry_run: bool, fix_offsets: bool) -> list[dict[str, str]]:

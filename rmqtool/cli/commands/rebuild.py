@@ -26,9 +26,9 @@ from ..destructive import applying, confirmed, dry_run_store, locked_check, pars
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..options import make_profile
-from ..output import SCHEMA_VERSION, output_file_options
+from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns, say, unlimited_width
 from ..progress import later_bar, progress_bar, progress_option
-from ..render import dumps
+from ..render import emit, summary_record
 
 if TYPE_CHECKING:  # start-up time (--help): recovery.rebuild is imported where it is used
     from ...recovery.rebuild import RebuildPlan
@@ -80,14 +80,7 @@ if TYPE_CHECKING:  # start-up time (--help): recovery.rebuild is imported where 
 @click.option(
     "--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed."
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(("text", "json")),
-    default="text",
-    show_default=True,
-    help="text for people, or one JSON document (schema_version, plan, result) at the end.",
-)
+@format_options(aliases={"text": "table"}, columns="the changed files (action, path, size, note)")
 @yes_option
 def command(
     broker_version: str,
@@ -101,7 +94,8 @@ def command(
     jobs: int | None,
     quiet: bool,
     yes: bool,
-    fmt: str = "text",
+    fmt: str = "table",
+    columns: tuple[str, ...] | None = None,
     **store_opts: Any,
 ) -> int:
     """Rebuild the consume queues and the index of a stopped broker's STORE from its
@@ -120,10 +114,11 @@ def command(
         raise click.UsageError("--cq-only and --index-only exclude each other")
     profile = make_profile(broker_version)
     tz = parse_tz(index_tz)
+    shown = pick_columns(columns, CHANGE_COLUMNS, CHANGE_COLUMNS + [("type", "type")])
     store = locked_check(
-        store_opts, dry_run, lock=fmt != "json"
-    )  # (the json run calls this command again, which checks it once)
-    if fmt == "json":
+        store_opts, dry_run, lock=fmt in ("table", "machine-inner")
+    )  # (a machine format's run calls this command again, which checks it once)
+    if fmt not in ("table", "machine-inner"):
         # (click types a command's callback as optional; this one has it)
         return _json_run(
             lambda: command.callback(  # type: ignore[misc]
@@ -138,10 +133,12 @@ def command(
                 jobs=jobs,
                 quiet=quiet,
                 yes=yes,
-                fmt="json-inner",
+                fmt="machine-inner",
                 **store_opts,
             ),
             dry_run,
+            fmt,
+            shown,
         )
     if dry_run:
         store = dry_run_store("rebuild-index", store_opts, backup_dir, store)
@@ -224,10 +221,10 @@ def _run(
     code = int(Exit.PROBLEMS if plan.problems else Exit.OK)
     with closed_stdout_ignored():
         if dry_run:
-            click.echo("dry run: nothing was changed")
+            say("dry run: nothing was changed")
             return code
         if not plan.effective:
-            click.echo("nothing to do: every file is already as the rebuild makes it")
+            say("nothing to do: every file is already as the rebuild makes it")
             return code
     if not confirmed(yes, f"Apply this rebuild to {store.root}?"):
         return code
@@ -241,18 +238,28 @@ def _run(
 _LAST: dict[str, Any] = {}
 
 
-def _json_run(run: Callable[[], int], dry_run: bool) -> int:
-    """--format json: the text output is kept out of stdout; one JSON document instead."""
+CHANGE_COLUMNS = [("action", "ACTION"), ("path", "PATH"), ("size", "SIZE"), ("note", "NOTE")]
+
+
+def _json_run(run: Callable[[], int], dry_run: bool, fmt: str, columns: list[tuple[str, str]]) -> int:
+    """A machine format: the text output is kept out of stdout; one JSON document (json),
+    the changes and a summary record (jsonl), or the changes and a summary row (csv)."""
     from ...recovery.rebuild import UNCHANGED
 
     _LAST.clear()
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
+    with contextlib.redirect_stdout(buf), unlimited_width():
         code = int(run())
     plan: RebuildPlan | None = _LAST.get("plan")
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "dry_run": dry_run, "exit_status": code}
+    changes: list[dict[str, Any]] = []
     if plan is not None:
         s = plan.result.stats
+        changes = [
+            {"action": c.action, "path": c.relpath, "size": c.size, "note": c.note}
+            for c in plan.changes
+            if c.action != UNCHANGED
+        ]
         doc["plan"] = {
             "cq": plan.cq,
             "index": plan.index,
@@ -270,15 +277,44 @@ def _json_run(run: Callable[[], int], dry_run: bool) -> int:
                 "index_keys": s.index_keys,
                 "blanks": s.blanks,
             },
-            "changes": [
-                {"action": c.action, "path": c.relpath, "size": c.size, "note": c.note}
-                for c in plan.changes
-                if c.action != UNCHANGED
-            ],
+            "changes": changes,
         }
     doc["applied"] = bool(code & int(Exit.REPAIRED))
     doc["backup_dir"] = str(_LAST["backup"]) if _LAST.get("backup") else None
-    click.echo(dumps(doc))
+    counts = plan.counts() if plan is not None else {}
+    written = counts.get("create", 0) + counts.get("replace", 0)
+    if doc["applied"]:
+        verdict = f"rebuilt: {written} file(s) written, {counts.get('remove', 0)} removed"
+    elif plan is None:
+        verdict = "nothing was planned"
+    elif not plan.effective:
+        verdict = "nothing to do: every file is already as the rebuild makes it"
+    else:
+        verdict = (
+            f"{'dry run' if dry_run else 'not applied'}: {written} file(s) to write, {counts.get('remove', 0)} "
+            "to remove; nothing was changed"
+        )
+    if plan is not None and plan.problems:
+        verdict += f"; {len(plan.problems)} problem(s) remain"
+    doc["verdict"] = verdict
+    emit(
+        fmt,
+        records=[{"type": "change", **c} for c in changes],
+        columns=columns,
+        kind="change",
+        summary=lambda: summary_record(
+            "rebuild-index",
+            verdict,
+            code,
+            dry_run=dry_run,
+            applied=doc["applied"],
+            backup_dir=doc["backup_dir"],
+            counts=counts,
+            problems=len(plan.problems) if plan is not None else 0,
+        ),
+        table=lambda: None,
+        document=lambda: doc,
+    )
     return code
 
 
@@ -289,7 +325,7 @@ def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[s
     what = "consume queues and index" if plan.cq and plan.index else "consume queues" if plan.cq else "index"
     scope = f"topics {', '.join(plan.topics)}" if plan.topics else "all topics"
     mode = f"continuing from commitlog offset {plan.from_offset}" if plan.from_offset is not None else "full rebuild"
-    click.echo(f"rebuild-index {store.root} (broker {version}): {what}, {scope}, {mode}")
+    say(f"rebuild-index {store.root} (broker {version}): {what}, {scope}, {mode}")
     notes = []
     if plan.cq and not any(store.consume_queues.values()) and store_opts.get("cq_file_size") is None:
         notes.append(
@@ -299,14 +335,14 @@ def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[s
         notes.append(
             "no index file to infer the geometry from: default; give --index-slots/--index-entries if the broker used others"
         )
-    click.echo(
+    say(
         f"geometry: commitlog file {g.commitlog_file_size} B, consume queue file {g.cq_file_size} B, "
         f"index {g.index_slot_num} slots / {g.index_num} entries ({g.index_file_size} B)"
     )
     for n in notes:
-        click.echo(f"  note: {n}")
+        say(f"  note: {n}")
     s = plan.result.stats
-    click.echo(
+    say(
         f"reput: commitlog offsets [{s.from_offset}, {s.end_offset}): {s.records} records, "
         f"{s.dispatched} dispatched ({s.cq_records} to consume queues, {s.index_keys} index keys"
         f"{f', {s.index_skipped} already indexed' if s.index_skipped else ''}), {s.blanks} BLANK, "
@@ -318,27 +354,27 @@ def print_plan(store: Store, plan: RebuildPlan, version: str, store_opts: dict[s
             continue
         size = f" ({ch.size} bytes)" if ch.size is not None else ""
         note = f": {ch.note}" if ch.note and (ch.action == REMOVE or ch.kind == "checkpoint") else ""
-        click.echo(f"  {ch.action:<8}{ch.relpath}{size}{note}")
+        say(f"  {ch.action:<8}{ch.relpath}{size}{note}")
     c = plan.counts()
-    click.echo(
+    say(
         f"files: {c['create']} to create, {c['replace']} to replace, {c['remove']} to remove, "
         f"{c['unchanged']} unchanged"
     )
     if cp is not None and plan.checkpoint_before is not None and cp == plan.checkpoint_before:
-        click.echo("checkpoint: unchanged")
+        say("checkpoint: unchanged")
 
 
 def print_summary(plan: RebuildPlan, seconds: float, backup: Path | None) -> None:
     s = plan.result.stats
     c = plan.counts()
     rate = s.dispatched / s.seconds if s.seconds > 0 else 0.0
-    click.echo(
+    say(
         f"done: {s.dispatched} records dispatched, {c['create'] + c['replace']} files written "
         f"({c['create']} created, {c['replace']} replaced), {c['remove']} removed, in {seconds:.2f} s "
         f"(reput {s.seconds:.2f} s, {rate:,.0f} messages/s)"
     )
     if backup is not None:
-        click.echo(f"backup: {backup} (rmqtool restore {backup} {plan.root})")
+        say(f"backup: {backup} (rmqtool restore {backup} {plan.root})")
 
 
 __all__ = ["command", "parse_tz", "print_plan", "print_summary"]

@@ -27,7 +27,7 @@ from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..interrupts import salvage_cleanup
 from ..options import make_profile
-from ..output import output_file_options
+from ..output import format_options, output_file_options, pick_columns, say
 from ..progress import progress_bar, progress_option
 from ..render import dumps
 
@@ -65,14 +65,7 @@ if TYPE_CHECKING:  # start-up time (--help): the recovery packages are imported 
     metavar="DIR",
     help="Where cut bytes and removed or replaced files go (default: a new STORE.rmqtool-backup-<time> beside the store).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(("table", "json")),
-    default="table",
-    show_default=True,
-    help="Output format of the plan and the result.",
-)
+@format_options(columns="the changes (action, path, detail)")
 @click.option(
     "--correct-delay-tags",
     is_flag=True,
@@ -105,6 +98,7 @@ def command(
     salvage_to: Path | None,
     backup_dir: Path | None,
     fmt: str,
+    columns: tuple[str, ...] | None,
     correct_delay_tags: bool,
     no_reindex: bool,
     reindex_all: bool,
@@ -141,9 +135,19 @@ def command(
         check_unread=not no_check_unread,
         jobs=jobs,
     )
+    shown = pick_columns(columns, ds.CHANGE_COLUMNS, ds.CHANGE_COLUMNS + [("type", "type")])
+    out = _Out(fmt, shown)
     if dry_run:
-        return _dry_run(store_opts, profile, opts, backup_dir, salvage_to, fmt, quiet, jobs, fix_offsets)
-    return _apply(store_opts, profile, opts, backup_dir, salvage_to, fmt, quiet, jobs, fix_offsets, yes, tz)
+        return _dry_run(store_opts, profile, opts, backup_dir, salvage_to, out, quiet, jobs, fix_offsets)
+    return _apply(store_opts, profile, opts, backup_dir, salvage_to, out, quiet, jobs, fix_offsets, yes, tz)
+
+
+class _Out:
+    """The output format and the columns of the changes asked for."""
+
+    def __init__(self, fmt: str, columns: list[tuple[str, str]]) -> None:
+        self.fmt = fmt
+        self.columns = columns
 
 
 def _dry_run(
@@ -152,7 +156,7 @@ def _dry_run(
     opts: dict[str, Any],
     backup_dir: Path | None,
     salvage_to: Path | None,
-    fmt: str,
+    out: _Out,
     quiet: bool,
     jobs: int | None,
     fix_offsets: bool,
@@ -167,16 +171,11 @@ def _dry_run(
     if salvage_to is not None and (plan.cuts or plan.removed_files):
         with salvage_cleanup(salvage_to):
             listed = write_salvage(store, plan, profile, salvage_to, list_only=True)
+    code = int(Exit.PROBLEMS if plan.problems or not plan.nothing_to_do else Exit.OK)
     with closed_stdout_ignored():
-        _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
-        if listed is not None and fmt != "json":
-            click.echo(
-                f"would be cut: {listed['records']} intact records listed in {Path(listed['dir']) / listed['list']}"
-            )
+        _print(plan, None, out, dry_run=True, code=code, past=past, fix_offsets=fix_offsets, listed=listed)
     _warn_problems(plan)
-    if plan.problems or not plan.nothing_to_do:
-        return int(Exit.PROBLEMS)
-    return int(Exit.OK)
+    return code
 
 
 def _apply(
@@ -185,7 +184,7 @@ def _apply(
     opts: dict[str, Any],
     backup_dir: Path | None,
     salvage_to: Path | None,
-    fmt: str,
+    out: _Out,
     quiet: bool,
     jobs: int | None,
     fix_offsets: bool,
@@ -207,36 +206,60 @@ def _apply(
                 "recover changes nothing until that file is removed or renamed (see the problems below)",
                 "problem",
             )
+        prompt = 0.0  # the time spent at the question: not the command's
+        shown = False
         if not blocked and not plan.nothing_to_do:
-            if not ds.confirmed(
-                yes, f"Apply this recovery to {ds.store_root(store_opts)}?", lambda: _show_plan(plan, fmt)
-            ):
+            t_q = time.perf_counter()
+            shown = not yes  # the plan is shown once, above the question
+            if not ds.confirmed(yes, _question(plan, store_opts, backup_dir), lambda: _show_plan(plan, out)):
                 return int(Exit.PROBLEMS)
+            prompt = time.perf_counter() - t_q if shown else 0.0
             extra = _offsets_hook(store, plan, profile, fix_offsets, past)
             result = _apply_plan(store, plan, profile, backup_dir, salvage_to, quiet, jobs, tz, extra)
+        bad_topics = [
+            p for p in (result.problems if result is not None else []) if p.code == FindingCode.TOPIC_BAD_NAME
+        ]
+        changed = (result is not None and result.changed) or finished
+        code = int(Exit.combine(changed=changed, problems=bool(plan.problems or bad_topics or blocked)))
         with closed_stdout_ignored():
             _print(
                 plan,
                 result,
-                fmt,
+                out,
                 dry_run=False,
-                seconds=time.perf_counter() - t0,
+                code=code,
+                seconds=time.perf_counter() - t0 - prompt,
                 finished=finished,
                 salvage_to=salvage_to,
                 past=past,
                 fix_offsets=fix_offsets,
+                plan_shown=shown,
             )
     _warn_problems(plan)
-    bad_topics = [p for p in (result.problems if result is not None else []) if p.code == FindingCode.TOPIC_BAD_NAME]
     for p in bad_topics:
         ds.warn(p.one_line(), "problem")
-    changed = (result is not None and result.changed) or finished
-    return int(Exit.combine(changed=changed, problems=bool(plan.problems or bad_topics or blocked)))
+    return code
 
 
-def _show_plan(plan: RecoveryPlan, fmt: str) -> None:
+def _question(plan: RecoveryPlan, store_opts: dict[str, Any], backup_dir: Path | None) -> str:
+    """The question: what the recovery cuts, what repair would keep, where the cut bytes go."""
+    root = ds.store_root(store_opts)
+    keep = f" ({plan.intact_cut} intact: rmqtool repair would keep them)" if plan.intact_cut else ""
+    return (
+        f"Apply this recovery to {root}? It cuts {plan.bytes_cut} commitlog bytes, {plan.messages_cut} "
+        f"messages{keep}; every byte cut goes to {ds.backup_place(root, backup_dir)}"
+    )
+
+
+def _show_plan(plan: RecoveryPlan, out: _Out) -> None:
+    """The plan before the question (on stderr in a machine format: stdout holds one result)."""
+    import sys
+
+    to = None if out.fmt == "table" else sys.stderr
     with closed_stdout_ignored():
-        _print(plan, None, fmt, dry_run=False, plan_only=True)
+        ds.render_plan("recover", plan, False, _summary_rows(plan), _change_rows(plan), [], False, out.columns, to)
+        for n in plan.notes:
+            say(f"note: {n}", to)
     _warn_problems(plan)
 
 
@@ -322,37 +345,88 @@ def _warn_problems(plan: RecoveryPlan) -> None:
 def _print(
     plan: RecoveryPlan,
     result: ApplyResult | None,
-    fmt: str,
+    out: _Out,
     *,
     dry_run: bool,
+    code: int,
     seconds: float | None = None,
     finished: bool = False,
     salvage_to: Path | None = None,
     past: list[OffsetChange] | None = None,
     fix_offsets: bool = False,
-    plan_only: bool = False,
+    listed: dict[str, Any] | None = None,
+    plan_shown: bool = False,
 ) -> None:
-    if fmt == "json":
-        click.echo(
-            dumps(
-                ds.json_doc(
-                    plan,
-                    dry_run,
-                    past or [],
-                    plan_only,
-                    offsets_fixed=bool(fix_offsets and past and not dry_run),
-                    result=json.loads(dumps(result)) if result is not None else None,
-                    seconds=seconds,
-                    finished=finished,
-                )
+    past = past or []
+    offsets_fixed = bool(fix_offsets and past and not dry_run)
+
+    def table() -> None:
+        if not plan_shown:  # (shown above the question already: the outcome alone now)
+            ds.render_plan(
+                "recover", plan, dry_run, _summary_rows(plan), _change_rows(plan), past, fix_offsets, out.columns
             )
-        )
-        return
-    ds.render_plan("recover", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
-    for n in plan.notes:
-        click.echo(f"note: {n}")
-    if not plan_only:
+            for n in plan.notes:
+                say(f"note: {n}")
+        if listed is not None:
+            say(f"would be cut: {listed['records']} intact records listed in {Path(listed['dir']) / listed['list']}")
         _print_outcome(plan, result, dry_run, seconds, finished, salvage_to)
+
+    ds.emit_outcome(
+        out.fmt,
+        "recover",
+        changes=_change_rows(plan, every_queue=True) + _past_rows(past, dry_run, fix_offsets),
+        columns=out.columns,
+        verdict=_verdict(plan, result, dry_run, finished),
+        exit_status=code,
+        figures={
+            "store": str(plan.store),
+            "broker_version": plan.broker_version,
+            "dry_run": dry_run,
+            "mode": plan.mode,
+            "end_offset": plan.end_offset,
+            "bytes_cut": plan.bytes_cut,
+            "messages_cut": plan.messages_cut,
+            "intact_cut": plan.intact_cut,
+            "nothing_to_do": plan.nothing_to_do,
+            "problems": len(plan.problems),
+            "applied": result is not None,
+            "backup_dir": str(result.backup_dir) if result is not None and result.backup_dir else None,
+        },
+        document=lambda: ds.json_doc(
+            plan,
+            dry_run,
+            past,
+            False,
+            offsets_fixed=offsets_fixed,
+            result=json.loads(dumps(result)) if result is not None else None,
+            seconds=seconds,
+            finished=finished,
+        ),
+        table=table,
+    )
+
+
+def _past_rows(past: list[OffsetChange], dry_run: bool, fix_offsets: bool) -> list[dict[str, Any]]:
+    return ds.past_end_rows(past, dry_run=dry_run, fix_offsets=fix_offsets)
+
+
+def _verdict(plan: RecoveryPlan, result: ApplyResult | None, dry_run: bool, finished: bool) -> str:
+    """The outcome in one sentence (the summary record's and the json document's verdict)."""
+    tail = f"; {len(plan.problems)} problem(s) recovery does not touch" if plan.problems else ""
+    if result is not None:
+        return (
+            f"recovered: {plan.bytes_cut} commitlog bytes cut ({plan.messages_cut} messages, {plan.intact_cut} "
+            f"intact), {len(result.actions)} changes"
+            + (f"; backup {result.backup_dir}" if result.backup_dir else "")
+            + tail
+        )
+    if dry_run:
+        return ("nothing to do" if plan.nothing_to_do else "a recovery is needed: " + _recap(plan)) + tail
+    if plan.blocked:
+        return "nothing was changed: commitlog file names overlap or are misaligned" + tail
+    if finished:
+        return "the interrupted recovery was finished; nothing else to do" + tail
+    return "nothing to do: the store is as the broker's recovery leaves it" + tail
 
 
 def _summary_rows(plan: RecoveryPlan) -> list[tuple[str, str]]:
@@ -378,8 +452,11 @@ def _summary_rows(plan: RecoveryPlan) -> list[tuple[str, str]]:
     ]
 
 
-def _change_rows(plan: RecoveryPlan) -> list[dict[str, Any]]:
+def _change_rows(plan: RecoveryPlan, every_queue: bool = False) -> list[dict[str, Any]]:
+    """The plan's changes (action, path, detail); the first QUEUE_ROWS queues only, unless
+    ``every_queue`` (the machine formats list every one)."""
     changes: list[dict[str, Any]] = []
+    shown_queues = len(plan.changed_queues) if every_queue else QUEUE_ROWS
     for c in plan.cuts:
         changes.append(
             {
@@ -393,7 +470,7 @@ def _change_rows(plan: RecoveryPlan) -> list[dict[str, Any]]:
         changes.append(
             {"action": "remove", "path": r.path, "detail": f"{r.reason}; {r.messages} messages ({r.intact} intact)"}
         )
-    for q in plan.changed_queues[:QUEUE_ROWS]:
+    for q in plan.changed_queues[:shown_queues]:
         detail = []
         if q.recover_removed:
             detail.append(f"CQ recovery drops {len(q.recover_removed)} file(s) after offset {q.write_offset}")
@@ -402,12 +479,12 @@ def _change_rows(plan: RecoveryPlan) -> list[dict[str, Any]]:
                 f"truncated to logical offset {q.truncate_to // 20} ({q.units_cut} units, {len(q.truncate_removed)} files)"
             )
         changes.append({"action": "queue", "path": f"consumequeue/{q.topic}/{q.queue_id}", "detail": "; ".join(detail)})
-    if len(plan.changed_queues) > QUEUE_ROWS:
+    if len(plan.changed_queues) > shown_queues:
         changes.append(
             {
                 "action": "queue",
                 "path": f"... {len(plan.changed_queues) - QUEUE_ROWS} more queues",
-                "detail": "--format json lists every one",
+                "detail": "--format json, jsonl and csv list every one",
             }
         )
     for d in plan.index_discarded:
@@ -472,40 +549,40 @@ def _print_outcome(
             if isinstance(result.dispatched, dict)
             else str(result.dispatched)
         )
-        click.echo(
+        say(
             f"done: {len(result.actions)} changes, {dispatched or 0} records dispatched, {result.cq_units_appended} CQ units "
             f"appended, {result.index_entries_added} index entries, new index files {result.index_files_created or '-'}"
             + (f", in {seconds:.2f} s" if seconds is not None else "")
         )
         if result.delay_tags_mismatch:
-            click.echo(
+            say(
                 f"quirk Q1: {result.delay_tags_mismatch} SCHEDULE_TOPIC_XXXX units carry the TAGS hash, not the delivery time"
             )
         if result.settled_starts:
-            click.echo(
+            say(
                 f"no broker start to follow (the broker refuses this store, or a topic that cannot be a path stops "
                 f"its dispatch): this run also cut the consume queues as its next {result.settled_starts} start(s) "
                 "would (so a second run has nothing to do)"
             )
         if result.unpinned_records is not None:
-            click.echo(
+            say(
                 "deviation: the broker keeps the consume queue units its truncation cut, so each of its later "
                 "starts truncates again and reputs nothing; recover zero-fills them, so this run also did the "
                 f"reput of the broker's next start on its result ({result.unpinned_records} records the broker's "
                 "own starts leave without a unit)"
             )
         if result.salvage:
-            click.echo(f"salvaged: {result.salvage['records']} intact records to {result.salvage['dir']}")
+            say(f"salvaged: {result.salvage['records']} intact records to {result.salvage['dir']}")
         elif salvage_to is not None:
-            click.echo("salvage: nothing is cut, nothing to salvage")
+            say("salvage: nothing is cut, nothing to salvage")
         if result.backup_dir:
-            click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
+            say(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
-        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else "; " + _recap(plan)))
+        say("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else "; " + _recap(plan)))
     elif plan.blocked:
-        click.echo("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
+        say("nothing was changed: commitlog file names overlap or are misaligned (see the problems)")
     else:
-        click.echo(
+        say(
             "nothing to do: the store is as the broker's recovery leaves it"
             if not finished
             else "the interrupted recovery was finished; nothing else to do"

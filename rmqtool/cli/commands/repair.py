@@ -30,9 +30,9 @@ from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..options import make_profile
-from ..output import output_file_options
+from ..output import format_options, output_file_options, pick_columns, say
 from ..progress import progress_bar, progress_option
-from ..render import dumps, render
+from ..render import render
 
 
 @click.command("repair", context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,14 +45,7 @@ from ..render import dumps, render
     metavar="DIR",
     help="Where replaced bytes and removed or replaced files go (default: a new STORE.rmqtool-backup-<time> beside the store).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(("table", "json")),
-    default="table",
-    show_default=True,
-    help="Output format of the plan and the result.",
-)
+@format_options(columns="the changes (action, path, detail)")
 @click.option(
     "--max-message-size",
     type=click.IntRange(MIN_RECORD),
@@ -71,6 +64,7 @@ def command(
     dry_run: bool,
     backup_dir: Path | None,
     fmt: str,
+    columns: tuple[str, ...] | None,
     max_message_size: int,
     index_tz: str | None,
     jobs: int | None,
@@ -100,16 +94,26 @@ def command(
     tz = ds.optional_tz(index_tz)
     ds.locked_check(store_opts, dry_run)
     njobs = jobs or (os.cpu_count() or 1)
+    out = _Out(fmt, pick_columns(columns, ds.CHANGE_COLUMNS, ds.CHANGE_COLUMNS + [("type", "type")]))
     if dry_run:
         store = ds.dry_run_store("repair", store_opts, backup_dir)
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
         plan.discard()  # the rebuilt files beside the store: not needed for the report
+        code = int(Exit.PROBLEMS if plan.problems or not plan.nothing_to_do else Exit.OK)
         with closed_stdout_ignored():
-            _print(plan, None, fmt, dry_run=True, past=past, fix_offsets=fix_offsets)
+            _print(plan, None, out, dry_run=True, code=code, past=past, fix_offsets=fix_offsets)
         _warn_problems(plan)
-        return int(Exit.PROBLEMS if plan.problems or not plan.nothing_to_do else Exit.OK)
-    return _apply(store_opts, profile, max_message_size, tz, njobs, quiet, fmt, backup_dir, fix_offsets, yes)
+        return code
+    return _apply(store_opts, profile, max_message_size, tz, njobs, quiet, out, backup_dir, fix_offsets, yes)
+
+
+class _Out:
+    """The output format and the columns of the changes asked for."""
+
+    def __init__(self, fmt: str, columns: list[tuple[str, str]]) -> None:
+        self.fmt = fmt
+        self.columns = columns
 
 
 def _offsets_fix(root: Path, past: list[OffsetChange]) -> Callable[[StoreTransaction], None]:
@@ -129,7 +133,7 @@ def _apply(
     tz: _dt.tzinfo | None,
     njobs: int,
     quiet: bool,
-    fmt: str,
+    out: _Out,
     backup_dir: Path | None,
     fix_offsets: bool,
     yes: bool,
@@ -140,31 +144,55 @@ def _apply(
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
         result: CommitResult | None = None
+        prompt = 0.0  # the time spent at the question: not the command's
+        shown = False
         if not plan.nothing_to_do:
-            if not ds.confirmed(yes, f"Apply this repair to {root}?", lambda: _show_plan(plan, fmt, past, fix_offsets)):
+            t_q = time.perf_counter()
+            shown = not yes  # the plan is shown once, above the question
+            if not ds.confirmed(
+                yes, _question(plan, root, backup_dir), lambda: _show_plan(plan, out, past, fix_offsets)
+            ):
                 plan.discard()
                 return int(Exit.PROBLEMS)
+            prompt = time.perf_counter() - t_q if shown else 0.0
             extra = _offsets_fix(root, past) if fix_offsets and past else None
             result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
         plan.discard()
+        code = int(Exit.combine(changed=result is not None or finished, problems=bool(plan.problems)))
         with closed_stdout_ignored():
             _print(
                 plan,
                 result,
-                fmt,
+                out,
                 dry_run=False,
-                seconds=time.perf_counter() - t0,
+                code=code,
+                seconds=time.perf_counter() - t0 - prompt,
                 finished=finished,
                 past=past,
                 fix_offsets=fix_offsets,
+                plan_shown=shown,
             )
     _warn_problems(plan)
-    return int(Exit.combine(changed=result is not None or finished, problems=bool(plan.problems)))
+    return code
 
 
-def _show_plan(plan: RepairPlan, fmt: str, past: list[OffsetChange], fix_offsets: bool) -> None:
+def _question(plan: RepairPlan, root: Path, backup_dir: Path | None) -> str:
+    """The question: what the repair replaces, the intact messages it keeps, where the
+    replaced bytes go."""
+    regions = sum(1 for r in plan.regions if r.kind != "end of data")
+    return (
+        f"Apply this repair to {root}? It fills {regions} damaged region(s), quarantines "
+        f"{len(plan.quarantined)} message(s) and keeps all {plan.intact_records} intact messages "
+        f"(recover would cut {plan.recover_would_cut}); every byte replaced goes to {ds.backup_place(root, backup_dir)}"
+    )
+
+
+def _show_plan(plan: RepairPlan, out: _Out, past: list[OffsetChange], fix_offsets: bool) -> None:
+    """The plan before the question (on stderr in a machine format: stdout holds one result)."""
+    import sys
+
     with closed_stdout_ignored():
-        _print(plan, None, fmt, dry_run=False, plan_only=True, past=past, fix_offsets=fix_offsets)
+        _plan_tables(plan, False, past, fix_offsets, out.columns, None if out.fmt == "table" else sys.stderr)
     _warn_problems(plan)
 
 
@@ -191,51 +219,123 @@ def _warn_problems(plan: RepairPlan) -> None:
 def _print(
     plan: RepairPlan,
     result: CommitResult | None,
-    fmt: str,
+    out: _Out,
     *,
     dry_run: bool,
+    code: int,
     seconds: float | None = None,
     finished: bool = False,
-    plan_only: bool = False,
     past: list[OffsetChange] | None = None,
     fix_offsets: bool = False,
+    plan_shown: bool = False,
 ) -> None:
-    if fmt == "json":
-        done = (
-            {"backup_dir": str(result.backup_dir) if result.backup_dir else None, "changes": len(result.actions)}
-            if result is not None
-            else None
-        )
-        click.echo(
-            dumps(
-                ds.json_doc(
-                    plan,
-                    dry_run,
-                    past or [],
-                    plan_only,
-                    offsets_fixed=bool(fix_offsets and past and result is not None),
-                    result=done,
-                    seconds=seconds,
-                    finished=finished,
-                )
-            )
-        )
-        return
-    ds.render_plan("repair", plan, dry_run, _summary_rows(plan), _change_rows(plan), past or [], fix_offsets)
+    past = past or []
+    done = (
+        {"backup_dir": str(result.backup_dir) if result.backup_dir else None, "changes": len(result.actions)}
+        if result is not None
+        else None
+    )
+
+    def table() -> None:
+        if not plan_shown:  # (shown above the question already: the outcome alone now)
+            _plan_tables(plan, dry_run, past, fix_offsets, out.columns, None)
+        _print_outcome(plan, result, dry_run, seconds, finished)
+
+    ds.emit_outcome(
+        out.fmt,
+        "repair",
+        changes=_change_rows(plan)
+        + [_quarantine_record(x) for x in plan.quarantined]
+        + ds.past_end_rows(past, dry_run=dry_run, fix_offsets=fix_offsets),
+        columns=out.columns,
+        verdict=_verdict(plan, result, dry_run, finished),
+        exit_status=code,
+        figures={
+            "store": str(plan.store),
+            "broker_version": plan.broker_version,
+            "dry_run": dry_run,
+            "intact_records": plan.intact_records,
+            "recover_would_cut": plan.recover_would_cut,
+            "damaged_regions": sum(1 for r in plan.regions if r.kind != "end of data"),
+            "quarantined": len(plan.quarantined),
+            "nothing_to_do": plan.nothing_to_do,
+            "problems": len(plan.problems),
+            "applied": result is not None,
+            "backup_dir": done["backup_dir"] if done is not None else None,
+        },
+        document=lambda: ds.json_doc(
+            plan,
+            dry_run,
+            past,
+            False,
+            offsets_fixed=bool(fix_offsets and past and result is not None),
+            result=done,
+            seconds=seconds,
+            finished=finished,
+        ),
+        table=table,
+    )
+
+
+def _verdict(plan: RepairPlan, result: CommitResult | None, dry_run: bool, finished: bool) -> str:
+    """The outcome in one sentence (the summary record's and the json document's verdict)."""
+    tail = f"; {len(plan.problems)} problem(s) left" if plan.problems else ""
+    regions = sum(1 for r in plan.regions if r.kind != "end of data")
+    what = (
+        f"{regions} damaged region(s) filled, {len(plan.quarantined)} message(s) quarantined, "
+        f"{plan.intact_records} intact records kept (recover would cut {plan.recover_would_cut})"
+    )
+    if result is not None:
+        return f"repaired: {what}" + (f"; backup {result.backup_dir}" if result.backup_dir else "") + tail
+    if plan.nothing_to_do:
+        return ("the interrupted repair was finished; nothing else to do" if finished else "nothing to do") + tail
+    return f"a repair is needed: {what}" + tail
+
+
+def _quarantine_row(x: Any) -> dict[str, Any]:
+    """A quarantined message in the table."""
+    return {
+        "offset": "-" if x.offset is None else str(x.offset),
+        "topic": x.topic or "?",
+        "queue": "-" if x.queue_id is None else str(x.queue_id),
+        "qoff": "-" if x.queue_offset is None else str(x.queue_offset),
+        "msg_id": x.msg_id or "-",
+        "how": x.source + ("; tombstone" if x.tombstone else ""),
+    }
+
+
+def _quarantine_record(x: Any) -> dict[str, Any]:
+    """A quarantined message in the machine formats (a change of its own, ``quarantine``)."""
+    return {
+        "type": "quarantined",
+        "action": "quarantine",
+        "path": x.topic,
+        "detail": f"offset {x.offset}, queue {x.queue_id}, queue offset {x.queue_offset}, msg id {x.msg_id or '-'}: "
+        + x.source
+        + ("; tombstone" if x.tombstone else ""),
+        "offset": x.offset,
+        "topic": x.topic,
+        "queue_id": x.queue_id,
+        "queue_offset": x.queue_offset,
+        "msg_id": x.msg_id,
+        "found_by": x.source,
+        "tombstone": bool(x.tombstone),
+    }
+
+
+def _plan_tables(
+    plan: RepairPlan,
+    dry_run: bool,
+    past: list[OffsetChange],
+    fix_offsets: bool,
+    columns: list[tuple[str, str]],
+    to: Any,
+) -> None:
+    ds.render_plan("repair", plan, dry_run, _summary_rows(plan), _change_rows(plan), past, fix_offsets, columns, to)
     q = plan.quarantined
     if q:
         render(
-            (
-                {
-                    "offset": "-" if x.offset is None else str(x.offset),
-                    "topic": x.topic or "?",
-                    "queue": "-" if x.queue_id is None else str(x.queue_id),
-                    "qoff": "-" if x.queue_offset is None else str(x.queue_offset),
-                    "msg_id": x.msg_id or "-",
-                    "how": x.source + ("; tombstone" if x.tombstone else ""),
-                }
-                for x in q
-            ),
+            (_quarantine_row(x) for x in q),
             "table",
             [
                 ("offset", "offset"),
@@ -246,10 +346,10 @@ def _print(
                 ("how", "found by"),
             ],
             title="quarantined messages",
+            out=to,
         )
     for n in plan.notes:
-        click.echo(f"note: {n}")
-    _print_outcome(plan, result, dry_run, seconds, finished)
+        say(f"note: {n}", to)
 
 
 def _summary_rows(plan: RepairPlan) -> list[tuple[str, str]]:
@@ -306,13 +406,13 @@ def _print_outcome(
     plan: RepairPlan, result: CommitResult | None, dry_run: bool, seconds: float | None, finished: bool
 ) -> None:
     if result is not None:
-        click.echo(f"done: {len(result.actions)} changes" + (f", in {seconds:.2f} s" if seconds is not None else ""))
+        say(f"done: {len(result.actions)} changes" + (f", in {seconds:.2f} s" if seconds is not None else ""))
         if result.backup_dir:
-            click.echo(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
+            say(f"backup: {result.backup_dir} (rmqtool restore {result.backup_dir} {plan.store})")
     elif dry_run:
-        click.echo("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
+        say("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
     else:
-        click.echo(
+        say(
             "nothing to do: no damage found"
             if not finished
             else "the interrupted repair was finished; nothing else to do"

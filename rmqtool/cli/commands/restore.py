@@ -32,9 +32,9 @@ from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..interrupts import settle_on_interrupt
 from ..options import dry_run_preamble, finish_pending
-from ..output import SCHEMA_VERSION, output_file_options
+from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns, say, unlimited_width
 from ..progress import progress_bar, progress_option
-from ..render import dumps
+from ..render import emit, summary_record
 
 
 @click.command("restore", context_settings={"help_option_names": ["-h", "--help"]})
@@ -52,14 +52,7 @@ from ..render import dumps
     metavar="DIR",
     help="Where the restore's own backup of the files it replaces goes (default: a new STORE.rmqtool-backup-<time>).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(("text", "json")),
-    default="text",
-    show_default=True,
-    help="text for people, or one JSON document (schema_version, plan, applied) at the end.",
-)
+@format_options(aliases={"text": "table"}, columns="the planned actions (step, action)")
 @click.option(
     "--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the plan and result are still printed."
 )
@@ -70,7 +63,8 @@ def command(
     dry_run: bool,
     new_backup_dir: Path | None,
     yes: bool,
-    fmt: str = "text",
+    fmt: str = "table",
+    columns: tuple[str, ...] | None = None,
     quiet: bool = False,
 ) -> int:
     """Put STORE back as it was before the rmqtool run that wrote BACKUP_DIR: removed
@@ -86,14 +80,15 @@ def command(
     interrupted."""
     if store is None:
         raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
-    if fmt == "json":
-        return _json(backup_dir, store, dry_run, new_backup_dir, yes, quiet)
+    if fmt != "table":
+        shown = pick_columns(columns, ACTION_COLUMNS, ACTION_COLUMNS + [("type", "TYPE")])
+        return _json(backup_dir, store, dry_run, new_backup_dir, yes, quiet, fmt, shown)
     doc = load_manifest(backup_dir)
     owner = _check_store(backup_dir, store, doc)
     if not dry_run:
         require_yes_or_terminal(yes, "restore", store)
     with closed_stdout_ignored():  # the output may go away (| head): the restore does not depend on it
-        click.echo(
+        say(
             f"restore {store} from {backup_dir} (transaction {doc.get('txid')}: {doc.get('description') or '-'}, "
             f"{doc.get('created_utc')})"
         )
@@ -147,12 +142,12 @@ def _restore(
     with progress_bar(restore_work(doc, dry_run=True), "restore: check", quiet) as advance:
         planned = restore(backup_dir, store, dry_run=True, new_backup_dir=new_backup_dir, progress=advance)
     with closed_stdout_ignored():
-        click.echo(format_plan(planned))
+        say(format_plan(planned))
         if dry_run:
-            click.echo("dry run: nothing was changed")
+            say("dry run: nothing was changed")
             return int(Exit.OK)
         if not planned:
-            click.echo("nothing to do: the store already holds the backed-up bytes")
+            say("nothing to do: the store already holds the backed-up bytes")
             return int(Exit.OK)
     if not ask(yes, f"Restore {store} from {backup_dir}?"):
         click.echo("not applied: nothing was changed", err=True)
@@ -160,18 +155,30 @@ def _restore(
     with settle_on_interrupt(store, "restore"), progress_bar(restore_work(doc), "restore: apply", quiet) as advance:
         restore(backup_dir, store, new_backup_dir=new_backup_dir, progress=advance)
     with closed_stdout_ignored():
-        click.echo(
+        say(
             f"done: {len(planned)} action(s) applied; the store holds the backed-up bytes again"
             + (f"; the replaced files went to {new_backup_dir}" if new_backup_dir else "")
         )
     return int(Exit.REPAIRED)
 
 
+ACTION_COLUMNS = [("step", "STEP"), ("action", "ACTION")]
+
+
 def _json(
-    backup_dir: Path, store: Path, dry_run: bool, new_backup_dir: Path | None, yes: bool, quiet: bool = False
+    backup_dir: Path,
+    store: Path,
+    dry_run: bool,
+    new_backup_dir: Path | None,
+    yes: bool,
+    quiet: bool = False,
+    fmt: str = "json",
+    columns: list[tuple[str, str]] = ACTION_COLUMNS,
 ) -> int:
+    """A machine format: the text output kept out of stdout; one JSON document (json), the
+    planned actions and a summary record (jsonl), or the actions and a summary row (csv)."""
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):  # (click types a command's callback as optional; this one has it)
+    with contextlib.redirect_stdout(buf), unlimited_width():  # (click types a command's callback as optional)
         code = int(
             command.callback(
                 backup_dir=backup_dir,
@@ -179,26 +186,49 @@ def _json(
                 dry_run=dry_run,  # type: ignore[misc]
                 new_backup_dir=new_backup_dir,
                 yes=yes,
-                fmt="text",
+                fmt="table",
                 quiet=quiet,
             )
         )
     lines = buf.getvalue().splitlines()
     doc = load_manifest(backup_dir)
-    click.echo(
-        dumps(
-            {
-                "schema_version": SCHEMA_VERSION,
-                "backup": str(backup_dir),
-                "store": str(store),
-                "backup_of": doc.get("store"),
-                "txid": doc.get("txid"),
-                "dry_run": dry_run,
-                "plan": [ln.split(". ", 1)[1] for ln in lines if ln[:4].strip().rstrip(".").isdigit()],
-                "applied": bool(code & int(Exit.REPAIRED)),
-                "exit_status": code,
-            }
-        )
+    plan = [ln.split(". ", 1)[1] for ln in lines if ln[:4].strip().rstrip(".").isdigit()]
+    applied = bool(code & int(Exit.REPAIRED))
+    if applied:
+        verdict = f"restored: {len(plan)} action(s) applied"
+    elif code & int(Exit.PROBLEMS):
+        verdict = "nothing restored: a file changed since the backup"
+    elif dry_run:
+        verdict = f"dry run: {len(plan)} action(s) would be applied; nothing was changed"
+    else:
+        verdict = "nothing to do" if not plan else "not applied: nothing was changed"
+    emit(
+        fmt,
+        records=[{"type": "action", "step": i + 1, "action": a} for i, a in enumerate(plan)],
+        columns=columns,
+        kind="action",
+        summary=lambda: summary_record(
+            "restore",
+            verdict,
+            code,
+            backup=str(backup_dir),
+            store=str(store),
+            dry_run=dry_run,
+            applied=applied,
+        ),
+        table=lambda: None,
+        document=lambda: {
+            "schema_version": SCHEMA_VERSION,
+            "backup": str(backup_dir),
+            "store": str(store),
+            "backup_of": doc.get("store"),
+            "txid": doc.get("txid"),
+            "dry_run": dry_run,
+            "plan": plan,
+            "applied": applied,
+            "exit_status": code,
+            "verdict": verdict,
+        },
     )
     return code
 

@@ -40,8 +40,8 @@ from ...recovery.scan import walk_records
 from ...recovery.store import Store, StoreFile
 from ..brokeropts import broker_config_option
 from ..cmdopts import store_command_options
-from ..options import broker_version_option, format_option, make_profile, open_store, resolve_format, store_argument
-from ..output import output_file_options
+from ..options import broker_version_option, make_profile, open_store, store_argument
+from ..output import format_options, output_file_options, pick_columns
 from ..progress import progress_option, quiet_flag
 from .output import Block as _Block
 from .output import encode_json_str as _enc
@@ -72,6 +72,16 @@ def parse_time(text: str | None, name: str) -> int | None:
 
 def limit_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--limit", type=click.IntRange(0), default=None, help="Print at most N records.")(f)
+
+
+# --format table|json|jsonl|csv|text (text: one record per line, field=value) and --columns;
+# before the one output rule, dump printed JSON lines into a pipe (RMQTOOL_FORMAT=jsonl)
+dump_format = format_options("jsonl", extra=("text",))
+
+
+def fields(spec: rec.RecordSpec, extra: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """(field, heading) of every field of ``spec`` (and ``extra``): what --columns may name."""
+    return [(c.name, c.header or c.name.upper()) for c in spec.columns] + (extra or [])
 
 
 # ---------------------------------------------------------------------------------------
@@ -657,8 +667,8 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
 def command() -> None:
     """Print the records of a store's files (read-only).
 
-    Output is a table on a terminal and JSON lines when piped (see --format); the JSON
-    fields are documented in rmqtool-dump(1). Exit status 0 when every record read
+    Output is a table for people, into a pipe or a file too, unless --format asks for
+    json, jsonl, csv or text; the JSON fields are documented in rmqtool-dump(1). Exit status 0 when every record read
     cleanly, 4 when damage was met (records with a status other than OK), 8 on an
     operational error.
     """
@@ -701,7 +711,8 @@ def refuse_unsafe(store: Store, prefix: str) -> None:
     "msg_ids",
     multiple=True,
     metavar="ID",
-    help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan); repeatable; any case.",
+    help="The message with this offset msg id (direct seek) or unique key (through the Index, else a scan; a miss "
+    "walks only the records the Index does not hold yet); repeatable; any case.",
 )
 @click.option("--scan", is_flag=True, help="For --key/--msg-id: scan the commitlog instead of using the Index.")
 @click.option("--from-offset", type=click.IntRange(0), default=None, help="Start at this physical offset (inclusive).")
@@ -720,9 +731,10 @@ def refuse_unsafe(store: Store, prefix: str) -> None:
 )
 @click.option("--body-hash", is_flag=True, help="Include body_sha256, the SHA-256 of the stored body.")
 @limit_option
-@format_option()
+@dump_format
 def dump_commitlog(
-    fmt: str | None,
+    fmt: str,
+    columns: tuple[str, ...] | None,
     limit: int | None,
     broker_version: str,
     topics: tuple[str, ...],
@@ -756,7 +768,6 @@ def dump_commitlog(
     store = open_store(**store_opts)
     refuse_unsafe(store, "commitlog")
     profile = make_profile(broker_version)
-    fmt = resolve_format(fmt)
     one_topic = topics[0] if len(topics) == 1 else None
     one_queue = queue_ids[0] if len(queue_ids) == 1 else None
     kw = dict(
@@ -772,8 +783,11 @@ def dump_commitlog(
     )
     records = _selected(store, profile, fmt, topics, queue_ids, keys, msg_ids, kw)
     matches = sel.Matches()
-    columns = COMMITLOG_COLUMNS + rec.COMMITLOG.headed(
-        (["body"] if with_body else []) + (["body_sha256"] if body_hash else [])
+    shown = pick_columns(
+        columns,
+        COMMITLOG_COLUMNS
+        + rec.COMMITLOG.headed((["body"] if with_body else []) + (["body_sha256"] if body_hash else [])),
+        fields(rec.COMMITLOG),
     )
     filtered = (
         keys
@@ -782,18 +796,31 @@ def dump_commitlog(
         or queue_ids
         or any(v is not None for v in (from_offset, to_offset, since_ms, until_ms))
     )
-    code = output(matches.watch(records), fmt, columns, limit, "commitlog", say_empty=not (filtered and limit != 0))
-    if filtered and matches.messages == 0 and limit != 0:
-        return int(code) | _not_found(
-            store,
-            profile,
-            topics,
-            queue_ids,
-            keys,
-            msg_ids,
-            {"from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until},
-        )
-    return code
+
+    def finish(code: int) -> tuple[int, str]:
+        if filtered and matches.messages == 0 and limit != 0:
+            what = _not_found(
+                store,
+                profile,
+                topics,
+                queue_ids,
+                keys,
+                msg_ids,
+                {"from_offset": from_offset, "to_offset": to_offset, "since": since, "until": until},
+            )
+            return code | int(sel.NOT_FOUND), what
+        return code, f"{matches.messages} messages" + (", with damage met" if code else "")
+
+    return output(
+        matches.watch(records),
+        fmt,
+        shown,
+        limit,
+        "commitlog",
+        say_empty=not (filtered and limit != 0),
+        command="dump commitlog",
+        finish=finish,
+    )
 
 
 def _selected(
@@ -812,10 +839,7 @@ def _selected(
 
     records: Iterable[Record | str]
     if keys or msg_ids:
-        lookups = [commitlog_records(store, profile, key=k, **kw) for k in keys]
-        for m in msg_ids:
-            lookups.append(_msg_id_lookup(store, profile, m, kw))
-        return sel.filter_many(sel.union_by_offset(lookups), topics, queue_ids)
+        return sel.filter_many(_lookups(store, profile, keys, msg_ids, kw), topics, queue_ids)
     if len(topics) > 1 or len(queue_ids) > 1:
         records = sel.filter_many(
             commitlog_records(store, profile, **{**kw, "topic": None, "queue_id": None}), topics, queue_ids
@@ -834,6 +858,25 @@ def _selected(
     return records
 
 
+def _lookups(
+    store: Store, profile: Any, keys: tuple[str, ...], msg_ids: tuple[str, ...], kw: dict[str, Any]
+) -> Iterator[Record]:
+    """The records of every --key and --msg-id lookup (their union, in commitlog order), with
+    a progress bar on stderr from the moment a lookup has to walk the commitlog (--scan, no
+    usable index, the records the index does not hold yet): a scan of a big store is never
+    silent."""
+    from ..progress import later_bar
+    from . import select as sel
+
+    total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
+    with later_bar(total * max(1, len(keys) + len(msg_ids)), "dump commitlog: scan") as advance:
+        kw = {**kw, "progress": advance}
+        lookups: list[Iterable[Record]] = [commitlog_records(store, profile, key=k, **kw) for k in keys]
+        for m in msg_ids:
+            lookups.append(_msg_id_lookup(store, profile, m, kw))
+        yield from sel.union_by_offset(lookups)
+
+
 def _not_found(
     store: Store,
     profile: Any,
@@ -842,16 +885,15 @@ def _not_found(
     keys: tuple[str, ...],
     msg_ids: tuple[str, ...],
     bounds: dict[str, Any],
-) -> int:
-    """Filters that selected no message: "not found" on stderr (with a hint where one helps)."""
+) -> str:
+    """Filters that selected no message: "not found" on stderr (with a hint where one helps);
+    the same words (the verdict of the machine formats) returned."""
     from . import select as sel
 
     hint = sel.foreign_id_hint(store, profile, msg_ids) if msg_ids else None
     if topics and not hint:
-        unknown = [t for t in topics if t not in store.topics()]
-        if unknown:
-            hint = f"no consume queue for {', '.join(unknown)}; the topics with one: {', '.join(store.topics()) or '-'}"
-    return int(sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, bounds), hint))
+        hint = sel.topic_hint(store, topics)
+    return sel.not_found(sel.describe(topics, queue_ids, keys, msg_ids, bounds), hint)
 
 
 def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) -> Iterator[Record]:
@@ -871,8 +913,18 @@ def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) 
 @quiet_flag
 @store_argument
 @broker_version_option
-@click.option("--topic", default=None, help="Only this topic's queues.")
-@click.option("--queue-id", "--queue", "queue_id", type=int, default=None, help="Only this queue id.")
+@click.option(
+    "--topic", "topics", multiple=True, metavar="TOPIC", help="Only this topic's queues (repeatable: any of them)."
+)
+@click.option(
+    "--queue-id",
+    "--queue",
+    "queue_ids",
+    type=int,
+    multiple=True,
+    metavar="QID",
+    help="Only this queue id (repeatable: any of them).",
+)
 @click.option(
     "--from",
     "from_qoffset",
@@ -891,12 +943,13 @@ def _msg_id_lookup(store: Store, profile: Any, msg_id: str, kw: dict[str, Any]) 
 )
 @click.option("--resolve", is_flag=True, help="Show the message each unit points at (and whether it matches the unit).")
 @limit_option
-@format_option()
+@dump_format
 def dump_consumequeue(
-    fmt: str | None,
+    fmt: str,
+    columns: tuple[str, ...] | None,
     limit: int | None,
-    topic: str | None,
-    queue_id: int | None,
+    topics: tuple[str, ...],
+    queue_ids: tuple[int, ...],
     broker_version: str,
     from_qoffset: int | None,
     to_qoffset: int | None,
@@ -904,22 +957,44 @@ def dump_consumequeue(
     **store_opts: Any,
 ) -> int:
     """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped).
-    STORE may be one consume queue file (STORE/consumequeue/TOPIC/QID/NAME)."""
+    STORE may be one consume queue file (STORE/consumequeue/TOPIC/QID/NAME). When filters
+    select no unit: "not found" on stderr and exit status 1."""
+    from . import select as sel
     from .files import in_queue_range, only_file, resolved, split_file_arg
 
     store_opts["store"], one = split_file_arg(store_opts["store"], "consumequeue")
     if one:
-        topic, queue_id = one["topic"], one["queue_id"]
+        topics, queue_ids = (one["topic"],), (one["queue_id"],)
     store = open_store(**store_opts)
     refuse_unsafe(store, "consumequeue")
-    recs: Iterable[Record] = only_file(qy.iter_cq_entries(store, topic, queue_id), one.get("file"))
+    recs: Iterable[Record] = only_file(sel.cq_units(store, topics, queue_ids), one.get("file"))
     if from_qoffset is not None or to_qoffset is not None:
         recs = in_queue_range(recs, from_qoffset, to_qoffset)
-    columns = CQ_COLUMNS
+    shown = CQ_COLUMNS
+    more = [("points_to", "POINTS TO"), ("msg_id", "MSG ID"), ("store_time", "STORED (UTC)")]
     if resolve:
         recs = resolved(store, make_profile(broker_version), recs)
-        columns = CQ_COLUMNS + [("points_to", "POINTS TO"), ("msg_id", "MSG ID"), ("store_time", "STORED (UTC)")]
-    return output(recs, fmt, columns, limit, "consumequeue")
+        shown = CQ_COLUMNS + more
+    shown = pick_columns(columns, shown, fields(rec.CONSUMEQUEUE, more if resolve else []))
+    filtered = bool(topics or queue_ids) or from_qoffset is not None or to_qoffset is not None
+    counted = sel.Matches()
+
+    def finish(code: int) -> tuple[int, str]:
+        if filtered and counted.seen == 0 and limit != 0:
+            what = sel.describe(topics, queue_ids, (), (), {"from": from_qoffset, "to": to_qoffset})
+            return code | int(sel.NOT_FOUND), sel.not_found(what, sel.topic_hint(store, topics), "unit")
+        return code, f"{counted.seen} units" + (", with damage met" if code else "")
+
+    return output(
+        counted.watch(recs),
+        fmt,
+        shown,
+        limit,
+        "consumequeue",
+        say_empty=not (filtered and limit != 0),
+        command="dump consumequeue",
+        finish=finish,
+    )
 
 
 @command.command("index")
@@ -928,8 +1003,11 @@ def dump_consumequeue(
 @click.option("--topic", default=None, help="With --key: the topic (default: every topic with a consume queue).")
 @click.option(
     "--key",
-    default=None,
-    help="Walk the hash chain of TOPIC#KEY like the broker's index lookup; print the entries whose message has the key.",
+    "keys",
+    multiple=True,
+    metavar="KEY",
+    help="Walk the hash chain of TOPIC#KEY like the broker's index lookup; print the entries whose message has the "
+    "key (repeatable: any of them).",
 )
 @click.option(
     "--since", default=None, help="With --key: only entries stored at or after this time (epoch ms or ISO 8601)."
@@ -937,14 +1015,15 @@ def dump_consumequeue(
 @click.option("--until", default=None, help="With --key: only entries stored at or before this time.")
 @click.option("--body", "with_body", is_flag=True, help="With --key: include the message bodies.")
 @limit_option
-@format_option()
+@dump_format
 def dump_index(
-    fmt: str | None,
+    fmt: str,
+    columns: tuple[str, ...] | None,
     limit: int | None,
     broker_version: str,
     entries: bool,
     topic: str | None,
-    key: str | None,
+    keys: tuple[str, ...],
     since: str | None,
     until: str | None,
     with_body: bool,
@@ -957,34 +1036,44 @@ def dump_index(
     store_opts["store"], one = split_file_arg(store_opts["store"], "index")
     store = open_store(**store_opts)
     refuse_unsafe(store, "index")
-    if key is not None:
-        profile = make_profile(broker_version)
-        recs = index_hit_records(
-            store, profile, topic, key, parse_time(since, "--since"), parse_time(until, "--until"), with_body
-        )
+    if keys:
         from . import select as sel
 
+        profile = make_profile(broker_version)
+        since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
+        recs = sel.union_of_hits(
+            [index_hit_records(store, profile, topic, k, since_ms, until_ms, with_body) for k in keys]
+        )
         usable = qy.index_usable(store) and (topic is not None or bool(store.topics()))
-        hits = [0]
+        title = (
+            "index lookup"
+            if usable
+            else "index lookup (no usable index file, or no topic to look up; dump commitlog --key scans the commitlog)"
+        )
+        shown = pick_columns(columns, INDEX_HIT_COLUMNS, fields(rec.INDEX_HIT))
+        counted = sel.Matches()
 
-        def counted(rs: Any) -> Any:
-            for r in rs:
-                hits[0] += 1
-                yield r
+        def finish(code: int) -> tuple[int, str]:
+            if counted.seen == 0 and limit != 0 and usable:
+                what = sel.describe((topic,) if topic else (), (), keys, (), {"since": since, "until": until})
+                hint = sel.topic_hint(store, (topic,)) if topic else None
+                return code | int(sel.NOT_FOUND), sel.not_found(what, hint, "index entry")
+            return code, f"{counted.seen} index entries" + (", with damage met" if code else "")
 
-        code = output(counted(recs), fmt, INDEX_HIT_COLUMNS, limit, "index lookup", say_empty=False)
-        if hits[0] == 0 and limit != 0:
-            # (grep's "nothing selected", as dump commitlog --key says it: status 1, one line)
-            hint = (
-                None
-                if usable
-                else "no usable index file, or no topic to look up; dump commitlog --key scans the commitlog"
-            )
-            return int(code) | sel.not_found(sel.describe((topic,) if topic else (), (), (key,), (), {}), hint)
-        return code
+        return output(
+            counted.watch(recs), fmt, shown, limit, title, say_empty=not usable, command="dump index", finish=finish
+        )
     if topic is not None:
         raise click.UsageError("--topic needs --key")
-    return output(only_file(qy.iter_index(store, entries=entries), one.get("file")), fmt, INDEX_COLUMNS, limit, "index")
+    shown = pick_columns(columns, INDEX_COLUMNS, fields(rec.INDEX))
+    return output(
+        only_file(qy.iter_index(store, entries=entries), one.get("file")),
+        fmt,
+        shown,
+        limit,
+        "index",
+        command="dump index",
+    )
 
 
 @command.command("checkpoint")
@@ -992,14 +1081,15 @@ def dump_index(
 @output_file_options
 @quiet_flag
 @store_argument
-@format_option()
-def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
+@dump_format
+def dump_checkpoint(fmt: str, columns: tuple[str, ...] | None, **store_opts: Any) -> int:
     """The checkpoint file, with the derived min_timestamp and min_timestamp_index."""
     from .files import split_file_arg
 
     store_opts["store"], _one = split_file_arg(store_opts["store"], "checkpoint")
     store = open_store(**store_opts)
-    return output([checkpoint_record(store)], fmt, CHECKPOINT_COLUMNS, None, "checkpoint")
+    shown = pick_columns(columns, CHECKPOINT_COLUMNS, fields(rec.CHECKPOINT))
+    return output([checkpoint_record(store)], fmt, shown, None, "checkpoint", command="dump checkpoint")
 
 
 @command.command("config")
@@ -1010,11 +1100,12 @@ def dump_checkpoint(fmt: str | None, **store_opts: Any) -> int:
 @click.option(
     "--file", "name", default=None, metavar="NAME", help="Only config/NAME (default: every known config file present)."
 )
-@format_option()
-def dump_config(fmt: str | None, name: str | None, **store_opts: Any) -> int:
+@dump_format
+def dump_config(fmt: str, columns: tuple[str, ...] | None, name: str | None, **store_opts: Any) -> int:
     """The fastjson config files (unquoted integer keys accepted), with .bak fallback."""
     store = open_store(**store_opts)
-    return output(config_records(store, name), fmt, CONFIG_COLUMNS, None, "config")
+    shown = pick_columns(columns, CONFIG_COLUMNS, fields(rec.CONFIG))
+    return output(config_records(store, name), fmt, shown, None, "config", command="dump config")
 
 
 __all__ = [

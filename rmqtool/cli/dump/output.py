@@ -9,6 +9,7 @@ for the exit code.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -20,8 +21,7 @@ from ...recovery.records import CLEAN_STATUSES, Record
 from ...recovery.times import timed
 from ..errors import silence_stdout
 from ..exitcodes import Exit
-from ..options import resolve_format
-from ..render import dumps, render
+from ..render import CsvWriter, dumps, render, summary_record
 
 
 class Block:
@@ -62,6 +62,11 @@ class StatusTracker:
         return Exit.PROBLEMS if self.damaged else Exit.OK
 
 
+# finish(exit status of the records) -> (final exit status, verdict): what the caller adds
+# once the records are printed (dump commitlog: "not found", exit status 1)
+Finish = Callable[[int], tuple[int, str]]
+
+
 def output(
     records: Iterable[Record | str],
     fmt: str | None,
@@ -70,14 +75,18 @@ def output(
     title: str,
     out: Any = None,
     say_empty: bool = True,
+    command: str = "dump",
+    finish: Finish | None = None,
 ) -> int:
     """Render (at most ``limit``) records on ``out`` (default stdout); return the exit code.
     ``say_empty``: say "no ... records found" on stderr when nothing was printed (False
-    where the caller says "not found" itself)."""
+    where the caller says "not found" itself). Every machine format ends with the verdict
+    (``finish`` gives it, else the count of records and of damaged ones): jsonl a summary
+    record, csv a summary row, json the document's ``verdict`` and ``exit_status``."""
     out = out or sys.stdout
     tracker = StatusTracker()
     recs: Iterable[Record | str] = timed(records)
-    fmt = resolve_format(fmt)
+    fmt = fmt or "table"
     if limit is not None or fmt != "jsonl":
         recs = expand(recs)  # blocks of lines count line by line
     if limit is not None:
@@ -85,11 +94,30 @@ def output(
     try:
         if fmt == "jsonl":
             tracker.seen = write_jsonl(recs, out, tracker)
+        elif fmt == "json":
+            _write_json_records(tracker.watch(recs), out, command)
+        elif fmt == "csv":
+            writer = CsvWriter(columns, "record", out)
+            for r in tracker.watch(recs):
+                writer.row(_as_record(r))
         else:
             render(tracker.watch(recs), fmt, columns, title=title, out=out)  # type: ignore[arg-type]
             out.flush()
         if not tracker.seen and say_empty:  # every "nothing found" is said (on stderr: stdout stays data)
             click.echo(f"rmqtool: no {title} records found", err=True)
+        code = int(tracker.exit_code)
+        verdict = _verdict(tracker)
+        if finish is not None:
+            code, verdict = finish(code)
+        summary = summary_record(command, verdict, code, count=tracker.seen, damaged=tracker.damaged)
+        if fmt == "jsonl":
+            out.write(dumps(summary) + "\n")
+        elif fmt == "json":
+            rest = {k: v for k, v in summary.items() if k not in ("type", "command")}
+            out.write("," + dumps(rest)[1:] + "\n")
+        elif fmt == "csv":
+            writer.summary(summary)
+        out.flush()
     except BrokenPipeError:
         # the reader went away (``| head``): stop quietly. click would turn EPIPE into
         # exit status 1, so it is handled here, before click sees it.
@@ -100,7 +128,28 @@ def output(
         # nothing else in rendering raises SystemExit
         silence_stdout()
         return Exit.OK
-    return tracker.exit_code
+    return code
+
+
+def _verdict(tracker: StatusTracker) -> str:
+    if tracker.damaged:
+        return f"{tracker.seen} records, {tracker.damaged} with a damage status"
+    return f"{tracker.seen} records, none with a damage status"
+
+
+def _as_record(r: Record | str) -> Record:
+    return json.loads(r) if isinstance(r, str) else r
+
+
+def _write_json_records(records: Iterable[Record | str], out: Any, command: str) -> None:
+    """The start of the --format json document: ``{"command":...,"records":[...]`` (the
+    records streamed: memory stays bounded); :func:`output` closes it with the verdict."""
+    out.write('{"command":' + encode_json_str(command) + ',"records":[')
+    n = 0
+    for r in records:
+        out.write(("," if n else "") + "\n" + (r if isinstance(r, str) else dumps(r)))
+        n += 1
+    out.write("\n]" if n else "]")
 
 
 # ---------------------------------------------------------------------------------------

@@ -40,16 +40,63 @@ def check_msg_id(text: str) -> str:
 
 
 class Matches:
-    """Passes records through and counts the messages among them."""
+    """Passes records through and counts them (``seen``) and the messages among them."""
 
     def __init__(self) -> None:
         self.messages = 0
+        self.seen = 0
 
     def watch(self, records: Iterable[Any]) -> Iterator[Any]:
         for r in records:
+            self.seen += 1
             if isinstance(r, (str, Block)) or r.get("type") == "message":
                 self.messages += 1
             yield r
+
+
+def cq_units(store: Store, topics: tuple[str, ...], queue_ids: tuple[int, ...]) -> Iterator[dict[str, Any]]:
+    """The units of the queues of any of ``topics`` and any of ``queue_ids`` (empty: all),
+    queue by queue as ``dump consumequeue`` lists them."""
+    from ...recovery.query import iter_cq_entries
+
+    qs = set(queue_ids)
+    one_q = queue_ids[0] if len(queue_ids) == 1 else None
+    for t in dict.fromkeys(topics) if topics else (None,):
+        for u in iter_cq_entries(store, t, one_q):
+            if not qs or u["queue_id"] in qs:
+                yield u
+
+
+def union_of_hits(streams: Iterable[Iterable[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    """Index hits of several keys, in commitlog order, each entry once."""
+    seen: dict[tuple[int, str, int], dict[str, Any]] = {}
+    for s in streams:
+        for r in s:
+            seen.setdefault((int(r["commitlog_offset"]), str(r["file"]), int(r["entry"])), r)
+    for k in sorted(seen):
+        yield seen[k]
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str | None:
+    """ "did you mean X or Y?" for the close ones among ``known`` (difflib), else None."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    return f"did you mean {' or '.join(close)}?" if close else None
+
+
+def topic_hint(store: Store, topics: tuple[str, ...]) -> str | None:
+    """For the topics that have no consume queue: say so, with the close names (never the
+    list of every topic: a 1,000-topic store made that one line of 16 KB)."""
+    known = store.topics()
+    unknown = [t for t in topics if t not in known]
+    if not unknown:
+        return None
+    parts = []
+    for t in unknown:
+        close = did_you_mean(t, known)
+        parts.append(f"no consume queue for {t}" + (f"; {close}" if close else ""))
+    return "; ".join(parts) + f" ({len(known)} topics have one; rmqtool info lists them)"
 
 
 def _offset(r: Any) -> int:
@@ -81,12 +128,16 @@ def filter_many(records: Iterable[Any], topics: tuple[str, ...], queue_ids: tupl
         yield r
 
 
-def not_found(what: list[str], hint: str | None = None) -> int:
-    msg = "not found: no message matches " + ", ".join(what)
+NOT_FOUND = Exit.REPAIRED  # 1: grep's "nothing selected"; dump never changes a store
+
+
+def not_found(what: list[str], hint: str | None = None, thing: str = "message") -> str:
+    """Say "not found" on stderr; the same words returned (the verdict of the machine formats)."""
+    msg = f"not found: no {thing} matches " + ", ".join(what)
     if hint:
         msg += f" ({hint})"
     click.echo(f"rmqtool: {msg}", err=True)
-    return int(Exit.REPAIRED)  # 1: grep's "nothing selected"; dump never changes a store
+    return msg
 
 
 def describe(
@@ -127,4 +178,13 @@ def foreign_id_hint(store: Store, profile: BrokerProfile, msg_ids: tuple[str, ..
     return None
 
 
-__all__ = ["check_msg_id", "Matches", "union_by_offset", "filter_many", "not_found", "describe", "foreign_id_hint"]
+__all__ = [
+    "NOT_FOUND",
+    "check_msg_id",
+    "Matches",
+    "union_by_offset",
+    "filter_many",
+    "not_found",
+    "describe",
+    "foreign_id_hint",
+]

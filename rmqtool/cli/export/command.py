@@ -22,9 +22,9 @@ from ..brokeropts import broker_config_option, broker_setting_options
 from ..exitcodes import Exit
 from ..interrupts import Interrupted
 from ..options import broker_meta, broker_version_option, make_profile
-from ..output import SCHEMA_VERSION, output_file_options
+from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns
 from ..progress import progress_enabled, progress_option
-from ..render import dumps
+from ..render import emit, summary_record
 
 # run_export is called through its module (a stand-in set there is seen); pyspark is
 # imported inside it
@@ -122,14 +122,7 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--quiet", "-q", is_flag=True, help="No progress bar and no chatter; the summary (the result) is still printed."
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(("text", "json")),
-    default="text",
-    show_default=True,
-    help="text: the one-line summary on stderr; json: the summary as one JSON document on stdout.",
-)
+@format_options(aliases={"text": "table"}, columns="the summary")
 @click.option(
     "--verbose",
     "-v",
@@ -178,6 +171,7 @@ def command(
     quiet: bool,
     verbose: bool,
     fmt: str,
+    columns: tuple[str, ...] | None,
     commitlog_file_size: int | None,
     cq_file_size: int | None,
     index_slot_num: int | None,
@@ -193,6 +187,7 @@ def command(
     operational error (no Java, Spark failure).
     """
     _check_options(stores, what, with_body, partition_by, index_slot_num, index_num)
+    shown = pick_columns(columns, SUMMARY_FIELDS, SUMMARY_FIELDS)  # (csv: the summary row's columns)
     # the whole effective configuration (auto resolved, delay levels, the recovery settings of
     # --broker-config and the options), built once on the driver and shipped to every worker
     profile = make_profile(broker_version)
@@ -232,7 +227,7 @@ def command(
         )
     except KeyboardInterrupt:
         raise _interrupted(out, scheme is None, existed) from None
-    return _report(res, what, out, [label for label, _ in opened], fmt)
+    return _report(res, what, out, [label for label, _ in opened], fmt, shown)
 
 
 def _check_options(
@@ -267,30 +262,60 @@ def _check_target(out: Path, stores: tuple[Path, ...], writer: str, overwrite: b
     return scheme
 
 
-def _report(res: ExportResult, what: str, out: Path, labels: list[str], fmt: str) -> int:
-    """The summary (JSON on stdout, or one line on stderr) and the split warnings; the exit status."""
+SUMMARY_FIELDS = [
+    (k, k.upper())
+    for k in (
+        "what",
+        "out",
+        "stores",
+        "rows",
+        "messages",
+        "blanks",
+        "tasks",
+        "damaged_rows",
+        "split_conflicts",
+        "seconds_total",
+        "seconds_after_start",
+    )
+]
+
+
+def _report(
+    res: ExportResult,
+    what: str,
+    out: Path,
+    labels: list[str],
+    fmt: str,
+    columns: list[tuple[str, str]] = SUMMARY_FIELDS,
+) -> int:
+    """The summary (a machine format on stdout, or one line on stderr) and the split
+    warnings; the exit status."""
     status = Exit.PROBLEMS if res.exit_problems else Exit.OK
-    if fmt == "json":
-        click.echo(
-            dumps(
-                {
-                    "schema_version": SCHEMA_VERSION,
-                    "what": what,
-                    "out": str(out),
-                    "stores": labels,
-                    "rows": res.rows,
-                    "messages": res.messages if what == "commitlog" else None,
-                    "blanks": res.blanks if what == "commitlog" else None,
-                    "tasks": res.tasks,
-                    "damaged_rows": res.problems,
-                    "split_conflicts": res.conflict_at,
-                    "seconds_total": round(res.seconds_total, 3),
-                    "seconds_after_start": round(res.seconds_after_start, 3),
-                    "exit_status": int(status),
-                }
-            )
+    figures = {
+        "what": what,
+        "out": str(out),
+        "stores": labels,
+        "rows": res.rows,
+        "messages": res.messages if what == "commitlog" else None,
+        "blanks": res.blanks if what == "commitlog" else None,
+        "tasks": res.tasks,
+        "damaged_rows": res.problems,
+        "split_conflicts": res.conflict_at,
+        "seconds_total": round(res.seconds_total, 3),
+        "seconds_after_start": round(res.seconds_after_start, 3),
+    }
+    verdict = f"exported {res.rows} {what} rows to {out}; {res.problems} rows with a damage status"
+    if fmt != "table":
+        emit(
+            fmt,
+            records=[],
+            columns=columns,
+            kind="export",
+            summary=lambda: summary_record("export", verdict, int(status), **figures),
+            table=lambda: None,
+            document=lambda: {"schema_version": SCHEMA_VERSION, **figures, "exit_status": int(status)},
         )
-    if fmt == "text":  # the summary is the result: printed with -q too (one meaning of -q everywhere)
+    if fmt == "table":  # the summary is the result: printed with -q too (one meaning of -q everywhere)
         extra = f", {res.messages} messages, {res.blanks} blanks" if what == "commitlog" else ""
         click.echo(
             f"rmqtool: exported {res.rows} {what} rows{extra} from {len(labels)} store(s) in {res.tasks} tasks to {out}; "

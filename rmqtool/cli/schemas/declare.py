@@ -1,0 +1,711 @@
+"""The declarations the schema files of :mod:`rmqtool.cli.schemas` are written from.
+
+The record types of ``dump`` come from their column specs (:mod:`rmqtool.recovery.records`:
+the field names and their types, declared once); the documents, summaries and the other
+commands' records are declared here. Every object lists its fields: records and summaries
+allow no other field (``additionalProperties: false``), so a field added to an output
+without its schema (and its man page, which tests/test_schemas.py checks) fails the tests.
+
+``python -m rmqtool.cli.schemas.declare --write`` writes the files; ``--check`` exits 1 when
+a file differs from what it would write.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ...recovery import records as rec
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_VERSION = 2  # (rmqtool.cli.output.SCHEMA_VERSION: tests/test_schemas.py checks they agree)
+HERE = Path(__file__).resolve().parent
+
+S = {"type": "string"}
+I = {"type": "integer"}  # noqa: E741 - the JSON type's initial, as S, B, N
+B = {"type": "boolean"}
+N = {"type": "number"}
+ANY: dict[str, Any] = {}
+OBJ = {"type": "object"}
+
+
+def null(t: dict[str, Any]) -> dict[str, Any]:
+    """``t`` or null."""
+    if "type" in t and isinstance(t["type"], str) and len(t) == 1:
+        return {"type": [t["type"], "null"]}
+    return {"anyOf": [t, {"type": "null"}]}
+
+
+def arr(t: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": t}
+
+
+def obj(props: dict[str, Any], required: tuple[str, ...] | list[str] = (), closed: bool = True) -> dict[str, Any]:
+    """An object of these fields (``required`` ones always there); ``closed``: no other field."""
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = sorted(required)
+    if closed:
+        out["additionalProperties"] = False
+    return out
+
+
+def ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/$defs/{name}"}
+
+
+_SPARK = {
+    "string": S,
+    "bigint": I,
+    "int": I,
+    "boolean": B,
+    "binary": S,  # the body: UTF-8 text, else base64 (body_encoding)
+    "array<string>": arr(S),
+    "map<string,string>": {"type": "object", "additionalProperties": S},
+}
+
+
+def spec_props(spec: rec.RecordSpec, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every field of a record spec, its JSON type (or null: a value the record lacks)."""
+    return {c.name: null(_SPARK[c.type]) for c in spec.columns if c.name not in skip}
+
+
+def summary(command: str, props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The summary record (the last line of --format jsonl, the last row of csv)."""
+    base = {
+        "type": {"const": "summary"},
+        "schema_version": {"const": SCHEMA_VERSION},
+        "command": {"const": command},
+        "verdict": S,
+        "exit_status": I,
+    }
+    return obj({**base, **props}, ("type", "schema_version", "command", "verdict", "exit_status", *required))
+
+
+def line(records: list[str]) -> dict[str, Any]:
+    """Any line of --format jsonl: the summary when its ``type`` is "summary", else a record."""
+    other: dict[str, Any] = ref(records[0]) if len(records) == 1 else {"anyOf": [ref(r) for r in records]}
+    return {
+        "if": {"type": "object", "properties": {"type": {"const": "summary"}}, "required": ["type"]},
+        "then": ref("summary"),
+        "else": other,
+    }
+
+
+def verdict_fields() -> dict[str, Any]:
+    return {"schema_version": {"const": SCHEMA_VERSION}, "verdict": S, "exit_status": I}
+
+
+def command_file(title: str, defs: dict[str, Any], records: list[str]) -> dict[str, Any]:
+    defs = dict(defs)
+    defs["line"] = line(records)
+    return {
+        "$schema": DRAFT,
+        "$id": f"urn:rmqtool:schema:{SCHEMA_VERSION}:{title.replace(' ', '-')}",
+        "title": f"rmqtool {title}: --format json and jsonl (schema_version {SCHEMA_VERSION})",
+        "description": "$defs/document: the --format json document; $defs/line: any line of --format jsonl "
+        "(the last one is $defs/summary); the other $defs are the record types. Fields are documented in "
+        f"rmqtool-{title.split()[0]}(1).",
+        "anyOf": [ref("document"), ref("line")],
+        "$defs": defs,
+    }
+
+
+# --------------------------------------------------------------------------------- dump
+
+
+def dump_file(sub: str, records: dict[str, Any], parts: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The schema file of ``dump sub``: ``records`` its record types, ``parts`` definitions
+    the records refer to (the message a unit points at)."""
+    command = f"dump {sub}"
+    counts = {"count": I, "damaged": I}
+    doc = obj(
+        {"command": {"const": command}, "records": arr({"anyOf": [ref(r) for r in records]}), **verdict_fields()}
+        | counts,
+        ("command", "records", "schema_version", "verdict", "exit_status", "count", "damaged"),
+    )
+    defs = {**records, **(parts or {}), "summary": summary(command, counts, ("count", "damaged")), "document": doc}
+    return command_file(command, defs, list(records))
+
+
+def _commitlog_record() -> dict[str, Any]:
+    props = spec_props(rec.COMMITLOG)
+    props.update(born_time=null(S), store_time=null(S), body_encoding=null({"enum": ["utf-8", "base64"]}))
+    props["type"] = {"enum": ["message", "blank", "damaged"]}
+    return obj(props, ("type", "file", "pos", "physical_offset", "status"))
+
+
+def dump_commitlog() -> dict[str, Any]:
+    return dump_file("commitlog", {"record": _commitlog_record()})
+
+
+def dump_consumequeue() -> dict[str, Any]:
+    props = spec_props(rec.CONSUMEQUEUE)
+    props.update(
+        points_to=null(S),
+        message=null(ref("message")),
+        msg_id=null(S),
+        store_time=null(S),
+        store_timestamp=null(I),
+    )
+    unit = obj(props, ("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "status"))
+    return dump_file("consumequeue", {"unit": unit}, {"message": _commitlog_record()})
+
+
+def dump_index() -> dict[str, Any]:
+    props = spec_props(rec.INDEX)
+    props["type"] = {"enum": ["header", "slot", "entry"]}
+    index = obj(props, ("type", "file"))
+    hit_props = spec_props(rec.INDEX_HIT)
+    hit_props["message"] = null(ref("message"))
+    hit = obj(hit_props, ("file", "entry", "commitlog_offset", "status"))
+    return dump_file("index", {"index": index, "hit": hit}, {"message": _commitlog_record()})
+
+
+def dump_checkpoint() -> dict[str, Any]:
+    props = spec_props(rec.CHECKPOINT)
+    props.update(file=S, size=I)
+    return dump_file("checkpoint", {"checkpoint": obj(props, ("file", "size", "status"))})
+
+
+def dump_config() -> dict[str, Any]:
+    props = spec_props(rec.CONFIG)
+    props["content"] = ANY  # the file's JSON as the broker reads it (fastjson: unquoted integer keys accepted)
+    props["problems"] = arr(S)
+    return dump_file("config", {"config": obj(props, ("file", "status"))})
+
+
+# ------------------------------------------------------------------------------- verify
+
+
+def verify() -> dict[str, Any]:
+    finding = obj(
+        {
+            "code": S,
+            "severity": {"enum": ["error", "warning", "info"]},
+            "file": null(S),
+            "pos": null(I),
+            "physical_offset": null(I),
+            "message": S,
+            "details": OBJ,
+            "next": S,
+            "next_command": null(arr(S)),
+        },
+        ("code", "severity", "message", "next", "next_command"),
+    )
+    check = obj({"name": S, "status": S, "items": I, "errors": I, "warnings": I, "stats": OBJ}, ("name", "status"))
+    checked = obj(
+        {
+            "store": S,
+            "broker_version": S,
+            "checks": arr(ref("check")),
+            "findings": arr(ref("finding")),
+            "summary": obj(
+                {"messages": I, "errors": I, "warnings": I, "recovery": null(OBJ)},
+                ("errors", "warnings"),
+                closed=False,
+            ),
+            **verdict_fields(),
+        },
+        ("store", "broker_version", "checks", "findings", "summary", "schema_version", "verdict", "exit_status"),
+    )
+    refused = obj(
+        {"store": S, "refused": {"const": True}, "errors": I, "findings": arr(OBJ), **verdict_fields()},
+        ("store", "refused", "errors", "findings", "schema_version", "verdict", "exit_status"),
+    )
+    summ = summary(
+        "verify",
+        {
+            "store": S,
+            "broker_version": S,
+            "messages": I,
+            "errors": I,
+            "warnings": I,
+            "next_start": null(S),
+            "broker_loads": null(B),
+            "refused": B,
+        },
+        ("errors", "warnings"),
+    )
+    refusal = obj(
+        {"code": S, "severity": S, "file": null(S), "pos": null(I), "physical_offset": null(I), "message": S},
+        ("code", "severity", "message"),
+        closed=False,
+    )
+    defs = {
+        "finding": finding,
+        "refusal": refusal,
+        "check": check,
+        "summary": summ,
+        "document": {"anyOf": [checked, refused]},
+    }
+    return command_file("verify", defs, ["finding", "refusal"])
+
+
+# --------------------------------------------------------------------------------- info
+
+_ROW_TIMES = {
+    "first_store_timestamp": null(I),
+    "last_store_timestamp": null(I),
+    "first_store_time": null(S),
+    "last_store_time": null(S),
+}
+
+
+def info() -> dict[str, Any]:
+    topic = obj({"topic": S, "queues": I, "messages": I, **_ROW_TIMES}, ("topic", "queues", "messages"))
+    queue = obj(
+        {
+            "topic": S,
+            "queue_id": I,
+            "min_offset": null(I),
+            "max_offset": null(I),
+            "messages": I,
+            "files": I,
+            "max_commitlog_offset": null(I),
+            **_ROW_TIMES,
+        },
+        ("topic", "queue_id", "messages"),
+    )
+    outlook = obj({"mode": S, "verdict": S, "next": arr(S)}, ("mode", "verdict", "next"), closed=False)
+    cfile = obj(
+        {
+            "file": S,
+            "base": I,
+            "size": I,
+            "full_size": B,
+            "first_store_timestamp": null(I),
+            "first_store_time": null(S),
+        },
+        ("file", "base", "size"),
+    )
+    doc = obj(
+        {
+            "store": S,
+            "broker_version": S,
+            "abort": B,
+            "backups": arr(ANY),
+            "checkpoint": null(OBJ),
+            "commitlog": obj(
+                {"bytes": I, "file_size": I, "files": arr(ref("commitlog_file")), "min_offset": null(I)},
+                ("bytes", "file_size", "files"),
+                closed=False,
+            ),
+            "index": arr(OBJ),
+            "lock": obj({"present": B, "held": B}, ("present", "held"), closed=False),
+            "max_phy_offset_of_cq": null(I),
+            "messages_in_queues": I,
+            "outlook": ref("outlook"),
+            "pending_transactions": arr(ANY),
+            "queues": arr(ref("queue")),
+            "topics": arr(ref("topic")),
+            "recovery_plan": null(OBJ),
+            "safe_to_start": null(B),
+            "would_lose": null(I),
+            "intact_at_risk": null(I),
+            "undispatched": null(I),
+            "next": null(arr(S)),
+            "consumers_behind": arr(S),
+            "timers_waiting": null(I),
+            "consumer_offsets": obj(
+                {"groups": I, "offsets": I, "ahead": I, "behind": I, "lag": I},
+                ("groups", "offsets", "ahead", "behind", "lag"),
+            ),
+            **verdict_fields(),
+        },
+        (
+            "store",
+            "broker_version",
+            "abort",
+            "checkpoint",
+            "commitlog",
+            "index",
+            "lock",
+            "outlook",
+            "queues",
+            "topics",
+            "safe_to_start",
+            "would_lose",
+            "next",
+            "consumers_behind",
+            "consumer_offsets",
+            "schema_version",
+            "verdict",
+            "exit_status",
+        ),
+    )
+    summ = summary("info", {"store": S, "broker_version": S, "next": arr(S)})
+    defs = {
+        "topic": topic,
+        "queue": queue,
+        "outlook": outlook,
+        "commitlog_file": cfile,
+        "summary": summ,
+        "document": doc,
+    }
+    return command_file("info", defs, ["topic", "queue"])
+
+
+# ------------------------------------------------------------------------------ offsets
+
+_OLDEST = {
+    "oldest_unconsumed_timestamp": null(I),
+    "oldest_unconsumed_time": null(S),
+    "oldest_unconsumed_ms": null(I),  # (the name before schema_version 2; goes at 3)
+    "oldest_unconsumed": null(S),  # (the same)
+}
+
+
+def offsets() -> dict[str, Any]:
+    row = obj(
+        {
+            "file": S,
+            "group": null(S),
+            "topic": S,
+            "queue_id": I,
+            "committed": I,
+            "min_offset": null(I),
+            "max_offset": null(I),
+            "lag": null(I),
+            "diff": null(I),
+            "source": null(S),
+            "status": S,
+            "group_known": null(B),
+            "deleted_unconsumed": I,
+            **_OLDEST,
+        },
+        ("file", "group", "topic", "queue_id", "committed", "status"),
+    )
+    group = obj(
+        {
+            "group": null(S),
+            "rows": I,
+            "topics": I,
+            "lag": I,
+            "ahead": I,
+            "behind": I,
+            "missing": I,
+            "status": S,
+            **_OLDEST,
+        },
+        ("group", "rows", "topics", "lag", "ahead", "behind", "missing", "status"),
+    )
+    change = obj(
+        {
+            "type": {"const": "change"},
+            "file": S,
+            "key": S,
+            "group": null(S),
+            "topic": S,
+            "queue_id": I,
+            "committed": null(I),
+            "new_offset": I,
+            "reason": S,
+        },
+        ("file", "key", "topic", "queue_id", "new_offset", "reason"),
+    )
+    report = obj(
+        {
+            "rows": arr(ref("offset")),
+            "groups": arr(ref("group")),
+            "files": arr(OBJ),
+            "notes": arr(S),
+            **verdict_fields(),
+        },
+        ("rows", "groups", "files", "notes", "schema_version", "verdict", "exit_status"),
+    )
+    changed = obj(
+        {"dry_run": B, "changes": arr(ref("change")), "backup_dir": null(S), **verdict_fields()},
+        ("dry_run", "changes", "backup_dir", "schema_version", "verdict", "exit_status"),
+    )
+    summ = summary("offsets", {"store": S, "groups": arr(ref("group")), "dry_run": B, "backup_dir": null(S)})
+    defs = {"offset": row, "group": group, "change": change, "summary": summ, "document": {"anyOf": [report, changed]}}
+    return command_file("offsets", defs, ["offset", "change"])
+
+
+# ------------------------------------------------------------------------------ backups
+
+
+def backups() -> dict[str, Any]:
+    row = obj(
+        {
+            "path": S,
+            "created_utc": null(S),  # (the name before schema_version 2; goes at 3)
+            "created_time": null(S),
+            "description": null(S),
+            "txid": null(S),
+            "store": null(S),
+            "same_store": null(B),
+            "entries": I,
+            "actions": {"type": "object", "additionalProperties": I},
+            "bytes": I,
+            "status": {"enum": ["OK", "UNUSABLE", "OTHER_STORE"]},
+            "problem": null(S),
+            "prune": B,
+        },
+        ("path", "entries", "actions", "bytes", "status"),
+    )
+    doc = obj(
+        {"store": S, "backups": arr(ref("backup")), "pruned": arr(S), **verdict_fields()},
+        ("store", "backups", "schema_version", "verdict", "exit_status"),
+    )
+    summ = summary("backups", {"store": S, "pruned": arr(S)})
+    return command_file("backups", {"backup": row, "summary": summ, "document": doc}, ["backup"])
+
+
+# --------------------------------------------------------------- recover, repair, rebuild
+
+_CHANGE = {"type": {"const": "change"}, "action": S, "path": S, "detail": S}
+
+
+def _plan_doc(plan: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    return obj(
+        {
+            "dry_run": B,
+            "plan": plan,
+            "offsets_past_end": arr(OBJ),
+            "offsets_fixed": B,
+            "result": null(result),
+            "seconds": N,
+            "finished_interrupted_run": B,
+            **verdict_fields(),
+        },
+        (
+            "dry_run",
+            "plan",
+            "offsets_past_end",
+            "offsets_fixed",
+            "finished_interrupted_run",
+            "schema_version",
+            "verdict",
+            "exit_status",
+        ),
+    )
+
+
+def recover() -> dict[str, Any]:
+    plan = obj(
+        {
+            "store": S,
+            "broker_version": S,
+            "mode": {"enum": ["normal", "abnormal"]},
+            "mode_reason": S,
+            "start_file": null(S),
+            "start_offset": null(I),
+            "end_offset": I,
+            "bytes_cut": I,
+            "messages_cut": I,
+            "intact_cut": I,
+            "records_valid": I,
+            "cuts": arr(OBJ),
+            "removed_files": arr(OBJ),
+            "queues": arr(OBJ),
+            "dispatch": arr(OBJ),
+            "index_kept": arr(OBJ),
+            "index_discarded": arr(OBJ),
+            "index_truncated": arr(OBJ),
+            "problems": arr(ANY),
+            "notes": arr(S),
+            "summary": OBJ,
+        },
+        ("store", "broker_version", "mode", "end_offset", "cuts", "removed_files", "queues", "problems", "summary"),
+        closed=False,
+    )
+    summ = summary(
+        "recover",
+        {
+            "store": S,
+            "broker_version": S,
+            "dry_run": B,
+            "mode": S,
+            "end_offset": I,
+            "bytes_cut": I,
+            "messages_cut": I,
+            "intact_cut": I,
+            "nothing_to_do": B,
+            "problems": I,
+            "applied": B,
+            "backup_dir": null(S),
+        },
+        ("dry_run", "nothing_to_do", "applied"),
+    )
+    change = obj(_CHANGE, ("type", "action", "path", "detail"))
+    doc = _plan_doc(plan, OBJ)
+    return command_file("recover", {"change": change, "summary": summ, "document": doc}, ["change"])
+
+
+def repair() -> dict[str, Any]:
+    plan = obj(
+        {
+            "store": S,
+            "broker_version": S,
+            "intact_records": I,
+            "recover_would_cut": I,
+            "regions": arr(OBJ),
+            "quarantined": arr(OBJ),
+            "stray": arr(S),
+            "problems": arr(ANY),
+            "notes": arr(S),
+        },
+        ("store", "broker_version", "regions", "quarantined", "problems"),
+        closed=False,
+    )
+    summ = summary(
+        "repair",
+        {
+            "store": S,
+            "broker_version": S,
+            "dry_run": B,
+            "intact_records": I,
+            "recover_would_cut": I,
+            "damaged_regions": I,
+            "quarantined": I,
+            "nothing_to_do": B,
+            "problems": I,
+            "applied": B,
+            "backup_dir": null(S),
+        },
+        ("dry_run", "nothing_to_do", "applied"),
+    )
+    change = obj(_CHANGE, ("type", "action", "path", "detail"))
+    quarantined = obj(
+        {
+            "type": {"const": "quarantined"},
+            "action": {"const": "quarantine"},
+            "path": null(S),
+            "detail": S,
+            "offset": null(I),
+            "topic": null(S),
+            "queue_id": null(I),
+            "queue_offset": null(I),
+            "msg_id": null(S),
+            "found_by": S,
+            "tombstone": B,
+        },
+        ("type", "action", "detail", "offset", "topic", "found_by", "tombstone"),
+    )
+    result = obj({"backup_dir": null(S), "changes": I}, ("backup_dir", "changes"))
+    doc = _plan_doc(plan, result)
+    defs = {"change": change, "quarantined": quarantined, "summary": summ, "document": doc}
+    return command_file("repair", defs, ["change", "quarantined"])
+
+
+def rebuild_index() -> dict[str, Any]:
+    change = obj(
+        {"type": {"const": "change"}, "action": S, "path": S, "size": null(I), "note": null(S)},
+        ("type", "action", "path"),
+    )
+    plan = obj(
+        {
+            "cq": B,
+            "index": B,
+            "topics": arr(S),
+            "from_offset": null(I),
+            "counts": {"type": "object", "additionalProperties": I},
+            "warnings": arr(S),
+            "problems": arr(S),
+            "reput": OBJ,
+            "changes": arr(obj({"action": S, "path": S, "size": null(I), "note": null(S)}, ("action", "path"))),
+        },
+        ("cq", "index", "counts", "reput", "changes"),
+    )
+    doc = obj(
+        {"dry_run": B, "plan": plan, "applied": B, "backup_dir": null(S), **verdict_fields()},
+        ("dry_run", "applied", "backup_dir", "schema_version", "verdict", "exit_status"),
+    )
+    summ = summary(
+        "rebuild-index",
+        {
+            "dry_run": B,
+            "applied": B,
+            "backup_dir": null(S),
+            "counts": {"type": "object", "additionalProperties": I},
+            "problems": I,
+        },
+        ("dry_run", "applied"),
+    )
+    return command_file("rebuild-index", {"change": change, "summary": summ, "document": doc}, ["change"])
+
+
+def restore() -> dict[str, Any]:
+    action = obj({"type": {"const": "action"}, "step": I, "action": S}, ("type", "step", "action"))
+    doc = obj(
+        {
+            "backup": S,
+            "store": S,
+            "backup_of": null(S),
+            "txid": null(S),
+            "dry_run": B,
+            "plan": arr(S),
+            "applied": B,
+            **verdict_fields(),
+        },
+        ("backup", "store", "dry_run", "plan", "applied", "schema_version", "verdict", "exit_status"),
+    )
+    summ = summary("restore", {"backup": S, "store": S, "dry_run": B, "applied": B}, ("dry_run", "applied"))
+    return command_file("restore", {"action": action, "summary": summ, "document": doc}, ["action"])
+
+
+def export() -> dict[str, Any]:
+    figures = {
+        "what": {"enum": ["commitlog", "consumequeue", "index"]},
+        "out": S,
+        "stores": arr(S),
+        "rows": I,
+        "messages": null(I),
+        "blanks": null(I),
+        "tasks": I,
+        "damaged_rows": I,
+        "split_conflicts": arr(ANY),
+        "seconds_total": N,
+        "seconds_after_start": N,
+    }
+    doc = obj({**figures, **verdict_fields()}, ("what", "out", "stores", "rows", "schema_version", "exit_status"))
+    summ = summary("export", figures, ("what", "out", "rows"))
+    # (no record types: --format jsonl is the summary record alone)
+    out = command_file("export", {"summary": summ, "document": doc}, ["summary"])
+    out["$defs"]["line"] = ref("summary")
+    return out
+
+
+FILES = {
+    "dump-commitlog": dump_commitlog,
+    "dump-consumequeue": dump_consumequeue,
+    "dump-index": dump_index,
+    "dump-checkpoint": dump_checkpoint,
+    "dump-config": dump_config,
+    "verify": verify,
+    "info": info,
+    "offsets": offsets,
+    "backups": backups,
+    "recover": recover,
+    "repair": repair,
+    "rebuild-index": rebuild_index,
+    "restore": restore,
+    "export": export,
+}
+
+
+def rendered(name: str) -> str:
+    return json.dumps(FILES[name](), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    stale = []
+    for name in FILES:
+        path = HERE / f"{name}.json"
+        text = rendered(name)
+        if "--write" in argv:
+            path.write_text(text, encoding="utf-8")
+        elif not path.exists() or path.read_text(encoding="utf-8") != text:
+            stale.append(path.name)
+    if stale:
+        print(f"stale schema files: {', '.join(stale)} (python -m rmqtool.cli.schemas.declare --write)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
