@@ -14,9 +14,9 @@ point"); otherwise it counts as ``not idempotent``.
 The checks of issue 33 too (tests/fuzzdamage.py, run_store): no debris beside or in the
 store after any command (``debris``: a ``.STORE.rmqtool-*`` work directory, a journal),
 a dry run of recover and of repair agreeing with the real run (``dry run disagrees``),
-repair of every damaged input followed by verify and recover --dry-run (``repair leaves
-work``: a repair that reports nothing left, status 0 or 1, after which either finds
-something), its backup restoring the input; and per batch, the broker (one batch JVM)
+repair of every damaged input with the checks of its plan and of verify after it (``dry
+run differs``, ``left a finding``, ``exit status``) and recover --dry-run after it
+(``recover disagrees``), its backup restoring the input; and per batch, the broker (one batch JVM)
 opening up to ``--broker-sample`` of the stores repair left (default 5 per batch of
 200: 500 of 20,000 stores), each holding every intact record of its damaged input at its
 offset with a queue entry (``broker refuses repaired``, ``broker lost intact``).
@@ -64,7 +64,11 @@ CATEGORIES = [
     "noisy stderr",
     "debris",
     "dry run disagrees",
-    "repair leaves work",
+    "dry run differs",
+    "left a finding",
+    "recover disagrees",
+    "exit status",
+    "no JSON plan",
     "broker refuses repaired",
     "broker lost intact",
 ]

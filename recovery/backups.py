@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formats.errors import RmqToolError
-from .safety import load_manifest, pending_journals
+from .safety import describe_workdir, find_workdirs, load_manifest, pending_journals
 
 
 def _du(p: Path) -> int:
@@ -72,6 +72,37 @@ def find_backups(store: Path, dirs: tuple[Path, ...]) -> list[Path]:
     return sorted(found)
 
 
+def workdir_rows(store: Path) -> list[dict[str, Any]]:
+    """Rows (as :func:`describe_backup`'s) for the work directories of rmqtool repair
+    beside the store: status REPAIR_WORKDIR (left by an interrupted run: debris the real
+    run of any destructive command removes) or IN_USE (a running repair's). Never pruned."""
+    rows = []
+    for p in find_workdirs(store):
+        d = describe_workdir(p)
+        rows.append(
+            {
+                "path": str(p),
+                "created_utc": d["created_utc"],
+                "created_time": d["created_utc"],
+                "description": "rmqtool repair (work directory, not a backup)",
+                "txid": None,
+                "store": str(store.resolve()),
+                "same_store": True,
+                "entries": d["entries"],
+                "actions": {},
+                "bytes": d["bytes"],
+                "status": "IN_USE" if d["in_use"] else "REPAIR_WORKDIR",
+                "problem": None
+                if d["in_use"]
+                else (
+                    f"{p}: the work directory of an interrupted rmqtool repair (not a backup): rmqtool repair "
+                    f"{store} --yes (or the real run of any destructive rmqtool command) removes it"
+                ),
+            }
+        )
+    return rows
+
+
 def needed_backups(store: Path) -> set[Path]:
     """Backup directories a pending (interrupted) transaction still needs."""
     out: set[Path] = set()
@@ -110,4 +141,4 @@ def prune_selection(
     return doomed
 
 
-__all__ = ["describe_backup", "find_backups", "needed_backups", "prune_selection"]
+__all__ = ["describe_backup", "find_backups", "needed_backups", "prune_selection", "workdir_rows"]

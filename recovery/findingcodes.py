@@ -95,6 +95,7 @@ class FindingCode(StrEnum):
     STORE_LOCKED = "STORE_LOCKED"
     STORE_ABORT = "STORE_ABORT"
     STORE_PENDING_JOURNAL = "STORE_PENDING_JOURNAL"
+    STORE_REPAIR_WORKDIR = "STORE_REPAIR_WORKDIR"
     # offset config files (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json)
     CFG_UNREADABLE = "CFG_UNREADABLE"
     CFG_TABLE_LOST = "CFG_TABLE_LOST"

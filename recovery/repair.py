@@ -10,10 +10,13 @@ Plan (:func:`plan_repair`, nothing written to the store):
 1. walk the commitlog the way verify does (:func:`recovery.verify.scan_commitlog`): the
    broker's walk, the records salvaged after each stop, and readable records that fail a
    content check (DAMAGED: they are damage too);
-2. regions: every byte range of a commitlog file that no intact record covers, up to the
-   file's BLANK (or its end); a missing file in the middle of the sequence is a region of
-   a whole file; the last file's bytes after its last intact record are the end of the
-   data (zero-filled, as recover cuts them: nothing intact follows);
+2. regions (:func:`recovery.repairregions.commitlog_model`, recover's model of the end of
+   the data): before the end of the data, every byte range of a commitlog file that no
+   intact record covers, up to the file's BLANK (or its end), a short file completed and a
+   long one cut to the mapped size, a missing file in the middle of the sequence a region
+   of a whole file (within the write limit: the commitlog files' present size plus one
+   file); after it, nothing is damage: zeros stay, non-zero bytes are zero-filled (as
+   recover cuts them) and the files that start after it are removed;
 3. tombstones: the queue offsets whose messages lay in a region (consume queue units that
    point into it, DAMAGED records' headers, holes in a queue's offsets between intact
    records on both sides of it);
@@ -34,9 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import mmap
-import shutil
 import struct
-import tempfile
 import time
 import weakref
 from collections.abc import Callable
@@ -63,13 +64,16 @@ from .filler import (
 )
 from .findingcodes import FindingCode
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
-from .repairfiles import Window, content_size, range_writer, same_content, stream_to
+from .repairfields import FieldFix, Misfiled, field_fixes, misfiled_records, queue_units
+from .repairfiles import Window, content_size, copy_prefix, range_writer, same_content, stream_to
+from .repairregions import HEADER_FIELD, Quarantined, Region, commitlog_model
 from .reput import CqFileOut, IndexFileOut
-from .safety import StoreTransaction
-from .scan import file_has_nonzero
+from .safety import StoreTransaction, WorkDir
 from .store import Store, StoreFile
 from .verify import (
     DAMAGED,
+    ERROR,
+    Finding,
     _layout_findings,
     _read_index_header,
     cq_recover_max_phy,
@@ -78,69 +82,59 @@ from .verify import (
     recovery_outlook,
     scan_commitlog,
     to_queue,
+    verify_store,
 )
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
 
-__all__ = ["Quarantined", "Region", "RepairPlan", "plan_repair", "apply_repair"]
+__all__ = [
+    "LEAVES_UNCHANGED",
+    "Quarantined",
+    "Region",
+    "RepairPlan",
+    "apply_repair",
+    "left_findings",
+    "plan_repair",
+]
+
+# The error findings of verify that repair leaves as they are, and why (man rmqtool-repair,
+# FINDINGS LEFT UNCHANGED). After ``repair --yes`` verify reports no other error; repair's
+# exit status has bit 4 whenever verify still reports one (:func:`left_findings`).
+LEAVES_UNCHANGED: dict[FindingCode, str] = {  # (keyed by the members: a misspelt code fails the type check)
+    FindingCode.FILE_STRAY: "a directory in commitlog/ (4.x fails to load it): no transaction moves a directory; move it away",
+    FindingCode.FILE_GAP: (
+        "missing commitlog files before a file that holds intact records, more than the write limit (the "
+        "commitlog files' present size plus one file) recreates: the broker's walk passes the gap"
+    ),
+    FindingCode.FILE_OVERLAP: (
+        "commitlog file names that overlap: the broker refuses the store, and repair, like recover, changes "
+        "nothing at all until the file has its right name (every other finding stays too)"
+    ),
+    FindingCode.TOPIC_BAD_NAME: (
+        "a message whose topic cannot be a path, with no sign of the queue it was written to (no consume queue "
+        "unit of another topic at its offset, no hole in another queue's offsets where it lies): kept, "
+        "undispatched, as recover and rebuild-index keep it"
+    ),
+    FindingCode.CL_PROP_CRC: (
+        "a 5.2+ __CRC32# property that does not match the record, on a broker that checks it only under "
+        "forceVerifyPropCRC (--force-verify-prop-crc): the broker keeps and serves the record, and so does repair"
+    ),
+    FindingCode.CL_ZEROED_RECORD_TAIL: (
+        "the last record of the data ends in zeros inside its properties: it passes the broker's check, which "
+        "keeps it; so does repair (what followed it is gone without a trace)"
+    ),
+    FindingCode.CL_DATA_AFTER_END: (
+        "a gap between two intact records shorter than the smallest record (91 bytes, 111 with a required "
+        "__CRC32#): no filler exists; the broker still cuts there"
+    ),
+    FindingCode.CFG_UNREADABLE: "an offset config file: repair changes no config file (rmqtool offsets --set writes one)",
+    FindingCode.CFG_TABLE_LOST: "an offset config file: repair changes no config file (rmqtool offsets --set writes one)",
+    FindingCode.CFG_LOAD_FAILS: "a config file the broker cannot load or that blocks its start: repair changes no config file",
+}
 
 _UNIT = np.dtype([("o", ">i8"), ("s", ">i4"), ("t", ">i8")])
 _MAX_HOLE = 1 << 20  # a larger jump of queue offsets between two intact records is not a hole we fill
-
-
-@dataclass
-class Quarantined:
-    """A message (or what is left of one) that lay in a repaired region."""
-
-    offset: int | None
-    topic: str | None
-    queue_id: int | None
-    queue_offset: int | None
-    msg_id: str | None
-    source: str  # damaged record | consume queue unit | queue offset hole
-    tombstone: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass
-class Region:
-    file: str  # relative path of the commitlog file
-    base: int
-    pos: int
-    end: int
-    kind: str  # damaged | missing file | truncated file | end of data
-    at_file_end: bool
-    layout: FillerLayout | None = None
-    quarantined: list[Quarantined] = field(default_factory=list)
-    create: bool = False  # a missing file: created whole
-    # the file as the plan made it, beside the store (plan_repair with rebuild): apply
-    # copies the new bytes from here; not part of the plan's data
-    patched: Path | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def start_offset(self) -> int:
-        return self.base + self.pos
-
-    @property
-    def end_offset(self) -> int:
-        return self.base + self.end
-
-    def to_dict(self) -> dict[str, Any]:
-        recs = self.layout.records if self.layout is not None else []
-        return {
-            "file": self.file,
-            "from": self.start_offset,
-            "to": self.end_offset,
-            "bytes": self.end - self.pos,
-            "kind": self.kind,
-            "quarantine_records": sum(1 for r in recs if r.kind == "quarantine"),
-            "tombstones": sum(1 for r in recs if r.kind == "tombstone"),
-            "blank": any(r.kind == "blank" for r in recs),
-            "quarantined": [q.to_dict() for q in self.quarantined],
-        }
 
 
 @dataclass
@@ -160,13 +154,18 @@ class RepairPlan:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     unfillable: list[int] = field(default_factory=list)  # offsets of regions no filler fits (left as they are)
+    blocked: bool = False  # commitlog file names that do not tile: the plan changes nothing
+    data_end: int | None = None  # the end of the data: the broker's max offset after the repair
+    after_end: list[str] = field(default_factory=list)  # commitlog files that start after it: removed
+    left: list[Finding] = field(default_factory=list)  # verify's error findings the repair leaves
     workdir: Path | None = None  # holds the rebuilt files (content paths of ``changes``)
     _cleanup: Any = None
 
-    def own_workdir(self, wd: Path) -> None:
-        """The plan removes ``wd`` when discarded (or garbage-collected, or at exit)."""
-        self.workdir = wd
-        self._cleanup = weakref.finalize(self, shutil.rmtree, str(wd), True)
+    def own_workdir(self, wd: WorkDir) -> None:
+        """The plan removes ``wd`` (and lets go of its lock) when discarded (or
+        garbage-collected, or at exit)."""
+        self.workdir = wd.path
+        self._cleanup = weakref.finalize(self, wd.remove)
 
     def discard(self) -> None:
         """Remove the rebuilt files beside the store (a dry run's, or after apply)."""
@@ -186,10 +185,39 @@ class RepairPlan:
         return (
             not self.regions
             and not self.stray
+            and not self.after_end
             and not self.index_changes
             and self.checkpoint is None
             and not self.abort_present
         )
+
+    def writes(self) -> list[dict[str, Any]]:
+        """Every store file the plan changes, and how: ``write`` (the byte ranges written,
+        file positions, and ``cut_at`` where the file then ends), ``create``, ``replace``,
+        ``remove``; by path. The real run changes exactly these (``--fix-offsets``' offset
+        files aside)."""
+        out: dict[str, dict[str, Any]] = {}
+        for r in self.regions:
+            if r.create:
+                out[r.file] = {"path": r.file, "action": "create"}
+                continue
+            w = out.setdefault(r.file, {"path": r.file, "action": "write", "ranges": [], "cut_at": None})
+            if r.cut:
+                w["cut_at"] = r.pos
+            else:
+                w["ranges"].append([r.pos, r.end])
+        for w in out.values():
+            if w["action"] == "write":
+                w["ranges"] = _merged(w["ranges"])
+        for rel in [*self.stray, *self.after_end]:
+            out[rel] = {"path": rel, "action": "remove"}
+        for c in self.index_changes:
+            out[c.relpath] = {"path": c.relpath, "action": "replace" if c.action not in (CREATE, REMOVE) else c.action}
+        if self.checkpoint is not None:
+            out["checkpoint"] = {"path": "checkpoint", "action": "replace"}
+        if self.abort_present:
+            out["abort"] = {"path": "abort", "action": "remove"}
+        return [out[k] for k in sorted(out)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -201,15 +229,55 @@ class RepairPlan:
             "regions": [r.to_dict() for r in self.regions],
             "quarantined": [q.to_dict() for q in self.quarantined],
             "stray_files": self.stray,
+            "data_end": self.data_end,
+            "files_after_end": self.after_end,
             "file_changes": [
                 {"action": c.action, "path": c.relpath, "kind": c.kind, "note": c.note} for c in self.index_changes
             ],
             "checkpoint": self.checkpoint_note or None,
             "abort_file": "removed" if self.abort_present else "absent",
             "unfillable_regions": self.unfillable,
+            "writes": self.writes(),
+            "left_findings": [f.to_dict() for f in self.left],
             "problems": self.problems,
             "notes": self.notes,
         }
+
+
+def _merged(ranges: list[list[int]]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def left_findings(store: Store, profile: BrokerProfile, jobs: int = 1) -> list[Finding]:
+    """verify's error findings on ``store`` (after a repair: what it left; on a store with
+    nothing to repair: what it leaves)."""
+    return [f for f in verify_store(store, profile, jobs=jobs).findings if f.severity == ERROR]
+
+
+def left_problems(findings: list[Finding], blocked: bool = False) -> list[str]:
+    """One problem line per finding code verify still reports (the first of each);
+    ``blocked``: the plan changed nothing because commitlog file names do not tile."""
+    by_code: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_code.setdefault(f.code, []).append(f)
+    out = []
+    for code, fs in sorted(by_code.items()):
+        f = fs[0]
+        if code in LEAVES_UNCHANGED:
+            why = "left unchanged by repair (man rmqtool-repair, FINDINGS LEFT UNCHANGED)"
+        elif blocked:
+            why = "left: repair changes nothing while commitlog file names overlap or are misaligned"
+        else:
+            why = "not a finding repair leaves: please report it"
+        more = f" (and {len(fs) - 1} more)" if len(fs) > 1 else ""
+        out.append(f"{f.file or '-'}: verify: {code}{more}: {f.message}; {why}")
+    return out
 
 
 def _rel(store: Store, p: Path) -> str:
@@ -258,14 +326,26 @@ def plan_repair(
     # (before the walk: offsets past such a name overflow a Java long, and numpy's int64)
     scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
     intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
+    # misfiled records bound the data (their bytes stay in it, as filler), but are damage
+    bound = intact.copy()
+    units = queue_units(store)
+    misfiled = misfiled_records(store, recs, intact, units)
+    for m in misfiled:
+        intact[m.index] = False
+    fixes = field_fixes(store, recs, intact, units)
+    del units
     ioff = recs.off[intact]
-    isize = recs.size[intact].astype(np.int64)
     stray, problems = _stray_files(store)
-    regions = _find_regions(store, scans, ioff, isize)
-    tb = _Tombstones.of(store, regions, recs, intact)
-    tb.from_damaged_records(store, recs)
-    tb.from_queue_units(store)
-    tb.from_queue_holes(recs, intact)
+    model = commitlog_model(store, scans, recs.off[bound], recs.size[bound].astype(np.int64))
+    regions = model.regions + _misfiled_regions(store, misfiled) + _field_regions(store, fixes)
+    regions.sort(key=lambda r: (r.base, r.pos))
+    problems.extend(model.problems)
+    fixed = _with_queue_offsets(recs, fixes)
+    tb = _Tombstones.of(store, regions, fixed, intact)
+    tb.from_damaged_records(store, fixed)
+    tb.from_misfiled(store, misfiled)
+    tb.from_queue_units(store, misfiled)
+    tb.from_queue_holes(fixed, intact)
     unfillable = _lay_out_regions(store, profile, tb, recs, intact, ioff, max_message_size, problems)
     regions = [r for r in regions if r.layout is not None]
 
@@ -280,11 +360,48 @@ def plan_repair(
         abort_present=store.abort_present,
         problems=problems,
         unfillable=unfillable,
+        data_end=model.end,
+        after_end=[_rel(store, f.path) for f in model.after_end],
     )
     if rebuild:
         _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
     plan.seconds = time.perf_counter() - t0
     return plan
+
+
+def _misfiled_regions(store: Store, misfiled: list[Misfiled]) -> list[Region]:
+    """A damaged region over each misfiled record (a tombstone of the queue it was written
+    to, quarantine records with its bytes)."""
+    out = []
+    for m in misfiled:
+        f = store.commitlog_file_for(m.offset)
+        assert f is not None
+        out.append(Region(_rel(store, f.path), f.base, m.offset - f.base, m.offset - f.base + m.size, "damaged", False))
+    return out
+
+
+def _field_regions(store: Store, fixes: list[FieldFix]) -> list[Region]:
+    out = []
+    for x in fixes:
+        f = store.commitlog_file_for(x.offset)
+        assert f is not None
+        pos = x.at - f.base
+        out.append(
+            Region(_rel(store, f.path), f.base, pos, pos + 8, HEADER_FIELD, False, data=x.data(), field_name=x.field)
+        )
+    return out
+
+
+def _with_queue_offsets(recs: Any, fixes: list[FieldFix]) -> Any:
+    """The record table with the QUEUEOFFSETs repair writes back (what the tombstone
+    sources read)."""
+    qf = [x for x in fixes if x.field == "QUEUEOFFSET"]
+    if not qf:
+        return recs
+    qo = recs.queue_offset.copy()
+    idx = np.searchsorted(recs.off, np.array([x.offset for x in qf], dtype=np.int64))
+    qo[idx] = np.array([x.value for x in qf], dtype=qo.dtype)
+    return dataclasses.replace(recs, queue_offset=qo)
 
 
 def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan | None:
@@ -314,6 +431,7 @@ def _blocked_plan(store: Store, profile: BrokerProfile, t0: float) -> RepairPlan
             for b in blocked
         ],
         seconds=time.perf_counter() - t0,
+        blocked=True,
     )
 
 
@@ -341,56 +459,9 @@ def _stray_files(store: Store) -> tuple[list[str], list[str]]:
     return stray, problems
 
 
-def _find_regions(store: Store, scans: Any, ioff: np.ndarray, isize: np.ndarray) -> list[Region]:
-    """The commitlog's regions repair fills: missing files, damaged spans between intact
-    records, truncated files, the damaged end of the data."""
-    F = store.geometry.commitlog_file_size
-    files = sorted(store.commitlog, key=lambda f: f.base)
-    regions: list[Region] = []
-    last_idx = len(files) - 1
-    idx_of = {f.path: k for k, f in enumerate(store.commitlog)}
-    for k, f in enumerate(files):
-        rel = _rel(store, f.path)
-        if k and f.base > files[k - 1].base + F:
-            b = files[k - 1].base + F
-            while b < f.base:
-                name = f"{b:020d}"
-                regions.append(Region(f"commitlog/{name}", b, 0, F, "missing file", True, create=True))
-                b += F
-        fs = scans[idx_of[f.path]]
-        lo, hi = np.searchsorted(ioff, [f.base, f.base + F])
-        pos_in = ioff[lo:hi] - f.base
-        sz_in = isize[lo:hi]
-        cursor = 0
-        for p, s in zip(pos_in.tolist(), sz_in.tolist()):
-            if p > cursor:
-                regions.append(Region(rel, f.base, cursor, p, "damaged", False))
-            cursor = max(cursor, p + s)
-        _file_tail_region(f, rel, fs, cursor, k == last_idx, F, regions)
-    return regions
-
-
-def _file_tail_region(f: StoreFile, rel: str, fs: Any, cursor: int, last: bool, F: int, regions: list[Region]) -> None:
-    """The region after a file's last intact record (at ``cursor``), if any."""
-    blank_at = None
-    if fs is not None:
-        # the file's own BLANK (the broker's end of this file), after every intact record
-        blanks = [e.pos for e in fs.events if e.reason == ck.BLANK and e.pos >= cursor]
-        if blanks and F - blanks[0] >= BLANK_LEN:
-            blank_at = blanks[0]
-    if blank_at is not None:
-        if blank_at > cursor:
-            regions.append(Region(rel, f.base, cursor, blank_at, "damaged", False))
-        if f.size < F:
-            regions.append(Region(rel, f.base, max(f.size, blank_at + BLANK_LEN), F, "truncated file", False))
-        return
-    if last:
-        # the end of the data: nothing intact follows; zeros from here (recover cuts it too)
-        if f.size < F or (cursor < f.size and _has_nonzero(f, cursor)):
-            regions.append(Region(rel, f.base, cursor, F, "end of data", False))
-        return
-    if cursor < F:
-        regions.append(Region(rel, f.base, cursor, F, "truncated file" if f.size < F else "damaged", True))
+def _fillable(r: Region) -> bool:
+    """A region that gets filler records (not zeros, not a cut, not a header field)."""
+    return not (r.zero_fill or r.cut or r.header_field)
 
 
 @dataclass
@@ -434,7 +505,7 @@ class _Tombstones:
 
     def add(self, i: int, t: str, q: int, qo: int, off: int | None, source: str) -> None:
         key = (t, q, qo)
-        if key in self.held or self.regions[i].kind == "end of data":
+        if key in self.held or not _fillable(self.regions[i]):
             return
         if not any(key in w for w in self.wanted.values()):
             self.wanted[i][key] = Tombstone(t, q, qo, off)
@@ -460,10 +531,30 @@ class _Tombstones:
             if to_queue(recs.flags[j : j + 1])[0] and (t, q) in self.known_queues:
                 self.add(i, t, q, qo, off, "damaged record")
 
-    def from_queue_units(self, store: Store) -> None:
-        """Consume queue units that point into a region."""
+    def from_misfiled(self, store: Store, misfiled: list[Misfiled]) -> None:
+        """Records of a garbled topic or queue id: the tombstone of the queue offset they
+        hold in the queue they were written to."""
+        for m in misfiled:
+            i = self.region_of(m.offset)
+            if i is None:
+                continue
+            self.add(i, m.topic, m.queue_id, m.queue_offset, m.offset, "garbled topic or queue id")
+            self.qinfo[i][m.offset] = Quarantined(
+                m.offset,
+                m.topic,
+                m.queue_id,
+                m.queue_offset,
+                _msg_id_at(store, m.offset),
+                f"garbled topic or queue id (stored {m.stored_topic!r}/{m.stored_queue_id}; {m.evidence})",
+            )
+
+    def from_queue_units(self, store: Store, misfiled: list[Misfiled]) -> None:
+        """Consume queue units that point into a region (at a misfiled record: only the
+        unit of the queue it was written to; one of its garbled queue, which the broker's
+        dispatch or rebuild-index gave it, is not its queue offset)."""
         if not self.regions:
             return
+        true_queue = {m.offset: (m.topic, m.queue_id, m.queue_offset) for m in misfiled}
         starts, ends, qinfo = self.starts, self.ends, self.qinfo
         for (t, q), qfiles in sorted(store.consume_queues.items()):
             for f in qfiles:
@@ -480,8 +571,10 @@ class _Tombstones:
                     i = int(ri[n])
                     off = int(o[n])
                     qo = f.base // 20 + n
+                    if true_queue.get(off, (t, q, qo)) != (t, q, qo):
+                        continue
                     self.add(i, t, q, qo, off, "consume queue unit")
-                    if off not in qinfo[i] and self.regions[i].kind != "end of data":
+                    if off not in qinfo[i] and _fillable(self.regions[i]):
                         qinfo[i][off] = Quarantined(off, t, q, qo, _msg_id_at(store, off), "consume queue unit")
 
     def from_queue_holes(self, recs: Any, intact: np.ndarray) -> None:
@@ -500,7 +593,7 @@ class _Tombstones:
             p1, p2 = int(off[n]), int(off[n + 1])
             a = int(np.searchsorted(self.starts, p1, side="right"))
             b = int(np.searchsorted(self.starts, p2, side="left"))
-            cands = [i for i in range(a, b) if self.regions[i].kind != "end of data"]
+            cands = [i for i in range(a, b) if _fillable(self.regions[i])]
             if not cands:
                 continue
             t, q = recs.queues[int(qk[n])]
@@ -540,7 +633,7 @@ def _lay_out_regions(
             ),
         )
         tomb_keys = {(t.topic, t.queue_id, t.queue_offset) for t in ts}
-        if r.kind == "end of data":
+        if not _fillable(r):  # zeros, or a cut: no records
             r.layout = FillerLayout(r.start_offset, r.end_offset)
         else:
             try:
@@ -614,10 +707,6 @@ def _carries_prop_crc(store: Store, profile: BrokerProfile, recs: Any, intact: n
     return c.props is not None and CRC32 in c.props
 
 
-def _has_nonzero(f: StoreFile, pos: int) -> bool:
-    return bool(file_has_nonzero(f.path, pos, f.size))
-
-
 def _msg_id_at(store: Store, off: int) -> str | None:
     f = store.commitlog_file_for(off)
     if f is None or f.size <= 0:
@@ -629,7 +718,12 @@ def _msg_id_at(store: Store, off: int) -> str | None:
 def _write_region(store: Store, r: Region, out: Any, store_ts: int, host: bytes, port: int) -> None:
     """Write the new bytes of region ``r`` to ``out`` (at its position), record by record."""
     assert r.layout is not None
-    if r.kind == "end of data":
+    if r.cut:
+        return
+    if r.data is not None:
+        out.write(r.data)
+        return
+    if r.zero_fill:
         left = r.end - r.pos
         while left > 0:
             k = min(left, 1 << 22)
@@ -671,13 +765,24 @@ def _neighbour(store: Store, recs: Any, intact: np.ndarray, off: int) -> tuple[i
     return ts, host, port
 
 
-@dataclass
 class _Workdir:
-    """The directory beside the store that holds the patched and rebuilt files; ``keep``
-    once a file the plan refers to is in it."""
+    """The directory beside the store that holds the patched and rebuilt files, made at
+    its first use (a plan that writes no file makes none); ``keep`` once a file the plan
+    refers to is in it."""
 
-    path: Path
-    keep: bool = False
+    def __init__(self, store: Store, given: Path | None) -> None:
+        self._store = store
+        self._given = given
+        self.made: WorkDir | None = None  # the directory this plan made (and owns)
+        self.keep = False
+
+    @property
+    def path(self) -> Path:
+        if self._given is not None:
+            return self._given
+        if self.made is None:
+            self.made = WorkDir(self._store.root)
+        return self.made.path
 
 
 def _plan_rebuild(
@@ -690,67 +795,68 @@ def _plan_rebuild(
     jobs: int,
     workdir: Path | None,
 ) -> None:
-    own = workdir is None
-    wd = Path(tempfile.mkdtemp(prefix=f".{store.root.name}.rmqtool-repair-", dir=store.root.parent)) if own else workdir
-    assert wd is not None
-    w = _Workdir(wd)
+    w = _Workdir(store, workdir)
     try:
         patched = _patch_regions(store, plan, recs, intact, w)
-        view = dataclasses.replace(store, commitlog=_patched_view(store, patched))
+        view = dataclasses.replace(store, commitlog=_patched_view(store, patched, plan.after_end))
         rb = plan_rebuild(view, profile, cq=True, index=True, index_tz=index_tz, jobs=jobs)
         plan.problems.extend(p for p in rb.problems if not p.startswith("commitlog"))
         plan.changes = _keep_index_names(store, _streamed_changes(rb, w))
         _plan_checkpoint(store, plan, rb, recs, intact)
     finally:
-        if own:
+        if w.made is not None:
             if w.keep:
-                plan.own_workdir(wd)
+                plan.own_workdir(w.made)
             else:
-                shutil.rmtree(wd, ignore_errors=True)
+                w.made.remove()
 
 
 def _patch_regions(store: Store, plan: RepairPlan, recs: Any, intact: np.ndarray, w: _Workdir) -> dict[str, Path]:
     """Copies of the commitlog files the regions change, in the work directory, with the
-    regions written; returns them by store path."""
+    regions written (a file cut to the mapped size, a short one completed); returns them by
+    store path."""
     F = store.geometry.commitlog_file_size
-    patched: dict[str, Path] = {}
+    by_file: dict[str, list[Region]] = {}
     for r in plan.regions:
-        dst = w.path / r.file
-        if r.file not in patched:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            src = store.root / r.file
-            if r.create or not src.exists():
-                with open(dst, "wb") as fh:
-                    fh.truncate(F)
-            else:
-                shutil.copyfile(src, dst)
-                if dst.stat().st_size < F:
-                    with open(dst, "r+b") as fh:
-                        fh.truncate(F)
-            patched[r.file] = dst
-        with open(dst, "r+b") as fh:
-            fh.seek(r.pos)
-            _write_region(store, r, fh, *_neighbour(store, recs, intact, r.start_offset))
-        r.patched = dst  # apply copies the new bytes from here
+        by_file.setdefault(r.file, []).append(r)
+    patched: dict[str, Path] = {}
+    for rel, rs in by_file.items():
+        dst = w.path / "commitlog" / Path(rel).name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        src = store.root / rel
+        size = 0 if rs[0].create else src.stat().st_size
+        new_size = F if any(r.cut for r in rs) else max([min(size, F)] + [r.end for r in rs])
+        copy_prefix(src if size else None, dst, min(size, new_size), new_size)
         w.keep = True
+        with open(dst, "r+b") as fh:
+            for r in rs:
+                if not r.cut:
+                    fh.seek(r.pos)
+                    _write_region(store, r, fh, *_neighbour(store, recs, intact, r.start_offset))
+        for r in rs:
+            r.patched = dst  # apply copies the new bytes from here
+        patched[rel] = dst
     return patched
 
 
-def _patched_view(store: Store, patched: dict[str, Path]) -> list[StoreFile]:
-    """The commitlog files as repair leaves them: the patched copies in place of the originals."""
-    F = store.geometry.commitlog_file_size
+def _patched_view(store: Store, patched: dict[str, Path], removed: list[str]) -> list[StoreFile]:
+    """The commitlog files as repair leaves them: the patched copies in place of the
+    originals, without the files it removes."""
     view_files = []
     seen = set()
+    gone = set(removed)
     for f in store.commitlog:
         rel = _rel(store, f.path)
+        if rel in gone:
+            continue
         if rel in patched:
-            view_files.append(StoreFile(patched[rel], f.base, F))
+            view_files.append(StoreFile(patched[rel], f.base, patched[rel].stat().st_size))
             seen.add(rel)
         else:
             view_files.append(f)
     for rel, p in patched.items():
         if rel not in seen:
-            view_files.append(StoreFile(p, int(Path(rel).name), F))
+            view_files.append(StoreFile(p, int(Path(rel).name), p.stat().st_size))
     view_files.sort(key=lambda f: f.base)
     return view_files
 
@@ -850,17 +956,26 @@ def apply_repair(
             claimed.setdefault(r.file, []).append(r)
         if any(r.patched is None for r in plan.regions):
             raise ValueError("apply_repair needs a plan made with rebuild=True (its patched copies)")
+        F = store.geometry.commitlog_file_size
         for rel, rs in claimed.items():
             patched = rs[0].patched  # the file as the plan made it, beside the store
             assert patched is not None
             if rs[0].create:
                 tx.create_file(rel, patched)
                 continue
+            cut = any(r.cut for r in rs)
+            ws = [r for r in rs if not r.cut]
+            if not ws:
+                tx.truncate_tail(rel, F, zero_fill=False)
+                continue
             # one write_at per file: from the first region's start to the last region's
-            # end, the bytes between them as they are (the patched copy holds them too)
-            lo, hi = rs[0].pos, rs[-1].end
-            tx.write_at(rel, lo, range_writer(patched, lo, hi))
-        for rel in plan.stray:
+            # end, the bytes between them as they are (the patched copy holds them too);
+            # a file longer than the mapped size ends at it
+            lo, hi = min(r.pos for r in ws), max(r.end for r in ws)
+            if cut:
+                hi = max(hi, F)
+            tx.write_at(rel, lo, range_writer(patched, lo, hi), truncate=cut)
+        for rel in [*plan.stray, *plan.after_end]:
             tx.remove_file(rel)
         for ch in sorted(plan.changes, key=lambda c: c.relpath):
             if ch.action == UNCHANGED:

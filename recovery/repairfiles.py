@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .store import data_extents
+
 
 class Window:
     """Bytes [pos, pos + n) of a mapped file, sliced like bytes (what a quarantine body copies)."""
@@ -58,6 +60,43 @@ def range_writer(path: Path, lo: int, hi: int) -> Callable[[Any], None]:
                 left -= len(b)
 
     return write
+
+
+def copy_prefix(src: Path | None, dst: Path, n: int, size: int) -> None:
+    """``dst``: the first ``n`` bytes of ``src`` (None: none), holes kept (only the data
+    extents are read and written: a sparse 64 GiB file costs what its data costs), then
+    cut or extended with zeros to ``size`` bytes."""
+    with open(dst, "wb") as out:
+        if src is not None and n > 0:
+            fd = os.open(src, os.O_RDONLY)
+            try:
+                for a, b in data_extents(fd, 0, n):
+                    _copy_range(fd, out, a, b)
+            finally:
+                os.close(fd)
+        out.truncate(size)
+
+
+def _copy_range(fd: int, out: Any, a: int, b: int) -> None:
+    """Bytes [a, b) of ``fd`` to the same place of ``out``: in the kernel
+    (copy_file_range) where it can, else read and written in blocks."""
+    out.flush()
+    pos = a
+    try:
+        while pos < b:
+            k = os.copy_file_range(fd, out.fileno(), b - pos, pos, pos)
+            if k <= 0:
+                break
+            pos += k
+    except OSError:
+        pass  # (another file system, an old kernel: by hand from where it stopped)
+    while pos < b:
+        chunk = os.pread(fd, min(b - pos, 1 << 22), pos)
+        if not chunk:
+            break
+        out.seek(pos)
+        out.write(chunk)
+        pos += len(chunk)
 
 
 def stream_to(dst: Path, writer: Callable[[Any], None]) -> None:

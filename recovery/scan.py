@@ -129,6 +129,11 @@ def sorted_unique(a: np.ndarray) -> np.ndarray:
     return x[np.concatenate(([True], x[1:] != x[:-1]))]
 
 
+def first_nonzero_in_file(path: Any, lo: int, hi: int) -> int:
+    """Position of the first non-zero byte of a file in ``[lo, hi)``, or -1 (holes skipped)."""
+    return _search_file(path, lo, hi, last=False)
+
+
 def last_nonzero_in_file(path: Any, lo: int, hi: int) -> int:
     """Position of the last non-zero byte of a file in ``[lo, hi)``, or -1: holes are
     skipped (SEEK_DATA/SEEK_HOLE), data extents searched backwards on words."""

@@ -20,9 +20,10 @@ from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.errors import FormatError
 from ..formats.safeio import MISSING, REGULAR, classify, read_small
 from .query import CommitlogReader, read_index_header
-from .safety import broker_holds_lock, lock_file_problem, lock_holder, pending_journals
+from .safety import broker_holds_lock, find_workdirs, lock_file_problem, lock_holder, pending_journals
 from .store import FileMap, Store
 from .versions import BrokerProfile
+from .workdirs import in_use as workdir_in_use
 
 SCHEMA_VERSION = 2  # info --format json: the one number every JSON document of the CLI carries
 
@@ -192,6 +193,7 @@ def store_info(
     }
     doc["pending_transactions"] = journals
     doc["problems"] = problems
+    doc["repair_workdirs"] = [str(p) for p in find_workdirs(root) if not workdir_in_use(p)]
     doc["backups"] = sorted(p.name for p in root.parent.glob(f"{root.name}.rmqtool-backup-*") if p.is_dir())
     doc["outlook"] = _outlook(root, abort, held, journals, doc, profile)
     if deep:
@@ -318,6 +320,11 @@ def _outlook(
         )
         verdict = f"clean shutdown (no abort file): the next start runs the normal recovery {which} ({profile.label})"
         steps.append(f"rmqtool verify {s}  (a full check, if something is wrong anyway)")
+    for wd in doc["repair_workdirs"]:
+        steps.append(
+            f"rmqtool repair {s} --yes (or the real run of any destructive rmqtool command) removes {wd}, "
+            "the work directory an interrupted rmqtool repair left beside the store (STORE_REPAIR_WORKDIR)"
+        )
     if not doc["commitlog"]["files"]:
         verdict += "; the commitlog is empty"
     if doc["problems"]:

@@ -825,13 +825,6 @@ def dry_run_disagrees(dry: int, real: int) -> bool:
     return (dry == 0 and real != 0) or (dry == 4 and real == 0) or ((dry == 8) != (real == 8))
 
 
-# the checks of the repair phase (issue 33): a repair that says it left nothing (status 0
-# or 1) leaves a store verify calls sound and recover --dry-run has nothing to do for.
-# Expected to fail for some damage until the repair fixes of issue 33 (R1-R4, R6, R12)
-# are in: repair then leaves findings it does not report.
-REPAIR_LEAVES_WORK = "repair leaves work"
-
-
 def run_store(
     dest: Path,
     seed: int,
@@ -911,7 +904,7 @@ def run_store(
         res.failures.append(("recover", "refusal changed the store", _diff(h0, h1)))
     cmd("rebuild-index", "--yes", str(root), "--backup-dir", str(b2))
     b3 = dest / "backup-repair"
-    cmd("repair", "--yes", str(root), "--backup-dir", str(b3))
+    res.failures += repair_as_planned(root, lambda *a: cmd(*a), b3)
     # restore, newest backup first, gives the damaged input back byte for byte
     for b in (b3, b2, dest / "backup-recover2", b1):
         _restore(cmd, res, b, root, dest)
@@ -942,9 +935,9 @@ def _repair_phase(
     keep: Path | None,
     keep_max: int,
 ) -> None:
-    """``repair`` on the damaged input itself, then ``verify`` and ``recover --dry-run`` on
-    what it leaves (issue 33): a repair that reports nothing left (status 0 or 1) leaves
-    nothing for either; its dry run agrees with it; its backup gives the input back."""
+    """``repair`` on the damaged input itself (:func:`repair_as_planned`: its plan, then
+    ``verify`` and ``recover --dry-run`` on what it leaves; issue 33), its backup giving
+    the input back; a store it repaired without a failure is kept for the broker sample."""
     intact = None
     if keep is not None and kind not in GUARDED and _kept(keep) < keep_max:
         try:
@@ -956,23 +949,11 @@ def _repair_phase(
         except Exception:  # noqa: BLE001 - a store the scan cannot take whole: not sampled
             intact = None
     b5 = dest / "backup-repair-input"
-    o = cmd("repair", "--yes", str(root), "--backup-dir", str(b5))
-    d = dry.get(("repair", "--dry-run"))
-    if d is not None and dry_run_disagrees(d, o.code):
-        res.failures.append(("repair", "dry run disagrees", f"--dry-run exit {d}, --yes exit {o.code}"))
-    if o.code in (0, 1):
-        v = cmd("verify", str(root))
-        r = cmd("recover", "--dry-run", str(root))
-        if v.code != 0 or r.code != 0:
-            res.failures.append(
-                (
-                    "repair",
-                    REPAIR_LEAVES_WORK,
-                    f"repair exit {o.code}; then verify exit {v.code}, recover --dry-run exit {r.code}",
-                )
-            )
-        elif intact is not None and keep is not None:
-            _keep_repaired(root, keep / str(seed), intact, res.desc)
+    codes: dict[str, int] = {}
+    failures = repair_as_planned(root, cmd, b5, dry.get(("repair", "--dry-run")), codes)
+    res.failures += failures
+    if not failures and codes.get("repair") == 1 and intact is not None and keep is not None:
+        _keep_repaired(root, keep / str(seed), intact, res.desc)  # (changed, nothing left)
     _restore(cmd, res, b5, root, dest)
 
 
@@ -1040,6 +1021,154 @@ def broker_sample(kept: list[Path], version: str = "4.9.4") -> list[tuple[str, s
         if lost:
             out.append((d.name, "broker lost intact", f"{len(lost)}: " + ", ".join(lost[:4])))
     return out
+
+
+# --------------------------------------------------------------------------------------
+# repair: the dry run's plan against the real run, and what verify says afterwards
+
+
+def page_map(root: Path) -> dict[str, tuple[int, dict[int, str]]]:
+    """Every regular file under ``root``: (size, {offset of a non-zero 4 KiB page: its
+    sha1}); holes and zero pages are left out (a 64 GiB hole is not read)."""
+    out: dict[str, tuple[int, dict[int, str]]] = {}
+    for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            pages: dict[int, str] = {}
+            try:
+                fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                pos = 0
+                while pos < st.st_size:
+                    try:
+                        start = os.lseek(fd, pos, os.SEEK_DATA)
+                    except OSError:
+                        break
+                    end = os.lseek(fd, start, os.SEEK_HOLE)
+                    start -= start % 4096
+                    while start < end:
+                        chunk = os.pread(fd, min(1 << 20, end - start), start)
+                        if not chunk:
+                            break
+                        for i in range(0, len(chunk), 4096):
+                            page = chunk[i : i + 4096]
+                            if page.count(0) != len(page):
+                                pages[start + i] = hashlib.sha1(page).hexdigest()
+                        start += len(chunk)
+                    pos = end
+            finally:
+                os.close(fd)
+            out[os.path.relpath(p, root)] = (st.st_size, pages)
+    return out
+
+
+def plan_mismatch(writes: list[dict], before: dict, after: dict) -> str | None:
+    """How the files and byte ranges a repair dry run planned (its JSON ``writes``)
+    differ from those the real run changed (page maps before and after), or None: every
+    changed file planned and every planned file changed, each changed 4 KiB page inside a
+    planned range (or past a planned cut), each planned range changing something."""
+    planned = {w["path"]: w for w in writes}
+    changed = {rel for rel in set(before) | set(after) if before.get(rel) != after.get(rel)}
+    if set(planned) != changed:
+        return f"planned but unchanged: {sorted(set(planned) - changed)[:3]}; changed but not planned: {sorted(changed - set(planned))[:3]}"
+    for rel, w in sorted(planned.items()):
+        act = w["action"]
+        if (act == "remove") != (rel not in after) or (act == "create") != (rel not in before):
+            return f"{rel}: planned {act}, the file is {'gone' if rel not in after else 'there'}"
+        if act != "write":
+            continue
+        (s0, p0), (s1, p1) = before[rel], after[rel]
+        pages = {o for o in set(p0) | set(p1) if p0.get(o) != p1.get(o)}
+        ranges, cut = w["ranges"], w["cut_at"]
+
+        def inside(o: int, ranges: list = ranges, cut: int | None = cut) -> bool:
+            return any(a < o + 4096 and o < b for a, b in ranges) or (cut is not None and o + 4096 > cut)
+
+        if cut is not None and s1 != cut:
+            return f"{rel}: planned a cut at {cut}, the file has {s1} bytes"
+        stray = sorted(o for o in pages if not inside(o))
+        if stray:
+            return f"{rel}: bytes changed outside the planned ranges {ranges[:3]}: pages at {stray[:3]}"
+        for a, b in ranges:
+            if not any(a < o + 4096 and o < b for o in pages) and not (s0 != s1 and b > min(s0, s1)):
+                return f"{rel}: planned bytes [{a}, {b}) unchanged"
+    return None
+
+
+def repair_as_planned(
+    root: Path,
+    cmd: Callable[..., Outcome],
+    backup: Path,
+    dry_status: int | None = None,
+    codes: dict[str, int] | None = None,
+) -> list[tuple[str, str, str]]:
+    """``repair --dry-run`` then ``repair --yes``: the dry run's JSON plan lists exactly the
+    files and byte ranges the real run changes (and ``dry_status``, a dry run's status on
+    the same store, agrees with the real run's); afterwards verify reports no error but
+    those repair leaves (recovery.repair.LEAVES_UNCHANGED), repair's status has bit 4
+    whenever verify reports one, and recover --dry-run finds nothing to do (a problem only
+    where repair's status says one is left). ``codes``: gets the real run's status
+    (``repair``)."""
+    import tempfile
+
+    from rmqtool.recovery.repair import LEAVES_UNCHANGED
+
+    failures: list[tuple[str, str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="rmqtool-fuzz-plan-") as td:
+        plan_out, verify_out = Path(td) / "plan.json", Path(td) / "verify.json"
+        dry = cmd("repair", "--dry-run", str(root), "--format", "json", "--output", str(plan_out))
+        before = page_map(root)
+        real = cmd("repair", "--yes", str(root), "--backup-dir", str(backup))
+        if codes is not None:
+            codes["repair"] = real.code
+        if dry_status is not None and dry_run_disagrees(dry_status, real.code):
+            failures.append(("repair", "dry run disagrees", f"--dry-run exit {dry_status}, --yes exit {real.code}"))
+        if dry.code not in (0, 4) or real.code not in (0, 1, 4, 5):
+            return failures  # (refused, or failed: reported by cmd)
+        try:
+            plan = json.loads(plan_out.read_text(encoding="utf-8"))["plan"]
+        except (OSError, ValueError, KeyError) as exc:
+            return [("repair --dry-run", "no JSON plan", str(exc)[:200])]
+        bad = plan_mismatch(plan["writes"], before, page_map(root))
+        if bad:
+            failures.append(("repair", "dry run differs", bad))
+        v = cmd("verify", str(root), "--format", "json", "--output", str(verify_out))
+        if v.code not in (0, 4) or not verify_out.exists():
+            return failures
+        errors = {
+            f["code"]
+            for f in json.loads(verify_out.read_text(encoding="utf-8"))["findings"]
+            if f["severity"] == "error"
+        }
+        blocked = any("overlap or are not multiples" in p for p in plan["problems"])
+        if not blocked and errors - set(LEAVES_UNCHANGED):
+            failures.append(
+                ("repair", "left a finding", f"verify after repair: {sorted(errors - set(LEAVES_UNCHANGED))}")
+            )
+        # a store repair finished is one recover --dry-run calls sound (issue 33 R5): nothing
+        # to do, and no problem unless repair's status says one is left
+        rec_out = Path(td) / "recover.json"
+        rec = cmd("recover", "--dry-run", str(root), "--format", "json", "--output", str(rec_out))
+        try:
+            todo = not json.loads(rec_out.read_text(encoding="utf-8"))["plan"]["summary"]["nothing_to_do"]
+        except (OSError, ValueError, KeyError):
+            todo = rec.code != 0
+        if not blocked and (todo or (rec.code != 0 and not real.code & 4)):
+            failures.append(
+                (
+                    "repair",
+                    "recover disagrees",
+                    f"recover --dry-run after repair (exit {real.code}): exit {rec.code}: {rec.err.strip()[-200:]}",
+                )
+            )
+        if errors and not real.code & 4:
+            failures.append(("repair", "exit status", f"repair exit {real.code}, verify afterwards: {sorted(errors)}"))
+    return failures
 
 
 def _diff(a: dict[str, str], b: dict[str, str]) -> str:

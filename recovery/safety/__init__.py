@@ -14,6 +14,9 @@ Guarantees, in the order a destructive command (rebuild-index, recover, restore)
   sha256 of the piece. :func:`restore` uses it to put the store back byte for byte.
 * **New files beside the old**, renamed into place; files, directories and the journal are
   fsynced at each step.
+* **No debris.** ``rmqtool repair`` plans in a work directory beside the store
+  (``.STORE.rmqtool-repair-*``, :class:`WorkDir`, locked by its owner);
+  :func:`recover_pending` removes every one no running rmqtool holds.
 * **Crash safety.** A journal inside the store (``<store>/.rmqtool-journal/<txid>/``) says
   how far a commit got. :func:`recover_pending`, which every destructive command calls
   first, rolls an unfinished commit back (state ``staging``/``prepared``: the store was not
@@ -78,6 +81,7 @@ from typing import TYPE_CHECKING
 
 from ..lazy import LazyExports
 from ..patchable import PatchablePackage
+from ..workdirs import WorkDir, describe_workdir, find_workdirs, sweep_workdirs
 from . import hooks as _hooks
 from .consts import (
     BROKER_DIRS,
@@ -164,13 +168,16 @@ __all__ = [
     "StoreLock",
     "StoreLockedError",
     "StoreTransaction",
+    "WorkDir",
     "Writer",
     "atomic_write",
     "broker_holds_lock",
     "check_backup_dir",
     "describe_holder",
+    "describe_workdir",
     "digest_matches",
     "file_digest",
+    "find_workdirs",
     "format_plan",
     "fsync_dir",
     "fsync_file",
@@ -184,6 +191,7 @@ __all__ = [
     "restore",
     "restore_work",
     "sha256_file",
+    "sweep_workdirs",
     "verify_backup",
 ]
 

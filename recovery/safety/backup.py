@@ -14,7 +14,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
 
-from ..store import data_extents
 from .consts import _CHUNK, _ZEROS, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
 from .digests import _BIG_CHUNK, _SPARSE_MIN, _digest, _Hasher, _PreHash, _trailing_zeros, file_digest
 from .errors import BackupDirError, SafetyError
@@ -98,39 +97,30 @@ def backup_bytes_needed(steps: list[_Step], store: Path | None = None) -> int:
     ``store``, a whole file counts its allocated bytes (a copy keeps its holes: a commitlog
     sparse-extended to 64 GiB is backed up in its few data blocks; on the store's file
     system it is a hard link, but a link can still fail, e.g. across bind mounts, and the
-    copy then needs that room), and a cut or overwritten piece its bytes up to its last
-    data (its copy leaves its zero tail a hole)."""
+    copy then needs that room)."""
     total = 0
     for s in steps:
         if s.action in ("replace", "remove"):
             size = s.orig_size or 0
-            if store is not None:
-                try:
+        elif s.action == "truncate_tail":
+            size = s.length or 0
+        elif s.action == "write_at":
+            size = (s.orig_size or 0) - (s.offset or 0)
+        else:
+            continue
+        if store is not None:
+            try:
+                if s.action in ("replace", "remove"):
                     size = min(size, os.lstat(store / s.path).st_blocks * 512)
-                except OSError:
-                    pass
-            total += size
-        elif s.action in ("truncate_tail", "write_at"):
-            lo = s.offset or 0
-            hi = lo + (s.length or 0) if s.action == "truncate_tail" else (s.orig_size or 0)
-            total += _piece_bytes(store / s.path, lo, hi) if store is not None else max(0, hi - lo)
+                else:
+                    # a cut piece is copied up to the file's zero tail, which stays a hole
+                    # (a 64 GiB sparse tail cut off a commitlog file takes nothing)
+                    orig = s.orig_size if s.orig_size is not None else os.lstat(store / s.path).st_size
+                    size = min(size, max(0, orig - _trailing_zeros(store / s.path, orig) - (s.offset or 0)))
+            except OSError:
+                pass
+        total += size
     return total
-
-
-def _piece_bytes(path: Path, lo: int, hi: int) -> int:
-    """Bytes of ``[lo, hi)`` of a store file up to the end of its last data extent there:
-    at most what the copy of that piece takes, its zero tail left as a hole (a cut of a file
-    sparse-extended to 64 GiB backs up its data, not the hole after it); the whole range
-    where the file cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return max(0, hi - lo)
-    try:
-        extents = data_extents(fd, lo, hi)
-    finally:
-        os.close(fd)
-    return extents[-1][1] - lo if extents else 0
 
 
 def _prepare_backup_dir(bdir: Path, steps: list[_Step], store: Path | None = None) -> None:

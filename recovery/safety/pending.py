@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from ..workdirs import find_workdirs, sweep_workdirs
 from .apply import _apply_step, _check_step_resumable, _verify_step
 from .consts import _ROLLBACK_STATES, JOURNAL_FILE
 from .errors import JournalError
@@ -72,15 +73,21 @@ def recover_pending(store: str | Path) -> list[RecoveryOutcome]:
       journal is removed. The backup is kept.
     * state ``done``: only the cleanup was left; it is done.
 
+    First, every work directory of an interrupted ``rmqtool repair`` beside the store
+    (``.STORE.rmqtool-repair-*``) that no running rmqtool holds is removed (outcome
+    ``workdir_removed``): it is never part of the store nor needed to finish a change.
+
     Raises :class:`JournalError` for a journal it cannot read, or when a file changed
     since the interruption (say a broker was started on the half-changed store): finishing
     could then overwrite someone else's writes, so the journal and the store are left as
     they are for a human, who has the complete backup."""
     store = Path(os.path.abspath(store))
-    if not _journal_root(store).is_dir():
+    if not _journal_root(store).is_dir() and not find_workdirs(store):
         return []
     outcomes = []
     with StoreLock(store):
+        for wd in sweep_workdirs(store):
+            outcomes.append(RecoveryOutcome(wd.name, "workdir", "workdir_removed", None))
         for jdir in pending_journals(store):
             if jdir in _active_journals:
                 continue  # a transaction of this very process, still open

@@ -62,11 +62,16 @@ class RecoveryOutcome:
 
     txid: str
     state: str  # journal state found
-    outcome: str  # "rolled_back" | "completed" | "leftover" (an empty directory)
+    outcome: str  # "rolled_back" | "completed" | "leftover" (an empty directory) | "workdir_removed"
     backup_dir: Path | None  # kept backup (completed) or None (rolled back: backup deleted)
 
     def describe(self) -> str:
         """One human-readable line."""
+        if self.outcome == "workdir_removed":
+            return (
+                f"the work directory {self.txid} that an interrupted rmqtool repair left beside the store "
+                "was removed (it was never part of the store)"
+            )
         if self.outcome == "leftover":
             return f"an empty journal directory {self.txid} was left by an earlier run: removed"
         if self.outcome == "rolled_back":

@@ -267,6 +267,12 @@ CODES: dict[FindingCode, tuple[str, str]] = {
         WARNING,
         "an unfinished rmqtool transaction journal (run rmqtool recover to finish or roll it back)",
     ),
+    FindingCode.STORE_REPAIR_WORKDIR: (
+        WARNING,
+        "a work directory an interrupted rmqtool repair left beside the store (.STORE.rmqtool-repair-*): the real "
+        "run of any destructive rmqtool command removes it, repair --yes for one (one a running rmqtool still "
+        "holds is not reported)",
+    ),
     # offset config files (config/consumerOffset.json, lmqConsumerOffset.json, delayOffset.json)
     FindingCode.CFG_UNREADABLE: (
         ERROR,

@@ -170,6 +170,21 @@ def _state_findings(store: Store) -> list[Finding]:
                     journals=pending,
                 )
             )
+    from ..workdirs import find_workdirs, in_use
+
+    for wd in find_workdirs(store.root):
+        if not in_use(wd):
+            out.append(
+                finding(
+                    FindingCode.STORE_REPAIR_WORKDIR,
+                    f"../{wd.name}",
+                    None,
+                    None,
+                    f"{wd}: the work directory of an interrupted rmqtool repair, beside the store (never part of "
+                    "it): the real run of any destructive rmqtool command removes it",
+                    path=str(wd),
+                )
+            )
     from ..offsets import config_findings
 
     for code, path, pos, msg in config_findings(store.root):

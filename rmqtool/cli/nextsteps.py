@@ -65,6 +65,10 @@ BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the
     FindingCode.STORE_PENDING_JOURNAL: Step(
         ("recover", "{store}", "--dry-run"), "then --yes: finishes or undoes the interrupted rmqtool change first"
     ),
+    FindingCode.STORE_REPAIR_WORKDIR: Step(
+        ("repair", "{store}", "--dry-run"),
+        "then --yes (or the real run of any destructive rmqtool command): removes the work directory first",
+    ),
     FindingCode.CQ_TOPIC_DELETED: Step(None, "none: queues of a deleted topic; the broker ignores them"),
     FindingCode.CQ_DISPATCH_LAG: Step(CQ.argv, LAG),
     FindingCode.IDX_DISPATCH_LAG: Step(INDEX.argv, LAG),
@@ -74,6 +78,9 @@ BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the
     FindingCode.CL_BAD_DELAY_LEVEL: AS_WRITTEN,
     FindingCode.CL_BAD_INNER_BATCH: AS_WRITTEN,
     FindingCode.CL_PROP_CRC: AS_WRITTEN,
+    FindingCode.CL_PHYS_OFFSET_MISMATCH: Step(
+        ("repair", "{store}", "--dry-run"), "then --yes: writes the record's own offset back"
+    ),
     FindingCode.CL_SALVAGEABLE_RECORDS: Step(
         ("recover", "{store}", "--dry-run", "--salvage-to", "DIR"), "writes the intact records out before the cut"
     ),

@@ -122,9 +122,11 @@ def finish_pending(root: Path) -> bool:
 
 def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
     """What a destructive command's dry run says and refuses before planning, as its real
-    run would: a pending interrupted transaction (warned: the real run finishes or undoes
-    it first) and a backup directory the real run refuses (BackupDirError, status 8)."""
-    from ..recovery.safety import check_backup_dir, pending_journals  # (start-up: see check_lock)
+    run would: a pending interrupted transaction or an interrupted repair's work directory
+    (warned: the real run finishes, undoes or removes it first) and a backup directory the
+    real run refuses (BackupDirError, status 8)."""
+    from ..recovery.safety import check_backup_dir, find_workdirs, pending_journals  # (start-up: see check_lock)
+    from ..recovery.workdirs import in_use
 
     for j in pending_journals(root):
         click.echo(
@@ -132,6 +134,12 @@ def dry_run_preamble(root: Path, backup_dir: Path | None) -> None:
             "a real run finishes or undoes it first",
             err=True,
         )
+    for wd in find_workdirs(root):
+        if not in_use(wd):
+            click.echo(
+                f"rmqtool: warning: {wd}: the work directory of an interrupted rmqtool repair; a real run removes it first",
+                err=True,
+            )
     if backup_dir is not None:
         check_backup_dir(root, backup_dir)
 

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ...formats.errors import StoreLayoutError
-from ...recovery.backups import describe_backup, find_backups, needed_backups, prune_selection
+from ...recovery.backups import describe_backup, find_backups, needed_backups, prune_selection, workdir_rows
 from ..brokeropts import broker_config_option
 from ..confirm import ask, require_yes_or_terminal, yes_option
 from ..errors import closed_stdout_ignored
@@ -75,8 +75,12 @@ def command(
     how many files, how many bytes) and, with --prune, delete old ones. Only backups whose
     manifest names STORE are pruned; one a pending interrupted change still needs never is.
 
+    Also lists the work directories of rmqtool repair beside STORE (status IN_USE, or
+    REPAIR_WORKDIR: left by an interrupted run; the real run of any destructive command
+    removes it); they are never pruned.
+
     Exit status: 0 listed (or pruned), 4 some backup is unusable (no or a damaged
-    manifest), 8 operational error or refusal (--prune without --yes and no terminal),
+    manifest) or an interrupted repair left its work directory, 8 operational error or refusal (--prune without --yes and no terminal),
     2 usage error."""
     if store is None:
         raise click.UsageError("missing STORE (or --broker-config FILE whose storePathRootDir names it)")
@@ -90,7 +94,7 @@ def command(
     if not os.access(store, os.R_OK | os.X_OK):
         # (an operational error, as every other command says it: status 8, not a usage error)
         raise StoreLayoutError("permission denied (the store directory cannot be read)", store)
-    rows = [describe_backup(p, store) for p in find_backups(store, dirs)]
+    rows = [describe_backup(p, store) for p in find_backups(store, dirs)] + workdir_rows(store)
     doomed: list[dict[str, Any]] = []
     if prune:
         doomed = prune_selection(rows, needed_backups(store), keep, older_than)
@@ -116,8 +120,8 @@ def command(
             click.echo("not pruned: nothing was deleted", err=True)
     elif prune and fmt == "table" and not quiet:
         say("nothing to prune")
-    code = int(Exit.PROBLEMS if any(r["status"] == "UNUSABLE" for r in rows) else Exit.OK)
-    unusable = sum(1 for r in rows if r["status"] == "UNUSABLE")
+    code = int(Exit.PROBLEMS if any(r["status"] in ("UNUSABLE", "REPAIR_WORKDIR") for r in rows) else Exit.OK)
+    unusable = sum(1 for r in rows if r["status"] in ("UNUSABLE", "REPAIR_WORKDIR"))
     verdict = f"{len(rows)} backup(s)" + (f", {unusable} unusable" if unusable else "")
     if prune:
         verdict += f"; {len(pruned)} pruned"

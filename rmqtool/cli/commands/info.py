@@ -66,7 +66,8 @@ def command(
     next command to run. Read-only and fast: no commitlog walk unless --deep.
 
     Exit status: 0 the store looks clean (no abort, no pending change, not locked), 4 the
-    broker will run its abnormal recovery or a change is pending, 8 operational error or
+    broker will run its abnormal recovery, a change is pending or an interrupted repair left
+    its work directory beside the store, 8 operational error or
     a broker holds the lock, 2 usage error."""
     from ...recovery.storeinfo import store_info  # start-up time (--help)
 
@@ -108,6 +109,7 @@ def _exit_status(doc: dict[str, Any]) -> int:
         doc["abort"]
         or doc["pending_transactions"]
         or doc["problems"]
+        or doc["repair_workdirs"]
         or (plan is not None and (plan["problems"] or not plan["nothing_to_do"]))
     ):
         return int(Exit.PROBLEMS)

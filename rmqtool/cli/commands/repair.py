@@ -19,7 +19,8 @@ import click
 from ...recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
 from ...recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
 from ...recovery.recover import infer_index_tz
-from ...recovery.repair import RepairPlan, apply_repair, plan_repair
+from ...recovery.repair import RepairPlan, apply_repair, left_findings, left_problems, plan_repair
+from ...recovery.repairregions import DAMAGED, END_OF_DATA, MISSING_FILE, TRUNCATED_FILE
 from ...recovery.safety import CommitResult, StoreTransaction
 from ...recovery.store import Store
 from ...recovery.versions import BrokerProfile
@@ -29,7 +30,7 @@ from ..cmdopts import change_options, store_command_options
 from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
-from ..options import make_profile
+from ..options import make_profile, open_store
 from ..output import format_options, output_file_options, pick_columns, say
 from ..progress import progress_bar, progress_option
 from ..render import render
@@ -87,8 +88,9 @@ def command(
     On a terminal it prints the plan and asks before changing anything; --yes skips the
     question, and without a terminal (cron, scripts) --yes is required.
 
-    Exit status (a bitmask): 0 nothing to do, 1 repaired, 4 problems left (with --dry-run:
-    a repair is needed), 5 = 1 + 4, 8 operational error or refusal (store locked by a
+    Exit status (a bitmask): 0 nothing to do, 1 repaired, 4 problems left: any error
+    finding verify still reports afterwards counts (with --dry-run: a repair is needed, or
+    verify reports a finding repair leaves), 5 = 1 + 4, 8 operational error or refusal (store locked by a
     broker, not a store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
     tz = ds.optional_tz(index_tz)
@@ -100,6 +102,8 @@ def command(
         plan = _plan(store, profile, max_message_size, tz, njobs, quiet)
         past = repair_offset_changes(store, plan)
         plan.discard()  # the rebuilt files beside the store: not needed for the report
+        if plan.nothing_to_do:  # (else the dry run's status has its bit 4 anyway)
+            _left(plan, store, profile, njobs)
         code = int(Exit.PROBLEMS if plan.problems or not plan.nothing_to_do else Exit.OK)
         with closed_stdout_ignored():
             _print(plan, None, out, dry_run=True, code=code, past=past, fix_offsets=fix_offsets)
@@ -158,6 +162,7 @@ def _apply(
             extra = _offsets_fix(root, past) if fix_offsets and past else None
             result = apply_repair(store, plan, backup_dir=backup_dir, extra=extra)
         plan.discard()
+        _left(plan, open_store(**store_opts) if result is not None else store, profile, njobs)
         code = int(Exit.combine(changed=result is not None or finished, problems=bool(plan.problems)))
         with closed_stdout_ignored():
             _print(
@@ -174,6 +179,13 @@ def _apply(
             )
     _warn_problems(plan)
     return code
+
+
+def _left(plan: RepairPlan, store: Store, profile: BrokerProfile, jobs: int) -> None:
+    """verify's error findings on the store as the repair leaves it, each code a problem
+    (status bit 4): the exit status covers every finding of verify, fixed or left."""
+    plan.left = left_findings(store, profile, jobs)
+    plan.problems.extend(left_problems(plan.left, plan.blocked))
 
 
 def _question(plan: RepairPlan, root: Path, backup_dir: Path | None) -> str:
@@ -365,13 +377,21 @@ def _summary_rows(plan: RepairPlan) -> list[tuple[str, str]]:
                 else f"(the broker still cuts at offset {min(plan.unfillable)}: a gap no record fits, see the problems)"
             ),
         ),
-        ("damaged regions", str(sum(1 for r in plan.regions if r.kind != "end of data"))),
+        ("damaged regions", str(sum(1 for r in plan.regions if r.kind in _DAMAGE_KINDS))),
+        (
+            "end of the data",
+            ("-" if plan.data_end is None else f"offset {plan.data_end}")
+            + (f"; {len(plan.after_end)} commitlog file(s) after it removed" if plan.after_end else ""),
+        ),
         ("quarantined messages", f"{len(q)} ({sum(1 for x in q if x.tombstone)} with a tombstone in their queue)"),
         ("stray files", str(len(plan.stray))),
         ("queue/index files", str(len(plan.index_changes))),
         ("checkpoint", plan.checkpoint_note or "unchanged"),
         ("abort file", "present (removed last)" if plan.abort_present else "absent"),
     ]
+
+
+_DAMAGE_KINDS = (DAMAGED, MISSING_FILE, TRUNCATED_FILE)
 
 
 def _change_rows(plan: RepairPlan) -> list[dict[str, Any]]:
@@ -381,16 +401,27 @@ def _change_rows(plan: RepairPlan) -> list[dict[str, Any]]:
         n_q = sum(1 for s in lay.records if s.kind == "quarantine") if lay else 0
         n_t = sum(1 for s in lay.records if s.kind == "tombstone") if lay else 0
         blank = lay is not None and any(s.kind == "blank" for s in lay.records)
-        what = (
-            "zero-filled after backup (end of the data)"
-            if r.kind == "end of data"
-            else f"{n_t} tombstone(s), {n_q} {QUARANTINE_TOPIC} record(s)" + (", BLANK" if blank else "")
-        )
+        if r.cut:
+            what = "the bytes past the mapped file size cut (to the backup)"
+        elif r.kind == END_OF_DATA:
+            what = "zero-filled after backup (after the end of the data)"
+        elif r.zero_fill:
+            what = "zeros (the file completed to the mapped size after its BLANK)"
+        else:
+            what = f"{n_t} tombstone(s), {n_q} {QUARANTINE_TOPIC} record(s)" + (", BLANK" if blank else "")
         changes.append(
             {
-                "action": "create" if r.create else "fill",
+                "action": "create" if r.create else "cut" if r.cut else "fill",
                 "path": r.file,
                 "detail": f"{r.kind}: bytes [{r.pos}, {r.end}) (offsets {r.start_offset}-{r.end_offset}): {what}",
+            }
+        )
+    for rel in plan.after_end:
+        changes.append(
+            {
+                "action": "remove",
+                "path": rel,
+                "detail": f"starts after the end of the data ({plan.data_end}): moved to the backup, as recover does",
             }
         )
     for rel in plan.stray:
@@ -413,9 +444,16 @@ def _print_outcome(
         say("dry run: nothing was changed" + (" (nothing to do)" if plan.nothing_to_do else ""))
     else:
         say(
-            "nothing to do: no damage found"
-            if not finished
-            else "the interrupted repair was finished; nothing else to do"
+            (
+                "nothing to do: no damage found"
+                if not finished
+                else "the interrupted repair was finished; nothing else to do"
+            )
+            + (
+                f" (verify still reports {len(plan.left)} error finding(s) repair leaves: see the problems)"
+                if plan.left
+                else ""
+            )
         )
 
 
