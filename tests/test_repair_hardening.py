@@ -140,7 +140,8 @@ def test_r12_the_zero_tail_of_the_data_is_no_damage(
     assert code == 1, out
     assert "damaged regions      │ 0" in out
     code, _, _ = _cli(capsys, "recover", str(twin), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b2"))
-    assert code == 1
+    # (recover, as the broker, leaves a queue's missing middle file: a problem naming repair, issue 33 R13)
+    assert code == (5 if damage is _remove_middle_cq_file else 1)
     assert tree_digest(root / "commitlog") == tree_digest(twin / "commitlog")
     assert run(["recover", str(root), "--dry-run", "--quiet"]) == 0
 

@@ -300,6 +300,7 @@ def info() -> dict[str, Any]:
             "outlook": ref("outlook"),
             "pending_transactions": arr(ANY),
             "repair_workdirs": arr(S),
+            "problems": arr(S),
             "queues": arr(ref("queue")),
             "topics": arr(ref("topic")),
             "recovery_plan": null(OBJ),
