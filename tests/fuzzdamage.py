@@ -950,11 +950,38 @@ def _repair_phase(
             intact = None
     b5 = dest / "backup-repair-input"
     codes: dict[str, int] = {}
-    failures = repair_as_planned(root, cmd, b5, dry.get(("repair", "--dry-run")), codes)
+    quarantined: list[dict] = []
+    failures = repair_as_planned(root, cmd, b5, dry.get(("repair", "--dry-run")), codes, quarantined)
     res.failures += failures
     if not failures and codes.get("repair") == 1 and intact is not None and keep is not None:
-        _keep_repaired(root, keep / str(seed), intact, res.desc)  # (changed, nothing left)
+        # (changed, nothing left)
+        _keep_repaired(root, keep / str(seed), _as_repaired(intact, quarantined), res.desc)
     _restore(cmd, res, b5, root, dest)
+
+
+def _as_repaired(intact: list[dict], quarantined: list[dict]) -> list[dict]:
+    """The intact records as the broker must see them after the repair: a record the plan
+    quarantines whole (a garbled topic or queue id: man rmqtool-repair) is, at its offset,
+    the tombstone of the queue offset it was written to (its bytes in quarantine records),
+    so the broker must see that tombstone with a consistent unit of that queue; one it
+    quarantines without a tombstone is left out."""
+    by_off = {q["offset"]: q for q in quarantined if q.get("offset") is not None}
+    out = []
+    for r in intact:
+        q = by_off.get(r["off"])
+        if q is None:
+            out.append(r)
+        elif q.get("tombstone"):
+            out.append(
+                {
+                    "off": r["off"],
+                    "tombstone": True,
+                    "topic": q["topic"],
+                    "qid": q["queue_id"],
+                    "qoff": q["queue_offset"],
+                }
+            )
+    return out
 
 
 def _kept(keep: Path) -> int:
@@ -1004,7 +1031,21 @@ def broker_sample(kept: list[Path], version: str = "4.9.4") -> list[tuple[str, s
         lost = []
         for r in json.loads((d / "intact.json").read_text(encoding="utf-8")):
             got = recs.get(r["off"])
-            if got is None or (got["size"], got["topic"], got["queue_id"], got["queue_offset"], got["body_crc_ok"]) != (
+            if r.get("tombstone"):  # (the tombstone of its queue offset: _as_repaired)
+                if got is None or (got["topic"], got["queue_id"], got["queue_offset"]) != (
+                    r["topic"],
+                    r["qid"],
+                    r["qoff"],
+                ):
+                    lost.append(f"tombstone {r['off']}")
+                    continue
+            elif got is None or (
+                got["size"],
+                got["topic"],
+                got["queue_id"],
+                got["queue_offset"],
+                got["body_crc_ok"],
+            ) != (
                 r["size"],
                 r["topic"],
                 r["qid"],
@@ -1013,7 +1054,7 @@ def broker_sample(kept: list[Path], version: str = "4.9.4") -> list[tuple[str, s
             ):
                 lost.append(f"record {r['off']}")
                 continue
-            if not r["queued"] or topic_path_problem(r["topic"]) is not None:
+            if not r.get("queued", True) or topic_path_problem(r["topic"]) is not None:
                 continue
             es = units.get((f"{r['topic']}/{r['qid']}", r["off"]), [])
             if not es or any(e["cq_offset"] == r["qoff"] and not e["consistent"] for e in es):
@@ -1106,6 +1147,7 @@ def repair_as_planned(
     backup: Path,
     dry_status: int | None = None,
     codes: dict[str, int] | None = None,
+    quarantined: list[dict] | None = None,
 ) -> list[tuple[str, str, str]]:
     """``repair --dry-run`` then ``repair --yes``: the dry run's JSON plan lists exactly the
     files and byte ranges the real run changes (and ``dry_status``, a dry run's status on
@@ -1113,7 +1155,7 @@ def repair_as_planned(
     those repair leaves (recovery.repair.LEAVES_UNCHANGED), repair's status has bit 4
     whenever verify reports one, and recover --dry-run finds nothing to do (a problem only
     where repair's status says one is left). ``codes``: gets the real run's status
-    (``repair``)."""
+    (``repair``); ``quarantined``: gets the plan's quarantined records."""
     import tempfile
 
     from rmqtool.recovery.repair import LEAVES_UNCHANGED
@@ -1134,6 +1176,8 @@ def repair_as_planned(
             plan = json.loads(plan_out.read_text(encoding="utf-8"))["plan"]
         except (OSError, ValueError, KeyError) as exc:
             return [("repair --dry-run", "no JSON plan", str(exc)[:200])]
+        if quarantined is not None:
+            quarantined += plan.get("quarantined", [])
         bad = plan_mismatch(plan["writes"], before, page_map(root))
         if bad:
             failures.append(("repair", "dry run differs", bad))
