@@ -149,6 +149,7 @@ class RepairPlan:
     changes: list[FileChange] = field(default_factory=list)
     checkpoint: bytes | None = None
     checkpoint_note: str = ""
+    checkpoint_created: bool = False  # no checkpoint file before: the real run creates it
     abort_present: bool = False
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -214,7 +215,7 @@ class RepairPlan:
         for c in self.index_changes:
             out[c.relpath] = {"path": c.relpath, "action": "replace" if c.action not in (CREATE, REMOVE) else c.action}
         if self.checkpoint is not None:
-            out["checkpoint"] = {"path": "checkpoint", "action": "replace"}
+            out["checkpoint"] = {"path": "checkpoint", "action": "create" if self.checkpoint_created else "replace"}
         if self.abort_present:
             out["abort"] = {"path": "abort", "action": "remove"}
         return [out[k] for k in sorted(out)]
@@ -909,6 +910,7 @@ def _plan_checkpoint(store: Store, plan: RepairPlan, rb: Any, recs: Any, intact:
             # 5.5.0+ (only such a rebuild sets it): the rebuilt queues' last record
             struct.pack_into(">q", buf, 40, after.logics_physical_offset)
         plan.checkpoint = bytes(buf)
+        plan.checkpoint_created = not cp_path.exists() and not cp_path.is_symlink()
         plan.checkpoint_note = (
             f"physicMsgTimestamp {after.physic_msg_timestamp}, logicsMsgTimestamp "
             f"{after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}"
