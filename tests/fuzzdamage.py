@@ -1052,7 +1052,10 @@ def broker_sample(kept: list[Path], version: str = "4.9.4") -> list[tuple[str, s
                 r["qoff"],
                 True,
             ):
-                lost.append(f"record {r['off']}")
+                undecodable = got is not None and got.get("decodable") is False
+                lost.append(
+                    f"record {r['off']}" + (" (the broker's MessageDecoder cannot decode it)" if undecodable else "")
+                )
                 continue
             if not r.get("queued", True) or topic_path_problem(r["topic"]) is not None:
                 continue

@@ -438,6 +438,21 @@ final class Viewer {
     static JsonObject record(ByteBuffer one, long phys, DispatchRequest d) {
         MessageExt m = MessageDecoder.decode(one, true, false);
         JsonObject o = new JsonObject();
+        if (m == null) {
+            // MessageDecoder gives up on a record the recovery walk and the dispatch take
+            // (a store port above 65535, which InetSocketAddress refuses): what the
+            // dispatch read, and that no client decodes it
+            o.addProperty("decodable", false);
+            o.addProperty("body_crc_ok", false);
+            o.addProperty("phys_offset", phys);
+            o.addProperty("queue_id", d.getQueueId());
+            o.addProperty("queue_offset", d.getConsumeQueueOffset());
+            o.addProperty("size", d.getMsgSize());
+            o.addProperty("topic", d.getTopic());
+            o.add("keys", JsonNull.INSTANCE);
+            o.add("uniq_key", JsonNull.INSTANCE);
+            return o;
+        }
         byte[] body = m.getBody() == null ? new byte[0] : m.getBody();
         CRC32 crc = new CRC32();
         crc.update(body);
