@@ -91,6 +91,12 @@ class FindingCode(StrEnum):
     CKPT_SIZE = "CKPT_SIZE"
     CKPT_ZERO = "CKPT_ZERO"
     CKPT_AHEAD = "CKPT_AHEAD"
+    # controller mode: the epoch file (epochFileCheckpoint)
+    EPOCH_START_FAILS = "EPOCH_START_FAILS"
+    EPOCH_UNREADABLE = "EPOCH_UNREADABLE"
+    EPOCH_BAK_USED = "EPOCH_BAK_USED"
+    EPOCH_PAST_END = "EPOCH_PAST_END"
+    EPOCH_NOT_RECORD_START = "EPOCH_NOT_RECORD_START"
     # store state
     STORE_LOCKED = "STORE_LOCKED"
     STORE_ABORT = "STORE_ABORT"

@@ -189,6 +189,15 @@ class BrokerProfile:
         (STORE_FORMAT §16); 4.x writes the three timestamps only.""",
     )
 
+    handshake_truncates_epoch_file = _version_rule(
+        lambda v: v < (5, 4, 0),
+        """5.0.0-5.3.3: AutoSwitchHAClient.doTruncate cuts the slave's epoch file at the
+        consistent point after truncateFiles (EpochFileCache.truncateSuffixByOffset, which
+        rewrites the file and its .bak even when it removes nothing). 5.4.0+ does so only
+        when the point is below the store's max offset read after truncateFiles, which has
+        just been set to the point: the epoch file is never cut by the handshake.""",
+    )
+
     commitlog_default_under_home = _version_rule(
         lambda v: v < (4, 9, 4),
         """4.6.0-4.9.3: an unset storePathCommitLog defaults to ~/store/commitlog whatever

@@ -184,6 +184,7 @@ COMMANDS = [
     ["dump", "index"],
     ["dump", "checkpoint"],
     ["dump", "config"],
+    ["diff"],
 ]
 
 

@@ -171,6 +171,7 @@ class RecoveryContext:
     broker_refuses: bool | None = None  # whether the broker refuses to load the store (None: not asked)
     settle: bool = False  # apply settles the queues as the broker's next starts would (the broker refuses the store)
     hints: Any = None  # the consume queues' offsets, reused by apply's dispatch
+    confirm_offset: int | None = None  # controller mode (--to-consistent-point): the checkpoint's confirmPhyOffset
 
 
 @dataclass

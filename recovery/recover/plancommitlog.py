@@ -122,6 +122,75 @@ def _plan_process_offset(p: _Planning) -> None:
         )
 
 
+CONSISTENT_POINT = "CONSISTENT_POINT"  # plan.stop_reason where truncate_to ended the commitlog
+
+
+def _plan_truncate_to(p: _Planning, x: int) -> None:
+    """``truncateFiles(x)`` after the recovery (a controller-mode handshake's consistent
+    point): the commitlog ends at ``x`` when the recovery leaves it past ``x`` (its
+    cuts, the consume queues' truncation and the dispatch then follow from there as from
+    any end); the valid records and the last one's start are counted again up to ``x``;
+    the checkpoint's confirm offset is controller mode's (checked by the oracle:
+    tests/oracle/test_replicas_oracle.py)."""
+    plan = p.plan
+    # controller mode's recovery keeps the checkpoint's confirmPhyOffset (0 before 5.1.1,
+    # which does not persist it), only moved into [minPhyOffset, processOffset]; it does not
+    # take the last valid record's start; truncateDirtyFiles then lowers it to the point
+    ck_confirm = p.ckpt.confirm_phy_offset if p.profile.checkpoint_persists_confirm_offset else 0
+    lo = plan.commitlog_min_offset
+    confirm = lo if ck_confirm < lo else min(ck_confirm, p.process)
+    p.ctx.confirm_offset = min(confirm, x)
+    if x >= p.process:
+        plan.notes.append(
+            f"the consistent point {x} is at or past the end the recovery leaves ({p.process}): "
+            "truncateFiles changes nothing"
+        )
+        return
+    F = p.F
+    idx = next((i for i, f in enumerate(p.files) if f.base <= x < f.base + F), None)
+    if idx is None:  # (in no file: x below the first file; every record goes)
+        idx = 0
+    f = p.files[idx]
+    w = broker_walk_starts(p, f)
+    before = w[w < x - f.base]
+    last_valid = f.base + int(before[-1]) if len(before) else -1
+    if last_valid < 0:
+        for g in reversed(p.files[:idx]):
+            gs = broker_walk_starts(p, g)
+            if len(gs):
+                last_valid = g.base + int(gs[-1])
+                break
+    # valid records walked from the start file that stay
+    kept = 0
+    for sc in p.scans:
+        if sc.base + sc.stop_pos <= x:
+            kept += sc.records
+        elif sc.base == f.base:
+            kept += len(before)
+    plan.notes.append(
+        f"the consistent point {x}: truncateFiles cuts the {p.process - x} bytes after it "
+        f"(the recovery alone would end the commitlog at {p.process})"
+    )
+    p.process = x
+    p.records = kept
+    p.data_end = min(p.data_end, x)
+    plan.records_valid = kept
+    plan.end_offset = x
+    plan.last_valid_offset = last_valid
+    plan.stop_file = f.name
+    plan.stop_pos = x - f.base
+    plan.stop_reason = CONSISTENT_POINT
+
+
+def broker_walk_starts(p: _Planning, f: StoreFile) -> np.ndarray:
+    """The record starts (file positions) of the broker's walk of ``f`` from its start."""
+    from ..replicas.read import broker_walk  # (only --to-consistent-point walks here)
+
+    with p.store.map(f) as m:
+        w = broker_walk(m.buf, min(len(m.buf), p.F), p.profile, collect=True)
+        return np.array(w.starts, dtype=np.int64) if w.starts is not None else np.zeros(0, np.int64)
+
+
 _WALK_STOPPED = "the walk stopped at commitlog offset "
 
 

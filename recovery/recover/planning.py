@@ -18,6 +18,7 @@ from .plancommitlog import (
     _plan_next_normal_start,
     _plan_process_offset,
     _plan_refused_next_starts,
+    _plan_truncate_to,
     _plan_walks,
 )
 from .planindex import _plan_index_discards, _plan_index_past_end
@@ -38,6 +39,7 @@ def plan_recovery(
     jobs: int | None = None,
     progress: Progress | None = None,
     use_hints: bool = True,
+    truncate_to: int | None = None,
 ) -> RecoveryPlan:
     """Compute what the broker's recovery does to ``store`` (nothing is written).
 
@@ -48,7 +50,11 @@ def plan_recovery(
     would discard that passes :func:`recovery.indexkeep.check_index_file`.
     ``check_unread``: also walk (without the CRC) the commitlog files before the start
     file, which recovery never reads, and report damage there as problems. ``salvage``:
-    count the records found in the bytes that will be cut.
+    count the records found in the bytes that will be cut. ``truncate_to``: after the
+    recovery, ``DefaultMessageStore.truncateFiles(truncate_to)`` as a controller-mode
+    slave's handshake calls it at the consistent point (``recover --to-consistent-point``:
+    nothing when it is at or past the end the recovery leaves; the caller has checked that
+    the record there passes ``isOffsetAligned``).
     """
     opts = _PlanOptions(
         correct_delay_tags,
@@ -59,12 +65,15 @@ def plan_recovery(
         jobs,
         progress,
         use_hints,
+        truncate_to,
     )
     p = _start_planning(store, profile, mode, opts)
     if not p.files:
         return _plan_without_commitlog(p)
     _plan_walks(p)
     _plan_process_offset(p)
+    if truncate_to is not None:
+        _plan_truncate_to(p, truncate_to)
     _plan_refused_next_starts(p)
     _note_q10(p)
     _plan_commitlog_cuts(p)

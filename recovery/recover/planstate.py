@@ -33,6 +33,7 @@ class _PlanOptions:
     jobs: int | None
     progress: Progress | None
     use_hints: bool
+    truncate_to: int | None = None  # a consistent point: truncateFiles there after the recovery
 
 
 @dataclass

@@ -103,7 +103,9 @@ def _recovered_checkpoint(a: _Applying, cp: Checkpoint) -> Checkpoint:
         # valid record it keeps its initial value: the start file's offset (abnormal),
         # the commitlog's max offset at load, every file counted full (normal, async
         # flush: CommitLog.getConfirmOffset)
-        if plan.last_valid_offset >= 0:
+        if plan.context is not None and plan.context.confirm_offset is not None:
+            confirm = plan.context.confirm_offset  # controller mode: see _plan_truncate_to
+        elif plan.last_valid_offset >= 0:
             confirm = plan.last_valid_offset
         elif plan.mode == MODE_ABNORMAL:
             confirm = plan.start_offset

@@ -254,6 +254,27 @@ CODES: dict[FindingCode, tuple[str, str]] = {
         WARNING,
         "checkpoint values beyond the data (a timestamp newer than every record, or a confirm offset past the end): flushed data is missing",
     ),
+    # controller mode: the epoch file
+    FindingCode.EPOCH_START_FAILS: (
+        ERROR,
+        "the epoch file (epochFileCheckpoint, controller mode) has a line that is not a number, or is empty: CheckpointFile.read throws NumberFormatException, which nothing catches, and the broker's store does not start (the .bak is not read)",
+    ),
+    FindingCode.EPOCH_UNREADABLE: (
+        ERROR,
+        "neither the epoch file nor its .bak can be used (a count or CRC that does not match, malformed UTF-8, no entries): the broker starts with no epochs and its next handshake as a slave copies everything from the master",
+    ),
+    FindingCode.EPOCH_BAK_USED: (
+        WARNING,
+        "the epoch file has no entries or fails its count or CRC: the broker reads epochFileCheckpoint.bak instead",
+    ),
+    FindingCode.EPOCH_PAST_END: (
+        ERROR,
+        "an epoch of the epoch file starts past the end of the commitlog after the next start's recovery: the data it says the replica holds is not there",
+    ),
+    FindingCode.EPOCH_NOT_RECORD_START: (
+        ERROR,
+        "an epoch of the epoch file starts inside the commitlog at an offset where no record starts: a handshake that takes it as the consistent point fails (truncateFiles refuses an offset that is not aligned)",
+    ),
     # store state
     FindingCode.STORE_LOCKED: (
         WARNING,

@@ -22,7 +22,7 @@ from .queues import Queue, cq_recover_max_phy, load_queues
 from .records import DAMAGED, DEFAULT_PART_SIZE, SALVAGED, ScanOptions
 from .report import ERROR, WARNING, CheckSummary, Finding, Progress, VerifyReport, finding
 from .spans import _Spans
-from .state import _checkpoint_findings, _state_findings
+from .state import _checkpoint_findings, _epoch_findings, _state_findings
 
 # The whole check.
 
@@ -89,7 +89,7 @@ def verify_store(
     cl_f, (cq_f, cq_stats), (ix_f, ix_stats) = _cross_checks(
         store, profile, jobs, queues, scans, recs, spans, outlook, broker, headers, ckpt, pre["index"]
     )
-    cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook)
+    cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook) + _epoch_findings(store, recs, outlook)
     st_f = _state_findings(store)
     prop_crc_condition(
         outlook,

@@ -7,11 +7,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ...formats.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint
+from ...formats.epochfile import BAK_SUFFIX, EPOCH_FILE, read_epoch_file
 from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
 from .parts import Records
+from .records import DAMAGED
 from .report import Finding, finding
 
 # Checkpoint, lock, abort.
@@ -87,6 +91,69 @@ def _checkpoint_findings(
                     f"confirmPhyOffset {ckpt.confirm_phy_offset} is past the end of the data ({outlook.get('data_end')})",
                     field="confirmPhyOffset",
                     value=ckpt.confirm_phy_offset,
+                )
+            )
+    return out
+
+
+def _epoch_findings(store: Store, recs: Records, outlook: dict[str, Any]) -> list[Finding]:
+    """Controller mode's epoch file (``epochFileCheckpoint``, only when it or its .bak is
+    there) read as the broker's start reads it (:func:`formats.epochfile.read_epoch_file`),
+    and each epoch's start offset against the commitlog: at or below the end the next
+    start's recovery leaves, and where a record starts (or at a file's start, or at that
+    end). Epochs below the first commitlog file are not judged (their files were deleted)."""
+    root = Path(store.root)
+    if not (root / EPOCH_FILE).exists() and not (root / (EPOCH_FILE + BAK_SUFFIX)).exists():
+        return []
+    ep = read_epoch_file(root)
+    out: list[Finding] = []
+    if ep.fatal is not None:
+        return [finding(FindingCode.EPOCH_START_FAILS, EPOCH_FILE, None, None, ep.fatal)]
+    if ep.cache_empty_why is not None or (ep.source is None and ep.present and ep.main_problem):
+        why = ep.cache_empty_why or f"{EPOCH_FILE}: {ep.main_problem}; no {EPOCH_FILE}{BAK_SUFFIX} with entries"
+        return [finding(FindingCode.EPOCH_UNREADABLE, EPOCH_FILE, None, None, why)]
+    if ep.source == "bak":
+        out.append(
+            finding(
+                FindingCode.EPOCH_BAK_USED,
+                EPOCH_FILE,
+                None,
+                None,
+                f"{EPOCH_FILE}: {ep.main_problem}: the broker reads {EPOCH_FILE}{BAK_SUFFIX}",
+            )
+        )
+    used = EPOCH_FILE + (BAK_SUFFIX if ep.source == "bak" else "")
+    rec = outlook.get(outlook.get("mode", "normal")) or {}
+    end = int(rec.get("stop_offset", outlook.get("data_end", 0)))
+    lo = int(outlook.get("commitlog_min_offset", 0))
+    intact = recs.off[(recs.flags & DAMAGED) == 0] if len(recs) else np.zeros(0, np.int64)
+    bases = {f.base for f in store.commitlog}
+    for epoch, start in ep.entries:
+        if start > end:
+            out.append(
+                finding(
+                    FindingCode.EPOCH_PAST_END,
+                    used,
+                    None,
+                    start,
+                    f"epoch {epoch} starts at {start}, past the end of the commitlog after recovery ({end})",
+                    epoch=epoch,
+                    end_offset=end,
+                )
+            )
+            continue
+        if start < lo or start == end or start in bases:
+            continue
+        i = int(np.searchsorted(intact, start))
+        if i >= len(intact) or int(intact[i]) != start:
+            out.append(
+                finding(
+                    FindingCode.EPOCH_NOT_RECORD_START,
+                    used,
+                    None,
+                    start,
+                    f"epoch {epoch} starts at {start}, where no record starts",
+                    epoch=epoch,
                 )
             )
     return out

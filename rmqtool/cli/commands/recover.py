@@ -88,6 +88,16 @@ if TYPE_CHECKING:  # start-up time (--help): the recovery packages are imported 
     is_flag=True,
     help="Do not walk the commitlog files before the start file (which recovery never reads) looking for damage.",
 )
+@click.option(
+    "--to-consistent-point",
+    "master_store",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    default=None,
+    metavar="MASTER_STORE",
+    help="Controller mode: after the recovery, truncate STORE at the consistent point with MASTER_STORE's epochs, "
+    "as the broker's handshake (doTruncate: findConsistentPoint, truncateFiles, the epoch file cut) does when "
+    "STORE rejoins as the slave of that master. MASTER_STORE is only read.",
+)
 @change_options("dispatch", "recovery")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @yes_option
@@ -107,6 +117,7 @@ def command(
     jobs: int | None,
     quiet: bool,
     yes: bool,
+    master_store: Path | None = None,
     fix_offsets: bool = False,
     **store_opts: Any,
 ) -> int:
@@ -127,7 +138,7 @@ def command(
     tz = ds.optional_tz(index_tz)
     ds.locked_check(store_opts, dry_run)
     mode = None if normal is None else ("normal" if normal else "abnormal")
-    opts = dict(
+    opts: dict[str, Any] = dict(
         mode=mode,
         correct_delay_tags=correct_delay_tags,
         reindex=not no_reindex,
@@ -137,6 +148,7 @@ def command(
     )
     shown = pick_columns(columns, ds.CHANGE_COLUMNS, ds.CHANGE_COLUMNS + [("type", "type")])
     out = _Out(fmt, shown)
+    opts["master_store"] = master_store
     if dry_run:
         return _dry_run(store_opts, profile, opts, backup_dir, salvage_to, out, quiet, jobs, fix_offsets)
     return _apply(store_opts, profile, opts, backup_dir, salvage_to, out, quiet, jobs, fix_offsets, yes, tz)
@@ -214,7 +226,7 @@ def _apply(
             if not ds.confirmed(yes, _question(plan, store_opts, backup_dir), lambda: _show_plan(plan, out)):
                 return int(Exit.PROBLEMS)
             prompt = time.perf_counter() - t_q if shown else 0.0
-            extra = _offsets_hook(store, plan, profile, fix_offsets, past)
+            extra = _both(_offsets_hook(store, plan, profile, fix_offsets, past), _epoch_hook(store, plan))
             result = _apply_plan(store, plan, profile, backup_dir, salvage_to, quiet, jobs, tz, extra)
         bad_topics = [
             p for p in (result.problems if result is not None else []) if p.code == FindingCode.TOPIC_BAD_NAME
@@ -301,9 +313,68 @@ def _apply_plan(
 def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
     from ...recovery.recover import plan_recovery
 
+    opts = dict(opts)
+    master = opts.pop("master_store", None)
+    point = _consistent_point(store, profile, master) if master is not None else None
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "recover: walk", quiet) as advance:
-        return plan_recovery(store, profile, progress=advance, **opts)
+        plan = plan_recovery(store, profile, progress=advance, truncate_to=point.truncate_to if point else None, **opts)
+    if point is not None:
+        _point_notes(plan, point, master)
+        _POINTS[id(plan)] = point
+    return plan
+
+
+# the consistent point of a plan made with --to-consistent-point (by id(plan): the plan
+# object lives for the whole command)
+_POINTS: dict[int, Any] = {}
+
+
+def _consistent_point(store: Store, profile: BrokerProfile, master: Path) -> Any:
+    from ...recovery.replicas.truncate import consistent_point
+    from ...recovery.store import Store as _Store
+
+    if Path(master).resolve() == Path(store.root).resolve():
+        raise click.UsageError("--to-consistent-point names the store itself")
+    return consistent_point(store, profile, _Store.open(master), profile)
+
+
+def _point_notes(plan: RecoveryPlan, point: Any, master: Path) -> None:
+    pairs = " ".join(f"{e.epoch}-{e.start}" for e in point.master_epochs) or "-"
+    if point.outcome == "new_replica":
+        plan.notes.append(
+            f"--to-consistent-point {master}: this store has no epochs (a new replica): the handshake truncates nothing"
+        )
+        return
+    plan.notes.append(
+        f"--to-consistent-point {master}: consistent point {point.point} (epoch {point.epoch}; this store's max offset "
+        f"after its recovery {point.local_end}, the master's {point.master_end}, its epochs {pairs})"
+    )
+    if point.epoch_file is not None and point.truncate_to is not None:
+        gone = " ".join(f"{e.epoch}-{e.start}" for e in point.epochs_removed) or "none"
+        plan.notes.append(
+            f"epochFileCheckpoint rewritten as the handshake's truncateSuffixByOffset does (epochs removed: {gone}); "
+            "its previous content goes to epochFileCheckpoint.bak"
+        )
+
+
+def _epoch_hook(store: Store, plan: RecoveryPlan) -> OffsetsHook | None:
+    """apply_recovery's ``extra`` for --to-consistent-point: the epoch file as the
+    handshake leaves it (in the same transaction, backed up)."""
+    point = _POINTS.get(id(plan))
+    if point is None or point.epoch_file is None or point.truncate_to is None:
+        return None
+
+    def hook(tx: StoreTransaction, queues: dict[tuple[str, int], Any]) -> None:
+        for rel, data in (("epochFileCheckpoint", point.epoch_file), ("epochFileCheckpoint.bak", point.epoch_bak)):
+            if data is None:
+                continue
+            if (store.root / rel).is_file():
+                tx.replace_file(rel, data)
+            else:
+                tx.create_file(rel, data, mode=0o644)
+
+    return hook
 
 
 def _past_end(store: Store, plan: RecoveryPlan, profile: BrokerProfile, jobs: int | None) -> list[OffsetChange]:
@@ -333,6 +404,17 @@ def _offsets_hook(
         out.extend(recovery_offset_changes(store, plan, profile, queues=queues))
         if fix and out:
             add_offset_fix(tx, store.root, out)
+
+    return hook
+
+
+def _both(a: OffsetsHook | None, b: OffsetsHook | None) -> OffsetsHook | None:
+    if a is None or b is None:
+        return a or b
+
+    def hook(tx: StoreTransaction, queues: dict[tuple[str, int], Any]) -> None:
+        a(tx, queues)
+        b(tx, queues)
 
     return hook
 

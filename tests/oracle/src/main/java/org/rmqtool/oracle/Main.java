@@ -137,6 +137,9 @@ public final class Main {
     }
 
     static int run(String[] argv) throws Exception {
+        if (argv.length > 0 && Ha.VERBS.contains(argv[0])) {
+            return Ha.run(argv);   // replicas (issue 38): their own options
+        }
         Args a = parse(argv);
         Store.checkVersion(a.version);
         switch (a.verb) {

@@ -128,9 +128,14 @@ final class Store {
     }
 
     static DefaultMessageStore open(MessageStoreConfig c) throws Exception {
-        new File(c.getStorePathRootDir()).mkdirs();
         BrokerConfig bc = new BrokerConfig();
         bc.setLongPollingEnable(false);
+        return open(c, bc);
+    }
+
+    /** A store with the caller's BrokerConfig (Ha: brokerId, enableControllerMode). */
+    static DefaultMessageStore open(MessageStoreConfig c, BrokerConfig bc) throws Exception {
+        new File(c.getStorePathRootDir()).mkdirs();
         Object listener = null;
         Class<?> lc = Class.forName("org.apache.rocketmq.store.MessageArrivingListener");
         listener = Proxy.newProxyInstance(Store.class.getClassLoader(), new Class<?>[] {lc}, (p, m, a) -> {
