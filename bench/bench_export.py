@@ -9,7 +9,7 @@ records in 256 MiB commitlog files, 1 KiB bodies, 4 topics x 4 queues, two keys,
 a UNIQ_KEY per message), then, each in a fresh process:
 
 * ``baseline``: the sequential walk and field functions the export shares with ``dump``
-  (recovery.scan.iter_store_records + message_fields, no output), on one core;
+  (recovery.walks.iter_store_records + message_fields, no output), on one core;
 * ``dump``: ``rmqtool dump commitlog --format jsonl > /dev/null`` on one core (dump has a
   fast path of its own for plainly valid records);
 * ``local[1]`` and ``local[2]``, for each ``--writer`` (arrow: the tasks write Parquet with
@@ -134,9 +134,10 @@ class PeakRss:
 
 
 def child_baseline(store_dir: str) -> dict[str, Any]:
-    from rmqtool.recovery.scan import iter_store_records, message_fields
+    from rmqtool.recovery.scan import message_fields
     from rmqtool.recovery.store import Store
     from rmqtool.recovery.versions import BrokerProfile
+    from rmqtool.recovery.walks import iter_store_records
 
     store = Store.open(store_dir)
     profile = BrokerProfile.for_version("4.9.4")

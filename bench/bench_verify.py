@@ -36,10 +36,10 @@ def build_store(root: Path, size: int, file_size: int, body_size: int, with_inde
     import numpy as np
 
     from rmqtool.formats.javahash import java_hash
-    from rmqtool.recovery.check import fast_walk
     from rmqtool.recovery.indexbuild import ConsumeQueueSet
     from rmqtool.recovery.synth import plan_for, write_synthetic_store
     from rmqtool.recovery.versions import BrokerProfile
+    from rmqtool.recovery.walks import broker_walk as fast_walk
 
     kwargs = dict(total_bytes=size, file_size=file_size, body_size=body_size)
     t0 = time.perf_counter()

@@ -163,7 +163,9 @@ DECISIONS: dict[str, Decision] = {
         GEOMETRY, "ConsumeQueueExt filter bitmap: only with enableConsumeQueueExt, which is refused"
     ),
     "mapperFileSizeBatchConsumeQueue": Decision(
-        GEOMETRY, "BatchConsumeQueue file size: a store with batchconsumequeue/ files is refused"
+        GEOMETRY,
+        "BatchConsumeQueue file size: dump, info and verify read batchconsumequeue/ files by their own size "
+        "(the most common size of a queue's files); recover, repair and rebuild-index refuse a store with them",
     ),
     # -- what recovery and the dispatch do -------------------------------------------------
     "checkCRCOnRecover": Decision(
@@ -787,7 +789,9 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
                 Refusal(
                     FindingCode.LAYOUT_BATCH_CQ,
                     "batchconsumequeue",
-                    "BatchConsumeQueue files (5.x batch topics): rmqtool does not recover or truncate them",
+                    "BatchConsumeQueue files (batchconsumequeue/: 5.x topics with queue.type=BatchCQ): "
+                    "rmqtool reads them (dump consumequeue, info, verify) but does not recover, repair, "
+                    "rebuild or truncate them",
                 )
             )
     return out
@@ -831,11 +835,12 @@ def man_section() -> str:
     lines += [
         ".SS Refused",
         "A store whose layout or settings rmqtool does not handle is refused before anything is read",
-        "or changed: recover, rebuild\\-index and restore exit 8; verify prints one finding naming the",
+        "or changed: recover, repair, rebuild\\-index and restore exit 8; verify prints one finding naming the",
         "layout or setting (LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ,",
         "LAYOUT_COMPACTION, UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger commitlog",
         "(dledger\\-\\fIid\\fR/data), a RocksDB consume queue (RocksDB files in consumequeue/),",
-        "consumequeue_ext/ files, batchconsumequeue/ files, a compaction topic's log",
+        "consumequeue_ext/ files, batchconsumequeue/ files (verify checks these instead: its BCQ_*",
+        "findings; recover, repair and rebuild\\-index refuse them with LAYOUT_BATCH_CQ), a compaction topic's log",
         "(compaction/compactionLog, compaction/compactionCq). With \\fB\\-\\-broker\\-version auto\\fR (the",
         "default), evidence of a release newer than rmqtool knows is refused too (LAYOUT_NEWER_RELEASE,",
         "VERSION_CONTRADICTION: see \\fBrmqtool\\fR(1), BROKER VERSIONS). Settings: the ones above marked",

@@ -27,8 +27,10 @@ from .broker import goes_to_index
 from .indexbuild import record_key_hashes
 from .plainwalk import plain_records
 from .scan import byte_views
-from .store import Store
+from .store import Store, StoreFile
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label
+from .walk import GO, STOP, Act, Policy, Source, finish, store_framing, walk
+from .walks import broker_walk
 
 # files and directories (relative to the store root) that only 5.x brokers create
 FIVE_X_FILES = (
@@ -169,6 +171,35 @@ def _span(g: list[tuple[int, int, int]]) -> str:
     return version_label(g[0]) if len(g) == 1 else f"{version_label(g[0])}-{version_label(g[-1])}"
 
 
+class _Probe(Policy):
+    """The first records of a commitlog file, one by one as the broker's walk reads them
+    (at most ``left``; up to the first that is not a message): a V2 record (5.1.0+), a
+    ``__CRC32#`` property (5.2.0+)."""
+
+    batched = False
+
+    def __init__(self, evidence: list[str]) -> None:
+        super().__init__()
+        self.evidence = evidence
+        self.check_opts = {"check_crc": False, "read_body": False}
+        self.seen_v2 = self.seen_crc = False
+        self.left = 0
+        self.file: StoreFile | None = None
+
+    def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
+        if not c.is_message or c.rec is None or self.left <= 0:
+            return STOP
+        self.left -= 1
+        off = src.base + pos
+        if not self.seen_v2 and c.rec.magic == cl.MAGIC_V2:
+            self.seen_v2 = True
+            self.evidence.append(f"a V2 record at offset {off} (5.1.0+)")
+        if not self.seen_crc and c.props is not None and "__CRC32#" in c.props:
+            self.seen_crc = True
+            self.evidence.append(f"a __CRC32# property in the record at offset {off} (5.2.0+)")
+        return GO
+
+
 def five_x_layout(store: Store) -> str | None:
     """What in the store's layout only a 5.x broker writes (a file or directory, a RocksDB
     config store, a config field), said as evidence; None when nothing does. (Records are
@@ -241,24 +272,16 @@ def infer_version(store: Store) -> Inference:
         else:
             hi = (5, 3, 3)
     probe = BrokerProfile((5, 3, 1))  # reads V1 and V2 records, no 5.3.2 remaining checks
-    seen_v2 = seen_crc = False
+    pol = _Probe(evidence)
     for f in store.commitlog[-2:]:
         if f.size == 0:
             continue
         with store.map(f) as mf:
             end = min(mf.size, store.geometry.commitlog_file_size)
-            pos = 0
-            for _ in range(RECORDS_PER_FILE):
-                c = ck.check_record(mf.buf, pos, end, probe, check_crc=False, read_body=False)
-                if not c.is_message or c.rec is None:
-                    break
-                if not seen_v2 and cl.PREFIX.unpack_from(mf.buf, pos)[1] == cl.MAGIC_V2:
-                    seen_v2 = True
-                    evidence.append(f"a V2 record at offset {f.base + pos} (5.1.0+)")
-                if not seen_crc and c.props is not None and "__CRC32#" in c.props:
-                    seen_crc = True
-                    evidence.append(f"a __CRC32# property in the record at offset {f.base + pos} (5.2.0+)")
-                pos += c.size
+            pol.file = f
+            pol.left = RECORDS_PER_FILE
+            finish(walk(Source(mf.buf, end, f.base, probe, store_framing(store)), pol, 0, end))
+    seen_v2, seen_crc = pol.seen_v2, pol.seen_crc
     if seen_v2:
         lo = max(lo, (5, 1, 0))
     if seen_crc:
@@ -485,7 +508,7 @@ def properties_parsers_agree(store: Store) -> bool:
             continue
         with store.map(f) as mf:
             end = min(mf.size, store.geometry.commitlog_file_size)
-            w = ck.fast_walk(mf.buf, end, probe, check_crc=False, read_body=False, collect=True)
+            w = broker_walk(mf.buf, end, probe, check_crc=False, read_body=False, collect=True)
             if not w.count:
                 continue
             v = byte_views(mf.buf)

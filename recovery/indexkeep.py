@@ -53,9 +53,11 @@ from .broker import goes_to_index
 from .check import Checked
 from .indexbuild import record_key_hashes
 from .query import CommitlogReader
-from .scan import byte_views, walk_records
+from .scan import byte_views
 from .store import Store, StoreFile
 from .versions import BrokerProfile
+from .walk import store_framing
+from .walks import records
 
 INT_MAX = (1 << 31) - 1
 NO_END = 1 << 62  # ``end`` for a check made before the commitlog end is known
@@ -474,7 +476,9 @@ def keyed_record_between(
     for f in store.commitlog_in_range(lo, max(hi, lo + 1), None):
         with store.map(f) as mf:
             buf = mf.buf
-            for pos, c in walk_records(buf, mf.size, f.base, profile, start=max(0, lo - f.base), salvage=True):
+            for pos, c in records(
+                buf, mf.size, f.base, profile, start=max(0, lo - f.base), salvage=True, framing=store_framing(store)
+            ):
                 at = f.base + pos
                 if at >= hi and not (after_lo and at == lo):
                     done = True

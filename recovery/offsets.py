@@ -70,8 +70,9 @@ class QueueView:
     min_offset: int
     max_offset: int
     disk_max_offset: int  # the end of the consume queue files alone (CQ recovery)
-    source: str  # consumequeue | commitlog (the dispatch adds units) | none
+    source: str  # consumequeue | commitlog (the dispatch adds units) | none | batchconsumequeue
     unit: Callable[[int], tuple[int, int, int] | None] = field(repr=False, default=lambda _o: None)
+    last_base: int | None = None  # a batch queue: the base offset of its last unit
 
 
 def queue_views(
@@ -85,7 +86,39 @@ def queue_views(
     if plan is None:
         plan = plan_recovery(store, profile, check_unread=False, salvage=False, jobs=jobs)
     queues = apply_recovery(store, plan, profile, queues_only=True, jobs=jobs)
-    return views_of(store, queues)
+    views = views_of(store, queues)
+    views.update(batch_views(store))
+    return views
+
+
+def batch_views(store: Store) -> dict[tuple[str, int], QueueView]:
+    """The 5.x BatchConsumeQueues (BatchCQ topics, batchconsumequeue/) as the broker's recovery
+    leaves them: offsets count messages, a unit holds ``batch_size`` of them from its base
+    offset on (``unit(o)`` answers the unit holding o). Every queue of a BatchCQ topic is one
+    of these, never a file queue: the file-queue views of those topics are replaced. (The
+    dispatch of the next start is not added: on a store a crash left behind, the ends can be
+    short of the broker's by the records it dispatches again.)"""
+    import numpy as np
+
+    from .batchcq import batch_queues, read_queue
+
+    out: dict[tuple[str, int], QueueView] = {}
+    for (t, qid), files in batch_queues(store.root).items():
+        q = read_queue(t, qid, files)
+        parts = [(u[kept]) for _k, u, kept in q.chunks()]
+        units = np.concatenate(parts) if parts else None
+        bases = units["msg_base_offset"].astype(np.int64) if units is not None else np.zeros(0, dtype=np.int64)
+
+        def unit(o: int, _u: Any = units, _b: Any = bases) -> tuple[int, int, int] | None:
+            i = int(np.searchsorted(_b, o, side="right")) - 1
+            if i < 0 or o >= int(_b[i]) + int(_u["batch_size"][i]):
+                return None
+            return int(_u["commitlog_offset"][i]), int(_u["size"][i]), int(_u["tags_code"][i])
+
+        mn = max(q.min_offset, 0)
+        last = int(bases[-1]) if len(bases) else None
+        out[(t, qid)] = QueueView(t, qid, mn, q.max_offset, q.max_offset, "batchconsumequeue", unit, last)
+    return out
 
 
 def views_of(store: Store, queues: dict[tuple[str, int], Any]) -> dict[tuple[str, int], QueueView]:
@@ -542,6 +575,16 @@ def plan_set(
 def offset_by_time(store: Store, profile: BrokerProfile, v: QueueView, ts_ms: int) -> int:
     """The first queue offset whose message was stored at or after ``ts_ms`` (the max
     offset when none is): ``getOffsetInQueueByTime``'s answer for a time inside the queue."""
+    if v.last_base is not None:
+        # (its search goes file by file through a time cache, binarySearchRight and a shortcut
+        # for the last unit of a file: answers rmqtool does not reproduce yet)
+        from .brokerconf import UnsupportedStoreError
+
+        raise UnsupportedStoreError(
+            f"{v.topic}/{v.queue_id} is a BatchConsumeQueue (5.x BatchCQ topic): its search by time "
+            "(BatchConsumeQueue.getOffsetInQueueByTime) is not modelled; give the offset instead",
+            store.root / "batchconsumequeue" / v.topic / str(v.queue_id),
+        )
     lo, hi = v.min_offset, v.max_offset
     with CommitlogReader(store, profile) as reader:
 

@@ -32,9 +32,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
-from .scan import resync
 from .transfer import Inherited, share, unshare
 from .transfer import pool as _transfer_pool
+from .walk import resync
 
 __all__ = ["Progress", "Stream", "context", "cut", "inheriting", "pool", "resync", "run", "stop", "worker_init"]
 
@@ -68,7 +68,7 @@ def cut(lo: int, hi: int, size: int, *, fold: int = 0) -> list[tuple[int, int]]:
 # ---------------------------------------------------------------------------------------
 # Resync
 
-# :func:`resync` lives in :mod:`recovery.scan` (the walks there use it too) and is
+# :func:`resync` lives in :mod:`recovery.walk` (the walker uses it too) and is
 # re-exported here.
 
 

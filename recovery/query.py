@@ -355,7 +355,7 @@ def scan_messages(
 ) -> Iterator[Located]:
     """Every message record of the commitlog (damaged spots skipped), in order; ``progress``
     is advanced by the bytes of each file walked."""
-    from .scan import iter_store_records  # lazy: recovery.scan is ~19 ms of `rmqtool info`'s start-up
+    from .walks import iter_store_records  # lazy: the walk is ~19 ms of `rmqtool info`'s start-up
 
     walk = iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset, progress=progress)
     for f, buf, pos, c in walk:

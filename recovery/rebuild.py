@@ -39,9 +39,9 @@ from . import check as ck
 from .query import LONG_MAX
 from .reput import CqFileOut, IndexFileOut, ReputResult, index_files_after_load, load_state, reput, updated_checkpoint
 from .safety import StoreTransaction
-from .scan import byte_views, chase_starts
 from .store import Store, StoreFile
 from .versions import BrokerProfile
+from .walk import follow, store_framing
 
 Progress = Callable[[int], None]
 
@@ -122,10 +122,7 @@ def check_from_offset(store: Store, profile: BrokerProfile, offset: int) -> str 
         if c.reason == ck.END_OF_DATA:
             # zeros there: the end of the data only if the records of the file lead to it
             # (four zero bytes inside a record read the same)
-            views = byte_views(mf.buf)
-            p, capped = 0, True
-            while capped:  # follow TOTALSIZE from the file's start up to pos
-                _starts, p, capped = chase_starts(memoryview(mf.buf), views, p, pos, end, None)
+            p = follow(mf.buf, 0, pos, end, profile, store_framing(store))  # TOTALSIZE from the file's start up to pos
             if p == pos:
                 return None
             return (

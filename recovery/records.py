@@ -26,8 +26,10 @@ from ..formats.safeio import classify, read_small
 from . import check as ck
 from . import query as qy
 from . import seek as sk
-from .scan import blank_fields, iter_store_records, message_fields
+from .scan import blank_fields, message_fields
 from .store import Store, StoreFile
+from .walk import store_framing
+from .walks import iter_store_records
 
 Record = dict[str, Any]
 
@@ -183,6 +185,15 @@ CONSUMEQUEUE = _spec(
         C("size", "int", "SIZE"),
         C("tags_code", "bigint", "TAGS CODE"),
         C("status", "string", "STATUS"),
+        # a BatchConsumeQueue unit (5.x BatchCQ topics, batchconsumequeue/) only: queue_offset is its
+        # msg_base_offset, the queue offset of the first of its batch_size messages
+        C("kind", "string", "KIND"),
+        C("msg_base_offset", "bigint"),
+        C("batch_size", "int", "BATCH"),
+        C("unit_store_timestamp", "bigint", hint="time"),
+        C("unit_store_time", "string", "UNIT STORED (UTC)"),
+        C("compacted_offset", "int"),
+        C("reserved", "int"),
     ],
     table=("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"),
     export=("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"),
@@ -335,10 +346,18 @@ del C
 
 
 def damaged_fields(
-    file_name: str, buf: Any, pos: int, file_base: int, c: ck.Checked, with_body: bool, body_hash: bool
+    file_name: str,
+    buf: Any,
+    pos: int,
+    file_base: int,
+    c: ck.Checked,
+    with_body: bool,
+    body_hash: bool,
+    framing: Any = None,
 ) -> Record:
     """A spot the broker's check refused: the message fields when the record decodes
-    (status = the reason), else the position, the reason and the readable prefix."""
+    (status = the reason), else the position, the reason and the readable prefix of the
+    record (``framing``: a :class:`recovery.framing.Framing`, None for the classic one)."""
     if c.rec is not None:
         m = message_fields(file_name, c, buf, with_body=with_body, body_hash=body_hash)
         m["status"] = c.reason.value
@@ -351,8 +370,9 @@ def damaged_fields(
         "status": c.reason.value,
         "field": c.field,
     }
-    if pos + 8 <= len(buf):
-        total, magic = PREFIX.unpack_from(buf, pos)
+    at = pos + (framing.header if framing is not None else 0)
+    if at + 8 <= len(buf):
+        total, magic = PREFIX.unpack_from(buf, at)
         r["total_size"] = total
         r["magic"] = f"0x{magic & 0xFFFFFFFF:08X}"
     return r
@@ -455,15 +475,16 @@ def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilte
                 walk = sk.walk_from(store, profile, start, to_offset)
     if walk is None:
         walk = iter_store_records(store, profile, from_offset=from_offset, to_offset=to_offset)
+    framing = store_framing(store)
     for f, buf, pos, c in walk:
         if c.is_blank:
             if not content_filter:
-                yield blank_fields(f.name, pos, buf, f.base)
+                yield blank_fields(f.name, pos, buf, f.base, framing)
         elif c.is_message:
             if keep(c, f.base + pos):
                 yield crc_status(message_fields(f.name, c, buf, with_body=with_body, body_hash=body_hash))
         else:
-            yield damaged_fields(f.name, buf, pos, f.base, c, with_body, body_hash)
+            yield damaged_fields(f.name, buf, pos, f.base, c, with_body, body_hash, framing)
 
 
 def generic_record(
@@ -476,10 +497,12 @@ def generic_record(
     since: int | None,
     until: int | None,
     content_filter: bool,
+    framing: Any = None,
 ) -> Record | None:
-    """What ``commitlog_records`` prints for one step of the generic walk (None: filtered)."""
+    """What ``commitlog_records`` prints for one step of the generic walk (None: filtered;
+    ``framing``: the store's, None for the classic one)."""
     if c.is_blank:
-        return None if content_filter else blank_fields(f.name, pos, buf, f.base)
+        return None if content_filter else blank_fields(f.name, pos, buf, f.base, framing)
     if c.is_message:
         rec = c.rec
         assert rec is not None
@@ -491,7 +514,7 @@ def generic_record(
         ):
             return None
         return crc_status(message_fields(f.name, c, buf))
-    return damaged_fields(f.name, buf, pos, f.base, c, False, False)
+    return damaged_fields(f.name, buf, pos, f.base, c, False, False, framing)
 
 
 def index_hit_records(

@@ -1,6 +1,7 @@
-"""Walking the commitlog: the broker's per-file record walk, a tolerant forensic walk
-that resyncs past damage, and the record -> plain-fields conversion shared by ``dump``
-and ``export`` (one parser for both paths).
+"""Helpers of the walks of the commitlog (:mod:`recovery.walk` is the walk): searches
+for non-zero bytes (zero tails, holes), byte views of a buffer, the consume queues'
+offsets as hints of record starts, and the record -> plain-fields conversion shared by
+``dump`` and ``export`` (one parser for both paths).
 """
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from collections.abc import Callable, Generator, Iterator
-from typing import Any, NamedTuple, Unpack
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -17,53 +18,10 @@ from ..formats import commitlog as cl
 from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE
 from ..formats.crc import crc32_fast
 from ..formats.properties import KEYS, TAGS, UNIQ_KEY, split_keys
-from . import ccore
 from . import check as ck
-from .store import Store, StoreFile, map_window, next_data, windows
-from .versions import BrokerProfile
+from .store import Store, map_window, next_data, windows
 
 Progress = Callable[[int], None]
-
-
-class WalkStep(NamedTuple):
-    """A record (or the stop) found by :func:`walk_file`; ``pos`` is the file position."""
-
-    pos: int
-    checked: ck.Checked
-
-
-def walk_file(buf: Any, end: int, profile: BrokerProfile, **walk: Unpack[ck.WalkOptions]) -> Iterator[WalkStep]:
-    """The broker's recovery walk inside one file: yield every valid message; the last
-    step yielded is the BLANK or the failure that stops the walk (none when the walk runs
-    exactly to ``end``). Keywords: :class:`recovery.check.WalkOptions`."""
-    pos, check_crc, read_body, max_delay_level = ck.walk_options(walk)
-    while pos < end:
-        c = ck.check_record(
-            buf, pos, end, profile, check_crc=check_crc, read_body=read_body, max_delay_level=max_delay_level
-        )
-        yield WalkStep(pos, c)
-        if not c.is_message:
-            return
-        pos += c.size
-    if pos == end:
-        return
-
-
-def boundary_walk(buf: Any, end: int, start: int = 0) -> Iterator[tuple[int, int, int]]:
-    """Fastest walk: (pos, total_size, magic) per record, trusting TOTALSIZE; stops at a
-    BLANK (yielded), a non-message magic or a size that does not fit."""
-    unpack = cl.PREFIX.unpack_from
-    v1, v2, blank = cl.MAGIC_V1, cl.MAGIC_V2, cl.BLANK_MAGIC
-    pos = start
-    while pos + 8 <= end:
-        total, magic = unpack(buf, pos)
-        if magic == blank:
-            yield pos, total, magic
-            return
-        if (magic != v1 and magic != v2) or total <= 0 or pos + total > end:
-            return
-        yield pos, total, magic
-        pos += total
 
 
 def _words_of(u8: np.ndarray) -> np.ndarray:
@@ -195,53 +153,6 @@ def first_nonzero_block(buf: Any, pos: int, end: int, block: int = 1 << 20) -> i
     return None
 
 
-_MAGICS_V1 = (cl.MAGIC_V1.to_bytes(4, "big", signed=True),)
-_MAGICS_V1_V2 = _MAGICS_V1 + (cl.MAGIC_V2.to_bytes(4, "big", signed=True),)
-
-
-def resync(
-    buf: Any,
-    start: int,
-    end: int,
-    file_base: int,
-    profile: BrokerProfile,
-    check_crc: bool = True,
-    limit: int | None = None,
-) -> int | None:
-    """The first position in ``[start, limit)`` (``limit`` defaults to ``end``, the
-    readable bytes) holding an intact record: a V1 (or, where the profile accepts it, V2)
-    magic at +4 whose 4 bytes end before ``min(limit + 4, end)``, a record that validates
-    (its body CRC too when ``check_crc``), and a stored PHYSICALOFFSET equal to
-    ``file_base`` + position. Records are not aligned, so every byte is a candidate; the
-    magic is found with ``bytes.find`` after whole zero blocks are skipped (no magic
-    starts in one; a record starting up to 8 bytes before the first non-zero block stays
-    in view). None when there is none."""
-    limit = end if limit is None else limit
-    bound = min(limit + 4, end)  # the magic's last byte lies before this
-    magics = _MAGICS_V1_V2 if profile.accepts_v2 else _MAGICS_V1
-    nz = first_nonzero_block(buf, start, bound)
-    if nz is None:
-        return None
-    pos = max(start, nz - 8)
-    while pos < limit:
-        best = -1
-        for m in magics:
-            i = buf.find(m, pos + 4, bound)
-            if i != -1 and (best == -1 or i < best):
-                best = i
-        if best == -1:
-            return None
-        cand = best - 4
-        if cand >= limit:
-            return None
-        if cand >= start:
-            c = ck.check_record(buf, cand, end, profile, check_crc=check_crc, read_body=True)
-            if c.is_message and c.rec is not None and c.rec.physical_offset == file_base + cand:
-                return cand
-        pos = cand + 1
-    return None
-
-
 # ---------------------------------------------------------------------------------------
 # Plain fields for dump / export (the JSON lines contract of man/rmqtool-dump.1).
 
@@ -304,8 +215,10 @@ def message_fields(
     return out
 
 
-def blank_fields(file_name: str, pos: int, buf: Any, file_base: int) -> dict[str, Any]:
-    total, _magic = cl.PREFIX.unpack_from(buf, pos)
+def blank_fields(file_name: str, pos: int, buf: Any, file_base: int, framing: Any = None) -> dict[str, Any]:
+    """The fields of the padding at the end of a file (a BLANK record in the classic
+    framing; ``framing``: a :class:`recovery.framing.Framing`, None for the classic one)."""
+    total = framing.padding(buf, pos) if framing is not None else cl.PREFIX.unpack_from(buf, pos)[0]
     return {
         "type": "blank",
         "file": file_name,
@@ -317,80 +230,8 @@ def blank_fields(file_name: str, pos: int, buf: Any, file_base: int) -> dict[str
     }
 
 
-def iter_store_records(
-    store: Store,
-    profile: BrokerProfile,
-    *,
-    from_offset: int | None = None,
-    to_offset: int | None = None,
-    salvage: bool = True,
-    check_crc: bool = False,
-    progress: Progress | None = None,
-) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]]:
-    """Every record of the commitlog in order: (file, buffer, position, outcome).
-
-    Unlike the broker's recovery walk this never stops at damage: a CRC mismatch is
-    reported in ``crc_ok``; after a record that cannot be read, it resyncs (``salvage``)
-    and carries on. BLANK records are yielded too. The buffer stays valid until the next
-    file starts."""
-    skipped = (lambda f: progress(f.size)) if progress else None
-    for f in store.commitlog_in_range(from_offset, to_offset, skipped):
-        with store.map(f) as mf:
-            buf = mf.buf
-            for pos, c in walk_records(buf, mf.size, f.base, profile, salvage=salvage, check_crc=check_crc):
-                if _in_range(f.base + pos, from_offset, to_offset):
-                    yield f, buf, pos, c
-            del buf
-        if progress:
-            progress(f.size)
-
-
-def walk_records(
-    buf: Any,
-    end: int,
-    file_base: int,
-    profile: BrokerProfile,
-    *,
-    start: int = 0,
-    salvage: bool = True,
-    check_crc: bool = False,
-) -> Generator[tuple[int, ck.Checked], None, None]:
-    """The forensic walk of one file from ``start``: (position, outcome) for every record
-    :func:`iter_store_records` reports there (messages, the BLANK, damaged spots), resyncing
-    past damage when ``salvage``. Shared by :func:`iter_store_records` and the sub-file
-    splits of ``recovery.splits`` (one walk for dump and export)."""
-    pos = start
-    while pos < end:
-        c = ck.check_record(buf, pos, end, profile, check_crc=check_crc, read_body=True)
-        if c.is_blank:
-            yield pos, c
-            return
-        if c.is_message or (c.rec is not None and c.reason == ck.CRC):
-            if c.reason == ck.CRC:  # keep the record, report crc_ok = false
-                c = ck.check_record(buf, pos, end, profile, check_crc=False, read_body=True)
-            if c.is_message:
-                yield pos, c
-                pos += c.size
-                continue
-        if c.reason == ck.END_OF_DATA and not salvage:
-            return
-        if not salvage:
-            yield pos, c
-            return
-        nxt = resync(buf, pos + 1, end, file_base, profile, check_crc=False)
-        if c.reason != ck.END_OF_DATA:
-            yield pos, c  # the damaged spot itself, as a non-message outcome
-        if nxt is None:
-            return
-        pos = nxt
-
-
-def _in_range(off: int, lo: int | None, hi: int | None) -> bool:
-    return (lo is None or off >= lo) and (hi is None or off < hi)
-
-
 # ---------------------------------------------------------------------------------------
-# Record starts by TOTALSIZE, vectorised where the consume queues give hints
+# Byte views, and the consume queues' offsets as hints of record starts
 
 
 class ByteViews(NamedTuple):
@@ -422,8 +263,9 @@ def byte_at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 def queue_hints(store: Store) -> np.ndarray | None:
     """Sorted distinct commitlog offsets the consume queue units point at: likely record
-    starts for :func:`chase_starts`, which checks every one it uses against the TOTALSIZE
-    chain, so they only ever speed a walk up (:func:`queue_hint_runs`, merged)."""
+    starts for the walker's runs (:func:`recovery.walk.chain`), which check every one they
+    use against the TOTALSIZE chain, so they only ever speed a walk up
+    (:func:`queue_hint_runs`, merged)."""
     parts = queue_hint_runs(store)
     if not parts:
         return None
@@ -507,54 +349,3 @@ def queue_hint_runs(store: Store, budget: int = HINTS_BUDGET) -> list[np.ndarray
             finally:
                 os.close(fd)
     return [p for p in parts if len(p)]
-
-
-CHASE_BATCH = 1 << 16
-
-
-def chase_starts(
-    mv: memoryview, v: ByteViews, pos: int, lim: int, end: int, hints: np.ndarray | None
-) -> tuple[list[int] | np.ndarray, int, bool]:
-    """Record starts from ``pos`` by following TOTALSIZE, as the broker's walk moves:
-    a start is taken while it is < ``lim`` and its TOTALSIZE is > 0 and fits before
-    ``end``. Returns (starts, next position, capped): ``capped`` when the batch limit
-    stopped it (next position = the following start).
-
-    ``hints`` (sorted positions, e.g. the consume queues' offsets) only speed it up: where
-    the position is a hint, the run of hints chained by their own TOTALSIZEs is taken at
-    once (vectorised), exactly what following them one by one gives."""
-    if hints is not None and len(hints):
-        out: list[np.ndarray] = []
-        taken = 0
-        while pos < lim and taken < CHASE_BATCH * 16:
-            i = int(np.searchsorted(hints, pos))
-            if i < len(hints) and hints[i] == pos:
-                h = hints[i : i + CHASE_BATCH * 4]
-                tot = byte_at(v.i4, h).astype(np.int64)
-                nxt = h + tot
-                ok = (tot > 0) & (nxt <= end) & (h < lim)
-                cont = ok.copy()
-                cont[:-1] &= nxt[:-1] == h[1:]
-                brk = np.flatnonzero(~cont)
-                j = int(brk[0]) if len(brk) else len(h) - 1  # h[:j] chained and taken
-                if ok[j]:
-                    out.append(h[: j + 1])
-                    taken += j + 1
-                    pos = int(nxt[j])
-                    continue
-                out.append(h[:j])
-                taken += j
-                pos = int(h[j])
-                break  # h[j] is >= lim or its TOTALSIZE stops the walk
-            # not a hint: one record at a time up to the next hint
-            s, pos, why = ccore.chase(
-                mv, pos, min(lim, int(hints[i])) if i < len(hints) else lim, end, CHASE_BATCH * 16 - taken, 0, 0, None
-            )
-            out.append(s)
-            taken += len(s)
-            if why != ccore.LIMIT:
-                break
-        starts = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-        return starts, pos, pos < lim and taken >= CHASE_BATCH * 16
-    lst, pos, why = ccore.chase(mv, pos, lim, end, CHASE_BATCH, 0, 0, None)
-    return lst, pos, why == ccore.CAPPED

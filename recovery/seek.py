@@ -32,9 +32,10 @@ import numpy as np
 from ..formats.consumequeue import read_units
 from . import check as ck
 from .query import CommitlogReader, Located
-from .scan import walk_records
 from .store import Store, StoreFile
 from .versions import BrokerProfile
+from .walk import store_framing
+from .walks import records
 
 
 def written_units(units: Any) -> int:
@@ -186,13 +187,13 @@ def first_since(store: Store, profile: BrokerProfile, start: int, since: int) ->
 def walk_from(
     store: Store, profile: BrokerProfile, start: int, to_offset: int | None = None
 ) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]]:
-    """The forensic walk (``scan.iter_store_records``) beginning at the record start
+    """The forensic walk (``walks.iter_store_records``) beginning at the record start
     ``start`` instead of the first file's first byte."""
     for f in store.commitlog_in_range(start, to_offset):
         with store.map(f) as mf:
             buf = mf.buf
             s = start - f.base if f.base <= start < f.base + mf.size else 0
-            for pos, c in walk_records(buf, mf.size, f.base, profile, start=s):
+            for pos, c in records(buf, mf.size, f.base, profile, start=s, framing=store_framing(store)):
                 if to_offset is not None and f.base + pos >= to_offset:
                     break
                 yield f, buf, pos, c

@@ -26,8 +26,8 @@ from ..formats.commitlog import BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, buil
 from ..formats.javahash import tags_code
 from ..formats.names import offset_to_file_name
 from ..formats.properties import serialize_properties
-from .scan import walk_file
 from .versions import BrokerProfile
+from .walks import broker_steps
 
 _CQ_UNIT = struct.Struct(">qiq")
 
@@ -333,7 +333,7 @@ def write_consume_queues(root: Path, profile: BrokerProfile, cq_file_size: int =
     for p in sorted((Path(root) / "commitlog").iterdir()):
         base = int(p.name)
         with open(p, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            for step in walk_file(buf, len(buf), profile, check_crc=False):
+            for step in broker_steps(buf, len(buf), profile, check_crc=False):
                 c = step.checked
                 if not c.is_message or c.rec is None:
                     break

@@ -2,7 +2,7 @@
 
 The driver plans ``(file, start, length)`` splits: whole files, or sub-file splits of a
 fixed size. Each split is read on its own, by path, with the walk ``dump`` uses
-(:func:`recovery.scan.walk_records` over :func:`recovery.check.check_record`), and its
+(:func:`recovery.walks.records` over :func:`recovery.check.check_record`), and its
 records become fields through the same functions as ``dump``'s
 (:func:`recovery.scan.message_fields` and friends): one parser, no second copy.
 
@@ -38,9 +38,9 @@ from typing import Any, NamedTuple
 
 from . import check as ck
 from .parallel import cut, resync
-from .scan import walk_records
 from .store import MappedFile, Store, StoreFile
 from .versions import BrokerProfile
+from .walks import records
 
 MiB = 1 << 20
 DEFAULT_SPLIT_SIZE = 64 * MiB
@@ -57,6 +57,7 @@ class Split(NamedTuple):
     length: int  # nominal length
     file_size: int  # the file's size when planned (at most the commitlog's mapped size)
     index: int = 0  # type: ignore[assignment]  # ordinal of the split in the plan (shadows tuple.index)
+    framing: Any = None  # the store's commitlog framing (recovery.store.Store.framing; None: classic)
 
     @property
     def end(self) -> int:
@@ -82,11 +83,15 @@ def plan_splits(
     name = label if label is not None else str(store.root)
     out: list[Split] = []
     for f in store.commitlog:
-        out.extend(_file_splits(f, split_size, name, first_index + len(out), store.geometry.commitlog_file_size))
+        out.extend(
+            _file_splits(f, split_size, name, first_index + len(out), store.geometry.commitlog_file_size, store.framing)
+        )
     return out
 
 
-def _file_splits(f: StoreFile, split_size: int | None, label: str, index: int, limit: int) -> list[Split]:
+def _file_splits(
+    f: StoreFile, split_size: int | None, label: str, index: int, limit: int, framing: Any = None
+) -> list[Split]:
     """``f``'s splits, over at most ``limit`` bytes (the mapped size: the broker reads no
     further, and a file sparse-extended to 64 GiB is not walked to its end)."""
     size = min(f.size, limit)
@@ -94,19 +99,19 @@ def _file_splits(f: StoreFile, split_size: int | None, label: str, index: int, l
         return []
     path = str(Path(f.path).resolve())
     return [
-        Split(label, path, f.base, start, stop - start, size, index + k)
+        Split(label, path, f.base, start, stop - start, size, index + k, framing)
         for k, (start, stop) in enumerate(cut(0, size, split_size or size))
     ]
 
 
-def first_record(buf: Any, end: int, base: int, start: int, profile: BrokerProfile) -> int | None:
+def first_record(buf: Any, end: int, base: int, start: int, profile: BrokerProfile, framing: Any = None) -> int | None:
     """Where a split starting at ``start`` begins: 0 for the start of a file, else the
     first position >= ``start`` accepted by the resync rule (None: no record there)."""
     if start == 0:
         return 0
     if start >= end:
         return None
-    return resync(buf, start, end, base, profile, check_crc=False)
+    return resync(buf, start, end, base, profile, check_crc=False, framing=framing)
 
 
 @dataclass
@@ -131,10 +136,10 @@ def split_bounds(buf: Any, end: int, split: Split, profile: BrokerProfile) -> tu
     """(first record position or None, stop position) of ``split`` in its file's buffer:
     it starts at its first record (the resync rule) and stops where the next split's
     first record starts (or at the end of the file)."""
-    first = first_record(buf, end, split.base, split.start, profile)
+    first = first_record(buf, end, split.base, split.start, profile, split.framing)
     if split.end >= end:
         return first, end
-    nxt = first_record(buf, end, split.base, split.end, profile)
+    nxt = first_record(buf, end, split.base, split.end, profile, split.framing)
     return first, end if nxt is None else nxt
 
 
@@ -163,7 +168,7 @@ def iter_split(
     split: Split, profile: BrokerProfile, *, handoff: Handoff | None = None
 ) -> Iterator[tuple[Any, int, ck.Checked]]:
     """(buffer, position, outcome) for every record of ``split``, exactly as
-    :func:`recovery.scan.iter_store_records` yields them for those positions. The buffer
+    :func:`recovery.walks.iter_store_records` yields them for those positions. The buffer
     is valid until the generator is exhausted or closed. ``handoff`` (optional) is filled
     with where the walk stopped."""
     with open_split(split, profile, handoff) as view:
@@ -171,7 +176,7 @@ def iter_split(
             return
         buf, end, first, stop = view
         landed: int | None = None
-        walker = walk_records(buf, end, split.base, profile, start=first)
+        walker = records(buf, end, split.base, profile, start=first, framing=split.framing)
         try:
             for pos, c in walker:
                 if pos >= stop:

@@ -281,6 +281,14 @@ class MappedFile:
         self.close()
 
 
+# How a store declares a commitlog framing other than the classic one (issue 32): a
+# framing's module appends a detector, called with the discovered store, that returns its
+# recovery.framing.Framing when it recognises the store's layout (a DLedger store's entry
+# files, say), else None. Every walk of the commitlog reads the store's framing
+# (recovery.walk.store_framing); no command changes.
+FRAMINGS: list[Callable[[Store], Any]] = []
+
+
 @dataclass
 class Store:
     """Everything discovered about a store root."""
@@ -295,6 +303,10 @@ class Store:
     checkpoint_size: int = 0
     abort_present: bool = False
     lock_present: bool = False
+    # how the commitlog's entries are laid out: a recovery.framing.Framing, None for the
+    # classic commitlog (recovery.walk.store_framing reads it); set by the first of
+    # FRAMINGS that recognises the store
+    framing: Any = None
 
     # ----------------------------------------------------------------------------------
     @classmethod
@@ -327,6 +339,10 @@ class Store:
             store._discover(cl_dir, commitlog_file_size, cq_file_size, index_slot_num, index_num)
         except PermissionError as exc:
             raise StoreLayoutError(f"permission denied ({exc.filename})", root) from None
+        for detect in FRAMINGS:
+            store.framing = detect(store)
+            if store.framing is not None:
+                break
         return store
 
     def _discover(

@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rmqtool.formats import commitlog as cl
 from rmqtool.formats.javahash import java_hash_units_batch
+from rmqtool.recovery import ccore
 from rmqtool.recovery import check as ck
-from rmqtool.recovery.batch import BatchDecoder, Words, first_unsure, plain_records
+from rmqtool.recovery.batch import MAX_RUN, BatchDecoder, Words, first_unsure, plain_records
 from rmqtool.recovery.scan import byte_views
 from rmqtool.recovery.shapes import SHAPES, write_shape_store
 from rmqtool.recovery.versions import BrokerProfile
@@ -54,7 +56,9 @@ def _compare_file(path: Path, profile: BrokerProfile) -> tuple[int, int, list[in
     views = byte_views(buf)
     pos = 0
     while pos < end:
-        starts = dec.boundaries(buf, pos, end, v2=profile.accepts_v2)
+        # the reput's runs: V1 (and V2) records trusting TOTALSIZE, at most MAX_RUN
+        magics = (cl.MAGIC_V1, cl.MAGIC_V2) if profile.accepts_v2 else (cl.MAGIC_V1,)
+        starts = ccore.chase(buf, pos, end - 7, end, MAX_RUN, 0, 8, magics)[0].tolist()
         if not starts:
             break
         s = np.asarray(starts, dtype=np.int64)

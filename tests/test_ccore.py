@@ -230,29 +230,31 @@ def test_pure_python_variable_forces_the_python_backend() -> None:
 
 
 def test_fast_walk_takes_the_plain_records_of_a_shape_in_bulk(tmp_path, monkeypatch, ccore_backend: str) -> None:
-    """check.fast_walk (the --broker-version auto parser probe's walk) tests records one by
+    """walks.broker_walk (the --broker-version auto parser probe's walk) tests records one by
     one only where a bulk step stops (the BLANK or end of each file), and its outcome is the
-    broker's walk (scan.walk_file) on the gen_commitlog shape (IPv6 hosts, many topics)."""
-    from rmqtool.recovery import check as ck
-    from rmqtool.recovery.scan import walk_file
+    broker's walk (tests/walkref.py) on the gen_commitlog shape (IPv6 hosts, many topics)."""
+    from walkref import walk_file
+
+    from rmqtool.recovery import walks as wk
+    from rmqtool.recovery.batch.plain import PlainOne
     from rmqtool.recovery.shapes import SHAPES, write_shape_store
 
     root = tmp_path / "s"
     write_shape_store(root, SHAPES["gen_commitlog"], 400, file_size=256 << 10, cq=False)
     profile = SHAPES["gen_commitlog"].profile
     one_by_one = [0]
-    real = ck._inline_total
+    real = PlainOne.total
 
     def counted(*args):  # type: ignore[no-untyped-def]
         one_by_one[0] += 1
         return real(*args)
 
-    monkeypatch.setattr(ck, "_inline_total", counted)
+    monkeypatch.setattr(PlainOne, "total", counted)
     files = sorted((root / "commitlog").iterdir())
     walked = 0
     for f in files:
         buf = f.read_bytes()
-        w = ck.fast_walk(buf, len(buf), profile, collect=True)
+        w = wk.broker_walk(buf, len(buf), profile, collect=True)
         steps = list(walk_file(buf, len(buf), profile))
         want = [s.pos for s in steps if s.checked.is_message]
         assert list(w.starts) == want and w.count == len(want)

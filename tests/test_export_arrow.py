@@ -122,8 +122,10 @@ def test_damaged_store_same_rows(tmp_path: Path) -> None:
 
 
 def test_block_refuses_a_crc_mismatch_and_stops_before_it(tmp_path: Path) -> None:
-    from rmqtool.cli.export.block import _State
+    from rmqtool.cli.export.block import BLOCK, MIN_BLOCK, _State
     from rmqtool.formats import commitlog as cl
+    from rmqtool.recovery.batch.plainrun import PlainFile, plain_run
+    from rmqtool.recovery.rows import run_starts
     from rmqtool.recovery.store import MappedFile
     from rmqtool.recovery.synth import write_synthetic_store
     from rmqtool.recovery.versions import BrokerProfile
@@ -137,14 +139,21 @@ def test_block_refuses_a_crc_mismatch_and_stops_before_it(tmp_path: Path) -> Non
     p.write_bytes(bytes(data))
     split = plan_splits(Store.open(root), None, label="c")[0]
     schema = arrow_schema(columns_for("commitlog"))
+    profile = BrokerProfile.for_version("4.9.4")
     with MappedFile(Path(split.path)) as mf:
-        st = _State(split, mf.buf, mf.size, BrokerProfile.for_version("4.9.4"), False)
-        blk = plain_block(st, 0, mf.size, schema)
-        assert blk is not None
-        nxt, n, batch = blk
+        f = PlainFile(mf.buf, mf.size, False)
+
+        def block_at(pos: int):  # type: ignore[no-untyped-def]
+            return plain_run(f, run_starts(mf.buf, mf.size, pos, mf.size, BLOCK, MIN_BLOCK, profile), MIN_BLOCK)
+
+        st = _State(split, False)
+        run = block_at(0)
+        assert run is not None
+        nxt, n, batch = plain_block(st, run, schema)
         assert (nxt, n, batch.num_rows) == (starts[30], 30, 30)
-        assert plain_block(st, starts[30], mf.size, schema) is None
-        del st, batch
+        assert block_at(starts[30]) is None
+        del st, batch, run
+        f.release()
 
 
 # ---------------------------------------------------------------------------------------

@@ -202,3 +202,26 @@ def test_spark_logging_goes_to_a_file_unless_verbose(
     assert ("Traceback" in err and "RuntimeError: stand-in: no JVM" in err) is verbose
     logs = list(tmp_path.glob("rmqtool-spark-*.log"))
     assert len(logs) == (0 if verbose else 1) and not list(tmp_path.glob("rmqtool-log4j2-*"))
+
+
+def test_a_master_that_never_answers_times_out_with_one_line(tmp_path: Path) -> None:
+    """(Issue 34, pain 10: a port that accepts the connection but never speaks Spark's
+    protocol, as a hung master does, kept the export silent for 74 s: Spark's client
+    retries 3 times 20 s.) The deadline counts from the JVM's start."""
+    import socket
+    import time
+
+    with socket.socket() as s:  # accepts connections (the kernel's backlog), never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        port = s.getsockname()[1]
+        t0 = time.monotonic()
+        p = export(tmp_path, {}, "--master", f"spark://127.0.0.1:{port}", "--master-timeout", "3")
+        took = time.monotonic() - t0
+    line = one_line(p, tmp_path)
+    assert line == (
+        f"rmqtool: Spark master spark://127.0.0.1:{port} did not register the application within 3 s (it accepts "
+        "connections but does not answer as a Spark master): check that it is one and that it runs, or give "
+        "another --master (--master-timeout SECONDS waits longer)"
+    )
+    assert took < 55, took  # (the JVM's start, 5-40 s here under load, plus the 3 s)

@@ -1,5 +1,5 @@
-"""check.fast_walk (the per-file walk without a record per message) has exactly the outcome
-of the broker's walk scan.walk_file (check_record at every record): same record starts, same
+"""walks.broker_walk (the per-file walk without a record per message) has exactly the outcome
+of the broker's walk record by record (tests/walkref.py: check_record at every record): same record starts, same
 stop position and the same stop, on the real 4.9.4 stores and on damaged copies, under the
 4.x and 5.x rules and with the CRC and body reads on or off."""
 
@@ -9,10 +9,11 @@ import random
 from pathlib import Path
 
 import pytest
+from walkref import walk_file
 
-from rmqtool.recovery.check import Checked, fast_walk
-from rmqtool.recovery.scan import walk_file
+from rmqtool.recovery.check import Checked
 from rmqtool.recovery.versions import BrokerProfile
+from rmqtool.recovery.walks import broker_walk as fast_walk
 
 # every test once with the compiled core and once with its pure-Python twin (recovery/ccore.py)
 pytestmark = pytest.mark.usefixtures("ccore_backend")

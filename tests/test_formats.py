@@ -27,10 +27,10 @@ from rmqtool.formats.names import host_to_str
 from rmqtool.formats.properties import parse_properties, parse_properties_legacy, serialize_properties
 from rmqtool.formats.schema import fixed_struct
 from rmqtool.recovery import check as ck
-from rmqtool.recovery.scan import iter_store_records
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.synth import SyntheticPlan, plan_for, write_synthetic_store
 from rmqtool.recovery.versions import BrokerProfile
+from rmqtool.recovery.walks import iter_store_records
 
 P494 = BrokerProfile.for_version("4.9.4")
 P514 = BrokerProfile.for_version("5.1.4")

@@ -32,9 +32,9 @@ from rmqtool.formats.names import decode_offset_msg_id, decode_uniq_key, parse_o
 from rmqtool.formats.properties import decode_crc32_digits, parse_properties, parse_properties_legacy
 from rmqtool.recovery import check as ck
 from rmqtool.recovery import query as qy
-from rmqtool.recovery.scan import walk_records
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import BrokerProfile
+from rmqtool.recovery.walks import records as walk_records
 
 PROFILES = [BrokerProfile.for_version(v) for v in ("4.6.0", "4.9.4", "5.1.4", "5.3.3")]
 REASONS = {

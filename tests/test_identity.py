@@ -170,13 +170,89 @@ def test_auto_on_a_store_that_shows_nothing(
     # (the full index file's hashSlotCount tells 4.7.1+ for read-only commands too: quirk Q8)
     assert "--broker-version auto: assuming 4.9.4 (candidates 4.7.1-4.9.0, 4.9.1, 4.9.2-4.9.8" in err
     assert "counts 100 slots in use, not 399 puts (4.7.1+)" in err
-    # destructive ones refuse with exit 2 and one line naming the candidates
-    for cmd in (["recover", "--yes"], ["recover", "--yes", "--dry-run"], ["rebuild-index", "--yes"]):
+    # destructive ones refuse with exit 2 and one line naming the candidates (a dry run
+    # shows a plan per group of them instead: the test below; a dry run that writes the
+    # records it would cut still refuses, it would write them once per group)
+    for cmd in (
+        ["recover", "--yes"],
+        ["rebuild-index", "--yes"],
+        ["recover", "--yes", "--dry-run", "--salvage-to", tmp_path / "salv"],
+    ):
         code, out, err = cli(capsys, *cmd, root)
         assert code == 2 and out == ""
         lines = err.strip().splitlines()
         assert len(lines) == 1 and "5.2.0-5.3.1, 5.3.2-5.3.3" in lines[0]
         assert "e.g. --broker-version 4.9.4 or RMQTOOL_BROKER_VERSION=4.9.4" in lines[0]
+    assert tree_digest(root) == before
+
+
+def _unnamed(text: str, v: str) -> str:
+    """``text`` without the release ``v`` where it stands alone (a range such as 4.9.2-4.9.8 stays)."""
+    return re.sub(rf'(?<=["( ]){re.escape(v)}(?=["), ])', "R", text)
+
+
+def test_a_dry_run_without_a_release_shows_the_plan_of_each_group_of_candidates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, pain 8: "what would the broker cut?" had no answer before the release was
+    known (a dry run refused, exit 2). Now the candidates are run in their groups
+    (identify.narrow_for_store), the groups whose plans come out the same on this store are
+    merged, and each plan is labelled with its releases; each is exactly the plan of a dry
+    run given one of its releases."""
+    import jsonschema
+
+    from rmqtool.cli.schemas import part
+
+    monkeypatch.delenv("RMQTOOL_BROKER_VERSION", raising=False)
+    root = copy_store("crash_midwrite", tmp_path)
+    before = tree_digest(root)
+    code, out, err = cli(capsys, "recover", root, "--dry-run", "--format", "json")
+    assert code == 4, err
+    doc = json.loads(out)
+    assert not list(jsonschema.Draft202012Validator(part("recover", "document")).iter_errors(doc))
+    groups = doc["release_groups"]
+    # 4.7.1-4.9.0, 4.9.1, ...: eight groups by the rules, three plans on this store (Q1's
+    # note from 4.9.2, no 4.x start-up reput from 5.0.0)
+    assert [g["releases"] for g in groups] == ["4.7.1-4.9.1", "4.9.2-4.9.8", "5.0.0-5.3.3"]
+    assert doc["candidates"] == "4.7.1-5.3.3" and doc["broker_version"] == "auto" and doc["exit_status"] == 4
+    assert sum(len(g["versions"]) for g in groups) == len([v for v in RELEASES if (4, 7, 1) <= v <= (5, 3, 3)])
+    assert "counts 100 slots in use" in " ".join(doc["evidence"])
+    for g in groups:
+        plan = g["document"]["plan"]
+        assert plan["summary"]["commitlog_bytes_cut"] == 65536 and plan["mode"] == "abnormal"
+        assert g["broker_version"] in g["versions"] and plan["broker_version"] == g["broker_version"]
+        # each plan is the one a dry run given any of its releases prints (but its name)
+        for v in (g["versions"][0], g["versions"][-1]):
+            code1, out1, _ = cli(capsys, "recover", root, "--dry-run", "--format", "json", "--broker-version", v)
+            one = json.loads(out1)
+            assert code1 == 4 and _unnamed(json.dumps(one), v) == _unnamed(
+                json.dumps(g["document"]), g["broker_version"]
+            )
+    assert "4.7.1-4.9.1: a recovery is needed" in doc["verdict"]
+    # for people: the plans under headings naming their releases, one verdict line each
+    code, out, err = cli(capsys, "recover", root, "--dry-run")
+    assert code == 4 and "Apply" not in out
+    assert "== plan 1 of 3: releases 4.7.1-4.9.1 (made as 4.9.0) ==" in out
+    assert "== plan 3 of 3: releases 5.0.0-5.3.3 (made as 5.0.0) ==" in out
+    assert out.count("rmqtool recover ") == 4  # (the three titles and the line to apply one)
+    assert out.strip().splitlines()[-1].startswith("to apply one: rmqtool recover STORE --broker-version RELEASE")
+    # jsonl: each group's changes with their releases, a release_group record, one summary
+    code, out, _ = cli(capsys, "recover", root, "--dry-run", "--format", "jsonl", "-q")
+    lines = jsonl_records(out, 4)
+    v = jsonschema.Draft202012Validator(part("recover", "line"))
+    assert all(not list(v.iter_errors(r)) for r in [*lines, json.loads(out.splitlines()[-1])])
+    assert [r["releases"] for r in lines if r["type"] == "release_group"] == [g["releases"] for g in groups]
+    assert json.loads(out.splitlines()[-1])["release_groups"] == 3
+    # repair and rebuild-index: the same road (rebuild-index runs in eight groups, which all
+    # plan alike; the warning each run gives is said once)
+    code, out, err = cli(capsys, "rebuild-index", root, "--dry-run")
+    assert code == 0 and "== plan 1 of 1: releases 4.7.1-5.3.3 (made as 4.9.4) ==" in out
+    assert err.count("store/abort is present") == 1
+    for cmd in ("repair", "rebuild-index"):
+        code, out, err = cli(capsys, cmd, root, "--dry-run", "--format", "json", "-q")
+        d = json.loads(out)
+        assert code != 2 and d["release_groups"], (cmd, err)
+        assert not list(jsonschema.Draft202012Validator(part(cmd, "document")).iter_errors(d))
     assert tree_digest(root) == before
 
 
@@ -857,7 +933,7 @@ def test_force_verify_fast_path_takes_intact_records_at_once(tmp_path: Path) -> 
         v = byte_views(mv)
         pl = plain_records(data, v, starts, tots, profile)
         assert pl.ok.all()  # the plain test passes them all; the __CRC32# check decides
-        return int(rc._prop_crc_plain(mv, v, starts, tots, pl.props_len, profile))
+        return int(rc.prop_crc_prefix(mv, v, starts, tots, pl.props_len, profile))
 
     assert plain_then_prop_crc(bytes(buf)) == len(starts)
     struct.pack_into(">i", buf, int(starts[4]) + 16, 9)

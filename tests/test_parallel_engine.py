@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from rmqtool.recovery import check as ck
 from rmqtool.recovery import parallel as engine
-from rmqtool.recovery import scan
+from rmqtool.recovery import walk as walker
 from rmqtool.recovery.shapes import SHAPES, write_shape_store
 
 PROFILE = SHAPES["gen_commitlog"].profile
@@ -98,7 +98,7 @@ def test_resync_lands_on_the_first_record_start_at_or_after_the_position(
         for pos in sorted({0, 1, 3, 17, *range(5, end, 997), *(s + d for s in starts[1::37] for d in (-1, 0, 1))}):
             want = next((s for s in starts if s >= pos), None)
             assert engine.resync(buf, pos, len(buf), 0, PROFILE) == want, pos
-            assert engine.resync is scan.resync  # one resync: the walks in scan.py use the same function
+            assert engine.resync is walker.resync  # one resync: the walker uses the same function
     finally:
         buf.close()
 

@@ -1,4 +1,4 @@
-"""recovery.batch.plainrun and plainrecord (the plain rule dump and export render): every
+"""recovery.batch.plainrun (the plain rule dump and export render: runs and one record): every
 record they decode has the fields, topic, properties and body the slow path
 (``formats.commitlog.decode_message``) reads, on every real fixture and a synthetic store;
 a damaged record ends a run."""
@@ -11,10 +11,19 @@ import pytest
 
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats.properties import parse_properties
-from rmqtool.recovery.batch.plainrecord import plain_record
-from rmqtool.recovery.batch.plainrun import HEADER_COLUMNS, PlainFile, PlainRun, plain_run
+from rmqtool.recovery.batch.plainrun import HEADER_COLUMNS, PlainFile, PlainRun, plain_record, plain_run
+from rmqtool.recovery.rows import run_starts
 from rmqtool.recovery.store import MappedFile
 from rmqtool.recovery.synth import write_synthetic_store
+from rmqtool.recovery.versions import BrokerProfile
+
+P494 = BrokerProfile.for_version("4.9.4")
+
+
+def _run(f: PlainFile, pos: int, cap: int, least: int = 1) -> PlainRun | None:
+    """The run of plain records from ``pos`` (at most ``cap``), as the row walk takes it."""
+    return plain_run(f, run_starts(f.buf, f.end, pos, f.end, cap, least, P494), least)
+
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "real"
 
@@ -63,10 +72,12 @@ def test_runs_and_single_records_decode_what_the_slow_path_reads(tmp_path: Path)
             if rec is not None:
                 h, tb, segs, d = rec
                 m = cl.decode_message(buf, pos)
-                assert h[0] == m.total_size and h[6] == m.physical_offset and tb.decode() == m.topic
+                assert (
+                    h.total_size == m.total_size and h.physical_offset == m.physical_offset and tb.decode() == m.topic
+                )
                 assert d == parse_properties(m.properties) and len(segs) == len(d)
                 singles += 1
-            run = plain_run(f, pos, end, 64, 1)
+            run = _run(f, pos, 64)
             if run is not None:
                 runs += 1
                 rows += run.n
@@ -95,12 +106,12 @@ def test_a_record_that_is_not_plain_ends_the_run(tmp_path: Path, damage: str) ->
         data[m.properties_pos] = ord("Z")
     buf = bytes(data)
     f = PlainFile(buf, len(buf), False)
-    run = plain_run(f, 0, len(buf), 1000, 1)
+    run = _run(f, 0, 1000)
     assert run is not None
     assert run.n == 20
     single = plain_record(buf, f.mv, starts[20], len(buf), False)
     assert (single is not None) == (damage == "properties_of_another_shape")
-    again = plain_run(f, starts[20], len(buf), 1000, 1)
+    again = _run(f, starts[20], 1000)
     if single is None:
         assert again is None
     else:  # a run of its own shape (one record)

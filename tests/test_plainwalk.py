@@ -2,7 +2,7 @@
 
 On every benchmark shape (recovery.shapes), every record the slow path
 (``check_record``) accepts is accepted by the fast path too: the vectorised plain test of
-``recover``'s walk (recovery.plainwalk) and its body CRCs. A shape that falls back to the
+``recover``'s walk (recovery.batch.plain) and its body CRCs. A shape that falls back to the
 slow path, once per record or for a whole run, fails here and not on a user's store
 (``gen_commitlog.py``'s 1% IPv6 records made ``recover`` eight times slower than the
 broker). Not timed: the walk counts its calls of ``check_record`` instead.
@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from walkref import walk_file
 
 from rmqtool.recovery import check as ck
 from rmqtool.recovery import recover as rc
-from rmqtool.recovery.plainwalk import crc_failures, plain_records
-from rmqtool.recovery.scan import byte_views, queue_hint_runs, walk_file
+from rmqtool.recovery.batch.plain import crc_failures, plain_records
+from rmqtool.recovery.scan import byte_views, queue_hint_runs
 from rmqtool.recovery.shapes import SHAPES, write_consume_queues, write_shape_store
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.synth import write_synthetic_store

@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import CLEAN_NAMES, broker_view, copy_store, real_store, tree_digest
+from walkref import walk_file
 
 from rmqtool.cli import run
 from rmqtool.formats.consumequeue import read_units
 from rmqtool.recovery import recover as rc
 from rmqtool.recovery.query import index_query
-from rmqtool.recovery.scan import walk_file
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import BrokerProfile
 

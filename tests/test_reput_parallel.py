@@ -185,24 +185,32 @@ def test_hints_change_nothing(tmp_path: Path, name: str, damage: bool) -> None:
 
 
 def test_hinted_boundaries_stop_where_the_loop_stops() -> None:
+    """The reput's runs (V1 records whose first 8 bytes fit, at most MAX_RUN) chained by
+    the consume queues' hints are the runs chained one record at a time."""
     from rmqtool.formats import commitlog as cl
-    from rmqtool.recovery.scan import byte_views
+    from rmqtool.recovery import walk as wk
+    from rmqtool.recovery.batch import MAX_RUN
 
     def rec(total: int, magic: int = cl.MAGIC_V1) -> bytes:
         return total.to_bytes(4, "big", signed=True) + magic.to_bytes(4, "big", signed=True) + bytes(total - 8)
 
     buf = rec(100) + rec(120) + rec(90, cl.MAGIC_V2) + rec(100) + rec(-5 & 0xFF) + bytes(64)
-    views = byte_views(buf)
-    fast = rp._FastDecoder
+    src = wk.Source(buf, len(buf), 0, P494)
+    pol = wk.Policy()
+    pol.magics, pol.cap, pol.hint_cap = (cl.MAGIC_V1,), MAX_RUN, MAX_RUN
     for start in (0, 100):
-        want = fast.boundaries(buf, start, len(buf))
+        pol.hints = None
+        want = wk.chain(src, start, len(buf), pol)
+        assert want.S.tolist() == [0, 100][start // 100 :] and want.p == 220
         for hints in (
             np.array([0, 100, 220, 310], dtype=np.int64),
             np.array([100], dtype=np.int64),
             np.zeros(0, dtype=np.int64),
         ):
-            assert list(fast.hinted_boundaries(buf, views, hints, start, len(buf))) == want
-    del views
+            pol.hints = hints
+            got = wk.chain(src, start, len(buf), pol)
+            assert (got.S.tolist(), got.p) == (want.S.tolist(), want.p)
+    src.release()
 
 
 @pytest.mark.parametrize("slot_size", [None, 64])

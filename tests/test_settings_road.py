@@ -25,6 +25,7 @@ from rmqtool.recovery import brokerconf as bc
 from rmqtool.recovery import check as ck
 from rmqtool.recovery.recover import plan_recovery
 from rmqtool.recovery.versions import BrokerProfile
+from rmqtool.recovery.walks import broker_walk
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -240,7 +241,7 @@ def test_a_bad_delay_level_names_the_option_and_the_setting(tmp_path: Path) -> N
         (br.start_file_index, ("message_index_safe", "check_crc")),
         (br.abnormal_start_index, ("message_index_safe", "check_crc")),
         (ck.check_record, ("force_verify_prop_crc",)),
-        (ck.fast_walk, ("force_verify_prop_crc",)),
+        (broker_walk, ("force_verify_prop_crc",)),
         (BrokerProfile.for_version, ("delay_levels", "force_verify_prop_crc", "check_crc_on_recover")),
     ],
     ids=lambda x: getattr(x, "__qualname__", "-"),

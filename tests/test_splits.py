@@ -1,5 +1,5 @@
 """Sub-file splits of the commitlog (recovery.splits, no Spark): cut anywhere, the splits
-together yield exactly the records of the sequential walk (recovery.scan.iter_store_records,
+together yield exactly the records of the sequential walk (recovery.walks.iter_store_records,
 what ``dump`` reads), on the real stores and on synthetic ones with other file bases and
 with damage; the handoff check catches the one layout where cutting cannot work."""
 
@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 from rmqtool.formats import commitlog as cl
 from rmqtool.formats.names import offset_to_file_name
 from rmqtool.recovery import check as ck
-from rmqtool.recovery.scan import blank_fields, iter_store_records, message_fields
+from rmqtool.recovery.scan import blank_fields, message_fields
 from rmqtool.recovery.splits import DEFAULT_SPLIT_SIZE, Handoff, Split, first_record, iter_split, plan_splits
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.synth import SyntheticPlan
 from rmqtool.recovery.versions import BrokerProfile
+from rmqtool.recovery.walks import iter_store_records
 
 PROFILE = BrokerProfile.for_version("4.9.4")
 

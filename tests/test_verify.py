@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import CLEAN_NAMES, REAL_NAMES, broker_view, copy_store, jsonl_records, real_store, tree_digest
+from walkref import walk_file
 
 from rmqtool.cli import run
 from rmqtool.formats import commitlog as cl
@@ -55,7 +56,7 @@ def records_of(root: Path, name: str) -> list[cl.MessageRecord]:
     s = Store.open(root)
     f = next(x for x in s.commitlog if x.name == name)
     with s.map(f) as m:
-        return [st.checked.rec for st in scan.walk_file(m.buf, m.size, P494) if st.checked.is_message]
+        return [st.checked.rec for st in walk_file(m.buf, m.size, P494) if st.checked.is_message]
 
 
 def verify_cli(root: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, list[dict[str, Any]]]:
@@ -193,7 +194,7 @@ def test_scan_equals_broker_walk_and_key_hashes(name: str) -> None:
     pairs = set()
     for f, fs in zip(s.commitlog, scans):
         with s.map(f) as m:
-            steps = list(scan.walk_file(m.buf, m.size, P494))
+            steps = list(walk_file(m.buf, m.size, P494))
         msgs = [st for st in steps if st.checked.is_message]
         assert fs is not None and fs.main_count == len(msgs)
         assert fs.stop is not None and (fs.stop.pos, fs.stop.reason) == (steps[-1].pos, steps[-1].checked.reason)
@@ -234,7 +235,7 @@ def test_damaged_walk_stops_where_the_broker_stops(tmp_path: Path, seed: int) ->
     scans, recs = v.scan_commitlog(s, P494)
     for f, fs in zip(s.commitlog, scans):
         with s.map(f) as m:
-            steps = list(scan.walk_file(m.buf, m.size, P494))
+            steps = list(walk_file(m.buf, m.size, P494))
             assert fs is not None and fs.main_count == sum(1 for st in steps if st.checked.is_message)
             last = steps[-1]
             assert fs.stop is not None and (fs.stop.pos, fs.stop.reason) == (last.pos, last.checked.reason)
@@ -587,7 +588,7 @@ def records_of_v(root: Path, version: str) -> list[cl.MessageRecord]:
     s = Store.open(root)
     p = BrokerProfile.for_version(version)
     with s.map(s.commitlog[0]) as m:
-        return [st.checked.rec for st in scan.walk_file(m.buf, m.size, p) if st.checked.is_message]
+        return [st.checked.rec for st in walk_file(m.buf, m.size, p) if st.checked.is_message]
 
 
 # ---------------------------------------------------------------------------------------
@@ -876,14 +877,16 @@ def scan_key(scans: list[Any], recs: v.Records) -> Any:
 def test_hinted_walk_equals_plain_walk(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The walk with hints (right ones, damaged ones, random ones, hints inside records)
     gives exactly the walk without them, on damaged copies of every real store."""
+    from rmqtool.recovery import walk as wk
+
     calls = [0]
-    real = v._hinted_walk
+    real = wk._hinted
 
     def counted(*a: Any) -> Any:
         calls[0] += 1
         return real(*a)
 
-    monkeypatch.setattr(v.walk, "_hinted_walk", counted)  # (the walk calls it from its own module)
+    monkeypatch.setattr(wk, "_hinted", counted)  # (the walker's chain of the hints)
     rng = random.Random(seed)
     root = copy_store(REAL_NAMES[seed % len(REAL_NAMES)], tmp_path)
     if seed % 5:

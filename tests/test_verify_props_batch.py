@@ -158,10 +158,11 @@ def test_inner_batch_and_non_ascii_findings_keep_their_order_and_count(
 
 
 def _walk(root: Path) -> list[Any]:
-    from rmqtool.recovery import scan
+    from walkref import walk_file
+
     from rmqtool.recovery.store import Store
     from rmqtool.recovery.versions import BrokerProfile
 
     s = Store.open(root)
     with s.map(s.commitlog[0]) as m:
-        return [st for st in scan.walk_file(m.buf, m.size, BrokerProfile.for_version("5.3.3")) if st.checked.is_message]
+        return [st for st in walk_file(m.buf, m.size, BrokerProfile.for_version("5.3.3")) if st.checked.is_message]

@@ -15,7 +15,7 @@ columns every command needs, read with numpy gathers over the memory map.
 * :mod:`.blocks` holds the numpy helpers of dump's and export's block decoders.
 * :func:`.plainrun.plain_run` decodes a run of plain records into the columns and byte
   spans (topic, properties and their values, body, hosts) that dump's JSON lines and
-  export's Arrow batches render; :func:`.plainrecord.plain_record` is the same rule one
+  export's Arrow batches render; :func:`.plainrun.plain_record` is the same rule one
   record at a time (dump's per-record lines).
 
 Header offsets and dtypes come from :mod:`formats.commitlog` (``HEADER_OFFSETS``, derived
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from ..lazy import LazyExports
 
 if TYPE_CHECKING:
-    from .blocks import body_crcs_match, v1_lengths, v1_run_starts
+    from .blocks import body_crcs_match, v1_lengths
     from .columns import DispatchColumns, IndexKeys, LazyValues, PropertyColumns
     from .decoder import MAX_RUN, BatchDecoder, first_unsure
     from .hashing import add_index_keys, hash_spans, index_keys, join_spans, last_per_record
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 # start-up time: each submodule is imported at the first use of one of its names (recover's
 # walk needs plain, dump the blocks, only the dispatch and verify the decoder)
 _FROM = {
-    ".blocks": ("body_crcs_match", "v1_lengths", "v1_run_starts"),
+    ".blocks": ("body_crcs_match", "v1_lengths"),
     ".columns": ("DispatchColumns", "IndexKeys", "LazyValues", "PropertyColumns"),
     ".decoder": ("MAX_RUN", "BatchDecoder", "first_unsure"),
     ".hashing": ("add_index_keys", "hash_spans", "index_keys", "join_spans", "last_per_record"),
@@ -69,5 +69,4 @@ __all__ = [
     "last_per_record",
     "plain_records",
     "v1_lengths",
-    "v1_run_starts",
 ]

@@ -1,16 +1,12 @@
 """numpy helpers of the block decoders of plainly valid commitlog records that ``dump``
 (the CLI's JSON-lines renderer) and ``export`` (the CLI's Arrow renderer, Arrow
-batches) render: byte rows, distinct rows, runs of V1 starts, the V1 lengths rule, body
-CRCs, host keys. Only numpy: ``dump`` must not need pyarrow. (Formerly
+batches) render: byte rows, distinct rows, the V1 lengths rule, body CRCs, host keys. Only numpy: ``dump`` must not need pyarrow. (Formerly
 ``rmqtool.recovery.batch.blocks``, which still re-exports them.)"""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from ...formats import commitlog as cl
 from .. import ccore
 
 
@@ -80,35 +76,6 @@ def row_groups(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return inv, first
     _u, first, inv = np.unique(np.ascontiguousarray(mat), axis=0, return_index=True, return_inverse=True)  # a collision
     return inv.reshape(-1).astype(np.int32), first
-
-
-def v1_run_starts(
-    buf: Any, A: np.ndarray, pos: int, end: int, start_before: int, max_count: int, min_count: int, header: int
-) -> np.ndarray | None:
-    """Starts of consecutive V1 records from ``pos``, trusting TOTALSIZE: each one's
-    TOTALSIZE exceeds ``header``, it fits before ``end``, it starts before
-    ``start_before`` with its ``header`` bytes before ``end``; at most ``max_count``.
-    None when fewer than ``min_count`` qualify. A run of records of one size (common) is
-    checked at once with numpy, anything else one record at a time."""
-    unpack = cl.PREFIX.unpack_from
-    v1 = cl.MAGIC_V1
-    if pos + header > end:
-        return None
-    size0, magic0 = unpack(buf, pos)
-    if magic0 == v1 and size0 > header:
-        cnt = min(max_count, (end - pos) // size0, -(-(start_before - pos) // size0))
-        if cnt >= min_count:
-            cand = pos + size0 * np.arange(cnt, dtype=np.int64)
-            pre = np.ascontiguousarray(rows(A, cand, 8)).view(">i4")
-            same = (pre[:, 0] == size0) & (pre[:, 1] == v1)
-            m = cnt if same.all() else int(same.argmin())
-            if m >= min_count:
-                run: np.ndarray = cand[:m]
-                return run
-    starts, _p, _why = ccore.chase(buf, pos, start_before, end, max_count, header, header, (v1,))
-    if len(starts) < min_count:
-        return None
-    return starts
 
 
 def v1_lengths(

@@ -13,18 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from ...formats import commitlog as cl
 from ...formats.javahash import tags_code as _tags_code
 from ...formats.properties import INNER_BASE, INNER_NUM, JAVA_REPLACE
-from .. import ccore
 from .. import check as ck
 from ..indexbuild import TopicList, take_names
-from ..scan import ByteViews, chase_starts
 from ..versions import BrokerProfile
 from .columns import DispatchColumns, IndexKeys, LazyValues, PropertyColumns
 from .hashing import hash_spans, index_keys, join_spans, last_per_record
-from .layout import AT_HOSTS, HDR_MAX, V4, length_matches
-from .words import Words, _i8, _i16, _i32, _i64
+from .header import header_columns
+from .layout import HDR_MAX, V4
+from .words import Words, _i32
 
 __all__ = ["MAX_RUN", "BatchDecoder", "first_unsure"]
 
@@ -106,76 +104,45 @@ class BatchDecoder:
                 words.append((k, int.from_bytes(part.ljust(8, b"\0"), "big"), mask))
             self._seps.append((name, len(sep), words))
 
-    @staticmethod
-    def hinted_boundaries(
-        buf: Any, views: ByteViews, hints: np.ndarray, start: int, end: int, v2: bool = False
-    ) -> list[int] | np.ndarray:
-        """:meth:`boundaries` with ``hints`` (sorted file positions the consume queues point
-        at): runs of hints chained by their TOTALSIZEs are taken at once
-        (:func:`recovery.scan.chase_starts`), the V1 magic checked with numpy; the same
-        positions as the one-record loop."""
-        starts, _p, _capped = chase_starts(buf, views, start, end - 7, end, hints)
-        s = np.asarray(starts, dtype=np.int64)[:MAX_RUN]
-        if len(s):
-            m = views.i4[s + 4]
-            bad = m != cl.MAGIC_V1
-            if v2:
-                bad &= m != cl.MAGIC_V2
-            if bad.any():
-                s = s[: int(np.argmax(bad))]
-        return s
-
-    @staticmethod
-    def boundaries(buf: Any, start: int, end: int, v2: bool = False) -> list[int]:
-        """Positions of consecutive V1 (and with ``v2`` V2) records from ``start`` trusting
-        TOTALSIZE; stops at anything else (that spot is then checked by ``check_record``)."""
-        magics = (cl.MAGIC_V1, cl.MAGIC_V2) if v2 else (cl.MAGIC_V1,)
-        starts, _p, _why = ccore.chase(buf, start, end - 7, end, MAX_RUN, 0, 8, magics)
-        out: list[int] = starts.tolist()
-        return out
-
     def decode(
-        self, buf: Any, W: Words, starts: list[int] | np.ndarray, end: int, base: int
+        self,
+        buf: Any,
+        W: Words,
+        starts: list[int] | np.ndarray,
+        end: int,
+        base: int,
+        totals: np.ndarray | None = None,
     ) -> tuple[DispatchColumns, np.ndarray]:
-        """Decode the records at ``starts`` (consecutive, V1 magic, TOTALSIZE fits).
-        Returns (cols, sure): ``cols`` holds every record's fields as the fast path read
-        them, ``sure[i]`` says whether record i is certainly ``(N, True)`` with exactly
-        those fields; the caller asks ``check_record`` about the others."""
+        """Decode the records at ``starts`` (consecutive, V1 magic, TOTALSIZE fits;
+        ``totals``: their TOTALSIZEs when the caller has them, the gaps of its chain). The
+        header is read once, by :func:`.header.header_columns` (the one header read of the
+        batch decoders). Returns (cols, sure): ``cols`` holds every record's fields as the
+        fast path read them, ``sure[i]`` says whether record i is certainly ``(N, True)``
+        with exactly those fields; the caller asks ``check_record`` about the others."""
         n = len(starts)
         P = starts.astype(np.int64) if isinstance(starts, np.ndarray) else np.fromiter(starts, dtype=np.int64, count=n)
         lim = W.limit
         # every header read is at most P + 112 + 8 (IPv6 hosts); records that close to the
         # end of the buffer are left to check_record
-        Pc = np.minimum(P, max(lim - HDR_MAX - 8, 0))
-        off = V4
-        total = _i32(W.u64(Pc + off["total_size"]))
-        queue_id = _i32(W.u64(Pc + off["queue_id"]))
-        queue_offset = _i64(W.u64(Pc + off["queue_offset"]))
-        phys = _i64(W.u64(Pc + off["physical_offset"]))
-        sys_flag = _i32(W.u64(Pc + off["sys_flag"]))
-        hosts = (sys_flag >> 4) & 3
-        body_at = AT_HOSTS["body"][hosts]
-        sure = (Pc == P) & (P + body_at <= end)
-        store_ts = _i64(W.u64(Pc + AT_HOSTS["store_timestamp"][hosts]))
-        body_len = _i32(W.u64(Pc + AT_HOSTS["body_length"][hosts]))
-        if self.profile.accepts_v2:
-            v2 = (_i32(W.u64(Pc + off["magic"])) == cl.MAGIC_V2).astype(np.int64)
-        else:
-            v2 = np.zeros(n, dtype=np.int64)
-        p1 = P + body_at + np.maximum(body_len, 0)  # TOPICLENGTH
-        sure &= (p1 + 1 + v2 <= end) & (p1 <= lim)
-        tw = W.u64(np.minimum(p1, lim))
-        tl = np.where(v2 == 1, _i16(tw), _i8(tw))
-        sure &= tl >= 0
-        p2 = p1 + 1 + v2 + tl  # PROPERTIESLENGTH
-        sure &= (p2 + 2 <= end) & (p2 <= lim)
-        pl = _i16(W.u64(np.clip(p2, 0, lim)))
-        sure &= length_matches(hosts, v2, body_len, tl, pl, total)
+        far = P <= max(lim - HDR_MAX - 8, 0)
+        total = totals if totals is not None else _i32(W.u64(np.minimum(P, lim) + V4["total_size"]))
+        h = header_columns(W, np.frombuffer(buf, dtype=np.uint8, count=W.end), P, total, self.profile.accepts_v2)
+        p1 = h.body_pos + np.maximum(h.body_len, 0)  # TOPICLENGTH
+        p2 = h.props_pos - 2  # PROPERTIESLENGTH
+        sure = far & ~h.bad & (h.body_pos <= end) & (h.topic_pos <= end) & (p1 <= lim)
+        sure &= (h.props_pos <= end) & (p2 <= lim)
         # where the fields are not sure, keep the slices empty (check_record decides)
-        tl = np.where(sure, tl, 0)
-        pl = np.where(sure, np.maximum(pl, 0), 0)
-        p_a = np.where(sure, p2 + 2, 0)
-        t_a = p1 + 1 + v2
+        tl = np.where(sure, h.topic_len, 0)
+        pl = np.where(sure, np.maximum(h.props_len, 0), 0)
+        p_a = np.where(sure, h.props_pos, 0)
+        t_a = h.topic_pos
+        queue_id, phys, store_ts, queue_offset, sys_flag = (
+            h.queue_id,
+            h.physical_offset,
+            h.store_timestamp,
+            h.queue_offset,
+            h.sys_flag,
+        )
 
         topics = self._topics(buf, W, t_a, tl, n)
         tags_code = np.zeros(n, dtype=np.int64)

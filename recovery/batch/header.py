@@ -1,6 +1,7 @@
 """The header columns of a chain of record starts whose TOTALSIZEs are known (the gaps
-between the starts), and their validity by the broker's length rule: what ``verify``'s
-walk needs from the batch decoder.
+between the starts), and their validity by the broker's length rule: the one header read
+of the batch decoders (``verify``'s walk, the reput's :class:`.decoder.BatchDecoder`,
+recover's built-prefix skip).
 
 :func:`header_columns` reads every field through :meth:`Words.grouped` (one gather per
 residue class of the starts; QUEUEID .. SYSFLAG and, with IPv4 hosts, STORETIMESTAMP ..

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ...formats import commitlog as cl
+from ...formats.crc import crc32_raw
 from ...formats.properties import decode_utf8, parse_properties, parse_properties_legacy
 from .. import check as ck
 from ..scan import ByteViews
@@ -26,9 +27,10 @@ from ..versions import BrokerProfile
 from .blocks import body_crcs_match
 from .layout import AT_HOSTS, length_matches
 
-__all__ = ["Plain", "crc_failures", "plain_records"]
+__all__ = ["Plain", "PlainOne", "crc_failures", "plain_records", "searchable"]
 
-_SCHED = np.frombuffer(ck.SCHEDULE_TOPIC.encode(), dtype=np.uint8)
+_SCHED_BYTES = ck.SCHEDULE_TOPIC.encode()
+_SCHED = np.frombuffer(_SCHED_BYTES, dtype=np.uint8)
 _INNER = b"INNER_"
 
 # per host layout (SYSFLAG & 0x30) >> 4: where the body starts (BODYLENGTH is the 4 bytes before)
@@ -144,3 +146,87 @@ def crc_failures(mv: memoryview, pl: Plain, a: int, b: int) -> int:
     ok = body_crcs_match(mv, pl.body_pos[a:b], pl.body_len[a:b], pl.body_crc[a:b], 0)
     bad = np.flatnonzero(~ok)
     return a + int(bad[0]) if len(bad) else b
+
+
+def searchable(buf: Any) -> Any:
+    """``buf`` itself, or the object a memoryview of all of it views, when it has ``find``
+    (an mmap, bytes: the plain test searches for 5.x inner batches with it); else None."""
+    if isinstance(buf, memoryview):
+        obj: Any = buf.obj
+        try:
+            buf = obj if buf.contiguous and buf.nbytes == len(obj) else None
+        except TypeError:  # (an object without a length)
+            buf = None
+    return buf if hasattr(buf, "find") else None
+
+
+class PlainOne:
+    """The plain test of one record, the one-record entry point of the rule above (the
+    broker's checks that need no properties parsed, with the body CRC when ``crc_on``):
+    :meth:`total` is the TOTALSIZE of the record at a position if it is plainly valid,
+    else 0 (then ``check_record`` decides). ``read_body``: the walk reads bodies (a body
+    longer than the record is refused then, as the broker's check)."""
+
+    def __init__(self, profile: BrokerProfile, read_body: bool, crc_on: bool) -> None:
+        layouts = {}
+        for (magic, hosts), layout in cl.LAYOUTS.items():
+            if magic == cl.MAGIC_V2 and not profile.accepts_v2:
+                continue
+            fixed = cl.cal_msg_length(layout.v2, hosts, 0, 0, 0)
+            layouts[(magic, hosts)] = (layout.header.size, layout.v2, fixed)
+        self.layouts = layouts  # (magic, host bits) -> (header size, v2, fixed length)
+        self.remaining_checks = profile.remaining_checks
+        self.read_body = read_body
+        self.crc_on = crc_on
+        self.is5 = profile.checks_inner_batch
+
+    def total(self, buf: Any, mv: Any, pos: int, end: int) -> int:
+        """The TOTALSIZE of the record at ``pos`` if it is plainly valid, else 0."""
+        i32 = cl.SYSFLAG.unpack_from
+        i16 = cl._I16.unpack_from
+        rem = end - pos
+        if rem < 40:
+            return 0
+        total, magic = cl.PREFIX.unpack_from(buf, pos)
+        (sys_flag,) = i32(buf, pos + 36)
+        lay = self.layouts.get((magic, sys_flag & 0x30))
+        if lay is None or total <= 0 or (self.remaining_checks and rem - 4 < total - 4):
+            return 0
+        hsize, v2, fixed = lay
+        p = pos + hsize
+        if p > end:
+            return 0
+        (body_len,) = i32(buf, p - 4)
+        if body_len > 0:
+            if (self.read_body and body_len > total) or p + body_len > end:
+                return 0
+            if self.crc_on:
+                (stored,) = i32(buf, pos + 8)
+                if (crc32_raw(mv[p : p + body_len]) & 0x7FFFFFFF) != stored:
+                    return 0
+            p += body_len
+        if v2:
+            if p + 2 > end:
+                return 0
+            (tl,) = i16(buf, p)
+            p += 2
+        elif p + 1 <= end:
+            tl = buf[p]
+            if tl > 127:
+                tl -= 256
+            p += 1
+        else:
+            return 0
+        if not (0 <= tl <= total and p + tl + 2 <= end):
+            return 0
+        tstart = p
+        p += tl
+        (pl,) = i16(buf, p)
+        p += 2
+        if not (pl <= total and (pl <= 0 or p + pl <= end)) or fixed + max(body_len, 0) + tl + max(pl, 0) != total:
+            return 0
+        if tl == 19 and mv[tstart : tstart + 19] == _SCHED_BYTES:
+            return 0
+        if self.is5 and pl > 0 and b"INNER_" in bytes(mv[p : p + pl]):
+            return 0
+        return int(total)

@@ -1,38 +1,60 @@
-"""Runs of *plain* commitlog records decoded at once: the columns and byte spans that
-``dump``'s JSON lines (the CLI's dump command) and ``export``'s Arrow batches
-(the export command's block renderer) render, so that both are renderers of one decode.
+"""The *plain* rule of the commitlog records that ``dump``'s JSON lines and ``export``'s
+Arrow batches render without the generic field functions, with two entry points: a run of
+records decoded at once (:func:`plain_run`) and one record (:func:`plain_record`), so that
+both writers are renderers of one decode.
 
-A record is plain when it is a V1 record with IPv4 hosts whose lengths add up
-(:func:`.blocks.v1_lengths`), whose body CRC matches, whose topic is not
-SCHEDULE_TOPIC_XXXX, whose properties are printable ASCII but ``"`` and ``\\``
-``NAME\\x01value`` segments (both non-empty, no duplicate name, an optional trailing
-``\\x02``), whose KEYS split on single spaces, and on 5.x with no ``INNER_`` property.
-A run is the leading records from a position that are plain and have the properties
-*shape* of the first (the same names in the same order); it ends at the first record
-that is not, which the callers' per-record paths take (the output is the same).
+A record is plain when it is a V1 record whose lengths add up (a one-byte topic length
+<= 127, a properties length in (0, 0x7FFF]), whose body CRC matches, whose topic is not
+SCHEDULE_TOPIC_XXXX, whose properties hold no byte JSON must escape (NUL, 0x03 to 0x1F,
+``"``, ``\\``) and are ``NAME\\x01value`` segments with both non-empty and no name
+twice (an optional trailing ``\\x02``), and on 5.x name no ``INNER_`` property. A *run*
+(what the vectorised renderers lay out) asks more of its records: IPv4 hosts
+(:func:`.blocks.v1_lengths`), properties of printable ASCII, the properties *shape* of
+the first record (the same names in the same order), KEYS that split on single spaces;
+it ends at the first record that is not so, which the callers take another way (a plain
+record one by one, or the generic walk: the output is the same).
 
-:func:`plain_run` returns a :class:`PlainRun`: the record starts, the header rows (a
-structured view with :data:`HEADER_DTYPE`, derived from the schema), the distinct topics,
-and where the body, the properties and each property's value lie. A renderer may end
-the run earlier (:meth:`PlainRun.cut`) for reasons of its own (``dump`` prints only
-non-negative numbers with its digit tables; ``export`` bounds the body bytes of a batch).
+:func:`plain_run` decodes the run of the record starts it is given (a run of chained
+records: :class:`recovery.rows.RowWalk` gets them from the walker) into a
+:class:`PlainRun`: the record starts, the header rows (a structured view with
+:data:`HEADER_DTYPE`, derived from the schema), the distinct topics, and where the body,
+the properties and each property's value lie. A renderer may end the run earlier
+(:meth:`PlainRun.cut`) for reasons of its own (``dump`` prints only non-negative numbers
+with its digit tables; ``export`` bounds the body bytes of a batch). :func:`plain_record`
+decodes one record (any host layout, UTF-8 properties) into :class:`V1Header` fields, the
+topic bytes, the property segments and the properties.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from itertools import repeat
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ...formats import commitlog as cl
+from ...formats.crc import crc32_raw
+from ...formats.properties import JAVA_REPLACE
 from ...formats.schema import field_layout
 from .. import check as ck
-from .blocks import body_crcs_match, gather, host_keys, row_groups, rows, v1_lengths, v1_run_starts
+from .blocks import body_crcs_match, gather, host_keys, row_groups, rows, v1_lengths
 from .layout import V4
 
-__all__ = ["HEADER_COLUMNS", "HEADER_DTYPE", "HSIZE", "PlainFile", "PlainRun", "lead", "plain_run"]
+__all__ = [
+    "HEADERS_V1",
+    "HEADER_COLUMNS",
+    "HEADER_DTYPE",
+    "HSIZE",
+    "PlainFile",
+    "PlainRecord",
+    "PlainRun",
+    "V1Header",
+    "lead",
+    "plain_record",
+    "plain_run",
+]
 
 HSIZE = int(V4["body"])  # the V1 header with IPv4 hosts (88 bytes)
 SCHEDULE = ck.SCHEDULE_TOPIC.encode()
@@ -190,10 +212,11 @@ class PlainRun:
         return self._spaces[: self.n]
 
 
-def plain_run(f: PlainFile, pos: int, start_before: int, max_count: int, min_count: int) -> PlainRun | None:
-    """The run of plain records from ``pos`` (at most ``max_count``, each starting before
-    ``start_before``); None when fewer than ``min_count`` records qualify."""
-    run = _lengths(f, pos, start_before, max_count, min_count)
+def plain_run(f: PlainFile, P: np.ndarray, min_count: int) -> PlainRun | None:
+    """The run of plain records at the chained record starts ``P`` (int64, each record
+    starting where the one before ends, its first HSIZE bytes in the file): the leading
+    ones that are plain; None when fewer than ``min_count`` qualify."""
+    run = _lengths(f, P, min_count)
     if run is None:
         return None
     steps: tuple[Callable[[PlainRun, np.ndarray], np.ndarray | None], ...] = (_crc_and_topic, _bytes, _shape, _segments)
@@ -213,10 +236,9 @@ def plain_run(f: PlainFile, pos: int, start_before: int, max_count: int, min_cou
     return run
 
 
-def _lengths(f: PlainFile, pos: int, start_before: int, max_count: int, min_count: int) -> PlainRun | None:
+def _lengths(f: PlainFile, P: np.ndarray, min_count: int) -> PlainRun | None:
     """The run's starts and headers, cut at the first record whose lengths do not add up."""
-    P = v1_run_starts(f.buf, f.A, pos, f.end, start_before, max_count, min_count, HSIZE)
-    if P is None:
+    if len(P) < max(min_count, 1):
         return None
     run = PlainRun(f, P, rows(f.A, P, HSIZE))
     ok, tpos, tl, q, pl = v1_lengths(f.A, P, run.total, run.sys_flag, run.body_length, HSIZE)
@@ -349,3 +371,94 @@ def _simple_keys(run: PlainRun) -> int:
     vl = run.value_spans("KEYS")[1][:n]
     bad = sp[:, 0] | sp[np.arange(n), vl - 1] | (sp[:, 1:] & sp[:, :-1]).any(axis=1)
     return lead(~bad)
+
+
+# ---------------------------------------------------------------------------------------
+# One record
+
+# the V1 header struct per host layout (SYSFLAG & 0x30), derived from MESSAGE_V1
+HEADERS_V1 = {h: cl.LAYOUTS[(cl.MAGIC_V1, h)].header for h in (0x00, 0x10, 0x20, 0x30)}
+_BAD_JSON_BYTES = bytes(range(0, 1)) + bytes(range(3, 32)) + b'"\\'
+_SEP1 = repeat("\x01")
+_V1 = cl.MAGIC_V1
+_split = str.split
+_UNPACK = HEADERS_V1[0].unpack_from
+
+
+class V1Header(NamedTuple):
+    """The fixed header of a V1 record, in the schema's order (``born_host.address`` is
+    ``born_host_address``; the hosts' addresses are bytes: 4 or 16)."""
+
+    total_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host_address: bytes
+    born_host_port: int
+    store_timestamp: int
+    store_host_address: bytes
+    store_host_port: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body_length: int
+
+
+if V1Header._fields != tuple(n.replace(".", "_") for n, _o, _c in field_layout(cl.MESSAGE_V1, {"sys_flag": 0})):
+    raise RuntimeError("message schema changed: V1Header's fields are derived from it")
+_HEADER = V1Header._make
+
+# (header fields, topic bytes, property segments, properties)
+PlainRecord = tuple[V1Header, bytes, list[str], dict[str, str]]
+
+
+def plain_record(buf: Any, mv: memoryview, pos: int, end: int, is5: bool) -> PlainRecord | None:
+    """The plain record at ``pos`` (``pos + HSIZE <= end``) decoded, or None when it is
+    not plain: its header fields (:class:`V1Header`), topic bytes, property segments
+    (``NAME\\x01value``, in stored order) and properties."""
+    h = _UNPACK(buf, pos)
+    (total, magic, crc, _q, _f, _qo, _po, sf, _bt, _ba, _bp, _st, _sa, _sp, _rt, _pt, bl) = h
+    hs = HSIZE
+    if sf & 0x30 and magic == _V1:  # IPv6 born or store host: that layout's header
+        hdr = HEADERS_V1[sf & 0x30]
+        hs = hdr.size
+        if pos + hs > end:
+            return None
+        h = hdr.unpack_from(buf, pos)
+        (total, magic, crc, _q, _f, _qo, _po, sf, _bt, _ba, _bp, _st, _sa, _sp, _rt, _pt, bl) = h
+    if magic != _V1 or total <= 0 or bl < 0 or pos + total > end:
+        return None
+    p = pos + hs + bl
+    if p >= pos + total:
+        return None
+    tl = buf[p]
+    if tl > 127:
+        return None
+    q = p + 1 + tl
+    if q + 2 > pos + total:
+        return None
+    pl = (buf[q] << 8) | buf[q + 1]
+    if pl > 0x7FFF or pl == 0 or hs + bl + 3 + tl + pl != total:
+        return None
+    if bl and (crc32_raw(mv[pos + hs : p]) & 0x7FFFFFFF) != crc:
+        return None
+    tb = buf[p + 1 : q]
+    if tb == SCHEDULE:
+        return None
+    pb = buf[q + 2 : q + 2 + pl]
+    if len(pb.translate(None, _BAD_JSON_BYTES)) != pl or (is5 and b"INNER_" in pb):
+        return None
+    props = pb.decode("utf-8", JAVA_REPLACE)
+    body = props[:-1] if props[-1] == "\x02" else props
+    segs = body.split("\x02")
+    try:
+        d = dict(map(_split, segs, _SEP1))
+    except ValueError:  # a segment without exactly one \x01
+        return None
+    if len(d) != len(segs) or "" in d or "\x01\x02" in props or body[-1] == "\x01":
+        return None
+    return _HEADER(h), tb, segs, d

@@ -100,8 +100,8 @@ from .salvage import write_salvage
 from .walk import _PARALLEL_MIN_BYTES as _PARALLEL_MIN_BYTES
 from .walk import _WALK_BATCH as _WALK_BATCH
 from .walk import _pool as _pool
-from .walk import _prop_crc_plain as _prop_crc_plain
 from .walk import _span_task as _span_task
+from .walk import prop_crc_prefix as prop_crc_prefix
 from .walk import recovery_stop, scan_files
 
 __all__ = [

@@ -66,28 +66,31 @@ def skip_built_prefix(
     logicsMsgTimestamp and, 5.5.0+, logicsPhysicalOffset it sets, or None); the schedule topic's rows (``mdl == 0``) go to
     ``a.sched_rows``."""
     F = a.store.geometry.commitlog_file_size
-    files = {f.base: f for f in a.store.commitlog if f.size > 0}
+    files = [f for f in a.store.commitlog if f.size > 0 and f.base + F > lo]
     last_ts: tuple[int, int] | None = None
     done, total = lo, 0  # (done: the progress reported so far, a file at a time)
-    while a.ctx.hints is not None and lo < hi:
-        f = files.get(lo - lo % F)
-        if f is None:
+    at = lo  # where the pass goes on
+    for f in files if a.ctx.hints is not None else []:
+        # the file holding the pass's offset: its own for the first, the next file's start
+        # after a BLANK (rollNextFile), which must be this file's base
+        start = max(lo, f.base)
+        if start >= hi or at != start or not f.base <= start < f.base + F:
             break
-        got = _in_file(a, f, lo, min(hi, f.base + min(f.size, F)), mdl, index_upto)
+        got = _in_file(a, f, start, min(hi, f.base + min(f.size, F)), mdl, index_upto)
         if got is None:
             break
-        lo, k, ts, blank = got
+        at, k, ts, blank = got
         total += k
         last_ts = ts if ts is not None else last_ts
         if not blank:
             break
-        lo = f.base + F  # rollNextFile
+        at = f.base + F  # rollNextFile
         if a.progress:
-            a.progress(lo - done)
-            done = lo
-    if a.progress and lo > done:
-        a.progress(lo - done)
-    return lo, total, last_ts
+            a.progress(at - done)
+            done = at
+    if a.progress and at > done:
+        a.progress(at - done)
+    return at, total, last_ts
 
 
 def _in_file(

@@ -14,6 +14,7 @@ from ..broker import index_header_load, start_file_index, truncate_dirty_logic_f
 from ..indexkeep import NO_END, check_index_file
 from ..scan import file_has_nonzero, queue_hint_runs
 from ..store import StoreFile
+from ..walk import store_framing
 from .model import UNREAD_DAMAGE, CommitlogCut, FileScan, Problem, QueuePlan, RemovedFile
 from .planindex import _index_keep_candidates
 from .planstate import _Planning, _rel
@@ -308,7 +309,9 @@ def _salvage_count(p: _Planning, f: StoreFile, pos: int, end: int | None) -> tup
     if not p.opts.salvage:
         return 0, 0
     with p.store.map(f) as mf:
-        found = _salvage_positions(mf.buf, pos, min(mf.size, p.F) if end is None else end, f.base, p.profile)
+        found = _salvage_positions(
+            mf.buf, pos, min(mf.size, p.F) if end is None else end, f.base, p.profile, store_framing(p.store)
+        )
     return len(found), sum(1 for x in found if x[2])
 
 

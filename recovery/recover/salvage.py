@@ -11,33 +11,46 @@ from typing import Any
 
 from ...formats.errors import RecoveryError
 from .. import check as ck
-from .. import parallel as engine
+from ..framing import Framing
 from ..scan import message_fields
 from ..store import Store, StoreFile
 from ..times import add_times
 from ..versions import BrokerProfile
+from ..walk import GO, Act, Policy, Source, finish, resync_from, walk
 from .model import RecoveryPlan
 
 
-def _salvage_positions(buf: Any, pos: int, end: int, base: int, profile: BrokerProfile) -> list[tuple[int, int, bool]]:
+class _Salvage(Policy):
+    """The records after a recovery's cut, found by resyncing past damage: each record
+    that validates without the CRC and holds its own offset, as (position, size, intact:
+    its body CRC matches too); resync after any other."""
+
+    batched = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.check_opts = {"check_crc": False, "read_body": True}
+        self.found: list[tuple[int, int, bool]] = []
+
+    def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
+        if not c.is_message or c.rec is None or not src.framing.own_offset(c, src.base, pos):
+            return resync_from(pos + 1)
+        self.found.append((pos, c.size, c.rec.body_crc_ok(src.buf)))
+        return GO
+
+
+def _salvage_positions(
+    buf: Any, pos: int, end: int, base: int, profile: BrokerProfile, framing: Framing | None = None
+) -> list[tuple[int, int, bool]]:
     """Records found after ``pos`` by resyncing past damage: (position, size, intact)
     where intact means the record also passes the CRC check. Structure is checked without
     the CRC, so a record whose body was damaged is found (and reported not intact)."""
-    out: list[tuple[int, int, bool]] = []
-    p = pos
-    while p < end:
-        q = engine.resync(buf, p, end, base, profile, check_crc=False)
-        if q is None:
-            break
-        while q < end:
-            c = ck.check_record(buf, q, end, profile, check_crc=False, read_body=True)
-            if not c.is_message or c.rec is None or c.rec.physical_offset != base + q:
-                break
-            intact = c.rec.body_crc_ok(buf)
-            out.append((q, c.size, intact))
-            q += c.size
-        p = q + 1
-    return out
+    src = Source(buf, end, base, profile, framing)
+    pol = _Salvage()
+    q = pol.resync(src, pos)
+    if q is not None:
+        finish(walk(src, pol, q, end))
+    return pol.found
 
 
 def write_salvage(

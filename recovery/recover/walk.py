@@ -15,13 +15,15 @@ from ...formats import commitlog as cl
 from .. import ccore
 from .. import check as ck
 from .. import parallel as engine
-from ..batch import crc_failures, plain_records
+from ..batch.plain import crc_failures, plain_records
 from ..batch.properties import crc32_digit_values
-from ..scan import ByteViews, byte_at, byte_views, chase_starts, hints_in, sorted_hints_in, sorted_unique
+from ..framing import Framing
+from ..scan import ByteViews, byte_at, byte_views, hints_in, sorted_hints_in, sorted_unique
 from ..store import Store, StoreFile, map_readonly
 from ..store import data_extents as _data_extents
 from ..transfer import Inherited, fork_context, inherited
 from ..versions import BrokerProfile
+from ..walk import GO, STOP, Act, Policy, Run, Source, chained, finish, store_framing, walk
 from .model import FileScan, Progress
 
 _SPAN = 128 << 20  # bytes of commitlog per walk task (big files are split)
@@ -45,7 +47,7 @@ _WALK_BATCH_BYTES = 64 << 20  # and at most about this many bytes (bounds the CR
 _CRC_TAG = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
 
 
-def _prop_crc_plain(
+def prop_crc_prefix(
     mv: memoryview, v: ByteViews, s: np.ndarray, tot: np.ndarray, pl: np.ndarray, profile: BrokerProfile
 ) -> int:
     """How many leading records of ``s`` (plainly valid otherwise) pass the forced
@@ -75,10 +77,74 @@ def _prop_crc_plain(
     return d
 
 
-def _walk_span(
+class RecoveryWalk(Policy):
+    """recover's walk (the broker's recovery walk of a slice of one file, through
+    :func:`recovery.walk.walk`): runs of chained records taken in passes of
+    ``_WALK_BATCH`` records (about ``_WALK_BATCH_BYTES``); a record of a pass is sure when
+    it is plainly valid (:func:`recovery.batch.plain.plain_records`) and its body CRC
+    matches (or, under forceVerifyPropCRC, its ``__CRC32#``: :func:`prop_crc_prefix`),
+    the CRCs computed only up to the next record that is not plain; that record goes to
+    ``check_record``, and the walk stops at the first one it refuses. ``count`` valid
+    records, ``last`` the start of the last one (-1: none)."""
+
+    need = 8
+
+    def __init__(
+        self, profile: BrokerProfile, check_crc: bool, max_delay_level: int | None, hints: np.ndarray | None
+    ) -> None:
+        super().__init__()
+        self.profile = profile
+        self.check_crc = check_crc
+        self.check_opts = {"check_crc": check_crc, "read_body": True, "max_delay_level": max_delay_level}
+        self.prop_mode = check_crc and profile.verify_prop_crc
+        self.hints = hints
+        self.pass_records = _WALK_BATCH
+        self.pass_bytes = _WALK_BATCH_BYTES
+        self.count = 0
+        self.last = -1
+        self._pass: tuple[int, int, Any, np.ndarray] | None = None  # (start, end, plain test, not plain)
+
+    def begin(self, src: Source, run: Run) -> None:
+        self._pass = None
+
+    def take(self, src: Source, run: Run, i: int, k: int) -> tuple[int, bool]:
+        ps = self._pass
+        if ps is None or ps[1] != k or not ps[0] <= i:
+            pl = plain_records(src.buf, src.views, run.P[i:k], run.T[i:k], self.profile)
+            ps = self._pass = (i, k, pl, np.flatnonzero(~pl.ok) + i)
+        i0, _k, pl, slow = ps
+        at = int(np.searchsorted(slow, i))
+        b = int(slow[at]) if at < len(slow) else k
+        # [i, b) are plainly valid: taken while their CRCs match; the record at b (or a CRC
+        # failure before it) goes to check_record
+        if self.prop_mode:  # forceVerifyPropCRC: the whole-record __CRC32# check, not the body CRC
+            mv = memoryview(src.buf)
+            d = i + prop_crc_prefix(mv, src.views, run.P[i:b], run.T[i:b], pl.props_len[i - i0 : b - i0], self.profile)
+            mv.release()
+        elif self.check_crc:
+            mv = memoryview(src.buf)
+            d = i0 + crc_failures(mv, pl, i - i0, b - i0)
+            mv.release()
+        else:
+            d = b
+        self.count += d - i
+        if d > i:
+            self.last = int(run.S[d - 1])
+        return d, True
+
+    def end(self, src: Source, run: Run, k: int) -> None:
+        self._pass = None
+
+    def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
+        if c.is_message:
+            self.count += 1
+            self.last = pos
+            return GO
+        return STOP
+
+
+def walk_span(
     buf: Any,
-    mv: memoryview,
-    arr: ByteViews,
     start: int,
     limit: int,
     end: int,
@@ -86,80 +152,30 @@ def _walk_span(
     check_crc: bool,
     max_delay_level: int | None,
     hints: np.ndarray | None = None,
+    views: ByteViews | None = None,
+    framing: Framing | None = None,
 ) -> tuple[int, int, ck.Checked | None, int]:
     """The broker's recovery walk from ``start`` until the next record would start at or
-    after ``limit`` (or the walk stops). Returns (records, position, outcome, last): the
-    outcome is None when the walk reached ``limit`` (position = the first record start >=
-    limit), else the BLANK or failure at position; ``last`` is the start of the last valid
-    record (-1: none)."""
-    count = 0
-    pos = start
-    last = -1
-    lim = min(limit, end - 7)
-    prop_mode = check_crc and profile.verify_prop_crc
-    while True:
-        starts, p, capped = chase_starts(mv, arr, pos, lim, end, hints)
-        n = len(starts)
-        # a chain: each start is the previous one plus its TOTALSIZE, the last one's leads to p
-        chain = np.append(np.asarray(starts, dtype=np.int64), p)
-        tots = np.diff(chain)
-        j = 0
-        while j < n:
-            k = min(j + _WALK_BATCH, n)
-            if chain[k] - chain[j] > _WALK_BATCH_BYTES:
-                k = max(j + 1, int(np.searchsorted(chain, chain[j] + _WALK_BATCH_BYTES, side="right")) - 1)
-            chunk = chain[j:k]
-            pl = plain_records(buf, arr, chunk, tots[j:k], profile)
-            slow = np.flatnonzero(~pl.ok).tolist()
-            slow.append(len(chunk))
-            i = 0
-            for b in slow:
-                # [i, b) are plainly valid: the broker accepts them while their body CRCs
-                # match; the record at b (or a CRC failure before it) goes to check_record
-                if prop_mode:  # forceVerifyPropCRC: the whole-record __CRC32# check, not the body CRC
-                    d = i + _prop_crc_plain(mv, arr, chunk[i:b], tots[j + i : j + b], pl.props_len[i:b], profile)
-                else:
-                    d = crc_failures(mv, pl, i, b) if check_crc else b
-                count += d - i
-                if d > i:
-                    last = int(chunk[d - 1])
-                if d == len(chunk):
-                    break
-                q = int(chunk[d])
-                c = ck.check_record(
-                    buf, q, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level
-                )
-                if not c.is_message:  # (always so after a CRC failure)
-                    return count, q, c, last
-                count += 1  # (a valid record's size is its TOTALSIZE: the chain goes on)
-                last = q
-                i = d + 1
-            j = k
-        if p >= limit:
-            return count, p, None, last
-        if capped:
-            pos = p
-            continue
-        c = ck.check_record(buf, p, end, profile, check_crc=check_crc, read_body=True, max_delay_level=max_delay_level)
-        if c.is_message:
-            count += 1
-            last = p
-            pos = p + c.size
-            if pos >= limit:
-                return count, pos, None, last
-            continue
-        return count, p, c, last
+    after ``limit`` (or the walk stops): :class:`RecoveryWalk` through the walker. Returns
+    (records, position, outcome, last): the outcome is None when the walk reached
+    ``limit`` (position = the first record start >= limit), else the BLANK or failure at
+    position; ``last`` is the start of the last valid record (-1: none)."""
+    pol = RecoveryWalk(profile, check_crc, max_delay_level, hints)
+    src = Source(buf, end, 0, profile, framing, views)
+    w = finish(walk(src, pol, start, limit))
+    return pol.count, w.pos, w.checked, pol.last
 
 
 def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     """One walk task (runs in a worker process): file ``path``, slice ``[lo, hi)``."""
     file_index, path, base, lo, hi, end, version, delay_levels, check_crc, mdl = args[:10]
     hints = args[10] if len(args) > 10 else None
+    h_sorted = args[11] if len(args) > 11 else True
+    framing = args[12] if len(args) > 12 else None
     if isinstance(hints, Inherited):  # the parent's hints, inherited through fork
         h, h_sorted = hints_in(inherited(hints), base + lo, base + hi)
         hints = h - base if h is not None else None
-        args = args[:11] + (h_sorted,)
-    if hints is not None and len(args) > 11 and not args[11]:
+    if hints is not None and not h_sorted:
         hints = sorted_unique(hints)  # runs' pieces: this worker sorts its share
     profile = version if isinstance(version, BrokerProfile) else BrokerProfile(version, delay_levels)
     fd = os.open(path, os.O_RDONLY)
@@ -176,12 +192,12 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
     try:
         first: int | None = lo
         if lo > 0:
-            first = engine.resync(buf, lo, end, base, profile, check_crc)  # (skips zero blocks first)
+            first = engine.resync(buf, lo, end, base, profile, check_crc, framing=framing)  # (skips zero blocks first)
             if first is not None and first >= hi:
                 first = None
         if first is None:
             return _SpanResult(file_index, lo, None, 0, hi, None, None, "")
-        count, pos, c, last = _walk_span(buf, mv, arr, first, hi, end, profile, check_crc, mdl, hints)
+        count, pos, c, last = walk_span(buf, first, hi, end, profile, check_crc, mdl, hints, arr, framing)
         if c is None:
             return _SpanResult(file_index, lo, first, count, pos, None, None, "", last)
         return _SpanResult(file_index, lo, first, count, pos, pos, c.reason, c.field, last)
@@ -243,6 +259,7 @@ def scan_files(
     parallel = jobs > 1 and len(spans) > 1 and total >= _PARALLEL_MIN_BYTES
     # with fork the walk tasks take their share of the hints from the parent's copy, not as
     # arrays pickled through the pool's pipe (32 MB for 4 million records)
+    fr = store_framing(store)
     with engine.inheriting("walk.hints", hints, parallel and fork_context() is not None) as token:
         tasks = []
         for i, f, lo, hi, end in spans:
@@ -266,6 +283,7 @@ def scan_files(
                     max_delay_level,
                     hh,
                     h_sorted,
+                    fr,
                 )
             )
         results = engine.run(
@@ -282,7 +300,7 @@ def scan_files(
         by_file.setdefault(r.file_index, []).append(r)
     out: list[FileScan] = []
     for i, f in enumerate(files):
-        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level, hints))
+        out.append(_join(f, by_file.get(i, []), F, profile, crc_of[i], max_delay_level, hints, fr))
     return out
 
 
@@ -310,30 +328,27 @@ def _join(
     check_crc: bool,
     mdl: int | None,
     hints: np.ndarray | list[np.ndarray] | None = None,
+    framing: Framing | None = None,
 ) -> FileScan:
     """Chain the slices of one file into the file's walk (``hints``: all of them, this
     file's share taken only if a part must be walked here)."""
     end = min(f.size, F)
     starts = {r.first_start: r for r in spans if r.first_start is not None}
-    pos = 0
-    count = 0
-    last = -1
-    while True:
-        r = starts.get(pos)
-        if r is None:
-            # no slice starts where the walk arrived: walk the rest of the file in order
-            fh = sorted_hints_in(hints, f.base, f.base + F)
-            r = _walk_from(f, pos, end, profile, check_crc, mdl, fh - f.base if fh is not None else None)
-        count += r.records
-        if r.last_start >= 0:
-            last = r.last_start
-        if r.stop_pos is not None:
-            return FileScan(f.name, f.base, count, r.stop_pos, r.stop_reason or ck.SHORT, r.stop_field, last)
-        pos = r.arrival
-        if pos >= end:
-            # ran exactly to the end of the file without a BLANK: the broker's next read
-            # fails (nothing left), so the walk stops there
-            return FileScan(f.name, f.base, count, end, ck.SHORT, "total_size", last)
+
+    def rest(pos: int) -> _SpanResult:
+        # no slice starts where the walk arrived: walk the rest of the file in order
+        fh = sorted_hints_in(hints, f.base, f.base + F)
+        return _walk_from(f, pos, end, profile, check_crc, mdl, fh - f.base if fh is not None else None, framing)
+
+    pieces = chained(0, starts, lambda r: None if r.stop_pos is not None or r.arrival >= end else r.arrival, rest)
+    count = sum(r.records for r in pieces)
+    last = max((r.last_start for r in pieces), default=-1)
+    r = pieces[-1]
+    if r.stop_pos is not None:
+        return FileScan(f.name, f.base, count, r.stop_pos, r.stop_reason or ck.SHORT, r.stop_field, last)
+    # ran exactly to the end of the file without a BLANK: the broker's next read fails
+    # (nothing left), so the walk stops there
+    return FileScan(f.name, f.base, count, end, ck.SHORT, "total_size", last)
 
 
 def _walk_from(
@@ -344,13 +359,14 @@ def _walk_from(
     check_crc: bool,
     mdl: int | None,
     hints: np.ndarray | None = None,
+    framing: Framing | None = None,
 ) -> _SpanResult:
     with open(f.path, "rb") as fh:
         buf = map_readonly(fh.fileno(), end)  # (the walk reads nothing past end: not a 64 GiB file whole)
     mv = memoryview(buf)
     arr = byte_views(buf)
     try:
-        count, p, c, last = _walk_span(buf, mv, arr, pos, end, end, profile, check_crc, mdl, hints)
+        count, p, c, last = walk_span(buf, pos, end, end, profile, check_crc, mdl, hints, arr, framing)
         if c is None:
             return _SpanResult(0, pos, pos, count, p, None, None, "", last)
         return _SpanResult(0, pos, pos, count, p, p, c.reason, c.field, last)
@@ -359,12 +375,14 @@ def _walk_from(
         _close(mv, buf)
 
 
-def recovery_stop(f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool) -> tuple[int, str | None]:
+def recovery_stop(
+    f: StoreFile, pos: int, end: int, profile: BrokerProfile, check_crc: bool, framing: Framing | None = None
+) -> tuple[int, str | None]:
     """The broker's walk of file ``f`` from ``pos`` (a record start) with ``check_crc``:
     where it stops (a position in the file) and why (ck.BLANK, a failure reason, or None
     when it ran to ``end``). verify's outlook walks again from a CRC failure with this when
     checkCRCOnRecover=false."""
-    r = _walk_from(f, pos, end, profile, check_crc, None)
+    r = _walk_from(f, pos, end, profile, check_crc, None, None, framing)
     if r.stop_pos is None:
         return r.arrival, None
     return r.stop_pos, r.stop_reason

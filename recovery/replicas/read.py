@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from .. import check as ck
-from ..scan import walk_file
 from ..versions import BrokerProfile
+from ..walks import broker_steps
+from ..walks import broker_walk as _broker_walk
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,8 @@ class FileWalk:
 def broker_walk(buf: Any, end: int, profile: BrokerProfile, *, start: int = 0, collect: bool = False) -> FileWalk:
     """``CommitLog.recoverNormally``'s loop over one file from ``start``
     (``checkMessageAndReturnSize`` with the body CRC when the profile's checkCRCOnRecover
-    says so): :func:`recovery.check.fast_walk`."""
-    w = ck.fast_walk(buf, end, profile, collect=collect, start=start, check_crc=profile.check_crc_on_recover)
+    says so): the one walker's broker walk, :func:`recovery.walks.broker_walk`."""
+    w = _broker_walk(buf, end, profile, collect=collect, start=start, check_crc=profile.check_crc_on_recover)
     starts = np.frombuffer(w.starts, dtype=np.int64) if collect and w.starts is not None else None
     return FileWalk(w.stop_pos, w.stop, w.count, starts)
 
@@ -47,7 +48,7 @@ def messages(buf: Any, end: int, profile: BrokerProfile, start: int) -> Iterator
     """The messages of one file from ``start`` (a record start), decoded, as the broker's
     walk takes them (it stops at the first record that is not one: a BLANK or a failure):
     (file position, outcome) per message."""
-    for step in walk_file(buf, end, profile, start=start, check_crc=profile.check_crc_on_recover):
+    for step in broker_steps(buf, end, profile, start=start, check_crc=profile.check_crc_on_recover):
         if not step.checked.is_message:
             return
         yield step.pos, step.checked

@@ -11,16 +11,14 @@ from typing import Any, Unpack
 
 import numpy as np
 
+from ...formats import commitlog as cl
 from .. import check as ck
 from ..batch import MAX_RUN, BatchDecoder, DispatchColumns, Words, add_index_keys
 from ..indexbuild import DispatchRequest
-from ..scan import ByteViews, byte_views
 from ..store import FileMap, Store, StoreFile
 from ..versions import BrokerProfile
+from ..walk import GO, READ, STOP, Act, Policy, Run, Source, store_framing, walk
 from .model import FILE_GAP, SIZE_ACCOUNTING, STOPPED, ReputProblem, ReputStats, WalkArgs
-
-# what one record through check_record tells the region's loop
-_GO, _BREAK, _STOP = 0, 1, 2
 
 
 def _request_of(c: ck.Checked) -> DispatchRequest:
@@ -41,48 +39,209 @@ def _request_of(c: ck.Checked) -> DispatchRequest:
     )
 
 
-class _Region:
-    """One ``getData`` region being walked: file ``i`` (``f``), its buffer, the region
-    ``[start, end)`` of it, the reput's END, and where the walk is (buffer ``cursor``,
-    bytes ``read`` of the region, the reput offset ``reput_from``); ``rows`` are the
-    requests of records ``check_record`` decided, not yet handed on."""
+class _Region(Policy):
+    """One ``getData`` region walked (through :func:`recovery.walk.walk`): file ``i``
+    (``f``), the region ``[start, end)`` of it, the reput's END, and where the pass is
+    (bytes ``read`` of the region, the reput offset ``reput_from``). Runs of up to
+    ``MAX_RUN`` records are decoded by the batch decoder (its columns handed on, the
+    records it is unsure of settled by ``check_record`` in place); a record checked alone
+    (``checkMessageAndReturnSize``) is dispatched (a row, handed on with the next run or
+    at the region's end), is a BLANK (next file), a TOTALSIZE mismatch (quirk Q13: the
+    offset moves by TOTALSIZE, the buffer cursor by the length read) or unreadable (the
+    rest of the region skipped). Runs only while the reput offset follows the buffer
+    cursor (not after a Q13 divergence). ``forever``: the reput stops for good."""
 
-    __slots__ = (
-        "i",
-        "f",
-        "buf",
-        "start",
-        "end",
-        "size",
-        "END",
-        "cursor",
-        "read",
-        "reput_from",
-        "diverged",
-        "rows",
-        "row_pos",
-    )
+    cap = MAX_RUN
+    hint_cap = MAX_RUN
+    need = 8
 
-    def __init__(self, i: int, f: StoreFile, buf: Any, start: int, end: int, reput_from: int, END: int) -> None:
-        self.i, self.f, self.buf, self.start, self.end, self.END = i, f, buf, start, end, END
+    def __init__(self, w: _Walker, i: int, f: StoreFile, start: int, end: int, reput_from: int, END: int) -> None:
+        super().__init__()
+        self.w, self.i, self.f, self.start, self.stop, self.END = w, i, f, start, end, END
         self.size = end - start
-        self.cursor = start
         self.read = 0
         self.reput_from = reput_from
         self.diverged = False  # a TOTALSIZE mismatch was met (quirk Q13)
+        self.forever = False
         self.rows: list[DispatchRequest] = []
         self.row_pos: list[int] = []
+        self.magics = (cl.MAGIC_V1, cl.MAGIC_V2) if w.profile.accepts_v2 else (cl.MAGIC_V1,)
+        self.check_opts = {"check_crc": False, "read_body": False, "max_delay_level": w.mdl}
+        self.cols: DispatchColumns | None = None
+        self.sure: np.ndarray | None = None
+        self.fixes: list[tuple[int, DispatchRequest]] = []
+        self.closed = True
+        self.run: Run | None = None
+
+    def inputs(self, buf: Any) -> None:
+        """What the fast decoder reads the region with: the buffer's words, and the hints
+        inside the region (file positions). No runs without the fast path (``fast=False``,
+        or a buffer too small)."""
+        w = self.w
+        self.fast = w.fast is not None and len(buf) >= 16
+        if not self.fast:
+            return
+        self.words = Words(buf, len(buf))
+        if w.hints is not None:
+            base = self.f.base
+            a, b = np.searchsorted(w.hints, [base + self.start, base + self.stop])
+            if b > a:
+                self.hints = w.hints[a:b] - base
+
+    def runs(self, pos: int) -> bool:
+        return self.fast and self.reput_from == self.f.base + pos
+
+    def pending(self) -> None:
+        """The rows decided one by one so far, handed on as one run (none if there are none)."""
+        if self.rows:
+            self.out.append(DispatchColumns.from_rows(self.row_pos, self.rows))
+            self.rows, self.row_pos = [], []
 
     def advance(self, n: int) -> None:
         self.reput_from += n
         self.read += n
-        self.cursor += n
 
-    def pending(self) -> Iterator[DispatchColumns]:
-        """The rows decided one by one so far, as one run (none if there are none)."""
-        if self.rows:
-            yield DispatchColumns.from_rows(self.row_pos, self.rows)
-            self.rows, self.row_pos = [], []
+    # -- runs ---------------------------------------------------------------------------
+    def begin(self, src: Source, run: Run) -> None:
+        fast = self.w.fast
+        assert fast is not None
+        self.pending()
+        self.cols, self.sure = fast.decode(src.buf, self.words, run.P, src.end, self.f.base, run.T)
+        self.fixes = []
+        self.closed = False
+        self.run = run
+
+    def take(self, src: Source, run: Run, i: int, k: int) -> tuple[int, bool]:
+        sure = self.sure
+        assert sure is not None
+        bad = np.flatnonzero(~sure[i:k])
+        return (i + int(bad[0]) if len(bad) else k), True
+
+    def end(self, src: Source, run: Run, k: int) -> None:
+        self._close(k)
+
+    def _close(self, k: int) -> None:
+        """The run ends with its first ``k`` records valid: their columns (the settled ones
+        put in) handed on, the offset moved past them."""
+        if self.closed:
+            return
+        self.closed = True
+        cols, run = self.cols, self.run
+        assert cols is not None and run is not None
+        self.cols = self.sure = self.run = None
+        if not k:
+            return
+        if self.fixes:
+            cols = _fixed(cols, self.fixes, self.w.profile.indexes_tags)
+        if k < len(cols.topic):
+            cols = cols.select(np.arange(len(cols.topic)) < k)
+        consumed = int(run.E[:k].sum())  # (the entries' lengths: TOTALSIZEs in the classic framing)
+        w = self.w
+        w.stats.records += k
+        self.advance(consumed)
+        self.out.append(cols)
+        if w.progress:  # as the work goes, not per file
+            w.progress(consumed)
+            w._ticked += consumed
+
+    # -- one record ---------------------------------------------------------------------
+    def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
+        if j >= 0:  # a record of a run the decoder was unsure of
+            cols = self.cols
+            assert cols is not None
+            if c.ok and c.size > 0 and c.size == int(cols.msg_size[j]):
+                self.fixes.append((j, _request_of(c)))
+                return GO
+            self._close(j)  # the run ends before it: the record decided alone
+        return self._one(src, pos, c)
+
+    def _one(self, src: Source, pos: int, c: ck.Checked) -> Act:
+        """``checkMessageAndReturnSize``'s outcome at ``pos``: dispatched, a BLANK (next
+        file), a TOTALSIZE mismatch (quirk Q13) or unreadable (the rest of the region
+        skipped); the reput stops for good at a record past END (5.x)."""
+        w, f = self.w, self.f
+        if c.ok and c.size > 0:
+            if w.profile.reput_stops_at_end_offset and self.reput_from + c.size > self.END:
+                w.problems.append(
+                    ReputProblem(
+                        STOPPED,
+                        w._rel(f),
+                        self.reput_from,
+                        self.END - self.reput_from,
+                        f"the record at {f.base + pos} ends beyond the end offset {self.END}: the reput stops",
+                    )
+                )
+                self.forever = True
+                return STOP
+            self.rows.append(_request_of(c))
+            self.row_pos.append(f.base + pos + src.framing.header)
+            w.stats.records += 1
+            self.advance(c.size)
+            return GO
+        if c.ok:  # BLANK: the rest of the file is not data
+            w.stats.blanks += 1
+            self.reput_from = self.reput_from + w.F - self.reput_from % w.F  # rollNextFile
+            self.read = self.size
+            return STOP
+        if c.size > 0:
+            # (TOTALSIZE, False): "[BUG]read total count not equals msg total size";
+            # the offset moves by TOTALSIZE, the buffer cursor by the length read (Q13)
+            assert c.rec is not None
+            w.problems.append(
+                ReputProblem(
+                    c.reason,
+                    w._rel(f),
+                    f.base + pos,
+                    c.size,
+                    f"TOTALSIZE {c.size} does not match the record's fields ({c.rec.computed_size} bytes): not dispatched",
+                )
+            )
+            self.reput_from += c.size
+            self.diverged = True
+            return READ
+        lost = self.stop - pos
+        clean = c.reason == ck.END_OF_DATA and w._nothing_after(self.i)
+        if not clean and lost > 0:
+            what = c.reason + (f" ({c.field})" if c.field else "")
+            w.problems.append(
+                ReputProblem(
+                    c.reason,
+                    w._rel(f),
+                    f.base + pos,
+                    lost,
+                    f"unreadable record ({what}): the rest of this file, {lost} bytes, is not dispatched",
+                )
+            )
+        self.reput_from += self.size - self.read  # what a master broker does: skip the rest of the region
+        return STOP
+
+    def arrived(self, pos: int) -> bool:
+        return self.read >= self.size
+
+
+def _fixed(cols: DispatchColumns, fixes: list[tuple[int, DispatchRequest]], tagged: bool) -> DispatchColumns:
+    """``cols`` with the rows ``check_record`` settled put in (``tagged``: the release
+    indexes TAGS, 5.4.0+)."""
+    keys = list(cols.keys)
+    uniq = list(cols.uniq_key)
+    tags = list(cols.tag_values())
+    topics = list(cols.topic)  # a plain list: the decoder's topic ids no longer hold
+    for j, r in fixes:
+        topics[j] = r.topic
+        cols.queue_id[j] = r.queue_id
+        cols.commitlog_offset[j] = r.commitlog_offset
+        cols.msg_size[j] = r.msg_size
+        cols.tags_code[j] = r.tags_code
+        cols.store_timestamp[j] = r.store_timestamp
+        cols.consume_queue_offset[j] = r.consume_queue_offset
+        keys[j] = r.keys
+        uniq[j] = r.uniq_key
+        tags[j] = r.tags
+        cols.sys_flag[j] = r.sys_flag
+    ik = cols.index_keys
+    if ik is not None:
+        ik = add_index_keys(ik, [(j, r.uniq_key, r.keys, r.tags if tagged else None) for j, r in fixes])
+    return cols._replace(topic=topics, keys=keys, uniq_key=uniq, index_keys=ik, tags=tags)
 
 
 class _Walker:
@@ -108,6 +267,7 @@ class _Walker:
         self.stats = stats if stats is not None else ReputStats()
         self._empty_after: dict[int, bool] = {}
         self.hints: np.ndarray | None = hints if hints is not None and len(hints) else None
+        self.framing = store_framing(store)
 
     # -- helpers ------------------------------------------------------------------------
     def _rel(self, f: StoreFile) -> str:
@@ -173,7 +333,7 @@ class _Walker:
                 buf = mf.buf
                 _populate(buf, region_start, region_end)
                 reput_from, stop = yield from self._region(
-                    _Region(i, f, buf, region_start, region_end, reput_from, END)
+                    _Region(self, i, f, region_start, region_end, reput_from, END), buf
                 )
                 del buf
             self.stats.files += 1
@@ -208,149 +368,38 @@ class _Walker:
             return None
         return nxt
 
-    def _region(self, r: _Region) -> Generator[DispatchColumns, None, tuple[int, bool]]:
+    def _region(self, r: _Region, buf: Any) -> Generator[DispatchColumns, None, tuple[int, bool]]:
         """One ``getData`` region: returns (new reput offset, stop-for-good)."""
-        fast = self._fast_inputs(r)
+        r.inputs(buf)
+        src = Source(buf, r.stop, r.f.base, self.profile, self.framing)
         try:
-            while r.read < r.size:
-                if fast is not None and r.reput_from == r.f.base + r.cursor:
-                    if (yield from self._fast_run(r, *fast)):
-                        continue
-                    if r.read >= r.size:
-                        break
-                step = self._one_record(r)
-                if step == _STOP:
-                    return r.reput_from, True
-                if step == _BREAK:
-                    break
-            yield from r.pending()
-            if r.diverged:
-                self._after_mismatch(r)
-            return r.reput_from, False
+            w = yield from walk(src, r, r.start, r.stop)
         finally:
-            del fast
+            src.release()
+            r.words = None  # type: ignore[assignment]
+        if r.forever:
+            return r.reput_from, True
+        r.pending()
+        yield from r.out
+        r.out.clear()
+        if r.diverged:
+            self._after_mismatch(r, w.pos)
+        return r.reput_from, False
 
-    def _fast_inputs(self, r: _Region) -> tuple[Words, np.ndarray | None, ByteViews | None] | None:
-        """What the fast decoder reads the region with: the buffer's words, and the hints
-        inside the region (file positions) with the byte views they are chased on. None:
-        no fast path (``fast=False``, or a buffer too small)."""
-        if self.fast is None or len(r.buf) < 16:
-            return None
-        words = Words(r.buf, len(r.buf))
-        if self.hints is not None:
-            base = r.f.base
-            a, b = np.searchsorted(self.hints, [base + r.start, base + r.end])
-            if b > a:
-                return words, self.hints[a:b] - base, byte_views(r.buf)
-        return words, None, None
-
-    def _fast_run(
-        self, r: _Region, words: Words, hints: np.ndarray | None, views: ByteViews | None
-    ) -> Generator[DispatchColumns, None, bool]:
-        """Decode the run of records from the cursor (up to ``MAX_RUN``) with the batch
-        decoder, the records it is unsure of settled by ``check_record``; the walk stays
-        at the first invalid one. Returns whether a full run was taken (decode the next)."""
-        fast = self.fast
-        assert fast is not None
-        buf, end = r.buf, r.end
-        if hints is not None and views is not None:
-            starts = fast.hinted_boundaries(buf, views, hints, r.cursor, end, self.profile.accepts_v2)
-        else:
-            starts = fast.boundaries(buf, r.cursor, end, self.profile.accepts_v2)
-        if not len(starts):
-            return False
-        yield from r.pending()
-        cols, sure = fast.decode(buf, words, starts, end, r.f.base)
-        k = len(starts)
-        if not sure.all():
-            cols, k = self._settle(buf, starts, end, cols, sure)
-        if k:
-            if k < len(starts):
-                cols = cols.select(np.arange(len(starts)) < k)
-            consumed = int(cols.msg_size.sum())
-            self.stats.records += k
-            r.advance(consumed)
-            yield cols
-            if self.progress:  # as the work goes, not per file
-                self.progress(consumed)
-                self._ticked += consumed
-        return k == len(starts) and k == MAX_RUN
-
-    def _one_record(self, r: _Region) -> int:
-        """The record at the cursor through ``check_record`` (``checkMessageAndReturnSize``):
-        dispatched, a BLANK (next file), a TOTALSIZE mismatch (quirk Q13) or unreadable
-        (the rest of the region skipped: ``_BREAK``); ``_STOP``: the reput stops for good."""
-        c = ck.check_record(
-            r.buf, r.cursor, r.end, self.profile, check_crc=False, read_body=False, max_delay_level=self.mdl
-        )
-        f = r.f
-        if c.ok and c.size > 0:
-            if self.profile.reput_stops_at_end_offset and r.reput_from + c.size > r.END:
-                self.problems.append(
-                    ReputProblem(
-                        STOPPED,
-                        self._rel(f),
-                        r.reput_from,
-                        r.END - r.reput_from,
-                        f"the record at {f.base + r.cursor} ends beyond the end offset {r.END}: the reput stops",
-                    )
-                )
-                return _STOP
-            r.rows.append(_request_of(c))
-            r.row_pos.append(f.base + r.cursor)
-            self.stats.records += 1
-            r.advance(c.size)
-        elif c.ok:  # BLANK: the rest of the file is not data
-            self.stats.blanks += 1
-            r.reput_from = r.reput_from + self.F - r.reput_from % self.F  # rollNextFile
-            r.read = r.size
-        elif c.size > 0:
-            # (TOTALSIZE, False): "[BUG]read total count not equals msg total size";
-            # the offset moves by TOTALSIZE, the buffer cursor by the length read (Q13)
-            assert c.rec is not None
-            self.problems.append(
-                ReputProblem(
-                    c.reason,
-                    self._rel(f),
-                    f.base + r.cursor,
-                    c.size,
-                    f"TOTALSIZE {c.size} does not match the record's fields ({c.rec.computed_size} bytes): not dispatched",
-                )
-            )
-            r.reput_from += c.size
-            r.cursor += c.rec.computed_size
-            r.diverged = True
-        else:
-            lost = r.end - r.cursor
-            clean = c.reason == ck.END_OF_DATA and self._nothing_after(r.i)
-            if not clean and lost > 0:
-                what = c.reason + (f" ({c.field})" if c.field else "")
-                self.problems.append(
-                    ReputProblem(
-                        c.reason,
-                        self._rel(f),
-                        f.base + r.cursor,
-                        lost,
-                        f"unreadable record ({what}): the rest of this file, {lost} bytes, is not dispatched",
-                    )
-                )
-            r.reput_from += r.size - r.read  # what a master broker does: skip the rest of the region
-            return _BREAK
-        return _GO
-
-    def _after_mismatch(self, r: _Region) -> None:
+    def _after_mismatch(self, r: _Region, cursor: int) -> None:
         """After a TOTALSIZE mismatch the broker's reput offset no longer follows the
         records (Q13): it lands at an arbitrary place, possibly beyond every later file,
         and skips what lies between. recover goes where the broker goes; rebuild-index
-        goes on at the next file instead (a documented deviation)."""
+        goes on at the next file instead (a documented deviation). ``cursor``: where the
+        region's walk ended in the buffer."""
         f = r.f
-        nxt = f.base + (r.end if r.end < min(f.size, self.F) else self.F)
+        nxt = f.base + (r.stop if r.stop < min(f.size, self.F) else self.F)
         if r.reput_from != nxt:
             self.problems.append(
                 ReputProblem(
                     SIZE_ACCOUNTING,
                     self._rel(f),
-                    f.base + r.cursor,
+                    f.base + cursor,
                     0,
                     f"after the TOTALSIZE mismatch in this file the broker's reput goes on at offset {r.reput_from}, "
                     f"not at the next file ({nxt}) (quirk Q13)"
@@ -363,47 +412,6 @@ class _Walker:
             )
         if not self.follow_q13:
             r.reput_from = nxt
-
-    def _settle(
-        self, buf: Any, starts: list[int] | np.ndarray, end: int, cols: DispatchColumns, sure: np.ndarray
-    ) -> tuple[DispatchColumns, int]:
-        """Ask ``check_record`` about the records the fast decoder was unsure of. Returns the
-        corrected columns and how many leading records are valid (the walk continues
-        through ``check_record`` at the first invalid one)."""
-        fixes: list[tuple[int, DispatchRequest]] = []
-        k = len(starts)
-        for j in np.flatnonzero(~sure).tolist():
-            c = ck.check_record(
-                buf, starts[j], end, self.profile, check_crc=False, read_body=False, max_delay_level=self.mdl
-            )
-            if c.ok and c.size > 0 and c.size == int(cols.msg_size[j]):
-                fixes.append((j, _request_of(c)))
-            else:
-                k = j
-                break
-        if not fixes:
-            return cols, k
-        keys = list(cols.keys)
-        uniq = list(cols.uniq_key)
-        tags = list(cols.tag_values())
-        topics = list(cols.topic)  # a plain list: the decoder's topic ids no longer hold
-        for j, r in fixes:
-            topics[j] = r.topic
-            cols.queue_id[j] = r.queue_id
-            cols.commitlog_offset[j] = r.commitlog_offset
-            cols.msg_size[j] = r.msg_size
-            cols.tags_code[j] = r.tags_code
-            cols.store_timestamp[j] = r.store_timestamp
-            cols.consume_queue_offset[j] = r.consume_queue_offset
-            keys[j] = r.keys
-            uniq[j] = r.uniq_key
-            tags[j] = r.tags
-            cols.sys_flag[j] = r.sys_flag
-        ik = cols.index_keys
-        if ik is not None:
-            tagged = self.profile.indexes_tags
-            ik = add_index_keys(ik, [(j, r.uniq_key, r.keys, r.tags if tagged else None) for j, r in fixes])
-        return cols._replace(topic=topics, keys=keys, uniq_key=uniq, index_keys=ik, tags=tags), k
 
 
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux 5.14+

@@ -10,6 +10,7 @@ import numpy as np
 from ...formats import consumequeue as cqf
 from ...formats.names import topic_path_problem
 from .. import check as ck
+from ..batchcq import batch_topics
 from ..findingcodes import FindingCode
 from ..scan import sorted_unique
 from ..store import Store
@@ -242,6 +243,7 @@ class _CqCheck:
         }
         self.sched_q1 = not profile.delay_table_in_abnormal_recovery
         self.by_queue: dict[str, Any] = {}  # filled on first use: the records of each queue, in commitlog order
+        self.batch_topics: set[str] = set()  # topics with batchconsumequeue/ queues (5.x BatchCQ)
 
     def queue(self, q: Queue) -> None:
         """The findings about one queue's units."""
@@ -434,6 +436,9 @@ class _CqCheck:
         dispatches them), a topic name no queue can have, a deleted topic, lost."""
         recs = self.recs
         expected = to_queue(recs.flags) & (recs.off < broker.po)
+        batch = [k for k, (t, _q) in enumerate(recs.queues) if t in self.batch_topics]
+        if batch:  # (a BatchCQ topic's records go to batchconsumequeue/: verify.batchcq checks them)
+            expected &= ~np.isin(recs.qkey, np.array(batch, dtype=recs.qkey.dtype))
         missing = np.flatnonzero(expected & ~self.referenced)
         if len(missing):
             fixed = broker.cq_fixed(recs.off[missing])
@@ -579,6 +584,7 @@ def _cq_findings(
     broker: _Broker,
 ) -> tuple[list[Finding], dict[str, Any]]:
     check = _CqCheck(store, profile, recs, spans, outlook, len(queues))
+    check.batch_topics = batch_topics(store.root)
     for q in queues:
         try:
             check.queue(q)
@@ -586,6 +592,12 @@ def _cq_findings(
             q.release()  # checked: its units are not needed any more
     if len(recs):
         check.missing(broker)
+    if check.batch_topics:
+        from .batchcq import batch_findings
+
+        bf, bstats = batch_findings(store, profile, recs, broker)
+        check.out.extend(bf)
+        check.stats.update(bstats)
     return check.out, check.stats
 
 

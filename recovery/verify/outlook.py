@@ -18,6 +18,7 @@ from ..broker import (
 )
 from ..store import Store
 from ..versions import BrokerProfile
+from ..walk import store_framing
 from .parts import FileScan, Records, _rel
 from .records import DAMAGED
 
@@ -44,7 +45,7 @@ def _process_offset(
             from ..recover import recovery_stop
 
             assert profile is not None
-            pos, why = recovery_stop(files[i], fs.stop.pos, fs.end, profile, check_crc=False)
+            pos, why = recovery_stop(files[i], fs.stop.pos, fs.end, profile, False, store_framing(store))
             stop_pos = pos if why is not None else None
             blank = why == ck.BLANK
         if blank:

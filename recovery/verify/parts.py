@@ -15,6 +15,7 @@ from ..findingcodes import FindingCode
 from ..scan import sorted_unique
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
+from ..walk import store_framing
 from .records import DEFAULT_PART_SIZE, MAIN, SALVAGED, Event, Gap, Part, ScanOptions, _Rec
 from .report import Progress
 from .walk import PartTask, scan_part
@@ -190,8 +191,11 @@ def scan_commitlog(
     opts = opts or ScanOptions()
     mapped = store.geometry.commitlog_file_size
     plan = _plan_parts(store, max(part_size, 1 << 12))
+    fr = store_framing(store)
     tasks = [
-        PartTask(str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts).with_hints(hints)
+        PartTask(str(f.path), i, f.base, end, s, e, "B" if s == 0 else "BS", profile, opts, framing=fr).with_hints(
+            hints
+        )
         for i, f, end, s, e in plan
     ]
     # without a pool, ``meanwhile`` runs once the parts are joined into the table (and let go)
@@ -211,7 +215,9 @@ def scan_commitlog(
 
         def run(start: int, stop: int, mode: str, _f: StoreFile = f, _i: int = i, _end: int = end) -> Part:
             return scan_part(
-                PartTask(str(_f.path), _i, _f.base, _end, start, stop, mode, profile, opts).with_hints(hints)
+                PartTask(str(_f.path), _i, _f.base, _end, start, stop, mode, profile, opts, framing=fr).with_hints(
+                    hints
+                )
             )
 
         fparts = _stitch(sorted(by_file.get(i, []), key=lambda p: p.start), f, end, run)

@@ -16,6 +16,7 @@ from ..broker import (
     goes_to_consume_queue_batch,
 )
 from ..findingcodes import FindingCode
+from ..framing import CLASSIC, Framing
 from ..scan import byte_views
 from ..versions import BrokerProfile
 from .holes import DataExtents
@@ -178,6 +179,7 @@ class _Ctx:
         self.views = byte_views(buf)
         self.hints: np.ndarray | None = None  # sorted record starts the consume queues point at (file positions)
         self.data: DataExtents | None = None  # the file's data extents around the part (None: all of it is data)
+        self.framing: Framing = CLASSIC  # how the file's entries are laid out
 
     def release(self) -> None:
         self.views = None  # type: ignore[assignment]

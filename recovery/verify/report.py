@@ -123,7 +123,10 @@ CODES: dict[FindingCode, tuple[str, str]] = {
     ),
     FindingCode.LAYOUT_ROCKSDB_CQ: (ERROR, "a 5.2+ RocksDB consume queue: the store is refused (exit 8)"),
     FindingCode.LAYOUT_CQ_EXT: (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
-    FindingCode.LAYOUT_BATCH_CQ: (ERROR, "BatchConsumeQueue files (batchconsumequeue/): the store is refused (exit 8)"),
+    FindingCode.LAYOUT_BATCH_CQ: (
+        ERROR,
+        "BatchConsumeQueue files (batchconsumequeue/): recover, repair and rebuild-index refuse the store (exit 8); verify checks them instead (the BCQ_ codes) and never reports this one",
+    ),
     FindingCode.LAYOUT_COMPACTION: (
         ERROR,
         "a compaction topic's log (compaction/compactionLog, compaction/compactionCq): the store is refused (exit 8)",
@@ -204,6 +207,43 @@ CODES: dict[FindingCode, tuple[str, str]] = {
     FindingCode.CQ_TOPIC_DELETED: (
         WARNING,
         "messages of a topic with no consume queue file that config/topics.json does not list: a deleted topic, whose messages stay in the commitlog",
+    ),
+    # batch consume queues
+    FindingCode.BCQ_UNIT_INVALID: (
+        ERROR,
+        "a BatchConsumeQueue unit that fails the broker's rule (offset >= 0, size > 0, msgBaseOffset >= 0, batchSize > 0) with written units after it, or the first of those: the broker's recovery cuts the queue there",
+    ),
+    FindingCode.BCQ_NO_RECORD: (
+        ERROR,
+        "a BatchConsumeQueue unit pointing where no intact record starts (past the end of the data, inside a record or into damage)",
+    ),
+    FindingCode.BCQ_WRONG_RECORD: (
+        ERROR,
+        "a BatchConsumeQueue unit pointing at a record of another topic or queue, or of another size",
+    ),
+    FindingCode.BCQ_NOT_INNER_BATCH: (
+        ERROR,
+        "a BatchConsumeQueue unit of more than one message whose record has no inner-batch flag (sysflag 0x80)",
+    ),
+    FindingCode.BCQ_BATCH_MISMATCH: (
+        ERROR,
+        "a BatchConsumeQueue unit whose batch size or base offset is not its record's (INNER_NUM, INNER_BASE and the record's queue offset; 1 and the queue offset for a record without the inner-batch flag)",
+    ),
+    FindingCode.BCQ_OFFSET_GAP: (
+        ERROR,
+        "a BatchConsumeQueue unit whose base offset does not continue the previous unit's batch (its base offset plus batch size): messages missing from the queue, or counted twice",
+    ),
+    FindingCode.BCQ_UNIT_FIELDS: (
+        WARNING,
+        "a BatchConsumeQueue unit whose store time or tagsCode is not its record's (the broker's dispatch writes the record's)",
+    ),
+    FindingCode.BCQ_DISPATCH_LAG: (
+        WARNING,
+        "records of a BatchCQ topic missing from their batch consume queue that the broker dispatches itself at its next start",
+    ),
+    FindingCode.BCQ_MISSING_MESSAGE: (
+        ERROR,
+        "records of a BatchCQ topic missing from their batch consume queue that the broker will not dispatch again",
     ),
     # index
     FindingCode.IDX_HEADER: (

@@ -13,6 +13,7 @@ from ..findingcodes import FindingCode
 from ..scan import queue_hint_runs
 from ..store import Store
 from ..versions import BrokerProfile
+from .batchcq import batch_max_phy
 from .commitlog import _commitlog_findings, _commitlog_spans, _layout_findings, _zero_length_lost, walk_summary
 from .consumequeue import _Broker, _cq_findings
 from .index import Prepared, _index_findings, _read_index_header
@@ -68,6 +69,8 @@ def verify_store(
         pre["queues"] = load_queues(store) if jobs > 1 else load_queues(store, budget_units=0)
         per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
         pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
+        # (5.x: getMaxPhyOffsetInConsumeQueue takes the batch consume queues' too)
+        pre["max_phy_cq"] = max(pre["max_phy_cq"], batch_max_phy(store))
         pre["index"] = Prepared(store, headers)  # the first index file's own structure (no record needed)
 
     # the offsets the consume queues point at speed the commitlog walk up
@@ -194,7 +197,7 @@ def _report(
                 "damaged_regions": len(spans.spans),
             },
         ),
-        "consumequeue": (cq_stats.get("units", 0), cq_stats),
+        "consumequeue": (cq_stats.get("units", 0) + cq_stats.get("batch_units", 0), cq_stats),
         "index": (ix_stats.get("entries", 0), ix_stats),
         "checkpoint": (
             1 if store.checkpoint_present else 0,

@@ -13,14 +13,15 @@ import numpy as np
 from ...formats import commitlog as cl
 from ...formats.javahash import index_hash_batch, java_hash, java_hash_batch
 from ...formats.names import offset_msg_id
-from .. import ccore, parallel
 from .. import check as ck
 from ..batch import body_crcs_match, first_unsure
 from ..batch.header import HeaderColumns, header_columns, ipv6_body_crc_bad, salvage_mismatch
-from ..scan import chase_starts, hints_in, sorted_unique
+from ..framing import CLASSIC, Framing
 from ..scan import first_nonzero as _first_nonzero
+from ..scan import hints_in, sorted_unique
 from ..store import map_readonly
 from ..versions import BrokerProfile
+from ..walk import SKIP, UNLIMITED, Act, Policy, Run, Source, finish, resync, resync_from, walk
 from .holes import DataExtents
 from .props import _index_keys, _keep, _record_checks
 from .records import (
@@ -42,12 +43,14 @@ from .records import (
 
 def _resync(ctx: _Ctx, start: int, limit: int) -> int | None:
     """The first position in [start, limit) holding an intact record (CRC on):
-    :func:`recovery.parallel.resync`, searched in the file's data extents only (a record's
+    :func:`recovery.walk.resync`, searched in the file's data extents only (a record's
     magic has no zero byte, so it lies inside one extent)."""
     if ctx.data is None:
-        return parallel.resync(ctx.buf, start, ctx.end, ctx.base, ctx.profile, True, limit=limit)
+        return resync(ctx.buf, start, ctx.end, ctx.base, ctx.profile, True, limit=limit, framing=ctx.framing)
     for a, b in ctx.data.within(start, min(limit + 4, ctx.end)):
-        q = parallel.resync(ctx.buf, max(start, a - 8), ctx.end, ctx.base, ctx.profile, True, limit=min(limit, b))
+        q = resync(
+            ctx.buf, max(start, a - 8), ctx.end, ctx.base, ctx.profile, True, limit=min(limit, b), framing=ctx.framing
+        )
         if q is not None:
             return q
     return None
@@ -66,43 +69,23 @@ def _first_nonzero_data(ctx: _Ctx, a: int, b: int) -> int:
 
 _V4_BODY_LEN_AT = _V4["body_length"]  # BODYLENGTH with IPv4 born/store hosts (STORE_FORMAT §4)
 _V4_BODY_AT = _V4["body"]
-# TOTALSIZE, MAGICCODE, BODYCRC, then BODYLENGTH at its IPv4 position, in one unpack
 if (_V4["total_size"], _V4["magic"], _V4["body_crc"]) != (0, 4, 8):
-    raise RuntimeError("message schema changed: the walk's header unpack is derived from it")
-_HEAD = struct.Struct(f">iii{_V4_BODY_LEN_AT - 12}xi")
+    raise RuntimeError("message schema changed: the walk's header reads are derived from it")
 _SYS_FLAG_AT = _V4["sys_flag"]
 _HOSTS_V6 = 0x30  # SYSFLAG bits: born host, store host IPv6 (STORE_FORMAT §6)
 
 
-def _fast_run(ctx: _Ctx, pos: int, stop: int, salvage: bool, out: _Rec, flag: int) -> tuple[int, ck.Checked | None]:
-    """Walk records from ``pos`` while they start before ``stop``; append every record the
-    broker accepts (in salvage mode also requiring PHYSICALOFFSET == base + position).
-    Returns (position, None) after running past ``stop``, or (position, outcome) of the
-    record where the walk stops (BLANK, END_OF_DATA or a failure).
-
-    The loop does what the broker's walk does per record at the least cost: TOTALSIZE,
-    magic, and the body CRC (at the IPv4 body position; records with IPv6 hosts are
-    re-checked at their real position afterwards). Everything else is checked with numpy
-    over the whole run (:func:`_validate`)."""
-    if ctx.hints is not None:
-        P, p, bad_crc = _hinted_walk(ctx, pos, stop)
-    else:
-        P, p, bad_crc = _plain_walk(ctx, pos, stop)
-    n = len(P)
-    if n == 0:
-        return p, (_event_at(ctx, p, salvage) if p < stop else None)
-    T = np.empty(n, dtype=np.int64)
-    T[:-1] = P[1:] - P[:-1]
-    T[-1] = p - P[-1]
-    f, cols = _validate(ctx, P, T, salvage, bad_crc)
-    if ctx.profile.verify_prop_crc and f > 0:
-        f = _first_prop_crc_stop(ctx, P, f)
-    f = _keep(ctx, out, P, T, cols, f, flag)
-    if f < n:
-        return int(P[f]), _event_at(ctx, int(P[f]), salvage)
-    if p < stop:
-        return p, _event_at(ctx, p, salvage)
-    return p, None
+def _body_crc_failures(ctx: _Ctx, P: np.ndarray, T: np.ndarray) -> list[int]:
+    """The records of a run whose body CRC does not match, checked at the IPv4 body
+    position (records with IPv6 hosts are checked where their body is by :func:`_validate`;
+    a length past the record is a size mismatch for it, never a CRC over the rest of the
+    file): every body CRC in one pass."""
+    i4 = ctx.views.i4
+    bl = i4[P + _V4_BODY_LEN_AT].astype(np.int64)
+    here = (bl > 0) & (bl <= T - _V4_BODY_AT) & ((i4[P + _SYS_FLAG_AT] & _HOSTS_V6) == 0)
+    ok = body_crcs_match(ctx.mv, P, np.where(here, bl, 0), i4[P + 8], _V4_BODY_AT)
+    out: list[int] = np.flatnonzero(here & ~ok).tolist()
+    return out
 
 
 def _first_prop_crc_stop(ctx: _Ctx, P: np.ndarray, f: int) -> int:
@@ -113,71 +96,6 @@ def _first_prop_crc_stop(ctx: _Ctx, P: np.ndarray, f: int) -> int:
         if not ck.check_record(ctx.buf, int(P[j]), ctx.end, ctx.profile, check_crc=True, read_body=True).is_message:
             return j
     return f
-
-
-def _plain_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[int]]:
-    """The walk of :func:`_fast_run`, one record per step: (starts, position where it
-    stopped, indexes of the starts whose body CRC does not match): the starts by
-    :func:`recovery.ccore.chase` (a record's IPv4 header must fit before the end: beyond
-    it no message fits, a BLANK, END_OF_DATA or a short read), then every body CRC in one
-    pass."""
-    end = ctx.end
-    P, p, _why = ccore.chase(
-        ctx.buf, pos, stop, end, max(end - pos, 0) + 1, 0, _V4_BODY_AT, (ctx.magics[0], ctx.magics[-1])
-    )
-    if not len(P):
-        return P, p, []
-    i4 = ctx.views.i4
-    bl = i4[P + _V4_BODY_LEN_AT].astype(np.int64)
-    # a length past the record is a size mismatch for _validate (or, with IPv6 hosts,
-    # not the body length at all): never a CRC over the rest of the file
-    here = (bl > 0) & (bl <= np.diff(P, append=p) - _V4_BODY_AT)
-    ok = body_crcs_match(ctx.mv, P, np.where(here, bl, 0), i4[P + 8], _V4_BODY_AT)
-    return P, p, np.flatnonzero(here & ~ok).tolist()
-
-
-def _hinted_walk(ctx: _Ctx, pos: int, stop: int) -> tuple[np.ndarray, int, list[int]]:
-    """The same walk with the record starts the consume queues point at (``ctx.hints``):
-    runs of hints chained by their own TOTALSIZEs are taken at once
-    (:func:`recovery.scan.chase_starts`, which follows TOTALSIZE one record at a time
-    where no hint is), the magic and TOTALSIZE rules are checked with numpy and the
-    body CRCs computed in one ``map``; the result is :func:`_plain_walk`'s."""
-    v = ctx.views
-    end = ctx.end
-    lim = min(stop, end - _V4_BODY_AT + 1)
-    chunks: list[np.ndarray] = []
-    p = pos
-    while p < lim:
-        s, p, capped = chase_starts(ctx.mv, v, p, lim, end, ctx.hints)
-        if len(s):
-            chunks.append(np.asarray(s, dtype=np.int64))
-        if not capped:
-            break
-    P = np.concatenate(chunks) if len(chunks) > 1 else (chunks[0] if chunks else np.zeros(0, dtype=np.int64))
-    if not len(P):
-        return P, p, []
-    magic = v.i4[P + 4]
-    bad = magic != ctx.magics[0]
-    if len(ctx.magics) > 1:
-        bad &= magic != ctx.magics[-1]
-    if bad.any():  # the walk stops at a record with another magic
-        k = int(np.argmax(bad))
-        p = int(P[k])
-        P = P[:k]
-    bl = v.i4[P + _V4_BODY_LEN_AT].astype(np.int64)
-    # as in _plain_walk: IPv6 hosts and lengths past the record are left to _validate
-    here = (bl > 0) & (bl <= v.i4[P] - _V4_BODY_AT) & ((v.i4[P + _SYS_FLAG_AT] & _HOSTS_V6) == 0)
-    ok = body_crcs_match(ctx.mv, P, np.where(here, bl, 0), v.i4[P + 8], _V4_BODY_AT)
-    bad_crc = np.flatnonzero(here & ~ok)
-    return P, p, bad_crc.tolist()
-
-
-def _event_at(ctx: _Ctx, pos: int, salvage: bool = False) -> ck.Checked:
-    c = ck.check_record(ctx.buf, pos, ctx.end, ctx.profile, check_crc=True, read_body=True)
-    if c.is_message:
-        # only reachable in salvage mode: a valid record whose PHYSICALOFFSET is elsewhere
-        return ck.Checked(-1, False, PHYS, c.rec, c.props, field="physical_offset")
-    return c
 
 
 def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: list[int]) -> tuple[int, HeaderColumns]:
@@ -197,6 +115,85 @@ def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: l
     return first_unsure(~bad), h
 
 
+class PartScan(Policy):
+    """verify's walk of one part (through :func:`recovery.walk.walk`): the broker's walk
+    record by record while it goes (``mode`` B), then salvage (S: every record must also
+    hold its own PHYSICALOFFSET). A run is taken whole: its header columns validated
+    (:func:`_validate`), its body CRCs, properties and checks kept (:func:`_keep`, into
+    ``out``); the first record refused is checked by ``check_record`` and becomes an event:
+    a BLANK (resync after it: an intact record there means a damaged header read as BLANK
+    hid the rest of the file), a readable record that fails a content check (kept as
+    damaged, skipped by its TOTALSIZE), or a gap up to the next intact record. ``ended``:
+    a resync found nothing (the part ends inside a gap)."""
+
+    need = _V4_BODY_AT  # (a record whose IPv4 header does not fit: BLANK, END_OF_DATA or a short read)
+    cap = UNLIMITED
+    hint_cap = UNLIMITED
+
+    def __init__(self, ctx: _Ctx, part: Part, mode: str, stop: int) -> None:
+        super().__init__()
+        self.ctx, self.part, self.mode, self.stop = ctx, part, mode, stop
+        self.recs = _Rec()
+        self.magics = ctx.magics
+        self.hints = ctx.hints
+        self.check_opts = {"check_crc": True, "read_body": True}
+        self.ended = False
+
+    def take(self, src: Source, run: Run, i: int, k: int) -> tuple[int, bool]:
+        ctx = self.ctx
+        P, T = run.P[i:k], run.T[i:k]
+        main = self.mode == "B"
+        f, cols = _validate(ctx, P, T, not main, _body_crc_failures(ctx, P, T))
+        if ctx.profile.verify_prop_crc and f > 0:
+            f = _first_prop_crc_stop(ctx, P, f)
+        f = _keep(ctx, self.recs, P, T, cols, f, MAIN if main else SALVAGED)
+        return i + f, True
+
+    def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
+        ctx, part = self.ctx, self.part
+        if c.is_message:
+            # only reachable in salvage mode: a valid record whose PHYSICALOFFSET is elsewhere
+            c = ck.Checked(-1, False, PHYS, c.rec, c.props, field="physical_offset")
+        main = self.mode == "B"
+        self.mode = "S"
+        self.event = c
+        if c.is_blank:
+            total = src.framing.padding(ctx.buf, pos)
+            part.blank = (pos, total)
+            part.events.append(Event(pos, ck.BLANK, "", total, "blank", main, {"total_size": total}))
+            # The bytes after a BLANK header are undefined (stale copies up to 4.9.0) and the
+            # broker never reads them. A genuine BLANK leaves less than one message; an
+            # intact record there (its own position in PHYSICALOFFSET, CRC good) means a
+            # damaged header read as BLANK hid the rest of the file: look, in salvage mode.
+            return resync_from(pos + src.framing.padding_head)
+        if c.reason in _INTACT_FAILURES and c.rec is not None and c.rec.total_size == c.rec.computed_size:
+            # (forceVerifyPropCRC checks __CRC32# before the length: a record whose TOTALSIZE
+            # is wrong fails that check first, and its size is no more trustworthy)
+            part.events.append(Event(pos, c.reason, c.field, c.rec.total_size, "damaged", main, _rec_info(c)))
+            _add_damaged(ctx, self.recs, pos + src.framing.header, c)
+            return SKIP
+        self.gap_main = main
+        return resync_from(pos + 1)
+
+    def resync(self, src: Source, start: int) -> int | None:
+        return _resync(self.ctx, start, self.stop)
+
+    def resynced(self, src: Source, pos: int, c: ck.Checked, q: int | None) -> int | None:
+        ctx, part = self.ctx, self.part
+        if c.is_blank:
+            if q is not None:
+                part.gaps.append(Gap(pos + src.framing.padding_head, q, "", "", -1, True))
+        else:
+            gap_end = self.stop if q is None else q
+            info = _rec_info(c) or _header_info(ctx.buf, pos + src.framing.header, ctx.end)
+            part.events.append(Event(pos, c.reason, c.field, c.size, "gap", self.gap_main, info))
+            part.gaps.append(
+                Gap(pos, gap_end, c.reason, c.field, _first_nonzero_data(ctx, pos, gap_end), q is not None)
+            )
+        self.ended = q is None
+        return q
+
+
 @dataclass(frozen=True)
 class PartTask:
     """The work of one part: a byte range of one commitlog file and how to enter it."""
@@ -212,6 +209,7 @@ class PartTask:
     opts: ScanOptions
     hints: np.ndarray | None = None  # file positions in [start, stop) that consume queue units point at
     hints_sorted: bool = True  # False: scan_part sorts them first
+    framing: Framing = CLASSIC  # the store's (recovery.store.Store.framing)
 
     def with_hints(self, hints: np.ndarray | list[np.ndarray] | None) -> PartTask:
         """This task with the ``hints`` that fall in its range: sorted commitlog offsets,
@@ -242,6 +240,7 @@ def scan_part(task: PartTask) -> Part:
         os.close(fd)
     ctx = _Ctx(mm, end, task.base, task.profile, task.opts)
     ctx.data = data
+    ctx.framing = task.framing
     if task.hints is not None and len(task.hints):
         ctx.hints = task.hints if task.hints_sorted else sorted_unique(task.hints)
     try:
@@ -257,7 +256,6 @@ def scan_part(task: PartTask) -> Part:
 
 
 def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
-    out = _Rec()
     pos = task.start
     stop = min(task.stop, ctx.end)
     mode = task.mode
@@ -268,51 +266,17 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
         if gap_end > pos:
             part.gaps.append(Gap(pos, gap_end, "", "", _first_nonzero_data(ctx, pos, gap_end), q is not None))
         if q is None:
-            _finish(part, out, max(stop, task.stop), "SS")
+            _finish(part, _Rec(), max(stop, task.stop), "SS")
             return
         pos = q
         mode = "B" if mode == "BS" else "S"
-    elif mode == "S":
-        pass
-    while pos < stop:
-        main = mode == "B"
-        pos, c = _fast_run(ctx, pos, stop, not main, out, MAIN if main else SALVAGED)
-        if c is None:
-            break
-        mode = "S"
-        if c.is_blank:
-            total, _m = cl.PREFIX.unpack_from(ctx.buf, pos)
-            part.blank = (pos, int(total))
-            part.events.append(Event(pos, ck.BLANK, "", int(total), "blank", main, {"total_size": int(total)}))
-            # The bytes after a BLANK header are undefined (stale copies up to 4.9.0) and the
-            # broker never reads them. A genuine BLANK leaves less than one message; an
-            # intact record there (its own position in PHYSICALOFFSET, CRC good) means a
-            # damaged header read as BLANK hid the rest of the file: look, in salvage mode.
-            q = _resync(ctx, pos + 8, stop)
-            if q is None:
-                _finish(part, out, max(stop, task.stop), "SS")
-                return
-            part.gaps.append(Gap(pos + 8, q, "", "", -1, True))
-            pos = q
-            continue
-        if c.reason in _INTACT_FAILURES and c.rec is not None and c.rec.total_size == c.rec.computed_size:
-            # (forceVerifyPropCRC checks __CRC32# before the length: a record whose TOTALSIZE
-            # is wrong fails that check first, and its size is no more trustworthy)
-            part.events.append(Event(pos, c.reason, c.field, c.rec.total_size, "damaged", main, _rec_info(c)))
-            _add_damaged(ctx, out, pos, c)
-            pos += c.rec.total_size
-            continue
-        q = _resync(ctx, pos + 1, stop)
-        gap_end = stop if q is None else q
-        part.events.append(
-            Event(pos, c.reason, c.field, c.size, "gap", main, _rec_info(c) or _header_info(ctx.buf, pos, ctx.end))
-        )
-        part.gaps.append(Gap(pos, gap_end, c.reason, c.field, _first_nonzero_data(ctx, pos, gap_end), q is not None))
-        if q is None:
-            _finish(part, out, max(stop, task.stop), "SS")
-            return
-        pos = q
-    _finish(part, out, pos if pos >= stop else stop, mode)
+    pol = PartScan(ctx, part, mode, stop)
+    src = Source(ctx.buf, ctx.end, ctx.base, ctx.profile, ctx.framing, ctx.views)
+    w = finish(walk(src, pol, pos, stop))
+    if pol.ended:
+        _finish(part, pol.recs, max(stop, task.stop), "SS")
+    else:
+        _finish(part, pol.recs, w.pos if w.pos >= stop else stop, pol.mode)
 
 
 def _finish(part: Part, out: _Rec, end: int, end_mode: str) -> None:

@@ -31,6 +31,7 @@ COMMANDS = {
     "export": "rmqtool.cli.export.command",
     "offsets": "rmqtool.cli.commands.offsets",
     "backups": "rmqtool.cli.commands.backups",
+    "report": "rmqtool.cli.report.command",
     "diff": "rmqtool.cli.commands.diff",
 }
 

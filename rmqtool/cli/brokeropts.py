@@ -133,6 +133,7 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
         def wrapper(*args: Any, **kw: Any) -> Any:
             ctx = click.get_current_context()
             meta = ctx.meta.setdefault("rmqtool.broker", {})
+            given = dict(kw)  # (a dry run per group of releases runs the command again from these)
             path = kw.pop("broker_config", None)
             conf = read_broker_conf(path) if path is not None else None
             meta["conf"] = conf
@@ -151,6 +152,8 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                 _note(f"{conf.path}: {why}")
             if store is not None and kind in ("destructive", "restore", "verify"):
                 refusals = all_refusals(Path(store), conf, version)
+                if kind == "verify":  # (verify checks batch consume queues: its BCQ_* findings)
+                    refusals = [r for r in refusals if r.code != FindingCode.LAYOUT_BATCH_CQ]
                 cl_dir = meta.get("commitlog_dir")
                 if (
                     conf is not None
@@ -170,6 +173,17 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                     )
             if meta.get("ambiguous") is not None:
                 raise meta["ambiguous"]
+            groups = meta.pop("version_groups", None)
+            if groups is not None:
+                # a dry run without a release: one plan per group of candidates (issue 34, pain 8)
+                from .versiongroups import run_per_group
+
+                def again(k: dict[str, Any]) -> int:
+                    for key in ("version_refusals", "refusals", "ambiguous", "version"):
+                        meta.pop(key, None)
+                    return int(wrapper(*args, **k))
+
+                return run_per_group(ctx.info_name or "", groups, again, given, bool(given.get("quiet")))
             return f(*args, **kw)
 
         return click.option(
@@ -276,6 +290,11 @@ def _resolve_version(ctx: click.Context, kw: dict[str, Any], store: Any, kind: s
                 else ("normal" if normal else "abnormal")
             )
         inf = narrow_for_store(s, inf, ctx.info_name or "", mode)
+    if inf.ambiguous and kind == "destructive" and kw.get("dry_run") and kw.get("salvage_to") is None:
+        # "what would the broker do?" has an answer per group of candidates: the command
+        # runs once per group (after the refusals, which come first: exit 8)
+        meta["version_groups"] = inf
+        return None
     if inf.ambiguous and kind == "destructive":  # raised after the refusals (which come first: exit 8)
         example = ".".join(map(str, inf.assumed()))
         meta["ambiguous"] = AmbiguousVersion(
@@ -338,6 +357,26 @@ def _span_of(cands: list[tuple[int, int, int]]) -> str:
         return ".".join(map(str, v))
 
     return lab(cands[0]) if len(cands) == 1 else f"{lab(cands[0])}-{lab(cands[-1])}"
+
+
+def version_for_store(store: Path, kw: dict[str, Any]) -> tuple[str, list[Refusal]]:
+    """A command of several STOREs (report): the release to emulate for one of them, and
+    what rmqtool refuses in it. ``kw["broker_version"]`` is the release given, or auto
+    (resolved for this store as a read-only command resolves it, its note said unless -q);
+    the refusals are the evidence auto refuses (a newer release, a contradiction) and the
+    layouts and settings rmqtool does not handle, as verify finds them."""
+    from ..recovery.versions import DEFAULT_VERSION
+
+    ctx = click.get_current_context()
+    meta = ctx.meta.setdefault("rmqtool.broker", {})
+    for key in ("version_refusals", "version", "ambiguous"):
+        meta.pop(key, None)
+    k = dict(kw)
+    given = k.get("broker_version") or "auto"
+    version = _resolve_version(ctx, k, store, "verify") if given == "auto" else parse_version(given)
+    label = given if given != "auto" else (k.get("broker_version") if version is not None else DEFAULT_VERSION)
+    refusals = [*meta.pop("version_refusals", []), *all_refusals(Path(store), meta.get("conf"), version)]
+    return str(label), refusals
 
 
 def refusal_findings() -> list[dict[str, Any]]:

@@ -52,6 +52,11 @@ CL_SIZE = Step(
     ("repair", "{store}", "--dry-run"),
     "then --yes: the broker refuses to load the store, and recover refuses it too",
 )
+_BATCH = Step(
+    ("dump", "consumequeue", "{store}", "{topic}", "--resolve"),
+    "shows the units and their records; nothing rmqtool runs mends a batch consume queue (recover, "
+    "repair and rebuild-index refuse it: LAYOUT_BATCH_CQ)",
+)
 
 BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the type check)
     FindingCode.FILE_STRAY: Step(None, "none: the broker ignores it; move it out of the store if unwanted"),
@@ -72,6 +77,7 @@ BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the
     FindingCode.CQ_TOPIC_DELETED: Step(None, "none: queues of a deleted topic; the broker ignores them"),
     FindingCode.CQ_DISPATCH_LAG: Step(CQ.argv, LAG),
     FindingCode.IDX_DISPATCH_LAG: Step(INDEX.argv, LAG),
+    FindingCode.BCQ_DISPATCH_LAG: Step(None, "none: the broker's next start dispatches it"),
     FindingCode.CL_QUEUE_OFFSET: AS_WRITTEN,
     FindingCode.CL_SYSFLAG: AS_WRITTEN,
     FindingCode.CL_PROPERTIES: AS_WRITTEN,
@@ -91,6 +97,7 @@ BY_PREFIX = (
     ("IDX_", INDEX),
     ("CKPT_", RECOVER),
     ("FILE_", Step(RECOVER.argv, "the broker refuses or mis-reads such files; " + RECOVER.why)),
+    ("BCQ_", _BATCH),
 )
 NO_STEP = Step(None, "see the code in rmqtool-verify(1)")
 
@@ -112,6 +119,8 @@ def step_for(finding: dict[str, Any], outlook: dict[str, Any] | None = None) -> 
         # rewrite those files, the rebuild does
         if f.startswith("consumequeue/"):
             step = Step(CQ.argv, "the broker refuses or mis-reads such a file; " + CQ.why)
+        elif f.startswith("batchconsumequeue/"):
+            step = Step(None, "the broker refuses to load such a file; " + _BATCH.why)
         elif f.startswith("index/"):
             step = Step(INDEX.argv, "the broker refuses or mis-reads such a file; " + INDEX.why)
     if outlook and step.argv is not None and step.argv[0] == "recover" and code.startswith("CL_"):
@@ -166,7 +175,7 @@ def next_command(finding: dict[str, Any], store: str, outlook: dict[str, Any] | 
         return None
     f = str(finding.get("file") or "")
     parts = f.split("/")
-    topic = parts[1] if len(parts) >= 3 and parts[0] == "consumequeue" else None
+    topic = parts[1] if len(parts) >= 3 and parts[0] in ("consumequeue", "batchconsumequeue") else None
     off = finding.get("physical_offset")
     out: list[str] = []
     for a in step.argv:

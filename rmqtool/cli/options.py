@@ -20,6 +20,20 @@ F = Callable[..., Any]
 
 def store_argument(f: F) -> F:
     """STORE plus the geometry overrides (inferred from the files by default)."""
+    f = geometry_options(f)
+    f = click.argument("store", type=click.Path(path_type=Path, readable=False), required=False)(f)
+    return f
+
+
+def stores_argument(f: F) -> F:
+    """STORE... (one or more; report) plus the geometry overrides, the same for every store."""
+    f = geometry_options(f)
+    f = click.argument("stores", type=click.Path(path_type=Path, readable=False), nargs=-1)(f)
+    return f
+
+
+def geometry_options(f: F) -> F:
+    """--commitlog-file-size, --cq-file-size, --index-slots, --index-entries."""
     f = click.option(
         "--index-entries",
         "index_num",
@@ -46,7 +60,6 @@ def store_argument(f: F) -> F:
         default=None,
         help="CommitLog file size in bytes; mirrors mappedFileSizeCommitLog (default: --broker-config, else inferred, else 1 GiB).",
     )(f)
-    f = click.argument("store", type=click.Path(path_type=Path, readable=False), required=False)(f)
     return f
 
 
@@ -153,7 +166,8 @@ def broker_version_option(f: F) -> F:
         envvar="RMQTOOL_BROKER_VERSION",
         help="RocketMQ release whose behaviour to emulate (a release from 4.6.0 to 5.5.1, e.g. 4.9.4, 5.3.3, 5.5.1), "
         "or auto: inferred from what the store shows (destructive commands refuse when that leaves releases "
-        "whose recovery differs). Environment: RMQTOOL_BROKER_VERSION.",
+        "whose recovery differs; their --dry-run then shows the plan of each group of them). "
+        "Environment: RMQTOOL_BROKER_VERSION.",
     )(f)
 
 
@@ -179,6 +193,8 @@ def broker_meta() -> dict[str, Any]:
 
 __all__ = [
     "store_argument",
+    "stores_argument",
+    "geometry_options",
     "open_store",
     "broker_version_option",
     "make_profile",

@@ -166,6 +166,7 @@ def format_options(
     extra: tuple[str, ...] = (),
     aliases: dict[str, str] | None = None,
     columns: str = "the records",
+    human: str = HUMAN,
 ) -> Callable[[F], F]:
     """--format table|json|jsonl|csv (and ``extra``; ``aliases``: old names still accepted)
     and --columns, resolved before the command runs: it gets ``fmt`` (a format name, never
@@ -178,7 +179,7 @@ def format_options(
     def deco(f: F) -> F:
         @functools.wraps(f)
         def wrapper(*a: Any, fmt: str | None = None, columns_text: str | None = None, **k: Any) -> Any:
-            chosen = resolve(fmt, legacy, alias)
+            chosen = resolve(fmt, legacy, alias, human)
             asked = parse_columns(columns_text)
             if asked is not None and chosen in ("json", "jsonl"):
                 raise click.UsageError(
@@ -198,8 +199,14 @@ def format_options(
             "fmt",
             type=click.Choice(names + tuple(alias), case_sensitive=False),
             default=None,
-            help="table: the report for people (the default, also into a pipe or a file); json: one document; "
-            "jsonl: one record per line, a summary record last; csv: the records, a summary row last"
+            help=(
+                "html: the report for people, one self-contained page (the default, also into a pipe or a file); "
+                "table: its sections as text"
+                if human == "html"
+                else "table: the report for people (the default, also into a pipe or a file)"
+            )
+            + "; json: one document; jsonl: one record per line, a summary record last; csv: the records, a "
+            "summary row last"
             + "".join(f"; {old}: the same as {new}" for old, new in alias.items())
             + f". {FORMAT_ENV}=jsonl: the default of earlier releases when standard output is not a terminal.",
         )(wrapper)
@@ -208,23 +215,27 @@ def format_options(
 
 
 def resolve(
-    fmt: str | None, legacy: str | Callable[[], str] | None = None, aliases: dict[str, str] | None = None
+    fmt: str | None,
+    legacy: str | Callable[[], str] | None = None,
+    aliases: dict[str, str] | None = None,
+    human: str = HUMAN,
 ) -> str:
-    """The format to print: ``fmt`` (an alias resolved), else the report for people, whatever
-    standard output is; with RMQTOOL_FORMAT=jsonl and standard output not a terminal, the
-    command's ``legacy`` default."""
+    """The format to print: ``fmt`` (an alias resolved), else the report for people
+    (``human``: table, or report's html page), whatever standard output is; with
+    RMQTOOL_FORMAT=jsonl and standard output not a terminal, the command's ``legacy``
+    default."""
     if fmt:
         fmt = fmt.lower()
         return (aliases or {}).get(fmt, fmt)
     env = os.environ.get(FORMAT_ENV, "").strip().lower()
     if env in ("", HUMAN):
-        return HUMAN
+        return human
     if env != "jsonl":
         raise click.UsageError(
             f"{FORMAT_ENV}={env}: table (the default) or jsonl (the pipe default of earlier releases)"
         )
     if legacy is None or _is_terminal(sys.stdout):
-        return HUMAN
+        return human
     return legacy() if callable(legacy) else legacy
 
 
@@ -290,6 +301,7 @@ def console(out: Any = None) -> Any:
 
 WIDTH_ENV = "RMQTOOL_WIDTH"
 _UNLIMITED: contextvars.ContextVar[bool] = contextvars.ContextVar("rmqtool_unlimited_width", default=False)
+_FIXED: contextvars.ContextVar[int | None] = contextvars.ContextVar("rmqtool_fixed_width", default=None)
 
 
 @contextmanager
@@ -300,6 +312,17 @@ def unlimited_width() -> Iterator[None]:
         yield
     finally:
         _UNLIMITED.reset(token)
+
+
+@contextmanager
+def fixed_width(w: int) -> Iterator[None]:
+    """The report for people laid out for ``w`` columns inside, whatever it is written to
+    (a report captured to be printed later on the terminal it was measured on)."""
+    token = _FIXED.set(w)
+    try:
+        yield
+    finally:
+        _FIXED.reset(token)
 
 
 def say(text: str = "", out: Any = None) -> None:
@@ -328,6 +351,9 @@ def width(out: Any = None) -> int:
     out = out or sys.stdout
     if _UNLIMITED.get():
         return 100_000
+    fixed = _FIXED.get()
+    if fixed is not None:
+        return fixed
     cols = os.environ.get(WIDTH_ENV, "")
     if cols.isdigit() and int(cols) > 0:
         return int(cols)
@@ -358,4 +384,5 @@ __all__ = [
     "WIDTH_ENV",
     "say",
     "unlimited_width",
+    "fixed_width",
 ]

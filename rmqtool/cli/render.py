@@ -7,10 +7,12 @@ in tables and text and as null in JSON.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .output import SCHEMA_VERSION
@@ -281,6 +283,23 @@ class CsvWriter:
         self.w.writerow(["summary", *(csv_cell(s.get(k)) for k in self.fields), s["verdict"], s["exit_status"]])
 
 
+_SUMMARY_HOOK: contextvars.ContextVar[Callable[[dict[str, Any]], None] | None] = contextvars.ContextVar(
+    "rmqtool_summary_hook", default=None
+)
+
+
+@contextmanager
+def summary_hook(hook: Callable[[dict[str, Any]], None]) -> Iterator[None]:
+    """Inside, every :func:`emit` also hands its summary record to ``hook``, in every format
+    (the report for people included): a caller that runs a command several times sums the
+    runs up (:mod:`rmqtool.cli.versiongroups`)."""
+    token = _SUMMARY_HOOK.set(hook)
+    try:
+        yield
+    finally:
+        _SUMMARY_HOOK.reset(token)
+
+
 def emit(
     fmt: str,
     *,
@@ -298,6 +317,7 @@ def emit(
     ``summary()``, the summary record (:func:`summary_record`); csv the records' ``columns``,
     then the summary row. ``summary`` is called after the records are written."""
     out = out or sys.stdout
+    s: dict[str, Any] | None = None
     if fmt == "json":
         doc = document()
         s = summary()
@@ -308,11 +328,16 @@ def emit(
     elif fmt == "jsonl":
         for r in records:
             out.write(dumps(r) + "\n")
-        out.write(dumps(summary()) + "\n")
+        s = summary()
+        out.write(dumps(s) + "\n")
     elif fmt == "csv":
         w = CsvWriter(columns, kind, out)
         for r in records:
             w.row(r)
-        w.summary(summary())
+        s = summary()
+        w.summary(s)
     else:
         table()
+    hook = _SUMMARY_HOOK.get()
+    if hook is not None:
+        hook(s if s is not None else summary())

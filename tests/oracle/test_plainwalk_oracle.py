@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import random
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,8 +18,12 @@ import pytest
 
 from rmqtool.recovery import check as ck
 from rmqtool.recovery import recover as rc
-from rmqtool.recovery.plainwalk import crc_failures, plain_records
-from rmqtool.recovery.scan import byte_views, queue_hint_runs, walk_file
+from rmqtool.recovery.batch.plain import crc_failures, plain_records
+from rmqtool.recovery.scan import byte_views, queue_hint_runs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from walkref import walk_file  # noqa: E402
+
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import BrokerProfile
 

@@ -238,6 +238,15 @@ def _table(doc: dict[str, Any], all_queues: bool, cols: list[tuple[str, str]]) -
     )
     rows = doc["queues"] if all_queues else doc["topics"]
     render(iter(rows), "table", cols, out=out)
+    bq = doc["batch_consume_queues"]
+    if bq["queues"]:
+        con.print(
+            f"batch consume queues (5.x BatchCQ topics, batchconsumequeue/): {bq['queues']} queues of "
+            f"{bq['topics']} topics, {bq['units']} units, {bq['messages']} messages (dump consumequeue lists "
+            "them; recover, repair and rebuild-index refuse such a store)",
+            highlight=False,
+            markup=False,
+        )
     idx = doc["index"]
     if idx:
         con.print(

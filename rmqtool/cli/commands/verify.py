@@ -141,9 +141,9 @@ def write_report(
     def document() -> dict[str, Any]:
         doc = report.to_dict()
         for f in doc["findings"]:
-            _with_next(f, report)
+            with_next(f, report)
         doc["schema_version"] = SCHEMA_VERSION
-        doc["verdict"] = _verdict(report)
+        doc["verdict"] = verdict_of(report)
         doc["exit_status"] = code
         return doc
 
@@ -161,10 +161,10 @@ def write_report(
 
 def _findings(report: VerifyReport) -> Iterator[dict[str, Any]]:
     for f in report.findings:
-        yield _with_next(f.to_dict(), report)
+        yield with_next(f.to_dict(), report)
 
 
-def _with_next(d: dict[str, Any], report: VerifyReport) -> dict[str, Any]:
+def with_next(d: dict[str, Any], report: VerifyReport) -> dict[str, Any]:
     """The finding with ``next`` (the step in words) and ``next_command`` (its argv after
     ``rmqtool``, or null), decided with the recovery outlook."""
     outlook = report.summary.get("recovery")
@@ -177,7 +177,7 @@ def _summary_record(report: VerifyReport, code: int) -> dict[str, Any]:
     rec = report.summary.get("recovery") or {}
     return summary_record(
         "verify",
-        _verdict(report),
+        verdict_of(report),
         code,
         store=report.store,
         broker_version=report.broker_version,
@@ -189,7 +189,7 @@ def _summary_record(report: VerifyReport, code: int) -> dict[str, Any]:
     )
 
 
-def _verdict(report: VerifyReport) -> str:
+def verdict_of(report: VerifyReport) -> str:
     if report.errors:
         return f"problems: {report.errors} error finding(s), {report.warnings} warning(s)"
     if report.warnings:
@@ -200,7 +200,7 @@ def _verdict(report: VerifyReport) -> str:
 def _summary(report: VerifyReport, out: TextIO, columns: list[tuple[str, str]]) -> None:
     console = _console(out)
     rec = report.summary.get("recovery") or {}
-    lines = [f"verdict: {_verdict(report)} ({report.summary.get('messages', 0)} messages)"]
+    lines = [f"verdict: {verdict_of(report)} ({report.summary.get('messages', 0)} messages)"]
     if rec.get("normal"):
         lines.append(
             f"next start: {rec['mode']} recovery"
@@ -246,7 +246,7 @@ def _summary(report: VerifyReport, out: TextIO, columns: list[tuple[str, str]]) 
     shown = sorted(report.findings, key=lambda f: f.severity != "error")[:FIRST_FINDINGS]  # errors first
     if shown:
         render(
-            (_with_next(f.to_dict(), report) for f in shown),
+            (with_next(f.to_dict(), report) for f in shown),
             "table",
             columns,
             title=f"findings ({len(report.findings)}; first {len(shown)} shown)"
@@ -258,4 +258,4 @@ def _summary(report: VerifyReport, out: TextIO, columns: list[tuple[str, str]]) 
     console.print(lines[0], highlight=False, markup=False)
 
 
-__all__ = ["command", "write_report"]
+__all__ = ["command", "verdict_of", "with_next", "write_report"]

@@ -1,53 +1,39 @@
 """``rmqtool dump commitlog|consumequeue|index|checkpoint|config STORE``: print the records
 of a store's files, read-only, as a table, JSON lines, one JSON document or text.
 
-The field contract is documented in man/rmqtool-dump.1. Records come from
-``recovery.scan`` / ``recovery.query``; this module only selects, filters and renders.
+The field contract is documented in man/rmqtool-dump.1. Records come from ``recovery``
+(the walk of ``recovery.rows``, ``recovery.records``, ``recovery.query``); this module only
+selects options and hands the records to the writers (rmqtool.cli.dump.output, the
+JSON-lines writer rmqtool.cli.export.jsonl).
 Exit status: 0 every record read cleanly, 4 damage was met (a record whose ``status`` is
 not OK), 8 operational error.
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import click
-import numpy as np
 
-from ...formats import commitlog as cl
-from ...formats.javahash import tags_code
-from ...formats.names import host_to_str
-from ...formats.properties import JAVA_REPLACE, split_keys
 from ...recovery import query as qy
 from ...recovery import records as rec
-from ...recovery.batch.blocks import gather, host_of_key, row_groups
-from ...recovery.batch.layout import V4
-from ...recovery.batch.plainrecord import HSIZE as _HSIZE
-from ...recovery.batch.plainrecord import plain_record
-from ...recovery.batch.plainrun import HEADER_COLUMNS, PlainFile, PlainRun, lead, plain_run
-from ...recovery.batch.plainrun import SCHEDULE as _SCHEDULE
 from ...recovery.records import (
     Record,
     checkpoint_record,
     commitlog_records,
     config_records,
-    generic_record,
     index_hit_records,
 )
-from ...recovery.scan import walk_records
-from ...recovery.store import Store, StoreFile
+from ...recovery.store import Store
 from ..brokeropts import broker_config_option
 from ..cmdopts import store_command_options
+from ..export.jsonl import commitlog_items
 from ..options import broker_version_option, make_profile, open_store, store_argument
 from ..output import format_options, output_file_options, pick_columns
 from ..progress import progress_option, quiet_flag
-from .output import Block as _Block
-from .output import encode_json_str as _enc
+from .output import Block, message_line, output, write_jsonl
 from .output import expand as _expand
-from .output import message_line, output, write_jsonl
-from .output import value_json as _value_json
 
 COMMITLOG_COLUMNS = rec.COMMITLOG.table_columns()
 CQ_COLUMNS = rec.CONSUMEQUEUE.table_columns()
@@ -55,7 +41,6 @@ INDEX_COLUMNS = rec.INDEX.table_columns()
 INDEX_HIT_COLUMNS = rec.INDEX_HIT.table_columns()
 CHECKPOINT_COLUMNS = rec.CHECKPOINT.table_columns()
 CONFIG_COLUMNS = rec.CONFIG.table_columns()
-_generic_record = generic_record  # (the name _file_lines calls)
 
 
 # ---------------------------------------------------------------------------------------
@@ -85,23 +70,11 @@ def fields(spec: rec.RecordSpec, extra: list[tuple[str, str]] | None = None) -> 
 
 
 # ---------------------------------------------------------------------------------------
-# Fast path of ``dump commitlog --format jsonl`` (no --key/--msg-id/--body/--body-hash):
-# the same lines as ``message_line(message_fields(...))`` for every plainly valid record,
-# built without the per-record Checked/dict objects. "Plainly valid" is the batch
-# decoder's rule: runs of plain records (``recovery.batch.plainrun``, rendered as blocks
-# of lines below) and single plain records (``recovery.batch.plainrecord``, a V1 record
-# of any host layout whose lengths add up, whose body CRC matches, whose topic is not
-# SCHEDULE_TOPIC_XXXX, whose properties are "simple": every segment key\x01value with
-# both non-empty, no duplicate keys, no character JSON must escape, and on 5.x no
-# INNER_ property). Anything else (and every BLANK or damaged spot) goes through the generic
-# walk (``recovery.scan.walk_records`` + ``message_fields``), so the output is identical;
-# tests/test_dump_cli.py asserts it on every fixture, synthetic and damaged store.
-
-_V1_MAGIC = struct.pack(">i", cl.MAGIC_V1)
-_MAGIC_AT = V4["magic"]
-_SYS_FLAG_END = V4["born_timestamp"]  # (SYSFLAG's last byte holds the host bits)
-_MSG_ID_AT = V4["physical_offset"]  # a msg id ends with the record's own PHYSICALOFFSET bytes
-_TX = ('"NOT_TYPE"', '"PREPARED"', '"COMMIT"', '"ROLLBACK"')
+# The jsonl path of ``dump commitlog`` (no --key/--msg-id/--body/--body-hash): the walk of
+# recovery.rows (blocks of plain records, plain records one by one, the rest by the
+# forensic rules) written by the JSON-lines writer (rmqtool.cli.export.jsonl): the same
+# lines as ``message_line(message_fields(...))`` for every record; tests/test_dump_cli.py
+# asserts it on every fixture, synthetic and damaged store.
 
 
 def commitlog_lines(
@@ -112,521 +85,10 @@ def commitlog_lines(
     """``commitlog_records`` for the jsonl output: plain messages come as finished JSON
     lines (str, one per message), everything else as records (dict); same order, same
     filters, and the same text once rendered."""
-    return _expand(_commitlog_blocks(store, profile, **kw))
+    return _expand(commitlog_items(store, profile, **kw))
 
 
-def _commitlog_blocks(
-    store: Store,
-    profile: Any,
-    *,
-    topic: str | None = None,
-    queue_id: int | None = None,
-    from_offset: int | None = None,
-    to_offset: int | None = None,
-    since: int | None = None,
-    until: int | None = None,
-    start: int | None = None,
-) -> Iterator[str | Record]:
-    """:func:`commitlog_lines` with runs of plain messages as blocks of lines (``_Block``);
-    ``start``: a record start to walk from (a seek's answer) instead of the beginning."""
-    if not profile.new_properties_parser:  # the 4.6.0-4.9.0 parser differs on edge cases
-        yield from commitlog_records(
-            store,
-            profile,
-            topic=topic,
-            queue_id=queue_id,
-            from_offset=from_offset,
-            to_offset=to_offset,
-            since=since,
-            until=until,
-        )
-        return
-    content_filter = topic is not None or queue_id is not None or since is not None or until is not None
-    for f in store.commitlog_in_range(start if start is not None else from_offset, to_offset):
-        with store.map(f) as mf:
-            sp = start - f.base if start is not None and f.base <= start < f.base + mf.size else 0
-            yield from _file_lines(
-                f, mf.buf, mf.size, profile, topic, queue_id, from_offset, to_offset, since, until, content_filter, sp
-            )
-
-
-class _Lines:
-    """Per-file state of the per-record JSON lines: the filters (positions ``[lo, hi)``
-    of the file, topic, queue id, store time) and tables cached across records."""
-
-    def __init__(
-        self,
-        fname: str,
-        is5: bool,
-        lo: int,
-        hi: int,
-        unfiltered: bool,
-        topic: str | None,
-        queue_id: int | None,
-        since: int | None,
-        until: int | None,
-    ) -> None:
-        self.fname = _enc(fname)
-        self.is5 = is5
-        self.lo, self.hi, self.unfiltered = lo, hi, unfiltered
-        self.topic, self.queue_id, self.since, self.until = topic, queue_id, since, until
-        self.hosts: dict[tuple[bytes, int, bytes, int], tuple[str, str, str]] = {}  # -> born, store, msg id prefix
-        self.topics: dict[bytes, tuple[str, str]] = {}  # -> name, JSON
-        self.tcodes: dict[str, int] = {}
-
-
-def _file_lines(
-    f: StoreFile,
-    buf: Any,
-    end: int,
-    profile: Any,
-    topic: str | None,
-    queue_id: int | None,
-    from_offset: int | None,
-    to_offset: int | None,
-    since: int | None,
-    until: int | None,
-    content_filter: bool,
-    start_pos: int = 0,
-) -> Iterator[Any]:
-    """One file's output of :func:`_commitlog_blocks` from ``start_pos`` (a record start:
-    0, or where a seek found one, recovery.seek): blocks of plain records (``_Block``,
-    unfiltered only), a JSON line for each other plain record, a record of the generic
-    walk for the rest."""
-    lo = -1 if from_offset is None else from_offset - f.base  # position range [lo, hi) of this file
-    hi = end + 1 if to_offset is None else to_offset - f.base
-    unfiltered = lo < 0 and hi > end and not content_filter
-    st = _Lines(f.name, profile.checks_inner_batch, lo, hi, unfiltered, topic, queue_id, since, until)
-    mv = memoryview(buf)
-    vec = _Vec(buf, mv, end, f.name, profile) if unfiltered else None
-    try:
-        pos = start_pos
-        while pos < end:
-            budget = -1
-            if vec is not None:
-                blk, budget = _try_block(vec, buf, pos, end)
-                if blk is not None:
-                    pos = blk[0]
-                    yield _Block(blk[1], blk[2])
-                    continue
-            pos, budget = yield from _record_lines(st, buf, mv, pos, end, budget)
-            if pos >= end:
-                break
-            if not budget:
-                continue
-            resume = yield from _generic_lines(f, buf, end, profile, pos, st, content_filter)
-            if resume is None:
-                break
-            pos = resume
-    finally:
-        if vec is not None:
-            vec.release()
-            del vec
-        mv.release()
-
-
-def _try_block(vec: _Vec, buf: Any, pos: int, end: int) -> tuple[tuple[int, list[bytes], int] | None, int]:
-    """(a block from ``pos`` or None, how many records the per-record path takes before a
-    block is tried again; -1: no limit)."""
-    if pos + _SYS_FLAG_END <= end and (
-        buf[pos + _MAGIC_AT : pos + _MAGIC_AT + 4] != _V1_MAGIC or buf[pos + _SYS_FLAG_END - 1] & 0x30
-    ):
-        # a record the blocks never take (IPv6 hosts, V2, ...): this one alone goes to the
-        # per-record paths, and the next one gets a block again (a record of another layout
-        # among plain ones must not end the blocks for a whole run; 2: when the per-record
-        # path refuses it, budget is left for the generic walk)
-        return None, 2
-    blk = _vector_block(vec, pos)
-    if blk is not None:
-        vec.fail_budget = 256
-        return blk, -1
-    budget = vec.fail_budget  # records for the per-record path before trying again
-    vec.fail_budget = min(vec.fail_budget * 2, 1 << 16)
-    return None, budget
-
-
-def _record_lines(
-    st: _Lines, buf: Any, mv: memoryview, pos: int, end: int, budget: int
-) -> Generator[str, None, tuple[int, int]]:
-    """JSON lines of the plain records from ``pos`` (at most ``budget``, -1: no limit),
-    filtered; returns where they end and the budget left. Each line is what
-    ``message_line(message_fields(...))`` gives, keys in sorted order as render.dumps
-    writes them (a test compares both)."""
-    is5, topics, hosts, tcodes, fname, unfiltered = st.is5, st.topics, st.hosts, st.tcodes, st.fname, st.unfiltered
-    while pos + _HSIZE <= end and budget:
-        budget -= 1
-        got = plain_record(buf, mv, pos, end, is5)
-        if got is None:
-            break
-        h, tb, segs, d = got
-        (total, _magic, crc, qid, flag, qo, po, sf, bt, ba, bp, stt, sa, sp, rt, pt, bl) = h
-        t = topics.get(tb)
-        if t is None:
-            name = tb.decode("utf-8", JAVA_REPLACE)
-            t = topics[tb] = (name, _enc(name))
-        if unfiltered or (
-            st.lo <= pos < st.hi
-            and (st.topic is None or t[0] == st.topic)
-            and (st.queue_id is None or qid == st.queue_id)
-            and (st.since is None or stt >= st.since)
-            and (st.until is None or stt <= st.until)
-        ):
-            hj = hosts.get((ba, bp, sa, sp))
-            if hj is None:
-                hj = hosts[(ba, bp, sa, sp)] = (
-                    _enc(host_to_str(ba, bp)),
-                    _enc(host_to_str(sa, sp)),
-                    '"' + (bytes(sa) + struct.pack(">i", sp)).hex().upper(),
-                )
-            tags = d.get("TAGS")
-            keys = d.get("KEYS")
-            uniq = d.get("UNIQ_KEY")
-            if keys is None:
-                kj = "[]"
-            elif keys[0] != " " and keys[-1] != " " and "  " not in keys:
-                kj = '["' + keys.replace(" ", '","') + '"]'
-            else:
-                kj = _value_json("keys", split_keys(keys))
-            if tags is None:
-                tj, tc = "null", 0
-            else:
-                tj = '"' + tags + '"'
-                code = tcodes.get(tags)
-                if code is None:
-                    code = tcodes[tags] = tags_code(tags)
-                tc = code
-            uj = "null" if uniq is None else '"' + uniq + '"'
-            segs.sort()
-            # msg id = store host bytes + the record's own PHYSICALOFFSET bytes
-            yield (
-                f'{{"body_crc":{crc},"body_length":{bl},"born_host":{hj[0]},"born_timestamp":{bt},'
-                f'"crc_ok":true,"file":{fname},"flag":{flag},"keys":{kj},"magic":"V1",'
-                f'"msg_id":{hj[2]}{buf[pos + _MSG_ID_AT : pos + _MSG_ID_AT + 8].hex().upper()}","physical_offset":{po},'
-                f'"pos":{pos},"prepared_transaction_offset":{pt},"properties":{{"'
-                + '","'.join(segs).replace("\x01", '":"')
-                + f'"}},"queue_id":{qid},"queue_offset":{qo},"reconsume_times":{rt},"status":"OK",'
-                f'"store_host":{hj[1]},"store_timestamp":{stt},"sys_flag":{sf},"tags":{tj},"tags_code":{tc},'
-                f'"topic":{t[1]},"total_size":{total},"transaction_type":{_TX[(sf >> 2) & 3]},"type":"message",'
-                f'"uniq_key":{uj}}}'
-            )
-        pos += total
-    return pos, budget
-
-
-def _generic_lines(
-    f: StoreFile, buf: Any, end: int, profile: Any, pos: int, st: _Lines, content_filter: bool
-) -> Generator[Record, None, int | None]:
-    """The records of the generic walk from ``pos`` until the next message after it,
-    filtered; returns where that message starts (None: the walk ended)."""
-    for p2, c in walk_records(buf, end, f.base, profile, start=pos):
-        if p2 > pos and c.is_message:
-            return p2
-        if st.lo <= p2 < st.hi:
-            r = _generic_record(f, buf, p2, c, st.topic, st.queue_id, st.since, st.until, content_filter)
-            if r is not None:
-                yield r
-        if c.is_blank:
-            break
-    return None
-
-
-# ---------------------------------------------------------------------------------------
-# Vectorised blocks of the fast path: up to _BLOCK consecutive plainly valid records of
-# one properties "shape" (the same keys in the same order), decoded at once by
-# ``recovery.batch.plainrun`` (header fields at the schema's offsets, byte spans of the
-# topic, properties and values), are rendered with numpy: each line is laid out as
-# fixed-width columns (constants, right-aligned digits, left-aligned strings) padded
-# with NUL bytes, which no JSON line contains, and the NULs are squeezed out in one
-# pass. Strings that depend on a few
-# distinct values (hosts, topic, TAGS + tags code, transaction type) come from small
-# tables built with the same Python functions as the generic path. A record this path
-# does not take (first one of another shape, non-ASCII properties, a CRC mismatch, ...)
-# ends the block; the per-record fast path or the generic walk takes it, as before.
-
-_BLOCK = 8192  # most records per block (~6 MB of layout for 1 KiB messages)
-_FIRST_BLOCK = 512  # a block grows to _BLOCK while blocks run to their end, and shrinks when cut
-_MIN_BLOCK = 8
-_SUB = 1024  # lines laid out at once
-_BLOCK_BYTES = 32 << 20  # and at most about this much of the file per block (bounded memory)
-
-
-class _Vec:
-    """Per-file state of the vectorised path (tables cached across blocks)."""
-
-    def __init__(self, buf: Any, mv: memoryview, end: int, fname: str, profile: Any) -> None:
-        self.file = PlainFile(buf, end, profile.checks_inner_batch, mv)
-        self.fname = _enc(fname).encode()
-        self.hosts: dict[int, tuple[bytes, bytes]] = {}
-        self.topics: dict[bytes, bytes] = {}
-        self.tags: dict[bytes, bytes] = {}
-        self.fail_budget = 256
-        self.block = _FIRST_BLOCK
-        self.layout: tuple[tuple[Any, ...], Any] | None = None
-
-    def release(self) -> None:
-        self.file.release()
-
-
-_HEXD = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
-
-
-def _digits(np: Any, v: Any) -> list[Any]:
-    """Decimal digits of non-negative int64 values as pieces: bytes when all values are
-    equal; when they all have the same number of digits, the leading digits they share
-    (bytes) and a matrix of the others; else right-aligned digits, NUL-padded."""
-    lo = int(v.min())
-    hi = int(v.max())
-    if lo == hi:
-        return [str(lo).encode()]
-    w = len(str(hi))
-    if lo >= 10 ** (w - 1):
-        k = 1
-        while lo // 10**k != hi // 10**k:
-            k += 1
-        head = hi // 10**k
-        low = v - head * 10**k if head else v.copy()
-        out = np.empty((len(v), k), dtype=np.uint8)
-        for j in range(k - 1, -1, -1):
-            low, d = np.divmod(low, 10)
-            out[:, j] = d
-        out += 48
-        return [str(head).encode(), out] if head else [out]
-    out = np.empty((len(v), w), dtype=np.uint8)
-    t = v.copy()
-    for j in range(w - 1, -1, -1):
-        t, d = np.divmod(t, 10)
-        out[:, j] = d
-    out += 48
-    if lo < 10 ** (w - 1):
-        nd = np.ones(len(v), dtype=np.int64)
-        for k in range(1, w):
-            nd += v >= 10**k
-        out[np.arange(w)[None, :] < (w - nd)[:, None]] = 0
-    return [out]
-
-
-def _table_piece(np: Any, inv: Any, entries: list[bytes]) -> Any:
-    if len(entries) == 1:
-        return entries[0]
-    w = max(map(len, entries))
-    t = np.zeros((len(entries), w), dtype=np.uint8)
-    for i, e in enumerate(entries):
-        t[i, : len(e)] = np.frombuffer(e, dtype=np.uint8)
-    return t[inv]
-
-
-def _vector_block(vec: _Vec, pos: int) -> tuple[int, list[bytes], int] | None:
-    """(position after the block, the block's lines, their count) for the plain records from ``pos``,
-    or None when fewer than _MIN_BLOCK records qualify."""
-    limit = vec.block
-    vec.block = _FIRST_BLOCK  # unless this block runs to its end (below)
-    # at most about _BLOCK_BYTES of the file per block (bounded memory)
-    run = plain_run(vec.file, pos, min(vec.file.end, pos + _BLOCK_BYTES) - _HSIZE + 1, limit, _MIN_BLOCK)
-    if run is None or _printable(run) < _MIN_BLOCK:
-        return None
-    n = run.n
-    parts = _lay_out(vec, _line_pieces(vec, run), n)
-    vec.block = min(2 * limit, _BLOCK) if n == limit else max(_FIRST_BLOCK, min(2 * n, _BLOCK))
-    return run.end_pos, parts, n
-
-
-def _printable(run: PlainRun) -> int:
-    """Cut ``run`` at the first record the lines of a block cannot print: a negative
-    number (the digit tables print non-negative ones), KEYS of another number of keys
-    than the first record's (each key is a column of its own). The records left."""
-    n = run.n
-    ok = np.ones(n, dtype=bool)
-    for name in HEADER_COLUMNS:  # (printed with the digit tables)
-        ok &= run.field(name)[:n] >= 0
-    if "KEYS" in run.names:
-        nsp = run.key_spaces().sum(axis=1)
-        ok &= nsp == nsp[0]
-    run.cut(lead(ok))
-    return run.n
-
-
-def _keys_piece(run: PlainRun) -> list[Any]:
-    """``keys``: KEYS split on its single spaces, one column per key."""
-    if "KEYS" not in run.names:
-        return [b"[]"]
-    n = run.n
-    sp = run.key_spaces()
-    vs, vl = run.value_spans("KEYS")
-    vl = vl[:n]
-    nk = int(sp[0].sum()) + 1
-    cuts = np.nonzero(sp)[1].reshape(n, nk - 1)
-    kstart = run.props_start[:n] + vs[:n]
-    piece: list[Any] = [b'["']
-    for i in range(nk):
-        a = cuts[:, i - 1] + 1 if i else np.zeros(n, dtype=np.int64)
-        b = cuts[:, i] if i < nk - 1 else vl
-        piece += [b'","'] if i else []
-        piece.append(gather(run.f.A, kstart + a, b - a, int((b - a).max())))
-    piece.append(b'"]')
-    return piece
-
-
-def _tags_piece(vec: _Vec, run: PlainRun) -> Any:
-    """``tags`` and ``tags_code`` (a table of the distinct TAGS)."""
-    if "TAGS" not in run.names:
-        return b'"tags":null,"tags_code":0'
-    tgm = run.value("TAGS")
-    tginv, tgfirst = row_groups(tgm)
-    entries = []
-    for row in tgm[tgfirst]:
-        raw = row.tobytes().rstrip(b"\0")
-        e = vec.tags.get(raw)
-        if e is None:
-            e = vec.tags[raw] = b'"tags":"%s","tags_code":%d' % (raw, tags_code(raw.decode("ascii")))
-        entries.append(e)
-    return _table_piece(np, tginv, entries)
-
-
-def _host_pieces(vec: _Vec, run: PlainRun) -> tuple[Any, Any, Any]:
-    """``born_host``, ``store_host`` and the msg id's first half (tables of the distinct hosts)."""
-
-    def host_info(key: int) -> tuple[bytes, bytes]:
-        h = vec.hosts.get(key)
-        if h is None:
-            addr, port = host_of_key(key)
-            h = vec.hosts[key] = (
-                _enc(host_to_str(addr, port)).encode(),
-                b'"' + (addr + struct.pack(">i", port)).hex().upper().encode(),
-            )
-        return h
-
-    bu, binv = np.unique(run.host_keys("born_host"), return_inverse=True)
-    su, sinv = np.unique(run.host_keys("store_host"), return_inverse=True)
-    born = _table_piece(np, binv.reshape(-1), [host_info(x)[0] for x in bu.tolist()])
-    sinfo = [host_info(x) for x in su.tolist()]
-    return (
-        born,
-        _table_piece(np, sinv.reshape(-1), [h[0] for h in sinfo]),
-        _table_piece(np, sinv.reshape(-1), [h[1] for h in sinfo]),
-    )
-
-
-def _topic_piece(vec: _Vec, run: PlainRun) -> Any:
-    """``topic`` (a table of the run's distinct topics)."""
-    entries: list[bytes] = []
-    for raw in run.topics:
-        js = vec.topics.get(raw)
-        if js is None:  # (SCHEDULE_TOPIC_XXXX: no record of the run has it)
-            js = vec.topics[raw] = b"null" if raw == _SCHEDULE else _enc(raw.decode("utf-8", JAVA_REPLACE)).encode()
-        entries.append(js)
-    return _table_piece(np, run.topic_inv[: run.n], entries)
-
-
-def _line_pieces(vec: _Vec, run: PlainRun) -> list[Any]:
-    """The JSON lines of ``run`` as pieces in column order: bytes (the same on every
-    line) or uint8 matrices (one row per line, NUL-padded), keys sorted as
-    ``render.dumps`` writes them (a test compares both)."""
-    n = run.n
-
-    def d(name: str) -> list[Any]:
-        return _digits(np, run.field(name)[:n])
-
-    born, store, mid = _host_pieces(vec, run)
-    mid_hex = _HEXD[run.HB[:n, _MSG_ID_AT : _MSG_ID_AT + 8]].reshape(n, 16)
-    txu, txinv = np.unique((run.sys_flag[:n] >> 2) & 3, return_inverse=True)
-    tx = _table_piece(np, txinv.reshape(-1), [_TX[int(c)].encode() for c in txu])
-    props: list[Any] = [b"{"]
-    for j, key in enumerate(sorted(run.names)):
-        props += [(b'"' if j == 0 else b'","') + key.encode() + b'":"', run.value(key)]
-    props.append(b'"}')
-    uniq = [b'"', run.value("UNIQ_KEY"), b'"'] if "UNIQ_KEY" in run.names else [b"null"]
-    return [
-        b'{"body_crc":',
-        *d("body_crc"),
-        b',"body_length":',
-        *d("body_length"),
-        b',"born_host":',
-        born,
-        b',"born_timestamp":',
-        *d("born_timestamp"),
-        b',"crc_ok":true,"file":' + vec.fname + b',"flag":',
-        *d("flag"),
-        b',"keys":',
-        *_keys_piece(run),
-        b',"magic":"V1","msg_id":',
-        mid,
-        mid_hex,
-        b'","physical_offset":',
-        *d("physical_offset"),
-        b',"pos":',
-        *_digits(np, run.P[:n]),
-        b',"prepared_transaction_offset":',
-        *d("prepared_transaction_offset"),
-        b',"properties":',
-        *props,
-        b',"queue_id":',
-        *d("queue_id"),
-        b',"queue_offset":',
-        *d("queue_offset"),
-        b',"reconsume_times":',
-        *d("reconsume_times"),
-        b',"status":"OK","store_host":',
-        store,
-        b',"store_timestamp":',
-        *d("store_timestamp"),
-        b',"sys_flag":',
-        *d("sys_flag"),
-        b",",
-        _tags_piece(vec, run),
-        b',"topic":',
-        _topic_piece(vec, run),
-        b',"total_size":',
-        *d("total_size"),
-        b',"transaction_type":',
-        tx,
-        b',"type":"message","uniq_key":',
-        *uniq,
-        b"}\n",
-    ]
-
-
-def _lay_out(vec: _Vec, pieces: list[Any], n: int) -> list[bytes]:
-    """The lines of ``pieces``: each line laid out as fixed-width columns padded with NUL
-    bytes (which no JSON line contains), _SUB lines at a time in one reused matrix (it
-    stays in the CPU cache), and the NULs squeezed out."""
-    merged: list[Any] = []
-    for pc in pieces:
-        if isinstance(pc, bytes):
-            if merged and isinstance(merged[-1], bytes):
-                merged[-1] += pc
-            else:
-                merged.append(pc)
-        else:
-            merged.append(pc[:n])
-    layout = tuple(pc if isinstance(pc, bytes) else pc.shape[1] for pc in merged)
-    if vec.layout is not None and vec.layout[0] == layout:
-        M = vec.layout[1]  # the constants are in place from the previous block
-    else:
-        width = sum(len(pc) if isinstance(pc, bytes) else pc.shape[1] for pc in merged)
-        M = np.empty((_SUB, width), dtype=np.uint8)
-        vec.layout = (layout, M)
-        c = 0
-        for pc in merged:
-            if isinstance(pc, bytes):
-                M[:, c : c + len(pc)] = np.frombuffer(pc, dtype=np.uint8)
-            c += len(pc) if isinstance(pc, bytes) else pc.shape[1]
-    parts: list[bytes] = []
-    for r0 in range(0, n, _SUB):
-        r1 = min(n, r0 + _SUB)
-        Mv = M[: r1 - r0]
-        c = 0
-        for pc in merged:
-            if isinstance(pc, bytes):
-                c += len(pc)
-            else:
-                w = pc.shape[1]
-                Mv[:, c : c + w] = pc[r0:r1]
-                c += w
-        parts.append(Mv.tobytes().replace(b"\0", b""))  # few NULs: memchr runs
-    return parts
-
-
-def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterator[Record | str]:
+def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterator[Record | str | Block]:
     """What ``dump commitlog`` prints: for jsonl without --key/--msg-id/--body/--body-hash
     the fast :func:`commitlog_lines`, else :func:`commitlog_records` (the benchmark calls
     this, with the same arguments as the command)."""
@@ -655,7 +117,7 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
                 first = sk.first_since(store, profile, lines_kw["start"], since)
                 if first is not None:
                     lines_kw.update(start=first, since=None)
-        return _commitlog_blocks(store, profile, **lines_kw)
+        return commitlog_items(store, profile, **lines_kw)
     return commitlog_records(store, profile, **kw)
 
 
@@ -832,12 +294,12 @@ def _selected(
     keys: tuple[str, ...],
     msg_ids: tuple[str, ...],
     kw: dict[str, Any],
-) -> Iterable[Record | str]:
+) -> Iterable[Record | str | Block]:
     """The records ``dump commitlog`` prints for its filters (several values of a filter:
     the union, in commitlog order), with progress when a walk over a range goes to a file."""
     from . import select as sel
 
-    records: Iterable[Record | str]
+    records: Iterable[Record | str | Block]
     if keys or msg_ids:
         return sel.filter_many(_lookups(store, profile, keys, msg_ids, kw), topics, queue_ids)
     if len(topics) > 1 or len(queue_ids) > 1:
@@ -956,9 +418,11 @@ def dump_consumequeue(
     resolve: bool,
     **store_opts: Any,
 ) -> int:
-    """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped).
-    STORE may be one consume queue file (STORE/consumequeue/TOPIC/QID/NAME). When filters
-    select no unit: "not found" on stderr and exit status 1."""
+    """ConsumeQueue units (every written unit; the all-zero tail of a file is skipped), then
+    the units of 5.x BatchConsumeQueues (batchconsumequeue/: kind "batch", one unit per
+    record of batch_size messages from queue_offset on). STORE may be one consume queue file
+    (STORE/consumequeue/TOPIC/QID/NAME or STORE/batchconsumequeue/TOPIC/QID/NAME). When
+    filters select no unit: "not found" on stderr and exit status 1."""
     from . import select as sel
     from .files import in_queue_range, only_file, resolved, split_file_arg
 
@@ -971,10 +435,12 @@ def dump_consumequeue(
     if from_qoffset is not None or to_qoffset is not None:
         recs = in_queue_range(recs, from_qoffset, to_qoffset)
     shown = CQ_COLUMNS
+    if _has_batch_queues(store, topics, queue_ids):  # (5.x BatchCQ topics: each unit stands for a batch)
+        shown = CQ_COLUMNS + [("batch_size", "BATCH")]
     more = [("points_to", "POINTS TO"), ("msg_id", "MSG ID"), ("store_time", "STORED (UTC)")]
     if resolve:
         recs = resolved(store, make_profile(broker_version), recs)
-        shown = CQ_COLUMNS + more
+        shown = shown + more
     shown = pick_columns(columns, shown, fields(rec.CONSUMEQUEUE, more if resolve else []))
     filtered = bool(topics or queue_ids) or from_qoffset is not None or to_qoffset is not None
     counted = sel.Matches()
@@ -995,6 +461,12 @@ def dump_consumequeue(
         command="dump consumequeue",
         finish=finish,
     )
+
+
+def _has_batch_queues(store: Store, topics: tuple[str, ...], queue_ids: tuple[int, ...]) -> bool:
+    from ...recovery.batchcq import batch_queues
+
+    return any((not topics or t in topics) and (not queue_ids or q in queue_ids) for t, q in batch_queues(store.root))
 
 
 @command.command("index")

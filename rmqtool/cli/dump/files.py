@@ -19,18 +19,24 @@ from ...recovery.versions import BrokerProfile
 
 def split_file_arg(path: Path, kind: str) -> tuple[Path, dict[str, Any]]:
     """(store root, restrictions) for a STORE argument that names a file of ``kind``
-    (commitlog, consumequeue, index, checkpoint); (path, {}) for a directory."""
+    (commitlog, consumequeue, index, checkpoint; consumequeue takes a batchconsumequeue
+    file too); (path, {}) for a directory."""
     if not path.is_file():
         return path, {}
     p = path.resolve()
     parts = p.parts
     if kind == "commitlog" and p.parent.name == "commitlog" and p.name.isdigit():
         return p.parent.parent, {"file_base": int(p.name), "file_size": p.stat().st_size}
-    if kind == "consumequeue" and len(parts) >= 4 and parts[-4] == "consumequeue" and parts[-2].isdigit():
+    if (
+        kind == "consumequeue"
+        and len(parts) >= 4
+        and parts[-4] in ("consumequeue", "batchconsumequeue")
+        and parts[-2].isdigit()
+    ):
         return p.parents[3], {
             "topic": parts[-3],
             "queue_id": int(parts[-2]),
-            "file": f"consumequeue/{parts[-3]}/{parts[-2]}/{p.name}",
+            "file": f"{parts[-4]}/{parts[-3]}/{parts[-2]}/{p.name}",
         }
     if kind == "index" and p.parent.name == "index":
         return p.parent.parent, {"file": f"index/{p.name}"}
@@ -51,7 +57,9 @@ def only_file(records: Iterable[dict[str, Any]], name: str | None) -> Iterator[d
 def in_queue_range(records: Iterable[dict[str, Any]], lo: int | None, hi: int | None) -> Iterator[dict[str, Any]]:
     for r in records:
         qo: int = r["queue_offset"]  # (every consume queue unit has one)
-        if lo is not None and qo < lo:
+        # a batch unit stands for batch_size messages from queue_offset on: kept when one is in range
+        last = qo + max(int(r.get("batch_size") or 1), 1) - 1
+        if lo is not None and last < lo:
             continue
         if hi is not None and qo >= hi:
             continue
@@ -84,6 +92,8 @@ def resolved(store: Store, profile: BrokerProfile, units: Iterable[dict[str, Any
                     if rec.queue_id != u["queue_id"]
                     else "SIZE_MISMATCH"
                     if rec.total_size != u["size"]
+                    else "QUEUE_OFFSET_MISMATCH"
+                    if u.get("kind") == "batch" and rec.queue_offset != u["msg_base_offset"]
                     else "OK"
                 )
                 u["msg_id"] = rec.msg_id

@@ -68,7 +68,7 @@ Finish = Callable[[int], tuple[int, str]]
 
 
 def output(
-    records: Iterable[Record | str],
+    records: Iterable[Record | str | Block],
     fmt: str | None,
     columns: list[tuple[str, str]],
     limit: int | None,

@@ -65,6 +65,22 @@ def cq_units(store: Store, topics: tuple[str, ...], queue_ids: tuple[int, ...]) 
         for u in iter_cq_entries(store, t, one_q):
             if not qs or u["queue_id"] in qs:
                 yield u
+    yield from batch_units(store, topics, queue_ids)
+
+
+def batch_units(store: Store, topics: tuple[str, ...], queue_ids: tuple[int, ...]) -> Iterator[dict[str, Any]]:
+    """The units of the selected BatchConsumeQueues (5.x BatchCQ topics: batchconsumequeue/),
+    after the file queues' units, with ``kind`` "batch" and the unit's own fields."""
+    from ...recovery.batchcq import iter_units
+    from ..times import iso
+
+    qs = set(queue_ids)
+    one_q = queue_ids[0] if len(queue_ids) == 1 else None
+    for t in dict.fromkeys(topics) if topics else (None,):
+        for u in iter_units(store.root, t, one_q):
+            if not qs or u["queue_id"] in qs:
+                u["unit_store_time"] = iso(u["unit_store_timestamp"])
+                yield u
 
 
 def union_of_hits(streams: Iterable[Iterable[dict[str, Any]]]) -> Iterator[dict[str, Any]]:

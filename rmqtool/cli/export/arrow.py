@@ -12,12 +12,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from ...recovery.scan import walk_records
+from ...recovery.batch.plainrun import PlainRun
+from ...recovery.rows import region_rows
 from ...recovery.splits import Handoff, Split, open_split
 from ...recovery.versions import BrokerProfile
+from ...recovery.walk import Walked
 from . import block as blocks
 from .block import PENDING, BlockState
-from .rows import record_row, worker_profile
+from .rows import EXPORT_SCHEMA_KEY, EXPORT_SCHEMA_VERSION, TIME_COLUMNS, file_columns, record_row, worker_profile
 
 _ARROW_TYPES = {
     "string": pa.string(),
@@ -32,6 +34,26 @@ _ARROW_TYPES = {
 
 def arrow_schema(columns: Sequence[tuple[str, str]]) -> pa.Schema:
     return pa.schema([pa.field(name, _ARROW_TYPES[t]) for name, t in columns])
+
+
+TIMESTAMP = pa.timestamp("ms", tz="UTC")
+_ARROW_TYPES["timestamp"] = TIMESTAMP
+
+
+def file_schema(what: str, with_body: bool) -> pa.Schema:
+    """The schema of the Parquet files (the rows' columns, then the timestamps), with
+    the export's schema version in its metadata."""
+    schema = arrow_schema(file_columns(what, with_body))
+    return schema.with_metadata({EXPORT_SCHEMA_KEY: str(EXPORT_SCHEMA_VERSION)})
+
+
+def with_times(batch: pa.RecordBatch, what: str, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (the rows' columns) with the timestamp columns made from their epoch
+    columns (a cast of the same int64 milliseconds: no copy, nulls kept)."""
+    cols = list(batch.columns)
+    for _name, src in TIME_COLUMNS[what]:
+        cols.append(batch.column(src).cast(TIMESTAMP))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 # ---------------------------------------------------------------------------------------
@@ -68,63 +90,44 @@ def split_batches(
         if view is None:
             return
         buf, end, first, stop = view
-        st = BlockState(split, buf, end, profile, with_body) if profile.new_properties_parser else None
-        landed: int | None = None
-        pos = first
-        budget_next = 256
+        st = BlockState(split, with_body) if profile.new_properties_parser else None
+        spec = None if st is None else (blocks.BODY_BLOCKS if with_body else blocks.BLOCKS)
+        walk = region_rows(buf, end, base, profile, first, stop, spec, framing=split.framing)
         try:
             while True:
-                if pos >= stop:
-                    landed = pos
+                try:
+                    item = next(walk)
+                except StopIteration as e:
+                    walked: Walked = e.value
                     break
-                blk = blocks.plain_block(st, pos, stop, schema) if st is not None else None
-                if blk is not None:
+                if type(item) is PlainRun:
+                    assert st is not None
                     if pending:
                         yield rows_batch(pending, schema)
                         pending = []
-                    pos, m, batch = blk
+                    _p, m, batch = blocks.plain_block(st, item, schema)
                     n[0] += m
                     n[1] += m
-                    budget_next = 256
                     yield batch
                     continue
-                budget = budget_next  # messages for the per-record path before trying again
-                budget_next = min(budget_next * 2, 1 << 16)
-                resume: int | None = None
-                reached = False
-                # (a generator: closed here when the loop leaves it early)
-                walker = walk_records(buf, end, base, profile, start=pos)
-                try:
-                    for p2, c in walker:
-                        if p2 >= stop:
-                            landed, reached = p2, True
-                            break
-                        if p2 > pos and c.is_message and st is not None:
-                            budget -= 1
-                            if budget <= 0:
-                                resume = p2
-                                break
-                        pending.append(record_row(split.store, name, base, buf, p2, c, with_body, n))
-                        if len(pending) >= PENDING:
-                            yield rows_batch(pending, schema)
-                            pending = []
-                finally:
-                    walker.close()
-                if reached:
-                    break
-                if resume is None:  # the walk ended before the next split's first record
-                    if stop < end:
-                        landed = end
-                    break
-                pos = resume
-            if pending:
-                yield rows_batch(pending, schema)
-                pending = []
+                p2, c = item
+                pending.append(record_row(split.store, name, base, buf, p2, c, with_body, n, split.framing))
+                if len(pending) >= PENDING:
+                    yield rows_batch(pending, schema)
+                    pending = []
         finally:
-            if st is not None:
-                del st.A
-                st.mv.release()
-                del st
+            walk.close()  # (the walk's views of the map go before the map)
+        if pending:
+            yield rows_batch(pending, schema)
+            pending = []
+        # where the walk arrived: the next split's first record (a conflict when it is not
+        # there: :class:`recovery.splits.Handoff`); a walk that ended inside the split (a
+        # BLANK, the end of what it could read) arrives at the file's end
+        landed: int | None = None
+        if walked.checked is None and walked.pos < end:
+            landed = walked.pos
+        elif stop < end:
+            landed = end
         if handoff is not None:
             handoff.landed = landed
         del buf

@@ -37,9 +37,9 @@ from ...formats.properties import JAVA_REPLACE
 from ...recovery import check as ck
 from ...recovery.batch.blocks import distinct, host_of_key
 from ...recovery.batch.blocks import rows as byte_rows
-from ...recovery.batch.plainrun import HEADER_COLUMNS, SCHEDULE, PlainFile, PlainRun, plain_run
+from ...recovery.batch.plainrun import HEADER_COLUMNS, SCHEDULE, PlainRun
+from ...recovery.rows import Blocks
 from ...recovery.splits import Split
-from ...recovery.versions import BrokerProfile
 
 BLOCK = 8192  # records per vectorised block (one RecordBatch)
 MIN_BLOCK = 16  # fewer plain records than this: the per-record path
@@ -123,10 +123,9 @@ def _const_str(value: str | None, n: int) -> pa.Array:
 
 
 class _State:
-    """Per-file state: the mapped bytes and tables cached across blocks."""
+    """Per-file state: tables cached across blocks."""
 
-    def __init__(self, split: Split, buf: Any, end: int, profile: BrokerProfile, with_body: bool) -> None:
-        self.file = PlainFile(buf, end, profile.checks_inner_batch)
+    def __init__(self, split: Split, with_body: bool) -> None:
         self.with_body = with_body
         self.store = split.store
         self.file_name = split.file_name
@@ -134,39 +133,30 @@ class _State:
         self.hosts: dict[int, tuple[str, bytes]] = {}  # key -> ("ip:port", msg id prefix hex)
         self.tags: dict[str, int] = {}
 
-    # the mapped bytes, as split_batches releases them (``del st.A``, then ``st.mv.release()``)
-    @property
-    def A(self) -> np.ndarray:
-        return self.file.A
-
-    @A.deleter
-    def A(self) -> None:
-        del self.file.A
-
-    @property
-    def mv(self) -> memoryview:
-        return self.file.mv
-
 
 BlockState = _State  # (what export.arrow.split_batches opens per file)
 
 
-def plain_block(st: _State, pos: int, stop: int, schema: pa.Schema) -> tuple[int, int, pa.RecordBatch] | None:
-    """(position after the block, records, batch) for the plain records from ``pos`` that
-    start before ``stop`` (:func:`recovery.batch.plainrun.plain_run`); None when fewer
-    than MIN_BLOCK qualify."""
-    run = plain_run(st.file, pos, stop, BLOCK, MIN_BLOCK)
-    if run is None:
-        return None
-    if st.with_body:  # int32 offsets of the body column: at most 1 GiB of bodies per batch
-        run.cut(max(int(np.searchsorted(np.cumsum(run.body_length[: run.n]), 1 << 30, side="right")), 1))
-        if run.n < MIN_BLOCK:
-            return None
+def body_cut(run: PlainRun) -> None:
+    """The export's own end of a run with bodies: the int32 offsets of the body column
+    hold at most 1 GiB of bodies per batch (:class:`recovery.rows.Blocks`' ``cut``)."""
+    run.cut(max(int(np.searchsorted(np.cumsum(run.body_length[: run.n]), 1 << 30, side="right")), 1))
+
+
+# runs of plain records as blocks of BLOCK records at most, MIN_BLOCK at least (the walk of
+# recovery.rows takes the others one by one)
+BLOCKS = Blocks(first=BLOCK, most=BLOCK, least=MIN_BLOCK, grow=False)
+BODY_BLOCKS = Blocks(first=BLOCK, most=BLOCK, least=MIN_BLOCK, grow=False, cut=body_cut)
+
+
+def plain_block(st: _State, run: PlainRun, schema: pa.Schema) -> tuple[int, int, pa.RecordBatch]:
+    """(position after the block, records, batch) of a run of plain records the walk
+    handed on (:func:`recovery.batch.plainrun.plain_run`, cut by :data:`BLOCKS`)."""
     cols = _header_columns(st, run, schema)
     cols.update(_property_columns(st, run))
     cols.update(_host_columns(st, run))
     if st.with_body:
-        cols["body"] = _str_array(*_spans(st.file.A, *run.body_spans()), binary=True)
+        cols["body"] = _str_array(*_spans(run.f.A, *run.body_spans()), binary=True)
     batch = pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
     return run.end_pos, run.n, batch
 

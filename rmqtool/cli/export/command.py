@@ -30,7 +30,8 @@ from ..render import emit, summary_record
 # imported inside it
 from . import spark as export_spark
 from .outpath import url_scheme
-from .spark import ExportResult, store_label
+from .rows import EXPORT_SCHEMA_VERSION
+from .spark import MASTER_TIMEOUT, ExportResult, store_label
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.I)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -94,6 +95,15 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
     default=None,
     metavar="URL",
     help="Spark master (default local[*]; ignored under spark-submit, which sets it).",
+)
+@click.option(
+    "--master-timeout",
+    type=click.FloatRange(min=1),
+    default=MASTER_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds a standalone master (spark://) has to register the export, counted from the JVM's start; "
+    "then one line and exit 8.",
 )
 @click.option(
     "--split-size",
@@ -162,6 +172,7 @@ def command(
     out: Path,
     what: str,
     master: str | None,
+    master_timeout: float,
     split_size: int,
     with_body: bool,
     partition_by: tuple[str, ...],
@@ -215,6 +226,7 @@ def command(
             str(out),
             what=what,
             master=master,
+            master_timeout=master_timeout,
             split_size=split_size or None,
             with_body=with_body,
             partition_by=partition_by,
@@ -276,6 +288,7 @@ SUMMARY_FIELDS = [
         "split_conflicts",
         "seconds_total",
         "seconds_after_start",
+        "export_schema_version",
     )
 ]
 
@@ -303,6 +316,7 @@ def _report(
         "split_conflicts": res.conflict_at,
         "seconds_total": round(res.seconds_total, 3),
         "seconds_after_start": round(res.seconds_after_start, 3),
+        "export_schema_version": EXPORT_SCHEMA_VERSION,
     }
     verdict = f"exported {res.rows} {what} rows to {out}; {res.problems} rows with a damage status"
     if fmt != "table":

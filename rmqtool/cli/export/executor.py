@@ -78,13 +78,14 @@ def write_partition(
     written to Parquet by this executor (:mod:`rmqtool.cli.export.parquet`). Yields one tuple
     of counters per partition: (rows, messages, blanks, problems, conflicts, [where])."""
     # pyarrow: only on this path, on the executors
-    from .arrow import arrow_schema, split_batches
+    from .arrow import arrow_schema, file_schema, split_batches, with_times
     from .parquet import TaskWriter, rows_to_batches
 
     schema = arrow_schema(columns_for(kind, with_body))
+    fschema = file_schema(kind, with_body)
     dictionary: Sequence[str] | bool = DICTIONARY_COLUMNS if kind == "commitlog" else True
     for i, group in items:
-        tw = TaskWriter(staging, i, schema, partition_by, dictionary)
+        tw = TaskWriter(staging, i, fschema, partition_by, dictionary)
         total = [0, 0, 0, 0, 0]
         where: list[str] = []
         try:
@@ -99,7 +100,7 @@ def write_partition(
                 else:
                     batches = rows_to_batches(index_rows(task.store, task.part, n), schema)
                 for b in batches:
-                    tw.write(b)
+                    tw.write(with_times(b, kind, fschema))
                 conflict = handoff is not None and handoff.conflict
                 for k in range(4):
                     total[k] += n[k]

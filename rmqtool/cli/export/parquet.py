@@ -79,9 +79,12 @@ class TaskWriter:
         self.task = task
         self.root = Path(staging) / f"{TASK_PREFIX}{task:05d}"
         self.attempt = self.root / f"attempt-{uuid.uuid4().hex}"
-        self.attempt.mkdir(parents=True, exist_ok=False)
+        # (never the staging directory itself: a task still running after the driver gave
+        # up (Ctrl-C) and removed the output fails here instead of making it again)
+        self.root.mkdir(exist_ok=True)
+        self.attempt.mkdir(exist_ok=False)
         self.partition_by = list(partition_by)
-        self.file_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
+        self.file_schema = pa.schema([f for f in schema if f.name not in self.partition_by], metadata=schema.metadata)
         names = set(self.file_schema.names)
         self.dictionary = [c for c in dictionary if c in names] if not isinstance(dictionary, bool) else dictionary
         # min/max statistics for the flat columns only: nobody prunes on the smallest map
@@ -94,8 +97,12 @@ class TaskWriter:
     def _writer(self, d: str) -> pq.ParquetWriter:
         w = self.writers.get(d)
         if w is None:
-            folder = self.attempt / d if d else self.attempt
-            folder.mkdir(parents=True, exist_ok=True)
+            # each level made under an existing one (never parents=True): a task still
+            # running after the driver removed the output fails here, it does not make it again
+            folder = self.attempt
+            for part in Path(d).parts if d else ():
+                folder = folder / part
+                folder.mkdir(exist_ok=True)
             path = folder / f"part-{self.task:05d}-{len(self.writers):03d}.snappy.parquet"
             w = pq.ParquetWriter(
                 str(path),
@@ -200,7 +207,7 @@ def publish(out: str | Path, schema: pa.Schema, partition_by: Sequence[str]) -> 
                 files += 1
         shutil.rmtree(tmp)
     if files == 0 and not partition_by:
-        fs = pa.schema([f for f in schema if f.name not in partition_by])
+        fs = pa.schema([f for f in schema if f.name not in partition_by], metadata=schema.metadata)
         pq.write_table(fs.empty_table(), str(out / "part-00000-000.snappy.parquet"), compression="snappy")
         files = 1
     (out / SUCCESS).write_bytes(b"")

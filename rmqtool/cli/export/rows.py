@@ -42,6 +42,23 @@ DICTIONARY_COLUMNS = (
     "properties.key_value.key",
 )
 
+# The export's schema version: in every Parquet file's key-value metadata (key
+# EXPORT_SCHEMA_KEY; --writer arrow) and in the summary (export_schema_version).
+#   1: the columns of dump plus store, times as epoch milliseconds only.
+#   2: (issue 34) plus a Parquet timestamp (UTC, milliseconds) beside each epoch column
+#      (TIME_COLUMNS), the epoch columns kept.
+# NOTE: the timer issue's columns (real topic, delivery time, state; branch `timer`) come
+# under this same bump to 2: add them here, do not bump again.
+EXPORT_SCHEMA_VERSION = 2
+EXPORT_SCHEMA_KEY = "rmqtool.export_schema_version"
+# (timestamp column, the epoch-millisecond column it is made from), appended after the
+# columns of the rows (and after body)
+TIME_COLUMNS: dict[str, list[tuple[str, str]]] = {
+    "commitlog": [("born_time", "born_timestamp"), ("store_time", "store_timestamp")],
+    "consumequeue": [],
+    "index": [("begin_time", "begin_timestamp"), ("end_time", "end_timestamp")],
+}
+
 CONSUMEQUEUE_COLUMNS: list[tuple[str, str]] = [STORE_COLUMN, *rec.CONSUMEQUEUE.typed_columns()]
 # dump index --entries: one header row per file, then its non-empty slots and its entries
 INDEX_COLUMNS: list[tuple[str, str]] = [STORE_COLUMN, *rec.INDEX.typed_columns()]
@@ -57,21 +74,35 @@ def columns_for(what: str, with_body: bool = False) -> list[tuple[str, str]]:
     raise ValueError(f"unknown export {what!r}")
 
 
+def file_columns(what: str, with_body: bool = False) -> list[tuple[str, str]]:
+    """The columns of the Parquet files: those of the rows, then the timestamps."""
+    return columns_for(what, with_body) + [(name, "timestamp") for name, _src in TIME_COLUMNS[what]]
+
+
 def record_row(
-    label: str, name: str, base: int, buf: Any, pos: int, c: Checked, with_body: bool, n: list[int]
+    label: str,
+    name: str,
+    base: int,
+    buf: Any,
+    pos: int,
+    c: Checked,
+    with_body: bool,
+    n: list[int],
+    framing: Any = None,
 ) -> tuple[Any, ...]:
     """The row tuple (column order of :data:`COMMITLOG_COLUMNS`, plus the body with
     ``with_body``) of one step of the walk: the record of ``dump commitlog`` (same field
-    functions) with ``store`` first. ``n`` (rows, messages, blanks, problems) is bumped."""
+    functions) with ``store`` first. ``n`` (rows, messages, blanks, problems) is bumped;
+    ``framing``: the store's (None: classic)."""
     n[0] += 1
     if c.is_message:
         d = crc_status(message_fields(name, c, buf))
         n[1] += 1
     elif c.is_blank:
-        d = blank_fields(name, pos, buf, base)
+        d = blank_fields(name, pos, buf, base, framing)
         n[2] += 1
     else:
-        d = damaged_fields(name, buf, pos, base, c, False, False)
+        d = damaged_fields(name, buf, pos, base, c, False, False, framing)
     if d["status"] not in CLEAN_STATUSES:
         n[3] += 1
     row: tuple[Any, ...]
@@ -113,7 +144,7 @@ def commitlog_rows(
     base = split.base
     n = [0, 0, 0, 0] if counts is None else counts
     for buf, pos, c in iter_split(split, profile, handoff=handoff):
-        yield record_row(split.store, name, base, buf, pos, c, with_body, n)
+        yield record_row(split.store, name, base, buf, pos, c, with_body, n, split.framing)
 
 
 def restricted_store(store: Store, **parts: Any) -> Store:

@@ -18,10 +18,12 @@ are those of :mod:`rmqtool.cli.export.rows`, decoded on the executors by
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -29,6 +31,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -40,9 +43,13 @@ from ...recovery.store import Store, StoreFile
 from ...recovery.versions import BrokerProfile
 from .executor import arrow_available, partition_batches, partition_rows, write_partition
 from .outpath import local_path
-from .rows import DICTIONARY_COLUMNS, FileTask, columns_for, restricted_store, worker_profile
+from .rows import DICTIONARY_COLUMNS, TIME_COLUMNS, FileTask, columns_for, restricted_store, worker_profile
 
 WRITERS = ("arrow", "spark")
+# a standalone master that accepts the connection but registers no application within this
+# many seconds of the JVM's start is given up on (Spark's client tries 3 times 20 s, then
+# says "All masters are unresponsive" in a log nobody reads)
+MASTER_TIMEOUT = 20.0
 TASKS_PER_CORE = 2  # --writer arrow: Spark tasks per core (each runs several split groups)
 
 
@@ -191,6 +198,98 @@ def master_problem(master: str | None, timeout: float = 5.0) -> str | None:
     return f"Spark master {master} is not reachable ({'; '.join(tried)}): start it, or give another --master"
 
 
+def _our_jvms() -> set[int]:
+    """The Spark JVMs (spark-submit) that are children of this process (Linux /proc;
+    elsewhere none)."""
+    me = os.getpid()
+    found: set[int] = set()
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if ppid != me:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as fb:
+                cmd = fb.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"SparkSubmit" in cmd or b"spark-submit" in cmd or b"spark-class" in cmd:
+            found.add(pid)
+    return found
+
+
+def _kill_new_jvms(before: set[int]) -> None:
+    """Kill the Spark JVM this process launched and gave up on (not one that ran before:
+    another session of this process). A JVM whose launch Ctrl-C cut short ran on for good,
+    an orphan: pyspark removes the directory where it was to say its port, and only a
+    started gateway watches its stdin."""
+    for pid in _our_jvms() - before:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _standalone(master: str | None) -> bool:
+    return bool(master) and str(master).startswith("spark://")
+
+
+class _MasterWatch:
+    """A deadline on the session start with a standalone master: one that accepts the
+    connection but never answers (a hung master, another service on its port) kept the
+    SparkContext waiting for about a minute, in silence. The clock starts once the JVM is
+    up (its start is not the master's fault, and takes 5-40 s on a loaded machine); when
+    the application is not registered ``timeout`` seconds later the JVM is killed, which
+    ends the wait with an error that :func:`spark_session` turns into one line."""
+
+    def __init__(self, master: str | None, timeout: float) -> None:
+        self.master = master
+        self.timeout = timeout
+        self.fired = False
+        self._done = threading.Event()
+
+    def run(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        def wrapped() -> Any:
+            t = threading.Thread(target=self._watch, name="rmqtool-master-watch", daemon=True)
+            t.start()
+            try:
+                return fn()
+            finally:
+                self._done.set()
+
+        return wrapped
+
+    def _watch(self) -> None:
+        from pyspark import SparkContext
+
+        while not self._done.wait(0.2):  # the JVM's start
+            gateway = getattr(SparkContext, "_gateway", None)
+            if gateway is not None:
+                break
+        else:
+            return
+        if self._done.wait(self.timeout):
+            return
+        proc = getattr(gateway, "proc", None)
+        self.fired = True
+        try:
+            if proc is not None:
+                proc.kill()
+        except OSError:
+            pass
+
+    def message(self) -> str:
+        return (
+            f"Spark master {self.master} did not register the application within {self.timeout:g} s "
+            "(it accepts connections but does not answer as a Spark master): check that it is one and that it "
+            "runs, or give another --master (--master-timeout SECONDS waits longer)"
+        )
+
+
 def _startup_detail(exc: BaseException | None, log_path: str | None) -> str:
     """What --verbose adds to a start-up failure: the environment the launcher saw, the
     whole Java/py4j error and the JVM's own output."""
@@ -303,6 +402,7 @@ def spark_session(
     warm_up: bool = True,
     light_jvm: bool = False,
     verbose: bool = False,
+    master_timeout: float = MASTER_TIMEOUT,
 ) -> SessionHandle:
     """Start (or join, under spark-submit) a Spark session with the quiet defaults: no UI,
     no console progress, log level ERROR, executors on this interpreter. The JVM's stderr
@@ -312,7 +412,8 @@ def spark_session(
     ``light_jvm``: a JVM that only schedules (:data:`LIGHT_JVM_OPTIONS`; no effect under
     spark-submit, whose JVM is already running). ``verbose``: Spark's own logging stays on
     stderr (its defaults), and a start-up failure prints the whole Java/py4j detail before
-    its one line."""
+    its one line. ``master_timeout``: seconds a standalone master (``spark://``) has, from
+    the JVM's start, to register the application (:class:`_MasterWatch`)."""
     t0 = time.perf_counter()
     try:
         from pyspark.sql import SparkSession
@@ -352,9 +453,30 @@ def spark_session(
     if log_path is None and not verbose:
         fd, log_path = tempfile.mkstemp(prefix="rmqtool-spark-", suffix=".log")
         os.close(fd)
+    # pyspark's SparkContext puts its own Ctrl-C handler in place, which calls into the JVM
+    # from inside the signal handler while the main thread waits on the JVM (py4j's
+    # "reentrant call" tracebacks, ~60 lines): the handler in place before is put back, so
+    # Ctrl-C is a KeyboardInterrupt like anywhere else (stopping the session cancels the job)
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGINT) if main else None
+    watch = _MasterWatch(master, master_timeout) if _standalone(master) else None
+    jvms = _our_jvms()
     try:
-        spark = _with_stderr_to(log_path or "", b.getOrCreate, verbose)
+        try:
+            spark = _with_stderr_to(log_path or "", watch.run(b.getOrCreate) if watch else b.getOrCreate, verbose)
+        except SparkUnavailable:
+            _kill_new_jvms(jvms)
+            if _CTRL_C:
+                raise KeyboardInterrupt from None
+            if watch is not None and watch.fired:
+                raise SparkUnavailable(watch.message()) from None
+            raise
+        except BaseException:  # Ctrl-C while the JVM started: it would have run on, orphaned
+            _kill_new_jvms(jvms)
+            raise
     finally:
+        if main and handler is not None:
+            signal.signal(signal.SIGINT, handler)
         # log4j2 read its configuration while the JVM started: the file is not needed
         # any more, and removing it now leaves nothing behind if this process is killed
         os.unlink(log4j.name)
@@ -479,7 +601,8 @@ class _Progress:
         if self.enabled:
             self._stop.set()
             self._thread.join(timeout=2)
-            self._show(self._value(), final=exc[0] is None)
+            if exc[0] is None or self.tty:  # (interrupted into a pipe: the command's one line only)
+                self._show(self._value(), final=True)
 
     def _value(self) -> int:
         try:
@@ -545,6 +668,7 @@ def run_export(
     columnar: bool | None = None,
     writer: str = "arrow",
     verbose: bool = False,
+    master_timeout: float = MASTER_TIMEOUT,
 ) -> ExportResult:
     """Export ``stores`` (label, opened Store) to Parquet at ``out``. With ``session`` an
     existing SparkSession is used (tests share one) and left running. Tasks are packed
@@ -564,14 +688,120 @@ def run_export(
     for p in partition_by:
         if p not in names:
             raise ValueError(f"cannot partition by {p!r}: not a column of the {what} export")
+    with _py4j_logging_off(not verbose), _ctrl_c_noted() as noted:
+        return _run_export(
+            noted,
+            stores,
+            out,
+            tasks,
+            columns,
+            what=what,
+            master=master,
+            split_size=split_size,
+            with_body=with_body,
+            partition_by=partition_by,
+            version=version,
+            overwrite=overwrite,
+            quiet=quiet,
+            conf=conf,
+            session=session,
+            log_path=log_path,
+            group_bytes=group_bytes,
+            columnar=columnar,
+            writer=writer,
+            verbose=verbose,
+            master_timeout=master_timeout,
+        )
+
+
+@contextmanager
+def _py4j_logging_off(off: bool) -> Iterator[None]:
+    """py4j logs a traceback (through the root logger, which it configures) for each
+    call into the JVM that Ctrl-C or a dead JVM cut short: the one line of the command says
+    what happened instead; --verbose keeps them."""
+    if not off:
+        yield
+        return
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(before)
+
+
+_CTRL_C: list[int] = []  # Ctrl-C seen during the export (see _ctrl_c_noted)
+
+
+@contextmanager
+def _ctrl_c_noted() -> Iterator[list[int]]:
+    """Ctrl-C noted as well as raised: a KeyboardInterrupt raised while Python runs a
+    finalizer or a callback of py4j's is printed ("Exception ignored in") and dropped, and
+    then the export ran on to its end (seen while the JVM started). The caller checks the
+    list at its steps and raises it again."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    noted = _CTRL_C
+    noted.clear()
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.SIG_IGN:  # (started in the background by a shell: Ctrl-C is not ours)
+        yield noted
+        return
+
+    def on_ctrl_c(signum: int, frame: Any) -> None:
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, before)
+        noted.clear()
+
+
+def _run_export(
+    noted: list[int],
+    stores: Sequence[tuple[str, Store]],
+    out: str | Path,
+    tasks: list[ExportTask],
+    columns: list[tuple[str, str]],
+    *,
+    what: str,
+    master: str | None,
+    split_size: int | None,
+    with_body: bool,
+    partition_by: Sequence[str],
+    version: BrokerProfile,
+    overwrite: bool,
+    quiet: bool,
+    conf: dict[str, str] | None,
+    session: Any,
+    log_path: str | None,
+    group_bytes: int | None,
+    columnar: bool | None,
+    writer: str,
+    verbose: bool,
+    master_timeout: float,
+) -> ExportResult:
     t0 = time.perf_counter()
     handle = (
         SessionHandle(session, None, False, 0.0)
         if session is not None
-        else spark_session(master, conf=conf, log_path=log_path, light_jvm=writer == "arrow", verbose=verbose)
+        else spark_session(
+            master,
+            conf=conf,
+            log_path=log_path,
+            light_jvm=writer == "arrow",
+            verbose=verbose,
+            master_timeout=master_timeout,
+        )
     )
     result = ExportResult(what, str(out), len(tasks), session_start=handle.started_in)
     try:
+        if noted:
+            raise KeyboardInterrupt
         sc = handle.spark.sparkContext
         done = sc.accumulator(0)
         t1 = time.perf_counter()
@@ -612,6 +842,8 @@ def run_export(
                 conf,
                 columnar,
             )
+        if noted:
+            raise KeyboardInterrupt
         result.seconds_after_start = time.perf_counter() - t1
         result.seconds_total = time.perf_counter() - t0
     finally:
@@ -669,6 +901,14 @@ def _spark_write(
         rdd = sc.parallelize(groups, len(groups)) if groups else sc.emptyRDD()
         rows = rdd.mapPartitions(partial(partition_rows, what, version, with_body, accs), preservesPartitioning=True)
         df = spark.createDataFrame(rows, spark_schema(columns), verifySchema=False)
+    from pyspark.sql import functions as F
+
+    for name, src in TIME_COLUMNS[what]:
+        df = df.withColumn(name, F.timestamp_millis(F.col(src)))
+    if TIME_COLUMNS[what] and "spark.sql.parquet.outputTimestampType" not in (conf or {}):
+        # a Parquet TIMESTAMP(MILLIS) adjusted to UTC, as the arrow writer's, not Spark's
+        # default INT96 (which readers take for a time without a zone)
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
     writer = df.write.mode("overwrite" if overwrite else "errorifexists")
     if what == "commitlog" and not any(
         k.startswith(("spark.hadoop.parquet.enable.dictionary", "parquet.enable.dictionary")) for k in (conf or {})
@@ -687,6 +927,8 @@ def _spark_write(
     except KeyboardInterrupt:
         raise
     except Exception as exc:
+        if _CTRL_C:  # (a py4j call Ctrl-C cut short fails later with "Answer from Java side is empty")
+            raise KeyboardInterrupt from None
         raise _spark_error(exc, handle.log_path) from None
     (result.rows, result.messages, result.blanks, result.problems, result.conflicts) = counts.value
     result.conflict_at = sorted(where.value)
@@ -710,7 +952,7 @@ def _arrow_write(
 ) -> None:
     """The job of ``--writer arrow``: the executors write, the driver publishes."""
     # pyarrow: only for this writer
-    from .arrow import arrow_schema
+    from .arrow import file_schema
     from .parquet import committed_tasks, prepare, publish
 
     path = local_path(out)
@@ -736,6 +978,8 @@ def _arrow_write(
     except KeyboardInterrupt:
         raise
     except Exception as exc:
+        if _CTRL_C:  # (a py4j call Ctrl-C cut short fails later with "Answer from Java side is empty")
+            raise KeyboardInterrupt from None
         raise _spark_error(exc, handle.log_path) from None
     for p in parts:
         result.rows += p[0]
@@ -745,7 +989,7 @@ def _arrow_write(
         result.conflicts += p[4]
         result.conflict_at.extend(p[5])
     result.conflict_at.sort()
-    publish(path, arrow_schema(columns), partition_by)
+    publish(path, file_schema(what, with_body), partition_by)
 
 
 class _TupleSum:

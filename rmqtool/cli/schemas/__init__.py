@@ -31,6 +31,7 @@ NAMES = (
     "rebuild-index",
     "restore",
     "export",
+    "report",
     "diff",
 )
 

@@ -297,6 +297,10 @@ def info() -> dict[str, Any]:
             "lock": obj({"present": B, "held": B}, ("present", "held"), closed=False),
             "max_phy_offset_of_cq": null(I),
             "messages_in_queues": I,
+            "batch_consume_queues": obj(
+                {"queues": I, "topics": I, "files": I, "units": I, "messages": I, "max_commitlog_offset": null(I)},
+                ("queues", "topics", "files", "units", "messages", "max_commitlog_offset"),
+            ),
             "outlook": ref("outlook"),
             "pending_transactions": arr(ANY),
             "repair_workdirs": arr(S),
@@ -459,7 +463,45 @@ def backups() -> dict[str, Any]:
 
 # --------------------------------------------------------------- recover, repair, rebuild
 
-_CHANGE = {"type": {"const": "change"}, "action": S, "path": S, "detail": S}
+_CHANGE = {"type": {"const": "change"}, "action": S, "path": S, "detail": S, "releases": S}
+
+
+def by_release_group(command: str, defs: dict[str, Any]) -> dict[str, Any]:
+    """A dry run without a release where the candidates plan differently
+    (rmqtool.cli.versiongroups): the document holds each group's own document; jsonl has a
+    ``release_group`` record per group carrying its summary record (its records carry
+    ``releases``)."""
+    defs = dict(defs)
+    defs["plan_document"] = defs["document"]
+    grouped = obj(
+        {
+            "command": {"const": command},
+            "dry_run": {"const": True},
+            "broker_version": {"const": "auto"},
+            "candidates": S,
+            "evidence": arr(S),
+            "release_groups": arr(
+                obj(
+                    {"releases": S, "versions": arr(S), "broker_version": S, "document": ref("plan_document")},
+                    ("releases", "versions", "broker_version", "document"),
+                )
+            ),
+            **verdict_fields(),
+        },
+        ("command", "dry_run", "candidates", "release_groups", "schema_version", "verdict", "exit_status"),
+    )
+    defs["document"] = {"anyOf": [ref("plan_document"), grouped]}
+    defs["release_group"] = obj(
+        {
+            "type": {"const": "release_group"},
+            "releases": S,
+            "versions": arr(S),
+            "broker_version": S,
+            "summary": null(ref("summary")),
+        },
+        ("type", "releases", "versions", "broker_version", "summary"),
+    )
+    return defs
 
 
 def _plan_doc(plan: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
@@ -530,12 +572,14 @@ def recover() -> dict[str, Any]:
             "problems": I,
             "applied": B,
             "backup_dir": null(S),
+            "release_groups": I,
         },
         ("dry_run", "nothing_to_do", "applied"),
     )
     change = obj(_CHANGE, ("type", "action", "path", "detail"))
     doc = _plan_doc(plan, OBJ)
-    return command_file("recover", {"change": change, "summary": summ, "document": doc}, ["change"])
+    defs = by_release_group("recover", {"change": change, "summary": summ, "document": doc})
+    return command_file("recover", defs, ["change", "release_group"])
 
 
 def repair() -> dict[str, Any]:
@@ -568,6 +612,7 @@ def repair() -> dict[str, Any]:
             "problems": I,
             "applied": B,
             "backup_dir": null(S),
+            "release_groups": I,
         },
         ("dry_run", "nothing_to_do", "applied"),
     )
@@ -585,18 +630,19 @@ def repair() -> dict[str, Any]:
             "msg_id": null(S),
             "found_by": S,
             "tombstone": B,
+            "releases": S,
         },
         ("type", "action", "detail", "offset", "topic", "found_by", "tombstone"),
     )
     result = obj({"backup_dir": null(S), "changes": I}, ("backup_dir", "changes"))
     doc = _plan_doc(plan, result)
     defs = {"change": change, "quarantined": quarantined, "summary": summ, "document": doc}
-    return command_file("repair", defs, ["change", "quarantined"])
+    return command_file("repair", by_release_group("repair", defs), ["change", "quarantined", "release_group"])
 
 
 def rebuild_index() -> dict[str, Any]:
     change = obj(
-        {"type": {"const": "change"}, "action": S, "path": S, "size": null(I), "note": null(S)},
+        {"type": {"const": "change"}, "action": S, "path": S, "size": null(I), "note": null(S), "releases": S},
         ("type", "action", "path"),
     )
     plan = obj(
@@ -625,10 +671,12 @@ def rebuild_index() -> dict[str, Any]:
             "backup_dir": null(S),
             "counts": {"type": "object", "additionalProperties": I},
             "problems": I,
+            "release_groups": I,
         },
         ("dry_run", "applied"),
     )
-    return command_file("rebuild-index", {"change": change, "summary": summ, "document": doc}, ["change"])
+    defs = by_release_group("rebuild-index", {"change": change, "summary": summ, "document": doc})
+    return command_file("rebuild-index", defs, ["change", "release_group"])
 
 
 def restore() -> dict[str, Any]:
@@ -663,6 +711,7 @@ def export() -> dict[str, Any]:
         "split_conflicts": arr(ANY),
         "seconds_total": N,
         "seconds_after_start": N,
+        "export_schema_version": I,
     }
     doc = obj({**figures, **verdict_fields()}, ("what", "out", "stores", "rows", "schema_version", "exit_status"))
     summ = summary("export", figures, ("what", "out", "rows"))
@@ -929,6 +978,184 @@ def diff() -> dict[str, Any]:
     )
 
 
+# ------------------------------------------------------------------------------- report
+
+
+def report() -> dict[str, Any]:
+    answers = obj(
+        {
+            "safe_to_start": null(B),
+            "would_lose": null(I),
+            "intact_at_risk": null(I),
+            "undispatched": null(I),
+            "next": null(arr(S)),
+            "consumers_behind": arr(S),
+            "timers_waiting": null(I),
+            "outlook": S,
+            "abort": B,
+            "lock_held": B,
+        },
+        ("safe_to_start", "would_lose", "next", "consumers_behind"),
+    )
+    times = {"first_store_timestamp": null(I), "last_store_timestamp": null(I)}
+    times_iso = {"first_store_time": null(S), "last_store_time": null(S)}
+    cfile = obj(
+        {"file": S, "base": I, "size": I, "messages": I, **times, **times_iso},
+        ("file", "base", "size", "messages"),
+    )
+    topic = obj(
+        {
+            "topic": S,
+            "queues": I,
+            "messages_in_queues": I,
+            "messages": I,
+            "unresolved": I,
+            "buckets": arr(I),
+            "counts": arr(I),
+            **times,
+            **times_iso,
+        },
+        ("topic", "queues", "messages", "unresolved", "buckets", "counts"),
+    )
+    region = obj(
+        {
+            "file": S,
+            "from": I,
+            "to": I,
+            "bytes": I,
+            "kind": S,
+            "quarantine_records": I,
+            "tombstones": I,
+            "blank": B,
+        },
+        ("file", "from", "to", "bytes", "kind"),
+    )
+    group = obj(
+        {
+            "group": null(S),
+            "topics": I,
+            "offsets": I,
+            "lag": I,
+            "ahead": I,
+            "behind": I,
+            "missing": I,
+            "status": S,
+            "oldest_unconsumed_timestamp": null(I),
+            "oldest_unconsumed_time": null(S),
+        },
+        ("group", "topics", "offsets", "lag", "ahead", "behind", "status"),
+    )
+    finding = obj(
+        {
+            "code": S,
+            "severity": S,
+            "file": null(S),
+            "pos": null(I),
+            "physical_offset": null(I),
+            "message": S,
+            "details": OBJ,
+            "next": S,
+            "next_command": null(arr(S)),
+        },
+        ("code", "severity", "message"),
+    )
+    repair_part = obj(
+        {
+            "intact_records": I,
+            "recover_would_cut_intact": null(I),
+            "regions": arr(ref("region")),
+            "quarantined": I,
+            "stray_files": arr(S),
+            "problems": arr(S),
+        },
+        ("intact_records", "regions", "quarantined"),
+    )
+    store = obj(
+        {
+            "store": S,
+            "broker_version": S,
+            "refused": B,
+            "verdict": S,
+            "exit_status": I,
+            "answers": ref("answers"),
+            "verify": obj(
+                {"verdict": S, "errors": I, "warnings": I, "messages": I, "codes": OBJ, "outlook": null(OBJ)},
+                ("verdict", "errors", "warnings"),
+            ),
+            "commitlog": obj(
+                {
+                    "file_size": I,
+                    "min_offset": null(I),
+                    "end_offset": I,
+                    "max_phy_offset_of_cq": null(I),
+                    "files": arr(ref("commitlog_file")),
+                },
+                ("file_size", "end_offset", "files"),
+            ),
+            "recovery": null(OBJ),
+            "repair": repair_part,
+            "timeline": obj(
+                {"start_timestamp": null(I), "start_time": null(S), "bucket_ms": I, "buckets": I},
+                ("start_timestamp", "bucket_ms", "buckets"),
+            ),
+            "topics": arr(ref("topic_series")),
+            "topics_total": I,
+            "consumer_groups": arr(ref("group")),
+            "consumer_groups_total": I,
+            "consumer_offsets": OBJ,
+            "findings": arr(ref("finding")),
+            "findings_total": I,
+        },
+        ("store", "broker_version", "refused", "verdict", "exit_status", "findings", "findings_total"),
+    )
+    doc = obj(
+        {"command": {"const": "report"}, "generated_time": S, "stores": arr(ref("store")), **verdict_fields()},
+        ("command", "generated_time", "stores", "schema_version", "verdict", "exit_status"),
+    )
+
+    def typed(name: str, what: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        props = {"type": {"const": name}, "store": S, **what["properties"], **(extra or {})}
+        return obj(props, ("type", "store", *what.get("required", [])))
+
+    store_rec = obj(
+        {
+            "type": {"const": "store"},
+            "store": S,
+            "broker_version": S,
+            "refused": B,
+            "verdict": S,
+            "exit_status": I,
+            "answers": null(ref("answers")),
+            "recovery": null(OBJ),
+            "repair": null(OBJ),
+        },
+        ("type", "store", "broker_version", "refused", "verdict", "exit_status"),
+    )
+    summ = summary("report", {"stores": arr(S), "generated_time": S}, ("stores",))
+    defs = {
+        "answers": answers,
+        "commitlog_file": cfile,
+        "topic_series": topic,
+        "region": region,
+        "group": group,
+        "finding": finding,
+        "store": store,
+        "store_record": store_rec,
+        "file_record": typed("file", cfile),
+        "topic_record": typed("topic", topic),
+        "region_record": typed("region", region),
+        "group_record": typed("group", group),
+        "finding_record": typed("finding", finding),
+        "summary": summ,
+        "document": doc,
+    }
+    return command_file(
+        "report",
+        defs,
+        ["store_record", "file_record", "topic_record", "region_record", "group_record", "finding_record"],
+    )
+
+
 FILES = {
     "dump-commitlog": dump_commitlog,
     "dump-consumequeue": dump_consumequeue,
@@ -945,6 +1172,7 @@ FILES = {
     "restore": restore,
     "export": export,
     "diff": diff,
+    "report": report,
 }
 
 

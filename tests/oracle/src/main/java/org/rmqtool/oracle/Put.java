@@ -50,6 +50,8 @@ final class Put {
     static final String HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC";
     static final String OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC";
     static final String SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX";
+    static final String INNER_NUM = "INNER_NUM";            // MessageConst.PROPERTY_INNER_NUM (5.x)
+    static final int INNER_BATCH_FLAG = 0x1 << 7;           // MessageSysFlag.INNER_BATCH_FLAG (5.x)
 
     static JsonObject write(String version, JsonObject scen, Path out, long timeoutMs) throws Exception {
         Path storeDir = out.resolve("store");
@@ -91,7 +93,7 @@ final class Put {
 
     static JsonObject clean(String version, JsonObject scen, Path storeDir) throws Exception {
         MessageStoreConfig c = Store.config(config(scen), storeDir);
-        DefaultMessageStore s = Store.open(c);
+        DefaultMessageStore s = Store.open(c, config(scen));
         if (!s.load()) {
             throw new IllegalStateException("DefaultMessageStore.load() failed on a new store");
         }
@@ -212,11 +214,19 @@ final class Put {
         info.addProperty("seq", seq);
         info.addProperty("thread", thread);
         info.addProperty("transaction", tx);
+        int innerNum = 0;
         if (m.has("inner_batch") && !m.get("inner_batch").isJsonNull()) {
-            // 5.x writes an inner batch (one record, INNER_BATCH_FLAG) only for a topic whose queue type is
-            // BatchCQ (SendMessageProcessor; DefaultMessageStore.asyncPutMessage refuses it otherwise), and
-            // such a store keeps that topic in batchconsumequeue/, which rmqtool refuses (LAYOUT_BATCH_CQ)
-            throw new Main.UsageError("message " + seq + ": inner_batch is not supported by this harness (BatchCQ topics only)");
+            // an inner batch: one record standing for inner_batch messages (INNER_BATCH_FLAG, INNER_NUM), as
+            // the store's own BatchConsumeQueue tests put them; DefaultMessageStore.asyncPutMessage refuses the
+            // flag unless the topic's queue.type is BatchCQ (config topic_attributes), and adds INNER_BASE
+            if (Store.major() < 5) {
+                throw new Main.UsageError("message " + seq + ": inner_batch needs RocketMQ 5.x");
+            }
+            innerNum = m.get("inner_batch").getAsInt();
+            if (innerNum < 1 || innerNum > Short.MAX_VALUE || m.has("batch") || !tx.equals("none")) {
+                throw new Main.UsageError("message " + seq + ": inner_batch must be 1.." + Short.MAX_VALUE
+                    + ", on a plain message (no batch, no transaction)");
+            }
         }
         if (m.has("batch") && !m.get("batch").isJsonNull()) {
             return buildBatch(m, seq, b);
@@ -271,6 +281,10 @@ final class Put {
         in.setStoreHost(addr(str(m, "store_host", "192.168.0.10:10911")));
         in.setReconsumeTimes((int) lng(m, "reconsume_times", 0));
         MessageAccessor.putProperty(in, MessageConst.PROPERTY_CLUSTER, str(m, "cluster", "DefaultCluster"));
+        if (innerNum > 0) {
+            MessageAccessor.putProperty(in, INNER_NUM, String.valueOf(innerNum));
+            in.setSysFlag(in.getSysFlag() | INNER_BATCH_FLAG);
+        }
         if (orig.containsKey(MessageConst.PROPERTY_WAIT_STORE_MSG_OK)) {
             String w = orig.remove(MessageConst.PROPERTY_WAIT_STORE_MSG_OK);
             in.setPropertiesString(MessageDecoder.messageProperties2String(in.getProperties()));
@@ -647,7 +661,7 @@ final class Put {
         int writers = end.has("writers") ? end.get("writers").getAsInt() : 2;
         long paceMs = end.has("pace_ms") ? end.get("pace_ms").getAsLong() : 0;
         MessageStoreConfig c = Store.config(config(scen), storeDir);
-        DefaultMessageStore s = Store.open(c);
+        DefaultMessageStore s = Store.open(c, config(scen));
         if (!s.load()) {
             throw new IllegalStateException("DefaultMessageStore.load() failed on a new store");
         }

@@ -58,7 +58,8 @@ final class Store {
         trySet(c, "cleanFileForciblyEnable", false);
         for (Map.Entry<String, JsonElement> e : cfg.entrySet()) {
             String k = e.getKey();
-            if (k.equals("storePathRootDir") || k.equals("storePathCommitLog") || k.equals("from")) {
+            if (k.equals("storePathRootDir") || k.equals("storePathCommitLog") || k.equals("from")
+                || k.equals(TOPIC_ATTRIBUTES)) {
                 continue;
             }
             set(c, k, e.getValue());
@@ -127,14 +128,56 @@ final class Store {
         }
     }
 
+    /** The config key (not a MessageStoreConfig setting) naming topics and their attributes, for 5.x. */
+    static final String TOPIC_ATTRIBUTES = "topic_attributes";
+
+    /**
+     * The broker's topic config table as the store sees it (5.x: DefaultMessageStore's constructor takes
+     * it; the consume queue store reads each topic's queue.type from it): {@code {"T": {"queue.type":
+     * "BatchCQ"}}} in the config under {@value #TOPIC_ATTRIBUTES}. TopicConfig.setAttributes is 5.x only:
+     * reflection, so that the 4.x build compiles.
+     */
+    static ConcurrentHashMap<String, Object> topics(JsonObject cfg) throws Exception {
+        ConcurrentHashMap<String, Object> table = new ConcurrentHashMap<>();
+        if (cfg == null || !cfg.has(TOPIC_ATTRIBUTES)) {
+            return table;
+        }
+        Class<?> tc = Class.forName("org.apache.rocketmq.common.TopicConfig");
+        for (Map.Entry<String, JsonElement> t : cfg.getAsJsonObject(TOPIC_ATTRIBUTES).entrySet()) {
+            Map<String, String> attrs = new java.util.HashMap<>();
+            for (Map.Entry<String, JsonElement> a : t.getValue().getAsJsonObject().entrySet()) {
+                attrs.put(a.getKey(), a.getValue().getAsString());
+            }
+            Object conf = tc.getConstructor(String.class).newInstance(t.getKey());
+            Method set = method(tc, "setAttributes", 1);
+            if (set == null) {
+                throw new Main.UsageError(TOPIC_ATTRIBUTES + " needs RocketMQ 5.x (TopicConfig has no attributes in "
+                    + jarVersion() + ")");
+            }
+            set.invoke(conf, attrs);
+            table.put(t.getKey(), conf);
+        }
+        return table;
+    }
+
     static DefaultMessageStore open(MessageStoreConfig c) throws Exception {
+        return open(c, (JsonObject) null);
+    }
+
+    /** A store with the harness's BrokerConfig and the topic config table of {@code cfg}. */
+    static DefaultMessageStore open(MessageStoreConfig c, JsonObject cfg) throws Exception {
         BrokerConfig bc = new BrokerConfig();
         bc.setLongPollingEnable(false);
-        return open(c, bc);
+        return open(c, bc, topics(cfg));
     }
 
     /** A store with the caller's BrokerConfig (Ha: brokerId, enableControllerMode). */
     static DefaultMessageStore open(MessageStoreConfig c, BrokerConfig bc) throws Exception {
+        return open(c, bc, new ConcurrentHashMap<>());
+    }
+
+    static DefaultMessageStore open(MessageStoreConfig c, BrokerConfig bc, ConcurrentHashMap<String, Object> topicTable)
+        throws Exception {
         new File(c.getStorePathRootDir()).mkdirs();
         Object listener = null;
         Class<?> lc = Class.forName("org.apache.rocketmq.store.MessageArrivingListener");
@@ -150,10 +193,20 @@ final class Store {
         for (Constructor<?> k : DefaultMessageStore.class.getConstructors()) {
             Class<?>[] ps = k.getParameterTypes();
             if (ps.length == 4 && ps[0] == MessageStoreConfig.class) {
-                return (DefaultMessageStore) k.newInstance(c, null, listener, bc);
+                DefaultMessageStore s = (DefaultMessageStore) k.newInstance(c, null, listener, bc);
+                if (!topicTable.isEmpty()) {
+                    // 5.0.0 takes the table through a setter (passed on to its ConsumeQueueStore)
+                    Method set = method(DefaultMessageStore.class, "setTopicConfigTable", 1);
+                    if (set == null) {
+                        throw new Main.UsageError(TOPIC_ATTRIBUTES + " needs RocketMQ 5.x (no topic config table in "
+                            + jarVersion() + ")");
+                    }
+                    set.invoke(s, topicTable);
+                }
+                return s;
             }
             if (ps.length == 5 && ps[0] == MessageStoreConfig.class && ps[4] == java.util.concurrent.ConcurrentMap.class) {
-                return (DefaultMessageStore) k.newInstance(c, null, listener, bc, new ConcurrentHashMap<>());
+                return (DefaultMessageStore) k.newInstance(c, null, listener, bc, topicTable);
             }
         }
         throw new IllegalStateException("no DefaultMessageStore constructor the harness knows");

@@ -115,7 +115,7 @@ final class Timer {
     static JsonObject timed(JsonObject cfg, Path root, boolean reput) throws Exception {
         JsonObject r = new JsonObject();
         MessageStoreConfig c = Store.config(cfg, root);
-        DefaultMessageStore s = Store.open(c);
+        DefaultMessageStore s = Store.open(c, cfg);
         long c0 = cpuNanos();
         long t0 = System.nanoTime();
         boolean ok = s.load();

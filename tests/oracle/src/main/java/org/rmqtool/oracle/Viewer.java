@@ -97,7 +97,7 @@ final class Viewer {
             : "normal (CommitLog.recoverNormally)");
 
         MessageStoreConfig c = Store.config(cfg, root);
-        DefaultMessageStore s = Store.open(c);
+        DefaultMessageStore s = Store.open(c, cfg);
         long t0 = System.nanoTime();
         boolean ok = s.load();
         double loadMs = (System.nanoTime() - t0) / 1e6;
@@ -153,6 +153,9 @@ final class Viewer {
         v.add("commitlog_records", recs);
         v.add("commitlog_topic_queue_table", topicQueueTable(s));
         v.add("consume_queues", consumeQueues(s));
+        if (Store.major() >= 5) {
+            v.add("batch_consume_queues", BatchView.view(s));
+        }
         v.add("query_message_by_key", queries(s, recs, extraKeys));
         v.addProperty("query_keys_include_scenario_json_keys", extraKeys != null);
         JsonArray byTag = tagQueries(s, recs);
@@ -517,6 +520,9 @@ final class Viewer {
         TreeMap<String, Object> sorted = new TreeMap<>();
         for (Map.Entry<String, ? extends Map<Integer, ?>> t : table.entrySet()) {
             for (Map.Entry<Integer, ?> q : t.getValue().entrySet()) {
+                if (BatchView.isBatch(q.getValue())) {
+                    continue;   // batch_consume_queues
+                }
                 sorted.put(t.getKey() + "/" + q.getKey(), q.getValue());
             }
         }

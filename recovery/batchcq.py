@@ -1,0 +1,265 @@
+"""BatchConsumeQueue files (5.x topics whose ``queue.type`` is BatchCQ), read-only.
+
+A 5.x broker keeps the queues of a BatchCQ topic in ``batchconsumequeue/TOPIC/QID/`` (not in
+``consumequeue/``): files of ``mapperFileSizeBatchConsumeQueue`` bytes named by their logical
+offset, each a run of 46-byte units (:data:`rmqtool.formats.consumequeue.BCQ_UNIT`), one per
+record, the record standing for ``batch_size`` messages from queue offset ``msg_base_offset`` on.
+
+What the broker does with them (``BatchConsumeQueue`` of 5.0.0-5.5.1), and so this module:
+
+* ``load``/``recover``: every file of the queue directory whose name is an offset, in order; the
+  scan starts at the third-last file and keeps units while ``bcq_unit_valid``; a fully valid file
+  moves the scan on, the first invalid unit ends it and everything after it is cut.
+* the queue's offsets: min = the first unit's ``msg_base_offset`` of the first file, max = the last
+  valid unit's ``msg_base_offset + batch_size`` (of the last file, or the one before it when the
+  last has none); the largest commitlog offset = the last valid unit's offset.
+
+Only reading: recover, repair and rebuild-index refuse a store with these files (LAYOUT_BATCH_CQ).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..formats.consumequeue import BCQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE, bcq_valid_mask, read_bcq_units
+from .scan import last_nonzero_in_file
+from .store import StoreFile
+
+BATCH_CQ_DIR = "batchconsumequeue"
+RECOVER_FROM_LAST = 3  # BatchConsumeQueue.recover starts at mappedFiles.size() - 3
+
+
+def _java_int(name: str) -> int | None:
+    s = name[1:] if name[:1] in "+-" else name
+    if not s or not s.isascii() or not s.isdigit():
+        return None
+    v = int(name)
+    return v if -(1 << 31) <= v < (1 << 31) else None
+
+
+def batch_queues(root: Path) -> dict[tuple[str, int], list[StoreFile]]:
+    """Every batch consume queue of the store at ``root``: (topic, queue id) -> its files in
+    offset order (the names MappedFileQueue.load accepts: digits; other entries are skipped
+    as the broker skips them). Empty when there is no ``batchconsumequeue/``."""
+    base = root / BATCH_CQ_DIR
+    out: dict[tuple[str, int], list[StoreFile]] = {}
+    if not base.is_dir() or base.is_symlink():
+        return out
+    for tdir in sorted(base.iterdir(), key=lambda p: p.name):
+        if not tdir.is_dir() or tdir.is_symlink():
+            continue
+        for qdir in sorted(tdir.iterdir(), key=lambda p: p.name):
+            qid = _java_int(qdir.name)
+            if qid is None or not qdir.is_dir() or qdir.is_symlink():
+                continue
+            files = []
+            for f in qdir.iterdir():
+                if (
+                    f.name.isascii()
+                    and f.name.isdigit()
+                    and int(f.name) < (1 << 63)
+                    and f.is_file()
+                    and not f.is_symlink()
+                ):
+                    files.append(StoreFile(f, int(f.name), f.stat().st_size))
+            out[(tdir.name, qid)] = sorted(files, key=lambda x: x.base)
+    return out
+
+
+def batch_topics(root: Path) -> set[str]:
+    """The topics with a batch consume queue directory (their queues are BatchCQ)."""
+    return {t for t, _q in batch_queues(root)}
+
+
+@dataclass
+class BatchQueue:
+    """One batch consume queue and what the broker's recovery makes of it. Only the files the
+    recovery scans (the last three) are held; the files before them are read one at a time
+    by :meth:`chunks`, so a queue of any length costs the memory of a few files."""
+
+    topic: str
+    queue_id: int
+    files: list[StoreFile]
+    start: int = 0  # the first file the recovery scans
+    file_size: int = DEFAULT_BCQ_FILE_SIZE  # the mapped file size: no file is read beyond it
+    tail: list[tuple[Any, Any]] = field(default_factory=list)  # per scanned file: (units, kept mask)
+    recovered_units: int = 0
+    min_offset: int = -1
+    max_offset: int = 0
+    max_physic_offset: int = -1
+
+    @property
+    def rel_dir(self) -> str:
+        return f"{BATCH_CQ_DIR}/{self.topic}/{self.queue_id}"
+
+    def rel(self, k: int) -> str:
+        return f"{self.rel_dir}/{self.files[k].name}"
+
+    def chunks(self) -> Iterator[tuple[int, Any, Any]]:
+        """(file index, its written units, which of them the broker keeps), file by file. The
+        files before the scan stay as loaded: the broker serves every unit of them."""
+        for k, f in enumerate(self.files):
+            if k < self.start:
+                u = written_units(f, self.file_size)
+                yield k, u, np.ones(len(u), dtype=bool)
+            else:
+                u, kept = self.tail[k - self.start]
+                yield k, u, kept
+
+
+def written_units(f: StoreFile, cap: int) -> Any:
+    """The units of a file up to its last non-zero one (the all-zero tail is unwritten space;
+    holes are skipped: a sparse file costs its data extents), within its first ``cap`` bytes
+    (the mapped file size: a longer file is one the broker refuses to load, and reading it
+    whole would cost unbounded memory)."""
+    size = min(f.size, cap)
+    n = size - size % BCQ_UNIT_SIZE
+    last = last_nonzero_in_file(f.path, 0, n) if n > 0 else -1
+    if last < 0:
+        return read_bcq_units(b"").copy()
+    with open(f.path, "rb") as fh:
+        data = fh.read((last // BCQ_UNIT_SIZE + 1) * BCQ_UNIT_SIZE)
+    return read_bcq_units(data).copy()
+
+
+def _file_size(files: list[StoreFile]) -> int:
+    """The queue's mapped file size (mapperFileSizeBatchConsumeQueue): the most common size of
+    its files, else the default."""
+    sizes = [f.size for f in files if f.size > 0]
+    if not sizes:
+        return DEFAULT_BCQ_FILE_SIZE
+    return max(set(sizes), key=lambda z: (sizes.count(z), z))
+
+
+def read_queue(topic: str, qid: int, files: list[StoreFile], file_size: int | None = None) -> BatchQueue:
+    """A queue and the broker's recovery of it (BatchConsumeQueue.recover, then
+    reviseMinOffsetInQueue / reviseMaxOffsetInQueue). ``file_size``: the broker's
+    mapperFileSizeBatchConsumeQueue (default: the most common size of the queue's files)."""
+    q = BatchQueue(topic, qid, files)
+    if not files:
+        return q
+    q.file_size = mapped = file_size or _file_size(files)
+    per_file = mapped // BCQ_UNIT_SIZE + (1 if mapped % BCQ_UNIT_SIZE else 0)  # units the scan reads
+    q.start = start = max(0, len(files) - RECOVER_FROM_LAST)
+    before = 0  # units of the files before the scan (counted, not held)
+    for f in files[:start]:
+        n = min(f.size, mapped) - min(f.size, mapped) % BCQ_UNIT_SIZE
+        last = last_nonzero_in_file(f.path, 0, n) if n > 0 else -1
+        before += last // BCQ_UNIT_SIZE + 1 if last >= 0 else 0
+    process = files[start].base
+    stopped = False
+    last_kept: tuple[int, int, int, int] | None = None  # (file index, offset, base, batch size)
+    for k in range(start, len(files)):
+        u = written_units(files[k], mapped)
+        kept = np.zeros(len(u), dtype=bool)
+        if not stopped:
+            bad = np.flatnonzero(~bcq_valid_mask(u))
+            good = len(u) if not len(bad) else int(bad[0])
+            kept[:good] = True
+            process = files[k].base + good * BCQ_UNIT_SIZE
+            if good:
+                j = good - 1
+                last_kept = (k, int(u["commitlog_offset"][j]), int(u["msg_base_offset"][j]), int(u["batch_size"][j]))
+            stopped = good < per_file  # (a file whose units all hold moves the scan to the next one)
+        q.tail.append((u, kept))
+    q.recovered_units = before + sum(int(np.count_nonzero(kept)) for _u, kept in q.tail)
+    if last_kept is not None:
+        q.max_physic_offset = last_kept[1]
+    # min: the first unit of the first file (as loaded, or as the scan kept it)
+    if start > 0:
+        first = written_units(files[0], mapped)[:1]
+        q.min_offset = int(first["msg_base_offset"][0]) if len(first) else -1
+    elif len(q.tail[0][0]) and q.tail[0][1][0]:
+        q.min_offset = int(q.tail[0][0]["msg_base_offset"][0])
+    # max: truncateDirtyFiles(process) drops the files wholly after it; getMaxMsgOffset of the
+    # last file left, else of the one before it
+    remaining = [k for k, f in enumerate(files) if f.base <= process]
+    if remaining:
+        last_file = remaining[-1]
+        if last_kept is not None and last_kept[0] >= last_file - 1:
+            q.max_offset = last_kept[2] + last_kept[3]
+        elif last_kept is None and start > 0 and last_file - 1 < start:
+            prev = written_units(files[last_file - 1], mapped)
+            if len(prev):
+                q.max_offset = int(prev["msg_base_offset"][-1]) + int(prev["batch_size"][-1])
+    return q
+
+
+def iter_queues(root: Path, topic: str | None = None, queue_id: int | None = None) -> Iterator[BatchQueue]:
+    for (t, q), files in sorted(batch_queues(root).items()):
+        if topic is not None and t != topic:
+            continue
+        if queue_id is not None and q != queue_id:
+            continue
+        yield read_queue(t, q, files)
+
+
+def iter_units(root: Path, topic: str | None = None, queue_id: int | None = None) -> Iterator[dict[str, Any]]:
+    """Every written unit of the selected batch queues, as ``dump consumequeue`` lists them:
+    the fields of a consume queue unit (``queue_offset`` is the unit's ``msg_base_offset``,
+    the queue offset of its first message) plus ``kind`` "batch" and the unit's own
+    ``msg_base_offset``, ``batch_size``, ``unit_store_timestamp``, ``compacted_offset`` and
+    ``reserved``. ``status``: OK, INVALID (fails BatchConsumeQueue.recover's rule: where the
+    broker's scan stops) or CUT (a valid unit after the point where the broker's recovery
+    stops: it truncates it)."""
+    for q in iter_queues(root, topic, queue_id):
+        for k, u, kept in q.chunks():
+            valid = bcq_valid_mask(u)
+            rel = q.rel(k)
+            for lo in range(0, len(u), 4096):
+                rows = u[lo : lo + 4096].tolist()
+                for j, (off, size, tags, ts, base, bs, comp, res) in enumerate(rows):
+                    i = lo + j
+                    status = "INVALID" if not valid[i] else ("OK" if kept[i] else "CUT")
+                    yield {
+                        "topic": q.topic,
+                        "queue_id": q.queue_id,
+                        "queue_offset": base,
+                        "file": rel,
+                        "pos": i * BCQ_UNIT_SIZE,
+                        "commitlog_offset": off,
+                        "size": size,
+                        "tags_code": tags,
+                        "status": status,
+                        "kind": "batch",
+                        "msg_base_offset": base,
+                        "batch_size": bs,
+                        "unit_store_timestamp": ts,
+                        "compacted_offset": comp,
+                        "reserved": res,
+                    }
+
+
+def summary(root: Path) -> dict[str, Any]:
+    """For ``info``: how many BatchCQ queues, topics, files, units (kept by the broker's
+    recovery) and messages (the sum of each queue's max - min offset, as the broker counts
+    them), and the largest commitlog offset a unit holds after that recovery (None: none)."""
+    qs = batch_queues(root)
+    units = messages = files = 0
+    max_phy = -1
+    for (t, qid), fl in qs.items():
+        q = read_queue(t, qid, fl)
+        files += len(fl)
+        units += q.recovered_units
+        max_phy = max(max_phy, q.max_physic_offset)
+        if q.min_offset >= 0:
+            messages += max(0, q.max_offset - q.min_offset)
+    return {
+        "queues": len(qs),
+        "topics": len({t for t, _ in qs}),
+        "files": files,
+        "units": units,
+        "messages": messages,
+        "max_commitlog_offset": max_phy if max_phy >= 0 else None,
+    }
+
+
+def has_batch_queues(root: Path) -> bool:
+    base = root / BATCH_CQ_DIR
+    return base.is_dir() and any(os.scandir(base))

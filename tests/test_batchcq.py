@@ -1,0 +1,370 @@
+"""BatchConsumeQueue files (issue 35): the 46-byte unit's schema, its numpy reader, and the
+broker's reading of a queue (BatchConsumeQueue.recover, reviseMin/MaxOffsetInQueue) as
+rmqtool.recovery.batchcq reproduces it. The broker itself judges the same in
+tests/oracle/test_batchcq_oracle.py."""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rmqtool.cli import run
+from rmqtool.formats import commitlog as cl
+from rmqtool.formats import consumequeue as cq
+from rmqtool.formats.checkpoint import Checkpoint, encode_checkpoint
+from rmqtool.formats.javahash import tags_code
+from rmqtool.formats.properties import serialize_properties
+from rmqtool.formats.schema import field_layout
+from rmqtool.recovery import batchcq
+from rmqtool.recovery.findingcodes import FindingCode
+
+UNIT = struct.Struct(">qiqqqhii")
+
+
+def unit(off: int, size: int, base: int, bs: int, tags: int = 7, ts: int = 1_700_000_000_000) -> bytes:
+    return UNIT.pack(off, size, tags, ts, base, bs, -1, 0)
+
+
+def test_the_unit_is_46_bytes_at_the_broker_offsets() -> None:
+    # BatchConsumeQueue 5.0.0-5.5.1: CQ_STORE_UNIT_SIZE 46, MSG_TAG_OFFSET_INDEX 12,
+    # MSG_STORE_TIME_OFFSET_INDEX 20, MSG_BASE_OFFSET_INDEX 28, MSG_BATCH_SIZE_INDEX 36,
+    # MSG_COMPACT_OFFSET_INDEX 38
+    assert cq.BCQ_UNIT.sizeof() == cq.BCQ_UNIT_SIZE == cq.BCQ_DTYPE.itemsize == 46
+    at = {name: off for name, off, _code in field_layout(cq.BCQ_UNIT)}
+    assert at == {
+        "commitlog_offset": 0,
+        "size": 8,
+        "tags_code": 12,
+        "store_timestamp": 20,
+        "msg_base_offset": 28,
+        "batch_size": 36,
+        "compacted_offset": 38,
+        "reserved": 42,
+    }
+    assert cq.DEFAULT_BCQ_FILE_SIZE == 300_000 * 46
+
+
+def test_the_numpy_reader_decodes_as_the_schema() -> None:
+    rnd = random.Random(35)
+    data = bytes(rnd.getrandbits(8) for _ in range(46 * 50 + 13))  # (a torn tail unit is not read)
+    units = cq.read_bcq_units(data)
+    assert len(units) == 50
+    for i in range(50):
+        want = cq.BCQ_UNIT.parse(data[i * 46 : i * 46 + 46])
+        got = units[i]
+        for name in cq.BCQ_DTYPE.names:
+            assert int(got[name]) == want[name], (i, name)
+        assert bool(cq.bcq_valid_mask(units)[i]) == cq.bcq_unit_valid(
+            want.commitlog_offset, want.size, want.msg_base_offset, want.batch_size
+        )
+
+
+def _queue(tmp_path: Path, files: list[bytes], size: int) -> Path:
+    root = tmp_path / "store"
+    q = root / "batchconsumequeue" / "T" / "0"
+    q.mkdir(parents=True)
+    for k, body in enumerate(files):
+        (q / f"{k * size:020d}").write_bytes(body.ljust(size, b"\0"))
+    return root
+
+
+def test_recovery_keeps_whole_files_and_stops_at_the_first_invalid_unit(tmp_path: Path) -> None:
+    size = 4 * 46
+    f0 = unit(0, 100, 0, 3) + unit(100, 90, 3, 2) + unit(190, 80, 5, 1) + unit(270, 70, 6, 4)
+    f1 = unit(340, 60, 10, 2) + unit(400, 0, 12, 1) + unit(400, 50, 12, 1)  # size 0: the scan ends
+    root = _queue(tmp_path, [f0, f1], size)
+    (q,) = list(batchcq.iter_queues(root))
+    assert [m for _k, _u, kept in q.chunks() for m in kept.tolist()] == [True] * 5 + [False, False]
+    assert (q.min_offset, q.max_offset, q.max_physic_offset) == (0, 12, 340)
+    rows = list(batchcq.iter_units(root))
+    assert [r["status"] for r in rows] == ["OK"] * 5 + ["INVALID", "CUT"]
+    assert [r["queue_offset"] for r in rows[:5]] == [0, 3, 5, 6, 10]
+    assert rows[4]["file"] == f"batchconsumequeue/T/0/{size:020d}" and rows[4]["pos"] == 0
+    assert batchcq.summary(root) == {
+        "queues": 1,
+        "topics": 1,
+        "files": 2,
+        "units": 5,
+        "messages": 12,
+        "max_commitlog_offset": 340,
+    }
+
+
+def test_recovery_scans_only_the_last_three_files(tmp_path: Path) -> None:
+    size = 2 * 46
+    files = [unit(0, 10, 0, 1) + unit(-1, 10, 1, 1)]  # invalid, but before the scan: kept as loaded
+    files += [unit(100 * k, 10, 2 * k, 2) + unit(100 * k + 10, 10, 2 * k + 2, 1) for k in range(1, 4)]
+    root = _queue(tmp_path, files, size)
+    (q,) = list(batchcq.iter_queues(root))
+    assert [m for _k, _u, kept in q.chunks() for m in kept.tolist()] == [True] * 8
+    assert q.max_physic_offset == 310 and q.max_offset == 9
+
+
+def test_a_store_without_batch_queues_has_none(tmp_path: Path) -> None:
+    assert batchcq.batch_queues(tmp_path) == {}
+    assert batchcq.summary(tmp_path)["queues"] == 0
+
+
+# --------------------------------------------------------------------------- a synthetic 5.5.1 store
+
+CL_SIZE = 1 << 16
+BATCHES = (3, 5, 1, 2)  # BatchT/0, inner batch sizes
+
+
+def _record(n: int, base: int, bs: int, phys: int, topic: str = "BatchT", inner: bool = True) -> bytes:
+    props = {"TAGS": "a", "UNIQ_KEY": f"{n:032X}", "CLUSTER": "DefaultCluster"}
+    if inner:
+        props.update(INNER_NUM=str(bs), INNER_BASE=str(base))
+    return cl.build_message(
+        {
+            "queue_id": 0,
+            "flag": 0,
+            "queue_offset": base,
+            "physical_offset": phys,
+            "sys_flag": 0x80 if inner else 0,
+            "born_timestamp": 1_795_302_151_000 + n,
+            "born_host": {"address": bytes([10, 0, 0, 1]), "port": 40000},
+            "store_timestamp": 1_795_302_152_000 + n,
+            "store_host": {"address": bytes([192, 168, 0, 10]), "port": 10911},
+            "reconsume_times": 0,
+            "prepared_transaction_offset": 0,
+            "body": bytes(range(20 + n)),
+            "topic": topic,
+            "properties": serialize_properties(props, True),
+        }
+    )
+
+
+def bcq_store(tmp_path: Path, batches: tuple[int, ...] = BATCHES) -> Path:
+    """A clean 5.5.1-like store: BatchT/0 holds one inner batch record per entry of
+    ``batches`` and its batch consume queue the units the broker writes for them."""
+    root = tmp_path / "store"
+    (root / "commitlog").mkdir(parents=True)
+    data, units, base = b"", b"", 0
+    for n, bs in enumerate(batches):
+        rec = _record(n, base, bs, len(data))
+        units += UNIT.pack(len(data), len(rec), tags_code("a"), 1_795_302_152_000 + n, base, bs, -1, 0)
+        data += rec
+        base += bs
+    (root / "commitlog" / f"{0:020d}").write_bytes(data.ljust(CL_SIZE, b"\0"))
+    q = root / "batchconsumequeue" / "BatchT" / "0"
+    q.mkdir(parents=True)
+    (q / f"{0:020d}").write_bytes(units.ljust(20 * 46, b"\0"))
+    (root / "consumequeue").mkdir()
+    last = 1_795_302_152_000 + len(batches) - 1
+    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(last, last, 0, 0, 0, len(data) - len(rec))))
+    return root
+
+
+def _jsonl(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, list[dict[str, Any]]]:
+    rc = run(argv)
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
+    return rc, [r for r in lines if r.get("type") != "summary"]
+
+
+def test_dump_consumequeue_lists_the_batch_units(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = bcq_store(tmp_path)
+    rc, rows = _jsonl(capsys, ["dump", "consumequeue", str(root), "--format", "jsonl", "--broker-version", "5.5.1"])
+    assert rc == 0
+    assert [(r["kind"], r["queue_offset"], r["batch_size"], r["status"]) for r in rows] == [
+        ("batch", 0, 3, "OK"),
+        ("batch", 3, 5, "OK"),
+        ("batch", 8, 1, "OK"),
+        ("batch", 9, 2, "OK"),
+    ]
+    assert all(r["file"] == f"batchconsumequeue/BatchT/0/{0:020d}" for r in rows)
+    assert [r["pos"] for r in rows] == [0, 46, 92, 138]
+    assert rows[0]["unit_store_time"] == "2026-11-21T23:02:32.000Z"
+    assert rows[0]["compacted_offset"] == -1 and rows[0]["reserved"] == 0
+    # --from/--to keep a unit when one of its messages is in range; --resolve checks the record
+    rc, rows = _jsonl(
+        capsys,
+        ["dump", "consumequeue", str(root), "--from", "4", "--to", "9", "--resolve", "--format", "jsonl"]
+        + ["--broker-version", "5.5.1"],
+    )
+    assert rc == 0 and [(r["queue_offset"], r["points_to"]) for r in rows] == [(3, "OK"), (8, "OK")]
+    # file mode: one batchconsumequeue file
+    one = root / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}"
+    rc, rows = _jsonl(capsys, ["dump", "consumequeue", str(one), "--format", "jsonl", "--broker-version", "5.5.1"])
+    assert rc == 0 and len(rows) == 4
+
+
+def test_verify_checks_batch_units_against_the_commitlog(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = bcq_store(tmp_path)
+    rc, rows = _jsonl(capsys, ["verify", str(root), "--format", "jsonl", "--quiet", "--broker-version", "5.5.1"])
+    assert rc == 0 and not [r for r in rows if r["severity"] == "error"], rows
+    p = root / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}"
+    b = bytearray(p.read_bytes())
+    struct.pack_into(">h", b, 46 + 36, 4)  # the second unit's batch size: 5 -> 4
+    p.write_bytes(bytes(b))
+    rc, rows = _jsonl(capsys, ["verify", str(root), "--format", "jsonl", "--quiet", "--broker-version", "5.5.1"])
+    assert rc == 4
+    assert [(r["code"], r["pos"]) for r in rows] == [
+        (FindingCode.BCQ_BATCH_MISMATCH, 46),
+        (FindingCode.BCQ_OFFSET_GAP, 92),
+    ]
+    assert rows[0]["next_command"] == ["dump", "consumequeue", str(root), "--topic", "BatchT", "--resolve"]
+    b[46:92] = bytes(46)  # the second unit zeroed: the broker's recovery stops there
+    p.write_bytes(bytes(b))
+    rc, rows = _jsonl(capsys, ["verify", str(root), "--format", "jsonl", "--quiet", "--broker-version", "5.5.1"])
+    assert rc == 4
+    got = {r["code"]: r for r in rows}
+    assert got[FindingCode.BCQ_UNIT_INVALID]["details"]["units_cut"] == 3
+    # no other queue reaches further: the next start dispatches from the first unit's record on
+    assert got[FindingCode.BCQ_DISPATCH_LAG]["details"]["count"] == 3
+
+
+def test_verify_finds_records_of_a_batch_topic_without_a_unit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = bcq_store(tmp_path)
+    p = root / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}"
+    b = bytearray(p.read_bytes())
+    b[3 * 46 : 4 * 46] = bytes(46)  # the last unit never written (the broker's next start dispatches it)
+    p.write_bytes(bytes(b))
+    rc, rows = _jsonl(capsys, ["verify", str(root), "--format", "jsonl", "--quiet", "--broker-version", "5.5.1"])
+    assert [r["code"] for r in rows] == [FindingCode.BCQ_DISPATCH_LAG] and rc == 0
+    # (the file-queue check leaves a BatchCQ topic's records to this one: no CQ_MISSING_MESSAGE)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["recover", "--yes"],
+        ["recover", "--dry-run"],
+        ["repair", "--yes"],
+        ["repair", "--dry-run"],
+        ["rebuild-index", "--yes"],
+        ["rebuild-index", "--dry-run"],
+    ],
+)
+def test_destructive_commands_refuse_a_store_with_batch_queues(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    root = bcq_store(tmp_path)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    rc = run([argv[0], str(root), *argv[1:], "--broker-version", "5.5.1"])
+    err = capsys.readouterr().err
+    assert rc == 8, err
+    assert "BatchConsumeQueue" in err and "batchconsumequeue" in err
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_info_counts_the_batch_queues(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = bcq_store(tmp_path)
+    rc = run(["info", str(root), "--format", "json", "--broker-version", "5.5.1"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    last = sum(len(_record(n, 0, 1, 0)) for n in range(len(BATCHES) - 1))  # (the sizes do not depend on base)
+    assert doc["batch_consume_queues"] == {
+        "queues": 1,
+        "topics": 1,
+        "files": 1,
+        "units": 4,
+        "messages": sum(BATCHES),
+        "max_commitlog_offset": last,
+    }
+    assert doc["max_phy_offset_of_cq"] == last and doc["topics"] == []
+    run(["info", str(root), "--broker-version", "5.5.1", "--format", "table"])
+    assert "batch consume queues (5.x BatchCQ topics, batchconsumequeue/): 1 queues of 1 topics" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_batch_queue_file_of_another_size_is_found_and_read_no_further(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = bcq_store(tmp_path)
+    q = root / "batchconsumequeue" / "BatchT" / "0"
+    (q / f"{20 * 46:020d}").write_bytes(bytes(20 * 46))
+    big = q / f"{40 * 46:020d}"
+    with open(big, "wb") as fh:  # sparse, a byte at 1 GiB: the broker's load refuses it
+        fh.seek(1 << 30)
+        fh.write(b"\1")
+    rc, rows = _jsonl(capsys, ["verify", str(root), "--format", "jsonl", "--quiet", "--broker-version", "5.5.1"])
+    wrong = [r for r in rows if r["code"] == FindingCode.FILE_WRONG_SIZE]
+    assert rc == 4 and [r["file"] for r in wrong] == [f"batchconsumequeue/BatchT/0/{big.name}"]
+    assert "recover" not in (wrong[0].get("next_command") or []), wrong[0]
+    (qq,) = list(batchcq.iter_queues(root))
+    assert qq.file_size == 20 * 46 and qq.recovered_units == 4
+
+
+@pytest.mark.parametrize("v2", [False, True])
+@pytest.mark.parametrize("hosts", [0x00, 0x10, 0x20, 0x30])
+def test_inner_batch_sizes_gathers_the_fields_of_every_record_layout(tmp_path: Path, v2: bool, hosts: int) -> None:
+    """The numpy gather of verify's batch check against the records' decoded properties, for
+    V1 and V2 records and every host layout (IPv4/IPv6 born and store hosts)."""
+    from rmqtool.cli.options import make_profile
+    from rmqtool.recovery.query import CommitlogReader
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.verify.batchcq import inner_batch_sizes
+
+    root = tmp_path / "store"
+    (root / "commitlog").mkdir(parents=True)
+    data, offs, want = b"", [], []
+    cases = [("7", "0", 0x80), ("3", None, 0x80), ("x", "1", 0x80), ("5", "2", 0x00), (None, "4", 0x80)]
+    for n, (num, base, flag) in enumerate(cases * 3):
+        props = {"TAGS": "a", "UNIQ_KEY": f"{n:032X}"}
+        if num is not None:
+            props["INNER_NUM"] = num
+        if base is not None:
+            props["INNER_BASE"] = base
+        v6 = {"address": bytes(16), "port": 1}
+        v4 = {"address": bytes(4), "port": 1}
+        rec = cl.build_message(
+            {
+                "queue_id": 0,
+                "flag": 0,
+                "queue_offset": n,
+                "physical_offset": len(data),
+                "sys_flag": flag | hosts,
+                "born_timestamp": 1,
+                "born_host": v6 if hosts & 0x10 else v4,
+                "store_timestamp": 2,
+                "store_host": v6 if hosts & 0x20 else v4,
+                "reconsume_times": 0,
+                "prepared_transaction_offset": 0,
+                "body": bytes(n),
+                "topic": "T" * (n + 1),
+                "properties": serialize_properties(props, True),
+            },
+            v2=v2,
+        )
+        offs.append(len(data))
+        ok = flag and num is not None and base is not None
+        want.append((int(num) if num.isdigit() else -1) if ok and num is not None else 1)
+        data += rec
+    (root / "commitlog" / f"{0:020d}").write_bytes(data.ljust(CL_SIZE, b"\0"))
+    store = Store.open(root)
+    with CommitlogReader(store, make_profile("5.5.1")) as reader:
+        got = inner_batch_sizes(reader, np.array(offs, dtype=np.int64))
+    assert got.tolist() == want
+
+
+def test_offsets_counts_a_batch_queue_in_messages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = bcq_store(tmp_path)
+    (root / "config").mkdir()
+    (root / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": {"BatchT@G1": {"0": 5}}}))
+    rc = run(["offsets", str(root), "--format", "json", "--broker-version", "5.5.1"])
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = [r for r in doc["rows"] if r["topic"] == "BatchT"]
+    assert (row["min_offset"], row["max_offset"], row["source"]) == (0, sum(BATCHES), "batchconsumequeue")
+    assert row["lag"] == sum(BATCHES) - 5 and row["status"] != "ahead" and rc == 0
+
+
+def test_offsets_refuses_a_reset_to_time_on_a_batch_queue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = bcq_store(tmp_path)
+    (root / "config").mkdir()
+    cfg = root / "config" / "consumerOffset.json"
+    cfg.write_text(json.dumps({"offsetTable": {"BatchT@G1": {"0": 5}}}))
+    before = cfg.read_bytes()
+    rc = run(["offsets", str(root), "-g", "G1", "--reset-to-time", "0", "--yes", "--broker-version", "5.5.1"])
+    err = capsys.readouterr().err
+    assert rc == 8 and "BatchConsumeQueue" in err, err
+    assert cfg.read_bytes() == before
