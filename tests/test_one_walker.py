@@ -58,6 +58,10 @@ NOT_RECORD_WALKS = {
         "recovery/recover/queues.py",
         "settle_queue",
     ): "a consume queue's unit count after each broker start, to a fixpoint",
+    (
+        "recovery/safety/backup.py",
+        "_hash_result_rest",
+    ): "a backup's digest of a file's new bytes, read in fixed chunks (left -= the chunk's length)",
 }
 
 
