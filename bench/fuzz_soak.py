@@ -11,6 +11,16 @@ broker's second start changes the same areas, recover is doing what the broker d
 (``broker repeats``, not a failure; man rmqtool-recover: "Where the broker is no fixed
 point"); otherwise it counts as ``not idempotent``.
 
+The checks of issue 33 too (tests/fuzzdamage.py, run_store): no debris beside or in the
+store after any command (``debris``: a ``.STORE.rmqtool-*`` work directory, a journal),
+a dry run of recover and of repair agreeing with the real run (``dry run disagrees``),
+repair of every damaged input with the checks of its plan and of verify after it (``dry
+run differs``, ``left a finding``, ``exit status``) and recover --dry-run after it
+(``recover disagrees``), its backup restoring the input; and per batch, the broker (one batch JVM)
+opening up to ``--broker-sample`` of the stores repair left (default 5 per batch of
+200: 500 of 20,000 stores), each holding every intact record of its damaged input at its
+offset with a queue entry (``broker refuses repaired``, ``broker lost intact``).
+
 Results are recorded, one JSON line per batch of seeds, in
 ``bench/results/fuzz_soak-FIRST-LAST.jsonl`` (``--record``): a rerun of the same range
 skips the batches already recorded (resumable), and ``--report`` adds up every recorded
@@ -52,6 +62,15 @@ CATEGORIES = [
     "worker died",
     "harness error",
     "noisy stderr",
+    "debris",
+    "dry run disagrees",
+    "dry run differs",
+    "left a finding",
+    "recover disagrees",
+    "exit status",
+    "no JSON plan",
+    "broker refuses repaired",
+    "broker lost intact",
 ]
 INFO = "broker repeats"  # recover's second run changes what the broker's second start changes: not a failure
 
@@ -71,7 +90,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--fsync", action="store_true", help="let the commands fsync (default: fsync is a no-op in the workers)"
     )
-    ap.add_argument("--no-oracle", action="store_true", help="do not replay non-idempotent recovers against the broker")
+    ap.add_argument(
+        "--no-oracle",
+        action="store_true",
+        help="do not replay non-idempotent recovers against the broker, nor open repaired stores in it",
+    )
+    ap.add_argument(
+        "--broker-sample",
+        type=int,
+        default=5,
+        metavar="N",
+        help="repaired stores per batch the broker opens (one JVM per batch; 0: none)",
+    )
     ap.add_argument("--report", action="store_true", help="only print the table of every recorded range")
     ap.add_argument(
         "--commit", default=None, help="--report: only the batches run with these commits (comma-separated)"
@@ -117,20 +147,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stopping at {args.until} UTC before seeds {rng[0]}-{rng[1]}", flush=True)
             break
         tb = time.time()
+        sample = 0 if args.no_oracle else args.broker_sample
         with tempfile.TemporaryDirectory(prefix="rmqtool-soak-", dir=args.tmp) as tmp:
             results = fd.run_many(
                 list(range(rng[0], rng[1] + 1)),
-                Path(tmp),
+                Path(tmp) / "runs",
                 jobs=args.jobs,
                 timeout=args.timeout,
                 mem_bytes=int(args.mem * (1 << 30)),
                 fsync=args.fsync,
+                keep=Path(tmp) / "repaired" if sample else None,
+                keep_max=sample,
             )
+            opened = _broker_sample(results, Path(tmp) / "repaired", sample)
             fd.cleanup(Path(tmp))
         if not args.no_oracle:
             for r in results:
                 _replay_against_broker(r, args.tmp)
         line = summarise(rng, results, time.time() - tb, args.jobs, commit)
+        line["broker_opened"] = opened
         new_lines.append(line)
         if record is not None:
             with open(record, "a", encoding="utf-8") as f:
@@ -181,15 +216,20 @@ def rerun_failing(args: argparse.Namespace) -> int:
     if not seeds:
         print("no failing seed recorded")
         return 0
+    # (a seed the broker sample found failing is opened by the broker again: every one kept)
+    sample = 0 if args.no_oracle else len(seeds)
     with tempfile.TemporaryDirectory(prefix="rmqtool-soak-", dir=args.tmp) as tmp:
         results = fd.run_many(
             seeds,
-            Path(tmp),
+            Path(tmp) / "runs",
             jobs=args.jobs,
             timeout=args.timeout,
             mem_bytes=int(args.mem * (1 << 30)),
             fsync=args.fsync,
+            keep=Path(tmp) / "repaired" if sample else None,
+            keep_max=sample,
         )
+        _broker_sample(results, Path(tmp) / "repaired", sample)
         fd.cleanup(Path(tmp))
     bad = 0
     with open(RERUNS, "a", encoding="utf-8") as f:
@@ -238,6 +278,23 @@ def report_reruns(lines: list[dict], reruns: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _broker_sample(results: list[dict], keep: Path, n: int) -> int:
+    """The broker opens up to ``n`` of the repaired stores ``keep`` holds (one batch JVM,
+    fuzzdamage.broker_sample); its findings go to their seeds' failures. Returns how many
+    it opened."""
+    kept = sorted(p for p in keep.iterdir() if (p / "meta.json").exists())[:n] if n and keep.exists() else []
+    if not kept:
+        return 0
+    try:
+        found = fd.broker_sample(kept)
+    except Exception as exc:  # noqa: BLE001 - no java, a failed batch: said for the first seed
+        found = [(kept[0].name, "harness error", f"broker sample: {exc!r}"[:300])]
+    by_seed = {r["seed"]: r for r in results}
+    for seed, cat, detail in found:
+        by_seed[int(seed)]["failures"].append(["broker", cat, detail])
+    return len(kept)
+
+
 def _replay_against_broker(r: dict, tmp: str | None) -> None:
     """A non-idempotent recover replayed against the broker started twice: where the
     broker's second start changes the same areas, the failure becomes ``broker repeats``."""
@@ -283,10 +340,11 @@ def summarise(rng: tuple[int, int], results: list[dict], seconds: float, jobs: i
 def report(lines: list[dict]) -> str:
     stores: collections.Counter[str] = collections.Counter()
     by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    runs, seconds = 0, 0.0
+    runs, seconds, opened = 0, 0.0, 0
     for x in lines:
         runs += x["runs"]
         seconds += x["seconds"]
+        opened += x.get("broker_opened", 0)
         for k, v in x["by_kind"].items():
             stores[k] += v.get("stores", 0)
             for c, n in v.items():
@@ -304,7 +362,8 @@ def report(lines: list[dict]) -> str:
     out.append(
         f"({n} stores, seeds {ranges}; {runs} command runs in {seconds:.0f} s of batches, "
         f"{n / max(1e-9, seconds):.2f} stores/s; each cell counts the stores with at least one failure of "
-        f"that category; '{INFO}': recover's second run changed what the broker's second start changes)"
+        f"that category; '{INFO}': recover's second run changed what the broker's second start changes; "
+        f"{opened} repaired stores opened by the broker)"
     )
     return "\n".join(out)
 

@@ -32,6 +32,7 @@ __all__ = [
     "MODE_ABNORMAL",
     "CqRecovery",
     "consume_queue_recover",
+    "mapped_file_queue_load",
     "truncate_dirty_files",
     "truncate_dirty_logic_files",
     "first_unit_where",
@@ -155,6 +156,21 @@ def consume_queue_recover(
             i += 1
             continue
         return CqRecovery(i, n, max_phy)
+
+
+def mapped_file_queue_load(files: Sequence[StoreFile], file_size: int, profile: BrokerProfile) -> StoreFile | None:
+    """``MappedFileQueue.load`` (every version): the first of ``files`` (name order) whose
+    length is not the mapped file size, which fails the load (the broker changes nothing
+    and does not start), or None when every file loads. 5.1.3 and later
+    (``MappedFileQueue.doLoad``) first delete a zero-length last file
+    (``profile.zero_length_last_file_deleted``)."""
+    for i, f in enumerate(files):
+        if f.size == file_size:
+            continue
+        if f.size == 0 and i == len(files) - 1 and profile.zero_length_last_file_deleted:
+            continue
+        return f
+    return None
 
 
 def truncate_dirty_files(

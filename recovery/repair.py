@@ -48,9 +48,10 @@ from typing import Any
 import numpy as np
 
 from ..formats import commitlog as cl
-from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
+from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, decode_checkpoint
 from ..formats.names import offset_msg_id
 from ..formats.properties import CRC32
+from ..formats.safeio import read_small
 from . import check as ck
 from .filler import (
     BLANK_LEN,
@@ -148,6 +149,7 @@ class RepairPlan:
     changes: list[FileChange] = field(default_factory=list)
     checkpoint: bytes | None = None
     checkpoint_note: str = ""
+    checkpoint_created: bool = False  # no checkpoint file before: the real run creates it
     abort_present: bool = False
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -216,7 +218,7 @@ class RepairPlan:
         for c in self.index_changes:
             out[c.relpath] = {"path": c.relpath, "action": "replace" if c.action not in (CREATE, REMOVE) else c.action}
         if self.checkpoint is not None:
-            out["checkpoint"] = {"path": "checkpoint", "action": "replace"}
+            out["checkpoint"] = {"path": "checkpoint", "action": "create" if self.checkpoint_created else "replace"}
         if self.abort_present:
             out["abort"] = {"path": "abort", "action": "remove"}
         return [out[k] for k in sorted(out)]
@@ -298,8 +300,10 @@ def _msg_id(buf: Any, pos: int, end: int, offset: int) -> str | None:
     return offset_msg_id(rec.store_address, rec.store_port, offset)
 
 
-def _read_units(f: StoreFile) -> np.ndarray:
-    n = f.size // _UNIT.itemsize
+def _read_units(f: StoreFile, limit: int) -> np.ndarray:
+    """The units of a queue file, at most its mapped size ``limit`` of them (the broker
+    maps no more; a sparse 64 GiB file is not read whole)."""
+    n = min(f.size, limit) // _UNIT.itemsize
     if n <= 0:
         return np.zeros(0, dtype=_UNIT)
     return np.fromfile(f.path, dtype=_UNIT, count=n)
@@ -576,7 +580,7 @@ class _Tombstones:
         starts, ends, qinfo = self.starts, self.ends, self.qinfo
         for (t, q), qfiles in sorted(store.consume_queues.items()):
             for f in qfiles:
-                u = _read_units(f)
+                u = _read_units(f, store.geometry.cq_file_size)
                 if not len(u):
                     continue
                 o = u["o"].astype(np.int64)
@@ -903,7 +907,9 @@ def _streamed_changes(rb: Any, w: _Workdir) -> list[FileChange]:
 def _plan_checkpoint(store: Store, plan: RepairPlan, rb: Any, recs: Any, intact: np.ndarray) -> None:
     """The checkpoint after the repair: the rebuild's, no time newer than every record."""
     cp_path = store.root / "checkpoint"
-    raw = cp_path.read_bytes() if cp_path.is_file() else b""
+    # (at most CHECKPOINT_READ_LIMIT bytes: a sparse 64 GiB checkpoint is not read whole; a
+    # file of another size than the page is rewritten either way)
+    raw = (read_small(cp_path, CHECKPOINT_READ_LIMIT, store.root, "checkpoint") or b"") if cp_path.is_file() else b""
     before = decode_checkpoint(raw) if raw else decode_checkpoint(b"")
     after = rb.checkpoint_after or before
     newest = int(recs.store_ts[intact].max()) if intact.any() else 0
@@ -925,6 +931,7 @@ def _plan_checkpoint(store: Store, plan: RepairPlan, rb: Any, recs: Any, intact:
             # 5.5.0+ (only such a rebuild sets it): the rebuilt queues' last record
             struct.pack_into(">q", buf, 40, after.logics_physical_offset)
         plan.checkpoint = bytes(buf)
+        plan.checkpoint_created = not cp_path.exists() and not cp_path.is_symlink()
         plan.checkpoint_note = (
             f"physicMsgTimestamp {after.physic_msg_timestamp}, logicsMsgTimestamp "
             f"{after.logics_msg_timestamp}, indexMsgTimestamp {after.index_msg_timestamp}"

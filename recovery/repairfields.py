@@ -91,12 +91,15 @@ Units = dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
 def queue_units(store: Store) -> Units:
-    """Every queue's units: (commitlog offset, size, queue offset), valid ones only."""
+    """Every queue's units: (commitlog offset, size, queue offset), valid ones only; of each
+    file at most its mapped size (the broker maps no more; a queue file sparse-extended to
+    64 GiB is not read whole: issue 33 R8)."""
     out = {}
+    limit = store.geometry.cq_file_size
     for key, files in store.consume_queues.items():
         os_, ss, ns = [], [], []
         for f in files:
-            n = f.size // _UNIT.itemsize
+            n = min(f.size, limit) // _UNIT.itemsize
             if n <= 0:
                 continue
             u = np.fromfile(f.path, dtype=_UNIT, count=n)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import mmap
 import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -20,8 +19,7 @@ from ..formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE
 from ..formats.crc import crc32_fast
 from ..formats.properties import KEYS, TAGS, UNIQ_KEY, split_keys
 from . import check as ck
-from .store import Store, next_data
-from .store import data_extents as _data_extents
+from .store import Store, map_window, next_data, windows
 
 Progress = Callable[[int], None]
 
@@ -102,18 +100,18 @@ def last_nonzero_in_file(path: Any, lo: int, hi: int) -> int:
 
 def _search_file(path: Any, lo: int, hi: int, last: bool) -> int:
     """The first (or ``last``) non-zero byte of a file in ``[lo, hi)``, or -1, searching
-    only its data extents (:func:`_data_extents`) through a map."""
+    only its data extents (:func:`recovery.store.windows`) through a map."""
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
         hi = min(hi, size)
         if lo >= hi:
             return -1
-        extents = _data_extents(fd, lo, hi)
-        # windows of at most _WINDOW bytes, each mapped on its own: the address space used
-        # stays bounded whatever the file's size (a restore under ulimit -v)
-        windows = [(w, min(w + _WINDOW, b)) for a, b in extents for w in range(a, b, _WINDOW)]
-        for a, b in reversed(windows) if last else windows:
+        # windows of at most WINDOW bytes over the data extents, each mapped on its own:
+        # the address space used stays bounded whatever the file's size (a restore under
+        # ulimit -v)
+        spans = windows(fd, lo, hi)
+        for a, b in reversed(spans) if last else spans:
             p = _search_window(fd, a, b, last)
             if p >= 0:
                 return a + p
@@ -122,12 +120,9 @@ def _search_file(path: Any, lo: int, hi: int, last: bool) -> int:
         os.close(fd)
 
 
-_WINDOW = 64 << 20
-
-
 def _search_window(fd: int, a: int, b: int, last: bool) -> int:
-    base = a - a % mmap.ALLOCATIONGRANULARITY
-    mm = mmap.mmap(fd, b - base, access=mmap.ACCESS_READ, offset=base)
+    mm = map_window(fd, a, b)
+    base = mm.start
     try:
         u8 = np.frombuffer(mm, dtype=np.uint8, count=b - a, offset=a - base)
         p = last_nonzero(u8) if last else first_nonzero(u8, 0, b - a)

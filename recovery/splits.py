@@ -55,7 +55,7 @@ class Split(NamedTuple):
     base: int  # file base offset, from its name
     start: int  # nominal start inside the file
     length: int  # nominal length
-    file_size: int  # the file's size when planned
+    file_size: int  # the file's size when planned (at most the commitlog's mapped size)
     index: int = 0  # type: ignore[assignment]  # ordinal of the split in the plan (shadows tuple.index)
     framing: Any = None  # the store's commitlog framing (recovery.store.Store.framing; None: classic)
 
@@ -83,17 +83,24 @@ def plan_splits(
     name = label if label is not None else str(store.root)
     out: list[Split] = []
     for f in store.commitlog:
-        out.extend(_file_splits(f, split_size, name, first_index + len(out), store.framing))
+        out.extend(
+            _file_splits(f, split_size, name, first_index + len(out), store.geometry.commitlog_file_size, store.framing)
+        )
     return out
 
 
-def _file_splits(f: StoreFile, split_size: int | None, label: str, index: int, framing: Any = None) -> list[Split]:
-    if f.size <= 0:
+def _file_splits(
+    f: StoreFile, split_size: int | None, label: str, index: int, limit: int, framing: Any = None
+) -> list[Split]:
+    """``f``'s splits, over at most ``limit`` bytes (the mapped size: the broker reads no
+    further, and a file sparse-extended to 64 GiB is not walked to its end)."""
+    size = min(f.size, limit)
+    if size <= 0:
         return []
     path = str(Path(f.path).resolve())
     return [
-        Split(label, path, f.base, start, stop - start, f.size, index + k, framing)
-        for k, (start, stop) in enumerate(cut(0, f.size, split_size or f.size))
+        Split(label, path, f.base, start, stop - start, size, index + k, framing)
+        for k, (start, stop) in enumerate(cut(0, size, split_size or size))
     ]
 
 
@@ -150,7 +157,7 @@ def open_split(split: Split, profile: BrokerProfile, handoff: Handoff | None = N
     """Map the split's file and find its bounds (:func:`split_bounds`); ``handoff.stop`` is
     set. Yields None when no record starts inside the split. Every per-split walk opens
     its split through this."""
-    with MappedFile(Path(split.path)) as mf:
+    with MappedFile(Path(split.path), split.file_size) as mf:
         first, stop = split_bounds(mf.buf, mf.size, split, profile)
         if handoff is not None:
             handoff.stop = stop

@@ -182,14 +182,20 @@ def data_extents(fd: int, lo: int, hi: int) -> list[tuple[int, int]]:
     return out
 
 
+JAVA_INT_MAX = (1 << 31) - 1  # the broker's mapped file sizes are Java ints: no larger file is one
+WINDOW = 64 << 20  # bytes of a window of windows(): what a reader maps at once of a file it scans through
+
+
 class FileMap(mmap.mmap):
-    """A read-only map of a whole file that knows where the file holds data
-    (``data_extents``, taken when it was mapped; everything else is a hole, zeros): the
-    zero-block scans (:func:`recovery.scan.first_nonzero_block`), the reput's page
+    """A read-only map of a window of a file, ``[start, start + len)`` (``start`` 0 for a
+    map of a file's head), that knows where the file holds data (``data_extents``, in
+    positions of the map, taken when it was mapped; everything else is a hole, zeros):
+    the zero-block scans (:func:`recovery.scan.first_nonzero_block`), the reput's page
     population and :class:`IndexFileImage` skip the holes instead of reading them."""
 
     data_extents: list[tuple[int, int]]
     _ends: list[int]
+    start: int
 
     def next_data(self, pos: int) -> int | None:
         """The first position at or after ``pos`` that is not in a hole, or None."""
@@ -199,12 +205,30 @@ class FileMap(mmap.mmap):
         return max(pos, self.data_extents[i][0])
 
 
-def map_readonly(fd: int, size: int) -> FileMap:
-    """A :class:`FileMap` of the first ``size`` bytes of an open file (``size`` > 0)."""
-    m = FileMap(fd, size, access=mmap.ACCESS_READ)
-    m.data_extents = data_extents(fd, 0, size)
+def map_window(fd: int, lo: int, hi: int) -> FileMap:
+    """A :class:`FileMap` of bytes ``[lo, hi)`` of an open file (``hi`` > ``lo``), mapped from
+    ``lo`` rounded down to the allocation granularity: its ``start`` (byte 0 of the map is
+    the file's byte ``start``; the file's byte ``lo`` is at ``lo - start``). The address
+    space it takes is the window's, whatever the file's size (a sparse 64 GiB file)."""
+    start = lo - lo % mmap.ALLOCATIONGRANULARITY
+    m = FileMap(fd, hi - start, access=mmap.ACCESS_READ, offset=start)
+    m.start = start
+    m.data_extents = [(a - start, b - start) for a, b in data_extents(fd, start, hi)]
     m._ends = [b for _, b in m.data_extents]
     return m
+
+
+def map_readonly(fd: int, size: int) -> FileMap:
+    """A :class:`FileMap` of the first ``size`` bytes of an open file (``size`` > 0)."""
+    return map_window(fd, 0, size)
+
+
+def windows(fd: int, lo: int, hi: int, size: int = WINDOW) -> list[tuple[int, int]]:
+    """``[lo, hi)`` of an open file as windows of at most ``size`` bytes over its data
+    extents only (the holes, zeros, are never mapped nor read): what a reader that scans
+    a file of any size maps one at a time (:func:`map_window`), its address space bounded
+    whatever the file's size."""
+    return [(w, min(w + size, b)) for a, b in data_extents(fd, lo, hi) for w in range(a, b, size)]
 
 
 def next_data(buf: Any, pos: int) -> int | None:
@@ -213,14 +237,26 @@ def next_data(buf: Any, pos: int) -> int | None:
     return buf.next_data(pos) if isinstance(buf, FileMap) else pos
 
 
-class MappedFile:
-    """A read-only view of a file: an mmap (or empty bytes for a zero-length file)."""
+def read_head(path: str | os.PathLike[str], n: int) -> bytes:
+    """The first ``n`` bytes of a file (fewer if it is shorter): a file extended far past
+    what a reader needs (a sparse 64 GiB queue or index file) is never read whole."""
+    with open(path, "rb") as fh:
+        return fh.read(n)
 
-    def __init__(self, path: Path) -> None:
+
+class MappedFile:
+    """A read-only view of the head of a file, ``[0, size)``: an mmap (or empty bytes for a
+    zero-length file). ``limit``: map at most that many bytes (the mapped size of the
+    file's kind: the broker never reads past it), so a file extended far past it (a sparse
+    64 GiB commitlog file) costs no more address space than a sound one; ``size`` is what
+    is mapped, ``file_size`` the file's length."""
+
+    def __init__(self, path: Path, limit: int | None = None) -> None:
         self.path = path
         self._fd = os.open(path, os.O_RDONLY)
         try:
-            size = os.fstat(self._fd).st_size
+            self.file_size = os.fstat(self._fd).st_size
+            size = self.file_size if limit is None else min(self.file_size, limit)
             try:
                 self.buf: Any = map_readonly(self._fd, size) if size else b""
             except OSError as exc:  # (ENOMEM under an address-space limit, say): the file named
@@ -343,9 +379,11 @@ class Store:
             cl_files: list[StoreFile] = []
         else:
             cl_files = self._offset_dir(cl_dir, "commitlog")
+        # (a file above Integer.MAX_VALUE bytes is never the mapped size, a Java int: a
+        # lone sparse 64 GiB file leaves the default)
         g.commitlog_file_size = (
             commitlog_file_size
-            or _most_common([f.size for f in cl_files + self.dledger_data])
+            or _most_common([f.size for f in cl_files + self.dledger_data if f.size <= JAVA_INT_MAX])
             or DEFAULT_COMMITLOG_FILE_SIZE
         )
         self.commitlog = cl_files
@@ -442,7 +480,10 @@ class Store:
         g.cq_file_size = (
             _round_cq(cq_file_size)
             if cq_file_size
-            else (_most_common([f.size for f in all_cq if f.size % CQ_UNIT == 0]) or DEFAULT_CQ_FILE_SIZE)
+            else (
+                _most_common([f.size for f in all_cq if f.size % CQ_UNIT == 0 and f.size <= JAVA_INT_MAX])
+                or DEFAULT_CQ_FILE_SIZE
+            )
         )
         for files in self.consume_queues.values():
             self._check_sizes(files, g.cq_file_size, "consumequeue")
@@ -697,8 +738,23 @@ class Store:
             read_small(self.root / "checkpoint", CHECKPOINT_READ_SIZE, self.root, "checkpoint") or b""
         )
 
+    def mapped_size(self, f: StoreFile | Path) -> int | None:
+        """The mapped file size of ``f``'s kind (the commitlog's, a consume queue's, an
+        index file's: the broker maps no more of such a file), None for another file."""
+        p = f.path if isinstance(f, StoreFile) else Path(f)
+        g = self.geometry
+        if self.commitlog and p.parent == self.commitlog[0].path.parent:  # (its directory may be elsewhere)
+            return g.commitlog_file_size
+        try:
+            top = p.relative_to(self.root).parts[0]
+        except (ValueError, IndexError):
+            return None
+        return {"consumequeue": g.cq_file_size, "index": g.index_file_size}.get(top)
+
     def map(self, f: StoreFile | Path) -> MappedFile:
-        return MappedFile(f.path if isinstance(f, StoreFile) else f)
+        """``f``'s head as the broker maps it: at most the mapped file size of its kind
+        (:meth:`mapped_size`), never a whole file extended far past it."""
+        return MappedFile(f.path if isinstance(f, StoreFile) else f, self.mapped_size(f))
 
     def commitlog_file_for(self, offset: int) -> StoreFile | None:
         """``findMappedFileByOffset``."""

@@ -19,9 +19,9 @@ from ..formats import dledger as dl
 from ..formats.checkpoint import CHECKPOINT_READ_SIZE, decode_checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.errors import FormatError
-from ..formats.safeio import read_small
+from ..formats.safeio import MISSING, REGULAR, classify, read_small
 from .query import CommitlogReader, read_index_header
-from .safety import broker_holds_lock, find_workdirs, lock_holder, pending_journals
+from .safety import broker_holds_lock, find_workdirs, lock_file_problem, lock_holder, pending_journals
 from .store import FileMap, Store
 from .versions import BrokerProfile
 from .workdirs import in_use as workdir_in_use
@@ -165,11 +165,16 @@ def store_info(
     doc["index"] = index
     cp_path = root / "checkpoint"
     raw = None
-    if cp_path.is_file():
+    problems: list[str] = []
+    cp_kind, cp_why = classify(cp_path, root)
+    if cp_kind not in (MISSING, REGULAR):
+        # (a FIFO, a device, a symlink to /dev/zero: never opened, and not a clean store)
+        problems.append(f"checkpoint: {cp_why or 'not a regular file'}: rmqtool never opens it")
+    elif cp_kind == REGULAR:
         try:  # (the first 48 bytes only: a sparse 64 GiB checkpoint is not read)
             raw = read_small(cp_path, CHECKPOINT_READ_SIZE, root, "checkpoint")
-        except FormatError:
-            raw = None
+        except FormatError:  # (swapped for a FIFO since: read_small never blocks on it)
+            problems.append("checkpoint: not a regular file: rmqtool never opens it")
     if raw is not None:
         cp = decode_checkpoint(raw)
         doc["checkpoint"] = {
@@ -181,7 +186,12 @@ def store_info(
     else:
         doc["checkpoint"] = None
     abort = (root / "abort").exists()
-    held = broker_holds_lock(root)
+    odd_lock = lock_file_problem(root)
+    held = odd_lock is None and broker_holds_lock(root)
+    if odd_lock is not None:
+        problems.append(
+            f"lock: {odd_lock}: no broker holds a lock on it, and rmqtool's changes refuse the store until it is removed"
+        )
     journals = [p.name for p in pending_journals(root)]
     doc["abort"] = abort
     holder = lock_holder(root / "lock") if held else None
@@ -192,6 +202,7 @@ def store_info(
         "holder_command": holder[1] if holder else None,
     }
     doc["pending_transactions"] = journals
+    doc["problems"] = problems
     doc["repair_workdirs"] = [str(p) for p in find_workdirs(root) if not workdir_in_use(p)]
     doc["backups"] = sorted(p.name for p in root.parent.glob(f"{root.name}.rmqtool-backup-*") if p.is_dir())
     doc["dledger"] = _dledger(store, profile)
@@ -361,6 +372,10 @@ def _outlook(
         )
     if not doc["commitlog"]["files"]:
         verdict += "; the commitlog is empty"
+    if doc["problems"]:
+        verdict += "; " + "; ".join(p.split(":", 1)[0] + " is not a regular file" for p in doc["problems"])
+        steps[:] = [x for x in steps if not x.startswith("rmqtool verify")]
+        steps.insert(0, f"rmqtool verify {s}  (see the problems)")
     return {"mode": "abnormal" if abort else "normal", "verdict": verdict, "next": steps}
 
 

@@ -1,10 +1,11 @@
 """Damaged stores for the fuzz suite (tests/test_fuzz_damage.py) and the soak
 (bench/fuzz_soak.py): copies of the real fixtures with one seeded damage each, and the run
-of every command on them with the checks of issue 23.
+of every command on them with the checks of issues 23 and 33.
 
 Each damage kind is a function ``(root, rng) -> str`` that damages the store copy at
 ``root`` and describes what it did. :func:`run_store` runs every command on one damaged
-store and returns the failures it saw (empty: all good).
+store and returns the failures it saw (empty: all good); :func:`broker_sample` has the
+broker open the stores repair left and look for every intact record.
 """
 
 from __future__ import annotations
@@ -440,6 +441,97 @@ def d_remove(root: Path, rng: random.Random) -> str:
     return f"remove {p.relative_to(root)}"
 
 
+def _mapped_size(files: list[Path]) -> int:
+    """The most common size of ``files`` (the mapped file size), 65536 when none."""
+    sizes = [p.stat().st_size for p in files if 0 < p.stat().st_size <= DAMAGE_READ_LIMIT]
+    return max(set(sizes), key=sizes.count) if sizes else 65536
+
+
+def d_far_name(root: Path, rng: random.Random) -> str:
+    """A stray file named far past the others (issue 33 R1: commitlog/00000000006553534464
+    of one byte made repair plan 99,991 files): in commitlog/ or a queue directory, one
+    byte, one unit or a sparse file of the mapped size."""
+    sub = rng.choice(["commitlog", "commitlog", "consumequeue"])
+    d = root / "commitlog"
+    if sub == "consumequeue":
+        qdirs = [x for x in _real_dirs(root / "consumequeue") if len(x.relative_to(root).parts) == 3]
+        if not qdirs:
+            return "far name: no queue"
+        d = rng.choice(qdirs)
+    if not d.is_dir() or not _in_store(root, d / "x"):
+        return "far name: no directory"
+    files = [p for p in _files(root, str(d.relative_to(root))) if p.parent == d]
+    size = _mapped_size(files)
+    last = max((int(p.name) for p in files if p.name.isdigit()), default=0)
+    off = rng.choice([6553534464, 6553600, last + 2 * size, last + 100 * size, last + 100000 * size, 1 << 50])
+    p = d / f"{off - off % size if rng.random() < 0.7 else off:020d}"
+    if os.path.lexists(p):
+        return "far name: taken"
+    what = rng.choice(["byte", "unit", "sparse"])
+    if what == "byte":
+        p.write_bytes(b"\x01")
+    elif what == "unit":
+        p.write_bytes(struct.pack(">qiq", last, 100, 0))
+    else:
+        p.write_bytes(b"")
+        os.truncate(p, size)
+    return f"far name {what} {p.relative_to(root)}"
+
+
+def d_garbled_topic(root: Path, rng: random.Random) -> str:
+    """One character of a record's topic changed (issue 33 R3: TopicA to Top/cA): the body
+    CRC does not cover the topic, so the record still reads intact, of another topic (or of
+    a name no queue directory can have)."""
+    files = _readable(_files(root, "commitlog"))
+    if not files:
+        return "garbled: no commitlog"
+    p = rng.choice(files)
+    starts = _record_starts(p)
+    if not starts:
+        return "garbled: no record"
+    pos = rng.choice(starts)
+    b = bytearray(p.read_bytes())
+    (bl,) = struct.unpack_from(">i", b, pos + 84)
+    t = pos + 88 + bl
+    if bl < 0 or t >= len(b) or b[t] == 0 or t + b[t] >= len(b):
+        return "garbled: short"
+    i = t + 1 + rng.randrange(b[t])
+    new = rng.choice([c for c in b"/abcxyzABCXYZ019_-%" if c != b[i]])
+    b[i] = new
+    p.write_bytes(bytes(b))
+    return f"garbled topic {p.relative_to(root)}@{pos} byte {i - t - 1} -> {chr(new)!r}"
+
+
+def d_wrong_size(root: Path, rng: random.Random) -> str:
+    """A file a few bytes off its mapped size (issue 33 R4: a commitlog file cut to 65535
+    or extended to 65537 bytes), mostly a middle commitlog file."""
+    sub = rng.choice(["commitlog", "commitlog", "commitlog", "consumequeue", "index"])
+    files = _readable(_files(root, sub))
+    if not files:
+        return "wrong size: no file"
+    size = _mapped_size(files)
+    p = rng.choice(files[1:-1] if len(files) > 2 and rng.random() < 0.7 else files)
+    unit = 20 if sub == "consumequeue" else 1
+    new = max(0, rng.choice([size - unit, size + unit, size - 8, size + 4096, size // 2 + 3, 2 * size]))
+    os.truncate(p, new)
+    return f"wrong size {p.relative_to(root)} to {new}"
+
+
+def d_sparse_middle(root: Path, rng: random.Random) -> str:
+    """A middle commitlog or consume queue file sparse-extended to 1 or 64 GiB (issue 33 R8:
+    every command under the address-space limit works or refuses with one line)."""
+    cands = _files(root, "commitlog")[1:-1] or _files(root, "commitlog")
+    qfiles = [p for p in _files(root, "consumequeue")]
+    cands += qfiles[1:2]
+    cands = [c for c in cands if c.is_file() and not c.is_symlink() and _in_store(root, c)]
+    if not cands:
+        return "sparse middle: nothing"
+    p = rng.choice(cands)
+    size = rng.choice([1 << 30, 64 << 30])
+    os.truncate(p, size)
+    return f"sparse middle {p.relative_to(root)} to {size}"
+
+
 KINDS: dict[str, Callable[[Path, random.Random], str]] = {
     "bitflip": d_bitflip,
     "absurd_length": d_absurd_length,
@@ -454,10 +546,14 @@ KINDS: dict[str, Callable[[Path, random.Random], str]] = {
     "config": d_config,
     "unwritable": d_unwritable,
     "remove": d_remove,
+    "far_name": d_far_name,
+    "garbled_topic": d_garbled_topic,
+    "wrong_size": d_wrong_size,
+    "sparse_middle": d_sparse_middle,
 }
 # kinds that could hang or exhaust memory if mishandled: their commands run in a child
 # process under a time limit and an address-space limit
-GUARDED = {"fifo", "symlink", "sparse_huge"}
+GUARDED = {"fifo", "symlink", "sparse_huge", "sparse_middle"}
 
 
 # DLedger stores (issue 37): a share of the seeds damage a DLedger twin of the fixture
@@ -801,6 +897,32 @@ def _cmd_name(argv: tuple[str, ...]) -> str:
     return " ".join(a for a in argv[:3] if not a.startswith("/"))
 
 
+def debris(root: Path) -> list[str]:
+    """What a command left beside the store or in it that no command should leave once it
+    has ended: a work directory ``.STORE.rmqtool-*`` beside the store (repair's), a
+    transaction journal in it (issue 33: "no debris")."""
+    out = []
+    try:
+        out += [p.name for p in root.parent.iterdir() if p.name.startswith(f".{root.name}.rmqtool-")]
+    except OSError:
+        pass
+    j = root / ".rmqtool-journal"
+    if j.is_dir() and not j.is_symlink():
+        try:
+            out += [f".rmqtool-journal/{p.name}" for p in j.iterdir()]
+        except OSError:
+            pass
+    return sorted(out)
+
+
+def dry_run_disagrees(dry: int, real: int) -> bool:
+    """Whether a dry run's status and the real run's on the same store disagree: a dry run
+    that finds nothing to do (0) before a real run that changes or reports something, a
+    dry run that promises a change (4) before a real run that finds nothing (0), or a
+    refusal (8) by one of them only."""
+    return (dry == 0 and real != 0) or (dry == 4 and real == 0) or ((dry == 8) != (real == 8))
+
+
 def run_store(
     dest: Path,
     seed: int,
@@ -810,10 +932,15 @@ def run_store(
     mem_bytes: int = 2 << 30,
     child: bool | None = None,
     user: str | None = None,
+    keep: Path | None = None,
+    keep_max: int = 10,
 ) -> StoreResult:
     """Make one damaged store under ``dest`` and run every command on it, checking the
-    rules of issue 23. ``child``: run the commands in child processes (default: only for
-    the kinds in GUARDED)."""
+    rules of issues 23 and 33. ``child``: run the commands in child processes (default:
+    only for the kinds in GUARDED). ``keep``: a directory where the store ``repair``
+    leaves is copied (``keep/SEED/store``, with the intact records of the damaged input in
+    ``intact.json`` and its fixture in ``meta.json``) while it holds fewer than
+    ``keep_max`` such copies, for the broker to open (:func:`broker_sample`)."""
     root, kind, desc = make_store(dest, seed, kind)
     res = StoreResult(kind, desc)
     use_child = (kind in GUARDED) if child is None else child
@@ -837,15 +964,19 @@ def run_store(
             res.failures.append((name, "exit code", f"{o.code}: {o.err.strip()[-200:]}"))
         elif o.err.count("\n") > 40:
             res.failures.append((name, "noisy stderr", o.err[:200]))
+        left = debris(root)
+        if left:
+            res.failures.append((name, "debris", ", ".join(left[:4])))
         return o
 
     h0 = tree_digest(root)
     s0 = tree_stat(root)
+    dry: dict[tuple[str, ...], int] = {}
     for ro in READ_ONLY:
         argv = [*ro[:2], str(root), *ro[2:]] if ro[0] == "dump" else [ro[0], str(root), *ro[1:]]
         if ro[0] in FORMATS:
             argv += ["--format", FORMATS[ro[0]]]
-        cmd(*argv)
+        dry[ro] = cmd(*argv).code
         if tree_stat(root) != s0:  # (cheap: names, types, sizes, mtimes; the bytes below)
             res.failures.append((_cmd_name(tuple(ro)), "read-only wrote", _diff(h0, tree_digest(root))))
             return res
@@ -855,6 +986,10 @@ def run_store(
     b1, b2 = dest / "backup-recover", dest / "backup-rebuild"
     o1 = cmd("recover", "--yes", str(root), "--backup-dir", str(b1))
     h1 = tree_digest(root)
+    if dry_run_disagrees(dry[("recover", "--dry-run")], o1.code):
+        res.failures.append(
+            ("recover", "dry run disagrees", f"--dry-run exit {dry[('recover', '--dry-run')]}, --yes exit {o1.code}")
+        )
     o2 = cmd("recover", "--yes", str(root), "--backup-dir", str(dest / "backup-recover2"))
     h2 = tree_digest(root)
     if h2 != h1 or (o1.code in (0, 1, 4, 5) and o2.code in (1, 5)):
@@ -870,13 +1005,164 @@ def run_store(
     res.failures += repair_as_planned(root, lambda *a: cmd(*a), b3)
     # restore, newest backup first, gives the damaged input back byte for byte
     for b in (b3, b2, dest / "backup-recover2", b1):
-        if (b / "manifest.json").exists():
-            o = cmd("restore", "--yes", str(b), str(root), "--backup-dir", str(dest / f"restore-of-{b.name}"))
-            if o.code not in (0, 1):
-                res.failures.append(("restore", "blocked restore", f"{b.name}: exit {o.code}: {o.err.strip()[-200:]}"))
+        _restore(cmd, res, b, root, dest)
     if tree_digest(root) != h0:
         res.failures.append(("restore", "not byte for byte", _diff(h0, tree_digest(root))))
+        return res
+    _repair_phase(cmd, res, root, dest, seed, dry, kind, keep, keep_max)
+    if tree_digest(root) != h0:
+        res.failures.append(("restore", "not byte for byte", "after repair: " + _diff(h0, tree_digest(root))))
     return res
+
+
+def _restore(cmd: Callable[..., Outcome], res: StoreResult, b: Path, root: Path, dest: Path) -> None:
+    if (b / "manifest.json").exists():
+        o = cmd("restore", "--yes", str(b), str(root), "--backup-dir", str(dest / f"restore-of-{b.name}"))
+        if o.code not in (0, 1):
+            res.failures.append(("restore", "blocked restore", f"{b.name}: exit {o.code}: {o.err.strip()[-200:]}"))
+
+
+def _repair_phase(
+    cmd: Callable[..., Outcome],
+    res: StoreResult,
+    root: Path,
+    dest: Path,
+    seed: int,
+    dry: dict[tuple[str, ...], int],
+    kind: str,
+    keep: Path | None,
+    keep_max: int,
+) -> None:
+    """``repair`` on the damaged input itself (:func:`repair_as_planned`: its plan, then
+    ``verify`` and ``recover --dry-run`` on what it leaves; issue 33), its backup giving
+    the input back; a store it repaired without a failure is kept for the broker sample."""
+    intact = None
+    if keep is not None and kind not in GUARDED and _kept(keep) < keep_max:
+        try:
+            from intact import intact_records  # (tests/intact.py)
+
+            from rmqtool.recovery.versions import BrokerProfile
+
+            intact = intact_records(root, BrokerProfile.for_version("4.9.4"))
+        except Exception:  # noqa: BLE001 - a store the scan cannot take whole: not sampled
+            intact = None
+    b5 = dest / "backup-repair-input"
+    codes: dict[str, int] = {}
+    quarantined: list[dict] = []
+    failures = repair_as_planned(root, cmd, b5, dry.get(("repair", "--dry-run")), codes, quarantined)
+    res.failures += failures
+    if not failures and codes.get("repair") == 1 and intact is not None and keep is not None:
+        # (changed, nothing left)
+        _keep_repaired(root, keep / str(seed), _as_repaired(intact, quarantined), res.desc)
+    _restore(cmd, res, b5, root, dest)
+
+
+def _as_repaired(intact: list[dict], quarantined: list[dict]) -> list[dict]:
+    """The intact records as the broker must see them after the repair: a record the plan
+    quarantines whole (a garbled topic or queue id: man rmqtool-repair) is, at its offset,
+    the tombstone of the queue offset it was written to (its bytes in quarantine records),
+    so the broker must see that tombstone with a consistent unit of that queue; one it
+    quarantines without a tombstone is left out."""
+    by_off = {q["offset"]: q for q in quarantined if q.get("offset") is not None}
+    out = []
+    for r in intact:
+        q = by_off.get(r["off"])
+        if q is None:
+            out.append(r)
+        elif q.get("tombstone"):
+            out.append(
+                {
+                    "off": r["off"],
+                    "tombstone": True,
+                    "topic": q["topic"],
+                    "qid": q["queue_id"],
+                    "qoff": q["queue_offset"],
+                }
+            )
+    return out
+
+
+def _kept(keep: Path) -> int:
+    try:
+        return sum(1 for p in keep.iterdir() if (p / "meta.json").exists())
+    except OSError:
+        return 0
+
+
+def _keep_repaired(root: Path, to: Path, intact: list[dict], desc: str) -> None:
+    if to.exists():
+        return
+    to.mkdir(parents=True)
+    copy_tree_holes_kept(root, to / "store")
+    (to / "intact.json").write_text(json.dumps(intact), encoding="utf-8")
+    (to / "meta.json").write_text(json.dumps({"fixture": desc.split(":", 1)[0], "desc": desc}), encoding="utf-8")
+
+
+def broker_sample(kept: list[Path], version: str = "4.9.4") -> list[tuple[str, str, str]]:
+    """The broker (the oracle harness, one batch JVM) opens each repaired store ``kept``
+    holds (:func:`run_store`'s ``keep``) and must see every intact record of the damaged
+    input at its offset, and each one that goes to a queue with a unit of its queue
+    pointing at it (consistent where the record's own QUEUEOFFSET is the unit's). Returns
+    the failures: (seed, category, detail)."""
+    from rmqtool.formats.names import topic_path_problem
+
+    h = _oracle_harness()
+    jobs = []
+    for d in kept:
+        meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
+        jobs.append(
+            {"id": d.name, "verb": "view", "store": str(d / "store"), "config": fixture_config(meta["fixture"])}
+        )
+    if not jobs:
+        return []
+    out: list[tuple[str, str, str]] = []
+    for d, ans in zip(kept, h.batch(version, jobs)):
+        if ans.get("exit") != 0 or not ans["result"].get("load_ok"):
+            out.append((d.name, "broker refuses repaired", str(ans.get("error") or "load_ok false")[:200]))
+            continue
+        view = ans["result"]
+        recs = {r["phys_offset"]: r for r in view["commitlog_records"] if r.get("topic") is not None}
+        units: dict[tuple[str, int], list[dict]] = {}
+        for k, q in view["consume_queues"].items():
+            for e in q["entries"]:
+                units.setdefault((k, e["phys_offset"]), []).append(e)
+        lost = []
+        for r in json.loads((d / "intact.json").read_text(encoding="utf-8")):
+            got = recs.get(r["off"])
+            if r.get("tombstone"):  # (the tombstone of its queue offset: _as_repaired)
+                if got is None or (got["topic"], got["queue_id"], got["queue_offset"]) != (
+                    r["topic"],
+                    r["qid"],
+                    r["qoff"],
+                ):
+                    lost.append(f"tombstone {r['off']}")
+                    continue
+            elif got is None or (
+                got["size"],
+                got["topic"],
+                got["queue_id"],
+                got["queue_offset"],
+                got["body_crc_ok"],
+            ) != (
+                r["size"],
+                r["topic"],
+                r["qid"],
+                r["qoff"],
+                True,
+            ):
+                undecodable = got is not None and got.get("decodable") is False
+                lost.append(
+                    f"record {r['off']}" + (" (the broker's MessageDecoder cannot decode it)" if undecodable else "")
+                )
+                continue
+            if not r.get("queued", True) or topic_path_problem(r["topic"]) is not None:
+                continue
+            es = units.get((f"{r['topic']}/{r['qid']}", r["off"]), [])
+            if not es or any(e["cq_offset"] == r["qoff"] and not e["consistent"] for e in es):
+                lost.append(f"unit of {r['off']} ({r['topic']}/{r['qid']} offset {r['qoff']})")
+        if lost:
+            out.append((d.name, "broker lost intact", f"{len(lost)}: " + ", ".join(lost[:4])))
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -956,11 +1242,21 @@ def plan_mismatch(writes: list[dict], before: dict, after: dict) -> str | None:
     return None
 
 
-def repair_as_planned(root: Path, cmd: Callable[..., Outcome], backup: Path) -> list[tuple[str, str, str]]:
+def repair_as_planned(
+    root: Path,
+    cmd: Callable[..., Outcome],
+    backup: Path,
+    dry_status: int | None = None,
+    codes: dict[str, int] | None = None,
+    quarantined: list[dict] | None = None,
+) -> list[tuple[str, str, str]]:
     """``repair --dry-run`` then ``repair --yes``: the dry run's JSON plan lists exactly the
-    files and byte ranges the real run changes; afterwards verify reports no error but those
-    repair leaves (recovery.repair.LEAVES_UNCHANGED), and repair's status has bit 4 whenever
-    verify reports one."""
+    files and byte ranges the real run changes (and ``dry_status``, a dry run's status on
+    the same store, agrees with the real run's); afterwards verify reports no error but
+    those repair leaves (recovery.repair.LEAVES_UNCHANGED), repair's status has bit 4
+    whenever verify reports one, and recover --dry-run finds nothing to do (a problem only
+    where repair's status says one is left). ``codes``: gets the real run's status
+    (``repair``); ``quarantined``: gets the plan's quarantined records."""
     import tempfile
 
     from rmqtool.recovery.repair import LEAVES_UNCHANGED
@@ -971,12 +1267,18 @@ def repair_as_planned(root: Path, cmd: Callable[..., Outcome], backup: Path) -> 
         dry = cmd("repair", "--dry-run", str(root), "--format", "json", "--output", str(plan_out))
         before = page_map(root)
         real = cmd("repair", "--yes", str(root), "--backup-dir", str(backup))
+        if codes is not None:
+            codes["repair"] = real.code
+        if dry_status is not None and dry_run_disagrees(dry_status, real.code):
+            failures.append(("repair", "dry run disagrees", f"--dry-run exit {dry_status}, --yes exit {real.code}"))
         if dry.code not in (0, 4) or real.code not in (0, 1, 4, 5):
             return failures  # (refused, or failed: reported by cmd)
         try:
             plan = json.loads(plan_out.read_text(encoding="utf-8"))["plan"]
         except (OSError, ValueError, KeyError) as exc:
             return [("repair --dry-run", "no JSON plan", str(exc)[:200])]
+        if quarantined is not None:
+            quarantined += plan.get("quarantined", [])
         bad = plan_mismatch(plan["writes"], before, page_map(root))
         if bad:
             failures.append(("repair", "dry run differs", bad))
@@ -993,15 +1295,20 @@ def repair_as_planned(root: Path, cmd: Callable[..., Outcome], backup: Path) -> 
             failures.append(
                 ("repair", "left a finding", f"verify after repair: {sorted(errors - set(LEAVES_UNCHANGED))}")
             )
-        # a store repair finished is one recover --dry-run calls sound (off until recover's
-        # side of issue 33 R5 lands: its dry run still exits 4 on a store without commitlog)
-        rec = cmd("recover", "--dry-run", str(root)) if os.environ.get("RMQTOOL_FUZZ_RECOVER_AFTER_REPAIR") else None
-        if rec is not None and rec.code != 0 and not blocked:
+        # a store repair finished is one recover --dry-run calls sound (issue 33 R5): nothing
+        # to do, and no problem unless repair's status says one is left
+        rec_out = Path(td) / "recover.json"
+        rec = cmd("recover", "--dry-run", str(root), "--format", "json", "--output", str(rec_out))
+        try:
+            todo = not json.loads(rec_out.read_text(encoding="utf-8"))["plan"]["summary"]["nothing_to_do"]
+        except (OSError, ValueError, KeyError):
+            todo = rec.code != 0
+        if not blocked and (todo or (rec.code != 0 and not real.code & 4)):
             failures.append(
                 (
                     "repair",
                     "recover disagrees",
-                    f"recover --dry-run after repair: exit {rec.code}: {rec.err.strip()[-200:]}",
+                    f"recover --dry-run after repair (exit {real.code}): exit {rec.code}: {rec.err.strip()[-200:]}",
                 )
             )
         if errors and not real.code & 4:
@@ -1035,7 +1342,16 @@ def manifest_name() -> str:
 _REC = 16  # one seed on the work pipe: a fixed-size record, so concurrent reads never split one
 
 
-def _child_main(queue_fd: int, tmp: Path, out_path: Path, timeout: float, mem_bytes: int, fsync: bool = True) -> None:
+def _child_main(
+    queue_fd: int,
+    tmp: Path,
+    out_path: Path,
+    timeout: float,
+    mem_bytes: int,
+    fsync: bool = True,
+    keep: Path | None = None,
+    keep_max: int = 10,
+) -> None:
     """A worker: takes seeds off the work pipe until it is empty; writes a ``start`` line
     before each store and its result after it (a worker that dies is reported for the
     seed it had started)."""
@@ -1055,7 +1371,7 @@ def _child_main(queue_fd: int, tmp: Path, out_path: Path, timeout: float, mem_by
             d.mkdir(parents=True, exist_ok=True)
             t0 = time.perf_counter()
             try:
-                r = run_store(d, seed, timeout=timeout, mem_bytes=mem_bytes, child=False)
+                r = run_store(d, seed, timeout=timeout, mem_bytes=mem_bytes, child=False, keep=keep, keep_max=keep_max)
                 doc = {"seed": seed, "kind": r.kind, "desc": r.desc, "runs": r.runs, "failures": r.failures}
             except MemoryError:
                 doc = {
@@ -1080,18 +1396,27 @@ def _child_main(queue_fd: int, tmp: Path, out_path: Path, timeout: float, mem_by
 
 
 def run_many(
-    seeds: list[int], tmp: Path, jobs: int = 2, timeout: float = 60.0, mem_bytes: int = 2 << 30, fsync: bool = True
+    seeds: list[int],
+    tmp: Path,
+    jobs: int = 2,
+    timeout: float = 60.0,
+    mem_bytes: int = 2 << 30,
+    fsync: bool = True,
+    keep: Path | None = None,
+    keep_max: int = 10,
 ) -> list[dict]:
     """Run :func:`run_store` for every seed in ``jobs`` forked workers, each under an
     address-space limit of ``mem_bytes`` (commands in-process, under SIGALRM timeouts),
     taking seeds off one work pipe (a slow store holds up one worker, not a share of the
-    seeds). A worker that dies is reported for the seed it was on and replaced."""
+    seeds). A worker that dies is reported for the seed it was on and replaced.
+    ``keep``/``keep_max``: repaired stores kept for :func:`broker_sample` (see
+    :func:`run_store`)."""
     step = 4000  # seeds a pipe holds (64 KiB) before any worker reads
     if len(seeds) > step:
         return [
             d
             for i in range(0, len(seeds), step)
-            for d in run_many(seeds[i : i + step], tmp, jobs, timeout, mem_bytes, fsync)
+            for d in run_many(seeds[i : i + step], tmp, jobs, timeout, mem_bytes, fsync, keep, keep_max)
         ]
     tmp.mkdir(parents=True, exist_ok=True)
     r, w = os.pipe()
@@ -1107,7 +1432,7 @@ def run_many(
         if pid == 0:  # pragma: no cover - the child
             code = 0
             try:
-                _child_main(r, tmp / f"w{n}", out_path, timeout, mem_bytes, fsync)
+                _child_main(r, tmp / f"w{n}", out_path, timeout, mem_bytes, fsync, keep, keep_max)
             except BaseException:  # noqa: BLE001
                 import traceback
 

@@ -5,8 +5,16 @@ transaction needs."""
 from __future__ import annotations
 
 import datetime as _dt
+import os
+import pwd
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
+
+import fuzzdamage as fd
+import pytest
+from conftest import real_store
 
 from rmqtool.recovery.backups import prune_selection
 
@@ -45,3 +53,30 @@ def test_never_another_store_an_unusable_or_a_needed_backup(tmp_path: Path) -> N
         _row(tmp_path, "d", 30),
     ]
     assert _names(prune_selection(rows, {(tmp_path / "c").resolve()}, 0, None)) == ["d"]
+
+
+def test_backups_of_an_unreadable_store_is_an_operational_error(tmp_path: Path) -> None:
+    """Issue 33 R9: ``backups`` on a store directory it cannot read exits 8 with one line
+    naming it (click's own readability check made it a usage error, 2), as every other
+    command does. Run as ``nobody`` when the suite runs as root (root reads anything)."""
+    user = None
+    base = tmp_path
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("nobody")
+        except KeyError:
+            pytest.skip("no user nobody")
+        user = "nobody"
+        base = Path(tempfile.mkdtemp(prefix="rmqtool-r9-"))  # (tmp_path's parents are 0700)
+        base.chmod(0o755)
+    root = base / "store"
+    shutil.copytree(real_store("clean"), root)
+    root.chmod(0)
+    try:
+        o = fd.run_child(["backups", str(root)], 60, 2 << 30, user)
+    finally:
+        root.chmod(0o755)
+        if user is not None:
+            fd.cleanup(base)
+    assert o.code == 8, (o.code, o.err)
+    assert o.err.count("\n") == 1 and "permission denied" in o.err and str(root) in o.err, o.err

@@ -266,3 +266,22 @@ def test_index_load_after_a_crash_deletes_files_ending_after_index_msg_timestamp
     h = IndexHeader(100, 5_000, 0, 0, 0, 2)
     assert br.index_file_deleted_at_load(h, _ckpt(0, 0, 4_999))
     assert not br.index_file_deleted_at_load(h, _ckpt(0, 0, 5_000))
+
+
+def test_mapped_file_queue_load_refuses_a_file_of_another_size() -> None:
+    """MappedFileQueue.load: a file cut short, extended or empty fails the load (issue 33
+    R11: recover refuses such a store as the broker does); 5.1.3+ delete an empty last file
+    first and load the rest."""
+    mapped_file_queue_load = br.mapped_file_queue_load
+
+    def files(*sizes: int) -> list[StoreFile]:
+        return [StoreFile(Path(f"{i * 64:020d}"), i * 64, s) for i, s in enumerate(sizes)]
+
+    p4, p5 = BrokerProfile.for_version("4.9.4"), BrokerProfile.for_version("5.3.3")
+    for p in (p4, p5):
+        assert mapped_file_queue_load(files(64, 64, 64), 64, p) is None
+        assert mapped_file_queue_load(files(64, 30, 64), 64, p) == files(64, 30, 64)[1]
+        assert mapped_file_queue_load(files(64, 64, 65), 64, p) == files(64, 64, 65)[2]
+        assert mapped_file_queue_load(files(64, 0, 64), 64, p) == files(64, 0, 64)[1]
+    assert mapped_file_queue_load(files(64, 64, 0), 64, p4) == files(64, 64, 0)[2]
+    assert mapped_file_queue_load(files(64, 64, 0), 64, p5) is None

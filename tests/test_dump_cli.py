@@ -251,6 +251,20 @@ def test_index(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2
 
 
+def test_index_key_without_a_match_exits_1_as_dump_commitlog_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 R9: ``dump index --key`` that finds no entry exits 1 (grep's convention,
+    as ``dump commitlog --key``), with one "not found" line; it exited 0 (also fixed by
+    issue 34's misses on every dump, whose words these are)."""
+    for extra in ((), ("--topic", "TopicA")):
+        code, hits, err = dump(capsys, "index", CLEAN, "--key", "NO-SUCH-KEY", *extra)
+        assert code == 1 and hits == [] and err.count("\n") == 1, err
+        assert "not found: no index entry matches --key NO-SUCH-KEY" in err
+    code, _, _ = dump(capsys, "commitlog", CLEAN, "--key", "NO-SUCH-KEY")
+    assert code == 1
+    code, hits, _ = dump(capsys, "index", CLEAN, "--key", "ORDER-1")
+    assert code == 0 and hits
+
+
 @pytest.mark.parametrize("name", REAL_NAMES)
 def test_checkpoint(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, (r,), _ = dump(capsys, "checkpoint", str(real_store(name)))

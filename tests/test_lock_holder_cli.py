@@ -6,11 +6,13 @@ from /proc), while the store stays untouched."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import fuzzdamage as fd
 import pytest
 from conftest import copy_store, tree_digest
 
@@ -175,3 +177,60 @@ def test_a_long_command_line_keeps_the_program_and_its_tail(tmp_path: Path, caps
     finally:
         child.kill()
         child.wait()
+
+
+def _odd_lock(root: Path, how: str) -> None:
+    (root / "lock").unlink()
+    if how == "fifo":
+        os.mkfifo(root / "lock")
+    else:
+        (root / "lock").symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize("how,what", [("fifo", "a FIFO"), ("devzero", "a symlink leaving the store (to /dev/zero)")])
+def test_a_lock_no_broker_can_hold_is_named_for_what_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str, what: str
+) -> None:
+    """Issue 33 R9: a FIFO ``lock`` or one linked to /dev/zero is not "a running broker holds
+    the lock": every refusal (exit 8, nothing changed), the dry run's warning and info say
+    what it is; info exits 4 (a problem), not 8 (a broker runs)."""
+    root = copy_store("clean", tmp_path)
+    _odd_lock(root, how)
+    before = fd.tree_digest(root)
+    for argv in (["recover", "--yes"], ["repair", "--yes"], ["rebuild-index", "--yes"]):
+        assert run([*argv, "-q", str(root)]) == Exit.OPERATIONAL
+        err = capsys.readouterr().err
+        assert f"the lock file is {what}" in err and "remove it first" in err, err
+        assert "running broker" not in err and len(err.strip().splitlines()) == 1, err
+    run(["recover", "--dry-run", str(root)])
+    err = capsys.readouterr().err
+    assert f"warning: the lock file is {what}" in err and "running broker" not in err, err
+    assert run(["info", "--format", "json", str(root)]) == Exit.PROBLEMS
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["lock"]["held"] is False and doc["problems"] == [
+        f"lock: {what}{', not a regular file' if how == 'fifo' else ''}: no broker holds a lock on it, "
+        "and rmqtool's changes refuse the store until it is removed"
+    ]
+    assert "holds the lock" not in doc["outlook"]["verdict"]
+    assert fd.tree_digest(root) == before
+
+
+@pytest.mark.parametrize("how", ["devzero", "fifo"])
+def test_info_on_a_checkpoint_that_is_no_regular_file_is_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    """Issue 33 R9: ``info`` on a checkpoint linked to /dev/zero (or a FIFO) exited 0 and
+    said "checkpoint: missing": now status 4 and the problem named, the file never opened."""
+    root = copy_store("clean", tmp_path)
+    (root / "checkpoint").unlink()
+    if how == "fifo":
+        os.mkfifo(root / "checkpoint")
+    else:
+        (root / "checkpoint").symlink_to("/dev/zero")
+    assert run(["info", "--format", "json", str(root)]) == Exit.PROBLEMS
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["checkpoint"] is None and len(doc["problems"]) == 1
+    assert doc["problems"][0].startswith("checkpoint: a ") and "never opens it" in doc["problems"][0]
+    assert run(["info", "--format", "table", str(root)]) == Exit.PROBLEMS
+    out = capsys.readouterr().out
+    assert "checkpoint: missing" not in out and "problem: checkpoint: " in out

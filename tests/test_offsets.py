@@ -476,3 +476,21 @@ def test_reset_to_time_takes_the_first_message_at_or_after_not_the_nearer_one(
     assert run(["offsets", "--yes", str(store), "--reset-to-time", str(t), "-g", "g1", "-t", "TopicA"]) == 1
     capsys.readouterr()
     assert of.parse_offset_text(path.read_text(), "x").table["TopicA@g1"] == {0: 9}
+
+
+def test_set_to_the_committed_offset_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 R9: --set to the offset committed already is nothing to do: status 0, no
+    backup, no file written (it exited 1 and wrote a backup of an unchanged file)."""
+    store = copy_store("clean", tmp_path)
+    write_offsets(store, {"TopicA@g1": {0: 5, 1: 12}})
+    before = tree_digest(store)
+    backup = tmp_path / "b"
+    argv = ["offsets", "--yes", str(store), "--set", "g1", "TopicA", "1", "12", "--backup-dir", str(backup)]
+    rc, doc = run_json([*argv, "--format", "json"], capsys)
+    assert rc == 0 and doc["backup_dir"] is None and doc["changes"][0]["committed"] == 12
+    assert not backup.exists() and tree_digest(store) == before
+    assert not list(tmp_path.glob("clean/store.rmqtool-backup-*"))
+    rc, _ = run_json([*argv, "--dry-run", "--format", "json"], capsys)
+    assert rc == 0
+    assert run(argv) == 0 and "nothing to change" in capsys.readouterr().out
+    assert tree_digest(store) == before and not backup.exists()

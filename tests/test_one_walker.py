@@ -32,12 +32,12 @@ by names; a function's own nodes, not those of functions nested in it):
 
 The detector follows names, not objects: a position carried in an object from one
 method to another (``self.reput_from`` handed back by a region) is seen only through the
-state rule. Three loops of the core are flagged and are not record walks of the commitlog;
+state rule. Four loops of the core are flagged and are not record walks of the commitlog;
 they are listed in ``NOT_RECORD_WALKS`` with their reasons, and a test checks that each is
 still flagged (the list cannot go stale): the index's hash chain (``cur = prev_index`` of an
 entry: a linked list of fixed-size entries), the timer wheel's slot chain (``cur = prev`` of
-a 52-byte timer log unit: the same kind of list) and the consume queue's repeated starts (a
-fixpoint of unit counts).
+a 52-byte timer log unit: the same kind of list), the consume queue's repeated starts (a
+fixpoint of unit counts) and a backup's digest of a file's new bytes (fixed chunks).
 """
 
 from __future__ import annotations
@@ -60,6 +60,10 @@ NOT_RECORD_WALKS = {
         "settle_queue",
     ): "a consume queue's unit count after each broker start, to a fixpoint",
     ("recovery/timerstore.py", "slot_chain"): "a timer wheel slot's chain: cur = prevPos of a timer log unit",
+    (
+        "recovery/safety/backup.py",
+        "_hash_result_rest",
+    ): "a backup's digest of a file's new bytes, read in fixed chunks (left -= the chunk's length)",
 }
 
 

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from conftest import copy_store, jsonl_records
+from conftest import copy_store, jsonl_records, tree_digest
 
 from rmqtool.cli import run
 
@@ -69,7 +69,10 @@ def test_recover_removes_a_zero_length_last_commitlog_file_from_5_1_3(tmp_path: 
 
 
 def test_recover_still_refuses_a_zero_length_commitlog_file_before_5_1_3(tmp_path: Path) -> None:
+    """Before 5.1.3 the broker refuses to load a store whose last commitlog file is empty,
+    and changes nothing: so does recover (issue 33 R11; it recovered the rest, status 5)."""
     store, rel = _store(tmp_path)
+    before = tree_digest(store)
     rc = run(
         [
             "recover",
@@ -84,8 +87,8 @@ def test_recover_still_refuses_a_zero_length_commitlog_file_before_5_1_3(tmp_pat
             str(tmp_path / "bk"),
         ]
     )
-    assert rc == 5  # the rest recovered (1), the zero-length file left as a problem (4)
-    assert (store / rel).exists()
+    assert rc == 8  # refused, as the broker refuses to load the store
+    assert (store / rel).exists() and tree_digest(store) == before and not (tmp_path / "bk").exists()
 
 
 def test_verify_calls_a_zero_length_last_file_with_queued_messages_an_error(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -326,3 +326,22 @@ def test_blank_in_the_middle_is_a_reported_conflict(tmp_path: Path) -> None:
     assert blank_pos < 16384
     assert handoffs[0].conflict
     assert got[: len(expected)] == expected and len(got) > len(expected)
+
+
+def test_a_file_sparse_extended_to_64_gib_is_split_to_its_mapped_size_only(tmp_path: Path) -> None:
+    """Issue 33 R8: export's splits of a commitlog file sparse-extended to 64 GiB cover its
+    mapped size, as the broker and dump read it (they covered the 64 GiB, 1024 splits of
+    hole, each mapping the whole file), and walk the same records as on the sound file."""
+    import os
+    import shutil
+
+    root = tmp_path / "store"
+    shutil.copytree(real_store("clean"), root)
+    last = sorted((root / "commitlog").iterdir())[-1]
+    sound = [r for s in plan_splits(Store.open(root)) for r in iter_split(s, PROFILE)]
+    os.truncate(last, 64 << 30)
+    splits = plan_splits(Store.open(root))
+    assert [s.file_size for s in splits if s.file_name == last.name] == [65536]
+    assert len(splits) == 6
+    got = [r for s in splits for r in iter_split(s, PROFILE)]
+    assert [(p, c.reason, c.size) for _b, p, c in got] == [(p, c.reason, c.size) for _b, p, c in sound]

@@ -92,7 +92,7 @@ from .model import (
     RecoveryPlan,
     RemovedFile,
 )
-from .planning import plan_recovery
+from .planning import plan_recovery, refuse_unloadable, refused_commitlog_file
 from .queues import _cq_units as _cq_units
 from .queues import _read_cq as _read_cq
 from .queues import frozen_queues, recover_queue
@@ -126,6 +126,8 @@ __all__ = [
     "plan_recovery",
     "recover_queue",
     "recovery_stop",
+    "refuse_unloadable",
+    "refused_commitlog_file",
     "scan_files",
     "write_salvage",
 ]

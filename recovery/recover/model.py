@@ -222,6 +222,9 @@ class RecoveryPlan:
     destroy_consume_queues: bool = False  # empty commitlog: the broker destroys every queue
     cq_truncate_at: int | None = None  # where the queues are truncated, when not end_offset (DLedger 5.2+)
     dledger_unit_writes: list[tuple[str, int, bytes]] = field(default_factory=list)  # DLedger index units rewritten
+    # whether the dispatch passes change a file, where the plan holds nothing else (None:
+    # not asked, their record counts decide); see plan_recovery
+    dispatch_writes: bool | None = None
     context: RecoveryContext | None = field(default=None, repr=False, compare=False)  # (not rendered)
     # the 5.x timer store as the broker's next start leaves it (recover.timerplan.TimerPlan)
     timer: Any = field(default=None, repr=False, compare=False)
@@ -232,24 +235,41 @@ class RecoveryPlan:
         return [q for q in self.queues if q.changed]
 
     @property
-    def nothing_to_do(self) -> bool:
-        """True when the store is already what the broker's recovery would leave and there
-        is nothing to dispatch: no cut, no removal, no abort file, and every consume queue
-        and the index reach the commitlog end."""
-        if (
+    def changes_besides_dispatch(self) -> bool:
+        """Whether the plan changes the store whatever its dispatch passes write: a cut, a
+        removal, the abort file, a consume queue or index file changed, no checkpoint, DLedger index units rewritten,
+        the timer files changed (:attr:`timer`)."""
+        return bool(
             self.abort_present
             or self.cuts
             or self.removed_files
             or self.index_discarded
             or self.index_truncated
             or self.index_extended
-        ):
+            or self.changed_queues
+            or self.destroy_consume_queues
+            or self.checkpoint_missing
+            or self.dledger_unit_writes
+            or (self.timer is not None and self.timer.changes)
+        )
+
+    @property
+    def dispatch_pending(self) -> bool:
+        """Whether a dispatch pass has records to dispatch, or may have (decided while
+        applying)."""
+        return any(d.records is None or d.records > 0 for d in self.dispatch)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """True when the store is already what the broker's recovery would leave: no cut,
+        no removal, no abort file, every consume queue and the index reach the commitlog
+        end, and the dispatch passes write nothing (:attr:`dispatch_writes`, where
+        plan_recovery asked; else they have no record to dispatch)."""
+        if self.changes_besides_dispatch:
             return False
-        if self.changed_queues or self.destroy_consume_queues or self.checkpoint_missing or self.dledger_unit_writes:
-            return False
-        if self.timer is not None and self.timer.changes:
-            return False
-        return not any(d.records is None or d.records > 0 for d in self.dispatch)
+        if self.dispatch_writes is not None:
+            return not self.dispatch_writes
+        return not self.dispatch_pending
 
     @property
     def bytes_cut(self) -> int:
@@ -285,6 +305,7 @@ class RecoveryPlan:
             + sum(d.entries - d.entries_below_end for d in self.index_discarded),
             "abort_present": self.abort_present,
             "problems": len(self.problems),
+            "dispatch_writes": self.dispatch_writes,
             "nothing_to_do": self.nothing_to_do,
         }
 

@@ -3,9 +3,12 @@ recovery), the steps in the broker's order, the dispatch passes and the notes.""
 
 from __future__ import annotations
 
-from ..broker import MODE_ABNORMAL, MODE_NORMAL
+from dataclasses import replace
+
+from ...formats.errors import RecoveryError
+from ..broker import MODE_ABNORMAL, MODE_NORMAL, mapped_file_queue_load
 from ..findingcodes import FindingCode
-from ..store import Store
+from ..store import LayoutIssue, Store
 from ..versions import BrokerProfile
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
 from .plancommitlog import (
@@ -88,6 +91,7 @@ def plan_recovery(
     _plan_dispatch(p)
     if timer:
         _plan_timer(p)
+    _plan_dispatch_writes(p)
     return p.plan
 
 
@@ -96,6 +100,57 @@ def _plan_timer(p: _Planning) -> None:
     from .timerplan import plan_timer
 
     p.plan.timer = plan_timer(p.store, p.profile, p.plan.end_offset)
+
+
+def _plan_dispatch_writes(p: _Planning) -> None:
+    """Where the dispatch passes are all the plan holds, whether they write anything: the
+    same dispatch the real run does (``recovery.recover.applying``), in memory, with its
+    changes planned and not made. A dispatch pass can have records that reach no file
+    (the start-up reput from the consume queues' max physical offset over a repaired
+    store's quarantine records, which are rollback transactions: no unit, no key; issue 33
+    R5): the dry run then says there is nothing to do, as the real run finds, and
+    promises no change that run would not make."""
+    plan = p.plan
+    if plan.changes_besides_dispatch or not plan.dispatch_pending or p.ctx.blocked:
+        return
+    from .applying import dispatch_changes  # lazy: the reput and the writers, only where asked
+
+    plan.dispatch_writes, counts = dispatch_changes(p.store, plan, p.profile, jobs=p.opts.jobs)
+    plan.dispatch = [
+        replace(d, records=counts.get(d.name, 0)) if d.records is None and d.from_offset < d.to_offset else d
+        for d in plan.dispatch
+    ]
+
+
+def refused_commitlog_file(store: Store, profile: BrokerProfile) -> LayoutIssue | None:
+    """The first commitlog file whose length makes the broker refuse to load the store, or
+    None. MappedFileQueue.load takes only files of mappedFileSizeCommitLog bytes: one cut
+    short (a middle file cut to 30000 bytes), extended (a sparse 64 GiB file) or empty
+    fails the load, and the broker changes nothing (4.9.4 and 5.x alike: the oracle); 5.1.3
+    and later delete an empty last file and load the rest. recover then refuses the store
+    too (issue 33 R11: it cut at the short file, removed every later file with its intact
+    messages, and the broker still refused the result); repair is the way out."""
+    # (a file whose name does not tile the offsets stops recover anyway: status 4, nothing
+    # changed, the problem naming it; see _layout_problems)
+    untiled = {i.path for i in store.issues if i.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE")}
+    files = [f for f in store.commitlog if _rel(store, f.path) not in untiled]
+    f = mapped_file_queue_load(files, store.geometry.commitlog_file_size, profile)
+    if f is None:
+        return None
+    rel = _rel(store, f.path)
+    return next((i for i in store.issues if i.path == rel and i.code in ("WRONG_FILE_SIZE", "ZERO_LENGTH_FILE")), None)
+
+
+def refuse_unloadable(store: Store, profile: BrokerProfile) -> None:
+    """Raise :class:`RecoveryError` (status 8, nothing changed) for a store whose commitlog
+    the broker refuses to load (:func:`refused_commitlog_file`), naming the file and repair."""
+    issue = refused_commitlog_file(store, profile)
+    if issue is not None:
+        raise RecoveryError(
+            f"{issue.message.split(' (')[0]}: the broker refuses to load this store and changes nothing, "
+            "and so does recover (rmqtool repair mends the file and keeps the intact messages)",
+            store.root / issue.path,
+        )
 
 
 def _recovery_mode(store: Store, mode: str | None) -> tuple[str, str]:
@@ -123,6 +178,7 @@ def _layout_problems(
     last_cq = {_rel(store, files[-1].path) for files in store.consume_queues.values() if files}
     last_cl = _rel(store, store.commitlog[-1].path) if store.commitlog else None
     zero_last_cl: list[RemovedFile] = []
+    has_data = any(f.size > 0 for f in store.commitlog)  # (else every queue file goes)
     for issue in store.issues:
         if issue.path.startswith("commitlog") and issue.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE"):
             # file names that do not tile the offsets (a stray 00000000000000000001, a file
@@ -157,6 +213,19 @@ def _layout_problems(
                     "files"
                     + (": recover neither cuts nor appends to this queue" if alone else "")
                     + " (rmqtool rebuild-index --cq-only --topic TOPIC writes it anew)",
+                )
+            )
+        elif issue.path.startswith("consumequeue/") and issue.code == FindingCode.FILE_GAP and has_data:
+            # a missing middle file (issue 33 R13): the broker loads the queue as it is (its
+            # file lookup by offset then reads the wrong file for every unit after the gap),
+            # and so does recover: the gap stays, a problem that repair mends
+            problems.append(
+                Problem(
+                    LAYOUT,
+                    issue.path,
+                    None,
+                    f"{issue.message}; the broker serves the units after the gap from the wrong file, and "
+                    "recover, as the broker, leaves the gap (rmqtool repair writes the queue anew)",
                 )
             )
         elif issue.path.startswith("consumequeue/") and issue.severity == "error" and issue.code == "MISNAMED_FILE":
@@ -266,7 +335,9 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
 def _plan_without_commitlog(p: _Planning) -> RecoveryPlan:
     """No commitlog file: the broker destroys every consume queue."""
     plan = p.plan
-    plan.destroy_consume_queues = bool(p.store.consume_queues)
+    # (a queue directory without files has nothing to destroy: the real run changes
+    # nothing there, and a plan that said it would made every dry run exit 4; issue 33 R5)
+    plan.destroy_consume_queues = any(files for files in p.store.consume_queues.values())
     for qp in plan.queues:
         st = p.ctx.queue_states[qp.key]
         qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept]

@@ -184,7 +184,7 @@ def _span_task(args: tuple[Any, ...]) -> _SpanResult:
         end = min(end, size)
         if end <= 0:
             return _SpanResult(file_index, lo, lo, 0, lo, lo, ck.SHORT, "total_size")
-        buf = map_readonly(fd, size)  # (resync skips the file's holes)
+        buf = map_readonly(fd, end)  # (resync skips the file's holes; nothing past end: a sparse 64 GiB file)
     finally:
         os.close(fd)
     mv = memoryview(buf)
@@ -361,7 +361,7 @@ def _walk_from(
     framing: Framing | None = None,
 ) -> _SpanResult:
     with open(f.path, "rb") as fh:
-        buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        buf = map_readonly(fh.fileno(), end)  # (the walk reads nothing past end: not a 64 GiB file whole)
     mv = memoryview(buf)
     arr = byte_views(buf)
     try:

@@ -116,12 +116,15 @@ def _recovered_checkpoint(a: _Applying, cp: Checkpoint) -> Checkpoint:
     return cp
 
 
-def _index_file_bytes(path: Path) -> Any:
-    """An index file's bytes for :class:`IndexBuilder`: a read-only map of a large file
-    (a default one is 420 MB, and a kept one is mostly read, if at all, not copied)."""
-    size = path.stat().st_size
+def _index_file_bytes(path: Path, limit: int | None = None) -> Any:
+    """An index file's bytes for :class:`IndexBuilder`, at most ``limit`` (the index file
+    size: the broker maps no more of it, and a sparse 64 GiB file is not mapped whole): a
+    read-only map of a large file (a default one is 420 MB, and a kept one is mostly read,
+    if at all, not copied)."""
+    size = path.stat().st_size if limit is None else min(path.stat().st_size, limit)
     if size < (64 << 20):
-        return path.read_bytes()
+        with open(path, "rb") as fh:
+            return fh.read(size)
     with open(path, "rb") as fh:
         return map_readonly(fh.fileno(), size)  # (IndexFileImage writes its holes as zeros unread)
 

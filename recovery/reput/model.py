@@ -85,6 +85,7 @@ class WalkArgs(Span, total=False):
     index_keys: bool
     hints: np.ndarray | None
     broker_offset_after_mismatch: bool
+    across_gaps: bool
 
 
 class PieceArgs(TypedDict, total=False):

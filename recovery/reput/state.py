@@ -12,7 +12,7 @@ import numpy as np
 from ...formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ...formats.indexfile import IndexHeader
 from ..broker import consume_queue_recover, index_file_deleted_at_load, index_header_load, truncate_dirty_files
-from ..store import Store, StoreFile
+from ..store import Store, StoreFile, read_head
 from ..versions import BrokerProfile
 
 
@@ -71,7 +71,7 @@ def _recover_queue(files: list[StoreFile], F: int) -> QueueState:
 
     def units_of(i: int) -> tuple[np.ndarray, np.ndarray]:
         data.clear()
-        data[good[i].base] = good[i].path.read_bytes()[:F].ljust(F, b"\0")
+        data[good[i].base] = read_head(good[i].path, F).ljust(F, b"\0")
         units = read_units(data[good[i].base])
         return units["commitlog_offset"], units["size"]
 
@@ -81,7 +81,7 @@ def _recover_queue(files: list[StoreFile], F: int) -> QueueState:
     if not kept:
         return QueueState(kept, None, 0, r.max_physic_offset, dirty)
     last = kept[-1]
-    last_bytes = data[last.base] if last.base in data else last.path.read_bytes()[:F].ljust(F, b"\0")
+    last_bytes = data[last.base] if last.base in data else read_head(last.path, F).ljust(F, b"\0")
     return QueueState(kept, last_bytes, offset - last.base, r.max_physic_offset, dirty)
 
 
@@ -110,6 +110,6 @@ def load_state(
         dirty: list[StoreFile] = []
         for f, _hdr, is_dirty in index_files_after_load(store):
             (dirty if is_dirty else kept).append(f)
-        last = kept[-1].path.read_bytes() if kept else None
+        last = read_head(kept[-1].path, store.geometry.index_file_size) if kept else None
         state.index = IndexState(kept, last, dirty)
     return state

@@ -248,6 +248,7 @@ class _Walker:
     def __init__(self, store: Store, profile: BrokerProfile, fast: bool, walk: WalkArgs) -> None:
         self.store = store
         self.follow_q13 = walk.get("broker_offset_after_mismatch", False)
+        self.across_gaps = walk.get("across_gaps", False)
         self.profile = profile
         self.files = [f for f in store.commitlog if f.size > 0]
         self.bases = [f.base for f in self.files]
@@ -366,7 +367,7 @@ class _Walker:
                 f"no commitlog file holds offset {reput_from}: {nxt - reput_from} bytes missing (the broker's reput would stop here)",
             )
         )
-        if self.follow_q13:
+        if self.follow_q13 and not self.across_gaps:
             # recover's pass goes where the broker's goes: nowhere past the gap (going
             # on made every later recover dispatch the records after it again, since
             # their PHYSICALOFFSET fields lie behind the queues' and index's ends)
@@ -452,6 +453,9 @@ def iter_dispatch(
     ``hints``: sorted commitlog offsets where records likely start (the consume queues'
     units): they speed the walk up and never change it. ``broker_offset_after_mismatch``:
     after a record whose TOTALSIZE does not match its fields, go on where the broker's
-    reput offset goes (quirk Q13), not at the next file. (The keywords:
+    reput offset goes (quirk Q13), not at the next file; with it, the walk stops at a
+    missing commitlog range as the broker's reput does, unless ``across_gaps`` (the
+    recovery walk's own dispatch, which takes the next file of the list: recoverAbnormally,
+    5.3.2+ recoverNormally). (The keywords:
     :class:`~recovery.reput.model.WalkArgs`.)"""
     return _Walker(store, profile, fast, walk).run()

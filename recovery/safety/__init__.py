@@ -112,7 +112,15 @@ from .errors import (
 from .fileio import atomic_write, fsync_dir, fsync_file
 from .journal import _remove_journal_dir as _remove_journal_dir
 from .journal import check_backup_dir, pending_journals
-from .lock import StoreLock, broker_holds_lock, describe_holder, lock_holder, lock_probe
+from .lock import (
+    StoreLock,
+    broker_holds_lock,
+    describe_holder,
+    lock_file_problem,
+    lock_holder,
+    lock_probe,
+    lock_refusal,
+)
 from .lock import _held_key as _held_key
 
 if TYPE_CHECKING:
@@ -174,8 +182,10 @@ __all__ = [
     "fsync_dir",
     "fsync_file",
     "load_manifest",
+    "lock_file_problem",
     "lock_holder",
     "lock_probe",
+    "lock_refusal",
     "pending_journals",
     "recover_pending",
     "restore",

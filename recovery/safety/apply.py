@@ -10,6 +10,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from ..store import data_extents
 from .consts import _CHUNK, _ZEROS, JOURNAL_FILE, STAGING_DIR
 from .digests import _BIG_CHUNK, digest_matches
 from .errors import ChecksumMismatchError, JournalError
@@ -62,9 +63,42 @@ def _copy_holes_kept(src: Path, f: BinaryIO, h: Any) -> None:
 
 
 def _write_zeros(fd: int, offset: int, length: int) -> None:
-    pos, end = offset, offset + length
-    while pos < end:
-        pos += os.pwrite(fd, _ZEROS[: min(_CHUNK, end - pos)], pos)
+    """Zeros over ``[offset, offset + length)`` of an open file, written only over its data
+    extents: a hole reads as zeros already (a cut of a sparse 64 GiB file, or a hole of a
+    backed-up piece put back, writes nothing there and fills no disk)."""
+    for a, b in data_extents(fd, offset, offset + length):
+        pos = a
+        while pos < b:
+            pos += os.pwrite(fd, _ZEROS[: min(_CHUNK, b - pos)], pos)
+
+
+def _write_piece(fd: int, src: Path, offset: int) -> int:
+    """``src`` written into an open file at ``offset``, its holes as zeros (written only
+    where the file holds data there: :func:`_write_zeros`); the file grows to the piece's
+    end if it is shorter. Returns that end."""
+    with open(src, "rb", buffering=0) as s:
+        size = os.fstat(s.fileno()).st_size
+        pos = 0
+        for a, b in data_extents(s.fileno(), 0, size):
+            if a > pos:
+                _write_zeros(fd, offset + pos, a - pos)
+            s.seek(a)
+            pos = a
+            while pos < b:
+                chunk = s.read(min(_CHUNK, b - pos))
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    n = os.pwrite(fd, view, offset + pos)
+                    pos += n
+                    view = view[n:]
+        if pos < size:
+            _write_zeros(fd, offset + pos, size - pos)
+    end = offset + size
+    if os.fstat(fd).st_size < end:
+        os.ftruncate(fd, end)  # (the zeros of a trailing hole, as a hole)
+    return end
 
 
 def _apply_step(store: Path, jdir: Path, step: _Step) -> None:
@@ -104,14 +138,7 @@ def _apply_step(store: Path, jdir: Path, step: _Step) -> None:
                     os.ftruncate(fd, step.offset)
             else:
                 assert staged is not None
-                pos = step.offset
-                with open(staged, "rb") as src:
-                    while chunk := src.read(_CHUNK):
-                        view = memoryview(chunk)
-                        while view:
-                            n = os.pwrite(fd, view, pos)
-                            pos += n
-                            view = view[n:]
+                pos = _write_piece(fd, staged, step.offset)
                 if step.truncate:
                     os.ftruncate(fd, pos)
             os.fsync(fd)

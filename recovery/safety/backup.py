@@ -112,10 +112,10 @@ def backup_bytes_needed(steps: list[_Step], store: Path | None = None) -> int:
             try:
                 if s.action in ("replace", "remove"):
                     size = min(size, os.lstat(store / s.path).st_blocks * 512)
-                elif s.orig_size is not None:
+                else:
                     # a cut piece is copied up to the file's zero tail, which stays a hole
                     # (a 64 GiB sparse tail cut off a commitlog file takes nothing)
-                    orig = s.orig_size or 0
+                    orig = s.orig_size if s.orig_size is not None else os.lstat(store / s.path).st_size
                     size = min(size, max(0, orig - _trailing_zeros(store / s.path, orig) - (s.offset or 0)))
             except OSError:
                 pass
@@ -341,9 +341,18 @@ def _hash_result_rest(f: BinaryIO, staging: Path, step: _Step, cut: _Cut, res_h:
             left -= n
     else:
         assert step.staged is not None
-        with open(staging / step.staged, "rb") as src:
-            while chunk := src.read(_CHUNK):
+        src_path = staging / step.staged
+        n = os.stat(src_path).st_size
+        # (a zero tail of the new bytes that ends the file is described, not read: a
+        # restored piece of a sparse 64 GiB file is not read through its hole)
+        ends_file = cut.cut_to_end or cut.off + cut.new_len >= cut.size
+        tail = _trailing_zeros(src_path, n) if ends_file else 0
+        with open(src_path, "rb") as src:
+            left = n - tail
+            while left and (chunk := src.read(min(_CHUNK, left))):
                 res_h.update(chunk)
+                left -= len(chunk)
+        res_zeros = tail
     if not cut.cut_to_end and cut.off + cut.new_len < cut.size:
         f.seek(cut.off + cut.new_len)
         while chunk := f.read(_CHUNK):

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
+from ...formats.errors import RmqToolError
 from ...formats.safeio import MISSING, REGULAR, classify
 from .consts import LOCK_FILE
 from .errors import SafetyError, StoreLockedError
@@ -116,9 +117,23 @@ def _cmdline(pid: int, limit: int = 300) -> str | None:
     return f"{args[0]} ... {' '.join(tail)}" if tail else text[: limit - 3] + "..."
 
 
+def lock_file_problem(store: str | Path) -> str | None:
+    """What ``<store>/lock`` is when it is no file a broker can hold a lock on (``a FIFO,
+    not a regular file``, ``a symlink leaving the store (to /dev/zero)``, ...), never
+    opening it; None for a regular file or none."""
+    path = Path(store) / LOCK_FILE
+    if classify(path)[0] in (MISSING, REGULAR):  # (a symlink to a regular file, anywhere, can be locked)
+        return None
+    return classify(path, store)[1] or "not a regular file"  # (the symlink named, where there is one)
+
+
 def describe_holder(store: str | Path) -> str:
     """``a running broker (or another rmqtool) holds the lock``, naming the holder
-    (``PID 1234: java ... BrokerStartup``) when the OS tells it."""
+    (``PID 1234: java ... BrokerStartup``) when the OS tells it; for a lock file that no
+    broker can hold (:func:`lock_file_problem`), what it is instead."""
+    odd = lock_file_problem(store)
+    if odd is not None:
+        return f"the lock file is {odd}: no broker holds a lock on it, and rmqtool cannot lock it"
     who = lock_holder(Path(store) / LOCK_FILE)
     base = "a running broker (or another rmqtool) holds the lock"
     if who is None:
@@ -142,6 +157,16 @@ def broker_holds_lock(store: str | Path) -> bool:
             return False
         held = lock_probe(path)
         return True if held is None else held
+
+
+def lock_refusal(store: str | Path) -> RmqToolError:
+    """The error of a real run on a store :func:`broker_holds_lock` says is locked: the
+    holder named (:class:`StoreLockedError`), or, for a lock file no broker can hold, what
+    it is and that it must go (:class:`SafetyError`: the broker makes a regular one)."""
+    path = Path(store) / LOCK_FILE
+    if lock_file_problem(store) is not None:
+        return SafetyError(f"{describe_holder(store)}; remove it first (the broker creates it at its start)", path)
+    return StoreLockedError(f"{describe_holder(store)}; stop it first", path)
 
 
 class StoreLock:

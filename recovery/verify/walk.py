@@ -19,6 +19,7 @@ from ..batch.header import HeaderColumns, header_columns, ipv6_body_crc_bad, sal
 from ..framing import CLASSIC, Framing
 from ..scan import first_nonzero as _first_nonzero
 from ..scan import hints_in, sorted_unique
+from ..store import map_readonly
 from ..versions import BrokerProfile
 from ..walk import SKIP, UNLIMITED, Act, Policy, Run, Source, finish, resync, resync_from, walk
 from .holes import DataExtents
@@ -222,8 +223,6 @@ class PartTask:
 
 def scan_part(task: PartTask) -> Part:
     """Worker entry: open the file read-only and scan one part."""
-    import mmap
-
     part = Part(task.file_idx, task.start, task.stop, task.mode)
     if task.end <= 0:
         part.end, part.end_mode = task.stop, "done"
@@ -232,7 +231,10 @@ def scan_part(task: PartTask) -> Part:
     try:
         size = os.fstat(fd).st_size
         end = min(task.end, size)
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+        if end <= 0:  # (a file emptied since the plan: nothing to map)
+            part.end, part.end_mode = task.stop, "done"
+            return part
+        mm = map_readonly(fd, end)  # (the scan reads nothing past end: not a sparse 64 GiB file whole)
         data = DataExtents(fd, task.start, min(end, task.stop + 8))
     finally:
         os.close(fd)

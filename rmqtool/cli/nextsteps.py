@@ -42,6 +42,16 @@ AS_WRITTEN = Step(
 )
 LAG = "the broker's next start dispatches it; recover --dry-run shows that start, rebuild-index writes the files now"
 
+# a missing middle consume queue file: recover, as the broker, leaves the gap (issue 33 R13)
+CQ_GAP = Step(
+    ("repair", "{store}", "--dry-run"),
+    "then --yes: writes the queue anew from the commitlog (recover, as the broker, leaves the gap)",
+)
+# a commitlog file of another size: the broker refuses to load the store, and so does recover (issue 33 R11)
+CL_SIZE = Step(
+    ("repair", "{store}", "--dry-run"),
+    "then --yes: the broker refuses to load the store, and recover refuses it too",
+)
 _BATCH = Step(
     ("dump", "consumequeue", "{store}", "{topic}", "--resolve"),
     "shows the units and their records; nothing rmqtool runs mends a batch consume queue (recover, "
@@ -147,6 +157,10 @@ def step_for(finding: dict[str, Any], outlook: dict[str, Any] | None = None) -> 
     if step is None:
         step = next((s for p, s in BY_PREFIX if code.startswith(p)), NO_STEP)
     f = str(finding.get("file") or "")
+    if code == FindingCode.FILE_GAP and f.startswith("consumequeue/"):
+        step = CQ_GAP
+    elif code in (FindingCode.FILE_WRONG_SIZE, FindingCode.FILE_ZERO_LENGTH) and f.startswith("commitlog"):
+        step = CL_SIZE
     if code.startswith("FILE_") and step.argv is not None and step.argv[0] == "recover":
         # a consume queue or index file the broker refuses or mis-reads: recovery does not
         # rewrite those files, the rebuild does

@@ -94,7 +94,7 @@ def check_lock(root: Path, dry_run: bool) -> None:
     created or written."""
     # (the safety package is imported by the commands that change a store, not at start-up:
     # about 35 ms of every command's start)
-    from ..recovery.safety import StoreLockedError, broker_holds_lock, describe_holder
+    from ..recovery.safety import broker_holds_lock, describe_holder, lock_refusal
 
     if not broker_holds_lock(root):
         return
@@ -105,7 +105,7 @@ def check_lock(root: Path, dry_run: bool) -> None:
             err=True,
         )
         return
-    raise StoreLockedError(f"{describe_holder(root)}; stop it first", root / "lock")
+    raise lock_refusal(root)
 
 
 def refuse_obstacles(store: Store, command: str) -> None:

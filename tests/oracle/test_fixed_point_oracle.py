@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -260,3 +261,90 @@ def test_where_the_next_normal_start_after_an_abnormal_one_aborts_recover_cuts_i
             f"start {start + 1}"
         )
         assert "commitlog_walk_out_of_memory_at" not in view
+
+
+# ---------------------------------------------------------------------------------------
+# issue 33
+
+
+def test_a_missing_middle_commitlog_file_recovers_as_the_broker_in_one_run(oracle: ModuleType, tmp_path: Path) -> None:
+    """R7: ``crash_midwrite`` without its commitlog file 131072. The broker's abnormal
+    recovery walks from file to file across the gap and dispatches every record there;
+    recover's dispatch now does too, so the one run leaves every consume queue file and
+    the checkpoint as the broker's start and shutdown leave them, and a second
+    --abnormal run (the broker's second abnormal start) changes nothing."""
+    ours = tmp_path / "ours"
+    shutil.copytree(fd.REAL / "crash_midwrite" / "store", ours)
+    (ours / "commitlog" / "00000000000000131072").unlink()
+    theirs = tmp_path / "broker"
+    shutil.copytree(ours, theirs)
+    codes = [
+        run(["recover", "--abnormal", "--yes", "-q", str(ours), "--backup-dir", str(tmp_path / f"b{i}")])
+        for i in range(2)
+    ]
+    assert codes == [5, 4]  # (the gap stays a problem: verify's FILE_GAP)
+    view = oracle.view("4.9.4", theirs, fd.fixture_config("crash_midwrite"), no_copy=True)
+    assert view["load_ok"] and view["recovery_mode"] == "abnormal"
+    files = view["files_after_rocketmq_shutdown"]
+    checked = [k for k in files if k.startswith("consumequeue/") or k == "checkpoint"]
+    assert "checkpoint" in checked and len(checked) == 38  # (37 queue files and the checkpoint)
+    for rel in checked:
+        assert hashlib.sha256((ours / rel).read_bytes()).hexdigest() == files[rel]["sha256"], rel
+
+
+def _flip_last_physical_offset(root: Path) -> None:
+    """``clean`` with bit 3 of its last record's PHYSICALOFFSET field flipped (377646 reads
+    377638; the body CRC does not cover it)."""
+    p = root / "commitlog" / "00000000000000327680"
+    b = bytearray(p.read_bytes())
+    b[377646 - 327680 + 28 + 7] ^= 1 << 3
+    p.write_bytes(bytes(b))
+
+
+def test_each_abnormal_recovery_indexes_the_last_unfilled_index_file_anew_as_the_broker(
+    oracle: ModuleType, tmp_path: Path
+) -> None:
+    """R10, the recover side (man rmqtool-recover, "Where the broker is no fixed point"):
+    the checkpoint's indexMsgTimestamp moves only when an index file fills, so after every
+    abnormal exit the broker deletes the last, unfilled, index file and indexes its
+    records anew from the start file, the keys of the record at the previous file's end
+    again among them (quirk Q6). recover keeps such a file when it passes its check; where
+    it does not (here a record whose PHYSICALOFFSET field is not its position), each
+    recover --abnormal does what each abnormal start of the broker does: the file is
+    replaced by one with the broker's entries under another name (status 1 every run)."""
+    ours, theirs = tmp_path / "ours", tmp_path / "broker"
+    shutil.copytree(fd.REAL / "clean" / "store", ours)
+    _flip_last_physical_offset(ours)
+    shutil.copytree(ours, theirs)
+    names = []
+    for i in range(3):
+        assert _recover_abnormal(ours, tmp_path / f"b{i}") == 1, f"run {i + 1}"
+        (theirs / "abort").write_bytes(b"")
+        view = oracle.view("4.9.4", theirs, fd.fixture_config("clean"), no_copy=True)
+        assert view["load_ok"] and view["recovery_mode"] == "abnormal"
+        broker = [f["sha256"] for f in view["index_files_after_rocketmq_shutdown_in_name_order"]]
+        assert _index_shas(ours) == broker, f"start {i + 1}"
+        names.append(sorted(p.name for p in (ours / "index").iterdir()))
+    assert names[0][:2] == names[1][:2] == names[2][:2] and names[0][2] != names[1][2]
+
+
+def _recover_abnormal(root: Path, backup: Path) -> int:
+    return run(["recover", "--abnormal", "--yes", "-q", str(root), "--backup-dir", str(backup)])
+
+
+@pytest.mark.parametrize("version", ["4.9.4", "5.1.4", "5.3.3"])
+def test_a_store_the_broker_refuses_to_load_recover_refuses_too(
+    oracle: ModuleType, tmp_path: Path, version: str
+) -> None:
+    """R11: ``many_files`` with its commitlog file 458752 cut to 30000 bytes: the broker
+    (4.9.4 and 5.x) refuses to load the store and changes nothing; recover refuses it too
+    (status 8, nothing changed), where it used to cut at the short file and remove every
+    later file, leaving a store the broker still refused."""
+    ours = tmp_path / "ours"
+    shutil.copytree(fd.REAL / "many_files" / "store", ours)
+    os.truncate(ours / "commitlog" / "00000000000000458752", 30000)
+    before = fd.tree_digest(ours)
+    view = oracle.view(version, ours, fd.fixture_config("many_files"))
+    assert view["load_ok"] is False
+    rc = run(["recover", "--yes", "-q", str(ours), "--broker-version", version, "--backup-dir", str(tmp_path / "b")])
+    assert rc == 8 and fd.tree_digest(ours) == before and not (tmp_path / "b").exists()

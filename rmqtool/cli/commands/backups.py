@@ -5,12 +5,14 @@ in the directories given with --dir."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ...formats.errors import StoreLayoutError
 from ...recovery.backups import describe_backup, find_backups, needed_backups, prune_selection, workdir_rows
 from ..brokeropts import broker_config_option
 from ..confirm import ask, require_yes_or_terminal, yes_option
@@ -32,7 +34,7 @@ COLUMNS = [
 
 @click.command("backups", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("read")
-@click.argument("store", type=click.Path(path_type=Path, file_okay=False), required=False)
+@click.argument("store", type=click.Path(path_type=Path, file_okay=False, readable=False), required=False)
 @click.option(
     "--dir",
     "dirs",
@@ -89,6 +91,9 @@ def command(
         raise click.UsageError("--keep and --older-than go with --prune")
     if not store.is_dir():
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
+    if not os.access(store, os.R_OK | os.X_OK):
+        # (an operational error, as every other command says it: status 8, not a usage error)
+        raise StoreLayoutError("permission denied (the store directory cannot be read)", store)
     rows = [describe_backup(p, store) for p in find_backups(store, dirs)] + workdir_rows(store)
     doomed: list[dict[str, Any]] = []
     if prune:

@@ -109,6 +109,7 @@ def _exit_status(doc: dict[str, Any]) -> int:
     if (
         doc["abort"]
         or doc["pending_transactions"]
+        or doc["problems"]
         or doc["repair_workdirs"]
         or (plan is not None and (plan["problems"] or not plan["nothing_to_do"]))
     ):
@@ -213,15 +214,21 @@ def _table(doc: dict[str, Any], all_queues: bool, cols: list[tuple[str, str]]) -
             markup=False,
         )
     else:
-        con.print("checkpoint: missing", highlight=False, markup=False)
+        bad = any(p.startswith("checkpoint:") for p in doc["problems"])
+        con.print(
+            f"checkpoint: {'not read (see the problem below)' if bad else 'missing'}", highlight=False, markup=False
+        )
     lock = doc["lock"]
+    odd = any(p.startswith("lock:") for p in doc["problems"])
     con.print(
         f"abort: {'present' if doc['abort'] else 'absent'}; lock: "
-        f"{_held_by(lock) if lock['held'] else ('present, not held' if lock['present'] else 'absent')}; "
+        f"{_held_by(lock) if lock['held'] else ('not a regular file' if odd else 'present, not held' if lock['present'] else 'absent')}; "
         f"pending rmqtool changes: {len(doc['pending_transactions'])}; backups beside the store: {len(doc['backups'])}",
         highlight=False,
         markup=False,
     )
+    for p in doc["problems"]:
+        con.print(f"problem: {p}", highlight=False, markup=False)
     shown = files if len(files) <= 6 else files[:3] + files[-3:]
     render(
         iter(shown),

@@ -251,19 +251,22 @@ def _change(
     ro.encoded_changes(root, changes)  # refuses a file the broker cannot load, before anything
     rows = [c.to_dict() for c in changes]
     result = None
-    if not dry_run and not yes and any(c.old != c.new for c in changes):
+    pending = any(c.old != c.new for c in changes)
+    if not dry_run and not yes and pending:
         # the plan once, before the question (on stderr in a machine format: stdout holds one result)
         render(iter(rows), "table", CHANGE_COLUMNS, title=desc + " -- plan", out=None if fmt == "table" else sys.stderr)
         if not ask(yes, f"Apply these offset changes to {root}?"):
             click.echo("not applied: nothing was changed (--dry-run shows the plan without asking)", err=True)
             return int(Exit.PROBLEMS)
-    if not dry_run:
+    if not dry_run and pending:
+        # (an offset set to what is committed already changes nothing: no backup, status 0)
         result = ro.apply_offset_changes(root, changes, backup_dir=backup_dir, description=desc)
-    pending = any(c.old != c.new for c in changes)
-    code = int(Exit.PROBLEMS if pending else Exit.OK) if dry_run else int(Exit.REPAIRED)
+    code = int(Exit.OK if not pending else Exit.PROBLEMS if dry_run else Exit.REPAIRED)
     backup = str(result.backup_dir) if result is not None and result.backup_dir else None
     if dry_run:
         verdict = f"dry run: {len(rows)} offset(s) would be set; nothing was changed"
+    elif not pending:
+        verdict = "nothing to change: every offset is committed already"
     else:
         verdict = f"{len(rows)} offset(s) set" + (f"; backup {backup}" if backup else "")
 
@@ -273,6 +276,8 @@ def _change(
             say(f"backup: {backup} (rmqtool restore {backup} {root})")
         elif dry_run:
             say("dry run: nothing was changed")
+        elif not pending:
+            say(verdict)
 
     with closed_stdout_ignored():
         emit(

@@ -175,9 +175,10 @@ def _dry_run(
     jobs: int | None,
     fix_offsets: bool,
 ) -> int:
-    from ...recovery.recover import write_salvage  # start-up time: only a dry run lists the cut records here
+    from ...recovery.recover import refuse_unloadable, write_salvage  # start-up time: a dry run's own names
 
     store = ds.dry_run_store("recover", store_opts, backup_dir)
+    refuse_unloadable(store, profile)  # (as the real run: the broker refuses such a store)
     plan = _plan(store, profile, opts, quiet)
     past = _past_end(store, plan, profile, jobs)
     listed = None
@@ -205,7 +206,10 @@ def _apply(
     tz: _dt.tzinfo | None,
 ) -> int:
     with ds.applying("recover", store_opts, yes, around=salvage_cleanup(salvage_to)) as (store, finished):
+        from ...recovery.recover import refuse_unloadable
+
         t0 = time.perf_counter()
+        refuse_unloadable(store, profile)  # (status 8, nothing changed: the broker refuses the store)
         plan = _plan(store, profile, opts, quiet)
         result: ApplyResult | None = None
         past: list[OffsetChange] = []

@@ -19,11 +19,10 @@ import click
 
 from ...recovery.safety import (
     RestoreConflictError,
-    StoreLockedError,
     broker_holds_lock,
-    describe_holder,
     format_plan,
     load_manifest,
+    lock_refusal,
     restore,
     restore_work,
 )
@@ -118,7 +117,7 @@ def _check_store(backup_dir: Path, store: Path, doc: dict[str, Any]) -> str | No
     if not store.is_dir():
         raise click.BadParameter(f"{store}: not a directory", param_hint="STORE")
     if broker_holds_lock(store):
-        raise StoreLockedError(f"{describe_holder(store)}; stop it first", store / "lock")
+        raise lock_refusal(store)
     owner = doc.get("store")
     if owner is None or Path(owner).resolve() == store.resolve():
         return None

@@ -397,6 +397,7 @@ def info() -> dict[str, Any]:
             "pending_transactions": arr(ANY),
             "repair_workdirs": arr(S),
             "dledger": null(obj(spec_props(rec.DLEDGER_STATE, skip=("type", "status")))),
+            "problems": arr(S),
             "queues": arr(ref("queue")),
             "topics": arr(ref("topic")),
             "recovery_plan": null(OBJ),

@@ -501,11 +501,15 @@ final class Viewer {
         MessageExt m = MessageDecoder.decode(one.duplicate(), true, false);
         JsonObject o = new JsonObject();
         if (m == null) {
-            // the store's parser accepted a record MessageDecoder cannot decode (a DLedger
-            // entry's message whose fields the check does not read)
+            // the store's parser accepted a record MessageDecoder cannot decode: a DLedger
+            // entry's message whose fields the check does not read, or a store port above
+            // 65535, which InetSocketAddress refuses: what the dispatch read, and that no
+            // client decodes it
+            o.addProperty("decode_failed", true);
+            o.addProperty("decodable", false);
+            o.addProperty("body_crc_ok", false);
             o.addProperty("phys_offset", phys);
             o.addProperty("size", d.getMsgSize());
-            o.addProperty("decode_failed", true);
             o.addProperty("topic", d.getTopic());
             o.addProperty("queue_id", d.getQueueId());
             o.addProperty("queue_offset", d.getConsumeQueueOffset());
