@@ -645,6 +645,18 @@ def recover_args(version: str, config: dict[str, Any], extra: list[str] = ()) ->
     return args + walk_args(config) + list(extra)
 
 
+QUEUE_GAP = "the broker serves the units after the gap from the wrong file"
+
+
+def queue_gap_left(rc: int, msg: str) -> bool:
+    """Whether recover's status 4/5 says only that a consume queue lacks a middle file:
+    the broker loads such a queue gap and all, and recover, as the broker, leaves the gap
+    and names it a problem (issue 33 R13; man rmqtool-recover, EXIT STATUS); the recovered
+    store is then compared as any other."""
+    lines = [ln for ln in msg.splitlines() if ln.startswith("rmqtool: problem:")]
+    return rc in (4, 5) and bool(lines) and all(QUEUE_GAP in ln for ln in lines)
+
+
 def run_recover(store: Path, version: str, config: dict[str, Any], extra: list[str] = ()) -> tuple[int, str]:  # type: ignore[assignment]
     bk = store.parent / (store.name + ".bk")
     rc, out, err = rmq(["recover", "--yes", str(store), "--backup-dir", str(bk), *recover_args(version, config, extra)])
@@ -1325,7 +1337,7 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
         return False
     shutil.copytree(c.store, c.rec)
     rc, msg = run_recover(c.rec, res.version, c.config)
-    if rc not in (0, 1):
+    if rc not in (0, 1) and not queue_gap_left(rc, msg):
         res.results["recover"] = [f"recover: status {rc}: {msg}"]
         res.skipped["rebuild"] = res.skipped["reopen"] = "recover did not repair"
         return False
@@ -1344,7 +1356,7 @@ def _checks_after_view(c: _Case, checks: tuple[str, ...]) -> bool:
         flag = ""
     if flag:
         frc, fmsg = run_recover(forced, res.version, c.config, [flag])
-        if frc not in (0, 1):
+        if frc not in (0, 1) and not queue_gap_left(frc, fmsg):
             res.results["recover"].append(f"recover {flag}: status {frc}: {fmsg}")
         else:
             res.results["recover"] += [

@@ -79,6 +79,8 @@ def gen_dl_scenario(seed: int, version: str, *, max_messages: int = 150) -> dict
     return sc
 
 
+# damage to the data files' bytes (after the broker dispatched them)
+DATA_DAMAGE = ("entry_bitflip", "message_bitflip", "zero_tail")
 DL_DAMAGE = [
     "entry_bitflip",  # a bit of an entry's header
     "message_bitflip",  # a bit of a message's bytes
@@ -672,7 +674,12 @@ def _checks(
         res.results["dump"] = compare_dump_dl(view, recs)
     if "entries" in checks:
         res.results["entries"] = compare_entries(view, store, version, config)
-    if "rebuild" in checks:
+    if "rebuild" in checks and any(d.startswith(DATA_DAMAGE) for d in res.damage_done):
+        # the broker's consume queues were dispatched from the entries before the damage
+        # (DLedger's recovery never reads the messages; a start does not dispatch again),
+        # rebuild-index's from the damaged bytes (soak seeds 39021, 39065; as diffcase's)
+        res.skipped["rebuild"] = "DLedger data damaged: the broker's queues predate the damage"
+    elif "rebuild" in checks:
         clean = result.get("clean_shutdown") and not res.damage_done
         res.results["rebuild"] = rebuild_dl(store, version, config, view, work, exact=bool(clean))
     if "convert" in checks and res.oracle is not None:
