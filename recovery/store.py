@@ -73,19 +73,25 @@ class Geometry:
 
 
 MAX_GEOMETRY_CANDIDATES = 64  # index geometries tried against one file's slots
+# slot bytes read over all the geometries tried: each reads the slots of its own count from
+# the file's start, so a file far larger than its entries need (a sparse-extended one) would
+# otherwise be read again for every one of millions of geometries (a hang)
+INFER_READ_BUDGET = 64 << 20
 
 
-def infer_index_geometry(paths: list[Path], size: int) -> list[tuple[int, int]]:
+def infer_index_geometry(paths: list[Path], size: int) -> tuple[list[tuple[int, int]], bool]:
     """The (maxHashSlotNum, maxIndexNum) pairs index files of ``size`` bytes can have been
     written with, judged by the files themselves (IndexFile: 40-byte header, slots of 4,
     entries of 20; ``size = 40 + 4 * slots + 20 * entries``): a file whose header's
     indexCount fills it (a full file: indexCount == maxIndexNum) fixes both; otherwise every
     pair that the size allows and that leaves indexCount room is tried, and a pair stays
     where every non-empty slot names an entry within indexCount whose key hash lands in that
-    slot (``hash % slots``). Most likely first (the most entries that fit)."""
+    slot (``hash % slots``). Most likely first (the most entries that fit). The second value
+    says whether the search was complete: it stops after :data:`INFER_READ_BUDGET` bytes of
+    slots read, and what it found by then is not all there may be."""
     body = size - indexfile.HEADER_SIZE
     if body <= 4 + 2 * indexfile.ENTRY_SIZE:
-        return []
+        return [], True
     heads: list[tuple[Path, int]] = []
     for p in paths[-8:]:
         try:
@@ -95,22 +101,26 @@ def infer_index_geometry(paths: list[Path], size: int) -> list[tuple[int, int]]:
             continue
         heads.append((p, int(h.index_count)))
     if not heads:
-        return []
+        return [], True
     top = max(c for _p, c in heads)
     if top >= 2 and (body - top * indexfile.ENTRY_SIZE) > 0 and (body - top * indexfile.ENTRY_SIZE) % 4 == 0:
         full = ((body - top * indexfile.ENTRY_SIZE) // 4, top)  # the fullest file, taken as full
         if all(_slots_agree(p, full[0], c) for p, c in heads):
-            return [full]
+            return [full], True
     out: list[tuple[int, int]] = []
+    spent = 0
     for n in range(body // indexfile.ENTRY_SIZE, max(top, 2) - 1, -1):
         rest = body - n * indexfile.ENTRY_SIZE
         if rest <= 0 or rest % 4:
             continue
+        spent += rest * len(heads)
+        if spent > INFER_READ_BUDGET:
+            return out, False
         if all(_slots_agree(p, rest // 4, c) for p, c in heads):
             out.append((rest // 4, n))
             if len(out) >= MAX_GEOMETRY_CANDIDATES:
                 break
-    return out
+    return out, True
 
 
 def _slots_agree(path: Path, slots: int, count: int) -> bool:
@@ -522,7 +532,17 @@ class Store:
             if cands:
                 g.index_slot_num, g.index_num = cands[0]
             elif common:
-                found = infer_index_geometry([f.path for f in idx_files if f.size == common], common)
+                found, complete = infer_index_geometry([f.path for f in idx_files if f.size == common], common)
+                if not complete:  # (the pairs found first are the fewest slots: no evidence)
+                    found = []
+                if not found and not complete:
+                    g.index_assumption = (
+                        f"index geometry: the index files ({common} bytes) are far larger than their "
+                        f"entries need and fit no geometry found within {INFER_READ_BUDGET >> 20} MiB of "
+                        f"slot reads; assumed maxHashSlotNum={g.index_slot_num} maxIndexNum={g.index_num} "
+                        "(give --index-slots and --index-entries, or --broker-config); their sizes are "
+                        "not judged"
+                    )
                 if found:
                     g.index_slot_num, g.index_num = found[0]
                     g.index_assumption = "inferred"
