@@ -155,6 +155,15 @@ def _open(root: Path, version: str, quiet: bool) -> tuple[Any, BrokerProfile]:
                 Path(root) / r.path,
             )
     store = Store.open(root)
+    refusal = store.dledger_refusal
+    if store.dledger is not None or refusal is not None:
+        # (read as such by the other commands since DLedger stores landed: no layout refusal)
+        where = (
+            store.dledger.data_dir if store.dledger is not None else Path(root) / str(refusal.path if refusal else "")
+        )
+        raise StoreLayoutError(
+            "a DLedger commitlog (dledger-<id>/data): rmqtool diff does not compare DLedger groups yet", where
+        )
     if version != "auto":
         try:
             v = parse_version(version)
