@@ -14,12 +14,15 @@ What the broker does with them (``BatchConsumeQueue`` of 5.0.0-5.5.1), and so th
   valid unit's ``msg_base_offset + batch_size`` (of the last file, or the one before it when the
   last has none); the largest commitlog offset = the last valid unit's offset.
 
-Only reading: recover, repair and rebuild-index refuse a store with these files (LAYOUT_BATCH_CQ).
+Writing (the end of this module): rebuild-index builds the batch queues from the commitlog as
+the broker's reput does (:class:`BatchQueueSet`); recover and repair refuse a store with these
+files (LAYOUT_BATCH_CQ).
 """
 
 from __future__ import annotations
 
 import os
+import struct as _st
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from ..formats.consumequeue import BCQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE, bcq_valid_mask, read_bcq_units
+from ..formats.consumequeue import (
+    BCQ_DTYPE,
+    BCQ_INVALID_POS,
+    BCQ_UNIT_SIZE,
+    DEFAULT_BCQ_FILE_SIZE,
+    bcq_valid_mask,
+    read_bcq_units,
+)
+from ..formats.names import offset_to_file_name
 from .scan import last_nonzero_in_file
 from .store import StoreFile
 
@@ -263,3 +274,206 @@ def summary(root: Path) -> dict[str, Any]:
 def has_batch_queues(root: Path) -> bool:
     base = root / BATCH_CQ_DIR
     return base.is_dir() and any(os.scandir(base))
+
+
+# ---------------------------------------------------------------------------------------
+# Writing (rebuild-index): the units the broker's reput puts into a batch consume queue.
+#
+# CommitLogDispatcherBuildConsumeQueue hands every record of a NOT_TYPE/COMMIT transaction
+# type to the queue of its topic's kind (QueueTypeUtils.getCQType: the topic's attribute
+# queue.type in config/topics.json). checkMessageAndReturnSize gives the request
+# msgBaseOffset = the record's QUEUEOFFSET and batchSize = 1, both replaced by INNER_BASE and
+# INNER_NUM when the properties hold both (setBatchSizeIfNeeded: the inner-batch flag is not
+# looked at). putMessagePositionInfoWrapper drops a request whose msgBaseOffset or batchSize
+# is negative; putBatchMessagePositionInfo skips a record at or before the largest commitlog
+# offset the queue holds, and appends the 46-byte unit to the last file of the queue, a new
+# one (named by its logical offset: the first file of a new queue is 0, whatever the queue
+# offset) when the last is full. No padding, no blank units.
+
+BCQ_TOPIC_ATTRIBUTE = "queue.type"
+BCQ_TYPE = "BatchCQ"
+
+
+def configured_batch_topics(root: Path) -> set[str] | None:
+    """The topics config/topics.json gives the queue type BatchCQ (its attribute
+    ``queue.type``); None when the file is missing or does not decode."""
+    from ..formats.config import load_config_file
+    from ..formats.errors import FormatError
+
+    try:
+        doc = load_config_file(root / "config" / "topics.json")
+    except FormatError:
+        return None
+    table = doc.get("topicConfigTable") if isinstance(doc, dict) else None
+    if not isinstance(table, dict):
+        return None
+    out = set()
+    for name, entry in table.items():
+        attrs = entry.get("attributes") if isinstance(entry, dict) else None
+        if isinstance(attrs, dict) and attrs.get(BCQ_TOPIC_ATTRIBUTE) == BCQ_TYPE:
+            out.add(str(name))
+    return out
+
+
+def dispatch_batch_topics(root: Path) -> set[str]:
+    """The topics whose records a rebuild dispatches to batch consume queues: those with a
+    ``batchconsumequeue/`` directory and those config/topics.json makes BatchCQ."""
+    return batch_topics(root) | (configured_batch_topics(root) or set())
+
+
+def store_bcq_file_size(root: Path, configured: int | None = None) -> int:
+    """The mapped file size of the store's batch consume queues: ``configured`` (the broker
+    config's mapperFileSizeBatchConsumeQueue), else the most common size of their files,
+    else the default."""
+    if configured:
+        return int(configured)
+    files = [f for fl in batch_queues(root).values() for f in fl]
+    return _file_size(files)
+
+
+def inner_pairs(store: Any, positions: np.ndarray, queue_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(msgBaseOffset, batchSize) of the dispatch requests of the intact records read at
+    commitlog ``positions``: the QUEUEOFFSET and 1, or INNER_BASE and INNER_NUM where the
+    properties hold both (the 5.x parser of MessageDecoder.string2messageProperties: a later
+    duplicate wins). The walk refused every record whose pair does not parse
+    (Long.parseLong, Short.parseShort), so both parse here."""
+    from ..formats import commitlog as cl
+    from ..formats.properties import INNER_BASE, INNER_NUM, decode_utf8, parse_properties
+    from .check import _java_long, java_parse_short
+
+    base = np.asarray(queue_offsets, dtype=np.int64).copy()
+    num = np.ones(len(base), dtype=np.int64)
+    files = [f for f in store.commitlog]
+    if not len(base) or not files:
+        return base, num
+    bases = np.array([f.base for f in files], dtype=np.int64)
+    fidx = np.searchsorted(bases, positions, side="right") - 1
+    i32 = ">i"
+    for k in np.unique(fidx).tolist():
+        sel = np.flatnonzero(fidx == k).tolist()
+        f = files[k]
+        with store.map(f) as mf:
+            buf = mf.buf
+            for j in sel:
+                pos = int(positions[j]) - f.base
+                magic = _st.unpack_from(i32, buf, pos + 4)[0]
+                sys_flag = _st.unpack_from(i32, buf, pos + cl.HEADER_OFFSETS[0]["sys_flag"])[0]
+                at = cl.HEADER_OFFSETS[(sys_flag & 0x30) >> 4]
+                body_len = _st.unpack_from(i32, buf, pos + at["body_length"])[0]
+                p = pos + at["body"] + body_len
+                if magic == cl.MAGIC_V2:
+                    p += 2 + _st.unpack_from(">H", buf, p)[0]
+                else:
+                    p += 1 + buf[p]
+                plen = _st.unpack_from(">h", buf, p)[0]
+                if plen <= 0:
+                    continue
+                props = parse_properties(decode_utf8(buf[p + 2 : p + 2 + plen]))
+                if INNER_NUM in props and INNER_BASE in props:
+                    n = java_parse_short(props[INNER_NUM])
+                    if n is None or not _java_long(props[INNER_BASE]):  # (the walk refused it)
+                        base[j] = num[j] = -1
+                        continue
+                    base[j] = int(props[INNER_BASE])
+                    num[j] = n
+    return base, num
+
+
+@dataclass(eq=False, repr=False)
+class BcqFileOut:
+    """One batch consume queue file a rebuild writes: its path relative to the store, its
+    queue, logical offset (its name) and mapped size, and its units' bytes (``units``: a
+    multiple of 46 bytes from the file's start; zeros after them up to ``size``)."""
+
+    relpath: str
+    queue: tuple[str, int]
+    base: int
+    size: int
+    units: bytes
+
+    def data(self) -> bytes:
+        return self.units + bytes(self.size - len(self.units))
+
+    def write_to(self, fileobj: Any) -> None:
+        """The units, then the zeros through ``fileobj.write_zeros`` where it has one (a hole,
+        as the broker's own mapped files)."""
+        from .indexbuild import write_zeros
+
+        fileobj.write(self.units)
+        write_zeros(fileobj, self.size - len(self.units))
+
+    def __repr__(self) -> str:
+        return f"BcqFileOut({self.relpath!r}, units={len(self.units) // BCQ_UNIT_SIZE})"
+
+
+class BatchQueueSet:
+    """The batch consume queues a reput builds from nothing: the dispatch requests of the
+    BatchCQ topics' records, queue by queue, in commitlog order."""
+
+    def __init__(self, file_size: int, topics: set[str]) -> None:
+        self.file_size = file_size
+        self.topics = topics
+        self.parts: list[tuple[Any, ...]] = []
+        self.logics_msg_timestamp: int | None = None
+        self.logics_physical_offset: int | None = None
+
+    def add(
+        self,
+        topics: list[str],
+        queue_ids: np.ndarray,
+        positions: np.ndarray,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        tags: np.ndarray,
+        store_ts: np.ndarray,
+        queue_offsets: np.ndarray,
+    ) -> None:
+        self.parts.append((topics, queue_ids, positions, offsets, sizes, tags, store_ts, queue_offsets))
+
+    def build(self, store: Any) -> tuple[dict[str, BcqFileOut], dict[tuple[str, int], int]]:
+        """The files of every queue (relpath -> :class:`BcqFileOut`) and each queue's units."""
+        if not self.parts:
+            return {}, {}
+        topics = [t for p in self.parts for t in p[0]]
+        qid, pos, off, size, tag, ts, qoff = (
+            np.concatenate([np.asarray(p[i], dtype=np.int64) for p in self.parts]) for i in range(1, 8)
+        )
+        base, num = inner_pairs(store, pos, qoff)
+        ok = (base >= 0) & (num >= 0)  # (putMessagePositionInfoWrapper drops the others)
+        out: dict[str, BcqFileOut] = {}
+        counts: dict[tuple[str, int], int] = {}
+        per_file = self.file_size // BCQ_UNIT_SIZE
+        last_put = -1
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, t in enumerate(topics):
+            if ok[i]:
+                groups.setdefault((t, int(qid[i])), []).append(i)
+        for key, idx_list in sorted(groups.items()):
+            idx = np.array(idx_list, dtype=np.int64)
+            o = off[idx]
+            # putBatchMessagePositionInfo skips a record at or before the queue's largest offset
+            prev = np.concatenate(([-1], np.maximum.accumulate(o)[:-1]))
+            last_put = max(last_put, int(idx[-1]))  # (a skipped record sets the checkpoint too)
+            idx = idx[o > prev]
+            if not len(idx):
+                continue
+            units = np.zeros(len(idx), dtype=BCQ_DTYPE)
+            units["commitlog_offset"] = off[idx]
+            units["size"] = size[idx]
+            units["tags_code"] = tag[idx]
+            units["store_timestamp"] = ts[idx]
+            units["msg_base_offset"] = base[idx]
+            units["batch_size"] = num[idx]
+            units["compacted_offset"] = BCQ_INVALID_POS
+            raw = units.tobytes()
+            counts[key] = len(idx)
+            t, q = key
+            for k in range(0, len(idx), per_file):
+                frm = (k // per_file) * self.file_size
+                rel = f"{BATCH_CQ_DIR}/{t}/{q}/{offset_to_file_name(frm)}"
+                chunk = raw[k * BCQ_UNIT_SIZE : (k + per_file) * BCQ_UNIT_SIZE]
+                out[rel] = BcqFileOut(rel, key, frm, self.file_size, chunk)
+        if last_put >= 0:
+            self.logics_msg_timestamp = int(ts[last_put])
+            self.logics_physical_offset = int(off[last_put])
+        return out, counts

@@ -173,7 +173,8 @@ DECISIONS: dict[str, Decision] = {
     "mapperFileSizeBatchConsumeQueue": Decision(
         GEOMETRY,
         "BatchConsumeQueue file size: dump, info and verify read batchconsumequeue/ files by their own size "
-        "(the most common size of a queue's files); recover, repair and rebuild-index refuse a store with them",
+        "(the most common size of a queue's files); rebuild-index writes files of this size (without it: the size "
+        "of the store's batch queue files, else the default); recover and repair refuse a store with them",
     ),
     # -- what recovery and the dispatch do -------------------------------------------------
     "checkCRCOnRecover": Decision(
@@ -894,8 +895,8 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
                     FindingCode.LAYOUT_BATCH_CQ,
                     "batchconsumequeue",
                     "BatchConsumeQueue files (batchconsumequeue/: 5.x topics with queue.type=BatchCQ): "
-                    "rmqtool reads them (dump consumequeue, info, verify) but does not recover, repair, "
-                    "rebuild or truncate them",
+                    "rmqtool reads them (dump consumequeue, info, verify) and rebuild-index writes them, "
+                    "but recover and repair do not recover, repair or truncate them",
                 )
             )
     return out
@@ -997,7 +998,8 @@ def man_section() -> str:
         "under a name no DLedger release uses, several members without dLegerSelfId, DLedger data files",
         "holding classic records, a RocksDB consume queue (RocksDB files in consumequeue/),",
         "consumequeue_ext/ files, batchconsumequeue/ files (verify checks these instead: its BCQ_*",
-        "findings; recover, repair and rebuild\\-index refuse them with LAYOUT_BATCH_CQ), a compaction topic's log",
+        "findings; rebuild\\-index writes them; recover and repair refuse them with LAYOUT_BATCH_CQ), a",
+        "compaction topic's log",
         "(compaction/compactionLog, compaction/compactionCq). With \\fB\\-\\-broker\\-version auto\\fR (the",
         "default), evidence of a release newer than rmqtool knows is refused too (LAYOUT_NEWER_RELEASE,",
         "VERSION_CONTRADICTION: see \\fBrmqtool\\fR(1), BROKER VERSIONS). Settings: the ones above marked",

@@ -33,9 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Checkpoint, decode_checkpoint
+from ..formats.consumequeue import BCQ_UNIT_SIZE
 from ..formats.errors import StoreLayoutError
 from ..formats.safeio import read_small
 from . import check as ck
+from .batchcq import BATCH_CQ_DIR, BatchQueueSet, BcqFileOut, batch_queues, dispatch_batch_topics, store_bcq_file_size
+from .brokerconf import UnsupportedStoreError
 from .query import LONG_MAX
 from .reput import CqFileOut, IndexFileOut, ReputResult, index_files_after_load, load_state, reput, updated_checkpoint
 from .safety import StoreTransaction
@@ -60,7 +63,7 @@ class FileChange:
 
     action: str  # create | replace | remove | unchanged
     relpath: str
-    kind: str  # consumequeue | index | checkpoint
+    kind: str  # consumequeue | batchconsumequeue | index | checkpoint
     size: int | None
     note: str = ""
     content: Any = None
@@ -204,7 +207,7 @@ def _same_content(path: Path, content: Any) -> bool:
         return False
     if isinstance(content, (bytes, bytearray)):
         return size == len(content) and path.read_bytes() == content
-    if isinstance(content, CqFileOut):
+    if isinstance(content, (CqFileOut, BcqFileOut)):
         return size == content.size and path.read_bytes() == content.data()
     if isinstance(content, IndexFileOut):
         if size != content.size:
@@ -263,15 +266,19 @@ def plan_rebuild(
     progress: Progress | None = None,
     jobs: int | None = 1,
     compare_progress: Progress | None = None,
+    bcq_file_size: int | None = None,
 ) -> RebuildPlan:
     """Run the reput pass and list the file changes a rebuild makes (nothing is written).
     ``jobs``: worker processes decoding the commitlog (None: one per CPU).
-    ``compare_progress(n)``: the bytes of each existing file compared with the new one."""
+    ``compare_progress(n)``: the bytes of each existing file compared with the new one.
+    ``bcq_file_size``: the broker config's mapperFileSizeBatchConsumeQueue (default: the size
+    of the store's batch consume queue files, else the broker's default)."""
     t0 = time.perf_counter()
     _refuse_offsets_past_long_max(store)
     tset = tuple(sorted(set(topics))) if topics is not None else None
     continue_cq = from_offset is not None
     continue_index = from_offset is not None or tset is not None
+    batch = _batch_queue_set(store, tset, continue_cq, bcq_file_size) if cq else None
     state = load_state(store, profile, topics=tset, cq=cq and continue_cq, index=index and continue_index)
     if not continue_index:
         state.index = None
@@ -287,6 +294,7 @@ def plan_rebuild(
         progress=progress,
         jobs=jobs,
         skip_complete_last=continue_index,
+        batch=batch,
     )
     changes: list[FileChange] = []
     if cq:
@@ -294,6 +302,8 @@ def plan_rebuild(
             changes += _continued_queue_changes(store, state, result, compare_progress)
         else:
             changes += _rebuilt_queue_changes(store, result, tset, compare_progress)
+            if batch is not None:
+                changes += _rebuilt_batch_changes(store, result, batch, compare_progress)
     if index:
         if continue_index:
             changes += _continued_index_changes(store, state, result, compare_progress)
@@ -317,6 +327,60 @@ def plan_rebuild(
         problems,
         time.perf_counter() - t0,
     )
+
+
+def _batch_queue_set(
+    store: Store, tset: tuple[str, ...] | None, continue_cq: bool, bcq_file_size: int | None
+) -> BatchQueueSet | None:
+    """The batch consume queues a full rebuild builds (None: no BatchCQ topic in scope).
+    Refused (exit 8, nothing changed): continuing them (--from-offset), and a mapped file
+    size that is not a whole number of 46-byte units (the broker's append then fails at
+    the end of the first file and its dispatch stops: nothing rmqtool can write the same)."""
+    topics = dispatch_batch_topics(store.root)
+    if tset is not None:
+        topics &= set(tset)
+    if not topics:
+        return None
+    where = store.root / BATCH_CQ_DIR
+    if continue_cq:
+        raise UnsupportedStoreError(
+            "refused, nothing changed: rebuild-index --from-offset does not continue batch consume queues "
+            f"(BatchCQ topics: {', '.join(sorted(topics)[:3])}); rebuild them whole (without --from-offset), "
+            "or leave them out with --topic",
+            where,
+        )
+    size = store_bcq_file_size(store.root, bcq_file_size)
+    if size <= 0 or size % BCQ_UNIT_SIZE:
+        raise UnsupportedStoreError(
+            f"refused, nothing changed: the batch consume queue file size {size} "
+            f"(mapperFileSizeBatchConsumeQueue) is not a multiple of {BCQ_UNIT_SIZE} bytes: the broker "
+            "stops dispatching to such a queue when its first file is full",
+            where,
+        )
+    return BatchQueueSet(size, topics)
+
+
+def _rebuilt_batch_changes(
+    store: Store, result: ReputResult, batch: BatchQueueSet, compare_progress: Progress | None
+) -> list[FileChange]:
+    """Every batch consume queue file of the rebuilt BatchCQ topics: written anew, or
+    removed (the files of a queue the rebuild does not produce, and a queue's files after
+    its last)."""
+    changes: list[FileChange] = []
+    new = result.bcq_files
+    old = {
+        _rel(store, f.path): f
+        for (t, _q), files in batch_queues(store.root).items()
+        if t in batch.topics
+        for f in files
+    }
+    for rel in sorted(set(new) | set(old)):
+        if rel in new:
+            out = new[rel]
+            changes.append(_change(store.root, rel, BATCH_CQ_DIR, out, out.size, compared=compare_progress))
+        else:
+            changes.append(FileChange(REMOVE, rel, BATCH_CQ_DIR, None, "not produced by the rebuild"))
+    return changes
 
 
 def _continued_queue_changes(
@@ -527,7 +591,7 @@ def apply_rebuild(plan: RebuildPlan, *, backup_dir: str | Path | None = None) ->
                 tx.remove_file(ch.relpath)
                 continue
             data: Any
-            if isinstance(ch.content, (IndexFileOut, CqFileOut)):
+            if isinstance(ch.content, (IndexFileOut, CqFileOut, BcqFileOut)):
                 data = ch.content.write_to  # (streamed; the zeros become holes)
             else:
                 data = ch.content

@@ -240,8 +240,6 @@ def test_verify_finds_records_of_a_batch_topic_without_a_unit(
         ["recover", "--dry-run"],
         ["repair", "--yes"],
         ["repair", "--dry-run"],
-        ["rebuild-index", "--yes"],
-        ["rebuild-index", "--dry-run"],
     ],
 )
 def test_destructive_commands_refuse_a_store_with_batch_queues(
@@ -368,3 +366,158 @@ def test_offsets_refuses_a_reset_to_time_on_a_batch_queue(tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert rc == 8 and "BatchConsumeQueue" in err, err
     assert cfg.read_bytes() == before
+
+
+# --------------------------------------------------------------------------- rebuild-index writes them
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _rebuild(root: Path, *more: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(["rebuild-index", str(root), "--cq-only", "-q", "-j", "1", "--broker-version", "5.5.1", *more])
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("damage", ["zeroed_unit", "file_removed", "extra_file"])
+def test_rebuild_index_writes_the_batch_queue_the_broker_wrote(tmp_path: Path, damage: str) -> None:
+    """(was test_destructive_commands_refuse_a_store_with_batch_queues[argv4], [argv5]: the
+    refusal.) A damaged batch queue is written again byte for byte as the broker's reput
+    writes it (the synthetic store's units are the broker's, as the oracle shows on real
+    ones); what it replaces or removes is backed up; a dry run changes nothing."""
+    root = bcq_store(tmp_path)
+    q = root / "batchconsumequeue" / "BatchT" / "0"
+    good = _files(root)
+    f = q / f"{0:020d}"
+    if damage == "zeroed_unit":
+        b = bytearray(f.read_bytes())
+        b[46:92] = bytes(46)
+        f.write_bytes(bytes(b))
+    elif damage == "file_removed":
+        f.unlink()
+    else:
+        (q / f"{20 * 46:020d}").write_bytes(f.read_bytes())  # (a stale later file)
+    damaged = _files(root)
+    # (with no file left, the size comes from the broker config: else the default one is written)
+    conf = ["--broker-config", str(_conf(tmp_path, root, 20 * 46))] if damage == "file_removed" else []
+    rc, out, _err = _rebuild(root, "--dry-run", *conf)
+    assert rc == 0 and _files(root) == damaged
+    assert "batchconsumequeue/BatchT/0/" in out
+    rc, out, err = _rebuild(root, "--yes", "--backup-dir", str(tmp_path / "bk"), *conf)
+    assert rc == 1, err
+    assert _files(root) == good
+    restored = _files(tmp_path / "bk")
+    if damage == "file_removed":
+        assert not any(k.startswith("pieces/batchconsumequeue") for k in restored)
+    else:
+        assert any("batchconsumequeue/BatchT/0/" in k for k in restored), sorted(restored)
+    # a second run finds nothing to do
+    rc, out, _err = _rebuild(root, "--yes", *conf)
+    assert rc == 0 and _files(root) == good
+
+
+def _two_kind_store(tmp_path: Path, records: list[tuple[str, int, int | None, int]]) -> Path:
+    """A 5.5.1 store of (topic, queue offset, INNER_NUM or None, sysflag) records, BatchT a
+    BatchCQ topic by config/topics.json, no queue files."""
+    root = tmp_path / "store"
+    (root / "commitlog").mkdir(parents=True)
+    data = b""
+    for n, (topic, qoff, num, flag) in enumerate(records):
+        props = {"TAGS": "a", "UNIQ_KEY": f"{n:032X}"}
+        if num is not None:
+            props.update(INNER_NUM=str(num), INNER_BASE=str(qoff))
+        data += cl.build_message(
+            {
+                "queue_id": 0,
+                "flag": 0,
+                "queue_offset": qoff,
+                "physical_offset": len(data),
+                "sys_flag": flag,
+                "born_timestamp": 1_795_302_151_000 + n,
+                "born_host": {"address": bytes([10, 0, 0, 1]), "port": 40000},
+                "store_timestamp": 1_795_302_152_000 + n,
+                "store_host": {"address": bytes([192, 168, 0, 10]), "port": 10911},
+                "reconsume_times": 0,
+                "prepared_transaction_offset": 0,
+                "body": bytes(range(20 + n)),
+                "topic": topic,
+                "properties": serialize_properties(props, True),
+            }
+        )
+    (root / "commitlog" / f"{0:020d}").write_bytes(data.ljust(CL_SIZE, b"\0"))
+    (root / "config").mkdir()
+    (root / "config" / "topics.json").write_text(
+        json.dumps({"topicConfigTable": {"BatchT": {"topicName": "BatchT", "attributes": {"queue.type": "BatchCQ"}}}})
+    )
+    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(0, 0, 0, 0, 0, 0)))
+    return root
+
+
+def test_rebuild_index_dispatches_as_the_broker_s_batch_queue(tmp_path: Path) -> None:
+    """The broker's dispatch to a BatchCQ topic's queue: msgBaseOffset/batchSize are
+    INNER_BASE/INNER_NUM where the properties hold both (the inner-batch flag is not looked
+    at), else the QUEUEOFFSET and 1; a negative batch size is dropped; a prepared
+    transaction is not dispatched; the first file is 0 and a full file is followed by the
+    next (no padding); the file queue of the other topic is written as before; the
+    checkpoint's logicsMsgTimestamp is the last record put to a queue of either kind."""
+    recs = [
+        ("BatchT", 0, 3, 0x80),
+        ("PlainT", 0, None, 0),
+        ("BatchT", 3, None, 0),  # a plain record of a BatchCQ topic: base = QUEUEOFFSET, size 1
+        ("BatchT", 4, 2, 0),  # the pair without the flag: setBatchSizeIfNeeded takes it
+        ("BatchT", 6, -1, 0x80),  # batch size -1: putMessagePositionInfoWrapper drops it
+        ("BatchT", 6, 1, 0x80 | 0x4),  # a prepared transaction: not dispatched
+        ("BatchT", 6, 4, 0x80),
+        ("PlainT", 1, None, 0),
+        ("BatchT", 10, 1, 0x80),
+    ]
+    root = _two_kind_store(tmp_path, recs)
+    rc, _out, err = _rebuild(root, "--yes", "--broker-config", str(_conf(tmp_path, root, 2 * 46)))
+    assert rc == 1, err
+    q = root / "batchconsumequeue" / "BatchT" / "0"
+    assert sorted(p.name for p in q.iterdir()) == [f"{k * 92:020d}" for k in range(3)]
+    units = cq.read_bcq_units(b"".join((q / f"{k * 92:020d}").read_bytes() for k in range(3)))
+    assert [(int(u["msg_base_offset"]), int(u["batch_size"])) for u in units] == [
+        (0, 3),
+        (3, 1),
+        (4, 2),
+        (6, 4),
+        (10, 1),
+        (0, 0),
+    ]
+    assert all(int(u["compacted_offset"]) == -1 and int(u["reserved"]) == 0 for u in units[:5])
+    assert [int(u["store_timestamp"]) - 1_795_302_152_000 for u in units[:5]] == [0, 2, 3, 6, 8]
+    assert (root / "consumequeue" / "PlainT" / "0" / f"{0:020d}").stat().st_size == 6_000_000
+    assert not (root / "consumequeue" / "BatchT").exists()
+    from rmqtool.formats.checkpoint import decode_checkpoint
+
+    assert decode_checkpoint((root / "checkpoint").read_bytes()).logics_msg_timestamp == 1_795_302_152_000 + 8
+    (qq,) = list(batchcq.iter_queues(root))
+    assert (qq.min_offset, qq.max_offset) == (0, 11)
+
+
+def _conf(tmp_path: Path, root: Path, bcq_size: int) -> Path:
+    p = tmp_path / "broker.conf"
+    p.write_text(f"storePathRootDir={root}\nmapperFileSizeBatchConsumeQueue={bcq_size}\n", encoding="latin-1")
+    return p
+
+
+def test_rebuild_index_refuses_what_it_cannot_write_as_the_broker(tmp_path: Path) -> None:
+    """A batch queue file size that is not a whole number of units (the broker's dispatch
+    stops when the first file is full), and --from-offset (continuing a batch queue): exit 8,
+    nothing changed."""
+    root = _two_kind_store(tmp_path, [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0)])
+    before = _files(root)
+    rc, _out, err = _rebuild(root, "--yes", "--broker-config", str(_conf(tmp_path, root, 100)))
+    assert rc == 8 and "not a multiple of 46" in err and _files(root) == before
+    rc, _out, err = _rebuild(root, "--yes", "--from-offset", "0")
+    assert rc == 8 and "does not continue batch consume queues" in err and _files(root) == before
+    # --topic of the file queue's topic alone: the batch queues are not touched
+    rc, _out, err = _rebuild(root, "--yes", "--topic", "PlainT")
+    assert rc == 1 and not (root / "batchconsumequeue").exists(), err

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...formats.names import offset_to_file_name, topic_path_problem
 from ..batch import DispatchColumns
+from ..batchcq import BatchQueueSet, BcqFileOut
 from ..broker import goes_to_consume_queue_batch
 from ..indexbuild import ConsumeQueueSet, ConsumeQueueWriter, IndexBuilder
 from ..query import CommitlogReader
@@ -86,6 +87,7 @@ def reput(
     piece_size: int | None = None,
     min_bytes: int | None = None,
     skip_complete_last: bool = False,
+    batch: BatchQueueSet | None = None,
     **span: Unpack[Span],
 ) -> ReputResult:
     """Run a reput pass and return the files it produced (nothing is written).
@@ -100,7 +102,8 @@ def reput(
     produced are the same. ``skip_complete_last``: when the continued index file already
     holds every key of the record at its endPhyOffset, do not index that record again (the
     broker would, quirk Q6; rebuild-index's continue mode fills gaps and leaves what is
-    there)."""
+    there). ``batch``: the batch consume queues built from nothing (recovery.batchcq): the
+    records of ``batch.topics`` go to them instead of the file queues (``cq`` only)."""
     stats = ReputStats()
     problems: list[ReputProblem] = []
     state = state if state is not None else ReputState()
@@ -124,7 +127,8 @@ def reput(
         runs = iter_dispatch(
             store, profile, fast=fast, problems=problems, stats=stats, tags=cq, index_keys=index, **span
         )
-    _dispatch(runs, set(topics) if topics is not None else None, cqset, ib, stats)
+    bq = batch if cq else None
+    _dispatch(runs, set(topics) if topics is not None else None, cqset, ib, stats, bq)
     cq_files: dict[str, CqFileOut] = {}
     cq_queues: dict[tuple[str, int], list[str]] = {}
     index_files: list[IndexFileOut] = []
@@ -143,18 +147,29 @@ def reput(
             )
     if ib is not None:
         index_files = _index_files(ib, profile, state, index_tz, stats)
+    bcq_files: dict[str, BcqFileOut] = {}
+    logics_ts = cqset.logics_msg_timestamp if cqset is not None else None
+    logics_off = cqset.logics_physical_offset if cqset is not None else None
+    if bq is not None:
+        bcq_files, counts = bq.build(store)
+        stats.cq_units += sum(counts.values())
+        # (the checkpoint's logicsMsgTimestamp: the store time of the last record put to a
+        # queue of either kind)
+        if bq.logics_msg_timestamp is not None and (
+            logics_ts is None or logics_off is None or (bq.logics_physical_offset or -1) > logics_off
+        ):
+            logics_ts, logics_off = bq.logics_msg_timestamp, bq.logics_physical_offset
     return ReputResult(
         cq_files,
         cq_queues,
         index_files,
-        cqset.logics_msg_timestamp if cqset is not None else None,
+        logics_ts,
         ib.index_msg_timestamp if ib is not None else None,
         stats,
         problems,
         cqset.warnings if cqset is not None else [],
-        cqset.logics_physical_offset
-        if cqset is not None and profile.checkpoint_persists_logics_physical_offset
-        else None,
+        logics_off if profile.checkpoint_persists_logics_physical_offset else None,
+        bcq_files,
     )
 
 
@@ -207,9 +222,10 @@ def _dispatch(
     cqset: ConsumeQueueSet | None,
     ib: IndexBuilder | None,
     stats: ReputStats,
+    batch: BatchQueueSet | None = None,
 ) -> None:
     """Feed the runs of ``wanted`` topics (None: all) to the dispatchers, timing the walk
-    and each dispatcher."""
+    and each dispatcher; the records of ``batch.topics`` go to the batch queues."""
     t_walk = time.perf_counter()
     t_cq = t_idx = 0.0
     for cols in runs:
@@ -223,7 +239,10 @@ def _dispatch(
         if cqset is not None:
             t0 = time.perf_counter()
             stats.cq_records += int(goes_to_consume_queue_batch(cols.sys_flag).sum())
-            feed_cq(cqset, cols)
+            if batch is not None and batch.topics:
+                feed_cq(cqset, _split_batch(batch, cols))
+            else:
+                feed_cq(cqset, cols)
             t_cq += time.perf_counter() - t0
         if ib is not None:
             t0 = time.perf_counter()
@@ -233,6 +252,28 @@ def _dispatch(
     stats.seconds_cq = t_cq
     stats.seconds_index = t_idx
     stats.seconds_walk = time.perf_counter() - t_walk - t_cq - t_idx
+
+
+def _split_batch(batch: BatchQueueSet, cols: DispatchColumns) -> DispatchColumns:
+    """Hand the rows of BatchCQ topics that go to a consume queue (NOT_TYPE, COMMIT) to
+    ``batch``; the rest of the run (for the file queues)."""
+    is_batch = np.fromiter((t in batch.topics for t in cols.topic), dtype=bool, count=cols.count)
+    if not is_batch.any():
+        return cols
+    put = is_batch & goes_to_consume_queue_batch(cols.sys_flag)
+    if put.any():
+        b = cols.select(put)
+        batch.add(
+            list(b.topic),
+            b.queue_id,
+            b.position,
+            b.commitlog_offset,
+            b.msg_size,
+            b.tags_code,
+            b.store_timestamp,
+            b.consume_queue_offset,
+        )
+    return cols.select(~is_batch)
 
 
 def _queue_files(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...formats.checkpoint import Checkpoint
@@ -151,6 +151,9 @@ class ReputResult:
     problems: list[ReputProblem]
     cq_warnings: list[tuple[str, int, Any]]
     logics_physical_offset: int | None = None  # set with logics_msg_timestamp (5.5.0+ checkpoint)
+    # relpath ("batchconsumequeue/<topic>/<q>/<name>") -> recovery.batchcq.BcqFileOut: the batch
+    # consume queues a pass built (reput's ``batch``)
+    bcq_files: dict[str, Any] = field(default_factory=dict)
 
     @property
     def dispatched(self) -> int:

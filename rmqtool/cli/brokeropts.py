@@ -159,7 +159,9 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                 _note(f"{conf.path}: {why}")
             if store is not None and kind in ("destructive", "restore", "verify"):
                 refusals = all_refusals(Path(store), conf, version)
-                if kind == "verify":  # (verify checks batch consume queues: its BCQ_* findings)
+                if kind == "verify" or ctx.info_name == "rebuild-index":
+                    # (verify checks batch consume queues: its BCQ_* findings; rebuild-index
+                    # writes them as the broker's reput does)
                     refusals = [r for r in refusals if r.code != FindingCode.LAYOUT_BATCH_CQ]
                 cl_dir = meta.get("commitlog_dir")
                 if (

@@ -54,8 +54,8 @@ CL_SIZE = Step(
 )
 _BATCH = Step(
     ("dump", "consumequeue", "{store}", "{topic}", "--resolve"),
-    "shows the units and their records; nothing rmqtool runs mends a batch consume queue (recover, "
-    "repair and rebuild-index refuse it: LAYOUT_BATCH_CQ)",
+    "shows the units and their records; rmqtool rebuild-index writes the store's batch consume queues "
+    "again from the commitlog (recover and repair refuse them: LAYOUT_BATCH_CQ)",
 )
 
 BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the type check)

@@ -295,3 +295,75 @@ def test_verify_after_a_kill_agrees_with_the_broker_s_start(oracle: ModuleType, 
         assert seen[: len(kept)] == kept, (v, key)
         assert len(seen) - len(kept) == lag, (v, key, doc["findings"])
     assert not [f for f in doc["findings"] if f["code"] == "BCQ_MISSING_MESSAGE"], doc["findings"]
+
+
+def _bcq_files(store: Path) -> dict[str, bytes]:
+    base = store / "batchconsumequeue"
+    return {p.relative_to(base).as_posix(): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("gone", ["files", "directory"])
+def test_rebuild_index_writes_the_broker_s_batch_queue_files(
+    written: Any, oracle: ModuleType, tmp_path: Path, gone: str
+) -> None:
+    """rebuild-index on a copy of the broker's store whose batch consume queue files were
+    removed (the queue directories kept), or the whole batchconsumequeue/ (the topic's
+    queue.type in config/topics.json says which topics are BatchCQ): it writes the broker's
+    own files byte for byte (names, sizes, units, zeros after them), the file queue beside
+    them as before, and the broker opens the result and reads the units it wrote."""
+    import shutil
+
+    v, _res, store, view = written
+    theirs = _bcq_files(store)
+    assert len(theirs) == 3  # BatchT/0: two files, BatchT/1: one
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy, ignore=shutil.ignore_patterns("index"))
+    (copy / "index").mkdir()
+    bcq = copy / "batchconsumequeue"
+    if gone == "files":
+        for p in [p for p in bcq.rglob("*") if p.is_file()]:
+            p.unlink()
+    else:
+        # (the harness keeps the topic config in memory; a broker persists it in config/topics.json)
+        shutil.rmtree(bcq)
+        (copy / "config").mkdir(exist_ok=True)
+        (copy / "config" / "topics.json").write_text(
+            '{"topicConfigTable":{"BatchT":{"topicName":"BatchT","readQueueNums":2,"writeQueueNums":2,'
+            '"perm":6,"attributes":{"queue.type":"BatchCQ"}},"PlainT":{"topicName":"PlainT",'
+            '"readQueueNums":1,"writeQueueNums":1,"perm":6,"attributes":{}}}}',
+            encoding="utf-8",
+        )
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"storePathRootDir={copy}\nmapperFileSizeBatchConsumeQueue={CONFIG['mapperFileSizeBatchConsumeQueue']}\n"
+        f"mappedFileSizeConsumeQueue={CONFIG['mappedFileSizeConsumeQueue']}\n"
+        f"mappedFileSizeCommitLog={CONFIG['mappedFileSizeCommitLog']}\n",
+        encoding="latin-1",
+    )
+    plain = (copy / "consumequeue" / "PlainT" / "0" / f"{0:020d}").read_bytes()
+    rc = _rmqtool_rc(
+        ["rebuild-index", str(copy), "--yes", "-q", "-j", "1", "--broker-version", v, "--broker-config", str(conf)]
+    )
+    assert rc == 1
+    assert _bcq_files(copy) == theirs, v
+    assert (copy / "consumequeue" / "PlainT" / "0" / f"{0:020d}").read_bytes() == plain
+    assert not (copy / "consumequeue" / "BatchT").exists()
+    after = oracle.view(v, copy, config=CONFIG)
+    for key, q in view["batch_consume_queues"].items():
+        b = after["batch_consume_queues"][key]
+        assert _broker_units(b) == _broker_units(q), (v, key)
+        assert (b["min_offset"], b["max_offset"], b["max_physic_offset"]) == (
+            q["min_offset"],
+            q["max_offset"],
+            q["max_physic_offset"],
+        )
+
+
+def _rmqtool_rc(argv: list[str]) -> int:
+    import contextlib
+    import io
+
+    from rmqtool.cli import run
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return run(argv)

@@ -36,6 +36,15 @@ if TYPE_CHECKING:  # start-up time (--help): recovery.rebuild is imported where 
     from ...recovery.versions import BrokerProfile
 
 
+def _bcq_file_size() -> int | None:
+    """--broker-config's mapperFileSizeBatchConsumeQueue, if it sets one."""
+    from ..options import broker_meta
+
+    conf = broker_meta().get("conf")
+    v = conf.get("mapperFileSizeBatchConsumeQueue") if conf is not None else None
+    return int(v) if isinstance(v, int) and v > 0 else None
+
+
 @click.command("rebuild-index", context_settings={"help_option_names": ["-h", "--help"]})
 @store_command_options("destructive", output_file_options, progress_option)
 @click.option("--cq-only", is_flag=True, help="Rebuild the consume queues only (the index is left alone).")
@@ -210,6 +219,7 @@ def _run(
             progress=advance,
             jobs=jobs,
             compare_progress=compare,
+            bcq_file_size=_bcq_file_size(),
         )
     _LAST["plan"] = plan
     with closed_stdout_ignored():  # the output may go away (| head): the rebuild does not depend on it
