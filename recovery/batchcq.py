@@ -290,6 +290,7 @@ def has_batch_queues(root: Path) -> bool:
 # one (named by its logical offset: the first file of a new queue is 0, whatever the queue
 # offset) when the last is full. No padding, no blank units.
 
+INNER_BATCH_FLAG = 0x80  # MessageSysFlag.INNER_BATCH_FLAG
 BCQ_TOPIC_ATTRIBUTE = "queue.type"
 BCQ_TYPE = "BatchCQ"
 
@@ -416,6 +417,10 @@ class BatchQueueSet:
         self.parts: list[tuple[Any, ...]] = []
         self.logics_msg_timestamp: int | None = None
         self.logics_physical_offset: int | None = None
+        # the first record with the inner-batch flag of a topic not known as BatchCQ (topic,
+        # commitlog offset): a 5.x broker refuses the flag on any other topic (MESSAGE_ILLEGAL),
+        # so its topic was BatchCQ and the store does not say so
+        self.stray_inner: tuple[str, int] | None = None
 
     def add(
         self,

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, Checkpoint, decode_checkpoint
-from ..formats.consumequeue import BCQ_UNIT_SIZE
+from ..formats.consumequeue import BCQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE
 from ..formats.errors import StoreLayoutError
 from ..formats.safeio import read_small
 from . import check as ck
@@ -278,7 +278,7 @@ def plan_rebuild(
     tset = tuple(sorted(set(topics))) if topics is not None else None
     continue_cq = from_offset is not None
     continue_index = from_offset is not None or tset is not None
-    batch = _batch_queue_set(store, tset, continue_cq, bcq_file_size) if cq else None
+    batch = _batch_queue_set(store, tset, continue_cq, bcq_file_size) if cq and profile.checks_inner_batch else None
     state = load_state(store, profile, topics=tset, cq=cq and continue_cq, index=index and continue_index)
     if not continue_index:
         state.index = None
@@ -296,13 +296,23 @@ def plan_rebuild(
         skip_complete_last=continue_index,
         batch=batch,
     )
+    if batch is not None and batch.stray_inner is not None:
+        t, off = batch.stray_inner
+        raise UnsupportedStoreError(
+            f"refused, nothing changed: the record at commitlog offset {off} is an inner batch (sysflag 0x80) "
+            f"of topic {t!r}, which has no batchconsumequeue/ directory and is not BatchCQ in config/topics.json: "
+            "a 5.x broker takes inner batches only for BatchCQ topics, so this store does not say where its "
+            "queue is; give the topic its queue.type in config/topics.json (or create "
+            f"batchconsumequeue/{t}/) and run again",
+            store.root / "commitlog",
+        )
     changes: list[FileChange] = []
     if cq:
         if continue_cq:
             changes += _continued_queue_changes(store, state, result, compare_progress)
         else:
             changes += _rebuilt_queue_changes(store, result, tset, compare_progress)
-            if batch is not None:
+            if batch is not None and batch.topics:
                 changes += _rebuilt_batch_changes(store, result, batch, compare_progress)
     if index:
         if continue_index:
@@ -339,9 +349,9 @@ def _batch_queue_set(
     topics = dispatch_batch_topics(store.root)
     if tset is not None:
         topics &= set(tset)
-    if not topics:
-        return None
     where = store.root / BATCH_CQ_DIR
+    if not topics:  # (only to find inner batches of a topic the store does not call BatchCQ)
+        return BatchQueueSet(DEFAULT_BCQ_FILE_SIZE, set())
     if continue_cq:
         raise UnsupportedStoreError(
             "refused, nothing changed: rebuild-index --from-offset does not continue batch consume queues "

@@ -521,3 +521,14 @@ def test_rebuild_index_refuses_what_it_cannot_write_as_the_broker(tmp_path: Path
     # --topic of the file queue's topic alone: the batch queues are not touched
     rc, _out, err = _rebuild(root, "--yes", "--topic", "PlainT")
     assert rc == 1 and not (root / "batchconsumequeue").exists(), err
+
+
+def test_rebuild_index_refuses_an_inner_batch_of_a_topic_the_store_does_not_call_batchcq(tmp_path: Path) -> None:
+    """A 5.x broker takes the inner-batch flag only on a BatchCQ topic; a store whose inner
+    batch's topic has neither a batchconsumequeue/ directory nor queue.type=BatchCQ in
+    config/topics.json does not say where its queue is: exit 8, nothing changed, not a guess
+    (a file queue)."""
+    root = _two_kind_store(tmp_path, [("OtherT", 0, 3, 0x80), ("PlainT", 0, None, 0)])
+    before = _files(root)
+    rc, _out, err = _rebuild(root, "--yes")
+    assert rc == 8 and "inner batch" in err and "'OtherT'" in err and _files(root) == before

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...formats.names import offset_to_file_name, topic_path_problem
 from ..batch import DispatchColumns
-from ..batchcq import BatchQueueSet, BcqFileOut
+from ..batchcq import INNER_BATCH_FLAG, BatchQueueSet, BcqFileOut
 from ..broker import goes_to_consume_queue_batch
 from ..indexbuild import ConsumeQueueSet, ConsumeQueueWriter, IndexBuilder
 from ..query import CommitlogReader
@@ -239,7 +239,7 @@ def _dispatch(
         if cqset is not None:
             t0 = time.perf_counter()
             stats.cq_records += int(goes_to_consume_queue_batch(cols.sys_flag).sum())
-            if batch is not None and batch.topics:
+            if batch is not None:
                 feed_cq(cqset, _split_batch(batch, cols))
             else:
                 feed_cq(cqset, cols)
@@ -257,7 +257,14 @@ def _dispatch(
 def _split_batch(batch: BatchQueueSet, cols: DispatchColumns) -> DispatchColumns:
     """Hand the rows of BatchCQ topics that go to a consume queue (NOT_TYPE, COMMIT) to
     ``batch``; the rest of the run (for the file queues)."""
-    is_batch = np.fromiter((t in batch.topics for t in cols.topic), dtype=bool, count=cols.count)
+    if not batch.topics:
+        is_batch = np.zeros(cols.count, dtype=bool)
+    else:
+        is_batch = np.fromiter((t in batch.topics for t in cols.topic), dtype=bool, count=cols.count)
+    stray = np.flatnonzero(~is_batch & ((cols.sys_flag & INNER_BATCH_FLAG) != 0))
+    if len(stray) and batch.stray_inner is None:
+        j = int(stray[0])
+        batch.stray_inner = (cols.topic[j], int(cols.commitlog_offset[j]))
     if not is_batch.any():
         return cols
     put = is_batch & goes_to_consume_queue_batch(cols.sys_flag)

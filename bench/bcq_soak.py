@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Soak of rebuild-index on BatchConsumeQueue stores against the broker (issue 35; a script,
+not a test): prints a table.
+
+Each case (seed S+i, release ``versions[i % len]``) has the broker oracle write a store of
+BatchCQ topics (inner batches of 1-8 messages, plain messages of a BatchCQ topic, a plain
+topic beside them; random commitlog, consume queue and batch queue file sizes), ended cleanly
+or by SIGKILL, then:
+
+* ``view``: the broker's own units of every batch queue after its recovery and reput;
+* rmqtool ``rebuild-index --cq-only`` on a copy whose batch queue files were removed (the
+  directories kept) or whose whole ``batchconsumequeue/`` was (config/topics.json naming the
+  BatchCQ topics), with the batch queue file size from ``--broker-config``;
+* ``files``: on a clean store, the rebuilt batch queue files equal the broker's byte for byte;
+  ``units``: the rebuilt units equal the broker's after its recovery (killed stores too);
+* ``reopen``: the broker opens the rebuilt store and reads the same units.
+
+Usage: bench/bcq_soak.py --cases N [--versions 5.0.0,5.5.1] [--seed S] [--parallel P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "oracle"))
+import harness  # noqa: E402
+
+from rmqtool.cli import run  # noqa: E402
+from rmqtool.formats.consumequeue import read_bcq_units  # noqa: E402
+
+BATCH_TOPICS = ("BatchT", "BatchU")
+
+
+def scenario(seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    config = {
+        "mappedFileSizeCommitLog": rng.choice([4096, 16384, 65536]),
+        "mappedFileSizeConsumeQueue": 20 * rng.choice([4, 16, 300]),
+        "mapperFileSizeBatchConsumeQueue": 46 * rng.choice([2, 5, 10, 37, 300]),
+        "topic_attributes": {t: {"queue.type": "BatchCQ"} for t in BATCH_TOPICS},
+    }
+    msgs = []
+    for i in range(rng.randint(5, 60)):
+        topic = rng.choice(BATCH_TOPICS + ("PlainT",))
+        m: dict[str, Any] = {
+            "topic": topic,
+            "queue_id": rng.randint(0, 2),
+            "tags": f"t{rng.randint(0, 3)}",
+            "keys": f"K{i}",
+            "body_len": rng.randint(0, 300),
+            "body_seed": i,
+            "born_timestamp": 1795302151971 + i,
+        }
+        if topic != "PlainT" and rng.random() < 0.8:
+            m["inner_batch"] = rng.randint(1, 8)
+        msgs.append(m)
+    end: dict[str, Any] = {"mode": "clean"}
+    if rng.random() < 0.4:
+        end = {"mode": "kill", "after_acks": rng.randint(1, max(1, len(msgs) - 1)), "writers": 1}
+    return {"config": config, "messages": msgs, "end": end}
+
+
+def units_of(view: dict[str, Any]) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        k: [
+            (u["offset"], u["size"], u["tags_code"], u["store_time"], u["msg_base_offset"], u["batch_size"])
+            for u in q["units"]
+        ]
+        for k, q in (view.get("batch_consume_queues") or {}).items()
+    }
+
+
+def file_units(store: Path) -> dict[str, list[tuple[Any, ...]]]:
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    base = store / "batchconsumequeue"
+    if not base.is_dir():
+        return out
+    for qdir in sorted(p for p in base.glob("*/*") if p.is_dir()):
+        key = f"{qdir.parent.name}/{qdir.name}"
+        data = b"".join(p.read_bytes() for p in sorted(qdir.iterdir()) if p.is_file())
+        u = read_bcq_units(data)
+        u = u[u["size"] > 0]
+        out[key] = [
+            (
+                int(x["commitlog_offset"]),
+                int(x["size"]),
+                int(x["tags_code"]),
+                int(x["store_timestamp"]),
+                int(x["msg_base_offset"]),
+                int(x["batch_size"]),
+            )
+            for x in u
+        ]
+    return out
+
+
+def files_of(store: Path) -> dict[str, bytes]:
+    base = store / "batchconsumequeue"
+    return (
+        {p.relative_to(base).as_posix(): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
+        if base.is_dir()
+        else {}
+    )
+
+
+def rebuild(store: Path, work: Path, version: str, config: dict[str, Any], gone: str) -> tuple[Path, int, str]:
+    cp = work / f"rebuilt-{gone}"
+    shutil.copytree(store, cp)
+    bcq = cp / "batchconsumequeue"
+    if gone == "files":
+        for p in [p for p in bcq.rglob("*") if p.is_file()]:
+            p.unlink()
+    else:
+        shutil.rmtree(bcq, ignore_errors=True)
+        (cp / "config").mkdir(exist_ok=True)
+        table = {t: {"topicName": t, "attributes": {"queue.type": "BatchCQ"}} for t in BATCH_TOPICS}
+        (cp / "config" / "topics.json").write_text(json.dumps({"topicConfigTable": table}))
+    conf = work / f"broker-{gone}.conf"
+    conf.write_text(
+        f"storePathRootDir={cp}\n" + "".join(f"{k}={v}\n" for k, v in config.items() if k != "topic_attributes"),
+        encoding="latin-1",
+    )
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = run(
+            [
+                "rebuild-index",
+                str(cp),
+                "--cq-only",
+                "--yes",
+                "-q",
+                "-j",
+                "1",
+                "--broker-version",
+                version,
+                "--broker-config",
+                str(conf),
+                "--backup-dir",
+                str(work / f"bk-{gone}"),
+            ]
+        )
+    return cp, rc, err.getvalue()
+
+
+def one_case(seed: int, version: str, work: Path) -> dict[str, Any]:
+    t0 = time.time()
+    scen = scenario(seed)
+    res: dict[str, Any] = {"seed": seed, "version": version, "mode": scen["end"]["mode"], "checks": {}}
+    harness.write(version, scen, work / "w")
+    store = work / "w" / "store"
+    vcfg = scen["config"]
+    view = harness.view(version, store, config=vcfg)
+    if not view.get("load_ok", True):
+        res["checks"]["skipped"] = "the broker refuses the written store"
+        return res
+    theirs = units_of(view)
+    original_files = files_of(store)
+    gone = "files" if seed % 2 else "directory"
+    cp, rc, err = rebuild(store, work, version, vcfg, gone)
+    res["gone"] = gone
+    if rc not in (0, 1):
+        res["checks"]["rebuild"] = f"status {rc}: {err.strip()[:300]}"
+        return res
+    ours = file_units(cp)
+    res["checks"]["units"] = None if ours == theirs else f"rmqtool {ours} broker {theirs}"
+    if scen["end"]["mode"] == "clean":
+        mine = files_of(cp)
+        res["checks"]["files"] = (
+            None
+            if mine == original_files
+            else (
+                f"files differ: {sorted(set(mine) ^ set(original_files))} "
+                f"{[k for k in mine if k in original_files and mine[k] != original_files[k]]}"
+            )
+        )
+    after = harness.view(version, cp, config=vcfg)
+    res["checks"]["reopen"] = None if units_of(after) == theirs else f"reopened {units_of(after)} broker {theirs}"
+    res["seconds"] = round(time.time() - t0, 1)
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, required=True)
+    ap.add_argument("--versions", default="5.0.0,5.5.1")
+    ap.add_argument("--seed", type=int, default=35000)
+    ap.add_argument("--out", type=Path, default=None, help="write every disagreeing case's result here (JSON lines)")
+    ns = ap.parse_args()
+    versions = ns.versions.split(",")
+    for v in versions:
+        harness.build(v)
+    table: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    bad: list[dict[str, Any]] = []
+    t0 = time.time()
+    for i in range(ns.cases):
+        seed, v = ns.seed + i, versions[i % len(versions)]
+        with tempfile.TemporaryDirectory(prefix="bcq-soak-") as td:
+            try:
+                r = one_case(seed, v, Path(td))
+            except Exception as exc:  # noqa: BLE001 - a soak reports every failure and goes on
+                r = {"seed": seed, "version": v, "checks": {"oracle": f"{type(exc).__name__}: {exc}"[:300]}}
+        for check, why in r["checks"].items():
+            table[(v, check)][0 if why is None else 1] += 1
+        if any(w is not None for w in r["checks"].values()):
+            bad.append(r)
+        print(json.dumps(r), file=sys.stderr, flush=True)
+    print(f"{ns.cases} cases in {time.time() - t0:.0f} s")
+    print(f"{'version':8} {'check':10} {'agree':>6} {'disagree':>9}")
+    for (v, check), (ok, ko) in sorted(table.items()):
+        print(f"{v:8} {check:10} {ok:6d} {ko:9d}")
+    for r in bad:
+        print(f"seed {r['seed']} {r['version']}: {r['checks']}")
+    if ns.out is not None:
+        ns.out.write_text("".join(json.dumps(r) + "\n" for r in bad))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
