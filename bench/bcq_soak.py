@@ -15,7 +15,7 @@ or by SIGKILL, then:
   ``units``: the rebuilt units equal the broker's after its recovery (killed stores too);
 * ``reopen``: the broker opens the rebuilt store and reads the same units.
 
-Usage: bench/bcq_soak.py --cases N [--versions 5.0.0,5.5.1] [--seed S] [--parallel P]
+Usage: bench/bcq_soak.py --cases N [--versions 5.0.0,5.5.1] [--seed S] [--chunk C] [--parallel P]
 """
 
 from __future__ import annotations
@@ -154,41 +154,59 @@ def rebuild(store: Path, work: Path, version: str, config: dict[str, Any], gone:
     return cp, rc, err.getvalue()
 
 
-def one_case(seed: int, version: str, work: Path) -> dict[str, Any]:
-    t0 = time.time()
-    scen = scenario(seed)
-    res: dict[str, Any] = {"seed": seed, "version": version, "mode": scen["end"]["mode"], "checks": {}}
-    harness.write(version, scen, work / "w")
-    store = work / "w" / "store"
-    vcfg = scen["config"]
-    view = harness.view(version, store, config=vcfg)
-    if not view.get("load_ok", True):
-        res["checks"]["skipped"] = "the broker refuses the written store"
-        return res
-    theirs = units_of(view)
-    original_files = files_of(store)
-    gone = "files" if seed % 2 else "directory"
-    cp, rc, err = rebuild(store, work, version, vcfg, gone)
-    res["gone"] = gone
-    if rc not in (0, 1):
-        res["checks"]["rebuild"] = f"status {rc}: {err.strip()[:300]}"
-        return res
-    ours = file_units(cp)
-    res["checks"]["units"] = None if ours == theirs else f"rmqtool {ours} broker {theirs}"
-    if scen["end"]["mode"] == "clean":
-        mine = files_of(cp)
-        res["checks"]["files"] = (
-            None
-            if mine == original_files
-            else (
-                f"files differ: {sorted(set(mine) ^ set(original_files))} "
-                f"{[k for k in mine if k in original_files and mine[k] != original_files[k]]}"
+def run_chunk(version: str, seeds: list[int], work: Path, parallel: int) -> list[dict[str, Any]]:
+    """The cases of ``seeds`` on one release: the writes in one JVM, the broker's views of
+    the written stores in another, rmqtool's rebuilds, the views of the rebuilt ones."""
+    scens = {s: scenario(s) for s in seeds}
+    out = {s: {"seed": s, "version": version, "mode": scens[s]["end"]["mode"], "checks": {}} for s in seeds}
+    jobs = [{"id": s, "verb": "write", "scenario": scens[s], "out": str(work / str(s) / "w")} for s in seeds]
+    for a in harness.batch(version, jobs, parallel=parallel):
+        if a["exit"] != 0:
+            out[a["id"]]["checks"]["oracle"] = f"write: {a.get('error')}"
+    live = [s for s in seeds if not out[s]["checks"]]
+    jobs = [
+        {"id": s, "verb": "view", "store": str(work / str(s) / "w" / "store"), "config": scens[s]["config"]}
+        for s in live
+    ]
+    views = {a["id"]: a for a in harness.batch(version, jobs)}
+    theirs: dict[int, Any] = {}
+    rebuilt: dict[int, Path] = {}
+    for s in live:
+        a = views[s]
+        if a["exit"] != 0:
+            out[s]["checks"]["oracle"] = f"view: {a.get('error')}"
+            continue
+        if not a["result"].get("load_ok", True):
+            out[s]["skipped"] = "the broker refuses the written store"
+            continue
+        theirs[s] = units_of(a["result"])
+        store = work / str(s) / "w" / "store"
+        gone = "files" if s % 2 else "directory"
+        out[s]["gone"] = gone
+        cp, rc, err = rebuild(store, work / str(s), version, scens[s]["config"], gone)
+        if rc not in (0, 1):
+            out[s]["checks"]["rebuild"] = f"status {rc}: {err.strip()[:300]}"
+            continue
+        ours = file_units(cp)
+        out[s]["checks"]["units"] = None if ours == theirs[s] else f"rmqtool {ours} broker {theirs[s]}"
+        if scens[s]["end"]["mode"] == "clean":
+            mine, original = files_of(cp), files_of(store)
+            out[s]["checks"]["files"] = (
+                None
+                if mine == original
+                else f"files differ: {sorted(set(mine) ^ set(original))} "
+                f"{[k for k in mine if k in original and mine[k] != original[k]]}"
             )
-        )
-    after = harness.view(version, cp, config=vcfg)
-    res["checks"]["reopen"] = None if units_of(after) == theirs else f"reopened {units_of(after)} broker {theirs}"
-    res["seconds"] = round(time.time() - t0, 1)
-    return res
+        rebuilt[s] = cp
+    jobs = [{"id": s, "verb": "view", "store": str(cp), "config": scens[s]["config"]} for s, cp in rebuilt.items()]
+    for a in harness.batch(version, jobs):
+        s = a["id"]
+        if a["exit"] != 0:
+            out[s]["checks"]["reopen"] = f"view: {a.get('error')}"
+        else:
+            got = units_of(a["result"])
+            out[s]["checks"]["reopen"] = None if got == theirs[s] else f"reopened {got} broker {theirs[s]}"
+    return [out[s] for s in seeds]
 
 
 def main() -> int:
@@ -196,6 +214,8 @@ def main() -> int:
     ap.add_argument("--cases", type=int, required=True)
     ap.add_argument("--versions", default="5.0.0,5.5.1")
     ap.add_argument("--seed", type=int, default=35000)
+    ap.add_argument("--chunk", type=int, default=10, help="cases per oracle batch (one JVM per phase)")
+    ap.add_argument("--parallel", type=int, default=2, help="writes at once in one JVM")
     ap.add_argument("--out", type=Path, default=None, help="write every disagreeing case's result here (JSON lines)")
     ns = ap.parse_args()
     versions = ns.versions.split(",")
@@ -204,18 +224,25 @@ def main() -> int:
     table: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     bad: list[dict[str, Any]] = []
     t0 = time.time()
-    for i in range(ns.cases):
-        seed, v = ns.seed + i, versions[i % len(versions)]
-        with tempfile.TemporaryDirectory(prefix="bcq-soak-") as td:
-            try:
-                r = one_case(seed, v, Path(td))
-            except Exception as exc:  # noqa: BLE001 - a soak reports every failure and goes on
-                r = {"seed": seed, "version": v, "checks": {"oracle": f"{type(exc).__name__}: {exc}"[:300]}}
-        for check, why in r["checks"].items():
-            table[(v, check)][0 if why is None else 1] += 1
-        if any(w is not None for w in r["checks"].values()):
-            bad.append(r)
-        print(json.dumps(r), file=sys.stderr, flush=True)
+    specs = [(ns.seed + i, versions[i % len(versions)]) for i in range(ns.cases)]
+    for v in versions:
+        mine = [s for s, vv in specs if vv == v]
+        for k in range(0, len(mine), ns.chunk):
+            with tempfile.TemporaryDirectory(prefix="bcq-soak-") as td:
+                try:
+                    done = run_chunk(v, mine[k : k + ns.chunk], Path(td), ns.parallel)
+                except Exception as exc:  # noqa: BLE001 - a soak reports every failure and goes on
+                    msg = f"{type(exc).__name__}: {exc}"[:300]
+                    done = [{"seed": s, "version": v, "checks": {"oracle": msg}} for s in mine[k : k + ns.chunk]]
+            for r in done:
+                for check, why in r["checks"].items():
+                    table[(v, check)][0 if why is None else 1] += 1
+                if r.get("skipped"):
+                    table[(v, "skipped")][0] += 1
+                if any(w is not None for w in r["checks"].values()):
+                    bad.append(r)
+                print(json.dumps(r), file=sys.stderr, flush=True)
+            print(f"  {v}: {min(k + ns.chunk, len(mine))}/{len(mine)} cases, {time.time() - t0:.0f} s", flush=True)
     print(f"{ns.cases} cases in {time.time() - t0:.0f} s")
     print(f"{'version':8} {'check':10} {'agree':>6} {'disagree':>9}")
     for (v, check), (ok, ko) in sorted(table.items()):
