@@ -532,3 +532,18 @@ def test_rebuild_index_refuses_an_inner_batch_of_a_topic_the_store_does_not_call
     before = _files(root)
     rc, _out, err = _rebuild(root, "--yes")
     assert rc == 8 and "inner batch" in err and "'OtherT'" in err and _files(root) == before
+
+
+def test_rebuild_index_of_a_batch_topic_alone_leaves_the_file_queues(tmp_path: Path) -> None:
+    """--topic BatchT: its batch queue is rebuilt whole (a stale file of it removed, backed
+    up), the file queue of the other topic is not touched, nor created."""
+    root = _two_kind_store(tmp_path, [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0), ("BatchT", 3, 2, 0x80)])
+    stale = root / "batchconsumequeue" / "BatchT" / "1" / f"{0:020d}"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(bytes(46 * 4))
+    rc, _out, err = _rebuild(root, "--yes", "--topic", "BatchT", "--backup-dir", str(tmp_path / "bk"))
+    assert rc == 1, err
+    assert not stale.exists() and not (root / "consumequeue" / "PlainT").exists()
+    (q,) = [q for q in batchcq.iter_queues(root) if q.files]  # (BatchT/1's directory stays, empty)
+    assert (q.topic, q.queue_id, q.min_offset, q.max_offset, q.file_size) == ("BatchT", 0, 0, 5, 46 * 4)
+    assert any(k.endswith("batchconsumequeue/BatchT/1/" + stale.name) for k in _files(tmp_path / "bk"))
