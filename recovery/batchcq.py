@@ -38,7 +38,7 @@ from ..formats.consumequeue import (
     bcq_valid_mask,
     read_bcq_units,
 )
-from ..formats.names import offset_to_file_name
+from ..formats.names import offset_to_file_name, topic_path_problem
 from .scan import last_nonzero_in_file
 from .store import StoreFile
 
@@ -421,6 +421,7 @@ class BatchQueueSet:
         # commitlog offset): a 5.x broker refuses the flag on any other topic (MESSAGE_ILLEGAL),
         # so its topic was BatchCQ and the store does not say so
         self.stray_inner: tuple[str, int] | None = None
+        self.bad_topics: dict[str, int] = {}  # topics that cannot be a path: records not dispatched
 
     def add(
         self,
@@ -453,6 +454,9 @@ class BatchQueueSet:
         for i, t in enumerate(topics):
             if ok[i]:
                 groups.setdefault((t, int(qid[i])), []).append(i)
+        for key in [k for k in groups if topic_path_problem(k[0]) is not None]:
+            # (a topic that cannot be a directory name: never dispatched, as for file queues)
+            self.bad_topics[key[0]] = self.bad_topics.get(key[0], 0) + len(groups.pop(key))
         for key, idx_list in sorted(groups.items()):
             idx = np.array(idx_list, dtype=np.int64)
             o = off[idx]

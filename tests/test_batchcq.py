@@ -547,3 +547,19 @@ def test_rebuild_index_of_a_batch_topic_alone_leaves_the_file_queues(tmp_path: P
     (q,) = [q for q in batchcq.iter_queues(root) if q.files]  # (BatchT/1's directory stays, empty)
     assert (q.topic, q.queue_id, q.min_offset, q.max_offset, q.file_size) == ("BatchT", 0, 0, 5, 46 * 4)
     assert any(k.endswith("batchconsumequeue/BatchT/1/" + stale.name) for k in _files(tmp_path / "bk"))
+
+
+def test_rebuild_index_never_makes_a_path_of_a_batch_topic_that_cannot_be_one(tmp_path: Path) -> None:
+    """config/topics.json may call any name BatchCQ: a topic that cannot be a directory name
+    ("..") is not dispatched and is reported as a problem (exit 5: files written, problems
+    remain); nothing is written outside batchconsumequeue/."""
+    root = _two_kind_store(tmp_path, [("..", 0, 3, 0x80), ("BatchT", 0, 2, 0x80)])
+    doc = json.loads((root / "config" / "topics.json").read_text())
+    doc["topicConfigTable"][".."] = {"topicName": "..", "attributes": {"queue.type": "BatchCQ"}}
+    (root / "config" / "topics.json").write_text(json.dumps(doc))
+    rc, _out, err = _rebuild(root, "--yes")
+    assert rc == 5 and "BatchCQ topic '..'" in err, err
+    assert sorted(p.relative_to(root).as_posix() for p in (root / "batchconsumequeue").rglob("*") if p.is_file()) == [
+        f"batchconsumequeue/BatchT/0/{0:020d}"
+    ]
+    assert not (root / "0").exists()

@@ -153,6 +153,17 @@ def reput(
     if bq is not None:
         bcq_files, counts = bq.build(store)
         stats.cq_units += sum(counts.values())
+        for t, n in sorted(bq.bad_topics.items()):
+            problems.append(
+                ReputProblem(
+                    BAD_TOPIC,
+                    "commitlog",
+                    -1,
+                    0,
+                    f"{n} message(s) of BatchCQ topic {t!r}: {topic_path_problem(t)}; no batch consume queue can "
+                    "have that name: not dispatched",
+                )
+            )
         # (the checkpoint's logicsMsgTimestamp: the store time of the last record put to a
         # queue of either kind)
         if bq.logics_msg_timestamp is not None and (
