@@ -390,10 +390,10 @@ class BcqFileOut:
     queue: tuple[str, int]
     base: int
     size: int
-    units: bytes
+    units: bytes | memoryview
 
     def data(self) -> bytes:
-        return self.units + bytes(self.size - len(self.units))
+        return bytes(self.units) + bytes(self.size - len(self.units))
 
     def write_to(self, fileobj: Any) -> None:
         """The units, then the zeros through ``fileobj.write_zeros`` where it has one (a hole,
@@ -409,12 +409,16 @@ class BcqFileOut:
 
 class BatchQueueSet:
     """The batch consume queues a reput builds from nothing: the dispatch requests of the
-    BatchCQ topics' records, queue by queue, in commitlog order."""
+    BatchCQ topics' records, queue by queue, in commitlog order. Each run of requests is
+    turned into units as it comes (the records' INNER_* properties read while the run's
+    commitlog file is at hand); only the units are held (46 bytes a record)."""
 
-    def __init__(self, file_size: int, topics: set[str]) -> None:
+    def __init__(self, file_size: int, topics: set[str], store: Any = None) -> None:
         self.file_size = file_size
         self.topics = topics
-        self.parts: list[tuple[Any, ...]] = []
+        self.store = store
+        self.units: dict[tuple[str, int], list[Any]] = {}  # queue -> its unit arrays, in order
+        self.max_offset: dict[tuple[str, int], int] = {}  # queue -> maxMsgPhyOffsetInCommitLog
         self.logics_msg_timestamp: int | None = None
         self.logics_physical_offset: int | None = None
         # the first record with the inner-batch flag of a topic not known as BatchCQ (topic,
@@ -434,55 +438,58 @@ class BatchQueueSet:
         store_ts: np.ndarray,
         queue_offsets: np.ndarray,
     ) -> None:
-        self.parts.append((topics, queue_ids, positions, offsets, sizes, tags, store_ts, queue_offsets))
-
-    def build(self, store: Any) -> tuple[dict[str, BcqFileOut], dict[tuple[str, int], int]]:
-        """The files of every queue (relpath -> :class:`BcqFileOut`) and each queue's units."""
-        if not self.parts:
-            return {}, {}
-        topics = [t for p in self.parts for t in p[0]]
-        qid, pos, off, size, tag, ts, qoff = (
-            np.concatenate([np.asarray(p[i], dtype=np.int64) for p in self.parts]) for i in range(1, 8)
-        )
-        base, num = inner_pairs(store, pos, qoff)
+        """A run of dispatch requests (column form, commitlog order) put to their queues."""
+        i64 = [np.asarray(a, dtype=np.int64) for a in (queue_ids, positions, offsets, sizes, tags, store_ts)]
+        qid, pos, off, size, tag, ts = i64
+        base, num = inner_pairs(self.store, pos, np.asarray(queue_offsets, dtype=np.int64))
         ok = (base >= 0) & (num >= 0)  # (putMessagePositionInfoWrapper drops the others)
-        out: dict[str, BcqFileOut] = {}
-        counts: dict[tuple[str, int], int] = {}
-        per_file = self.file_size // BCQ_UNIT_SIZE
-        last_put = -1
         groups: dict[tuple[str, int], list[int]] = {}
         for i, t in enumerate(topics):
             if ok[i]:
                 groups.setdefault((t, int(qid[i])), []).append(i)
-        for key in [k for k in groups if topic_path_problem(k[0]) is not None]:
-            # (a topic that cannot be a directory name: never dispatched, as for file queues)
-            self.bad_topics[key[0]] = self.bad_topics.get(key[0], 0) + len(groups.pop(key))
-        for key, idx_list in sorted(groups.items()):
+        last_put = -1
+        for key, idx_list in groups.items():
+            if topic_path_problem(key[0]) is not None:
+                # (a topic that cannot be a directory name: never dispatched, as for file queues)
+                self.bad_topics[key[0]] = self.bad_topics.get(key[0], 0) + len(idx_list)
+                continue
             idx = np.array(idx_list, dtype=np.int64)
+            last_put = max(last_put, int(idx[-1]))  # (a skipped record sets the checkpoint too)
             o = off[idx]
             # putBatchMessagePositionInfo skips a record at or before the queue's largest offset
-            prev = np.concatenate(([-1], np.maximum.accumulate(o)[:-1]))
-            last_put = max(last_put, int(idx[-1]))  # (a skipped record sets the checkpoint too)
+            before = self.max_offset.get(key, -1)
+            prev = np.maximum.accumulate(np.concatenate(([before], o)))[:-1]
             idx = idx[o > prev]
             if not len(idx):
                 continue
-            units = np.zeros(len(idx), dtype=BCQ_DTYPE)
-            units["commitlog_offset"] = off[idx]
-            units["size"] = size[idx]
-            units["tags_code"] = tag[idx]
-            units["store_timestamp"] = ts[idx]
-            units["msg_base_offset"] = base[idx]
-            units["batch_size"] = num[idx]
-            units["compacted_offset"] = BCQ_INVALID_POS
-            raw = units.tobytes()
-            counts[key] = len(idx)
-            t, q = key
-            for k in range(0, len(idx), per_file):
-                frm = (k // per_file) * self.file_size
-                rel = f"{BATCH_CQ_DIR}/{t}/{q}/{offset_to_file_name(frm)}"
-                chunk = raw[k * BCQ_UNIT_SIZE : (k + per_file) * BCQ_UNIT_SIZE]
-                out[rel] = BcqFileOut(rel, key, frm, self.file_size, chunk)
+            self.max_offset[key] = max(before, int(off[idx].max()))
+            u = np.zeros(len(idx), dtype=BCQ_DTYPE)
+            u["commitlog_offset"] = off[idx]
+            u["size"] = size[idx]
+            u["tags_code"] = tag[idx]
+            u["store_timestamp"] = ts[idx]
+            u["msg_base_offset"] = base[idx]
+            u["batch_size"] = num[idx]
+            u["compacted_offset"] = BCQ_INVALID_POS
+            self.units.setdefault(key, []).append(u)
         if last_put >= 0:
             self.logics_msg_timestamp = int(ts[last_put])
             self.logics_physical_offset = int(off[last_put])
+
+    def build(self) -> tuple[dict[str, BcqFileOut], dict[tuple[str, int], int]]:
+        """The files of every queue (relpath -> :class:`BcqFileOut`) and each queue's units."""
+        out: dict[str, BcqFileOut] = {}
+        counts: dict[tuple[str, int], int] = {}
+        per_file = self.file_size // BCQ_UNIT_SIZE
+        for key, parts in sorted(self.units.items()):
+            raw = memoryview(b"".join(u.tobytes() for u in parts))  # (the files' slices share it)
+            n = len(raw) // BCQ_UNIT_SIZE
+            counts[key] = n
+            t, q = key
+            for k in range(0, n, per_file):
+                frm = (k // per_file) * self.file_size
+                rel = f"{BATCH_CQ_DIR}/{t}/{q}/{offset_to_file_name(frm)}"
+                out[rel] = BcqFileOut(
+                    rel, key, frm, self.file_size, raw[k * BCQ_UNIT_SIZE : (k + per_file) * BCQ_UNIT_SIZE]
+                )
         return out, counts

@@ -351,7 +351,7 @@ def _batch_queue_set(
         topics &= set(tset)
     where = store.root / BATCH_CQ_DIR
     if not topics:  # (only to find inner batches of a topic the store does not call BatchCQ)
-        return BatchQueueSet(DEFAULT_BCQ_FILE_SIZE, set())
+        return BatchQueueSet(DEFAULT_BCQ_FILE_SIZE, set(), store)
     if continue_cq:
         raise UnsupportedStoreError(
             "refused, nothing changed: rebuild-index --from-offset does not continue batch consume queues "
@@ -367,7 +367,7 @@ def _batch_queue_set(
             "stops dispatching to such a queue when its first file is full",
             where,
         )
-    return BatchQueueSet(size, topics)
+    return BatchQueueSet(size, topics, store)
 
 
 def _rebuilt_batch_changes(

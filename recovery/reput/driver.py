@@ -151,7 +151,7 @@ def reput(
     logics_ts = cqset.logics_msg_timestamp if cqset is not None else None
     logics_off = cqset.logics_physical_offset if cqset is not None else None
     if bq is not None:
-        bcq_files, counts = bq.build(store)
+        bcq_files, counts = bq.build()
         stats.cq_units += sum(counts.values())
         for t, n in sorted(bq.bad_topics.items()):
             problems.append(
