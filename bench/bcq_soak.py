@@ -225,24 +225,29 @@ def main() -> int:
     bad: list[dict[str, Any]] = []
     t0 = time.time()
     specs = [(ns.seed + i, versions[i % len(versions)]) for i in range(ns.cases)]
-    for v in versions:
+    chunks = []  # (the releases' chunks taken in turn: a soak cut short has run each)
+    for k in range(0, ns.cases, ns.chunk * len(versions)):
+        for v in versions:
+            chunks.append((v, k // len(versions)))
+    for v, k in chunks:
         mine = [s for s, vv in specs if vv == v]
-        for k in range(0, len(mine), ns.chunk):
-            with tempfile.TemporaryDirectory(prefix="bcq-soak-") as td:
-                try:
-                    done = run_chunk(v, mine[k : k + ns.chunk], Path(td), ns.parallel)
-                except Exception as exc:  # noqa: BLE001 - a soak reports every failure and goes on
-                    msg = f"{type(exc).__name__}: {exc}"[:300]
-                    done = [{"seed": s, "version": v, "checks": {"oracle": msg}} for s in mine[k : k + ns.chunk]]
-            for r in done:
-                for check, why in r["checks"].items():
-                    table[(v, check)][0 if why is None else 1] += 1
-                if r.get("skipped"):
-                    table[(v, "skipped")][0] += 1
-                if any(w is not None for w in r["checks"].values()):
-                    bad.append(r)
-                print(json.dumps(r), file=sys.stderr, flush=True)
-            print(f"  {v}: {min(k + ns.chunk, len(mine))}/{len(mine)} cases, {time.time() - t0:.0f} s", flush=True)
+        if k >= len(mine):
+            continue
+        with tempfile.TemporaryDirectory(prefix="bcq-soak-") as td:
+            try:
+                done = run_chunk(v, mine[k : k + ns.chunk], Path(td), ns.parallel)
+            except Exception as exc:  # noqa: BLE001 - a soak reports every failure and goes on
+                msg = f"{type(exc).__name__}: {exc}"[:300]
+                done = [{"seed": s, "version": v, "checks": {"oracle": msg}} for s in mine[k : k + ns.chunk]]
+        for r in done:
+            for check, why in r["checks"].items():
+                table[(v, check)][0 if why is None else 1] += 1
+            if r.get("skipped"):
+                table[(v, "skipped")][0] += 1
+            if any(w is not None for w in r["checks"].values()):
+                bad.append(r)
+            print(json.dumps(r), file=sys.stderr, flush=True)
+        print(f"  {v}: {min(k + ns.chunk, len(mine))}/{len(mine)} cases, {time.time() - t0:.0f} s", flush=True)
     print(f"{ns.cases} cases in {time.time() - t0:.0f} s")
     print(f"{'version':8} {'check':10} {'agree':>6} {'disagree':>9}")
     for (v, check), (ok, ko) in sorted(table.items()):
