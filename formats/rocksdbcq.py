@@ -27,6 +27,7 @@ Column family ``offset`` (``ConsumeQueueRocksDBStorage.OFFSET_COLUMN_FAMILY``):
 
 from __future__ import annotations
 
+import re
 import struct
 from typing import NamedTuple
 
@@ -47,6 +48,10 @@ MAX = b"max"
 MIN = b"min"
 DIR = "consumequeue"  # StorePathConfigHelper.getStorePathConsumeQueue
 SEPARATE_DIR = "consumequeue_rocksdb"  # 5.4+ getStorePathRocksDBConsumeQueue
+
+# the files RocksDB itself keeps in a database directory (beside a double-write store's topic
+# directories)
+ROCKSDB_FILE = re.compile(r"^(CURRENT|IDENTITY|LOCK|LOG(\.old\.\d+)?|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log|blob))$")
 
 CQ_KEY = "RocksDB consume queue key (RocksDBConsumeQueueTable, column family default)" * Struct(
     "topic_len" / Rebuild(Int32sb, len_(this.topic)) * "topic bytes",
@@ -168,4 +173,5 @@ __all__ = [
     "offset_key",
     "DIR",
     "SEPARATE_DIR",
+    "ROCKSDB_FILE",
 ]

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..formats import rocksdbcq as rf
 
@@ -43,6 +45,7 @@ class RocksCq:
     offset_table: dict[tuple[str, int], dict[str, tuple[int, int]]] = field(default_factory=dict)  # kind -> (phy, q)
     checkpoint: int | None = None  # getMaxPhyOffsetInConsumeQueue's record; None when absent
     malformed: list[tuple[str, bytes]] = field(default_factory=list)  # (column family, key) of another layout
+    unreadable: str | None = None  # why the database did not open (nothing else then)
 
     def max_offset(self, key: tuple[str, int]) -> int:
         """getMaxOffsetInQueue: the offset table's max entry plus one, 0 without one."""
@@ -78,6 +81,21 @@ def _open(path: Path) -> tuple[object, list[str]]:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RocksCqUnavailable(f"{path}: the RocksDB consume queue does not open read-only ({first})") from None
     return db, cfs
+
+
+def unreadable(root: Path, rel: str) -> str | None:
+    """Why ``root/rel`` cannot be read (rocksdict missing, the database does not open), None
+    when it opens."""
+    with tempfile.TemporaryDirectory(prefix="rmqtool-rocksdbcq-") as shadow:
+        try:
+            _shadow(root / rel, Path(shadow))
+            db, _cfs = _open(Path(shadow))
+        except OSError as exc:
+            return f"{root / rel}: {exc.strerror or exc}"
+        except RocksCqUnavailable as exc:
+            return str(exc).replace(shadow, str(root / rel))
+        db.close()  # type: ignore[attr-defined]
+    return None
 
 
 def read(root: Path, rel: str) -> RocksCq:
@@ -130,4 +148,31 @@ def _read(shadow: Path, rel: str, real: Path) -> RocksCq:
     return out
 
 
-__all__ = ["RocksCq", "RocksCqUnavailable", "Unit", "read", "rocks_dirs"]
+def iter_units(root: Path, topic: str | None, queue_id: int | None) -> Iterator[dict[str, Any]]:
+    """Every unit of the store's RocksDB consume queues, as ``dump consumequeue`` lists them
+    (``kind`` "rocksdb", ``file`` the database's directory, no ``pos``), queue by queue in key
+    order; ``status`` OK, or PAST_MAX for a unit past the offset table's max entry (the broker
+    never serves it). Raises :class:`RocksCqUnavailable`."""
+    for rel in rocks_dirs(root):
+        cq = read(root, rel)
+        for (t, q), units in sorted(cq.queues.items()):
+            if (topic is not None and t != topic) or (queue_id is not None and q != queue_id):
+                continue
+            top = cq.max_offset((t, q))
+            for u in units:
+                yield {
+                    "topic": t,
+                    "queue_id": q,
+                    "queue_offset": u.queue_offset,
+                    "file": rel,
+                    "pos": None,
+                    "commitlog_offset": u.commitlog_offset,
+                    "size": u.size,
+                    "tags_code": u.tags_code,
+                    "status": "OK" if u.queue_offset < top else "PAST_MAX",
+                    "kind": "rocksdb",
+                    "unit_store_timestamp": u.store_timestamp,
+                }
+
+
+__all__ = ["unreadable", "iter_units", "RocksCq", "RocksCqUnavailable", "Unit", "read", "rocks_dirs"]

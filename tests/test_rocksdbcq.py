@@ -6,7 +6,10 @@ The broker's own view of real 5.3.3/5.5.1 stores is compared in tests/oracle/tes
 from __future__ import annotations
 
 import hashlib
+import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,3 +103,124 @@ def test_a_database_that_does_not_open_is_one_line(tmp_path: Path) -> None:
         rc.read(root, "consumequeue")
     msg = str(ei.value)
     assert "\n" not in msg and str(root / "consumequeue") in msg and "rmqtool-rocksdbcq-" not in msg
+
+
+# --------------------------------------------------------------------------- verify, refusals
+# tests/data/rocksdbcq_533_clean.tar.gz: a store the 5.3.3 broker wrote through the oracle with
+# storeType=defaultRocksDB (12 messages of TopicA over queues 0 and 1, one of TopicB without tags),
+# shut down cleanly; index geometry maxHashSlotNum 100 / maxIndexNum 400.
+FIXTURE = Path(__file__).parent / "data" / "rocksdbcq_533_clean.tar.gz"
+V = "5.3.3"
+
+
+def fixture_store(tmp_path: Path) -> Path:
+    import tarfile
+
+    with tarfile.open(FIXTURE) as t:
+        t.extractall(tmp_path, filter="data")
+    return tmp_path / "store"
+
+
+def verify_json(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    from rmqtool.cli import run
+
+    capsys.readouterr()
+    rc = run(["verify", str(root), "--broker-version", V, "--format", "json", "--quiet"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def cq_stats(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(c["stats"] for c in doc["checks"] if c["name"] == "consumequeue")
+
+
+def rewrite(root: Path, change: Any) -> None:
+    """``change(default column family, offset column family)`` on the database, written as the broker's
+    RocksDB would (rocksdict read-write; its config file removed after)."""
+    from rocksdict import Options, Rdict
+
+    path = root / "consumequeue"
+    db = Rdict(str(path), options=Options(raw_mode=True), column_families={"offset": Options(raw_mode=True)})
+    change(db, db.get_column_family("offset"))
+    db.close()
+    (path / "rocksdict-config.json").unlink(missing_ok=True)
+
+
+def codes(doc: dict[str, Any]) -> list[str]:
+    return sorted(f["code"] for f in doc["findings"])
+
+
+def test_verify_checks_a_rocksdb_store_instead_of_refusing_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: LAYOUT_ROCKSDB_CQ, exit 8. Now: read, every unit against its record, sound."""
+    root = fixture_store(tmp_path)
+    before = tree_hashes(root)
+    code, doc = verify_json(root, capsys)
+    assert code == 0, doc["findings"]
+    assert doc["findings"] == []  # (the RocksDB files in consumequeue/ are not stray files either)
+    st = cq_stats(doc)
+    assert (st["rocksdb_queues"], st["rocksdb_units"], st["rocksdb_read_by_broker"]) == (3, 13, True)
+    assert st["rocksdb_checkpoint"] == rc.read(root, "consumequeue").checkpoint > 0
+    assert tree_hashes(root) == before
+
+
+def test_verify_finds_a_hole_a_wrong_unit_and_a_stale_offset_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fixture_store(tmp_path)
+    cq = rc.read(root, "consumequeue")
+    a0 = cq.queues[("TopicA", 0)]
+    b0 = cq.queues[("TopicB", 0)][0]
+
+    def damage(default: Any, offset: Any) -> None:
+        del default[rf.cq_key("TopicA", 0, 2)]  # a hole at queue offset 2
+        u = a0[3]  # a unit pointing 4 bytes into its record
+        default[rf.cq_key("TopicA", 0, 3)] = rf.CQ_VALUE_STRUCT.pack(
+            u.commitlog_offset + 4, u.size, u.tags_code, u.store_timestamp
+        )
+        offset[rf.offset_key("TopicB", "max", 0)] = rf.OFFSET_VALUE_STRUCT.pack(b0.commitlog_offset, 5)
+
+    rewrite(root, damage)
+    rcode, doc = verify_json(root, capsys)
+    assert rcode == 4
+    got = {(f["code"], f["message"].split(":")[0]) for f in doc["findings"]}
+    assert ("RCQ_HOLE", "TopicA/0") in got
+    assert ("RCQ_NO_RECORD", "TopicA/0") in got
+    assert ("RCQ_OFFSET_TABLE", "TopicB/0") in got
+    # the records the hole and the wrong unit no longer point at: below the checkpoint, never dispatched again
+    assert ("RCQ_MISSING_MESSAGE", "TopicA/0") in got
+    hole = next(f for f in doc["findings"] if f["code"] == "RCQ_HOLE")
+    assert "queue offset(s) 3" not in hole["message"] and "queue offset(s) 2 " in hole["message"]
+
+
+@pytest.mark.parametrize("argv", [["recover", "--yes"], ["rebuild-index", "--yes"], ["repair", "--yes"]])
+def test_writing_commands_refuse_a_rocksdb_store_and_change_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    from rmqtool.cli import run
+
+    root = fixture_store(tmp_path)
+    before = tree_hashes(root)
+    capsys.readouterr()
+    code = run([argv[0], str(root), "--broker-version", V, *argv[1:]])
+    err = capsys.readouterr().err
+    assert code == 8, err
+    assert "RocksDB consume queue" in err and "does not recover, repair, rebuild or truncate it" in err
+    assert tree_hashes(root) == before
+
+
+def test_verify_without_rocksdict_refuses_naming_the_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = fixture_store(tmp_path)
+    monkeypatch.setitem(sys.modules, "rocksdict", None)  # (import rocksdict: ImportError)
+    rcode, doc = verify_json(root, capsys)
+    assert rcode == 8
+    (f,) = doc["findings"]
+    assert f["code"] == "LAYOUT_ROCKSDB_CQ" and "pip install 'rmqtool[rocksdb]'" in f["message"]
+    from rmqtool.cli import run
+
+    capsys.readouterr()
+    assert run(["dump", "consumequeue", str(root), "--broker-version", V]) == 8
+    err = capsys.readouterr().err
+    assert "pip install 'rmqtool[rocksdb]'" in err and len(err.strip().splitlines()) == 1, err
