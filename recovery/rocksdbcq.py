@@ -3,22 +3,19 @@ units of every queue, the offset table and the dispatch checkpoint, in the layou
 :mod:`formats.rocksdbcq` (rocketmq-store 5.3.3 and 5.5.1).
 
 The database is opened in RocksDB's read-only mode (no lock taken; its write-ahead log replayed in
-memory, so what a killed broker left in ``*.log`` is seen too), and through a shadow directory of
-symbolic links to its files: rocksdict 0.3.29 writes ``rocksdict-config.json`` into the directory
-it opens even read-only (rocksdict/RocksDict#186 stops that, in no release yet), and nothing may
-be written into the operator's store (tests/test_rocksdbcq.py hashes the directory before and after).
+memory, so what a killed broker left in ``*.log`` is seen too), through :mod:`recovery.rocksread`,
+which writes nothing into the operator's store (tests/test_rocksdbcq.py hashes it before and after).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..formats import rocksdbcq as rf
+from .rocksread import RocksUnreadable, read_only
 
 _MARKER = "CURRENT"
 
@@ -59,88 +56,60 @@ def rocks_dirs(root: Path) -> list[str]:
     return [d for d in (rf.DIR, rf.SEPARATE_DIR) if (root / d / _MARKER).is_file()]
 
 
-def _shadow(path: Path, into: Path) -> None:
-    """Symbolic links in ``into`` to the database's own files (not the topic directories a
-    double-write store keeps beside them)."""
-    for p in path.iterdir():
-        if p.is_file():
-            os.symlink(p.resolve(), into / p.name)
-
-
-def _open(path: Path) -> tuple[object, list[str]]:
-    try:
-        from rocksdict import AccessType, Options, Rdict  # optional (the rocksdb extra): imported where used
-    except ImportError:
-        raise RocksCqUnavailable(
-            "reading a RocksDB consume queue needs rocksdict (the rocksdb extra: pip install 'rmqtool[rocksdb]')"
-        ) from None
-    try:
-        cfs = Rdict.list_cf(str(path))
-        db = Rdict(str(path), options=Options(raw_mode=True), access_type=AccessType.read_only())
-    except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exceptions
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise RocksCqUnavailable(f"{path}: the RocksDB consume queue does not open read-only ({first})") from None
-    return db, cfs
+def _explain(exc: RocksUnreadable, path: Path) -> RocksCqUnavailable:
+    why = str(exc)
+    if "not installed" in why:
+        why = "reading a RocksDB consume queue needs rocksdict (the rocksdb extra: pip install 'rmqtool[rocksdb]')"
+    elif not why.startswith(str(path)):
+        why = f"{path}: the RocksDB consume queue {why}"
+    return RocksCqUnavailable(why)
 
 
 def unreadable(root: Path, rel: str) -> str | None:
     """Why ``root/rel`` cannot be read (rocksdict missing, the database does not open), None
     when it opens."""
-    with tempfile.TemporaryDirectory(prefix="rmqtool-rocksdbcq-") as shadow:
-        try:
-            _shadow(root / rel, Path(shadow))
-            db, _cfs = _open(Path(shadow))
-        except OSError as exc:
-            return f"{root / rel}: {exc.strerror or exc}"
-        except RocksCqUnavailable as exc:
-            return str(exc).replace(shadow, str(root / rel))
-        db.close()  # type: ignore[attr-defined]
-    return None
+    try:
+        with read_only(root / rel):
+            return None
+    except RocksUnreadable as exc:
+        return str(_explain(exc, root / rel))
 
 
 def read(root: Path, rel: str) -> RocksCq:
     """Every unit, offset entry and the checkpoint of ``root/rel``; raises :class:`RocksCqUnavailable`."""
-    with tempfile.TemporaryDirectory(prefix="rmqtool-rocksdbcq-") as shadow:
-        try:
-            _shadow(root / rel, Path(shadow))
-        except OSError as exc:
-            raise RocksCqUnavailable(f"{root / rel}: {exc.strerror or exc}") from None
-        return _read(Path(shadow), rel, root / rel)
-
-
-def _read(shadow: Path, rel: str, real: Path) -> RocksCq:
     try:
-        db, cfs = _open(shadow)
-    except RocksCqUnavailable as exc:
-        raise RocksCqUnavailable(str(exc).replace(str(shadow), str(real))) from None
+        with read_only(root / rel) as (db, cfs):
+            return _read(db, cfs, rel)
+    except RocksUnreadable as exc:
+        raise _explain(exc, root / rel) from None
+
+
+def _read(db: Any, cfs: list[str], rel: str) -> RocksCq:
     out = RocksCq(rel)
     unpack_unit = rf.CQ_VALUE_STRUCT.unpack
     unpack_off = rf.OFFSET_VALUE_STRUCT.unpack
-    try:
-        if rf.CQ_COLUMN_FAMILY in cfs:
-            cf = db.get_column_family(rf.CQ_COLUMN_FAMILY)  # type: ignore[attr-defined]
-            for k, v in cf.items():
-                kb, vb = bytes(k), bytes(v)
-                key = rf.parse_cq_key(kb)
-                if key is None or len(vb) != rf.CQ_UNIT_SIZE:
-                    out.malformed.append((rf.CQ_COLUMN_FAMILY, kb))
-                    continue
-                phy, size, tags, ts = unpack_unit(vb)
-                out.queues.setdefault((key.topic, key.queue_id), []).append(Unit(key.queue_offset, phy, size, tags, ts))
-        if rf.OFFSET_COLUMN_FAMILY in cfs:
-            cf = db.get_column_family(rf.OFFSET_COLUMN_FAMILY)  # type: ignore[attr-defined]
-            for k, v in cf.items():
-                kb, vb = bytes(k), bytes(v)
-                if kb == rf.CHECKPOINT_KEY and len(vb) == rf.CHECKPOINT_VALUE_SIZE:
-                    (out.checkpoint,) = rf.CHECKPOINT_VALUE_STRUCT.unpack(vb)
-                    continue
-                okey = rf.parse_offset_key(kb)
-                if okey is None or len(vb) != rf.OFFSET_VALUE_SIZE:
-                    out.malformed.append((rf.OFFSET_COLUMN_FAMILY, kb))
-                    continue
-                out.offset_table.setdefault((okey.topic, okey.queue_id), {})[okey.kind] = unpack_off(vb)
-    finally:
-        db.close()  # type: ignore[attr-defined]
+    if rf.CQ_COLUMN_FAMILY in cfs:
+        cf = db.get_column_family(rf.CQ_COLUMN_FAMILY)
+        for k, v in cf.items():
+            kb, vb = bytes(k), bytes(v)
+            key = rf.parse_cq_key(kb)
+            if key is None or len(vb) != rf.CQ_UNIT_SIZE:
+                out.malformed.append((rf.CQ_COLUMN_FAMILY, kb))
+                continue
+            phy, size, tags, ts = unpack_unit(vb)
+            out.queues.setdefault((key.topic, key.queue_id), []).append(Unit(key.queue_offset, phy, size, tags, ts))
+    if rf.OFFSET_COLUMN_FAMILY in cfs:
+        cf = db.get_column_family(rf.OFFSET_COLUMN_FAMILY)
+        for k, v in cf.items():
+            kb, vb = bytes(k), bytes(v)
+            if kb == rf.CHECKPOINT_KEY and len(vb) == rf.CHECKPOINT_VALUE_SIZE:
+                (out.checkpoint,) = rf.CHECKPOINT_VALUE_STRUCT.unpack(vb)
+                continue
+            okey = rf.parse_offset_key(kb)
+            if okey is None or len(vb) != rf.OFFSET_VALUE_SIZE:
+                out.malformed.append((rf.OFFSET_COLUMN_FAMILY, kb))
+                continue
+            out.offset_table.setdefault((okey.topic, okey.queue_id), {})[okey.kind] = unpack_off(vb)
     # keys sort bytewise: the queue offsets (big-endian, non-negative) come in order, but a
     # negative one would sort last
     for units in out.queues.values():

@@ -102,7 +102,7 @@ def test_a_database_that_does_not_open_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(rc.RocksCqUnavailable) as ei:
         rc.read(root, "consumequeue")
     msg = str(ei.value)
-    assert "\n" not in msg and str(root / "consumequeue") in msg and "rmqtool-rocksdbcq-" not in msg
+    assert "\n" not in msg and str(root / "consumequeue") in msg and "rmqtool-rocksdb-" not in msg
 
 
 # --------------------------------------------------------------------------- verify, refusals
@@ -224,3 +224,62 @@ def test_verify_without_rocksdict_refuses_naming_the_extra(
     assert run(["dump", "consumequeue", str(root), "--broker-version", V]) == 8
     err = capsys.readouterr().err
     assert "pip install 'rmqtool[rocksdb]'" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_dump_lists_the_rocksdb_units_and_info_names_the_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: dump consumequeue listed no unit of such a store (and info no queue)."""
+    from rmqtool.cli import run
+
+    root = fixture_store(tmp_path)
+    cq = rc.read(root, "consumequeue")
+    capsys.readouterr()
+    assert run(["dump", "consumequeue", str(root), "--broker-version", V, "--format", "jsonl"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    units, summary = lines[:-1], lines[-1]
+    assert [
+        (u["topic"], u["queue_id"], u["queue_offset"], u["commitlog_offset"], u["size"], u["tags_code"]) for u in units
+    ] == [
+        (t, q, u.queue_offset, u.commitlog_offset, u.size, u.tags_code)
+        for (t, q), us in sorted(cq.queues.items())
+        for u in us
+    ]
+    assert {(u["kind"], u["status"], u["file"], u["pos"]) for u in units} == {("rocksdb", "OK", "consumequeue", None)}
+    assert f"dispatch checkpoint {cq.checkpoint}" in summary["verdict"]
+    capsys.readouterr()
+    assert run(["info", str(root), "--broker-version", V, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rq = doc["rocksdb_consume_queue"]
+    assert (rq["kind"], rq["read_by_broker"], rq["checkpoint"], rq["units"]) == (
+        "rocksdb",
+        "rocksdb",
+        cq.checkpoint,
+        13,
+    )
+    assert [(q["topic"], q["queue_id"], q["min_offset"], q["max_offset"]) for q in rq["queues"]] == [
+        ("TopicA", 0, 0, 6),
+        ("TopicA", 1, 0, 6),
+        ("TopicB", 0, 0, 1),
+    ]
+    assert doc["max_phy_offset_of_cq"] == max(us[-1].commitlog_offset for us in cq.queues.values())
+
+
+def test_the_offset_and_timer_readers_write_nothing_into_the_store(tmp_path: Path) -> None:
+    """recovery.rocksoffsets (config/consumerOffsets, config/rdb, rocksdbstore's timer family) read
+    through the same shadow open: before, each read left rocksdict-config.json in the operator's
+    directory (found by the oracle test on a 5.5.1 store: verify's timer check wrote into rocksdbstore/)."""
+    from rocksdict import Options, Rdict
+
+    from rmqtool.recovery import rocksoffsets
+
+    for name in ("consumerOffsets", "rocksdbstore"):
+        d = tmp_path / name
+        db = Rdict(str(d), options=Options(raw_mode=True))
+        db[b"TopicA@G"] = b'{"offsetTable":{"0":5}}'
+        db.close()
+        (d / "rocksdict-config.json").unlink()
+    before = tree_hashes(tmp_path)
+    assert rocksoffsets.read_v1(tmp_path / "consumerOffsets") == {"TopicA@G": {0: 5}}
+    assert rocksoffsets.has_timer_records(tmp_path / "rocksdbstore") is False
+    assert tree_hashes(tmp_path) == before

@@ -123,7 +123,10 @@ CODES: dict[FindingCode, tuple[str, str]] = {
         "several members and no dLegerSelfId, data files holding classic commitlog records: the store is refused "
         "(exit 8, nothing checked)",
     ),
-    FindingCode.LAYOUT_ROCKSDB_CQ: (ERROR, "a 5.2+ RocksDB consume queue: the store is refused (exit 8)"),
+    FindingCode.LAYOUT_ROCKSDB_CQ: (
+        ERROR,
+        "a 5.2+ RocksDB consume queue verify cannot read (rocksdict, the rocksdb extra, missing, or the database does not open): the store is refused (exit 8); one it reads is checked instead (the RCQ_ codes)",
+    ),
     FindingCode.LAYOUT_CQ_EXT: (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
     FindingCode.LAYOUT_BATCH_CQ: (
         ERROR,

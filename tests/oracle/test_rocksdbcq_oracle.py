@@ -122,3 +122,31 @@ def test_rmqtool_reads_what_the_broker_reads(written: Any) -> None:
         for e in r["offset_table"]
     }
     assert {(t, q, kd): val for (t, q), kinds in cq.offset_table.items() for kd, val in kinds.items()} == table
+
+
+def test_verify_and_info_agree_with_the_broker(written: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """verify finds the broker's clean store sound (both kinds of a double-write store checked) and
+    info's per-queue max offsets and checkpoint are the broker's getters'."""
+    import json
+
+    from rmqtool.cli import run
+
+    v, kind, res, store, view = written
+    r = view["rocksdb_consume_queue"]
+    before = hashes(store)
+    capsys.readouterr()
+    code = run(["verify", str(store), "--broker-version", v, "--format", "json", "--quiet"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, doc["findings"]
+    st = next(c["stats"] for c in doc["checks"] if c["name"] == "consumequeue")
+    assert st["rocksdb_units"] == sum(len(q["units"]) for q in r["queues"].values())
+    assert st["rocksdb_read_by_broker"] == (r["read_by_broker"] == "rocksdb")
+    assert st["units"] == (0 if kind == "rocksdb" else st["rocksdb_units"])  # double write: the files too
+    capsys.readouterr()
+    assert run(["info", str(store), "--broker-version", v, "--format", "json"]) == 0
+    rq = json.loads(capsys.readouterr().out)["rocksdb_consume_queue"]
+    assert (rq["kind"], rq["read_by_broker"], rq["checkpoint"]) == (kind, r["read_by_broker"], r["checkpoint"])
+    assert {f"{q['topic']}/{q['queue_id']}": q["max_offset"] for q in rq["queues"]} == {
+        k: q["max_offset"] for k, q in r["queues"].items()
+    }
+    assert hashes(store) == before
