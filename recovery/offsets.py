@@ -141,7 +141,7 @@ def views_of(store: Store, queues: dict[tuple[str, int], Any]) -> dict[tuple[str
 
 def _disk_end(q: Any) -> int:
     """End of the queue's files on disk as CQ recovery leaves them (before any dispatch)."""
-    from .recover import _cq_units  # start-up time, as in queue_views
+    from .recover.queues import _cq_units  # start-up time, as in queue_views
 
     end = 0
     for b in sorted(q.disk):

@@ -1677,7 +1677,7 @@ def test_journal_and_manifest_nested_too_deep_are_clear_errors(tmp_path: Path) -
     from rmqtool.recovery.backups import needed_backups
     from rmqtool.recovery.safety import JOURNAL_DIR
     from rmqtool.recovery.safety.journal import JournalError, _read_journal
-    from rmqtool.recovery.safety.restore import ManifestError, load_manifest
+    from rmqtool.recovery.safety.restoring import ManifestError, load_manifest
 
     (tmp_path / "manifest.json").write_text(DEEP_JSON, encoding="utf-8")
     with pytest.raises(ManifestError, match="corrupt manifest"):

@@ -476,7 +476,7 @@ def test_keyed_record_between(built: tuple[Path, list[bytes]], tmp_path: Path) -
     root = _copy(built, tmp_path)
     store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
     h = [_header(p) for p in _files(root)]
-    from rmqtool.recovery.recover import _keys_indexed_at
+    from rmqtool.recovery.recover.indexfiles import _keys_indexed_at
 
     fs = store.index_files
     for a in (0, 1):
@@ -546,7 +546,7 @@ def test_a_record_whose_keys_span_a_lost_file(tmp_path: Path) -> None:
     plan = plan_recovery(Store.open(root, index_slot_num=16, index_num=10), P494)
     assert plan.index_kept == [] and plan.index_discarded[0].file == f"index/{files[lost + 1].name}"
     # the hole test itself: the record the kept file ends with has keys no remaining file holds
-    from rmqtool.recovery.recover import _keys_indexed_at
+    from rmqtool.recovery.recover.indexfiles import _keys_indexed_at
 
     st = Store.open(root, index_slot_num=16, index_num=10)
     fp, fc = st.index_files[lost - 1], st.index_files[lost]

@@ -108,7 +108,7 @@ def test_recover_walk_calls_check_record_only_where_it_stops(shape_stores, name:
     h = queue_hint_runs(store) if hints else None
     if hints:
         assert h
-    monkeypatch.setattr(rc.ck, "check_record", counted)
+    monkeypatch.setattr(ck, "check_record", counted)
     scans = rc.scan_files(store, profile, store.commitlog, check_crc=True, jobs=1, hints=h)
     monkeypatch.undo()
     assert sum(s.records for s in scans) == expected

@@ -101,7 +101,7 @@ def _write_piece(fd: int, src: Path, offset: int) -> int:
     return end
 
 
-def _apply_step(store: Path, jdir: Path, step: _Step) -> None:
+def apply_step(store: Path, jdir: Path, step: _Step) -> None:
     """Apply one step. Idempotent: applying a step again after a crash, whether or not the
     first attempt finished, leaves the same result."""
     target = store / step.path

@@ -27,7 +27,7 @@ from .fileio import (
     fsync_dir_later,
     fsync_file_later,
 )
-from .hooks import _checkpoint
+from .hooks import crash_hook
 from .journal import _naming, check_backup_dir
 from .paths import _regular_stat
 from .plan import _Step
@@ -131,7 +131,7 @@ def _prepare_backup_dir(bdir: Path, steps: list[_Step], store: Path | None = Non
         raise BackupDirError(f"cannot create the backup directory: {_one_line(exc)}", bdir) from exc
     if not os.access(bdir, os.W_OK):
         raise BackupDirError("backup directory is not writable", bdir)
-    _checkpoint()
+    crash_hook()
     need = backup_bytes_needed(steps, store)
     free = shutil.disk_usage(bdir).free
     if need + (1 << 20) > free:
@@ -150,7 +150,7 @@ def write_backup(
         for step in steps:
             with _naming(bdir / step.path, "the store is unchanged"):
                 entries.append(backup_one(step, bdir))
-            _checkpoint()
+            crash_hook()
         try:
             flush_dir_syncs()
         except OSError as exc:
@@ -168,7 +168,7 @@ def write_backup(
         atomic_write(bdir / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
     except OSError as exc:
         raise BackupDirError(f"cannot write the manifest: {_one_line(exc)}", bdir / MANIFEST_FILE) from exc
-    _checkpoint()
+    crash_hook()
 
 
 def backup_step(store: Path, staging: Path, step: _Step, bdir: Path, prehash: dict[str, _PreHash]) -> dict[str, Any]:

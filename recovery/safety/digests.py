@@ -18,7 +18,7 @@ from .consts import _CHUNK, _ZEROS
 
 def sha256_file(path: str | Path) -> str:
     """Hex sha256 of a file's whole content."""
-    return _sha256_head(path, None)
+    return sha256_head(path, None)
 
 
 # ``progress(n)`` of the bytes read by this thread's digest checks (restore's progress), or None
@@ -36,7 +36,7 @@ def _hashing(progress: Callable[[int], None] | None) -> Iterator[None]:
             _HASHED.reset(token)
 
 
-def _sha256_head(path: str | Path, n: int | None) -> str:
+def sha256_head(path: str | Path, n: int | None) -> str:
     """Hex sha256 of a file's first ``n`` bytes (None: all of them)."""
     h = hashlib.sha256()
     left = -1 if n is None else n
@@ -81,7 +81,7 @@ def file_digest(path: str | Path) -> str:
     1 MiB described, not hashed)."""
     size = os.stat(path).st_size
     z = _trailing_zeros(path, size)
-    return _digest(_sha256_head(path, size - z), z)
+    return _digest(sha256_head(path, size - z), z)
 
 
 def digest_matches(path: str | Path, want: Any, seen: dict[int, str | None] | None = None) -> bool:
@@ -105,7 +105,7 @@ def digest_matches(path: str | Path, want: Any, seen: dict[int, str | None] | No
         hashed = _HASHED.get()
         if hashed and zeros:
             hashed(zeros)  # (the zero tail, read by the check)
-        head = _sha256_head(path, size - zeros)
+        head = sha256_head(path, size - zeros)
     if seen is not None:
         seen[zeros] = head
     return head == m.group(1)

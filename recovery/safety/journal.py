@@ -87,7 +87,7 @@ def _read_journal(jdir: Path) -> dict[str, Any] | None:
     return doc
 
 
-def _remove_journal_dir(store: Path, jdir: Path) -> None:
+def remove_journal_dir(store: Path, jdir: Path) -> None:
     shutil.rmtree(jdir, ignore_errors=False)
     root = _journal_root(store)
     fsync_dir(root)

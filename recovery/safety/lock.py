@@ -23,7 +23,8 @@ _registry_lock = threading.Lock()
 _held: dict[tuple[int, int], list[int]] = {}
 
 
-def _held_key(path: Path) -> tuple[int, int] | None:
+def held_key(path: Path) -> tuple[int, int] | None:
+    """The registry key of the lock file at ``path`` if this process holds its lock, else None."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -153,7 +154,7 @@ def broker_holds_lock(store: str | Path) -> bool:
     with _registry_lock:
         if not os.path.lexists(path):
             return False
-        if _held_key(path) is not None:
+        if held_key(path) is not None:
             return False
         held = lock_probe(path)
         return True if held is None else held
@@ -196,7 +197,7 @@ class StoreLock:
         if not self.store.is_dir():
             raise SafetyError("not a directory (is this a broker store?)", self.store)
         with _registry_lock:
-            key = _held_key(self.path)
+            key = held_key(self.path)
             if key is not None:
                 _held[key][1] += 1
                 self._key = key

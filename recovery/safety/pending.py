@@ -7,23 +7,23 @@ import os
 from pathlib import Path
 
 from ..workdirs import find_workdirs, sweep_workdirs
-from .apply import _apply_step, _check_step_resumable, _verify_step
+from .apply import _check_step_resumable, _verify_step, apply_step
 from .consts import _ROLLBACK_STATES, JOURNAL_FILE
 from .errors import JournalError
 from .fileio import atomic_write, deferred_dir_syncs, flush_dir_syncs
-from .hooks import _active_journals, _checkpoint
-from .journal import _drop_backup, _journal_root, _read_journal, _remove_journal_dir, pending_journals
+from .hooks import _active_journals, crash_hook
+from .journal import _drop_backup, _journal_root, _read_journal, pending_journals, remove_journal_dir
 from .lock import StoreLock
 from .paths import _check_relpath
 from .plan import RecoveryOutcome, _Step
 
 
 def _recover_one(store: Path, jdir: Path) -> RecoveryOutcome:
-    _checkpoint()
+    crash_hook()
     doc = _read_journal(jdir)
     if doc is None:  # killed before the first journal write: only staging data exists
         empty = not any(p.is_file() for p in jdir.rglob("*"))  # (or a finished run's cleanup cut short)
-        _remove_journal_dir(store, jdir)
+        remove_journal_dir(store, jdir)
         return RecoveryOutcome(jdir.name, "staging", "leftover" if empty else "rolled_back", None)
     state = doc["state"]
     txid = str(doc.get("txid", jdir.name))
@@ -31,8 +31,8 @@ def _recover_one(store: Path, jdir: Path) -> RecoveryOutcome:
     if state in _ROLLBACK_STATES:
         if backup is not None:
             _drop_backup(backup, bool(doc.get("backup_dir_preexisted")))
-        _remove_journal_dir(store, jdir)
-        _checkpoint()
+        remove_journal_dir(store, jdir)
+        crash_hook()
         return RecoveryOutcome(txid, state, "rolled_back", None)
     try:
         steps = [_Step.from_dict(s) for s in doc["steps"]]
@@ -46,15 +46,15 @@ def _recover_one(store: Path, jdir: Path) -> RecoveryOutcome:
             for step in steps:
                 if step is steps[-1]:
                     flush_dir_syncs()  # (as the commit: the last step after every other is durable)
-                _apply_step(store, jdir, step)
-                _checkpoint()
+                apply_step(store, jdir, step)
+                crash_hook()
         for step in steps:
             _verify_step(store, step)
         doc["state"] = "done"
         atomic_write(jdir / JOURNAL_FILE, json.dumps(doc, indent=1).encode())
-        _checkpoint()
-    _remove_journal_dir(store, jdir)
-    _checkpoint()
+        crash_hook()
+    remove_journal_dir(store, jdir)
+    crash_hook()
     return RecoveryOutcome(txid, state, "completed", backup)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .apply import _apply_step
+from .apply import apply_step
 from .backup import backup_step, choose_backup_dir, write_backup
 from .consts import (
     _ROLLBACK_STATES,
@@ -28,8 +28,8 @@ from .digests import (
 )
 from .errors import PendingJournalError, SafetyError
 from .fileio import _makedirs_synced, _now_utc, atomic_write, deferred_dir_syncs, flush_dir_syncs, fsync_dir, fsync_many
-from .hooks import _active_journals, _checkpoint
-from .journal import _drop_backup, _journal_root, _naming, _remove_journal_dir, pending_journals
+from .hooks import _active_journals, crash_hook
+from .journal import _drop_backup, _journal_root, _naming, pending_journals, remove_journal_dir
 from .lock import StoreLock
 from .paths import _regular_stat, _relpath
 from .plan import CommitResult, PlannedAction, _Step, journal_text
@@ -151,7 +151,7 @@ class StoreTransaction:
     def _ensure_journal(self) -> Path:
         jdir = self.journal_dir
         if self._state is None:
-            _checkpoint()
+            crash_hook()
             _makedirs_synced(jdir / STAGING_DIR)
             self._state = "staging"
             self._write_journal()
@@ -190,7 +190,7 @@ class StoreTransaction:
         }
         with _naming(self.journal_dir / JOURNAL_FILE):
             atomic_write(self.journal_dir / JOURNAL_FILE, journal_text(doc, self._steps).encode())
-        _checkpoint()
+        crash_hook()
 
     def _stage(
         self, data: Data, mode: int, owner_ref: Path, mtime_ns: int | None
@@ -215,7 +215,7 @@ class StoreTransaction:
                 pass
             raise
         self._unsynced.append(dst)
-        _checkpoint()
+        crash_hook()
         # the digest is taken at commit (or when the journal is written): meanwhile the
         # hasher's thread goes on while the caller stages the next files
         return name, size, _PendingDigest(h)  # type: ignore[return-value]
@@ -387,7 +387,7 @@ class StoreTransaction:
         self._resolve_digests()
         if not self._steps:
             if self._state is not None:
-                _remove_journal_dir(self.store, self.journal_dir)
+                remove_journal_dir(self.store, self.journal_dir)
             self._finished = True
             self._state = None
             return CommitResult(None, None, actions)
@@ -418,17 +418,17 @@ class StoreTransaction:
                 if step is self._steps[-1]:
                     flush_dir_syncs()  # the last step (recover: the abort file) after every other is durable
                 with _naming(self.store / step.path, pending):
-                    _apply_step(self.store, jdir, step)
-                _checkpoint()
+                    apply_step(self.store, jdir, step)
+                crash_hook()
         # Phase 3: done, clean up.
         self._state = "done"
         with _naming(jdir / JOURNAL_FILE, pending):
             self._write_journal()
         try:
-            _remove_journal_dir(self.store, jdir)
+            remove_journal_dir(self.store, jdir)
         except OSError:
             pass  # every change is made; a leftover journal directory goes at the next run
-        _checkpoint()
+        crash_hook()
         self._finished = True
         return CommitResult(self._backup_dir, self._backup_dir / MANIFEST_FILE, actions)
 
@@ -439,7 +439,7 @@ class StoreTransaction:
         if self._backup_dir is not None:
             _drop_backup(self._backup_dir, self._backup_preexisted)
         if self.journal_dir.exists():
-            _remove_journal_dir(self.store, self.journal_dir)
+            remove_journal_dir(self.store, self.journal_dir)
         self._state = None
 
     def _backup_step(self, step: _Step, bdir: Path) -> dict[str, Any]:

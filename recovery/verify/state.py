@@ -179,7 +179,7 @@ def lock_held(root: Path) -> bool | None:
     safety = sys.modules.get(__name__.rsplit(".", 1)[0] + ".safety")
     if safety is not None:
         try:
-            if safety._held_key(path) is not None:  # noqa: SLF001 - the registry has no public accessor
+            if safety.held_key(path) is not None:
                 return False
         except Exception:  # noqa: BLE001 - an older safety module: probe anyway
             pass

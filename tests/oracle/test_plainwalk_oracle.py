@@ -107,7 +107,7 @@ def test_recover_walk_calls_check_record_only_where_it_stops_on_the_broker_writt
 
     h = queue_hint_runs(store) if hints else None
     assert (h is not None and len(h) > 0) or not hints
-    monkeypatch.setattr(rc.ck, "check_record", counted)
+    monkeypatch.setattr(ck, "check_record", counted)
     scans = rc.scan_files(store, P494, store.commitlog, check_crc=True, jobs=1, hints=h)
     monkeypatch.undo()
     assert sum(s.records for s in scans) == 120
