@@ -23,9 +23,9 @@ from ..formats.errors import FormatError
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, unpack_header
 from ..formats.properties import parse_properties, parse_properties_legacy
 from . import check as ck
+from .batch.plain import plain_records
 from .broker import goes_to_index
 from .indexbuild import record_key_hashes
-from .plainwalk import plain_records
 from .scan import byte_views
 from .store import Store, StoreFile
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label

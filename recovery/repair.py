@@ -69,21 +69,21 @@ from .repairfiles import Window, content_size, copy_prefix, range_writer, same_c
 from .repairregions import HEADER_FIELD, Quarantined, Region, commitlog_model
 from .reput import CqFileOut, IndexFileOut
 from .safety import StoreTransaction, WorkDir
+from .scan import queue_hint_runs
 from .store import Store, StoreFile
 from .verify import (
     DAMAGED,
     ERROR,
     Finding,
-    _layout_findings,
-    _read_index_header,
     cq_recover_max_phy,
     load_queues,
-    queue_hint_runs,
     recovery_outlook,
     scan_commitlog,
     to_queue,
     verify_store,
 )
+from .verify.commitlog import _layout_findings
+from .verify.index import _read_index_header
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]

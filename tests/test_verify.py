@@ -29,6 +29,8 @@ from rmqtool.formats.properties import split_keys
 from rmqtool.recovery import scan
 from rmqtool.recovery import verify as v
 from rmqtool.recovery.store import Store
+from rmqtool.recovery.verify import consumequeue as vconsumequeue
+from rmqtool.recovery.verify import parts as vparts
 from rmqtool.recovery.versions import BrokerProfile
 
 MAN = Path(__file__).resolve().parent.parent / "man" / "rmqtool-verify.1"
@@ -837,7 +839,7 @@ def test_jobs_with_another_thread_alive_uses_forkserver(monkeypatch: pytest.Monk
     t = threading.Thread(target=stop.wait, daemon=True)
     t.start()
     try:
-        assert v._mp_context().get_start_method() == "forkserver"
+        assert vparts._mp_context().get_start_method() == "forkserver"
         r = report(real_store("crash_midwrite"), jobs=2, part_size=8192)
     finally:
         stop.set()
@@ -1025,7 +1027,7 @@ def test_key_match_equals_the_pair_definition(seed: int) -> None:
         key_hash=key_hash,
         anomalies=[],
     )
-    km = v._KeyMatch(recs)
+    km = vconsumequeue._KeyMatch(recs)
     all_entries: list[tuple[int, bool, int]] = []
     got_ok: list[bool] = []
     for _file in range(3):  # several index files share one record of which keys were named

@@ -2,8 +2,7 @@
 :class:`Words`, with two ways to read: :meth:`Words.u64` (two aligned gathers per
 position, shifted into place: one read at a time) and :meth:`Words.grouped` (eight views
 of the buffer shifted by 0..7 bytes, the positions split by residue once, then one gather
-per residue class for each field: many fields of the same records).
-``ShiftedWords`` is the old name of the same class."""
+per residue class for each field: many fields of the same records)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["GroupedWords", "ShiftedWords", "Words"]
+__all__ = ["GroupedWords", "Words"]
 
 _U64 = np.uint64
 _SH1 = _U64(1)
@@ -68,9 +67,6 @@ class Words:
     def grouped(self, pos: np.ndarray) -> GroupedWords:
         """A reader of words at ``pos + c`` for constants c (:class:`GroupedWords`)."""
         return GroupedWords(self, pos)
-
-
-ShiftedWords = Words  # the old name (verify read its header fields through it)
 
 
 def _i64(v: np.ndarray) -> np.ndarray:

@@ -173,7 +173,7 @@ def broker_refuses(store: Store, profile: BrokerProfile) -> bool:
     :func:`recovery.configfiles.config_blocking_start`)."""
     if not store.issues:
         return config_blocking_start(store.root) is not None
-    from ..verify import _layout_findings  # lazy: ~190 ms, needed only for a store with layout issues
+    from ..verify.commitlog import _layout_findings  # lazy: ~190 ms, needed only for a store with layout issues
 
     return bool(_layout_findings(store, profile)[1])
 
