@@ -43,7 +43,7 @@ def test_first_bad_unit_equals_the_whole_file_scan_and_looks_at_few_units_past_t
 
     whole = np.flatnonzero((u["commitlog_offset"] < 0) | (u["size"] <= 0))
     assert broker.first_unit_where(u, 0, bad) == (int(whole[0]) if len(whole) else n) == valid
-    assert sum(seen) <= max(2 * valid, 0) + broker._FIRST_CHUNK
+    assert sum(seen) <= max(2 * valid, 0) + broker.FIRST_CHUNK
     assert broker.first_unit_where(u, min(valid, 5), bad) == valid
 
 
@@ -148,7 +148,7 @@ def _cq_file(path: Path, units: np.ndarray, sparse: bool, F: int) -> None:
 @pytest.mark.parametrize("sparse", [True, False], ids=["holes", "zeros-written"])
 @pytest.mark.parametrize("layout", ["few", "full", "first-unit-zero", "garbage-after-zero", "empty"])
 def test_cq_units_prefix_gives_the_whole_file_scans_answers(tmp_path: Path, layout: str, sparse: bool) -> None:
-    """_cq_units reads a queue file only up to its first invalid unit after the first; every
+    """cq_units reads a queue file only up to its first invalid unit after the first; every
     scan over it answers as over the whole file (CQ recovery, the dirty-unit cut at any
     phy), the unchecked first unit of the cut included."""
     from rmqtool.recovery.store import StoreFile
@@ -168,7 +168,7 @@ def test_cq_units_prefix_gives_the_whole_file_scans_answers(tmp_path: Path, layo
     p = tmp_path / "00000000000000000000"
     _cq_file(p, u, sparse, F)
     f = StoreFile(p, 0, F)
-    got = queues._cq_units(f, F)
+    got = queues.cq_units(f, F)
     whole = read_units(queues._read_cq(f, F))
     assert len(got) >= 1 and got.tobytes() == whole[: len(got)].tobytes()
     for phy in (0, 1, 50, 50 * 150, 50 * 299, 50 * 300, 50 * 8999, 10**9):

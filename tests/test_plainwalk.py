@@ -184,7 +184,7 @@ def test_reput_fast_decoder_takes_every_record_and_dispatches_as_check_record(
         calls.append(pos)
         return real(buf, pos, *a, **k)
 
-    monkeypatch.setattr(rp.ck, "check_record", counted)
+    monkeypatch.setattr(ck, "check_record", counted)
     fast = rp.DispatchColumns.concat(list(rp.iter_dispatch(store, profile, fast=True)))
     monkeypatch.undo()
     assert list(fast.requests()) == list(slow.requests())

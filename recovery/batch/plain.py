@@ -183,7 +183,7 @@ class PlainOne:
     def total(self, buf: Any, mv: Any, pos: int, end: int) -> int:
         """The TOTALSIZE of the record at ``pos`` if it is plainly valid, else 0."""
         i32 = cl.SYSFLAG.unpack_from
-        i16 = cl._I16.unpack_from
+        i16 = cl.I16.unpack_from
         rem = end - pos
         if rem < 40:
             return 0

@@ -73,7 +73,7 @@ def _i64(v: np.ndarray) -> np.ndarray:
     return v.view(np.int64)
 
 
-def _i32(v: np.ndarray) -> np.ndarray:
+def i32(v: np.ndarray) -> np.ndarray:
     return (v >> _U64(32)).astype(np.uint32).view(np.int32).astype(np.int64)
 
 

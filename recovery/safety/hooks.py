@@ -9,7 +9,7 @@ from .consts import CRASH_ENV
 
 steps_done = 0
 # Journal directories of transactions open in this process: recover_pending skips them.
-_active_journals: set[Path] = set()
+active_journals: set[Path] = set()
 
 
 def crash_hook() -> None:

@@ -14,7 +14,7 @@ from ...formats.errors import RmqToolError
 from ...formats.safeio import MISSING, REGULAR, classify
 from .consts import LOCK_FILE
 from .errors import SafetyError, StoreLockedError
-from .fileio import _one_line, fsync_dir
+from .fileio import fsync_dir, one_line
 
 _registry_lock = threading.Lock()
 # (st_dev, st_ino) of a lock file this process holds -> [fd, reference count]. POSIX
@@ -212,14 +212,14 @@ class StoreLock:
             except FileExistsError:
                 raise StoreLockedError("another rmqtool is creating the lock file; stop it first", self.path) from None
             except OSError as exc:
-                raise SafetyError(f"cannot open the lock file for locking: {_one_line(exc)}", self.path) from exc
+                raise SafetyError(f"cannot open the lock file for locking: {one_line(exc)}", self.path) from exc
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             except OSError as exc:
                 os.close(fd)
                 if exc.errno in (errno.EACCES, errno.EAGAIN):
                     raise StoreLockedError(f"{describe_holder(self.store)}; stop it first", self.path) from exc
-                raise SafetyError(f"cannot lock: {_one_line(exc)}", self.path) from exc
+                raise SafetyError(f"cannot lock: {one_line(exc)}", self.path) from exc
             st = os.fstat(fd)
             key = (st.st_dev, st.st_ino)
             try:
