@@ -32,7 +32,7 @@ from ..formats.config import read_config_bytes
 from ..formats.errors import FormatError, RmqToolError
 from .configfiles import config_blocking_start
 from .findingcodes import FindingCode
-from .query import CommitlogReader
+from .reader import CommitlogReader
 from .rocksoffsets import RocksUnavailable, read_store
 from .store import CQ_UNIT, Store
 from .versions import BrokerProfile

@@ -927,8 +927,8 @@ def test_force_verify_fast_path_takes_intact_records_at_once(tmp_path: Path) -> 
     import numpy as np
 
     from rmqtool.recovery.batch.plain import plain_records
+    from rmqtool.recovery.byteviews import byte_views
     from rmqtool.recovery.recover.walk import prop_crc_prefix
-    from rmqtool.recovery.scan import byte_views
 
     root = tmp_path / "s"
     recs = write_store(

@@ -20,7 +20,8 @@ from walkref import walk_file
 from rmqtool.recovery import check as ck
 from rmqtool.recovery import recover as rc
 from rmqtool.recovery.batch.plain import crc_failures, plain_records
-from rmqtool.recovery.scan import byte_views, queue_hint_runs
+from rmqtool.recovery.byteviews import byte_views
+from rmqtool.recovery.scan import queue_hint_runs
 from rmqtool.recovery.shapes import SHAPES, write_consume_queues, write_shape_store
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.synth import write_synthetic_store

@@ -22,7 +22,7 @@ from ...formats import commitlog as cl
 from ...formats.crc import crc32_raw
 from ...formats.properties import decode_utf8, parse_properties, parse_properties_legacy
 from .. import check as ck
-from ..scan import ByteViews
+from ..byteviews import ByteViews
 from ..versions import BrokerProfile
 from .blocks import body_crcs_match
 from .layout import AT_HOSTS, length_matches

@@ -81,9 +81,10 @@ from .model import (
     RecoveryPlan,
     RemovedFile,
 )
-from .planning import plan_recovery, refuse_unloadable, refused_commitlog_file
+from .planning import plan_recovery
 from .queues import frozen_queues, recover_queue
 from .salvage import write_salvage
+from .unloadable import refuse_unloadable, refused_commitlog_file
 from .walk import recovery_stop, scan_files
 
 __all__ = [

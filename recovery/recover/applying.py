@@ -18,7 +18,7 @@ from ...formats.safeio import read_small
 from .. import check as ck
 from ..broker import MODE_ABNORMAL, goes_to_consume_queue
 from ..indexbuild import ConsumeQueueSet, IndexBuilder
-from ..query import CommitlogReader
+from ..reader import CommitlogReader
 from ..reput import BAD_TOPIC, SIZE_ACCOUNTING, ReputProblem, feed_cq, feed_index, iter_dispatch_parallel
 from ..scan import sorted_hints_in
 from ..store import Store, StoreFile
@@ -27,9 +27,9 @@ from .applystate import Applying, ApplyResult, LazyWriters
 from .builtprefix import index_skips_upto, skip_built_prefix
 from .indexfiles import infer_index_tz
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
-from .planning import refuse_unloadable
 from .queues import Queue, broker_refuses, frozen_queues, recover_queue_files
 from .salvage import write_salvage
+from .unloadable import refuse_unloadable
 from .writing import checkpoint_bytes, index_changes, index_file_bytes, queue_changes, recovered_checkpoint
 
 

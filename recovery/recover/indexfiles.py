@@ -10,7 +10,7 @@ import numpy as np
 
 from ...formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from ..broker import index_header_load
-from ..query import CommitlogReader
+from ..reader import CommitlogReader
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 

@@ -18,8 +18,9 @@ from .. import check as ck
 from .. import parallel as engine
 from ..batch.plain import crc_failures, plain_records
 from ..batch.properties import crc32_digit_values
+from ..byteviews import ByteViews, byte_at, byte_views
 from ..framing import Framing
-from ..scan import ByteViews, byte_at, byte_views, hints_in, sorted_hints_in, sorted_unique
+from ..scan import hints_in, sorted_hints_in, sorted_unique
 from ..store import Store, StoreFile, map_readonly
 from ..store import data_extents as _data_extents
 from ..transfer import Inherited, fork_context, inherited

@@ -31,10 +31,10 @@ from ...formats.consumequeue import BCQ_UNIT_SIZE, bcq_valid_mask
 from ...formats.properties import INNER_BASE, INNER_NUM, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from ..batchcq import BatchQueue, batch_queues, read_queue
 from ..findingcodes import FindingCode
-from ..query import CommitlogReader
+from ..reader import CommitlogReader
 from ..store import Store
 from ..versions import BrokerProfile
-from .consumequeue import Broker
+from .nextstart import Broker
 from .parts import Records
 from .records import to_queue
 from .report import Finding, finding

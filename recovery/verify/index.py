@@ -19,7 +19,8 @@ from ..scan import first_nonzero as _first_nonzero
 from ..scan import sorted_unique
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
-from .consumequeue import Broker, KeyMatch
+from .consumequeue import KeyMatch
+from .nextstart import Broker
 from .parts import Records, rel_path
 from .records import tx_type
 from .report import Finding, finding

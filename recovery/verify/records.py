@@ -15,9 +15,9 @@ from ..batch import Words as _Words
 from ..broker import (
     goes_to_consume_queue_batch,
 )
+from ..byteviews import byte_views
 from ..findingcodes import FindingCode
 from ..framing import CLASSIC, Framing
-from ..scan import byte_views
 from ..versions import BrokerProfile
 from .holes import DataExtents
 

@@ -15,9 +15,10 @@ from ..store import Store
 from ..versions import BrokerProfile
 from .batchcq import batch_max_phy
 from .commitlog import commitlog_findings, commitlog_spans, layout_findings, walk_summary, zero_length_lost
-from .consumequeue import Broker, cq_findings
+from .consumequeue import cq_findings
 from .dledger import dledger_findings, dledger_outlook
 from .index import Prepared, index_findings, read_index_header
+from .nextstart import Broker
 from .outlook import prop_crc_condition, recovery_outlook
 from .parts import FileScan, Records, scan_commitlog
 from .queues import Queue, cq_recover_max_phy, load_queues

@@ -19,7 +19,8 @@ import pytest
 from rmqtool.recovery import check as ck
 from rmqtool.recovery import recover as rc
 from rmqtool.recovery.batch.plain import crc_failures, plain_records
-from rmqtool.recovery.scan import byte_views, queue_hint_runs
+from rmqtool.recovery.byteviews import byte_views
+from rmqtool.recovery.scan import queue_hint_runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from walkref import walk_file  # noqa: E402
