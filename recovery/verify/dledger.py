@@ -15,7 +15,7 @@ import numpy as np
 from ...formats import dledger as dl
 from ..dledger.ledger import LedgerRecovery, ledger_for
 from ..findingcodes import FindingCode
-from ..store import MappedFile, Store
+from ..store import MappedFile, Store, StoreFile
 from ..versions import BrokerProfile
 from .parts import FileScan, Records, rel_path
 from .records import DAMAGED
@@ -127,44 +127,9 @@ def dledger_findings(store: Store, profile: BrokerProfile, recs: Records) -> lis
         )
     if lr.exits or not data:
         return out + _small_file_findings(store, lr)
-    stop = lr.stop_pos
-    if stop is not None and lr.stop_why not in ("padding of the last data file", "end of data (zeros)", "end of file"):
-        after = (
-            int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, lr.process_offset) :] & DAMAGED) == 0))
-            if len(recs)
-            else 0
-        )
-        f = next((x for x in data if x.base <= stop < x.base + x.size), data[-1])
-        out.append(
-            finding(
-                FindingCode.DL_LEDGER_CUT,
-                rel_path(store, f.path),
-                stop - f.base,
-                stop,
-                f"DLedger's recovery stops at this entry ({lr.stop_why}): the ledger ends at offset {lr.process_offset} "
-                f"(entry index {lr.last_index}) and DLedger truncates the data there"
-                + (f", cutting {after} intact messages after it" if after else ""),
-                reason=lr.stop_why,
-                records_cut=after,
-            )
-        )
-    elif stop is not None and len(recs):
-        # zeros or the end: intact messages after the end are cut all the same
-        after = int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, lr.process_offset) :] & DAMAGED) == 0))
-        if after:
-            f = next((x for x in data if x.base <= stop < x.base + x.size), data[-1])
-            out.append(
-                finding(
-                    FindingCode.DL_LEDGER_CUT,
-                    rel_path(store, f.path),
-                    stop - f.base,
-                    stop,
-                    f"DLedger's recovery ends the ledger at offset {lr.process_offset} ({lr.stop_why}) and truncates "
-                    f"the data there, cutting {after} intact messages after it",
-                    reason=lr.stop_why,
-                    records_cut=after,
-                )
-            )
+    cut = _ledger_cut(store, data, recs, lr)
+    if cut is not None:
+        out.append(cut)
     if lr.index_rewrite_from is not None:
         out.append(
             finding(
@@ -182,6 +147,48 @@ def dledger_findings(store: Store, profile: BrokerProfile, recs: Records) -> lis
     out += _units_against_entries(store, lr)
     out += _header_fields(store, lr)
     return out + _small_file_findings(store, lr)
+
+
+_LEDGER_ENDS = ("padding of the last data file", "end of data (zeros)", "end of file")  # no damaged entry
+
+
+def _ledger_cut(store: Store, data: Sequence[StoreFile], recs: Records, lr: LedgerRecovery) -> Finding | None:
+    """DL_LEDGER_CUT, at the data file holding the entry where DLedger's recovery stops:
+    where it stops at a damaged entry always (with the intact messages past the ledger's
+    end it cuts, if any); where it ends at zeros or the end of the data, only when intact
+    messages lie past that end all the same."""
+    stop = lr.stop_pos
+    if stop is None:
+        return None
+    damaged = lr.stop_why not in _LEDGER_ENDS
+    after = (
+        int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, lr.process_offset) :] & DAMAGED) == 0))
+        if len(recs)
+        else 0
+    )
+    if not damaged and not after:
+        return None
+    f = next((x for x in data if x.base <= stop < x.base + x.size), data[-1])
+    if damaged:
+        text = (
+            f"DLedger's recovery stops at this entry ({lr.stop_why}): the ledger ends at offset {lr.process_offset} "
+            f"(entry index {lr.last_index}) and DLedger truncates the data there"
+            + (f", cutting {after} intact messages after it" if after else "")
+        )
+    else:
+        text = (
+            f"DLedger's recovery ends the ledger at offset {lr.process_offset} ({lr.stop_why}) and truncates "
+            f"the data there, cutting {after} intact messages after it"
+        )
+    return finding(
+        FindingCode.DL_LEDGER_CUT,
+        rel_path(store, f.path),
+        stop - f.base,
+        stop,
+        text,
+        reason=lr.stop_why,
+        records_cut=after,
+    )
 
 
 def _uncommitted(store: Store, lr: LedgerRecovery) -> list[Finding]:
