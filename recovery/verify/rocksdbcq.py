@@ -23,7 +23,7 @@ import numpy as np
 
 from ..findingcodes import FindingCode
 from ..rocksdbcq import RocksCq, RocksCqUnavailable, read, rocks_dirs
-from .consumequeue import _Broker
+from .nextstart import Broker
 from .parts import Records
 from .records import to_queue
 from .report import Finding, finding
@@ -72,7 +72,7 @@ def rocks_max_phy(cqs: list[RocksCq]) -> int:
 
 
 def rocks_check(
-    cqs: list[RocksCq], recs: Records, broker: _Broker, data_end: int, read_by_broker: bool
+    cqs: list[RocksCq], recs: Records, broker: Broker, data_end: int, read_by_broker: bool
 ) -> tuple[list[Finding], dict[str, Any]]:
     """:func:`rocks_findings` of every database, the figures summed."""
     out: list[Finding] = []
@@ -88,7 +88,7 @@ def rocks_check(
 
 
 def rocks_findings(
-    cq: RocksCq, recs: Records, broker: _Broker, data_end: int, read_by_broker: bool
+    cq: RocksCq, recs: Records, broker: Broker, data_end: int, read_by_broker: bool
 ) -> tuple[list[Finding], dict[str, Any]]:
     """The findings about one RocksDB consume queue database, and its figures."""
     out = _Out(cq.dir)
@@ -228,7 +228,7 @@ def _queue(
             )
 
 
-def _missing(cq: RocksCq, recs: Records, referenced: np.ndarray, broker: _Broker, out: _Out) -> None:
+def _missing(cq: RocksCq, recs: Records, referenced: np.ndarray, broker: Broker, out: _Out) -> None:
     """Records that go to a consume queue and that no unit points at."""
     if not len(recs):
         return
