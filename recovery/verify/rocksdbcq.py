@@ -42,6 +42,10 @@ class _Out:
         n = self.seen.get(key, 0)
         self.seen[key] = n + 1
         if n < MAX_PER_QUEUE:
+            t, sep, q = name.rpartition("/")
+            if sep and q.lstrip("-").isdigit():  # (a queue's finding: its topic and queue id, for the next step)
+                kw.setdefault("topic", t)
+                kw.setdefault("queue_id", int(q))
             self.out.append(finding(code, self.rel, None, phys, f"{name}: {msg}", **kw))
 
     def close(self) -> list[Finding]:
