@@ -79,12 +79,12 @@ def _status_kib(pid: int, fields: tuple[str, ...]) -> list[int]:
     return vals
 
 
-def measure(args: list[str], interval: float) -> dict[str, float]:
-    """Run ``python -m rmqtool ARGS``; its wall time and the peaks (MiB)."""
+def measure(args: list[str], interval: float, raw: bool = False) -> dict[str, float]:
+    """Run ``python -m rmqtool ARGS`` (``raw``: ``python ARGS``); its wall time and the peaks (MiB)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t = time.perf_counter()
     p = subprocess.Popen(
-        [sys.executable, "-m", "rmqtool", *args],
+        [sys.executable, *([] if raw else ["-m", "rmqtool"]), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=dict(os.environ, RMQTOOL_BROKER_VERSION=VERSION),

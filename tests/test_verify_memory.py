@@ -88,36 +88,3 @@ def test_index_entries_checked_in_chunks_give_the_same_report(
 def test_index_entry_chunk_is_bounded() -> None:
     """The working arrays of the entry check are sized by the chunk, not by the file."""
     assert 1 << 12 <= v.index.ENTRY_CHUNK <= 1 << 20
-
-
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_index_chains_are_followed_before_the_record_table_is_built_without_a_pool(
-    tmp_path: Path, jobs: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Issue 39: with ``--jobs 1`` the first index file's hash chains (their working arrays
-    take about 20 bytes per entry) are followed before the commitlog's record table exists,
-    not added on top of it; beside a pool they are followed while the workers scan. The
-    report is the same either way."""
-    root = copy_store("many_files", tmp_path)
-    events: list[str] = []
-    prepared_init = v.index.Prepared.__init__
-    table_records = v.parts._Table.records
-
-    def prepared(self: Any, *a: Any, **k: Any) -> None:
-        events.append("index chains")
-        prepared_init(self, *a, **k)
-
-    def records(self: Any, *a: Any, **k: Any) -> Any:
-        events.append("record table")
-        return table_records(self, *a, **k)
-
-    monkeypatch.setattr(v.index.Prepared, "__init__", prepared)
-    monkeypatch.setattr(v.parts._Table, "records", records)
-    # (the fixture is small: the parts are scanned in this process unless told otherwise)
-    monkeypatch.setattr(v.parts, "IN_PROCESS_BYTES", 0)
-    report = v.verify_store(Store.open(root), P494, jobs=jobs, part_size=1 << 12)
-    assert sorted(events) == ["index chains", "record table"]
-    if jobs == 1:
-        assert events == ["index chains", "record table"]
-    monkeypatch.undo()
-    assert _key(report) == _key(v.verify_store(Store.open(root), P494, jobs=1))

@@ -65,11 +65,6 @@ def verify_store(
     headers = [(f.name, _read_index_header(f)) for f in store.index_files]
     opts = ScanOptions(want_keys=bool(store.index_files))
     pre: dict[str, Any] = {}
-    if jobs <= 1:
-        # the first index file's own structure (no record needed): without a pool, before
-        # the scan, so that the hash chains' working arrays (about 20 bytes per entry) are
-        # let go before the record table is built rather than added to it (issue 39)
-        pre["index"] = Prepared(store, headers)
 
     def meanwhile() -> None:  # runs while the workers scan the commitlog
         # beside a pool, the queues are read while the workers scan; without one, each is
@@ -79,8 +74,7 @@ def verify_store(
         pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
         # (5.x: getMaxPhyOffsetInConsumeQueue takes the batch consume queues' too)
         pre["max_phy_cq"] = max(pre["max_phy_cq"], batch_max_phy(store))
-        if "index" not in pre:
-            pre["index"] = Prepared(store, headers)  # beside a pool: while the workers scan
+        pre["index"] = Prepared(store, headers)  # the first index file's own structure (no record needed)
 
     # the offsets the consume queues point at speed the commitlog walk up
     scans, recs = scan_commitlog(
