@@ -1054,20 +1054,106 @@ def diff() -> dict[str, Any]:
         ("type", "pair", "table", "name", "change", "fields"),
     )
     co_rec = obj({"type": {"const": "consumer_offset"}, "pair": I, **co_props}, ("type", "pair", *co_props))
+    # DLedger groups: members, pairs of ledgers, the election, what each member loses
+    member_props = {
+        "store": S,
+        "broker_version": S,
+        "member": S,
+        "self_id": null(S),
+        "library": S,
+        "loads": B,
+        "load_problem": null(S),
+        "data_files": I,
+        "begin_index": I,
+        "last_index": I,
+        "last_term": I,
+        "end_offset": I,
+        "end": S,
+        "committed_index": I,
+        "checkpoint_committed_index": null(S),
+        "checkpoint_end_index": null(S),
+        "curr_term": null(S),
+        "vote_leader": null(S),
+    }
+    entry_props = {"index": I, "term": I, "pos": I, "size": I, "status": S, **msg_props, "field": S}
+    entry_at = obj(entry_props, ("index", "term", "pos", "size", "status"))
+    lpair_props = {
+        "a": S,
+        "b": S,
+        "common": null(obj({"from": I, "to": I}, ("from", "to"))),
+        "bytes_compared": I,
+        "first_unequal_index": null(I),
+        "relation": {"enum": ["identical", "prefix", "diverged", "disjoint"]},
+        "behind": null({"enum": ["a", "b"]}),
+        "a_entry": null(entry_at),
+        "b_entry": null(entry_at),
+        "common_last_index": I,
+        "lag_entries": null(I),
+    }
+    el_member = obj(
+        {"member": S, "last_term": I, "last_index": I, "votes": I, "can_win": B},
+        ("member", "last_term", "last_index", "votes", "can_win"),
+    )
+    el_props = {"group_size": I, "majority": I, "members": arr(el_member), "best": arr(S)}
+    trunc_props = {
+        "leader": S,
+        "member": S,
+        "keeps_through_index": I,
+        "lost_from_index": null(I),
+        "lost_entries": I,
+        "lost_bytes": I,
+        "lost_committed": I,
+        "gains_entries": I,
+        "truncated": B,
+    }
+    dledger_doc = obj(
+        {
+            "members": arr(obj(member_props, tuple(member_props))),
+            "pairs": arr(obj(lpair_props, tuple(lpair_props))),
+            "election": obj(
+                {
+                    **el_props,
+                    "outlook": arr(
+                        obj(
+                            {
+                                "leader": S,
+                                "followers": arr(
+                                    obj({**trunc_props, "entries": arr(entry_at)}, (*trunc_props, "entries"))
+                                ),
+                            },
+                            ("leader", "followers"),
+                        )
+                    ),
+                },
+                (*el_props, "outlook"),
+            ),
+            "diverged": I,
+        },
+        ("members", "pairs", "election", "diverged"),
+    )
+    member_rec = obj({"type": {"const": "member"}, **member_props}, ("type", *member_props))
+    lpair_rec = obj({"type": {"const": "ledger_pair"}, "pair": I, **lpair_props}, ("type", "pair", *lpair_props))
+    election_rec = obj({"type": {"const": "election"}, **el_props}, ("type", *el_props))
+    trunc_rec = obj({"type": {"const": "truncation"}, **trunc_props}, ("type", *trunc_props))
+    lost_rec = obj(
+        {"type": {"const": "lost_entry"}, "leader": S, "member": S, **entry_props},
+        ("type", "leader", "member", "index", "term", "pos", "size", "status"),
+    )
     doc = obj(
         {
             "replicas": arr(obj(rep_props, rep_req)),
             "pairs": arr(pair_doc),
             "controller": null(obj({"failover": arr(failover_doc)}, ("failover",))),
+            "dledger": null(dledger_doc),
             "diverged": I,
             **verdict_fields(),
         },
-        ("replicas", "pairs", "controller", "diverged", "schema_version", "verdict", "exit_status"),
+        ("replicas", "pairs", "controller", "dledger", "diverged", "schema_version", "verdict", "exit_status"),
     )
     summ = summary(
         "diff",
-        {"stores": arr(S), "pairs": I, "diverged": I, "controller_mode": B},
-        ("stores", "pairs", "diverged", "controller_mode"),
+        {"stores": arr(S), "pairs": I, "diverged": I, "controller_mode": B, "dledger": B},
+        ("stores", "pairs", "diverged", "controller_mode", "dledger"),
     )
     defs = {
         "replica": replica,
@@ -1078,11 +1164,32 @@ def diff() -> dict[str, Any]:
         "consumer_offset": co_rec,
         "failover": failover_rec,
         "handshake": handshake,
+        "member": member_rec,
+        "ledger_pair": lpair_rec,
+        "election": election_rec,
+        "truncation": trunc_rec,
+        "lost_entry": lost_rec,
         "summary": summ,
         "document": doc,
     }
     return command_file(
-        "diff", defs, ["replica", "pair", "message", "queue", "config", "consumer_offset", "failover", "handshake"]
+        "diff",
+        defs,
+        [
+            "replica",
+            "pair",
+            "message",
+            "queue",
+            "config",
+            "consumer_offset",
+            "failover",
+            "handshake",
+            "member",
+            "ledger_pair",
+            "election",
+            "truncation",
+            "lost_entry",
+        ],
     )
 
 
