@@ -109,7 +109,10 @@ def test_a_member_of_a_later_term_diverges_wins_and_truncates_the_others(
     listed = fa["entries"]
     assert len(listed) == 20 and fa["truncated"]
     assert [e["index"] for e in listed] == list(range(12, 32))
-    assert [e["pos"] + dl.BODY_OFFSET for e in listed] == [p + dl.BODY_OFFSET for _i, p, _n in ta.entries[12:32]]
+    assert [(e["pos"], e["entry_size"]) for e in listed] == [(p, n) for _i, p, n in ta.entries[12:32]]
+    # (the message's own size is the entry's less its header: not to be taken for the entry's)
+    assert all(e["size"] == e["entry_size"] - dl.BODY_OFFSET for e in listed)
+    assert all(e["physical_offset"] == e["pos"] + dl.BODY_OFFSET for e in listed)
     assert all(e["status"] == "OK" and e["topic"] and e["msg_id"] for e in listed)
     assert under[str(c)][str(b)]["lost_entries"] == 0 and under[str(c)][str(b)]["gains_entries"] == 5
     fc = under[str(a)][str(c)]

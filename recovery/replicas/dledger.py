@@ -98,10 +98,11 @@ class LedgerSide:
         return self.last_term, self.last
 
     def message(self, index: int) -> dict[str, Any]:
-        """The entry at ``index`` and the message its body holds."""
+        """The entry at ``index`` (its ``entry_size``) and the message its body holds (its
+        fields as a commitlog message's: ``size`` is the message's)."""
         k = index - self.begin
         pos, size = int(self.pos[k]), int(self.size[k])
-        row: dict[str, Any] = {"index": index, "term": int(self.term[k]), "pos": pos, "size": size}
+        row: dict[str, Any] = {"index": index, "term": int(self.term[k]), "pos": pos, "entry_size": size}
         f = self.maps.file_at(pos)
         if f is None:
             row["status"] = "no data file holds it"

@@ -1075,8 +1075,8 @@ def diff() -> dict[str, Any]:
         "curr_term": null(S),
         "vote_leader": null(S),
     }
-    entry_props = {"index": I, "term": I, "pos": I, "size": I, "status": S, **msg_props, "field": S}
-    entry_at = obj(entry_props, ("index", "term", "pos", "size", "status"))
+    entry_props = {"index": I, "term": I, "pos": I, "entry_size": I, "status": S, **msg_props, "field": S}
+    entry_at = obj(entry_props, ("index", "term", "pos", "entry_size", "status"))
     lpair_props = {
         "a": S,
         "b": S,
@@ -1137,7 +1137,7 @@ def diff() -> dict[str, Any]:
     trunc_rec = obj({"type": {"const": "truncation"}, **trunc_props}, ("type", *trunc_props))
     lost_rec = obj(
         {"type": {"const": "lost_entry"}, "leader": S, "member": S, **entry_props},
-        ("type", "leader", "member", "index", "term", "pos", "size", "status"),
+        ("type", "leader", "member", "index", "term", "pos", "entry_size", "status"),
     )
     doc = obj(
         {
