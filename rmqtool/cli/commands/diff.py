@@ -447,6 +447,20 @@ def human(report: dict[str, Any], columns: tuple[str, ...] | None) -> None:
             f"  index: {p['a']} {ia['files']} file(s), {ia['entries']} entries to offset {ia['end_phy_offset']}; "
             f"{p['b']} {ib['files']} file(s), {ib['entries']} entries to offset {ib['end_phy_offset']}"
         )
+        ie = p["index"]["entries"]
+        say(
+            f"  index entries (key hash, commitlog offset): {ie['in_both']} on both, "
+            f"{ie['only_on_a']['count']} only on {p['a']}, {ie['only_on_b']['count']} only on {p['b']}"
+        )
+        for side in ("a", "b"):
+            shown = ie[f"only_on_{side}"]["entries"]
+            if shown:
+                say(
+                    f"    first only on {p[side]}: "
+                    + ", ".join(f"{e['commitlog_offset']} (hash {e['key_hash']})" for e in shown[:5])
+                )
+        for pr in ie["problems"]:
+            say(f"  index: {pr}")
         _human_config(p)
     ctl = report.get("controller")
     if ctl:

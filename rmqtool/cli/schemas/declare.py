@@ -888,6 +888,12 @@ def diff() -> dict[str, Any]:
         },
         ("files", "entries"),
     )
+    ientry = obj({"commitlog_offset": I, "key_hash": I}, ("commitlog_offset", "key_hash"))
+    ionly = obj({"count": I, "entries": arr(ientry)}, ("count", "entries"))
+    index_entries = obj(
+        {"only_on_a": ionly, "only_on_b": ionly, "in_both": I, "problems": arr(S)},
+        ("only_on_a", "only_on_b", "in_both", "problems"),
+    )
     qunit = obj({"commitlog_offset": I, "size": I, "tags_code": I}, ("commitlog_offset", "size", "tags_code"))
     queue_props = {
         "topic": S,
@@ -947,7 +953,7 @@ def diff() -> dict[str, Any]:
             "consume_queues": obj(
                 {"queues": I, "same": I, "differ": arr(obj(queue_props, queue_req))}, ("queues", "same", "differ")
             ),
-            "index": obj({"a": index, "b": index}, ("a", "b")),
+            "index": obj({"a": index, "b": index, "entries": index_entries}, ("a", "b", "entries")),
             "config": config,
         },
         (*pair_req, "only_on_a", "only_on_b", "consume_queues", "index", "config"),
@@ -960,7 +966,7 @@ def diff() -> dict[str, Any]:
             "only_on_a": only_head,
             "only_on_b": only_head,
             "queues_differ": I,
-            "index": obj({"a": index, "b": index}, ("a", "b")),
+            "index": obj({"a": index, "b": index, "entries": index_entries}, ("a", "b", "entries")),
         },
         ("type", "pair", *pair_req, "only_on_a", "only_on_b", "queues_differ", "index"),
     )
