@@ -319,9 +319,14 @@ def test_unreadable_or_refused_stores_exit_8(tmp_path: Path, capsys: pytest.Capt
     assert err.count("\n") == 1 and "nope" in err
     d = copy_store("clean", tmp_path / "d")
     (d / "dledger-n0" / "data").mkdir(parents=True)
+    # a classic store and a DLedger member (here one with no entry yet): not one group
     assert run(["diff", str(a), str(d), "-q"]) == 8
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "DLedger" in err and "dledger-n0" in err
+    # two DLedger members are compared (tests/test_diff_dledger.py): no entry on either, identical
+    d2 = copy_store("clean", tmp_path / "d2")
+    (d2 / "dledger-n1" / "data").mkdir(parents=True)
+    assert run(["diff", str(d), str(d2), "-q", "--broker-version", V]) == 0
 
 
 def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
