@@ -683,3 +683,23 @@ def test_index_entries_one_changed_entry_is_on_each_side(tmp_path: Path, capsys:
     assert ie["only_on_a"] == {"count": 1, "entries": [{"commitlog_offset": off, "key_hash": h}]}
     assert ie["only_on_b"] == {"count": 1, "entries": [{"commitlog_offset": off, "key_hash": h ^ 1}]}
     assert ie["in_both"] == len(index_entries(a)) - 1
+
+
+def test_index_entry_keys_sort_as_offset_then_hash_and_windows_stay_narrow() -> None:
+    from rmqtool.recovery.replicas import indexdiff as ix
+
+    lo = 1 << 40
+    p = np.array([lo + 5, lo + 5, lo + ix.WINDOW_MAX - 1, lo + 7, lo], dtype=np.int64)
+    h = np.array([-3, (1 << 31) - 1, 0, 9, -(1 << 31)], dtype=np.int64)  # (a damaged file's negative hash too)
+    k = ix._key(p, h, lo)
+    assert [ix._unkey(int(x), lo) for x in k] == [
+        {"commitlog_offset": int(a), "key_hash": int(b)} for a, b in zip(p, h, strict=True)
+    ]
+    assert list(np.argsort(k, kind="stable")) == sorted(range(len(p)), key=lambda i: (p[i], h[i]))
+    a, b = np.sort(k[:3]), np.sort(k[2:])
+    oa, ob, n = ix._split(a, b)
+    assert (list(oa), list(ob), n) == (list(np.sort(k[:2])), list(np.sort(k[3:])), 1)
+    f = ix._File(None, 1, lo, lo + 3 * ix.WINDOW_MAX)  # type: ignore[arg-type]
+    w = list(ix._windows([f], []))
+    assert w[0][0] == lo and w[-1][1] == lo + 3 * ix.WINDOW_MAX + 1 and len(w) == 4
+    assert all(b - a <= ix.WINDOW_MAX and a < b for a, b in w) and all(w[i][1] == w[i + 1][0] for i in range(3))

@@ -28,7 +28,7 @@ from ..store import Store, StoreFile
 
 __all__ = ["compare_index_entries"]
 
-_KEY = np.dtype([("p", "<i8"), ("h", "<i8")])  # (commitlog offset, key hash): sorts by offset
+_ENTRY = np.dtype([("p", "<i8"), ("h", "<i8")])  # (commitlog offset, key hash)
 
 
 @dataclass
@@ -46,7 +46,7 @@ def _entries(store: Store, f: StoreFile, count: int) -> np.ndarray:
         room = (mf.size - indexfile.HEADER_SIZE - g.index_slot_num * indexfile.SLOT_SIZE) // indexfile.ENTRY_SIZE
         n = max(min(count + 1, room, g.index_num), 0)
         e = indexfile.entries_array(mf.buf, g.index_slot_num, n)[1:]
-        out = np.empty(len(e), dtype=_KEY)
+        out = np.empty(len(e), dtype=_ENTRY)
         out["p"] = e["commitlog_offset"]
         out["h"] = e["key_hash"]
         del e
@@ -90,39 +90,61 @@ class _Side:
         self.loaded: dict[str, tuple[_File, np.ndarray]] = {}
 
     def window(self, lo: int, hi: int) -> np.ndarray:
+        """The sorted distinct keys (:func:`_key`) of the entries with offsets in ``[lo, hi)``."""
         for x in self.files:
             if x.lo < hi and x.hi >= lo and x.f.name not in self.loaded:
                 self.loaded[x.f.name] = (x, _entries(self.store, x.f, x.count))
         parts = []
         for name in list(self.loaded):
             x, e = self.loaded[name]
-            sel = e[(e["p"] >= lo) & (e["p"] < hi)]
-            if len(sel):
-                parts.append(sel)
+            m = (e["p"] >= lo) & (e["p"] < hi)
+            if m.any():
+                parts.append(_key(e["p"][m], e["h"][m], lo))
             if x.hi < hi:
                 del self.loaded[name]  # (no later window meets it)
-        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, _KEY)
+        if not parts:
+            return np.zeros(0, np.int64)
+        # timsort: each file's entries are already nearly in offset order (dispatch order)
+        k = np.sort(np.concatenate(parts), kind="stable")
+        keep = np.ones(len(k), dtype=bool)
+        keep[1:] = k[1:] != k[:-1]
+        return k[keep]
+
+
+# one int64 per entry, ordered as (offset, hash): the offset less the window's start (a
+# window spans less than 2^31 bytes) above the hash moved to 0..2^32 (a damaged file's
+# negative hash included)
+WINDOW_MAX = 1 << 31
+
+
+def _key(p: np.ndarray, h: np.ndarray, lo: int) -> np.ndarray:
+    return ((p.astype(np.int64) - lo) << 32) | (h.astype(np.int64) + (1 << 31))
+
+
+def _unkey(k: int, lo: int) -> dict[str, int]:
+    return {"commitlog_offset": (k >> 32) + lo, "key_hash": (k & 0xFFFFFFFF) - (1 << 31)}
 
 
 def _split(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """(only in a, only in b, in both) of two sorted unique key arrays."""
-    both = np.concatenate([a, b])
-    side = np.concatenate([np.zeros(len(a), np.int8), np.ones(len(b), np.int8)])
-    order = np.lexsort((side, both["h"], both["p"]))
-    k, s = both[order], side[order]
-    same = np.zeros(len(k), dtype=bool)
-    if len(k) > 1:
-        eq = (k["p"][1:] == k["p"][:-1]) & (k["h"][1:] == k["h"][:-1])
-        same[1:] |= eq
-        same[:-1] |= eq
-    return k[~same & (s == 0)], k[~same & (s == 1)], int(np.count_nonzero(same)) // 2
+    """(only in a, only in b, in both) of two sorted distinct key arrays."""
+    if not len(a) or not len(b):
+        return a, b, 0
+    ia = np.minimum(np.searchsorted(b, a), len(b) - 1)
+    in_b = b[ia] == a
+    ib = np.minimum(np.searchsorted(a, b), len(a) - 1)
+    in_a = a[ib] == b
+    return a[~in_b], b[~in_a], int(np.count_nonzero(in_b))
 
 
 def _windows(a: list[_File], b: list[_File]) -> Iterator[tuple[int, int]]:
+    """Windows of offsets cut at every file's least offset, none wider than WINDOW_MAX."""
     cuts = sorted({x.lo for x in a + b})
     top = max(x.hi for x in a + b) + 1
     for i, lo in enumerate(cuts):
-        yield lo, cuts[i + 1] if i + 1 < len(cuts) else top
+        end = cuts[i + 1] if i + 1 < len(cuts) else top
+        while lo < end:
+            yield lo, min(end, lo + WINDOW_MAX)
+            lo += WINDOW_MAX
 
 
 def compare_index_entries(a: Store, b: Store, *, limit: int = 20) -> dict[str, Any]:
@@ -146,5 +168,5 @@ def compare_index_entries(a: Store, b: Store, *, limit: int = 20) -> dict[str, A
             d = out[label]
             d["count"] += len(only)
             room = max(limit - len(d["entries"]), 0)
-            d["entries"] += [{"commitlog_offset": int(x["p"]), "key_hash": int(x["h"])} for x in only[:room]]
+            d["entries"] += [_unkey(int(k), lo) for k in only[:room]]
     return out
