@@ -209,3 +209,19 @@ def test_a_member_the_broker_does_not_load_neither_votes_nor_wins() -> None:
     el = election([_m(3, 9, loads=False), _m(1, 2), _m(1, 1)])
     assert [(m["votes"], m["can_win"]) for m in el["members"]] == [(0, False), (2, True), (1, False)]
     assert el["best"] == ["t1i2"]
+
+
+def test_members_config_and_index_files_are_compared_as_classic_replicas(
+    group: dict[str, tuple[Path, DlTwin]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = group["a"][0]
+    b = _copy(a, tmp_path / "b")
+    topic = {"topicName": "OnlyOnB", "readQueueNums": 1, "writeQueueNums": 1}
+    (b / "config" / "topics.json").write_text(json.dumps({"topicConfigTable": {"OnlyOnB": topic}}))
+    code, out, _ = diff(capsys, a, b)
+    p = out["dledger"]["pairs"][0]
+    assert code == 0 and p["relation"] == "identical"  # (config differences are reported, not a divergence)
+    assert p["config"]["topics"]["only_b"] == ["OnlyOnB"] and p["config"]["topics"]["only_a"] == []
+    assert p["consume_queues"]["differ"] == [] and p["index"]["entries"]["in_both"] == 0
+    code, text, _ = diff(capsys, a, b, fmt="jsonl")
+    assert any(json.loads(x).get("name") == "OnlyOnB" for x in text.splitlines())

@@ -45,7 +45,8 @@ from ..dledger.ledger import IndexList, LedgerRecovery, ledger_for
 from ..store import Store
 from ..versions import BrokerProfile
 from .compare import Maps, first_difference
-from .pairs import message_row
+from .indexdiff import compare_index_entries
+from .pairs import QueueUnits, compare_configs, compare_queues, index_summary, message_row
 from .read import check_at
 
 Progress = Callable[[int], None]
@@ -188,8 +189,11 @@ def first_unequal(a: LedgerSide, b: LedgerSide, progress: Progress | None = None
     return meta, done
 
 
-def compare_members(a: LedgerSide, b: LedgerSide, progress: Progress | None = None) -> dict[str, Any]:
-    """Two members' ledgers compared by index and term."""
+def compare_members(
+    a: LedgerSide, b: LedgerSide, progress: Progress | None = None, *, limit: int = 20
+) -> dict[str, Any]:
+    """Two members' ledgers compared by index and term, and their consume queues, index
+    files and config files as classic replicas' (:mod:`.pairs`)."""
     x, done = first_unequal(a, b, progress)
     lo, hi = max(a.begin, b.begin), min(a.last, b.last)
     out: dict[str, Any] = {
@@ -216,6 +220,14 @@ def compare_members(a: LedgerSide, b: LedgerSide, progress: Progress | None = No
         out["b_entry"] = b.message(x)
     out["common_last_index"] = common_last
     out["lag_entries"] = abs(a.last - b.last) if out["relation"] == "prefix" else None
+    # the stores' other files, as for classic replicas
+    out["consume_queues"] = compare_queues(a.store, b.store, (QueueUnits(a.store), QueueUnits(b.store)))
+    out["index"] = {
+        "a": index_summary(a.store),
+        "b": index_summary(b.store),
+        "entries": compare_index_entries(a.store, b.store, limit=limit),
+    }
+    out["config"] = compare_configs(a.store.root, b.store.root)
     return out
 
 
@@ -307,7 +319,7 @@ def diff_dledger(members: list[LedgerSide], *, limit: int = 20, progress: Progre
     """The members of one group compared: every pair, the election, and for each member
     that can win what every other member loses."""
     pairs = [
-        compare_members(members[i], members[j], progress)
+        compare_members(members[i], members[j], progress, limit=limit)
         for i in range(len(members))
         for j in range(i + 1, len(members))
     ]

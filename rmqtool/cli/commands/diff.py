@@ -322,7 +322,11 @@ def _dledger_records(d: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for m in d["members"]:
         yield {"type": "member", **m}
     for i, p in enumerate(d["pairs"]):
-        yield {"type": "ledger_pair", "pair": i, **p}
+        head = {k: v for k, v in p.items() if k not in ("consume_queues", "config")}
+        yield {"type": "ledger_pair", "pair": i, **head, "queues_differ": len(p["consume_queues"]["differ"])}
+        for q in p["consume_queues"]["differ"]:
+            yield {"type": "queue", "pair": i, **q}
+        yield from _config_records(i, p["config"])
     el = d["election"]
     yield {"type": "election", **{k: v for k, v in el.items() if k != "outlook"}}
     for o in el["outlook"]:
@@ -435,38 +439,41 @@ def human(report: dict[str, Any], columns: tuple[str, ...] | None) -> None:
                     f"{p['b' if side == 'a' else 'a']} too (the same UNIQ_KEY, else topic, born host and time, "
                     "keys and body CRC), in a record that differs or at another offset"
                 )
-        cq = p["consume_queues"]
-        say(f"  consume queues: {cq['queues']} queue(s), {len(cq['differ'])} differ")
-        if cq["differ"]:
-            qrows = [
-                {**q, "first_difference_at": (q["first_difference"] or {}).get("queue_offset")} for q in cq["differ"]
-            ]
-            render(qrows, "table", QUEUE_COLUMNS)
-        ia, ib = p["index"]["a"], p["index"]["b"]
-        say(
-            f"  index: {p['a']} {ia['files']} file(s), {ia['entries']} entries to offset {ia['end_phy_offset']}; "
-            f"{p['b']} {ib['files']} file(s), {ib['entries']} entries to offset {ib['end_phy_offset']}"
-        )
-        ie = p["index"]["entries"]
-        say(
-            f"  index entries (key hash, commitlog offset): {ie['in_both']} on both, "
-            f"{ie['only_on_a']['count']} only on {p['a']}, {ie['only_on_b']['count']} only on {p['b']}"
-        )
-        for side in ("a", "b"):
-            shown = ie[f"only_on_{side}"]["entries"]
-            if shown:
-                say(
-                    f"    first only on {p[side]}: "
-                    + ", ".join(f"{e['commitlog_offset']} (hash {e['key_hash']})" for e in shown[:5])
-                )
-        for pr in ie["problems"]:
-            say(f"  index: {pr}")
-        _human_config(p)
+        _human_stores(p)
     ctl = report.get("controller")
     if ctl:
         _human_controller(report)
     say("")
     say(f"verdict: {report['verdict']}")
+
+
+def _human_stores(p: dict[str, Any]) -> None:
+    """A pair's consume queues, index files and config files."""
+    cq = p["consume_queues"]
+    say(f"  consume queues: {cq['queues']} queue(s), {len(cq['differ'])} differ")
+    if cq["differ"]:
+        qrows = [{**q, "first_difference_at": (q["first_difference"] or {}).get("queue_offset")} for q in cq["differ"]]
+        render(qrows, "table", QUEUE_COLUMNS)
+    ia, ib = p["index"]["a"], p["index"]["b"]
+    say(
+        f"  index: {p['a']} {ia['files']} file(s), {ia['entries']} entries to offset {ia['end_phy_offset']}; "
+        f"{p['b']} {ib['files']} file(s), {ib['entries']} entries to offset {ib['end_phy_offset']}"
+    )
+    ie = p["index"]["entries"]
+    say(
+        f"  index entries (key hash, commitlog offset): {ie['in_both']} on both, "
+        f"{ie['only_on_a']['count']} only on {p['a']}, {ie['only_on_b']['count']} only on {p['b']}"
+    )
+    for side in ("a", "b"):
+        shown = ie[f"only_on_{side}"]["entries"]
+        if shown:
+            say(
+                f"    first only on {p[side]}: "
+                + ", ".join(f"{e['commitlog_offset']} (hash {e['key_hash']})" for e in shown[:5])
+            )
+    for pr in ie["problems"]:
+        say(f"  index: {pr}")
+    _human_config(p)
 
 
 LOST_COLUMNS = [
@@ -516,6 +523,7 @@ def _human_dledger(report: dict[str, Any]) -> None:
                         else ""
                     )
                 )
+        _human_stores(p)
     el = d["election"]
     say("")
     say(f"election (a majority is {el['majority']} of {el['group_size']}):")

@@ -1112,10 +1112,17 @@ def diff() -> dict[str, Any]:
         "gains_entries": I,
         "truncated": B,
     }
+    lpair_stores = {
+        "consume_queues": obj(
+            {"queues": I, "same": I, "differ": arr(obj(queue_props, queue_req))}, ("queues", "same", "differ")
+        ),
+        "index": obj({"a": index, "b": index, "entries": index_entries}, ("a", "b", "entries")),
+        "config": config,
+    }
     dledger_doc = obj(
         {
             "members": arr(obj(member_props, tuple(member_props))),
-            "pairs": arr(obj(lpair_props, tuple(lpair_props))),
+            "pairs": arr(obj({**lpair_props, **lpair_stores}, (*lpair_props, *lpair_stores))),
             "election": obj(
                 {
                     **el_props,
@@ -1138,7 +1145,16 @@ def diff() -> dict[str, Any]:
         ("members", "pairs", "election", "diverged"),
     )
     member_rec = obj({"type": {"const": "member"}, **member_props}, ("type", *member_props))
-    lpair_rec = obj({"type": {"const": "ledger_pair"}, "pair": I, **lpair_props}, ("type", "pair", *lpair_props))
+    lpair_rec = obj(
+        {
+            "type": {"const": "ledger_pair"},
+            "pair": I,
+            **lpair_props,
+            "index": lpair_stores["index"],
+            "queues_differ": I,
+        },
+        ("type", "pair", *lpair_props, "index", "queues_differ"),
+    )
     election_rec = obj({"type": {"const": "election"}, **el_props}, ("type", *el_props))
     trunc_rec = obj({"type": {"const": "truncation"}, **trunc_props}, ("type", *trunc_props))
     lost_rec = obj(
