@@ -225,3 +225,22 @@ def test_members_config_and_index_files_are_compared_as_classic_replicas(
     assert p["consume_queues"]["differ"] == [] and p["index"]["entries"]["in_both"] == 0
     code, text, _ = diff(capsys, a, b, fmt="jsonl")
     assert any(json.loads(x).get("name") == "OnlyOnB" for x in text.splitlines())
+
+
+def test_a_lost_message_the_leader_holds_in_another_entry_is_moved(
+    group: dict[str, tuple[Path, DlTwin]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """c2 (term 2) kept a's first 12 entries and then holds every later message of a but
+    the 13th, one index earlier each: under c2, a loses 408 entries, of which 407 messages
+    c2 holds (moved) and one is lost."""
+    a, ta = group["a"]
+    c2 = tmp_path / "c2"
+    dledger_twin(real_store("clean"), c2, PROFILE, term=1, self_id="n2", skip={12}, term_from=(12, 2))
+    code, doc, _ = diff(capsys, a, c2)
+    el = doc["dledger"]["election"]
+    assert code == 4 and el["best"] == [str(c2)] and [m["can_win"] for m in el["members"]] == [False, True]
+    (o,) = el["outlook"]
+    (f,) = o["followers"]
+    assert (f["lost_entries"], f["moved"]) == (len(ta.entries) - 12, len(ta.entries) - 13)
+    assert [e["on_leader"] for e in f["entries"][:3]] == [False, True, True]
+    assert f["entries"][0]["index"] == 12

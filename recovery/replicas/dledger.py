@@ -40,13 +40,14 @@ from typing import Any
 import numpy as np
 
 from ...formats import dledger as dl
+from .. import check as ck
 from ..dledger.layout import read_checkpoint, read_term
 from ..dledger.ledger import LedgerRecovery, ledger_for
 from ..store import MappedFile, Store
 from ..versions import BrokerProfile
 from .compare import Maps, first_difference
 from .indexdiff import compare_index_entries
-from .pairs import QueueUnits, compare_configs, compare_queues, index_summary, message_row
+from .pairs import Identities, QueueUnits, compare_configs, compare_queues, identity, index_summary, message_row
 from .read import check_at
 
 Progress = Callable[[int], None]
@@ -98,23 +99,37 @@ class LedgerSide:
         """What a vote compares: (ledgerEndTerm, ledgerEndIndex)."""
         return self.last_term, self.last
 
+    def checked(self, index: int) -> ck.Checked | None:
+        """The message in the entry at ``index`` as ``checkMessageAndReturnSize`` reads it
+        (None: no data file holds the entry)."""
+        k = index - self.begin
+        pos, size = int(self.pos[k]), int(self.size[k])
+        f = self.maps.file_at(pos)
+        if f is None:
+            return None
+        buf = self.maps.buf(f)
+        return check_at(buf, pos - f.base + dl.BODY_OFFSET, min(len(buf), pos - f.base + size), self.profile)
+
     def message(self, index: int) -> dict[str, Any]:
         """The entry at ``index`` (its ``entry_size``) and the message its body holds (its
         fields as a commitlog message's: ``size`` is the message's)."""
         k = index - self.begin
         pos, size = int(self.pos[k]), int(self.size[k])
         row: dict[str, Any] = {"index": index, "term": int(self.term[k]), "pos": pos, "entry_size": size}
-        f = self.maps.file_at(pos)
-        if f is None:
+        c = self.checked(index)
+        if c is None:
             row["status"] = "no data file holds it"
             return row
-        buf = self.maps.buf(f)
-        start = pos - f.base + dl.BODY_OFFSET
-        c = check_at(buf, start, min(len(buf), pos - f.base + size), self.profile)
         row["status"] = c.reason.value
         if c.is_message or c.rec is not None:
             row.update(message_row(pos + dl.BODY_OFFSET, c))
         return row
+
+    def identities(self, first: int) -> Identities:
+        """The identities (:func:`recovery.replicas.pairs.identity`) of the messages in the
+        entries from ``first`` on."""
+        cs = (self.checked(i) for i in range(max(first, self.begin), self.last + 1))
+        return Identities(identity(c) for c in cs if c is not None and c.is_message)
 
 
 def open_member(label: str, store: Store, profile: BrokerProfile, stack: ExitStack) -> LedgerSide:
@@ -292,7 +307,19 @@ def losses(leader: LedgerSide, follower: LedgerSide, limit: int, progress: Progr
     if count:
         k = first - follower.begin
         nbytes = int(follower.pos[-1] + follower.size[-1] - follower.pos[k])
-    listed = [follower.message(i) for i in range(first, first + min(count, limit))]
+    # a lost message the leader holds too, in an entry the follower receives (a producer's
+    # retry after the failover, say): not lost, moved (the same UNIQ_KEY, else topic, born
+    # host and time, keys and body CRC)
+    moved = 0
+    listed = []
+    if count:
+        theirs = leader.identities(keep + 1)
+        for i in range(first, follower.last + 1):
+            c = follower.checked(i)
+            there = c is not None and c.is_message and identity(c) in theirs
+            moved += there
+            if len(listed) < limit:
+                listed.append({**follower.message(i), "on_leader": bool(there)})
     return {
         "leader": leader.label,
         "member": follower.label,
@@ -301,6 +328,7 @@ def losses(leader: LedgerSide, follower: LedgerSide, limit: int, progress: Progr
         "lost_entries": count,
         "lost_bytes": nbytes,
         "lost_committed": lost_committed,
+        "moved": moved,
         "gains_entries": max(leader.last - max(keep, leader.begin - 1), 0) if leader.last >= 0 else 0,
         "entries": listed,
         "truncated": count > len(listed),

@@ -537,7 +537,8 @@ def _human_dledger(report: dict[str, Any]) -> None:
         for f in o["followers"]:
             say(
                 f"  under {o['leader']}: {f['member']} keeps through index {f['keeps_through_index']}, loses "
-                f"{f['lost_entries']} entr{'y' if f['lost_entries'] == 1 else 'ies'} ({f['lost_committed']} it counted committed)"
+                f"{f['lost_entries']} entr{'y' if f['lost_entries'] == 1 else 'ies'} ({f['lost_committed']} it counted committed; "
+                f"{f['moved']} of their messages on the leader too)"
                 f", receives {f['gains_entries']}"
             )
             rows += [{"leader": o["leader"], "member": f["member"], **e} for e in f["entries"]]

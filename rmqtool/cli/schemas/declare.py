@@ -1083,6 +1083,7 @@ def diff() -> dict[str, Any]:
     }
     entry_props = {"index": I, "term": I, "pos": I, "entry_size": I, "status": S, **msg_props, "field": S}
     entry_at = obj(entry_props, ("index", "term", "pos", "entry_size", "status"))
+    lost_at = obj({**entry_props, "on_leader": B}, ("index", "term", "pos", "entry_size", "status", "on_leader"))
     lpair_props = {
         "a": S,
         "b": S,
@@ -1109,6 +1110,7 @@ def diff() -> dict[str, Any]:
         "lost_entries": I,
         "lost_bytes": I,
         "lost_committed": I,
+        "moved": I,
         "gains_entries": I,
         "truncated": B,
     }
@@ -1131,7 +1133,7 @@ def diff() -> dict[str, Any]:
                             {
                                 "leader": S,
                                 "followers": arr(
-                                    obj({**trunc_props, "entries": arr(entry_at)}, (*trunc_props, "entries"))
+                                    obj({**trunc_props, "entries": arr(lost_at)}, (*trunc_props, "entries"))
                                 ),
                             },
                             ("leader", "followers"),
@@ -1158,8 +1160,8 @@ def diff() -> dict[str, Any]:
     election_rec = obj({"type": {"const": "election"}, **el_props}, ("type", *el_props))
     trunc_rec = obj({"type": {"const": "truncation"}, **trunc_props}, ("type", *trunc_props))
     lost_rec = obj(
-        {"type": {"const": "lost_entry"}, "leader": S, "member": S, **entry_props},
-        ("type", "leader", "member", "index", "term", "pos", "entry_size", "status"),
+        {"type": {"const": "lost_entry"}, "leader": S, "member": S, **entry_props, "on_leader": B},
+        ("type", "leader", "member", "index", "term", "pos", "entry_size", "status", "on_leader"),
     )
     doc = obj(
         {
