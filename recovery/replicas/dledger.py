@@ -311,7 +311,7 @@ def losses(leader: LedgerSide, follower: LedgerSide, limit: int, progress: Progr
     # retry after the failover, say): not lost, moved (the same UNIQ_KEY, else topic, born
     # host and time, keys and body CRC)
     moved = 0
-    listed = []
+    listed: list[dict[str, Any]] = []
     if count:
         theirs = leader.identities(keep + 1)
         for i in range(first, follower.last + 1):
