@@ -244,3 +244,22 @@ def test_a_lost_message_the_leader_holds_in_another_entry_is_moved(
     assert (f["lost_entries"], f["moved"]) == (len(ta.entries) - 12, len(ta.entries) - 13)
     assert [e["on_leader"] for e in f["entries"][:3]] == [False, True, True]
     assert f["entries"][0]["index"] == 12
+
+
+def test_csv_and_columns_of_a_dledger_group(
+    group: dict[str, tuple[Path, DlTwin]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import csv
+    import io
+
+    a, c = group["a"][0], group["c"][0]
+    capsys.readouterr()
+    assert run(["diff", str(a), str(c), "--broker-version", V, "-q", "--format", "csv"]) == 4
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    lost = [r for r in rows if r["record"] == "lost_entry" and r["leader"] == str(c)]
+    assert [int(r["index"]) for r in lost] == list(range(12, 32)) and all(r["msg_id"] for r in lost)
+    (t,) = [r for r in rows if r["record"] == "truncation" and r["leader"] == str(c)]
+    assert (t["member"], t["lost_entries"]) == (str(a), "408") and rows[-1]["record"] == "summary"
+    assert run(["diff", str(a), str(c), "--broker-version", V, "-q", "--columns", "index,on_leader"]) == 4
+    out = capsys.readouterr().out
+    assert "ON LEADER" in out and "MSG ID" not in out

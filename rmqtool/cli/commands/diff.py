@@ -360,8 +360,37 @@ def _config_records(i: int, cfg: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield {"type": "consumer_offset", "pair": i, **r}
 
 
+# the csv columns of a DLedger group's records
+DL_CSV_COLUMNS = [
+    ("store", "STORE"),
+    ("a", "A"),
+    ("b", "B"),
+    ("relation", "RELATION"),
+    ("first_unequal_index", "FIRST UNEQUAL INDEX"),
+    ("last_index", "LAST INDEX"),
+    ("last_term", "LAST TERM"),
+    ("committed_index", "COMMITTED"),
+    ("leader", "LEADER"),
+    ("member", "MEMBER"),
+    ("lost_entries", "LOST ENTRIES"),
+    ("moved", "MOVED"),
+    ("index", "INDEX"),
+    ("term", "TERM"),
+    ("pos", "POS"),
+    ("topic", "TOPIC"),
+    ("queue_id", "QUEUE"),
+    ("queue_offset", "QUEUE OFFSET"),
+    ("msg_id", "MSG ID"),
+    ("keys", "KEYS"),
+    ("on_leader", "ON LEADER"),
+]
+
+
 def write(report: dict[str, Any], fmt: str, columns: tuple[str, ...] | None, code: int) -> None:
-    shown = pick_columns(columns, CSV_COLUMNS, CSV_COLUMNS + [("type", "TYPE")])
+    if report.get("dledger"):
+        shown = pick_columns(columns, DL_CSV_COLUMNS, DL_CSV_COLUMNS + CSV_COLUMNS + [("type", "TYPE")])
+    else:
+        shown = pick_columns(columns, CSV_COLUMNS, CSV_COLUMNS + [("type", "TYPE")])
     emit(
         fmt,
         records=records(report),
@@ -389,7 +418,7 @@ def _cells(m: dict[str, Any], side_label: str) -> dict[str, Any]:
 def human(report: dict[str, Any], columns: tuple[str, ...] | None) -> None:
     """The report for people."""
     if report.get("dledger"):
-        _human_dledger(report)
+        _human_dledger(report, columns)
         return
     n = len(report["replicas"])
     say(f"rmqtool diff: {n} replicas")
@@ -488,7 +517,7 @@ LOST_COLUMNS = [
 ]
 
 
-def _human_dledger(report: dict[str, Any]) -> None:
+def _human_dledger(report: dict[str, Any], columns: tuple[str, ...] | None = None) -> None:
     d = report["dledger"]
     say(f"rmqtool diff: {len(d['members'])} members of a DLedger group")
     render(
@@ -543,7 +572,8 @@ def _human_dledger(report: dict[str, Any]) -> None:
             )
             rows += [{"leader": o["leader"], "member": f["member"], **e} for e in f["entries"]]
     if rows:
-        render(rows, "table", LOST_COLUMNS, title="entries lost")
+        shown = pick_columns(columns, LOST_COLUMNS, LOST_COLUMNS + DL_CSV_COLUMNS)
+        render(rows, "table", shown, title="entries lost")
     say("")
     say(f"verdict: {report['verdict']}")
 
