@@ -263,3 +263,24 @@ def test_csv_and_columns_of_a_dledger_group(
     assert run(["diff", str(a), str(c), "--broker-version", V, "-q", "--columns", "index,on_leader"]) == 4
     out = capsys.readouterr().out
     assert "ON LEADER" in out and "MSG ID" not in out
+
+
+def test_notes_two_members_of_one_self_id_and_a_member_the_broker_does_not_load(
+    group: dict[str, tuple[Path, DlTwin]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = group["a"][0]
+    b = _copy(a, tmp_path / "b")
+    code, doc, _ = diff(capsys, a, b)
+    (note,) = doc["dledger"]["notes"]
+    assert code == 0 and "both selfId n0" in note
+    data = b / "dledger-n0" / "data" / f"{0:020d}"
+    with open(data, "r+b") as fh:
+        fh.truncate(data.stat().st_size - 1)  # (DLedger's load exits: a data file not of its mapped size)
+    code, doc, _ = diff(capsys, a, b)
+    d = doc["dledger"]
+    assert [m["loads"] for m in d["members"]] == [True, False]
+    assert any(str(b) in n and "does not load" in n for n in d["notes"])
+    assert [m["votes"] for m in d["election"]["members"]] == [1, 0] and d["election"]["best"] == [str(a)]
+    capsys.readouterr()
+    run(["diff", str(a), str(b), "--broker-version", V, "-q", "--format", "jsonl"])
+    assert sum(json.loads(x)["type"] == "note" for x in capsys.readouterr().out.splitlines()) == 2

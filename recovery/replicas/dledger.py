@@ -375,8 +375,30 @@ def diff_dledger(members: list[LedgerSide], *, limit: int = 20, progress: Progre
         outlook.append({"leader": m.label, "followers": [losses(m, o, limit, progress) for o in members if o is not m]})
     el["outlook"] = outlook
     return {
+        "notes": _notes(members),
         "members": [member_row(m) for m in members],
         "pairs": pairs,
         "election": el,
         "diverged": sum(1 for p in pairs if p["relation"] in ("diverged", "disjoint")),
     }
+
+
+def _notes(members: list[LedgerSide]) -> list[str]:
+    """What the comparison assumes of the stores given that they do not bear out."""
+    notes = []
+    seen: dict[str, str] = {}
+    for m in members:
+        sid = m.store.dledger.self_id if m.store.dledger is not None else None
+        if sid is not None and sid in seen:
+            notes.append(
+                f"{seen[sid]} and {m.label} are both selfId {sid}: a group's members have distinct selfIds "
+                "(copies of one member, or members of different groups)"
+            )
+        elif sid is not None:
+            seen[sid] = m.label
+        if not m.lr.loads:
+            notes.append(
+                f"{m.label}: the broker does not load it ({m.lr.exits or m.lr.refused}): it neither votes nor "
+                "leads, and its ledger is compared as empty"
+            )
+    return notes

@@ -319,6 +319,8 @@ def records(report: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _dledger_records(d: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for n in d["notes"]:
+        yield {"type": "note", "note": n}
     for m in d["members"]:
         yield {"type": "member", **m}
     for i, p in enumerate(d["pairs"]):
@@ -535,9 +537,8 @@ def _human_dledger(report: dict[str, Any], columns: tuple[str, ...] | None = Non
             ("end", "WHERE IT ENDS"),
         ],
     )
-    for m in d["members"]:
-        if not m["loads"]:
-            say(f"  {m['store']}: the broker does not load it ({m['load_problem']}): no vote, no candidate")
+    for note in d["notes"]:
+        say(f"  note: {note}")
     for p in d["pairs"]:
         say("")
         say(f"{p['a']} <-> {p['b']}: {_ledger_words(p)}")

@@ -1123,6 +1123,7 @@ def diff() -> dict[str, Any]:
     }
     dledger_doc = obj(
         {
+            "notes": arr(S),
             "members": arr(obj(member_props, tuple(member_props))),
             "pairs": arr(obj({**lpair_props, **lpair_stores}, (*lpair_props, *lpair_stores))),
             "election": obj(
@@ -1144,7 +1145,7 @@ def diff() -> dict[str, Any]:
             ),
             "diverged": I,
         },
-        ("members", "pairs", "election", "diverged"),
+        ("notes", "members", "pairs", "election", "diverged"),
     )
     member_rec = obj({"type": {"const": "member"}, **member_props}, ("type", *member_props))
     lpair_rec = obj(
@@ -1193,6 +1194,7 @@ def diff() -> dict[str, Any]:
         "election": election_rec,
         "truncation": trunc_rec,
         "lost_entry": lost_rec,
+        "note": obj({"type": {"const": "note"}, "note": S}, ("type", "note")),
         "summary": summ,
         "document": doc,
     }
@@ -1213,6 +1215,7 @@ def diff() -> dict[str, Any]:
             "election",
             "truncation",
             "lost_entry",
+            "note",
         ],
     )
 
