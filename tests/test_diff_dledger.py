@@ -284,3 +284,21 @@ def test_notes_two_members_of_one_self_id_and_a_member_the_broker_does_not_load(
     capsys.readouterr()
     run(["diff", str(a), str(b), "--broker-version", V, "-q", "--format", "jsonl"])
     assert sum(json.loads(x)["type"] == "note" for x in capsys.readouterr().out.splitlines()) == 2
+
+
+def test_a_difference_inside_an_end_of_file_padding_is_no_entry_s(
+    group: dict[str, tuple[Path, DlTwin]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, ta = group["a"]
+    # the first entry followed by a padding (the next entry opens the next data file)
+    i = next(k for k in range(len(ta.entries) - 1) if ta.entries[k][1] + ta.entries[k][2] != ta.entries[k + 1][1])
+    end = ta.entries[i][1] + ta.entries[i][2]
+    assert ta.entries[i + 1][1] - end > 9 and ta.entries[i + 1][1] % ta.file_size == 0
+    b = _copy(a, tmp_path / "b")
+    data = b / "dledger-n0" / "data" / f"{end - end % ta.file_size:020d}"
+    raw = bytearray(data.read_bytes())
+    raw[end % ta.file_size + 9] ^= 0x5A  # a byte of the padding past its header
+    data.write_bytes(bytes(raw))
+    code, doc, _ = diff(capsys, a, b)
+    p = doc["dledger"]["pairs"][0]
+    assert code == 0 and p["relation"] == "identical" and p["first_unequal_index"] is None

@@ -216,6 +216,12 @@ def first_unequal(a: LedgerSide, b: LedgerSide, progress: Progress | None = None
         if _CRC_FIELDS[0] <= at < _CRC_FIELDS[1]:
             x = int(a.pos[lo - a.begin + k]) + _CRC_FIELDS[1]  # a field equals() does not compare
             continue
+        if at >= int(a.size[lo - a.begin + k]):
+            # past the entry's end: the end-of-file padding before the next entry (its header
+            # and zeros, the same on both sides when the entries around it are): a difference
+            # there is damage to no entry, and DLedgerEntry.equals compares entries only
+            x = int(a.pos[lo - a.begin + k + 1]) if lo + k < top else end
+            continue
         return lo + k, done
     return meta, done
 
