@@ -340,7 +340,7 @@ def inner_pairs(store: Any, positions: np.ndarray, queue_offsets: np.ndarray) ->
     (Long.parseLong, Short.parseShort), so both parse here."""
     from ..formats import commitlog as cl
     from ..formats.properties import INNER_BASE, INNER_NUM, decode_utf8, parse_properties
-    from .check import _java_long, java_parse_short
+    from .check import inner_batch_ok, java_parse_short
 
     base = np.asarray(queue_offsets, dtype=np.int64).copy()
     num = np.ones(len(base), dtype=np.int64)
@@ -372,7 +372,7 @@ def inner_pairs(store: Any, positions: np.ndarray, queue_offsets: np.ndarray) ->
                 props = parse_properties(decode_utf8(buf[p + 2 : p + 2 + plen]))
                 if INNER_NUM in props and INNER_BASE in props:
                     n = java_parse_short(props[INNER_NUM])
-                    if n is None or not _java_long(props[INNER_BASE]):  # (the walk refused it)
+                    if n is None or not inner_batch_ok(props):  # (the walk refused it)
                         base[j] = num[j] = -1
                         continue
                     base[j] = int(props[INNER_BASE])

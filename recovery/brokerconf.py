@@ -33,6 +33,7 @@ from typing import Any
 from ..formats.errors import RmqToolError
 from .brokersetters import SAMPLED, SETTERS
 from .findingcodes import FindingCode
+from .javaprops import BrokerConfigError, load_properties
 from .versions import DEFAULT_DELAY_LEVELS, BrokerProfile, parse_delay_levels, parse_version
 
 LOCATION = "location"
@@ -559,87 +560,6 @@ def decision(name: str) -> Decision:
 # java.util.Properties.load
 
 
-class BrokerConfigError(RmqToolError):
-    """The broker config file cannot be read (exit 8)."""
-
-
-def load_properties(text: str) -> dict[str, str]:
-    """``Properties.load``: returns key -> value, the last occurrence of a key winning."""
-    out: dict[str, str] = {}
-    lines = re.split(r"\r\n|\r|\n", text)
-    i = 0
-    ws = " \t\f"
-    while i < len(lines):
-        line = lines[i].lstrip(ws)
-        i += 1
-        if not line or line[0] in "#!":
-            continue  # blank or comment (a comment is never continued)
-        # join continuation lines: an odd number of trailing backslashes
-        while _odd_backslashes(line) and True:
-            line = line[:-1]
-            if i >= len(lines):
-                break
-            line += lines[i].lstrip(ws)
-            i += 1
-        key, value = _split_key(line)
-        out[_unescape(key)] = _unescape(value)
-    return out
-
-
-def _odd_backslashes(s: str) -> bool:
-    n = len(s) - len(s.rstrip("\\"))
-    return n % 2 == 1
-
-
-def _split_key(line: str) -> tuple[str, str]:
-    j = 0
-    n = len(line)
-    while j < n:
-        c = line[j]
-        if c == "\\":
-            j += 2
-            continue
-        if c in "=: \t\f":
-            break
-        j += 1
-    key = line[:j]
-    k = j
-    while k < n and line[k] in " \t\f":
-        k += 1
-    if k < n and line[k] in "=:":
-        k += 1
-        while k < n and line[k] in " \t\f":
-            k += 1
-    return key, line[k:]
-
-
-_ESC = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(s: str) -> str:
-    if "\\" not in s:
-        return s
-    out = []
-    j = 0
-    while j < len(s):
-        c = s[j]
-        if c != "\\" or j + 1 >= len(s):
-            out.append(c)
-            j += 1
-            continue
-        nxt = s[j + 1]
-        if nxt == "u":
-            h = s[j + 2 : j + 6]
-            if len(h) == 4 and all(ch in "0123456789abcdefABCDEF" for ch in h):
-                out.append(chr(int(h, 16)))
-                j += 6
-                continue
-            raise BrokerConfigError(f"malformed \\uxxxx escape ({s[j : j + 6]!r}): the broker fails to start")
-        out.append(_ESC.get(nxt, nxt))
-        j += 2
-    return "".join(out)
-
-
 # ---------------------------------------------------------------------------------------
 # properties2Object
 
@@ -845,6 +765,7 @@ class UnsupportedStoreError(RmqToolError):
     """A store rmqtool refuses to act on (exit 8)."""
 
 
+ROCKSDB_EXTRA = "reading it needs rocksdict, the rocksdb extra: pip install 'rmqtool[rocksdb]'"
 _ROCKSDB_MARKERS = re.compile(r"^(CURRENT|IDENTITY|LOCK|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log))$")
 
 
@@ -853,16 +774,19 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
     out: list[Refusal] = []
     if root.is_dir():
         out += dledger_refusals(root, conf)
-        cq = root / "consumequeue"
-        if cq.is_dir():
+        for name in ("consumequeue", "consumequeue_rocksdb"):
+            cq = root / name
+            if not cq.is_dir():
+                continue
             hits = sorted(p.name for p in cq.iterdir() if p.is_file() and _ROCKSDB_MARKERS.match(p.name))
             if hits:
                 out.append(
                     Refusal(
                         FindingCode.LAYOUT_ROCKSDB_CQ,
-                        "consumequeue",
-                        f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB: {', '.join(hits[:3])}): "
-                        "rmqtool handles only file consume queues",
+                        name,
+                        f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB or rocksdbCQDoubleWriteEnable: "
+                        f"{', '.join(hits[:3])}): rmqtool reads it (dump consumequeue, info, verify; "
+                        f"{ROCKSDB_EXTRA}) but does not recover, repair, rebuild or truncate it",
                     )
                 )
         ext = root / "consumequeue_ext"
@@ -996,7 +920,9 @@ def man_section() -> str:
         "layout or setting (LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ,",
         "LAYOUT_COMPACTION, UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger member's directory",
         "under a name no DLedger release uses, several members without dLegerSelfId, DLedger data files",
-        "holding classic records, a RocksDB consume queue (RocksDB files in consumequeue/),",
+        "holding classic records, a RocksDB consume queue (RocksDB files in consumequeue/ or",
+        "consumequeue_rocksdb/: verify checks it instead, its RCQ_* findings, when rocksdict, the rocksdb",
+        "extra, opens it; recover, repair and rebuild\\-index refuse it with LAYOUT_ROCKSDB_CQ),",
         "consumequeue_ext/ files, batchconsumequeue/ files (verify checks these instead: its BCQ_*",
         "findings; rebuild\\-index writes them; recover and repair refuse them with LAYOUT_BATCH_CQ), a",
         "compaction topic's log",

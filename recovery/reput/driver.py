@@ -17,7 +17,7 @@ from ..batch import DispatchColumns
 from ..batchcq import INNER_BATCH_FLAG, BatchQueueSet, BcqFileOut
 from ..broker import goes_to_consume_queue_batch
 from ..indexbuild import ConsumeQueueSet, ConsumeQueueWriter, IndexBuilder
-from ..query import CommitlogReader
+from ..reader import CommitlogReader
 from ..store import Store
 from ..versions import BrokerProfile
 from .model import BAD_TOPIC, ReputProblem, ReputStats, Span
