@@ -580,8 +580,20 @@ class Store:
         self.checkpoint_present = os.path.lexists(cp) and self._kind(cp) == REGULAR
         self.checkpoint_size = cp.stat().st_size if self.checkpoint_present else 0
         self.abort_present = os.path.lexists(self.root / "abort")
-        if self.abort_present:
-            self._kind(self.root / "abort")
+        if self.abort_present and self._kind(self.root / "abort") == DIRECTORY and not is_symlink(self.root / "abort"):
+            # (the broker takes any existing abort for the abort file (File.exists) and recovers
+            # abnormally; finishing that recovery removes it, and rmqtool never removes a directory:
+            # the destructive commands refuse it, dry run or not, as they refuse a FIFO)
+            self.issues.append(
+                LayoutIssue(
+                    "UNSAFE_FILE",
+                    "abort",
+                    "a directory where the abort file belongs: the broker takes it for the abort file and "
+                    "recovers abnormally, but rmqtool never removes a directory; replace it by an empty "
+                    "regular file (rmdir abort; touch abort) for that recovery",
+                    "error",
+                )
+            )
         self.lock_present = os.path.lexists(self.root / "lock")
         if self.lock_present and self._kind(self.root / "lock") != REGULAR:
             self.lock_present = False

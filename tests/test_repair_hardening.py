@@ -617,3 +617,27 @@ def test_a_checkpoint_repair_writes_where_there_was_none_is_planned_as_created(
         fh.write(bytes(8))
     code, plan = _plan(capsys, root)
     assert code == 4 and {"path": "checkpoint", "action": "replace"} in plan["writes"], plan["writes"]
+
+
+@pytest.mark.parametrize("command", ["recover", "repair"])
+def test_an_abort_that_is_a_directory_is_refused_by_the_dry_run_as_by_the_real_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """Issue 33 R5 (soak seed 2000413: a stray directory named ``abort``): the dry runs
+    exited 4 ("abort file present (removed last)") where the real runs exited 8 ("not a
+    regular file": rmqtool never removes a directory). The broker takes any existing
+    ``abort`` for the abort file (``File.exists``) and recovers abnormally; rmqtool cannot
+    finish that recovery by removing it, so both runs refuse it (status 8, the entry named,
+    nothing changed) and verify names it beside STORE_ABORT."""
+    root = _copy(tmp_path, "clean")
+    (root / "abort").mkdir()
+    before = tree_digest(root)
+    for args in (["--dry-run"], ["--yes", "--backup-dir", str(tmp_path / "b")]):
+        code, _out, err = _cli(capsys, command, str(root), "--quiet", *args)
+        assert code == 8, (args, err)
+        assert f"{root / 'abort'}" in err and "directory" in err, err
+    assert tree_digest(root) == before and (root / "abort").is_dir()
+    assert not (tmp_path / "b").exists()
+    code, out, _err = _cli(capsys, "verify", str(root), "--format", "json")
+    found = {(f["code"], f["file"]) for f in json.loads(out)["findings"]}
+    assert {("FILE_UNSAFE", "abort"), ("STORE_ABORT", "abort")} <= found, found
