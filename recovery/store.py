@@ -66,6 +66,9 @@ class Geometry:
     # size is a known geometry), "inferred" (the files' own headers and slots leave one),
     # or the sentence saying which one was assumed among several (judge nothing by it)
     index_assumption: str | None = None
+    # False where no option gave mappedFileSizeConsumeQueue and no consume queue file has a
+    # size that can be one: cq_file_size is then the default, a guess no queue file is written by
+    cq_file_size_known: bool = True
 
     @property
     def index_file_size(self) -> int:
@@ -487,14 +490,9 @@ class Store:
                     all_cq.extend(files)
         # (inferred from the files' sizes that can be one: the broker rounds
         # mappedFileSizeConsumeQueue up to whole units, so a size of another kind is damage)
-        g.cq_file_size = (
-            _round_cq(cq_file_size)
-            if cq_file_size
-            else (
-                _most_common([f.size for f in all_cq if f.size % CQ_UNIT == 0 and f.size <= JAVA_INT_MAX])
-                or DEFAULT_CQ_FILE_SIZE
-            )
-        )
+        inferred = _most_common([f.size for f in all_cq if f.size % CQ_UNIT == 0 and f.size <= JAVA_INT_MAX])
+        g.cq_file_size = _round_cq(cq_file_size) if cq_file_size else (inferred or DEFAULT_CQ_FILE_SIZE)
+        g.cq_file_size_known = bool(cq_file_size or inferred)
         for files in self.consume_queues.values():
             self._check_sizes(files, g.cq_file_size, "consumequeue")
             self._check_sequence(files, g.cq_file_size, "consumequeue")
