@@ -667,3 +667,24 @@ def test_repair_writes_no_consume_queue_of_a_guessed_size(tmp_path: Path, capsys
     )
     sizes = {p.stat().st_size for p in (root / "consumequeue").rglob("0000*")}
     assert code == 1 and sizes == {640}, (code, err, sizes)
+
+
+def test_recover_leaves_the_start_up_reput_to_the_broker_where_the_queue_size_is_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Soak seed 2000201 again: after repair left ``delay`` without consume queues (above),
+    ``recover --dry-run`` exited 4 (the fuzz's 'recover disagrees'): its 4.x start-up reput
+    would write every queue in files of the default size, which the broker (640 here)
+    refuses. That pass is the broker's start, which writes them at its own size: recover
+    leaves it there and says so; given the size, it does the reput."""
+    root = _copy(tmp_path / "a", "delay")
+    shutil.rmtree(root / "consumequeue")
+    code, out, err = _cli(capsys, "recover", str(root), "--dry-run")
+    assert code == 0 and "mappedFileSizeConsumeQueue" in out + err, out
+    code, _out, err = _cli(capsys, "recover", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b"))
+    assert code == 0 and not (root / "consumequeue").exists(), err
+    size = ["--cq-file-size", "640"]
+    assert _cli(capsys, "recover", str(root), "--dry-run", "--quiet", *size)[0] == 4
+    code, _out, err = _cli(capsys, "recover", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "c"), *size)
+    sizes = {p.stat().st_size for p in (root / "consumequeue").rglob("0000*")}
+    assert code == 1 and sizes == {640}, (code, err, sizes)

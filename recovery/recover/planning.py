@@ -392,7 +392,16 @@ def _plan_dispatch(p: _Planning) -> None:
     frozen_max = p.ctx.frozen_max
     if frozen_max >= 0:  # a queue recover leaves alone still holds what it holds
         p.post_trunc_max.append(min(frozen_max, process) if plan.cq_truncation else frozen_max)
-    if p.profile.startup_reput_from_cq:
+    if p.profile.startup_reput_from_cq and not p.store.geometry.cq_file_size_known:
+        # (no queue file tells mappedFileSizeConsumeQueue and no option gave it: queue files of a
+        # guessed size are files the broker refuses to load; its own start-up reput writes them
+        # at its size, index entries included, so recover leaves that pass to it: soak seed 2000201)
+        plan.notes.append(
+            "no consume queue file tells their size (mappedFileSizeConsumeQueue) and no option gave it: "
+            "the start-up reput is left to the broker's start, which writes the queues at its own size "
+            "(give --cq-file-size or --broker-config to have recover do it)"
+        )
+    elif p.profile.startup_reput_from_cq:
         # reputFrom = max over the queues' maxPhysicOffset after the truncation; the
         # abnormal dispatch raises it further, so there it is decided while applying
         after = max([min_offset] + p.post_trunc_max)
