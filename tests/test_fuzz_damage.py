@@ -1778,3 +1778,25 @@ def test_the_broker_sample_expects_the_queue_offset_repair_writes_back(tmp_path:
     queue = sorted((r["off"], r["qoff"]) for r in expected.values() if (r["topic"], r["qid"]) == ("TopicM", 2))
     i = [o for o, _q in queue].index(285380)
     assert written == expected[285380]["qoff"] == 116 == queue[i - 1][1] + 1 == queue[i + 1][1] - 1
+
+
+@pytest.mark.parametrize("seed", [2000678, 2000719])
+def test_a_dledger_store_s_dry_run_replays_its_dispatch_as_the_real_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int
+) -> None:
+    """Soak seeds 2000609, 2000678, 2000719, 2000736 (DLedger twins of many_files and
+    clean, a file of DLedger's removed or a sparse checkpoint): recover --dry-run exited 4
+    on a start-up reput of "? records" that the real run found had nothing to write (exit
+    0, "0 changes"): the DLedger planner never replayed its dispatch in memory as the
+    classic one does (issue 33 R5). Now the dry run says what the real run finds."""
+    root, _kind, desc = fd.make_store(tmp_path / "s", seed)
+    assert "DLedger twin" in desc
+    code, out, err = cli(capsys, "recover", str(root), "--dry-run", "--format", "json", "--broker-version", "4.9.4")
+    plan = json.loads(out)["plan"]
+    assert code == 0 and plan["summary"]["nothing_to_do"] and plan["summary"]["dispatch_writes"] is False, err
+    assert [d["records"] for d in plan["dispatch"] if d["name"] == "startup_reput"] == [0]
+    before = fd.tree_digest(root)
+    code, _out, err = cli(
+        capsys, "recover", str(root), "--yes", "--backup-dir", str(tmp_path / "b"), "--broker-version", "4.9.4"
+    )
+    assert code == 0 and fd.tree_digest(root) == before, err

@@ -73,7 +73,12 @@ def plan_recovery(
     if store.dledger is not None and store.dledger_data:
         from ..dledger.recover import plan_dledger
 
-        return plan_dledger(p)
+        plan_dledger(p)
+        # (the dry run replays its dispatch as on a classic store: soak seeds 2000609, 2000678,
+        # 2000719, 2000736, DLedger twins whose dry run promised a start-up reput, exit 4, that
+        # the real run found had nothing to write, exit 0; issue 33 R5)
+        _plan_dispatch_writes(p)
+        return p.plan
     if not p.files:
         return _plan_without_commitlog(p)
     plan_walks(p)
