@@ -820,6 +820,10 @@ def export() -> dict[str, Any]:
         "seconds_total": N,
         "seconds_after_start": N,
         "export_schema_version": I,
+        "distinct_messages": null(I),
+        "copies": null(I),
+        "timer_states_at_timestamp": null(I),
+        "timer_states_at": null(S),
     }
     doc = obj({**figures, **verdict_fields()}, ("what", "out", "stores", "rows", "schema_version", "exit_status"))
     summ = summary("export", figures, ("what", "out", "rows"))
