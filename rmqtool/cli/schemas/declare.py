@@ -199,6 +199,27 @@ def dump_timercheck() -> dict[str, Any]:
     return dump_file("timercheck", {"timercheck": _timer_spec_record(tr.TIMERCHECK, ("file", "size", "status"))})
 
 
+def dump_dledger() -> dict[str, Any]:
+    """A DLedger member's entries, its index units (--units) or its state (--state)."""
+
+    def typed_spec(spec: rec.RecordSpec, types: list[str], required: tuple[str, ...]) -> dict[str, Any]:
+        props = spec_props(spec)
+        props["type"] = {"enum": types}
+        return obj(props, ("type", *required))
+
+    return dump_file(
+        "dledger",
+        {
+            # (an end-of-file padding and an unreadable header are records of the entry walk too)
+            "entry": typed_spec(
+                rec.DLEDGER_ENTRY, ["entry", "padding", "damaged"], ("file", "pos", "offset", "status")
+            ),
+            "index_unit": typed_spec(rec.DLEDGER_UNIT, ["index_unit"], ("file", "pos", "place", "status")),
+            "state": typed_spec(rec.DLEDGER_STATE, ["state"], ("member", "status")),
+        },
+    )
+
+
 # ------------------------------------------------------------------------------- timers
 
 _STATES = {"enum": ["pending", "due", "delivered", "cancelled", "lost"]}
@@ -806,6 +827,53 @@ def restore() -> dict[str, Any]:
     return command_file("restore", {"action": action, "summary": summ, "document": doc}, ["action"])
 
 
+def convert() -> dict[str, Any]:
+    left = {
+        "index": I,
+        "entry_offset": I,
+        "message_offset": I,
+        "topic": S,
+        "queue_id": I,
+        "queue_offset": I,
+    }
+    left_out = obj({"type": {"const": "left_out"}, **left}, ("type", *left))
+    plan = obj(
+        {
+            "source": S,
+            "out": S,
+            "mapping": S,
+            "broker_version": S,
+            "divided_offset": I,
+            "classic_files": arr(S),
+            "committed_index": null(I),
+            "include_uncommitted": B,
+            "messages": I,
+            "bytes": I,
+            "commitlog_files": I,
+            "left_out": arr(obj(left, tuple(left))),
+            "ledger_end_index": I,
+            "estimate_bytes": I,
+            "free_bytes": null(I),
+            "notes": arr(S),
+        },
+        ("source", "out", "mapping", "broker_version", "divided_offset", "messages", "left_out"),
+    )
+    result = obj(
+        {"messages": I, "commitlog_files": I, "consume_queue_files": I, "index_files": I, "dispatched": null(I)},
+        ("messages", "commitlog_files", "consume_queue_files", "index_files"),
+    )
+    doc = obj(
+        {"dry_run": B, "plan": plan, "result": null(result), **verdict_fields()},
+        ("dry_run", "plan", "result", "schema_version", "verdict", "exit_status"),
+    )
+    summ = summary(
+        "convert",
+        {"dry_run": B, "out": S, "mapping": S, "messages": I, "left_out": I},
+        ("dry_run", "out", "mapping", "messages", "left_out"),
+    )
+    return command_file("convert", {"left_out": left_out, "summary": summ, "document": doc}, ["left_out"])
+
+
 def export() -> dict[str, Any]:
     figures = {
         "what": {"enum": ["commitlog", "consumequeue", "index"]},
@@ -1277,6 +1345,7 @@ FILES = {
     "dump-timerlog": dump_timerlog,
     "dump-timerwheel": dump_timerwheel,
     "dump-timercheck": dump_timercheck,
+    "dump-dledger": dump_dledger,
     "timers": timers,
     "verify": verify,
     "info": info,
@@ -1287,6 +1356,7 @@ FILES = {
     "rebuild-index": rebuild_index,
     "restore": restore,
     "export": export,
+    "convert": convert,
     "diff": diff,
     "report": report,
 }
