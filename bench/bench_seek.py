@@ -105,7 +105,7 @@ def main() -> int:
         root = Path(tmp.name) / "store"
     build(root, args.size, args.topics)
 
-    from rmqtool.recovery.query import CommitlogReader
+    from rmqtool.recovery.reader import CommitlogReader
     from rmqtool.recovery.seek import dispatched_end, record_starts
     from rmqtool.recovery.store import Store
     from rmqtool.recovery.versions import BrokerProfile

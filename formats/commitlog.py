@@ -123,7 +123,7 @@ RECORD_PREFIX = "TOTALSIZE and MAGICCODE, common to every record" * Struct(
 PREFIX, _ = fixed_struct(RECORD_PREFIX)  # (total_size, magic)
 _SYSFLAG_AT = 36
 SYSFLAG = struct.Struct(">i")
-_I16 = struct.Struct(">h")
+I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 
 
@@ -322,7 +322,7 @@ def decode_message(
     if lay.v2:
         if p + 2 > end:
             raise DecodeFailure("short", "topic_length", p)
-        (topic_len,) = _I16.unpack_from(buf, p)
+        (topic_len,) = I16.unpack_from(buf, p)
         p += 2
     else:
         if p + 1 > end:
@@ -341,7 +341,7 @@ def decode_message(
     p += topic_len
     if p + 2 > end:
         raise DecodeFailure("short", "properties_length", p)
-    (prop_len,) = _I16.unpack_from(buf, p)
+    (prop_len,) = I16.unpack_from(buf, p)
     p += 2
     props_pos = p
     props = ""

@@ -55,7 +55,7 @@ __all__ = [
 MODE_NORMAL = "normal"
 MODE_ABNORMAL = "abnormal"
 
-_FIRST_CHUNK = 1 << 12  # units looked at first by the unit scans (the chunk doubles after each)
+FIRST_CHUNK = 1 << 12  # units looked at first by the unit scans (the chunk doubles after each)
 
 _F = TypeVar("_F")
 
@@ -100,7 +100,7 @@ def _first_in_chunks(n: int, start: int, bad: Callable[[int, int], np.ndarray]) 
     """The first index ``i >= start`` where ``bad(lo, hi)[i - lo]`` holds, ``n`` if none:
     looked at in chunks that double, so that a scan that stops early costs little."""
     i = start
-    step = _FIRST_CHUNK
+    step = FIRST_CHUNK
     while i < n:
         j = min(n, i + step)
         hit = np.flatnonzero(bad(i, j))

@@ -38,7 +38,7 @@ import numpy as np
 from ..formats import commitlog as cl
 from . import ccore
 from . import check as ck
-from .scan import ByteViews, byte_at
+from .byteviews import ByteViews, byte_at
 from .versions import BrokerProfile
 
 __all__ = ["CLASSIC", "Framing"]

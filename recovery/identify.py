@@ -23,10 +23,10 @@ from ..formats.errors import FormatError
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, unpack_header
 from ..formats.properties import parse_properties, parse_properties_legacy
 from . import check as ck
+from .batch.plain import plain_records
 from .broker import goes_to_index
+from .byteviews import byte_views
 from .indexbuild import record_key_hashes
-from .plainwalk import plain_records
-from .scan import byte_views
 from .store import Store, StoreFile
 from .versions import DEFAULT_VERSION, RELEASES, BrokerProfile, parse_version, version_label
 from .walk import GO, STOP, Act, Policy, Source, finish, store_framing, walk
@@ -380,7 +380,7 @@ def index_tags_rule(store: Store) -> tuple[bool, str] | None:
     with its tag key's hash (5.4.0+) or has all its other keys and not that one (up to
     5.3.3); the newest such record decides. None: no such record (then the rule cannot
     matter to what the index holds of these records)."""
-    from .query import CommitlogReader
+    from .reader import CommitlogReader
 
     g = store.geometry
     files = [f for f in store.index_files if f.size >= HEADER_SIZE + g.index_slot_num * SLOT_SIZE]

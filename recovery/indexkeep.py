@@ -50,10 +50,10 @@ import numpy as np
 from ..formats import commitlog as cl
 from ..formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE, IndexHeader, unpack_header
 from .broker import goes_to_index
+from .byteviews import byte_views
 from .check import Checked
 from .indexbuild import record_key_hashes
-from .query import CommitlogReader
-from .scan import byte_views
+from .reader import CommitlogReader
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 from .walk import store_framing

@@ -34,7 +34,7 @@ class LazyExports:
     def bind(self, module: types.ModuleType) -> None:
         """Keep in the package every name it exports from ``module``, as an eager ``from
         .module import ...`` did: also over the submodule itself where one bears the name of
-        its module (``safety.restore``, the function, not the module)."""
+        its module (the function, not the submodule)."""
         rel = "." + module.__name__.rsplit(".", 1)[1]
         package = vars(sys.modules[self.package])
         for name, where in self.names.items():

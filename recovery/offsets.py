@@ -32,7 +32,7 @@ from ..formats.config import read_config_bytes
 from ..formats.errors import FormatError, RmqToolError
 from .configfiles import config_blocking_start
 from .findingcodes import FindingCode
-from .query import CommitlogReader
+from .reader import CommitlogReader
 from .rocksoffsets import RocksUnavailable, read_store
 from .store import CQ_UNIT, Store
 from .versions import BrokerProfile
@@ -141,11 +141,11 @@ def views_of(store: Store, queues: dict[tuple[str, int], Any]) -> dict[tuple[str
 
 def _disk_end(q: Any) -> int:
     """End of the queue's files on disk as CQ recovery leaves them (before any dispatch)."""
-    from .recover import _cq_units  # start-up time, as in queue_views
+    from .recover.queues import cq_units  # start-up time, as in queue_views
 
     end = 0
     for b in sorted(q.disk):
-        units = _cq_units(q.disk[b], q.F)
+        units = cq_units(q.disk[b], q.F)
         bad = np.flatnonzero((units["commitlog_offset"] < 0) | (units["size"] <= 0))
         n = int(bad[0]) if len(bad) else len(units)
         end = (b + n * CQ_UNIT) // CQ_UNIT

@@ -26,6 +26,7 @@ from ..formats.safeio import classify, read_small
 from . import check as ck
 from . import query as qy
 from . import seek as sk
+from .reader import CommitlogReader
 from .scan import blank_fields, message_fields
 from .store import Store, StoreFile
 from .walk import store_framing
@@ -658,7 +659,7 @@ def scheduled_records(
 
     got = collect(store, profile)
     qids = set(queue_ids) if queue_ids else None
-    with qy.CommitlogReader(store, profile) as reader:
+    with CommitlogReader(store, profile) as reader:
         for r in still_scheduled(got, set(topics), qids):
             loc = reader.record_at(r.phys)
             if loc is None or not loc.checked.is_message:

@@ -69,21 +69,21 @@ from .repairfiles import Window, content_size, copy_prefix, range_writer, same_c
 from .repairregions import HEADER_FIELD, Quarantined, Region, commitlog_model
 from .reput import CqFileOut, IndexFileOut
 from .safety import StoreTransaction, WorkDir
+from .scan import queue_hint_runs
 from .store import Store, StoreFile
 from .verify import (
     DAMAGED,
     ERROR,
     Finding,
-    _layout_findings,
-    _read_index_header,
     cq_recover_max_phy,
     load_queues,
-    queue_hint_runs,
     recovery_outlook,
     scan_commitlog,
     to_queue,
     verify_store,
 )
+from .verify.commitlog import layout_findings
+from .verify.index import read_index_header
 from .versions import BrokerProfile
 
 Progress = Callable[[int], None]
@@ -694,10 +694,10 @@ def _lay_out_regions(
 def _recover_would_cut(store: Store, profile: BrokerProfile, scans: Any, recs: Any) -> int:
     """The intact records the broker's recovery (the mode the abort file selects) would
     cut: verify's and recover's count, which repair keeps."""
-    _layout, blockers = _layout_findings(store, profile)
+    _layout, blockers = layout_findings(store, profile)
     per_file = max(1, store.geometry.cq_file_size // 20)
     max_phy = max((cq_recover_max_phy(q, per_file) for q in load_queues(store)), default=-1)
-    headers = [(f.name, _read_index_header(f)) for f in store.index_files]
+    headers = [(f.name, read_index_header(f)) for f in store.index_files]
     out = recovery_outlook(store, profile, scans, recs, max_phy, store.read_checkpoint(), blockers, headers)
     mode = out[out["mode"]]
     return int(mode["records_cut"]) if mode is not None else 0  # (no commitlog file: nothing to cut)

@@ -1,5 +1,5 @@
 """Helpers of the walks of the commitlog (:mod:`recovery.walk` is the walk): searches
-for non-zero bytes (zero tails, holes), byte views of a buffer, the consume queues'
+for non-zero bytes (zero tails, holes), the consume queues'
 offsets as hints of record starts, and the record -> plain-fields conversion shared by
 ``dump`` and ``export`` (one parser for both paths).
 """
@@ -10,7 +10,7 @@ import base64
 import hashlib
 import os
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -267,34 +267,7 @@ def blank_fields(file_name: str, pos: int, buf: Any, file_base: int, framing: An
 
 
 # ---------------------------------------------------------------------------------------
-# Byte views, and the consume queues' offsets as hints of record starts
-
-
-class ByteViews(NamedTuple):
-    """Big-endian integers at any byte position of a buffer (strided views, no copy)."""
-
-    u1: np.ndarray
-    i1: np.ndarray
-    i2: np.ndarray
-    i4: np.ndarray
-    n: int
-    i8: np.ndarray
-
-
-def byte_views(buf: Any) -> ByteViews:
-    n = len(buf)
-    u1 = np.frombuffer(buf, dtype=np.uint8)
-    i2 = np.ndarray((max(n - 1, 0),), dtype=">i2", buffer=buf, strides=(1,))
-    i4 = np.ndarray((max(n - 3, 0),), dtype=">i4", buffer=buf, strides=(1,))
-    i8 = np.ndarray((max(n - 7, 0),), dtype=">i8", buffer=buf, strides=(1,))
-    return ByteViews(u1, u1.view(np.int8), i2, i4, n, i8)
-
-
-def byte_at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """``view[pos]`` with positions clipped into the buffer (a value read at a clipped
-    position is garbage and must be masked by the caller)."""
-    out: np.ndarray = view[np.clip(pos, 0, len(view) - 1)]
-    return out
+# The consume queues' offsets as hints of record starts
 
 
 def queue_hints(store: Store) -> np.ndarray | None:

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..formats.consumequeue import read_units
 from . import check as ck
-from .query import CommitlogReader, Located
+from .reader import CommitlogReader, Located
 from .store import Store, StoreFile
 from .versions import BrokerProfile
 from .walk import store_framing

@@ -20,7 +20,8 @@ from ..formats.checkpoint import CHECKPOINT_READ_SIZE, decode_checkpoint
 from ..formats.consumequeue import CQ_UNIT_SIZE, read_units
 from ..formats.errors import FormatError
 from ..formats.safeio import MISSING, REGULAR, classify, read_small
-from .query import CommitlogReader, read_index_header
+from .query import read_index_header
+from .reader import CommitlogReader
 from .safety import broker_holds_lock, find_workdirs, lock_file_problem, lock_holder, pending_journals
 from .store import FileMap, Store
 from .versions import BrokerProfile

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..formats.commitlog import HEADER_OFFSETS
 from ..formats.consumequeue import read_units
-from .scan import byte_views
+from .byteviews import byte_views
 from .store import Store
 
 # bucket widths a chart's axis can name (ms): the smallest that leaves at most MAX_BUCKETS

@@ -603,20 +603,6 @@ def holds_scheduled(store: Store, profile: BrokerProfile) -> bool:
 Mark = tuple[str | None, int | None]  # (state, copy_of)
 
 
-def recovered_end(store: Store, profile: BrokerProfile) -> int | None:
-    """Where the broker's recovery ends the commitlog (what its next start can read; None:
-    no commitlog, or a store recover refuses: read as far as the walk goes)."""
-    if not store.commitlog:
-        return None
-    from .recover import plan_recovery  # (recovery.recover imports this module)
-
-    try:
-        plan = plan_recovery(store, profile, check_unread=False, salvage=False, reindex=False, timer=False)
-    except Exception:  # noqa: BLE001 - a store recover refuses: read as far as the walk goes
-        return None
-    return int(plan.end_offset)
-
-
 @dataclass
 class ExportMarks:
     """What export adds to a store's scheduled records and delivered copies
@@ -632,14 +618,17 @@ class ExportMarks:
         return sum(1 for _s, c in self.marks.values() if c is not None)
 
 
-def export_marks(store: Store, profile: BrokerProfile, at: int) -> ExportMarks:
+def export_marks(
+    store: Store, profile: BrokerProfile, at: int, end_offset: Callable[[], int | None] | None = None
+) -> ExportMarks:
     """The marks of ``store`` at ``at``, as ``rmqtool timers --at`` computes the states (the
-    same recovered commitlog end, timer files and walk); none when the store holds no
-    timer or delay data (:func:`holds_scheduled`)."""
+    same timer files and walk; ``end_offset``: where the broker's recovery ends the
+    commitlog, asked only when the store holds timer or delay data: none, as
+    :func:`holds_scheduled` says, gives no marks)."""
     if not holds_scheduled(store, profile):
         return ExportMarks({})
     tfiles = ts.open_timer_files(store, profile) if profile.has_timer_store else None
-    got = collect(store, profile, recovered_end(store, profile))
+    got = collect(store, profile, end_offset() if end_offset is not None else None)
     if tfiles is not None and tfiles.fatal:
         return ExportMarks(copy_marks(got, None), tfiles.fatal[0].one_line(store.root))
     return ExportMarks(copy_marks(got, report_of(store, profile, at, got, tfiles).rows))

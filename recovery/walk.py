@@ -57,8 +57,9 @@ import numpy as np
 
 from . import ccore
 from . import check as ck
+from .byteviews import ByteViews, byte_views
 from .framing import CLASSIC, Framing
-from .scan import ByteViews, byte_views, first_nonzero_block
+from .scan import first_nonzero_block
 from .store import Store
 from .versions import BrokerProfile
 

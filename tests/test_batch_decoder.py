@@ -21,7 +21,7 @@ from rmqtool.formats.javahash import java_hash_units_batch
 from rmqtool.recovery import ccore
 from rmqtool.recovery import check as ck
 from rmqtool.recovery.batch import MAX_RUN, BatchDecoder, Words, first_unsure, plain_records
-from rmqtool.recovery.scan import byte_views
+from rmqtool.recovery.byteviews import byte_views
 from rmqtool.recovery.shapes import SHAPES, write_shape_store
 from rmqtool.recovery.versions import BrokerProfile
 

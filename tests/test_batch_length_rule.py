@@ -16,7 +16,7 @@ from rmqtool.recovery import check as ck
 from rmqtool.recovery.batch import BatchDecoder, Words, plain_records
 from rmqtool.recovery.batch.header import header_columns
 from rmqtool.recovery.batch.layout import length_matches
-from rmqtool.recovery.scan import byte_views
+from rmqtool.recovery.byteviews import byte_views
 from rmqtool.recovery.versions import BrokerProfile
 
 P494 = BrokerProfile.for_version("4.9.4")

@@ -301,7 +301,7 @@ def test_inner_batch_sizes_gathers_the_fields_of_every_record_layout(tmp_path: P
     """The numpy gather of verify's batch check against the records' decoded properties, for
     V1 and V2 records and every host layout (IPv4/IPv6 born and store hosts)."""
     from rmqtool.cli.options import make_profile
-    from rmqtool.recovery.query import CommitlogReader
+    from rmqtool.recovery.reader import CommitlogReader
     from rmqtool.recovery.store import Store
     from rmqtool.recovery.verify.batchcq import inner_batch_sizes
 

@@ -13,9 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from rmqtool.cli import cli
-from rmqtool.formats.consumequeue import CQ_DTYPE
+from rmqtool.formats.consumequeue import CQ_DTYPE, read_units
+from rmqtool.recovery import broker
 from rmqtool.recovery import indexbuild as ib
 from rmqtool.recovery import recover as rc
+from rmqtool.recovery.recover import queues
 from rmqtool.recovery.shapes import SHAPES, write_shape_store
 
 
@@ -40,9 +42,9 @@ def test_first_bad_unit_equals_the_whole_file_scan_and_looks_at_few_units_past_t
         return (r["commitlog_offset"] < 0) | (r["size"] <= 0)
 
     whole = np.flatnonzero((u["commitlog_offset"] < 0) | (u["size"] <= 0))
-    assert rc._first_bad_unit(u, 0, bad) == (int(whole[0]) if len(whole) else n) == valid
-    assert sum(seen) <= max(2 * valid, 0) + rc._FIRST_CHUNK
-    assert rc._first_bad_unit(u, min(valid, 5), bad) == valid
+    assert broker.first_unit_where(u, 0, bad) == (int(whole[0]) if len(whole) else n) == valid
+    assert sum(seen) <= max(2 * valid, 0) + broker.FIRST_CHUNK
+    assert broker.first_unit_where(u, min(valid, 5), bad) == valid
 
 
 def test_truncate_units_keeps_the_unchecked_first_unit_and_cuts_at_phy() -> None:
@@ -50,10 +52,10 @@ def test_truncate_units_keeps_the_unchecked_first_unit_and_cuts_at_phy() -> None
     u = _units(5000, F // 20, "zeros")
     files = {0: u}
     # the cut at phy: units at or past it go, the first unit of the last file is never checked
-    assert rc._truncate_units(files.__getitem__, [0], F, 250_000) == (1, 2500 * 20, 2500 * 100)
-    assert rc._truncate_units(files.__getitem__, [0], F, 10**12) == (1, 5000 * 20, 5000 * 100)
-    assert rc._truncate_units(files.__getitem__, [0], F, 1) == (1, 20, 100)
-    assert rc._truncate_units(files.__getitem__, [0], F, 0) == (0, None, 0)
+    assert broker.truncate_dirty_logic_files(files.__getitem__, [0], F, 250_000) == (1, 2500 * 20, 2500 * 100)
+    assert broker.truncate_dirty_logic_files(files.__getitem__, [0], F, 10**12) == (1, 5000 * 20, 5000 * 100)
+    assert broker.truncate_dirty_logic_files(files.__getitem__, [0], F, 1) == (1, 20, 100)
+    assert broker.truncate_dirty_logic_files(files.__getitem__, [0], F, 0) == (0, None, 0)
 
 
 def test_writer_files_trim_new_is_the_full_file_without_its_zero_tail() -> None:
@@ -105,9 +107,9 @@ def test_clean_normal_recovery_makes_no_queue_writer_and_reads_no_whole_queue_fi
 
     (gen_store / "checkpoint").unlink()  # (recover writes one: the plan is applied, with nothing to dispatch)
     read: list[str] = []
-    real_read = rc._read_cq
+    real_read = queues._read_cq
     monkeypatch.setattr(ib.ConsumeQueueWriter, "__init__", counted)
-    monkeypatch.setattr(rc, "_read_cq", lambda f, F: read.append(f.name) or real_read(f, F))
+    monkeypatch.setattr(queues, "_read_cq", lambda f, F: read.append(f.name) or real_read(f, F))
     r = CliRunner().invoke(cli, ["recover", str(gen_store), "--normal", "--yes", "--broker-version", "4.9.4"])
     assert r.exit_code in (0, 1), r.output
     assert "done: 1 changes, 0 records dispatched" in r.output
@@ -146,7 +148,7 @@ def _cq_file(path: Path, units: np.ndarray, sparse: bool, F: int) -> None:
 @pytest.mark.parametrize("sparse", [True, False], ids=["holes", "zeros-written"])
 @pytest.mark.parametrize("layout", ["few", "full", "first-unit-zero", "garbage-after-zero", "empty"])
 def test_cq_units_prefix_gives_the_whole_file_scans_answers(tmp_path: Path, layout: str, sparse: bool) -> None:
-    """_cq_units reads a queue file only up to its first invalid unit after the first; every
+    """cq_units reads a queue file only up to its first invalid unit after the first; every
     scan over it answers as over the whole file (CQ recovery, the dirty-unit cut at any
     phy), the unchecked first unit of the cut included."""
     from rmqtool.recovery.store import StoreFile
@@ -166,13 +168,15 @@ def test_cq_units_prefix_gives_the_whole_file_scans_answers(tmp_path: Path, layo
     p = tmp_path / "00000000000000000000"
     _cq_file(p, u, sparse, F)
     f = StoreFile(p, 0, F)
-    got = rc._cq_units(f, F)
-    whole = rc.read_units(rc._read_cq(f, F))
+    got = queues.cq_units(f, F)
+    whole = read_units(queues._read_cq(f, F))
     assert len(got) >= 1 and got.tobytes() == whole[: len(got)].tobytes()
     for phy in (0, 1, 50, 50 * 150, 50 * 299, 50 * 300, 50 * 8999, 10**9):
-        assert rc._truncate_units(lambda b: got, [0], F, phy) == rc._truncate_units(lambda b: whole, [0], F, phy), phy
-    full_first_bad = rc._first_bad_unit(whole, 0, lambda r: (r["commitlog_offset"] < 0) | (r["size"] <= 0))
-    assert rc._first_bad_unit(got, 0, lambda r: (r["commitlog_offset"] < 0) | (r["size"] <= 0)) == full_first_bad
+        assert broker.truncate_dirty_logic_files(lambda b: got, [0], F, phy) == broker.truncate_dirty_logic_files(
+            lambda b: whole, [0], F, phy
+        ), phy
+    full_first_bad = broker.first_unit_where(whole, 0, lambda r: (r["commitlog_offset"] < 0) | (r["size"] <= 0))
+    assert broker.first_unit_where(got, 0, lambda r: (r["commitlog_offset"] < 0) | (r["size"] <= 0)) == full_first_bad
     assert rc.recover_queue([f], F).write_offset == full_first_bad * 20
     if layout != "full":
         assert len(got) < n  # (read only so far)

@@ -213,7 +213,7 @@ def test_an_unwritable_queue_directory_is_refused_before_any_change(public_tmp: 
 
 def test_an_index_name_far_ahead_is_passed_by_bisection_not_by_steps() -> None:
     from rmqtool.formats.names import index_file_name, index_name_after
-    from rmqtool.recovery.reput import _name_new_index_files
+    from rmqtool.recovery.reput.output import name_new_index_files
 
     t0 = time.perf_counter()
     ms, name = index_name_after(1763766118711, "20261399999999999")  # month 13: no such time
@@ -226,7 +226,7 @@ def test_an_index_name_far_ahead_is_passed_by_bisection_not_by_steps() -> None:
     class Img:
         first_store_timestamp = 1763766118711
 
-    assert _name_new_index_files([Img(), Img()], "20261399999999999", None) == [name, index_file_name(ms + 1)]
+    assert name_new_index_files([Img(), Img()], "20261399999999999", None) == [name, index_file_name(ms + 1)]
 
 
 def test_recover_with_the_newest_index_renamed_far_ahead_finishes(tmp_path: Path) -> None:
@@ -1676,8 +1676,8 @@ def test_the_version_guess_skips_a_truncated_index_file(
 def test_journal_and_manifest_nested_too_deep_are_clear_errors(tmp_path: Path) -> None:
     from rmqtool.recovery.backups import needed_backups
     from rmqtool.recovery.safety import JOURNAL_DIR
-    from rmqtool.recovery.safety.journal import JournalError, _read_journal
-    from rmqtool.recovery.safety.restore import ManifestError, load_manifest
+    from rmqtool.recovery.safety.journal import JournalError, read_journal
+    from rmqtool.recovery.safety.restoring import ManifestError, load_manifest
 
     (tmp_path / "manifest.json").write_text(DEEP_JSON, encoding="utf-8")
     with pytest.raises(ManifestError, match="corrupt manifest"):
@@ -1686,7 +1686,7 @@ def test_journal_and_manifest_nested_too_deep_are_clear_errors(tmp_path: Path) -
     jdir.mkdir(parents=True)
     (jdir / "journal.json").write_text(DEEP_JSON, encoding="utf-8")
     with pytest.raises(JournalError, match="not valid JSON"):
-        _read_journal(jdir)
+        read_journal(jdir)
     assert needed_backups(tmp_path / "store") == set()
 
 

@@ -926,9 +926,9 @@ def test_force_verify_fast_path_takes_intact_records_at_once(tmp_path: Path) -> 
     record): all of them, and stops at the first changed one."""
     import numpy as np
 
-    from rmqtool.recovery import recover as rc
-    from rmqtool.recovery.plainwalk import plain_records
-    from rmqtool.recovery.scan import byte_views
+    from rmqtool.recovery.batch.plain import plain_records
+    from rmqtool.recovery.byteviews import byte_views
+    from rmqtool.recovery.recover.walk import prop_crc_prefix
 
     root = tmp_path / "s"
     recs = write_store(
@@ -944,7 +944,7 @@ def test_force_verify_fast_path_takes_intact_records_at_once(tmp_path: Path) -> 
         v = byte_views(mv)
         pl = plain_records(data, v, starts, tots, profile)
         assert pl.ok.all()  # the plain test passes them all; the __CRC32# check decides
-        return int(rc.prop_crc_prefix(mv, v, starts, tots, pl.props_len, profile))
+        return int(prop_crc_prefix(mv, v, starts, tots, pl.props_len, profile))
 
     assert plain_then_prop_crc(bytes(buf)) == len(starts)
     struct.pack_into(">i", buf, int(starts[4]) + 16, 9)

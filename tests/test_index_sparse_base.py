@@ -1,5 +1,5 @@
 """recover continuing the last kept index file reads it through a map that knows the
-file's holes (``recover.writing._index_file_bytes``): the image's ``write_to`` then writes
+file's holes (``recover.writing.index_file_bytes``): the image's ``write_to`` then writes
 the blocks in a hole as zeros without reading them, and still gives ``to_bytes``' bytes,
 stray bytes past indexCount included."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from rmqtool.recovery.indexbuild import DispatchRequest, IndexBuilder
 from rmqtool.recovery.indexbuild import image as image_mod
-from rmqtool.recovery.recover.writing import _index_file_bytes
+from rmqtool.recovery.recover.writing import index_file_bytes
 from rmqtool.recovery.store import map_readonly
 
 SLOTS, ENTRIES = 1000, 200_000  # 4 MB: room for holes between the data
@@ -67,7 +67,7 @@ def test_index_file_map_knows_the_data_extents(tmp_path: Path) -> None:
     with open(path, "wb") as f:
         f.write(b"\x01" * 5000)
         f.truncate(64 << 20)
-    m = _index_file_bytes(path)
+    m = index_file_bytes(path)
     try:
         ext = m.data_extents
         assert ext and ext[0][0] == 0 and ext[0][1] >= 5000 and ext[-1][1] <= 64 << 20

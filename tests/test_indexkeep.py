@@ -476,11 +476,11 @@ def test_keyed_record_between(built: tuple[Path, list[bytes]], tmp_path: Path) -
     root = _copy(built, tmp_path)
     store = Store.open(root, index_slot_num=SLOTS, index_num=ENTRIES)
     h = [_header(p) for p in _files(root)]
-    from rmqtool.recovery.recover import _keys_indexed_at
+    from rmqtool.recovery.recover.indexfiles import keys_indexed_at
 
     fs = store.index_files
     for a in (0, 1):
-        held = _keys_indexed_at(fs[a], h[a], fs[a + 1], h[a + 1], SLOTS)
+        held = keys_indexed_at(fs[a], h[a], fs[a + 1], h[a + 1], SLOTS)
         assert ik.keyed_record_between(store, P494, h[a][3], h[a + 1][2], after_lo=True, keys_at_lo=held) is None
         assert ik.keyed_record_between(store, P494, h[a][3], h[a + 1][2], after_lo=True, keys_at_lo=held - 1) == h[a][3]
     assert ik.keyed_record_between(store, P494, 0, 0) is None
@@ -546,11 +546,11 @@ def test_a_record_whose_keys_span_a_lost_file(tmp_path: Path) -> None:
     plan = plan_recovery(Store.open(root, index_slot_num=16, index_num=10), P494)
     assert plan.index_kept == [] and plan.index_discarded[0].file == f"index/{files[lost + 1].name}"
     # the hole test itself: the record the kept file ends with has keys no remaining file holds
-    from rmqtool.recovery.recover import _keys_indexed_at
+    from rmqtool.recovery.recover.indexfiles import keys_indexed_at
 
     st = Store.open(root, index_slot_num=16, index_num=10)
     fp, fc = st.index_files[lost - 1], st.index_files[lost]
-    held = _keys_indexed_at(fp, h[lost - 1], fc, h[lost + 1], 16)
+    held = keys_indexed_at(fp, h[lost - 1], fc, h[lost + 1], 16)
     assert 0 < held < 21  # UNIQ_KEY and 20 keys
     assert (
         ik.keyed_record_between(st, P494, h[lost - 1][3], h[lost + 1][2], after_lo=True, keys_at_lo=held)

@@ -81,7 +81,7 @@ def test_ctrl_c_while_salvaging_leaves_no_temporary_file(
     """(An interrupted recover left its salvage files behind, ~130 MB on a big store.) The
     interrupt lands in the middle of writing them; a salvage directory that was there
     before keeps what it held."""
-    from rmqtool.recovery import recover as rc
+    from rmqtool.recovery.recover import salvage as salvage_mod
 
     root = copy_store("crash_midwrite", tmp_path / "s")
     salvage = tmp_path / "salvage"
@@ -92,7 +92,7 @@ def test_ctrl_c_while_salvaging_leaves_no_temporary_file(
         fh.seek(100)
         fh.write(b"\xff" * 8)
     before = tree_digest(root)
-    real, calls = rc.add_times, []
+    real, calls = salvage_mod.add_times, []
 
     def add_times(rec: dict) -> dict:
         calls.append(1)
@@ -100,7 +100,7 @@ def test_ctrl_c_while_salvaging_leaves_no_temporary_file(
             raise KeyboardInterrupt
         return real(rec)
 
-    monkeypatch.setattr(rc, "add_times", add_times)
+    monkeypatch.setattr(salvage_mod, "add_times", add_times)
     code = run(["recover", str(root), "--salvage-to", str(salvage), "-q"] + (["--dry-run"] if dry_run else ["--yes"]))
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln and "problem" not in ln and "warning" not in ln]
     assert len(calls) == 5 and code == Exit.INTERRUPTED, err

@@ -281,6 +281,7 @@ def test_ctrl_c_during_recover_says_whether_the_store_changed(
     import os
 
     from rmqtool.recovery import safety
+    from rmqtool.recovery.safety import hooks
 
     ref = copy_store("crash_midwrite", tmp_path / "ref")
     assert run(["recover", "--yes", "-q", str(ref), "--backup-dir", str(tmp_path / "bkref")]) == 1
@@ -292,7 +293,7 @@ def test_ctrl_c_during_recover_says_whether_the_store_changed(
         raise KeyboardInterrupt
 
     monkeypatch.setenv(safety.CRASH_ENV, str(step))
-    monkeypatch.setattr(safety, "_steps_done", 0)  # the hook counts steps per process
+    monkeypatch.setattr(hooks, "steps_done", 0)  # the hook counts steps per process
     monkeypatch.setattr(os, "_exit", interrupt)
     capsys.readouterr()
     code = run(["recover", "--yes", "-q", str(root), "--backup-dir", str(tmp_path / "bk")])

@@ -20,7 +20,8 @@ from walkref import walk_file
 from rmqtool.recovery import check as ck
 from rmqtool.recovery import recover as rc
 from rmqtool.recovery.batch.plain import crc_failures, plain_records
-from rmqtool.recovery.scan import byte_views, queue_hint_runs
+from rmqtool.recovery.byteviews import byte_views
+from rmqtool.recovery.scan import queue_hint_runs
 from rmqtool.recovery.shapes import SHAPES, write_consume_queues, write_shape_store
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.synth import write_synthetic_store
@@ -108,7 +109,7 @@ def test_recover_walk_calls_check_record_only_where_it_stops(shape_stores, name:
     h = queue_hint_runs(store) if hints else None
     if hints:
         assert h
-    monkeypatch.setattr(rc.ck, "check_record", counted)
+    monkeypatch.setattr(ck, "check_record", counted)
     scans = rc.scan_files(store, profile, store.commitlog, check_crc=True, jobs=1, hints=h)
     monkeypatch.undo()
     assert sum(s.records for s in scans) == expected
@@ -184,7 +185,7 @@ def test_reput_fast_decoder_takes_every_record_and_dispatches_as_check_record(
         calls.append(pos)
         return real(buf, pos, *a, **k)
 
-    monkeypatch.setattr(rp.ck, "check_record", counted)
+    monkeypatch.setattr(ck, "check_record", counted)
     fast = rp.DispatchColumns.concat(list(rp.iter_dispatch(store, profile, fast=True)))
     monkeypatch.undo()
     assert list(fast.requests()) == list(slow.requests())

@@ -28,7 +28,10 @@ from rmqtool.formats import commitlog as cl
 from rmqtool.formats.javahash import index_hash, java_hash
 from rmqtool.formats.names import index_file_name
 from rmqtool.recovery import reput as rp
-from rmqtool.recovery.indexbuild import IndexBuilder
+from rmqtool.recovery.batch import hash_spans
+from rmqtool.recovery.broker import parse_index_file_name
+from rmqtool.recovery.indexbuild import IndexBuilder, IndexFileImage
+from rmqtool.recovery.reput.output import name_new_index_files
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import BrokerProfile
 
@@ -471,12 +474,12 @@ def test_index_names_follow_the_first_record_and_the_zone(tmp_path: Path, capsys
 
     assert [p.name for p in index_names(root)] == [index_file_name(first_ts, ZoneInfo("Asia/Shanghai"))]
     # continuing after an existing name bumps past it, keeping names ascending
-    images = [rp.IndexFileImage(100, 400) for _ in range(3)]
+    images = [IndexFileImage(100, 400) for _ in range(3)]
     for img, ts in zip(images, (1700000000123, 1700000000123, 1600000000000)):
         img.first_store_timestamp = ts
-    names = rp._name_new_index_files(images, "20231114221320500", None)
+    names = name_new_index_files(images, "20231114221320500", None)
     assert names == ["20231114221320501", "20231114221320502", "20231114221320503"]
-    assert rp.parse_index_file_name("20231114221320123") == 1700000000123
+    assert parse_index_file_name("20231114221320123") == 1700000000123
 
 
 # ----------------------------------------------------------------------------- fast path
@@ -644,7 +647,7 @@ def test_vectorised_span_hash_is_java_hashcode(strings: list[str]) -> None:
     J = b"".join(raw)
     va = np.cumsum([0] + [len(r) for r in raw[:-1]]).astype(np.int64)
     vb = va + np.array([len(r) for r in raw], dtype=np.int64)
-    h, lens, nonascii = rp._hash_spans(np.frombuffer(J, np.uint8), va, vb)
+    h, lens, nonascii = hash_spans(np.frombuffer(J, np.uint8), va, vb)
     for i, s in enumerate(strings):
         assert bool(nonascii[i]) == (not s.isascii())
         if s.isascii():

@@ -29,6 +29,9 @@ from rmqtool.cli import run
 from rmqtool.formats.consumequeue import read_units
 from rmqtool.recovery import recover as rc
 from rmqtool.recovery.query import index_query
+from rmqtool.recovery.recover import queues
+from rmqtool.recovery.recover.walk import TUNING
+from rmqtool.recovery.scan import queue_hint_runs
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import BrokerProfile
 
@@ -120,7 +123,7 @@ def _cq_view(root: Path) -> dict[str, dict[str, Any]]:
         if st.write_offset is None:
             out[f"{t}/{q}"] = {"min_offset": 0, "max_offset": 0, "entries": []}
             continue
-        units = np.concatenate([read_units(rc._read_cq(f, F_CQ)) for f in st.kept])
+        units = np.concatenate([read_units(queues._read_cq(f, F_CQ)) for f in st.kept])
         base = st.kept[0].base // 20
         n = st.write_offset // 20 - base
         units = units[:n]
@@ -634,7 +637,7 @@ def test_parallel_sliced_walk_equals_the_broker_walk(
             steps = list(walk_file(mf.buf, mf.size, P494, check_crc=True))
             stop = steps[-1]
             want.append((f.name, len(steps) - 1, stop.pos, stop.checked.reason))
-    monkeypatch.setattr(rc, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(TUNING, "parallel_min_bytes", 0)
     # hints (likely record starts) only speed the walk up: true starts, the consume queues'
     # offsets, and garbage (positions inside records, past the data, another chain) alike
     true_starts = np.array([r["phys_offset"] for r in view["commitlog_records"]], dtype=np.int64)
@@ -642,7 +645,7 @@ def test_parallel_sliced_walk_equals_the_broker_walk(
     garbage = np.concatenate(
         [true_starts + rng.integers(1, 90, len(true_starts)), rng.integers(0, files[-1].base + 65536, 500)]
     )
-    cq = rc.queue_hint_runs(store)  # runs, one per queue file: every walk task sorts its share
+    cq = queue_hint_runs(store)  # runs, one per queue file: every walk task sorts its share
     merged = np.unique(np.concatenate(cq))
     for span, jobs, hints in (
         (1 << 20, 1, None),
@@ -654,8 +657,8 @@ def test_parallel_sliced_walk_equals_the_broker_walk(
         (5000, 2, np.unique(np.concatenate([true_starts, garbage]))),
         (1 << 20, 1, np.unique(garbage)),
     ):
-        for batch in (rc._WALK_BATCH, 5):  # records per numpy pass: with 5, many batch boundaries
-            monkeypatch.setattr(rc, "_WALK_BATCH", batch)
+        for batch in (TUNING.batch_records, 5):  # records per numpy pass: with 5, many batch boundaries
+            monkeypatch.setattr(TUNING, "batch_records", batch)
             got = rc.scan_files(store, P494, files, check_crc=True, jobs=jobs, span=span, hints=hints)
             assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want, (span, jobs, batch)
 
@@ -671,7 +674,7 @@ def test_walk_tasks_take_the_hints_inherited_through_fork(tmp_path: Path, monkey
     root = _copy(tmp_path / "s", CRASH)
     store = Store.open(root)
     files = [f for f in store.commitlog if f.size > 0]
-    cq = rc.queue_hint_runs(store)
+    cq = queue_hint_runs(store)
     want = [(s.name, s.records, s.stop_pos, s.stop_reason) for s in rc.scan_files(store, P494, files, jobs=1, hints=cq)]
     seen: list[tuple] = []
 
@@ -691,13 +694,13 @@ def test_walk_tasks_take_the_hints_inherited_through_fork(tmp_path: Path, monkey
             f.set_result(fn(t))
             return f
 
-    monkeypatch.setattr(rc, "_PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(rc, "_pool", InProcess)
+    monkeypatch.setattr(TUNING, "parallel_min_bytes", 0)
+    monkeypatch.setattr(TUNING, "pool", InProcess)
     got = rc.scan_files(store, P494, files, jobs=2, span=3000, hints=cq)
     assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want
     assert len(seen) > 2 and all(isinstance(t[10], transfer.Inherited) for t in seen)
     assert not transfer.is_shared(seen[0][10])  # forgotten after the walk
-    monkeypatch.setattr(rc, "fork_context", lambda: None)  # no fork: the arrays travel with the tasks
+    monkeypatch.setattr(TUNING, "fork_context", lambda: None)  # no fork: the arrays travel with the tasks
     seen.clear()
     got = rc.scan_files(store, P494, files, jobs=2, span=3000, hints=cq)
     assert [(s.name, s.records, s.stop_pos, s.stop_reason) for s in got] == want
@@ -707,7 +710,7 @@ def test_walk_tasks_take_the_hints_inherited_through_fork(tmp_path: Path, monkey
 def test_dispatch_in_worker_processes_gives_the_same_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ref = _copy(tmp_path / "ref", CRASH)
     assert _recover(ref, "--jobs", "1") == 1
-    monkeypatch.setattr(rc, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(TUNING, "parallel_min_bytes", 0)
     root = _copy(tmp_path / "par", CRASH)
     assert _recover(root, "--jobs", "2") == 1
     assert _digest(root) == _digest(ref)

@@ -14,7 +14,7 @@ import pytest
 from conftest import copy_store
 
 from rmqtool.recovery import reput as rp
-from rmqtool.recovery.reput import DispatchColumns, ReputStats, iter_dispatch, iter_dispatch_parallel
+from rmqtool.recovery.reput import DispatchColumns, ReputStats, iter_dispatch, iter_dispatch_parallel, pieces
 from rmqtool.recovery.store import Store
 from rmqtool.recovery.versions import BrokerProfile
 
@@ -137,10 +137,10 @@ def test_laid_end_to_end_detects_gaps() -> None:
             z,
         )
 
-    assert rp._laid_end_to_end([cols([10, 20], [10, 5]), cols([25], [5])], 10, 30)
-    assert not rp._laid_end_to_end([cols([10, 20], [10, 5]), cols([26], [4])], 10, 30)
-    assert not rp._laid_end_to_end([cols([10, 20], [10, 5])], 10, 30)
-    assert not rp._laid_end_to_end([cols([11], [19])], 10, 30)
+    assert pieces.laid_end_to_end([cols([10, 20], [10, 5]), cols([25], [5])], 10, 30)
+    assert not pieces.laid_end_to_end([cols([10, 20], [10, 5]), cols([26], [4])], 10, 30)
+    assert not pieces.laid_end_to_end([cols([10, 20], [10, 5])], 10, 30)
+    assert not pieces.laid_end_to_end([cols([11], [19])], 10, 30)
 
 
 @pytest.mark.parametrize("name", ["clean", "crash_midwrite", "delay", "many_files"])
@@ -233,7 +233,7 @@ def test_pieces_come_back_through_shared_memory_or_plainly(
     monkeypatch.setattr(transfer.Arena, "take", take)
     arenas: list = []
     if slot_size is not None:
-        real_arena = rp.Arena
+        real_arena = transfer.Arena
 
         def small(slots: int, _size: int):  # noqa: ANN202
             arenas.append(real_arena(slots, slot_size))

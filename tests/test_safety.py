@@ -32,6 +32,12 @@ from rmqtool.recovery.safety import (
     recover_pending,
     restore,
 )
+from rmqtool.recovery.safety import apply as s_apply
+from rmqtool.recovery.safety import digests as s_digests
+from rmqtool.recovery.safety import hooks as s_hooks
+from rmqtool.recovery.safety import journal as s_journal
+from rmqtool.recovery.safety import pending as s_pending
+from rmqtool.recovery.safety import transaction as s_transaction
 
 CL0 = "commitlog/00000000000000000000"
 CL1 = "commitlog/00000000000000065536"
@@ -112,7 +118,7 @@ def run_forked(code: str, *args: str, crash_after: int | None = None) -> int:
             os.environ.pop(safety.CRASH_ENV, None)
             if crash_after is not None:
                 os.environ[safety.CRASH_ENV] = str(crash_after)
-            safety._steps_done = 0
+            s_hooks.steps_done = 0
             sys.argv = ["-c", *args]
             exec(compile(textwrap.dedent(code), "<forked>", "exec"), {"__name__": "__forked__"})
         except BaseException:
@@ -856,8 +862,8 @@ def test_digest_matches_with_seen_reads_a_file_once_per_tail_length(
     full = hashlib.sha256(data).hexdigest()
     other = hashlib.sha256(b"other").hexdigest()
     calls: list[int | None] = []
-    real = safety._sha256_head
-    monkeypatch.setattr(safety, "_sha256_head", lambda path, n: calls.append(n) or real(path, n))
+    real = s_digests.sha256_head
+    monkeypatch.setattr(s_digests, "sha256_head", lambda path, n: calls.append(n) or real(path, n))
     seen: dict = {}
     got = [safety.digest_matches(p, w, seen) for w in (other, full, described, other + f"+{2 << 20}z")]
     assert got == [False, True, True, False]
@@ -967,7 +973,7 @@ def test_io_error_while_applying_names_the_file_and_the_next_run_finishes(
     clean = copy_store("crash_midwrite", tmp_path / "a")
     assert run(["recover", "--yes", str(clean), "-q", "--backup-dir", str(tmp_path / "bka")]) == 1
     root = copy_store("crash_midwrite", tmp_path / "b")
-    real = safety._apply_step
+    real = s_apply.apply_step
     calls = []
 
     def flaky(store: Path, jdir: Path, step: object) -> None:
@@ -976,14 +982,16 @@ def test_io_error_while_applying_names_the_file_and_the_next_run_finishes(
             raise OSError(5, "Input/output error")
         real(store, jdir, step)
 
-    monkeypatch.setattr(safety, "_apply_step", flaky)
+    for user in (s_transaction, s_pending):  # (the steps a run makes, and those the next run finishes)
+        monkeypatch.setattr(user, "apply_step", flaky)
     capsys.readouterr()
     assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bkb")]) == 8
     err = capsys.readouterr().err.strip().splitlines()
     step = calls[1]
     assert len(err) == 1 and str(root / step.path) in err[0] and "Input/output error" in err[0]  # type: ignore[attr-defined]
     assert "finishes it at the next rmqtool run" in err[0]
-    monkeypatch.setattr(safety, "_apply_step", real)
+    for user in (s_transaction, s_pending):
+        monkeypatch.setattr(user, "apply_step", real)
     assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bkc")]) == 1
     assert tree_digest(root) == tree_digest(clean)
 
@@ -1022,15 +1030,17 @@ def test_failed_cleanup_after_a_complete_change(
     from rmqtool.cli import run
 
     root = copy_store("crash_midwrite", tmp_path)
-    real = safety._remove_journal_dir
+    real = s_journal.remove_journal_dir
 
     def failing(store: Path, jdir: Path) -> None:
         (jdir / "journal.json").unlink()  # cut short after the journal file went
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(safety, "_remove_journal_dir", failing)
+    for user in (s_transaction, s_pending):
+        monkeypatch.setattr(user, "remove_journal_dir", failing)
     assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bk")]) == 1
-    monkeypatch.setattr(safety, "_remove_journal_dir", real)
+    for user in (s_transaction, s_pending):
+        monkeypatch.setattr(user, "remove_journal_dir", real)
     assert safety.pending_journals(root)
     capsys.readouterr()
     assert run(["recover", "--yes", str(root), "-q", "--backup-dir", str(tmp_path / "bk2")]) == 0

@@ -189,14 +189,14 @@ def test_the_room_a_backup_needs_counts_allocated_blocks(tmp_path: Path) -> None
     blocks (a link can fail): recover on a store with a commitlog file sparse-extended to
     64 GiB needed 64 GiB free and refused."""
     from rmqtool.recovery.safety.backup import backup_bytes_needed
-    from rmqtool.recovery.safety.plan import _Step
+    from rmqtool.recovery.safety.plan import Step
 
     store = tmp_path / "store"
     store.mkdir()
     with open(store / "big", "wb") as f:
         f.write(b"\x01" * 4096)
         f.truncate(64 << 30)
-    steps = [_Step("remove", "big", orig_size=64 << 30), _Step("truncate_tail", "other", offset=10, length=300)]
+    steps = [Step("remove", "big", orig_size=64 << 30), Step("truncate_tail", "other", offset=10, length=300)]
     assert backup_bytes_needed(steps) == (64 << 30) + 300
     allocated = os.stat(store / "big").st_blocks * 512
     assert backup_bytes_needed(steps, store) == min(allocated, 64 << 30) + 300
@@ -215,9 +215,9 @@ def test_a_file_of_many_extents_is_copied_byte_for_byte(
 
     from rmqtool.recovery.safety import apply as apply_mod
     from rmqtool.recovery.safety import backup as backup_mod
-    from rmqtool.recovery.safety.apply import _copy_holes_kept
+    from rmqtool.recovery.safety.apply import copy_holes_kept
     from rmqtool.recovery.safety.backup import copy_to_backup
-    from rmqtool.recovery.safety.digests import _Hasher, digest_matches
+    from rmqtool.recovery.safety.digests import Hasher, digest_matches
 
     def big_buffers(file: Any, mode: str = "r", buffering: int = -1, *a: Any, **k: Any) -> Any:
         # (a file system whose block size is larger than its holes: a 128 KiB buffer)
@@ -237,9 +237,9 @@ def test_a_file_of_many_extents_is_copied_byte_for_byte(
         digest = copy_to_backup(src, dst)
         assert digest_matches(src, digest)
     else:
-        h = _Hasher()
+        h = Hasher()
         with open(dst, "wb") as out:
-            _copy_holes_kept(src, out, h)
+            copy_holes_kept(src, out, h)
         h.hexdigest()
         h.close()
     assert dst.read_bytes() == src.read_bytes()

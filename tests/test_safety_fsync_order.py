@@ -110,10 +110,10 @@ def test_journal_text_holds_every_step_field_one_step_a_line() -> None:
     import dataclasses
     import json
 
-    from rmqtool.recovery.safety.plan import _Step, journal_text
+    from rmqtool.recovery.safety.plan import Step, journal_text
 
     steps = [
-        _Step(
+        Step(
             "create",
             "consumequeue/T/0/x",
             staged="000001",
@@ -122,12 +122,12 @@ def test_journal_text_holds_every_step_field_one_step_a_line() -> None:
             new_sha256="ab",
             created_dirs=["consumequeue/T"],
         ),
-        _Step("truncate_tail", "commitlog/0", offset=5, length=7, zero_fill=True, orig_size=12),
-        _Step("remove", "abort", orig_size=0),
+        Step("truncate_tail", "commitlog/0", offset=5, length=7, zero_fill=True, orig_size=12),
+        Step("remove", "abort", orig_size=0),
     ]
     head = {"format": "rmqtool-journal", "state": "prepared", "backup_dir": None, "description": 'tab\tquote"é'}
     for some in (steps, []):
         text = journal_text(head, some)
         assert json.loads(text) == {**head, "steps": [dataclasses.asdict(s) for s in some]}
         assert len(text.splitlines()) == len(head) + 3 + (len(some) + 1 if some else 0)
-        assert [_Step.from_dict(d) for d in json.loads(text)["steps"]] == some
+        assert [Step.from_dict(d) for d in json.loads(text)["steps"]] == some

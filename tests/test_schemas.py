@@ -18,7 +18,7 @@ from conftest import REAL_NAMES, copy_store, real_store
 
 from rmqtool.cli import run
 from rmqtool.cli.output import SCHEMA_VERSION
-from rmqtool.cli.schemas import NAMES, declare, load, part
+from rmqtool.cli.schemas import NAMES, common, declare, load, part
 
 MAN = Path(__file__).resolve().parent.parent / "man"
 V = "4.9.4"  # the fixtures' release
@@ -26,7 +26,7 @@ V = "4.9.4"  # the fixtures' release
 
 def test_the_schema_files_are_current() -> None:
     assert declare.main(["--check"]) == 0
-    assert declare.SCHEMA_VERSION == SCHEMA_VERSION
+    assert common.SCHEMA_VERSION == SCHEMA_VERSION
     for name in NAMES:
         jsonschema.Draft202012Validator.check_schema(load(name))
 

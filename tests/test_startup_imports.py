@@ -198,25 +198,30 @@ def test_batch_table_of_lazy_names_is_its_all() -> None:
     assert sorted(n for names in batch._FROM.values() for n in names) == sorted(batch.__all__)
 
 
-def test_a_name_set_on_the_safety_package_reaches_its_lazy_submodules() -> None:
-    """A test's ``monkeypatch.setattr(safety, name, ...)`` reaches a submodule the package
-    imports lazily, as it did when every submodule was imported with the package (the
-    submodule is imported first)."""
+def test_the_split_packages_are_plain_modules_and_keep_their_lazy_submodules_unloaded() -> None:
+    """(Issue 32: ``PatchablePackage`` is gone.) ``safety`` and ``recover`` are plain
+    modules: a name set on the package stays on the package (tests patch the module that
+    uses a name, or the walk's ``TUNING``), and setting one imports no lazy submodule."""
     code = (
-        "import rmqtool.recovery.safety as s, sys\n"
-        "assert 'rmqtool.recovery.safety.transaction' not in sys.modules\n"
-        "s._apply_step = 'patched'\n"
-        "print(sys.modules['rmqtool.recovery.safety.transaction']._apply_step)\n"
+        "import types, sys\n"
+        "import rmqtool.recovery.safety as s, rmqtool.recovery.recover as r\n"
+        "print(type(s) is types.ModuleType, type(r) is types.ModuleType)\n"
+        "s.apply_step = 'patched'\n"
+        "r.plan_recovery = 'patched'\n"
+        "print('rmqtool.recovery.safety.transaction' in sys.modules, 'rmqtool.recovery.recover.applying' in sys.modules)\n"
+        "import rmqtool.recovery.recover.planning as p, rmqtool.recovery.safety.transaction as t\n"
+        "print(t.apply_step == 'patched', callable(p.plan_recovery))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "patched"
+    assert out.stdout.split() == ["True", "True", "False", "False", "False", "True"]
 
 
-@pytest.mark.parametrize("first", ["s.load_manifest", "import rmqtool.recovery.safety.restore"])
+@pytest.mark.parametrize("first", ["s.load_manifest", "import rmqtool.recovery.safety.restoring"])
 def test_safety_restore_stays_the_function_when_its_module_loads_lazily(first: str) -> None:
-    """``safety.restore`` is a function in a submodule of the same name: importing that
-    submodule lazily (through another of its names, or directly) leaves the package's
-    ``restore`` the function, as the eager import did."""
+    """``safety.restore`` is a function of a lazily imported submodule (``restoring``, no
+    longer of the function's name, which the import system overwrote with the module):
+    importing that submodule lazily (through another of its names, or directly) leaves the
+    package's ``restore`` the function, as the eager import did."""
     code = (
         "import types\nimport rmqtool.recovery.safety as s\n"
         f"{first}\n"

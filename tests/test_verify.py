@@ -29,6 +29,8 @@ from rmqtool.formats.properties import split_keys
 from rmqtool.recovery import scan
 from rmqtool.recovery import verify as v
 from rmqtool.recovery.store import Store
+from rmqtool.recovery.verify import consumequeue as vconsumequeue
+from rmqtool.recovery.verify import parts as vparts
 from rmqtool.recovery.versions import BrokerProfile
 
 MAN = Path(__file__).resolve().parent.parent / "man" / "rmqtool-verify.1"
@@ -837,7 +839,7 @@ def test_jobs_with_another_thread_alive_uses_forkserver(monkeypatch: pytest.Monk
     t = threading.Thread(target=stop.wait, daemon=True)
     t.start()
     try:
-        assert v._mp_context().get_start_method() == "forkserver"
+        assert vparts._mp_context().get_start_method() == "forkserver"
         r = report(real_store("crash_midwrite"), jobs=2, part_size=8192)
     finally:
         stop.set()
@@ -986,7 +988,7 @@ def test_hash_slot_count_of_another_version_is_a_warning(tmp_path: Path, capsys:
 
 
 # ---------------------------------------------------------------------------------------
-# index entries against their records' keys (the grouped comparison of _KeyMatch)
+# index entries against their records' keys (the grouped comparison of KeyMatch)
 
 
 def _naive_key_match(
@@ -1004,7 +1006,7 @@ def _naive_key_match(
 def test_key_match_equals_the_pair_definition(seed: int) -> None:
     rng = np.random.default_rng(seed)
     n_rec = 300
-    # 0 to 3 keys for most records, 17-60 (past _KeyMatch.MANY) for a few, duplicates among them
+    # 0 to 3 keys for most records, 17-60 (past KeyMatch.MANY) for a few, duplicates among them
     counts = np.where(rng.random(n_rec) < 0.05, rng.integers(17, 60, n_rec), rng.integers(0, 4, n_rec))
     key_rec = np.repeat(np.arange(n_rec), counts)
     key_hash = rng.integers(0, 40, len(key_rec)).astype(np.int32)  # few values: duplicate hashes
@@ -1025,7 +1027,7 @@ def test_key_match_equals_the_pair_definition(seed: int) -> None:
         key_hash=key_hash,
         anomalies=[],
     )
-    km = v._KeyMatch(recs)
+    km = vconsumequeue.KeyMatch(recs)
     all_entries: list[tuple[int, bool, int]] = []
     got_ok: list[bool] = []
     for _file in range(3):  # several index files share one record of which keys were named
@@ -1046,7 +1048,7 @@ def test_key_match_equals_the_pair_definition(seed: int) -> None:
 
 
 def test_index_of_records_with_many_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Records with more keys than _KeyMatch.MANY (and a repeated key): sound after
+    """Records with more keys than KeyMatch.MANY (and a repeated key): sound after
     rebuild-index; one entry of such a record with a wrong hash is the one finding."""
     import test_version_behaviour as av
 

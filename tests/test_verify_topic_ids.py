@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rmqtool.recovery.verify import props as vprops
-from rmqtool.recovery.verify.records import ScanOptions, _Ctx, _Rec
+from rmqtool.recovery.verify.records import Ctx, Rec, ScanOptions
 from rmqtool.recovery.versions import BrokerProfile
 
 
@@ -31,8 +31,8 @@ def _run(topics: list[bytes], seed: int) -> tuple[bytes, np.ndarray, np.ndarray]
 def _ids(
     buf: bytes, pos: np.ndarray, lens: np.ndarray, one_by_one: bool, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[list[int], list[str]]:
-    ctx = _Ctx(buf, len(buf), 0, BrokerProfile.for_version("5.3.3"), ScanOptions())
-    out = _Rec()
+    ctx = Ctx(buf, len(buf), 0, BrokerProfile.for_version("5.3.3"), ScanOptions())
+    out = Rec()
     with monkeypatch.context() as m:
         if one_by_one:
             m.setattr(vprops, "_TOPIC_WORDS_MAX", 0)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rmqtool.recovery import recover as rc
+from rmqtool.recovery.recover import walk
 from rmqtool.recovery.shapes import SHAPES, write_shape_store
 from rmqtool.recovery.store import Store
 
@@ -28,13 +29,13 @@ def test_walk_slices_stop_at_the_last_data_extent_and_the_walk_is_unchanged(tmp_
     store = Store.open(root)
     profile = SHAPES["gen_commitlog"].profile
     seen: list[tuple[int, int]] = []
-    real = rc._span_task
+    real = walk._span_task
 
     def counted(t):  # type: ignore[no-untyped-def]
         seen.append((t[3], t[4]))
         return real(t)
 
-    monkeypatch.setattr(rc, "_span_task", counted)
+    monkeypatch.setattr(walk, "_span_task", counted)
     sliced = rc.scan_files(store, profile, store.commitlog, check_crc=True, jobs=1, span=64 << 10)
     monkeypatch.undo()
     whole = rc.scan_files(store, profile, store.commitlog, check_crc=True, jobs=1, span=1 << 40)

@@ -102,7 +102,7 @@ def test_last_nonzero_in_file(tmp_path: Path) -> None:
 def test_reput_data_end_matches_the_block_rule(tmp_path: Path) -> None:
     """reput's "no piece starts in the zero tail" bound: the end of the last block (counted
     back from the range end) holding a non-zero byte, as a plain block loop finds it."""
-    from rmqtool.recovery.reput import _data_end
+    from rmqtool.recovery.reput.pieces import data_end
     from rmqtool.recovery.store import StoreFile
 
     rng = random.Random(9)
@@ -122,4 +122,4 @@ def test_reput_data_end_matches_the_block_rule(tmp_path: Path) -> None:
                     want = 1000 + e
                     break
                 e = s
-            assert _data_end(None, f, a, b, block) == want  # type: ignore[arg-type]
+            assert data_end(None, f, a, b, block) == want  # type: ignore[arg-type]

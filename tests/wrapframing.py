@@ -24,8 +24,8 @@ from rmqtool.formats import commitlog as cl
 from rmqtool.recovery import ccore
 from rmqtool.recovery import check as ck
 from rmqtool.recovery import store as store_mod
+from rmqtool.recovery.byteviews import ByteViews, byte_at
 from rmqtool.recovery.framing import Framing
-from rmqtool.recovery.scan import ByteViews, byte_at
 from rmqtool.recovery.versions import BrokerProfile
 
 HEADER = 48

@@ -10,8 +10,8 @@ columns every command needs, read with numpy gathers over the memory map.
   :func:`index_keys` splits KEYS and hashes the index keys as ``IndexService.buildIndex``.
 * :func:`plain_records` is the broker's validity rule for a chain of starts that needs no
   properties parsed (``recover``'s walk); :func:`crc_failures` checks their bodies.
-* :class:`Words` and :class:`ShiftedWords` read big-endian words at arbitrary positions of
-  a buffer (``verify`` reads its header fields through the latter).
+* :class:`Words` reads big-endian words at arbitrary positions of
+  a buffer (``verify`` reads its header fields through it).
 * :mod:`.blocks` holds the numpy helpers of dump's and export's block decoders.
 * :func:`.plainrun.plain_run` decodes a run of plain records into the columns and byte
   spans (topic, properties and their values, body, hosts) that dump's JSON lines and
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .decoder import MAX_RUN, BatchDecoder, first_unsure
     from .hashing import add_index_keys, hash_spans, index_keys, join_spans, last_per_record
     from .plain import Plain, crc_failures, plain_records
-    from .words import GroupedWords, ShiftedWords, Words
+    from .words import GroupedWords, Words
 
 # start-up time: each submodule is imported at the first use of one of its names (recover's
 # walk needs plain, dump the blocks, only the dispatch and verify the decoder)
@@ -44,7 +44,7 @@ _FROM = {
     ".decoder": ("MAX_RUN", "BatchDecoder", "first_unsure"),
     ".hashing": ("add_index_keys", "hash_spans", "index_keys", "join_spans", "last_per_record"),
     ".plain": ("Plain", "crc_failures", "plain_records"),
-    ".words": ("GroupedWords", "ShiftedWords", "Words"),
+    ".words": ("GroupedWords", "Words"),
 }
 __getattr__ = LazyExports(__name__, {name: mod for mod, names in _FROM.items() for name in names})
 
@@ -57,7 +57,6 @@ __all__ = [
     "IndexKeys",
     "LazyValues",
     "PropertyColumns",
-    "ShiftedWords",
     "Words",
     "add_index_keys",
     "body_crcs_match",

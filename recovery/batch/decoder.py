@@ -22,7 +22,7 @@ from .columns import DispatchColumns, IndexKeys, LazyValues, PropertyColumns
 from .hashing import hash_spans, index_keys, join_spans, last_per_record
 from .header import header_columns
 from .layout import HDR_MAX, V4
-from .words import Words, _i32
+from .words import Words, i32
 
 __all__ = ["MAX_RUN", "BatchDecoder", "first_unsure"]
 
@@ -125,7 +125,7 @@ class BatchDecoder:
         # every header read is at most P + 112 + 8 (IPv6 hosts); records that close to the
         # end of the buffer are left to check_record
         far = P <= max(lim - HDR_MAX - 8, 0)
-        total = totals if totals is not None else _i32(W.u64(np.minimum(P, lim) + V4["total_size"]))
+        total = totals if totals is not None else i32(W.u64(np.minimum(P, lim) + V4["total_size"]))
         h = header_columns(W, np.frombuffer(buf, dtype=np.uint8, count=W.end), P, total, self.profile.accepts_v2)
         p1 = h.body_pos + np.maximum(h.body_len, 0)  # TOPICLENGTH
         p2 = h.props_pos - 2  # PROPERTIESLENGTH

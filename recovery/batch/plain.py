@@ -22,7 +22,7 @@ from ...formats import commitlog as cl
 from ...formats.crc import crc32_raw
 from ...formats.properties import decode_utf8, parse_properties, parse_properties_legacy
 from .. import check as ck
-from ..scan import ByteViews
+from ..byteviews import ByteViews
 from ..versions import BrokerProfile
 from .blocks import body_crcs_match
 from .layout import AT_HOSTS, length_matches
@@ -183,7 +183,7 @@ class PlainOne:
     def total(self, buf: Any, mv: Any, pos: int, end: int) -> int:
         """The TOTALSIZE of the record at ``pos`` if it is plainly valid, else 0."""
         i32 = cl.SYSFLAG.unpack_from
-        i16 = cl._I16.unpack_from
+        i16 = cl.I16.unpack_from
         rem = end - pos
         if rem < 40:
             return 0

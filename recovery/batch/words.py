@@ -2,8 +2,7 @@
 :class:`Words`, with two ways to read: :meth:`Words.u64` (two aligned gathers per
 position, shifted into place: one read at a time) and :meth:`Words.grouped` (eight views
 of the buffer shifted by 0..7 bytes, the positions split by residue once, then one gather
-per residue class for each field: many fields of the same records).
-``ShiftedWords`` is the old name of the same class."""
+per residue class for each field: many fields of the same records)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["GroupedWords", "ShiftedWords", "Words"]
+__all__ = ["GroupedWords", "Words"]
 
 _U64 = np.uint64
 _SH1 = _U64(1)
@@ -70,14 +69,11 @@ class Words:
         return GroupedWords(self, pos)
 
 
-ShiftedWords = Words  # the old name (verify read its header fields through it)
-
-
 def _i64(v: np.ndarray) -> np.ndarray:
     return v.view(np.int64)
 
 
-def _i32(v: np.ndarray) -> np.ndarray:
+def i32(v: np.ndarray) -> np.ndarray:
     return (v >> _U64(32)).astype(np.uint32).view(np.int32).astype(np.int64)
 
 

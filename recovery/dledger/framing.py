@@ -32,8 +32,8 @@ from ...formats import commitlog as cl
 from ...formats import dledger as dl
 from .. import ccore
 from .. import check as ck
+from ..byteviews import ByteViews, byte_at
 from ..framing import Framing
-from ..scan import ByteViews, byte_at
 from ..versions import BrokerProfile
 
 __all__ = ["DLEDGER", "DLedgerFraming"]

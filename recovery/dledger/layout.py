@@ -207,7 +207,7 @@ def not_entries(data: list[Any]) -> str | None:
 def _properties(path: Path, root: Path, what: str) -> dict[str, str] | None:
     """``IOUtils.file2String`` then ``string2Properties``: None when the file is missing or
     the text does not load (Properties.load's IllegalArgumentException: a malformed \\u)."""
-    from ..brokerconf import load_properties  # (java.util.Properties: the one parser)
+    from ..javaprops import load_properties  # (java.util.Properties: the one parser)
 
     try:
         raw = read_small(path, SMALL_FILE_LIMIT, root, what)

@@ -39,10 +39,10 @@ from ...formats import commitlog as cl
 from ...formats import dledger as dl
 from ..broker import MODE_ABNORMAL, index_header_load
 from ..recover.model import LAYOUT, CommitlogCut, DispatchRange, Problem, RecoveryPlan, RemovedFile
-from ..recover.plancommitlog import _plan_cq_truncation
-from ..recover.planindex import _index_keep_candidates, _plan_index_discards, _plan_index_past_end
-from ..recover.planstate import _Planning, _rel
-from ..recover.salvage import _salvage_positions
+from ..recover.plancommitlog import plan_cq_truncation
+from ..recover.planindex import index_keep_candidates, plan_index_discards, plan_index_past_end
+from ..recover.planstate import Planning, rel_path
+from ..recover.salvage import salvage_positions
 from ..scan import file_has_nonzero
 from ..store import MappedFile, StoreFile
 from ..walk import store_framing
@@ -51,13 +51,13 @@ from .ledger import LedgerRecovery, ledger_for
 __all__ = ["plan_dledger"]
 
 
-def plan_dledger(p: _Planning) -> RecoveryPlan:
+def plan_dledger(p: Planning) -> RecoveryPlan:
     """The plan of a DLedger store's recovery (the module docstring), from the plan's head
     (mode, layout problems, the consume queues' recovery)."""
     store, profile, plan = p.store, p.profile, p.plan
     lr = ledger_for(store, profile)
     data = store.dledger_data
-    member = _rel(store, store.dledger.dir) if store.dledger is not None else "dledger"
+    member = rel_path(store, store.dledger.dir) if store.dledger is not None else "dledger"
     if not lr.loads:
         why = f"the broker exits at its start: {lr.exits}" if lr.exits else f"the broker's load fails: {lr.refused}"
         plan.problems.append(
@@ -82,7 +82,7 @@ def plan_dledger(p: _Planning) -> RecoveryPlan:
         plan.stop_file, plan.stop_pos, plan.stop_reason = f.name, lr.stop_pos - f.base, lr.stop_why
     _plan_cuts(p, lr)
     p.headers = {f.name: index_header_load(f) for f in store.index_files}
-    _index_keep_candidates(p)
+    index_keep_candidates(p)
     walk = _abnormal_walk(p) if p.abnormal and profile.dledger_recovery_walk else None
     if walk is not None and walk[1] > lr.process_offset:
         # deviation (case 39005): the broker's walk checks the messages only, never DLedger's
@@ -93,19 +93,19 @@ def plan_dledger(p: _Planning) -> RecoveryPlan:
     if walk is not None:
         # the queues are truncated where that walk believes it stopped
         p.process = walk[2]
-        _plan_cq_truncation(p)
+        plan_cq_truncation(p)
         p.process = lr.process_offset
         plan.cq_truncate_at = walk[2]
     else:
-        _plan_cq_truncation(p)
-    _plan_index_discards(p)
-    _plan_index_past_end(p)
+        plan_cq_truncation(p)
+    plan_index_discards(p)
+    plan_index_past_end(p)
     _plan_dispatch(p, lr, walk)
     _plan_notes(p, lr)
     return plan
 
 
-def _plan_cuts(p: _Planning, lr: LedgerRecovery) -> None:
+def _plan_cuts(p: Planning, lr: LedgerRecovery) -> None:
     """The data DLedger truncates (the tail of the file holding the end, when it holds
     anything, and the files after it), the index files after the last entry's unit, and the
     index units it rewrites."""
@@ -115,15 +115,17 @@ def _plan_cuts(p: _Planning, lr: LedgerRecovery) -> None:
             pos = lr.process_offset - f.base
             if file_has_nonzero(f.path, pos, f.size):
                 msgs, intact = _salvage_count(p, f, pos)
-                plan.cuts.append(CommitlogCut(_rel(store, f.path), pos, f.size - pos, lr.process_offset, msgs, intact))
+                plan.cuts.append(
+                    CommitlogCut(rel_path(store, f.path), pos, f.size - pos, lr.process_offset, msgs, intact)
+                )
     for f in lr.data_removed:
         msgs, intact = _salvage_count(p, f, 0)
         plan.removed_files.append(
-            RemovedFile(_rel(store, f.path), f.size, "starts after the ledger's end", msgs, intact)
+            RemovedFile(rel_path(store, f.path), f.size, "starts after the ledger's end", msgs, intact)
         )
     for f in lr.index_removed:
         plan.removed_files.append(
-            RemovedFile(_rel(store, f.path), f.size, "DLedger index units past the ledger's last entry")
+            RemovedFile(rel_path(store, f.path), f.size, "DLedger index units past the ledger's last entry")
         )
     plan.messages_cut = sum(c.messages for c in plan.cuts) + sum(r.messages for r in plan.removed_files)
     plan.intact_cut = sum(c.intact for c in plan.cuts) + sum(r.intact for r in plan.removed_files)
@@ -148,19 +150,19 @@ def _unit_writes(store: Any, lr: LedgerRecovery) -> list[tuple[str, int, bytes]]
             continue
         sub = rows[sel]
         first = int(offs[sel][0]) - f.base
-        out.append((_rel(store, f.path), first, sub.astype(dl.INDEX_DTYPE).tobytes()))
+        out.append((rel_path(store, f.path), first, sub.astype(dl.INDEX_DTYPE).tobytes()))
     return out
 
 
-def _salvage_count(p: _Planning, f: StoreFile, pos: int) -> tuple[int, int]:
+def _salvage_count(p: Planning, f: StoreFile, pos: int) -> tuple[int, int]:
     if not p.opts.salvage:
         return 0, 0
     with MappedFile(f.path) as mf:
-        found = _salvage_positions(mf.buf, pos, mf.size, f.base, p.profile, store_framing(p.store, f))
+        found = salvage_positions(mf.buf, pos, mf.size, f.base, p.profile, store_framing(p.store, f))
     return len(found), sum(1 for x in found if x[2])
 
 
-def _abnormal_walk(p: _Planning) -> tuple[int, int, int, int] | None:
+def _abnormal_walk(p: Planning) -> tuple[int, int, int, int] | None:
     """5.2.0+ after a crash (``dledgerRecoverAbnormally``): (the walk's start, where it
     stops, the offset it believes it stopped at, messages walked). The start file: from the
     last data file back, the first whose first message (V1 magic only) was stored at or
@@ -189,7 +191,7 @@ def _abnormal_walk(p: _Planning) -> tuple[int, int, int, int] | None:
     return None
 
 
-def _note_walk_past_end(p: _Planning, lr: LedgerRecovery, walk: tuple[int, int, int, int]) -> None:
+def _note_walk_past_end(p: Planning, lr: LedgerRecovery, walk: tuple[int, int, int, int]) -> None:
     """What the broker's 5.2.0+ start after a crash does past the ledger's end, which recover
     does not do (a documented deviation, man rmqtool-recover, DLEDGER STORES)."""
     end = lr.process_offset
@@ -229,7 +231,7 @@ def _matched(f: StoreFile, threshold: int) -> bool:
     return ts != 0 and ts <= threshold
 
 
-def _plan_dispatch(p: _Planning, lr: LedgerRecovery, walk: tuple[int, int, int, int] | None) -> None:
+def _plan_dispatch(p: Planning, lr: LedgerRecovery, walk: tuple[int, int, int, int] | None) -> None:
     plan, profile = p.plan, p.profile
     if walk is not None:
         plan.dispatch.append(
@@ -299,7 +301,7 @@ def _plan_dispatch(p: _Planning, lr: LedgerRecovery, walk: tuple[int, int, int, 
         plan.problems.append(
             Problem(
                 "DLEDGER_UNDISPATCHED",
-                _rel(p.store, p.store.dledger.checkpoint_path) if p.store.dledger is not None else "dledger",
+                rel_path(p.store, p.store.dledger.checkpoint_path) if p.store.dledger is not None else "dledger",
                 cq_end,
                 f"the 5.x start-up reput begins at the committed position {start} (DLedger's checkpoint), past the "
                 f"consume queues' end {cq_end}: the records in [{cq_end}, {start}) get no consume queue unit from this "
@@ -308,12 +310,12 @@ def _plan_dispatch(p: _Planning, lr: LedgerRecovery, walk: tuple[int, int, int, 
         )
 
 
-def store_min(p: _Planning) -> int:
+def store_min(p: Planning) -> int:
     """``DLedgerCommitLog.getMaxOffset``'s fallback: the data list's min offset."""
     return p.store.dledger_data[0].base if p.store.dledger_data else 0
 
 
-def _plan_notes(p: _Planning, lr: LedgerRecovery) -> None:
+def _plan_notes(p: Planning, lr: LedgerRecovery) -> None:
     plan = p.plan
     plan.notes.append(
         f"DLedger ({lr.library}): the ledger ends at entry {lr.last_index} (term {lr.last_term}), offset "

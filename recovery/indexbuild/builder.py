@@ -14,22 +14,22 @@ from ...formats.javahash import combine_hash, index_hash, index_hash_batch, java
 from ...formats.javanum import java_long
 from ..broker import goes_to_index, goes_to_index_batch
 from .common import (
-    _I64_MIN,
+    I64_MIN,
     INT_MAX,
     DispatchRequest,
-    _batches,
-    _i64,
-    _ids,
-    _stable_order,
+    batches,
+    distinct_ids,
     gc_paused_call,
+    i64,
     index_entry_dtype,
+    stable_order,
 )
 from .image import IndexFileImage
 
 TAG_KEY_PREFIX = "T#"  # 5.4.0+: buildKey(topic, tags, MessageConst.INDEX_TAG_TYPE) is topic#T#tags
 
 
-def _keys_of(keys: str | None, uniq: str | None, tags: str | None = None) -> list[str]:
+def keys_of(keys: str | None, uniq: str | None, tags: str | None = None) -> list[str]:
     """A record's index keys (after ``topic#``) in put order (``buildIndex``): UNIQ_KEY,
     then each non-empty key of KEYS split at spaces, then (5.4.0+: pass ``tags`` only for
     a release that indexes them, ``BrokerProfile.indexes_tags``) ``T#`` and the whole TAGS
@@ -46,8 +46,8 @@ def key_hash(topic: str, key: str) -> int:
 
 
 def record_key_hashes(topic: str, keys: str | None, uniq: str | None, tags: str | None = None) -> list[int]:
-    """The index hashes a record's puts carry, in put order (``tags``: see :func:`_keys_of`)."""
-    return [key_hash(topic, k) for k in _keys_of(keys, uniq, tags)]
+    """The index hashes a record's puts carry, in put order (``tags``: see :func:`keys_of`)."""
+    return [key_hash(topic, k) for k in keys_of(keys, uniq, tags)]
 
 
 def with_tag_keys(
@@ -240,7 +240,7 @@ class IndexBuilder:
     # -- vectorised path -----------------------------------------------------------------------
     def add(self, requests: Iterable[DispatchRequest], batch: int = 1 << 16) -> None:
         """Index requests in stream order (ROLLBACK records are skipped, RECOVERY §9.3)."""
-        for c in _batches(requests, batch):
+        for c in batches(requests, batch):
             self.add_columns(c[0], c[2], c[5], c[7], c[8], c[9], tags=c[10])
 
     def _prefix_hashes(self, tnames: Sequence[str]) -> np.ndarray:
@@ -347,9 +347,9 @@ class IndexBuilder:
         n = len(topics)
         if n == 0:
             return
-        off = _i64(commitlog_offsets)
-        ts = _i64(store_timestamps)
-        flags = _i64(sys_flags)
+        off = i64(commitlog_offsets)
+        ts = i64(store_timestamps)
+        flags = i64(sys_flags)
         if len(off) != n or len(ts) != n or len(flags) != n or len(keys) != n or len(uniq_keys) != n:
             raise ValueError("column lengths differ")
         cur = self._current
@@ -387,7 +387,7 @@ class IndexBuilder:
         as the prefix scan :meth:`add_columns` describes (and ``skip_through``); counts the
         skipped ones."""
         n = len(off)
-        cap_off = np.where(capable, off, _I64_MIN)
+        cap_off = np.where(capable, off, I64_MIN)
         run = np.maximum.accumulate(cap_off)
         E = np.empty(n, dtype=np.int64)
         E[0] = E0
@@ -413,7 +413,7 @@ class IndexBuilder:
         files created after it, as the put loop fills them."""
         n = len(off)
         K = len(key_rec)
-        tnames, tid = _ids(topics)
+        tnames, tid = distinct_ids(topics)
         ph = self._prefix_hashes(tnames)
         full = combine_hash(ph[tid[key_rec]], h_suf, l_suf)
         ih = index_hash_batch(full)
@@ -454,7 +454,7 @@ class IndexBuilder:
         if n0 <= 1:
             td[0] = _time_diff(int(tss[0]), f.begin_timestamp)
         # hash chains: previous entry with the same slot, or the slot's value before the block
-        order, ss = _stable_order(slots, f.slot_num)
+        order, ss = stable_order(slots, f.slot_num)
         ns = nums[order]
         first = np.ones(m, dtype=bool)
         first[1:] = ss[1:] != ss[:-1]

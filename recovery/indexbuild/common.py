@@ -28,7 +28,7 @@ INDEX_HEADER_SIZE = 40
 INDEX_SLOT_SIZE = 4
 INDEX_ENTRY_SIZE = 20
 INT_MAX = 0x7FFFFFFF
-_I64_MIN = np.iinfo(np.int64).min
+I64_MIN = np.iinfo(np.int64).min
 
 
 class DispatchRequest(NamedTuple):
@@ -56,19 +56,19 @@ def index_file_size(slot_num: int, index_num: int) -> int:
     return INDEX_HEADER_SIZE + slot_num * INDEX_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
 
 
-def _java_rem(a: int, b: int) -> int:
+def java_rem(a: int, b: int) -> int:
     """Java's ``%`` on longs (remainder truncated toward zero)."""
     r = abs(a) % abs(b)
     return -r if a < 0 else r
 
 
-def _first_false(mask: np.ndarray) -> int:
+def first_false(mask: np.ndarray) -> int:
     """Index of the first False in a bool array, or its length."""
     bad = np.flatnonzero(~mask)
     return int(bad[0]) if len(bad) else len(mask)
 
 
-def _concat(chunks: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
+def concat(chunks: Sequence[np.ndarray], dtype: np.dtype) -> np.ndarray:
     """Concatenate structured arrays keeping ``dtype`` exactly (np.concatenate would promote
     big-endian structured dtypes to native byte order). Chunks of exactly ``dtype`` are
     copied as raw bytes (a structured element-wise copy is several times slower)."""
@@ -95,7 +95,7 @@ def rows_to_struct(rows: Sequence[tuple[int, ...]], dtype: np.dtype) -> np.ndarr
     return out
 
 
-def _stable_order(slots: np.ndarray, slot_num: int) -> tuple[np.ndarray, np.ndarray]:
+def stable_order(slots: np.ndarray, slot_num: int) -> tuple[np.ndarray, np.ndarray]:
     """``(order, slots[order])`` with ``order = argsort(slots, kind="stable")`` for slots in
     ``[0, slot_num)``: one plain sort of ``slot << b | position`` (unique keys, so any sort
     is stable; several times faster than numpy's stable argsort) when the bits fit."""
@@ -111,7 +111,7 @@ def _stable_order(slots: np.ndarray, slot_num: int) -> tuple[np.ndarray, np.ndar
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic GC while converting a batch: the batch allocates many small
     acyclic objects, and with millions of live requests every collection is expensive."""
     was = gc.isenabled()
@@ -128,18 +128,18 @@ R = TypeVar("R")
 
 
 def gc_paused_call(method: Callable[P, R]) -> Callable[P, R]:
-    """``method`` run under :func:`_gc_paused` (the column forms of the writers' ``add``)."""
+    """``method`` run under :func:`gc_paused` (the column forms of the writers' ``add``)."""
 
     @functools.wraps(method)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        with _gc_paused():
+        with gc_paused():
             return method(*args, **kwargs)
 
     return run
 
 
 class TopicList(list):  # type: ignore[type-arg]
-    """A list of topic names that may carry what :func:`_ids` computes (``distinct``: the
+    """A list of topic names that may carry what :func:`distinct_ids` computes (``distinct``: the
     distinct names in first-seen order, ``ids``: the int64 id of every element), set by a
     producer that already knows them (the reput's fast decoder). Any other list works too."""
 
@@ -183,7 +183,7 @@ def _topic_list_from_ids(distinct: list[str], ids: np.ndarray) -> TopicList:
     return out
 
 
-def _ids(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
+def distinct_ids(values: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
     """Distinct values in first-seen order, and the id of every element (C-speed maps)."""
     if type(values) is TopicList and values.ids is not None and len(values.ids) == len(values):
         return values.distinct, values.ids  # type: ignore[return-value]
@@ -199,10 +199,10 @@ def _transpose(chunk: Sequence[DispatchRequest]) -> list[tuple[Any, ...]]:
     return cols
 
 
-def _batches(requests: Iterable[DispatchRequest], batch: int) -> Iterator[list[tuple[Any, ...]]]:
+def batches(requests: Iterable[DispatchRequest], batch: int) -> Iterator[list[tuple[Any, ...]]]:
     it = iter(requests)
     while True:
-        with _gc_paused():
+        with gc_paused():
             chunk = list(islice(it, batch))
             if not chunk:
                 return
@@ -211,7 +211,7 @@ def _batches(requests: Iterable[DispatchRequest], batch: int) -> Iterator[list[t
         yield cols
 
 
-def _i64(values: Any) -> np.ndarray:
+def i64(values: Any) -> np.ndarray:
     if isinstance(values, np.ndarray) and values.dtype == np.int64:
         return values
     if isinstance(values, np.ndarray):

@@ -15,15 +15,15 @@ from .common import (
     CQ_UNIT_SIZE,
     FILL_BLANK_SIZE,
     DispatchRequest,
-    _batches,
-    _concat,
-    _first_false,
-    _i64,
-    _ids,
-    _java_rem,
+    batches,
+    concat,
     cq_file_name,
     cq_unit_dtype,
+    distinct_ids,
+    first_false,
     gc_paused_call,
+    i64,
+    java_rem,
     rows_to_struct,
 )
 
@@ -153,13 +153,13 @@ class ConsumeQueueWriter:
         F = self.file_size
         expect = java_long(cq_offset * CQ_UNIT_SIZE)  # (a long multiply: a QUEUEOFFSET of Long.MAX_VALUE gives -20)
         if self._write is None:
-            self._create_file(expect - _java_rem(expect, F), first=True)
+            self._create_file(expect - java_rem(expect, F), first=True)
         elif self._write - self._last_from >= F:  # type: ignore[operator]
             self._create_file(self._last_from + F, first=False)  # type: ignore[operator]
         assert self._write is not None and self._last_from is not None
         if self._first_create and cq_offset != 0 and self._write == self._last_from:
             self.min_logic_offset = expect
-            until = _java_rem(expect, F)
+            until = java_rem(expect, F)
             nblank = max(0, -(-until // CQ_UNIT_SIZE))
             if nblank:
                 self._pending.extend([(0, FILL_BLANK_SIZE, 0)] * nblank)
@@ -183,10 +183,10 @@ class ConsumeQueueWriter:
         Fast path: a run of records that are all dedup-skipped, or a run that appends in order
         (QUEUEOFFSET*20 equal to the write position, message ends strictly increasing so no
         dedup).  Anything else goes through :meth:`put` one record at a time."""
-        off = _i64(commitlog_offsets)
-        size = _i64(msg_sizes)
-        tag = _i64(tags_codes)
-        cq = _i64(cq_offsets)
+        off = i64(commitlog_offsets)
+        size = i64(msg_sizes)
+        tag = i64(tags_codes)
+        cq = i64(cq_offsets)
         n = len(off)
         if not (len(size) == len(tag) == len(cq) == n):
             raise ValueError("column lengths differ")
@@ -210,14 +210,14 @@ class ConsumeQueueWriter:
             M = self.max_physic_offset
             if e[0] <= M:
                 # a run of already-built records: maxPhysicOffset does not move while skipping
-                k = _first_false(e <= M)
+                k = first_false(e <= M)
             else:
                 # a run that appends in order: QUEUEOFFSET*20 == write position, and each end
                 # beyond the previous one (so no dedup skip inside the run)
                 W = self._write
                 ok = cq[i:j] * CQ_UNIT_SIZE == W + CQ_UNIT_SIZE * np.arange(span, dtype=np.int64)
                 ok[1:] &= e[1:] > e[:-1]
-                k = _first_false(ok)
+                k = first_false(ok)
                 if k:
                     self._flush_pending()
                     u = np.empty(k, dtype=cq_unit_dtype)
@@ -246,7 +246,7 @@ class ConsumeQueueWriter:
         if not self._chunks:
             return np.zeros(0, dtype=cq_unit_dtype)
         if len(self._chunks) > 1:
-            self._chunks = [_concat(self._chunks, cq_unit_dtype)]
+            self._chunks = [concat(self._chunks, cq_unit_dtype)]
         return self._chunks[0]
 
     def files(self, changed_only: bool = False, trim_new: bool = False) -> dict[str, bytes]:
@@ -336,7 +336,7 @@ class ConsumeQueueSet:
 
     def add(self, requests: Iterable[DispatchRequest], batch: int = 1 << 16) -> None:
         """Dispatch requests in stream order (the CQ filter of RECOVERY §9.1 is applied)."""
-        for c in _batches(requests, batch):
+        for c in batches(requests, batch):
             self.add_columns(c[0], c[1], c[2], c[3], c[4], c[6], c[9], c[5])
 
     @gc_paused_call
@@ -352,22 +352,22 @@ class ConsumeQueueSet:
         store_timestamps: Any = None,
     ) -> None:
         """Column form of :meth:`add` (sequences/arrays of equal length, stream order)."""
-        qids = _i64(queue_ids)
+        qids = i64(queue_ids)
         n = len(qids)
         if n == 0:
             return
         if len(topics) != n:
             raise ValueError("column lengths differ")
-        flags = _i64(sys_flags)
+        flags = i64(sys_flags)
         sel = goes_to_consume_queue_batch(flags)
         if not sel.any():
             return
         sel_idx = np.flatnonzero(sel) if not sel.all() else None
-        off = _i64(commitlog_offsets)
-        size = _i64(msg_sizes)
-        tag = _i64(tags_codes)
-        cq = _i64(cq_offsets)
-        tnames, tid = _ids(topics)
+        off = i64(commitlog_offsets)
+        size = i64(msg_sizes)
+        tag = i64(tags_codes)
+        cq = i64(cq_offsets)
+        tnames, tid = distinct_ids(topics)
         if sel_idx is not None:
             off, size, tag, cq, qids, tid = (a[sel_idx] for a in (off, size, tag, cq, qids, tid))
         bad = [i for i, t in enumerate(tnames) if topic_path_problem(t) is not None]
@@ -380,10 +380,10 @@ class ConsumeQueueSet:
                 return
             off, size, tag, cq, qids, tid = (a[keep] for a in (off, size, tag, cq, qids, tid))
         if store_timestamps is not None:
-            ts = _i64(store_timestamps)
+            ts = i64(store_timestamps)
             last = n - 1 if sel_idx is None else int(sel_idx[-1])
             self.logics_msg_timestamp = int(ts[last])
-            self.logics_physical_offset = int(_i64(commitlog_offsets)[last])
+            self.logics_physical_offset = int(i64(commitlog_offsets)[last])
         # group by (topic, queue id), keeping stream order inside each group
         gkey = tid * (1 << 32) + (qids & 0xFFFFFFFF)
         if (gkey == gkey[0]).all():

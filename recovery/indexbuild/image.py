@@ -12,7 +12,7 @@ from .common import (
     INDEX_ENTRY_SIZE,
     INDEX_HEADER_SIZE,
     INDEX_SLOT_SIZE,
-    _concat,
+    concat,
     index_entry_dtype,
     index_file_size,
     index_header_dtype,
@@ -139,7 +139,7 @@ class IndexFileImage:
         if not self._chunks:
             return self.index_count, np.zeros(0, dtype=index_entry_dtype)
         if len(self._chunks) > 1:
-            self._chunks = [(self._chunks[0][0], _concat([c for _, c in self._chunks], index_entry_dtype))]
+            self._chunks = [(self._chunks[0][0], concat([c for _, c in self._chunks], index_entry_dtype))]
         return self._chunks[0]
 
     def slot_value(self, slot: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .builder import IndexBuilder
-from .common import DispatchRequest, _batches, _gc_paused, _i64
+from .common import DispatchRequest, batches, gc_paused, i64
 from .cq import ConsumeQueueSet
 
 # =============================================================================================
@@ -28,11 +28,11 @@ class ReputWriters:
 
     def add(self, requests: Iterable[DispatchRequest], batch: int = 1 << 16) -> None:
         """Dispatch requests in stream order to the CQ and Index writers."""
-        for c in _batches(requests, batch):
-            with _gc_paused():
-                flags = _i64(c[9])
-                off = _i64(c[2])
-                ts = _i64(c[5])
+        for c in batches(requests, batch):
+            with gc_paused():
+                flags = i64(c[9])
+                off = i64(c[2])
+                ts = i64(c[5])
             self.cq.add_columns(c[0], c[1], off, c[3], c[4], c[6], flags, ts)
             if self.message_index_enable:
                 self.index.add_columns(c[0], off, ts, c[7], c[8], flags, tags=c[10])

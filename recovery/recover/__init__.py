@@ -61,20 +61,9 @@ applying), :mod:`.walk` (step 3, the parallel walk), :mod:`.indexfiles` (index f
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
-from ...formats.consumequeue import read_units as read_units
-from .. import check as ck  # noqa: F401  (tests patch recover.ck.check_record)
-from ..broker import _FIRST_CHUNK as _FIRST_CHUNK
-from ..broker import first_unit_where as _first_bad_unit  # noqa: F401  (an old name tests use)
-from ..broker import truncate_dirty_logic_files as _truncate_units  # noqa: F401  (an old name tests use)
 from ..lazy import LazyExports
-from ..patchable import PatchablePackage
-from ..scan import queue_hint_runs as queue_hint_runs
-from ..times import add_times as add_times
-from ..transfer import fork_context as fork_context
-from .indexfiles import _keys_indexed_at as _keys_indexed_at
 from .indexfiles import infer_index_tz
 from .model import (
     LAYOUT,
@@ -92,16 +81,10 @@ from .model import (
     RecoveryPlan,
     RemovedFile,
 )
-from .planning import plan_recovery, refuse_unloadable, refused_commitlog_file
-from .queues import _cq_units as _cq_units
-from .queues import _read_cq as _read_cq
+from .planning import plan_recovery
 from .queues import frozen_queues, recover_queue
 from .salvage import write_salvage
-from .walk import _PARALLEL_MIN_BYTES as _PARALLEL_MIN_BYTES
-from .walk import _WALK_BATCH as _WALK_BATCH
-from .walk import _pool as _pool
-from .walk import _span_task as _span_task
-from .walk import prop_crc_prefix as prop_crc_prefix
+from .unloadable import refuse_unloadable, refused_commitlog_file
 from .walk import recovery_stop, scan_files
 
 __all__ = [
@@ -139,9 +122,3 @@ if TYPE_CHECKING:
 # start-up time: applying (reput, the writers) is imported at the first use of one of its
 # names, which a plan alone (rmqtool info, verify, recover with nothing to do) never makes
 __getattr__ = LazyExports(__name__, {"apply_recovery": ".applying", "ApplyResult": ".applystate"})
-_LAZY_SUBMODULES = (".applying", ".applystate", ".writing")  # loaded before a test sets a name (PatchablePackage)
-
-
-# tests set names of the old module (``_read_cq``, ``_span_task``, ``_WALK_BATCH``,
-# ``_PARALLEL_MIN_BYTES``, ``_pool``, ``fork_context``, ``add_times``): they reach the submodules
-sys.modules[__name__].__class__ = PatchablePackage

@@ -18,19 +18,19 @@ from ...formats.safeio import read_small
 from .. import check as ck
 from ..broker import MODE_ABNORMAL, goes_to_consume_queue
 from ..indexbuild import ConsumeQueueSet, IndexBuilder
-from ..query import CommitlogReader
+from ..reader import CommitlogReader
 from ..reput import BAD_TOPIC, SIZE_ACCOUNTING, ReputProblem, feed_cq, feed_index, iter_dispatch_parallel
 from ..scan import sorted_hints_in
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
-from .applystate import ApplyResult, _Applying, _LazyWriters
+from .applystate import Applying, ApplyResult, LazyWriters
 from .builtprefix import index_skips_upto, skip_built_prefix
 from .indexfiles import infer_index_tz
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
-from .planning import refuse_unloadable
-from .queues import _Queue, _recover_queue_files, broker_refuses, frozen_queues
+from .queues import Queue, broker_refuses, frozen_queues, recover_queue_files
 from .salvage import write_salvage
-from .writing import _checkpoint_bytes, _index_changes, _index_file_bytes, _queue_changes, _recovered_checkpoint
+from .unloadable import refuse_unloadable
+from .writing import checkpoint_bytes, index_changes, index_file_bytes, queue_changes, recovered_checkpoint
 
 
 def apply_recovery(
@@ -51,7 +51,7 @@ def apply_recovery(
     :func:`recovery.safety.recover_pending` before planning.
 
     ``queues_only``: write nothing, index nothing; return the consume queues as the
-    recovery leaves them (``{(topic, queue_id): _Queue}``: ``write`` is the new logical
+    recovery leaves them (``{(topic, queue_id): Queue}``: ``write`` is the new logical
     end, ``data(base)`` a file's new content). ``extra(tx, queues)``: called inside the
     transaction before the abort file is removed, to add changes of its own (the
     committed offsets of ``recovery.offsets``) to the same backup and journal."""
@@ -88,10 +88,10 @@ def apply_recovery(
             tx.remove_file(r.path)
         for rel, pos, units in plan.dledger_unit_writes:
             tx.write_at(rel, pos, units)
-        _queue_changes(tx, a)
-        created_names = _index_changes(tx, a, tz)
-        cp = _recovered_checkpoint(a, ckpt_before)
-        new_cp = _checkpoint_bytes(cp_bytes, cp, profile)
+        queue_changes(tx, a)
+        created_names = index_changes(tx, a, tz)
+        cp = recovered_checkpoint(a, ckpt_before)
+        new_cp = checkpoint_bytes(cp_bytes, cp, profile)
         if new_cp != cp_bytes:
             tx.replace_file("checkpoint", new_cp)
         _timer_changes(tx, plan)
@@ -166,9 +166,9 @@ def dispatch_changes(
     a = _start_applying(store, plan, profile, None, jobs, False)
     _apply_dispatch(a)
     tx = StoreTransaction(store.root, dry_run=True)
-    _queue_changes(tx, a)
-    _index_changes(tx, a, infer_index_tz(store))
-    cp_changed = _checkpoint_bytes(cp_bytes, _recovered_checkpoint(a, ckpt_before), profile) != cp_bytes
+    queue_changes(tx, a)
+    index_changes(tx, a, infer_index_tz(store))
+    cp_changed = checkpoint_bytes(cp_bytes, recovered_checkpoint(a, ckpt_before), profile) != cp_bytes
     return cp_changed or bool(tx.plan()), dict(a.dispatched)
 
 
@@ -190,21 +190,21 @@ def _start_applying(
     progress: Progress | None,
     jobs: int | None,
     queues_only: bool,
-) -> _Applying:
+) -> Applying:
     """The consume queues as CQ recovery leaves them, the index files as IndexService.load
     leaves them."""
     Fcq = store.geometry.cq_file_size
     ctx = plan.context if plan.context is not None else RecoveryContext(frozen=set(frozen_queues(store)))
-    queues: dict[tuple[str, int], _Queue] = {}
+    queues: dict[tuple[str, int], Queue] = {}
     for key, qfiles in store.consume_queues.items():
         if key in ctx.frozen:
             continue
         st = ctx.queue_states.get(key)
         if st is None:
-            st = _recover_queue_files(qfiles, Fcq, profile)
-        queues[key] = _Queue(key, Fcq, st)
+            st = recover_queue_files(qfiles, Fcq, profile)
+        queues[key] = Queue(key, Fcq, st)
     kept_index, ib = _index_as_loaded(store, plan, profile)
-    a = _Applying(store, plan, profile, ctx, progress, jobs, queues_only, queues, kept_index, ib)
+    a = Applying(store, plan, profile, ctx, progress, jobs, queues_only, queues, kept_index, ib)
     a.q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
     return a
 
@@ -214,7 +214,7 @@ def _index_as_loaded(store: Store, plan: RecoveryPlan, profile: BrokerProfile) -
     g = store.geometry
     discarded = {d.file for d in plan.index_discarded}
     kept_index = [f for f in store.index_files if f"index/{f.name}" not in discarded]
-    last_bytes = _index_file_bytes(kept_index[-1].path, g.index_file_size) if kept_index else None
+    last_bytes = index_file_bytes(kept_index[-1].path, g.index_file_size) if kept_index else None
     ib = IndexBuilder(
         g.index_slot_num,
         g.index_num,
@@ -294,7 +294,7 @@ def _dispatch_iter(
 
 
 def _run_pass(
-    a: _Applying,
+    a: Applying,
     name: str,
     lo: int,
     hi: int,
@@ -387,14 +387,14 @@ def _run_pass(
         a.logics_offset = cqset.logics_physical_offset
 
 
-def _frozen_reindex_offset(a: _Applying) -> int | None:
+def _frozen_reindex_offset(a: Applying) -> int | None:
     """The current index file's endPhyOffset (the record the start-up reput would index
     again), or None."""
     f = a.ib.current
     return f.end_phy_offset if f is not None and f.end_phy_offset >= 0 else None
 
 
-def _without_frozen_duplicate(a: _Applying, cols: Any, at: int) -> Any:
+def _without_frozen_duplicate(a: Applying, cols: Any, at: int) -> Any:
     """``cols`` less the record at ``at`` when it goes to a frozen queue (any record, where
     the broker refuses the store) and the index already ends with all of its keys (the
     same ``cols`` object otherwise)."""
@@ -415,15 +415,15 @@ def _without_frozen_duplicate(a: _Applying, cols: Any, at: int) -> Any:
     return cols.select(keep)
 
 
-def _cqset_of(a: _Applying) -> ConsumeQueueSet:
+def _cqset_of(a: Applying) -> ConsumeQueueSet:
     """A ConsumeQueueSet whose writers go on from the queues as recovery leaves them."""
     cs = ConsumeQueueSet(a.Fcq, frozen=a.ctx.frozen)
     queues = a.queues
-    cs.writers = _LazyWriters(lambda k: queues[k].writer() if k in queues else None)
+    cs.writers = LazyWriters(lambda k: queues[k].writer() if k in queues else None)
     return cs
 
 
-def _absorb(a: _Applying, cqset: ConsumeQueueSet) -> None:
+def _absorb(a: Applying, cqset: ConsumeQueueSet) -> None:
     """Take a dispatch pass's units into the queues; count its warnings and units."""
     a.cq_warnings += len(cqset.warnings)
     a.appended_units += sum(w.appended_units for w in cqset.writers.values())
@@ -440,11 +440,11 @@ def _absorb(a: _Applying, cqset: ConsumeQueueSet) -> None:
         )
     for key, w in cqset.writers.items():
         if key not in a.queues:
-            a.queues[key] = _Queue(key, a.Fcq, None)
+            a.queues[key] = Queue(key, a.Fcq, None)
         a.queues[key].absorb(w)
 
 
-def _apply_dispatch(a: _Applying) -> None:
+def _apply_dispatch(a: Applying) -> None:
     """The dispatch passes of the plan, the consume queues' truncation, the 4.x start-up
     reput; or, for an empty commitlog, every consume queue destroyed."""
     plan, process = a.plan, a.process
@@ -500,7 +500,7 @@ def _apply_dispatch(a: _Applying) -> None:
             a.unpinned_records = sum(a.dispatched.values()) - before
 
 
-def _reput_pinned(a: _Applying) -> bool:
+def _reput_pinned(a: Applying) -> bool:
     """Whether the broker's next start on its own result would dispatch nothing only
     because of the units its truncation cut and kept, where its next start on recover's
     result (those units zero-filled) would reput. The 4.x start-up reput (5.x with
@@ -508,7 +508,7 @@ def _reput_pinned(a: _Applying) -> bool:
     begins at the queues' maximum, and a queue the truncation left without a file counts
     the end offset, so this start's reput dispatched nothing. The broker's next start
     walks a queue on past the cut into a unit at or past the end offset
-    (``_Queue.past_cut``), truncates again, and that queue counts the end offset again.
+    (``Queue.past_cut``), truncates again, and that queue counts the end offset again.
     On recover's result no queue reaches the end offset (nor a queue it leaves alone), so
     that start does not truncate, and the queue without a file counts -1. And the walks
     of that start cut no queue: where they do, the broker's start changes the store
@@ -525,7 +525,7 @@ def _reput_pinned(a: _Applying) -> bool:
     return not any(x.next_walk_cuts() for x in q)
 
 
-def _bad_topics(a: _Applying) -> bool:
+def _bad_topics(a: Applying) -> bool:
     """Whether the dispatch met messages whose topic cannot be a path: recover does not
     dispatch them, where the broker's dispatch fails on them (it cannot make the queue's
     directory) and does not go on as recover does, so its next start is no behaviour to
@@ -533,7 +533,7 @@ def _bad_topics(a: _Applying) -> bool:
     return any(p.code == BAD_TOPIC for p in a.reput_problems)
 
 
-def _startup_reput(a: _Applying, truncated: bool) -> None:
+def _startup_reput(a: Applying, truncated: bool) -> None:
     """The 4.x start-up reput from the consume queues' max physical offset."""
     plan, process = a.plan, a.process
     if not a.profile.startup_reput_from_cq:
@@ -548,7 +548,7 @@ def _startup_reput(a: _Applying, truncated: bool) -> None:
     _absorb(a, cqset)
 
 
-def _refused(a: _Applying) -> bool:
+def _refused(a: Applying) -> bool:
     """Whether the broker refuses to load the store (asked once)."""
     if a.ctx.broker_refuses is None:
         a.ctx.broker_refuses = broker_refuses(a.store, a.profile)
@@ -558,7 +558,7 @@ def _refused(a: _Applying) -> bool:
 _NEXT_STARTS = 4  # (each one cuts a queue further or ends it: a bound, not a budget)
 
 
-def _settle_next_starts(a: _Applying) -> int:
+def _settle_next_starts(a: Applying) -> int:
     """Where the broker refuses the store (or its dispatch cannot go past a topic that
     cannot be a path), there is no next start to leave the rest to: the
     dispatch passes have completed the queues to the end offset, so the broker's next
@@ -568,7 +568,7 @@ def _settle_next_starts(a: _Applying) -> int:
     start would change no queue, so that a second run has nothing to do.
 
     The same where this run's truncation left units past a cut that the broker's next
-    start would read (``_Queue.past_cut``, at or past the end offset): the broker keeps
+    start would read (``Queue.past_cut``, at or past the end offset): the broker keeps
     those bytes, so its every later start truncates again, each queue without a file
     counts the end offset and its reput dispatches nothing; recover zero-fills them, so
     the broker's next start on recover's result counts such a queue -1 and reputs from
@@ -606,7 +606,7 @@ def _settle_next_starts(a: _Applying) -> int:
     return done
 
 
-def _queue_shapes(a: _Applying) -> dict[tuple[str, int], tuple[tuple[int, ...], int | None]]:
+def _queue_shapes(a: Applying) -> dict[tuple[str, int], tuple[tuple[int, ...], int | None]]:
     """Each queue's files and write offset: what a start of the broker may change."""
     return {k: (tuple(q.bases), q.write) for k, q in a.queues.items()}
 

@@ -10,7 +10,7 @@ from ..indexbuild import IndexBuilder
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
-from .queues import _Queue
+from .queues import Queue
 
 
 @dataclass
@@ -39,7 +39,7 @@ class ApplyResult:
     )
 
 
-class _LazyWriters(dict):  # type: ignore[type-arg]
+class LazyWriters(dict):  # type: ignore[type-arg]
     """``ConsumeQueueSet.writers`` whose writers for existing queues are made when a
     record is first dispatched to them (``ConsumeQueueSet.writer`` asks with ``get``):
     a writer holds its queue's last file, so making one per queue up front read every
@@ -62,7 +62,7 @@ class _LazyWriters(dict):  # type: ignore[type-arg]
 
 
 @dataclass
-class _Applying:
+class Applying:
     """What the steps of :func:`apply_recovery` pass on to each other."""
 
     store: Store
@@ -72,7 +72,7 @@ class _Applying:
     progress: Progress | None
     jobs: int | None
     queues_only: bool
-    queues: dict[tuple[str, int], _Queue]  # the consume queues as recovery leaves them
+    queues: dict[tuple[str, int], Queue]  # the consume queues as recovery leaves them
     kept_index: list[StoreFile]  # the index files IndexService.load keeps
     ib: IndexBuilder  # the IndexBuilder over them
     q1: bool = False  # quirk Q1: the abnormal dispatch runs with maxDelayLevel 0

@@ -17,10 +17,10 @@ from ..batch import BatchDecoder, Words
 from ..batch.header import header_columns
 from ..broker import goes_to_consume_queue_batch
 from ..indexbuild import IndexBuilder
-from ..indexbuild.common import _ids
+from ..indexbuild.common import distinct_ids
 from ..scan import sorted_hints_in
 from ..store import StoreFile
-from .applystate import _Applying
+from .applystate import Applying
 
 _MESSAGE_MAGICS = (-626843481, -626843477)  # V1, V2 (MESSAGE_MAGIC_CODE, _V2)
 
@@ -52,7 +52,7 @@ def index_skips_upto(ib: IndexBuilder) -> int | None:
 
 
 def skip_built_prefix(
-    a: _Applying, lo: int, hi: int, mdl: int | None, index_upto: int | None = None
+    a: Applying, lo: int, hi: int, mdl: int | None, index_upto: int | None = None
 ) -> tuple[int, int, tuple[int, int] | None]:
     """The run of records from ``lo`` (a record start the recovery walk accepted, as every
     record up to ``hi``) whose dispatch only skips: each one's consume queue exists, is
@@ -94,7 +94,7 @@ def skip_built_prefix(
 
 
 def _in_file(
-    a: _Applying, f: StoreFile, lo: int, end: int, mdl: int | None, index_upto: int | None
+    a: Applying, f: StoreFile, lo: int, end: int, mdl: int | None, index_upto: int | None
 ) -> tuple[int, int, tuple[int, int] | None, bool] | None:
     """:func:`skip_built_prefix` in file ``f`` from ``lo`` up to ``end``: (where it goes
     on, records, (logicsMsgTimestamp, logicsPhysicalOffset) or None, whether it reached a BLANK), or None when it
@@ -120,7 +120,7 @@ def _in_file(
 
 
 def _skipped(
-    a: _Applying,
+    a: Applying,
     buf: object,
     words: Words,
     P: np.ndarray,
@@ -142,7 +142,7 @@ def _skipped(
     if index_upto is not None:
         ok &= h.physical_offset <= index_upto
     dec = BatchDecoder(a.profile, a.profile.max_delay_level if mdl is None else mdl, False, False)
-    names, tid = _ids(dec._topics(buf, words, h.topic_pos, np.where(ok, h.topic_len, 0), len(P)))
+    names, tid = distinct_ids(dec._topics(buf, words, h.topic_pos, np.where(ok, h.topic_len, 0), len(P)))
     qid = h.queue_id & 0xFFFFFFFF
     to_cq = goes_to_consume_queue_batch(h.sys_flag)
     max_phy = np.full(len(P), -1, dtype=np.int64)

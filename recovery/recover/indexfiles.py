@@ -10,7 +10,7 @@ import numpy as np
 
 from ...formats.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_SIZE
 from ..broker import index_header_load
-from ..query import CommitlogReader
+from ..reader import CommitlogReader
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 
@@ -33,7 +33,7 @@ def _entries_at(f: StoreFile, slot_num: int, count: int, offset: int, tail: bool
     return int(other[0]) if len(other) else len(offs)
 
 
-def _keys_indexed_at(hp: StoreFile, hp_h: tuple[int, ...], hc: StoreFile, hc_h: tuple[int, ...], slot_num: int) -> int:
+def keys_indexed_at(hp: StoreFile, hp_h: tuple[int, ...], hc: StoreFile, hc_h: tuple[int, ...], slot_num: int) -> int:
     """Entries two consecutive index files hold of the record the first ends with
     (hp_h[3]): its last ones, and the next file's first ones when it begins there."""
     lo = hp_h[3]
@@ -43,7 +43,7 @@ def _keys_indexed_at(hp: StoreFile, hp_h: tuple[int, ...], hc: StoreFile, hc_h: 
     return n
 
 
-def _entry_offsets(f: StoreFile, slot_num: int, count: int) -> np.ndarray:
+def entry_offsets(f: StoreFile, slot_num: int, count: int) -> np.ndarray:
     """The commitlog offsets of entries ``1..count-1`` (as far as the file holds them)."""
     first = HEADER_SIZE + slot_num * SLOT_SIZE
     # the count comes from the header, which may be garbage: never read past the file
@@ -56,7 +56,7 @@ def _entry_offsets(f: StoreFile, slot_num: int, count: int) -> np.ndarray:
     return np.frombuffer(raw, dtype=ENTRY_DTYPE, count=len(raw) // ENTRY_SIZE)["commitlog_offset"]
 
 
-def _last_entry_offset(f: StoreFile, slot_num: int, count: int) -> int | None:
+def last_entry_offset(f: StoreFile, slot_num: int, count: int) -> int | None:
     """The commitlog offset of the last entry (number ``count - 1``, count: the header's
     indexCount); None if none."""
     if count <= 1:
@@ -67,11 +67,11 @@ def _last_entry_offset(f: StoreFile, slot_num: int, count: int) -> int | None:
     return int(np.frombuffer(raw, dtype=ENTRY_DTYPE)["commitlog_offset"][0]) if len(raw) == ENTRY_SIZE else None
 
 
-def _entries_below(f: StoreFile, slot_num: int, count: int, end: int) -> int:
-    return int((_entry_offsets(f, slot_num, count) < end).sum())
+def entries_below(f: StoreFile, slot_num: int, count: int, end: int) -> int:
+    return int((entry_offsets(f, slot_num, count) < end).sum())
 
 
-def _store_timestamp_at(store: Store, profile: BrokerProfile, offset: int, index_file: StoreFile) -> int:
+def store_timestamp_at(store: Store, profile: BrokerProfile, offset: int, index_file: StoreFile) -> int:
     """The store timestamp of the record at ``offset`` (an index truncation's new
     endTimestamp); if that record is gone, the entry's own estimate (beginTimestamp + its
     timeDiff, whole seconds)."""
@@ -80,7 +80,7 @@ def _store_timestamp_at(store: Store, profile: BrokerProfile, offset: int, index
         if loc is not None and loc.checked.rec is not None and loc.checked.rec.physical_offset == offset:
             return int(loc.checked.rec.store_timestamp)
     h = index_header_load(index_file)
-    offs = _entry_offsets(index_file, store.geometry.index_slot_num, h[5])
+    offs = entry_offsets(index_file, store.geometry.index_slot_num, h[5])
     k = int(np.searchsorted(offs, offset, side="right"))  # entry number of the last one at offset
     first = HEADER_SIZE + store.geometry.index_slot_num * SLOT_SIZE
     with open(index_file.path, "rb") as fh:

@@ -151,7 +151,7 @@ class DispatchRange:
     note: str = ""
 
 
-class _QueueState(NamedTuple):
+class QueueState(NamedTuple):
     kept: list[StoreFile]
     removed: list[StoreFile]
     write_offset: int | None  # logical byte offset (None: no files)
@@ -163,7 +163,7 @@ class RecoveryContext:
     """What :func:`plan_recovery` works out beside the plan's data, which
     :func:`apply_recovery` reuses (never rendered: not part of the plan's data)."""
 
-    queue_states: dict[tuple[str, int], _QueueState] = field(default_factory=dict)  # each queue's recovery
+    queue_states: dict[tuple[str, int], QueueState] = field(default_factory=dict)  # each queue's recovery
     frozen: set[tuple[str, int]] = field(default_factory=set)  # queues apply never writes
     blocked: list[str] = field(default_factory=list)  # commitlog files that stop recover from applying anything
     frozen_max: int = -1  # the frozen queues' maxPhysicOffset (-1: none)

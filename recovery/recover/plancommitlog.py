@@ -16,14 +16,14 @@ from ..scan import file_has_nonzero, queue_hint_runs
 from ..store import StoreFile
 from ..walk import store_framing
 from .model import UNREAD_DAMAGE, CommitlogCut, FileScan, Problem, QueuePlan, RemovedFile
-from .planindex import _index_keep_candidates
-from .planstate import _Planning, _rel
-from .queues import _cq_units, _recover_queue_files, broker_refuses, settle_queue
-from .salvage import _salvage_positions
+from .planindex import index_keep_candidates
+from .planstate import Planning, rel_path
+from .queues import broker_refuses, cq_units, recover_queue_files, settle_queue
+from .salvage import salvage_positions
 from .walk import scan_files
 
 
-def _plan_walks(p: _Planning) -> None:
+def plan_walks(p: Planning) -> None:
     """Step 3: the start file, then the walks (recovery files with the CRC, earlier files
     cheaply), all in one go; damage in the files recovery never reads is a problem."""
     store, profile, files, plan, F = p.store, p.profile, p.files, p.plan, p.F
@@ -45,7 +45,7 @@ def _plan_walks(p: _Planning) -> None:
     # records: this process does it while the workers walk, against no end yet (redone
     # below if the end cuts into the file's entries)
     p.headers = {f.name: index_header_load(f) for f in store.index_files}
-    _index_keep_candidates(p)
+    index_keep_candidates(p)
 
     def check_first_discard() -> None:
         if p.keep_candidates:
@@ -89,7 +89,7 @@ def _plan_walks(p: _Planning) -> None:
     plan.files = unread + p.scans
 
 
-def _plan_process_offset(p: _Planning) -> None:
+def plan_process_offset(p: Planning) -> None:
     """processOffset: where the walk from the start file stops."""
     files, start, scans, plan = p.files, p.start, p.scans, p.plan
     records = 0
@@ -126,7 +126,7 @@ def _plan_process_offset(p: _Planning) -> None:
 CONSISTENT_POINT = "CONSISTENT_POINT"  # plan.stop_reason where truncate_to ended the commitlog
 
 
-def _plan_truncate_to(p: _Planning, x: int) -> None:
+def plan_truncate_to(p: Planning, x: int) -> None:
     """``truncateFiles(x)`` after the recovery (a controller-mode handshake's consistent
     point): the commitlog ends at ``x`` when the recovery leaves it past ``x`` (its
     cuts, the consume queues' truncation and the dispatch then follow from there as from
@@ -183,7 +183,7 @@ def _plan_truncate_to(p: _Planning, x: int) -> None:
     plan.stop_reason = CONSISTENT_POINT
 
 
-def broker_walk_starts(p: _Planning, f: StoreFile) -> np.ndarray:
+def broker_walk_starts(p: Planning, f: StoreFile) -> np.ndarray:
     """The record starts (file positions) of the broker's walk of ``f`` from its start."""
     from ..replicas.read import broker_walk  # (only --to-consistent-point walks here)
 
@@ -195,7 +195,7 @@ def broker_walk_starts(p: _Planning, f: StoreFile) -> np.ndarray:
 _WALK_STOPPED = "the walk stopped at commitlog offset "
 
 
-def _plan_refused_next_starts(p: _Planning) -> None:
+def plan_refused_next_starts(p: Planning) -> None:
     """Where no start of the broker follows this run to walk the commitlog again, this run
     does that walk too: its next normal start would walk from the third-last of the files
     this run leaves, with the CRC, and cut where that walk stops. When files are removed
@@ -232,7 +232,7 @@ def _plan_refused_next_starts(p: _Planning) -> None:
         plan.start_file, plan.start_offset = files[nxt].name, files[nxt].base
         plan.bytes_to_scan = sum(min(f.size, p.F) for f in files[nxt:])
         plan.notes = [n for n in plan.notes if not n.startswith(_WALK_STOPPED)]
-        _plan_process_offset(p)
+        plan_process_offset(p)
         why = (
             "the broker refuses this store, so no start of its follows this run"
             if aborts is None
@@ -255,7 +255,7 @@ def _plan_refused_next_starts(p: _Planning) -> None:
             )
 
 
-def _note_q10(p: _Planning) -> None:
+def note_q10(p: Planning) -> None:
     """Where the walk stops at a record whose start aborts the broker (quirk Q10), say so:
     recover cuts there as at any invalid record; the broker does not start at all."""
     q10 = _start_aborts(p, p.scans)
@@ -267,7 +267,7 @@ def _note_q10(p: _Planning) -> None:
         )
 
 
-def _next_start_file(p: _Planning) -> int:
+def _next_start_file(p: Planning) -> int:
     """The next normal start's start file: the third-last of the files this run leaves."""
     return max(0, sum(1 for f in p.files if f.base <= p.process) - 3)
 
@@ -277,7 +277,7 @@ def _stopped(s: FileScan) -> str:
     return f"{s.stop_reason}{' (' + s.stop_field + ')' if s.stop_field else ''} after {s.records} valid records"
 
 
-def _next_walk(p: _Planning, nxt: int) -> list[FileScan]:
+def _next_walk(p: Planning, nxt: int) -> list[FileScan]:
     """The next normal start's walk (with the CRC) of the files from ``nxt`` to this run's
     start file, done once per range (step 4a asks again)."""
     if p.next_walk is None or p.next_walk[:2] != (nxt, p.start):
@@ -291,7 +291,7 @@ def _next_walk(p: _Planning, nxt: int) -> list[FileScan]:
     return p.next_walk[2]
 
 
-def _start_aborts(p: _Planning, walked: list[FileScan]) -> tuple[int, int] | None:
+def _start_aborts(p: Planning, walked: list[FileScan]) -> tuple[int, int] | None:
     """Where the walk over ``walked`` stops at a record whose start aborts the broker
     (quirk Q10, :func:`recovery.check.aborts_broker_start`): (its offset, its TOTALSIZE);
     else None."""
@@ -303,19 +303,19 @@ def _start_aborts(p: _Planning, walked: list[FileScan]) -> tuple[int, int] | Non
     return (s.base + s.stop_pos, total) if total else None
 
 
-def _salvage_count(p: _Planning, f: StoreFile, pos: int, end: int | None) -> tuple[int, int]:
+def _salvage_count(p: Planning, f: StoreFile, pos: int, end: int | None) -> tuple[int, int]:
     """(records, intact records) found in ``[pos, end)`` of ``f`` (``end`` None: the mapped
     size, at most the file size), when salvage counting is on."""
     if not p.opts.salvage:
         return 0, 0
     with p.store.map(f) as mf:
-        found = _salvage_positions(
+        found = salvage_positions(
             mf.buf, pos, min(mf.size, p.F) if end is None else end, f.base, p.profile, store_framing(p.store, f)
         )
     return len(found), sum(1 for x in found if x[2])
 
 
-def _plan_commitlog_cuts(p: _Planning) -> None:
+def plan_commitlog_cuts(p: Planning) -> None:
     """Step 4, truncate_dirty_files (commitlog): cut tails, later files removed."""
     plan, process, F = p.plan, p.process, p.F
     for f in p.files:
@@ -348,7 +348,7 @@ def _only_blank_after(f: StoreFile, pos: int, F: int) -> bool:
     return head == struct.pack(">ii", F - pos, cl.BLANK_MAGIC) and not file_has_nonzero(f.path, pos + 8, f.size)
 
 
-def _plan_next_normal_start(p: _Planning) -> None:
+def plan_next_normal_start(p: Planning) -> None:
     """Step 4a, the next normal start: its last three files move back when files are
     removed here (an empty pre-allocated last file, say), and then cover files this
     recovery never read, which that start walks with the CRC: damage there is cut then."""
@@ -391,7 +391,7 @@ def _plan_next_normal_start(p: _Planning) -> None:
             )
 
 
-def _plan_cq_truncation(p: _Planning) -> None:
+def plan_cq_truncation(p: Planning) -> None:
     """Step 4b, truncate_dirty_logic_files (every queue), when maxPhyOffsetOfCQ >= processOffset.
     Where the broker refuses the store, each queue then goes on as far as the broker's
     next starts would cut it (:func:`~recovery.recover.queues.settle_queue`: their queue
@@ -412,7 +412,7 @@ def _plan_cq_truncation(p: _Planning) -> None:
         by_base = {f.base: f for f in st.kept}
 
         def units_of(b: int, by_base: dict[int, StoreFile] = by_base) -> np.ndarray:
-            return _cq_units(by_base[b], Fcq)
+            return cq_units(by_base[b], Fcq)
 
         if plan.cq_truncation:
             n, write, mp_after = truncate_dirty_logic_files(units_of, bases, Fcq, process)
@@ -427,7 +427,7 @@ def _plan_cq_truncation(p: _Planning) -> None:
             continue
         p.post_trunc_max.append(mp_after)
         qp.truncate_to = write
-        qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept[n:]]
+        qp.truncate_removed = [rel_path(p.store, f.path) for f in st.kept[n:]]
         before = st.write_offset if st.write_offset is not None else 0
         after = write if write is not None else 0
         qp.units_cut = (
@@ -437,7 +437,7 @@ def _plan_cq_truncation(p: _Planning) -> None:
         )
 
 
-def _unfreeze_queues_cut_whole(p: _Planning) -> None:
+def _unfreeze_queues_cut_whole(p: Planning) -> None:
     """A queue left alone for a file of another size (its files all well named) whose every
     unit the truncation at the end offset cuts goes whole, as the broker's would: left, it
     could be the only queue file at the next run (an end offset of 0 cuts every other
@@ -450,11 +450,11 @@ def _unfreeze_queues_cut_whole(p: _Planning) -> None:
         by_base = {f.base: f for f in files}
 
         def units_of(b: int, by_base: dict[int, StoreFile] = by_base) -> np.ndarray:
-            return _cq_units(by_base[b], Fcq)
+            return cq_units(by_base[b], Fcq)
 
         if truncate_dirty_logic_files(units_of, [f.base for f in files], Fcq, process)[0]:
             continue
-        st = _recover_queue_files(files, Fcq, p.profile)
+        st = recover_queue_files(files, Fcq, p.profile)
         p.ctx.queue_states[key] = st
         p.ctx.frozen.discard(key)
         # (its files go: it no longer holds the frozen queues' maximum up, which the next
@@ -467,10 +467,10 @@ def _unfreeze_queues_cut_whole(p: _Planning) -> None:
                 len(files),
                 st.write_offset,
                 st.max_physic_offset,
-                [_rel(p.store, f.path) for f in st.removed],
+                [rel_path(p.store, f.path) for f in st.removed],
             )
         )
-        rels = {_rel(p.store, f.path) for f in files}
+        rels = {rel_path(p.store, f.path) for f in files}
         plan.problems[:] = [
             Problem(
                 x.code,
@@ -488,7 +488,7 @@ def _unfreeze_queues_cut_whole(p: _Planning) -> None:
     plan.queues.sort(key=lambda q: q.key)
 
 
-def _broker_refuses(p: _Planning) -> bool:
+def _broker_refuses(p: Planning) -> bool:
     """:func:`~recovery.recover.queues.broker_refuses`, asked once per plan."""
     if p.ctx.broker_refuses is None:
         p.ctx.broker_refuses = broker_refuses(p.store, p.profile)

@@ -10,12 +10,12 @@ import numpy as np
 from ..broker import index_file_deleted_at_load
 from ..indexkeep import IndexCheck, check_index_file, keyed_record_between
 from ..store import StoreFile
-from .indexfiles import _entries_below, _entry_offsets, _keys_indexed_at, _last_entry_offset, _store_timestamp_at
+from .indexfiles import entries_below, entry_offsets, keys_indexed_at, last_entry_offset, store_timestamp_at
 from .model import IndexDiscard, IndexKept, IndexTruncation
-from .planstate import _Planning
+from .planstate import Planning
 
 
-def _index_keep_candidates(p: _Planning) -> None:
+def index_keep_candidates(p: Planning) -> None:
     """Whether the index files an abnormal recovery discards may be checked and kept
     (``p.keep_candidates``), and the first of them (``p.first_discard``)."""
     store, ckpt, headers, g = p.store, p.ckpt, p.headers, p.store.geometry
@@ -46,7 +46,7 @@ def _index_keep_candidates(p: _Planning) -> None:
         fp, fc = (
             (store.index_files[first_discard - 1], store.index_files[first_discard]) if first_discard else (None, None)
         )
-        at_lo = _keys_indexed_at(fp, headers[fp.name], fc, headers[fc.name], g.index_slot_num) if fp and fc else 0
+        at_lo = keys_indexed_at(fp, headers[fp.name], fc, headers[fc.name], g.index_slot_num) if fp and fc else 0
         keep_candidates = (
             keyed_record_between(store, p.profile, lo, hi, after_lo=bool(first_discard), keys_at_lo=at_lo) is None
         )
@@ -64,7 +64,7 @@ class _IndexWalk:
     after_kept: str = ""  # why the files after the last kept one go
 
 
-def _keep_checked_index(p: _Planning, w: _IndexWalk, f: StoreFile, h: tuple[int, ...], reason: str) -> str | None:
+def _keep_checked_index(p: Planning, w: _IndexWalk, f: StoreFile, h: tuple[int, ...], reason: str) -> str | None:
     """Check an index file the broker discards; keep it if it holds exactly what the broker
     put into it (our improvement: the broker deletes it, and its keys with it). Returns
     None when kept, else the reason it is discarded."""
@@ -77,7 +77,7 @@ def _keep_checked_index(p: _Planning, w: _IndexWalk, f: StoreFile, h: tuple[int,
             w.prev_h[3],
             h[2],
             after_lo=True,
-            keys_at_lo=_keys_indexed_at(p.kept_index[-1], w.prev_h, f, h, g.index_slot_num),
+            keys_at_lo=keys_indexed_at(p.kept_index[-1], w.prev_h, f, h, g.index_slot_num),
         )
         if w.last_chk is not None and w.prev_h is not None and p.kept_index
         else None
@@ -115,7 +115,7 @@ def _keep_checked_index(p: _Planning, w: _IndexWalk, f: StoreFile, h: tuple[int,
     return None
 
 
-def _plan_index_discards(p: _Planning) -> None:
+def plan_index_discards(p: Planning) -> None:
     """Step 5, the index files after an abnormal exit: the broker discards those newer than
     the checkpoint's index time (a file shorter than the index file size, even empty, loads
     as its bytes followed by zeros: IndexFile maps the full size, which extends the file)."""
@@ -137,7 +137,7 @@ def _plan_index_discards(p: _Planning) -> None:
                         h[1],
                         h[3],
                         count - 1,
-                        _entries_below(f, g.index_slot_num, count, p.process),
+                        entries_below(f, g.index_slot_num, count, p.process),
                         reason=reason,
                     )
                 )
@@ -167,7 +167,7 @@ def _plan_index_discards(p: _Planning) -> None:
         )
 
 
-def _plan_index_past_end(p: _Planning) -> None:
+def plan_index_past_end(p: Planning) -> None:
     """Step 5b, our improvement: index entries at or past the commitlog end are cut (the
     broker keeps them; they point at bytes that are gone, or at the next records written
     there). Entries are put in commitlog order, so only the last kept files can reach past
@@ -176,7 +176,7 @@ def _plan_index_past_end(p: _Planning) -> None:
     k = len(kept_index)
     if not plan.index_kept:  # (files kept after the check were cut at the end by it)
         for j in range(len(kept_index) - 1, -1, -1):
-            last = _last_entry_offset(kept_index[j], g.index_slot_num, headers[kept_index[j].name][5])
+            last = last_entry_offset(kept_index[j], g.index_slot_num, headers[kept_index[j].name][5])
             if last is not None and last < process:
                 break
             if last is not None:
@@ -184,7 +184,7 @@ def _plan_index_past_end(p: _Planning) -> None:
     past = np.zeros(0, dtype=np.int64)
     if k < len(kept_index):
         f = kept_index[k]
-        offs = _entry_offsets(f, g.index_slot_num, headers[f.name][5])
+        offs = entry_offsets(f, g.index_slot_num, headers[f.name][5])
         past = np.flatnonzero(offs >= process)
     if len(past):
         keep = int(past[0])  # entries are in commitlog order: the rest is past the end too
@@ -208,7 +208,7 @@ def _plan_index_past_end(p: _Planning) -> None:
                     keep,
                     len(offs) - keep,
                     end_phy,
-                    _store_timestamp_at(p.store, p.profile, end_phy, f),
+                    store_timestamp_at(p.store, p.profile, end_phy, f),
                 )
             )
         kept_index = p.kept_index = kept_index[: k + (keep > 0)]
@@ -219,7 +219,7 @@ def _plan_index_past_end(p: _Planning) -> None:
             last_offs = (
                 offs[:keep]
                 if keep
-                else _entry_offsets(kept_index[-1], g.index_slot_num, headers[kept_index[-1].name][5])
+                else entry_offsets(kept_index[-1], g.index_slot_num, headers[kept_index[-1].name][5])
             )
             plan.index_skip_upto = int(last_offs[-1]) if len(last_offs) else None
         plan.notes.append(

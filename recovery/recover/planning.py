@@ -5,25 +5,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...formats.errors import RecoveryError
-from ..broker import MODE_ABNORMAL, MODE_NORMAL, mapped_file_queue_load
+from ..broker import MODE_ABNORMAL, MODE_NORMAL
 from ..findingcodes import FindingCode
-from ..store import LayoutIssue, Store
+from ..store import Store
 from ..versions import BrokerProfile
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
 from .plancommitlog import (
-    _note_q10,
-    _plan_commitlog_cuts,
-    _plan_cq_truncation,
-    _plan_next_normal_start,
-    _plan_process_offset,
-    _plan_refused_next_starts,
-    _plan_truncate_to,
-    _plan_walks,
+    note_q10,
+    plan_commitlog_cuts,
+    plan_cq_truncation,
+    plan_next_normal_start,
+    plan_process_offset,
+    plan_refused_next_starts,
+    plan_truncate_to,
+    plan_walks,
 )
-from .planindex import _plan_index_discards, _plan_index_past_end
-from .planstate import _Planning, _PlanOptions, _rel
-from .queues import WRONG_SIZE, _recover_queue_files, frozen_queues
+from .planindex import plan_index_discards, plan_index_past_end
+from .planstate import Planning, PlanOptions, rel_path
+from .queues import WRONG_SIZE, frozen_queues, recover_queue_files
 
 
 def plan_recovery(
@@ -59,7 +58,7 @@ def plan_recovery(
     nothing when it is at or past the end the recovery leaves; the caller has checked that
     the record there passes ``isOffsetAligned``).
     """
-    opts = _PlanOptions(
+    opts = PlanOptions(
         correct_delay_tags,
         reindex,
         keep_sound_index,
@@ -77,17 +76,17 @@ def plan_recovery(
         return plan_dledger(p)
     if not p.files:
         return _plan_without_commitlog(p)
-    _plan_walks(p)
-    _plan_process_offset(p)
+    plan_walks(p)
+    plan_process_offset(p)
     if truncate_to is not None:
-        _plan_truncate_to(p, truncate_to)
-    _plan_refused_next_starts(p)
-    _note_q10(p)
-    _plan_commitlog_cuts(p)
-    _plan_next_normal_start(p)
-    _plan_cq_truncation(p)
-    _plan_index_discards(p)
-    _plan_index_past_end(p)
+        plan_truncate_to(p, truncate_to)
+    plan_refused_next_starts(p)
+    note_q10(p)
+    plan_commitlog_cuts(p)
+    plan_next_normal_start(p)
+    plan_cq_truncation(p)
+    plan_index_discards(p)
+    plan_index_past_end(p)
     _plan_dispatch(p)
     if timer:
         _plan_timer(p)
@@ -95,14 +94,14 @@ def plan_recovery(
     return p.plan
 
 
-def _plan_timer(p: _Planning) -> None:
+def _plan_timer(p: Planning) -> None:
     """The 5.x timer store as the broker's next start leaves it (recover.timerplan)."""
     from .timerplan import plan_timer
 
     p.plan.timer = plan_timer(p.store, p.profile, p.plan.end_offset)
 
 
-def _plan_dispatch_writes(p: _Planning) -> None:
+def _plan_dispatch_writes(p: Planning) -> None:
     """Where the dispatch passes are all the plan holds, whether they write anything: the
     same dispatch the real run does (``recovery.recover.applying``), in memory, with its
     changes planned and not made. A dispatch pass can have records that reach no file
@@ -120,37 +119,6 @@ def _plan_dispatch_writes(p: _Planning) -> None:
         replace(d, records=counts.get(d.name, 0)) if d.records is None and d.from_offset < d.to_offset else d
         for d in plan.dispatch
     ]
-
-
-def refused_commitlog_file(store: Store, profile: BrokerProfile) -> LayoutIssue | None:
-    """The first commitlog file whose length makes the broker refuse to load the store, or
-    None. MappedFileQueue.load takes only files of mappedFileSizeCommitLog bytes: one cut
-    short (a middle file cut to 30000 bytes), extended (a sparse 64 GiB file) or empty
-    fails the load, and the broker changes nothing (4.9.4 and 5.x alike: the oracle); 5.1.3
-    and later delete an empty last file and load the rest. recover then refuses the store
-    too (issue 33 R11: it cut at the short file, removed every later file with its intact
-    messages, and the broker still refused the result); repair is the way out."""
-    # (a file whose name does not tile the offsets stops recover anyway: status 4, nothing
-    # changed, the problem naming it; see _layout_problems)
-    untiled = {i.path for i in store.issues if i.code in (FindingCode.FILE_OVERLAP, "MISALIGNED_FILE")}
-    files = [f for f in store.commitlog if _rel(store, f.path) not in untiled]
-    f = mapped_file_queue_load(files, store.geometry.commitlog_file_size, profile)
-    if f is None:
-        return None
-    rel = _rel(store, f.path)
-    return next((i for i in store.issues if i.path == rel and i.code in ("WRONG_FILE_SIZE", "ZERO_LENGTH_FILE")), None)
-
-
-def refuse_unloadable(store: Store, profile: BrokerProfile) -> None:
-    """Raise :class:`RecoveryError` (status 8, nothing changed) for a store whose commitlog
-    the broker refuses to load (:func:`refused_commitlog_file`), naming the file and repair."""
-    issue = refused_commitlog_file(store, profile)
-    if issue is not None:
-        raise RecoveryError(
-            f"{issue.message.split(' (')[0]}: the broker refuses to load this store and changes nothing, "
-            "and so does recover (rmqtool repair mends the file and keeps the intact messages)",
-            store.root / issue.path,
-        )
 
 
 def _recovery_mode(store: Store, mode: str | None) -> tuple[str, str]:
@@ -175,8 +143,8 @@ def _layout_problems(
     """The store's layout issues as problems; the commitlog files that block recover go to
     ``ctx.blocked``; returns the problems and a zero-length last commitlog file 5.1.3+ removes."""
     problems: list[Problem] = []
-    last_cq = {_rel(store, files[-1].path) for files in store.consume_queues.values() if files}
-    last_cl = _rel(store, store.commitlog[-1].path) if store.commitlog else None
+    last_cq = {rel_path(store, files[-1].path) for files in store.consume_queues.values() if files}
+    last_cl = rel_path(store, store.commitlog[-1].path) if store.commitlog else None
     zero_last_cl: list[RemovedFile] = []
     has_data = any(f.size > 0 for f in store.commitlog)  # (else every queue file goes)
     for issue in store.issues:
@@ -276,23 +244,23 @@ def _plan_queues(
             # file renamed 00000000000000000001 is file 1, misaligned or not: soak seed
             # 1025539, whose last record only such a file holds, was dispatched again by
             # every run, moving the checkpoint's logicsMsgTimestamp)
-            ctx.frozen_each[(t, q)] = _recover_queue_files(list(qfiles), Fcq, profile).max_physic_offset
+            ctx.frozen_each[(t, q)] = recover_queue_files(list(qfiles), Fcq, profile).max_physic_offset
             ctx.frozen_max = max(ctx.frozen_max, ctx.frozen_each[(t, q)])
             max_cq = max(max_cq, ctx.frozen_max)
             continue
-        st = _recover_queue_files(qfiles, Fcq, profile)
+        st = recover_queue_files(qfiles, Fcq, profile)
         ctx.queue_states[(t, q)] = st
         max_cq = max(max_cq, st.max_physic_offset)
         queues.append(
             QueuePlan(
-                t, q, len(qfiles), st.write_offset, st.max_physic_offset, [_rel(store, f.path) for f in st.removed]
+                t, q, len(qfiles), st.write_offset, st.max_physic_offset, [rel_path(store, f.path) for f in st.removed]
             )
         )
     ctx.frozen = set(frozen)
     return queues, max_cq
 
 
-def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts: _PlanOptions) -> _Planning:
+def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts: PlanOptions) -> Planning:
     """The plan's head: the mode, the layout problems, the consume queues' recovery."""
     ckpt = store.read_checkpoint()
     mode, reason = _recovery_mode(store, mode)
@@ -329,10 +297,10 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
         checkpoint_missing=not store.checkpoint_present,
         context=ctx,
     )
-    return _Planning(store, profile, ckpt, opts, plan, ctx, files, zero_last_cl)
+    return Planning(store, profile, ckpt, opts, plan, ctx, files, zero_last_cl)
 
 
-def _plan_without_commitlog(p: _Planning) -> RecoveryPlan:
+def _plan_without_commitlog(p: Planning) -> RecoveryPlan:
     """No commitlog file: the broker destroys every consume queue."""
     plan = p.plan
     # (a queue directory without files has nothing to destroy: the real run changes
@@ -340,12 +308,12 @@ def _plan_without_commitlog(p: _Planning) -> RecoveryPlan:
     plan.destroy_consume_queues = any(files for files in p.store.consume_queues.values())
     for qp in plan.queues:
         st = p.ctx.queue_states[qp.key]
-        qp.truncate_removed = [_rel(p.store, f.path) for f in st.kept]
+        qp.truncate_removed = [rel_path(p.store, f.path) for f in st.kept]
     plan.notes.append("no commitlog file: the broker destroys every consume queue")
     return plan
 
 
-def _plan_dispatch(p: _Planning) -> None:
+def _plan_dispatch(p: Planning) -> None:
     """Step 6, the dispatch passes; then the notes on quirks and deviations."""
     plan, process, max_cq, min_offset = p.plan, p.process, p.plan.max_phy_offset_of_cq, p.plan.commitlog_min_offset
     if p.abnormal:
@@ -410,7 +378,7 @@ def _plan_dispatch(p: _Planning) -> None:
     _plan_notes(p)
 
 
-def _plan_notes(p: _Planning) -> None:
+def _plan_notes(p: Planning) -> None:
     plan = p.plan
     if p.q1:
         plan.notes.append(
@@ -424,3 +392,16 @@ def _plan_notes(p: _Planning) -> None:
         )
     if plan.index_discarded:
         plan.notes.append("deviation: discarded index files move to the backup instead of being deleted")
+
+
+def recovered_end(store: Store, profile: BrokerProfile) -> int | None:
+    """Where the broker's recovery ends the commitlog (what its next start can read; None:
+    no commitlog, or a store recover refuses: read as far as the walk goes). What ``rmqtool
+    timers`` and export's timer states read up to."""
+    if not store.commitlog:
+        return None
+    try:
+        plan = plan_recovery(store, profile, check_unread=False, salvage=False, reindex=False, timer=False)
+    except Exception:  # noqa: BLE001 - a store recover refuses: read as far as the walk goes
+        return None
+    return int(plan.end_offset)

@@ -14,7 +14,7 @@ from ..versions import BrokerProfile
 from .model import FileScan, Progress, RecoveryContext, RecoveryPlan, RemovedFile
 
 
-def _rel(store: Store, p: Path) -> str:
+def rel_path(store: Store, p: Path) -> str:
     try:
         return p.relative_to(store.root).as_posix()
     except ValueError:
@@ -22,7 +22,7 @@ def _rel(store: Store, p: Path) -> str:
 
 
 @dataclass
-class _PlanOptions:
+class PlanOptions:
     """plan_recovery's options (see its doc); the broker's settings are in the profile."""
 
     correct_delay_tags: bool
@@ -37,13 +37,13 @@ class _PlanOptions:
 
 
 @dataclass
-class _Planning:
+class Planning:
     """What the steps of :func:`plan_recovery` pass on to each other."""
 
     store: Store
     profile: BrokerProfile
     ckpt: Checkpoint
-    opts: _PlanOptions
+    opts: PlanOptions
     plan: RecoveryPlan
     ctx: RecoveryContext
     files: list[StoreFile]  # the commitlog files with data

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...formats.consumequeue import CQ_DTYPE, CQ_UNIT_SIZE, read_units
 from ..broker import (
-    _FIRST_CHUNK,
+    FIRST_CHUNK,
     consume_queue_recover,
     first_invalid_unit,
     truncate_dirty_files,
@@ -21,7 +21,7 @@ from ..indexbuild import ConsumeQueueWriter
 from ..store import Store, StoreFile
 from ..store import data_extents as _data_extents
 from ..versions import BrokerProfile
-from .model import _QueueState
+from .model import QueueState
 
 
 def _read_cq(f: StoreFile, F: int) -> bytes:
@@ -36,13 +36,13 @@ def _units_of(data: bytes) -> np.ndarray:
     return units
 
 
-def _read_prefix(f: StoreFile, n: int) -> bytes:
+def read_prefix(f: StoreFile, n: int) -> bytes:
     """The first ``n`` bytes of a file (zeros past its end)."""
     with open(f.path, "rb") as fh:
         return os.pread(fh.fileno(), n, 0).ljust(n, b"\0")
 
 
-def _zeros_from(f: StoreFile, pos: int) -> bool:
+def zeros_from(f: StoreFile, pos: int) -> bool:
     """Whether the bytes of a file from ``pos`` on are all zeros: its holes are skipped
     (SEEK_DATA/SEEK_HOLE), its data extents read in chunks. Reading a consume queue file
     whole to learn that (a broker's file is a hole after its last unit) made the kernel
@@ -60,7 +60,7 @@ def _zeros_from(f: StoreFile, pos: int) -> bool:
     return True
 
 
-def _cq_units(f: StoreFile, F: int) -> np.ndarray:
+def cq_units(f: StoreFile, F: int) -> np.ndarray:
     """The units of a consume queue file as ``_read_cq`` would give them (the file padded
     with zeros to ``F`` bytes), for the scans that stop at the first invalid unit (CQ
     recovery, the dirty-unit cut, the queue's end on disk): every one of them stops at
@@ -81,7 +81,7 @@ def _cq_units(f: StoreFile, F: int) -> np.ndarray:
             hole = os.lseek(fd, 0, os.SEEK_HOLE)
         except (OSError, AttributeError):
             hole = F
-        step = max(1, min(n, -(-hole // CQ_UNIT_SIZE) + 1)) if hole < F else _FIRST_CHUNK
+        step = max(1, min(n, -(-hole // CQ_UNIT_SIZE) + 1)) if hole < F else FIRST_CHUNK
         parts: list[bytes] = []
         got = 0
         while got < n:
@@ -97,26 +97,26 @@ def _cq_units(f: StoreFile, F: int) -> np.ndarray:
                 break
             parts.append(data)
             got += k
-            step = max(step * 2, _FIRST_CHUNK)
+            step = max(step * 2, FIRST_CHUNK)
     if not parts:
         return _units_of(_read_cq(f, F))
     return np.frombuffer(parts[0] if len(parts) == 1 else b"".join(parts), dtype=CQ_DTYPE)
 
 
-def recover_queue(files: list[StoreFile], F: int) -> _QueueState:
+def recover_queue(files: list[StoreFile], F: int) -> QueueState:
     """``ConsumeQueue.recover`` (:func:`recovery.broker.consume_queue_recover`) over a
     queue's files, then ``truncateDirtyFiles``: files after the write position are deleted."""
     if not files:
-        return _QueueState([], [], None, -1)
+        return QueueState([], [], None, -1)
 
     def units_of(i: int) -> tuple[np.ndarray, np.ndarray]:
-        u = _cq_units(files[i], F)
+        u = cq_units(files[i], F)
         return u["commitlog_offset"], u["size"]
 
     r = consume_queue_recover(len(files), units_of, F)
     offset = files[r.stop_file].base + r.valid_units * CQ_UNIT_SIZE
     kept, removed = truncate_dirty_files(files, [f.base for f in files], F, offset)
-    return _QueueState(kept, removed, offset if kept else None, r.max_physic_offset)
+    return QueueState(kept, removed, offset if kept else None, r.max_physic_offset)
 
 
 def next_start_cuts(
@@ -173,9 +173,9 @@ def broker_refuses(store: Store, profile: BrokerProfile) -> bool:
     :func:`recovery.configfiles.config_blocking_start`)."""
     if not store.issues:
         return config_blocking_start(store.root) is not None
-    from ..verify import _layout_findings  # lazy: ~190 ms, needed only for a store with layout issues
+    from ..verify.commitlog import layout_findings  # lazy: ~190 ms, needed only for a store with layout issues
 
-    return bool(_layout_findings(store, profile)[1])
+    return bool(layout_findings(store, profile)[1])
 
 
 WRONG_SIZE = "not the mapped size"  # (frozen_queues: a queue frozen for a file of another size)
@@ -207,7 +207,7 @@ def frozen_queues(store: Store) -> dict[tuple[str, int], str]:
     return out
 
 
-def _recover_queue_files(qfiles: list[StoreFile], F: int, profile: BrokerProfile) -> _QueueState:
+def recover_queue_files(qfiles: list[StoreFile], F: int, profile: BrokerProfile) -> QueueState:
     """:func:`recover_queue` over a queue's files as the broker loads them: zero-length
     files are not loaded; from 5.1.3 on the broker deletes a zero-length last file at load
     (MappedFileQueue.doLoad), so it goes too (before 5.1.3 the broker refuses to start, a
@@ -218,11 +218,11 @@ def _recover_queue_files(qfiles: list[StoreFile], F: int, profile: BrokerProfile
     return st
 
 
-class _Queue:
+class Queue:
     """A consume queue while applying: its files on disk, the new contents, the write
     offset and maxPhysicOffset, as the broker holds them in memory."""
 
-    def __init__(self, key: tuple[str, int], F: int, st: _QueueState | None) -> None:
+    def __init__(self, key: tuple[str, int], F: int, st: QueueState | None) -> None:
         self.key = key
         self.F = F
         self.disk: dict[int, StoreFile] = {f.base: f for f in st.kept} if st else {}
@@ -258,16 +258,16 @@ class _Queue:
             if len(data) < self.F:
                 data = data.ljust(min(self.F, (-(-len(data) // CQ_UNIT_SIZE) + 1) * CQ_UNIT_SIZE), b"\0")
             return _units_of(data)
-        return _cq_units(self.disk[base], self.F)
+        return cq_units(self.disk[base], self.F)
 
     def writer(self) -> ConsumeQueueWriter:
         if not self.bases or self.write is None:
             return ConsumeQueueWriter(self.F, None, self.max_phy)
         last = self.bases[-1]
         pos = self.write - last
-        if last not in self.content and last in self.disk and _zeros_from(self.disk[last], pos):
+        if last not in self.content and last in self.disk and zeros_from(self.disk[last], pos):
             # the file's bytes up to the write position: the writer pads with the zeros that follow
-            return ConsumeQueueWriter(self.F, [(last, _read_prefix(self.disk[last], pos), pos)], self.max_phy)
+            return ConsumeQueueWriter(self.F, [(last, read_prefix(self.disk[last], pos), pos)], self.max_phy)
         return ConsumeQueueWriter(self.F, [(last, self.data(last), pos)], self.max_phy)
 
     def absorb(self, w: ConsumeQueueWriter) -> None:
@@ -303,8 +303,8 @@ class _Queue:
             data = self.content[last]
             if data.count(0, pos) != len(data) - pos:  # (not all zeros past the write offset; at C speed)
                 self.content[last] = self.content[last][:pos]
-        elif last in self.disk and not _zeros_from(self.disk[last], pos):
-            self.content[last] = _read_prefix(self.disk[last], pos)
+        elif last in self.disk and not zeros_from(self.disk[last], pos):
+            self.content[last] = read_prefix(self.disk[last], pos)
             self._cached = None
 
     def next_walk_cuts(self) -> bool:

@@ -39,7 +39,7 @@ class _Salvage(Policy):
         return GO
 
 
-def _salvage_positions(
+def salvage_positions(
     buf: Any, pos: int, end: int, base: int, profile: BrokerProfile, framing: Framing | None = None
 ) -> list[tuple[int, int, bool]]:
     """Records found after ``pos`` by resyncing past damage: (position, size, intact)
@@ -84,7 +84,7 @@ def write_salvage(
         for f, pos in targets:
             with store.map(f) as mf:
                 buf = mf.buf
-                for q, size, intact in _salvage_positions(buf, pos, min(mf.size, F), f.base, profile):
+                for q, size, intact in salvage_positions(buf, pos, min(mf.size, F), f.base, profile):
                     if not intact:
                         continue
                     c = ck.check_record(buf, q, min(mf.size, F), profile, check_crc=True, read_body=True)

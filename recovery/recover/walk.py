@@ -7,6 +7,7 @@ import concurrent.futures as _cf
 import mmap
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -17,8 +18,9 @@ from .. import check as ck
 from .. import parallel as engine
 from ..batch.plain import crc_failures, plain_records
 from ..batch.properties import crc32_digit_values
+from ..byteviews import ByteViews, byte_at, byte_views
 from ..framing import Framing
-from ..scan import ByteViews, byte_at, byte_views, hints_in, sorted_hints_in, sorted_unique
+from ..scan import hints_in, sorted_hints_in, sorted_unique
 from ..store import Store, StoreFile, map_readonly
 from ..store import data_extents as _data_extents
 from ..transfer import Inherited, fork_context, inherited
@@ -27,7 +29,6 @@ from ..walk import GO, STOP, Act, Policy, Run, Source, chained, finish, store_fr
 from .model import FileScan, Progress
 
 _SPAN = 128 << 20  # bytes of commitlog per walk task (big files are split)
-_PARALLEL_MIN_BYTES = 48 << 20  # below this the walk runs in-process
 
 
 class _SpanResult(NamedTuple):
@@ -42,8 +43,20 @@ class _SpanResult(NamedTuple):
     last_start: int = -1  # start of the last valid record walked (-1: none)
 
 
-_WALK_BATCH = 1 << 13  # records checked per numpy pass: their header lines stay in cache between the gathers
-_WALK_BATCH_BYTES = 64 << 20  # and at most about this many bytes (bounds the CRCs computed past a stop)
+@dataclass
+class WalkTuning:
+    """The walk's knobs, in one object a test sets (``monkeypatch.setattr(TUNING,
+    "parallel_min_bytes", 0)``) instead of module globals: worker processes forked after
+    the change see it too."""
+
+    parallel_min_bytes: int = 48 << 20  # below this the walk runs in-process
+    batch_records: int = 1 << 13  # records checked per numpy pass: their header lines stay in cache between the gathers
+    batch_bytes: int = 64 << 20  # and at most about this many bytes (bounds the CRCs computed past a stop)
+    fork_context: Callable[[], Any] = fork_context  # the fork start method, None where there is none
+    pool: Callable[[int], _cf.Executor] | None = None  # the workers' pool (None: :func:`_pool`)
+
+
+TUNING = WalkTuning()
 _CRC_TAG = np.frombuffer(b"__CRC32#\x01", dtype=np.uint8)
 
 
@@ -80,7 +93,7 @@ def prop_crc_prefix(
 class RecoveryWalk(Policy):
     """recover's walk (the broker's recovery walk of a slice of one file, through
     :func:`recovery.walk.walk`): runs of chained records taken in passes of
-    ``_WALK_BATCH`` records (about ``_WALK_BATCH_BYTES``); a record of a pass is sure when
+    ``TUNING.batch_records`` records (about ``TUNING.batch_bytes``); a record of a pass is sure when
     it is plainly valid (:func:`recovery.batch.plain.plain_records`) and its body CRC
     matches (or, under forceVerifyPropCRC, its ``__CRC32#``: :func:`prop_crc_prefix`),
     the CRCs computed only up to the next record that is not plain; that record goes to
@@ -98,8 +111,8 @@ class RecoveryWalk(Policy):
         self.check_opts = {"check_crc": check_crc, "read_body": True, "max_delay_level": max_delay_level}
         self.prop_mode = check_crc and profile.verify_prop_crc
         self.hints = hints
-        self.pass_records = _WALK_BATCH
-        self.pass_bytes = _WALK_BATCH_BYTES
+        self.pass_records = TUNING.batch_records
+        self.pass_bytes = TUNING.batch_bytes
         self.count = 0
         self.last = -1
         self._pass: tuple[int, int, Any, np.ndarray] | None = None  # (start, end, plain test, not plain)
@@ -216,7 +229,9 @@ def _close(mv: memoryview, buf: mmap.mmap) -> None:
 
 def _pool(jobs: int) -> _cf.Executor:
     """The walk's pool: fork, so that the tasks find the hints the parent shared."""
-    return engine.pool(jobs, engine.context(inherit=True) if fork_context() is not None else None)
+    if TUNING.pool is not None:
+        return TUNING.pool(jobs)
+    return engine.pool(jobs, engine.context(inherit=True) if TUNING.fork_context() is not None else None)
 
 
 def _span_bytes(t: tuple[Any, ...]) -> int:
@@ -256,10 +271,10 @@ def scan_files(
         # wherever the last slice arrives.
         plan_end = max(min(end, span), _last_data_end(f.path, end))
         spans.extend((i, f, lo, hi, end) for lo, hi in engine.cut(0, plan_end, span, fold=span // 4))
-    parallel = jobs > 1 and len(spans) > 1 and total >= _PARALLEL_MIN_BYTES
+    parallel = jobs > 1 and len(spans) > 1 and total >= TUNING.parallel_min_bytes
     # with fork the walk tasks take their share of the hints from the parent's copy, not as
     # arrays pickled through the pool's pipe (32 MB for 4 million records)
-    with engine.inheriting("walk.hints", hints, parallel and fork_context() is not None) as token:
+    with engine.inheriting("walk.hints", hints, parallel and TUNING.fork_context() is not None) as token:
         tasks = []
         for i, f, lo, hi, end in spans:
             if token is not None:

@@ -15,14 +15,14 @@ from ..indexbuild import write_zeros
 from ..scan import file_has_nonzero
 from ..store import map_readonly
 from ..versions import BrokerProfile
-from .applystate import _Applying
-from .queues import _read_prefix, _zeros_from
+from .applystate import Applying
+from .queues import read_prefix, zeros_from
 
 if TYPE_CHECKING:  # (imported when applying: see applying.apply_recovery)
     from ..safety import StoreTransaction
 
 
-def _queue_changes(tx: StoreTransaction, a: _Applying) -> None:
+def queue_changes(tx: StoreTransaction, a: Applying) -> None:
     """The consume queue files into the transaction: removed, replaced, created or cut."""
     Fcq, store = a.Fcq, a.store
     for key, q in sorted(a.queues.items()):
@@ -43,7 +43,7 @@ def _queue_changes(tx: StoreTransaction, a: _Applying) -> None:
                 units = bytes(q.content[b][:pos])
                 old = q.disk.get(b) or recreated.get(b)
                 if old is not None:
-                    if old.size != Fcq or _read_prefix(old, len(units)) != units or not _zeros_from(old, len(units)):
+                    if old.size != Fcq or read_prefix(old, len(units)) != units or not zeros_from(old, len(units)):
                         tx.replace_file(rel, _units_writer(units, Fcq))
                 elif (store.root / rel).exists():  # a file the queue's recovery did not load (zero-length)
                     tx.replace_file(rel, _units_writer(units, Fcq))
@@ -53,7 +53,7 @@ def _queue_changes(tx: StoreTransaction, a: _Applying) -> None:
                 tx.truncate_tail(rel, pos, zero_fill=True)
 
 
-def _index_changes(tx: StoreTransaction, a: _Applying, tz: _dt.tzinfo) -> list[str]:
+def index_changes(tx: StoreTransaction, a: Applying, tz: _dt.tzinfo) -> list[str]:
     """The index files into the transaction: discarded ones removed, the last kept one
     rewritten, new ones created, short ones extended. Returns the new files' names."""
     plan, g = a.plan, a.store.geometry
@@ -82,7 +82,7 @@ def _index_changes(tx: StoreTransaction, a: _Applying, tz: _dt.tzinfo) -> list[s
     return created_names
 
 
-def _recovered_checkpoint(a: _Applying, cp: Checkpoint) -> Checkpoint:
+def recovered_checkpoint(a: Applying, cp: Checkpoint) -> Checkpoint:
     """The checkpoint after recovery: ``cp`` with the consume queues', the index's and
     (5.1.1+) the confirm offset's new values."""
     plan, profile, store = a.plan, a.profile, a.store
@@ -104,7 +104,7 @@ def _recovered_checkpoint(a: _Applying, cp: Checkpoint) -> Checkpoint:
         # the commitlog's max offset at load, every file counted full (normal, async
         # flush: CommitLog.getConfirmOffset)
         if plan.context is not None and plan.context.confirm_offset is not None:
-            confirm = plan.context.confirm_offset  # controller mode: see _plan_truncate_to
+            confirm = plan.context.confirm_offset  # controller mode: see plan_truncate_to
         elif plan.last_valid_offset >= 0:
             confirm = plan.last_valid_offset
         elif plan.mode == MODE_ABNORMAL:
@@ -116,7 +116,7 @@ def _recovered_checkpoint(a: _Applying, cp: Checkpoint) -> Checkpoint:
     return cp
 
 
-def _index_file_bytes(path: Path, limit: int | None = None) -> Any:
+def index_file_bytes(path: Path, limit: int | None = None) -> Any:
     """An index file's bytes for :class:`IndexBuilder`, at most ``limit`` (the index file
     size: the broker maps no more of it, and a sparse 64 GiB file is not mapped whole): a
     read-only map of a large file (a default one is 420 MB, and a kept one is mostly read,
@@ -148,7 +148,7 @@ def _index_writer(img: Any) -> Callable[[Any], None]:
     return write
 
 
-def _checkpoint_bytes(old: bytes, cp: Checkpoint, profile: BrokerProfile) -> bytes:
+def checkpoint_bytes(old: bytes, cp: Checkpoint, profile: BrokerProfile) -> bytes:
     """The checkpoint file as the broker flushes it: the fields this version writes, the
     rest of the page as it was (a missing file is created zero-filled, 4096 bytes)."""
     base = bytearray(old.ljust(CHECKPOINT_FILE_SIZE, b"\0")) if old else bytearray(CHECKPOINT_FILE_SIZE)

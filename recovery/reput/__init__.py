@@ -28,18 +28,11 @@
 
 from __future__ import annotations
 
-from .. import check as ck  # noqa: F401  (tests patch ck.check_record through it)
-from ..batch import BatchDecoder as _FastDecoder  # noqa: F401  (tests' name)
 from ..batch import DispatchColumns, IndexKeys, LazyValues
-from ..batch import hash_spans as _hash_spans  # noqa: F401  (tests' name)
-from ..broker import parse_index_file_name
-from ..indexbuild import IndexFileImage  # noqa: F401  (tests build images through this module)
-from ..transfer import Arena  # noqa: F401  (tests wrap it)
 from .driver import feed_cq, feed_index, reput
 from .model import BAD_TOPIC, FILE_GAP, SIZE_ACCOUNTING, STOPPED, Progress, ReputProblem, ReputStats, Span, WalkArgs
 from .output import CqFileOut, IndexFileOut, ReputResult, updated_checkpoint
-from .output import name_new_index_files as _name_new_index_files  # noqa: F401  (tests' name)
-from .pieces import PARALLEL_MIN_BYTES, PIECE_SIZE, _data_end, _laid_end_to_end, iter_dispatch_parallel  # noqa: F401
+from .pieces import PARALLEL_MIN_BYTES, PIECE_SIZE, iter_dispatch_parallel
 from .state import IndexState, QueueState, ReputState, index_files_after_load, load_state
 from .walk import iter_dispatch
 
@@ -70,7 +63,6 @@ __all__ = [
     "iter_dispatch",
     "iter_dispatch_parallel",
     "load_state",
-    "parse_index_file_name",
     "reput",
     "updated_checkpoint",
 ]

@@ -16,7 +16,7 @@ from ...formats.names import offset_to_file_name, topic_path_problem
 from ..batch import DispatchColumns
 from ..broker import goes_to_consume_queue_batch
 from ..indexbuild import ConsumeQueueSet, ConsumeQueueWriter, IndexBuilder
-from ..query import CommitlogReader
+from ..reader import CommitlogReader
 from ..store import Store
 from ..versions import BrokerProfile
 from .model import BAD_TOPIC, ReputProblem, ReputStats, Span

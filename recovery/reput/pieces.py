@@ -99,7 +99,7 @@ def _piece_task(t: _Piece) -> _PieceResult:
     return result
 
 
-def _laid_end_to_end(runs: list[DispatchColumns], a: int, b: int) -> bool:
+def laid_end_to_end(runs: list[DispatchColumns], a: int, b: int) -> bool:
     """Whether the runs hold records laid end to end from exactly ``a`` to exactly ``b``."""
     pos = a
     for c in runs:
@@ -259,7 +259,7 @@ def _plan_pieces(
             continue
         # no piece starts in the file's zero tail (a last file's unused space): the piece
         # before it walks to the end of the data, as the sequential pass does
-        pieces = engine.cut(a, max(_data_end(store, f, a, b), a + 1), piece_size)
+        pieces = engine.cut(a, max(data_end(store, f, a, b), a + 1), piece_size)
         cuts = [start for start, _stop in pieces] + [b]
         for k in range(len(cuts) - 1):
             last = k == len(cuts) - 2
@@ -305,7 +305,7 @@ def _merge_pieces(
             r = arena.take(r, sent.slot)
         # a piece that reaches its file's range end (no later piece of the file has a
         # record) may end in a BLANK or the data's end, like the sequential walk
-        ok = not r.problems and (t.last or r.stop >= t.hi or _laid_end_to_end(r.runs, r.start, r.stop))
+        ok = not r.problems and (t.last or r.stop >= t.hi or laid_end_to_end(r.runs, r.start, r.stop))
         if not ok:
             # walk the rest here, in order: exactly the sequential pass from this point
             st.cancel()
@@ -330,7 +330,7 @@ def _merge_pieces(
     stats.files = len(files_seen)
 
 
-def _data_end(store: Store, f: StoreFile, a: int, b: int, block: int = 1 << 20) -> int:
+def data_end(store: Store, f: StoreFile, a: int, b: int, block: int = 1 << 20) -> int:
     """End of the last ``block`` (counted back from ``b``) of ``[a, b)`` (physical offsets
     in file ``f``) holding a non-zero byte; ``a`` when all of it is zeros. Holes are
     skipped and zeros searched on words (:func:`recovery.scan.last_nonzero_in_file`)."""

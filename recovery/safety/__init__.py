@@ -76,13 +76,10 @@ have completed, which lets tests kill a commit at every step boundary.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 from ..lazy import LazyExports
-from ..patchable import PatchablePackage
 from ..workdirs import WorkDir, describe_workdir, find_workdirs, sweep_workdirs
-from . import hooks as _hooks
 from .consts import (
     BROKER_DIRS,
     CRASH_ENV,
@@ -97,7 +94,6 @@ from .consts import (
     Data,
     Writer,
 )
-from .digests import _sha256_head as _sha256_head
 from .digests import digest_matches, file_digest, sha256_file
 from .errors import (
     BackupDirError,
@@ -110,38 +106,34 @@ from .errors import (
     StoreLockedError,
 )
 from .fileio import atomic_write, fsync_dir, fsync_file
-from .journal import _remove_journal_dir as _remove_journal_dir
 from .journal import check_backup_dir, pending_journals
 from .lock import (
     StoreLock,
     broker_holds_lock,
     describe_holder,
+    held_key,
     lock_file_problem,
     lock_holder,
     lock_probe,
     lock_refusal,
 )
-from .lock import _held_key as _held_key
 
 if TYPE_CHECKING:
-    from .apply import _apply_step as _apply_step
     from .pending import recover_pending
     from .plan import CommitResult, PlannedAction, RecoveryOutcome, format_plan
-    from .restore import load_manifest, restore, restore_work, verify_backup
+    from .restoring import load_manifest, restore, restore_work, verify_backup
     from .transaction import StoreTransaction
 
 # start-up time: what finishes, makes or undoes a change is imported at the first use of one
 # of its names (rmqtool info asks only about the lock and pending journals; a recovery
 # with nothing to do never opens a transaction)
 _FROM = {
-    ".apply": ("_apply_step",),
     ".pending": ("recover_pending",),
     ".plan": ("CommitResult", "PlannedAction", "RecoveryOutcome", "format_plan"),
-    ".restore": ("load_manifest", "restore", "restore_work", "verify_backup"),
+    ".restoring": ("load_manifest", "restore", "restore_work", "verify_backup"),
     ".transaction": ("StoreTransaction",),
 }
 __getattr__ = LazyExports(__name__, {name: mod for mod, names in _FROM.items() for name in names})
-_LAZY_SUBMODULES = tuple(_FROM) + (".backup", ".staging")  # loaded before a test sets a name (PatchablePackage)
 
 __all__ = [
     "BROKER_DIRS",
@@ -181,6 +173,7 @@ __all__ = [
     "format_plan",
     "fsync_dir",
     "fsync_file",
+    "held_key",
     "load_manifest",
     "lock_file_problem",
     "lock_holder",
@@ -194,21 +187,3 @@ __all__ = [
     "sweep_workdirs",
     "verify_backup",
 ]
-
-
-class _Package(PatchablePackage):
-    """The package as a module whose names tests may set (``monkeypatch.setattr(safety,
-    "_apply_step", ...)``, ``safety._steps_done = 0``) as they did when it was one file: a
-    name set here is set in every submodule that holds it, so their calls see it."""
-
-    @property
-    def _steps_done(self) -> int:
-        """The crash hook's step counter, which lives in :mod:`.hooks`."""
-        return _hooks._steps_done
-
-    @_steps_done.setter
-    def _steps_done(self, value: int) -> None:
-        _hooks._steps_done = value
-
-
-sys.modules[__name__].__class__ = _Package

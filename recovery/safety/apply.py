@@ -11,15 +11,15 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..store import data_extents
-from .consts import _CHUNK, _ZEROS, JOURNAL_FILE, STAGING_DIR
-from .digests import _BIG_CHUNK, digest_matches
+from .consts import CHUNK, JOURNAL_FILE, STAGING_DIR, ZEROS
+from .digests import BIG_CHUNK, digest_matches
 from .errors import ChecksumMismatchError, JournalError
-from .fileio import _makedirs_synced, fsync_dir_later, fsync_file
-from .paths import _copy_owner
-from .plan import _Step
+from .fileio import fsync_dir_later, fsync_file, makedirs_synced
+from .paths import copy_owner
+from .plan import Step
 
 
-def _copy_holes_kept(src: Path, f: BinaryIO, h: Any) -> None:
+def copy_holes_kept(src: Path, f: BinaryIO, h: Any) -> None:
     """Copy ``src`` into ``f`` (at its start), hashing into ``h``: the data extents are
     read and written, the holes (SEEK_DATA/SEEK_HOLE) become holes again and are fed to
     the hasher as zeros without being read (a 64 GiB sparse file restores in moments)."""
@@ -52,7 +52,7 @@ def _copy_holes_kept(src: Path, f: BinaryIO, h: Any) -> None:
                 b = size
             s.seek(pos)
             while pos < b:
-                chunk = s.read(min(_BIG_CHUNK, b - pos))
+                chunk = s.read(min(BIG_CHUNK, b - pos))
                 if not chunk:
                     break
                 h.update(chunk)
@@ -69,7 +69,7 @@ def _write_zeros(fd: int, offset: int, length: int) -> None:
     for a, b in data_extents(fd, offset, offset + length):
         pos = a
         while pos < b:
-            pos += os.pwrite(fd, _ZEROS[: min(_CHUNK, b - pos)], pos)
+            pos += os.pwrite(fd, ZEROS[: min(CHUNK, b - pos)], pos)
 
 
 def _write_piece(fd: int, src: Path, offset: int) -> int:
@@ -85,7 +85,7 @@ def _write_piece(fd: int, src: Path, offset: int) -> int:
             s.seek(a)
             pos = a
             while pos < b:
-                chunk = s.read(min(_CHUNK, b - pos))
+                chunk = s.read(min(CHUNK, b - pos))
                 if not chunk:
                     break
                 view = memoryview(chunk)
@@ -101,7 +101,7 @@ def _write_piece(fd: int, src: Path, offset: int) -> int:
     return end
 
 
-def _apply_step(store: Path, jdir: Path, step: _Step) -> None:
+def apply_step(store: Path, jdir: Path, step: Step) -> None:
     """Apply one step. Idempotent: applying a step again after a crash, whether or not the
     first attempt finished, leaves the same result."""
     target = store / step.path
@@ -116,8 +116,8 @@ def _apply_step(store: Path, jdir: Path, step: _Step) -> None:
         if step.action == "create":
             if os.path.lexists(target):
                 raise JournalError("a file appeared where this transaction creates one; inspect it by hand", target)
-            for d in _makedirs_synced(target.parent):
-                _copy_owner(d, d.parent)
+            for d in makedirs_synced(target.parent):
+                copy_owner(d, d.parent)
         os.replace(staged, target)
         fsync_dir_later(target.parent)
         fsync_dir_later(staged.parent, late=True)  # (the new entry durable before the old one goes)
@@ -151,7 +151,7 @@ def _apply_step(store: Path, jdir: Path, step: _Step) -> None:
         raise JournalError(f"unknown action {step.action!r} in journal", jdir / JOURNAL_FILE)
 
 
-def _inplace_consistent(target: Path, step: _Step, jdir: Path, backup_dir: Path) -> bool:
+def _inplace_consistent(target: Path, step: Step, jdir: Path, backup_dir: Path) -> bool:
     """Whether ``target`` is what an interrupted in-place step can have left: the prefix
     unchanged, and every byte of the changed range either the original byte (from the
     backup piece) or the new byte."""
@@ -171,7 +171,7 @@ def _inplace_consistent(target: Path, step: _Step, jdir: Path, backup_dir: Path)
     with open(target, "rb") as cur, open(backup_dir / (step.backup or ""), "rb") as piece:
         left = off
         while left:
-            chunk = cur.read(min(_CHUNK, left))
+            chunk = cur.read(min(CHUNK, left))
             if not chunk:
                 return False
             h.update(chunk)
@@ -182,7 +182,7 @@ def _inplace_consistent(target: Path, step: _Step, jdir: Path, backup_dir: Path)
         try:
             pos = off
             while pos < end:
-                c = cur.read(min(_CHUNK, end - pos))
+                c = cur.read(min(CHUNK, end - pos))
                 if not c:
                     return False
                 n = len(c)
@@ -190,7 +190,7 @@ def _inplace_consistent(target: Path, step: _Step, jdir: Path, backup_dir: Path)
                 if new_f is not None:
                     r = new_f.read(max(0, min(n, new_end - pos)))
                 else:  # zero fill, or nothing new (shortening)
-                    r = _ZEROS[: max(0, min(n, new_end - pos))]
+                    r = ZEROS[: max(0, min(n, new_end - pos))]
                 if c != o and c != r:
                     ca = np.frombuffer(c, dtype=np.uint8)
                     ok = np.zeros(n, dtype=bool)
@@ -205,7 +205,7 @@ def _inplace_consistent(target: Path, step: _Step, jdir: Path, backup_dir: Path)
     return True
 
 
-def _check_step_resumable(store: Path, jdir: Path, step: _Step, backup_dir: Path | None) -> None:
+def check_step_resumable(store: Path, jdir: Path, step: Step, backup_dir: Path | None) -> None:
     """Refuse to finish an interrupted step on a file that has changed since (a broker
     started after rmqtool was killed, someone edited the store): finishing it could
     overwrite their writes. Raises :class:`JournalError` naming the file."""
@@ -236,7 +236,7 @@ def _check_step_resumable(store: Path, jdir: Path, step: _Step, backup_dir: Path
         )
 
 
-def _verify_step(store: Path, step: _Step) -> None:
+def verify_step(store: Path, step: Step) -> None:
     target = store / step.path
     if step.result_sha256 is None:
         if os.path.lexists(target):

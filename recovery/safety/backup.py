@@ -14,23 +14,23 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
 
-from .consts import _CHUNK, _ZEROS, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
-from .digests import _BIG_CHUNK, _SPARSE_MIN, _digest, _Hasher, _PreHash, _trailing_zeros, file_digest
+from .consts import CHUNK, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_FORMAT, ZEROS
+from .digests import BIG_CHUNK, SPARSE_MIN, Hasher, PreHash, digest_text, file_digest, trailing_zeros
 from .errors import BackupDirError, SafetyError
 from .fileio import (
-    _makedirs_synced,
-    _now_utc,
-    _one_line,
     atomic_write,
     deferred_dir_syncs,
     flush_dir_syncs,
     fsync_dir_later,
     fsync_file_later,
+    makedirs_synced,
+    now_utc,
+    one_line,
 )
-from .hooks import _checkpoint
-from .journal import _naming, check_backup_dir
-from .paths import _regular_stat
-from .plan import _Step
+from .hooks import crash_hook
+from .journal import check_backup_dir, errors_naming
+from .paths import regular_stat
+from .plan import Step
 
 
 class _BackupFile:
@@ -40,16 +40,16 @@ class _BackupFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            _makedirs_synced(path.parent)
+            makedirs_synced(path.parent)
             self._f: BinaryIO = open(path, "xb")
         except OSError as exc:
-            raise BackupDirError(f"cannot create the backup copy: {_one_line(exc)}", path) from exc
+            raise BackupDirError(f"cannot create the backup copy: {one_line(exc)}", path) from exc
 
     def write(self, data: bytes) -> None:
         try:
             self._f.write(data)
         except OSError as exc:
-            raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", self.path) from exc
+            raise BackupDirError(f"cannot write the backup copy: {one_line(exc)}", self.path) from exc
 
     def write_zeros(self, n: int) -> None:
         """``n`` zero bytes, left as a hole (nothing written nor fsynced)."""
@@ -59,7 +59,7 @@ class _BackupFile:
             self._f.seek(n, os.SEEK_CUR)
             self._f.truncate()
         except OSError as exc:
-            raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", self.path) from exc
+            raise BackupDirError(f"cannot write the backup copy: {one_line(exc)}", self.path) from exc
 
     def __enter__(self) -> _BackupFile:
         return self
@@ -75,7 +75,7 @@ class _BackupFile:
         except OSError as err:
             self._f.close()
             if exc is None:
-                raise BackupDirError(f"cannot write the backup copy: {_one_line(err)}", self.path) from err
+                raise BackupDirError(f"cannot write the backup copy: {one_line(err)}", self.path) from err
 
 
 def choose_backup_dir(store: Path, requested: Path | None) -> tuple[Path, bool]:
@@ -84,7 +84,7 @@ def choose_backup_dir(store: Path, requested: Path | None) -> tuple[Path, bool]:
     if requested is not None:
         bdir = requested
     else:
-        base = store.parent / f"{store.name}.rmqtool-backup-{_now_utc():%Y%m%dT%H%M%SZ}"
+        base = store.parent / f"{store.name}.rmqtool-backup-{now_utc():%Y%m%dT%H%M%SZ}"
         bdir, n = base, 1
         while os.path.lexists(bdir):
             n += 1
@@ -92,7 +92,7 @@ def choose_backup_dir(store: Path, requested: Path | None) -> tuple[Path, bool]:
     return bdir, check_backup_dir(store, bdir)
 
 
-def backup_bytes_needed(steps: list[_Step], store: Path | None = None) -> int:
+def backup_bytes_needed(steps: list[Step], store: Path | None = None) -> int:
     """Bytes the backup of ``steps`` takes at most (whole files, cut pieces). With the
     ``store``, a whole file counts its allocated bytes (a copy keeps its holes: a commitlog
     sparse-extended to 64 GiB is backed up in its few data blocks; on the store's file
@@ -116,22 +116,22 @@ def backup_bytes_needed(steps: list[_Step], store: Path | None = None) -> int:
                     # a cut piece is copied up to the file's zero tail, which stays a hole
                     # (a 64 GiB sparse tail cut off a commitlog file takes nothing)
                     orig = s.orig_size if s.orig_size is not None else os.lstat(store / s.path).st_size
-                    size = min(size, max(0, orig - _trailing_zeros(store / s.path, orig) - (s.offset or 0)))
+                    size = min(size, max(0, orig - trailing_zeros(store / s.path, orig) - (s.offset or 0)))
             except OSError:
                 pass
         total += size
     return total
 
 
-def _prepare_backup_dir(bdir: Path, steps: list[_Step], store: Path | None = None) -> None:
+def _prepare_backup_dir(bdir: Path, steps: list[Step], store: Path | None = None) -> None:
     """Create ``bdir`` (fsynced) and check it is writable and has room for the backup."""
     try:
-        _makedirs_synced(bdir)
+        makedirs_synced(bdir)
     except OSError as exc:
-        raise BackupDirError(f"cannot create the backup directory: {_one_line(exc)}", bdir) from exc
+        raise BackupDirError(f"cannot create the backup directory: {one_line(exc)}", bdir) from exc
     if not os.access(bdir, os.W_OK):
         raise BackupDirError("backup directory is not writable", bdir)
-    _checkpoint()
+    crash_hook()
     need = backup_bytes_needed(steps, store)
     free = shutil.disk_usage(bdir).free
     if need + (1 << 20) > free:
@@ -139,7 +139,7 @@ def _prepare_backup_dir(bdir: Path, steps: list[_Step], store: Path | None = Non
 
 
 def write_backup(
-    bdir: Path, steps: list[_Step], backup_one: Callable[[_Step, Path], dict[str, Any]], head: dict[str, Any]
+    bdir: Path, steps: list[Step], backup_one: Callable[[Step, Path], dict[str, Any]], head: dict[str, Any]
 ) -> None:
     """Phase 1 of a commit: back up every step with ``backup_one`` into ``bdir``, then write
     the manifest (``head`` gives its txid, store and description) atomically. The store is
@@ -148,18 +148,18 @@ def write_backup(
     entries = []
     with deferred_dir_syncs():  # (each backup directory fsynced once, before the manifest)
         for step in steps:
-            with _naming(bdir / step.path, "the store is unchanged"):
+            with errors_naming(bdir / step.path, "the store is unchanged"):
                 entries.append(backup_one(step, bdir))
-            _checkpoint()
+            crash_hook()
         try:
             flush_dir_syncs()
         except OSError as exc:
-            raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", Path(exc.filename or bdir)) from exc
+            raise BackupDirError(f"cannot write the backup copy: {one_line(exc)}", Path(exc.filename or bdir)) from exc
     manifest = {
         "format": MANIFEST_FORMAT,
         "version": FORMAT_VERSION,
         "txid": head["txid"],
-        "created_utc": _now_utc().isoformat(),
+        "created_utc": now_utc().isoformat(),
         "store": head["store"],
         "description": head["description"],
         "entries": entries,
@@ -167,11 +167,11 @@ def write_backup(
     try:
         atomic_write(bdir / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
     except OSError as exc:
-        raise BackupDirError(f"cannot write the manifest: {_one_line(exc)}", bdir / MANIFEST_FILE) from exc
-    _checkpoint()
+        raise BackupDirError(f"cannot write the manifest: {one_line(exc)}", bdir / MANIFEST_FILE) from exc
+    crash_hook()
 
 
-def backup_step(store: Path, staging: Path, step: _Step, bdir: Path, prehash: dict[str, _PreHash]) -> dict[str, Any]:
+def backup_step(store: Path, staging: Path, step: Step, bdir: Path, prehash: dict[str, PreHash]) -> dict[str, Any]:
     """Copy the bytes ``step`` will cut or replace into the backup (fsynced) and return
     its manifest entry. Fills in ``step.result_*``. ``staging`` holds the staged data;
     ``prehash`` the digests computed ahead for big whole files (the one used is taken out)."""
@@ -184,7 +184,7 @@ def backup_step(store: Path, staging: Path, step: _Step, bdir: Path, prehash: di
             original=None, result={"size": step.new_size, "sha256": step.new_sha256}, created_dirs=step.created_dirs
         )
         return entry
-    st = _regular_stat(target)
+    st = regular_stat(target)
     if st.st_size != step.orig_size:
         raise SafetyError(f"size changed since the plan was made ({step.orig_size} -> {st.st_size})", target)
     original: dict[str, Any] = {
@@ -199,7 +199,7 @@ def backup_step(store: Path, staging: Path, step: _Step, bdir: Path, prehash: di
 
 
 def _backup_whole(
-    target: Path, step: _Step, bdir: Path, pre: _PreHash | None, entry: dict[str, Any], original: dict[str, Any]
+    target: Path, step: Step, bdir: Path, pre: PreHash | None, entry: dict[str, Any], original: dict[str, Any]
 ) -> dict[str, Any]:
     """The backup of a file a replace or remove step renames over or unlinks."""
     rel_backup = f"files/{step.path}"
@@ -229,7 +229,7 @@ class _Cut:
     cut_end: int
 
     @classmethod
-    def of(cls, step: _Step, size: int) -> _Cut:
+    def of(cls, step: Step, size: int) -> _Cut:
         assert step.offset is not None
         off = step.offset
         if step.action == "truncate_tail":
@@ -241,14 +241,14 @@ class _Cut:
         cut_end = size if cut_to_end else min(size, off + new_len)
         return cls(off, size, new_len, cut_to_end, cut_end)
 
-    def result_size(self, step: _Step) -> int:
+    def result_size(self, step: Step) -> int:
         if step.action == "truncate_tail":
             return self.size if step.zero_fill else self.off
         return self.off + self.new_len if self.cut_to_end else max(self.size, self.off + self.new_len)
 
 
 def _backup_in_place(
-    target: Path, staging: Path, step: _Step, bdir: Path, entry: dict[str, Any], original: dict[str, Any]
+    target: Path, staging: Path, step: Step, bdir: Path, entry: dict[str, Any], original: dict[str, Any]
 ) -> dict[str, Any]:
     """The backup of the piece a truncate_tail or write_at step overwrites or cuts, with the
     digests of the file before and after."""
@@ -259,22 +259,22 @@ def _backup_in_place(
     # zero tails are described in the digests, not hashed (see file_digest): the
     # file's own (never read: [head_end, size) is known to be zeros), the piece's share
     # of it (left as a hole in the copy), and a zero-filled cut's result
-    zeros = _trailing_zeros(target, size)
+    zeros = trailing_zeros(target, size)
     head_end = size - zeros
     stop = max(off, head_end)  # bytes read: the prefix, and the cut bytes up to the zeros
     piece_zeros = max(0, cut_end - stop)
     with open(target, "rb") as f, _BackupFile(bdir / rel_backup) as piece:
         _read_prefix_and_piece(f, target, step, cut, stop, head_end, piece, (orig_h, res_h, piece_h))
         piece.write_zeros(piece_zeros)
-        if piece_zeros < _SPARSE_MIN:  # a short zero run is hashed
+        if piece_zeros < SPARSE_MIN:  # a short zero run is hashed
             piece_h.update(bytes(piece_zeros))
             piece_zeros = 0
         res_zeros = _hash_result_rest(f, staging, step, cut, res_h)
-    piece_sha = _digest(piece_h.hexdigest(), piece_zeros)
-    step.orig_sha256, step.backup, step.cut_end = _digest(orig_h.hexdigest(), zeros), rel_backup, cut_end
+    piece_sha = digest_text(piece_h.hexdigest(), piece_zeros)
+    step.orig_sha256, step.backup, step.cut_end = digest_text(orig_h.hexdigest(), zeros), rel_backup, cut_end
     original["sha256"] = step.orig_sha256
     result_size = cut.result_size(step)
-    step.result_size, step.result_sha256 = result_size, _digest(res_h.hexdigest(), res_zeros)
+    step.result_size, step.result_sha256 = result_size, digest_text(res_h.hexdigest(), res_zeros)
     entry.update(
         original=original,
         result={"size": result_size, "sha256": step.result_sha256},
@@ -293,7 +293,7 @@ def _backup_in_place(
 def _read_prefix_and_piece(
     f: BinaryIO,
     target: Path,
-    step: _Step,
+    step: Step,
     cut: _Cut,
     stop: int,
     head_end: int,
@@ -306,7 +306,7 @@ def _read_prefix_and_piece(
     orig_h, res_h, piece_h = hashes
     off, size, cut_end = cut.off, cut.size, cut.cut_end
     pos = 0
-    while pos < stop and (chunk := f.read(min(_CHUNK, (off if pos < off else stop) - pos))):
+    while pos < stop and (chunk := f.read(min(CHUNK, (off if pos < off else stop) - pos))):
         if pos == off:
             step.prefix_sha256 = res_h.hexdigest()
         if pos < head_end:
@@ -326,18 +326,18 @@ def _read_prefix_and_piece(
         step.prefix_sha256 = res_h.hexdigest()
 
 
-def _hash_result_rest(f: BinaryIO, staging: Path, step: _Step, cut: _Cut, res_h: Any) -> int:
+def _hash_result_rest(f: BinaryIO, staging: Path, step: Step, cut: _Cut, res_h: Any) -> int:
     """Hash the result after its prefix: the new bytes, then whatever original bytes follow
     them. Returns the length of the zero tail described instead of hashed."""
     res_zeros = 0
     if step.action == "truncate_tail":
         new_len = cut.new_len
-        if new_len >= _SPARSE_MIN:
+        if new_len >= SPARSE_MIN:
             res_zeros = new_len
         left = new_len - res_zeros
         while left:
-            n = min(_CHUNK, left)
-            res_h.update(_ZEROS[:n])
+            n = min(CHUNK, left)
+            res_h.update(ZEROS[:n])
             left -= n
     else:
         assert step.staged is not None
@@ -346,27 +346,27 @@ def _hash_result_rest(f: BinaryIO, staging: Path, step: _Step, cut: _Cut, res_h:
         # (a zero tail of the new bytes that ends the file is described, not read: a
         # restored piece of a sparse 64 GiB file is not read through its hole)
         ends_file = cut.cut_to_end or cut.off + cut.new_len >= cut.size
-        tail = _trailing_zeros(src_path, n) if ends_file else 0
+        tail = trailing_zeros(src_path, n) if ends_file else 0
         with open(src_path, "rb") as src:
             left = n - tail
-            while left and (chunk := src.read(min(_CHUNK, left))):
+            while left and (chunk := src.read(min(CHUNK, left))):
                 res_h.update(chunk)
                 left -= len(chunk)
         res_zeros = tail
     if not cut.cut_to_end and cut.off + cut.new_len < cut.size:
         f.seek(cut.off + cut.new_len)
-        while chunk := f.read(_CHUNK):
+        while chunk := f.read(CHUNK):
             res_h.update(chunk)
     return res_zeros
 
 
-def link_to_backup(src: Path, dst: Path, pre: _PreHash | None = None) -> str:
+def link_to_backup(src: Path, dst: Path, pre: PreHash | None = None) -> str:
     """Back up the whole file ``src`` as ``dst`` by a hard link when the backup is on the
     same file system (no bytes copied; only for files the transaction replaces by rename
     or unlinks, so the shared inode is never written again through the store), else by a
     copy. The inode's data and the new directory entry are fsynced. Returns the sha256."""
     try:
-        _makedirs_synced(dst.parent)
+        makedirs_synced(dst.parent)
         os.link(src, dst, follow_symlinks=False)
     except OSError:  # other file system, no hard links, dst exists: copy (its errors are reported)
         return copy_to_backup(src, dst)
@@ -382,14 +382,14 @@ def link_to_backup(src: Path, dst: Path, pre: _PreHash | None = None) -> str:
             digest = file_digest(dst)
         fsync_dir_later(dst.parent)
     except OSError as exc:
-        raise BackupDirError(f"cannot write the backup copy: {_one_line(exc)}", dst) from exc
+        raise BackupDirError(f"cannot write the backup copy: {one_line(exc)}", dst) from exc
     return digest
 
 
 def copy_to_backup(src: Path, dst: Path) -> str:
     """Copy the whole file ``src`` to the new backup file ``dst``; returns its sha256. The
     holes of a sparse ``src`` (SEEK_DATA/SEEK_HOLE) stay holes, hashed as zeros unread."""
-    h = _Hasher()
+    h = Hasher()
     try:
         # (unbuffered: the extents are found with lseek on the same descriptor, which a
         # buffered reader would not see; its seek could be served from its buffer)
@@ -404,7 +404,7 @@ def copy_to_backup(src: Path, dst: Path) -> str:
                     out.write_zeros(a - pos)
                 f.seek(a)
                 pos = a
-                while pos < b and (chunk := f.read(min(_BIG_CHUNK, b - pos))):
+                while pos < b and (chunk := f.read(min(BIG_CHUNK, b - pos))):
                     h.update(chunk)
                     out.write(chunk)
                     pos += len(chunk)

@@ -15,14 +15,14 @@ CRASH_ENV = "RMQTOOL_TEST_CRASH_AFTER"
 JOURNAL_FORMAT = "rmqtool-journal"
 MANIFEST_FORMAT = "rmqtool-backup"
 FORMAT_VERSION = 2  # 2: digests may describe a zero tail instead of hashing it (see file_digest)
-_READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2)
 # Store subdirectories the broker scans; a backup must never live inside them.
 BROKER_DIRS = ("commitlog", "consumequeue", "index")
 
-_CHUNK = 1 << 20
-_ZEROS = bytes(_CHUNK)
-_ROLLBACK_STATES = ("staging", "prepared")
-_FORWARD_STATES = ("applying", "done")
+CHUNK = 1 << 20
+ZEROS = bytes(CHUNK)
+ROLLBACK_STATES = ("staging", "prepared")
+FORWARD_STATES = ("applying", "done")
 
 Writer = Callable[[BinaryIO], None]
 """Writes the new content into the file object it is given (opened ``w+b``; it may seek)."""

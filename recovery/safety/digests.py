@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .consts import _CHUNK, _ZEROS
+from .consts import CHUNK, ZEROS
 
 
 def sha256_file(path: str | Path) -> str:
     """Hex sha256 of a file's whole content."""
-    return _sha256_head(path, None)
+    return sha256_head(path, None)
 
 
 # ``progress(n)`` of the bytes read by this thread's digest checks (restore's progress), or None
@@ -26,7 +26,7 @@ _HASHED: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.Cont
 
 
 @contextlib.contextmanager
-def _hashing(progress: Callable[[int], None] | None) -> Iterator[None]:
+def reporting_hashed(progress: Callable[[int], None] | None) -> Iterator[None]:
     """The checks inside report the bytes they hash to ``progress``."""
     token = _HASHED.set(progress) if progress else None
     try:
@@ -36,13 +36,13 @@ def _hashing(progress: Callable[[int], None] | None) -> Iterator[None]:
             _HASHED.reset(token)
 
 
-def _sha256_head(path: str | Path, n: int | None) -> str:
+def sha256_head(path: str | Path, n: int | None) -> str:
     """Hex sha256 of a file's first ``n`` bytes (None: all of them)."""
     h = hashlib.sha256()
     left = -1 if n is None else n
     hashed = _HASHED.get()
     with open(path, "rb") as f:
-        while left and (chunk := f.read(_BIG_CHUNK if left < 0 else min(_BIG_CHUNK, left))):
+        while left and (chunk := f.read(BIG_CHUNK if left < 0 else min(BIG_CHUNK, left))):
             h.update(chunk)
             if left > 0:
                 left -= len(chunk)
@@ -54,34 +54,34 @@ def _sha256_head(path: str | Path, n: int | None) -> str:
 # A digest in a journal or manifest is either 64 hex digits, the sha256 of the whole
 # content, or ``<64 hex>+<N>z``: the sha256 of all but the last N bytes, which are zeros.
 # Index files (420 MB, mostly an unused zero tail), consume queues and cut commitlog tails
-# end in long runs of zeros; describing a run of at least _SPARSE_MIN bytes instead of
+# end in long runs of zeros; describing a run of at least SPARSE_MIN bytes instead of
 # hashing it (sha256 runs at about 1 GB/s here) takes their hashing off the commit's path
 # and loses nothing: a check still reads every byte (the tail must be zeros).
-_SPARSE_MIN = 1 << 20
-_DIGEST_RE = re.compile(r"([0-9a-f]{64})(?:\+([0-9]+)z)?")
+SPARSE_MIN = 1 << 20
+DIGEST_RE = re.compile(r"([0-9a-f]{64})(?:\+([0-9]+)z)?")
 
 
-def _digest(hexdigest: str, zeros: int) -> str:
+def digest_text(hexdigest: str, zeros: int) -> str:
     return f"{hexdigest}+{zeros}z" if zeros else hexdigest
 
 
-def _trailing_zeros(path: str | Path, size: int) -> int:
-    """Length of the run of zero bytes a file ends with, if at least ``_SPARSE_MIN`` (else
+def trailing_zeros(path: str | Path, size: int) -> int:
+    """Length of the run of zero bytes a file ends with, if at least ``SPARSE_MIN`` (else
     0); holes are skipped, data searched on words (``recovery.scan``)."""
-    if size < _SPARSE_MIN:
+    if size < SPARSE_MIN:
         return 0
     from ..scan import last_nonzero_in_file
 
     z = size - 1 - last_nonzero_in_file(path, 0, size)
-    return z if z >= _SPARSE_MIN else 0
+    return z if z >= SPARSE_MIN else 0
 
 
 def file_digest(path: str | Path) -> str:
     """The digest of a file as journals and manifests record it (a zero tail of at least
     1 MiB described, not hashed)."""
     size = os.stat(path).st_size
-    z = _trailing_zeros(path, size)
-    return _digest(_sha256_head(path, size - z), z)
+    z = trailing_zeros(path, size)
+    return digest_text(sha256_head(path, size - z), z)
 
 
 def digest_matches(path: str | Path, want: Any, seen: dict[int, str | None] | None = None) -> bool:
@@ -89,7 +89,7 @@ def digest_matches(path: str | Path, want: Any, seen: dict[int, str | None] | No
     ``seen``: what earlier checks of the same unchanged file found (the sha256 of its head
     for each zero-tail length, None where that tail is not all zeros), filled in here, so
     that checking a file against several digests reads it once per tail length."""
-    m = _DIGEST_RE.fullmatch(want) if isinstance(want, str) else None
+    m = DIGEST_RE.fullmatch(want) if isinstance(want, str) else None
     if m is None:
         return False
     zeros = int(m.group(2) or 0)
@@ -105,17 +105,17 @@ def digest_matches(path: str | Path, want: Any, seen: dict[int, str | None] | No
         hashed = _HASHED.get()
         if hashed and zeros:
             hashed(zeros)  # (the zero tail, read by the check)
-        head = _sha256_head(path, size - zeros)
+        head = sha256_head(path, size - zeros)
     if seen is not None:
         seen[zeros] = head
     return head == m.group(1)
 
 
-_BIG_CHUNK = 1 << 23  # reads for hashing and copying: fewer calls, hashlib drops the GIL
+BIG_CHUNK = 1 << 23  # reads for hashing and copying: fewer calls, hashlib drops the GIL
 _BG_HASH_MIN = 1 << 16  # smaller pieces are hashed on the spot
 
 
-class _Hasher:
+class Hasher:
     """sha256 fed in order, the large immutable pieces hashed by a background thread
     (``hashlib`` releases the GIL on large updates), so hashing overlaps the writes,
     reads and fsyncs of the caller on another core. ``hexdigest()`` waits for it."""
@@ -202,19 +202,19 @@ class _Hasher:
 
     def hexdigest(self) -> str:
         """The digest (see :func:`file_digest`)."""
-        if self._zeros < _SPARSE_MIN:
+        if self._zeros < SPARSE_MIN:
             self._flush_zeros()
         self._drain()
-        return _digest(self.h.hexdigest(), self._zeros)
+        return digest_text(self.h.hexdigest(), self._zeros)
 
 
-class _PendingDigest:
+class PendingDigest:
     """The sha256 of staged data whose hashing thread may still run; :meth:`result` waits
     for it (and raises what the hashing raised)."""
 
     __slots__ = ("_h", "_value")
 
-    def __init__(self, h: _Hasher) -> None:
+    def __init__(self, h: Hasher) -> None:
         self._h = h
         self._value: str | None = None
 
@@ -227,14 +227,14 @@ class _PendingDigest:
         self._h.close()
 
 
-class _HashingFile:
+class HashingFile:
     """The file object a :data:`Writer` gets: every byte written goes to the hash on the
     way (no read-back), and ``write_zeros(n)`` (used by writers that end in long runs of
     zeros, e.g. index files) leaves a hole instead of writing zeros: the content is the
     same, the zeros are not written nor fsynced. If the writer seeks, reads or truncates,
     ``sequential`` turns False and the caller hashes the file from disk instead."""
 
-    def __init__(self, f: BinaryIO, h: _Hasher) -> None:
+    def __init__(self, f: BinaryIO, h: Hasher) -> None:
         self._f = f
         self._h = h
         self.pos = 0
@@ -256,8 +256,8 @@ class _HashingFile:
             return
         if not self.sequential:
             while n > 0:
-                k = min(n, _CHUNK)
-                self._f.write(_ZEROS[:k])
+                k = min(n, CHUNK)
+                self._f.write(ZEROS[:k])
                 n -= k
             return
         self._f.seek(n, os.SEEK_CUR)
@@ -277,8 +277,8 @@ class _HashingFile:
         return getattr(self._f, name)
 
 
-_ZEROS_BIG = bytes(_BIG_CHUNK)
-_PREHASH_MIN = 16 << 20
+_ZEROS_BIG = bytes(BIG_CHUNK)
+PREHASH_MIN = 16 << 20
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -286,7 +286,7 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-class _PreHash:
+class PreHash:
     """sha256 of a file computed by a background thread, with the identity (inode, size,
     mtime) the file had when it started; :meth:`result` gives the digest only if the file
     it is asked about still has that identity (else None: the caller hashes it itself)."""

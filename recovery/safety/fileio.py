@@ -156,7 +156,7 @@ def atomic_write(path: str | Path, data: bytes, mode: int = 0o644) -> None:
     fsync_dir(path.parent)
 
 
-def _makedirs_synced(path: Path) -> list[Path]:
+def makedirs_synced(path: Path) -> list[Path]:
     """``mkdir -p`` that fsyncs the parent of every directory it creates; returns them."""
     missing: list[Path] = []
     p = path
@@ -172,9 +172,9 @@ def _makedirs_synced(path: Path) -> list[Path]:
     return list(reversed(missing))
 
 
-def _one_line(exc: OSError) -> str:
+def one_line(exc: OSError) -> str:
     return (exc.strerror or str(exc)).replace("\n", " ")
 
 
-def _now_utc() -> _dt.datetime:
+def now_utc() -> _dt.datetime:
     return _dt.datetime.now(_dt.UTC)

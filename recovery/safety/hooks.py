@@ -7,16 +7,16 @@ from pathlib import Path
 
 from .consts import CRASH_ENV
 
-_steps_done = 0
+steps_done = 0
 # Journal directories of transactions open in this process: recover_pending skips them.
-_active_journals: set[Path] = set()
+active_journals: set[Path] = set()
 
 
-def _checkpoint() -> None:
+def crash_hook() -> None:
     """Test hook: with ``RMQTOOL_TEST_CRASH_AFTER=N``, die (exit 137, no cleanup, no
     flushing) when N steps have completed. Called before the first step and after each."""
-    global _steps_done
+    global steps_done
     limit = os.environ.get(CRASH_ENV)
-    if limit is not None and _steps_done >= int(limit):
+    if limit is not None and steps_done >= int(limit):
         os._exit(137)
-    _steps_done += 1
+    steps_done += 1

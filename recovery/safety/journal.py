@@ -11,22 +11,22 @@ from pathlib import Path
 from typing import Any
 
 from .consts import (
-    _FORWARD_STATES,
-    _READABLE_VERSIONS,
-    _ROLLBACK_STATES,
     BROKER_DIRS,
+    FORWARD_STATES,
     JOURNAL_DIR,
     JOURNAL_FILE,
     JOURNAL_FORMAT,
     MANIFEST_FILE,
+    READABLE_VERSIONS,
+    ROLLBACK_STATES,
 )
 from .errors import BackupDirError, JournalError
 from .fileio import fsync_dir
-from .paths import _is_inside
+from .paths import is_inside
 
 
 @contextlib.contextmanager
-def _naming(path: Path, then: str = "") -> Iterator[None]:
+def errors_naming(path: Path, then: str = "") -> Iterator[None]:
     """An OSError raised inside without a file name (a failed write, fsync, rename or
     unlink: ENOSPC, EIO) gets ``path``, so the one-line message names the file; ``then``
     is added to its text (what the failure leaves, what to do)."""
@@ -47,7 +47,7 @@ def check_backup_dir(store: str | Path, bdir: str | Path) -> bool:
     what the real run would."""
     store, bdir = Path(os.path.abspath(store)), Path(os.path.abspath(bdir))
     for sub in BROKER_DIRS + (JOURNAL_DIR,):
-        if _is_inside(Path(os.path.realpath(bdir)), Path(os.path.realpath(store / sub))):
+        if is_inside(Path(os.path.realpath(bdir)), Path(os.path.realpath(store / sub))):
             raise BackupDirError(f"a backup must not live inside the store's {sub}/", bdir)
     if os.path.lexists(bdir):
         if not bdir.is_dir():
@@ -58,19 +58,19 @@ def check_backup_dir(store: str | Path, bdir: str | Path) -> bool:
     return False
 
 
-def _journal_root(store: Path) -> Path:
+def journal_root(store: Path) -> Path:
     return store / JOURNAL_DIR
 
 
 def pending_journals(store: str | Path) -> list[Path]:
     """Journal directories of interrupted transactions (read-only; no lock taken)."""
-    root = _journal_root(Path(store))
+    root = journal_root(Path(store))
     if not root.is_dir():
         return []
     return sorted(p for p in root.iterdir() if p.is_dir())
 
 
-def _read_journal(jdir: Path) -> dict[str, Any] | None:
+def read_journal(jdir: Path) -> dict[str, Any] | None:
     path = jdir / JOURNAL_FILE
     try:
         raw = path.read_bytes()
@@ -80,16 +80,16 @@ def _read_journal(jdir: Path) -> dict[str, Any] | None:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep)
         raise JournalError(f"journal is not valid JSON ({exc}); inspect it by hand", path) from exc
-    if not isinstance(doc, dict) or doc.get("format") != JOURNAL_FORMAT or doc.get("version") not in _READABLE_VERSIONS:
+    if not isinstance(doc, dict) or doc.get("format") != JOURNAL_FORMAT or doc.get("version") not in READABLE_VERSIONS:
         raise JournalError("not an rmqtool journal of a known version; inspect it by hand", path)
-    if doc.get("state") not in _ROLLBACK_STATES + _FORWARD_STATES or not isinstance(doc.get("steps"), list):
+    if doc.get("state") not in ROLLBACK_STATES + FORWARD_STATES or not isinstance(doc.get("steps"), list):
         raise JournalError(f"journal has an unknown state {doc.get('state')!r}", path)
     return doc
 
 
-def _remove_journal_dir(store: Path, jdir: Path) -> None:
+def remove_journal_dir(store: Path, jdir: Path) -> None:
     shutil.rmtree(jdir, ignore_errors=False)
-    root = _journal_root(store)
+    root = journal_root(store)
     fsync_dir(root)
     try:
         root.rmdir()
@@ -98,7 +98,7 @@ def _remove_journal_dir(store: Path, jdir: Path) -> None:
     fsync_dir(store)
 
 
-def _drop_backup(backup_dir: Path, preexisted: bool) -> None:
+def drop_backup(backup_dir: Path, preexisted: bool) -> None:
     """Delete what a rolled-back transaction wrote into its backup directory. Only called
     before the store was touched, so the backup holds nothing the store does not."""
     if not backup_dir.is_dir():

@@ -14,7 +14,7 @@ from ...formats.errors import RmqToolError
 from ...formats.safeio import MISSING, REGULAR, classify
 from .consts import LOCK_FILE
 from .errors import SafetyError, StoreLockedError
-from .fileio import _one_line, fsync_dir
+from .fileio import fsync_dir, one_line
 
 _registry_lock = threading.Lock()
 # (st_dev, st_ino) of a lock file this process holds -> [fd, reference count]. POSIX
@@ -23,7 +23,8 @@ _registry_lock = threading.Lock()
 _held: dict[tuple[int, int], list[int]] = {}
 
 
-def _held_key(path: Path) -> tuple[int, int] | None:
+def held_key(path: Path) -> tuple[int, int] | None:
+    """The registry key of the lock file at ``path`` if this process holds its lock, else None."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -153,7 +154,7 @@ def broker_holds_lock(store: str | Path) -> bool:
     with _registry_lock:
         if not os.path.lexists(path):
             return False
-        if _held_key(path) is not None:
+        if held_key(path) is not None:
             return False
         held = lock_probe(path)
         return True if held is None else held
@@ -196,7 +197,7 @@ class StoreLock:
         if not self.store.is_dir():
             raise SafetyError("not a directory (is this a broker store?)", self.store)
         with _registry_lock:
-            key = _held_key(self.path)
+            key = held_key(self.path)
             if key is not None:
                 _held[key][1] += 1
                 self._key = key
@@ -211,14 +212,14 @@ class StoreLock:
             except FileExistsError:
                 raise StoreLockedError("another rmqtool is creating the lock file; stop it first", self.path) from None
             except OSError as exc:
-                raise SafetyError(f"cannot open the lock file for locking: {_one_line(exc)}", self.path) from exc
+                raise SafetyError(f"cannot open the lock file for locking: {one_line(exc)}", self.path) from exc
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             except OSError as exc:
                 os.close(fd)
                 if exc.errno in (errno.EACCES, errno.EAGAIN):
                     raise StoreLockedError(f"{describe_holder(self.store)}; stop it first", self.path) from exc
-                raise SafetyError(f"cannot lock: {_one_line(exc)}", self.path) from exc
+                raise SafetyError(f"cannot lock: {one_line(exc)}", self.path) from exc
             st = os.fstat(fd)
             key = (st.st_dev, st.st_ino)
             try:

@@ -10,7 +10,7 @@ from .consts import JOURNAL_DIR, LOCK_FILE
 from .errors import SafetyError
 
 
-def _check_relpath(rel: str, what: Path | str) -> str:
+def check_relpath(rel: str, what: Path | str) -> str:
     pp = PurePosixPath(rel.replace(os.sep, "/"))
     parts = pp.parts
     if pp.is_absolute() or not parts or any(p in ("", ".", "..") for p in parts):
@@ -20,17 +20,17 @@ def _check_relpath(rel: str, what: Path | str) -> str:
     return pp.as_posix()
 
 
-def _relpath(store: Path, p: str | os.PathLike[str]) -> str:
+def store_relpath(store: Path, p: str | os.PathLike[str]) -> str:
     s = os.fspath(p)
     if os.path.isabs(s):
         rel = os.path.relpath(os.path.abspath(s), os.path.abspath(store))
         if rel == ".." or rel.startswith(".." + os.sep):
             raise SafetyError(f"outside the store {store}", s)
         s = rel
-    return _check_relpath(s, Path(store) / s)
+    return check_relpath(s, Path(store) / s)
 
 
-def _regular_stat(path: Path) -> os.stat_result:
+def regular_stat(path: Path) -> os.stat_result:
     try:
         st = os.lstat(path)
     except FileNotFoundError as exc:
@@ -40,7 +40,7 @@ def _regular_stat(path: Path) -> os.stat_result:
     return st
 
 
-def _is_inside(child: Path, parent: Path) -> bool:
+def is_inside(child: Path, parent: Path) -> bool:
     try:
         child.relative_to(parent)
         return True
@@ -48,7 +48,7 @@ def _is_inside(child: Path, parent: Path) -> bool:
         return False
 
 
-def _copy_owner(path: Path, ref: Path) -> None:
+def copy_owner(path: Path, ref: Path) -> None:
     """Give ``path`` the owner of ``ref`` when we run as root (a broker running as its own
     user must be able to write the files rmqtool put there); silently skip otherwise."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:

@@ -7,54 +7,54 @@ import os
 from pathlib import Path
 
 from ..workdirs import find_workdirs, sweep_workdirs
-from .apply import _apply_step, _check_step_resumable, _verify_step
-from .consts import _ROLLBACK_STATES, JOURNAL_FILE
+from .apply import apply_step, check_step_resumable, verify_step
+from .consts import JOURNAL_FILE, ROLLBACK_STATES
 from .errors import JournalError
 from .fileio import atomic_write, deferred_dir_syncs, flush_dir_syncs
-from .hooks import _active_journals, _checkpoint
-from .journal import _drop_backup, _journal_root, _read_journal, _remove_journal_dir, pending_journals
+from .hooks import active_journals, crash_hook
+from .journal import drop_backup, journal_root, pending_journals, read_journal, remove_journal_dir
 from .lock import StoreLock
-from .paths import _check_relpath
-from .plan import RecoveryOutcome, _Step
+from .paths import check_relpath
+from .plan import RecoveryOutcome, Step
 
 
 def _recover_one(store: Path, jdir: Path) -> RecoveryOutcome:
-    _checkpoint()
-    doc = _read_journal(jdir)
+    crash_hook()
+    doc = read_journal(jdir)
     if doc is None:  # killed before the first journal write: only staging data exists
         empty = not any(p.is_file() for p in jdir.rglob("*"))  # (or a finished run's cleanup cut short)
-        _remove_journal_dir(store, jdir)
+        remove_journal_dir(store, jdir)
         return RecoveryOutcome(jdir.name, "staging", "leftover" if empty else "rolled_back", None)
     state = doc["state"]
     txid = str(doc.get("txid", jdir.name))
     backup = Path(doc["backup_dir"]) if doc.get("backup_dir") else None
-    if state in _ROLLBACK_STATES:
+    if state in ROLLBACK_STATES:
         if backup is not None:
-            _drop_backup(backup, bool(doc.get("backup_dir_preexisted")))
-        _remove_journal_dir(store, jdir)
-        _checkpoint()
+            drop_backup(backup, bool(doc.get("backup_dir_preexisted")))
+        remove_journal_dir(store, jdir)
+        crash_hook()
         return RecoveryOutcome(txid, state, "rolled_back", None)
     try:
-        steps = [_Step.from_dict(s) for s in doc["steps"]]
+        steps = [Step.from_dict(s) for s in doc["steps"]]
     except (TypeError, AttributeError) as exc:
         raise JournalError(f"malformed step in journal ({exc})", jdir / JOURNAL_FILE) from exc
     if state == "applying":
         for step in steps:
-            _check_relpath(step.path, jdir / JOURNAL_FILE)
-            _check_step_resumable(store, jdir, step, backup)
+            check_relpath(step.path, jdir / JOURNAL_FILE)
+            check_step_resumable(store, jdir, step, backup)
         with deferred_dir_syncs():
             for step in steps:
                 if step is steps[-1]:
                     flush_dir_syncs()  # (as the commit: the last step after every other is durable)
-                _apply_step(store, jdir, step)
-                _checkpoint()
+                apply_step(store, jdir, step)
+                crash_hook()
         for step in steps:
-            _verify_step(store, step)
+            verify_step(store, step)
         doc["state"] = "done"
         atomic_write(jdir / JOURNAL_FILE, json.dumps(doc, indent=1).encode())
-        _checkpoint()
-    _remove_journal_dir(store, jdir)
-    _checkpoint()
+        crash_hook()
+    remove_journal_dir(store, jdir)
+    crash_hook()
     return RecoveryOutcome(txid, state, "completed", backup)
 
 
@@ -82,14 +82,14 @@ def recover_pending(store: str | Path) -> list[RecoveryOutcome]:
     could then overwrite someone else's writes, so the journal and the store are left as
     they are for a human, who has the complete backup."""
     store = Path(os.path.abspath(store))
-    if not _journal_root(store).is_dir() and not find_workdirs(store):
+    if not journal_root(store).is_dir() and not find_workdirs(store):
         return []
     outcomes = []
     with StoreLock(store):
         for wd in sweep_workdirs(store):
             outcomes.append(RecoveryOutcome(wd.name, "workdir", "workdir_removed", None))
         for jdir in pending_journals(store):
-            if jdir in _active_journals:
+            if jdir in active_journals:
                 continue  # a transaction of this very process, still open
             outcomes.append(_recover_one(store, jdir))
     return outcomes

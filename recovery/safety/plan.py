@@ -83,7 +83,7 @@ class RecoveryOutcome:
 
 
 @dataclass
-class _Step:
+class Step:
     """One journaled action (serialised as-is into the journal)."""
 
     action: str
@@ -109,7 +109,7 @@ class _Step:
     cut_end: int | None = None  # in-place actions: the piece is [offset, cut_end)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> _Step:
+    def from_dict(cls, d: dict[str, Any]) -> Step:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
@@ -135,11 +135,11 @@ class _Step:
         return PlannedAction("write_at", self.path, size, self.offset, self.new_size)
 
 
-_STEP_FIELDS = tuple(f.name for f in fields(_Step))
+_STEP_FIELDS = tuple(f.name for f in fields(Step))
 
 
-def journal_text(head: dict[str, Any], steps: list[_Step]) -> str:
-    """The journal document: ``head`` with ``steps`` (each a :meth:`_Step.as_dict`), one
+def journal_text(head: dict[str, Any], steps: list[Step]) -> str:
+    """The journal document: ``head`` with ``steps`` (each a :meth:`Step.as_dict`), one
     step a line (``json.dumps`` with an indent runs Python's encoder, at 0.1 s for a few
     hundred steps per write; each step line here is the C encoder's)."""
     text = json.dumps({**head, "steps": []}, indent=1)

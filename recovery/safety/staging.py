@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .apply import _copy_holes_kept
+from .apply import copy_holes_kept
 from .consts import Data
-from .digests import _BIG_CHUNK, _HashingFile
-from .paths import _copy_owner
+from .digests import BIG_CHUNK, HashingFile
+from .paths import copy_owner
 
 
 def dry_run_content(data: Data) -> tuple[str | None, int | None, str | None]:
@@ -34,21 +34,21 @@ def write_staged(dst: Path, data: Data, mode: int, h: Any, owner_ref: Path, mtim
             h.update(data if isinstance(data, bytes) else bytes(data))
             f.write(data)
         elif isinstance(data, os.PathLike):
-            _copy_holes_kept(Path(data), f, h)
+            copy_holes_kept(Path(data), f, h)
         elif callable(data):
-            hf = _HashingFile(f, h)
+            hf = HashingFile(f, h)
             data(hf)  # type: ignore[arg-type]
             f.flush()
             if not hf.sequential:
                 h.reset()
                 f.seek(0)
-                while chunk := f.read(_BIG_CHUNK):
+                while chunk := f.read(BIG_CHUNK):
                     h.update(chunk)
         else:
             raise TypeError(f"new content must be bytes, a path or a writer, not {type(data).__name__}")
         f.flush()
         os.fchmod(f.fileno(), mode)
-        _copy_owner(dst, owner_ref)
+        copy_owner(dst, owner_ref)
         if mtime_ns is not None:
             os.utime(f.fileno(), ns=(mtime_ns, mtime_ns))
         return os.fstat(f.fileno()).st_size

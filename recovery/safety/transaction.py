@@ -9,30 +9,30 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .apply import _apply_step
+from .apply import apply_step
 from .backup import backup_step, choose_backup_dir, write_backup
 from .consts import (
-    _ROLLBACK_STATES,
     FORMAT_VERSION,
     JOURNAL_FILE,
     JOURNAL_FORMAT,
     MANIFEST_FILE,
+    ROLLBACK_STATES,
     STAGING_DIR,
     Data,
 )
 from .digests import (
-    _PREHASH_MIN,
-    _Hasher,
-    _PendingDigest,
-    _PreHash,
+    PREHASH_MIN,
+    Hasher,
+    PendingDigest,
+    PreHash,
 )
 from .errors import PendingJournalError, SafetyError
-from .fileio import _makedirs_synced, _now_utc, atomic_write, deferred_dir_syncs, flush_dir_syncs, fsync_dir, fsync_many
-from .hooks import _active_journals, _checkpoint
-from .journal import _drop_backup, _journal_root, _naming, _remove_journal_dir, pending_journals
+from .fileio import atomic_write, deferred_dir_syncs, flush_dir_syncs, fsync_dir, fsync_many, makedirs_synced, now_utc
+from .hooks import active_journals, crash_hook
+from .journal import drop_backup, errors_naming, journal_root, pending_journals, remove_journal_dir
 from .lock import StoreLock
-from .paths import _regular_stat, _relpath
-from .plan import CommitResult, PlannedAction, _Step, journal_text
+from .paths import regular_stat, store_relpath
+from .plan import CommitResult, PlannedAction, Step, journal_text
 from .staging import dry_run_content, write_staged
 
 
@@ -74,8 +74,8 @@ class StoreTransaction:
         self.requested_backup_dir = Path(os.path.abspath(backup_dir)) if backup_dir is not None else None
         self.description = description
         self.dry_run = dry_run
-        self.txid = f"{_now_utc():%Y%m%dT%H%M%SZ}-{os.getpid()}-{secrets.token_hex(4)}"
-        self._steps: list[_Step] = []
+        self.txid = f"{now_utc():%Y%m%dT%H%M%SZ}-{os.getpid()}-{secrets.token_hex(4)}"
+        self._steps: list[Step] = []
         self._stage_seq = 0
         self._paths: set[str] = set()
         self._lock: StoreLock | None = None
@@ -84,7 +84,7 @@ class StoreTransaction:
         self._state: str | None = None  # None until the journal exists
         self._backup_dir: Path | None = None
         self._backup_preexisted = False
-        self._prehash: dict[str, _PreHash] = {}  # relpath -> digest computed ahead (big files)
+        self._prehash: dict[str, PreHash] = {}  # relpath -> digest computed ahead (big files)
         self._unsynced: list[Path] = []  # staged files not fsynced yet (see _sync_staged)
 
     # -- context management
@@ -92,7 +92,7 @@ class StoreTransaction:
     @property
     def journal_dir(self) -> Path:
         """``<store>/.rmqtool-journal/<txid>``."""
-        return _journal_root(self.store) / self.txid
+        return journal_root(self.store) / self.txid
 
     def __enter__(self) -> StoreTransaction:
         if self._open or self._finished:
@@ -113,7 +113,7 @@ class StoreTransaction:
                 lock.release()
                 raise
             self._lock = lock
-            _active_journals.add(self.journal_dir)
+            active_journals.add(self.journal_dir)
         self._open = True
         return self
 
@@ -122,13 +122,13 @@ class StoreTransaction:
     ) -> None:
         try:
             self._drop_pending_digests()
-            if not self.dry_run and not self._finished and self._state in _ROLLBACK_STATES:
+            if not self.dry_run and not self._finished and self._state in ROLLBACK_STATES:
                 self._rollback()
             # State "applying"/"done" after an error: the journal stays for recover_pending.
         finally:
             self._open = False
             self._finished = True
-            _active_journals.discard(self.journal_dir)
+            active_journals.discard(self.journal_dir)
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
@@ -143,7 +143,7 @@ class StoreTransaction:
 
     def _claim(self, p: str | os.PathLike[str]) -> str:
         self._require_open()
-        rel = _relpath(self.store, p)
+        rel = store_relpath(self.store, p)
         if rel in self._paths:
             raise SafetyError("already changed by an earlier action of this transaction", self.store / rel)
         return rel
@@ -151,18 +151,18 @@ class StoreTransaction:
     def _ensure_journal(self) -> Path:
         jdir = self.journal_dir
         if self._state is None:
-            _checkpoint()
-            _makedirs_synced(jdir / STAGING_DIR)
+            crash_hook()
+            makedirs_synced(jdir / STAGING_DIR)
             self._state = "staging"
             self._write_journal()
         return jdir
 
-    def _pending_digests(self) -> list[tuple[_Step, str, _PendingDigest]]:
+    def _pending_digests(self) -> list[tuple[Step, str, PendingDigest]]:
         return [
             (st, name, v)
             for st in self._steps
             for name in ("new_sha256", "result_sha256")
-            if isinstance(v := getattr(st, name), _PendingDigest)
+            if isinstance(v := getattr(st, name), PendingDigest)
         ]
 
     def _resolve_digests(self) -> None:
@@ -182,15 +182,15 @@ class StoreTransaction:
             "txid": self.txid,
             "state": self._state,
             "description": self.description,
-            "created_utc": _now_utc().isoformat(),
+            "created_utc": now_utc().isoformat(),
             "pid": os.getpid(),
             "store": str(self.store),
             "backup_dir": str(self._backup_dir) if self._backup_dir else None,
             "backup_dir_preexisted": self._backup_preexisted,
         }
-        with _naming(self.journal_dir / JOURNAL_FILE):
+        with errors_naming(self.journal_dir / JOURNAL_FILE):
             atomic_write(self.journal_dir / JOURNAL_FILE, journal_text(doc, self._steps).encode())
-        _checkpoint()
+        crash_hook()
 
     def _stage(
         self, data: Data, mode: int, owner_ref: Path, mtime_ns: int | None
@@ -203,9 +203,9 @@ class StoreTransaction:
         self._stage_seq += 1
         name = f"{self._stage_seq:06d}"
         dst = jdir / STAGING_DIR / name
-        h = _Hasher()
+        h = Hasher()
         try:
-            with _naming(dst, "the store is unchanged"):
+            with errors_naming(dst, "the store is unchanged"):
                 size = self._write_staged(dst, data, mode, h, owner_ref, mtime_ns)
         except BaseException:
             h.close()
@@ -215,10 +215,10 @@ class StoreTransaction:
                 pass
             raise
         self._unsynced.append(dst)
-        _checkpoint()
+        crash_hook()
         # the digest is taken at commit (or when the journal is written): meanwhile the
         # hasher's thread goes on while the caller stages the next files
-        return name, size, _PendingDigest(h)  # type: ignore[return-value]
+        return name, size, PendingDigest(h)  # type: ignore[return-value]
 
     _write_staged = staticmethod(write_staged)
 
@@ -230,12 +230,12 @@ class StoreTransaction:
         if not self._unsynced:
             return
         staging = self.journal_dir / STAGING_DIR
-        with _naming(staging, "the store is unchanged"):
+        with errors_naming(staging, "the store is unchanged"):
             fsync_many(self._unsynced)
             fsync_dir(staging)
         self._unsynced = []
 
-    def _add(self, step: _Step) -> PlannedAction:
+    def _add(self, step: Step) -> PlannedAction:
         self._steps.append(step)
         self._paths.add(step.path)
         return step.planned()
@@ -252,12 +252,12 @@ class StoreTransaction:
         if not os.path.lexists(target):
             self._paths.discard(rel)
             return self.create_file(rel, data, mode=0o644 if mode is None else mode, mtime_ns=mtime_ns)
-        st = _regular_stat(target)
+        st = regular_stat(target)
         new_mode = stat.S_IMODE(st.st_mode) if mode is None else mode
         self._start_prehash(rel, st)
         name, size, sha = self._stage(data, new_mode, target, mtime_ns)
         return self._add(
-            _Step(
+            Step(
                 "replace",
                 rel,
                 staged=name,
@@ -289,7 +289,7 @@ class StoreTransaction:
             raise SafetyError("parent is not a directory", parent)
         name, size, sha = self._stage(data, mode, parent, mtime_ns)
         return self._add(
-            _Step(
+            Step(
                 "create",
                 rel,
                 staged=name,
@@ -306,17 +306,17 @@ class StoreTransaction:
     def remove_file(self, relpath: str | os.PathLike[str]) -> PlannedAction:
         """Remove a file; at commit it is copied into the backup first."""
         rel = self._claim(relpath)
-        st = _regular_stat(self.store / rel)
+        st = regular_stat(self.store / rel)
         self._start_prehash(rel, st)
-        return self._add(_Step("remove", rel, orig_size=st.st_size))
+        return self._add(Step("remove", rel, orig_size=st.st_size))
 
     def _start_prehash(self, rel: str, st: os.stat_result) -> None:
         """Start hashing a big file this transaction replaces or removes on a background
         thread now, so the digest its backup needs at commit is computed while the caller
         prepares the other changes (used only if the file is then still the same inode,
         size and mtime)."""
-        if not self.dry_run and st.st_size >= _PREHASH_MIN and rel not in self._prehash:
-            self._prehash[rel] = _PreHash(self.store / rel, st)
+        if not self.dry_run and st.st_size >= PREHASH_MIN and rel not in self._prehash:
+            self._prehash[rel] = PreHash(self.store / rel, st)
 
     def truncate_tail(self, relpath: str | os.PathLike[str], offset: int, *, zero_fill: bool = True) -> PlannedAction:
         """Cut bytes ``[offset, EOF)`` of a file: they are copied into the backup as a piece,
@@ -324,11 +324,11 @@ class StoreTransaction:
         commitlog and ConsumeQueue files are mapped at a fixed size) or cut off
         (``zero_fill=False``, the file shrinks to ``offset`` bytes)."""
         rel = self._claim(relpath)
-        st = _regular_stat(self.store / rel)
+        st = regular_stat(self.store / rel)
         if not 0 <= offset <= st.st_size:
             raise SafetyError(f"offset {offset} is outside the file (size {st.st_size})", self.store / rel)
         return self._add(
-            _Step(
+            Step(
                 "truncate_tail",
                 rel,
                 offset=offset,
@@ -352,11 +352,11 @@ class StoreTransaction:
         bytes. The overwritten (and cut) original bytes are backed up as a piece."""
         rel = self._claim(relpath)
         target = self.store / rel
-        st = _regular_stat(target)
+        st = regular_stat(target)
         if not 0 <= offset <= st.st_size:
             raise SafetyError(f"offset {offset} is outside the file (size {st.st_size})", target)
         name, size, sha = self._stage(data, 0o600, target, None)
-        step = _Step(
+        step = Step(
             "write_at",
             rel,
             staged=name,
@@ -387,7 +387,7 @@ class StoreTransaction:
         self._resolve_digests()
         if not self._steps:
             if self._state is not None:
-                _remove_journal_dir(self.store, self.journal_dir)
+                remove_journal_dir(self.store, self.journal_dir)
             self._finished = True
             self._state = None
             return CommitResult(None, None, actions)
@@ -413,22 +413,22 @@ class StoreTransaction:
         self._state = "applying"
         self._write_journal()
         pending = f"the change is half made: the journal {jdir} finishes it at the next rmqtool run on this store"
-        with _naming(jdir, pending), deferred_dir_syncs():  # (each changed directory fsynced once, at the end)
+        with errors_naming(jdir, pending), deferred_dir_syncs():  # (each changed directory fsynced once, at the end)
             for step in self._steps:
                 if step is self._steps[-1]:
                     flush_dir_syncs()  # the last step (recover: the abort file) after every other is durable
-                with _naming(self.store / step.path, pending):
-                    _apply_step(self.store, jdir, step)
-                _checkpoint()
+                with errors_naming(self.store / step.path, pending):
+                    apply_step(self.store, jdir, step)
+                crash_hook()
         # Phase 3: done, clean up.
         self._state = "done"
-        with _naming(jdir / JOURNAL_FILE, pending):
+        with errors_naming(jdir / JOURNAL_FILE, pending):
             self._write_journal()
         try:
-            _remove_journal_dir(self.store, jdir)
+            remove_journal_dir(self.store, jdir)
         except OSError:
             pass  # every change is made; a leftover journal directory goes at the next run
-        _checkpoint()
+        crash_hook()
         self._finished = True
         return CommitResult(self._backup_dir, self._backup_dir / MANIFEST_FILE, actions)
 
@@ -437,12 +437,12 @@ class StoreTransaction:
         if self._state is None:
             return
         if self._backup_dir is not None:
-            _drop_backup(self._backup_dir, self._backup_preexisted)
+            drop_backup(self._backup_dir, self._backup_preexisted)
         if self.journal_dir.exists():
-            _remove_journal_dir(self.store, self.journal_dir)
+            remove_journal_dir(self.store, self.journal_dir)
         self._state = None
 
-    def _backup_step(self, step: _Step, bdir: Path) -> dict[str, Any]:
+    def _backup_step(self, step: Step, bdir: Path) -> dict[str, Any]:
         """Copy the bytes ``step`` will cut or replace into the backup (fsynced) and return
         its manifest entry. Fills in ``step.result_*``."""
         return backup_step(self.store, self.journal_dir / STAGING_DIR, step, bdir, self._prehash)

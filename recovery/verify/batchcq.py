@@ -31,10 +31,10 @@ from ...formats.consumequeue import BCQ_UNIT_SIZE, bcq_valid_mask
 from ...formats.properties import INNER_BASE, INNER_NUM, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from ..batchcq import BatchQueue, batch_queues, read_queue
 from ..findingcodes import FindingCode
-from ..query import CommitlogReader
+from ..reader import CommitlogReader
 from ..store import Store
 from ..versions import BrokerProfile
-from .consumequeue import _Broker
+from .nextstart import Broker
 from .parts import Records
 from .records import to_queue
 from .report import Finding, finding
@@ -182,7 +182,7 @@ def batch_max_phy(store: Store) -> int:
 
 
 def batch_findings(
-    store: Store, profile: BrokerProfile, recs: Records, broker: _Broker
+    store: Store, profile: BrokerProfile, recs: Records, broker: Broker
 ) -> tuple[list[Finding], dict[str, Any]]:
     """The findings about every batch consume queue, and their figures."""
     out = _Out()
@@ -364,7 +364,7 @@ def _unit(
     return base + bs
 
 
-def _missing(store: Store, recs: Records, referenced: np.ndarray, broker: _Broker, out: _Out) -> None:
+def _missing(store: Store, recs: Records, referenced: np.ndarray, broker: Broker, out: _Out) -> None:
     """Records of a batch queue's topic and queue that no unit points at."""
     if not len(recs):
         return

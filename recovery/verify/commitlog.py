@@ -15,10 +15,10 @@ from ..filler import MIN_RECORD, MIN_RECORD_PROP_CRC
 from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
-from .parts import FileScan, Records, _rel
+from .parts import FileScan, Records, rel_path
 from .records import DAMAGED, INNER_BATCH, PHYS, Event, Gap, to_queue
 from .report import Finding, finding
-from .spans import _Spans
+from .spans import Spans
 
 # Findings: layout and commitlog.
 
@@ -54,7 +54,7 @@ _REASON_TEXT: dict[str, str] = {
 }
 
 
-def _zero_length_lost(f: Finding, store: Store, max_phy_cq: int) -> Finding:
+def zero_length_lost(f: Finding, store: Store, max_phy_cq: int) -> Finding:
     """A zero-length last commitlog file is harmless to 5.1.3+ unless the consume queues
     point into it: then its messages are gone (found by the broker oracle, tests/oracle)."""
     if f.code != FindingCode.FILE_ZERO_LENGTH_LAST or not (f.file or "").startswith("commitlog/"):
@@ -73,15 +73,15 @@ def _zero_length_lost(f: Finding, store: Store, max_phy_cq: int) -> Finding:
     )
 
 
-def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding], list[str]]:
+def layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding], list[str]]:
     """Store.issues as findings; also the files that make the broker refuse to load."""
-    last = {_rel(store, store.commitlog[-1].path)} if store.commitlog else set()
+    last = {rel_path(store, store.commitlog[-1].path)} if store.commitlog else set()
     for files in store.consume_queues.values():
         if files:
-            last.add(_rel(store, files[-1].path))
+            last.add(rel_path(store, files[-1].path))
     out: list[Finding] = []
     blockers: list[str] = []
-    cl_index = {_rel(store, f.path): k for k, f in enumerate(store.commitlog)}
+    cl_index = {rel_path(store, f.path): k for k, f in enumerate(store.commitlog)}
     for iss in store.issues:
         sev = iss.severity
         if iss.code == "STRAY_FILE":
@@ -133,7 +133,7 @@ def _layout_findings(store: Store, profile: BrokerProfile) -> tuple[list[Finding
     return out, blockers
 
 
-def _commitlog_spans(store: Store, scans: Sequence[FileScan | None], recs: Records) -> list[tuple[int, int, str]]:
+def commitlog_spans(store: Store, scans: Sequence[FileScan | None], recs: Records) -> list[tuple[int, int, str]]:
     """Commitlog regions whose data is lost or unreadable, with intact data after them or
     explained by a layout finding: missing files, zero-length files, truncated tails, and
     every non-record region followed by an intact record. (start, end, what)."""
@@ -191,7 +191,7 @@ def _zeroed_properties_tail(path: Path, pos: int, size: int) -> int:
 
 
 class _ClCheck:
-    """The commitlog findings (:func:`_commitlog_findings`): every event of every file's
+    """The commitlog findings (:func:`commitlog_findings`): every event of every file's
     walk (BLANK, end of data, a failed check), a file without a BLANK at its end, and the
     intact records after the broker's stop."""
 
@@ -477,13 +477,13 @@ class _ClCheck:
         )
 
 
-def _commitlog_findings(
+def commitlog_findings(
     store: Store,
     profile: BrokerProfile,
     scans: Sequence[FileScan | None],
     recs: Records,
     outlook: dict[str, Any],
-    spans: _Spans | None = None,
+    spans: Spans | None = None,
 ) -> list[Finding]:
     check = _ClCheck(store, profile, recs, outlook)
     for fs in scans:
@@ -520,7 +520,7 @@ def walk_summary(store: Store, scans: Sequence[FileScan | None], recs: Records) 
     )
     for k, f in enumerate(store.commitlog):
         fs = scans[k] if k < len(scans) else None
-        row: dict[str, Any] = {"file": _rel(store, f.path), "size": f.size}
+        row: dict[str, Any] = {"file": rel_path(store, f.path), "size": f.size}
         if fs is None:
             row.update(records=0, stop=None, stop_reason="EMPTY_FILE", after="nothing")
             out.append(row)
@@ -543,11 +543,11 @@ def walk_summary(store: Store, scans: Sequence[FileScan | None], recs: Records) 
 
 
 def _record_anomalies(
-    store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records, spans: _Spans | None = None
+    store: Store, profile: BrokerProfile, scans: Sequence[FileScan | None], recs: Records, spans: Spans | None = None
 ) -> list[Finding]:
     out: list[Finding] = []
     files = store.commitlog
-    rels = [_rel(store, f.path) for f in files]
+    rels = [rel_path(store, f.path) for f in files]
     bases = np.array([f.base for f in files] or [0], dtype=np.int64)
     sysflag: dict[tuple[int, str], list[Any]] = {}
     for fidx, code, pos, msg, det in recs.anomalies:

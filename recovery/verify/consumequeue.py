@@ -15,14 +15,15 @@ from ..findingcodes import FindingCode
 from ..scan import sorted_unique
 from ..store import Store
 from ..versions import BrokerProfile
+from .nextstart import Broker
 from .parts import Records
 from .queues import Queue
 from .records import to_queue, tx_type
 from .report import Finding, finding
-from .spans import MAX_RUNS, _runs, _Spans, in_sorted
+from .spans import MAX_RUNS, Spans, consecutive_runs, in_sorted
 
 
-class _KeyMatch:
+class KeyMatch:
     """Which index entries name one of their record's keys, and which keys some entry names.
 
     The keys of every record (``recs.key_rec``/``key_hash``) are grouped by record; an
@@ -92,38 +93,6 @@ class _KeyMatch:
         return sorted_unique(self.kr[~self.present])
 
 
-class _Broker:
-    """Which missing queue/index entries the broker's next start creates by itself
-    (RECOVERY §4, §5.2, §8, §9.5)."""
-
-    def __init__(self, store: Store, profile: BrokerProfile, outlook: dict[str, Any]) -> None:
-        self.abort = store.abort_present
-        self.profile = profile
-        self.g = int(outlook.get("max_phy_offset_of_cq", -1))
-        mode = outlook.get("mode", "normal")
-        o = outlook.get(mode) or {}
-        self.po = int(o.get("stop_offset", 0)) if o else 0
-        self.start = int(o.get("start_offset", 0)) if o else 0
-
-    def cq_fixed(self, off: np.ndarray) -> np.ndarray:
-        if self.abort:
-            return (off >= self.start) & (off < self.po)
-        if self.profile.normal_recovery_walkback:
-            return off > self.g
-        if self.profile.startup_reput_from_cq:
-            return off >= self.g
-        return np.zeros(len(off), dtype=bool)
-
-    def index_fixed(self, off: np.ndarray, last_end_phy: int, remaining_end_phy: int) -> np.ndarray:
-        if self.abort:
-            return (off >= max(self.start, remaining_end_phy)) & (off < self.po)
-        if self.profile.normal_recovery_walkback:
-            return (off > self.g) & (off >= last_end_phy)
-        if self.profile.startup_reput_from_cq:
-            return (off >= self.g) & (off >= last_end_phy)
-        return np.zeros(len(off), dtype=bool)
-
-
 def _units_records(
     recs: Records, qk: int | None, ro: np.ndarray, by_queue: dict[str, Any]
 ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...] | None]:
@@ -184,7 +153,7 @@ class _QueueUnits:
             return
         q, off, logical = self.q, self.off, self.logical
         self.flagged.append(logical[idx])
-        runs = _runs(idx)
+        runs = consecutive_runs(idx)
         for r, (s, ln) in enumerate(runs):
             if r == MAX_RUNS:
                 rest = sum(l2 for _s2, l2 in runs[r:])
@@ -221,11 +190,11 @@ class _QueueUnits:
 
 
 class _CqCheck:
-    """The consume queue cross-check (:func:`_cq_findings`): every queue's units against
+    """The consume queue cross-check (:func:`cq_findings`): every queue's units against
     the records, then the records no unit points at."""
 
     def __init__(
-        self, store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any], n_queues: int
+        self, store: Store, profile: BrokerProfile, recs: Records, spans: Spans, outlook: dict[str, Any], n_queues: int
     ) -> None:
         self.store, self.profile, self.recs, self.spans = store, profile, recs, spans
         self.out: list[Finding] = []
@@ -431,7 +400,7 @@ class _CqCheck:
 
         u.emit(FindingCode.CQ_TAGS_CODE, ri[mism[~q1]], ttext)
 
-    def missing(self, broker: _Broker) -> None:
+    def missing(self, broker: Broker) -> None:
         """Commitlog messages missing from their queue: dispatch lag (the broker's start-up
         dispatches them), a topic name no queue can have, a deleted topic, lost."""
         recs = self.recs
@@ -538,7 +507,7 @@ class _CqCheck:
         """Runs of consecutive queue offsets of lost records (other queues' records lie
         between them)."""
         recs = self.recs
-        runs = _runs(recs.queue_offset[lost])
+        runs = consecutive_runs(recs.queue_offset[lost])
         for r, (s, ln) in enumerate(runs):
             if r == MAX_RUNS:
                 more = sum(l2 for _s2, l2 in runs[r:])
@@ -574,14 +543,14 @@ class _CqCheck:
             )
 
 
-def _cq_findings(
+def cq_findings(
     store: Store,
     profile: BrokerProfile,
     queues: list[Queue],
     recs: Records,
-    spans: _Spans,
+    spans: Spans,
     outlook: dict[str, Any],
-    broker: _Broker,
+    broker: Broker,
 ) -> tuple[list[Finding], dict[str, Any]]:
     check = _CqCheck(store, profile, recs, spans, outlook, len(queues))
     check.batch_topics = batch_topics(store.root)

@@ -15,9 +15,9 @@ import numpy as np
 from ...formats import dledger as dl
 from ..dledger.ledger import LedgerRecovery, ledger_for
 from ..findingcodes import FindingCode
-from ..store import MappedFile, Store
+from ..store import MappedFile, Store, StoreFile
 from ..versions import BrokerProfile
-from .parts import FileScan, Records, _rel
+from .parts import FileScan, Records, rel_path
 from .records import DAMAGED
 from .report import Finding, finding
 
@@ -56,15 +56,15 @@ def dledger_outlook(
     first = data[lr.start_file] if data else None
     for key in ("normal", "abnormal"):
         out[key] = {
-            "start_file": _rel(store, first.path) if first is not None else None,
+            "start_file": rel_path(store, first.path) if first is not None else None,
             "start_offset": first.base if first is not None else po,
             "rule": "DLedger: the third-last data file back to the first, the first whose first entry passes "
             "DLedgerMmapFileStore.recover's pre-check",
             "stop_offset": po,
-            "stop_file": _rel(store, data[istop].path) if data else None,
+            "stop_file": rel_path(store, data[istop].path) if data else None,
             "bytes_scanned": po - first.base if first is not None else 0,
             "records_cut": cut,
-            "files_deleted": [_rel(store, f.path) for f in lr.data_removed],
+            "files_deleted": [rel_path(store, f.path) for f in lr.data_removed],
         }
     out["abnormal"]["threshold_timestamp"] = None
     out["abnormal"]["index_files_deleted"] = []
@@ -76,7 +76,7 @@ def ledger_summary(store: Store, lr: LedgerRecovery) -> dict[str, Any]:
     """The ledger's state as DLedger's recovery leaves it (the outlook's ``dledger``)."""
     member = store.dledger
     return {
-        "member": _rel(store, member.dir) if member is not None else None,
+        "member": rel_path(store, member.dir) if member is not None else None,
         "library": lr.library,
         "start_file": lr.start_file,
         "end_offset": lr.process_offset,
@@ -109,7 +109,7 @@ def dledger_findings(store: Store, profile: BrokerProfile, recs: Records) -> lis
         out.append(
             finding(
                 FindingCode.DL_BROKER_EXITS,
-                _rel(store, member.dir),
+                rel_path(store, member.dir),
                 None,
                 None,
                 f"the broker exits at its start (System.exit(-1)): {lr.exits}",
@@ -119,7 +119,7 @@ def dledger_findings(store: Store, profile: BrokerProfile, recs: Records) -> lis
         out.append(
             finding(
                 FindingCode.DL_LOAD_REFUSED,
-                _rel(store, member.dir),
+                rel_path(store, member.dir),
                 None,
                 None,
                 f"the broker's load() fails: {lr.refused}",
@@ -127,49 +127,14 @@ def dledger_findings(store: Store, profile: BrokerProfile, recs: Records) -> lis
         )
     if lr.exits or not data:
         return out + _small_file_findings(store, lr)
-    stop = lr.stop_pos
-    if stop is not None and lr.stop_why not in ("padding of the last data file", "end of data (zeros)", "end of file"):
-        after = (
-            int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, lr.process_offset) :] & DAMAGED) == 0))
-            if len(recs)
-            else 0
-        )
-        f = next((x for x in data if x.base <= stop < x.base + x.size), data[-1])
-        out.append(
-            finding(
-                FindingCode.DL_LEDGER_CUT,
-                _rel(store, f.path),
-                stop - f.base,
-                stop,
-                f"DLedger's recovery stops at this entry ({lr.stop_why}): the ledger ends at offset {lr.process_offset} "
-                f"(entry index {lr.last_index}) and DLedger truncates the data there"
-                + (f", cutting {after} intact messages after it" if after else ""),
-                reason=lr.stop_why,
-                records_cut=after,
-            )
-        )
-    elif stop is not None and len(recs):
-        # zeros or the end: intact messages after the end are cut all the same
-        after = int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, lr.process_offset) :] & DAMAGED) == 0))
-        if after:
-            f = next((x for x in data if x.base <= stop < x.base + x.size), data[-1])
-            out.append(
-                finding(
-                    FindingCode.DL_LEDGER_CUT,
-                    _rel(store, f.path),
-                    stop - f.base,
-                    stop,
-                    f"DLedger's recovery ends the ledger at offset {lr.process_offset} ({lr.stop_why}) and truncates "
-                    f"the data there, cutting {after} intact messages after it",
-                    reason=lr.stop_why,
-                    records_cut=after,
-                )
-            )
+    cut = _ledger_cut(store, data, recs, lr)
+    if cut is not None:
+        out.append(cut)
     if lr.index_rewrite_from is not None:
         out.append(
             finding(
                 FindingCode.DL_INDEX_MISMATCH,
-                _rel(store, member.index_dir),
+                rel_path(store, member.index_dir),
                 None,
                 None,
                 f"the index unit of entry {lr.index_rewrite_from} differs from the entry (or is missing): DLedger's "
@@ -182,6 +147,48 @@ def dledger_findings(store: Store, profile: BrokerProfile, recs: Records) -> lis
     out += _units_against_entries(store, lr)
     out += _header_fields(store, lr)
     return out + _small_file_findings(store, lr)
+
+
+_LEDGER_ENDS = ("padding of the last data file", "end of data (zeros)", "end of file")  # no damaged entry
+
+
+def _ledger_cut(store: Store, data: Sequence[StoreFile], recs: Records, lr: LedgerRecovery) -> Finding | None:
+    """DL_LEDGER_CUT, at the data file holding the entry where DLedger's recovery stops:
+    where it stops at a damaged entry always (with the intact messages past the ledger's
+    end it cuts, if any); where it ends at zeros or the end of the data, only when intact
+    messages lie past that end all the same."""
+    stop = lr.stop_pos
+    if stop is None:
+        return None
+    damaged = lr.stop_why not in _LEDGER_ENDS
+    after = (
+        int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, lr.process_offset) :] & DAMAGED) == 0))
+        if len(recs)
+        else 0
+    )
+    if not damaged and not after:
+        return None
+    f = next((x for x in data if x.base <= stop < x.base + x.size), data[-1])
+    if damaged:
+        text = (
+            f"DLedger's recovery stops at this entry ({lr.stop_why}): the ledger ends at offset {lr.process_offset} "
+            f"(entry index {lr.last_index}) and DLedger truncates the data there"
+            + (f", cutting {after} intact messages after it" if after else "")
+        )
+    else:
+        text = (
+            f"DLedger's recovery ends the ledger at offset {lr.process_offset} ({lr.stop_why}) and truncates "
+            f"the data there, cutting {after} intact messages after it"
+        )
+    return finding(
+        FindingCode.DL_LEDGER_CUT,
+        rel_path(store, f.path),
+        stop - f.base,
+        stop,
+        text,
+        reason=lr.stop_why,
+        records_cut=after,
+    )
 
 
 def _uncommitted(store: Store, lr: LedgerRecovery) -> list[Finding]:
@@ -197,7 +204,7 @@ def _uncommitted(store: Store, lr: LedgerRecovery) -> list[Finding]:
     return [
         finding(
             FindingCode.DL_UNCOMMITTED,
-            _rel(store, store.dledger.checkpoint_path) if store.dledger is not None else None,
+            rel_path(store, store.dledger.checkpoint_path) if store.dledger is not None else None,
             None,
             None,
             f"{lr.last_index - first + 1} entries (index {first} to {lr.last_index}) lie past the checkpoint's "
@@ -260,7 +267,7 @@ def _units_against_entries(store: Store, lr: LedgerRecovery) -> list[Finding]:
     return [
         finding(
             FindingCode.DL_INDEX_MISMATCH,
-            _rel(store, store.dledger.index_dir) if store.dledger is not None else None,
+            rel_path(store, store.dledger.index_dir) if store.dledger is not None else None,
             None,
             None,
             f"{count} index unit(s) disagree with their entries (or are missing), first at entry "
@@ -292,7 +299,7 @@ def _header_fields(store: Store, lr: LedgerRecovery) -> list[Finding]:
                     out.append(
                         finding(
                             FindingCode.DL_ENTRY_FIELDS,
-                            _rel(store, f.path),
+                            rel_path(store, f.path),
                             k,
                             f.base + k,
                             f"{int(extra.sum())} entries have a channel, chainCrc or bodyCrc other than 0, which no "
@@ -324,7 +331,7 @@ def _small_file_findings(store: Store, lr: LedgerRecovery) -> list[Finding]:
         out.append(
             finding(
                 FindingCode.DL_CHECKPOINT,
-                _rel(store, member.checkpoint_path),
+                rel_path(store, member.checkpoint_path),
                 None,
                 None,
                 "no DLedger checkpoint: the broker loads no committed index (-1) and dispatches nothing until its "
@@ -336,7 +343,7 @@ def _small_file_findings(store: Store, lr: LedgerRecovery) -> list[Finding]:
         out.append(
             finding(
                 FindingCode.DL_CHECKPOINT,
-                _rel(store, member.checkpoint_path),
+                rel_path(store, member.checkpoint_path),
                 None,
                 None,
                 "the DLedger checkpoint has no committedIndex (or cannot be read as properties): no committed index is loaded",
@@ -348,7 +355,7 @@ def _small_file_findings(store: Store, lr: LedgerRecovery) -> list[Finding]:
         out.append(
             finding(
                 FindingCode.DL_TERM,
-                _rel(store, member.term_path),
+                rel_path(store, member.term_path),
                 None,
                 None,
                 "no currterm: the member starts from term 0 and votes afresh",
@@ -358,7 +365,7 @@ def _small_file_findings(store: Store, lr: LedgerRecovery) -> list[Finding]:
         out.append(
             finding(
                 FindingCode.DL_TERM,
-                _rel(store, member.term_path),
+                rel_path(store, member.term_path),
                 None,
                 None,
                 f"currterm's currTerm {term.curr_term!r} is not a number: MemberState logs it and starts from term 0",
@@ -368,7 +375,7 @@ def _small_file_findings(store: Store, lr: LedgerRecovery) -> list[Finding]:
         out.append(
             finding(
                 FindingCode.DL_TERM,
-                _rel(store, member.term_path),
+                rel_path(store, member.term_path),
                 None,
                 None,
                 f"currterm's currTerm {t} is below the last entry's term {lr.last_term}: the member's term went back (a copied or restored file)",

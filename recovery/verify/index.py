@@ -19,11 +19,12 @@ from ..scan import first_nonzero as _first_nonzero
 from ..scan import sorted_unique
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
-from .consumequeue import _Broker, _KeyMatch
-from .parts import Records, _rel
+from .consumequeue import KeyMatch
+from .nextstart import Broker
+from .parts import Records, rel_path
 from .records import tx_type
 from .report import Finding, finding
-from .spans import MAX_RUNS, _runs, _Spans, in_sorted
+from .spans import MAX_RUNS, Spans, consecutive_runs, in_sorted
 
 # Index cross-check.
 
@@ -103,7 +104,7 @@ def _reached_twice(targets: np.ndarray, distinct: int, eff: int) -> np.ndarray:
 _CHAIN_LOCAL_TEST = True  # tests turn it off to compare with the pointer jumping alone
 
 
-def _read_index_header(f: StoreFile) -> ixf.IndexHeader | None:
+def read_index_header(f: StoreFile) -> ixf.IndexHeader | None:
     if f.size < ixf.HEADER_SIZE:
         return None
     return ixf.read_whole_header(f.path)
@@ -214,12 +215,12 @@ class Prepared:
 
 
 class _IndexCheck:
-    """The index cross-check (:func:`_index_findings`): every file's header, slots, hash
+    """The index cross-check (:func:`index_findings`): every file's header, slots, hash
     chains, entries against the records' keys and store times; then the messages missing
     from the index."""
 
     def __init__(
-        self, store: Store, profile: BrokerProfile, recs: Records, spans: _Spans, outlook: dict[str, Any]
+        self, store: Store, profile: BrokerProfile, recs: Records, spans: Spans, outlook: dict[str, Any]
     ) -> None:
         self.store, self.profile, self.recs, self.spans = store, profile, recs, spans
         self.out: list[Finding] = []
@@ -227,7 +228,7 @@ class _IndexCheck:
         self.S, self.N = g.index_slot_num, g.index_num
         self.cl_min = store.commitlog_min_offset()
         self.data_end = int(outlook.get("data_end", 0))
-        self.km = _KeyMatch(recs)
+        self.km = KeyMatch(recs)
         self.wrong_recs: list[np.ndarray] = []
         self.stats: dict[str, Any] = {"files": len(store.index_files), "entries": 0, "expired_entries": 0}
         self.prev_end_ts = 0
@@ -240,7 +241,7 @@ class _IndexCheck:
     ) -> None:
         """Findings ``code`` about the entries ``ks`` of the current file, one per run of
         consecutive entries (at most :data:`MAX_RUNS`); ``text(entry, run start)``."""
-        runs = _runs(ks)
+        runs = consecutive_runs(ks)
         for r, (s, ln) in enumerate(runs):
             if r == MAX_RUNS:
                 self.out.append(
@@ -270,7 +271,7 @@ class _IndexCheck:
 
     def file(self, f: StoreFile, h: ixf.IndexHeader) -> None:
         """The findings about one index file whose header is ``h``."""
-        self.rel = _rel(self.store, f.path)
+        self.rel = rel_path(self.store, f.path)
         count = int(h.index_count)
         eff = max(count, 1)
         hdr_problems: list[str] = []
@@ -549,7 +550,7 @@ class _IndexCheck:
         out: np.ndarray = fk[exp != x.td[lo + fk]]
         return out
 
-    def missing(self, broker: _Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> None:
+    def missing(self, broker: Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> None:
         """Messages whose keys are missing from the index: dispatch lag (the broker's
         start-up indexes them) or lost."""
         recs = self.recs
@@ -582,7 +583,7 @@ class _IndexCheck:
                 )
             )
         lost = miss_rec[~fixed]
-        for r, (s, ln) in enumerate(_runs(lost)):
+        for r, (s, ln) in enumerate(consecutive_runs(lost)):
             if r == MAX_RUNS:
                 self.out.append(
                     finding(
@@ -608,13 +609,13 @@ class _IndexCheck:
             )
 
 
-def _index_findings(
+def index_findings(
     store: Store,
     profile: BrokerProfile,
     recs: Records,
-    spans: _Spans,
+    spans: Spans,
     outlook: dict[str, Any],
-    broker: _Broker,
+    broker: Broker,
     headers: list[tuple[str, Any]],
     ckpt: Checkpoint,
     prepared: Prepared | None = None,

@@ -19,7 +19,7 @@ from ..broker import (
 from ..store import Store
 from ..versions import BrokerProfile
 from ..walk import store_framing
-from .parts import FileScan, Records, _rel
+from .parts import FileScan, Records, rel_path
 from .records import DAMAGED
 
 # Recovery outlook: where normal and abnormal recovery start, and where they stop.
@@ -98,19 +98,19 @@ def recovery_outlook(
         # is in the table but is not intact
         cut = int(np.count_nonzero((recs.flags[np.searchsorted(recs.off, po) :] & DAMAGED) == 0)) if len(recs) else 0
         out[key] = {
-            "start_file": _rel(store, files[i0].path),
+            "start_file": rel_path(store, files[i0].path),
             "start_offset": files[i0].base,
             "rule": why,
             "stop_offset": po,
-            "stop_file": _rel(store, files[istop].path),
+            "stop_file": rel_path(store, files[istop].path),
             "bytes_scanned": po - files[i0].base,
             "records_cut": cut,
             "files_deleted": [
-                _rel(store, f.path)
+                rel_path(store, f.path)
                 for f in files
                 if f.base > po and f.base >= files[istop].base and f is not files[istop]
             ]
-            + [_rel(store, f.path) for f in store.commitlog[len(files) :]],
+            + [rel_path(store, f.path) for f in store.commitlog[len(files) :]],
         }
     out["abnormal"]["threshold_timestamp"] = threshold
     out["abnormal"]["index_files_deleted"] = [

@@ -16,7 +16,7 @@ from ..scan import sorted_unique
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from ..walk import store_framing
-from .records import DEFAULT_PART_SIZE, MAIN, SALVAGED, Event, Gap, Part, ScanOptions, _Rec
+from .records import DEFAULT_PART_SIZE, MAIN, SALVAGED, Event, Gap, Part, Rec, ScanOptions
 from .report import Progress
 from .walk import PartTask, scan_part
 
@@ -220,7 +220,7 @@ def scan_commitlog(
             )
 
         fparts = _stitch(sorted(by_file.get(i, []), key=lambda p: p.start), f, end, run)
-        fs = FileScan(f, i, _rel(store, f.path), end, mapped, rec_lo=table.count)
+        fs = FileScan(f, i, rel_path(store, f.path), end, mapped, rec_lo=table.count)
         for p in fparts:
             table.add(fs, p)
         fs.rec_hi = table.count
@@ -244,7 +244,7 @@ class _Table:
     def __init__(self) -> None:
         self.gids: dict[str, int] = {}
         self.topic_names: list[str] = []
-        self.cols: dict[str, list[np.ndarray]] = {n: [] for n in _Rec.NAMES}
+        self.cols: dict[str, list[np.ndarray]] = {n: [] for n in Rec.NAMES}
         self.file_col: list[np.ndarray] = []
         self.key_rec: list[np.ndarray] = []
         self.key_hash: list[np.ndarray] = []
@@ -260,7 +260,7 @@ class _Table:
                 self.topic_names.append(t)
         r = p.rec
         n = len(r["pos"])
-        for name in _Rec.NAMES:
+        for name in Rec.NAMES:
             self.cols[name].append(gmap[r["tid"]] if name == "tid" and n else r[name])
         self.file_col.append(np.full(n, i, dtype=np.int32))
         if len(r["key_idx"]):
@@ -290,7 +290,7 @@ class _Table:
     def records(self, store: Store, scans: list[FileScan | None]) -> Records:
         """The record table in offset order (overlapping files: the first record at each
         offset), with the queue keys."""
-        cat = {n: self._join(n, dt) for n, dt in zip(_Rec.NAMES, _Rec.DTYPES)}
+        cat = {n: self._join(n, dt) for n, dt in zip(Rec.NAMES, Rec.DTYPES)}
         fidx = np.concatenate(self.file_col) if self.file_col else np.zeros(0, dtype=np.int32)
         base_of = np.array([f.base for f in store.commitlog] or [0], dtype=np.int64)
         off = base_of[fidx] + cat["pos"] if len(fidx) else np.zeros(0, dtype=np.int64)
@@ -343,7 +343,7 @@ def _i32(v: int) -> int:
     return v - (1 << 32) if v & 0x80000000 else v
 
 
-def _rel(store: Store, p: Path) -> str:
+def rel_path(store: Store, p: Path) -> str:
     try:
         return str(Path(p).relative_to(store.root))
     except ValueError:

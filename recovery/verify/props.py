@@ -16,12 +16,12 @@ from ..batch import PropertyColumns
 from ..batch.header import HeaderColumns
 from ..batch.properties import crc32_digit_values, dropped_entries, record_starts, topic_key_hashes
 from ..findingcodes import FindingCode
-from ..indexbuild.builder import _keys_of
-from .records import _AR9, _CRC_TAG, _KNOWN_SYSFLAG_BITS, _MASK31, _SCHEDULE, MAIN, MAX_PER_PART, _Ctx, _Rec, _tx_flags
+from ..indexbuild.builder import keys_of
+from .records import AR9, CRC_TAG, KNOWN_SYSFLAG_BITS, MAIN, MASK31, MAX_PER_PART, SCHEDULE, Ctx, Rec, tx_flags
 from .utf8 import invalid_utf8_records
 
 
-def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: HeaderColumns, n: int, flag: int) -> int:
+def keep_validated(ctx: Ctx, out: Rec, P: np.ndarray, T: np.ndarray, cols: HeaderColumns, n: int, flag: int) -> int:
     """Topics, TAGS/KEYS/UNIQ_KEY and the property checks of the first ``n`` validated
     records; append them to ``out``. Returns n, or the index of the first record the
     broker refuses for its properties (DELAY on the schedule topic, 5.x inner batch).
@@ -45,8 +45,8 @@ def _keep(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, cols: HeaderColumn
         cut = int(P[n])
         out.anomalies[n_anom:] = [a for a in out.anomalies[n_anom:] if a[1] < cut]
     sysf = cols.sys_flag[:n]
-    flags = _tx_flags(sysf) | np.uint8(flag)
-    _record_checks(ctx, out, P[:n], cols.physical_offset[:n], sysf, flag)
+    flags = tx_flags(sysf) | np.uint8(flag)
+    record_checks(ctx, out, P[:n], cols.physical_offset[:n], sysf, flag)
     out.add(
         pos=P[:n],
         total=T[:n],
@@ -82,7 +82,7 @@ class _Props:
     late: dict[int, tuple[FindingCode, int, str, dict[str, Any]]] = field(default_factory=dict)
 
 
-def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: np.ndarray, pv: _Props) -> int:
+def _one_by_one(ctx: Ctx, out: Rec, P: np.ndarray, cols: HeaderColumns, tids: np.ndarray, pv: _Props) -> int:
     """The records checked one by one (:func:`_check_props`) and those the decoder is
     unsure of (the one slow path, :func:`recovery.check.check_record`), in order; fills
     their tagsCode and index keys into ``pv``. Returns the index of the first record the
@@ -114,7 +114,7 @@ def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: 
         pv.tags[i] = c.tags_code
         topic = out.topics[int(tids[i])]
         tags = c.tags if ctx.profile.indexes_tags else None
-        extra_s.extend(topic + "#" + k for k in _index_keys(c.uniq_key, c.keys, tags))
+        extra_s.extend(topic + "#" + k for k in index_keys(c.uniq_key, c.keys, tags))
         extra_i.extend([i] * (len(extra_s) - len(extra_i)))
     if ctx.opts.want_keys and extra_i:
         pv.key_i = np.concatenate((pv.key_i, np.array(extra_i, dtype=np.int64)))
@@ -122,18 +122,18 @@ def _one_by_one(ctx: _Ctx, out: _Rec, P: np.ndarray, cols: HeaderColumns, tids: 
     return stop_at
 
 
-def _index_keys(uniq: str | None, keys: str | None, tags: str | None = None) -> list[str]:
+def index_keys(uniq: str | None, keys: str | None, tags: str | None = None) -> list[str]:
     """``IndexService.buildIndex``'s keys of a record (after ``topic#``): UNIQ_KEY, then the
     non-empty pieces of KEYS split on a single space, then (``tags``: a release that
     indexes them, 5.4.0+) ``T#`` and a non-empty TAGS."""
-    return _keys_of(keys, uniq, tags)
+    return keys_of(keys, uniq, tags)
 
 
 _PROPS_BATCH = 8 << 20  # bytes of properties decoded per numpy pass
 
 
 def _props_vec(
-    ctx: _Ctx, out: _Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarray, tids: np.ndarray, store_ts: np.ndarray
+    ctx: Ctx, out: Rec, P: np.ndarray, pp: np.ndarray, pl: np.ndarray, tids: np.ndarray, store_ts: np.ndarray
 ) -> _Props:
     """The batch decoder's properties pass over the records (in batches of at most
     :data:`_PROPS_BATCH` property bytes): tagsCode (the schedule topic's delivery times
@@ -151,13 +151,13 @@ def _props_vec(
     if not ctx.profile.new_properties_parser:
         pv.slow[:] = pl > 0  # the 4.6.0-4.9.0 split parser: only UTF-8 is checked, one by one
     else:
-        sched = out.topic_ids.get(_SCHEDULE)
+        sched = out.topic_ids.get(SCHEDULE)
         if sched is not None:
             pv.slow |= (tids == sched) & (pl > 0)
     dec = ctx.decoder
     names: list[str] = []  # the decoder reads topics only to find the schedule topic's records
-    if _SCHEDULE in out.topic_ids:
-        dec.topics[_SCHEDULE] = ck.SCHEDULE_TOPIC  # (it looks for DELAY once it has seen that topic)
+    if SCHEDULE in out.topic_ids:
+        dec.topics[SCHEDULE] = ck.SCHEDULE_TOPIC  # (it looks for DELAY once it has seen that topic)
         names = np.array(out.topics, dtype=object)[tids].tolist()
     key_i: list[np.ndarray] = []
     key_h: list[np.ndarray] = []
@@ -184,8 +184,8 @@ def _props_vec(
 
 
 def _props_checks(
-    ctx: _Ctx,
-    out: _Rec,
+    ctx: Ctx,
+    out: Rec,
     P: np.ndarray,
     plp: np.ndarray,
     pc: PropertyColumns,
@@ -242,7 +242,7 @@ _FP_MUL = np.array(
 _TOPIC_WORDS_MAX = 256  # longer topics (V2 records allow 32767 bytes) go one by one
 
 
-def _topic_ids(ctx: _Ctx, out: _Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.ndarray:
+def _topic_ids(ctx: Ctx, out: Rec, tpos: np.ndarray, tlen: np.ndarray) -> np.ndarray:
     """Topic id of every record. A topic of at most 8*m bytes is exactly described by its
     length and m big-endian words (the last one ending at the topic's end, bytes before
     its start masked): the words are fingerprinted, grouped with ``np.unique`` and every
@@ -332,7 +332,7 @@ def _group_words(tl: np.ndarray, parts: list[np.ndarray]) -> tuple[np.ndarray, n
     return first, inv
 
 
-def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: np.ndarray, flag: int) -> None:
+def record_checks(ctx: Ctx, out: Rec, P: np.ndarray, phys: np.ndarray, sysf: np.ndarray, flag: int) -> None:
     """Per-record checks that do not stop the broker's walk: the stored PHYSICALOFFSET
     against the position, and SYSFLAG sanity (counted per part)."""
     bad = np.flatnonzero(phys != ctx.base + P)
@@ -348,7 +348,7 @@ def _record_checks(ctx: _Ctx, out: _Rec, P: np.ndarray, phys: np.ndarray, sysf: 
             )
         )
     sf = sysf.astype(np.int64)
-    unknown = (sf & ~_KNOWN_SYSFLAG_BITS) != 0
+    unknown = (sf & ~KNOWN_SYSFLAG_BITS) != 0
     bad_ctype = ((sf & 0x1) != 0) & (((sf & 0x700) >> 8) > 3)
     inner4 = ((sf & 0xC0) != 0) & (not ctx.profile.writes_inner_batches)
     for mask, why in (
@@ -373,7 +373,7 @@ _NOT_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
 _ALTERNATING = b"\x01\x02" * 4096
 
 
-def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None:
+def _check_props(out: Rec, pb: bytes, pos: int, structure: bool = True) -> None:
     """Properties encoding: valid UTF-8, and no entry the broker's parser drops (an entry
     with an empty name or value, or without a name/value separator). Fast test: the
     separators alone must alternate 01 02 01 02 ... with no empty name or value; anything
@@ -421,7 +421,7 @@ def _check_props(out: _Rec, pb: bytes, pos: int, structure: bool = True) -> None
 _AR10 = np.arange(10, dtype=np.int64)
 
 
-def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.ndarray) -> None:
+def _prop_crc_scan(ctx: Ctx, out: Rec, P: np.ndarray, T: np.ndarray, pl: np.ndarray) -> None:
     """The 5.2+ ``__CRC32#`` tail: crc32(record[0 : TOTALSIZE-20]) & 0x7FFFFFFF, its digits
     stored least significant first (STORE_FORMAT §7.1). Checked wherever present: an error
     for 5.2+, a warning for earlier versions (to them the property is data a client set,
@@ -432,16 +432,16 @@ def _prop_crc_scan(ctx: _Ctx, out: _Rec, P: np.ndarray, T: np.ndarray, pl: np.nd
     if not len(cand):
         return
     tail = P[cand] + T[cand] - cl.CRC32_RESERVED_LEN
-    head = u8[np.clip(tail, 0, len(u8) - 9)[:, None] + _AR9]
+    head = u8[np.clip(tail, 0, len(u8) - 9)[:, None] + AR9]
     last = u8[np.clip(P[cand] + T[cand] - 1, 0, len(u8) - 1)]
-    tag = np.frombuffer(_CRC_TAG, dtype=np.uint8)
+    tag = np.frombuffer(CRC_TAG, dtype=np.uint8)
     hit = cand[(head == tag).all(axis=1) & (last == 2)]
     if not len(hit):
         return
     ps = P[hit]
     ats = ps + T[hit] - cl.CRC32_RESERVED_LEN
     stored_all = crc32_digit_values(u8[np.clip(ats + 9, 0, len(u8) - 10)[:, None] + _AR10])
-    computed_all = ccore.crc32_spans(ctx.mv, ps, ats) & _MASK31
+    computed_all = ccore.crc32_spans(ctx.mv, ps, ats) & MASK31
     for k in np.flatnonzero(stored_all != computed_all).tolist():
         p, t = int(ps[k]), int(T[hit[k]])
         stored, computed = int(stored_all[k]), int(computed_all[k])

@@ -14,7 +14,7 @@ from ..broker import (
 from ..scan import last_nonzero as _last_nonzero
 from ..store import Store, StoreFile
 from .holes import used_length
-from .parts import _rel
+from .parts import rel_path
 
 # Consume queues: loading, and the broker's own queue recovery (for maxPhyOffsetOfCQ).
 
@@ -44,7 +44,7 @@ class Queue:
         self.topic = topic
         self.queue_id = queue_id
         self.files = files
-        self.rels = [_rel(store, f.path) for f in files]
+        self.rels = [rel_path(store, f.path) for f in files]
         self.fsize = store.geometry.cq_file_size
         per_file = self.fsize // cqf.CQ_UNIT_SIZE
         self.per_file = per_file

@@ -15,9 +15,9 @@ from ..batch import Words as _Words
 from ..broker import (
     goes_to_consume_queue_batch,
 )
+from ..byteviews import byte_views
 from ..findingcodes import FindingCode
 from ..framing import CLASSIC, Framing
-from ..scan import byte_views
 from ..versions import BrokerProfile
 from .holes import DataExtents
 
@@ -31,7 +31,7 @@ TX_BITS = 0xC << TX_SHIFT
 INNER_BATCH = 0x20
 
 
-def _tx_flags(sys_flag: np.ndarray) -> np.ndarray:
+def tx_flags(sys_flag: np.ndarray) -> np.ndarray:
     sf = sys_flag.astype(np.int64)
     return (((sf & 0xC) << TX_SHIFT) | np.where(sf & 0x80, INNER_BATCH, 0)).astype(np.uint8)
 
@@ -50,19 +50,19 @@ def to_queue(flags: np.ndarray) -> np.ndarray:
 
 PHYS = ck.Reason.PHYSICAL_OFFSET_MISMATCH  # salvage-mode stop: a record whose PHYSICALOFFSET is not its position
 # outcomes of check_record where the record itself is readable and its size trustworthy
-_INTACT_FAILURES = frozenset({ck.CRC, ck.DELAY_PARSE, ck.INNER_BATCH, ck.PROP_CRC})
+INTACT_FAILURES = frozenset({ck.CRC, ck.DELAY_PARSE, ck.INNER_BATCH, ck.PROP_CRC})
 DEFAULT_PART_SIZE = 64 << 20
-_SCHEDULE = ck.SCHEDULE_TOPIC.encode()
-_CRC_TAG = b"__CRC32#\x01"
-_MASK31 = 0x7FFFFFFF
+SCHEDULE = ck.SCHEDULE_TOPIC.encode()
+CRC_TAG = b"__CRC32#\x01"
+MASK31 = 0x7FFFFFFF
 
 # host layouts (SYSFLAG & 0x30) -> field offsets; index = (SYSFLAG & 0x30) >> 4
 _LAYOUT = cl.HEADER_OFFSETS
-_V4 = _LAYOUT[0]
-_AR9 = np.arange(9, dtype=np.int64)
+V4 = _LAYOUT[0]
+AR9 = np.arange(9, dtype=np.int64)
 
 
-class _Rec:
+class Rec:
     """Per-record column builders of one part (lists of numpy arrays, concatenated once)."""
 
     __slots__ = ("cols", "topics", "topic_ids", "key_idx", "key_hash", "anomalies", "count", "main_phys_ok")
@@ -160,7 +160,7 @@ class ScanOptions:
     check_props: bool = True
 
 
-class _Ctx:
+class Ctx:
     """One mapped file inside a worker."""
 
     def __init__(self, buf: Any, end: int, base: int, profile: BrokerProfile, opts: ScanOptions) -> None:
@@ -187,5 +187,5 @@ class _Ctx:
         self.mv.release()
 
 
-_KNOWN_SYSFLAG_BITS = 0x7FF  # STORE_FORMAT §6: bits 0-10
+KNOWN_SYSFLAG_BITS = 0x7FF  # STORE_FORMAT §6: bits 0-10
 MAX_PER_PART = 200  # per-record findings a part reports (the report caps per file anyway)

@@ -14,17 +14,18 @@ from ..scan import queue_hint_runs
 from ..store import Store
 from ..versions import BrokerProfile
 from .batchcq import batch_max_phy
-from .commitlog import _commitlog_findings, _commitlog_spans, _layout_findings, _zero_length_lost, walk_summary
-from .consumequeue import _Broker, _cq_findings
+from .commitlog import commitlog_findings, commitlog_spans, layout_findings, walk_summary, zero_length_lost
+from .consumequeue import cq_findings
 from .dledger import dledger_findings, dledger_outlook
-from .index import Prepared, _index_findings, _read_index_header
+from .index import Prepared, index_findings, read_index_header
+from .nextstart import Broker
 from .outlook import prop_crc_condition, recovery_outlook
 from .parts import FileScan, Records, scan_commitlog
 from .queues import Queue, cq_recover_max_phy, load_queues
 from .records import DAMAGED, DEFAULT_PART_SIZE, SALVAGED, ScanOptions
 from .report import ERROR, WARNING, CheckSummary, Finding, Progress, VerifyReport, finding
-from .spans import _Spans
-from .state import _checkpoint_findings, _epoch_findings, _state_findings
+from .spans import Spans
+from .state import checkpoint_findings, epoch_findings, state_findings
 
 # The whole check.
 
@@ -60,9 +61,9 @@ def verify_store(
     Never writes; every file is opened read-only. ``at``: the time the timer check judges the
     broker's next start at (default now: its timer recovery reads the wall clock)."""
     # layout
-    layout, blockers = _layout_findings(store, profile)
+    layout, blockers = layout_findings(store, profile)
     ckpt = store.read_checkpoint()
-    headers = [(f.name, _read_index_header(f)) for f in store.index_files]
+    headers = [(f.name, read_index_header(f)) for f in store.index_files]
     opts = ScanOptions(want_keys=bool(store.index_files))
     pre: dict[str, Any] = {}
 
@@ -97,14 +98,14 @@ def verify_store(
         outlook["loads"] = not outlook["load_blockers"]
     else:
         outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
-    layout = [_zero_length_lost(f, store, max_phy_cq) for f in layout]
-    spans = _Spans(_commitlog_spans(store, scans, recs))
-    broker = _Broker(store, profile, outlook)
+    layout = [zero_length_lost(f, store, max_phy_cq) for f in layout]
+    spans = Spans(commitlog_spans(store, scans, recs))
+    broker = Broker(store, profile, outlook)
     cl_f, (cq_f, cq_stats), (ix_f, ix_stats) = _cross_checks(
         store, profile, jobs, queues, scans, recs, spans, outlook, broker, headers, ckpt, pre["index"]
     )
-    cp_f = _checkpoint_findings(store, profile, recs, ckpt, outlook) + _epoch_findings(store, recs, outlook)
-    st_f = _state_findings(store)
+    cp_f = checkpoint_findings(store, profile, recs, ckpt, outlook) + epoch_findings(store, recs, outlook)
+    st_f = state_findings(store)
     tm_f, tm_stats = _timer_check(store, profile, outlook, at)
     prop_crc_condition(
         outlook,
@@ -148,9 +149,9 @@ def _cross_checks(
     queues: list[Queue],
     scans: Sequence[FileScan | None],
     recs: Records,
-    spans: _Spans,
+    spans: Spans,
     outlook: dict[str, Any],
-    broker: _Broker,
+    broker: Broker,
     headers: list[tuple[str, Any]],
     ckpt: Checkpoint,
     prepared: Prepared | None = None,
@@ -165,20 +166,20 @@ def _cross_checks(
 
         def cq_check() -> None:
             try:
-                cq_res.append(_cq_findings(store, profile, queues, recs, spans, outlook, broker))
+                cq_res.append(cq_findings(store, profile, queues, recs, spans, outlook, broker))
             except BaseException as exc:  # re-raised in this thread below
                 cq_res.append(exc)
 
         cq_thread = threading.Thread(target=cq_check, name="rmqtool-verify-cq", daemon=True)
         cq_thread.start()
     try:
-        cl_f = _commitlog_findings(store, profile, scans, recs, outlook, spans)
-        ix = _index_findings(store, profile, recs, spans, outlook, broker, headers, ckpt, prepared)
+        cl_f = commitlog_findings(store, profile, scans, recs, outlook, spans)
+        ix = index_findings(store, profile, recs, spans, outlook, broker, headers, ckpt, prepared)
     finally:
         if cq_thread is not None:
             cq_thread.join()
     if cq_thread is None:
-        cq = _cq_findings(store, profile, queues, recs, spans, outlook, broker)
+        cq = cq_findings(store, profile, queues, recs, spans, outlook, broker)
     elif isinstance(cq_res[0], BaseException):
         raise cq_res[0]
     else:
@@ -191,7 +192,7 @@ def _report(
     profile: BrokerProfile,
     scans: Sequence[FileScan | None],
     recs: Records,
-    spans: _Spans,
+    spans: Spans,
     outlook: dict[str, Any],
     ckpt: Checkpoint,
     groups: list[tuple[str, list[Finding]]],

@@ -18,7 +18,7 @@ def in_sorted(a: np.ndarray, sorted_b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
+def consecutive_runs(idx: np.ndarray) -> list[tuple[int, int]]:
     """(start, length) of the runs of consecutive values (each one more than the one
     before) in an int array."""
     if not len(idx):
@@ -29,7 +29,7 @@ def _runs(idx: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), (ends - starts).tolist()))
 
 
-class _Spans:
+class Spans:
     def __init__(self, spans: list[tuple[int, int, str]]) -> None:
         self.spans = spans
         self.starts = np.array([s for s, _e, _w in spans], dtype=np.int64)

@@ -21,7 +21,7 @@ from .report import Finding, finding
 # Checkpoint, lock, abort.
 
 
-def _checkpoint_findings(
+def checkpoint_findings(
     store: Store, profile: BrokerProfile, recs: Records, ckpt: Checkpoint, outlook: dict[str, Any]
 ) -> list[Finding]:
     out: list[Finding] = []
@@ -96,7 +96,7 @@ def _checkpoint_findings(
     return out
 
 
-def _epoch_findings(store: Store, recs: Records, outlook: dict[str, Any]) -> list[Finding]:
+def epoch_findings(store: Store, recs: Records, outlook: dict[str, Any]) -> list[Finding]:
     """Controller mode's epoch file (``epochFileCheckpoint``, only when it or its .bak is
     there) read as the broker's start reads it (:func:`formats.epochfile.read_epoch_file`),
     and each epoch's start offset against the commitlog: at or below the end the next
@@ -179,7 +179,7 @@ def lock_held(root: Path) -> bool | None:
     safety = sys.modules.get(__name__.rsplit(".", 1)[0] + ".safety")
     if safety is not None:
         try:
-            if safety._held_key(path) is not None:  # noqa: SLF001 - the registry has no public accessor
+            if safety.held_key(path) is not None:
                 return False
         except Exception:  # noqa: BLE001 - an older safety module: probe anyway
             pass
@@ -200,7 +200,7 @@ def lock_held(root: Path) -> bool | None:
         os.close(fd)
 
 
-def _state_findings(store: Store) -> list[Finding]:
+def state_findings(store: Store) -> list[Finding]:
     out: list[Finding] = []
     held = lock_held(store.root)
     if held:

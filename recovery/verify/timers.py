@@ -101,7 +101,7 @@ def timer_findings(
 
 
 def _unit_findings(store: Store, profile: BrokerProfile, got: rt.Collected, t: rt.TimerOutlook) -> list[Finding]:
-    from ..query import CommitlogReader
+    from ..reader import CommitlogReader
 
     out: list[Finding] = []
     seen: set[int] = set()

@@ -23,25 +23,25 @@ from ..store import map_readonly
 from ..versions import BrokerProfile
 from ..walk import SKIP, UNLIMITED, Act, Policy, Run, Source, finish, resync, resync_from, walk
 from .holes import DataExtents
-from .props import _index_keys, _keep, _record_checks
+from .props import index_keys, keep_validated, record_checks
 from .records import (
-    _INTACT_FAILURES,
-    _V4,
     DAMAGED,
+    INTACT_FAILURES,
     MAIN,
     PHYS,
     SALVAGED,
+    V4,
+    Ctx,
     Event,
     Gap,
     Part,
+    Rec,
     ScanOptions,
-    _Ctx,
-    _Rec,
-    _tx_flags,
+    tx_flags,
 )
 
 
-def _resync(ctx: _Ctx, start: int, limit: int) -> int | None:
+def _resync(ctx: Ctx, start: int, limit: int) -> int | None:
     """The first position in [start, limit) holding an intact record (CRC on):
     :func:`recovery.walk.resync`, searched in the file's data extents only (a record's
     magic has no zero byte, so it lies inside one extent)."""
@@ -56,7 +56,7 @@ def _resync(ctx: _Ctx, start: int, limit: int) -> int | None:
     return None
 
 
-def _first_nonzero_data(ctx: _Ctx, a: int, b: int) -> int:
+def _first_nonzero_data(ctx: Ctx, a: int, b: int) -> int:
     """The first non-zero byte in [a, b) (-1: none), looked for in the data extents only."""
     if ctx.data is None:
         return _first_nonzero(ctx.u8, a, b)
@@ -67,15 +67,15 @@ def _first_nonzero_data(ctx: _Ctx, a: int, b: int) -> int:
     return -1
 
 
-_V4_BODY_LEN_AT = _V4["body_length"]  # BODYLENGTH with IPv4 born/store hosts (STORE_FORMAT §4)
-_V4_BODY_AT = _V4["body"]
-if (_V4["total_size"], _V4["magic"], _V4["body_crc"]) != (0, 4, 8):
+_V4_BODY_LEN_AT = V4["body_length"]  # BODYLENGTH with IPv4 born/store hosts (STORE_FORMAT §4)
+_V4_BODY_AT = V4["body"]
+if (V4["total_size"], V4["magic"], V4["body_crc"]) != (0, 4, 8):
     raise RuntimeError("message schema changed: the walk's header reads are derived from it")
-_SYS_FLAG_AT = _V4["sys_flag"]
+_SYS_FLAG_AT = V4["sys_flag"]
 _HOSTS_V6 = 0x30  # SYSFLAG bits: born host, store host IPv6 (STORE_FORMAT §6)
 
 
-def _body_crc_failures(ctx: _Ctx, P: np.ndarray, T: np.ndarray) -> list[int]:
+def _body_crc_failures(ctx: Ctx, P: np.ndarray, T: np.ndarray) -> list[int]:
     """The records of a run whose body CRC does not match, checked at the IPv4 body
     position (records with IPv6 hosts are checked where their body is by :func:`_validate`;
     a length past the record is a size mismatch for it, never a CRC over the rest of the
@@ -88,7 +88,7 @@ def _body_crc_failures(ctx: _Ctx, P: np.ndarray, T: np.ndarray) -> list[int]:
     return out
 
 
-def _first_prop_crc_stop(ctx: _Ctx, P: np.ndarray, f: int) -> int:
+def _first_prop_crc_stop(ctx: Ctx, P: np.ndarray, f: int) -> int:
     """forceVerifyPropCRC (5.2.0+): the broker's walk also stops at the first record whose
     whole-record CRC does not match its __CRC32# (or that has none): the full check, per
     record, of the records the fast checks passed."""
@@ -98,7 +98,7 @@ def _first_prop_crc_stop(ctx: _Ctx, P: np.ndarray, f: int) -> int:
     return f
 
 
-def _validate(ctx: _Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: list[int]) -> tuple[int, HeaderColumns]:
+def _validate(ctx: Ctx, P: np.ndarray, T: np.ndarray, salvage: bool, bad_crc: list[int]) -> tuple[int, HeaderColumns]:
     """The batch decoder's header columns and validity (:func:`recovery.batch.header_columns`:
     the length computed from the fields must be TOTALSIZE, topic length >= 0; in salvage
     mode PHYSICALOFFSET == base + position) and the CRC results of the walk; returns (index
@@ -119,7 +119,7 @@ class PartScan(Policy):
     """verify's walk of one part (through :func:`recovery.walk.walk`): the broker's walk
     record by record while it goes (``mode`` B), then salvage (S: every record must also
     hold its own PHYSICALOFFSET). A run is taken whole: its header columns validated
-    (:func:`_validate`), its body CRCs, properties and checks kept (:func:`_keep`, into
+    (:func:`_validate`), its body CRCs, properties and checks kept (:func:`keep_validated`, into
     ``out``); the first record refused is checked by ``check_record`` and becomes an event:
     a BLANK (resync after it: an intact record there means a damaged header read as BLANK
     hid the rest of the file), a readable record that fails a content check (kept as
@@ -130,10 +130,10 @@ class PartScan(Policy):
     cap = UNLIMITED
     hint_cap = UNLIMITED
 
-    def __init__(self, ctx: _Ctx, part: Part, mode: str, stop: int) -> None:
+    def __init__(self, ctx: Ctx, part: Part, mode: str, stop: int) -> None:
         super().__init__()
         self.ctx, self.part, self.mode, self.stop = ctx, part, mode, stop
-        self.recs = _Rec()
+        self.recs = Rec()
         self.magics = ctx.magics
         self.hints = ctx.hints
         self.check_opts = {"check_crc": True, "read_body": True}
@@ -146,7 +146,7 @@ class PartScan(Policy):
         f, cols = _validate(ctx, P, T, not main, _body_crc_failures(ctx, P, T))
         if ctx.profile.verify_prop_crc and f > 0:
             f = _first_prop_crc_stop(ctx, P, f)
-        f = _keep(ctx, self.recs, P, T, cols, f, MAIN if main else SALVAGED)
+        f = keep_validated(ctx, self.recs, P, T, cols, f, MAIN if main else SALVAGED)
         return i + f, True
 
     def decide(self, src: Source, pos: int, c: ck.Checked, j: int) -> Act:
@@ -166,7 +166,7 @@ class PartScan(Policy):
             # intact record there (its own position in PHYSICALOFFSET, CRC good) means a
             # damaged header read as BLANK hid the rest of the file: look, in salvage mode.
             return resync_from(pos + src.framing.padding_head)
-        if c.reason in _INTACT_FAILURES and c.rec is not None and c.rec.total_size == c.rec.computed_size:
+        if c.reason in INTACT_FAILURES and c.rec is not None and c.rec.total_size == c.rec.computed_size:
             # (forceVerifyPropCRC checks __CRC32# before the length: a record whose TOTALSIZE
             # is wrong fails that check first, and its size is no more trustworthy)
             part.events.append(Event(pos, c.reason, c.field, c.rec.total_size, "damaged", main, _rec_info(c)))
@@ -238,7 +238,7 @@ def scan_part(task: PartTask) -> Part:
         data = DataExtents(fd, task.start, min(end, task.stop + 8))
     finally:
         os.close(fd)
-    ctx = _Ctx(mm, end, task.base, task.profile, task.opts)
+    ctx = Ctx(mm, end, task.base, task.profile, task.opts)
     ctx.data = data
     ctx.framing = task.framing
     if task.hints is not None and len(task.hints):
@@ -255,7 +255,7 @@ def scan_part(task: PartTask) -> Part:
     return part
 
 
-def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
+def _scan(ctx: Ctx, task: PartTask, part: Part) -> None:
     pos = task.start
     stop = min(task.stop, ctx.end)
     mode = task.mode
@@ -266,7 +266,7 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
         if gap_end > pos:
             part.gaps.append(Gap(pos, gap_end, "", "", _first_nonzero_data(ctx, pos, gap_end), q is not None))
         if q is None:
-            _finish(part, _Rec(), max(stop, task.stop), "SS")
+            _finish(part, Rec(), max(stop, task.stop), "SS")
             return
         pos = q
         mode = "B" if mode == "BS" else "S"
@@ -279,7 +279,7 @@ def _scan(ctx: _Ctx, task: PartTask, part: Part) -> None:
         _finish(part, pol.recs, w.pos if w.pos >= stop else stop, pol.mode)
 
 
-def _finish(part: Part, out: _Rec, end: int, end_mode: str) -> None:
+def _finish(part: Part, out: Rec, end: int, end_mode: str) -> None:
     part.end = end
     part.end_mode = end_mode
     part.main_phys_ok = out.main_phys_ok
@@ -332,7 +332,7 @@ def _header_info(buf: Any, pos: int, end: int) -> dict[str, Any]:
     }
 
 
-def _add_damaged(ctx: _Ctx, out: _Rec, pos: int, c: ck.Checked) -> None:
+def _add_damaged(ctx: Ctx, out: Rec, pos: int, c: ck.Checked) -> None:
     """A record that fails a content check (CRC, DELAY, inner batch) but is readable: keep
     it in the record table (queues and index legitimately point at it)."""
     c2 = ck.check_record(ctx.buf, pos, ctx.end, ctx.profile, check_crc=False, read_body=True)
@@ -344,7 +344,7 @@ def _add_damaged(ctx: _Ctx, out: _Rec, pos: int, c: ck.Checked) -> None:
     code = java_hash(props["TAGS"]) if props.get("TAGS") else 0
     if c2.is_message:
         code = c2.tags_code
-    _record_checks(ctx, out, np.array([pos]), np.array([r.physical_offset]), np.array([r.sys_flag]), DAMAGED)
+    record_checks(ctx, out, np.array([pos]), np.array([r.physical_offset]), np.array([r.sys_flag]), DAMAGED)
     out.add(
         pos=np.array([pos]),
         total=np.array([r.total_size]),
@@ -353,10 +353,10 @@ def _add_damaged(ctx: _Ctx, out: _Rec, pos: int, c: ck.Checked) -> None:
         store_ts=np.array([r.store_timestamp]),
         tid=np.array([tid]),
         tags=np.array([code]),
-        flags=_tx_flags(np.array([r.sys_flag])) | np.uint8(DAMAGED),
+        flags=tx_flags(np.array([r.sys_flag])) | np.uint8(DAMAGED),
     )
     if ctx.opts.want_keys:
-        keys = _index_keys(
+        keys = index_keys(
             props.get("UNIQ_KEY"), props.get("KEYS"), props.get("TAGS") if ctx.profile.indexes_tags else None
         )
         if keys:

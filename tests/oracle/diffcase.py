@@ -819,6 +819,24 @@ def rebuild_checks(
 
 # keys of a broker view that are a deterministic function of the store (compared on reopen)
 REOPEN_SAME = ("commitlog_min_offset", "commitlog_max_offset", "commitlog_records", "consume_queues")
+REOPEN_UNLOADED = "reopen: the broker does not load the store rmqtool recovered"
+
+
+def reopen_records(before: dict[str, Any], after: dict[str, Any], mode_hint: str = "") -> list[str]:
+    """What every reopen comparison checks first, on a store the broker loaded: a normal
+    start, the same commitlog min/max offsets and the same records."""
+    bad = []
+    if view_mode(after) != "normal":
+        bad.append(f"reopen: the broker ran {after.get('recovery_mode')} recovery on the recovered store{mode_hint}")
+    for k in ("commitlog_min_offset", "commitlog_max_offset"):
+        if before.get(k) != after.get(k):
+            bad.append(f"reopen: {k} {before.get(k)} after the broker's own recovery, {after.get(k)} after rmqtool's")
+    if before.get("commitlog_records") != after.get("commitlog_records"):
+        b = {r["phys_offset"]: r for r in before.get("commitlog_records") or []}
+        a = {r["phys_offset"]: r for r in after.get("commitlog_records") or []}
+        diff = sorted(o for o in set(a) | set(b) if a.get(o) != b.get(o))
+        bad.append(f"reopen: commitlog records differ at {diff[:5]} ({len(diff)})")
+    return bad
 
 
 def compare_reopen(
@@ -828,19 +846,9 @@ def compare_reopen(
     after its own recovery: the same records, offsets, consume queues and commitlog /
     consumequeue bytes; key lookups: the same or more (rmqtool keeps intact index files the
     broker deletes after a crash and re-indexes what they held: man rmqtool-recover)."""
-    bad = []
     if not after.get("load_ok", True):
-        return ["reopen: the broker does not load the store rmqtool recovered"]
-    if view_mode(after) != "normal":
-        bad.append(f"reopen: the broker ran {after.get('recovery_mode')} recovery on the recovered store (abort left?)")
-    for k in ("commitlog_min_offset", "commitlog_max_offset"):
-        if before.get(k) != after.get(k):
-            bad.append(f"reopen: {k} {before.get(k)} after the broker's own recovery, {after.get(k)} after rmqtool's")
-    if before.get("commitlog_records") != after.get("commitlog_records"):
-        b = {r["phys_offset"]: r for r in before.get("commitlog_records") or []}
-        a = {r["phys_offset"]: r for r in after.get("commitlog_records") or []}
-        diff = sorted(o for o in set(a) | set(b) if a.get(o) != b.get(o))
-        bad.append(f"reopen: commitlog records differ at {diff[:5]} ({len(diff)})")
+        return [REOPEN_UNLOADED]
+    bad = reopen_records(before, after, " (abort left?)")
     # queues the broker's start on rmqtool's store extends with units its own start never
     # writes: a record that lost its unit (its queue file gone) and lies below the end of
     # stale units the broker leaves on disk past its end (it only moves its write position;
@@ -1116,14 +1124,38 @@ def gen_damage(rng: random.Random, end_mode: str) -> list[dict[str, Any]]:
     return out
 
 
+def data_end(p: Path) -> int:
+    """The length of the file without its trailing zeros."""
+    b = p.read_bytes()
+    return len(b.rstrip(b"\0"))
+
+
+def flip_bit(p: Path, pos: int, bit: int) -> None:
+    """Flip bit ``bit`` of the byte at ``pos`` of the file, in place."""
+    with open(p, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([b ^ (1 << bit)]))
+
+
+def zero_tail(p: Path, n: int) -> str:
+    """Zero the last ``n`` bytes (at most all) before the file's trailing zeros; what was done."""
+    end = data_end(p)
+    n = min(n, end)
+    with open(p, "r+b") as f:
+        f.seek(end - n)
+        f.write(b"\0" * n)
+    return f"zero_tail {p.name} {end - n}..{end}"
+
+
+STORE_DAMAGE = ("remove_cq_file", "remove_abort", "add_abort")  # kinds of any store, DLedger's too
+
+
 def apply_damage(store: Path, damage: list[dict[str, Any]]) -> list[str]:
     """Damage the store in place (deterministic from the descriptors); what was done."""
     done = []
     cl = sorted((store / "commitlog").iterdir()) if (store / "commitlog").is_dir() else []
-
-    def data_end(p: Path) -> int:
-        b = p.read_bytes()
-        return len(b.rstrip(b"\0"))
 
     for d in damage:
         k, r = d["kind"], d["r"]
@@ -1135,18 +1167,10 @@ def apply_damage(store: Path, damage: list[dict[str, Any]]) -> list[str]:
             end = data_end(p)
             if k == "bitflip":
                 pos = int(r * 1_000_003) % end
-                with open(p, "r+b") as f:
-                    f.seek(pos)
-                    b = f.read(1)[0]
-                    f.seek(pos)
-                    f.write(bytes([b ^ (1 << d["bit"])]))
+                flip_bit(p, pos, d["bit"])
                 done.append(f"bitflip {p.name}@{pos} bit {d['bit']}")
             elif k == "zero_tail":
-                n = min(d["n"], end)
-                with open(p, "r+b") as f:
-                    f.seek(end - n)
-                    f.write(b"\0" * n)
-                done.append(f"zero_tail {p.name} {end - n}..{end}")
+                done.append(zero_tail(p, d["n"]))
             else:
                 size = max(0, end - d["n"])
                 os.truncate(p, size)

@@ -110,11 +110,6 @@ def _member(store: Path) -> Path | None:
     return ds[0] if ds else None
 
 
-def _data_end(p: Path) -> int:
-    b = p.read_bytes()
-    return len(b.rstrip(b"\0"))
-
-
 def apply_dl_damage(store: Path, damage: list[dict[str, Any]]) -> list[str]:
     """Damage the store in place (deterministic from the descriptors); what was done."""
     from rmqtool.formats import dledger as dl
@@ -122,7 +117,7 @@ def apply_dl_damage(store: Path, damage: list[dict[str, Any]]) -> list[str]:
     done: list[str] = []
     m = _member(store)
     data = sorted((m / "data").iterdir()) if m is not None and (m / "data").is_dir() else []
-    used = [p for p in data if _data_end(p) > 0]
+    used = [p for p in data if dc.data_end(p) > 0]
     for d in damage:
         k, r = d["kind"], d["r"]
         if k in ("entry_bitflip", "message_bitflip") and used:
@@ -144,20 +139,10 @@ def apply_dl_damage(store: Path, damage: list[dict[str, Any]]) -> list[str]:
                 if k == "entry_bitflip"
                 else dl.BODY_OFFSET + int(r * 1_000_003) % (size - dl.BODY_OFFSET)
             )
-            with open(p, "r+b") as f:
-                f.seek(at)
-                b = f.read(1)[0]
-                f.seek(at)
-                f.write(bytes([b ^ (1 << d["bit"])]))
+            dc.flip_bit(p, at, d["bit"])
             done.append(f"{k} {p.name}@{at} bit {d['bit']}")
         elif k == "zero_tail" and used:
-            p = used[-1]
-            end = _data_end(p)
-            n = min(d["n"], end)
-            with open(p, "r+b") as f:
-                f.seek(end - n)
-                f.write(b"\0" * n)
-            done.append(f"zero_tail {p.name} {end - n}..{end}")
+            done.append(dc.zero_tail(used[-1], d["n"]))
         elif k == "index_unit" and m is not None and (m / "index").is_dir():
             idx = sorted((m / "index").iterdir())
             if idx:
@@ -197,22 +182,8 @@ def apply_dl_damage(store: Path, damage: list[dict[str, Any]]) -> list[str]:
         elif k == "remove_currterm" and m is not None and (m / "currterm").is_file():
             (m / "currterm").unlink()
             done.append("rm currterm")
-        elif k == "remove_cq_file":
-            files = (
-                sorted(x for x in (store / "consumequeue").rglob("*") if x.is_file())
-                if (store / "consumequeue").is_dir()
-                else []
-            )
-            if files:
-                p = files[int(r * len(files)) % len(files)]
-                p.unlink()
-                done.append(f"rm {p.relative_to(store)}")
-        elif k == "remove_abort" and (store / "abort").exists():
-            (store / "abort").unlink()
-            done.append("rm abort")
-        elif k == "add_abort" and not (store / "abort").exists():
-            (store / "abort").write_bytes(b"")
-            done.append("add abort")
+        elif k in dc.STORE_DAMAGE:
+            done += dc.apply_damage(store, [d])
     return done
 
 
@@ -465,18 +436,8 @@ def compare_reopen_dl(before: dict[str, Any], after: dict[str, Any]) -> list[str
     """The broker's view of the store rmqtool recovered against its view of the original:
     the same records, offsets and consume queues; key lookups the same or more."""
     if not after.get("load_ok", True):
-        return ["reopen: the broker does not load the store rmqtool recovered"]
-    bad = []
-    if dc.view_mode(after) != "normal":
-        bad.append(f"reopen: the broker ran {after.get('recovery_mode')} recovery on the recovered store")
-    for k in ("commitlog_min_offset", "commitlog_max_offset"):
-        if before.get(k) != after.get(k):
-            bad.append(f"reopen: {k} {before.get(k)} after the broker's own recovery, {after.get(k)} after rmqtool's")
-    if before.get("commitlog_records") != after.get("commitlog_records"):
-        b = {r["phys_offset"]: r for r in before.get("commitlog_records") or []}
-        a = {r["phys_offset"]: r for r in after.get("commitlog_records") or []}
-        diff = sorted(o for o in set(a) | set(b) if a.get(o) != b.get(o))
-        bad.append(f"reopen: commitlog records differ at {diff[:5]} ({len(diff)})")
+        return [dc.REOPEN_UNLOADED]
+    bad = dc.reopen_records(before, after)
     nonempty = lambda v: {k: q for k, q in (v.get("consume_queues") or {}).items() if q.get("entries")}  # noqa: E731
     bad += [
         x.replace("rmqtool", "after rmqtool")

@@ -19,7 +19,8 @@ import pytest
 from rmqtool.recovery import check as ck
 from rmqtool.recovery import recover as rc
 from rmqtool.recovery.batch.plain import crc_failures, plain_records
-from rmqtool.recovery.scan import byte_views, queue_hint_runs
+from rmqtool.recovery.byteviews import byte_views
+from rmqtool.recovery.scan import queue_hint_runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from walkref import walk_file  # noqa: E402
@@ -107,7 +108,7 @@ def test_recover_walk_calls_check_record_only_where_it_stops_on_the_broker_writt
 
     h = queue_hint_runs(store) if hints else None
     assert (h is not None and len(h) > 0) or not hints
-    monkeypatch.setattr(rc.ck, "check_record", counted)
+    monkeypatch.setattr(ck, "check_record", counted)
     scans = rc.scan_files(store, P494, store.commitlog, check_crc=True, jobs=1, hints=h)
     monkeypatch.undo()
     assert sum(s.records for s in scans) == 120

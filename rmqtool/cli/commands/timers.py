@@ -233,7 +233,9 @@ def _table(
 
 def _recovered_end(store: Any, profile: Any) -> int | None:
     """Where the broker's recovery ends the commitlog (what its next start can read)."""
-    return rt.recovered_end(store, profile)
+    from ...recovery.recover.planning import recovered_end
+
+    return recovered_end(store, profile)
 
 
 __all__ = ["command"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ...recovery.query import CommitlogReader
+from ...recovery.reader import CommitlogReader
 from ...recovery.scan import message_fields
 from ...recovery.store import Store
 from ...recovery.versions import BrokerProfile

@@ -136,6 +136,7 @@ def mark_tasks(
     export_marks` at ``at``; each split carries those of its file), the number of copies,
     and the one line of each store whose marks could not be computed (a timer file the
     broker cannot load: states null, copies marked; a store that cannot be read: none)."""
+    from ...recovery.recover.planning import recovered_end
     from ...recovery.timers import export_marks  # (a commitlog walk, where the store holds timer data)
 
     by_file: dict[tuple[str, str], dict[int, Any]] = {}
@@ -143,7 +144,7 @@ def mark_tasks(
     unmarked: list[str] = []
     for label, store in stores:
         try:
-            em = export_marks(store, profile, at)
+            em = export_marks(store, profile, at, partial(recovered_end, store, profile))
         except (OSError, RmqToolError) as exc:  # (the job's own read then fails with its one line, or goes on)
             msg = exc.one_line() if isinstance(exc, RmqToolError) else f"{exc.strerror or exc}: {exc.filename}"
             unmarked.append(f"{label}: {msg}")

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .consts import _READABLE_VERSIONS, MANIFEST_FILE, MANIFEST_FORMAT
-from .digests import _DIGEST_RE, _hashing, digest_matches
+from .consts import MANIFEST_FILE, MANIFEST_FORMAT, READABLE_VERSIONS
+from .digests import DIGEST_RE, digest_matches, reporting_hashed
 from .errors import ChecksumMismatchError, ManifestError, RestoreConflictError, SafetyError
-from .fileio import _one_line, fsync_dir
-from .paths import _check_relpath, _regular_stat
+from .fileio import fsync_dir, one_line
+from .paths import check_relpath, regular_stat
 from .plan import PlannedAction
 from .transaction import StoreTransaction
 
@@ -29,14 +29,14 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise ManifestError("no manifest.json: not an rmqtool backup, or an incomplete one", path) from exc
     except OSError as exc:
-        raise ManifestError(f"cannot read: {_one_line(exc)}", path) from exc
+        raise ManifestError(f"cannot read: {one_line(exc)}", path) from exc
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep)
         raise ManifestError(f"corrupt manifest (not JSON: {exc})", path) from exc
     if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
         raise ManifestError("not an rmqtool backup manifest", path)
-    if doc.get("version") not in _READABLE_VERSIONS:
+    if doc.get("version") not in READABLE_VERSIONS:
         raise ManifestError(f"unsupported manifest version {doc.get('version')!r}", path)
     entries = doc.get("entries")
     if not isinstance(entries, list):
@@ -45,7 +45,7 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
     for i, e in enumerate(entries):
         try:
             action, rel = e["action"], e["path"]
-            _check_relpath(rel, path)
+            check_relpath(rel, path)
             if rel in seen:
                 raise ValueError(f"path {rel} appears twice")
             seen.add(rel)
@@ -59,7 +59,7 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
                     _is_int(v.get("size"))
                     and v["size"] >= 0
                     and isinstance(v.get("sha256"), str)
-                    and _DIGEST_RE.fullmatch(v["sha256"])
+                    and DIGEST_RE.fullmatch(v["sha256"])
                 ):
                     raise ValueError(f"bad {key} size or sha256")
                 for opt in ("mode", "mtime_ns"):  # what restore puts back: checked before anything happens
@@ -68,7 +68,7 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
             if (e["original"] is None) != (action == "create") or (e["result"] is None) != (action == "remove"):
                 raise ValueError("original/result do not fit the action")
             if action != "create":
-                _check_relpath(e["backup"], path)
+                check_relpath(e["backup"], path)
             if action in ("truncate_tail", "write_at"):
                 if not (
                     _is_int(e["offset"])
@@ -76,7 +76,7 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
                     and e["offset"] >= 0
                     and e["length"] >= 0
                     and isinstance(e["piece_sha256"], str)
-                    and _DIGEST_RE.fullmatch(e["piece_sha256"])
+                    and DIGEST_RE.fullmatch(e["piece_sha256"])
                 ):
                     raise ValueError("bad offset/length/piece_sha256")
                 if not isinstance(e.get("zero_fill", False), bool):
@@ -85,7 +85,7 @@ def load_manifest(backup_dir: str | Path) -> dict[str, Any]:
             if not isinstance(dirs, list):
                 raise ValueError("created_dirs is not a list")
             for d in dirs:
-                _check_relpath(d, path)
+                check_relpath(d, path)
         except SafetyError as exc:
             raise ManifestError(f"corrupt manifest: entry {i}: {exc.message}", path) from exc
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -115,7 +115,7 @@ def verify_backup(
             raise ManifestError("backup file named in the manifest is missing", piece) from exc
         if size != want_size:
             raise ChecksumMismatchError(f"backup copy has {size} bytes, manifest says {want_size}", piece)
-        with _hashing(progress):
+        with reporting_hashed(progress):
             if not digest_matches(piece, want_sha):
                 raise ChecksumMismatchError(
                     f"backup copy does not match the manifest's sha256 {str(want_sha)[:16]}...", piece
@@ -145,7 +145,7 @@ def _matches(path: Path, want: dict[str, Any] | None, seen: dict[int, str | None
     no file) describes it (``seen``: see :func:`digest_matches`)."""
     if not os.path.lexists(path):
         return want is None
-    st = _regular_stat(path)
+    st = regular_stat(path)
     return want is not None and st.st_size == want["size"] and digest_matches(path, want["sha256"], seen)
 
 
@@ -185,7 +185,7 @@ def restore(
             target = store / rel
             orig, res = e["original"], e["result"]
             seen: dict[int, str | None] = {}  # (the file is read once for both checks)
-            with _hashing(progress):
+            with reporting_hashed(progress):
                 already = _matches(target, orig, seen)
             if already:
                 continue  # already as it was
@@ -225,7 +225,7 @@ def restore(
                 pass  # not empty (the broker or someone put files there) or already gone
         for e in entries:
             target = store / e["path"]
-            with _hashing(progress):
+            with reporting_hashed(progress):
                 restored = _matches(target, e["original"])
             if not restored:
                 if e["original"] is None:
