@@ -169,7 +169,8 @@ def child_dump(store_dir: str) -> dict[str, Any]:
 
 
 def child_spark(store_dir: str, out: str, cores: int, split_size: int, writer: str, pin: bool) -> dict[str, Any]:
-    from rmqtool.cli.export.spark import run_export, spark_session, store_label
+    from rmqtool.cli.export.session import spark_session
+    from rmqtool.cli.export.spark import run_export, store_label
     from rmqtool.recovery.store import Store
 
     if pin:  # the JVM and the Python workers inherit it: local[N] on exactly N cores

@@ -36,7 +36,8 @@ from _common import peak_memory  # noqa: E402
 
 from rmqtool.formats import commitlog as cl  # noqa: E402
 from rmqtool.recovery.recover import apply_recovery, plan_recovery  # noqa: E402
-from rmqtool.recovery.repair import apply_repair, plan_repair  # noqa: E402
+from rmqtool.recovery.repair import plan_repair  # noqa: E402
+from rmqtool.recovery.repairapply import apply_repair  # noqa: E402
 from rmqtool.recovery.safety import restore  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402
 from rmqtool.recovery.synth import write_synthetic_store  # noqa: E402

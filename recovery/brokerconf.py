@@ -764,6 +764,7 @@ class UnsupportedStoreError(RmqToolError):
     """A store rmqtool refuses to act on (exit 8)."""
 
 
+ROCKSDB_EXTRA = "reading it needs rocksdict, the rocksdb extra: pip install 'rmqtool[rocksdb]'"
 _ROCKSDB_MARKERS = re.compile(r"^(CURRENT|IDENTITY|LOCK|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log))$")
 
 
@@ -772,16 +773,19 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
     out: list[Refusal] = []
     if root.is_dir():
         out += dledger_refusals(root, conf)
-        cq = root / "consumequeue"
-        if cq.is_dir():
+        for name in ("consumequeue", "consumequeue_rocksdb"):
+            cq = root / name
+            if not cq.is_dir():
+                continue
             hits = sorted(p.name for p in cq.iterdir() if p.is_file() and _ROCKSDB_MARKERS.match(p.name))
             if hits:
                 out.append(
                     Refusal(
                         FindingCode.LAYOUT_ROCKSDB_CQ,
-                        "consumequeue",
-                        f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB: {', '.join(hits[:3])}): "
-                        "rmqtool handles only file consume queues",
+                        name,
+                        f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB or rocksdbCQDoubleWriteEnable: "
+                        f"{', '.join(hits[:3])}): rmqtool reads it (dump consumequeue, info, verify; "
+                        f"{ROCKSDB_EXTRA}) but does not recover, repair, rebuild or truncate it",
                     )
                 )
         ext = root / "consumequeue_ext"
@@ -915,7 +919,9 @@ def man_section() -> str:
         "layout or setting (LAYOUT_DLEDGER, LAYOUT_ROCKSDB_CQ, LAYOUT_CQ_EXT, LAYOUT_BATCH_CQ,",
         "LAYOUT_COMPACTION, UNSUPPORTED_SETTING) and exits 8. Layouts: a DLedger member's directory",
         "under a name no DLedger release uses, several members without dLegerSelfId, DLedger data files",
-        "holding classic records, a RocksDB consume queue (RocksDB files in consumequeue/),",
+        "holding classic records, a RocksDB consume queue (RocksDB files in consumequeue/ or",
+        "consumequeue_rocksdb/: verify checks it instead, its RCQ_* findings, when rocksdict, the rocksdb",
+        "extra, opens it; recover, repair and rebuild\\-index refuse it with LAYOUT_ROCKSDB_CQ),",
         "consumequeue_ext/ files, batchconsumequeue/ files (verify checks these instead: its BCQ_*",
         "findings; recover, repair and rebuild\\-index refuse them with LAYOUT_BATCH_CQ), a compaction topic's log",
         "(compaction/compactionLog, compaction/compactionCq). With \\fB\\-\\-broker\\-version auto\\fR (the",

@@ -26,7 +26,7 @@ Plan (:func:`plan_repair`, nothing written to the store):
    the others stay byte for byte. The new files are streamed into the same directory beside
    the store (an index file of the default geometry is 420 MB, a missing commitlog file
    1 GiB: neither is ever held in memory); the plan owns that directory until
-   :func:`apply_repair` has staged the patched ranges and the new files from it (or
+   :func:`recovery.repairapply.apply_repair` has staged the patched ranges and the new files from it (or
    :meth:`RepairPlan.discard`);
 5. the checkpoint: rebuild's timestamps, and physicMsgTimestamp recomputed when it is 0 or
    newer than every record; the abort file is removed last (the store is then as a clean
@@ -65,10 +65,10 @@ from .filler import (
 from .findingcodes import FindingCode
 from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
 from .repairfields import FieldFix, Misfiled, field_fixes, misfiled_records, queue_units
-from .repairfiles import Window, content_size, copy_prefix, range_writer, same_content, stream_to
+from .repairfiles import Window, content_size, copy_prefix, same_content, stream_to
 from .repairregions import HEADER_FIELD, Quarantined, Region, commitlog_model
 from .reput import CqFileOut, IndexFileOut
-from .safety import StoreTransaction, WorkDir
+from .safety import WorkDir
 from .scan import queue_hint_runs
 from .store import Store, StoreFile
 from .verify import (
@@ -93,7 +93,6 @@ __all__ = [
     "Quarantined",
     "Region",
     "RepairPlan",
-    "apply_repair",
     "left_findings",
     "plan_repair",
 ]
@@ -966,60 +965,3 @@ def _keep_index_names(store: Store, changes: list[FileChange]) -> list[FileChang
         )
     del removed
     return out
-
-
-def apply_repair(
-    store: Store, plan: RepairPlan, *, backup_dir: str | Path | None = None, extra: Callable[[Any], None] | None = None
-) -> Any:
-    """Carry the plan out in one StoreTransaction; returns its CommitResult. ``extra(tx)``
-    adds more changes to the same transaction (rmqtool repair --fix-offsets)."""
-    with StoreTransaction(store.root, backup_dir=backup_dir, description="repair") as tx:
-        claimed: dict[str, list[Region]] = {}
-        for r in plan.regions:
-            claimed.setdefault(r.file, []).append(r)
-        if any(r.patched is None for r in plan.regions):
-            raise ValueError("apply_repair needs a plan made with rebuild=True (its patched copies)")
-        F = store.geometry.commitlog_file_size
-        for rel, rs in claimed.items():
-            patched = rs[0].patched  # the file as the plan made it, beside the store
-            assert patched is not None
-            if rs[0].create:
-                tx.create_file(rel, patched)
-                continue
-            cut = any(r.cut for r in rs)
-            ws = [r for r in rs if not r.cut]
-            if not ws:
-                tx.truncate_tail(rel, F, zero_fill=False)
-                continue
-            # one write_at per file: from the first region's start to the last region's
-            # end, the bytes between them as they are (the patched copy holds them too);
-            # a file longer than the mapped size ends at it
-            lo, hi = min(r.pos for r in ws), max(r.end for r in ws)
-            if cut:
-                hi = max(hi, F)
-            tx.write_at(rel, lo, range_writer(patched, lo, hi), truncate=cut)
-        for rel in [*plan.stray, *plan.after_end]:
-            tx.remove_file(rel)
-        for ch in sorted(plan.changes, key=lambda c: c.relpath):
-            if ch.action == UNCHANGED:
-                continue
-            if ch.action == REMOVE:
-                tx.remove_file(ch.relpath)
-            elif ch.action == CREATE:
-                tx.create_file(ch.relpath, ch.content)
-            else:
-                tx.replace_file(ch.relpath, ch.content)
-        if plan.checkpoint is not None:
-            tx.replace_file("checkpoint", plan.checkpoint)
-        if plan.timer_units:
-            from .timerrepair import patched_ranges
-
-            for rel, lo, data in patched_ranges(store, plan.timer_units):
-                tx.write_at(rel, lo, data)
-        if extra is not None:
-            extra(tx)
-        if plan.abort_present and (store.root / "abort").exists():
-            tx.remove_file("abort")
-        result = tx.commit()
-    plan.discard()  # the rebuilt files were staged into the journal, then moved in place
-    return result

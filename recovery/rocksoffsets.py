@@ -11,15 +11,21 @@
   value the offset as a big-endian long (netty's byte order). ``0x0002`` (PULL_OFFSET)
   and the data-version records are not consumer offsets.
 
-A read-only open takes no lock and writes nothing, so it also works beside a running
-broker (which then may have newer offsets in its memtable).
+A read-only open takes no lock and writes nothing (:mod:`recovery.rocksread`: not even
+rocksdict's own config file), so it also works beside a running broker (which then may have
+newer offsets in its memtable).
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from .rocksread import RocksUnreadable, read_only
 
 V1_DIR = "consumerOffsets"
 V2_DIR = "rdb"
@@ -30,19 +36,14 @@ class RocksUnavailable(Exception):
     """rocksdict is not installed, or the store does not open."""
 
 
-def _open(path: Path) -> tuple[object, list[str]]:
+@contextmanager
+def _open(path: Path) -> Iterator[tuple[Any, list[str]]]:
+    """The database read-only, nothing written into it (:func:`recovery.rocksread.read_only`)."""
     try:
-        from rocksdict import AccessType, Options, Rdict  # optional (the rocksdb extra): imported where used
-    except ImportError:
-        raise RocksUnavailable("rocksdict is not installed (pip install rocksdict)") from None
-    try:
-        cfs = Rdict.list_cf(str(path))
-        db = Rdict(str(path), options=Options(raw_mode=True), access_type=AccessType.read_only())
-    except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exceptions
-        raise RocksUnavailable(
-            f"does not open read-only ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-        ) from None
-    return db, cfs
+        with read_only(path) as opened:
+            yield opened
+    except RocksUnreadable as exc:
+        raise RocksUnavailable(str(exc)) from None
 
 
 def has_timer_records(path: Path) -> bool | None:
@@ -50,18 +51,15 @@ def has_timer_records(path: Path) -> bool | None:
     timer records (column family ``timer``: TimerRocksDBRecord, written under
     timerRocksDBEnable); None when that cannot be told (rocksdict missing, no such store)."""
     try:
-        db, cfs = _open(path)
+        with _open(path) as (db, cfs):
+            if "timer" not in cfs:
+                return False
+            c = db.get_column_family("timer")
+            for _k in c.keys():
+                return True
+            return False
     except RocksUnavailable:
         return None
-    try:
-        if "timer" not in cfs:
-            return False
-        c = db.get_column_family("timer")  # type: ignore[attr-defined]
-        for _k in c.keys():
-            return True
-        return False
-    finally:
-        db.close()  # type: ignore[attr-defined]
 
 
 def _items(db: object, cf: str) -> list[tuple[bytes, bytes]]:
@@ -70,8 +68,7 @@ def _items(db: object, cf: str) -> list[tuple[bytes, bytes]]:
 
 
 def read_v1(path: Path) -> dict[str, dict[int, int]]:
-    db, cfs = _open(path)
-    try:
+    with _open(path) as (db, cfs):
         out: dict[str, dict[int, int]] = {}
         for k, v in _items(db, "default") if "default" in cfs else []:
             try:
@@ -80,8 +77,6 @@ def read_v1(path: Path) -> dict[str, dict[int, int]]:
             except (ValueError, AttributeError, TypeError):
                 continue  # not an offset record
         return out
-    finally:
-        db.close()  # type: ignore[attr-defined]
 
 
 def parse_v2_key(k: bytes) -> tuple[str, str, int] | None:
@@ -109,8 +104,7 @@ def parse_v2_key(k: bytes) -> tuple[str, str, int] | None:
 
 
 def read_v2(path: Path) -> dict[str, dict[int, int]]:
-    db, cfs = _open(path)
-    try:
+    with _open(path) as (db, cfs):
         out: dict[str, dict[int, int]] = {}
         for k, v in _items(db, "default") if "default" in cfs else []:
             key = parse_v2_key(k)
@@ -119,8 +113,6 @@ def read_v2(path: Path) -> dict[str, dict[int, int]]:
             group, topic, qid = key
             out.setdefault(f"{topic}@{group}", {})[qid] = struct.unpack(">q", v)[0]
         return out
-    finally:
-        db.close()  # type: ignore[attr-defined]
 
 
 def read_store(config_dir: Path, name: str) -> dict[str, dict[int, int]]:

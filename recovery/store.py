@@ -24,6 +24,7 @@ from ..formats import indexfile
 from ..formats.checkpoint import CHECKPOINT_READ_SIZE, Checkpoint, decode_checkpoint
 from ..formats.errors import StoreLayoutError
 from ..formats.names import parse_offset_file_name
+from ..formats.rocksdbcq import ROCKSDB_FILE
 from ..formats.safeio import DIRECTORY, MISSING, REGULAR, classify, is_symlink, read_small
 from .findingcodes import FindingCode
 
@@ -453,9 +454,15 @@ class Store:
         cq_root = self.root / "consumequeue"
         all_cq: list[StoreFile] = []
         if os.path.lexists(cq_root) and self._kind(cq_root) == DIRECTORY:
+            # a RocksDB consume queue's own files (CURRENT names it; 5.x storeType=defaultRocksDB
+            # or rocksdbCQDoubleWriteEnable) lie beside the topic directories: read by
+            # recovery.rocksdbcq, not stray
+            rocks = (cq_root / "CURRENT").is_file()
             for topic_dir in sorted(cq_root.iterdir(), key=lambda p: p.name):
                 tkind = self._kind(topic_dir)
                 if tkind == "unsafe":
+                    continue
+                if tkind != DIRECTORY and rocks and ROCKSDB_FILE.match(topic_dir.name):
                     continue
                 if tkind != DIRECTORY:
                     self.issues.append(

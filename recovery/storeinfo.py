@@ -149,6 +149,10 @@ def store_info(
     doc["batch_consume_queues"] = batch_summary(root)
     if doc["batch_consume_queues"]["max_commitlog_offset"] is not None:
         cq_ends.append(doc["batch_consume_queues"]["max_commitlog_offset"])
+    doc["rocksdb_consume_queue"] = rocks_summary(root, any(fs for fs in store.consume_queues.values()))
+    rq = doc["rocksdb_consume_queue"]
+    if rq is not None and rq["read_by_broker"] == "rocksdb" and rq["max_commitlog_offset"] is not None:
+        cq_ends.append(rq["max_commitlog_offset"])
     doc["max_phy_offset_of_cq"] = max(cq_ends) if cq_ends else None
     index = []
     for f in store.index_files:
@@ -446,3 +450,48 @@ def _records_between(store: Store, profile: BrokerProfile, lo: int, hi: int) -> 
 
 
 __all__ = ["store_info", "SCHEMA_VERSION"]
+
+
+def rocks_summary(root: Path, file_queues: bool) -> dict[str, Any] | None:
+    """The store's RocksDB consume queue (5.x), None without one: its directory, its kind
+    (``rocksdb``: storeType=defaultRocksDB, the broker reads it; ``double_write``: file queues
+    beside it, rocksdbCQDoubleWriteEnable, the broker reads the files), the dispatch checkpoint
+    and per queue its units and min/max offsets (min: its first unit; max: the offset table's max
+    entry plus one, what getMaxOffsetInQueue answers); ``error`` when it was not read."""
+    from .rocksdbcq import RocksCqUnavailable, read, rocks_dirs
+
+    dirs = rocks_dirs(root)
+    if not dirs:
+        return None
+    kind = "double_write" if file_queues else "rocksdb"
+    doc: dict[str, Any] = {
+        "dir": dirs[0],
+        "kind": kind,
+        "read_by_broker": "file" if file_queues else "rocksdb",
+        "checkpoint": None,
+        "queues": [],
+        "units": 0,
+        "max_commitlog_offset": None,
+        "error": None,
+    }
+    try:
+        cq = read(root, dirs[0])
+    except RocksCqUnavailable as exc:
+        doc["error"] = str(exc)
+        return doc
+    doc["checkpoint"] = cq.checkpoint
+    for key in sorted(set(cq.queues) | set(cq.offset_table)):
+        units = cq.queues.get(key, [])
+        doc["queues"].append(
+            {
+                "topic": key[0],
+                "queue_id": key[1],
+                "units": len(units),
+                "min_offset": units[0].queue_offset if units else None,
+                "max_offset": cq.max_offset(key),
+            }
+        )
+        doc["units"] += len(units)
+    ends = [e["max"][0] for e in cq.offset_table.values() if "max" in e]
+    doc["max_commitlog_offset"] = max(ends) if ends else None
+    return doc

@@ -93,7 +93,7 @@ def store_copy(tmp_path: Path) -> Callable[[str], Path]:
 def spark() -> Iterator[Any]:
     """One local[2] Spark session for every test that needs one (its start is the slow part)."""
     pytest.importorskip("pyspark")
-    from rmqtool.cli.export.spark import find_java, spark_session
+    from rmqtool.cli.export.session import find_java, spark_session
 
     if find_java() is None:
         pytest.skip("no Java runtime")

@@ -574,12 +574,13 @@ def test_output_url_schemes() -> None:
 
 
 def test_session_settings_light_jvm_only_for_the_arrow_writer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from rmqtool.cli.export import session
     from rmqtool.cli.export import spark as es
 
-    heavy = es.session_settings({"spark.driver.extraJavaOptions": "-Xss4m"}, "-Dq=1")
-    light = es.session_settings(None, "-Dq=1", "-Dx=2", light_jvm=True)
+    heavy = session.session_settings({"spark.driver.extraJavaOptions": "-Xss4m"}, "-Dq=1")
+    light = session.session_settings(None, "-Dq=1", "-Dx=2", light_jvm=True)
     assert heavy["spark.driver.extraJavaOptions"] == "-Xss4m -Dq=1"
-    assert light["spark.driver.extraJavaOptions"] == f"{es.LIGHT_JVM_OPTIONS} -Dx=2 -Dq=1"
+    assert light["spark.driver.extraJavaOptions"] == f"{session.LIGHT_JVM_OPTIONS} -Dx=2 -Dq=1"
     assert heavy["spark.ui.enabled"] == "false" and heavy["spark.python.worker.reuse"] == "true"
     # run_export starts its session light for --writer arrow, with the defaults for --writer spark
     asked: list[bool] = []

@@ -30,6 +30,14 @@ def test_ruff_is_clean() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_ruff_format_is_clean() -> None:
+    """(Issue 32.) The tree stays as ``ruff format`` leaves it (the rule every commit follows)."""
+    out = subprocess.run(
+        [*_tool("ruff"), "format", "--check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_mypy_is_clean() -> None:
     # the packages to check come from [tool.mypy] in pyproject.toml; rmqtool/formats and
     # rmqtool/recovery are symlinks, so mypy resolves the mapped packages from the checkout

@@ -504,7 +504,8 @@ def test_rebuilt_files_are_streamed_beside_the_store_not_held_in_memory(tmp_path
     """The plan's new consume queue and index files are files in a directory beside the
     store (an index file of the default geometry is 420 MB), written sparse; the plan removes
     that directory when discarded, and apply removes it once the files are in place."""
-    from rmqtool.recovery.repair import apply_repair, plan_repair
+    from rmqtool.recovery.repair import plan_repair
+    from rmqtool.recovery.repairapply import apply_repair
 
     root = _copy(tmp_path, "many_files")
     _body_flip(root)

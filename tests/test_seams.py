@@ -195,3 +195,17 @@ def test_the_checks_see_what_they_look_for(tmp_path: Path) -> None:
         "recovery/c.py:2: bee._helper (rmqtool.recovery.b)",
     ]
     assert cycles(import_graph(modules)) == [["rmqtool.recovery.b", "rmqtool.recovery.c"]]
+
+
+MAX_MODULE_LINES = 1000
+
+
+def test_no_module_is_over_1000_lines() -> None:
+    """(Issue 32.) A module past the cap is split along its seams, not grown."""
+    long = [
+        f"{p.relative_to(ROOT)}: {n} lines"
+        for top in ("formats", "recovery", "rmqtool")
+        for p in sorted((ROOT / top).rglob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long, "\n".join(long)

@@ -578,11 +578,15 @@ def _record_anomalies(
     sel = np.flatnonzero(to_queue(recs.flags) & ((recs.flags & INNER_BATCH) == 0))
     if len(sel) > 1:
         qk_sel = recs.qkey[sel]
-        order = sel[np.argsort(qk_sel.astype(np.int16) if len(recs.queues) < 32768 else qk_sel, kind="stable")]
+        order = np.argsort(qk_sel.astype(np.int16) if len(recs.queues) < 32768 else qk_sel, kind="stable")
+        del qk_sel  # (the working arrays here are per record: each is let go once used, issue 39)
+        order = sel[order]
+        del sel
         qk = recs.qkey[order]
         qo = recs.queue_offset[order]
-        same = qk[1:] == qk[:-1]
-        brk = np.flatnonzero(same & (qo[1:] != qo[:-1] + 1))
+        brk = qk[1:] == qk[:-1]
+        brk &= qo[1:] != qo[:-1] + 1
+        brk = np.flatnonzero(brk)
         if len(brk) and spans is not None and len(spans.starts):
             # a jump over a damaged region is explained by the finding about that region
             a = recs.off[order[brk]]

@@ -551,7 +551,11 @@ def cq_findings(
     spans: Spans,
     outlook: dict[str, Any],
     broker: Broker,
+    rocks: Any = None,
 ) -> tuple[list[Finding], dict[str, Any]]:
+    """``rocks``: the RocksDB consume queues read (:func:`recovery.verify.rocksdbcq.read_rocks`),
+    checked too; without file queues beside them (storeType=defaultRocksDB) the broker has no file
+    queue, and the records are not looked for in one."""
     check = _CqCheck(store, profile, recs, spans, outlook, len(queues))
     check.batch_topics = batch_topics(store.root)
     for q in queues:
@@ -559,8 +563,15 @@ def cq_findings(
             check.queue(q)
         finally:
             q.release()  # checked: its units are not needed any more
-    if len(recs):
+    rocks_only = bool(rocks) and not any(files for files in store.consume_queues.values())
+    if len(recs) and not rocks_only:
         check.missing(broker)
+    if rocks:
+        from .rocksdbcq import rocks_check
+
+        rf, rstats = rocks_check(rocks, recs, broker, int(outlook.get("data_end", 0)), rocks_only)
+        check.out.extend(rf)
+        check.stats.update(rstats)
     if check.batch_topics:
         from .batchcq import batch_findings
 

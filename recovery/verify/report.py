@@ -123,7 +123,10 @@ CODES: dict[FindingCode, tuple[str, str]] = {
         "several members and no dLegerSelfId, data files holding classic commitlog records: the store is refused "
         "(exit 8, nothing checked)",
     ),
-    FindingCode.LAYOUT_ROCKSDB_CQ: (ERROR, "a 5.2+ RocksDB consume queue: the store is refused (exit 8)"),
+    FindingCode.LAYOUT_ROCKSDB_CQ: (
+        ERROR,
+        "a 5.2+ RocksDB consume queue verify cannot read (rocksdict, the rocksdb extra, missing, or the database does not open): the store is refused (exit 8); one it reads is checked instead (the RCQ_ codes)",
+    ),
     FindingCode.LAYOUT_CQ_EXT: (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
     FindingCode.LAYOUT_BATCH_CQ: (
         ERROR,
@@ -287,6 +290,43 @@ CODES: dict[FindingCode, tuple[str, str]] = {
     FindingCode.BCQ_MISSING_MESSAGE: (
         ERROR,
         "records of a BatchCQ topic missing from their batch consume queue that the broker will not dispatch again",
+    ),
+    # the RocksDB consume queue
+    FindingCode.RCQ_NO_RECORD: (
+        ERROR,
+        "a RocksDB consume queue unit pointing where no intact record starts (past the end of the data, inside a record or into damage)",
+    ),
+    FindingCode.RCQ_WRONG_RECORD: (
+        ERROR,
+        "a RocksDB consume queue unit pointing at a record of another topic or queue, of another size or at another queue offset",
+    ),
+    FindingCode.RCQ_UNIT_FIELDS: (
+        WARNING,
+        "a RocksDB consume queue unit whose store time or tagsCode is not its record's (the broker's dispatch writes the record's)",
+    ),
+    FindingCode.RCQ_HOLE: (
+        ERROR,
+        "queue offsets without a unit between two units of a RocksDB consume queue: the broker's reads stop at the first missing one",
+    ),
+    FindingCode.RCQ_OFFSET_TABLE: (
+        ERROR,
+        "a RocksDB consume queue's offset table max entry that is not its last unit (missing, before it or past it): the broker serves the queue up to that entry only",
+    ),
+    FindingCode.RCQ_CHECKPOINT: (
+        ERROR,
+        "the RocksDB consume queue's dispatch checkpoint (CHECKPOINT_TOPIC in the offset column family) past the end of the commitlog's data",
+    ),
+    FindingCode.RCQ_MALFORMED: (
+        ERROR,
+        "a key or value of the RocksDB consume queue not of the broker's layout (skipped by the broker's reads)",
+    ),
+    FindingCode.RCQ_DISPATCH_LAG: (
+        WARNING,
+        "records missing from the RocksDB consume queue that the broker dispatches itself at its next start",
+    ),
+    FindingCode.RCQ_MISSING_MESSAGE: (
+        ERROR,
+        "records missing from the RocksDB consume queue that the broker will not dispatch again",
     ),
     # index
     FindingCode.IDX_HEADER: (

@@ -10,6 +10,7 @@ import numpy as np
 from ...formats import consumequeue as cqf
 from ...formats.checkpoint import Checkpoint
 from ..findingcodes import FindingCode
+from ..rocksdbcq import RocksCq
 from ..scan import queue_hint_runs
 from ..store import Store
 from ..versions import BrokerProfile
@@ -24,6 +25,7 @@ from .parts import FileScan, Records, scan_commitlog
 from .queues import Queue, cq_recover_max_phy, load_queues
 from .records import DAMAGED, DEFAULT_PART_SIZE, SALVAGED, ScanOptions
 from .report import ERROR, WARNING, CheckSummary, Finding, Progress, VerifyReport, finding
+from .rocksdbcq import read_rocks, rocks_max_phy
 from .spans import Spans
 from .state import checkpoint_findings, epoch_findings, state_findings
 
@@ -75,6 +77,10 @@ def verify_store(
         pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
         # (5.x: getMaxPhyOffsetInConsumeQueue takes the batch consume queues' too)
         pre["max_phy_cq"] = max(pre["max_phy_cq"], batch_max_phy(store))
+        pre["rocks"] = read_rocks(store.root)
+        if pre["rocks"] and not any(files for files in store.consume_queues.values()):
+            # storeType=defaultRocksDB: the reput starts from the RocksDB queue's max entries
+            pre["max_phy_cq"] = max(pre["max_phy_cq"], rocks_max_phy(pre["rocks"]))
         pre["index"] = Prepared(store, headers)  # the first index file's own structure (no record needed)
 
     # the offsets the consume queues point at speed the commitlog walk up
@@ -102,7 +108,7 @@ def verify_store(
     spans = Spans(commitlog_spans(store, scans, recs))
     broker = Broker(store, profile, outlook)
     cl_f, (cq_f, cq_stats), (ix_f, ix_stats) = _cross_checks(
-        store, profile, jobs, queues, scans, recs, spans, outlook, broker, headers, ckpt, pre["index"]
+        store, profile, jobs, queues, scans, recs, spans, outlook, broker, headers, ckpt, pre["index"], pre["rocks"]
     )
     cp_f = checkpoint_findings(store, profile, recs, ckpt, outlook) + epoch_findings(store, recs, outlook)
     st_f = state_findings(store)
@@ -155,6 +161,7 @@ def _cross_checks(
     headers: list[tuple[str, Any]],
     ckpt: Checkpoint,
     prepared: Prepared | None = None,
+    rocks: list[RocksCq] | None = None,
 ) -> tuple[list[Finding], _Checked, _Checked]:
     """The commitlog, consume queue and index findings. The consume queue cross-check is
     the longest and spends its time in numpy (which lets go of the GIL): with more than
@@ -166,7 +173,7 @@ def _cross_checks(
 
         def cq_check() -> None:
             try:
-                cq_res.append(cq_findings(store, profile, queues, recs, spans, outlook, broker))
+                cq_res.append(cq_findings(store, profile, queues, recs, spans, outlook, broker, rocks))
             except BaseException as exc:  # re-raised in this thread below
                 cq_res.append(exc)
 
@@ -179,7 +186,7 @@ def _cross_checks(
         if cq_thread is not None:
             cq_thread.join()
     if cq_thread is None:
-        cq = cq_findings(store, profile, queues, recs, spans, outlook, broker)
+        cq = cq_findings(store, profile, queues, recs, spans, outlook, broker, rocks)
     elif isinstance(cq_res[0], BaseException):
         raise cq_res[0]
     else:
@@ -226,7 +233,10 @@ def _report(
                 "damaged_regions": len(spans.spans),
             },
         ),
-        "consumequeue": (cq_stats.get("units", 0) + cq_stats.get("batch_units", 0), cq_stats),
+        "consumequeue": (
+            cq_stats.get("units", 0) + cq_stats.get("batch_units", 0) + cq_stats.get("rocksdb_units", 0),
+            cq_stats,
+        ),
         "index": (ix_stats.get("entries", 0), ix_stats),
         "checkpoint": (
             1 if store.checkpoint_present else 0,

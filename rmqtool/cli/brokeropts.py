@@ -26,6 +26,7 @@ from click.core import ParameterSource
 
 from ..recovery.brokerconf import (
     ROADS,
+    ROCKSDB_EXTRA,
     BrokerConf,
     Refusal,
     Road,
@@ -130,6 +131,21 @@ def _locate(conf: BrokerConf, kw: dict[str, Any], meta: dict[str, Any]) -> None:
     meta["dledger"] = conf.dledger_hint()
 
 
+def _rocks_readable(root: Path, r: Refusal) -> Refusal | None:
+    """verify: None for a RocksDB consume queue refusal whose database opens (verify checks
+    it), else the refusal saying why it cannot be read."""
+    if r.code != FindingCode.LAYOUT_ROCKSDB_CQ:
+        return r
+    from ..recovery.rocksdbcq import unreadable
+
+    why = unreadable(root, r.path)
+    if why is None:
+        return None
+    if "rocksdict" in why and "does not open" not in why:
+        why = ROCKSDB_EXTRA
+    return Refusal(r.code, r.path, f"a RocksDB consume queue rmqtool cannot read: {why}")
+
+
 def broker_config_option(kind: str = "read") -> Callable[[F], F]:
     """``kind``: "read" (dump, export: notes only), "verify" (refusals become findings and
     exit 8, in the command), "destructive" (recover, rebuild-index: refusals exit 8, an
@@ -161,6 +177,9 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                 refusals = all_refusals(Path(store), conf, version)
                 if kind == "verify":  # (verify checks batch consume queues: its BCQ_* findings)
                     refusals = [r for r in refusals if r.code != FindingCode.LAYOUT_BATCH_CQ]
+                    # ... and RocksDB consume queues (RCQ_*) that rocksdict opens; one it does
+                    # not (or rocksdict missing) stays refused, saying why
+                    refusals = [r for r in (_rocks_readable(Path(store), r) for r in refusals) if r is not None]
                 cl_dir = meta.get("commitlog_dir")
                 if (
                     conf is not None

@@ -52,6 +52,11 @@ CL_SIZE = Step(
     ("repair", "{store}", "--dry-run"),
     "then --yes: the broker refuses to load the store, and recover refuses it too",
 )
+_ROCKS = Step(
+    ("dump", "consumequeue", "{store}", "{topic}", "--resolve"),
+    "shows the units and their records; nothing rmqtool runs mends a RocksDB consume queue (recover, "
+    "repair and rebuild-index refuse it: LAYOUT_ROCKSDB_CQ)",
+)
 _BATCH = Step(
     ("dump", "consumequeue", "{store}", "{topic}", "--resolve"),
     "shows the units and their records; nothing rmqtool runs mends a batch consume queue (recover, "
@@ -78,6 +83,7 @@ BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the
     FindingCode.CQ_DISPATCH_LAG: Step(CQ.argv, LAG),
     FindingCode.IDX_DISPATCH_LAG: Step(INDEX.argv, LAG),
     FindingCode.BCQ_DISPATCH_LAG: Step(None, "none: the broker's next start dispatches it"),
+    FindingCode.RCQ_DISPATCH_LAG: Step(None, "none: the broker's next start dispatches it"),
     FindingCode.CL_QUEUE_OFFSET: AS_WRITTEN,
     FindingCode.CL_SYSFLAG: AS_WRITTEN,
     FindingCode.CL_PROPERTIES: AS_WRITTEN,
@@ -145,6 +151,7 @@ BY_PREFIX = (
     ("CKPT_", RECOVER),
     ("FILE_", Step(RECOVER.argv, "the broker refuses or mis-reads such files; " + RECOVER.why)),
     ("BCQ_", _BATCH),
+    ("RCQ_", _ROCKS),
 )
 NO_STEP = Step(None, "see the code in rmqtool-verify(1)")
 

@@ -258,6 +258,20 @@ def _table(doc: dict[str, Any], all_queues: bool, cols: list[tuple[str, str]]) -
             highlight=False,
             markup=False,
         )
+    rq = doc.get("rocksdb_consume_queue")
+    if rq is not None:
+        reads = "the broker reads it" if rq["read_by_broker"] == "rocksdb" else "the broker reads the file queues"
+        con.print(
+            f"RocksDB consume queue ({rq['dir']}/, {rq['kind']}: {reads}): "
+            + (
+                f"not read: {rq['error']}"
+                if rq["error"]
+                else f"{len(rq['queues'])} queues, {rq['units']} units, dispatch checkpoint {rq['checkpoint']} "
+                "(dump consumequeue lists them; recover, repair and rebuild-index refuse such a store)"
+            ),
+            highlight=False,
+            markup=False,
+        )
     idx = doc["index"]
     if idx:
         con.print(

@@ -20,7 +20,8 @@ from ...formats.errors import StoreLayoutError
 from ...recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
 from ...recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
 from ...recovery.recover import infer_index_tz
-from ...recovery.repair import RepairPlan, apply_repair, left_findings, left_problems, plan_repair
+from ...recovery.repair import RepairPlan, left_findings, left_problems, plan_repair
+from ...recovery.repairapply import apply_repair
 from ...recovery.repairregions import DAMAGED, END_OF_DATA, MISSING_FILE, TRUNCATED_FILE
 from ...recovery.safety import CommitResult, StoreTransaction
 from ...recovery.store import Store

@@ -468,6 +468,9 @@ def dump_consumequeue(
     shown = CQ_COLUMNS
     if _has_batch_queues(store, topics, queue_ids):  # (5.x BatchCQ topics: each unit stands for a batch)
         shown = CQ_COLUMNS + [("batch_size", "BATCH")]
+    rocks = _rocks_checkpoints(store)
+    if rocks:  # (5.x RocksDB consume queue: its units after the files', kind "rocksdb")
+        shown = shown + [("kind", "KIND")]
     more = [("points_to", "POINTS TO"), ("msg_id", "MSG ID"), ("store_time", "STORED (UTC)")]
     if resolve:
         recs = resolved(store, make_profile(broker_version), recs)
@@ -480,7 +483,11 @@ def dump_consumequeue(
         if filtered and counted.seen == 0 and limit != 0:
             what = sel.describe(topics, queue_ids, (), (), {"from": from_qoffset, "to": to_qoffset})
             return code | int(sel.NOT_FOUND), sel.not_found(what, sel.topic_hint(store, topics), "unit")
-        return code, f"{counted.seen} units" + (", with damage met" if code else "")
+        said = "".join(
+            f"; RocksDB consume queue {d}/: dispatch checkpoint {c if c is not None else 'not read'}"
+            for d, c in rocks.items()
+        )
+        return code, f"{counted.seen} units" + (", with damage met" if code else "") + said
 
     return output(
         counted.watch(recs),
@@ -492,6 +499,20 @@ def dump_consumequeue(
         command="dump consumequeue",
         finish=finish,
     )
+
+
+def _rocks_checkpoints(store: Store) -> dict[str, int | None]:
+    """The store's RocksDB consume queue directories and their dispatch checkpoints (None:
+    none recorded, or the database not read here: the units' listing says why)."""
+    from ...recovery.rocksdbcq import RocksCqUnavailable, read, rocks_dirs
+
+    out: dict[str, int | None] = {}
+    for d in rocks_dirs(store.root):
+        try:
+            out[d] = read(store.root, d).checkpoint
+        except RocksCqUnavailable:
+            out[d] = None
+    return out
 
 
 def _has_batch_queues(store: Store, topics: tuple[str, ...], queue_ids: tuple[int, ...]) -> bool:

@@ -66,6 +66,31 @@ def cq_units(store: Store, topics: tuple[str, ...], queue_ids: tuple[int, ...]) 
             if not qs or u["queue_id"] in qs:
                 yield u
     yield from batch_units(store, topics, queue_ids)
+    yield from rocks_units(store, topics, queue_ids)
+
+
+def rocks_units(store: Store, topics: tuple[str, ...], queue_ids: tuple[int, ...]) -> Iterator[dict[str, Any]]:
+    """The units of the store's RocksDB consume queue (5.x storeType=defaultRocksDB or
+    rocksdbCQDoubleWriteEnable), after the files', with ``kind`` "rocksdb"; rocksdict missing
+    or a database that does not open: exit 8 naming why."""
+    from ...recovery.brokerconf import ROCKSDB_EXTRA, UnsupportedStoreError
+    from ...recovery.rocksdbcq import RocksCqUnavailable, iter_units, rocks_dirs
+    from ..times import iso
+
+    dirs = rocks_dirs(store.root)
+    if not dirs:
+        return
+    qs = set(queue_ids)
+    one_q = queue_ids[0] if len(queue_ids) == 1 else None
+    try:
+        for t in dict.fromkeys(topics) if topics else (None,):
+            for u in iter_units(store.root, t, one_q):
+                if not qs or u["queue_id"] in qs:
+                    u["unit_store_time"] = iso(u["unit_store_timestamp"])
+                    yield u
+    except RocksCqUnavailable as exc:
+        why = str(exc) if "rocksdict" not in str(exc) else ROCKSDB_EXTRA
+        raise UnsupportedStoreError(f"a RocksDB consume queue: {why}", store.root / dirs[0]) from None
 
 
 def batch_units(store: Store, topics: tuple[str, ...], queue_ids: tuple[int, ...]) -> Iterator[dict[str, Any]]:

@@ -32,7 +32,8 @@ from ..times import iso, parse_time
 from . import spark as export_spark
 from .outpath import url_scheme
 from .rows import EXPORT_SCHEMA_VERSION
-from .spark import MASTER_TIMEOUT, ExportResult, store_label
+from .session import MASTER_TIMEOUT
+from .spark import ExportResult, store_label
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.I)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

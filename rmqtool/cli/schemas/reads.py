@@ -132,6 +132,26 @@ def info() -> dict[str, Any]:
                 {"queues": I, "topics": I, "files": I, "units": I, "messages": I, "max_commitlog_offset": null(I)},
                 ("queues", "topics", "files", "units", "messages", "max_commitlog_offset"),
             ),
+            "rocksdb_consume_queue": null(
+                obj(
+                    {
+                        "dir": S,
+                        "kind": {"enum": ["rocksdb", "double_write"]},
+                        "read_by_broker": {"enum": ["rocksdb", "file"]},
+                        "checkpoint": null(I),
+                        "queues": arr(
+                            obj(
+                                {"topic": S, "queue_id": I, "units": I, "min_offset": null(I), "max_offset": I},
+                                ("topic", "queue_id", "units", "min_offset", "max_offset"),
+                            )
+                        ),
+                        "units": I,
+                        "max_commitlog_offset": null(I),
+                        "error": null(S),
+                    },
+                    ("dir", "kind", "read_by_broker", "checkpoint", "queues", "units", "max_commitlog_offset", "error"),
+                )
+            ),
             "outlook": ref("outlook"),
             "pending_transactions": arr(ANY),
             "repair_workdirs": arr(S),

@@ -193,7 +193,13 @@ final class Store {
             }
             return null;
         });
-        for (Constructor<?> k : DefaultMessageStore.class.getConstructors()) {
+        Class<?> storeClass = DefaultMessageStore.class;
+        if (RocksView.rocksStoreType(c)) {
+            // storeType=defaultRocksDB: the broker (BrokerController.initializeMessageStore) makes a
+            // RocksDBMessageStore, whose consume queues are a RocksDB database under consumequeue/
+            storeClass = Class.forName("org.apache.rocketmq.store.RocksDBMessageStore");
+        }
+        for (Constructor<?> k : storeClass.getConstructors()) {
             Class<?>[] ps = k.getParameterTypes();
             if (ps.length == 4 && ps[0] == MessageStoreConfig.class) {
                 DefaultMessageStore s = (DefaultMessageStore) k.newInstance(c, null, listener, bc);
@@ -206,10 +212,13 @@ final class Store {
                     }
                     set.invoke(s, topicTable);
                 }
+                RocksView.enableDoubleWrite(s, c);
                 return s;
             }
             if (ps.length == 5 && ps[0] == MessageStoreConfig.class && ps[4] == java.util.concurrent.ConcurrentMap.class) {
-                return (DefaultMessageStore) k.newInstance(c, null, listener, bc, topicTable);
+                DefaultMessageStore s = (DefaultMessageStore) k.newInstance(c, null, listener, bc, topicTable);
+                RocksView.enableDoubleWrite(s, c);
+                return s;
             }
         }
         throw new IllegalStateException("no DefaultMessageStore constructor the harness knows");

@@ -201,6 +201,10 @@ final class Viewer {
         v.add("consume_queues", consumeQueues(s));
         if (Store.major() >= 5) {
             v.add("batch_consume_queues", BatchView.view(s));
+            JsonObject rocks = RocksView.view(s, max);
+            if (rocks != null) {
+                v.add("rocksdb_consume_queue", rocks);
+            }
         }
         v.add("query_message_by_key", queries(s, recs, extraKeys));
         v.addProperty("query_keys_include_scenario_json_keys", extraKeys != null);
@@ -582,8 +586,8 @@ final class Viewer {
         TreeMap<String, Object> sorted = new TreeMap<>();
         for (Map.Entry<String, ? extends Map<Integer, ?>> t : table.entrySet()) {
             for (Map.Entry<Integer, ?> q : t.getValue().entrySet()) {
-                if (BatchView.isBatch(q.getValue())) {
-                    continue;   // batch_consume_queues
+                if (BatchView.isBatch(q.getValue()) || RocksView.isRocks(q.getValue())) {
+                    continue;   // batch_consume_queues, rocksdb_consume_queue
                 }
                 sorted.put(t.getKey() + "/" + q.getKey(), q.getValue());
             }

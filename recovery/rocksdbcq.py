@@ -1,0 +1,147 @@
+"""The 5.x RocksDB consume queue, read-only through rocksdict (the ``rocksdb`` extra): the
+units of every queue, the offset table and the dispatch checkpoint, in the layouts of
+:mod:`formats.rocksdbcq` (rocketmq-store 5.3.3 and 5.5.1).
+
+The database is opened in RocksDB's read-only mode (no lock taken; its write-ahead log replayed in
+memory, so what a killed broker left in ``*.log`` is seen too), through :mod:`recovery.rocksread`,
+which writes nothing into the operator's store (tests/test_rocksdbcq.py hashes it before and after).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..formats import rocksdbcq as rf
+from .rocksread import RocksUnreadable, read_only
+
+_MARKER = "CURRENT"
+
+
+class RocksCqUnavailable(Exception):
+    """rocksdict is not installed, or the database does not open read-only."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+
+
+@dataclass
+class RocksCq:
+    """What one RocksDB consume queue database holds."""
+
+    dir: str  # relative to the store root
+    queues: dict[tuple[str, int], list[Unit]] = field(default_factory=dict)  # units by queue offset
+    offset_table: dict[tuple[str, int], dict[str, tuple[int, int]]] = field(default_factory=dict)  # kind -> (phy, q)
+    checkpoint: int | None = None  # getMaxPhyOffsetInConsumeQueue's record; None when absent
+    malformed: list[tuple[str, bytes]] = field(default_factory=list)  # (column family, key) of another layout
+    unreadable: str | None = None  # why the database did not open (nothing else then)
+
+    def max_offset(self, key: tuple[str, int]) -> int:
+        """getMaxOffsetInQueue: the offset table's max entry plus one, 0 without one."""
+        e = self.offset_table.get(key, {}).get("max")
+        return e[1] + 1 if e else 0
+
+
+def rocks_dirs(root: Path) -> list[str]:
+    """The RocksDB consume queue directories of a store (relative names): ``consumequeue`` and
+    ``consumequeue_rocksdb`` when they hold a RocksDB database (a ``CURRENT`` file)."""
+    return [d for d in (rf.DIR, rf.SEPARATE_DIR) if (root / d / _MARKER).is_file()]
+
+
+def _explain(exc: RocksUnreadable, path: Path) -> RocksCqUnavailable:
+    why = str(exc)
+    if "not installed" in why:
+        why = "reading a RocksDB consume queue needs rocksdict (the rocksdb extra: pip install 'rmqtool[rocksdb]')"
+    elif not why.startswith(str(path)):
+        why = f"{path}: the RocksDB consume queue {why}"
+    return RocksCqUnavailable(why)
+
+
+def unreadable(root: Path, rel: str) -> str | None:
+    """Why ``root/rel`` cannot be read (rocksdict missing, the database does not open), None
+    when it opens."""
+    try:
+        with read_only(root / rel):
+            return None
+    except RocksUnreadable as exc:
+        return str(_explain(exc, root / rel))
+
+
+def read(root: Path, rel: str) -> RocksCq:
+    """Every unit, offset entry and the checkpoint of ``root/rel``; raises :class:`RocksCqUnavailable`."""
+    try:
+        with read_only(root / rel) as (db, cfs):
+            return _read(db, cfs, rel)
+    except RocksUnreadable as exc:
+        raise _explain(exc, root / rel) from None
+
+
+def _read(db: Any, cfs: list[str], rel: str) -> RocksCq:
+    out = RocksCq(rel)
+    unpack_unit = rf.CQ_VALUE_STRUCT.unpack
+    unpack_off = rf.OFFSET_VALUE_STRUCT.unpack
+    if rf.CQ_COLUMN_FAMILY in cfs:
+        cf = db.get_column_family(rf.CQ_COLUMN_FAMILY)
+        for k, v in cf.items():
+            kb, vb = bytes(k), bytes(v)
+            key = rf.parse_cq_key(kb)
+            if key is None or len(vb) != rf.CQ_UNIT_SIZE:
+                out.malformed.append((rf.CQ_COLUMN_FAMILY, kb))
+                continue
+            phy, size, tags, ts = unpack_unit(vb)
+            out.queues.setdefault((key.topic, key.queue_id), []).append(Unit(key.queue_offset, phy, size, tags, ts))
+    if rf.OFFSET_COLUMN_FAMILY in cfs:
+        cf = db.get_column_family(rf.OFFSET_COLUMN_FAMILY)
+        for k, v in cf.items():
+            kb, vb = bytes(k), bytes(v)
+            if kb == rf.CHECKPOINT_KEY and len(vb) == rf.CHECKPOINT_VALUE_SIZE:
+                (out.checkpoint,) = rf.CHECKPOINT_VALUE_STRUCT.unpack(vb)
+                continue
+            okey = rf.parse_offset_key(kb)
+            if okey is None or len(vb) != rf.OFFSET_VALUE_SIZE:
+                out.malformed.append((rf.OFFSET_COLUMN_FAMILY, kb))
+                continue
+            out.offset_table.setdefault((okey.topic, okey.queue_id), {})[okey.kind] = unpack_off(vb)
+    # keys sort bytewise: the queue offsets (big-endian, non-negative) come in order, but a
+    # negative one would sort last
+    for units in out.queues.values():
+        units.sort(key=lambda u: u.queue_offset)
+    return out
+
+
+def iter_units(root: Path, topic: str | None, queue_id: int | None) -> Iterator[dict[str, Any]]:
+    """Every unit of the store's RocksDB consume queues, as ``dump consumequeue`` lists them
+    (``kind`` "rocksdb", ``file`` the database's directory, no ``pos``), queue by queue in key
+    order; ``status`` OK, or PAST_MAX for a unit past the offset table's max entry (the broker
+    never serves it). Raises :class:`RocksCqUnavailable`."""
+    for rel in rocks_dirs(root):
+        cq = read(root, rel)
+        for (t, q), units in sorted(cq.queues.items()):
+            if (topic is not None and t != topic) or (queue_id is not None and q != queue_id):
+                continue
+            top = cq.max_offset((t, q))
+            for u in units:
+                yield {
+                    "topic": t,
+                    "queue_id": q,
+                    "queue_offset": u.queue_offset,
+                    "file": rel,
+                    "pos": None,
+                    "commitlog_offset": u.commitlog_offset,
+                    "size": u.size,
+                    "tags_code": u.tags_code,
+                    "status": "OK" if u.queue_offset < top else "PAST_MAX",
+                    "kind": "rocksdb",
+                    "unit_store_timestamp": u.store_timestamp,
+                }
+
+
+__all__ = ["unreadable", "iter_units", "RocksCq", "RocksCqUnavailable", "Unit", "read", "rocks_dirs"]

@@ -1,0 +1,285 @@
+"""The RocksDB consume queue reader (issue 35): the key/value layouts of formats/rocksdbcq.py against
+their Construct schemas, and the read-only open that leaves the operator's database byte for byte
+as it was (rocksdict 0.3.29 writes rocksdict-config.json into any directory it opens, read-only too).
+The broker's own view of real 5.3.3/5.5.1 stores is compared in tests/oracle/test_rocksdbcq_oracle.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqtool.formats import rocksdbcq as rf
+from rmqtool.recovery import rocksdbcq as rc
+
+rocksdict = pytest.importorskip("rocksdict")
+
+UNITS = [("TopicA", 0, 0, 0, 232, 3645, 1796664178292), ("TopicA", 0, 1, 474, 252, 3647, 1796664178468)]
+UNITS += [("TopicA", 1, 0, 232, 242, 3646, 1796664178466), ("TöpicB", 0, 0, 726, 246, 0, 1796664178479)]
+
+
+def make_db(path: Path) -> None:
+    """A database in the broker's layout (its two column families, the keys and values it writes)."""
+    from rocksdict import Options, Rdict
+
+    db = Rdict(str(path), options=Options(raw_mode=True))
+    off = db.create_column_family(rf.OFFSET_COLUMN_FAMILY, Options(raw_mode=True))
+    for topic, qid, qoff, phy, size, tags, ts in UNITS:
+        db[rf.cq_key(topic, qid, qoff)] = rf.CQ_VALUE_STRUCT.pack(phy, size, tags, ts)
+        off[rf.offset_key(topic, "max", qid)] = rf.OFFSET_VALUE_STRUCT.pack(phy, qoff)
+    off[rf.CHECKPOINT_KEY] = rf.CHECKPOINT_VALUE_STRUCT.pack(972)
+    db.close()
+
+
+def tree_hashes(d: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()
+    }
+
+
+def test_keys_and_values_match_their_construct_schemas() -> None:
+    k = rf.cq_key("TöpicA", 3, 77)
+    assert rf.CQ_KEY.build({"topic": "TöpicA".encode(), "queue_id": 3, "queue_offset": 77}) == k
+    assert rf.parse_cq_key(k) == ("TöpicA", 3, 77)
+    assert len(k) == rf.CQ_KEY_FIXED + len("TöpicA".encode())
+    o = rf.offset_key("T", "min", 5)
+    assert rf.OFFSET_KEY.build({"topic": b"T", "kind": b"min", "queue_id": 5}) == o
+    assert rf.parse_offset_key(o) == ("T", "min", 5)
+    # the checkpoint: topic CHECKPOINT_TOPIC, max, queue 0 (the key the broker's 5.3.3 store holds)
+    assert rf.CHECKPOINT_KEY == b"\x00\x00\x00\x10\x01CHECKPOINT_TOPIC\x01max\x01\x00\x00\x00\x00"
+    v = rf.CQ_VALUE_STRUCT.pack(1, 2, 3, 4)
+    assert dict(rf.CQ_VALUE.parse(v), _io=None) | {"_io": None} == {
+        "commitlog_offset": 1,
+        "size": 2,
+        "tags_code": 3,
+        "store_timestamp": 4,
+        "_io": None,
+    }
+    assert rf.CQ_VALUE.sizeof() == rf.CQ_UNIT_SIZE == 28
+    # another layout is not taken for a key: a wrong separator, a topic length past the key
+    assert rf.parse_cq_key(k[:4] + b"\x02" + k[5:]) is None
+    assert rf.parse_cq_key(k[:-1]) is None
+    assert rf.parse_offset_key(rf.offset_key("T", "min", 5).replace(b"min", b"mid")) is None
+
+
+def test_reader_sees_every_unit_offset_entry_and_the_checkpoint(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    make_db(root / "consumequeue")
+    (root / "consumequeue" / "TopicA" / "0").mkdir(parents=True)  # a double-write store's file queues beside
+    assert rc.rocks_dirs(root) == ["consumequeue"]
+    cq = rc.read(root, "consumequeue")
+    assert cq.checkpoint == 972
+    assert cq.malformed == []
+    assert {
+        k: [(u.queue_offset, u.commitlog_offset, u.size, u.tags_code, u.store_timestamp) for u in v]
+        for k, v in cq.queues.items()
+    } == {
+        (t, q): [(o, p, s, g, ts) for (t2, q2, o, p, s, g, ts) in UNITS if (t2, q2) == (t, q)]
+        for (t, q, *_rest) in UNITS
+    }
+    assert cq.offset_table[("TopicA", 0)] == {"max": (474, 1)}
+    assert cq.max_offset(("TopicA", 0)) == 2 and cq.max_offset(("Nope", 0)) == 0
+
+
+def test_reading_writes_nothing_into_the_store(tmp_path: Path) -> None:
+    """Fails on a plain read-only rocksdict open, which leaves rocksdict-config.json in the directory."""
+    root = tmp_path / "store"
+    make_db(root / "consumequeue")
+    (root / "consumequeue" / "rocksdict-config.json").unlink(missing_ok=True)  # (left by make_db's writer)
+    before = tree_hashes(root)
+    rc.read(root, "consumequeue")
+    assert tree_hashes(root) == before
+
+
+def test_a_database_that_does_not_open_is_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    (root / "consumequeue").mkdir(parents=True)
+    (root / "consumequeue" / "CURRENT").write_text("MANIFEST-000099\n")
+    with pytest.raises(rc.RocksCqUnavailable) as ei:
+        rc.read(root, "consumequeue")
+    msg = str(ei.value)
+    assert "\n" not in msg and str(root / "consumequeue") in msg and "rmqtool-rocksdb-" not in msg
+
+
+# --------------------------------------------------------------------------- verify, refusals
+# tests/data/rocksdbcq_533_clean.tar.gz: a store the 5.3.3 broker wrote through the oracle with
+# storeType=defaultRocksDB (12 messages of TopicA over queues 0 and 1, one of TopicB without tags),
+# shut down cleanly; index geometry maxHashSlotNum 100 / maxIndexNum 400.
+FIXTURE = Path(__file__).parent / "data" / "rocksdbcq_533_clean.tar.gz"
+V = "5.3.3"
+
+
+def fixture_store(tmp_path: Path) -> Path:
+    import tarfile
+
+    with tarfile.open(FIXTURE) as t:
+        t.extractall(tmp_path, filter="data")
+    return tmp_path / "store"
+
+
+def verify_json(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    from rmqtool.cli import run
+
+    capsys.readouterr()
+    rc = run(["verify", str(root), "--broker-version", V, "--format", "json", "--quiet"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def cq_stats(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(c["stats"] for c in doc["checks"] if c["name"] == "consumequeue")
+
+
+def rewrite(root: Path, change: Any) -> None:
+    """``change(default column family, offset column family)`` on the database, written as the broker's
+    RocksDB would (rocksdict read-write; its config file removed after)."""
+    from rocksdict import Options, Rdict
+
+    path = root / "consumequeue"
+    db = Rdict(str(path), options=Options(raw_mode=True), column_families={"offset": Options(raw_mode=True)})
+    change(db, db.get_column_family("offset"))
+    db.close()
+    (path / "rocksdict-config.json").unlink(missing_ok=True)
+
+
+def codes(doc: dict[str, Any]) -> list[str]:
+    return sorted(f["code"] for f in doc["findings"])
+
+
+def test_verify_checks_a_rocksdb_store_instead_of_refusing_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: LAYOUT_ROCKSDB_CQ, exit 8. Now: read, every unit against its record, sound."""
+    root = fixture_store(tmp_path)
+    before = tree_hashes(root)
+    code, doc = verify_json(root, capsys)
+    assert code == 0, doc["findings"]
+    assert doc["findings"] == []  # (the RocksDB files in consumequeue/ are not stray files either)
+    st = cq_stats(doc)
+    assert (st["rocksdb_queues"], st["rocksdb_units"], st["rocksdb_read_by_broker"]) == (3, 13, True)
+    assert st["rocksdb_checkpoint"] == rc.read(root, "consumequeue").checkpoint > 0
+    assert tree_hashes(root) == before
+
+
+def test_verify_finds_a_hole_a_wrong_unit_and_a_stale_offset_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fixture_store(tmp_path)
+    cq = rc.read(root, "consumequeue")
+    a0 = cq.queues[("TopicA", 0)]
+    b0 = cq.queues[("TopicB", 0)][0]
+
+    def damage(default: Any, offset: Any) -> None:
+        del default[rf.cq_key("TopicA", 0, 2)]  # a hole at queue offset 2
+        u = a0[3]  # a unit pointing 4 bytes into its record
+        default[rf.cq_key("TopicA", 0, 3)] = rf.CQ_VALUE_STRUCT.pack(
+            u.commitlog_offset + 4, u.size, u.tags_code, u.store_timestamp
+        )
+        offset[rf.offset_key("TopicB", "max", 0)] = rf.OFFSET_VALUE_STRUCT.pack(b0.commitlog_offset, 5)
+
+    rewrite(root, damage)
+    rcode, doc = verify_json(root, capsys)
+    assert rcode == 4
+    got = {(f["code"], f["message"].split(":")[0]) for f in doc["findings"]}
+    assert ("RCQ_HOLE", "TopicA/0") in got
+    assert ("RCQ_NO_RECORD", "TopicA/0") in got
+    assert ("RCQ_OFFSET_TABLE", "TopicB/0") in got
+    # the records the hole and the wrong unit no longer point at: below the checkpoint, never dispatched again
+    assert ("RCQ_MISSING_MESSAGE", "TopicA/0") in got
+    hole = next(f for f in doc["findings"] if f["code"] == "RCQ_HOLE")
+    assert "queue offset(s) 3" not in hole["message"] and "queue offset(s) 2 " in hole["message"]
+
+
+@pytest.mark.parametrize("argv", [["recover", "--yes"], ["rebuild-index", "--yes"], ["repair", "--yes"]])
+def test_writing_commands_refuse_a_rocksdb_store_and_change_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    from rmqtool.cli import run
+
+    root = fixture_store(tmp_path)
+    before = tree_hashes(root)
+    capsys.readouterr()
+    code = run([argv[0], str(root), "--broker-version", V, *argv[1:]])
+    err = capsys.readouterr().err
+    assert code == 8, err
+    assert "RocksDB consume queue" in err and "does not recover, repair, rebuild or truncate it" in err
+    assert tree_hashes(root) == before
+
+
+def test_verify_without_rocksdict_refuses_naming_the_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = fixture_store(tmp_path)
+    monkeypatch.setitem(sys.modules, "rocksdict", None)  # (import rocksdict: ImportError)
+    rcode, doc = verify_json(root, capsys)
+    assert rcode == 8
+    (f,) = doc["findings"]
+    assert f["code"] == "LAYOUT_ROCKSDB_CQ" and "pip install 'rmqtool[rocksdb]'" in f["message"]
+    from rmqtool.cli import run
+
+    capsys.readouterr()
+    assert run(["dump", "consumequeue", str(root), "--broker-version", V]) == 8
+    err = capsys.readouterr().err
+    assert "pip install 'rmqtool[rocksdb]'" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_dump_lists_the_rocksdb_units_and_info_names_the_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: dump consumequeue listed no unit of such a store (and info no queue)."""
+    from rmqtool.cli import run
+
+    root = fixture_store(tmp_path)
+    cq = rc.read(root, "consumequeue")
+    capsys.readouterr()
+    assert run(["dump", "consumequeue", str(root), "--broker-version", V, "--format", "jsonl"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    units, summary = lines[:-1], lines[-1]
+    assert [
+        (u["topic"], u["queue_id"], u["queue_offset"], u["commitlog_offset"], u["size"], u["tags_code"]) for u in units
+    ] == [
+        (t, q, u.queue_offset, u.commitlog_offset, u.size, u.tags_code)
+        for (t, q), us in sorted(cq.queues.items())
+        for u in us
+    ]
+    assert {(u["kind"], u["status"], u["file"], u["pos"]) for u in units} == {("rocksdb", "OK", "consumequeue", None)}
+    assert f"dispatch checkpoint {cq.checkpoint}" in summary["verdict"]
+    capsys.readouterr()
+    assert run(["info", str(root), "--broker-version", V, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rq = doc["rocksdb_consume_queue"]
+    assert (rq["kind"], rq["read_by_broker"], rq["checkpoint"], rq["units"]) == (
+        "rocksdb",
+        "rocksdb",
+        cq.checkpoint,
+        13,
+    )
+    assert [(q["topic"], q["queue_id"], q["min_offset"], q["max_offset"]) for q in rq["queues"]] == [
+        ("TopicA", 0, 0, 6),
+        ("TopicA", 1, 0, 6),
+        ("TopicB", 0, 0, 1),
+    ]
+    assert doc["max_phy_offset_of_cq"] == max(us[-1].commitlog_offset for us in cq.queues.values())
+
+
+def test_the_offset_and_timer_readers_write_nothing_into_the_store(tmp_path: Path) -> None:
+    """recovery.rocksoffsets (config/consumerOffsets, config/rdb, rocksdbstore's timer family) read
+    through the same shadow open: before, each read left rocksdict-config.json in the operator's
+    directory (found by the oracle test on a 5.5.1 store: verify's timer check wrote into rocksdbstore/)."""
+    from rocksdict import Options, Rdict
+
+    from rmqtool.recovery import rocksoffsets
+
+    for name in ("consumerOffsets", "rocksdbstore"):
+        d = tmp_path / name
+        db = Rdict(str(d), options=Options(raw_mode=True))
+        db[b"TopicA@G"] = b'{"offsetTable":{"0":5}}'
+        db.close()
+        (d / "rocksdict-config.json").unlink()
+    before = tree_hashes(tmp_path)
+    assert rocksoffsets.read_v1(tmp_path / "consumerOffsets") == {"TopicA@G": {0: 5}}
+    assert rocksoffsets.has_timer_records(tmp_path / "rocksdbstore") is False
+    assert tree_hashes(tmp_path) == before
