@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,9 +77,16 @@ def dledger_twin(
     committed: int | None = -1,
     self_id: str = "n0",
     queues: bool = False,
+    skip: Collection[int] = (),
+    term_from: tuple[int, int] | None = None,
+    stop: int | None = None,
 ) -> DlTwin:
     """The DLedger twin of the classic store ``src`` at ``dst`` (see the module docstring).
-    ``committed``: the checkpoint's committedIndex (-1: the last entry; None: no such key)."""
+    ``committed``: the checkpoint's committedIndex (-1: the last entry; None: no such key).
+    For the members of one group (``rmqtool diff``): ``skip`` leaves out the messages of
+    those places (0-based, in the classic store's order), ``term_from`` = (index, term)
+    gives the entries from that index on another term (a later leader's), ``stop`` ends the
+    ledger before that entry index (a member the leader's pushes have not reached further)."""
     size, per_file = classic_records(src, profile)
     dst.mkdir(parents=True)
     for name in ("config",):
@@ -99,8 +107,15 @@ def dledger_twin(
     files: dict[int, bytearray] = {}
     pos = divided
     index = 0
+    terms: list[int] = []
+    place = -1
     for recs in per_file[classic_files:]:
         for old, rec in recs:
+            place += 1
+            if place in skip or (stop is not None and index >= stop):
+                continue
+            t = term_from[1] if term_from is not None and index >= term_from[0] else term
+            terms.append(t)
             n = dl.BODY_OFFSET + len(rec)
             base = pos - pos % size
             if n + dl.MIN_BLANK_LEN > base + size - pos:
@@ -111,7 +126,7 @@ def dledger_twin(
             buf = files.setdefault(base, bytearray(size))
             body = bytearray(rec)
             struct.pack_into(">q", body, _PHYS_AT, pos + dl.BODY_OFFSET)
-            buf[pos - base : pos - base + n] = dl.build_entry(index, term, pos, bytes(body))
+            buf[pos - base : pos - base + n] = dl.build_entry(index, t, pos, bytes(body))
             twin.moved.append((old, pos + dl.BODY_OFFSET))
             twin.entries.append((index, pos, n))
             pos += n
@@ -122,12 +137,13 @@ def dledger_twin(
         f.truncate(dl.INDEX_FILE_SIZE)  # sparse, as DLedger's mmap leaves it
         for i, p, n in twin.entries:
             f.seek(i * dl.INDEX_UNIT_SIZE)
-            f.write(dl.build_index_unit(p, n, i, term))
+            f.write(dl.build_index_unit(p, n, i, terms[i]))
     if queues and (src / "consumequeue").is_dir():
         _moved_queues(src / "consumequeue", dst / "consumequeue", dict(twin.moved))
     last = index - 1
     write_checkpoint(member, last, last if committed == -1 else committed)
-    (member / dl.TERM_FILE).write_text(f"{dl.VOTE_KEY}={self_id}\n{dl.TERM_KEY}={term}\n")
+    last_term = terms[-1] if terms else term
+    (member / dl.TERM_FILE).write_text(f"{dl.VOTE_KEY}={self_id}\n{dl.TERM_KEY}={last_term}\n")
     return twin
 
 

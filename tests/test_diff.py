@@ -319,9 +319,14 @@ def test_unreadable_or_refused_stores_exit_8(tmp_path: Path, capsys: pytest.Capt
     assert err.count("\n") == 1 and "nope" in err
     d = copy_store("clean", tmp_path / "d")
     (d / "dledger-n0" / "data").mkdir(parents=True)
+    # a classic store and a DLedger member (here one with no entry yet): not one group
     assert run(["diff", str(a), str(d), "-q"]) == 8
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "DLedger" in err and "dledger-n0" in err
+    # two DLedger members are compared (tests/test_diff_dledger.py): no entry on either, identical
+    d2 = copy_store("clean", tmp_path / "d2")
+    (d2 / "dledger-n1" / "data").mkdir(parents=True)
+    assert run(["diff", str(d), str(d2), "-q", "--broker-version", V]) == 0
 
 
 def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -615,3 +620,86 @@ def test_progress_follows_the_hashing(tmp_path: Path, capsys: pytest.CaptureFixt
     assert len(lines) >= 5 and lines[-1].startswith("rmqtool: diff: 100%")
     assert run(["diff", str(a), str(b), "--progress", "-q", "--format", "json", "-o", str(tmp_path / "p")]) == 0
     assert "rmqtool: diff:" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------
+# index files entry by entry
+
+
+def index_entries(root: Path) -> set[tuple[int, int]]:
+    """(key hash, commitlog offset) of every index entry, as dump index --entries lists them."""
+    import io
+    from contextlib import redirect_stdout
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        run(["dump", "index", str(root), "--entries", "--format", "jsonl", "--broker-version", V])
+    recs = [json.loads(x) for x in buf.getvalue().splitlines()]
+    return {(r["key_hash"], r["commitlog_offset"]) for r in recs if r.get("entry") and "commitlog_offset" in r}
+
+
+def test_index_entries_compared_by_key_hash_and_offset_across_files_rolled_elsewhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = copy_store("many_files", tmp_path / "a")
+    b = copy_store("many_files", tmp_path / "b")
+    x = messages_of(a)[-25]["physical_offset"]
+    cut_after(b, x, FILE)
+    shutil.rmtree(b / "index")
+    argv = ["rebuild-index", str(b), "--yes", "-q", "--broker-version", V, "--backup-dir", str(tmp_path / "bk")]
+    assert run([*argv, "--cq-file-size", "6000", "--index-slots", "100", "--index-entries", "300"]) in (0, 1)
+    # (b's index files: 300 entries each, rolled elsewhere than a's 400)
+    ea, eb = index_entries(a), index_entries(b)
+    assert ea and eb and len(list((b / "index").iterdir())) != len(list((a / "index").iterdir()))
+    code, doc = diff(capsys, a, b)
+    ie = doc["pairs"][0]["index"]["entries"]
+    assert code == 0 and ie["problems"] == []
+    assert ie["in_both"] == len(ea & eb) == len(eb) and ie["only_on_b"] == {"count": 0, "entries": []}
+    only = sorted((o, h) for h, o in ea - eb)
+    assert ie["only_on_a"]["count"] == len(only) > 0 and all(o >= x for o, _h in only)
+    assert [(e["commitlog_offset"], e["key_hash"]) for e in ie["only_on_a"]["entries"]] == only[:20]
+    capsys.readouterr()
+    run(["diff", str(a), str(b), "-q", "--broker-version", V])
+    assert f"{len(eb)} on both, {len(only)} only on {a}, 0 only on {b}" in capsys.readouterr().out
+
+
+def test_index_entries_one_changed_entry_is_on_each_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import struct
+
+    from rmqtool.formats import indexfile
+
+    a = copy_store("many_files", tmp_path / "a")
+    b = copy_store("many_files", tmp_path / "b")
+    s = Store.open(b)
+    f = s.index_files[0]
+    at = indexfile.HEADER_SIZE + s.geometry.index_slot_num * indexfile.SLOT_SIZE + 3 * indexfile.ENTRY_SIZE
+    raw = bytearray(f.path.read_bytes())
+    h, off = struct.unpack_from(">iq", raw, at)
+    struct.pack_into(">i", raw, at, h ^ 1)  # entry 3's key hash
+    f.path.write_bytes(bytes(raw))
+    code, doc = diff(capsys, a, b)
+    ie = doc["pairs"][0]["index"]["entries"]
+    assert code == 0  # (the commitlogs agree: an index difference is reported, not a divergence)
+    assert ie["only_on_a"] == {"count": 1, "entries": [{"commitlog_offset": off, "key_hash": h}]}
+    assert ie["only_on_b"] == {"count": 1, "entries": [{"commitlog_offset": off, "key_hash": h ^ 1}]}
+    assert ie["in_both"] == len(index_entries(a)) - 1
+
+
+def test_index_entry_keys_sort_as_offset_then_hash_and_windows_stay_narrow() -> None:
+    from rmqtool.recovery.replicas import indexdiff as ix
+
+    lo = 1 << 40
+    p = np.array([lo + 5, lo + 5, lo + ix.WINDOW_MAX - 1, lo + 7, lo], dtype=np.int64)
+    h = np.array([-3, (1 << 31) - 1, 0, 9, -(1 << 31)], dtype=np.int64)  # (a damaged file's negative hash too)
+    k = ix._key(p, h, lo)
+    assert [ix._unkey(int(x), lo) for x in k] == [
+        {"commitlog_offset": int(a), "key_hash": int(b)} for a, b in zip(p, h, strict=True)
+    ]
+    assert list(np.argsort(k, kind="stable")) == sorted(range(len(p)), key=lambda i: (p[i], h[i]))
+    a, b = np.sort(k[:3]), np.sort(k[2:])
+    oa, ob, n = ix._split(a, b)
+    assert (list(oa), list(ob), n) == (list(np.sort(k[:2])), list(np.sort(k[3:])), 1)
+    f = ix._File(None, 1, lo, lo + 3 * ix.WINDOW_MAX)  # type: ignore[arg-type]
+    w = list(ix._windows([f], []))
+    assert w[0][0] == lo and w[-1][1] == lo + 3 * ix.WINDOW_MAX + 1 and len(w) == 4
+    assert all(b - a <= ix.WINDOW_MAX and a < b for a, b in w) and all(w[i][1] == w[i + 1][0] for i in range(3))

@@ -34,6 +34,7 @@ from .. import check as ck
 from ..query import read_index_header
 from ..store import Store
 from .compare import HASH, RANGE, first_difference
+from .indexdiff import compare_index_entries
 from .read import check_at
 from .sides import Side
 
@@ -279,7 +280,11 @@ def compare_pair(a: Side, b: Side, *, limit: int = 20, progress: Progress | None
         else:
             _diverged(a, b, fd.offset, out, limit, queues)
     out["consume_queues"] = compare_queues(a.store, b.store, queues)
-    out["index"] = {"a": index_summary(a.store), "b": index_summary(b.store)}
+    out["index"] = {
+        "a": index_summary(a.store),
+        "b": index_summary(b.store),
+        "entries": compare_index_entries(a.store, b.store, limit=limit),
+    }
     out["config"] = compare_configs(a.store.root, b.store.root)
     return out
 

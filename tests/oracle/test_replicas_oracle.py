@@ -348,6 +348,12 @@ def test_diff_on_the_brokers_replicas(oracle: dc.Oracle, slot: str, ha_root: Pat
     assert rc == 0 and p["relation"] == "prefix" and p["behind"] == "b"
     assert (p["b_end_offset"], p["a_end_offset"], p["lag_bytes"]) == (end_k, end_m, end_m - end_k)
     assert [x["keys"] for x in p["only_on_a"]["messages"]] == [[x["keys"]] for x in m]
+    # the index files entry by entry: the slave's entries are all on the master (the slave's
+    # dispatch indexed only part of what it holds: its index begins at a later offset)
+    ie = p["index"]["entries"]
+    ia, ib = p["index"]["a"], p["index"]["b"]
+    assert ie["problems"] == [] and ie["only_on_b"]["count"] == 0 and ie["in_both"] == ib["entries"] > 0
+    assert ie["only_on_a"]["count"] == ia["entries"] - ib["entries"] >= len(m)
     rc, doc = _diff(v, snaps / "a_ahead", snaps / "b_master")
     p = doc["pairs"][0]
     assert rc == 4 and p["relation"] == "diverged" and p["divergence"]["record_offset"] == end_k
@@ -357,3 +363,9 @@ def test_diff_on_the_brokers_replicas(oracle: dc.Oracle, slot: str, ha_root: Pat
     assert [x["msg_id"] for x in only_b] == [x["msg_id"] for x in n]
     assert all(x["in_consume_queue_a"] and not x["in_consume_queue_b"] for x in only_a)
     assert all(x["in_consume_queue_b"] and not x["in_consume_queue_a"] for x in only_b)
+    # the new master's index entries that the old one lacks are those of n* (the old master
+    # indexed everything before them)
+    ie = p["index"]["entries"]
+    offs_n = {x["phys_offset"] for x in n}
+    assert {e["commitlog_offset"] for e in ie["only_on_b"]["entries"]} == offs_n
+    assert ie["only_on_a"]["count"] >= len(m) and ie["only_on_b"]["count"] >= len(n)

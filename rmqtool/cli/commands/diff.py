@@ -120,15 +120,28 @@ def command(
 
     with ExitStack() as stack:
         opened = [(str(s), *_open(s, broker_version, quiet)) for s in stores]
-        # each replica's extent: the recovery walk of its last file; the others take the
-        # first one's walk as far as their bytes agree (hashed once for the comparison too)
-        sides = [open_side(*opened[0], stack)]
-        # the bytes hashed (both sides of each pair; each range once): an estimate from the
-        # first replica's extent, the bar follows the work
-        n, size = len(opened), sides[0].end - sides[0].first
-        with progress_bar(2 * size * (n - 1) * n // 2, "diff", quiet) as advance:
-            sides += [open_side(*o, stack, like=sides[0], progress=advance) for o in opened[1:]]
-            report = diff_replicas(sides, limit=limit, progress=advance)
+        members = [o for o in opened if o[1].dledger is not None]
+        if members and len(members) < len(opened):
+            classic = next(o for o in opened if o[1].dledger is None)
+            dmember = members[0][1].dledger
+            raise StoreLayoutError(
+                f"{members[0][0]} is a DLedger member and {classic[0]} a classic store: rmqtool diff compares "
+                "classic replicas or the members of one DLedger group, not both",
+                dmember.dir,
+            )
+        if members:
+            report = _dledger_report(opened, stack, limit, quiet)
+        else:
+            # each replica's extent: the recovery walk of its last file; the others take the
+            # first one's walk as far as their bytes agree (hashed once for the comparison too)
+            sides = [open_side(*opened[0], stack)]
+            # the bytes hashed (both sides of each pair; each range once): an estimate from the
+            # first replica's extent, the bar follows the work
+            n, size = len(opened), sides[0].end - sides[0].first
+            with progress_bar(2 * size * (n - 1) * n // 2, "diff", quiet) as advance:
+                sides += [open_side(*o, stack, like=sides[0], progress=advance) for o in opened[1:]]
+                report = diff_replicas(sides, limit=limit, progress=advance)
+                report["dledger"] = None
     code = int(Exit.PROBLEMS if report["diverged"] else Exit.OK)
     report["verdict"] = verdict(report, DIVERGING)
     report["exit_status"] = code
@@ -136,6 +149,33 @@ def command(
     with closed_stdout_ignored():
         write(report, fmt, columns, code)
     return code
+
+
+def _dledger_report(opened: list[Any], stack: ExitStack, limit: int, quiet: bool) -> dict[str, Any]:
+    """The members of one DLedger group compared (``recovery.replicas.dledger``)."""
+    from ...recovery.replicas.dledger import diff_dledger, open_member
+
+    members = [open_member(label, store, profile, stack) for label, store, profile in opened]
+    total = 2 * sum(int(m.pos[-1] + m.size[-1] - m.pos[0]) if len(m.pos) else 0 for m in members)
+    with progress_bar(max(total, 1), "diff", quiet) as advance:
+        dlrep = diff_dledger(members, limit=limit, progress=advance)
+    return {
+        "replicas": [
+            {
+                "store": r["store"],
+                "broker_version": r["broker_version"],
+                "first_offset": int(m.maps.files[0].base) if m.maps.files else 0,
+                "end_offset": r["end_offset"],
+                "end": r["end"],
+                "commitlog_files": r["data_files"],
+            }
+            for m, r in zip(members, dlrep["members"], strict=True)
+        ],
+        "pairs": [],
+        "controller": None,
+        "dledger": dlrep,
+        "diverged": dlrep["diverged"],
+    }
 
 
 def _pairs(xs: list[Any]) -> Iterator[tuple[Any, Any]]:
@@ -150,20 +190,11 @@ def _open(root: Path, version: str, quiet: bool) -> tuple[Any, BrokerProfile]:
 
     for r in layout_refusals(Path(root)):
         if r.code == FindingCode.LAYOUT_DLEDGER:
-            raise StoreLayoutError(
-                "a DLedger commitlog (dledger-<id>/data): rmqtool diff does not compare DLedger groups yet",
-                Path(root) / r.path,
-            )
+            raise StoreLayoutError(r.message, Path(root) / r.path)
     store = Store.open(root)
     refusal = store.dledger_refusal
-    if store.dledger is not None or refusal is not None:
-        # (read as such by the other commands since DLedger stores landed: no layout refusal)
-        where = (
-            store.dledger.data_dir if store.dledger is not None else Path(root) / str(refusal.path if refusal else "")
-        )
-        raise StoreLayoutError(
-            "a DLedger commitlog (dledger-<id>/data): rmqtool diff does not compare DLedger groups yet", where
-        )
+    if refusal is not None:
+        raise StoreLayoutError(refusal.message, Path(root) / str(refusal.path))
     if version != "auto":
         try:
             v = parse_version(version)
@@ -186,12 +217,50 @@ def _open(root: Path, version: str, quiet: bool) -> tuple[Any, BrokerProfile]:
 
 
 def verdict(report: dict[str, Any], diverging: tuple[str, ...]) -> str:
+    if report.get("dledger"):
+        return _dledger_verdict(report["dledger"])
     parts = []
     for p in report["pairs"]:
         parts.append(f"{p['a']} and {p['b']}: {_relation_words(p)}")
     n = report["diverged"]
     head = f"{n} of {len(report['pairs'])} pair(s) diverge" if n else "no pair diverges"
     return head + "; " + "; ".join(parts)
+
+
+def _dledger_verdict(d: dict[str, Any]) -> str:
+    n = d["diverged"]
+    head = f"{n} of {len(d['pairs'])} DLedger member pair(s) diverge" if n else "no DLedger member pair diverges"
+    parts = [f"{p['a']} and {p['b']}: {_ledger_words(p)}" for p in d["pairs"]]
+    el = d["election"]
+    best = el["best"]
+    win = [m["member"] for m in el["members"] if m["can_win"]]
+    tail = (
+        f"the highest last (term, index): {', '.join(best)}; can win an election: {', '.join(win) or 'none'}"
+        if best
+        else "no member's ledger loads"
+    )
+    for o in el["outlook"]:
+        if o["leader"] in best:
+            lost = [f"{f['member']} loses {f['lost_entries']}" for f in o["followers"] if f["lost_entries"]]
+            tail += f"; under {o['leader']}: " + (", ".join(lost) if lost else "no member loses an entry")
+            break
+    return head + "; " + "; ".join(parts + [tail])
+
+
+def _ledger_words(p: dict[str, Any]) -> str:
+    rel = p["relation"]
+    if rel == "identical":
+        return "identical"
+    if rel == "prefix":
+        if p["behind"] is None:
+            return "the same entries; one begins later"
+        return f"{p[p['behind']]} is {p['lag_entries']} entries behind (a prefix)"
+    if rel == "diverged":
+        x = p["first_unequal_index"]
+        ta = (p["a_entry"] or {}).get("term")
+        tb = (p["b_entry"] or {}).get("term")
+        return f"diverged at index {x} (term {ta} on {p['a']}, {tb} on {p['b']})"
+    return "disjoint (no index in common)"
 
 
 def _relation_words(p: dict[str, Any]) -> str:
@@ -220,7 +289,11 @@ def _relation_words(p: dict[str, Any]) -> str:
 
 def records(report: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The jsonl records: each replica, each pair, its listed messages, its differing
-    queues and config entries, and in controller mode each handshake."""
+    queues and config entries, and in controller mode each handshake; for a DLedger group
+    each member, each pair, the election and what each member loses under each leader."""
+    if report.get("dledger"):
+        yield from _dledger_records(report["dledger"])
+        return
     for r in report["replicas"]:
         yield {"type": "replica", **r}
     for i, p in enumerate(report["pairs"]):
@@ -243,6 +316,26 @@ def records(report: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield {"type": "failover", **{k: v for k, v in f.items() if k != "followers"}}
             for h in f["followers"]:
                 yield {"type": "handshake", "new_master": f["new_master"], **h}
+
+
+def _dledger_records(d: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for n in d["notes"]:
+        yield {"type": "note", "note": n}
+    for m in d["members"]:
+        yield {"type": "member", **m}
+    for i, p in enumerate(d["pairs"]):
+        head = {k: v for k, v in p.items() if k not in ("consume_queues", "config")}
+        yield {"type": "ledger_pair", "pair": i, **head, "queues_differ": len(p["consume_queues"]["differ"])}
+        for q in p["consume_queues"]["differ"]:
+            yield {"type": "queue", "pair": i, **q}
+        yield from _config_records(i, p["config"])
+    el = d["election"]
+    yield {"type": "election", **{k: v for k, v in el.items() if k != "outlook"}}
+    for o in el["outlook"]:
+        for f in o["followers"]:
+            yield {"type": "truncation", **{k: v for k, v in f.items() if k != "entries"}}
+            for e in f["entries"]:
+                yield {"type": "lost_entry", "leader": f["leader"], "member": f["member"], **e}
 
 
 def _config_records(i: int, cfg: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -269,8 +362,37 @@ def _config_records(i: int, cfg: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield {"type": "consumer_offset", "pair": i, **r}
 
 
+# the csv columns of a DLedger group's records
+DL_CSV_COLUMNS = [
+    ("store", "STORE"),
+    ("a", "A"),
+    ("b", "B"),
+    ("relation", "RELATION"),
+    ("first_unequal_index", "FIRST UNEQUAL INDEX"),
+    ("last_index", "LAST INDEX"),
+    ("last_term", "LAST TERM"),
+    ("committed_index", "COMMITTED"),
+    ("leader", "LEADER"),
+    ("member", "MEMBER"),
+    ("lost_entries", "LOST ENTRIES"),
+    ("moved", "MOVED"),
+    ("index", "INDEX"),
+    ("term", "TERM"),
+    ("pos", "POS"),
+    ("topic", "TOPIC"),
+    ("queue_id", "QUEUE"),
+    ("queue_offset", "QUEUE OFFSET"),
+    ("msg_id", "MSG ID"),
+    ("keys", "KEYS"),
+    ("on_leader", "ON LEADER"),
+]
+
+
 def write(report: dict[str, Any], fmt: str, columns: tuple[str, ...] | None, code: int) -> None:
-    shown = pick_columns(columns, CSV_COLUMNS, CSV_COLUMNS + [("type", "TYPE")])
+    if report.get("dledger"):
+        shown = pick_columns(columns, DL_CSV_COLUMNS, DL_CSV_COLUMNS + CSV_COLUMNS + [("type", "TYPE")])
+    else:
+        shown = pick_columns(columns, CSV_COLUMNS, CSV_COLUMNS + [("type", "TYPE")])
     emit(
         fmt,
         records=records(report),
@@ -284,6 +406,7 @@ def write(report: dict[str, Any], fmt: str, columns: tuple[str, ...] | None, cod
             pairs=len(report["pairs"]),
             diverged=report["diverged"],
             controller_mode=report["controller"] is not None,
+            dledger=report.get("dledger") is not None,
         ),
         table=lambda: human(report, columns),
         document=lambda: report,
@@ -296,6 +419,9 @@ def _cells(m: dict[str, Any], side_label: str) -> dict[str, Any]:
 
 def human(report: dict[str, Any], columns: tuple[str, ...] | None) -> None:
     """The report for people."""
+    if report.get("dledger"):
+        _human_dledger(report, columns)
+        return
     n = len(report["replicas"])
     say(f"rmqtool diff: {n} replicas")
     render(
@@ -344,22 +470,111 @@ def human(report: dict[str, Any], columns: tuple[str, ...] | None) -> None:
                     f"{p['b' if side == 'a' else 'a']} too (the same UNIQ_KEY, else topic, born host and time, "
                     "keys and body CRC), in a record that differs or at another offset"
                 )
-        cq = p["consume_queues"]
-        say(f"  consume queues: {cq['queues']} queue(s), {len(cq['differ'])} differ")
-        if cq["differ"]:
-            qrows = [
-                {**q, "first_difference_at": (q["first_difference"] or {}).get("queue_offset")} for q in cq["differ"]
-            ]
-            render(qrows, "table", QUEUE_COLUMNS)
-        ia, ib = p["index"]["a"], p["index"]["b"]
-        say(
-            f"  index: {p['a']} {ia['files']} file(s), {ia['entries']} entries to offset {ia['end_phy_offset']}; "
-            f"{p['b']} {ib['files']} file(s), {ib['entries']} entries to offset {ib['end_phy_offset']}"
-        )
-        _human_config(p)
+        _human_stores(p)
     ctl = report.get("controller")
     if ctl:
         _human_controller(report)
+    say("")
+    say(f"verdict: {report['verdict']}")
+
+
+def _human_stores(p: dict[str, Any]) -> None:
+    """A pair's consume queues, index files and config files."""
+    cq = p["consume_queues"]
+    say(f"  consume queues: {cq['queues']} queue(s), {len(cq['differ'])} differ")
+    if cq["differ"]:
+        qrows = [{**q, "first_difference_at": (q["first_difference"] or {}).get("queue_offset")} for q in cq["differ"]]
+        render(qrows, "table", QUEUE_COLUMNS)
+    ia, ib = p["index"]["a"], p["index"]["b"]
+    say(
+        f"  index: {p['a']} {ia['files']} file(s), {ia['entries']} entries to offset {ia['end_phy_offset']}; "
+        f"{p['b']} {ib['files']} file(s), {ib['entries']} entries to offset {ib['end_phy_offset']}"
+    )
+    ie = p["index"]["entries"]
+    say(
+        f"  index entries (key hash, commitlog offset): {ie['in_both']} on both, "
+        f"{ie['only_on_a']['count']} only on {p['a']}, {ie['only_on_b']['count']} only on {p['b']}"
+    )
+    for side in ("a", "b"):
+        shown = ie[f"only_on_{side}"]["entries"]
+        if shown:
+            say(
+                f"    first only on {p[side]}: "
+                + ", ".join(f"{e['commitlog_offset']} (hash {e['key_hash']})" for e in shown[:5])
+            )
+    for pr in ie["problems"]:
+        say(f"  index: {pr}")
+    _human_config(p)
+
+
+LOST_COLUMNS = [
+    ("leader", "LEADER"),
+    ("member", "MEMBER"),
+    ("index", "INDEX"),
+    ("term", "TERM"),
+    ("topic", "TOPIC"),
+    ("queue_id", "QUEUE"),
+    ("queue_offset", "QUEUE OFFSET"),
+    ("msg_id", "MSG ID"),
+]
+
+
+def _human_dledger(report: dict[str, Any], columns: tuple[str, ...] | None = None) -> None:
+    d = report["dledger"]
+    say(f"rmqtool diff: {len(d['members'])} members of a DLedger group")
+    render(
+        d["members"],
+        "table",
+        [
+            ("store", "STORE"),
+            ("member", "MEMBER"),
+            ("broker_version", "RELEASE"),
+            ("begin_index", "BEGIN"),
+            ("last_index", "LAST INDEX"),
+            ("last_term", "LAST TERM"),
+            ("committed_index", "COMMITTED"),
+            ("curr_term", "CURRTERM"),
+            ("end", "WHERE IT ENDS"),
+        ],
+    )
+    for note in d["notes"]:
+        say(f"  note: {note}")
+    for p in d["pairs"]:
+        say("")
+        say(f"{p['a']} <-> {p['b']}: {_ledger_words(p)}")
+        for side in ("a", "b"):
+            e = p[f"{side}_entry"]
+            if e:
+                say(
+                    f"  {p[side]} index {e['index']}: term {e['term']} at {e['pos']}, {e['status']}"
+                    + (
+                        f" {e['topic']}/{e['queue_id']} queue offset {e['queue_offset']} msg id {e['msg_id']}"
+                        if e.get("topic") is not None
+                        else ""
+                    )
+                )
+        _human_stores(p)
+    el = d["election"]
+    say("")
+    say(f"election (a majority is {el['majority']} of {el['group_size']}):")
+    for m in el["members"]:
+        say(
+            f"  {m['member']}: last term {m['last_term']}, last index {m['last_index']}: {m['votes']} vote(s), "
+            + ("can win" if m["can_win"] else "cannot win")
+        )
+    rows = []
+    for o in el["outlook"]:
+        for f in o["followers"]:
+            say(
+                f"  under {o['leader']}: {f['member']} keeps through index {f['keeps_through_index']}, loses "
+                f"{f['lost_entries']} entr{'y' if f['lost_entries'] == 1 else 'ies'} ({f['lost_committed']} it counted committed; "
+                f"{f['moved']} of their messages on the leader too)"
+                f", receives {f['gains_entries']}"
+            )
+            rows += [{"leader": o["leader"], "member": f["member"], **e} for e in f["entries"]]
+    if rows:
+        shown = pick_columns(columns, LOST_COLUMNS, LOST_COLUMNS + DL_CSV_COLUMNS)
+        render(rows, "table", shown, title="entries lost")
     say("")
     say(f"verdict: {report['verdict']}")
 

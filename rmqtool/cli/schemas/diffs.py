@@ -65,6 +65,12 @@ def diff() -> dict[str, Any]:
         },
         ("files", "entries"),
     )
+    ientry = obj({"commitlog_offset": I, "key_hash": I}, ("commitlog_offset", "key_hash"))
+    ionly = obj({"count": I, "entries": arr(ientry)}, ("count", "entries"))
+    index_entries = obj(
+        {"only_on_a": ionly, "only_on_b": ionly, "in_both": I, "problems": arr(S)},
+        ("only_on_a", "only_on_b", "in_both", "problems"),
+    )
     qunit = obj({"commitlog_offset": I, "size": I, "tags_code": I}, ("commitlog_offset", "size", "tags_code"))
     queue_props = {
         "topic": S,
@@ -124,7 +130,7 @@ def diff() -> dict[str, Any]:
             "consume_queues": obj(
                 {"queues": I, "same": I, "differ": arr(obj(queue_props, queue_req))}, ("queues", "same", "differ")
             ),
-            "index": obj({"a": index, "b": index}, ("a", "b")),
+            "index": obj({"a": index, "b": index, "entries": index_entries}, ("a", "b", "entries")),
             "config": config,
         },
         (*pair_req, "only_on_a", "only_on_b", "consume_queues", "index", "config"),
@@ -137,7 +143,7 @@ def diff() -> dict[str, Any]:
             "only_on_a": only_head,
             "only_on_b": only_head,
             "queues_differ": I,
-            "index": obj({"a": index, "b": index}, ("a", "b")),
+            "index": obj({"a": index, "b": index, "entries": index_entries}, ("a", "b", "entries")),
         },
         ("type", "pair", *pair_req, "only_on_a", "only_on_b", "queues_differ", "index"),
     )
@@ -231,20 +237,125 @@ def diff() -> dict[str, Any]:
         ("type", "pair", "table", "name", "change", "fields"),
     )
     co_rec = obj({"type": {"const": "consumer_offset"}, "pair": I, **co_props}, ("type", "pair", *co_props))
+    # DLedger groups: members, pairs of ledgers, the election, what each member loses
+    member_props = {
+        "store": S,
+        "broker_version": S,
+        "member": S,
+        "self_id": null(S),
+        "library": S,
+        "loads": B,
+        "load_problem": null(S),
+        "data_files": I,
+        "begin_index": I,
+        "last_index": I,
+        "last_term": I,
+        "end_offset": I,
+        "end": S,
+        "committed_index": I,
+        "checkpoint_committed_index": null(S),
+        "checkpoint_end_index": null(S),
+        "curr_term": null(S),
+        "vote_leader": null(S),
+    }
+    entry_props = {"index": I, "term": I, "pos": I, "entry_size": I, "status": S, **msg_props, "field": S}
+    entry_at = obj(entry_props, ("index", "term", "pos", "entry_size", "status"))
+    lost_at = obj({**entry_props, "on_leader": B}, ("index", "term", "pos", "entry_size", "status", "on_leader"))
+    lpair_props = {
+        "a": S,
+        "b": S,
+        "common": null(obj({"from": I, "to": I}, ("from", "to"))),
+        "bytes_compared": I,
+        "first_unequal_index": null(I),
+        "relation": {"enum": ["identical", "prefix", "diverged", "disjoint"]},
+        "behind": null({"enum": ["a", "b"]}),
+        "a_entry": null(entry_at),
+        "b_entry": null(entry_at),
+        "common_last_index": I,
+        "lag_entries": null(I),
+    }
+    el_member = obj(
+        {"member": S, "last_term": I, "last_index": I, "votes": I, "can_win": B},
+        ("member", "last_term", "last_index", "votes", "can_win"),
+    )
+    el_props = {"group_size": I, "majority": I, "members": arr(el_member), "best": arr(S)}
+    trunc_props = {
+        "leader": S,
+        "member": S,
+        "keeps_through_index": I,
+        "lost_from_index": null(I),
+        "lost_entries": I,
+        "lost_bytes": I,
+        "lost_committed": I,
+        "moved": I,
+        "gains_entries": I,
+        "truncated": B,
+    }
+    lpair_stores = {
+        "consume_queues": obj(
+            {"queues": I, "same": I, "differ": arr(obj(queue_props, queue_req))}, ("queues", "same", "differ")
+        ),
+        "index": obj({"a": index, "b": index, "entries": index_entries}, ("a", "b", "entries")),
+        "config": config,
+    }
+    dledger_doc = obj(
+        {
+            "notes": arr(S),
+            "members": arr(obj(member_props, tuple(member_props))),
+            "pairs": arr(obj({**lpair_props, **lpair_stores}, (*lpair_props, *lpair_stores))),
+            "election": obj(
+                {
+                    **el_props,
+                    "outlook": arr(
+                        obj(
+                            {
+                                "leader": S,
+                                "followers": arr(
+                                    obj({**trunc_props, "entries": arr(lost_at)}, (*trunc_props, "entries"))
+                                ),
+                            },
+                            ("leader", "followers"),
+                        )
+                    ),
+                },
+                (*el_props, "outlook"),
+            ),
+            "diverged": I,
+        },
+        ("notes", "members", "pairs", "election", "diverged"),
+    )
+    member_rec = obj({"type": {"const": "member"}, **member_props}, ("type", *member_props))
+    lpair_rec = obj(
+        {
+            "type": {"const": "ledger_pair"},
+            "pair": I,
+            **lpair_props,
+            "index": lpair_stores["index"],
+            "queues_differ": I,
+        },
+        ("type", "pair", *lpair_props, "index", "queues_differ"),
+    )
+    election_rec = obj({"type": {"const": "election"}, **el_props}, ("type", *el_props))
+    trunc_rec = obj({"type": {"const": "truncation"}, **trunc_props}, ("type", *trunc_props))
+    lost_rec = obj(
+        {"type": {"const": "lost_entry"}, "leader": S, "member": S, **entry_props, "on_leader": B},
+        ("type", "leader", "member", "index", "term", "pos", "entry_size", "status", "on_leader"),
+    )
     doc = obj(
         {
             "replicas": arr(obj(rep_props, rep_req)),
             "pairs": arr(pair_doc),
             "controller": null(obj({"failover": arr(failover_doc)}, ("failover",))),
+            "dledger": null(dledger_doc),
             "diverged": I,
             **verdict_fields(),
         },
-        ("replicas", "pairs", "controller", "diverged", "schema_version", "verdict", "exit_status"),
+        ("replicas", "pairs", "controller", "dledger", "diverged", "schema_version", "verdict", "exit_status"),
     )
     summ = summary(
         "diff",
-        {"stores": arr(S), "pairs": I, "diverged": I, "controller_mode": B},
-        ("stores", "pairs", "diverged", "controller_mode"),
+        {"stores": arr(S), "pairs": I, "diverged": I, "controller_mode": B, "dledger": B},
+        ("stores", "pairs", "diverged", "controller_mode", "dledger"),
     )
     defs = {
         "replica": replica,
@@ -255,9 +366,32 @@ def diff() -> dict[str, Any]:
         "consumer_offset": co_rec,
         "failover": failover_rec,
         "handshake": handshake,
+        "member": member_rec,
+        "ledger_pair": lpair_rec,
+        "election": election_rec,
+        "truncation": trunc_rec,
+        "lost_entry": lost_rec,
+        "note": obj({"type": {"const": "note"}, "note": S}, ("type", "note")),
         "summary": summ,
         "document": doc,
     }
     return command_file(
-        "diff", defs, ["replica", "pair", "message", "queue", "config", "consumer_offset", "failover", "handshake"]
+        "diff",
+        defs,
+        [
+            "replica",
+            "pair",
+            "message",
+            "queue",
+            "config",
+            "consumer_offset",
+            "failover",
+            "handshake",
+            "member",
+            "ledger_pair",
+            "election",
+            "truncation",
+            "lost_entry",
+            "note",
+        ],
     )

@@ -55,7 +55,10 @@ final class Put {
 
     static JsonObject write(String version, JsonObject scen, Path out, long timeoutMs) throws Exception {
         Path storeDir = out.resolve("store");
-        if (Files.isDirectory(storeDir) && Files.list(storeDir).findAny().isPresent()) {
+        // "onto_existing": true puts onto the store already there (a DLedger member's later run:
+        // its member elects itself in a new term and appends after its ledger; issue 38's group diff)
+        boolean onto = scen.has("onto_existing") && scen.get("onto_existing").getAsBoolean();
+        if (!onto && Files.isDirectory(storeDir) && Files.list(storeDir).findAny().isPresent()) {
             throw new Main.UsageError("write: " + storeDir + " exists and is not empty");
         }
         Files.createDirectories(storeDir);
@@ -146,7 +149,7 @@ final class Put {
         MessageStoreConfig c = Store.config(config(scen), storeDir);
         DefaultMessageStore s = Store.open(c, config(scen));
         if (!s.load()) {
-            throw new IllegalStateException("DefaultMessageStore.load() failed on a new store");
+            throw new IllegalStateException("DefaultMessageStore.load() failed on the store");
         }
         JsonObject end = scen.has("end") ? scen.getAsJsonObject("end") : new JsonObject();
         boolean scheduleRuns = end.has("schedule_service") && end.get("schedule_service").getAsBoolean();
