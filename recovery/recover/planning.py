@@ -406,3 +406,16 @@ def _plan_notes(p: Planning) -> None:
         )
     if plan.index_discarded:
         plan.notes.append("deviation: discarded index files move to the backup instead of being deleted")
+
+
+def recovered_end(store: Store, profile: BrokerProfile) -> int | None:
+    """Where the broker's recovery ends the commitlog (what its next start can read; None:
+    no commitlog, or a store recover refuses: read as far as the walk goes). What ``rmqtool
+    timers`` and export's timer states read up to."""
+    if not store.commitlog:
+        return None
+    try:
+        plan = plan_recovery(store, profile, check_unread=False, salvage=False, reindex=False, timer=False)
+    except Exception:  # noqa: BLE001 - a store recover refuses: read as far as the walk goes
+        return None
+    return int(plan.end_offset)
