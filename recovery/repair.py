@@ -820,7 +820,18 @@ def _plan_rebuild(
     try:
         patched = _patch_regions(store, plan, recs, intact, w)
         view = dataclasses.replace(store, commitlog=_patched_view(store, patched, plan.after_end))
-        rb = plan_rebuild(view, profile, cq=True, index=True, index_tz=index_tz, jobs=jobs)
+        # (no queue file tells mappedFileSizeConsumeQueue and no option gave it: queue files of a
+        # guessed size are files the broker refuses to load, while with no queue at all its
+        # start-up reput dispatches every record into queue files of its own size; so repair
+        # writes no queue file there, soak seed 2000201)
+        cq = store.geometry.cq_file_size_known
+        if not cq:
+            plan.notes.append(
+                "no consume queue file tells their size (mappedFileSizeConsumeQueue) and no option gave it: "
+                "repair writes no consume queue; the broker's start-up reput dispatches every record into "
+                "queue files of its own size (give --cq-file-size or --broker-config to have repair write them)"
+            )
+        rb = plan_rebuild(view, profile, cq=cq, index=True, index_tz=index_tz, jobs=jobs)
         plan.problems.extend(p for p in rb.problems if not p.startswith("commitlog"))
         plan.changes = _keep_index_names(store, _streamed_changes(rb, w))
         _plan_checkpoint(store, plan, rb, recs, intact)

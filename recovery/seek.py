@@ -87,12 +87,13 @@ SMALL_TOPIC_UNITS = 200_000  # above this a topic is read by the (vectorised) wa
 
 
 def small_topic(store: Store, topic: str, queue_id: int | None = None) -> bool:
-    """Whether the topic's consume queues are worth reading instead of walking (they
-    exist and hold fewer than SMALL_TOPIC_UNITS units)."""
+    """Whether the topic's consume queues are worth reading instead of walking (they hold
+    fewer than SMALL_TOPIC_UNITS units; none, for a topic without a queue: then only the
+    records past the dispatched end can be its, :func:`topic_records`)."""
     n = 0
     for _t, _q, files in store.iter_queues(topic, queue_id):
         n += sum(len(p) for p in _queue_offsets(store, files))
-    return 0 < n < SMALL_TOPIC_UNITS
+    return n < SMALL_TOPIC_UNITS
 
 
 def dispatched_end(store: Store) -> int:
@@ -204,12 +205,16 @@ def topic_records(
     store: Store, profile: BrokerProfile, topics: set[str], queue_ids: set[int] | None
 ) -> Iterator[tuple[StoreFile, Any, int, ck.Checked]] | None:
     """The messages of ``topics`` (and ``queue_ids``) through their consume queues, then
-    the walk past the dispatched end; None when the topics have no consume queue (the
-    caller walks everything)."""
+    the walk past the dispatched end. Topics without a unit in any queue have no record
+    the broker dispatched: only the walk past the dispatched end (the records not yet
+    dispatched, where the broker's reput would give them their queue) can find theirs,
+    and a miss costs that walk, not the whole commitlog's (issue 34). None (the caller
+    walks everything) where no queue of the store points anywhere: then the queues
+    cannot answer (consumequeue/ gone, say)."""
     starts = record_starts(store, topics, queue_ids)
-    if len(starts) == 0:
-        return None
     end = dispatched_end(store)
+    if len(starts) == 0 and end <= 0:
+        return None
 
     def gen() -> Iterator[tuple[StoreFile, Any, int, ck.Checked]]:
         with CommitlogReader(store, profile) as reader:

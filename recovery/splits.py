@@ -58,6 +58,9 @@ class Split(NamedTuple):
     file_size: int  # the file's size when planned (at most the commitlog's mapped size)
     index: int = 0  # type: ignore[assignment]  # ordinal of the split in the plan (shadows tuple.index)
     framing: Any = None  # the store's commitlog framing (recovery.store.Store.framing; None: classic)
+    # export's (state, copy_of) of the scheduled records and delivered copies starting in the
+    # split, by physical offset (recovery.timers.copy_marks; None: none)
+    marks: Any = None
 
     @property
     def end(self) -> int:

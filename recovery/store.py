@@ -67,6 +67,9 @@ class Geometry:
     # size is a known geometry), "inferred" (the files' own headers and slots leave one),
     # or the sentence saying which one was assumed among several (judge nothing by it)
     index_assumption: str | None = None
+    # False where no option gave mappedFileSizeConsumeQueue and no consume queue file has a
+    # size that can be one: cq_file_size is then the default, a guess no queue file is written by
+    cq_file_size_known: bool = True
 
     @property
     def index_file_size(self) -> int:
@@ -124,30 +127,47 @@ def infer_index_geometry(paths: list[Path], size: int) -> tuple[list[tuple[int, 
     return out, True
 
 
+SLOT_READ_CHUNK = 1 << 20  # slots read at once by _slots_agree (4 MiB: memory bounded whatever the file says)
+
+
 def _slots_agree(path: Path, slots: int, count: int) -> bool:
     """Whether index file ``path`` read with ``slots`` hash slots is consistent: every
-    non-empty slot names an entry below ``count`` whose key hash % slots is that slot."""
+    non-empty slot names an entry below ``count`` whose key hash % slots is that slot.
+    The slots are read SLOT_READ_CHUNK at a time (soak seed 2000282: an index file sparse
+    to 1 GiB made one read of 1 GiB of slots, 1.09 GB of RSS)."""
+    used_at: list[int] = []  # (the first 256 non-empty slots and their values)
+    used_v: list[int] = []
+    n_used = 0
     try:
         with open(path, "rb") as fh:
             fh.seek(indexfile.HEADER_SIZE)
-            raw = fh.read(slots * indexfile.SLOT_SIZE)
-            if len(raw) < slots * indexfile.SLOT_SIZE:
-                return False
-            sl = np.frombuffer(raw, dtype=">i4")
-            used = np.flatnonzero(sl)
-            if not len(used):
+            done = 0
+            while done < slots:
+                k = min(SLOT_READ_CHUNK, slots - done)
+                raw = fh.read(k * indexfile.SLOT_SIZE)
+                if len(raw) < k * indexfile.SLOT_SIZE:
+                    return False
+                sl = np.frombuffer(raw, dtype=">i4")
+                used = np.flatnonzero(sl)
+                if len(used):
+                    v = sl[used].astype(np.int64)
+                    if int(v.min()) < 1 or int(v.max()) >= max(count, 1):
+                        return False
+                    room = 256 - len(used_at)
+                    used_at += (used[:room] + done).tolist()
+                    used_v += v[:room].tolist()
+                    n_used += len(used)
+                done += k
+            if not n_used:
                 return count <= 1
-            v = sl[used].astype(np.int64)
-            if int(v.min()) < 1 or int(v.max()) >= max(count, 1):
-                return False
             base = indexfile.HEADER_SIZE + slots * indexfile.SLOT_SIZE
             hashes = []
-            for e in v[:256].tolist():
+            for e in used_v:
                 fh.seek(base + e * indexfile.ENTRY_SIZE)
                 hashes.append(int.from_bytes(fh.read(4), "big", signed=True))
     except OSError:
         return False
-    return all(h >= 0 and h % slots == int(u) for h, u in zip(hashes, used[:256].tolist()))
+    return all(h >= 0 and h % slots == u for h, u in zip(hashes, used_at))
 
 
 def _round_cq(size: int) -> int:
@@ -494,14 +514,9 @@ class Store:
                     all_cq.extend(files)
         # (inferred from the files' sizes that can be one: the broker rounds
         # mappedFileSizeConsumeQueue up to whole units, so a size of another kind is damage)
-        g.cq_file_size = (
-            _round_cq(cq_file_size)
-            if cq_file_size
-            else (
-                _most_common([f.size for f in all_cq if f.size % CQ_UNIT == 0 and f.size <= JAVA_INT_MAX])
-                or DEFAULT_CQ_FILE_SIZE
-            )
-        )
+        inferred = _most_common([f.size for f in all_cq if f.size % CQ_UNIT == 0 and f.size <= JAVA_INT_MAX])
+        g.cq_file_size = _round_cq(cq_file_size) if cq_file_size else (inferred or DEFAULT_CQ_FILE_SIZE)
+        g.cq_file_size_known = bool(cq_file_size or inferred)
         for files in self.consume_queues.values():
             self._check_sizes(files, g.cq_file_size, "consumequeue")
             self._check_sequence(files, g.cq_file_size, "consumequeue")
@@ -587,8 +602,20 @@ class Store:
         self.checkpoint_present = os.path.lexists(cp) and self._kind(cp) == REGULAR
         self.checkpoint_size = cp.stat().st_size if self.checkpoint_present else 0
         self.abort_present = os.path.lexists(self.root / "abort")
-        if self.abort_present:
-            self._kind(self.root / "abort")
+        if self.abort_present and self._kind(self.root / "abort") == DIRECTORY and not is_symlink(self.root / "abort"):
+            # (the broker takes any existing abort for the abort file (File.exists) and recovers
+            # abnormally; finishing that recovery removes it, and rmqtool never removes a directory:
+            # the destructive commands refuse it, dry run or not, as they refuse a FIFO)
+            self.issues.append(
+                LayoutIssue(
+                    "UNSAFE_FILE",
+                    "abort",
+                    "a directory where the abort file belongs: the broker takes it for the abort file and "
+                    "recovers abnormally, but rmqtool never removes a directory; replace it by an empty "
+                    "regular file (rmdir abort; touch abort) for that recovery",
+                    "error",
+                )
+            )
         self.lock_present = os.path.lexists(self.root / "lock")
         if self.lock_present and self._kind(self.root / "lock") != REGULAR:
             self.lock_present = False

@@ -572,11 +572,99 @@ def timers_report(
 ) -> TimersReport:
     """Every timer and delay message of ``store`` with its state at ``at``."""
     got = collect(store, profile, end_offset, progress)
+    return report_of(store, profile, at, got, tfiles)
+
+
+def report_of(
+    store: Store, profile: BrokerProfile, at: int, got: Collected, tfiles: ts.TimerFiles | None = None
+) -> TimersReport:
+    """:func:`timers_report` on records already collected."""
     out = timer_outlook(store, profile, got, at, tfiles)
     levels = schedule_outlook(store, profile, got, at)
     rows = list(timer_rows(profile, got, out)) + list(delay_rows(profile, got, levels))
     rows.sort(key=lambda r: (r["deliver_timestamp"] is None, r["deliver_timestamp"] or 0, r["physical_offset"] or 0))
     return TimersReport(at, rows, out, levels, got)
+
+
+# ---------------------------------------------------------------------------------------
+# export's marks: each message's state, and its copies counted once
+
+
+def holds_scheduled(store: Store, profile: BrokerProfile) -> bool:
+    """Whether ``store`` holds timer or delay data: a consume queue of
+    SCHEDULE_TOPIC_XXXX or rmq_sys_wheel_timer, or (5.x) timer files. Without any, export
+    does not walk the commitlog for the marks (its scheduled records, if any, were never
+    dispatched: their state and copy_of columns stay null)."""
+    if any(topic in (TIMER_TOPIC, SCHEDULE_TOPIC) for topic, _qid in store.consume_queues):
+        return True
+    return profile.has_timer_store and any((store.root / p).exists() for p in (ts.WHEEL, ts.LOG_DIR, ts.CHECKPOINT))
+
+
+Mark = tuple[str | None, int | None]  # (state, copy_of)
+
+
+@dataclass
+class ExportMarks:
+    """What export adds to a store's scheduled records and delivered copies
+    (:func:`copy_marks`), and why the states may be missing (``unloadable``: the one line
+    of a timer file the broker cannot load; the copies are marked, the states are null)."""
+
+    marks: dict[int, Mark]
+    unloadable: str | None = None
+
+    @property
+    def copies(self) -> int:
+        """Records that are another copy of a message counted elsewhere."""
+        return sum(1 for _s, c in self.marks.values() if c is not None)
+
+
+def export_marks(
+    store: Store, profile: BrokerProfile, at: int, end_offset: Callable[[], int | None] | None = None
+) -> ExportMarks:
+    """The marks of ``store`` at ``at``, as ``rmqtool timers --at`` computes the states (the
+    same timer files and walk; ``end_offset``: where the broker's recovery ends the
+    commitlog, asked only when the store holds timer or delay data: none, as
+    :func:`holds_scheduled` says, gives no marks)."""
+    if not holds_scheduled(store, profile):
+        return ExportMarks({})
+    tfiles = ts.open_timer_files(store, profile) if profile.has_timer_store else None
+    got = collect(store, profile, end_offset() if end_offset is not None else None)
+    if tfiles is not None and tfiles.fatal:
+        return ExportMarks(copy_marks(got, None), tfiles.fatal[0].one_line(store.root))
+    return ExportMarks(copy_marks(got, report_of(store, profile, at, got, tfiles).rows))
+
+
+def copy_marks(got: Collected, rows: list[dict[str, Any]] | None) -> dict[int, Mark]:
+    """Per physical offset of a scheduled record (rmq_sys_wheel_timer: the message, its
+    roll copies, a cancel; SCHEDULE_TOPIC_XXXX) and of a delivered copy in its real topic:
+    ``(state, copy_of)``. ``state``: the message's state in ``rows`` (a
+    :class:`TimersReport`'s, by UNIQ_KEY; None without rows or for a message they do not
+    list). ``copy_of``: None on the one record that stands for the message (its first
+    delivered copy, else its latest scheduled record: the roll copies share its UNIQ_KEY,
+    as ``dump --topic`` and :func:`still_scheduled` take it), else that record's physical
+    offset, so that the records with ``copy_of`` null count every message once. A record
+    without a UNIQ_KEY stands for itself."""
+    state_of: dict[str, str] = {}
+    state_at: dict[int, str] = {}
+    for row in rows or ():
+        if row["uniq_key"] is not None:
+            state_of.setdefault(row["uniq_key"], row["state"])
+        elif row["queue_offset"] is not None:  # (a keyless record of the commitlog, not a gone unit)
+            state_at[row["physical_offset"]] = row["state"]
+    by_key: dict[str, list[Rec]] = defaultdict(list)
+    out: dict[int, Mark] = {}
+    for r in [*got.timer, *(x for recs in got.schedule.values() for x in recs)]:
+        if r.uniq_key is None:
+            out[r.phys] = (state_at.get(r.phys), None)
+        else:
+            by_key[r.uniq_key].append(r)
+    for key, recs in by_key.items():
+        copies = sorted(got.delivered.get(key, ()), key=lambda c: c.phys)
+        counted = copies[0].phys if copies else max(r.phys for r in recs)
+        state = state_of.get(key)
+        for r in (*recs, *copies):
+            out[r.phys] = (state, None if r.phys == counted else counted)
+    return out
 
 
 # ---------------------------------------------------------------------------------------

@@ -618,3 +618,48 @@ def test_an_intact_entry_header_keeps_its_damaged_message_in_the_ledger(
     code, out, err = cli(capsys, "verify", root, "--format", "json", "-q")
     d = json.loads(out)["summary"]["recovery"]["dledger"]
     assert d["end_index"] == t.last_index and d["end_offset"] == pos + size, d
+
+
+def test_a_5_2_crash_recovery_keeps_no_unit_past_the_ledgers_end_where_the_broker_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Case 39005 of the DLedger soak, decided (a documented deviation, man rmqtool-recover,
+    DLEDGER STORES): after a crash, the 5.2.0+ broker's recovery walk (dledgerRecoverAbnormally,
+    DLedgerCommitLog.checkMessageAndReturnSize) checks each message, never the entry header, so
+    past an entry whose header DLedger's own recovery refuses (here the first entry's magic, a
+    bit flipped: 1025) it dispatches every message of the file and truncates the queues at the
+    offset it adds up from the messages' sizes without their 48-byte headers: the units below
+    that offset stay, pointing past the ledger's end (0), at bytes DLedger no longer holds.
+    recover dispatches up to the ledger's end and truncates the queues there: no unit stays."""
+    root = tmp_path / "dl"
+    profile = BrokerProfile.for_version("5.3.3")
+    dledger_twin(real_store("clean"), root, profile, queues=True)
+    data = sorted((root / "dledger-n0" / "data").iterdir())
+    for f in data[1:]:
+        f.unlink()
+    raw = bytearray(data[0].read_bytes())
+    raw[2] ^= 1 << 2
+    data[0].write_bytes(bytes(raw))
+    (root / "abort").write_text("")
+    # the broker's walk, from the entries' own sizes: every message of the file, up to the padding
+    pos, believed = 0, 0
+    while struct.unpack_from(">i", raw, pos)[0] != dl.BLANK_MAGIC:
+        size = struct.unpack_from(">i", raw, pos + 4)[0]
+        believed += size - dl.BODY_OFFSET
+        pos += size
+    code, out, _ = cli(capsys, "recover", root, "--dry-run", "--broker-version", "5.3.3", "--format", "json", "-q")
+    plan = json.loads(out)["plan"]
+    assert plan["end_offset"] == 0 and plan["cq_truncate_at"] == 0
+    [note] = [n for n in plan["notes"] if n.startswith("deviation: the broker's 5.2.0+ recovery walk")]
+    assert f"to {pos};" in note and f"[0, {believed}) stay" in note
+    code, out, _ = cli(capsys, "dump", "consumequeue", root, "--format", "jsonl")
+    kept_by_broker = [
+        r for r in jsonl(out) if r.get("commitlog_offset") is not None and r["commitlog_offset"] < believed
+    ]
+    assert kept_by_broker  # (the units the broker's start keeps past the ledger's end)
+    code, out, _ = cli(
+        capsys, "recover", root, "--yes", "--broker-version", "5.3.3", "-q", "--backup-dir", tmp_path / "bk"
+    )
+    assert code in (1, 5)
+    code, out, _ = cli(capsys, "dump", "consumequeue", root, "--format", "jsonl")
+    assert [r for r in jsonl(out) if r.get("type") != "summary"] == []

@@ -60,6 +60,8 @@ def assert_rows_equal_dump(rows: list[dict[str, Any]], records: list[dict[str, A
                 ms = r[TIMES[k]]
                 want = None if ms is None else _local(ms)
                 assert v == want, (label, k, v, ms)
+            elif k in ("state", "copy_of") and label == "delay":
+                continue  # export's own timer columns, on the one store with delay data (test_export_timer_marks)
             elif k not in d and k not in ("store", "body"):
                 assert v is None, (label, k, v, d)
 

@@ -1744,3 +1744,59 @@ def test_a_second_cut_is_the_brokers_with_recovers_deviations() -> None:
     assert ours <= fd.deviation_cover(theirs, ours)
     assert not ours <= fd.deviation_cover({"consumequeue/TopicM/0"}, ours)
     assert not {"consumequeue/TopicA/2"} <= fd.deviation_cover(theirs, {"consumequeue/TopicA/2"})
+
+
+def test_the_broker_sample_expects_the_queue_offset_repair_writes_back(tmp_path: Path) -> None:
+    """Soak seed 2000211 (many_files, TopicM/2's record at 285380 with its QUEUEOFFSET set
+    to 2^62; described as ``queue_offset=0``, the value drawn for another field): the body
+    CRC does not cover the field, so the harness took the record for intact with the
+    damaged value, and the broker sample called it lost when repair wrote its queue
+    offset back (116, as man rmqtool-repair says and tests/oracle/test_repair_fields_oracle.py
+    judges). The expectation now takes the queue offset the record's queue gives it (its
+    neighbours 115 and 117), the value repair wrote; the description names the value
+    written."""
+    from intact import intact_records
+
+    from rmqtool.formats import commitlog as cl
+    from rmqtool.recovery.versions import BrokerProfile
+
+    root, kind, desc = fd.make_store(tmp_path / "s", 2000211)
+    assert kind == "absurd_length" and desc.endswith(f"queue_offset={1 << 62} commitlog/00000000000000262144@23236")
+    intact = intact_records(root, BrokerProfile.for_version("4.9.4"))
+    assert {r["off"]: r["qoff"] for r in intact}[285380] == 1 << 62
+    quarantined: list[dict] = []
+    regions: list[dict] = []
+
+    def cmd(*argv: str) -> fd.Outcome:
+        return fd.run_inprocess(list(argv), 60)
+
+    codes: dict[str, int] = {}
+    assert fd.repair_as_planned(root, cmd, tmp_path / "b", None, codes, quarantined, regions) == []
+    assert codes["repair"] == 1
+    written = cl.decode_message((root / "commitlog" / "00000000000000262144").read_bytes(), 23236).queue_offset
+    expected = {r["off"]: r for r in fd._as_repaired(intact, quarantined, regions)}
+    queue = sorted((r["off"], r["qoff"]) for r in expected.values() if (r["topic"], r["qid"]) == ("TopicM", 2))
+    i = [o for o, _q in queue].index(285380)
+    assert written == expected[285380]["qoff"] == 116 == queue[i - 1][1] + 1 == queue[i + 1][1] - 1
+
+
+@pytest.mark.parametrize("seed", [2000678, 2000719])
+def test_a_dledger_store_s_dry_run_replays_its_dispatch_as_the_real_run_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int
+) -> None:
+    """Soak seeds 2000609, 2000678, 2000719, 2000736 (DLedger twins of many_files and
+    clean, a file of DLedger's removed or a sparse checkpoint): recover --dry-run exited 4
+    on a start-up reput of "? records" that the real run found had nothing to write (exit
+    0, "0 changes"): the DLedger planner never replayed its dispatch in memory as the
+    classic one does (issue 33 R5). Now the dry run says what the real run finds."""
+    root, _kind, desc = fd.make_store(tmp_path / "s", seed)
+    assert "DLedger twin" in desc
+    code, out, err = cli(capsys, "recover", str(root), "--dry-run", "--format", "json", "--broker-version", "4.9.4")
+    plan = json.loads(out)["plan"]
+    assert code == 0 and plan["summary"]["nothing_to_do"] and plan["summary"]["dispatch_writes"] is False, err
+    assert [d["records"] for d in plan["dispatch"] if d["name"] == "startup_reput"] == [0]
+    before = fd.tree_digest(root)
+    code, _out, err = cli(
+        capsys, "recover", str(root), "--yes", "--backup-dir", str(tmp_path / "b"), "--broker-version", "4.9.4"
+    )
+    assert code == 0 and fd.tree_digest(root) == before, err

@@ -428,3 +428,29 @@ def test_an_index_file_sparse_extended_far_past_its_entries_is_said_not_searched
     said = done.stdout.strip()
     assert said.startswith("index geometry: the index files (1073741824 bytes)"), said
     assert "far larger than their entries need" in said and "assumed maxHashSlotNum=" in said
+
+
+def test_the_geometry_search_of_a_sparse_1_gib_index_file_reads_its_slots_in_bounded_memory(tmp_path: Path) -> None:
+    """Seed 2000282 again: the search finished, but verify, info and dump index reached
+    1.09 GB of RSS. The header's count taken as a full file's gives some 268 million slots,
+    and the check read them in one 1 GiB read. The slots are now read SLOT_READ_CHUNK at a
+    time: the child opening the store stays far below that (about 40 MB here; measured,
+    the peak RSS of the child, not a time)."""
+    import os
+    import subprocess
+    import sys
+
+    root = copy_store("delay", tmp_path)
+    (idx,) = (root / "index").iterdir()
+    idx.chmod(0o644)
+    os.truncate(idx, 1 << 30)
+    code = (
+        "import resource, sys; from rmqtool.recovery.store import Store; "
+        "g = Store.open(sys.argv[1]).geometry; "
+        "print(g.index_assumption is not None, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120, check=True
+    )
+    said, kib = done.stdout.split()
+    assert said == "True" and int(kib) < 256 << 10, done.stdout

@@ -441,11 +441,14 @@ def test_r3_a_garbled_topic_becomes_a_tombstone_of_its_queue_and_the_queue_stays
         shutil.rmtree(root / "consumequeue")
     if evidence == "hole after rebuild-index":
         assert run(["rebuild-index", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "r")]) in (1, 5)
-    code, plan = _plan(capsys, root)
+    # (no queue file left to tell their size: the fixture's, 640, given as its broker's; without
+    # it repair writes no queue and the broker's reput builds them: soak seed 2000201)
+    size = ["--cq-file-size", "640"] if evidence == "hole" else []
+    code, plan = _plan(capsys, root, *size)
     q = [x for x in plan["quarantined"] if x["offset"] == VICTIM]
     assert code == 4 and len(q) == 1 and q[0]["tombstone"] and "garbled topic" in q[0]["source"], q
     assert (q[0]["topic"], q[0]["queue_id"], q[0]["queue_offset"]) == ("TopicA", 2, 2)
-    code, _, err = _cli(capsys, "repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b"))
+    code, _, err = _cli(capsys, "repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b"), *size)
     assert code == 1, err
     data = (root / "commitlog" / "00000000000000000000").read_bytes()
     t = cl.decode_message(data, VICTIM)
@@ -577,7 +580,9 @@ def test_r10_a_queue_s_first_record_with_a_queue_offset_no_broker_writes_is_writ
     original = (root / "commitlog" / "00000000000000000000").read_bytes()
     _poke(root, 647 + 20, struct.pack(">q", value))
     shutil.rmtree(root / "consumequeue")
-    assert run(["repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b")]) == 1
+    # (the fixture's queue file size, which no queue file is left to tell: soak seed 2000201)
+    size = ["--cq-file-size", "640"]
+    assert run(["repair", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b"), *size]) == 1
     assert (root / "commitlog" / "00000000000000000000").read_bytes() == original
     assert run(["verify", str(root), "--quiet"]) == 0
     assert _queue_is_dense_and_true(root, "TopicA", 2) > 60
@@ -617,3 +622,69 @@ def test_a_checkpoint_repair_writes_where_there_was_none_is_planned_as_created(
         fh.write(bytes(8))
     code, plan = _plan(capsys, root)
     assert code == 4 and {"path": "checkpoint", "action": "replace"} in plan["writes"], plan["writes"]
+
+
+@pytest.mark.parametrize("command", ["recover", "repair"])
+def test_an_abort_that_is_a_directory_is_refused_by_the_dry_run_as_by_the_real_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """Issue 33 R5 (soak seed 2000413: a stray directory named ``abort``): the dry runs
+    exited 4 ("abort file present (removed last)") where the real runs exited 8 ("not a
+    regular file": rmqtool never removes a directory). The broker takes any existing
+    ``abort`` for the abort file (``File.exists``) and recovers abnormally; rmqtool cannot
+    finish that recovery by removing it, so both runs refuse it (status 8, the entry named,
+    nothing changed) and verify names it beside STORE_ABORT."""
+    root = _copy(tmp_path, "clean")
+    (root / "abort").mkdir()
+    before = tree_digest(root)
+    for args in (["--dry-run"], ["--yes", "--backup-dir", str(tmp_path / "b")]):
+        code, _out, err = _cli(capsys, command, str(root), "--quiet", *args)
+        assert code == 8, (args, err)
+        assert f"{root / 'abort'}" in err and "directory" in err, err
+    assert tree_digest(root) == before and (root / "abort").is_dir()
+    assert not (tmp_path / "b").exists()
+    code, out, _err = _cli(capsys, "verify", str(root), "--format", "json")
+    found = {(f["code"], f["file"]) for f in json.loads(out)["findings"]}
+    assert {("FILE_UNSAFE", "abort"), ("STORE_ABORT", "abort")} <= found, found
+
+
+def test_repair_writes_no_consume_queue_of_a_guessed_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Soak seed 2000201 (``delay`` with consumequeue/ removed): repair rebuilt 17 queue
+    files of the default 6,000,000 bytes, a size it guessed (no queue file was left to tell
+    the broker's mappedFileSizeConsumeQueue, 640 here), and the broker refused to load them.
+    Where no queue file and no option tell the size, repair writes no queue (the broker's
+    start-up reput dispatches every record into files of its own size: the oracle test
+    test_repair_cq_size_oracle.py); given the size, it writes them at that size."""
+    root = _copy(tmp_path / "a", "delay")
+    shutil.rmtree(root / "consumequeue")
+    code, plan = _plan(capsys, root)
+    assert code == 0 and not [w for w in plan["writes"] if w["path"].startswith("consumequeue")], plan["writes"]
+    code, _out, err = _cli(capsys, "repair", str(root), "--yes", "--backup-dir", str(tmp_path / "b"))
+    assert code == 0 and "mappedFileSizeConsumeQueue" in err + _out, err
+    assert not (root / "consumequeue").exists()
+    code, _out, err = _cli(
+        capsys, "repair", str(root), "--yes", "--quiet", "--cq-file-size", "640", "--backup-dir", str(tmp_path / "c")
+    )
+    sizes = {p.stat().st_size for p in (root / "consumequeue").rglob("0000*")}
+    assert code == 1 and sizes == {640}, (code, err, sizes)
+
+
+def test_recover_leaves_the_start_up_reput_to_the_broker_where_the_queue_size_is_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Soak seed 2000201 again: after repair left ``delay`` without consume queues (above),
+    ``recover --dry-run`` exited 4 (the fuzz's 'recover disagrees'): its 4.x start-up reput
+    would write every queue in files of the default size, which the broker (640 here)
+    refuses. That pass is the broker's start, which writes them at its own size: recover
+    leaves it there and says so; given the size, it does the reput."""
+    root = _copy(tmp_path / "a", "delay")
+    shutil.rmtree(root / "consumequeue")
+    code, out, err = _cli(capsys, "recover", str(root), "--dry-run")
+    assert code == 0 and "mappedFileSizeConsumeQueue" in out + err, out
+    code, _out, err = _cli(capsys, "recover", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b"))
+    assert code == 0 and not (root / "consumequeue").exists(), err
+    size = ["--cq-file-size", "640"]
+    assert _cli(capsys, "recover", str(root), "--dry-run", "--quiet", *size)[0] == 4
+    code, _out, err = _cli(capsys, "recover", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "c"), *size)
+    sizes = {p.stat().st_size for p in (root / "consumequeue").rglob("0000*")}
+    assert code == 1 and sizes == {640}, (code, err, sizes)

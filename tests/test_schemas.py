@@ -194,6 +194,39 @@ def test_timer_store_outputs_match_their_schema(
         check_output(schema, fmt, out, code)
 
 
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_dledger_outputs_match_their_schema(fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """dump dledger (entries, --units, --state) and convert (its dry run, its run, the entries
+    past committedIndex it leaves out) on a DLedger twin of the clean fixture (tests/dlstore.py),
+    intact and with an entry's header damaged."""
+    from dlstore import dledger_twin
+
+    from rmqtool.recovery.versions import BrokerProfile
+
+    root = tmp_path / "dl"
+    dledger_twin(real_store("clean"), root, BrokerProfile.for_version(V), committed=5)
+    for schema, argv in (
+        ("dump-dledger", ["dump", "dledger", str(root)]),
+        ("dump-dledger", ["dump", "dledger", str(root), "--units"]),
+        ("dump-dledger", ["dump", "dledger", str(root), "--state"]),
+        ("convert", ["convert", str(root), "--to", "classic", str(tmp_path / "c1"), "--dry-run", "-q"]),
+        ("convert", ["convert", str(root), "--to", "classic", str(tmp_path / "c2"), "-q"]),
+    ):
+        code, out = _run(capsys, [*argv, "--broker-version", V, "--format", fmt])
+        assert code == 0, (argv, code)
+        check_output(schema, fmt, out, code)
+    first = sorted((root / "dledger-n0" / "data").iterdir())[0]
+    raw = bytearray(first.read_bytes())
+    raw[339 + 4 : 339 + 8] = b"\xff\xff\xff\xff"  # the second entry's size
+    first.write_bytes(bytes(raw))
+    for args in ([], ["--units"], ["--state"]):
+        code, out = _run(capsys, ["dump", "dledger", str(root), *args, "--broker-version", V, "--format", fmt])
+        assert code in (0, 4), (args, code)
+        check_output("dump-dledger", fmt, out, code)
+    code, out = _run(capsys, ["dump", "dledger", str(root), "--broker-version", V, "--format", fmt])
+    assert code == 4  # (the damaged entry has a damage status)
+
+
 def _properties(schema: Any) -> Iterator[str]:
     """Every field name a schema declares (recursively)."""
     if isinstance(schema, dict):

@@ -4,6 +4,7 @@ through the consume queues and print the same messages as the full walk (--scan)
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,7 +58,21 @@ def test_seek_start_is_a_record_start_before_the_target() -> None:
     assert sk.seek_start(store, profile) is None
 
 
-def test_unknown_topic_falls_back_to_the_walk(capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_topic_walks_only_past_the_dispatched_end_unless_no_queue_can_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(was test_unknown_topic_falls_back_to_the_walk: a topic without a queue walked the
+    whole commitlog; issue 34 asks that the queues answer its miss.) A topic no queue has
+    is looked for only past the dispatched end, where the broker has not dispatched yet;
+    where no queue of the store points anywhere the queues cannot answer: the whole walk."""
+    import shutil
+
+    profile = BrokerProfile.for_version("4.9.4")
     store = Store.open(real_store("clean"))
-    assert sk.topic_records(store, BrokerProfile.for_version("4.9.4"), {"NoSuchTopic"}, None) is None
-    assert not sk.small_topic(store, "NoSuchTopic")
+    assert sk.small_topic(store, "NoSuchTopic")
+    walk = sk.topic_records(store, profile, {"NoSuchTopic"}, None)
+    assert walk is not None and list(walk) == []
+    root = tmp_path / "store"
+    shutil.copytree(real_store("clean"), root)
+    shutil.rmtree(root / "consumequeue")
+    assert sk.topic_records(Store.open(root), profile, {"NoSuchTopic"}, None) is None

@@ -84,6 +84,12 @@ def plan_dledger(p: Planning) -> RecoveryPlan:
     p.headers = {f.name: index_header_load(f) for f in store.index_files}
     index_keep_candidates(p)
     walk = _abnormal_walk(p) if p.abnormal and profile.dledger_recovery_walk else None
+    if walk is not None and walk[1] > lr.process_offset:
+        # deviation (case 39005): the broker's walk checks the messages only, never DLedger's
+        # entry headers, and goes on past the ledger's end; recover stops there
+        _note_walk_past_end(p, lr, walk)
+        end = lr.process_offset
+        walk = (min(walk[0], end), end, min(walk[2], end), -1)
     if walk is not None:
         # the queues are truncated where that walk believes it stopped
         p.process = walk[2]
@@ -185,6 +191,24 @@ def _abnormal_walk(p: Planning) -> tuple[int, int, int, int] | None:
     return None
 
 
+def _note_walk_past_end(p: Planning, lr: LedgerRecovery, walk: tuple[int, int, int, int]) -> None:
+    """What the broker's 5.2.0+ start after a crash does past the ledger's end, which recover
+    does not do (a documented deviation, man rmqtool-recover, DLEDGER STORES)."""
+    end = lr.process_offset
+    kept = (
+        f"and truncates the queues at {walk[2]}: the units of the messages in [{end}, {walk[2]}) stay"
+        if walk[2] > end
+        else f"then truncates the queues at {walk[2]}, at or before the ledger's end: no unit past it stays"
+    )
+    p.plan.notes.append(
+        f"deviation: the broker's 5.2.0+ recovery walk after a crash checks each message, not DLedger's entry "
+        f"header, and goes on past the ledger's end ({end}, where DLedger's own recovery stops: {lr.stop_why}) to "
+        f"{walk[1]}; it dispatches those messages {kept}, pointing at bytes DLedger no longer holds (past its write "
+        f"position: unreadable, overwritten by its next entries; its next normal start truncates the queues at the "
+        f"ledger's end); recover dispatches up to the ledger's end and truncates the queues there"
+    )
+
+
 def _matched(f: StoreFile, threshold: int) -> bool:
     """``isMmapFileMatchedRecover`` of a data file: its first entry's message (V1 magic
     only), stored at a time other than 0 and at or before ``threshold``."""
@@ -215,10 +239,15 @@ def _plan_dispatch(p: Planning, lr: LedgerRecovery, walk: tuple[int, int, int, i
                 "abnormal_recovery",
                 walk[0],
                 walk[1],
-                walk[3],
-                note="5.2.0+ dledgerRecoverAbnormally: every valid message from the matched data file "
-                f"(already-built units are skipped); the queues are then truncated at {walk[2]}, the offset that walk "
-                "adds up without the entries' 48-byte headers",
+                walk[3] if walk[3] >= 0 else None,
+                note=(
+                    "5.2.0+ dledgerRecoverAbnormally: every valid message from the matched data file "
+                    f"(already-built units are skipped); the queues are then truncated at {walk[2]}, the offset that "
+                    "walk adds up without the entries' 48-byte headers"
+                    if walk[3] >= 0
+                    else "5.2.0+ dledgerRecoverAbnormally from the matched data file, up to the ledger's end only (the "
+                    "broker's walk goes on past it: see the deviation note); the queues are then truncated there"
+                ),
             )
         )
     end = lr.entries_end

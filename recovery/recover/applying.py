@@ -536,8 +536,8 @@ def _bad_topics(a: Applying) -> bool:
 def _startup_reput(a: Applying, truncated: bool) -> None:
     """The 4.x start-up reput from the consume queues' max physical offset."""
     plan, process = a.plan, a.process
-    if not a.profile.startup_reput_from_cq:
-        return
+    if not a.profile.startup_reput_from_cq or not a.store.geometry.cq_file_size_known:
+        return  # (the queue files' size unknown: left to the broker's start, planning._plan_dispatch)
     fmax = a.ctx.frozen_max
     fmax = min(fmax, process) if truncated else fmax
     reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in a.queues.values()])

@@ -73,7 +73,12 @@ def plan_recovery(
     if store.dledger is not None and store.dledger_data:
         from ..dledger.recover import plan_dledger
 
-        return plan_dledger(p)
+        plan_dledger(p)
+        # (the dry run replays its dispatch as on a classic store: soak seeds 2000609, 2000678,
+        # 2000719, 2000736, DLedger twins whose dry run promised a start-up reput, exit 4, that
+        # the real run found had nothing to write, exit 0; issue 33 R5)
+        _plan_dispatch_writes(p)
+        return p.plan
     if not p.files:
         return _plan_without_commitlog(p)
     plan_walks(p)
@@ -360,7 +365,16 @@ def _plan_dispatch(p: Planning) -> None:
     frozen_max = p.ctx.frozen_max
     if frozen_max >= 0:  # a queue recover leaves alone still holds what it holds
         p.post_trunc_max.append(min(frozen_max, process) if plan.cq_truncation else frozen_max)
-    if p.profile.startup_reput_from_cq:
+    if p.profile.startup_reput_from_cq and not p.store.geometry.cq_file_size_known:
+        # (no queue file tells mappedFileSizeConsumeQueue and no option gave it: queue files of a
+        # guessed size are files the broker refuses to load; its own start-up reput writes them
+        # at its size, index entries included, so recover leaves that pass to it: soak seed 2000201)
+        plan.notes.append(
+            "no consume queue file tells their size (mappedFileSizeConsumeQueue) and no option gave it: "
+            "the start-up reput is left to the broker's start, which writes the queues at its own size "
+            "(give --cq-file-size or --broker-config to have recover do it)"
+        )
+    elif p.profile.startup_reput_from_cq:
         # reputFrom = max over the queues' maxPhysicOffset after the truncation; the
         # abnormal dispatch raises it further, so there it is decided while applying
         after = max([min_offset] + p.post_trunc_max)
@@ -392,3 +406,16 @@ def _plan_notes(p: Planning) -> None:
         )
     if plan.index_discarded:
         plan.notes.append("deviation: discarded index files move to the backup instead of being deleted")
+
+
+def recovered_end(store: Store, profile: BrokerProfile) -> int | None:
+    """Where the broker's recovery ends the commitlog (what its next start can read; None:
+    no commitlog, or a store recover refuses: read as far as the walk goes). What ``rmqtool
+    timers`` and export's timer states read up to."""
+    if not store.commitlog:
+        return None
+    try:
+        plan = plan_recovery(store, profile, check_unread=False, salvage=False, reindex=False, timer=False)
+    except Exception:  # noqa: BLE001 - a store recover refuses: read as far as the walk goes
+        return None
+    return int(plan.end_offset)

@@ -34,7 +34,7 @@ CODES: dict[FindingCode, tuple[str, str]] = {
     ),
     FindingCode.FILE_UNSAFE: (
         ERROR,
-        "an entry rmqtool never opens: a FIFO, a device, a socket, a dangling or looping symlink, a symlink leaving the store, a directory that cannot be read; recover and rebuild-index refuse the store until it is removed or replaced by a regular file or directory",
+        "an entry rmqtool never opens: a FIFO, a device, a socket, a dangling or looping symlink, a symlink leaving the store, a directory that cannot be read, a directory named abort (the broker takes it for the abort file; rmqtool never removes a directory); recover, repair and rebuild-index refuse the store until it is removed or replaced by a regular file or directory",
     ),
     FindingCode.FILE_SYMLINK: (
         WARNING,

@@ -143,6 +143,11 @@ BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the
     FindingCode.DELAY_OFFSET_PAST_END: Step(
         None, "none: the broker corrects the offset into the queue when it loads it"
     ),
+    FindingCode.FILE_UNSAFE: Step(
+        None,
+        "by hand: remove the entry or put what the message names in its place; "
+        "recover, repair and rebuild-index refuse the store until then",
+    ),
 }
 BY_PREFIX = (
     ("CL_", RECOVER),

@@ -233,15 +233,9 @@ def _table(
 
 def _recovered_end(store: Any, profile: Any) -> int | None:
     """Where the broker's recovery ends the commitlog (what its next start can read)."""
-    if not store.commitlog:
-        return None
-    from ...recovery.recover import plan_recovery
+    from ...recovery.recover.planning import recovered_end
 
-    try:
-        plan = plan_recovery(store, profile, check_unread=False, salvage=False, reindex=False, timer=False)
-    except Exception:  # noqa: BLE001 - a store recover refuses: read as far as the walk goes
-        return None
-    return int(plan.end_offset)
+    return recovered_end(store, profile)
 
 
 __all__ = ["command"]

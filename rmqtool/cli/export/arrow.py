@@ -108,10 +108,12 @@ def split_batches(
                     _p, m, batch = blocks.plain_block(st, item, schema)
                     n[0] += m
                     n[1] += m
-                    yield batch
+                    yield blocks.marked(batch, base, split.marks) if split.marks else batch
                     continue
                 p2, c = item
-                pending.append(record_row(split.store, name, base, buf, p2, c, with_body, n, split.framing))
+                pending.append(
+                    record_row(split.store, name, base, buf, p2, c, with_body, n, split.framing, split.marks)
+                )
                 if len(pending) >= PENDING:
                     yield rows_batch(pending, schema)
                     pending = []

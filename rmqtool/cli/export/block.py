@@ -162,6 +162,25 @@ def plain_block(st: _State, run: PlainRun, schema: pa.Schema) -> tuple[int, int,
 
 
 SCHEDULED_COLUMNS = ("scheduled", "schedule_kind", "real_topic", "real_queue_id", "deliver_timestamp")
+MARKS = ("state", "copy_of")
+
+
+def marked(batch: pa.RecordBatch, base: int, marks: dict[int, tuple[str | None, int | None]]) -> pa.RecordBatch:
+    """``batch`` (a block of plain records, whose mark columns are null) with the marks of
+    its records (a delivered copy is a plain record): found with one ``isin`` on the
+    records' offsets, the columns rebuilt only when a record of the block has a mark."""
+    phys = _indices(batch.column("pos")) + base
+    hit = np.isin(phys, np.fromiter(marks, dtype=np.int64, count=len(marks)))
+    if not hit.any():
+        return batch
+    got = [marks.get(int(p)) if h else None for p, h in zip(phys.tolist(), hit.tolist())]
+    cols = list(batch.columns)
+    names = batch.schema.names
+    for k, name in enumerate(MARKS):
+        cols[names.index(name)] = pa.array(
+            [None if m is None else m[k] for m in got], type=batch.schema.field(name).type
+        )
+    return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
 
 
 def _header_columns(st: _State, run: PlainRun, schema: pa.Schema) -> dict[str, pa.Array]:
@@ -188,7 +207,7 @@ def _header_columns(st: _State, run: PlainRun, schema: pa.Schema) -> dict[str, p
     cols["transaction_type"] = _table([cl.TRANSACTION_TYPES[int(c)] for c in txc[txfirst].tolist()], txinv, pa.string())
     cols["crc_ok"] = _num(np.ones(n, dtype=bool))
     cols["field"] = pa.nulls(n, pa.string())
-    for name in SCHEDULED_COLUMNS:  # a plain record is never a scheduled one
+    for name in SCHEDULED_COLUMNS + MARKS:  # a plain record is never a scheduled one (marks: see marked)
         cols[name] = pa.nulls(n, schema.field(name).type)
     return cols
 

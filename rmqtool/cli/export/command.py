@@ -18,13 +18,14 @@ from typing import Any
 import click
 
 from ...recovery.store import Store
-from ..brokeropts import broker_config_option, broker_setting_options
+from ..brokeropts import broker_config_option, broker_setting_options, recovery_walk_options, timer_setting_options
 from ..exitcodes import Exit
 from ..interrupts import Interrupted
 from ..options import broker_meta, broker_version_option, make_profile
 from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns
 from ..progress import progress_enabled, progress_option
 from ..render import emit, summary_record
+from ..times import iso, parse_time
 
 # run_export is called through its module (a stand-in set there is seen); pyspark is
 # imported inside it
@@ -73,6 +74,8 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
 @click.command("export", context_settings={"help_option_names": ["-h", "--help"]})
 @broker_config_option("read")
 @broker_setting_options
+@recovery_walk_options
+@timer_setting_options
 @output_file_options
 @progress_option
 @click.argument("stores", nargs=-1, required=False, type=click.Path(path_type=Path), metavar="STORE...")
@@ -128,6 +131,14 @@ def _conf_pairs(items: tuple[str, ...]) -> dict[str, str]:
     help="Who writes the Parquet files: each task with pyarrow (fast; OUT must be a path every executor sees) "
     "or Spark's writer (any Hadoop file system: hdfs://, s3a://).",
 )
+@click.option(
+    "--at",
+    "at_text",
+    default=None,
+    metavar="TIME",
+    help="The time the commitlog's timer state column is computed at, as rmqtool timers --at (default: now): "
+    "ISO 8601 (UTC unless an offset is given), epoch s or ms (by magnitude), or relative (+2h, -1d).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists (default: refuse).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration (repeatable).")
 @click.option(
@@ -179,6 +190,7 @@ def command(
     partition_by: tuple[str, ...],
     writer: str,
     overwrite: bool,
+    at_text: str | None,
     confs: tuple[str, ...],
     quiet: bool,
     verbose: bool,
@@ -195,10 +207,13 @@ def command(
     The commitlog rows are the records of `rmqtool dump commitlog` plus a `store` column
     (the STORE argument as given); ConsumeQueue and index rows are those of `dump
     consumequeue` and `dump index --entries`. Every executor must read the store at the
-    same path. Exit status 0 exported and clean, 4 exported with damaged rows, 8 on an
-    operational error (no Java, Spark failure).
+    same path. A scheduled record and a delivered copy also carry the message's `state` at
+    --at (as `rmqtool timers`) and `copy_of` (set on every copy but one: the rows with
+    copy_of null count each message once). Exit status 0 exported and clean, 4 exported
+    with damaged rows, 8 on an operational error (no Java, Spark failure).
     """
     _check_options(stores, what, with_body, partition_by, index_slot_num, index_num)
+    timer_at = _timer_at(at_text)
     shown = pick_columns(columns, SUMMARY_FIELDS, SUMMARY_FIELDS)  # (csv: the summary row's columns)
     # the whole effective configuration (auto resolved, delay levels, the recovery settings of
     # --broker-config and the options), built once on the driver and shipped to every worker
@@ -238,10 +253,23 @@ def command(
             conf=conf,
             writer=writer,
             verbose=verbose,
+            timer_at=timer_at,
         )
     except KeyboardInterrupt:
         raise _interrupted(out, scheme is None, existed) from None
+    if at_text is None and what == "commitlog" and not quiet and res.timer_at is not None:
+        click.echo(f"rmqtool: export: timer states at {iso(res.timer_at)} (now; --at changes it)", err=True)
     return _report(res, what, out, [label for label, _ in opened], fmt, shown)
+
+
+def _timer_at(at_text: str | None) -> int:
+    """--at as epoch ms (a bad one: usage error, exit 2; the default: now)."""
+    from ...recovery.timerstore import wall_clock_ms
+
+    now = wall_clock_ms()
+    at = parse_time(at_text, "--at", now) if at_text is not None else now
+    assert at is not None
+    return at
 
 
 def _check_options(
@@ -291,6 +319,9 @@ SUMMARY_FIELDS = [
         "seconds_total",
         "seconds_after_start",
         "export_schema_version",
+        "distinct_messages",
+        "copies",
+        "timer_states_at",
     )
 ]
 
@@ -319,6 +350,12 @@ def _report(
         "seconds_total": round(res.seconds_total, 3),
         "seconds_after_start": round(res.seconds_after_start, 3),
         "export_schema_version": EXPORT_SCHEMA_VERSION,
+        # (commitlog) the messages counted once, the rows that are another copy of one (copy_of
+        # set), and when the state column was computed
+        "distinct_messages": res.distinct_messages if what == "commitlog" else None,
+        "copies": res.copies if what == "commitlog" else None,
+        "timer_states_at_timestamp": res.timer_at if what == "commitlog" else None,
+        "timer_states_at": iso(res.timer_at) if what == "commitlog" else None,
     }
     verdict = f"exported {res.rows} {what} rows to {out}; {res.problems} rows with a damage status"
     if fmt != "table":
@@ -333,12 +370,16 @@ def _report(
         )
     if fmt == "table":  # the summary is the result: printed with -q too (one meaning of -q everywhere)
         extra = f", {res.messages} messages, {res.blanks} blanks" if what == "commitlog" else ""
+        if what == "commitlog" and res.copies:
+            extra += f" ({res.distinct_messages} counted once: {res.copies} rows are another copy, copy_of)"
         click.echo(
             f"rmqtool: exported {res.rows} {what} rows{extra} from {len(labels)} store(s) in {res.tasks} tasks to {out}; "
             f"{res.problems} rows with a damage status; {res.seconds_total:.1f} s "
             f"({res.seconds_after_start:.1f} s after the session start)",
             err=True,
         )
+    for line in res.unmarked:
+        click.echo(f"rmqtool: warning: {line} (the state column is null for that store)", err=True)
     for where in res.conflict_at:
         click.echo(
             f"rmqtool: warning: {where}: the split boundary falls inside a record the walk accepted; "

@@ -23,7 +23,13 @@ from ...recovery.versions import BrokerProfile
 # (column, Spark SQL type), from the record specs: the fields of ``dump`` plus ``store``;
 # ``body`` (binary) only with --with-body.
 STORE_COLUMN = ("store", "string")
-COMMITLOG_COLUMNS: list[tuple[str, str]] = [STORE_COLUMN, *rec.COMMITLOG.typed_columns()]
+# export's own columns after dump's (issue 36): on a scheduled record and a delivered copy, the
+# message's state at the export's time (recovery.timers.STATES, as ``rmqtool timers --at``) and
+# copy_of, the physical offset of the record that stands for the message when this one is
+# another copy of it (same UNIQ_KEY: a scheduled record once delivered, a roll copy, a second
+# delivery), so that the rows with copy_of null count every message once; null elsewhere
+MARK_COLUMNS: list[tuple[str, str]] = [("state", "string"), ("copy_of", "bigint")]
+COMMITLOG_COLUMNS: list[tuple[str, str]] = [STORE_COLUMN, *rec.COMMITLOG.typed_columns(), *MARK_COLUMNS]
 BODY_COLUMN = ("body", rec.COMMITLOG.column("body").type)
 # commitlog columns of few distinct values: the Parquet writer keeps dictionary encoding for
 # these only (Parquet column paths; a map's keys are properties.key_value.key)
@@ -39,6 +45,9 @@ DICTIONARY_COLUMNS = (
     "store_host",
     "transaction_type",
     "field",
+    "schedule_kind",
+    "real_topic",
+    "state",
     "properties.key_value.key",
 )
 
@@ -48,7 +57,9 @@ DICTIONARY_COLUMNS = (
 #   2: (issue 34) plus a Parquet timestamp (UTC, milliseconds) beside each epoch column
 #      (TIME_COLUMNS), the epoch columns kept; (issue 36, the same bump) the commitlog's
 #      scheduled columns after "field" (scheduled, schedule_kind, real_topic, real_queue_id,
-#      deliver_timestamp; null on every record that is not a scheduled one).
+#      deliver_timestamp; null on every record that is not a scheduled one), and (issue 36,
+#      still version 2: two columns added at the end of the rows, before body, nothing
+#      renamed or retyped) state and copy_of (MARK_COLUMNS).
 EXPORT_SCHEMA_VERSION = 2
 EXPORT_SCHEMA_KEY = "rmqtool.export_schema_version"
 # (timestamp column, the epoch-millisecond column it is made from), appended after the
@@ -89,11 +100,13 @@ def record_row(
     with_body: bool,
     n: list[int],
     framing: Any = None,
+    marks: dict[int, tuple[str | None, int | None]] | None = None,
 ) -> tuple[Any, ...]:
     """The row tuple (column order of :data:`COMMITLOG_COLUMNS`, plus the body with
     ``with_body``) of one step of the walk: the record of ``dump commitlog`` (same field
-    functions) with ``store`` first. ``n`` (rows, messages, blanks, problems) is bumped;
-    ``framing``: the store's (None: classic)."""
+    functions) with ``store`` first and the marks last. ``n`` (rows, messages, blanks,
+    problems) is bumped; ``framing``: the store's (None: classic); ``marks``: the split's
+    (:attr:`recovery.splits.Split.marks`)."""
     n[0] += 1
     if c.is_message:
         d = crc_status(message_fields(name, c, buf))
@@ -110,13 +123,15 @@ def record_row(
         row = (label,) + _MESSAGE_ROW(d) + (None,) + tuple(map(d.get, _SCHEDULED_KEYS))
     else:
         row = (label,) + tuple(map(d.get, _ROW_KEYS))
+    row += marks.get(base + pos, NO_MARK) if marks and d["type"] == "message" else NO_MARK
     if with_body:
         rec = c.rec
         return row + ((rec.body(buf) if rec is not None and d["type"] == "message" else None),)
     return row
 
 
-_ROW_KEYS = [c for c, _t in COMMITLOG_COLUMNS[1:]]
+NO_MARK = (None, None)
+_ROW_KEYS = [c for c, _t in COMMITLOG_COLUMNS[1 : -len(MARK_COLUMNS)]]
 _FIELD_AT = _ROW_KEYS.index("field")
 # a message has every column before "field"; a scheduled one (recovery.scan.scheduled_fields)
 # also the columns after it, which are null for the others
@@ -148,7 +163,7 @@ def commitlog_rows(
     base = split.base
     n = [0, 0, 0, 0] if counts is None else counts
     for buf, pos, c in iter_split(split, profile, handoff=handoff):
-        yield record_row(split.store, name, base, buf, pos, c, with_body, n, split.framing)
+        yield record_row(split.store, name, base, buf, pos, c, with_body, n, split.framing, split.marks)
 
 
 def restricted_store(store: Store, **parts: Any) -> Store:

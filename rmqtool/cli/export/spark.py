@@ -64,6 +64,17 @@ class ExportResult:
     seconds_total: float = 0.0
     seconds_after_start: float = 0.0
     session_start: float = 0.0
+    # the marks (commitlog): the time the states are computed at, the records that are
+    # another copy of a message (copy_of set), and the stores whose states are null
+    # because a timer file cannot be loaded (one line each)
+    timer_at: int | None = None
+    copies: int = 0
+    unmarked: list[str] = field(default_factory=list)
+
+    @property
+    def distinct_messages(self) -> int:
+        """The messages, each counted once (the message rows whose copy_of is null)."""
+        return self.messages - self.copies
 
     @property
     def exit_problems(self) -> bool:
@@ -104,6 +115,43 @@ def plan_tasks(stores: Sequence[tuple[str, Store]], what: str, split_size: int |
         else:
             raise ValueError(f"unknown export {what!r}")
     return tasks
+
+
+def mark_tasks(
+    stores: Sequence[tuple[str, Store]], tasks: list[ExportTask], profile: BrokerProfile, at: int
+) -> tuple[list[ExportTask], int, list[str]]:
+    """The commitlog ``tasks`` with the marks of their store (:func:`recovery.timers.
+    export_marks` at ``at``; each split carries those of its file), the number of copies,
+    and the one line of each store whose marks could not be computed (a timer file the
+    broker cannot load: states null, copies marked; a store that cannot be read: none)."""
+    from ...recovery.recover.planning import recovered_end
+    from ...recovery.timers import export_marks  # (a commitlog walk, where the store holds timer data)
+
+    by_file: dict[tuple[str, str], dict[int, Any]] = {}
+    copies = 0
+    unmarked: list[str] = []
+    for label, store in stores:
+        try:
+            em = export_marks(store, profile, at, partial(recovered_end, store, profile))
+        except (OSError, RmqToolError) as exc:  # (the job's own read then fails with its one line, or goes on)
+            msg = exc.one_line() if isinstance(exc, RmqToolError) else f"{exc.strerror or exc}: {exc.filename}"
+            unmarked.append(f"{label}: {msg}")
+            continue
+        copies += em.copies
+        if em.unloadable:
+            unmarked.append(em.unloadable)
+        for f in store.commitlog:
+            mine = {p: m for p, m in em.marks.items() if f.base <= p < f.base + f.size}
+            if mine:
+                by_file[(label, str(Path(f.path).resolve()))] = mine
+    if not by_file:
+        return tasks, copies, unmarked
+    out: list[ExportTask] = []
+    for t in tasks:
+        if isinstance(t, Split) and (t.store, t.path) in by_file:
+            t = t._replace(marks=by_file[(t.store, t.path)])
+        out.append(t)
+    return out, copies, unmarked
 
 
 def task_weight(task: ExportTask) -> int:
@@ -238,9 +286,11 @@ def run_export(
     writer: str = "arrow",
     verbose: bool = False,
     master_timeout: float = MASTER_TIMEOUT,
+    timer_at: int | None = None,
 ) -> ExportResult:
-    """Export ``stores`` (label, opened Store) to Parquet at ``out``. With ``session`` an
-    existing SparkSession is used (tests share one) and left running. Tasks are packed
+    """Export ``stores`` (label, opened Store) to Parquet at ``out``. The commitlog's
+    ``state`` and ``copy_of`` columns are computed at ``timer_at`` (epoch ms; None: now).
+    With ``session`` an existing SparkSession is used (tests share one) and left running. Tasks are packed
     into Spark partitions of about ``group_bytes`` (default: the split size). The
     commitlog goes through the columnar path (Arrow batches, :mod:`rmqtool.cli.export.arrow`)
     when pyarrow and pandas are installed, unless ``columnar`` is False (the row path:
@@ -252,6 +302,10 @@ def run_export(
     # workers get this very profile (pickled with each task), so they decide as the driver
     _check_writer(writer, out)
     tasks = plan_tasks(stores, what, split_size)
+    if what == "commitlog" and timer_at is None:
+        from ...recovery.timerstore import wall_clock_ms
+
+        timer_at = wall_clock_ms()
     columns = columns_for(what, with_body)
     names = {c for c, _ in columns}
     for p in partition_by:
@@ -280,6 +334,7 @@ def run_export(
             writer=writer,
             verbose=verbose,
             master_timeout=master_timeout,
+            timer_at=timer_at,
         )
 
 
@@ -350,6 +405,7 @@ def _run_export(
     writer: str,
     verbose: bool,
     master_timeout: float,
+    timer_at: int | None = None,
 ) -> ExportResult:
     t0 = time.perf_counter()
     handle = (
@@ -371,6 +427,10 @@ def _run_export(
         sc = handle.spark.sparkContext
         done = sc.accumulator(0)
         t1 = time.perf_counter()
+        if what == "commitlog" and timer_at is not None:
+            # (once Spark is up: a store that cannot run the job is not walked first)
+            result.timer_at = timer_at
+            tasks, result.copies, result.unmarked = mark_tasks(stores, tasks, version, timer_at)
         groups = pack_tasks(tasks, group_bytes or split_size or DEFAULT_SPLIT_SIZE)
         result.partitions = len(groups)
         if writer == "arrow":

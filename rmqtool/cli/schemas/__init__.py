@@ -25,6 +25,7 @@ NAMES = (
     "dump-timerlog",
     "dump-timerwheel",
     "dump-timercheck",
+    "dump-dledger",
     "timers",
     "verify",
     "info",
@@ -35,6 +36,7 @@ NAMES = (
     "rebuild-index",
     "restore",
     "export",
+    "convert",
     "report",
     "diff",
 )

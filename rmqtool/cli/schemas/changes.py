@@ -243,6 +243,53 @@ def restore() -> dict[str, Any]:
     return command_file("restore", {"action": action, "summary": summ, "document": doc}, ["action"])
 
 
+def convert() -> dict[str, Any]:
+    left = {
+        "index": I,
+        "entry_offset": I,
+        "message_offset": I,
+        "topic": S,
+        "queue_id": I,
+        "queue_offset": I,
+    }
+    left_out = obj({"type": {"const": "left_out"}, **left}, ("type", *left))
+    plan = obj(
+        {
+            "source": S,
+            "out": S,
+            "mapping": S,
+            "broker_version": S,
+            "divided_offset": I,
+            "classic_files": arr(S),
+            "committed_index": null(I),
+            "include_uncommitted": B,
+            "messages": I,
+            "bytes": I,
+            "commitlog_files": I,
+            "left_out": arr(obj(left, tuple(left))),
+            "ledger_end_index": I,
+            "estimate_bytes": I,
+            "free_bytes": null(I),
+            "notes": arr(S),
+        },
+        ("source", "out", "mapping", "broker_version", "divided_offset", "messages", "left_out"),
+    )
+    result = obj(
+        {"messages": I, "commitlog_files": I, "consume_queue_files": I, "index_files": I, "dispatched": null(I)},
+        ("messages", "commitlog_files", "consume_queue_files", "index_files"),
+    )
+    doc = obj(
+        {"dry_run": B, "plan": plan, "result": null(result), **verdict_fields()},
+        ("dry_run", "plan", "result", "schema_version", "verdict", "exit_status"),
+    )
+    summ = summary(
+        "convert",
+        {"dry_run": B, "out": S, "mapping": S, "messages": I, "left_out": I},
+        ("dry_run", "out", "mapping", "messages", "left_out"),
+    )
+    return command_file("convert", {"left_out": left_out, "summary": summ, "document": doc}, ["left_out"])
+
+
 def export() -> dict[str, Any]:
     figures = {
         "what": {"enum": ["commitlog", "consumequeue", "index"]},
@@ -257,6 +304,10 @@ def export() -> dict[str, Any]:
         "seconds_total": N,
         "seconds_after_start": N,
         "export_schema_version": I,
+        "distinct_messages": null(I),
+        "copies": null(I),
+        "timer_states_at_timestamp": null(I),
+        "timer_states_at": null(S),
     }
     doc = obj({**figures, **verdict_fields()}, ("what", "out", "stores", "rows", "schema_version", "exit_status"))
     summ = summary("export", figures, ("what", "out", "rows"))

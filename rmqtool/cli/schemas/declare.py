@@ -18,13 +18,14 @@ import json
 import sys
 from pathlib import Path
 
-from .changes import export, rebuild_index, recover, repair, restore
+from .changes import convert, export, rebuild_index, recover, repair, restore
 from .diffs import diff
 from .dumps import (
     dump_checkpoint,
     dump_commitlog,
     dump_config,
     dump_consumequeue,
+    dump_dledger,
     dump_index,
     dump_timercheck,
     dump_timerlog,
@@ -46,6 +47,7 @@ FILES = {
     "dump-timerlog": dump_timerlog,
     "dump-timerwheel": dump_timerwheel,
     "dump-timercheck": dump_timercheck,
+    "dump-dledger": dump_dledger,
     "timers": timers,
     "verify": verify,
     "info": info,
@@ -56,6 +58,7 @@ FILES = {
     "rebuild-index": rebuild_index,
     "restore": restore,
     "export": export,
+    "convert": convert,
     "diff": diff,
     "report": report,
 }

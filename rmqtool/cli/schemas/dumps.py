@@ -93,6 +93,27 @@ def dump_timercheck() -> dict[str, Any]:
     return dump_file("timercheck", {"timercheck": _timer_spec_record(tr.TIMERCHECK, ("file", "size", "status"))})
 
 
+def dump_dledger() -> dict[str, Any]:
+    """A DLedger member's entries, its index units (--units) or its state (--state)."""
+
+    def typed_spec(spec: rec.RecordSpec, types: list[str], required: tuple[str, ...]) -> dict[str, Any]:
+        props = spec_props(spec)
+        props["type"] = {"enum": types}
+        return obj(props, ("type", *required))
+
+    return dump_file(
+        "dledger",
+        {
+            # (an end-of-file padding and an unreadable header are records of the entry walk too)
+            "entry": typed_spec(
+                rec.DLEDGER_ENTRY, ["entry", "padding", "damaged"], ("file", "pos", "offset", "status")
+            ),
+            "index_unit": typed_spec(rec.DLEDGER_UNIT, ["index_unit"], ("file", "pos", "place", "status")),
+            "state": typed_spec(rec.DLEDGER_STATE, ["state"], ("member", "status")),
+        },
+    )
+
+
 # ------------------------------------------------------------------------------- timers
 
 TIMER_STATES = {"enum": ["pending", "due", "delivered", "cancelled", "lost"]}
