@@ -663,3 +663,44 @@ def test_a_5_2_crash_recovery_keeps_no_unit_past_the_ledgers_end_where_the_broke
     assert code in (1, 5)
     code, out, _ = cli(capsys, "dump", "consumequeue", root, "--format", "jsonl")
     assert [r for r in jsonl(out) if r.get("type") != "summary"] == []
+
+
+def test_where_the_truncation_removes_every_queue_file_the_next_run_does_the_next_starts_reput(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Soak case 39050 (4.8.0, killed): entry 1's pos field damaged ends the ledger after
+    entry 0, and entry 0's own queue is gone, so every queue file left starts past the
+    ledger's end. The broker's truncation deletes them all and counts each queue's maximum
+    as the end offset, so its start-up reput dispatches nothing; its next start loads no
+    queue file, reputs from the data's start and gives entry 0 its unit. recover does per
+    run what the broker does per start (man rmqtool-recover, Where the broker is no fixed
+    point): the first run leaves no unit, the second writes entry 0's (status 1), the third
+    has nothing to do. (This pins the behaviour the oracle's reopen comparison now allows:
+    tests/oracle/test_diff_fixtures.py.)"""
+    from rmqtool.formats.consumequeue import read_units
+
+    root = tmp_path / "dl"
+    t = dledger_twin(real_store("clean"), root, PROFILE, queues=True)
+    for p in sorted((t.member / "data").iterdir())[1:]:
+        p.unlink()  # (one data file: the ledger may end in it without the broker exiting)
+    kept = [e for e in t.entries if e[1] + e[2] <= t.file_size]
+    write_checkpoint(t.member, len(kept) - 1, len(kept) - 1)
+    end = t.entries[1][1]
+    with open(t.member / "data" / f"{0:020d}", "r+b") as f:
+        f.seek(end + dl.POS_OFFSET + 3)  # entry 1's pos field (as case 39050's bit flip): the ledger ends there
+        f.write(b"\x40")
+    first = t.entries[0][1] + dl.BODY_OFFSET
+    owner = next(
+        p.parent
+        for p in (root / "consumequeue").rglob("0" * 20)
+        if first in read_units(p.read_bytes())["commitlog_offset"].tolist()
+    )
+    for p in owner.iterdir():
+        p.unlink()  # (entry 0's queue: every queue file left starts past the ledger's end)
+    args = ("--broker-version", "4.9.4", "--cq-file-size", "640")  # (no queue file left to tell it)
+    seen = []
+    for n in range(3):
+        code, out, err = cli(capsys, "recover", "--yes", root, "--backup-dir", tmp_path / f"bk{n}", *args)
+        _c, dump, _e = cli(capsys, "dump", "consumequeue", root, "--format", "jsonl")
+        seen.append((code, sorted(r["commitlog_offset"] for r in jsonl(dump) if r.get("commitlog_offset"))))
+    assert seen == [(1, []), (1, [first]), (0, [first])], seen

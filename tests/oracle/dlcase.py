@@ -432,6 +432,30 @@ def view_config_of(config: dict[str, Any]) -> dict[str, Any]:
     return dict(config)
 
 
+def without_next_start_units(before: dict[str, Any], queues: dict[str, Any]) -> dict[str, Any]:
+    """The queues of the reopen's view, without what the broker's next start writes where its
+    own start left no consume queue unit at all (soak case 39050, 4.8.0): its truncation
+    deleted every queue file (each first unit lay past the ledger's end) and counted each
+    queue's maximum as the end offset, so its start-up reput dispatched nothing; any later
+    start, the reopen of recover's result (the same bytes) as the broker's second start on
+    its own, loads no queue file and reputs from the data's start. recover does per run what
+    the broker does per start, so its next run writes those units (man rmqtool-recover,
+    Where the broker is no fixed point; tests/test_dledger.py asserts it). Exactly that: only
+    consistent units, each of a message the broker's ledger holds below its end."""
+    if any(q.get("entries") for q in (before.get("consume_queues") or {}).values()):
+        return queues
+    end = ledger_end(before)
+    held = {r["phys_offset"] for r in with_ledger_records(before)["commitlog_records"]}
+    return {
+        k: q
+        for k, q in queues.items()
+        if not all(
+            e.get("consistent") is True and e["phys_offset"] in held and (end is None or e["phys_offset"] < end)
+            for e in q.get("entries") or []
+        )
+    }
+
+
 def compare_reopen_dl(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The broker's view of the store rmqtool recovered against its view of the original:
     the same records, offsets and consume queues; key lookups the same or more."""
@@ -441,7 +465,11 @@ def compare_reopen_dl(before: dict[str, Any], after: dict[str, Any]) -> list[str
     nonempty = lambda v: {k: q for k, q in (v.get("consume_queues") or {}).items() if q.get("entries")}  # noqa: E731
     bad += [
         x.replace("rmqtool", "after rmqtool")
-        for x in dc.compare_queues(dict(before, consume_queues=nonempty(before)), nonempty(after), "reopen cq")
+        for x in dc.compare_queues(
+            dict(before, consume_queues=nonempty(before)),
+            without_next_start_units(before, nonempty(after)),
+            "reopen cq",
+        )
     ]
     fake = {(q["topic"], q["key"]): dc.their_offsets(q) for q in after.get("query_message_by_key") or []}
     bad += dc.compare_lookups(with_ledger_records(before), fake, "reopen keys", superset=True)

@@ -175,3 +175,38 @@ def test_prop_crc_cut_is_excused_only_at_a_cl_prop_crc_finding() -> None:
     assert dc.compare_verify(view, 0, report, 0, cfg) != []
     assert dc.compare_verify(view, 4, report, 0, {}) != []  # without the setting it is a disagreement
     assert dc.compare_verify(dict(view, commitlog_max_offset=8000), 4, report, 0, cfg) != []
+
+
+def test_dledger_reopen_allows_only_the_next_starts_units_where_the_broker_left_no_queue() -> None:
+    """Soak case 39050 (4.8.0, killed): the broker's truncation deleted every queue file
+    and its reput dispatched nothing; its start on recover's result (the same bytes) loads
+    no queue and gives entry 0's message its unit, as its own second start does. The reopen
+    comparison allows exactly that (before: "reopen cq: TopicA/1: 1 after rmqtool entries,
+    no such queue in the broker"): consistent units of messages the ledger holds below its
+    end, and only where the broker's own start left no unit at all."""
+    import dlcase
+
+    unit = {"cq_offset": 0, "phys_offset": 48, "size": 468, "tags_code": 7, "consistent": True}
+    before = {
+        "recovery_mode": "normal",
+        "commitlog_min_offset": 0,
+        "commitlog_max_offset": 516,
+        "commitlog_records": [{"phys_offset": 48}],
+        "consume_queues": {"TopicA/1": {"entries": [], "min_offset": 0, "max_offset": 0}},
+        "after_load_before_start": {"dledger": {"data_max_wrote_position": 516}},
+        "dledger_entries": [{"index": 0, "pos": 0}],
+    }
+    after = copy.deepcopy(before)
+    after["consume_queues"]["TopicA/1"] = {"entries": [unit], "min_offset": 0, "max_offset": 1}
+    assert dlcase.compare_reopen_dl(before, after) == []
+    bad = copy.deepcopy(after)
+    bad["consume_queues"]["TopicA/1"]["entries"][0]["consistent"] = False
+    assert [x for x in dlcase.compare_reopen_dl(before, bad) if x.startswith("reopen cq: TopicA/1")]
+    bad = copy.deepcopy(after)
+    bad["consume_queues"]["TopicA/1"]["entries"][0]["phys_offset"] = 600  # (past the ledger's end)
+    assert [x for x in dlcase.compare_reopen_dl(before, bad) if x.startswith("reopen cq: TopicA/1")]
+    kept = copy.deepcopy(before)  # (the broker's start kept a unit: its reput began past entry 0)
+    kept["consume_queues"]["TopicB/0"] = {"entries": [dict(unit, phys_offset=516)], "min_offset": 0, "max_offset": 1}
+    grown = copy.deepcopy(after)
+    grown["consume_queues"]["TopicB/0"] = kept["consume_queues"]["TopicB/0"]
+    assert [x for x in dlcase.compare_reopen_dl(kept, grown) if x.startswith("reopen cq: TopicA/1")]
