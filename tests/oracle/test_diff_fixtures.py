@@ -210,3 +210,23 @@ def test_dledger_reopen_allows_only_the_next_starts_units_where_the_broker_left_
     grown = copy.deepcopy(after)
     grown["consume_queues"]["TopicB/0"] = kept["consume_queues"]["TopicB/0"]
     assert [x for x in dlcase.compare_reopen_dl(kept, grown) if x.startswith("reopen cq: TopicA/1")]
+
+
+def test_a_dledger_view_that_raced_the_members_commit_is_recognised() -> None:
+    """Soak case 39074 (5.0.0, mixed, the DLedger checkpoint removed): the broker's view of
+    the original ended the commitlog at 131072 (the divided offset), its view of recover's
+    result at 341899 (the ledger's end), and a later view of the very same original at
+    341899: the view had read getMaxOffset between DLedger's raising the committed index and
+    the committed position. dlcase takes such a view again; one that ends at the ledger's end
+    (or where not every entry is committed yet) is kept."""
+    import dlcase
+
+    state = {"ledger_end_index": 82, "committed_index": 82, "committed_pos": 341899, "data_max_wrote_position": 341899}
+    raced = {"dledger_committed_all": True, "commitlog_max_offset": 131072, "dledger": state}
+    assert dlcase.view_raced_commit(raced)
+    assert not dlcase.view_raced_commit(dict(raced, commitlog_max_offset=341899))
+    one = dict(state, ledger_end_index=0, committed_index=0, committed_pos=131520, data_max_wrote_position=131520)
+    assert dlcase.view_raced_commit(dict(raced, dledger=one))  # (a ledger of one entry, index 0)
+    assert not dlcase.view_raced_commit(dict(raced, dledger_committed_all=False))
+    empty = dict(state, ledger_end_index=-1, committed_index=-1, committed_pos=-1, data_max_wrote_position=131072)
+    assert not dlcase.view_raced_commit(dict(raced, dledger=empty))
