@@ -46,6 +46,7 @@ def _queue_info(store: Store, reader: CommitlogReader, topic: str, qid: int, fil
     out: dict[str, Any] = {
         "topic": topic,
         "queue_id": qid,
+        "kind": "file",
         "files": len(files),
         "min_offset": None,
         "max_offset": None,
@@ -121,6 +122,18 @@ def store_info(
             "min_offset": store.commitlog[0].base if store.commitlog else None,
         }
         queues = [_queue_info(store, reader, t, q, fs) for t, q, fs in store.iter_queues()]
+    # 5.x BatchCQ topics' queues (batchconsumequeue/) and the queues of a RocksDB-only store
+    # (storeType=defaultRocksDB): rows of their kind beside the file queues'
+    from .batchcq import summary as batch_summary
+
+    queues += _batch_rows(root)
+    doc["rocksdb_consume_queue"] = rocks_summary(root, any(fs for fs in store.consume_queues.values()))
+    rq = doc["rocksdb_consume_queue"]
+    if rq is not None and rq["read_by_broker"] == "rocksdb":
+        queues += rq.pop("rows", [])
+    elif rq is not None:
+        rq.pop("rows", None)
+    queues.sort(key=lambda q: (q["topic"], q["queue_id"], q["kind"]))
     doc["queues"] = queues
     topics: dict[str, dict[str, Any]] = {}
     for q in queues:
@@ -128,6 +141,7 @@ def store_info(
             q["topic"],
             {
                 "topic": q["topic"],
+                "kind": q["kind"],
                 "queues": 0,
                 "messages": 0,
                 "first_store_timestamp": None,
@@ -135,6 +149,8 @@ def store_info(
             },
         )
         t["queues"] += 1
+        if q["kind"] not in t["kind"].split(","):
+            t["kind"] = ",".join(sorted([*t["kind"].split(","), q["kind"]]))
         t["messages"] += q["messages"]
         for k, pick in (("first_store_timestamp", min), ("last_store_timestamp", max)):
             if q[k] is not None:
@@ -142,15 +158,13 @@ def store_info(
     doc["topics"] = sorted(topics.values(), key=lambda t: t["topic"])
     doc["messages_in_queues"] = sum(q["messages"] for q in queues)
     cq_ends = [q["max_commitlog_offset"] for q in queues if q["max_commitlog_offset"] is not None]
-    # 5.x BatchCQ topics' queues (batchconsumequeue/): counted apart; the broker's
-    # getMaxPhyOffsetInConsumeQueue takes their largest offset too
-    from .batchcq import summary as batch_summary
-
+    cq_ends = [
+        q["max_commitlog_offset"] for q in queues if q["kind"] == "file" and q["max_commitlog_offset"] is not None
+    ]
+    # the broker's getMaxPhyOffsetInConsumeQueue takes the batch queues' largest offset too
     doc["batch_consume_queues"] = batch_summary(root)
     if doc["batch_consume_queues"]["max_commitlog_offset"] is not None:
         cq_ends.append(doc["batch_consume_queues"]["max_commitlog_offset"])
-    doc["rocksdb_consume_queue"] = rocks_summary(root, any(fs for fs in store.consume_queues.values()))
-    rq = doc["rocksdb_consume_queue"]
     if rq is not None and rq["read_by_broker"] == "rocksdb" and rq["max_commitlog_offset"] is not None:
         cq_ends.append(rq["max_commitlog_offset"])
     doc["max_phy_offset_of_cq"] = max(cq_ends) if cq_ends else None
@@ -452,6 +466,41 @@ def _records_between(store: Store, profile: BrokerProfile, lo: int, hi: int) -> 
 __all__ = ["store_info", "SCHEMA_VERSION"]
 
 
+def _batch_rows(root: Path) -> list[dict[str, Any]]:
+    """A queue row (kind ``batch``) per batch consume queue, as the broker's recovery leaves
+    it: min/max offsets in messages (max: the last message's offset, as a file queue row's),
+    the end of the last unit's record and the store times of the first and last units (the
+    first only where the recovery scanned the first file)."""
+    from .batchcq import batch_queues, read_queue
+
+    rows = []
+    for (t, qid), fl in sorted(batch_queues(root).items()):
+        q = read_queue(t, qid, fl)
+        has = q.min_offset >= 0 and q.max_offset > q.min_offset
+        first = last = end = None
+        kept_units = [u[np.flatnonzero(k)] for u, k in q.tail if k.any()]
+        if kept_units:
+            u = kept_units[-1][-1]
+            last, end = int(u["store_timestamp"]), int(u["commitlog_offset"]) + int(u["size"])
+            if q.start == 0 and q.tail[0][1][:1].all() and len(q.tail[0][1]):
+                first = int(q.tail[0][0][0]["store_timestamp"])
+        rows.append(
+            {
+                "topic": t,
+                "queue_id": qid,
+                "kind": "batch",
+                "files": len(fl),
+                "min_offset": q.min_offset if has else None,
+                "max_offset": q.max_offset - 1 if has else None,
+                "messages": q.max_offset - q.min_offset if has else 0,
+                "first_store_timestamp": first,
+                "last_store_timestamp": last,
+                "max_commitlog_offset": end,
+            }
+        )
+    return rows
+
+
 def rocks_summary(root: Path, file_queues: bool) -> dict[str, Any] | None:
     """The store's RocksDB consume queue (5.x), None without one: its directory, its kind
     (``rocksdb``: storeType=defaultRocksDB, the broker reads it; ``double_write``: file queues
@@ -470,6 +519,7 @@ def rocks_summary(root: Path, file_queues: bool) -> dict[str, Any] | None:
         "read_by_broker": "file" if file_queues else "rocksdb",
         "checkpoint": None,
         "queues": [],
+        "rows": [],  # (the queue rows of store_info: taken out there)
         "units": 0,
         "max_commitlog_offset": None,
         "error": None,
@@ -492,6 +542,21 @@ def rocks_summary(root: Path, file_queues: bool) -> dict[str, Any] | None:
             }
         )
         doc["units"] += len(units)
+        mx = cq.max_offset(key)
+        lo = units[0].queue_offset if units else None
+        doc["rows"].append(
+            {
+                "topic": key[0],
+                "queue_id": key[1],
+                "kind": "rocksdb",
+                "min_offset": lo,
+                "max_offset": mx - 1 if lo is not None and mx is not None and mx > lo else None,
+                "messages": mx - lo if lo is not None and mx is not None and mx > lo else 0,
+                "first_store_timestamp": units[0].store_timestamp if units else None,
+                "last_store_timestamp": units[-1].store_timestamp if units else None,
+                "max_commitlog_offset": units[-1].commitlog_offset + units[-1].size if units else None,
+            }
+        )
     ends = [e["max"][0] for e in cq.offset_table.values() if "max" in e]
     doc["max_commitlog_offset"] = max(ends) if ends else None
     return doc

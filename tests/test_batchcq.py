@@ -268,11 +268,56 @@ def test_info_counts_the_batch_queues(tmp_path: Path, capsys: pytest.CaptureFixt
         "messages": sum(BATCHES),
         "max_commitlog_offset": last,
     }
-    assert doc["max_phy_offset_of_cq"] == last and doc["topics"] == []
+    assert doc["max_phy_offset_of_cq"] == last
+    # issue 35: the batch queue is a row of kind batch (before: no row, doc["topics"] == [])
+    end = last + len(_record(len(BATCHES) - 1, 0, 1, 0))
+    t0 = 1_795_302_152_000
+    assert doc["queues"] == [
+        {
+            "topic": "BatchT",
+            "queue_id": 0,
+            "kind": "batch",
+            "files": 1,
+            "min_offset": 0,
+            "max_offset": sum(BATCHES) - 1,
+            "messages": sum(BATCHES),
+            "first_store_timestamp": t0,
+            "last_store_timestamp": t0 + len(BATCHES) - 1,
+            "max_commitlog_offset": end,
+            "first_store_time": doc["queues"][0]["first_store_time"],
+            "last_store_time": doc["queues"][0]["last_store_time"],
+        }
+    ]
+    assert [(t["topic"], t["kind"], t["queues"], t["messages"]) for t in doc["topics"]] == [
+        ("BatchT", "batch", 1, sum(BATCHES))
+    ]
+    assert doc["messages_in_queues"] == sum(BATCHES)
     run(["info", str(root), "--broker-version", "5.5.1", "--format", "table"])
-    assert "batch consume queues (5.x BatchCQ topics, batchconsumequeue/): 1 queues of 1 topics" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert "batch consume queues (5.x BatchCQ topics, batchconsumequeue/): 1 queues of 1 topics" in out
+    assert "KIND" in out and "batch" in out.split("KIND", 1)[1]
+
+
+def test_info_names_the_kind_of_each_queue_file_and_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 35: a store with both kinds (rebuild-index wrote them): the file queue's row is of
+    kind file, the BatchCQ topic's of kind batch, in the queue and topic rows alike."""
+    root = _two_kind_store(tmp_path, [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0), ("BatchT", 3, 2, 0x80)])
+    rc, _out, err = _rebuild(root, "--yes")
+    assert rc in (0, 1), err
+    capsys.readouterr()
+    run(["info", str(root), "--format", "json", "--broker-version", "5.5.1"])
+    doc = json.loads(capsys.readouterr().out)
+    assert [
+        (q["topic"], q["queue_id"], q["kind"], q["min_offset"], q["max_offset"], q["messages"]) for q in doc["queues"]
+    ] == [
+        ("BatchT", 0, "batch", 0, 4, 5),
+        ("PlainT", 0, "file", 0, 0, 1),
+    ]
+    assert [(t["topic"], t["kind"], t["messages"]) for t in doc["topics"]] == [
+        ("BatchT", "batch", 5),
+        ("PlainT", "file", 1),
+    ]
+    assert doc["messages_in_queues"] == 6
 
 
 def test_a_batch_queue_file_of_another_size_is_found_and_read_no_further(

@@ -265,6 +265,42 @@ def test_dump_lists_the_rocksdb_units_and_info_names_the_kind(
     assert doc["max_phy_offset_of_cq"] == max(us[-1].commitlog_offset for us in cq.queues.values())
 
 
+def test_info_lists_a_rocksdb_only_store_s_queues_by_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 35: info's topics/queues rows name each queue's kind; a RocksDB-only store's
+    queues are rows of kind rocksdb (before: the table was empty, they showed only in
+    rocksdb_consume_queue), their max offset the last message's (as a file queue row's)."""
+    from rmqtool.cli import run
+
+    root = fixture_store(tmp_path)
+    cq = rc.read(root, "consumequeue")
+    capsys.readouterr()
+    assert run(["info", str(root), "--broker-version", V, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = [
+        (q["topic"], q["queue_id"], q["kind"], q["min_offset"], q["max_offset"], q["messages"]) for q in doc["queues"]
+    ]
+    assert rows == [
+        ("TopicA", 0, "rocksdb", 0, 5, 6),
+        ("TopicA", 1, "rocksdb", 0, 5, 6),
+        ("TopicB", 0, "rocksdb", 0, 0, 1),
+    ]
+    for q in doc["queues"]:
+        us = cq.queues[(q["topic"], q["queue_id"])]
+        assert (
+            q["first_store_timestamp"] == us[0].store_timestamp and q["last_store_timestamp"] == us[-1].store_timestamp
+        )
+        assert q["max_commitlog_offset"] == us[-1].commitlog_offset + us[-1].size
+    assert [(t["topic"], t["kind"], t["queues"], t["messages"]) for t in doc["topics"]] == [
+        ("TopicA", "rocksdb", 2, 12),
+        ("TopicB", "rocksdb", 1, 1),
+    ]
+    assert doc["messages_in_queues"] == 13
+    capsys.readouterr()
+    assert run(["info", str(root), "--broker-version", V, "--format", "table", "--all-queues"]) == 0
+    out = capsys.readouterr().out
+    assert "KIND" in out and out.count("rocksdb") >= 3, out
+
+
 def test_the_offset_and_timer_readers_write_nothing_into_the_store(tmp_path: Path) -> None:
     """recovery.rocksoffsets (config/consumerOffsets, config/rdb, rocksdbstore's timer family) read
     through the same shadow open: before, each read left rocksdict-config.json in the operator's

@@ -119,6 +119,7 @@ def _exit_status(doc: dict[str, Any]) -> int:
 
 TOPIC_FIELDS = [
     ("topic", "TOPIC"),
+    ("kind", "KIND"),
     ("queues", "QUEUES"),
     ("messages", "MESSAGES"),
     ("first_store_timestamp", "FIRST STORED (MS)"),
@@ -129,6 +130,7 @@ TOPIC_FIELDS = [
 QUEUE_FIELDS = [
     ("topic", "TOPIC"),
     ("queue_id", "QID"),
+    ("kind", "KIND"),
     ("min_offset", "MIN QOFF"),
     ("max_offset", "MAX QOFF"),
     ("messages", "MESSAGES"),
@@ -143,9 +145,15 @@ QUEUE_FIELDS = [
 
 def _row_columns(all_queues: bool) -> list[tuple[str, str]]:
     cols = (
-        [("topic", "TOPIC"), ("queue_id", "QID"), ("min_offset", "MIN QOFF"), ("max_offset", "MAX QOFF")]
+        [
+            ("topic", "TOPIC"),
+            ("queue_id", "QID"),
+            ("kind", "KIND"),
+            ("min_offset", "MIN QOFF"),
+            ("max_offset", "MAX QOFF"),
+        ]
         if all_queues
-        else [("topic", "TOPIC"), ("queues", "QUEUES")]
+        else [("topic", "TOPIC"), ("kind", "KIND"), ("queues", "QUEUES")]
     )
     return cols + [("messages", "MESSAGES"), ("first_store_time", "FIRST STORED"), ("last_store_time", "LAST STORED")]
 
@@ -254,7 +262,7 @@ def _table(doc: dict[str, Any], all_queues: bool, cols: list[tuple[str, str]]) -
         con.print(
             f"batch consume queues (5.x BatchCQ topics, batchconsumequeue/): {bq['queues']} queues of "
             f"{bq['topics']} topics, {bq['units']} units, {bq['messages']} messages (dump consumequeue lists "
-            "them; recover, repair and rebuild-index refuse such a store)",
+            "them, rebuild-index writes them; recover and repair refuse such a store)",
             highlight=False,
             markup=False,
         )

@@ -85,12 +85,18 @@ _ROW_TIMES = {
 }
 
 
+QUEUE_KINDS = ("file", "batch", "rocksdb")  # consumequeue/, batchconsumequeue/, a RocksDB-only store's
+
+
 def info() -> dict[str, Any]:
-    topic = obj({"topic": S, "queues": I, "messages": I, **_ROW_TIMES}, ("topic", "queues", "messages"))
+    topic = obj(
+        {"topic": S, "kind": S, "queues": I, "messages": I, **_ROW_TIMES}, ("topic", "kind", "queues", "messages")
+    )
     queue = obj(
         {
             "topic": S,
             "queue_id": I,
+            "kind": {"enum": list(QUEUE_KINDS)},
             "min_offset": null(I),
             "max_offset": null(I),
             "messages": I,
@@ -98,7 +104,7 @@ def info() -> dict[str, Any]:
             "max_commitlog_offset": null(I),
             **_ROW_TIMES,
         },
-        ("topic", "queue_id", "messages"),
+        ("topic", "queue_id", "kind", "messages"),
     )
     outlook = obj({"mode": S, "verdict": S, "next": arr(S)}, ("mode", "verdict", "next"), closed=False)
     cfile = obj(
