@@ -298,6 +298,25 @@ def test_info_counts_the_batch_queues(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "KIND" in out and "batch" in out.split("KIND", 1)[1]
 
 
+def test_verify_names_the_kinds_it_checked_and_the_release(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 35: verify's consumequeue check names the kinds of queue it checked (batch alone
+    here; file and batch once rebuild-index wrote a file queue too) beside the release judged by."""
+    root = _two_kind_store(tmp_path, [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0)])
+    argv = ["verify", str(root), "--format", "json", "--quiet", "--broker-version", "5.5.1"]
+    capsys.readouterr()
+    run(argv)
+    doc = json.loads(capsys.readouterr().out)
+    (cqc,) = [c for c in doc["checks"] if c["name"] == "consumequeue"]
+    assert cqc["stats"]["kinds"] == [] and doc["broker_version"] == "5.5.1"
+    rc, _out, err = _rebuild(root, "--yes")
+    assert rc in (0, 1), err
+    capsys.readouterr()
+    run(argv)
+    doc = json.loads(capsys.readouterr().out)
+    (cqc,) = [c for c in doc["checks"] if c["name"] == "consumequeue"]
+    assert cqc["stats"]["kinds"] == ["file", "batch"] and doc["broker_version"] == "5.5.1"
+
+
 def test_info_names_the_kind_of_each_queue_file_and_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """issue 35: a store with both kinds (rebuild-index wrote them): the file queue's row is of
     kind file, the BatchCQ topic's of kind batch, in the queue and topic rows alike."""

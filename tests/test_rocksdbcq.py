@@ -295,6 +295,9 @@ def test_info_lists_a_rocksdb_only_store_s_queues_by_kind(tmp_path: Path, capsys
         ("TopicB", "rocksdb", 1, 1),
     ]
     assert doc["messages_in_queues"] == 13
+    _code, vdoc = verify_json(root, capsys)  # verify names the kind it checked, beside the release
+    (cqc,) = [c for c in vdoc["checks"] if c["name"] == "consumequeue"]
+    assert cqc["stats"]["kinds"] == ["rocksdb"] and vdoc["broker_version"] == V
     capsys.readouterr()
     assert run(["info", str(root), "--broker-version", V, "--format", "table", "--all-queues"]) == 0
     out = capsys.readouterr().out

@@ -214,6 +214,17 @@ def _report(
     )
     salvaged = int(np.count_nonzero(recs.flags & SALVAGED)) if len(recs) else 0
     damaged = int(np.count_nonzero(recs.flags & DAMAGED)) if len(recs) else 0
+    # the kinds of consume queue checked (file: consumequeue/; batch: batchconsumequeue/;
+    # rocksdb: the RocksDB consume queue), in that order
+    cq_stats["kinds"] = [
+        k
+        for k, n in (
+            ("file", cq_stats.get("queues", 0)),
+            ("batch", cq_stats.get("batch_queues", 0)),
+            ("rocksdb", cq_stats.get("rocksdb_queues", 0)),
+        )
+        if n
+    ]
     items = {
         "layout": (
             n_files,
