@@ -130,6 +130,8 @@ def main() -> int:
         ("--msg-id absent (offset id)", ["--msg-id", msg_id[:16] + "7FFFFFFFFFFFFFF0"]),
         ("--msg-id absent (UNIQ_KEY)", ["--msg-id", "0A0000010F2C1B2C3D4EFFFFFFFF0001"]),
         ("--key absent", ["--key", "NO-SUCH-KEY", "--topic", "SynthTopic7"]),
+        # a topic no queue holds: only the records past the dispatched end are walked
+        ("--topic absent", ["--topic", "SynthTopic7x"]),
     ]
     from rmqtool.recovery.seek import first_since, seek_start
 
