@@ -64,6 +64,14 @@ NOT_RECORD_WALKS = {
         "recovery/safety/backup.py",
         "_hash_result_rest",
     ): "a backup's digest of a file's new bytes, read in fixed chunks (left -= the chunk's length)",
+    (
+        "recovery/batchcq.py",
+        "inner_pairs",
+    ): "one record's properties found from its header (p += the body's and topic's lengths), at positions a queue gives",
+    (
+        "recovery/replicas/dledger.py",
+        "first_unequal",
+    ): "two DLedger members' byte ranges compared by hashes, resumed at the next entry's position from the index units",
 }
 
 
