@@ -444,10 +444,13 @@ def test_the_geometry_search_of_a_sparse_1_gib_index_file_reads_its_slots_in_bou
     (idx,) = (root / "index").iterdir()
     idx.chmod(0o644)
     os.truncate(idx, 1 << 30)
+    # (the child's own peak, VmHWM of its address space: ru_maxrss survives execve on Linux,
+    # so it would carry the forking pytest process's peak, 2.2 GB late in the full suite)
     code = (
-        "import resource, sys; from rmqtool.recovery.store import Store; "
+        "import sys; from rmqtool.recovery.store import Store; "
         "g = Store.open(sys.argv[1]).geometry; "
-        "print(g.index_assumption is not None, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]; "
+        "print(g.index_assumption is not None, hwm)"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120, check=True
