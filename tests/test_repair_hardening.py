@@ -688,3 +688,55 @@ def test_recover_leaves_the_start_up_reput_to_the_broker_where_the_queue_size_is
     code, _out, err = _cli(capsys, "recover", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "c"), *size)
     sizes = {p.stat().st_size for p in (root / "consumequeue").rglob("0000*")}
     assert code == 1 and sizes == {640}, (code, err, sizes)
+
+
+def test_recover_leaves_the_abnormal_dispatch_to_the_4x_start_up_reput_where_the_queue_size_is_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 33 (left by soak seed 2000201): ``delay`` without consumequeue/ and with an
+    abort file. recover's abnormal dispatch wrote every queue in files of the default
+    6,000,000 bytes, a size nothing gave (the broker, at 640, refuses them). The 4.x broker's
+    start-up reput writes every queue at its own size from the commitlog's first record where
+    no queue is left, so recover leaves that pass to it (the oracle test
+    test_repair_cq_size_oracle.py: the broker sees the units it sees on the store as it was);
+    the abort file goes, and a second run finds nothing to do."""
+    root = _copy(tmp_path / "a", "delay")
+    shutil.rmtree(root / "consumequeue")
+    (root / "abort").touch()
+    v = ["--broker-version", "4.9.4"]
+    code, out, err = _cli(capsys, "recover", str(root), "--dry-run", *v)
+    assert code == 4 and "left to the broker's start-up reput" in out + err, out
+    code, _out, err = _cli(capsys, "recover", str(root), "--yes", "--quiet", "--backup-dir", str(tmp_path / "b"), *v)
+    assert code == 1 and not (root / "consumequeue").exists() and not (root / "abort").exists(), err
+    assert _cli(capsys, "recover", str(root), "--dry-run", "--quiet", *v)[0] == 0
+
+
+@pytest.mark.parametrize("abort", [True, False], ids=["abort", "clean"])
+@pytest.mark.parametrize("version", ["5.1.4", "5.3.3"])
+@pytest.mark.parametrize("command", ["recover", "repair"])
+def test_a_5x_store_without_queue_files_of_a_known_size_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, version: str, abort: bool
+) -> None:
+    """Issue 33: a 5.x broker's start does not rebuild queues (it reputs from the commitlog's
+    max offset): only its recovery's dispatch writes them (abnormal; 5.3.2+ also the normal
+    walk-back), at its own size. With no queue file and no option to tell that size, recover
+    wrote them at the default 6,000,000 bytes (the broker refuses them), and repair wrote
+    none and removed the abort file (the broker then had no unit: the oracle test). Both
+    refuse, dry run or not (status 8, the consumequeue directory and the options named,
+    nothing changed), where their recovery would dispatch; a 5.1.4 clean store's recovery
+    dispatches nothing, and recover has nothing to do there, as the broker."""
+    root = _copy(tmp_path / "a", "delay")
+    shutil.rmtree(root / "consumequeue")
+    if abort:
+        (root / "abort").touch()
+    before = tree_digest(root)
+    v = ["--broker-version", version]
+    refuses = command == "repair" or abort or version == "5.3.3"
+    for args in (["--dry-run"], ["--yes", "--backup-dir", str(tmp_path / "b")]):
+        code, _out, err = _cli(capsys, command, str(root), "--quiet", *args, *v)
+        if not refuses:
+            assert code == 0, (args, err)
+            continue
+        assert code == 8, (args, code, err)
+        assert f"{root / 'consumequeue'}" in err and "--cq-file-size" in err, err
+    assert tree_digest(root) == before and not (tmp_path / "b").exists()

@@ -84,7 +84,12 @@ from .model import (
 from .planning import plan_recovery
 from .queues import frozen_queues, recover_queue
 from .salvage import write_salvage
-from .unloadable import refuse_unloadable, refused_commitlog_file
+from .unloadable import (
+    refuse_repair_at_unknown_cq_size,
+    refuse_unknown_cq_size,
+    refuse_unloadable,
+    refused_commitlog_file,
+)
 from .walk import recovery_stop, scan_files
 
 __all__ = [
@@ -109,6 +114,8 @@ __all__ = [
     "plan_recovery",
     "recover_queue",
     "recovery_stop",
+    "refuse_repair_at_unknown_cq_size",
+    "refuse_unknown_cq_size",
     "refuse_unloadable",
     "refused_commitlog_file",
     "scan_files",

@@ -29,7 +29,7 @@ from .indexfiles import infer_index_tz
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
 from .queues import Queue, broker_refuses, frozen_queues, recover_queue_files
 from .salvage import write_salvage
-from .unloadable import refuse_unloadable
+from .unloadable import refuse_unknown_cq_size, refuse_unloadable
 from .writing import checkpoint_bytes, index_changes, index_file_bytes, queue_changes, recovered_checkpoint
 
 
@@ -59,6 +59,7 @@ def apply_recovery(
 
     if not queues_only:
         refuse_unloadable(store, profile)  # (the broker changes nothing in such a store: nor does recover)
+        refuse_unknown_cq_size(store, plan)  # (queue files of a guessed size: the broker refuses them)
     ckpt_before = store.read_checkpoint()
     cp_path = store.root / "checkpoint"
     cp_bytes = (

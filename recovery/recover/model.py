@@ -172,6 +172,7 @@ class RecoveryContext:
     settle: bool = False  # apply settles the queues as the broker's next starts would (the broker refuses the store)
     hints: Any = None  # the consume queues' offsets, reused by apply's dispatch
     confirm_offset: int | None = None  # controller mode (--to-consistent-point): the checkpoint's confirmPhyOffset
+    cq_size_refusal: str | None = None  # why recover refuses: the recovery's dispatch at a queue size nothing gives
 
 
 @dataclass

@@ -321,6 +321,7 @@ def _plan_without_commitlog(p: Planning) -> RecoveryPlan:
 def _plan_dispatch(p: Planning) -> None:
     """Step 6, the dispatch passes; then the notes on quirks and deviations."""
     plan, process, max_cq, min_offset = p.plan, p.process, p.plan.max_phy_offset_of_cq, p.plan.commitlog_min_offset
+    unknown = not p.store.geometry.cq_file_size_known
     if p.abnormal:
         if plan.reindex and plan.index_discarded:
             kept_end = plan.index_kept_end_phy_offset if p.kept_index else min_offset
@@ -336,20 +337,33 @@ def _plan_dispatch(p: Planning) -> None:
                         note="records the discarded index files held that the broker's recovery does not re-index (RocketMQ #3868, #8007)",
                     )
                 )
-        plan.dispatch.append(
-            DispatchRange(
-                "abnormal_recovery",
-                plan.start_offset,
-                process,
-                p.records,
-                note="every valid record from the start file (already-built CQ units are skipped)"
-                + (
-                    "; SCHEDULE_TOPIC_XXXX with maxDelayLevel 0 (quirk Q1)"
-                    if p.q1 and not plan.correct_delay_tags
-                    else ""
-                ),
+        if unknown and p.profile.startup_reput_from_cq:
+            # (no queue file tells mappedFileSizeConsumeQueue and no option gave it: the 4.x
+            # broker's start-up reput, from the commitlog's first offset where no queue is
+            # left, writes every queue at its own size and indexes from the index's end by
+            # the rule of this dispatch, so recover leaves the pass to it: files of a guessed
+            # size are files the broker refuses to load, issue 33)
+            plan.notes.append(
+                "no consume queue file tells their size (mappedFileSizeConsumeQueue) and no option gave it: "
+                "the abnormal recovery's dispatch is left to the broker's start-up reput, which writes every "
+                "queue at its own size from the commitlog's first record (give --cq-file-size or "
+                "--broker-config to have recover do it)"
             )
-        )
+        else:
+            plan.dispatch.append(
+                DispatchRange(
+                    "abnormal_recovery",
+                    plan.start_offset,
+                    process,
+                    p.records,
+                    note="every valid record from the start file (already-built CQ units are skipped)"
+                    + (
+                        "; SCHEDULE_TOPIC_XXXX with maxDelayLevel 0 (quirk Q1)"
+                        if p.q1 and not plan.correct_delay_tags
+                        else ""
+                    ),
+                )
+            )
     elif p.profile.normal_recovery_walkback:
         # (records with commitLogOffset > maxPhyOffsetOfCQ: none when it is at or past the last one)
         none = max_cq >= process or plan.start_offset >= process or max_cq >= plan.last_valid_offset
@@ -362,6 +376,7 @@ def _plan_dispatch(p: Planning) -> None:
                 note="5.3.2+: records with commitLogOffset > maxPhyOffsetOfCQ (quirk Q2)",
             )
         )
+    _refuse_unknown_cq_size(p)
     frozen_max = p.ctx.frozen_max
     if frozen_max >= 0:  # a queue recover leaves alone still holds what it holds
         p.post_trunc_max.append(min(frozen_max, process) if plan.cq_truncation else frozen_max)
@@ -392,9 +407,36 @@ def _plan_dispatch(p: Planning) -> None:
     _plan_notes(p)
 
 
+def _refuse_unknown_cq_size(p: Planning) -> None:
+    """Where the recovery's own dispatch (5.x: abnormal, or the 5.3.2+ walk-back) would
+    write consume queue units and no queue file tells mappedFileSizeConsumeQueue nor an
+    option gives it: the reason recover refuses (``ctx.cq_size_refusal``, status 8, nothing
+    changed). The broker's recovery writes those queues at its own size; files of a guessed
+    size are files it refuses to load, and a 5.x start does not rebuild queues the recovery
+    left out (it reputs from the commitlog's max offset: the oracle finds no unit in a 5.1.4
+    store without queue files after a clean start), so neither writing nor leaving the pass
+    is what the broker does (issue 33)."""
+    if p.store.geometry.cq_file_size_known or p.profile.startup_reput_from_cq:
+        return
+    passes = [d for d in p.plan.dispatch if d.cq and d.records != 0 and d.from_offset < d.to_offset]
+    if not passes:
+        return
+    how = (
+        "its abnormal recovery (the abort file present)"
+        if passes[0].name == "abnormal_recovery"
+        else "its normal recovery's dispatch past the queues' end (5.3.2+)"
+    )
+    p.ctx.cq_size_refusal = (
+        f"no consume queue file tells their size (mappedFileSizeConsumeQueue) and no option gave it: the "
+        f"{p.profile.label} broker writes the queues in {how} at its own size, which recover cannot "
+        "know, and its later starts do not rebuild them; give --cq-file-size or --broker-config (or start the "
+        "broker on the store as it is)"
+    )
+
+
 def _plan_notes(p: Planning) -> None:
     plan = p.plan
-    if p.q1:
+    if p.q1 and any(d.name == "abnormal_recovery" for d in plan.dispatch):
         plan.notes.append(
             "quirk Q1 (4.9.2-4.9.8): SCHEDULE_TOPIC_XXXX units written by the abnormal dispatch get the "
             "TAGS hash (or 0) as tagsCode, not the delivery time"

@@ -9,9 +9,10 @@ from ..broker import mapped_file_queue_load
 from ..findingcodes import FindingCode
 from ..store import LayoutIssue, Store
 from ..versions import BrokerProfile
+from .model import RecoveryPlan
 from .planstate import rel_path
 
-__all__ = ["refuse_unloadable", "refused_commitlog_file"]
+__all__ = ["refuse_repair_at_unknown_cq_size", "refuse_unknown_cq_size", "refuse_unloadable", "refused_commitlog_file"]
 
 
 def refused_commitlog_file(store: Store, profile: BrokerProfile) -> LayoutIssue | None:
@@ -43,3 +44,37 @@ def refuse_unloadable(store: Store, profile: BrokerProfile) -> None:
             "and so does recover (rmqtool repair mends the file and keeps the intact messages)",
             store.root / issue.path,
         )
+
+
+def refuse_unknown_cq_size(store: Store, plan: RecoveryPlan) -> None:
+    """Raise :class:`RecoveryError` (status 8, nothing changed) where the plan's recovery
+    dispatch would write consume queues of a size nothing in the store or the options gives
+    (``RecoveryContext.cq_size_refusal``, planning._refuse_unknown_cq_size)."""
+    why = plan.context.cq_size_refusal if plan.context is not None else None
+    if why is not None:
+        raise RecoveryError(why, store.root / "consumequeue")
+
+
+def refuse_repair_at_unknown_cq_size(store: Store, profile: BrokerProfile) -> None:
+    """Raise :class:`RecoveryError` (status 8, before planning: nothing changed) where no
+    consume queue file tells mappedFileSizeConsumeQueue, no option gives it, the commitlog
+    holds data and the broker's start does not rebuild queues (5.x: it reputs from the
+    commitlog's max offset, unless recheckReputOffsetFromCq). There repair can neither write
+    the queues (a guessed size is a size the broker refuses to load) nor leave them to the
+    broker's start, as it does for 4.x (the oracle: a 5.1.4 broker opening such a store
+    after a clean shutdown has no unit; issue 33)."""
+    if store.geometry.cq_file_size_known or profile.startup_reput_from_cq:
+        return
+    if not any(f.size > 0 for f in store.commitlog):
+        return
+    raise RecoveryError(
+        "no consume queue file tells their size (mappedFileSizeConsumeQueue) and no option gave it: repair "
+        f"cannot write the queues at the broker's size, and a {profile.label} broker's start does not rebuild "
+        "them; give --cq-file-size or --broker-config"
+        + (
+            " (or start the broker on the store as it is: its abnormal recovery writes them)"
+            if store.abort_present
+            else ""
+        ),
+        store.root / "consumequeue",
+    )

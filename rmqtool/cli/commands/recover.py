@@ -175,11 +175,12 @@ def _dry_run(
     jobs: int | None,
     fix_offsets: bool,
 ) -> int:
-    from ...recovery.recover import refuse_unloadable, write_salvage  # start-up time: a dry run's own names
+    from ...recovery.recover import refuse_unknown_cq_size, refuse_unloadable, write_salvage  # (a dry run's own names)
 
     store = ds.dry_run_store("recover", store_opts, backup_dir)
     refuse_unloadable(store, profile)  # (as the real run: the broker refuses such a store)
     plan = _plan(store, profile, opts, quiet)
+    refuse_unknown_cq_size(store, plan)  # (as the real run)
     past = _past_end(store, plan, profile, jobs)
     listed = None
     if salvage_to is not None and (plan.cuts or plan.removed_files):
@@ -206,11 +207,12 @@ def _apply(
     tz: _dt.tzinfo | None,
 ) -> int:
     with ds.applying("recover", store_opts, yes, around=salvage_cleanup(salvage_to)) as (store, finished):
-        from ...recovery.recover import refuse_unloadable
+        from ...recovery.recover import refuse_unknown_cq_size, refuse_unloadable
 
         t0 = time.perf_counter()
         refuse_unloadable(store, profile)  # (status 8, nothing changed: the broker refuses the store)
         plan = _plan(store, profile, opts, quiet)
+        refuse_unknown_cq_size(store, plan)  # (status 8, nothing changed: the queue size is the broker's)
         result: ApplyResult | None = None
         past: list[OffsetChange] = []
         blocked = plan.blocked

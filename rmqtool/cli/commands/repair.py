@@ -19,7 +19,7 @@ import click
 from ...formats.errors import StoreLayoutError
 from ...recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
 from ...recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
-from ...recovery.recover import infer_index_tz
+from ...recovery.recover import infer_index_tz, refuse_repair_at_unknown_cq_size
 from ...recovery.repair import RepairPlan, left_findings, left_problems, plan_repair
 from ...recovery.repairapply import apply_repair
 from ...recovery.repairregions import DAMAGED, END_OF_DATA, MISSING_FILE, TRUNCATED_FILE
@@ -216,6 +216,7 @@ def _plan(
     store: Store, profile: BrokerProfile, max_message_size: int, tz: _dt.tzinfo | None, jobs: int, quiet: bool
 ) -> RepairPlan:
     refuse_dledger(store)
+    refuse_repair_at_unknown_cq_size(store, profile)  # (status 8, before planning: a dry run as the real run)
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "repair: walk", quiet) as advance:
         return plan_repair(
