@@ -38,7 +38,7 @@ def classify(path: str | os.PathLike[str], root: str | os.PathLike[str] | None =
         try:
             target = os.stat(p)
         except FileNotFoundError:
-            return "unsafe", "a dangling symlink"
+            return "unsafe", dangling_why(p)
         except OSError as exc:
             return "unsafe", f"a symlink that cannot be followed ({exc.strerror})"
         if root is not None:
@@ -58,6 +58,16 @@ def classify(path: str | os.PathLike[str], root: str | os.PathLike[str] | None =
     if stat.S_ISSOCK(st.st_mode):
         return "unsafe", "a socket, not a regular file"
     return "unsafe", "not a regular file"
+
+
+def dangling_why(path: str | os.PathLike[str]) -> str:
+    """What a dangling symlink is, its target named as the link holds it: ``a symbolic
+    link to X, which does not exist``."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return "a dangling symbolic link"
+    return f"a symbolic link to {target}, which does not exist"
 
 
 def is_symlink(path: str | os.PathLike[str]) -> bool:

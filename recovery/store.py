@@ -320,6 +320,28 @@ class MappedFile:
 FRAMINGS: list[Callable[[Store], Any]] = []
 
 
+# what the broker makes of its state files where each is a dangling or looping symlink
+# (Store._kind's UNSAFE_FILE message, naming the link's target): java.io.File.exists is
+# false for such a link, so the broker sees no abort file, no checkpoint; rmqtool never
+# opens them, and its destructive commands refuse the store until they are replaced
+_STATE_LINKS: dict[str, Callable[[str | None], str]] = {
+    "abort": lambda why: (
+        f"abort is {why}: the broker's File.exists is false for it, so its next start takes the store for cleanly "
+        "shut down and runs the normal recovery (nor can it create its abort file there: a crash of it goes "
+        "unseen); rmqtool never opens it: remove it, or replace it by an empty regular file for the abnormal "
+        "recovery a crash calls for"
+    ),
+    "lock": lambda why: (
+        f"lock is {why}: no broker holds a lock on it; rmqtool never opens it: remove it (the broker creates "
+        "the lock file at its start)"
+    ),
+    "checkpoint": lambda why: (
+        f"checkpoint is {why}: the broker's File.exists is false for it, so it reads no checkpoint; rmqtool "
+        "never opens it: remove it, or put the real checkpoint there"
+    ),
+}
+
+
 @dataclass
 class Store:
     """Everything discovered about a store root."""
@@ -601,8 +623,12 @@ class Store:
         cp = self.root / "checkpoint"
         self.checkpoint_present = os.path.lexists(cp) and self._kind(cp) == REGULAR
         self.checkpoint_size = cp.stat().st_size if self.checkpoint_present else 0
-        self.abort_present = os.path.lexists(self.root / "abort")
-        if self.abort_present and self._kind(self.root / "abort") == DIRECTORY and not is_symlink(self.root / "abort"):
+        abort = self.root / "abort"
+        # (the broker's File.exists: false for a dangling or looping symlink, whose store it
+        # takes for cleanly shut down; verify names such an entry, and recover and repair
+        # refuse it, as they refuse any: Store.obstacles)
+        self.abort_present = os.path.lexists(abort) and os.path.exists(abort)
+        if os.path.lexists(abort) and self._kind(abort) == DIRECTORY and not is_symlink(abort):
             # (the broker takes any existing abort for the abort file (File.exists) and recovers
             # abnormally; finishing that recovery removes it, and rmqtool never removes a directory:
             # the destructive commands refuse it, dry run or not, as they refuse a FIFO)
@@ -630,11 +656,14 @@ class Store:
         destructive ones refuse it before changing anything)."""
         kind, why = classify(p, self.root)
         if kind not in (REGULAR, DIRECTORY):
+            rel = self._rel(p)
             self.issues.append(
                 LayoutIssue(
                     "UNSAFE_FILE",
-                    self._rel(p),
-                    f"{why}: rmqtool never opens it; remove it or put the real file or directory there",
+                    rel,
+                    _STATE_LINKS[rel](why)
+                    if rel in _STATE_LINKS and is_symlink(p) and not os.path.exists(p)
+                    else f"{why}: rmqtool never opens it; remove it or put the real file or directory there",
                     "error",
                 )
             )

@@ -9,6 +9,7 @@ each consume queue points at (for the time ranges). ``deep=True`` adds the recov
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,12 @@ def store_info(
     else:
         doc["checkpoint"] = None
     abort = (root / "abort").exists()
+    if not abort and os.path.lexists(root / "abort"):
+        # (a dangling or looping symlink: the broker's File.exists is false for it, as here)
+        problems.append(
+            f"abort: {classify(root / 'abort', root)[1]}: the broker sees no abort file (its next start runs the "
+            "normal recovery) and rmqtool's changes refuse the store until it is removed"
+        )
     odd_lock = lock_file_problem(root)
     held = odd_lock is None and broker_holds_lock(root)
     if odd_lock is not None:

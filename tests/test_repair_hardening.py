@@ -740,3 +740,40 @@ def test_a_5x_store_without_queue_files_of_a_known_size_is_refused(
         assert code == 8, (args, code, err)
         assert f"{root / 'consumequeue'}" in err and "--cq-file-size" in err, err
     assert tree_digest(root) == before and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("name", ["abort", "lock", "checkpoint"])
+def test_a_dangling_symlink_state_file_is_named_with_its_target_and_refused_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """Issue 33 (left last session): ``abort``, ``lock`` or ``checkpoint`` a symbolic link
+    to nothing. The broker's File.exists is false for a dangling link: it sees no abort file
+    (its next start recovers normally) and no checkpoint. verify reported STORE_ABORT for
+    the abort link as for an abort file, the messages said "a dangling symlink" without the
+    target. Now verify names the entry and its target ("abort is a symbolic link to X,
+    which does not exist") and reports no abort; recover and repair refuse it, dry run or
+    not, with a line naming the target (status 8, nothing changed; on the lock link the
+    dry run's refusal is the obstacle's, after its warning, the real run's the lock's);
+    info counts it a problem."""
+    root = _copy(tmp_path, "clean")
+    target = tmp_path / f"nowhere-{name}"
+    (root / name).unlink(missing_ok=True)
+    (root / name).symlink_to(target)
+    says = f"symbolic link to {target}, which does not exist"
+    code, out, _err = _cli(capsys, "verify", str(root), "--format", "json")
+    found = {f["code"]: f for f in json.loads(out)["findings"]}
+    assert code == 4 and found["FILE_UNSAFE"]["file"] == name, found
+    assert found["FILE_UNSAFE"]["message"].startswith(f"{name} is a {says}"), found["FILE_UNSAFE"]
+    assert "STORE_ABORT" not in found
+    before = tree_digest(root)
+    for command in ("recover", "repair"):
+        lines = []
+        for args in (["--dry-run"], ["--yes", "--backup-dir", str(tmp_path / "b")]):
+            code, _out, err = _cli(capsys, command, str(root), "--quiet", *args)
+            assert code == 8 and says in err, (command, args, err)
+            lines.append(err.strip().splitlines()[-1])
+        assert name == "lock" or lines[0] == lines[1], lines  # (the lock link: see above)
+    assert tree_digest(root) == before and os.readlink(root / name) == str(target)
+    assert not (tmp_path / "b").exists()
+    code, out, _err = _cli(capsys, "info", str(root), "--format", "json")
+    assert code == 4 and any(p.startswith(f"{name}: a {says}") for p in json.loads(out)["problems"]), out

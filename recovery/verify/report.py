@@ -34,7 +34,7 @@ CODES: dict[FindingCode, tuple[str, str]] = {
     ),
     FindingCode.FILE_UNSAFE: (
         ERROR,
-        "an entry rmqtool never opens: a FIFO, a device, a socket, a dangling or looping symlink, a symlink leaving the store, a directory that cannot be read, a directory named abort (the broker takes it for the abort file; rmqtool never removes a directory); recover, repair and rebuild-index refuse the store until it is removed or replaced by a regular file or directory",
+        "an entry rmqtool never opens: a FIFO, a device, a socket, a dangling or looping symlink, a symlink leaving the store, a directory that cannot be read, a directory named abort (the broker takes it for the abort file; rmqtool never removes a directory); a dangling symlink is named with its target (abort is a symbolic link to X, which does not exist), and where it is abort, lock or checkpoint the message says what the broker makes of it: its File.exists is false for such a link, so an abort link to nothing is no abort file to it (no STORE_ABORT: its next start recovers normally); recover, repair and rebuild-index refuse the store until it is removed or replaced by a regular file or directory",
     ),
     FindingCode.FILE_SYMLINK: (
         WARNING,
