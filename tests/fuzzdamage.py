@@ -563,6 +563,7 @@ GUARDED = {"fifo", "symlink", "sparse_huge", "sparse_middle"}
 # consume queues at the moved offsets; mixed now and then), half of them with a DLedger
 # damage first (in place: the member's 160 MiB index file stays sparse)
 DLEDGER_SHARE = 0.25
+DLEDGER_TWIN = " (DLedger twin)"  # (make_store's fixture name for a DLedger twin of a fixture)
 
 
 def make_dledger(src: Path, root: Path, rng: random.Random) -> str:
@@ -640,7 +641,7 @@ def make_store(dest: Path, seed: int, kind: str | None = None) -> tuple[Path, st
     descs = []
     if dl_rng.random() < DLEDGER_SHARE:
         descs.append(make_dledger(REAL / fixture / "store", root, dl_rng))
-        fixture = f"{fixture} (DLedger twin)"
+        fixture = f"{fixture}{DLEDGER_TWIN}"
     else:
         shutil.copytree(REAL / fixture / "store", root, symlinks=True)
     descs.append(KINDS[kind](root, rng))
@@ -1679,8 +1680,16 @@ def broker_changed_areas(v1: dict, v2: dict) -> set[str]:
 
 
 def fixture_config(fixture: str) -> dict:
-    cfg = json.loads((REAL / fixture / "scenario.json").read_text(encoding="utf-8"))["message_store_config"]
-    return {k: v for k, v in cfg.items() if k != "storePathRootDir"}
+    """The broker's config of the fixture a damaged store was made of; a DLedger twin's
+    (make_dledger) with the DLedger commitlog on, so that the broker reads its entries
+    (soak seed 2000916: the replay looked for the twin's name as a fixture directory)."""
+    twin = fixture.endswith(DLEDGER_TWIN)
+    name = fixture[: -len(DLEDGER_TWIN)] if twin else fixture
+    cfg = json.loads((REAL / name / "scenario.json").read_text(encoding="utf-8"))["message_store_config"]
+    out = {k: v for k, v in cfg.items() if k != "storePathRootDir"}
+    if twin:
+        out["enableDLegerCommitLog"] = True
+    return out
 
 
 def _oracle_harness():  # noqa: ANN202 - tests/oracle/harness.py, loaded by path

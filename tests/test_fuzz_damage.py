@@ -1800,3 +1800,16 @@ def test_a_dledger_store_s_dry_run_replays_its_dispatch_as_the_real_run_does(
         capsys, "recover", str(root), "--yes", "--backup-dir", str(tmp_path / "b"), "--broker-version", "4.9.4"
     )
     assert code == 0 and fd.tree_digest(root) == before, err
+
+
+def test_the_broker_replay_of_a_dledger_twin_reads_its_fixture_s_config_with_dledger_on(tmp_path: Path) -> None:
+    """Soak seed 2000916 (a DLedger twin of crash_midwrite): recover's second run added the
+    last record's index keys again, and the broker replay that judges it failed before any
+    start, looking for ``crash_midwrite (DLedger twin)/scenario.json``. The twin's config is
+    its fixture's with the DLedger commitlog on (without it the broker reads no entry)."""
+    root, _kind, desc = fd.make_store(tmp_path, 2000916)
+    fixture = desc.split(":", 1)[0]
+    assert fixture == "crash_midwrite" + fd.DLEDGER_TWIN and (root / "dledger-n0").is_dir()
+    cfg = fd.fixture_config(fixture)
+    assert cfg == {**fd.fixture_config("crash_midwrite"), "enableDLegerCommitLog": True}
+    assert "enableDLegerCommitLog" not in fd.fixture_config("crash_midwrite")
