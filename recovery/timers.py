@@ -39,12 +39,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..formats import timer as tf
 from ..formats.offsetfile import load_pair
 from . import timerstore as ts
+from .batch.header import header_columns
+from .batch.words import Words
+from .framing import CLASSIC
 from .store import Store
 from .versions import BrokerProfile
-from .walks import iter_store_records
+from .walk import store_framing
+from .walks import broker_walk, iter_store_records
 
 TIMER_TOPIC = tf.TIMER_TOPIC
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -114,8 +120,17 @@ def collect(
 ) -> Collected:
     """One walk of the commitlog: the records of the timer and schedule topics and the
     delivered copies. ``end_offset``: where the broker's recovery ends the commitlog (None:
-    where the walk ends)."""
+    where the walk ends). Where the walk takes no record of the timer or schedule topics it
+    decodes none (:func:`_unscheduled_end`) and leaves the delivered copies out."""
     got = Collected(end_offset=0, min_offset=store.commitlog_min_offset() if store.commitlog else 0)
+    quick = _unscheduled_end(store, profile, got.min_offset)
+    if quick is not None:  # (no record of those topics: the copies have no message to count for)
+        last_end, sizes = quick
+        if progress is not None:
+            for size in sizes:
+                progress(size)
+        got.end_offset = last_end if end_offset is None else end_offset
+        return got
     last_end = got.min_offset
     for f, _buf, pos, c in iter_store_records(store, profile, salvage=False, progress=progress):
         if not c.is_message or c.rec is None:
@@ -140,6 +155,55 @@ def collect(
             got.delivered.setdefault(c.uniq_key, []).append(rec)
     got.end_offset = last_end if end_offset is None else end_offset
     return got
+
+
+def _unscheduled_end(store: Store, profile: BrokerProfile, start: int) -> tuple[int, list[int]] | None:
+    """Where :func:`collect`'s walk ends (the end of the last message it takes; ``start``
+    without one) and the sizes of the files it walks, when that walk takes no record of the
+    timer or schedule topics: found without decoding a record, by the broker's fast walk of
+    each file (:func:`recovery.walks.broker_walk` without CRCs takes the messages collect's
+    walk takes: it stops at the first record that is not one, as collect's does) and a
+    vectorised test of their TOPICs. Then collect's result holds no scheduled record, and
+    its delivered copies would be looked up by none (every reader looks them up by a
+    scheduled record's UNIQ_KEY): it is left without them. None where a walked record is
+    of those topics or a file is not classically framed: collect decodes every record."""
+    last_end, sizes = start, []
+    for f in store.commitlog_in_range(None, None, lambda f: sizes.append(f.size)):
+        if store_framing(store, f) is not CLASSIC:
+            return None
+        with store.map(f) as mf:
+            file_end = _unscheduled_file_end(mf.buf, mf.size, profile)
+        if file_end is None:
+            return None
+        if file_end >= 0:
+            last_end = f.base + file_end
+        sizes.append(f.size)
+    return last_end, sizes
+
+
+_SCHEDULED_NAMES = [np.frombuffer(t.encode(), dtype=np.uint8) for t in (TIMER_TOPIC, SCHEDULE_TOPIC)]
+
+
+def _unscheduled_file_end(buf: Any, end: int, profile: BrokerProfile) -> int | None:
+    """:func:`_unscheduled_end` in one file: the end of the last message the broker's walk
+    takes (-1: none), None where one of them is of the timer or schedule topics (or the last
+    one has no record: collect would skip it)."""
+    fw = broker_walk(buf, end, profile, collect=True, check_crc=False, read_body=True)
+    if not fw.count:
+        return -1
+    S = np.frombuffer(fw.starts, dtype=np.int64)
+    u8 = np.frombuffer(buf, dtype=np.uint8, count=end)
+    T = np.zeros(len(S), dtype=np.int64)  # TOTALSIZE, big-endian
+    for i in range(4):
+        T = (T << 8) | u8[S + i]
+    h = header_columns(Words(buf, end), u8, S, T, profile.accepts_v2)
+    for name in _SCHEDULED_NAMES:
+        at = h.topic_pos[h.topic_len == len(name)]
+        if len(at) and (u8[np.minimum(at[:, None] + np.arange(len(name)), end - 1)] == name).all(axis=1).any():
+            return None
+    last = int(S[-1])
+    c = CLASSIC.check(buf, last, end, profile, check_crc=False, read_body=True)
+    return last + c.size if c.is_message and c.rec is not None else None
 
 
 def still_scheduled(got: Collected, topics: set[str], queue_ids: set[int] | None = None) -> list[Rec]:
