@@ -41,11 +41,12 @@ from typing import Any
 
 import numpy as np
 
+from ..formats import commitlog as cl
 from ..formats import timer as tf
 from ..formats.offsetfile import load_pair
 from . import timerstore as ts
-from .batch.header import header_columns
-from .batch.words import Words
+from .batch.layout import AT_HOSTS, V4
+from .byteviews import byte_at, byte_views
 from .framing import CLASSIC
 from .store import Store
 from .versions import BrokerProfile
@@ -54,6 +55,7 @@ from .walks import broker_walk, iter_store_records
 
 TIMER_TOPIC = tf.TIMER_TOPIC
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SCHEDULED_TOPICS = (TIMER_TOPIC, SCHEDULE_TOPIC)
 STATES = ("pending", "due", "delivered", "cancelled", "lost")
 _KEEP = (
     "REAL_TOPIC",
@@ -122,7 +124,7 @@ def collect(
     delivered copies. ``end_offset``: where the broker's recovery ends the commitlog (None:
     where the walk ends). Where the walk takes no record of the timer or schedule topics it
     decodes none (:func:`_unscheduled_end`) and leaves the delivered copies out."""
-    got = Collected(end_offset=0, min_offset=store.commitlog_min_offset() if store.commitlog else 0)
+    got = nothing_collected(store, 0)
     quick = _unscheduled_end(store, profile, got.min_offset)
     if quick is not None:  # (no record of those topics: the copies have no message to count for)
         last_end, sizes = quick
@@ -157,6 +159,12 @@ def collect(
     return got
 
 
+def nothing_collected(store: Store, end_offset: int) -> Collected:
+    """:func:`collect`'s result for a walk that takes no record of the timer or schedule
+    topics and ends at ``end_offset``."""
+    return Collected(end_offset=end_offset, min_offset=store.commitlog_min_offset() if store.commitlog else 0)
+
+
 def _unscheduled_end(store: Store, profile: BrokerProfile, start: int) -> tuple[int, list[int]] | None:
     """Where :func:`collect`'s walk ends (the end of the last message it takes; ``start``
     without one) and the sizes of the files it walks, when that walk takes no record of the
@@ -181,27 +189,30 @@ def _unscheduled_end(store: Store, profile: BrokerProfile, start: int) -> tuple[
     return last_end, sizes
 
 
-_SCHEDULED_NAMES = [np.frombuffer(t.encode(), dtype=np.uint8) for t in (TIMER_TOPIC, SCHEDULE_TOPIC)]
+_SCHEDULED_NAMES = [np.frombuffer(t.encode(), dtype=np.uint8) for t in SCHEDULED_TOPICS]
 
 
 def _unscheduled_file_end(buf: Any, end: int, profile: BrokerProfile) -> int | None:
     """:func:`_unscheduled_end` in one file: the end of the last message the broker's walk
     takes (-1: none), None where one of them is of the timer or schedule topics (or the last
-    one has no record: collect would skip it)."""
+    one has no record: collect would skip it). The TOPICs are read where the header says
+    (the walk took these records: their fields add up to their TOTALSIZE)."""
     fw = broker_walk(buf, end, profile, collect=True, check_crc=False, read_body=True)
     if not fw.count:
         return -1
     S = np.frombuffer(fw.starts, dtype=np.int64)
-    u8 = np.frombuffer(buf, dtype=np.uint8, count=end)
-    T = np.zeros(len(S), dtype=np.int64)  # TOTALSIZE, big-endian
-    for i in range(4):
-        T = (T << 8) | u8[S + i]
-    h = header_columns(Words(buf, end), u8, S, T, profile.accepts_v2)
+    v = byte_views(buf)
+    hosts = (byte_at(v.i4, S + V4["sys_flag"]) >> 4) & 3
+    body = S + AT_HOSTS["body"][hosts]
+    tpos = body + byte_at(v.i4, body - 4)  # (BODYLENGTH: the four bytes before the body)
+    v2 = byte_at(v.i4, S + V4["magic"]) == cl.MAGIC_V2
+    tl = np.where(v2, byte_at(v.i2, tpos), byte_at(v.i1, tpos))
     for name in _SCHEDULED_NAMES:
-        at = h.topic_pos[h.topic_len == len(name)]
-        if len(at) and (u8[np.minimum(at[:, None] + np.arange(len(name)), end - 1)] == name).all(axis=1).any():
+        at = (tpos + 1 + v2)[tl == len(name)]
+        if len(at) and (byte_at(v.u1, at[:, None] + np.arange(len(name))) == name).all(axis=1).any():
             return None
     last = int(S[-1])
+    del S, v, hosts, body, tpos, v2, tl
     c = CLASSIC.check(buf, last, end, profile, check_crc=False, read_body=True)
     return last + c.size if c.is_message and c.rec is not None else None
 
