@@ -6,13 +6,12 @@ it falls back to that walk where a record of the timer or schedule topic is walk
 
 from __future__ import annotations
 
-import tarfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REAL_NAMES, real_store
+from conftest import REAL_NAMES, open_timer_fixture, real_store
 
 from rmqtool.recovery import timers
 from rmqtool.recovery.shapes import SHAPES, write_shape_store
@@ -20,7 +19,6 @@ from rmqtool.recovery.store import Store
 from rmqtool.recovery.verify import verify_store
 from rmqtool.recovery.versions import BrokerProfile
 
-ROOT = Path(__file__).resolve().parent.parent
 P494 = BrokerProfile.for_version("4.9.4")
 
 
@@ -82,8 +80,7 @@ def test_collect_on_every_shape(name: str, tmp_path: Path, monkeypatch: pytest.M
 
 @pytest.mark.parametrize("name", ["clean514", "kill514"])
 def test_collect_on_the_timer_fixtures(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with tarfile.open(ROOT / "fixtures" / "timer" / f"{name}.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
+    open_timer_fixture(name, tmp_path)
     store = Store.open(tmp_path / "store")
     p514 = BrokerProfile.for_version("5.1.4")
     quick, walked = _collect(store, p514, monkeypatch, True)
