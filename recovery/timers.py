@@ -47,7 +47,7 @@ from ..formats.offsetfile import load_pair
 from . import timerstore as ts
 from .batch.layout import AT_HOSTS, V4
 from .byteviews import byte_at, byte_views
-from .framing import CLASSIC
+from .framing import Framing
 from .store import Store
 from .versions import BrokerProfile
 from .walk import store_framing
@@ -170,17 +170,15 @@ def _unscheduled_end(store: Store, profile: BrokerProfile, start: int) -> tuple[
     without one) and the sizes of the files it walks, when that walk takes no record of the
     timer or schedule topics: found without decoding a record, by the broker's fast walk of
     each file (:func:`recovery.walks.broker_walk` without CRCs takes the messages collect's
-    walk takes: it stops at the first record that is not one, as collect's does) and a
+    walk takes: it stops at the first entry that is not one, as collect's does) and a
     vectorised test of their TOPICs. Then collect's result holds no scheduled record, and
     its delivered copies would be looked up by none (every reader looks them up by a
     scheduled record's UNIQ_KEY): it is left without them. None where a walked record is
-    of those topics or a file is not classically framed: collect decodes every record."""
+    of those topics: collect decodes every record."""
     last_end, sizes = start, []
     for f in store.commitlog_in_range(None, None, lambda f: sizes.append(f.size)):
-        if store_framing(store, f) is not CLASSIC:
-            return None
         with store.map(f) as mf:
-            file_end = _unscheduled_file_end(mf.buf, mf.size, profile)
+            file_end = _unscheduled_file_end(mf.buf, mf.size, profile, store_framing(store, f))
         if file_end is None:
             return None
         if file_end >= 0:
@@ -192,28 +190,30 @@ def _unscheduled_end(store: Store, profile: BrokerProfile, start: int) -> tuple[
 _SCHEDULED_NAMES = [np.frombuffer(t.encode(), dtype=np.uint8) for t in SCHEDULED_TOPICS]
 
 
-def _unscheduled_file_end(buf: Any, end: int, profile: BrokerProfile) -> int | None:
-    """:func:`_unscheduled_end` in one file: the end of the last message the broker's walk
-    takes (-1: none), None where one of them is of the timer or schedule topics (or the last
-    one has no record: collect would skip it). The TOPICs are read where the header says
-    (the walk took these records: their fields add up to their TOTALSIZE)."""
-    fw = broker_walk(buf, end, profile, collect=True, check_crc=False, read_body=True)
+def _unscheduled_file_end(buf: Any, end: int, profile: BrokerProfile, fr: Framing) -> int | None:
+    """:func:`_unscheduled_end` in one file: the end of the last entry of a message the
+    broker's walk takes (-1: none), None where one of them is of the timer or schedule
+    topics (or the last one has no record: collect would skip it). The TOPICs are read
+    where the records' headers say (the walk took these records: their fields add up to
+    their TOTALSIZE)."""
+    fw = broker_walk(buf, end, profile, collect=True, check_crc=False, read_body=True, framing=fr)
     if not fw.count:
         return -1
     S = np.frombuffer(fw.starts, dtype=np.int64)
+    P = S + fr.header  # (where each entry's record starts)
     v = byte_views(buf)
-    hosts = (byte_at(v.i4, S + V4["sys_flag"]) >> 4) & 3
-    body = S + AT_HOSTS["body"][hosts]
+    hosts = (byte_at(v.i4, P + V4["sys_flag"]) >> 4) & 3
+    body = P + AT_HOSTS["body"][hosts]
     tpos = body + byte_at(v.i4, body - 4)  # (BODYLENGTH: the four bytes before the body)
-    v2 = byte_at(v.i4, S + V4["magic"]) == cl.MAGIC_V2
+    v2 = byte_at(v.i4, P + V4["magic"]) == cl.MAGIC_V2
     tl = np.where(v2, byte_at(v.i2, tpos), byte_at(v.i1, tpos))
     for name in _SCHEDULED_NAMES:
         at = (tpos + 1 + v2)[tl == len(name)]
         if len(at) and (byte_at(v.u1, at[:, None] + np.arange(len(name))) == name).all(axis=1).any():
             return None
     last = int(S[-1])
-    del S, v, hosts, body, tpos, v2, tl
-    c = CLASSIC.check(buf, last, end, profile, check_crc=False, read_body=True)
+    del S, P, v, hosts, body, tpos, v2, tl
+    c = fr.check(buf, last, end, profile, check_crc=False, read_body=True)
     return last + c.size if c.is_message and c.rec is not None else None
 
 

@@ -154,3 +154,21 @@ def test_verify_of_a_damaged_commitlog_takes_the_quick_pass(tmp_path: Path, monk
     rep = verify_store(Store.open(tmp_path), P494)
     assert any(c["name"] == "commitlog" and c["errors"] for c in rep.to_dict()["checks"])
     assert calls == Counter({"_unscheduled_end": 1})
+
+
+def test_collect_on_a_store_of_another_framing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quick pass walks entries through the store's framing (tests/wrapframing.py: each
+    record in a 48-byte entry): the same result as the record-by-record walk there too."""
+    import wrapframing as wf
+
+    from rmqtool.recovery import store as store_mod
+
+    write_shape_store(tmp_path / "classic", SHAPES["gen_commitlog"], 300, file_size=128 << 10, cq=False)
+    wf.wrap_store(tmp_path / "classic", tmp_path / "wrapped", P494)
+    monkeypatch.setattr(store_mod, "FRAMINGS", [wf.detect])
+    store = Store.open(tmp_path / "wrapped")
+    assert store.framing is wf.WRAPPED
+    quick, walked = _collect(store, P494, monkeypatch, True)
+    slow, _ = _collect(store, P494, monkeypatch, False)
+    _same(quick, slow)
+    assert walked == 0 and quick.end_offset > 2 * (128 << 10)
