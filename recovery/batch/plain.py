@@ -49,7 +49,10 @@ if (
 
 def _at(view: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """``view[pos]`` with positions clipped into the view (garbage where clipped: the
-    caller masks it)."""
+    caller masks it). A view with no element (a file shorter than the field: soak seed
+    2306, a 1-byte commitlog file) gives zeros, which the caller masks alike."""
+    if not len(view):
+        return np.zeros(np.shape(pos), dtype=view.dtype)
     out: np.ndarray = view[np.minimum(np.maximum(pos, 0), len(view) - 1)]
     return out
 
