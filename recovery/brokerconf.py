@@ -786,7 +786,8 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
                         name,
                         f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB or rocksdbCQDoubleWriteEnable: "
                         f"{', '.join(hits[:3])}): rmqtool reads it (dump consumequeue, info, verify; "
-                        f"{ROCKSDB_EXTRA}) but does not recover, repair, rebuild or truncate it",
+                        f"{ROCKSDB_EXTRA}) and recover leaves it to the broker's start, but does not repair, "
+                        f"rebuild or truncate it",
                     )
                 )
         ext = root / "consumequeue_ext"
@@ -922,7 +923,8 @@ def man_section() -> str:
         "under a name no DLedger release uses, several members without dLegerSelfId, DLedger data files",
         "holding classic records, a RocksDB consume queue (RocksDB files in consumequeue/ or",
         "consumequeue_rocksdb/: verify checks it instead, its RCQ_* findings, when rocksdict, the rocksdb",
-        "extra, opens it; recover, repair and rebuild\\-index refuse it with LAYOUT_ROCKSDB_CQ),",
+        "extra, opens it; recover goes on where the broker's start alone changes the database, see The",
+        "RocksDB consume queue; repair and rebuild\\-index refuse it with LAYOUT_ROCKSDB_CQ),",
         "consumequeue_ext/ files, batchconsumequeue/ files (verify checks these instead: its BCQ_*",
         "findings; rebuild\\-index writes them; recover and repair refuse them with LAYOUT_BATCH_CQ), a",
         "compaction topic's log",

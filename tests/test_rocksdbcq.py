@@ -193,7 +193,7 @@ def test_verify_finds_a_hole_a_wrong_unit_and_a_stale_offset_table(
     assert "queue offset(s) 3" not in hole["message"] and "queue offset(s) 2 " in hole["message"]
 
 
-@pytest.mark.parametrize("argv", [["recover", "--yes"], ["rebuild-index", "--yes"], ["repair", "--yes"]])
+@pytest.mark.parametrize("argv", [["rebuild-index", "--yes"], ["repair", "--yes"]])
 def test_writing_commands_refuse_a_rocksdb_store_and_change_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
@@ -205,7 +205,7 @@ def test_writing_commands_refuse_a_rocksdb_store_and_change_nothing(
     code = run([argv[0], str(root), "--broker-version", V, *argv[1:]])
     err = capsys.readouterr().err
     assert code == 8, err
-    assert "RocksDB consume queue" in err and "does not recover, repair, rebuild or truncate it" in err
+    assert "RocksDB consume queue" in err and "does not repair, rebuild or truncate it" in err
     assert tree_hashes(root) == before
 
 
@@ -322,3 +322,126 @@ def test_the_offset_and_timer_readers_write_nothing_into_the_store(tmp_path: Pat
     assert rocksoffsets.read_v1(tmp_path / "consumerOffsets") == {"TopicA@G": {0: 5}}
     assert rocksoffsets.has_timer_records(tmp_path / "rocksdbstore") is False
     assert tree_hashes(tmp_path) == before
+
+
+# --------------------------------------------------------------------------- recover (issue 35)
+# recover leaves the database as it is (recovery/recover/rocksplan.py); the broker's own start on the
+# result is compared in tests/oracle/test_rocksdbcq_recover_oracle.py. Before: every case exit 8.
+
+
+def recover_json(root: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any], str]:
+    from rmqtool.cli import run
+
+    capsys.readouterr()
+    code = run(["recover", str(root), "--broker-version", V, "--format", "json", "--yes", "--quiet", *extra])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def rocks_files(root: Path) -> dict[str, str]:
+    return {k: h for k, h in tree_hashes(root / "consumequeue").items() if "/" not in k}
+
+
+def last_unit(root: Path) -> rc.Unit:
+    cq = rc.read(root, "consumequeue")
+    return max((u for units in cq.queues.values() for u in units), key=lambda u: u.commitlog_offset)
+
+
+def test_recover_on_a_clean_rocksdb_store_has_nothing_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = fixture_store(tmp_path)
+    before = tree_hashes(root)
+    for extra in (("--dry-run",), ()):
+        code, doc, err = recover_json(root, capsys, *extra)
+        assert code == 0, err
+        rq = doc["plan"]["rocksdb_consume_queue"]
+        assert (rq["kind"], rq["refusal"], rq["left_to_broker"]) == ("rocksdb", None, False)
+        # the commitlog recovery is given the dispatch checkpoint, as the broker's
+        assert doc["plan"]["max_phy_offset_of_cq"] == rq["checkpoint"] == doc["plan"]["end_offset"]
+    assert tree_hashes(root) == before
+
+
+def test_recover_cuts_the_commitlog_and_leaves_the_database_to_the_brokers_truncate_dirty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fixture_store(tmp_path)
+    last = last_unit(root)
+    cl = root / "commitlog" / "00000000000000000000"
+    b = bytearray(cl.read_bytes())
+    b[last.commitlog_offset + 4] ^= 0xFF  # its MAGICCODE: the walk ends before it
+    cl.write_bytes(bytes(b))
+    rocks = rocks_files(root)
+    code, doc, err = recover_json(root, capsys)
+    assert code == 1, err
+    plan = doc["plan"]
+    assert plan["end_offset"] == last.commitlog_offset
+    rq = plan["rocksdb_consume_queue"]
+    assert rq["truncate_dirty"] and rq["checkpoint"] > plan["end_offset"]
+    assert any("truncateDirty" in n for n in plan["notes"])
+    assert rocks_files(root) == rocks  # not a byte of the database
+    assert not [p for p in (root / "consumequeue").iterdir() if p.is_dir()]  # no file queue written
+    assert cl.read_bytes()[last.commitlog_offset : last.commitlog_offset + last.size] == bytes(last.size)
+
+
+def test_recover_after_an_abnormal_stop_indexes_and_leaves_a_complete_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The database holds every unit the broker's abnormal recovery dispatches: recover's own dispatch
+    feeds the index only (no file queue appears beside the database), the abort file goes."""
+    root = fixture_store(tmp_path)
+    (root / "abort").write_bytes(b"")
+    rocks = rocks_files(root)
+    code, doc, err = recover_json(root, capsys)
+    assert code == 1, err
+    plan = doc["plan"]
+    assert plan["mode"] == "abnormal" and plan["rocksdb_consume_queue"]["missing"] == 0
+    assert [(d["name"], d["cq"]) for d in plan["dispatch"] if d["name"] == "abnormal_recovery"] == [
+        ("abnormal_recovery", False)
+    ]
+    assert not (root / "abort").exists()
+    assert rocks_files(root) == rocks
+    assert not [p for p in (root / "consumequeue").iterdir() if p.is_dir()]
+    code, doc, err = recover_json(root, capsys)
+    assert code == 0, err  # (a second run: nothing to do)
+
+
+def test_recover_refuses_where_the_brokers_abnormal_dispatch_writes_into_the_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fixture_store(tmp_path)
+    last = last_unit(root)
+    cq = rc.read(root, "consumequeue")
+    key = next(k for k, units in cq.queues.items() if last in units)
+
+    def drop(default: Any, offset: Any) -> None:
+        del default[rf.cq_key(key[0], key[1], last.queue_offset)]
+
+    rewrite(root, drop)
+    (root / "abort").write_bytes(b"")
+    before = tree_hashes(root)
+    for extra in (("--dry-run",), ()):
+        code, doc, err = recover_json(root, capsys, *extra)
+        assert code == 8, err
+        assert "refused, nothing changed" in err and "1 record(s)" in err and str(last.commitlog_offset) in err
+    assert tree_hashes(root) == before
+
+
+def test_recover_after_a_normal_stop_leaves_the_lag_to_the_brokers_next_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The checkpoint behind the last records (the broker's next normal start dispatches the records past
+    it): recover dispatches none of them, into the index neither, and says so."""
+    root = fixture_store(tmp_path)
+    last = last_unit(root)
+
+    def lag(default: Any, offset: Any) -> None:
+        offset[rf.CHECKPOINT_KEY] = rf.CHECKPOINT_VALUE_STRUCT.pack(last.commitlog_offset - 1)
+
+    rewrite(root, lag)
+    before = tree_hashes(root)
+    code, doc, err = recover_json(root, capsys)
+    assert code == 0, err
+    plan = doc["plan"]
+    assert plan["rocksdb_consume_queue"]["left_to_broker"] and plan["max_phy_offset_of_cq"] == last.commitlog_offset - 1
+    assert not [d for d in plan["dispatch"] if d["name"] == "walkback_dispatch"]
+    assert any("next start dispatches the records past its checkpoint" in n for n in plan["notes"])
+    assert tree_hashes(root) == before

@@ -468,10 +468,10 @@ def _apply_dispatch(a: Applying) -> None:
     cqset = _cqset_of(a)
     for d in plan.dispatch:
         if d.name == "abnormal_recovery":
-            _run_pass(a, d.name, d.from_offset, d.to_offset, mdl_a, True, True, cqset)
+            _run_pass(a, d.name, d.from_offset, d.to_offset, mdl_a, d.cq, d.index, cqset)
         elif d.name == "walkback_dispatch":
             _run_pass(
-                a, d.name, d.from_offset, d.to_offset, None, True, True, cqset, skip_upto=plan.max_phy_offset_of_cq
+                a, d.name, d.from_offset, d.to_offset, None, d.cq, d.index, cqset, skip_upto=plan.max_phy_offset_of_cq
             )
     if a.sched_rows and a.q1:
         a.delay_mismatch = _count_delay_mismatch(a.store, a.profile, cqset, a.sched_rows, plan.correct_delay_tags)

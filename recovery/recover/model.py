@@ -172,6 +172,9 @@ class RecoveryContext:
     settle: bool = False  # apply settles the queues as the broker's next starts would (the broker refuses the store)
     hints: Any = None  # the consume queues' offsets, reused by apply's dispatch
     confirm_offset: int | None = None  # controller mode (--to-consistent-point): the checkpoint's confirmPhyOffset
+    rocks: Any = (
+        None  # (RocksCq, kind, the file queues' maxPhysicOffset): a 5.x RocksDB consume queue (recover.rocksplan)
+    )
 
 
 @dataclass
@@ -228,6 +231,8 @@ class RecoveryPlan:
     context: RecoveryContext | None = field(default=None, repr=False, compare=False)  # (not rendered)
     # the 5.x timer store as the broker's next start leaves it (recover.timerplan.TimerPlan)
     timer: Any = field(default=None, repr=False, compare=False)
+    # a 5.x RocksDB consume queue: what recover does about it (recover.rocksplan.RocksRecovery.to_dict)
+    rocksdb_consume_queue: dict[str, Any] | None = None
 
     # -- derived ------------------------------------------------------------------------
     @property

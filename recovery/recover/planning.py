@@ -23,6 +23,7 @@ from .plancommitlog import (
 from .planindex import plan_index_discards, plan_index_past_end
 from .planstate import Planning, PlanOptions, rel_path
 from .queues import WRONG_SIZE, frozen_queues, recover_queue_files
+from .rocksplan import KIND_ROCKSDB, RocksCqUnavailable, plan_rocks, read_rocks_queue, start_max_phy
 
 
 def plan_recovery(
@@ -93,10 +94,58 @@ def plan_recovery(
     plan_index_discards(p)
     plan_index_past_end(p)
     _plan_dispatch(p)
+    if p.ctx.rocks is not None:
+        _plan_rocks(p)
     if timer:
         _plan_timer(p)
     _plan_dispatch_writes(p)
     return p.plan
+
+
+def _plan_rocks(p: Planning) -> None:
+    """A 5.x RocksDB consume queue (recover.rocksplan): left as it is; for a defaultRocksDB
+    store, recover dispatches nothing into the queues, the broker's next start does."""
+    cq, kind, file_max = p.ctx.rocks
+    plan = p.plan
+    r = plan_rocks(
+        p.store,
+        p.profile,
+        cq,
+        kind,
+        mode=plan.mode,
+        start_offset=plan.start_offset,
+        end_offset=p.process,
+        file_max=file_max,
+        jobs=p.opts.jobs,
+    )
+    plan.rocksdb_consume_queue = r.to_dict()
+    if kind != KIND_ROCKSDB:
+        plan.notes.append(
+            f"{cq.dir}: the RocksDB consume queue the dispatch also writes (rocksdbCQDoubleWriteEnable) is left as it "
+            "is: it holds every unit the broker's recovery would dispatch into it"
+            + (
+                "; the broker's next start sets its checkpoint and offset table back to the end"
+                if r.truncate_dirty
+                else ""
+            )
+        )
+        return
+    # (no file queue: the abnormal dispatch feeds the index only; the walk-back dispatch is the
+    # broker's next start's, into the RocksDB queue and the index alike)
+    plan.dispatch = [
+        replace(d, cq=False) if d.name == "abnormal_recovery" else d
+        for d in plan.dispatch
+        if d.name != "walkback_dispatch"
+    ]
+    said = f"{cq.dir}: the RocksDB consume queue (storeType=defaultRocksDB) is left as it is (rmqtool does not write RocksDB)"
+    if r.left_to_broker:
+        said += (
+            f"; the broker's next start dispatches the records past its checkpoint ({r.checkpoint}) up to the end "
+            f"({p.process}) into it and the index, as its start on this store would"
+        )
+    if r.truncate_dirty:
+        said += "; the broker's next start sets its checkpoint and the offset table's max entries back to the end (truncateDirty)"
+    plan.notes.append(said)
 
 
 def _plan_timer(p: Planning) -> None:
@@ -273,6 +322,15 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
     problems, zero_last_cl = _layout_problems(store, profile, ctx)
     notes: list[str] = []
     queues, max_cq = _plan_queues(store, profile, ctx, problems)
+    rocks_error: str | None = None
+    try:
+        rocks = read_rocks_queue(store)
+    except RocksCqUnavailable as exc:  # (recover refused it before: info, offsets plan on)
+        rocks, rocks_error = None, str(exc)
+    if rocks is not None:
+        # (storeType=defaultRocksDB: the commitlog recovery is given the dispatch checkpoint)
+        ctx.rocks = (rocks[0], rocks[1], max_cq)
+        max_cq = start_max_phy(rocks[0], rocks[1], max_cq)
     files = [f for f in store.commitlog if f.size > 0]
     min_offset = files[0].base if files else -1
     plan = RecoveryPlan(
@@ -302,6 +360,8 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
         checkpoint_missing=not store.checkpoint_present,
         context=ctx,
     )
+    if rocks_error is not None:
+        plan.rocksdb_consume_queue = {"refusal": rocks_error}
     return Planning(store, profile, ckpt, opts, plan, ctx, files, zero_last_cl)
 
 

@@ -179,9 +179,10 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                     # (verify checks batch consume queues: its BCQ_* findings; rebuild-index
                     # writes them as the broker's reput does)
                     refusals = [r for r in refusals if r.code != FindingCode.LAYOUT_BATCH_CQ]
-                if kind == "verify":
+                if kind == "verify" or ctx.info_name == "recover":
                     # ... and RocksDB consume queues (RCQ_*) that rocksdict opens; one it does
-                    # not (or rocksdict missing) stays refused, saying why
+                    # not (or rocksdict missing) stays refused, saying why (recover: leaves the
+                    # database as it is, or refuses where the broker's start would write into it)
                     refusals = [r for r in (_rocks_readable(Path(store), r) for r in refusals) if r is not None]
                 cl_dir = meta.get("commitlog_dir")
                 if (

@@ -54,8 +54,8 @@ CL_SIZE = Step(
 )
 _ROCKS = Step(
     ("dump", "consumequeue", "{store}", "{topic}", "--resolve"),
-    "shows the units and their records; nothing rmqtool runs mends a RocksDB consume queue (recover, "
-    "repair and rebuild-index refuse it: LAYOUT_ROCKSDB_CQ)",
+    "shows the units and their records; nothing rmqtool runs mends a RocksDB consume queue (recover leaves "
+    "it to the broker's start; repair and rebuild-index refuse it: LAYOUT_ROCKSDB_CQ)",
 )
 _BATCH = Step(
     ("dump", "consumequeue", "{store}", "{topic}", "--resolve"),

@@ -180,6 +180,7 @@ def _dry_run(
     store = ds.dry_run_store("recover", store_opts, backup_dir)
     refuse_unloadable(store, profile)  # (as the real run: the broker refuses such a store)
     plan = _plan(store, profile, opts, quiet)
+    _refuse_rocks(store, plan)
     past = _past_end(store, plan, profile, jobs)
     listed = None
     if salvage_to is not None and (plan.cuts or plan.removed_files):
@@ -211,6 +212,7 @@ def _apply(
         t0 = time.perf_counter()
         refuse_unloadable(store, profile)  # (status 8, nothing changed: the broker refuses the store)
         plan = _plan(store, profile, opts, quiet)
+        _refuse_rocks(store, plan)  # (status 8, nothing changed)
         result: ApplyResult | None = None
         past: list[OffsetChange] = []
         blocked = plan.blocked
@@ -310,6 +312,19 @@ def _apply_plan(
             extra=extra,
         )
     return result
+
+
+def _refuse_rocks(store: Store, plan: RecoveryPlan) -> None:
+    """Exit 8, nothing changed, where the broker's own start would write into the store's
+    RocksDB consume queue what its next start on recover's result would not
+    (recovery.recover.rocksplan)."""
+    from ...recovery.brokerconf import UnsupportedStoreError
+
+    rq = plan.rocksdb_consume_queue
+    if rq is not None and rq.get("refusal"):
+        raise UnsupportedStoreError(
+            f"refused, nothing changed: {rq['refusal']}", store.root / rq.get("dir", "consumequeue")
+        )
 
 
 def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:

@@ -98,6 +98,24 @@ def recover() -> dict[str, Any]:
             "problems": arr(ANY),
             "notes": arr(S),
             "summary": OBJ,
+            "rocksdb_consume_queue": null(
+                obj(
+                    {
+                        "dir": S,
+                        "kind": {"enum": ["rocksdb", "double_write"]},
+                        "checkpoint": null(I),
+                        "units": I,
+                        "max_phy_offset": I,
+                        "left_to_broker": B,
+                        "truncate_dirty": B,
+                        "missing": I,
+                        "first_missing": null(I),
+                        "refusal": null(S),
+                    },
+                    (),
+                    closed=False,
+                )
+            ),
         },
         ("store", "broker_version", "mode", "end_offset", "cuts", "removed_files", "queues", "problems", "summary"),
         closed=False,
