@@ -766,6 +766,14 @@ class UnsupportedStoreError(RmqToolError):
 
 
 ROCKSDB_EXTRA = "reading it needs rocksdict, the rocksdb extra: pip install 'rmqtool[rocksdb]'"
+# why rebuild-index refuses a RocksDB consume queue (issue 35; man rmqtool-rebuild-index, The RocksDB
+# consume queue): neither road to the broker's own reput rebuilding it is proved
+ROCKSDB_REBUILD_REFUSAL = (
+    "the broker's start cannot be made to rebuild it without writing RocksDB: its reput starts at the "
+    "commitlog's end, a database moved aside comes back empty and its next start dispatches every record but "
+    "one at commitlog offset 0, and setting the dispatch checkpoint back needs a write by a RocksDB newer than "
+    "the broker's that no oracle case has shown the broker reads"
+)
 _ROCKSDB_MARKERS = re.compile(r"^(CURRENT|IDENTITY|LOCK|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log))$")
 
 

@@ -445,3 +445,20 @@ def test_recover_after_a_normal_stop_leaves_the_lag_to_the_brokers_next_start(
     assert not [d for d in plan["dispatch"] if d["name"] == "walkback_dispatch"]
     assert any("next start dispatches the records past its checkpoint" in n for n in plan["notes"])
     assert tree_hashes(root) == before
+
+
+def test_rebuild_index_refuses_a_rocksdb_store_saying_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 3 of issue 35: no road to the broker's reput rebuilding the database is proved; the refusal
+    (exit 8, nothing changed, dry run or not) says why in one line."""
+    from rmqtool.cli import run
+
+    root = fixture_store(tmp_path)
+    before = tree_hashes(root)
+    for extra in (["--dry-run"], ["--yes"], ["--cq-only", "--yes"]):
+        capsys.readouterr()
+        code = run(["rebuild-index", str(root), "--broker-version", V, *extra])
+        err = capsys.readouterr().err
+        assert code == 8, err
+        assert "refused, nothing changed" in err and "reput starts at the commitlog's end" in err
+        assert "one at commitlog offset 0" in err and len(err.strip().splitlines()) == 1, err
+    assert tree_hashes(root) == before

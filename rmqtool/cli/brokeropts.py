@@ -27,6 +27,7 @@ from click.core import ParameterSource
 from ..recovery.brokerconf import (
     ROADS,
     ROCKSDB_EXTRA,
+    ROCKSDB_REBUILD_REFUSAL,
     BrokerConf,
     Refusal,
     Road,
@@ -184,6 +185,13 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                     # not (or rocksdict missing) stays refused, saying why (recover: leaves the
                     # database as it is, or refuses where the broker's start would write into it)
                     refusals = [r for r in (_rocks_readable(Path(store), r) for r in refusals) if r is not None]
+                if ctx.info_name == "rebuild-index":
+                    refusals = [
+                        Refusal(r.code, r.path, f"{r.message}: {ROCKSDB_REBUILD_REFUSAL}")
+                        if r.code == FindingCode.LAYOUT_ROCKSDB_CQ
+                        else r
+                        for r in refusals
+                    ]
                 cl_dir = meta.get("commitlog_dir")
                 if (
                     conf is not None
