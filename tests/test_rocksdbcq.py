@@ -462,3 +462,31 @@ def test_rebuild_index_refuses_a_rocksdb_store_saying_why(tmp_path: Path, capsys
         assert "refused, nothing changed" in err and "reput starts at the commitlog's end" in err
         assert "one at commitlog offset 0" in err and len(err.strip().splitlines()) == 1, err
     assert tree_hashes(root) == before
+
+
+def test_the_column_reader_holds_what_the_object_reader_holds(tmp_path: Path) -> None:
+    """read_columns (numpy arrays per queue, what recover uses) against read (a Unit object per unit),
+    on the 5.3.3 broker's store and on a database with a malformed key and queue offsets out of order
+    in insertion."""
+    root = fixture_store(tmp_path)
+
+    def same(rel_root: Path) -> None:
+        objs, cols = rc.read(rel_root, "consumequeue"), rc.read_columns(rel_root, "consumequeue")
+        assert cols.checkpoint == objs.checkpoint and cols.offset_table == objs.offset_table
+        assert cols.malformed == len(objs.malformed)
+        assert {k: [tuple(int(x) for x in r) for r in a] for k, a in cols.queues.items()} == {
+            k: [(u.queue_offset, u.commitlog_offset, u.size, u.tags_code, u.store_timestamp) for u in units]
+            for k, units in objs.queues.items()
+        }
+        assert cols.units == sum(len(u) for u in objs.queues.values()) > 0
+
+    same(root)
+
+    def odd(default: Any, offset: Any) -> None:
+        default[rf.cq_key("TopicZ", 7, 5)] = rf.CQ_VALUE_STRUCT.pack(9, 8, 7, 6)
+        default[rf.cq_key("TopicZ", 7, 1)] = rf.CQ_VALUE_STRUCT.pack(1, 2, 3, 4)
+        default[rf.cq_key("TopicZ", 7, 2)[:-1]] = b"x" * 28  # a key of another layout
+
+    rewrite(root, odd)
+    same(root)
+    assert [int(x) for x in rc.read_columns(root, "consumequeue").queues[("TopicZ", 7)]["queue_offset"]] == [1, 5]

@@ -173,7 +173,7 @@ class RecoveryContext:
     hints: Any = None  # the consume queues' offsets, reused by apply's dispatch
     confirm_offset: int | None = None  # controller mode (--to-consistent-point): the checkpoint's confirmPhyOffset
     rocks: Any = (
-        None  # (RocksCq, kind, the file queues' maxPhysicOffset): a 5.x RocksDB consume queue (recover.rocksplan)
+        None  # (RocksColumns, kind, the file queues' maxPhysicOffset): a 5.x RocksDB consume queue (recover.rocksplan)
     )
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..broker import MODE_ABNORMAL, goes_to_consume_queue_batch
-from ..rocksdbcq import RocksCq, RocksCqUnavailable, read, rocks_dirs
+from ..rocksdbcq import RocksColumns, RocksCqUnavailable, read_columns, rocks_dirs
 from ..store import Store
 from ..versions import BrokerProfile
 
@@ -60,18 +60,18 @@ class RocksRecovery:
         return asdict(self)
 
 
-def read_rocks_queue(store: Store) -> tuple[RocksCq, str] | None:
+def read_rocks_queue(store: Store) -> tuple[RocksColumns, str] | None:
     """The store's RocksDB consume queue and its kind, None without one. Raises
     :class:`RocksCqUnavailable` (the CLI refused an unreadable one before planning)."""
     dirs = rocks_dirs(store.root)
     if not dirs:
         return None
-    cq = read(store.root, dirs[0])
+    cq = read_columns(store.root, dirs[0])
     files = any(fs for fs in store.consume_queues.values())
     return cq, (KIND_DOUBLE_WRITE if files else KIND_ROCKSDB)
 
 
-def start_max_phy(cq: RocksCq, kind: str, file_max: int) -> int:
+def start_max_phy(cq: RocksColumns, kind: str, file_max: int) -> int:
     """maxPhyOffsetOfConsumeQueue as the broker's recovery is given it."""
     if kind == KIND_ROCKSDB:
         return cq.checkpoint if cq.checkpoint is not None else 0
@@ -79,7 +79,7 @@ def start_max_phy(cq: RocksCq, kind: str, file_max: int) -> int:
 
 
 def missing_units(
-    store: Store, profile: BrokerProfile, cq: RocksCq, lo: int, hi: int, jobs: int | None
+    store: Store, profile: BrokerProfile, cq: RocksColumns, lo: int, hi: int, jobs: int | None
 ) -> tuple[int, int | None]:
     """(how many, the first) records of ``[lo, hi)`` that go to a consume queue and whose unit
     (their topic, queue id and queue offset, pointing at them) the database does not hold."""
@@ -87,11 +87,10 @@ def missing_units(
 
     if hi <= lo:
         return 0, None
-    table: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
-    for key, units in cq.queues.items():
-        qo = np.fromiter((u.queue_offset for u in units), dtype=np.int64, count=len(units))
-        po = np.fromiter((u.commitlog_offset for u in units), dtype=np.int64, count=len(units))
-        table[key] = (qo, po)
+    table = {
+        key: (a["queue_offset"].astype(np.int64), a["commitlog_offset"].astype(np.int64))
+        for key, a in cq.queues.items()
+    }
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
     n, first = 0, None
     for cols in iter_dispatch_parallel(
@@ -136,7 +135,7 @@ def missing_units(
 def plan_rocks(
     store: Store,
     profile: BrokerProfile,
-    cq: RocksCq,
+    cq: RocksColumns,
     kind: str,
     *,
     mode: str,
@@ -147,7 +146,7 @@ def plan_rocks(
 ) -> RocksRecovery:
     """What recover does about the RocksDB queue (see the module): a refusal where the broker's
     own start would write into it what its next start on recover's result would not."""
-    units = sum(len(u) for u in cq.queues.values())
+    units = cq.units
     r = RocksRecovery(cq.dir, kind, cq.checkpoint, units, start_max_phy(cq, kind, file_max))
     ckpt = cq.checkpoint if cq.checkpoint is not None else 0
     r.truncate_dirty = ckpt >= end_offset and (kind == KIND_ROCKSDB or profile.version >= (5, 4, 0))
