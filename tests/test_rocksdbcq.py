@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -490,3 +491,27 @@ def test_the_column_reader_holds_what_the_object_reader_holds(tmp_path: Path) ->
     rewrite(root, odd)
     same(root)
     assert [int(x) for x in rc.read_columns(root, "consumequeue").queues[("TopicZ", 7)]["queue_offset"]] == [1, 5]
+
+
+def test_the_brokers_own_config_naming_the_rocksdb_queue_is_no_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--broker-config with storeType=defaultRocksDB, on the store it made: verify checks and recover plans
+    (before: UNSUPPORTED_SETTING, exit 8); on a store without a database the setting is still refused."""
+    from rmqtool.cli import run
+
+    root = fixture_store(tmp_path)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathRootDir={root}\nstoreType=defaultRocksDB\nmaxHashSlotNum=100\nmaxIndexNum=400\n")
+    for argv in (["verify", "-q"], ["recover", "--dry-run"]):
+        capsys.readouterr()
+        code = run([argv[0], "--broker-config", str(conf), "--broker-version", V, *argv[1:]])
+        out, err = capsys.readouterr()
+        assert code == 0, out + err
+    other = tmp_path / "plain"
+    (other / "commitlog").mkdir(parents=True)
+    shutil.copy(root / "commitlog" / "00000000000000000000", other / "commitlog")
+    conf.write_text(f"storePathRootDir={other}\nstoreType=defaultRocksDB\n")
+    capsys.readouterr()
+    assert run(["recover", "--broker-config", str(conf), "--broker-version", V, "--dry-run"]) == 8
+    assert "storeType=defaultRocksDB" in capsys.readouterr().err
