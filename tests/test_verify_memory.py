@@ -10,11 +10,13 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import copy_store
 
 from rmqtool.recovery import verify as v
 from rmqtool.recovery.store import Store
+from rmqtool.recovery.verify import parts as vparts
 from rmqtool.recovery.versions import BrokerProfile
 
 P494 = BrokerProfile.for_version("4.9.4")
@@ -173,3 +175,22 @@ def test_sound_index_file_is_never_read_whole(tmp_path: Path, name: str, monkeyp
     entry_reads = [n for at, n in reads if at >= entries_at and at not in tails]
     assert sum(entry_reads) >= 2 * entries * 20  # every entry read, to follow the chains and to check it
     assert max(entry_reads) <= chunk * 20
+
+
+@pytest.mark.parametrize("negative", [False, True])
+def test_queue_keys_are_int32_and_ordered_by_topic_and_queue(negative: bool) -> None:
+    """The record table's queue keys are made in int32 (beside the whole table, each
+    int64 working array cost 8 bytes a message at the peak of verify's memory, issue 39):
+    the same keys, in (topic id, queue id) order, as the pairs' rank; with a negative queue
+    id, the sorted-pairs path."""
+    rng = np.random.default_rng(7)
+    tid = rng.integers(0, 5, 10_000).astype(np.int32)
+    qid = rng.integers(-3 if negative else 0, 8, 10_000).astype(np.int32)
+    names = [f"T{i}" for i in range(5)]
+    keys, queues = vparts._queue_keys(tid, qid, names)
+    # (the sorted-pairs path orders a topic's queue ids as unsigned ints, as before)
+    pairs = sorted(set(zip(tid.tolist(), qid.tolist())), key=lambda p: (p[0], p[1] & 0xFFFFFFFF))
+    assert queues == [(names[t], q) for t, q in pairs]
+    rank = {p: i for i, p in enumerate(pairs)}
+    assert keys.dtype == np.int32
+    assert keys.tolist() == [rank[p] for p in zip(tid.tolist(), qid.tolist())]
