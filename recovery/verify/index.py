@@ -179,7 +179,7 @@ class _IndexFile:
         self.chains: tuple[np.ndarray, ...] | None = None  # _file_chains, when computed ahead
         if self.windowed:
             return
-        E = self.read(1, self.ne)
+        E = self.read_entries(1, self.ne)
         self.kh = E["key_hash"].astype(np.int32)
         self.eoff = E["commitlog_offset"].astype(np.int64)
         self.td = E["time_diff"].astype(np.int32)
@@ -187,7 +187,7 @@ class _IndexFile:
         self.prev = E["prev_index"].astype(np.int32)
         self.ks = np.arange(1, self.ne, dtype=np.int32)
 
-    def read(self, a: int, b: int) -> np.ndarray:
+    def read_entries(self, a: int, b: int) -> np.ndarray:
         """Entries ``[a, b)`` as stored (``b`` at most ``ne``)."""
         if b <= a:
             return np.zeros(0, dtype=ixf.ENTRY_DTYPE)
@@ -199,7 +199,7 @@ class _IndexFile:
         """Entry ``k``'s commitlog offset."""
         if not self.windowed:
             return int(self.eoff[k - 1])
-        return int(self.read(k, k + 1)["commitlog_offset"][0])
+        return int(self.read_entries(k, k + 1)["commitlog_offset"][0])
 
     def used_slots(self) -> int:
         """How many different slots the entries' (non-negative) hashes fall in."""
@@ -214,7 +214,7 @@ class _IndexFile:
         for lo in range(0, self.n, step):
             hi = min(lo + step, self.n)
             if self.windowed:
-                E = self.read(lo + 1, hi + 1)
+                E = self.read_entries(lo + 1, hi + 1)
                 kh = E["key_hash"].astype(np.int32)
                 so = _slot_of(kh, self.S)
                 yield _Window(
@@ -283,7 +283,7 @@ def _sound_chains(x: _IndexFile) -> bool:
     n_waiting = 0
     for w in reversed(range((x.n + W - 1) // W)):
         a, b = 1 + w * W, min(x.ne, 1 + (w + 1) * W)
-        E = x.read(a, b)
+        E = x.read_entries(a, b)
         prev = E["prev_index"].astype(np.int32)
         ks = np.arange(a, b, dtype=np.int32)
         if bool(np.any((prev < 0) | (prev >= ks))):
