@@ -61,6 +61,8 @@ def apply_repair(
                 tx.replace_file(ch.relpath, ch.content)
         if plan.checkpoint is not None:
             tx.replace_file("checkpoint", plan.checkpoint)
+        for rel, pos, units in plan.unit_writes:  # DLedger index units, from their entries
+            tx.write_at(rel, pos, units)
         if plan.timer_units:
             from .timerrepair import patched_ranges
 
