@@ -385,6 +385,9 @@ def test_repair_writes_a_zeroed_index_unit_back_from_its_entry(
     data = _data_bytes(t)
     code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
     assert code == 1, (code, err)
+    from test_schemas import check_output
+
+    check_output("repair", "json", out, code)  # (the DLedger plan's fields in rmqtool-repair's schema)
     plan = json.loads(out)["plan"]
     assert plan["dledger_unit_writes"] == [
         {"file": f"dledger-n0/index/{0:020d}", "pos": i * dl.INDEX_UNIT_SIZE, "units": 1}
