@@ -45,7 +45,7 @@ from ..repairregions import DAMAGED, END_OF_DATA, HEADER_FIELD, Region
 from ..scan import last_nonzero_in_file
 from ..store import MappedFile, Store, StoreFile
 from ..versions import BrokerProfile
-from ..walk import GO_, STOP, Act, Source, walk
+from ..walk import GO_, STOP, Act, Source, finish, walk
 from .entries import EntryRows
 from .framing import DLEDGER
 from .ledger import IndexList, LedgerRecovery, LedgerWalk, State, ledger_for, recover_ledger
@@ -89,9 +89,10 @@ def dledger_model(store: Store, profile: BrokerProfile, recs: Any, intact: np.nd
         policy=lambda st, ix: MendingWalk(st, ix, profile, fixed),
     )
     end = ext.process_offset
+    fixed[:0] = _mend_before(store, profile, ext.start_file)
     entries = _ledger_entries(store, profile, end, fixed)
     regions = [_header_region(store, fx) for fx in fixed]
-    regions += _damaged_bodies(store, entries, recs, intact)
+    regions += _damaged_bodies(store, profile, entries, recs, intact)
     regions += _tail(store, end)
     last_unit = (ext.last_index + 1) * dl.INDEX_UNIT_SIZE
     after = [_rel(store, f.path) for f in store.dledger_data if f.base > end]
@@ -161,10 +162,39 @@ class MendingWalk(LedgerWalk):
             return act
         self.fixed.append(fx)
         s = self.s
+        # (its unit, as DLedger's walk rewrites units from the first that disagrees on)
+        if s.rewrite_from is None and self.index.unit(fx.index) != dl.IndexUnit(
+            dl.MAGIC_1, fx.pos, fx.size, fx.index, fx.term
+        ):
+            s.rewrite_from = fx.index
+        if s.rewrite_from is not None:
+            u = np.zeros(1, dtype=dl.INDEX_DTYPE)
+            u["magic"], u["pos"], u["size"], u["index"], u["term"] = dl.MAGIC_1, fx.pos, fx.size, fx.index, fx.term
+            s.rewritten.append(u)
         s.last_index, s.last_term, s.entries = fx.index, fx.term, s.entries + 1
         s.last_pos, s.last_end = fx.pos, fx.pos + fx.size
         self.stop_why = ""
         return Act(GO_, fx.size)
+
+
+def _mend_before(store: Store, profile: BrokerProfile, start: int) -> list[_Fixed]:
+    """The entry headers mended in the data files before the one DLedger's walk starts at:
+    DLedger never reads them, but the broker's reput does (and DLedger's get(index)). Each
+    file is walked as DLedger would walk it (its first entry's index unchecked); where nothing
+    mends an entry the rest of that file is left as it is (DLedger keeps it: no cut)."""
+    fixed: list[_Fixed] = []
+    index = IndexList(store.dledger_index)
+    try:
+        for f in store.dledger_data[:start]:
+            with MappedFile(f.path) as mf:
+                src = Source(mf.buf, mf.size, f.base, profile, DLEDGER)
+                try:
+                    finish(walk(src, MendingWalk(State(), index, profile, fixed), 0, mf.size))
+                finally:
+                    src.release()
+    finally:
+        index.close()
+    return fixed
 
 
 def _mend(
@@ -293,7 +323,7 @@ def _ledger_entries(store: Store, profile: BrokerProfile, end: int, fixed: list[
     return _Entries(off[keep][order], r[keep][order])
 
 
-def _damaged_bodies(store: Store, e: _Entries, recs: Any, intact: np.ndarray) -> list[Region]:
+def _damaged_bodies(store: Store, profile: BrokerProfile, e: _Entries, recs: Any, intact: np.ndarray) -> list[Region]:
     """An entry of the ledger whose body is not exactly one intact message."""
     if not len(e.off):
         return []
@@ -311,10 +341,18 @@ def _damaged_bodies(store: Store, e: _Entries, recs: Any, intact: np.ndarray) ->
     for k in np.flatnonzero(~ok).tolist():
         start, n = int(body[k]), int(blen[k])
         f = store.commitlog_file_for(start)
-        if f is None:
+        if f is None or _intact_message(store, profile, f, start, n):
             continue
         out.append(Region(_rel(store, f.path), f.base, start - f.base, start - f.base + n, DAMAGED, False))
     return out
+
+
+def _intact_message(store: Store, profile: BrokerProfile, f: StoreFile, start: int, n: int) -> bool:
+    """Whether the body at ``start`` is one intact message of ``n`` bytes holding its own
+    offset (the scan, resyncing past a damaged entry header, may not have read it as one)."""
+    with MappedFile(f.path) as mf:
+        c = ck.check_record(mf.buf, start - f.base, min(mf.size, start - f.base + n), profile, check_crc=True)
+    return bool(c.is_message and c.size == n and c.rec is not None and c.rec.physical_offset == start)
 
 
 def _tail(store: Store, end: int) -> list[Region]:
