@@ -156,6 +156,7 @@ def repair() -> dict[str, Any]:
             "stray": arr(S),
             "problems": arr(ANY),
             "notes": arr(S),
+            "dledger_unit_writes": arr(obj({"file": S, "pos": I, "units": I}, ("file", "pos", "units"))),
         },
         ("store", "broker_version", "regions", "quarantined", "problems"),
         closed=False,
