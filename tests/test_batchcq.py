@@ -236,8 +236,7 @@ def test_verify_finds_records_of_a_batch_topic_without_a_unit(
 @pytest.mark.parametrize(
     "argv",
     [
-        ["recover", "--yes"],
-        ["recover", "--dry-run"],
+        # (recover: test_recover_takes_a_clean_batch_store_as_it_is and the crash cases below)
         ["repair", "--yes"],
         ["repair", "--dry-run"],
     ],
@@ -627,3 +626,86 @@ def test_rebuild_index_never_makes_a_path_of_a_batch_topic_that_cannot_be_one(tm
         f"batchconsumequeue/BatchT/0/{0:020d}"
     ]
     assert not (root / "0").exists()
+
+
+# --------------------------------------------------------------------------- recover (issue 35, item 1)
+
+
+def _recover(root: Path, *more: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(["recover", str(root), "-q", "-j", "1", "--broker-version", "5.5.1", *more])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _bcq_files(root: Path) -> dict[str, bytes]:
+    return {k: v for k, v in _files(root).items() if k.startswith("batchconsumequeue/")}
+
+
+def test_recover_takes_a_clean_batch_store_as_it_is(tmp_path: Path) -> None:
+    """(was test_destructive_commands_refuse_a_store_with_batch_queues[argv0], [argv1]: exit 8.)
+    A clean store whose batch queue holds every record: nothing to do, and the plan counts the
+    batch queue's last unit in maxPhyOffsetOfCQ with the START of its record (645, not 862):
+    so the broker does not truncate."""
+    root = bcq_store(tmp_path)
+    before = _files(root)
+    rc, out, err = _recover(root, "--dry-run", "--format", "json")
+    assert rc == 0, err
+    doc = json.loads(out)["plan"]
+    assert doc["max_phy_offset_of_cq"] == 645 and doc["end_offset"] == 862
+    assert doc["cq_truncation"] is False
+    assert [q["topic"] for q in doc["batch_queues"]] == ["BatchT"]
+    rc, out, err = _recover(root, "--yes")
+    assert rc == 0, err
+    assert _files(root) == before
+
+
+@pytest.mark.parametrize("damage", ["none", "flipped_last", "unit_zeroed", "file_removed"])
+def test_recover_after_a_crash_leaves_the_batch_queue_as_the_broker_s_recovery(tmp_path: Path, damage: str) -> None:
+    """An abnormal recovery of a BatchCQ store, as the broker's (5.0.0-5.5.1): the batch queue
+    counts toward maxPhyOffsetOfCQ, is truncated with the commitlog (a flipped byte in the last
+    record: its unit goes, zero-filled where the broker only moves its write position) and
+    the recovery's dispatch appends the units the queue lacks (a zeroed last unit, a removed
+    file: written again as the broker's putBatchMessagePositionInfo writes them); what is
+    replaced is backed up, and a second run has nothing to do."""
+    root = bcq_store(tmp_path)
+    f = root / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}"
+    good = f.read_bytes()
+    if damage == "flipped_last":
+        cl0 = root / "commitlog" / f"{0:020d}"
+        b = bytearray(cl0.read_bytes())
+        b[645 + 100] ^= 0xFF  # (in the last record's body: its CRC fails)
+        cl0.write_bytes(bytes(b))
+    elif damage == "unit_zeroed":
+        b = bytearray(good)
+        b[3 * 46 : 4 * 46] = bytes(46)
+        f.write_bytes(bytes(b))
+    elif damage == "file_removed":
+        f.unlink()
+    (root / "abort").write_bytes(b"")
+    # (with no file left, the size comes from the broker config: else the default one is written)
+    conf = ["--broker-config", str(_conf(tmp_path, root, 20 * 46))] if damage == "file_removed" else []
+    damaged = _files(root)
+    rc, out, err = _recover(root, "--dry-run", "--format", "json", *conf)
+    assert rc == 4, err
+    assert _files(root) == damaged
+    doc = json.loads(out)["plan"]
+    rc, _out, err = _recover(root, "--yes", "--backup-dir", str(tmp_path / "bk"), *conf)
+    assert rc == 1, err
+    after = f.read_bytes()
+    if damage == "flipped_last":
+        assert doc["end_offset"] == 645 and doc["cq_truncation"] is True
+        assert [(q["truncate_to"], q["units_cut"]) for q in doc["batch_queues"]] == [(3 * 46, 1)]
+        assert after == good[: 3 * 46] + bytes(len(good) - 3 * 46)
+        assert any("batchconsumequeue/BatchT/0/" in k for k in _files(tmp_path / "bk"))
+    else:
+        assert doc["end_offset"] == 862
+        assert after == good
+    assert not (root / "abort").exists()
+    recovered = _files(root)
+    rc, out, err = _recover(root, "--yes", *conf)
+    assert rc == 0, (out, err)
+    assert _files(root) == recovered

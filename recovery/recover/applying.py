@@ -19,11 +19,12 @@ from .. import check as ck
 from ..broker import MODE_ABNORMAL, goes_to_consume_queue
 from ..indexbuild import ConsumeQueueSet, IndexBuilder
 from ..reader import CommitlogReader
-from ..reput import BAD_TOPIC, SIZE_ACCOUNTING, ReputProblem, feed_cq, feed_index, iter_dispatch_parallel
+from ..reput import BAD_TOPIC, SIZE_ACCOUNTING, ReputProblem, feed_cq, feed_index, iter_dispatch_parallel, split_batch
 from ..scan import sorted_hints_in
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from .applystate import Applying, ApplyResult, LazyWriters
+from .batchqueues import BatchQ, absorb_batch, batch_changes, batch_set, recover_batch_queues
 from .builtprefix import index_skips_upto, skip_built_prefix
 from .indexfiles import infer_index_tz
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
@@ -89,6 +90,7 @@ def apply_recovery(
         for rel, pos, units in plan.dledger_unit_writes:
             tx.write_at(rel, pos, units)
         queue_changes(tx, a)
+        batch_changes(tx, a.batch, store.root)
         created_names = index_changes(tx, a, tz)
         cp = recovered_checkpoint(a, ckpt_before)
         new_cp = checkpoint_bytes(cp_bytes, cp, profile)
@@ -167,6 +169,7 @@ def dispatch_changes(
     _apply_dispatch(a)
     tx = StoreTransaction(store.root, dry_run=True)
     queue_changes(tx, a)
+    batch_changes(tx, a.batch, store.root)
     index_changes(tx, a, infer_index_tz(store))
     cp_changed = checkpoint_bytes(cp_bytes, recovered_checkpoint(a, ckpt_before), profile) != cp_bytes
     return cp_changed or bool(tx.plan()), dict(a.dispatched)
@@ -205,6 +208,11 @@ def _start_applying(
         queues[key] = Queue(key, Fcq, st)
     kept_index, ib = _index_as_loaded(store, plan, profile)
     a = Applying(store, plan, profile, ctx, progress, jobs, queues_only, queues, kept_index, ib)
+    if plan.context is not None:
+        a.batch_file_size, states = ctx.batch_file_size, ctx.batch_states
+    else:
+        a.batch_file_size, states = recover_batch_queues(store)
+    a.batch = {key: BatchQ(key, a.batch_file_size, q) for key, q in states.items()}
     a.q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
     return a
 
@@ -335,6 +343,8 @@ def _run_pass(
     # keys, indexing it again (quirk Q6, a record at endPhyOffset is not below it) would
     # only add duplicates, and every later run would add them again. Where the broker
     # refuses the store there is no start whose duplicates to repeat: any such record
+    # the records of BatchCQ topics go to their batch consume queues (5.x)
+    bs = batch_set(a.store, a.batch_file_size, a.batch) if cq and cqset is not None and _batch_dispatch(a) else None
     frozen_at = (
         _frozen_reindex_offset(a) if name == "startup_reput" and index and (a.ctx.frozen or _refused(a)) else None
     )
@@ -370,6 +380,8 @@ def _run_pass(
             index_cols = cols
         n += cols.count
         if cq and cqset is not None:
+            if bs is not None:
+                cols = split_batch(bs, cols)
             feed_cq(cqset, cols)
             if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
                 a.sched_rows.extend(
@@ -382,9 +394,32 @@ def _run_pass(
             past = index_cols.commitlog_offset >= process
             feed_index(a.ib, index_cols.select(~past) if past.any() else index_cols)
     a.dispatched[name] = a.dispatched.get(name, 0) + n
+    if bs is not None:
+        a.appended_units += absorb_batch(bs, a.batch, a.batch_file_size)
+        if bs.logics_msg_timestamp is not None and (bs.logics_physical_offset or -1) > (
+            cqset.logics_physical_offset if cqset is not None and cqset.logics_physical_offset is not None else -1
+        ):
+            # (logicsMsgTimestamp: the last record put to a queue of either kind)
+            assert cqset is not None
+            cqset.logics_msg_timestamp, cqset.logics_physical_offset = (
+                bs.logics_msg_timestamp,
+                bs.logics_physical_offset,
+            )
     if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
         a.logics = cqset.logics_msg_timestamp
         a.logics_offset = cqset.logics_physical_offset
+
+
+def _batch_dispatch(a: Applying) -> bool:
+    """Whether the dispatch routes records to batch consume queues: a 5.x store with a
+    batch queue file, a batchconsumequeue/ directory or a BatchCQ topic."""
+    if not a.profile.checks_inner_batch:
+        return False
+    if a.batch_dispatch is None:
+        from ..batchcq import dispatch_batch_topics
+
+        a.batch_dispatch = bool(a.batch) or bool(dispatch_batch_topics(a.store.root))
+    return a.batch_dispatch
 
 
 def _frozen_reindex_offset(a: Applying) -> int | None:
@@ -455,6 +490,10 @@ def _apply_dispatch(a: Applying) -> None:
             q.bases, q.content, q.write, q.max_phy = [], {}, None, -1
             q.removed = list(a.store.consume_queues.get(q.key, []))
             q.disk.clear()
+        for b in a.batch.values():
+            b.removed += list(b.disk.values())
+            b.bases, b.content, b.write, b.max_phy = [], {}, None, -1
+            b.disk.clear()
         return
     # our improvement: re-index what the discarded index files held before the start file
     # (from the last kept file's endPhyOffset: that record may have been indexed only
@@ -481,6 +520,8 @@ def _apply_dispatch(a: Applying) -> None:
         at = plan.cq_truncate_at if plan.cq_truncate_at is not None else process
         for q in a.queues.values():
             q.truncate(at)
+        for b in a.batch.values():
+            b.truncate(at)
     if a.ctx.settle:  # (the broker refuses the store: as its next starts would leave the queues)
         for q in a.queues.values():
             q.settle()
@@ -540,7 +581,11 @@ def _startup_reput(a: Applying, truncated: bool) -> None:
         return  # (the queue files' size unknown: left to the broker's start, planning._plan_dispatch)
     fmax = a.ctx.frozen_max
     fmax = min(fmax, process) if truncated else fmax
-    reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in a.queues.values()])
+    reput_from = max(
+        [plan.commitlog_min_offset, fmax]
+        + [q.max_phy for q in a.queues.values()]
+        + [b.max_phy for b in a.batch.values()]
+    )
     reput_from = max(reput_from, 0, plan.commitlog_min_offset)
     cqset = _cqset_of(a)
     if reput_from < process:

@@ -172,6 +172,10 @@ class RecoveryContext:
     settle: bool = False  # apply settles the queues as the broker's next starts would (the broker refuses the store)
     hints: Any = None  # the consume queues' offsets, reused by apply's dispatch
     confirm_offset: int | None = None  # controller mode (--to-consistent-point): the checkpoint's confirmPhyOffset
+    batch_states: dict[tuple[str, int], Any] = field(
+        default_factory=dict
+    )  # each batch queue's recovery (batchcq.BatchQueue)
+    batch_file_size: int = 0  # mapperFileSizeBatchConsumeQueue (0: no batch queue file)
 
 
 @dataclass
@@ -202,6 +206,8 @@ class RecoveryPlan:
     cuts: list[CommitlogCut] = field(default_factory=list)
     removed_files: list[RemovedFile] = field(default_factory=list)
     queues: list[QueuePlan] = field(default_factory=list)
+    # the batch consume queues (5.x BatchCQ topics, batchconsumequeue/): offsets in bytes, 46 a unit
+    batch_queues: list[QueuePlan] = field(default_factory=list)
     cq_truncation: bool = False
     index_discarded: list[IndexDiscard] = field(default_factory=list)
     index_kept: list[IndexKept] = field(default_factory=list)  # checked and kept instead of discarded
@@ -232,7 +238,7 @@ class RecoveryPlan:
     # -- derived ------------------------------------------------------------------------
     @property
     def changed_queues(self) -> list[QueuePlan]:
-        return [q for q in self.queues if q.changed]
+        return [q for q in self.queues if q.changed] + [q for q in self.batch_queues if q.changed]
 
     @property
     def changes_besides_dispatch(self) -> bool:

@@ -9,6 +9,7 @@ from ..broker import MODE_ABNORMAL, MODE_NORMAL
 from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
+from .batchqueues import recover_batch_queues
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
 from .plancommitlog import (
     note_q10,
@@ -40,6 +41,7 @@ def plan_recovery(
     use_hints: bool = True,
     timer: bool = True,
     truncate_to: int | None = None,
+    bcq_file_size: int | None = None,
 ) -> RecoveryPlan:
     """Compute what the broker's recovery does to ``store`` (nothing is written).
 
@@ -56,7 +58,8 @@ def plan_recovery(
     recovery, ``DefaultMessageStore.truncateFiles(truncate_to)`` as a controller-mode
     slave's handshake calls it at the consistent point (``recover --to-consistent-point``:
     nothing when it is at or past the end the recovery leaves; the caller has checked that
-    the record there passes ``isOffsetAligned``).
+    the record there passes ``isOffsetAligned``). ``bcq_file_size``: the broker config's
+    mapperFileSizeBatchConsumeQueue (default: the batch queue files' own size).
     """
     opts = PlanOptions(
         correct_delay_tags,
@@ -68,6 +71,7 @@ def plan_recovery(
         progress,
         use_hints,
         truncate_to,
+        bcq_file_size,
     )
     p = _start_planning(store, profile, mode, opts)
     if store.dledger is not None and store.dledger_data:
@@ -217,7 +221,11 @@ def _layout_problems(
 
 
 def _plan_queues(
-    store: Store, profile: BrokerProfile, ctx: RecoveryContext, problems: list[Problem]
+    store: Store,
+    profile: BrokerProfile,
+    ctx: RecoveryContext,
+    problems: list[Problem],
+    bcq_file_size: int | None = None,
 ) -> tuple[list[QueuePlan], int]:
     """Steps 1 and 2: ConsumeQueue recovery of every queue, and maxPhyOffsetOfCQ. Fills in
     ``ctx.queue_states``, ``ctx.frozen`` and ``ctx.frozen_max``."""
@@ -262,6 +270,11 @@ def _plan_queues(
             )
         )
     ctx.frozen = set(frozen)
+    # the batch consume queues (BatchConsumeQueue.recover): each counts the START of its last
+    # valid unit's record in maxPhyOffsetOfConsumeQueue, as the broker's ConsumeQueueStore.recover
+    ctx.batch_file_size, ctx.batch_states = recover_batch_queues(store, bcq_file_size)
+    for bq in ctx.batch_states.values():
+        max_cq = max(max_cq, bq.max_physic_offset)
     return queues, max_cq
 
 
@@ -272,7 +285,7 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
     ctx = RecoveryContext()
     problems, zero_last_cl = _layout_problems(store, profile, ctx)
     notes: list[str] = []
-    queues, max_cq = _plan_queues(store, profile, ctx, problems)
+    queues, max_cq = _plan_queues(store, profile, ctx, problems, opts.bcq_file_size)
     files = [f for f in store.commitlog if f.size > 0]
     min_offset = files[0].base if files else -1
     plan = RecoveryPlan(
@@ -302,6 +315,12 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
         checkpoint_missing=not store.checkpoint_present,
         context=ctx,
     )
+    plan.batch_queues = [
+        QueuePlan(
+            t, q, len(bq.files), bq.write_offset, bq.max_physic_offset, [rel_path(store, f.path) for f in bq.removed]
+        )
+        for (t, q), bq in ctx.batch_states.items()
+    ]
     return Planning(store, profile, ckpt, opts, plan, ctx, files, zero_last_cl)
 
 
@@ -314,6 +333,9 @@ def _plan_without_commitlog(p: Planning) -> RecoveryPlan:
     for qp in plan.queues:
         st = p.ctx.queue_states[qp.key]
         qp.truncate_removed = [rel_path(p.store, f.path) for f in st.kept]
+    for qp in plan.batch_queues:
+        qp.truncate_removed = [rel_path(p.store, f.path) for f in p.ctx.batch_states[qp.key].kept]
+    plan.destroy_consume_queues = plan.destroy_consume_queues or any(qp.files for qp in plan.batch_queues)
     plan.notes.append("no commitlog file: the broker destroys every consume queue")
     return plan
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # start-up time (--help): recovery.rebuild is imported where 
     from ...recovery.versions import BrokerProfile
 
 
-def _bcq_file_size() -> int | None:
+def bcq_file_size_from_config() -> int | None:
     """--broker-config's mapperFileSizeBatchConsumeQueue, if it sets one."""
     from ..options import broker_meta
 
@@ -219,7 +219,7 @@ def _run(
             progress=advance,
             jobs=jobs,
             compare_progress=compare,
-            bcq_file_size=_bcq_file_size(),
+            bcq_file_size=bcq_file_size_from_config(),
         )
     _LAST["plan"] = plan
     with closed_stdout_ignored():  # the output may go away (| head): the rebuild does not depend on it
