@@ -308,6 +308,18 @@ BCQ_TOPIC_ATTRIBUTE = "queue.type"
 BCQ_TYPE = "BatchCQ"
 
 
+def stray_inner_message(topic: str, offset: int) -> str:
+    """The refusal (exit 8, nothing changed) of a store holding an inner-batch record (sysflag
+    0x80) of a topic the store does not call BatchCQ: rebuild-index's, recover's and repair's."""
+    return (
+        f"refused, nothing changed: the record at commitlog offset {offset} is an inner batch (sysflag 0x80) "
+        f"of topic {topic!r}, which has no batchconsumequeue/ directory and is not BatchCQ in config/topics.json: "
+        "a 5.x broker takes inner batches only for BatchCQ topics, so this store does not say where its "
+        "queue is; give the topic its queue.type in config/topics.json (or create "
+        f"batchconsumequeue/{topic}/) and run again"
+    )
+
+
 def configured_batch_topics(root: Path) -> set[str] | None:
     """The topics config/topics.json gives the queue type BatchCQ (its attribute
     ``queue.type``); None when the file is missing or does not decode."""

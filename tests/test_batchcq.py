@@ -709,3 +709,75 @@ def test_recover_after_a_crash_leaves_the_batch_queue_as_the_broker_s_recovery(t
     rc, out, err = _recover(root, "--yes", *conf)
     assert rc == 0, (out, err)
     assert _files(root) == recovered
+
+
+@pytest.mark.parametrize("argv", [["recover", "--yes"], ["recover", "--dry-run"]])
+def test_recover_refuses_an_inner_batch_of_a_topic_the_store_does_not_call_batchcq(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """(From branch kinds, 9fcd692; found now in recover's own dispatch walk, not in a pass of
+    its own.) The store of the rebuild-index refusal above has no batchconsumequeue/ files: its
+    inner batch of OtherT is one the dispatch would put into a file queue, a guess; recover
+    refuses it as rebuild-index does, dry run or not, exit 8, nothing changed."""
+    root = _two_kind_store(tmp_path, [("OtherT", 0, 3, 0x80), ("PlainT", 0, None, 0)])
+    before = _files(root)
+    rc = run([argv[0], str(root), *argv[1:], "-j", "1", "--broker-version", "5.5.1"])
+    err = capsys.readouterr().err
+    assert rc == 8, err
+    assert "inner batch (sysflag 0x80)" in err and "'OtherT'" in err and "not BatchCQ" in err
+    assert _files(root) == before
+
+
+def test_recover_refuses_a_stray_inner_batch_only_where_it_dispatches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the records the dispatch passes reach can be misfiled: where the file queue already
+    holds a stray inner batch (a store some earlier tool or broker dispatched), a clean
+    recovery that dispatches nothing does not look at it, and finds nothing to do."""
+    root = _two_kind_store(tmp_path, [("OtherT", 0, 3, 0x80), ("PlainT", 0, None, 0)])
+    rc = run(["rebuild-index", str(root), "--yes", "-q", "-j", "1", "--broker-version", "5.5.1"])
+    assert rc == 8
+    capsys.readouterr()
+    # the units a broker that took the record as a plain one would have written
+    from rmqtool.recovery.store import Store
+
+    s = Store.open(root)
+    recs = []
+    with open(s.commitlog[0].path, "rb") as fh:
+        data = fh.read()
+    pos = 0
+    while pos < len(data):
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        if size <= 0:
+            break
+        recs.append((pos, size))
+        pos += size
+    for topic, (off, size) in zip(("OtherT", "PlainT"), recs):
+        q = root / "consumequeue" / topic / "0"
+        q.mkdir(parents=True)
+        unit = off.to_bytes(8, "big") + size.to_bytes(4, "big") + tags_code("a").to_bytes(8, "big", signed=True)
+        (q / f"{0:020d}").write_bytes(unit.ljust(600, b"\0"))
+    before = _files(root)
+    rc = run(["recover", str(root), "--dry-run", "-j", "1", "--broker-version", "5.5.1", "--cq-file-size", "600"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert _files(root) == before
+
+
+def test_recover_writes_the_batch_queue_of_a_batchcq_topic_without_one(tmp_path: Path) -> None:
+    """(Branch kinds, 8739fbd, refused this store.) BatchT is BatchCQ by config/topics.json and
+    has no batch queue file: the broker's dispatch creates its batch queue, and so does
+    recover's, the files rebuild-index writes from the same commitlog, byte for byte."""
+    import shutil
+
+    root = _two_kind_store(tmp_path, [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0), ("BatchT", 3, 2, 0x80)])
+    twin = tmp_path / "twin"
+    shutil.copytree(root, twin)
+    conf = ["--broker-config", str(_conf(tmp_path, root, 20 * 46))]
+    rc, _out, err = _recover(root, "--yes", *conf)
+    assert rc == 1, err
+    assert sorted(_bcq_files(root)) == ["batchconsumequeue/BatchT/0/00000000000000000000"]
+    assert not (root / "consumequeue" / "BatchT").exists()
+    rc, _out, err = _rebuild(twin, "--yes", "--broker-config", str(_conf(tmp_path, twin, 20 * 46)))
+    assert rc == 1, err
+    assert _bcq_files(root) == _bcq_files(twin)

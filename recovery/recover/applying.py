@@ -13,10 +13,13 @@ from typing import Any
 import numpy as np
 
 from ...formats.checkpoint import CHECKPOINT_READ_LIMIT
+from ...formats.consumequeue import DEFAULT_BCQ_FILE_SIZE
 from ...formats.names import topic_path_problem
 from ...formats.safeio import read_small
 from .. import check as ck
+from ..batchcq import INNER_BATCH_FLAG, stray_inner_message
 from ..broker import MODE_ABNORMAL, goes_to_consume_queue
+from ..brokerconf import UnsupportedStoreError
 from ..indexbuild import ConsumeQueueSet, IndexBuilder
 from ..reader import CommitlogReader
 from ..reput import BAD_TOPIC, SIZE_ACCOUNTING, ReputProblem, feed_cq, feed_index, iter_dispatch_parallel, split_batch
@@ -24,7 +27,7 @@ from ..scan import sorted_hints_in
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from .applystate import Applying, ApplyResult, LazyWriters
-from .batchqueues import BatchQ, absorb_batch, batch_changes, batch_set, recover_batch_queues
+from .batchqueues import BatchQ, absorb_batch, batch_changes, batch_set, batch_topics_of, recover_batch_queues
 from .builtprefix import index_skips_upto, skip_built_prefix
 from .indexfiles import infer_index_tz
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
@@ -212,7 +215,10 @@ def _start_applying(
         a.batch_file_size, states = ctx.batch_file_size, ctx.batch_states
     else:
         a.batch_file_size, states = recover_batch_queues(store)
+    # (no batch queue file and no configured size: a new queue's files are of the broker's default)
+    a.batch_file_size = a.batch_file_size or DEFAULT_BCQ_FILE_SIZE
     a.batch = {key: BatchQ(key, a.batch_file_size, q) for key, q in states.items()}
+    a.batch_topics = batch_topics_of(store) if profile.checks_inner_batch else set()
     a.q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
     return a
 
@@ -343,8 +349,13 @@ def _run_pass(
     # keys, indexing it again (quirk Q6, a record at endPhyOffset is not below it) would
     # only add duplicates, and every later run would add them again. Where the broker
     # refuses the store there is no start whose duplicates to repeat: any such record
-    # the records of BatchCQ topics go to their batch consume queues (5.x)
-    bs = batch_set(a.store, a.batch_file_size, a.batch) if cq and cqset is not None and _batch_dispatch(a) else None
+    # the records of BatchCQ topics go to their batch consume queues (5.x); an inner batch of
+    # another topic is refused below (split_batch finds it in the same columns)
+    bs = (
+        batch_set(a.store, a.batch_file_size, a.batch_topics, a.batch)
+        if cq and cqset is not None and a.profile.checks_inner_batch
+        else None
+    )
     frozen_at = (
         _frozen_reindex_offset(a) if name == "startup_reput" and index and (a.ctx.frozen or _refused(a)) else None
     )
@@ -381,7 +392,7 @@ def _run_pass(
         n += cols.count
         if cq and cqset is not None:
             if bs is not None:
-                cols = split_batch(bs, cols)
+                cols = split_batch(bs, cols) if bs.topics else _no_stray(bs, cols)
             feed_cq(cqset, cols)
             if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
                 a.sched_rows.extend(
@@ -394,6 +405,9 @@ def _run_pass(
             past = index_cols.commitlog_offset >= process
             feed_index(a.ib, index_cols.select(~past) if past.any() else index_cols)
     a.dispatched[name] = a.dispatched.get(name, 0) + n
+    if bs is not None and bs.stray_inner is not None:
+        # (before any change: the transaction comes after every dispatch pass)
+        raise UnsupportedStoreError(stray_inner_message(*bs.stray_inner), a.store.root / "commitlog")
     if bs is not None:
         a.appended_units += absorb_batch(bs, a.batch, a.batch_file_size)
         if bs.logics_msg_timestamp is not None and (bs.logics_physical_offset or -1) > (
@@ -410,16 +424,16 @@ def _run_pass(
         a.logics_offset = cqset.logics_physical_offset
 
 
-def _batch_dispatch(a: Applying) -> bool:
-    """Whether the dispatch routes records to batch consume queues: a 5.x store with a
-    batch queue file, a batchconsumequeue/ directory or a BatchCQ topic."""
-    if not a.profile.checks_inner_batch:
-        return False
-    if a.batch_dispatch is None:
-        from ..batchcq import dispatch_batch_topics
-
-        a.batch_dispatch = bool(a.batch) or bool(dispatch_batch_topics(a.store.root))
-    return a.batch_dispatch
+def _no_stray(bs: Any, cols: Any) -> Any:
+    """``cols`` as they are, the first inner batch among them noted in ``bs.stray_inner``
+    (a store without a BatchCQ topic: every inner batch is a stray one). One vector test
+    per run of the dispatch walk."""
+    if bs.stray_inner is None:
+        hit = np.flatnonzero((cols.sys_flag & INNER_BATCH_FLAG) != 0)
+        if len(hit):
+            j = int(hit[0])
+            bs.stray_inner = (cols.topic[j], int(cols.commitlog_offset[j]))
+    return cols
 
 
 def _frozen_reindex_offset(a: Applying) -> int | None:

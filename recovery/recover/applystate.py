@@ -94,7 +94,7 @@ class Applying:
     )
     batch: dict[tuple[str, int], Any] = field(default_factory=dict)  # the batch consume queues (batchqueues.BatchQ)
     batch_file_size: int = 0  # their mapped file size (0: no batch queue file)
-    batch_dispatch: bool | None = None  # whether the dispatch routes records to batch queues (None: not asked)
+    batch_topics: set[str] = field(default_factory=set)  # the BatchCQ topics (5.x)
 
     @property
     def Fcq(self) -> int:

@@ -131,11 +131,16 @@ class BatchQ:
         self.max_phy = max(self.max_phy, max_phy)
 
 
-def batch_set(store: Store, F: int, queues: dict[tuple[str, int], BatchQ]) -> BatchQueueSet:
-    """A BatchQueueSet for one dispatch pass: the records of the store's BatchCQ topics (a
-    batchconsumequeue/ directory, or queue.type=BatchCQ in config/topics.json), each
-    existing queue continued where it stands."""
-    bs = BatchQueueSet(F or store_bcq_file_size(store.root), dispatch_batch_topics(store.root), store)
+def batch_topics_of(store: Store) -> set[str]:
+    """The store's BatchCQ topics: a batchconsumequeue/ directory, or queue.type=BatchCQ in
+    config/topics.json."""
+    return dispatch_batch_topics(store.root)
+
+
+def batch_set(store: Store, F: int, topics: set[str], queues: dict[tuple[str, int], BatchQ]) -> BatchQueueSet:
+    """A BatchQueueSet for one dispatch pass: the records of ``topics`` (the BatchCQ ones),
+    each existing queue continued where it stands."""
+    bs = BatchQueueSet(F or store_bcq_file_size(store.root), topics, store)
     for key, q in queues.items():
         pr = q.prior()
         if pr is not None:
