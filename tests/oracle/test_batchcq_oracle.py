@@ -378,8 +378,12 @@ def _damage(store: Path, case: str, records: list[dict[str, Any]]) -> None:
     """One damage of the store the broker wrote (the same bytes for both copies)."""
     cl0 = store / "commitlog" / f"{0:020d}"
     msgs = sorted((m for m in records if m.get("phys_offset") is not None), key=lambda m: m["phys_offset"])
-    if case == "cut_commitlog":  # (zeros from the middle of the tenth record on: a cut file)
-        m = msgs[9]
+    if case == "cut_commitlog":
+        # (zeros from the middle of BatchT/1's second record on: a cut file. A cut that takes a
+        # batch queue's every unit leaves it without a file, and then the broker's view fails,
+        # on its own recovery's result and on recover's alike: a NullPointerException in
+        # BatchConsumeQueue.getMinMsgOffset, 5.0.0 and 5.5.1)
+        m = msgs[14]
         with open(cl0, "r+b") as fh:
             fh.seek(m["phys_offset"] + m["wrote_bytes"] // 2)
             fh.write(bytes(cl0.stat().st_size - fh.tell()))
