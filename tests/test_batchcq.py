@@ -781,3 +781,24 @@ def test_recover_writes_the_batch_queue_of_a_batchcq_topic_without_one(tmp_path:
     rc, _out, err = _rebuild(twin, "--yes", "--broker-config", str(_conf(tmp_path, twin, 20 * 46)))
     assert rc == 1, err
     assert _bcq_files(root) == _bcq_files(twin)
+
+
+@pytest.mark.parametrize("argv", [["recover", "--yes"], ["recover", "--dry-run"]])
+def test_recover_refuses_a_batch_queue_file_the_broker_does_not_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A batch queue file of another size than its queue's (the broker's load refuses it):
+    recover refuses the store (exit 8, nothing changed), dry run or not; info, which plans the
+    recovery too, reads on."""
+    root = bcq_store(tmp_path)
+    q = root / "batchconsumequeue" / "BatchT" / "0"
+    (q / f"{20 * 46:020d}").write_bytes(bytes(7 * 46))
+    before = _files(root)
+    rc = run([argv[0], str(root), *argv[1:], "-j", "1", "--broker-version", "5.5.1"])
+    err = capsys.readouterr().err
+    assert rc == 8, err
+    assert f"{20 * 46:020d}" in err and "does not load it" in err
+    assert _files(root) == before
+    rc = run(["info", str(root), "--deep", "--format", "json", "--broker-version", "5.5.1"])
+    capsys.readouterr()
+    assert rc in (0, 4)

@@ -63,6 +63,8 @@ def apply_recovery(
 
     if not queues_only:
         refuse_unloadable(store, profile)  # (the broker changes nothing in such a store: nor does recover)
+        if plan.context is not None and plan.context.batch_refusal is not None:
+            raise plan.context.batch_refusal
     ckpt_before = store.read_checkpoint()
     cp_path = store.root / "checkpoint"
     cp_bytes = (

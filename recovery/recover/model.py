@@ -176,6 +176,7 @@ class RecoveryContext:
         default_factory=dict
     )  # each batch queue's recovery (batchcq.BatchQueue)
     batch_file_size: int = 0  # mapperFileSizeBatchConsumeQueue (0: no batch queue file)
+    batch_refusal: Any = None  # batch queue files recover refuses (an UnsupportedStoreError), else None
 
 
 @dataclass

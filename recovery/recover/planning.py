@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..broker import MODE_ABNORMAL, MODE_NORMAL
+from ..brokerconf import UnsupportedStoreError
 from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
@@ -272,7 +273,12 @@ def _plan_queues(
     ctx.frozen = set(frozen)
     # the batch consume queues (BatchConsumeQueue.recover): each counts the START of its last
     # valid unit's record in maxPhyOffsetOfConsumeQueue, as the broker's ConsumeQueueStore.recover
-    ctx.batch_file_size, ctx.batch_states = recover_batch_queues(store, bcq_file_size)
+    try:
+        ctx.batch_file_size, ctx.batch_states = recover_batch_queues(store, bcq_file_size)
+    except UnsupportedStoreError as exc:
+        # (recover refuses the store, dry run or not: apply_recovery and the command raise it;
+        # info and offsets, which plan too, read on without the batch queues)
+        ctx.batch_refusal = exc
     for bq in ctx.batch_states.values():
         max_cq = max(max_cq, bq.max_physic_offset)
     return queues, max_cq

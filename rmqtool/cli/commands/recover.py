@@ -26,7 +26,7 @@ from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..interrupts import salvage_cleanup
-from ..options import make_profile
+from ..options import bcq_file_size_from_config, make_profile
 from ..output import format_options, output_file_options, pick_columns, say
 from ..progress import progress_bar, progress_option
 from ..render import dumps
@@ -320,8 +320,6 @@ def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: boo
     point = _consistent_point(store, profile, master) if master is not None else None
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "recover: walk", quiet) as advance:
-        from .rebuild import bcq_file_size_from_config
-
         plan = plan_recovery(
             store,
             profile,
@@ -330,6 +328,8 @@ def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: boo
             bcq_file_size=bcq_file_size_from_config(),
             **opts,
         )
+    if plan.context is not None and plan.context.batch_refusal is not None:
+        raise plan.context.batch_refusal  # (batch queue files the broker does not load: exit 8, dry run or not)
     if point is not None:
         _point_notes(plan, point, master)
         _POINTS[id(plan)] = point
