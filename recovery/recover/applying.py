@@ -345,12 +345,6 @@ def _run_pass(
             cqset.logics_msg_timestamp, cqset.logics_physical_offset = last_ts
         if index:
             a.ib.records_skipped += n
-    # the start-up reput begins at the consume queues' max physical offset; a record there
-    # that goes to a queue recover leaves alone (frozen) is one the broker would have put in
-    # that queue, moving the offset past it: where the index already ends with all of its
-    # keys, indexing it again (quirk Q6, a record at endPhyOffset is not below it) would
-    # only add duplicates, and every later run would add them again. Where the broker
-    # refuses the store there is no start whose duplicates to repeat: any such record
     # the records of BatchCQ topics go to their batch consume queues (5.x); an inner batch of
     # another topic is refused below (split_batch finds it in the same columns)
     bs = (
@@ -358,6 +352,12 @@ def _run_pass(
         if cq and cqset is not None and a.profile.checks_inner_batch
         else None
     )
+    # the start-up reput begins at the consume queues' max physical offset; a record there
+    # that goes to a queue recover leaves alone (frozen) is one the broker would have put in
+    # that queue, moving the offset past it: where the index already ends with all of its
+    # keys, indexing it again (quirk Q6, a record at endPhyOffset is not below it) would
+    # only add duplicates, and every later run would add them again. Where the broker
+    # refuses the store there is no start whose duplicates to repeat: any such record
     frozen_at = (
         _frozen_reindex_offset(a) if name == "startup_reput" and index and (a.ctx.frozen or _refused(a)) else None
     )
