@@ -39,15 +39,23 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from ..formats import commitlog as cl
 from ..formats import timer as tf
 from ..formats.offsetfile import load_pair
 from . import timerstore as ts
+from .batch.layout import AT_HOSTS, V4
+from .byteviews import byte_at, byte_views
+from .framing import Framing
 from .store import Store
 from .versions import BrokerProfile
-from .walks import iter_store_records
+from .walk import store_framing
+from .walks import broker_walk, iter_store_records
 
 TIMER_TOPIC = tf.TIMER_TOPIC
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SCHEDULED_TOPICS = (TIMER_TOPIC, SCHEDULE_TOPIC)
 STATES = ("pending", "due", "delivered", "cancelled", "lost")
 _KEEP = (
     "REAL_TOPIC",
@@ -114,8 +122,17 @@ def collect(
 ) -> Collected:
     """One walk of the commitlog: the records of the timer and schedule topics and the
     delivered copies. ``end_offset``: where the broker's recovery ends the commitlog (None:
-    where the walk ends)."""
-    got = Collected(end_offset=0, min_offset=store.commitlog_min_offset() if store.commitlog else 0)
+    where the walk ends). Where the walk takes no record of the timer or schedule topics it
+    decodes none (:func:`_unscheduled_end`) and leaves the delivered copies out."""
+    got = nothing_collected(store, 0)
+    quick = _unscheduled_end(store, profile, got.min_offset)
+    if quick is not None:  # (no record of those topics: the copies have no message to count for)
+        last_end, sizes = quick
+        if progress is not None:
+            for size in sizes:
+                progress(size)
+        got.end_offset = last_end if end_offset is None else end_offset
+        return got
     last_end = got.min_offset
     for f, _buf, pos, c in iter_store_records(store, profile, salvage=False, progress=progress):
         if not c.is_message or c.rec is None:
@@ -140,6 +157,64 @@ def collect(
             got.delivered.setdefault(c.uniq_key, []).append(rec)
     got.end_offset = last_end if end_offset is None else end_offset
     return got
+
+
+def nothing_collected(store: Store, end_offset: int) -> Collected:
+    """:func:`collect`'s result for a walk that takes no record of the timer or schedule
+    topics and ends at ``end_offset``."""
+    return Collected(end_offset=end_offset, min_offset=store.commitlog_min_offset() if store.commitlog else 0)
+
+
+def _unscheduled_end(store: Store, profile: BrokerProfile, start: int) -> tuple[int, list[int]] | None:
+    """Where :func:`collect`'s walk ends (the end of the last message it takes; ``start``
+    without one) and the sizes of the files it walks, when that walk takes no record of the
+    timer or schedule topics: found without decoding a record, by the broker's fast walk of
+    each file (:func:`recovery.walks.broker_walk` without CRCs takes the messages collect's
+    walk takes: it stops at the first entry that is not one, as collect's does) and a
+    vectorised test of their TOPICs. Then collect's result holds no scheduled record, and
+    its delivered copies would be looked up by none (every reader looks them up by a
+    scheduled record's UNIQ_KEY): it is left without them. None where a walked record is
+    of those topics: collect decodes every record."""
+    last_end, sizes = start, []
+    for f in store.commitlog_in_range(None, None, lambda f: sizes.append(f.size)):
+        with store.map(f) as mf:
+            file_end = _unscheduled_file_end(mf.buf, mf.size, profile, store_framing(store, f))
+        if file_end is None:
+            return None
+        if file_end >= 0:
+            last_end = f.base + file_end
+        sizes.append(f.size)
+    return last_end, sizes
+
+
+_SCHEDULED_NAMES = [np.frombuffer(t.encode(), dtype=np.uint8) for t in SCHEDULED_TOPICS]
+
+
+def _unscheduled_file_end(buf: Any, end: int, profile: BrokerProfile, fr: Framing) -> int | None:
+    """:func:`_unscheduled_end` in one file: the end of the last entry of a message the
+    broker's walk takes (-1: none), None where one of them is of the timer or schedule
+    topics (or the last one has no record: collect would skip it). The TOPICs are read
+    where the records' headers say (the walk took these records: their fields add up to
+    their TOTALSIZE)."""
+    fw = broker_walk(buf, end, profile, collect=True, check_crc=False, read_body=True, framing=fr)
+    if not fw.count:
+        return -1
+    S = np.frombuffer(fw.starts, dtype=np.int64)
+    P = S + fr.header  # (where each entry's record starts)
+    v = byte_views(buf)
+    hosts = (byte_at(v.i4, P + V4["sys_flag"]) >> 4) & 3
+    body = P + AT_HOSTS["body"][hosts]
+    tpos = body + byte_at(v.i4, body - 4)  # (BODYLENGTH: the four bytes before the body)
+    v2 = byte_at(v.i4, P + V4["magic"]) == cl.MAGIC_V2
+    tl = np.where(v2, byte_at(v.i2, tpos), byte_at(v.i1, tpos))
+    for name in _SCHEDULED_NAMES:
+        at = (tpos + 1 + v2)[tl == len(name)]
+        if len(at) and (byte_at(v.u1, at[:, None] + np.arange(len(name))) == name).all(axis=1).any():
+            return None
+    last = int(S[-1])
+    del S, P, v, hosts, body, tpos, v2, tl
+    c = fr.check(buf, last, end, profile, check_crc=False, read_body=True)
+    return last + c.size if c.is_message and c.rec is not None else None
 
 
 def still_scheduled(got: Collected, topics: set[str], queue_ids: set[int] | None = None) -> list[Rec]:

@@ -77,6 +77,20 @@ def json_records(text: str) -> list[dict[str, Any]]:
     return records
 
 
+TIMER_FIXTURES = ROOT / "fixtures" / "timer"
+
+
+def open_timer_fixture(name: str, dest: Path) -> dict[str, Any]:
+    """A recorded 5.1.4 timer fixture (fixtures/timer/NAME.tar.gz) unpacked into ``dest``
+    (its store at dest/store, writable): the recorded broker's view (view.json)."""
+    import tarfile
+
+    with tarfile.open(TIMER_FIXTURES / f"{name}.tar.gz") as tar:
+        tar.extractall(dest, filter="data")
+    view: dict[str, Any] = json.loads((dest / "view.json").read_text())
+    return view
+
+
 def copy_store(name: str, dest: Path) -> Path:
     """A writable copy of a real fixture store at dest/<name>/store."""
     target = dest / name / "store"

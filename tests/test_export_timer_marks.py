@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from conftest import jsonl_records, real_store  # noqa: E402
+from conftest import jsonl_records, open_timer_fixture, real_store  # noqa: E402
 
 from rmqtool.cli import run  # noqa: E402
 from rmqtool.cli.export import block as blocks  # noqa: E402
@@ -34,7 +33,6 @@ from rmqtool.recovery.splits import Handoff  # noqa: E402
 from rmqtool.recovery.store import Store  # noqa: E402
 from rmqtool.recovery.versions import BrokerProfile  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 TIMER_OPTS = [
     "--broker-version",
     "5.1.4",
@@ -68,9 +66,7 @@ def case(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
             "opts": ["--broker-version", "4.9.4"],
             "at": 1_900_000_000_000,
         }
-    with tarfile.open(ROOT / "fixtures" / "timer" / f"{request.param}.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    view = json.loads((tmp_path / "view.json").read_text())
+    view = open_timer_fixture(request.param, tmp_path)
     monkeypatch.setattr(ts, "wall_clock_ms", lambda: view["start_ms"] + 300_000)
     return {
         "name": request.param,
@@ -180,8 +176,7 @@ def test_a_store_without_timer_data_is_not_walked_for_marks(monkeypatch: pytest.
 
 
 def test_an_unloadable_timer_file_leaves_states_null_and_still_counts_copies_once(tmp_path: Path) -> None:
-    with tarfile.open(ROOT / "fixtures" / "timer" / "clean514.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
+    open_timer_fixture("clean514", tmp_path)
     sound = rt.export_marks(Store.open(tmp_path / "store", cq_file_size=600), _timer_profile(), 0)
     assert sound.unloadable is None and sound.copies > 0
     with open(tmp_path / "store" / "timerlog" / "00000000000000000000", "r+b") as fh:
@@ -201,9 +196,7 @@ def test_export_command_writes_the_marks_and_counts_once(
 
     from rmqtool.cli.export import spark as export_spark
 
-    with tarfile.open(ROOT / "fixtures" / "timer" / "clean514.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    at = json.loads((tmp_path / "view.json").read_text())["start_ms"]
+    at = open_timer_fixture("clean514", tmp_path)["start_ms"]
     real = export_spark.run_export
     monkeypatch.setattr(export_spark, "run_export", lambda *a, **k: real(*a, session=spark, **k))
     out = tmp_path / "out"

@@ -180,6 +180,8 @@ def _plan(store: Store, twin: Any, wrapped: bool, span: int = 1 << 16) -> Any:
         ],
         plan.messages_cut,
         plan.intact_cut,
+        plan.checkpoint_missing,
+        plan.dispatch_writes,
     )
 
 
@@ -188,19 +190,18 @@ def test_recover_plans_the_wrapped_store(twins: tuple[Path, Path, Any], monkeypa
     classic, wrapped, twin = twins
     a, b = _stores(classic, wrapped)
     assert _plan(b, twin, True) == _plan(a, twin, False)  # (slices of 64 KiB)
-    # counted: the planner's own walk. The dry run's dispatch in memory (issue 33 R5,
-    # plan.dispatch_writes, compared in the plans above) walks from the recovery's start,
-    # mid-file, where the classic framing leaves 2 records more to the one-by-one check than
-    # the wrapped one (8 against 6 on the intact twin): a known gap, noted on issue 32
-    from rmqtool.recovery.recover import planning
-
-    monkeypatch.setattr(planning, "_plan_dispatch_writes", lambda p: None)
+    # counted: the planner's own walk and the dry run's dispatch in memory (issue 33 R5,
+    # plan.dispatch_writes, compared in the plans above), 8 records one by one on both
+    # intact twins. (Issue 32's gap, 8 against 6, was the twin's: it had no checkpoint, so
+    # its plan had a change besides the dispatch and the dry run walked no dispatch.)
     count = _Counted(monkeypatch)
     want, slow_a = count(_plan, a, twin, False, 1 << 20)  # (a slice a file)
     got, slow_b = count(_plan, b, twin, True, 1 << 20)
     assert got == want
     assert slow_b == slow_a or twin.damage != "intact"
     assert want[0][0][0] > 0
+    # (on the intact twins the dry run walked the dispatch; the damaged ones are cut)
+    assert (want[-1] is not None) == (twin.damage == "intact")
 
 
 # ---------------------------------------------------------------------------------------

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -402,48 +405,52 @@ def test_an_index_geometry_the_files_leave_open_is_said_and_not_judged(
     assert "assumed maxHashSlotNum=" in f["message"]
 
 
-def test_an_index_file_sparse_extended_far_past_its_entries_is_said_not_searched_for_ever(tmp_path: Path) -> None:
+@pytest.fixture
+def sparse_index_store(tmp_path: Path) -> Path:
+    """The damaged-store soak's seed 2000282: a copy of the delay fixture whose one index
+    file is sparse-extended to 1 GiB."""
+    root = copy_store("delay", tmp_path)
+    (idx,) = (root / "index").iterdir()
+    idx.chmod(0o644)
+    os.truncate(idx, 1 << 30)
+    return root
+
+
+def _open_in_child(root: Path, code: str) -> str:
+    """The standard output of ``code`` run on ``root`` (its ``sys.argv[1]``) in a child
+    Python under a 120 s timeout (a subprocess, so that a hang fails the test, not the run)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120, check=True
+    )
+    return done.stdout
+
+
+def test_an_index_file_sparse_extended_far_past_its_entries_is_said_not_searched_for_ever(
+    sparse_index_store: Path,
+) -> None:
     """The damaged-store soak's seed 2000282: the delay fixture's one index file
     sparse-extended to 1 GiB. Its size is no known geometry and its header's count fills
     none, so the inference tried every (slots, entries) pair the size allows, each reading
     its slots from the file's start again: every command, even ``dump checkpoint``, hung.
     The search now stops after INFER_READ_BUDGET bytes of slot reads and says the geometry
     it assumed (judging nothing by it)."""
-    import os
-    import subprocess
-    import sys
-
-    root = copy_store("delay", tmp_path)
-    (idx,) = (root / "index").iterdir()
-    idx.chmod(0o644)
-    os.truncate(idx, 1 << 30)
     code = (
         "import sys; from rmqtool.recovery.store import Store; "
         "g = Store.open(sys.argv[1]).geometry; print(g.index_assumption)"
     )
-    # (a subprocess so that the hang this guards against fails the test instead of the run)
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120, check=True
-    )
-    said = done.stdout.strip()
+    said = _open_in_child(sparse_index_store, code).strip()
     assert said.startswith("index geometry: the index files (1073741824 bytes)"), said
     assert "far larger than their entries need" in said and "assumed maxHashSlotNum=" in said
 
 
-def test_the_geometry_search_of_a_sparse_1_gib_index_file_reads_its_slots_in_bounded_memory(tmp_path: Path) -> None:
+def test_the_geometry_search_of_a_sparse_1_gib_index_file_reads_its_slots_in_bounded_memory(
+    sparse_index_store: Path,
+) -> None:
     """Seed 2000282 again: the search finished, but verify, info and dump index reached
     1.09 GB of RSS. The header's count taken as a full file's gives some 268 million slots,
     and the check read them in one 1 GiB read. The slots are now read SLOT_READ_CHUNK at a
     time: the child opening the store stays far below that (about 40 MB here; measured,
     the peak RSS of the child, not a time)."""
-    import os
-    import subprocess
-    import sys
-
-    root = copy_store("delay", tmp_path)
-    (idx,) = (root / "index").iterdir()
-    idx.chmod(0o644)
-    os.truncate(idx, 1 << 30)
     # (the child's own peak, VmHWM of its address space: ru_maxrss survives execve on Linux,
     # so it would carry the forking pytest process's peak, 2.2 GB late in the full suite)
     code = (
@@ -452,8 +459,6 @@ def test_the_geometry_search_of_a_sparse_1_gib_index_file_reads_its_slots_in_bou
         "hwm = [ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]; "
         "print(g.index_assumption is not None, hwm)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120, check=True
-    )
-    said, kib = done.stdout.split()
-    assert said == "True" and int(kib) < 256 << 10, done.stdout
+    out = _open_in_child(sparse_index_store, code)
+    said, kib = out.split()
+    assert said == "True" and int(kib) < 256 << 10, out

@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import REAL_NAMES, copy_store, real_store
+from conftest import REAL_NAMES, copy_store, open_timer_fixture, real_store
 
 from rmqtool.cli import run
 from rmqtool.cli.output import SCHEMA_VERSION
@@ -172,12 +172,8 @@ def test_timer_store_outputs_match_their_schema(
     """The 5.1.4 timer fixtures (fixtures/timer): the timer commands and the commands whose
     output gains the timer store's parts (info's scheduled, recover's plan.timer, repair's
     timer_units, verify's timer check)."""
-    import tarfile
-
-    with tarfile.open(Path(__file__).resolve().parent.parent / "fixtures" / "timer" / f"{name}.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
+    at = str(open_timer_fixture(name, tmp_path)["start_ms"])
     root = str(tmp_path / "store")
-    at = str(json.loads((tmp_path / "view.json").read_text())["start_ms"])
     for schema, argv in (
         ("timers", ["timers", root, "-q", "--at", at]),
         ("timers", ["timers", root, "-q", "--at", at, "--state", "cancelled"]),

@@ -10,14 +10,13 @@ import json
 import shutil
 import subprocess
 import sys
-import tarfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import jsonl_records
+from conftest import jsonl_records, open_timer_fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +26,6 @@ from rmqtool.recovery import timerstore as ts
 from rmqtool.recovery.store import StoreFile
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "fixtures" / "timer"
 OPTS = [
     "--broker-version",
     "5.1.4",
@@ -278,9 +276,7 @@ SINCE_START_MS = 300_000
 
 @pytest.fixture(params=["clean514", "kill514"])
 def fixture(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    with tarfile.open(FIXTURES / f"{request.param}.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    view = json.loads((tmp_path / "view.json").read_text())
+    view = open_timer_fixture(request.param, tmp_path)
     clock = view["start_ms"] + SINCE_START_MS
     monkeypatch.setattr(ts, "wall_clock_ms", lambda: clock)
     monkeypatch.setenv("RMQTOOL_TEST_CLOCK_MS", str(clock))

@@ -166,7 +166,9 @@ class Twin:
 
 def wrap_store(src: Path, dst: Path, profile: BrokerProfile) -> Twin:
     """The wrapped twin of the classic store ``src`` (its commitlog files, intact) at
-    ``dst``; files of twice the size."""
+    ``dst``; files of twice the size; its checkpoint, when it has one, copied (times, no
+    offsets: without it recover's plan has a change besides its dispatch, and the dry run
+    does not walk that dispatch in memory as it does on the classic store)."""
     files = sorted((src / "commitlog").iterdir())
     F = files[0].stat().st_size
     twin = Twin(F, 2 * F)
@@ -197,4 +199,6 @@ def wrap_store(src: Path, dst: Path, profile: BrokerProfile) -> Twin:
         (dst / "commitlog" / f"{k * twin.F2:020d}").write_bytes(bytes(out))
         twin.records.append(recs)
         twin.ends.append((classic_end, wrapped_end))
+    if (src / "checkpoint").is_file():
+        (dst / "checkpoint").write_bytes((src / "checkpoint").read_bytes())
     return twin

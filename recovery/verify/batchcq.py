@@ -34,7 +34,7 @@ from ..findingcodes import FindingCode
 from ..reader import CommitlogReader
 from ..store import Store
 from ..versions import BrokerProfile
-from .nextstart import Broker
+from .nextstart import Broker, split_missing
 from .parts import Records
 from .records import to_queue
 from .report import Finding, finding
@@ -377,27 +377,13 @@ def _missing(store: Store, recs: Records, referenced: np.ndarray, broker: Broker
     miss = np.flatnonzero(in_batch & to_queue(recs.flags) & (recs.off < broker.po) & ~referenced)
     if not len(miss):
         return
-    fixed = broker.cq_fixed(recs.off[miss])
-    for k in keys:
-        sel = recs.qkey[miss] == k
-        if not sel.any():
-            continue
+    read: dict[int, BatchQueue] = {}  # (a queue is read once for both of its parts)
+
+    def add(code: FindingCode, k: int, j: int, n: int, text: str) -> None:
         t, qid = recs.queues[k]
-        q = read_queue(t, qid, qs.get((t, qid), []))
-        for code, pick, what in (
-            (FindingCode.BCQ_DISPATCH_LAG, fixed, "the broker dispatches them at its next start"),
-            (FindingCode.BCQ_MISSING_MESSAGE, ~fixed, "the broker will not dispatch them again"),
-        ):
-            idx = miss[sel & pick]
-            if not len(idx):
-                continue
-            j = int(idx[0])
-            out.add(
-                code,
-                q,
-                None,
-                int(recs.off[j]),
-                f"{t}/{qid}: {len(idx)} record(s) from offset {int(recs.off[j])} (queue offset "
-                f"{int(recs.queue_offset[j])}) missing from the batch consume queue; {what}",
-                count=int(len(idx)),
-            )
+        if k not in read:
+            read[k] = read_queue(t, qid, qs.get((t, qid), []))
+        out.add(code, read[k], None, int(recs.off[j]), f"{t}/{qid}: {text}", count=n)
+
+    codes = (FindingCode.BCQ_DISPATCH_LAG, FindingCode.BCQ_MISSING_MESSAGE)
+    split_missing(broker, recs, miss, codes, "missing from the batch consume queue", add)

@@ -4,14 +4,20 @@ itself (:class:`Broker`): a leaf of the queue checks, read by :mod:`.consumequeu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
+from .parts import Records
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "split_missing"]
+
+DISPATCHED = "the broker dispatches them at its next start"
+NEVER = "the broker will not dispatch them again"
 
 
 class Broker:
@@ -44,3 +50,36 @@ class Broker:
         if self.profile.startup_reput_from_cq:
             return (off >= self.g) & (off >= last_end_phy)
         return np.zeros(len(off), dtype=bool)
+
+
+def split_missing(
+    broker: Broker,
+    recs: Records,
+    miss: np.ndarray,
+    codes: tuple[FindingCode, FindingCode],
+    absent: str,
+    add: Callable[[FindingCode, int, int, int, str], None],
+) -> None:
+    """The records ``miss`` (indexes into ``recs``, ascending) that go to a queue and that no
+    unit points at, per queue (ascending key) in two parts: those the broker's next start
+    dispatches (``codes[0]``, the lag) and those it never will (``codes[1]``, missing).
+    ``add(code, queue key, first record, count, text)`` files each part where its check
+    files findings; ``absent`` says which queue the records have no unit in. (The file
+    queues' check splits also by flagged units and deleted topics: its own loop.)"""
+    fixed = broker.cq_fixed(recs.off[miss])
+    qks = recs.qkey[miss]
+    for k in np.unique(qks).tolist():
+        sel = qks == k
+        for code, pick, what in ((codes[0], fixed, DISPATCHED), (codes[1], ~fixed, NEVER)):
+            idx = miss[sel & pick]
+            if not len(idx):
+                continue
+            j = int(idx[0])
+            add(
+                code,
+                int(k),
+                j,
+                len(idx),
+                f"{len(idx)} record(s) from offset {int(recs.off[j])} (queue offset {int(recs.queue_offset[j])}) "
+                f"{absent}; {what}",
+            )

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..findingcodes import FindingCode
 from ..rocksdbcq import RocksCq, RocksCqUnavailable, read, rocks_dirs
-from .nextstart import Broker
+from .nextstart import Broker, split_missing
 from .parts import Records
 from .records import to_queue
 from .report import Finding, finding
@@ -239,28 +239,13 @@ def _missing(cq: RocksCq, recs: Records, referenced: np.ndarray, broker: Broker,
     miss = np.flatnonzero(to_queue(recs.flags) & (recs.off < broker.po) & ~referenced)
     if not len(miss):
         return
-    fixed = broker.cq_fixed(recs.off[miss])
-    for k in np.unique(recs.qkey[miss]).tolist():
-        sel = recs.qkey[miss] == k
-        t, qid = recs.queues[int(k)]
-        for code, pick, what in (
-            (FindingCode.RCQ_DISPATCH_LAG, fixed, "the broker dispatches them at its next start"),
-            (FindingCode.RCQ_MISSING_MESSAGE, ~fixed, "the broker will not dispatch them again"),
-        ):
-            idx = miss[sel & pick]
-            if not len(idx):
-                continue
-            j = int(idx[0])
-            out.add(
-                code,
-                f"{t}/{qid}",
-                int(recs.off[j]),
-                f"{len(idx)} record(s) from offset {int(recs.off[j])} (queue offset {int(recs.queue_offset[j])}) "
-                f"have no unit in the RocksDB consume queue; {what}",
-                count=len(idx),
-                topic=t,
-                queue_id=qid,
-            )
+
+    def add(code: FindingCode, k: int, j: int, n: int, text: str) -> None:
+        t, qid = recs.queues[k]
+        out.add(code, f"{t}/{qid}", int(recs.off[j]), text, count=n, topic=t, queue_id=qid)
+
+    codes = (FindingCode.RCQ_DISPATCH_LAG, FindingCode.RCQ_MISSING_MESSAGE)
+    split_missing(broker, recs, miss, codes, "have no unit in the RocksDB consume queue", add)
 
 
 __all__ = ["read_rocks", "rocks_check", "rocks_findings", "rocks_max_phy"]

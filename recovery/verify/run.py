@@ -13,6 +13,7 @@ from ..findingcodes import FindingCode
 from ..rocksdbcq import RocksCq
 from ..scan import queue_hint_runs
 from ..store import Store
+from ..timers import SCHEDULED_TOPICS
 from ..versions import BrokerProfile
 from .batchcq import batch_max_phy
 from .commitlog import commitlog_findings, commitlog_spans, layout_findings, walk_summary, zero_length_lost
@@ -112,7 +113,9 @@ def verify_store(
     )
     cp_f = checkpoint_findings(store, profile, recs, ckpt, outlook) + epoch_findings(store, recs, outlook)
     st_f = state_findings(store)
-    tm_f, tm_stats = _timer_check(store, profile, outlook, at)
+    # (a clean commitlog of a classic store: verify's walk took every record the timer check's takes)
+    scheduled = bool(cl_f or layout) or store.dledger is not None or any(t in SCHEDULED_TOPICS for t, _q in recs.queues)
+    tm_f, tm_stats = _timer_check(store, profile, outlook, at, none_scheduled=not scheduled)
     prop_crc_condition(
         outlook,
         profile,
@@ -134,15 +137,19 @@ def verify_store(
 
 
 def _timer_check(
-    store: Store, profile: BrokerProfile, outlook: dict[str, Any], at: int | None
+    store: Store, profile: BrokerProfile, outlook: dict[str, Any], at: int | None, none_scheduled: bool
 ) -> tuple[list[Finding], dict[str, Any]]:
-    """The timer store and the schedule queues (recovery.verify.timers), at ``at`` (now)."""
+    """The timer store and the schedule queues (recovery.verify.timers), at ``at`` (now);
+    ``none_scheduled``: verify's walk met no record of the timer or schedule topics and
+    took every record the timer check's would."""
     from ..timerstore import wall_clock_ms
     from .timers import timer_findings
 
     mode = outlook.get(outlook.get("mode") or "normal")
     end = mode.get("stop_offset") if isinstance(mode, dict) else None
-    return timer_findings(store, profile, wall_clock_ms() if at is None else at, end_offset=end)
+    return timer_findings(
+        store, profile, wall_clock_ms() if at is None else at, end_offset=end, none_scheduled=none_scheduled
+    )
 
 
 _Checked = tuple[list[Finding], dict[str, Any]]

@@ -19,9 +19,12 @@ MAX_EACH = 20  # findings of one code listed one by one; the rest are counted in
 
 
 def timer_findings(
-    store: Store, profile: BrokerProfile, at: int, end_offset: int | None = None
+    store: Store, profile: BrokerProfile, at: int, end_offset: int | None = None, none_scheduled: bool = False
 ) -> tuple[list[Finding], dict[str, Any]]:
-    """The timer check's findings and its statistics (scheduled messages by state)."""
+    """The timer check's findings and its statistics (scheduled messages by state).
+    ``none_scheduled``: the caller's walk took every record :func:`recovery.timers.collect`'s
+    walk takes (verify's, where its commitlog check found nothing) and none of the timer or
+    schedule topics: with ``end_offset``, nothing is collected (no second walk)."""
     out: list[Finding] = []
     stats: dict[str, Any] = {}
     tfiles = ts.open_timer_files(store, profile) if profile.has_timer_store else None
@@ -31,7 +34,10 @@ def timer_findings(
         if tfiles.fatal:
             stats["timer_store"] = "not loadable"
             return out, stats
-    rep = rt.timers_report(store, profile, at, end_offset=end_offset, tfiles=tfiles)
+    if none_scheduled and end_offset is not None:
+        rep = rt.report_of(store, profile, at, rt.nothing_collected(store, end_offset), tfiles)
+    else:
+        rep = rt.timers_report(store, profile, at, end_offset=end_offset, tfiles=tfiles)
     got = rep.collected
     stats["messages"] = len(rep.rows)
     stats.update(rep.counts())

@@ -9,6 +9,9 @@ from .common import ANY, OBJ, B, I, N, S, arr, command_file, null, obj, ref, sum
 # --------------------------------------------------------------- recover, repair, rebuild
 
 _CHANGE = {"type": {"const": "change"}, "action": S, "path": S, "detail": S, "releases": S}
+# the summary fields recover and repair end with (the plan's outcome), and those they require
+_PLAN_SUMMARY_TAIL = {"nothing_to_do": B, "problems": I, "applied": B, "backup_dir": null(S), "release_groups": I}
+_PLAN_SUMMARY_REQUIRED = ("dry_run", "nothing_to_do", "applied")
 
 
 def by_release_group(command: str, defs: dict[str, Any]) -> dict[str, Any]:
@@ -114,13 +117,9 @@ def recover() -> dict[str, Any]:
             "bytes_cut": I,
             "messages_cut": I,
             "intact_cut": I,
-            "nothing_to_do": B,
-            "problems": I,
-            "applied": B,
-            "backup_dir": null(S),
-            "release_groups": I,
+            **_PLAN_SUMMARY_TAIL,
         },
-        ("dry_run", "nothing_to_do", "applied"),
+        _PLAN_SUMMARY_REQUIRED,
     )
     change = obj(_CHANGE, ("type", "action", "path", "detail"))
     doc = _plan_doc(plan, OBJ)
@@ -140,6 +139,7 @@ def repair() -> dict[str, Any]:
             "stray": arr(S),
             "problems": arr(ANY),
             "notes": arr(S),
+            "dledger_unit_writes": arr(obj({"file": S, "pos": I, "units": I}, ("file", "pos", "units"))),
         },
         ("store", "broker_version", "regions", "quarantined", "problems"),
         closed=False,
@@ -154,13 +154,9 @@ def repair() -> dict[str, Any]:
             "recover_would_cut": I,
             "damaged_regions": I,
             "quarantined": I,
-            "nothing_to_do": B,
-            "problems": I,
-            "applied": B,
-            "backup_dir": null(S),
-            "release_groups": I,
+            **_PLAN_SUMMARY_TAIL,
         },
-        ("dry_run", "nothing_to_do", "applied"),
+        _PLAN_SUMMARY_REQUIRED,
     )
     change = obj(_CHANGE, ("type", "action", "path", "detail"))
     quarantined = obj(
