@@ -175,7 +175,8 @@ DECISIONS: dict[str, Decision] = {
         GEOMETRY,
         "BatchConsumeQueue file size: dump, info and verify read batchconsumequeue/ files by their own size "
         "(the most common size of a queue's files); rebuild-index writes files of this size (without it: the size "
-        "of the store's batch queue files, else the default); recover and repair refuse a store with them",
+        "of the store's batch queue files, else the default), and so does recover where a batch queue has no file "
+        "left; repair refuses a store with them",
     ),
     # -- what recovery and the dispatch do -------------------------------------------------
     "checkCRCOnRecover": Decision(
@@ -828,8 +829,8 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
                     FindingCode.LAYOUT_BATCH_CQ,
                     "batchconsumequeue",
                     "BatchConsumeQueue files (batchconsumequeue/: 5.x topics with queue.type=BatchCQ): "
-                    "rmqtool reads them (dump consumequeue, info, verify) and rebuild-index writes them, "
-                    "but recover and repair do not recover, repair or truncate them",
+                    "rmqtool reads them (dump consumequeue, info, verify), rebuild-index and recover write them, "
+                    "but repair does not repair them",
                 )
             )
     return out
@@ -934,7 +935,7 @@ def man_section() -> str:
         "extra, opens it; recover goes on where the broker's start alone changes the database, see The",
         "RocksDB consume queue; repair and rebuild\\-index refuse it with LAYOUT_ROCKSDB_CQ),",
         "consumequeue_ext/ files, batchconsumequeue/ files (verify checks these instead: its BCQ_*",
-        "findings; rebuild\\-index writes them; recover and repair refuse them with LAYOUT_BATCH_CQ), a",
+        "findings; rebuild\\-index and recover write them; repair refuses them with LAYOUT_BATCH_CQ), a",
         "compaction topic's log",
         "(compaction/compactionLog, compaction/compactionCq). With \\fB\\-\\-broker\\-version auto\\fR (the",
         "default), evidence of a release newer than rmqtool knows is refused too (LAYOUT_NEWER_RELEASE,",

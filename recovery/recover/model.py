@@ -175,6 +175,11 @@ class RecoveryContext:
     rocks: Any = (
         None  # (RocksColumns, kind, the file queues' maxPhysicOffset): a 5.x RocksDB consume queue (recover.rocksplan)
     )
+    batch_states: dict[tuple[str, int], Any] = field(
+        default_factory=dict
+    )  # each batch queue's recovery (batchcq.BatchQueue)
+    batch_file_size: int = 0  # mapperFileSizeBatchConsumeQueue (0: no batch queue file)
+    batch_refusal: Any = None  # batch queue files recover refuses (an UnsupportedStoreError), else None
 
 
 @dataclass
@@ -205,6 +210,8 @@ class RecoveryPlan:
     cuts: list[CommitlogCut] = field(default_factory=list)
     removed_files: list[RemovedFile] = field(default_factory=list)
     queues: list[QueuePlan] = field(default_factory=list)
+    # the batch consume queues (5.x BatchCQ topics, batchconsumequeue/): offsets in bytes, 46 a unit
+    batch_queues: list[QueuePlan] = field(default_factory=list)
     cq_truncation: bool = False
     index_discarded: list[IndexDiscard] = field(default_factory=list)
     index_kept: list[IndexKept] = field(default_factory=list)  # checked and kept instead of discarded
@@ -237,7 +244,7 @@ class RecoveryPlan:
     # -- derived ------------------------------------------------------------------------
     @property
     def changed_queues(self) -> list[QueuePlan]:
-        return [q for q in self.queues if q.changed]
+        return [q for q in self.queues if q.changed] + [q for q in self.batch_queues if q.changed]
 
     @property
     def changes_besides_dispatch(self) -> bool:

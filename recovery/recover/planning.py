@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..broker import MODE_ABNORMAL, MODE_NORMAL
+from ..brokerconf import UnsupportedStoreError
 from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
+from .batchqueues import recover_batch_queues
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
 from .plancommitlog import (
     note_q10,
@@ -41,6 +43,7 @@ def plan_recovery(
     use_hints: bool = True,
     timer: bool = True,
     truncate_to: int | None = None,
+    bcq_file_size: int | None = None,
 ) -> RecoveryPlan:
     """Compute what the broker's recovery does to ``store`` (nothing is written).
 
@@ -57,7 +60,8 @@ def plan_recovery(
     recovery, ``DefaultMessageStore.truncateFiles(truncate_to)`` as a controller-mode
     slave's handshake calls it at the consistent point (``recover --to-consistent-point``:
     nothing when it is at or past the end the recovery leaves; the caller has checked that
-    the record there passes ``isOffsetAligned``).
+    the record there passes ``isOffsetAligned``). ``bcq_file_size``: the broker config's
+    mapperFileSizeBatchConsumeQueue (default: the batch queue files' own size).
     """
     opts = PlanOptions(
         correct_delay_tags,
@@ -69,6 +73,7 @@ def plan_recovery(
         progress,
         use_hints,
         truncate_to,
+        bcq_file_size,
     )
     p = _start_planning(store, profile, mode, opts)
     if store.dledger is not None and store.dledger_data:
@@ -266,7 +271,11 @@ def _layout_problems(
 
 
 def _plan_queues(
-    store: Store, profile: BrokerProfile, ctx: RecoveryContext, problems: list[Problem]
+    store: Store,
+    profile: BrokerProfile,
+    ctx: RecoveryContext,
+    problems: list[Problem],
+    bcq_file_size: int | None = None,
 ) -> tuple[list[QueuePlan], int]:
     """Steps 1 and 2: ConsumeQueue recovery of every queue, and maxPhyOffsetOfCQ. Fills in
     ``ctx.queue_states``, ``ctx.frozen`` and ``ctx.frozen_max``."""
@@ -311,6 +320,16 @@ def _plan_queues(
             )
         )
     ctx.frozen = set(frozen)
+    # the batch consume queues (BatchConsumeQueue.recover): each counts the START of its last
+    # valid unit's record in maxPhyOffsetOfConsumeQueue, as the broker's ConsumeQueueStore.recover
+    try:
+        ctx.batch_file_size, ctx.batch_states = recover_batch_queues(store, bcq_file_size)
+    except UnsupportedStoreError as exc:
+        # (recover refuses the store, dry run or not: apply_recovery and the command raise it;
+        # info and offsets, which plan too, read on without the batch queues)
+        ctx.batch_refusal = exc
+    for bq in ctx.batch_states.values():
+        max_cq = max(max_cq, bq.max_physic_offset)
     return queues, max_cq
 
 
@@ -321,7 +340,7 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
     ctx = RecoveryContext()
     problems, zero_last_cl = _layout_problems(store, profile, ctx)
     notes: list[str] = []
-    queues, max_cq = _plan_queues(store, profile, ctx, problems)
+    queues, max_cq = _plan_queues(store, profile, ctx, problems, opts.bcq_file_size)
     rocks_error: str | None = None
     try:
         rocks = read_rocks_queue(store)
@@ -360,6 +379,12 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
         checkpoint_missing=not store.checkpoint_present,
         context=ctx,
     )
+    plan.batch_queues = [
+        QueuePlan(
+            t, q, len(bq.files), bq.write_offset, bq.max_physic_offset, [rel_path(store, f.path) for f in bq.removed]
+        )
+        for (t, q), bq in ctx.batch_states.items()
+    ]
     if rocks_error is not None:
         plan.rocksdb_consume_queue = {"refusal": rocks_error}
     return Planning(store, profile, ckpt, opts, plan, ctx, files, zero_last_cl)
@@ -374,6 +399,9 @@ def _plan_without_commitlog(p: Planning) -> RecoveryPlan:
     for qp in plan.queues:
         st = p.ctx.queue_states[qp.key]
         qp.truncate_removed = [rel_path(p.store, f.path) for f in st.kept]
+    for qp in plan.batch_queues:
+        qp.truncate_removed = [rel_path(p.store, f.path) for f in p.ctx.batch_states[qp.key].kept]
+    plan.destroy_consume_queues = plan.destroy_consume_queues or any(qp.files for qp in plan.batch_queues)
     plan.notes.append("no commitlog file: the broker destroys every consume queue")
     return plan
 

@@ -26,7 +26,7 @@ from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..interrupts import salvage_cleanup
-from ..options import make_profile
+from ..options import bcq_file_size_from_config, make_profile
 from ..output import format_options, output_file_options, pick_columns, say
 from ..progress import progress_bar, progress_option
 from ..render import dumps
@@ -335,7 +335,16 @@ def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: boo
     point = _consistent_point(store, profile, master) if master is not None else None
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "recover: walk", quiet) as advance:
-        plan = plan_recovery(store, profile, progress=advance, truncate_to=point.truncate_to if point else None, **opts)
+        plan = plan_recovery(
+            store,
+            profile,
+            progress=advance,
+            truncate_to=point.truncate_to if point else None,
+            bcq_file_size=bcq_file_size_from_config(),
+            **opts,
+        )
+    if plan.context is not None and plan.context.batch_refusal is not None:
+        raise plan.context.batch_refusal  # (batch queue files the broker does not load: exit 8, dry run or not)
     if point is not None:
         _point_notes(plan, point, master)
         _POINTS[id(plan)] = point
@@ -569,15 +578,19 @@ def _change_rows(plan: RecoveryPlan, every_queue: bool = False) -> list[dict[str
         changes.append(
             {"action": "remove", "path": r.path, "detail": f"{r.reason}; {r.messages} messages ({r.intact} intact)"}
         )
+    batch = {id(q) for q in plan.batch_queues}
     for q in plan.changed_queues[:shown_queues]:
         detail = []
+        kind, unit = ("batchconsumequeue", 46) if id(q) in batch else ("consumequeue", 20)
         if q.recover_removed:
             detail.append(f"CQ recovery drops {len(q.recover_removed)} file(s) after offset {q.write_offset}")
         if q.truncate_to is not None and (q.units_cut or q.truncate_removed):
             detail.append(
-                f"truncated to logical offset {q.truncate_to // 20} ({q.units_cut} units, {len(q.truncate_removed)} files)"
+                f"truncated to unit {q.truncate_to // unit} ({q.units_cut} units, {len(q.truncate_removed)} files)"
+                if kind != "consumequeue"
+                else f"truncated to logical offset {q.truncate_to // 20} ({q.units_cut} units, {len(q.truncate_removed)} files)"
             )
-        changes.append({"action": "queue", "path": f"consumequeue/{q.topic}/{q.queue_id}", "detail": "; ".join(detail)})
+        changes.append({"action": "queue", "path": f"{kind}/{q.topic}/{q.queue_id}", "detail": "; ".join(detail)})
     if len(plan.changed_queues) > shown_queues:
         changes.append(
             {

@@ -94,6 +94,7 @@ def recover() -> dict[str, Any]:
             "cuts": arr(OBJ),
             "removed_files": arr(OBJ),
             "queues": arr(OBJ),
+            "batch_queues": arr(OBJ),  # (5.x BatchCQ topics: offsets in bytes, 46 a unit)
             "dispatch": arr(OBJ),
             "index_kept": arr(OBJ),
             "index_discarded": arr(OBJ),
