@@ -15,7 +15,21 @@ or by SIGKILL, then:
   ``units``: the rebuilt units equal the broker's after its recovery (killed stores too);
 * ``reopen``: the broker opens the rebuilt store and reads the same units.
 
+And recover (unless ``--no-recover``): one damage of the written store by the seed (none, a
+commitlog file cut from the middle of a record, a flipped byte in the last record, the last
+file of a batch queue removed); the broker recovers one copy in place, rmqtool ``recover``
+another (the sizes from ``--broker-config``):
+
+* ``rec_end``: recover's end offset is the broker's commitlog end after its recovery;
+* ``rec_files``: the batch queue files are the broker's byte for byte, the units past the last
+  one it reads zeroed (its truncation only moves the write position; recover zero-fills);
+* ``rec_reopen``: the broker opening rmqtool's result reads the batch units, min/max offsets
+  and largest commitlog offset of every batch queue, and the file queues' units, that it read
+  after its own recovery. Where the broker's reads of its own result fail, the same failure on
+  rmqtool's counts as agreement (``explained``).
+
 Usage: bench/bcq_soak.py --cases N [--versions 5.0.0,5.5.1] [--seed S] [--chunk C] [--parallel P]
+       [--no-recover]
 """
 
 from __future__ import annotations
@@ -154,16 +168,160 @@ def rebuild(store: Path, work: Path, version: str, config: dict[str, Any], gone:
     return cp, rc, err.getvalue()
 
 
-def run_chunk(version: str, seeds: list[int], work: Path, parallel: int) -> list[dict[str, Any]]:
+DAMAGES = ("none", "cut", "flip", "rm_batch_file")
+
+
+def damage(store: Path, seed: int, res: dict[str, Any], config: dict[str, Any]) -> str:
+    """One damage of ``store`` chosen by ``seed`` (the written records from the write result)."""
+    rng = random.Random(seed * 7 + 1)
+    kind = rng.choice(DAMAGES)
+    size = int(config["mappedFileSizeCommitLog"])
+    msgs = sorted(
+        (m for m in res.get("messages", []) if isinstance(m.get("phys_offset"), int) and m.get("wrote_bytes")),
+        key=lambda m: m["phys_offset"],
+    )
+    if kind in ("cut", "flip") and msgs:
+        m = rng.choice(msgs[len(msgs) // 2 :]) if kind == "cut" else msgs[-1]
+        f = store / "commitlog" / f"{m['phys_offset'] - m['phys_offset'] % size:020d}"
+        at = m["phys_offset"] % size + (m["wrote_bytes"] // 2 if kind == "cut" else m["wrote_bytes"] - 21)
+        if not f.is_file():
+            return "none"
+        with open(f, "r+b") as fh:
+            if kind == "cut":
+                fh.seek(at)
+                fh.write(bytes(f.stat().st_size - at))
+            else:
+                fh.seek(at)
+                b = fh.read(1)
+                fh.seek(at)
+                fh.write(bytes([b[0] ^ 0xFF]))
+        return kind
+    if kind == "rm_batch_file":
+        files = sorted((store / "batchconsumequeue").rglob("*")) if (store / "batchconsumequeue").is_dir() else []
+        files = [p for p in files if p.is_file()]
+        if files:
+            rng.choice(files).unlink()
+            return kind
+    return "none"
+
+
+def recover_ours(store: Path, work: Path, version: str, config: dict[str, Any]) -> tuple[int, int | None, str]:
+    """rmqtool recover of ``store`` (the dry run's end offset, then the real run)."""
+    conf = work / "broker-rec.conf"
+    conf.write_text(
+        f"storePathRootDir={store}\n" + "".join(f"{k}={v}\n" for k, v in config.items() if k != "topic_attributes"),
+        encoding="latin-1",
+    )
+    argv = ["recover", str(store), "-j", "1", "--broker-version", version, "--broker-config", str(conf)]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run([*argv, "--dry-run", "--format", "json"])
+    end = None
+    if rc in (0, 4):
+        end = json.loads(out.getvalue())["plan"]["end_offset"]
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = run([*argv, "--yes", "-q", "--backup-dir", str(work / "bk-rec")])
+    return rc, end, err.getvalue()
+
+
+def as_the_broker_reads(files: dict[str, bytes], view: dict[str, Any]) -> dict[str, bytes]:
+    """Batch queue files with the units past each queue's last one the broker reads zeroed."""
+    out = {}
+    for rel, data in files.items():
+        t, qid, name = rel.split("/")
+        units = (view.get("batch_consume_queues") or {}).get(f"{t}/{qid}", {"units": []})["units"]
+        end = max(0, min(len(data), max((u["logic_offset"] + 46 for u in units), default=0) - int(name)))
+        out[rel] = data[:end] + bytes(len(data) - end)
+    return out
+
+
+def queue_view(view: dict[str, Any]) -> Any:
+    """What the broker reads of every queue: batch units and figures, file queue entries."""
+    b = {
+        k: (units_of({"batch_consume_queues": {k: q}})[k], q["min_offset"], q["max_offset"], q["max_physic_offset"])
+        for k, q in (view.get("batch_consume_queues") or {}).items()
+    }
+    c = {k: q.get("entries") for k, q in (view.get("consume_queues") or {}).items()}
+    return b, c, view.get("commitlog_max_offset")
+
+
+def run_recover(
+    version: str, live: list[int], scens: dict[int, Any], written: dict[int, Any], work: Path, out: dict[int, Any]
+) -> None:
+    """The recover checks of the live cases (see the module's doc)."""
+    theirs, ours = {}, {}
+    for s in live:
+        store = work / str(s) / "w" / "store"
+        dmg = work / str(s) / "dmg"
+        shutil.copytree(store, dmg)
+        out[s]["damage"] = damage(dmg, s, written.get(s) or {}, scens[s]["config"])
+        theirs[s], ours[s] = work / str(s) / "rec-theirs", work / str(s) / "rec-ours"
+        shutil.copytree(dmg, theirs[s])
+        shutil.copytree(dmg, ours[s])
+    jobs = [
+        {"id": s, "verb": "view", "store": str(theirs[s]), "config": scens[s]["config"], "no_copy": True} for s in live
+    ]
+    views = {a["id"]: a for a in harness.batch(version, jobs)}
+    reopen = []
+    for s in live:
+        a = views[s]
+        if a["exit"] == 0 and not a["result"].get("load_ok", True):
+            out[s]["rec_skipped"] = "the broker refuses the damaged store"
+            continue
+        rc, end, err = recover_ours(ours[s], work / str(s), version, scens[s]["config"])
+        if rc not in (0, 1):
+            out[s]["checks"]["rec_end"] = f"recover status {rc}: {err.strip()[:300]}"
+            continue
+        if a["exit"] != 0:
+            out[s]["rec_view_error"] = a.get("error") or "view failed"
+            reopen.append(s)
+            continue
+        v = a["result"]
+        out[s]["checks"]["rec_end"] = (
+            None
+            if end == v.get("commitlog_max_offset")
+            else f"rmqtool end {end}, broker {v.get('commitlog_max_offset')}"
+        )
+        want = as_the_broker_reads(files_of(theirs[s]), v)
+        got = files_of(ours[s])
+        out[s]["checks"]["rec_files"] = (
+            None
+            if got == want
+            else f"files differ: {sorted(set(got) ^ set(want))} {[k for k in got if k in want and got[k] != want[k]]}"
+        )
+        reopen.append(s)
+    jobs = [{"id": s, "verb": "view", "store": str(ours[s]), "config": scens[s]["config"]} for s in reopen]
+    for a in harness.batch(version, jobs):
+        s = a["id"]
+        theirs_err = out[s].pop("rec_view_error", None)
+        if theirs_err is not None:
+            # (the broker's reads of its own result failed: agreement is the same failure on ours)
+            same = a["exit"] != 0 and (a.get("error") or "").split(" at ")[0] == theirs_err.split(" at ")[0]
+            out[s]["checks"]["rec_reopen"] = None if same else f"broker failed on its own ({theirs_err}), not on ours"
+            if same:
+                out[s]["explained"] = "the broker's view fails on its own recovery's result and on recover's alike"
+        elif a["exit"] != 0:
+            out[s]["checks"]["rec_reopen"] = f"view: {a.get('error')}"
+        else:
+            mine, broker = queue_view(a["result"]), queue_view(views[s]["result"])
+            out[s]["checks"]["rec_reopen"] = None if mine == broker else f"reopened {mine} broker {broker}"
+
+
+def run_chunk(version: str, seeds: list[int], work: Path, parallel: int, recover: bool = True) -> list[dict[str, Any]]:
     """The cases of ``seeds`` on one release: the writes in one JVM, the broker's views of
     the written stores in another, rmqtool's rebuilds, the views of the rebuilt ones."""
     scens = {s: scenario(s) for s in seeds}
     out = {s: {"seed": s, "version": version, "mode": scens[s]["end"]["mode"], "checks": {}} for s in seeds}
     jobs = [{"id": s, "verb": "write", "scenario": scens[s], "out": str(work / str(s) / "w")} for s in seeds]
+    written: dict[int, Any] = {}
     for a in harness.batch(version, jobs, parallel=parallel):
         if a["exit"] != 0:
             out[a["id"]]["checks"]["oracle"] = f"write: {a.get('error')}"
+        else:
+            written[a["id"]] = a.get("result")
     live = [s for s in seeds if not out[s]["checks"]]
+    if recover:
+        run_recover(version, live, scens, written, work, out)
     jobs = [
         {"id": s, "verb": "view", "store": str(work / str(s) / "w" / "store"), "config": scens[s]["config"]}
         for s in live
@@ -225,6 +383,7 @@ def main() -> int:
     ap.add_argument("--chunk", type=int, default=10, help="cases per oracle batch (one JVM per phase)")
     ap.add_argument("--parallel", type=int, default=2, help="writes at once in one JVM")
     ap.add_argument("--out", type=Path, default=None, help="write every disagreeing case's result here (JSON lines)")
+    ap.add_argument("--no-recover", action="store_true", help="rebuild-index only (no recover checks)")
     ns = ap.parse_args()
     versions = ns.versions.split(",")
     for v in versions:
@@ -243,7 +402,7 @@ def main() -> int:
             continue
         with tempfile.TemporaryDirectory(prefix="bcq-soak-") as td:
             try:
-                done = run_chunk(v, mine[k : k + ns.chunk], Path(td), ns.parallel)
+                done = run_chunk(v, mine[k : k + ns.chunk], Path(td), ns.parallel, not ns.no_recover)
             except Exception as exc:  # noqa: BLE001 - a soak reports every failure and goes on
                 msg = f"{type(exc).__name__}: {exc}"[:300]
                 done = [{"seed": s, "version": v, "checks": {"oracle": msg}} for s in mine[k : k + ns.chunk]]
@@ -252,6 +411,8 @@ def main() -> int:
                 table[(v, check)][0 if why is None else 1] += 1
             if r.get("skipped"):
                 table[(v, "skipped")][0] += 1
+            if r.get("rec_skipped"):
+                table[(v, "rec_skipped")][0] += 1
             if r.get("explained"):
                 table[(v, "explained")][0] += 1
             if any(w is not None for w in r["checks"].values()):

@@ -15,8 +15,8 @@ What the broker does with them (``BatchConsumeQueue`` of 5.0.0-5.5.1), and so th
   last has none); the largest commitlog offset = the last valid unit's offset.
 
 Writing (the end of this module): rebuild-index builds the batch queues from the commitlog as
-the broker's reput does (:class:`BatchQueueSet`); recover and repair refuse a store with these
-files (LAYOUT_BATCH_CQ).
+the broker's reput does (:class:`BatchQueueSet`); recover continues them from where the
+broker's recovery leaves them (:func:`truncate_batch_queue`, :meth:`BatchQueueSet.continue_queue`).
 """
 
 from __future__ import annotations
@@ -104,6 +104,18 @@ class BatchQueue:
     min_offset: int = -1
     max_offset: int = 0
     max_physic_offset: int = -1
+    write_offset: int | None = None  # processOffset of the recovery (None: no file)
+
+    @property
+    def kept(self) -> list[StoreFile]:
+        """The files truncateDirtyFiles(processOffset) keeps (the others it deletes)."""
+        w = self.write_offset
+        return [f for f in self.files if w is not None and f.base <= w]
+
+    @property
+    def removed(self) -> list[StoreFile]:
+        w = self.write_offset
+        return [f for f in self.files if w is None or f.base > w]
 
     @property
     def rel_dir(self) -> str:
@@ -179,6 +191,7 @@ def read_queue(topic: str, qid: int, files: list[StoreFile], file_size: int | No
                 last_kept = (k, int(u["commitlog_offset"][j]), int(u["msg_base_offset"][j]), int(u["batch_size"][j]))
             stopped = good < per_file  # (a file whose units all hold moves the scan to the next one)
         q.tail.append((u, kept))
+    q.write_offset = process
     q.recovered_units = before + sum(int(np.count_nonzero(kept)) for _u, kept in q.tail)
     if last_kept is not None:
         q.max_physic_offset = last_kept[1]
@@ -293,6 +306,18 @@ def has_batch_queues(root: Path) -> bool:
 INNER_BATCH_FLAG = 0x80  # MessageSysFlag.INNER_BATCH_FLAG
 BCQ_TOPIC_ATTRIBUTE = "queue.type"
 BCQ_TYPE = "BatchCQ"
+
+
+def stray_inner_message(topic: str, offset: int) -> str:
+    """The refusal (exit 8, nothing changed) of a store holding an inner-batch record (sysflag
+    0x80) of a topic the store does not call BatchCQ: rebuild-index's, recover's and repair's."""
+    return (
+        f"refused, nothing changed: the record at commitlog offset {offset} is an inner batch (sysflag 0x80) "
+        f"of topic {topic!r}, which has no batchconsumequeue/ directory and is not BatchCQ in config/topics.json: "
+        "a 5.x broker takes inner batches only for BatchCQ topics, so this store does not say where its "
+        "queue is; give the topic its queue.type in config/topics.json (or create "
+        f"batchconsumequeue/{topic}/) and run again"
+    )
 
 
 def configured_batch_topics(root: Path) -> set[str] | None:
@@ -426,6 +451,16 @@ class BatchQueueSet:
         # so its topic was BatchCQ and the store does not say so
         self.stray_inner: tuple[str, int] | None = None
         self.bad_topics: dict[str, int] = {}  # topics that cannot be a path: records not dispatched
+        # queues continued (recover): key -> (the last file's logical offset, its units before
+        # the write position); their files are built from that file on
+        self.continued: dict[tuple[str, int], tuple[int, bytes]] = {}
+
+    def continue_queue(self, key: tuple[str, int], last_base: int, prior: bytes, max_phy: int) -> None:
+        """Append to a queue as the broker's recovery leaves it: its last file at
+        ``last_base`` holds the units ``prior`` before the write position, its
+        maxMsgPhyOffsetInCommitLog is ``max_phy`` (a record at or before it is skipped)."""
+        self.continued[key] = (last_base, bytes(prior))
+        self.max_offset[key] = max_phy
 
     def add(
         self,
@@ -482,14 +517,44 @@ class BatchQueueSet:
         counts: dict[tuple[str, int], int] = {}
         per_file = self.file_size // BCQ_UNIT_SIZE
         for key, parts in sorted(self.units.items()):
-            raw = memoryview(b"".join(u.tobytes() for u in parts))  # (the files' slices share it)
+            first, prior = self.continued.get(key, (0, b""))
+            raw = memoryview(b"".join([prior, *(u.tobytes() for u in parts)]))  # (the files' slices share it)
             n = len(raw) // BCQ_UNIT_SIZE
-            counts[key] = n
+            counts[key] = n - len(prior) // BCQ_UNIT_SIZE
             t, q = key
             for k in range(0, n, per_file):
-                frm = (k // per_file) * self.file_size
+                frm = first + (k // per_file) * self.file_size
                 rel = f"{BATCH_CQ_DIR}/{t}/{q}/{offset_to_file_name(frm)}"
                 out[rel] = BcqFileOut(
                     rel, key, frm, self.file_size, raw[k * BCQ_UNIT_SIZE : (k + per_file) * BCQ_UNIT_SIZE]
                 )
         return out, counts
+
+
+def truncate_batch_queue(units_of: Any, bases: list[int], file_size: int, phy: int) -> tuple[int, int | None, int]:
+    """``BatchConsumeQueue.truncateDirtyLogicFiles(phy)`` (5.0.0-5.5.1) over a queue's files
+    at logical offsets ``bases`` (``units_of(base)``: a file's written units, zeros after
+    them). (files kept, write offset, maxMsgPhyOffsetInCommitLog). The broker starts from
+    ``phy - 1`` (what a queue left without a file reports); from the last file back: a
+    file whose first unit (valid or not: that one is never checked) points at or past
+    ``phy`` is deleted; else the write position goes past each valid unit below ``phy``,
+    up to the first unit that is invalid or at or past it. The bytes after the write
+    position stay on disk (the broker only moves the position)."""
+    max_phy = phy - 1
+    per = file_size // BCQ_UNIT_SIZE
+    n = len(bases)
+    while n > 0:
+        base = bases[n - 1]
+        u = units_of(base)[:per]
+        first = int(u["commitlog_offset"][0]) if len(u) else 0
+        if first >= phy:
+            n -= 1  # (deleteLastMappedFile)
+            continue
+        max_phy = first
+        rest = u[1:]
+        stop = np.flatnonzero(~bcq_valid_mask(rest) | (rest["commitlog_offset"] >= phy))
+        k = int(stop[0]) if len(stop) else len(rest)  # units after the first one that stay
+        if k:
+            max_phy = int(rest["commitlog_offset"][k - 1])
+        return n, base + (1 + k) * BCQ_UNIT_SIZE, max_phy
+    return 0, None, max_phy

@@ -175,7 +175,8 @@ DECISIONS: dict[str, Decision] = {
         GEOMETRY,
         "BatchConsumeQueue file size: dump, info and verify read batchconsumequeue/ files by their own size "
         "(the most common size of a queue's files); rebuild-index writes files of this size (without it: the size "
-        "of the store's batch queue files, else the default); recover and repair refuse a store with them",
+        "of the store's batch queue files, else the default), and so does recover where a batch queue has no file "
+        "left; repair refuses a store with them",
     ),
     # -- what recovery and the dispatch do -------------------------------------------------
     "checkCRCOnRecover": Decision(
@@ -766,6 +767,14 @@ class UnsupportedStoreError(RmqToolError):
 
 
 ROCKSDB_EXTRA = "reading it needs rocksdict, the rocksdb extra: pip install 'rmqtool[rocksdb]'"
+# why rebuild-index refuses a RocksDB consume queue (issue 35; man rmqtool-rebuild-index, The RocksDB
+# consume queue): neither road to the broker's own reput rebuilding it is proved
+ROCKSDB_REBUILD_REFUSAL = (
+    "the broker's start cannot be made to rebuild it without writing RocksDB: its reput starts at the "
+    "commitlog's end, a database moved aside comes back empty and its next start dispatches every record but "
+    "one at commitlog offset 0, and setting the dispatch checkpoint back needs a write by a RocksDB newer than "
+    "the broker's that no oracle case has shown the broker reads"
+)
 _ROCKSDB_MARKERS = re.compile(r"^(CURRENT|IDENTITY|LOCK|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log))$")
 
 
@@ -786,7 +795,8 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
                         name,
                         f"a RocksDB consume queue (5.2+ storeType=defaultRocksDB or rocksdbCQDoubleWriteEnable: "
                         f"{', '.join(hits[:3])}): rmqtool reads it (dump consumequeue, info, verify; "
-                        f"{ROCKSDB_EXTRA}) but does not recover, repair, rebuild or truncate it",
+                        f"{ROCKSDB_EXTRA}) and recover leaves it to the broker's start, but does not repair, "
+                        f"rebuild or truncate it",
                     )
                 )
         ext = root / "consumequeue_ext"
@@ -819,8 +829,8 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
                     FindingCode.LAYOUT_BATCH_CQ,
                     "batchconsumequeue",
                     "BatchConsumeQueue files (batchconsumequeue/: 5.x topics with queue.type=BatchCQ): "
-                    "rmqtool reads them (dump consumequeue, info, verify) and rebuild-index writes them, "
-                    "but recover and repair do not recover, repair or truncate them",
+                    "rmqtool reads them (dump consumequeue, info, verify), rebuild-index and recover write them, "
+                    "but repair does not repair them",
                 )
             )
     return out
@@ -922,9 +932,10 @@ def man_section() -> str:
         "under a name no DLedger release uses, several members without dLegerSelfId, DLedger data files",
         "holding classic records, a RocksDB consume queue (RocksDB files in consumequeue/ or",
         "consumequeue_rocksdb/: verify checks it instead, its RCQ_* findings, when rocksdict, the rocksdb",
-        "extra, opens it; recover, repair and rebuild\\-index refuse it with LAYOUT_ROCKSDB_CQ),",
+        "extra, opens it; recover goes on where the broker's start alone changes the database, see The",
+        "RocksDB consume queue; repair and rebuild\\-index refuse it with LAYOUT_ROCKSDB_CQ),",
         "consumequeue_ext/ files, batchconsumequeue/ files (verify checks these instead: its BCQ_*",
-        "findings; rebuild\\-index writes them; recover and repair refuse them with LAYOUT_BATCH_CQ), a",
+        "findings; rebuild\\-index and recover write them; repair refuses them with LAYOUT_BATCH_CQ), a",
         "compaction topic's log",
         "(compaction/compactionLog, compaction/compactionCq). With \\fB\\-\\-broker\\-version auto\\fR (the",
         "default), evidence of a release newer than rmqtool knows is refused too (LAYOUT_NEWER_RELEASE,",

@@ -62,6 +62,7 @@ __all__ = [
     "RecordSpec",
     "FillerLayout",
     "layout_region",
+    "layout_entry_body",
     "render_region",
     "render_region_to",
     "TooSmall",
@@ -251,6 +252,43 @@ def layout_region(
     return lay
 
 
+def layout_entry_body(
+    start: int, end: int, tombstones: list[Tombstone], *, prop_crc: bool = False, crc_required: bool = False
+) -> FillerLayout:
+    """Lay out a DLedger entry's body [start, end) as exactly one record (the broker's reput
+    takes one message per entry and moves on by its TOTALSIZE plus the entry header): the
+    first tombstone, its properties padded with RMQTOOL_PAD up to the body's length (a body
+    of zeros for what properties cannot hold, 32767 bytes), the others dropped; without a
+    tombstone one quarantine record carrying the damaged bytes. Raises :class:`TooSmall`
+    when the body cannot hold the record."""
+    crc = prop_crc or crc_required
+    lay = FillerLayout(start, end)
+    length = end - start
+    if not tombstones:
+        props = _quarantine_props(start, end)
+        if _size(QUARANTINE_TOPIC, props, crc=crc) > length:
+            props = ""
+        if _size(QUARANTINE_TOPIC, props, crc=crc) > length:
+            raise TooSmall(f"{length} bytes cannot hold a record (at least {_quarantine_min(start, end, crc)})")
+        lay.records.append(RecordSpec("quarantine", start, length, props=props, crc=crc))
+        return lay
+    t = tombstones[0]
+    props = _tombstone_props(t)
+    natural = _size(t.topic, props, crc=crc)
+    if natural > length:
+        raise TooSmall(f"{length} bytes cannot hold the tombstone of {t.topic}/{t.queue_id} ({natural})")
+    extra = length - natural - len((PAD_PROPERTY + "\x01\x02").encode())
+    if extra >= 0:
+        pad = min(
+            extra, 32767 - len(props.encode()) - len((PAD_PROPERTY + "\x01\x02").encode()) - (CRC_LEN if crc else 0)
+        )
+        if pad >= 0:
+            props = _tombstone_props(t, pad)
+    lay.records.append(RecordSpec("tombstone", start, length, t, t.topic, props, crc))
+    lay.dropped = list(tombstones[1:])
+    return lay
+
+
 def _record_bytes(
     spec: RecordSpec, original: Any, base_in_original: int, store_ts: int, host: bytes, port: int
 ) -> bytes:
@@ -264,7 +302,7 @@ def _record_bytes(
     if spec.kind == "tombstone":
         t = spec.tombstone
         assert t is not None
-        body = b""
+        body = bytes(body_len)  # (empty, but for a DLedger entry's body past what padding holds)
         qid, qoff, sysflag = t.queue_id, t.queue_offset, 0
     else:
         rel = spec.offset - base_in_original + HEADER_LEN

@@ -37,7 +37,15 @@ from ..formats.consumequeue import BCQ_UNIT_SIZE, DEFAULT_BCQ_FILE_SIZE
 from ..formats.errors import StoreLayoutError
 from ..formats.safeio import read_small
 from . import check as ck
-from .batchcq import BATCH_CQ_DIR, BatchQueueSet, BcqFileOut, batch_queues, dispatch_batch_topics, store_bcq_file_size
+from .batchcq import (
+    BATCH_CQ_DIR,
+    BatchQueueSet,
+    BcqFileOut,
+    batch_queues,
+    dispatch_batch_topics,
+    store_bcq_file_size,
+    stray_inner_message,
+)
 from .brokerconf import UnsupportedStoreError
 from .query import LONG_MAX
 from .reput import CqFileOut, IndexFileOut, ReputResult, index_files_after_load, load_state, reput, updated_checkpoint
@@ -297,15 +305,7 @@ def plan_rebuild(
         batch=batch,
     )
     if batch is not None and batch.stray_inner is not None:
-        t, off = batch.stray_inner
-        raise UnsupportedStoreError(
-            f"refused, nothing changed: the record at commitlog offset {off} is an inner batch (sysflag 0x80) "
-            f"of topic {t!r}, which has no batchconsumequeue/ directory and is not BatchCQ in config/topics.json: "
-            "a 5.x broker takes inner batches only for BatchCQ topics, so this store does not say where its "
-            "queue is; give the topic its queue.type in config/topics.json (or create "
-            f"batchconsumequeue/{t}/) and run again",
-            store.root / "commitlog",
-        )
+        raise UnsupportedStoreError(stray_inner_message(*batch.stray_inner), store.root / "commitlog")
     changes: list[FileChange] = []
     if cq:
         if continue_cq:

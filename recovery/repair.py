@@ -49,7 +49,7 @@ import numpy as np
 
 from ..formats import commitlog as cl
 from ..formats.checkpoint import CHECKPOINT_FILE_SIZE, CHECKPOINT_READ_LIMIT, decode_checkpoint
-from ..formats.names import offset_msg_id
+from ..formats.errors import StoreLayoutError
 from ..formats.properties import CRC32
 from ..formats.safeio import read_small
 from . import check as ck
@@ -57,8 +57,8 @@ from .filler import (
     BLANK_LEN,
     DEFAULT_MAX_MESSAGE_SIZE,
     FillerLayout,
-    Tombstone,
     TooSmall,
+    layout_entry_body,
     layout_region,
     render_region_to,
 )
@@ -67,6 +67,7 @@ from .rebuild import CREATE, REMOVE, UNCHANGED, FileChange, plan_rebuild
 from .repairfields import FieldFix, Misfiled, field_fixes, misfiled_records, queue_units
 from .repairfiles import Window, content_size, copy_prefix, same_content, stream_to
 from .repairregions import HEADER_FIELD, Quarantined, Region, commitlog_model
+from .repairtombs import Tombstones, fillable
 from .reput import CqFileOut, IndexFileOut
 from .safety import WorkDir
 from .scan import queue_hint_runs
@@ -79,7 +80,6 @@ from .verify import (
     load_queues,
     recovery_outlook,
     scan_commitlog,
-    to_queue,
     verify_store,
 )
 from .verify.commitlog import layout_findings
@@ -132,9 +132,6 @@ LEAVES_UNCHANGED: dict[FindingCode, str] = {  # (keyed by the members: a misspel
     FindingCode.CFG_LOAD_FAILS: "a config file the broker cannot load or that blocks its start: repair changes no config file",
 }
 
-_UNIT = np.dtype([("o", ">i8"), ("s", ">i4"), ("t", ">i8")])
-_MAX_HOLE = 1 << 20  # a larger jump of queue offsets between two intact records is not a hole we fill
-
 
 @dataclass
 class RepairPlan:
@@ -161,6 +158,8 @@ class RepairPlan:
     workdir: Path | None = None  # holds the rebuilt files (content paths of ``changes``)
     # timer log units whose record repair replaces or that is gone: pointed at nothing (timerrepair)
     timer_units: list[Any] = field(default_factory=list)
+    # DLedger index units written from their entries: (index file, position, the units' bytes)
+    unit_writes: list[tuple[str, int, bytes]] = field(default_factory=list)
     _cleanup: Any = None
 
     def own_workdir(self, wd: WorkDir) -> None:
@@ -192,6 +191,7 @@ class RepairPlan:
             and self.checkpoint is None
             and not self.abort_present
             and not self.timer_units
+            and not self.unit_writes
         )
 
     def writes(self) -> list[dict[str, Any]]:
@@ -214,6 +214,9 @@ class RepairPlan:
                 w["ranges"] = _merged(w["ranges"])
         for rel in [*self.stray, *self.after_end]:
             out[rel] = {"path": rel, "action": "remove"}
+        for rel, pos, units in self.unit_writes:
+            w = out.setdefault(rel, {"path": rel, "action": "write", "ranges": [], "cut_at": None})
+            w["ranges"] = _merged([*w["ranges"], [pos, pos + len(units)]])
         for c in self.index_changes:
             out[c.relpath] = {"path": c.relpath, "action": "replace" if c.action not in (CREATE, REMOVE) else c.action}
         if self.checkpoint is not None:
@@ -241,6 +244,7 @@ class RepairPlan:
             "abort_file": "removed" if self.abort_present else "absent",
             "unfillable_regions": self.unfillable,
             "timer_units": [u.to_dict() for u in self.timer_units],
+            "dledger_unit_writes": [{"file": f, "pos": pos, "units": len(b) // 32} for f, pos, b in self.unit_writes],
             "writes": self.writes(),
             "left_findings": [f.to_dict() for f in self.left],
             "problems": self.problems,
@@ -291,23 +295,6 @@ def _rel(store: Store, p: Path) -> str:
         return str(p)
 
 
-def _msg_id(buf: Any, pos: int, end: int, offset: int) -> str | None:
-    try:
-        rec = cl.decode_message(buf, pos, end, total_limit=False, body_limit=False)
-    except Exception:  # noqa: BLE001 - unreadable header: no id
-        return None
-    return offset_msg_id(rec.store_address, rec.store_port, offset)
-
-
-def _read_units(f: StoreFile, limit: int) -> np.ndarray:
-    """The units of a queue file, at most its mapped size ``limit`` of them (the broker
-    maps no more; a sparse 64 GiB file is not read whole)."""
-    n = min(f.size, limit) // _UNIT.itemsize
-    if n <= 0:
-        return np.zeros(0, dtype=_UNIT)
-    return np.fromfile(f.path, dtype=_UNIT, count=n)
-
-
 def plan_repair(
     store: Store,
     profile: BrokerProfile,
@@ -330,6 +317,8 @@ def plan_repair(
     # (before the walk: offsets past such a name overflow a Java long, and numpy's int64)
     scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
     intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
+    if store.dledger is not None:
+        return _plan_dledger(store, profile, scans, recs, intact, t0, index_tz, jobs, rebuild, workdir)
     # misfiled records bound the data (their bytes stay in it, as filler), but are damage
     bound = intact.copy()
     units = queue_units(store)
@@ -345,7 +334,7 @@ def plan_repair(
     regions.sort(key=lambda r: (r.base, r.pos))
     problems.extend(model.problems)
     fixed = _with_queue_offsets(recs, fixes)
-    tb = _Tombstones.of(store, regions, fixed, intact)
+    tb = Tombstones.of(store, regions, fixed, intact)
     tb.from_damaged_records(store, fixed)
     tb.from_misfiled(store, misfiled)
     tb.from_queue_units(store, misfiled)
@@ -372,6 +361,100 @@ def plan_repair(
         _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
     plan.seconds = time.perf_counter() - t0
     return plan
+
+
+def _plan_dledger(
+    store: Store,
+    profile: BrokerProfile,
+    scans: Any,
+    recs: Any,
+    intact: np.ndarray,
+    t0: float,
+    index_tz: Any,
+    jobs: int,
+    rebuild: bool,
+    workdir: Path | None,
+) -> RepairPlan:
+    """The plan on a DLedger or mixed store (:mod:`recovery.dledger.repair`): each damaged
+    entry body one record of its length (a tombstone, or a quarantine record), the bytes
+    after the ledger's end zero-filled and the files after it removed, as DLedger's
+    recovery truncates them, the index units written from their entries; then the same
+    rebuild of the consume queues, index and checkpoint as on a classic store."""
+    from .dledger.repair import dledger_model
+
+    m = dledger_model(store, profile, recs, intact)
+    if m.refused is not None:
+        raise StoreLayoutError(
+            f"{m.refused}; repair cannot make a ledger DLedger loads out of it and changes nothing "
+            "(rmqtool verify names the files)",
+            store.dledger.dir if store.dledger is not None else store.root,
+        )
+    stray, problems = _stray_files(store)
+    problems.extend(m.problems)
+    regions = sorted(m.regions, key=lambda r: (r.base, r.pos))
+    live = intact & (recs.off < m.end) if len(recs) else intact
+    tb = Tombstones.of(store, regions, recs, live)
+    tb.from_damaged_records(store, recs)
+    tb.from_queue_units(store, [])
+    unfillable = _lay_out_entries(store, profile, tb, recs, live, problems)
+    regions = [r for r in regions if r.layout is not None]
+    plan = RepairPlan(
+        str(store.root),
+        profile.label,
+        regions,
+        stray,
+        int(np.count_nonzero(live)),
+        0,
+        _recover_would_cut(store, profile, scans, recs),
+        abort_present=store.abort_present,
+        problems=problems,
+        unfillable=unfillable,
+        data_end=m.end,
+        after_end=m.after_end,
+    )
+    plan.unit_writes = m.unit_writes
+    plan.notes.extend(m.notes)
+    if m.unit_writes:
+        n = sum(len(b) for _r, _p, b in m.unit_writes) // 32
+        plan.notes.append(f"{n} DLedger index unit(s) that disagree with their entry are written from it")
+    plan.timer_units = _timer_units(store, profile, plan, recs, live)
+    if rebuild:
+        _plan_rebuild(store, profile, plan, recs, live, index_tz, jobs, workdir)
+    plan.seconds = time.perf_counter() - t0
+    return plan
+
+
+def _lay_out_entries(
+    store: Store, profile: BrokerProfile, tb: Tombstones, recs: Any, intact: np.ndarray, problems: list[str]
+) -> list[int]:
+    """Each damaged entry body's one record (filler.layout_entry_body); the zero-filled
+    tail gets none."""
+    unfillable: list[int] = []
+    crc_required = profile.verify_prop_crc
+    prop_crc = crc_required or (profile.has_prop_crc and _carries_prop_crc(store, profile, recs, intact))
+    for i, r in enumerate(tb.regions):
+        if not fillable(r):
+            r.layout = FillerLayout(r.start_offset, r.end_offset)
+            continue
+        ts = sorted(tb.wanted[i].values(), key=lambda t: (t.queue_offset, t.topic, t.queue_id))
+        try:
+            r.layout = layout_entry_body(r.start_offset, r.end_offset, ts, prop_crc=prop_crc, crc_required=crc_required)
+        except TooSmall as exc:
+            problems.append(f"{r.file}: the entry body [{r.pos}, {r.end}) left as it is: {exc}")
+            unfillable.append(r.start_offset)
+            r.layout = None
+            continue
+        kept = {(t.topic, t.queue_id, t.queue_offset) for t in ts[:1]}
+        for t in r.layout.dropped:
+            problems.append(
+                f"{r.file}: no room in the entry body [{r.pos}, {r.end}) for the tombstone of {t.topic}/{t.queue_id} "
+                f"queue offset {t.queue_offset}: the queue has a hole there"
+            )
+        qs = sorted(tb.qinfo[i].values(), key=lambda q: q.offset if q.offset is not None else r.end_offset)
+        for q in qs:
+            q.tombstone = (q.topic, q.queue_id, q.queue_offset) in kept
+        r.quarantined = qs
+    return unfillable
 
 
 def _timer_units(store: Store, profile: BrokerProfile, plan: RepairPlan, recs: Any, intact: np.ndarray) -> list[Any]:
@@ -480,156 +563,10 @@ def _stray_files(store: Store) -> tuple[list[str], list[str]]:
     return stray, problems
 
 
-def _fillable(r: Region) -> bool:
-    """A region that gets filler records (not zeros, not a cut, not a header field)."""
-    return not (r.zero_fill or r.cut or r.header_field)
-
-
-@dataclass
-class _Tombstones:
-    """Which queue offsets lay in each region: the tombstones wanted there, and the
-    records quarantined from it."""
-
-    regions: list[Region]
-    starts: np.ndarray
-    ends: np.ndarray
-    wanted: dict[int, dict[tuple[str, int, int], Tombstone]]
-    qinfo: dict[int, dict[int, Quarantined]]
-    held: set[tuple[str, int, int]]  # queue offsets an intact record holds
-    known_queues: set[tuple[str, int]]
-
-    @classmethod
-    def of(cls, store: Store, regions: list[Region], recs: Any, intact: np.ndarray) -> _Tombstones:
-        held: set[tuple[str, int, int]] = set()
-        known_queues = set(store.consume_queues)
-        if len(recs):
-            tq = to_queue(recs.flags) & intact
-            for qk, qo in zip(recs.qkey[tq].tolist(), recs.queue_offset[tq].tolist()):
-                t, q = recs.queues[qk]
-                held.add((t, q, qo))
-            known_queues |= {recs.queues[k] for k in np.unique(recs.qkey[tq]).tolist()}
-        return cls(
-            regions,
-            np.array([r.start_offset for r in regions], dtype=np.int64),
-            np.array([r.end_offset for r in regions], dtype=np.int64),
-            {i: {} for i in range(len(regions))},
-            {i: {} for i in range(len(regions))},
-            held,
-            known_queues,
-        )
-
-    def region_of(self, off: int) -> int | None:
-        i = int(np.searchsorted(self.starts, off, side="right")) - 1
-        if i >= 0 and off < self.ends[i]:
-            return i
-        return None
-
-    def add(self, i: int, t: str, q: int, qo: int, off: int | None, source: str) -> None:
-        key = (t, q, qo)
-        if key in self.held or not _fillable(self.regions[i]):
-            return
-        if not any(key in w for w in self.wanted.values()):
-            self.wanted[i][key] = Tombstone(t, q, qo, off)
-
-    def from_damaged_records(self, store: Store, recs: Any) -> None:
-        """Damaged (readable) records."""
-        if not len(recs):
-            return
-        for j in np.flatnonzero(recs.flags & DAMAGED).tolist():
-            off = int(recs.off[j])
-            i = self.region_of(off)
-            if i is None:
-                continue
-            t, q = recs.queues[int(recs.qkey[j])]
-            qo = int(recs.queue_offset[j])
-            fidx = int(recs.file_idx[j])
-            mid = None
-            with store.map(store.commitlog[fidx]) as mf:
-                mid = _msg_id(mf.buf, off - store.commitlog[fidx].base, mf.size, off)
-            self.qinfo[i][off] = Quarantined(off, t, q, qo, mid, "damaged record")
-            # a tombstone only for a queue the store knows (a damaged header can name a
-            # topic that never existed, or none at all)
-            if to_queue(recs.flags[j : j + 1])[0] and (t, q) in self.known_queues:
-                self.add(i, t, q, qo, off, "damaged record")
-
-    def from_misfiled(self, store: Store, misfiled: list[Misfiled]) -> None:
-        """Records of a garbled topic or queue id: the tombstone of the queue offset they
-        hold in the queue they were written to."""
-        for m in misfiled:
-            i = self.region_of(m.offset)
-            if i is None:
-                continue
-            self.add(i, m.topic, m.queue_id, m.queue_offset, m.offset, "garbled topic or queue id")
-            self.qinfo[i][m.offset] = Quarantined(
-                m.offset,
-                m.topic,
-                m.queue_id,
-                m.queue_offset,
-                _msg_id_at(store, m.offset),
-                f"garbled topic or queue id (stored {m.stored_topic!r}/{m.stored_queue_id}; {m.evidence})",
-            )
-
-    def from_queue_units(self, store: Store, misfiled: list[Misfiled]) -> None:
-        """Consume queue units that point into a region (at a misfiled record: only the
-        unit of the queue it was written to; one of its garbled queue, which the broker's
-        dispatch or rebuild-index gave it, is not its queue offset)."""
-        if not self.regions:
-            return
-        true_queue = {m.offset: (m.topic, m.queue_id, m.queue_offset) for m in misfiled}
-        starts, ends, qinfo = self.starts, self.ends, self.qinfo
-        for (t, q), qfiles in sorted(store.consume_queues.items()):
-            for f in qfiles:
-                u = _read_units(f, store.geometry.cq_file_size)
-                if not len(u):
-                    continue
-                o = u["o"].astype(np.int64)
-                ok = (o >= 0) & (u["s"] > 0)
-                ri = np.searchsorted(starts, o, side="right") - 1
-                ok &= ri >= 0
-                ri = np.maximum(ri, 0)
-                ok &= o < ends[ri]
-                for n in np.flatnonzero(ok).tolist():
-                    i = int(ri[n])
-                    off = int(o[n])
-                    qo = f.base // 20 + n
-                    if true_queue.get(off, (t, q, qo)) != (t, q, qo):
-                        continue
-                    self.add(i, t, q, qo, off, "consume queue unit")
-                    if off not in qinfo[i] and _fillable(self.regions[i]):
-                        qinfo[i][off] = Quarantined(off, t, q, qo, _msg_id_at(store, off), "consume queue unit")
-
-    def from_queue_holes(self, recs: Any, intact: np.ndarray) -> None:
-        """Holes in a queue's offsets between two intact records."""
-        if not (len(recs) and self.regions):
-            return
-        tq = to_queue(recs.flags) & intact
-        sel = np.flatnonzero(tq)
-        order = np.lexsort((recs.off[sel], recs.qkey[sel]))
-        sel = sel[order]
-        qk = recs.qkey[sel]
-        qo = recs.queue_offset[sel]
-        off = recs.off[sel]
-        jump = np.flatnonzero((qk[1:] == qk[:-1]) & (qo[1:] > qo[:-1] + 1) & (qo[1:] - qo[:-1] <= _MAX_HOLE))
-        for n in jump.tolist():
-            p1, p2 = int(off[n]), int(off[n + 1])
-            a = int(np.searchsorted(self.starts, p1, side="right"))
-            b = int(np.searchsorted(self.starts, p2, side="left"))
-            cands = [i for i in range(a, b) if _fillable(self.regions[i])]
-            if not cands:
-                continue
-            t, q = recs.queues[int(qk[n])]
-            for x in range(int(qo[n]) + 1, int(qo[n + 1])):
-                if any((t, q, x) in w for w in self.wanted.values()):
-                    continue
-                i = cands[-1]
-                self.add(i, t, q, x, None, "queue offset hole")
-                self.qinfo[i][-(len(self.qinfo[i]) + 1)] = Quarantined(None, t, q, x, None, "queue offset hole")
-
-
 def _lay_out_regions(
     store: Store,
     profile: BrokerProfile,
-    tb: _Tombstones,
+    tb: Tombstones,
     recs: Any,
     intact: np.ndarray,
     ioff: np.ndarray,
@@ -654,7 +591,7 @@ def _lay_out_regions(
             ),
         )
         tomb_keys = {(t.topic, t.queue_id, t.queue_offset) for t in ts}
-        if not _fillable(r):  # zeros, or a cut: no records
+        if not fillable(r):  # zeros, or a cut: no records
             r.layout = FillerLayout(r.start_offset, r.end_offset)
         else:
             try:
@@ -726,14 +663,6 @@ def _carries_prop_crc(store: Store, profile: BrokerProfile, recs: Any, intact: n
     with store.map(f) as mf:
         c = ck.check_record(mf.buf, off - f.base, mf.size, profile)
     return c.props is not None and CRC32 in c.props
-
-
-def _msg_id_at(store: Store, off: int) -> str | None:
-    f = store.commitlog_file_for(off)
-    if f is None or f.size <= 0:
-        return None
-    with store.map(f) as mf:
-        return _msg_id(mf.buf, off - f.base, mf.size, off)
 
 
 def _write_region(store: Store, r: Region, out: Any, store_ts: int, host: bytes, port: int) -> None:
@@ -819,7 +748,13 @@ def _plan_rebuild(
     w = _Workdir(store, workdir)
     try:
         patched = _patch_regions(store, plan, recs, intact, w)
-        view = dataclasses.replace(store, commitlog=_patched_view(store, patched, plan.after_end))
+        files = _patched_view(store, patched, plan.after_end)
+        if store.dledger is not None:
+            from .dledger.repair import view_of
+
+            view = dataclasses.replace(store, **view_of(store, files))
+        else:
+            view = dataclasses.replace(store, commitlog=files)
         # (no queue file tells mappedFileSizeConsumeQueue and no option gave it: queue files of a
         # guessed size are files the broker refuses to load, while with no queue at all its
         # start-up reput dispatches every record into queue files of its own size; so repair

@@ -61,6 +61,14 @@ def apply_repair(
                 tx.replace_file(ch.relpath, ch.content)
         if plan.checkpoint is not None:
             tx.replace_file("checkpoint", plan.checkpoint)
+        by_index: dict[str, list[tuple[int, bytes]]] = {}
+        for rel, pos, units in plan.unit_writes:  # DLedger index units, from their entries
+            by_index.setdefault(rel, []).append((pos, units))
+        for rel, unit_ws in by_index.items():
+            # (one write_at per file: from the first unit to the last, the bytes between them
+            # as they are)
+            unit_ws.sort()
+            tx.write_at(rel, unit_ws[0][0], _overlay(store.root / rel, unit_ws))
         if plan.timer_units:
             from .timerrepair import patched_ranges
 
@@ -73,3 +81,25 @@ def apply_repair(
         result = tx.commit()
     plan.discard()  # the rebuilt files were staged into the journal, then moved in place
     return result
+
+
+def _overlay(path: Path, writes: list[tuple[int, bytes]]) -> Callable[[Any], None]:
+    """A transaction writer: the file's bytes from the first write's position to the last
+    write's end, each write's bytes in place of the file's (copied in blocks)."""
+
+    def write(out: Any) -> None:
+        pos = writes[0][0]
+        with open(path, "rb") as fh:
+            for at, data in writes:
+                fh.seek(pos)
+                left = at - pos
+                while left > 0:
+                    b = fh.read(min(left, 1 << 22))
+                    if not b:
+                        raise OSError(f"{path}: shorter than {at}")
+                    out.write(b)
+                    left -= len(b)
+                out.write(data)
+                pos = at + len(data)
+
+    return write

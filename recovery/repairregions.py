@@ -126,8 +126,13 @@ class Region:
             "tombstones": sum(1 for r in recs if r.kind == "tombstone"),
             "blank": any(r.kind == "blank" for r in recs),
             "quarantined": [q.to_dict() for q in self.quarantined],
-            **({"field": self.field_name, "value": int.from_bytes(self.data, "big", signed=True)} if self.data else {}),
+            **({"field": self.field_name, "value": _value(self.data)} if self.data else {}),
         }
+
+
+def _value(data: bytes) -> int | str:
+    """A header field's new value (a number), or a DLedger entry header's bytes (hex)."""
+    return int.from_bytes(data, "big", signed=True) if len(data) <= 8 else data.hex()
 
 
 @dataclass

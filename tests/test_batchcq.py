@@ -236,8 +236,7 @@ def test_verify_finds_records_of_a_batch_topic_without_a_unit(
 @pytest.mark.parametrize(
     "argv",
     [
-        ["recover", "--yes"],
-        ["recover", "--dry-run"],
+        # (recover: test_recover_takes_a_clean_batch_store_as_it_is and the crash cases below)
         ["repair", "--yes"],
         ["repair", "--dry-run"],
     ],
@@ -627,3 +626,179 @@ def test_rebuild_index_never_makes_a_path_of_a_batch_topic_that_cannot_be_one(tm
         f"batchconsumequeue/BatchT/0/{0:020d}"
     ]
     assert not (root / "0").exists()
+
+
+# --------------------------------------------------------------------------- recover (issue 35, item 1)
+
+
+def _recover(root: Path, *more: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(["recover", str(root), "-q", "-j", "1", "--broker-version", "5.5.1", *more])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _bcq_files(root: Path) -> dict[str, bytes]:
+    return {k: v for k, v in _files(root).items() if k.startswith("batchconsumequeue/")}
+
+
+def test_recover_takes_a_clean_batch_store_as_it_is(tmp_path: Path) -> None:
+    """(was test_destructive_commands_refuse_a_store_with_batch_queues[argv0], [argv1]: exit 8.)
+    A clean store whose batch queue holds every record: nothing to do, and the plan counts the
+    batch queue's last unit in maxPhyOffsetOfCQ with the START of its record (645, not 862):
+    so the broker does not truncate."""
+    root = bcq_store(tmp_path)
+    before = _files(root)
+    rc, out, err = _recover(root, "--dry-run", "--format", "json")
+    assert rc == 0, err
+    doc = json.loads(out)["plan"]
+    assert doc["max_phy_offset_of_cq"] == 645 and doc["end_offset"] == 862
+    assert doc["cq_truncation"] is False
+    assert [q["topic"] for q in doc["batch_queues"]] == ["BatchT"]
+    rc, out, err = _recover(root, "--yes")
+    assert rc == 0, err
+    assert _files(root) == before
+
+
+@pytest.mark.parametrize("damage", ["none", "flipped_last", "unit_zeroed", "file_removed"])
+def test_recover_after_a_crash_leaves_the_batch_queue_as_the_broker_s_recovery(tmp_path: Path, damage: str) -> None:
+    """An abnormal recovery of a BatchCQ store, as the broker's (5.0.0-5.5.1): the batch queue
+    counts toward maxPhyOffsetOfCQ, is truncated with the commitlog (a flipped byte in the last
+    record: its unit goes, zero-filled where the broker only moves its write position) and
+    the recovery's dispatch appends the units the queue lacks (a zeroed last unit, a removed
+    file: written again as the broker's putBatchMessagePositionInfo writes them); what is
+    replaced is backed up, and a second run has nothing to do."""
+    root = bcq_store(tmp_path)
+    f = root / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}"
+    good = f.read_bytes()
+    if damage == "flipped_last":
+        cl0 = root / "commitlog" / f"{0:020d}"
+        b = bytearray(cl0.read_bytes())
+        b[645 + 100] ^= 0xFF  # (in the last record's body: its CRC fails)
+        cl0.write_bytes(bytes(b))
+    elif damage == "unit_zeroed":
+        b = bytearray(good)
+        b[3 * 46 : 4 * 46] = bytes(46)
+        f.write_bytes(bytes(b))
+    elif damage == "file_removed":
+        f.unlink()
+    (root / "abort").write_bytes(b"")
+    # (with no file left, the size comes from the broker config: else the default one is written)
+    conf = ["--broker-config", str(_conf(tmp_path, root, 20 * 46))] if damage == "file_removed" else []
+    damaged = _files(root)
+    rc, out, err = _recover(root, "--dry-run", "--format", "json", *conf)
+    assert rc == 4, err
+    assert _files(root) == damaged
+    doc = json.loads(out)["plan"]
+    rc, _out, err = _recover(root, "--yes", "--backup-dir", str(tmp_path / "bk"), *conf)
+    assert rc == 1, err
+    after = f.read_bytes()
+    if damage == "flipped_last":
+        assert doc["end_offset"] == 645 and doc["cq_truncation"] is True
+        assert [(q["truncate_to"], q["units_cut"]) for q in doc["batch_queues"]] == [(3 * 46, 1)]
+        assert after == good[: 3 * 46] + bytes(len(good) - 3 * 46)
+        assert any("batchconsumequeue/BatchT/0/" in k for k in _files(tmp_path / "bk"))
+    else:
+        assert doc["end_offset"] == 862
+        assert after == good
+    assert not (root / "abort").exists()
+    recovered = _files(root)
+    rc, out, err = _recover(root, "--yes", *conf)
+    assert rc == 0, (out, err)
+    assert _files(root) == recovered
+
+
+@pytest.mark.parametrize("argv", [["recover", "--yes"], ["recover", "--dry-run"]])
+def test_recover_refuses_an_inner_batch_of_a_topic_the_store_does_not_call_batchcq(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """(From branch kinds, 9fcd692; found now in recover's own dispatch walk, not in a pass of
+    its own.) The store of the rebuild-index refusal above has no batchconsumequeue/ files: its
+    inner batch of OtherT is one the dispatch would put into a file queue, a guess; recover
+    refuses it as rebuild-index does, dry run or not, exit 8, nothing changed."""
+    root = _two_kind_store(tmp_path, [("OtherT", 0, 3, 0x80), ("PlainT", 0, None, 0)])
+    before = _files(root)
+    rc = run([argv[0], str(root), *argv[1:], "-j", "1", "--broker-version", "5.5.1"])
+    err = capsys.readouterr().err
+    assert rc == 8, err
+    assert "inner batch (sysflag 0x80)" in err and "'OtherT'" in err and "not BatchCQ" in err
+    assert _files(root) == before
+
+
+def test_recover_refuses_a_stray_inner_batch_only_where_it_dispatches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the records the dispatch passes reach can be misfiled: where the file queue already
+    holds a stray inner batch (a store some earlier tool or broker dispatched), a clean
+    recovery that dispatches nothing does not look at it, and finds nothing to do."""
+    root = _two_kind_store(tmp_path, [("OtherT", 0, 3, 0x80), ("PlainT", 0, None, 0)])
+    rc = run(["rebuild-index", str(root), "--yes", "-q", "-j", "1", "--broker-version", "5.5.1"])
+    assert rc == 8
+    capsys.readouterr()
+    # the units a broker that took the record as a plain one would have written
+    from rmqtool.recovery.store import Store
+
+    s = Store.open(root)
+    recs = []
+    with open(s.commitlog[0].path, "rb") as fh:
+        data = fh.read()
+    pos = 0
+    while pos < len(data):
+        size = int.from_bytes(data[pos : pos + 4], "big")
+        if size <= 0:
+            break
+        recs.append((pos, size))
+        pos += size
+    for topic, (off, size) in zip(("OtherT", "PlainT"), recs):
+        q = root / "consumequeue" / topic / "0"
+        q.mkdir(parents=True)
+        unit = off.to_bytes(8, "big") + size.to_bytes(4, "big") + tags_code("a").to_bytes(8, "big", signed=True)
+        (q / f"{0:020d}").write_bytes(unit.ljust(600, b"\0"))
+    before = _files(root)
+    rc = run(["recover", str(root), "--dry-run", "-j", "1", "--broker-version", "5.5.1", "--cq-file-size", "600"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert _files(root) == before
+
+
+def test_recover_writes_the_batch_queue_of_a_batchcq_topic_without_one(tmp_path: Path) -> None:
+    """(Branch kinds, 8739fbd, refused this store.) BatchT is BatchCQ by config/topics.json and
+    has no batch queue file: the broker's dispatch creates its batch queue, and so does
+    recover's, the files rebuild-index writes from the same commitlog, byte for byte."""
+    import shutil
+
+    root = _two_kind_store(tmp_path, [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0), ("BatchT", 3, 2, 0x80)])
+    twin = tmp_path / "twin"
+    shutil.copytree(root, twin)
+    conf = ["--broker-config", str(_conf(tmp_path, root, 20 * 46))]
+    rc, _out, err = _recover(root, "--yes", *conf)
+    assert rc == 1, err
+    assert sorted(_bcq_files(root)) == ["batchconsumequeue/BatchT/0/00000000000000000000"]
+    assert not (root / "consumequeue" / "BatchT").exists()
+    rc, _out, err = _rebuild(twin, "--yes", "--broker-config", str(_conf(tmp_path, twin, 20 * 46)))
+    assert rc == 1, err
+    assert _bcq_files(root) == _bcq_files(twin)
+
+
+@pytest.mark.parametrize("argv", [["recover", "--yes"], ["recover", "--dry-run"]])
+def test_recover_refuses_a_batch_queue_file_the_broker_does_not_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A batch queue file of another size than its queue's (the broker's load refuses it):
+    recover refuses the store (exit 8, nothing changed), dry run or not; info, which plans the
+    recovery too, reads on."""
+    root = bcq_store(tmp_path)
+    q = root / "batchconsumequeue" / "BatchT" / "0"
+    (q / f"{20 * 46:020d}").write_bytes(bytes(7 * 46))
+    before = _files(root)
+    rc = run([argv[0], str(root), *argv[1:], "-j", "1", "--broker-version", "5.5.1"])
+    err = capsys.readouterr().err
+    assert rc == 8, err
+    assert f"{20 * 46:020d}" in err and "does not load it" in err
+    assert _files(root) == before
+    rc = run(["info", str(root), "--deep", "--format", "json", "--broker-version", "5.5.1"])
+    capsys.readouterr()
+    assert rc in (0, 4)

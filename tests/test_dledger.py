@@ -305,21 +305,254 @@ def test_recover_of_an_intact_dledger_store_cuts_nothing(
     assert sparse_digest(root / "dledger-n0") == before
 
 
-def test_repair_refuses_a_dledger_store_and_changes_nothing(
+def _data_file(t: DlTwin, pos: int) -> Path:
+    return t.member / "data" / f"{pos - pos % t.file_size:020d}"
+
+
+def _flip(path: Path, at: int, mask: int = 0x40) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ mask]))
+
+
+def _data_bytes(t: DlTwin) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((t.member / "data").iterdir())}
+
+
+def test_repair_replaces_a_damaged_entry_body_by_a_tombstone_in_place(
     twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """repair's fillers are classic records: on a DLedger store it refuses (8), before
-    planning, rather than leave each entry's header as a 48-byte gap."""
+    """A flipped byte in an entry's message body: DLedger's recovery checks entry headers
+    only and keeps it (the broker dispatches and serves the damaged message). repair
+    replaces the body, in place, by one record of exactly its length, the tombstone of the
+    message's queue offset; the entry header and every other byte of the data files stay,
+    verify is clean afterwards, recover cuts nothing, and restore gives the bytes back.
+    (Before issue 37's repair part: status 8, a refusal.)"""
     root, t = twin
-    _i, pos, size = t.entries[50]
+    i, pos, size = t.entries[50]
+    path = _data_file(t, pos)
     base = pos - pos % t.file_size
-    with open(t.member / "data" / f"{base:020d}", "r+b") as f:
-        f.seek(pos - base + size - 3)
-        f.write(b"\xff")
+    body_at = pos - base + dl.BODY_OFFSET
+    orig = bytearray(path.read_bytes())
+    old_rec = bytes(orig[body_at : pos - base + size])
+    _flip(path, body_at + (size - dl.BODY_OFFSET) // 2)  # (in the message's body: its CRC fails)
+    damaged = _data_bytes(t)
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 1, (code, err)
+    plan = json.loads(out)["plan"]
+    assert [(r["from"], r["to"], r["tombstones"], r["quarantine_records"]) for r in plan["regions"]] == [
+        (pos + dl.BODY_OFFSET, pos + size, 1, 0)
+    ]
+    assert plan["intact_records"] == len(t.entries) - 1 and plan["data_end"] == t.entries[-1][1] + t.entries[-1][2]
+    after = _data_bytes(t)
+    assert sorted(after) == sorted(damaged)
+    for name, b in after.items():
+        if name != path.name:
+            assert b == damaged[name], name
+    new = after[path.name]
+    assert new[:body_at] == damaged[path.name][:body_at]  # the entry header and all before it
+    assert new[pos - base + size :] == damaged[path.name][pos - base + size :]
+    rec = new[body_at : pos - base + size]
+    assert struct.unpack_from(">i", rec, 0)[0] == size - dl.BODY_OFFSET  # one record: the whole body
+    old_qid, old_qoff = struct.unpack_from(">i", old_rec, 12)[0], struct.unpack_from(">q", old_rec, 20)[0]
+    assert (struct.unpack_from(">i", rec, 12)[0], struct.unpack_from(">q", rec, 20)[0]) == (old_qid, old_qoff)
+    assert f"RMQTOOL_TOMBSTONE\x01{pos + dl.BODY_OFFSET}\x02".encode() in rec
+    code, _by = codes(capsys, root)
+    assert code == 0, _by
+    code, out, err = cli(capsys, "recover", root, "--dry-run", "-q", "--format", "json")
+    rplan = json.loads(out)["plan"]
+    assert rplan["cuts"] == [] and rplan["removed_files"] == [], rplan
+    code, out, err = cli(capsys, "restore", tmp_path / "bk", root, "--yes", "-q")
+    assert code in (0, 1), err
+    assert _data_bytes(t) == damaged
+
+
+def test_repair_writes_a_zeroed_index_unit_back_from_its_entry(
+    twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A zeroed index unit of an entry in the first data file (DLedger's walk checks its
+    last three files only, so its recovery never rewrites it; its get(index) reads it):
+    repair writes it from the entry, and nothing else of the member changes."""
+    root, t = twin
+    assert t.entries[-1][1] // t.file_size >= 4  # (the unit's entry lies before the last three files)
+    i, pos, size = t.entries[5]
+    ipath = t.member / "index" / f"{0:020d}"
+    with open(ipath, "r+b") as f:
+        f.seek(i * dl.INDEX_UNIT_SIZE)
+        f.write(bytes(dl.INDEX_UNIT_SIZE))
+    data = _data_bytes(t)
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 1, (code, err)
+    from test_schemas import check_output
+
+    check_output("repair", "json", out, code)  # (the DLedger plan's fields in rmqtool-repair's schema)
+    plan = json.loads(out)["plan"]
+    assert plan["dledger_unit_writes"] == [
+        {"file": f"dledger-n0/index/{0:020d}", "pos": i * dl.INDEX_UNIT_SIZE, "units": 1}
+    ]
+    assert plan["regions"] == []
+    with open(ipath, "rb") as f:
+        f.seek(i * dl.INDEX_UNIT_SIZE)
+        assert f.read(dl.INDEX_UNIT_SIZE) == dl.build_index_unit(pos, size, i, 0)
+    assert ipath.stat().st_size == dl.INDEX_FILE_SIZE
+    assert _data_bytes(t) == data
+
+
+def test_repair_writes_a_garbled_entry_header_back_from_its_index_unit(
+    twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A garbled entry index in a header: DLedger's recovery ends the ledger there and
+    truncates it and the 10 entries after it (recover would cut them). The entry's index unit
+    (its position, size, index and term) and the next entry agree: repair writes the
+    header back from them (channel and CRCs 0, as DLedger writes them), and the data files
+    are the broker's bytes again, every entry kept."""
+    root, t = twin
+    clean = _data_bytes(t)
+    k = len(t.entries) - 11
+    i, pos, size = t.entries[k]
+    path = _data_file(t, pos)
+    _flip(path, pos % t.file_size + 8 + 7, 0x01)  # (the entry index's low byte)
+    code, out, err = cli(capsys, "recover", root, "--dry-run", "-q", "--format", "json")
+    assert json.loads(out)["plan"]["intact_cut"] == 11  # (the entry and the 10 after it)
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 1, (code, err)
+    plan = json.loads(out)["plan"]
+    assert [(r["from"], r["to"], r["kind"], r.get("field")) for r in plan["regions"]] == [
+        (pos, pos + dl.BODY_OFFSET, "header field", "dledger entry header")
+    ]
+    assert plan["data_end"] == t.entries[-1][1] + t.entries[-1][2] and plan["problems"] == []
+    assert _data_bytes(t) == clean
+    code, out, err = cli(capsys, "recover", root, "--dry-run", "-q", "--format", "json")
+    assert json.loads(out)["plan"]["intact_cut"] == 0
+    assert codes(capsys, root)[0] == 0
+
+
+def test_repair_writes_the_units_of_one_index_file_in_one_write(
+    twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two zeroed units far apart in the one index file: both written back, in one write of
+    the transaction (the bytes between them as they are; two writes to one file were
+    refused, status 8, found by a fuzz of damaged twins)."""
+    root, t = twin
+    ipath = t.member / "index" / f"{0:020d}"
+    for k in (5, 300):
+        with open(ipath, "r+b") as f:
+            f.seek(t.entries[k][0] * dl.INDEX_UNIT_SIZE)
+            f.write(bytes(dl.INDEX_UNIT_SIZE))
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 1, (code, err)
+    assert len(json.loads(out)["plan"]["dledger_unit_writes"]) == 2
+    for k in (5, 300):
+        i, pos, size = t.entries[k]
+        with open(ipath, "rb") as f:
+            f.seek(i * dl.INDEX_UNIT_SIZE)
+            assert f.read(dl.INDEX_UNIT_SIZE) == dl.build_index_unit(pos, size, i, 0)
+    assert codes(capsys, root)[0] == 0
+
+
+def test_repair_mends_a_garbled_entry_header_before_the_files_dledger_walks(
+    twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A garbled entry size in the second of seven data files: DLedger's walk starts at the
+    third file from the end and never reads it (no cut), but the header lies; repair writes
+    it back from its index unit as in the files DLedger walks (found by a fuzz of damaged
+    twins: verify's CL_BAD_LENGTH was left), and the data files are the broker's bytes again."""
+    root, t = twin
+    clean = _data_bytes(t)
+    k = next(j for j, e in enumerate(t.entries) if e[1] // t.file_size == 1)
+    i, pos, size = t.entries[k + 3]
+    assert len(clean) >= 5
+    _flip(_data_file(t, pos), pos % t.file_size + 4 + 1, 0x10)  # (the entry size's second byte)
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 1, (code, err)
+    assert _data_bytes(t) == clean
+    assert codes(capsys, root)[0] == 0
+
+
+def test_repair_mends_a_zeroed_entry_from_its_index_unit_with_a_tombstone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A zeroed entry (header and message) in the middle of the ledger: DLedger's walk takes
+    the zeros for the end of the data and truncates every entry after it. Its index unit and
+    the next entry agree: repair writes the header back and the body becomes the tombstone
+    of the message's queue offset (from the consume queue unit that points at it); every
+    later entry stays."""
+    root = tmp_path / "dl"
+    t = dledger_twin(real_store("clean"), root, PROFILE, queues=True)
+    clean = _data_bytes(t)
+    k = len(t.entries) - 21
+    i, pos, size = t.entries[k]
+    path = _data_file(t, pos)
+    at = pos % t.file_size
+    old_rec = clean[path.name][at + dl.BODY_OFFSET : at + size]
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes(size))
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 1, (code, err)
+    plan = json.loads(out)["plan"]
+    assert plan["data_end"] == t.entries[-1][1] + t.entries[-1][2]
+    assert [(r["from"], r["kind"], r["tombstones"]) for r in plan["regions"]] == [
+        (pos, "header field", 0),
+        (pos + dl.BODY_OFFSET, "damaged", 1),
+    ]
+    new = path.read_bytes()
+    assert new[at : at + dl.BODY_OFFSET] == clean[path.name][at : at + dl.BODY_OFFSET]
+    rec = new[at + dl.BODY_OFFSET : at + size]
+    assert struct.unpack_from(">i", rec, 0)[0] == size - dl.BODY_OFFSET
+    assert rec[12:16] == old_rec[12:16] and rec[20:28] == old_rec[20:28]  # (queue id, queue offset)
+    for name, b in _data_bytes(t).items():
+        if name != path.name:
+            assert b == clean[name], name
+    assert new[at + size :] == clean[path.name][at + size :]
+    code, out, err = cli(capsys, "recover", root, "--dry-run", "-q", "--format", "json")
+    assert json.loads(out)["plan"]["intact_cut"] == 0
+
+
+def test_repair_ends_the_ledger_where_dledger_does_when_nothing_mends_the_header(
+    twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A zeroed entry whose index unit is zeroed too: nothing tells its size, DLedger's
+    recovery ends the ledger there, and so does repair: the rest is zero-filled into the
+    backup and a problem says how many intact messages that holds (status 5: repaired, a
+    problem left); recover then cuts nothing."""
+    root, t = twin
+    k = len(t.entries) - 10
+    i, pos, size = t.entries[k]
+    path = _data_file(t, pos)
+    with open(path, "r+b") as f:
+        f.seek(pos % t.file_size)
+        f.write(bytes(size))
+    with open(t.member / "index" / f"{0:020d}", "r+b") as f:
+        f.seek(i * dl.INDEX_UNIT_SIZE)
+        f.write(bytes(dl.INDEX_UNIT_SIZE))
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 5, (code, err)
+    plan = json.loads(out)["plan"]
+    assert plan["data_end"] == pos
+    assert any("9 intact message(s) lie after it" in p for p in plan["problems"]), plan["problems"]
+    code, out, err = cli(capsys, "recover", root, "--dry-run", "-q", "--format", "json")
+    rplan = json.loads(out)["plan"]
+    assert rplan["cuts"] == [] and rplan["removed_files"] == [], rplan
+    assert not path.read_bytes()[pos % t.file_size :].strip(b"\0")
+    assert (tmp_path / "bk").is_dir()
+
+
+def test_repair_refuses_a_dledger_member_its_broker_cannot_load(
+    twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A data file that is not the mapped size: DLedger's load exits the broker
+    (System.exit); no repair makes a ledger of it, so repair refuses (8) and changes nothing."""
+    root, t = twin
+    last = sorted((t.member / "data").iterdir())[-1]
+    with open(last, "r+b") as f:
+        f.truncate(t.file_size // 2)
     before = sparse_digest(root)
     for args in (["--dry-run"], ["--yes", "--backup-dir", str(tmp_path / "bk")]):
         code, out, err = cli(capsys, "repair", root, *args)
-        assert code == 8 and "DLedger" in err, (args, code, err)
+        assert code == 8 and "the broker exits at its start" in err, (args, code, err)
     assert sparse_digest(root) == before
     assert not (tmp_path / "bk").exists()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -193,7 +194,7 @@ def test_verify_finds_a_hole_a_wrong_unit_and_a_stale_offset_table(
     assert "queue offset(s) 3" not in hole["message"] and "queue offset(s) 2 " in hole["message"]
 
 
-@pytest.mark.parametrize("argv", [["recover", "--yes"], ["rebuild-index", "--yes"], ["repair", "--yes"]])
+@pytest.mark.parametrize("argv", [["rebuild-index", "--yes"], ["repair", "--yes"]])
 def test_writing_commands_refuse_a_rocksdb_store_and_change_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
@@ -205,7 +206,7 @@ def test_writing_commands_refuse_a_rocksdb_store_and_change_nothing(
     code = run([argv[0], str(root), "--broker-version", V, *argv[1:]])
     err = capsys.readouterr().err
     assert code == 8, err
-    assert "RocksDB consume queue" in err and "does not recover, repair, rebuild or truncate it" in err
+    assert "RocksDB consume queue" in err and "does not repair, rebuild or truncate it" in err
     assert tree_hashes(root) == before
 
 
@@ -322,3 +323,195 @@ def test_the_offset_and_timer_readers_write_nothing_into_the_store(tmp_path: Pat
     assert rocksoffsets.read_v1(tmp_path / "consumerOffsets") == {"TopicA@G": {0: 5}}
     assert rocksoffsets.has_timer_records(tmp_path / "rocksdbstore") is False
     assert tree_hashes(tmp_path) == before
+
+
+# --------------------------------------------------------------------------- recover (issue 35)
+# recover leaves the database as it is (recovery/recover/rocksplan.py); the broker's own start on the
+# result is compared in tests/oracle/test_rocksdbcq_recover_oracle.py. Before: every case exit 8.
+
+
+def recover_json(root: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any], str]:
+    from rmqtool.cli import run
+
+    capsys.readouterr()
+    code = run(["recover", str(root), "--broker-version", V, "--format", "json", "--yes", "--quiet", *extra])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def rocks_files(root: Path) -> dict[str, str]:
+    return {k: h for k, h in tree_hashes(root / "consumequeue").items() if "/" not in k}
+
+
+def last_unit(root: Path) -> rc.Unit:
+    cq = rc.read(root, "consumequeue")
+    return max((u for units in cq.queues.values() for u in units), key=lambda u: u.commitlog_offset)
+
+
+def test_recover_on_a_clean_rocksdb_store_has_nothing_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = fixture_store(tmp_path)
+    before = tree_hashes(root)
+    for extra in (("--dry-run",), ()):
+        code, doc, err = recover_json(root, capsys, *extra)
+        assert code == 0, err
+        rq = doc["plan"]["rocksdb_consume_queue"]
+        assert (rq["kind"], rq["refusal"], rq["left_to_broker"]) == ("rocksdb", None, False)
+        # the commitlog recovery is given the dispatch checkpoint, as the broker's
+        assert doc["plan"]["max_phy_offset_of_cq"] == rq["checkpoint"] == doc["plan"]["end_offset"]
+    assert tree_hashes(root) == before
+
+
+def test_recover_cuts_the_commitlog_and_leaves_the_database_to_the_brokers_truncate_dirty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fixture_store(tmp_path)
+    last = last_unit(root)
+    cl = root / "commitlog" / "00000000000000000000"
+    b = bytearray(cl.read_bytes())
+    b[last.commitlog_offset + 4] ^= 0xFF  # its MAGICCODE: the walk ends before it
+    cl.write_bytes(bytes(b))
+    rocks = rocks_files(root)
+    code, doc, err = recover_json(root, capsys)
+    assert code == 1, err
+    plan = doc["plan"]
+    assert plan["end_offset"] == last.commitlog_offset
+    rq = plan["rocksdb_consume_queue"]
+    assert rq["truncate_dirty"] and rq["checkpoint"] > plan["end_offset"]
+    assert any("truncateDirty" in n for n in plan["notes"])
+    assert rocks_files(root) == rocks  # not a byte of the database
+    assert not [p for p in (root / "consumequeue").iterdir() if p.is_dir()]  # no file queue written
+    assert cl.read_bytes()[last.commitlog_offset : last.commitlog_offset + last.size] == bytes(last.size)
+
+
+def test_recover_after_an_abnormal_stop_indexes_and_leaves_a_complete_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The database holds every unit the broker's abnormal recovery dispatches: recover's own dispatch
+    feeds the index only (no file queue appears beside the database), the abort file goes."""
+    root = fixture_store(tmp_path)
+    (root / "abort").write_bytes(b"")
+    rocks = rocks_files(root)
+    code, doc, err = recover_json(root, capsys)
+    assert code == 1, err
+    plan = doc["plan"]
+    assert plan["mode"] == "abnormal" and plan["rocksdb_consume_queue"]["missing"] == 0
+    assert [(d["name"], d["cq"]) for d in plan["dispatch"] if d["name"] == "abnormal_recovery"] == [
+        ("abnormal_recovery", False)
+    ]
+    assert not (root / "abort").exists()
+    assert rocks_files(root) == rocks
+    assert not [p for p in (root / "consumequeue").iterdir() if p.is_dir()]
+    code, doc, err = recover_json(root, capsys)
+    assert code == 0, err  # (a second run: nothing to do)
+
+
+def test_recover_refuses_where_the_brokers_abnormal_dispatch_writes_into_the_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = fixture_store(tmp_path)
+    last = last_unit(root)
+    cq = rc.read(root, "consumequeue")
+    key = next(k for k, units in cq.queues.items() if last in units)
+
+    def drop(default: Any, offset: Any) -> None:
+        del default[rf.cq_key(key[0], key[1], last.queue_offset)]
+
+    rewrite(root, drop)
+    (root / "abort").write_bytes(b"")
+    before = tree_hashes(root)
+    for extra in (("--dry-run",), ()):
+        code, doc, err = recover_json(root, capsys, *extra)
+        assert code == 8, err
+        assert "refused, nothing changed" in err and "1 record(s)" in err and str(last.commitlog_offset) in err
+    assert tree_hashes(root) == before
+
+
+def test_recover_after_a_normal_stop_leaves_the_lag_to_the_brokers_next_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The checkpoint behind the last records (the broker's next normal start dispatches the records past
+    it): recover dispatches none of them, into the index neither, and says so."""
+    root = fixture_store(tmp_path)
+    last = last_unit(root)
+
+    def lag(default: Any, offset: Any) -> None:
+        offset[rf.CHECKPOINT_KEY] = rf.CHECKPOINT_VALUE_STRUCT.pack(last.commitlog_offset - 1)
+
+    rewrite(root, lag)
+    before = tree_hashes(root)
+    code, doc, err = recover_json(root, capsys)
+    assert code == 0, err
+    plan = doc["plan"]
+    assert plan["rocksdb_consume_queue"]["left_to_broker"] and plan["max_phy_offset_of_cq"] == last.commitlog_offset - 1
+    assert not [d for d in plan["dispatch"] if d["name"] == "walkback_dispatch"]
+    assert any("next start dispatches the records past its checkpoint" in n for n in plan["notes"])
+    assert tree_hashes(root) == before
+
+
+def test_rebuild_index_refuses_a_rocksdb_store_saying_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 3 of issue 35: no road to the broker's reput rebuilding the database is proved; the refusal
+    (exit 8, nothing changed, dry run or not) says why in one line."""
+    from rmqtool.cli import run
+
+    root = fixture_store(tmp_path)
+    before = tree_hashes(root)
+    for extra in (["--dry-run"], ["--yes"], ["--cq-only", "--yes"]):
+        capsys.readouterr()
+        code = run(["rebuild-index", str(root), "--broker-version", V, *extra])
+        err = capsys.readouterr().err
+        assert code == 8, err
+        assert "refused, nothing changed" in err and "reput starts at the commitlog's end" in err
+        assert "one at commitlog offset 0" in err and len(err.strip().splitlines()) == 1, err
+    assert tree_hashes(root) == before
+
+
+def test_the_column_reader_holds_what_the_object_reader_holds(tmp_path: Path) -> None:
+    """read_columns (numpy arrays per queue, what recover uses) against read (a Unit object per unit),
+    on the 5.3.3 broker's store and on a database with a malformed key and queue offsets out of order
+    in insertion."""
+    root = fixture_store(tmp_path)
+
+    def same(rel_root: Path) -> None:
+        objs, cols = rc.read(rel_root, "consumequeue"), rc.read_columns(rel_root, "consumequeue")
+        assert cols.checkpoint == objs.checkpoint and cols.offset_table == objs.offset_table
+        assert cols.malformed == len(objs.malformed)
+        assert {k: [tuple(int(x) for x in r) for r in a] for k, a in cols.queues.items()} == {
+            k: [(u.queue_offset, u.commitlog_offset, u.size, u.tags_code, u.store_timestamp) for u in units]
+            for k, units in objs.queues.items()
+        }
+        assert cols.units == sum(len(u) for u in objs.queues.values()) > 0
+
+    same(root)
+
+    def odd(default: Any, offset: Any) -> None:
+        default[rf.cq_key("TopicZ", 7, 5)] = rf.CQ_VALUE_STRUCT.pack(9, 8, 7, 6)
+        default[rf.cq_key("TopicZ", 7, 1)] = rf.CQ_VALUE_STRUCT.pack(1, 2, 3, 4)
+        default[rf.cq_key("TopicZ", 7, 2)[:-1]] = b"x" * 28  # a key of another layout
+
+    rewrite(root, odd)
+    same(root)
+    assert [int(x) for x in rc.read_columns(root, "consumequeue").queues[("TopicZ", 7)]["queue_offset"]] == [1, 5]
+
+
+def test_the_brokers_own_config_naming_the_rocksdb_queue_is_no_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--broker-config with storeType=defaultRocksDB, on the store it made: verify checks and recover plans
+    (before: UNSUPPORTED_SETTING, exit 8); on a store without a database the setting is still refused."""
+    from rmqtool.cli import run
+
+    root = fixture_store(tmp_path)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathRootDir={root}\nstoreType=defaultRocksDB\nmaxHashSlotNum=100\nmaxIndexNum=400\n")
+    for argv in (["verify", "-q"], ["recover", "--dry-run"]):
+        capsys.readouterr()
+        code = run([argv[0], "--broker-config", str(conf), "--broker-version", V, *argv[1:]])
+        out, err = capsys.readouterr()
+        assert code == 0, out + err
+    other = tmp_path / "plain"
+    (other / "commitlog").mkdir(parents=True)
+    shutil.copy(root / "commitlog" / "00000000000000000000", other / "commitlog")
+    conf.write_text(f"storePathRootDir={other}\nstoreType=defaultRocksDB\n")
+    capsys.readouterr()
+    assert run(["recover", "--broker-config", str(conf), "--broker-version", V, "--dry-run"]) == 8
+    assert "storeType=defaultRocksDB" in capsys.readouterr().err

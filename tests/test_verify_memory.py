@@ -10,11 +10,13 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import copy_store
 
 from rmqtool.recovery import verify as v
 from rmqtool.recovery.store import Store
+from rmqtool.recovery.verify import parts as vparts
 from rmqtool.recovery.versions import BrokerProfile
 
 P494 = BrokerProfile.for_version("4.9.4")
@@ -88,3 +90,107 @@ def test_index_entries_checked_in_chunks_give_the_same_report(
 def test_index_entry_chunk_is_bounded() -> None:
     """The working arrays of the entry check are sized by the chunk, not by the file."""
     assert 1 << 12 <= v.index.ENTRY_CHUNK <= 1 << 20
+
+
+def _offset_damage(root: Path, rng: random.Random, n: int) -> None:
+    """``n`` damaged entry fields that leave the hash chains sound (offset, timeDiff), so
+    that the file is still checked a window at a time."""
+    files = sorted((root / "index").iterdir())
+    S = Store.open(root).geometry.index_slot_num
+    at = 40 + S * 4
+    for _ in range(n):
+        f = rng.choice(files)
+        raw = f.read_bytes()
+        count = struct.unpack(">i", raw[36:40])[0]
+        k0 = rng.randrange(1, max(2, count))
+        what = rng.randrange(3)
+        for k in range(k0, min(count, k0 + rng.choice((1, 4, 7)))):
+            e = at + k * 20
+            if what == 0:
+                (off,) = struct.unpack(">q", raw[e + 4 : e + 12])
+                _patch(f, e + 4, struct.pack(">q", off + 3))
+            elif what == 1:
+                _patch(f, e + 4, struct.pack(">q", (1 << 40) + k))
+            else:
+                _patch(f, e + 12, struct.pack(">i", 987654))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_index_windows_equal_the_whole_file_check(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file whose chains pass the local test is checked a window of entries at a time
+    (its chains followed from the newest window back): the report equals the one of the
+    whole file's arrays and the pointer jumping, on sound files, on files with damaged
+    entries that keep the chains sound, and on files with damaged chains (read whole)."""
+    rng = random.Random(seed)
+    root = copy_store(["clean", "many_files", "delay", "crash_midwrite"][seed % 4], tmp_path)
+    if seed >= 4:
+        _offset_damage(root, rng, 6)
+        if seed >= 6:
+            _damage(root, rng, 4)
+    monkeypatch.setattr(v.index, "ENTRY_CHUNK", rng.choice((1, 3, 7, 50)))
+    windows: list[bool] = []
+    real_init = v.index._IndexFile.__init__
+
+    def init(self: Any, *a: Any, **k: Any) -> None:
+        real_init(self, *a, **k)
+        windows.append(self.windowed)
+
+    monkeypatch.setattr(v.index._IndexFile, "__init__", init)
+    windowed = v.verify_store(Store.open(root), P494)
+    assert all(windows) if seed < 4 else any(windows) or seed >= 6  # (damaged chains: a file read whole)
+    monkeypatch.setattr(v.index, "_CHAIN_LOCAL_TEST", False)  # every file read whole
+    windows.clear()
+    whole = v.verify_store(Store.open(root), P494)
+    assert windows and not any(windows)
+    assert _key(windowed) == _key(whole)
+    if seed >= 4:
+        assert any(c.startswith("IDX_") and c != "IDX_DISPATCH_LAG" for c in whole.summary["codes"])
+
+
+@pytest.mark.parametrize("name", ["many_files", "crash_midwrite"])
+def test_sound_index_file_is_never_read_whole(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify reads a sound index file's entries a window of ``ENTRY_CHUNK`` at a time (to
+    follow its chains, then to check them against their records), never the whole entry
+    area at once: no read of the entry area is longer than one window."""
+    root = copy_store(name, tmp_path)
+    chunk = 16
+    monkeypatch.setattr(v.index, "ENTRY_CHUNK", chunk)
+    store = Store.open(root)
+    entries_at = 40 + store.geometry.index_slot_num * 4
+    reads: list[tuple[int, int]] = []
+    real_read = v.index._read
+
+    def read(fd: int, at: int, n: int) -> bytes:
+        reads.append((at, n))
+        return real_read(fd, at, n)
+
+    monkeypatch.setattr(v.index, "_read", read)
+    r = v.verify_store(store, P494)
+    entries = next(c for c in r.checks if c.name == "index").stats["entries"]
+    assert entries > 4 * chunk
+    # (the tail check reads the bytes after indexCount's entries: they hold no entry)
+    tails = {
+        entries_at + max(1, struct.unpack(">i", f.read_bytes()[36:40])[0]) * 20 for f in (root / "index").iterdir()
+    }
+    entry_reads = [n for at, n in reads if at >= entries_at and at not in tails]
+    assert sum(entry_reads) >= 2 * entries * 20  # every entry read, to follow the chains and to check it
+    assert max(entry_reads) <= chunk * 20
+
+
+@pytest.mark.parametrize("negative", [False, True])
+def test_queue_keys_are_int32_and_ordered_by_topic_and_queue(negative: bool) -> None:
+    """The record table's queue keys are made in int32 (beside the whole table, each
+    int64 working array cost 8 bytes a message at the peak of verify's memory, issue 39):
+    the same keys, in (topic id, queue id) order, as the pairs' rank; with a negative queue
+    id, the sorted-pairs path."""
+    rng = np.random.default_rng(7)
+    tid = rng.integers(0, 5, 10_000).astype(np.int32)
+    qid = rng.integers(-3 if negative else 0, 8, 10_000).astype(np.int32)
+    names = [f"T{i}" for i in range(5)]
+    keys, queues = vparts._queue_keys(tid, qid, names)
+    # (the sorted-pairs path orders a topic's queue ids as unsigned ints, as before)
+    pairs = sorted(set(zip(tid.tolist(), qid.tolist())), key=lambda p: (p[0], p[1] & 0xFFFFFFFF))
+    assert queues == [(names[t], q) for t, q in pairs]
+    rank = {p: i for i, p in enumerate(pairs)}
+    assert keys.dtype == np.int32
+    assert keys.tolist() == [rank[p] for p in zip(tid.tolist(), qid.tolist())]

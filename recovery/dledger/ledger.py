@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ from ..walk import GO_, STOP, Act, Policy, Run, Source, finish, walk
 from . import framing as fr_mod
 from .layout import Member, read_checkpoint
 
-__all__ = ["IndexList", "LedgerRecovery", "ledger_for", "recover_ledger"]
+__all__ = ["IndexList", "LedgerRecovery", "LedgerWalk", "State", "ledger_for", "recover_ledger"]
 
 _LONG = 1 << 64
 _LONG_MIN = -(1 << 63)
@@ -182,7 +183,7 @@ class LedgerRecovery:
         return self.process_offset
 
 
-class _State:
+class State:
     def __init__(self) -> None:
         self.last_index = -1
         self.last_term = -1
@@ -201,7 +202,7 @@ class LedgerWalk(Policy):
 
     need = 0  # (the entry's header must lie in the file: checked here)
 
-    def __init__(self, state: _State, index: IndexList) -> None:
+    def __init__(self, state: State, index: IndexList) -> None:
         super().__init__()
         self.s = state
         self.index = index
@@ -284,7 +285,7 @@ class LedgerWalk(Policy):
         return STOP
 
 
-def _why(src: Source, pos: int, s: _State) -> str:
+def _why(src: Source, pos: int, s: State) -> str:
     """Why DLedger's walk stops at the entry at ``pos`` (the first check that fails)."""
     buf, n = src.buf, src.end
     if n - pos < 4:
@@ -356,8 +357,11 @@ def recover_ledger(
     version: tuple[int, int, int],
     file_size: int,
     profile: Any,
+    policy: Callable[[State, IndexList], LedgerWalk] | None = None,
 ) -> LedgerRecovery:
-    """What DLedger's recovery does to the member (see the module docstring)."""
+    """What DLedger's recovery does to the member (see the module docstring); ``policy``
+    makes each data file's walk policy (default :class:`LedgerWalk`; ``rmqtool repair``'s
+    mends the entry headers it can, :mod:`recovery.dledger.repair`)."""
     r = LedgerRecovery(library_of(version))
     cp, r.checkpoint_present = read_checkpoint(member, root)
     r.checkpoint_committed = cp.committed_index
@@ -378,14 +382,20 @@ def recover_ledger(
         return r
     index = IndexList(index_files)
     try:
-        _walk_files(data, index, r, profile)
+        _walk_files(data, index, r, profile, policy or LedgerWalk)
         _after_walk(data, index_files, index, r, cp.committed_index, file_size)
     finally:
         index.close()
     return r
 
 
-def _walk_files(data: list[StoreFile], index: IndexList, r: LedgerRecovery, profile: Any) -> None:
+def _walk_files(
+    data: list[StoreFile],
+    index: IndexList,
+    r: LedgerRecovery,
+    profile: Any,
+    policy: Callable[[State, IndexList], LedgerWalk],
+) -> None:
     from ..store import MappedFile
 
     start = 0
@@ -395,14 +405,14 @@ def _walk_files(data: list[StoreFile], index: IndexList, r: LedgerRecovery, prof
                 start = i
                 break
     r.start_file = start
-    s = _State()
+    s = State()
     process = data[start].base
     k = start
     while True:
         f = data[k]
         with MappedFile(f.path) as mf:
             src = Source(mf.buf, mf.size, f.base, profile, fr_mod.DLEDGER)
-            pol = LedgerWalk(s, index)
+            pol = policy(s, index)
             try:
                 w = finish(walk(src, pol, 0, mf.size))
             finally:

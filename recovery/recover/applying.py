@@ -13,17 +13,21 @@ from typing import Any
 import numpy as np
 
 from ...formats.checkpoint import CHECKPOINT_READ_LIMIT
+from ...formats.consumequeue import DEFAULT_BCQ_FILE_SIZE
 from ...formats.names import topic_path_problem
 from ...formats.safeio import read_small
 from .. import check as ck
+from ..batchcq import INNER_BATCH_FLAG, stray_inner_message
 from ..broker import MODE_ABNORMAL, goes_to_consume_queue
+from ..brokerconf import UnsupportedStoreError
 from ..indexbuild import ConsumeQueueSet, IndexBuilder
 from ..reader import CommitlogReader
-from ..reput import BAD_TOPIC, SIZE_ACCOUNTING, ReputProblem, feed_cq, feed_index, iter_dispatch_parallel
+from ..reput import BAD_TOPIC, SIZE_ACCOUNTING, ReputProblem, feed_cq, feed_index, iter_dispatch_parallel, split_batch
 from ..scan import sorted_hints_in
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from .applystate import Applying, ApplyResult, LazyWriters
+from .batchqueues import BatchQ, absorb_batch, batch_changes, batch_set, batch_topics_of, recover_batch_queues
 from .builtprefix import index_skips_upto, skip_built_prefix
 from .indexfiles import infer_index_tz
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
@@ -60,6 +64,8 @@ def apply_recovery(
     if not queues_only:
         refuse_unloadable(store, profile)  # (the broker changes nothing in such a store: nor does recover)
         refuse_unknown_cq_size(store, plan)  # (queue files of a guessed size: the broker refuses them)
+        if plan.context is not None and plan.context.batch_refusal is not None:
+            raise plan.context.batch_refusal
     ckpt_before = store.read_checkpoint()
     cp_path = store.root / "checkpoint"
     cp_bytes = (
@@ -90,6 +96,7 @@ def apply_recovery(
         for rel, pos, units in plan.dledger_unit_writes:
             tx.write_at(rel, pos, units)
         queue_changes(tx, a)
+        batch_changes(tx, a.batch, store.root)
         created_names = index_changes(tx, a, tz)
         cp = recovered_checkpoint(a, ckpt_before)
         new_cp = checkpoint_bytes(cp_bytes, cp, profile)
@@ -168,6 +175,7 @@ def dispatch_changes(
     _apply_dispatch(a)
     tx = StoreTransaction(store.root, dry_run=True)
     queue_changes(tx, a)
+    batch_changes(tx, a.batch, store.root)
     index_changes(tx, a, infer_index_tz(store))
     cp_changed = checkpoint_bytes(cp_bytes, recovered_checkpoint(a, ckpt_before), profile) != cp_bytes
     return cp_changed or bool(tx.plan()), dict(a.dispatched)
@@ -206,6 +214,14 @@ def _start_applying(
         queues[key] = Queue(key, Fcq, st)
     kept_index, ib = _index_as_loaded(store, plan, profile)
     a = Applying(store, plan, profile, ctx, progress, jobs, queues_only, queues, kept_index, ib)
+    if plan.context is not None:
+        a.batch_file_size, states = ctx.batch_file_size, ctx.batch_states
+    else:
+        a.batch_file_size, states = recover_batch_queues(store)
+    # (no batch queue file and no configured size: a new queue's files are of the broker's default)
+    a.batch_file_size = a.batch_file_size or DEFAULT_BCQ_FILE_SIZE
+    a.batch = {key: BatchQ(key, a.batch_file_size, q) for key, q in states.items()}
+    a.batch_topics = batch_topics_of(store) if profile.checks_inner_batch else set()
     a.q1 = plan.mode == MODE_ABNORMAL and not profile.delay_table_in_abnormal_recovery
     return a
 
@@ -330,6 +346,13 @@ def _run_pass(
             cqset.logics_msg_timestamp, cqset.logics_physical_offset = last_ts
         if index:
             a.ib.records_skipped += n
+    # the records of BatchCQ topics go to their batch consume queues (5.x); an inner batch of
+    # another topic is refused below (split_batch finds it in the same columns)
+    bs = (
+        batch_set(a.store, a.batch_file_size, a.batch_topics, a.batch)
+        if cq and cqset is not None and a.profile.checks_inner_batch
+        else None
+    )
     # the start-up reput begins at the consume queues' max physical offset; a record there
     # that goes to a queue recover leaves alone (frozen) is one the broker would have put in
     # that queue, moving the offset past it: where the index already ends with all of its
@@ -371,6 +394,8 @@ def _run_pass(
             index_cols = cols
         n += cols.count
         if cq and cqset is not None:
+            if bs is not None:
+                cols = split_batch(bs, cols) if bs.topics else _no_stray(bs, cols)
             feed_cq(cqset, cols)
             if mdl == 0 and cols.topic.count(ck.SCHEDULE_TOPIC):
                 a.sched_rows.extend(
@@ -383,9 +408,35 @@ def _run_pass(
             past = index_cols.commitlog_offset >= process
             feed_index(a.ib, index_cols.select(~past) if past.any() else index_cols)
     a.dispatched[name] = a.dispatched.get(name, 0) + n
+    if bs is not None and bs.stray_inner is not None:
+        # (before any change: the transaction comes after every dispatch pass)
+        raise UnsupportedStoreError(stray_inner_message(*bs.stray_inner), a.store.root / "commitlog")
+    if bs is not None:
+        a.appended_units += absorb_batch(bs, a.batch, a.batch_file_size)
+        if bs.logics_msg_timestamp is not None and (bs.logics_physical_offset or -1) > (
+            cqset.logics_physical_offset if cqset is not None and cqset.logics_physical_offset is not None else -1
+        ):
+            # (logicsMsgTimestamp: the last record put to a queue of either kind)
+            assert cqset is not None
+            cqset.logics_msg_timestamp, cqset.logics_physical_offset = (
+                bs.logics_msg_timestamp,
+                bs.logics_physical_offset,
+            )
     if cq and cqset is not None and cqset.logics_msg_timestamp is not None:
         a.logics = cqset.logics_msg_timestamp
         a.logics_offset = cqset.logics_physical_offset
+
+
+def _no_stray(bs: Any, cols: Any) -> Any:
+    """``cols`` as they are, the first inner batch among them noted in ``bs.stray_inner``
+    (a store without a BatchCQ topic: every inner batch is a stray one). One vector test
+    per run of the dispatch walk."""
+    if bs.stray_inner is None:
+        hit = np.flatnonzero((cols.sys_flag & INNER_BATCH_FLAG) != 0)
+        if len(hit):
+            j = int(hit[0])
+            bs.stray_inner = (cols.topic[j], int(cols.commitlog_offset[j]))
+    return cols
 
 
 def _frozen_reindex_offset(a: Applying) -> int | None:
@@ -456,6 +507,10 @@ def _apply_dispatch(a: Applying) -> None:
             q.bases, q.content, q.write, q.max_phy = [], {}, None, -1
             q.removed = list(a.store.consume_queues.get(q.key, []))
             q.disk.clear()
+        for b in a.batch.values():
+            b.removed += list(b.disk.values())
+            b.bases, b.content, b.write, b.max_phy = [], {}, None, -1
+            b.disk.clear()
         return
     # our improvement: re-index what the discarded index files held before the start file
     # (from the last kept file's endPhyOffset: that record may have been indexed only
@@ -469,10 +524,10 @@ def _apply_dispatch(a: Applying) -> None:
     cqset = _cqset_of(a)
     for d in plan.dispatch:
         if d.name == "abnormal_recovery":
-            _run_pass(a, d.name, d.from_offset, d.to_offset, mdl_a, True, True, cqset)
+            _run_pass(a, d.name, d.from_offset, d.to_offset, mdl_a, d.cq, d.index, cqset)
         elif d.name == "walkback_dispatch":
             _run_pass(
-                a, d.name, d.from_offset, d.to_offset, None, True, True, cqset, skip_upto=plan.max_phy_offset_of_cq
+                a, d.name, d.from_offset, d.to_offset, None, d.cq, d.index, cqset, skip_upto=plan.max_phy_offset_of_cq
             )
     if a.sched_rows and a.q1:
         a.delay_mismatch = _count_delay_mismatch(a.store, a.profile, cqset, a.sched_rows, plan.correct_delay_tags)
@@ -482,6 +537,8 @@ def _apply_dispatch(a: Applying) -> None:
         at = plan.cq_truncate_at if plan.cq_truncate_at is not None else process
         for q in a.queues.values():
             q.truncate(at)
+        for b in a.batch.values():
+            b.truncate(at)
     if a.ctx.settle:  # (the broker refuses the store: as its next starts would leave the queues)
         for q in a.queues.values():
             q.settle()
@@ -541,7 +598,11 @@ def _startup_reput(a: Applying, truncated: bool) -> None:
         return  # (the queue files' size unknown: left to the broker's start, planning._plan_dispatch)
     fmax = a.ctx.frozen_max
     fmax = min(fmax, process) if truncated else fmax
-    reput_from = max([plan.commitlog_min_offset, fmax] + [q.max_phy for q in a.queues.values()])
+    reput_from = max(
+        [plan.commitlog_min_offset, fmax]
+        + [q.max_phy for q in a.queues.values()]
+        + [b.max_phy for b in a.batch.values()]
+    )
     reput_from = max(reput_from, 0, plan.commitlog_min_offset)
     cqset = _cqset_of(a)
     if reput_from < process:

@@ -92,6 +92,9 @@ class Applying:
     unpinned_records: int | None = (
         None  # records dispatched by the next start done where the broker's kept cut units pin its own reput (_settle_next_starts)
     )
+    batch: dict[tuple[str, int], Any] = field(default_factory=dict)  # the batch consume queues (batchqueues.BatchQ)
+    batch_file_size: int = 0  # their mapped file size (0: no batch queue file)
+    batch_topics: set[str] = field(default_factory=set)  # the BatchCQ topics (5.x)
 
     @property
     def Fcq(self) -> int:

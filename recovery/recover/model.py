@@ -173,6 +173,14 @@ class RecoveryContext:
     hints: Any = None  # the consume queues' offsets, reused by apply's dispatch
     confirm_offset: int | None = None  # controller mode (--to-consistent-point): the checkpoint's confirmPhyOffset
     cq_size_refusal: str | None = None  # why recover refuses: the recovery's dispatch at a queue size nothing gives
+    rocks: Any = (
+        None  # (RocksColumns, kind, the file queues' maxPhysicOffset): a 5.x RocksDB consume queue (recover.rocksplan)
+    )
+    batch_states: dict[tuple[str, int], Any] = field(
+        default_factory=dict
+    )  # each batch queue's recovery (batchcq.BatchQueue)
+    batch_file_size: int = 0  # mapperFileSizeBatchConsumeQueue (0: no batch queue file)
+    batch_refusal: Any = None  # batch queue files recover refuses (an UnsupportedStoreError), else None
 
 
 @dataclass
@@ -203,6 +211,8 @@ class RecoveryPlan:
     cuts: list[CommitlogCut] = field(default_factory=list)
     removed_files: list[RemovedFile] = field(default_factory=list)
     queues: list[QueuePlan] = field(default_factory=list)
+    # the batch consume queues (5.x BatchCQ topics, batchconsumequeue/): offsets in bytes, 46 a unit
+    batch_queues: list[QueuePlan] = field(default_factory=list)
     cq_truncation: bool = False
     index_discarded: list[IndexDiscard] = field(default_factory=list)
     index_kept: list[IndexKept] = field(default_factory=list)  # checked and kept instead of discarded
@@ -229,11 +239,13 @@ class RecoveryPlan:
     context: RecoveryContext | None = field(default=None, repr=False, compare=False)  # (not rendered)
     # the 5.x timer store as the broker's next start leaves it (recover.timerplan.TimerPlan)
     timer: Any = field(default=None, repr=False, compare=False)
+    # a 5.x RocksDB consume queue: what recover does about it (recover.rocksplan.RocksRecovery.to_dict)
+    rocksdb_consume_queue: dict[str, Any] | None = None
 
     # -- derived ------------------------------------------------------------------------
     @property
     def changed_queues(self) -> list[QueuePlan]:
-        return [q for q in self.queues if q.changed]
+        return [q for q in self.queues if q.changed] + [q for q in self.batch_queues if q.changed]
 
     @property
     def changes_besides_dispatch(self) -> bool:

@@ -8,8 +8,9 @@ import struct
 import numpy as np
 
 from ...formats import commitlog as cl
-from ...formats.consumequeue import CQ_UNIT_SIZE
+from ...formats.consumequeue import BCQ_UNIT_SIZE, CQ_UNIT_SIZE
 from .. import check as ck
+from ..batchcq import truncate_batch_queue, written_units
 from ..broker import index_header_load, start_file_index, truncate_dirty_logic_files
 from ..indexkeep import NO_END, check_index_file
 from ..scan import file_has_nonzero, queue_hint_runs
@@ -400,6 +401,7 @@ def plan_cq_truncation(p: Planning) -> None:
     plan, process, Fcq = p.plan, p.process, p.store.geometry.cq_file_size
     plan.cq_truncation = plan.max_phy_offset_of_cq >= process
     p.post_trunc_max = []
+    _plan_batch_truncation(p)
     if plan.cq_truncation:
         _unfreeze_queues_cut_whole(p)
     for qp in plan.queues:
@@ -435,6 +437,32 @@ def plan_cq_truncation(p: Planning) -> None:
             if write is not None
             else (before - st.kept[0].base) // CQ_UNIT_SIZE
         )
+
+
+def _plan_batch_truncation(p: Planning) -> None:
+    """BatchConsumeQueue.truncateDirtyLogicFiles of every batch queue, when the queues are
+    truncated (recovery.batchcq.truncate_batch_queue); each queue's maxMsgPhyOffsetInCommitLog
+    after it counts toward the start-up reput's start."""
+    plan, process = p.plan, p.process
+    F = p.ctx.batch_file_size
+    for qp in plan.batch_queues:
+        bq = p.ctx.batch_states[qp.key]
+        kept = bq.kept
+        if not plan.cq_truncation:
+            p.post_trunc_max.append(bq.max_physic_offset)
+            continue
+        by_base = {f.base: f for f in kept}
+
+        def units_of(b: int, by_base: dict[int, StoreFile] = by_base) -> np.ndarray:
+            return written_units(by_base[b], F)  # type: ignore[no-any-return]
+
+        n, write, mp_after = truncate_batch_queue(units_of, [f.base for f in kept], F, process)
+        p.post_trunc_max.append(mp_after)
+        qp.truncate_to = write
+        qp.truncate_removed = [rel_path(p.store, f.path) for f in kept[n:]]
+        before = bq.write_offset if bq.write_offset is not None and kept else 0
+        after = write if write is not None else (kept[0].base if kept else 0)
+        qp.units_cut = max(0, (before - after) // BCQ_UNIT_SIZE)
 
 
 def _unfreeze_queues_cut_whole(p: Planning) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..broker import MODE_ABNORMAL, MODE_NORMAL
+from ..brokerconf import UnsupportedStoreError
 from ..findingcodes import FindingCode
 from ..store import Store
 from ..versions import BrokerProfile
+from .batchqueues import recover_batch_queues
 from .model import LAYOUT, DispatchRange, Problem, Progress, QueuePlan, RecoveryContext, RecoveryPlan, RemovedFile
 from .plancommitlog import (
     note_q10,
@@ -23,6 +25,7 @@ from .plancommitlog import (
 from .planindex import plan_index_discards, plan_index_past_end
 from .planstate import Planning, PlanOptions, rel_path
 from .queues import WRONG_SIZE, frozen_queues, recover_queue_files
+from .rocksplan import KIND_ROCKSDB, RocksCqUnavailable, plan_rocks, read_rocks_queue, start_max_phy
 
 
 def plan_recovery(
@@ -40,6 +43,7 @@ def plan_recovery(
     use_hints: bool = True,
     timer: bool = True,
     truncate_to: int | None = None,
+    bcq_file_size: int | None = None,
 ) -> RecoveryPlan:
     """Compute what the broker's recovery does to ``store`` (nothing is written).
 
@@ -56,7 +60,8 @@ def plan_recovery(
     recovery, ``DefaultMessageStore.truncateFiles(truncate_to)`` as a controller-mode
     slave's handshake calls it at the consistent point (``recover --to-consistent-point``:
     nothing when it is at or past the end the recovery leaves; the caller has checked that
-    the record there passes ``isOffsetAligned``).
+    the record there passes ``isOffsetAligned``). ``bcq_file_size``: the broker config's
+    mapperFileSizeBatchConsumeQueue (default: the batch queue files' own size).
     """
     opts = PlanOptions(
         correct_delay_tags,
@@ -68,6 +73,7 @@ def plan_recovery(
         progress,
         use_hints,
         truncate_to,
+        bcq_file_size,
     )
     p = _start_planning(store, profile, mode, opts)
     if store.dledger is not None and store.dledger_data:
@@ -93,10 +99,58 @@ def plan_recovery(
     plan_index_discards(p)
     plan_index_past_end(p)
     _plan_dispatch(p)
+    if p.ctx.rocks is not None:
+        _plan_rocks(p)
     if timer:
         _plan_timer(p)
     _plan_dispatch_writes(p)
     return p.plan
+
+
+def _plan_rocks(p: Planning) -> None:
+    """A 5.x RocksDB consume queue (recover.rocksplan): left as it is; for a defaultRocksDB
+    store, recover dispatches nothing into the queues, the broker's next start does."""
+    cq, kind, file_max = p.ctx.rocks
+    plan = p.plan
+    r = plan_rocks(
+        p.store,
+        p.profile,
+        cq,
+        kind,
+        mode=plan.mode,
+        start_offset=plan.start_offset,
+        end_offset=p.process,
+        file_max=file_max,
+        jobs=p.opts.jobs,
+    )
+    plan.rocksdb_consume_queue = r.to_dict()
+    if kind != KIND_ROCKSDB:
+        plan.notes.append(
+            f"{cq.dir}: the RocksDB consume queue the dispatch also writes (rocksdbCQDoubleWriteEnable) is left as it "
+            "is: it holds every unit the broker's recovery would dispatch into it"
+            + (
+                "; the broker's next start sets its checkpoint and offset table back to the end"
+                if r.truncate_dirty
+                else ""
+            )
+        )
+        return
+    # (no file queue: the abnormal dispatch feeds the index only; the walk-back dispatch is the
+    # broker's next start's, into the RocksDB queue and the index alike)
+    plan.dispatch = [
+        replace(d, cq=False) if d.name == "abnormal_recovery" else d
+        for d in plan.dispatch
+        if d.name != "walkback_dispatch"
+    ]
+    said = f"{cq.dir}: the RocksDB consume queue (storeType=defaultRocksDB) is left as it is (rmqtool does not write RocksDB)"
+    if r.left_to_broker:
+        said += (
+            f"; the broker's next start dispatches the records past its checkpoint ({r.checkpoint}) up to the end "
+            f"({p.process}) into it and the index, as its start on this store would"
+        )
+    if r.truncate_dirty:
+        said += "; the broker's next start sets its checkpoint and the offset table's max entries back to the end (truncateDirty)"
+    plan.notes.append(said)
 
 
 def _plan_timer(p: Planning) -> None:
@@ -217,7 +271,11 @@ def _layout_problems(
 
 
 def _plan_queues(
-    store: Store, profile: BrokerProfile, ctx: RecoveryContext, problems: list[Problem]
+    store: Store,
+    profile: BrokerProfile,
+    ctx: RecoveryContext,
+    problems: list[Problem],
+    bcq_file_size: int | None = None,
 ) -> tuple[list[QueuePlan], int]:
     """Steps 1 and 2: ConsumeQueue recovery of every queue, and maxPhyOffsetOfCQ. Fills in
     ``ctx.queue_states``, ``ctx.frozen`` and ``ctx.frozen_max``."""
@@ -262,6 +320,16 @@ def _plan_queues(
             )
         )
     ctx.frozen = set(frozen)
+    # the batch consume queues (BatchConsumeQueue.recover): each counts the START of its last
+    # valid unit's record in maxPhyOffsetOfConsumeQueue, as the broker's ConsumeQueueStore.recover
+    try:
+        ctx.batch_file_size, ctx.batch_states = recover_batch_queues(store, bcq_file_size)
+    except UnsupportedStoreError as exc:
+        # (recover refuses the store, dry run or not: apply_recovery and the command raise it;
+        # info and offsets, which plan too, read on without the batch queues)
+        ctx.batch_refusal = exc
+    for bq in ctx.batch_states.values():
+        max_cq = max(max_cq, bq.max_physic_offset)
     return queues, max_cq
 
 
@@ -272,7 +340,16 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
     ctx = RecoveryContext()
     problems, zero_last_cl = _layout_problems(store, profile, ctx)
     notes: list[str] = []
-    queues, max_cq = _plan_queues(store, profile, ctx, problems)
+    queues, max_cq = _plan_queues(store, profile, ctx, problems, opts.bcq_file_size)
+    rocks_error: str | None = None
+    try:
+        rocks = read_rocks_queue(store)
+    except RocksCqUnavailable as exc:  # (recover refused it before: info, offsets plan on)
+        rocks, rocks_error = None, str(exc)
+    if rocks is not None:
+        # (storeType=defaultRocksDB: the commitlog recovery is given the dispatch checkpoint)
+        ctx.rocks = (rocks[0], rocks[1], max_cq)
+        max_cq = start_max_phy(rocks[0], rocks[1], max_cq)
     files = [f for f in store.commitlog if f.size > 0]
     min_offset = files[0].base if files else -1
     plan = RecoveryPlan(
@@ -302,6 +379,14 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
         checkpoint_missing=not store.checkpoint_present,
         context=ctx,
     )
+    plan.batch_queues = [
+        QueuePlan(
+            t, q, len(bq.files), bq.write_offset, bq.max_physic_offset, [rel_path(store, f.path) for f in bq.removed]
+        )
+        for (t, q), bq in ctx.batch_states.items()
+    ]
+    if rocks_error is not None:
+        plan.rocksdb_consume_queue = {"refusal": rocks_error}
     return Planning(store, profile, ckpt, opts, plan, ctx, files, zero_last_cl)
 
 
@@ -314,6 +399,9 @@ def _plan_without_commitlog(p: Planning) -> RecoveryPlan:
     for qp in plan.queues:
         st = p.ctx.queue_states[qp.key]
         qp.truncate_removed = [rel_path(p.store, f.path) for f in st.kept]
+    for qp in plan.batch_queues:
+        qp.truncate_removed = [rel_path(p.store, f.path) for f in p.ctx.batch_states[qp.key].kept]
+    plan.destroy_consume_queues = plan.destroy_consume_queues or any(qp.files for qp in plan.batch_queues)
     plan.notes.append("no commitlog file: the broker destroys every consume queue")
     return plan
 
@@ -416,8 +504,8 @@ def _refuse_unknown_cq_size(p: Planning) -> None:
     left out (it reputs from the commitlog's max offset: the oracle finds no unit in a 5.1.4
     store without queue files after a clean start), so neither writing nor leaving the pass
     is what the broker does (issue 33)."""
-    if p.store.geometry.cq_file_size_known or p.profile.startup_reput_from_cq:
-        return
+    if p.store.geometry.cq_file_size_known or p.profile.startup_reput_from_cq or p.ctx.rocks is not None:
+        return  # (a RocksDB consume queue: no queue file is written, recover.rocksplan)
     passes = [d for d in p.plan.dispatch if d.cq and d.records != 0 and d.from_offset < d.to_offset]
     if not passes:
         return

@@ -34,6 +34,7 @@ class PlanOptions:
     progress: Progress | None
     use_hints: bool
     truncate_to: int | None = None  # a consistent point: truncateFiles there after the recovery
+    bcq_file_size: int | None = None  # the broker config's mapperFileSizeBatchConsumeQueue
 
 
 @dataclass

@@ -29,7 +29,7 @@
 from __future__ import annotations
 
 from ..batch import DispatchColumns, IndexKeys, LazyValues
-from .driver import feed_cq, feed_index, reput
+from .driver import feed_cq, feed_index, reput, split_batch
 from .model import BAD_TOPIC, FILE_GAP, SIZE_ACCOUNTING, STOPPED, Progress, ReputProblem, ReputStats, Span, WalkArgs
 from .output import CqFileOut, IndexFileOut, ReputResult, updated_checkpoint
 from .pieces import PARALLEL_MIN_BYTES, PIECE_SIZE, iter_dispatch_parallel
@@ -64,5 +64,6 @@ __all__ = [
     "iter_dispatch_parallel",
     "load_state",
     "reput",
+    "split_batch",
     "updated_checkpoint",
 ]

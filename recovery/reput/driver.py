@@ -251,7 +251,7 @@ def _dispatch(
             t0 = time.perf_counter()
             stats.cq_records += int(goes_to_consume_queue_batch(cols.sys_flag).sum())
             if batch is not None:
-                feed_cq(cqset, _split_batch(batch, cols))
+                feed_cq(cqset, split_batch(batch, cols))
             else:
                 feed_cq(cqset, cols)
             t_cq += time.perf_counter() - t0
@@ -265,7 +265,7 @@ def _dispatch(
     stats.seconds_walk = time.perf_counter() - t_walk - t_cq - t_idx
 
 
-def _split_batch(batch: BatchQueueSet, cols: DispatchColumns) -> DispatchColumns:
+def split_batch(batch: BatchQueueSet, cols: DispatchColumns) -> DispatchColumns:
     """Hand the rows of BatchCQ topics that go to a consume queue (NOT_TYPE, COMMIT) to
     ``batch``; the rest of the run (for the file queues)."""
     if not batch.topics:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -123,12 +123,46 @@ def _read(fd: int, at: int, n: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+class _Window:
+    """Entries ``ks`` (consecutive entry numbers) of one index file and their fields, with
+    the hash slot whose chain reaches each (``chain_slot``, -1: none) and the slot of each
+    one's hash (``slot_of``); ``lo``: the position of the first in the file's entries."""
+
+    __slots__ = ("lo", "ks", "kh", "eoff", "td", "chain_slot", "slot_of")
+
+    def __init__(
+        self,
+        lo: int,
+        ks: np.ndarray,
+        kh: np.ndarray,
+        eoff: np.ndarray,
+        td: np.ndarray,
+        chain_slot: np.ndarray,
+        slot_of: np.ndarray,
+    ) -> None:
+        self.lo, self.ks, self.kh, self.eoff, self.td = lo, ks, kh, eoff, td
+        self.chain_slot, self.slot_of = chain_slot, slot_of
+
+
+def _slot_of(kh: np.ndarray, S: int) -> np.ndarray:
+    """The hash slot of each key hash (-1: a negative hash)."""
+    out: np.ndarray = np.where(kh >= 0, kh % np.int32(S), np.int32(-1)).astype(np.int32, copy=False)
+    return out
+
+
 class _IndexFile:
     """One index file's slots and entries while they are checked (read, not mapped: the
-    file's pages do not add to this process's memory while the entries are checked)."""
+    file's pages do not add to this process's memory while the entries are checked).
+
+    A file whose hash chains pass the local test (:func:`_sound_chains`, followed a window
+    of :data:`ENTRY_CHUNK` entries at a time) is *windowed*: only its slots are held, and
+    its entries are read again a window at a time when they are checked against their
+    records, so that a 20 M-entry file never sits whole in arrays. Any other file (damaged
+    chains, entries past the file's end) is read whole and its chains followed by pointer
+    jumping, which names every problem."""
 
     def __init__(self, fd: int, size: int, count: int, eff: int, S: int) -> None:
-        self.fd = fd
+        self.fd, self.S = fd, S
         self.entries_at = ixf.HEADER_SIZE + S * ixf.SLOT_SIZE
         avail_slots = max(0, min(S, (size - ixf.HEADER_SIZE) // ixf.SLOT_SIZE))
         # (int32, as stored: 5 M slots take 20 MB, not 40)
@@ -139,21 +173,72 @@ class _IndexFile:
         )
         avail = max(0, (size - self.entries_at) // ixf.ENTRY_SIZE) if size > self.entries_at else 0
         self.ne = min(eff, avail)
-        E = (
-            np.frombuffer(_read(fd, self.entries_at, self.ne * ixf.ENTRY_SIZE), dtype=ixf.ENTRY_DTYPE)
-            if self.ne
-            else np.zeros(0, dtype=ixf.ENTRY_DTYPE)
-        )
-        self.kh = E["key_hash"][1:].astype(np.int32)
-        self.eoff = E["commitlog_offset"][1:].astype(np.int64)
-        self.td = E["time_diff"][1:].astype(np.int32)
-        # entry numbers fit Java ints: int32 halves the memory of a 20 M-entry file
-        self.prev = E["prev_index"][1:].astype(np.int32)
-        self.ks = np.arange(1, self.ne, dtype=np.int32)
+        self.n = max(0, self.ne - 1)  # the entries checked: 1 .. ne - 1
         self.count, self.eff = count, eff
+        self.windowed = self.n > 0 and _sound_chains(self)
         self.chains: tuple[np.ndarray, ...] | None = None  # _file_chains, when computed ahead
+        if self.windowed:
+            return
+        E = self.read_entries(1, self.ne)
+        self.kh = E["key_hash"].astype(np.int32)
+        self.eoff = E["commitlog_offset"].astype(np.int64)
+        self.td = E["time_diff"].astype(np.int32)
+        # entry numbers fit Java ints: int32 halves the memory of a 20 M-entry file
+        self.prev = E["prev_index"].astype(np.int32)
+        self.ks = np.arange(1, self.ne, dtype=np.int32)
 
-    def file_chains(self, S: int) -> tuple[np.ndarray, ...]:
+    def read_entries(self, a: int, b: int) -> np.ndarray:
+        """Entries ``[a, b)`` as stored (``b`` at most ``ne``)."""
+        if b <= a:
+            return np.zeros(0, dtype=ixf.ENTRY_DTYPE)
+        return np.frombuffer(
+            _read(self.fd, self.entries_at + a * ixf.ENTRY_SIZE, (b - a) * ixf.ENTRY_SIZE), dtype=ixf.ENTRY_DTYPE
+        )
+
+    def eoff_at(self, k: int) -> int:
+        """Entry ``k``'s commitlog offset."""
+        if not self.windowed:
+            return int(self.eoff[k - 1])
+        return int(self.read_entries(k, k + 1)["commitlog_offset"][0])
+
+    def used_slots(self) -> int:
+        """How many different slots the entries' (non-negative) hashes fall in."""
+        seen = np.zeros(self.S, dtype=bool)
+        for w in self.windows():
+            seen[w.slot_of[w.slot_of >= 0]] = True
+        return int(np.count_nonzero(seen))
+
+    def windows(self) -> Iterator[_Window]:
+        """The entries, :data:`ENTRY_CHUNK` at a time, oldest first."""
+        step = ENTRY_CHUNK
+        for lo in range(0, self.n, step):
+            hi = min(lo + step, self.n)
+            if self.windowed:
+                E = self.read_entries(lo + 1, hi + 1)
+                kh = E["key_hash"].astype(np.int32)
+                so = _slot_of(kh, self.S)
+                yield _Window(
+                    lo,
+                    np.arange(lo + 1, hi + 1, dtype=np.int32),
+                    kh,
+                    E["commitlog_offset"].astype(np.int64),
+                    E["time_diff"].astype(np.int32),
+                    so,  # (sound chains: each entry sits in the chain of its own slot)
+                    so,
+                )
+            else:
+                _pr, _cy, chain_slot, slot_of, *_rest = self.file_chains()
+                yield _Window(
+                    lo,
+                    self.ks[lo:hi],
+                    self.kh[lo:hi],
+                    self.eoff[lo:hi],
+                    self.td[lo:hi],
+                    chain_slot[lo:hi],
+                    slot_of[lo:hi],
+                )
+
+    def file_chains(self) -> tuple[np.ndarray, ...]:
         """(links out of range, links not to an older entry, then :func:`_chains`'s result)."""
         if self.chains is None:
             ks, prev, eff = self.ks, self.prev, self.eff
@@ -169,11 +254,95 @@ class _IndexFile:
                     self.slots,
                     eff,
                     self.kh,
-                    S,
+                    self.S,
                     sound_links=sound,
                 ),
             )
         return self.chains
+
+
+def _sound_chains(x: _IndexFile) -> bool:
+    """Whether the file's chains pass the local test of :func:`_chains` (every link in range
+    and to an older entry, no entry reached from two links or two slots, every entry with
+    exactly one parent, of its own slot), followed a window of :data:`ENTRY_CHUNK` entries
+    at a time from the newest: a link goes to an older entry, so when a window is reached
+    every link into it is known. The links still waiting for their older window are at
+    most one per chain (one per slot in use) in a sound file: more, and the file is not
+    sound. Entries past the file's end (fewer than indexCount) are left to the whole check."""
+    if not _CHAIN_LOCAL_TEST or x.ne != x.eff:
+        return False
+    slots, eff, S, W = x.slots, x.eff, x.S, ENTRY_CHUNK
+    sv = np.flatnonzero((slots > 0) & (slots < eff)).astype(np.int32)
+    sv_val = slots[sv]
+    order = np.argsort(sv_val, kind="stable")
+    head_t, head_s = sv_val[order], sv[order]  # the entries slots point to, and those slots
+    del sv, sv_val, order
+    if len(head_t) > 1 and bool(np.any(head_t[1:] == head_t[:-1])):
+        return False  # an entry two slots point to
+    waiting: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # by window: (entry, its parent's slot)
+    n_waiting = 0
+    for w in reversed(range((x.n + W - 1) // W)):
+        a, b = 1 + w * W, min(x.ne, 1 + (w + 1) * W)
+        E = x.read_entries(a, b)
+        prev = E["prev_index"].astype(np.int32)
+        ks = np.arange(a, b, dtype=np.int32)
+        if bool(np.any((prev < 0) | (prev >= ks))):
+            return False  # a link out of range or not to an older entry
+        so = _slot_of(E["key_hash"].astype(np.int32), S)
+        del E
+        linked = prev > 0
+        tgt, tslot = prev[linked], so[linked]
+        tw = (tgt - 1) // W
+        here = tw == w
+        if not bool(here.all()):
+            older = np.flatnonzero(~here)
+            o = older[np.argsort(tw[older], kind="stable")]
+            bounds = np.flatnonzero(np.diff(tw[o])) + 1
+            for part in np.split(o, bounds):
+                waiting.setdefault(int(tw[part[0]]), []).append((tgt[part], tslot[part]))
+            n_waiting += len(o)
+        mine = [(tgt[here], tslot[here])] + waiting.pop(w, [])
+        n_waiting -= sum(len(t) for t, _s in mine[1:])
+        if n_waiting > len(head_t):
+            return False  # more links waiting for older windows than chains
+        t_in = np.concatenate([t for t, _s in mine]) - a
+        s_in = np.concatenate([s for _t, s in mine])
+        n_up = np.bincount(t_in, minlength=b - a)
+        if len(n_up) and int(n_up.max()) > 1:
+            return False  # an entry two links reach
+        has_up = n_up > 0
+        up_slot = np.zeros(b - a, dtype=np.int32)
+        up_slot[t_in] = s_in
+        lo, hi = np.searchsorted(head_t, [a, b])
+        hs = np.full(b - a, -1, dtype=np.int32)
+        hs[head_t[lo:hi] - a] = head_s[lo:hi]
+        if not bool(np.all(has_up != (hs >= 0))) or not np.array_equal(np.where(has_up, up_slot, hs), so):
+            return False
+    return n_waiting == 0
+
+
+def _pick(w: _Window, sel: np.ndarray) -> _Window:
+    """The entries ``sel`` (positions) of ``w``."""
+    return _Window(w.lo, w.ks[sel], w.kh[sel], w.eoff[sel], w.td[sel], w.chain_slot[sel], w.slot_of[sel])
+
+
+def _gather(ws: list[_Window]) -> _Window:
+    """The windows' entries in one."""
+    if not ws:
+        z32, z64 = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+        return _Window(0, z32, z32, z64, z32, z32, z32)
+    if len(ws) == 1:
+        return ws[0]
+    cat = np.concatenate
+    return _Window(
+        ws[0].lo,
+        cat([w.ks for w in ws]),
+        cat([w.kh for w in ws]),
+        cat([w.eoff for w in ws]),
+        cat([w.td for w in ws]),
+        cat([w.chain_slot for w in ws]),
+        cat([w.slot_of for w in ws]),
+    )
 
 
 def _effective_count(h: ixf.IndexHeader, N: int) -> int:
@@ -184,8 +353,8 @@ def _effective_count(h: ixf.IndexHeader, N: int) -> int:
 
 
 class Prepared:
-    """The first index file read and its hash chains followed ahead of the check (while the
-    commitlog is scanned): they need no record. Owns the open file until the check takes it."""
+    """The first index file's hash chains followed ahead of the check (while the commitlog
+    is scanned): they need no record. Owns the open file until the check takes it."""
 
     def __init__(self, store: Store, headers: list[tuple[str, Any]]) -> None:
         self.path: Any = None
@@ -198,8 +367,8 @@ class Prepared:
             self.fd = os.open(f.path, os.O_RDONLY)
             self.path = f.path
             self.x = _IndexFile(self.fd, f.size, int(h.index_count), _effective_count(h, g.index_num), g.index_slot_num)
-            if len(self.x.ks):
-                self.x.file_chains(g.index_slot_num)
+            if self.x.n and not self.x.windowed:
+                self.x.file_chains()
             break
 
     def take(self, f: StoreFile) -> tuple[int, _IndexFile] | None:
@@ -282,7 +451,7 @@ class _IndexCheck:
         fd = os.open(f.path, os.O_RDONLY) if got is None else got[0]
         try:
             x = _IndexFile(fd, f.size, count, eff, self.S) if got is None else got[1]
-            self.stats["entries"] += len(x.ks)
+            self.stats["entries"] += x.n
             hdr_problems += self._tail(x, f.size)
             self._slots(x)
             hsc = self._header(x, h, hdr_problems)
@@ -298,7 +467,7 @@ class _IndexCheck:
                         hash_slot_count=hsc,
                     )
                 )
-            if len(x.ks):
+            if x.n:
                 self._entries(x, h)
             self.prev_end_ts = int(h.end_timestamp)
             del x
@@ -350,16 +519,17 @@ class _IndexCheck:
     def _header(self, x: _IndexFile, h: ixf.IndexHeader, hdr_problems: list[str]) -> int:
         """hashSlotCount (by the profile's rule), begin/end offsets and timestamps against
         the entries; appends to ``hdr_problems``, returns hashSlotCount."""
-        count, eoff = x.count, x.eoff
+        count = x.count
         hsc = int(h.hash_slot_count)
         if count >= 2 and x.ne == x.eff:
             self._slot_count(x, hsc, hdr_problems)
-            if int(h.begin_phy_offset) != int(eoff[0]):
-                hdr_problems.append(f"beginPhyOffset {int(h.begin_phy_offset)}, entry 1 points to {int(eoff[0])}")
-            if int(h.end_phy_offset) != int(eoff[-1]):
-                hdr_problems.append(f"endPhyOffset {int(h.end_phy_offset)}, the last entry points to {int(eoff[-1])}")
-            for which, k_e, field_name in (("begin", 0, "begin_timestamp"), ("end", len(eoff) - 1, "end_timestamp")):
-                j, hit = self.recs.find(eoff[k_e : k_e + 1])
+            first, last = x.eoff_at(1), x.eoff_at(x.ne - 1)
+            if int(h.begin_phy_offset) != first:
+                hdr_problems.append(f"beginPhyOffset {int(h.begin_phy_offset)}, entry 1 points to {first}")
+            if int(h.end_phy_offset) != last:
+                hdr_problems.append(f"endPhyOffset {int(h.end_phy_offset)}, the last entry points to {last}")
+            for which, e_off, field_name in (("begin", first, "begin_timestamp"), ("end", last, "end_timestamp")):
+                j, hit = self.recs.find(np.array([e_off], dtype=np.int64))
                 if hit[0] and int(self.recs.store_ts[j[0]]) != int(getattr(h, field_name)):
                     hdr_problems.append(
                         f"{which}Timestamp {int(getattr(h, field_name))}, its entry's record was stored at {int(self.recs.store_ts[j[0]])}"
@@ -381,8 +551,7 @@ class _IndexCheck:
         want_hsc = count - 1 if profile.hash_slot_count_every_put else nonempty
         other_hsc = nonempty if profile.hash_slot_count_every_put else count - 1
         if not profile.hash_slot_count_every_put and hsc != nonempty:
-            used = sorted_unique((x.kh[x.kh >= 0] % np.int32(self.S)).astype(np.int64))
-            if len(used) == hsc:  # the entries' slots agree with the header: the slot table
+            if x.used_slots() == hsc:  # the entries' slots agree with the header: the slot table
                 want_hsc = hsc  # is what is damaged, and the slot checks below say so
         if hsc != want_hsc and hsc == other_hsc:
             self.out.append(
@@ -402,15 +571,17 @@ class _IndexCheck:
             hdr_problems.append(f"hashSlotCount {hsc}, expected {want_hsc}")
 
     def _entries(self, x: _IndexFile, h: ixf.IndexHeader) -> None:
-        """The entries: chains, then each against its record."""
-        orphan, chain_slot, slot_of = self._chains(x)
-        self._records(x, h, orphan, chain_slot, slot_of)
+        """The entries: chains (a windowed file's passed the local test: nothing to say),
+        then each against its record."""
+        if not x.windowed:
+            self._chains(x)
+        self._records(x, h)
 
-    def _chains(self, x: _IndexFile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _chains(self, x: _IndexFile) -> None:
         """Links out of range or to newer entries, slots into the middle of a chain,
-        entries reached twice or from no slot; returns (orphan, chain slot, key's slot)."""
+        entries reached twice or from no slot (a file read whole)."""
         ks, prev, eoff, eff, slots = x.ks, x.prev, x.eoff, x.eff, x.slots
-        prev_range, cycle, chain_slot, slot_of, into_middle, shared, dup_target = x.file_chains(self.S)
+        prev_range, cycle, chain_slot, _slot_of, into_middle, shared, dup_target = x.file_chains()
         self.emit(
             FindingCode.IDX_SLOT_RANGE,
             ks[prev_range],
@@ -451,68 +622,56 @@ class _IndexCheck:
         self.emit(
             FindingCode.IDX_CHAIN_BROKEN, ks[orphan], eoff[orphan], lambda k, s: "not reachable from any hash slot"
         )
-        return orphan, chain_slot, slot_of
 
-    def _records(
-        self, x: _IndexFile, h: ixf.IndexHeader, orphan: np.ndarray, chain_slot: np.ndarray, slot_of: np.ndarray
-    ) -> None:
+    def _records(self, x: _IndexFile, h: ixf.IndexHeader) -> None:
         """Each entry against the record it points to: found, key hash, slot, timeDiff.
-        :data:`ENTRY_CHUNK` entries at a time, so that the working arrays stay the same
-        size however many entries the file holds; the flagged entries of each kind are
-        gathered across the chunks and reported after, in the same order."""
-        kh, eoff, spans, data_end = x.kh, x.eoff, self.spans, self.data_end
-        got: dict[str, list[np.ndarray]] = {k: [] for k in _ENTRY_KINDS}
-        for lo in range(0, len(x.ks), ENTRY_CHUNK):
-            self._records_chunk(x, h, lo, min(lo + ENTRY_CHUNK, len(x.ks)), orphan, chain_slot, slot_of, got)
-        at = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in got.items()}
+        A window of :data:`ENTRY_CHUNK` entries at a time, so that the working arrays stay
+        the same size however many entries the file holds; the flagged entries of each
+        kind (with the fields their findings name) are gathered across the windows and
+        reported after, in the same order."""
+        spans, data_end = self.spans, self.data_end
+        got: dict[str, list[_Window]] = {k: [] for k in _ENTRY_KINDS}
+        for w in x.windows():
+            self._records_window(w, h, got)
+        at = {k: _gather(v) for k, v in got.items()}
 
-        def emit(kind: str, code: FindingCode, text: Callable[[int, int], str]) -> None:
-            self.emit(code, x.ks[at[kind]], eoff[at[kind]], text)
+        def emit(kind: str, code: FindingCode, text: Callable[[_Window, int], str]) -> None:
+            g = at[kind]
+            self.emit(code, g.ks, g.eoff, lambda k, s: text(g, s))
 
-        emit("neg", FindingCode.IDX_BAD_ENTRY, lambda k, s: f"negative key hash {int(kh[k - 1])}")
+        emit("neg", FindingCode.IDX_BAD_ENTRY, lambda g, s: f"negative key hash {int(g.kh[s])}")
         emit(
             "in_span",
             FindingCode.IDX_INTO_DAMAGE,
-            lambda k, s: f"points into a damaged commitlog region ({spans.what(int(eoff[k - 1]))})",
+            lambda g, s: f"points into a damaged commitlog region ({spans.what(int(g.eoff[s]))})",
         )
         emit(
             "past",
             FindingCode.IDX_PAST_END,
-            lambda k, s: f"points to {int(eoff[k - 1])}, past the end of the commitlog data ({data_end})",
+            lambda g, s: f"points to {int(g.eoff[s])}, past the end of the commitlog data ({data_end})",
         )
-        emit("bad", FindingCode.IDX_BAD_ENTRY, lambda k, s: f"points to {int(eoff[k - 1])}, where no record starts")
+        emit("bad", FindingCode.IDX_BAD_ENTRY, lambda g, s: f"points to {int(g.eoff[s])}, where no record starts")
         emit(
             "wrong",
             FindingCode.IDX_WRONG_HASH,
-            lambda k, s: f"key hash {int(kh[k - 1])} matches none of the keys of the record at {int(eoff[k - 1])}",
+            lambda g, s: f"key hash {int(g.kh[s])} matches none of the keys of the record at {int(g.eoff[s])}",
         )
         emit(
             "misplaced",
             FindingCode.IDX_CHAIN_BROKEN,
-            lambda k, s: (
-                f"sits in the chain of slot {int(chain_slot[k - 1])}, its key hash belongs to slot {int(slot_of[k - 1])}"
+            lambda g, s: (
+                f"sits in the chain of slot {int(g.chain_slot[s])}, its key hash belongs to slot {int(g.slot_of[s])}"
             ),
         )
         emit(
             "time_diff",
             FindingCode.IDX_TIME_DIFF,
-            lambda k, s: f"timeDiff {int(x.td[k - 1])} does not match the record's store timestamp",
+            lambda g, s: f"timeDiff {int(g.td[s])} does not match the record's store timestamp",
         )
 
-    def _records_chunk(
-        self,
-        x: _IndexFile,
-        h: ixf.IndexHeader,
-        lo: int,
-        hi: int,
-        orphan: np.ndarray,
-        chain_slot: np.ndarray,
-        slot_of: np.ndarray,
-        got: dict[str, list[np.ndarray]],
-    ) -> None:
-        """Entries ``[lo, hi)`` (positions in ``x``'s arrays): appends the positions of
-        each kind of flagged entry to ``got``."""
-        kh, eoff = x.kh[lo:hi], x.eoff[lo:hi]
+    def _records_window(self, w: _Window, h: ixf.IndexHeader, got: dict[str, list[_Window]]) -> None:
+        """The entries of window ``w``: appends those of each kind of flagged entry to ``got``."""
+        kh, eoff = w.kh, w.eoff
         rj, found = self.recs.find(eoff)
         neg = kh < 0
         expired = ~found & (eoff < self.cl_min)
@@ -523,31 +682,33 @@ class _IndexCheck:
         hash_ok = self.km.match(rj, found, kh)
         wrong = found & ~hash_ok & ~neg
         self.wrong_recs.append(rj[wrong])
-        misplaced = ~orphan[lo:hi] & ~wrong & ~neg & (chain_slot[lo:hi] != slot_of[lo:hi])
-        for kind, mask in (
-            ("neg", neg),
-            ("in_span", in_span),
-            ("past", past),
-            ("bad", bad & ~neg),
-            ("wrong", wrong),
-            ("misplaced", misplaced),
+        orphan = w.chain_slot < 0
+        misplaced = ~orphan & ~wrong & ~neg & (w.chain_slot != w.slot_of)
+        for kind, sel in (
+            ("neg", np.flatnonzero(neg)),
+            ("in_span", np.flatnonzero(in_span)),
+            ("past", np.flatnonzero(past)),
+            ("bad", np.flatnonzero(bad & ~neg)),
+            ("wrong", np.flatnonzero(wrong)),
+            ("misplaced", np.flatnonzero(misplaced)),
+            ("time_diff", self._time_diffs(w, h, rj, found)),
         ):
-            got[kind].append(np.flatnonzero(mask) + lo)
-        got["time_diff"].append(self._time_diffs(x, h, lo, rj, found) + lo)
+            if len(sel):
+                got[kind].append(_pick(w, sel))
 
-    def _time_diffs(self, x: _IndexFile, h: ixf.IndexHeader, lo: int, rj: np.ndarray, found: np.ndarray) -> np.ndarray:
-        """The entries (from ``lo``) whose record was found and whose timeDiff is not the
-        record's store time's."""
+    def _time_diffs(self, w: _Window, h: ixf.IndexHeader, rj: np.ndarray, found: np.ndarray) -> np.ndarray:
+        """The entries of ``w`` (positions in it) whose record was found and whose timeDiff
+        is not the record's store time's."""
         fk = np.flatnonzero(found)
         if not len(fk):
             return fk
         st = self.recs.store_ts[rj[fk]]
-        begin = np.where(x.ks[lo + fk] == 1, self.prev_end_ts, int(h.begin_timestamp))
+        begin = np.where(w.ks[fk] == 1, self.prev_end_ts, int(h.begin_timestamp))
         # Java truncates toward zero, then clamps to [0, MAX]: for a negative difference
         # floor division clamps to the same 0
         exp = np.clip((st - begin) // 1000, 0, _INT_MAX)
         exp = np.where(begin <= 0, 0, exp)
-        out: np.ndarray = fk[exp != x.td[lo + fk]]
+        out: np.ndarray = fk[exp != w.td[fk]]
         return out
 
     def missing(self, broker: Broker, headers: list[tuple[str, Any]], ckpt: Checkpoint) -> None:

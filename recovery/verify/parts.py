@@ -308,11 +308,12 @@ class _Table:
             for fs in scans:
                 if fs is not None:
                     fs.rec_lo = fs.rec_hi = 0
-        qkey, queues = _queue_keys(cat["tid"].astype(np.int64), cat["queue_id"].astype(np.int64), self.topic_names)
+        del cat["pos"]  # (in ``off`` now: not held beside the queue keys' working arrays)
+        qkey, queues = _queue_keys(cat["tid"], cat["queue_id"], self.topic_names)
         return Records(
             off=off,
             size=cat["total"].astype(np.int32),
-            qkey=qkey.astype(np.int32),
+            qkey=qkey,
             queue_offset=cat["queue_offset"],
             store_ts=cat["store_ts"],
             tags=cat["tags"],
@@ -326,17 +327,24 @@ class _Table:
 
 
 def _queue_keys(tid: np.ndarray, qid: np.ndarray, topic_names: list[str]) -> tuple[np.ndarray, list[tuple[str, int]]]:
-    """(topic, queue id) -> queue key, ordered by (topic id, queue id): every record's key
-    and the queues by key."""
+    """(topic, queue id) -> queue key (int32), ordered by (topic id, queue id): every
+    record's key and the queues by key. ``tid``, ``qid``: int32 columns. When the
+    (topic, queue) codes fit a table of 4 M, the working arrays are int32 too (4 bytes a
+    message each, not 8: they are made beside the whole record table, issue 39)."""
     qmax = int(qid.max()) + 1 if len(qid) else 1
     if len(qid) and int(qid.min()) >= 0 and len(topic_names) * qmax <= 1 << 22:
-        code = tid * qmax + qid
+        code = tid.astype(np.int32) * np.int32(qmax)
+        code += qid.astype(np.int32, copy=False)
         used = np.bincount(code, minlength=len(topic_names) * qmax) > 0
-        lut = np.cumsum(used) - 1
-        return lut[code], [(topic_names[c // qmax], c % qmax) for c in np.flatnonzero(used).tolist()]
-    tq = (tid << 32) | (qid & 0xFFFFFFFF)
+        lut = (np.cumsum(used) - 1).astype(np.int32)
+        out: np.ndarray = lut[code]
+        return out, [(topic_names[c // qmax], c % qmax) for c in np.flatnonzero(used).tolist()]
+    tid64, qid64 = tid.astype(np.int64), qid.astype(np.int64)
+    tq = (tid64 << 32) | (qid64 & 0xFFFFFFFF)
+    del tid64, qid64
     uq = sorted_unique(tq)
-    return np.searchsorted(uq, tq), [(topic_names[int(u) >> 32], _i32(int(u) & 0xFFFFFFFF)) for u in uq.tolist()]
+    keys: np.ndarray = np.searchsorted(uq, tq).astype(np.int32)
+    return keys, [(topic_names[int(u) >> 32], _i32(int(u) & 0xFFFFFFFF)) for u in uq.tolist()]
 
 
 def _i32(v: int) -> int:

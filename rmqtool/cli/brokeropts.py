@@ -27,6 +27,7 @@ from click.core import ParameterSource
 from ..recovery.brokerconf import (
     ROADS,
     ROCKSDB_EXTRA,
+    ROCKSDB_REBUILD_REFUSAL,
     BrokerConf,
     Refusal,
     Road,
@@ -146,6 +147,26 @@ def _rocks_readable(root: Path, r: Refusal) -> Refusal | None:
     return Refusal(r.code, r.path, f"a RocksDB consume queue rmqtool cannot read: {why}")
 
 
+def _rocks_setting_agrees(root: Path, conf: BrokerConf | None, r: Refusal) -> bool:
+    """verify, recover: whether ``r`` refuses the setting that made the store's RocksDB consume
+    queue, which the layout shows and those commands handle (storeType=defaultRocksDB: a database
+    in consumequeue/ and no file queue beside it; rocksdbCQDoubleWriteEnable=true: a database
+    beside file queues); its own LAYOUT_ROCKSDB_CQ refusal decides then."""
+    if conf is None or r.code != FindingCode.UNSUPPORTED_SETTING:
+        return False
+    from ..recovery.rocksdbcq import rocks_dirs
+
+    if not rocks_dirs(root):
+        return False
+    cq = root / "consumequeue"
+    files = cq.is_dir() and any(p.is_dir() for p in cq.iterdir())
+    if r.message.startswith("storeType="):
+        return str(conf.get("storeType")).lower() == "defaultrocksdb" and not files
+    if r.message.startswith("rocksdbCQDoubleWriteEnable="):
+        return files
+    return False
+
+
 def broker_config_option(kind: str = "read") -> Callable[[F], F]:
     """``kind``: "read" (dump, export: notes only), "verify" (refusals become findings and
     exit 8, in the command), "destructive" (recover, rebuild-index: refusals exit 8, an
@@ -175,14 +196,24 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                 _note(f"{conf.path}: {why}")
             if store is not None and kind in ("destructive", "restore", "verify"):
                 refusals = all_refusals(Path(store), conf, version)
-                if kind == "verify" or ctx.info_name == "rebuild-index":
+                if kind == "verify" or ctx.info_name in ("rebuild-index", "recover"):
                     # (verify checks batch consume queues: its BCQ_* findings; rebuild-index
-                    # writes them as the broker's reput does)
+                    # writes them as the broker's reput does, recover as its recovery does)
                     refusals = [r for r in refusals if r.code != FindingCode.LAYOUT_BATCH_CQ]
-                if kind == "verify":
+                if kind == "verify" or ctx.info_name == "recover":
                     # ... and RocksDB consume queues (RCQ_*) that rocksdict opens; one it does
-                    # not (or rocksdict missing) stays refused, saying why
+                    # not (or rocksdict missing) stays refused, saying why (recover: leaves the
+                    # database as it is, or refuses where the broker's start would write into it)
                     refusals = [r for r in (_rocks_readable(Path(store), r) for r in refusals) if r is not None]
+                if kind == "verify" or ctx.info_name == "recover":
+                    refusals = [r for r in refusals if not _rocks_setting_agrees(Path(store), conf, r)]
+                if ctx.info_name == "rebuild-index":
+                    refusals = [
+                        Refusal(r.code, r.path, f"{r.message}: {ROCKSDB_REBUILD_REFUSAL}")
+                        if r.code == FindingCode.LAYOUT_ROCKSDB_CQ
+                        else r
+                        for r in refusals
+                    ]
                 cl_dir = meta.get("commitlog_dir")
                 if (
                     conf is not None

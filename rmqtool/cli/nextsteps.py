@@ -54,13 +54,13 @@ CL_SIZE = Step(
 )
 _ROCKS = Step(
     ("dump", "consumequeue", "{store}", "{topic}", "--resolve"),
-    "shows the units and their records; nothing rmqtool runs mends a RocksDB consume queue (recover, "
-    "repair and rebuild-index refuse it: LAYOUT_ROCKSDB_CQ)",
+    "shows the units and their records; nothing rmqtool runs mends a RocksDB consume queue (recover leaves "
+    "it to the broker's start; repair and rebuild-index refuse it: LAYOUT_ROCKSDB_CQ)",
 )
 _BATCH = Step(
     ("dump", "consumequeue", "{store}", "{topic}", "--resolve"),
     "shows the units and their records; rmqtool rebuild-index writes the store's batch consume queues "
-    "again from the commitlog (recover and repair refuse them: LAYOUT_BATCH_CQ)",
+    "again from the commitlog, recover as the broker's recovery does (repair refuses them: LAYOUT_BATCH_CQ)",
 )
 
 BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the type check)

@@ -192,7 +192,15 @@ def broker_meta() -> dict[str, Any]:
     return ctx.meta.setdefault("rmqtool.broker", {}) if ctx is not None else {}
 
 
+def bcq_file_size_from_config() -> int | None:
+    """--broker-config's mapperFileSizeBatchConsumeQueue, if it sets one."""
+    conf = broker_meta().get("conf")
+    v = conf.get("mapperFileSizeBatchConsumeQueue") if conf is not None else None
+    return int(v) if isinstance(v, int) and v > 0 else None
+
+
 __all__ = [
+    "bcq_file_size_from_config",
     "store_argument",
     "stores_argument",
     "geometry_options",

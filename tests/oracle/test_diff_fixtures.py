@@ -217,8 +217,9 @@ def test_a_dledger_view_that_raced_the_members_commit_is_recognised() -> None:
     the original ended the commitlog at 131072 (the divided offset), its view of recover's
     result at 341899 (the ledger's end), and a later view of the very same original at
     341899: the view had read getMaxOffset between DLedger's raising the committed index and
-    the committed position. dlcase takes such a view again; one that ends at the ledger's end
-    (or where not every entry is committed yet) is kept."""
+    the committed position. The harness now waits for both, and dlcase.view_dl raises on such
+    a view (a harness fault); one that ends at the ledger's end (or where not every entry is
+    committed yet) is not one."""
     import dlcase
 
     state = {"ledger_end_index": 82, "committed_index": 82, "committed_pos": 341899, "data_max_wrote_position": 341899}

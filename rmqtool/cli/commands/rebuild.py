@@ -25,7 +25,7 @@ from ..confirm import yes_option
 from ..destructive import applying, confirmed, dry_run_store, locked_check, parse_tz, warn
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
-from ..options import make_profile
+from ..options import bcq_file_size_from_config, make_profile
 from ..output import SCHEMA_VERSION, format_options, output_file_options, pick_columns, say, unlimited_width
 from ..progress import later_bar, progress_bar, progress_option
 from ..render import emit, summary_record
@@ -34,15 +34,6 @@ if TYPE_CHECKING:  # start-up time (--help): recovery.rebuild is imported where 
     from ...recovery.rebuild import RebuildPlan
     from ...recovery.store import Store
     from ...recovery.versions import BrokerProfile
-
-
-def _bcq_file_size() -> int | None:
-    """--broker-config's mapperFileSizeBatchConsumeQueue, if it sets one."""
-    from ..options import broker_meta
-
-    conf = broker_meta().get("conf")
-    v = conf.get("mapperFileSizeBatchConsumeQueue") if conf is not None else None
-    return int(v) if isinstance(v, int) and v > 0 else None
 
 
 @click.command("rebuild-index", context_settings={"help_option_names": ["-h", "--help"]})
@@ -219,7 +210,7 @@ def _run(
             progress=advance,
             jobs=jobs,
             compare_progress=compare,
-            bcq_file_size=_bcq_file_size(),
+            bcq_file_size=bcq_file_size_from_config(),
         )
     _LAST["plan"] = plan
     with closed_stdout_ignored():  # the output may go away (| head): the rebuild does not depend on it

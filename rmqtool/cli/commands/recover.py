@@ -26,7 +26,7 @@ from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
 from ..interrupts import salvage_cleanup
-from ..options import make_profile
+from ..options import bcq_file_size_from_config, make_profile
 from ..output import format_options, output_file_options, pick_columns, say
 from ..progress import progress_bar, progress_option
 from ..render import dumps
@@ -181,6 +181,7 @@ def _dry_run(
     refuse_unloadable(store, profile)  # (as the real run: the broker refuses such a store)
     plan = _plan(store, profile, opts, quiet)
     refuse_unknown_cq_size(store, plan)  # (as the real run)
+    _refuse_rocks(store, plan)
     past = _past_end(store, plan, profile, jobs)
     listed = None
     if salvage_to is not None and (plan.cuts or plan.removed_files):
@@ -213,6 +214,7 @@ def _apply(
         refuse_unloadable(store, profile)  # (status 8, nothing changed: the broker refuses the store)
         plan = _plan(store, profile, opts, quiet)
         refuse_unknown_cq_size(store, plan)  # (status 8, nothing changed: the queue size is the broker's)
+        _refuse_rocks(store, plan)  # (status 8, nothing changed)
         result: ApplyResult | None = None
         past: list[OffsetChange] = []
         blocked = plan.blocked
@@ -314,6 +316,19 @@ def _apply_plan(
     return result
 
 
+def _refuse_rocks(store: Store, plan: RecoveryPlan) -> None:
+    """Exit 8, nothing changed, where the broker's own start would write into the store's
+    RocksDB consume queue what its next start on recover's result would not
+    (recovery.recover.rocksplan)."""
+    from ...recovery.brokerconf import UnsupportedStoreError
+
+    rq = plan.rocksdb_consume_queue
+    if rq is not None and rq.get("refusal"):
+        raise UnsupportedStoreError(
+            f"refused, nothing changed: {rq['refusal']}", store.root / rq.get("dir", "consumequeue")
+        )
+
+
 def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: bool) -> RecoveryPlan:
     from ...recovery.recover import plan_recovery
 
@@ -322,7 +337,16 @@ def _plan(store: Store, profile: BrokerProfile, opts: dict[str, Any], quiet: boo
     point = _consistent_point(store, profile, master) if master is not None else None
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "recover: walk", quiet) as advance:
-        plan = plan_recovery(store, profile, progress=advance, truncate_to=point.truncate_to if point else None, **opts)
+        plan = plan_recovery(
+            store,
+            profile,
+            progress=advance,
+            truncate_to=point.truncate_to if point else None,
+            bcq_file_size=bcq_file_size_from_config(),
+            **opts,
+        )
+    if plan.context is not None and plan.context.batch_refusal is not None:
+        raise plan.context.batch_refusal  # (batch queue files the broker does not load: exit 8, dry run or not)
     if point is not None:
         _point_notes(plan, point, master)
         _POINTS[id(plan)] = point
@@ -556,15 +580,19 @@ def _change_rows(plan: RecoveryPlan, every_queue: bool = False) -> list[dict[str
         changes.append(
             {"action": "remove", "path": r.path, "detail": f"{r.reason}; {r.messages} messages ({r.intact} intact)"}
         )
+    batch = {id(q) for q in plan.batch_queues}
     for q in plan.changed_queues[:shown_queues]:
         detail = []
+        kind, unit = ("batchconsumequeue", 46) if id(q) in batch else ("consumequeue", 20)
         if q.recover_removed:
             detail.append(f"CQ recovery drops {len(q.recover_removed)} file(s) after offset {q.write_offset}")
         if q.truncate_to is not None and (q.units_cut or q.truncate_removed):
             detail.append(
-                f"truncated to logical offset {q.truncate_to // 20} ({q.units_cut} units, {len(q.truncate_removed)} files)"
+                f"truncated to unit {q.truncate_to // unit} ({q.units_cut} units, {len(q.truncate_removed)} files)"
+                if kind != "consumequeue"
+                else f"truncated to logical offset {q.truncate_to // 20} ({q.units_cut} units, {len(q.truncate_removed)} files)"
             )
-        changes.append({"action": "queue", "path": f"consumequeue/{q.topic}/{q.queue_id}", "detail": "; ".join(detail)})
+        changes.append({"action": "queue", "path": f"{kind}/{q.topic}/{q.queue_id}", "detail": "; ".join(detail)})
     if len(plan.changed_queues) > shown_queues:
         changes.append(
             {

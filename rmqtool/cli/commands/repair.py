@@ -16,7 +16,6 @@ from typing import Any
 
 import click
 
-from ...formats.errors import StoreLayoutError
 from ...recovery.filler import DEFAULT_MAX_MESSAGE_SIZE, MIN_RECORD, QUARANTINE_TOPIC
 from ...recovery.offsets import OffsetChange, add_offset_fix, repair_offset_changes
 from ...recovery.recover import infer_index_tz, refuse_repair_at_unknown_cq_size
@@ -95,7 +94,7 @@ def command(
     Exit status (a bitmask): 0 nothing to do, 1 repaired, 4 problems left: any error
     finding verify still reports afterwards counts (with --dry-run: a repair is needed, or
     verify reports a finding repair leaves), 5 = 1 + 4, 8 operational error or refusal (store locked by a
-    broker, not a store, a DLedger store, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
+    broker, not a store, a DLedger member its broker cannot load, no --yes without a terminal, I/O), 2 usage error, 130 interrupted."""
     profile = make_profile(broker_version)
     tz = ds.optional_tz(index_tz)
     ds.locked_check(store_opts, dry_run)
@@ -215,7 +214,6 @@ def _show_plan(plan: RepairPlan, out: _Out, past: list[OffsetChange], fix_offset
 def _plan(
     store: Store, profile: BrokerProfile, max_message_size: int, tz: _dt.tzinfo | None, jobs: int, quiet: bool
 ) -> RepairPlan:
-    refuse_dledger(store)
     refuse_repair_at_unknown_cq_size(store, profile)  # (status 8, before planning: a dry run as the real run)
     total = sum(min(f.size, store.geometry.commitlog_file_size) for f in store.commitlog)
     with progress_bar(total, "repair: walk", quiet) as advance:
@@ -226,19 +224,6 @@ def _plan(
             jobs=jobs,
             progress=advance,
             index_tz=tz if tz is not None else infer_index_tz(store),
-        )
-
-
-def refuse_dledger(store: Store) -> None:
-    """repair writes classic filler records and rebuilds nothing of a DLedger member (its
-    entries' headers, index units, checkpoint): on a DLedger or mixed store it refuses, status
-    8, before planning anything (rmqtool recover runs DLedger's own recovery; rmqtool convert
-    --to classic gives a classic store that repair can then work on)."""
-    if store.dledger is not None:
-        raise StoreLayoutError(
-            f"a DLedger store ({store.dledger.dir.name}/): repair does not write DLedger entries; "
-            "rmqtool recover runs DLedger's own recovery, or rmqtool convert --to classic then repair the copy",
-            store.dledger.dir,
         )
 
 

@@ -94,6 +94,7 @@ def recover() -> dict[str, Any]:
             "cuts": arr(OBJ),
             "removed_files": arr(OBJ),
             "queues": arr(OBJ),
+            "batch_queues": arr(OBJ),  # (5.x BatchCQ topics: offsets in bytes, 46 a unit)
             "dispatch": arr(OBJ),
             "index_kept": arr(OBJ),
             "index_discarded": arr(OBJ),
@@ -101,6 +102,24 @@ def recover() -> dict[str, Any]:
             "problems": arr(ANY),
             "notes": arr(S),
             "summary": OBJ,
+            "rocksdb_consume_queue": null(
+                obj(
+                    {
+                        "dir": S,
+                        "kind": {"enum": ["rocksdb", "double_write"]},
+                        "checkpoint": null(I),
+                        "units": I,
+                        "max_phy_offset": I,
+                        "left_to_broker": B,
+                        "truncate_dirty": B,
+                        "missing": I,
+                        "first_missing": null(I),
+                        "refusal": null(S),
+                    },
+                    (),
+                    closed=False,
+                )
+            ),
         },
         ("store", "broker_version", "mode", "end_offset", "cuts", "removed_files", "queues", "problems", "summary"),
         closed=False,
@@ -138,6 +157,7 @@ def repair() -> dict[str, Any]:
             "stray": arr(S),
             "problems": arr(ANY),
             "notes": arr(S),
+            "dledger_unit_writes": arr(obj({"file": S, "pos": I, "units": I}, ("file", "pos", "units"))),
         },
         ("store", "broker_version", "regions", "quarantined", "problems"),
         closed=False,

@@ -101,7 +101,7 @@ final class DLedger {
     /**
      * Wait until the leader committed every entry it holds (its QuorumAckChecker raises the
      * committed index to the ledger's end about a second after it leads: a single member is its own
-     * quorum). Returns whether it did.
+     * quorum), its committed position included. Returns whether it did.
      */
     static boolean awaitCommitted(DefaultMessageStore s, long timeoutMs) throws InterruptedException {
         DLedgerCommitLog d = log(s);
@@ -110,13 +110,38 @@ final class DLedger {
         }
         DLedgerMmapFileStore st = fileStore(d);
         long end = System.currentTimeMillis() + timeoutMs;
-        while (st.getCommittedIndex() < st.getLedgerEndIndex()) {
+        while (!committed(st)) {
             if (System.currentTimeMillis() > end) {
                 return false;
             }
             Thread.sleep(5);
         }
         return true;
+    }
+
+    /**
+     * Whether both the committed index and the committed position reached the ledger's end.
+     * DLedgerMmapFileStore.updateCommittedIndex (every release 0.1 to 0.3.3.4) sets the index
+     * first and the position after it, two plain fields: waiting on the index alone may end in
+     * between, and DLedgerCommitLog.getMaxOffset, finding no committed position yet, then answers
+     * the data's first offset (soak case 39074, 5.0.0, the DLedger checkpoint removed).
+     */
+    static boolean committed(DLedgerMmapFileStore st) {
+        long endIndex = st.getLedgerEndIndex();
+        if (st.getCommittedIndex() < endIndex) {
+            return false;
+        }
+        if (endIndex < 0) {
+            return true;
+        }
+        long endPos;
+        try {
+            DLedgerEntry e = st.get(endIndex);
+            endPos = e.getPos() + e.getSize();
+        } catch (Throwable t) {
+            endPos = st.getDataFileList().getMaxWrotePosition();
+        }
+        return st.getCommittedPos() >= endPos;
     }
 
     /** The DLedger store's state as the broker holds it now. */
