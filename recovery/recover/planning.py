@@ -506,6 +506,8 @@ def _refuse_unknown_cq_size(p: Planning) -> None:
     is what the broker does (issue 33)."""
     if p.store.geometry.cq_file_size_known or p.profile.startup_reput_from_cq or p.ctx.rocks is not None:
         return  # (a RocksDB consume queue: no queue file is written, recover.rocksplan)
+    if p.ctx.batch_states or p.ctx.batch_file_size:
+        return  # (batch queues, whose size their files give: not judged yet for the other topics' files)
     passes = [d for d in p.plan.dispatch if d.cq and d.records != 0 and d.from_offset < d.to_offset]
     if not passes:
         return
