@@ -363,6 +363,36 @@ def plan_repair(
     return plan
 
 
+def _refuse_damaged_classic_part(store: Store, recs: Any, intact: np.ndarray) -> None:
+    """A mixed store's classic commitlog files (below the divided offset) are never
+    recovered by the broker, and repair does not change them: one of another size than
+    the mapped size (the broker refuses to load the store) or holding a damaged record is
+    refused, exit 8, nothing changed, rather than left as a finding repair cannot fix."""
+    if not store.dledger_data:
+        return
+    divided = store.dledger_data[0].base
+    size = store.geometry.commitlog_file_size
+    for f in store.commitlog:
+        if f.base < divided and f.size != size:
+            raise StoreLayoutError(
+                f"{_rel(store, f.path)}: a classic commitlog file of a mixed DLedger store is {f.size} bytes, "
+                f"mapped size is {size}: repair does not change a mixed store's classic files (the broker never "
+                "recovers them) and changes nothing",
+                f.path,
+            )
+    if len(recs):
+        bad = np.flatnonzero(~intact & (recs.off < divided))
+        if len(bad):
+            off = int(recs.off[bad[0]])
+            at = store.commitlog_file_for(off)
+            raise StoreLayoutError(
+                f"{_rel(store, at.path) if at is not None else 'commitlog'}: a damaged record at offset {off} in the "
+                "classic commitlog files of a mixed DLedger store: repair does not change a mixed store's classic "
+                "files (the broker never recovers them) and changes nothing",
+                at.path if at is not None else store.root,
+            )
+
+
 def _plan_dledger(
     store: Store,
     profile: BrokerProfile,
@@ -382,6 +412,7 @@ def _plan_dledger(
     rebuild of the consume queues, index and checkpoint as on a classic store."""
     from .dledger.repair import dledger_model
 
+    _refuse_damaged_classic_part(store, recs, intact)
     m = dledger_model(store, profile, recs, intact)
     if m.refused is not None:
         raise StoreLayoutError(
@@ -391,8 +422,12 @@ def _plan_dledger(
         )
     stray, problems = _stray_files(store)
     problems.extend(m.problems)
-    regions = sorted(m.regions, key=lambda r: (r.base, r.pos))
     live = intact & (recs.off < m.end) if len(recs) else intact
+    # an intact message's PHYSICALOFFSET or QUEUEOFFSET garbled (the message's body CRC
+    # does not cover them, DLedger's entry CRCs are 0): written back as on a classic store
+    fixes = field_fixes(store, recs, live, queue_units(store))
+    regions = sorted(m.regions + _field_regions(store, fixes), key=lambda r: (r.base, r.pos))
+    recs = _with_queue_offsets(recs, fixes)
     tb = Tombstones.of(store, regions, recs, live)
     tb.from_damaged_records(store, recs)
     tb.from_queue_units(store, [])

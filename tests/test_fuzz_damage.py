@@ -1826,3 +1826,28 @@ def test_a_one_byte_commitlog_file_is_a_finding_not_an_internal_error(
     assert desc == "many_files: far name byte commitlog/00000000000000720896", desc
     code, _out, err = cli(capsys, "verify", str(root), "--quiet")
     assert code == 4 and "internal error" not in err, err
+
+
+@pytest.mark.parametrize(
+    "seed, desc_start",
+    [
+        (2330, "crash_midwrite (DLedger twin): DLedger twin (1152 entries); absurd phys_offset=-1"),
+        (2355, "crash_midwrite (DLedger twin): DLedger twin (1152 entries); dledger entry header byte"),
+        (2341, "many_files (DLedger twin): DLedger twin (236 entries, 8 classic files first); sparse middle"),
+    ],
+    ids=["2330", "2355", "2341"],
+)
+def test_repair_of_a_dledger_store_leaves_no_finding_it_could_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, desc_start: str
+) -> None:
+    """Fuzz seeds 2330, 2355 and 2341 after repair learnt DLedger stores (c6e6c83): an
+    intact message inside an entry with a garbled PHYSICALOFFSET (2330) or QUEUEOFFSET
+    (2355) was kept as it was, and verify after repair still reported CL_PHYS_OFFSET_MISMATCH
+    / CQ_WRONG_RECORD; repair writes those fields back as on a classic store. A mixed
+    store's classic file of another size (2341) was left, the broker refusing the result:
+    repair refuses it (exit 8, dry run alike, nothing changed). Each failed before."""
+    monkeypatch.setenv("RMQTOOL_BROKER_VERSION", "4.9.4")
+    _root, _kind, desc = fd.make_store(tmp_path / "probe", seed)
+    assert desc.startswith(desc_start), desc
+    (res,) = fd.run_many([seed], tmp_path / "runs", jobs=1, timeout=60, mem_bytes=TWO_GIB)
+    assert res["failures"] == [], res["failures"]
