@@ -244,3 +244,24 @@ __all__ = [
     "read_columns",
     "rocks_dirs",
 ]
+
+
+def layout_shows_setting(root: Path, conf: Any, r: Any) -> bool:
+    """verify, recover: whether refusal ``r`` (of ``--broker-config`` ``conf``) refuses the
+    setting that made the store's RocksDB consume queue, which the layout shows and those
+    commands handle (storeType=defaultRocksDB: a database in consumequeue/ and no file queue
+    beside it; rocksdbCQDoubleWriteEnable=true: a database beside file queues); its own
+    LAYOUT_ROCKSDB_CQ refusal decides then."""
+    from .findingcodes import FindingCode
+
+    if conf is None or r.code != FindingCode.UNSUPPORTED_SETTING:
+        return False
+    if not rocks_dirs(root):
+        return False
+    cq = root / "consumequeue"
+    files = cq.is_dir() and any(p.is_dir() for p in cq.iterdir())
+    if r.message.startswith("storeType="):
+        return str(conf.get("storeType")).lower() == "defaultrocksdb" and not files
+    if r.message.startswith("rocksdbCQDoubleWriteEnable="):
+        return files
+    return False

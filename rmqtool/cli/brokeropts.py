@@ -147,26 +147,6 @@ def _rocks_readable(root: Path, r: Refusal) -> Refusal | None:
     return Refusal(r.code, r.path, f"a RocksDB consume queue rmqtool cannot read: {why}")
 
 
-def _rocks_setting_agrees(root: Path, conf: BrokerConf | None, r: Refusal) -> bool:
-    """verify, recover: whether ``r`` refuses the setting that made the store's RocksDB consume
-    queue, which the layout shows and those commands handle (storeType=defaultRocksDB: a database
-    in consumequeue/ and no file queue beside it; rocksdbCQDoubleWriteEnable=true: a database
-    beside file queues); its own LAYOUT_ROCKSDB_CQ refusal decides then."""
-    if conf is None or r.code != FindingCode.UNSUPPORTED_SETTING:
-        return False
-    from ..recovery.rocksdbcq import rocks_dirs
-
-    if not rocks_dirs(root):
-        return False
-    cq = root / "consumequeue"
-    files = cq.is_dir() and any(p.is_dir() for p in cq.iterdir())
-    if r.message.startswith("storeType="):
-        return str(conf.get("storeType")).lower() == "defaultrocksdb" and not files
-    if r.message.startswith("rocksdbCQDoubleWriteEnable="):
-        return files
-    return False
-
-
 def broker_config_option(kind: str = "read") -> Callable[[F], F]:
     """``kind``: "read" (dump, export: notes only), "verify" (refusals become findings and
     exit 8, in the command), "destructive" (recover, rebuild-index: refusals exit 8, an
@@ -206,7 +186,9 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                     # database as it is, or refuses where the broker's start would write into it)
                     refusals = [r for r in (_rocks_readable(Path(store), r) for r in refusals) if r is not None]
                 if kind == "verify" or ctx.info_name == "recover":
-                    refusals = [r for r in refusals if not _rocks_setting_agrees(Path(store), conf, r)]
+                    from ..recovery.rocksdbcq import layout_shows_setting
+
+                    refusals = [r for r in refusals if not layout_shows_setting(Path(store), conf, r)]
                 if ctx.info_name == "rebuild-index":
                     refusals = [
                         Refusal(r.code, r.path, f"{r.message}: {ROCKSDB_REBUILD_REFUSAL}")
