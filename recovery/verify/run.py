@@ -80,8 +80,9 @@ def verify_store(
         pre["max_phy_cq"] = max(pre["max_phy_cq"], batch_max_phy(store))
         pre["rocks"] = read_rocks(store.root)
         if pre["rocks"] and not any(files for files in store.consume_queues.values()):
-            # storeType=defaultRocksDB: the reput starts from the RocksDB queue's max entries
-            pre["max_phy_cq"] = max(pre["max_phy_cq"], rocks_max_phy(pre["rocks"]))
+            # storeType=defaultRocksDB: the recovery is given the RocksDB queue's dispatch
+            # checkpoint (its queue store is the RocksDB one alone)
+            pre["max_phy_cq"] = rocks_max_phy(pre["rocks"])
         pre["index"] = Prepared(store, headers)  # the first index file's own structure (no record needed)
 
     # the offsets the consume queues point at speed the commitlog walk up
