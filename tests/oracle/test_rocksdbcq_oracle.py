@@ -193,3 +193,75 @@ def test_a_killed_rocksdb_store_lags_as_the_broker_rebuilds_it(
     assert view["commitlog_max_offset"] == doc["summary"]["recovery"]["data_end"]
     assert have + lag == sum(len(q["units"]) for q in r["queues"].values())
     assert r["checkpoint"] == view["commitlog_max_offset"]
+
+
+@pytest.mark.parametrize("v", ["5.3.3", "5.5.1"])
+def test_a_record_starting_at_the_dispatch_checkpoint_is_never_dispatched(
+    v: str, oracle: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35: which offset the broker's recovery takes on a storeType=defaultRocksDB store, the start of the
+    last unit (the offset table's max entries, what verify took before) or the dispatch checkpoint (the end of
+    the last record dispatched). A store the broker stopped cleanly, with two more records it wrote (the same
+    messages written as a second store, their bytes put at the same offsets) and never dispatched: the first,
+    starting exactly at the checkpoint (TopicB/0), the second after it (TopicA/0). The broker's normal start
+    dispatches the second only (``doDispatch`` is offset > checkpoint; its reput starts at the commitlog's
+    end): verify says RCQ_MISSING_MESSAGE for the first and RCQ_DISPATCH_LAG for the second, and its outlook's
+    max_phy_offset_of_cq is the checkpoint (before: both a lag, and the last unit's start)."""
+    import json
+    import shutil
+
+    from rmqtool.cli import run
+    from rmqtool.recovery import rocksdbcq as rc
+
+    oracle.build(v)
+    cfg = config("rocksdb")
+    msgs: list[dict[str, Any]] = [
+        {"topic": "TopicA", "queue_id": i % 2, "tags": f"t{i}", "keys": f"K{i}", "body_len": 40 + 7 * i, "body_seed": i}
+        for i in range(8)
+    ]
+    extra = [
+        {"topic": "TopicB", "queue_id": 0, "tags": "b", "keys": "KB", "body_len": 90, "body_seed": 50},
+        {"topic": "TopicA", "queue_id": 0, "tags": "a", "keys": "KA", "body_len": 70, "body_seed": 51},
+    ]
+    jobs = [
+        {"id": "short", "verb": "write", "scenario": {"config": cfg, "messages": msgs, "end": {"mode": "clean"}}}
+        | {"out": str(tmp_path / "short")},
+        {"id": "long", "verb": "write", "scenario": {"config": cfg, "messages": msgs + extra, "end": {"mode": "clean"}}}
+        | {"out": str(tmp_path / "long")},
+    ]
+    assert [a["exit"] for a in oracle.batch(v, jobs)] == [0, 0]
+    store, long = tmp_path / "short" / "store", tmp_path / "long" / "store"
+    short_cq, long_cq = rc.read(store, "consumequeue"), rc.read(long, "consumequeue")
+    ckpt = short_cq.checkpoint
+    (b0,) = long_cq.queues[("TopicB", 0)]
+    a0 = long_cq.queues[("TopicA", 0)][-1]
+    assert ckpt is not None and b0.commitlog_offset == ckpt and a0.commitlog_offset == ckpt + b0.size
+    assert long_cq.checkpoint == a0.commitlog_offset + a0.size
+    # the two records' bytes into the short store's commitlog, where the broker wrote them in the long one
+    name = "00000000000000000000"
+    data = (long / "commitlog" / name).read_bytes()[ckpt : long_cq.checkpoint]
+    with open(store / "commitlog" / name, "r+b") as f:
+        f.seek(ckpt)
+        f.write(data)
+    mine = tmp_path / "mine"
+    shutil.copytree(store, mine)
+    capsys.readouterr()
+    run(["verify", str(mine), "--broker-version", v, "--format", "json", "--quiet"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["recovery"]["mode"] == "normal"
+    assert doc["summary"]["recovery"]["max_phy_offset_of_cq"] == ckpt
+    got = {
+        (f["code"], f["message"].split(":")[0], f["physical_offset"])
+        for f in doc["findings"]
+        if f["code"].startswith("RCQ_")
+    }
+    assert got == {
+        ("RCQ_MISSING_MESSAGE", "TopicB/0", b0.commitlog_offset),
+        ("RCQ_DISPATCH_LAG", "TopicA/0", a0.commitlog_offset),
+    }
+    # the broker's start: the record past the checkpoint gets its unit, the one at it none
+    r = oracle.view(v, store, config=cfg)["rocksdb_consume_queue"]
+    units = {k: [u["commitlog_offset"] for u in q["units"]] for k, q in r["queues"].items()}
+    assert units["TopicA/0"] == [u.commitlog_offset for u in short_cq.queues[("TopicA", 0)]] + [a0.commitlog_offset]
+    assert b0.commitlog_offset not in units.get("TopicB/0", [])
+    assert r["checkpoint"] == a0.commitlog_offset + a0.size
