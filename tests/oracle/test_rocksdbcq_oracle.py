@@ -265,3 +265,64 @@ def test_a_record_starting_at_the_dispatch_checkpoint_is_never_dispatched(
     assert units["TopicA/0"] == [u.commitlog_offset for u in short_cq.queues[("TopicA", 0)]] + [a0.commitlog_offset]
     assert b0.commitlog_offset not in units.get("TopicB/0", [])
     assert r["checkpoint"] == a0.commitlog_offset + a0.size
+
+
+@pytest.mark.parametrize("v", ["5.3.3", "5.5.1"])
+def test_a_rocksdb_store_s_abnormal_recovery_starts_at_its_checkpoint_s_file(
+    v: str, oracle: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35: on a storeType=defaultRocksDB store the abnormal recovery picks its start file by the
+    RocksDB queue's dispatch checkpoint (5.3.3: the last file whose first record's PHYSICALOFFSET is at or
+    below it; 5.5.1 the same through RocksDBConsumeQueueStore.isMappedFileMatchedRecover), not by the
+    checkpoint file's timestamps, which its queue store never sets. A clean store of four commitlog files, a
+    record in the middle of the first one with its magic code flipped, an abort file: the broker starts in
+    the last file and never reads the damage (nothing cut); verify's abnormal outlook says so (before: it
+    started at the first file and stopped at the damage)."""
+    import json
+
+    from rmqtool.recovery import rocksdbcq as rc
+
+    oracle.build(v)
+    cfg = config("rocksdb") | {"mappedFileSizeCommitLog": 8192}
+    msgs = [
+        {"topic": "TopicA", "queue_id": i % 2, "tags": f"t{i}", "keys": f"K{i}", "body_len": 900, "body_seed": i}
+        for i in range(26)
+    ]
+    oracle.write(v, {"config": cfg, "messages": msgs, "end": {"mode": "clean"}}, tmp_path / "w")
+    store = tmp_path / "w" / "store"
+    files = sorted((store / "commitlog").iterdir())
+    assert len(files) >= 4
+    cq = rc.read(store, "consumequeue")
+    third = sorted(u.commitlog_offset for us in cq.queues.values() for u in us)[2]
+    assert third < int(files[1].name)
+    data = bytearray(files[0].read_bytes())
+    data[third + 4] ^= 0xFF
+    files[0].write_bytes(bytes(data))
+    (store / "abort").write_bytes(b"")
+    view = oracle.view(v, store, config=cfg)
+    assert view["recovery_mode"] == "abnormal"
+    from rmqtool.cli import run
+
+    capsys.readouterr()
+    run(["verify", str(store), "--broker-version", v, "--format", "json", "--quiet"])
+    doc = json.loads(capsys.readouterr().out)
+    ab = doc["summary"]["recovery"]["abnormal"]
+    assert ab["start_offset"] == int(files[-1].name) and "dispatch checkpoint" in ab["rule"]
+    assert ab["stop_offset"] == view["commitlog_max_offset"] == cq.checkpoint
+    assert ab["records_cut"] == 0
+    # recover: the same start, nothing to cut (the damage is before it), the database left as it is
+    import shutil
+
+    rec = tmp_path / "rec"
+    shutil.copytree(store, rec)
+    capsys.readouterr()
+    code = run(["recover", str(rec), "--broker-version", v, "--format", "json", "--yes", "--quiet"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 5, doc  # (repaired; the damage before the start file stays, as the broker leaves it)
+    plan = doc["plan"]
+    assert (plan["start_offset"], plan["end_offset"], plan["cuts"]) == (int(files[-1].name), cq.checkpoint, [])
+    mine = oracle.view(v, rec, config=cfg)
+    seen = ("commitlog_max_offset", "recovery_mode")
+    assert {k: mine[k] for k in seen} == {"commitlog_max_offset": cq.checkpoint, "recovery_mode": "normal"}
+    r, r2 = view["rocksdb_consume_queue"], mine["rocksdb_consume_queue"]
+    assert (r2["checkpoint"], r2["queues"]) == (r["checkpoint"], r["queues"])
