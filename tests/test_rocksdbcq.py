@@ -555,3 +555,31 @@ def test_the_brokers_own_config_naming_the_rocksdb_queue_is_no_refusal(
     capsys.readouterr()
     assert run(["recover", "--broker-config", str(conf), "--broker-version", V, "--dry-run"]) == 8
     assert "storeType=defaultRocksDB" in capsys.readouterr().err
+
+
+def test_the_brokers_entries_built_from_the_commitlog_are_the_brokers_database(tmp_path: Path) -> None:
+    """recovery.rocksbuild (issue 35, rebuild-index's road): the units, max entries and checkpoint the
+    broker's reput writes, computed from the 5.3.3 fixture's commitlog, are what its database holds; the
+    database written from them reads back the same, in table format 5 (what RocksDB 8.4.0, the broker's,
+    reads: rocksdict's own default is 6), with no rocksdict config file left in it."""
+    from rmqtool.recovery import rocksbuild as rb
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.versions import BrokerProfile
+
+    root = fixture_store(tmp_path)
+    theirs = rc.read(root, "consumequeue")
+    e = rb.broker_entries(Store.open(root), BrokerProfile.for_version(V))
+    assert e.checkpoint == theirs.checkpoint and e.count == 13
+    assert e.max_entries == {k: v["max"] for k, v in theirs.offset_table.items()}
+    assert {k: [tuple(u) for u in a.tolist()] for k, a in e.units.items()} == {
+        k: [(u.queue_offset, u.commitlog_offset, u.size, u.tags_code, u.store_timestamp) for u in us]
+        for k, us in theirs.queues.items()
+    }
+    out = tmp_path / "built"
+    rb.write_database(out / "consumequeue", e)
+    mine = rc.read(out, "consumequeue")
+    assert (mine.queues, mine.offset_table, mine.checkpoint) == (theirs.queues, theirs.offset_table, theirs.checkpoint)
+    names = {p.name for p in (out / "consumequeue").iterdir()}
+    assert "rocksdict-config.json" not in names and any(n.endswith(".sst") for n in names)
+    opts = max((out / "consumequeue").glob("OPTIONS-*")).read_text()
+    assert "format_version=5" in opts and "format_version=6" not in opts

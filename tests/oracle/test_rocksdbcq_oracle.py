@@ -326,3 +326,46 @@ def test_a_rocksdb_store_s_abnormal_recovery_starts_at_its_checkpoint_s_file(
     assert {k: mine[k] for k in seen} == {"commitlog_max_offset": cq.checkpoint, "recovery_mode": "normal"}
     r, r2 = view["rocksdb_consume_queue"], mine["rocksdb_consume_queue"]
     assert (r2["checkpoint"], r2["queues"]) == (r["checkpoint"], r["queues"])
+
+
+@pytest.mark.parametrize("v", ["5.3.3", "5.5.1"])
+def test_the_broker_opens_the_database_rmqtool_writes(v: str, oracle: ModuleType, tmp_path: Path) -> None:
+    """Issue 35, whether rmqtool may write a RocksDB consume queue at all: rocksdict's RocksDB (9.8.4) is
+    newer than the broker's (rocksdbjni 8.4 in 5.3.3 and 5.5.1). The broker's store with its database
+    replaced by the one recovery.rocksbuild writes from the commitlog (the entries the broker's reput
+    writes; table format 5, LZ4/ZSTD as the broker's options): the broker opens it and serves the same
+    units, max offsets, offset table and checkpoint as from its own. The same entries in rocksdict's
+    default table format (6) do not load (the store's load() fails): the format is what makes it work."""
+    import json
+    import shutil
+
+    from rmqtool.recovery import rocksbuild as rb
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.versions import BrokerProfile
+
+    oracle.build(v)
+    oracle.write(v, scenario("rocksdb"), tmp_path / "w")
+    store = tmp_path / "w" / "store"
+    entries = rb.broker_entries(Store.open(store), BrokerProfile.for_version(v))
+    stores = {"theirs": store}
+    for name, fv in (("mine", rb.FORMAT_VERSION), ("format6", 6)):
+        s = stores[name] = tmp_path / name
+        shutil.copytree(store, s)
+        shutil.rmtree(s / "consumequeue")
+        old, rb.FORMAT_VERSION = rb.FORMAT_VERSION, fv
+        try:
+            rb.write_database(s / "consumequeue", entries)
+        finally:
+            rb.FORMAT_VERSION = old
+    jobs = [{"id": n, "verb": "view", "store": str(s), "config": config("rocksdb")} for n, s in stores.items()]
+    views = {a["id"]: a["result"] for a in oracle.batch(v, jobs)}
+
+    def seen(view: dict[str, Any]) -> str:
+        r = view["rocksdb_consume_queue"]
+        table = sorted(json.dumps(e, sort_keys=True) for e in r["offset_table"])
+        return json.dumps([r["checkpoint"], r["queues"], table, view["commitlog_max_offset"]], sort_keys=True)
+
+    assert views["theirs"]["load_ok"] and views["mine"]["load_ok"]
+    assert seen(views["mine"]) == seen(views["theirs"])
+    assert entries.count == sum(len(q["units"]) for q in views["theirs"]["rocksdb_consume_queue"]["queues"].values())
+    assert views["format6"]["load_ok"] is False and "rocksdb_consume_queue" not in views["format6"]
