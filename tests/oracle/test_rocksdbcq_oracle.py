@@ -195,6 +195,7 @@ def test_a_killed_rocksdb_store_lags_as_the_broker_rebuilds_it(
     assert r["checkpoint"] == view["commitlog_max_offset"]
 
 
+@pytest.mark.soak(v="5.5.1")  # (the same rule, the same RocksDB 8.4: 5.3.3 in the default run)
 @pytest.mark.parametrize("v", ["5.3.3", "5.5.1"])
 def test_a_record_starting_at_the_dispatch_checkpoint_is_never_dispatched(
     v: str, oracle: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -328,6 +329,7 @@ def test_a_rocksdb_store_s_abnormal_recovery_starts_at_its_checkpoint_s_file(
     assert (r2["checkpoint"], r2["queues"]) == (r["checkpoint"], r["queues"])
 
 
+@pytest.mark.soak(v="5.5.1")  # (the same rule, the same RocksDB 8.4: 5.3.3 in the default run)
 @pytest.mark.parametrize("v", ["5.3.3", "5.5.1"])
 def test_the_broker_opens_the_database_rmqtool_writes(v: str, oracle: ModuleType, tmp_path: Path) -> None:
     """Issue 35, whether rmqtool may write a RocksDB consume queue at all: rocksdict's RocksDB (9.8.4) is
