@@ -17,7 +17,6 @@ What the broker's start does with them (5.0.0-5.5.1, the same code in both):
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,7 +37,6 @@ from ..batchcq import (
 from ..brokerconf import UnsupportedStoreError
 from ..store import Store
 from .queues import QueueFiles, read_prefix
-from .writing import queue_file_changes
 
 
 def batch_file_size(store: Store, configured: int | None = None) -> int:
@@ -147,13 +145,6 @@ def absorb_batch(bs: BatchQueueSet, queues: dict[tuple[str, int], BatchQ], F: in
             queues[key] = BatchQ(key, F, None)
         queues[key].absorb(fl, bs.max_offset.get(key, -1))
     return sum(counts.values())
-
-
-def batch_changes(tx: Any, queues: dict[tuple[str, int], BatchQ], root: Path) -> None:
-    """The batch consume queue files into the transaction: removed, replaced, created or cut
-    (the units past the write position zero-filled)."""
-    for _key, q in sorted(queues.items()):
-        queue_file_changes(tx, q, root)
 
 
 def units_count(q: BatchQueue) -> int:

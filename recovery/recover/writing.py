@@ -20,12 +20,20 @@ from .queues import QueueFiles, read_prefix, zeros_from
 
 if TYPE_CHECKING:  # (imported when applying: see applying.apply_recovery)
     from ..safety import StoreTransaction
+    from .batchqueues import BatchQ
 
 
 def queue_changes(tx: StoreTransaction, a: Applying) -> None:
     """The consume queue files into the transaction: removed, replaced, created or cut."""
     for _key, q in sorted(a.queues.items()):
         queue_file_changes(tx, q, a.store.root)
+
+
+def batch_changes(tx: StoreTransaction, queues: dict[tuple[str, int], BatchQ], root: Path) -> None:
+    """The batch consume queue files into the transaction: removed, replaced, created or cut
+    (the units past the write position zero-filled)."""
+    for _key, q in sorted(queues.items()):
+        queue_file_changes(tx, q, root)
 
 
 def queue_file_changes(tx: StoreTransaction, q: QueueFiles, root: Path) -> None:
