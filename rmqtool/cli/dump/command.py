@@ -118,7 +118,7 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
                 first = sk.first_since(store, profile, lines_kw["start"], since)
                 if first is not None:
                     lines_kw.update(start=first, since=None)
-        return commitlog_items(store, profile, **lines_kw)
+        return commitlog_items(store, profile, **lines_kw, twins=True)  # (output.output's timed adds the rest)
     return commitlog_records(store, profile, **kw)
 
 
