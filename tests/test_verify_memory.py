@@ -194,3 +194,69 @@ def test_queue_keys_are_int32_and_ordered_by_topic_and_queue(negative: bool) -> 
     rank = {p: i for i, p in enumerate(pairs)}
     assert keys.dtype == np.int32
     assert keys.tolist() == [rank[p] for p in zip(tid.tolist(), qid.tolist())]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_queue_keys_made_in_chunks_equal_the_whole_column(jobs: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spilled table's queue keys are made ``CHUNK`` records at a time into a spilled
+    column (issue 39): the same keys and queues as from the whole columns, on both paths
+    (``jobs`` 2: a negative queue id, the sorted pairs)."""
+    rng = np.random.default_rng(jobs)
+    tid = rng.integers(0, 7, 25_000).astype(np.int32)
+    qid = rng.integers(-2 if jobs == 2 else 0, 9, 25_000).astype(np.int32)
+    names = [f"T{i}" for i in range(7)]
+    whole, wq = vparts._queue_keys(tid, qid, names)
+    monkeypatch.setattr(vparts, "CHUNK", 1000)
+    chunked, cq = vparts._queue_keys(tid, qid, names, spills={})
+    assert isinstance(chunked, np.memmap) and cq == wq
+    assert chunked.dtype == np.int32 and np.array_equal(chunked, whole)
+
+
+@pytest.mark.parametrize("name", ["many_files", "crash_midwrite", "clean"])
+def test_verify_holds_one_commitlog_file_s_records_at_a_time(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify scans the commitlog a file at a time (issue 39): when a part is scanned, no
+    part of another file is alive (the stitched parts of a file are joined into the table,
+    and let go, before the next file's are scanned), and a spilled table holds in memory
+    at most one file's records, the rest mapped from its unlinked temporary files. The
+    report equals the one of the table held whole in memory."""
+    import gc
+    import weakref
+
+    from conftest import real_store
+
+    store = Store.open(real_store(name))
+    whole = v.verify_store(store, P494, part_size=4096)  # (a table this small is not spilled)
+    alive: list[weakref.ref[Any]] = []
+    others: list[tuple[int, list[int]]] = []
+    real_scan = vparts.scan_part
+
+    def scan(task: Any) -> Any:
+        gc.collect()
+        live = sorted({p.file_idx for p in (r() for r in alive) if p is not None} - {task.file_idx})
+        if live:
+            others.append((task.file_idx, live))
+        part = real_scan(task)
+        alive.append(weakref.ref(part))
+        return part
+
+    held: list[int] = []
+    tables: list[Any] = []
+    real_records = vparts._Table.records
+
+    def records(self: Any, *a: Any, **k: Any) -> Any:
+        recs = real_records(self, *a, **k)
+        tables.append(recs)
+        return recs
+
+    monkeypatch.setattr(vparts, "scan_part", scan)
+    monkeypatch.setattr(vparts, "SPILL_RECORDS", 0, raising=False)
+    monkeypatch.setattr(vparts, "HELD_HOOK", held.append, raising=False)
+    monkeypatch.setattr(vparts._Table, "records", records)
+    spilled = v.verify_store(Store.open(real_store(name)), P494, part_size=4096)
+    assert others == []  # no other file's part alive while a part is scanned
+    recs = tables[-1]
+    per_file = np.bincount(recs.file_idx)
+    assert len(per_file) > 1 and len(held) >= len(per_file)
+    assert max(held) <= int(per_file.max())  # at most one file's records in memory
+    assert isinstance(recs.off, np.memmap) and isinstance(recs.key_rec, np.memmap)
+    assert _key(spilled) == _key(whole) and spilled.summary == whole.summary

@@ -94,6 +94,7 @@ def verify_store(
         progress=progress,
         meanwhile=meanwhile,
         hints=queue_hint_runs(store),
+        spill=True,
     )
     queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
     # (a member without data files: DLedger's recovery of nothing, unless classic files lie
