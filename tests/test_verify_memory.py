@@ -260,3 +260,64 @@ def test_verify_holds_one_commitlog_file_s_records_at_a_time(name: str, monkeypa
     assert max(held) <= int(per_file.max())  # at most one file's records in memory
     assert isinstance(recs.off, np.memmap) and isinstance(recs.key_rec, np.memmap)
     assert _key(spilled) == _key(whole) and spilled.summary == whole.summary
+
+
+def _queue_offset_breaks(root: Path) -> dict[tuple[str, int], tuple[int, int, int, int]]:
+    """The reference: per queue, (breaks, previous, value, physical offset of the first
+    break's record) over the broker's walk of every file, record by record (the records
+    that go to a consume queue: transaction type NOT or COMMIT)."""
+    from walkref import walk_file
+
+    s = Store.open(root)
+    last: dict[tuple[str, int], int] = {}
+    out: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+    for f in s.commitlog:
+        with s.map(f) as m:
+            for st in walk_file(m.buf, m.size, P494):
+                if not st.checked.is_message:
+                    continue
+                r = st.checked.rec
+                if r.sys_flag & 0xC not in (0, 0x8):
+                    continue
+                q = (r.topic, r.queue_id)
+                if q in last and r.queue_offset != last[q] + 1:
+                    n, prev, value, at = out.get(q, (0, last[q], r.queue_offset, f.base + r.pos))
+                    out[q] = (n + 1, prev, value, at)
+                last[q] = r.queue_offset
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_queue_offset_continuity_in_chunks(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The QUEUEOFFSET continuity check runs ``CONTINUITY_CHUNK`` records at a time, each
+    queue's last record carried from chunk to chunk (issue 39): its CL_QUEUE_OFFSET
+    findings are the reference's (every break of a queue counted, the first one named) and
+    the report equals the one of a single chunk, whatever the chunk."""
+    rng = random.Random(seed)
+    root = copy_store(["many_files", "clean"][seed % 2], tmp_path)
+    s = Store.open(root)
+    from walkref import walk_file
+
+    for f in rng.sample(list(s.commitlog), min(4, len(s.commitlog))):
+        with s.map(f) as m:
+            recs = [st.checked.rec for st in walk_file(m.buf, m.size, P494) if st.checked.is_message]
+        for r in rng.sample(recs, min(3, len(recs))):
+            _patch(f.path, r.pos + 20, struct.pack(">q", r.queue_offset + rng.choice((-3, 2, 40))))
+    ref = _queue_offset_breaks(root)
+    assert sum(n for n, *_ in ref.values()) >= 4 and len(ref) >= 2
+    monkeypatch.setattr(v.commitlog, "CONTINUITY_CHUNK", 1 << 30)
+    whole = v.verify_store(Store.open(root), P494)
+    got = {
+        (f.details["topic"], f.details["queue_id"]): (
+            f.details["breaks"],
+            f.details["previous"],
+            f.details["value"],
+            f.physical_offset,
+        )
+        for f in whole.findings
+        if f.code == "CL_QUEUE_OFFSET"
+    }
+    assert got == ref
+    for chunk in (1, 2, 7, 100):
+        monkeypatch.setattr(v.commitlog, "CONTINUITY_CHUNK", chunk)
+        assert _key(v.verify_store(Store.open(root), P494)) == _key(whole)
