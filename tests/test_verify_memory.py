@@ -217,8 +217,10 @@ def test_verify_holds_one_commitlog_file_s_records_at_a_time(name: str, monkeypa
     """verify scans the commitlog a file at a time (issue 39): when a part is scanned, no
     part of another file is alive (the stitched parts of a file are joined into the table,
     and let go, before the next file's are scanned), and a spilled table holds in memory
-    at most one file's records, the rest mapped from its unlinked temporary files. The
-    report equals the one of the table held whole in memory."""
+    at most one file's records, the rest mapped from its unlinked temporary files, and
+    its passes (the offsets, the queue keys, the consume queue check's records grouped by
+    queue) go a chunk at a time. The report equals the one of the table held whole in
+    memory."""
     import gc
     import weakref
 
@@ -250,6 +252,7 @@ def test_verify_holds_one_commitlog_file_s_records_at_a_time(name: str, monkeypa
 
     monkeypatch.setattr(vparts, "scan_part", scan)
     monkeypatch.setattr(vparts, "SPILL_RECORDS", 0, raising=False)
+    monkeypatch.setattr(vparts, "CHUNK", 7, raising=False)  # (the passes over spilled columns: many steps)
     monkeypatch.setattr(vparts, "HELD_HOOK", held.append, raising=False)
     monkeypatch.setattr(vparts._Table, "records", records)
     spilled = v.verify_store(Store.open(real_store(name)), P494, part_size=4096)
@@ -259,6 +262,10 @@ def test_verify_holds_one_commitlog_file_s_records_at_a_time(name: str, monkeypa
     assert len(per_file) > 1 and len(held) >= len(per_file)
     assert max(held) <= int(per_file.max())  # at most one file's records in memory
     assert isinstance(recs.off, np.memmap) and isinstance(recs.key_rec, np.memmap)
+    assert isinstance(recs.qkey, np.memmap)
+    order, bounds = vparts.queue_order(recs)  # (the counting sort over chunks of 7)
+    assert isinstance(order, np.memmap) and np.array_equal(order, np.argsort(np.asarray(recs.qkey), kind="stable"))
+    assert np.array_equal(bounds[1:], np.cumsum(np.bincount(recs.qkey, minlength=len(recs.queues))))
     assert _key(spilled) == _key(whole) and spilled.summary == whole.summary
 
 

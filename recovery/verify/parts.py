@@ -464,6 +464,43 @@ def _chunked(fn: Callable[[int, int], np.ndarray], n: int, dtype: Any, spills: d
         out.close()
 
 
+def queue_order(recs: Records) -> tuple[np.ndarray, np.ndarray]:
+    """The record indexes grouped by queue key, each queue's in commitlog order (a stable
+    sort by key), and the bounds of each queue's group (``bounds[k]:bounds[k + 1]``). For a
+    spilled table, a counting sort ``CHUNK`` records at a time into a scratch column mapped
+    from an unlinked temporary file (issue 39)."""
+    q, nq, n = recs.qkey, len(recs.queues), len(recs)
+    bounds = np.zeros(nq + 1, dtype=np.int64)
+    if not isinstance(q, np.memmap) or n == 0:
+        np.cumsum(np.bincount(q, minlength=nq), out=bounds[1:])
+        return np.argsort(
+            q.astype(np.int16) if nq < 32768 else q, kind="stable"
+        ), bounds  # (a radix sort for 16-bit keys)
+    steps = [(lo, min(n, lo + CHUNK)) for lo in range(0, n, CHUNK)]
+    counts = np.zeros(nq, dtype=np.int64)
+    for lo, hi in steps:
+        counts += np.bincount(q[lo:hi], minlength=nq)
+    np.cumsum(counts, out=bounds[1:])
+    out = _scratch(n, np.int64)
+    cursor = bounds[:-1].copy()
+    for lo, hi in steps:
+        qc = np.asarray(q[lo:hi])
+        ol = np.argsort(qc.astype(np.int16) if nq < 32768 else qc, kind="stable")
+        qs = qc[ol]
+        cnt = np.bincount(qs, minlength=nq)
+        dest = cursor[qs] + (np.arange(len(qs)) - (np.cumsum(cnt) - cnt)[qs])
+        out[dest] = ol + lo
+        cursor += cnt
+    return out, bounds
+
+
+def _scratch(n: int, dtype: Any) -> np.ndarray:
+    """A writable column of ``n`` zeros mapped from an unlinked temporary file."""
+    with tempfile.TemporaryFile(prefix="rmqtool-verify-") as fh:
+        fh.truncate(n * np.dtype(dtype).itemsize)
+        return np.memmap(fh, dtype=dtype, mode="r+", shape=(n,))
+
+
 def _queue_keys(
     tid: np.ndarray, qid: np.ndarray, topic_names: list[str], spills: dict[str, _Spill] | None = None
 ) -> tuple[np.ndarray, list[tuple[str, int]]]:
