@@ -16,7 +16,9 @@ from ..scan import sorted_unique
 from ..store import Store
 from ..versions import BrokerProfile
 from .nextstart import Broker
-from .parts import Records, queue_order
+from .parts import CHUNK, Records, queue_order
+from .parts import _chunked as chunked
+from .parts import _scratch as scratch
 from .queues import Queue
 from .records import to_queue, tx_type
 from .report import Finding, finding
@@ -40,11 +42,24 @@ class KeyMatch:
             o = np.argsort(kr, kind="stable")
             kr, kh = kr[o], kh[o]
         self.kr, self.kh = kr, kh
-        self.count = np.bincount(kr, minlength=len(recs)) if len(kr) else np.zeros(len(recs), dtype=np.int64)
-        self.start = np.zeros(len(self.count) + 1, dtype=np.int64)
-        np.cumsum(self.count, out=self.start[1:])
-        self.present = np.zeros(len(kr), dtype=bool)  # some entry (of any file) names this key
-        many = np.flatnonzero(self.count > self.MANY)
+        n = len(recs)
+        if isinstance(kr, np.memmap) and len(kr):
+            # a spilled table: the record's first key and the named flags are columns mapped
+            # from unlinked temporary files, made CHUNK records at a time (issue 39)
+            self.start = chunked(lambda lo, hi: np.searchsorted(kr, np.arange(lo, hi)), n + 1, np.int64, {})
+            steps = range(0, n, CHUNK)
+            many = np.concatenate(
+                [np.flatnonzero(np.diff(self.start[lo : min(n, lo + CHUNK) + 1]) > self.MANY) + lo for lo in steps]
+                or [np.zeros(0, dtype=np.int64)]
+            )
+            self.present = scratch(len(kr), np.bool_)  # some entry (of any file) names this key
+        else:
+            count = np.bincount(kr, minlength=n) if len(kr) else np.zeros(n, dtype=np.int64)
+            self.start = np.zeros(n + 1, dtype=np.int64)  # record r's keys: kr[start[r]:start[r + 1]]
+            np.cumsum(count, out=self.start[1:])
+            many = np.flatnonzero(count > self.MANY)
+            del count
+            self.present = np.zeros(len(kr), dtype=bool)
         self.many_recs = many
         if len(many):
             sel = np.flatnonzero(np.isin(kr, many))
@@ -59,7 +74,9 @@ class KeyMatch:
         sel = np.flatnonzero(found)
         if not len(sel) or not len(self.kr):
             return ok
-        c = self.count[rj[sel]]
+        r = rj[sel]
+        c = self.start[r + 1] - self.start[r]
+        del r
         if len(self.many_recs):
             big = c > self.MANY
             if big.any():
