@@ -109,7 +109,7 @@ IN_PROCESS_BYTES = 16 << 20  # (a pool of two workers takes ~50 ms to start; 16 
 
 def _iter_parts(
     tasks: list[PartTask],
-    hints: np.ndarray | list[np.ndarray] | None,
+    box: list[Any],
     jobs: int,
     progress: Progress | None,
     meanwhile: Callable[[], None] | None = None,
@@ -117,11 +117,13 @@ def _iter_parts(
     """The parts of ``tasks`` in task order, scanned in this process or by a pool of
     ``jobs`` processes that is never more than ``window`` parts ahead of the caller (so
     that the parts of the whole commitlog are never held at once, issue 39); each task is
-    given its share of ``hints`` as it is submitted. ``meanwhile`` runs in this process
+    given its share of the hints (``box[0]``; a callable that makes them is called once the
+    workers have started, and its result put in its place) as it is submitted. ``meanwhile`` runs in this process
     while the workers scan (after the scan when there is no pool). Parts of fewer than
     IN_PROCESS_BYTES in all are scanned here: starting the workers would take longer than
     the scan."""
     if jobs <= 1 or len(tasks) <= 1 or sum(map(_part_bytes, tasks)) < IN_PROCESS_BYTES:
+        hints = box[0] = box[0]() if callable(box[0]) else box[0]
         for t in tasks:
             yield scan_part(t.with_hints(hints))
             if progress is not None:
@@ -132,6 +134,12 @@ def _iter_parts(
     ex = parallel.pool(min(jobs, len(tasks)), _mp_context())
     window = max(8, 4 * jobs)
     try:
+        if callable(box[0]):
+            # the workers start (forked) before the hints are made, so that they do not
+            # each keep a copy of them (8 bytes a message of the whole store, issue 39)
+            ex.submit(int).result()
+            box[0] = box[0]()
+        hints = box[0]
         todo = iter(tasks)
         pending: deque[tuple[PartTask, Any]] = deque(
             (t, ex.submit(scan_part, t.with_hints(hints))) for t in islice(todo, window)
@@ -209,13 +217,14 @@ def scan_commitlog(
     opts: ScanOptions | None = None,
     progress: Progress | None = None,
     meanwhile: Callable[[], None] | None = None,
-    hints: np.ndarray | list[np.ndarray] | None = None,
+    hints: np.ndarray | list[np.ndarray] | Callable[[], np.ndarray | list[np.ndarray]] | None = None,
     spill: bool = False,
 ) -> tuple[list[FileScan | None], Records]:
     """Walk every commitlog file (in parts, possibly in parallel) and stitch the parts back
     into the per-file broker walk. Returns one FileScan per commitlog file (None for an
     empty file) and the record table. ``hints``: sorted commitlog offsets (e.g.
-    :func:`queue_hints`) that speed the walk up without changing it.
+    :func:`queue_hints`) that speed the walk up without changing it, or a function that
+    makes them (called once a pool's workers have started: they keep no copy).
 
     The files are taken one after the other: a file's parts are stitched and joined into
     the table before the next file's are scanned (a pool keeps a few parts ahead), so the
@@ -240,7 +249,8 @@ def scan_commitlog(
         n_tasks[t.file_idx] += 1
     # without a pool, ``meanwhile`` runs once the parts are joined into the table (and let go)
     later = meanwhile if jobs <= 1 or len(tasks) <= 1 else None
-    stream = _iter_parts(tasks, hints, jobs, progress, None if later else meanwhile)
+    box: list[Any] = [hints]
+    stream = _iter_parts(tasks, box, jobs, progress, None if later else meanwhile)
     scans: list[FileScan | None] = []
     table = _Table(spill)
     try:
@@ -263,7 +273,7 @@ def scan_commitlog(
                         profile,
                         opts,
                         framing=store_framing(store, _f),
-                    ).with_hints(hints)
+                    ).with_hints(box[0])
                 )
 
             got = [next(stream) for _ in range(n_tasks[i])]

@@ -96,7 +96,7 @@ def verify_store(
         opts=opts,
         progress=progress,
         meanwhile=meanwhile,
-        hints=queue_hint_runs(store),
+        hints=lambda: queue_hint_runs(store),
         spill=True,
     )
     queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
