@@ -221,7 +221,6 @@ def test_verify_holds_one_commitlog_file_s_records_at_a_time(name: str, monkeypa
     its passes (the offsets, the queue keys, the consume queue check's records grouped by
     queue) go a chunk at a time. The report equals the one of the table held whole in
     memory."""
-    import gc
     import weakref
 
     from conftest import real_store
@@ -233,7 +232,6 @@ def test_verify_holds_one_commitlog_file_s_records_at_a_time(name: str, monkeypa
     real_scan = vparts.scan_part
 
     def scan(task: Any) -> Any:
-        gc.collect()
         live = sorted({p.file_idx for p in (r() for r in alive) if p is not None} - {task.file_idx})
         if live:
             others.append((task.file_idx, live))
@@ -252,7 +250,7 @@ def test_verify_holds_one_commitlog_file_s_records_at_a_time(name: str, monkeypa
 
     monkeypatch.setattr(vparts, "scan_part", scan)
     monkeypatch.setattr(vparts, "SPILL_RECORDS", 0, raising=False)
-    monkeypatch.setattr(vparts, "CHUNK", 7, raising=False)  # (the passes over spilled columns: many steps)
+    monkeypatch.setattr(vparts, "CHUNK", 97, raising=False)  # (the passes over spilled columns: many steps)
     monkeypatch.setattr(vparts, "HELD_HOOK", held.append, raising=False)
     monkeypatch.setattr(vparts._Table, "records", records)
     spilled = v.verify_store(Store.open(real_store(name)), P494, part_size=4096)
@@ -263,7 +261,7 @@ def test_verify_holds_one_commitlog_file_s_records_at_a_time(name: str, monkeypa
     assert max(held) <= int(per_file.max())  # at most one file's records in memory
     assert isinstance(recs.off, np.memmap) and isinstance(recs.key_rec, np.memmap)
     assert isinstance(recs.qkey, np.memmap)
-    order, bounds = vparts.queue_order(recs)  # (the counting sort over chunks of 7)
+    order, bounds = vparts.queue_order(recs)  # (the counting sort over chunks of 97)
     assert isinstance(order, np.memmap) and np.array_equal(order, np.argsort(np.asarray(recs.qkey), kind="stable"))
     assert np.array_equal(bounds[1:], np.cumsum(np.bincount(recs.qkey, minlength=len(recs.queues))))
     assert _key(spilled) == _key(whole) and spilled.summary == whole.summary

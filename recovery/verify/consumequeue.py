@@ -16,9 +16,7 @@ from ..scan import sorted_unique
 from ..store import Store
 from ..versions import BrokerProfile
 from .nextstart import Broker
-from .parts import CHUNK, Records, queue_order
-from .parts import _chunked as chunked
-from .parts import _scratch as scratch
+from .parts import CHUNK, Records, chunked, queue_order, scratch
 from .queues import Queue
 from .records import to_queue, tx_type
 from .report import Finding, finding

@@ -416,7 +416,7 @@ class _Table:
         cat = {n: self._join(n, dt) for n, dt in self.COLS}
         fidx, krec, khash = cat.pop("file"), cat.pop("key_rec"), cat.pop("key_hash")
         base_of = np.array([f.base for f in store.commitlog] or [0], dtype=np.int64)
-        off = _chunked(lambda lo, hi: base_of[fidx[lo:hi]] + cat["pos"][lo:hi], len(fidx), np.int64, self.spills)
+        off = chunked(lambda lo, hi: base_of[fidx[lo:hi]] + cat["pos"][lo:hi], len(fidx), np.int64, self.spills)
         if len(off) > 1 and not _ascending(off):
             # overlapping files: sort, keep the first record at each offset (in memory)
             order = np.argsort(off, kind="stable")
@@ -460,7 +460,7 @@ def _ascending(a: np.ndarray) -> bool:
     return True
 
 
-def _chunked(fn: Callable[[int, int], np.ndarray], n: int, dtype: Any, spills: dict[str, _Spill] | None) -> np.ndarray:
+def chunked(fn: Callable[[int, int], np.ndarray], n: int, dtype: Any, spills: dict[str, _Spill] | None) -> np.ndarray:
     """``fn(0, n)``, made ``CHUNK`` records at a time into a spilled column when the table is
     spilled (never a whole column of temporaries in memory)."""
     if spills is None or n == 0:
@@ -491,7 +491,7 @@ def queue_order(recs: Records) -> tuple[np.ndarray, np.ndarray]:
     for lo, hi in steps:
         counts += np.bincount(q[lo:hi], minlength=nq)
     np.cumsum(counts, out=bounds[1:])
-    out = _scratch(n, np.int64)
+    out = scratch(n, np.int64)
     cursor = bounds[:-1].copy()
     for lo, hi in steps:
         qc = np.asarray(q[lo:hi])
@@ -504,7 +504,7 @@ def queue_order(recs: Records) -> tuple[np.ndarray, np.ndarray]:
     return out, bounds
 
 
-def _scratch(n: int, dtype: Any) -> np.ndarray:
+def scratch(n: int, dtype: Any) -> np.ndarray:
     """A writable column of ``n`` zeros mapped from an unlinked temporary file."""
     with tempfile.TemporaryFile(prefix="rmqtool-verify-") as fh:
         fh.truncate(n * np.dtype(dtype).itemsize)
@@ -535,14 +535,14 @@ def _queue_keys(
         for lo, hi in steps:
             used |= np.bincount(codes(lo, hi), minlength=len(used)) > 0
         lut = (np.cumsum(used) - 1).astype(np.int32)
-        out = _chunked(lambda lo, hi: lut[codes(lo, hi)], n, np.int32, spills)
+        out = chunked(lambda lo, hi: lut[codes(lo, hi)], n, np.int32, spills)
         return out, [(topic_names[c // qmax], c % qmax) for c in np.flatnonzero(used).tolist()]
 
     def tq(lo: int, hi: int) -> np.ndarray:
         return (tid[lo:hi].astype(np.int64) << 32) | (qid[lo:hi].astype(np.int64) & 0xFFFFFFFF)
 
     uq = sorted_unique(np.concatenate([sorted_unique(tq(lo, hi)) for lo, hi in steps] or [np.zeros(0, np.int64)]))
-    keys = _chunked(lambda lo, hi: np.searchsorted(uq, tq(lo, hi)).astype(np.int32), n, np.int32, spills)
+    keys = chunked(lambda lo, hi: np.searchsorted(uq, tq(lo, hi)).astype(np.int32), n, np.int32, spills)
     return keys, [(topic_names[int(u) >> 32], _i32(int(u) & 0xFFFFFFFF)) for u in uq.tolist()]
 
 
