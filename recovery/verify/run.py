@@ -32,6 +32,8 @@ from .state import checkpoint_findings, epoch_findings, state_findings
 
 # The whole check.
 
+PRELOAD_UNITS = 1 << 20  # consume queue units read beside a pool (about 40 MB)
+
 
 def _cap(findings: list[Finding], limit: int = 200) -> list[Finding]:
     """At most ``limit`` findings per (code, file); the rest become one summary finding."""
@@ -71,9 +73,10 @@ def verify_store(
     pre: dict[str, Any] = {}
 
     def meanwhile() -> None:  # runs while the workers scan the commitlog
-        # beside a pool, the queues are read while the workers scan; without one, each is
-        # read when it is checked (and let go after), so that they are never all held at once
-        pre["queues"] = load_queues(store) if jobs > 1 else load_queues(store, budget_units=0)
+        # beside a pool, the first queues (up to PRELOAD_UNITS units) are read while the
+        # workers scan; the others (all of them without a pool) are read when they are checked
+        # (and let go after), so that a big store's queues are never all held at once (issue 39)
+        pre["queues"] = load_queues(store, budget_units=PRELOAD_UNITS if jobs > 1 else 0)
         per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
         pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
         # (5.x: getMaxPhyOffsetInConsumeQueue takes the batch consume queues' too)
@@ -95,7 +98,8 @@ def verify_store(
         opts=opts,
         progress=progress,
         meanwhile=meanwhile,
-        hints=queue_hint_runs(store),
+        hints=lambda: queue_hint_runs(store),
+        spill=True,
     )
     queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
     # (a member without data files: DLedger's recovery of nothing, unless classic files lie
