@@ -654,6 +654,69 @@ def test_convert_refuses_a_classic_store(tmp_path: Path, capsys: pytest.CaptureF
     assert not (tmp_path / "out").exists()
 
 
+def test_convert_of_a_member_without_entries_gives_an_empty_classic_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broker killed before its first entry leaves dledger-n0/ with currterm only (soak seed
+    39107, 4.8.0): the broker loads an empty ledger (DLedgerCommitLog's recovery finds no data
+    file and no classic file: nothing to recover), so the classic store it would have holds no
+    message. convert refused it ("nothing to convert", 8); it writes that empty store: an empty
+    commitlog/, no queue, an empty index/, a checkpoint, an empty mapping. A data/ with no
+    file is the same member."""
+    for name, with_data in (("bare", False), ("data", True)):
+        root = tmp_path / name
+        (root / "dledger-n0").mkdir(parents=True)
+        if with_data:
+            (root / "dledger-n0" / "data").mkdir()
+        (root / "dledger-n0" / "currterm").write_text("voteLeader=n0\ncurrTerm=0\n")
+        (root / "checkpoint").write_bytes(bytes(4096))
+        (root / "abort").write_bytes(b"")
+        before = sparse_digest(root)
+        out = tmp_path / f"{name}-out"
+        code, doc, err = convert(capsys, root, out)
+        assert code == 0, err
+        assert sparse_digest(root) == before
+        assert (doc["plan"]["messages"], doc["plan"]["divided_offset"], doc["result"]["messages"]) == (0, 0, 0)
+        assert any("holds no entry" in n for n in doc["plan"]["notes"])
+        assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "commitlog", "index"]
+        assert not any((out / "commitlog").iterdir()) and not any((out / "index").iterdir())
+        assert (tmp_path / f"{name}-out.mapping.jsonl").read_text() == ""
+        code, text, err = cli(capsys, "verify", out, "--format", "json", "-q")
+        assert code == 0, err
+
+
+def test_convert_of_a_mixed_store_whose_member_holds_no_entry_keeps_the_classic_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mixed store whose DLedger member has no data file yet: DLedgerCommitLog's recovery
+    recovers the classic files (the first load of a mixed commitlog) and the ledger would begin
+    at the end of the last one; the converted store holds the classic files as they are, and
+    their messages in its queues."""
+    root = tmp_path / "mixed"
+    dledger_twin(real_store("clean"), root, PROFILE, classic_files=2)
+    member = root / "dledger-n0"
+    shutil.rmtree(member / "data")
+    shutil.rmtree(member / "index")
+    (member / dl.CHECKPOINT_FILE).unlink()
+    (member / "data").mkdir()
+    out = tmp_path / "out"
+    code, doc, err = convert(capsys, root, out)
+    assert code == 0, err
+    src = sorted((real_store("clean") / "commitlog").iterdir())[:2]
+    assert sorted(p.name for p in (out / "commitlog").iterdir()) == [p.name for p in src]
+    for p in src:
+        assert (out / "commitlog" / p.name).read_bytes() == p.read_bytes(), p.name
+    size = src[0].stat().st_size
+    assert (doc["plan"]["messages"], doc["plan"]["divided_offset"]) == (0, 2 * size)
+    code, text, err = cli(capsys, "dump", "commitlog", out, "--format", "jsonl")
+    assert code == 0, err
+    msgs = [r for r in jsonl(text) if r["type"] == "message"]
+    code, text, err = cli(capsys, "dump", "consumequeue", out, "--format", "jsonl")
+    assert code == 0, err
+    units = sorted(r["commitlog_offset"] for r in jsonl(text) if r.get("status") == "OK")
+    assert msgs and units == sorted(m["physical_offset"] for m in msgs), (len(msgs), len(units))
+
+
 def test_convert_of_messages_with_ipv6_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Regression (the soak, seeds 37001-37010): a message with an IPv6 born or store host
     made convert fail (an internal error: the host layout's field offsets looked up by the
