@@ -422,15 +422,28 @@ def _plan_dledger(
         )
     stray, problems = _stray_files(store)
     problems.extend(m.problems)
-    live = intact & (recs.off < m.end) if len(recs) else intact
-    # an intact message's PHYSICALOFFSET or QUEUEOFFSET garbled (the message's body CRC
-    # does not cover them, DLedger's entry CRCs are 0): written back as on a classic store
-    fixes = field_fixes(store, recs, live, queue_units(store))
-    regions = sorted(m.regions + _field_regions(store, fixes), key=lambda r: (r.base, r.pos))
+    live = intact & (recs.off < m.end) if len(recs) else intact.copy()
+    # an intact message's topic or queue id garbled (neither the message's body CRC nor
+    # DLedger's entry CRCs, which are 0, cover them), in the DLedger part: as on a classic
+    # store, the entry's body becomes the tombstone of the queue offset it was written to
+    # (its bytes stay in the backup: one record fills an entry's body)
+    units = queue_units(store)
+    divided = store.dledger_data[0].base if store.dledger_data else m.end
+    misfiled = [x for x in misfiled_records(store, recs, live, units) if x.offset >= divided]
+    for x in misfiled:
+        live[x.index] = False
+    # an intact message's PHYSICALOFFSET or QUEUEOFFSET garbled: written back as on a
+    # classic store
+    fixes = field_fixes(store, recs, live, units)
+    del units
+    regions = sorted(
+        m.regions + _misfiled_regions(store, misfiled) + _field_regions(store, fixes), key=lambda r: (r.base, r.pos)
+    )
     recs = _with_queue_offsets(recs, fixes)
     tb = Tombstones.of(store, regions, recs, live)
     tb.from_damaged_records(store, recs)
-    tb.from_queue_units(store, [])
+    tb.from_misfiled(store, misfiled)
+    tb.from_queue_units(store, misfiled)
     unfillable = _lay_out_entries(store, profile, tb, recs, live, problems)
     regions = [r for r in regions if r.layout is not None]
     plan = RepairPlan(

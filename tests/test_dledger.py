@@ -429,6 +429,68 @@ def test_repair_writes_a_garbled_entry_header_back_from_its_index_unit(
     assert codes(capsys, root)[0] == 0
 
 
+VICTIM = 4664  # the clean fixture's TopicA/2 queue offset 2 (336 bytes): test_repair_hardening's R3 record
+
+
+@pytest.mark.parametrize("what", ["topic", "queue id", "topic, no queue file"])
+def test_repair_makes_an_entry_of_a_garbled_topic_or_queue_id_the_tombstone_of_its_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    """A garbled topic (TopicA -> Top/cA) or queue id (2 -> 6) in an entry's message: neither
+    the message's body CRC nor DLedger's entry CRCs (0) cover them, so DLedger keeps the entry
+    and the broker's dispatch gives the message to the queue it names, and TopicA/2 misses a
+    unit: every later message of it one queue offset early. repair kept the entry as it was.
+    As on a classic store (issue 33 R3), the queue it was written to (a unit of TopicA/2 points
+    at it, or, without queue files, it fills that queue's hole) gets the tombstone of its queue
+    offset: the entry's body becomes that one record of its length (its bytes in the backup),
+    every unit of TopicA/2 points at the record of its queue offset, no queue of the garbled
+    name is written, and verify finds nothing."""
+    root = tmp_path / "dl"
+    t = dledger_twin(real_store("clean"), root, PROFILE, queues=True)
+    off = dict(t.moved)[VICTIM]
+    path = _data_file(t, off)
+    at = off % t.file_size
+    buf = bytearray(path.read_bytes())
+    body_len = struct.unpack_from(">i", buf, at + 84)[0]
+    if what == "queue id":
+        struct.pack_into(">i", buf, at + 12, 6)
+    else:
+        buf[at + 88 + body_len + 1 : at + 88 + body_len + 7] = b"Top/cA"
+    path.write_bytes(bytes(buf))
+    size = []
+    if what == "topic, no queue file":
+        shutil.rmtree(root / "consumequeue")
+        size = ["--cq-file-size", "640"]
+    code, out, err = cli(capsys, "repair", root, "--dry-run", "-q", "--format", "json", *size)
+    plan = json.loads(out)["plan"]
+    q = [x for x in plan["quarantined"] if x["offset"] == off]
+    assert code == 4 and len(q) == 1 and q[0]["tombstone"] and "garbled topic or queue id" in q[0]["source"], q
+    assert (q[0]["topic"], q[0]["queue_id"], q[0]["queue_offset"]) == ("TopicA", 2, 2)
+    assert [(r["from"], r["to"], r["tombstones"]) for r in plan["regions"]] == [(off, off + 336, 1)]
+    code, out, err = cli(
+        capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk", *size
+    )
+    assert code == 1, (code, err)
+    from rmqtool.formats import commitlog as cl
+    from rmqtool.formats.consumequeue import read_units
+
+    data = path.read_bytes()
+    rec = cl.decode_message(data, at)
+    assert (rec.topic, rec.queue_id, rec.queue_offset, rec.total_size) == ("TopicA", 2, 2, 336)
+    assert data[at - dl.BODY_OFFSET : at] == bytes(buf[at - dl.BODY_OFFSET : at])  # the entry header stays
+    units = []
+    for f in sorted((root / "consumequeue" / "TopicA" / "2").iterdir()):
+        u = read_units(f.read_bytes())
+        units += [int(o) for o, s in zip(u["commitlog_offset"], u["size"]) if s > 0]
+    assert len(units) > 60
+    for qo, o in enumerate(units):
+        b = _data_file(t, o).read_bytes()
+        r = cl.decode_message(b, o % t.file_size)
+        assert (r.topic, r.queue_id, r.queue_offset) == ("TopicA", 2, qo), (qo, o)
+    assert not (root / "consumequeue" / "Top").exists() and not (root / "consumequeue" / "TopicA" / "6").exists()
+    assert codes(capsys, root)[0] == 0
+
+
 def test_repair_writes_the_units_of_one_index_file_in_one_write(
     twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,6 +26,11 @@ holds: the broker's reput then reads that message and moves on by its TOTALSIZE 
   last three files; a unit it never checks is what its ``get(index)`` and the committed
   position read).
 
+A message inside an entry whose topic or queue id is garbled (neither is covered by its body
+CRC; the entry CRCs are 0) is handled in ``recovery.repair`` as on a classic store: where a
+queue unit or hole names the queue it was written to, its entry's body becomes the tombstone of
+that queue offset (one record of the body's length, like a damaged body's).
+
 The classic files of a mixed store (below the divided offset) are never recovered by the
 broker and repair does not change them: verify's findings there stay (status 4).
 """
