@@ -573,6 +573,73 @@ def test_repair_mends_a_zeroed_entry_from_its_index_unit_with_a_tombstone(
     assert json.loads(out)["plan"]["intact_cut"] == 0
 
 
+@pytest.mark.parametrize(
+    "store, field, at, mask",
+    [
+        ("mixed, the walk's first entry", "index", 8 + 7, 0x01),
+        ("mixed, the walk's first entry", "size", 4 + 2, 0x10),
+        ("mixed, the walk's first entry", "pos", 24 + 6, 0x02),
+        ("mixed, the walk's first entry", "term", 16 + 7, 0x04),
+        ("DLedger, the first file's first entry (before the walk's start)", "size", 4 + 2, 0x10),
+    ],
+)
+def test_repair_mends_a_first_entry_s_garbled_header_from_its_index_unit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], store: str, field: str, at: int, mask: int
+) -> None:
+    """A garbled header at the first entry a walk reads: no entry before it gives its index
+    and term, and repair left it. Where DLedger's walk starts there (a mixed store whose
+    DLedger part has three files or fewer: the first data file, the ledger's first entry)
+    DLedger's recovery ends the ledger at once and truncates every entry (recover cuts them
+    all); before the walk's start file it is never read by DLedger but read by the broker's
+    reput. Its index unit (found at the stored index, or at the next entry's index less one)
+    holds its position, size and term and the next entry continues it: repair writes the
+    header back and the data files are the broker's bytes again."""
+    root = tmp_path / "dl"
+    mixed = store.startswith("mixed")
+    t = dledger_twin(real_store("clean"), root, PROFILE, classic_files=4 if mixed else 0)
+    data = sorted((t.member / "data").iterdir())
+    assert (len(data) <= 3) == mixed
+    clean = _data_bytes(t)
+    i, pos, size = t.entries[0]
+    assert pos == t.divided
+    _flip(data[0], at, mask)
+    if mixed:
+        code, out, err = cli(capsys, "recover", root, "--dry-run", "-q", "--format", "json")
+        assert json.loads(out)["plan"]["intact_cut"] >= len(t.entries) - 1  # (all but, maybe, the first's)
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 1, (code, err)
+    plan = json.loads(out)["plan"]
+    assert [(r["from"], r["to"], r["kind"], r.get("field")) for r in plan["regions"]] == [
+        (pos, pos + dl.BODY_OFFSET, "header field", "dledger entry header")
+    ]
+    assert plan["problems"] == []
+    assert _data_bytes(t) == clean
+    code, out, err = cli(capsys, "recover", root, "--dry-run", "-q", "--format", "json")
+    assert json.loads(out)["plan"]["intact_cut"] == 0
+    assert codes(capsys, root)[0] == 0
+
+
+def test_repair_leaves_a_first_entry_s_header_its_index_unit_does_not_give(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The walk's first entry garbled and its index unit zeroed: nothing says what its term
+    was, and repair ends the ledger where DLedger does (at its start: every entry cut into
+    the backup, a problem line)."""
+    root = tmp_path / "dl"
+    t = dledger_twin(real_store("clean"), root, PROFILE, classic_files=4)
+    i, pos, size = t.entries[0]
+    _flip(sorted((t.member / "data").iterdir())[0], 4 + 2, 0x10)  # (its size)
+    with open(t.member / "index" / f"{0:020d}", "r+b") as f:
+        f.seek(i * dl.INDEX_UNIT_SIZE)
+        f.write(bytes(dl.INDEX_UNIT_SIZE))
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 5, (code, err)
+    plan = json.loads(out)["plan"]
+    assert plan["data_end"] == pos
+    assert any("intact message(s) lie after it" in p for p in plan["problems"]), plan
+    assert not b"".join(_data_bytes(t).values()).strip(b"\0")
+
+
 def test_repair_ends_the_ledger_where_dledger_does_when_nothing_mends_the_header(
     twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
