@@ -651,6 +651,7 @@ def repair_dl(
     view: dict[str, Any],
     work: Path,
     seed: int,
+    garble: bool | None = None,
 ) -> list[str]:
     """repair on a copy of the case's store (clean or killed, damaged or not; every other
     case also a garbled topic inside an entry: :func:`garble_topic`), then the same release
@@ -659,13 +660,18 @@ def repair_dl(
     saw in the store before (below where the repair ends the data) the same, or the tombstone
     the plan puts there (its queue and queue offset), every queue unit the broker had before
     (of a message kept) still there and every unit consistent, the ledger's entries before
-    the end the same. Not in the default oracle run (bench/dledger_soak.py)."""
+    the end the same. Not in the default oracle run (bench/dledger_soak.py). ``garble``:
+    whether to garble a topic (None: the seeded stream decides); a garble that finds no
+    message to garble is a failure when asked for."""
     rep = work / "rep"
     shutil.rmtree(rep, ignore_errors=True)
     shutil.rmtree(work / "rep.bk", ignore_errors=True)
     sparse_copy(store, rep)
     rng = random.Random(f"dledger-repair:{seed}:{version}")
-    garbled = garble_topic(rep, view, rng) if rng.random() < 0.5 else None
+    draw = rng.random() < 0.5
+    garbled = garble_topic(rep, view, rng) if (draw if garble is None else garble) else None
+    if garble and garbled is None:
+        return ["repair: no message to garble a topic of"]
     before = view
     if garbled is not None:
         before = view_dl(oracle, version, view_config_of(config), rep)
