@@ -202,6 +202,7 @@ def test_the_broker_opens_the_repaired_dledger_store_and_sees_what_the_plan_keep
 KILLED = [("4.6.1", 23), ("5.0.0", 14)]
 
 
+@pytest.mark.soak(version="5.0.0", seed=14)  # (the soak share: 4.6.1's case runs by default)
 @pytest.mark.parametrize("version, seed", KILLED, ids=[f"{v}-seed{s}" for v, s in KILLED])
 def test_the_broker_opens_a_repaired_killed_dledger_store_and_sees_every_kept_message(
     broker_oracle: dc.Oracle,  # noqa: F811
