@@ -79,9 +79,11 @@ def verify_store(
         # (5.x: getMaxPhyOffsetInConsumeQueue takes the batch consume queues' too)
         pre["max_phy_cq"] = max(pre["max_phy_cq"], batch_max_phy(store))
         pre["rocks"] = read_rocks(store.root)
-        if pre["rocks"] and not any(files for files in store.consume_queues.values()):
-            # storeType=defaultRocksDB: the reput starts from the RocksDB queue's max entries
-            pre["max_phy_cq"] = max(pre["max_phy_cq"], rocks_max_phy(pre["rocks"]))
+        pre["rocks_cq"] = bool(pre["rocks"]) and not any(files for files in store.consume_queues.values())
+        if pre["rocks_cq"]:
+            # storeType=defaultRocksDB: the recovery is given the RocksDB queue's dispatch
+            # checkpoint (its queue store is the RocksDB one alone)
+            pre["max_phy_cq"] = rocks_max_phy(pre["rocks"])
         pre["index"] = Prepared(store, headers)  # the first index file's own structure (no record needed)
 
     # the offsets the consume queues point at speed the commitlog walk up
@@ -104,7 +106,7 @@ def verify_store(
         outlook["load_blockers"] = blockers + outlook["load_blockers"]
         outlook["loads"] = not outlook["load_blockers"]
     else:
-        outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
+        outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers, pre["rocks_cq"])
     layout = [zero_length_lost(f, store, max_phy_cq) for f in layout]
     spans = Spans(commitlog_spans(store, scans, recs))
     broker = Broker(store, profile, outlook)
