@@ -5,7 +5,9 @@ commitlog (a script, not a test).
 Runs N cases of tests/oracle/dlcase.py (case i: seed S+i, release ``versions[i % len]``;
 a generated scenario written by that release through a single-member DLedger group, clean
 or killed, sometimes a mixed store, damaged or not; then dump, entries, verify,
-rebuild-index, convert, recover and the broker's reopen compared) and prints a table of
+rebuild-index, convert, recover and the broker's reopen compared, then repair on a copy,
+killed and damaged stores alike, every other case with a topic garbled inside an entry, and
+the broker's view of the repaired store: dlcase.repair_dl) and prints a table of
 agreements and disagreements per release and check, then one line per disagreeing case.
 Each case's result is appended to --results as one JSON line as soon as it is done (a rerun
 with the same file skips the seeds it holds); a disagreeing case's stores stay in --work.
@@ -38,7 +40,7 @@ def _one(args: tuple[str, int, str, str]) -> dict[str, Any]:
     w = Path(work) / f"{seed}-{version}"
     t0 = time.monotonic()
     try:
-        r = dlcase.run_dl_case(dc.Oracle(Path(script)), seed, version, w)
+        r = dlcase.run_dl_case(dc.Oracle(Path(script)), seed, version, w, checks=dlcase.SOAK_CHECKS)
     except Exception as exc:  # noqa: BLE001 - the case failed as a whole: the soak says so, and goes on
         return {
             "seed": seed,
@@ -65,7 +67,7 @@ def _one(args: tuple[str, int, str, str]) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    checks = ["write", *dlcase.CHECKS, "reopen"]
+    checks = ["write", *dlcase.SOAK_CHECKS, "reopen"]
     per: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
     for r in rows:
         for c in checks + ["case"]:

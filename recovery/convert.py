@@ -26,6 +26,11 @@ one JSON line per converted message ``{old_phy, new_phy, old_msg_id, new_msg_id}
 ``mapping``. Everything is written into ``OUT.partial`` (after a free-space check), fsynced,
 and renamed to OUT; OUT must be absent or an empty directory.
 
+A member without entries (only ``currterm``, or an empty ``data/``: a broker stopped before
+its first write) is the empty ledger the broker loads: OUT holds no DLedger message (a mixed
+store's classic files, the divided offset where DLedgerCommitLog's recovery would begin the
+ledger: the end of the last classic file).
+
 The reverse (a classic store to DLedger) is out of scope.
 """
 
@@ -130,8 +135,8 @@ def plan_convert(
 ) -> ConvertPlan:
     """What :func:`convert` would write; raises :class:`ConvertError` for a store or target
     it refuses."""
-    if store.dledger is None or not store.dledger_data:
-        raise ConvertError("not a DLedger store (no dledger-<selfId>/data files): nothing to convert", store.root)
+    if store.dledger is None:
+        raise ConvertError("not a DLedger store (no dledger-<selfId>/ member): nothing to convert", store.root)
     lr = ledger_for(store, profile)
     if not lr.loads:
         raise ConvertError(f"the broker does not start on this DLedger store ({lr.exits or lr.refused})", store.root)
@@ -142,8 +147,8 @@ def plan_convert(
         raise ConvertError("exists (an interrupted conversion's output: remove it first)", _partial(out))
     if out == store.root or store.root in out.parents:
         raise ConvertError("is inside the source store", out)
-    data0 = store.dledger_data[0].base
     F = store.geometry.commitlog_file_size
+    data0 = _divided_offset(store, F)
     committed = _committed(lr)
     plan = ConvertPlan(
         str(store.root),
@@ -183,8 +188,9 @@ def plan_convert(
         plan.bytes += rec.total_size
     plan.commitlog_files = (pos - data0 + F - 1) // F if pos > data0 else 0
     g = store.geometry
-    queues = max(1, len(store.consume_queues))
-    index_files = 1 + (plan.messages * 2) // max(g.index_num, 1)
+    anything = plan.messages or plan.classic_files
+    queues = max(1, len(store.consume_queues)) if anything else 0
+    index_files = 1 + (plan.messages * 2) // max(g.index_num, 1) if anything else 0
     plan.estimate_bytes = (
         plan.bytes
         + sum(min(f.size, F) for f in store.commitlog if f.base < data0)
@@ -197,6 +203,12 @@ def plan_convert(
         plan.free_bytes = shutil.disk_usage(_existing_parent(out)).free
     except OSError:
         plan.free_bytes = None
+    if not store.dledger_data:
+        plan.notes.append(
+            "the DLedger member holds no entry (a broker stopped before its first write): the broker loads an "
+            "empty ledger, so the classic store holds "
+            + (f"the classic files below {data0} only" if plan.classic_files else "no message")
+        )
     if plan.left_out:
         plan.notes.append(
             f"{len(plan.left_out)} entries past the DLedger checkpoint's committedIndex {committed} are left out "
@@ -208,6 +220,15 @@ def plan_convert(
         "queue offsets, UNIQ_KEYs and consumer offsets do not change"
     )
     return plan
+
+
+def _divided_offset(store: Store, F: int) -> int:
+    """Where the DLedger part begins: its first data file's offset; for a member holding no
+    data file yet, where DLedgerCommitLog's recovery puts it (the end of the last classic
+    file, 0 without one: the data file it then creates starts there)."""
+    if store.dledger_data:
+        return store.dledger_data[0].base
+    return store.commitlog[-1].base + F if store.commitlog else 0
 
 
 def _partial(out: Path) -> Path:

@@ -420,17 +420,38 @@ def _dledger_damage(store: Store, profile: BrokerProfile, recs: Any, intact: np.
             "(rmqtool verify names the files)",
             store.dledger.dir if store.dledger is not None else store.root,
         )
-    live = intact & (recs.off < m.end) if len(recs) else intact
-    # an intact message's PHYSICALOFFSET or QUEUEOFFSET garbled (the message's body CRC
-    # does not cover them, DLedger's entry CRCs are 0): written back as on a classic store
-    fixes = field_fixes(store, recs, live, queue_units(store))
-    regions = sorted(m.regions + _field_regions(store, fixes), key=lambda r: (r.base, r.pos))
+    live = intact & (recs.off < m.end) if len(recs) else intact.copy()
+    # an intact message's topic or queue id garbled (neither the message's body CRC nor
+    # DLedger's entry CRCs, which are 0, cover them), in the DLedger part: as on a classic
+    # store, the entry's body becomes the tombstone of the queue offset it was written to
+    # (its bytes stay in the backup: one record fills an entry's body)
+    units = queue_units(store)
+    divided = store.dledger_data[0].base if store.dledger_data else m.end
+    misfiled = [x for x in misfiled_records(store, recs, live, units) if x.offset >= divided]
+    for x in misfiled:
+        live[x.index] = False
+    # an intact message's PHYSICALOFFSET or QUEUEOFFSET garbled: written back as on a
+    # classic store
+    fixes = field_fixes(store, recs, live, units)
+    del units
+    regions = sorted(
+        m.regions + _misfiled_regions(store, misfiled) + _field_regions(store, fixes), key=lambda r: (r.base, r.pos)
+    )
     notes = list(m.notes)
     if m.unit_writes:
         n = sum(len(b) for _r, _p, b in m.unit_writes) // 32
         notes.append(f"{n} DLedger index unit(s) that disagree with their entry are written from it")
     return _Damage(
-        live, regions, m.problems, fixes, m.end, m.after_end, entries=True, unit_writes=m.unit_writes, notes=notes
+        live,
+        regions,
+        m.problems,
+        fixes,
+        m.end,
+        m.after_end,
+        misfiled=misfiled,
+        entries=True,
+        unit_writes=m.unit_writes,
+        notes=notes,
     )
 
 

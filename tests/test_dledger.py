@@ -429,6 +429,68 @@ def test_repair_writes_a_garbled_entry_header_back_from_its_index_unit(
     assert codes(capsys, root)[0] == 0
 
 
+VICTIM = 4664  # the clean fixture's TopicA/2 queue offset 2 (336 bytes): test_repair_hardening's R3 record
+
+
+@pytest.mark.parametrize("what", ["topic", "queue id", "topic, no queue file"])
+def test_repair_makes_an_entry_of_a_garbled_topic_or_queue_id_the_tombstone_of_its_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    """A garbled topic (TopicA -> Top/cA) or queue id (2 -> 6) in an entry's message: neither
+    the message's body CRC nor DLedger's entry CRCs (0) cover them, so DLedger keeps the entry
+    and the broker's dispatch gives the message to the queue it names, and TopicA/2 misses a
+    unit: every later message of it one queue offset early. repair kept the entry as it was.
+    As on a classic store (issue 33 R3), the queue it was written to (a unit of TopicA/2 points
+    at it, or, without queue files, it fills that queue's hole) gets the tombstone of its queue
+    offset: the entry's body becomes that one record of its length (its bytes in the backup),
+    every unit of TopicA/2 points at the record of its queue offset, no queue of the garbled
+    name is written, and verify finds nothing."""
+    root = tmp_path / "dl"
+    t = dledger_twin(real_store("clean"), root, PROFILE, queues=True)
+    off = dict(t.moved)[VICTIM]
+    path = _data_file(t, off)
+    at = off % t.file_size
+    buf = bytearray(path.read_bytes())
+    body_len = struct.unpack_from(">i", buf, at + 84)[0]
+    if what == "queue id":
+        struct.pack_into(">i", buf, at + 12, 6)
+    else:
+        buf[at + 88 + body_len + 1 : at + 88 + body_len + 7] = b"Top/cA"
+    path.write_bytes(bytes(buf))
+    size = []
+    if what == "topic, no queue file":
+        shutil.rmtree(root / "consumequeue")
+        size = ["--cq-file-size", "640"]
+    code, out, err = cli(capsys, "repair", root, "--dry-run", "-q", "--format", "json", *size)
+    plan = json.loads(out)["plan"]
+    q = [x for x in plan["quarantined"] if x["offset"] == off]
+    assert code == 4 and len(q) == 1 and q[0]["tombstone"] and "garbled topic or queue id" in q[0]["source"], q
+    assert (q[0]["topic"], q[0]["queue_id"], q[0]["queue_offset"]) == ("TopicA", 2, 2)
+    assert [(r["from"], r["to"], r["tombstones"]) for r in plan["regions"]] == [(off, off + 336, 1)]
+    code, out, err = cli(
+        capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk", *size
+    )
+    assert code == 1, (code, err)
+    from rmqtool.formats import commitlog as cl
+    from rmqtool.formats.consumequeue import read_units
+
+    data = path.read_bytes()
+    rec = cl.decode_message(data, at)
+    assert (rec.topic, rec.queue_id, rec.queue_offset, rec.total_size) == ("TopicA", 2, 2, 336)
+    assert data[at - dl.BODY_OFFSET : at] == bytes(buf[at - dl.BODY_OFFSET : at])  # the entry header stays
+    units = []
+    for f in sorted((root / "consumequeue" / "TopicA" / "2").iterdir()):
+        u = read_units(f.read_bytes())
+        units += [int(o) for o, s in zip(u["commitlog_offset"], u["size"]) if s > 0]
+    assert len(units) > 60
+    for qo, o in enumerate(units):
+        b = _data_file(t, o).read_bytes()
+        r = cl.decode_message(b, o % t.file_size)
+        assert (r.topic, r.queue_id, r.queue_offset) == ("TopicA", 2, qo), (qo, o)
+    assert not (root / "consumequeue" / "Top").exists() and not (root / "consumequeue" / "TopicA" / "6").exists()
+    assert codes(capsys, root)[0] == 0
+
+
 def test_repair_writes_the_units_of_one_index_file_in_one_write(
     twin: tuple[Path, DlTwin], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -509,6 +571,73 @@ def test_repair_mends_a_zeroed_entry_from_its_index_unit_with_a_tombstone(
     assert new[at + size :] == clean[path.name][at + size :]
     code, out, err = cli(capsys, "recover", root, "--dry-run", "-q", "--format", "json")
     assert json.loads(out)["plan"]["intact_cut"] == 0
+
+
+@pytest.mark.parametrize(
+    "store, field, at, mask",
+    [
+        ("mixed, the walk's first entry", "index", 8 + 7, 0x01),
+        ("mixed, the walk's first entry", "size", 4 + 2, 0x10),
+        ("mixed, the walk's first entry", "pos", 24 + 6, 0x02),
+        ("mixed, the walk's first entry", "term", 16 + 7, 0x04),
+        ("DLedger, the first file's first entry (before the walk's start)", "size", 4 + 2, 0x10),
+    ],
+)
+def test_repair_mends_a_first_entry_s_garbled_header_from_its_index_unit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], store: str, field: str, at: int, mask: int
+) -> None:
+    """A garbled header at the first entry a walk reads: no entry before it gives its index
+    and term, and repair left it. Where DLedger's walk starts there (a mixed store whose
+    DLedger part has three files or fewer: the first data file, the ledger's first entry)
+    DLedger's recovery ends the ledger at once and truncates every entry (recover cuts them
+    all); before the walk's start file it is never read by DLedger but read by the broker's
+    reput. Its index unit (found at the stored index, or at the next entry's index less one)
+    holds its position, size and term and the next entry continues it: repair writes the
+    header back and the data files are the broker's bytes again."""
+    root = tmp_path / "dl"
+    mixed = store.startswith("mixed")
+    t = dledger_twin(real_store("clean"), root, PROFILE, classic_files=4 if mixed else 0)
+    data = sorted((t.member / "data").iterdir())
+    assert (len(data) <= 3) == mixed
+    clean = _data_bytes(t)
+    i, pos, size = t.entries[0]
+    assert pos == t.divided
+    _flip(data[0], at, mask)
+    if mixed:
+        code, out, err = cli(capsys, "recover", root, "--dry-run", "-q", "--format", "json")
+        assert json.loads(out)["plan"]["intact_cut"] >= len(t.entries) - 1  # (all but, maybe, the first's)
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 1, (code, err)
+    plan = json.loads(out)["plan"]
+    assert [(r["from"], r["to"], r["kind"], r.get("field")) for r in plan["regions"]] == [
+        (pos, pos + dl.BODY_OFFSET, "header field", "dledger entry header")
+    ]
+    assert plan["problems"] == []
+    assert _data_bytes(t) == clean
+    code, out, err = cli(capsys, "recover", root, "--dry-run", "-q", "--format", "json")
+    assert json.loads(out)["plan"]["intact_cut"] == 0
+    assert codes(capsys, root)[0] == 0
+
+
+def test_repair_leaves_a_first_entry_s_header_its_index_unit_does_not_give(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The walk's first entry garbled and its index unit zeroed: nothing says what its term
+    was, and repair ends the ledger where DLedger does (at its start: every entry cut into
+    the backup, a problem line)."""
+    root = tmp_path / "dl"
+    t = dledger_twin(real_store("clean"), root, PROFILE, classic_files=4)
+    i, pos, size = t.entries[0]
+    _flip(sorted((t.member / "data").iterdir())[0], 4 + 2, 0x10)  # (its size)
+    with open(t.member / "index" / f"{0:020d}", "r+b") as f:
+        f.seek(i * dl.INDEX_UNIT_SIZE)
+        f.write(bytes(dl.INDEX_UNIT_SIZE))
+    code, out, err = cli(capsys, "repair", root, "--yes", "-q", "--format", "json", "--backup-dir", tmp_path / "bk")
+    assert code == 5, (code, err)
+    plan = json.loads(out)["plan"]
+    assert plan["data_end"] == pos
+    assert any("intact message(s) lie after it" in p for p in plan["problems"]), plan
+    assert not b"".join(_data_bytes(t).values()).strip(b"\0")
 
 
 def test_repair_ends_the_ledger_where_dledger_does_when_nothing_mends_the_header(
@@ -652,6 +781,69 @@ def test_convert_refuses_a_classic_store(tmp_path: Path, capsys: pytest.CaptureF
     code, doc, err = convert(capsys, real_store("clean"), tmp_path / "out")
     assert code == 8, err
     assert not (tmp_path / "out").exists()
+
+
+def test_convert_of_a_member_without_entries_gives_an_empty_classic_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broker killed before its first entry leaves dledger-n0/ with currterm only (soak seed
+    39107, 4.8.0): the broker loads an empty ledger (DLedgerCommitLog's recovery finds no data
+    file and no classic file: nothing to recover), so the classic store it would have holds no
+    message. convert refused it ("nothing to convert", 8); it writes that empty store: an empty
+    commitlog/, no queue, an empty index/, a checkpoint, an empty mapping. A data/ with no
+    file is the same member."""
+    for name, with_data in (("bare", False), ("data", True)):
+        root = tmp_path / name
+        (root / "dledger-n0").mkdir(parents=True)
+        if with_data:
+            (root / "dledger-n0" / "data").mkdir()
+        (root / "dledger-n0" / "currterm").write_text("voteLeader=n0\ncurrTerm=0\n")
+        (root / "checkpoint").write_bytes(bytes(4096))
+        (root / "abort").write_bytes(b"")
+        before = sparse_digest(root)
+        out = tmp_path / f"{name}-out"
+        code, doc, err = convert(capsys, root, out)
+        assert code == 0, err
+        assert sparse_digest(root) == before
+        assert (doc["plan"]["messages"], doc["plan"]["divided_offset"], doc["result"]["messages"]) == (0, 0, 0)
+        assert any("holds no entry" in n for n in doc["plan"]["notes"])
+        assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "commitlog", "index"]
+        assert not any((out / "commitlog").iterdir()) and not any((out / "index").iterdir())
+        assert (tmp_path / f"{name}-out.mapping.jsonl").read_text() == ""
+        code, text, err = cli(capsys, "verify", out, "--format", "json", "-q")
+        assert code == 0, err
+
+
+def test_convert_of_a_mixed_store_whose_member_holds_no_entry_keeps_the_classic_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mixed store whose DLedger member has no data file yet: DLedgerCommitLog's recovery
+    recovers the classic files (the first load of a mixed commitlog) and the ledger would begin
+    at the end of the last one; the converted store holds the classic files as they are, and
+    their messages in its queues."""
+    root = tmp_path / "mixed"
+    dledger_twin(real_store("clean"), root, PROFILE, classic_files=2)
+    member = root / "dledger-n0"
+    shutil.rmtree(member / "data")
+    shutil.rmtree(member / "index")
+    (member / dl.CHECKPOINT_FILE).unlink()
+    (member / "data").mkdir()
+    out = tmp_path / "out"
+    code, doc, err = convert(capsys, root, out)
+    assert code == 0, err
+    src = sorted((real_store("clean") / "commitlog").iterdir())[:2]
+    assert sorted(p.name for p in (out / "commitlog").iterdir()) == [p.name for p in src]
+    for p in src:
+        assert (out / "commitlog" / p.name).read_bytes() == p.read_bytes(), p.name
+    size = src[0].stat().st_size
+    assert (doc["plan"]["messages"], doc["plan"]["divided_offset"]) == (0, 2 * size)
+    code, text, err = cli(capsys, "dump", "commitlog", out, "--format", "jsonl")
+    assert code == 0, err
+    msgs = [r for r in jsonl(text) if r["type"] == "message"]
+    code, text, err = cli(capsys, "dump", "consumequeue", out, "--format", "jsonl")
+    assert code == 0, err
+    units = sorted(r["commitlog_offset"] for r in jsonl(text) if r.get("status") == "OK")
+    assert msgs and units == sorted(m["physical_offset"] for m in msgs), (len(msgs), len(units))
 
 
 def test_convert_of_messages_with_ipv6_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

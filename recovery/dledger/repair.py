@@ -18,13 +18,20 @@ holds: the broker's reput then reads that message and moves on by its TOTALSIZE 
 - **a damaged entry header** (or anything DLedger's walk refuses) ends the ledger there, as
   DLedger's recovery ends it: the entries after it cannot be kept, because DLedger truncates
   at the first entry it refuses and every later entry must continue its index and position
-  sequence. repair does what recover does there: the bytes after the end are zero-filled
+  sequence (the first entry a walk reads, which no entry before it chains, is mended from its
+  index unit alone: :func:`_mend_first`, :func:`_mend_walk_first`). repair does what recover
+  does there: the bytes after the end are zero-filled
   and the later data and index files removed, all of it into the backup (the plan says how
   many intact messages that holds: ``rmqtool restore`` gives them back);
 - **index units** that disagree with their entry (a zeroed unit) are written from the entry,
   every one of the ledger (DLedger's walk rewrites only those from its first mismatch in its
   last three files; a unit it never checks is what its ``get(index)`` and the committed
   position read).
+
+A message inside an entry whose topic or queue id is garbled (neither is covered by its body
+CRC; the entry CRCs are 0) is handled in ``recovery.repair`` as on a classic store: where a
+queue unit or hole names the queue it was written to, its entry's body becomes the tombstone of
+that queue offset (one record of the body's length, like a damaged body's).
 
 The classic files of a mixed store (below the divided offset) are never recovered by the
 broker and repair does not change them: verify's findings there stay (status 4).
@@ -155,9 +162,29 @@ class MendingWalk(LedgerWalk):
 
     def decide(self, src: Source, pos: int, c: Any, j: int) -> Act:
         act = super().decide(src, pos, c, j)
-        if act is not STOP or self.padding or self.s.last_index < 0:
+        if act is not STOP or self.padding:
             return act
-        fx = _mend(src.buf, src.end, src.base, pos, self.s.last_index, self.s.last_term, self.index, self.profile)
+        s = self.s
+        if (
+            s.entries == 1
+            and s.last_end == src.base + pos
+            and s.last_pos >= src.base
+            and not (self.fixed and self.fixed[-1].pos == s.last_pos)
+        ):
+            # (the walk's first entry, whose index DLedger does not check, took a garbled
+            # index or term: the entry after it is refused for it)
+            fx0 = _mend_walk_first(src.buf, src.end, src.base, s.last_pos - src.base, pos, self.index)
+            if fx0 is not None:
+                self.fixed.append(fx0)
+                s.last_index, s.last_term = fx0.index, fx0.term
+                s.rewrite_from, s.rewritten = None, []  # (its unit is the mended header's)
+                act = super().decide(src, pos, c, j)
+                if act is not STOP or self.padding:
+                    return act
+        if self.s.last_index < 0:
+            fx = _mend_first(src.buf, src.end, src.base, pos, self.index, self.profile)
+        else:
+            fx = _mend(src.buf, src.end, src.base, pos, self.s.last_index, self.s.last_term, self.index, self.profile)
         if fx is None:
             return act
         self.fixed.append(fx)
@@ -197,13 +224,81 @@ def _mend_before(store: Store, profile: BrokerProfile, start: int) -> list[_Fixe
     return fixed
 
 
+def _mend_walk_first(buf: Any, n: int, base: int, p0: int, p1: int, index: IndexList) -> _Fixed | None:
+    """The header of the walk's first entry (at ``p0``, which DLedger took without checking
+    its index) when the entry after it (at ``p1``) is refused only for the index or term the
+    first one holds: the next entry's header is sound (magic 1, its own position, its size
+    its body length + 48) and the first entry's index unit, at the next entry's index less
+    one, holds its position and size and a term not above the next entry's."""
+    if n - p1 < dl.BODY_OFFSET:
+        return None
+    h1 = dl.read_entry_header(buf, p1)
+    if not (
+        h1.magic == dl.MAGIC_1
+        and h1.pos == base + p1
+        and h1.body_len + dl.BODY_OFFSET == h1.size
+        and dl.HEADER_SIZE < h1.size <= n - p1
+        and h1.entry_index > 0
+    ):
+        return None
+    want = h1.entry_index - 1
+    u = index.unit(want)
+    if u is None or not (
+        u.magic == dl.MAGIC_1
+        and u.pos == base + p0
+        and u.size == p1 - p0
+        and u.entry_index == want
+        and u.term <= h1.term
+    ):
+        return None
+    fx = _Fixed(base + p0, p1 - p0, want, u.term, "its index unit (the walk's first entry, before the next entry)")
+    return None if fx.header() == bytes(buf[p0 : p0 + dl.BODY_OFFSET]) else fx
+
+
+def _mend_first(buf: Any, n: int, base: int, p: int, index: IndexList, profile: BrokerProfile) -> _Fixed | None:
+    """The header of the first entry a walk reads (the data's first entry when DLedger's
+    walk starts at the first file, or a file's first before the one it starts at): no entry
+    before it gives its index and term, so only its index unit can say what it was. The
+    index that unit is looked up at is the header's stored one, or the next entry's index
+    less one (the next entry found after the stored size or the size of the message in its
+    body); the unit must hold the entry's position, and the next entry, a padding or the end
+    of the data follow it as in :func:`_mend`."""
+    if n - p < dl.BODY_OFFSET:
+        return None
+    h = dl.read_entry_header(buf, p)
+    wants = [h.entry_index] if h.entry_index >= 0 else []
+    sizes = [h.size]
+    c = ck.check_record(buf, p + dl.BODY_OFFSET, n, profile, check_crc=True, read_body=True)
+    if c.is_message and c.rec is not None and c.rec.physical_offset == base + p + dl.BODY_OFFSET:
+        sizes.append(c.size + dl.BODY_OFFSET)
+    for size in sizes:
+        q = p + size
+        if size > dl.HEADER_SIZE and q + dl.BODY_OFFSET <= n:
+            nh = dl.read_entry_header(buf, q)
+            if nh.magic == dl.MAGIC_1 and nh.pos == base + q and nh.entry_index > 0:
+                wants.append(nh.entry_index - 1)
+    for want in dict.fromkeys(wants):
+        fx = _mend(buf, n, base, p, want - 1, -1, index, profile, unit_only=True)
+        if fx is not None:
+            return fx
+    return None
+
+
 def _mend(
-    buf: Any, n: int, base: int, p: int, last_index: int, last_term: int, index: IndexList, profile: BrokerProfile
+    buf: Any,
+    n: int,
+    base: int,
+    p: int,
+    last_index: int,
+    last_term: int,
+    index: IndexList,
+    profile: BrokerProfile,
+    unit_only: bool = False,
 ) -> _Fixed | None:
     """The header of the entry at file position ``p`` (which DLedger's walk refuses), from
-    its index unit or its message, when the next entry, a padding or the end of the data
-    follows it: its index one more than the last, its own position, a term not below the
-    last (channel and CRCs 0, as every DLedger release writes them)."""
+    its index unit or (unless ``unit_only``) its message, when the next entry, a padding or
+    the end of the data follows it: its index one more than the last, its own position, a
+    term not below the last (channel and CRCs 0, as every DLedger release writes them)."""
     if n - p < dl.BODY_OFFSET:
         return None
     pos = base + p
@@ -213,7 +308,7 @@ def _mend(
     if u is not None and u.magic == dl.MAGIC_1 and u.pos == pos and u.entry_index == want and u.term >= last_term:
         cands.append((u.size, u.term, "its index unit"))
     c = ck.check_record(buf, p + dl.BODY_OFFSET, n, profile, check_crc=True, read_body=True)
-    if c.is_message and c.rec is not None and c.rec.physical_offset == pos + dl.BODY_OFFSET:
+    if not unit_only and c.is_message and c.rec is not None and c.rec.physical_offset == pos + dl.BODY_OFFSET:
         cands.append((c.size + dl.BODY_OFFSET, None, "its message"))
     zeros = not bytes(buf[p : p + dl.BODY_OFFSET]).strip(b"\0")
     for size, term, why in cands:

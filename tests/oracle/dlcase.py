@@ -609,6 +609,141 @@ def convert_dl(
     return bad
 
 
+def garble_topic(store: Path, view: dict[str, Any], rng: random.Random) -> str | None:
+    """One character of the topic of a message inside an entry changed to '/' (issue 33 R3's
+    damage, TopicA -> Top/cA, in a DLedger store): neither the message's body CRC nor the
+    entry's CRCs (0) cover it. A message of a topic of 4 characters or more whose queue holds
+    another message, in the ledger; None when there is none."""
+    from rmqtool.formats import commitlog as cl
+
+    recs = [
+        r
+        for r in view.get("commitlog_records") or []
+        if r.get("dledger_entry") is not None and len(r.get("topic") or "") >= 4 and not r["topic"].startswith("RMQ_")
+    ]
+    per_queue: dict[tuple[str, int], int] = {}
+    for r in recs:
+        per_queue[(r["topic"], r["queue_id"])] = per_queue.get((r["topic"], r["queue_id"]), 0) + 1
+    recs = [r for r in recs if per_queue[(r["topic"], r["queue_id"])] >= 2]
+    m = _member(store)
+    if not recs or m is None:
+        return None
+    r = recs[rng.randrange(len(recs))]
+    off = r["phys_offset"]
+    path = next((p for p in sorted((m / "data").iterdir(), reverse=True) if int(p.name) <= off), None)
+    if path is None:
+        return None
+    buf = bytearray(path.read_bytes())
+    at = off - int(path.name)
+    rec = cl.decode_message(buf, at)
+    t = rec.body_pos + rec.body_length + (2 if rec.magic == cl.MAGIC_V2 else 1)
+    k = rng.randrange(1, len(rec.topic) - 1)
+    buf[t + k] = ord("/")
+    path.write_bytes(bytes(buf))
+    return f"garbled topic {rec.topic!r} at {off} (entry {r['dledger_entry'].get('index')})"
+
+
+def repair_dl(
+    oracle: dc.Oracle,
+    store: Path,
+    version: str,
+    config: dict[str, Any],
+    view: dict[str, Any],
+    work: Path,
+    seed: int,
+    garble: bool | None = None,
+) -> list[str]:
+    """repair on a copy of the case's store (clean or killed, damaged or not; every other
+    case also a garbled topic inside an entry: :func:`garble_topic`), then the same release
+    opens the repaired store: a normal start, every message rmqtool's dump of the repaired
+    store holds at its offset in the broker's records and none else, every record the broker
+    saw in the store before (below where the repair ends the data) the same, or the tombstone
+    the plan puts there (its queue and queue offset), every queue unit the broker had before
+    (of a message kept) still there and every unit consistent, the ledger's entries before
+    the end the same. Not in the default oracle run (bench/dledger_soak.py). ``garble``:
+    whether to garble a topic (None: the seeded stream decides); a garble that finds no
+    message to garble is a failure when asked for."""
+    rep = work / "rep"
+    shutil.rmtree(rep, ignore_errors=True)
+    shutil.rmtree(work / "rep.bk", ignore_errors=True)
+    sparse_copy(store, rep)
+    rng = random.Random(f"dledger-repair:{seed}:{version}")
+    draw = rng.random() < 0.5
+    garbled = garble_topic(rep, view, rng) if (draw if garble is None else garble) else None
+    if garble and garbled is None:
+        return ["repair: no message to garble a topic of"]
+    before = view
+    if garbled is not None:
+        before = view_dl(oracle, version, view_config_of(config), rep)
+        if not before.get("load_ok", True):
+            return []
+    rc, out, err = dc.rmq(
+        ["repair", "--yes", str(rep), "--backup-dir", str(work / "rep.bk"), *dc.recover_args(version, config)]
+    )
+    tag = f" ({garbled})" if garbled else ""
+    if rc not in (0, 1, 4, 5):
+        return [f"repair: status {rc}{tag}: {err.strip()[-200:]}"]
+    doc = json.loads(out) if out.strip().startswith("{") else {}
+    plan = doc.get("plan") or {}
+    end = plan.get("data_end")
+    quar = {q["offset"]: q for q in plan.get("quarantined") or [] if q.get("offset") is not None}
+    tombs = {o: q for o, q in quar.items() if q.get("tombstone")}
+    _rc, mine = dc.dump_records(rep, version, config)
+    kept = {dc._where(r): r for r in mine if r.get("type") == "message" and r.get("status") == "OK"}
+    after = view_dl(oracle, version, view_config_of(config), rep)
+    if not after.get("load_ok", True):
+        return [f"repair{tag}: the broker does not load the repaired store"]
+    bad: list[str] = []
+    if dc.view_mode(after) != "normal":
+        bad.append(f"repair{tag}: the broker ran {after.get('recovery_mode')} recovery on the repaired store")
+    a = {r["phys_offset"]: r for r in after.get("commitlog_records") or [] if not r.get("blank_end_of_file_record")}
+    if set(a) != set(kept):
+        bad.append(
+            f"repair{tag}: messages rmqtool keeps and the broker does not see: {sorted(set(kept) - set(a))[:5]}; "
+            f"the broker sees and rmqtool's dump does not: {sorted(set(a) - set(kept))[:5]}"
+        )
+    below = lambda o: end is None or o < end  # noqa: E731
+    for r in before.get("commitlog_records") or []:
+        off = r["phys_offset"]
+        if r.get("blank_end_of_file_record") or not below(off):
+            continue
+        x = a.get(off)
+        if off in tombs:
+            q = tombs[off]
+            got = None if x is None else (x["topic"], x["queue_id"], x["queue_offset"])
+            if got != (q["topic"], q["queue_id"], q["queue_offset"]):
+                bad.append(f"repair{tag}: tombstone at {off}: {got}, the plan's {q['topic']}/{q['queue_id']}")
+        elif off in quar:
+            continue
+        elif x != r:
+            bad.append(
+                f"repair{tag}: the record at {off} the broker saw before is {'gone' if x is None else 'changed'}"
+            )
+        if len(bad) > 5:
+            break
+    after_units = {
+        (k, e["cq_offset"], e["phys_offset"], e["size"])
+        for k, q in (after.get("consume_queues") or {}).items()
+        for e in q.get("entries") or []
+    }
+    for k, q in (before.get("consume_queues") or {}).items():
+        for e in q.get("entries") or []:
+            o = e["phys_offset"]
+            if o in quar or not below(o) or o not in kept or e.get("consistent") is not True:
+                continue
+            if (k, e["cq_offset"], o, e["size"]) not in after_units:
+                bad.append(f"repair{tag}: queue {k} unit {e['cq_offset']} -> {o} the broker had is gone")
+                break
+    for k, q in (after.get("consume_queues") or {}).items():
+        if any(e.get("consistent") is not True for e in q.get("entries") or []):
+            bad.append(f"repair{tag}: queue {k}: a unit the broker finds inconsistent")
+    eb = [e for e in before.get("dledger_entries") or [] if "error" not in e and below(e.get("pos", 0))]
+    ea = {e.get("pos"): e for e in after.get("dledger_entries") or [] if "error" not in e}
+    if any(ea.get(e.get("pos")) != e for e in eb if e.get("pos", 0) + 48 not in quar):
+        bad.append(f"repair{tag}: DLedger entries the broker had before differ after the repair")
+    return bad
+
+
 @dataclass
 class DlResult:
     seed: int
@@ -638,6 +773,10 @@ def view_config(sc: dict[str, Any]) -> dict[str, Any]:
 
 
 CHECKS = ("dump", "entries", "verify", "rebuild", "recover", "convert")
+SOAK_CHECKS = (
+    *CHECKS,
+    "repair",
+)  # (repair's check, a repair and a view more a case: the soak's, not the default run's)
 
 
 def view_raced_commit(view: dict[str, Any]) -> bool:
@@ -737,6 +876,8 @@ def _checks(
         res.results["convert"] = convert_dl(res.oracle, store, version, config, view, work, bool(res.damage_done))
     if "recover" in checks and res.oracle is not None:
         res.results["recover"], res.results["reopen"] = recover_dl(res.oracle, store, version, config, view, work)
+    if "repair" in checks and res.oracle is not None:
+        res.results["repair"] = repair_dl(res.oracle, store, version, config, view, work, res.seed)
 
 
 def env_versions(default: tuple[str, ...]) -> list[str]:

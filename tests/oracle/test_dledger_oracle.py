@@ -28,6 +28,7 @@ pytestmark = pytest.mark.oracle
 CASES = [
     ("4.6.1", 10),  # clean
     ("4.8.0", 15),  # killed, mixed, damaged
+    ("4.8.0", 39107),  # killed before the first entry: a member of currterm only (convert: an empty store)
     ("4.9.4", 6),  # clean, mixed
     ("4.9.4", 1),  # killed, mixed, damaged
     ("4.9.8", 24),  # killed, damaged

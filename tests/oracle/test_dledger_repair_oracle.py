@@ -7,7 +7,9 @@ store: it loads it by a normal start and sees every message the plan keeps, at i
 with the consume queue unit of its queue offset (consistent), the tombstones where the
 plan puts them (same topic, queue and queue offset, RMQTOOL_TOMBSTONE), and the ledger's
 entries as they were written (tests/test_dledger.py asserts the bytes on twins; man
-rmqtool-repair, DLEDGER STORES)."""
+rmqtool-repair, DLEDGER STORES). Killed stores (4.6.1 and 5.0.0, their case's damage and a
+topic garbled inside an entry) go through dlcase.repair_dl, the check the soak
+(bench/dledger_soak.py) runs on every case."""
 
 from __future__ import annotations
 
@@ -190,4 +192,39 @@ def test_the_broker_opens_the_repaired_dledger_store_and_sees_what_the_plan_keep
         assert not tomb, plan.get("quarantined")
     after = dlcase.view_dl(broker_oracle, version, dlcase.view_config_of(config), store)
     bad = _check(before, after, tomb, below)
+    assert not bad, "\n".join(bad)
+
+
+# (release, seed): killed stores, each with its case's own damage (4.6.1 seed 23: currterm
+# removed and a bit of a message flipped; 5.0.0 seed 14: committedIndex rewritten and a bit of
+# an entry header flipped) and a topic garbled inside an entry (dlcase.repair_dl; the soak,
+# bench/dledger_soak.py, runs this check on every case)
+KILLED = [("4.6.1", 23), ("5.0.0", 14)]
+
+
+@pytest.mark.soak(version="5.0.0", seed=14)  # (the soak share: 4.6.1's case runs by default)
+@pytest.mark.parametrize("version, seed", KILLED, ids=[f"{v}-seed{s}" for v, s in KILLED])
+def test_the_broker_opens_a_repaired_killed_dledger_store_and_sees_every_kept_message(
+    broker_oracle: dc.Oracle,  # noqa: F811
+    tmp_path: Path,
+    version: str,
+    seed: int,
+) -> None:
+    """A store killed mid-write, damaged, and a message's topic garbled inside its entry:
+    after rmqtool repair the same release loads it by a normal start and its records are the
+    messages rmqtool keeps, every record it saw before the same or the plan's tombstone (the
+    garbled message's: the queue it was written to, at its queue offset), every unit it had
+    still there and every unit consistent (on the code before the garbled-topic repair, the
+    garbled message's queue held a unit the broker finds inconsistent)."""
+    if version not in broker_oracle.versions():
+        pytest.skip(f"the oracle does not list {version}")
+    sc = dlcase.gen_dl_scenario(seed, version)
+    assert sc["end"]["mode"] == "kill" and sc["damage"], sc
+    w = tmp_path / "w"
+    broker_oracle.write(version, dlcase.harness_scenario(sc), w)
+    store = w / "store"
+    assert dlcase.apply_dl_damage(store, sc["damage"])
+    view = dlcase.view_dl(broker_oracle, version, dlcase.view_config(sc), store)
+    assert view.get("load_ok", True)
+    bad = dlcase.repair_dl(broker_oracle, store, version, sc["config"], view, tmp_path, seed, garble=True)
     assert not bad, "\n".join(bad)
