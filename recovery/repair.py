@@ -53,6 +53,7 @@ from ..formats.errors import StoreLayoutError
 from ..formats.properties import CRC32
 from ..formats.safeio import read_small
 from . import check as ck
+from .batchcq import BcqFileOut
 from .filler import (
     BLANK_LEN,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -305,11 +306,13 @@ def plan_repair(
     index_tz: Any = None,
     rebuild: bool = True,
     workdir: Path | None = None,
+    bcq_file_size: int | None = None,
 ) -> RepairPlan:
     """The repair plan; with ``rebuild`` also the consume queue / index / checkpoint
     changes (computed on a patched copy of the changed commitlog files in ``workdir``,
     default a temporary directory beside the store, removed before returning unless
-    ``workdir`` is given)."""
+    ``workdir`` is given). ``bcq_file_size``: the broker config's
+    mapperFileSizeBatchConsumeQueue (else the batch queue files' size)."""
     t0 = time.perf_counter()
     blocked = _blocked_plan(store, profile, t0)
     if blocked is not None:
@@ -318,7 +321,7 @@ def plan_repair(
     scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
     intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
     if store.dledger is not None:
-        return _plan_dledger(store, profile, scans, recs, intact, t0, index_tz, jobs, rebuild, workdir)
+        return _plan_dledger(store, profile, scans, recs, intact, t0, index_tz, jobs, rebuild, workdir, bcq_file_size)
     # misfiled records bound the data (their bytes stay in it, as filler), but are damage
     bound = intact.copy()
     units = queue_units(store)
@@ -338,6 +341,7 @@ def plan_repair(
     tb.from_damaged_records(store, fixed)
     tb.from_misfiled(store, misfiled)
     tb.from_queue_units(store, misfiled)
+    tb.from_batch_units()
     tb.from_queue_holes(fixed, intact)
     unfillable = _lay_out_regions(store, profile, tb, recs, intact, ioff, max_message_size, problems)
     regions = [r for r in regions if r.layout is not None]
@@ -358,7 +362,7 @@ def plan_repair(
     )
     plan.timer_units = _timer_units(store, profile, plan, recs, intact)
     if rebuild:
-        _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
+        _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir, bcq_file_size)
     plan.seconds = time.perf_counter() - t0
     return plan
 
@@ -404,6 +408,7 @@ def _plan_dledger(
     jobs: int,
     rebuild: bool,
     workdir: Path | None,
+    bcq_file_size: int | None = None,
 ) -> RepairPlan:
     """The plan on a DLedger or mixed store (:mod:`recovery.dledger.repair`): each damaged
     entry body one record of its length (a tombstone, or a quarantine record), the bytes
@@ -454,7 +459,7 @@ def _plan_dledger(
         plan.notes.append(f"{n} DLedger index unit(s) that disagree with their entry are written from it")
     plan.timer_units = _timer_units(store, profile, plan, recs, live)
     if rebuild:
-        _plan_rebuild(store, profile, plan, recs, live, index_tz, jobs, workdir)
+        _plan_rebuild(store, profile, plan, recs, live, index_tz, jobs, workdir, bcq_file_size)
     plan.seconds = time.perf_counter() - t0
     return plan
 
@@ -779,6 +784,7 @@ def _plan_rebuild(
     index_tz: Any,
     jobs: int,
     workdir: Path | None,
+    bcq_file_size: int | None = None,
 ) -> None:
     w = _Workdir(store, workdir)
     try:
@@ -801,7 +807,7 @@ def _plan_rebuild(
                 "repair writes no consume queue; the broker's start-up reput dispatches every record into "
                 "queue files of its own size (give --cq-file-size or --broker-config to have repair write them)"
             )
-        rb = plan_rebuild(view, profile, cq=cq, index=True, index_tz=index_tz, jobs=jobs)
+        rb = plan_rebuild(view, profile, cq=cq, index=True, index_tz=index_tz, jobs=jobs, bcq_file_size=bcq_file_size)
         plan.problems.extend(p for p in rb.problems if not p.startswith("commitlog"))
         plan.changes = _keep_index_names(store, _streamed_changes(rb, w))
         _plan_checkpoint(store, plan, rb, recs, intact)
@@ -874,7 +880,7 @@ def _streamed_changes(rb: Any, w: _Workdir) -> list[FileChange]:
                 changes.append(ch)
             continue
         content = ch.content
-        if isinstance(content, (CqFileOut, IndexFileOut)):
+        if isinstance(content, (CqFileOut, IndexFileOut, BcqFileOut)):
             dst = out_dir / ch.relpath
             dst.parent.mkdir(parents=True, exist_ok=True)
             stream_to(dst, content.write_to)

@@ -233,23 +233,19 @@ def test_verify_finds_records_of_a_batch_topic_without_a_unit(
     # (the file-queue check leaves a BatchCQ topic's records to this one: no CQ_MISSING_MESSAGE)
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        # (recover: test_recover_takes_a_clean_batch_store_as_it_is and the crash cases below)
-        ["repair", "--yes"],
-        ["repair", "--dry-run"],
-    ],
-)
-def test_destructive_commands_refuse_a_store_with_batch_queues(
+@pytest.mark.parametrize("argv", [["repair", "--yes"], ["repair", "--dry-run"]])
+def test_repair_takes_a_clean_batch_store_as_it_is(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
+    """(was test_destructive_commands_refuse_a_store_with_batch_queues[argv0], [argv1]: exit 8,
+    LAYOUT_BATCH_CQ.) repair on a sound BatchCQ store (its index written by rebuild-index) has
+    nothing to do and changes nothing."""
     root = bcq_store(tmp_path)
+    assert run(["rebuild-index", str(root), "--yes", "-q", "--broker-version", "5.5.1", "--cq-file-size", "6000"]) == 1
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    rc = run([argv[0], str(root), *argv[1:], "--broker-version", "5.5.1"])
+    rc = run([argv[0], str(root), *argv[1:], "--broker-version", "5.5.1", "--cq-file-size", "6000"])
     err = capsys.readouterr().err
-    assert rc == 8, err
-    assert "BatchConsumeQueue" in err and "batchconsumequeue" in err
+    assert rc == 0, err
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
 
 
@@ -802,3 +798,117 @@ def test_recover_refuses_a_batch_queue_file_the_broker_does_not_load(
     rc = run(["info", str(root), "--deep", "--format", "json", "--broker-version", "5.5.1"])
     capsys.readouterr()
     assert rc in (0, 4)
+
+
+# --------------------------------------------------------------------------- repair (issue 35)
+
+
+def _repair(root: Path, *more: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(["repair", str(root), "-q", "-j", "1", "--broker-version", "5.5.1", "--cq-file-size", "6000", *more])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _record_at(root: Path, off: int) -> tuple[Any, dict[str, str]]:
+    from rmqtool.formats.properties import parse_properties
+
+    data = (root / "commitlog" / f"{0:020d}").read_bytes()
+    rec = cl.decode_message(data, off, len(data))
+    props = rec.properties
+    return rec, parse_properties(props if isinstance(props, str) else bytes(props).decode())
+
+
+# records of bcq_store: (offset, size, base, batch) of BatchT/0
+_BCQ_RECORDS = [(0, 214, 0, 3), (214, 215, 3, 5), (429, 216, 8, 1), (645, 217, 9, 2)]
+
+
+@pytest.mark.parametrize("damage", ["body", "header", "header_and_unit"])
+def test_repair_gives_a_lost_inner_batch_a_tombstone_of_its_queue_offsets(tmp_path: Path, damage: str) -> None:
+    """(refused before: exit 8, LAYOUT_BATCH_CQ.) A damaged inner batch of a BatchCQ topic (the
+    record at queue offsets 3-7): repair replaces it by a tombstone the broker's dispatch gives
+    the same unit (base offset 3, batch size 5: INNER_BASE/INNER_NUM, the inner-batch flag,
+    QUEUEOFFSET 3), whether the batch size comes from the damaged record's own properties
+    (body), from its batch queue unit (header garbled), or from the hole between the intact
+    records around it (the unit gone too); the intact records keep their bytes and units, the
+    batch queue is as before but for the tombstone's tagsCode and store time, verify finds the
+    store sound, and restore gives the damaged bytes back."""
+    root = bcq_store(tmp_path)
+    cl0 = root / "commitlog" / f"{0:020d}"
+    bq = root / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}"
+    good_cl, good_bq = cl0.read_bytes(), bq.read_bytes()
+    b = bytearray(good_cl)
+    if damage == "body":
+        b[214 + 100] ^= 0xFF
+    else:
+        b[214 + 4] ^= 0xFF  # (the magic code: no record starts there)
+    cl0.write_bytes(bytes(b))
+    if damage == "header_and_unit":
+        u = bytearray(good_bq)
+        u[46:92] = bytes(46)  # (a zero unit, as a lost write leaves it; the units after it stay)
+        struct.pack_into(">q", u, 46, -1)
+        bq.write_bytes(bytes(u))
+    damaged = _files(root)
+    rc, out, err = _repair(root, "--dry-run", "--format", "json")
+    assert rc == 4, err
+    assert _files(root) == damaged
+    doc = json.loads(out)["plan"]
+    assert [(q["topic"], q["queue_offset"], q["tombstone"]) for q in doc["quarantined"]][:1] == [("BatchT", 3, True)]
+    assert not doc["problems"]
+    rc, _out, err = _repair(root, "--yes", "--backup-dir", str(tmp_path / "bk"))
+    assert rc == 1, err
+    new = cl0.read_bytes()
+    for off, size, _base, _n in _BCQ_RECORDS[:1] + _BCQ_RECORDS[2:]:
+        assert new[off : off + size] == good_cl[off : off + size]
+    t, props = _record_at(root, 214)
+    assert (t.topic, t.queue_id, t.queue_offset, t.sys_flag & 0x80, t.total_size) == ("BatchT", 0, 3, 0x80, 215)
+    assert (props["INNER_BASE"], props["INNER_NUM"]) == ("3", "5")
+    assert "RMQTOOL_TOMBSTONE" in props
+    want = read_units = cq.read_bcq_units(good_bq[: 4 * 46])
+    got = cq.read_bcq_units(bq.read_bytes()[: 4 * 46])
+    assert got[[0, 2, 3]].tobytes() == want[[0, 2, 3]].tobytes()
+    keep = ["commitlog_offset", "size", "msg_base_offset", "batch_size", "compacted_offset"]
+    assert [got[1][k] for k in keep] == [read_units[1][k] for k in keep]
+    assert bq.read_bytes()[4 * 46 :] == bytes(len(good_bq) - 4 * 46)
+    rc = run(["verify", str(root), "--broker-version", "5.5.1", "--quiet", "--format", "jsonl"])
+    assert rc == 0
+    rc = run(["restore", str(tmp_path / "bk"), str(root), "--yes", "-q"])
+    assert rc in (0, 1)
+    assert _files(root) == damaged
+
+
+def test_repair_of_a_file_queue_topic_leaves_the_batch_queue(tmp_path: Path) -> None:
+    """(refused before: exit 8.) A store with both kinds (BatchT BatchCQ by config/topics.json,
+    PlainT a file queue): a damaged PlainT record gets the classic tombstone (no INNER_*, queue
+    offset 1 of PlainT/0), the batch queue repair writes is the one rebuild-index writes from
+    the sound store (the inner batches keep their offsets: 0, 3 and 5)."""
+    recs = [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0), ("BatchT", 3, 2, 0x80)]
+    recs += [("PlainT", 1, None, 0), ("BatchT", 5, 4, 0x80), ("PlainT", 2, None, 0)]
+    root = _two_kind_store(tmp_path, recs)
+    rc, _out, err = _rebuild(root, "--yes", "--cq-file-size", "6000")
+    assert rc == 1, err
+    sound = _files(root)
+    cl0 = root / "commitlog" / f"{0:020d}"
+    data = cl0.read_bytes()
+    offs = [0]
+    for _ in recs[:-1]:
+        offs.append(offs[-1] + struct.unpack_from(">i", data, offs[-1])[0])
+    b = bytearray(data)
+    b[offs[3] + 100] ^= 0xFF  # PlainT's queue offset 1: its body CRC fails
+    cl0.write_bytes(bytes(b))
+    rc, _out, err = _repair(root, "--yes")
+    assert rc == 1, err
+    after = _files(root)
+    assert {k: v for k, v in after.items() if k.startswith("batchconsumequeue/")} == {
+        k: v for k, v in sound.items() if k.startswith("batchconsumequeue/")
+    }
+    t, props = _record_at(root, offs[3])
+    assert (t.topic, t.queue_offset, t.sys_flag) == ("PlainT", 1, 0)
+    assert "INNER_NUM" not in props and "RMQTOOL_TOMBSTONE" in props
+    # the file queue: three units, the second the tombstone's
+    u = np.frombuffer(after["consumequeue/PlainT/0/" + f"{0:020d}"][:60], dtype=">i8,>i4,>i8")
+    assert [int(x[0]) for x in u] == [offs[1], offs[3], offs[5]]
+    assert run(["verify", str(root), "--broker-version", "5.5.1", "--quiet"]) == 0

@@ -31,7 +31,7 @@ from ..cmdopts import change_options, store_command_options
 from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
-from ..options import make_profile, open_store
+from ..options import bcq_file_size_from_config, make_profile, open_store
 from ..output import format_options, output_file_options, pick_columns, say
 from ..progress import progress_bar, progress_option
 from ..render import render
@@ -224,6 +224,7 @@ def _plan(
             jobs=jobs,
             progress=advance,
             index_tz=tz if tz is not None else infer_index_tz(store),
+            bcq_file_size=bcq_file_size_from_config(),
         )
 
 
