@@ -343,6 +343,7 @@ def plan_repair(
     tb.from_queue_units(store, misfiled)
     tb.from_batch_units()
     tb.from_queue_holes(fixed, intact)
+    tb.refuse_unsized(fixed, intact)
     unfillable = _lay_out_regions(store, profile, tb, recs, intact, ioff, max_message_size, problems)
     regions = [r for r in regions if r.layout is not None]
 

@@ -6,6 +6,8 @@ classic and the DLedger plans alike)."""
 
 from __future__ import annotations
 
+import dataclasses
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,9 +15,10 @@ import numpy as np
 
 from ..formats import commitlog as cl
 from ..formats.consumequeue import bcq_valid_mask
+from ..formats.errors import StoreLayoutError
 from ..formats.names import offset_msg_id
 from .batchcq import batch_queues, dispatch_batch_topics, inner_pairs, store_bcq_file_size, written_units
-from .filler import Tombstone
+from .filler import INNER_BATCH_SYSFLAG, Tombstone
 from .repairfields import Misfiled
 from .repairregions import Quarantined, Region
 from .store import Store, StoreFile
@@ -43,6 +46,16 @@ def _read_units(f: StoreFile, limit: int) -> np.ndarray:
     if n <= 0:
         return np.zeros(0, dtype=_UNIT)
     return np.fromfile(f.path, dtype=_UNIT, count=n)
+
+
+def _sys_flag(store: Store, off: int) -> int:
+    """The SYSFLAG header field of the record at ``off`` (0 where it does not read)."""
+    f = store.commitlog_file_for(off)
+    at = off + cl.HEADER_OFFSETS[0]["sys_flag"]
+    if f is None or at + 4 > f.base + f.size:
+        return 0
+    with store.map(f) as mf:
+        return int(struct.unpack_from(">i", mf.buf, at - f.base)[0])
 
 
 def fillable(r: Region) -> bool:
@@ -77,6 +90,9 @@ class Tombstones:
     # the batch consume queue units that point into a region: commitlog offset -> (topic,
     # queue id, base offset, batch size)
     batch_units: dict[int, tuple[str, int, int, int]] = field(default_factory=dict)
+    # lost inner batches (sysflag 0x80) whose batch size nothing tells: (topic, queue id, base
+    # offset, commitlog offset); :meth:`refuse_unsized` refuses those no later record bounds
+    unsized: list[tuple[str, int, int, int]] = field(default_factory=list)
 
     @classmethod
     def of(cls, store: Store, regions: list[Region], recs: Any, intact: np.ndarray) -> Tombstones:
@@ -143,7 +159,30 @@ class Tombstones:
                 return 1
             if int(base[0]) == qo and 0 < int(num[0]) <= _MAX_BATCH:
                 return int(num[0])
+            if _sys_flag(self.store, off) & INNER_BATCH_SYSFLAG:
+                self.unsized.append((t, q, qo, off))
         return 1
+
+    def refuse_unsized(self, recs: Any, intact: np.ndarray) -> None:
+        """Refuse (exit 8, nothing changed) a lost inner batch whose batch size nothing tells
+        (its INNER_NUM does not read, no batch queue unit points at it) when no intact record
+        of its queue follows it: its tombstone would hold 1 queue offset where the batch held
+        more, and the queue would end early. (Followed by one, the hole up to that record's
+        base offset gets the rest: :meth:`from_batch_holes`.)"""
+        for t, q, qo, off in self.unsized:
+            k = recs.qkey_of(t, q) if len(recs) else None
+            later = k is not None and bool(np.any(intact & (recs.qkey == k) & (recs.off > off) & to_queue(recs.flags)))
+            if not later:
+                assert self.store is not None
+                f = self.store.commitlog_file_for(off)
+                raise StoreLayoutError(
+                    f"refused, nothing changed: the damaged record at commitlog offset {off} is an inner batch "
+                    f"(sysflag 0x80) of BatchCQ topic {t!r} queue {q} from queue offset {qo}, and nothing tells how "
+                    "many messages it held (its INNER_NUM does not read, no batch consume queue unit points at it, "
+                    "no intact record of its queue follows it): repair cannot give its tombstone the queue offsets "
+                    "the broker gave it (rmqtool recover cuts the commitlog before it)",
+                    f.path if f is not None else self.store.root,
+                )
 
     def region_of(self, off: int) -> int | None:
         i = int(np.searchsorted(self.starts, off, side="right")) - 1
@@ -299,17 +338,28 @@ class Tombstones:
             t, q = recs.queues[int(qk[n])]
             lo, hi = int(end[n]), int(base[n + 1])
             taken = sorted(
-                (k[2], k[2] + max(ts.batch, 1))
-                for w in self.wanted.values()
+                (k[2], k[2] + max(ts.batch, 1), wi, k)
+                for wi, w in self.wanted.items()
                 for k, ts in w.items()
                 if k[0] == t and k[1] == q and k[2] < hi and k[2] + max(ts.batch, 1) > lo
             )
-            x = lo
-            for a0, b0 in [*taken, (hi, hi)]:
-                while x < min(a0, hi):
-                    k = min(min(a0, hi) - x, _MAX_BATCH)
+            unsized = {(u[0], u[1], u[2]) for u in self.unsized}
+            x, before = lo, None
+            for a0, b0, wi, key in [*taken, (hi, hi, -1, None)]:
+                stop = min(a0, hi)
+                if x < stop and before is not None and before[1] in unsized:
+                    # an inner batch whose size nothing told, the hole right after it: it held them
+                    bi, bkey = before
+                    ts = self.wanted[bi][bkey]
+                    grow = min(stop - x, _MAX_BATCH - ts.batch)
+                    if grow > 0:
+                        self.wanted[bi][bkey] = dataclasses.replace(ts, batch=ts.batch + grow)
+                        x += grow
+                while x < stop:
+                    k = min(stop - x, _MAX_BATCH)
                     i = cands[-1]
                     self.add(i, t, q, x, None, "queue offset hole", k)
                     self.qinfo[i][-(len(self.qinfo[i]) + 1)] = Quarantined(None, t, q, x, None, "queue offset hole")
                     x += k
                 x = max(x, b0)
+                before = (wi, key) if key is not None else None

@@ -912,3 +912,40 @@ def test_repair_of_a_file_queue_topic_leaves_the_batch_queue(tmp_path: Path) -> 
     u = np.frombuffer(after["consumequeue/PlainT/0/" + f"{0:020d}"][:60], dtype=">i8,>i4,>i8")
     assert [int(x[0]) for x in u] == [offs[1], offs[3], offs[5]]
     assert run(["verify", str(root), "--broker-version", "5.5.1", "--quiet"]) == 0
+
+
+@pytest.mark.parametrize("followed", [True, False])
+def test_repair_sizes_a_lost_inner_batch_by_the_next_record_or_refuses(tmp_path: Path, followed: bool) -> None:
+    """A damaged inner batch (sysflag 0x80) whose INNER_NUM does not read and that no batch
+    queue unit points at (the batch queue gone): followed by an intact record of its queue, its
+    tombstone holds the queue offsets up to that record's base offset (2: 3 and 4); else nothing
+    tells how many it held, and repair refuses the store (exit 8, nothing changed, the record
+    named), dry run alike, rather than end the queue early."""
+    recs = [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0), ("BatchT", 3, 2, 0x80), ("PlainT", 1, None, 0)]
+    recs += [("BatchT", 5, 4, 0x80)] if followed else []
+    recs += [("PlainT", 2, None, 0)]
+    root = _two_kind_store(tmp_path, recs)
+    rc, _out, err = _rebuild(root, "--yes", "--cq-file-size", "6000")
+    assert rc == 1, err
+    cl0 = root / "commitlog" / f"{0:020d}"
+    b = bytearray(cl0.read_bytes())
+    i = b.index(b"INNER_NUM\x012")  # (the second BatchT record's: its INNER_NUM no number)
+    b[i + 10] = ord("x")
+    cl0.write_bytes(bytes(b))
+    import shutil
+
+    shutil.rmtree(root / "batchconsumequeue")
+    damaged = _files(root)
+    for argv in (["--dry-run"], ["--yes"]):
+        rc, _out, err = _repair(root, *argv)
+        if not followed:
+            assert rc == 8, err
+            assert "commitlog offset 358" in err and "inner batch" in err and "'BatchT'" in err
+            assert _files(root) == damaged
+    if followed:
+        assert rc == 1, err
+        t, props = _record_at(root, 358)
+        assert (t.queue_offset, props["INNER_BASE"], props["INNER_NUM"], t.sys_flag & 0x80) == (3, "3", "2", 0x80)
+        units = cq.read_bcq_units((root / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}").read_bytes()[: 3 * 46])
+        assert [(int(u["msg_base_offset"]), int(u["batch_size"])) for u in units] == [(0, 3), (3, 2), (5, 4)]
+        assert run(["verify", str(root), "--broker-version", "5.5.1", "--quiet"]) == 0
