@@ -949,3 +949,49 @@ def test_repair_sizes_a_lost_inner_batch_by_the_next_record_or_refuses(tmp_path:
         units = cq.read_bcq_units((root / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}").read_bytes()[: 3 * 46])
         assert [(int(u["msg_base_offset"]), int(u["batch_size"])) for u in units] == [(0, 3), (3, 2), (5, 4)]
         assert run(["verify", str(root), "--broker-version", "5.5.1", "--quiet"]) == 0
+
+
+# --------------------------------------------------------------------------- export (issue 35)
+
+
+def test_export_gives_each_batch_unit_a_row_and_each_inner_batch_one(
+    tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """export --what consumequeue wrote no row of a batch consume queue before (its tasks read
+    consumequeue/ only): now each unit is a row as dump consumequeue lists it, kind "batch",
+    queue_offset its base offset and batch_size its messages (3, 5, 1, 2: 11 in all); a file
+    queue's unit has kind and batch_size null. export --what commitlog gives each inner batch
+    one row (the batch), INNER_BASE and INNER_NUM in its properties, as dump commitlog."""
+    import pyarrow.parquet as pq
+
+    from rmqtool.cli.export.spark import run_export
+    from rmqtool.recovery.store import Store
+
+    recs = [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0), ("BatchT", 3, 5, 0x80), ("BatchT", 8, 1, 0x80)]
+    recs += [("BatchT", 9, 2, 0x80)]
+    root = _two_kind_store(tmp_path, recs)
+    rc, _out, err = _rebuild(root, "--yes", "--cq-file-size", "6000")
+    assert rc == 1, err
+    store = Store.open(root)
+    run_export([("s", store)], str(tmp_path / "cq"), session=spark, quiet=True, what="consumequeue")
+    rows = sorted(pq.read_table(tmp_path / "cq").to_pylist(), key=lambda r: (r["topic"], r["queue_offset"]))
+    got = [(r["topic"], r["queue_offset"], r["kind"], r["batch_size"], r["status"]) for r in rows]
+    assert got == [
+        ("BatchT", 0, "batch", 3, "OK"),
+        ("BatchT", 3, "batch", 5, "OK"),
+        ("BatchT", 8, "batch", 1, "OK"),
+        ("BatchT", 9, "batch", 2, "OK"),
+        ("PlainT", 0, None, None, "OK"),
+    ]
+    rc, dumped = _jsonl(capsys, ["dump", "consumequeue", str(root), "--format", "jsonl", "--broker-version", "5.5.1"])
+    keys = ("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status")
+    assert sorted(tuple(r[k] for k in keys) for r in rows) == sorted(tuple(r[k] for k in keys) for r in dumped)
+    run_export([("s", store)], str(tmp_path / "cl"), session=spark, quiet=True)
+    msgs = [r for r in pq.read_table(tmp_path / "cl").to_pylist() if r["type"] == "message"]
+    batches = sorted((r["queue_offset"], dict(r["properties"])) for r in msgs if r["topic"] == "BatchT")
+    assert [(qo, p["INNER_BASE"], p["INNER_NUM"]) for qo, p in batches] == [
+        (0, "0", "3"),
+        (3, "3", "5"),
+        (8, "8", "1"),
+        (9, "9", "2"),
+    ]
