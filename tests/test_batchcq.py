@@ -856,7 +856,8 @@ def test_repair_gives_a_lost_inner_batch_a_tombstone_of_its_queue_offsets(tmp_pa
     assert rc == 4, err
     assert _files(root) == damaged
     doc = json.loads(out)["plan"]
-    assert [(q["topic"], q["queue_offset"], q["tombstone"]) for q in doc["quarantined"]][:1] == [("BatchT", 3, True)]
+    got = [(q["topic"], q["queue_offset"], q["tombstone"], q["batch_size"]) for q in doc["quarantined"]]
+    assert got[:1] == [("BatchT", 3, True, 5)]
     assert not doc["problems"]
     rc, _out, err = _repair(root, "--yes", "--backup-dir", str(tmp_path / "bk"))
     assert rc == 1, err
@@ -936,8 +937,11 @@ def test_repair_sizes_a_lost_inner_batch_by_the_next_record_or_refuses(tmp_path:
 
     shutil.rmtree(root / "batchconsumequeue")
     damaged = _files(root)
-    for argv in (["--dry-run"], ["--yes"]):
-        rc, _out, err = _repair(root, *argv)
+    for argv in (["--dry-run", "--format", "jsonl"], ["--yes"]):
+        rc, out, err = _repair(root, *argv)
+        if followed and argv[0] == "--dry-run":
+            rows = [json.loads(x) for x in out.splitlines() if '"quarantined"' in x]
+            assert [(r["queue_offset"], r["batch_size"]) for r in rows if r["type"] == "quarantined"] == [(3, 2)]
         if not followed:
             assert rc == 8, err
             assert "commitlog offset 358" in err and "inner batch" in err and "'BatchT'" in err

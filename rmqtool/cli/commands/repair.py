@@ -317,8 +317,14 @@ def _quarantine_row(x: Any) -> dict[str, Any]:
         "queue": "-" if x.queue_id is None else str(x.queue_id),
         "qoff": "-" if x.queue_offset is None else str(x.queue_offset),
         "msg_id": x.msg_id or "-",
-        "how": x.source + ("; tombstone" if x.tombstone else ""),
+        "how": x.source + ("; tombstone" if x.tombstone else "") + _batch_note(x),
     }
+
+
+def _batch_note(x: Any) -> str:
+    """A BatchCQ topic's tombstone: how many queue offsets it holds."""
+    n = getattr(x, "batch_size", None)
+    return f" of {n} message(s), queue offsets {x.queue_offset}-{x.queue_offset + n - 1}" if n else ""
 
 
 def _quarantine_record(x: Any) -> dict[str, Any]:
@@ -329,7 +335,8 @@ def _quarantine_record(x: Any) -> dict[str, Any]:
         "path": x.topic,
         "detail": f"offset {x.offset}, queue {x.queue_id}, queue offset {x.queue_offset}, msg id {x.msg_id or '-'}: "
         + x.source
-        + ("; tombstone" if x.tombstone else ""),
+        + ("; tombstone" if x.tombstone else "")
+        + _batch_note(x),
         "offset": x.offset,
         "topic": x.topic,
         "queue_id": x.queue_id,
@@ -337,6 +344,7 @@ def _quarantine_record(x: Any) -> dict[str, Any]:
         "msg_id": x.msg_id,
         "found_by": x.source,
         "tombstone": bool(x.tombstone),
+        "batch_size": getattr(x, "batch_size", None),
     }
 
 
