@@ -155,10 +155,10 @@ class Tombstones:
         if self.store is not None:
             try:
                 base, num = inner_pairs(self.store, np.array([off], dtype=np.int64), np.array([qo], dtype=np.int64))
+                if int(base[0]) == qo and 0 < int(num[0]) <= _MAX_BATCH:
+                    return int(num[0])
             except Exception:  # noqa: BLE001 - the damaged record's properties do not read: no INNER_*
-                return 1
-            if int(base[0]) == qo and 0 < int(num[0]) <= _MAX_BATCH:
-                return int(num[0])
+                pass
             if _sys_flag(self.store, off) & INNER_BATCH_SYSFLAG:
                 self.unsized.append((t, q, qo, off))
         return 1
