@@ -662,7 +662,9 @@ def _lay_out_regions(
             tb.qinfo[i].values(),
             key=lambda q: (q.offset if q.offset is not None else r.end_offset, q.queue_offset or 0),
         )
-        batch = {(t.topic, t.queue_id, t.queue_offset): t.batch for t in ts if t.batch}
+        batch: dict[tuple[str | None, int | None, int | None], int] = {
+            (t.topic, t.queue_id, t.queue_offset): t.batch for t in ts if t.batch
+        }
         for q in qs:
             q.tombstone = (q.topic, q.queue_id, q.queue_offset) in tomb_keys
             if q.tombstone:

@@ -477,6 +477,7 @@ def test_recover_leaves_the_batch_queues_as_the_broker_s_recovery(
 # --------------------------------------------------------------------------- repair (issue 35, item 1)
 
 
+@pytest.mark.soak(written="5.0.0")
 def test_repair_keeps_every_intact_message_at_its_queue_offset(
     written: Any, oracle: ModuleType, tmp_path: Path
 ) -> None:
