@@ -176,7 +176,7 @@ DECISIONS: dict[str, Decision] = {
         "BatchConsumeQueue file size: dump, info and verify read batchconsumequeue/ files by their own size "
         "(the most common size of a queue's files); rebuild-index writes files of this size (without it: the size "
         "of the store's batch queue files, else the default), and so does recover where a batch queue has no file "
-        "left; repair refuses a store with them",
+        "left, and repair where it writes them again from the repaired commitlog",
     ),
     # -- what recovery and the dispatch do -------------------------------------------------
     "checkCRCOnRecover": Decision(
@@ -830,8 +830,8 @@ def layout_refusals(root: Path, conf: BrokerConf | None = None) -> list[Refusal]
                     FindingCode.LAYOUT_BATCH_CQ,
                     "batchconsumequeue",
                     "BatchConsumeQueue files (batchconsumequeue/: 5.x topics with queue.type=BatchCQ): "
-                    "rmqtool reads them (dump consumequeue, info, verify), rebuild-index and recover write them, "
-                    "but repair does not repair them",
+                    "rmqtool reads them (dump consumequeue, info, verify), rebuild-index, recover and repair write "
+                    "them (no command refuses them any more)",
                 )
             )
     return out
@@ -935,14 +935,14 @@ def man_section() -> str:
         "consumequeue_rocksdb/: verify checks it instead, its RCQ_* findings, when rocksdict, the rocksdb",
         "extra, opens it; recover goes on where the broker's start alone changes the database, see The",
         "RocksDB consume queue; repair and rebuild\\-index refuse it with LAYOUT_ROCKSDB_CQ),",
-        "consumequeue_ext/ files, batchconsumequeue/ files (verify checks these instead: its BCQ_*",
-        "findings; rebuild\\-index and recover write them; repair refuses them with LAYOUT_BATCH_CQ), a",
-        "compaction topic's log",
+        "consumequeue_ext/ files, a compaction topic's log",
         "(compaction/compactionLog, compaction/compactionCq). With \\fB\\-\\-broker\\-version auto\\fR (the",
         "default), evidence of a release newer than rmqtool knows is refused too (LAYOUT_NEWER_RELEASE,",
         "VERSION_CONTRADICTION: see \\fBrmqtool\\fR(1), BROKER VERSIONS). Settings: the ones above marked",
         "refused, with the value given. A DLedger store (dledger\\-\\fIselfId\\fR/, after a mixed store's",
-        "classic commitlog) is read as one.",
+        "classic commitlog) is read as one. batchconsumequeue/ files (5.x BatchCQ topics) are no longer",
+        "refused (LAYOUT_BATCH_CQ is not reported): verify checks them (its BCQ_* findings), rebuild\\-index,",
+        "recover and repair write them, restore puts back what those backed up.",
         ".SS Everything else",
         "Every other setting of MessageStoreConfig and BrokerConfig of 4.6.0 to 5.5.1 (flushing,",
         "clean\\-up, HA and controller replication, the timer store's services, compaction, POP, the read path,",

@@ -47,7 +47,7 @@ from typing import Any
 
 from ..formats import commitlog as cl
 from ..formats.javanum import java_long
-from ..formats.properties import encode_crc32_digits
+from ..formats.properties import INNER_BASE, INNER_NUM, encode_crc32_digits
 
 __all__ = [
     "QUARANTINE_TOPIC",
@@ -74,6 +74,7 @@ QUARANTINE_PROPERTY = "RMQTOOL_QUARANTINE"
 TOMBSTONE_PROPERTY = "RMQTOOL_TOMBSTONE"
 PAD_PROPERTY = "RMQTOOL_PAD"
 ROLLBACK_SYSFLAG = 0x3 << 2  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+INNER_BATCH_SYSFLAG = 0x80  # MessageSysFlag.INNER_BATCH_FLAG (5.x)
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # MessageStoreConfig.maxMessageSize default
 
@@ -98,6 +99,11 @@ class Tombstone:
     queue_id: int
     queue_offset: int
     original_offset: int | None  # where the lost message started, when known
+    # a BatchCQ topic's lost record (5.x): the queue offsets it held from ``queue_offset`` on
+    # (its unit's batch size); 0 for a file queue's tombstone. The tombstone then carries
+    # INNER_BASE/INNER_NUM, which the broker's dispatch makes its unit's base offset and batch
+    # size, and, for more than one, the inner-batch flag (an empty batch: no inner message)
+    batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,8 @@ def _props(d: list[tuple[str, str]]) -> str:
 
 def _tombstone_props(t: Tombstone, pad: int = 0) -> str:
     items = [(TOMBSTONE_PROPERTY, "lost" if t.original_offset is None else str(t.original_offset))]
+    if t.batch:
+        items += [(INNER_NUM, str(t.batch)), (INNER_BASE, str(t.queue_offset))]
     if t.topic == SCHEDULE_TOPIC:
         # ScheduleMessageService delivers to REAL_TOPIC/REAL_QID: send the tombstone to the
         # quarantine topic rather than retry a message without a real topic forever
@@ -303,7 +311,7 @@ def _record_bytes(
         t = spec.tombstone
         assert t is not None
         body = bytes(body_len)  # (empty, but for a DLedger entry's body past what padding holds)
-        qid, qoff, sysflag = t.queue_id, t.queue_offset, 0
+        qid, qoff, sysflag = t.queue_id, t.queue_offset, (INNER_BATCH_SYSFLAG if t.batch > 1 else 0)
     else:
         rel = spec.offset - base_in_original + HEADER_LEN
         body = bytes(original[rel : rel + body_len]) if original is not None else b""

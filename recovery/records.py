@@ -209,7 +209,21 @@ CONSUMEQUEUE = _spec(
         C("reserved", "int"),
     ],
     table=("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"),
-    export=("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status"),
+    # (kind and batch_size last, issue 35: a batch queue's unit a row, standing for batch_size messages
+    # from queue_offset on; null on a file queue's unit)
+    export=(
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "file",
+        "pos",
+        "commitlog_offset",
+        "size",
+        "tags_code",
+        "status",
+        "kind",
+        "batch_size",
+    ),
 )
 
 # dump index [--entries]: one header row per file, then its non-empty slots and its entries

@@ -53,6 +53,7 @@ from ..formats.errors import StoreLayoutError
 from ..formats.properties import CRC32
 from ..formats.safeio import read_small
 from . import check as ck
+from .batchcq import BcqFileOut
 from .filler import (
     BLANK_LEN,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -305,11 +306,13 @@ def plan_repair(
     index_tz: Any = None,
     rebuild: bool = True,
     workdir: Path | None = None,
+    bcq_file_size: int | None = None,
 ) -> RepairPlan:
     """The repair plan; with ``rebuild`` also the consume queue / index / checkpoint
     changes (computed on a patched copy of the changed commitlog files in ``workdir``,
     default a temporary directory beside the store, removed before returning unless
-    ``workdir`` is given)."""
+    ``workdir`` is given). ``bcq_file_size``: the broker config's
+    mapperFileSizeBatchConsumeQueue (else the batch queue files' size)."""
     t0 = time.perf_counter()
     blocked = _blocked_plan(store, profile, t0)
     if blocked is not None:
@@ -333,7 +336,9 @@ def plan_repair(
     if d.entries:
         unfillable = _lay_out_entries(store, profile, tb, recs, kept, problems)
     else:
+        tb.from_batch_units()
         tb.from_queue_holes(recs, kept)
+        tb.refuse_unsized(recs, kept)
         unfillable = _lay_out_regions(store, profile, tb, recs, kept, recs.off[kept], max_message_size, problems)
     plan = RepairPlan(
         str(store.root),
@@ -354,7 +359,7 @@ def plan_repair(
     plan.notes.extend(d.notes)
     plan.timer_units = _timer_units(store, profile, plan, recs, kept)
     if rebuild:
-        _plan_rebuild(store, profile, plan, recs, kept, index_tz, jobs, workdir)
+        _plan_rebuild(store, profile, plan, recs, kept, index_tz, jobs, workdir, bcq_file_size)
     plan.seconds = time.perf_counter() - t0
     return plan
 
@@ -682,8 +687,13 @@ def _lay_out_regions(
             tb.qinfo[i].values(),
             key=lambda q: (q.offset if q.offset is not None else r.end_offset, q.queue_offset or 0),
         )
+        batch: dict[tuple[str | None, int | None, int | None], int] = {
+            (t.topic, t.queue_id, t.queue_offset): t.batch for t in ts if t.batch
+        }
         for q in qs:
             q.tombstone = (q.topic, q.queue_id, q.queue_offset) in tomb_keys
+            if q.tombstone:
+                q.batch_size = batch.get((q.topic, q.queue_id, q.queue_offset))
         r.quarantined = qs
     return unfillable
 
@@ -805,6 +815,7 @@ def _plan_rebuild(
     index_tz: Any,
     jobs: int,
     workdir: Path | None,
+    bcq_file_size: int | None = None,
 ) -> None:
     w = _Workdir(store, workdir)
     try:
@@ -827,7 +838,7 @@ def _plan_rebuild(
                 "repair writes no consume queue; the broker's start-up reput dispatches every record into "
                 "queue files of its own size (give --cq-file-size or --broker-config to have repair write them)"
             )
-        rb = plan_rebuild(view, profile, cq=cq, index=True, index_tz=index_tz, jobs=jobs)
+        rb = plan_rebuild(view, profile, cq=cq, index=True, index_tz=index_tz, jobs=jobs, bcq_file_size=bcq_file_size)
         plan.problems.extend(p for p in rb.problems if not p.startswith("commitlog"))
         plan.changes = _keep_index_names(store, _streamed_changes(rb, w))
         _plan_checkpoint(store, plan, rb, recs, intact)
@@ -900,7 +911,7 @@ def _streamed_changes(rb: Any, w: _Workdir) -> list[FileChange]:
                 changes.append(ch)
             continue
         content = ch.content
-        if isinstance(content, (CqFileOut, IndexFileOut)):
+        if isinstance(content, (CqFileOut, IndexFileOut, BcqFileOut)):
             dst = out_dir / ch.relpath
             dst.parent.mkdir(parents=True, exist_ok=True)
             stream_to(dst, content.write_to)

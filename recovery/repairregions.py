@@ -71,6 +71,9 @@ class Quarantined:
     msg_id: str | None
     source: str  # damaged record | consume queue unit | queue offset hole | garbled topic
     tombstone: bool = False
+    # a BatchCQ topic's tombstone (5.x): the queue offsets it holds from queue_offset on (the
+    # lost inner batch's messages); None elsewhere
+    batch_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -233,23 +233,19 @@ def test_verify_finds_records_of_a_batch_topic_without_a_unit(
     # (the file-queue check leaves a BatchCQ topic's records to this one: no CQ_MISSING_MESSAGE)
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        # (recover: test_recover_takes_a_clean_batch_store_as_it_is and the crash cases below)
-        ["repair", "--yes"],
-        ["repair", "--dry-run"],
-    ],
-)
-def test_destructive_commands_refuse_a_store_with_batch_queues(
+@pytest.mark.parametrize("argv", [["repair", "--yes"], ["repair", "--dry-run"]])
+def test_repair_takes_a_clean_batch_store_as_it_is(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
+    """(was test_destructive_commands_refuse_a_store_with_batch_queues[argv0], [argv1]: exit 8,
+    LAYOUT_BATCH_CQ.) repair on a sound BatchCQ store (its index written by rebuild-index) has
+    nothing to do and changes nothing."""
     root = bcq_store(tmp_path)
+    assert run(["rebuild-index", str(root), "--yes", "-q", "--broker-version", "5.5.1", "--cq-file-size", "6000"]) == 1
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    rc = run([argv[0], str(root), *argv[1:], "--broker-version", "5.5.1"])
+    rc = run([argv[0], str(root), *argv[1:], "--broker-version", "5.5.1", "--cq-file-size", "6000"])
     err = capsys.readouterr().err
-    assert rc == 8, err
-    assert "BatchConsumeQueue" in err and "batchconsumequeue" in err
+    assert rc == 0, err
     assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
 
 
@@ -802,3 +798,204 @@ def test_recover_refuses_a_batch_queue_file_the_broker_does_not_load(
     rc = run(["info", str(root), "--deep", "--format", "json", "--broker-version", "5.5.1"])
     capsys.readouterr()
     assert rc in (0, 4)
+
+
+# --------------------------------------------------------------------------- repair (issue 35)
+
+
+def _repair(root: Path, *more: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run(["repair", str(root), "-q", "-j", "1", "--broker-version", "5.5.1", "--cq-file-size", "6000", *more])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _record_at(root: Path, off: int) -> tuple[Any, dict[str, str]]:
+    from rmqtool.formats.properties import parse_properties
+
+    data = (root / "commitlog" / f"{0:020d}").read_bytes()
+    rec = cl.decode_message(data, off, len(data))
+    props = rec.properties
+    return rec, parse_properties(props if isinstance(props, str) else bytes(props).decode())
+
+
+# records of bcq_store: (offset, size, base, batch) of BatchT/0
+_BCQ_RECORDS = [(0, 214, 0, 3), (214, 215, 3, 5), (429, 216, 8, 1), (645, 217, 9, 2)]
+
+
+@pytest.mark.parametrize("damage", ["body", "header", "header_and_unit"])
+def test_repair_gives_a_lost_inner_batch_a_tombstone_of_its_queue_offsets(tmp_path: Path, damage: str) -> None:
+    """(refused before: exit 8, LAYOUT_BATCH_CQ.) A damaged inner batch of a BatchCQ topic (the
+    record at queue offsets 3-7): repair replaces it by a tombstone the broker's dispatch gives
+    the same unit (base offset 3, batch size 5: INNER_BASE/INNER_NUM, the inner-batch flag,
+    QUEUEOFFSET 3), whether the batch size comes from the damaged record's own properties
+    (body), from its batch queue unit (header garbled), or from the hole between the intact
+    records around it (the unit gone too); the intact records keep their bytes and units, the
+    batch queue is as before but for the tombstone's tagsCode and store time, verify finds the
+    store sound, and restore gives the damaged bytes back."""
+    root = bcq_store(tmp_path)
+    cl0 = root / "commitlog" / f"{0:020d}"
+    bq = root / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}"
+    good_cl, good_bq = cl0.read_bytes(), bq.read_bytes()
+    b = bytearray(good_cl)
+    if damage == "body":
+        b[214 + 100] ^= 0xFF
+    else:
+        b[214 + 4] ^= 0xFF  # (the magic code: no record starts there)
+    cl0.write_bytes(bytes(b))
+    if damage == "header_and_unit":
+        u = bytearray(good_bq)
+        u[46:92] = bytes(46)  # (a zero unit, as a lost write leaves it; the units after it stay)
+        struct.pack_into(">q", u, 46, -1)
+        bq.write_bytes(bytes(u))
+    damaged = _files(root)
+    rc, out, err = _repair(root, "--dry-run", "--format", "json")
+    assert rc == 4, err
+    assert _files(root) == damaged
+    doc = json.loads(out)["plan"]
+    got = [(q["topic"], q["queue_offset"], q["tombstone"], q["batch_size"]) for q in doc["quarantined"]]
+    assert got[:1] == [("BatchT", 3, True, 5)]
+    assert not doc["problems"]
+    rc, _out, err = _repair(root, "--yes", "--backup-dir", str(tmp_path / "bk"))
+    assert rc == 1, err
+    new = cl0.read_bytes()
+    for off, size, _base, _n in _BCQ_RECORDS[:1] + _BCQ_RECORDS[2:]:
+        assert new[off : off + size] == good_cl[off : off + size]
+    t, props = _record_at(root, 214)
+    assert (t.topic, t.queue_id, t.queue_offset, t.sys_flag & 0x80, t.total_size) == ("BatchT", 0, 3, 0x80, 215)
+    assert (props["INNER_BASE"], props["INNER_NUM"]) == ("3", "5")
+    assert "RMQTOOL_TOMBSTONE" in props
+    want = read_units = cq.read_bcq_units(good_bq[: 4 * 46])
+    got = cq.read_bcq_units(bq.read_bytes()[: 4 * 46])
+    assert got[[0, 2, 3]].tobytes() == want[[0, 2, 3]].tobytes()
+    keep = ["commitlog_offset", "size", "msg_base_offset", "batch_size", "compacted_offset"]
+    assert [got[1][k] for k in keep] == [read_units[1][k] for k in keep]
+    assert bq.read_bytes()[4 * 46 :] == bytes(len(good_bq) - 4 * 46)
+    rc = run(["verify", str(root), "--broker-version", "5.5.1", "--quiet", "--format", "jsonl"])
+    assert rc == 0
+    rc = run(["restore", str(tmp_path / "bk"), str(root), "--yes", "-q"])
+    assert rc in (0, 1)
+    assert _files(root) == damaged
+
+
+def test_repair_of_a_file_queue_topic_leaves_the_batch_queue(tmp_path: Path) -> None:
+    """(refused before: exit 8.) A store with both kinds (BatchT BatchCQ by config/topics.json,
+    PlainT a file queue): a damaged PlainT record gets the classic tombstone (no INNER_*, queue
+    offset 1 of PlainT/0), the batch queue repair writes is the one rebuild-index writes from
+    the sound store (the inner batches keep their offsets: 0, 3 and 5)."""
+    recs = [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0), ("BatchT", 3, 2, 0x80)]
+    recs += [("PlainT", 1, None, 0), ("BatchT", 5, 4, 0x80), ("PlainT", 2, None, 0)]
+    root = _two_kind_store(tmp_path, recs)
+    rc, _out, err = _rebuild(root, "--yes", "--cq-file-size", "6000")
+    assert rc == 1, err
+    sound = _files(root)
+    cl0 = root / "commitlog" / f"{0:020d}"
+    data = cl0.read_bytes()
+    offs = [0]
+    for _ in recs[:-1]:
+        offs.append(offs[-1] + struct.unpack_from(">i", data, offs[-1])[0])
+    b = bytearray(data)
+    b[offs[3] + 100] ^= 0xFF  # PlainT's queue offset 1: its body CRC fails
+    cl0.write_bytes(bytes(b))
+    rc, _out, err = _repair(root, "--yes")
+    assert rc == 1, err
+    after = _files(root)
+    assert {k: v for k, v in after.items() if k.startswith("batchconsumequeue/")} == {
+        k: v for k, v in sound.items() if k.startswith("batchconsumequeue/")
+    }
+    t, props = _record_at(root, offs[3])
+    assert (t.topic, t.queue_offset, t.sys_flag) == ("PlainT", 1, 0)
+    assert "INNER_NUM" not in props and "RMQTOOL_TOMBSTONE" in props
+    # the file queue: three units, the second the tombstone's
+    u = np.frombuffer(after["consumequeue/PlainT/0/" + f"{0:020d}"][:60], dtype=">i8,>i4,>i8")
+    assert [int(x[0]) for x in u] == [offs[1], offs[3], offs[5]]
+    assert run(["verify", str(root), "--broker-version", "5.5.1", "--quiet"]) == 0
+
+
+@pytest.mark.parametrize("followed", [True, False])
+def test_repair_sizes_a_lost_inner_batch_by_the_next_record_or_refuses(tmp_path: Path, followed: bool) -> None:
+    """A damaged inner batch (sysflag 0x80) whose INNER_NUM does not read and that no batch
+    queue unit points at (the batch queue gone): followed by an intact record of its queue, its
+    tombstone holds the queue offsets up to that record's base offset (2: 3 and 4); else nothing
+    tells how many it held, and repair refuses the store (exit 8, nothing changed, the record
+    named), dry run alike, rather than end the queue early."""
+    recs = [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0), ("BatchT", 3, 2, 0x80), ("PlainT", 1, None, 0)]
+    recs += [("BatchT", 5, 4, 0x80)] if followed else []
+    recs += [("PlainT", 2, None, 0)]
+    root = _two_kind_store(tmp_path, recs)
+    rc, _out, err = _rebuild(root, "--yes", "--cq-file-size", "6000")
+    assert rc == 1, err
+    cl0 = root / "commitlog" / f"{0:020d}"
+    b = bytearray(cl0.read_bytes())
+    i = b.index(b"INNER_NUM\x012")  # (the second BatchT record's: its INNER_NUM no number)
+    b[i + 10] = ord("x")
+    cl0.write_bytes(bytes(b))
+    import shutil
+
+    shutil.rmtree(root / "batchconsumequeue")
+    damaged = _files(root)
+    for argv in (["--dry-run", "--format", "jsonl"], ["--yes"]):
+        rc, out, err = _repair(root, *argv)
+        if followed and argv[0] == "--dry-run":
+            rows = [json.loads(x) for x in out.splitlines() if '"quarantined"' in x]
+            assert [(r["queue_offset"], r["batch_size"]) for r in rows if r["type"] == "quarantined"] == [(3, 2)]
+        if not followed:
+            assert rc == 8, err
+            assert "commitlog offset 358" in err and "inner batch" in err and "'BatchT'" in err
+            assert _files(root) == damaged
+    if followed:
+        assert rc == 1, err
+        t, props = _record_at(root, 358)
+        assert (t.queue_offset, props["INNER_BASE"], props["INNER_NUM"], t.sys_flag & 0x80) == (3, "3", "2", 0x80)
+        units = cq.read_bcq_units((root / "batchconsumequeue" / "BatchT" / "0" / f"{0:020d}").read_bytes()[: 3 * 46])
+        assert [(int(u["msg_base_offset"]), int(u["batch_size"])) for u in units] == [(0, 3), (3, 2), (5, 4)]
+        assert run(["verify", str(root), "--broker-version", "5.5.1", "--quiet"]) == 0
+
+
+# --------------------------------------------------------------------------- export (issue 35)
+
+
+def test_export_gives_each_batch_unit_a_row_and_each_inner_batch_one(
+    tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """export --what consumequeue wrote no row of a batch consume queue before (its tasks read
+    consumequeue/ only): now each unit is a row as dump consumequeue lists it, kind "batch",
+    queue_offset its base offset and batch_size its messages (3, 5, 1, 2: 11 in all); a file
+    queue's unit has kind and batch_size null. export --what commitlog gives each inner batch
+    one row (the batch), INNER_BASE and INNER_NUM in its properties, as dump commitlog."""
+    import pyarrow.parquet as pq
+
+    from rmqtool.cli.export.spark import run_export
+    from rmqtool.recovery.store import Store
+
+    recs = [("BatchT", 0, 3, 0x80), ("PlainT", 0, None, 0), ("BatchT", 3, 5, 0x80), ("BatchT", 8, 1, 0x80)]
+    recs += [("BatchT", 9, 2, 0x80)]
+    root = _two_kind_store(tmp_path, recs)
+    rc, _out, err = _rebuild(root, "--yes", "--cq-file-size", "6000")
+    assert rc == 1, err
+    store = Store.open(root)
+    run_export([("s", store)], str(tmp_path / "cq"), session=spark, quiet=True, what="consumequeue")
+    rows = sorted(pq.read_table(tmp_path / "cq").to_pylist(), key=lambda r: (r["topic"], r["queue_offset"]))
+    got = [(r["topic"], r["queue_offset"], r["kind"], r["batch_size"], r["status"]) for r in rows]
+    assert got == [
+        ("BatchT", 0, "batch", 3, "OK"),
+        ("BatchT", 3, "batch", 5, "OK"),
+        ("BatchT", 8, "batch", 1, "OK"),
+        ("BatchT", 9, "batch", 2, "OK"),
+        ("PlainT", 0, None, None, "OK"),
+    ]
+    rc, dumped = _jsonl(capsys, ["dump", "consumequeue", str(root), "--format", "jsonl", "--broker-version", "5.5.1"])
+    keys = ("topic", "queue_id", "queue_offset", "file", "pos", "commitlog_offset", "size", "tags_code", "status")
+    assert sorted(tuple(r[k] for k in keys) for r in rows) == sorted(tuple(r[k] for k in keys) for r in dumped)
+    run_export([("s", store)], str(tmp_path / "cl"), session=spark, quiet=True)
+    msgs = [r for r in pq.read_table(tmp_path / "cl").to_pylist() if r["type"] == "message"]
+    batches = sorted((r["queue_offset"], dict(r["properties"])) for r in msgs if r["topic"] == "BatchT")
+    assert [(qo, p["INNER_BASE"], p["INNER_NUM"]) for qo, p in batches] == [
+        (0, "0", "3"),
+        (3, "3", "5"),
+        (8, "8", "1"),
+        (9, "9", "2"),
+    ]

@@ -130,7 +130,7 @@ CODES: dict[FindingCode, tuple[str, str]] = {
     FindingCode.LAYOUT_CQ_EXT: (ERROR, "ConsumeQueueExt files (consumequeue_ext/): the store is refused (exit 8)"),
     FindingCode.LAYOUT_BATCH_CQ: (
         ERROR,
-        "BatchConsumeQueue files (batchconsumequeue/): repair refuses the store (exit 8); rebuild-index and recover write them; verify checks them instead (the BCQ_ codes) and never reports this one",
+        "BatchConsumeQueue files (batchconsumequeue/): no longer refused; rebuild-index, recover and repair write them; verify checks them instead (the BCQ_ codes) and never reports this one",
     ),
     FindingCode.LAYOUT_COMPACTION: (
         ERROR,

@@ -176,9 +176,11 @@ def broker_config_option(kind: str = "read") -> Callable[[F], F]:
                 _note(f"{conf.path}: {why}")
             if store is not None and kind in ("destructive", "restore", "verify"):
                 refusals = all_refusals(Path(store), conf, version)
-                if kind == "verify" or ctx.info_name in ("rebuild-index", "recover"):
+                if kind == "verify" or ctx.info_name in ("rebuild-index", "recover", "repair", "restore"):
                     # (verify checks batch consume queues: its BCQ_* findings; rebuild-index
-                    # writes them as the broker's reput does, recover as its recovery does)
+                    # writes them as the broker's reput does, recover as its recovery does,
+                    # repair as rebuild-index from the repaired commitlog; restore puts back
+                    # the bytes those commands backed up)
                     refusals = [r for r in refusals if r.code != FindingCode.LAYOUT_BATCH_CQ]
                 if kind == "verify" or ctx.info_name == "recover":
                     # ... and RocksDB consume queues (RCQ_*) that rocksdict opens; one it does

@@ -60,7 +60,7 @@ _ROCKS = Step(
 _BATCH = Step(
     ("dump", "consumequeue", "{store}", "{topic}", "--resolve"),
     "shows the units and their records; rmqtool rebuild-index writes the store's batch consume queues "
-    "again from the commitlog, recover as the broker's recovery does (repair refuses them: LAYOUT_BATCH_CQ)",
+    "again from the commitlog, recover as the broker's recovery does, repair around damaged records",
 )
 
 BY_CODE: dict[str, Step] = {  # (keyed by the members: a misspelt code fails the type check)

@@ -472,3 +472,83 @@ def test_recover_leaves_the_batch_queues_as_the_broker_s_recovery(
         ), (v, case, key)
     for key, q in view["consume_queues"].items():
         assert after["consume_queues"][key]["entries"] == q["entries"], (v, case, key)
+
+
+# --------------------------------------------------------------------------- repair (issue 35, item 1)
+
+
+@pytest.mark.soak(written="5.0.0")
+def test_repair_keeps_every_intact_message_at_its_queue_offset(
+    written: Any, oracle: ModuleType, tmp_path: Path
+) -> None:
+    """(repair refused these stores before: LAYOUT_BATCH_CQ, exit 8.) The broker (5.0.0, 5.5.1)
+    writes a BatchCQ store; a byte is flipped in the body of a middle inner batch (BatchT/0's
+    fifth record: 7 messages from queue offset 11) and in the first PlainT record; rmqtool
+    repairs the copy; the broker opening the result finds every unit of every intact record
+    where it was (offset, size, tagsCode, store time, base offset, batch size, file and
+    position), the lost batch's unit at its place with its base offset and batch size (the
+    tombstone's INNER_BASE/INNER_NUM, inner-batch flag), get(q) answering every queue offset
+    with the unit it answered before, each queue's min/max offsets and largest commitlog offset
+    unchanged, and the plain queue's units the same but the tombstone's, whose message is
+    PlainT's tombstone at queue offset 0."""
+    import shutil
+
+    v, res, store, view = written
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    msgs = sorted((m for m in res["messages"] if m.get("phys_offset") is not None), key=lambda m: m["phys_offset"])
+    lost_batch = [m for m in msgs if (m["topic"], m["queue_id"]) == ("BatchT", 0)][4]
+    lost_plain = [m for m in msgs if m["topic"] == "PlainT"][0]
+    assert (lost_batch["queue_offset"], lost_batch["msg_num"]) == (11, 7)
+    cl0 = copy / "commitlog" / f"{0:020d}"
+    with open(cl0, "r+b") as fh:
+        for m in (lost_batch, lost_plain):
+            fh.seek(m["phys_offset"] + 88 + 5)  # (in the body: its CRC fails)
+            b = fh.read(1)
+            fh.seek(-1, 1)
+            fh.write(bytes([b[0] ^ 0xFF]))
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"storePathRootDir={copy}\nmapperFileSizeBatchConsumeQueue={CONFIG['mapperFileSizeBatchConsumeQueue']}\n"
+        f"mappedFileSizeConsumeQueue={CONFIG['mappedFileSizeConsumeQueue']}\n"
+        f"mappedFileSizeCommitLog={CONFIG['mappedFileSizeCommitLog']}\n",
+        encoding="latin-1",
+    )
+    argv = ["repair", str(copy), "-j", "1", "--broker-version", v, "--broker-config", str(conf)]
+    rc, doc = _rmqtool_json([*argv, "--dry-run", "--format", "json"])
+    assert rc == 4 and not doc["plan"]["problems"], (v, doc["plan"]["problems"])
+    tombs = [(q["topic"], q["queue_id"], q["queue_offset"]) for q in doc["plan"]["quarantined"] if q["tombstone"]]
+    assert sorted(tombs) == [("BatchT", 0, 11), ("PlainT", 0, 0)], v
+    assert _rmqtool_rc([*argv, "--yes", "-q"]) == 1
+    rc, vdoc = _rmqtool_json(["verify", str(copy), "--format", "json", "--quiet", "--broker-version", v])
+    assert rc == 0, [f for f in vdoc["findings"] if f["severity"] == "error"]
+    after = oracle.view(v, copy, config=CONFIG)
+    assert after["load_ok"] and after["commitlog_max_offset"] == view["commitlog_max_offset"]
+    assert sorted(after["batch_consume_queues"]) == sorted(view["batch_consume_queues"])
+    for key, q in view["batch_consume_queues"].items():
+        b = after["batch_consume_queues"][key]
+        old, new = _broker_units(q), _broker_units(b)
+        assert len(old) == len(new), (v, key)
+        for u0, u1, raw in zip(old, new, b["units"], strict=True):
+            if u0[0] == lost_batch["phys_offset"]:
+                # (offset, size, base, batch, file, position) kept; tagsCode and store time the tombstone's
+                assert (u1[0], u1[1], u1[4], u1[5], u1[8], u1[9]) == (u0[0], u0[1], u0[4], u0[5], u0[8], u0[9])
+                m = raw["message"]
+                assert (m["topic"], m["queue_offset"], m["inner_base"], m["inner_num"]) == ("BatchT", 11, "11", "7")
+                assert m["sys_flag"] & 0x80
+            else:
+                assert u1 == u0, (v, key)
+                assert raw["message"] is not None
+        assert [lk.get("unit") and lk["unit"]["queue_offset"] for lk in b["lookups"]] == [
+            lk.get("unit") and lk["unit"]["queue_offset"] for lk in q["lookups"]
+        ], (v, key)
+        assert (b["min_offset"], b["max_offset"], b["max_physic_offset"]) == (
+            q["min_offset"],
+            q["max_offset"],
+            q["max_physic_offset"],
+        ), (v, key)
+    plain0, plain1 = view["consume_queues"]["PlainT/0"]["entries"], after["consume_queues"]["PlainT/0"]["entries"]
+    # (the tombstone is shorter than the lost record: quarantine records carry the rest of its bytes)
+    assert [(e["cq_offset"], e["phys_offset"]) for e in plain1] == [(e["cq_offset"], e["phys_offset"]) for e in plain0]
+    assert plain1[1:] == plain0[1:] and plain1[0]["consistent"], v
+    assert plain1[0]["message"]["topic"] == "PlainT" and plain1[0]["message"]["keys"] is None

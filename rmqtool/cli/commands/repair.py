@@ -31,7 +31,7 @@ from ..cmdopts import change_options, store_command_options
 from ..confirm import yes_option
 from ..errors import closed_stdout_ignored
 from ..exitcodes import Exit
-from ..options import make_profile, open_store
+from ..options import bcq_file_size_from_config, make_profile, open_store
 from ..output import format_options, output_file_options, pick_columns, say
 from ..progress import progress_bar, progress_option
 from ..render import render
@@ -224,6 +224,7 @@ def _plan(
             jobs=jobs,
             progress=advance,
             index_tz=tz if tz is not None else infer_index_tz(store),
+            bcq_file_size=bcq_file_size_from_config(),
         )
 
 
@@ -316,8 +317,14 @@ def _quarantine_row(x: Any) -> dict[str, Any]:
         "queue": "-" if x.queue_id is None else str(x.queue_id),
         "qoff": "-" if x.queue_offset is None else str(x.queue_offset),
         "msg_id": x.msg_id or "-",
-        "how": x.source + ("; tombstone" if x.tombstone else ""),
+        "how": x.source + ("; tombstone" if x.tombstone else "") + _batch_note(x),
     }
+
+
+def _batch_note(x: Any) -> str:
+    """A BatchCQ topic's tombstone: how many queue offsets it holds."""
+    n = getattr(x, "batch_size", None)
+    return f" of {n} message(s), queue offsets {x.queue_offset}-{x.queue_offset + n - 1}" if n else ""
 
 
 def _quarantine_record(x: Any) -> dict[str, Any]:
@@ -328,7 +335,8 @@ def _quarantine_record(x: Any) -> dict[str, Any]:
         "path": x.topic,
         "detail": f"offset {x.offset}, queue {x.queue_id}, queue offset {x.queue_offset}, msg id {x.msg_id or '-'}: "
         + x.source
-        + ("; tombstone" if x.tombstone else ""),
+        + ("; tombstone" if x.tombstone else "")
+        + _batch_note(x),
         "offset": x.offset,
         "topic": x.topic,
         "queue_id": x.queue_id,
@@ -336,6 +344,7 @@ def _quarantine_record(x: Any) -> dict[str, Any]:
         "msg_id": x.msg_id,
         "found_by": x.source,
         "tombstone": bool(x.tombstone),
+        "batch_size": getattr(x, "batch_size", None),
     }
 
 

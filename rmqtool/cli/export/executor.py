@@ -28,7 +28,7 @@ def partition_rows(
             handoff = Handoff(task.end)
             yield from commitlog_rows(task, version, with_body, n, handoff)
         elif kind == "consumequeue":
-            yield from consumequeue_rows(task.store, task.part, n)
+            yield from consumequeue_rows(task.store, task.part, n, task.batch)
         else:
             yield from index_rows(task.store, task.part, n)
         if accs is not None:
@@ -96,7 +96,7 @@ def write_partition(
                     handoff = Handoff(task.end)
                     batches: Iterable[Any] = split_batches(task, version, with_body, schema, n, handoff)
                 elif kind == "consumequeue":
-                    batches = rows_to_batches(consumequeue_rows(task.store, task.part, n), schema)
+                    batches = rows_to_batches(consumequeue_rows(task.store, task.part, n, task.batch), schema)
                 else:
                     batches = rows_to_batches(index_rows(task.store, task.part, n), schema)
                 for b in batches:

@@ -6,6 +6,7 @@ from the installed package or --py-files), no pyspark, no pyarrow.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -172,16 +173,21 @@ def restricted_store(store: Store, **parts: Any) -> Store:
     return Store(root=store.root, geometry=store.geometry, **parts)
 
 
-def consumequeue_rows(label: str, store: Store, counts: list[int] | None = None) -> Iterator[tuple[Any, ...]]:
-    """The rows of ``dump consumequeue`` for the queues in ``store``, plus ``store``."""
+def consumequeue_rows(
+    label: str, store: Store, counts: list[int] | None = None, batch: tuple[tuple[str, int], ...] = ()
+) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``dump consumequeue`` for the queues in ``store``, plus ``store``; then
+    those of the batch consume queues ``batch`` (5.x BatchCQ topics: a unit a row, ``kind``
+    "batch", ``batch_size`` its messages from ``queue_offset`` on)."""
+    from ...recovery.batchcq import iter_units
+
     keys = [c for c, _t in CONSUMEQUEUE_COLUMNS[1:]]
-    get = operator.itemgetter(*keys)
     n = [0, 0, 0, 0] if counts is None else counts
-    for d in iter_cq_entries(store):
+    for d in itertools.chain(iter_cq_entries(store), *(iter_units(store.root, t, q) for t, q in batch)):
         n[0] += 1
         if d["status"] not in CLEAN_STATUSES:
             n[3] += 1
-        yield (label,) + get(d)
+        yield (label,) + tuple(map(d.get, keys))
 
 
 def index_rows(label: str, store: Store, counts: list[int] | None = None) -> Iterator[tuple[Any, ...]]:
@@ -204,3 +210,4 @@ class FileTask:
     store: str  # label
     part: Store
     weight: int  # bytes, for balancing
+    batch: tuple[tuple[str, int], ...] = ()  # consumequeue: the batch consume queues it reads too

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ...formats.errors import RmqToolError
+from ...recovery.batchcq import batch_queues
 from ...recovery.splits import DEFAULT_SPLIT_SIZE, Split, plan_splits
 from ...recovery.store import Store, StoreFile
 from ...recovery.versions import BrokerProfile
@@ -109,6 +110,23 @@ def plan_tasks(stores: Sequence[tuple[str, Store]], what: str, split_size: int |
                     group, weight = {}, 0
             if group:
                 tasks.append(FileTask("consumequeue", label, restricted_store(store, consume_queues=group), weight))
+            # the batch consume queues (5.x BatchCQ topics, batchconsumequeue/): grouped the same way
+            bgroup: list[tuple[str, int]] = []
+            weight = 0
+            for key, files in sorted(batch_queues(store.root).items()):
+                bgroup.append(key)
+                weight += sum(f.size for f in files)
+                if split_size and weight >= split_size:
+                    tasks.append(
+                        FileTask(
+                            "consumequeue", label, restricted_store(store, consume_queues={}), weight, tuple(bgroup)
+                        )
+                    )
+                    bgroup, weight = [], 0
+            if bgroup:
+                tasks.append(
+                    FileTask("consumequeue", label, restricted_store(store, consume_queues={}), weight, tuple(bgroup))
+                )
         elif what == "index":
             for f in store.index_files:
                 tasks.append(FileTask("index", label, restricted_store(store, index_files=[f]), f.size))

@@ -190,6 +190,7 @@ def repair() -> dict[str, Any]:
             "msg_id": null(S),
             "found_by": S,
             "tombstone": B,
+            "batch_size": null(I),
             "releases": S,
         },
         ("type", "action", "detail", "offset", "topic", "found_by", "tombstone"),
