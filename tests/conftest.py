@@ -137,3 +137,48 @@ def ccore_backend(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.param
     finally:
         ccore.use(before)
+
+
+# --- the soak share of the suite -------------------------------------------------------------
+# Cases marked ``@pytest.mark.soak`` are further instances of a check the default run already
+# makes (more releases, seeds or damages of one oracle test): they keep the README's test command
+# near its time budget and run with ``--soak`` (alone: ``--soak-only``). With keyword
+# arguments the mark takes only the cases whose parameters match them all, e.g.
+# ``@pytest.mark.soak(v="5.0.0")`` on a test parametrized over releases, or ``written="5.0.0"``
+# for a parametrized fixture (its parameter is keyed by the fixture's name).
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak",
+        action="store_true",
+        default=False,
+        help="also run the cases marked soak (deselected by default)",
+    )
+    parser.addoption(
+        "--soak-only",
+        action="store_true",
+        default=False,
+        help="run only the cases marked soak",
+    )
+
+
+def is_soak(item: pytest.Item) -> bool:
+    """Whether one collected case belongs to the soak share (see above)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for mark in item.iter_markers("soak"):
+        if all(params.get(k, object()) == v for k, v in mark.kwargs.items()):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    only = config.getoption("--soak-only")
+    if config.getoption("--soak") and not only:
+        return
+    kept, dropped = [], []
+    for item in items:
+        (dropped if is_soak(item) != only else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

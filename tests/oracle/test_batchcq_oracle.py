@@ -201,6 +201,7 @@ def test_verify_finds_the_broker_s_store_sound(written: Any) -> None:
     assert not [f for f in doc["findings"] if f["code"].startswith(("BCQ_", "CQ_MISSING"))]
 
 
+@pytest.mark.soak(written="5.0.0")
 @pytest.mark.parametrize("damage", ["zero_unit", "batch_size"])
 def test_verify_judges_a_damaged_batch_queue_as_the_broker_reads_it(
     written: Any, oracle: ModuleType, tmp_path: Path, damage: str
@@ -267,6 +268,7 @@ def test_offsets_gives_the_broker_s_queue_ends_and_refuses_a_search_by_time(writ
             ro.offset_by_time(s, profile, bv, q["by_time"][1]["timestamp"])
 
 
+@pytest.mark.soak(v="5.0.0")
 @pytest.mark.parametrize("v", VERSIONS)
 def test_verify_after_a_kill_agrees_with_the_broker_s_start(oracle: ModuleType, tmp_path: Path, v: str) -> None:
     """A store whose writer was SIGKILLed mid-stream: every batch unit verify keeps is one the
@@ -302,6 +304,7 @@ def _bcq_files(store: Path) -> dict[str, bytes]:
     return {p.relative_to(base).as_posix(): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.soak(written="5.0.0")
 @pytest.mark.parametrize("gone", ["files", "directory"])
 def test_rebuild_index_writes_the_broker_s_batch_queue_files(
     written: Any, oracle: ModuleType, tmp_path: Path, gone: str
@@ -412,6 +415,7 @@ def _as_the_broker_reads(files: dict[str, bytes], view: dict[str, Any]) -> dict[
     return out
 
 
+@pytest.mark.soak(v="5.0.0")
 @pytest.mark.parametrize("case", RECOVER_CASES)
 @pytest.mark.parametrize("v", VERSIONS)
 def test_recover_leaves_the_batch_queues_as_the_broker_s_recovery(

@@ -362,6 +362,11 @@ def _hits(view: dict[str, Any]) -> dict[tuple[str, str], set[int]]:
 # ------------------------------------------------------------------------------ the tests
 
 
+# the soak share (tests/conftest.py): 4.6.1, 4.7.1 and 5.1.4 (the default run judges 4.9.4,
+# 4.9.8 and 5.3.3 with and without the property CRC, the last patch of 4.9 and 5.3 among them)
+@pytest.mark.soak(name="4.6.1")
+@pytest.mark.soak(name="4.7.1")
+@pytest.mark.soak(name="5.1.4")
 @pytest.mark.parametrize("mode", ["normal", "abnormal"])
 @pytest.mark.parametrize("group", sorted(GROUPS))
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -459,6 +464,9 @@ def _tombstone_at(view: dict[str, Any], off: int) -> dict[str, Any]:
     return t
 
 
+@pytest.mark.soak(name="4.6.1")
+@pytest.mark.soak(name="4.7.1")
+@pytest.mark.soak(name="5.1.4")
 @pytest.mark.parametrize("damage", list(DAMAGES))
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_damage_kind_repaired_as_documented(judged: Callable[[str], Judged], name: str, damage: str) -> None:
