@@ -99,7 +99,8 @@ def main() -> int:
         return rerun_kept(ns)
     if ns.summarize:
         src = Path(ns.results) if ns.results else Path(ns.out) / "cases.jsonl"
-        rows = [json.loads(line) for line in open(src, encoding="utf-8") if line.strip()]
+        with open(src, encoding="utf-8") as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
         return print_table(rows, sorted({r["version"] for r in rows}, key=dc._vt), 0.0)
 
     if ns.cases is None:
@@ -236,7 +237,7 @@ def print_table(rows: list[dict], versions: list[str], seconds: float) -> int:
     for v in versions:
         row = f"{v:<9} {sum(cases[v]):>6} {cases[v][0]:>6} "
         for c in checks:
-            a, d, s = table[v][c] if c in table[v] else (0, 0, 0)
+            a, d, s = table[v].get(c, (0, 0, 0))
             row += f"{f'{a}/{d}' + (f' ({s} skip)' if s else ''):>20} "
         print(row)
     tot = [sum(cases[v][0] for v in versions), sum(cases[v][1] for v in versions)]

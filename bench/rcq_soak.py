@@ -109,9 +109,8 @@ def one(seed: int, version: str, work: Path) -> dict[str, Any]:
     harness.write(version, scen, work / "w")
     store = work / "w" / "store"
     shape = scen["end"]["mode"]
-    if shape == "clean" and dmg:
-        if damage(store, random.Random(seed)) is not None:
-            shape = "cut"
+    if shape == "clean" and dmg and damage(store, random.Random(seed)) is not None:
+        shape = "cut"
     cp = work / "rec"
     shutil.copytree(store, cp)
     before, db = hashes(cp), rocks_files(cp)

@@ -46,10 +46,7 @@ def _flatten(con: cs.Construct, prefix: str, ctx: Mapping[str, Any], fmt: list[s
         return True
     if isinstance(con, cs.Struct):
         inner = prefix + leaf + "." if leaf else prefix
-        for sub in con.subcons:
-            if not _flatten(sub, inner, ctx, fmt, names):
-                return False
-        return True
+        return all(_flatten(sub, inner, ctx, fmt, names) for sub in con.subcons)
     return False
 
 

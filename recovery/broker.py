@@ -41,6 +41,7 @@ __all__ = [
     "is_mapped_file_matched_recover",
     "abnormal_threshold",
     "abnormal_start_index",
+    "rocks_abnormal_start_index",
     "start_file_index",
     "goes_to_consume_queue",
     "goes_to_index",
@@ -274,6 +275,25 @@ def abnormal_start_index(files: list[StoreFile], profile: BrokerProfile, ckpt: C
     return 0
 
 
+_PHY_AT = cl.HEADER_OFFSETS[0]["physical_offset"]
+
+
+def rocks_abnormal_start_index(files: list[StoreFile], checkpoint: int) -> int:
+    """``CommitLog.recoverAbnormally``'s start file on a storeType=defaultRocksDB store before
+    5.4.0 (5.2.0-5.3.3, ``isMappedFileMatchedRecover`` under ``isEnableRocksDBStore``): the last
+    file whose first bytes carry a message's magic code (V1 or V2; nothing else of the record
+    is read, not its store timestamp) and whose PHYSICALOFFSET field is at or below the RocksDB
+    consume queue's dispatch checkpoint; the first file when none is."""
+    for i in range(len(files) - 1, -1, -1):
+        with open(files[i].path, "rb") as fh:
+            head = fh.read(_PHY_AT + 8)
+        if len(head) < _PHY_AT + 8 or _I32.unpack_from(head, _MAGIC_AT)[0] not in cl.MESSAGE_MAGICS:
+            continue
+        if int.from_bytes(head[_PHY_AT : _PHY_AT + 8], "big", signed=True) <= checkpoint:
+            return i
+    return 0
+
+
 def first_record_matched_recover(
     f: StoreFile,
     profile: BrokerProfile,
@@ -282,6 +302,7 @@ def first_record_matched_recover(
     max_cq: int,
     message_index_safe: bool,
     check_crc: bool,
+    rocks_cq: bool = False,
 ) -> bool:
     """5.4.0+ ``CommitLog.isMappedFileMatchedRecover(mappedFile, recoverNormally)``
     (``profile.recovery_start_checks_first_record``): the file's first record read by
@@ -293,7 +314,9 @@ def first_record_matched_recover(
     below maxPhyOffsetOfCQ; abnormal recovery, 5.4.0 its store timestamp at or below
     min(physic, logics) - 3 s, 5.5.0+ (``profile.abnormal_start_by_logics_offset``) its
     PHYSICALOFFSET at or below the checkpoint's logicsPhysicalOffset, or where that is 0 or
-    less its store timestamp at or below logicsMsgTimestamp."""
+    less its store timestamp at or below logicsMsgTimestamp. ``rocks_cq`` (storeType=defaultRocksDB:
+    the queue store is RocksDBConsumeQueueStore, whose rule is the PHYSICALOFFSET field at or below
+    its dispatch checkpoint, ``max_cq``, in both modes)."""
     from . import check as ck  # (check does not import this module; kept local all the same)
     from .store import MappedFile
 
@@ -309,7 +332,7 @@ def first_record_matched_recover(
         return False
     if message_index_safe and ts > ckpt.index_msg_timestamp:
         return False
-    if normal:
+    if normal or rocks_cq:
         return phy <= max_cq
     if profile.abnormal_start_by_logics_offset:
         if ckpt.logics_physical_offset <= 0:
@@ -326,6 +349,7 @@ def _start_by_first_record(
     max_cq: int,
     safe: bool,
     check_crc: bool,
+    rocks_cq: bool = False,
 ) -> int:
     """5.4.0+ recoverNormally / recoverAbnormally: from the last file back, the first file
     :func:`first_record_matched_recover` takes, looking at no more than
@@ -337,7 +361,10 @@ def _start_by_first_record(
     left = limit
     while i > 0 if normal else i >= 0:
         left -= 1
-        if first_record_matched_recover(files[i], profile, ckpt, normal, max_cq, safe, check_crc) or left <= 0:
+        if (
+            first_record_matched_recover(files[i], profile, ckpt, normal, max_cq, safe, check_crc, rocks_cq)
+            or left <= 0
+        ):
             break
         i -= 1
     return max(i, 0)
@@ -349,6 +376,7 @@ def start_file_index(
     ckpt: Checkpoint,
     mode: str,
     max_cq: int,
+    rocks_cq: bool = False,
 ) -> tuple[int, str]:
     """The commitlog file the broker's recovery starts from, and the rule that chose it:
     ``CommitLog.recoverNormally`` (the third-last file; 5.3.2+, ``profile.normal_recovery_walkback``:
@@ -356,15 +384,20 @@ def start_file_index(
     :func:`first_record_matched_recover`) or ``CommitLog.recoverAbnormally``
     (:func:`abnormal_start_index`; 5.4.0+ :func:`first_record_matched_recover`). The one
     place recover's plan and verify's (and repair's) recovery outlook take it from;
-    messageIndexSafe and checkCRCOnRecover are the profile's."""
+    messageIndexSafe and checkCRCOnRecover are the profile's. ``rocks_cq``: a
+    storeType=defaultRocksDB store, ``max_cq`` its RocksDB queue's dispatch checkpoint, which
+    its abnormal recovery's start file is chosen by too (:func:`rocks_abnormal_start_index`
+    before 5.4.0)."""
     safe = profile.message_index_safe
     if profile.recovery_start_checks_first_record and files:
         crc = profile.check_crc_on_recover
         normal = mode == MODE_NORMAL
-        i = _start_by_first_record(files, profile, ckpt, normal, max_cq, safe, crc)
+        i = _start_by_first_record(files, profile, ckpt, normal, max_cq, safe, crc, rocks_cq)
         limit = f", at most {profile.recovery_start_file_limit} files from the last (commitLogRecoverMaxNum)"
         if normal:
             what = "whose PHYSICALOFFSET is at or below maxPhyOffsetOfCQ"
+        elif rocks_cq:
+            what = f"whose PHYSICALOFFSET is at or below the RocksDB consume queue's dispatch checkpoint {max_cq}"
         elif profile.abnormal_start_by_logics_offset and ckpt.logics_physical_offset > 0:
             what = f"whose PHYSICALOFFSET is at or below the checkpoint's logicsPhysicalOffset {ckpt.logics_physical_offset}"
         elif profile.abnormal_start_by_logics_offset:
@@ -380,6 +413,12 @@ def start_file_index(
                 i -= 1
             return i, "last file starting at or below maxPhyOffsetOfCQ (5.3.2+)"
         return max(0, len(files) - 3), "third-last file"
+    if rocks_cq:
+        return (
+            rocks_abnormal_start_index(files, max_cq),
+            "last file whose first record has a message's magic code and a PHYSICALOFFSET at or below the RocksDB "
+            f"consume queue's dispatch checkpoint {max_cq} (storeType=defaultRocksDB), else the first",
+        )
     threshold = abnormal_threshold(ckpt, safe)
     what = "min(physic, logics, index) - 3 s (messageIndexSafe)" if safe else "min(physic, logics) - 3 s"
     return (

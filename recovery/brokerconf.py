@@ -772,8 +772,9 @@ ROCKSDB_EXTRA = "reading it needs rocksdict, the rocksdb extra: pip install 'rmq
 ROCKSDB_REBUILD_REFUSAL = (
     "the broker's start cannot be made to rebuild it without writing RocksDB: its reput starts at the "
     "commitlog's end, a database moved aside comes back empty and its next start dispatches every record but "
-    "one at commitlog offset 0, and setting the dispatch checkpoint back needs a write by a RocksDB newer than "
-    "the broker's that no oracle case has shown the broker reads"
+    "one at commitlog offset 0; rmqtool can write a database the broker opens (the entries its reput writes, "
+    "in table format 5: shown by the oracle), but rebuild-index does not write it yet (the backup and swap of "
+    "the database directory are not built)"
 )
 _ROCKSDB_MARKERS = re.compile(r"^(CURRENT|IDENTITY|LOCK|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log))$")
 

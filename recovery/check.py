@@ -189,9 +189,14 @@ def check_record(
     except cl.DecodeFailure as exc:
         return Checked(-1, False, _DECODE_REASONS[exc.reason], field=exc.field)
     prop_crc_mode = profile.verify_prop_crc
-    if read_body and check_crc and rec.body_length > 0 and not prop_crc_mode:
-        if crc32_fast(buf[rec.body_pos : rec.body_pos + rec.body_length]) != rec.body_crc:
-            return Checked(-1, False, CRC, rec, field="body_crc")
+    if (
+        read_body
+        and check_crc
+        and rec.body_length > 0
+        and not prop_crc_mode
+        and crc32_fast(buf[rec.body_pos : rec.body_pos + rec.body_length]) != rec.body_crc
+    ):
+        return Checked(-1, False, CRC, rec, field="body_crc")
     props: dict[str, str] | None = None
     tags_code = 0
     keys: str | None = None

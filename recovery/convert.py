@@ -245,7 +245,7 @@ class _Writer:
 
     def _open(self) -> None:
         p = self.dir / offset_to_file_name(self.pos - self.pos % self.F)
-        self.fh = open(p, "wb")
+        self.fh = open(p, "wb")  # noqa: SIM115 (the file being written; _close closes it)
         self.files.append(p)
 
     def _close(self) -> None:

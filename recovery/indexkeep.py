@@ -482,9 +482,7 @@ def keyed_record_between(
                 at = f.base + pos
                 if at >= hi and not (after_lo and at == lo):
                     done = True
-                elif c.rec is None or not c.is_message:
-                    continue
-                elif not goes_to_index(c.rec.sys_flag):
+                elif c.rec is None or not c.is_message or not goes_to_index(c.rec.sys_flag):
                     continue
                 elif after_lo and at == lo:
                     tags = c.tags if profile.indexes_tags else None

@@ -10,6 +10,7 @@ types), never prints. Damaged input is reported as a status, never raised, excep
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import struct
 from collections.abc import Callable, Iterator
@@ -344,10 +345,14 @@ def find_by_msg_id(
     if offset >= 0:
         with CommitlogReader(store, profile) as reader:
             loc = reader.record_at(offset)
-            if loc is not None and loc.checked.rec is not None and loc.checked.rec.msg_id == text.upper():
-                if topic is None or loc.checked.rec.topic == topic:
-                    yield "offset", loc
-                    return
+            if (
+                loc is not None
+                and loc.checked.rec is not None
+                and loc.checked.rec.msg_id == text.upper()
+                and (topic is None or loc.checked.rec.topic == topic)
+            ):
+                yield "offset", loc
+                return
     found = False
     scan_from: int | None = None
     if use_index and index_usable(store):
@@ -415,10 +420,8 @@ def iter_cq_entries(store: Store, topic: str | None = None, queue_id: int | None
                             }
                 finally:
                     del units
-                    try:
+                    with contextlib.suppress(BufferError):  # (a view still alive)
                         buf.close()
-                    except BufferError:  # pragma: no cover - a view still alive
-                        pass
 
 
 __all__ = [

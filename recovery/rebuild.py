@@ -601,10 +601,8 @@ def apply_rebuild(plan: RebuildPlan, *, backup_dir: str | Path | None = None) ->
                 tx.remove_file(ch.relpath)
                 continue
             data: Any
-            if isinstance(ch.content, (IndexFileOut, CqFileOut, BcqFileOut)):
-                data = ch.content.write_to  # (streamed; the zeros become holes)
-            else:
-                data = ch.content
+            # (file images streamed: their zeros become holes)
+            data = ch.content.write_to if isinstance(ch.content, (IndexFileOut, CqFileOut, BcqFileOut)) else ch.content
             if ch.action == CREATE:
                 tx.create_file(ch.relpath, data)
             else:

@@ -526,9 +526,7 @@ def commitlog_records(store: Store, profile: Any, **selected: Unpack[RecordFilte
             return False
         if from_offset is not None and pos_off < from_offset:
             return False
-        if to_offset is not None and pos_off >= to_offset:
-            return False
-        return True
+        return not (to_offset is not None and pos_off >= to_offset)
 
     if key is not None or msg_id is not None:
         if msg_id is not None:

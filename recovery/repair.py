@@ -318,7 +318,70 @@ def plan_repair(
     scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
     intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
     if store.dledger is not None:
-        return _plan_dledger(store, profile, scans, recs, intact, t0, index_tz, jobs, rebuild, workdir)
+        d = _dledger_damage(store, profile, recs, intact)
+    else:
+        d = _classic_damage(store, scans, recs, intact)
+    stray, problems = _stray_files(store)
+    problems.extend(d.problems)
+    kept = d.kept
+    # (the QUEUEOFFSETs written back: what the tombstones read; nothing after them reads one)
+    recs = _with_queue_offsets(recs, d.fixes)
+    tb = Tombstones.of(store, d.regions, recs, kept)
+    tb.from_damaged_records(store, recs)
+    tb.from_misfiled(store, d.misfiled)
+    tb.from_queue_units(store, d.misfiled)
+    if d.entries:
+        unfillable = _lay_out_entries(store, profile, tb, recs, kept, problems)
+    else:
+        tb.from_queue_holes(recs, kept)
+        unfillable = _lay_out_regions(store, profile, tb, recs, kept, recs.off[kept], max_message_size, problems)
+    plan = RepairPlan(
+        str(store.root),
+        profile.label,
+        [r for r in d.regions if r.layout is not None],
+        stray,
+        int(np.count_nonzero(kept)),
+        0,
+        _recover_would_cut(store, profile, scans, recs),
+        abort_present=store.abort_present,
+        problems=problems,
+        unfillable=unfillable,
+        data_end=d.end,
+        after_end=d.after_end,
+    )
+    if d.entries:
+        plan.unit_writes = d.unit_writes
+    plan.notes.extend(d.notes)
+    plan.timer_units = _timer_units(store, profile, plan, recs, kept)
+    if rebuild:
+        _plan_rebuild(store, profile, plan, recs, kept, index_tz, jobs, workdir)
+    plan.seconds = time.perf_counter() - t0
+    return plan
+
+
+@dataclass
+class _Damage:
+    """What repair changes, as one framing reads it (:func:`_classic_damage`,
+    :func:`_dledger_damage`); :func:`plan_repair` plans both alike from it."""
+
+    kept: np.ndarray  # the records the repaired store keeps, by the record table's index
+    regions: list[Region]  # the byte ranges repair rewrites, by commitlog offset
+    problems: list[str]
+    fixes: list[FieldFix]  # intact messages' PHYSICALOFFSET or QUEUEOFFSET written back
+    end: int  # where the data ends
+    after_end: list[str]  # the commitlog files that start after it (removed)
+    misfiled: list[Misfiled] = field(default_factory=list)  # records of a garbled topic or queue id
+    # DLedger: each damaged entry body one record of its length (_lay_out_entries), the index
+    # units written from their entries; classic: regions of filler and tombstones, with the
+    # queues' holes (_lay_out_regions)
+    entries: bool = False
+    unit_writes: list[tuple[str, int, bytes]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _classic_damage(store: Store, scans: Any, recs: Any, intact: np.ndarray) -> _Damage:
+    """A classic store: the damaged regions of the commitlog model, the misfiled records'
+    and the field fixes' regions."""
     # misfiled records bound the data (their bytes stay in it, as filler), but are damage
     bound = intact.copy()
     units = queue_units(store)
@@ -327,40 +390,48 @@ def plan_repair(
         intact[m.index] = False
     fixes = field_fixes(store, recs, intact, units)
     del units
-    ioff = recs.off[intact]
-    stray, problems = _stray_files(store)
     model = commitlog_model(store, scans, recs.off[bound], recs.size[bound].astype(np.int64))
     regions = model.regions + _misfiled_regions(store, misfiled) + _field_regions(store, fixes)
     regions.sort(key=lambda r: (r.base, r.pos))
-    problems.extend(model.problems)
-    fixed = _with_queue_offsets(recs, fixes)
-    tb = Tombstones.of(store, regions, fixed, intact)
-    tb.from_damaged_records(store, fixed)
-    tb.from_misfiled(store, misfiled)
-    tb.from_queue_units(store, misfiled)
-    tb.from_queue_holes(fixed, intact)
-    unfillable = _lay_out_regions(store, profile, tb, recs, intact, ioff, max_message_size, problems)
-    regions = [r for r in regions if r.layout is not None]
-
-    plan = RepairPlan(
-        str(store.root),
-        profile.label,
+    return _Damage(
+        intact,
         regions,
-        stray,
-        int(len(ioff)),
-        0,
-        _recover_would_cut(store, profile, scans, recs),
-        abort_present=store.abort_present,
-        problems=problems,
-        unfillable=unfillable,
-        data_end=model.end,
-        after_end=[_rel(store, f.path) for f in model.after_end],
+        model.problems,
+        fixes,
+        model.end,
+        [_rel(store, f.path) for f in model.after_end],
+        misfiled=misfiled,
     )
-    plan.timer_units = _timer_units(store, profile, plan, recs, intact)
-    if rebuild:
-        _plan_rebuild(store, profile, plan, recs, intact, index_tz, jobs, workdir)
-    plan.seconds = time.perf_counter() - t0
-    return plan
+
+
+def _dledger_damage(store: Store, profile: BrokerProfile, recs: Any, intact: np.ndarray) -> _Damage:
+    """A DLedger or mixed store (:mod:`recovery.dledger.repair`): each damaged entry body one
+    record of its length (a tombstone, or a quarantine record), the bytes after the ledger's
+    end zero-filled and the files after it removed, as DLedger's recovery truncates them, the
+    index units written from their entries; the consume queues, index and checkpoint then
+    rebuilt as on a classic store."""
+    from .dledger.repair import dledger_model
+
+    _refuse_damaged_classic_part(store, recs, intact)
+    m = dledger_model(store, profile, recs, intact)
+    if m.refused is not None:
+        raise StoreLayoutError(
+            f"{m.refused}; repair cannot make a ledger DLedger loads out of it and changes nothing "
+            "(rmqtool verify names the files)",
+            store.dledger.dir if store.dledger is not None else store.root,
+        )
+    live = intact & (recs.off < m.end) if len(recs) else intact
+    # an intact message's PHYSICALOFFSET or QUEUEOFFSET garbled (the message's body CRC
+    # does not cover them, DLedger's entry CRCs are 0): written back as on a classic store
+    fixes = field_fixes(store, recs, live, queue_units(store))
+    regions = sorted(m.regions + _field_regions(store, fixes), key=lambda r: (r.base, r.pos))
+    notes = list(m.notes)
+    if m.unit_writes:
+        n = sum(len(b) for _r, _p, b in m.unit_writes) // 32
+        notes.append(f"{n} DLedger index unit(s) that disagree with their entry are written from it")
+    return _Damage(
+        live, regions, m.problems, fixes, m.end, m.after_end, entries=True, unit_writes=m.unit_writes, notes=notes
+    )
 
 
 def _refuse_damaged_classic_part(store: Store, recs: Any, intact: np.ndarray) -> None:
@@ -402,72 +473,6 @@ def _refuse_damaged_classic_part(store: Store, recs: Any, intact: np.ndarray) ->
                 "files (the broker never recovers them) and changes nothing",
                 at.path if at is not None else store.root,
             )
-
-
-def _plan_dledger(
-    store: Store,
-    profile: BrokerProfile,
-    scans: Any,
-    recs: Any,
-    intact: np.ndarray,
-    t0: float,
-    index_tz: Any,
-    jobs: int,
-    rebuild: bool,
-    workdir: Path | None,
-) -> RepairPlan:
-    """The plan on a DLedger or mixed store (:mod:`recovery.dledger.repair`): each damaged
-    entry body one record of its length (a tombstone, or a quarantine record), the bytes
-    after the ledger's end zero-filled and the files after it removed, as DLedger's
-    recovery truncates them, the index units written from their entries; then the same
-    rebuild of the consume queues, index and checkpoint as on a classic store."""
-    from .dledger.repair import dledger_model
-
-    _refuse_damaged_classic_part(store, recs, intact)
-    m = dledger_model(store, profile, recs, intact)
-    if m.refused is not None:
-        raise StoreLayoutError(
-            f"{m.refused}; repair cannot make a ledger DLedger loads out of it and changes nothing "
-            "(rmqtool verify names the files)",
-            store.dledger.dir if store.dledger is not None else store.root,
-        )
-    stray, problems = _stray_files(store)
-    problems.extend(m.problems)
-    live = intact & (recs.off < m.end) if len(recs) else intact
-    # an intact message's PHYSICALOFFSET or QUEUEOFFSET garbled (the message's body CRC
-    # does not cover them, DLedger's entry CRCs are 0): written back as on a classic store
-    fixes = field_fixes(store, recs, live, queue_units(store))
-    regions = sorted(m.regions + _field_regions(store, fixes), key=lambda r: (r.base, r.pos))
-    recs = _with_queue_offsets(recs, fixes)
-    tb = Tombstones.of(store, regions, recs, live)
-    tb.from_damaged_records(store, recs)
-    tb.from_queue_units(store, [])
-    unfillable = _lay_out_entries(store, profile, tb, recs, live, problems)
-    regions = [r for r in regions if r.layout is not None]
-    plan = RepairPlan(
-        str(store.root),
-        profile.label,
-        regions,
-        stray,
-        int(np.count_nonzero(live)),
-        0,
-        _recover_would_cut(store, profile, scans, recs),
-        abort_present=store.abort_present,
-        problems=problems,
-        unfillable=unfillable,
-        data_end=m.end,
-        after_end=m.after_end,
-    )
-    plan.unit_writes = m.unit_writes
-    plan.notes.extend(m.notes)
-    if m.unit_writes:
-        n = sum(len(b) for _r, _p, b in m.unit_writes) // 32
-        plan.notes.append(f"{n} DLedger index unit(s) that disagree with their entry are written from it")
-    plan.timer_units = _timer_units(store, profile, plan, recs, live)
-    if rebuild:
-        _plan_rebuild(store, profile, plan, recs, live, index_tz, jobs, workdir)
-    plan.seconds = time.perf_counter() - t0
-    return plan
 
 
 def _lay_out_entries(

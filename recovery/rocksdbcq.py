@@ -10,10 +10,10 @@ which writes nothing into the operator's store (tests/test_rocksdbcq.py hashes i
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from ..formats import rocksdbcq as rf
 from .rocksread import RocksUnreadable, read_only
 
 _MARKER = "CURRENT"
+_R = TypeVar("_R")
 
 
 class RocksCqUnavailable(Exception):
@@ -36,8 +37,19 @@ class Unit:
     store_timestamp: int
 
 
+class _OffsetTable:
+    """The offset table's answers, for both readers' results."""
+
+    offset_table: dict[tuple[str, int], dict[str, tuple[int, int]]]
+
+    def max_offset(self, key: tuple[str, int]) -> int:
+        """getMaxOffsetInQueue: the offset table's max entry plus one, 0 without one."""
+        e = self.offset_table.get(key, {}).get("max")
+        return e[1] + 1 if e else 0
+
+
 @dataclass
-class RocksCq:
+class RocksCq(_OffsetTable):
     """What one RocksDB consume queue database holds."""
 
     dir: str  # relative to the store root
@@ -46,11 +58,6 @@ class RocksCq:
     checkpoint: int | None = None  # getMaxPhyOffsetInConsumeQueue's record; None when absent
     malformed: list[tuple[str, bytes]] = field(default_factory=list)  # (column family, key) of another layout
     unreadable: str | None = None  # why the database did not open (nothing else then)
-
-    def max_offset(self, key: tuple[str, int]) -> int:
-        """getMaxOffsetInQueue: the offset table's max entry plus one, 0 without one."""
-        e = self.offset_table.get(key, {}).get("max")
-        return e[1] + 1 if e else 0
 
 
 def rocks_dirs(root: Path) -> list[str]:
@@ -78,19 +85,42 @@ def unreadable(root: Path, rel: str) -> str | None:
         return str(_explain(exc, root / rel))
 
 
-def read(root: Path, rel: str) -> RocksCq:
-    """Every unit, offset entry and the checkpoint of ``root/rel``; raises :class:`RocksCqUnavailable`."""
+def _opened(root: Path, rel: str, reader: Callable[[Any, list[str], str], _R]) -> _R:
+    """``reader(db, column families, rel)`` on the database ``root/rel`` opened read-only;
+    raises :class:`RocksCqUnavailable` (rocksdict missing, the database does not open)."""
     try:
         with read_only(root / rel) as (db, cfs):
-            return _read(db, cfs, rel)
+            return reader(db, cfs, rel)
     except RocksUnreadable as exc:
         raise _explain(exc, root / rel) from None
+
+
+def _read_offsets(db: Any, cfs: list[str], out: RocksCq | RocksColumns) -> list[bytes]:
+    """The offset table and the dispatch checkpoint into ``out``; the keys of another layout."""
+    malformed: list[bytes] = []
+    if rf.OFFSET_COLUMN_FAMILY in cfs:
+        unpack_off = rf.OFFSET_VALUE_STRUCT.unpack
+        for k, v in db.get_column_family(rf.OFFSET_COLUMN_FAMILY).items():
+            kb, vb = bytes(k), bytes(v)
+            if kb == rf.CHECKPOINT_KEY and len(vb) == rf.CHECKPOINT_VALUE_SIZE:
+                (out.checkpoint,) = rf.CHECKPOINT_VALUE_STRUCT.unpack(vb)
+                continue
+            okey = rf.parse_offset_key(kb)
+            if okey is None or len(vb) != rf.OFFSET_VALUE_SIZE:
+                malformed.append(kb)
+                continue
+            out.offset_table.setdefault((okey.topic, okey.queue_id), {})[okey.kind] = unpack_off(vb)
+    return malformed
+
+
+def read(root: Path, rel: str) -> RocksCq:
+    """Every unit, offset entry and the checkpoint of ``root/rel``; raises :class:`RocksCqUnavailable`."""
+    return _opened(root, rel, _read)
 
 
 def _read(db: Any, cfs: list[str], rel: str) -> RocksCq:
     out = RocksCq(rel)
     unpack_unit = rf.CQ_VALUE_STRUCT.unpack
-    unpack_off = rf.OFFSET_VALUE_STRUCT.unpack
     if rf.CQ_COLUMN_FAMILY in cfs:
         cf = db.get_column_family(rf.CQ_COLUMN_FAMILY)
         for k, v in cf.items():
@@ -101,18 +131,7 @@ def _read(db: Any, cfs: list[str], rel: str) -> RocksCq:
                 continue
             phy, size, tags, ts = unpack_unit(vb)
             out.queues.setdefault((key.topic, key.queue_id), []).append(Unit(key.queue_offset, phy, size, tags, ts))
-    if rf.OFFSET_COLUMN_FAMILY in cfs:
-        cf = db.get_column_family(rf.OFFSET_COLUMN_FAMILY)
-        for k, v in cf.items():
-            kb, vb = bytes(k), bytes(v)
-            if kb == rf.CHECKPOINT_KEY and len(vb) == rf.CHECKPOINT_VALUE_SIZE:
-                (out.checkpoint,) = rf.CHECKPOINT_VALUE_STRUCT.unpack(vb)
-                continue
-            okey = rf.parse_offset_key(kb)
-            if okey is None or len(vb) != rf.OFFSET_VALUE_SIZE:
-                out.malformed.append((rf.OFFSET_COLUMN_FAMILY, kb))
-                continue
-            out.offset_table.setdefault((okey.topic, okey.queue_id), {})[okey.kind] = unpack_off(vb)
+    out.malformed += [(rf.OFFSET_COLUMN_FAMILY, kb) for kb in _read_offsets(db, cfs, out)]
     # keys sort bytewise: the queue offsets (big-endian, non-negative) come in order, but a
     # negative one would sort last
     for units in out.queues.values():
@@ -134,7 +153,7 @@ UNIT_DTYPE = np.dtype(
 
 
 @dataclass
-class RocksColumns:
+class RocksColumns(_OffsetTable):
     """What one RocksDB consume queue database holds, its units in numpy arrays per queue
     (:data:`UNIT_DTYPE`, by queue offset): for large queues, about 36 bytes a unit instead of
     a Python object each."""
@@ -152,11 +171,7 @@ class RocksColumns:
 
 def read_columns(root: Path, rel: str) -> RocksColumns:
     """:func:`read` with the units in numpy arrays; raises :class:`RocksCqUnavailable`."""
-    try:
-        with read_only(root / rel) as (db, cfs):
-            return _read_columns(db, cfs, rel)
-    except RocksUnreadable as exc:
-        raise _explain(exc, root / rel) from None
+    return _opened(root, rel, _read_columns)
 
 
 def _read_columns(db: Any, cfs: list[str], rel: str) -> RocksColumns:
@@ -190,18 +205,7 @@ def _read_columns(db: Any, cfs: list[str], rel: str) -> RocksColumns:
             a[n] = v[n]
         a.sort(order="queue_offset", kind="stable")
         out.queues[qk] = a
-    if rf.OFFSET_COLUMN_FAMILY in cfs:
-        unpack_off = rf.OFFSET_VALUE_STRUCT.unpack
-        for k, v in db.get_column_family(rf.OFFSET_COLUMN_FAMILY).items():
-            kb, vb = bytes(k), bytes(v)
-            if kb == rf.CHECKPOINT_KEY and len(vb) == rf.CHECKPOINT_VALUE_SIZE:
-                (out.checkpoint,) = rf.CHECKPOINT_VALUE_STRUCT.unpack(vb)
-                continue
-            okey = rf.parse_offset_key(kb)
-            if okey is None or len(vb) != rf.OFFSET_VALUE_SIZE:
-                out.malformed += 1
-                continue
-            out.offset_table.setdefault((okey.topic, okey.queue_id), {})[okey.kind] = unpack_off(vb)
+    out.malformed += len(_read_offsets(db, cfs, out))
     return out
 
 
@@ -211,24 +215,25 @@ def iter_units(root: Path, topic: str | None, queue_id: int | None) -> Iterator[
     order; ``status`` OK, or PAST_MAX for a unit past the offset table's max entry (the broker
     never serves it). Raises :class:`RocksCqUnavailable`."""
     for rel in rocks_dirs(root):
-        cq = read(root, rel)
+        cq = read_columns(root, rel)
         for (t, q), units in sorted(cq.queues.items()):
             if (topic is not None and t != topic) or (queue_id is not None and q != queue_id):
                 continue
             top = cq.max_offset((t, q))
-            for u in units:
+            # (UNIT_DTYPE's fields in order, as Python ints)
+            for qoff, phy, size, tags, ts in units.tolist():
                 yield {
                     "topic": t,
                     "queue_id": q,
-                    "queue_offset": u.queue_offset,
+                    "queue_offset": qoff,
                     "file": rel,
                     "pos": None,
-                    "commitlog_offset": u.commitlog_offset,
-                    "size": u.size,
-                    "tags_code": u.tags_code,
-                    "status": "OK" if u.queue_offset < top else "PAST_MAX",
+                    "commitlog_offset": phy,
+                    "size": size,
+                    "tags_code": tags,
+                    "status": "OK" if qoff < top else "PAST_MAX",
                     "kind": "rocksdb",
-                    "unit_store_timestamp": u.store_timestamp,
+                    "unit_store_timestamp": ts,
                 }
 
 

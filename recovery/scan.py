@@ -7,6 +7,7 @@ offsets as hints of record starts, and the record -> plain-fields conversion sha
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable
@@ -129,10 +130,8 @@ def _search_window(fd: int, a: int, b: int, last: bool) -> int:
         del u8
         return p
     finally:
-        try:
+        with contextlib.suppress(BufferError):  # (a view still alive)
             mm.close()
-        except BufferError:  # pragma: no cover - a view still alive
-            pass
 
 
 def first_nonzero_block(buf: Any, pos: int, end: int, block: int = 1 << 20) -> int | None:

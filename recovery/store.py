@@ -9,6 +9,7 @@ files) as records instead of failing. Files are read through read-only memory ma
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import mmap
 import os
@@ -299,10 +300,8 @@ class MappedFile:
 
     def close(self) -> None:
         if isinstance(self.buf, mmap.mmap):
-            try:
+            with contextlib.suppress(BufferError):  # views still exported; the map is released when they are
                 self.buf.close()
-            except BufferError:
-                pass  # views still exported; the map is released when they are
         os.close(self._fd)
 
     def __enter__(self) -> MappedFile:

@@ -166,9 +166,12 @@ def store_info(
     doc["batch_consume_queues"] = batch_summary(root)
     if doc["batch_consume_queues"]["max_commitlog_offset"] is not None:
         cq_ends.append(doc["batch_consume_queues"]["max_commitlog_offset"])
-    if rq is not None and rq["read_by_broker"] == "rocksdb" and rq["max_commitlog_offset"] is not None:
-        cq_ends.append(rq["max_commitlog_offset"])
     doc["max_phy_offset_of_cq"] = max(cq_ends) if cq_ends else None
+    if rq is not None and rq["read_by_broker"] == "rocksdb" and rq["error"] is None:
+        # storeType=defaultRocksDB: the queue store is the RocksDB one alone, and its
+        # getMaxPhyOffsetInConsumeQueue the dispatch checkpoint (the end of the last record
+        # dispatched, 0 when absent), not its last unit's start
+        doc["max_phy_offset_of_cq"] = rq["checkpoint"] if rq["checkpoint"] is not None else 0
     index = []
     for f in store.index_files:
         h = read_index_header(store, f)

@@ -221,7 +221,7 @@ class _CommitlogFiles:
         """Opens the next file if none is open; False, with the file closed by a BLANK and the
         next one due, when ``size`` bytes do not fit in it."""
         if self._f is None:
-            self._f = open(self.directory / offset_to_file_name(self.base), "wb")  # (closed by finish() or close())
+            self._f = open(self.directory / offset_to_file_name(self.base), "wb")  # noqa: SIM115 (closed by finish() or close())
             self.files += 1
             self.pos = 0
         if size + 8 <= self.file_size - self.pos:

@@ -22,6 +22,7 @@ Nothing outlives the processes: the memory is anonymous, not a file.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import ctypes
 import mmap
 import os
@@ -107,10 +108,8 @@ class Arena:
     def close(self) -> None:
         """Unmap now if nothing the parent took still uses the memory; otherwise it is
         unmapped when the last such array is gone."""
-        try:
+        with contextlib.suppress(BufferError):
             self.mm.close()
-        except BufferError:
-            pass
 
 
 _WORKER_ARENA: Arena | None = None

@@ -166,10 +166,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def is_soak(item: pytest.Item) -> bool:
     """Whether one collected case belongs to the soak share (see above)."""
     params = getattr(getattr(item, "callspec", None), "params", {})
-    for mark in item.iter_markers("soak"):
-        if all(params.get(k, object()) == v for k, v in mark.kwargs.items()):
-            return True
-    return False
+    return any(all(params.get(k, object()) == v for k, v in mark.kwargs.items()) for mark in item.iter_markers("soak"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

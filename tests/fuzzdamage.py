@@ -813,8 +813,8 @@ def run_forked(argv: list[str], timeout: float, mem_bytes: int, user: str | None
                 os.setuid(pw.pw_uid)
             from rmqtool.cli import run
 
-            sys.stdout = open(1, "w", closefd=False)
-            sys.stderr = open(2, "w", closefd=False)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 (the child's stdout)
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
             code = run(argv)
             sys.stderr.flush()
         finally:
@@ -905,16 +905,12 @@ def debris(root: Path) -> list[str]:
     has ended: a work directory ``.STORE.rmqtool-*`` beside the store (repair's), a
     transaction journal in it (issue 33: "no debris")."""
     out = []
-    try:
+    with contextlib.suppress(OSError):
         out += [p.name for p in root.parent.iterdir() if p.name.startswith(f".{root.name}.rmqtool-")]
-    except OSError:
-        pass
     j = root / ".rmqtool-journal"
     if j.is_dir() and not j.is_symlink():
-        try:
+        with contextlib.suppress(OSError):
             out += [f".rmqtool-journal/{p.name}" for p in j.iterdir()]
-        except OSError:
-            pass
     return sorted(out)
 
 
@@ -951,10 +947,7 @@ def run_store(
     def cmd(*argv: str) -> Outcome:
         full = [argv[0], *argv[1:]]
         res.runs += 1
-        if use_child:
-            o = run_child(full, timeout, mem_bytes, user)
-        else:
-            o = run_inprocess(full, timeout)
+        o = run_child(full, timeout, mem_bytes, user) if use_child else run_inprocess(full, timeout)
         name = _cmd_name(tuple(a for a in argv if a != str(root)))
         top = argv[0]
         if o.hang:
@@ -1373,10 +1366,8 @@ def cleanup(dest: Path) -> None:
         for d in dirnames:
             p = os.path.join(dirpath, d)
             if not os.path.islink(p):
-                try:
+                with contextlib.suppress(OSError):
                     os.chmod(p, 0o755)
-                except OSError:
-                    pass
     shutil.rmtree(dest, ignore_errors=True)
 
 

@@ -745,3 +745,22 @@ def test_a_topic_seek_walks_for_scheduled_messages_only_where_the_store_holds_ti
     delay = real_store("delay")
     code = run(["dump", "commitlog", str(delay), "--topic", "TopicA", "--format", "jsonl", "--broker-version", "4.9.4"])
     assert code in (0, 1) and calls, (code, calls)
+
+
+def test_a_block_s_iso_twins_are_iso_ms_s() -> None:
+    """The dump's blocks lay out born_time/store_time at C speed (recovery.times.iso_ms_matrix,
+    issue 32's dump A/B): byte for byte iso_ms's text, and no matrix where a value has no
+    twin of that form (then the per-line substitution writes it, null included)."""
+    import numpy as np
+
+    from rmqtool.recovery.times import iso_ms, iso_ms_matrix
+
+    ms = np.array(
+        [1, 999, 1000, 86_399_999, 951_782_400_000, 1_795_000_000_004, 4_102_444_800_000, 253_402_300_799_999],
+        dtype=">i8",  # (the header's big-endian field)
+    )
+    m = iso_ms_matrix(ms)
+    assert m is not None and m.shape == (len(ms), 23)
+    assert [row.tobytes() + b"Z" for row in m] == [iso_ms(int(v)).encode() for v in ms]  # type: ignore[union-attr]
+    for bad in ([0, 5], [-1], [1, 253_402_300_800_000], []):
+        assert iso_ms_matrix(np.array(bad, dtype=np.int64)) is None, bad

@@ -63,9 +63,13 @@ def decoding(tree: ast.AST) -> list[tuple[int, str]]:
             out.append((n.lineno, n.id))
         elif isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub)):
             for a, b in ((n.left, n.right), (n.right, n.left)):
-                if isinstance(a, ast.Constant) and type(a.value) is int and a.value in OFFSETS:
-                    if not isinstance(b, ast.Constant):
-                        out.append((n.lineno, f"an offset: {ast.unparse(n)}"))
+                if (
+                    isinstance(a, ast.Constant)
+                    and type(a.value) is int
+                    and a.value in OFFSETS
+                    and not isinstance(b, ast.Constant)
+                ):
+                    out.append((n.lineno, f"an offset: {ast.unparse(n)}"))
         elif isinstance(n, ast.Subscript):
             sl = n.slice
             bounds = [sl.lower, sl.upper] if isinstance(sl, ast.Slice) else [sl]

@@ -5,6 +5,7 @@ never a traceback, never an allocation that grows with a bogus length field."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
@@ -103,10 +104,8 @@ def test_bit_flips_of_a_real_record(at: int, value: int, profile: BrokerProfile)
     buf = bytearray(REC)
     buf[at] = value
     check_everywhere(bytes(buf), profile)
-    try:
+    with contextlib.suppress(FormatError):
         cl.parse_message(bytes(buf))
-    except FormatError:
-        pass
 
 
 def test_truncation_at_every_length() -> None:
@@ -152,14 +151,10 @@ def test_absurd_lengths_do_not_allocate(field_at: int | None, fmt: str, value: i
         for profile in PROFILES:
             assert_outcome(ck.check_record(data, 0, len(data), profile))
             assert_outcome(ck.check_record(data, 0, len(data), profile, read_body=False))
-        try:
+        with contextlib.suppress(FormatError):
             cl.parse_message(data)
-        except FormatError:
-            pass
-        try:
+        with contextlib.suppress(cl.DecodeFailure):
             cl.decode_message(data, 0, total_limit=False)
-        except cl.DecodeFailure:
-            pass
         list(walk_records(data, len(data), 0, PROFILES[1]))
         _cur, peak = tracemalloc.get_traced_memory()
     finally:
@@ -202,10 +197,8 @@ def test_text_parsers(text: str) -> None:
     decode_crc32_digits(text[:10])
     parse_offset_file_name(text)
     for f in (decode_offset_msg_id, decode_uniq_key):
-        try:
+        with contextlib.suppress(ValueError):
             f(text)
-        except ValueError:
-            pass
     try:
         loads(text)
     except FormatError as exc:

@@ -208,6 +208,37 @@ def test_5_5_abnormal_start_uses_the_checkpoints_logics_offset(tmp_path: Path) -
     assert broker.start_file_index(files, p54, cp, "abnormal", -1)[0] == 0  # (min - 3 s is before them all)
 
 
+def test_a_rocksdb_store_s_abnormal_start_is_its_dispatch_checkpoint_s_file(tmp_path: Path) -> None:
+    """storeType=defaultRocksDB (issue 35): the abnormal recovery picks its start file by the RocksDB
+    queue's dispatch checkpoint, not by the checkpoint file's timestamps (which its empty queue flush
+    never sets: min - 3 s is before every record). 5.3.3: the last file whose first bytes have a message's
+    magic code and whose PHYSICALOFFSET field is at or below the checkpoint (the store timestamp and the
+    body unread); 5.4.0+: its first record read as the walk reads it, the same PHYSICALOFFSET rule.
+    Before, the outlook and recover's plan started at the first file."""
+    root = _three_files(tmp_path)
+    files, cp = _files(root), decode_checkpoint(b"")
+    ckpt = FS + 100  # (inside the second file)
+    for v in ("5.3.3", "5.4.0", "5.5.1"):
+        p = BrokerProfile.for_version(v)
+        assert broker.start_file_index(files, p, cp, "abnormal", ckpt)[0] == 0, v  # the file queues' rule
+        i, why = broker.start_file_index(files, p, cp, "abnormal", ckpt, rocks_cq=True)
+        assert i == 1 and "dispatch checkpoint" in why, (v, why)
+        assert broker.start_file_index(files, p, cp, "abnormal", 2 * FS, rocks_cq=True)[0] == 2, v
+        assert broker.start_file_index(files, p, cp, "abnormal", -1, rocks_cq=True)[0] == 0, v
+    # a body byte of the second file's first record damaged: 5.3.3 does not read it, 5.4.0+ does (CRC)
+    p = root / "commitlog" / f"{FS:020d}"
+    data = bytearray(p.read_bytes())
+    data[struct.unpack_from(">i", data, 0)[0] - 10] ^= 0xFF
+    p.write_bytes(bytes(data))
+    files = _files(root)
+    assert broker.start_file_index(files, BrokerProfile.for_version("5.3.3"), cp, "abnormal", ckpt, True)[0] == 1
+    assert broker.start_file_index(files, BrokerProfile.for_version("5.5.1"), cp, "abnormal", ckpt, True)[0] == 0
+    # its magic code damaged: neither takes it
+    data[4] ^= 0xFF
+    p.write_bytes(bytes(data))
+    assert broker.start_file_index(_files(root), BrokerProfile.for_version("5.3.3"), cp, "abnormal", ckpt, True)[0] == 0
+
+
 # ------------------------------------------------------------------------ the checkpoint
 
 

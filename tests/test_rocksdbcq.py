@@ -194,6 +194,44 @@ def test_verify_finds_a_hole_a_wrong_unit_and_a_stale_offset_table(
     assert "queue offset(s) 3" not in hole["message"] and "queue offset(s) 2 " in hole["message"]
 
 
+def test_verify_s_normal_outlook_starts_from_the_dispatch_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """storeType=defaultRocksDB: the broker's recovery is given the dispatch checkpoint (the END of the last
+    record dispatched), not the start of the last unit, and dispatches only the records past it (a record
+    starting exactly at it is not). The last two records undispatched (TopicA/1 at the checkpoint, TopicB/0
+    after it): the first is never dispatched again (RCQ_MISSING_MESSAGE), the second at the next start
+    (RCQ_DISPATCH_LAG); tests/oracle/test_rocksdbcq_recover_oracle.py shows the broker doing so. Before, the
+    outlook took the offset table's last unit start (2545) and called both a lag."""
+    root = fixture_store(tmp_path)
+    cq = rc.read(root, "consumequeue")
+    a1 = cq.queues[("TopicA", 1)]
+    b0 = cq.queues[("TopicB", 0)][0]
+    ckpt = a1[-1].commitlog_offset  # the end of TopicA/0's last record, where TopicA/1's last one starts
+
+    def undispatch(default: Any, offset: Any) -> None:
+        del default[rf.cq_key("TopicA", 1, a1[-1].queue_offset)]
+        del default[rf.cq_key("TopicB", 0, 0)]
+        offset[rf.offset_key("TopicA", "max", 1)] = rf.OFFSET_VALUE_STRUCT.pack(
+            a1[-2].commitlog_offset, a1[-2].queue_offset
+        )
+        del offset[rf.offset_key("TopicB", "max", 0)]
+        offset[rf.CHECKPOINT_KEY] = rf.CHECKPOINT_VALUE_STRUCT.pack(ckpt)
+
+    rewrite(root, undispatch)
+    _code, doc = verify_json(root, capsys)
+    assert doc["summary"]["recovery"]["max_phy_offset_of_cq"] == ckpt
+    got = {
+        (f["code"], f["message"].split(":")[0], f["physical_offset"])
+        for f in doc["findings"]
+        if f["code"] in ("RCQ_DISPATCH_LAG", "RCQ_MISSING_MESSAGE")
+    }
+    assert got == {
+        ("RCQ_MISSING_MESSAGE", "TopicA/1", a1[-1].commitlog_offset),
+        ("RCQ_DISPATCH_LAG", "TopicB/0", b0.commitlog_offset),
+    }
+
+
 @pytest.mark.parametrize("argv", [["rebuild-index", "--yes"], ["repair", "--yes"]])
 def test_writing_commands_refuse_a_rocksdb_store_and_change_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
@@ -263,7 +301,9 @@ def test_dump_lists_the_rocksdb_units_and_info_names_the_kind(
         ("TopicA", 1, 0, 6),
         ("TopicB", 0, 0, 1),
     ]
-    assert doc["max_phy_offset_of_cq"] == max(us[-1].commitlog_offset for us in cq.queues.values())
+    # what the broker's recovery is given: the dispatch checkpoint (the end of the last record), not the
+    # start of the last unit (before: 3116, the last unit's start; the checkpoint is 3362)
+    assert doc["max_phy_offset_of_cq"] == cq.checkpoint == 3362
 
 
 def test_info_lists_a_rocksdb_only_store_s_queues_by_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -515,3 +555,31 @@ def test_the_brokers_own_config_naming_the_rocksdb_queue_is_no_refusal(
     capsys.readouterr()
     assert run(["recover", "--broker-config", str(conf), "--broker-version", V, "--dry-run"]) == 8
     assert "storeType=defaultRocksDB" in capsys.readouterr().err
+
+
+def test_the_brokers_entries_built_from_the_commitlog_are_the_brokers_database(tmp_path: Path) -> None:
+    """recovery.rocksbuild (issue 35, rebuild-index's road): the units, max entries and checkpoint the
+    broker's reput writes, computed from the 5.3.3 fixture's commitlog, are what its database holds; the
+    database written from them reads back the same, in table format 5 (what RocksDB 8.4.0, the broker's,
+    reads: rocksdict's own default is 6), with no rocksdict config file left in it."""
+    from rmqtool.recovery import rocksbuild as rb
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.versions import BrokerProfile
+
+    root = fixture_store(tmp_path)
+    theirs = rc.read(root, "consumequeue")
+    e = rb.broker_entries(Store.open(root), BrokerProfile.for_version(V))
+    assert e.checkpoint == theirs.checkpoint and e.count == 13
+    assert e.max_entries == {k: v["max"] for k, v in theirs.offset_table.items()}
+    assert {k: [tuple(u) for u in a.tolist()] for k, a in e.units.items()} == {
+        k: [(u.queue_offset, u.commitlog_offset, u.size, u.tags_code, u.store_timestamp) for u in us]
+        for k, us in theirs.queues.items()
+    }
+    out = tmp_path / "built"
+    rb.write_database(out / "consumequeue", e)
+    mine = rc.read(out, "consumequeue")
+    assert (mine.queues, mine.offset_table, mine.checkpoint) == (theirs.queues, theirs.offset_table, theirs.checkpoint)
+    names = {p.name for p in (out / "consumequeue").iterdir()}
+    assert "rocksdict-config.json" not in names and any(n.endswith(".sst") for n in names)
+    opts = max((out / "consumequeue").glob("OPTIONS-*")).read_text()
+    assert "format_version=5" in opts and "format_version=6" not in opts

@@ -216,14 +216,12 @@ def test_lock_held_by_another_process_is_detected_and_refused(tmp_path: Path) ->
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         assert broker_holds_lock(store) is True
-        with pytest.raises(StoreLockedError) as ei:
-            with StoreLock(store):
-                pass
+        with pytest.raises(StoreLockedError) as ei, StoreLock(store):
+            pass
         assert ei.value.path == str(store / "lock")
         assert "lock" in str(ei.value) and "\n" not in str(ei.value)
-        with pytest.raises(StoreLockedError):
-            with StoreTransaction(store) as tx:
-                tx.remove_file(IDX)
+        with pytest.raises(StoreLockedError), StoreTransaction(store) as tx:
+            tx.remove_file(IDX)
         assert recover_pending(store) == []  # nothing pending: nothing to lock for
         (store / safety.JOURNAL_DIR).mkdir()
         with pytest.raises(StoreLockedError):
@@ -438,11 +436,10 @@ def test_dry_run_restore_changes_nothing(tmp_path: Path) -> None:
 def test_leaving_the_block_without_commit_discards_staging(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     before = snapshot(store)
-    with pytest.raises(RuntimeError):
-        with StoreTransaction(store) as tx:
-            tx.replace_file(CQ0, b"new")
-            assert safety.pending_journals(store)  # staged inside the store
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), StoreTransaction(store) as tx:
+        tx.replace_file(CQ0, b"new")
+        assert safety.pending_journals(store)  # staged inside the store
+        raise RuntimeError("boom")
     assert snapshot(store) == before
     assert not (store / safety.JOURNAL_DIR).exists()
 
@@ -480,11 +477,10 @@ def test_backup_dir_problems_are_typed_and_leave_store_untouched(tmp_path: Path)
         tmp_path / "a-file" / "sub",  # cannot be created
     ]
     for bdir in cases:
-        with pytest.raises(BackupDirError) as ei:
-            with StoreTransaction(store, backup_dir=bdir) as tx:
-                tx.replace_file(CQ0, b"new")
-                tx.truncate_tail(CL0, 100)
-                tx.commit()
+        with pytest.raises(BackupDirError) as ei, StoreTransaction(store, backup_dir=bdir) as tx:
+            tx.replace_file(CQ0, b"new")
+            tx.truncate_tail(CL0, 100)
+            tx.commit()
         assert ei.value.path is not None and Path(ei.value.path).name in (bdir.name, "a-file")
         assert "\n" not in str(ei.value)
         assert snapshot(store) == before
@@ -560,9 +556,8 @@ def test_pending_journal_blocks_new_transactions(tmp_path: Path) -> None:
     store = make_store(tmp_path)
     r = run_py(STANDARD_TX, str(store), str(tmp_path / "bk"), env={safety.CRASH_ENV: "3"})
     assert r.returncode == 137, r.stderr
-    with pytest.raises(PendingJournalError):
-        with StoreTransaction(store):
-            pass
+    with pytest.raises(PendingJournalError), StoreTransaction(store):
+        pass
     with pytest.raises(PendingJournalError):
         _restore_any(store)
     (outcome,) = recover_pending(store)

@@ -135,11 +135,10 @@ def test_several_files_hashed_behind_the_staging(tmp_path: Path) -> None:
 
     root = _store(tmp_path)
     parts = {f"index/f{i}": [os.urandom(70_000 + i), (1 << 23) + 17 * i, b"end%d" % i] for i in range(4)}
-    with pytest.raises(RuntimeError):
-        with StoreTransaction(root, backup_dir=tmp_path / "bk0") as tx:
-            for rel, p in parts.items():
-                tx.create_file(rel, _seq_writer(p))
-            raise RuntimeError("before commit")
+    with pytest.raises(RuntimeError), StoreTransaction(root, backup_dir=tmp_path / "bk0") as tx:
+        for rel, p in parts.items():
+            tx.create_file(rel, _seq_writer(p))
+        raise RuntimeError("before commit")
     assert sorted(p.name for p in (root / "index").iterdir()) == []
     assert not any(t.name == "rmqtool-sha256" and t.is_alive() for t in threading.enumerate())
     with StoreTransaction(root, backup_dir=tmp_path / "bk") as tx:

@@ -194,3 +194,135 @@ def test_queue_keys_are_int32_and_ordered_by_topic_and_queue(negative: bool) -> 
     rank = {p: i for i, p in enumerate(pairs)}
     assert keys.dtype == np.int32
     assert keys.tolist() == [rank[p] for p in zip(tid.tolist(), qid.tolist())]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_queue_keys_made_in_chunks_equal_the_whole_column(jobs: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spilled table's queue keys are made ``CHUNK`` records at a time into a spilled
+    column (issue 39): the same keys and queues as from the whole columns, on both paths
+    (``jobs`` 2: a negative queue id, the sorted pairs)."""
+    rng = np.random.default_rng(jobs)
+    tid = rng.integers(0, 7, 25_000).astype(np.int32)
+    qid = rng.integers(-2 if jobs == 2 else 0, 9, 25_000).astype(np.int32)
+    names = [f"T{i}" for i in range(7)]
+    whole, wq = vparts._queue_keys(tid, qid, names)
+    monkeypatch.setattr(vparts, "CHUNK", 1000)
+    chunked, cq = vparts._queue_keys(tid, qid, names, spills={})
+    assert isinstance(chunked, np.memmap) and cq == wq
+    assert chunked.dtype == np.int32 and np.array_equal(chunked, whole)
+
+
+@pytest.mark.parametrize("name", ["many_files", "crash_midwrite", "clean"])
+def test_verify_holds_one_commitlog_file_s_records_at_a_time(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify scans the commitlog a file at a time (issue 39): when a part is scanned, no
+    part of another file is alive (the stitched parts of a file are joined into the table,
+    and let go, before the next file's are scanned), and a spilled table holds in memory
+    at most one file's records, the rest mapped from its unlinked temporary files, and
+    its passes (the offsets, the queue keys, the consume queue check's records grouped by
+    queue) go a chunk at a time. The report equals the one of the table held whole in
+    memory."""
+    import weakref
+
+    from conftest import real_store
+
+    store = Store.open(real_store(name))
+    whole = v.verify_store(store, P494, part_size=4096)  # (a table this small is not spilled)
+    alive: list[weakref.ref[Any]] = []
+    others: list[tuple[int, list[int]]] = []
+    real_scan = vparts.scan_part
+
+    def scan(task: Any) -> Any:
+        live = sorted({p.file_idx for p in (r() for r in alive) if p is not None} - {task.file_idx})
+        if live:
+            others.append((task.file_idx, live))
+        part = real_scan(task)
+        alive.append(weakref.ref(part))
+        return part
+
+    held: list[int] = []
+    tables: list[Any] = []
+    real_records = vparts._Table.records
+
+    def records(self: Any, *a: Any, **k: Any) -> Any:
+        recs = real_records(self, *a, **k)
+        tables.append(recs)
+        return recs
+
+    monkeypatch.setattr(vparts, "scan_part", scan)
+    monkeypatch.setattr(vparts, "SPILL_RECORDS", 0, raising=False)
+    monkeypatch.setattr(vparts, "CHUNK", 97, raising=False)  # (the passes over spilled columns: many steps)
+    monkeypatch.setattr(vparts, "HELD_HOOK", held.append, raising=False)
+    monkeypatch.setattr(vparts._Table, "records", records)
+    spilled = v.verify_store(Store.open(real_store(name)), P494, part_size=4096)
+    assert others == []  # no other file's part alive while a part is scanned
+    recs = tables[-1]
+    per_file = np.bincount(recs.file_idx)
+    assert len(per_file) > 1 and len(held) >= len(per_file)
+    assert max(held) <= int(per_file.max())  # at most one file's records in memory
+    assert isinstance(recs.off, np.memmap) and isinstance(recs.key_rec, np.memmap)
+    assert isinstance(recs.qkey, np.memmap)
+    order, bounds = vparts.queue_order(recs)  # (the counting sort over chunks of 97)
+    assert isinstance(order, np.memmap) and np.array_equal(order, np.argsort(np.asarray(recs.qkey), kind="stable"))
+    assert np.array_equal(bounds[1:], np.cumsum(np.bincount(recs.qkey, minlength=len(recs.queues))))
+    assert _key(spilled) == _key(whole) and spilled.summary == whole.summary
+
+
+def _queue_offset_breaks(root: Path) -> dict[tuple[str, int], tuple[int, int, int, int]]:
+    """The reference: per queue, (breaks, previous, value, physical offset of the first
+    break's record) over the broker's walk of every file, record by record (the records
+    that go to a consume queue: transaction type NOT or COMMIT)."""
+    from walkref import walk_file
+
+    s = Store.open(root)
+    last: dict[tuple[str, int], int] = {}
+    out: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+    for f in s.commitlog:
+        with s.map(f) as m:
+            for st in walk_file(m.buf, m.size, P494):
+                if not st.checked.is_message:
+                    continue
+                r = st.checked.rec
+                if r.sys_flag & 0xC not in (0, 0x8):
+                    continue
+                q = (r.topic, r.queue_id)
+                if q in last and r.queue_offset != last[q] + 1:
+                    n, prev, value, at = out.get(q, (0, last[q], r.queue_offset, f.base + r.pos))
+                    out[q] = (n + 1, prev, value, at)
+                last[q] = r.queue_offset
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_queue_offset_continuity_in_chunks(tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The QUEUEOFFSET continuity check runs ``CONTINUITY_CHUNK`` records at a time, each
+    queue's last record carried from chunk to chunk (issue 39): its CL_QUEUE_OFFSET
+    findings are the reference's (every break of a queue counted, the first one named) and
+    the report equals the one of a single chunk, whatever the chunk."""
+    rng = random.Random(seed)
+    root = copy_store(["many_files", "clean"][seed % 2], tmp_path)
+    s = Store.open(root)
+    from walkref import walk_file
+
+    for f in rng.sample(list(s.commitlog), min(4, len(s.commitlog))):
+        with s.map(f) as m:
+            recs = [st.checked.rec for st in walk_file(m.buf, m.size, P494) if st.checked.is_message]
+        for r in rng.sample(recs, min(3, len(recs))):
+            _patch(f.path, r.pos + 20, struct.pack(">q", r.queue_offset + rng.choice((-3, 2, 40))))
+    ref = _queue_offset_breaks(root)
+    assert sum(n for n, *_ in ref.values()) >= 4 and len(ref) >= 2
+    monkeypatch.setattr(v.commitlog, "CONTINUITY_CHUNK", 1 << 30)
+    whole = v.verify_store(Store.open(root), P494)
+    got = {
+        (f.details["topic"], f.details["queue_id"]): (
+            f.details["breaks"],
+            f.details["previous"],
+            f.details["value"],
+            f.physical_offset,
+        )
+        for f in whole.findings
+        if f.code == "CL_QUEUE_OFFSET"
+    }
+    assert got == ref
+    for chunk in (1, 2, 7, 100):
+        monkeypatch.setattr(v.commitlog, "CONTINUITY_CHUNK", chunk)
+        assert _key(v.verify_store(Store.open(root), P494)) == _key(whole)

@@ -46,9 +46,9 @@ def test_no_code_asks_is_5x() -> None:
         if p.resolve() == Path(__file__).resolve():
             continue  # (this test names it)
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"), str(p))):
-            if isinstance(node, ast.Attribute) and node.attr == "is_5x":
-                hits.append(f"{p.relative_to(ROOT)}:{node.lineno}")
-            elif isinstance(node, ast.Constant) and node.value == "is_5x":  # getattr(profile, "is_5x")
+            if (isinstance(node, ast.Attribute) and node.attr == "is_5x") or (
+                isinstance(node, ast.Constant) and node.value == "is_5x"  # getattr(profile, "is_5x")
+            ):
                 hits.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert not hits, hits
 

@@ -27,14 +27,21 @@ from ..scan import sorted_hints_in
 from ..store import Store, StoreFile
 from ..versions import BrokerProfile
 from .applystate import Applying, ApplyResult, LazyWriters
-from .batchqueues import BatchQ, absorb_batch, batch_changes, batch_set, batch_topics_of, recover_batch_queues
+from .batchqueues import BatchQ, absorb_batch, batch_set, batch_topics_of, recover_batch_queues
 from .builtprefix import index_skips_upto, skip_built_prefix
 from .indexfiles import infer_index_tz
 from .model import Problem, Progress, RecoveryContext, RecoveryPlan
 from .queues import Queue, broker_refuses, frozen_queues, recover_queue_files
 from .salvage import write_salvage
 from .unloadable import refuse_unknown_cq_size, refuse_unloadable
-from .writing import checkpoint_bytes, index_changes, index_file_bytes, queue_changes, recovered_checkpoint
+from .writing import (
+    batch_changes,
+    checkpoint_bytes,
+    index_changes,
+    index_file_bytes,
+    queue_changes,
+    recovered_checkpoint,
+)
 
 
 def apply_recovery(

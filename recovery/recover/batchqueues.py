@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from ...formats.consumequeue import BCQ_UNIT_SIZE, read_bcq_units
-from ...formats.names import offset_to_file_name
 from ..batchcq import (
     BATCH_CQ_DIR,
     BatchQueue,
@@ -36,9 +35,8 @@ from ..batchcq import (
     written_units,
 )
 from ..brokerconf import UnsupportedStoreError
-from ..scan import file_has_nonzero
-from ..store import Store, StoreFile
-from .queues import read_prefix, zeros_from
+from ..store import Store
+from .queues import QueueFiles, read_prefix
 
 
 def batch_file_size(store: Store, configured: int | None = None) -> int:
@@ -75,23 +73,16 @@ def recover_batch_queues(store: Store, configured: int | None = None) -> tuple[i
     return size, {key: read_queue(key[0], key[1], files, size) for key, files in sorted(qs.items())}
 
 
-class BatchQ:
-    """A batch consume queue while applying: its files on disk, new contents (units from a
-    file's start; zeros after them), the write offset and maxMsgPhyOffsetInCommitLog."""
+class BatchQ(QueueFiles):
+    """A batch consume queue while applying (:class:`recover.queues.QueueFiles`: new contents
+    are units from a file's start, zeros after them; ``max_phy`` is its
+    maxMsgPhyOffsetInCommitLog)."""
 
     def __init__(self, key: tuple[str, int], F: int, q: BatchQueue | None) -> None:
-        self.key = key
-        self.F = F
-        self.disk: dict[int, StoreFile] = {f.base: f for f in q.kept} if q is not None else {}
-        self.removed: list[StoreFile] = list(q.removed) if q is not None else []
-        self.content: dict[int, bytes] = {}
-        self.bases: list[int] = sorted(self.disk)
-        self.write: int | None = q.write_offset if q is not None and self.bases else None
-        self.max_phy: int = q.max_physic_offset if q is not None else -1
-
-    @property
-    def rel_dir(self) -> str:
-        return f"{BATCH_CQ_DIR}/{self.key[0]}/{self.key[1]}"
+        super().__init__(key, F, f"{BATCH_CQ_DIR}/{key[0]}/{key[1]}")
+        if q is not None:
+            kept = q.kept
+            self._keep(kept, q.removed, q.write_offset if kept else None, q.max_physic_offset)
 
     def units(self, base: int) -> Any:
         if base in self.content:
@@ -110,14 +101,7 @@ class BatchQ:
         return last, read_prefix(self.disk[last], pos)
 
     def truncate(self, phy: int) -> None:
-        n, write, max_phy = truncate_batch_queue(self.units, self.bases, self.F, phy)
-        for b in self.bases[n:]:
-            if b in self.disk:
-                self.removed.append(self.disk.pop(b))
-            self.content.pop(b, None)
-        self.bases = self.bases[:n]
-        self.write = write
-        self.max_phy = max_phy
+        self.cut(*truncate_batch_queue(self.units, self.bases, self.F, phy))
 
     def absorb(self, files: list[BcqFileOut], max_phy: int) -> None:
         for f in files:
@@ -161,35 +145,6 @@ def absorb_batch(bs: BatchQueueSet, queues: dict[tuple[str, int], BatchQ], F: in
             queues[key] = BatchQ(key, F, None)
         queues[key].absorb(fl, bs.max_offset.get(key, -1))
     return sum(counts.values())
-
-
-def batch_changes(tx: Any, queues: dict[tuple[str, int], BatchQ], root: Any) -> None:
-    """The batch consume queue files into the transaction: removed, replaced, created or cut
-    (the units past the write position zero-filled)."""
-    for key, q in sorted(queues.items()):
-        recreated = {f.base: f for f in q.removed if f.base in q.content}
-        for f in q.removed:
-            if f.base not in recreated:
-                tx.remove_file(f.path)
-        if not q.bases:
-            continue
-        last = q.bases[-1]
-        for b in q.bases:
-            rel = f"{q.rel_dir}/{offset_to_file_name(b)}"
-            pos = (q.write - b) if (b == last and q.write is not None) else q.F
-            if b in q.content:
-                units = q.content[b][:pos]
-                old = q.disk.get(b) or recreated.get(b)
-                out = BcqFileOut(rel, key, b, q.F, units)
-                if old is not None:
-                    if old.size != q.F or read_prefix(old, len(units)) != units or not zeros_from(old, len(units)):
-                        tx.replace_file(rel, out.write_to)
-                elif (root / rel).exists():
-                    tx.replace_file(rel, out.write_to)
-                else:
-                    tx.create_file(rel, out.write_to, mode=0o644)
-            elif b == last and b in q.disk and file_has_nonzero(q.disk[b].path, pos, q.disk[b].size):
-                tx.truncate_tail(rel, pos, zero_fill=True)
 
 
 def units_count(q: BatchQueue) -> int:

@@ -20,6 +20,7 @@ from .model import UNREAD_DAMAGE, CommitlogCut, FileScan, Problem, QueuePlan, Re
 from .planindex import index_keep_candidates
 from .planstate import Planning, rel_path
 from .queues import broker_refuses, cq_units, recover_queue_files, settle_queue
+from .rocksplan import KIND_ROCKSDB
 from .salvage import salvage_positions
 from .walk import scan_files
 
@@ -28,7 +29,9 @@ def plan_walks(p: Planning) -> None:
     """Step 3: the start file, then the walks (recovery files with the CRC, earlier files
     cheaply), all in one go; damage in the files recovery never reads is a problem."""
     store, profile, files, plan, F = p.store, p.profile, p.files, p.plan, p.F
-    start, _rule = start_file_index(files, profile, p.ckpt, plan.mode, plan.max_phy_offset_of_cq)
+    # (storeType=defaultRocksDB: the start file is chosen by the RocksDB queue's checkpoint, both modes)
+    rocks_cq = p.ctx.rocks is not None and p.ctx.rocks[1] == KIND_ROCKSDB
+    start, _rule = start_file_index(files, profile, p.ckpt, plan.mode, plan.max_phy_offset_of_cq, rocks_cq)
     p.start = start
     plan.start_file = files[start].name
     plan.start_offset = files[start].base

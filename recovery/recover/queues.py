@@ -218,21 +218,54 @@ def recover_queue_files(qfiles: list[StoreFile], F: int, profile: BrokerProfile)
     return st
 
 
-class Queue:
-    """A consume queue while applying: its files on disk, the new contents, the write
-    offset and maxPhysicOffset, as the broker holds them in memory."""
+class QueueFiles:
+    """What a queue being applied holds, a consume queue (:class:`Queue`) or a batch consume
+    queue (``batchqueues.BatchQ``) alike: its files on disk by logical offset, the new
+    contents (changed or new files from their start; a new file's may end where its units
+    end: zeros follow), the files it keeps, the write offset and the largest commitlog
+    offset, as the broker holds them in memory. ``F``: the queue's mapped file size;
+    ``rel_dir``: its directory relative to the store."""
 
-    def __init__(self, key: tuple[str, int], F: int, st: QueueState | None) -> None:
+    def __init__(self, key: tuple[str, int], F: int, rel_dir: str) -> None:
         self.key = key
         self.F = F
-        self.disk: dict[int, StoreFile] = {f.base: f for f in st.kept} if st else {}
-        self.removed: list[StoreFile] = list(st.removed) if st else []
-        self.content: dict[
-            int, bytes
-        ] = {}  # changed or new files: their content (a new file's may end where its units end: zeros follow)
-        self.bases: list[int] = sorted(self.disk)
-        self.write: int | None = st.write_offset if st else None
-        self.max_phy: int = st.max_physic_offset if st else -1
+        self.rel_dir = rel_dir
+        self.disk: dict[int, StoreFile] = {}
+        self.removed: list[StoreFile] = []
+        self.content: dict[int, bytes] = {}
+        self.bases: list[int] = []
+        self.write: int | None = None
+        self.max_phy: int = -1
+
+    def _keep(self, kept: list[StoreFile], removed: list[StoreFile], write: int | None, max_phy: int) -> None:
+        """The files a queue's recovery kept and removed, its write offset and largest
+        commitlog offset."""
+        self.disk = {f.base: f for f in kept}
+        self.removed = list(removed)
+        self.bases = sorted(self.disk)
+        self.write = write
+        self.max_phy = max_phy
+
+    def cut(self, n: int, write: int | None, max_phy: int) -> None:
+        """A truncation's result: the first ``n`` files kept (the others removed, their new
+        contents dropped), the write offset and the largest commitlog offset it leaves."""
+        for b in self.bases[n:]:
+            if b in self.disk:
+                self.removed.append(self.disk.pop(b))
+            self.content.pop(b, None)
+        self.bases = self.bases[:n]
+        self.write = write
+        self.max_phy = max_phy
+
+
+class Queue(QueueFiles):
+    """A consume queue while applying (:class:`QueueFiles`), with its units read as the
+    broker's scans read them."""
+
+    def __init__(self, key: tuple[str, int], F: int, st: QueueState | None) -> None:
+        super().__init__(key, F, f"consumequeue/{key[0]}/{key[1]}")
+        if st:
+            self._keep(st.kept, st.removed, st.write_offset, st.max_physic_offset)
         # what the broker's next start reads past a cut its truncation left in this queue's
         # last file (read_past_cut); recover zero-fills those units, the broker keeps them
         self.past_cut: int = -1
@@ -289,7 +322,7 @@ class Queue:
         if n and write is not None:
             base = self.bases[n - 1]
             self.past_cut = max(self.past_cut, read_past_cut(self.units(base), (write - base) // CQ_UNIT_SIZE))
-        self._cut(n, write, max_phy)
+        self.cut(n, write, max_phy)
 
     def zero_past_write(self) -> None:
         """The bytes past the write offset zeroed, as recover writes the queue (the broker
@@ -317,14 +350,5 @@ class Queue:
         n, write, max_phy = settle_queue(self.units, self.bases, self.F, len(self.bases), self.write, self.max_phy)
         if (n, write) == (len(self.bases), self.write):
             return False
-        self._cut(n, write, max_phy)
+        self.cut(n, write, max_phy)
         return True
-
-    def _cut(self, n: int, write: int | None, max_phy: int) -> None:
-        for b in self.bases[n:]:
-            if b in self.disk:
-                self.removed.append(self.disk.pop(b))
-            self.content.pop(b, None)
-        self.bases = self.bases[:n]
-        self.write = write
-        self.max_phy = max_phy

@@ -19,9 +19,10 @@ for a defaultRocksDB queue after a normal stop, dispatches the same records past
 (so recover dispatches none of them, into the index neither). Where the broker's own start would
 dispatch into the database records that its next start on recover's result would not (after an
 abnormal stop: the records from the start file the database lacks, or that lie past its
-checkpoint; a double-write twin lacking what recover dispatches into the file queues; 5.4+ after
-an abnormal stop, whose start file the RocksDB checkpoint picks), recover refuses (exit 8,
-nothing changed): rmqtool does not write RocksDB.
+checkpoint; a double-write twin lacking what recover dispatches into the file queues), recover
+refuses (exit 8, nothing changed): rmqtool does not write RocksDB. After an abnormal stop of a
+defaultRocksDB store the start file is the one the checkpoint picks (broker.start_file_index,
+``rocks_cq``), 5.3.x and 5.4+ alike.
 """
 
 from __future__ import annotations
@@ -155,13 +156,6 @@ def plan_rocks(
         # the next normal start on recover's result walks from the same file with the same
         # checkpoint and dispatches the same records past it
         r.left_to_broker = ckpt < end_offset
-        return r
-    if kind == KIND_ROCKSDB and profile.version >= (5, 4, 0):
-        r.refusal = (
-            f"{cq.dir}: an abnormal stop of a storeType=defaultRocksDB store: 5.4+ picks the recovery's start file from "
-            "the RocksDB queue's dispatch checkpoint, which rmqtool does not follow yet; start the broker on the store "
-            "(its own recovery)"
-        )
         return r
     if kind == KIND_DOUBLE_WRITE and profile.version >= (5, 4, 0) and ckpt < file_max:
         r.refusal = (

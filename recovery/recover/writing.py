@@ -16,41 +16,55 @@ from ..scan import file_has_nonzero
 from ..store import map_readonly
 from ..versions import BrokerProfile
 from .applystate import Applying
-from .queues import read_prefix, zeros_from
+from .queues import QueueFiles, read_prefix, zeros_from
 
 if TYPE_CHECKING:  # (imported when applying: see applying.apply_recovery)
     from ..safety import StoreTransaction
+    from .batchqueues import BatchQ
 
 
 def queue_changes(tx: StoreTransaction, a: Applying) -> None:
     """The consume queue files into the transaction: removed, replaced, created or cut."""
-    Fcq, store = a.Fcq, a.store
-    for key, q in sorted(a.queues.items()):
-        topic, qid = key
-        # a file the queue's recovery removes and the dispatch writes again (the broker
-        # deletes it, then creates it under the same name): one replacement
-        recreated = {f.base: f for f in q.removed if f.base in q.content}
-        for f in q.removed:
-            if f.base not in recreated:
-                tx.remove_file(f.path)
-        if not q.bases:
-            continue
-        last = q.bases[-1]
-        for b in q.bases:
-            rel = f"consumequeue/{topic}/{qid}/{offset_to_file_name(b)}"
-            pos = (q.write - b) if (b == last and q.write is not None) else Fcq
-            if b in q.content:
-                units = bytes(q.content[b][:pos])
-                old = q.disk.get(b) or recreated.get(b)
-                if old is not None:
-                    if old.size != Fcq or read_prefix(old, len(units)) != units or not zeros_from(old, len(units)):
-                        tx.replace_file(rel, _units_writer(units, Fcq))
-                elif (store.root / rel).exists():  # a file the queue's recovery did not load (zero-length)
-                    tx.replace_file(rel, _units_writer(units, Fcq))
-                else:
-                    tx.create_file(rel, _units_writer(units, Fcq), mode=0o644)
-            elif b == last and b in q.disk and file_has_nonzero(q.disk[b].path, pos, q.disk[b].size):
-                tx.truncate_tail(rel, pos, zero_fill=True)
+    for _key, q in sorted(a.queues.items()):
+        queue_file_changes(tx, q, a.store.root)
+
+
+def batch_changes(tx: StoreTransaction, queues: dict[tuple[str, int], BatchQ], root: Path) -> None:
+    """The batch consume queue files into the transaction: removed, replaced, created or cut
+    (the units past the write position zero-filled)."""
+    for _key, q in sorted(queues.items()):
+        queue_file_changes(tx, q, root)
+
+
+def queue_file_changes(tx: StoreTransaction, q: QueueFiles, root: Path) -> None:
+    """One queue's files into the transaction, a consume queue or a batch consume queue
+    (``q.rel_dir``, files of ``q.F`` bytes): the removed ones removed, the changed or new
+    ones replaced or created (their contents up to the write position, zeros after), the
+    last one cut at the write position (zero-filled) where nonzero bytes follow it."""
+    # a file the queue's recovery removes and the dispatch writes again (the broker
+    # deletes it, then creates it under the same name): one replacement
+    recreated = {f.base: f for f in q.removed if f.base in q.content}
+    for f in q.removed:
+        if f.base not in recreated:
+            tx.remove_file(f.path)
+    if not q.bases:
+        return
+    F, last = q.F, q.bases[-1]
+    for b in q.bases:
+        rel = f"{q.rel_dir}/{offset_to_file_name(b)}"
+        pos = (q.write - b) if (b == last and q.write is not None) else F
+        if b in q.content:
+            units = bytes(q.content[b][:pos])
+            old = q.disk.get(b) or recreated.get(b)
+            if old is not None:
+                if old.size != F or read_prefix(old, len(units)) != units or not zeros_from(old, len(units)):
+                    tx.replace_file(rel, _units_writer(units, F))
+            elif (root / rel).exists():  # a file the queue's recovery did not load (zero-length)
+                tx.replace_file(rel, _units_writer(units, F))
+            else:
+                tx.create_file(rel, _units_writer(units, F), mode=0o644)
+        elif b == last and b in q.disk and file_has_nonzero(q.disk[b].path, pos, q.disk[b].size):
+            tx.truncate_tail(rel, pos, zero_fill=True)
 
 
 def index_changes(tx: StoreTransaction, a: Applying, tz: _dt.tzinfo) -> list[str]:

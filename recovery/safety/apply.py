@@ -178,7 +178,7 @@ def _inplace_consistent(target: Path, step: Step, jdir: Path, backup_dir: Path) 
             left -= len(chunk)
         if h.hexdigest() != step.prefix_sha256:
             return False
-        new_f = open(staged, "rb") if staged is not None else None
+        new_f = open(staged, "rb") if staged is not None else None  # noqa: SIM115 (closed in the finally below)
         try:
             pos = off
             while pos < end:

@@ -41,7 +41,7 @@ class _BackupFile:
         self.path = path
         try:
             makedirs_synced(path.parent)
-            self._f: BinaryIO = open(path, "xb")
+            self._f: BinaryIO = open(path, "xb")  # noqa: SIM115 (the copy being written; close() closes it)
         except OSError as exc:
             raise BackupDirError(f"cannot create the backup copy: {one_line(exc)}", path) from exc
 

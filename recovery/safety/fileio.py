@@ -148,10 +148,8 @@ def atomic_write(path: str | Path, data: bytes, mode: int = 0o644) -> None:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
     fsync_dir(path.parent)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
@@ -209,10 +210,8 @@ class StoreTransaction:
                 size = self._write_staged(dst, data, mode, h, owner_ref, mtime_ns)
         except BaseException:
             h.close()
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(dst)
-            except OSError:
-                pass
             raise
         self._unsynced.append(dst)
         crash_hook()
@@ -424,10 +423,8 @@ class StoreTransaction:
         self._state = "done"
         with errors_naming(jdir / JOURNAL_FILE, pending):
             self._write_journal()
-        try:
+        with contextlib.suppress(OSError):  # every change is made; a leftover journal directory goes at the next run
             remove_journal_dir(self.store, jdir)
-        except OSError:
-            pass  # every change is made; a leftover journal directory goes at the next run
         crash_hook()
         self._finished = True
         return CommitResult(self._backup_dir, self._backup_dir / MANIFEST_FILE, actions)

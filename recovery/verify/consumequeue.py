@@ -16,7 +16,7 @@ from ..scan import sorted_unique
 from ..store import Store
 from ..versions import BrokerProfile
 from .nextstart import Broker
-from .parts import Records
+from .parts import CHUNK, Records, chunked, queue_order, scratch
 from .queues import Queue
 from .records import to_queue, tx_type
 from .report import Finding, finding
@@ -40,11 +40,24 @@ class KeyMatch:
             o = np.argsort(kr, kind="stable")
             kr, kh = kr[o], kh[o]
         self.kr, self.kh = kr, kh
-        self.count = np.bincount(kr, minlength=len(recs)) if len(kr) else np.zeros(len(recs), dtype=np.int64)
-        self.start = np.zeros(len(self.count) + 1, dtype=np.int64)
-        np.cumsum(self.count, out=self.start[1:])
-        self.present = np.zeros(len(kr), dtype=bool)  # some entry (of any file) names this key
-        many = np.flatnonzero(self.count > self.MANY)
+        n = len(recs)
+        if isinstance(kr, np.memmap) and len(kr):
+            # a spilled table: the record's first key and the named flags are columns mapped
+            # from unlinked temporary files, made CHUNK records at a time (issue 39)
+            self.start = chunked(lambda lo, hi: np.searchsorted(kr, np.arange(lo, hi)), n + 1, np.int64, {})
+            steps = range(0, n, CHUNK)
+            many = np.concatenate(
+                [np.flatnonzero(np.diff(self.start[lo : min(n, lo + CHUNK) + 1]) > self.MANY) + lo for lo in steps]
+                or [np.zeros(0, dtype=np.int64)]
+            )
+            self.present = scratch(len(kr), np.bool_)  # some entry (of any file) names this key
+        else:
+            count = np.bincount(kr, minlength=n) if len(kr) else np.zeros(n, dtype=np.int64)
+            self.start = np.zeros(n + 1, dtype=np.int64)  # record r's keys: kr[start[r]:start[r + 1]]
+            np.cumsum(count, out=self.start[1:])
+            many = np.flatnonzero(count > self.MANY)
+            del count
+            self.present = np.zeros(len(kr), dtype=bool)
         self.many_recs = many
         if len(many):
             sel = np.flatnonzero(np.isin(kr, many))
@@ -59,7 +72,9 @@ class KeyMatch:
         sel = np.flatnonzero(found)
         if not len(sel) or not len(self.kr):
             return ok
-        c = self.count[rj[sel]]
+        r = rj[sel]
+        c = self.start[r + 1] - self.start[r]
+        del r
         if len(self.many_recs):
             big = c > self.MANY
             if big.any():
@@ -99,38 +114,25 @@ def _units_records(
     """:meth:`Records.find` for the offsets ``ro`` of one queue's units, plus, when the
     common case holds, the records' (size, queue offset, tags) columns. The common case:
     the units point, in order, at consecutive records of the queue's own (the records of
-    every queue are grouped once, in commitlog order, with their columns); otherwise the
-    search, and None."""
+    every queue are grouped once, in commitlog order: :func:`recovery.verify.parts.queue_order`);
+    otherwise the search, and None."""
     if not by_queue:
-        q = recs.qkey
-        by_queue["ok"] = bool(len(recs)) and int(q.min()) >= 0
+        by_queue["ok"] = bool(len(recs)) and int(recs.qkey.min()) >= 0
         if by_queue["ok"]:
-            key = q.astype(np.int16) if len(recs.queues) < 32768 else q
-            order = np.argsort(key, kind="stable")  # (a radix sort for 16-bit keys)
-            bounds = np.zeros(len(recs.queues) + 1, dtype=np.int64)
-            np.cumsum(np.bincount(q, minlength=len(recs.queues)), out=bounds[1:])
-            by_queue.update(
-                order=order,
-                bounds=bounds,
-                off=recs.off[order],
-                size=recs.size[order],
-                qoff=recs.queue_offset[order],
-                tags=recs.tags[order],
-            )
+            by_queue["order"], by_queue["bounds"] = queue_order(recs)
     if qk is not None and len(ro) and by_queue["ok"]:
         bounds = by_queue["bounds"]
         if 0 <= qk < len(bounds) - 1:
             a, b = int(bounds[qk]), int(bounds[qk + 1])
-            co = by_queue["off"][a:b]
+            # (the queue's records are gathered here, one queue at a time: the grouped
+            # columns of every queue are never held at once, issue 39)
+            rows = by_queue["order"][a:b]
+            co = recs.off[rows]
             k0 = int(np.searchsorted(co, ro[0]))
             k1 = k0 + len(ro)
             if k1 <= len(co) and np.array_equal(co[k0:k1], ro):
-                g = slice(a + k0, a + k1)
-                return (
-                    by_queue["order"][g],
-                    np.ones(len(ro), dtype=bool),
-                    (by_queue["size"][g], by_queue["qoff"][g], by_queue["tags"][g]),
-                )
+                g = np.asarray(rows[k0:k1], dtype=np.int64)
+                return g, np.ones(len(ro), dtype=bool), (recs.size[g], recs.queue_offset[g], recs.tags[g])
     i, found = recs.find(ro)
     return i, found, None
 

@@ -68,7 +68,11 @@ def recovery_outlook(
     ckpt: Checkpoint,
     load_blockers: list[str],
     index_headers: list[tuple[str, Any]],
+    rocks_cq: bool = False,
 ) -> dict[str, Any]:
+    """Where the broker's normal and abnormal recoveries start and stop. ``rocks_cq``: a
+    storeType=defaultRocksDB store (``max_phy_cq`` its RocksDB queue's dispatch checkpoint,
+    by which both recoveries pick their start file)."""
     files = store.commitlog
     if profile.zero_length_last_file_deleted and len(files) > 1 and files[-1].size == 0:
         # 5.1.3+ deletes it at load, before recovery: the walk ends in the file before it,
@@ -87,8 +91,8 @@ def recovery_outlook(
         return out
     # where normal (RECOVERY §4.1, §4.2) and abnormal (§5.1) recovery start: recover's own
     # rule, with the profile's settings (messageIndexSafe)
-    i_norm, rule = start_file_index(files, profile, ckpt, MODE_NORMAL, max_phy_cq)
-    i_abn, rule_abn = start_file_index(files, profile, ckpt, MODE_ABNORMAL, max_phy_cq)
+    i_norm, rule = start_file_index(files, profile, ckpt, MODE_NORMAL, max_phy_cq, rocks_cq)
+    i_abn, rule_abn = start_file_index(files, profile, ckpt, MODE_ABNORMAL, max_phy_cq, rocks_cq)
     threshold = abnormal_threshold(ckpt, profile.message_index_safe)
     out["check_crc"] = profile.check_crc_on_recover
     out["message_index_safe"] = profile.message_index_safe

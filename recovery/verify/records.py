@@ -37,8 +37,10 @@ def tx_flags(sys_flag: np.ndarray) -> np.ndarray:
 
 
 def tx_type(flags: np.ndarray) -> np.ndarray:
-    """SYSFLAG & 0xC of records from their flags byte."""
-    return (flags.astype(np.int64) & TX_BITS) >> TX_SHIFT
+    """SYSFLAG & 0xC of records from their flags byte (uint8: one byte a record, not the
+    eight of an int64, in the passes over the whole record table, issue 39)."""
+    tx: np.ndarray = (np.asarray(flags, dtype=np.uint8) & np.uint8(TX_BITS)) >> np.uint8(TX_SHIFT)
+    return tx
 
 
 def to_queue(flags: np.ndarray) -> np.ndarray:

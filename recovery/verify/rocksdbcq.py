@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ...formats import rocksdbcq as rf
 from ..findingcodes import FindingCode
 from ..rocksdbcq import RocksCq, RocksCqUnavailable, read, rocks_dirs
 from .nextstart import Broker, split_missing
@@ -69,10 +70,14 @@ def read_rocks(root: Path) -> list[RocksCq]:
 
 
 def rocks_max_phy(cqs: list[RocksCq]) -> int:
-    """The largest commitlog offset the offset tables' max entries hold (what the broker's
-    RocksDBConsumeQueue.getMaxPhysicOffset answers per queue, the start of its last record),
-    -1 when none."""
-    return max((e["max"][0] for cq in cqs for e in cq.offset_table.values() if "max" in e), default=-1)
+    """maxPhyOffsetOfConsumeQueue as the broker's recovery is given it on a storeType=defaultRocksDB
+    store (getMaxPhyOffsetInConsumeQueue of its RocksDBConsumeQueueStore, 5.3.3 and 5.5.1: the dispatch
+    checkpoint, the END of the last record dispatched, 0 when absent): the normal recovery dispatches
+    the records starting past it (one starting exactly at it is not), and the start file is the last
+    one at or below it. Not the offset table's max entries (the start of each queue's last record):
+    read so before, the outlook called the record at the checkpoint a lag the broker never fills."""
+    cq = next((c for c in cqs if c.dir == rf.DIR), cqs[0] if cqs else None)
+    return cq.checkpoint if cq is not None and cq.checkpoint is not None else 0
 
 
 def rocks_check(

@@ -32,6 +32,8 @@ from .state import checkpoint_findings, epoch_findings, state_findings
 
 # The whole check.
 
+PRELOAD_UNITS = 1 << 20  # consume queue units read beside a pool (about 40 MB)
+
 
 def _cap(findings: list[Finding], limit: int = 200) -> list[Finding]:
     """At most ``limit`` findings per (code, file); the rest become one summary finding."""
@@ -71,17 +73,20 @@ def verify_store(
     pre: dict[str, Any] = {}
 
     def meanwhile() -> None:  # runs while the workers scan the commitlog
-        # beside a pool, the queues are read while the workers scan; without one, each is
-        # read when it is checked (and let go after), so that they are never all held at once
-        pre["queues"] = load_queues(store) if jobs > 1 else load_queues(store, budget_units=0)
+        # beside a pool, the first queues (up to PRELOAD_UNITS units) are read while the
+        # workers scan; the others (all of them without a pool) are read when they are checked
+        # (and let go after), so that a big store's queues are never all held at once (issue 39)
+        pre["queues"] = load_queues(store, budget_units=PRELOAD_UNITS if jobs > 1 else 0)
         per_file = max(1, store.geometry.cq_file_size // cqf.CQ_UNIT_SIZE)
         pre["max_phy_cq"] = max((cq_recover_max_phy(q, per_file) for q in pre["queues"]), default=-1)
         # (5.x: getMaxPhyOffsetInConsumeQueue takes the batch consume queues' too)
         pre["max_phy_cq"] = max(pre["max_phy_cq"], batch_max_phy(store))
         pre["rocks"] = read_rocks(store.root)
-        if pre["rocks"] and not any(files for files in store.consume_queues.values()):
-            # storeType=defaultRocksDB: the reput starts from the RocksDB queue's max entries
-            pre["max_phy_cq"] = max(pre["max_phy_cq"], rocks_max_phy(pre["rocks"]))
+        pre["rocks_cq"] = bool(pre["rocks"]) and not any(files for files in store.consume_queues.values())
+        if pre["rocks_cq"]:
+            # storeType=defaultRocksDB: the recovery is given the RocksDB queue's dispatch
+            # checkpoint (its queue store is the RocksDB one alone)
+            pre["max_phy_cq"] = rocks_max_phy(pre["rocks"])
         pre["index"] = Prepared(store, headers)  # the first index file's own structure (no record needed)
 
     # the offsets the consume queues point at speed the commitlog walk up
@@ -93,7 +98,8 @@ def verify_store(
         opts=opts,
         progress=progress,
         meanwhile=meanwhile,
-        hints=queue_hint_runs(store),
+        hints=lambda: queue_hint_runs(store),
+        spill=True,
     )
     queues, max_phy_cq = pre["queues"], pre["max_phy_cq"]
     # (a member without data files: DLedger's recovery of nothing, unless classic files lie
@@ -104,7 +110,7 @@ def verify_store(
         outlook["load_blockers"] = blockers + outlook["load_blockers"]
         outlook["loads"] = not outlook["load_blockers"]
     else:
-        outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers)
+        outlook = recovery_outlook(store, profile, scans, recs, max_phy_cq, ckpt, blockers, headers, pre["rocks_cq"])
     layout = [zero_length_lost(f, store, max_phy_cq) for f in layout]
     spans = Spans(commitlog_spans(store, scans, recs))
     broker = Broker(store, profile, outlook)

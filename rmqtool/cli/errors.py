@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import click
 
@@ -31,10 +31,8 @@ def report_exception(exc: BaseException) -> int:
         _err("aborted; nothing was changed")
         return Exit.INTERRUPTED
     if isinstance(exc, click.UsageError):
-        try:
+        with suppress(BrokenPipeError, OSError):
             exc.show()
-        except (BrokenPipeError, OSError):
-            pass
         return Exit.USAGE
     if isinstance(exc, click.ClickException):
         _err(exc.format_message())
@@ -59,10 +57,8 @@ def report_exception(exc: BaseException) -> int:
 
 
 def _err(msg: str) -> None:
-    try:
+    with suppress(BrokenPipeError, OSError, ValueError):
         click.echo(f"rmqtool: {msg}", err=True)
-    except (BrokenPipeError, OSError, ValueError):
-        pass
 
 
 def is_closed_pipe(exc: BaseException) -> bool:

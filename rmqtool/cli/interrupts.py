@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
@@ -108,10 +108,8 @@ def salvage_cleanup(out: Path | None) -> Iterator[None]:
                 except OSError:
                     pass
         if not existed:
-            try:
+            with suppress(OSError):
                 out.rmdir()
-            except OSError:
-                pass
         line = getattr(exc, "line", None) or "interrupted; nothing was changed"
         if removed:
             line += f"; the salvage files it had written to {out} were removed"

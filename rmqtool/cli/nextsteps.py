@@ -215,12 +215,18 @@ def _commitlog_damage(finding: dict[str, Any], outlook: dict[str, Any]) -> Step 
         return None  # the next start walks to here and cuts: recover does exactly that
     risk = ""
     ab = outlook.get("abnormal")
-    if outlook.get("mode") != "abnormal" and isinstance(ab, dict) and ab.get("stop_offset") is not None:
-        if ab["start_offset"] <= off and ab["stop_offset"] <= off and ab.get("records_cut"):
-            risk = (
-                f"; recover has nothing to do (the next normal start does not read it), but after a crash the "
-                f"broker's abnormal recovery stops here and cuts {ab['records_cut']} messages"
-            )
+    if (
+        outlook.get("mode") != "abnormal"
+        and isinstance(ab, dict)
+        and ab.get("stop_offset") is not None
+        and ab["start_offset"] <= off
+        and ab["stop_offset"] <= off
+        and ab.get("records_cut")
+    ):
+        risk = (
+            f"; recover has nothing to do (the next normal start does not read it), but after a crash the "
+            f"broker's abnormal recovery stops here and cuts {ab['records_cut']} messages"
+        )
     return Step(
         ("repair", "{store}", "--dry-run"),
         "then --yes: replaces the damaged bytes by filler records and keeps every intact message" + risk,

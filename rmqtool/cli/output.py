@@ -24,7 +24,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +140,7 @@ def redirected(path: Path | None) -> Iterator[None]:
         return
     tmp = path.with_name(f".{path.name}.rmqtool-tmp-{os.getpid()}")
     saved = sys.stdout
-    fh = open(tmp, "w", encoding="utf-8", newline="")
+    fh = open(tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115 (stdout while the command runs; closed below)
     sys.stdout = fh
     ok = False
     try:
@@ -154,10 +154,8 @@ def redirected(path: Path | None) -> Iterator[None]:
             if ok:
                 os.replace(tmp, path)
             else:
-                try:
+                with suppress(FileNotFoundError):
                     tmp.unlink()
-                except FileNotFoundError:
-                    pass
 
 
 def format_options(

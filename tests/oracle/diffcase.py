@@ -808,12 +808,11 @@ def rebuild_checks(
         # names are unique (man rmqtool-rebuild-index): it keeps them, and has more files
         exact_index = False
     bad += compare_lookups(view, key_lookups(cp, config, view_queries(view)), "rebuild keys", superset=not exact_index)
-    if exact_index and "index_files_after_rocketmq_shutdown_in_name_order" in view:
-        if theirs != mine:
-            bad.append(
-                f"rebuild index files: broker {len(theirs)} files, rmqtool {len(mine)}; "
-                f"first differing #{next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))}"
-            )
+    if exact_index and "index_files_after_rocketmq_shutdown_in_name_order" in view and theirs != mine:
+        bad.append(
+            f"rebuild index files: broker {len(theirs)} files, rmqtool {len(mine)}; "
+            f"first differing #{next((i for i, (a, b) in enumerate(zip(theirs, mine)) if a != b), min(len(theirs), len(mine)))}"
+        )
     return bad
 
 

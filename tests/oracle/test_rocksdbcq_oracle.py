@@ -193,3 +193,181 @@ def test_a_killed_rocksdb_store_lags_as_the_broker_rebuilds_it(
     assert view["commitlog_max_offset"] == doc["summary"]["recovery"]["data_end"]
     assert have + lag == sum(len(q["units"]) for q in r["queues"].values())
     assert r["checkpoint"] == view["commitlog_max_offset"]
+
+
+@pytest.mark.soak(v="5.5.1")  # (the same rule, the same RocksDB 8.4: 5.3.3 in the default run)
+@pytest.mark.parametrize("v", ["5.3.3", "5.5.1"])
+def test_a_record_starting_at_the_dispatch_checkpoint_is_never_dispatched(
+    v: str, oracle: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35: which offset the broker's recovery takes on a storeType=defaultRocksDB store, the start of the
+    last unit (the offset table's max entries, what verify took before) or the dispatch checkpoint (the end of
+    the last record dispatched). A store the broker stopped cleanly, with two more records it wrote (the same
+    messages written as a second store, their bytes put at the same offsets) and never dispatched: the first,
+    starting exactly at the checkpoint (TopicB/0), the second after it (TopicA/0). The broker's normal start
+    dispatches the second only (``doDispatch`` is offset > checkpoint; its reput starts at the commitlog's
+    end): verify says RCQ_MISSING_MESSAGE for the first and RCQ_DISPATCH_LAG for the second, and its outlook's
+    max_phy_offset_of_cq is the checkpoint (before: both a lag, and the last unit's start)."""
+    import json
+    import shutil
+
+    from rmqtool.cli import run
+    from rmqtool.recovery import rocksdbcq as rc
+
+    oracle.build(v)
+    cfg = config("rocksdb")
+    msgs: list[dict[str, Any]] = [
+        {"topic": "TopicA", "queue_id": i % 2, "tags": f"t{i}", "keys": f"K{i}", "body_len": 40 + 7 * i, "body_seed": i}
+        for i in range(8)
+    ]
+    extra = [
+        {"topic": "TopicB", "queue_id": 0, "tags": "b", "keys": "KB", "body_len": 90, "body_seed": 50},
+        {"topic": "TopicA", "queue_id": 0, "tags": "a", "keys": "KA", "body_len": 70, "body_seed": 51},
+    ]
+    jobs = [
+        {"id": "short", "verb": "write", "scenario": {"config": cfg, "messages": msgs, "end": {"mode": "clean"}}}
+        | {"out": str(tmp_path / "short")},
+        {"id": "long", "verb": "write", "scenario": {"config": cfg, "messages": msgs + extra, "end": {"mode": "clean"}}}
+        | {"out": str(tmp_path / "long")},
+    ]
+    assert [a["exit"] for a in oracle.batch(v, jobs)] == [0, 0]
+    store, long = tmp_path / "short" / "store", tmp_path / "long" / "store"
+    short_cq, long_cq = rc.read(store, "consumequeue"), rc.read(long, "consumequeue")
+    ckpt = short_cq.checkpoint
+    (b0,) = long_cq.queues[("TopicB", 0)]
+    a0 = long_cq.queues[("TopicA", 0)][-1]
+    assert ckpt is not None and b0.commitlog_offset == ckpt and a0.commitlog_offset == ckpt + b0.size
+    assert long_cq.checkpoint == a0.commitlog_offset + a0.size
+    # the two records' bytes into the short store's commitlog, where the broker wrote them in the long one
+    name = "00000000000000000000"
+    data = (long / "commitlog" / name).read_bytes()[ckpt : long_cq.checkpoint]
+    with open(store / "commitlog" / name, "r+b") as f:
+        f.seek(ckpt)
+        f.write(data)
+    mine = tmp_path / "mine"
+    shutil.copytree(store, mine)
+    capsys.readouterr()
+    run(["verify", str(mine), "--broker-version", v, "--format", "json", "--quiet"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["recovery"]["mode"] == "normal"
+    assert doc["summary"]["recovery"]["max_phy_offset_of_cq"] == ckpt
+    got = {
+        (f["code"], f["message"].split(":")[0], f["physical_offset"])
+        for f in doc["findings"]
+        if f["code"].startswith("RCQ_")
+    }
+    assert got == {
+        ("RCQ_MISSING_MESSAGE", "TopicB/0", b0.commitlog_offset),
+        ("RCQ_DISPATCH_LAG", "TopicA/0", a0.commitlog_offset),
+    }
+    # the broker's start: the record past the checkpoint gets its unit, the one at it none
+    r = oracle.view(v, store, config=cfg)["rocksdb_consume_queue"]
+    units = {k: [u["commitlog_offset"] for u in q["units"]] for k, q in r["queues"].items()}
+    assert units["TopicA/0"] == [u.commitlog_offset for u in short_cq.queues[("TopicA", 0)]] + [a0.commitlog_offset]
+    assert b0.commitlog_offset not in units.get("TopicB/0", [])
+    assert r["checkpoint"] == a0.commitlog_offset + a0.size
+
+
+@pytest.mark.parametrize("v", ["5.3.3", "5.5.1"])
+def test_a_rocksdb_store_s_abnormal_recovery_starts_at_its_checkpoint_s_file(
+    v: str, oracle: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 35: on a storeType=defaultRocksDB store the abnormal recovery picks its start file by the
+    RocksDB queue's dispatch checkpoint (5.3.3: the last file whose first record's PHYSICALOFFSET is at or
+    below it; 5.5.1 the same through RocksDBConsumeQueueStore.isMappedFileMatchedRecover), not by the
+    checkpoint file's timestamps, which its queue store never sets. A clean store of four commitlog files, a
+    record in the middle of the first one with its magic code flipped, an abort file: the broker starts in
+    the last file and never reads the damage (nothing cut); verify's abnormal outlook says so (before: it
+    started at the first file and stopped at the damage)."""
+    import json
+
+    from rmqtool.recovery import rocksdbcq as rc
+
+    oracle.build(v)
+    cfg = config("rocksdb") | {"mappedFileSizeCommitLog": 8192}
+    msgs = [
+        {"topic": "TopicA", "queue_id": i % 2, "tags": f"t{i}", "keys": f"K{i}", "body_len": 900, "body_seed": i}
+        for i in range(26)
+    ]
+    oracle.write(v, {"config": cfg, "messages": msgs, "end": {"mode": "clean"}}, tmp_path / "w")
+    store = tmp_path / "w" / "store"
+    files = sorted((store / "commitlog").iterdir())
+    assert len(files) >= 4
+    cq = rc.read(store, "consumequeue")
+    third = sorted(u.commitlog_offset for us in cq.queues.values() for u in us)[2]
+    assert third < int(files[1].name)
+    data = bytearray(files[0].read_bytes())
+    data[third + 4] ^= 0xFF
+    files[0].write_bytes(bytes(data))
+    (store / "abort").write_bytes(b"")
+    view = oracle.view(v, store, config=cfg)
+    assert view["recovery_mode"] == "abnormal"
+    from rmqtool.cli import run
+
+    capsys.readouterr()
+    run(["verify", str(store), "--broker-version", v, "--format", "json", "--quiet"])
+    doc = json.loads(capsys.readouterr().out)
+    ab = doc["summary"]["recovery"]["abnormal"]
+    assert ab["start_offset"] == int(files[-1].name) and "dispatch checkpoint" in ab["rule"]
+    assert ab["stop_offset"] == view["commitlog_max_offset"] == cq.checkpoint
+    assert ab["records_cut"] == 0
+    # recover: the same start, nothing to cut (the damage is before it), the database left as it is
+    import shutil
+
+    rec = tmp_path / "rec"
+    shutil.copytree(store, rec)
+    capsys.readouterr()
+    code = run(["recover", str(rec), "--broker-version", v, "--format", "json", "--yes", "--quiet"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 5, doc  # (repaired; the damage before the start file stays, as the broker leaves it)
+    plan = doc["plan"]
+    assert (plan["start_offset"], plan["end_offset"], plan["cuts"]) == (int(files[-1].name), cq.checkpoint, [])
+    mine = oracle.view(v, rec, config=cfg)
+    seen = ("commitlog_max_offset", "recovery_mode")
+    assert {k: mine[k] for k in seen} == {"commitlog_max_offset": cq.checkpoint, "recovery_mode": "normal"}
+    r, r2 = view["rocksdb_consume_queue"], mine["rocksdb_consume_queue"]
+    assert (r2["checkpoint"], r2["queues"]) == (r["checkpoint"], r["queues"])
+
+
+@pytest.mark.soak(v="5.5.1")  # (the same rule, the same RocksDB 8.4: 5.3.3 in the default run)
+@pytest.mark.parametrize("v", ["5.3.3", "5.5.1"])
+def test_the_broker_opens_the_database_rmqtool_writes(v: str, oracle: ModuleType, tmp_path: Path) -> None:
+    """Issue 35, whether rmqtool may write a RocksDB consume queue at all: rocksdict's RocksDB (9.8.4) is
+    newer than the broker's (rocksdbjni 8.4 in 5.3.3 and 5.5.1). The broker's store with its database
+    replaced by the one recovery.rocksbuild writes from the commitlog (the entries the broker's reput
+    writes; table format 5, LZ4/ZSTD as the broker's options): the broker opens it and serves the same
+    units, max offsets, offset table and checkpoint as from its own. The same entries in rocksdict's
+    default table format (6) do not load (the store's load() fails): the format is what makes it work."""
+    import json
+    import shutil
+
+    from rmqtool.recovery import rocksbuild as rb
+    from rmqtool.recovery.store import Store
+    from rmqtool.recovery.versions import BrokerProfile
+
+    oracle.build(v)
+    oracle.write(v, scenario("rocksdb"), tmp_path / "w")
+    store = tmp_path / "w" / "store"
+    entries = rb.broker_entries(Store.open(store), BrokerProfile.for_version(v))
+    stores = {"theirs": store}
+    for name, fv in (("mine", rb.FORMAT_VERSION), ("format6", 6)):
+        s = stores[name] = tmp_path / name
+        shutil.copytree(store, s)
+        shutil.rmtree(s / "consumequeue")
+        old, rb.FORMAT_VERSION = rb.FORMAT_VERSION, fv
+        try:
+            rb.write_database(s / "consumequeue", entries)
+        finally:
+            rb.FORMAT_VERSION = old
+    jobs = [{"id": n, "verb": "view", "store": str(s), "config": config("rocksdb")} for n, s in stores.items()]
+    views = {a["id"]: a["result"] for a in oracle.batch(v, jobs)}
+
+    def seen(view: dict[str, Any]) -> str:
+        r = view["rocksdb_consume_queue"]
+        table = sorted(json.dumps(e, sort_keys=True) for e in r["offset_table"])
+        return json.dumps([r["checkpoint"], r["queues"], table, view["commitlog_max_offset"]], sort_keys=True)
+
+    assert views["theirs"]["load_ok"] and views["mine"]["load_ok"]
+    assert seen(views["mine"]) == seen(views["theirs"])
+    assert entries.count == sum(len(q["units"]) for q in views["theirs"]["rocksdb_consume_queue"]["queues"].values())
+    assert views["format6"]["load_ok"] is False and "rocksdb_consume_queue" not in views["format6"]

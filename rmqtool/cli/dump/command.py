@@ -118,7 +118,7 @@ def commitlog_stream(store: Store, profile: Any, fmt: str, **kw: Any) -> Iterato
                 first = sk.first_since(store, profile, lines_kw["start"], since)
                 if first is not None:
                     lines_kw.update(start=first, since=None)
-        return commitlog_items(store, profile, **lines_kw)
+        return commitlog_items(store, profile, **lines_kw, twins=True)  # (output.output's timed adds the rest)
     return commitlog_records(store, profile, **kw)
 
 
@@ -504,12 +504,12 @@ def dump_consumequeue(
 def _rocks_checkpoints(store: Store) -> dict[str, int | None]:
     """The store's RocksDB consume queue directories and their dispatch checkpoints (None:
     none recorded, or the database not read here: the units' listing says why)."""
-    from ...recovery.rocksdbcq import RocksCqUnavailable, read, rocks_dirs
+    from ...recovery.rocksdbcq import RocksCqUnavailable, read_columns, rocks_dirs
 
     out: dict[str, int | None] = {}
     for d in rocks_dirs(store.root):
         try:
-            out[d] = read(store.root, d).checkpoint
+            out[d] = read_columns(store.root, d).checkpoint
         except RocksCqUnavailable:
             out[d] = None
     return out

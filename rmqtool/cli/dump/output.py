@@ -27,11 +27,12 @@ from ..render import CsvWriter, dumps, render, summary_record
 class Block:
     """Several finished JSON lines of plain messages, each ending with a newline."""
 
-    __slots__ = ("parts", "lines")
+    __slots__ = ("parts", "lines", "timed")
 
-    def __init__(self, parts: list[bytes], lines: int) -> None:
+    def __init__(self, parts: list[bytes], lines: int, timed: bool = False) -> None:
         self.parts = parts  # UTF-8, whole lines each
         self.lines = lines
+        self.timed = timed  # the lines hold their ISO twins already (recovery.times.timed adds them else)
 
 
 def expand(records: Iterable[Record | str | Block]) -> Iterator[Record | str]:

@@ -34,6 +34,7 @@ from ...recovery.batch.plainrun import HEADER_COLUMNS, PlainRun, lead
 from ...recovery.batch.plainrun import NOT_PLAIN as _NOT_PLAIN
 from ...recovery.records import Record, commitlog_records, generic_record
 from ...recovery.store import Store, StoreFile
+from ...recovery.times import iso_ms_matrix
 from ..dump.output import Block
 from ..dump.output import encode_json_str as _enc
 from ..dump.output import value_json as _value_json
@@ -53,11 +54,13 @@ def commitlog_items(
     since: int | None = None,
     until: int | None = None,
     start: int | None = None,
+    twins: bool = False,
 ) -> Iterator[str | Record | Block]:
     """What ``dump commitlog --format jsonl`` prints, in commitlog order: blocks of lines
     (:class:`~rmqtool.cli.dump.output.Block`), finished lines (str) of plain messages, records
     (dict) of the rest; ``start``: a record start to walk from (a seek's answer) instead of
-    the beginning."""
+    the beginning; ``twins``: the blocks' lines laid out with the timestamps' ISO twins
+    where they can (the block says so: recovery.times.timed adds them to the others)."""
     if not profile.new_properties_parser:  # the 4.6.0-4.9.0 parser differs on edge cases
         yield from commitlog_records(
             store,
@@ -89,7 +92,7 @@ def commitlog_items(
         elif kind is rows.FileRows:
             f, buf, framing = item.file, item.buf, item.framing
             lines = _Lines(f.name)
-            vec = _Vec(f.name)
+            vec = _Vec(f.name, twins)
         else:
             assert f is not None
             pos, c = item
@@ -161,8 +164,9 @@ class _Lines:
 class _Vec:
     """Per-file tables of the blocks (cached across blocks)."""
 
-    def __init__(self, fname: str) -> None:
+    def __init__(self, fname: str, twins: bool = False) -> None:
         self.fname = _enc(fname).encode()
+        self.twins = twins  # lay out the ISO twins of the timestamps (_line_pieces)
         self.hosts: dict[int, tuple[bytes, bytes]] = {}
         self.topics: dict[bytes, bytes] = {}
         self.tags: dict[bytes, bytes] = {}
@@ -172,7 +176,8 @@ class _Vec:
 def _block(vec: _Vec, run: PlainRun) -> Block:
     """The lines of a block."""
     n = run.n
-    return Block(_lay_out(vec, _line_pieces(vec, run), n), n)
+    pieces, timed = _line_pieces(vec, run)
+    return Block(_lay_out(vec, pieces, n), n, timed)
 
 
 _HEXD = np.frombuffer(b"".join(b"%02X" % i for i in range(256)), np.uint8).reshape(256, 2)
@@ -309,14 +314,30 @@ def _topic_piece(vec: _Vec, run: PlainRun) -> Any:
     return _table_piece(np, run.topic_inv[: run.n], entries)
 
 
-def _line_pieces(vec: _Vec, run: PlainRun) -> list[Any]:
+def _line_pieces(vec: _Vec, run: PlainRun) -> tuple[list[Any], bool]:
     """The JSON lines of ``run`` as pieces in column order: bytes (the same on every
     line) or uint8 matrices (one row per line, NUL-padded), keys sorted as
-    ``render.dumps`` writes them (a test compares both)."""
+    ``render.dumps`` writes them (a test compares both); and whether they hold the ISO
+    twins of the timestamps (``born_time``, ``store_time``: recovery.times.timed's bytes,
+    from :func:`recovery.times.iso_ms_matrix`; where a value has none, timed adds them)."""
     n = run.n
 
     def d(name: str) -> list[Any]:
         return _digits(np, run.field(name)[:n])
+
+    born_iso = iso_ms_matrix(run.field("born_timestamp")[:n]) if vec.twins else None
+    store_iso = iso_ms_matrix(run.field("store_timestamp")[:n]) if born_iso is not None else None
+    twins = born_iso is not None and store_iso is not None
+
+    def stamp(name: str, iso: Any) -> list[Any]:
+        if not twins:
+            return [b',"' + name.encode() + b'_timestamp":', *d(name + "_timestamp")]
+        return [
+            b',"' + name.encode() + b'_time":"',
+            iso,
+            b'Z","' + name.encode() + b'_timestamp":',
+            *d(name + "_timestamp"),
+        ]
 
     born, store, mid = _host_pieces(vec, run)
     # the msg id's second half: the record's own PHYSICALOFFSET bytes (big-endian)
@@ -336,8 +357,7 @@ def _line_pieces(vec: _Vec, run: PlainRun) -> list[Any]:
         *d("body_length"),
         b',"born_host":',
         born,
-        b',"born_timestamp":',
-        *d("born_timestamp"),
+        *stamp("born", born_iso),
         b',"crc_ok":true,"file":' + vec.fname + b',"flag":',
         *d("flag"),
         b',"keys":',
@@ -361,8 +381,7 @@ def _line_pieces(vec: _Vec, run: PlainRun) -> list[Any]:
         *d("reconsume_times"),
         b',"status":"OK","store_host":',
         store,
-        b',"store_timestamp":',
-        *d("store_timestamp"),
+        *stamp("store", store_iso),
         b',"sys_flag":',
         *d("sys_flag"),
         b",",
@@ -376,7 +395,7 @@ def _line_pieces(vec: _Vec, run: PlainRun) -> list[Any]:
         b',"type":"message","uniq_key":',
         *uniq,
         b"}\n",
-    ]
+    ], twins
 
 
 def _lay_out(vec: _Vec, pieces: list[Any], n: int) -> list[bytes]:

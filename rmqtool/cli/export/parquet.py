@@ -24,6 +24,7 @@ path; a cluster: a shared file system). For HDFS or S3 use ``--writer spark``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -160,10 +161,8 @@ class TaskWriter:
     def abort(self) -> None:
         self.pending.clear()
         for w in self.writers.values():
-            try:
+            with contextlib.suppress(Exception):  # (cleaning up after the real error)
                 w.close()
-            except Exception:  # noqa: BLE001 - cleaning up after the real error
-                pass
         self.writers.clear()
         shutil.rmtree(self.attempt, ignore_errors=True)
 

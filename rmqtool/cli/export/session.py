@@ -6,6 +6,7 @@ here as in :mod:`.spark`, so nothing else pays the 6-15 s session start."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -121,10 +122,8 @@ def _kill_new_jvms(before: set[int]) -> None:
     an orphan: pyspark removes the directory where it was to say its port, and only a
     started gateway watches its stdin."""
     for pid in _our_jvms() - before:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def _standalone(master: str | None) -> bool:
@@ -247,15 +246,11 @@ class SessionHandle:
     def stop(self, keep_log: bool) -> None:
         if not self.owned:
             return
-        try:
+        with contextlib.suppress(Exception):  # (stopping is best effort)
             self.spark.stop()
-        except Exception:  # noqa: BLE001 - stopping is best effort
-            pass
         if self.log_path and not keep_log:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.log_path)
-            except OSError:
-                pass
 
 
 # For ``--writer arrow`` the JVM only plans and schedules tasks; its optimizing JIT (C2)
@@ -328,7 +323,7 @@ def spark_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if not under_submit:
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    log4j = tempfile.NamedTemporaryFile("w", prefix="rmqtool-log4j2-", suffix=".properties", delete=False)
+    log4j = tempfile.NamedTemporaryFile("w", prefix="rmqtool-log4j2-", suffix=".properties", delete=False)  # noqa: SIM115
     with log4j:
         log4j.write(_LOG4J2)
     b = SparkSession.builder.appName(app_name)

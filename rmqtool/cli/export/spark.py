@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -227,10 +227,8 @@ class _Progress:
         except Exception:  # noqa: BLE001
             v = self._last
         if self.poll is not None:
-            try:
+            with suppress(Exception):
                 v = max(v, min(int(self.poll()), self.total))
-            except Exception:  # noqa: BLE001
-                pass
         return v
 
     def _run(self) -> None:
