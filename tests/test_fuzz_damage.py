@@ -1851,3 +1851,24 @@ def test_repair_of_a_dledger_store_leaves_no_finding_it_could_fix(
     assert desc.startswith(desc_start), desc
     (res,) = fd.run_many([seed], tmp_path / "runs", jobs=1, timeout=60, mem_bytes=TWO_GIB)
     assert res["failures"] == [], res["failures"]
+
+
+def test_repair_refuses_a_mixed_dledger_store_with_a_far_named_classic_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fuzz seed 2001160 (issue 33 soak): a mixed DLedger store (two classic files first)
+    with a one-byte file named far ahead in its classic commitlog/ directory. The broker
+    loads every file of commitlog/ and refuses one of another size, wherever its name puts
+    it; repair checked the sizes of the classic files below the divided offset only, planned
+    an index rebuild, exited 0 and left FILE_WRONG_SIZE. It refuses now (exit 8, dry run
+    alike, nothing changed), as for a classic file of another size below that offset."""
+    monkeypatch.setenv("RMQTOOL_BROKER_VERSION", "4.9.4")
+    root, _kind, desc = fd.make_store(tmp_path / "probe", 2001160)
+    assert desc.endswith("far name byte commitlog/00000000006553665536"), desc
+    before = fd.tree_digest(root)
+    for extra in (["--dry-run"], ["--yes", "--backup-dir", str(tmp_path / "bk")]):
+        assert run(["repair", str(root), "-q", *extra]) == 8
+        err = capsys.readouterr().err
+        assert "commitlog/00000000006553665536" in err and "mixed DLedger store" in err, err
+        assert fd.tree_digest(root) == before
+    assert not (tmp_path / "bk").exists()

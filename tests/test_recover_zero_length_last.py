@@ -100,3 +100,25 @@ def test_verify_calls_a_zero_length_last_file_with_queued_messages_an_error(tmp_
     lost = [f for f in findings if f["code"] == "FILE_ZERO_LENGTH_LOST"]
     assert [(f["file"], f["severity"], f["physical_offset"]) for f in lost] == [(rel, "error", int(rel.split("/")[1]))]
     assert not any(f["code"] == "FILE_ZERO_LENGTH_LAST" for f in findings)
+
+
+def test_recover_removes_a_zero_length_only_commitlog_file_from_5_1_3(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The only commitlog file is also the last one: 5.4.0's MappedFileQueue.load deletes it all
+    the same (its test is ``i == files.size() - 1``), and the broker opens an empty store. recover
+    kept it and exited 5 ('problem: zero-length commitlog file') where the broker loads the
+    store (oracle soak seeds 42088 on 5.4.0 and 42177 on 5.5.1: a one-file store cut to 0)."""
+    store = copy_store("many_files", tmp_path)
+    files = sorted((store / "commitlog").iterdir())
+    for f in files[1:]:
+        f.unlink()
+    os.truncate(files[0], 0)
+    rel = f"commitlog/{files[0].name}"
+    args = ["--broker-version", "5.4.0", "-q", "-j", "1", "--format", "json"]
+    rc = run(["recover", "--yes", str(store), *args, "--backup-dir", str(tmp_path / "bk")])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert out["plan"]["problems"] == []
+    assert out["plan"]["summary"]["commitlog_files_removed"] == [rel]
+    assert not (store / rel).exists()
+    # settled: a second run changes nothing
+    assert run(["recover", "--yes", str(store), *args, "--backup-dir", str(tmp_path / "bk2")]) == 0

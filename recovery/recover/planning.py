@@ -212,13 +212,9 @@ def _layout_problems(
             # renamed into another's range): the broker refuses to load such a store, and
             # emulating its walk over them would cut every later file. Nothing is applied.
             ctx.blocked.append(issue.path)
-        if (
-            issue.code == "ZERO_LENGTH_FILE"
-            and issue.path == last_cl
-            and profile.zero_length_last_file_deleted
-            and len(store.commitlog) > 1
-        ):
-            # 5.1.3+ MappedFileQueue.load deletes a zero-length last file and loads the rest
+        if issue.code == "ZERO_LENGTH_FILE" and issue.path == last_cl and profile.zero_length_last_file_deleted:
+            # 5.1.3+ MappedFileQueue.load deletes a zero-length last file and loads the rest;
+            # the only file is the last one too (an empty commitlog then: oracle soak seed 42088)
             zero_last_cl.append(RemovedFile(issue.path, 0, "zero-length last file (5.1.3+ deletes it at load)"))
         elif issue.severity == "error" and issue.path.startswith("commitlog"):
             problems.append(Problem(LAYOUT, issue.path, None, issue.message))
@@ -393,6 +389,8 @@ def _start_planning(store: Store, profile: BrokerProfile, mode: str | None, opts
 def _plan_without_commitlog(p: Planning) -> RecoveryPlan:
     """No commitlog file: the broker destroys every consume queue."""
     plan = p.plan
+    # (the only file, zero-length, which 5.1.3+ deletes at load: oracle soak seed 42088)
+    plan.removed_files[:0] = p.zero_last_cl
     # (a queue directory without files has nothing to destroy: the real run changes
     # nothing there, and a plan that said it would made every dry run exit 4; issue 33 R5)
     plan.destroy_consume_queues = any(files for files in p.store.consume_queues.values())
