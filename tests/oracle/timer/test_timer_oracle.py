@@ -35,7 +35,6 @@ def test_clean_store_delivers_what_is_due_and_keeps_what_waits(
     assert all(r["properties"].get("TIMER_ROLL_TIMES") for r in rolls)
 
 
-@pytest.mark.soak(version="5.1.4")  # the soak share (tests/conftest.py): 5.5.1 stays
 @pytest.mark.parametrize("version", th.RUN_VERSIONS)
 def test_kill_before_the_checkpoint_flush_delivers_twice(
     timer_oracle: ModuleType, tmp_path: Path, version: str
