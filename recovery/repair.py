@@ -334,6 +334,10 @@ def plan_repair(
     tb.from_misfiled(store, d.misfiled)
     tb.from_queue_units(store, d.misfiled)
     if d.entries:
+        # a hole in a queue between two intact messages whose lost message nothing else names
+        # (its topic unreadable, no unit pointing at it, e.g. after rebuild-index): the one
+        # damaged entry between them without a tombstone carries it (fuzz seed 2001199)
+        tb.from_queue_holes(recs, kept, one_per_region=True)
         unfillable = _lay_out_entries(store, profile, tb, recs, kept, problems)
     else:
         tb.from_batch_units()

@@ -282,9 +282,11 @@ class Tombstones:
     def _batch_qkeys(self, recs: Any) -> np.ndarray:
         return np.array([t in self.batch_topics for t, _q in recs.queues], dtype=bool)
 
-    def from_queue_holes(self, recs: Any, intact: np.ndarray) -> None:
+    def from_queue_holes(self, recs: Any, intact: np.ndarray, *, one_per_region: bool = False) -> None:
         """Holes in a queue's offsets between two intact records (a BatchCQ topic's queue:
-        :meth:`from_batch_holes`)."""
+        :meth:`from_batch_holes`). ``one_per_region`` (DLedger: a damaged entry's body holds
+        exactly one record): a hole goes only to a region between the two records that wants
+        no tombstone yet, one hole a region."""
         if not (len(recs) and self.regions):
             return
         tq = to_queue(recs.flags) & intact
@@ -310,6 +312,10 @@ class Tombstones:
             for x in range(int(qo[n]) + 1, int(qo[n + 1])):
                 if any((t, q, x) in w for w in self.wanted.values()):
                     continue
+                if one_per_region:
+                    cands = [c for c in cands if not self.wanted[c]]
+                    if not cands:
+                        break
                 i = cands[-1]
                 self.add(i, t, q, x, None, "queue offset hole")
                 self.qinfo[i][-(len(self.qinfo[i]) + 1)] = Quarantined(None, t, q, x, None, "queue offset hole")

@@ -1834,8 +1834,10 @@ def test_a_one_byte_commitlog_file_is_a_finding_not_an_internal_error(
         (2330, "crash_midwrite (DLedger twin): DLedger twin (1152 entries); absurd phys_offset=-1"),
         (2355, "crash_midwrite (DLedger twin): DLedger twin (1152 entries); dledger entry header byte"),
         (2341, "many_files (DLedger twin): DLedger twin (236 entries, 8 classic files first); sparse middle"),
+        (2001199, "clean (DLedger twin): DLedger twin (420 entries); absurd topic=1"),
+        (2001326, "delay (DLedger twin): DLedger twin (106 entries); absurd body=268435456"),
     ],
-    ids=["2330", "2355", "2341"],
+    ids=["2330", "2355", "2341", "2001199", "2001326"],
 )
 def test_repair_of_a_dledger_store_leaves_no_finding_it_could_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, desc_start: str
@@ -1845,7 +1847,12 @@ def test_repair_of_a_dledger_store_leaves_no_finding_it_could_fix(
     (2355) was kept as it was, and verify after repair still reported CL_PHYS_OFFSET_MISMATCH
     / CQ_WRONG_RECORD; repair writes those fields back as on a classic store. A mixed
     store's classic file of another size (2341) was left, the broker refusing the result:
-    repair refuses it (exit 8, dry run alike, nothing changed). Each failed before."""
+    repair refuses it (exit 8, dry run alike, nothing changed). Seeds 2001199 and 2001326
+    (issue 33 soak): an absurd length inside an entry's message; after recover and
+    rebuild-index no unit points at the lost message and its topic does not read, so repair
+    gave its queue offset no tombstone and appended the queue's later messages one offset
+    early (CQ_WRONG_RECORD); the hole now goes to the damaged entry between its two intact
+    neighbours, as on a classic store. Each failed before."""
     monkeypatch.setenv("RMQTOOL_BROKER_VERSION", "4.9.4")
     _root, _kind, desc = fd.make_store(tmp_path / "probe", seed)
     assert desc.startswith(desc_start), desc
