@@ -320,7 +320,7 @@ def plan_repair(
     # (before the walk: offsets past such a name overflow a Java long, and numpy's int64)
     scans, recs = scan_commitlog(store, profile, jobs=jobs, progress=progress, hints=queue_hint_runs(store))
     intact = (recs.flags & DAMAGED) == 0 if len(recs) else np.zeros(0, dtype=bool)
-    if store.dledger is not None:
+    if store.dledger is not None and store.dledger_data:
         d = _dledger_damage(store, profile, recs, intact)
     else:
         d = _classic_damage(store, scans, recs, intact)

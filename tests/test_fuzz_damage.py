@@ -1836,8 +1836,9 @@ def test_a_one_byte_commitlog_file_is_a_finding_not_an_internal_error(
         (2341, "many_files (DLedger twin): DLedger twin (236 entries, 8 classic files first); sparse middle"),
         (2001199, "clean (DLedger twin): DLedger twin (420 entries); absurd topic=1"),
         (2001326, "delay (DLedger twin): DLedger twin (106 entries); absurd body=268435456"),
+        (2001269, "crash_midwrite (DLedger twin): DLedger twin (0 entries, 12 classic files first); config"),
     ],
-    ids=["2330", "2355", "2341", "2001199", "2001326"],
+    ids=["2330", "2355", "2341", "2001199", "2001326", "2001269"],
 )
 def test_repair_of_a_dledger_store_leaves_no_finding_it_could_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, desc_start: str
@@ -1852,7 +1853,11 @@ def test_repair_of_a_dledger_store_leaves_no_finding_it_could_fix(
     rebuild-index no unit points at the lost message and its topic does not read, so repair
     gave its queue offset no tombstone and appended the queue's later messages one offset
     early (CQ_WRONG_RECORD); the hole now goes to the damaged entry between its two intact
-    neighbours, as on a classic store. Each failed before."""
+    neighbours, as on a classic store. Seed 2001269: a mixed store whose member holds no
+    entry yet; the broker then recovers the classic files as a classic store (the ledger
+    would begin after them), but repair planned DLedger's empty ledger, ending the data at 0
+    and zeroing the checkpoint (CKPT_ZERO after it); it repairs such a store as a classic
+    one. Each failed before."""
     monkeypatch.setenv("RMQTOOL_BROKER_VERSION", "4.9.4")
     _root, _kind, desc = fd.make_store(tmp_path / "probe", seed)
     assert desc.startswith(desc_start), desc
